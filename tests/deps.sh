@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gpumem needs (list in $DEB_PACKAGES, set by the Makefile).
+# Root: apt-get update once (when the package lists are missing or a package is unknown),
+# then apt-get install. Not root: prints the exact command to run and fails.
+set -euo pipefail
+pkgs=${DEB_PACKAGES:?DEB_PACKAGES is set by the Makefile; run "make deps"}
+missing=()
+for p in $pkgs; do
+  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $st == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+if ! command -v apt-get >/dev/null; then
+  echo "gpumem: missing packages: ${missing[*]}; this is not a Debian-like system, install them by hand" >&2
+  exit 1
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "gpumem: missing Debian packages: ${missing[*]}" >&2
+  echo "gpumem: run as root:  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "gpumem: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
