@@ -14,4 +14,4 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $$($$*_LIBS) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $($*_LIBS) -lcmocka $($*_LDLIBS)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path '$(BUILD)/san-*' -prune -o -name '*.d' -print 2>/dev/null)
