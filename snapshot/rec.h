@@ -1,0 +1,202 @@
+/* rec.h — the recorder API (snapshot/), used by libgpumem.so (preload/) and by tests.
+ *
+ * The recorder turns what the preload sees into a SQLite database (schema: snapshot/schema.sql,
+ * user documentation: snapshot/README.md). It is built as $(BUILD)/snapshot/librec.a (-fPIC
+ * objects; link with -lsqlite3 -lunwind -lpthread).
+ *
+ * Contract in short
+ *   - Everything is lazy and thread-safe: the first call of any rec_* function opens the
+ *     database from the environment (GPUMEM_DB, GPUMEM_STACKS, GPUMEM_FORK, GPUMEM_RING) unless
+ *     rec_open() was called first. Nothing happens in a constructor.
+ *   - No function ever blocks the application for long, calls exit(), or crashes on a recorder
+ *     error: on any failure the recorder prints ONE line to stderr ("gpumem: recorder: ...")
+ *     and turns itself off; later calls are cheap no-ops.
+ *   - Strings passed in (names, domains) are copied before the call returns.
+ *   - The recorder adds to every event: seq (global order), time (CLOCK_MONOTONIC ns since the
+ *     recording started), thread, call stack (when GPUMEM_STACKS > 0) and the calling thread's
+ *     innermost open NVTX range (rec_range_push/pop).
+ *   - Fork: the recorder installs its own pthread_atfork handlers when it opens; the preload
+ *     has nothing to call. A child never touches the parent's SQLite connection. With
+ *     GPUMEM_FORK=record (default) the child records into its own file (the GPUMEM_DB template
+ *     expanded with the child's pid; "-<pid>" is inserted before ".db" when the template has no
+ *     %p); with GPUMEM_FORK=off the child records nothing.
+ *   - rec_close() flushes everything, writes the derived tables and closes the file. It is safe
+ *     to call twice, and if nobody calls it the recorder's own atexit handler does. Events
+ *     after rec_close() are ignored.
+ *   - Back-pressure: the ring holds GPUMEM_RING events (default 65536). When it is full the
+ *     application thread waits up to ~1 ms for the writer, then drops the event and counts it.
+ *     The count is stored in meta (dropped_events) and printed by `gpumem report`.
+ */
+#ifndef GPUMEM_SNAPSHOT_REC_H
+#define GPUMEM_SNAPSHOT_REC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Event kinds (events.kind in the database). Values are part of the schema: never renumber. */
+enum rec_kind {
+    REC_ALLOC = 1,           /* device memory handed to the program (cudaMalloc, cuMemAlloc)   */
+    REC_FREE = 2,            /* device memory given back by the program                        */
+    REC_ALLOC_ASYNC = 3,     /* stream-ordered allocation (cudaMallocAsync, cuMemAllocAsync)    */
+    REC_FREE_ASYNC = 4,      /* stream-ordered free (cudaFreeAsync, cuMemFreeAsync)             */
+    REC_HOST_ALLOC = 5,      /* pinned host memory (cudaMallocHost, cudaHostAlloc)              */
+    REC_HOST_FREE = 6,       /* cudaFreeHost                                                    */
+    REC_MANAGED_ALLOC = 7,   /* cudaMallocManaged (passed through)                              */
+    REC_MANAGED_FREE = 8,    /* free of managed memory                                          */
+    REC_FOREIGN_FREE = 9,    /* free of a pointer gpumem does not own (forwarded to the real one)*/
+    REC_DOUBLE_FREE = 10,    /* free of a pointer already freed (reported, never a crash)       */
+    REC_VMM_MAP = 11,        /* the program's own cuMemMap (VMM passthrough): size bytes mapped */
+    REC_VMM_UNMAP = 12,      /* the program's own cuMemUnmap                                    */
+    REC_OOM = 13,            /* an allocation that failed; written by rec_oom(), not rec_event  */
+    REC_SEG_MAP = 14,        /* allocator mapped physical memory into a segment (reserved += size) */
+    REC_SEG_UNMAP = 15,      /* allocator unmapped / released physical memory (reserved -= size)   */
+    REC_SEG_RESERVE = 16,    /* allocator reserved virtual address space (no memory yet)       */
+    REC_SEG_RELEASE = 17,    /* allocator released virtual address space                       */
+    REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
+    REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
+    REC_LAUNCH = 20,         /* kernel launch (addr = function handle); reserved for access tracking */
+    REC_KIND_MAX_ = 21
+};
+
+/* Flags OR-ed into the kind argument of rec_event (stored in events.flags). */
+#define REC_F_CACHE_HIT 0x100u  /* allocation served from the cache, no driver call */
+#define REC_F_CACHE_MISS 0x200u /* allocation needed the driver (segment grew / new memory) */
+#define REC_F_FLAGS_MASK 0xff00u
+
+/* ---- Hot path. ----------------------------------------------------------------------------
+ * One fixed-size event into the lock-free ring: ~tens of ns without stacks.
+ *   kind      enum rec_kind, optionally | REC_F_* flags
+ *   device    CUDA device ordinal (-1 for host memory)
+ *   stream    the cudaStream_t / CUstream as an integer (0 = legacy default stream)
+ *   addr      the address handed out / freed (for REC_SEG_* the segment address)
+ *   size      bytes actually held by the allocation (after the allocator's rounding); for a free,
+ *             the size of the block freed (0 when unknown: the recorder uses the allocation's)
+ *   requested bytes the program asked for (0 for frees)
+ *   alloc_id  the allocator's allocation id (same id on the alloc and its free; 0 = none). The
+ *             recorder pairs frees with allocations by address, so 0 is fine. */
+void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64_t size,
+               uint64_t requested, uint64_t alloc_id);
+
+/* ---- NVTX ranges. Per thread; every event carries its thread's innermost open range. ----- */
+/* nvtxRangePush: opens a nested range on the calling thread. domain may be NULL (default
+ * domain). Returns the new nesting depth (1 = outermost), or -1 when not recording. */
+int rec_range_push(const char *domain, const char *name);
+/* nvtxRangePop: closes the calling thread's innermost range. Returns the depth before the pop
+ * (like nvtxRangePop's level), or -1 when there was no open range or not recording. */
+int rec_range_pop(void);
+/* nvtxRangeStart/End: a non-nested range that may end on another thread. Events do not carry
+ * it. Returns an id (> 0) for rec_range_end, 0 when not recording. */
+uint64_t rec_range_start(const char *domain, const char *name);
+void rec_range_end(uint64_t id);
+/* nvtxMark: an instant (a range with start == end). */
+void rec_mark(const char *domain, const char *name);
+
+/* ---- Naming (gpumem_name, NVTX memory extension). Names the live allocation at addr. ------ */
+void rec_name(uint64_t addr, const char *name);
+
+/* ---- Allocator snapshots (filled by the preload from alloc's snapshot walk). -------------- */
+enum rec_snap_reason {
+    REC_SNAP_PEAK = 1, /* at a new peak reserved; the recorder keeps the latest per device and
+                          writes it at most once per second and at close, so calling this on
+                          every new peak is fine */
+    REC_SNAP_OOM = 2,  /* right after an OOM (written at once) */
+    REC_SNAP_EXIT = 3, /* at exit, before rec_close (written at once) */
+    REC_SNAP_USER = 4  /* on request (written at once) */
+};
+typedef struct rec_segment {
+    int device;
+    uint64_t stream;   /* stream the segment belongs to (allocator pools are per stream) */
+    uint64_t addr;     /* start of the virtual range */
+    uint64_t size;     /* bytes of virtual range reserved */
+    uint64_t mapped;   /* bytes backed by physical memory (== size for non-expandable) */
+    uint32_t flags;    /* REC_SEG_F_* */
+} rec_segment;
+#define REC_SEG_F_EXPANDABLE 0x1u
+#define REC_SEG_F_SMALL_POOL 0x2u
+
+enum rec_block_state {
+    REC_BLOCK_FREE = 0,      /* cached, reusable */
+    REC_BLOCK_ALLOCATED = 1, /* held by the program */
+    REC_BLOCK_PENDING = 2,   /* freed, waiting for stream work to finish before reuse */
+    REC_BLOCK_UNMAPPED = 3   /* virtual range without physical memory (expandable segments) */
+};
+typedef struct rec_block {
+    uint32_t segment;  /* index into the segment array passed with it */
+    uint32_t state;    /* enum rec_block_state */
+    uint64_t addr;
+    uint64_t size;
+    uint64_t requested; /* 0 unless allocated */
+    uint64_t alloc_id;  /* 0 unless allocated */
+} rec_block;
+
+/* Copies the arrays (the caller may reuse them at once). Returns 0, or -1 if not recording. */
+int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t nsegs,
+                 const rec_block *blocks, size_t nblocks);
+
+/* ---- OOM forensics: call when an allocation fails (before returning the error). ---------- */
+typedef struct rec_oom_info {
+    int device;
+    uint64_t stream;
+    uint64_t requested;        /* bytes the program asked for */
+    uint64_t allocated;        /* bytes held by the program at that moment */
+    uint64_t reserved;         /* bytes the allocator holds from the device */
+    uint64_t free_cached;      /* reserved - allocated: free in the allocator's fragments */
+    uint64_t largest_free;     /* largest free block that the request could have used */
+    uint64_t device_free;      /* what the driver said was free (0 if unknown) */
+    uint64_t device_total;     /* device memory size (0 if unknown) */
+    uint64_t limit;            /* configured cap (0 = none) */
+} rec_oom_info;
+/* Records the OOM (an event of kind REC_OOM plus a row in `ooms`). Follow it with
+ * rec_snapshot(REC_SNAP_OOM, ...) when a snapshot is at hand. */
+void rec_oom(const rec_oom_info *info);
+
+/* ---- Allocator statistics at exit (call once, before rec_close; a later call replaces). --- */
+typedef struct rec_alloc_stats {
+    uint64_t peak_allocated, peak_reserved;     /* bytes */
+    uint64_t allocated_now, reserved_now;       /* bytes at exit */
+    uint64_t n_alloc, n_free;                   /* program calls served */
+    uint64_t cache_hits, cache_misses;          /* allocations served from cache / needing driver */
+    uint64_t driver_alloc_calls, driver_free_calls; /* cuMemAlloc/cuMemCreate / cuMemFree/cuMemRelease */
+    uint64_t driver_map_calls, driver_unmap_calls;
+    uint64_t n_oom, foreign_frees, double_frees;
+    uint64_t host_peak;                          /* pinned host bytes at peak */
+} rec_alloc_stats;
+void rec_stats(const rec_alloc_stats *st);
+
+/* ---- Metadata: free-form key/value pairs stored in `meta` (mode, config, device name...). -- */
+void rec_meta(const char *key, const char *value);
+
+/* ---- Explicit control (optional: everything above opens lazily from the environment). ---- */
+typedef struct rec_options {
+    const char *path;   /* database path template (%p pid, %r rank, %% percent); NULL: GPUMEM_DB,
+                           else "gpumem-%p.db" */
+    int stacks;         /* frames per stack; -1: GPUMEM_STACKS, else 16; 0 = off */
+    int fork_record;    /* 1 child records to its own file, 0 child records nothing, -1: GPUMEM_FORK */
+    uint32_t ring;      /* ring capacity (power of two); 0: GPUMEM_RING, else 65536 */
+    int quiet;          /* 1: no "recording to ..." line on stderr; -1: GPUMEM_QUIET */
+} rec_options;
+/* Opens now (NULL = from environment). Returns 0 when recording, -1 when off (the reason was
+ * printed). A second call while open returns 0 and changes nothing. */
+int rec_open(const rec_options *opt);
+/* 1 when recording. */
+int rec_enabled(void);
+/* Blocks until every event recorded so far is committed to the file (tests, checkpoints). */
+void rec_flush(void);
+/* Flush, derive the `allocations` table, write stats, close. Idempotent; safe if never opened. */
+void rec_close(void);
+/* The path of the database being written ("" when not recording). */
+const char *rec_path(void);
+
+/* ---- Path templating (exposed for gpumem record and tests). ------------------------------
+ * Expands %p (pid), %r (rank: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, else 0) and %%.
+ * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
+int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUMEM_SNAPSHOT_REC_H */
