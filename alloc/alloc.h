@@ -1,0 +1,428 @@
+/* alloc.h — gpumem's caching device-memory allocator: the one public header of alloc/.
+ *
+ * The allocator hands out device addresses carved from segments it obtains from a *backend*
+ * (a struct of function pointers: the real CUDA driver, the virtual GPU, or the in-memory
+ * backend below). It knows nothing of CUDA symbols or SQLite. Two segment modes:
+ *
+ *   - expandable (default where the backend has virtual-memory calls): one large address range
+ *     per (stream, pool) sized to the device; physical handles of `handle_size` bytes are mapped
+ *     on demand, holes are filled before the range grows, fully free pages are unmapped on
+ *     empty_cache / garbage collection / OOM retry / release threshold (after synchronizing);
+ *   - classic (expandable_segments:False): one backend allocation per segment, PyTorch's segment
+ *     sizes, blocks never merge across segments.
+ *
+ * Sizes round to 512 B. Requests <= 1 MiB go to the small pool, larger ones to the large pool.
+ * Each stream has its own pools. Best fit with split and coalesce in O(log n).
+ *
+ * Stream order:
+ *   - alloc_free_async(a, p, s): reusable at once by allocations on the block's own stream when
+ *     s is that stream; otherwise after an event recorded on s completes;
+ *   - alloc_free(a, p) (cudaFree semantics): an event is recorded on every stream the allocator
+ *     has seen (alloc_malloc, alloc_free_async, alloc_note_stream); the block is reused only once
+ *     all of them completed.
+ * A backend without event functions (event_record == NULL) means "all issued work is already
+ * complete" (replay): frees then take effect at once.
+ *
+ * Thread safety: every function may be called from any thread; one mutex per allocator, held
+ * briefly on the hot path. Hooks run with that mutex held unless stated otherwise.
+ *
+ * Errors: functions return an alloc_err (0 = ALLOC_OK). alloc_strerror() names each.
+ */
+#ifndef GPUMEM_ALLOC_H
+#define GPUMEM_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors                                                                                       */
+
+typedef enum alloc_err {
+    ALLOC_OK = 0,
+    ALLOC_ERR_OOM = 1,         /* out of memory after freeing the cache and retrying */
+    ALLOC_ERR_INVALID = 2,     /* bad argument (NULL out pointer, size overflow, ...) */
+    ALLOC_ERR_NOT_OWNED = 3,   /* pointer not inside anything this allocator handed out */
+    ALLOC_ERR_DOUBLE_FREE = 4, /* pointer lies in a block that is already free (or pending) */
+    ALLOC_ERR_NOT_BASE = 5,    /* pointer inside a live block but not its start address */
+    ALLOC_ERR_BACKEND = 6,     /* the backend failed with something other than OOM */
+    ALLOC_ERR_CONFIG = 7,      /* bad configuration (message from alloc_config_parse) */
+    ALLOC_ERR_CORRUPT = 8,     /* alloc_check found a broken invariant */
+    ALLOC_ERR_NOMEM = 9,       /* host malloc failed for allocator metadata */
+} alloc_err_t;
+
+/* Static string naming the error ("out of memory", "double free", ...). */
+const char *alloc_strerror(int err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backend                                                                                      */
+
+/* Return codes of backend functions. Any other nonzero value is treated as ALLOC_BE_ERROR;
+ * the raw value is kept and readable with alloc_last_backend_error(). */
+enum {
+    ALLOC_BE_OK = 0,
+    ALLOC_BE_OOM = 1,       /* out of device memory (CUDA_ERROR_OUT_OF_MEMORY) */
+    ALLOC_BE_NOT_READY = 2, /* event_query only: work before the event not finished yet */
+    ALLOC_BE_ERROR = 3,
+};
+
+/* All functions get `ctx` first. Addresses and physical handles are 64-bit integers
+ * (CUdeviceptr, CUmemGenericAllocationHandle); streams are opaque uintptr_t (CUstream cast;
+ * 0 = legacy default stream); events are opaque void * (CUevent).
+ *
+ * Virtual-memory group (expandable segments): all of reserve..granularity must be non-NULL,
+ * otherwise the allocator falls back to classic segments.
+ * Classic group: seg_alloc/seg_free, required for classic mode (and nocache).
+ * Event group: event_create/record/query/destroy; all NULL = work completes at issue time.
+ * synchronize: waits for all work on the device; NULL = nothing to wait for. */
+typedef struct alloc_backend {
+    void *ctx;
+
+    /* reserve `size` bytes of address space aligned to `align` (cuMemAddressReserve) */
+    int (*reserve)(void *ctx, size_t size, size_t align, uint64_t *addr);
+    /* give the address range back (cuMemAddressFree); nothing is mapped in it any more */
+    int (*free_range)(void *ctx, uint64_t addr, size_t size);
+    /* create a physical allocation of `size` bytes (cuMemCreate); OOM -> ALLOC_BE_OOM */
+    int (*create)(void *ctx, size_t size, uint64_t *handle);
+    /* release a physical handle (cuMemRelease); it is unmapped everywhere already */
+    int (*release)(void *ctx, uint64_t handle);
+    /* map the whole handle at addr (cuMemMap, offset 0) */
+    int (*map)(void *ctx, uint64_t addr, size_t size, uint64_t handle);
+    /* make [addr, addr+size) readable and writable by the device (cuMemSetAccess) */
+    int (*set_access)(void *ctx, uint64_t addr, size_t size);
+    /* unmap [addr, addr+size) (cuMemUnmap); always exactly what one map call mapped */
+    int (*unmap)(void *ctx, uint64_t addr, size_t size);
+    /* physical allocation granularity in bytes (cuMemGetAllocationGranularity); 0 = error */
+    size_t (*granularity)(void *ctx);
+
+    /* classic segments: cuMemAlloc / cuMemFree */
+    int (*seg_alloc)(void *ctx, size_t size, uint64_t *addr);
+    int (*seg_free)(void *ctx, uint64_t addr, size_t size);
+
+    /* events for stream order */
+    int (*event_create)(void *ctx, void **event);
+    int (*event_record)(void *ctx, void *event, uintptr_t stream);
+    int (*event_query)(void *ctx, void *event); /* ALLOC_BE_OK done, ALLOC_BE_NOT_READY */
+    int (*event_destroy)(void *ctx, void *event);
+    int (*synchronize)(void *ctx);
+
+    /* device memory: free and total bytes (cuMemGetInfo). NULL: total = 1 TiB, free = total
+     * minus what this allocator reserved. */
+    int (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+} alloc_backend_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration (GPUMEM_CONF, PYTORCH_CUDA_ALLOC_CONF syntax: key:value,key:value)             */
+
+#define ALLOC_RP2_INTERVALS 64 /* roundup_power2_divisions: one entry per power of two */
+
+typedef enum alloc_policy {
+    ALLOC_POLICY_GPUMEM = 0,  /* gpumem's rules (see README): split any remainder >= 512 B */
+    ALLOC_POLICY_PYTORCH = 1, /* PyTorch's documented rules (segment sizes, split limits) */
+    ALLOC_POLICY_NOCACHE = 2, /* every request is one backend allocation, freed at free */
+} alloc_policy_t;
+
+typedef struct alloc_config {
+    alloc_policy_t policy;
+    bool expandable_segments;  /* default true (falls back to classic without VMM calls) */
+    bool per_stream_pools;     /* default true; false: one pool set shared by all streams */
+    size_t max_split_size;     /* bytes; SIZE_MAX = unlimited (default) */
+    /* roundup_power2_divisions: rp2_div[i] applies to sizes in [2^i, 2^(i+1)) bytes; 0 or 1 =
+     * plain 512 B rounding. A single value sets every interval >= 1 MiB ... as in PyTorch. */
+    unsigned rp2_div[ALLOC_RP2_INTERVALS];
+    double gc_threshold;         /* garbage_collection_threshold, 0 = off, else in (0, 1) */
+    size_t handle_size;          /* physical handle size (expandable); 0 = granularity */
+    size_t handle_size_small;    /* handle size for the small pool; 0 = granularity */
+    size_t release_threshold;    /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
+    size_t limit;                /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
+} alloc_config_t;
+
+/* Defaults = preset "gpumem". */
+void alloc_config_default(alloc_config_t *cfg);
+
+/* Replace *cfg by a preset: "gpumem", "pytorch", "pytorch-expandable", "nocache".
+ * Returns ALLOC_OK or ALLOC_ERR_CONFIG (unknown name). */
+int alloc_config_preset(alloc_config_t *cfg, const char *name);
+
+/* NULL-terminated list of preset names. */
+extern const char *const alloc_preset_names[];
+
+/* Apply a GPUMEM_CONF string on top of *cfg (keys are applied left to right; `preset:NAME`
+ * resets to a preset first). On error *cfg is unchanged, ALLOC_ERR_CONFIG is returned and
+ * err (if non-NULL) receives one line naming the bad key or value and listing what is accepted,
+ * e.g. "GPUMEM_CONF: unknown key 'bogus_key' (accepted keys: expandable_segments, ...)".
+ * NULL or empty string: no change. */
+int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen);
+
+/* Format *cfg as a GPUMEM_CONF string that parses back to the same config. Returns the length
+ * it needs (like snprintf). */
+int alloc_config_format(const alloc_config_t *cfg, char *buf, size_t len);
+
+/* Parse a byte size: "123", "512K", "2M", "24G", "1T" (also KiB/MiB/GiB/TiB, KB/MB/GB, and
+ * lowercase). Returns ALLOC_OK or ALLOC_ERR_CONFIG. For GPUMEM_LIMIT. */
+int alloc_parse_size(const char *s, size_t *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lifetime                                                                                     */
+
+typedef struct alloc alloc_t; /* opaque */
+
+/* Create an allocator for one device over `be` (copied; be->ctx must outlive the allocator).
+ * cfg NULL = defaults. Nothing is reserved before the first allocation. */
+int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t **out);
+
+/* Synchronize, release every segment and handle (live blocks included), free the allocator. */
+void alloc_destroy(alloc_t *a);
+
+/* The configuration in effect (expandable_segments false when the backend lacks VMM). */
+void alloc_get_config(alloc_t *a, alloc_config_t *cfg);
+
+/* Optional callbacks, e.g. for the recorder. Called with the allocator lock held: they must not
+ * call alloc_* functions on the same allocator (except on_oom, called without the lock). */
+typedef struct alloc_oom_info alloc_oom_info_t;
+typedef struct alloc_hooks {
+    void *user;
+    /* physical memory mapped (expandable) or a classic segment allocated */
+    void (*on_segment_map)(void *user, uint64_t addr, size_t size, uintptr_t stream);
+    /* physical memory unmapped or a classic segment freed */
+    void (*on_segment_unmap)(void *user, uint64_t addr, size_t size, uintptr_t stream);
+    /* an allocation is about to fail with ALLOC_ERR_OOM (lock not held; may call alloc_walk) */
+    void (*on_oom)(void *user, const alloc_oom_info_t *info);
+} alloc_hooks_t;
+void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Allocation                                                                                   */
+
+/* Allocate `size` bytes usable on `stream` (cudaMalloc: stream 0). size 0 -> *ptr = 0, OK.
+ * ALLOC_ERR_OOM after the OOM path (process events, free cache, synchronize, retry);
+ * the forensics are then available from alloc_last_oom(). */
+int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr);
+
+/* Free with cudaFree semantics (see top). ptr 0 -> OK. Errors: ALLOC_ERR_NOT_OWNED (foreign
+ * pointer: hand it to the real driver), ALLOC_ERR_DOUBLE_FREE, ALLOC_ERR_NOT_BASE. */
+int alloc_free(alloc_t *a, uint64_t ptr);
+
+/* Free in stream order on `stream` (cudaFreeAsync). Same errors as alloc_free. */
+int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream);
+
+/* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed (it is
+ * synchronized with pending events first; its pools stay until empty_cache). */
+int alloc_note_stream(alloc_t *a, uintptr_t stream);
+int alloc_forget_stream(alloc_t *a, uintptr_t stream);
+
+/* Is ptr inside a block this allocator handed out and that is still live? ALLOC_OK with the
+ * block's base and (rounded) size; ALLOC_ERR_DOUBLE_FREE if it lies in a free/pending block;
+ * ALLOC_ERR_NOT_OWNED otherwise. Interior pointers are accepted (slower path). */
+int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size);
+
+/* Full information about the live block containing ptr. */
+typedef struct alloc_block_query {
+    uint64_t base;
+    size_t size;      /* rounded block size */
+    size_t requested; /* what alloc_malloc was asked for */
+    uintptr_t stream; /* stream it was allocated on */
+    uint64_t alloc_id; /* 1, 2, 3, ...: order of alloc_malloc calls that succeeded */
+} alloc_block_query_t;
+int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
+
+/* Synchronize, make pending frees final, unmap every fully free page (expandable) and free
+ * every fully free segment (classic). */
+int alloc_empty_cache(alloc_t *a);
+
+/* Raw code of the last backend failure (0 if none). */
+int alloc_last_backend_error(alloc_t *a);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stats (PyTorch's names)                                                                      */
+
+typedef struct alloc_stat {
+    int64_t current;
+    int64_t peak;
+} alloc_stat_t;
+
+typedef struct alloc_stats {
+    alloc_stat_t allocated_bytes;      /* rounded sizes of live blocks */
+    alloc_stat_t requested_bytes;      /* requested sizes of live blocks */
+    alloc_stat_t reserved_bytes;       /* mapped (expandable) or segment (classic) bytes */
+    alloc_stat_t active_bytes;         /* live + freed-but-pending blocks */
+    alloc_stat_t inactive_split_bytes; /* free blocks that are not a whole segment / run */
+    alloc_stat_t allocation;           /* count of live blocks */
+    alloc_stat_t segment;              /* classic segments, or mapped runs (expandable) */
+    alloc_stat_t active;               /* count of live + pending blocks */
+    alloc_stat_t inactive_split;       /* count of such free blocks */
+    uint64_t num_mallocs;              /* successful alloc_malloc calls with size > 0 */
+    uint64_t num_frees;                /* successful alloc_free / alloc_free_async calls */
+    uint64_t cache_hits;               /* mallocs served without a backend allocation */
+    uint64_t cache_misses;             /* mallocs that needed a backend allocation */
+    uint64_t num_device_alloc;         /* backend seg_alloc + map calls */
+    uint64_t num_device_free;          /* backend seg_free + unmap calls */
+    uint64_t num_backend_calls;        /* every backend call except event queries */
+    uint64_t num_alloc_retries;        /* mallocs that freed cache and retried */
+    uint64_t num_ooms;                 /* mallocs that failed with ALLOC_ERR_OOM */
+    uint64_t num_syncs;                /* backend synchronize calls */
+    uint64_t num_events_recorded;
+    uint64_t num_gc_runs;              /* garbage collections */
+    uint64_t num_releases;             /* release-threshold triggered unmaps */
+} alloc_stats_t;
+
+void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
+void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
+
+/* OOM forensics, filled at the last failed alloc_malloc. */
+struct alloc_oom_info {
+    size_t requested;          /* bytes asked for */
+    size_t rounded;            /* after rounding */
+    uintptr_t stream;
+    size_t allocated;          /* allocated_bytes.current */
+    size_t reserved;           /* reserved_bytes.current */
+    size_t free_cached;        /* free bytes inside reserved memory ("free in fragments") */
+    size_t largest_free_block; /* largest free block of any pool */
+    size_t pending;            /* bytes freed but waiting for events */
+    size_t limit;              /* cap on reserved (0 = none) */
+    size_t device_free;        /* backend's free memory at failure */
+    size_t device_total;
+    int backend_error;         /* raw backend code if the failure was not a plain OOM */
+};
+/* true and fills *out if an OOM happened on this allocator. */
+bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out);
+
+/* Memory-info view (cudaMemGetInfo under gpumem): total = capacity capped by limit;
+ * free = total - reserved + cached idle (free, non-pending, mapped bytes), further capped by the
+ * backend's own free memory + cached idle. */
+void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Snapshot walk                                                                                */
+
+typedef enum alloc_block_state {
+    ALLOC_BLOCK_LIVE = 0,    /* handed out */
+    ALLOC_BLOCK_PENDING = 1, /* freed, waiting for stream events */
+    ALLOC_BLOCK_FREE = 2,    /* cached, reusable */
+} alloc_block_state_t;
+
+typedef struct alloc_walk_block {
+    uint64_t addr;
+    size_t size;
+    size_t requested; /* 0 unless live/pending */
+    uint64_t alloc_id; /* 0 unless live/pending */
+    alloc_block_state_t state;
+} alloc_walk_block_t;
+
+typedef struct alloc_walk_segment {
+    uint64_t addr; /* a classic segment, or a maximal mapped run of an expandable range */
+    size_t size;
+    uintptr_t stream;
+    bool small_pool;
+    bool expandable;
+    size_t allocated; /* bytes of live blocks */
+    size_t nblocks;
+} alloc_walk_segment_t;
+
+/* Calls fn once per segment, in address order within each pool, with its blocks in address
+ * order (they tile [addr, addr+size)). Under the lock: fn must not call the allocator. A nonzero
+ * return from fn stops the walk and is returned. */
+typedef int (*alloc_walk_fn)(void *user, const alloc_walk_segment_t *seg,
+                             const alloc_walk_block_t *blocks, size_t nblocks);
+int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user);
+
+/* Invariant checker: blocks tile each segment/range exactly, no two free neighbours, every
+ * free block in exactly one index (and live ones in the address map), stats equal the sums.
+ * ALLOC_OK, or ALLOC_ERR_CORRUPT with a one-line description in err. */
+int alloc_check(alloc_t *a, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------------------------ */
+/* In-memory backend (addresses only, no memory): replay and tests                              */
+
+typedef struct alloc_mem_backend alloc_mem_backend_t;
+
+typedef struct alloc_mem_opts {
+    size_t capacity;    /* device memory; 0 = 80 GiB */
+    size_t granularity; /* 0 = 2 MiB */
+    bool no_vmm;        /* leave the VMM functions NULL (classic only) */
+    bool track_events;  /* provide event functions (else they are NULL: work completes at once) */
+    /* with track_events: an event completes after this many queries (0 = at the first one);
+     * ALLOC_MEM_EVENT_MANUAL = only at synchronize or alloc_mem_backend_complete_events() */
+    unsigned event_delay;
+    uint64_t fail_call; /* if nonzero, the n-th create/seg_alloc call fails with OOM (1-based) */
+} alloc_mem_opts_t;
+#define ALLOC_MEM_EVENT_MANUAL 0xffffffffu
+
+alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts); /* NULL: no mem */
+void alloc_mem_backend_destroy(alloc_mem_backend_t *m);
+/* The backend struct to pass to alloc_create (valid while m lives). */
+const alloc_backend_t *alloc_mem_backend(alloc_mem_backend_t *m);
+/* Complete every event recorded so far. */
+void alloc_mem_backend_complete_events(alloc_mem_backend_t *m);
+/* Number of recorded events not yet complete. */
+size_t alloc_mem_backend_pending_events(alloc_mem_backend_t *m);
+typedef struct alloc_mem_counters {
+    uint64_t reserve, free_range, create, release, map, unmap, set_access;
+    uint64_t seg_alloc, seg_free, event_record, event_query, synchronize;
+    size_t physical_in_use; /* bytes of handles + classic segments alive */
+    size_t physical_peak;
+} alloc_mem_counters_t;
+void alloc_mem_backend_counters(alloc_mem_backend_t *m, alloc_mem_counters_t *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Traces and replay                                                                            */
+
+typedef enum alloc_trace_kind {
+    ALLOC_TR_ALLOC = 0,      /* a <id> <size> [stream] */
+    ALLOC_TR_FREE = 1,       /* f <id>                 (cudaFree) */
+    ALLOC_TR_FREE_ASYNC = 2, /* fa <id> <stream>       (cudaFreeAsync) */
+    ALLOC_TR_EMPTY_CACHE = 3 /* e */
+} alloc_trace_kind_t;
+
+typedef struct alloc_trace_event {
+    uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
+    uint64_t size;   /* ALLOC only */
+    uint64_t stream; /* ALLOC, FREE_ASYNC */
+    uint32_t kind;   /* alloc_trace_kind_t */
+} alloc_trace_event_t;
+
+/* Parse the text trace format (README: one event a line; '#' comments and blank lines ignored).
+ * *events is malloc'ed (caller frees). Error: ALLOC_ERR_INVALID and "line N: ..." in err. */
+int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
+                      char *err, size_t errlen);
+int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, char *err,
+                     size_t errlen);
+
+typedef struct alloc_replay_opts {
+    size_t capacity;    /* device memory of the in-memory backend; 0 = 80 GiB */
+    size_t granularity; /* 0 = 2 MiB */
+    bool continue_after_oom; /* default false: stop at the first OOM */
+} alloc_replay_opts_t;
+
+typedef struct alloc_replay_result {
+    uint64_t events;          /* events replayed */
+    uint64_t allocs, frees;
+    uint64_t bad_frees;       /* frees of unknown ids (ignored) */
+    size_t peak_requested;    /* peak of requested bytes live */
+    size_t peak_allocated;    /* peak of rounded bytes live (PyTorch's allocated_bytes) */
+    size_t peak_reserved;
+    double utilization;       /* peak_requested / peak_reserved (1.0 if nothing reserved) */
+    uint64_t device_allocs;   /* map + seg_alloc calls */
+    uint64_t device_frees;    /* unmap + seg_free calls */
+    uint64_t driver_calls;    /* every backend call (reserve, create, map, set_access, ...) */
+    uint64_t cache_hits, cache_misses;
+    int64_t oom_index;        /* index of the first event that failed with OOM, -1 if none */
+    uint64_t num_ooms;
+    alloc_oom_info_t oom;     /* forensics of the first OOM */
+    double seconds;           /* wall time of the replay loop */
+} alloc_replay_result_t;
+
+/* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =
+ * defaults). Deterministic: same input, same result (except seconds). */
+int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
+                 const alloc_trace_event_t *events, size_t n, alloc_replay_result_t *out,
+                 char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUMEM_ALLOC_H */
