@@ -1,0 +1,24 @@
+# snapshot/: the recorder (librec.a, linked into libgpumem.so) and the gpumem command.
+# Outputs under $(BUILD)/snapshot/ and $(BUILD)/gpumem.
+
+SNAP_DIR := $(BUILD)/snapshot
+REC_LIB := $(SNAP_DIR)/librec.a
+REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o
+# What a program linking librec.a needs (libgpumem.so: add these to its link line).
+REC_LDLIBS := -lsqlite3 -lunwind -lpthread
+
+# schema.sql is the single source of the schema: embedded as a C string at build time.
+$(SNAP_DIR)/rec_schema.c: snapshot/schema.sql snapshot/module.mk | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	awk 'BEGIN { print "/* generated from snapshot/schema.sql: do not edit */"; \
+	             print "const char rec_schema_sql[];"; print "const char rec_schema_sql[] =" } \
+	     { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); print "  \"" $$0 "\\n\"" } \
+	     END { print "  ;" }' $< > $@.tmp && mv $@.tmp $@
+$(SNAP_DIR)/rec_schema.o: $(SNAP_DIR)/rec_schema.c | $(DEPS_STAMP)
+	$(CC) $(CFLAGS_COMMON) -c $< -o $@
+
+$(REC_LIB): $(REC_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+ALL_TARGETS += $(REC_LIB)

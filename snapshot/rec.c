@@ -1,0 +1,733 @@
+/* rec.c — the recorder's application side: the hot path and everything application threads
+ * call (see rec.h for the contract).
+ *
+ * Design. An application thread turns each call into one 64-byte record and pushes it into a
+ * lock-free ring (rec_ring.c); the writer thread (rec_writer.c) drains the ring into SQLite.
+ * Nothing here touches SQLite, so an application thread never waits on disk. What does not fit
+ * a fixed-size record (a new string, a new call stack, snapshots, OOM details, metadata) goes
+ * through a mutex-protected list of items; those are rare (each distinct string/stack once).
+ *
+ * Per-thread state (thread number, the NVTX range stack) lives in initial-exec TLS; a fork
+ * bumps a generation number so a child re-registers its thread in its own database.
+ *
+ * Call stacks are captured with libunwind's unw_backtrace (fast trace cache) and deduplicated
+ * by a 64-bit hash in a lock-free open-addressing table: the common case (a stack seen before)
+ * is lookup-only; a new stack takes the lock once to get an id and queue its frames.
+ */
+#include "snapshot/rec_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#define REC_TLS_DEPTH 128
+
+rec_state rec_g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .db_lock = PTHREAD_MUTEX_INITIALIZER,
+    .gen = 1,
+    .lock_fd = -1,
+    .items_tail = &rec_g.items,
+};
+
+typedef struct rec_tls {
+    uint32_t gen;    /* == rec_g.gen once registered in this process */
+    uint32_t thread; /* events.thread */
+    uint32_t depth;  /* open push/pop ranges (may exceed REC_TLS_DEPTH: then not stored) */
+    uint32_t sample; /* counts events to time one in 64 */
+    uint32_t ranges[REC_TLS_DEPTH];
+} rec_tls;
+static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
+
+uint64_t rec_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rec_warn(const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    fprintf(stderr, "gpumem: recorder: %s\n", buf);
+}
+
+void rec_item_push(rec_item *it) {
+    it->next = NULL;
+    *rec_g.items_tail = it;
+    rec_g.items_tail = &it->next;
+}
+
+/* ---------------------------------------------------------------- path templating */
+
+int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
+    size_t o = 0;
+    int ok = 1;
+    if (outsz == 0) return -1;
+    for (const char *p = tmpl; *p; p++) {
+        char tmp[32];
+        const char *ins = NULL;
+        if (*p == '%' && p[1] == 'p') {
+            snprintf(tmp, sizeof tmp, "%ld", pid);
+            ins = tmp;
+            p++;
+        } else if (*p == '%' && p[1] == 'r') {
+            const char *r = getenv("RANK");
+            if (!r || !*r) r = getenv("OMPI_COMM_WORLD_RANK");
+            if (!r || !*r) r = getenv("SLURM_PROCID");
+            if (!r || !*r) r = "0";
+            /* a rank is a number: anything else must not smuggle '/' into the path */
+            size_t k = 0;
+            for (; r[k] && k < sizeof tmp - 1; k++) tmp[k] = (r[k] >= '0' && r[k] <= '9') ? r[k] : '_';
+            tmp[k] = 0;
+            ins = tmp;
+            p++;
+        } else if (*p == '%' && p[1] == '%') {
+            tmp[0] = '%', tmp[1] = 0;
+            ins = tmp;
+            p++;
+        } else {
+            tmp[0] = *p, tmp[1] = 0;
+            ins = tmp;
+        }
+        for (; *ins; ins++) {
+            if (o + 1 >= outsz) { ok = 0; break; }
+            out[o++] = *ins;
+        }
+        if (!ok) break;
+    }
+    out[o] = 0;
+    return ok ? 0 : -1;
+}
+
+/* "run.db" + "-123" -> "run-123.db": the name a forked child or a second process that finds
+ * the file busy gets (and, with "-%p", the template of a forked child). */
+static void insert_before_ext(const char *in, const char *ins, char *out, size_t outsz) {
+    size_t n = strlen(in);
+    const char *dot = (n > 3 && strcmp(in + n - 3, ".db") == 0) ? in + n - 3 : in + n;
+    snprintf(out, outsz, "%.*s%s%s", (int)(dot - in), in, ins, dot);
+}
+
+static void insert_pid(const char *in, long pid, char *out, size_t outsz) {
+    char ins[32];
+    snprintf(ins, sizeof ins, "-%ld", pid);
+    insert_before_ext(in, ins, out, outsz);
+}
+
+static int path_is_templated(const char *t) { return strstr(t, "%p") != NULL; }
+
+/* Creates (or takes over a stale) database file: mode 0600, never through a symlink, and
+ * flock()ed for as long as we record so that a second process with the same GPUMEM_DB (an
+ * exec'd child, a rerun while the first still runs) picks another name instead of clobbering. */
+static int create_db_file(rec_state *g) {
+    char path[sizeof g->path];
+    if (rec_expand_path(g->tmpl, g->pid, path, sizeof path) != 0 || !path[0]) {
+        rec_warn("GPUMEM_DB path is empty or too long; not recording");
+        return -1;
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        struct stat st;
+        int fd;
+        if (lstat(path, &st) == 0) {
+            if (S_ISLNK(st.st_mode)) {
+                rec_warn("%s is a symbolic link; refusing to follow it (point GPUMEM_DB at a "
+                         "plain file); not recording", path);
+                return -1;
+            }
+            if (!S_ISREG(st.st_mode)) {
+                rec_warn("%s exists and is not a regular file; not recording", path);
+                return -1;
+            }
+            fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0) {
+                rec_warn("cannot open %s: %s; not recording", path, strerror(errno));
+                return -1;
+            }
+            if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+                /* another process is recording into it: use a name of our own */
+                close(fd);
+                char alt[sizeof g->path];
+                insert_pid(path, g->pid, alt, sizeof alt);
+                if (strcmp(alt, path) == 0) {
+                    rec_warn("%s is being written by another process; not recording", path);
+                    return -1;
+                }
+                rec_warn("%s is being written by another process; recording to %s", path, alt);
+                snprintf(path, sizeof path, "%s", alt);
+                continue;
+            }
+            /* a finished or abandoned database from an earlier run: replace it */
+            if (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0) {
+                rec_warn("cannot reuse %s: %s; not recording", path, strerror(errno));
+                close(fd);
+                return -1;
+            }
+        } else {
+            fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd < 0) {
+                if (errno == EEXIST) continue;
+                rec_warn("cannot create %s: %s; not recording", path, strerror(errno));
+                return -1;
+            }
+            if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+                close(fd);
+                continue;
+            }
+        }
+        /* stale side files of an earlier run would be replayed into ours */
+        char side[sizeof path + 8];
+        snprintf(side, sizeof side, "%s-wal", path);
+        unlink(side);
+        snprintf(side, sizeof side, "%s-shm", path);
+        unlink(side);
+        g->lock_fd = fd;
+        snprintf(g->path, sizeof g->path, "%s", path);
+        return 0;
+    }
+    rec_warn("could not create a database file from GPUMEM_DB=%s; not recording", g->tmpl);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- open / close */
+
+static long env_long(const char *name, long dflt, long lo, long hi) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        rec_warn("%s=%s is not a number in [%ld, %ld]; using %ld", name, v, lo, hi, dflt);
+        return dflt;
+    }
+    return x;
+}
+
+static void atfork_prepare(void);
+static void atfork_parent(void);
+static void atfork_child(void);
+static void at_exit(void) { rec_close(); }
+
+static int open_now(const rec_options *opt) {
+    rec_state *g = &rec_g;
+    const char *tmpl = opt && opt->path ? opt->path : getenv("GPUMEM_DB");
+    if (!tmpl || !*tmpl) tmpl = "gpumem-%p.db";
+    if (g->tmpl[0] == 0 || opt) snprintf(g->tmpl, sizeof g->tmpl, "%s", tmpl);
+    g->stacks = opt && opt->stacks >= 0 ? opt->stacks : (int)env_long("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES);
+    if (g->stacks > REC_MAX_FRAMES) g->stacks = REC_MAX_FRAMES;
+    if (opt && opt->fork_record >= 0) g->fork_record = opt->fork_record;
+    else {
+        const char *f = getenv("GPUMEM_FORK");
+        g->fork_record = !(f && strcmp(f, "off") == 0);
+        if (f && *f && strcmp(f, "off") != 0 && strcmp(f, "record") != 0)
+            rec_warn("GPUMEM_FORK=%s: expected record or off; using record", f);
+    }
+    g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
+    uint64_t ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
+    g->pid = (long)getpid();
+
+    if (create_db_file(g) != 0) return -1;
+    if (!g->ring.slots && rec_ring_init(&g->ring, ring, 1000000) != 0) {
+        rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
+        return -1;
+    }
+    if (!g->stab) {
+        g->stab_mask = (1u << 18) - 1;
+        void *p = mmap(NULL, (g->stab_mask + 1) * sizeof *g->stab, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            rec_warn("cannot allocate the stack table; not recording");
+            return -1;
+        }
+        g->stab = p;
+    }
+    if (!g->strtab) {
+        g->strtab_mask = (1u << 14) - 1;
+        g->strtab = calloc(g->strtab_mask + 1, sizeof *g->strtab);
+        if (!g->strtab) return -1;
+    }
+    g->items_tail = &g->items;
+    g->start_ns = rec_now_ns();
+    if (rec_writer_open_db(g) != 0) return -1;
+    if (rec_writer_start(g) != 0) return -1;
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+        atexit(at_exit);
+    }
+    if (!g->quiet) fprintf(stderr, "gpumem: recording to %s\n", g->path);
+    return 0;
+}
+
+int rec_open(const rec_options *opt) {
+    int expect = REC_ST_NEW;
+    if (!atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_OPENING)) {
+        while (expect == REC_ST_OPENING) {
+            sched_yield();
+            expect = atomic_load(&rec_g.state);
+        }
+        return expect == REC_ST_OPEN ? 0 : -1;
+    }
+    int rc = open_now(opt);
+    if (rc != 0 && rec_g.lock_fd >= 0) {
+        close(rec_g.lock_fd);
+        rec_g.lock_fd = -1;
+    }
+    atomic_store_explicit(&rec_g.state, rc == 0 ? REC_ST_OPEN : REC_ST_OFF, memory_order_release);
+    return rc;
+}
+
+static __attribute__((noinline)) int ready_slow(void) {
+    int st = atomic_load_explicit(&rec_g.state, memory_order_acquire);
+    if (st == REC_ST_NEW) {
+        rec_open(NULL);
+        st = atomic_load_explicit(&rec_g.state, memory_order_acquire);
+    }
+    while (st == REC_ST_OPENING) {
+        sched_yield();
+        st = atomic_load_explicit(&rec_g.state, memory_order_acquire);
+    }
+    return st == REC_ST_OPEN;
+}
+
+static inline int ready(void) {
+    return __builtin_expect(atomic_load_explicit(&rec_g.state, memory_order_acquire) == REC_ST_OPEN, 1)
+           || ready_slow();
+}
+
+int rec_enabled(void) { return atomic_load(&rec_g.state) == REC_ST_OPEN; }
+const char *rec_path(void) { return rec_enabled() ? rec_g.path : ""; }
+
+void rec_close(void) {
+    int expect = REC_ST_OPEN;
+    if (!atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_CLOSED)) {
+        /* never opened (or off): make sure nothing opens after close */
+        expect = REC_ST_NEW;
+        atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_CLOSED);
+        return;
+    }
+    rec_writer_stop(&rec_g);
+    if (rec_g.lock_fd >= 0) close(rec_g.lock_fd); /* after SQLite closed: see create_db_file */
+    rec_g.lock_fd = -1;
+}
+
+void rec_flush(void) {
+    if (!rec_enabled()) return;
+    uint64_t target = rec_ring_last_seq(&rec_g.ring);
+    uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
+    while (atomic_load(&rec_g.committed_seq) < target && rec_enabled() && rec_now_ns() < deadline) {
+        struct timespec ts = {0, 500000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---------------------------------------------------------------- threads, strings */
+
+static __attribute__((noinline)) void thread_register(rec_tls *t) {
+    rec_item *it = calloc(1, sizeof *it + 32);
+    t->gen = atomic_load(&rec_g.gen);
+    t->thread = atomic_fetch_add(&rec_g.nthreads, 1) + 1;
+    t->depth = 0;
+    if (!it) return;
+    it->type = REC_I_THREAD;
+    it->id = t->thread;
+    it->a = (uint64_t)gettid();
+    if (pthread_getname_np(pthread_self(), it->text, 32) != 0) it->text[0] = 0;
+    pthread_mutex_lock(&rec_g.lock);
+    rec_item_push(it);
+    pthread_mutex_unlock(&rec_g.lock);
+}
+
+static inline rec_tls *my_tls(void) {
+    rec_tls *t = &tls;
+    if (__builtin_expect(t->gen != atomic_load_explicit(&rec_g.gen, memory_order_relaxed), 0))
+        thread_register(t);
+    return t;
+}
+
+static uint64_t str_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Returns the string's id (>= 1), 0 on allocation failure. */
+static uint32_t intern(const char *s) {
+    if (!s) return 0;
+    uint64_t h = str_hash(s);
+    pthread_mutex_lock(&rec_g.lock);
+    struct rec_str_ent **b = &rec_g.strtab[h & rec_g.strtab_mask], *e;
+    for (e = *b; e; e = e->next)
+        if (e->h == h && strcmp(e->s, s) == 0) break;
+    uint32_t id = 0;
+    if (e) id = e->id;
+    else {
+        size_t n = strlen(s);
+        e = malloc(sizeof *e + n + 1);
+        rec_item *it = calloc(1, sizeof *it + n + 1);
+        if (e && it) {
+            memcpy(e->s, s, n + 1);
+            e->h = h;
+            e->id = id = ++rec_g.nstrings;
+            e->next = *b;
+            *b = e;
+            it->type = REC_I_STRING;
+            it->id = id;
+            memcpy(it->text, s, n + 1);
+            rec_item_push(it);
+        } else {
+            free(e);
+            free(it);
+        }
+    }
+    pthread_mutex_unlock(&rec_g.lock);
+    return id;
+}
+
+static void strtab_clear(void) {
+    if (!rec_g.strtab) return;
+    for (uint64_t i = 0; i <= rec_g.strtab_mask; i++) {
+        struct rec_str_ent *e = rec_g.strtab[i];
+        while (e) {
+            struct rec_str_ent *n = e->next;
+            free(e);
+            e = n;
+        }
+        rec_g.strtab[i] = NULL;
+    }
+    rec_g.nstrings = 0;
+}
+
+/* ---------------------------------------------------------------- stacks */
+
+static uint32_t stack_id_slow(uint64_t key, void **pcs, int n) {
+    uint32_t id = 0;
+    pthread_mutex_lock(&rec_g.lock);
+    uint64_t i = key & rec_g.stab_mask;
+    for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
+        uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
+        if (k == key) {
+            id = atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+            break;
+        }
+        if (k == 0) {
+            rec_item *it = calloc(1, sizeof *it);
+            void *fr = malloc((size_t)n * sizeof(void *));
+            if (!it || !fr) {
+                free(it);
+                free(fr);
+                break;
+            }
+            memcpy(fr, pcs, (size_t)n * sizeof(void *));
+            id = ++rec_g.nstacks;
+            it->type = REC_I_STACK;
+            it->id = id;
+            it->n = (size_t)n;
+            it->p = fr;
+            rec_item_push(it);
+            atomic_store_explicit(&rec_g.stab[i].id, id, memory_order_relaxed);
+            atomic_store_explicit(&rec_g.stab[i].key, key, memory_order_release);
+            break;
+        }
+    }
+    if (id == 0) atomic_fetch_add(&rec_g.stack_table_full, 1);
+    pthread_mutex_unlock(&rec_g.lock);
+    return id;
+}
+
+/* Frames [0] (this function) and [1] (the rec_* entry point) are the recorder's own. */
+static __attribute__((noinline)) uint32_t capture_stack(void) {
+    void *pcs[REC_MAX_FRAMES + 2];
+    int n = unw_backtrace(pcs, rec_g.stacks + 2);
+    if (n <= 2) return 0;
+    void **f = pcs + 2;
+    n -= 2;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uintptr_t)f[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+    }
+    uint64_t key = h | 1;
+    uint64_t i = key & rec_g.stab_mask;
+    for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
+        uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
+        if (k == key) return atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+        if (k == 0) break;
+    }
+    return stack_id_slow(key, f, n);
+}
+
+/* ---------------------------------------------------------------- the hot path */
+
+static inline __attribute__((always_inline)) uint64_t emit(rec_tls *t, unsigned kind, int device,
+                                                           uint64_t stream, uint64_t addr,
+                                                           uint64_t size, uint64_t requested,
+                                                           uint64_t alloc_id, int with_stack) {
+    uint64_t t0 = rec_now_ns();
+    rec_rec r;
+    r.t = t0 - rec_g.start_ns;
+    r.addr = addr;
+    r.size = size;
+    r.requested = requested;
+    r.alloc_id = alloc_id;
+    r.stream = stream;
+    r.kind = (uint16_t)kind;
+    r.device = (int16_t)device;
+    r.thread = t->thread;
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
+    r.range = d ? t->ranges[d - 1] : 0;
+    r.stack = with_stack && rec_g.stacks ? capture_stack() : 0;
+    uint64_t seq = rec_ring_push(&rec_g.ring, &r);
+    if (__builtin_expect((++t->sample & 63) == 0, 0)) {
+        atomic_fetch_add_explicit(&rec_g.app_ns_sum, rec_now_ns() - t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&rec_g.app_ns_samples, 1, memory_order_relaxed);
+    }
+    return seq;
+}
+
+void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64_t size,
+               uint64_t requested, uint64_t alloc_id) {
+    if (!ready()) return;
+    unsigned k = kind & 0xffu;
+    if (k == 0 || k >= REC_KIND_MAX_) return;
+    emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
+         alloc_id, 1);
+}
+
+/* ---------------------------------------------------------------- ranges, names */
+
+static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_t requested,
+                            uint64_t alloc_id) {
+    rec_tls *t = my_tls();
+    rec_rec r = {0};
+    r.t = rec_now_ns() - rec_g.start_ns;
+    r.kind = (uint16_t)kind;
+    r.thread = t->thread;
+    r.addr = addr;
+    r.size = size;
+    r.requested = requested;
+    r.alloc_id = alloc_id;
+    return rec_ring_push(&rec_g.ring, &r);
+}
+
+int rec_range_push(const char *domain, const char *name) {
+    if (!ready()) return -1;
+    rec_tls *t = my_tls();
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
+    uint32_t parent = d ? t->ranges[d - 1] : 0;
+    uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
+    push_record(REC_R_RANGE_PUSH, id, parent, intern(domain), intern(name ? name : ""));
+    if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
+    t->depth++;
+    return (int)t->depth;
+}
+
+int rec_range_pop(void) {
+    if (!ready()) return -1;
+    rec_tls *t = my_tls();
+    if (t->depth == 0) return -1;
+    uint32_t level = t->depth;
+    t->depth--;
+    if (t->depth < REC_TLS_DEPTH) push_record(REC_R_RANGE_POP, t->ranges[t->depth], 0, 0, 0);
+    return (int)level;
+}
+
+uint64_t rec_range_start(const char *domain, const char *name) {
+    if (!ready()) return 0;
+    uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
+    push_record(REC_R_RANGE_START, id, 0, intern(domain), intern(name ? name : ""));
+    return id;
+}
+
+void rec_range_end(uint64_t id) {
+    if (!ready() || id == 0) return;
+    push_record(REC_R_RANGE_END, id, 0, 0, 0);
+}
+
+void rec_mark(const char *domain, const char *name) {
+    if (!ready()) return;
+    uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
+    push_record(REC_R_MARK, id, 0, intern(domain), intern(name ? name : ""));
+}
+
+void rec_name(uint64_t addr, const char *name) {
+    if (!ready() || !name) return;
+    push_record(REC_R_NAME, addr, 0, 0, intern(name));
+}
+
+/* ---------------------------------------------------------------- snapshots, OOM, stats, meta */
+
+int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t nsegs,
+                 const rec_block *blocks, size_t nblocks) {
+    if (!ready()) return -1;
+    if ((nsegs && !segs) || (nblocks && !blocks)) return -1;
+    rec_item *it = calloc(1, sizeof *it);
+    void *s = nsegs ? malloc(nsegs * sizeof *segs) : NULL;
+    void *b = nblocks ? malloc(nblocks * sizeof *blocks) : NULL;
+    if (!it || (nsegs && !s) || (nblocks && !b)) {
+        free(it), free(s), free(b);
+        return -1;
+    }
+    if (nsegs) memcpy(s, segs, nsegs * sizeof *segs);
+    if (nblocks) memcpy(b, blocks, nblocks * sizeof *blocks);
+    it->type = REC_I_SNAPSHOT;
+    it->id = rec_ring_last_seq(&rec_g.ring);
+    it->a = (uint64_t)reason;
+    it->b = rec_now_ns() - rec_g.start_ns;
+    it->n = nsegs;
+    it->n2 = nblocks;
+    it->p = s;
+    it->p2 = b;
+    pthread_mutex_lock(&rec_g.lock);
+    rec_item_push(it);
+    pthread_mutex_unlock(&rec_g.lock);
+    return 0;
+}
+
+void rec_oom(const rec_oom_info *info) {
+    if (!ready() || !info) return;
+    rec_item *it = calloc(1, sizeof *it);
+    rec_oom_info *c = malloc(sizeof *c);
+    uint64_t seq = emit(my_tls(), REC_OOM, info->device, info->stream, 0, info->requested,
+                        info->requested, 0, 1);
+    if (!it || !c || seq == 0) {
+        free(it), free(c);
+        return;
+    }
+    *c = *info;
+    it->type = REC_I_OOM;
+    it->id = seq;
+    it->p = c;
+    pthread_mutex_lock(&rec_g.lock);
+    rec_item_push(it);
+    pthread_mutex_unlock(&rec_g.lock);
+}
+
+static void meta_item(const char *key, const char *value, int is_int) {
+    size_t kn = strlen(key), vn = strlen(value);
+    rec_item *it = calloc(1, sizeof *it + kn + vn + 2);
+    if (!it) return;
+    it->type = REC_I_META;
+    it->a = (uint64_t)is_int;
+    it->n = kn;
+    memcpy(it->text, key, kn + 1);
+    memcpy(it->text + kn + 1, value, vn + 1);
+    pthread_mutex_lock(&rec_g.lock);
+    rec_item_push(it);
+    pthread_mutex_unlock(&rec_g.lock);
+}
+
+void rec_meta(const char *key, const char *value) {
+    if (!ready() || !key || !value) return;
+    meta_item(key, value, 0);
+}
+
+void rec_stats(const rec_alloc_stats *st) {
+    if (!ready() || !st) return;
+    const struct { const char *k; uint64_t v; } kv[] = {
+        {"stat.peak_allocated", st->peak_allocated}, {"stat.peak_reserved", st->peak_reserved},
+        {"stat.allocated_now", st->allocated_now},   {"stat.reserved_now", st->reserved_now},
+        {"stat.n_alloc", st->n_alloc},               {"stat.n_free", st->n_free},
+        {"stat.cache_hits", st->cache_hits},         {"stat.cache_misses", st->cache_misses},
+        {"stat.driver_alloc_calls", st->driver_alloc_calls},
+        {"stat.driver_free_calls", st->driver_free_calls},
+        {"stat.driver_map_calls", st->driver_map_calls},
+        {"stat.driver_unmap_calls", st->driver_unmap_calls},
+        {"stat.n_oom", st->n_oom},                   {"stat.foreign_frees", st->foreign_frees},
+        {"stat.double_frees", st->double_frees},     {"stat.host_peak", st->host_peak},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)kv[i].v);
+        meta_item(kv[i].k, v, 1);
+    }
+}
+
+/* ---------------------------------------------------------------- fork */
+
+/* Drops everything that belongs to the recording in progress (ring contents, ids, queued
+ * items) without touching SQLite. Used by a forked child and by tests. */
+static void forget_state(rec_state *g) {
+    g->db = NULL;
+    rec_item *it = g->items;
+    while (it) {
+        rec_item *n = it->next;
+        free(it->p), free(it->p2), free(it);
+        it = n;
+    }
+    g->items = NULL;
+    g->items_tail = &g->items;
+    if (g->ring.slots) rec_ring_reset(&g->ring);
+    if (g->stab) memset(g->stab, 0, (g->stab_mask + 1) * sizeof *g->stab);
+    g->nstacks = 0;
+    strtab_clear();
+    atomic_store(&g->nthreads, 0);
+    atomic_store(&g->nranges, 0);
+    atomic_store(&g->app_ns_sum, 0);
+    atomic_store(&g->app_ns_samples, 0);
+    atomic_store(&g->committed_seq, 0);
+    atomic_store(&g->writer_stop, 0);
+    atomic_fetch_add(&g->gen, 1);
+}
+
+static int fork_held;
+
+static void atfork_prepare(void) {
+    /* Quiesce the writer so that no SQLite call (and none of SQLite's global mutexes) is in
+     * flight at the fork; the child then can open its own database safely. */
+    fork_held = atomic_load(&rec_g.state) == REC_ST_OPEN;
+    if (fork_held) pthread_mutex_lock(&rec_g.db_lock);
+    pthread_mutex_lock(&rec_g.lock);
+}
+
+static void atfork_parent(void) {
+    pthread_mutex_unlock(&rec_g.lock);
+    if (fork_held) pthread_mutex_unlock(&rec_g.db_lock);
+}
+
+static void atfork_child(void) {
+    rec_state *g = &rec_g;
+    pthread_mutex_unlock(&g->lock);
+    if (fork_held) pthread_mutex_unlock(&g->db_lock);
+    if (atomic_load(&g->state) != REC_ST_OPEN) return;
+    /* The parent's connection, ring contents, ids and items are the parent's: forget them
+     * without touching SQLite (closing the copied connection could checkpoint or delete the
+     * parent's WAL). The copied connection is deliberately leaked. */
+    forget_state(g);
+    if (g->lock_fd >= 0) close(g->lock_fd);
+    g->lock_fd = -1;
+    if (g->fork_record) {
+        if (!path_is_templated(g->tmpl)) {
+            char t[sizeof g->tmpl];
+            insert_before_ext(g->tmpl, "-%p", t, sizeof t);
+            snprintf(g->tmpl, sizeof g->tmpl, "%s", t);
+        }
+        atomic_store(&g->state, REC_ST_NEW); /* opens lazily, with the child's pid */
+    } else {
+        atomic_store(&g->state, REC_ST_OFF);
+    }
+}
+
+void rec_test_reset(void) {
+    rec_close();
+    forget_state(&rec_g);
+    rec_g.tmpl[0] = 0;
+    atomic_store(&rec_g.state, REC_ST_NEW);
+}

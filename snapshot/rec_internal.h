@@ -1,0 +1,94 @@
+/* rec_internal.h — state shared by the recorder's application side (rec.c) and its writer
+ * thread (rec_writer.c). Not installed; nothing outside snapshot/ includes it. */
+#ifndef GPUMEM_SNAPSHOT_REC_INTERNAL_H
+#define GPUMEM_SNAPSHOT_REC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sqlite3.h>
+
+#include "snapshot/rec.h"
+#include "snapshot/rec_ring.h"
+
+/* The recorder's own record kinds in the ring (not stored in events.kind). */
+enum {
+    REC_R_BASE = 64,
+    REC_R_RANGE_PUSH = 64, /* addr = range id, size = parent, requested = domain sid, alloc_id = name sid */
+    REC_R_RANGE_POP = 65,  /* addr = range id */
+    REC_R_RANGE_START = 66,/* like PUSH, no parent */
+    REC_R_RANGE_END = 67,  /* addr = range id */
+    REC_R_MARK = 68,       /* requested = domain sid, alloc_id = name sid */
+    REC_R_NAME = 69,       /* addr, alloc_id = name sid */
+};
+
+#define REC_MAX_FRAMES 64
+#define REC_SCHEMA_MAJOR 1
+#define REC_SCHEMA_MINOR 0
+#define REC_VERSION "0.1.0"
+
+/* Items handed from application threads to the writer outside the ring (rare, variable size).
+ * One singly linked list per kind, appended under g.lock, taken whole by the writer. */
+typedef struct rec_item {
+    struct rec_item *next;
+    int type;          /* REC_I_* */
+    uint64_t id;       /* string id, stack id, thread id, oom seq, snapshot seq */
+    uint64_t a, b;     /* per type */
+    size_t n, n2;      /* counts (frames; segments, blocks) */
+    void *p, *p2;      /* payloads (owned by the item) */
+    char text[];       /* strings, meta key\0value */
+} rec_item;
+enum { REC_I_STRING = 1, REC_I_STACK, REC_I_THREAD, REC_I_OOM, REC_I_SNAPSHOT, REC_I_META };
+
+typedef struct rec_state {
+    _Atomic int state;            /* REC_ST_* */
+    pthread_mutex_t lock;         /* interning, stack slow path, the item list */
+    pthread_mutex_t db_lock;      /* held by the writer while it uses SQLite (fork safety) */
+    rec_item *items, **items_tail;
+    rec_ring ring;
+    uint64_t start_ns;            /* CLOCK_MONOTONIC origin */
+    int stacks;                   /* frames per stack, 0 = off */
+    int fork_record;
+    int quiet;
+    _Atomic uint32_t gen;         /* bumped in a forked child: thread-local state is stale */
+    _Atomic uint32_t nthreads;
+    _Atomic uint64_t nranges;
+    _Atomic uint64_t app_ns_sum, app_ns_samples;
+    _Atomic uint64_t stack_table_full;
+    uint32_t nstrings;            /* under lock */
+    uint32_t nstacks;             /* under lock */
+    /* stack dedup table: open addressing, key = 64-bit hash | 1, published with release */
+    struct rec_stack_ent { _Atomic uint64_t key; _Atomic uint32_t id; } *stab;
+    uint64_t stab_mask;
+    /* string intern table (chained, under lock) */
+    struct rec_str_ent { struct rec_str_ent *next; uint64_t h; uint32_t id; char s[]; } **strtab;
+    uint64_t strtab_mask;
+    /* writer */
+    pthread_t writer;
+    _Atomic int writer_stop;
+    _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
+    int lock_fd;
+    char path[4096];
+    char tmpl[4096];
+    long pid;
+    sqlite3 *db;
+} rec_state;
+
+enum { REC_ST_NEW = 0, REC_ST_OPENING, REC_ST_OPEN, REC_ST_OFF, REC_ST_CLOSED };
+
+extern rec_state rec_g;
+
+uint64_t rec_now_ns(void);
+void rec_item_push(rec_item *it); /* caller holds rec_g.lock */
+void rec_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* For tests: close, forget everything, and allow a new rec_open() in this process. */
+void rec_test_reset(void);
+
+/* rec_writer.c */
+int rec_writer_open_db(rec_state *g); /* create schema and meta; 0 or -1 (warned) */
+int rec_writer_start(rec_state *g);
+void rec_writer_stop(rec_state *g);   /* drain, derive, close */
+extern const char rec_schema_sql[];   /* generated from schema.sql */
+
+#endif

@@ -1,0 +1,62 @@
+/* rec_ring.h — the recorder's bounded lock-free MPSC ring of fixed-size records (internal).
+ *
+ * Many application threads push, one writer thread pops. It is Vyukov's bounded queue: every
+ * slot carries a sequence number that says whose turn it is, so a producer claims a slot with
+ * one CAS on `head` and publishes it with one release store; the consumer reads in claim order.
+ * The claim position + 1 is the record's global sequence number (events.seq), so seq costs
+ * nothing extra and is gap-free among the records that were not dropped.
+ *
+ * Back-pressure: when the ring is full a producer yields for up to `wait_ns`, then gives up,
+ * counts the record in `dropped` and returns 0. The application is never blocked longer.
+ */
+#ifndef GPUMEM_SNAPSHOT_REC_RING_H
+#define GPUMEM_SNAPSHOT_REC_RING_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One record: 64 bytes of payload. Event kinds use enum rec_kind (+ flags); the recorder's
+ * own record kinds (ranges, names) start at REC_R_BASE. */
+typedef struct rec_rec {
+    uint64_t t;        /* ns since recording start */
+    uint64_t addr, size, requested, alloc_id, stream;
+    uint16_t kind;     /* rec_kind | REC_F_* flags, or REC_R_* */
+    int16_t device;
+    uint32_t thread;
+    uint32_t stack;
+    uint32_t range;
+} rec_rec;
+
+typedef struct rec_slot {
+    _Atomic uint64_t turn;
+    rec_rec r;
+} rec_slot;
+
+typedef struct rec_ring {
+    alignas(64) _Atomic uint64_t head; /* next claim position (producers) */
+    alignas(64) uint64_t tail;         /* next read position (the one consumer) */
+    alignas(64) _Atomic uint64_t dropped;
+    uint64_t mask;
+    uint64_t wait_ns;
+    rec_slot *slots;
+    size_t bytes;
+} rec_ring;
+
+/* cap is rounded up to a power of two (>= 2). Memory from mmap (not freed by rec_ring_free
+ * callers that may still race with late producers). Returns 0 or -1. */
+int rec_ring_init(rec_ring *q, uint64_t cap, uint64_t wait_ns);
+/* Forget all contents (used in a forked child). */
+void rec_ring_reset(rec_ring *q);
+void rec_ring_free(rec_ring *q);
+/* Push; returns the record's seq (>= 1) or 0 when dropped. */
+uint64_t rec_ring_push(rec_ring *q, const rec_rec *r);
+/* Pop the next record in order; returns its seq, or 0 when the next one is not published. */
+uint64_t rec_ring_pop(rec_ring *q, rec_rec *out);
+/* Seq of the last claimed record (0 if none). */
+static inline uint64_t rec_ring_last_seq(rec_ring *q) {
+    return atomic_load_explicit(&q->head, memory_order_acquire);
+}
+
+#endif

@@ -1,0 +1,770 @@
+/* rec_writer.c — the recorder's writer thread: drains the ring into SQLite.
+ *
+ * Design. One thread owns the SQLite connection. Each round it takes the side items (strings,
+ * stacks, threads, snapshots, OOM details, metadata), drains up to a batch of ring records
+ * into the open transaction with prepared statements, takes the side items again (so that
+ * everything an event refers to is in the same commit), and commits when the transaction is
+ * 50 ms old: a process killed with SIGKILL loses at most ~100 ms of events. The database is
+ * in WAL mode with synchronous=NORMAL (no fsync per commit; a killed process loses nothing
+ * that was committed, only a power cut can).
+ *
+ * While it goes, the writer derives allocation lifetimes (alloc_life: birth seq, death seq,
+ * name) from a hash map of live allocations keyed by address, so no post-pass is needed; at
+ * close the allocations still alive get their row with death NULL. It also maps stream
+ * handles to small ids, keeps the '/'-joined path of each open NVTX range, and turns captured
+ * return addresses into module-relative frames (module path, build-id, offset) with
+ * dl_iterate_phdr, so symbolization can happen later, elsewhere, with libdw.
+ *
+ * Fork safety: the writer holds db_lock while it is inside SQLite; the atfork prepare handler
+ * takes it, so no SQLite call is ever in flight when the process forks.
+ */
+#include "snapshot/rec_internal.h"
+#include "snapshot/u64map.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 65536
+#define COMMIT_NS (50ull * 1000000u)
+#define PEAK_SNAPSHOT_NS (1000ull * 1000000u)
+
+typedef struct live_alloc {
+    uint64_t birth, size;
+    uint32_t name;
+    uint32_t next_free;
+} live_alloc;
+
+typedef struct module_ent {
+    uint64_t lo, hi, bias;
+    char *path;
+    char build_id[41];
+    int64_t row; /* 0 until inserted */
+} module_ent;
+
+enum {
+    S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
+    S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
+    S_DEL_BLOCKS, S_COUNT_
+};
+static const char *const stmt_sql[S_COUNT_] = {
+    [S_EVENT] = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [S_STRING] = "INSERT OR REPLACE INTO strings VALUES (?,?)",
+    [S_THREAD] = "INSERT OR REPLACE INTO threads VALUES (?,?,?)",
+    [S_STREAM] = "INSERT OR REPLACE INTO streams VALUES (?,?,?)",
+    [S_MODULE] = "INSERT INTO modules VALUES (?,?,?,?,?)",
+    [S_FRAME] = "INSERT INTO frames (id, module, offset) VALUES (?,?,?)",
+    [S_STACK] = "INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
+    [S_RANGE] = "INSERT OR REPLACE INTO ranges VALUES (?,?,?,?,?,?,?,?,?)",
+    [S_RANGE_END] = "UPDATE ranges SET end_ns = ? WHERE id = ?",
+    [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?)",
+    [S_OOM] = "INSERT OR REPLACE INTO ooms VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
+    [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
+    [S_BLOCK] = "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)",
+    [S_LIFE] = "INSERT OR REPLACE INTO alloc_life VALUES (?,?,?)",
+    [S_META] = "INSERT OR REPLACE INTO meta VALUES (?,?)",
+    [S_DEL_SNAP] = "DELETE FROM snapshots WHERE id = ?",
+    [S_DEL_SEGS] = "DELETE FROM segments WHERE snapshot = ?",
+    [S_DEL_BLOCKS] = "DELETE FROM blocks WHERE snapshot = ?",
+};
+
+typedef struct writer {
+    sqlite3 *db;
+    sqlite3_stmt *st[S_COUNT_];
+    int in_txn;
+    uint64_t txn_start;
+    uint64_t events, last_seq;
+    uint64_t dropped_written;
+    /* live allocations: addr -> index into la */
+    u64map live;
+    live_alloc *la;
+    uint32_t la_cap, la_used, la_free; /* la_free: 1 + first free index, 0 = none */
+    /* streams: key -> id */
+    u64map streams;
+    uint64_t nstreams;
+    /* open ranges: id -> char *path */
+    u64map open_ranges;
+    /* strings by id (writer's own copies, for range paths) */
+    char **strs;
+    uint32_t nstrs, strs_cap;
+    /* frames: absolute pc -> frame id */
+    u64map frames;
+    uint64_t nframes;
+    module_ent *mods;
+    size_t nmods, mods_cap;
+    int64_t nmod_rows;
+    /* latest not-yet-written peak snapshot per device (item), and the written one's id */
+    rec_item *peak_pending[16];
+    int64_t peak_written_id[16];
+    uint64_t peak_written_ns[16];
+    int64_t nsnapshots;
+    int failed;
+} writer;
+
+static writer W;
+
+static int sql_fail(writer *w, const char *what) {
+    if (!w->failed)
+        rec_warn("SQLite error while %s: %s; recording stops here (what was committed stays)",
+                 what, w->db ? sqlite3_errmsg(w->db) : "no connection");
+    w->failed = 1;
+    return -1;
+}
+
+static int step(writer *w, int s, const char *what) {
+    sqlite3_stmt *st = w->st[s];
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(w, what);
+    return 0;
+}
+
+static int exec(writer *w, const char *sql) {
+    char *err = NULL;
+    if (sqlite3_exec(w->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        if (!w->failed) rec_warn("SQLite error (%s): %s", sql, err ? err : "?");
+        sqlite3_free(err);
+        w->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static void bind_i(sqlite3_stmt *s, int i, int64_t v) { sqlite3_bind_int64(s, i, v); }
+static void bind_opt(sqlite3_stmt *s, int i, int64_t v) {
+    if (v) sqlite3_bind_int64(s, i, v);
+    else sqlite3_bind_null(s, i);
+}
+static void bind_t(sqlite3_stmt *s, int i, const char *t) {
+    if (t) sqlite3_bind_text(s, i, t, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(s, i);
+}
+
+static void meta_int(writer *w, const char *k, int64_t v) {
+    bind_t(w->st[S_META], 1, k);
+    bind_i(w->st[S_META], 2, v);
+    step(w, S_META, "writing meta");
+}
+static void meta_text(writer *w, const char *k, const char *v) {
+    bind_t(w->st[S_META], 1, k);
+    bind_t(w->st[S_META], 2, v);
+    step(w, S_META, "writing meta");
+}
+
+/* ---------------------------------------------------------------- open */
+
+static void read_cmdline(char *buf, size_t n) {
+    buf[0] = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t r = read(fd, buf, n - 1);
+    close(fd);
+    if (r <= 0) return;
+    for (ssize_t i = 0; i < r; i++)
+        if (buf[i] == 0) buf[i] = ' ';
+    while (r > 0 && buf[r - 1] == ' ') r--;
+    buf[r] = 0;
+}
+
+int rec_writer_open_db(rec_state *g) {
+    writer *w = &W;
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < 16; i++) w->peak_written_id[i] = 0;
+    int rc = sqlite3_open_v2(g->path, &w->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        rec_warn("cannot open %s with SQLite: %s; not recording", g->path,
+                 w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
+        sqlite3_close(w->db);
+        w->db = NULL;
+        return -1;
+    }
+    if (exec(w, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                "PRAGMA wal_autocheckpoint=4096; PRAGMA cache_size=-16384;"
+                "PRAGMA application_id=1735420269; PRAGMA user_version=1;") != 0 ||
+        exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
+        goto fail;
+    for (int i = 0; i < S_COUNT_; i++)
+        if (sqlite3_prepare_v3(w->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) !=
+            SQLITE_OK) {
+            sql_fail(w, "preparing statements");
+            goto fail;
+        }
+    char buf[8192];
+    meta_int(w, "schema_major", REC_SCHEMA_MAJOR);
+    meta_int(w, "schema_minor", REC_SCHEMA_MINOR);
+    meta_text(w, "gpumem_version", REC_VERSION);
+    meta_int(w, "pid", g->pid);
+    meta_int(w, "ppid", (int64_t)getppid());
+    read_cmdline(buf, sizeof buf);
+    meta_text(w, "cmdline", buf);
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    meta_text(w, "exe", buf);
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    meta_int(w, "start_unix_ns", (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec);
+    meta_int(w, "start_ns", (int64_t)g->start_ns);
+    if (gethostname(buf, 256) != 0) buf[0] = 0;
+    buf[255] = 0;
+    meta_text(w, "hostname", buf);
+    meta_int(w, "stacks", g->stacks);
+    meta_text(w, "state", "recording");
+    meta_int(w, "dropped_events", 0);
+    if (w->failed || exec(w, "COMMIT") != 0) goto fail;
+    g->db = w->db;
+    return 0;
+fail:
+    for (int i = 0; i < S_COUNT_; i++) sqlite3_finalize(w->st[i]);
+    sqlite3_close(w->db);
+    w->db = NULL;
+    rec_warn("cannot set up %s; not recording", g->path);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- modules and frames */
+
+typedef struct phdr_ctx {
+    writer *w;
+} phdr_ctx;
+
+static void build_id_of(struct dl_phdr_info *info, char out[41]) {
+    out[0] = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE) continue;
+        const unsigned char *p = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
+        const unsigned char *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            size_t name_sz = (nh->n_namesz + 3) & ~3u, desc_sz = (nh->n_descsz + 3) & ~3u;
+            const unsigned char *name = p + sizeof *nh, *desc = name + name_sz;
+            if (desc + desc_sz > end) break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                size_t k = nh->n_descsz > 20 ? 20 : nh->n_descsz;
+                for (size_t j = 0; j < k; j++) snprintf(out + 2 * j, 3, "%02x", desc[j]);
+                return;
+            }
+            p = desc + desc_sz;
+        }
+    }
+}
+
+static int phdr_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    writer *w = ((phdr_ctx *)arg)->w;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo) lo = a;
+        if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+    }
+    if (lo >= hi) return 0;
+    for (size_t i = 0; i < w->nmods; i++)
+        if (w->mods[i].lo == lo && w->mods[i].hi == hi) return 0;
+    if (w->nmods == w->mods_cap) {
+        size_t c = w->mods_cap ? w->mods_cap * 2 : 32;
+        module_ent *m = realloc(w->mods, c * sizeof *m);
+        if (!m) return 1;
+        w->mods = m;
+        w->mods_cap = c;
+    }
+    module_ent *m = &w->mods[w->nmods];
+    memset(m, 0, sizeof *m);
+    char exe[4096];
+    const char *name = info->dlpi_name;
+    if (!name || !*name) {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = 0;
+        name = exe;
+    }
+    m->path = strdup(name);
+    if (!m->path) return 1;
+    m->lo = lo, m->hi = hi, m->bias = info->dlpi_addr;
+    build_id_of(info, m->build_id);
+    w->nmods++;
+    return 0;
+}
+
+static module_ent *module_of(writer *w, uint64_t pc) {
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < w->nmods; i++)
+            if (pc >= w->mods[i].lo && pc < w->mods[i].hi) return &w->mods[i];
+        if (pass == 0) {
+            phdr_ctx c = {w};
+            dl_iterate_phdr(phdr_cb, &c); /* something new was loaded: rescan */
+        }
+    }
+    return NULL;
+}
+
+static uint64_t frame_id(writer *w, uint64_t pc) {
+    uint64_t *v = u64map_get(&w->frames, pc);
+    if (v) return *v;
+    module_ent *m = module_of(w, pc);
+    int64_t mrow = 0;
+    uint64_t off = pc;
+    if (m) {
+        if (!m->row) {
+            m->row = ++w->nmod_rows;
+            sqlite3_stmt *s = w->st[S_MODULE];
+            bind_i(s, 1, m->row);
+            bind_t(s, 2, m->path);
+            bind_t(s, 3, m->build_id[0] ? m->build_id : NULL);
+            bind_i(s, 4, (int64_t)m->bias);
+            bind_i(s, 5, (int64_t)(m->hi - m->lo));
+            step(w, S_MODULE, "writing modules");
+        }
+        mrow = m->row;
+        off = pc - m->bias;
+    }
+    uint64_t id = ++w->nframes;
+    sqlite3_stmt *s = w->st[S_FRAME];
+    bind_i(s, 1, (int64_t)id);
+    bind_opt(s, 2, mrow);
+    bind_i(s, 3, (int64_t)off);
+    step(w, S_FRAME, "writing frames");
+    u64map_put(&w->frames, pc, id);
+    return id;
+}
+
+/* ---------------------------------------------------------------- side items */
+
+static const char *str_of(writer *w, uint64_t id) {
+    return id && id <= w->nstrs ? w->strs[id - 1] : NULL;
+}
+
+static void write_snapshot(writer *w, rec_item *it, int64_t id) {
+    const rec_segment *segs = it->p;
+    const rec_block *blocks = it->p2;
+    sqlite3_stmt *s = w->st[S_SNAPSHOT];
+    bind_i(s, 1, id);
+    bind_i(s, 2, (int64_t)it->id);
+    bind_i(s, 3, (int64_t)it->b);
+    bind_i(s, 4, (int64_t)it->a);
+    bind_i(s, 5, it->n ? segs[0].device : 0);
+    step(w, S_SNAPSHOT, "writing snapshots");
+    for (size_t i = 0; i < it->n; i++) {
+        s = w->st[S_SEGMENT];
+        bind_i(s, 1, id);
+        bind_i(s, 2, (int64_t)i);
+        bind_i(s, 3, segs[i].device);
+        bind_i(s, 4, (int64_t)segs[i].stream);
+        bind_i(s, 5, (int64_t)segs[i].addr);
+        bind_i(s, 6, (int64_t)segs[i].size);
+        bind_i(s, 7, (int64_t)segs[i].mapped);
+        bind_i(s, 8, segs[i].flags);
+        step(w, S_SEGMENT, "writing segments");
+    }
+    for (size_t i = 0; i < it->n2; i++) {
+        s = w->st[S_BLOCK];
+        bind_i(s, 1, id);
+        bind_i(s, 2, (int64_t)blocks[i].addr);
+        bind_i(s, 3, blocks[i].segment);
+        bind_i(s, 4, blocks[i].state);
+        bind_i(s, 5, (int64_t)blocks[i].size);
+        bind_i(s, 6, (int64_t)blocks[i].requested);
+        bind_i(s, 7, (int64_t)blocks[i].alloc_id);
+        step(w, S_BLOCK, "writing blocks");
+    }
+}
+
+static void item_free(rec_item *it) {
+    free(it->p), free(it->p2), free(it);
+}
+
+/* The latest peak snapshot of a device replaces the one written before (at most once a
+ * second; the last one is always written at close). */
+static void flush_peak(writer *w, int dev, int force) {
+    rec_item *it = w->peak_pending[dev];
+    if (!it) return;
+    uint64_t now = rec_now_ns();
+    if (!force && w->peak_written_id[dev] && now - w->peak_written_ns[dev] < PEAK_SNAPSHOT_NS) return;
+    int64_t old = w->peak_written_id[dev];
+    if (old) {
+        for (int s = S_DEL_SNAP; s <= S_DEL_BLOCKS; s++) {
+            bind_i(w->st[s], 1, old);
+            step(w, s, "replacing the peak snapshot");
+        }
+    }
+    int64_t id = ++w->nsnapshots;
+    write_snapshot(w, it, id);
+    w->peak_written_id[dev] = id;
+    w->peak_written_ns[dev] = now;
+    w->peak_pending[dev] = NULL;
+    item_free(it);
+}
+
+static void take_items(writer *w, rec_state *g) {
+    pthread_mutex_lock(&g->lock);
+    rec_item *it = g->items;
+    g->items = NULL;
+    g->items_tail = &g->items;
+    pthread_mutex_unlock(&g->lock);
+    while (it) {
+        rec_item *next = it->next;
+        int keep = 0;
+        sqlite3_stmt *s;
+        switch (it->type) {
+        case REC_I_STRING:
+            s = w->st[S_STRING];
+            bind_i(s, 1, (int64_t)it->id);
+            bind_t(s, 2, it->text);
+            step(w, S_STRING, "writing strings");
+            if (it->id == (uint64_t)w->nstrs + 1) {
+                if (w->nstrs == w->strs_cap) {
+                    uint32_t c = w->strs_cap ? w->strs_cap * 2 : 256;
+                    char **n = realloc(w->strs, c * sizeof *n);
+                    if (n) w->strs = n, w->strs_cap = c;
+                }
+                if (w->nstrs < w->strs_cap) w->strs[w->nstrs++] = strdup(it->text);
+            }
+            break;
+        case REC_I_THREAD:
+            s = w->st[S_THREAD];
+            bind_i(s, 1, (int64_t)it->id);
+            bind_i(s, 2, (int64_t)it->a);
+            bind_t(s, 3, it->text[0] ? it->text : NULL);
+            step(w, S_THREAD, "writing threads");
+            break;
+        case REC_I_STACK: {
+            void **pcs = it->p;
+            for (size_t d = 0; d < it->n; d++) {
+                uint64_t f = frame_id(w, (uint64_t)(uintptr_t)pcs[d]);
+                s = w->st[S_STACK];
+                bind_i(s, 1, (int64_t)it->id);
+                bind_i(s, 2, (int64_t)d);
+                bind_i(s, 3, (int64_t)f);
+                step(w, S_STACK, "writing stacks");
+            }
+            break;
+        }
+        case REC_I_OOM: {
+            const rec_oom_info *o = it->p;
+            s = w->st[S_OOM];
+            bind_i(s, 1, (int64_t)it->id);
+            bind_i(s, 2, o->device);
+            bind_i(s, 3, (int64_t)o->stream);
+            bind_i(s, 4, (int64_t)o->requested);
+            bind_i(s, 5, (int64_t)o->allocated);
+            bind_i(s, 6, (int64_t)o->reserved);
+            bind_i(s, 7, (int64_t)o->free_cached);
+            bind_i(s, 8, (int64_t)o->largest_free);
+            bind_i(s, 9, (int64_t)o->device_free);
+            bind_i(s, 10, (int64_t)o->device_total);
+            bind_i(s, 11, (int64_t)o->limit);
+            step(w, S_OOM, "writing ooms");
+            break;
+        }
+        case REC_I_SNAPSHOT: {
+            int dev = it->n ? ((const rec_segment *)it->p)[0].device : 0;
+            if (it->a == REC_SNAP_PEAK && dev >= 0 && dev < 16) {
+                if (w->peak_pending[dev]) item_free(w->peak_pending[dev]);
+                w->peak_pending[dev] = it;
+                keep = 1;
+                flush_peak(w, dev, 0);
+            } else {
+                write_snapshot(w, it, ++w->nsnapshots);
+            }
+            break;
+        }
+        case REC_I_META: {
+            const char *k = it->text, *v = it->text + it->n + 1;
+            if (it->a) meta_int(w, k, (int64_t)strtoull(v, NULL, 10));
+            else meta_text(w, k, v);
+            break;
+        }
+        }
+        if (!keep) item_free(it);
+        it = next;
+    }
+}
+
+/* ---------------------------------------------------------------- ring records */
+
+static int is_alloc_kind(unsigned k) {
+    return k == REC_ALLOC || k == REC_ALLOC_ASYNC || k == REC_HOST_ALLOC || k == REC_MANAGED_ALLOC;
+}
+static int is_free_kind(unsigned k) {
+    return k == REC_FREE || k == REC_FREE_ASYNC || k == REC_HOST_FREE || k == REC_MANAGED_FREE;
+}
+
+static void life_row(writer *w, uint64_t birth, uint64_t death, uint32_t name) {
+    sqlite3_stmt *s = w->st[S_LIFE];
+    bind_i(s, 1, (int64_t)birth);
+    bind_opt(s, 2, (int64_t)death);
+    bind_opt(s, 3, name);
+    step(w, S_LIFE, "writing alloc_life");
+}
+
+static int64_t stream_id(writer *w, int device, uint64_t handle) {
+    uint64_t key = handle ^ ((uint64_t)(uint16_t)device << 48);
+    uint64_t *v = u64map_get(&w->streams, key);
+    if (v) return (int64_t)*v;
+    uint64_t id = w->nstreams++;
+    u64map_put(&w->streams, key, id);
+    sqlite3_stmt *s = w->st[S_STREAM];
+    bind_i(s, 1, (int64_t)id);
+    bind_i(s, 2, device);
+    bind_i(s, 3, (int64_t)handle);
+    step(w, S_STREAM, "writing streams");
+    return (int64_t)id;
+}
+
+static void on_event(writer *w, uint64_t seq, rec_rec *r) {
+    unsigned k = r->kind & 0xffu;
+    uint64_t size = r->size;
+    if (is_alloc_kind(k)) {
+        uint64_t idx;
+        if (w->la_free) {
+            idx = w->la_free - 1;
+            w->la_free = w->la[idx].next_free;
+        } else {
+            if (w->la_used == w->la_cap) {
+                if (w->la_cap >= (1u << 31)) goto write;
+                uint32_t c = w->la_cap ? w->la_cap * 2 : 4096;
+                live_alloc *n = realloc(w->la, (size_t)c * sizeof *n);
+                if (!n) goto write;
+                w->la = n;
+                w->la_cap = c;
+            }
+            idx = w->la_used++;
+        }
+        uint64_t old;
+        if (u64map_del(&w->live, r->addr, &old)) {
+            /* the same address handed out twice without a free: close the old lifetime */
+            life_row(w, w->la[old].birth, 0, w->la[old].name);
+            w->la[old].next_free = w->la_free;
+            w->la_free = (uint32_t)old + 1;
+        }
+        w->la[idx] = (live_alloc){seq, size, 0, 0};
+        u64map_put(&w->live, r->addr, idx);
+    } else if (is_free_kind(k)) {
+        uint64_t idx;
+        if (u64map_del(&w->live, r->addr, &idx)) {
+            if (size == 0) size = w->la[idx].size;
+            life_row(w, w->la[idx].birth, seq, w->la[idx].name);
+            w->la[idx].next_free = w->la_free;
+            w->la_free = (uint32_t)idx + 1;
+        }
+    }
+write:;
+    sqlite3_stmt *s = w->st[S_EVENT];
+    bind_i(s, 1, (int64_t)seq);
+    bind_i(s, 2, (int64_t)r->t);
+    bind_i(s, 3, k);
+    bind_i(s, 4, r->kind & REC_F_FLAGS_MASK);
+    bind_i(s, 5, r->device);
+    bind_i(s, 6, stream_id(w, r->device, r->stream));
+    bind_i(s, 7, r->thread);
+    bind_i(s, 8, (int64_t)r->addr);
+    bind_i(s, 9, (int64_t)size);
+    bind_i(s, 10, (int64_t)r->requested);
+    bind_i(s, 11, (int64_t)r->alloc_id);
+    bind_opt(s, 12, r->stack);
+    bind_opt(s, 13, r->range);
+    step(w, S_EVENT, "writing events");
+    w->events++;
+}
+
+static void on_range(writer *w, rec_state *g, rec_rec *r) {
+    unsigned k = r->kind;
+    if (k == REC_R_RANGE_PUSH || k == REC_R_RANGE_START || k == REC_R_MARK) {
+        uint64_t name = r->alloc_id, domain = r->requested;
+        if ((name && name > w->nstrs) || (domain && domain > w->nstrs))
+            take_items(w, g); /* the string was queued before this record: fetch it */
+        const char *nm = str_of(w, name);
+        if (!nm) nm = "";
+        char *path = NULL;
+        uint64_t *pp = k == REC_R_RANGE_PUSH && r->size ? u64map_get(&w->open_ranges, r->size) : NULL;
+        if (pp) {
+            const char *pa = (const char *)(uintptr_t)*pp;
+            size_t a = strlen(pa), b = strlen(nm);
+            path = malloc(a + b + 2);
+            if (path) memcpy(path, pa, a), path[a] = '/', memcpy(path + a + 1, nm, b + 1);
+        } else {
+            path = strdup(nm);
+        }
+        sqlite3_stmt *s = w->st[S_RANGE];
+        bind_i(s, 1, (int64_t)r->addr);
+        bind_opt(s, 2, (int64_t)r->size);
+        bind_i(s, 3, r->thread);
+        bind_i(s, 4, k == REC_R_RANGE_PUSH ? 0 : k == REC_R_RANGE_START ? 1 : 2);
+        bind_opt(s, 5, (int64_t)domain);
+        bind_opt(s, 6, (int64_t)name);
+        bind_i(s, 7, (int64_t)r->t);
+        if (k == REC_R_MARK) bind_i(s, 8, (int64_t)r->t);
+        else sqlite3_bind_null(s, 8);
+        bind_t(s, 9, path);
+        step(w, S_RANGE, "writing ranges");
+        if (k == REC_R_RANGE_PUSH && path) {
+            if (u64map_put(&w->open_ranges, r->addr, (uint64_t)(uintptr_t)path) != 0) free(path);
+        } else {
+            free(path);
+        }
+    } else if (k == REC_R_RANGE_POP || k == REC_R_RANGE_END) {
+        sqlite3_stmt *s = w->st[S_RANGE_END];
+        bind_i(s, 1, (int64_t)r->t);
+        bind_i(s, 2, (int64_t)r->addr);
+        step(w, S_RANGE_END, "closing ranges");
+        uint64_t p;
+        if (k == REC_R_RANGE_POP && u64map_del(&w->open_ranges, r->addr, &p)) free((void *)(uintptr_t)p);
+    } else if (k == REC_R_NAME) {
+        uint64_t *idx = u64map_get(&w->live, r->addr);
+        if (idx) w->la[*idx].name = (uint32_t)r->alloc_id;
+    }
+}
+
+static void on_name(writer *w, uint64_t seq, rec_rec *r) {
+    sqlite3_stmt *s = w->st[S_NAME];
+    bind_i(s, 1, (int64_t)seq);
+    bind_i(s, 2, (int64_t)r->addr);
+    bind_i(s, 3, (int64_t)r->alloc_id);
+    step(w, S_NAME, "writing names");
+}
+
+static size_t drain(writer *w, rec_state *g, size_t max) {
+    rec_rec r;
+    size_t n = 0;
+    uint64_t seq;
+    while (n < max && (seq = rec_ring_pop(&g->ring, &r)) != 0) {
+        if (!w->in_txn) {
+            if (exec(w, "BEGIN") != 0) return n;
+            w->in_txn = 1;
+            w->txn_start = rec_now_ns();
+        }
+        if (r.kind >= REC_R_BASE) {
+            if (r.kind == REC_R_NAME) on_name(w, seq, &r);
+            on_range(w, g, &r);
+        } else {
+            on_event(w, seq, &r);
+        }
+        w->last_seq = seq;
+        n++;
+    }
+    return n;
+}
+
+static void commit(writer *w, rec_state *g) {
+    uint64_t dropped = atomic_load(&g->ring.dropped);
+    if (dropped != w->dropped_written) {
+        if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
+        meta_int(w, "dropped_events", (int64_t)dropped);
+        w->dropped_written = dropped;
+    }
+    if (w->in_txn) {
+        exec(w, "COMMIT");
+        w->in_txn = 0;
+    }
+    atomic_store(&g->committed_seq, w->last_seq);
+}
+
+static void finish(writer *w, rec_state *g) {
+    if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
+    for (uint64_t i = 0; w->live.keys && i <= w->live.mask; i++)
+        if (w->live.keys[i] != U64MAP_EMPTY) life_row(w, w->la[w->live.vals[i]].birth, 0, w->la[w->live.vals[i]].name);
+    for (int d = 0; d < 16; d++) flush_peak(w, d, 1);
+    uint64_t samples = atomic_load(&g->app_ns_samples);
+    meta_int(w, "events", (int64_t)w->events);
+    meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
+    meta_int(w, "app_ns_per_event", samples ? (int64_t)(atomic_load(&g->app_ns_sum) / samples) : 0);
+    meta_int(w, "stack_table_full", (int64_t)atomic_load(&g->stack_table_full));
+    meta_int(w, "end_ns", (int64_t)(rec_now_ns() - g->start_ns));
+    struct timespec cpu;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    meta_int(w, "writer_cpu_ns", (int64_t)cpu.tv_sec * 1000000000 + cpu.tv_nsec);
+    meta_text(w, "state", "closed");
+    commit(w, g);
+    sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+}
+
+static void writer_cleanup(writer *w) {
+    for (int i = 0; i < S_COUNT_; i++) sqlite3_finalize(w->st[i]);
+    if (w->db) sqlite3_close(w->db);
+    w->db = NULL;
+    for (uint64_t i = 0; w->open_ranges.keys && i <= w->open_ranges.mask; i++)
+        if (w->open_ranges.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->open_ranges.vals[i]);
+    u64map_free(&w->open_ranges);
+    u64map_free(&w->live);
+    u64map_free(&w->streams);
+    u64map_free(&w->frames);
+    for (uint32_t i = 0; i < w->nstrs; i++) free(w->strs[i]);
+    free(w->strs);
+    for (size_t i = 0; i < w->nmods; i++) free(w->mods[i].path);
+    free(w->mods);
+    free(w->la);
+    for (int d = 0; d < 16; d++)
+        if (w->peak_pending[d]) item_free(w->peak_pending[d]);
+    memset(w, 0, sizeof *w);
+}
+
+static void *writer_main(void *arg) {
+    rec_state *g = arg;
+    writer *w = &W;
+    long idle_ns = 200000;
+    for (;;) {
+        int stopping = atomic_load(&g->writer_stop);
+        pthread_mutex_lock(&g->db_lock);
+        size_t n = 0;
+        if (!w->failed) {
+            take_items(w, g);
+            n = drain(w, g, BATCH);
+            take_items(w, g);
+            if (w->in_txn && (n == 0 || rec_now_ns() - w->txn_start >= COMMIT_NS)) commit(w, g);
+            else if (!w->in_txn) atomic_store(&g->committed_seq, w->last_seq);
+        } else {
+            /* SQLite failed: keep the ring moving so producers never wait on us */
+            rec_rec r;
+            while (rec_ring_pop(&g->ring, &r)) n++;
+        }
+        if (stopping && n == 0) {
+            if (!w->failed) finish(w, g);
+            pthread_mutex_unlock(&g->db_lock);
+            break;
+        }
+        pthread_mutex_unlock(&g->db_lock);
+        if (n == 0) {
+            struct timespec ts = {0, idle_ns};
+            nanosleep(&ts, NULL);
+            if (idle_ns < 2000000) idle_ns *= 2;
+        } else {
+            idle_ns = 200000;
+        }
+    }
+    writer_cleanup(w);
+    return NULL;
+}
+
+int rec_writer_start(rec_state *g) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the writer takes no signals of the program */
+    atomic_store(&g->writer_stop, 0);
+    int rc = pthread_create(&g->writer, NULL, writer_main, g);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        rec_warn("cannot start the writer thread: %s; not recording", strerror(rc));
+        writer_cleanup(&W);
+        return -1;
+    }
+    pthread_setname_np(g->writer, "gpumem-writer");
+    return 0;
+}
+
+void rec_writer_stop(rec_state *g) {
+    atomic_store(&g->writer_stop, 1);
+    pthread_join(g->writer, NULL);
+    g->db = NULL;
+}

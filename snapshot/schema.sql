@@ -1,0 +1,107 @@
+-- gpumem database schema, version 1.0 (meta.schema_major = 1, meta.schema_minor = 0).
+-- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
+-- This file is embedded into both at build time; snapshot/README.md documents it for users.
+-- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
+-- versions only add tables, columns or views.
+--
+-- Conventions: times are nanoseconds since the recording started (meta.start_ns holds the
+-- CLOCK_MONOTONIC origin, meta.start_unix_ns the wall clock); sizes are bytes; text lives in
+-- `strings` and tables refer to it by id; NULL means "unknown / not applicable".
+
+-- Key/value facts about the run: schema_major, schema_minor, gpumem_version, pid, ppid,
+-- cmdline, exe, start_unix_ns, start_ns, hostname, stacks (frames per stack), state
+-- ('recording', then 'closed' after a clean close), events, dropped_events, writer_cpu_ns,
+-- app_ns_per_event, and the allocator's stats at exit as stat.<name> (rec_alloc_stats).
+CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+
+CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
+
+-- id is the recorder's small thread number (events.thread); tid the kernel thread id.
+CREATE TABLE threads (id INTEGER PRIMARY KEY, tid INTEGER, name TEXT);
+
+-- id is the small stream number used by events.stream; handle the CUstream value (0 = legacy).
+CREATE TABLE streams (id INTEGER PRIMARY KEY, device INTEGER, handle INTEGER);
+
+-- Loaded objects that appear in stacks. build_id is hex (NULL when the object has none).
+CREATE TABLE modules (id INTEGER PRIMARY KEY, path TEXT NOT NULL, build_id TEXT,
+                      base INTEGER, size INTEGER);
+
+-- One row per distinct return address: module-relative offset (an address in the ELF file's
+-- own layout), symbolized after the run by gpumem with elfutils libdw (function, file, line
+-- stay NULL until then; symbolized = 1 once tried).
+CREATE TABLE frames (id INTEGER PRIMARY KEY, module INTEGER, offset INTEGER,
+                     function TEXT, file TEXT, line INTEGER, symbolized INTEGER DEFAULT 0);
+
+-- Each distinct call stack once; depth 0 is the innermost frame (the caller of the CUDA call).
+CREATE TABLE stacks (stack INTEGER, depth INTEGER, frame INTEGER,
+                     PRIMARY KEY (stack, depth)) WITHOUT ROWID;
+
+-- NVTX ranges. kind 0: push/pop (nested per thread, parent = enclosing range), 1: start/end
+-- (not nested), 2: mark (end_ns = start_ns). path is the '/'-joined names from the outermost
+-- range ("step 12/fwd/h3/attn"). end_ns NULL: still open when recording stopped.
+CREATE TABLE ranges (id INTEGER PRIMARY KEY, parent INTEGER, thread INTEGER, kind INTEGER,
+                     domain INTEGER, name INTEGER, start_ns INTEGER, end_ns INTEGER,
+                     path TEXT);
+CREATE INDEX ranges_parent ON ranges (parent);
+
+-- Every allocation event, in order. seq is global order (gaps are range/name records).
+-- kind: see the `kinds` table. flags: 256 = served from cache, 512 = needed the driver.
+-- range: the innermost open push/pop range of the thread (NULL: none). stack: stacks.stack.
+CREATE TABLE events (seq INTEGER PRIMARY KEY, t INTEGER, kind INTEGER, flags INTEGER,
+                     device INTEGER, stream INTEGER, thread INTEGER, addr INTEGER,
+                     size INTEGER, requested INTEGER, alloc_id INTEGER, stack INTEGER,
+                     range INTEGER);
+
+CREATE TABLE kinds (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+INSERT INTO kinds VALUES (1,'alloc'),(2,'free'),(3,'alloc_async'),(4,'free_async'),
+  (5,'host_alloc'),(6,'host_free'),(7,'managed_alloc'),(8,'managed_free'),(9,'foreign_free'),
+  (10,'double_free'),(11,'vmm_map'),(12,'vmm_unmap'),(13,'oom'),(14,'seg_map'),
+  (15,'seg_unmap'),(16,'seg_reserve'),(17,'seg_release'),(18,'driver_alloc'),
+  (19,'driver_free'),(20,'launch');
+
+-- Names given to allocations (gpumem_name, NVTX memory naming): the allocation live at addr.
+CREATE TABLE names (seq INTEGER PRIMARY KEY, addr INTEGER, name INTEGER);
+
+-- OOM forensics, one row per failed allocation (seq = the REC_OOM event).
+CREATE TABLE ooms (seq INTEGER PRIMARY KEY, device INTEGER, stream INTEGER,
+                   requested INTEGER, allocated INTEGER, reserved INTEGER,
+                   free_cached INTEGER, largest_free INTEGER, device_free INTEGER,
+                   device_total INTEGER, limit_bytes INTEGER);
+
+-- Allocator state: reason 1 peak, 2 oom, 3 exit, 4 user; seq = last event before it.
+CREATE TABLE snapshots (id INTEGER PRIMARY KEY, seq INTEGER, t INTEGER, reason INTEGER,
+                        device INTEGER);
+CREATE TABLE segments (snapshot INTEGER, idx INTEGER, device INTEGER, stream INTEGER,
+                       addr INTEGER, size INTEGER, mapped INTEGER, flags INTEGER,
+                       PRIMARY KEY (snapshot, idx)) WITHOUT ROWID;
+-- state: 0 free (cached), 1 allocated, 2 pending (freed, waiting on a stream), 3 unmapped.
+CREATE TABLE blocks (snapshot INTEGER, addr INTEGER, segment INTEGER, state INTEGER,
+                     size INTEGER, requested INTEGER, alloc_id INTEGER,
+                     PRIMARY KEY (snapshot, addr)) WITHOUT ROWID;
+
+-- Derived by the writer as it goes (and completed at close): the lifetime of every
+-- allocation. birth = seq of its alloc event, death = seq of its free (NULL: alive when
+-- recording stopped). A process killed before close has no rows for what was still alive;
+-- gpumem derives those on read.
+CREATE TABLE alloc_life (birth INTEGER PRIMARY KEY, death INTEGER, name INTEGER);
+
+-- Kernel accesses per allocation (filled when access tracking is on; empty otherwise).
+CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER,
+                   PRIMARY KEY (birth, seq)) WITHOUT ROWID;
+
+-- One row per allocation with everything a user usually wants.
+CREATE VIEW allocations AS
+  SELECT l.birth AS id, b.addr AS address, b.size AS size, b.requested AS requested,
+         b.kind AS kind, b.device AS device, b.stream AS stream, b.thread AS thread,
+         l.birth AS birth_seq, b.t AS birth_ns, l.death AS death_seq, d.t AS death_ns,
+         b.stack AS stack, b.range AS range, r.path AS phase, sn.s AS name
+  FROM alloc_life l JOIN events b ON b.seq = l.birth
+       LEFT JOIN events d ON d.seq = l.death
+       LEFT JOIN ranges r ON r.id = b.range
+       LEFT JOIN strings sn ON sn.id = l.name;
+
+-- Stacks with their frames spelled out.
+CREATE VIEW stack_frames AS
+  SELECT s.stack AS stack, s.depth AS depth, f.function AS function, f.file AS file,
+         f.line AS line, m.path AS module, f.offset AS offset
+  FROM stacks s JOIN frames f ON f.id = s.frame LEFT JOIN modules m ON m.id = f.module;

@@ -1,0 +1,118 @@
+/* snapshot_app.c — a small program that drives the recorder through rec.h (linked to librec.a
+ * directly, no CUDA), for the snapshot_* integration scripts.
+ *
+ *   snapshot_app pairs N        N alloc/free pairs in "step i"/"fwd" ranges, plus one planted
+ *                               leak in plant_leak(); prints "ALLOCS a FREES f LEAKED bytes"
+ *   snapshot_app steady FILE    one event every 100 us forever; FILE (mmap'd) always holds the
+ *                               number of events issued, so it survives a SIGKILL
+ *   snapshot_app fork           records, forks a child that records too, waits for it
+ *   snapshot_app growth STEPS   leaks 1 MiB per "step i" range (growth across steps)
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshot/rec.h"
+
+static uint64_t next_addr = 0x7f0000000000ull;
+static uint64_t next_id = 1;
+static unsigned long n_alloc, n_free;
+
+static __attribute__((noinline)) uint64_t my_alloc(uint64_t size) {
+    uint64_t a = next_addr;
+    next_addr += (size + 511) & ~511ull;
+    rec_event(REC_ALLOC, 0, 0, a, (size + 511) & ~511ull, size, next_id++);
+    n_alloc++;
+    return a;
+}
+
+static __attribute__((noinline)) void my_free(uint64_t a) {
+    rec_event(REC_FREE, 0, 0, a, 0, 0, 0);
+    n_free++;
+}
+
+/* The planted leak: gpumem leaks must name this function and this file. */
+__attribute__((noinline)) uint64_t plant_leak(void) {
+    uint64_t a = my_alloc(3 << 20);
+    rec_name(a, "planted");
+    return a;
+}
+
+static int pairs(long n) {
+    uint64_t leak = plant_leak();
+    (void)leak;
+    for (long i = 0; i < n; i++) {
+        char step[32];
+        snprintf(step, sizeof step, "step %ld", i);
+        rec_range_push(NULL, step);
+        rec_range_push(NULL, "fwd");
+        uint64_t a = my_alloc(1000 + (uint64_t)i % 7 * 4096);
+        uint64_t b = my_alloc(1 << 20);
+        rec_range_pop();
+        my_free(a);
+        my_free(b);
+        rec_range_pop();
+    }
+    rec_close();
+    printf("ALLOCS %lu FREES %lu LEAKED %d\n", n_alloc, n_free, 3 << 20);
+    return 0;
+}
+
+static int steady(const char *file) {
+    int fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) return 2;
+    volatile uint64_t *cnt = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (cnt == MAP_FAILED) return 2;
+    for (uint64_t i = 1;; i++) {
+        /* requested = issue number, so the script knows which events made it to the file */
+        rec_event(REC_ALLOC, 0, 0, 0x1000 + i * 512, 512, i, i);
+        *cnt = i;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int forked(void) {
+    for (int i = 0; i < 100; i++) my_free(my_alloc(4096));
+    rec_flush();
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < 50; i++) my_alloc(8192); /* child: 50 allocations, never freed */
+        rec_close();
+        _exit(0);
+    }
+    for (int i = 0; i < 100; i++) my_free(my_alloc(4096));
+    int st;
+    waitpid(pid, &st, 0);
+    rec_close();
+    printf("CHILD %d\n", (int)pid);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
+static int growth(long steps) {
+    for (long i = 0; i < steps; i++) {
+        char step[32];
+        snprintf(step, sizeof step, "step %ld", i);
+        rec_range_push(NULL, step);
+        my_alloc(1 << 20); /* kept: grows by 1 MiB per step */
+        my_free(my_alloc(4096));
+        rec_range_pop();
+    }
+    rec_close();
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "fork") == 0) return forked();
+    if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS\n");
+    return 2;
+}
