@@ -1,0 +1,64 @@
+# sim/ — the virtual GPU: $(BUILD)/sim/libcuda.so.1 and $(BUILD)/sim/libcudart.so.13 (+ the
+# unversioned symlinks), and their unit tests. See sim/README.md.
+
+SIM_DIR := $(BUILD)/sim
+SIM_DRIVER := $(SIM_DIR)/libcuda.so.1
+SIM_RUNTIME := $(SIM_DIR)/libcudart.so.13
+SIM_LINKS := $(SIM_DIR)/libcuda.so $(SIM_DIR)/libcudart.so
+
+SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_cu_procs.o)
+SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_stubs.o)
+
+ALL_TARGETS += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
+INSTALL_LIB += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
+
+# Generated from the toolkit headers: the cuGetProcAddress table with NOT_SUPPORTED stubs for
+# everything the sim does not implement, and the error-name lists.
+$(SIM_DIR)/sim_procs.h $(SIM_DIR)/sim_cu_procs.c &: sim/gen_procs.sh $(CUDA_INC)/cuda.h | $(DEPS_STAMP)
+	$(SHELL) sim/gen_procs.sh driver $(CUDA_INC) $(SIM_DIR) $(CC)
+$(SIM_DIR)/sim_rt_procs.h $(SIM_DIR)/sim_rt_stubs.c &: sim/gen_procs.sh $(CUDA_INC)/cuda_runtime_api.h $(CUDA_INC)/driver_types.h | $(DEPS_STAMP)
+	$(SHELL) sim/gen_procs.sh runtime $(CUDA_INC) $(SIM_DIR) $(CC)
+
+$(SIM_DIR)/%.o: EXTRA_CFLAGS += -I$(SIM_DIR)
+$(SIM_DIR)/sim_device.o: $(SIM_DIR)/sim_procs.h
+$(SIM_DIR)/sim_rt.o: $(SIM_DIR)/sim_rt_procs.h
+$(SIM_DIR)/sim_cu_procs.o: $(SIM_DIR)/sim_cu_procs.c $(SIM_DIR)/sim_procs.h | $(DEPS_STAMP)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+$(SIM_DIR)/sim_rt_stubs.o: $(SIM_DIR)/sim_rt_stubs.c | $(DEPS_STAMP)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+
+$(SIM_DRIVER): $(SIM_DRIVER_OBJS) sim/libcuda.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/libcuda.map \
+	    -o $@ $(SIM_DRIVER_OBJS) -lpthread
+# The runtime finds the driver with dlopen("libcuda.so.1"); its RUNPATH $ORIGIN makes that the
+# sim's driver next to it (LD_LIBRARY_PATH still overrides, as for any library).
+$(SIM_RUNTIME): $(SIM_RUNTIME_OBJS) sim/libcudart.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcudart.so.13 -Wl,--version-script=sim/libcudart.map \
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_RUNTIME_OBJS) -ldl -lpthread
+$(SIM_DIR)/libcuda.so: $(SIM_DRIVER)
+	ln -sf libcuda.so.1 $@
+$(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
+	ln -sf libcudart.so.13 $@
+
+# ---- tests ------------------------------------------------------------------------------------
+# Tests link the sim by path and find it at run time through an rpath relative to the binary
+# ($(BUILD)/tests/unit/x -> $(BUILD)/sim), so they work for every $(BUILD).
+SIM_TEST_RPATH := -Wl,-rpath,'$$ORIGIN/../../sim'
+SIM_RUNTIME_TESTS := sim_runtime
+SIM_DRIVER_TESTS := $(filter-out $(SIM_RUNTIME_TESTS),$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/sim_*.c)))
+$(foreach t,$(SIM_DRIVER_TESTS),$(eval $(t)_LIBS := $(SIM_DIR)/libcuda.so) \
+    $(eval $(t)_LDLIBS := $(SIM_TEST_RPATH) -lpthread))
+# Links only the runtime: the driver must be reached through dlopen.
+sim_runtime_LIBS := $(SIM_DIR)/libcudart.so
+sim_runtime_LDLIBS := $(SIM_TEST_RPATH) -ldl -lpthread
+# The runtime test also needs the driver built (it is loaded, not linked).
+$(BUILD)/tests/unit/sim_runtime: | $(SIM_DIR)/libcuda.so
+
+UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SIM_DRIVER_TESTS) \
+    $(if $(wildcard tests/unit/sim_runtime.c),$(SIM_RUNTIME_TESTS)))
+TSAN_UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(filter sim_threads,$(SIM_DRIVER_TESTS)))
+SCRIPT_TESTS += $(wildcard tests/unit/sim_*.sh)
+BENCHES += $(if $(wildcard tests/bench/sim_costs.c),$(BUILD)/tests/bench/sim_costs)
+
+$(BUILD)/tests/bench/sim_costs: $(BUILD)/tests/bench/sim_costs.o $(SIM_DIR)/libcuda.so | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DIR)/libcuda.so -Wl,-rpath,'$$ORIGIN/../../sim'

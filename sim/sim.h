@@ -1,0 +1,128 @@
+/* sim.h — the virtual GPU's own API (sim-only; not part of CUDA).
+ *
+ * Exported by build/sim/libcuda.so.1 next to the CUDA driver entry points. Programs either link
+ * build/sim/libcuda.so directly or look these names up with dlsym(RTLD_DEFAULT, ...) so that
+ * they still run on a real driver (where the names are absent).
+ *
+ * Everything here is thread-safe. Semantics, environment variables and the cost model are
+ * documented in sim/README.md.
+ */
+#ifndef GPUMEM_SIM_H
+#define GPUMEM_SIM_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- host kernels ------------------------------------------------------------------------ */
+
+/* A host kernel receives the caller's real kernelParams array: kernel_params[i] points at
+ * parameter i (as with a GPU kernel launched through cuLaunchKernel). */
+typedef void (*sim_host_kernel_fn)(void **kernel_params);
+
+/* Registers fn as a kernel named `name` with `nparams` parameters of the given sizes and
+ * returns a CUfunction usable with cuLaunchKernel, cuFuncGetParamInfo and cuFuncGetName.
+ * The parameter layout uses natural alignment: each parameter is aligned to the largest power
+ * of two that divides its size, capped at 8 (so a struct of three floats is 4-aligned).
+ * Registering the same name and function again returns the existing CUfunction.
+ * Errors: CUDA_ERROR_INVALID_VALUE for a NULL name/fn/out, nparams > 0 with NULL sizes, a zero
+ * parameter size, or more than 256 parameters. */
+CUresult sim_register_kernel(const char *name, sim_host_kernel_fn fn, unsigned nparams,
+                             const size_t *param_sizes, CUfunction *out);
+
+/* ---- simulated-cost counters ------------------------------------------------------------- */
+
+/* One counter per kind of driver call. Each call adds its simulated cost (see README). */
+typedef enum sim_op {
+  SIM_OP_MEM_ALLOC,        /* cuMemAlloc_v2 (cudaMalloc) */
+  SIM_OP_MEM_FREE,         /* cuMemFree_v2 (cudaFree), includes the implied device sync */
+  SIM_OP_MEM_ALLOC_ASYNC,  /* cuMemAllocAsync / cuMemAllocFromPoolAsync */
+  SIM_OP_MEM_FREE_ASYNC,   /* cuMemFreeAsync */
+  SIM_OP_MEM_ALLOC_MANAGED,/* cuMemAllocManaged */
+  SIM_OP_ADDRESS_RESERVE,  /* cuMemAddressReserve */
+  SIM_OP_ADDRESS_FREE,     /* cuMemAddressFree */
+  SIM_OP_MEM_CREATE,       /* cuMemCreate */
+  SIM_OP_MEM_RELEASE,      /* cuMemRelease */
+  SIM_OP_MEM_MAP,          /* cuMemMap */
+  SIM_OP_MEM_UNMAP,        /* cuMemUnmap */
+  SIM_OP_MEM_SET_ACCESS,   /* cuMemSetAccess */
+  SIM_OP_HOST_ALLOC,       /* cuMemHostAlloc / cuMemAllocHost_v2 */
+  SIM_OP_HOST_FREE,        /* cuMemFreeHost */
+  SIM_OP_HOST_REGISTER,    /* cuMemHostRegister_v2 */
+  SIM_OP_HOST_UNREGISTER,  /* cuMemHostUnregister */
+  SIM_OP_MEMCPY_HTOD,      /* host -> device copies (sync and async) */
+  SIM_OP_MEMCPY_DTOH,      /* device -> host */
+  SIM_OP_MEMCPY_DTOD,      /* device -> device */
+  SIM_OP_MEMCPY_HTOH,      /* host -> host through cuMemcpy */
+  SIM_OP_MEMSET,           /* cuMemsetD8/16/32 (sync and async) */
+  SIM_OP_LAUNCH,           /* cuLaunchKernel, cuLaunchHostFunc */
+  SIM_OP_EVENT_RECORD,     /* cuEventRecord */
+  SIM_OP_EVENT_QUERY,      /* cuEventQuery */
+  SIM_OP_EVENT_SYNC,       /* cuEventSynchronize */
+  SIM_OP_STREAM_SYNC,      /* cuStreamSynchronize */
+  SIM_OP_CTX_SYNC,         /* cuCtxSynchronize */
+  SIM_OP_MEM_GET_INFO,     /* cuMemGetInfo_v2 */
+  SIM_OP_COUNT
+} sim_op;
+
+typedef struct sim_op_stats {
+  uint64_t calls;  /* calls made (successful or not) */
+  uint64_t bytes;  /* bytes the calls asked for (size argument), where meaningful */
+  double us;       /* simulated microseconds */
+} sim_op_stats;
+
+typedef struct sim_stats {
+  sim_op_stats op[SIM_OP_COUNT];
+  double total_us;           /* sum of op[].us */
+  size_t capacity;           /* device memory in bytes (GPUMEM_SIM_MEMORY) */
+  size_t used;               /* bytes charged now (cuMemAlloc + cuMemCreate) */
+  size_t peak;               /* highest `used` since start or the last sim_stats_reset */
+  uint64_t faults_injected;  /* failures injected through GPUMEM_SIM_FAULTS / sim_faults_set */
+} sim_stats;
+
+/* Copies the counters. Never fails for a non-NULL out. */
+void sim_stats_get(sim_stats *out);
+/* Zeroes the call counters and restarts the peak at the current usage. */
+void sim_stats_reset(void);
+/* "cuMemAlloc", "cuMemMap", ... for an op; "?" when out of range. */
+const char *sim_op_name(int op);
+/* Writes the table that GPUMEM_SIM_STATS=1 prints at exit to f (a FILE *; void * keeps
+ * <stdio.h> out of this header). */
+void sim_stats_print(void *f);
+
+/* ---- configuration at run time (tests) --------------------------------------------------- */
+
+/* Events complete only after `n` queries (cuEventQuery / cuStreamQuery report NOT_READY until
+ * then); synchronizing on the event, its stream or the context completes them at once.
+ * Applies to events recorded after the call. Same as GPUMEM_SIM_EVENT_DELAY=n. */
+void sim_set_event_delay(unsigned n);
+/* Replaces the fault-injection plan (syntax of GPUMEM_SIM_FAULTS, see README) and restarts the
+ * counters it refers to. NULL or "" clears it. Returns CUDA_ERROR_INVALID_VALUE (and keeps the
+ * previous plan) for bad syntax, with the reason on stderr. */
+CUresult sim_faults_set(const char *spec);
+/* Sets the device capacity; CUDA_ERROR_INVALID_VALUE if below what is in use now. */
+CUresult sim_set_capacity(size_t bytes);
+/* 1 when GPUMEM_SIM_BACKING=virtual (device memory has addresses but no storage: copies,
+ * memsets into it are skipped and touching it faults), else 0. */
+int sim_backing_is_virtual(void);
+
+/* ---- registered host memory (cuMemHostRegister) ------------------------------------------ */
+
+/* Number of ranges registered with cuMemHostRegister_v2 and not yet unregistered. */
+size_t sim_host_registered_count(void);
+/* 1 if p lies in a registered range (its base and size through the optional outputs), else 0. */
+int sim_host_registered_find(const void *p, void **base, size_t *size);
+
+/* ---- pending work ------------------------------------------------------------------------ */
+
+/* Number of recorded events that have not completed yet (delayed-completion mode). */
+size_t sim_events_pending(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUMEM_SIM_H */
