@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# train_basic.sh — the GPT-2 trainer on the virtual GPU (tiny model, real compute):
+#   1. flags and files: --help works; bad flags, models, data, checkpoints and batch splits
+#      exit 1 with a message naming the problem; an out-of-memory exits 2 naming the CUDA
+#      error (never a crash);
+#   2. the loss at random init is ln(256) = 5.545 within 0.15 (weights ~N(0, 0.02): logits
+#      near 0, so the softmax is near uniform over the 256 byte values);
+#   3. learning: on real text (this repository's train/ sources) the mean loss of the last 20
+#      of 300 steps is below 0.7x the first step's loss;
+#   4. --dry-run makes exactly the allocation sequence of a real run (--trace-allocs);
+#   5. checkpoints: a checkpoint saved after 3 steps and loaded gives bit-for-bit the loss the
+#      4th step of the original run computes on the same batch, and saving it again reproduces
+#      the file byte for byte; llm.c token shards load, bad shards are refused.
+set -uo pipefail
+BUILD=${BUILD:-build}
+T=$BUILD/train_gpt2_sim
+[[ -x $T ]] || { echo "train_basic: $T not built" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+# Under sanitizers everything is ~10x slower: fewer steps, same properties.
+if [[ -n ${SAN:-} ]]; then LEARN_STEPS=120; else LEARN_STEPS=300; fi
+cat train/*.c train/*.h > "$tmp/text.txt"
+run() { "$T" --threads 2 "$@"; }
+
+# ---- 1. flags and files ------------------------------------------------------------------
+run --help | grep -q -- '--recompute' && ok "--help" || bad "--help"
+expect_err() { # rc, pattern, args...
+  local want=$1 pat=$2; shift 2
+  local out rc
+  out=$(run "$@" 2>&1); rc=$?
+  if [[ $rc -eq $want ]] && grep -q -- "$pat" <<<"$out"; then ok "error '$pat' (exit $rc): $*"
+  else bad "expected exit $want and '$pat' for: $* ; got exit $rc: $out"; fi
+}
+expect_err 1 "unknown option" --bogus
+expect_err 1 "unknown model" --model gpt5
+expect_err 1 "needs an integer" -B x
+expect_err 1 "must divide" -B 4 --accum 3
+expect_err 1 "unknown choice" --recompute everything
+expect_err 1 "exceeds the model" -T 100000
+expect_err 1 "cannot open data" --data "$tmp/missing.txt"
+head -c 100 /dev/urandom > "$tmp/garbage.bin"
+expect_err 1 "not an llm.c checkpoint" --load "$tmp/garbage.bin"
+expect_err 1 "a batch needs" --data "$tmp/garbage.bin"
+GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=1G expect_err 2 "cudaErrorMemoryAllocation" \
+  --model gpt2 -B 8 -T 1024 --dry-run --steps 1
+GPUMEM_SIM_MEMORY=8M expect_err 2 "out of device memory" --model tiny -B 8 -T 256 --steps 1
+
+# ---- 2. loss at init, 3. learning --------------------------------------------------------
+out=$(run --data "$tmp/text.txt" --steps "$LEARN_STEPS" --lr 1e-3 --seed 1) || bad "training run failed"
+first=$(awk '/^step 1\//{print $4}' <<<"$out")
+awk -v l="$first" 'BEGIN{d=l-log(256); exit !(d < 0.15 && d > -0.15)}' \
+  && ok "init loss $first ~ ln(256)=5.545" || bad "init loss $first not within 0.15 of ln(256)"
+last=$(grep '^step' <<<"$out" | tail -20 | awk '{s+=$4} END{printf "%.4f", s/NR}')
+awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < 0.7*a)}' \
+  && ok "loss fell from $first to $last (mean of last 20 of $LEARN_STEPS steps)" \
+  || bad "loss did not fall enough: $first -> $last"
+grep -q '^PEAK [0-9]* bytes$' <(tail -1 <<<"$out") && ok "last line is PEAK" || bad "no PEAK last line"
+
+# ---- 4. dry run = real run, allocation by allocation -------------------------------------
+for flags in "" "--recompute attn,gelu --offload activations,optimizer --grad-none" \
+             "--accum 2 --act-dtype bf16 --leak --seq-jitter"; do
+  run --data "$tmp/text.txt" --steps 3 --trace-allocs $flags 2>"$tmp/real.trace" >/dev/null
+  GPUMEM_SIM_BACKING=virtual run --data "$tmp/text.txt" --steps 3 --trace-allocs --dry-run \
+    $flags 2>"$tmp/dry.trace" >/dev/null
+  n=$(grep -c '^alloc' "$tmp/real.trace")
+  if [[ $n -gt 100 ]] && cmp -s "$tmp/real.trace" "$tmp/dry.trace"; then
+    ok "dry run allocation sequence = real run ($n allocations) [$flags]"
+  else bad "dry run trace differs from the real run [$flags]"; diff "$tmp/real.trace" "$tmp/dry.trace" | head -5; fi
+done
+
+# ---- 5. checkpoints and token shards -----------------------------------------------------
+head -c 257 "$tmp/text.txt" > "$tmp/one_batch.txt"   # B*T+1 bytes: every step sees batch 0
+run --data "$tmp/one_batch.txt" --steps 3 --save "$tmp/ck.bin" >/dev/null || bad "save failed"
+l4=$(run --data "$tmp/one_batch.txt" --steps 4 | awk '/^step 4\//{print $4}')
+l1=$(run --data "$tmp/one_batch.txt" --load "$tmp/ck.bin" --steps 1 | awk '/^step 1\//{print $4}')
+[[ -n $l4 && $l4 == "$l1" ]] && ok "checkpoint reload gives the same loss ($l1)" \
+  || bad "checkpoint loss $l1 != original run's $l4"
+run --data "$tmp/one_batch.txt" --load "$tmp/ck.bin" --steps 0 --save "$tmp/ck2.bin" >/dev/null
+cmp -s "$tmp/ck.bin" "$tmp/ck2.bin" && ok "checkpoint load+save round trip is byte-identical" \
+  || bad "checkpoint round trip differs"
+[[ $(stat -c %s "$tmp/ck.bin") -eq $((1024 + 4 * 132864)) ]] && ok "checkpoint size = header + params" \
+  || bad "checkpoint size $(stat -c %s "$tmp/ck.bin")"
+# llm.c token shard: header (magic, version, count), uint16 tokens
+perl -e 'my @t = map { ($_ * 7 + 3) % 256 } 0..999; print pack("l<256", 20240520, 1, scalar(@t), (0) x 253), pack("S<*", @t)' > "$tmp/shard.bin"
+out=$(run --data "$tmp/shard.bin" --steps 2 2>&1) && grep -q '^step 2/2' <<<"$out" \
+  && ok "token shard trains" || bad "token shard: $out"
+perl -e 'print pack("l<256", 20240520, 1, 600, (0) x 253), pack("S<*", map { 300 } 1..600)' > "$tmp/shard_big.bin"
+expect_err 1 "outside the model's vocabulary" --data "$tmp/shard_big.bin"
+perl -e 'print pack("l<256", 20240520, 2, 600, (0) x 253), pack("S<*", map { 3 } 1..600)' > "$tmp/shard_v2.bin"
+expect_err 1 "version 2" --data "$tmp/shard_v2.bin"
+exit $fail

@@ -1,0 +1,40 @@
+# train/ — the GPT-2 trainer. See train/README.md.
+#   $(BUILD)/train_gpt2_sim  gcc; CPU ops as host kernels on the virtual GPU (build/sim)
+#   $(BUILD)/train_gpt2      nvcc -cudart shared; CUDA kernels + cuBLAS (only when nvcc exists
+#                            and in the plain build: sanitizer objects do not link with nvcc)
+
+TRAIN_DIR := $(BUILD)/train
+TRAIN_SIM := $(BUILD)/train_gpt2_sim
+TRAIN_CUDA := $(BUILD)/train_gpt2
+TRAIN_MODEL_OBJS := $(TRAIN_DIR)/gpt2.o $(TRAIN_DIR)/main.o
+TRAIN_SIM_OBJS := $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_sim.o $(TRAIN_DIR)/ops_cpu.o
+
+# The ops are the hot loops: -O3 (gcc vectorizes the gemm's register block); no -ffast-math,
+# so sums keep their order and runs are bit-reproducible.
+$(TRAIN_DIR)/ops_cpu.o: EXTRA_CFLAGS += -O3 -fopenmp
+$(TRAIN_DIR)/backend_sim.o: EXTRA_CFLAGS += -fopenmp
+
+$(TRAIN_SIM): $(TRAIN_SIM_OBJS) $(BUILD)/sim/libcuda.so $(BUILD)/sim/libcudart.so | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -fopenmp -o $@ $(TRAIN_SIM_OBJS) -L$(BUILD)/sim -lcudart -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/sim' -lm -ldl
+ALL_TARGETS += $(TRAIN_SIM)
+
+ifneq ($(NVCC),)
+ifeq ($(SAN),)
+ifneq ($(wildcard train/backend_cuda.cu),)
+$(TRAIN_DIR)/backend_cuda.o: train/backend_cuda.cu train/backend.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(TRAIN_CUDA): $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o | $(DEPS_STAMP)
+	$(NVCC) $(NVCC_FLAGS) -o $@ $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o -lcublas -lm -ldl
+ALL_TARGETS += $(TRAIN_CUDA)
+endif
+endif
+endif
+
+# ---- tests ------------------------------------------------------------------------------------
+train_ops_grad_LIBS := $(TRAIN_DIR)/ops_cpu.o
+train_ops_grad_LDLIBS := -fopenmp -lm
+UNIT_TESTS += $(BUILD)/tests/unit/train_ops_grad
+SCRIPT_TESTS += tests/integration/train_basic.sh
+$(BUILD)/tests/unit/train_ops_grad: | $(TRAIN_SIM)
