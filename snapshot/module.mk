@@ -3,7 +3,7 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o
+REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
@@ -22,3 +22,13 @@ $(REC_LIB): $(REC_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 ALL_TARGETS += $(REC_LIB)
+
+# The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
+GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
+           $(SNAP_DIR)/rec_path.o
+GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS)
+
+ALL_TARGETS += $(BUILD)/gpumem
+INSTALL_BIN += $(BUILD)/gpumem

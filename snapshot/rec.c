@@ -73,48 +73,6 @@ void rec_item_push(rec_item *it) {
     rec_g.items_tail = &it->next;
 }
 
-/* ---------------------------------------------------------------- path templating */
-
-int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
-    size_t o = 0;
-    int ok = 1;
-    if (outsz == 0) return -1;
-    for (const char *p = tmpl; *p; p++) {
-        char tmp[32];
-        const char *ins = NULL;
-        if (*p == '%' && p[1] == 'p') {
-            snprintf(tmp, sizeof tmp, "%ld", pid);
-            ins = tmp;
-            p++;
-        } else if (*p == '%' && p[1] == 'r') {
-            const char *r = getenv("RANK");
-            if (!r || !*r) r = getenv("OMPI_COMM_WORLD_RANK");
-            if (!r || !*r) r = getenv("SLURM_PROCID");
-            if (!r || !*r) r = "0";
-            /* a rank is a number: anything else must not smuggle '/' into the path */
-            size_t k = 0;
-            for (; r[k] && k < sizeof tmp - 1; k++) tmp[k] = (r[k] >= '0' && r[k] <= '9') ? r[k] : '_';
-            tmp[k] = 0;
-            ins = tmp;
-            p++;
-        } else if (*p == '%' && p[1] == '%') {
-            tmp[0] = '%', tmp[1] = 0;
-            ins = tmp;
-            p++;
-        } else {
-            tmp[0] = *p, tmp[1] = 0;
-            ins = tmp;
-        }
-        for (; *ins; ins++) {
-            if (o + 1 >= outsz) { ok = 0; break; }
-            out[o++] = *ins;
-        }
-        if (!ok) break;
-    }
-    out[o] = 0;
-    return ok ? 0 : -1;
-}
-
 /* "run.db" + "-123" -> "run-123.db": the name a forked child or a second process that finds
  * the file busy gets (and, with "-%p", the template of a forked child). */
 static void insert_before_ext(const char *in, const char *ins, char *out, size_t outsz) {

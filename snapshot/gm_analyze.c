@@ -1,0 +1,427 @@
+/* gm_analyze.c — loads a gpumem database into memory and runs the one sweep every report
+ * uses.
+ *
+ * Design. Reports are sweeps, never quadratic queries: the small tables (strings, modules,
+ * frames, stacks, ranges, names, ooms) are loaded whole; then `events` is read once in seq
+ * order (its rowid order: a sequential scan, no index) while a hash map of live allocations
+ * keyed by address pairs frees with allocations. The result is one compact record per
+ * allocation (birth, death, size, stack, range, name: 40 bytes) plus running peaks, so
+ * "what was live at the peak / at an OOM / at exit" is a filter over that array afterwards.
+ * Lifetimes are therefore always derived on read, which is also what makes a database from a
+ * killed process (no alloc_life rows for what was alive) report correctly.
+ *
+ * Nothing read is trusted: ids that point nowhere resolve to "?", parents that do not come
+ * before their child are ignored (so no cycles), kinds out of range are counted as other.
+ */
+#include "snapshot/gm.h"
+#include "snapshot/rec.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *dup_col(sqlite3_stmt *s, int i) {
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+const char *gm_str(const gm_model *m, uint64_t id) {
+    uint64_t *i = u64map_get(&m->str_idx, id);
+    return i ? m->strs[*i] : NULL;
+}
+
+const gm_range *gm_range_of(const gm_model *m, uint64_t id) {
+    uint64_t *i = u64map_get(&m->range_idx, id);
+    return i ? &m->ranges[*i] : NULL;
+}
+
+static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
+    snprintf(err, errsz, "%s: cannot read %s: %s (the file is damaged or not a complete gpumem "
+             "database)", d->path, what, sqlite3_errmsg(d->db));
+    return -1;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *n = realloc(*p, c * elem);
+    if (!n) return -1;
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
+/* "step 12", "Step_3", "step12" -> 12; else -1 */
+static int64_t step_number(const char *name) {
+    if (!name || strncasecmp(name, "step", 4) != 0) return -1;
+    const char *p = name + 4;
+    while (*p == ' ' || *p == '_' || *p == '-' || *p == '#') p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    int64_t v = 0;
+    for (; isdigit((unsigned char)*p) && v < (1ll << 50); p++) v = v * 10 + (*p - '0');
+    return *p == 0 ? v : -1;
+}
+
+static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
+    sqlite3_stmt *s;
+    size_t cap;
+    /* strings */
+    if (sqlite3_prepare_v2(d->db, "SELECT id, s FROM strings", -1, &s, NULL) != SQLITE_OK)
+        return fail(d, err, errsz, "strings");
+    cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (grow((void **)&m->strs, &cap, m->nstrs + 1, sizeof *m->strs)) break;
+        char *t = dup_col(s, 1);
+        m->strs[m->nstrs] = t ? t : strdup("");
+        u64map_put(&m->str_idx, (uint64_t)sqlite3_column_int64(s, 0), m->nstrs);
+        m->nstrs++;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "strings");
+    /* modules */
+    if (sqlite3_prepare_v2(d->db, "SELECT id, path, build_id FROM modules ORDER BY id", -1, &s, NULL) != SQLITE_OK)
+        return fail(d, err, errsz, "modules");
+    cap = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (grow((void **)&m->mods, &cap, m->nmods + 1, sizeof *m->mods)) break;
+        m->mods[m->nmods].id = sqlite3_column_int64(s, 0);
+        m->mods[m->nmods].path = dup_col(s, 1);
+        m->mods[m->nmods].build_id = dup_col(s, 2);
+        m->nmods++;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "modules");
+    u64map mod_idx = {0};
+    for (size_t i = 0; i < m->nmods; i++) u64map_put(&mod_idx, (uint64_t)m->mods[i].id, i + 1);
+    /* frames */
+    if (sqlite3_prepare_v2(d->db, "SELECT id, module, offset, function, file, line, symbolized FROM frames",
+                           -1, &s, NULL) != SQLITE_OK) {
+        u64map_free(&mod_idx);
+        return fail(d, err, errsz, "frames");
+    }
+    cap = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (grow((void **)&m->frames, &cap, m->nframes + 1, sizeof *m->frames)) break;
+        gm_frame *f = &m->frames[m->nframes];
+        f->id = sqlite3_column_int64(s, 0);
+        uint64_t *mi = u64map_get(&mod_idx, (uint64_t)sqlite3_column_int64(s, 1));
+        f->module = mi ? (uint32_t)*mi : 0;
+        f->offset = (uint64_t)sqlite3_column_int64(s, 2);
+        f->function = dup_col(s, 3);
+        f->file = dup_col(s, 4);
+        int64_t line = sqlite3_column_int64(s, 5);
+        f->line = line > 0 && line < UINT32_MAX ? (uint32_t)line : 0;
+        f->symbolized = sqlite3_column_int(s, 6) != 0;
+        u64map_put(&m->frame_idx, (uint64_t)sqlite3_column_int64(s, 0), m->nframes);
+        m->nframes++;
+    }
+    sqlite3_finalize(s);
+    u64map_free(&mod_idx);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "frames");
+    /* stacks: rows come in (stack, depth) order (the primary key) */
+    if (sqlite3_prepare_v2(d->db, "SELECT stack, depth, frame FROM stacks ORDER BY stack, depth",
+                           -1, &s, NULL) != SQLITE_OK)
+        return fail(d, err, errsz, "stacks");
+    size_t fcap = 0, scap = 0;
+    int64_t cur = INT64_MIN;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0);
+        uint64_t *fi = u64map_get(&m->frame_idx, (uint64_t)sqlite3_column_int64(s, 2));
+        if (id != cur) {
+            if (grow((void **)&m->stack_off, &scap, 2 * (m->nstacks + 1), sizeof *m->stack_off)) break;
+            m->stack_off[2 * m->nstacks] = m->nstack_frames;
+            m->stack_off[2 * m->nstacks + 1] = 0;
+            u64map_put(&m->stack_idx, (uint64_t)id, m->nstacks);
+            m->nstacks++;
+            cur = id;
+        }
+        if (grow((void **)&m->stack_frames, &fcap, m->nstack_frames + 1, sizeof *m->stack_frames)) break;
+        m->stack_frames[m->nstack_frames++] = fi ? (uint32_t)*fi : UINT32_MAX;
+        m->stack_off[2 * (m->nstacks - 1) + 1]++;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "stacks");
+    /* ranges, in id order so a parent (always pushed first) is known before its children */
+    if (sqlite3_prepare_v2(d->db, "SELECT id, parent, name, path FROM ranges ORDER BY id", -1, &s, NULL) != SQLITE_OK)
+        return fail(d, err, errsz, "ranges");
+    cap = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (grow((void **)&m->ranges, &cap, m->nranges + 1, sizeof *m->ranges)) break;
+        gm_range *r = &m->ranges[m->nranges];
+        r->id = sqlite3_column_int64(s, 0);
+        r->parent = sqlite3_column_int64(s, 1);
+        r->path = dup_col(s, 3);
+        r->step = step_number(gm_str(m, (uint64_t)sqlite3_column_int64(s, 2)));
+        if (r->step < 0 && r->parent && r->parent < r->id) {
+            const gm_range *p = gm_range_of(m, (uint64_t)r->parent);
+            if (p) r->step = p->step;
+        }
+        u64map_put(&m->range_idx, (uint64_t)r->id, m->nranges);
+        m->nranges++;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "ranges");
+    /* ooms (optional table) */
+    if (gm_table_exists(d, "ooms") &&
+        sqlite3_prepare_v2(d->db, "SELECT seq, device, requested, allocated, reserved, free_cached, "
+                                  "largest_free, device_free, device_total, limit_bytes FROM ooms ORDER BY seq",
+                           -1, &s, NULL) == SQLITE_OK) {
+        cap = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            if (grow((void **)&m->ooms, &cap, m->nooms + 1, sizeof *m->ooms)) break;
+            gm_oom *o = &m->ooms[m->nooms++];
+            o->seq = (uint64_t)sqlite3_column_int64(s, 0);
+            o->device = sqlite3_column_int(s, 1);
+            o->requested = (uint64_t)sqlite3_column_int64(s, 2);
+            o->allocated = (uint64_t)sqlite3_column_int64(s, 3);
+            o->reserved = (uint64_t)sqlite3_column_int64(s, 4);
+            o->free_cached = (uint64_t)sqlite3_column_int64(s, 5);
+            o->largest_free = (uint64_t)sqlite3_column_int64(s, 6);
+            o->device_free = (uint64_t)sqlite3_column_int64(s, 7);
+            o->device_total = (uint64_t)sqlite3_column_int64(s, 8);
+            o->limit = (uint64_t)sqlite3_column_int64(s, 9);
+        }
+        sqlite3_finalize(s);
+    }
+    return 0;
+}
+
+static int is_alloc(unsigned k) {
+    return k == REC_ALLOC || k == REC_ALLOC_ASYNC || k == REC_HOST_ALLOC || k == REC_MANAGED_ALLOC;
+}
+static int is_free(unsigned k) {
+    return k == REC_FREE || k == REC_FREE_ASYNC || k == REC_HOST_FREE || k == REC_MANAGED_FREE;
+}
+
+static uint64_t *sum_for(gm_model *m, unsigned kind) {
+    if (kind == REC_HOST_ALLOC) return &m->host;
+    if (kind == REC_MANAGED_ALLOC) return &m->managed;
+    return &m->allocated;
+}
+
+static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) {
+    uint64_t *i = u64map_get(idx, (uint64_t)step);
+    if (i) return &m->steps[*i];
+    if (grow((void **)&m->steps, cap, m->nsteps + 1, sizeof *m->steps)) return NULL;
+    gm_step *s = &m->steps[m->nsteps];
+    memset(s, 0, sizeof *s);
+    s->step = step;
+    u64map_put(idx, (uint64_t)step, m->nsteps++);
+    return s;
+}
+
+typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
+
+int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
+    memset(m, 0, sizeof *m);
+    if (load_small(d, m, err, errsz) != 0) return -1;
+    progress = progress && isatty(2);
+    /* names, merged into the sweep by seq */
+    name_ev *names = NULL;
+    size_t nnames = 0, ncap = 0, ni = 0;
+    sqlite3_stmt *s;
+    if (gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(d->db, "SELECT seq, addr, name FROM names ORDER BY seq", -1, &s, NULL) == SQLITE_OK) {
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
+            names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
+                                        (uint64_t)sqlite3_column_int64(s, 1),
+                                        (uint64_t)sqlite3_column_int64(s, 2)};
+        }
+        sqlite3_finalize(s);
+    }
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, t, kind, flags, device, addr, size, stack, range "
+                                  "FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+        free(names);
+        return fail(d, err, errsz, "events");
+    }
+    u64map live = {0}, step_idx = {0};
+    size_t step_cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
+        uint64_t t = (uint64_t)sqlite3_column_int64(s, 1);
+        unsigned kind = (unsigned)sqlite3_column_int(s, 2);
+        unsigned flags = (unsigned)sqlite3_column_int(s, 3);
+        int device = sqlite3_column_int(s, 4);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 5);
+        uint64_t size = (uint64_t)sqlite3_column_int64(s, 6);
+        uint32_t stack = (uint32_t)sqlite3_column_int64(s, 7);
+        uint32_t range = (uint32_t)sqlite3_column_int64(s, 8);
+        if (m->events == 0) m->first_t = t;
+        m->last_t = t;
+        m->events++;
+        if (seq > m->max_seq) m->max_seq = seq;
+        m->count_kind[kind < 32 ? kind : 0]++;
+        if (flags & REC_F_CACHE_HIT) m->cache_hits++;
+        if (flags & REC_F_CACHE_MISS) m->cache_misses++;
+        for (; ni < nnames && names[ni].seq < seq; ni++) {
+            uint64_t *ai = u64map_get(&live, names[ni].addr);
+            if (ai) m->allocs[*ai].name = (uint32_t)names[ni].name;
+        }
+        if (is_alloc(kind)) {
+            uint64_t old;
+            if (u64map_del(&live, addr, &old)) {
+                /* handed out again without a free in between: end the old one here */
+                gm_alloc *o = &m->allocs[old];
+                o->death = seq;
+                uint64_t *sum = sum_for(m, o->kind);
+                *sum -= o->size < *sum ? o->size : *sum;
+                m->unmatched_frees++;
+            }
+            if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+                snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            gm_alloc *a = &m->allocs[m->nallocs];
+            *a = (gm_alloc){seq, 0, size, stack, range, 0, (uint8_t)kind, (int8_t)device};
+            u64map_put(&live, addr, m->nallocs++);
+            uint64_t *sum = sum_for(m, kind);
+            *sum += size;
+        } else if (is_free(kind)) {
+            uint64_t ai;
+            if (u64map_del(&live, addr, &ai)) {
+                gm_alloc *a = &m->allocs[ai];
+                a->death = seq;
+                uint64_t *sum = sum_for(m, a->kind);
+                *sum -= a->size < *sum ? a->size : *sum;
+            } else {
+                m->unmatched_frees++;
+            }
+        } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
+            m->have_segments = 1;
+            m->reserved += size;
+        } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+            m->have_segments = 1;
+            m->reserved -= size < m->reserved ? size : m->reserved;
+        }
+        if (m->allocated > m->peak_allocated) {
+            m->peak_allocated = m->allocated;
+            m->peak_allocated_seq = seq;
+        }
+        if (m->reserved > m->peak_reserved) {
+            m->peak_reserved = m->reserved;
+            m->peak_reserved_seq = seq;
+        }
+        if (m->host > m->peak_host) m->peak_host = m->host;
+        if (range) {
+            const gm_range *r = gm_range_of(m, range);
+            if (r && r->step >= 0) {
+                gm_step *st = step_entry(m, &step_idx, r->step, &step_cap);
+                if (st) st->end_allocated = m->allocated;
+            }
+        }
+        if (progress && (m->events & ((1u << 20) - 1)) == 0)
+            fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
+    }
+    if (progress) fprintf(stderr, "\r%40s\r", "");
+    sqlite3_finalize(s);
+    free(names);
+    if (rc != SQLITE_DONE) {
+        u64map_free(&live);
+        u64map_free(&step_idx);
+        if (rc == SQLITE_NOMEM) return -1;
+        if (m->events == 0) return fail(d, err, errsz, "events");
+        /* a damaged tail: report what was read, and say so */
+        m->truncated_warning = 1;
+    }
+    if (!m->have_segments) {
+        m->peak_reserved = m->peak_allocated;
+        m->peak_reserved_seq = m->peak_allocated_seq;
+        m->reserved = m->allocated;
+    }
+    /* bytes leaked per step */
+    for (size_t i = 0; i < m->nallocs; i++) {
+        gm_alloc *a = &m->allocs[i];
+        if (a->death || !a->range) continue;
+        const gm_range *r = gm_range_of(m, a->range);
+        if (!r || r->step < 0) continue;
+        uint64_t *si = u64map_get(&step_idx, (uint64_t)r->step);
+        if (si) {
+            m->steps[*si].leaked += a->size;
+            m->steps[*si].nleaked++;
+        }
+    }
+    u64map_free(&live);
+    u64map_free(&step_idx);
+    m->derived_on_read = 1;
+    return 0;
+}
+
+void gm_model_free(gm_model *m) {
+    for (size_t i = 0; i < m->nstrs; i++) free(m->strs[i]);
+    free(m->strs);
+    for (size_t i = 0; i < m->nframes; i++) free(m->frames[i].function), free(m->frames[i].file);
+    free(m->frames);
+    for (size_t i = 0; i < m->nmods; i++) free(m->mods[i].path), free(m->mods[i].build_id);
+    free(m->mods);
+    for (size_t i = 0; i < m->nranges; i++) free(m->ranges[i].path);
+    free(m->ranges);
+    free(m->stack_frames);
+    free(m->stack_off);
+    free(m->allocs);
+    free(m->ooms);
+    free(m->steps);
+    u64map_free(&m->str_idx);
+    u64map_free(&m->frame_idx);
+    u64map_free(&m->stack_idx);
+    u64map_free(&m->range_idx);
+    memset(m, 0, sizeof *m);
+}
+
+long gm_stack_frame(const gm_model *m, uint32_t stack, size_t depth, size_t *len) {
+    uint64_t *si = u64map_get(&m->stack_idx, stack);
+    if (!si) {
+        if (len) *len = 0;
+        return -1;
+    }
+    uint64_t off = m->stack_off[2 * *si], n = m->stack_off[2 * *si + 1];
+    if (len) *len = n;
+    if (depth >= n) return -1;
+    uint32_t f = m->stack_frames[off + depth];
+    return f == UINT32_MAX || f >= m->nframes ? -1 : (long)f;
+}
+
+static int internal_module(const gm_model *m, const gm_frame *f) {
+    if (!f->module || f->module > m->nmods) return 0;
+    const char *p = m->mods[f->module - 1].path;
+    if (!p) return 0;
+    const char *b = strrchr(p, '/');
+    b = b ? b + 1 : p;
+    return strncmp(b, "libgpumem", 9) == 0 || strncmp(b, "libcudart", 9) == 0 ||
+           strncmp(b, "libcuda.", 8) == 0 || strncmp(b, "libcuda-", 8) == 0;
+}
+
+long gm_stack_site(const gm_model *m, uint32_t stack) {
+    size_t n;
+    long first = gm_stack_frame(m, stack, 0, &n);
+    for (size_t i = 0; i < n; i++) {
+        long f = gm_stack_frame(m, stack, i, NULL);
+        if (f >= 0 && !internal_module(m, &m->frames[f])) return f;
+    }
+    return first;
+}
+
+void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
+    if (fi < 0 || (size_t)fi >= m->nframes) {
+        snprintf(out, outsz, "(unknown)");
+        return;
+    }
+    const gm_frame *f = &m->frames[fi];
+    const char *mod = f->module && f->module <= m->nmods && m->mods[f->module - 1].path
+                          ? m->mods[f->module - 1].path : "?";
+    const char *mb = strrchr(mod, '/');
+    mb = mb ? mb + 1 : mod;
+    if (f->function && f->file) {
+        const char *fb = strrchr(f->file, '/');
+        snprintf(out, outsz, "%s (%s:%u)", f->function, fb ? fb + 1 : f->file, f->line);
+    } else if (f->function) {
+        snprintf(out, outsz, "%s (%s)", f->function, mb);
+    } else {
+        snprintf(out, outsz, "%s+0x%llx", mb, (unsigned long long)f->offset);
+    }
+}

@@ -1,0 +1,158 @@
+/* gm_db.c — opening a gpumem database without trusting it.
+ *
+ * Order of checks, each with its own message: the file exists and is a regular file; it is
+ * not empty; its first 16 bytes are the SQLite magic; SQLite opens it (read-write when we may,
+ * so a WAL left by a killed process can be recovered; read-only otherwise); it has a `meta`
+ * table with schema_major (else it is some other SQLite file); the major version is one we
+ * read (a newer one is refused, an older one would be migrated — schema 1 is the first, so
+ * there is nothing to migrate yet); the tables the reports need are there. Everything after
+ * that treats every value as possibly wrong (ids that point nowhere, NULLs, wrong types):
+ * see gm_analyze.c.
+ */
+#include "snapshot/gm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define GM_SCHEMA_MAJOR 1
+
+int gm_table_exists(gm_db *d, const char *name) {
+    sqlite3_stmt *s;
+    int found = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+    found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return found;
+}
+
+int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
+    sqlite3_stmt *s;
+    int64_t v = dflt;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
+        return dflt;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {
+    sqlite3_stmt *s;
+    out[0] = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(s, 0);
+        if (t) snprintf(out, outsz, "%s", (const char *)t);
+    }
+    sqlite3_finalize(s);
+}
+
+void gm_db_close(gm_db *d) {
+    if (d->db) sqlite3_close(d->db);
+    d->db = NULL;
+}
+
+int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
+    memset(d, 0, sizeof *d);
+    snprintf(d->path, sizeof d->path, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errsz, "%s: %s (give the database written by gpumem record / GPUMEM_DB)",
+                 path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errsz, "%s is not a regular file", path);
+        return -1;
+    }
+    if (st.st_size == 0) {
+        snprintf(err, errsz, "%s is empty: the recording never started (was the program run "
+                 "with gpumem record, and did it reach a CUDA allocation?)", path);
+        return -1;
+    }
+    char magic[16] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, magic, 16) != 16 || memcmp(magic, "SQLite format 3", 16) != 0) {
+        if (fd >= 0) close(fd);
+        snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
+                 "before its first page)", path);
+        return -1;
+    }
+    close(fd);
+    int rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+    d->writable = rc == SQLITE_OK;
+    if (rc != SQLITE_OK) {
+        sqlite3_close(d->db);
+        d->db = NULL;
+        rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL);
+    }
+    if (rc != SQLITE_OK) {
+        snprintf(err, errsz, "%s: SQLite cannot open it: %s", path,
+                 d->db ? sqlite3_errmsg(d->db) : sqlite3_errstr(rc));
+        gm_db_close(d);
+        return -1;
+    }
+    sqlite3_busy_timeout(d->db, 2000);
+    sqlite3_exec(d->db, "PRAGMA cache_size=-65536", NULL, NULL, NULL);
+    sqlite3_stmt *s;
+    rc = sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = 'schema_major'", -1, &s, NULL);
+    if (rc != SQLITE_OK) {
+        int code = sqlite3_errcode(d->db);
+        if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
+            snprintf(err, errsz, "%s is damaged (SQLite: %s); it may have been truncated or "
+                     "overwritten — nothing can be read from it", path, sqlite3_errmsg(d->db));
+        else
+            snprintf(err, errsz, "%s is an SQLite file but not a gpumem database (%s)", path,
+                     sqlite3_errmsg(d->db));
+        gm_db_close(d);
+        return -1;
+    }
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        snprintf(err, errsz, rc == SQLITE_DONE
+                     ? "%s has no schema version in its meta table: not a gpumem database"
+                     : "%s is damaged: cannot read its meta table (%s)",
+                 path, sqlite3_errmsg(d->db));
+        sqlite3_finalize(s);
+        gm_db_close(d);
+        return -1;
+    }
+    d->schema_major = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    d->schema_minor = (int)gm_meta_int(d, "schema_minor", 0);
+    if (d->schema_major > GM_SCHEMA_MAJOR) {
+        snprintf(err, errsz, "%s was written by a newer gpumem (schema %d.%d); this gpumem reads "
+                 "schema %d.x — upgrade gpumem to read it", path, d->schema_major,
+                 d->schema_minor, GM_SCHEMA_MAJOR);
+        gm_db_close(d);
+        return -1;
+    }
+    if (d->schema_major < 1) {
+        snprintf(err, errsz, "%s has schema version %d, which no gpumem ever wrote: not a "
+                 "gpumem database", path, d->schema_major);
+        gm_db_close(d);
+        return -1;
+    }
+    static const char *const need[] = {"events", "strings", "ranges", "stacks", "frames", "modules"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!gm_table_exists(d, need[i])) {
+            snprintf(err, errsz, "%s is a gpumem database without its '%s' table: damaged or "
+                     "edited; it cannot be reported on", path, need[i]);
+            gm_db_close(d);
+            return -1;
+        }
+    char state[32];
+    gm_meta_text(d, "state", state, sizeof state);
+    d->closed = strcmp(state, "closed") == 0;
+    return 0;
+}

@@ -1,0 +1,511 @@
+/* gm_report.c — the printers behind `gpumem report` and `gpumem leaks` (text and JSON).
+ *
+ * Everything here works on the in-memory model from gm_analyze.c: a set of allocations is
+ * chosen by a filter over the allocation array (live at the peak, at an OOM, at exit), then
+ * grouped by a string key (call site, phase) with one sort — O(n log n) in the set, never a
+ * query per row.
+ */
+#include "snapshot/gm.h"
+#include "snapshot/rec.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void gm_fmt_bytes(uint64_t v, char *out, size_t outsz) {
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (v < 1024) {
+        snprintf(out, outsz, "%" PRIu64 " B", v);
+        return;
+    }
+    double x = (double)v;
+    int i = 0;
+    while (x >= 1024 && i < 5) x /= 1024, i++;
+    snprintf(out, outsz, "%.2f %s", x, u[i]);
+}
+
+void gm_json_str(FILE *out, const char *s) {
+    if (!s) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f) fprintf(out, "\\u%04x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* ---------------------------------------------------------------- grouping */
+
+typedef struct group {
+    const char *key;
+    uint64_t bytes, count;
+    size_t sample; /* an allocation of the group (for its stack) */
+} group;
+
+static int cmp_key(const void *a, const void *b) {
+    const group *x = a, *y = b;
+    return strcmp(x->key, y->key);
+}
+static int cmp_bytes(const void *a, const void *b) {
+    const group *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+/* Sorts by key, merges equal keys, sorts by bytes (descending). Returns the group count. */
+static size_t merge_groups(group *g, size_t n) {
+    if (!n) return 0;
+    qsort(g, n, sizeof *g, cmp_key);
+    size_t o = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(g[i].key, g[o].key) == 0) {
+            g[o].bytes += g[i].bytes;
+            g[o].count += g[i].count;
+        } else {
+            g[++o] = g[i];
+        }
+    }
+    qsort(g, o + 1, sizeof *g, cmp_bytes);
+    return o + 1;
+}
+
+/* Per-stack call-site strings and per-range phase strings, computed once. */
+typedef struct labels {
+    char **site;      /* by stack index */
+    long *site_frame; /* by stack index */
+    char **phase;     /* by range index; "step N" normalized to "step *" when asked */
+} labels;
+
+static void normalize_steps(char *p) {
+    /* "step 12" -> "step *": the same phase is grouped across steps */
+    for (char *s = p; (s = strcasestr(s, "step")) != NULL;) {
+        char *q = s + 4;
+        while (*q == ' ' || *q == '_' || *q == '-' || *q == '#') q++;
+        char *digits = q;
+        while (*q >= '0' && *q <= '9') q++;
+        if (q > digits && (*q == 0 || *q == '/')) {
+            *digits = '*';
+            memmove(digits + 1, q, strlen(q) + 1);
+            s = digits + 1;
+        } else {
+            s = s + 4;
+        }
+    }
+}
+
+static void labels_make(const gm_model *m, labels *l, int norm_steps) {
+    l->site = calloc(m->nstacks + 1, sizeof *l->site);
+    l->site_frame = calloc(m->nstacks + 1, sizeof *l->site_frame);
+    l->phase = calloc(m->nranges + 1, sizeof *l->phase);
+    for (size_t i = 0; i < m->nranges && l->phase; i++) {
+        l->phase[i] = strdup(m->ranges[i].path ? m->ranges[i].path : "?");
+        if (norm_steps && l->phase[i]) normalize_steps(l->phase[i]);
+    }
+}
+
+static void labels_free(const gm_model *m, labels *l) {
+    for (size_t i = 0; l->site && i <= m->nstacks; i++) free(l->site[i]);
+    for (size_t i = 0; l->phase && i < m->nranges; i++) free(l->phase[i]);
+    free(l->site), free(l->site_frame), free(l->phase);
+}
+
+static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *frame) {
+    uint64_t *si = stack ? u64map_get(&m->stack_idx, stack) : NULL;
+    if (!si || !l->site) {
+        if (frame) *frame = -1;
+        return stack ? "(stack not recorded)" : "(no stack: GPUMEM_STACKS=0)";
+    }
+    if (!l->site[*si]) {
+        char buf[1024];
+        long f = gm_stack_site(m, stack);
+        gm_frame_desc(m, f, buf, sizeof buf);
+        l->site[*si] = strdup(buf);
+        l->site_frame[*si] = f;
+    }
+    if (frame) *frame = l->site_frame[*si];
+    return l->site[*si] ? l->site[*si] : "?";
+}
+
+static const char *phase_of(const gm_model *m, labels *l, uint32_t range) {
+    uint64_t *ri = range ? u64map_get(&m->range_idx, range) : NULL;
+    if (!ri || !l->phase || !l->phase[*ri]) return "(outside any NVTX range)";
+    return l->phase[*ri];
+}
+
+typedef int (*alloc_filter)(const gm_alloc *a, uint64_t at);
+static int live_at(const gm_alloc *a, uint64_t at) {
+    return a->birth <= at && (a->death == 0 || a->death > at) && a->kind != REC_HOST_ALLOC &&
+           a->kind != REC_MANAGED_ALLOC;
+}
+static int alive_at_end(const gm_alloc *a, uint64_t at) {
+    (void)at;
+    return a->death == 0;
+}
+
+/* Builds groups by site (by_site = 1) or phase of the allocations passing filter. */
+static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_t at, int by_site,
+                           group **out, uint64_t *total, uint64_t *count) {
+    size_t n = 0, cap = 0;
+    group *g = NULL;
+    *total = *count = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!f(a, at)) continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 256;
+            group *ng = realloc(g, c * sizeof *ng);
+            if (!ng) break;
+            g = ng, cap = c;
+        }
+        g[n].key = by_site ? site_of(m, l, a->stack, NULL) : phase_of(m, l, a->range);
+        g[n].bytes = a->size;
+        g[n].count = 1;
+        g[n].sample = i;
+        n++;
+        *total += a->size;
+        (*count)++;
+    }
+    *out = g;
+    return merge_groups(g, n);
+}
+
+static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+static void print_groups_text(FILE *out, const char *title, group *g, size_t n, int top,
+                              uint64_t total) {
+    fprintf(out, "  %s\n", title);
+    if (n == 0) fprintf(out, "    (nothing)\n");
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        char b[32];
+        gm_fmt_bytes(g[i].bytes, b, sizeof b);
+        fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s\n", b, pct(g[i].bytes, total), g[i].count,
+                g[i].key);
+    }
+    if (n > (size_t)top) fprintf(out, "    ... %zu more (use --top N)\n", n - (size_t)top);
+}
+
+static void print_groups_json(FILE *out, const char *name, group *g, size_t n, int top,
+                              uint64_t total, const char *keyname) {
+    fprintf(out, "\"%s\":[", name);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        fprintf(out, "%s{\"%s\":", i ? "," : "", keyname);
+        gm_json_str(out, g[i].key);
+        fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"share\":%.4f}", g[i].bytes,
+                g[i].count, total ? (double)g[i].bytes / (double)total : 0.0);
+    }
+    fputc(']', out);
+}
+
+/* ---------------------------------------------------------------- report */
+
+typedef struct summary {
+    uint64_t n_alloc, n_free, n_async, n_host, n_managed, n_oom, n_foreign, n_double;
+    uint64_t driver_calls;
+    double hit_rate; /* < 0: unknown */
+    const char *hit_source;
+    int64_t dropped, app_ns, writer_cpu_ns, db_bytes, stat_peak_reserved, stat_peak_allocated;
+    double seconds;
+} summary;
+
+static void make_summary(gm_db *d, gm_model *m, summary *s) {
+    memset(s, 0, sizeof *s);
+    const uint64_t *k = m->count_kind;
+    s->n_alloc = k[REC_ALLOC] + k[REC_ALLOC_ASYNC];
+    s->n_async = k[REC_ALLOC_ASYNC];
+    s->n_free = k[REC_FREE] + k[REC_FREE_ASYNC];
+    s->n_host = k[REC_HOST_ALLOC];
+    s->n_managed = k[REC_MANAGED_ALLOC];
+    s->n_oom = k[REC_OOM];
+    s->n_foreign = k[REC_FOREIGN_FREE];
+    s->n_double = k[REC_DOUBLE_FREE];
+    s->driver_calls = k[REC_SEG_MAP] + k[REC_SEG_UNMAP] + k[REC_SEG_RESERVE] + k[REC_SEG_RELEASE] +
+                      k[REC_DRIVER_ALLOC] + k[REC_DRIVER_FREE];
+    int64_t st_calls = gm_meta_int(d, "stat.driver_alloc_calls", 0) + gm_meta_int(d, "stat.driver_free_calls", 0) +
+                       gm_meta_int(d, "stat.driver_map_calls", 0) + gm_meta_int(d, "stat.driver_unmap_calls", 0);
+    if (!s->driver_calls && st_calls > 0) s->driver_calls = (uint64_t)st_calls;
+    s->hit_rate = -1;
+    if (m->cache_hits + m->cache_misses) {
+        s->hit_rate = pct(m->cache_hits, m->cache_hits + m->cache_misses);
+        s->hit_source = "events";
+    } else {
+        int64_t h = gm_meta_int(d, "stat.cache_hits", -1), mi = gm_meta_int(d, "stat.cache_misses", -1);
+        if (h >= 0 && mi >= 0 && h + mi > 0) {
+            s->hit_rate = pct((uint64_t)h, (uint64_t)(h + mi));
+            s->hit_source = "allocator stats";
+        }
+    }
+    s->dropped = gm_meta_int(d, "dropped_events", 0);
+    s->app_ns = gm_meta_int(d, "app_ns_per_event", -1);
+    s->writer_cpu_ns = gm_meta_int(d, "writer_cpu_ns", -1);
+    s->stat_peak_reserved = gm_meta_int(d, "stat.peak_reserved", -1);
+    s->stat_peak_allocated = gm_meta_int(d, "stat.peak_allocated", -1);
+    struct stat st;
+    s->db_bytes = stat(d->path, &st) == 0 ? st.st_size : 0;
+    s->seconds = (double)(m->last_t - m->first_t) / 1e9;
+}
+
+static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
+    char cmd[512];
+    gm_meta_text(d, "cmdline", cmd, sizeof cmd);
+    fprintf(out, "gpumem %s: %s\n", what, d->path);
+    fprintf(out, "  program   %s (pid %" PRId64 ")\n", cmd[0] ? cmd : "?", gm_meta_int(d, "pid", 0));
+    if (!d->closed)
+        fprintf(out, "  note      the recording did not end cleanly (process killed, or still "
+                     "running): this is what was committed, %" PRIu64 " events\n", m->events);
+    if (m->truncated_warning)
+        fprintf(out, "  note      the events table is damaged after event %" PRIu64
+                     ": the rest could not be read\n", m->max_seq);
+}
+
+static const char *oom_advice(const gm_oom *o) {
+    if (o->free_cached >= o->requested && o->largest_free < o->requested)
+        return "fragmentation: enough memory was cached but no block was large enough. Use "
+               "expandable segments (GPUMEM_CONF=expandable_segments:true, the default in "
+               "replace mode), or free/allocate the largest tensors first; `gpumem frag` shows "
+               "which sizes split the segments";
+    if (o->limit && o->reserved + o->requested > o->limit)
+        return "the configured limit was reached: raise it (GPUMEM_CONF limit) or lower the peak";
+    if (o->device_total && o->requested > o->device_total)
+        return "the request alone is larger than the device: split the tensor or shard it";
+    return "the live tensors need more than the device has: lower the peak (smaller batch with "
+           "gradient accumulation, activation recompute, CPU offload, bf16 activations; see "
+           "`gpumem advise`), the top call sites above are what to look at first";
+}
+
+int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
+    summary s;
+    make_summary(d, m, &s);
+    labels l;
+    labels_make(m, &l, 0);
+    group *gs = NULL, *gp = NULL;
+    uint64_t total, count;
+    size_t ns = group_allocs(m, &l, live_at, m->peak_allocated_seq, 1, &gs, &total, &count);
+    size_t np = group_allocs(m, &l, live_at, m->peak_allocated_seq, 0, &gp, &total, &count);
+    double util = pct(m->peak_allocated, m->peak_reserved);
+    uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * m->events : 0;
+    if (o->json) {
+        fprintf(out, "{\"database\":");
+        gm_json_str(out, d->path);
+        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",\"summary\":{", d->closed ? "true" : "false",
+                d->schema_major, d->schema_minor);
+        fprintf(out, "\"events\":%" PRIu64 ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
+                     ",\"utilization\":%.4f,\"allocations\":%" PRIu64 ",\"frees\":%" PRIu64
+                     ",\"async_allocations\":%" PRIu64 ",\"host_allocations\":%" PRIu64
+                     ",\"cache_hit_rate\":",
+                m->events, m->peak_allocated, m->peak_reserved, util / 100, s.n_alloc, s.n_free,
+                s.n_async, s.n_host);
+        if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
+        else fputs("null", out);
+        fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
+                     ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
+                     ",\"app_ns_per_event\":%" PRId64 ",\"writer_cpu_ns\":%" PRId64
+                     ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
+                s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double, s.app_ns,
+                s.writer_cpu_ns, s.db_bytes, s.seconds);
+        fprintf(out, "\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
+                m->peak_allocated_seq, total, count);
+        print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
+        fputc(',', out);
+        print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
+        fprintf(out, "},\"ooms\":[");
+    } else {
+        char a[32], b[32], c[32];
+        print_header(d, m, out, "report");
+        fprintf(out, "\nSummary\n");
+        gm_fmt_bytes(m->peak_allocated, a, sizeof a);
+        gm_fmt_bytes(m->peak_reserved, b, sizeof b);
+        fprintf(out, "  peak allocated      %s (at event %" PRIu64 ")\n", a, m->peak_allocated_seq);
+        fprintf(out, "  peak reserved       %s%s\n", b, m->have_segments ? "" : " (no segment events: allocations went straight to the driver)");
+        fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
+        fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
+                     ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
+                s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
+        if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
+        else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");
+        fprintf(out, "  driver calls        %" PRIu64 "\n", s.driver_calls);
+        fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
+        if (s.n_foreign || s.n_double)
+            fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
+        fprintf(out, "  dropped events      %" PRId64 "%s\n", s.dropped,
+                s.dropped ? " (the ring was full: raise GPUMEM_RING; reports undercount)" : "");
+        gm_fmt_bytes((uint64_t)s.db_bytes, c, sizeof c);
+        fprintf(out, "  recording overhead  ");
+        if (s.app_ns >= 0) fprintf(out, "%" PRId64 " ns/event on app threads (%.3f s total), ", s.app_ns, (double)app_total_ns / 1e9);
+        if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
+        fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
+        gm_fmt_bytes(total, a, sizeof a);
+        fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
+        print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
+        print_groups_text(out, "by call site", gs, ns, o->top, total);
+        fprintf(out, "\nOOM forensics\n");
+        if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
+    }
+    for (size_t i = 0; i < m->nooms; i++) {
+        const gm_oom *oo = &m->ooms[i];
+        group *go = NULL;
+        uint64_t ot, oc;
+        size_t no = group_allocs(m, &l, live_at, oo->seq, 1, &go, &ot, &oc);
+        if (o->json) {
+            fprintf(out, "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
+                         ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
+                         ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"advice\":",
+                    i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
+                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
+            gm_json_str(out, oom_advice(oo));
+            fputc(',', out);
+            print_groups_json(out, "live_by_site", go, no, o->top, ot, "site");
+            fputc('}', out);
+        } else {
+            char r[32], al[32], re[32], fc[32], lf[32];
+            gm_fmt_bytes(oo->requested, r, sizeof r);
+            gm_fmt_bytes(oo->allocated, al, sizeof al);
+            gm_fmt_bytes(oo->reserved, re, sizeof re);
+            gm_fmt_bytes(oo->free_cached, fc, sizeof fc);
+            gm_fmt_bytes(oo->largest_free, lf, sizeof lf);
+            fprintf(out, "  OOM %zu at event %" PRIu64 " on device %d: requested %s\n", i + 1, oo->seq, oo->device, r);
+            fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
+            if (oo->device_total) {
+                char df[32], dt[32];
+                gm_fmt_bytes(oo->device_free, df, sizeof df);
+                gm_fmt_bytes(oo->device_total, dt, sizeof dt);
+                fprintf(out, ", device free %s of %s", df, dt);
+            }
+            fprintf(out, "\n    what to change: %s\n", oom_advice(oo));
+            print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
+        }
+        free(go);
+    }
+    if (o->json) fputs("]}\n", out);
+    free(gs), free(gp);
+    labels_free(m, &l);
+    return 0;
+}
+
+void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
+    summary s;
+    make_summary(d, m, &s);
+    char a[32], b[32];
+    gm_fmt_bytes(m->peak_allocated, a, sizeof a);
+    gm_fmt_bytes(m->peak_reserved, b, sizeof b);
+    fprintf(out, "gpumem: peak allocated %s, peak reserved %s (%.1f%% utilization), %" PRIu64
+                 " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
+            a, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+}
+
+/* ---------------------------------------------------------------- leaks */
+
+int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
+    labels l;
+    labels_make(m, &l, 1);
+    group *gs = NULL, *gp = NULL;
+    uint64_t total, count;
+    size_t ns = group_allocs(m, &l, alive_at_end, 0, 1, &gs, &total, &count);
+    size_t np = group_allocs(m, &l, alive_at_end, 0, 0, &gp, &total, &count);
+    *leaked_bytes = total;
+    /* growth across steps: least-squares slope of the allocated bytes at each step's end */
+    double slope = 0;
+    if (m->nsteps >= 2) {
+        double sx = 0, sy = 0, sxx = 0, sxy = 0, n = (double)m->nsteps;
+        for (size_t i = 0; i < m->nsteps; i++) {
+            double x = (double)i, y = (double)m->steps[i].end_allocated;
+            sx += x, sy += y, sxx += x * x, sxy += x * y;
+        }
+        double den = n * sxx - sx * sx;
+        slope = den != 0 ? (n * sxy - sx * sy) / den : 0;
+    }
+    if (o->json) {
+        fprintf(out, "{\"database\":");
+        gm_json_str(out, d->path);
+        fprintf(out, ",\"complete\":%s,\"leaks\":[", d->closed ? "true" : "false");
+        for (size_t i = 0; i < ns && (int)i < o->top; i++) {
+            const gm_alloc *a = &m->allocs[gs[i].sample];
+            fprintf(out, "%s{\"site\":", i ? "," : "");
+            gm_json_str(out, gs[i].key);
+            fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"stack\":[", gs[i].bytes, gs[i].count);
+            size_t len;
+            gm_stack_frame(m, a->stack, 0, &len);
+            for (size_t k = 0; k < len; k++) {
+                long fi = gm_stack_frame(m, a->stack, k, NULL);
+                const gm_frame *f = fi >= 0 ? &m->frames[fi] : NULL;
+                fprintf(out, "%s{\"function\":", k ? "," : "");
+                gm_json_str(out, f ? f->function : NULL);
+                fputs(",\"file\":", out);
+                gm_json_str(out, f ? f->file : NULL);
+                fprintf(out, ",\"line\":%u,\"module\":", f ? f->line : 0);
+                gm_json_str(out, f && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL);
+                fprintf(out, ",\"offset\":%" PRIu64 "}", f ? f->offset : 0);
+            }
+            fputs("]}", out);
+        }
+        fputs("],", out);
+        print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
+        fputs(",\"steps\":[", out);
+        for (size_t i = 0; i < m->nsteps; i++)
+            fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
+                    i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
+        fprintf(out, "],\"growth_per_step\":%.0f,\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 "}\n",
+                slope, total, count);
+    } else {
+        print_header(d, m, out, "leaks");
+        fprintf(out, "\nAlive at exit, by call site\n");
+        if (ns == 0) fprintf(out, "  nothing: every allocation was freed\n");
+        for (size_t i = 0; i < ns && (int)i < o->top; i++) {
+            char b[32];
+            gm_fmt_bytes(gs[i].bytes, b, sizeof b);
+            fprintf(out, "  %s in %" PRIu64 " allocation%s at %s\n", b, gs[i].count, gs[i].count == 1 ? "" : "s", gs[i].key);
+            const gm_alloc *a = &m->allocs[gs[i].sample];
+            long site;
+            site_of(m, &l, a->stack, &site);
+            size_t len;
+            gm_stack_frame(m, a->stack, 0, &len);
+            int shown = 0, after = 0;
+            for (size_t k = 0; k < len && shown < 6; k++) {
+                long fi = gm_stack_frame(m, a->stack, k, NULL);
+                if (fi == site) { after = 1; continue; }
+                if (!after) continue;
+                char fd[1024];
+                gm_frame_desc(m, fi, fd, sizeof fd);
+                fprintf(out, "      called from %s\n", fd);
+                shown++;
+            }
+            const char *nm = gm_str(m, a->name);
+            fprintf(out, "      phase: %s%s%s\n", phase_of(m, &l, a->range), nm ? ", named " : "", nm ? nm : "");
+        }
+        if (ns > (size_t)o->top) fprintf(out, "  ... %zu more call sites (use --top N)\n", ns - (size_t)o->top);
+        fprintf(out, "\nAlive at exit, by phase\n");
+        for (size_t i = 0; i < np && (int)i < o->top; i++) {
+            char b[32];
+            gm_fmt_bytes(gp[i].bytes, b, sizeof b);
+            fprintf(out, "  %12s in %6" PRIu64 "  %s\n", b, gp[i].count, gp[i].key);
+        }
+        if (m->nsteps) {
+            fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
+            size_t show = m->nsteps <= 12 ? m->nsteps : 12;
+            for (size_t i = 0; i < m->nsteps; i++) {
+                if (m->nsteps > 12 && i == 6) fprintf(out, "  ...\n");
+                if (m->nsteps > 12 && i >= 6 && i < m->nsteps - 6) continue;
+                char e[32], k[32];
+                gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
+                gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
+                fprintf(out, "  step %-8" PRId64 " allocated at its end %12s, still alive at exit %12s\n",
+                        m->steps[i].step, e, k);
+            }
+            (void)show;
+            char g[32];
+            gm_fmt_bytes(slope > 0 ? (uint64_t)slope : (uint64_t)-slope, g, sizeof g);
+            if (m->nsteps >= 2 && slope >= 1024)
+                fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
+            else
+                fprintf(out, "  no steady growth across steps\n");
+        }
+        fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
+    }
+    free(gs), free(gp);
+    labels_free(m, &l);
+    return (o->fail_on_leak && total > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
+}
