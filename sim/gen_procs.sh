@@ -25,7 +25,7 @@ if [[ $kind == driver ]]; then
     echo '#ifndef SIM_PROCS_H'
     echo '#define SIM_PROCS_H'
     echo '#include <stddef.h>'
-    echo 'typedef struct sim_cu_proc { const char *base; int version; void *fn; } sim_cu_proc;'
+    echo 'typedef struct sim_cu_proc { const char *base; int suffix; int since; void *fn; } sim_cu_proc;'
     echo 'extern const sim_cu_proc sim_cu_procs[];'
     echo 'extern const size_t sim_cu_nprocs;'
     printf '#define SIM_CU_ERRORS'
@@ -43,12 +43,36 @@ if [[ $kind == driver ]]; then
       echo "__attribute__((weak)) int $n(void) { return sim_unsupported(\"$n\"); }"
     done <"$tmp/names"
     echo 'const sim_cu_proc sim_cu_procs[] = {'
-    while read -r n; do
-      base=$(sed -E 's/_v([0-9]+)$//' <<<"$n")
-      ver=1
-      if [[ $n =~ _v([0-9]+)$ ]]; then ver=${BASH_REMATCH[1]}; fi
-      echo "  {\"$base\", $ver, (void *)$n},"
-    done <"$tmp/names"
+    # Which CUDA version introduced each variant: cudaTypedefs.h has one PFN_<base>_v<version>
+    # typedef per variant; matched from the newest down to the header's names (plain, _v2, _v3
+    # ...), the newest version goes to the highest suffix. cuGetProcAddress then answers a
+    # request for version V with the newest variant introduced at or before V, like the driver.
+    grep -oE 'PFN_[A-Za-z0-9_]+_v[0-9]{4,}\)' "$inc/cudaTypedefs.h" | sed -E 's/^PFN_//; s/\)$//' |
+      sed -E 's/_v([0-9]+)$/ \1/' | sort -u >"$tmp/pfn"
+    awk '
+      FNR == NR { nv[$1]++; v[$1, nv[$1]] = $2 + 0; next }
+      {
+        name = $1; base = name; suf = 1
+        if (match(name, /_v[0-9]+$/)) { base = substr(name, 1, RSTART - 1); suf = substr(name, RSTART + 2) + 0 }
+        ns[base]++; sn[base, ns[base]] = name; ss[base, ns[base]] = suf
+      }
+      END {
+        for (b in ns) {
+          n = ns[b]
+          for (i = 2; i <= n; i++) for (j = i; j > 1 && ss[b, j] < ss[b, j - 1]; j--) {
+            t = ss[b, j]; ss[b, j] = ss[b, j - 1]; ss[b, j - 1] = t
+            t = sn[b, j]; sn[b, j] = sn[b, j - 1]; sn[b, j - 1] = t
+          }
+          m = nv[b] + 0
+          for (i = 2; i <= m; i++) for (j = i; j > 1 && v[b, j] < v[b, j - 1]; j--) {
+            t = v[b, j]; v[b, j] = v[b, j - 1]; v[b, j - 1] = t
+          }
+          for (k = 0; k < n; k++) {
+            ver = (m - k >= 1) ? v[b, m - k] : 0
+            printf "  {\"%s\", %d, %d, (void *)%s},\n", b, ss[b, n - k], ver, sn[b, n - k]
+          }
+        }
+      }' "$tmp/pfn" "$tmp/names" | sort
     echo '};'
     echo 'const size_t sim_cu_nprocs = sizeof sim_cu_procs / sizeof sim_cu_procs[0];'
   } >"$tmp/sim_cu_procs.c"

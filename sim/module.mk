@@ -43,14 +43,14 @@ $(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
 # ---- tests ------------------------------------------------------------------------------------
 # Tests link the sim by path and find it at run time through an rpath relative to the binary
 # ($(BUILD)/tests/unit/x -> $(BUILD)/sim), so they work for every $(BUILD).
-SIM_TEST_RPATH := -Wl,-rpath,'$$ORIGIN/../../sim'
+SIM_TEST_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
 SIM_RUNTIME_TESTS := sim_runtime
 SIM_DRIVER_TESTS := $(filter-out $(SIM_RUNTIME_TESTS),$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/sim_*.c)))
-$(foreach t,$(SIM_DRIVER_TESTS),$(eval $(t)_LIBS := $(SIM_DIR)/libcuda.so) \
-    $(eval $(t)_LDLIBS := $(SIM_TEST_RPATH) -lpthread))
+$(foreach t,$(SIM_DRIVER_TESTS),$(eval $(t)_LIBS = $$(SIM_DIR)/libcuda.so) \
+    $(eval $(t)_LDLIBS = $$(SIM_TEST_RPATH) -lpthread))
 # Links only the runtime: the driver must be reached through dlopen.
-sim_runtime_LIBS := $(SIM_DIR)/libcudart.so
-sim_runtime_LDLIBS := $(SIM_TEST_RPATH) -ldl -lpthread
+sim_runtime_LIBS = $(SIM_DIR)/libcudart.so
+sim_runtime_LDLIBS = $(SIM_TEST_RPATH) -ldl -lpthread
 # The runtime test also needs the driver built (it is loaded, not linked).
 $(BUILD)/tests/unit/sim_runtime: | $(SIM_DIR)/libcuda.so
 

@@ -291,10 +291,18 @@ CUresult cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+/* CUDA 13.0's variant takes the context to synchronize; the sim has only the primary one. */
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  SIM_CHECK_INIT();
+  if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  return cuCtxSynchronize();
+}
+
 /* ---- cuGetProcAddress -------------------------------------------------------------------- */
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status);
+
 
 /* The CUDA 11.3 signature (no status), which callers reach by asking for "cuGetProcAddress"
  * with a version below 12000. Exported as "cuGetProcAddress" next to cuGetProcAddress_v2. */
@@ -321,14 +329,27 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
   }
-  /* Several header names can share a base name (cuStreamGetCtx, cuStreamGetCtx_v2): the one
-   * with the highest suffix is the current version. */
-  const sim_cu_proc *best = NULL;
-  for (size_t i = 0; i < sim_cu_nprocs; i++) {
-    if (strcmp(sim_cu_procs[i].base, symbol)) continue;
-    if (!best || sim_cu_procs[i].version > best->version) best = &sim_cu_procs[i];
+  if (!strcmp(symbol, "cuEventElapsedTime") && cudaVersion < 12080) {
+    *pfn = (void *)sim_cuEventElapsedTime_v1;
+    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
   }
-  if (!best) return CUDA_ERROR_NOT_FOUND;
+  /* Several variants can share a base name (cuCtxSynchronize since 2.0, cuCtxSynchronize_v2
+   * since 13.0): the answer is the newest one introduced at or before the requested version. */
+  const sim_cu_proc *best = NULL;
+  bool exists = false;
+  for (size_t i = 0; i < sim_cu_nprocs; i++) {
+    const sim_cu_proc *e = &sim_cu_procs[i];
+    if (strcmp(e->base, symbol)) continue;
+    exists = true;
+    if (e->since > cudaVersion) continue;
+    if (!best || e->since > best->since || (e->since == best->since && e->suffix > best->suffix))
+      best = e;
+  }
+  if (!best) {
+    if (exists && status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+    return CUDA_ERROR_NOT_FOUND;
+  }
   *pfn = best->fn;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
   return CUDA_SUCCESS;

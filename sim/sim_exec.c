@@ -279,7 +279,6 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
 }
 
 /* The CUDA <= 12.7 name; same semantics in the sim. Exported as "cuEventElapsedTime". */
-CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) __asm__("cuEventElapsedTime");
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) {
   return cuEventElapsedTime_v2(ms, start, end);
 }

@@ -154,6 +154,8 @@ void sim_events_complete_all(void);       /* lock held */
 
 /* sim_exec.c */
 bool sim_stream_valid(CUstream s);        /* lock held */
+/* The pre-12.8 cuEventElapsedTime, exported under its old name. */
+CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) __asm__("cuEventElapsedTime");
 
 #define SIM_CHECK_INIT()                                   \
   do {                                                     \

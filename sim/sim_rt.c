@@ -23,7 +23,9 @@
 
 #define RT_EXPORT __attribute__((visibility("default")))
 
-/* The driver functions the runtime uses, resolved through cuGetProcAddress_v2. */
+/* The driver functions the runtime uses, resolved through cuGetProcAddress_v2, each asked for at
+ * the version whose signature the header's prototype has (cuCtxSynchronize at 2.0, not 13.0's
+ * cuCtxSynchronize_v2(CUcontext)), as the real runtime does. */
 #define DRIVER_FUNCS(X)                                                                         \
   X(cuInit, 2000) X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000)    \
   X(cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000)              \
@@ -96,7 +98,7 @@ static void rt_load(void) {
   }
   CUdriverProcAddressQueryResult st;
 #define X(name, ver)                                                                    \
-  if (gpa(#name, (void **)&drv.name, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) || \
+  if (gpa(#name, (void **)&drv.name, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) ||         \
       !drv.name) {                                                                      \
     fprintf(stderr, "gpumem sim runtime: the driver has no %s\n", #name);               \
     rt_init_error = cudaErrorInsufficientDriver;                                        \
