@@ -392,6 +392,18 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
 int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, char *err,
                      size_t errlen);
 
+/* Synthetic transformer-training traces (GPT-2-like, 12 layers, bf16 activations; forward
+ * allocates and saves activations, backward frees them in reverse while allocating gradient
+ * temporaries; parameter gradients and optimizer state appear at the first step):
+ *   "fixed"  — the same sequence length every step;
+ *   "jitter" — the sequence length drawn per step (seeded), as with variable-length batches.
+ * steps 0 = 20. Deterministic for a given (name, steps, seed). */
+int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
+                      alloc_trace_event_t **events, size_t *n);
+
+/* Write events in the text format (round-trips through alloc_trace_parse). */
+int alloc_trace_write(const char *path, const alloc_trace_event_t *events, size_t n);
+
 typedef struct alloc_replay_opts {
     size_t capacity;    /* device memory of the in-memory backend; 0 = 80 GiB */
     size_t granularity; /* 0 = 2 MiB */

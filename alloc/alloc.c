@@ -1,0 +1,1565 @@
+/* alloc.c — the caching allocator: pools, best fit, split/coalesce, expandable and classic
+ * segments, stream-ordered reuse, the OOM path, garbage collection and the release threshold.
+ *
+ * The story of one allocation
+ *   alloc_malloc rounds the size (512 B, or roundup_power2_divisions), picks the pool of the
+ *   stream (small <= 1 MiB, large above), and asks the pool's free index for the best fit. That
+ *   is the fast path: one lock, one tree lookup, an optional split, one hash insert. Only when no
+ *   cached block fits does the slow path run: garbage collection (if configured), then growth
+ *   (map more pages of the pool's expandable range, holes first; or one new classic segment),
+ *   and when the device or the limit says no, the OOM path: synchronize, let every pending free
+ *   land, try the cache again, release every free page or segment, grow again, and only then
+ *   fail with forensics.
+ *
+ * The story of one free
+ *   The block leaves the address map only when it is reusable. With cudaFree semantics an event
+ *   goes on every stream the allocator has seen and the block waits (PENDING) in a FIFO of
+ *   fences; with cudaFreeAsync on the block's own stream it is reusable at once (stream order
+ *   protects it); on another stream one event guards it. A FREE block merges with FREE
+ *   neighbours of the same segment — never across segments, never with unmapped space.
+ *
+ * Expandable ranges are tiled by blocks like classic segments, plus UNMAPPED blocks for address
+ * space without physical memory, so "fill holes before growing" and "unmap fully free pages" are
+ * both block surgery on the same list. Physical memory is mapped one handle (handle_size) at a
+ * time so that any handle can be unmapped on its own later.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/internal.h"
+
+#define LOCK(a) pthread_mutex_lock(&(a)->mu)
+#define UNLOCK(a) pthread_mutex_unlock(&(a)->mu)
+
+enum { GROW_OK = 0, GROW_OOM = 1, GROW_ERR = 2, GROW_NOMEM = 3 };
+
+const char *alloc_strerror(int err)
+{
+    switch (err) {
+    case ALLOC_OK: return "success";
+    case ALLOC_ERR_OOM: return "out of memory";
+    case ALLOC_ERR_INVALID: return "invalid argument";
+    case ALLOC_ERR_NOT_OWNED: return "pointer not owned by this allocator";
+    case ALLOC_ERR_DOUBLE_FREE: return "double free";
+    case ALLOC_ERR_NOT_BASE: return "pointer is inside a block, not its start";
+    case ALLOC_ERR_BACKEND: return "backend (driver) error";
+    case ALLOC_ERR_CONFIG: return "bad configuration";
+    case ALLOC_ERR_CORRUPT: return "allocator invariant broken";
+    case ALLOC_ERR_NOMEM: return "out of host memory for allocator metadata";
+    default: return "unknown error";
+    }
+}
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static inline void stat_add(alloc_stat_t *s, int64_t d)
+{
+    s->current += d;
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
+static inline size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+unsigned a_size_class(uint64_t size)
+{
+    uint64_t u = size >> 9;
+    if (u < 16)
+        return (unsigned)u;
+    unsigned e = 63u - (unsigned)__builtin_clzll(u);
+    return 16u + (e - 4u) * 8u + (unsigned)((u >> (e - 3u)) & 7u);
+}
+
+bool a_block_is_split(const blk_t *b)
+{
+    return (b->prev && b->prev->state != B_UNMAPPED) || (b->next && b->next->state != B_UNMAPPED);
+}
+
+static int be_rc(alloc_t *a, int rc)
+{
+    if (rc != ALLOC_BE_OK && rc != ALLOC_BE_NOT_READY)
+        a->last_be_err = rc;
+    return rc;
+}
+
+/* ---- block structs: recycled through a free list, allocated in chunks ---------------------- */
+
+#define CHUNK_BLOCKS 256
+
+static blk_t *blk_new(alloc_t *a)
+{
+    if (!a->free_blks) {
+        blk_chunk_t *c = malloc(sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
+        if (!c)
+            return NULL;
+        c->next = a->chunks;
+        a->chunks = c;
+        for (int i = CHUNK_BLOCKS - 1; i >= 0; i--) {
+            c->blocks[i].next = a->free_blks;
+            a->free_blks = &c->blocks[i];
+        }
+    }
+    blk_t *b = a->free_blks;
+    a->free_blks = b->next;
+    memset(b, 0, sizeof(*b));
+    return b;
+}
+
+static void blk_del(alloc_t *a, blk_t *b)
+{
+    b->next = a->free_blks;
+    a->free_blks = b;
+}
+
+/* ---- address map: LIVE and PENDING blocks by start address -------------------------------- */
+
+static inline size_t ptr_hash(const ptrmap_t *m, uint64_t key)
+{
+    return (size_t)(((key >> 9) * 0x9E3779B97F4A7C15ull) >> m->shift);
+}
+
+static int ptrmap_init(ptrmap_t *m, unsigned bits)
+{
+    m->cap = (size_t)1 << bits;
+    m->shift = 64 - bits;
+    m->count = 0;
+    m->keys = calloc(m->cap, sizeof(*m->keys));
+    m->vals = calloc(m->cap, sizeof(*m->vals));
+    return (m->keys && m->vals) ? 0 : -1;
+}
+
+blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = ptr_hash(m, key);; i = (i + 1) & mask) {
+        if (m->keys[i] == key)
+            return m->vals[i];
+        if (!m->keys[i])
+            return NULL;
+    }
+}
+
+static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v);
+
+static int ptrmap_grow(ptrmap_t *m)
+{
+    ptrmap_t n;
+    unsigned bits = 64 - m->shift + 1;
+    if (ptrmap_init(&n, bits)) {
+        free(n.keys);
+        free(n.vals);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i])
+            ptrmap_put(&n, m->keys[i], m->vals[i]);
+    free(m->keys);
+    free(m->vals);
+    *m = n;
+    return 0;
+}
+
+static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v)
+{
+    if ((m->count + 1) * 2 > m->cap && ptrmap_grow(m))
+        return -1;
+    size_t mask = m->cap - 1;
+    size_t i = ptr_hash(m, key);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & mask;
+    if (!m->keys[i])
+        m->count++;
+    m->keys[i] = key;
+    m->vals[i] = v;
+    return 0;
+}
+
+static void ptrmap_del(ptrmap_t *m, uint64_t key)
+{
+    size_t mask = m->cap - 1;
+    size_t i = ptr_hash(m, key);
+    while (m->keys[i] != key) {
+        if (!m->keys[i])
+            return;
+        i = (i + 1) & mask;
+    }
+    /* backward-shift deletion keeps probe chains intact without tombstones */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->keys[j])
+            break;
+        size_t h = ptr_hash(m, m->keys[j]);
+        /* move j back to i unless its home lies cyclically in (i, j] */
+        bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
+        if (stay)
+            continue;
+        m->keys[i] = m->keys[j];
+        m->vals[i] = m->vals[j];
+        i = j;
+    }
+    m->keys[i] = 0;
+    m->vals[i] = NULL;
+    m->count--;
+}
+
+/* ---- free index ------------------------------------------------------------------------------ */
+
+static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
+{
+    b->state = B_FREE;
+    unsigned c = a_size_class(b->size);
+    rb_insert(&p->cls[c], b);
+    p->bitmap[c >> 6] |= 1ull << (c & 63);
+    p->free_bytes += b->size;
+    a->cached_free += b->size;
+    b->split_counted = a_block_is_split(b);
+    if (b->split_counted) {
+        stat_add(&a->st.inactive_split_bytes, (int64_t)b->size);
+        stat_add(&a->st.inactive_split, 1);
+    }
+}
+
+static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
+{
+    unsigned c = a_size_class(b->size);
+    rb_erase(&p->cls[c], b);
+    if (!p->cls[c].root)
+        p->bitmap[c >> 6] &= ~(1ull << (c & 63));
+    p->free_bytes -= b->size;
+    a->cached_free -= b->size;
+    if (b->split_counted) {
+        stat_add(&a->st.inactive_split_bytes, -(int64_t)b->size);
+        stat_add(&a->st.inactive_split, -1);
+        b->split_counted = 0;
+    }
+}
+
+static int next_class(const pool_t *p, unsigned c)
+{
+    if (c >= A_NCLS)
+        return -1;
+    unsigned w = c >> 6;
+    uint64_t bits = p->bitmap[w] & (~0ull << (c & 63));
+    for (;;) {
+        if (bits)
+            return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+        if (++w >= A_NCLS_WORDS)
+            return -1;
+        bits = p->bitmap[w];
+    }
+}
+
+static blk_t *largest_free(const pool_t *p)
+{
+    for (int w = A_NCLS_WORDS - 1; w >= 0; w--)
+        if (p->bitmap[w])
+            return rb_last(&p->cls[w * 64 + 63 - __builtin_clzll(p->bitmap[w])]);
+    return NULL;
+}
+
+/* Best fit: the smallest FREE block >= rs (lowest address among equals), then PyTorch's
+ * max_split_size rules: an oversize block (>= max_split_size) is not used for a request below
+ * max_split_size, nor for a larger request it exceeds by 20 MiB or more. */
+static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
+{
+    unsigned c = a_size_class(rs);
+    blk_t *b = p->cls[c].root ? rb_lower_bound(&p->cls[c], rs) : NULL;
+    if (!b) {
+        int c2 = next_class(p, c + 1);
+        if (c2 < 0)
+            return NULL;
+        b = rb_first(&p->cls[c2]);
+    }
+    size_t ms = a->cfg.max_split_size;
+    if (ms != SIZE_MAX) {
+        if (rs < ms && b->size >= ms)
+            return NULL;
+        if (rs >= ms && b->size >= rs + A_LARGE_BUFFER)
+            return NULL;
+    }
+    return b;
+}
+
+static bool should_split(const alloc_t *a, const pool_t *p, size_t rs, size_t rem)
+{
+    if (a->cfg.policy == ALLOC_POLICY_PYTORCH) {
+        if (p->small)
+            return rem >= A_MIN_BLOCK;
+        return rs < a->cfg.max_split_size && rem > A_SMALL_SIZE;
+    }
+    return rem >= A_MIN_BLOCK && rs < a->cfg.max_split_size;
+}
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+
+static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
+{
+    memset(p, 0, sizeof(*p));
+    p->owner = st;
+    p->small = small;
+    size_t h = small ? a->cfg.handle_size_small : a->cfg.handle_size;
+    p->hsize = h;
+}
+
+static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
+{
+    sstate_t *st = a->last_stream;
+    if (st && st->stream == stream)
+        return st;
+    for (size_t i = 0; i < a->nstreams; i++)
+        if (a->streams[i]->stream == stream) {
+            a->last_stream = a->streams[i];
+            return a->streams[i];
+        }
+    if (a->nstreams == a->cap_streams) {
+        size_t nc = a->cap_streams ? a->cap_streams * 2 : 8;
+        sstate_t **ns = realloc(a->streams, nc * sizeof(*ns));
+        if (!ns)
+            return NULL;
+        a->streams = ns;
+        a->cap_streams = nc;
+    }
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return NULL;
+    st->stream = stream;
+    st->fenced = true;
+    pool_init(a, &st->pools[0], st, true);
+    pool_init(a, &st->pools[1], st, false);
+    a->streams[a->nstreams++] = st;
+    a->last_stream = st;
+    return st;
+}
+
+sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
+{
+    for (size_t i = 0; i < a->nstreams; i++)
+        if (a->streams[i]->stream == stream)
+            return a->streams[i];
+    return NULL;
+}
+
+static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
+{
+    if (!a->cfg.per_stream_pools)
+        st = a->streams[0];
+    return &st->pools[rs > A_SMALL_SIZE];
+}
+
+/* ---- segments: classic ------------------------------------------------------------------------ */
+
+static void seg_link(pool_t *p, seg_t *s)
+{
+    s->pool = p;
+    s->prev_in_pool = NULL;
+    s->next_in_pool = p->segs;
+    if (p->segs)
+        p->segs->prev_in_pool = s;
+    p->segs = s;
+}
+
+static void seg_unlink(pool_t *p, seg_t *s)
+{
+    if (s->prev_in_pool)
+        s->prev_in_pool->next_in_pool = s->next_in_pool;
+    else
+        p->segs = s->next_in_pool;
+    if (s->next_in_pool)
+        s->next_in_pool->prev_in_pool = s->prev_in_pool;
+}
+
+/* PyTorch's segment sizes: a 2 MiB segment for small requests, 20 MiB for 1..10 MiB, else the
+ * request rounded to 2 MiB. nocache: exactly the request. */
+static size_t classic_seg_size(const alloc_t *a, size_t rs)
+{
+    if (a->cfg.policy == ALLOC_POLICY_NOCACHE)
+        return rs;
+    if (rs <= A_SMALL_SIZE)
+        return A_SMALL_BUFFER;
+    if (rs < A_MIN_LARGE_ALLOC)
+        return A_LARGE_BUFFER;
+    return round_up(rs, A_ROUND_LARGE);
+}
+
+static bool over_limit(const alloc_t *a, size_t more)
+{
+    return a->cfg.limit && (size_t)a->st.reserved_bytes.current + more > a->cfg.limit;
+}
+
+static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    size_t sz = classic_seg_size(a, rs);
+    if (over_limit(a, sz))
+        return GROW_OOM;
+    seg_t *s = calloc(1, sizeof(*s));
+    blk_t *b = blk_new(a);
+    if (!s || !b) {
+        free(s);
+        if (b)
+            blk_del(a, b);
+        return GROW_NOMEM;
+    }
+    uint64_t addr = 0;
+    a->st.num_backend_calls++;
+    int rc = be_rc(a, a->be.seg_alloc(a->be.ctx, sz, &addr));
+    if (rc != ALLOC_BE_OK) {
+        free(s);
+        blk_del(a, b);
+        return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
+    }
+    a->st.num_device_alloc++;
+    s->base = addr;
+    s->size = sz;
+    s->first = b;
+    seg_link(p, s);
+    b->addr = addr;
+    b->size = sz;
+    b->seg = s;
+    stat_add(&a->st.reserved_bytes, (int64_t)sz);
+    stat_add(&a->st.segment, 1);
+    if (a->hooks.on_segment_map)
+        a->hooks.on_segment_map(a->hooks.user, addr, sz, p->owner->stream);
+    *out = b;
+    return GROW_OK;
+}
+
+static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
+{
+    seg_t *s = b->seg;
+    if (b->state == B_FREE)
+        free_remove(a, p, b);
+    a->st.num_backend_calls++;
+    a->st.num_device_free++;
+    be_rc(a, a->be.seg_free(a->be.ctx, s->base, s->size));
+    stat_add(&a->st.reserved_bytes, -(int64_t)s->size);
+    stat_add(&a->st.segment, -1);
+    if (a->hooks.on_segment_unmap)
+        a->hooks.on_segment_unmap(a->hooks.user, s->base, s->size, p->owner->stream);
+    seg_unlink(p, s);
+    blk_del(a, b);
+    free(s);
+}
+
+/* ---- segments: expandable ranges -------------------------------------------------------------- */
+
+static inline bool slot_mapped(const seg_t *r, size_t i)
+{
+    return i < r->nslots && (r->mapbits[i >> 6] >> (i & 63)) & 1;
+}
+
+/* Reserve one more address range for the pool, sized to the device (or the request if larger).
+ * The first range serves almost every program; more appear only when the address space of the
+ * existing ones is too fragmented for a request (live blocks in the way). */
+static int range_create(alloc_t *a, pool_t *p, size_t rs)
+{
+    size_t h = p->hsize;
+    size_t size = round_up(a->capacity > rs ? a->capacity : rs, h);
+    seg_t *r = calloc(1, sizeof(*r));
+    blk_t *u = blk_new(a);
+    if (!r || !u) {
+        free(r);
+        if (u)
+            blk_del(a, u);
+        return GROW_NOMEM;
+    }
+    r->expandable = true;
+    r->hsize = h;
+    r->nslots = size / h;
+    r->handles = calloc(r->nslots, sizeof(*r->handles));
+    r->mapbits = calloc((r->nslots + 63) / 64, sizeof(*r->mapbits));
+    if (!r->handles || !r->mapbits) {
+        free(r->handles);
+        free(r->mapbits);
+        free(r);
+        blk_del(a, u);
+        return GROW_NOMEM;
+    }
+    uint64_t base = 0;
+    a->st.num_backend_calls++;
+    int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h, &base));
+    if (rc != ALLOC_BE_OK) {
+        free(r->handles);
+        free(r->mapbits);
+        free(r);
+        blk_del(a, u);
+        return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
+    }
+    r->base = base;
+    r->size = size;
+    u->addr = base;
+    u->size = size;
+    u->seg = r;
+    u->state = B_UNMAPPED;
+    r->first = u;
+    rb_insert(&p->unmapped, u);
+    seg_link(p, r);
+    p->nranges++;
+    return GROW_OK;
+}
+
+static uint64_t cap_around(const blk_t *u)
+{
+    uint64_t c = u->size;
+    if (u->prev && u->prev->state == B_FREE)
+        c += u->prev->size;
+    if (u->next && u->next->state == B_FREE)
+        c += u->next->size;
+    return c;
+}
+
+/* The unmapped block to grow into: smallest hole (with its free neighbours) that fits, so holes
+ * fill before the range's tail grows. Ascending sizes from a lower bound that cannot skip a
+ * candidate whose neighbours make up the difference; bounded, then the tail (largest). */
+static blk_t *pick_unmapped(pool_t *p, size_t rs)
+{
+    const blk_t *g = largest_free(p);
+    uint64_t gs = g ? g->size : 0;
+    uint64_t lo = rs > 2 * gs ? rs - 2 * gs : 0;
+    blk_t *u = rb_lower_bound(&p->unmapped, lo);
+    for (int i = 0; u && i < 64; i++, u = rb_next(u))
+        if (cap_around(u) >= rs)
+            return u;
+    u = rb_last(&p->unmapped);
+    return (u && cap_around(u) >= rs) ? u : NULL;
+}
+
+/* Map [addr, addr+len) of range r, one handle per slot; all or nothing. */
+static int map_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
+{
+    size_t h = r->hsize, first = (addr - r->base) / h, n = len / h, i;
+    int rc = ALLOC_BE_OK;
+    for (i = 0; i < n; i++) {
+        uint64_t handle = 0, at = addr + i * h;
+        a->st.num_backend_calls++;
+        rc = be_rc(a, a->be.create(a->be.ctx, h, &handle));
+        if (rc != ALLOC_BE_OK)
+            break;
+        a->st.num_backend_calls++;
+        rc = be_rc(a, a->be.map(a->be.ctx, at, h, handle));
+        if (rc != ALLOC_BE_OK) {
+            a->st.num_backend_calls++;
+            a->be.release(a->be.ctx, handle);
+            break;
+        }
+        a->st.num_device_alloc++;
+        r->handles[first + i] = handle;
+    }
+    if (rc == ALLOC_BE_OK) {
+        a->st.num_backend_calls++;
+        rc = be_rc(a, a->be.set_access(a->be.ctx, addr, len));
+    }
+    if (rc != ALLOC_BE_OK) { /* undo what this call mapped */
+        for (size_t j = 0; j < i; j++) {
+            a->st.num_backend_calls += 2;
+            a->be.unmap(a->be.ctx, addr + j * h, h);
+            a->be.release(a->be.ctx, r->handles[first + j]);
+            a->st.num_device_free++;
+        }
+        return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
+    }
+    for (i = 0; i < n; i++)
+        r->mapbits[(first + i) >> 6] |= 1ull << ((first + i) & 63);
+    size_t left = first > 0 && slot_mapped(r, first - 1);
+    size_t right = slot_mapped(r, first + n);
+    r->runs = r->runs + 1 - left - right;
+    stat_add(&a->st.segment, 1 - (int64_t)left - (int64_t)right);
+    r->mapped += len;
+    stat_add(&a->st.reserved_bytes, (int64_t)len);
+    if (a->hooks.on_segment_map)
+        a->hooks.on_segment_map(a->hooks.user, addr, len, r->pool->owner->stream);
+    return GROW_OK;
+}
+
+static void unmap_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
+{
+    size_t h = r->hsize, first = (addr - r->base) / h, n = len / h;
+    for (size_t i = 0; i < n; i++) {
+        a->st.num_backend_calls += 2;
+        a->st.num_device_free++;
+        be_rc(a, a->be.unmap(a->be.ctx, addr + i * h, h));
+        be_rc(a, a->be.release(a->be.ctx, r->handles[first + i]));
+        r->handles[first + i] = 0;
+        r->mapbits[(first + i) >> 6] &= ~(1ull << ((first + i) & 63));
+    }
+    size_t left = first > 0 && slot_mapped(r, first - 1);
+    size_t right = slot_mapped(r, first + n);
+    r->runs = r->runs + left + right - 1;
+    stat_add(&a->st.segment, (int64_t)left + (int64_t)right - 1);
+    r->mapped -= len;
+    stat_add(&a->st.reserved_bytes, -(int64_t)len);
+    if (a->hooks.on_segment_unmap)
+        a->hooks.on_segment_unmap(a->hooks.user, addr, len, r->pool->owner->stream);
+}
+
+/* Insert a new block after `at` in its segment's address list. */
+static void link_after(blk_t *at, blk_t *n)
+{
+    n->seg = at->seg;
+    n->prev = at;
+    n->next = at->next;
+    if (at->next)
+        at->next->prev = n;
+    at->next = n;
+}
+
+static void link_before(blk_t *at, blk_t *n)
+{
+    n->seg = at->seg;
+    n->next = at;
+    n->prev = at->prev;
+    if (at->prev)
+        at->prev->next = n;
+    else
+        at->seg->first = n;
+    at->prev = n;
+}
+
+static void unlink_blk(blk_t *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        b->seg->first = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+}
+
+/* Grow the pool's range so that a FREE run of >= rs bytes exists; returns it out of the index. */
+static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    blk_t *u = pick_unmapped(p, rs);
+    if (!u) {
+        if (over_limit(a, round_up(rs, p->hsize)))
+            return GROW_OOM; /* no new address space for memory we may not map anyway */
+        int rc = range_create(a, p, rs);
+        if (rc)
+            return rc;
+        u = pick_unmapped(p, rs);
+        if (!u)
+            return GROW_OOM;
+    }
+    seg_t *r = u->seg;
+    size_t h = r->hsize;
+    blk_t *P = (u->prev && u->prev->state == B_FREE) ? u->prev : NULL;
+    blk_t *N = (u->next && u->next->state == B_FREE) ? u->next : NULL;
+    uint64_t lo, m;
+    if (P) {
+        uint64_t need = rs > P->size ? rs - P->size : 0;
+        m = round_up(need, h);
+        if (m > u->size)
+            m = u->size;
+        lo = u->addr;
+    } else if (N) {
+        uint64_t need = rs > N->size ? rs - N->size : 0;
+        m = round_up(need, h);
+        if (m > u->size)
+            m = u->size;
+        lo = u->addr + u->size - m;
+    } else {
+        m = round_up(rs, h);
+        lo = u->addr;
+    }
+    if (m && over_limit(a, m))
+        return GROW_OOM;
+    /* block structs first, so a host-malloc failure cannot leave a half-done mapping */
+    blk_t *ulo = NULL, *uhi = NULL;
+    if (lo > u->addr && !(ulo = blk_new(a)))
+        return GROW_NOMEM;
+    if (lo + m < u->addr + u->size && !(uhi = blk_new(a))) {
+        if (ulo)
+            blk_del(a, ulo);
+        return GROW_NOMEM;
+    }
+    if (m) {
+        int rc = map_slots(a, r, lo, m);
+        if (rc) {
+            if (ulo)
+                blk_del(a, ulo);
+            if (uhi)
+                blk_del(a, uhi);
+            return rc;
+        }
+    }
+    rb_erase(&p->unmapped, u);
+    uint64_t uend = u->addr + u->size;
+    if (ulo) {
+        ulo->addr = u->addr;
+        ulo->size = lo - u->addr;
+        ulo->state = B_UNMAPPED;
+        link_before(u, ulo);
+        rb_insert(&p->unmapped, ulo);
+    }
+    if (uhi) {
+        uhi->addr = lo + m;
+        uhi->size = uend - (lo + m);
+        uhi->state = B_UNMAPPED;
+        link_after(u, uhi);
+        rb_insert(&p->unmapped, uhi);
+    }
+    blk_t *f = u; /* the newly mapped piece */
+    f->addr = lo;
+    f->size = m;
+    f->state = B_FREE;
+    if (f->prev && f->prev->state == B_FREE) {
+        blk_t *q = f->prev;
+        free_remove(a, p, q);
+        f->addr = q->addr;
+        f->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    if (f->next && f->next->state == B_FREE) {
+        blk_t *q = f->next;
+        free_remove(a, p, q);
+        f->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    if (f->size == 0) { /* nothing mapped and no neighbour: cannot happen, but never hand out 0 */
+        unlink_blk(f);
+        blk_del(a, f);
+        return GROW_OOM;
+    }
+    *out = f;
+    return GROW_OK;
+}
+
+/* Unmap the whole handles inside a FREE block of an expandable range (caller synchronized). */
+static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
+{
+    seg_t *r = b->seg;
+    size_t h = r->hsize;
+    uint64_t lo = r->base + round_up(b->addr - r->base, h);
+    uint64_t hi = r->base + (b->addr + b->size - r->base) / h * h;
+    if (lo >= hi)
+        return 0;
+    blk_t *head = NULL, *tail = NULL;
+    if (lo > b->addr && !(head = blk_new(a)))
+        return 0;
+    if (hi < b->addr + b->size && !(tail = blk_new(a))) {
+        if (head)
+            blk_del(a, head);
+        return 0;
+    }
+    free_remove(a, p, b);
+    unmap_slots(a, r, lo, hi - lo);
+    uint64_t bend = b->addr + b->size;
+    if (head) {
+        head->addr = b->addr;
+        head->size = lo - b->addr;
+        link_before(b, head);
+    }
+    if (tail) {
+        tail->addr = hi;
+        tail->size = bend - hi;
+        link_after(b, tail);
+    }
+    b->addr = lo;
+    b->size = hi - lo;
+    b->state = B_UNMAPPED;
+    if (b->prev && b->prev->state == B_UNMAPPED) {
+        blk_t *q = b->prev;
+        rb_erase(&p->unmapped, q);
+        b->addr = q->addr;
+        b->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    if (b->next && b->next->state == B_UNMAPPED) {
+        blk_t *q = b->next;
+        rb_erase(&p->unmapped, q);
+        b->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    rb_insert(&p->unmapped, b);
+    if (head)
+        free_insert(a, p, head);
+    if (tail)
+        free_insert(a, p, tail);
+    return hi - lo;
+}
+
+/* Give back the memory of one FREE block: its whole pages (expandable) or its segment when the
+ * block is the whole segment (classic). Returns bytes released. */
+static size_t release_block(alloc_t *a, pool_t *p, blk_t *b)
+{
+    if (b->seg->expandable)
+        return release_pages(a, p, b);
+    if (!b->prev && !b->next) {
+        size_t sz = b->seg->size;
+        release_classic_segment(a, p, b);
+        return sz;
+    }
+    return 0;
+}
+
+/* ---- events and pending frees --------------------------------------------------------------- */
+
+static int sync_device(alloc_t *a)
+{
+    a->st.num_syncs++;
+    if (!a->be.synchronize)
+        return ALLOC_BE_OK;
+    a->st.num_backend_calls++;
+    return be_rc(a, a->be.synchronize(a->be.ctx));
+}
+
+static void *ev_get(alloc_t *a)
+{
+    if (a->nev_pool)
+        return a->ev_pool[--a->nev_pool];
+    void *ev = NULL;
+    a->st.num_backend_calls++;
+    if (be_rc(a, a->be.event_create(a->be.ctx, &ev)) != ALLOC_BE_OK)
+        return NULL;
+    return ev;
+}
+
+static void ev_put(alloc_t *a, void *ev)
+{
+    if (a->nev_pool == a->cap_ev_pool) {
+        size_t nc = a->cap_ev_pool ? a->cap_ev_pool * 2 : 64;
+        void **n = realloc(a->ev_pool, nc * sizeof(*n));
+        if (!n) {
+            a->be.event_destroy(a->be.ctx, ev);
+            return;
+        }
+        a->ev_pool = n;
+        a->cap_ev_pool = nc;
+    }
+    a->ev_pool[a->nev_pool++] = ev;
+}
+
+/* A LIVE or PENDING block becomes FREE: leave the map, merge with FREE neighbours. */
+static void make_free(alloc_t *a, blk_t *b)
+{
+    pool_t *p = b->seg->pool;
+    ptrmap_del(&a->map, b->addr);
+    stat_add(&a->st.active_bytes, -(int64_t)b->size);
+    stat_add(&a->st.active, -1);
+    b->requested = 0;
+    b->stamp = a->epoch;
+    b->state = B_FREE;
+    if (b->prev && b->prev->state == B_FREE) {
+        blk_t *q = b->prev;
+        free_remove(a, p, q);
+        b->addr = q->addr;
+        b->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    if (b->next && b->next->state == B_FREE) {
+        blk_t *q = b->next;
+        free_remove(a, p, q);
+        b->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    free_insert(a, p, b);
+}
+
+/* Land pending frees whose events completed, oldest first. all: the device was synchronized,
+ * every event is complete. Stops at the first incomplete fence (FIFO: conservative). */
+static void process_fences(alloc_t *a, bool all)
+{
+    fence_t *f;
+    while ((f = a->fence_head)) {
+        if (!all) {
+            while (f->done < f->nev) {
+                int rc = a->be.event_query(a->be.ctx, f->ev[f->done]);
+                if (rc == ALLOC_BE_NOT_READY)
+                    return;
+                if (rc != ALLOC_BE_OK) { /* a broken event must not hold memory forever */
+                    be_rc(a, rc);
+                    sync_device(a);
+                    all = true;
+                    break;
+                }
+                f->done++;
+            }
+        }
+        a->fence_head = f->next;
+        if (!a->fence_head)
+            a->fence_tail = NULL;
+        for (unsigned i = 0; i < f->nev; i++)
+            ev_put(a, f->ev[i]);
+        blk_t *b = f->blk;
+        a->pending_bytes -= b->size;
+        free(f);
+        make_free(a, b);
+    }
+}
+
+/* Queue block b behind events on the given streams (NULL = every fenced stream). Returns false
+ * when events could not be recorded: the caller then synchronizes and frees at once. */
+static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
+{
+    unsigned n = 0;
+    if (only)
+        n = 1;
+    else
+        for (size_t i = 0; i < a->nstreams; i++)
+            n += a->streams[i]->fenced;
+    if (!n)
+        return false;
+    fence_t *f = malloc(sizeof(*f) + n * sizeof(void *));
+    if (!f)
+        return false;
+    f->next = NULL;
+    f->blk = b;
+    f->nev = 0;
+    f->done = 0;
+    for (size_t i = 0; i < a->nstreams || (only && i == 0); i++) {
+        sstate_t *st = only ? only : a->streams[i];
+        if (!only && !st->fenced)
+            continue;
+        void *ev = ev_get(a);
+        if (!ev)
+            goto fail;
+        a->st.num_backend_calls++;
+        int rc = be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream));
+        if (rc != ALLOC_BE_OK) {
+            /* most likely a stream the program destroyed: stop fencing it */
+            st->fenced = false;
+            ev_put(a, ev);
+            goto fail;
+        }
+        a->st.num_events_recorded++;
+        f->ev[f->nev++] = ev;
+        if (only)
+            break;
+    }
+    b->state = B_PENDING;
+    a->pending_bytes += b->size;
+    if (a->fence_tail)
+        a->fence_tail->next = f;
+    else
+        a->fence_head = f;
+    a->fence_tail = f;
+    return true;
+fail:
+    for (unsigned i = 0; i < f->nev; i++)
+        ev_put(a, f->ev[i]);
+    free(f);
+    return false;
+}
+
+/* ---- release policies: everything, garbage collection, release threshold ------------------- */
+
+typedef struct {
+    blk_t *b;
+    pool_t *p;
+} fb_t;
+
+/* Collect FREE blocks that could give memory back. */
+static fb_t *collect_free(alloc_t *a, size_t *n)
+{
+    size_t cnt = 0, cap = 64;
+    fb_t *v = malloc(cap * sizeof(*v));
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < a->nstreams; i++)
+        for (int k = 0; k < 2; k++) {
+            pool_t *p = &a->streams[i]->pools[k];
+            for (seg_t *s = p->segs; s; s = s->next_in_pool)
+                for (blk_t *b = s->first; b; b = b->next) {
+                    if (b->state != B_FREE)
+                        continue;
+                    if (!s->expandable && (b->prev || b->next))
+                        continue;
+                    if (cnt == cap) {
+                        fb_t *nv = realloc(v, cap * 2 * sizeof(*v));
+                        if (!nv) {
+                            *n = cnt;
+                            return v;
+                        }
+                        v = nv;
+                        cap *= 2;
+                    }
+                    v[cnt++] = (fb_t){b, p};
+                }
+        }
+    *n = cnt;
+    return v;
+}
+
+static int by_stamp(const void *x, const void *y)
+{
+    const fb_t *a = x, *b = y;
+    if (a->b->stamp != b->b->stamp)
+        return a->b->stamp < b->b->stamp ? -1 : 1;
+    return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
+}
+
+/* Release FREE memory, oldest first, until `stop` says enough. Caller synchronized. Block
+ * pointers stay valid across release_block of other blocks: release_block only merges a block
+ * with UNMAPPED neighbours, never with FREE ones. */
+static void release_until(alloc_t *a, size_t reserved_target, size_t cached_target)
+{
+    size_t n = 0;
+    fb_t *v = collect_free(a, &n);
+    if (!v)
+        return;
+    qsort(v, n, sizeof(*v), by_stamp);
+    for (size_t i = 0; i < n; i++) {
+        if ((size_t)a->st.reserved_bytes.current <= reserved_target &&
+            a->cached_free <= cached_target)
+            break;
+        release_block(a, v[i].p, v[i].b);
+    }
+    free(v);
+}
+
+static void release_all(alloc_t *a) { release_until(a, 0, 0); }
+
+static void garbage_collect(alloc_t *a)
+{
+    size_t allowed = a->cfg.limit ? a->cfg.limit : a->capacity;
+    size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
+    if ((size_t)a->st.reserved_bytes.current <= target)
+        return;
+    a->st.num_gc_runs++;
+    sync_device(a);
+    process_fences(a, true);
+    release_until(a, target, 0);
+}
+
+static size_t max_hsize(const alloc_t *a)
+{
+    size_t h = a->cfg.handle_size > a->cfg.handle_size_small ? a->cfg.handle_size
+                                                              : a->cfg.handle_size_small;
+    return h > A_LARGE_BUFFER ? h : A_LARGE_BUFFER;
+}
+
+/* Release threshold: when cached (free, mapped) bytes exceed it, give back the oldest free
+ * memory down to it. The floor keeps us from synchronizing on every free when what stays cached
+ * is unreleasable partial pages. */
+static void maybe_release(alloc_t *a)
+{
+    size_t t = a->cfg.release_threshold;
+    if (t == SIZE_MAX || a->cached_free <= t || a->cached_free <= a->release_floor + 2 * max_hsize(a))
+        return;
+    a->st.num_releases++;
+    sync_device(a);
+    process_fences(a, true);
+    release_until(a, SIZE_MAX, t);
+    a->release_floor = a->cached_free;
+}
+
+/* ---- OOM forensics ------------------------------------------------------------------------- */
+
+static void device_info(alloc_t *a, size_t *fr, size_t *tot)
+{
+    size_t f = 0, t = 0;
+    if (a->be.mem_info && a->be.mem_info(a->be.ctx, &f, &t) == ALLOC_BE_OK) {
+        *fr = f;
+        *tot = t;
+        return;
+    }
+    *tot = a->capacity;
+    size_t r = (size_t)a->st.reserved_bytes.current;
+    *fr = a->capacity > r ? a->capacity - r : 0;
+}
+
+static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int be_err)
+{
+    alloc_oom_info_t *o = &a->oom;
+    memset(o, 0, sizeof(*o));
+    o->requested = size;
+    o->rounded = rs;
+    o->stream = stream;
+    o->allocated = (size_t)a->st.allocated_bytes.current;
+    o->reserved = (size_t)a->st.reserved_bytes.current;
+    o->free_cached = a->cached_free;
+    o->pending = a->pending_bytes;
+    o->limit = a->cfg.limit;
+    o->backend_error = be_err;
+    for (size_t i = 0; i < a->nstreams; i++)
+        for (int k = 0; k < 2; k++) {
+            const blk_t *b = largest_free(&a->streams[i]->pools[k]);
+            if (b && b->size > o->largest_free_block)
+                o->largest_free_block = b->size;
+        }
+    device_info(a, &o->device_free, &o->device_total);
+    a->has_oom = true;
+    a->st.num_ooms++;
+}
+
+/* ---- malloc ------------------------------------------------------------------------------------ */
+
+static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    return a->vmm ? grow_expandable(a, p, rs, out) : grow_classic(a, p, rs, out);
+}
+
+/* Slow path: nothing cached fits. Returns a FREE block (out of the index) of >= rs bytes. */
+static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    a->st.cache_misses++;
+    if (a->cfg.gc_threshold > 0) {
+        garbage_collect(a);
+        blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
+        if (b) {
+            free_remove(a, p, b);
+            *out = b;
+            return GROW_OK;
+        }
+    }
+    int rc = grow(a, p, rs, out);
+    if (rc != GROW_OOM)
+        return rc;
+    /* OOM path: let every pending free land, try the cache, give everything back, retry */
+    a->st.num_alloc_retries++;
+    sync_device(a);
+    process_fences(a, true);
+    blk_t *b = find_free(a, p, rs);
+    if (b) {
+        free_remove(a, p, b);
+        *out = b;
+        return GROW_OK;
+    }
+    release_all(a);
+    return grow(a, p, rs, out);
+}
+
+static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    a->st.cache_misses++;
+    int rc = grow_classic(a, p, rs, out);
+    if (rc == GROW_OOM && a->fence_head) {
+        a->st.num_alloc_retries++;
+        sync_device(a);
+        process_fences(a, true);
+        rc = grow_classic(a, p, rs, out);
+    }
+    return rc;
+}
+
+int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
+{
+    if (!a || !ptr)
+        return ALLOC_ERR_INVALID;
+    *ptr = 0;
+    if (size == 0)
+        return ALLOC_OK;
+    size_t rs = a_round_size(&a->cfg, size);
+    LOCK(a);
+    sstate_t *st = stream_get(a, stream);
+    if (!st) {
+        UNLOCK(a);
+        return ALLOC_ERR_NOMEM;
+    }
+    if (rs == 0 || rs > ((size_t)1 << 56)) { /* cannot exist on any device */
+        fill_oom(a, size, rs, stream, 0);
+        UNLOCK(a);
+        if (a->hooks.on_oom)
+            a->hooks.on_oom(a->hooks.user, &a->oom);
+        return ALLOC_ERR_OOM;
+    }
+    /* make room in the address map first, so nothing after the block surgery can fail */
+    if ((a->map.count + 1) * 2 > a->map.cap && ptrmap_grow(&a->map)) {
+        UNLOCK(a);
+        return ALLOC_ERR_NOMEM;
+    }
+    if (a->fence_head)
+        process_fences(a, false);
+    if (a->cached_free < a->release_floor)
+        a->release_floor = a->cached_free;
+    pool_t *p = pool_for(a, st, rs);
+    blk_t *b = NULL;
+    int rc;
+    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+        rc = nocache_malloc(a, p, rs, &b);
+    } else {
+        /* fast path */
+        b = find_free(a, p, rs);
+        if (b) {
+            free_remove(a, p, b);
+            a->st.cache_hits++;
+            rc = GROW_OK;
+        } else {
+            a->epoch++;
+            rc = malloc_slow(a, p, rs, &b);
+        }
+    }
+    if (rc != GROW_OK) {
+        int err = rc == GROW_NOMEM ? ALLOC_ERR_NOMEM
+                  : rc == GROW_ERR ? ALLOC_ERR_BACKEND : ALLOC_ERR_OOM;
+        if (err != ALLOC_ERR_NOMEM)
+            fill_oom(a, size, rs, stream, rc == GROW_ERR ? a->last_be_err : 0);
+        UNLOCK(a);
+        if (err != ALLOC_ERR_NOMEM && a->hooks.on_oom)
+            a->hooks.on_oom(a->hooks.user, &a->oom);
+        return err;
+    }
+    if (b->size > rs && should_split(a, p, rs, b->size - rs)) {
+        blk_t *r = blk_new(a);
+        if (r) {
+            r->addr = b->addr + rs;
+            r->size = b->size - rs;
+            b->size = rs;
+            b->state = B_LIVE;
+            link_after(b, r);
+            free_insert(a, p, r);
+        }
+    }
+    b->state = B_LIVE;
+    b->requested = size;
+    b->stream = stream;
+    b->stamp = ++a->next_id;
+    ptrmap_put(&a->map, b->addr, b); /* cannot fail: room was made before */
+    stat_add(&a->st.allocated_bytes, (int64_t)b->size);
+    stat_add(&a->st.requested_bytes, (int64_t)size);
+    stat_add(&a->st.allocation, 1);
+    stat_add(&a->st.active_bytes, (int64_t)b->size);
+    stat_add(&a->st.active, 1);
+    a->st.num_mallocs++;
+    *ptr = b->addr;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+/* ---- free ---------------------------------------------------------------------------------------- */
+
+/* The block containing ptr, any state, or NULL (linear in the segment: error/query path only). */
+static blk_t *find_containing(alloc_t *a, uint64_t ptr)
+{
+    for (size_t i = 0; i < a->nstreams; i++)
+        for (int k = 0; k < 2; k++)
+            for (seg_t *s = a->streams[i]->pools[k].segs; s; s = s->next_in_pool) {
+                if (ptr < s->base || ptr >= s->base + s->size)
+                    continue;
+                for (blk_t *b = s->first; b; b = b->next)
+                    if (ptr >= b->addr && ptr < b->addr + b->size)
+                        return b;
+            }
+    return NULL;
+}
+
+static int classify_unknown(alloc_t *a, uint64_t ptr)
+{
+    blk_t *b = find_containing(a, ptr);
+    if (!b)
+        return ALLOC_ERR_NOT_OWNED;
+    return b->state == B_LIVE ? ALLOC_ERR_NOT_BASE : ALLOC_ERR_DOUBLE_FREE;
+}
+
+static void nocache_free(alloc_t *a, blk_t *b)
+{
+    ptrmap_del(&a->map, b->addr);
+    stat_add(&a->st.active_bytes, -(int64_t)b->size);
+    stat_add(&a->st.active, -1);
+    /* cuMemFree itself waits for the device: no fence needed */
+    release_classic_segment(a, b->seg->pool, b);
+}
+
+static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream)
+{
+    if (!a)
+        return ALLOC_ERR_INVALID;
+    if (!ptr)
+        return ALLOC_OK;
+    LOCK(a);
+    blk_t *b = ptrmap_get(&a->map, ptr);
+    if (!b) {
+        int rc = classify_unknown(a, ptr);
+        UNLOCK(a);
+        return rc;
+    }
+    if (b->state != B_LIVE) {
+        UNLOCK(a);
+        return ALLOC_ERR_DOUBLE_FREE;
+    }
+    sstate_t *fs = async ? stream_get(a, stream) : NULL;
+    stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
+    stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
+    stat_add(&a->st.allocation, -1);
+    a->st.num_frees++;
+    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+        nocache_free(a, b);
+    } else if (!a->events) {
+        make_free(a, b);
+    } else if (async && fs && a->cfg.per_stream_pools && stream == b->stream) {
+        make_free(a, b); /* stream order protects reuse on the same stream */
+    } else if (!fence_block(a, b, async ? fs : NULL)) {
+        sync_device(a); /* could not record events: fall back to what cudaFree does */
+        process_fences(a, true);
+        make_free(a, b);
+    }
+    maybe_release(a);
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_free(alloc_t *a, uint64_t ptr) { return do_free(a, ptr, false, 0); }
+
+int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
+{
+    return do_free(a, ptr, true, stream);
+}
+
+int alloc_note_stream(alloc_t *a, uintptr_t stream)
+{
+    if (!a)
+        return ALLOC_ERR_INVALID;
+    LOCK(a);
+    sstate_t *st = stream_get(a, stream);
+    if (st)
+        st->fenced = true;
+    UNLOCK(a);
+    return st ? ALLOC_OK : ALLOC_ERR_NOMEM;
+}
+
+int alloc_forget_stream(alloc_t *a, uintptr_t stream)
+{
+    if (!a)
+        return ALLOC_ERR_INVALID;
+    LOCK(a);
+    sstate_t *st = a_stream_find(a, stream);
+    if (st)
+        st->fenced = false;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+/* ---- queries --------------------------------------------------------------------------------- */
+
+static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
+{
+    blk_t *b = ptrmap_get(&a->map, ptr);
+    if (!b)
+        b = find_containing(a, ptr);
+    if (!b) {
+        *rc = ALLOC_ERR_NOT_OWNED;
+        return NULL;
+    }
+    if (b->state != B_LIVE) {
+        *rc = ALLOC_ERR_DOUBLE_FREE;
+        return NULL;
+    }
+    *rc = ALLOC_OK;
+    return b;
+}
+
+int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size)
+{
+    if (!a)
+        return ALLOC_ERR_INVALID;
+    int rc;
+    LOCK(a);
+    blk_t *b = live_block(a, ptr, &rc);
+    if (b) {
+        if (base)
+            *base = b->addr;
+        if (size)
+            *size = b->size;
+    }
+    UNLOCK(a);
+    return rc;
+}
+
+int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out)
+{
+    if (!a || !out)
+        return ALLOC_ERR_INVALID;
+    int rc;
+    LOCK(a);
+    blk_t *b = live_block(a, ptr, &rc);
+    if (b) {
+        out->base = b->addr;
+        out->size = b->size;
+        out->requested = b->requested;
+        out->stream = b->stream;
+        out->alloc_id = b->stamp;
+    }
+    UNLOCK(a);
+    return rc;
+}
+
+int alloc_empty_cache(alloc_t *a)
+{
+    if (!a)
+        return ALLOC_ERR_INVALID;
+    LOCK(a);
+    sync_device(a);
+    process_fences(a, true);
+    release_all(a);
+    a->release_floor = a->cached_free;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_last_backend_error(alloc_t *a)
+{
+    LOCK(a);
+    int e = a->last_be_err;
+    UNLOCK(a);
+    return e;
+}
+
+void alloc_get_stats(alloc_t *a, alloc_stats_t *out)
+{
+    LOCK(a);
+    *out = a->st;
+    UNLOCK(a);
+}
+
+void alloc_reset_peak_stats(alloc_t *a)
+{
+    LOCK(a);
+    alloc_stat_t *s[] = {&a->st.allocated_bytes, &a->st.requested_bytes, &a->st.reserved_bytes,
+                         &a->st.active_bytes, &a->st.inactive_split_bytes, &a->st.allocation,
+                         &a->st.segment, &a->st.active, &a->st.inactive_split};
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
+        s[i]->peak = s[i]->current;
+    UNLOCK(a);
+}
+
+bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out)
+{
+    LOCK(a);
+    bool has = a->has_oom;
+    if (has && out)
+        *out = a->oom;
+    UNLOCK(a);
+    return has;
+}
+
+void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
+{
+    LOCK(a);
+    size_t dfree, dtotal;
+    device_info(a, &dfree, &dtotal);
+    size_t total = dtotal;
+    if (a->cfg.limit && a->cfg.limit < total)
+        total = a->cfg.limit;
+    size_t reserved = (size_t)a->st.reserved_bytes.current;
+    size_t fr = (total > reserved ? total - reserved : 0) + a->cached_free;
+    if (a->be.mem_info && dfree + a->cached_free < fr)
+        fr = dfree + a->cached_free;
+    if (fr > total)
+        fr = total;
+    UNLOCK(a);
+    if (free_bytes)
+        *free_bytes = fr;
+    if (total_bytes)
+        *total_bytes = total;
+}
+
+void alloc_get_config(alloc_t *a, alloc_config_t *cfg)
+{
+    LOCK(a);
+    *cfg = a->cfg;
+    UNLOCK(a);
+}
+
+void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks)
+{
+    LOCK(a);
+    if (hooks)
+        a->hooks = *hooks;
+    else
+        memset(&a->hooks, 0, sizeof(a->hooks));
+    UNLOCK(a);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------- */
+
+int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t **out)
+{
+    if (!be || !out)
+        return ALLOC_ERR_INVALID;
+    *out = NULL;
+    alloc_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return ALLOC_ERR_NOMEM;
+    a->be = *be;
+    if (cfg)
+        a->cfg = *cfg;
+    else
+        alloc_config_default(&a->cfg);
+    bool has_vmm = be->reserve && be->free_range && be->create && be->release && be->map &&
+                   be->set_access && be->unmap && be->granularity;
+    a->vmm = a->cfg.expandable_segments && has_vmm && a->cfg.policy != ALLOC_POLICY_NOCACHE;
+    if (!a->vmm && !be->seg_alloc) {
+        free(a);
+        return ALLOC_ERR_INVALID;
+    }
+    a->cfg.expandable_segments = a->vmm;
+    a->events = be->event_create && be->event_record && be->event_query && be->event_destroy;
+    a->gran = has_vmm ? be->granularity(be->ctx) : A_SMALL_BUFFER;
+    if (!a->gran || (a->gran & (A_MIN_BLOCK - 1))) {
+        free(a);
+        return ALLOC_ERR_BACKEND;
+    }
+    size_t f = 0, t = 0;
+    if (be->mem_info && be->mem_info(be->ctx, &f, &t) == ALLOC_BE_OK && t)
+        a->capacity = t;
+    else
+        a->capacity = (size_t)1 << 40;
+    a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
+    a->cfg.handle_size_small =
+        round_up(a->cfg.handle_size_small ? a->cfg.handle_size_small : a->gran, a->gran);
+    if (ptrmap_init(&a->map, 10)) {
+        free(a->map.keys);
+        free(a->map.vals);
+        free(a);
+        return ALLOC_ERR_NOMEM;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    *out = a;
+    return ALLOC_OK;
+}
+
+void alloc_destroy(alloc_t *a)
+{
+    if (!a)
+        return;
+    LOCK(a);
+    a->destroying = true;
+    sync_device(a);
+    process_fences(a, true);
+    for (size_t i = 0; i < a->nstreams; i++) {
+        for (int k = 0; k < 2; k++) {
+            pool_t *p = &a->streams[i]->pools[k];
+            seg_t *s = p->segs;
+            while (s) {
+                seg_t *nx = s->next_in_pool;
+                if (s->expandable) {
+                    for (size_t j = 0; j < s->nslots; j++)
+                        if (slot_mapped(s, j))
+                            unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
+                    a->be.free_range(a->be.ctx, s->base, s->size);
+                    free(s->handles);
+                    free(s->mapbits);
+                } else {
+                    a->be.seg_free(a->be.ctx, s->base, s->size);
+                    if (a->hooks.on_segment_unmap)
+                        a->hooks.on_segment_unmap(a->hooks.user, s->base, s->size,
+                                                  p->owner->stream);
+                }
+                free(s);
+                s = nx;
+            }
+        }
+        free(a->streams[i]);
+    }
+    free(a->streams);
+    for (size_t i = 0; i < a->nev_pool; i++)
+        a->be.event_destroy(a->be.ctx, a->ev_pool[i]);
+    free(a->ev_pool);
+    while (a->chunks) {
+        blk_chunk_t *c = a->chunks;
+        a->chunks = c->next;
+        free(c);
+    }
+    free(a->map.keys);
+    free(a->map.vals);
+    UNLOCK(a);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}

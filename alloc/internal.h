@@ -1,0 +1,175 @@
+/* internal.h — alloc/'s one internal types header (not installed, not for other modules).
+ *
+ * Data model
+ *   alloc_t ── streams[] ── sstate (one per stream seen) ── pool[2] (small, large)
+ *   pool ── segs: classic segments, or the one expandable range of this (stream, pool)
+ *   seg  ── blocks in address order (prev/next), tiling [base, base + size) exactly.
+ *
+ * A block is LIVE (handed out), PENDING (freed, waiting for stream events), FREE (cached,
+ * reusable) or UNMAPPED (expandable ranges only: address space with no physical memory).
+ * Invariants (alloc_check verifies them): no two FREE neighbours, no two UNMAPPED neighbours;
+ * every FREE block is in exactly one size-class tree of its pool, every UNMAPPED block in its
+ * pool's unmapped tree, every LIVE/PENDING block in the address map.
+ *
+ * Free index: size classes (16 exact classes of 512 B, then 8 per power of two) with a bitmap of
+ * non-empty classes; each class is a red-black tree keyed by (size, address). Best fit =
+ * lower_bound in the request's class, else the first block of the next non-empty class: the
+ * smallest block that fits, lowest address among equals, in O(log n).
+ */
+#ifndef GPUMEM_ALLOC_INTERNAL_H
+#define GPUMEM_ALLOC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/alloc.h"
+
+#define A_MIN_BLOCK 512u                 /* every size rounds to this */
+#define A_SMALL_SIZE (1u << 20)          /* <= this: small pool */
+#define A_SMALL_BUFFER (2u << 20)        /* classic small segment */
+#define A_LARGE_BUFFER (20u << 20)       /* classic segment for 1..10 MiB requests */
+#define A_MIN_LARGE_ALLOC (10u << 20)    /* below this a large request gets a 20 MiB segment */
+#define A_ROUND_LARGE (2u << 20)         /* classic large segments round to this */
+
+#define A_NCLS 432
+#define A_NCLS_WORDS ((A_NCLS + 63) / 64)
+
+/* ---- red-black tree (rbtree.c), intrusive, keyed by (size, addr) of the containing block */
+typedef struct rb_node {
+    struct rb_node *left, *right, *parent;
+    int red;
+} rb_node_t;
+
+typedef struct rb_tree {
+    rb_node_t *root;
+    size_t count;
+} rb_tree_t;
+
+enum { B_LIVE = 0, B_PENDING = 1, B_FREE = 2, B_UNMAPPED = 3 };
+
+typedef struct blk {
+    rb_node_t rb;              /* must be first: tree nodes cast to blocks */
+    struct blk *prev, *next;   /* address neighbours in the same segment */
+    struct seg *seg;
+    uint64_t addr;
+    uint64_t size;
+    uint64_t requested;
+    uint64_t stamp;            /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
+    uintptr_t stream;          /* stream of the allocation (LIVE/PENDING) */
+    uint8_t state;
+    uint8_t split_counted;     /* FREE: counted in inactive_split */
+} blk_t;
+
+void rb_insert(rb_tree_t *t, blk_t *b);
+void rb_erase(rb_tree_t *t, blk_t *b);
+blk_t *rb_lower_bound(const rb_tree_t *t, uint64_t size); /* smallest (size, addr) >= size */
+blk_t *rb_first(const rb_tree_t *t);
+blk_t *rb_last(const rb_tree_t *t);
+blk_t *rb_next(const blk_t *b);
+
+struct pool;
+
+typedef struct seg {
+    struct seg *next_in_pool, *prev_in_pool;
+    struct pool *pool;
+    blk_t *first;              /* lowest-address block */
+    uint64_t base;
+    size_t size;               /* classic: segment bytes; expandable: reserved range bytes */
+    bool expandable;
+    /* expandable only: one physical handle per slot of hsize bytes */
+    size_t hsize;
+    size_t nslots;
+    uint64_t *handles;
+    uint64_t *mapbits;         /* bit per slot: mapped */
+    size_t mapped;             /* bytes mapped in this range */
+    size_t runs;               /* maximal mapped runs (the "segments" of the stats) */
+} seg_t;
+
+struct sstate;
+
+typedef struct pool {
+    struct sstate *owner;
+    bool small;
+    size_t hsize;              /* handle size for expandable ranges of this pool */
+    uint64_t bitmap[A_NCLS_WORDS];
+    rb_tree_t cls[A_NCLS];
+    rb_tree_t unmapped;        /* UNMAPPED blocks, expandable only */
+    seg_t *segs;               /* classic segments and expandable ranges */
+    size_t nranges;            /* expandable ranges reserved (usually 0 or 1) */
+    size_t free_bytes;         /* FREE bytes in this pool */
+} pool_t;
+
+typedef struct sstate {
+    uintptr_t stream;
+    bool fenced;               /* alloc_free records an event on this stream */
+    pool_t pools[2];           /* [0] small, [1] large */
+} sstate_t;
+
+/* A pending free: the block becomes FREE when every event completed. */
+typedef struct fence {
+    struct fence *next;
+    blk_t *blk;
+    unsigned nev, done;
+    void *ev[];
+} fence_t;
+
+/* address -> LIVE/PENDING block: open addressing, linear probing, backward-shift delete */
+typedef struct ptrmap {
+    uint64_t *keys;
+    blk_t **vals;
+    size_t cap, count;
+    unsigned shift;
+} ptrmap_t;
+
+typedef struct blk_chunk {
+    struct blk_chunk *next;
+    blk_t blocks[];
+} blk_chunk_t;
+
+struct alloc {
+    pthread_mutex_t mu;
+    alloc_backend_t be;
+    alloc_config_t cfg;
+    alloc_hooks_t hooks;
+    bool vmm;                  /* expandable segments in effect */
+    bool events;               /* backend tracks events */
+    size_t gran;
+    size_t capacity;           /* device total bytes */
+
+    sstate_t **streams;
+    size_t nstreams, cap_streams;
+    sstate_t *last_stream;     /* one-entry cache for the hot path */
+
+    ptrmap_t map;
+    blk_t *free_blks;          /* recycled block structs */
+    blk_chunk_t *chunks;
+
+    fence_t *fence_head, *fence_tail;
+    void **ev_pool;            /* idle events for reuse */
+    size_t nev_pool, cap_ev_pool;
+
+    alloc_stats_t st;
+    size_t pending_bytes;
+    size_t cached_free;        /* FREE bytes over all pools (mapped, reusable) */
+    size_t release_floor;      /* see maybe_release() */
+    uint64_t next_id;
+    uint64_t epoch;            /* gc clock: bumps on each malloc that misses the cache */
+
+    bool destroying;
+    bool has_oom;
+    alloc_oom_info_t oom;
+    int last_be_err;
+};
+
+/* alloc.c internals shared with check.c */
+sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
+blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key);
+unsigned a_size_class(uint64_t size);
+bool a_block_is_split(const blk_t *b);
+
+/* config.c */
+size_t a_round_size(const alloc_config_t *cfg, size_t size);
+
+#endif

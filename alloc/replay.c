@@ -1,0 +1,585 @@
+/* replay.c — traces (text format, synthetic transformer traces) and the replay engine.
+ *
+ * Replay drives a fresh allocator over a fresh in-memory backend without event tracking (work
+ * "completes at issue time"), so every free takes effect at once and the result depends only on
+ * the event sequence and the config: deterministic, and fast because nothing but the allocator's
+ * own bookkeeping runs per event. Trace ids are arbitrary 64-bit values mapped to addresses by
+ * an open-addressing table.
+ *
+ * Text format, one event per line ('#' starts a comment, blank lines ignored):
+ *   a <id> <size> [stream]    allocate size bytes on stream (default 0)
+ *   f <id>                    free with cudaFree semantics
+ *   fa <id> <stream>          free in stream order (cudaFreeAsync)
+ *   e                         empty_cache
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc/internal.h"
+
+static int perr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return ALLOC_ERR_INVALID;
+}
+
+/* ---- event vector ----------------------------------------------------------------------------- */
+
+typedef struct {
+    alloc_trace_event_t *v;
+    size_t n, cap;
+    uint64_t next_id;
+    bool oom;
+} tv_t;
+
+static bool tv_push(tv_t *t, alloc_trace_event_t e)
+{
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 4096;
+        alloc_trace_event_t *nv = realloc(t->v, nc * sizeof(*nv));
+        if (!nv) {
+            t->oom = true;
+            return false;
+        }
+        t->v = nv;
+        t->cap = nc;
+    }
+    t->v[t->n++] = e;
+    return true;
+}
+
+/* ---- text parsing --------------------------------------------------------------------------- */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static const char *parse_num(const char *p, const char *end, uint64_t *v, bool *ok)
+{
+    p = skip_ws(p, end);
+    uint64_t x = 0;
+    const char *s = p;
+    while (p < end && *p >= '0' && *p <= '9') {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10) {
+            *ok = false;
+            return p;
+        }
+        x = x * 10 + d;
+        p++;
+    }
+    *ok = p > s;
+    *v = x;
+    return p;
+}
+
+int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
+                      char *err, size_t errlen)
+{
+    if (!events || !n || (!text && len))
+        return ALLOC_ERR_INVALID;
+    tv_t t = {0};
+    const char *p = text, *end = text + len;
+    size_t line = 0;
+    while (p < end) {
+        line++;
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            eol = end;
+        const char *q = skip_ws(p, eol);
+        if (q == eol || *q == '#') {
+            p = eol + 1;
+            continue;
+        }
+        alloc_trace_event_t e = {0};
+        bool ok = true, ok2 = true;
+        if (q + 1 < eol && q[0] == 'f' && q[1] == 'a' && (q + 2 == eol || q[2] == ' ' || q[2] == '\t')) {
+            e.kind = ALLOC_TR_FREE_ASYNC;
+            q = parse_num(q + 2, eol, &e.id, &ok);
+            q = parse_num(q, eol, &e.stream, &ok2);
+            ok = ok && ok2;
+        } else if (q[0] == 'a' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t')) {
+            e.kind = ALLOC_TR_ALLOC;
+            q = parse_num(q + 1, eol, &e.id, &ok);
+            q = parse_num(q, eol, &e.size, &ok2);
+            ok = ok && ok2;
+            const char *r = skip_ws(q, eol);
+            if (ok && r < eol && *r != '#')
+                q = parse_num(r, eol, &e.stream, &ok);
+        } else if (q[0] == 'f' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t')) {
+            e.kind = ALLOC_TR_FREE;
+            q = parse_num(q + 1, eol, &e.id, &ok);
+        } else if (q[0] == 'e' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t' || q[1] == '#')) {
+            e.kind = ALLOC_TR_EMPTY_CACHE;
+            q++;
+        } else {
+            free(t.v);
+            return perr(err, errlen,
+                        "line %zu: unknown event (expected 'a <id> <size> [stream]', 'f <id>', "
+                        "'fa <id> <stream>' or 'e')", line);
+        }
+        q = skip_ws(q, eol);
+        if (!ok || (q < eol && *q != '#')) {
+            free(t.v);
+            return perr(err, errlen,
+                        "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
+                        "'f <id>', 'fa <id> <stream>' or 'e')", line);
+        }
+        if (!tv_push(&t, e)) {
+            free(t.v);
+            return ALLOC_ERR_NOMEM;
+        }
+        p = eol + 1;
+    }
+    *events = t.v;
+    *n = t.n;
+    return ALLOC_OK;
+}
+
+int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, char *err,
+                     size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return perr(err, errlen, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (len < cap)
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    bool rerr = ferror(f);
+    fclose(f);
+    if (!buf)
+        return ALLOC_ERR_NOMEM;
+    if (rerr) {
+        free(buf);
+        return perr(err, errlen, "%s: read error", path);
+    }
+    char inner[200] = "";
+    int rc = alloc_trace_parse(buf, len, events, n, inner, sizeof(inner));
+    free(buf);
+    if (rc)
+        return perr(err, errlen, "%s: %s", path, inner);
+    return ALLOC_OK;
+}
+
+int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ALLOC_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        switch (ev[i].kind) {
+        case ALLOC_TR_ALLOC:
+            if (ev[i].stream)
+                fprintf(f, "a %llu %llu %llu\n", (unsigned long long)ev[i].id,
+                        (unsigned long long)ev[i].size, (unsigned long long)ev[i].stream);
+            else
+                fprintf(f, "a %llu %llu\n", (unsigned long long)ev[i].id,
+                        (unsigned long long)ev[i].size);
+            break;
+        case ALLOC_TR_FREE: fprintf(f, "f %llu\n", (unsigned long long)ev[i].id); break;
+        case ALLOC_TR_FREE_ASYNC:
+            fprintf(f, "fa %llu %llu\n", (unsigned long long)ev[i].id,
+                    (unsigned long long)ev[i].stream);
+            break;
+        default: fprintf(f, "e\n"); break;
+        }
+    }
+    return fclose(f) ? ALLOC_ERR_INVALID : ALLOC_OK;
+}
+
+/* ---- synthetic transformer traces ------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t A(tv_t *t, uint64_t size)
+{
+    uint64_t id = ++t->next_id;
+    tv_push(t, (alloc_trace_event_t){.id = id, .size = size, .kind = ALLOC_TR_ALLOC});
+    return id;
+}
+
+static void F(tv_t *t, uint64_t id)
+{
+    tv_push(t, (alloc_trace_event_t){.id = id, .kind = ALLOC_TR_FREE});
+}
+
+enum { SY_L = 12, SY_H = 768, SY_NH = 12, SY_V = 50304, SY_B = 8, SY_TMAX = 1024 };
+
+/* Saved activations of one layer (freed in backward). */
+typedef struct {
+    uint64_t ln1, m1, r1, qkv, lse, atty, attproj, res1, ln2, m2, r2, fch, gelu, fcproj, res2;
+} layer_act_t;
+
+int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
+                      alloc_trace_event_t **events, size_t *n)
+{
+    if (!name || !events || !n)
+        return ALLOC_ERR_INVALID;
+    bool jitter;
+    if (!strcmp(name, "fixed"))
+        jitter = false;
+    else if (!strcmp(name, "jitter"))
+        jitter = true;
+    else
+        return ALLOC_ERR_INVALID;
+    if (!steps)
+        steps = 20;
+    uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 12345;
+    tv_t t = {0};
+    const uint64_t H = SY_H, V = SY_V, B = SY_B, bf = 2, f32 = 4;
+
+    /* parameters (bf16): embeddings, per layer weights and biases, final layer norm */
+    uint64_t psz[4 + SY_L * 12];
+    size_t np = 0;
+    psz[np++] = V * H * bf;
+    psz[np++] = SY_TMAX * H * bf;
+    for (int l = 0; l < SY_L; l++) {
+        psz[np++] = H * bf;             /* ln1 w */
+        psz[np++] = H * bf;             /* ln1 b */
+        psz[np++] = 3 * H * H * bf;     /* qkv w */
+        psz[np++] = 3 * H * bf;         /* qkv b */
+        psz[np++] = H * H * bf;         /* attproj w */
+        psz[np++] = H * bf;             /* attproj b */
+        psz[np++] = H * bf;             /* ln2 w */
+        psz[np++] = H * bf;             /* ln2 b */
+        psz[np++] = 4 * H * H * bf;     /* fc w */
+        psz[np++] = 4 * H * bf;         /* fc b */
+        psz[np++] = 4 * H * H * bf;     /* fcproj w */
+        psz[np++] = H * bf;             /* fcproj b */
+    }
+    psz[np++] = H * bf; /* lnf w */
+    psz[np++] = H * bf; /* lnf b */
+    uint64_t params[4 + SY_L * 12], grads[4 + SY_L * 12];
+    for (size_t i = 0; i < np; i++)
+        params[i] = A(&t, psz[i]);
+
+    layer_act_t act[SY_L];
+    for (unsigned s = 0; s < steps; s++) {
+        uint64_t T = jitter ? 64 * (2 + splitmix(&rng) % 15) : SY_TMAX; /* 128..1024 */
+        uint64_t BT = B * T;
+        uint64_t in = A(&t, BT * f32), tg = A(&t, BT * f32);
+        /* forward: activations [BT, H] etc. are saved for backward */
+        uint64_t enc = A(&t, BT * H * bf);
+        for (int l = 0; l < SY_L; l++) {
+            layer_act_t *x = &act[l];
+            x->ln1 = A(&t, BT * H * bf);
+            x->m1 = A(&t, BT * f32);
+            x->r1 = A(&t, BT * f32);
+            x->qkv = A(&t, BT * 3 * H * bf);
+            uint64_t scratch = A(&t, BT * 3 * H * bf); /* q, k, v permuted */
+            x->lse = A(&t, B * SY_NH * T * f32);
+            x->atty = A(&t, BT * H * bf);
+            F(&t, scratch);
+            x->attproj = A(&t, BT * H * bf);
+            x->res1 = A(&t, BT * H * bf);
+            x->ln2 = A(&t, BT * H * bf);
+            x->m2 = A(&t, BT * f32);
+            x->r2 = A(&t, BT * f32);
+            x->fch = A(&t, BT * 4 * H * bf);
+            x->gelu = A(&t, BT * 4 * H * bf);
+            x->fcproj = A(&t, BT * H * bf);
+            x->res2 = A(&t, BT * H * bf);
+        }
+        uint64_t lnf = A(&t, BT * H * bf), mf = A(&t, BT * f32), rf = A(&t, BT * f32);
+        uint64_t logits = A(&t, BT * V * bf);
+        uint64_t loss = A(&t, BT * f32);
+        /* backward: gradients flow down, saved activations are freed in reverse */
+        uint64_t dlogits = A(&t, BT * V * bf);
+        F(&t, logits);
+        if (s == 0) {
+            grads[np - 1] = A(&t, psz[np - 1]);
+            grads[np - 2] = A(&t, psz[np - 2]);
+            grads[0] = A(&t, psz[0]);
+        }
+        uint64_t dres = A(&t, BT * H * bf);
+        F(&t, dlogits);
+        F(&t, rf);
+        F(&t, mf);
+        F(&t, lnf);
+        for (int l = SY_L - 1; l >= 0; l--) {
+            layer_act_t *x = &act[l];
+            if (s == 0)
+                for (int k = 11; k >= 0; k--)
+                    grads[2 + l * 12 + k] = A(&t, psz[2 + l * 12 + k]);
+            uint64_t d1 = A(&t, BT * 4 * H * bf);
+            F(&t, x->res2);
+            F(&t, x->fcproj);
+            uint64_t d2 = A(&t, BT * 4 * H * bf);
+            F(&t, x->gelu);
+            F(&t, d1);
+            F(&t, x->fch);
+            uint64_t dln2 = A(&t, BT * H * bf);
+            F(&t, d2);
+            F(&t, x->r2);
+            F(&t, x->m2);
+            F(&t, x->ln2);
+            uint64_t dn = A(&t, BT * H * bf);
+            F(&t, dres);
+            dres = dn;
+            F(&t, dln2);
+            uint64_t datty = A(&t, BT * H * bf);
+            F(&t, x->res1);
+            F(&t, x->attproj);
+            uint64_t dqkv = A(&t, BT * 3 * H * bf);
+            F(&t, x->atty);
+            F(&t, x->lse);
+            F(&t, datty);
+            uint64_t dln1 = A(&t, BT * H * bf);
+            F(&t, x->qkv);
+            F(&t, dqkv);
+            F(&t, x->r1);
+            F(&t, x->m1);
+            F(&t, x->ln1);
+            dn = A(&t, BT * H * bf);
+            F(&t, dres);
+            dres = dn;
+            F(&t, dln1);
+        }
+        if (s == 0)
+            grads[1] = A(&t, psz[1]);
+        F(&t, dres);
+        F(&t, enc);
+        F(&t, loss);
+        F(&t, tg);
+        F(&t, in);
+        /* optimizer: AdamW state (fp32 m and v) appears at the first step */
+        if (s == 0)
+            for (size_t i = 0; i < np; i++) {
+                A(&t, psz[i] * 2);
+                A(&t, psz[i] * 2);
+            }
+        uint64_t norm = A(&t, 4096 * f32);
+        F(&t, norm);
+    }
+    (void)grads;
+    (void)params;
+    if (t.oom) {
+        free(t.v);
+        return ALLOC_ERR_NOMEM;
+    }
+    *events = t.v;
+    *n = t.n;
+    return ALLOC_OK;
+}
+
+/* ---- replay ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t *id;
+    uint64_t *ptr;
+    uint8_t *used;
+    size_t cap, count;
+} idmap_t;
+
+static size_t id_hash(uint64_t id, size_t cap)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+static int idmap_init(idmap_t *m, size_t cap)
+{
+    m->cap = cap;
+    m->count = 0;
+    m->id = malloc(cap * sizeof(*m->id));
+    m->ptr = malloc(cap * sizeof(*m->ptr));
+    m->used = calloc(cap, 1);
+    return (m->id && m->ptr && m->used) ? 0 : -1;
+}
+
+static void idmap_free(idmap_t *m)
+{
+    free(m->id);
+    free(m->ptr);
+    free(m->used);
+}
+
+static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr);
+
+static int idmap_grow(idmap_t *m)
+{
+    idmap_t n;
+    if (idmap_init(&n, m->cap * 2)) {
+        idmap_free(&n);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->used[i])
+            idmap_put(&n, m->id[i], m->ptr[i]);
+    idmap_free(m);
+    *m = n;
+    return 0;
+}
+
+/* Returns 1 if the id was already present (value replaced), 0 if inserted, -1 no memory. */
+static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr)
+{
+    if ((m->count + 1) * 2 > m->cap && idmap_grow(m))
+        return -1;
+    size_t i = id_hash(id, m->cap);
+    while (m->used[i] && m->id[i] != id)
+        i = (i + 1) & (m->cap - 1);
+    int had = m->used[i];
+    m->used[i] = 1;
+    m->id[i] = id;
+    m->ptr[i] = ptr;
+    m->count += !had;
+    return had;
+}
+
+static bool idmap_take(idmap_t *m, uint64_t id, uint64_t *ptr)
+{
+    size_t mask = m->cap - 1, i = id_hash(id, m->cap);
+    while (m->used[i] && m->id[i] != id)
+        i = (i + 1) & mask;
+    if (!m->used[i])
+        return false;
+    *ptr = m->ptr[i];
+    /* backward-shift delete */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->used[j])
+            break;
+        size_t h = id_hash(m->id[j], m->cap);
+        bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
+        if (stay)
+            continue;
+        m->id[i] = m->id[j];
+        m->ptr[i] = m->ptr[j];
+        i = j;
+    }
+    m->used[i] = 0;
+    m->count--;
+    return true;
+}
+
+int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
+                 const alloc_trace_event_t *ev, size_t n, alloc_replay_result_t *out, char *err,
+                 size_t errlen)
+{
+    if (!out || (!ev && n))
+        return ALLOC_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    out->oom_index = -1;
+    alloc_replay_opts_t o = {0};
+    if (opts)
+        o = *opts;
+    alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity};
+    alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
+    if (!mb)
+        return ALLOC_ERR_NOMEM;
+    alloc_t *a = NULL;
+    int rc = alloc_create(alloc_mem_backend(mb), cfg, &a);
+    if (rc) {
+        alloc_mem_backend_destroy(mb);
+        return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
+    }
+    idmap_t ids;
+    if (idmap_init(&ids, 1024)) {
+        idmap_free(&ids);
+        alloc_destroy(a);
+        alloc_mem_backend_destroy(mb);
+        return ALLOC_ERR_NOMEM;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t i;
+    rc = ALLOC_OK;
+    for (i = 0; i < n; i++) {
+        const alloc_trace_event_t *e = &ev[i];
+        uint64_t p;
+        switch (e->kind) {
+        case ALLOC_TR_ALLOC: {
+            int r = alloc_malloc(a, e->size, e->stream, &p);
+            if (r == ALLOC_ERR_OOM) {
+                if (out->oom_index < 0) {
+                    out->oom_index = (int64_t)i;
+                    alloc_last_oom(a, &out->oom);
+                }
+                if (!o.continue_after_oom)
+                    goto done;
+                break;
+            }
+            if (r) {
+                rc = perr(err, errlen, "replay: event %zu: %s", i, alloc_strerror(r));
+                goto done;
+            }
+            out->allocs++;
+            int had = idmap_put(&ids, e->id, p);
+            if (had < 0) {
+                rc = ALLOC_ERR_NOMEM;
+                goto done;
+            }
+            break;
+        }
+        case ALLOC_TR_FREE:
+        case ALLOC_TR_FREE_ASYNC:
+            if (!idmap_take(&ids, e->id, &p)) {
+                out->bad_frees++;
+                break;
+            }
+            if (p)
+                (e->kind == ALLOC_TR_FREE) ? alloc_free(a, p) : alloc_free_async(a, p, e->stream);
+            out->frees++;
+            break;
+        case ALLOC_TR_EMPTY_CACHE:
+            alloc_empty_cache(a);
+            break;
+        default:
+            rc = perr(err, errlen, "replay: event %zu: unknown kind %u", i, e->kind);
+            goto done;
+        }
+    }
+done:
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->events = i < n ? i + 1 : n;
+    out->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    alloc_stats_t st;
+    alloc_get_stats(a, &st);
+    out->peak_requested = (size_t)st.requested_bytes.peak;
+    out->peak_allocated = (size_t)st.allocated_bytes.peak;
+    out->peak_reserved = (size_t)st.reserved_bytes.peak;
+    out->utilization =
+        out->peak_reserved ? (double)out->peak_requested / (double)out->peak_reserved : 1.0;
+    out->device_allocs = st.num_device_alloc;
+    out->device_frees = st.num_device_free;
+    out->driver_calls = st.num_backend_calls;
+    out->cache_hits = st.cache_hits;
+    out->cache_misses = st.cache_misses;
+    out->num_ooms = st.num_ooms;
+    idmap_free(&ids);
+    alloc_destroy(a);
+    alloc_mem_backend_destroy(mb);
+    return rc;
+}

@@ -1,0 +1,194 @@
+/* gpumem-replay — replay allocation traces under allocator presets and configs.
+ *
+ *   gpumem-replay [options] [TRACE...]
+ *     --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or "all";
+ *                       repeatable
+ *     --conf STRING     GPUMEM_CONF-syntax keys applied after the preset (and after the
+ *                       GPUMEM_CONF environment variable, which is read too)
+ *     --limit SIZE      cap reserved memory (e.g. 24G); reports where the trace would OOM
+ *     --capacity SIZE   device memory of the simulated device (default 80G)
+ *     --synth NAME      use the synthetic trace NAME (fixed, jitter) instead of/besides files
+ *     --steps N --seed N  for --synth
+ *     --write FILE      write the (first) trace in the text format and exit
+ *     --check-conf      only parse GPUMEM_CONF / --conf, print the effective config, exit
+ *
+ * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
+ * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc.h"
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
+            "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
+            "[--check-conf] [TRACE...]\n");
+    return 2;
+}
+
+static int make_config(const char *preset, const char *conf, size_t limit, alloc_config_t *cfg)
+{
+    char err[512];
+    if (alloc_config_preset(cfg, preset)) {
+        fprintf(stderr,
+                "gpumem-replay: unknown preset '%s' (accepted: gpumem, pytorch, "
+                "pytorch-expandable, nocache, all)\n", preset);
+        return 2;
+    }
+    if (alloc_config_parse(cfg, getenv("GPUMEM_CONF"), err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    if (alloc_config_parse(cfg, conf, err, sizeof(err))) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    if (limit)
+        cfg->limit = limit;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *presets[16];
+    int npresets = 0;
+    const char *conf = NULL, *synth = NULL, *write_to = NULL;
+    size_t limit = 0, capacity = 0;
+    unsigned steps = 0;
+    uint64_t seed = 1;
+    bool check_only = false;
+    const char *files[64];
+    int nfiles = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--preset") && v) {
+            if (!strcmp(v, "all")) {
+                npresets = 0;
+                const char *all[] = {"gpumem", "pytorch", "pytorch-expandable", "nocache"};
+                for (int k = 0; k < 4; k++)
+                    presets[npresets++] = all[k];
+            } else if (npresets < 16) {
+                presets[npresets++] = v;
+            }
+            i++;
+        } else if (!strcmp(a, "--conf") && v) {
+            conf = v;
+            i++;
+        } else if ((!strcmp(a, "--limit") || !strcmp(a, "--capacity")) && v) {
+            size_t sz;
+            if (alloc_parse_size(v, &sz)) {
+                fprintf(stderr, "gpumem-replay: bad size '%s' for %s (e.g. 24G, 512M)\n", v, a);
+                return 2;
+            }
+            *(a[2] == 'l' ? &limit : &capacity) = sz;
+            i++;
+        } else if (!strcmp(a, "--synth") && v) {
+            synth = v;
+            i++;
+        } else if (!strcmp(a, "--steps") && v) {
+            steps = (unsigned)strtoul(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--seed") && v) {
+            seed = strtoull(v, NULL, 10);
+            i++;
+        } else if (!strcmp(a, "--write") && v) {
+            write_to = v;
+            i++;
+        } else if (!strcmp(a, "--check-conf")) {
+            check_only = true;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "gpumem-replay: unknown option '%s'\n", a);
+            return usage();
+        } else if (nfiles < 64) {
+            files[nfiles++] = a;
+        }
+    }
+    if (!npresets)
+        presets[npresets++] = "gpumem";
+
+    if (check_only) {
+        alloc_config_t cfg;
+        int rc = make_config(presets[0], conf, limit, &cfg);
+        if (rc)
+            return rc;
+        char buf[1024];
+        alloc_config_format(&cfg, buf, sizeof(buf));
+        printf("%s\n", buf);
+        return 0;
+    }
+    if (!synth && !nfiles)
+        return usage();
+
+    int status = 0;
+    int ntraces = nfiles + (synth ? 1 : 0);
+    for (int t = 0; t < ntraces; t++) {
+        alloc_trace_event_t *ev = NULL;
+        size_t n = 0;
+        char err[512];
+        const char *tname;
+        if (synth && t == 0) {
+            tname = synth;
+            if (alloc_trace_synth(synth, steps, seed, &ev, &n)) {
+                fprintf(stderr, "gpumem-replay: unknown synthetic trace '%s' (accepted: fixed, "
+                        "jitter)\n", synth);
+                return 2;
+            }
+        } else {
+            tname = files[t - (synth ? 1 : 0)];
+            if (alloc_trace_load(tname, &ev, &n, err, sizeof(err))) {
+                fprintf(stderr, "gpumem-replay: %s\n", err);
+                return 2;
+            }
+        }
+        if (write_to) {
+            int rc = alloc_trace_write(write_to, ev, n);
+            free(ev);
+            if (rc) {
+                fprintf(stderr, "gpumem-replay: cannot write %s\n", write_to);
+                return 2;
+            }
+            return 0;
+        }
+        for (int p = 0; p < npresets; p++) {
+            alloc_config_t cfg;
+            int rc = make_config(presets[p], conf, limit, &cfg);
+            if (rc) {
+                free(ev);
+                return rc;
+            }
+            alloc_replay_opts_t o = {.capacity = capacity};
+            alloc_replay_result_t r;
+            if (alloc_replay(&cfg, &o, ev, n, &r, err, sizeof(err))) {
+                fprintf(stderr, "gpumem-replay: %s\n", err);
+                free(ev);
+                return 2;
+            }
+            printf("trace=%s preset=%s events=%llu peak_requested=%zu peak_allocated=%zu "
+                   "peak_reserved=%zu utilization=%.4f driver_calls=%llu device_allocs=%llu "
+                   "device_frees=%llu cache_hits=%llu cache_misses=%llu oom_at=%lld",
+                   tname, presets[p], (unsigned long long)r.events, r.peak_requested,
+                   r.peak_allocated, r.peak_reserved, r.utilization,
+                   (unsigned long long)r.driver_calls, (unsigned long long)r.device_allocs,
+                   (unsigned long long)r.device_frees, (unsigned long long)r.cache_hits,
+                   (unsigned long long)r.cache_misses, (long long)r.oom_index);
+            if (r.oom_index >= 0) {
+                printf(" oom_requested=%zu oom_allocated=%zu oom_reserved=%zu oom_free_cached=%zu "
+                       "oom_largest_free=%zu oom_limit=%zu",
+                       r.oom.requested, r.oom.allocated, r.oom.reserved, r.oom.free_cached,
+                       r.oom.largest_free_block, r.oom.limit);
+                status = 1;
+            }
+            printf(" seconds=%.4f\n", r.seconds);
+        }
+        free(ev);
+    }
+    return status;
+}

@@ -1,0 +1,816 @@
+/* alloc_unit.c — one test per allocator rule (alloc/alloc.h), on the in-memory backend.
+ * Every test runs alloc_check() after its operations (via OK_CHECK). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc/alloc.h"
+
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+typedef struct {
+    alloc_mem_backend_t *m;
+    alloc_t *a;
+} fx_t;
+
+static fx_t mk(const char *preset, const char *conf, alloc_mem_opts_t mo)
+{
+    fx_t f;
+    alloc_config_t cfg;
+    char err[512];
+    assert_int_equal(alloc_config_preset(&cfg, preset ? preset : "gpumem"), ALLOC_OK);
+    if (alloc_config_parse(&cfg, conf, err, sizeof(err)) != ALLOC_OK)
+        fail_msg("config '%s': %s", conf, err);
+    f.m = alloc_mem_backend_create(&mo);
+    assert_non_null(f.m);
+    assert_int_equal(alloc_create(alloc_mem_backend(f.m), &cfg, &f.a), ALLOC_OK);
+    return f;
+}
+
+static void fx_done(fx_t *f)
+{
+    alloc_destroy(f->a);
+    alloc_mem_backend_destroy(f->m);
+}
+
+static void check_ok(alloc_t *a, int line)
+{
+    char err[256];
+    if (alloc_check(a, err, sizeof(err)) != ALLOC_OK)
+        fail_msg("line %d: alloc_check: %s", line, err);
+}
+#define OK_CHECK(a) check_ok((a), __LINE__)
+
+static uint64_t must_alloc(alloc_t *a, size_t size, uintptr_t stream)
+{
+    uint64_t p = 0;
+    int rc = alloc_malloc(a, size, stream, &p);
+    if (rc)
+        fail_msg("alloc_malloc(%zu): %s", size, alloc_strerror(rc));
+    assert_true(p != 0);
+    OK_CHECK(a);
+    return p;
+}
+
+static size_t block_size(alloc_t *a, uint64_t p)
+{
+    uint64_t base;
+    size_t size;
+    assert_int_equal(alloc_block_info(a, p, &base, &size), ALLOC_OK);
+    assert_true(base == p);
+    return size;
+}
+
+static alloc_stats_t stats(alloc_t *a)
+{
+    alloc_stats_t s;
+    alloc_get_stats(a, &s);
+    return s;
+}
+
+/* Sizes round up to 512 B; roundup_power2_divisions rounds to 1/N of the power-of-two interval. */
+static void test_rounding(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 1, 0)), 512);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 513, 0)), 1024);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 3 * MiB + 1, 0)), 3 * MiB + 512);
+    uint64_t p0;
+    assert_int_equal(alloc_malloc(f.a, 0, 0, &p0), ALLOC_OK);
+    assert_true(p0 == 0);
+    fx_done(&f);
+
+    f = mk("gpumem", "roundup_power2_divisions:4", (alloc_mem_opts_t){0});
+    /* 1.1 MiB lies in [1, 2) MiB: quarters of 1 MiB -> 1.25 MiB */
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 1153434, 0)), 1310720);
+    /* a power of two stays */
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 4 * MiB, 0)), 4 * MiB);
+    fx_done(&f);
+
+    /* list form: 1 division below 256 MiB, 2 in [256, 512) MiB, 8 above */
+    f = mk("gpumem", "roundup_power2_divisions:[256:1,512:2,>:8]", (alloc_mem_opts_t){0});
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 100 * MiB + 1, 0)), 100 * MiB + 512);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 300 * MiB, 0)), 384 * MiB);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 600 * MiB, 0)), 640 * MiB);
+    fx_done(&f);
+}
+
+static int count_seg(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                     size_t n)
+{
+    (void)b;
+    (void)n;
+    int *cnt = user;
+    cnt[seg->small_pool ? 0 : 1]++;
+    return 0;
+}
+
+/* Requests <= 1 MiB come from the small pool, larger ones from the large pool. */
+static void test_small_large_pools(void **state)
+{
+    (void)state;
+    fx_t f = mk("pytorch", NULL, (alloc_mem_opts_t){0});
+    must_alloc(f.a, MiB, 0);
+    int cnt[2] = {0, 0};
+    alloc_walk(f.a, count_seg, cnt);
+    assert_int_equal(cnt[0], 1);
+    assert_int_equal(cnt[1], 0);
+    must_alloc(f.a, MiB + 1, 0);
+    cnt[0] = cnt[1] = 0;
+    alloc_walk(f.a, count_seg, cnt);
+    assert_int_equal(cnt[0], 1);
+    assert_int_equal(cnt[1], 1);
+    fx_done(&f);
+}
+
+/* Best fit: the smallest free block that fits, lowest address among equal sizes. */
+static void test_best_fit(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    size_t sz[] = {16384, 4096, 8192, 8192, 4096};
+    uint64_t hole[5], sep[6];
+    for (int i = 0; i < 5; i++) {
+        sep[i] = must_alloc(f.a, 512, 0);
+        hole[i] = must_alloc(f.a, sz[i], 0);
+    }
+    sep[5] = must_alloc(f.a, 512, 0);
+    (void)sep;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(alloc_free(f.a, hole[i]), ALLOC_OK);
+    OK_CHECK(f.a);
+    /* 6 KiB: the 8 KiB holes are the best fit; the lower one wins */
+    assert_true(must_alloc(f.a, 6144, 0) == hole[2]);
+    assert_true(must_alloc(f.a, 6144, 0) == hole[3]);
+    assert_true(must_alloc(f.a, 4096, 0) == hole[1]);
+    /* 2 KiB: the 2 KiB remainders of the 8 KiB holes fit exactly; the lower one wins */
+    assert_true(must_alloc(f.a, 2048, 0) == hole[2] + 6144);
+    assert_true(must_alloc(f.a, 3072, 0) == hole[4]); /* 4 KiB is the best fit left */
+    fx_done(&f);
+}
+
+static int count_free(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                      size_t n)
+{
+    (void)seg;
+    size_t *c = user;
+    for (size_t i = 0; i < n; i++) {
+        c[0] += b[i].state == ALLOC_BLOCK_FREE;
+        c[1]++;
+    }
+    return 0;
+}
+
+/* Split leaves the remainder free; freeing neighbours coalesces them into one block. */
+static void test_split_coalesce(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 4096, 0), b = must_alloc(f.a, 4096, 0),
+             c = must_alloc(f.a, 4096, 0);
+    assert_true(b == a + 4096 && c == b + 4096);
+    size_t cnt[2] = {0, 0};
+    alloc_walk(f.a, count_free, cnt);
+    assert_int_equal(cnt[0], 1); /* the tail remainder of the mapped page */
+    assert_int_equal(alloc_free(f.a, b), ALLOC_OK);
+    OK_CHECK(f.a);
+    assert_int_equal(alloc_free(f.a, a), ALLOC_OK);
+    OK_CHECK(f.a);
+    cnt[0] = cnt[1] = 0;
+    alloc_walk(f.a, count_free, cnt);
+    assert_int_equal(cnt[0], 2); /* a+b merged, tail */
+    assert_int_equal(cnt[1], 3);
+    assert_int_equal(alloc_free(f.a, c), ALLOC_OK);
+    cnt[0] = cnt[1] = 0;
+    alloc_walk(f.a, count_free, cnt);
+    assert_int_equal(cnt[0], 1); /* everything is one free block again */
+    assert_int_equal(cnt[1], 1);
+    assert_true(must_alloc(f.a, 12288, 0) == a);
+    fx_done(&f);
+}
+
+/* Classic segments: PyTorch's sizes (2 MiB small, 20 MiB for 1..10 MiB, else 2 MiB rounding). */
+static void test_classic_segment_sizes(void **state)
+{
+    (void)state;
+    fx_t f = mk("pytorch", NULL, (alloc_mem_opts_t){0});
+    must_alloc(f.a, 1000, 0);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 2 * MiB);
+    must_alloc(f.a, 5 * MiB, 0);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 22 * MiB);
+    must_alloc(f.a, 16 * MiB, 0); /* more than the 15 MiB left in the 20 MiB segment */
+    assert_int_equal(stats(f.a).reserved_bytes.current, 38 * MiB);
+    assert_int_equal(stats(f.a).segment.current, 3);
+    /* a second 5 MiB request fits the remainder of the 20 MiB segment: no new segment */
+    must_alloc(f.a, 5 * MiB, 0);
+    assert_int_equal(stats(f.a).segment.current, 3);
+    fx_done(&f);
+}
+
+/* Classic segments never merge: two free neighbouring segments stay two blocks. */
+static void test_no_merge_across_segments(void **state)
+{
+    (void)state;
+    fx_t f = mk("pytorch", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 12 * MiB, 0), b = must_alloc(f.a, 12 * MiB, 0);
+    alloc_free(f.a, a);
+    alloc_free(f.a, b);
+    OK_CHECK(f.a);
+    size_t cnt[2] = {0, 0};
+    alloc_walk(f.a, count_free, cnt);
+    assert_int_equal(cnt[0], 2);
+    /* a 24 MiB request cannot use them: a third segment */
+    must_alloc(f.a, 24 * MiB, 0);
+    assert_int_equal(stats(f.a).segment.current, 3);
+    fx_done(&f);
+}
+
+/* PyTorch rule: large-pool blocks split only when more than 1 MiB remains. */
+static void test_pytorch_split_rule(void **state)
+{
+    (void)state;
+    fx_t f = mk("pytorch", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 12 * MiB, 0); /* a 12 MiB segment */
+    alloc_free(f.a, a);
+    /* 11.5 MiB leaves 0.5 MiB: no split, the whole 12 MiB block is handed out */
+    uint64_t b = must_alloc(f.a, 11 * MiB + MiB / 2, 0);
+    assert_true(b == a);
+    assert_int_equal(block_size(f.a, b), 12 * MiB);
+    alloc_free(f.a, b);
+    /* 10 MiB leaves 2 MiB: split */
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 10 * MiB, 0)), 10 * MiB);
+    fx_done(&f);
+
+    /* gpumem splits any remainder >= 512 B */
+    f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    a = must_alloc(f.a, 12 * MiB, 0);
+    alloc_free(f.a, a);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 11 * MiB + MiB / 2, 0)), 11 * MiB + MiB / 2);
+    fx_done(&f);
+}
+
+/* max_split_size: oversize blocks are not split and not used for small or much smaller requests. */
+static void test_max_split(void **state)
+{
+    (void)state;
+    fx_t f = mk("pytorch", "max_split_size_mb:64", (alloc_mem_opts_t){0});
+    uint64_t big = must_alloc(f.a, 100 * MiB, 0);
+    alloc_free(f.a, big);
+    uint64_t p = must_alloc(f.a, 30 * MiB, 0); /* below max_split: not from the 100 MiB block */
+    assert_true(p != big);
+    uint64_t q = must_alloc(f.a, 90 * MiB, 0); /* 100 < 90 + 20: reuses it, unsplit */
+    assert_true(q == big);
+    assert_int_equal(block_size(f.a, q), 100 * MiB);
+    alloc_free(f.a, q);
+    uint64_t r = must_alloc(f.a, 70 * MiB, 0); /* 100 >= 70 + 20: a new segment */
+    assert_true(r != big);
+    fx_done(&f);
+}
+
+/* Expandable: fully free pages are unmapped by empty_cache, and the hole is filled before the
+ * range grows. */
+static void test_expandable_holes(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 4 * MiB, 0), b = must_alloc(f.a, 4 * MiB, 0),
+             c = must_alloc(f.a, 4 * MiB, 0);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 12 * MiB);
+    alloc_free(f.a, b);
+    assert_int_equal(alloc_empty_cache(f.a), ALLOC_OK);
+    OK_CHECK(f.a);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 8 * MiB);
+    assert_int_equal(stats(f.a).segment.current, 2); /* two mapped runs around the hole */
+    uint64_t d = must_alloc(f.a, 3 * MiB, 0);
+    assert_true(d == b); /* the hole, not the end of the range */
+    assert_int_equal(stats(f.a).reserved_bytes.current, 12 * MiB);
+    assert_int_equal(stats(f.a).segment.current, 1);
+    alloc_free(f.a, a);
+    alloc_free(f.a, c);
+    alloc_free(f.a, d);
+    alloc_empty_cache(f.a);
+    OK_CHECK(f.a);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 0);
+    assert_int_equal(stats(f.a).segment.current, 0);
+    fx_done(&f);
+}
+
+/* A free block with part of a page mapped next to a hole grows into the hole: only the missing
+ * pages are mapped. */
+static void test_expandable_grow_merges_free_neighbour(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, MiB + 512, 0); /* large pool, 2 MiB mapped */
+    (void)a;
+    assert_int_equal(stats(f.a).reserved_bytes.current, 2 * MiB);
+    uint64_t b = must_alloc(f.a, 2 * MiB, 0); /* uses the free ~1 MiB tail plus one new page */
+    assert_true(b == a + MiB + 512);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 4 * MiB);
+    fx_done(&f);
+}
+
+/* Handle size is a knob: mapping happens in handle-sized steps. */
+static void test_handle_size(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", "handle_size:20M", (alloc_mem_opts_t){0});
+    must_alloc(f.a, 3 * MiB, 0);
+    assert_int_equal(stats(f.a).reserved_bytes.current, 20 * MiB);
+    assert_int_equal(stats(f.a).num_device_alloc, 1);
+    fx_done(&f);
+    f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    must_alloc(f.a, 20 * MiB, 0);
+    assert_int_equal(stats(f.a).num_device_alloc, 10);
+    fx_done(&f);
+}
+
+/* The limit caps reserved memory; the failure carries forensics. */
+static void test_limit_oom(void **state)
+{
+    (void)state;
+    for (int classic = 0; classic < 2; classic++) {
+        fx_t f = mk(classic ? "pytorch" : "gpumem", "limit:64M", (alloc_mem_opts_t){0});
+        uint64_t p = must_alloc(f.a, 40 * MiB, 0);
+        (void)p;
+        uint64_t q = 1;
+        assert_int_equal(alloc_malloc(f.a, 40 * MiB, 0, &q), ALLOC_ERR_OOM);
+        assert_true(q == 0);
+        OK_CHECK(f.a);
+        alloc_oom_info_t o;
+        assert_true(alloc_last_oom(f.a, &o));
+        assert_int_equal(o.requested, 40 * MiB);
+        assert_int_equal(o.limit, 64 * MiB);
+        assert_int_equal(o.allocated, 40 * MiB);
+        assert_true(o.reserved <= 64 * MiB);
+        alloc_stats_t s = stats(f.a);
+        assert_int_equal(s.num_ooms, 1);
+        assert_int_equal(s.num_alloc_retries, 1);
+        assert_true((size_t)s.reserved_bytes.peak <= 64 * MiB);
+        /* 20 MiB still fits */
+        must_alloc(f.a, 20 * MiB, 0);
+        fx_done(&f);
+    }
+}
+
+/* OOM path: cached memory is released and the allocation retried before failing. */
+static void test_oom_frees_cache(void **state)
+{
+    (void)state;
+    for (int classic = 0; classic < 2; classic++) {
+        fx_t f = mk(classic ? "pytorch" : "gpumem", NULL,
+                    (alloc_mem_opts_t){.capacity = 100 * MiB});
+        uint64_t a = must_alloc(f.a, 30 * MiB, 0), b = must_alloc(f.a, 30 * MiB, 0);
+        alloc_free(f.a, a);
+        (void)b;
+        /* 60 MiB: needs the cached 30 MiB given back (classic: segment freed; expandable: the
+         * pages unmapped), then fits */
+        uint64_t c = must_alloc(f.a, 60 * MiB, 0);
+        (void)c;
+        alloc_stats_t s = stats(f.a);
+        assert_int_equal(s.num_alloc_retries, 1);
+        assert_int_equal(s.num_ooms, 0);
+        assert_true(s.num_device_free >= 1);
+        uint64_t d;
+        assert_int_equal(alloc_malloc(f.a, 30 * MiB, 0, &d), ALLOC_ERR_OOM);
+        alloc_oom_info_t o;
+        assert_true(alloc_last_oom(f.a, &o));
+        assert_int_equal(o.device_total, 100 * MiB);
+        OK_CHECK(f.a);
+        fx_done(&f);
+    }
+}
+
+/* A failing backend allocation takes the retry path and succeeds on the second try. */
+static void test_backend_failure_retry(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){.fail_call = 2});
+    must_alloc(f.a, 2 * MiB, 0);
+    must_alloc(f.a, 2 * MiB, 0); /* second create fails once */
+    assert_int_equal(stats(f.a).num_alloc_retries, 1);
+    assert_int_equal(stats(f.a).num_ooms, 0);
+    fx_done(&f);
+}
+
+/* Double free, foreign pointer and interior pointer are told apart; nothing crashes. */
+static void test_double_free_and_foreign(void **state)
+{
+    (void)state;
+    for (int classic = 0; classic < 2; classic++) {
+        fx_t f = mk(classic ? "pytorch" : "gpumem", NULL, (alloc_mem_opts_t){0});
+        uint64_t a = must_alloc(f.a, 8192, 0), b = must_alloc(f.a, 8192, 0);
+        uint64_t base;
+        size_t size;
+        assert_int_equal(alloc_block_info(f.a, a + 100, &base, &size), ALLOC_OK);
+        assert_true(base == a && size == 8192);
+        assert_int_equal(alloc_free(f.a, a + 512), ALLOC_ERR_NOT_BASE);
+        assert_int_equal(alloc_free(f.a, 0x1234), ALLOC_ERR_NOT_OWNED);
+        assert_int_equal(alloc_block_info(f.a, 0x1234, &base, &size), ALLOC_ERR_NOT_OWNED);
+        assert_int_equal(alloc_free(f.a, a), ALLOC_OK);
+        assert_int_equal(alloc_free(f.a, a), ALLOC_ERR_DOUBLE_FREE);
+        assert_int_equal(alloc_free_async(f.a, a, 0), ALLOC_ERR_DOUBLE_FREE);
+        assert_int_equal(alloc_block_info(f.a, a, &base, &size), ALLOC_ERR_DOUBLE_FREE);
+        assert_int_equal(alloc_free(f.a, 0), ALLOC_OK);
+        OK_CHECK(f.a);
+        assert_int_equal(stats(f.a).num_frees, 1);
+        assert_int_equal(alloc_free(f.a, b), ALLOC_OK);
+        fx_done(&f);
+    }
+}
+
+/* cudaFree semantics: the block is not reused while an event on any seen stream is pending. */
+static void test_free_waits_for_events(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL,
+                (alloc_mem_opts_t){.track_events = true, .event_delay = ALLOC_MEM_EVENT_MANUAL});
+    uint64_t a = must_alloc(f.a, 4096, 1);
+    must_alloc(f.a, 4096, 2); /* stream 2 is now known */
+    assert_int_equal(alloc_free(f.a, a), ALLOC_OK);
+    assert_int_equal(alloc_mem_backend_pending_events(f.m), 2); /* one per stream */
+    assert_int_equal(stats(f.a).active_bytes.current, 8192);    /* pending counts as active */
+    assert_int_equal(stats(f.a).allocated_bytes.current, 4096);
+    uint64_t b = must_alloc(f.a, 4096, 1);
+    assert_true(b != a); /* not reused while its events are pending */
+    alloc_mem_backend_complete_events(f.m);
+    uint64_t c = must_alloc(f.a, 4096, 1);
+    assert_true(c == a); /* events done: reused */
+    OK_CHECK(f.a);
+    /* a stream the allocator was told to forget is no longer fenced */
+    alloc_forget_stream(f.a, 2);
+    alloc_free(f.a, c);
+    assert_int_equal(alloc_mem_backend_pending_events(f.m), 1);
+    alloc_mem_backend_complete_events(f.m);
+    /* delayed mode: completes after N queries; the block comes back only then */
+    fx_done(&f);
+    f = mk("gpumem", NULL, (alloc_mem_opts_t){.track_events = true, .event_delay = 3});
+    a = must_alloc(f.a, 4096, 0);
+    alloc_free(f.a, a);
+    int reused_at = -1;
+    for (int i = 0; i < 6 && reused_at < 0; i++) {
+        uint64_t p = must_alloc(f.a, 4096, 0);
+        if (p == a)
+            reused_at = i;
+    }
+    assert_int_equal(reused_at, 3);
+    fx_done(&f);
+}
+
+/* cudaFreeAsync: reusable at once on the same stream; on another stream only after an event. */
+static void test_free_async(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL,
+                (alloc_mem_opts_t){.track_events = true, .event_delay = ALLOC_MEM_EVENT_MANUAL});
+    uint64_t a = must_alloc(f.a, 4096, 1);
+    assert_int_equal(alloc_free_async(f.a, a, 1), ALLOC_OK);
+    assert_int_equal(alloc_mem_backend_pending_events(f.m), 0);
+    assert_true(must_alloc(f.a, 4096, 1) == a);
+    uint64_t b = must_alloc(f.a, 4096, 1);
+    assert_int_equal(alloc_free_async(f.a, b, 2), ALLOC_OK); /* freed on another stream */
+    assert_int_equal(alloc_mem_backend_pending_events(f.m), 1);
+    uint64_t c = must_alloc(f.a, 4096, 1);
+    assert_true(c != b);
+    alloc_mem_backend_complete_events(f.m);
+    assert_true(must_alloc(f.a, 4096, 1) == b);
+    fx_done(&f);
+}
+
+/* Per-stream pools: a block freed on stream 1 is never handed to stream 2. */
+static void test_per_stream_pools(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 4096, 1);
+    alloc_free_async(f.a, a, 1);
+    uint64_t b = must_alloc(f.a, 4096, 2);
+    assert_true(b != a);
+    alloc_block_query_t q;
+    assert_int_equal(alloc_block_query(f.a, b, &q), ALLOC_OK);
+    assert_true(q.stream == 2 && q.requested == 4096 && q.alloc_id == 2);
+    assert_true(must_alloc(f.a, 4096, 1) == a);
+    fx_done(&f);
+}
+
+/* Garbage collection: past threshold * limit, old cached memory is given back on a miss. */
+static void test_garbage_collection(void **state)
+{
+    (void)state;
+    for (int classic = 0; classic < 2; classic++) {
+        fx_t f = mk(classic ? "pytorch" : "gpumem",
+                    "limit:100M,garbage_collection_threshold:0.5", (alloc_mem_opts_t){0});
+        uint64_t a = must_alloc(f.a, 40 * MiB, 0);
+        uint64_t b = must_alloc(f.a, 20 * MiB, 0);
+        alloc_free(f.a, a);
+        assert_int_equal(stats(f.a).reserved_bytes.current, 60 * MiB);
+        alloc_free(f.a, must_alloc(f.a, 10 * MiB, 0)); /* a cache hit: no GC */
+        assert_int_equal(stats(f.a).num_gc_runs, 0);
+        uint64_t c = must_alloc(f.a, 45 * MiB, 0); /* miss, reserved 60 > 50: GC first */
+        (void)b;
+        (void)c;
+        assert_true((size_t)stats(f.a).reserved_bytes.current <= 65 * MiB + 2 * MiB);
+        alloc_stats_t s = stats(f.a);
+        assert_int_equal(s.num_gc_runs, 1);
+        assert_true(s.num_device_free >= 1);
+        OK_CHECK(f.a);
+        fx_done(&f);
+    }
+}
+
+/* Release threshold: cached memory above it is unmapped (oldest first). */
+static void test_release_threshold(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", "release_threshold:8M", (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 64 * MiB, 0);
+    uint64_t b = must_alloc(f.a, 2 * MiB, 0);
+    alloc_free(f.a, a);
+    OK_CHECK(f.a);
+    alloc_stats_t s = stats(f.a);
+    assert_int_equal(s.num_releases, 1);
+    assert_true((size_t)s.reserved_bytes.current <= 2 * MiB + 8 * MiB);
+    (void)b;
+    fx_done(&f);
+}
+
+/* nocache: one backend allocation per request, freed at free. */
+static void test_nocache(void **state)
+{
+    (void)state;
+    fx_t f = mk("nocache", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 1000, 0), b = must_alloc(f.a, 1000, 0);
+    alloc_free(f.a, a);
+    alloc_free(f.a, b);
+    OK_CHECK(f.a);
+    alloc_stats_t s = stats(f.a);
+    assert_int_equal(s.num_device_alloc, 2);
+    assert_int_equal(s.num_device_free, 2);
+    assert_int_equal(s.reserved_bytes.current, 0);
+    assert_int_equal(s.reserved_bytes.peak, 2048);
+    fx_done(&f);
+}
+
+/* Stats: allocated/active/reserved/inactive-split with peaks; reset moves peaks to current. */
+static void test_stats(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 1000, 0), b = must_alloc(f.a, 3000, 0);
+    alloc_stats_t s = stats(f.a);
+    assert_int_equal(s.allocated_bytes.current, 1024 + 3072);
+    assert_int_equal(s.requested_bytes.current, 4000);
+    assert_int_equal(s.allocation.current, 2);
+    assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+    assert_int_equal(s.inactive_split.current, 1);
+    assert_int_equal(s.inactive_split_bytes.current, 2 * MiB - 4096);
+    assert_int_equal(s.cache_misses, 1);
+    assert_int_equal(s.cache_hits, 1);
+    alloc_free(f.a, a);
+    alloc_free(f.a, b);
+    s = stats(f.a);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    assert_int_equal(s.allocated_bytes.peak, 4096);
+    assert_int_equal(s.inactive_split.current, 0); /* one free block = the whole run */
+    alloc_reset_peak_stats(f.a);
+    assert_int_equal(stats(f.a).allocated_bytes.peak, 0);
+    fx_done(&f);
+}
+
+/* Memory-info view: free = total - reserved + cached idle; total capped by the limit. */
+static void test_mem_info(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", "limit:1G", (alloc_mem_opts_t){.capacity = 4 * GiB});
+    size_t fr, tot;
+    alloc_mem_info(f.a, &fr, &tot);
+    assert_int_equal(tot, GiB);
+    assert_int_equal(fr, GiB);
+    uint64_t a = must_alloc(f.a, 100 * MiB, 0);
+    alloc_mem_info(f.a, &fr, &tot);
+    assert_int_equal(fr, GiB - 100 * MiB);
+    alloc_free(f.a, a);
+    alloc_mem_info(f.a, &fr, &tot);
+    assert_int_equal(fr, GiB); /* cached memory counts as free */
+    fx_done(&f);
+}
+
+typedef struct {
+    int64_t mapped;
+    int oom_calls;
+} hook_t;
+
+static void on_map(void *u, uint64_t addr, size_t size, uintptr_t s)
+{
+    (void)addr;
+    (void)s;
+    ((hook_t *)u)->mapped += (int64_t)size;
+}
+static void on_unmap(void *u, uint64_t addr, size_t size, uintptr_t s)
+{
+    (void)addr;
+    (void)s;
+    ((hook_t *)u)->mapped -= (int64_t)size;
+}
+static void on_oom(void *u, const alloc_oom_info_t *o)
+{
+    (void)o;
+    ((hook_t *)u)->oom_calls++;
+}
+
+/* Hooks see every map/unmap (their sum is reserved) and each OOM. */
+static void test_hooks(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", "limit:32M", (alloc_mem_opts_t){0});
+    hook_t h = {0, 0};
+    alloc_hooks_t hk = {.user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap,
+                        .on_oom = on_oom};
+    alloc_set_hooks(f.a, &hk);
+    uint64_t a = must_alloc(f.a, 10 * MiB, 0);
+    must_alloc(f.a, 3 * MiB, 0);
+    alloc_free(f.a, a);
+    alloc_empty_cache(f.a);
+    assert_int_equal(h.mapped, stats(f.a).reserved_bytes.current);
+    uint64_t x;
+    assert_int_equal(alloc_malloc(f.a, 64 * MiB, 0, &x), ALLOC_ERR_OOM);
+    assert_int_equal(h.oom_calls, 1);
+    fx_done(&f);
+}
+
+/* Config: valid strings apply, the bad key / bad value error is one line naming them. */
+static void test_config(void **state)
+{
+    (void)state;
+    alloc_config_t c;
+    char err[512];
+    alloc_config_default(&c);
+    assert_int_equal(alloc_config_parse(&c,
+                                        "expandable_segments:False,max_split_size_mb:256,"
+                                        "garbage_collection_threshold:0.8,"
+                                        "roundup_power2_divisions:4,limit:24G,"
+                                        "release_threshold:1G,handle_size:20MiB",
+                                        err, sizeof(err)),
+                     ALLOC_OK);
+    assert_false(c.expandable_segments);
+    assert_int_equal(c.max_split_size, 256 * MiB);
+    assert_true(c.gc_threshold > 0.79 && c.gc_threshold < 0.81);
+    assert_int_equal(c.rp2_div[25], 4);
+    assert_int_equal(c.limit, 24 * GiB);
+    assert_int_equal(c.release_threshold, GiB);
+    assert_int_equal(c.handle_size, 20 * MiB);
+
+    alloc_config_t before = c;
+    assert_int_equal(alloc_config_parse(&c, "bogus_key:1", err, sizeof(err)), ALLOC_ERR_CONFIG);
+    assert_non_null(strstr(err, "bogus_key"));
+    assert_non_null(strstr(err, "expandable_segments"));
+    assert_non_null(strstr(err, "garbage_collection_threshold"));
+    assert_null(strchr(err, '\n'));
+    assert_memory_equal(&c, &before, sizeof(c)); /* unchanged on error */
+
+    const char *bad[][2] = {
+        {"expandable_segments:maybe", "True, False"},
+        {"max_split_size_mb:10", "greater than 20"},
+        {"garbage_collection_threshold:1.5", "between 0 and 1"},
+        {"roundup_power2_divisions:3", "power of two"},
+        {"roundup_power2_divisions:[512:2,256:1]", "ascend"},
+        {"limit:lots", "byte size"},
+        {"backend:cudaMallocAsync", "native"},
+        {"preset:tensorflow", "pytorch-expandable"},
+        {"expandable_segments", "no value"},
+        {"pinned_use_cuda_host_register:True", "does not implement"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(alloc_config_parse(&c, bad[i][0], err, sizeof(err)), ALLOC_ERR_CONFIG);
+        if (!strstr(err, bad[i][1]))
+            fail_msg("'%s' gave '%s', expected it to mention '%s'", bad[i][0], err, bad[i][1]);
+    }
+    /* format -> parse round-trips */
+    const char *confs[] = {"preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]",
+                           "preset:pytorch-expandable,max_split_size_mb:512,limit:3G",
+                           "preset:gpumem,per_stream_pools:False,release_threshold:64M",
+                           "preset:nocache"};
+    for (size_t i = 0; i < 4; i++) {
+        alloc_config_t x, y;
+        alloc_config_default(&x);
+        assert_int_equal(alloc_config_parse(&x, confs[i], err, sizeof(err)), ALLOC_OK);
+        char buf[1024];
+        alloc_config_format(&x, buf, sizeof(buf));
+        alloc_config_default(&y);
+        if (alloc_config_parse(&y, buf, err, sizeof(err)))
+            fail_msg("format gave '%s' which does not parse: %s", buf, err);
+        assert_memory_equal(&x, &y, sizeof(x));
+    }
+    size_t sz;
+    assert_int_equal(alloc_parse_size("24G", &sz), ALLOC_OK);
+    assert_int_equal(sz, 24 * GiB);
+    assert_int_equal(alloc_parse_size("512KiB", &sz), ALLOC_OK);
+    assert_int_equal(sz, 512 * 1024);
+    assert_int_equal(alloc_parse_size("12", &sz), ALLOC_OK);
+    assert_int_equal(sz, 12);
+    assert_int_equal(alloc_parse_size("-1G", &sz), ALLOC_ERR_CONFIG);
+    assert_int_equal(alloc_parse_size("1X", &sz), ALLOC_ERR_CONFIG);
+}
+
+/* Trace text format: all event kinds parse; errors name the line. */
+static void test_trace_parse(void **state)
+{
+    (void)state;
+    const char *t = "# comment\n a 1 4096\na 2 100 7 # on stream 7\n\nf 1\nfa 2 7\ne\n";
+    alloc_trace_event_t *ev;
+    size_t n;
+    char err[256];
+    assert_int_equal(alloc_trace_parse(t, strlen(t), &ev, &n, err, sizeof(err)), ALLOC_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(ev[0].kind, ALLOC_TR_ALLOC);
+    assert_int_equal(ev[0].size, 4096);
+    assert_int_equal(ev[1].stream, 7);
+    assert_int_equal(ev[2].kind, ALLOC_TR_FREE);
+    assert_int_equal(ev[3].kind, ALLOC_TR_FREE_ASYNC);
+    assert_int_equal(ev[3].stream, 7);
+    assert_int_equal(ev[4].kind, ALLOC_TR_EMPTY_CACHE);
+    free(ev);
+    const char *bad = "a 1 10\nx 3\n";
+    assert_int_equal(alloc_trace_parse(bad, strlen(bad), &ev, &n, err, sizeof(err)),
+                     ALLOC_ERR_INVALID);
+    assert_non_null(strstr(err, "line 2"));
+    const char *bad2 = "a 1\n";
+    assert_int_equal(alloc_trace_parse(bad2, strlen(bad2), &ev, &n, err, sizeof(err)),
+                     ALLOC_ERR_INVALID);
+    assert_non_null(strstr(err, "line 1"));
+}
+
+/* Replay is deterministic and reports the OOM position under a limit. */
+static void test_replay(void **state)
+{
+    (void)state;
+    alloc_trace_event_t *ev;
+    size_t n;
+    assert_int_equal(alloc_trace_synth("jitter", 6, 7, &ev, &n), ALLOC_OK);
+    alloc_config_t c;
+    alloc_replay_result_t r1, r2;
+    char err[256];
+    for (int p = 0; alloc_preset_names[p]; p++) {
+        alloc_config_preset(&c, alloc_preset_names[p]);
+        assert_int_equal(alloc_replay(&c, NULL, ev, n, &r1, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(alloc_replay(&c, NULL, ev, n, &r2, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(r1.events, n);
+        assert_int_equal(r1.peak_reserved, r2.peak_reserved);
+        assert_int_equal(r1.driver_calls, r2.driver_calls);
+        assert_int_equal(r1.bad_frees, 0);
+        assert_true(r1.peak_requested <= r1.peak_reserved);
+        assert_true(r1.utilization > 0.5 && r1.utilization <= 1.0);
+        assert_int_equal(r1.oom_index, -1);
+    }
+    alloc_config_preset(&c, "gpumem");
+    c.limit = r1.peak_requested / 2;
+    assert_int_equal(alloc_replay(&c, NULL, ev, n, &r1, err, sizeof(err)), ALLOC_OK);
+    assert_true(r1.oom_index > 0);
+    assert_int_equal(r1.events, (uint64_t)r1.oom_index + 1);
+    assert_int_equal(ev[r1.oom_index].kind, ALLOC_TR_ALLOC);
+    assert_int_equal(r1.oom.limit, c.limit);
+    assert_true(r1.oom.reserved <= c.limit);
+    free(ev);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rounding),
+        cmocka_unit_test(test_small_large_pools),
+        cmocka_unit_test(test_best_fit),
+        cmocka_unit_test(test_split_coalesce),
+        cmocka_unit_test(test_classic_segment_sizes),
+        cmocka_unit_test(test_no_merge_across_segments),
+        cmocka_unit_test(test_pytorch_split_rule),
+        cmocka_unit_test(test_max_split),
+        cmocka_unit_test(test_expandable_holes),
+        cmocka_unit_test(test_expandable_grow_merges_free_neighbour),
+        cmocka_unit_test(test_handle_size),
+        cmocka_unit_test(test_limit_oom),
+        cmocka_unit_test(test_oom_frees_cache),
+        cmocka_unit_test(test_backend_failure_retry),
+        cmocka_unit_test(test_double_free_and_foreign),
+        cmocka_unit_test(test_free_waits_for_events),
+        cmocka_unit_test(test_free_async),
+        cmocka_unit_test(test_per_stream_pools),
+        cmocka_unit_test(test_garbage_collection),
+        cmocka_unit_test(test_release_threshold),
+        cmocka_unit_test(test_nocache),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_mem_info),
+        cmocka_unit_test(test_hooks),
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_trace_parse),
+        cmocka_unit_test(test_replay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
