@@ -1,0 +1,596 @@
+/*
+ * core.c — configuration, lazy initialisation, statistics, fork and exit, the user API.
+ *
+ * Initialisation is split in two on purpose:
+ *   - the constructor does only what must happen before main() and costs nothing: it points
+ *     NVTX_INJECTION64_PATH at this library (an NVTX call can come before any CUDA call) and
+ *     registers the fork handlers. No CUDA, no SQLite, no allocation of note.
+ *   - everything else happens once, at the first CUDA call that reaches gpumem (pthread_once):
+ *     the environment is read (GPUMEM_MODE, GPUMEM_LIMIT, GPUMEM_CONF through alloc's parser),
+ *     the real driver is loaded, the exit handler is registered.
+ *
+ * A bad setting never breaks the program: gpumem prints the parser's one-line error and runs
+ * in mode off (everything forwarded to the real functions).
+ *
+ * Exit: gpumem must flush (allocator snapshots, stats, recorder close) while the driver is
+ * still alive. atexit handlers run before any library destructor and in reverse order of
+ * registration, so gpumem registers its handler twice — at init (covers driver-only programs)
+ * and again right after the runtime's own first initialisation (runtime.c calls
+ * gm_exit_register_late), so that it runs before the runtime's teardown. The handler runs once.
+ *
+ * Fork: a child forked after gpumem initialised in the parent runs with gpumem off: the
+ * allocator's segments are the parent's device memory (on a real GPU the child cannot use the
+ * parent's CUDA state at all; on the virtual GPU the memory would be shared with the parent).
+ * A child of a parent that never touched CUDA initialises normally. The recorder has its own
+ * fork policy (GPUMEM_FORK); gpumem's own locks are taken around fork so the child never
+ * inherits one held.
+ */
+#include "preload/gm_internal.h"
+
+#include "alloc/alloc.h"
+#include "preload/gpumem.h"
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+#endif
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+__thread int gm_inside;
+int gm_forked_child;
+size_t gm_limit;
+alloc_config_t gm_alloc_config;
+_Atomic unsigned long long gm_stats[GM_ST_COUNT];
+
+static pthread_once_t core_once = PTHREAD_ONCE_INIT;
+static _Atomic int core_done;
+static gm_mode_t mode_now = GM_MODE_OFF;
+static int recording;
+
+static const char *const stat_names[GM_ST_COUNT] = {
+    [GM_ST_RT_MALLOC] = "rt_malloc",
+    [GM_ST_RT_FREE] = "rt_free",
+    [GM_ST_RT_MALLOC_ASYNC] = "rt_malloc_async",
+    [GM_ST_RT_FREE_ASYNC] = "rt_free_async",
+    [GM_ST_DRV_ALLOC] = "drv_alloc",
+    [GM_ST_DRV_FREE] = "drv_free",
+    [GM_ST_DRV_ALLOC_ASYNC] = "drv_alloc_async",
+    [GM_ST_DRV_FREE_ASYNC] = "drv_free_async",
+    [GM_ST_SERVED] = "served",
+    [GM_ST_RELEASED] = "released",
+    [GM_ST_PASSTHROUGH] = "passthrough",
+    [GM_ST_PASSTHROUGH_FREE] = "passthrough_free",
+    [GM_ST_FOREIGN_FREE] = "foreign_free",
+    [GM_ST_DOUBLE_FREE] = "double_free",
+    [GM_ST_OOM] = "oom",
+    [GM_ST_FAILED] = "failed",
+    [GM_ST_MEMGETINFO] = "memgetinfo",
+    [GM_ST_ADDR_RANGE] = "addr_range",
+    [GM_ST_HOST_ALLOC] = "host_alloc",
+    [GM_ST_HOST_FREE] = "host_free",
+    [GM_ST_HOST_REGISTER] = "host_register",
+    [GM_ST_HOST_UNREGISTER] = "host_unregister",
+    [GM_ST_HOST_PASSTHROUGH] = "host_passthrough",
+    [GM_ST_MANAGED] = "managed",
+    [GM_ST_VMM] = "vmm",
+    [GM_ST_LAUNCH] = "launch",
+    [GM_ST_PROC_HOOKED] = "proc_hooked",
+    [GM_ST_NVTX_RANGES] = "nvtx_ranges",
+    [GM_ST_NVTX_MARKS] = "nvtx_marks",
+    [GM_ST_NAMED] = "named",
+};
+
+void gm_warn(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gpumem: %s\n", buf);
+}
+
+static void exit_handler(void);
+
+static int read_config(void)
+{
+    const char *m = getenv("GPUMEM_MODE");
+    gm_mode_t mode = GM_MODE_REPLACE;
+    if (m && *m) {
+        if (!strcasecmp(m, "replace"))
+            mode = GM_MODE_REPLACE;
+        else if (!strcasecmp(m, "record"))
+            mode = GM_MODE_RECORD;
+        else if (!strcasecmp(m, "off"))
+            return GM_MODE_OFF;
+        else {
+            gm_warn("GPUMEM_MODE: unknown mode '%s' (accepted: replace, record, off); "
+                    "gpumem is off",
+                    m);
+            return GM_MODE_OFF;
+        }
+    }
+    alloc_config_default(&gm_alloc_config);
+    char err[512];
+    const char *conf = getenv("GPUMEM_CONF");
+    if (conf && *conf && alloc_config_parse(&gm_alloc_config, conf, err, sizeof err) != ALLOC_OK) {
+        gm_warn("%s; gpumem is off", err);
+        return GM_MODE_OFF;
+    }
+    const char *lim = getenv("GPUMEM_LIMIT");
+    if (lim && *lim) {
+        size_t v;
+        if (alloc_parse_size(lim, &v) != ALLOC_OK || v == 0) {
+            gm_warn("GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
+                    "suffix, e.g. 24G); gpumem is off",
+                    lim);
+            return GM_MODE_OFF;
+        }
+        gm_limit = v;
+        gm_alloc_config.limit = v;
+    }
+    return mode;
+}
+
+/* The configured mode, without loading the driver (NVTX handlers need only this). */
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static gm_mode_t cfg_mode;
+static void cfg_init(void) { cfg_mode = read_config(); }
+static gm_mode_t config_mode(void)
+{
+    pthread_once(&cfg_once, cfg_init);
+    return cfg_mode;
+}
+
+int gm_nvtx_recording(void)
+{
+#ifdef GM_HAVE_REC
+    static _Atomic int state; /* 0 unknown, 1 yes, 2 no */
+    int s = atomic_load_explicit(&state, memory_order_acquire);
+    if (!s) {
+        s = config_mode() != GM_MODE_OFF && rec_open(NULL) == 0 ? 1 : 2;
+        atomic_store_explicit(&state, s, memory_order_release);
+    }
+    return s == 1 && !gm_forked_child;
+#else
+    return 0;
+#endif
+}
+
+static void core_init(void)
+{
+    gm_mode_t mode = config_mode();
+    if (mode != GM_MODE_OFF && !gm_driver_init())
+        mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
+    mode_now = mode;
+#ifdef GM_HAVE_REC
+    if (mode != GM_MODE_OFF) {
+        recording = rec_open(NULL) == 0;
+        if (recording) {
+            rec_meta("mode", mode == GM_MODE_REPLACE ? "replace" : "record");
+            char conf[1024];
+            alloc_config_format(&gm_alloc_config, conf, sizeof conf);
+            rec_meta("config", conf);
+        }
+    }
+#endif
+    atexit(exit_handler);
+    atomic_store(&core_done, 1);
+}
+
+gm_mode_t gm_mode(void)
+{
+    if (!atomic_load_explicit(&core_done, memory_order_acquire))
+        pthread_once(&core_once, core_init);
+    return gm_forked_child ? GM_MODE_OFF : mode_now;
+}
+
+gm_mode_t gm_mode_peek(void)
+{
+    if (!atomic_load_explicit(&core_done, memory_order_acquire))
+        return GM_MODE_OFF;
+    return gm_forked_child ? GM_MODE_OFF : mode_now;
+}
+
+int gm_driver_ok(void) { return gm_driver_init(); }
+
+/* ---- recorder bridge -------------------------------------------------------------------- */
+
+#ifdef GM_HAVE_REC
+static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
+{
+    switch (ev) {
+    case GM_EV_ALLOC: return REC_ALLOC;
+    case GM_EV_FREE: return REC_FREE;
+    case GM_EV_ALLOC_ASYNC: return REC_ALLOC_ASYNC;
+    case GM_EV_FREE_ASYNC: return REC_FREE_ASYNC;
+    case GM_EV_HOST_ALLOC: return REC_HOST_ALLOC;
+    case GM_EV_HOST_FREE: return REC_HOST_FREE;
+    case GM_EV_FOREIGN_FREE: return REC_FOREIGN_FREE;
+    case GM_EV_DOUBLE_FREE: return REC_DOUBLE_FREE;
+    case GM_EV_VMM: return requested ? REC_VMM_MAP : REC_VMM_UNMAP;
+    case GM_EV_OOM: return REC_OOM;
+    case GM_EV_MANAGED: return requested ? REC_MANAGED_ALLOC : REC_MANAGED_FREE;
+    }
+    return 0;
+}
+#endif
+
+void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
+                 size_t requested, uint64_t id)
+{
+#ifdef GM_HAVE_REC
+    if (!recording)
+        return;
+    if (ev == GM_EV_OOM) {
+        rec_oom_info o;
+        memset(&o, 0, sizeof o);
+        o.device = device;
+        o.stream = (uint64_t)(uintptr_t)stream;
+        o.requested = requested;
+        o.limit = gm_limit;
+        rec_oom(&o);
+        return;
+    }
+    rec_event(rec_kind_of(ev, requested), device, (uint64_t)(uintptr_t)stream, addr, size,
+              requested, id);
+#else
+    (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
+#endif
+}
+
+void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
+              size_t requested)
+{
+    gm_event_id(ev, device, stream, addr, size, requested, 0);
+}
+
+static _Atomic int dev_expandable[64];
+
+void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t stream)
+{
+#ifdef GM_HAVE_REC
+    if (!recording)
+        return;
+    int exp = device >= 0 && device < 64 ? atomic_load(&dev_expandable[device]) : 1;
+    unsigned k = exp ? (map ? REC_SEG_MAP : REC_SEG_UNMAP) : (map ? REC_DRIVER_ALLOC
+                                                                   : REC_DRIVER_FREE);
+    rec_event(k, device, stream, addr, size, 0, 0);
+#else
+    (void)device, (void)map, (void)addr, (void)size, (void)stream;
+#endif
+}
+
+void gm_rec_note_device(int device, int expandable)
+{
+    if (device >= 0 && device < 64)
+        atomic_store(&dev_expandable[device], expandable);
+}
+
+void gm_rec_oom(int device, const alloc_oom_info_t *info)
+{
+#ifdef GM_HAVE_REC
+    if (!recording)
+        return;
+    rec_oom_info o;
+    memset(&o, 0, sizeof o);
+    o.device = device;
+    o.stream = info->stream;
+    o.requested = info->requested;
+    o.allocated = info->allocated;
+    o.reserved = info->reserved;
+    o.free_cached = info->free_cached;
+    o.largest_free = info->largest_free_block;
+    o.device_free = info->device_free;
+    o.device_total = info->device_total;
+    o.limit = info->limit;
+    rec_oom(&o);
+#else
+    (void)device, (void)info;
+#endif
+}
+
+#ifdef GM_HAVE_REC
+struct snap_buf {
+    rec_segment *segs;
+    size_t nsegs, capsegs;
+    rec_block *blocks;
+    size_t nblocks, capblocks;
+    int device;
+    int failed;
+};
+
+static int snap_walk(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                     size_t nb)
+{
+    struct snap_buf *s = user;
+    if (s->nsegs == s->capsegs) {
+        size_t n = s->capsegs ? s->capsegs * 2 : 64;
+        rec_segment *p = realloc(s->segs, n * sizeof *p);
+        if (!p) {
+            s->failed = 1;
+            return 1;
+        }
+        s->segs = p;
+        s->capsegs = n;
+    }
+    if (s->nblocks + nb > s->capblocks) {
+        size_t n = s->capblocks ? s->capblocks : 256;
+        while (n < s->nblocks + nb)
+            n *= 2;
+        rec_block *p = realloc(s->blocks, n * sizeof *p);
+        if (!p) {
+            s->failed = 1;
+            return 1;
+        }
+        s->blocks = p;
+        s->capblocks = n;
+    }
+    rec_segment *rs = &s->segs[s->nsegs];
+    rs->device = s->device;
+    rs->stream = seg->stream;
+    rs->addr = seg->addr;
+    rs->size = seg->size;
+    rs->mapped = seg->size;
+    rs->flags = (seg->expandable ? REC_SEG_F_EXPANDABLE : 0) |
+                (seg->small_pool ? REC_SEG_F_SMALL_POOL : 0);
+    for (size_t i = 0; i < nb; i++) {
+        rec_block *rb = &s->blocks[s->nblocks++];
+        rb->segment = (uint32_t)s->nsegs;
+        rb->state = b[i].state == ALLOC_BLOCK_LIVE      ? REC_BLOCK_ALLOCATED
+                    : b[i].state == ALLOC_BLOCK_PENDING ? REC_BLOCK_PENDING
+                                                        : REC_BLOCK_FREE;
+        rb->addr = b[i].addr;
+        rb->size = b[i].size;
+        rb->requested = b[i].requested;
+        rb->alloc_id = b[i].alloc_id;
+    }
+    s->nsegs++;
+    return 0;
+}
+#endif
+
+void gm_rec_snapshot(alloc_t *a, int device, int reason)
+{
+#ifdef GM_HAVE_REC
+    if (!recording)
+        return;
+    struct snap_buf s;
+    memset(&s, 0, sizeof s);
+    s.device = device;
+    alloc_walk(a, snap_walk, &s);
+    if (!s.failed)
+        rec_snapshot((enum rec_snap_reason)reason, s.segs, s.nsegs, s.blocks, s.nblocks);
+    free(s.segs);
+    free(s.blocks);
+#else
+    (void)a, (void)device, (void)reason;
+#endif
+}
+
+/* After a served allocation: the event, and a snapshot when reserved memory reached a new
+ * peak (reserved grows by whole pages, so this is rare). */
+void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
+                  uint64_t id, alloc_t *a)
+{
+    gm_event_id((enum gm_ev)ev, device, s, addr, held, requested, id);
+#ifdef GM_HAVE_REC
+    static _Atomic long long last_peak[64];
+    if (!recording || device < 0 || device >= 64)
+        return;
+    alloc_stats_t st;
+    alloc_get_stats(a, &st);
+    long long prev = atomic_load(&last_peak[device]);
+    if (st.reserved_bytes.peak > prev && st.reserved_bytes.current == st.reserved_bytes.peak &&
+        atomic_compare_exchange_strong(&last_peak[device], &prev, st.reserved_bytes.peak))
+        gm_rec_snapshot(a, device, REC_SNAP_PEAK);
+#else
+    (void)a;
+#endif
+}
+
+/* ---- runtime error mapping -------------------------------------------------------------- */
+
+cudaError_t gm_rt_error(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS: return cudaSuccess;
+    case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
+    case CUDA_ERROR_INVALID_VALUE: return cudaErrorInvalidValue;
+    case CUDA_ERROR_NOT_INITIALIZED: return cudaErrorInitializationError;
+    case CUDA_ERROR_NO_DEVICE: return cudaErrorNoDevice;
+    case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
+    case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+    case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+    case CUDA_ERROR_DEINITIALIZED: return cudaErrorCudartUnloading;
+    default: return cudaErrorUnknown;
+    }
+}
+
+/* ---- exit ---------------------------------------------------------------------------------- */
+
+static _Atomic int exit_ran;
+
+static void print_stats(void)
+{
+    const char *e = getenv("GPUMEM_STATS");
+    if (!e || !*e || !strcmp(e, "0"))
+        return;
+    int pid = (int)getpid();
+    const char *m = mode_now == GM_MODE_REPLACE ? "replace"
+                    : mode_now == GM_MODE_RECORD ? "record"
+                                                 : "off";
+    fprintf(stderr, "gpumem-stats %d mode %s\n", pid, gm_forked_child ? "off" : m);
+    for (int i = 0; i < GM_ST_COUNT; i++)
+        fprintf(stderr, "gpumem-stats %d %s %llu\n", pid, stat_names[i],
+                (unsigned long long)atomic_load(&gm_stats[i]));
+    if (!gm_forked_child)
+        gm_heap_print_stats(stderr);
+}
+
+static void exit_handler(void)
+{
+    if (atomic_exchange(&exit_ran, 1))
+        return;
+    gm_inside_enter();
+    if (!gm_forked_child && mode_now == GM_MODE_REPLACE)
+        gm_heap_exit();
+#ifdef GM_HAVE_REC
+    if (recording && !gm_forked_child) {
+        alloc_stats_t st;
+        rec_alloc_stats rs;
+        memset(&rs, 0, sizeof rs);
+        for (int d = 0; d < 64; d++) {
+            if (gm_heap_stats(d, &st))
+                continue;
+            rs.peak_allocated += (uint64_t)st.allocated_bytes.peak;
+            rs.peak_reserved += (uint64_t)st.reserved_bytes.peak;
+            rs.allocated_now += (uint64_t)st.allocated_bytes.current;
+            rs.reserved_now += (uint64_t)st.reserved_bytes.current;
+            rs.cache_hits += st.cache_hits;
+            rs.cache_misses += st.cache_misses;
+            rs.driver_alloc_calls += st.num_device_alloc;
+            rs.driver_free_calls += st.num_device_free;
+        }
+        rs.n_alloc = atomic_load(&gm_stats[GM_ST_SERVED]) + atomic_load(&gm_stats[GM_ST_PASSTHROUGH]);
+        rs.n_free = atomic_load(&gm_stats[GM_ST_RELEASED]) +
+                    atomic_load(&gm_stats[GM_ST_PASSTHROUGH_FREE]);
+        rs.n_oom = atomic_load(&gm_stats[GM_ST_OOM]);
+        rs.foreign_frees = atomic_load(&gm_stats[GM_ST_FOREIGN_FREE]);
+        rs.double_frees = atomic_load(&gm_stats[GM_ST_DOUBLE_FREE]);
+        rec_stats(&rs);
+        rec_close();
+    }
+#endif
+    gm_nvtx_dump();
+    print_stats();
+    gm_inside_leave();
+}
+
+void gm_exit_register_late(void)
+{
+    static _Atomic int done;
+    if (!atomic_exchange(&done, 1))
+        atexit(exit_handler);
+}
+
+/* A program that only uses NVTX never reaches core_init: its first NVTX call registers the
+ * handler (for the GPUMEM_DEBUG_RANGES dump and the recorder). */
+void gm_exit_register_nvtx(void)
+{
+    static _Atomic int done;
+    if (!atomic_exchange(&done, 1))
+        atexit(exit_handler);
+}
+
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+static void fork_prepare(void)
+{
+    gm_nvtx_fork_prepare();
+    gm_pt_fork_prepare();
+    gm_pinned_fork_prepare();
+}
+static void fork_parent(void)
+{
+    gm_pinned_fork_parent();
+    gm_pt_fork_parent();
+    gm_nvtx_fork_parent();
+}
+static void fork_child(void)
+{
+    gm_pinned_fork_child();
+    gm_pt_fork_child();
+    gm_nvtx_fork_child();
+    if (atomic_load(&core_done) && mode_now != GM_MODE_OFF)
+        gm_forked_child = 1;
+#ifdef GM_HAVE_REC
+    /* the recorder decides for itself whether the child records (GPUMEM_FORK) */
+#endif
+}
+
+__attribute__((constructor)) static void gm_constructor(void)
+{
+    gm_nvtx_constructor();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* ---- user API ------------------------------------------------------------------------------ */
+
+int gm_name_internal(const void *ptr, const char *name);
+GM_EXPORT int gpumem_name(const void *ptr, const char *name)
+{
+    return gm_name_internal(ptr, name);
+}
+
+int gm_name_internal(const void *ptr, const char *name)
+{
+    if (!ptr || !name)
+        return -1;
+    if (gm_mode() == GM_MODE_OFF)
+        return -1;
+    if (gm_heap_name((CUdeviceptr)(uintptr_t)ptr, name) != 0)
+        return -1;
+    gm_stat_add(GM_ST_NAMED, 1);
+#ifdef GM_HAVE_REC
+    if (recording)
+        rec_name((uint64_t)(uintptr_t)ptr, name);
+#endif
+    return 0;
+}
+
+GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
+{
+    if (size < 0)
+        return NULL;
+    gm_mode_t m = gm_mode();
+    CUdeviceptr p = 0;
+    if (m == GM_MODE_OFF) {
+        if (!gm_driver_init() || gm_real.cuMemAlloc_v2((CUdeviceptr *)&p, (size_t)size))
+            return NULL;
+        return (void *)(uintptr_t)p;
+    }
+    CUdevice dev;
+    if (gm_driver_ensure_context(&dev) != CUDA_SUCCESS)
+        return NULL;
+    gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
+    if (m == GM_MODE_REPLACE) {
+        if (gm_heap_alloc(&p, (size_t)size, device, (CUstream)stream, GM_ALLOC_ASYNC))
+            return NULL;
+        return (void *)(uintptr_t)p;
+    }
+    if (gm_real.cuMemAlloc_v2(&p, (size_t)size) != CUDA_SUCCESS)
+        return NULL;
+    gm_stat_add(GM_ST_PASSTHROUGH, 1);
+    gm_pt_add(p, (size_t)size, GM_PT_DEVICE);
+    gm_event(GM_EV_ALLOC, device, (CUstream)stream, p, (size_t)size, (size_t)size);
+    return (void *)(uintptr_t)p;
+}
+
+GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
+{
+    (void)size;
+    if (!ptr)
+        return;
+    gm_mode_t m = gm_mode();
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    CUresult res;
+    gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
+    if (m == GM_MODE_REPLACE && gm_heap_free(p, (CUstream)stream, GM_ALLOC_ASYNC, &res))
+        return;
+    size_t sz;
+    enum gm_pt_kind k;
+    if (gm_pt_remove(p, &sz, &k)) {
+        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
+        gm_event(GM_EV_FREE, device, (CUstream)stream, p, sz, 0);
+    } else if (m != GM_MODE_OFF) {
+        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
+        gm_event(GM_EV_FOREIGN_FREE, device, (CUstream)stream, p, 0, 0);
+    }
+    if (gm_driver_init())
+        gm_real.cuMemFree_v2(p);
+}

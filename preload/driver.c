@@ -1,0 +1,572 @@
+/*
+ * driver.c — the real driver and the driver-level hooks.
+ *
+ * The real driver is loaded once (pthread_once) with dlopen("libcuda.so.1") and its
+ * cuGetProcAddress_v2; every entry point gpumem needs is stored in gm_real. gpumem's own
+ * backend and every pass-through call go through gm_real only — never through a hooked name —
+ * so an allocation gpumem makes for itself is never seen again by its own hooks.
+ *
+ * How programs meet the hooks: whoever asks the driver for an entry point — the runtime
+ * (dynamic or static), cuBLAS, NCCL, PyTorch, a program using the driver API through dlopen —
+ * goes through cuGetProcAddress, which gpumem wraps (the wrapper itself is handed out by the
+ * exported dlsym, see dlsym.c). The wrapper asks the real cuGetProcAddress and, when the answer
+ * is the real pointer of a hooked function (compared by address, so every name, version and
+ * per-thread-stream variant that resolves to it is caught), replaces it with gpumem's hook.
+ *
+ * Hooks pass straight through when the calling thread is inside gpumem (gm_inside): in record
+ * mode the runtime-level hook has already counted the cudaMalloc that is now reaching
+ * cuMemAlloc_v2 through the real runtime.
+ */
+#include "preload/gm_internal.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+struct gm_real gm_real;
+
+typedef CUresult (*getproc_v1_fn)(const char *, void **, int, cuuint64_t);
+typedef CUresult (*getproc_v2_fn)(const char *, void **, int, cuuint64_t,
+                                  CUdriverProcAddressQueryResult *);
+static getproc_v1_fn real_getproc_v1;
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static int driver_ok;      /* cuInit succeeded */
+static int driver_loaded;  /* cuGetProcAddress_v2 known */
+
+/* ---- hooks ---------------------------------------------------------------------------- */
+
+static int gm_pass(void) { return gm_inside || gm_forked_child || gm_mode() == GM_MODE_OFF; }
+
+static CUresult ctx_device(CUdevice *dev)
+{
+    *dev = 0;
+    return gm_real.cuCtxGetDevice ? gm_real.cuCtxGetDevice(dev) : CUDA_SUCCESS;
+}
+
+static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_alloc_kind kind,
+                          CUresult (*real)(CUdeviceptr *, size_t, CUstream),
+                          CUresult (*real_sync)(CUdeviceptr *, size_t))
+{
+    gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_ALLOC_ASYNC : GM_ST_DRV_ALLOC, 1);
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice dev;
+    if (gm_mode() == GM_MODE_REPLACE) {
+        CUresult r = ctx_device(&dev);
+        if (r != CUDA_SUCCESS)
+            return r;
+        return gm_heap_alloc(dptr, size, dev, stream, kind);
+    }
+    /* record mode: the real allocation, remembered so its free is matched */
+    CUresult r = real ? real(dptr, size, stream) : real_sync(dptr, size);
+    if (r == CUDA_SUCCESS) {
+        ctx_device(&dev);
+        gm_stat_add(GM_ST_PASSTHROUGH, 1);
+        gm_pt_add(*dptr, size, kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE);
+        gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, *dptr,
+                 size, size);
+    } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        gm_stat_add(GM_ST_OOM, 1);
+        gm_event(GM_EV_OOM, -1, stream, 0, 0, size);
+    }
+    return r;
+}
+
+static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
+                         CUresult (*real)(CUdeviceptr, CUstream), CUresult (*real_sync)(CUdeviceptr))
+{
+    gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_FREE_ASYNC : GM_ST_DRV_FREE, 1);
+    CUresult res;
+    if (gm_mode() == GM_MODE_REPLACE && gm_heap_free(p, stream, kind, &res))
+        return res;
+    size_t size = 0;
+    enum gm_pt_kind k;
+    int known = gm_pt_remove(p, &size, &k);
+    CUresult r = real ? real(p, stream) : real_sync(p);
+    if (known) {
+        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
+        gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, -1, stream, p, size, 0);
+    } else if (p) {
+        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
+        gm_event(GM_EV_FOREIGN_FREE, -1, stream, p, 0, 0);
+    }
+    return r;
+}
+
+static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    if (gm_pass())
+        return gm_real.cuMemAlloc_v2(dptr, size);
+    return drv_alloc(dptr, size, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemAlloc_v2);
+}
+
+static CUresult h_cuMemFree_v2(CUdeviceptr p)
+{
+    if (gm_pass())
+        return gm_real.cuMemFree_v2(p);
+    return drv_free(p, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemFree_v2);
+}
+
+static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    if (gm_pass())
+        return gm_real.cuMemAllocAsync(dptr, size, s);
+    return drv_alloc(dptr, size, s, GM_ALLOC_ASYNC, gm_real.cuMemAllocAsync, NULL);
+}
+
+/* The per-thread-default-stream variant: stream 0 means the calling thread's stream. */
+static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    if (gm_pass())
+        return gm_real.cuMemAllocAsync_ptsz(dptr, size, s);
+    return drv_alloc(dptr, size, s ? s : CU_STREAM_PER_THREAD, GM_ALLOC_ASYNC,
+                     gm_real.cuMemAllocAsync_ptsz, NULL);
+}
+
+static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    if (gm_pass())
+        return gm_real.cuMemFreeAsync(p, s);
+    return drv_free(p, s, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync, NULL);
+}
+
+static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+    if (gm_pass())
+        return gm_real.cuMemFreeAsync_ptsz(p, s);
+    return drv_free(p, s ? s : CU_STREAM_PER_THREAD, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync_ptsz,
+                    NULL);
+}
+
+/* Allocation from an explicit memory pool is the program's own choice of allocator: passed
+ * through and recorded. */
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
+                           CUresult (*real)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))
+{
+    if (gm_pass())
+        return real(dptr, size, pool, s);
+    gm_stat_add(GM_ST_DRV_ALLOC_ASYNC, 1);
+    CUresult r = real(dptr, size, pool, s);
+    if (r == CUDA_SUCCESS) {
+        gm_stat_add(GM_ST_PASSTHROUGH, 1);
+        gm_pt_add(*dptr, size, GM_PT_POOL);
+        gm_event(GM_EV_ALLOC_ASYNC, -1, s, *dptr, size, size);
+    }
+    return r;
+}
+static CUresult h_cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
+{
+    return pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync);
+}
+static CUresult h_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p,
+                                               CUstream s)
+{
+    return pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync_ptsz);
+}
+
+static CUresult h_cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
+{
+    if (gm_pass() || gm_mode() != GM_MODE_REPLACE)
+        return gm_real.cuMemGetInfo_v2(free_b, total_b);
+    gm_stat_add(GM_ST_MEMGETINFO, 1);
+    return gm_heap_meminfo(free_b, total_b);
+}
+
+static CUresult h_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr p)
+{
+    CUdeviceptr base;
+    size_t size;
+    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_heap_lookup(p, &base, &size)) {
+        gm_stat_add(GM_ST_ADDR_RANGE, 1);
+        if (pbase)
+            *pbase = base;
+        if (psize)
+            *psize = size;
+        return CUDA_SUCCESS;
+    }
+    return gm_real.cuMemGetAddressRange_v2(pbase, psize, p);
+}
+
+/* Pinned host memory. Write-combined memory cannot come from a shared pool (the attribute is
+ * per allocation), so it is passed through. */
+static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags)
+{
+    if (!pp)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED)) {
+        CUresult r = gm_pinned_alloc(pp, size);
+        return r;
+    }
+    CUresult r = has_flags ? gm_real.cuMemHostAlloc(pp, size, flags)
+                           : gm_real.cuMemAllocHost_v2(pp, size);
+    if (r == CUDA_SUCCESS) {
+        gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
+        gm_pt_add((uintptr_t)*pp, size, GM_PT_HOST);
+        gm_event(GM_EV_HOST_ALLOC, -1, 0, (uintptr_t)*pp, size, size);
+    }
+    return r;
+}
+static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
+{
+    if (gm_pass())
+        return gm_real.cuMemAllocHost_v2(pp, size);
+    return host_alloc(pp, size, 0, 0);
+}
+static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+{
+    if (gm_pass())
+        return gm_real.cuMemHostAlloc(pp, size, flags);
+    return host_alloc(pp, size, flags, 1);
+}
+static CUresult h_cuMemFreeHost(void *p)
+{
+    if (gm_pass())
+        return gm_real.cuMemFreeHost(p);
+    CUresult res;
+    if (gm_pinned_free(p, &res))
+        return res;
+    size_t size;
+    enum gm_pt_kind k;
+    if (gm_pt_remove((uintptr_t)p, &size, &k))
+        gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)p, size, 0);
+    else if (p) {
+        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
+        gm_event(GM_EV_FOREIGN_FREE, -1, 0, (uintptr_t)p, 0, 0);
+    }
+    return gm_real.cuMemFreeHost(p);
+}
+
+static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
+{
+    CUresult r = gm_real.cuMemAllocManaged(d, size, flags);
+    if (!gm_pass() && r == CUDA_SUCCESS) {
+        gm_stat_add(GM_ST_MANAGED, 1);
+        gm_pt_add(*d, size, GM_PT_MANAGED);
+        gm_event(GM_EV_MANAGED, -1, 0, *d, size, size);
+    }
+    return r;
+}
+
+/* The program's own virtual-memory management: passed through, counted; maps and unmaps are
+ * recorded (that is where memory is committed). */
+static CUresult h_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                              const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    if (!gm_pass())
+        gm_stat_add(GM_ST_VMM, 1);
+    return gm_real.cuMemCreate(h, size, prop, flags);
+}
+static CUresult h_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    if (!gm_pass())
+        gm_stat_add(GM_ST_VMM, 1);
+    return gm_real.cuMemRelease(h);
+}
+static CUresult h_cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                           unsigned long long flags)
+{
+    CUresult r = gm_real.cuMemMap(p, size, off, h, flags);
+    if (!gm_pass()) {
+        gm_stat_add(GM_ST_VMM, 1);
+        if (r == CUDA_SUCCESS)
+            gm_event(GM_EV_VMM, -1, 0, p, size, size);
+    }
+    return r;
+}
+static CUresult h_cuMemUnmap(CUdeviceptr p, size_t size)
+{
+    CUresult r = gm_real.cuMemUnmap(p, size);
+    if (!gm_pass()) {
+        gm_stat_add(GM_ST_VMM, 1);
+        if (r == CUDA_SUCCESS)
+            gm_event(GM_EV_VMM, -1, 0, p, size, 0);
+    }
+    return r;
+}
+static CUresult h_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                      unsigned long long flags)
+{
+    if (!gm_pass())
+        gm_stat_add(GM_ST_VMM, 1);
+    return gm_real.cuMemAddressReserve(p, size, align, addr, flags);
+}
+static CUresult h_cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+    if (!gm_pass())
+        gm_stat_add(GM_ST_VMM, 1);
+    return gm_real.cuMemAddressFree(p, size);
+}
+static CUresult h_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
+{
+    if (!gm_pass())
+        gm_stat_add(GM_ST_VMM, 1);
+    return gm_real.cuMemSetAccess(p, size, d, n);
+}
+
+/* Kernel launches: the hook point for access tracking (counted only, for now). */
+static CUresult h_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                                 void **extra)
+{
+    if (!gm_inside)
+        gm_stat_add(GM_ST_LAUNCH, 1);
+    return gm_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+static CUresult h_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                      unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                      CUstream s, void **params, void **extra)
+{
+    if (!gm_inside)
+        gm_stat_add(GM_ST_LAUNCH, 1);
+    return gm_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+
+/* A destroyed stream must leave the allocator before the next cudaFree fences it. */
+static CUresult (*real_cuStreamDestroy_v2)(CUstream);
+static CUresult h_cuStreamDestroy_v2(CUstream s)
+{
+    if (!gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE)
+        gm_heap_forget_stream(s);
+    return real_cuStreamDestroy_v2(s);
+}
+
+/* ---- the table ------------------------------------------------------------------------- */
+
+#define SLOT(f) ((void **)(void *)&gm_real.f)
+struct hook_ent {
+    const char *proc;   /* name cuGetProcAddress is asked for */
+    int ptsz;           /* 1: per-thread default stream variant */
+    const char *sym;    /* exported symbol name (dlsym) */
+    void **real;        /* where the real pointer is stored */
+    void *hook;         /* NULL: needed by gpumem, not hooked */
+};
+
+static CUresult w_getproc_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *st);
+static CUresult w_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags);
+
+static struct hook_ent hooks[] = {
+    {"cuMemAlloc", 0, "cuMemAlloc_v2", SLOT(cuMemAlloc_v2), (void *)h_cuMemAlloc_v2},
+    {"cuMemFree", 0, "cuMemFree_v2", SLOT(cuMemFree_v2), (void *)h_cuMemFree_v2},
+    {"cuMemAllocAsync", 0, "cuMemAllocAsync", SLOT(cuMemAllocAsync), (void *)h_cuMemAllocAsync},
+    {"cuMemAllocAsync", 1, "cuMemAllocAsync_ptsz", SLOT(cuMemAllocAsync_ptsz),
+     (void *)h_cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 0, "cuMemFreeAsync", SLOT(cuMemFreeAsync), (void *)h_cuMemFreeAsync},
+    {"cuMemFreeAsync", 1, "cuMemFreeAsync_ptsz", SLOT(cuMemFreeAsync_ptsz),
+     (void *)h_cuMemFreeAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 0, "cuMemAllocFromPoolAsync", SLOT(cuMemAllocFromPoolAsync),
+     (void *)h_cuMemAllocFromPoolAsync},
+    {"cuMemAllocFromPoolAsync", 1, "cuMemAllocFromPoolAsync_ptsz",
+     SLOT(cuMemAllocFromPoolAsync_ptsz), (void *)h_cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemGetInfo", 0, "cuMemGetInfo_v2", SLOT(cuMemGetInfo_v2), (void *)h_cuMemGetInfo_v2},
+    {"cuMemGetAddressRange", 0, "cuMemGetAddressRange_v2", SLOT(cuMemGetAddressRange_v2),
+     (void *)h_cuMemGetAddressRange_v2},
+    {"cuMemAllocHost", 0, "cuMemAllocHost_v2", SLOT(cuMemAllocHost_v2),
+     (void *)h_cuMemAllocHost_v2},
+    {"cuMemHostAlloc", 0, "cuMemHostAlloc", SLOT(cuMemHostAlloc), (void *)h_cuMemHostAlloc},
+    {"cuMemFreeHost", 0, "cuMemFreeHost", SLOT(cuMemFreeHost), (void *)h_cuMemFreeHost},
+    {"cuMemAllocManaged", 0, "cuMemAllocManaged", SLOT(cuMemAllocManaged),
+     (void *)h_cuMemAllocManaged},
+    {"cuMemCreate", 0, "cuMemCreate", SLOT(cuMemCreate), (void *)h_cuMemCreate},
+    {"cuMemRelease", 0, "cuMemRelease", SLOT(cuMemRelease), (void *)h_cuMemRelease},
+    {"cuMemMap", 0, "cuMemMap", SLOT(cuMemMap), (void *)h_cuMemMap},
+    {"cuMemUnmap", 0, "cuMemUnmap", SLOT(cuMemUnmap), (void *)h_cuMemUnmap},
+    {"cuMemAddressReserve", 0, "cuMemAddressReserve", SLOT(cuMemAddressReserve),
+     (void *)h_cuMemAddressReserve},
+    {"cuMemAddressFree", 0, "cuMemAddressFree", SLOT(cuMemAddressFree),
+     (void *)h_cuMemAddressFree},
+    {"cuMemSetAccess", 0, "cuMemSetAccess", SLOT(cuMemSetAccess), (void *)h_cuMemSetAccess},
+    {"cuLaunchKernel", 0, "cuLaunchKernel", SLOT(cuLaunchKernel), (void *)h_cuLaunchKernel},
+    {"cuLaunchKernel", 1, "cuLaunchKernel_ptsz", SLOT(cuLaunchKernel_ptsz),
+     (void *)h_cuLaunchKernel_ptsz},
+    {"cuStreamDestroy", 0, "cuStreamDestroy_v2", (void **)(void *)&real_cuStreamDestroy_v2,
+     (void *)h_cuStreamDestroy_v2},
+    {"cuGetProcAddress", 0, "cuGetProcAddress_v2", SLOT(cuGetProcAddress_v2),
+     (void *)w_getproc_v2},
+    /* needed by gpumem's backend only */
+    {"cuInit", 0, "cuInit", SLOT(cuInit), NULL},
+    {"cuCtxGetCurrent", 0, "cuCtxGetCurrent", SLOT(cuCtxGetCurrent), NULL},
+    {"cuCtxSetCurrent", 0, "cuCtxSetCurrent", SLOT(cuCtxSetCurrent), NULL},
+    {"cuCtxGetDevice", 0, "cuCtxGetDevice", SLOT(cuCtxGetDevice), NULL},
+    {"cuCtxSynchronize", 0, "cuCtxSynchronize", SLOT(cuCtxSynchronize), NULL},
+    {"cuDevicePrimaryCtxRetain", 0, "cuDevicePrimaryCtxRetain", SLOT(cuDevicePrimaryCtxRetain),
+     NULL},
+    {"cuDeviceGet", 0, "cuDeviceGet", SLOT(cuDeviceGet), NULL},
+    {"cuDeviceTotalMem", 0, "cuDeviceTotalMem_v2", SLOT(cuDeviceTotalMem_v2), NULL},
+    {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2), NULL},
+    {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister), NULL},
+    {"cuMemGetAllocationGranularity", 0, "cuMemGetAllocationGranularity",
+     SLOT(cuMemGetAllocationGranularity), NULL},
+    {"cuEventCreate", 0, "cuEventCreate", SLOT(cuEventCreate), NULL},
+    {"cuEventRecord", 0, "cuEventRecord", SLOT(cuEventRecord), NULL},
+    {"cuEventQuery", 0, "cuEventQuery", SLOT(cuEventQuery), NULL},
+    {"cuEventSynchronize", 0, "cuEventSynchronize", SLOT(cuEventSynchronize), NULL},
+    {"cuEventDestroy", 0, "cuEventDestroy_v2", SLOT(cuEventDestroy_v2), NULL},
+    {"cuStreamSynchronize", 0, "cuStreamSynchronize", SLOT(cuStreamSynchronize), NULL},
+};
+#define NHOOKS (sizeof hooks / sizeof hooks[0])
+/* cuGetProcAddress's answer for hooks[i] when it differs from the exported symbol */
+static void *alts[NHOOKS];
+
+int gm_driver_name_hooked(const char *name)
+{
+    if (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuGetProcAddress_v2"))
+        return 1;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (hooks[i].hook && !strcmp(hooks[i].sym, name))
+            return 1;
+    return 0;
+}
+
+void *gm_driver_hook_for(void *real_fn)
+{
+    if (!real_fn)
+        return NULL;
+    if (real_getproc_v1 && real_fn == (void *)real_getproc_v1)
+        return (void *)w_getproc_v1;
+    if (real_fn == (void *)gm_real.cuGetProcAddress_v2)
+        return (void *)w_getproc_v2;
+    /* gpumem off (configured, or no usable driver): hand out the real functions. */
+    if (gm_forked_child || gm_mode() == GM_MODE_OFF)
+        return NULL;
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (hooks[i].hook && (*hooks[i].real == real_fn || alts[i] == real_fn))
+            return hooks[i].hook;
+    return NULL;
+}
+
+void *gm_driver_getproc_wrapper(const char *name)
+{
+    if (!strcmp(name, "cuGetProcAddress_v2"))
+        return (void *)w_getproc_v2;
+    if (!strcmp(name, "cuGetProcAddress"))
+        return (void *)w_getproc_v1;
+    return NULL;
+}
+
+static void driver_load(void)
+{
+    gm_inside_enter();
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        /* the runtime may have found its driver through its own RUNPATH, which gpumem's dlopen
+         * does not search: try next to the runtime */
+        void *rt = gm_next_symbol("cudaMalloc");
+        Dl_info di;
+        if (rt && dladdr(rt, &di) && di.dli_fname) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s", di.dli_fname);
+            char *slash = strrchr(path, '/');
+            if (slash && (size_t)(slash - path) + 14 < sizeof path) {
+                strcpy(slash + 1, "libcuda.so.1");
+                h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+            }
+        }
+    }
+    if (!h)
+        goto out;
+    gm_real.cuGetProcAddress_v2 = (getproc_v2_fn)gm_real_dlsym_fn(h, "cuGetProcAddress_v2");
+    real_getproc_v1 = (getproc_v1_fn)gm_real_dlsym_fn(h, "cuGetProcAddress");
+    if (!gm_real.cuGetProcAddress_v2)
+        goto out;
+    driver_loaded = 1;
+    /* The exported symbol fixes the ABI (cuCtxGetDevice is not cuCtxGetDevice_v2, whatever
+     * version a cuGetProcAddress lookup would map it to); the cuGetProcAddress answer is what
+     * the runtime will be handed, so both are recognised when replacing pointers. */
+    for (size_t i = 0; i < NHOOKS; i++) {
+        void *p = NULL;
+        CUdriverProcAddressQueryResult st;
+        cuuint64_t fl = hooks[i].ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                      : CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+        void *exported = gm_real_dlsym_fn(h, hooks[i].sym);
+        if (gm_real.cuGetProcAddress_v2(hooks[i].proc, &p, CUDA_VERSION, fl, &st) != CUDA_SUCCESS)
+            p = NULL;
+        if (hooks[i].real == SLOT(cuGetProcAddress_v2))
+            continue; /* keep the dlsym answer: that is what the runtime will be handed */
+        *hooks[i].real = exported ? exported : p;
+        alts[i] = p != *hooks[i].real ? p : NULL;
+    }
+    /* a ptsz variant the driver does not distinguish is the legacy function */
+    if (gm_real.cuMemAllocAsync_ptsz == gm_real.cuMemAllocAsync)
+        gm_real.cuMemAllocAsync_ptsz = NULL;
+    if (gm_real.cuMemFreeAsync_ptsz == gm_real.cuMemFreeAsync)
+        gm_real.cuMemFreeAsync_ptsz = NULL;
+    if (gm_real.cuMemAllocFromPoolAsync_ptsz == gm_real.cuMemAllocFromPoolAsync)
+        gm_real.cuMemAllocFromPoolAsync_ptsz = NULL;
+    if (gm_real.cuLaunchKernel_ptsz == gm_real.cuLaunchKernel)
+        gm_real.cuLaunchKernel_ptsz = NULL;
+    if (gm_real.cuInit && gm_real.cuInit(0) == CUDA_SUCCESS && gm_real.cuMemAlloc_v2 &&
+        gm_real.cuMemFree_v2 && gm_real.cuCtxGetCurrent && gm_real.cuCtxSetCurrent &&
+        gm_real.cuDevicePrimaryCtxRetain && gm_real.cuDeviceGet)
+        driver_ok = 1;
+out:
+    gm_inside_leave();
+}
+
+int gm_driver_init(void)
+{
+    pthread_once(&driver_once, driver_load);
+    return driver_ok;
+}
+
+CUresult gm_driver_ensure_context(CUdevice *dev)
+{
+    CUcontext c = NULL;
+    CUresult r = gm_real.cuCtxGetCurrent(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!c) {
+        CUdevice d;
+        r = gm_real.cuDeviceGet(&d, 0);
+        if (r == CUDA_SUCCESS)
+            r = gm_real.cuDevicePrimaryCtxRetain(&c, d);
+        if (r == CUDA_SUCCESS)
+            r = gm_real.cuCtxSetCurrent(c);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return ctx_device(dev);
+}
+
+/* ---- cuGetProcAddress wrappers -------------------------------------------------------- */
+
+static CUresult w_getproc_v2(const char *sym, void **pfn, int ver, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *st)
+{
+    gm_driver_init();
+    if (!gm_real.cuGetProcAddress_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = gm_real.cuGetProcAddress_v2(sym, pfn, ver, flags, st);
+    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_inside) {
+        void *h = gm_driver_hook_for(*pfn);
+        if (h) {
+            *pfn = h;
+            gm_stat_add(GM_ST_PROC_HOOKED, 1);
+        }
+    }
+    return r;
+}
+
+static CUresult w_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+    gm_driver_init();
+    if (!real_getproc_v1)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = real_getproc_v1(sym, pfn, ver, flags);
+    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_inside) {
+        void *h = gm_driver_hook_for(*pfn);
+        if (h) {
+            *pfn = h;
+            gm_stat_add(GM_ST_PROC_HOOKED, 1);
+        }
+    }
+    return r;
+}
+
+int gm_driver_loaded(void);
+int gm_driver_loaded(void)
+{
+    gm_driver_init();
+    return driver_loaded;
+}

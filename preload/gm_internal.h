@@ -1,0 +1,256 @@
+/*
+ * gm_internal.h — types and functions shared by the files of libgpumem.so (preload/).
+ *
+ * Nothing here is exported from the library: every file is built with -fvisibility=hidden and
+ * the version script (preload/libgpumem.map) lists the only public names. Each .c file owns one
+ * concept:
+ *
+ *   dlsym.c    the exported dlsym (a tail-jumping trampoline, so RTLD_NEXT keeps its meaning
+ *              for the caller) and the name -> hook decision
+ *   driver.c   the real driver: dlopen("libcuda.so.1"), the stored real pointers, the
+ *              cuGetProcAddress wrappers and the driver-level hooks
+ *   runtime.c  the exported cuda* runtime functions
+ *   heap.c     device memory: glue between the hooks and alloc/ (replace mode), the table of
+ *              passed-through allocations (record mode), ownership, double-free detection
+ *   pinned.c   the pinned-host pool on a jemalloc arena
+ *   nvtx.c     NVTX injection: range stacks, domains, registered strings, memory extension
+ *   core.c     configuration and modes, lazy init, stats, fork and exit handling, user API
+ *
+ * Recursion rule: code inside gpumem never calls a hooked name. The allocator's backend and
+ * every pass-through use the real pointers in gm_real. While gpumem calls into the real
+ * runtime (record mode, context bring-up), the thread is marked "inside" (gm_inside_enter) so
+ * that the runtime's own driver calls, which reach gpumem's driver hooks through the pointers
+ * handed out by cuGetProcAddress, pass straight through and are not counted a second time.
+ */
+#ifndef GM_INTERNAL_H
+#define GM_INTERNAL_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define GM_HIDDEN __attribute__((visibility("hidden")))
+#define GM_EXPORT __attribute__((visibility("default")))
+
+/* ---- modes and configuration (core.c) ---- */
+typedef enum { GM_MODE_OFF = 0, GM_MODE_RECORD = 1, GM_MODE_REPLACE = 2 } gm_mode_t;
+
+/* The mode in force. Reading it triggers the lazy init (configuration + driver). */
+gm_mode_t gm_mode(void);
+/* The mode without triggering init (GM_MODE_OFF until init ran). */
+gm_mode_t gm_mode_peek(void);
+/* Driver usable (libcuda.so.1 loaded, cuInit succeeded). Triggers init. */
+int gm_driver_ok(void);
+/* 1 in a child forked after gpumem was initialised in the parent: gpumem is off there. */
+extern int gm_forked_child;
+/* GPUMEM_LIMIT in bytes, 0 when unset. */
+extern size_t gm_limit;
+
+/* ---- the "inside gpumem" mark (per thread) ---- */
+extern __thread int gm_inside;
+static inline void gm_inside_enter(void) { gm_inside++; }
+static inline void gm_inside_leave(void) { gm_inside--; }
+
+/* ---- statistics (core.c): plain atomic counters, dumped with GPUMEM_STATS=1 ---- */
+enum gm_stat {
+    GM_ST_RT_MALLOC,        /* cudaMalloc calls seen by gpumem */
+    GM_ST_RT_FREE,          /* cudaFree calls seen */
+    GM_ST_RT_MALLOC_ASYNC,  /* cudaMallocAsync / FromPoolAsync calls seen */
+    GM_ST_RT_FREE_ASYNC,    /* cudaFreeAsync calls seen */
+    GM_ST_DRV_ALLOC,        /* cuMemAlloc_v2 calls seen (not from inside gpumem) */
+    GM_ST_DRV_FREE,         /* cuMemFree_v2 calls seen */
+    GM_ST_DRV_ALLOC_ASYNC,  /* cuMemAllocAsync calls seen */
+    GM_ST_DRV_FREE_ASYNC,   /* cuMemFreeAsync calls seen */
+    GM_ST_SERVED,           /* device allocations served by gpumem's allocator */
+    GM_ST_RELEASED,         /* device frees of gpumem blocks */
+    GM_ST_PASSTHROUGH,      /* device allocations passed to the real function */
+    GM_ST_PASSTHROUGH_FREE, /* frees of passed-through allocations */
+    GM_ST_FOREIGN_FREE,     /* frees of pointers gpumem never saw, passed to the real function */
+    GM_ST_DOUBLE_FREE,      /* frees of gpumem blocks already freed */
+    GM_ST_OOM,              /* allocations that failed for lack of memory */
+    GM_ST_FAILED,           /* allocations that failed otherwise (bad argument, no driver) */
+    GM_ST_MEMGETINFO,       /* cudaMemGetInfo / cuMemGetInfo_v2 answered by gpumem */
+    GM_ST_ADDR_RANGE,       /* cuMemGetAddressRange_v2 answered for a gpumem block */
+    GM_ST_HOST_ALLOC,       /* pinned host allocations served from the pinned pool */
+    GM_ST_HOST_FREE,        /* pinned host frees into the pool */
+    GM_ST_HOST_REGISTER,    /* cuMemHostRegister calls made by the pool's extent hooks */
+    GM_ST_HOST_UNREGISTER,  /* cuMemHostUnregister calls made by the pool */
+    GM_ST_HOST_PASSTHROUGH, /* pinned allocations passed to the real function */
+    GM_ST_MANAGED,          /* cudaMallocManaged / cuMemAllocManaged (passed through) */
+    GM_ST_VMM,              /* VMM calls made by the program (passed through, recorded) */
+    GM_ST_LAUNCH,           /* cuLaunchKernel calls seen (hook point) */
+    GM_ST_PROC_HOOKED,      /* driver entry points replaced in cuGetProcAddress/dlsym answers */
+    GM_ST_NVTX_RANGES,      /* NVTX ranges pushed/started */
+    GM_ST_NVTX_MARKS,       /* NVTX marks */
+    GM_ST_NAMED,            /* allocations named (gpumem_name or NVTX memory extension) */
+    GM_ST_COUNT
+};
+extern _Atomic unsigned long long gm_stats[GM_ST_COUNT];
+static inline void gm_stat_add(enum gm_stat s, unsigned long long n)
+{
+    atomic_fetch_add_explicit(&gm_stats[s], n, memory_order_relaxed);
+}
+
+/* One-line diagnostic on stderr, prefixed "gpumem: ". */
+void gm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- the real driver (driver.c) ---- */
+struct gm_real {
+    CUresult (*cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t,
+                                    CUdriverProcAddressQueryResult *);
+    CUresult (*cuInit)(unsigned int);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
+    CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree_v2)(CUdeviceptr);
+    CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*cuMemAllocAsync_ptsz)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+    CUresult (*cuMemFreeAsync_ptsz)(CUdeviceptr, CUstream);
+    CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*cuMemAllocFromPoolAsync_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
+    CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*cuMemAllocHost_v2)(void **, size_t);
+    CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int);
+    CUresult (*cuMemFreeHost)(void *);
+    CUresult (*cuMemHostRegister_v2)(void *, size_t, unsigned int);
+    CUresult (*cuMemHostUnregister)(void *);
+    CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
+    CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+                                    unsigned long long);
+    CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                            unsigned long long);
+    CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                         unsigned long long);
+    CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+    CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *,
+                                              CUmemAllocationGranularity_flags);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventDestroy_v2)(CUevent);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, unsigned, unsigned, CUstream, void **, void **);
+};
+extern struct gm_real gm_real;
+
+/* Loads the driver and fills gm_real once (pthread_once). Returns 1 when the driver is usable. */
+int gm_driver_init(void);
+/* Makes sure the calling thread has a current context (the primary context of device 0 when
+ * it has none, as the runtime would). Returns the device of the current context. */
+CUresult gm_driver_ensure_context(CUdevice *dev);
+
+/* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
+void *gm_driver_hook_for(void *real_fn);
+/* For dlsym: the hook for an exported driver symbol name, or NULL when the name is not hooked.
+ * Only compares strings: never loads anything. */
+int gm_driver_name_hooked(const char *name);
+/* cuGetProcAddress wrappers (handed out for the driver's own cuGetProcAddress). */
+void *gm_driver_getproc_wrapper(const char *name);
+
+/* ---- the real dlsym (dlsym.c) ---- */
+void *gm_real_dlsym_fn(void *handle, const char *name);
+/* dlsym(RTLD_NEXT, name) as seen from libgpumem.so (for the runtime functions it wraps). */
+void *gm_next_symbol(const char *name);
+
+/* ---- device memory (heap.c) ---- */
+typedef enum {
+    GM_ALLOC_SYNC = 0, /* cudaMalloc / cuMemAlloc */
+    GM_ALLOC_ASYNC = 1 /* cudaMallocAsync / cuMemAllocAsync */
+} gm_alloc_kind;
+
+/* Serves a device allocation in replace mode. Returns CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY,
+ * CUDA_ERROR_INVALID_VALUE. */
+CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
+                       gm_alloc_kind kind);
+/* Frees a pointer. Returns 1 when gpumem owned it (res set: success or double free answered
+ * with CUDA_ERROR_INVALID_VALUE), 0 when the pointer is foreign (the caller passes it on). */
+int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res);
+/* Block containing ptr: 1 and base/size set when gpumem owns it. */
+int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
+/* gpumem's view of device memory (cached-but-idle counts as free; the limit caps total). */
+CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b);
+/* Names the block containing ptr. 0 on success, -1 when ptr is not a live allocation. */
+int gm_heap_name(CUdeviceptr ptr, const char *name);
+/* Frees everything cached (for empty-cache style calls). */
+void gm_heap_exit(void);
+void gm_heap_print_stats(FILE *f);
+
+/* Record mode / pass-through bookkeeping: allocations made by the real functions that gpumem
+ * saw, so their frees are matched and double frees detected. */
+enum gm_pt_kind { GM_PT_DEVICE, GM_PT_ASYNC, GM_PT_POOL, GM_PT_MANAGED, GM_PT_HOST };
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind);
+/* Removes ptr; returns 1 when it was there (size/kind set). */
+int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind);
+int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size);
+
+void gm_pt_fork_prepare(void);
+void gm_pt_fork_parent(void);
+void gm_pt_fork_child(void);
+void gm_heap_forget_stream(CUstream s);
+struct alloc;
+struct alloc_oom_info;
+struct alloc_stats;
+int gm_heap_stats(int dev, struct alloc_stats *st);
+
+/* ---- pinned host memory (pinned.c) ---- */
+/* Allocates pinned host memory from the pool. 0 on success; CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult gm_pinned_alloc(void **out, size_t size);
+/* 1 when gpumem owned ptr (res: success or CUDA_ERROR_INVALID_VALUE for a double free),
+ * 0 when foreign. */
+int gm_pinned_free(void *ptr, CUresult *res);
+int gm_pinned_owns(const void *ptr);
+void gm_pinned_fork_prepare(void);
+void gm_pinned_fork_parent(void);
+void gm_pinned_fork_child(void);
+
+/* ---- NVTX (nvtx.c) ---- */
+void gm_nvtx_constructor(void); /* points NVTX_INJECTION64_PATH at this library */
+void gm_nvtx_dump(void);        /* GPUMEM_DEBUG_RANGES=path: write what was received */
+void gm_nvtx_fork_prepare(void);
+void gm_nvtx_fork_parent(void);
+void gm_nvtx_fork_child(void);
+/* The innermost range of the calling thread ("" when none). */
+const char *gm_nvtx_current(void);
+
+/* ---- the recorder bridge (core.c) ---- */
+enum gm_ev {
+    GM_EV_ALLOC, GM_EV_FREE, GM_EV_ALLOC_ASYNC, GM_EV_FREE_ASYNC, GM_EV_HOST_ALLOC,
+    GM_EV_HOST_FREE, GM_EV_FOREIGN_FREE, GM_EV_DOUBLE_FREE, GM_EV_VMM, GM_EV_OOM,
+    GM_EV_MANAGED
+};
+void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
+              size_t requested);
+void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
+                 size_t requested, uint64_t id);
+/* Allocator callbacks and snapshots for the recorder (no-ops when not recording). */
+void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t stream);
+void gm_rec_oom(int device, const struct alloc_oom_info *info);
+void gm_rec_snapshot(struct alloc *a, int device, int reason);
+void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
+                  uint64_t id, struct alloc *a);
+void gm_rec_note_device(int device, int expandable);
+/* Registers the exit handler again once the runtime has initialised (see core.c). */
+void gm_exit_register_late(void);
+
+/* Converts a driver result to the runtime error the real runtime would give. */
+cudaError_t gm_rt_error(CUresult r);
+
+#endif

@@ -1,0 +1,37 @@
+/* gpumem.h — the user API of libgpumem.so (optional: programs run unchanged without it).
+ *
+ * Everything here is exported by libgpumem.so. A program that wants gpumem to be optional
+ * looks the names up at run time instead of linking them:
+ *
+ *     int (*name)(const void *, const char *) =
+ *         (int (*)(const void *, const char *))dlsym(RTLD_DEFAULT, "gpumem_name");
+ *     if (name) name(ptr, "attn.qkv");
+ *
+ * All functions are thread-safe and never abort the program.
+ */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Names the live allocation containing ptr (device memory served or seen by gpumem, or pinned
+ * host memory from its pool). The name is copied and stored with the allocation in the
+ * recording. Returns 0, or -1 when ptr is not inside a live allocation gpumem knows, name is
+ * NULL, or gpumem is off. */
+int gpumem_name(const void *ptr, const char *name);
+
+/* PyTorch pluggable-allocator entry points (torch.cuda.memory.CUDAPluggableAllocator):
+ * allocate `size` bytes on `device` for use on `stream` (a cudaStream_t), and free in stream
+ * order on `stream`. gpumem_torch_malloc returns NULL on failure (PyTorch then raises its
+ * out-of-memory error). The stream is a void * here so that this header needs no CUDA header. */
+void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
+void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

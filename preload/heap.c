@@ -1,0 +1,521 @@
+/*
+ * heap.c — device memory under gpumem.
+ *
+ * Replace mode: one alloc/ allocator per device, created at the first allocation on that
+ * device, over a backend made of the real driver pointers (gm_real): expandable segments with
+ * cuMemAddressReserve/cuMemCreate/cuMemMap/cuMemSetAccess, classic segments with
+ * cuMemAlloc_v2/cuMemFree_v2, events for stream order. The allocator never sees a hooked
+ * function, so nothing it does is caught again.
+ *
+ * Record mode (and pass-through cases such as memory pools, managed memory, write-combined
+ * host memory): the table below remembers what the real functions handed out, so a free can
+ * be matched to its allocation and a foreign free told apart.
+ */
+#include "preload/gm_internal.h"
+
+#include "alloc/alloc.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GM_MAX_DEVICES 64
+
+struct gm_dev {
+    CUdevice dev;
+    CUcontext ctx; /* the context current when the allocator was created */
+    alloc_t *a;
+};
+static struct gm_dev devs[GM_MAX_DEVICES];
+static alloc_t *_Atomic dev_alloc[GM_MAX_DEVICES];
+static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+extern alloc_config_t gm_alloc_config;
+
+/* ---- backend over the real driver ----------------------------------------------------- */
+
+static int be_code(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return ALLOC_BE_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return ALLOC_BE_OOM;
+    if (r == CUDA_ERROR_NOT_READY)
+        return ALLOC_BE_NOT_READY;
+    return 1000 + (int)r; /* raw driver code kept for alloc_last_backend_error */
+}
+
+/* Backend calls may come from a thread with no current context (a pthread that only calls
+ * cudaFree, the exit flush): make the allocator's context current first. */
+static void be_ctx(struct gm_dev *d)
+{
+    CUcontext c = NULL;
+    if (gm_real.cuCtxGetCurrent(&c) == CUDA_SUCCESS && !c && d->ctx)
+        gm_real.cuCtxSetCurrent(d->ctx);
+}
+
+static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
+{
+    memset(p, 0, sizeof *p);
+    p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p->location.id = d->dev;
+}
+
+static int be_reserve(void *c, size_t size, size_t align, uint64_t *addr)
+{
+    CUdeviceptr p = 0;
+    be_ctx(c);
+    int r = be_code(gm_real.cuMemAddressReserve(&p, size, align, 0, 0));
+    *addr = p;
+    return r;
+}
+static int be_free_range(void *c, uint64_t addr, size_t size)
+{
+    (void)c;
+    return be_code(gm_real.cuMemAddressFree(addr, size));
+}
+static int be_create(void *c, size_t size, uint64_t *handle)
+{
+    CUmemAllocationProp p;
+    be_prop(c, &p);
+    CUmemGenericAllocationHandle h = 0;
+    be_ctx(c);
+    int r = be_code(gm_real.cuMemCreate(&h, size, &p, 0));
+    *handle = h;
+    return r;
+}
+static int be_release(void *c, uint64_t handle)
+{
+    (void)c;
+    return be_code(gm_real.cuMemRelease(handle));
+}
+static int be_map(void *c, uint64_t addr, size_t size, uint64_t handle)
+{
+    (void)c;
+    return be_code(gm_real.cuMemMap(addr, size, 0, handle, 0));
+}
+static int be_set_access(void *c, uint64_t addr, size_t size)
+{
+    struct gm_dev *d = c;
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = d->dev;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return be_code(gm_real.cuMemSetAccess(addr, size, &a, 1));
+}
+static int be_unmap(void *c, uint64_t addr, size_t size)
+{
+    (void)c;
+    return be_code(gm_real.cuMemUnmap(addr, size));
+}
+static size_t be_granularity(void *c)
+{
+    CUmemAllocationProp p;
+    be_prop(c, &p);
+    size_t g = 0;
+    if (gm_real.cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+        CUDA_SUCCESS)
+        return 0;
+    return g;
+}
+static int be_seg_alloc(void *c, size_t size, uint64_t *addr)
+{
+    CUdeviceptr p = 0;
+    be_ctx(c);
+    int r = be_code(gm_real.cuMemAlloc_v2(&p, size));
+    *addr = p;
+    return r;
+}
+static int be_seg_free(void *c, uint64_t addr, size_t size)
+{
+    (void)size;
+    be_ctx(c);
+    return be_code(gm_real.cuMemFree_v2(addr));
+}
+static int be_event_create(void *c, void **ev)
+{
+    CUevent e = NULL;
+    be_ctx(c);
+    int r = be_code(gm_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    *ev = e;
+    return r;
+}
+static int be_event_record(void *c, void *ev, uintptr_t stream)
+{
+    be_ctx(c);
+    return be_code(gm_real.cuEventRecord((CUevent)ev, (CUstream)stream));
+}
+static int be_event_query(void *c, void *ev)
+{
+    (void)c;
+    return be_code(gm_real.cuEventQuery((CUevent)ev));
+}
+static int be_event_destroy(void *c, void *ev)
+{
+    (void)c;
+    return be_code(gm_real.cuEventDestroy_v2((CUevent)ev));
+}
+static int be_synchronize(void *c)
+{
+    be_ctx(c);
+    return be_code(gm_real.cuCtxSynchronize());
+}
+static int be_mem_info(void *c, size_t *free_b, size_t *total_b)
+{
+    be_ctx(c);
+    return be_code(gm_real.cuMemGetInfo_v2(free_b, total_b));
+}
+
+/* ---- allocator hooks: segment maps and OOM go to the recorder ------------------------- */
+
+
+static void hk_map(void *user, uint64_t addr, size_t size, uintptr_t stream)
+{
+    gm_rec_segment((int)(intptr_t)user, 1, addr, size, stream);
+}
+static void hk_unmap(void *user, uint64_t addr, size_t size, uintptr_t stream)
+{
+    gm_rec_segment((int)(intptr_t)user, 0, addr, size, stream);
+}
+static void hk_oom(void *user, const alloc_oom_info_t *info)
+{
+    gm_rec_oom((int)(intptr_t)user, info);
+}
+
+static alloc_t *dev_get(CUdevice dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return NULL;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    if (a)
+        return a;
+    pthread_mutex_lock(&devs_lock);
+    a = atomic_load_explicit(&dev_alloc[dev], memory_order_relaxed);
+    if (!a) {
+        struct gm_dev *d = &devs[dev];
+        d->dev = dev;
+        gm_real.cuCtxGetCurrent(&d->ctx);
+        alloc_backend_t be;
+        memset(&be, 0, sizeof be);
+        be.ctx = d;
+        if (gm_real.cuMemAddressReserve && gm_real.cuMemAddressFree && gm_real.cuMemCreate &&
+            gm_real.cuMemRelease && gm_real.cuMemMap && gm_real.cuMemSetAccess &&
+            gm_real.cuMemUnmap && gm_real.cuMemGetAllocationGranularity) {
+            be.reserve = be_reserve;
+            be.free_range = be_free_range;
+            be.create = be_create;
+            be.release = be_release;
+            be.map = be_map;
+            be.set_access = be_set_access;
+            be.unmap = be_unmap;
+            be.granularity = be_granularity;
+        }
+        be.seg_alloc = be_seg_alloc;
+        be.seg_free = be_seg_free;
+        if (gm_real.cuEventCreate && gm_real.cuEventRecord && gm_real.cuEventQuery &&
+            gm_real.cuEventDestroy_v2) {
+            be.event_create = be_event_create;
+            be.event_record = be_event_record;
+            be.event_query = be_event_query;
+            be.event_destroy = be_event_destroy;
+        }
+        if (gm_real.cuCtxSynchronize)
+            be.synchronize = be_synchronize;
+        if (gm_real.cuMemGetInfo_v2)
+            be.mem_info = be_mem_info;
+        if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
+            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom};
+            alloc_set_hooks(a, &hk);
+            alloc_config_t cfg;
+            alloc_get_config(a, &cfg);
+            gm_rec_note_device(dev, cfg.expandable_segments);
+            d->a = a;
+            atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
+        } else {
+            a = NULL;
+        }
+    }
+    pthread_mutex_unlock(&devs_lock);
+    return a;
+}
+
+CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
+                       gm_alloc_kind kind)
+{
+    alloc_t *a = dev_get(dev);
+    if (!a) {
+        gm_stat_add(GM_ST_FAILED, 1);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t p = 0;
+    int e = alloc_malloc(a, size, (uintptr_t)stream, &p);
+    if (e == ALLOC_OK) {
+        *out = p;
+        if (size == 0)
+            return CUDA_SUCCESS;
+        gm_stat_add(GM_ST_SERVED, 1);
+        alloc_block_query_t q;
+        size_t held = size;
+        uint64_t id = 0;
+        if (alloc_block_query(a, p, &q) == ALLOC_OK) {
+            held = q.size;
+            id = q.alloc_id;
+        }
+        gm_rec_alloc(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, p,
+                     held, size, id, a);
+        return CUDA_SUCCESS;
+    }
+    if (e == ALLOC_ERR_OOM) {
+        gm_stat_add(GM_ST_OOM, 1);
+        gm_rec_snapshot(a, dev, 2);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    gm_stat_add(GM_ST_FAILED, 1);
+    if (e == ALLOC_ERR_INVALID)
+        return CUDA_ERROR_INVALID_VALUE;
+    return e == ALLOC_ERR_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
+}
+
+int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+{
+    if (!ptr) {
+        *res = CUDA_SUCCESS;
+        return 1;
+    }
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+        alloc_block_query_t q;
+        int qe = alloc_block_query(a, ptr, &q);
+        int e = kind == GM_ALLOC_ASYNC ? alloc_free_async(a, ptr, (uintptr_t)stream)
+                                       : alloc_free(a, ptr);
+        if (e == ALLOC_ERR_NOT_OWNED)
+            continue;
+        if (e == ALLOC_OK) {
+            gm_stat_add(GM_ST_RELEASED, 1);
+            gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, i, stream, ptr,
+                     qe == ALLOC_OK ? q.size : 0, 0);
+            *res = CUDA_SUCCESS;
+        } else if (e == ALLOC_ERR_DOUBLE_FREE) {
+            gm_stat_add(GM_ST_DOUBLE_FREE, 1);
+            gm_event(GM_EV_DOUBLE_FREE, i, stream, ptr, 0, 0);
+            *res = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            /* an interior pointer or a backend failure: the real driver also refuses it */
+            gm_stat_add(GM_ST_FAILED, 1);
+            *res = CUDA_ERROR_INVALID_VALUE;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+        uint64_t b;
+        size_t s;
+        if (alloc_block_info(a, ptr, &b, &s) == ALLOC_OK) {
+            *base = b;
+            *size = s;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b)
+{
+    CUdevice dev = 0;
+    if (gm_real.cuCtxGetDevice)
+        gm_real.cuCtxGetDevice(&dev);
+    alloc_t *a = dev_get(dev);
+    if (!a)
+        return gm_real.cuMemGetInfo_v2(free_b, total_b);
+    size_t f, t;
+    alloc_mem_info(a, &f, &t);
+    if (free_b)
+        *free_b = f;
+    if (total_b)
+        *total_b = t;
+    return CUDA_SUCCESS;
+}
+
+/* Naming is accepted for anything live that gpumem knows: its own blocks, passed-through
+ * allocations and pinned host memory. The name itself goes to the recorder (core.c). */
+int gm_heap_name(CUdeviceptr ptr, const char *name)
+{
+    CUdeviceptr base;
+    size_t size;
+    uintptr_t pbase;
+    (void)name;
+    if (gm_heap_lookup(ptr, &base, &size) || gm_pt_lookup(ptr, &pbase, &size) ||
+        gm_pinned_owns((const void *)(uintptr_t)ptr))
+        return 0;
+    return -1;
+}
+
+void gm_heap_forget_stream(CUstream s)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            alloc_forget_stream(a, (uintptr_t)s);
+    }
+}
+
+/* At exit: snapshots for the recorder. Memory stays mapped: the program may still run
+ * destructors that touch it, and the driver frees everything at process end. */
+void gm_heap_exit(void)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            gm_rec_snapshot(a, i, 3);
+    }
+}
+
+void gm_heap_print_stats(FILE *f)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+        alloc_stats_t st;
+        alloc_get_stats(a, &st);
+        fprintf(f, "gpumem-stats %d dev%d.num_mallocs %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_mallocs);
+        fprintf(f, "gpumem-stats %d dev%d.num_frees %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_frees);
+        fprintf(f, "gpumem-stats %d dev%d.peak_allocated %lld\n", (int)getpid(), i,
+                (long long)st.allocated_bytes.peak);
+        fprintf(f, "gpumem-stats %d dev%d.peak_reserved %lld\n", (int)getpid(), i,
+                (long long)st.reserved_bytes.peak);
+        fprintf(f, "gpumem-stats %d dev%d.allocated_now %lld\n", (int)getpid(), i,
+                (long long)st.allocated_bytes.current);
+        fprintf(f, "gpumem-stats %d dev%d.cache_hits %llu\n", (int)getpid(), i,
+                (unsigned long long)st.cache_hits);
+        fprintf(f, "gpumem-stats %d dev%d.device_allocs %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_device_alloc);
+        fprintf(f, "gpumem-stats %d dev%d.ooms %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_ooms);
+    }
+}
+
+/* Per-device stats for the recorder's exit summary. */
+int gm_heap_stats(int dev, alloc_stats_t *st)
+{
+    alloc_t *a = dev >= 0 && dev < GM_MAX_DEVICES
+                     ? atomic_load_explicit(&dev_alloc[dev], memory_order_acquire)
+                     : NULL;
+    if (!a)
+        return -1;
+    alloc_get_stats(a, st);
+    return 0;
+}
+
+/* ---- pass-through table: open addressing on the pointer, one lock ---------------------- */
+
+struct pt_ent {
+    uintptr_t ptr; /* 0 empty, 1 tombstone */
+    size_t size;
+    enum gm_pt_kind kind;
+};
+static struct pt_ent *pt;
+static size_t pt_cap, pt_used, pt_live;
+static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t pt_hash(uintptr_t p) { return (size_t)((p >> 8) * 0x9E3779B97F4A7C15ull); }
+
+static void pt_grow(void)
+{
+    size_t ncap = pt_cap ? pt_cap * 2 : 1024;
+    if (pt_live * 4 < pt_cap)
+        ncap = pt_cap; /* mostly tombstones: rehash in place size */
+    struct pt_ent *n = calloc(ncap, sizeof *n);
+    if (!n)
+        return;
+    for (size_t i = 0; i < pt_cap; i++) {
+        if (pt[i].ptr <= 1)
+            continue;
+        size_t j = pt_hash(pt[i].ptr) & (ncap - 1);
+        while (n[j].ptr)
+            j = (j + 1) & (ncap - 1);
+        n[j] = pt[i];
+    }
+    free(pt);
+    pt = n;
+    pt_cap = ncap;
+    pt_used = pt_live;
+}
+
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
+{
+    if (ptr <= 1)
+        return;
+    pthread_mutex_lock(&pt_lock);
+    if ((pt_used + 1) * 2 > pt_cap)
+        pt_grow();
+    if (pt) {
+        size_t j = pt_hash(ptr) & (pt_cap - 1);
+        while (pt[j].ptr > 1 && pt[j].ptr != ptr)
+            j = (j + 1) & (pt_cap - 1);
+        if (pt[j].ptr == 0)
+            pt_used++;
+        if (pt[j].ptr != ptr)
+            pt_live++;
+        pt[j].ptr = ptr;
+        pt[j].size = size;
+        pt[j].kind = kind;
+    }
+    pthread_mutex_unlock(&pt_lock);
+}
+
+int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
+{
+    int found = 0;
+    pthread_mutex_lock(&pt_lock);
+    if (pt && ptr > 1) {
+        size_t j = pt_hash(ptr) & (pt_cap - 1);
+        while (pt[j].ptr) {
+            if (pt[j].ptr == ptr) {
+                *size = pt[j].size;
+                *kind = pt[j].kind;
+                pt[j].ptr = 1;
+                pt_live--;
+                found = 1;
+                break;
+            }
+            j = (j + 1) & (pt_cap - 1);
+        }
+    }
+    pthread_mutex_unlock(&pt_lock);
+    return found;
+}
+
+/* Interior lookups scan the table: only used for naming, which is rare. */
+int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
+{
+    int found = 0;
+    pthread_mutex_lock(&pt_lock);
+    for (size_t i = 0; pt && i < pt_cap; i++) {
+        if (pt[i].ptr > 1 && ptr >= pt[i].ptr && ptr < pt[i].ptr + (pt[i].size ? pt[i].size : 1)) {
+            *base = pt[i].ptr;
+            *size = pt[i].size;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pt_lock);
+    return found;
+}
+
+void gm_pt_fork_prepare(void) { pthread_mutex_lock(&pt_lock); }
+void gm_pt_fork_parent(void) { pthread_mutex_unlock(&pt_lock); }
+void gm_pt_fork_child(void) { pthread_mutex_init(&pt_lock, NULL); }

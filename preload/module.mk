@@ -1,0 +1,76 @@
+# preload/: libgpumem.so — interposition, NVTX injection, pinned-host pool, user API.
+# Outputs: $(BUILD)/libgpumem.so, the test programs under $(BUILD)/tests/apps/.
+# See preload/README.md.
+
+PRELOAD_DIR := $(BUILD)/preload
+PRELOAD_LIB := $(BUILD)/libgpumem.so
+PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c core.c
+PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
+PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
+# The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).
+PRELOAD_REC_LIB := $(REC_LIB)
+PRELOAD_REC_FLAGS := $(if $(PRELOAD_REC_LIB),-DGM_HAVE_REC)
+
+$(PRELOAD_DIR)/%.o: EXTRA_CFLAGS += -fvisibility=hidden $(PRELOAD_REC_FLAGS)
+
+# jemalloc for the pinned pool: Debian's static PIC archive with every public name renamed to
+# gm_je_* (the program's malloc must stay its own; see preload/README.md).
+$(PRELOAD_DIR)/libgm_jemalloc.a: preload/jemalloc.syms | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	src=$$($(CC) -print-file-name=libjemalloc_pic.a); \
+	if [ ! -f "$$src" ]; then echo "libjemalloc_pic.a not found: apt-get install libjemalloc-dev" >&2; exit 1; fi; \
+	objcopy --redefine-syms=preload/jemalloc.syms "$$src" $@.tmp && mv $@.tmp $@
+
+# The version script is generated from the documented export list (one name a line).
+$(PRELOAD_DIR)/libgpumem.map: preload/exports.txt | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	{ echo '{ global:'; grep -v '^#' $< | grep -v '^$$' | sed 's/$$/;/'; echo 'local: *; };'; } > $@
+
+$(PRELOAD_LIB): $(PRELOAD_OBJS) $(PRELOAD_ALLOC_LIB) $(PRELOAD_REC_LIB) \
+                $(PRELOAD_DIR)/libgm_jemalloc.a $(PRELOAD_DIR)/libgpumem.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -fvisibility=hidden -Wl,-soname,libgpumem.so \
+	    -Wl,--version-script=$(PRELOAD_DIR)/libgpumem.map -Wl,-z,nodelete \
+	    -o $@ $(PRELOAD_OBJS) $(PRELOAD_REC_LIB) $(PRELOAD_ALLOC_LIB) \
+	    $(PRELOAD_DIR)/libgm_jemalloc.a $(if $(PRELOAD_REC_LIB),$(REC_LDLIBS)) -ldl -lpthread -lm
+
+ALL_TARGETS += $(PRELOAD_LIB)
+INSTALL_LIB += $(PRELOAD_LIB)
+
+# ---- test programs ----------------------------------------------------------------------------
+APPS_DIR := $(BUILD)/tests/apps
+APPS_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
+# rt_app, fork_app, stress_app link the virtual GPU's runtime; drv_app only dlopens the driver;
+# nvtx_app uses the toolkit's NVTX3 headers and nothing else.
+PRELOAD_RT_APPS := rt_app fork_app stress_app
+PRELOAD_APPS := $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS) drv_app nvtx_app)
+
+$(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) -MMD -MP -c $< -o $@
+
+$(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS)): $(APPS_DIR)/%: $(APPS_DIR)/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -lpthread
+$(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -ldl -lpthread
+$(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< -ldl -lpthread
+
+# real_rt_app: the real CUDA runtime (nvcc -cudart shared), only where nvcc exists and only in
+# the plain build (an nvcc-built program cannot take an ASan/TSan-built libgpumem.so).
+ifneq ($(NVCC),)
+ifeq ($(SAN),)
+PRELOAD_APPS += $(APPS_DIR)/real_rt_app
+$(APPS_DIR)/real_rt_app: tests/apps/real_rt_app.cu | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -Xlinker -rpath=$(CUDA_HOME)/lib64 -o $@ $<
+endif
+endif
+
+ALL_TARGETS += $(PRELOAD_APPS)
+
+# ---- tests ----------------------------------------------------------------------------------
+preload_unit_LIBS = $(PRELOAD_DIR)/libgm_jemalloc.a
+UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/preload_*.c)))
+PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
+SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
+TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh,$(PRELOAD_SCRIPTS))

@@ -1,0 +1,375 @@
+/*
+ * runtime.c — the exported CUDA runtime allocation functions.
+ *
+ * These catch programs that link the runtime dynamically (PyTorch, `nvcc -cudart shared`).
+ * A program with the runtime linked statically never calls them: its runtime reaches the
+ * driver through dlsym + cuGetProcAddress, and driver.c catches it there.
+ *
+ * Replace mode: gpumem serves the allocation itself; the real runtime never hears of it (so it
+ * never reaches the driver's cuMemAlloc for it either). The first call on each thread lets the
+ * real runtime initialise itself with cudaFree(NULL) — the usual idiom — so the runtime's
+ * primary context is current and the device is the one the program selected.
+ * Record mode: the real runtime serves the allocation, with the thread marked inside gpumem so
+ * that the driver calls it makes are not counted again; gpumem records the result.
+ * Off (or no usable driver): everything goes to the real function untouched, except that the
+ * call is counted (GPUMEM_STATS) — which is how a test proves gpumem's cudaMalloc was reached.
+ */
+#include "preload/gm_internal.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define REAL(name, type)                                                                       \
+    static type real_##name(void)                                                              \
+    {                                                                                          \
+        static _Atomic(type) p;                                                                \
+        type f = atomic_load_explicit(&p, memory_order_acquire);                               \
+        if (!f) {                                                                              \
+            f = (type)gm_next_symbol(#name);                                                   \
+            atomic_store_explicit(&p, f, memory_order_release);                                \
+        }                                                                                      \
+        return f;                                                                              \
+    }
+
+typedef cudaError_t (*malloc_fn)(void **, size_t);
+typedef cudaError_t (*free_fn)(void *);
+typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
+typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
+typedef cudaError_t (*pool_fn)(void **, size_t, cudaMemPool_t, cudaStream_t);
+typedef cudaError_t (*meminfo_fn)(size_t *, size_t *);
+typedef cudaError_t (*hostalloc_fn)(void **, size_t, unsigned int);
+typedef cudaError_t (*managed_fn)(void **, size_t, unsigned int);
+REAL(cudaMalloc, malloc_fn)
+REAL(cudaFree, free_fn)
+REAL(cudaMallocAsync, malloc_async_fn)
+REAL(cudaMallocAsync_ptsz, malloc_async_fn)
+REAL(cudaFreeAsync, free_async_fn)
+REAL(cudaFreeAsync_ptsz, free_async_fn)
+REAL(cudaMallocFromPoolAsync, pool_fn)
+REAL(cudaMallocFromPoolAsync_ptsz, pool_fn)
+REAL(cudaMemGetInfo, meminfo_fn)
+REAL(cudaMallocHost, malloc_fn)
+REAL(cudaHostAlloc, hostalloc_fn)
+REAL(cudaFreeHost, free_fn)
+REAL(cudaMallocManaged, managed_fn)
+
+/* No runtime behind gpumem (a program that found these names with dlsym in a process without
+ * libcudart): the error the runtime gives when it cannot initialise. */
+#define NO_RUNTIME cudaErrorInitializationError
+
+static __thread int rt_thread_ready;
+static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+
+/* Before gpumem decides anything at the first runtime call: let the real runtime initialise
+ * (cudaFree(NULL), what the program's own first call would do anyway). It loads the driver the
+ * way the runtime finds it, which is then the driver gpumem uses, and registers the runtime's
+ * exit teardown, after which gpumem registers its own so that it runs first. */
+static void rt_init_once(void)
+{
+    free_fn f = real_cudaFree();
+    if (f) {
+        gm_inside_enter();
+        (void)f(NULL);
+        gm_inside_leave();
+    }
+    gm_exit_register_late();
+}
+
+static gm_mode_t rt_mode(void)
+{
+    if (gm_inside)
+        return GM_MODE_OFF;
+    pthread_once(&rt_once, rt_init_once);
+    return gm_mode();
+}
+
+/* Replace mode, before serving: the runtime initialised on this thread, a context current.
+ * Returns the device of the current context. */
+static cudaError_t rt_prepare(CUdevice *dev)
+{
+    if (!rt_thread_ready) {
+        free_fn f = real_cudaFree();
+        if (f) {
+            gm_inside_enter();
+            cudaError_t e = f(NULL);
+            gm_inside_leave();
+            if (e != cudaSuccess)
+                return e;
+        }
+        rt_thread_ready = 1;
+    }
+    return gm_rt_error(gm_driver_ensure_context(dev));
+}
+
+static int current_device(void)
+{
+    CUdevice d = 0;
+    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        return -1;
+    return d;
+}
+
+/* ---- device memory ------------------------------------------------------------------------- */
+
+static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind kind)
+{
+    CUdevice dev;
+    if (!p)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_prepare(&dev);
+    if (e != cudaSuccess)
+        return e;
+    CUdeviceptr d = 0;
+    CUresult r = gm_heap_alloc(&d, size, dev, (CUstream)s, kind);
+    if (r != CUDA_SUCCESS)
+        return gm_rt_error(r);
+    *p = (void *)(uintptr_t)d;
+    return cudaSuccess;
+}
+
+/* Record mode: the real function, with the driver hooks told to stand aside. */
+static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s,
+                            enum gm_pt_kind k)
+{
+    if (e == cudaSuccess && p && *p) {
+        gm_stat_add(GM_ST_PASSTHROUGH, 1);
+        gm_pt_add((uintptr_t)*p, size, k);
+        enum gm_ev ev = k == GM_PT_DEVICE    ? GM_EV_ALLOC
+                        : k == GM_PT_MANAGED ? GM_EV_MANAGED
+                        : k == GM_PT_HOST    ? GM_EV_HOST_ALLOC
+                                             : GM_EV_ALLOC_ASYNC;
+        gm_event(ev, k == GM_PT_HOST ? -1 : current_device(), (CUstream)s, (uintptr_t)*p, size,
+                 size);
+    } else if (e == cudaErrorMemoryAllocation) {
+        gm_stat_add(GM_ST_OOM, 1);
+        gm_event(GM_EV_OOM, current_device(), (CUstream)s, 0, 0, size);
+    }
+    gm_exit_register_late();
+}
+
+/* A free that gpumem's allocator did not own: a passed-through allocation or a foreign one. */
+static void rt_record_free(void *p, cudaStream_t s, int async)
+{
+    size_t size;
+    enum gm_pt_kind k;
+    if (gm_pt_remove((uintptr_t)p, &size, &k)) {
+        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
+        enum gm_ev ev = k == GM_PT_MANAGED ? GM_EV_MANAGED
+                        : k == GM_PT_HOST  ? GM_EV_HOST_FREE
+                        : async            ? GM_EV_FREE_ASYNC
+                                           : GM_EV_FREE;
+        gm_event(ev, -1, (CUstream)s, (uintptr_t)p, size, 0);
+    } else {
+        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
+        gm_event(GM_EV_FOREIGN_FREE, -1, (CUstream)s, (uintptr_t)p, 0, 0);
+    }
+}
+
+GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
+{
+    gm_stat_add(GM_ST_RT_MALLOC, 1);
+    malloc_fn real = real_cudaMalloc();
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE)
+        return rt_alloc(p, size, 0, GM_ALLOC_SYNC);
+    if (!real)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = real(p, size);
+    gm_inside_leave();
+    if (m == GM_MODE_RECORD)
+        rt_record_alloc(e, p, size, 0, GM_PT_DEVICE);
+    return e;
+}
+
+static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*real_sync)(void *),
+                           cudaError_t (*real_async)(void *, cudaStream_t))
+{
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE && p) {
+        CUresult res;
+        if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s,
+                         async ? GM_ALLOC_ASYNC : GM_ALLOC_SYNC, &res))
+            return gm_rt_error(res);
+    }
+    if (m != GM_MODE_OFF && p)
+        rt_record_free(p, s, async);
+    if (async ? !real_async : !real_sync)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = async ? real_async(p, s) : real_sync(p);
+    gm_inside_leave();
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaFree(void *p)
+{
+    gm_stat_add(GM_ST_RT_FREE, 1);
+    return rt_free(p, 0, 0, real_cudaFree(), NULL);
+}
+
+static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc_async_fn real)
+{
+    gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE)
+        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
+    if (!real)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = real(p, size, s);
+    gm_inside_leave();
+    if (m == GM_MODE_RECORD)
+        rt_record_alloc(e, p, size, s, GM_PT_ASYNC);
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s)
+{
+    return rt_malloc_async(p, size, s, real_cudaMallocAsync());
+}
+
+/* Per-thread default stream variant: stream 0 is the calling thread's stream. */
+GM_EXPORT cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s)
+{
+    return rt_malloc_async(p, size, s ? s : cudaStreamPerThread, real_cudaMallocAsync_ptsz());
+}
+
+GM_EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+    gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
+    return rt_free(p, s, 1, NULL, real_cudaFreeAsync());
+}
+
+GM_EXPORT cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s)
+{
+    gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
+    return rt_free(p, s ? s : cudaStreamPerThread, 1, NULL, real_cudaFreeAsync_ptsz());
+}
+
+/* An explicit memory pool is the program's own allocator: passed through and recorded. */
+static cudaError_t rt_pool(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s, pool_fn real)
+{
+    gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
+    if (!real)
+        return NO_RUNTIME;
+    gm_mode_t m = rt_mode();
+    gm_inside_enter();
+    cudaError_t e = real(p, size, pool, s);
+    gm_inside_leave();
+    if (m != GM_MODE_OFF)
+        rt_record_alloc(e, p, size, s, GM_PT_POOL);
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
+                                              cudaStream_t s)
+{
+    return rt_pool(p, size, pool, s, real_cudaMallocFromPoolAsync());
+}
+
+GM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool,
+                                                   cudaStream_t s)
+{
+    return rt_pool(p, size, pool, s ? s : cudaStreamPerThread,
+                   real_cudaMallocFromPoolAsync_ptsz());
+}
+
+GM_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE) {
+        CUdevice dev;
+        cudaError_t e = rt_prepare(&dev);
+        if (e != cudaSuccess)
+            return e;
+        gm_stat_add(GM_ST_MEMGETINFO, 1);
+        return gm_rt_error(gm_heap_meminfo(free_b, total_b));
+    }
+    meminfo_fn real = real_cudaMemGetInfo();
+    if (!real)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = real(free_b, total_b);
+    gm_inside_leave();
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags)
+{
+    managed_fn real = real_cudaMallocManaged();
+    if (!real)
+        return NO_RUNTIME;
+    gm_mode_t m = rt_mode();
+    gm_inside_enter();
+    cudaError_t e = real(p, size, flags);
+    gm_inside_leave();
+    if (m != GM_MODE_OFF) {
+        if (e == cudaSuccess)
+            gm_stat_add(GM_ST_MANAGED, 1);
+        rt_record_alloc(e, p, size, 0, GM_PT_MANAGED);
+    }
+    return e;
+}
+
+/* ---- pinned host memory ------------------------------------------------------------------ */
+
+static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_flags)
+{
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE && !(flags & cudaHostAllocWriteCombined)) {
+        CUdevice dev;
+        if (!p)
+            return cudaErrorInvalidValue;
+        cudaError_t e = rt_prepare(&dev);
+        if (e != cudaSuccess)
+            return e;
+        return gm_rt_error(gm_pinned_alloc(p, size));
+    }
+    cudaError_t e;
+    gm_inside_enter();
+    if (has_flags) {
+        hostalloc_fn real = real_cudaHostAlloc();
+        e = real ? real(p, size, flags) : NO_RUNTIME;
+    } else {
+        malloc_fn real = real_cudaMallocHost();
+        e = real ? real(p, size) : NO_RUNTIME;
+    }
+    gm_inside_leave();
+    if (m != GM_MODE_OFF) {
+        if (e == cudaSuccess)
+            gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
+        rt_record_alloc(e, p, size, 0, GM_PT_HOST);
+    }
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
+{
+    return rt_host_alloc(p, size, 0, 0);
+}
+
+GM_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
+{
+    return rt_host_alloc(p, size, flags, 1);
+}
+
+GM_EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    gm_mode_t m = rt_mode();
+    if (m == GM_MODE_REPLACE && p) {
+        CUresult res;
+        if (gm_pinned_free(p, &res))
+            return gm_rt_error(res);
+    }
+    if (m != GM_MODE_OFF && p)
+        rt_record_free(p, 0, 0);
+    free_fn real = real_cudaFreeHost();
+    if (!real)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = real(p);
+    gm_inside_leave();
+    return e;
+}

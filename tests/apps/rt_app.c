@@ -1,0 +1,184 @@
+/*
+ * rt_app — a CUDA runtime program (linked to the virtual GPU's libcudart.so.13) that allocates
+ * and frees device memory on several streams and threads, checks the memory holds what was
+ * copied in, and prints its own counts. Run with and without LD_PRELOAD=libgpumem.so: the
+ * output must be identical (tests/integration/preload_rt.sh).
+ *
+ *   rt_app            the normal workload
+ *   rt_app big        asks for 2 GiB, prints the error code, then carries on (GPUMEM_LIMIT test)
+ *   rt_app errors     double free, foreign free, and prints the codes (run under gpumem)
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NTHREADS 3
+#define NSTREAMS 3
+#define ROUNDS 40
+
+struct counts {
+    int allocs, frees, async_allocs, async_frees, host_allocs, host_frees, bad;
+};
+
+static int check(cudaError_t e, const char *what, struct counts *c)
+{
+    if (e != cudaSuccess) {
+        printf("rt_app: %s failed: %d (%s)\n", what, (int)e, cudaGetErrorName(e));
+        c->bad++;
+        return 0;
+    }
+    return 1;
+}
+
+/* Writes a pattern through a device buffer and reads it back. */
+static void roundtrip(void *dev, size_t n, unsigned seed, cudaStream_t s, struct counts *c)
+{
+    unsigned char *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (unsigned char)(seed + i * 7);
+    if (check(cudaMemcpyAsync(dev, h, n, cudaMemcpyHostToDevice, s), "memcpy HtoD", c) &&
+        check(cudaMemcpyAsync(back, dev, n, cudaMemcpyDeviceToHost, s), "memcpy DtoH", c) &&
+        check(cudaStreamSynchronize(s), "sync", c) && memcmp(h, back, n) != 0) {
+        printf("rt_app: data mismatch\n");
+        c->bad++;
+    }
+    free(h);
+    free(back);
+}
+
+struct worker {
+    int id;
+    struct counts c;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    struct counts *c = &w->c;
+    cudaStream_t streams[NSTREAMS];
+    for (int i = 0; i < NSTREAMS; i++)
+        check(cudaStreamCreate(&streams[i]), "stream create", c);
+    void *live[8] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+        int slot = r % 8;
+        cudaStream_t s = streams[r % NSTREAMS];
+        if (live[slot]) {
+            if ((r / 8) % 2) {
+                if (check(cudaFreeAsync(live[slot], s), "cudaFreeAsync", c))
+                    c->async_frees++;
+            } else if (check(cudaFree(live[slot]), "cudaFree", c)) {
+                c->frees++;
+            }
+            live[slot] = NULL;
+        }
+        size_t n = (size_t)(1 + (r * 37 + w->id * 11) % 64) * 4096 + (size_t)(r % 5) * 100;
+        void *p = NULL;
+        if (r % 3 == 0) {
+            if (check(cudaMallocAsync(&p, n, s), "cudaMallocAsync", c))
+                c->async_allocs++;
+        } else if (check(cudaMalloc(&p, n), "cudaMalloc", c)) {
+            c->allocs++;
+        }
+        if (p) {
+            roundtrip(p, n < 8192 ? n : 8192, (unsigned)(r + w->id), s, c);
+            live[slot] = p;
+        }
+        if (r % 10 == 0) {
+            void *h = NULL;
+            if (check(r % 20 ? cudaMallocHost(&h, n) : cudaHostAlloc(&h, n, cudaHostAllocPortable),
+                      "host alloc", c)) {
+                c->host_allocs++;
+                memset(h, 0x5a, n); /* pinned memory is ordinary host memory to the CPU */
+                if (check(cudaFreeHost(h), "cudaFreeHost", c))
+                    c->host_frees++;
+            }
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        if (live[i] && check(cudaFree(live[i]), "cudaFree", c))
+            c->frees++;
+    for (int i = 0; i < NSTREAMS; i++)
+        check(cudaStreamDestroy(streams[i]), "stream destroy", c);
+    return NULL;
+}
+
+static int run_big(void)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, (size_t)2 << 30);
+    printf("rt_app: cudaMalloc(2 GiB) = %d (%s)\n", (int)e, cudaGetErrorName(e));
+    if (e == cudaSuccess)
+        cudaFree(p);
+    /* the program goes on after the failure */
+    void *q = NULL;
+    e = cudaMalloc(&q, 1 << 20);
+    printf("rt_app: then cudaMalloc(1 MiB) = %d\n", (int)e);
+    if (e == cudaSuccess)
+        cudaFree(q);
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    printf("rt_app: cudaMemGetInfo total %zu\n", tot);
+    return 0;
+}
+
+static int run_errors(void)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, 4096);
+    printf("rt_app: alloc %d\n", (int)e);
+    e = cudaFree(p);
+    printf("rt_app: free %d\n", (int)e);
+    e = cudaFree(p);
+    printf("rt_app: double free %d\n", (int)e);
+    void *h = NULL;
+    e = cudaMallocHost(&h, 1000);
+    printf("rt_app: host alloc %d\n", (int)e);
+    e = cudaFreeHost(h);
+    printf("rt_app: host free %d\n", (int)e);
+    e = cudaFreeHost(h);
+    printf("rt_app: host double free %d\n", (int)e);
+    int local;
+    e = cudaFree(&local); /* a pointer nobody allocated: foreign, goes to the real runtime */
+    printf("rt_app: foreign free %d\n", (int)e);
+    cudaGetLastError();
+    e = cudaMalloc(&p, 1 << 20);
+    printf("rt_app: still works %d\n", (int)e);
+    cudaFree(p);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "big"))
+        return run_big();
+    if (argc > 1 && !strcmp(argv[1], "errors"))
+        return run_errors();
+    pthread_t t[NTHREADS];
+    struct worker w[NTHREADS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i].id = i;
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    struct counts tot = {0};
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(t[i], NULL);
+        tot.allocs += w[i].c.allocs;
+        tot.frees += w[i].c.frees;
+        tot.async_allocs += w[i].c.async_allocs;
+        tot.async_frees += w[i].c.async_frees;
+        tot.host_allocs += w[i].c.host_allocs;
+        tot.host_frees += w[i].c.host_frees;
+        tot.bad += w[i].c.bad;
+    }
+    size_t fr = 0, total = 0;
+    cudaError_t e = cudaMemGetInfo(&fr, &total);
+    printf("rt_app: memgetinfo %s\n", e == cudaSuccess && fr <= total ? "ok" : "bad");
+    printf("rt_app: allocs %d frees %d async_allocs %d async_frees %d host_allocs %d "
+           "host_frees %d errors %d\n",
+           tot.allocs, tot.frees, tot.async_allocs, tot.async_frees, tot.host_allocs,
+           tot.host_frees, tot.bad);
+    return tot.bad ? 1 : 0;
+}
