@@ -28,7 +28,7 @@
  * only layer l's backward needs it.
  *
  * --dry-run performs every allocation, free, copy, memset and NVTX range of a real run and
- * launches no kernel, so with GPUMEM_SIM_BACKING=virtual (copies into unbacked memory are
+ * launches no kernel (one exception: offload's device-to-host copies, see offload()), so with GPUMEM_SIM_BACKING=virtual (copies into unbacked memory are
  * skipped by the virtual GPU) no tensor memory is ever touched. */
 #include "train/gpt2.h"
 
@@ -460,8 +460,11 @@ static int offload(gpt2 *m, gpt2_tensor *t)
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventRecord(ev, m->stream), "cudaEventRecord");
     CK(cudaStreamWaitEvent(m->copy_stream, ev, 0), "cudaStreamWaitEvent");
-    CK(cudaMemcpyAsync(t->host, t->p, t->bytes, cudaMemcpyDeviceToHost, m->copy_stream),
-       "cudaMemcpyAsync");
+    /* Not in a dry run: the virtual GPU fills the destination of a copy from unbacked memory
+     * with zeros, which would make gigabytes of pinned buffers resident for nothing. */
+    if (!m->o.dry_run)
+        CK(cudaMemcpyAsync(t->host, t->p, t->bytes, cudaMemcpyDeviceToHost, m->copy_stream),
+           "cudaMemcpyAsync");
     CK(cudaEventDestroy(ev), "cudaEventDestroy");
     /* The free is ordered after the copy on the copy stream. */
     return t_free_on(m, t, m->copy_stream);
