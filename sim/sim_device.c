@@ -254,7 +254,9 @@ CUresult cuCtxGetDevice(CUdevice *dev) {
 CUresult cuCtxGetFlags(unsigned int *flags) {
   SIM_CHECK_INIT();
   if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  sim_lock();
   *flags = sim.primary.flags;
+  sim_unlock();
   return CUDA_SUCCESS;
 }
 

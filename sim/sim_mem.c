@@ -261,7 +261,9 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
   case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+    sim_lock();
     default_pool.release_threshold = *(cuuint64_t *)value;
+    sim_unlock();
     return CUDA_SUCCESS;
   case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
   case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -281,9 +283,10 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   sim_lock();
   for (size_t i = 0; i < sim.nranges; i++)
     if (sim.ranges[i]->from_pool) used += sim.ranges[i]->charged;
+  cuuint64_t threshold = default_pool.release_threshold;
   sim_unlock();
   switch (attr) {
-  case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = default_pool.release_threshold; break;
+  case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = threshold; break;
   case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
   case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
   case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)value = 1; break;

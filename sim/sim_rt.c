@@ -82,11 +82,29 @@ static cudaError_t rt_ret(cudaError_t e) {
   return e;
 }
 
-static void rt_load(void) {
+/* dlopen("libcuda.so.1") finds the sim's driver through this library's RUNPATH ($ORIGIN).
+ * Sanitizer runtimes intercept dlopen, which hides the caller's RUNPATH from the loader; then
+ * the driver next to this library is loaded by its path, with the same soname. */
+static void *open_driver(void) {
   void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h) return h;
+  Dl_info info;
+  if (!dladdr((void *)open_driver, &info) || !info.dli_fname) return NULL;
+  const char *slash = strrchr(info.dli_fname, '/');
+  if (!slash) return NULL;
+  char path[4096];
+  int n = snprintf(path, sizeof path, "%.*s/libcuda.so.1", (int)(slash - info.dli_fname),
+                   info.dli_fname);
+  if (n <= 0 || (size_t)n >= sizeof path) return NULL;
+  return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+}
+
+static void rt_load(void) {
+  void *h = open_driver();
   if (!h) {
+    const char *why = dlerror();
     fprintf(stderr, "gpumem sim runtime: cannot load libcuda.so.1 (%s); build the virtual GPU "
-                    "(make) or set LD_LIBRARY_PATH to its folder\n", dlerror());
+                    "(make) or set LD_LIBRARY_PATH to its folder\n", why ? why : "not found");
     rt_init_error = cudaErrorInsufficientDriver;
     return;
   }
