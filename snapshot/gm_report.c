@@ -281,7 +281,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
     labels l;
-    labels_make(m, &l, 0);
+    labels_make(m, &l, 1); /* "step N" grouped as "step *": one row per phase, not per step */
     group *gs = NULL, *gp = NULL;
     uint64_t total, count;
     size_t ns = group_allocs(m, &l, live_at, m->peak_allocated_seq, 1, &gs, &total, &count);

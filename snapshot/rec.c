@@ -521,8 +521,23 @@ void rec_range_end(uint64_t id) {
 
 void rec_mark(const char *domain, const char *name) {
     if (!ready()) return;
+    rec_tls *t = my_tls();
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
-    push_record(REC_R_MARK, id, 0, intern(domain), intern(name ? name : ""));
+    push_record(REC_R_MARK, id, d ? t->ranges[d - 1] : 0, intern(domain), intern(name ? name : ""));
+}
+
+void rec_thread_name(uint64_t tid, const char *name) {
+    if (!ready() || !name) return;
+    size_t n = strlen(name);
+    rec_item *it = calloc(1, sizeof *it + n + 1);
+    if (!it) return;
+    it->type = REC_I_THREAD_NAME;
+    it->a = tid;
+    memcpy(it->text, name, n + 1);
+    pthread_mutex_lock(&rec_g.lock);
+    rec_item_push(it);
+    pthread_mutex_unlock(&rec_g.lock);
 }
 
 void rec_name(uint64_t addr, const char *name) {

@@ -92,11 +92,14 @@ int rec_range_pop(void);
  * it. Returns an id (> 0) for rec_range_end, 0 when not recording. */
 uint64_t rec_range_start(const char *domain, const char *name);
 void rec_range_end(uint64_t id);
-/* nvtxMark: an instant (a range with start == end). */
+/* nvtxMark: an instant (a range with start == end, parent = the thread's innermost range). */
 void rec_mark(const char *domain, const char *name);
 
 /* ---- Naming (gpumem_name, NVTX memory extension). Names the live allocation at addr. ------ */
 void rec_name(uint64_t addr, const char *name);
+/* nvtxNameOsThread: names the thread with kernel thread id tid (threads.name). The recorder
+ * otherwise stores the pthread name the thread had at its first event. */
+void rec_thread_name(uint64_t tid, const char *name);
 
 /* ---- Allocator snapshots (filled by the preload from alloc's snapshot walk). -------------- */
 enum rec_snap_reason {

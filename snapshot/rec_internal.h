@@ -18,7 +18,7 @@ enum {
     REC_R_RANGE_POP = 65,  /* addr = range id */
     REC_R_RANGE_START = 66,/* like PUSH, no parent */
     REC_R_RANGE_END = 67,  /* addr = range id */
-    REC_R_MARK = 68,       /* requested = domain sid, alloc_id = name sid */
+    REC_R_MARK = 68,       /* size = parent, requested = domain sid, alloc_id = name sid */
     REC_R_NAME = 69,       /* addr, alloc_id = name sid */
 };
 
@@ -38,7 +38,8 @@ typedef struct rec_item {
     void *p, *p2;      /* payloads (owned by the item) */
     char text[];       /* strings, meta key\0value */
 } rec_item;
-enum { REC_I_STRING = 1, REC_I_STACK, REC_I_THREAD, REC_I_OOM, REC_I_SNAPSHOT, REC_I_META };
+enum { REC_I_STRING = 1, REC_I_STACK, REC_I_THREAD, REC_I_OOM, REC_I_SNAPSHOT, REC_I_META,
+       REC_I_THREAD_NAME };
 
 typedef struct rec_state {
     _Atomic int state;            /* REC_ST_* */

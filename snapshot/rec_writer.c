@@ -52,8 +52,12 @@ typedef struct module_ent {
 enum {
     S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
     S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
-    S_DEL_BLOCKS, S_COUNT_
+    S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_COUNT_
 };
+/* Events are inserted EV_MULTI rows per statement: the per-statement cost of SQLite (step,
+ * reset, VDBE setup) is then paid once for many rows. */
+#define EV_MULTI 32
+#define EV_COLS 13
 static const char *const stmt_sql[S_COUNT_] = {
     [S_EVENT] = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [S_STRING] = "INSERT OR REPLACE INTO strings VALUES (?,?)",
@@ -74,6 +78,8 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_DEL_SNAP] = "DELETE FROM snapshots WHERE id = ?",
     [S_DEL_SEGS] = "DELETE FROM segments WHERE snapshot = ?",
     [S_DEL_BLOCKS] = "DELETE FROM blocks WHERE snapshot = ?",
+    [S_EVENT_MULTI] = NULL, /* built at open: EV_MULTI rows */
+    [S_THREAD_NAME] = "UPDATE threads SET name = ? WHERE tid = ?",
 };
 
 typedef struct writer {
@@ -107,6 +113,9 @@ typedef struct writer {
     uint64_t peak_written_ns[16];
     int64_t nsnapshots;
     int failed;
+    u64map tid_names; /* kernel tid -> char * given by rec_thread_name */
+    int64_t evbuf[EV_MULTI][EV_COLS]; /* pending event rows; 0 in stack/range means NULL */
+    int nev;
 } writer;
 
 static writer W;
@@ -122,8 +131,7 @@ static int sql_fail(writer *w, const char *what) {
 static int step(writer *w, int s, const char *what) {
     sqlite3_stmt *st = w->st[s];
     int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
+    sqlite3_reset(st); /* every statement binds all its parameters: no clear_bindings */
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(w, what);
     return 0;
 }
@@ -179,6 +187,9 @@ int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
     for (int i = 0; i < 16; i++) w->peak_written_id[i] = 0;
+    /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
+     * (Fails harmlessly when the program already initialized SQLite itself.) */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     int rc = sqlite3_open_v2(g->path, &w->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -194,9 +205,13 @@ int rec_writer_open_db(rec_state *g) {
                 "PRAGMA application_id=1735420269; PRAGMA user_version=1;") != 0 ||
         exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
         goto fail;
+    char multi[EV_MULTI * (2 * EV_COLS + 4) + 64];
+    size_t mo = (size_t)snprintf(multi, sizeof multi, "INSERT INTO events VALUES ");
+    for (int r = 0; r < EV_MULTI; r++)
+        mo += (size_t)snprintf(multi + mo, sizeof multi - mo, "%s(?,?,?,?,?,?,?,?,?,?,?,?,?)", r ? "," : "");
     for (int i = 0; i < S_COUNT_; i++)
-        if (sqlite3_prepare_v3(w->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) !=
-            SQLITE_OK) {
+        if (sqlite3_prepare_v3(w->db, i == S_EVENT_MULTI ? multi : stmt_sql[i], -1,
+                               SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
             sql_fail(w, "preparing statements");
             goto fail;
         }
@@ -432,13 +447,26 @@ static void take_items(writer *w, rec_state *g) {
                 if (w->nstrs < w->strs_cap) w->strs[w->nstrs++] = strdup(it->text);
             }
             break;
-        case REC_I_THREAD:
+        case REC_I_THREAD: {
+            uint64_t *given = u64map_get(&w->tid_names, it->a);
             s = w->st[S_THREAD];
             bind_i(s, 1, (int64_t)it->id);
             bind_i(s, 2, (int64_t)it->a);
-            bind_t(s, 3, it->text[0] ? it->text : NULL);
+            bind_t(s, 3, given ? (const char *)(uintptr_t)*given : it->text[0] ? it->text : NULL);
             step(w, S_THREAD, "writing threads");
             break;
+        }
+        case REC_I_THREAD_NAME: {
+            char *copy = strdup(it->text);
+            uint64_t old;
+            if (u64map_del(&w->tid_names, it->a, &old)) free((void *)(uintptr_t)old);
+            if (copy && u64map_put(&w->tid_names, it->a, (uint64_t)(uintptr_t)copy) != 0) free(copy);
+            s = w->st[S_THREAD_NAME];
+            bind_t(s, 1, it->text);
+            bind_i(s, 2, (int64_t)it->a);
+            step(w, S_THREAD_NAME, "naming threads");
+            break;
+        }
         case REC_I_STACK: {
             void **pcs = it->p;
             for (size_t d = 0; d < it->n; d++) {
@@ -523,6 +551,26 @@ static int64_t stream_id(writer *w, int device, uint64_t handle) {
     return (int64_t)id;
 }
 
+static void bind_row(sqlite3_stmt *s, int base, const int64_t *row) {
+    for (int c = 0; c < EV_COLS; c++) {
+        if ((c == 11 || c == 12) && row[c] == 0) sqlite3_bind_null(s, base + c + 1);
+        else sqlite3_bind_int64(s, base + c + 1, row[c]);
+    }
+}
+
+static void flush_events(writer *w) {
+    if (w->nev == EV_MULTI) {
+        for (int r = 0; r < EV_MULTI; r++) bind_row(w->st[S_EVENT_MULTI], r * EV_COLS, w->evbuf[r]);
+        step(w, S_EVENT_MULTI, "writing events");
+    } else {
+        for (int r = 0; r < w->nev; r++) {
+            bind_row(w->st[S_EVENT], 0, w->evbuf[r]);
+            step(w, S_EVENT, "writing events");
+        }
+    }
+    w->nev = 0;
+}
+
 static void on_event(writer *w, uint64_t seq, rec_rec *r) {
     unsigned k = r->kind & 0xffu;
     uint64_t size = r->size;
@@ -561,21 +609,21 @@ static void on_event(writer *w, uint64_t seq, rec_rec *r) {
         }
     }
 write:;
-    sqlite3_stmt *s = w->st[S_EVENT];
-    bind_i(s, 1, (int64_t)seq);
-    bind_i(s, 2, (int64_t)r->t);
-    bind_i(s, 3, k);
-    bind_i(s, 4, r->kind & REC_F_FLAGS_MASK);
-    bind_i(s, 5, r->device);
-    bind_i(s, 6, stream_id(w, r->device, r->stream));
-    bind_i(s, 7, r->thread);
-    bind_i(s, 8, (int64_t)r->addr);
-    bind_i(s, 9, (int64_t)size);
-    bind_i(s, 10, (int64_t)r->requested);
-    bind_i(s, 11, (int64_t)r->alloc_id);
-    bind_opt(s, 12, r->stack);
-    bind_opt(s, 13, r->range);
-    step(w, S_EVENT, "writing events");
+    int64_t *row = w->evbuf[w->nev++];
+    row[0] = (int64_t)seq;
+    row[1] = (int64_t)r->t;
+    row[2] = k;
+    row[3] = r->kind & REC_F_FLAGS_MASK;
+    row[4] = r->device;
+    row[5] = stream_id(w, r->device, r->stream);
+    row[6] = r->thread;
+    row[7] = (int64_t)r->addr;
+    row[8] = (int64_t)size;
+    row[9] = (int64_t)r->requested;
+    row[10] = (int64_t)r->alloc_id;
+    row[11] = r->stack;
+    row[12] = r->range;
+    if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
 }
 
@@ -588,7 +636,7 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         const char *nm = str_of(w, name);
         if (!nm) nm = "";
         char *path = NULL;
-        uint64_t *pp = k == REC_R_RANGE_PUSH && r->size ? u64map_get(&w->open_ranges, r->size) : NULL;
+        uint64_t *pp = k != REC_R_RANGE_START && r->size ? u64map_get(&w->open_ranges, r->size) : NULL;
         if (pp) {
             const char *pa = (const char *)(uintptr_t)*pp;
             size_t a = strlen(pa), b = strlen(nm);
@@ -645,7 +693,7 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
             w->in_txn = 1;
             w->txn_start = rec_now_ns();
         }
-        if (r.kind >= REC_R_BASE) {
+        if ((r.kind & 0xffu) >= REC_R_BASE) {
             if (r.kind == REC_R_NAME) on_name(w, seq, &r);
             on_range(w, g, &r);
         } else {
@@ -658,6 +706,7 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
 }
 
 static void commit(writer *w, rec_state *g) {
+    flush_events(w);
     uint64_t dropped = atomic_load(&g->ring.dropped);
     if (dropped != w->dropped_written) {
         if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
@@ -697,6 +746,9 @@ static void writer_cleanup(writer *w) {
     for (uint64_t i = 0; w->open_ranges.keys && i <= w->open_ranges.mask; i++)
         if (w->open_ranges.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->open_ranges.vals[i]);
     u64map_free(&w->open_ranges);
+    for (uint64_t i = 0; w->tid_names.keys && i <= w->tid_names.mask; i++)
+        if (w->tid_names.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->tid_names.vals[i]);
+    u64map_free(&w->tid_names);
     u64map_free(&w->live);
     u64map_free(&w->streams);
     u64map_free(&w->frames);

@@ -1,0 +1,219 @@
+/* rec_bench.c — recorder and report benchmarks (BENCH lines, see DESIGN.md).
+ *
+ *   rec_bench micro DIR           rec.app_ns_nostack, rec.app_ns_stack16,
+ *                                 rec.writer_events_per_s, rec.bytes_per_event
+ *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
+ *                                 recorder itself (ranges, stacks, names, a slow leak)
+ *   rec_bench report GPUMEM DB    report.10m_s and report.10m_rss_mib: runs `GPUMEM report DB`
+ *
+ * Each recorder figure is a separate recording in this process (rec_test_reset between).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snapshot/rec.h"
+#include "snapshot/rec_internal.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void open_or_die(const char *path, int stacks, uint32_t ring) {
+    unlink(path);
+    rec_options o = {.path = path, .stacks = stacks, .fork_record = 0, .ring = ring, .quiet = 1};
+    if (rec_open(&o) != 0) {
+        fprintf(stderr, "rec_bench: cannot open %s\n", path);
+        exit(1);
+    }
+}
+
+/* Keeps the producer within the ring so that a benchmark never measures drops. */
+static void pace(uint64_t cap) {
+    while (rec_ring_last_seq(&rec_g.ring) - atomic_load(&rec_g.committed_seq) > cap / 2) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static uint64_t addr_of(uint64_t i) { return 0x7f3a00000000ull + (i % 4096) * 0x100000ull; }
+
+/* n events as alloc/free pairs; returns ns per event on this thread (paced outside timing) */
+static double time_events(uint64_t n) {
+    double t0 = now_s();
+    for (uint64_t i = 0; i < n; i += 2) {
+        uint64_t a = addr_of(i), sz = 512 + (i % 97) * 4096;
+        rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz - 100, i + 1);
+        rec_event(REC_FREE, 0, 0, a, sz, 0, i + 1);
+    }
+    return (now_s() - t0) * 1e9 / (double)n;
+}
+
+/* recursion so that a 16-frame stack exists above the call */
+static __attribute__((noinline)) double deep(int d, uint64_t n) {
+    if (d > 0) {
+        double r = deep(d - 1, n);
+        __asm__ volatile("" ::: "memory"); /* not a tail call */
+        return r;
+    }
+    return time_events(n);
+}
+
+static double median(double *v, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (v[j] < v[i]) { double t = v[i]; v[i] = v[j]; v[j] = t; }
+    return v[n / 2];
+}
+
+static int micro(const char *dir) {
+    char path[4096];
+    const uint32_t ring = 1u << 20;
+    const uint64_t batch = 100000;
+    double v[7];
+    /* app-thread cost without stacks: batches smaller than the ring, flushed between */
+    snprintf(path, sizeof path, "%s/rec_bench_nostack.db", dir);
+    open_or_die(path, 0, ring);
+    for (int r = 0; r < 7; r++) {
+        v[r] = time_events(batch);
+        rec_flush();
+    }
+    printf("BENCH rec.app_ns_nostack %.1f ns\n", median(v, 7));
+    rec_test_reset();
+    snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
+    open_or_die(path, 16, ring);
+    for (int r = 0; r < 7; r++) {
+        v[r] = deep(20, batch / 4);
+        rec_flush();
+    }
+    printf("BENCH rec.app_ns_stack16 %.1f ns\n", median(v, 7));
+    rec_test_reset();
+    /* writer throughput and size: 2M events without stacks, in steps with NVTX ranges */
+    snprintf(path, sizeof path, "%s/rec_bench_writer.db", dir);
+    open_or_die(path, 0, 1u << 21);
+    const uint64_t n = 2000000;
+    double t0 = now_s();
+    for (uint64_t i = 0; i < n; i += 2000) {
+        char step[32];
+        snprintf(step, sizeof step, "step %" PRIu64, i / 2000);
+        rec_range_push(NULL, step);
+        rec_range_push(NULL, "fwd");
+        time_events(2000);
+        rec_range_pop();
+        rec_range_pop();
+        pace(1u << 21);
+    }
+    rec_flush();
+    double dt = now_s() - t0;
+    sqlite3 *db;
+    int64_t rows = -1;
+    if (sqlite3_open(path, &db) == SQLITE_OK) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM events", -1, &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW)
+            rows = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+    }
+    if (rows != (int64_t)n) fprintf(stderr, "rec_bench: %" PRId64 " events in the file, expected %" PRIu64 "\n", rows, n);
+    uint64_t dropped = atomic_load(&rec_g.ring.dropped);
+    rec_test_reset(); /* closes: WAL checkpointed into the file */
+    struct stat st;
+    if (stat(path, &st) != 0) return 1;
+    printf("BENCH rec.writer_events_per_s %.0f events/s\n", (double)n / dt);
+    printf("BENCH rec.bytes_per_event %.1f bytes\n", (double)st.st_size / (double)n);
+    if (dropped) fprintf(stderr, "rec_bench: %" PRIu64 " events dropped\n", dropped);
+    if (!getenv("REC_BENCH_KEEP")) unlink(path);
+    snprintf(path, sizeof path, "%s/rec_bench_nostack.db", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
+    unlink(path);
+    return 0;
+}
+
+/* ---- synthetic training-like database ---- */
+
+static __attribute__((noinline)) void site_alloc(int which, uint64_t a, uint64_t sz, uint64_t id) {
+    /* a few distinct call sites, as in a real program */
+    switch (which & 3) {
+    case 0: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
+    case 1: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
+    case 2: rec_event(REC_ALLOC_ASYNC | REC_F_CACHE_MISS, 0, 0x5555000, a, sz, sz, id); break;
+    default: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
+    }
+}
+
+static int gen(const char *path, uint64_t n) {
+    const uint32_t ring = 1u << 20;
+    open_or_die(path, 4, ring);
+    uint64_t ev = 0, id = 0, leak_addr = 0x7e0000000000ull;
+    uint64_t live[64];
+    int nlive = 0;
+    for (uint64_t step = 0; ev < n; step++) {
+        char s[32];
+        snprintf(s, sizeof s, "step %" PRIu64, step);
+        rec_range_push(NULL, s);
+        static const char *const phase[] = {"fwd", "bwd", "opt"};
+        for (int p = 0; p < 3 && ev < n; p++) {
+            rec_range_push(NULL, phase[p]);
+            for (int k = 0; k < 1000 && ev < n; k++) {
+                if (nlive < 64 && (k % 3 != 2 || nlive == 0)) {
+                    uint64_t a = 0x7f0000000000ull + ((id * 7919) % 65536) * 0x200000ull;
+                    site_alloc(k, a, 4096 + (k % 64) * 65536, ++id);
+                    live[nlive++] = a;
+                } else {
+                    rec_event(REC_FREE, 0, 0, live[--nlive], 0, 0, 0);
+                }
+                ev++;
+                if ((ev & 4095) == 0) pace(ring);
+            }
+            rec_range_pop();
+        }
+        if (step % 10 == 0) { /* a slow leak: 1 MiB every 10 steps */
+            rec_event(REC_ALLOC, 0, 0, leak_addr, 1 << 20, 1 << 20, ++id);
+            leak_addr += 1 << 20;
+            ev++;
+        }
+        rec_range_pop();
+    }
+    rec_close();
+    return 0;
+}
+
+static int report(const char *gpumem, const char *db) {
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(126);
+        execl(gpumem, gpumem, "report", db, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    double dt = now_s() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "rec_bench: gpumem report failed (status %d)\n", st);
+        return 1;
+    }
+    printf("BENCH report.10m_s %.2f s\n", dt);
+    printf("BENCH report.10m_rss_mib %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "micro") == 0) return micro(argv[2]);
+    if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], strtoull(argv[3], NULL, 10));
+    if (argc >= 4 && strcmp(argv[1], "report") == 0) return report(argv[2], argv[3]);
+    fprintf(stderr, "usage: rec_bench micro DIR | gen DB N | report GPUMEM DB\n");
+    return 2;
+}
