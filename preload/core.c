@@ -508,6 +508,9 @@ static void fork_child(void)
     gm_nvtx_fork_child();
     if (atomic_load(&core_done) && mode_now != GM_MODE_OFF)
         gm_forked_child = 1;
+    /* the child's GPUMEM_STATS describe the child */
+    for (int i = 0; i < GM_ST_COUNT; i++)
+        atomic_store(&gm_stats[i], 0);
 #ifdef GM_HAVE_REC
     /* the recorder decides for itself whether the child records (GPUMEM_FORK) */
 #endif

@@ -54,6 +54,10 @@ $(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -ldl -lpthread
 $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< -ldl -lpthread
+# a stand-in for a user's NVTX tool, to test chaining
+$(APPS_DIR)/nvtx_tool.so: $(APPS_DIR)/nvtx_tool.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
+PRELOAD_APPS += $(APPS_DIR)/nvtx_tool.so
 
 # real_rt_app: the real CUDA runtime (nvcc -cudart shared), only where nvcc exists and only in
 # the plain build (an nvcc-built program cannot take an ASan/TSan-built libgpumem.so).

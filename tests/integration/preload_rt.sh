@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Properties, for a program linked to the (virtual GPU's) CUDA runtime:
+#  - under the preload every cudaMalloc/cudaMallocAsync is served by gpumem (its stats count
+#    each one, and each free) while the driver only sees segment maps (cuMemMap, no cuMemAlloc);
+#  - the program's output is identical with and without the preload;
+#  - pinned host memory comes from the pool: cuMemHostRegister far fewer times than allocations,
+#    no cuMemHostAlloc;
+#  - record mode passes every allocation to the real runtime (counted once, not twice);
+#  - GPUMEM_LIMIT=1G: a 2 GiB cudaMalloc fails with cudaErrorMemoryAllocation (2) and the
+#    program carries on; cudaMemGetInfo reports the limit as total;
+#  - double frees are answered with cudaErrorInvalidValue (1), never a crash;
+#  - a bad GPUMEM_CONF / GPUMEM_MODE prints one line naming the problem and gpumem goes off.
+source tests/integration/preload_common.bash
+need "$LIB" "$APPS/rt_app"
+
+run_plain "$TMP/plain.out" "$TMP/plain.err" "$APPS/rt_app" || fail "rt_app failed without the preload"
+run_pre "$TMP/pre.out" "$TMP/pre.err" "$APPS/rt_app" || { fail "rt_app failed under the preload"; cat "$TMP/pre.err"; }
+same_output "rt_app" "$TMP/plain.out" "$TMP/pre.out"
+read -r allocs frees aallocs afrees hallocs < <(awk '/^rt_app: allocs/ {print $3, $5, $7, $9, $11}' "$TMP/pre.out")
+check_eq "cudaMalloc calls seen" "$(stat "$TMP/pre.err" rt_malloc)" "$allocs"
+check_eq "cudaMallocAsync calls seen" "$(stat "$TMP/pre.err" rt_malloc_async)" "$aallocs"
+check_eq "allocations served by gpumem" "$(stat "$TMP/pre.err" served)" "$((allocs + aallocs))"
+check_eq "frees returned to gpumem" "$(stat "$TMP/pre.err" released)" "$((frees + afrees))"
+check_eq "allocations passed through" "$(stat "$TMP/pre.err" passthrough)" 0
+check_eq "driver cuMemAlloc calls under gpumem" "$(simcount "$TMP/pre.err" cuMemAlloc)" 0
+check_eq "driver cuMemAllocAsync calls under gpumem" "$(simcount "$TMP/pre.err" cuMemAllocAsync)" 0
+check_gt "driver cuMemMap calls under gpumem" "$(simcount "$TMP/pre.err" cuMemMap)" 0
+check_eq "driver cuMemAlloc calls without gpumem" "$(simcount "$TMP/plain.err" cuMemAlloc)" "$allocs"
+check_eq "pinned allocations from the pool" "$(stat "$TMP/pre.err" host_alloc)" "$hallocs"
+check_eq "driver cuMemHostAlloc calls under gpumem" "$(simcount "$TMP/pre.err" cuMemHostAlloc)" 0
+reg=$(simcount "$TMP/pre.err" cuMemHostRegister)
+if [[ $reg -ge 1 && $reg -lt $hallocs ]]; then pass "pinned pages registered $reg times for $hallocs allocations"
+else fail "cuMemHostRegister called $reg times for $hallocs pinned allocations"; fi
+
+# record mode: the real runtime serves, gpumem counts each allocation once
+GPUMEM_MODE=record run_pre "$TMP/rec.out" "$TMP/rec.err" "$APPS/rt_app" || fail "rt_app failed in record mode"
+same_output "rt_app record mode" "$TMP/plain.out" "$TMP/rec.out"
+check_eq "record mode: served" "$(stat "$TMP/rec.err" served)" 0
+check_eq "record mode: passed through" "$(stat "$TMP/rec.err" passthrough)" "$((allocs + aallocs + hallocs))"
+check_eq "record mode: driver-level calls not counted again" "$(stat "$TMP/rec.err" drv_alloc)" 0
+check_eq "record mode: driver cuMemAlloc calls" "$(simcount "$TMP/rec.err" cuMemAlloc)" "$allocs"
+
+# off
+GPUMEM_MODE=off run_pre "$TMP/off.out" "$TMP/off.err" "$APPS/rt_app" || fail "rt_app failed in mode off"
+same_output "rt_app mode off" "$TMP/plain.out" "$TMP/off.out"
+check_eq "mode off: served" "$(stat "$TMP/off.err" served)" 0
+
+# the limit
+GPUMEM_LIMIT=1G run_pre "$TMP/big.out" "$TMP/big.err" "$APPS/rt_app" big
+rc=$?
+check_eq "GPUMEM_LIMIT=1G: program exit status" "$rc" 0
+check_eq "GPUMEM_LIMIT=1G: 2 GiB request" "$(grep -c 'cudaMalloc(2 GiB) = 2 (cudaErrorMemoryAllocation)' "$TMP/big.out")" 1
+check_eq "GPUMEM_LIMIT=1G: the program goes on" "$(grep -c 'then cudaMalloc(1 MiB) = 0' "$TMP/big.out")" 1
+check_eq "GPUMEM_LIMIT=1G: cudaMemGetInfo total" "$(awk '/cudaMemGetInfo total/ {print $4}' "$TMP/big.out")" 1073741824
+check_eq "GPUMEM_LIMIT=1G: OOM counted" "$(stat "$TMP/big.err" oom)" 1
+
+# double and foreign frees
+run_pre "$TMP/err.out" "$TMP/err.err" "$APPS/rt_app" errors
+check_eq "errors: exit status" "$?" 0
+check_eq "double cudaFree answered" "$(awk '/^rt_app: double free/ {print $4}' "$TMP/err.out")" 1
+check_eq "double cudaFreeHost answered" "$(awk '/^rt_app: host double free/ {print $5}' "$TMP/err.out")" 1
+check_eq "double frees recorded" "$(stat "$TMP/err.err" double_free)" 2
+check_eq "foreign free passed to the runtime" "$(stat "$TMP/err.err" foreign_free)" 1
+check_eq "still allocates after bad frees" "$(awk '/^rt_app: still works/ {print $4}' "$TMP/err.out")" 0
+
+# bad configuration: one line naming the key, gpumem off, program unaffected
+GPUMEM_CONF=bogus_key:1 run_pre "$TMP/conf.out" "$TMP/conf.err" "$APPS/rt_app" || fail "rt_app failed with a bad GPUMEM_CONF"
+same_output "rt_app with bad GPUMEM_CONF" "$TMP/plain.out" "$TMP/conf.out"
+check_eq "bad GPUMEM_CONF names the key" "$(grep -c "^gpumem: GPUMEM_CONF.*bogus_key.*accepted" "$TMP/conf.err")" 1
+check_eq "bad GPUMEM_CONF: gpumem off" "$(awk '$3=="mode" {print $4}' "$TMP/conf.err")" off
+GPUMEM_MODE=fast run_pre "$TMP/mode.out" "$TMP/mode.err" "$APPS/rt_app" || fail "rt_app failed with a bad GPUMEM_MODE"
+check_eq "bad GPUMEM_MODE reported" "$(grep -c "^gpumem: GPUMEM_MODE: unknown mode 'fast'" "$TMP/mode.err")" 1
+GPUMEM_LIMIT=lots run_pre "$TMP/lim.out" "$TMP/lim.err" "$APPS/rt_app" || fail "rt_app failed with a bad GPUMEM_LIMIT"
+check_eq "bad GPUMEM_LIMIT reported" "$(grep -c "^gpumem: GPUMEM_LIMIT: bad size 'lots'" "$TMP/lim.err")" 1
+finish
