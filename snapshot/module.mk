@@ -32,3 +32,19 @@ $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) | $(DEPS_STAMP)
 
 ALL_TARGETS += $(BUILD)/gpumem
 INSTALL_BIN += $(BUILD)/gpumem
+
+# ---- tests
+SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl
+snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
+snapshot_ring_LDLIBS := -lpthread
+snapshot_rec_LIBS := $(REC_LIB)
+snapshot_rec_LDLIBS := $(SNAP_TEST_LDLIBS)
+snapshot_files_LIBS := $(REC_LIB)
+snapshot_files_LDLIBS := $(SNAP_TEST_LDLIBS)
+snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
+snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
+SNAP_UNIT := snapshot_ring snapshot_rec snapshot_files snapshot_stacks snapshot_reader
+UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec

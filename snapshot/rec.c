@@ -183,20 +183,25 @@ static void at_exit(void) { rec_close(); }
 
 static int open_now(const rec_options *opt) {
     rec_state *g = &rec_g;
-    const char *tmpl = opt && opt->path ? opt->path : getenv("GPUMEM_DB");
-    if (!tmpl || !*tmpl) tmpl = "gpumem-%p.db";
-    if (g->tmpl[0] == 0 || opt) snprintf(g->tmpl, sizeof g->tmpl, "%s", tmpl);
-    g->stacks = opt && opt->stacks >= 0 ? opt->stacks : (int)env_long("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES);
-    if (g->stacks > REC_MAX_FRAMES) g->stacks = REC_MAX_FRAMES;
-    if (opt && opt->fork_record >= 0) g->fork_record = opt->fork_record;
-    else {
-        const char *f = getenv("GPUMEM_FORK");
-        g->fork_record = !(f && strcmp(f, "off") == 0);
-        if (f && *f && strcmp(f, "off") != 0 && strcmp(f, "record") != 0)
-            rec_warn("GPUMEM_FORK=%s: expected record or off; using record", f);
+    uint64_t ring = g->ring.slots ? g->ring.mask + 1 : 65536;
+    if (!g->reopen || opt) {
+        const char *tmpl = opt && opt->path ? opt->path : getenv("GPUMEM_DB");
+        if (!tmpl || !*tmpl) tmpl = "gpumem-%p.db";
+        if (g->tmpl[0] == 0 || opt) snprintf(g->tmpl, sizeof g->tmpl, "%s", tmpl);
+        g->stacks = opt && opt->stacks >= 0 ? opt->stacks : (int)env_long("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES);
+        if (g->stacks > REC_MAX_FRAMES) g->stacks = REC_MAX_FRAMES;
+        if (opt && opt->fork_record >= 0) g->fork_record = opt->fork_record;
+        else {
+            const char *f = getenv("GPUMEM_FORK");
+            g->fork_record = !(f && strcmp(f, "off") == 0);
+            if (f && *f && strcmp(f, "off") != 0 && strcmp(f, "record") != 0)
+                rec_warn("GPUMEM_FORK=%s: expected record or off; using record", f);
+        }
+        g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
+        ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
+
     }
-    g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
-    uint64_t ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
+    g->reopen = 0;
     g->pid = (long)getpid();
 
     if (create_db_file(g) != 0) return -1;
@@ -692,6 +697,7 @@ static void atfork_child(void) {
             insert_before_ext(g->tmpl, "-%p", t, sizeof t);
             snprintf(g->tmpl, sizeof g->tmpl, "%s", t);
         }
+        g->reopen = 1; /* same settings as the parent, not re-read from the environment */
         atomic_store(&g->state, REC_ST_NEW); /* opens lazily, with the child's pid */
     } else {
         atomic_store(&g->state, REC_ST_OFF);

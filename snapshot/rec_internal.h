@@ -51,6 +51,7 @@ typedef struct rec_state {
     int stacks;                   /* frames per stack, 0 = off */
     int fork_record;
     int quiet;
+    int reopen;                   /* a forked child reopening: keep the settings */
     _Atomic uint32_t gen;         /* bumped in a forked child: thread-local state is stale */
     _Atomic uint32_t nthreads;
     _Atomic uint64_t nranges;

@@ -1,0 +1,222 @@
+/* snapshot_rec.c — the recorder through its public API (snapshot/rec.h) with synthetic events,
+ * checked by reading the database it writes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <time.h>
+
+#include "snapshot/rec.h"
+#include "snapshot/rec_internal.h"
+#include "tests/unit/snapshot_test.h"
+
+static char path[512];
+
+static int setup(void **state) {
+    (void)state;
+    static int n;
+    char name[64];
+    snprintf(name, sizeof name, "rec%d.db", n++);
+    snap_path(path, sizeof path, name);
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+    return rec_open(&o);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rec_test_reset();
+    return 0;
+}
+
+/* Every event arrives, frees pair with allocations into alloc_life, ranges nest and events
+ * carry their thread's innermost range. */
+static void events_ranges_lifetimes(void **state) {
+    (void)state;
+    for (int i = 0; i < 500; i++) {
+        char step[32];
+        snprintf(step, sizeof step, "step %d", i);
+        assert_int_equal(rec_range_push(NULL, step), 1);
+        assert_int_equal(rec_range_push("dom", "fwd"), 2);
+        rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, 0x1000 + i * 4096, 4096, 4000, i + 1);
+        assert_int_equal(rec_range_pop(), 2);
+        rec_event(REC_FREE, 0, 0, 0x1000 + i * 4096, 0, 0, i + 1);
+        assert_int_equal(rec_range_pop(), 1);
+    }
+    assert_int_equal(rec_range_pop(), -1); /* nothing open */
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), 1000);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE kind=1 AND flags=256"), 500);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM alloc_life WHERE death IS NOT NULL"), 500);
+    /* a free recorded with size 0 gets the allocation's size */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE kind=2 AND size=4096"), 500);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE kind=0"), 1000);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges c JOIN ranges p ON p.id=c.parent "
+                                  "WHERE c.path = p.path || '/fwd'"), 500);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE end_ns IS NULL"), 0);
+    /* allocations happen inside fwd, frees inside the step only */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id=e.range "
+                                  "WHERE e.kind=1 AND r.path LIKE 'step %/fwd'"), 500);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id=e.range "
+                                  "WHERE e.kind=2 AND r.path NOT LIKE '%/%'"), 500);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM allocations WHERE phase LIKE 'step %/fwd' AND death_ns >= birth_ns"), 500);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_major'"), 1);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='events'"), 1000);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='dropped_events'"), 0);
+    char st[32];
+    snap_q_text(path, "SELECT value FROM meta WHERE key='state'", st, sizeof st);
+    assert_string_equal(st, "closed");
+    /* events are ordered by seq and time does not go backwards on one thread */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events a JOIN events b ON b.seq = "
+                                  "(SELECT min(seq) FROM events WHERE seq > a.seq) WHERE b.t < a.t"), 0);
+}
+
+/* Names attach to the live allocation; what is alive at close gets death NULL. */
+static void names_and_alive_at_close(void **state) {
+    (void)state;
+    rec_event(REC_ALLOC, 0, 0, 0xA000, 1 << 20, 1 << 20, 1);
+    rec_name(0xA000, "weights");
+    rec_event(REC_ALLOC, 0, 0, 0xB000, 512, 100, 2);
+    rec_event(REC_FREE, 0, 0, 0xB000, 512, 0, 2);
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM alloc_life WHERE death IS NULL"), 1);
+    char nm[64];
+    snap_q_text(path, "SELECT name FROM allocations WHERE death_seq IS NULL", nm, sizeof nm);
+    assert_string_equal(nm, "weights");
+    assert_int_equal(snap_q(path, "SELECT size FROM allocations WHERE death_seq IS NULL"), 1 << 20);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM names WHERE addr=40960"), 1);
+}
+
+/* Snapshots, OOM forensics, allocator stats and metadata are stored. */
+static void snapshots_oom_stats_meta(void **state) {
+    (void)state;
+    rec_segment segs[2] = {{0, 0, 0x100000, 1 << 21, 1 << 21, REC_SEG_F_EXPANDABLE},
+                           {0, 7, 0x400000, 1 << 20, 1 << 19, 0}};
+    rec_block blocks[3] = {{0, REC_BLOCK_ALLOCATED, 0x100000, 4096, 4000, 1},
+                           {0, REC_BLOCK_FREE, 0x101000, 8192, 0, 0},
+                           {1, REC_BLOCK_PENDING, 0x400000, 512, 0, 0}};
+    rec_event(REC_SEG_MAP, 0, 0, 0x100000, 1 << 21, 0, 0);
+    assert_int_equal(rec_snapshot(REC_SNAP_OOM, segs, 2, blocks, 3), 0);
+    assert_int_equal(rec_snapshot(REC_SNAP_PEAK, segs, 2, blocks, 3), 0);
+    assert_int_equal(rec_snapshot(REC_SNAP_PEAK, segs, 1, blocks, 1), 0); /* replaces */
+    rec_oom_info o = {.device = 0, .requested = 1ull << 30, .allocated = 5, .reserved = 6,
+                      .free_cached = 1, .largest_free = 1, .device_total = 80ull << 30};
+    rec_oom(&o);
+    rec_alloc_stats s = {.peak_allocated = 123, .peak_reserved = 456, .cache_hits = 9};
+    rec_stats(&s);
+    rec_meta("mode", "replace");
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM snapshots"), 2); /* OOM + latest peak */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM blocks b JOIN snapshots s ON s.id=b.snapshot WHERE s.reason=2"), 3);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM blocks b JOIN snapshots s ON s.id=b.snapshot WHERE s.reason=1"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM segments WHERE mapped=524288 AND stream=7"), 1);
+    assert_int_equal(snap_q(path, "SELECT requested FROM ooms"), 1ll << 30);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ooms o ON o.seq=e.seq WHERE e.kind=13"), 1);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='stat.peak_reserved'"), 456);
+    char m[32];
+    snap_q_text(path, "SELECT value FROM meta WHERE key='mode'", m, sizeof m);
+    assert_string_equal(m, "replace");
+}
+
+/* rec_close twice is harmless; events after close are ignored, never a crash. */
+static void close_twice_and_late_events(void **state) {
+    (void)state;
+    rec_event(REC_ALLOC, 0, 0, 0x10, 16, 16, 1);
+    rec_close();
+    rec_close();
+    rec_event(REC_ALLOC, 0, 0, 0x20, 16, 16, 2);
+    assert_int_equal(rec_range_push(NULL, "late"), -1);
+    assert_int_equal(rec_enabled(), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), 1);
+}
+
+/* Without rec_flush or close, a reader sees events within ~100 ms (commit cadence). */
+static void committed_within_100ms(void **state) {
+    (void)state;
+    for (int i = 0; i < 100; i++) rec_event(REC_ALLOC, 0, 0, 0x1000 + i * 64, 64, 64, i + 1);
+    struct timespec ts = {0, 150 * 1000000};
+    nanosleep(&ts, NULL);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), 100);
+}
+
+#define THREADS 4
+#define PER_THREAD 5000
+
+static void *worker(void *arg) {
+    long id = (long)arg;
+    char name[32];
+    snprintf(name, sizeof name, "thread %ld", id);
+    rec_range_push(NULL, name);
+    for (int i = 0; i < PER_THREAD; i++) {
+        uint64_t a = ((uint64_t)id << 32) + (uint64_t)i * 64;
+        rec_event(REC_ALLOC, 0, (uint64_t)id, a, 64, 64, 0);
+        rec_event(REC_FREE, 0, (uint64_t)id, a, 64, 0, 0);
+    }
+    rec_range_pop();
+    return NULL;
+}
+
+/* Concurrent producers: nothing lost or duplicated, each event has its own thread's range. */
+static void concurrent_threads(void **state) {
+    (void)state;
+    pthread_t t[THREADS];
+    for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    rec_flush();
+    rec_close();
+    /* the ring is small: some records may be dropped, but then they are counted (range
+     * records count too, so events + dropped >= what was sent) */
+    long long dropped = snap_q(path, "SELECT value FROM meta WHERE key='dropped_events'");
+    long long events = snap_q(path, "SELECT count(*) FROM events");
+    assert_true(events <= 2 * THREADS * PER_THREAD);
+    assert_true(events + dropped >= 2 * THREADS * PER_THREAD);
+    assert_true(events + dropped <= 2 * THREADS * PER_THREAD + 2 * THREADS);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT seq) FROM events"), events);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id=e.range WHERE r.thread != e.thread"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE range IS NULL"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT thread) FROM events"), THREADS);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM streams"), THREADS);
+}
+
+static uint64_t cross_id;
+static void *ender(void *arg) {
+    (void)arg;
+    rec_range_end(cross_id);
+    return NULL;
+}
+
+/* start/end ranges may end on another thread and do not become the events' range. */
+static void start_end_cross_thread(void **state) {
+    (void)state;
+    cross_id = rec_range_start("d", "load");
+    assert_true(cross_id > 0);
+    rec_event(REC_ALLOC, 0, 0, 0x40, 64, 64, 1);
+    rec_mark(NULL, "tick");
+    pthread_t t;
+    pthread_create(&t, NULL, ender, NULL);
+    pthread_join(t, NULL);
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE kind=1 AND end_ns IS NOT NULL AND path='load'"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE kind=2 AND end_ns=start_ns"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE range IS NULL"), 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(events_ranges_lifetimes, setup, teardown),
+        cmocka_unit_test_setup_teardown(names_and_alive_at_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(snapshots_oom_stats_meta, setup, teardown),
+        cmocka_unit_test_setup_teardown(close_twice_and_late_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(committed_within_100ms, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrent_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(start_end_cross_thread, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", snap_tmpdir());
+    if (system(cmd) != 0) return 1;
+    return rc;
+}
