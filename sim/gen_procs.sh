@@ -103,7 +103,4 @@ else
   echo "gen_procs.sh: first argument must be driver or runtime, not '$kind'" >&2
   exit 2
 fi
-# Replace only what changed, so a rebuild does not recompile everything.
-for f in $files; do
-  if ! cmp -s "$tmp/$f" "$out/$f"; then cp "$tmp/$f" "$out/$f"; fi
-done
+for f in $files; do cp "$tmp/$f" "$out/$f"; done
