@@ -417,3 +417,17 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user) {
   fn(user);
   return CUDA_SUCCESS;
 }
+
+/* ---- per-thread default-stream symbols --------------------------------------------------- */
+SIM_ALIAS(cuStreamSynchronize_ptsz, cuStreamSynchronize)
+SIM_ALIAS(cuStreamQuery_ptsz, cuStreamQuery)
+SIM_ALIAS(cuStreamWaitEvent_ptsz, cuStreamWaitEvent)
+SIM_ALIAS(cuStreamGetFlags_ptsz, cuStreamGetFlags)
+SIM_ALIAS(cuStreamGetPriority_ptsz, cuStreamGetPriority)
+SIM_ALIAS(cuStreamGetId_ptsz, cuStreamGetId)
+SIM_ALIAS(cuStreamGetCtx_ptsz, cuStreamGetCtx)
+SIM_ALIAS(cuStreamIsCapturing_ptsz, cuStreamIsCapturing)
+SIM_ALIAS(cuEventRecord_ptsz, cuEventRecord)
+SIM_ALIAS(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)
+SIM_ALIAS(cuLaunchKernel_ptsz, cuLaunchKernel)
+SIM_ALIAS(cuLaunchHostFunc_ptsz, cuLaunchHostFunc)

@@ -157,6 +157,11 @@ bool sim_stream_valid(CUstream s);        /* lock held */
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start, CUevent end) __asm__("cuEventElapsedTime");
 
+/* Exports `name` as another name for `target` (the _ptsz/_ptds per-thread default-stream
+ * symbols: the sim has one default-stream model, so they are the same functions). */
+#define SIM_ALIAS(name, target) \
+  extern __typeof__(target) name __attribute__((alias(#target), visibility("default")));
+
 #define SIM_CHECK_INIT()                                   \
   do {                                                     \
     if (!__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE)) \

@@ -1023,3 +1023,23 @@ CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocat
   (void)p; (void)n; (void)advice; (void)loc;
   return CUDA_SUCCESS; /* advice has no effect on host memory */
 }
+
+/* ---- per-thread default-stream symbols --------------------------------------------------- */
+SIM_ALIAS(cuMemAllocAsync_ptsz, cuMemAllocAsync)
+SIM_ALIAS(cuMemFreeAsync_ptsz, cuMemFreeAsync)
+SIM_ALIAS(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync)
+SIM_ALIAS(cuMemcpy_ptds, cuMemcpy)
+SIM_ALIAS(cuMemcpyAsync_ptsz, cuMemcpyAsync)
+SIM_ALIAS(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2)
+SIM_ALIAS(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2)
+SIM_ALIAS(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2)
+SIM_ALIAS(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2)
+SIM_ALIAS(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2)
+SIM_ALIAS(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2)
+SIM_ALIAS(cuMemsetD8_v2_ptds, cuMemsetD8_v2)
+SIM_ALIAS(cuMemsetD16_v2_ptds, cuMemsetD16_v2)
+SIM_ALIAS(cuMemsetD32_v2_ptds, cuMemsetD32_v2)
+SIM_ALIAS(cuMemsetD8Async_ptsz, cuMemsetD8Async)
+SIM_ALIAS(cuMemsetD16Async_ptsz, cuMemsetD16Async)
+SIM_ALIAS(cuMemsetD32Async_ptsz, cuMemsetD32Async)
+SIM_ALIAS(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2)

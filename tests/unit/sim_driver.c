@@ -144,6 +144,17 @@ static void test_get_proc_address_answers_base_names(void **state) {
   OK(cuGetProcAddress("cuMemcpyAsync", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
   assert_ptr_equal(fn, sym("cuMemcpyAsync"));
   assert_int_equal(cuGetProcAddress("cuInit", &fn, CUDA_VERSION, 0x100, &st), CUDA_ERROR_INVALID_VALUE);
+  /* The per-thread default-stream symbols exist and are the same functions. */
+  static const char *pt[][2] = {{"cuMemcpyAsync_ptsz", "cuMemcpyAsync"}, {"cuMemcpy_ptds", "cuMemcpy"},
+                                {"cuLaunchKernel_ptsz", "cuLaunchKernel"},
+                                {"cuMemAllocAsync_ptsz", "cuMemAllocAsync"},
+                                {"cuStreamSynchronize_ptsz", "cuStreamSynchronize"},
+                                {"cuEventRecord_ptsz", "cuEventRecord"}};
+  for (size_t i = 0; i < sizeof pt / sizeof pt[0]; i++) {
+    assert_non_null(sym(pt[i][0]));
+    assert_ptr_equal(sym(pt[i][0]), sym(pt[i][1]));
+  }
+  assert_non_null(sym("cuStreamBeginCapture_v2_ptsz")); /* unimplemented ones exist too */
 }
 
 /* Captures what fn writes to stderr. */
