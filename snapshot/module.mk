@@ -48,3 +48,11 @@ snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
 SNAP_UNIT := snapshot_ring snapshot_rec snapshot_files snapshot_stacks snapshot_reader
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec
+
+# Test program driving the recorder directly (no CUDA), for the integration scripts.
+$(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
+ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
+SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
+                tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
+                tests/integration/snapshot_cli.sh

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A planted leak is found by `gpumem leaks` with its call site (function and file), the last
+# line is the LEAK SUMMARY, --fail-on-leak exits 1; report and --json work on the same database;
+# the database's alloc/free counts equal the program's own.
+source tests/integration/snapshot_common.bash
+need "$GPUMEM" "$APP"
+db=$TMP/leak.db
+out=$(GPUMEM_DB=$db "$APP" pairs 300) || fail "snapshot_app failed"
+read -r _ allocs _ frees _ leaked <<<"$out"
+[[ $("$GPUMEM" sql "$db" -c "SELECT count(*) FROM events WHERE kind=1" | tail -1) == "$allocs" ]] || fail "alloc count differs from the app's ($allocs)"
+[[ $("$GPUMEM" sql "$db" -c "SELECT count(*) FROM events WHERE kind=2" | tail -1) == "$frees" ]] || fail "free count differs from the app's ($frees)"
+"$GPUMEM" leaks "$db" > "$TMP/leaks.txt"; rc=$?
+[[ $rc -eq 0 ]] || fail "gpumem leaks exited $rc without --fail-on-leak"
+grep -q "plant_leak (snapshot_app.c:" "$TMP/leaks.txt" || { cat "$TMP/leaks.txt"; fail "the leak's call site (plant_leak in snapshot_app.c) is not named"; }
+grep -q "named planted" "$TMP/leaks.txt" || fail "the leak's name is not shown"
+last=$(tail -1 "$TMP/leaks.txt")
+[[ $last == "LEAK SUMMARY: $leaked bytes leaked in 1 allocations" ]] || fail "last line is '$last'"
+"$GPUMEM" leaks "$db" --fail-on-leak > /dev/null; rc=$?
+[[ $rc -eq 1 ]] || fail "--fail-on-leak exited $rc, expected 1"
+"$GPUMEM" report "$db" > "$TMP/report.txt" || fail "gpumem report failed"
+grep -q "peak allocated" "$TMP/report.txt" || fail "report has no summary"
+grep -q "step \*/fwd" "$TMP/report.txt" || fail "report has no NVTX phase attribution"
+for c in report leaks; do
+  "$GPUMEM" $c "$db" --json > "$TMP/$c.json" || [[ $c == leaks ]] || fail "$c --json failed"
+  if command -v python3 > /dev/null; then
+    python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/$c.json" || fail "$c --json is not valid JSON"
+  fi
+done
+grep -q "\"leaked_bytes\":$leaked" "$TMP/leaks.json" || fail "leaks --json lacks leaked_bytes"
+# growth across steps: 1 MiB kept per step
+GPUMEM_DB=$TMP/growth.db "$APP" growth 20 || fail "growth run failed"
+"$GPUMEM" leaks "$TMP/growth.db" | grep -q "memory grows by 1.00 MiB per step" || fail "growth per step not found"
+echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# gpumem record on the interposition engineer's test apps: the database's alloc/free counts
+# equal rt_app's own counts, and nvtx_app's ranges are nested as the program says.
+source tests/integration/snapshot_common.bash
+need "$GPUMEM"
+if [[ ! -f $BUILD/libgpumem.so || ! -x $BUILD/tests/apps/rt_app ]]; then
+  echo "skipped: libgpumem.so or tests/apps/rt_app not built" >&2; exit 77
+fi
+unset GPUMEM_QUIET
+db=$TMP/rt.db
+"$GPUMEM" record -o "$db" -- "$BUILD/tests/apps/rt_app" > "$TMP/rt.out" 2> "$TMP/rt.err"; rc=$?
+[[ $rc -eq 0 ]] || { cat "$TMP/rt.out" "$TMP/rt.err"; fail "record exited $rc (rt_app's own exit code)"; }
+grep -q "gpumem: peak allocated" "$TMP/rt.err" || fail "record printed no summary"
+line=$(grep "^rt_app: allocs" "$TMP/rt.out") || fail "rt_app printed no counts"
+set -- $line
+declare -A want=([1]=$3 [2]=$5 [3]=$7 [4]=$9 [5]=${11} [6]=${13})
+for k in 1 2 3 4 5 6; do
+  got=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM events WHERE kind=$k" | tail -1)
+  [[ $got == "${want[$k]}" ]] || fail "kind $k: database has $got, rt_app counted ${want[$k]} ($line)"
+done
+# exit codes pass through
+"$GPUMEM" record -q -o "$TMP/f.db" -- sh -c 'exit 7'; rc=$?
+[[ $rc -eq 7 ]] || fail "record did not pass exit code 7 through (got $rc)"
+"$GPUMEM" record -q -o "$TMP/g.db" -- /nonexistent/prog 2>/dev/null; rc=$?
+[[ $rc -eq 127 ]] || fail "record of a missing program exited $rc, expected 127"
+if [[ -x $BUILD/tests/apps/nvtx_app ]]; then
+  "$GPUMEM" record -q -o "$TMP/nv.db" -- "$BUILD/tests/apps/nvtx_app" > "$TMP/nv.out" || fail "nvtx_app failed"
+  grep '^expect push' "$TMP/nv.out" | awk '{print $6}' | sort > "$TMP/want"
+  "$GPUMEM" sql "$TMP/nv.db" -c "SELECT path FROM ranges WHERE kind=0" | tail -n +2 | sort > "$TMP/got"
+  diff "$TMP/want" "$TMP/got" > /dev/null || { diff "$TMP/want" "$TMP/got" | head; fail "nvtx_app's range paths differ"; }
+  bad=$("$GPUMEM" sql "$TMP/nv.db" -c "SELECT count(*) FROM ranges c JOIN ranges p ON p.id=c.parent WHERE c.kind=0 AND (p.thread != c.thread OR c.path NOT LIKE p.path || '/%')" | tail -1)
+  [[ $bad == 0 ]] || fail "$bad ranges not nested inside their parent on the same thread"
+fi
+echo "ok: rt_app counts match (${line#rt_app: }); nvtx ranges nested"
