@@ -40,7 +40,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-__thread int gm_inside;
+__thread int gm_inside __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
 size_t gm_limit;
 alloc_config_t gm_alloc_config;

@@ -51,7 +51,9 @@ extern int gm_forked_child;
 extern size_t gm_limit;
 
 /* ---- the "inside gpumem" mark (per thread) ---- */
-extern __thread int gm_inside;
+/* initial-exec: read by dlsym before a sanitizer runtime is ready, where a __tls_get_addr call
+ * (intercepted by ASan) would crash; the library needs static TLS anyway (jemalloc). */
+extern __thread int gm_inside __attribute__((tls_model("initial-exec")));
 static inline void gm_inside_enter(void) { gm_inside++; }
 static inline void gm_inside_leave(void) { gm_inside--; }
 

@@ -12,6 +12,9 @@ PRELOAD_REC_LIB := $(REC_LIB)
 PRELOAD_REC_FLAGS := $(if $(PRELOAD_REC_LIB),-DGM_HAVE_REC)
 
 $(PRELOAD_DIR)/%.o: EXTRA_CFLAGS += -fvisibility=hidden $(PRELOAD_REC_FLAGS)
+# dlsym runs before a sanitizer runtime has initialised (ASan/TSan resolve their interceptors
+# through dlsym during their own start-up): it must not be instrumented.
+$(PRELOAD_DIR)/dlsym.o: EXTRA_CFLAGS += -fno-sanitize=all
 
 # jemalloc for the pinned pool: Debian's static PIC archive with every public name renamed to
 # gm_je_* (the program's malloc must stay its own; see preload/README.md).
@@ -50,8 +53,10 @@ $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
 
 $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS)): $(APPS_DIR)/%: $(APPS_DIR)/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -lpthread
+# DT_RPATH, not RUNPATH: under a sanitizer the dlopen call comes from the sanitizer runtime's
+# interceptor, and only the executable's old-style RPATH applies to every caller.
 $(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< -ldl -lpthread
 # a stand-in for a user's NVTX tool, to test chaining

@@ -8,6 +8,7 @@
  *   rt_app big        asks for 2 GiB, prints the error code, then carries on (GPUMEM_LIMIT test)
  *   rt_app errors     double free, foreign free, and prints the codes (run under gpumem)
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -173,6 +174,18 @@ int main(int argc, char **argv)
         tot.host_frees += w[i].c.host_frees;
         tot.bad += w[i].c.bad;
     }
+    /* the driver through the runtime's entry-point query (what cuBLAS-style code does) */
+    CUresult (*drv_alloc)(CUdeviceptr *, size_t) = NULL;
+    CUresult (*drv_free)(CUdeviceptr) = NULL;
+    enum cudaDriverEntryPointQueryResult st;
+    CUdeviceptr d = 0;
+    int entry_ok = cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&drv_alloc, 13000,
+                                                    cudaEnableDefault, &st) == cudaSuccess &&
+                   cudaGetDriverEntryPointByVersion("cuMemFree", (void **)&drv_free, 13000,
+                                                    cudaEnableDefault, &st) == cudaSuccess &&
+                   drv_alloc && drv_free && drv_alloc(&d, 1 << 20) == CUDA_SUCCESS &&
+                   drv_free(d) == CUDA_SUCCESS;
+    printf("rt_app: driver entry point alloc %s\n", entry_ok ? "ok" : "bad");
     size_t fr = 0, total = 0;
     cudaError_t e = cudaMemGetInfo(&fr, &total);
     printf("rt_app: memgetinfo %s\n", e == cudaSuccess && fr <= total ? "ok" : "bad");
@@ -180,5 +193,5 @@ int main(int argc, char **argv)
            "host_frees %d errors %d\n",
            tot.allocs, tot.frees, tot.async_allocs, tot.async_frees, tot.host_allocs,
            tot.host_frees, tot.bad);
-    return tot.bad ? 1 : 0;
+    return tot.bad || !entry_ok ? 1 : 0;
 }
