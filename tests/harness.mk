@@ -10,6 +10,8 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 # A cmocka unit test $(BUILD)/tests/unit/<name> is built from tests/unit/<name>.c, linked with
 # what the module fragment puts in <name>_LIBS (objects, archives: also prerequisites) and
 # <name>_LDLIBS (-l flags).
+# Objects of test programs are not throw-away intermediates: keep them so rebuilds are cheap.
+.SECONDARY:
 .SECONDEXPANSION:
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $$($$*_LIBS) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $($*_LIBS) -lcmocka $($*_LDLIBS)
