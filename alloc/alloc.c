@@ -66,15 +66,15 @@ static inline size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; 
 unsigned a_size_class(uint64_t size)
 {
     uint64_t u = size >> 9;
-    if (u < 16)
+    if (u < A_SUB)
         return (unsigned)u;
-    unsigned e = 63u - (unsigned)__builtin_clzll(u);
-    return 16u + (e - 4u) * 8u + (unsigned)((u >> (e - 3u)) & 7u);
+    unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
+    return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
 }
 
 bool a_block_is_split(const blk_t *b)
 {
-    return (b->prev && b->prev->state != B_UNMAPPED) || (b->next && b->next->state != B_UNMAPPED);
+    return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
 }
 
 static int be_rc(alloc_t *a, int rc)
@@ -125,18 +125,17 @@ static int ptrmap_init(ptrmap_t *m, unsigned bits)
     m->cap = (size_t)1 << bits;
     m->shift = 64 - bits;
     m->count = 0;
-    m->keys = calloc(m->cap, sizeof(*m->keys));
-    m->vals = calloc(m->cap, sizeof(*m->vals));
-    return (m->keys && m->vals) ? 0 : -1;
+    m->slots = calloc(m->cap, sizeof(*m->slots));
+    return m->slots ? 0 : -1;
 }
 
 blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     for (size_t i = ptr_hash(m, key);; i = (i + 1) & mask) {
-        if (m->keys[i] == key)
-            return m->vals[i];
-        if (!m->keys[i])
+        if (m->slots[i].key == key)
+            return m->slots[i].val;
+        if (!m->slots[i].key)
             return NULL;
     }
 }
@@ -147,16 +146,12 @@ static int ptrmap_grow(ptrmap_t *m)
 {
     ptrmap_t n;
     unsigned bits = 64 - m->shift + 1;
-    if (ptrmap_init(&n, bits)) {
-        free(n.keys);
-        free(n.vals);
+    if (ptrmap_init(&n, bits))
         return -1;
-    }
     for (size_t i = 0; i < m->cap; i++)
-        if (m->keys[i])
-            ptrmap_put(&n, m->keys[i], m->vals[i]);
-    free(m->keys);
-    free(m->vals);
+        if (m->slots[i].key)
+            ptrmap_put(&n, m->slots[i].key, m->slots[i].val);
+    free(m->slots);
     *m = n;
     return 0;
 }
@@ -167,12 +162,12 @@ static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v)
         return -1;
     size_t mask = m->cap - 1;
     size_t i = ptr_hash(m, key);
-    while (m->keys[i] && m->keys[i] != key)
+    while (m->slots[i].key && m->slots[i].key != key)
         i = (i + 1) & mask;
-    if (!m->keys[i])
+    if (!m->slots[i].key)
         m->count++;
-    m->keys[i] = key;
-    m->vals[i] = v;
+    m->slots[i].key = key;
+    m->slots[i].val = v;
     return 0;
 }
 
@@ -180,8 +175,8 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     size_t i = ptr_hash(m, key);
-    while (m->keys[i] != key) {
-        if (!m->keys[i])
+    while (m->slots[i].key != key) {
+        if (!m->slots[i].key)
             return;
         i = (i + 1) & mask;
     }
@@ -189,19 +184,18 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!m->keys[j])
+        if (!m->slots[j].key)
             break;
-        size_t h = ptr_hash(m, m->keys[j]);
+        size_t h = ptr_hash(m, m->slots[j].key);
         /* move j back to i unless its home lies cyclically in (i, j] */
         bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
         if (stay)
             continue;
-        m->keys[i] = m->keys[j];
-        m->vals[i] = m->vals[j];
+        m->slots[i] = m->slots[j];
         i = j;
     }
-    m->keys[i] = 0;
-    m->vals[i] = NULL;
+    m->slots[i].key = 0;
+    m->slots[i].val = NULL;
     m->count--;
 }
 
@@ -209,14 +203,14 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
 
 static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
 {
-    b->state = B_FREE;
+    b->rb.st = B_FREE;
     unsigned c = a_size_class(b->size);
     rb_insert(&p->cls[c], b);
     p->bitmap[c >> 6] |= 1ull << (c & 63);
     p->free_bytes += b->size;
     a->cached_free += b->size;
-    b->split_counted = a_block_is_split(b);
-    if (b->split_counted) {
+    b->rb.split = a_block_is_split(b);
+    if (b->rb.split) {
         stat_add(&a->st.inactive_split_bytes, (int64_t)b->size);
         stat_add(&a->st.inactive_split, 1);
     }
@@ -230,10 +224,10 @@ static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
         p->bitmap[c >> 6] &= ~(1ull << (c & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
-    if (b->split_counted) {
+    if (b->rb.split) {
         stat_add(&a->st.inactive_split_bytes, -(int64_t)b->size);
         stat_add(&a->st.inactive_split, -1);
-        b->split_counted = 0;
+        b->rb.split = 0;
     }
 }
 
@@ -429,7 +423,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
 {
     seg_t *s = b->seg;
-    if (b->state == B_FREE)
+    if (b->rb.st == B_FREE)
         free_remove(a, p, b);
     a->st.num_backend_calls++;
     a->st.num_device_free++;
@@ -492,7 +486,7 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
     u->addr = base;
     u->size = size;
     u->seg = r;
-    u->state = B_UNMAPPED;
+    u->rb.st = B_UNMAPPED;
     r->first = u;
     rb_insert(&p->unmapped, u);
     seg_link(p, r);
@@ -503,9 +497,9 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
 static uint64_t cap_around(const blk_t *u)
 {
     uint64_t c = u->size;
-    if (u->prev && u->prev->state == B_FREE)
+    if (u->prev && u->prev->rb.st == B_FREE)
         c += u->prev->size;
-    if (u->next && u->next->state == B_FREE)
+    if (u->next && u->next->rb.st == B_FREE)
         c += u->next->size;
     return c;
 }
@@ -643,8 +637,8 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     }
     seg_t *r = u->seg;
     size_t h = r->hsize;
-    blk_t *P = (u->prev && u->prev->state == B_FREE) ? u->prev : NULL;
-    blk_t *N = (u->next && u->next->state == B_FREE) ? u->next : NULL;
+    blk_t *P = (u->prev && u->prev->rb.st == B_FREE) ? u->prev : NULL;
+    blk_t *N = (u->next && u->next->rb.st == B_FREE) ? u->next : NULL;
     uint64_t lo, m;
     if (P) {
         uint64_t need = rs > P->size ? rs - P->size : 0;
@@ -688,22 +682,22 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     if (ulo) {
         ulo->addr = u->addr;
         ulo->size = lo - u->addr;
-        ulo->state = B_UNMAPPED;
+        ulo->rb.st = B_UNMAPPED;
         link_before(u, ulo);
         rb_insert(&p->unmapped, ulo);
     }
     if (uhi) {
         uhi->addr = lo + m;
         uhi->size = uend - (lo + m);
-        uhi->state = B_UNMAPPED;
+        uhi->rb.st = B_UNMAPPED;
         link_after(u, uhi);
         rb_insert(&p->unmapped, uhi);
     }
     blk_t *f = u; /* the newly mapped piece */
     f->addr = lo;
     f->size = m;
-    f->state = B_FREE;
-    if (f->prev && f->prev->state == B_FREE) {
+    f->rb.st = B_FREE;
+    if (f->prev && f->prev->rb.st == B_FREE) {
         blk_t *q = f->prev;
         free_remove(a, p, q);
         f->addr = q->addr;
@@ -711,7 +705,7 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         unlink_blk(q);
         blk_del(a, q);
     }
-    if (f->next && f->next->state == B_FREE) {
+    if (f->next && f->next->rb.st == B_FREE) {
         blk_t *q = f->next;
         free_remove(a, p, q);
         f->size += q->size;
@@ -759,8 +753,8 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
     }
     b->addr = lo;
     b->size = hi - lo;
-    b->state = B_UNMAPPED;
-    if (b->prev && b->prev->state == B_UNMAPPED) {
+    b->rb.st = B_UNMAPPED;
+    if (b->prev && b->prev->rb.st == B_UNMAPPED) {
         blk_t *q = b->prev;
         rb_erase(&p->unmapped, q);
         b->addr = q->addr;
@@ -768,7 +762,7 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
         unlink_blk(q);
         blk_del(a, q);
     }
-    if (b->next && b->next->state == B_UNMAPPED) {
+    if (b->next && b->next->rb.st == B_UNMAPPED) {
         blk_t *q = b->next;
         rb_erase(&p->unmapped, q);
         b->size += q->size;
@@ -843,8 +837,8 @@ static void make_free(alloc_t *a, blk_t *b)
     stat_add(&a->st.active, -1);
     b->requested = 0;
     b->stamp = a->epoch;
-    b->state = B_FREE;
-    if (b->prev && b->prev->state == B_FREE) {
+    b->rb.st = B_FREE;
+    if (b->prev && b->prev->rb.st == B_FREE) {
         blk_t *q = b->prev;
         free_remove(a, p, q);
         b->addr = q->addr;
@@ -852,7 +846,7 @@ static void make_free(alloc_t *a, blk_t *b)
         unlink_blk(q);
         blk_del(a, q);
     }
-    if (b->next && b->next->state == B_FREE) {
+    if (b->next && b->next->rb.st == B_FREE) {
         blk_t *q = b->next;
         free_remove(a, p, q);
         b->size += q->size;
@@ -933,7 +927,7 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
         if (only)
             break;
     }
-    b->state = B_PENDING;
+    b->rb.st = B_PENDING;
     a->pending_bytes += b->size;
     if (a->fence_tail)
         a->fence_tail->next = f;
@@ -967,7 +961,7 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
             pool_t *p = &a->streams[i]->pools[k];
             for (seg_t *s = p->segs; s; s = s->next_in_pool)
                 for (blk_t *b = s->first; b; b = b->next) {
-                    if (b->state != B_FREE)
+                    if (b->rb.st != B_FREE)
                         continue;
                     if (!s->expandable && (b->prev || b->next))
                         continue;
@@ -1178,6 +1172,10 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
         /* fast path */
         b = find_free(a, p, rs);
         if (b) {
+            /* start the cache misses we will take anyway: the block's cold half and its slot
+             * in the address map, while the index is being updated */
+            __builtin_prefetch(&b->seg, 1);
+            __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
             free_remove(a, p, b);
             a->st.cache_hits++;
             rc = GROW_OK;
@@ -1202,12 +1200,12 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
             r->addr = b->addr + rs;
             r->size = b->size - rs;
             b->size = rs;
-            b->state = B_LIVE;
+            b->rb.st = B_LIVE;
             link_after(b, r);
             free_insert(a, p, r);
         }
     }
-    b->state = B_LIVE;
+    b->rb.st = B_LIVE;
     b->requested = size;
     b->stream = stream;
     b->stamp = ++a->next_id;
@@ -1245,7 +1243,7 @@ static int classify_unknown(alloc_t *a, uint64_t ptr)
     blk_t *b = find_containing(a, ptr);
     if (!b)
         return ALLOC_ERR_NOT_OWNED;
-    return b->state == B_LIVE ? ALLOC_ERR_NOT_BASE : ALLOC_ERR_DOUBLE_FREE;
+    return b->rb.st == B_LIVE ? ALLOC_ERR_NOT_BASE : ALLOC_ERR_DOUBLE_FREE;
 }
 
 static void nocache_free(alloc_t *a, blk_t *b)
@@ -1270,10 +1268,12 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream)
         UNLOCK(a);
         return rc;
     }
-    if (b->state != B_LIVE) {
+    if (b->rb.st != B_LIVE) {
         UNLOCK(a);
         return ALLOC_ERR_DOUBLE_FREE;
     }
+    if (b->prev) /* make_free looks at both neighbours */
+        __builtin_prefetch(b->prev);
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
     stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
@@ -1337,7 +1337,7 @@ static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
         *rc = ALLOC_ERR_NOT_OWNED;
         return NULL;
     }
-    if (b->state != B_LIVE) {
+    if (b->rb.st != B_LIVE) {
         *rc = ALLOC_ERR_DOUBLE_FREE;
         return NULL;
     }
@@ -1505,8 +1505,6 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
     a->cfg.handle_size_small =
         round_up(a->cfg.handle_size_small ? a->cfg.handle_size_small : a->gran, a->gran);
     if (ptrmap_init(&a->map, 10)) {
-        free(a->map.keys);
-        free(a->map.vals);
         free(a);
         return ALLOC_ERR_NOMEM;
     }
@@ -1557,8 +1555,7 @@ void alloc_destroy(alloc_t *a)
         a->chunks = c->next;
         free(c);
     }
-    free(a->map.keys);
-    free(a->map.vals);
+    free(a->map.slots);
     UNLOCK(a);
     pthread_mutex_destroy(&a->mu);
     free(a);

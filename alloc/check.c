@@ -32,11 +32,11 @@ static int wpush(wbuf_t *w, const blk_t *b)
     alloc_walk_block_t *o = &w->v[w->n++];
     o->addr = b->addr;
     o->size = b->size;
-    bool live = b->state == B_LIVE || b->state == B_PENDING;
+    bool live = b->rb.st == B_LIVE || b->rb.st == B_PENDING;
     o->requested = live ? b->requested : 0;
     o->alloc_id = live ? b->stamp : 0;
-    o->state = b->state == B_LIVE      ? ALLOC_BLOCK_LIVE
-               : b->state == B_PENDING ? ALLOC_BLOCK_PENDING
+    o->state = b->rb.st == B_LIVE      ? ALLOC_BLOCK_LIVE
+               : b->rb.st == B_PENDING ? ALLOC_BLOCK_PENDING
                                        : ALLOC_BLOCK_FREE;
     return 0;
 }
@@ -92,7 +92,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
                 }
             for (size_t j = 0; j < ns && !rc; j++) {
                 for (blk_t *b = v[j]->first; b && !rc; b = b->next) {
-                    if (b->state == B_UNMAPPED) {
+                    if (b->rb.st == B_UNMAPPED) {
                         rc = wflush(&w, v[j], fn, user);
                         continue;
                     }
@@ -220,35 +220,35 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 return fail(err, errlen, "block %#llx: size %llu not a positive multiple of 512",
                             (unsigned long long)b->addr, (unsigned long long)b->size);
             at += b->size;
-            if (prev && prev->state == b->state && (b->state == B_FREE || b->state == B_UNMAPPED))
+            if (prev && prev->rb.st == b->rb.st && (b->rb.st == B_FREE || b->rb.st == B_UNMAPPED))
                 return fail(err, errlen, "blocks %#llx and %#llx: two %s neighbours",
                             (unsigned long long)prev->addr, (unsigned long long)b->addr,
-                            b->state == B_FREE ? "free" : "unmapped");
+                            b->rb.st == B_FREE ? "free" : "unmapped");
             if (g->expandable) {
                 size_t first = (b->addr - g->base) / g->hsize;
                 size_t last = (b->addr + b->size - 1 - g->base) / g->hsize;
-                if (!bits_all(g, first, last, b->state != B_UNMAPPED))
+                if (!bits_all(g, first, last, b->rb.st != B_UNMAPPED))
                     return fail(err, errlen, "block %#llx (state %d): slots %zu..%zu not all %s",
-                                (unsigned long long)b->addr, b->state, first, last,
-                                b->state != B_UNMAPPED ? "mapped" : "unmapped");
-                if (b->state == B_UNMAPPED &&
+                                (unsigned long long)b->addr, b->rb.st, first, last,
+                                b->rb.st != B_UNMAPPED ? "mapped" : "unmapped");
+                if (b->rb.st == B_UNMAPPED &&
                     ((b->addr - g->base) % g->hsize || b->size % g->hsize))
                     return fail(err, errlen, "unmapped block %#llx not slot-aligned",
                                 (unsigned long long)b->addr);
-            } else if (b->state == B_UNMAPPED) {
+            } else if (b->rb.st == B_UNMAPPED) {
                 return fail(err, errlen, "unmapped block in a classic segment");
             }
-            switch (b->state) {
+            switch (b->rb.st) {
             case B_LIVE:
             case B_PENDING:
                 if (ptrmap_get(&a->map, b->addr) != b)
                     return fail(err, errlen, "%s block %#llx missing from the address map",
-                                b->state == B_LIVE ? "live" : "pending",
+                                b->rb.st == B_LIVE ? "live" : "pending",
                                 (unsigned long long)b->addr);
                 s->active_bytes += (int64_t)b->size;
                 s->active++;
                 s->live_pending_blocks++;
-                if (b->state == B_LIVE) {
+                if (b->rb.st == B_LIVE) {
                     s->allocated += (int64_t)b->size;
                     s->requested += (int64_t)b->requested;
                     s->allocations++;
@@ -262,10 +262,10 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 if (!rb_contains(&p->cls[a_size_class(b->size)], b))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);
-                if (b->split_counted != a_block_is_split(b))
+                if (b->rb.split != a_block_is_split(b))
                     return fail(err, errlen, "free block %#llx: inactive-split flag stale",
                                 (unsigned long long)b->addr);
-                if (b->split_counted) {
+                if (b->rb.split) {
                     s->split_bytes += (int64_t)b->size;
                     s->split_count++;
                 }
@@ -281,7 +281,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 break;
             default:
                 return fail(err, errlen, "block %#llx: bad state %d", (unsigned long long)b->addr,
-                            b->state);
+                            b->rb.st);
             }
         }
         if (at != g->base + g->size)
@@ -356,7 +356,7 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     EQ("address map entries", a->map.count, s.live_pending_blocks);
     size_t nf = 0;
     for (fence_t *f = a->fence_head; f; f = f->next) {
-        if (f->blk->state != B_PENDING) {
+        if (f->blk->rb.st != B_PENDING) {
             rc = fail(err, errlen, "fence holds block %#llx that is not pending",
                       (unsigned long long)f->blk->addr);
             goto out;

@@ -11,7 +11,7 @@
  * every FREE block is in exactly one size-class tree of its pool, every UNMAPPED block in its
  * pool's unmapped tree, every LIVE/PENDING block in the address map.
  *
- * Free index: size classes (16 exact classes of 512 B, then 8 per power of two) with a bitmap of
+ * Free index: size classes (32 exact classes of 512 B, then 32 per power of two) with a bitmap of
  * non-empty classes; each class is a red-black tree keyed by (size, address). Best fit =
  * lower_bound in the request's class, else the first block of the next non-empty class: the
  * smallest block that fits, lowest address among equals, in O(log n).
@@ -33,13 +33,22 @@
 #define A_MIN_LARGE_ALLOC (10u << 20)    /* below this a large request gets a 20 MiB segment */
 #define A_ROUND_LARGE (2u << 20)         /* classic large segments round to this */
 
-#define A_NCLS 432
+/* Size classes: exact 512 B steps below 2^A_SUB_BITS units, then 2^A_SUB_BITS classes per power
+ * of two. Fine classes keep each class's tree small (a few blocks even with 10k free blocks), so
+ * best fit touches few cache lines. */
+#define A_SUB_BITS 5
+#define A_SUB (1u << A_SUB_BITS)
+#define A_NCLS (A_SUB + (55u - A_SUB_BITS) * A_SUB)
 #define A_NCLS_WORDS ((A_NCLS + 63) / 64)
 
 /* ---- red-black tree (rbtree.c), intrusive, keyed by (size, addr) of the containing block */
 typedef struct rb_node {
     struct rb_node *left, *right, *parent;
-    int red;
+    uint8_t red;
+    /* spare bytes of the node, used by the containing block so that everything the hot path
+     * touches (links, state, size, address) fits in the block's first 64-byte cache line */
+    uint8_t st;
+    uint8_t split;
 } rb_node_t;
 
 typedef struct rb_tree {
@@ -52,15 +61,16 @@ enum { B_LIVE = 0, B_PENDING = 1, B_FREE = 2, B_UNMAPPED = 3 };
 typedef struct blk {
     rb_node_t rb;              /* must be first: tree nodes cast to blocks */
     struct blk *prev, *next;   /* address neighbours in the same segment */
-    struct seg *seg;
     uint64_t addr;
     uint64_t size;
+    /* second cache line: colder fields */
+    struct seg *seg;
     uint64_t requested;
     uint64_t stamp;            /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
     uintptr_t stream;          /* stream of the allocation (LIVE/PENDING) */
-    uint8_t state;
-    uint8_t split_counted;     /* FREE: counted in inactive_split */
 } blk_t;
+/* b->rb.st: B_LIVE, B_PENDING, B_FREE, B_UNMAPPED; b->rb.split: FREE and counted in
+ * inactive_split (see a_block_is_split) */
 
 void rb_insert(rb_tree_t *t, blk_t *b);
 void rb_erase(rb_tree_t *t, blk_t *b);
@@ -116,9 +126,13 @@ typedef struct fence {
 } fence_t;
 
 /* address -> LIVE/PENDING block: open addressing, linear probing, backward-shift delete */
+typedef struct ptrmap_slot {
+    uint64_t key; /* 0 = empty */
+    blk_t *val;
+} ptrmap_slot_t;
+
 typedef struct ptrmap {
-    uint64_t *keys;
-    blk_t **vals;
+    ptrmap_slot_t *slots; /* key and value side by side: one cache miss per probe */
     size_t cap, count;
     unsigned shift;
 } ptrmap_t;

@@ -27,3 +27,10 @@ alloc_stress_LIBS := $(ALLOC_LIB)
 alloc_stress_LDLIBS := -lpthread
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
+
+# ---- benchmark
+ALLOC_BENCH := $(BUILD)/tests/bench/alloc_bench
+$(ALLOC_BENCH): $(BUILD)/tests/bench/alloc_bench.o $(ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ljemalloc -lpthread
+ALL_TARGETS += $(ALLOC_BENCH)
+BENCHES += $(ALLOC_BENCH)

@@ -1,0 +1,236 @@
+/* alloc_bench.c — allocator benchmarks (`make bench`), one `BENCH <name> <value> <unit>` line
+ * per figure. Every ratio is computed from figures measured side by side in this run.
+ *
+ *   alloc.pair_ns               median ns of one malloc + free pair served from the cache
+ *                               (free in stream order on the allocating stream: the hot path)
+ *   alloc.pair_vs_jemalloc      that over jemalloc mallocx + dallocx on the same size sequence,
+ *                               batches interleaved with ours
+ *   alloc.pair_ns_live1000/10000  the same with 1,000 / 10,000 live blocks and as many free
+ *                               holes of random sizes (the best-fit index holds ~N blocks)
+ *   alloc.scaling_10k_over_10   pair time at 10,000 live blocks over 10 live blocks
+ *   alloc.replay_events_per_s   replay speed on a long synthetic training trace
+ *   alloc.util.<preset>.<trace> peak requested / peak reserved on the synthetic traces
+ *
+ * The size sequence is log-uniform from 512 B to 4 MiB, the range of tensor sizes a training
+ * step allocates (the same sequence for both allocators).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jemalloc/jemalloc.h>
+
+#include "alloc/alloc.h"
+
+#define NSIZES 4096
+#define BATCH 1000
+#define NBATCH 41
+
+static size_t g_sizes[NSIZES];
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 17;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    return v[n / 2];
+}
+
+typedef struct {
+    alloc_mem_backend_t *m;
+    alloc_t *a;
+} ax_t;
+
+static ax_t make(const char *preset)
+{
+    ax_t x;
+    alloc_config_t cfg;
+    alloc_config_preset(&cfg, preset);
+    alloc_mem_opts_t mo = {.capacity = (size_t)512 << 30};
+    x.m = alloc_mem_backend_create(&mo);
+    if (!x.m || alloc_create(alloc_mem_backend(x.m), &cfg, &x.a)) {
+        fprintf(stderr, "alloc_bench: cannot create the allocator\n");
+        exit(1);
+    }
+    return x;
+}
+
+static void done(ax_t *x)
+{
+    alloc_destroy(x->a);
+    alloc_mem_backend_destroy(x->m);
+}
+
+/* One batch of pairs; returns ns per pair. */
+static double batch_ours(alloc_t *a, size_t *pos)
+{
+    size_t j = *pos;
+    double t0 = now_ns();
+    for (int i = 0; i < BATCH; i++) {
+        uint64_t p;
+        if (alloc_malloc(a, g_sizes[j], 0, &p) || alloc_free_async(a, p, 0)) {
+            fprintf(stderr, "alloc_bench: allocation failed\n");
+            exit(1);
+        }
+        j = (j + 1) & (NSIZES - 1);
+    }
+    double t = (now_ns() - t0) / BATCH;
+    *pos = j;
+    return t;
+}
+
+static double batch_jemalloc(size_t *pos)
+{
+    size_t j = *pos;
+    double t0 = now_ns();
+    for (int i = 0; i < BATCH; i++) {
+        void *p = mallocx(g_sizes[j], 0);
+        if (!p) {
+            fprintf(stderr, "alloc_bench: mallocx failed\n");
+            exit(1);
+        }
+        dallocx(p, 0);
+        j = (j + 1) & (NSIZES - 1);
+    }
+    double t = (now_ns() - t0) / BATCH;
+    *pos = j;
+    return t;
+}
+
+/* An allocator holding `live` live blocks with as many free holes of random sizes between them,
+ * so the best-fit index holds ~`live` blocks. */
+static ax_t setup_live(int live)
+{
+    ax_t x = make("gpumem");
+    uint64_t *blk = malloc(sizeof(uint64_t) * (size_t)live * 2);
+    uint64_t s = 99;
+    for (int i = 0; i < live * 2; i++)
+        if (alloc_malloc(x.a, g_sizes[rnd(&s) & (NSIZES - 1)], 0, &blk[i])) {
+            fprintf(stderr, "alloc_bench: setup allocation failed\n");
+            exit(1);
+        }
+    for (int i = 0; i < live * 2; i += 2)
+        alloc_free_async(x.a, blk[i], 0); /* holes between the live blocks */
+    free(blk);
+    return x;
+}
+
+int main(void)
+{
+    uint64_t s = 12345;
+    for (int i = 0; i < NSIZES; i++) {
+        unsigned lg = 9 + (unsigned)(rnd(&s) % 13); /* 2^9 .. 2^21, plus a fraction */
+        g_sizes[i] = ((size_t)1 << lg) + rnd(&s) % ((size_t)1 << lg);
+    }
+
+    /* hot path against jemalloc, interleaved batches */
+    ax_t x = make("gpumem");
+    size_t pos = 0, jpos = 0;
+    for (int w = 0; w < 5; w++) {
+        batch_ours(x.a, &pos);
+        batch_jemalloc(&jpos);
+    }
+    double ours[NBATCH], je[NBATCH];
+    for (int b = 0; b < NBATCH; b++) {
+        ours[b] = batch_ours(x.a, &pos);
+        je[b] = batch_jemalloc(&jpos);
+    }
+    alloc_stats_t st;
+    alloc_get_stats(x.a, &st);
+    done(&x);
+    double pair = median(ours, NBATCH), jpair = median(je, NBATCH);
+    printf("BENCH alloc.pair_ns %.1f ns\n", pair);
+    printf("BENCH alloc.jemalloc_pair_ns %.1f ns\n", jpair);
+    printf("BENCH alloc.pair_vs_jemalloc %.2f x\n", pair / jpair);
+    fflush(stdout);
+
+    /* 10, 1,000 and 10,000 live blocks, batches round-robin so all three see the same machine */
+    const int lives[3] = {10, 1000, 10000};
+    ax_t lx[3];
+    size_t lpos[3] = {0, 0, 0};
+    double lv[3][NBATCH];
+    for (int k = 0; k < 3; k++) {
+        lx[k] = setup_live(lives[k]);
+        for (int w = 0; w < 5; w++) /* warm: the pair sequence settles in the holes */
+            batch_ours(lx[k].a, &lpos[k]);
+    }
+    for (int b = 0; b < NBATCH; b++)
+        for (int k = 0; k < 3; k++)
+            lv[k][b] = batch_ours(lx[k].a, &lpos[k]);
+    for (int k = 0; k < 3; k++) {
+        char err[256];
+        if (alloc_check(lx[k].a, err, sizeof(err))) {
+            fprintf(stderr, "alloc_bench: alloc_check: %s\n", err);
+            return 1;
+        }
+        done(&lx[k]);
+    }
+    double l10 = median(lv[0], NBATCH), l1k = median(lv[1], NBATCH), l10k = median(lv[2], NBATCH);
+    printf("BENCH alloc.pair_ns_live10 %.1f ns\n", l10);
+    printf("BENCH alloc.pair_ns_live1000 %.1f ns\n", l1k);
+    printf("BENCH alloc.pair_ns_live10000 %.1f ns\n", l10k);
+    printf("BENCH alloc.scaling_10k_over_10 %.2f x\n", l10k / l10);
+    fflush(stdout);
+
+    /* replay speed: a long jitter trace, best of 3 */
+    alloc_trace_event_t *ev;
+    size_t n;
+    if (alloc_trace_synth("jitter", 200, 3, &ev, &n)) {
+        fprintf(stderr, "alloc_bench: cannot build the trace\n");
+        return 1;
+    }
+    alloc_config_t cfg;
+    alloc_config_preset(&cfg, "gpumem");
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        alloc_replay_result_t res;
+        char err[256];
+        if (alloc_replay(&cfg, NULL, ev, n, &res, err, sizeof(err))) {
+            fprintf(stderr, "alloc_bench: %s\n", err);
+            return 1;
+        }
+        if (res.seconds < best)
+            best = res.seconds;
+    }
+    free(ev);
+    printf("BENCH alloc.replay_events_per_s %.0f events/s\n", (double)n / best);
+
+    /* utilization per preset and trace */
+    const char *traces[] = {"fixed", "jitter"};
+    for (int t = 0; t < 2; t++) {
+        if (alloc_trace_synth(traces[t], 0, 1, &ev, &n))
+            return 1;
+        for (int p = 0; alloc_preset_names[p]; p++) {
+            alloc_config_preset(&cfg, alloc_preset_names[p]);
+            alloc_replay_result_t res;
+            char err[256];
+            if (alloc_replay(&cfg, NULL, ev, n, &res, err, sizeof(err))) {
+                fprintf(stderr, "alloc_bench: %s\n", err);
+                return 1;
+            }
+            printf("BENCH alloc.util.%s.%s %.4f x\n", alloc_preset_names[p], traces[t],
+                   res.utilization);
+        }
+        free(ev);
+    }
+    (void)st;
+    return 0;
+}
