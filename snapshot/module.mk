@@ -56,3 +56,23 @@ ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh
+
+# libFuzzer target over database files (clang; built only where clang is installed).
+SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
+SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
+                  snapshot/gm_report.c snapshot/gm_sym.c
+ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
+$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf
+ALL_TARGETS += $(SNAP_FUZZ)
+endif
+SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh
+
+# Benchmarks (make bench).
+$(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
+ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
+BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh
