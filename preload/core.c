@@ -536,12 +536,13 @@ int gm_name_internal(const void *ptr, const char *name)
         return -1;
     if (gm_mode() == GM_MODE_OFF)
         return -1;
-    if (gm_heap_name((CUdeviceptr)(uintptr_t)ptr, name) != 0)
+    uintptr_t start;
+    if (gm_heap_name((CUdeviceptr)(uintptr_t)ptr, &start) != 0)
         return -1;
     gm_stat_add(GM_ST_NAMED, 1);
 #ifdef GM_HAVE_REC
     if (recording)
-        rec_name((uint64_t)(uintptr_t)ptr, name);
+        rec_name((uint64_t)start, name); /* the recorder pairs names with allocations by start */
 #endif
     return 0;
 }

@@ -189,8 +189,9 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
 int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
 /* gpumem's view of device memory (cached-but-idle counts as free; the limit caps total). */
 CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b);
-/* Names the block containing ptr. 0 on success, -1 when ptr is not a live allocation. */
-int gm_heap_name(CUdeviceptr ptr, const char *name);
+/* Finds the live allocation containing ptr (gpumem block, passed-through allocation, pinned
+ * pool memory): 0 and its start address, or -1 when gpumem knows no such allocation. */
+int gm_heap_name(CUdeviceptr ptr, uintptr_t *start);
 /* Frees everything cached (for empty-cache style calls). */
 void gm_heap_exit(void);
 void gm_heap_print_stats(FILE *f);

@@ -349,15 +349,23 @@ CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b)
 
 /* Naming is accepted for anything live that gpumem knows: its own blocks, passed-through
  * allocations and pinned host memory. The name itself goes to the recorder (core.c). */
-int gm_heap_name(CUdeviceptr ptr, const char *name)
+int gm_heap_name(CUdeviceptr ptr, uintptr_t *start)
 {
     CUdeviceptr base;
     size_t size;
     uintptr_t pbase;
-    (void)name;
-    if (gm_heap_lookup(ptr, &base, &size) || gm_pt_lookup(ptr, &pbase, &size) ||
-        gm_pinned_owns((const void *)(uintptr_t)ptr))
+    if (gm_heap_lookup(ptr, &base, &size)) {
+        *start = base;
         return 0;
+    }
+    if (gm_pt_lookup(ptr, &pbase, &size)) {
+        *start = pbase;
+        return 0;
+    }
+    if (gm_pinned_owns((const void *)(uintptr_t)ptr)) {
+        *start = ptr; /* pinned pointers are named as given (the pool has no interior lookup) */
+        return 0;
+    }
     return -1;
 }
 

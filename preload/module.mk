@@ -52,7 +52,7 @@ $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
 	$(CC) $(CFLAGS_COMMON) -MMD -MP -c $< -o $@
 
 $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS)): $(APPS_DIR)/%: $(APPS_DIR)/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
 # DT_RPATH, not RUNPATH: under a sanitizer the dlopen call comes from the sanitizer runtime's
 # interceptor, and only the executable's old-style RPATH applies to every caller.
 $(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
@@ -78,8 +78,11 @@ endif
 ALL_TARGETS += $(PRELOAD_APPS)
 
 # ---- tests ----------------------------------------------------------------------------------
-preload_unit_LIBS = $(PRELOAD_DIR)/libgm_jemalloc.a
+# the pinned pool against a fake driver
+preload_pinned_LIBS = $(PRELOAD_DIR)/pinned.o $(PRELOAD_DIR)/libgm_jemalloc.a
+preload_pinned_LDLIBS = -ldl -lpthread -lm
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/preload_*.c)))
+TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/unit/preload_pinned)
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
 TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh,$(PRELOAD_SCRIPTS))

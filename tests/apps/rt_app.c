@@ -7,9 +7,13 @@
  *   rt_app            the normal workload
  *   rt_app big        asks for 2 GiB, prints the error code, then carries on (GPUMEM_LIMIT test)
  *   rt_app errors     double free, foreign free, and prints the codes (run under gpumem)
+ *   rt_app name       names two allocations: one through the NVTX memory extension, one
+ *                     through gpumem_name found with dlsym (absent without gpumem)
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nvtx3/nvToolsExtMem.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,12 +154,58 @@ static int run_errors(void)
     return 0;
 }
 
+static int run_name(void)
+{
+    void *w = NULL, *a = NULL;
+    if (cudaMalloc(&w, 1 << 20) != cudaSuccess || cudaMalloc(&a, 2 << 20) != cudaSuccess)
+        return 1;
+    /* NVTX memory extension: register the region on the process-wide heap, then name it */
+    nvtxMemVirtualRangeDesc_t range = {1 << 20, w};
+    nvtxMemRegionsRegisterBatch_t reg;
+    memset(&reg, 0, sizeof reg);
+    reg.extCompatID = NVTX_EXT_COMPATID_MEM;
+    reg.structSize = sizeof reg;
+    reg.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+    reg.heap = NVTX_MEM_HEAP_HANDLE_PROCESS_WIDE;
+    reg.regionCount = 1;
+    reg.regionDescElementSize = sizeof range;
+    reg.regionDescElements = &range;
+    nvtxMemRegionsRegister(NULL, &reg);
+    nvtxMemRegionNameDesc_t nd;
+    memset(&nd, 0, sizeof nd);
+    nd.regionRefType = NVTX_MEM_REGION_REF_TYPE_POINTER;
+    nd.nameType = NVTX_MESSAGE_TYPE_ASCII;
+    nd.region.pointer = w;
+    nd.name.ascii = "weights";
+    nvtxMemRegionsNameBatch_t nb;
+    memset(&nb, 0, sizeof nb);
+    nb.extCompatID = NVTX_EXT_COMPATID_MEM;
+    nb.structSize = sizeof nb;
+    nb.regionCount = 1;
+    nb.regionElementSize = sizeof nd;
+    nb.regionElements = &nd;
+    nvtxMemRegionsName(NULL, &nb);
+    /* the user API, optional: found at run time */
+    int (*name)(const void *, const char *) =
+        (int (*)(const void *, const char *))dlsym(RTLD_DEFAULT, "gpumem_name");
+    if (name)
+        printf("rt_app: gpumem_name %d, unknown pointer %d\n", name((char *)a + 100, "activations"),
+               name(&range, "nothing"));
+    else
+        printf("rt_app: gpumem_name absent\n");
+    cudaFree(w);
+    cudaFree(a);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "big"))
         return run_big();
     if (argc > 1 && !strcmp(argv[1], "errors"))
         return run_errors();
+    if (argc > 1 && !strcmp(argv[1], "name"))
+        return run_name();
     pthread_t t[NTHREADS];
     struct worker w[NTHREADS];
     memset(w, 0, sizeof w);

@@ -9,7 +9,9 @@
 #  - GPUMEM_LIMIT=1G: a 2 GiB cudaMalloc fails with cudaErrorMemoryAllocation (2) and the
 #    program carries on; cudaMemGetInfo reports the limit as total;
 #  - double frees are answered with cudaErrorInvalidValue (1), never a crash;
-#  - a bad GPUMEM_CONF / GPUMEM_MODE prints one line naming the problem and gpumem goes off.
+#  - a bad GPUMEM_CONF / GPUMEM_MODE prints one line naming the problem and gpumem goes off;
+#  - allocations named through the NVTX memory extension and through gpumem_name (found with
+#    dlsym) reach the recording; naming an unknown pointer is refused.
 source tests/integration/preload_common.bash
 need "$LIB" "$APPS/rt_app"
 
@@ -76,4 +78,19 @@ GPUMEM_MODE=fast run_pre "$TMP/mode.out" "$TMP/mode.err" "$APPS/rt_app" || fail 
 check_eq "bad GPUMEM_MODE reported" "$(grep -c "^gpumem: GPUMEM_MODE: unknown mode 'fast'" "$TMP/mode.err")" 1
 GPUMEM_LIMIT=lots run_pre "$TMP/lim.out" "$TMP/lim.err" "$APPS/rt_app" || fail "rt_app failed with a bad GPUMEM_LIMIT"
 check_eq "bad GPUMEM_LIMIT reported" "$(grep -c "^gpumem: GPUMEM_LIMIT: bad size 'lots'" "$TMP/lim.err")" 1
+# naming
+"$APPS/rt_app" name >"$TMP/name.plain" 2>&1
+check_eq "without gpumem, gpumem_name is absent" "$(cat "$TMP/name.plain")" "rt_app: gpumem_name absent"
+GPUMEM_DB=$TMP/names.db GPUMEM_DEBUG_RANGES=$TMP/name.ranges run_pre "$TMP/name.out" "$TMP/name.err" "$APPS/rt_app" name
+check_eq "gpumem_name result" "$(cat "$TMP/name.out")" "rt_app: gpumem_name 0, unknown pointer -1"
+check_eq "NVTX region name received for a gpumem block" "$(grep -c '^name 0x[0-9a-f]* weights ok$' "$TMP/name.ranges")" 1
+check_eq "allocations named" "$(stat "$TMP/name.err" named)" 2
+if command -v sqlite3 >/dev/null; then
+  check_eq "names in the recording" \
+    "$(sqlite3 "$TMP/names.db" 'select s.s from names n join strings s on s.id = n.name order by 1' | tr '\n' ' ')" \
+    "activations weights "
+  # names are attached to the allocation's start address, even when given an interior pointer
+  check_eq "named addresses are allocation starts" \
+    "$(sqlite3 "$TMP/names.db" 'select count(*) from names n where exists (select 1 from events e where e.kind = 1 and e.addr = n.addr)')" 2
+fi
 finish
