@@ -366,7 +366,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
 {
     CK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaStreamCreateWithFlags(&m->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (m->be->init) {
+    /* A dry run launches nothing, so it needs no backend (no cuBLAS handle): the CUDA build's
+     * dry run then also runs on the virtual GPU. */
+    if (m->be->init && !m->o.dry_run) {
         int e = m->be->init(m->stream, m->o.threads);
         if (e) {
             fprintf(stderr, "train_gpt2: backend %s: %s\n", m->be->name, m->be->error_string(e));
@@ -873,7 +875,7 @@ void gpt2_destroy(gpt2 *m)
         for (int i = 0; i < m->nleaked; i++) release(m, &m->leaked[i]);
         cudaStreamSynchronize(m->stream);
         cudaStreamSynchronize(m->copy_stream);
-        if (m->be->fini) m->be->fini();
+        if (m->be->fini && !m->o.dry_run) m->be->fini();
         cudaStreamDestroy(m->stream);
         cudaStreamDestroy(m->copy_stream);
     }

@@ -71,6 +71,18 @@ for flags in "" "--recompute attn,gelu --offload activations,optimizer --grad-no
   else bad "dry run trace differs from the real run [$flags]"; diff "$tmp/real.trace" "$tmp/dry.trace" | head -5; fi
 done
 
+# The CUDA build (nvcc, real cudart API) loads the virtual GPU's runtime too: its dry run makes
+# the same allocation sequence as the CPU build's.
+if [[ -x $BUILD/train_gpt2 ]]; then
+  GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G LD_LIBRARY_PATH=$BUILD/sim "$BUILD/train_gpt2" \
+    --model gpt2 -B 8 -T 1024 --steps 2 --dry-run --trace-allocs --recompute mlp 2>"$tmp/cuda.trace" >/dev/null
+  GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G "$T" \
+    --model gpt2 -B 8 -T 1024 --steps 2 --dry-run --trace-allocs --recompute mlp 2>"$tmp/cpu.trace" >/dev/null
+  [[ $(wc -l <"$tmp/cuda.trace") -gt 1000 ]] && cmp -s "$tmp/cuda.trace" "$tmp/cpu.trace" \
+    && ok "CUDA build's dry run on the virtual GPU = CPU build's allocation sequence" \
+    || bad "CUDA build's dry run differs from the CPU build's"
+fi
+
 # ---- 5. checkpoints and token shards -----------------------------------------------------
 head -c 257 "$tmp/text.txt" > "$tmp/one_batch.txt"   # B*T+1 bytes: every step sees batch 0
 run --data "$tmp/one_batch.txt" --steps 3 --save "$tmp/ck.bin" >/dev/null || bad "save failed"

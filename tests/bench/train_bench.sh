@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# train_bench.sh — CPU training throughput of the GPT-2 trainer ($BUILD/train_gpt2_sim: CPU ops
+# as host kernels on the virtual GPU), 2 threads:
+#   train.tiny.tok_per_s   L=2, C=64, NH=4, V=256 at B=4, T=64 (40 steps, the first excluded)
+#   train.gpt2.tok_per_s   gpt2 124M at B=4, T=64, 3 steps (the first excluded), random init
+# The llm.c figures are NOT measured here: they are the reference numbers given in issue 6 for
+# llm.c's train_gpt2.c on this 2-core machine (16 ms/step tiny, 8.5 s/step gpt2, B=4, T=64),
+# printed as *.llmc_ref_tok_per_s with the ratios *.vs_llmc (ours / reference; > 1 = faster).
+set -uo pipefail
+BUILD=${BUILD:-build}
+T=$BUILD/train_gpt2_sim
+[[ -x $T ]] || { echo "train_bench: $T not built" >&2; exit 1; }
+tps() { awk '/^summary/{for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}'; }
+tiny=$("$T" --model tiny -B 4 -T 64 --steps 40 --threads 2 | tps)
+gpt2=$("$T" --model gpt2 -B 4 -T 64 --steps 3 --threads 2 | tps)
+[[ -n $tiny && -n $gpt2 ]] || { echo "train_bench: a run failed" >&2; exit 1; }
+echo "# reference (issue 6, not measured here): llm.c train_gpt2.c, 16 ms/step tiny, 8.5 s/step gpt2"
+ref_tiny=$(awk 'BEGIN{printf "%.0f", 4*64/0.016}')
+ref_gpt2=$(awk 'BEGIN{printf "%.1f", 4*64/8.5}')
+echo "BENCH train.tiny.tok_per_s $tiny tok/s"
+echo "BENCH train.tiny.llmc_ref_tok_per_s $ref_tiny tok/s"
+echo "BENCH train.tiny.vs_llmc $(awk -v a="$tiny" -v b="$ref_tiny" 'BEGIN{printf "%.2f", a/b}') x"
+echo "BENCH train.gpt2.tok_per_s $gpt2 tok/s"
+echo "BENCH train.gpt2.llmc_ref_tok_per_s $ref_gpt2 tok/s"
+echo "BENCH train.gpt2.vs_llmc $(awk -v a="$gpt2" -v b="$ref_gpt2" 'BEGIN{printf "%.2f", a/b}') x"
