@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The trainer under gpumem: (1) its losses are bit-identical with and without gpumem;
+# (2) the peak the database reports equals the trainer's own count of live tensor bytes at
+# its peak, exactly (requested bytes: the trainer counts what it asked for, gpumem also
+# reports the rounded bytes the allocator held).
+source "$(dirname "$0")/e2e_common.bash"
+steps=12
+[[ -n ${SAN:-} ]] && steps=4
+args=(--model tiny --data "$TEXT" --steps "$steps" -B 4 -T 64 --seed 7)
+"$TRAIN" "${args[@]}" > "$TMP/plain.txt" 2>&1 || fail "trainer without gpumem: $(tail -3 "$TMP/plain.txt")"
+"$GM" record -q -o "$TMP/run.db" -- "$TRAIN" "${args[@]}" > "$TMP/rec.txt" 2>&1 \
+  || fail "trainer under gpumem: $(tail -3 "$TMP/rec.txt")"
+losses "$TMP/plain.txt" > "$TMP/l1"; losses "$TMP/rec.txt" > "$TMP/l2"
+[[ $(wc -l < "$TMP/l1") -eq $steps ]] || fail "expected $steps loss lines, got $(wc -l < "$TMP/l1")"
+cmp -s "$TMP/l1" "$TMP/l2" || { diff "$TMP/l1" "$TMP/l2" | head >&2; fail "losses differ under gpumem"; }
+ok "losses bit-identical with and without gpumem ($steps steps)"
+
+want=$(trainer_peak "$TMP/rec.txt")
+[[ $want == "$(trainer_peak "$TMP/plain.txt")" ]] || fail "trainer's own peak differs under gpumem"
+"$GM" report --json "$TMP/run.db" > "$TMP/r.json" || fail "gpumem report failed"
+got=$(jq -r '.summary.peak_requested' "$TMP/r.json")
+[[ $got == "$want" ]] || fail "database peak requested $got != trainer's PEAK $want"
+ok "database peak (requested bytes) $got == trainer's PEAK $want"
+alloc=$(jq -r '.summary.peak_allocated' "$TMP/r.json")
+(( alloc >= want )) || fail "peak allocated (rounded) $alloc < requested peak $want"
+ok "peak allocated (rounded to the allocator's blocks) $alloc >= $want"

@@ -1,0 +1,4 @@
+# tests/ — the end-to-end suite (the trainer under gpumem on the virtual GPU), the demo, and
+# the benchmarks that need every module. Module tests live with their module's fragment.
+SCRIPT_TESTS += tests/integration/e2e_jitter.sh
+BENCHES += tests/bench/demo_bench.sh
