@@ -158,6 +158,10 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
             vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
             va_end(ap);
         }
+        /* the message echoes user text: keep it one printable line whatever that text holds */
+        for (char *c = err; *c; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                *c = '?';
     }
     return ALLOC_ERR_CONFIG;
 }
