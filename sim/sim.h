@@ -104,6 +104,13 @@ void sim_set_event_delay(unsigned n);
  * counters it refers to. NULL or "" clears it. Returns CUDA_ERROR_INVALID_VALUE (and keeps the
  * previous plan) for bad syntax, with the reason on stderr. */
 CUresult sim_faults_set(const char *spec);
+/* Changes the cost model: comma-separated `call=FIXED` or `call=FIXED+PER_MIB` (simulated µs per
+ * call and per MiB of its size; call as named by sim_op_name, e.g. "cuMemMap=12+0.2"), applied
+ * on top of the current table; NULL or "" restores the defaults. Same syntax as
+ * GPUMEM_SIM_COSTS. CUDA_ERROR_INVALID_VALUE (costs unchanged) for bad syntax. */
+CUresult sim_costs_set(const char *spec);
+/* The cost of one op in use now. CUDA_ERROR_INVALID_VALUE for an op out of range. */
+CUresult sim_cost_get(int op, double *fixed_us, double *per_mib_us);
 /* Sets the device capacity; CUDA_ERROR_INVALID_VALUE if below what is in use now. */
 CUresult sim_set_capacity(size_t bytes);
 /* 1 when GPUMEM_SIM_BACKING=virtual (device memory has addresses but no storage: copies,

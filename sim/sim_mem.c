@@ -83,12 +83,33 @@ static void range_remove(sim_range *r) {
   }
 }
 
-/* mmap `size` bytes aligned to `align` (a power of two >= page size). */
+/* Says once why an mmap failed: address space or the kernel's mapping count (vm.max_map_count)
+ * ran out. The call itself reports CUDA_ERROR_OUT_OF_MEMORY. */
+static void note_map_failure(int err) {
+  static bool noted;
+  if (noted) return;
+  noted = true;
+  sim_note("mmap failed (%s): host address space or vm.max_map_count exhausted; allocations "
+           "report CUDA_ERROR_OUT_OF_MEMORY", strerror(err));
+}
+
+/* mmap `size` bytes (a multiple of the page size) aligned to `align` (a power of two). Page
+ * alignment needs no slack, so neighbouring allocations with the same protection stay adjacent
+ * and the kernel merges them into one mapping: live allocations cost few entries of the
+ * process's mapping table (vm.max_map_count). */
 static void *map_aligned(size_t size, size_t align, int prot, int flags, void **map_base,
                          size_t *map_size) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (align <= page) {
+    void *p = mmap(NULL, size, prot, flags, -1, 0);
+    if (p == MAP_FAILED) { note_map_failure(errno); return NULL; }
+    *map_base = p;
+    *map_size = size;
+    return p;
+  }
   size_t total = size + align;
   char *p = mmap(NULL, total, prot, flags, -1, 0);
-  if (p == MAP_FAILED) return NULL;
+  if (p == MAP_FAILED) { note_map_failure(errno); return NULL; }
   uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
   size_t head = a - (uintptr_t)p, tail = total - head - size;
   if (head) munmap(p, head);

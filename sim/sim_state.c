@@ -123,6 +123,144 @@ static int parse_faults(const char *spec, sim_fault_plan *plan, char *err, size_
   return rc;
 }
 
+
+/* ---- cost model -------------------------------------------------------------------------- */
+
+/* Simulated cost of one call: fixed µs + µs per MiB of its size argument. The figures and their
+ * sources are in sim/README.md ("Cost model"). */
+#define US_PER_MIB_AT_GBPS(g) (1048576.0 / ((g) * 1e3))
+typedef struct cost_entry { const char *name; double fixed_us, per_mib_us; } cost_entry;
+static const cost_entry default_costs[SIM_OP_COUNT] = {
+    [SIM_OP_MEM_ALLOC] = {"cuMemAlloc", 20.0, 0.5},
+    [SIM_OP_MEM_FREE] = {"cuMemFree", 25.0, 0.25}, /* includes the implied device sync */
+    [SIM_OP_MEM_ALLOC_ASYNC] = {"cuMemAllocAsync", 1.5, 0.0},
+    [SIM_OP_MEM_FREE_ASYNC] = {"cuMemFreeAsync", 1.5, 0.0},
+    [SIM_OP_MEM_ALLOC_MANAGED] = {"cuMemAllocManaged", 20.0, 0.0},
+    [SIM_OP_ADDRESS_RESERVE] = {"cuMemAddressReserve", 10.0, 0.0},
+    [SIM_OP_ADDRESS_FREE] = {"cuMemAddressFree", 10.0, 0.0},
+    [SIM_OP_MEM_CREATE] = {"cuMemCreate", 20.0, 1.0},
+    [SIM_OP_MEM_RELEASE] = {"cuMemRelease", 10.0, 0.5},
+    [SIM_OP_MEM_MAP] = {"cuMemMap", 10.0, 0.1},
+    [SIM_OP_MEM_UNMAP] = {"cuMemUnmap", 15.0, 0.5},
+    [SIM_OP_MEM_SET_ACCESS] = {"cuMemSetAccess", 20.0, 0.5},
+    [SIM_OP_HOST_ALLOC] = {"cuMemHostAlloc", 300.0, 120.0},
+    [SIM_OP_HOST_FREE] = {"cuMemFreeHost", 100.0, 30.0},
+    [SIM_OP_HOST_REGISTER] = {"cuMemHostRegister", 50.0, 120.0},
+    [SIM_OP_HOST_UNREGISTER] = {"cuMemHostUnregister", 20.0, 30.0},
+    [SIM_OP_MEMCPY_HTOD] = {"cuMemcpyHtoD", 8.0, US_PER_MIB_AT_GBPS(25)},
+    [SIM_OP_MEMCPY_DTOH] = {"cuMemcpyDtoH", 8.0, US_PER_MIB_AT_GBPS(25)},
+    [SIM_OP_MEMCPY_DTOD] = {"cuMemcpyDtoD", 5.0, US_PER_MIB_AT_GBPS(700)},
+    [SIM_OP_MEMCPY_HTOH] = {"cuMemcpyHtoH", 5.0, US_PER_MIB_AT_GBPS(10)},
+    [SIM_OP_MEMSET] = {"cuMemset", 4.0, US_PER_MIB_AT_GBPS(1300)},
+    [SIM_OP_LAUNCH] = {"cuLaunchKernel", 5.0, 0.0},
+    [SIM_OP_EVENT_RECORD] = {"cuEventRecord", 2.0, 0.0},
+    [SIM_OP_EVENT_QUERY] = {"cuEventQuery", 1.0, 0.0},
+    [SIM_OP_EVENT_SYNC] = {"cuEventSynchronize", 5.0, 0.0},
+    [SIM_OP_STREAM_SYNC] = {"cuStreamSynchronize", 5.0, 0.0},
+    [SIM_OP_CTX_SYNC] = {"cuCtxSynchronize", 10.0, 0.0},
+    [SIM_OP_MEM_GET_INFO] = {"cuMemGetInfo", 2.0, 0.0},
+};
+
+/* The table in use: the defaults, or what GPUMEM_SIM_COSTS / sim_costs_set changed. Guarded by
+ * the sim's lock (sim_cost runs under it). */
+static cost_entry cost_table[SIM_OP_COUNT];
+static bool cost_table_ready;
+
+static void costs_init_locked(void) {
+  if (cost_table_ready) return;
+  memcpy(cost_table, default_costs, sizeof cost_table);
+  cost_table_ready = true;
+}
+
+const char *sim_op_name(int op) {
+  return op >= 0 && op < SIM_OP_COUNT ? default_costs[op].name : "?";
+}
+
+/* Syntax: comma-separated `call=FIXED` or `call=FIXED+PER_MIB` (microseconds; call as named by
+ * sim_op_name, e.g. cuMemMap=12+0.2). Applied on top of `table`. Returns 0, or -1 with a reason. */
+static int parse_costs(const char *spec, cost_entry *table, char *err, size_t errlen) {
+  char *copy = strdup(spec ? spec : "");
+  if (!copy) { snprintf(err, errlen, "out of memory"); return -1; }
+  int rc = 0;
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
+    while (*item == ' ') item++;
+    if (!*item) continue;
+    char *eq = strchr(item, '=');
+    if (!eq) {
+      snprintf(err, errlen, "item '%s' has no '=' (expected CALL=FIXED or CALL=FIXED+PER_MIB)", item);
+      rc = -1; break;
+    }
+    *eq = '\0';
+    int op = -1;
+    for (int i = 0; i < SIM_OP_COUNT; i++)
+      if (!strcmp(default_costs[i].name, item)) op = i;
+    if (op < 0) {
+      snprintf(err, errlen, "unknown call '%s' (names as in the GPUMEM_SIM_STATS table, e.g. "
+                            "cuMemAlloc, cuMemMap)", item);
+      rc = -1; break;
+    }
+    char *end;
+    errno = 0;
+    double fixed = strtod(eq + 1, &end), per = table[op].per_mib_us;
+    if (errno || end == eq + 1 || fixed < 0) rc = -1;
+    else if (*end == '+') {
+      char *p2 = end + 1;
+      per = strtod(p2, &end);
+      if (errno || end == p2 || per < 0) rc = -1;
+    }
+    if (!rc && *end) rc = -1;
+    if (rc) {
+      snprintf(err, errlen, "'%s=%s': expected FIXED or FIXED+PER_MIB, non-negative microseconds",
+               item, eq + 1);
+      break;
+    }
+    table[op].fixed_us = fixed;
+    table[op].per_mib_us = per;
+  }
+  free(copy);
+  return rc;
+}
+
+CUresult sim_costs_set(const char *spec) {
+  sim_ensure_config();
+  char err[256];
+  sim_lock();
+  costs_init_locked();
+  cost_entry table[SIM_OP_COUNT];
+  memcpy(table, spec && *spec ? cost_table : default_costs, sizeof table);
+  int rc = parse_costs(spec, table, err, sizeof err);
+  if (!rc) memcpy(cost_table, table, sizeof table);
+  sim_unlock();
+  if (rc) {
+    sim_note("sim_costs_set('%s'): %s; the costs are unchanged", spec, err);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_cost_get(int op, double *fixed_us, double *per_mib_us) {
+  if (op < 0 || op >= SIM_OP_COUNT) return CUDA_ERROR_INVALID_VALUE;
+  sim_ensure_config();
+  sim_lock();
+  costs_init_locked();
+  if (fixed_us) *fixed_us = cost_table[op].fixed_us;
+  if (per_mib_us) *per_mib_us = cost_table[op].per_mib_us;
+  sim_unlock();
+  return CUDA_SUCCESS;
+}
+
+void sim_cost(sim_op op, size_t bytes) {
+  costs_init_locked();
+  double us = cost_table[op].fixed_us + cost_table[op].per_mib_us * ((double)bytes / 1048576.0);
+  sim.stats.op[op].calls++;
+  sim.stats.op[op].bytes += bytes;
+  sim.stats.op[op].us += us;
+  sim.stats.total_us += us;
+}
+
+/* ---- configuration from the environment ----------------------------------------------- */
+
 static void read_config(void) {
   const char *v;
   sim.capacity = (size_t)16 << 30;
@@ -157,6 +295,17 @@ static void read_config(void) {
     else
       sim.faults = plan;
   }
+  if ((v = getenv("GPUMEM_SIM_COSTS")) && *v) {
+    char err[256];
+    cost_entry table[SIM_OP_COUNT];
+    memcpy(table, default_costs, sizeof table);
+    if (parse_costs(v, table, err, sizeof err))
+      sim_note("GPUMEM_SIM_COSTS='%s': %s; the default costs are used", v, err);
+    else {
+      memcpy(cost_table, table, sizeof table);
+      cost_table_ready = true;
+    }
+  }
   sim.stats.capacity = sim.capacity;
   if (!sim.virtual_backing) {
     sim.memfd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
@@ -169,54 +318,6 @@ static void read_config(void) {
 }
 
 void sim_ensure_config(void) { pthread_once(&config_once, read_config); }
-
-/* ---- cost model -------------------------------------------------------------------------- */
-
-/* Simulated cost of one call: fixed µs + µs per MiB of its size argument. The figures and their
- * sources are in sim/README.md ("Cost model"). */
-#define US_PER_MIB_AT_GBPS(g) (1048576.0 / ((g) * 1e3))
-static const struct { const char *name; double fixed_us, per_mib_us; } cost_table[SIM_OP_COUNT] = {
-    [SIM_OP_MEM_ALLOC] = {"cuMemAlloc", 20.0, 0.5},
-    [SIM_OP_MEM_FREE] = {"cuMemFree", 25.0, 0.25}, /* includes the implied device sync */
-    [SIM_OP_MEM_ALLOC_ASYNC] = {"cuMemAllocAsync", 1.5, 0.0},
-    [SIM_OP_MEM_FREE_ASYNC] = {"cuMemFreeAsync", 1.5, 0.0},
-    [SIM_OP_MEM_ALLOC_MANAGED] = {"cuMemAllocManaged", 20.0, 0.0},
-    [SIM_OP_ADDRESS_RESERVE] = {"cuMemAddressReserve", 10.0, 0.0},
-    [SIM_OP_ADDRESS_FREE] = {"cuMemAddressFree", 10.0, 0.0},
-    [SIM_OP_MEM_CREATE] = {"cuMemCreate", 20.0, 1.0},
-    [SIM_OP_MEM_RELEASE] = {"cuMemRelease", 10.0, 0.5},
-    [SIM_OP_MEM_MAP] = {"cuMemMap", 10.0, 0.1},
-    [SIM_OP_MEM_UNMAP] = {"cuMemUnmap", 15.0, 0.5},
-    [SIM_OP_MEM_SET_ACCESS] = {"cuMemSetAccess", 20.0, 0.5},
-    [SIM_OP_HOST_ALLOC] = {"cuMemHostAlloc", 300.0, 120.0},
-    [SIM_OP_HOST_FREE] = {"cuMemFreeHost", 100.0, 30.0},
-    [SIM_OP_HOST_REGISTER] = {"cuMemHostRegister", 50.0, 120.0},
-    [SIM_OP_HOST_UNREGISTER] = {"cuMemHostUnregister", 20.0, 30.0},
-    [SIM_OP_MEMCPY_HTOD] = {"cuMemcpyHtoD", 8.0, US_PER_MIB_AT_GBPS(25)},
-    [SIM_OP_MEMCPY_DTOH] = {"cuMemcpyDtoH", 8.0, US_PER_MIB_AT_GBPS(25)},
-    [SIM_OP_MEMCPY_DTOD] = {"cuMemcpyDtoD", 5.0, US_PER_MIB_AT_GBPS(700)},
-    [SIM_OP_MEMCPY_HTOH] = {"cuMemcpyHtoH", 5.0, US_PER_MIB_AT_GBPS(10)},
-    [SIM_OP_MEMSET] = {"cuMemset", 4.0, US_PER_MIB_AT_GBPS(1300)},
-    [SIM_OP_LAUNCH] = {"cuLaunchKernel", 5.0, 0.0},
-    [SIM_OP_EVENT_RECORD] = {"cuEventRecord", 2.0, 0.0},
-    [SIM_OP_EVENT_QUERY] = {"cuEventQuery", 1.0, 0.0},
-    [SIM_OP_EVENT_SYNC] = {"cuEventSynchronize", 5.0, 0.0},
-    [SIM_OP_STREAM_SYNC] = {"cuStreamSynchronize", 5.0, 0.0},
-    [SIM_OP_CTX_SYNC] = {"cuCtxSynchronize", 10.0, 0.0},
-    [SIM_OP_MEM_GET_INFO] = {"cuMemGetInfo", 2.0, 0.0},
-};
-
-const char *sim_op_name(int op) {
-  return op >= 0 && op < SIM_OP_COUNT ? cost_table[op].name : "?";
-}
-
-void sim_cost(sim_op op, size_t bytes) {
-  double us = cost_table[op].fixed_us + cost_table[op].per_mib_us * ((double)bytes / 1048576.0);
-  sim.stats.op[op].calls++;
-  sim.stats.op[op].bytes += bytes;
-  sim.stats.op[op].us += us;
-  sim.stats.total_us += us;
-}
 
 /* ---- capacity and faults ----------------------------------------------------------------- */
 

@@ -589,6 +589,47 @@ static void test_cost_counters(void **state) {
   assert_int_equal(st.peak, st.used);
 }
 
+static double alloc_cost_of(size_t size) {
+  sim_stats a, b;
+  CUdeviceptr p;
+  sim_stats_get(&a);
+  assert_int_equal(cuMemAlloc(&p, size), CUDA_SUCCESS);
+  sim_stats_get(&b);
+  assert_int_equal(cuMemFree(p), CUDA_SUCCESS);
+  return b.op[SIM_OP_MEM_ALLOC].us - a.op[SIM_OP_MEM_ALLOC].us;
+}
+
+static void test_cost_formula_and_overrides(void **state) {
+  (void)state;
+  double fixed, per;
+  OK(sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per));
+  assert_true(fixed > 0 && per > 0);
+  /* cost = fixed + per_MiB x size in MiB */
+  double c = alloc_cost_of(8 << 20);
+  assert_true(c > fixed + 8 * per - 1e-9 && c < fixed + 8 * per + 1e-9);
+  OK(sim_costs_set("cuMemAlloc=100"));           /* fixed only: per-MiB kept */
+  c = alloc_cost_of(2 << 20);
+  assert_true(c > 100 + 2 * per - 1e-9 && c < 100 + 2 * per + 1e-9);
+  OK(sim_costs_set("cuMemAlloc=1+2, cuMemMap=3"));
+  c = alloc_cost_of(4 << 20);
+  assert_true(c > 9 - 1e-9 && c < 9 + 1e-9);
+  double mf;
+  OK(sim_cost_get(SIM_OP_MEM_MAP, &mf, NULL));
+  assert_true(mf == 3);
+  /* Bad specs change nothing. */
+  assert_int_equal(sim_costs_set("cuMemAlloc"), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(sim_costs_set("cuNothing=1"), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(sim_costs_set("cuMemAlloc=-1"), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(sim_costs_set("cuMemAlloc=1+x"), CUDA_ERROR_INVALID_VALUE);
+  c = alloc_cost_of(4 << 20);
+  assert_true(c > 9 - 1e-9 && c < 9 + 1e-9);
+  OK(sim_costs_set(NULL)); /* defaults back */
+  double f2, p2;
+  OK(sim_cost_get(SIM_OP_MEM_ALLOC, &f2, &p2));
+  assert_true(f2 == fixed && p2 == per);
+  assert_int_equal(sim_cost_get(SIM_OP_COUNT, &f2, &p2), CUDA_ERROR_INVALID_VALUE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_calls_before_cuInit_fail_not_initialized),
@@ -607,6 +648,7 @@ int main(void) {
       cmocka_unit_test(test_host_kernel_launch_sees_arguments),
       cmocka_unit_test(test_launch_host_func_runs_in_order),
       cmocka_unit_test(test_cost_counters),
+      cmocka_unit_test(test_cost_formula_and_overrides),
   };
   /* A virtual-backing environment would make the data checks meaningless. */
   unsetenv("GPUMEM_SIM_BACKING");

@@ -33,6 +33,7 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
     unsetenv("GPUMEM_SIM_EVENT_DELAY");
     unsetenv("GPUMEM_SIM_STATS");
     unsetenv("GPUMEM_SIM_BACKING");
+    unsetenv("GPUMEM_SIM_COSTS");
     setenv(var, value, 1);
     exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
   }
@@ -146,12 +147,40 @@ static void test_stats_printed_at_exit(void **state) {
   assert_string_equal(err, "");
 }
 
+static int child_alloc_costs_7(void) {
+  CUdeviceptr a;
+  if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+  sim_stats st;
+  sim_stats_get(&st);
+  return st.op[SIM_OP_MEM_ALLOC].us > 7 - 1e-6 && st.op[SIM_OP_MEM_ALLOC].us < 7.01 ? 0 : 2;
+}
+
+static int child_alloc_costs_default(void) {
+  CUdeviceptr a;
+  double fixed, per;
+  if (cuInit(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
+  sim_stats st;
+  sim_stats_get(&st);
+  double want = fixed + per * 512.0 / 1048576.0;
+  return st.op[SIM_OP_MEM_ALLOC].us - want < 1e-9 && want - st.op[SIM_OP_MEM_ALLOC].us < 1e-9 ? 0 : 2;
+}
+
+static void test_costs_from_env(void **state) {
+  (void)state;
+  char err[4096];
+  assert_int_equal(run_child("GPUMEM_SIM_COSTS", "cuMemAlloc=7+0", child_alloc_costs_7, err, sizeof err), 0);
+  assert_string_equal(err, "");
+  assert_int_equal(run_child("GPUMEM_SIM_COSTS", "cuMemAlloc:7", child_alloc_costs_default, err, sizeof err), 0);
+  assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_memory_size_from_env),
       cmocka_unit_test(test_faults_from_env),
       cmocka_unit_test(test_event_delay_from_env),
       cmocka_unit_test(test_stats_printed_at_exit),
+      cmocka_unit_test(test_costs_from_env),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,7 @@ undef=$(nm -D --undefined-only "$rt" | grep ' cu[A-Z]' || true)
 if [[ -n $undef ]]; then echo "FAIL: $rt needs driver symbols at link time:"; echo "$undef"; fail=1; fi
 # Only the API is exported: no internal helper leaks out of the driver.
 leaked=$(defined "$drv" | grep -vE '^(cu[A-Z]|sim_)' || true)
-internal=$(defined "$drv" | grep -E '^sim_(pset|range|lock|unlock|charge|uncharge|cost|note|unsupported)' || true)
+internal=$(defined "$drv" | grep -E '^sim_(pset_.*|range_.*|lock|unlock|charge|uncharge|cost|note|unsupported|ensure_config|now_ms|parse_size|fault_map|stream_valid)$' || true)
 if [[ -n $leaked$internal ]]; then echo "FAIL: $drv exports internals: $leaked $internal"; fail=1; fi
 for lib in "$drv" "$rt"; do
   soname=$(readelf -d "$lib" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
