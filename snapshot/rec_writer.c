@@ -52,12 +52,13 @@ typedef struct module_ent {
 enum {
     S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
     S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
-    S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_COUNT_
+    S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_LIFE_MULTI, S_COUNT_
 };
 /* Events are inserted EV_MULTI rows per statement: the per-statement cost of SQLite (step,
  * reset, VDBE setup) is then paid once for many rows. */
-#define EV_MULTI 32
+#define EV_MULTI 128
 #define EV_COLS 13
+#define LIFE_MULTI 128
 static const char *const stmt_sql[S_COUNT_] = {
     [S_EVENT] = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [S_STRING] = "INSERT OR REPLACE INTO strings VALUES (?,?)",
@@ -73,13 +74,14 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
     [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
     [S_BLOCK] = "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)",
-    [S_LIFE] = "INSERT OR REPLACE INTO alloc_life VALUES (?,?,?)",
+    [S_LIFE] = "INSERT INTO alloc_life VALUES (?,?,?)",
     [S_META] = "INSERT OR REPLACE INTO meta VALUES (?,?)",
     [S_DEL_SNAP] = "DELETE FROM snapshots WHERE id = ?",
     [S_DEL_SEGS] = "DELETE FROM segments WHERE snapshot = ?",
     [S_DEL_BLOCKS] = "DELETE FROM blocks WHERE snapshot = ?",
     [S_EVENT_MULTI] = NULL, /* built at open: EV_MULTI rows */
     [S_THREAD_NAME] = "UPDATE threads SET name = ? WHERE tid = ?",
+    [S_LIFE_MULTI] = NULL, /* built at open: LIFE_MULTI rows */
 };
 
 typedef struct writer {
@@ -116,6 +118,8 @@ typedef struct writer {
     u64map tid_names; /* kernel tid -> char * given by rec_thread_name */
     int64_t evbuf[EV_MULTI][EV_COLS]; /* pending event rows; 0 in stack/range means NULL */
     int nev;
+    int64_t lifebuf[LIFE_MULTI][3];   /* pending alloc_life rows; 0 in death/name means NULL */
+    int nlife;
 } writer;
 
 static writer W;
@@ -209,8 +213,12 @@ int rec_writer_open_db(rec_state *g) {
     size_t mo = (size_t)snprintf(multi, sizeof multi, "INSERT INTO events VALUES ");
     for (int r = 0; r < EV_MULTI; r++)
         mo += (size_t)snprintf(multi + mo, sizeof multi - mo, "%s(?,?,?,?,?,?,?,?,?,?,?,?,?)", r ? "," : "");
+    char lmulti[LIFE_MULTI * 10 + 64];
+    size_t lo = (size_t)snprintf(lmulti, sizeof lmulti, "INSERT INTO alloc_life VALUES ");
+    for (int r = 0; r < LIFE_MULTI; r++)
+        lo += (size_t)snprintf(lmulti + lo, sizeof lmulti - lo, "%s(?,?,?)", r ? "," : "");
     for (int i = 0; i < S_COUNT_; i++)
-        if (sqlite3_prepare_v3(w->db, i == S_EVENT_MULTI ? multi : stmt_sql[i], -1,
+        if (sqlite3_prepare_v3(w->db, i == S_EVENT_MULTI ? multi : i == S_LIFE_MULTI ? lmulti : stmt_sql[i], -1,
                                SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
             sql_fail(w, "preparing statements");
             goto fail;
@@ -529,12 +537,24 @@ static int is_free_kind(unsigned k) {
     return k == REC_FREE || k == REC_FREE_ASYNC || k == REC_HOST_FREE || k == REC_MANAGED_FREE;
 }
 
+static void flush_life(writer *w) {
+    int multi = w->nlife == LIFE_MULTI;
+    for (int r = 0; r < w->nlife; r++) {
+        sqlite3_stmt *s = w->st[multi ? S_LIFE_MULTI : S_LIFE];
+        int b = multi ? 3 * r : 0;
+        bind_i(s, b + 1, w->lifebuf[r][0]);
+        bind_opt(s, b + 2, w->lifebuf[r][1]);
+        bind_opt(s, b + 3, w->lifebuf[r][2]);
+        if (!multi) step(w, S_LIFE, "writing alloc_life");
+    }
+    if (multi) step(w, S_LIFE_MULTI, "writing alloc_life");
+    w->nlife = 0;
+}
+
 static void life_row(writer *w, uint64_t birth, uint64_t death, uint32_t name) {
-    sqlite3_stmt *s = w->st[S_LIFE];
-    bind_i(s, 1, (int64_t)birth);
-    bind_opt(s, 2, (int64_t)death);
-    bind_opt(s, 3, name);
-    step(w, S_LIFE, "writing alloc_life");
+    int64_t *row = w->lifebuf[w->nlife++];
+    row[0] = (int64_t)birth, row[1] = (int64_t)death, row[2] = name;
+    if (w->nlife == LIFE_MULTI) flush_life(w);
 }
 
 static int64_t stream_id(writer *w, int device, uint64_t handle) {
@@ -707,6 +727,7 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
 
 static void commit(writer *w, rec_state *g) {
     flush_events(w);
+    flush_life(w);
     uint64_t dropped = atomic_load(&g->ring.dropped);
     if (dropped != w->dropped_written) {
         if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;

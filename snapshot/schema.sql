@@ -81,9 +81,10 @@ CREATE TABLE blocks (snapshot INTEGER, addr INTEGER, segment INTEGER, state INTE
 
 -- Derived by the writer as it goes (and completed at close): the lifetime of every
 -- allocation. birth = seq of its alloc event, death = seq of its free (NULL: alive when
--- recording stopped). A process killed before close has no rows for what was still alive;
--- gpumem derives those on read.
-CREATE TABLE alloc_life (birth INTEGER PRIMARY KEY, death INTEGER, name INTEGER);
+-- recording stopped). Rows are appended in order of death (cheap to write; no index: join it
+-- to events by seq, or use the `allocations` view). A process killed before close has no rows
+-- for what was still alive; gpumem derives those on read.
+CREATE TABLE alloc_life (birth INTEGER NOT NULL, death INTEGER, name INTEGER);
 
 -- Kernel accesses per allocation (filled when access tracking is on; empty otherwise).
 CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER,

@@ -129,6 +129,16 @@ static int micro(const char *dir) {
     struct stat st;
     if (stat(path, &st) != 0) return 1;
     printf("BENCH rec.writer_events_per_s %.0f events/s\n", (double)n / dt);
+    sqlite3 *mdb;
+    if (sqlite3_open(path, &mdb) == SQLITE_OK) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(mdb, "SELECT value FROM meta WHERE key='writer_cpu_ns'", -1, &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW) /* CPU time is what load on the machine does not skew */
+            fprintf(stderr, "# writer thread: %.0f ns CPU per event (%.0f events/s per core)\n",
+                    (double)sqlite3_column_int64(q, 0) / (double)n, 1e9 * (double)n / (double)sqlite3_column_int64(q, 0));
+        sqlite3_finalize(q);
+        sqlite3_close(mdb);
+    }
     printf("BENCH rec.bytes_per_event %.1f bytes\n", (double)st.st_size / (double)n);
     if (dropped) fprintf(stderr, "rec_bench: %" PRIu64 " events dropped\n", dropped);
     if (!getenv("REC_BENCH_KEEP")) unlink(path);
