@@ -1135,6 +1135,12 @@ static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 
 int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
 {
+    return alloc_malloc_ex(a, size, stream, ptr, NULL);
+}
+
+int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
+                    alloc_malloc_info_t *info)
+{
     if (!a || !ptr)
         return ALLOC_ERR_INVALID;
     *ptr = 0;
@@ -1166,6 +1172,7 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
     pool_t *p = pool_for(a, st, rs);
     blk_t *b = NULL;
     int rc;
+    uint64_t hits = a->st.cache_hits;
     if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         rc = nocache_malloc(a, p, rs, &b);
     } else {
@@ -1217,6 +1224,11 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
     stat_add(&a->st.active, 1);
     a->st.num_mallocs++;
     *ptr = b->addr;
+    if (info) {
+        info->alloc_id = b->stamp;
+        info->size = b->size;
+        info->cache_hit = a->st.cache_hits != hits;
+    }
     UNLOCK(a);
     return ALLOC_OK;
 }
@@ -1255,7 +1267,8 @@ static void nocache_free(alloc_t *a, blk_t *b)
     release_classic_segment(a, b->seg->pool, b);
 }
 
-static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream)
+static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
+                   alloc_block_query_t *freed)
 {
     if (!a)
         return ALLOC_ERR_INVALID;
@@ -1274,6 +1287,8 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream)
     }
     if (b->prev) /* make_free looks at both neighbours */
         __builtin_prefetch(b->prev);
+    if (freed)
+        *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp};
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
     stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
@@ -1295,11 +1310,17 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream)
     return ALLOC_OK;
 }
 
-int alloc_free(alloc_t *a, uint64_t ptr) { return do_free(a, ptr, false, 0); }
+int alloc_free(alloc_t *a, uint64_t ptr) { return do_free(a, ptr, false, 0, NULL); }
 
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
-    return do_free(a, ptr, true, stream);
+    return do_free(a, ptr, true, stream, NULL);
+}
+
+int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
+                  alloc_block_query_t *freed)
+{
+    return do_free(a, ptr, async, stream, freed);
 }
 
 int alloc_note_stream(alloc_t *a, uintptr_t stream)

@@ -203,12 +203,27 @@ void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
  * the forensics are then available from alloc_last_oom(). */
 int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr);
 
+/* alloc_malloc that also tells what happened, for the recorder (no second lookup needed). */
+typedef struct alloc_block_query alloc_block_query_t;
+typedef struct alloc_malloc_info {
+    uint64_t alloc_id; /* as alloc_block_query's */
+    size_t size;       /* rounded block size */
+    bool cache_hit;    /* served from the cache, no backend allocation */
+} alloc_malloc_info_t;
+int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
+                    alloc_malloc_info_t *info);
+
 /* Free with cudaFree semantics (see top). ptr 0 -> OK. Errors: ALLOC_ERR_NOT_OWNED (foreign
  * pointer: hand it to the real driver), ALLOC_ERR_DOUBLE_FREE, ALLOC_ERR_NOT_BASE. */
 int alloc_free(alloc_t *a, uint64_t ptr);
 
 /* Free in stream order on `stream` (cudaFreeAsync). Same errors as alloc_free. */
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream);
+
+/* alloc_free (async false) or alloc_free_async (async true) that reports the block it freed
+ * (base, size, requested, stream, alloc id) in *freed when it returns ALLOC_OK. */
+int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
+                  alloc_block_query_t *freed);
 
 /* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed (it is
  * synchronized with pending events first; its pools stay until empty_cache). */
@@ -221,13 +236,13 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream);
 int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size);
 
 /* Full information about the live block containing ptr. */
-typedef struct alloc_block_query {
+struct alloc_block_query {
     uint64_t base;
     size_t size;      /* rounded block size */
     size_t requested; /* what alloc_malloc was asked for */
     uintptr_t stream; /* stream it was allocated on */
     uint64_t alloc_id; /* 1, 2, 3, ...: order of alloc_malloc calls that succeeded */
-} alloc_block_query_t;
+};
 int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
 
 /* Synchronize, make pending frees final, unmap every fully free page (expandable) and free

@@ -56,3 +56,9 @@ $(ALLOC_FUZZ): tests/fuzz/alloc_fuzz.c $(filter-out alloc/check.c,$(ALLOC_SRCS))
 ALL_TARGETS += $(ALLOC_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/alloc_fuzz.sh
+
+# over the virtual GPU's driver (dlopen'ed from $(BUILD)/sim at run time; built first)
+alloc_sim_LIBS := $(ALLOC_LIB)
+alloc_sim_LDLIBS := -ldl -lpthread
+$(BUILD)/tests/unit/alloc_sim: | $(BUILD)/sim/libcuda.so.1
+UNIT_TESTS += $(BUILD)/tests/unit/alloc_sim

@@ -501,6 +501,27 @@ static void test_per_stream_pools(void **state)
     fx_done(&f);
 }
 
+/* The _ex variants report what the plain calls do: id, rounded size, cache hit, freed block. */
+static void test_ex_variants(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t p, q;
+    alloc_malloc_info_t mi;
+    assert_int_equal(alloc_malloc_ex(f.a, 1000, 3, &p, &mi), ALLOC_OK);
+    assert_true(mi.alloc_id == 1 && mi.size == 1024 && !mi.cache_hit);
+    alloc_block_query_t fq;
+    assert_int_equal(alloc_free_ex(f.a, p, true, 3, &fq), ALLOC_OK);
+    assert_true(fq.base == p && fq.size == 1024 && fq.requested == 1000 && fq.stream == 3 &&
+                fq.alloc_id == 1);
+    assert_int_equal(alloc_malloc_ex(f.a, 1000, 3, &q, &mi), ALLOC_OK);
+    assert_true(q == p && mi.alloc_id == 2 && mi.cache_hit);
+    assert_int_equal(alloc_free_ex(f.a, q, false, 0, &fq), ALLOC_OK);
+    assert_int_equal(alloc_free_ex(f.a, q, false, 0, &fq), ALLOC_ERR_DOUBLE_FREE);
+    OK_CHECK(f.a);
+    fx_done(&f);
+}
+
 /* Garbage collection: past threshold * limit, old cached memory is given back on a miss. */
 static void test_garbage_collection(void **state)
 {
@@ -802,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_free_waits_for_events),
         cmocka_unit_test(test_free_async),
         cmocka_unit_test(test_per_stream_pools),
+        cmocka_unit_test(test_ex_variants),
         cmocka_unit_test(test_garbage_collection),
         cmocka_unit_test(test_release_threshold),
         cmocka_unit_test(test_nocache),
