@@ -84,7 +84,11 @@ if [[ $kind == driver ]]; then
   } >"$tmp/sim_cu_procs.c"
   files="sim_procs.h sim_cu_procs.c"
 elif [[ $kind == runtime ]]; then
-  echo '#include <cuda_runtime_api.h>' | "$cc" -E -P -isystem "$inc" -x c - >"$tmp/pp"
+  # Both preprocessings: the per-thread default-stream names (_ptsz/_ptds) are exported too.
+  printf '#include <cuda_runtime_api.h>\n#include <cuda_profiler_api.h>\n' |
+    "$cc" -E -P -isystem "$inc" -x c - >"$tmp/pp"
+  printf '#include <cuda_runtime_api.h>\n' |
+    "$cc" -E -P -DCUDA_API_PER_THREAD_DEFAULT_STREAM -isystem "$inc" -x c - >>"$tmp/pp"
   grep -oE '\bcudaError_t +cuda[A-Za-z0-9_]+ *\(' "$tmp/pp" | sed -E 's/^cudaError_t +//; s/ *\($//' |
     sort -u >"$tmp/names"
   {

@@ -719,6 +719,31 @@ RT_EXPORT char __cudaInitModule(void **h) {
   (void)h;
   return 0;
 }
+RT_EXPORT void __cudaRegisterHostVar(void **h, const char *dev_name, char *host_var, size_t size) {
+  (void)h; (void)dev_name; (void)host_var; (void)size;
+}
+RT_EXPORT void __cudaRegisterUnifiedTable(void **h, void *table) {
+  (void)h; (void)table;
+}
+/* nvcc 13's launch stubs resolve a kernel handle first: there is no device code to resolve. */
+RT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *entry) {
+  (void)entry;
+  if (k) *k = NULL;
+  return rt_ret(cudaErrorInvalidDeviceFunction);
+}
+RT_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args,
+                                         size_t shmem, cudaStream_t s) {
+  (void)k; (void)grid; (void)block; (void)args; (void)shmem; (void)s;
+  return rt_ret(cudaErrorInvalidDeviceFunction);
+}
+PT_ALIAS(__cudaLaunchKernel_ptsz, __cudaLaunchKernel)
+
+RT_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
+                                                            enum cudaChannelFormatKind f) {
+  struct cudaChannelFormatDesc d = {x, y, z, w, f};
+  return d;
+}
+
 static __thread struct { dim3 grid, block; size_t shmem; void *stream; } tls_launch_cfg;
 RT_EXPORT unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, void *stream) {
   tls_launch_cfg.grid = grid;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# sim_nvcc.sh — a program built by nvcc with -cudart shared (as gpumem's CUDA trainer is) loads on
+# the virtual GPU's libcudart.so.13: its fat-binary registration is accepted, allocations,
+# memsets and copies work, and its device-kernel launch fails with
+# cudaErrorInvalidDeviceFunction (98) instead of crashing. Skipped without nvcc, and under a
+# sanitizer (an uninstrumented nvcc program cannot load an instrumented runtime).
+set -euo pipefail
+build=${BUILD:-build}
+if [[ -n ${SAN:-} ]]; then echo "sim_nvcc.sh: skipped under SAN=$SAN" >&2; exit 77; fi
+nvcc=${NVCC:-}
+for c in "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" "$(command -v nvcc || true)"; do
+  [[ -z $nvcc && -n $c && -x $c ]] && nvcc=$c
+done
+if [[ -z $nvcc ]]; then echo "sim_nvcc.sh: nvcc not found; skipped" >&2; exit 77; fi
+[[ -f $build/sim/libcudart.so.13 ]] || { echo "sim_nvcc.sh: $build/sim/libcudart.so.13 missing: run make" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$nvcc" -O1 -cudart shared -o "$tmp/app" tests/unit/sim_nvcc_app.cu
+out=$(LD_LIBRARY_PATH=$build/sim "$tmp/app")
+echo "$out"
+fail=0
+expect() { grep -qx "$1" <<<"$out" || { echo "FAIL: expected line '$1'"; fail=1; }; }
+expect "malloc 0"
+expect "memset 0"
+expect "launch 98 cudaErrorInvalidDeviceFunction"
+expect "copy 0 117901063"
+expect "free 0"
+exit $fail
