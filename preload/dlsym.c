@@ -74,8 +74,6 @@ void *gm_dlsym_decide(void *handle, const char *name)
             gm_stat_add(GM_ST_PROC_HOOKED, 1);
         return w;
     }
-    if (gm_mode_peek() == GM_MODE_OFF && !gm_driver_init())
-        return NULL;
     if (!gm_driver_init())
         return NULL;
     if (!real)

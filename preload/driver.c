@@ -44,6 +44,15 @@ static CUresult ctx_device(CUdevice *dev)
     return gm_real.cuCtxGetDevice ? gm_real.cuCtxGetDevice(dev) : CUDA_SUCCESS;
 }
 
+int gm_stream_capturing(CUstream s)
+{
+    if (s == 0 || s == CU_STREAM_LEGACY || !gm_real.cuStreamIsCapturing)
+        return 0; /* the legacy stream cannot be captured */
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return gm_real.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
+           st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_alloc_kind kind,
                           CUresult (*real)(CUdeviceptr *, size_t, CUstream),
                           CUresult (*real_sync)(CUdeviceptr *, size_t))
@@ -52,7 +61,8 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CUdevice dev;
-    if (gm_mode() == GM_MODE_REPLACE) {
+    if (gm_mode() == GM_MODE_REPLACE &&
+        !(kind == GM_ALLOC_ASYNC && gm_stream_capturing(stream))) {
         CUresult r = ctx_device(&dev);
         if (r != CUDA_SUCCESS)
             return r;
@@ -404,6 +414,7 @@ static struct hook_ent hooks[] = {
     {"cuEventSynchronize", 0, "cuEventSynchronize", SLOT(cuEventSynchronize), NULL},
     {"cuEventDestroy", 0, "cuEventDestroy_v2", SLOT(cuEventDestroy_v2), NULL},
     {"cuStreamSynchronize", 0, "cuStreamSynchronize", SLOT(cuStreamSynchronize), NULL},
+    {"cuStreamIsCapturing", 0, "cuStreamIsCapturing", SLOT(cuStreamIsCapturing), NULL},
 };
 #define NHOOKS (sizeof hooks / sizeof hooks[0])
 /* cuGetProcAddress's answer for hooks[i] when it differs from the exported symbol */

@@ -146,6 +146,7 @@ struct gm_real {
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventDestroy_v2)(CUevent);
     CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -159,6 +160,9 @@ int gm_driver_init(void);
  * it has none, as the runtime would). Returns the device of the current context. */
 CUresult gm_driver_ensure_context(CUdevice *dev);
 
+/* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
+ * the graph (the driver's graph memory nodes), so gpumem passes them through. */
+int gm_stream_capturing(CUstream s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
 void *gm_driver_hook_for(void *real_fn);
 /* For dlsym: the hook for an exported driver symbol name, or NULL when the name is not hooked.

@@ -213,8 +213,10 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
 {
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE)
+    if (m == GM_MODE_REPLACE && !gm_stream_capturing((CUstream)s))
         return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
+    if (m == GM_MODE_REPLACE)
+        m = GM_MODE_RECORD; /* a graph being captured owns its allocations: pass through */
     if (!real)
         return NO_RUNTIME;
     gm_inside_enter();
