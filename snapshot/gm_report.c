@@ -269,7 +269,8 @@ static const char *oom_advice(const gm_oom *o) {
                "replace mode), or free/allocate the largest tensors first; `gpumem frag` shows "
                "which sizes split the segments";
     if (o->limit && o->reserved + o->requested > o->limit)
-        return "the configured limit was reached: raise it (GPUMEM_CONF limit) or lower the peak";
+        return "the configured limit was reached: raise GPUMEM_LIMIT, or lower the peak (see the "
+               "call sites live at the OOM)";
     if (o->device_total && o->requested > o->device_total)
         return "the request alone is larger than the device: split the tensor or shard it";
     return "the live tensors need more than the device has: lower the peak (smaller batch with "
@@ -369,6 +370,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             gm_fmt_bytes(oo->largest_free, lf, sizeof lf);
             fprintf(out, "  OOM %zu at event %" PRIu64 " on device %d: requested %s\n", i + 1, oo->seq, oo->device, r);
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
+            if (oo->limit) {
+                char li[32];
+                gm_fmt_bytes(oo->limit, li, sizeof li);
+                fprintf(out, ", limit %s", li);
+            }
             if (oo->device_total) {
                 char df[32], dt[32];
                 gm_fmt_bytes(oo->device_free, df, sizeof df);

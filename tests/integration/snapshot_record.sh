@@ -27,6 +27,11 @@ done
 [[ $rc -eq 7 ]] || fail "record did not pass exit code 7 through (got $rc)"
 "$GPUMEM" record -q -o "$TMP/g.db" -- /nonexistent/prog 2>/dev/null; rc=$?
 [[ $rc -eq 127 ]] || fail "record of a missing program exited $rc, expected 127"
+# OOM forensics on a real OOM: rt_app asks for 2 GiB under a 1 GiB limit
+GPUMEM_LIMIT=1G "$GPUMEM" record -q -o "$TMP/oom.db" -- "$BUILD/tests/apps/rt_app" big > /dev/null || fail "rt_app big failed"
+"$GPUMEM" report "$TMP/oom.db" > "$TMP/oom.txt" || fail "report on the OOM run failed"
+grep -q "OOM 1 at event .* requested 2.00 GiB" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM forensics missing"; }
+grep -q "limit 1.00 GiB" "$TMP/oom.txt" && grep -q "raise GPUMEM_LIMIT" "$TMP/oom.txt" || fail "OOM advice does not name the limit"
 if [[ -x $BUILD/tests/apps/nvtx_app ]]; then
   "$GPUMEM" record -q -o "$TMP/nv.db" -- "$BUILD/tests/apps/nvtx_app" > "$TMP/nv.out" || fail "nvtx_app failed"
   grep '^expect push' "$TMP/nv.out" | awk '{print $6}' | sort > "$TMP/want"

@@ -214,6 +214,41 @@ static void inconsistent_rows(void **state) {
     gm_db_close(&d);
 }
 
+/* OOM forensics tell fragmentation (enough cached, no block large enough) from a full device. */
+static void oom_advice_kinds(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "oom.db");
+    unlink(p);
+    rec_options o = {.path = p, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    rec_event(REC_ALLOC, 0, 0, 0x1000, 6ull << 30, 6ull << 30, 1);
+    rec_oom(&(rec_oom_info){.requested = 1ull << 30, .allocated = 6ull << 30, .reserved = 8ull << 30,
+                            .free_cached = 2ull << 30, .largest_free = 512ull << 20});
+    rec_oom(&(rec_oom_info){.requested = 4ull << 30, .allocated = 6ull << 30, .reserved = 8ull << 30,
+                            .free_cached = 2ull << 30, .largest_free = 2ull << 30, .device_total = 8ull << 30});
+    rec_test_reset();
+    gm_db d;
+    gm_model m;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    gm_report(&d, &m, &(gm_opts){0, 10, 0}, out);
+    fclose(out);
+    char *first = strstr(buf, "OOM 1 at"), *second = strstr(buf, "OOM 2 at");
+    assert_non_null(first);
+    assert_non_null(second);
+    assert_non_null(strstr(first, "fragmentation"));
+    assert_true(strstr(first, "fragmentation") < second);            /* OOM 1: fragmentation */
+    assert_null(strstr(second, "fragmentation"));                    /* OOM 2: the live set */
+    assert_non_null(strstr(second, "6.00 GiB")); /* the live 6 GiB allocation is listed */
+    free(buf);
+    gm_model_free(&m);
+    gm_db_close(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(missing_empty_random),
@@ -223,6 +258,7 @@ int main(void) {
         cmocka_unit_test(killed_process),
         cmocka_unit_test(still_being_written),
         cmocka_unit_test(inconsistent_rows),
+        cmocka_unit_test(oom_advice_kinds),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[600];
