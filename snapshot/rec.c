@@ -179,7 +179,9 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
-static void at_exit(void) { rec_close(); }
+/* Fallback when nobody calls rec_close(): a destructor runs from _dl_fini, after every atexit
+ * handler (the preload's exit path included), so late stats and snapshots still get in. */
+__attribute__((destructor)) static void rec_fini(void) { rec_close(); }
 
 static int open_now(const rec_options *opt) {
     rec_state *g = &rec_g;
@@ -232,7 +234,6 @@ static int open_now(const rec_options *opt) {
     if (!registered) {
         registered = 1;
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-        atexit(at_exit);
     }
     if (!g->quiet) fprintf(stderr, "gpumem: recording to %s\n", g->path);
     return 0;
@@ -689,6 +690,7 @@ static void atfork_child(void) {
      * without touching SQLite (closing the copied connection could checkpoint or delete the
      * parent's WAL). The copied connection is deliberately leaked. */
     forget_state(g);
+    rec_writer_forget();
     if (g->lock_fd >= 0) close(g->lock_fd);
     g->lock_fd = -1;
     if (g->fork_record) {

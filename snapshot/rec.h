@@ -21,8 +21,8 @@
  *     expanded with the child's pid; "-<pid>" is inserted before ".db" when the template has no
  *     %p); with GPUMEM_FORK=off the child records nothing.
  *   - rec_close() flushes everything, writes the derived tables and closes the file. It is safe
- *     to call twice, and if nobody calls it the recorder's own atexit handler does. Events
- *     after rec_close() are ignored.
+ *     to call twice, and if nobody calls it the recorder's own destructor does (it runs after
+ *     all atexit handlers). Events after rec_close() are ignored.
  *   - Back-pressure: the ring holds GPUMEM_RING events (default 65536). When it is full the
  *     application thread waits up to ~1 ms for the writer, then drops the event and counts it.
  *     The count is stored in meta (dropped_events) and printed by `gpumem report`.

@@ -91,6 +91,7 @@ void rec_test_reset(void);
 int rec_writer_open_db(rec_state *g); /* create schema and meta; 0 or -1 (warned) */
 int rec_writer_start(rec_state *g);
 void rec_writer_stop(rec_state *g);   /* drain, derive, close */
+void rec_writer_forget(void);         /* forked child: drop the parent's writer state */
 extern const char rec_schema_sql[];   /* generated from schema.sql */
 
 #endif

@@ -820,6 +820,17 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+/* In a forked child: the parent's writer state (connection, statements, maps) must not be
+ * used or freed through SQLite. It is parked, still reachable, so that leak checkers in the
+ * child do not report the parent's memory, and the child starts from zero. */
+static writer *volatile parked_writer;
+void rec_writer_forget(void) {
+    static writer parked;
+    parked = W;
+    parked_writer = &parked; /* volatile: the copy is kept, and kept reachable */
+    memset(&W, 0, sizeof W);
+}
+
 int rec_writer_start(rec_state *g) {
     sigset_t all, old;
     sigfillset(&all);
