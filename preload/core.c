@@ -79,6 +79,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_VMM] = "vmm",
     [GM_ST_LAUNCH] = "launch",
     [GM_ST_PROC_HOOKED] = "proc_hooked",
+    [GM_ST_STREAMS] = "streams",
     [GM_ST_NVTX_RANGES] = "nvtx_ranges",
     [GM_ST_NVTX_MARKS] = "nvtx_marks",
     [GM_ST_NAMED] = "named",

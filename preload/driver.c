@@ -332,7 +332,28 @@ static CUresult h_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
     return gm_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
 }
 
-/* A destroyed stream must leave the allocator before the next cudaFree fences it. */
+/* Streams: a created stream joins the set a cudaFree fences; a destroyed one leaves it before
+ * the next cudaFree would record an event on it. */
+static CUresult (*real_cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*real_cuStreamCreateWithPriority)(CUstream *, unsigned, int);
+static CUresult h_cuStreamCreate(CUstream *s, unsigned flags)
+{
+    CUresult r = real_cuStreamCreate(s, flags);
+    if (r == CUDA_SUCCESS && !gm_inside && !gm_forked_child && gm_mode() == GM_MODE_REPLACE) {
+        gm_stat_add(GM_ST_STREAMS, 1);
+        gm_heap_note_stream(*s);
+    }
+    return r;
+}
+static CUresult h_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
+{
+    CUresult r = real_cuStreamCreateWithPriority(s, flags, prio);
+    if (r == CUDA_SUCCESS && !gm_inside && !gm_forked_child && gm_mode() == GM_MODE_REPLACE) {
+        gm_stat_add(GM_ST_STREAMS, 1);
+        gm_heap_note_stream(*s);
+    }
+    return r;
+}
 static CUresult (*real_cuStreamDestroy_v2)(CUstream);
 static CUresult h_cuStreamDestroy_v2(CUstream s)
 {
@@ -390,6 +411,10 @@ static struct hook_ent hooks[] = {
     {"cuLaunchKernel", 0, "cuLaunchKernel", SLOT(cuLaunchKernel), (void *)h_cuLaunchKernel},
     {"cuLaunchKernel", 1, "cuLaunchKernel_ptsz", SLOT(cuLaunchKernel_ptsz),
      (void *)h_cuLaunchKernel_ptsz},
+    {"cuStreamCreate", 0, "cuStreamCreate", (void **)(void *)&real_cuStreamCreate,
+     (void *)h_cuStreamCreate},
+    {"cuStreamCreateWithPriority", 0, "cuStreamCreateWithPriority",
+     (void **)(void *)&real_cuStreamCreateWithPriority, (void *)h_cuStreamCreateWithPriority},
     {"cuStreamDestroy", 0, "cuStreamDestroy_v2", (void **)(void *)&real_cuStreamDestroy_v2,
      (void *)h_cuStreamDestroy_v2},
     {"cuGetProcAddress", 0, "cuGetProcAddress_v2", SLOT(cuGetProcAddress_v2),

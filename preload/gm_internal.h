@@ -86,6 +86,7 @@ enum gm_stat {
     GM_ST_VMM,              /* VMM calls made by the program (passed through, recorded) */
     GM_ST_LAUNCH,           /* cuLaunchKernel calls seen (hook point) */
     GM_ST_PROC_HOOKED,      /* driver entry points replaced in cuGetProcAddress/dlsym answers */
+    GM_ST_STREAMS,          /* streams created by the program (fenced by cudaFree) */
     GM_ST_NVTX_RANGES,      /* NVTX ranges pushed/started */
     GM_ST_NVTX_MARKS,       /* NVTX marks */
     GM_ST_NAMED,            /* allocations named (gpumem_name or NVTX memory extension) */
@@ -211,6 +212,7 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size);
 void gm_pt_fork_prepare(void);
 void gm_pt_fork_parent(void);
 void gm_pt_fork_child(void);
+void gm_heap_note_stream(CUstream s);
 void gm_heap_forget_stream(CUstream s);
 struct alloc;
 struct alloc_oom_info;

@@ -184,6 +184,31 @@ static void hk_oom(void *user, const alloc_oom_info_t *info)
     gm_rec_oom((int)(intptr_t)user, info);
 }
 
+/* Every stream the program created (cuStreamCreate*), so that a cudaFree fences them all
+ * even when no allocation was ever made on them: work on any stream may still use the block.
+ * Under devs_lock. */
+static CUstream *streams;
+static size_t nstreams, capstreams;
+
+void gm_heap_note_stream(CUstream s)
+{
+    pthread_mutex_lock(&devs_lock);
+    if (nstreams == capstreams) {
+        size_t nc = capstreams ? capstreams * 2 : 64;
+        CUstream *n = realloc(streams, nc * sizeof *n);
+        if (n) {
+            streams = n;
+            capstreams = nc;
+        }
+    }
+    if (nstreams < capstreams)
+        streams[nstreams++] = s;
+    for (int i = 0; i < GM_MAX_DEVICES; i++)
+        if (devs[i].a)
+            alloc_note_stream(devs[i].a, (uintptr_t)s);
+    pthread_mutex_unlock(&devs_lock);
+}
+
 static alloc_t *dev_get(CUdevice dev)
 {
     if (dev < 0 || dev >= GM_MAX_DEVICES)
@@ -230,6 +255,9 @@ static alloc_t *dev_get(CUdevice dev)
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);
+            alloc_note_stream(a, 0); /* the legacy stream: where cudaMalloc'ed memory is used */
+            for (size_t k = 0; k < nstreams; k++)
+                alloc_note_stream(a, (uintptr_t)streams[k]);
             gm_rec_note_device(dev, cfg.expandable_segments);
             d->a = a;
             atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
@@ -371,11 +399,16 @@ int gm_heap_name(CUdeviceptr ptr, uintptr_t *start)
 
 void gm_heap_forget_stream(CUstream s)
 {
-    for (int i = 0; i < GM_MAX_DEVICES; i++) {
-        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
-        if (a)
-            alloc_forget_stream(a, (uintptr_t)s);
-    }
+    pthread_mutex_lock(&devs_lock);
+    for (size_t k = 0; k < nstreams; k++)
+        if (streams[k] == s) {
+            streams[k] = streams[--nstreams];
+            break;
+        }
+    for (int i = 0; i < GM_MAX_DEVICES; i++)
+        if (devs[i].a)
+            alloc_forget_stream(devs[i].a, (uintptr_t)s);
+    pthread_mutex_unlock(&devs_lock);
 }
 
 /* At exit: snapshots for the recorder. Memory stays mapped: the program may still run

@@ -26,6 +26,7 @@ check_eq "cuMemAlloc via cudaGetDriverEntryPoint seen" "$(stat "$TMP/pre.err" dr
 check_eq "allocations served by gpumem" "$(stat "$TMP/pre.err" served)" "$((allocs + aallocs + 1))"
 check_eq "frees returned to gpumem" "$(stat "$TMP/pre.err" released)" "$((frees + afrees + 1))"
 check_eq "allocations passed through" "$(stat "$TMP/pre.err" passthrough)" 0
+check_eq "streams fenced by cudaFree (3 threads x 3 streams)" "$(stat "$TMP/pre.err" streams)" 9
 check_eq "driver cuMemAlloc calls under gpumem" "$(simcount "$TMP/pre.err" cuMemAlloc)" 0
 check_eq "driver cuMemAllocAsync calls under gpumem" "$(simcount "$TMP/pre.err" cuMemAllocAsync)" 0
 check_gt "driver cuMemMap calls under gpumem" "$(simcount "$TMP/pre.err" cuMemMap)" 0
