@@ -62,3 +62,19 @@ BENCHES += $(if $(wildcard tests/bench/sim_costs.c),$(BUILD)/tests/bench/sim_cos
 
 $(BUILD)/tests/bench/sim_costs: $(BUILD)/tests/bench/sim_costs.o $(SIM_DIR)/libcuda.so | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DIR)/libcuda.so -Wl,-rpath,'$$ORIGIN/../../sim'
+
+# ---- libFuzzer target over the parsers (clang; built only where clang links -fsanitize=fuzzer)
+SIM_FUZZ := $(BUILD)/tests/fuzz/sim_fuzz
+SIM_CLANG_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
+    $(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo yes)
+ifeq ($(SIM_CLANG_FUZZ),yes)
+SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_mem.c sim/sim_exec.c \
+                 $(SIM_DIR)/sim_cu_procs.c
+$(SIM_FUZZ): $(SIM_FUZZ_SRCS) $(SIM_DIR)/sim_procs.h sim/sim.h sim/sim_internal.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) -I$(SIM_DIR) \
+	    -isystem $(CUDA_INC) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $@ $(SIM_FUZZ_SRCS) -lpthread
+ALL_TARGETS += $(SIM_FUZZ)
+endif
+SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh

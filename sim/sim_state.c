@@ -7,6 +7,7 @@
  * aborts the program it serves.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ int sim_parse_size(const char *s, size_t *out) {
   errno = 0;
   char *end;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return -1;
+  if (errno || end == s || !isfinite(v) || v < 0) return -1;
   double mul = 1;
   switch (*end) {
   case 'k': case 'K': mul = 1024.0; end++; break;
@@ -203,11 +204,11 @@ static int parse_costs(const char *spec, cost_entry *table, char *err, size_t er
     char *end;
     errno = 0;
     double fixed = strtod(eq + 1, &end), per = table[op].per_mib_us;
-    if (errno || end == eq + 1 || fixed < 0) rc = -1;
+    if (errno || end == eq + 1 || !isfinite(fixed) || fixed < 0) rc = -1;
     else if (*end == '+') {
       char *p2 = end + 1;
       per = strtod(p2, &end);
-      if (errno || end == p2 || per < 0) rc = -1;
+      if (errno || end == p2 || !isfinite(per) || per < 0) rc = -1;
     }
     if (!rc && *end) rc = -1;
     if (rc) {

@@ -621,6 +621,8 @@ static void test_cost_formula_and_overrides(void **state) {
   assert_int_equal(sim_costs_set("cuNothing=1"), CUDA_ERROR_INVALID_VALUE);
   assert_int_equal(sim_costs_set("cuMemAlloc=-1"), CUDA_ERROR_INVALID_VALUE);
   assert_int_equal(sim_costs_set("cuMemAlloc=1+x"), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(sim_costs_set("cuMemAlloc=nan"), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(sim_costs_set("cuMemAlloc=1+inf"), CUDA_ERROR_INVALID_VALUE);
   c = alloc_cost_of(4 << 20);
   assert_true(c > 9 - 1e-9 && c < 9 + 1e-9);
   OK(sim_costs_set(NULL)); /* defaults back */

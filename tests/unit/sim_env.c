@@ -68,6 +68,10 @@ static void test_memory_size_from_env(void **state) {
   /* Bad value: named in a message, default used. */
   assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "sixteen", child_memory_is_default_16g, err, sizeof err), 0);
   assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='sixteen'"));
+  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "nan", child_memory_is_default_16g, err, sizeof err), 0);
+  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='nan'"));
+  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1e30", child_memory_is_default_16g, err, sizeof err), 0);
+  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1e30'"));
 }
 
 static int child_second_alloc_fails(void) {
