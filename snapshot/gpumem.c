@@ -35,7 +35,7 @@ static const char *const usage_main =
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
-    "snapshot/README.md (installed as share/gpumem/README.snapshot.md).\n"
+    "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak); 2 usage error; 3 the database\n"
     "cannot be read (missing, damaged, not gpumem's, newer schema); 4 libgpumem.so not found;\n"
@@ -47,7 +47,7 @@ static const char *const usage_record =
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default gpumem-<pid>.db; %p = pid, %r = rank), then prints a\n"
     "short summary. When no GPU driver is usable (no /dev/nvidiactl, or libcuda.so.1 does not\n"
-    "load) the virtual GPU (sim/ next to gpumem, or ../lib/gpumem/sim) is put first in\n"
+    "load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in\n"
     "LD_LIBRARY_PATH, and gpumem says so.\n"
     "  -o FILE   the database to write (an existing one is replaced)\n"
     "  -q        no summary\n"
@@ -300,9 +300,17 @@ static int cmd_record(int argc, char **argv) {
         free(rl);
     }
     if (!gpu_driver_usable()) {
-        snprintf(sim, sizeof sim, "%s/sim", dir);
-        if (!file_exists(sim)) snprintf(sim, sizeof sim, "%s/../lib/gpumem/sim", dir);
-        if (file_exists(sim)) {
+        /* the virtual GPU: build tree (sim/ next to gpumem) or installed (../lib/gpumem/sim, or
+         * ../lib/gpumem itself, where make install puts its libraries) */
+        static const char *const where[] = {"%s/sim", "%s/../lib/gpumem/sim", "%s/../lib/gpumem"};
+        int found = 0;
+        for (size_t k = 0; k < sizeof where / sizeof where[0] && !found; k++) {
+            char probe[PATH_MAX + 96];
+            snprintf(sim, sizeof sim, where[k], dir);
+            snprintf(probe, sizeof probe, "%s/libcuda.so.1", sim);
+            found = file_exists(probe);
+        }
+        if (found) {
             char *rs = realpath(sim, NULL);
             if (rs) {
                 snprintf(sim, sizeof sim, "%s", rs);

@@ -76,3 +76,4 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh
+INSTALL_SHARE += snapshot/schema.sql
