@@ -100,6 +100,14 @@ void sim_stats_print(void *f);
  * then); synchronizing on the event, its stream or the context completes them at once.
  * Applies to events recorded after the call. Same as GPUMEM_SIM_EVENT_DELAY=n. */
 void sim_set_event_delay(unsigned n);
+/* Timed delayed completion: an event recorded after the call completes once the simulated
+ * driver clock (sim_clock_us: the sum of every call's simulated cost, never reset) has advanced
+ * `us` past its record; each query costs simulated time, so polling terminates. Synchronizing
+ * completes it at once and charges the remaining time as waiting. 0 turns it off. Same as
+ * GPUMEM_SIM_EVENT_DELAY=<us>us. Combines with sim_set_event_delay (both must be satisfied). */
+void sim_set_event_delay_us(double us);
+/* The simulated driver clock in µs (monotonic; sim_stats_reset does not reset it). */
+double sim_clock_us(void);
 /* Replaces the fault-injection plan (syntax of GPUMEM_SIM_FAULTS, see README) and restarts the
  * counters it refers to. NULL or "" clears it. Returns CUDA_ERROR_INVALID_VALUE (and keeps the
  * previous plan) for bad syntax, with the reason on stderr. */

@@ -287,8 +287,9 @@ CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 CUresult cuCtxSynchronize(void) {
   SIM_CHECK_INIT();
   sim_lock();
-  sim_events_complete_all();
+  double wait = sim_events_complete_all();
   sim_cost(SIM_OP_CTX_SYNC, 0);
+  sim_cost_wait(SIM_OP_CTX_SYNC, wait);
   sim_unlock();
   return CUDA_SUCCESS;
 }

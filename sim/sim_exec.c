@@ -29,15 +29,30 @@ static sim_stream *stream_of(CUstream s) {
   return is_default_stream(s) ? NULL : (sim_stream *)(void *)s;
 }
 
-void sim_events_complete_all(void) {
-  for (size_t i = 0; i < sim.nevents; i++) ((sim_event *)sim.events[i])->pending = 0;
+static bool event_done(const sim_event *e) {
+  return e->pending == 0 && sim.clock_us >= e->deadline_us;
+}
+
+/* Completes e; returns how long (simulated µs) a caller waiting for it would have waited. */
+static double event_complete(sim_event *e) {
+  e->pending = 0;
+  return e->deadline_us > sim.clock_us ? e->deadline_us - sim.clock_us : 0;
+}
+
+double sim_events_complete_all(void) {
+  double wait = 0;
+  for (size_t i = 0; i < sim.nevents; i++) {
+    double w = event_complete(sim.events[i]);
+    if (w > wait) wait = w; /* the device drains in parallel: the last one decides */
+  }
+  return wait;
 }
 
 size_t sim_events_pending(void) {
   sim_ensure_config();
   size_t n = 0;
   sim_lock();
-  for (size_t i = 0; i < sim.nevents; i++) n += ((sim_event *)sim.events[i])->pending > 0;
+  for (size_t i = 0; i < sim.nevents; i++) n += !event_done(sim.events[i]);
   sim_unlock();
   return n;
 }
@@ -88,14 +103,19 @@ CUresult cuStreamSynchronize(CUstream s) {
   SIM_CHECK_INIT();
   sim_lock();
   CUresult rc = CUDA_SUCCESS;
+  double wait = 0;
   if (!sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-  else if (is_default_stream(s)) sim_events_complete_all(); /* the legacy stream syncs with all */
+  else if (is_default_stream(s)) wait = sim_events_complete_all(); /* the legacy stream: all */
   else
     for (size_t i = 0; i < sim.nevents; i++) {
       sim_event *e = sim.events[i];
-      if (e->stream == stream_of(s)) e->pending = 0;
+      if (e->stream == stream_of(s)) {
+        double w = event_complete(e);
+        if (w > wait) wait = w;
+      }
     }
   sim_cost(SIM_OP_STREAM_SYNC, 0);
+  sim_cost_wait(SIM_OP_STREAM_SYNC, wait);
   sim_unlock();
   return rc;
 }
@@ -105,13 +125,14 @@ CUresult cuStreamSynchronize(CUstream s) {
 CUresult cuStreamQuery(CUstream s) {
   SIM_CHECK_INIT();
   sim_lock();
+  sim_cost(SIM_OP_EVENT_QUERY, 0); /* a query takes (simulated) time: timed delays run out */
   CUresult rc = CUDA_SUCCESS;
   if (!sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
   else
     for (size_t i = 0; i < sim.nevents; i++) {
       sim_event *e = sim.events[i];
-      if ((is_default_stream(s) || e->stream == stream_of(s)) && e->pending > 0) {
-        e->pending--;
+      if ((is_default_stream(s) || e->stream == stream_of(s)) && !event_done(e)) {
+        if (e->pending > 0) e->pending--;
         rc = CUDA_ERROR_NOT_READY;
       }
     }
@@ -222,6 +243,7 @@ CUresult cuEventRecord(CUevent ev, CUstream s) {
     sim_event *e = (sim_event *)(void *)ev;
     e->recorded = true;
     e->pending = sim.event_delay;
+    e->deadline_us = sim.event_delay_us > 0 ? sim.clock_us + sim.event_delay_us : 0;
     e->stream = stream_of(s);
     e->t_ms = sim_now_ms();
   }
@@ -243,6 +265,7 @@ CUresult cuEventQuery(CUevent ev) {
   else {
     sim_event *e = (sim_event *)(void *)ev;
     if (e->pending > 0) { e->pending--; rc = CUDA_ERROR_NOT_READY; }
+    else if (!event_done(e)) rc = CUDA_ERROR_NOT_READY;
   }
   sim_cost(SIM_OP_EVENT_QUERY, 0);
   sim_unlock();
@@ -254,8 +277,9 @@ CUresult cuEventSynchronize(CUevent ev) {
   sim_lock();
   CUresult rc = CUDA_SUCCESS;
   if (!sim_pset_has(sim.events, sim.nevents, ev)) rc = CUDA_ERROR_INVALID_HANDLE;
-  else ((sim_event *)(void *)ev)->pending = 0;
+  double wait = rc ? 0 : event_complete((sim_event *)(void *)ev);
   sim_cost(SIM_OP_EVENT_SYNC, 0);
+  sim_cost_wait(SIM_OP_EVENT_SYNC, wait);
   sim_unlock();
   return rc;
 }
@@ -271,7 +295,7 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
     sim_event *a = (sim_event *)(void *)start, *b = (sim_event *)(void *)end;
     if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) rc = CUDA_ERROR_INVALID_HANDLE;
     else if (!a->recorded || !b->recorded) rc = CUDA_ERROR_INVALID_HANDLE;
-    else if (a->pending || b->pending) rc = CUDA_ERROR_NOT_READY;
+    else if (!event_done(a) || !event_done(b)) rc = CUDA_ERROR_NOT_READY;
     else *ms = (float)(b->t_ms - a->t_ms);
   }
   sim_unlock();

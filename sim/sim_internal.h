@@ -80,6 +80,7 @@ typedef struct sim_event {
   unsigned flags;
   bool recorded;
   unsigned pending;  /* queries left before it completes (delayed-completion mode) */
+  double deadline_us;/* simulated clock at which it completes (timed delayed completion) */
   sim_stream *stream;/* stream of the last record (NULL: legacy default stream) */
   double t_ms;       /* CLOCK_MONOTONIC at record */
 } sim_event;
@@ -106,7 +107,9 @@ typedef struct sim_state {
   pthread_mutex_t lock;
   bool initialized;  /* cuInit called */
   bool virtual_backing;
-  unsigned event_delay;
+  unsigned event_delay;     /* queries before a recorded event completes */
+  double event_delay_us;    /* simulated µs after its record before an event completes */
+  double clock_us;          /* simulated driver clock: every cost and wait, never reset */
   size_t capacity, used, peak;
   int memfd;         /* backing for cuMemCreate handles; -1 when virtual */
   uint64_t next_file_off;
@@ -135,6 +138,7 @@ void sim_lock(void);
 void sim_unlock(void);
 void sim_ensure_config(void);           /* reads the environment once; takes no lock */
 void sim_cost(sim_op op, size_t bytes); /* caller holds the lock */
+void sim_cost_wait(sim_op op, double us); /* simulated waiting, charged to op; lock held */
 CUresult sim_charge(size_t bytes, bool is_alloc); /* capacity + faults; caller holds the lock */
 void sim_uncharge(size_t bytes);
 bool sim_fault_map(void);               /* caller holds the lock: should this map fail? */
@@ -150,7 +154,7 @@ void sim_pset_del(void **v, size_t *n, const void *p);
 
 /* sim_mem.c */
 sim_range *sim_range_find(uintptr_t p);  /* range containing p, or NULL; lock held */
-void sim_events_complete_all(void);       /* lock held */
+double sim_events_complete_all(void);     /* lock held; returns the simulated µs waited */
 
 /* sim_exec.c */
 bool sim_stream_valid(CUstream s);        /* lock held */

@@ -189,9 +189,10 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   sim_lock();
   size_t freed = 0;
   /* Like the real driver: freeing synchronizes the device first. */
-  sim_events_complete_all();
+  double wait = sim_events_complete_all();
   CUresult rc = dptr ? device_free(dptr, false, &freed) : CUDA_SUCCESS;
   sim_cost(SIM_OP_MEM_FREE, freed);
+  sim_cost_wait(SIM_OP_MEM_FREE, wait);
   sim_unlock();
   return rc;
 }

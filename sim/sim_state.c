@@ -258,6 +258,14 @@ void sim_cost(sim_op op, size_t bytes) {
   sim.stats.op[op].bytes += bytes;
   sim.stats.op[op].us += us;
   sim.stats.total_us += us;
+  sim.clock_us += us;
+}
+
+void sim_cost_wait(sim_op op, double us) {
+  if (us <= 0) return;
+  sim.stats.op[op].us += us;
+  sim.stats.total_us += us;
+  sim.clock_us += us;
 }
 
 /* ---- configuration from the environment ----------------------------------------------- */
@@ -279,13 +287,23 @@ static void read_config(void) {
       sim_note("GPUMEM_SIM_BACKING='%s' is not 'virtual' or 'memory'; using memory", v);
   }
   if ((v = getenv("GPUMEM_SIM_EVENT_DELAY")) && *v) {
+    /* N: queries; Nus / Nms: simulated time after the record */
     char *end;
     errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || *end || end == v || n > 1000000 || *v == '-')
-      sim_note("GPUMEM_SIM_EVENT_DELAY='%s' is not a number of queries (0..1000000); ignored", v);
-    else
+    double n = strtod(v, &end);
+    double scale = 0;
+    if (!strcmp(end, "")) scale = 0;
+    else if (!strcmp(end, "us")) scale = 1;
+    else if (!strcmp(end, "ms")) scale = 1000;
+    else scale = -1;
+    if (errno || end == v || !isfinite(n) || n < 0 || scale < 0 || n > 1e9 ||
+        (scale == 0 && n != (double)(unsigned)n))
+      sim_note("GPUMEM_SIM_EVENT_DELAY='%s' is not a number of queries (e.g. 3) or a simulated "
+               "time (e.g. 500us, 2ms); ignored", v);
+    else if (scale == 0)
       sim.event_delay = (unsigned)n;
+    else
+      sim.event_delay_us = n * scale;
   }
   if ((v = getenv("GPUMEM_SIM_FAULTS")) && *v) {
     char err[256];
@@ -450,6 +468,21 @@ void sim_set_event_delay(unsigned n) {
   sim_lock();
   sim.event_delay = n;
   sim_unlock();
+}
+
+void sim_set_event_delay_us(double us) {
+  sim_ensure_config();
+  sim_lock();
+  sim.event_delay_us = isfinite(us) && us > 0 ? us : 0;
+  sim_unlock();
+}
+
+double sim_clock_us(void) {
+  sim_ensure_config();
+  sim_lock();
+  double t = sim.clock_us;
+  sim_unlock();
+  return t;
 }
 
 CUresult sim_faults_set(const char *spec) {

@@ -464,6 +464,43 @@ static void test_event_delay_until_queries_or_sync(void **state) {
   OK(cuStreamDestroy(other));
 }
 
+static void test_timed_event_delay_runs_on_the_simulated_clock(void **state) {
+  (void)state;
+  CUevent e;
+  OK(cuEventCreate(&e, 0));
+  sim_set_event_delay_us(100);
+  /* Polling: each query advances the simulated clock, so the event completes after about
+   * 100 us worth of queries (1 us each), and not before. */
+  double t0 = sim_clock_us();
+  OK(cuEventRecord(e, NULL));
+  int queries = 0;
+  while (cuEventQuery(e) == CUDA_ERROR_NOT_READY) queries++;
+  assert_true(queries >= 90 && queries <= 100);
+  assert_true(sim_clock_us() - t0 >= 100);
+  /* Synchronizing waits out the rest at once and charges it as waiting time. */
+  sim_stats a, b;
+  sim_stats_get(&a);
+  OK(cuEventRecord(e, NULL));
+  assert_int_equal(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  assert_int_equal(sim_events_pending(), 1);
+  OK(cuEventSynchronize(e));
+  OK(cuEventQuery(e));
+  sim_stats_get(&b);
+  assert_true(b.op[SIM_OP_EVENT_SYNC].us - a.op[SIM_OP_EVENT_SYNC].us >= 95);
+  /* A device-wide synchronization waits for the latest deadline. */
+  CUstream s;
+  OK(cuStreamCreate(&s, 0));
+  OK(cuEventRecord(e, s));
+  assert_int_equal(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  OK(cuCtxSynchronize());
+  OK(cuStreamQuery(s));
+  sim_set_event_delay_us(0);
+  OK(cuEventRecord(e, s));
+  OK(cuEventQuery(e));
+  OK(cuStreamDestroy(s));
+  OK(cuEventDestroy(e));
+}
+
 /* ---- host kernels ---- */
 
 struct three_floats { float x, y, z; };
@@ -647,6 +684,7 @@ int main(void) {
       cmocka_unit_test(test_copies_and_memsets),
       cmocka_unit_test(test_streams_and_events),
       cmocka_unit_test(test_event_delay_until_queries_or_sync),
+      cmocka_unit_test(test_timed_event_delay_runs_on_the_simulated_clock),
       cmocka_unit_test(test_host_kernel_launch_sees_arguments),
       cmocka_unit_test(test_launch_host_func_runs_in_order),
       cmocka_unit_test(test_cost_counters),

@@ -118,12 +118,24 @@ static int child_event_completes_at_once(void) {
   return cuEventQuery(e) == CUDA_SUCCESS ? 0 : 2;
 }
 
+static int child_event_completes_after_simulated_time(void) {
+  CUevent e;
+  if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+  int n = 0;
+  while (cuEventQuery(e) == CUDA_ERROR_NOT_READY && n < 100000) n++;
+  return n >= 150 && n <= 200 ? 0 : 2; /* 200 us of 1-us queries, less the record's cost */
+}
+
 static void test_event_delay_from_env(void **state) {
   (void)state;
   char err[4096];
   assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "2", child_event_needs_two_queries, err, sizeof err), 0);
   assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "-3", child_event_completes_at_once, err, sizeof err), 0);
   assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='-3'"));
+  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "200us", child_event_completes_after_simulated_time, err, sizeof err), 0);
+  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "0.2ms", child_event_completes_after_simulated_time, err, sizeof err), 0);
+  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "3s", child_event_completes_at_once, err, sizeof err), 0);
+  assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='3s'"));
 }
 
 static int child_some_calls(void) {
