@@ -366,6 +366,17 @@ int gpt2_init_params(gpt2 *m, const char *load)
 {
     CK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     CK(cudaStreamCreateWithFlags(&m->copy_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    /* As frameworks using cudaMallocAsync do (PyTorch's cudaMallocAsync backend): let the
+     * driver's pool keep freed memory instead of returning it at every synchronization.
+     * Not essential (the virtual GPU accepts and ignores it), so a failure is not fatal. */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+            (void)cudaGetLastError();
+    } else {
+        (void)cudaGetLastError();
+    }
     /* A dry run launches nothing, so it needs no backend (no cuBLAS handle): the CUDA build's
      * dry run then also runs on the virtual GPU. */
     if (m->be->init && !m->o.dry_run) {
@@ -383,6 +394,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
         if (k > maxn) maxn = k;
         TRY(t_alloc(m, &m->params[i], k, "%s", n));
     }
+    /* The parameters were allocated in stream order: make them usable by the synchronous
+     * copies below (legacy stream). */
+    CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
     /* One staging buffer; in a dry run it is never written or read (copies into the
      * virtual GPU's unbacked memory are skipped), so it costs no resident memory. */
     float *stage = malloc(sizeof(float) * maxn);

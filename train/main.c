@@ -354,8 +354,9 @@ int main(int argc, char **argv)
                o.steps, total_tok ? total_ms / (o.steps > 1 ? o.steps - 1 : 1) : 0.0,
                total_ms > 0 ? total_tok / (total_ms / 1e3) : 0.0, gpt2_peak_bytes(m),
                gpt2_peak_bytes(m) / 1048576.0);
-        printf("PEAK %zu bytes\n", gpt2_peak_bytes(m));
     }
+    /* Also after an error (an OOM, say): the peak reached is what a memory tool wants. */
+    printf("PEAK %zu bytes\n", gpt2_peak_bytes(m));
     gpt2_destroy(m);
     free(d.tok), free(tok), free(tgt);
     return rc;
