@@ -77,6 +77,12 @@ endif
 
 ALL_TARGETS += $(PRELOAD_APPS)
 
+# ---- benchmark ---------------------------------------------------------------------------------
+$(BUILD)/tests/bench/preload_bench: $(BUILD)/tests/bench/preload_bench.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+ALL_TARGETS += $(BUILD)/tests/bench/preload_bench
+BENCHES += tests/bench/preload_bench.sh
+
 # ---- tests ----------------------------------------------------------------------------------
 # the pinned pool against a fake driver
 preload_pinned_LIBS = $(PRELOAD_DIR)/pinned.o $(PRELOAD_DIR)/libgm_jemalloc.a

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Benchmark of libgpumem.so on the virtual GPU: the same allocation churn (preload_bench) run
+# plain (every cudaMalloc/cudaFree reaches the driver) and under gpumem (served from its cache).
+# BENCH lines: wall ns per call both ways, the driver time the virtual GPU's cost model charges
+# both ways (what a real driver would have spent), and their ratio.
+set -uo pipefail
+BUILD=${BUILD:-build}
+B=$BUILD/tests/bench/preload_bench
+LIB=$PWD/$BUILD/libgpumem.so
+[[ -x $B && -e $LIB ]] || { echo "preload_bench: build first (make)" >&2; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+N=20000
+GPUMEM_SIM_STATS=1 "$B" $N >"$tmp/plain.out" 2>"$tmp/plain.err" || { echo "plain run failed" >&2; exit 1; }
+GPUMEM_SIM_STATS=1 GPUMEM_DB="$tmp/b.db" GPUMEM_QUIET=1 LD_PRELOAD=$LIB "$B" $N >"$tmp/gm.out" 2>"$tmp/gm.err" ||
+    { echo "gpumem run failed" >&2; cat "$tmp/gm.err" >&2; exit 1; }
+GPUMEM_SIM_STATS=1 GPUMEM_DB="$tmp/c.db" GPUMEM_QUIET=1 GPUMEM_STACKS=0 LD_PRELOAD=$LIB "$B" $N >"$tmp/ns.out" 2>"$tmp/ns.err" ||
+    { echo "gpumem run (no stacks) failed" >&2; exit 1; }
+ns() { awk '{printf "%.0f", $4 / $2}' "$1"; }
+simus() { awk '/simulated driver time/ {print $6}' "$1"; }
+echo "BENCH preload_call_ns_plain $(ns "$tmp/plain.out") ns"
+echo "BENCH preload_call_ns_gpumem $(ns "$tmp/gm.out") ns"
+echo "BENCH preload_call_ns_gpumem_nostacks $(ns "$tmp/ns.out") ns"
+p=$(simus "$tmp/plain.err"); g=$(simus "$tmp/gm.err")
+echo "BENCH preload_driver_us_plain $p us"
+echo "BENCH preload_driver_us_gpumem $g us"
+awk -v p="$p" -v g="$g" 'BEGIN { if (g > 0) printf "BENCH preload_driver_time_ratio %.1f x\n", p / g }'
