@@ -76,6 +76,7 @@ static size_t merge_groups(group *g, size_t n) {
 
 /* Per-stack call-site strings and per-range phase strings, computed once. */
 typedef struct labels {
+    u64map names;     /* string id -> char * with digit runs as '*' */
     char **site;      /* by stack index */
     long *site_frame; /* by stack index */
     char **phase;     /* by range index; "step N" normalized to "step *" when asked */
@@ -99,6 +100,7 @@ static void normalize_steps(char *p) {
 }
 
 static void labels_make(const gm_model *m, labels *l, int norm_steps) {
+    memset(l, 0, sizeof *l);
     l->site = calloc(m->nstacks + 1, sizeof *l->site);
     l->site_frame = calloc(m->nstacks + 1, sizeof *l->site_frame);
     l->phase = calloc(m->nranges + 1, sizeof *l->phase);
@@ -109,6 +111,9 @@ static void labels_make(const gm_model *m, labels *l, int norm_steps) {
 }
 
 static void labels_free(const gm_model *m, labels *l) {
+    for (uint64_t i = 0; l->names.keys && i <= l->names.mask; i++)
+        if (l->names.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)l->names.vals[i]);
+    u64map_free(&l->names);
     for (size_t i = 0; l->site && i <= m->nstacks; i++) free(l->site[i]);
     for (size_t i = 0; l->phase && i < m->nranges; i++) free(l->phase[i]);
     free(l->site), free(l->site_frame), free(l->phase);
@@ -121,14 +126,52 @@ static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *f
         return stack ? "(stack not recorded)" : "(no stack: GPUMEM_STACKS=0)";
     }
     if (!l->site[*si]) {
-        char buf[1024];
+        /* the call site and its caller: allocation wrappers (t_alloc, my_alloc...) are common,
+         * and the caller is what tells them apart */
+        char buf[2048];
         long f = gm_stack_site(m, stack);
-        gm_frame_desc(m, f, buf, sizeof buf);
+        gm_frame_desc(m, f, buf, 1024);
+        size_t len;
+        gm_stack_frame(m, stack, 0, &len);
+        for (size_t d = 0; d + 1 < len; d++)
+            if (gm_stack_frame(m, stack, d, NULL) == f) {
+                long c = gm_stack_frame(m, stack, d + 1, NULL);
+                if (c >= 0) {
+                    size_t o = strlen(buf);
+                    snprintf(buf + o, sizeof buf - o, " < ");
+                    gm_frame_desc(m, c, buf + o + 3, sizeof buf - o - 3);
+                }
+                break;
+            }
         l->site[*si] = strdup(buf);
         l->site_frame[*si] = f;
     }
     if (frame) *frame = l->site_frame[*si];
     return l->site[*si] ? l->site[*si] : "?";
+}
+
+/* "adam.m.h11.fc_w" -> "adam.m.h*.fc_w": the same tensor of every layer in one row */
+static const char *name_of(const gm_model *m, labels *l, uint32_t name) {
+    uint64_t *v = name ? u64map_get(&l->names, name) : NULL;
+    if (v) return (const char *)(uintptr_t)*v;
+    const char *s = name ? gm_str(m, name) : NULL;
+    if (!s) return "(unnamed)";
+    char *n = malloc(strlen(s) + 1), *o = n;
+    if (!n) return "(unnamed)";
+    for (const char *p = s; *p;) {
+        if (*p >= '0' && *p <= '9') {
+            *o++ = '*';
+            while (*p >= '0' && *p <= '9') p++;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    if (u64map_put(&l->names, name, (uint64_t)(uintptr_t)n) != 0) {
+        free(n);
+        return "(unnamed)";
+    }
+    return n;
 }
 
 static const char *phase_of(const gm_model *m, labels *l, uint32_t range) {
@@ -147,7 +190,9 @@ static int alive_at_end(const gm_alloc *a, uint64_t at) {
     return a->death == 0;
 }
 
-/* Builds groups by site (by_site = 1) or phase of the allocations passing filter. */
+enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2 };
+
+/* Builds groups by site, phase or name of the allocations passing filter. */
 static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_t at, int by_site,
                            group **out, uint64_t *total, uint64_t *count) {
     size_t n = 0, cap = 0;
@@ -162,7 +207,9 @@ static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_
             if (!ng) break;
             g = ng, cap = c;
         }
-        g[n].key = by_site ? site_of(m, l, a->stack, NULL) : phase_of(m, l, a->range);
+        g[n].key = by_site == BY_SITE   ? site_of(m, l, a->stack, NULL)
+                   : by_site == BY_NAME ? name_of(m, l, a->name)
+                                        : phase_of(m, l, a->range);
         g[n].bytes = a->size;
         g[n].count = 1;
         g[n].sample = i;
@@ -285,8 +332,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     labels_make(m, &l, 1); /* "step N" grouped as "step *": one row per phase, not per step */
     group *gs = NULL, *gp = NULL;
     uint64_t total, count;
-    size_t ns = group_allocs(m, &l, live_at, m->peak_allocated_seq, 1, &gs, &total, &count);
-    size_t np = group_allocs(m, &l, live_at, m->peak_allocated_seq, 0, &gp, &total, &count);
+    size_t ns = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_SITE, &gs, &total, &count);
+    size_t np = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_PHASE, &gp, &total, &count);
+    group *gn = NULL;
+    size_t nn = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_NAME, &gn, &total, &count);
+    int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
     double util = pct(m->peak_allocated, m->peak_reserved);
     uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * m->events : 0;
     if (o->json) {
@@ -313,6 +363,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
         fputc(',', out);
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
+        fputc(',', out);
+        print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
         fprintf(out, "},\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
@@ -343,6 +395,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
         print_groups_text(out, "by call site", gs, ns, o->top, total);
+        if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }
@@ -350,7 +403,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         const gm_oom *oo = &m->ooms[i];
         group *go = NULL;
         uint64_t ot, oc;
-        size_t no = group_allocs(m, &l, live_at, oo->seq, 1, &go, &ot, &oc);
+        size_t no = group_allocs(m, &l, live_at, oo->seq, BY_SITE, &go, &ot, &oc);
         if (o->json) {
             fprintf(out, "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
                          ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
@@ -387,7 +440,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         free(go);
     }
     if (o->json) fputs("]}\n", out);
-    free(gs), free(gp);
+    free(gs), free(gp), free(gn);
     labels_free(m, &l);
     return 0;
 }
@@ -410,8 +463,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     labels_make(m, &l, 1);
     group *gs = NULL, *gp = NULL;
     uint64_t total, count;
-    size_t ns = group_allocs(m, &l, alive_at_end, 0, 1, &gs, &total, &count);
-    size_t np = group_allocs(m, &l, alive_at_end, 0, 0, &gp, &total, &count);
+    size_t ns = group_allocs(m, &l, alive_at_end, 0, BY_SITE, &gs, &total, &count);
+    size_t np = group_allocs(m, &l, alive_at_end, 0, BY_PHASE, &gp, &total, &count);
     *leaked_bytes = total;
     /* growth across steps: least-squares slope of the allocated bytes at each step's end */
     double slope = 0;

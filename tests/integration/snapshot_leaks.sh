@@ -20,6 +20,8 @@ last=$(tail -1 "$TMP/leaks.txt")
 "$GPUMEM" report "$db" > "$TMP/report.txt" || fail "gpumem report failed"
 grep -q "peak allocated" "$TMP/report.txt" || fail "report has no summary"
 grep -q "step \*/fwd" "$TMP/report.txt" || fail "report has no NVTX phase attribution"
+sed -n '/by tensor name/,/^$/p' "$TMP/report.txt" | grep -q "planted" || fail "report does not attribute the peak by tensor name"
+grep -q "my_alloc (snapshot_app.c:[0-9]*) < plant_leak" "$TMP/report.txt" || fail "call sites do not name the caller"
 for c in report leaks; do
   "$GPUMEM" $c "$db" --json > "$TMP/$c.json" || [[ $c == leaks ]] || fail "$c --json failed"
   if command -v python3 > /dev/null; then
