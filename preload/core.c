@@ -197,7 +197,6 @@ gm_mode_t gm_mode_peek(void)
     return gm_forked_child ? GM_MODE_OFF : mode_now;
 }
 
-int gm_driver_ok(void) { return gm_driver_init(); }
 
 /* ---- recorder bridge -------------------------------------------------------------------- */
 

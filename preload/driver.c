@@ -32,7 +32,6 @@ typedef CUresult (*getproc_v2_fn)(const char *, void **, int, cuuint64_t,
 static getproc_v1_fn real_getproc_v1;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static int driver_ok;      /* cuInit succeeded */
-static int driver_loaded;  /* cuGetProcAddress_v2 known */
 
 /* ---- hooks ---------------------------------------------------------------------------- */
 
@@ -506,7 +505,6 @@ static void driver_load(void)
     real_getproc_v1 = (getproc_v1_fn)gm_real_dlsym_fn(h, "cuGetProcAddress");
     if (!gm_real.cuGetProcAddress_v2)
         goto out;
-    driver_loaded = 1;
     /* The exported symbol fixes the ABI (cuCtxGetDevice is not cuCtxGetDevice_v2, whatever
      * version a cuGetProcAddress lookup would map it to); the cuGetProcAddress answer is what
      * the runtime will be handed, so both are recognised when replacing pointers. */
@@ -598,11 +596,4 @@ static CUresult w_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t fl
         }
     }
     return r;
-}
-
-int gm_driver_loaded(void);
-int gm_driver_loaded(void)
-{
-    gm_driver_init();
-    return driver_loaded;
 }

@@ -43,8 +43,6 @@ typedef enum { GM_MODE_OFF = 0, GM_MODE_RECORD = 1, GM_MODE_REPLACE = 2 } gm_mod
 gm_mode_t gm_mode(void);
 /* The mode without triggering init (GM_MODE_OFF until init ran). */
 gm_mode_t gm_mode_peek(void);
-/* Driver usable (libcuda.so.1 loaded, cuInit succeeded). Triggers init. */
-int gm_driver_ok(void);
 /* 1 in a child forked after gpumem was initialised in the parent: gpumem is off there. */
 extern int gm_forked_child;
 /* GPUMEM_LIMIT in bytes, 0 when unset. */
@@ -197,7 +195,7 @@ CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b);
 /* Finds the live allocation containing ptr (gpumem block, passed-through allocation, pinned
  * pool memory): 0 and its start address, or -1 when gpumem knows no such allocation. */
 int gm_heap_name(CUdeviceptr ptr, uintptr_t *start);
-/* Frees everything cached (for empty-cache style calls). */
+/* At exit: allocator snapshots for the recorder (memory stays mapped). */
 void gm_heap_exit(void);
 void gm_heap_print_stats(FILE *f);
 
@@ -236,8 +234,6 @@ void gm_nvtx_dump(void);        /* GPUMEM_DEBUG_RANGES=path: write what was rece
 void gm_nvtx_fork_prepare(void);
 void gm_nvtx_fork_parent(void);
 void gm_nvtx_fork_child(void);
-/* The innermost range of the calling thread ("" when none). */
-const char *gm_nvtx_current(void);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {

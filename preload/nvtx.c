@@ -207,11 +207,6 @@ static long my_tid(void)
     return ts.tid;
 }
 
-const char *gm_nvtx_current(void)
-{
-    return ts.path;
-}
-
 static void narrow(const wchar_t *w, char *out, size_t len)
 {
     size_t i = 0;
