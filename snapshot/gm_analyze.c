@@ -233,26 +233,34 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         }
         sqlite3_finalize(s);
     }
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, t, kind, flags, device, addr, size, stack, range "
+    /* first and last time apart: the sweep reads only what it needs per row */
+    if (sqlite3_prepare_v2(d->db, "SELECT (SELECT t FROM events ORDER BY seq LIMIT 1), "
+                                  "(SELECT t FROM events ORDER BY seq DESC LIMIT 1)", -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            m->first_t = (uint64_t)sqlite3_column_int64(s, 0);
+            m->last_t = (uint64_t)sqlite3_column_int64(s, 1);
+        }
+        sqlite3_finalize(s);
+    }
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, device "
                                   "FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         free(names);
         return fail(d, err, errsz, "events");
     }
     u64map live = {0}, step_idx = {0};
     size_t step_cap = 0;
+    uint32_t last_range = 0;
+    int64_t last_step = -1;
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
-        uint64_t t = (uint64_t)sqlite3_column_int64(s, 1);
-        unsigned kind = (unsigned)sqlite3_column_int(s, 2);
-        unsigned flags = (unsigned)sqlite3_column_int(s, 3);
-        int device = sqlite3_column_int(s, 4);
-        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 5);
-        uint64_t size = (uint64_t)sqlite3_column_int64(s, 6);
-        uint32_t stack = (uint32_t)sqlite3_column_int64(s, 7);
-        uint32_t range = (uint32_t)sqlite3_column_int64(s, 8);
-        if (m->events == 0) m->first_t = t;
-        m->last_t = t;
+        unsigned kind = (unsigned)sqlite3_column_int(s, 1);
+        unsigned flags = (unsigned)sqlite3_column_int(s, 2);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 3);
+        uint64_t size = (uint64_t)sqlite3_column_int64(s, 4);
+        uint32_t stack = (uint32_t)sqlite3_column_int64(s, 5);
+        uint32_t range = (uint32_t)sqlite3_column_int64(s, 6);
+        int device = is_alloc(kind) ? sqlite3_column_int(s, 7) : 0;
         m->events++;
         if (seq > m->max_seq) m->max_seq = seq;
         m->count_kind[kind < 32 ? kind : 0]++;
@@ -309,10 +317,16 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         }
         if (m->host > m->peak_host) m->peak_host = m->host;
         if (range) {
-            const gm_range *r = gm_range_of(m, range);
-            if (r && r->step >= 0) {
-                gm_step *st = step_entry(m, &step_idx, r->step, &step_cap);
-                if (st) st->end_allocated = m->allocated;
+            /* consecutive events mostly share a range: remember the last lookup */
+            if (range != last_range) {
+                const gm_range *r = gm_range_of(m, range);
+                last_range = range;
+                last_step = r && r->step >= 0 ? r->step : -1;
+                if (last_step >= 0) step_entry(m, &step_idx, last_step, &step_cap);
+            }
+            if (last_step >= 0) {
+                uint64_t *si = u64map_get(&step_idx, (uint64_t)last_step);
+                if (si) m->steps[*si].end_allocated = m->allocated;
             }
         }
         if (progress && (m->events & ((1u << 20) - 1)) == 0)
