@@ -63,6 +63,10 @@ $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 $(APPS_DIR)/nvtx_tool.so: $(APPS_DIR)/nvtx_tool.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
 PRELOAD_APPS += $(APPS_DIR)/nvtx_tool.so
+# a preloaded cudaMalloc wrapper using dlsym(RTLD_NEXT): tests that gpumem's dlsym keeps it exact
+$(APPS_DIR)/next_shim.so: $(APPS_DIR)/next_shim.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $< -ldl
+PRELOAD_APPS += $(APPS_DIR)/next_shim.so
 
 # real_rt_app: the real CUDA runtime (nvcc -cudart shared), only where nvcc exists and only in
 # the plain build (an nvcc-built program cannot take an ASan/TSan-built libgpumem.so).

@@ -21,4 +21,11 @@ check_eq "driver cuMemAlloc calls under gpumem" "$(simcount "$TMP/pre.err" cuMem
 check_eq "driver cuMemAllocAsync calls under gpumem" "$(simcount "$TMP/pre.err" cuMemAllocAsync)" 0
 check_gt "driver cuMemMap calls under gpumem" "$(simcount "$TMP/pre.err" cuMemMap)" 0
 check_eq "pinned cuMemAllocHost from the pool" "$(stat "$TMP/pre.err" host_alloc)" 1
+# record mode: the driver serves, gpumem counts each allocation once
+GPUMEM_MODE=record run_pre "$TMP/rec.out" "$TMP/rec.err" "$APPS/drv_app" || fail "drv_app failed in record mode"
+same_output "drv_app record mode" "$TMP/plain.out" "$TMP/rec.out"
+check_eq "record mode: served" "$(stat "$TMP/rec.err" served)" 0
+check_eq "record mode: device allocations passed through" "$(stat "$TMP/rec.err" passthrough)" "$((allocs + aallocs))"
+check_eq "record mode: frees matched" "$(stat "$TMP/rec.err" passthrough_free)" "$((frees + afrees))"
+check_eq "record mode: driver cuMemAlloc calls" "$(simcount "$TMP/rec.err" cuMemAlloc)" "$allocs"
 finish

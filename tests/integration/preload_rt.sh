@@ -79,6 +79,17 @@ GPUMEM_MODE=fast run_pre "$TMP/mode.out" "$TMP/mode.err" "$APPS/rt_app" || fail 
 check_eq "bad GPUMEM_MODE reported" "$(grep -c "^gpumem: GPUMEM_MODE: unknown mode 'fast'" "$TMP/mode.err")" 1
 GPUMEM_LIMIT=lots run_pre "$TMP/lim.out" "$TMP/lim.err" "$APPS/rt_app" || fail "rt_app failed with a bad GPUMEM_LIMIT"
 check_eq "bad GPUMEM_LIMIT reported" "$(grep -c "^gpumem: GPUMEM_LIMIT: bad size 'lots'" "$TMP/lim.err")" 1
+# dlsym(RTLD_NEXT) from another preloaded library still means "after that library": its next
+# cudaMalloc is gpumem's (served), not the runtime's behind gpumem
+if [[ -e $APPS/next_shim.so ]]; then
+  GPUMEM_STATS=1 LD_PRELOAD="$PWD/$APPS/next_shim.so $LIB" "$APPS/rt_app" >"$TMP/shim.out" 2>"$TMP/shim.err" ||
+      fail "rt_app failed with next_shim.so before gpumem"
+  same_output "rt_app with next_shim.so" "$TMP/plain.out" "$TMP/shim.out"
+  check_eq "shim's RTLD_NEXT cudaMalloc reached gpumem" "$(stat "$TMP/shim.err" rt_malloc)" "$allocs"
+  check_eq "shim wrapped every cudaMalloc" "$(awk '/^next_shim: cudaMalloc calls/ {print $4}' "$TMP/shim.err")" "$allocs"
+  check_eq "and gpumem served them" "$(stat "$TMP/shim.err" served)" "$((allocs + aallocs + 1))"
+fi
+
 # naming
 "$APPS/rt_app" name >"$TMP/name.plain" 2>&1
 check_eq "without gpumem, gpumem_name is absent" "$(cat "$TMP/name.plain")" "rt_app: gpumem_name absent"

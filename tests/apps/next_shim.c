@@ -1,0 +1,26 @@
+/*
+ * next_shim.so — a preloaded wrapper of cudaMalloc of the most common kind: it finds "the
+ * next" cudaMalloc with dlsym(RTLD_NEXT, ...) and counts its calls. Preloaded before
+ * libgpumem.so it proves gpumem's exported dlsym keeps RTLD_NEXT relative to the *caller*
+ * (this shim): the next cudaMalloc must be gpumem's, not the runtime's one after gpumem.
+ */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+static atomic_int calls;
+
+cudaError_t cudaMalloc(void **p, size_t size)
+{
+    static cudaError_t (*next)(void **, size_t);
+    if (!next)
+        next = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
+    atomic_fetch_add(&calls, 1);
+    return next ? next(p, size) : cudaErrorInitializationError;
+}
+
+__attribute__((destructor)) static void report(void)
+{
+    fprintf(stderr, "next_shim: cudaMalloc calls %d\n", atomic_load(&calls));
+}
