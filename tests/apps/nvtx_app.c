@@ -100,11 +100,14 @@ int main(void)
 {
     domain = nvtxDomainCreateA("train");
     bwd = nvtxDomainRegisterStringA(domain, "bwd");
+    /* a start/end range spanning the workers (not nested: it may end on any thread) */
+    nvtxRangeId_t run = nvtxRangeStartA("run");
     pthread_t th[2];
     for (long i = 0; i < 2; i++)
         pthread_create(&th[i], NULL, worker, (void *)i);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
+    nvtxRangeEnd(run);
     nvtxDomainDestroy(domain);
     printf("nvtx_app: done\n");
     return 0;

@@ -144,6 +144,11 @@ static int run_errors(void)
     printf("rt_app: host free %d\n", (int)e);
     e = cudaFreeHost(h);
     printf("rt_app: host double free %d\n", (int)e);
+    void *m = NULL;
+    e = cudaMallocManaged(&m, 8192, cudaMemAttachGlobal); /* passed through, recorded */
+    printf("rt_app: managed alloc %d\n", (int)e);
+    e = cudaFree(m);
+    printf("rt_app: managed free %d\n", (int)e);
     int local;
     e = cudaFree(&local); /* a pointer nobody allocated: foreign, goes to the real runtime */
     printf("rt_app: foreign free %d\n", (int)e);

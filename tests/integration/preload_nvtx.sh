@@ -28,6 +28,8 @@ for t in worker0 worker1; do
 done
 check_eq "marks received" "$(grep -c '^mark .* - tick$' "$TMP/ranges")" 12
 check_eq "domain received" "$(grep -c '^domain train$' "$TMP/ranges")" 1
+run_id=$(awk '$1=="start" && $5=="run" {print $2}' "$TMP/ranges")
+check_eq "start/end range received with its id" "$(awk -v id="$run_id" '$1=="end" && $2==id' "$TMP/ranges" | wc -l)" 1
 
 # chaining: a tool set before gpumem keeps receiving
 if [[ -e $APPS/nvtx_tool.so ]]; then

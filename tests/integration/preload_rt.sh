@@ -68,6 +68,9 @@ check_eq "double cudaFree answered" "$(awk '/^rt_app: double free/ {print $4}' "
 check_eq "double cudaFreeHost answered" "$(awk '/^rt_app: host double free/ {print $5}' "$TMP/err.out")" 1
 check_eq "double frees recorded" "$(stat "$TMP/err.err" double_free)" 2
 check_eq "foreign free passed to the runtime" "$(stat "$TMP/err.err" foreign_free)" 1
+check_eq "managed memory passed through" "$(awk '/^rt_app: managed/ {print $4}' "$TMP/err.out" | tr '\n' ' ')" "0 0 "
+check_eq "managed allocation recorded, its free matched" \
+    "$(stat "$TMP/err.err" managed) $(stat "$TMP/err.err" passthrough_free)" "1 1"
 check_eq "still allocates after bad frees" "$(awk '/^rt_app: still works/ {print $4}' "$TMP/err.out")" 0
 
 # bad configuration: one line naming the key, gpumem off, program unaffected
