@@ -48,6 +48,9 @@ typedef struct rec_state {
     rec_item *items, **items_tail;
     rec_ring ring;
     uint64_t start_ns;            /* CLOCK_MONOTONIC origin */
+    int use_tsc;                  /* timestamps are TSC ticks (invariant TSC, calibrated) */
+    uint64_t tsc0;                /* TSC at start_ns */
+    double ns_per_tick;
     int stacks;                   /* frames per stack, 0 = off */
     int fork_record;
     int quiet;
@@ -81,6 +84,19 @@ enum { REC_ST_NEW = 0, REC_ST_OPENING, REC_ST_OPEN, REC_ST_OFF, REC_ST_CLOSED };
 extern rec_state rec_g;
 
 uint64_t rec_now_ns(void);
+
+/* Timestamps on the hot path: the raw TSC where it is invariant (a third of the cost of
+ * clock_gettime on a VM), else CLOCK_MONOTONIC ns. The writer converts to ns since start. */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t rec_ticks(void) { return rec_g.use_tsc ? __rdtsc() : rec_now_ns(); }
+#else
+static inline uint64_t rec_ticks(void) { return rec_now_ns(); }
+#endif
+static inline uint64_t rec_ticks_to_ns(const rec_state *g, uint64_t t) {
+    if (g->use_tsc) return t > g->tsc0 ? (uint64_t)((double)(t - g->tsc0) * g->ns_per_tick) : 0;
+    return t > g->start_ns ? t - g->start_ns : 0;
+}
 void rec_item_push(rec_item *it); /* caller holds rec_g.lock */
 void rec_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -375,7 +375,7 @@ static void write_snapshot(writer *w, rec_item *it, int64_t id) {
     sqlite3_stmt *s = w->st[S_SNAPSHOT];
     bind_i(s, 1, id);
     bind_i(s, 2, (int64_t)it->id);
-    bind_i(s, 3, (int64_t)it->b);
+    bind_i(s, 3, (int64_t)rec_ticks_to_ns(&rec_g, it->b));
     bind_i(s, 4, (int64_t)it->a);
     bind_i(s, 5, it->n ? segs[0].device : 0);
     step(w, S_SNAPSHOT, "writing snapshots");
@@ -631,7 +631,7 @@ static void on_event(writer *w, uint64_t seq, rec_rec *r) {
 write:;
     int64_t *row = w->evbuf[w->nev++];
     row[0] = (int64_t)seq;
-    row[1] = (int64_t)r->t;
+    row[1] = (int64_t)rec_ticks_to_ns(&rec_g, r->t);
     row[2] = k;
     row[3] = r->kind & REC_F_FLAGS_MASK;
     row[4] = r->device;
@@ -672,8 +672,9 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         bind_i(s, 4, k == REC_R_RANGE_PUSH ? 0 : k == REC_R_RANGE_START ? 1 : 2);
         bind_opt(s, 5, (int64_t)domain);
         bind_opt(s, 6, (int64_t)name);
-        bind_i(s, 7, (int64_t)r->t);
-        if (k == REC_R_MARK) bind_i(s, 8, (int64_t)r->t);
+        int64_t t = (int64_t)rec_ticks_to_ns(g, r->t);
+        bind_i(s, 7, t);
+        if (k == REC_R_MARK) bind_i(s, 8, t);
         else sqlite3_bind_null(s, 8);
         bind_t(s, 9, path);
         step(w, S_RANGE, "writing ranges");
@@ -684,7 +685,7 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         }
     } else if (k == REC_R_RANGE_POP || k == REC_R_RANGE_END) {
         sqlite3_stmt *s = w->st[S_RANGE_END];
-        bind_i(s, 1, (int64_t)r->t);
+        bind_i(s, 1, (int64_t)rec_ticks_to_ns(g, r->t));
         bind_i(s, 2, (int64_t)r->addr);
         step(w, S_RANGE_END, "closing ranges");
         uint64_t p;
@@ -749,7 +750,9 @@ static void finish(writer *w, rec_state *g) {
     uint64_t samples = atomic_load(&g->app_ns_samples);
     meta_int(w, "events", (int64_t)w->events);
     meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
-    meta_int(w, "app_ns_per_event", samples ? (int64_t)(atomic_load(&g->app_ns_sum) / samples) : 0);
+    double app_sum = (double)atomic_load(&g->app_ns_sum) * (g->use_tsc ? g->ns_per_tick : 1.0);
+    meta_int(w, "app_ns_per_event", samples ? (int64_t)(app_sum / (double)samples) : 0);
+    meta_int(w, "clock_tsc", g->use_tsc);
     meta_int(w, "stack_table_full", (int64_t)atomic_load(&g->stack_table_full));
     meta_int(w, "end_ns", (int64_t)(rec_now_ns() - g->start_ns));
     struct timespec cpu;

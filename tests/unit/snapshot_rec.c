@@ -142,6 +142,26 @@ static void committed_within_100ms(void **state) {
     assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), 100);
 }
 
+/* Timestamps are nanoseconds since the start (TSC-based or not): two events 50 ms apart are
+ * 50 ms apart in the file, and ranges are timed on the same clock. */
+static void timestamps_in_ns(void **state) {
+    (void)state;
+    rec_range_push(NULL, "timed");
+    rec_event(REC_ALLOC, 0, 0, 0x10, 16, 16, 1);
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL);
+    rec_event(REC_FREE, 0, 0, 0x10, 16, 0, 1);
+    rec_range_pop();
+    rec_close();
+    long long dt = snap_q(path, "SELECT max(t) - min(t) FROM events");
+    assert_true(dt >= 49 * 1000000ll);
+    assert_true(dt < 500 * 1000000ll);
+    long long rd = snap_q(path, "SELECT end_ns - start_ns FROM ranges");
+    assert_true(rd >= dt);
+    assert_true(snap_q(path, "SELECT min(t) FROM events") >= 0);
+    assert_true(snap_q(path, "SELECT value FROM meta WHERE key='end_ns'") >= snap_q(path, "SELECT max(t) FROM events"));
+}
+
 #define THREADS 4
 #define PER_THREAD 5000
 
@@ -211,6 +231,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(snapshots_oom_stats_meta, setup, teardown),
         cmocka_unit_test_setup_teardown(close_twice_and_late_events, setup, teardown),
         cmocka_unit_test_setup_teardown(committed_within_100ms, setup, teardown),
+        cmocka_unit_test_setup_teardown(timestamps_in_ns, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(start_end_cross_thread, setup, teardown),
     };
