@@ -6,14 +6,15 @@
  *
  * Contract in short
  *   - Everything is lazy and thread-safe: the first call of any rec_* function opens the
- *     database from the environment (GPUMEM_DB, GPUMEM_STACKS, GPUMEM_FORK, GPUMEM_RING) unless
- *     rec_open() was called first. Nothing happens in a constructor.
+ *     database from the environment (GPUMEM_DB, GPUMEM_STACKS, GPUMEM_FORK, GPUMEM_RING,
+ *     GPUMEM_QUIET, GPUMEM_TSC) unless rec_open() was called first. Nothing happens in a
+ *     constructor. Opening costs ~5 ms once (clock calibration, schema creation).
  *   - No function ever blocks the application for long, calls exit(), or crashes on a recorder
  *     error: on any failure the recorder prints ONE line to stderr ("gpumem: recorder: ...")
  *     and turns itself off; later calls are cheap no-ops.
  *   - Strings passed in (names, domains) are copied before the call returns.
- *   - The recorder adds to every event: seq (global order), time (CLOCK_MONOTONIC ns since the
- *     recording started), thread, call stack (when GPUMEM_STACKS > 0) and the calling thread's
+ *   - The recorder adds to every event: seq (global order), time (ns since the recording
+ *     started; from the invariant TSC when available), thread, call stack (when GPUMEM_STACKS > 0) and the calling thread's
  *     innermost open NVTX range (rec_range_push/pop).
  *   - Fork: the recorder installs its own pthread_atfork handlers when it opens; the preload
  *     has nothing to call. A child never touches the parent's SQLite connection. With
