@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 __thread int gm_inside __attribute__((tls_model("initial-exec")));
+__thread int gm_in_init __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
 size_t gm_limit;
 alloc_config_t gm_alloc_config;
@@ -164,6 +165,7 @@ int gm_nvtx_recording(void)
 
 static void core_init(void)
 {
+    gm_in_init++;
     gm_mode_t mode = config_mode();
     if (mode != GM_MODE_OFF && !gm_driver_init())
         mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
@@ -181,6 +183,7 @@ static void core_init(void)
 #endif
     atexit(exit_handler);
     atomic_store(&core_done, 1);
+    gm_in_init--;
 }
 
 gm_mode_t gm_mode(void)

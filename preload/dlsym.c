@@ -56,9 +56,9 @@ GM_HIDDEN void *gm_dlsym_decide(void *handle, const char *name);
 void *gm_dlsym_decide(void *handle, const char *name)
 {
     resolve_real_dlsym();
-    /* Lookups made while gpumem itself is working (the driver loading, its cuGetProcAddress
-     * calling dlsym) pass through: no recursion into gpumem's own init. */
-    if (gm_inside || !name || name[0] != 'c' || name[1] != 'u')
+    /* Lookups made while gpumem initialises (the driver loading, its cuGetProcAddress calling
+     * dlsym) pass through: no recursion into gpumem's own init. */
+    if (gm_in_init || !name || name[0] != 'c' || name[1] != 'u')
         return NULL;
     if (!gm_driver_name_hooked(name))
         return NULL;

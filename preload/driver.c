@@ -482,7 +482,7 @@ void *gm_driver_getproc_wrapper(const char *name)
 
 static void driver_load(void)
 {
-    gm_inside_enter();
+    gm_in_init++;
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
         /* the runtime may have found its driver through its own RUNPATH, which gpumem's dlopen
@@ -535,7 +535,7 @@ static void driver_load(void)
         gm_real.cuDevicePrimaryCtxRetain && gm_real.cuDeviceGet)
         driver_ok = 1;
 out:
-    gm_inside_leave();
+    gm_in_init--;
 }
 
 int gm_driver_init(void)
@@ -572,7 +572,10 @@ static CUresult w_getproc_v2(const char *sym, void **pfn, int ver, cuuint64_t fl
     if (!gm_real.cuGetProcAddress_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = gm_real.cuGetProcAddress_v2(sym, pfn, ver, flags, st);
-    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_inside) {
+    /* Hooks are handed out even to a thread inside gpumem (a runtime initialising within
+     * gpumem's cudaFree(NULL) keeps its pointers for ever); the hooks themselves pass through
+     * while the calling thread is inside. */
+    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_in_init) {
         void *h = gm_driver_hook_for(*pfn);
         if (h) {
             *pfn = h;
@@ -588,7 +591,7 @@ static CUresult w_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t fl
     if (!real_getproc_v1)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = real_getproc_v1(sym, pfn, ver, flags);
-    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_inside) {
+    if (r == CUDA_SUCCESS && pfn && *pfn && !gm_in_init) {
         void *h = gm_driver_hook_for(*pfn);
         if (h) {
             *pfn = h;

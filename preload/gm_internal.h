@@ -54,6 +54,11 @@ extern size_t gm_limit;
 extern __thread int gm_inside __attribute__((tls_model("initial-exec")));
 static inline void gm_inside_enter(void) { gm_inside++; }
 static inline void gm_inside_leave(void) { gm_inside--; }
+/* Set while the calling thread loads the driver or reads the configuration: dlsym lookups made
+ * then (libcuda's own start-up) pass straight through instead of re-entering the init. This is
+ * not gm_inside: a runtime initialising itself inside gpumem's cudaFree(NULL) must still be
+ * handed the cuGetProcAddress wrapper, so its later driver calls reach the hooks. */
+extern __thread int gm_in_init __attribute__((tls_model("initial-exec")));
 
 /* ---- statistics (core.c): plain atomic counters, dumped with GPUMEM_STATS=1 ---- */
 enum gm_stat {

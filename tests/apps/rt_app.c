@@ -7,6 +7,8 @@
  *   rt_app            the normal workload
  *   rt_app big        asks for 2 GiB, prints the error code, then carries on (GPUMEM_LIMIT test)
  *   rt_app errors     double free, foreign free, and prints the codes (run under gpumem)
+ *   rt_app first      cudaMalloc is the program's very first CUDA call; then a stream is
+ *                     created, used, destroyed, and the memory freed
  *   rt_app name       names two allocations: one through the NVTX memory extension, one
  *                     through gpumem_name found with dlsym (absent without gpumem)
  */
@@ -159,6 +161,19 @@ static int run_errors(void)
     return 0;
 }
 
+static int run_first(void)
+{
+    void *p = NULL, *q = NULL;
+    cudaStream_t s;
+    int ok = cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaStreamCreate(&s) == cudaSuccess &&
+             cudaMallocAsync(&q, 4096, s) == cudaSuccess && cudaFreeAsync(q, s) == cudaSuccess &&
+             cudaStreamDestroy(s) == cudaSuccess && cudaFree(p) == cudaSuccess;
+    void *r = NULL;
+    ok = ok && cudaMalloc(&r, 1 << 20) == cudaSuccess && cudaFree(r) == cudaSuccess;
+    printf("rt_app: first %s\n", ok ? "ok" : "bad");
+    return !ok;
+}
+
 static int run_name(void)
 {
     void *w = NULL, *a = NULL;
@@ -209,6 +224,8 @@ int main(int argc, char **argv)
         return run_big();
     if (argc > 1 && !strcmp(argv[1], "errors"))
         return run_errors();
+    if (argc > 1 && !strcmp(argv[1], "first"))
+        return run_first();
     if (argc > 1 && !strcmp(argv[1], "name"))
         return run_name();
     pthread_t t[NTHREADS];

@@ -93,6 +93,14 @@ if [[ -e $APPS/next_shim.so ]]; then
   check_eq "and gpumem served them" "$(stat "$TMP/shim.err" served)" "$((allocs + aallocs + 1))"
 fi
 
+# cudaMalloc as the program's first CUDA call: the runtime initialises inside gpumem's first
+# call and must still get gpumem's driver hooks (the created and destroyed stream is seen, so
+# the next cudaFree does not fence a dead stream)
+run_pre "$TMP/first.out" "$TMP/first.err" "$APPS/rt_app" first
+check_eq "first call cudaMalloc: program" "$(cat "$TMP/first.out")" "rt_app: first ok"
+check_eq "first call cudaMalloc: stream creation seen" "$(stat "$TMP/first.err" streams)" 1
+check_eq "first call cudaMalloc: all served" "$(stat "$TMP/first.err" served)" 3
+
 # naming
 "$APPS/rt_app" name >"$TMP/name.plain" 2>&1
 check_eq "without gpumem, gpumem_name is absent" "$(cat "$TMP/name.plain")" "rt_app: gpumem_name absent"
