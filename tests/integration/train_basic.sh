@@ -83,6 +83,16 @@ if [[ -x $BUILD/train_gpt2 ]]; then
     || bad "CUDA build's dry run differs from the CPU build's"
 fi
 
+# Under gpumem (when built; plain build only): the same losses and the same own peak, bit for
+# bit — gpumem changes where memory comes from, never what the program computes.
+if [[ -z ${SAN:-} && -f $BUILD/libgpumem.so ]]; then
+  a=$(run --data "$tmp/text.txt" --steps 3 | grep -E '^(step|PEAK)' | awk '{print $1, $2, $4, $10}')
+  lib=$(realpath "$BUILD/libgpumem.so") prog=$(realpath "$T")
+  b=$(cd "$tmp" && GPUMEM_QUIET=1 GPUMEM_DB="$tmp/run.db" LD_PRELOAD="$lib" "$prog" --threads 2 --data "$tmp/text.txt" --steps 3 | grep -E '^(step|PEAK)' | awk '{print $1, $2, $4, $10}')
+  [[ -n $a && $a == "$b" ]] && ok "identical losses and peak under LD_PRELOAD=libgpumem.so" \
+    || bad "run under libgpumem.so differs: '$a' vs '$b'"
+fi
+
 # ---- 5. checkpoints and token shards -----------------------------------------------------
 head -c 257 "$tmp/text.txt" > "$tmp/one_batch.txt"   # B*T+1 bytes: every step sees batch 0
 run --data "$tmp/one_batch.txt" --steps 3 --save "$tmp/ck.bin" >/dev/null || bad "save failed"
