@@ -13,9 +13,13 @@ static atomic_int calls;
 
 cudaError_t cudaMalloc(void **p, size_t size)
 {
-    static cudaError_t (*next)(void **, size_t);
-    if (!next)
-        next = (cudaError_t(*)(void **, size_t))dlsym(RTLD_NEXT, "cudaMalloc");
+    typedef cudaError_t (*fn)(void **, size_t);
+    static _Atomic(fn) next_fn;
+    fn next = atomic_load(&next_fn);
+    if (!next) {
+        next = (fn)dlsym(RTLD_NEXT, "cudaMalloc");
+        atomic_store(&next_fn, next);
+    }
     atomic_fetch_add(&calls, 1);
     return next ? next(p, size) : cudaErrorInitializationError;
 }
