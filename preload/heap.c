@@ -317,15 +317,13 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         if (!a)
             continue;
         alloc_block_query_t q;
-        int qe = alloc_block_query(a, ptr, &q);
-        int e = kind == GM_ALLOC_ASYNC ? alloc_free_async(a, ptr, (uintptr_t)stream)
-                                       : alloc_free(a, ptr);
+        int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {
             gm_stat_add(GM_ST_RELEASED, 1);
-            gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, i, stream, ptr,
-                     qe == ALLOC_OK ? q.size : 0, 0);
+            gm_event_id(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, i, stream, ptr,
+                        q.size, 0, q.alloc_id);
             *res = CUDA_SUCCESS;
         } else if (e == ALLOC_ERR_DOUBLE_FREE) {
             gm_stat_add(GM_ST_DOUBLE_FREE, 1);
