@@ -28,6 +28,12 @@
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
+/* Work below these sizes runs on the calling thread: a parallel region costs a fork and a
+ * barrier, and on a loaded machine a barrier waits for a descheduled thread, which for the
+ * tiny model costs far more than the work. Results do not depend on it (see the top). */
+#define PAR_FLOPS (1L << 23)
+#define PAR_ELEMS (1L << 18)
+
 /* Eight floats as one GNU C vector: AVX2 registers in the x86-64-v3 clone, pairs of SSE
  * registers in the baseline one. acc += a * b below is a fused multiply-add where the target
  * has FMA (GNU C's default -ffp-contract=fast). */
@@ -70,6 +76,38 @@ static inline __attribute__((always_inline)) void gemm_block(float *c, long ldc,
     }
 }
 
+/* Packs B(k0 .. k0+kc, n0 .. n0+nw) into pack[k][16], zero columns past nw. */
+static inline __attribute__((always_inline)) void gemm_pack(float *pack, const float *B, long sbk,
+                                                            long sbn, int k0, int kc, int n0,
+                                                            int nw)
+{
+    if (sbn == 1 && nw == GEMM_NR) { /* rows of B contiguous in n: two vector moves per k */
+        for (int k = 0; k < kc; k++) {
+            const float *br = B + (long)(k0 + k) * sbk + n0;
+            v8f x0, x1;
+            memcpy(&x0, br, sizeof x0);
+            memcpy(&x1, br + 8, sizeof x1);
+            memcpy(pack + (long)k * GEMM_NR, &x0, sizeof x0);
+            memcpy(pack + (long)k * GEMM_NR + 8, &x1, sizeof x1);
+        }
+    } else if (sbk == 1) { /* columns of B contiguous in k: read along k */
+        for (int j = 0; j < GEMM_NR; j++) {
+            const float *bc = B + (long)(n0 + j) * sbn + k0;
+            for (int k = 0; k < kc; k++) pack[(long)k * GEMM_NR + j] = j < nw ? bc[k] : 0.0f;
+        }
+    } else {
+        for (int k = 0; k < kc; k++) {
+            const float *br = B + (long)(k0 + k) * sbk + (long)n0 * sbn;
+            for (int j = 0; j < GEMM_NR; j++)
+                pack[(long)k * GEMM_NR + j] = j < nw ? br[(long)j * sbn] : 0.0f;
+        }
+    }
+}
+
+/* k is cut in blocks of GEMM_KC so the packed panel (16 KiB) stays in L1; each output still
+ * sums its k blocks in order. */
+#define GEMM_KC 256
+
 /* Cm (M,N; row stride ldc) (=|+=) A x B with A(m,k) = A[m*sam + k*sak] and
  * B(k,n) = B[k*sbk + n*sbn]: the strides express the transposes the matmul ops need. */
 TRAIN_CLONES
@@ -77,31 +115,20 @@ static void gemm(float *Cm, long ldc, const float *A, long sam, long sak, const 
                  long sbk, long sbn, int M, int N, int K, int accumulate)
 {
     const int npanels = (N + GEMM_NR - 1) / GEMM_NR;
-#pragma omp parallel
+#pragma omp parallel if ((long)M * N * K >= PAR_FLOPS)
     {
-        float *pack = aligned_alloc(64, sizeof(float) * (size_t)K * GEMM_NR + 64);
+        float *pack = aligned_alloc(64, sizeof(float) * GEMM_KC * GEMM_NR);
 #pragma omp for schedule(static)
         for (int p = 0; p < npanels; p++) {
             const int n0 = p * GEMM_NR, nw = imin(GEMM_NR, N - n0);
-            if (sbk == 1) { /* B columns contiguous in k: read along k */
-                for (int j = 0; j < GEMM_NR; j++) {
-                    if (j < nw) {
-                        const float *bc = B + (long)(n0 + j) * sbn;
-                        for (int k = 0; k < K; k++) pack[(long)k * GEMM_NR + j] = bc[k];
-                    } else {
-                        for (int k = 0; k < K; k++) pack[(long)k * GEMM_NR + j] = 0.0f;
-                    }
-                }
-            } else {
-                for (int k = 0; k < K; k++) {
-                    const float *br = B + (long)k * sbk + (long)n0 * sbn;
-                    for (int j = 0; j < GEMM_NR; j++)
-                        pack[(long)k * GEMM_NR + j] = j < nw ? br[(long)j * sbn] : 0.0f;
-                }
+            for (int k0 = 0; k0 < K; k0 += GEMM_KC) {
+                const int kc = imin(GEMM_KC, K - k0);
+                gemm_pack(pack, B, sbk, sbn, k0, kc, n0, nw);
+                for (int m0 = 0; m0 < M; m0 += GEMM_MR)
+                    gemm_block(Cm + (long)m0 * ldc + n0, ldc, A + (long)m0 * sam + (long)k0 * sak,
+                               sam, sak, pack, kc, imin(GEMM_MR, M - m0), nw,
+                               accumulate || k0 > 0);
             }
-            for (int m0 = 0; m0 < M; m0 += GEMM_MR)
-                gemm_block(Cm + (long)m0 * ldc + n0, ldc, A + (long)m0 * sam, sam, sak, pack, K,
-                           imin(GEMM_MR, M - m0), nw, accumulate);
         }
         free(pack);
     }
@@ -110,7 +137,7 @@ static void gemm(float *Cm, long ldc, const float *A, long sam, long sak, const 
 void train_cpu_encoder_fwd(float *out, const int *tok, const float *wte, const float *wpe, int B,
                            int T, int C)
 {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((long)B * T * C >= PAR_ELEMS)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((long)b * T + t) * C;
@@ -124,7 +151,7 @@ void train_cpu_encoder_bwd(float *dwte, float *dwpe, const float *dout, const in
 {
     /* Threads own channel ranges, rows run in order: the same token in two rows sums in a
      * fixed order. */
-#pragma omp parallel
+#pragma omp parallel if ((long)B * T * C >= PAR_ELEMS)
     {
 #pragma omp for schedule(static)
         for (int c = 0; c < C; c++)
@@ -140,7 +167,7 @@ void train_cpu_encoder_bwd(float *dwte, float *dwpe, const float *dout, const in
 void train_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                              const float *w, const float *b, int N, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * C >= PAR_ELEMS)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (long)i * C;
         float m = 0.0f;
@@ -164,7 +191,7 @@ void train_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dou
                              const float *inp, const float *w, const float *mean,
                              const float *rstd, int N, int C)
 {
-#pragma omp parallel
+#pragma omp parallel if ((long)N * C >= PAR_ELEMS)
     {
 #pragma omp for schedule(static)
         for (int i = 0; i < N; i++) {
@@ -205,7 +232,7 @@ void train_cpu_matmul_fwd(float *out, const float *inp, const float *w, const fl
     /* out(n,o) = sum_c inp(n,c) * w(o,c): B(k=c, n=o) = w[o*C + c] */
     gemm(out, OC, inp, C, 1, w, 1, C, N, OC, C, 0);
     if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * OC >= PAR_ELEMS)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(long)n * OC + o] += bias[o];
     }
@@ -219,7 +246,7 @@ void train_cpu_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, 
     /* dw(o,c) += sum_n dout(n,o) * inp(n,c): A(m=o,k=n) = dout[n*OC + o] */
     gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1);
     if (db) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * OC >= PAR_ELEMS)
         for (int o = 0; o < OC; o++) {
             float s = 0.0f;
             for (int n = 0; n < N; n++) s += dout[(long)n * OC + o];
@@ -234,7 +261,7 @@ void train_cpu_attention_fwd(float *out, float *lse, float *scratch, const float
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
     const long C3 = 3L * C;
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static) if ((long)B * NH * T * T * hs >= PAR_FLOPS)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -275,7 +302,7 @@ void train_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, con
     const long C3 = 3L * C;
     /* A (b,h) pair owns its slices of dq, dk, dv over all t: no two threads write the same
      * element. The probabilities are rebuilt from q, k and the saved log-sum-exp. */
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((long)B * NH * T * T * hs >= PAR_FLOPS)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++)
@@ -320,28 +347,33 @@ void train_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, con
 
 void train_cpu_residual_fwd(float *out, const float *a, const float *b, long n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+/* tanh through one expf: libm's tanhf costs several times more and GELU runs on 8BTC values a
+ * step. 1 - 2/(e^2u + 1) loses relative precision near 0, but GELU only uses 1 + tanh and
+ * 1 - tanh^2, where the absolute error (~1e-7) is what counts; saturates to +-1 correctly. */
+static inline float fast_tanh(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+
 void train_cpu_gelu_fwd(float *out, const float *inp, long n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) {
         const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_K * (x + 0.044715f * x * x * x)));
     }
 }
 
 void train_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, long n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) {
         const float x = inp[i];
         const float u = GELU_K * (x + 0.044715f * x * x * x);
-        const float th = tanhf(u);
+        const float th = fast_tanh(u);
         const float sech2 = 1.0f - th * th;
         const float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
@@ -350,7 +382,7 @@ void train_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, long n
 
 void train_cpu_softmax_fwd(float *probs, const float *logits, int N, int V, int Vp)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * Vp >= PAR_ELEMS)
     for (int i = 0; i < N; i++) {
         const float *z = logits + (long)i * Vp;
         float *p = probs + (long)i * Vp;
@@ -377,7 +409,7 @@ void train_cpu_crossentropy_fwd(float *losses, const float *probs, const int *ta
 void train_cpu_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, int N,
                                 int V, int Vp, float dloss)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * Vp >= PAR_ELEMS)
     for (int i = 0; i < N; i++) {
         const float *p = probs + (long)i * Vp;
         float *d = dlogits + (long)i * Vp;
@@ -391,7 +423,7 @@ void train_cpu_adamw(float *p, const float *g, float *m, float *v, long n, float
                      float beta2, float eps, float wd, int t)
 {
     const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) {
         const float gi = g[i];
         const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -404,7 +436,7 @@ void train_cpu_adamw(float *p, const float *g, float *m, float *v, long n, float
 
 void train_cpu_to_bf16(uint16_t *dst, const float *src, long n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &src[i], 4);
@@ -419,7 +451,7 @@ void train_cpu_to_bf16(uint16_t *dst, const float *src, long n)
 
 void train_cpu_from_bf16(float *dst, const uint16_t *src, long n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_ELEMS)
     for (long i = 0; i < n; i++) {
         const uint32_t u = (uint32_t)src[i] << 16;
         memcpy(&dst[i], &u, 4);
