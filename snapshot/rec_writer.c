@@ -205,7 +205,7 @@ int rec_writer_open_db(rec_state *g) {
         return -1;
     }
     if (exec(w, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                "PRAGMA wal_autocheckpoint=4096; PRAGMA cache_size=-16384;"
+                "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;"
                 "PRAGMA application_id=1735420269; PRAGMA user_version=1;") != 0 ||
         exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
         goto fail;
