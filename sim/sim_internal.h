@@ -12,7 +12,8 @@
  * MAP_SHARED|MAP_FIXED into the PROT_NONE reservation, so two mappings of one handle alias, and
  * cuMemRelease punches the slice out of the file. One file descriptor serves every handle (no
  * descriptor limit), and the offsets are never reused, so a stale mapping can never alias a
- * newer handle.
+ * newer handle. A forked child switches to a fresh memfd for the handles it creates (so parent
+ * and child never alias new memory); handles from before the fork stay shared with the parent.
  */
 #ifndef GPUMEM_SIM_INTERNAL_H
 #define GPUMEM_SIM_INTERNAL_H
@@ -41,6 +42,8 @@ typedef struct sim_handle {
   uint64_t id;       /* the CUmemGenericAllocationHandle value */
   size_t size;
   uint64_t file_off; /* slice of the backing memfd (unused when virtual) */
+  int fd;            /* that memfd: the process's current one, or the parent's before a fork */
+  bool inherited;    /* created before a fork: shared with the parent, never punched here */
   int refs;          /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
   int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
   CUmemAllocationProp prop;

@@ -335,8 +335,8 @@ static sim_handle *handle_find(CUmemGenericAllocationHandle id) {
 /* Frees the handle's memory once nothing refers to it: no reference and no mapping. */
 static void handle_maybe_destroy(sim_handle *h) {
   if (h->refs > 0 || h->nmaps > 0) return;
-  if (sim.memfd >= 0)
-    fallocate(sim.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
+  if (h->fd >= 0 && !h->inherited)
+    fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
               (off_t)h->size);
   sim_uncharge(h->size);
   size_t lo = 0, hi = sim.nhandles;
@@ -439,6 +439,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     h->id = sim.next_id++;
     h->size = size;
     h->file_off = sim.next_file_off;
+    h->fd = sim.memfd;
     sim.next_file_off += size;
     h->refs = 1;
     h->prop = *prop;
@@ -537,8 +538,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
       if (!v) rc = CUDA_ERROR_OUT_OF_MEMORY;
       else { r->maps = v; r->capmaps = cap; }
     }
-    if (!rc && sim.memfd >= 0) {
-      void *q = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, sim.memfd,
+    if (!rc && h->fd >= 0) {
+      void *q = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
                      (off_t)(h->file_off + offset));
       if (q == MAP_FAILED) rc = CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -268,6 +268,31 @@ void sim_cost_wait(sim_op op, double us) {
   sim.clock_us += us;
 }
 
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+/* The lock is held across fork so the child never inherits it mid-update. The child gets a
+ * fresh memfd for the handles it creates: with the inherited one, parent and child would hand out
+ * the same file offsets and their new memory would alias. Handles from before the fork keep the
+ * parent's file (their mappings are MAP_SHARED anyway) and are never punched by the child. */
+static void atfork_prepare(void) { sim_lock(); }
+static void atfork_parent(void) { sim_unlock(); }
+static void atfork_child(void) {
+  if (sim.memfd >= 0) {
+    for (size_t i = 0; i < sim.nhandles; i++) sim.handles[i]->inherited = true;
+    int fd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
+    if (fd >= 0) {
+      sim.memfd = fd; /* the parent's descriptor stays open: the inherited handles use it */
+      sim.next_file_off = 0;
+    } else {
+      sim_note("memfd_create failed in a forked child (%s); new device memory is unbacked",
+               strerror(errno));
+      sim.memfd = -1;
+      sim.virtual_backing = true;
+    }
+  }
+  sim_unlock();
+}
+
 /* ---- configuration from the environment ----------------------------------------------- */
 
 static void read_config(void) {
@@ -326,6 +351,7 @@ static void read_config(void) {
     }
   }
   sim.stats.capacity = sim.capacity;
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (!sim.virtual_backing) {
     sim.memfd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
     if (sim.memfd < 0) {

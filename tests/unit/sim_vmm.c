@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -278,6 +279,66 @@ static void test_map_fault_injection(void **state) {
   OK(cuMemAddressFree(va, 8 * MiB));
 }
 
+/* After fork, parent and child each create and map new memory: each must see only its own
+ * (memory created after the fork never aliases across the two processes). */
+static void test_memory_created_after_fork_is_private(void **state) {
+  (void)state;
+  CUmemAllocationProp p = prop();
+  CUmemAccessDesc d = rw();
+  int ready[2], done[2];
+  assert_int_equal(pipe(ready), 0);
+  assert_int_equal(pipe(done), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  CUdeviceptr va;
+  CUmemGenericAllocationHandle h;
+  if (pid == 0) {
+    char c;
+    /* Only the ends this process uses stay open, so a peer that dies gives EOF, not a hang. */
+    close(ready[0]);
+    close(done[1]);
+    alarm(20);
+    if (cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0) || cuMemCreate(&h, 2 * MiB, &p, 0) ||
+        cuMemMap(va, 2 * MiB, 0, h, 0) || cuMemSetAccess(va, 2 * MiB, &d, 1))
+      _exit(2);
+    memset((void *)va, 'C', 2 * MiB);
+    if (write(ready[1], "x", 1) != 1) _exit(3);
+    if (read(done[0], &c, 1) != 1) _exit(4); /* the parent has written its memory by now */
+    for (size_t i = 0; i < 2 * MiB; i += 4096)
+      if (((char *)va)[i] != 'C') _exit(5);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char c;
+  if (read(ready[0], &c, 1) != 1) { /* the child has written its memory, or died */
+    close(ready[0]);
+    close(done[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    fail_msg("the child failed before writing its memory (status %d)", st);
+  }
+  OK(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+  OK(cuMemCreate(&h, 2 * MiB, &p, 0));
+  OK(cuMemMap(va, 2 * MiB, 0, h, 0));
+  OK(cuMemSetAccess(va, 2 * MiB, &d, 1));
+  bool fresh = true;
+  for (size_t i = 0; i < 2 * MiB; i += 4096) fresh = fresh && ((char *)va)[i] == 0;
+  memset((void *)va, 'P', 2 * MiB);
+  assert_int_equal(write(done[1], "x", 1), 1);
+  close(done[1]);
+  close(ready[0]);
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_true(fresh); /* the parent's new memory did not show the child's writes */
+  for (size_t i = 0; i < 2 * MiB; i += 4096) assert_int_equal(((char *)va)[i], 'P');
+  OK(cuMemUnmap(va, 2 * MiB));
+  OK(cuMemRelease(h));
+  OK(cuMemAddressFree(va, 2 * MiB));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_granularity_is_2mib),
@@ -288,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_pointer_queries_on_mapped_memory),
       cmocka_unit_test(test_address_hint_is_honoured_when_free),
       cmocka_unit_test(test_map_fault_injection),
+      cmocka_unit_test(test_memory_created_after_fork_is_private),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
