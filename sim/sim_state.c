@@ -53,14 +53,15 @@ int sim_parse_size(const char *s, size_t *out) {
   double v = strtod(s, &end);
   if (errno || end == s || !isfinite(v) || v < 0) return -1;
   double mul = 1;
+  bool unit = true;
   switch (*end) {
   case 'k': case 'K': mul = 1024.0; end++; break;
   case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
   case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
   case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-  default: break;
+  default: unit = false; break;
   }
-  if (*end == 'i' || *end == 'I') end++; /* accept "GiB" */
+  if (unit && (*end == 'i' || *end == 'I')) end++; /* accept "GiB" */
   if (*end == 'b' || *end == 'B') end++;
   if (*end) return -1;
   double bytes = v * mul;
@@ -546,5 +547,18 @@ int sim_backing_is_virtual(void) {
  * unloaded), after everything else the program printed. */
 __attribute__((destructor)) static void sim_print_stats_at_exit(void) {
   const char *v = getenv("GPUMEM_SIM_STATS");
-  if (v && *v && strcmp(v, "0")) sim_stats_print(stderr);
+  if (!v || !*v || !strcmp(v, "0")) return;
+  /* Another thread may still be inside the driver while the process exits: never wait for the
+   * lock here (a hang at exit is worse than a slightly stale counter). */
+  bool locked = false;
+  for (int i = 0; i < 100 && !locked; i++) {
+    locked = pthread_mutex_trylock(&sim.lock) == 0;
+    if (!locked) usleep(1000);
+  }
+  if (locked) sim_unlock();
+  else {
+    fprintf(stderr, "gpumem sim: the driver is still busy at exit; counters not printed\n");
+    return;
+  }
+  sim_stats_print(stderr);
 }

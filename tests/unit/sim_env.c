@@ -72,6 +72,8 @@ static void test_memory_size_from_env(void **state) {
   assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='nan'"));
   assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1e30", child_memory_is_default_16g, err, sizeof err), 0);
   assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1e30'"));
+  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1073741824i", child_memory_is_default_16g, err, sizeof err), 0);
+  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1073741824i'"));
 }
 
 static int child_second_alloc_fails(void) {
