@@ -813,6 +813,8 @@ static int optimizer(gpt2 *m)
         gpt2_tensor *p = &m->params[i], *mm = &m->adam_m[i], *vv = &m->adam_v[i];
         char n[40];
         param_name(m, i, n, sizeof n);
+        const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
+        if (lp == 0) push("h%d", (i - P_GLOBAL) / LP_COUNT); /* a layer's parameters */
         const int first = !mm->p && !mm->host;
         if (first) {
             TRY(t_alloc(m, mm, p->numel, "adam.m.%s", n));
@@ -837,6 +839,7 @@ static int optimizer(gpt2 *m)
             TRY(t_free(m, &m->grads[i]));
         else
             CK(cudaMemsetAsync(m->grads[i].p, 0, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
+        if (lp == LP_COUNT - 1) pop();
     }
     pop();
     return 0;
