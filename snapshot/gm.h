@@ -68,6 +68,7 @@ typedef struct gm_oom {
 typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
+    uint64_t end_seq;       /* seq of the step's last event */
     uint64_t leaked;        /* bytes allocated in the step and alive at the end */
     uint64_t nleaked;
 } gm_step;

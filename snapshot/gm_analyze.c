@@ -326,7 +326,10 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
             }
             if (last_step >= 0) {
                 uint64_t *si = u64map_get(&step_idx, (uint64_t)last_step);
-                if (si) m->steps[*si].end_allocated = m->allocated;
+                if (si) {
+                    m->steps[*si].end_allocated = m->allocated;
+                    m->steps[*si].end_seq = seq;
+                }
             }
         }
         if (progress && (m->events & ((1u << 20) - 1)) == 0)

@@ -458,6 +458,45 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
 
 /* ---------------------------------------------------------------- leaks */
 
+/* Allocations born in a step after the first and still alive after the last step's last
+ * event: what makes memory grow step by step, even when the program frees it at teardown
+ * (state created lazily in the first step is not counted). Grouped by site or by name. */
+static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint64_t *total,
+                         uint64_t *count) {
+    *out = NULL;
+    *total = *count = 0;
+    if (m->nsteps < 2) return 0;
+    uint64_t last_end = 0;
+    int64_t first = INT64_MAX;
+    for (size_t i = 0; i < m->nsteps; i++) {
+        if (m->steps[i].end_seq > last_end) last_end = m->steps[i].end_seq;
+        if (m->steps[i].step < first) first = m->steps[i].step;
+    }
+    size_t n = 0, cap = 0;
+    group *g = NULL;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!a->range || (a->death && a->death <= last_end)) continue;
+        const gm_range *r = gm_range_of(m, a->range);
+        if (!r || r->step < 0 || r->step == first) continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 64;
+            group *ng = realloc(g, c * sizeof *ng);
+            if (!ng) break;
+            g = ng, cap = c;
+        }
+        g[n].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
+        g[n].bytes = a->size;
+        g[n].count = 1;
+        g[n].sample = i;
+        n++;
+        *total += a->size;
+        (*count)++;
+    }
+    *out = g;
+    return merge_groups(g, n);
+}
+
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
     labels_make(m, &l, 1);
@@ -466,6 +505,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     size_t ns = group_allocs(m, &l, alive_at_end, 0, BY_SITE, &gs, &total, &count);
     size_t np = group_allocs(m, &l, alive_at_end, 0, BY_PHASE, &gp, &total, &count);
     *leaked_bytes = total;
+    group *gk = NULL, *gkn = NULL;
+    uint64_t ktotal, kcount;
+    size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
+    size_t knn = group_kept(m, &l, BY_NAME, &gkn, &ktotal, &kcount);
     /* growth across steps: least-squares slope of the allocated bytes at each step's end */
     double slope = 0;
     if (m->nsteps >= 2) {
@@ -507,8 +550,12 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         for (size_t i = 0; i < m->nsteps; i++)
             fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
                     i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
-        fprintf(out, "],\"growth_per_step\":%.0f,\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 "}\n",
-                slope, total, count);
+        fprintf(out, "],\"growth_per_step\":%.0f,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
+                kn ? ktotal : 0);
+        print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
+        fputc(',', out);
+        print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
+        fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 "}\n", total, count);
     } else {
         print_header(d, m, out, "leaks");
         fprintf(out, "\nAlive at exit, by call site\n");
@@ -561,10 +608,19 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
             else
                 fprintf(out, "  no steady growth across steps\n");
+            if (kn) {
+                char kb[32];
+                gm_fmt_bytes(ktotal, kb, sizeof kb);
+                fprintf(out, "  kept beyond the last step (born in a later step, alive after it): %s in %" PRIu64 "\n",
+                        kb, kcount);
+                print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
+                if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
+                    print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
+            }
         }
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
-    free(gs), free(gp);
+    free(gs), free(gp), free(gk), free(gkn);
     labels_free(m, &l);
     return (o->fail_on_leak && total > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
 }

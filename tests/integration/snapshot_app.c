@@ -95,7 +95,7 @@ static int forked(void) {
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
-static int growth(long steps) {
+static __attribute__((noinline)) int growth(long steps) {
     for (long i = 0; i < steps; i++) {
         char step[32];
         snprintf(step, sizeof step, "step %ld", i);

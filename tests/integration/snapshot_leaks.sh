@@ -31,5 +31,9 @@ done
 grep -q "\"leaked_bytes\":$leaked" "$TMP/leaks.json" || fail "leaks --json lacks leaked_bytes"
 # growth across steps: 1 MiB kept per step
 GPUMEM_DB=$TMP/growth.db "$APP" growth 20 || fail "growth run failed"
-"$GPUMEM" leaks "$TMP/growth.db" | grep -q "memory grows by 1.00 MiB per step" || fail "growth per step not found"
+"$GPUMEM" leaks "$TMP/growth.db" > "$TMP/growth.txt"
+grep -q "memory grows by 1.00 MiB per step" "$TMP/growth.txt" || fail "growth per step not found"
+# what grows: the 19 allocations born after the first step, at their call site in growth()
+grep -q "kept beyond the last step .*: 19.00 MiB in 19" "$TMP/growth.txt" || { cat "$TMP/growth.txt"; fail "allocations kept across steps not found"; }
+sed -n '/kept beyond/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
 echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match"
