@@ -1090,12 +1090,37 @@ static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     return a->vmm ? grow_expandable(a, p, rs, out) : grow_classic(a, p, rs, out);
 }
 
+/* Before mapping new pages for a request no free block fits, unmap whole free pages elsewhere
+ * (oldest first) so that reserved memory does not grow while cached memory could cover the
+ * request: the physical memory of scattered holes is, in effect, remapped where it is needed.
+ * This is what virtual memory buys over classic segments; it costs a synchronize, and only runs
+ * when enough memory is cached. Returns true if it synchronized. */
+static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
+{
+    size_t need = round_up(rs, p->hsize);
+    if (a->cached_free < 2 * p->hsize)
+        return false;
+    sync_device(a);
+    process_fences(a, true);
+    size_t r = (size_t)a->st.reserved_bytes.current;
+    release_until(a, r > need ? r - need : 0, SIZE_MAX);
+    return true;
+}
+
 /* Slow path: nothing cached fits. Returns a FREE block (out of the index) of >= rs bytes. */
 static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     a->st.cache_misses++;
     if (a->cfg.gc_threshold > 0) {
         garbage_collect(a);
+        blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
+        if (b) {
+            free_remove(a, p, b);
+            *out = b;
+            return GROW_OK;
+        }
+    }
+    if (a->vmm && a->cfg.release_before_grow && release_before_grow(a, p, rs)) {
         blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
         if (b) {
             free_remove(a, p, b);

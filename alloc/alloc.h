@@ -139,6 +139,7 @@ typedef struct alloc_config {
     size_t handle_size_small;    /* handle size for the small pool; 0 = granularity */
     size_t release_threshold;    /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
     size_t limit;                /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
+    bool release_before_grow;    /* expandable: unmap free pages before mapping new ones */
 } alloc_config_t;
 
 /* Defaults = preset "gpumem". */

@@ -31,6 +31,7 @@ void alloc_config_default(alloc_config_t *c)
     c->handle_size_small = 0;
     c->release_threshold = SIZE_MAX;
     c->limit = 0;
+    c->release_before_grow = true;
 }
 
 int alloc_config_preset(alloc_config_t *c, const char *name)
@@ -44,15 +45,18 @@ int alloc_config_preset(alloc_config_t *c, const char *name)
     } else if (!strcmp(name, "pytorch")) {
         n.policy = ALLOC_POLICY_PYTORCH;
         n.expandable_segments = false;
+        n.release_before_grow = false;
     } else if (!strcmp(name, "pytorch-expandable")) {
         /* PyTorch maps 2 MiB pages in small-pool segments and 20 MiB pages in large ones. */
         n.policy = ALLOC_POLICY_PYTORCH;
         n.expandable_segments = true;
         n.handle_size = A_LARGE_BUFFER;
         n.handle_size_small = A_SMALL_BUFFER;
+        n.release_before_grow = false; /* PyTorch unmaps only on OOM and empty_cache */
     } else if (!strcmp(name, "nocache")) {
         n.policy = ALLOC_POLICY_NOCACHE;
         n.expandable_segments = false;
+        n.release_before_grow = false;
     } else {
         return ALLOC_ERR_CONFIG;
     }
@@ -139,7 +143,7 @@ size_t a_round_size(const alloc_config_t *cfg, size_t size)
 static const char ACCEPTED_KEYS[] =
     "preset, expandable_segments, max_split_size_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, backend, per_stream_pools, handle_size, handle_size_small, "
-    "release_threshold, limit";
+    "release_threshold, release_before_grow, limit";
 
 /* PyTorch keys that gpumem deliberately does not implement: named as such in the error. */
 static const char *const PYTORCH_ONLY_KEYS[] = {
@@ -266,6 +270,12 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (!parse_bool(v, &c->expandable_segments))
             return errf(err, errlen,
                         "bad value '%s' for expandable_segments (accepted: True, False)", v);
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "release_before_grow")) {
+        if (!parse_bool(v, &c->release_before_grow))
+            return errf(err, errlen,
+                        "bad value '%s' for release_before_grow (accepted: True, False)", v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "per_stream_pools")) {
@@ -476,8 +486,10 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
     return snprintf(buf, len,
                     "preset:%s,expandable_segments:%s,per_stream_pools:%s,max_split_size_mb:%s,"
                     "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
-                    "handle_size:%s,handle_size_small:%s,release_threshold:%s,limit:%s",
+                    "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
+                    "limit:%s",
                     preset, c->expandable_segments ? "True" : "False",
                     c->per_stream_pools ? "True" : "False", ms, rp,
-                    c->gc_threshold, hs, hss, rt, lim);
+                    c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False",
+                    lim);
 }

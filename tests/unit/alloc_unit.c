@@ -366,7 +366,8 @@ static void test_oom_frees_cache(void **state)
 {
     (void)state;
     for (int classic = 0; classic < 2; classic++) {
-        fx_t f = mk(classic ? "pytorch" : "gpumem", NULL,
+        /* (release_before_grow would give the pages back before even trying: see below) */
+        fx_t f = mk(classic ? "pytorch" : "gpumem", "release_before_grow:False",
                     (alloc_mem_opts_t){.capacity = 100 * MiB});
         uint64_t a = must_alloc(f.a, 30 * MiB, 0), b = must_alloc(f.a, 30 * MiB, 0);
         alloc_free(f.a, a);
@@ -385,6 +386,29 @@ static void test_oom_frees_cache(void **state)
         assert_true(alloc_last_oom(f.a, &o));
         assert_int_equal(o.device_total, 100 * MiB);
         OK_CHECK(f.a);
+        fx_done(&f);
+    }
+}
+
+/* release_before_grow: free pages of a hole are unmapped before new ones are mapped, so reserved
+ * memory does not grow while cached memory could cover a request that fits no hole. */
+static void test_release_before_grow(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        fx_t f = mk("gpumem", on ? NULL : "release_before_grow:False", (alloc_mem_opts_t){0});
+        uint64_t a = must_alloc(f.a, 30 * MiB, 0), b = must_alloc(f.a, 30 * MiB, 0);
+        alloc_free(f.a, a);
+        must_alloc(f.a, 40 * MiB, 0); /* fits no hole */
+        alloc_stats_t s = stats(f.a);
+        if (on) {
+            assert_int_equal(s.reserved_bytes.current, 70 * MiB);
+            assert_int_equal(s.num_device_free, 15);
+        } else {
+            assert_int_equal(s.reserved_bytes.current, 100 * MiB);
+            assert_int_equal(s.num_device_free, 0);
+        }
+        (void)b;
         fx_done(&f);
     }
 }
@@ -818,6 +842,7 @@ int main(void)
         cmocka_unit_test(test_handle_size),
         cmocka_unit_test(test_limit_oom),
         cmocka_unit_test(test_oom_frees_cache),
+        cmocka_unit_test(test_release_before_grow),
         cmocka_unit_test(test_backend_failure_retry),
         cmocka_unit_test(test_double_free_and_foreign),
         cmocka_unit_test(test_free_waits_for_events),
