@@ -32,7 +32,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
-#define REC_TLS_DEPTH 128
+#define REC_TLS_DEPTH 48 /* small: initial-exec TLS must fit the static TLS surplus when libgpumem.so is dlopen()ed (PyTorch) */
 
 rec_state rec_g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
