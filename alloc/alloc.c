@@ -992,7 +992,8 @@ static int by_stamp(const void *x, const void *y)
 /* Release FREE memory, oldest first, until `stop` says enough. Caller synchronized. Block
  * pointers stay valid across release_block of other blocks: release_block only merges a block
  * with UNMAPPED neighbours, never with FREE ones. */
-static void release_until(alloc_t *a, size_t reserved_target, size_t cached_target)
+static void release_until_except(alloc_t *a, size_t reserved_target, size_t cached_target,
+                                 const blk_t *keep1, const blk_t *keep2)
 {
     size_t n = 0;
     fb_t *v = collect_free(a, &n);
@@ -1003,9 +1004,15 @@ static void release_until(alloc_t *a, size_t reserved_target, size_t cached_targ
         if ((size_t)a->st.reserved_bytes.current <= reserved_target &&
             a->cached_free <= cached_target)
             break;
-        release_block(a, v[i].p, v[i].b);
+        if (v[i].b != keep1 && v[i].b != keep2)
+            release_block(a, v[i].p, v[i].b);
     }
     free(v);
+}
+
+static void release_until(alloc_t *a, size_t reserved_target, size_t cached_target)
+{
+    release_until_except(a, reserved_target, cached_target, NULL, NULL);
 }
 
 static void release_all(alloc_t *a) { release_until(a, 0, 0); }
@@ -1093,17 +1100,31 @@ static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 /* Before mapping new pages for a request no free block fits, unmap whole free pages elsewhere
  * (oldest first) so that reserved memory does not grow while cached memory could cover the
  * request: the physical memory of scattered holes is, in effect, remapped where it is needed.
- * This is what virtual memory buys over classic segments; it costs a synchronize, and only runs
- * when enough memory is cached. Returns true if it synchronized. */
+ * This is what virtual memory buys over classic segments. It runs only when the growth would
+ * set a new peak of reserved memory (so a steady state never churns), when enough memory is
+ * cached, and it spares the free neighbours the growth itself will merge with. It costs a
+ * synchronize. Returns true if it synchronized. */
 static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
 {
-    size_t need = round_up(rs, p->hsize);
-    if (a->cached_free < 2 * p->hsize)
+    size_t h = p->hsize;
+    size_t reserved = (size_t)a->st.reserved_bytes.current;
+    if (a->cached_free < 2 * h || reserved + round_up(rs, h) <= (size_t)a->st.reserved_bytes.peak)
+        return false;
+    const blk_t *u = pick_unmapped(p, rs), *keep1 = NULL, *keep2 = NULL;
+    size_t have = 0;
+    if (u) {
+        if (u->prev && u->prev->rb.st == B_FREE)
+            have += (keep1 = u->prev)->size;
+        if (u->next && u->next->rb.st == B_FREE)
+            have += (keep2 = u->next)->size;
+    }
+    size_t need = rs > have ? round_up(rs - have, h) : 0;
+    if (!need || a->cached_free - have < h)
         return false;
     sync_device(a);
     process_fences(a, true);
-    size_t r = (size_t)a->st.reserved_bytes.current;
-    release_until(a, r > need ? r - need : 0, SIZE_MAX);
+    reserved = (size_t)a->st.reserved_bytes.current;
+    release_until_except(a, reserved > need ? reserved - need : 0, SIZE_MAX, keep1, keep2);
     return true;
 }
 
@@ -1208,6 +1229,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
              * in the address map, while the index is being updated */
             __builtin_prefetch(&b->seg, 1);
             __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
+            if (b->prev) /* the free of this block will look at it */
+                __builtin_prefetch(b->prev);
             free_remove(a, p, b);
             a->st.cache_hits++;
             rc = GROW_OK;

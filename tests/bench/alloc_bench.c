@@ -6,7 +6,8 @@
  *   alloc.pair_vs_jemalloc      that over jemalloc mallocx + dallocx on the same size sequence,
  *                               batches interleaved with ours
  *   alloc.pair_ns_live1000/10000  the same with 1,000 / 10,000 live blocks and as many free
- *                               holes of random sizes (the best-fit index holds ~N blocks)
+ *                               holes of random sizes (the best-fit index holds ~N blocks);
+ *                               measured in rotating rounds of batches, each round re-warmed
  *   alloc.scaling_10k_over_10   pair time at 10,000 live blocks over 10 live blocks
  *   alloc.replay_events_per_s   replay speed on a long synthetic training trace
  *   alloc.util.<preset>.<trace> peak requested / peak reserved on the synthetic traces
@@ -172,9 +173,14 @@ int main(void)
         for (int w = 0; w < 5; w++) /* warm: the pair sequence settles in the holes */
             batch_ours(lx[k].a, &lpos[k]);
     }
-    for (int b = 0; b < NBATCH; b++)
-        for (int k = 0; k < 3; k++)
-            lv[k][b] = batch_ours(lx[k].a, &lpos[k]);
+    /* rounds of a few consecutive batches per allocator (the first of each round re-warms its
+     * caches and is not counted), rotating so that all three share the machine's conditions */
+    for (int b = 0; b < NBATCH; b += 4)
+        for (int k = 0; k < 3; k++) {
+            batch_ours(lx[k].a, &lpos[k]);
+            for (int i = b; i < b + 4 && i < NBATCH; i++)
+                lv[k][i] = batch_ours(lx[k].a, &lpos[k]);
+        }
     for (int k = 0; k < 3; k++) {
         char err[256];
         if (alloc_check(lx[k].a, err, sizeof(err))) {
