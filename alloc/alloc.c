@@ -1179,6 +1179,17 @@ static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     return rc;
 }
 
+/* Called with the lock held after fill_oom; releases it and runs the on_oom hook on a copy of the
+ * forensics (the hook may call the allocator, e.g. alloc_walk for a snapshot). */
+static void report_oom(alloc_t *a)
+{
+    alloc_oom_info_t o = a->oom;
+    alloc_hooks_t h = a->hooks;
+    UNLOCK(a);
+    if (h.on_oom)
+        h.on_oom(h.user, &o);
+}
+
 int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
 {
     return alloc_malloc_ex(a, size, stream, ptr, NULL);
@@ -1201,9 +1212,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     }
     if (rs == 0 || rs > ((size_t)1 << 56)) { /* cannot exist on any device */
         fill_oom(a, size, rs, stream, 0);
-        UNLOCK(a);
-        if (a->hooks.on_oom)
-            a->hooks.on_oom(a->hooks.user, &a->oom);
+        report_oom(a); /* unlocks */
         return ALLOC_ERR_OOM;
     }
     /* make room in the address map first, so nothing after the block surgery can fail */
@@ -1242,11 +1251,12 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     if (rc != GROW_OK) {
         int err = rc == GROW_NOMEM ? ALLOC_ERR_NOMEM
                   : rc == GROW_ERR ? ALLOC_ERR_BACKEND : ALLOC_ERR_OOM;
-        if (err != ALLOC_ERR_NOMEM)
-            fill_oom(a, size, rs, stream, rc == GROW_ERR ? a->last_be_err : 0);
-        UNLOCK(a);
-        if (err != ALLOC_ERR_NOMEM && a->hooks.on_oom)
-            a->hooks.on_oom(a->hooks.user, &a->oom);
+        if (err == ALLOC_ERR_NOMEM) {
+            UNLOCK(a);
+            return err;
+        }
+        fill_oom(a, size, rs, stream, rc == GROW_ERR ? a->last_be_err : 0);
+        report_oom(a); /* unlocks */
         return err;
     }
     if (b->size > rs && should_split(a, p, rs, b->size - rs)) {

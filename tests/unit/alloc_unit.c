@@ -651,7 +651,18 @@ static void test_mem_info(void **state)
 typedef struct {
     int64_t mapped;
     int oom_calls;
+    alloc_t *a;
+    size_t walked;
 } hook_t;
+
+static int walk_count(void *u, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                      size_t n)
+{
+    (void)seg;
+    (void)b;
+    *(size_t *)u += n;
+    return 0;
+}
 
 static void on_map(void *u, uint64_t addr, size_t size, uintptr_t s)
 {
@@ -667,8 +678,11 @@ static void on_unmap(void *u, uint64_t addr, size_t size, uintptr_t s)
 }
 static void on_oom(void *u, const alloc_oom_info_t *o)
 {
-    (void)o;
-    ((hook_t *)u)->oom_calls++;
+    hook_t *h = u;
+    h->oom_calls++;
+    assert_int_equal(o->requested, 64 * MiB);
+    /* the hook runs without the allocator lock: a snapshot walk from it must not deadlock */
+    assert_int_equal(alloc_walk(h->a, walk_count, &h->walked), ALLOC_OK);
 }
 
 /* Hooks see every map/unmap (their sum is reserved) and each OOM. */
@@ -676,7 +690,7 @@ static void test_hooks(void **state)
 {
     (void)state;
     fx_t f = mk("gpumem", "limit:32M", (alloc_mem_opts_t){0});
-    hook_t h = {0, 0};
+    hook_t h = {0, 0, f.a, 0};
     alloc_hooks_t hk = {.user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap,
                         .on_oom = on_oom};
     alloc_set_hooks(f.a, &hk);
@@ -688,6 +702,7 @@ static void test_hooks(void **state)
     uint64_t x;
     assert_int_equal(alloc_malloc(f.a, 64 * MiB, 0, &x), ALLOC_ERR_OOM);
     assert_int_equal(h.oom_calls, 1);
+    assert_true(h.walked >= 1);
     fx_done(&f);
 }
 
