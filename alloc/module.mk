@@ -62,3 +62,4 @@ alloc_sim_LIBS := $(ALLOC_LIB)
 alloc_sim_LDLIBS := -ldl -lpthread
 $(BUILD)/tests/unit/alloc_sim: | $(BUILD)/sim/libcuda.so.1
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_sim
+SCRIPT_TESTS += tests/unit/alloc_cli.sh
