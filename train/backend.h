@@ -18,6 +18,7 @@ extern "C" {
 
 typedef struct train_backend {
     const char *name; /* "cpu-sim" or "cuda" */
+    int uses_openmp;  /* the ops run on OpenMP threads (main.c sets their wait policy) */
     /* stream: the compute stream (a cudaStream_t). Returns 0 or an error code. */
     int (*init)(void *stream, int threads);
     void (*fini)(void);

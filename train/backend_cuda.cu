@@ -464,7 +464,7 @@ static int b_from_bf16(float *dst, const uint16_t *src, long n)
 }
 
 static const train_backend cuda_backend = {
-    "cuda",          cu_init,          cu_fini,         cu_error_string,  b_encoder_fwd,
+    "cuda",          0,                cu_init,          cu_fini,         cu_error_string,  b_encoder_fwd,
     b_encoder_bwd,   b_layernorm_fwd,  b_layernorm_bwd, b_matmul_fwd,     b_matmul_bwd,
     b_attention_fwd, b_attention_bwd,  b_residual_fwd,  b_gelu_fwd,       b_gelu_bwd,
     b_softmax_fwd,   b_crossentropy_fwd, b_crossentropy_bwd, b_adamw,     b_to_bf16,

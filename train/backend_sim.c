@@ -273,6 +273,7 @@ static int b_from_bf16(float *dst, const uint16_t *src, long n)
 
 static const train_backend sim_backend = {
     .name = "cpu-sim",
+    .uses_openmp = 1,
     .init = sim_init,
     .fini = NULL,
     .error_string = sim_error_string,

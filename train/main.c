@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train/backend.h"
 #include "train/gpt2.h"
@@ -205,8 +206,23 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* OpenMP threads that spin between parallel regions make every munmap of the process (the
+ * virtual GPU unmaps each freed tensor) wait for a TLB-shootdown interrupt on the spinning
+ * CPU; on a VM that costs ~10x the tiny model's compute. Passive waiting avoids it at no
+ * measurable cost for the large models. libgomp reads OMP_WAIT_POLICY when it is loaded,
+ * before main, so the program re-executes itself once with it set — unless the user chose a
+ * policy (then it is respected) or /proc/self/exe is unavailable (then it runs as is). */
+static void prefer_passive_openmp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY"); /* exec failed: carry on with the default policy */
+}
+
 int main(int argc, char **argv)
 {
+    if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
     gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .seed = 1337};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};

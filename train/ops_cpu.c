@@ -31,8 +31,12 @@ static inline int imin(int a, int b) { return a < b ? a : b; }
 /* Work below these sizes runs on the calling thread: a parallel region costs a fork and a
  * barrier, and on a loaded machine a barrier waits for a descheduled thread, which for the
  * tiny model costs far more than the work. Results do not depend on it (see the top). */
-#define PAR_FLOPS (1L << 23)
-#define PAR_ELEMS (1L << 18)
+#ifndef PAR_FLOPS
+#define PAR_FLOPS (1L << 20)
+#endif
+#ifndef PAR_ELEMS
+#define PAR_ELEMS (1L << 15)
+#endif
 
 /* Eight floats as one GNU C vector: AVX2 registers in the x86-64-v3 clone, pairs of SSE
  * registers in the baseline one. acc += a * b below is a fused multiply-add where the target
