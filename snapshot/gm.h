@@ -31,6 +31,12 @@ void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
 int gm_table_exists(gm_db *d, const char *name);
 
 /* ---- loaded model ---- */
+/* A function a frame's code was inlined into, with the file:line of the inlined call. */
+typedef struct gm_inline {
+    char *function, *file;
+    uint32_t line;
+} gm_inline;
+
 typedef struct gm_frame {
     int64_t id;
     uint64_t offset;
@@ -38,6 +44,12 @@ typedef struct gm_frame {
     uint32_t line;
     char *function, *file;
     int symbolized;
+    /* inline chain of a recorded frame (table `inlines`), nearest enclosing function first */
+    gm_inline *inl;
+    uint32_t ninl;
+    /* > 0: a logical frame made by gm_expand_inlines for inl[inl_depth - 1] of the recorded
+     * frame just before it in the stack (same module and offset); never written back */
+    uint32_t inl_depth;
 } gm_frame;
 
 typedef struct gm_module {
@@ -47,7 +59,8 @@ typedef struct gm_module {
 
 typedef struct gm_alloc {
     uint64_t birth, death; /* seq; death 0 = alive at end */
-    uint64_t size;
+    uint64_t size;         /* bytes held (the allocator's rounded block) */
+    uint64_t requested;    /* bytes the program asked for */
     uint32_t stack, range, name;
     uint8_t kind;
     int8_t device;
@@ -62,6 +75,9 @@ typedef struct gm_range {
 typedef struct gm_oom {
     uint64_t seq, requested, allocated, reserved, free_cached, largest_free, device_free,
         device_total, limit;
+    uint64_t name;   /* strings id of the failed allocation's name, 0 = none (schema 1.0) */
+    uint32_t range;  /* the OOM event's NVTX range (its phase), 0 = none */
+    uint32_t stack;  /* the OOM event's stack */
     int device;
 } gm_oom;
 
@@ -69,7 +85,7 @@ typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
     uint64_t end_seq;       /* seq of the step's last event */
-    uint64_t leaked;        /* bytes allocated in the step and alive at the end */
+    uint64_t leaked;        /* bytes requested in the step and alive at the end */
     uint64_t nleaked;
 } gm_step;
 
@@ -84,11 +100,14 @@ typedef struct gm_model {
     gm_alloc *allocs; size_t nallocs, allocs_cap;
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
+    int inlines_expanded;
     /* sweep results */
     uint64_t events, max_seq, first_t, last_t;
     uint64_t count_kind[32];
     uint64_t allocated, reserved, host, managed;
+    uint64_t requested; /* requested bytes of live device allocations */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq, peak_host;
+    uint64_t peak_requested, peak_requested_seq; /* peak of what the program asked for */
     int have_segments;
     uint64_t cache_hits, cache_misses;
     uint64_t unmatched_frees;
@@ -103,9 +122,14 @@ void gm_model_free(gm_model *m);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
 
-/* Symbolizes frames not yet symbolized with elfutils libdw; writes back when the database is
- * writable and closed. Returns the number of frames symbolized. */
+/* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included; writes
+ * back when the database is writable and closed. Then expands inline chains into logical
+ * frames (gm_expand_inlines). Returns the number of frames symbolized. */
 size_t gm_symbolize(gm_db *d, gm_model *m);
+/* Rewrites every stack so that each recorded frame is followed by the functions its code was
+ * inlined into (new gm_frame entries with inl_depth > 0). Idempotent. Returns 0 or -1 (out of
+ * memory: stacks unchanged). */
+int gm_expand_inlines(gm_model *m);
 
 /* The call site of a stack: the first frame outside gpumem and the CUDA libraries
  * (index into m->frames, or -1). */
@@ -124,6 +148,10 @@ typedef struct gm_opts {
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);
 void gm_summary_short(gm_db *d, gm_model *m, FILE *out);
+/* The replay engine's text trace (alloc/README): "a <birth seq> <requested> <stream id>",
+ * "f <birth seq>", "fa <birth seq> <stream id>" for device allocations and their frees, in
+ * seq order. Returns 0, or GM_EXIT_BADDB with a message on stderr. */
+int gm_export_trace(gm_db *d, FILE *out);
 
 /* Formatting */
 void gm_fmt_bytes(uint64_t v, char *out, size_t outsz);

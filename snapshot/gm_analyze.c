@@ -106,6 +106,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (grow((void **)&m->frames, &cap, m->nframes + 1, sizeof *m->frames)) break;
         gm_frame *f = &m->frames[m->nframes];
+        memset(f, 0, sizeof *f);
         f->id = sqlite3_column_int64(s, 0);
         uint64_t *mi = u64map_get(&mod_idx, (uint64_t)sqlite3_column_int64(s, 1));
         f->module = mi ? (uint32_t)*mi : 0;
@@ -164,15 +165,20 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "ranges");
-    /* ooms (optional table) */
-    if (gm_table_exists(d, "ooms") &&
-        sqlite3_prepare_v2(d->db, "SELECT seq, device, requested, allocated, reserved, free_cached, "
-                                  "largest_free, device_free, device_total, limit_bytes FROM ooms ORDER BY seq",
-                           -1, &s, NULL) == SQLITE_OK) {
+    /* ooms (optional table; its name column is new in 1.1) */
+    if (gm_table_exists(d, "ooms")) {
+        static const char *const q[2] = {
+            "SELECT seq, device, requested, allocated, reserved, free_cached, largest_free, "
+            "device_free, device_total, limit_bytes, name FROM ooms ORDER BY seq",
+            "SELECT seq, device, requested, allocated, reserved, free_cached, largest_free, "
+            "device_free, device_total, limit_bytes, 0 FROM ooms ORDER BY seq"};
+        int ok = sqlite3_prepare_v2(d->db, q[0], -1, &s, NULL) == SQLITE_OK ||
+                 sqlite3_prepare_v2(d->db, q[1], -1, &s, NULL) == SQLITE_OK;
         cap = 0;
-        while (sqlite3_step(s) == SQLITE_ROW) {
+        while (ok && sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&m->ooms, &cap, m->nooms + 1, sizeof *m->ooms)) break;
             gm_oom *o = &m->ooms[m->nooms++];
+            memset(o, 0, sizeof *o);
             o->seq = (uint64_t)sqlite3_column_int64(s, 0);
             o->device = sqlite3_column_int(s, 1);
             o->requested = (uint64_t)sqlite3_column_int64(s, 2);
@@ -183,6 +189,26 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
             o->device_free = (uint64_t)sqlite3_column_int64(s, 7);
             o->device_total = (uint64_t)sqlite3_column_int64(s, 8);
             o->limit = (uint64_t)sqlite3_column_int64(s, 9);
+            int64_t nm = sqlite3_column_int64(s, 10);
+            o->name = nm > 0 ? (uint64_t)nm : 0;
+        }
+        if (ok) sqlite3_finalize(s);
+    }
+    /* inlined calls per frame (table new in 1.1; written by gm_symbolize) */
+    if (gm_table_exists(d, "inlines") &&
+        sqlite3_prepare_v2(d->db, "SELECT frame, depth, function, file, line FROM inlines "
+                                  "ORDER BY frame, depth", -1, &s, NULL) == SQLITE_OK) {
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            uint64_t *fi = u64map_get(&m->frame_idx, (uint64_t)sqlite3_column_int64(s, 0));
+            if (!fi) continue;
+            gm_frame *f = &m->frames[*fi];
+            if (f->ninl >= 64) continue; /* deeper than any real inline chain: damaged */
+            gm_inline *n = realloc(f->inl, (f->ninl + 1) * sizeof *n);
+            if (!n) break;
+            f->inl = n;
+            int64_t line = sqlite3_column_int64(s, 4);
+            n[f->ninl++] = (gm_inline){dup_col(s, 2), dup_col(s, 3),
+                                       line > 0 && line < UINT32_MAX ? (uint32_t)line : 0};
         }
         sqlite3_finalize(s);
     }
@@ -242,8 +268,8 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         }
         sqlite3_finalize(s);
     }
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, device "
-                                  "FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, device, "
+                                  "requested FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         free(names);
         return fail(d, err, errsz, "events");
     }
@@ -251,6 +277,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
     size_t step_cap = 0;
     uint32_t last_range = 0;
     int64_t last_step = -1;
+    size_t oi = 0; /* ooms are sorted by seq, like the events */
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -261,6 +288,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         uint32_t stack = (uint32_t)sqlite3_column_int64(s, 5);
         uint32_t range = (uint32_t)sqlite3_column_int64(s, 6);
         int device = is_alloc(kind) ? sqlite3_column_int(s, 7) : 0;
+        uint64_t requested = is_alloc(kind) ? (uint64_t)sqlite3_column_int64(s, 8) : 0;
         m->events++;
         if (seq > m->max_seq) m->max_seq = seq;
         m->count_kind[kind < 32 ? kind : 0]++;
@@ -278,6 +306,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
                 o->death = seq;
                 uint64_t *sum = sum_for(m, o->kind);
                 *sum -= o->size < *sum ? o->size : *sum;
+                if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
                 m->unmatched_frees++;
             }
             if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
@@ -286,10 +315,11 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
                 break;
             }
             gm_alloc *a = &m->allocs[m->nallocs];
-            *a = (gm_alloc){seq, 0, size, stack, range, 0, (uint8_t)kind, (int8_t)device};
+            *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device};
             u64map_put(&live, addr, m->nallocs++);
             uint64_t *sum = sum_for(m, kind);
             *sum += size;
+            if (sum == &m->allocated) m->requested += requested;
         } else if (is_free(kind)) {
             uint64_t ai;
             if (u64map_del(&live, addr, &ai)) {
@@ -297,9 +327,13 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
                 a->death = seq;
                 uint64_t *sum = sum_for(m, a->kind);
                 *sum -= a->size < *sum ? a->size : *sum;
+                if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
             } else {
                 m->unmatched_frees++;
             }
+        } else if (kind == REC_OOM) {
+            for (; oi < m->nooms && m->ooms[oi].seq < seq; oi++) {}
+            if (oi < m->nooms && m->ooms[oi].seq == seq) m->ooms[oi].range = range, m->ooms[oi].stack = stack;
         } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
             m->have_segments = 1;
             m->reserved += size;
@@ -310,6 +344,10 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         if (m->allocated > m->peak_allocated) {
             m->peak_allocated = m->allocated;
             m->peak_allocated_seq = seq;
+        }
+        if (m->requested > m->peak_requested) {
+            m->peak_requested = m->requested;
+            m->peak_requested_seq = seq;
         }
         if (m->reserved > m->peak_reserved) {
             m->peak_reserved = m->reserved;
@@ -359,7 +397,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         if (!r || r->step < 0) continue;
         uint64_t *si = u64map_get(&step_idx, (uint64_t)r->step);
         if (si) {
-            m->steps[*si].leaked += a->size;
+            m->steps[*si].leaked += a->requested;
             m->steps[*si].nleaked++;
         }
     }
@@ -372,7 +410,12 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
 void gm_model_free(gm_model *m) {
     for (size_t i = 0; i < m->nstrs; i++) free(m->strs[i]);
     free(m->strs);
-    for (size_t i = 0; i < m->nframes; i++) free(m->frames[i].function), free(m->frames[i].file);
+    for (size_t i = 0; i < m->nframes; i++) {
+        gm_frame *f = &m->frames[i];
+        free(f->function), free(f->file);
+        for (uint32_t k = 0; k < f->ninl; k++) free(f->inl[k].function), free(f->inl[k].file);
+        free(f->inl);
+    }
     free(m->frames);
     for (size_t i = 0; i < m->nmods; i++) free(m->mods[i].path), free(m->mods[i].build_id);
     free(m->mods);

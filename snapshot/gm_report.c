@@ -43,6 +43,8 @@ void gm_json_str(FILE *out, const char *s) {
 
 typedef struct group {
     const char *key;
+    const char *phase; /* NVTX phase of the group's allocations (leaks), NULL: not shown */
+    int mixed;         /* the allocations come from more than one phase */
     uint64_t bytes, count;
     size_t sample; /* an allocation of the group (for its stack) */
 } group;
@@ -66,6 +68,8 @@ static size_t merge_groups(group *g, size_t n) {
         if (strcmp(g[i].key, g[o].key) == 0) {
             g[o].bytes += g[i].bytes;
             g[o].count += g[i].count;
+            if (g[o].phase && g[i].phase && (g[i].mixed || strcmp(g[o].phase, g[i].phase) != 0))
+                g[o].mixed = 1;
         } else {
             g[++o] = g[i];
         }
@@ -190,11 +194,16 @@ static int alive_at_end(const gm_alloc *a, uint64_t at) {
     return a->death == 0;
 }
 
-enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2 };
+enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2, BY_MASK = 3,
+       G_REQUESTED = 4, /* count requested bytes (what the program asked for), not held */
+       G_PHASE = 8 };   /* keep each group's phase (shown with it) */
 
-/* Builds groups by site, phase or name of the allocations passing filter. */
+/* Builds groups by site, phase or name (by_site: BY_* | G_* flags) of the allocations passing
+ * filter. */
 static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_t at, int by_site,
                            group **out, uint64_t *total, uint64_t *count) {
+    int flags = by_site;
+    by_site &= BY_MASK;
     size_t n = 0, cap = 0;
     group *g = NULL;
     *total = *count = 0;
@@ -210,11 +219,13 @@ static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_
         g[n].key = by_site == BY_SITE   ? site_of(m, l, a->stack, NULL)
                    : by_site == BY_NAME ? name_of(m, l, a->name)
                                         : phase_of(m, l, a->range);
-        g[n].bytes = a->size;
+        g[n].phase = flags & G_PHASE ? phase_of(m, l, a->range) : NULL;
+        g[n].mixed = 0;
+        g[n].bytes = flags & G_REQUESTED ? a->requested : a->size;
         g[n].count = 1;
         g[n].sample = i;
+        *total += g[n].bytes;
         n++;
-        *total += a->size;
         (*count)++;
     }
     *out = g;
@@ -230,8 +241,10 @@ static void print_groups_text(FILE *out, const char *title, group *g, size_t n, 
     for (size_t i = 0; i < n && (int)i < top; i++) {
         char b[32];
         gm_fmt_bytes(g[i].bytes, b, sizeof b);
-        fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s\n", b, pct(g[i].bytes, total), g[i].count,
+        fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s", b, pct(g[i].bytes, total), g[i].count,
                 g[i].key);
+        if (g[i].phase) fprintf(out, "  [phase %s%s]", g[i].phase, g[i].mixed ? " and others" : "");
+        fputc('\n', out);
     }
     if (n > (size_t)top) fprintf(out, "    ... %zu more (use --top N)\n", n - (size_t)top);
 }
@@ -242,6 +255,11 @@ static void print_groups_json(FILE *out, const char *name, group *g, size_t n, i
     for (size_t i = 0; i < n && (int)i < top; i++) {
         fprintf(out, "%s{\"%s\":", i ? "," : "", keyname);
         gm_json_str(out, g[i].key);
+        if (g[i].phase) {
+            fputs(",\"phase\":", out);
+            gm_json_str(out, g[i].phase);
+            fprintf(out, ",\"phase_mixed\":%s", g[i].mixed ? "true" : "false");
+        }
         fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"share\":%.4f}", g[i].bytes,
                 g[i].count, total ? (double)g[i].bytes / (double)total : 0.0);
     }
@@ -325,6 +343,12 @@ static const char *oom_advice(const gm_oom *o) {
            "`gpumem advise`), the top call sites above are what to look at first";
 }
 
+/* The NVTX range path of the OOM event ("step 1/fwd/h12/attn"), NULL when outside ranges. */
+static const char *oom_phase(const gm_model *m, const gm_oom *oo) {
+    const gm_range *r = oo->range ? gm_range_of(m, oo->range) : NULL;
+    return r && r->path ? r->path : NULL;
+}
+
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
@@ -344,11 +368,13 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_json_str(out, d->path);
         fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",\"summary\":{", d->closed ? "true" : "false",
                 d->schema_major, d->schema_minor);
-        fprintf(out, "\"events\":%" PRIu64 ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
+        fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
+                     ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"utilization\":%.4f,\"allocations\":%" PRIu64 ",\"frees\":%" PRIu64
                      ",\"async_allocations\":%" PRIu64 ",\"host_allocations\":%" PRIu64
                      ",\"cache_hit_rate\":",
-                m->events, m->peak_allocated, m->peak_reserved, util / 100, s.n_alloc, s.n_free,
+                m->events, m->peak_requested, m->peak_requested_seq, m->peak_allocated, m->peak_reserved,
+                util / 100, s.n_alloc, s.n_free,
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
@@ -372,7 +398,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "\nSummary\n");
         gm_fmt_bytes(m->peak_allocated, a, sizeof a);
         gm_fmt_bytes(m->peak_reserved, b, sizeof b);
-        fprintf(out, "  peak allocated      %s (at event %" PRIu64 ")\n", a, m->peak_allocated_seq);
+        gm_fmt_bytes(m->peak_requested, c, sizeof c);
+        fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
+                c, m->peak_requested, m->peak_requested_seq);
+        fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes in the allocator's rounded blocks, at event %" PRIu64 ")\n",
+                a, m->peak_allocated, m->peak_allocated_seq);
         fprintf(out, "  peak reserved       %s%s\n", b, m->have_segments ? "" : " (no segment events: allocations went straight to the driver)");
         fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
@@ -411,6 +441,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
                     oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
             gm_json_str(out, oom_advice(oo));
+            fputs(",\"name\":", out);
+            gm_json_str(out, oo->name ? gm_str(m, oo->name) : NULL);
+            fputs(",\"phase\":", out);
+            gm_json_str(out, oom_phase(m, oo));
+            fputs(",\"site\":", out);
+            gm_json_str(out, oo->stack ? site_of(m, &l, oo->stack, NULL) : NULL);
             fputc(',', out);
             print_groups_json(out, "live_by_site", go, no, o->top, ot, "site");
             fputc('}', out);
@@ -421,7 +457,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             gm_fmt_bytes(oo->reserved, re, sizeof re);
             gm_fmt_bytes(oo->free_cached, fc, sizeof fc);
             gm_fmt_bytes(oo->largest_free, lf, sizeof lf);
-            fprintf(out, "  OOM %zu at event %" PRIu64 " on device %d: requested %s\n", i + 1, oo->seq, oo->device, r);
+            const char *nm = oo->name ? gm_str(m, oo->name) : NULL, *ph = oom_phase(m, oo);
+            fprintf(out, "  OOM %zu at event %" PRIu64 " on device %d: requested %s (%" PRIu64 " bytes)%s%s%s%s\n",
+                    i + 1, oo->seq, oo->device, r, oo->requested, nm ? " for " : "", nm ? nm : "",
+                    ph ? " in " : "", ph ? ph : "");
+            if (oo->stack) fprintf(out, "    at %s\n", site_of(m, &l, oo->stack, NULL));
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
             if (oo->limit) {
                 char li[32];
@@ -449,11 +489,13 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     summary s;
     make_summary(d, m, &s);
     char a[32], b[32];
+    char c[32];
     gm_fmt_bytes(m->peak_allocated, a, sizeof a);
     gm_fmt_bytes(m->peak_reserved, b, sizeof b);
-    fprintf(out, "gpumem: peak allocated %s, peak reserved %s (%.1f%% utilization), %" PRIu64
+    gm_fmt_bytes(m->peak_requested, c, sizeof c);
+    fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                  " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-            a, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+            a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
 }
 
 /* ---------------------------------------------------------------- leaks */
@@ -486,11 +528,13 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
             g = ng, cap = c;
         }
         g[n].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
-        g[n].bytes = a->size;
+        g[n].phase = phase_of(m, l, a->range);
+        g[n].mixed = 0;
+        g[n].bytes = a->requested;
         g[n].count = 1;
         g[n].sample = i;
         n++;
-        *total += a->size;
+        *total += a->requested;
         (*count)++;
     }
     *out = g;
@@ -500,10 +544,16 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
     labels_make(m, &l, 1);
-    group *gs = NULL, *gp = NULL;
-    uint64_t total, count;
-    size_t ns = group_allocs(m, &l, alive_at_end, 0, BY_SITE, &gs, &total, &count);
-    size_t np = group_allocs(m, &l, alive_at_end, 0, BY_PHASE, &gp, &total, &count);
+    group *gs = NULL, *gp = NULL, *gn = NULL;
+    uint64_t total, count, held = 0;
+    /* leaked bytes are what the program asked for and never gave back (the allocator's
+     * rounding is shown beside it) */
+    size_t ns = group_allocs(m, &l, alive_at_end, 0, BY_SITE | G_REQUESTED | G_PHASE, &gs, &total, &count);
+    size_t nn = group_allocs(m, &l, alive_at_end, 0, BY_NAME | G_REQUESTED | G_PHASE, &gn, &total, &count);
+    size_t np = group_allocs(m, &l, alive_at_end, 0, BY_PHASE | G_REQUESTED, &gp, &total, &count);
+    int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (alive_at_end(&m->allocs[i], 0)) held += m->allocs[i].size;
     *leaked_bytes = total;
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
@@ -528,6 +578,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             const gm_alloc *a = &m->allocs[gs[i].sample];
             fprintf(out, "%s{\"site\":", i ? "," : "");
             gm_json_str(out, gs[i].key);
+            fputs(",\"phase\":", out);
+            gm_json_str(out, gs[i].phase);
+            fprintf(out, ",\"phase_mixed\":%s,\"name\":", gs[i].mixed ? "true" : "false");
+            gm_json_str(out, a->name ? gm_str(m, a->name) : NULL);
             fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"stack\":[", gs[i].bytes, gs[i].count);
             size_t len;
             gm_stack_frame(m, a->stack, 0, &len);
@@ -540,12 +594,15 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 gm_json_str(out, f ? f->file : NULL);
                 fprintf(out, ",\"line\":%u,\"module\":", f ? f->line : 0);
                 gm_json_str(out, f && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL);
-                fprintf(out, ",\"offset\":%" PRIu64 "}", f ? f->offset : 0);
+                fprintf(out, ",\"offset\":%" PRIu64 ",\"inlined\":%s}", f ? f->offset : 0,
+                        f && f->inl_depth ? "true" : "false");
             }
             fputs("]}", out);
         }
         fputs("],", out);
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
+        fputc(',', out);
+        print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
         fputs(",\"steps\":[", out);
         for (size_t i = 0; i < m->nsteps; i++)
             fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
@@ -555,7 +612,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
-        fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 "}\n", total, count);
+        fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
+                     ",\"leaked_held_bytes\":%" PRIu64 "}\n", total, count, held);
     } else {
         print_header(d, m, out, "leaks");
         fprintf(out, "\nAlive at exit, by call site\n");
@@ -580,7 +638,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 shown++;
             }
             const char *nm = gm_str(m, a->name);
-            fprintf(out, "      phase: %s%s%s\n", phase_of(m, &l, a->range), nm ? ", named " : "", nm ? nm : "");
+            fprintf(out, "      phase: %s%s%s%s\n", gs[i].phase, gs[i].mixed ? " and others" : "",
+                    nm ? ", named " : "", nm ? nm : "");
         }
         if (ns > (size_t)o->top) fprintf(out, "  ... %zu more call sites (use --top N)\n", ns - (size_t)o->top);
         fprintf(out, "\nAlive at exit, by phase\n");
@@ -588,6 +647,15 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             char b[32];
             gm_fmt_bytes(gp[i].bytes, b, sizeof b);
             fprintf(out, "  %12s in %6" PRIu64 "  %s\n", b, gp[i].count, gp[i].key);
+        }
+        if (named) {
+            fprintf(out, "\nAlive at exit, by tensor name (digits as *)\n");
+            for (size_t i = 0; i < nn && (int)i < o->top; i++) {
+                char b[32];
+                gm_fmt_bytes(gn[i].bytes, b, sizeof b);
+                fprintf(out, "  %12s in %6" PRIu64 "  %s  [phase %s%s]\n", b, gn[i].count, gn[i].key,
+                        gn[i].phase, gn[i].mixed ? " and others" : "");
+            }
         }
         if (m->nsteps) {
             fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
@@ -618,9 +686,12 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
             }
         }
+        char hb[32];
+        gm_fmt_bytes(held, hb, sizeof hb);
+        if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
-    free(gs), free(gp), free(gk), free(gkn);
+    free(gs), free(gp), free(gn), free(gk), free(gkn);
     labels_free(m, &l);
-    return (o->fail_on_leak && total > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
+    return (o->fail_on_leak && count > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
 }

@@ -8,11 +8,25 @@
  * offset - 1: the stored addresses are return addresses, which point after the call and may
  * belong to the next line or even the next function.
  *
- * Results go back into `frames` (function, file, line, symbolized = 1) when the database is
- * closed and writable, so the work is done once per database; otherwise they stay in memory.
+ * Inlining. A return address inside code the compiler inlined belongs to several functions at
+ * once: the line table gives the innermost source line (say gpt2.c:678 inside gpt2_forward),
+ * while the ELF symbol is the outer function (gpt2_step). The DWARF scopes at the address
+ * (dwarf_getscopes on the CU, then dwarf_getscopes_die on the innermost scope for the concrete
+ * chain) hold one DW_TAG_inlined_subroutine per inlined call, each with the DW_AT_call_file /
+ * DW_AT_call_line of the call in its caller. So a frame is stored as the innermost function
+ * with the line-table line, plus rows in `inlines`: each enclosing function, nearest first,
+ * with the line of the inlined call in it; the last row is the real function (its ELF name).
+ * gm_expand_inlines then turns each recorded frame into that chain of logical frames, which
+ * is what call sites and "called from" lines are built from.
+ *
+ * Results go back into `frames` (function, file, line, symbolized = 1) and `inlines` when the
+ * database is closed and writable, so the work is done once per database; otherwise they stay
+ * in memory.
  */
 #include "snapshot/gm.h"
 
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +52,126 @@ static int build_id_matches(Dwfl_Module *mod, const char *want) {
     return strcmp(hex, want) == 0;
 }
 
+static int is_function_scope(Dwarf_Die *d) {
+    int t = dwarf_tag(d);
+    return t == DW_TAG_subprogram || t == DW_TAG_inlined_subroutine;
+}
+
+/* Fills f->function (innermost function) and f->inl (enclosing functions with their call
+ * lines) from the DWARF scopes at addr; elf_name is the ELF symbol (the out-of-line function).
+ * Leaves f->function alone when the address is in no inlined code. */
+static void inline_chain(Dwfl_Module *dm, GElf_Addr addr, const char *elf_name, gm_frame *f) {
+    Dwarf_Addr dbias = 0;
+    Dwarf_Die *cu = dwfl_module_addrdie(dm, addr, &dbias);
+    if (!cu) return;
+    Dwarf_Die *scopes = NULL;
+    int n = dwarf_getscopes(cu, addr - dbias, &scopes);
+    if (n <= 0) {
+        free(scopes);
+        return;
+    }
+    /* the innermost scope again, through its concrete parents (dwarf_getscopes continues into
+     * the abstract definition of the innermost inline, not into where it was inlined) */
+    Dwarf_Die inner = scopes[0];
+    free(scopes);
+    scopes = NULL;
+    n = dwarf_getscopes_die(&inner, &scopes);
+    Dwarf_Files *files = NULL;
+    size_t nfiles = 0;
+    if (n <= 0 || dwarf_getsrcfiles(cu, &files, &nfiles) != 0) {
+        free(scopes);
+        return;
+    }
+    int first = -1;
+    for (int i = 0; i < n && first < 0; i++)
+        if (is_function_scope(&scopes[i])) first = i;
+    if (first < 0 || dwarf_tag(&scopes[first]) != DW_TAG_inlined_subroutine) {
+        free(scopes);
+        return;
+    }
+    const char *inner_name = dwarf_diename(&scopes[first]);
+    free(f->function);
+    f->function = strdup(inner_name ? inner_name : "(inlined)");
+    for (int i = first; i < n && f->ninl < 64; i++) {
+        if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
+        int j = i + 1;
+        while (j < n && !is_function_scope(&scopes[j])) j++;
+        const char *caller = NULL;
+        if (j < n) caller = dwarf_tag(&scopes[j]) == DW_TAG_subprogram && elf_name ? elf_name
+                                                                                 : dwarf_diename(&scopes[j]);
+        Dwarf_Attribute at;
+        Dwarf_Word file_idx = 0, line = 0;
+        const char *file = NULL;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &at), &file_idx) == 0 && file_idx < nfiles)
+            file = dwarf_filesrc(files, file_idx, NULL, NULL);
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &at), &line) != 0) line = 0;
+        gm_inline *nl = realloc(f->inl, (f->ninl + 1) * sizeof *nl);
+        if (!nl) break;
+        f->inl = nl;
+        nl[f->ninl++] = (gm_inline){strdup(caller ? caller : "(unknown)"), file ? strdup(file) : NULL,
+                                    line < UINT32_MAX ? (uint32_t)line : 0};
+    }
+    free(scopes);
+}
+
+int gm_expand_inlines(gm_model *m) {
+    if (m->inlines_expanded) return 0;
+    size_t extra = 0;
+    for (size_t i = 0; i < m->nframes; i++) extra += m->frames[i].ninl;
+    if (!extra) return 0;
+    /* one logical frame per (recorded frame, inline depth), shared by every stack using it */
+    size_t base = m->nframes;
+    gm_frame *nf = realloc(m->frames, (m->nframes + extra) * sizeof *nf);
+    if (!nf) return -1;
+    m->frames = nf;
+    uint32_t *first_syn = calloc(base ? base : 1, sizeof *first_syn);
+    size_t total = 0;
+    for (size_t i = 0; i < m->nstack_frames; i++) {
+        uint32_t f = m->stack_frames[i];
+        total += 1 + (f < base ? m->frames[f].ninl : 0);
+    }
+    uint32_t *sf = malloc((total ? total : 1) * sizeof *sf);
+    if (!first_syn || !sf) {
+        free(first_syn), free(sf);
+        return -1;
+    }
+    for (size_t i = 0; i < base; i++) {
+        gm_frame *f = &m->frames[i];
+        if (!f->ninl) continue;
+        first_syn[i] = (uint32_t)m->nframes;
+        for (uint32_t k = 0; k < f->ninl; k++) {
+            gm_frame *s = &m->frames[m->nframes++];
+            memset(s, 0, sizeof *s);
+            s->id = f->id;
+            s->offset = f->offset;
+            s->module = f->module;
+            s->symbolized = 1;
+            s->line = f->inl[k].line;
+            s->function = f->inl[k].function ? strdup(f->inl[k].function) : NULL;
+            s->file = f->inl[k].file ? strdup(f->inl[k].file) : NULL;
+            s->inl_depth = k + 1;
+        }
+    }
+    size_t o = 0;
+    for (size_t st = 0; st < m->nstacks; st++) {
+        uint64_t off = m->stack_off[2 * st], len = m->stack_off[2 * st + 1], start = o;
+        for (uint64_t k = 0; k < len; k++) {
+            uint32_t f = m->stack_frames[off + k];
+            sf[o++] = f;
+            if (f < base)
+                for (uint32_t j = 0; j < m->frames[f].ninl; j++) sf[o++] = first_syn[f] + j;
+        }
+        m->stack_off[2 * st] = start;
+        m->stack_off[2 * st + 1] = o - start;
+    }
+    free(m->stack_frames);
+    m->stack_frames = sf;
+    m->nstack_frames = o;
+    free(first_syn);
+    m->inlines_expanded = 1;
+    return 0;
+}
+
 size_t gm_symbolize(gm_db *d, gm_model *m) {
     size_t done = 0;
     for (size_t mi = 0; mi < m->nmods; mi++) {
@@ -61,10 +195,14 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
                 int line = 0;
                 const char *file = ln ? dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL) : NULL;
                 free(f->function), free(f->file);
+                for (uint32_t k = 0; k < f->ninl; k++) free(f->inl[k].function), free(f->inl[k].file);
+                free(f->inl);
+                f->inl = NULL, f->ninl = 0;
                 f->function = fn ? strdup(fn) : NULL;
                 f->file = file ? strdup(file) : NULL;
                 f->line = line > 0 ? (uint32_t)line : 0;
                 f->symbolized = 1;
+                inline_chain(dm, addr, fn, f);
                 done++;
             }
         }
@@ -72,13 +210,29 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
     }
     if (done && d->writable && d->closed) {
         /* write back once, so the next report (or another machine) need not redo it */
-        sqlite3_stmt *s;
+        sqlite3_stmt *s, *si = NULL;
+        /* a 1.0 database has no inlines table: adding it is what 1.1 means */
+        sqlite3_exec(d->db, "CREATE TABLE IF NOT EXISTS inlines (frame INTEGER, depth INTEGER, "
+                            "function TEXT, file TEXT, line INTEGER, PRIMARY KEY (frame, depth)) "
+                            "WITHOUT ROWID", NULL, NULL, NULL);
+        if (sqlite3_prepare_v2(d->db, "INSERT OR REPLACE INTO inlines VALUES (?,?,?,?,?)", -1, &si,
+                               NULL) != SQLITE_OK)
+            si = NULL;
         if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
             sqlite3_prepare_v2(d->db, "UPDATE frames SET function=?, file=?, line=?, symbolized=1 "
                                       "WHERE id=?", -1, &s, NULL) == SQLITE_OK) {
             for (size_t i = 0; i < m->nframes; i++) {
                 gm_frame *f = &m->frames[i];
-                if (!f->symbolized || !f->module) continue;
+                if (!f->symbolized || !f->module || f->inl_depth) continue;
+                for (uint32_t k = 0; si && k < f->ninl; k++) {
+                    sqlite3_bind_int64(si, 1, f->id);
+                    sqlite3_bind_int64(si, 2, k + 1);
+                    sqlite3_bind_text(si, 3, f->inl[k].function, -1, SQLITE_STATIC);
+                    sqlite3_bind_text(si, 4, f->inl[k].file, -1, SQLITE_STATIC);
+                    sqlite3_bind_int64(si, 5, f->inl[k].line);
+                    sqlite3_step(si);
+                    sqlite3_reset(si);
+                }
                 sqlite3_bind_text(s, 1, f->function, -1, SQLITE_STATIC);
                 sqlite3_bind_text(s, 2, f->file, -1, SQLITE_STATIC);
                 sqlite3_bind_int64(s, 3, f->line);
@@ -91,6 +245,8 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
         } else {
             sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
         }
+        sqlite3_finalize(si);
     }
+    gm_expand_inlines(m);
     return done;
 }

@@ -33,6 +33,7 @@ static const char *const usage_main =
     "  leaks DB [--json] [--top N] [--fail-on-leak]\n"
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
+    "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -86,6 +87,23 @@ static const char *const usage_sql =
     "separated by '|', with a header line. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
+
+static const char *const usage_export =
+    "usage: gpumem export --format trace DB [-o FILE]\n"
+    "\n"
+    "Writes the recording in another tool's format (default: standard output).\n"
+    "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
+    "                   one line per event, in recorded order:\n"
+    "                     a <id> <size> <stream>   a device allocation (cudaMalloc, cudaMallocAsync)\n"
+    "                     f <id>                   its cudaFree\n"
+    "                     fa <id> <stream>         its cudaFreeAsync\n"
+    "                   id = the allocation's event number (birth seq), size = the bytes the\n"
+    "                   program requested, stream = the database's stream number (streams.id).\n"
+    "                   Frees of memory not allocated in the recording are left out.\n"
+    "  -o FILE          write to FILE instead of standard output\n"
+    "Example: gpumem export --format trace run.db -o run.trace &&\n"
+    "         gpumem-replay --preset gpumem --conf expandable_segments:False run.trace\n"
+    "Exit code: 0, 2 usage, 3 unreadable database (or FILE cannot be written).\n";
 
 static int wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -160,6 +178,57 @@ static int cmd_report(int argc, char **argv, int leaks) {
     gm_model_free(&m);
     gm_db_close(&d);
     fflush(stdout);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- export */
+
+static int cmd_export(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(usage_export, stdout);
+        return 0;
+    }
+    const char *path = NULL, *format = NULL, *outpath = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
+            if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace)", a);
+            format = argv[++i];
+        } else if (strncmp(a, "--format=", 9) == 0) {
+            format = a + 9;
+        } else if (strcmp(a, "-o") == 0) {
+            if (i + 1 >= argc) return usage_error(usage_export, "%s", "-o needs a file name");
+            outpath = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error(usage_export, "unknown option '%s'", a);
+        } else if (!path) {
+            path = a;
+        } else {
+            return usage_error(usage_export, "one database only; '%s' is extra", a);
+        }
+    }
+    if (!format) return usage_error(usage_export, "%s", "which format? give --format trace");
+    if (strcmp(format, "trace") != 0)
+        return usage_error(usage_export, "unknown format '%s' (known: trace)", format);
+    if (!path) return usage_error(usage_export, "%s", "which database? give its path");
+    char err[8192];
+    gm_db d;
+    if (gm_db_open(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    FILE *out = stdout;
+    if (outpath && !(out = fopen(outpath, "w"))) {
+        fprintf(stderr, "gpumem: cannot write %s: %s\n", outpath, strerror(errno));
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    int rc = gm_export_trace(&d, out);
+    if ((out != stdout ? fclose(out) : fflush(out)) != 0 && rc == 0) {
+        fprintf(stderr, "gpumem: writing %s failed: %s\n", outpath ? outpath : "the trace", strerror(errno));
+        rc = GM_EXIT_BADDB;
+    }
+    gm_db_close(&d);
     return rc;
 }
 
@@ -381,13 +450,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        puts("gpumem 0.1.0 (database schema 1.0)");
+        puts("gpumem 0.1.0 (database schema 1.1)");
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);
     if (strcmp(c, "report") == 0) return cmd_report(argc - 1, argv + 1, 0);
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
+    if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
     fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
     return GM_EXIT_USAGE;
 }

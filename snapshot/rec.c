@@ -618,6 +618,9 @@ void rec_oom(const rec_oom_info *info) {
         return;
     }
     *c = *info;
+    /* the name travels as a string id (interned like range names); the copy keeps no pointer */
+    c->name = NULL;
+    it->a = info->name ? intern(info->name) : 0;
     it->type = REC_I_OOM;
     it->id = seq;
     it->p = c;

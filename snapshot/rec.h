@@ -153,8 +153,11 @@ typedef struct rec_oom_info {
     uint64_t device_free;      /* what the driver said was free (0 if unknown) */
     uint64_t device_total;     /* device memory size (0 if unknown) */
     uint64_t limit;            /* configured cap (0 = none) */
+    const char *name;          /* name of the allocation that failed (gpumem_name_next), or NULL;
+                                  copied. Stored as ooms.name (schema 1.1). */
 } rec_oom_info;
-/* Records the OOM (an event of kind REC_OOM plus a row in `ooms`). Follow it with
+/* Records the OOM (an event of kind REC_OOM plus a row in `ooms`; the event carries the
+ * calling thread's innermost NVTX range, which reports show as the OOM's phase). Follow it with
  * rec_snapshot(REC_SNAP_OOM, ...) when a snapshot is at hand. */
 void rec_oom(const rec_oom_info *info);
 

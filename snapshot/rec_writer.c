@@ -70,7 +70,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_RANGE] = "INSERT OR REPLACE INTO ranges VALUES (?,?,?,?,?,?,?,?,?)",
     [S_RANGE_END] = "UPDATE ranges SET end_ns = ? WHERE id = ?",
     [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?)",
-    [S_OOM] = "INSERT OR REPLACE INTO ooms VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    [S_OOM] = "INSERT OR REPLACE INTO ooms VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
     [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
     [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
     [S_BLOCK] = "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)",
@@ -501,6 +501,8 @@ static void take_items(writer *w, rec_state *g) {
             bind_i(s, 9, (int64_t)o->device_free);
             bind_i(s, 10, (int64_t)o->device_total);
             bind_i(s, 11, (int64_t)o->limit);
+            if (it->a) bind_i(s, 12, (int64_t)it->a);
+            else sqlite3_bind_null(s, 12);
             step(w, S_OOM, "writing ooms");
             break;
         }

@@ -1,4 +1,5 @@
--- gpumem database schema, version 1.0 (meta.schema_major = 1, meta.schema_minor = 0).
+-- gpumem database schema, version 1.1 (meta.schema_major = 1, meta.schema_minor = 1).
+-- 1.1 added ooms.name and the inlines table; readers accept 1.0 files without them.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
@@ -32,6 +33,14 @@ CREATE TABLE modules (id INTEGER PRIMARY KEY, path TEXT NOT NULL, build_id TEXT,
 CREATE TABLE frames (id INTEGER PRIMARY KEY, module INTEGER, offset INTEGER,
                      function TEXT, file TEXT, line INTEGER, symbolized INTEGER DEFAULT 0);
 
+-- Inlined calls at a frame (1.1), written by gpumem when it symbolizes: frames.function/file/
+-- line name the innermost source position of the return address (inside the innermost
+-- inlined function); each row here is one enclosing function the code was inlined into,
+-- depth 1 the nearest, with the file:line of the inlined call. The outermost row is the real
+-- (out-of-line) function. A frame without rows was not inlined.
+CREATE TABLE inlines (frame INTEGER, depth INTEGER, function TEXT, file TEXT, line INTEGER,
+                      PRIMARY KEY (frame, depth)) WITHOUT ROWID;
+
 -- Each distinct call stack once; depth 0 is the innermost frame (the caller of the CUDA call).
 CREATE TABLE stacks (stack INTEGER, depth INTEGER, frame INTEGER,
                      PRIMARY KEY (stack, depth)) WITHOUT ROWID;
@@ -62,11 +71,13 @@ INSERT INTO kinds VALUES (1,'alloc'),(2,'free'),(3,'alloc_async'),(4,'free_async
 -- Names given to allocations (gpumem_name, NVTX memory naming): the allocation live at addr.
 CREATE TABLE names (seq INTEGER PRIMARY KEY, addr INTEGER, name INTEGER);
 
--- OOM forensics, one row per failed allocation (seq = the REC_OOM event).
+-- OOM forensics, one row per failed allocation (seq = the REC_OOM event, whose range is the
+-- OOM's NVTX phase). name (1.1): the name the program gave the allocation that failed
+-- (gpumem_name_next), a strings id; NULL when unnamed.
 CREATE TABLE ooms (seq INTEGER PRIMARY KEY, device INTEGER, stream INTEGER,
                    requested INTEGER, allocated INTEGER, reserved INTEGER,
                    free_cached INTEGER, largest_free INTEGER, device_free INTEGER,
-                   device_total INTEGER, limit_bytes INTEGER);
+                   device_total INTEGER, limit_bytes INTEGER, name INTEGER);
 
 -- Allocator state: reason 1 peak, 2 oom, 3 exit, 4 user; seq = last event before it.
 CREATE TABLE snapshots (id INTEGER PRIMARY KEY, seq INTEGER, t INTEGER, reason INTEGER,
@@ -101,8 +112,11 @@ CREATE VIEW allocations AS
        LEFT JOIN ranges r ON r.id = b.range
        LEFT JOIN strings sn ON sn.id = l.name;
 
--- Stacks with their frames spelled out.
+-- Stacks with their frames spelled out; inlined_into (1.1) lists the functions the frame's
+-- code was inlined into, nearest first: "gpt2_forward (gpt2.c:664) < gpt2_step (gpt2.c:712)".
 CREATE VIEW stack_frames AS
   SELECT s.stack AS stack, s.depth AS depth, f.function AS function, f.file AS file,
-         f.line AS line, m.path AS module, f.offset AS offset
+         f.line AS line, m.path AS module, f.offset AS offset,
+         (SELECT group_concat(i.function || ' (' || i.file || ':' || i.line || ')', ' < ')
+          FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into
   FROM stacks s JOIN frames f ON f.id = s.frame LEFT JOIN modules m ON m.id = f.module;

@@ -1,0 +1,69 @@
+/* gm_export.c — `gpumem export`: the recording in other tools' formats.
+ *
+ * --format trace: the replay engine's text trace (alloc/alloc.h, alloc_trace_kind): one line
+ * per device allocation "a <id> <requested> <stream>", per cudaFree "f <id>", per
+ * cudaFreeAsync "fa <id> <stream>", in recorded (seq) order. The id is the allocation's birth
+ * seq (unique, so ids never collide even when the allocator reuses an address); the size is
+ * what the program asked for, so the replay rounds it under whatever config it is given; the
+ * stream is the database's small stream number (streams.id), which keeps stream identity.
+ * Frees that match no recorded allocation (before the recording started, or foreign) are left
+ * out: the replay could not place them.
+ *
+ * Like the reports, this is one sequential pass over `events` with a hash map of live
+ * allocations keyed by address, so a database from a killed process (no alloc_life rows for
+ * what was alive) exports the same way. The output equals the SQL over alloc_life that it
+ * replaced:
+ *   SELECT CASE WHEN e.kind IN (1,3) THEN printf('a %d %d %d', e.seq, e.requested, e.stream)
+ *               WHEN e.kind = 2 THEN printf('f %d', l.birth)
+ *               ELSE printf('fa %d %d', l.birth, e.stream) END
+ *   FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
+ *   WHERE e.kind IN (1,2,3,4) AND (e.kind IN (1,3) OR l.birth IS NOT NULL) ORDER BY e.seq
+ */
+#include "snapshot/gm.h"
+#include "snapshot/rec.h"
+
+#include <inttypes.h>
+
+int gm_export_trace(gm_db *d, FILE *out) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream FROM events "
+                                  "WHERE kind IN (1, 2, 3, 4) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+        fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
+        return GM_EXIT_BADDB;
+    }
+    u64map live = {0};
+    int rc;
+    uint64_t lines = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
+        int kind = sqlite3_column_int(s, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 2);
+        int64_t stream = (int64_t)sqlite3_column_int64(s, 4);
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+            if (addr != U64MAP_EMPTY && u64map_put(&live, addr, seq) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            fprintf(out, "a %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), stream);
+        } else {
+            uint64_t birth;
+            if (!u64map_del(&live, addr, &birth)) continue;
+            if (kind == REC_FREE) fprintf(out, "f %" PRIu64 "\n", birth);
+            else fprintf(out, "fa %" PRIu64 " %" PRId64 "\n", birth, stream);
+        }
+        lines++;
+    }
+    sqlite3_finalize(s);
+    u64map_free(&live);
+    if (rc == SQLITE_NOMEM) {
+        fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
+        return GM_EXIT_BADDB;
+    }
+    if (rc != SQLITE_DONE) {
+        /* a damaged tail: what was read is exported, and the user is told */
+        fprintf(stderr, "gpumem: %s: the events table is damaged after %" PRIu64
+                        " exported lines: %s\n", d->path, lines, sqlite3_errmsg(d->db));
+        return lines ? 0 : GM_EXIT_BADDB;
+    }
+    return 0;
+}
