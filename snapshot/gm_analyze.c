@@ -375,6 +375,12 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
     }
     if (progress) fprintf(stderr, "\r%40s\r", "");
     sqlite3_finalize(s);
+    /* names given after the last event (a tensor named right after the recording's last
+     * allocation) still name what is live */
+    for (; rc == SQLITE_DONE && ni < nnames; ni++) {
+        uint64_t *ai = u64map_get(&live, names[ni].addr);
+        if (ai) m->allocs[*ai].name = (uint32_t)names[ni].name;
+    }
     free(names);
     if (rc != SQLITE_DONE) {
         u64map_free(&live);

@@ -7,6 +7,10 @@
  *                               number of events issued, so it survives a SIGKILL
  *   snapshot_app fork           records, forks a child that records too, waits for it
  *   snapshot_app growth STEPS   leaks 1 MiB per "step i" range (growth across steps)
+ *   snapshot_app mixed          allocations on two streams, sync and stream-ordered frees, an
+ *                               address reused, a free of memory never allocated, a named OOM
+ *                               in "step 1/fwd/h12/attn" and a named 256-byte leak in
+ *                               "step 2/fwd" (export, OOM naming, leak phases)
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -108,11 +112,43 @@ static __attribute__((noinline)) int growth(long steps) {
     return 0;
 }
 
+static int mixed(void) {
+    const uint64_t s1 = 0x10, s2 = 0x20;
+    rec_range_push(NULL, "step 1");
+    rec_range_push(NULL, "fwd");
+    rec_event(REC_ALLOC_ASYNC, 0, s1, 0x1000, 1024, 1000, 1);
+    rec_event(REC_ALLOC_ASYNC, 0, s2, 0x2000, 4096, 4000, 2);
+    rec_event(REC_ALLOC, 0, 0, 0x3000, 512, 100, 3);
+    rec_event(REC_FREE_ASYNC, 0, s1, 0x1000, 0, 0, 1);
+    rec_event(REC_FREE, 0, 0, 0x9999000, 0, 0, 0); /* never allocated: not in the trace */
+    rec_event(REC_ALLOC_ASYNC, 0, s1, 0x1000, 2048, 2000, 4); /* the address again */
+    rec_range_push(NULL, "h12");
+    rec_range_push(NULL, "attn");
+    rec_oom(&(rec_oom_info){.device = 0, .stream = s1, .requested = 512ull << 20, .allocated = 7000,
+                            .reserved = 8192, .name = "h12.attn.scores"});
+    rec_range_pop();
+    rec_range_pop();
+    rec_event(REC_FREE, 0, 0, 0x3000, 0, 0, 3);
+    rec_event(REC_FREE_ASYNC, 0, s2, 0x2000, 0, 0, 2);
+    rec_event(REC_FREE_ASYNC, 0, s1, 0x1000, 0, 0, 4);
+    rec_range_pop();
+    rec_range_pop();
+    rec_range_push(NULL, "step 2");
+    rec_range_push(NULL, "fwd");
+    rec_event(REC_ALLOC_ASYNC, 0, s1, 0x4000, 512, 256, 5);
+    rec_name(0x4000, "losses");
+    rec_range_pop();
+    rec_range_pop();
+    rec_close();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "fork") == 0) return forked();
     if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS\n");
+    if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed\n");
     return 2;
 }

@@ -102,9 +102,14 @@ static void snapshots_oom_stats_meta(void **state) {
     assert_int_equal(rec_snapshot(REC_SNAP_OOM, segs, 2, blocks, 3), 0);
     assert_int_equal(rec_snapshot(REC_SNAP_PEAK, segs, 2, blocks, 3), 0);
     assert_int_equal(rec_snapshot(REC_SNAP_PEAK, segs, 1, blocks, 1), 0); /* replaces */
+    char oom_name[32] = "h3.mlp.fc";
     rec_oom_info o = {.device = 0, .requested = 1ull << 30, .allocated = 5, .reserved = 6,
-                      .free_cached = 1, .largest_free = 1, .device_total = 80ull << 30};
+                      .free_cached = 1, .largest_free = 1, .device_total = 80ull << 30,
+                      .name = oom_name};
     rec_oom(&o);
+    memset(oom_name, 'x', sizeof oom_name - 1); /* the recorder copied the name */
+    o.name = NULL;
+    rec_oom(&o); /* unnamed: NULL in the table */
     rec_alloc_stats s = {.peak_allocated = 123, .peak_reserved = 456, .cache_hits = 9};
     rec_stats(&s);
     rec_meta("mode", "replace");
@@ -113,8 +118,13 @@ static void snapshots_oom_stats_meta(void **state) {
     assert_int_equal(snap_q(path, "SELECT count(*) FROM blocks b JOIN snapshots s ON s.id=b.snapshot WHERE s.reason=2"), 3);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM blocks b JOIN snapshots s ON s.id=b.snapshot WHERE s.reason=1"), 1);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM segments WHERE mapped=524288 AND stream=7"), 1);
-    assert_int_equal(snap_q(path, "SELECT requested FROM ooms"), 1ll << 30);
-    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ooms o ON o.seq=e.seq WHERE e.kind=13"), 1);
+    assert_int_equal(snap_q(path, "SELECT min(requested) FROM ooms"), 1ll << 30);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ooms o ON o.seq=e.seq WHERE e.kind=13"), 2);
+    char nm[32];
+    snap_q_text(path, "SELECT s.s FROM ooms o JOIN strings s ON s.id = o.name ORDER BY o.seq LIMIT 1", nm, sizeof nm);
+    assert_string_equal(nm, "h3.mlp.fc");
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ooms WHERE name IS NULL"), 1);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_minor'"), 1);
     assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='stat.peak_reserved'"), 456);
     char m[32];
     snap_q_text(path, "SELECT value FROM meta WHERE key='mode'", m, sizeof m);

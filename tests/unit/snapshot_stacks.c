@@ -24,6 +24,13 @@ __attribute__((noinline)) void stack_site_beta(uint64_t a) {
     __asm__ volatile("" ::: "memory");
 }
 
+/* An inline chain: inl_root calls inl_outer calls inl_inner calls stack_site_alpha, the two
+ * middle ones inlined (always_inline), so the return address in inl_root belongs to inl_inner,
+ * inl_outer and inl_root at once. Each call sits on the line its enum records. */
+static inline __attribute__((always_inline)) void inl_inner(uint64_t a) { stack_site_alpha(a); } enum { L_INNER = __LINE__ };
+static inline __attribute__((always_inline)) void inl_outer(uint64_t a) { inl_inner(a); } enum { L_OUTER = __LINE__ };
+__attribute__((noinline)) void inl_root(uint64_t a) { inl_outer(a); __asm__ volatile("" ::: "memory"); } enum { L_ROOT = __LINE__ };
+
 static void dedup_and_symbolize(void **state) {
     (void)state;
     snap_path(path, sizeof path, "stacks.db");
@@ -78,6 +85,62 @@ static void dedup_and_symbolize(void **state) {
     assert_true(snap_q(path, "SELECT count(*) FROM frames WHERE function='stack_site_alpha' AND file LIKE '%snapshot_stacks.c'") >= 1);
 }
 
+/* Checks the logical frames above the site of the inline-chain stack: inl_inner at the call of
+ * stack_site_alpha, then inl_outer and inl_root at the inlined calls (nearest first). */
+static void check_inline_chain(const gm_model *m, uint32_t stack) {
+    static const struct { const char *fn; int line; } want[] = {
+        {"inl_inner", L_INNER}, {"inl_outer", L_OUTER}, {"inl_root", L_ROOT}};
+    long site = gm_stack_site(m, stack);
+    assert_true(site >= 0);
+    assert_string_equal(m->frames[site].function, "stack_site_alpha");
+    for (size_t k = 0; k < 3; k++) {
+        long f = gm_stack_frame(m, stack, 1 + k, NULL);
+        assert_true(f >= 0);
+        assert_non_null(m->frames[f].function);
+        assert_string_equal(m->frames[f].function, want[k].fn);
+        assert_non_null(m->frames[f].file);
+        assert_non_null(strstr(m->frames[f].file, "snapshot_stacks.c"));
+        assert_int_equal(m->frames[f].line, want[k].line);
+        /* inl_inner is the recorded frame itself; the two enclosing ones are made from it */
+        assert_int_equal(m->frames[f].inl_depth, k);
+    }
+    long next = gm_stack_frame(m, stack, 4, NULL);
+    assert_true(next >= 0);
+    assert_string_equal(m->frames[next].function, "inline_frames");
+}
+
+static void inline_frames(void **state) {
+    (void)state;
+    snap_path(path, sizeof path, "inline.db");
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 16, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    inl_root(0x5000);
+    rec_test_reset();
+    char err[4096];
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0 symbolizes with libdw; pass 1 reads what pass 0 wrote back (inlines table) */
+        gm_db d;
+        gm_model m;
+        assert_int_equal(gm_db_open(path, &d, err, sizeof err), 0);
+        assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+        size_t done = gm_symbolize(&d, &m);
+        assert_true(pass == 0 ? done > 0 : done == 0);
+        assert_int_equal(m.nallocs, 1);
+        check_inline_chain(&m, m.allocs[0].stack);
+        size_t before = m.nstack_frames;
+        assert_int_equal(gm_expand_inlines(&m), 0); /* idempotent */
+        assert_int_equal(m.nstack_frames, before);
+        gm_model_free(&m);
+        gm_db_close(&d);
+    }
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM inlines"), 2);
+    char chain[512];
+    snap_q_text(path, "SELECT inlined_into FROM stack_frames WHERE function = 'inl_inner'", chain, sizeof chain);
+    assert_non_null(strstr(chain, "inl_outer (")); /* nearest first */
+    assert_true(strstr(chain, "inl_outer (") < strstr(chain, " < inl_root ("));
+}
+
 static void stacks_off(void **state) {
     (void)state;
     snap_path(path, sizeof path, "nostacks.db");
@@ -93,6 +156,7 @@ static void stacks_off(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dedup_and_symbolize),
+        cmocka_unit_test(inline_frames),
         cmocka_unit_test(stacks_off),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
