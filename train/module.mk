@@ -37,5 +37,4 @@ train_ops_grad_LIBS := $(TRAIN_DIR)/ops_cpu.o
 train_ops_grad_LDLIBS := -fopenmp -lm
 UNIT_TESTS += $(BUILD)/tests/unit/train_ops_grad
 SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh
-$(BUILD)/tests/unit/train_ops_grad: | $(TRAIN_SIM)
 BENCHES += tests/bench/train_bench.sh
