@@ -439,6 +439,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
         }
     }
     free(stage);
+    /* A copy from pageable memory may return before its DMA finished; the compute stream is
+     * non-blocking, so wait here before the first kernel reads the parameters. */
+    if (!rc) CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return rc;
 }
 
