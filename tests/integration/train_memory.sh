@@ -24,7 +24,7 @@ ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
 # formula MODEL VARIANT B T STEPS [Tlist] -> bytes. Variants: base gelu ln attn mlp layer
-# offload_act offload_opt grad_none accum2 bf16 leak jitter
+# offload_act offload_opt grad_none accum2 bf16 leak jitter combo
 formula() {
   local model=$1 var=$2 B=$3 Tn=$4 S=$5 Ts=${6:-}
   local L C NH
@@ -51,6 +51,9 @@ formula() {
     if (var == "accum2")      p = 16 * N + acts(B / 2, T, base)
     if (var == "bf16")        p = 16 * N + B * T * (4 * (4 + 2 * C + L * (4 + NH) + 3 * Vp) + 2 * 16 * L * C)
     if (var == "leak")        p = 16 * N + acts(B, T, base) + S * 4 * B * T
+    # all at once: params 4N, no m/v (host), gradients of micro-batch 1 alive in micro-batch
+    # 2 (4N), half batch, only layer inputs saved, in bf16 except the last layer output
+    if (var == "combo")       p = 8 * N + (B / 2) * T * (4 * (4 + 2 * C + 3 * Vp) + 2 * L * C)
     if (var == "jitter") {    # step 1 has no gradients nor AdamW state at its loss
       n = split(Ts, tt, " "); p = 4 * N + acts(B, tt[1], base)
       for (i = 2; i <= n; i++) { q = 16 * N + acts(B, tt[i], base); if (q > p) p = q }
@@ -64,8 +67,9 @@ declare -A flags=(
   [base]="" [gelu]="--recompute gelu" [ln]="--recompute ln" [attn]="--recompute attn"
   [mlp]="--recompute mlp" [layer]="--recompute layer" [offload_act]="--offload activations"
   [offload_opt]="--offload optimizer" [grad_none]="--grad-none" [accum2]="--accum 2"
-  [bf16]="--act-dtype bf16" [leak]="--leak" [jitter]="--seq-jitter")
-order="base gelu ln attn mlp layer offload_act offload_opt grad_none accum2 bf16 leak jitter"
+  [bf16]="--act-dtype bf16" [leak]="--leak" [jitter]="--seq-jitter"
+  [combo]="--recompute layer --offload optimizer --grad-none --accum 2 --act-dtype bf16")
+order="base gelu ln attn mlp layer offload_act offload_opt grad_none accum2 bf16 leak jitter combo"
 for model in gpt2 gpt2-medium; do
   basepeak=
   for v in $order; do
