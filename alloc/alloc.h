@@ -132,7 +132,8 @@ typedef struct alloc_config {
     bool per_stream_pools;     /* default true; false: one pool set shared by all streams */
     size_t max_split_size;     /* bytes; SIZE_MAX = unlimited (default) */
     /* roundup_power2_divisions: rp2_div[i] applies to sizes in [2^i, 2^(i+1)) bytes; 0 or 1 =
-     * plain 512 B rounding. A single value sets every interval >= 1 MiB ... as in PyTorch. */
+     * plain 512 B rounding. The parser fills it as PyTorch's documentation describes: a single
+     * value sets every interval; in a list, a key's value covers the sizes below it. */
     unsigned rp2_div[ALLOC_RP2_INTERVALS];
     double gc_threshold;         /* garbage_collection_threshold, 0 = off, else in (0, 1) */
     size_t handle_size;          /* physical handle size (expandable); 0 = granularity */
@@ -226,8 +227,9 @@ int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream);
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed);
 
-/* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed (it is
- * synchronized with pending events first; its pools stay until empty_cache). */
+/* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed (alloc_free
+ * stops recording events on it; events already recorded complete normally; its pools and cached
+ * blocks stay until empty_cache). Call forget before cuStreamDestroy. */
 int alloc_note_stream(alloc_t *a, uintptr_t stream);
 int alloc_forget_stream(alloc_t *a, uintptr_t stream);
 
