@@ -634,7 +634,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 if (!after) continue;
                 char fd[1024];
                 gm_frame_desc(m, fi, fd, sizeof fd);
-                fprintf(out, "      called from %s\n", fd);
+                /* a frame made from an inline chain: the code above was inlined into it */
+                fprintf(out, "      called from %s%s\n", fd,
+                        fi >= 0 && m->frames[fi].inl_depth ? " (inlined call)" : "");
                 shown++;
             }
             const char *nm = gm_str(m, a->name);
