@@ -38,17 +38,28 @@ enum { GROW_OK = 0, GROW_OOM = 1, GROW_ERR = 2, GROW_NOMEM = 3 };
 const char *alloc_strerror(int err)
 {
     switch (err) {
-    case ALLOC_OK: return "success";
-    case ALLOC_ERR_OOM: return "out of memory";
-    case ALLOC_ERR_INVALID: return "invalid argument";
-    case ALLOC_ERR_NOT_OWNED: return "pointer not owned by this allocator";
-    case ALLOC_ERR_DOUBLE_FREE: return "double free";
-    case ALLOC_ERR_NOT_BASE: return "pointer is inside a block, not its start";
-    case ALLOC_ERR_BACKEND: return "backend (driver) error";
-    case ALLOC_ERR_CONFIG: return "bad configuration";
-    case ALLOC_ERR_CORRUPT: return "allocator invariant broken";
-    case ALLOC_ERR_NOMEM: return "out of host memory for allocator metadata";
-    default: return "unknown error";
+    case ALLOC_OK:
+        return "success";
+    case ALLOC_ERR_OOM:
+        return "out of memory";
+    case ALLOC_ERR_INVALID:
+        return "invalid argument";
+    case ALLOC_ERR_NOT_OWNED:
+        return "pointer not owned by this allocator";
+    case ALLOC_ERR_DOUBLE_FREE:
+        return "double free";
+    case ALLOC_ERR_NOT_BASE:
+        return "pointer is inside a block, not its start";
+    case ALLOC_ERR_BACKEND:
+        return "backend (driver) error";
+    case ALLOC_ERR_CONFIG:
+        return "bad configuration";
+    case ALLOC_ERR_CORRUPT:
+        return "allocator invariant broken";
+    case ALLOC_ERR_NOMEM:
+        return "out of host memory for allocator metadata";
+    default:
+        return "unknown error";
     }
 }
 
@@ -57,17 +68,18 @@ const char *alloc_strerror(int err)
 static inline void stat_add(alloc_stat_t *s, int64_t d)
 {
     s->current += d;
-    if (s->current > s->peak)
-        s->peak = s->current;
+    if (s->current > s->peak) s->peak = s->current;
 }
 
-static inline size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+static inline size_t round_up(size_t v, size_t m)
+{
+    return (v + m - 1) / m * m;
+}
 
 unsigned a_size_class(uint64_t size)
 {
     uint64_t u = size >> 9;
-    if (u < A_SUB)
-        return (unsigned)u;
+    if (u < A_SUB) return (unsigned)u;
     unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
     return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
 }
@@ -79,8 +91,7 @@ bool a_block_is_split(const blk_t *b)
 
 static int be_rc(alloc_t *a, int rc)
 {
-    if (rc != ALLOC_BE_OK && rc != ALLOC_BE_NOT_READY)
-        a->last_be_err = rc;
+    if (rc != ALLOC_BE_OK && rc != ALLOC_BE_NOT_READY) a->last_be_err = rc;
     return rc;
 }
 
@@ -92,8 +103,7 @@ static blk_t *blk_new(alloc_t *a)
 {
     if (!a->free_blks) {
         blk_chunk_t *c = malloc(sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
-        if (!c)
-            return NULL;
+        if (!c) return NULL;
         c->next = a->chunks;
         a->chunks = c;
         for (int i = CHUNK_BLOCKS - 1; i >= 0; i--) {
@@ -133,10 +143,8 @@ blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     for (size_t i = ptr_hash(m, key);; i = (i + 1) & mask) {
-        if (m->slots[i].key == key)
-            return m->slots[i].val;
-        if (!m->slots[i].key)
-            return NULL;
+        if (m->slots[i].key == key) return m->slots[i].val;
+        if (!m->slots[i].key) return NULL;
     }
 }
 
@@ -146,11 +154,9 @@ static int ptrmap_grow(ptrmap_t *m)
 {
     ptrmap_t n;
     unsigned bits = 64 - m->shift + 1;
-    if (ptrmap_init(&n, bits))
-        return -1;
+    if (ptrmap_init(&n, bits)) return -1;
     for (size_t i = 0; i < m->cap; i++)
-        if (m->slots[i].key)
-            ptrmap_put(&n, m->slots[i].key, m->slots[i].val);
+        if (m->slots[i].key) ptrmap_put(&n, m->slots[i].key, m->slots[i].val);
     free(m->slots);
     *m = n;
     return 0;
@@ -158,14 +164,12 @@ static int ptrmap_grow(ptrmap_t *m)
 
 static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v)
 {
-    if ((m->count + 1) * 2 > m->cap && ptrmap_grow(m))
-        return -1;
+    if ((m->count + 1) * 2 > m->cap && ptrmap_grow(m)) return -1;
     size_t mask = m->cap - 1;
     size_t i = ptr_hash(m, key);
     while (m->slots[i].key && m->slots[i].key != key)
         i = (i + 1) & mask;
-    if (!m->slots[i].key)
-        m->count++;
+    if (!m->slots[i].key) m->count++;
     m->slots[i].key = key;
     m->slots[i].val = v;
     return 0;
@@ -176,21 +180,18 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
     size_t mask = m->cap - 1;
     size_t i = ptr_hash(m, key);
     while (m->slots[i].key != key) {
-        if (!m->slots[i].key)
-            return;
+        if (!m->slots[i].key) return;
         i = (i + 1) & mask;
     }
     /* backward-shift deletion keeps probe chains intact without tombstones */
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!m->slots[j].key)
-            break;
+        if (!m->slots[j].key) break;
         size_t h = ptr_hash(m, m->slots[j].key);
         /* move j back to i unless its home lies cyclically in (i, j] */
         bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
-        if (stay)
-            continue;
+        if (stay) continue;
         m->slots[i] = m->slots[j];
         i = j;
     }
@@ -220,8 +221,7 @@ static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
 {
     unsigned c = a_size_class(b->size);
     rb_erase(&p->cls[c], b);
-    if (!p->cls[c].root)
-        p->bitmap[c >> 6] &= ~(1ull << (c & 63));
+    if (!p->cls[c].root) p->bitmap[c >> 6] &= ~(1ull << (c & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
     if (b->rb.split) {
@@ -233,15 +233,12 @@ static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
 
 static int next_class(const pool_t *p, unsigned c)
 {
-    if (c >= A_NCLS)
-        return -1;
+    if (c >= A_NCLS) return -1;
     unsigned w = c >> 6;
     uint64_t bits = p->bitmap[w] & (~0ull << (c & 63));
     for (;;) {
-        if (bits)
-            return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
-        if (++w >= A_NCLS_WORDS)
-            return -1;
+        if (bits) return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+        if (++w >= A_NCLS_WORDS) return -1;
         bits = p->bitmap[w];
     }
 }
@@ -249,8 +246,7 @@ static int next_class(const pool_t *p, unsigned c)
 static blk_t *largest_free(const pool_t *p)
 {
     for (int w = A_NCLS_WORDS - 1; w >= 0; w--)
-        if (p->bitmap[w])
-            return rb_last(&p->cls[w * 64 + 63 - __builtin_clzll(p->bitmap[w])]);
+        if (p->bitmap[w]) return rb_last(&p->cls[w * 64 + 63 - __builtin_clzll(p->bitmap[w])]);
     return NULL;
 }
 
@@ -263,16 +259,13 @@ static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
     blk_t *b = p->cls[c].root ? rb_lower_bound(&p->cls[c], rs) : NULL;
     if (!b) {
         int c2 = next_class(p, c + 1);
-        if (c2 < 0)
-            return NULL;
+        if (c2 < 0) return NULL;
         b = rb_first(&p->cls[c2]);
     }
     size_t ms = a->cfg.max_split_size;
     if (ms != SIZE_MAX) {
-        if (rs < ms && b->size >= ms)
-            return NULL;
-        if (rs >= ms && b->size >= rs + A_LARGE_BUFFER)
-            return NULL;
+        if (rs < ms && b->size >= ms) return NULL;
+        if (rs >= ms && b->size >= rs + A_LARGE_BUFFER) return NULL;
     }
     return b;
 }
@@ -280,14 +273,14 @@ static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
 static bool should_split(const alloc_t *a, const pool_t *p, size_t rs, size_t rem)
 {
     if (a->cfg.policy == ALLOC_POLICY_PYTORCH) {
-        if (p->small)
-            return rem >= A_MIN_BLOCK;
+        if (p->small) return rem >= A_MIN_BLOCK;
         return rs < a->cfg.max_split_size && rem > A_SMALL_SIZE;
     }
     return rem >= A_MIN_BLOCK && rs < a->cfg.max_split_size;
 }
 
-/* ---- streams ---------------------------------------------------------------------------------- */
+/* ---- streams ----------------------------------------------------------------------------------
+ */
 
 static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
 {
@@ -301,8 +294,7 @@ static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
 static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
 {
     sstate_t *st = a->last_stream;
-    if (st && st->stream == stream)
-        return st;
+    if (st && st->stream == stream) return st;
     for (size_t i = 0; i < a->nstreams; i++)
         if (a->streams[i]->stream == stream) {
             a->last_stream = a->streams[i];
@@ -311,14 +303,12 @@ static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
     if (a->nstreams == a->cap_streams) {
         size_t nc = a->cap_streams ? a->cap_streams * 2 : 8;
         sstate_t **ns = realloc(a->streams, nc * sizeof(*ns));
-        if (!ns)
-            return NULL;
+        if (!ns) return NULL;
         a->streams = ns;
         a->cap_streams = nc;
     }
     st = calloc(1, sizeof(*st));
-    if (!st)
-        return NULL;
+    if (!st) return NULL;
     st->stream = stream;
     st->fenced = true;
     pool_init(a, &st->pools[0], st, true);
@@ -331,27 +321,25 @@ static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
 sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
 {
     for (size_t i = 0; i < a->nstreams; i++)
-        if (a->streams[i]->stream == stream)
-            return a->streams[i];
+        if (a->streams[i]->stream == stream) return a->streams[i];
     return NULL;
 }
 
 static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
 {
-    if (!a->cfg.per_stream_pools)
-        st = a->streams[0];
+    if (!a->cfg.per_stream_pools) st = a->streams[0];
     return &st->pools[rs > A_SMALL_SIZE];
 }
 
-/* ---- segments: classic ------------------------------------------------------------------------ */
+/* ---- segments: classic ------------------------------------------------------------------------
+ */
 
 static void seg_link(pool_t *p, seg_t *s)
 {
     s->pool = p;
     s->prev_in_pool = NULL;
     s->next_in_pool = p->segs;
-    if (p->segs)
-        p->segs->prev_in_pool = s;
+    if (p->segs) p->segs->prev_in_pool = s;
     p->segs = s;
 }
 
@@ -361,20 +349,16 @@ static void seg_unlink(pool_t *p, seg_t *s)
         s->prev_in_pool->next_in_pool = s->next_in_pool;
     else
         p->segs = s->next_in_pool;
-    if (s->next_in_pool)
-        s->next_in_pool->prev_in_pool = s->prev_in_pool;
+    if (s->next_in_pool) s->next_in_pool->prev_in_pool = s->prev_in_pool;
 }
 
 /* PyTorch's segment sizes: a 2 MiB segment for small requests, 20 MiB for 1..10 MiB, else the
  * request rounded to 2 MiB. nocache: exactly the request. */
 static size_t classic_seg_size(const alloc_t *a, size_t rs)
 {
-    if (a->cfg.policy == ALLOC_POLICY_NOCACHE)
-        return rs;
-    if (rs <= A_SMALL_SIZE)
-        return A_SMALL_BUFFER;
-    if (rs < A_MIN_LARGE_ALLOC)
-        return A_LARGE_BUFFER;
+    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) return rs;
+    if (rs <= A_SMALL_SIZE) return A_SMALL_BUFFER;
+    if (rs < A_MIN_LARGE_ALLOC) return A_LARGE_BUFFER;
     return round_up(rs, A_ROUND_LARGE);
 }
 
@@ -386,14 +370,12 @@ static bool over_limit(const alloc_t *a, size_t more)
 static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     size_t sz = classic_seg_size(a, rs);
-    if (over_limit(a, sz))
-        return GROW_OOM;
+    if (over_limit(a, sz)) return GROW_OOM;
     seg_t *s = calloc(1, sizeof(*s));
     blk_t *b = blk_new(a);
     if (!s || !b) {
         free(s);
-        if (b)
-            blk_del(a, b);
+        if (b) blk_del(a, b);
         return GROW_NOMEM;
     }
     uint64_t addr = 0;
@@ -414,8 +396,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     b->seg = s;
     stat_add(&a->st.reserved_bytes, (int64_t)sz);
     stat_add(&a->st.segment, 1);
-    if (a->hooks.on_segment_map)
-        a->hooks.on_segment_map(a->hooks.user, addr, sz, p->owner->stream);
+    if (a->hooks.on_segment_map) a->hooks.on_segment_map(a->hooks.user, addr, sz, p->owner->stream);
     *out = b;
     return GROW_OK;
 }
@@ -423,8 +404,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
 {
     seg_t *s = b->seg;
-    if (b->rb.st == B_FREE)
-        free_remove(a, p, b);
+    if (b->rb.st == B_FREE) free_remove(a, p, b);
     a->st.num_backend_calls++;
     a->st.num_device_free++;
     be_rc(a, a->be.seg_free(a->be.ctx, s->base, s->size));
@@ -437,7 +417,8 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
     free(s);
 }
 
-/* ---- segments: expandable ranges -------------------------------------------------------------- */
+/* ---- segments: expandable ranges --------------------------------------------------------------
+ */
 
 static inline bool slot_mapped(const seg_t *r, size_t i)
 {
@@ -455,8 +436,7 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
     blk_t *u = blk_new(a);
     if (!r || !u) {
         free(r);
-        if (u)
-            blk_del(a, u);
+        if (u) blk_del(a, u);
         return GROW_NOMEM;
     }
     r->expandable = true;
@@ -497,10 +477,8 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
 static uint64_t cap_around(const blk_t *u)
 {
     uint64_t c = u->size;
-    if (u->prev && u->prev->rb.st == B_FREE)
-        c += u->prev->size;
-    if (u->next && u->next->rb.st == B_FREE)
-        c += u->next->size;
+    if (u->prev && u->prev->rb.st == B_FREE) c += u->prev->size;
+    if (u->next && u->next->rb.st == B_FREE) c += u->next->size;
     return c;
 }
 
@@ -514,8 +492,7 @@ static blk_t *pick_unmapped(pool_t *p, size_t rs)
     uint64_t lo = rs > 2 * gs ? rs - 2 * gs : 0;
     blk_t *u = rb_lower_bound(&p->unmapped, lo);
     for (int i = 0; u && i < 64; i++, u = rb_next(u))
-        if (cap_around(u) >= rs)
-            return u;
+        if (cap_around(u) >= rs) return u;
     u = rb_last(&p->unmapped);
     return (u && cap_around(u) >= rs) ? u : NULL;
 }
@@ -529,8 +506,7 @@ static int map_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
         uint64_t handle = 0, at = addr + i * h;
         a->st.num_backend_calls++;
         rc = be_rc(a, a->be.create(a->be.ctx, h, &handle));
-        if (rc != ALLOC_BE_OK)
-            break;
+        if (rc != ALLOC_BE_OK) break;
         a->st.num_backend_calls++;
         rc = be_rc(a, a->be.map(a->be.ctx, at, h, handle));
         if (rc != ALLOC_BE_OK) {
@@ -594,8 +570,7 @@ static void link_after(blk_t *at, blk_t *n)
     n->seg = at->seg;
     n->prev = at;
     n->next = at->next;
-    if (at->next)
-        at->next->prev = n;
+    if (at->next) at->next->prev = n;
     at->next = n;
 }
 
@@ -617,8 +592,7 @@ static void unlink_blk(blk_t *b)
         b->prev->next = b->next;
     else
         b->seg->first = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
+    if (b->next) b->next->prev = b->prev;
 }
 
 /* Grow the pool's range so that a FREE run of >= rs bytes exists; returns it out of the index. */
@@ -629,11 +603,9 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         if (over_limit(a, round_up(rs, p->hsize)))
             return GROW_OOM; /* no new address space for memory we may not map anyway */
         int rc = range_create(a, p, rs);
-        if (rc)
-            return rc;
+        if (rc) return rc;
         u = pick_unmapped(p, rs);
-        if (!u)
-            return GROW_OOM;
+        if (!u) return GROW_OOM;
     }
     seg_t *r = u->seg;
     size_t h = r->hsize;
@@ -643,37 +615,30 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     if (P) {
         uint64_t need = rs > P->size ? rs - P->size : 0;
         m = round_up(need, h);
-        if (m > u->size)
-            m = u->size;
+        if (m > u->size) m = u->size;
         lo = u->addr;
     } else if (N) {
         uint64_t need = rs > N->size ? rs - N->size : 0;
         m = round_up(need, h);
-        if (m > u->size)
-            m = u->size;
+        if (m > u->size) m = u->size;
         lo = u->addr + u->size - m;
     } else {
         m = round_up(rs, h);
         lo = u->addr;
     }
-    if (m && over_limit(a, m))
-        return GROW_OOM;
+    if (m && over_limit(a, m)) return GROW_OOM;
     /* block structs first, so a host-malloc failure cannot leave a half-done mapping */
     blk_t *ulo = NULL, *uhi = NULL;
-    if (lo > u->addr && !(ulo = blk_new(a)))
-        return GROW_NOMEM;
+    if (lo > u->addr && !(ulo = blk_new(a))) return GROW_NOMEM;
     if (lo + m < u->addr + u->size && !(uhi = blk_new(a))) {
-        if (ulo)
-            blk_del(a, ulo);
+        if (ulo) blk_del(a, ulo);
         return GROW_NOMEM;
     }
     if (m) {
         int rc = map_slots(a, r, lo, m);
         if (rc) {
-            if (ulo)
-                blk_del(a, ulo);
-            if (uhi)
-                blk_del(a, uhi);
+            if (ulo) blk_del(a, ulo);
+            if (uhi) blk_del(a, uhi);
             return rc;
         }
     }
@@ -728,14 +693,11 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
     size_t h = r->hsize;
     uint64_t lo = r->base + round_up(b->addr - r->base, h);
     uint64_t hi = r->base + (b->addr + b->size - r->base) / h * h;
-    if (lo >= hi)
-        return 0;
+    if (lo >= hi) return 0;
     blk_t *head = NULL, *tail = NULL;
-    if (lo > b->addr && !(head = blk_new(a)))
-        return 0;
+    if (lo > b->addr && !(head = blk_new(a))) return 0;
     if (hi < b->addr + b->size && !(tail = blk_new(a))) {
-        if (head)
-            blk_del(a, head);
+        if (head) blk_del(a, head);
         return 0;
     }
     free_remove(a, p, b);
@@ -770,10 +732,8 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
         blk_del(a, q);
     }
     rb_insert(&p->unmapped, b);
-    if (head)
-        free_insert(a, p, head);
-    if (tail)
-        free_insert(a, p, tail);
+    if (head) free_insert(a, p, head);
+    if (tail) free_insert(a, p, tail);
     return hi - lo;
 }
 
@@ -781,8 +741,7 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
  * block is the whole segment (classic). Returns bytes released. */
 static size_t release_block(alloc_t *a, pool_t *p, blk_t *b)
 {
-    if (b->seg->expandable)
-        return release_pages(a, p, b);
+    if (b->seg->expandable) return release_pages(a, p, b);
     if (!b->prev && !b->next) {
         size_t sz = b->seg->size;
         release_classic_segment(a, p, b);
@@ -796,20 +755,17 @@ static size_t release_block(alloc_t *a, pool_t *p, blk_t *b)
 static int sync_device(alloc_t *a)
 {
     a->st.num_syncs++;
-    if (!a->be.synchronize)
-        return ALLOC_BE_OK;
+    if (!a->be.synchronize) return ALLOC_BE_OK;
     a->st.num_backend_calls++;
     return be_rc(a, a->be.synchronize(a->be.ctx));
 }
 
 static void *ev_get(alloc_t *a)
 {
-    if (a->nev_pool)
-        return a->ev_pool[--a->nev_pool];
+    if (a->nev_pool) return a->ev_pool[--a->nev_pool];
     void *ev = NULL;
     a->st.num_backend_calls++;
-    if (be_rc(a, a->be.event_create(a->be.ctx, &ev)) != ALLOC_BE_OK)
-        return NULL;
+    if (be_rc(a, a->be.event_create(a->be.ctx, &ev)) != ALLOC_BE_OK) return NULL;
     return ev;
 }
 
@@ -865,8 +821,7 @@ static void process_fences(alloc_t *a, bool all)
         if (!all) {
             while (f->done < f->nev) {
                 int rc = a->be.event_query(a->be.ctx, f->ev[f->done]);
-                if (rc == ALLOC_BE_NOT_READY)
-                    return;
+                if (rc == ALLOC_BE_NOT_READY) return;
                 if (rc != ALLOC_BE_OK) { /* a broken event must not hold memory forever */
                     be_rc(a, rc);
                     sync_device(a);
@@ -877,8 +832,7 @@ static void process_fences(alloc_t *a, bool all)
             }
         }
         a->fence_head = f->next;
-        if (!a->fence_head)
-            a->fence_tail = NULL;
+        if (!a->fence_head) a->fence_tail = NULL;
         for (unsigned i = 0; i < f->nev; i++)
             ev_put(a, f->ev[i]);
         blk_t *b = f->blk;
@@ -898,22 +852,18 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
     else
         for (size_t i = 0; i < a->nstreams; i++)
             n += a->streams[i]->fenced;
-    if (!n)
-        return false;
+    if (!n) return false;
     fence_t *f = malloc(sizeof(*f) + n * sizeof(void *));
-    if (!f)
-        return false;
+    if (!f) return false;
     f->next = NULL;
     f->blk = b;
     f->nev = 0;
     f->done = 0;
     for (size_t i = 0; i < a->nstreams || (only && i == 0); i++) {
         sstate_t *st = only ? only : a->streams[i];
-        if (!only && !st->fenced)
-            continue;
+        if (!only && !st->fenced) continue;
         void *ev = ev_get(a);
-        if (!ev)
-            goto fail;
+        if (!ev) goto fail;
         a->st.num_backend_calls++;
         int rc = be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream));
         if (rc != ALLOC_BE_OK) {
@@ -924,8 +874,7 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
         }
         a->st.num_events_recorded++;
         f->ev[f->nev++] = ev;
-        if (only)
-            break;
+        if (only) break;
     }
     b->rb.st = B_PENDING;
     a->pending_bytes += b->size;
@@ -954,17 +903,14 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
 {
     size_t cnt = 0, cap = 64;
     fb_t *v = malloc(cap * sizeof(*v));
-    if (!v)
-        return NULL;
+    if (!v) return NULL;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {
             pool_t *p = &a->streams[i]->pools[k];
             for (seg_t *s = p->segs; s; s = s->next_in_pool)
                 for (blk_t *b = s->first; b; b = b->next) {
-                    if (b->rb.st != B_FREE)
-                        continue;
-                    if (!s->expandable && (b->prev || b->next))
-                        continue;
+                    if (b->rb.st != B_FREE) continue;
+                    if (!s->expandable && (b->prev || b->next)) continue;
                     if (cnt == cap) {
                         fb_t *nv = realloc(v, cap * 2 * sizeof(*v));
                         if (!nv) {
@@ -984,8 +930,7 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
 static int by_stamp(const void *x, const void *y)
 {
     const fb_t *a = x, *b = y;
-    if (a->b->stamp != b->b->stamp)
-        return a->b->stamp < b->b->stamp ? -1 : 1;
+    if (a->b->stamp != b->b->stamp) return a->b->stamp < b->b->stamp ? -1 : 1;
     return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
 }
 
@@ -997,15 +942,13 @@ static void release_until_except(alloc_t *a, size_t reserved_target, size_t cach
 {
     size_t n = 0;
     fb_t *v = collect_free(a, &n);
-    if (!v)
-        return;
+    if (!v) return;
     qsort(v, n, sizeof(*v), by_stamp);
     for (size_t i = 0; i < n; i++) {
         if ((size_t)a->st.reserved_bytes.current <= reserved_target &&
             a->cached_free <= cached_target)
             break;
-        if (v[i].b != keep1 && v[i].b != keep2)
-            release_block(a, v[i].p, v[i].b);
+        if (v[i].b != keep1 && v[i].b != keep2) release_block(a, v[i].p, v[i].b);
     }
     free(v);
 }
@@ -1015,14 +958,16 @@ static void release_until(alloc_t *a, size_t reserved_target, size_t cached_targ
     release_until_except(a, reserved_target, cached_target, NULL, NULL);
 }
 
-static void release_all(alloc_t *a) { release_until(a, 0, 0); }
+static void release_all(alloc_t *a)
+{
+    release_until(a, 0, 0);
+}
 
 static void garbage_collect(alloc_t *a)
 {
     size_t allowed = a->cfg.limit ? a->cfg.limit : a->capacity;
     size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
-    if ((size_t)a->st.reserved_bytes.current <= target)
-        return;
+    if ((size_t)a->st.reserved_bytes.current <= target) return;
     a->st.num_gc_runs++;
     sync_device(a);
     process_fences(a, true);
@@ -1032,7 +977,7 @@ static void garbage_collect(alloc_t *a)
 static size_t max_hsize(const alloc_t *a)
 {
     size_t h = a->cfg.handle_size > a->cfg.handle_size_small ? a->cfg.handle_size
-                                                              : a->cfg.handle_size_small;
+                                                             : a->cfg.handle_size_small;
     return h > A_LARGE_BUFFER ? h : A_LARGE_BUFFER;
 }
 
@@ -1042,7 +987,8 @@ static size_t max_hsize(const alloc_t *a)
 static void maybe_release(alloc_t *a)
 {
     size_t t = a->cfg.release_threshold;
-    if (t == SIZE_MAX || a->cached_free <= t || a->cached_free <= a->release_floor + 2 * max_hsize(a))
+    if (t == SIZE_MAX || a->cached_free <= t ||
+        a->cached_free <= a->release_floor + 2 * max_hsize(a))
         return;
     a->st.num_releases++;
     sync_device(a);
@@ -1082,15 +1028,15 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {
             const blk_t *b = largest_free(&a->streams[i]->pools[k]);
-            if (b && b->size > o->largest_free_block)
-                o->largest_free_block = b->size;
+            if (b && b->size > o->largest_free_block) o->largest_free_block = b->size;
         }
     device_info(a, &o->device_free, &o->device_total);
     a->has_oom = true;
     a->st.num_ooms++;
 }
 
-/* ---- malloc ------------------------------------------------------------------------------------ */
+/* ---- malloc ------------------------------------------------------------------------------------
+ */
 
 static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
@@ -1113,14 +1059,11 @@ static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
     const blk_t *u = pick_unmapped(p, rs), *keep1 = NULL, *keep2 = NULL;
     size_t have = 0;
     if (u) {
-        if (u->prev && u->prev->rb.st == B_FREE)
-            have += (keep1 = u->prev)->size;
-        if (u->next && u->next->rb.st == B_FREE)
-            have += (keep2 = u->next)->size;
+        if (u->prev && u->prev->rb.st == B_FREE) have += (keep1 = u->prev)->size;
+        if (u->next && u->next->rb.st == B_FREE) have += (keep2 = u->next)->size;
     }
     size_t need = rs > have ? round_up(rs - have, h) : 0;
-    if (!need || a->cached_free - have < h)
-        return false;
+    if (!need || a->cached_free - have < h) return false;
     sync_device(a);
     process_fences(a, true);
     reserved = (size_t)a->st.reserved_bytes.current;
@@ -1150,8 +1093,7 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         }
     }
     int rc = grow(a, p, rs, out);
-    if (rc != GROW_OOM)
-        return rc;
+    if (rc != GROW_OOM) return rc;
     /* OOM path: let every pending free land, try the cache, give everything back, retry */
     a->st.num_alloc_retries++;
     sync_device(a);
@@ -1186,8 +1128,7 @@ static void report_oom(alloc_t *a)
     alloc_oom_info_t o = a->oom;
     alloc_hooks_t h = a->hooks;
     UNLOCK(a);
-    if (h.on_oom)
-        h.on_oom(h.user, &o);
+    if (h.on_oom) h.on_oom(h.user, &o);
 }
 
 int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
@@ -1198,11 +1139,9 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
 int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                     alloc_malloc_info_t *info)
 {
-    if (!a || !ptr)
-        return ALLOC_ERR_INVALID;
+    if (!a || !ptr) return ALLOC_ERR_INVALID;
     *ptr = 0;
-    if (size == 0)
-        return ALLOC_OK;
+    if (size == 0) return ALLOC_OK;
     size_t rs = a_round_size(&a->cfg, size);
     LOCK(a);
     sstate_t *st = stream_get(a, stream);
@@ -1220,10 +1159,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         UNLOCK(a);
         return ALLOC_ERR_NOMEM;
     }
-    if (a->fence_head)
-        process_fences(a, false);
-    if (a->cached_free < a->release_floor)
-        a->release_floor = a->cached_free;
+    if (a->fence_head) process_fences(a, false);
+    if (a->cached_free < a->release_floor) a->release_floor = a->cached_free;
     pool_t *p = pool_for(a, st, rs);
     blk_t *b = NULL;
     int rc;
@@ -1250,7 +1187,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     }
     if (rc != GROW_OK) {
         int err = rc == GROW_NOMEM ? ALLOC_ERR_NOMEM
-                  : rc == GROW_ERR ? ALLOC_ERR_BACKEND : ALLOC_ERR_OOM;
+                  : rc == GROW_ERR ? ALLOC_ERR_BACKEND
+                                   : ALLOC_ERR_OOM;
         if (err == ALLOC_ERR_NOMEM) {
             UNLOCK(a);
             return err;
@@ -1291,7 +1229,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     return ALLOC_OK;
 }
 
-/* ---- free ---------------------------------------------------------------------------------------- */
+/* ---- free
+ * ---------------------------------------------------------------------------------------- */
 
 /* The block containing ptr, any state, or NULL (linear in the segment: error/query path only). */
 static blk_t *find_containing(alloc_t *a, uint64_t ptr)
@@ -1299,11 +1238,9 @@ static blk_t *find_containing(alloc_t *a, uint64_t ptr)
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++)
             for (seg_t *s = a->streams[i]->pools[k].segs; s; s = s->next_in_pool) {
-                if (ptr < s->base || ptr >= s->base + s->size)
-                    continue;
+                if (ptr < s->base || ptr >= s->base + s->size) continue;
                 for (blk_t *b = s->first; b; b = b->next)
-                    if (ptr >= b->addr && ptr < b->addr + b->size)
-                        return b;
+                    if (ptr >= b->addr && ptr < b->addr + b->size) return b;
             }
     return NULL;
 }
@@ -1311,8 +1248,7 @@ static blk_t *find_containing(alloc_t *a, uint64_t ptr)
 static int classify_unknown(alloc_t *a, uint64_t ptr)
 {
     blk_t *b = find_containing(a, ptr);
-    if (!b)
-        return ALLOC_ERR_NOT_OWNED;
+    if (!b) return ALLOC_ERR_NOT_OWNED;
     return b->rb.st == B_LIVE ? ALLOC_ERR_NOT_BASE : ALLOC_ERR_DOUBLE_FREE;
 }
 
@@ -1328,10 +1264,8 @@ static void nocache_free(alloc_t *a, blk_t *b)
 static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                    alloc_block_query_t *freed)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
-    if (!ptr)
-        return ALLOC_OK;
+    if (!a) return ALLOC_ERR_INVALID;
+    if (!ptr) return ALLOC_OK;
     LOCK(a);
     blk_t *b = ptrmap_get(&a->map, ptr);
     if (!b) {
@@ -1345,8 +1279,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
     }
     if (b->prev) /* make_free looks at both neighbours */
         __builtin_prefetch(b->prev);
-    if (freed)
-        *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp};
+    if (freed) *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp};
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
     stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
@@ -1368,7 +1301,10 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
     return ALLOC_OK;
 }
 
-int alloc_free(alloc_t *a, uint64_t ptr) { return do_free(a, ptr, false, 0, NULL); }
+int alloc_free(alloc_t *a, uint64_t ptr)
+{
+    return do_free(a, ptr, false, 0, NULL);
+}
 
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
@@ -1383,24 +1319,20 @@ int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
 
 int alloc_note_stream(alloc_t *a, uintptr_t stream)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
+    if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
     sstate_t *st = stream_get(a, stream);
-    if (st)
-        st->fenced = true;
+    if (st) st->fenced = true;
     UNLOCK(a);
     return st ? ALLOC_OK : ALLOC_ERR_NOMEM;
 }
 
 int alloc_forget_stream(alloc_t *a, uintptr_t stream)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
+    if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
     sstate_t *st = a_stream_find(a, stream);
-    if (st)
-        st->fenced = false;
+    if (st) st->fenced = false;
     UNLOCK(a);
     return ALLOC_OK;
 }
@@ -1410,8 +1342,7 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
 static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
 {
     blk_t *b = ptrmap_get(&a->map, ptr);
-    if (!b)
-        b = find_containing(a, ptr);
+    if (!b) b = find_containing(a, ptr);
     if (!b) {
         *rc = ALLOC_ERR_NOT_OWNED;
         return NULL;
@@ -1426,16 +1357,13 @@ static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
 
 int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
+    if (!a) return ALLOC_ERR_INVALID;
     int rc;
     LOCK(a);
     blk_t *b = live_block(a, ptr, &rc);
     if (b) {
-        if (base)
-            *base = b->addr;
-        if (size)
-            *size = b->size;
+        if (base) *base = b->addr;
+        if (size) *size = b->size;
     }
     UNLOCK(a);
     return rc;
@@ -1443,8 +1371,7 @@ int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size)
 
 int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out)
 {
-    if (!a || !out)
-        return ALLOC_ERR_INVALID;
+    if (!a || !out) return ALLOC_ERR_INVALID;
     int rc;
     LOCK(a);
     blk_t *b = live_block(a, ptr, &rc);
@@ -1461,8 +1388,7 @@ int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out)
 
 int alloc_empty_cache(alloc_t *a)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
+    if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
     sync_device(a);
     process_fences(a, true);
@@ -1490,9 +1416,15 @@ void alloc_get_stats(alloc_t *a, alloc_stats_t *out)
 void alloc_reset_peak_stats(alloc_t *a)
 {
     LOCK(a);
-    alloc_stat_t *s[] = {&a->st.allocated_bytes, &a->st.requested_bytes, &a->st.reserved_bytes,
-                         &a->st.active_bytes, &a->st.inactive_split_bytes, &a->st.allocation,
-                         &a->st.segment, &a->st.active, &a->st.inactive_split};
+    alloc_stat_t *s[] = {&a->st.allocated_bytes,
+                         &a->st.requested_bytes,
+                         &a->st.reserved_bytes,
+                         &a->st.active_bytes,
+                         &a->st.inactive_split_bytes,
+                         &a->st.allocation,
+                         &a->st.segment,
+                         &a->st.active,
+                         &a->st.inactive_split};
     for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
         s[i]->peak = s[i]->current;
     UNLOCK(a);
@@ -1502,8 +1434,7 @@ bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out)
 {
     LOCK(a);
     bool has = a->has_oom;
-    if (has && out)
-        *out = a->oom;
+    if (has && out) *out = a->oom;
     UNLOCK(a);
     return has;
 }
@@ -1514,19 +1445,14 @@ void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
     size_t dfree, dtotal;
     device_info(a, &dfree, &dtotal);
     size_t total = dtotal;
-    if (a->cfg.limit && a->cfg.limit < total)
-        total = a->cfg.limit;
+    if (a->cfg.limit && a->cfg.limit < total) total = a->cfg.limit;
     size_t reserved = (size_t)a->st.reserved_bytes.current;
     size_t fr = (total > reserved ? total - reserved : 0) + a->cached_free;
-    if (a->be.mem_info && dfree + a->cached_free < fr)
-        fr = dfree + a->cached_free;
-    if (fr > total)
-        fr = total;
+    if (a->be.mem_info && dfree + a->cached_free < fr) fr = dfree + a->cached_free;
+    if (fr > total) fr = total;
     UNLOCK(a);
-    if (free_bytes)
-        *free_bytes = fr;
-    if (total_bytes)
-        *total_bytes = total;
+    if (free_bytes) *free_bytes = fr;
+    if (total_bytes) *total_bytes = total;
 }
 
 void alloc_get_config(alloc_t *a, alloc_config_t *cfg)
@@ -1550,12 +1476,10 @@ void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks)
 
 int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t **out)
 {
-    if (!be || !out)
-        return ALLOC_ERR_INVALID;
+    if (!be || !out) return ALLOC_ERR_INVALID;
     *out = NULL;
     alloc_t *a = calloc(1, sizeof(*a));
-    if (!a)
-        return ALLOC_ERR_NOMEM;
+    if (!a) return ALLOC_ERR_NOMEM;
     a->be = *be;
     if (cfg)
         a->cfg = *cfg;
@@ -1594,8 +1518,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
 
 void alloc_destroy(alloc_t *a)
 {
-    if (!a)
-        return;
+    if (!a) return;
     LOCK(a);
     a->destroying = true;
     sync_device(a);
@@ -1608,8 +1531,7 @@ void alloc_destroy(alloc_t *a)
                 seg_t *nx = s->next_in_pool;
                 if (s->expandable) {
                     for (size_t j = 0; j < s->nslots; j++)
-                        if (slot_mapped(s, j))
-                            unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
+                        if (slot_mapped(s, j)) unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
                     a->be.free_range(a->be.ctx, s->base, s->size);
                     free(s->handles);
                     free(s->mapbits);

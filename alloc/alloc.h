@@ -128,19 +128,19 @@ typedef enum alloc_policy {
 
 typedef struct alloc_config {
     alloc_policy_t policy;
-    bool expandable_segments;  /* default true (falls back to classic without VMM calls) */
-    bool per_stream_pools;     /* default true; false: one pool set shared by all streams */
-    size_t max_split_size;     /* bytes; SIZE_MAX = unlimited (default) */
+    bool expandable_segments; /* default true (falls back to classic without VMM calls) */
+    bool per_stream_pools;    /* default true; false: one pool set shared by all streams */
+    size_t max_split_size;    /* bytes; SIZE_MAX = unlimited (default) */
     /* roundup_power2_divisions: rp2_div[i] applies to sizes in [2^i, 2^(i+1)) bytes; 0 or 1 =
      * plain 512 B rounding. The parser fills it as PyTorch's documentation describes: a single
      * value sets every interval; in a list, a key's value covers the sizes below it. */
     unsigned rp2_div[ALLOC_RP2_INTERVALS];
-    double gc_threshold;         /* garbage_collection_threshold, 0 = off, else in (0, 1) */
-    size_t handle_size;          /* physical handle size (expandable); 0 = granularity */
-    size_t handle_size_small;    /* handle size for the small pool; 0 = granularity */
-    size_t release_threshold;    /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
-    size_t limit;                /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
-    bool release_before_grow;    /* expandable: unmap free pages before mapping new ones */
+    double gc_threshold;      /* garbage_collection_threshold, 0 = off, else in (0, 1) */
+    size_t handle_size;       /* physical handle size (expandable); 0 = granularity */
+    size_t handle_size_small; /* handle size for the small pool; 0 = granularity */
+    size_t release_threshold; /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
+    size_t limit;             /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
+    bool release_before_grow; /* expandable: unmap free pages before mapping new ones */
 } alloc_config_t;
 
 /* Defaults = preset "gpumem". */
@@ -241,9 +241,9 @@ int alloc_block_info(alloc_t *a, uint64_t ptr, uint64_t *base, size_t *size);
 /* Full information about the live block containing ptr. */
 struct alloc_block_query {
     uint64_t base;
-    size_t size;      /* rounded block size */
-    size_t requested; /* what alloc_malloc was asked for */
-    uintptr_t stream; /* stream it was allocated on */
+    size_t size;       /* rounded block size */
+    size_t requested;  /* what alloc_malloc was asked for */
+    uintptr_t stream;  /* stream it was allocated on */
     uint64_t alloc_id; /* 1, 2, 3, ...: order of alloc_malloc calls that succeeded */
 };
 int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
@@ -284,8 +284,8 @@ typedef struct alloc_stats {
     uint64_t num_ooms;                 /* mallocs that failed with ALLOC_ERR_OOM */
     uint64_t num_syncs;                /* backend synchronize calls */
     uint64_t num_events_recorded;
-    uint64_t num_gc_runs;              /* garbage collections */
-    uint64_t num_releases;             /* release-threshold triggered unmaps */
+    uint64_t num_gc_runs;  /* garbage collections */
+    uint64_t num_releases; /* release-threshold triggered unmaps */
 } alloc_stats_t;
 
 void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
@@ -293,8 +293,8 @@ void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
 
 /* OOM forensics, filled at the last failed alloc_malloc. */
 struct alloc_oom_info {
-    size_t requested;          /* bytes asked for */
-    size_t rounded;            /* after rounding */
+    size_t requested; /* bytes asked for */
+    size_t rounded;   /* after rounding */
     uintptr_t stream;
     size_t allocated;          /* allocated_bytes.current */
     size_t reserved;           /* reserved_bytes.current */
@@ -304,7 +304,7 @@ struct alloc_oom_info {
     size_t limit;              /* cap on reserved (0 = none) */
     size_t device_free;        /* backend's free memory at failure */
     size_t device_total;
-    int backend_error;         /* raw backend code if the failure was not a plain OOM */
+    int backend_error; /* raw backend code if the failure was not a plain OOM */
 };
 /* true and fills *out if an OOM happened on this allocator. */
 bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out);
@@ -326,7 +326,7 @@ typedef enum alloc_block_state {
 typedef struct alloc_walk_block {
     uint64_t addr;
     size_t size;
-    size_t requested; /* 0 unless live/pending */
+    size_t requested;  /* 0 unless live/pending */
     uint64_t alloc_id; /* 0 unless live/pending */
     alloc_block_state_t state;
 } alloc_walk_block_t;
@@ -416,41 +416,41 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
  *   "fixed"  — the same sequence length every step;
  *   "jitter" — the sequence length drawn per step (seeded), as with variable-length batches.
  * steps 0 = 20. Deterministic for a given (name, steps, seed). */
-int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
-                      alloc_trace_event_t **events, size_t *n);
+int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_trace_event_t **events,
+                      size_t *n);
 
 /* Write events in the text format (round-trips through alloc_trace_parse). */
 int alloc_trace_write(const char *path, const alloc_trace_event_t *events, size_t n);
 
 typedef struct alloc_replay_opts {
-    size_t capacity;    /* device memory of the in-memory backend; 0 = 80 GiB */
-    size_t granularity; /* 0 = 2 MiB */
+    size_t capacity;         /* device memory of the in-memory backend; 0 = 80 GiB */
+    size_t granularity;      /* 0 = 2 MiB */
     bool continue_after_oom; /* default false: stop at the first OOM */
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {
-    uint64_t events;          /* events replayed */
+    uint64_t events; /* events replayed */
     uint64_t allocs, frees;
-    uint64_t bad_frees;       /* frees of unknown ids (ignored) */
-    size_t peak_requested;    /* peak of requested bytes live */
-    size_t peak_allocated;    /* peak of rounded bytes live (PyTorch's allocated_bytes) */
+    uint64_t bad_frees;    /* frees of unknown ids (ignored) */
+    size_t peak_requested; /* peak of requested bytes live */
+    size_t peak_allocated; /* peak of rounded bytes live (PyTorch's allocated_bytes) */
     size_t peak_reserved;
-    double utilization;       /* peak_requested / peak_reserved (1.0 if nothing reserved) */
-    uint64_t device_allocs;   /* map + seg_alloc calls */
-    uint64_t device_frees;    /* unmap + seg_free calls */
-    uint64_t driver_calls;    /* every backend call (reserve, create, map, set_access, ...) */
+    double utilization;     /* peak_requested / peak_reserved (1.0 if nothing reserved) */
+    uint64_t device_allocs; /* map + seg_alloc calls */
+    uint64_t device_frees;  /* unmap + seg_free calls */
+    uint64_t driver_calls;  /* every backend call (reserve, create, map, set_access, ...) */
     uint64_t cache_hits, cache_misses;
-    int64_t oom_index;        /* index of the first event that failed with OOM, -1 if none */
+    int64_t oom_index; /* index of the first event that failed with OOM, -1 if none */
     uint64_t num_ooms;
-    alloc_oom_info_t oom;     /* forensics of the first OOM */
-    double seconds;           /* wall time of the replay loop */
+    alloc_oom_info_t oom; /* forensics of the first OOM */
+    double seconds;       /* wall time of the replay loop */
 } alloc_replay_result_t;
 
 /* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =
  * defaults). Deterministic: same input, same result (except seconds). */
 int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
-                 const alloc_trace_event_t *events, size_t n, alloc_replay_result_t *out,
-                 char *err, size_t errlen);
+                 const alloc_trace_event_t *events, size_t n, alloc_replay_result_t *out, char *err,
+                 size_t errlen);
 
 #ifdef __cplusplus
 }

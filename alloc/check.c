@@ -24,8 +24,7 @@ static int wpush(wbuf_t *w, const blk_t *b)
     if (w->n == w->cap) {
         size_t nc = w->cap ? w->cap * 2 : 64;
         alloc_walk_block_t *nv = realloc(w->v, nc * sizeof(*nv));
-        if (!nv)
-            return -1;
+        if (!nv) return -1;
         w->v = nv;
         w->cap = nc;
     }
@@ -43,8 +42,7 @@ static int wpush(wbuf_t *w, const blk_t *b)
 
 static int wflush(wbuf_t *w, const seg_t *s, alloc_walk_fn fn, void *user)
 {
-    if (!w->n)
-        return 0;
+    if (!w->n) return 0;
     alloc_walk_segment_t g = {0};
     g.addr = w->v[0].addr;
     g.size = w->v[w->n - 1].addr + w->v[w->n - 1].size - g.addr;
@@ -53,8 +51,7 @@ static int wflush(wbuf_t *w, const seg_t *s, alloc_walk_fn fn, void *user)
     g.expandable = s->expandable;
     g.nblocks = w->n;
     for (size_t i = 0; i < w->n; i++)
-        if (w->v[i].state == ALLOC_BLOCK_LIVE)
-            g.allocated += w->v[i].size;
+        if (w->v[i].state == ALLOC_BLOCK_LIVE) g.allocated += w->v[i].size;
     int rc = fn(user, &g, w->v, w->n);
     w->n = 0;
     return rc;
@@ -62,8 +59,7 @@ static int wflush(wbuf_t *w, const seg_t *s, alloc_walk_fn fn, void *user)
 
 int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
 {
-    if (!a || !fn)
-        return ALLOC_ERR_INVALID;
+    if (!a || !fn) return ALLOC_ERR_INVALID;
     wbuf_t w = {0};
     int rc = 0;
     pthread_mutex_lock(&a->mu);
@@ -74,8 +70,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
             size_t ns = 0;
             for (seg_t *s = p->segs; s; s = s->next_in_pool)
                 ns++;
-            if (!ns)
-                continue;
+            if (!ns) continue;
             seg_t **v = malloc(ns * sizeof(*v));
             if (!v) {
                 rc = ALLOC_ERR_NOMEM;
@@ -96,11 +91,9 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
                         rc = wflush(&w, v[j], fn, user);
                         continue;
                     }
-                    if (wpush(&w, b))
-                        rc = ALLOC_ERR_NOMEM;
+                    if (wpush(&w, b)) rc = ALLOC_ERR_NOMEM;
                 }
-                if (!rc)
-                    rc = wflush(&w, v[j], fn, user);
+                if (!rc) rc = wflush(&w, v[j], fn, user);
             }
             free(v);
         }
@@ -109,7 +102,8 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
     return rc;
 }
 
-/* ---- check ------------------------------------------------------------------------------------ */
+/* ---- check ------------------------------------------------------------------------------------
+ */
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -130,19 +124,13 @@ static bool less(const blk_t *a, const blk_t *b)
 /* Red-black shape: returns black height, -1 on violation; counts nodes. */
 static int rb_verify(const rb_node_t *x, const rb_node_t *parent, size_t *count)
 {
-    if (!x)
-        return 1;
-    if (x->parent != parent)
-        return -1;
-    if (x->red && ((x->left && x->left->red) || (x->right && x->right->red)))
-        return -1;
-    if (x->left && !less((const blk_t *)x->left, (const blk_t *)x))
-        return -1;
-    if (x->right && !less((const blk_t *)x, (const blk_t *)x->right))
-        return -1;
+    if (!x) return 1;
+    if (x->parent != parent) return -1;
+    if (x->red && ((x->left && x->left->red) || (x->right && x->right->red))) return -1;
+    if (x->left && !less((const blk_t *)x->left, (const blk_t *)x)) return -1;
+    if (x->right && !less((const blk_t *)x, (const blk_t *)x->right)) return -1;
     int l = rb_verify(x->left, x, count), r = rb_verify(x->right, x, count);
-    if (l < 0 || r < 0 || l != r)
-        return -1;
+    if (l < 0 || r < 0 || l != r) return -1;
     (*count)++;
     return l + !x->red;
 }
@@ -151,8 +139,7 @@ static bool rb_contains(const rb_tree_t *t, const blk_t *b)
 {
     const rb_node_t *x = t->root;
     while (x) {
-        if (x == &b->rb)
-            return true;
+        if (x == &b->rb) return true;
         x = less(b, (const blk_t *)x) ? x->left : x->right;
     }
     return false;
@@ -163,13 +150,10 @@ static bool bits_all(const seg_t *r, size_t first, size_t last, bool val)
 {
     for (size_t w = first >> 6; w <= last >> 6; w++) {
         uint64_t mask = ~0ull;
-        if (w == first >> 6)
-            mask &= ~0ull << (first & 63);
-        if (w == last >> 6 && (last & 63) != 63)
-            mask &= (1ull << ((last & 63) + 1)) - 1;
+        if (w == first >> 6) mask &= ~0ull << (first & 63);
+        if (w == last >> 6 && (last & 63) != 63) mask &= (1ull << ((last & 63) + 1)) - 1;
         uint64_t x = r->mapbits[w] & mask;
-        if (val ? x != mask : x != 0)
-            return false;
+        if (val ? x != mask : x != 0) return false;
     }
     return true;
 }
@@ -324,23 +308,20 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
 
 int alloc_check(alloc_t *a, char *err, size_t errlen)
 {
-    if (!a)
-        return ALLOC_ERR_INVALID;
-    if (err && errlen)
-        err[0] = 0;
+    if (!a) return ALLOC_ERR_INVALID;
+    if (err && errlen) err[0] = 0;
     sums_t s = {0};
     int rc = ALLOC_OK;
     pthread_mutex_lock(&a->mu);
     for (size_t i = 0; i < a->nstreams && !rc; i++)
         for (int k = 0; k < 2 && !rc; k++)
             rc = check_pool(a, &a->streams[i]->pools[k], &s, err, errlen);
-    if (rc)
-        goto out;
-#define EQ(name, have, want)                                                                  \
-    if ((int64_t)(have) != (int64_t)(want)) {                                                 \
-        rc = fail(err, errlen, "stat %s is %lld, blocks say %lld", name, (long long)(have),   \
-                  (long long)(want));                                                         \
-        goto out;                                                                             \
+    if (rc) goto out;
+#define EQ(name, have, want)                                                                       \
+    if ((int64_t)(have) != (int64_t)(want)) {                                                      \
+        rc = fail(err, errlen, "stat %s is %lld, blocks say %lld", name, (long long)(have),        \
+                  (long long)(want));                                                              \
+        goto out;                                                                                  \
     }
     EQ("allocated_bytes", a->st.allocated_bytes.current, s.allocated);
     EQ("requested_bytes", a->st.requested_bytes.current, s.requested);
@@ -365,10 +346,15 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     }
     EQ("pending blocks vs fences", nf, s.pending_blocks);
     {
-        const alloc_stat_t *v[] = {&a->st.allocated_bytes, &a->st.requested_bytes,
-                                   &a->st.reserved_bytes, &a->st.active_bytes,
-                                   &a->st.inactive_split_bytes, &a->st.allocation,
-                                   &a->st.segment, &a->st.active, &a->st.inactive_split};
+        const alloc_stat_t *v[] = {&a->st.allocated_bytes,
+                                   &a->st.requested_bytes,
+                                   &a->st.reserved_bytes,
+                                   &a->st.active_bytes,
+                                   &a->st.inactive_split_bytes,
+                                   &a->st.allocation,
+                                   &a->st.segment,
+                                   &a->st.active,
+                                   &a->st.inactive_split};
         for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
             if (v[i]->peak < v[i]->current || v[i]->current < 0) {
                 rc = fail(err, errlen, "stat #%zu: current %lld, peak %lld", i,

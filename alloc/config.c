@@ -36,8 +36,7 @@ void alloc_config_default(alloc_config_t *c)
 
 int alloc_config_preset(alloc_config_t *c, const char *name)
 {
-    if (!name)
-        return ALLOC_ERR_CONFIG;
+    if (!name) return ALLOC_ERR_CONFIG;
     alloc_config_t n;
     alloc_config_default(&n);
     if (!strcmp(name, "gpumem")) {
@@ -68,17 +67,14 @@ int alloc_config_preset(alloc_config_t *c, const char *name)
 
 int alloc_parse_size(const char *s, size_t *out)
 {
-    if (!s)
-        return ALLOC_ERR_CONFIG;
+    if (!s) return ALLOC_ERR_CONFIG;
     while (isspace((unsigned char)*s))
         s++;
-    if (!isdigit((unsigned char)*s))
-        return ALLOC_ERR_CONFIG;
+    if (!isdigit((unsigned char)*s)) return ALLOC_ERR_CONFIG;
     errno = 0;
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return ALLOC_ERR_CONFIG;
+    if (errno) return ALLOC_ERR_CONFIG;
     double frac = 0;
     if (*end == '.') { /* "1.5G" */
         char *e2;
@@ -87,31 +83,38 @@ int alloc_parse_size(const char *s, size_t *out)
     }
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    case 'B': case '\0': case ' ': break;
-    default: return ALLOC_ERR_CONFIG;
+    case 'K':
+        shift = 10;
+        break;
+    case 'M':
+        shift = 20;
+        break;
+    case 'G':
+        shift = 30;
+        break;
+    case 'T':
+        shift = 40;
+        break;
+    case 'B':
+    case '\0':
+    case ' ':
+        break;
+    default:
+        return ALLOC_ERR_CONFIG;
     }
     if (shift) {
         end++;
-        if (*end == 'i' || *end == 'I')
-            end++;
-        if (*end == 'B' || *end == 'b')
-            end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'B' || *end == 'b') end++;
     } else if (*end == 'B' || *end == 'b') {
         end++;
     }
     while (isspace((unsigned char)*end))
         end++;
-    if (*end)
-        return ALLOC_ERR_CONFIG;
-    if (shift && v > (SIZE_MAX >> shift) - 1)
-        return ALLOC_ERR_CONFIG;
+    if (*end) return ALLOC_ERR_CONFIG;
+    if (shift && v > (SIZE_MAX >> shift) - 1) return ALLOC_ERR_CONFIG;
     size_t r = (size_t)v << shift;
-    if (frac > 0)
-        r += (size_t)(frac * (double)((size_t)1 << shift));
+    if (frac > 0) r += (size_t)(frac * (double)((size_t)1 << shift));
     *out = r;
     return ALLOC_OK;
 }
@@ -121,20 +124,16 @@ int alloc_parse_size(const char *s, size_t *out)
  * between 2^k and 2^(k+1) rounds up to a multiple of 2^k / d. */
 size_t a_round_size(const alloc_config_t *cfg, size_t size)
 {
-    if (size <= A_MIN_BLOCK)
-        return A_MIN_BLOCK;
+    if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
     unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
     unsigned div = cfg->rp2_div[lg];
     if (div > 1 && size > (size_t)A_MIN_BLOCK * div) {
-        if ((size & (size - 1)) == 0)
-            return size;
+        if ((size & (size - 1)) == 0) return size;
         size_t step = ((size_t)1 << lg) / div;
-        if (step < A_MIN_BLOCK)
-            step = A_MIN_BLOCK;
+        if (step < A_MIN_BLOCK) step = A_MIN_BLOCK;
         return (size + step - 1) / step * step;
     }
-    if (size > SIZE_MAX - A_MIN_BLOCK)
-        return 0;
+    if (size > SIZE_MAX - A_MIN_BLOCK) return 0;
     return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
 }
 
@@ -147,15 +146,15 @@ static const char ACCEPTED_KEYS[] =
 
 /* PyTorch keys that gpumem deliberately does not implement: named as such in the error. */
 static const char *const PYTORCH_ONLY_KEYS[] = {
-    "pinned_use_cuda_host_register", "pinned_num_register_threads", "release_lock_on_cudamalloc",
-    "pinned_use_background_threads", "graph_capture_record_stream_reuse", NULL};
+    "pinned_use_cuda_host_register",     "pinned_num_register_threads",
+    "release_lock_on_cudamalloc",        "pinned_use_background_threads",
+    "graph_capture_record_stream_reuse", NULL};
 
 static int errf(char *err, size_t errlen, const char *fmt, ...)
 {
     if (err && errlen) {
         int n = snprintf(err, errlen, "GPUMEM_CONF: ");
-        if (n < 0)
-            n = 0;
+        if (n < 0) n = 0;
         if ((size_t)n < errlen) {
             va_list ap;
             va_start(ap, fmt);
@@ -164,8 +163,7 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
         }
         /* the message echoes user text: keep it one printable line whatever that text holds */
         for (char *c = err; *c; c++)
-            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
-                *c = '?';
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) *c = '?';
     }
     return ALLOC_ERR_CONFIG;
 }
@@ -185,15 +183,17 @@ static bool parse_bool(const char *v, bool *out)
 
 static bool parse_u64(const char *v, unsigned long long *out)
 {
-    if (!isdigit((unsigned char)*v))
-        return false;
+    if (!isdigit((unsigned char)*v)) return false;
     errno = 0;
     char *end;
     *out = strtoull(v, &end, 10);
     return !errno && !*end;
 }
 
-static bool is_pow2(unsigned long long v) { return v && !(v & (v - 1)); }
+static bool is_pow2(unsigned long long v)
+{
+    return v && !(v & (v - 1));
+}
 
 /* `[256:1,512:2,>:8]`: the value of key K (MiB, power of two) applies to sizes below K down to
  * the previous key; the first key's value also covers everything smaller; `>` covers sizes from
@@ -206,8 +206,7 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
     for (;;) {
         while (*p == ' ')
             p++;
-        if (*p == ']')
-            break;
+        if (*p == ']') break;
         char kbuf[32], vbuf[32];
         size_t kn = 0, vn = 0;
         while (*p && *p != ':' && *p != ']' && *p != ',' && kn < sizeof(kbuf) - 1)
@@ -217,7 +216,8 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
             return errf(err, errlen,
                         "bad value '%s' for roundup_power2_divisions (accepted: a power of two, "
                         "or a list like [256:1,512:2,>:8] with keys in MiB, powers of two, "
-                        "ascending, and '>' last)", v);
+                        "ascending, and '>' last)",
+                        v);
         p++;
         while (*p && *p != ',' && *p != ']' && vn < sizeof(vbuf) - 1)
             vbuf[vn++] = *p++;
@@ -226,7 +226,8 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
         if (!parse_u64(vbuf, &dv) || (dv != 0 && !is_pow2(dv)) || dv > 1024)
             return errf(err, errlen,
                         "bad division '%s' in roundup_power2_divisions (accepted: 0 or a power "
-                        "of two up to 1024)", vbuf);
+                        "of two up to 1024)",
+                        vbuf);
         if (!strcmp(kbuf, ">")) {
             for (unsigned i = lo; i < ALLOC_RP2_INTERVALS; i++)
                 div[i] = (unsigned)dv;
@@ -236,12 +237,14 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
             if (!parse_u64(kbuf, &mb) || !is_pow2(mb) || mb > (1ull << 30))
                 return errf(err, errlen,
                             "bad size key '%s' in roundup_power2_divisions (accepted: MiB "
-                            "sizes that are powers of two, or '>')", kbuf);
+                            "sizes that are powers of two, or '>')",
+                            kbuf);
             unsigned hi = 20u + (unsigned)__builtin_ctzll(mb); /* intervals below 2^hi */
             if (hi <= lo && any)
                 return errf(err, errlen,
                             "keys of roundup_power2_divisions must ascend ('%s' after a larger "
-                            "one)", kbuf);
+                            "one)",
+                            kbuf);
             for (unsigned i = lo; i < hi && i < ALLOC_RP2_INTERVALS; i++)
                 div[i] = (unsigned)dv;
             lo = hi;
@@ -263,7 +266,8 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (alloc_config_preset(c, v) != ALLOC_OK)
             return errf(err, errlen,
                         "bad value '%s' for preset (accepted: gpumem, pytorch, "
-                        "pytorch-expandable, nocache)", v);
+                        "pytorch-expandable, nocache)",
+                        v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "expandable_segments")) {
@@ -280,8 +284,8 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
     }
     if (!strcmp(k, "per_stream_pools")) {
         if (!parse_bool(v, &c->per_stream_pools))
-            return errf(err, errlen,
-                        "bad value '%s' for per_stream_pools (accepted: True, False)", v);
+            return errf(err, errlen, "bad value '%s' for per_stream_pools (accepted: True, False)",
+                        v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "max_split_size_mb")) {
@@ -293,7 +297,8 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (!parse_u64(v, &mb) || mb <= 20 || mb > (1ull << 40))
             return errf(err, errlen,
                         "bad value '%s' for max_split_size_mb (accepted: an integer number of "
-                        "MiB greater than 20, or inf)", v);
+                        "MiB greater than 20, or inf)",
+                        v);
         c->max_split_size = (size_t)mb << 20;
         return ALLOC_OK;
     }
@@ -302,14 +307,14 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         memcpy(div, c->rp2_div, sizeof(div));
         if (v[0] == '[') {
             int rc = parse_rp2_list(v, div, err, errlen);
-            if (rc)
-                return rc;
+            if (rc) return rc;
         } else {
             unsigned long long dv;
             if (!parse_u64(v, &dv) || (dv != 0 && !is_pow2(dv)) || dv > 1024)
                 return errf(err, errlen,
                             "bad value '%s' for roundup_power2_divisions (accepted: 0 or a "
-                            "power of two up to 1024, or a list like [256:1,512:2,>:8])", v);
+                            "power of two up to 1024, or a list like [256:1,512:2,>:8])",
+                            v);
             for (unsigned i = 0; i < ALLOC_RP2_INTERVALS; i++)
                 div[i] = (unsigned)dv;
         }
@@ -327,7 +332,8 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (errno || *end || end == v || !(d > 0.0 && d < 1.0))
             return errf(err, errlen,
                         "bad value '%s' for garbage_collection_threshold (accepted: a number "
-                        "strictly between 0 and 1, e.g. 0.8, or 0 for off)", v);
+                        "strictly between 0 and 1, e.g. 0.8, or 0 for off)",
+                        v);
         c->gc_threshold = d;
         return ALLOC_OK;
     }
@@ -335,7 +341,8 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (strcmp(v, "native"))
             return errf(err, errlen,
                         "bad value '%s' for backend (accepted: native; gpumem replaces the "
-                        "allocator itself, cudaMallocAsync is not used)", v);
+                        "allocator itself, cudaMallocAsync is not used)",
+                        v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "handle_size") || !strcmp(k, "handle_size_small") ||
@@ -360,9 +367,11 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (alloc_parse_size(v, &sz) != ALLOC_OK || (sz == 0 && strcmp(k, "release_threshold")))
             return errf(err, errlen,
                         "bad value '%s' for %s (accepted: a byte size such as 2M, 20MiB, 1G, "
-                        "24G%s)", v, k,
-                        !strcmp(k, "release_threshold") ? ", or none" :
-                        !strcmp(k, "limit") ? ", or none" : "");
+                        "24G%s)",
+                        v, k,
+                        !strcmp(k, "release_threshold") ? ", or none"
+                        : !strcmp(k, "limit")           ? ", or none"
+                                                        : "");
         if (!strcmp(k, "handle_size"))
             c->handle_size = sz;
         else if (!strcmp(k, "handle_size_small"))
@@ -377,26 +386,23 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
         if (!strcmp(k, PYTORCH_ONLY_KEYS[i]))
             return errf(err, errlen,
                         "key '%s' is a PyTorch option gpumem does not implement (accepted keys: "
-                        "%s)", k, ACCEPTED_KEYS);
+                        "%s)",
+                        k, ACCEPTED_KEYS);
     return errf(err, errlen, "unknown key '%s' (accepted keys: %s)", k, ACCEPTED_KEYS);
 }
 
 int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen)
 {
-    if (err && errlen)
-        err[0] = 0;
-    if (!cfg)
-        return ALLOC_ERR_INVALID;
-    if (!conf)
-        return ALLOC_OK;
+    if (err && errlen) err[0] = 0;
+    if (!cfg) return ALLOC_ERR_INVALID;
+    if (!conf) return ALLOC_OK;
     alloc_config_t c = *cfg;
     const char *p = conf;
     char key[64], val[256];
     while (*p) {
         while (*p == ' ' || *p == ',' || *p == '\t')
             p++;
-        if (!*p)
-            break;
+        if (!*p) break;
         size_t kn = 0;
         while (*p && *p != ':' && *p != ',' && kn < sizeof(key) - 1)
             key[kn++] = *p++;
@@ -426,8 +432,7 @@ int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t 
         if (*p && *p != ',')
             return errf(err, errlen, "unexpected text after the value of '%s': '%s'", key, p);
         int rc = apply_kv(&c, key, val, err, errlen);
-        if (rc)
-            return rc;
+        if (rc) return rc;
     }
     *cfg = c;
     return ALLOC_OK;
@@ -435,12 +440,9 @@ int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t 
 
 static int fmt_size(char *b, size_t n, size_t v)
 {
-    if (v && v % (1ull << 30) == 0)
-        return snprintf(b, n, "%zuG", v >> 30);
-    if (v && v % (1ull << 20) == 0)
-        return snprintf(b, n, "%zuM", v >> 20);
-    if (v && v % (1ull << 10) == 0)
-        return snprintf(b, n, "%zuK", v >> 10);
+    if (v && v % (1ull << 30) == 0) return snprintf(b, n, "%zuG", v >> 30);
+    if (v && v % (1ull << 20) == 0) return snprintf(b, n, "%zuM", v >> 20);
+    if (v && v % (1ull << 10) == 0) return snprintf(b, n, "%zuK", v >> 10);
     return snprintf(b, n, "%zu", v);
 }
 
@@ -475,21 +477,19 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
         else
             o += (size_t)snprintf(rp + o, sizeof(rp) - o, "%s%llu:%u", i ? "," : "",
                                   1ull << (j + 1 - 20), c->rp2_div[i]);
-        if (j + 1 >= ALLOC_RP2_INTERVALS || j + 1 < 20 || j + 1 >= 60)
-            break;
+        if (j + 1 >= ALLOC_RP2_INTERVALS || j + 1 < 20 || j + 1 >= 60) break;
         i = j + 1;
     }
     snprintf(rp + o, sizeof(rp) - o, "]");
     const char *policy = c->policy <= ALLOC_POLICY_NOCACHE ? pol[c->policy] : "gpumem";
     /* `preset` first resets everything, so policy-only presets come out right */
     const char *preset = !strcmp(policy, "pytorch") ? "pytorch" : policy;
-    return snprintf(buf, len,
-                    "preset:%s,expandable_segments:%s,per_stream_pools:%s,max_split_size_mb:%s,"
-                    "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
-                    "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
-                    "limit:%s",
-                    preset, c->expandable_segments ? "True" : "False",
-                    c->per_stream_pools ? "True" : "False", ms, rp,
-                    c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False",
-                    lim);
+    return snprintf(
+        buf, len,
+        "preset:%s,expandable_segments:%s,per_stream_pools:%s,max_split_size_mb:%s,"
+        "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
+        "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
+        "limit:%s",
+        preset, c->expandable_segments ? "True" : "False", c->per_stream_pools ? "True" : "False",
+        ms, rp, c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False", lim);
 }

@@ -26,12 +26,12 @@
 
 #include "alloc/alloc.h"
 
-#define A_MIN_BLOCK 512u                 /* every size rounds to this */
-#define A_SMALL_SIZE (1u << 20)          /* <= this: small pool */
-#define A_SMALL_BUFFER (2u << 20)        /* classic small segment */
-#define A_LARGE_BUFFER (20u << 20)       /* classic segment for 1..10 MiB requests */
-#define A_MIN_LARGE_ALLOC (10u << 20)    /* below this a large request gets a 20 MiB segment */
-#define A_ROUND_LARGE (2u << 20)         /* classic large segments round to this */
+#define A_MIN_BLOCK 512u              /* every size rounds to this */
+#define A_SMALL_SIZE (1u << 20)       /* <= this: small pool */
+#define A_SMALL_BUFFER (2u << 20)     /* classic small segment */
+#define A_LARGE_BUFFER (20u << 20)    /* classic segment for 1..10 MiB requests */
+#define A_MIN_LARGE_ALLOC (10u << 20) /* below this a large request gets a 20 MiB segment */
+#define A_ROUND_LARGE (2u << 20)      /* classic large segments round to this */
 
 /* Size classes: exact 512 B steps below 2^A_SUB_BITS units, then 2^A_SUB_BITS classes per power
  * of two. Fine classes keep each class's tree small (a few blocks even with 10k free blocks), so
@@ -59,15 +59,15 @@ typedef struct rb_tree {
 enum { B_LIVE = 0, B_PENDING = 1, B_FREE = 2, B_UNMAPPED = 3 };
 
 typedef struct blk {
-    rb_node_t rb;              /* must be first: tree nodes cast to blocks */
-    struct blk *prev, *next;   /* address neighbours in the same segment */
+    rb_node_t rb;            /* must be first: tree nodes cast to blocks */
+    struct blk *prev, *next; /* address neighbours in the same segment */
     uint64_t addr;
     uint64_t size;
     /* second cache line: colder fields */
     struct seg *seg;
     uint64_t requested;
-    uint64_t stamp;            /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
-    uintptr_t stream;          /* stream of the allocation (LIVE/PENDING) */
+    uint64_t stamp;   /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
+    uintptr_t stream; /* stream of the allocation (LIVE/PENDING) */
 } blk_t;
 /* b->rb.st: B_LIVE, B_PENDING, B_FREE, B_UNMAPPED; b->rb.split: FREE and counted in
  * inactive_split (see a_block_is_split) */
@@ -84,17 +84,17 @@ struct pool;
 typedef struct seg {
     struct seg *next_in_pool, *prev_in_pool;
     struct pool *pool;
-    blk_t *first;              /* lowest-address block */
+    blk_t *first; /* lowest-address block */
     uint64_t base;
-    size_t size;               /* classic: segment bytes; expandable: reserved range bytes */
+    size_t size; /* classic: segment bytes; expandable: reserved range bytes */
     bool expandable;
     /* expandable only: one physical handle per slot of hsize bytes */
     size_t hsize;
     size_t nslots;
     uint64_t *handles;
-    uint64_t *mapbits;         /* bit per slot: mapped */
-    size_t mapped;             /* bytes mapped in this range */
-    size_t runs;               /* maximal mapped runs (the "segments" of the stats) */
+    uint64_t *mapbits; /* bit per slot: mapped */
+    size_t mapped;     /* bytes mapped in this range */
+    size_t runs;       /* maximal mapped runs (the "segments" of the stats) */
 } seg_t;
 
 struct sstate;
@@ -102,19 +102,19 @@ struct sstate;
 typedef struct pool {
     struct sstate *owner;
     bool small;
-    size_t hsize;              /* handle size for expandable ranges of this pool */
+    size_t hsize; /* handle size for expandable ranges of this pool */
     uint64_t bitmap[A_NCLS_WORDS];
     rb_tree_t cls[A_NCLS];
-    rb_tree_t unmapped;        /* UNMAPPED blocks, expandable only */
-    seg_t *segs;               /* classic segments and expandable ranges */
-    size_t nranges;            /* expandable ranges reserved (usually 0 or 1) */
-    size_t free_bytes;         /* FREE bytes in this pool */
+    rb_tree_t unmapped; /* UNMAPPED blocks, expandable only */
+    seg_t *segs;        /* classic segments and expandable ranges */
+    size_t nranges;     /* expandable ranges reserved (usually 0 or 1) */
+    size_t free_bytes;  /* FREE bytes in this pool */
 } pool_t;
 
 typedef struct sstate {
     uintptr_t stream;
-    bool fenced;               /* alloc_free records an event on this stream */
-    pool_t pools[2];           /* [0] small, [1] large */
+    bool fenced;     /* alloc_free records an event on this stream */
+    pool_t pools[2]; /* [0] small, [1] large */
 } sstate_t;
 
 /* A pending free: the block becomes FREE when every event completed. */
@@ -147,29 +147,29 @@ struct alloc {
     alloc_backend_t be;
     alloc_config_t cfg;
     alloc_hooks_t hooks;
-    bool vmm;                  /* expandable segments in effect */
-    bool events;               /* backend tracks events */
+    bool vmm;    /* expandable segments in effect */
+    bool events; /* backend tracks events */
     size_t gran;
-    size_t capacity;           /* device total bytes */
+    size_t capacity; /* device total bytes */
 
     sstate_t **streams;
     size_t nstreams, cap_streams;
-    sstate_t *last_stream;     /* one-entry cache for the hot path */
+    sstate_t *last_stream; /* one-entry cache for the hot path */
 
     ptrmap_t map;
-    blk_t *free_blks;          /* recycled block structs */
+    blk_t *free_blks; /* recycled block structs */
     blk_chunk_t *chunks;
 
     fence_t *fence_head, *fence_tail;
-    void **ev_pool;            /* idle events for reuse */
+    void **ev_pool; /* idle events for reuse */
     size_t nev_pool, cap_ev_pool;
 
     alloc_stats_t st;
     size_t pending_bytes;
-    size_t cached_free;        /* FREE bytes over all pools (mapped, reusable) */
-    size_t release_floor;      /* see maybe_release() */
+    size_t cached_free;   /* FREE bytes over all pools (mapped, reusable) */
+    size_t release_floor; /* see maybe_release() */
     uint64_t next_id;
-    uint64_t epoch;            /* gc clock: bumps on each malloc that misses the cache */
+    uint64_t epoch; /* gc clock: bumps on each malloc that misses the cache */
 
     bool destroying;
     bool has_oom;

@@ -35,8 +35,7 @@ struct alloc_mem_backend {
 
 static uint64_t va_take(alloc_mem_backend_t *m, size_t size, size_t align)
 {
-    if (align < 512)
-        align = 512;
+    if (align < 512) align = 512;
     uint64_t a = (m->next_va + align - 1) / align * align;
     m->next_va = a + size;
     return a;
@@ -45,15 +44,13 @@ static uint64_t va_take(alloc_mem_backend_t *m, size_t size, size_t align)
 static void phys_add(alloc_mem_backend_t *m, size_t size)
 {
     m->c.physical_in_use += size;
-    if (m->c.physical_in_use > m->c.physical_peak)
-        m->c.physical_peak = m->c.physical_in_use;
+    if (m->c.physical_in_use > m->c.physical_peak) m->c.physical_peak = m->c.physical_in_use;
 }
 
 static bool phys_fails(alloc_mem_backend_t *m, size_t size)
 {
     m->phys_calls++;
-    if (m->o.fail_call && m->phys_calls == m->o.fail_call)
-        return true;
+    if (m->o.fail_call && m->phys_calls == m->o.fail_call) return true;
     return m->c.physical_in_use + size > m->o.capacity;
 }
 
@@ -128,8 +125,7 @@ static int mb_map(void *ctx, uint64_t addr, size_t size, uint64_t handle)
     int rc = ALLOC_BE_OK;
     pthread_mutex_lock(&m->mu);
     m->c.map++;
-    if (!handle || handle > m->nhandles || m->handle_size[handle - 1] != size)
-        rc = ALLOC_BE_ERROR;
+    if (!handle || handle > m->nhandles || m->handle_size[handle - 1] != size) rc = ALLOC_BE_ERROR;
     pthread_mutex_unlock(&m->mu);
     return rc;
 }
@@ -156,7 +152,10 @@ static int mb_unmap(void *ctx, uint64_t addr, size_t size)
     return ALLOC_BE_OK;
 }
 
-static size_t mb_granularity(void *ctx) { return M(ctx)->o.granularity; }
+static size_t mb_granularity(void *ctx)
+{
+    return M(ctx)->o.granularity;
+}
 
 static int mb_seg_alloc(void *ctx, size_t size, uint64_t *addr)
 {
@@ -189,8 +188,7 @@ static int mb_event_create(void *ctx, void **event)
 {
     alloc_mem_backend_t *m = M(ctx);
     mem_event_t *e = calloc(1, sizeof(*e));
-    if (!e)
-        return ALLOC_BE_ERROR;
+    if (!e) return ALLOC_BE_ERROR;
     pthread_mutex_lock(&m->mu);
     if (m->nevents == m->cap_events) {
         size_t nc = m->cap_events ? m->cap_events * 2 : 64;
@@ -260,8 +258,7 @@ static int mb_event_destroy(void *ctx, void *event)
 static void complete_all(alloc_mem_backend_t *m)
 {
     for (size_t i = 0; i < m->nevents; i++)
-        if (m->events[i]->recorded)
-            m->events[i]->complete = true;
+        if (m->events[i]->recorded) m->events[i]->complete = true;
 }
 
 static int mb_synchronize(void *ctx)
@@ -287,14 +284,10 @@ static int mb_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts)
 {
     alloc_mem_backend_t *m = calloc(1, sizeof(*m));
-    if (!m)
-        return NULL;
-    if (opts)
-        m->o = *opts;
-    if (!m->o.capacity)
-        m->o.capacity = (size_t)80 << 30;
-    if (!m->o.granularity)
-        m->o.granularity = (size_t)2 << 20;
+    if (!m) return NULL;
+    if (opts) m->o = *opts;
+    if (!m->o.capacity) m->o.capacity = (size_t)80 << 30;
+    if (!m->o.granularity) m->o.granularity = (size_t)2 << 20;
     pthread_mutex_init(&m->mu, NULL);
     m->next_va = (uint64_t)1 << 40;
     alloc_backend_t *b = &m->be;
@@ -324,8 +317,7 @@ alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts)
 
 void alloc_mem_backend_destroy(alloc_mem_backend_t *m)
 {
-    if (!m)
-        return;
+    if (!m) return;
     for (size_t i = 0; i < m->nevents; i++)
         free(m->events[i]);
     free(m->events);
@@ -334,7 +326,10 @@ void alloc_mem_backend_destroy(alloc_mem_backend_t *m)
     free(m);
 }
 
-const alloc_backend_t *alloc_mem_backend(alloc_mem_backend_t *m) { return &m->be; }
+const alloc_backend_t *alloc_mem_backend(alloc_mem_backend_t *m)
+{
+    return &m->be;
+}
 
 void alloc_mem_backend_complete_events(alloc_mem_backend_t *m)
 {

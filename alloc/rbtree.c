@@ -16,8 +16,7 @@ static void rotate_left(rb_tree_t *t, rb_node_t *x)
 {
     rb_node_t *y = x->right;
     x->right = y->left;
-    if (y->left)
-        y->left->parent = x;
+    if (y->left) y->left->parent = x;
     y->parent = x->parent;
     if (!x->parent)
         t->root = y;
@@ -33,8 +32,7 @@ static void rotate_right(rb_tree_t *t, rb_node_t *x)
 {
     rb_node_t *y = x->left;
     x->left = y->right;
-    if (y->right)
-        y->right->parent = x;
+    if (y->right) y->right->parent = x;
     y->parent = x->parent;
     if (!x->parent)
         t->root = y;
@@ -115,8 +113,7 @@ static void transplant(rb_tree_t *t, rb_node_t *u, rb_node_t *v)
         u->parent->left = v;
     else
         u->parent->right = v;
-    if (v)
-        v->parent = u->parent;
+    if (v) v->parent = u->parent;
 }
 
 static void erase_fixup(rb_tree_t *t, rb_node_t *x, rb_node_t *parent)
@@ -143,8 +140,7 @@ static void erase_fixup(rb_tree_t *t, rb_node_t *x, rb_node_t *parent)
                 }
                 w->red = parent->red;
                 parent->red = 0;
-                if (w->right)
-                    w->right->red = 0;
+                if (w->right) w->right->red = 0;
                 rotate_left(t, parent);
                 x = t->root;
                 break;
@@ -170,16 +166,14 @@ static void erase_fixup(rb_tree_t *t, rb_node_t *x, rb_node_t *parent)
                 }
                 w->red = parent->red;
                 parent->red = 0;
-                if (w->left)
-                    w->left->red = 0;
+                if (w->left) w->left->red = 0;
                 rotate_right(t, parent);
                 x = t->root;
                 break;
             }
         }
     }
-    if (x)
-        x->red = 0;
+    if (x) x->red = 0;
 }
 
 void rb_erase(rb_tree_t *t, blk_t *b)
@@ -214,8 +208,7 @@ void rb_erase(rb_tree_t *t, blk_t *b)
         y->red = z->red;
     }
     t->count--;
-    if (!color)
-        erase_fixup(t, child, parent);
+    if (!color) erase_fixup(t, child, parent);
 }
 
 blk_t *rb_lower_bound(const rb_tree_t *t, uint64_t size)
@@ -235,8 +228,7 @@ blk_t *rb_lower_bound(const rb_tree_t *t, uint64_t size)
 blk_t *rb_first(const rb_tree_t *t)
 {
     rb_node_t *x = t->root;
-    if (!x)
-        return NULL;
+    if (!x) return NULL;
     while (x->left)
         x = x->left;
     return (blk_t *)x;
@@ -245,8 +237,7 @@ blk_t *rb_first(const rb_tree_t *t)
 blk_t *rb_last(const rb_tree_t *t)
 {
     rb_node_t *x = t->root;
-    if (!x)
-        return NULL;
+    if (!x) return NULL;
     while (x->right)
         x = x->right;
     return (blk_t *)x;

@@ -32,7 +32,8 @@ static int perr(char *err, size_t errlen, const char *fmt, ...)
     return ALLOC_ERR_INVALID;
 }
 
-/* ---- event vector ----------------------------------------------------------------------------- */
+/* ---- event vector -----------------------------------------------------------------------------
+ */
 
 typedef struct {
     alloc_trace_event_t *v;
@@ -88,16 +89,14 @@ static const char *parse_num(const char *p, const char *end, uint64_t *v, bool *
 int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
                       char *err, size_t errlen)
 {
-    if (!events || !n || (!text && len))
-        return ALLOC_ERR_INVALID;
+    if (!events || !n || (!text && len)) return ALLOC_ERR_INVALID;
     tv_t t = {0};
     const char *p = text, *end = text + len;
     size_t line = 0;
     while (p < end) {
         line++;
         const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol)
-            eol = end;
+        if (!eol) eol = end;
         const char *q = skip_ws(p, eol);
         if (q == eol || *q == '#') {
             p = eol + 1;
@@ -105,7 +104,8 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         }
         alloc_trace_event_t e = {0};
         bool ok = true, ok2 = true;
-        if (q + 1 < eol && q[0] == 'f' && q[1] == 'a' && (q + 2 == eol || q[2] == ' ' || q[2] == '\t')) {
+        if (q + 1 < eol && q[0] == 'f' && q[1] == 'a' &&
+            (q + 2 == eol || q[2] == ' ' || q[2] == '\t')) {
             e.kind = ALLOC_TR_FREE_ASYNC;
             q = parse_num(q + 2, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.stream, &ok2);
@@ -116,8 +116,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             q = parse_num(q, eol, &e.size, &ok2);
             ok = ok && ok2;
             const char *r = skip_ws(q, eol);
-            if (ok && r < eol && *r != '#')
-                q = parse_num(r, eol, &e.stream, &ok);
+            if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.stream, &ok);
         } else if (q[0] == 'f' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t')) {
             e.kind = ALLOC_TR_FREE;
             q = parse_num(q + 1, eol, &e.id, &ok);
@@ -128,14 +127,16 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             free(t.v);
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'f <id>', "
-                        "'fa <id> <stream>' or 'e')", line);
+                        "'fa <id> <stream>' or 'e')",
+                        line);
         }
         q = skip_ws(q, eol);
         if (!ok || (q < eol && *q != '#')) {
             free(t.v);
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
-                        "'f <id>', 'fa <id> <stream>' or 'e')", line);
+                        "'f <id>', 'fa <id> <stream>' or 'e')",
+                        line);
         }
         if (!tv_push(&t, e)) {
             free(t.v);
@@ -152,15 +153,13 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
                      size_t errlen)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return perr(err, errlen, "%s: %s", path, strerror(errno));
+    if (!f) return perr(err, errlen, "%s: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     while (buf) {
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
-        if (len < cap)
-            break;
+        if (len < cap) break;
         char *nb = realloc(buf, cap * 2);
         if (!nb) {
             free(buf);
@@ -172,8 +171,7 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
     }
     bool rerr = ferror(f);
     fclose(f);
-    if (!buf)
-        return ALLOC_ERR_NOMEM;
+    if (!buf) return ALLOC_ERR_NOMEM;
     if (rerr) {
         free(buf);
         return perr(err, errlen, "%s: read error", path);
@@ -181,16 +179,14 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
     char inner[200] = "";
     int rc = alloc_trace_parse(buf, len, events, n, inner, sizeof(inner));
     free(buf);
-    if (rc)
-        return perr(err, errlen, "%s: %s", path, inner);
+    if (rc) return perr(err, errlen, "%s: %s", path, inner);
     return ALLOC_OK;
 }
 
 int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
 {
     FILE *f = fopen(path, "w");
-    if (!f)
-        return ALLOC_ERR_INVALID;
+    if (!f) return ALLOC_ERR_INVALID;
     for (size_t i = 0; i < n; i++) {
         switch (ev[i].kind) {
         case ALLOC_TR_ALLOC:
@@ -201,12 +197,16 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
                 fprintf(f, "a %llu %llu\n", (unsigned long long)ev[i].id,
                         (unsigned long long)ev[i].size);
             break;
-        case ALLOC_TR_FREE: fprintf(f, "f %llu\n", (unsigned long long)ev[i].id); break;
+        case ALLOC_TR_FREE:
+            fprintf(f, "f %llu\n", (unsigned long long)ev[i].id);
+            break;
         case ALLOC_TR_FREE_ASYNC:
             fprintf(f, "fa %llu %llu\n", (unsigned long long)ev[i].id,
                     (unsigned long long)ev[i].stream);
             break;
-        default: fprintf(f, "e\n"); break;
+        default:
+            fprintf(f, "e\n");
+            break;
         }
     }
     return fclose(f) ? ALLOC_ERR_INVALID : ALLOC_OK;
@@ -241,11 +241,10 @@ typedef struct {
     uint64_t ln1, m1, r1, qkv, lse, atty, attproj, res1, ln2, m2, r2, fch, gelu, fcproj, res2;
 } layer_act_t;
 
-int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
-                      alloc_trace_event_t **events, size_t *n)
+int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_trace_event_t **events,
+                      size_t *n)
 {
-    if (!name || !events || !n)
-        return ALLOC_ERR_INVALID;
+    if (!name || !events || !n) return ALLOC_ERR_INVALID;
     bool jitter;
     if (!strcmp(name, "fixed"))
         jitter = false;
@@ -253,8 +252,7 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
         jitter = true;
     else
         return ALLOC_ERR_INVALID;
-    if (!steps)
-        steps = 20;
+    if (!steps) steps = 20;
     uint64_t rng = seed * 0x2545F4914F6CDD1Dull + 12345;
     tv_t t = {0};
     const uint64_t H = SY_H, V = SY_V, B = SY_B, bf = 2, f32 = 4;
@@ -265,18 +263,18 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
     psz[np++] = V * H * bf;
     psz[np++] = SY_TMAX * H * bf;
     for (int l = 0; l < SY_L; l++) {
-        psz[np++] = H * bf;             /* ln1 w */
-        psz[np++] = H * bf;             /* ln1 b */
-        psz[np++] = 3 * H * H * bf;     /* qkv w */
-        psz[np++] = 3 * H * bf;         /* qkv b */
-        psz[np++] = H * H * bf;         /* attproj w */
-        psz[np++] = H * bf;             /* attproj b */
-        psz[np++] = H * bf;             /* ln2 w */
-        psz[np++] = H * bf;             /* ln2 b */
-        psz[np++] = 4 * H * H * bf;     /* fc w */
-        psz[np++] = 4 * H * bf;         /* fc b */
-        psz[np++] = 4 * H * H * bf;     /* fcproj w */
-        psz[np++] = H * bf;             /* fcproj b */
+        psz[np++] = H * bf;         /* ln1 w */
+        psz[np++] = H * bf;         /* ln1 b */
+        psz[np++] = 3 * H * H * bf; /* qkv w */
+        psz[np++] = 3 * H * bf;     /* qkv b */
+        psz[np++] = H * H * bf;     /* attproj w */
+        psz[np++] = H * bf;         /* attproj b */
+        psz[np++] = H * bf;         /* ln2 w */
+        psz[np++] = H * bf;         /* ln2 b */
+        psz[np++] = 4 * H * H * bf; /* fc w */
+        psz[np++] = 4 * H * bf;     /* fc b */
+        psz[np++] = 4 * H * H * bf; /* fcproj w */
+        psz[np++] = H * bf;         /* fcproj b */
     }
     psz[np++] = H * bf; /* lnf w */
     psz[np++] = H * bf; /* lnf b */
@@ -366,8 +364,7 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
             dres = dn;
             F(&t, dln1);
         }
-        if (s == 0)
-            grads[1] = A(&t, psz[1]);
+        if (s == 0) grads[1] = A(&t, psz[1]);
         F(&t, dres);
         F(&t, enc);
         F(&t, loss);
@@ -393,7 +390,8 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed,
     return ALLOC_OK;
 }
 
-/* ---- replay ------------------------------------------------------------------------------------ */
+/* ---- replay ------------------------------------------------------------------------------------
+ */
 
 typedef struct {
     uint64_t *id;
@@ -434,8 +432,7 @@ static int idmap_grow(idmap_t *m)
         return -1;
     }
     for (size_t i = 0; i < m->cap; i++)
-        if (m->used[i])
-            idmap_put(&n, m->id[i], m->ptr[i]);
+        if (m->used[i]) idmap_put(&n, m->id[i], m->ptr[i]);
     idmap_free(m);
     *m = n;
     return 0;
@@ -444,8 +441,7 @@ static int idmap_grow(idmap_t *m)
 /* Returns 1 if the id was already present (value replaced), 0 if inserted, -1 no memory. */
 static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr)
 {
-    if ((m->count + 1) * 2 > m->cap && idmap_grow(m))
-        return -1;
+    if ((m->count + 1) * 2 > m->cap && idmap_grow(m)) return -1;
     size_t i = id_hash(id, m->cap);
     while (m->used[i] && m->id[i] != id)
         i = (i + 1) & (m->cap - 1);
@@ -462,19 +458,16 @@ static bool idmap_take(idmap_t *m, uint64_t id, uint64_t *ptr)
     size_t mask = m->cap - 1, i = id_hash(id, m->cap);
     while (m->used[i] && m->id[i] != id)
         i = (i + 1) & mask;
-    if (!m->used[i])
-        return false;
+    if (!m->used[i]) return false;
     *ptr = m->ptr[i];
     /* backward-shift delete */
     size_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!m->used[j])
-            break;
+        if (!m->used[j]) break;
         size_t h = id_hash(m->id[j], m->cap);
         bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
-        if (stay)
-            continue;
+        if (stay) continue;
         m->id[i] = m->id[j];
         m->ptr[i] = m->ptr[j];
         i = j;
@@ -488,17 +481,14 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                  const alloc_trace_event_t *ev, size_t n, alloc_replay_result_t *out, char *err,
                  size_t errlen)
 {
-    if (!out || (!ev && n))
-        return ALLOC_ERR_INVALID;
+    if (!out || (!ev && n)) return ALLOC_ERR_INVALID;
     memset(out, 0, sizeof(*out));
     out->oom_index = -1;
     alloc_replay_opts_t o = {0};
-    if (opts)
-        o = *opts;
+    if (opts) o = *opts;
     alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity};
     alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
-    if (!mb)
-        return ALLOC_ERR_NOMEM;
+    if (!mb) return ALLOC_ERR_NOMEM;
     alloc_t *a = NULL;
     int rc = alloc_create(alloc_mem_backend(mb), cfg, &a);
     if (rc) {
@@ -527,8 +517,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     out->oom_index = (int64_t)i;
                     alloc_last_oom(a, &out->oom);
                 }
-                if (!o.continue_after_oom)
-                    goto done;
+                if (!o.continue_after_oom) goto done;
                 break;
             }
             if (r) {

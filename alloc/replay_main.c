@@ -36,7 +36,8 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
     if (alloc_config_preset(cfg, preset)) {
         fprintf(stderr,
                 "gpumem-replay: unknown preset '%s' (accepted: gpumem, pytorch, "
-                "pytorch-expandable, nocache, all)\n", preset);
+                "pytorch-expandable, nocache, all)\n",
+                preset);
         return 2;
     }
     if (alloc_config_parse(cfg, getenv("GPUMEM_CONF"), err, sizeof(err))) {
@@ -47,8 +48,7 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
         fprintf(stderr, "%s\n", err);
         return 2;
     }
-    if (limit)
-        cfg->limit = limit;
+    if (limit) cfg->limit = limit;
     return 0;
 }
 
@@ -111,21 +111,18 @@ int main(int argc, char **argv)
             files[nfiles++] = a;
         }
     }
-    if (!npresets)
-        presets[npresets++] = "gpumem";
+    if (!npresets) presets[npresets++] = "gpumem";
 
     if (check_only) {
         alloc_config_t cfg;
         int rc = make_config(presets[0], conf, limit, &cfg);
-        if (rc)
-            return rc;
+        if (rc) return rc;
         char buf[1024];
         alloc_config_format(&cfg, buf, sizeof(buf));
         printf("%s\n", buf);
         return 0;
     }
-    if (!synth && !nfiles)
-        return usage();
+    if (!synth && !nfiles) return usage();
 
     int status = 0;
     int ntraces = nfiles + (synth ? 1 : 0);
@@ -137,8 +134,10 @@ int main(int argc, char **argv)
         if (synth && t == 0) {
             tname = synth;
             if (alloc_trace_synth(synth, steps, seed, &ev, &n)) {
-                fprintf(stderr, "gpumem-replay: unknown synthetic trace '%s' (accepted: fixed, "
-                        "jitter)\n", synth);
+                fprintf(stderr,
+                        "gpumem-replay: unknown synthetic trace '%s' (accepted: fixed, "
+                        "jitter)\n",
+                        synth);
                 return 2;
             }
         } else {

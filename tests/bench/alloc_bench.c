@@ -213,8 +213,7 @@ int main(void)
             fprintf(stderr, "alloc_bench: %s\n", err);
             return 1;
         }
-        if (res.seconds < best)
-            best = res.seconds;
+        if (res.seconds < best) best = res.seconds;
     }
     free(ev);
     printf("BENCH alloc.replay_events_per_s %.0f events/s\n", (double)n / best);
@@ -222,8 +221,7 @@ int main(void)
     /* utilization per preset and trace */
     const char *traces[] = {"fixed", "jitter"};
     for (int t = 0; t < 2; t++) {
-        if (alloc_trace_synth(traces[t], 0, 1, &ev, &n))
-            return 1;
+        if (alloc_trace_synth(traces[t], 0, 1, &ev, &n)) return 1;
         for (int p = 0; alloc_preset_names[p]; p++) {
             alloc_config_preset(&cfg, alloc_preset_names[p]);
             alloc_replay_result_t res;

@@ -44,8 +44,7 @@ static void fuzz_trace(const uint8_t *d, size_t n)
     alloc_trace_event_t *ev = NULL;
     size_t ne = 0;
     char err[256];
-    if (alloc_trace_parse((const char *)d, n, &ev, &ne, err, sizeof(err)) != ALLOC_OK)
-        return;
+    if (alloc_trace_parse((const char *)d, n, &ev, &ne, err, sizeof(err)) != ALLOC_OK) return;
     if (ne <= 4096) {
         alloc_config_t c;
         alloc_config_preset(&c, alloc_preset_names[n % 4]);
@@ -65,30 +64,22 @@ typedef struct {
 
 static void fuzz_ops(const uint8_t *d, size_t n)
 {
-    if (n < 3)
-        return;
+    if (n < 3) return;
     alloc_config_t cfg;
     alloc_config_preset(&cfg, alloc_preset_names[d[0] & 3]);
-    if (d[0] & 4)
-        cfg.limit = (16 + (size_t)(d[1] & 63)) * MiB;
-    if (d[0] & 8)
-        cfg.release_threshold = (size_t)(d[1] >> 4) * MiB;
-    if (d[0] & 16)
-        cfg.max_split_size = 32 * MiB;
-    if (d[0] & 32)
-        cfg.rp2_div[20] = cfg.rp2_div[21] = cfg.rp2_div[22] = 4;
-    if ((d[0] & 64) && cfg.limit)
-        cfg.gc_threshold = 0.5;
-    if (d[0] & 128)
-        cfg.handle_size = 4 * MiB;
+    if (d[0] & 4) cfg.limit = (16 + (size_t)(d[1] & 63)) * MiB;
+    if (d[0] & 8) cfg.release_threshold = (size_t)(d[1] >> 4) * MiB;
+    if (d[0] & 16) cfg.max_split_size = 32 * MiB;
+    if (d[0] & 32) cfg.rp2_div[20] = cfg.rp2_div[21] = cfg.rp2_div[22] = 4;
+    if ((d[0] & 64) && cfg.limit) cfg.gc_threshold = 0.5;
+    if (d[0] & 128) cfg.handle_size = 4 * MiB;
     alloc_mem_opts_t mo = {.capacity = (32 + (size_t)d[2]) * MiB,
                            .no_vmm = (d[1] & 3) == 3,
                            .track_events = (d[2] & 1) != 0,
                            .event_delay = (d[2] & 2) ? ALLOC_MEM_EVENT_MANUAL : (d[2] >> 6)};
     alloc_mem_backend_t *m = alloc_mem_backend_create(&mo);
     alloc_t *a;
-    if (alloc_create(alloc_mem_backend(m), &cfg, &a) != ALLOC_OK)
-        die("alloc_create", NULL);
+    if (alloc_create(alloc_mem_backend(m), &cfg, &a) != ALLOC_OK) die("alloc_create", NULL);
     live_t live[64];
     int nl = 0;
     char err[256];
@@ -111,8 +102,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
         } else if (op < 6 && nl) {
             int k = d[i + 2] % nl;
             int rc = op == 4 ? alloc_free(a, live[k].p) : alloc_free_async(a, live[k].p, stream);
-            if (rc != ALLOC_OK)
-                die("free of a live block", alloc_strerror(rc));
+            if (rc != ALLOC_OK) die("free of a live block", alloc_strerror(rc));
             uint64_t again = live[k].p;
             live[k] = live[--nl];
             if (d[i + 3] & 1) {
@@ -132,8 +122,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
             size_t bs;
             alloc_block_info(a, ((uint64_t)d[i + 2] << 32) | d[i + 3], &base, &bs);
         }
-        if (alloc_check(a, err, sizeof(err)) != ALLOC_OK)
-            die("alloc_check", err);
+        if (alloc_check(a, err, sizeof(err)) != ALLOC_OK) die("alloc_check", err);
     }
     alloc_destroy(a);
     alloc_mem_backend_destroy(m);
@@ -141,12 +130,17 @@ static void fuzz_ops(const uint8_t *d, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
-    if (n < 1)
-        return 0;
+    if (n < 1) return 0;
     switch (d[0] % 4) {
-    case 0: fuzz_config(d + 1, n - 1); break;
-    case 1: fuzz_trace(d + 1, n - 1); break;
-    default: fuzz_ops(d + 1, n - 1); break;
+    case 0:
+        fuzz_config(d + 1, n - 1);
+        break;
+    case 1:
+        fuzz_trace(d + 1, n - 1);
+        break;
+    default:
+        fuzz_ops(d + 1, n - 1);
+        break;
     }
     return 0;
 }

@@ -60,20 +60,15 @@ static void run_sequence(uint64_t seed, int nops)
 #define ADD(...) o += (size_t)snprintf(conf + o, sizeof(conf) - o, __VA_ARGS__)
     if (rng_next(&r) % 4 == 0)
         ADD("roundup_power2_divisions:%s,", rng_next(&r) % 2 ? "4" : "[2:1,8:2,>:4]");
-    if (rng_next(&r) % 5 == 0)
-        ADD("max_split_size_mb:%u,", 21 + (unsigned)(rng_next(&r) % 60));
+    if (rng_next(&r) % 5 == 0) ADD("max_split_size_mb:%u,", 21 + (unsigned)(rng_next(&r) % 60));
     bool limited = rng_next(&r) % 3 == 0;
-    if (limited)
-        ADD("limit:%uM,", 16 + (unsigned)(rng_next(&r) % 200));
+    if (limited) ADD("limit:%uM,", 16 + (unsigned)(rng_next(&r) % 200));
     if (limited && rng_next(&r) % 2)
         ADD("garbage_collection_threshold:0.%u,", 3 + (unsigned)(rng_next(&r) % 6));
-    if (rng_next(&r) % 5 == 0)
-        ADD("release_threshold:%uM,", 1 + (unsigned)(rng_next(&r) % 32));
-    if (rng_next(&r) % 4 == 0)
-        ADD("handle_size:%uM,", 2 * (1 + (unsigned)(rng_next(&r) % 5)));
+    if (rng_next(&r) % 5 == 0) ADD("release_threshold:%uM,", 1 + (unsigned)(rng_next(&r) % 32));
+    if (rng_next(&r) % 4 == 0) ADD("handle_size:%uM,", 2 * (1 + (unsigned)(rng_next(&r) % 5)));
     bool shared_pools = rng_next(&r) % 8 == 0;
-    if (shared_pools)
-        ADD("per_stream_pools:False,");
+    if (shared_pools) ADD("per_stream_pools:False,");
 #undef ADD
     alloc_config_t cfg;
     assert_int_equal(alloc_config_preset(&cfg, preset), ALLOC_OK);
@@ -86,8 +81,7 @@ static void run_sequence(uint64_t seed, int nops)
     mo.track_events = rng_next(&r) % 2;
     bool manual = mo.track_events && rng_next(&r) % 2;
     mo.event_delay = manual ? ALLOC_MEM_EVENT_MANUAL : (unsigned)(rng_next(&r) % 3);
-    if (rng_next(&r) % 6 == 0)
-        mo.fail_call = 1 + rng_next(&r) % 20;
+    if (rng_next(&r) % 6 == 0) mo.fail_call = 1 + rng_next(&r) % 20;
     alloc_mem_backend_t *m = alloc_mem_backend_create(&mo);
     alloc_t *a;
     assert_int_equal(alloc_create(alloc_mem_backend(m), &cfg, &a), ALLOC_OK);
@@ -109,8 +103,7 @@ static void run_sequence(uint64_t seed, int nops)
         if (k < 50 && nlive < MAXLIVE) {
             unsigned lg = (unsigned)(rng_next(&r) % 25); /* 1 B .. 16 MiB, log-uniform */
             size_t size = ((size_t)1 << lg) + (size_t)(rng_next(&r) % ((size_t)1 << lg));
-            if (rng_next(&r) % 50 == 0)
-                size = 0;
+            if (rng_next(&r) % 50 == 0) size = 0;
             uint64_t p = 0;
             int rc = alloc_malloc(a, size, stream, &p);
             alloc_mem_backend_counters(m, &mc);
@@ -125,8 +118,8 @@ static void run_sequence(uint64_t seed, int nops)
                 assert_true(p == 0);
             } else {
                 if (rc)
-                    fail_msg("seed %llu op %d: malloc(%zu): %s", (unsigned long long)seed, op,
-                             size, alloc_strerror(rc));
+                    fail_msg("seed %llu op %d: malloc(%zu): %s", (unsigned long long)seed, op, size,
+                             alloc_strerror(rc));
                 if (size == 0) {
                     assert_true(p == 0);
                 } else {
@@ -140,8 +133,7 @@ static void run_sequence(uint64_t seed, int nops)
                                      (unsigned long long)seed, op, (unsigned long long)p, bs,
                                      (unsigned long long)live[i].p);
                     for (int i = 0; i < nquar; i++) {
-                        if (!overlap(p, bs, quar[i].p, quar[i].size))
-                            continue;
+                        if (!overlap(p, bs, quar[i].p, quar[i].size)) continue;
                         if (quar[i].only_stream == (int)stream) {
                             quar[i--] = quar[--nquar]; /* legitimately reused by its stream */
                             continue;
@@ -149,9 +141,8 @@ static void run_sequence(uint64_t seed, int nops)
                         fail_msg("seed %llu op %d (%s, conf '%s'): block %#llx on stream %d "
                                  "reuses memory still guarded by events (freed %#llx, reusable "
                                  "by stream %d only)",
-                                 (unsigned long long)seed, op, preset, conf,
-                                 (unsigned long long)p, (int)stream,
-                                 (unsigned long long)quar[i].p, quar[i].only_stream);
+                                 (unsigned long long)seed, op, preset, conf, (unsigned long long)p,
+                                 (int)stream, (unsigned long long)quar[i].p, quar[i].only_stream);
                     }
                     live[nlive++] = (live_t){p, bs, size, stream};
                 }
@@ -185,8 +176,8 @@ static void run_sequence(uint64_t seed, int nops)
                 if (inside)
                     assert_int_equal(rc, ALLOC_ERR_NOT_BASE);
                 else if (rc != ALLOC_ERR_DOUBLE_FREE && rc != ALLOC_ERR_NOT_OWNED)
-                    fail_msg("seed %llu op %d: second free gave %s", (unsigned long long)seed,
-                             op, alloc_strerror(rc));
+                    fail_msg("seed %llu op %d: second free gave %s", (unsigned long long)seed, op,
+                             alloc_strerror(rc));
             }
         } else if (k < 85) {
             alloc_mem_backend_complete_events(m);
@@ -222,8 +213,7 @@ static void run_sequence(uint64_t seed, int nops)
         }
         if (alloc_check(a, err, sizeof(err)) != ALLOC_OK)
             fail_msg("seed %llu op %d (preset %s, conf '%s', vmm %d, events %d): %s",
-                     (unsigned long long)seed, op, preset, conf, !mo.no_vmm, mo.track_events,
-                     err);
+                     (unsigned long long)seed, op, preset, conf, !mo.no_vmm, mo.track_events, err);
     }
     for (int i = 0; i < nlive; i++)
         assert_int_equal(alloc_free(a, live[i].p), ALLOC_OK);

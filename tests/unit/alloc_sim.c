@@ -45,8 +45,7 @@ static struct {
     CUresult (*Create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                        unsigned long long);
     CUresult (*Release)(CUmemGenericAllocationHandle);
-    CUresult (*Map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                    unsigned long long);
+    CUresult (*Map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
     CUresult (*SetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*Unmap)(CUdeviceptr, size_t);
     CUresult (*Granularity)(size_t *, const CUmemAllocationProp *,
@@ -68,12 +67,9 @@ static struct {
 
 static int be_code(CUresult r)
 {
-    if (r == CUDA_SUCCESS)
-        return ALLOC_BE_OK;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return ALLOC_BE_OOM;
-    if (r == CUDA_ERROR_NOT_READY)
-        return ALLOC_BE_NOT_READY;
+    if (r == CUDA_SUCCESS) return ALLOC_BE_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return ALLOC_BE_OOM;
+    if (r == CUDA_ERROR_NOT_READY) return ALLOC_BE_NOT_READY;
     return 1000 + (int)r;
 }
 
@@ -190,11 +186,21 @@ static int b_mem_info(void *c, size_t *f, size_t *t)
 }
 
 static const alloc_backend_t sim_backend = {
-    .reserve = b_reserve, .free_range = b_free_range, .create = b_create,
-    .release = b_release, .map = b_map, .set_access = b_set_access, .unmap = b_unmap,
-    .granularity = b_granularity, .seg_alloc = b_seg_alloc, .seg_free = b_seg_free,
-    .event_create = b_event_create, .event_record = b_event_record,
-    .event_query = b_event_query, .event_destroy = b_event_destroy, .synchronize = b_sync,
+    .reserve = b_reserve,
+    .free_range = b_free_range,
+    .create = b_create,
+    .release = b_release,
+    .map = b_map,
+    .set_access = b_set_access,
+    .unmap = b_unmap,
+    .granularity = b_granularity,
+    .seg_alloc = b_seg_alloc,
+    .seg_free = b_seg_free,
+    .event_create = b_event_create,
+    .event_record = b_event_record,
+    .event_query = b_event_query,
+    .event_destroy = b_event_destroy,
+    .synchronize = b_sync,
     .mem_info = b_mem_info,
 };
 
@@ -205,8 +211,7 @@ static int load_sim(void **state)
     (void)state;
     char exe[PATH_MAX], path[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        return -1;
+    if (n <= 0) return -1;
     exe[n] = 0;
     char *slash = strrchr(exe, '/');
     *slash = 0; /* <build>/tests/unit */
@@ -221,19 +226,17 @@ static int load_sim(void **state)
         return -1;
     }
     getproc_fn gp = (getproc_fn)dlsym(cu.lib, "cuGetProcAddress_v2");
-    if (!gp)
-        return -1;
+    if (!gp) return -1;
 #define GET(field, name) GETV(field, name, 13000)
-    /* CUDA 13's cuCtxSynchronize (v13000) takes a context; ask for the 2000 signature */
-#define GETV(field, name, ver)                                                                \
-    do {                                                                                      \
-        CUdriverProcAddressQueryResult st;                                                    \
-        if (gp(name, (void **)&cu.field, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) !=            \
-                CUDA_SUCCESS ||                                                               \
-            !cu.field) {                                                                      \
-            print_error("cuGetProcAddress(%s) failed\n", name);                               \
-            return -1;                                                                        \
-        }                                                                                     \
+        /* CUDA 13's cuCtxSynchronize (v13000) takes a context; ask for the 2000 signature */
+#define GETV(field, name, ver)                                                                     \
+    do {                                                                                           \
+        CUdriverProcAddressQueryResult st;                                                         \
+        if (gp(name, (void **)&cu.field, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || \
+            !cu.field) {                                                                           \
+            print_error("cuGetProcAddress(%s) failed\n", name);                                    \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
     GET(Init, "cuInit");
     GET(DeviceGet, "cuDeviceGet");
@@ -261,8 +264,7 @@ static int load_sim(void **state)
     cu.set_event_delay = (void (*)(unsigned))dlsym(cu.lib, "sim_set_event_delay");
     cu.events_pending = (size_t(*)(void))dlsym(cu.lib, "sim_events_pending");
     cu.set_capacity = (CUresult(*)(size_t))dlsym(cu.lib, "sim_set_capacity");
-    if (!cu.set_event_delay || !cu.events_pending || !cu.set_capacity)
-        return -1;
+    if (!cu.set_event_delay || !cu.events_pending || !cu.set_capacity) return -1;
     CUcontext ctx;
     if (cu.Init(0) || cu.DeviceGet(&cu.dev, 0) || cu.PrimaryCtxRetain(&ctx, cu.dev) ||
         cu.CtxSetCurrent(ctx))
@@ -270,10 +272,9 @@ static int load_sim(void **state)
     return 0;
 }
 
-#define NEED_SIM()                                                                            \
-    do {                                                                                      \
-        if (!cu.lib)                                                                          \
-            skip();                                                                           \
+#define NEED_SIM()                                                                                 \
+    do {                                                                                           \
+        if (!cu.lib) skip();                                                                       \
     } while (0)
 
 static alloc_t *make(const char *preset)
@@ -288,8 +289,7 @@ static alloc_t *make(const char *preset)
 static void check(alloc_t *a)
 {
     char err[256];
-    if (alloc_check(a, err, sizeof(err)))
-        fail_msg("alloc_check: %s", err);
+    if (alloc_check(a, err, sizeof(err))) fail_msg("alloc_check: %s", err);
 }
 
 /* cudaFree semantics on the sim's delayed events: no reuse while the free's events are pending. */

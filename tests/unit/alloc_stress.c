@@ -47,7 +47,6 @@ static void failf(const char *fmt, ...)
     pthread_mutex_unlock(&g_msg_mu);
 }
 
-
 /* Every live block of every thread, under one test mutex (outside the allocator's calls): a new
  * block overlapping any live one — whoever holds it — is a failure. */
 static blk g_live[NTHREADS * MAXLIVE];
@@ -121,8 +120,7 @@ static void *worker(void *arg)
         } else {
             alloc_stats_t st;
             alloc_get_stats(g_a, &st);
-            if (st.allocated_bytes.current < 0)
-                failf("negative allocated bytes");
+            if (st.allocated_bytes.current < 0) failf("negative allocated bytes");
         }
     }
     for (int i = 0; i < n; i++) {
@@ -132,14 +130,12 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static int walk_cb(void *user, const alloc_walk_segment_t *s, const alloc_walk_block_t *b,
-                   size_t n)
+static int walk_cb(void *user, const alloc_walk_segment_t *s, const alloc_walk_block_t *b, size_t n)
 {
     size_t *total = user;
     uint64_t at = s->addr;
     for (size_t i = 0; i < n; i++) {
-        if (b[i].addr != at)
-            return 1;
+        if (b[i].addr != at) return 1;
         at += b[i].size;
     }
     *total += s->size;
@@ -186,12 +182,10 @@ static void test_threads(void **state)
             pthread_join(th[i], NULL);
         atomic_store(&g_stop, 1);
         pthread_join(ck, NULL);
-        if (atomic_load(&g_fail))
-            fail_msg("%s", g_msg);
+        if (atomic_load(&g_fail)) fail_msg("%s", g_msg);
         char err[256];
         assert_int_equal(alloc_empty_cache(g_a), ALLOC_OK);
-        if (alloc_check(g_a, err, sizeof(err)))
-            fail_msg("final check: %s", err);
+        if (alloc_check(g_a, err, sizeof(err))) fail_msg("final check: %s", err);
         alloc_stats_t st;
         alloc_get_stats(g_a, &st);
         assert_int_equal(st.allocated_bytes.current, 0);

@@ -52,8 +52,7 @@ static uint64_t must_alloc(alloc_t *a, size_t size, uintptr_t stream)
 {
     uint64_t p = 0;
     int rc = alloc_malloc(a, size, stream, &p);
-    if (rc)
-        fail_msg("alloc_malloc(%zu): %s", size, alloc_strerror(rc));
+    if (rc) fail_msg("alloc_malloc(%zu): %s", size, alloc_strerror(rc));
     assert_true(p != 0);
     OK_CHECK(a);
     return p;
@@ -482,8 +481,7 @@ static void test_free_waits_for_events(void **state)
     int reused_at = -1;
     for (int i = 0; i < 6 && reused_at < 0; i++) {
         uint64_t p = must_alloc(f.a, 4096, 0);
-        if (p == a)
-            reused_at = i;
+        if (p == a) reused_at = i;
     }
     assert_int_equal(reused_at, 3);
     fx_done(&f);
@@ -551,8 +549,8 @@ static void test_garbage_collection(void **state)
 {
     (void)state;
     for (int classic = 0; classic < 2; classic++) {
-        fx_t f = mk(classic ? "pytorch" : "gpumem",
-                    "limit:100M,garbage_collection_threshold:0.5", (alloc_mem_opts_t){0});
+        fx_t f = mk(classic ? "pytorch" : "gpumem", "limit:100M,garbage_collection_threshold:0.5",
+                    (alloc_mem_opts_t){0});
         uint64_t a = must_alloc(f.a, 40 * MiB, 0);
         uint64_t b = must_alloc(f.a, 20 * MiB, 0);
         alloc_free(f.a, a);
@@ -691,8 +689,8 @@ static void test_hooks(void **state)
     (void)state;
     fx_t f = mk("gpumem", "limit:32M", (alloc_mem_opts_t){0});
     hook_t h = {0, 0, f.a, 0};
-    alloc_hooks_t hk = {.user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap,
-                        .on_oom = on_oom};
+    alloc_hooks_t hk = {
+        .user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap, .on_oom = on_oom};
     alloc_set_hooks(f.a, &hk);
     uint64_t a = must_alloc(f.a, 10 * MiB, 0);
     must_alloc(f.a, 3 * MiB, 0);
