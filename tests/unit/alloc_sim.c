@@ -373,9 +373,9 @@ static void test_oom_at_capacity(void **state)
     assert_int_equal(cu.set_capacity(used + 64 * MiB), CUDA_SUCCESS);
     alloc_t *a = make("gpumem");
     uint64_t p[64];
-    int n = 0, rc;
-    while ((rc = alloc_malloc(a, 6 * MiB, 0, &p[n])) == ALLOC_OK && n < 63)
-        n++;
+    int n, rc = ALLOC_OK;
+    for (n = 0; n < 63; n++)
+        if ((rc = alloc_malloc(a, 6 * MiB, 0, &p[n])) != ALLOC_OK) break;
     assert_int_equal(rc, ALLOC_ERR_OOM);
     assert_true(n >= 8 && n <= 11);
     alloc_oom_info_t o;

@@ -814,7 +814,7 @@ static void test_replay(void **state)
     size_t n;
     assert_int_equal(alloc_trace_synth("jitter", 6, 7, &ev, &n), ALLOC_OK);
     alloc_config_t c;
-    alloc_replay_result_t r1, r2;
+    alloc_replay_result_t r1 = {0}, r2 = {0};
     char err[256];
     for (int p = 0; alloc_preset_names[p]; p++) {
         alloc_config_preset(&c, alloc_preset_names[p]);
