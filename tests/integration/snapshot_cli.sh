@@ -3,7 +3,7 @@
 # a message naming the problem, sql -c runs a query.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM" "$APP"
-for c in "" record report leaks sql; do
+for c in "" record report leaks sql export; do
   "$GPUMEM" $c --help > "$TMP/h" || fail "gpumem $c --help failed"
   grep -q "usage: gpumem" "$TMP/h" || fail "gpumem $c --help prints no usage"
 done
