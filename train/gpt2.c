@@ -687,7 +687,8 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
     double s = 0;
     for (int i = 0; i < BT; i++) s += m->host_losses[i];
     *loss = m->o.dry_run ? NAN : (float)(s / BT);
-    if (m->o.leak) /* the planted leak: the loss tensor kept for the rest of the run */
+    /* The planted leak: one loss tensor per step (the first micro-batch's) kept to the end. */
+    if (m->o.leak && m->nleaked == m->step)
         m->leaked[m->nleaked++] = m->losses, m->losses = (gpt2_tensor){0};
     else
         TRY(t_free(m, &m->losses));

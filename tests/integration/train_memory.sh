@@ -12,7 +12,7 @@
 #      and --act-dtype bf16 within 2e-2 of it (bf16 keeps 8 mantissa bits: relative error
 #      2^-9 per stored value, which moves a loss of ~5 by ~1e-3..1e-2).
 #   4. --leak: the trainer's live bytes grow by exactly one activation (the losses, B*T*4
-#      bytes) per step.
+#      bytes) per step; with --accum 2 by the first micro-batch's (B/2*T*4).
 set -uo pipefail
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
@@ -124,4 +124,10 @@ if awk -v b="$base_live" -v bt="$bt" -v l="$(tr '\n' ' ' <<<"$lives")" 'BEGIN{n=
      for(i=1;i<=n;i++) if (x[i]-b != i*4*bt) exit 1}'; then
   ok "--leak: live bytes grow by exactly B*T*4 = $((4 * bt)) bytes per step ($(tr '\n' ' ' <<<"$lives"))"
 else bad "--leak: live bytes $(tr '\n' ' ' <<<"$lives") vs baseline $base_live"; fi
+# with --accum 2: still one tensor per step, the first micro-batch's (B/2*T*4 bytes)
+lives=$("$T" --threads 2 --data "$tmp/text.txt" $SZ --steps 3 --leak --accum 2 | awk '/^step/{print $12}')
+if awk -v b="$base_live" -v bt="$bt" -v l="$(tr '\n' ' ' <<<"$lives")" 'BEGIN{n=split(l,x," "); if(n!=3) exit 1;
+     for(i=1;i<=n;i++) if (x[i]-b != i*2*bt) exit 1}'; then
+  ok "--leak --accum 2: one (B/2,T) tensor per step ($(tr '\n' ' ' <<<"$lives"))"
+else bad "--leak --accum 2: live bytes $(tr '\n' ' ' <<<"$lives") vs baseline $base_live"; fi
 exit $fail
