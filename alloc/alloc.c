@@ -279,8 +279,7 @@ static bool should_split(const alloc_t *a, const pool_t *p, size_t rs, size_t re
     return rem >= A_MIN_BLOCK && rs < a->cfg.max_split_size;
 }
 
-/* ---- streams ----------------------------------------------------------------------------------
- */
+/* ---- streams --------------------------------------------------------------------------------- */
 
 static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
 {
@@ -331,8 +330,7 @@ static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
     return &st->pools[rs > A_SMALL_SIZE];
 }
 
-/* ---- segments: classic ------------------------------------------------------------------------
- */
+/* ---- segments: classic ----------------------------------------------------------------------- */
 
 static void seg_link(pool_t *p, seg_t *s)
 {
@@ -417,8 +415,7 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
     free(s);
 }
 
-/* ---- segments: expandable ranges --------------------------------------------------------------
- */
+/* ---- segments: expandable ranges ------------------------------------------------------------- */
 
 static inline bool slot_mapped(const seg_t *r, size_t i)
 {
@@ -1035,8 +1032,7 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     a->st.num_ooms++;
 }
 
-/* ---- malloc ------------------------------------------------------------------------------------
- */
+/* ---- malloc ---------------------------------------------------------------------------------- */
 
 static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {

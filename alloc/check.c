@@ -102,8 +102,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
     return rc;
 }
 
-/* ---- check ------------------------------------------------------------------------------------
- */
+/* ---- check ----------------------------------------------------------------------------------- */
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {

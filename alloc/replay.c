@@ -32,8 +32,7 @@ static int perr(char *err, size_t errlen, const char *fmt, ...)
     return ALLOC_ERR_INVALID;
 }
 
-/* ---- event vector -----------------------------------------------------------------------------
- */
+/* ---- event vector ---------------------------------------------------------------------------- */
 
 typedef struct {
     alloc_trace_event_t *v;
@@ -390,8 +389,7 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_tra
     return ALLOC_OK;
 }
 
-/* ---- replay ------------------------------------------------------------------------------------
- */
+/* ---- replay ---------------------------------------------------------------------------------- */
 
 typedef struct {
     uint64_t *id;

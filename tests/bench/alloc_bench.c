@@ -167,20 +167,30 @@ int main(void)
     const int lives[3] = {10, 1000, 10000};
     ax_t lx[3];
     size_t lpos[3] = {0, 0, 0};
-    double lv[3][NBATCH];
     for (int k = 0; k < 3; k++) {
         lx[k] = setup_live(lives[k]);
         for (int w = 0; w < 5; w++) /* warm: the pair sequence settles in the holes */
             batch_ours(lx[k].a, &lpos[k]);
     }
     /* rounds of a few consecutive batches per allocator (the first of each round re-warms its
-     * caches and is not counted), rotating so that all three share the machine's conditions */
-    for (int b = 0; b < NBATCH; b += 4)
+     * caches and is not counted), rotating so that all three share the machine's conditions; the
+     * scaling is the median over rounds of each round's own 10k/10 ratio, so that load changes
+     * on a shared machine between rounds cancel out */
+    enum { NROUND = 25, PER = 4 };
+    double lv[3][NROUND * PER], ratio[NROUND];
+    for (int r = 0; r < NROUND; r++) {
+        double m[3];
         for (int k = 0; k < 3; k++) {
             batch_ours(lx[k].a, &lpos[k]);
-            for (int i = b; i < b + 4 && i < NBATCH; i++)
-                lv[k][i] = batch_ours(lx[k].a, &lpos[k]);
+            for (int i = 0; i < PER; i++)
+                lv[k][r * PER + i] = batch_ours(lx[k].a, &lpos[k]);
+            double tmp[PER];
+            memcpy(tmp, &lv[k][r * PER], sizeof(tmp));
+            qsort(tmp, PER, sizeof(double), cmp_d);
+            m[k] = (tmp[1] + tmp[2]) / 2; /* median of the round */
         }
+        ratio[r] = m[2] / m[0];
+    }
     for (int k = 0; k < 3; k++) {
         char err[256];
         if (alloc_check(lx[k].a, err, sizeof(err))) {
@@ -189,11 +199,12 @@ int main(void)
         }
         done(&lx[k]);
     }
-    double l10 = median(lv[0], NBATCH), l1k = median(lv[1], NBATCH), l10k = median(lv[2], NBATCH);
+    double l10 = median(lv[0], NROUND * PER), l1k = median(lv[1], NROUND * PER),
+           l10k = median(lv[2], NROUND * PER);
     printf("BENCH alloc.pair_ns_live10 %.1f ns\n", l10);
     printf("BENCH alloc.pair_ns_live1000 %.1f ns\n", l1k);
     printf("BENCH alloc.pair_ns_live10000 %.1f ns\n", l10k);
-    printf("BENCH alloc.scaling_10k_over_10 %.2f x\n", l10k / l10);
+    printf("BENCH alloc.scaling_10k_over_10 %.2f x\n", median(ratio, NROUND));
     fflush(stdout);
 
     /* replay speed: a long jitter trace, best of 3 */
