@@ -223,12 +223,27 @@ static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
 }
 #endif
 
+/* The name gpumem_name_next() gave to the calling thread's next allocation: it names that
+ * allocation when it succeeds, and the OOM record when it fails. Consumed either way, also when
+ * not recording, so it never sticks to a later allocation. */
+static __thread char pending_name[64] __attribute__((tls_model("initial-exec")));
+
+static int is_alloc_event(enum gm_ev ev)
+{
+    return ev == GM_EV_ALLOC || ev == GM_EV_ALLOC_ASYNC || ev == GM_EV_HOST_ALLOC ||
+           ev == GM_EV_MANAGED;
+}
+
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
                  size_t requested, uint64_t id)
 {
+    int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
 #ifdef GM_HAVE_REC
-    if (!recording)
+    if (!recording) {
+        if (named)
+            pending_name[0] = 0;
         return;
+    }
     if (ev == GM_EV_OOM) {
         rec_oom_info o;
         memset(&o, 0, sizeof o);
@@ -236,12 +251,20 @@ void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, siz
         o.stream = (uint64_t)(uintptr_t)stream;
         o.requested = requested;
         o.limit = gm_limit;
+        o.name = named ? pending_name : NULL;
         rec_oom(&o);
+        pending_name[0] = 0;
         return;
     }
     rec_event(rec_kind_of(ev, requested), device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
+    if (named) {
+        rec_name((uint64_t)addr, pending_name);
+        pending_name[0] = 0;
+    }
 #else
+    if (named)
+        pending_name[0] = 0;
     (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
 #endif
 }
@@ -291,9 +314,12 @@ void gm_rec_oom(int device, const alloc_oom_info_t *info)
     o.device_free = info->device_free;
     o.device_total = info->device_total;
     o.limit = info->limit;
+    o.name = pending_name[0] ? pending_name : NULL;
     rec_oom(&o);
+    pending_name[0] = 0;
 #else
     (void)device, (void)info;
+    pending_name[0] = 0;
 #endif
 }
 
@@ -548,6 +574,14 @@ int gm_name_internal(const void *ptr, const char *name)
         rec_name((uint64_t)start, name); /* the recorder pairs names with allocations by start */
 #endif
     return 0;
+}
+
+GM_EXPORT int gpumem_name_next(const char *name)
+{
+    if (!name)
+        return -1;
+    snprintf(pending_name, sizeof pending_name, "%s", name);
+    return gm_mode() == GM_MODE_OFF ? -1 : 0;
 }
 
 GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)

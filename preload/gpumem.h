@@ -24,6 +24,12 @@ extern "C" {
  * NULL, or gpumem is off. */
 int gpumem_name(const void *ptr, const char *name);
 
+/* Names the calling thread's NEXT allocation (device, or pinned host memory) before it is
+ * made: the name is stored with it when it succeeds, and with the out-of-memory record when it
+ * fails, so `gpumem report` can say which tensor did not fit. Names longer than 63 bytes are
+ * cut. Returns 0, or -1 when name is NULL or gpumem is off. */
+int gpumem_name_next(const char *name);
+
 /* PyTorch pluggable-allocator entry points (torch.cuda.memory.CUDAPluggableAllocator):
  * allocate `size` bytes on `device` for use on `stream` (a cudaStream_t), and free in stream
  * order on `stream`. gpumem_torch_malloc returns NULL on failure (PyTorch then raises its
