@@ -1,4 +1,6 @@
 # tests/ — the end-to-end suite (the trainer under gpumem on the virtual GPU), the demo, and
 # the benchmarks that need every module. Module tests live with their module's fragment.
-SCRIPT_TESTS += tests/integration/e2e_jitter.sh
+SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
+                tests/integration/e2e_oom.sh tests/integration/e2e_large.sh \
+                tests/integration/e2e_jitter.sh
 BENCHES += tests/bench/demo_bench.sh

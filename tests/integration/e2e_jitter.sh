@@ -14,15 +14,8 @@ for conf in expandable_segments:True expandable_segments:False; do
     || fail "jitter run under $conf: $(tail -3 "$TMP/out.txt")"
   "$GM" report --json "$TMP/$conf.db" > "$TMP/r.json"
   util[$conf]=$(jq -r '.summary.utilization' "$TMP/r.json")
-  # The recorded trace in the replay engine's text format: each allocation with the size the
-  # program asked for and its stream, each free by the allocation it frees, in recorded order.
-  sqlite3 "$TMP/$conf.db" "
-    SELECT CASE WHEN e.kind IN (1, 3) THEN printf('a %d %d %d', e.seq, e.requested, e.stream)
-                WHEN e.kind = 2 THEN printf('f %d', l.birth)
-                ELSE printf('fa %d %d', l.birth, e.stream) END
-    FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
-    WHERE e.kind IN (1, 2, 3, 4) AND (e.kind IN (1, 3) OR l.birth IS NOT NULL)
-    ORDER BY e.seq" > "$TMP/$conf.trace"
+  # The recorded trace in the replay engine's text format (requested sizes, recorded order).
+  "$GM" export --format trace "$TMP/$conf.db" > "$TMP/$conf.trace" || fail "gpumem export failed"
   "$REPLAY" --preset gpumem --conf "$conf" --capacity 80G "$TMP/$conf.trace" > "$TMP/$conf.replay" \
     || fail "replay of the $conf trace failed"
   replay_alloc=$(sed -n 's/.* peak_allocated=\([0-9]*\).*/\1/p' "$TMP/$conf.replay")
