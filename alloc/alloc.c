@@ -208,6 +208,8 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
     unsigned c = a_size_class(b->size);
     rb_insert(&p->cls[c], b);
     p->bitmap[c >> 6] |= 1ull << (c & 63);
+    blk_t *m = p->cls_min[c];
+    if (!m || b->size < m->size || (b->size == m->size && b->addr < m->addr)) p->cls_min[c] = b;
     p->free_bytes += b->size;
     a->cached_free += b->size;
     b->rb.split = a_block_is_split(b);
@@ -220,6 +222,7 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
 static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
 {
     unsigned c = a_size_class(b->size);
+    if (p->cls_min[c] == b) p->cls_min[c] = rb_next(b);
     rb_erase(&p->cls[c], b);
     if (!p->cls[c].root) p->bitmap[c >> 6] &= ~(1ull << (c & 63));
     p->free_bytes -= b->size;
@@ -256,11 +259,13 @@ static blk_t *largest_free(const pool_t *p)
 static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
 {
     unsigned c = a_size_class(rs);
-    blk_t *b = p->cls[c].root ? rb_lower_bound(&p->cls[c], rs) : NULL;
+    blk_t *b = p->cls_min[c];
+    if (b && b->size < rs) /* the class's smallest is too small: search the class */
+        b = rb_lower_bound(&p->cls[c], rs);
     if (!b) {
         int c2 = next_class(p, c + 1);
         if (c2 < 0) return NULL;
-        b = rb_first(&p->cls[c2]);
+        b = p->cls_min[c2];
     }
     size_t ms = a->cfg.max_split_size;
     if (ms != SIZE_MAX) {

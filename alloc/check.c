@@ -176,6 +176,8 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             return fail(err, errlen, "class %u: bad root", c);
         if (rb_verify(p->cls[c].root, NULL, &cnt) < 0)
             return fail(err, errlen, "class %u: red-black tree broken", c);
+        if (p->cls_min[c] != rb_first(&p->cls[c]))
+            return fail(err, errlen, "class %u: cached minimum is not the tree's first block", c);
         if (cnt != p->cls[c].count)
             return fail(err, errlen, "class %u: tree has %zu nodes, count says %zu", c, cnt,
                         p->cls[c].count);

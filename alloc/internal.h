@@ -105,10 +105,13 @@ typedef struct pool {
     size_t hsize; /* handle size for expandable ranges of this pool */
     uint64_t bitmap[A_NCLS_WORDS];
     rb_tree_t cls[A_NCLS];
-    rb_tree_t unmapped; /* UNMAPPED blocks, expandable only */
-    seg_t *segs;        /* classic segments and expandable ranges */
-    size_t nranges;     /* expandable ranges reserved (usually 0 or 1) */
-    size_t free_bytes;  /* FREE bytes in this pool */
+    struct blk *cls_min[A_NCLS]; /* first (smallest) block of each class tree: best fit in a
+                                    higher class, and often in the request's own, without a
+                                    descent through cold nodes */
+    rb_tree_t unmapped;          /* UNMAPPED blocks, expandable only */
+    seg_t *segs;                 /* classic segments and expandable ranges */
+    size_t nranges;              /* expandable ranges reserved (usually 0 or 1) */
+    size_t free_bytes;           /* FREE bytes in this pool */
 } pool_t;
 
 typedef struct sstate {
