@@ -12,6 +12,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -246,6 +247,44 @@ static void test_launch_host_kernel_through_runtime(void **state) {
   OK(cudaFree(d));
 }
 
+/* Several threads use the runtime at once; each one's last error is its own. */
+static void *runtime_worker(void *arg) {
+  intptr_t id = (intptr_t)arg;
+  cudaStream_t s;
+  if (cudaStreamCreate(&s) != cudaSuccess) return (void *)1;
+  for (int i = 0; i < 200; i++) {
+    int v[16], back[16];
+    for (int k = 0; k < 16; k++) v[k] = (int)id * 1000 + i + k;
+    void *d;
+    if (cudaMallocAsync(&d, sizeof v, s) != cudaSuccess) return (void *)2;
+    if (cudaMemcpyAsync(d, v, sizeof v, cudaMemcpyHostToDevice, s) != cudaSuccess) return (void *)3;
+    if (cudaMemcpyAsync(back, d, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess) return (void *)4;
+    if (cudaStreamSynchronize(s) != cudaSuccess) return (void *)5;
+    if (memcmp(v, back, sizeof v)) return (void *)6;
+    if (cudaFreeAsync(d, s) != cudaSuccess) return (void *)7;
+  }
+  if (id == 0) {
+    int x;
+    (void)cudaFree(&x); /* an error on this thread only */
+    if (cudaGetLastError() != cudaErrorInvalidDevicePointer) return (void *)8;
+  } else if (cudaPeekAtLastError() != cudaSuccess) {
+    return (void *)9;
+  }
+  cudaStreamDestroy(s);
+  return NULL;
+}
+
+static void test_threads_use_the_runtime_concurrently(void **state) {
+  (void)state;
+  pthread_t th[4];
+  for (intptr_t i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, runtime_worker, (void *)i), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(th[i], &r);
+    assert_null(r);
+  }
+}
+
 int main(void) {
   unsetenv("GPUMEM_SIM_BACKING");
   unsetenv("GPUMEM_SIM_FAULTS");
@@ -259,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_host_managed_and_pointer_attributes),
       cmocka_unit_test(test_driver_entry_points),
       cmocka_unit_test(test_launch_host_kernel_through_runtime),
+      cmocka_unit_test(test_threads_use_the_runtime_concurrently),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
