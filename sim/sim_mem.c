@@ -918,20 +918,21 @@ CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void
 
 enum side { SIDE_HOST, SIDE_DEVICE };
 
-/* Checks [p, p+n) for a device access. Host memory (anything the driver did not hand out as
- * device memory) is the caller's responsibility, as with the real driver. *dev says whether
- * the side is device memory; *skip whether its bytes exist (not in virtual mode). Lock held. */
-static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *skip) {
-  *dev = false;
-  *skip = false;
+/* Checks [p, p+n) for a device access. Memory the driver does not know is pageable host memory
+ * and the caller's responsibility, as with the real driver. *dev: device memory (cuMemAlloc,
+ * VMM, managed); *known: memory the device can address (device memory, or pinned/registered
+ * host memory, which unified addressing makes usable as a "device" pointer); *skip: its bytes
+ * do not exist (virtual backing). Lock held. */
+static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *known, bool *skip) {
+  *dev = *known = *skip = false;
   sim_range *r = sim_range_find(p);
-  if (!r || r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED || r->kind == SIM_R_MANAGED) {
-    if (r && p + n > r->base + r->size) return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
-  }
-  *dev = true;
-  *skip = sim.virtual_backing;
+  if (!r) return CUDA_SUCCESS;
+  *known = true;
   if (n > r->base + r->size - p) return CUDA_ERROR_INVALID_VALUE;
+  if (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED) return CUDA_SUCCESS;
+  *dev = true;
+  if (r->kind == SIM_R_MANAGED) return CUDA_SUCCESS; /* host memory in the sim, always real */
+  *skip = sim.virtual_backing;
   if (r->kind == SIM_R_RESERVE) {
     size_t i = map_upper(r, p);
     if (i == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -954,11 +955,12 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
   if (n == 0) return CUDA_SUCCESS;
   sim_lock();
   CUresult rc = CUDA_SUCCESS;
-  bool ddev = false, dskip = false, sdev = false, sskip = false;
+  bool ddev = false, dknown = false, dskip = false, sdev = false, sknown = false, sskip = false;
   if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-  if (!rc) rc = check_side(dst, n, true, &ddev, &dskip);
-  if (!rc) rc = check_side(src, n, false, &sdev, &sskip);
-  if (!rc && ((want_dst == SIDE_DEVICE && !ddev) || (want_src == SIDE_DEVICE && !sdev)))
+  if (!rc) rc = check_side(dst, n, true, &ddev, &dknown, &dskip);
+  if (!rc) rc = check_side(src, n, false, &sdev, &sknown, &sskip);
+  /* A named device side must be memory the device can address. */
+  if (!rc && ((want_dst == SIDE_DEVICE && !dknown) || (want_src == SIDE_DEVICE && !sknown)))
     rc = CUDA_ERROR_INVALID_VALUE;
   sim_op op = ddev ? (sdev ? SIM_OP_MEMCPY_DTOD : SIM_OP_MEMCPY_HTOD)
                    : (sdev ? SIM_OP_MEMCPY_DTOH : SIM_OP_MEMCPY_HTOH);
@@ -967,7 +969,7 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
     else if (dskip || sskip) {
       /* Virtual backing: no bytes on the device side. A device -> host copy still defines
        * the host bytes (as zeros), so the program never reads uninitialized memory. */
-      if (!ddev && sskip) memset((void *)dst, 0, n);
+      if (!dskip && sskip) memset((void *)dst, 0, n);
     } else {
       memmove((void *)dst, (const void *)src, n);
     }
@@ -1010,10 +1012,10 @@ static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t cou
   size_t n = count * elem;
   sim_lock();
   CUresult rc = CUDA_SUCCESS;
-  bool dev = false, skip = false;
+  bool dev = false, known = false, skip = false;
   if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-  if (!rc) rc = check_side(dst, n, true, &dev, &skip);
-  if (!rc && !dst) rc = CUDA_ERROR_INVALID_VALUE;
+  if (!rc) rc = check_side(dst, n, true, &dev, &known, &skip);
+  if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
   if (!rc && !skip) {
     if (elem == 1) memset((void *)dst, (int)(value & 0xff), n);
     else if (elem == 2) for (size_t i = 0; i < count; i++) ((uint16_t *)dst)[i] = (uint16_t)value;

@@ -369,6 +369,19 @@ static void test_copies_and_memsets(void **state) {
   assert_int_equal(cuMemcpyHtoD((CUdeviceptr)dst, src, 10), CUDA_ERROR_INVALID_VALUE);
   assert_int_equal(cuMemcpyDtoH(dst, (CUdeviceptr)src, 10), CUDA_ERROR_INVALID_VALUE);
   assert_int_equal(cuMemcpyAsync(a, b, 10, (CUstream)(void *)src), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(cuMemsetD8((CUdeviceptr)dst, 0, 10), CUDA_ERROR_INVALID_VALUE); /* pageable */
+  /* Managed and pinned host memory are addressable by the device (unified addressing). */
+  CUdeviceptr m;
+  void *pinned;
+  OK(cuMemAllocManaged(&m, 256, CU_MEM_ATTACH_GLOBAL));
+  OK(cuMemHostAlloc(&pinned, 256, 0));
+  OK(cuMemcpyHtoD(m, src, 256));
+  OK(cuMemcpyDtoD((CUdeviceptr)pinned, m, 256));
+  OK(cuMemsetD8(m, 9, 4));
+  assert_memory_equal(pinned, src, 256);
+  assert_int_equal(((char *)m)[3], 9);
+  OK(cuMemFree(m));
+  OK(cuMemFreeHost(pinned));
   OK(cuStreamDestroy(s));
   OK(cuMemFree(a));
   OK(cuMemFree(b));
