@@ -76,7 +76,8 @@ static long reg_find(uintptr_t p) /* under regs_lock */
     return -1;
 }
 
-static unsigned host_register_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+static _Atomic unsigned host_register_flags =
+    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
 
 static void *eh_alloc(gm_extent_hooks_t *h, void *new_addr, size_t size, size_t alignment,
                       bool *zero, bool *commit, unsigned ind)
@@ -96,19 +97,23 @@ static void *eh_alloc(gm_extent_hooks_t *h, void *new_addr, size_t size, size_t 
     size_t tail = (uintptr_t)raw + len - (p + size);
     if (tail)
         munmap((void *)(p + size), tail);
-    pthread_mutex_lock(&regs_lock);
-    if (nregs == MAX_REGS) {
-        pthread_mutex_unlock(&regs_lock);
-        munmap((void *)p, size);
-        return NULL;
-    }
-    CUresult r = gm_real.cuMemHostRegister_v2((void *)p, size, host_register_flags);
-    if (r == CUDA_ERROR_INVALID_VALUE && host_register_flags) {
-        host_register_flags = 0; /* a driver that only takes the plain form */
+    /* Pin first, without regs_lock: the driver takes its own lock, and the fork handlers take
+     * the driver's before ours (handlers run in reverse registration order), so holding
+     * regs_lock across a driver call could deadlock a fork. */
+    unsigned fl = atomic_load(&host_register_flags);
+    CUresult r = gm_real.cuMemHostRegister_v2((void *)p, size, fl);
+    if (r == CUDA_ERROR_INVALID_VALUE && fl) {
+        atomic_store(&host_register_flags, 0u); /* a driver that only takes the plain form */
         r = gm_real.cuMemHostRegister_v2((void *)p, size, 0);
     }
     if (r != CUDA_SUCCESS) {
+        munmap((void *)p, size);
+        return NULL;
+    }
+    pthread_mutex_lock(&regs_lock);
+    if (nregs == MAX_REGS) {
         pthread_mutex_unlock(&regs_lock);
+        gm_real.cuMemHostUnregister((void *)p);
         munmap((void *)p, size);
         return NULL;
     }
