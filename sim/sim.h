@@ -38,50 +38,50 @@ CUresult sim_register_kernel(const char *name, sim_host_kernel_fn fn, unsigned n
 
 /* One counter per kind of driver call. Each call adds its simulated cost (see README). */
 typedef enum sim_op {
-  SIM_OP_MEM_ALLOC,        /* cuMemAlloc_v2 (cudaMalloc) */
-  SIM_OP_MEM_FREE,         /* cuMemFree_v2 (cudaFree), includes the implied device sync */
-  SIM_OP_MEM_ALLOC_ASYNC,  /* cuMemAllocAsync / cuMemAllocFromPoolAsync */
-  SIM_OP_MEM_FREE_ASYNC,   /* cuMemFreeAsync */
-  SIM_OP_MEM_ALLOC_MANAGED,/* cuMemAllocManaged */
-  SIM_OP_ADDRESS_RESERVE,  /* cuMemAddressReserve */
-  SIM_OP_ADDRESS_FREE,     /* cuMemAddressFree */
-  SIM_OP_MEM_CREATE,       /* cuMemCreate */
-  SIM_OP_MEM_RELEASE,      /* cuMemRelease */
-  SIM_OP_MEM_MAP,          /* cuMemMap */
-  SIM_OP_MEM_UNMAP,        /* cuMemUnmap */
-  SIM_OP_MEM_SET_ACCESS,   /* cuMemSetAccess */
-  SIM_OP_HOST_ALLOC,       /* cuMemHostAlloc / cuMemAllocHost_v2 */
-  SIM_OP_HOST_FREE,        /* cuMemFreeHost */
-  SIM_OP_HOST_REGISTER,    /* cuMemHostRegister_v2 */
-  SIM_OP_HOST_UNREGISTER,  /* cuMemHostUnregister */
-  SIM_OP_MEMCPY_HTOD,      /* host -> device copies (sync and async) */
-  SIM_OP_MEMCPY_DTOH,      /* device -> host */
-  SIM_OP_MEMCPY_DTOD,      /* device -> device */
-  SIM_OP_MEMCPY_HTOH,      /* host -> host through cuMemcpy */
-  SIM_OP_MEMSET,           /* cuMemsetD8/16/32 (sync and async) */
-  SIM_OP_LAUNCH,           /* cuLaunchKernel, cuLaunchHostFunc */
-  SIM_OP_EVENT_RECORD,     /* cuEventRecord */
-  SIM_OP_EVENT_QUERY,      /* cuEventQuery */
-  SIM_OP_EVENT_SYNC,       /* cuEventSynchronize */
-  SIM_OP_STREAM_SYNC,      /* cuStreamSynchronize */
-  SIM_OP_CTX_SYNC,         /* cuCtxSynchronize */
-  SIM_OP_MEM_GET_INFO,     /* cuMemGetInfo_v2 */
-  SIM_OP_COUNT
+    SIM_OP_MEM_ALLOC,         /* cuMemAlloc_v2 (cudaMalloc) */
+    SIM_OP_MEM_FREE,          /* cuMemFree_v2 (cudaFree), includes the implied device sync */
+    SIM_OP_MEM_ALLOC_ASYNC,   /* cuMemAllocAsync / cuMemAllocFromPoolAsync */
+    SIM_OP_MEM_FREE_ASYNC,    /* cuMemFreeAsync */
+    SIM_OP_MEM_ALLOC_MANAGED, /* cuMemAllocManaged */
+    SIM_OP_ADDRESS_RESERVE,   /* cuMemAddressReserve */
+    SIM_OP_ADDRESS_FREE,      /* cuMemAddressFree */
+    SIM_OP_MEM_CREATE,        /* cuMemCreate */
+    SIM_OP_MEM_RELEASE,       /* cuMemRelease */
+    SIM_OP_MEM_MAP,           /* cuMemMap */
+    SIM_OP_MEM_UNMAP,         /* cuMemUnmap */
+    SIM_OP_MEM_SET_ACCESS,    /* cuMemSetAccess */
+    SIM_OP_HOST_ALLOC,        /* cuMemHostAlloc / cuMemAllocHost_v2 */
+    SIM_OP_HOST_FREE,         /* cuMemFreeHost */
+    SIM_OP_HOST_REGISTER,     /* cuMemHostRegister_v2 */
+    SIM_OP_HOST_UNREGISTER,   /* cuMemHostUnregister */
+    SIM_OP_MEMCPY_HTOD,       /* host -> device copies (sync and async) */
+    SIM_OP_MEMCPY_DTOH,       /* device -> host */
+    SIM_OP_MEMCPY_DTOD,       /* device -> device */
+    SIM_OP_MEMCPY_HTOH,       /* host -> host through cuMemcpy */
+    SIM_OP_MEMSET,            /* cuMemsetD8/16/32 (sync and async) */
+    SIM_OP_LAUNCH,            /* cuLaunchKernel, cuLaunchHostFunc */
+    SIM_OP_EVENT_RECORD,      /* cuEventRecord */
+    SIM_OP_EVENT_QUERY,       /* cuEventQuery */
+    SIM_OP_EVENT_SYNC,        /* cuEventSynchronize */
+    SIM_OP_STREAM_SYNC,       /* cuStreamSynchronize */
+    SIM_OP_CTX_SYNC,          /* cuCtxSynchronize */
+    SIM_OP_MEM_GET_INFO,      /* cuMemGetInfo_v2 */
+    SIM_OP_COUNT
 } sim_op;
 
 typedef struct sim_op_stats {
-  uint64_t calls;  /* calls made (successful or not) */
-  uint64_t bytes;  /* bytes the calls asked for (size argument), where meaningful */
-  double us;       /* simulated microseconds */
+    uint64_t calls; /* calls made (successful or not) */
+    uint64_t bytes; /* bytes the calls asked for (size argument), where meaningful */
+    double us;      /* simulated microseconds */
 } sim_op_stats;
 
 typedef struct sim_stats {
-  sim_op_stats op[SIM_OP_COUNT];
-  double total_us;           /* sum of op[].us */
-  size_t capacity;           /* device memory in bytes (GPUMEM_SIM_MEMORY) */
-  size_t used;               /* bytes charged now (cuMemAlloc + cuMemCreate) */
-  size_t peak;               /* highest `used` since start or the last sim_stats_reset */
-  uint64_t faults_injected;  /* failures injected through GPUMEM_SIM_FAULTS / sim_faults_set */
+    sim_op_stats op[SIM_OP_COUNT];
+    double total_us;          /* sum of op[].us */
+    size_t capacity;          /* device memory in bytes (GPUMEM_SIM_MEMORY) */
+    size_t used;              /* bytes charged now (cuMemAlloc + cuMemCreate) */
+    size_t peak;              /* highest `used` since start or the last sim_stats_reset */
+    uint64_t faults_injected; /* failures injected through GPUMEM_SIM_FAULTS / sim_faults_set */
 } sim_stats;
 
 /* Copies the counters. Never fails for a non-NULL out. */

@@ -25,280 +25,395 @@ static __thread int tls_depth;
 
 #define SIM_DEVICE_NAME "gpumem virtual GPU (A100-class, host memory)"
 
-CUresult cuInit(unsigned int flags) {
-  sim_ensure_config();
-  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  __atomic_store_n(&sim.initialized, true, __ATOMIC_RELEASE);
-  return CUDA_SUCCESS;
+CUresult cuInit(unsigned int flags)
+{
+    sim_ensure_config();
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    __atomic_store_n(&sim.initialized, true, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDriverGetVersion(int *v) {
-  if (!v) return CUDA_ERROR_INVALID_VALUE;
-  *v = CUDA_VERSION;
-  return CUDA_SUCCESS;
+CUresult cuDriverGetVersion(int *v)
+{
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = CUDA_VERSION;
+    return CUDA_SUCCESS;
 }
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
-static CUresult check_dev(CUdevice d) {
-  SIM_CHECK_INIT();
-  return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+static CUresult check_dev(CUdevice d)
+{
+    SIM_CHECK_INIT();
+    return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-CUresult cuDeviceGetCount(int *count) {
-  SIM_CHECK_INIT();
-  if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = 1;
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetCount(int *count)
+{
+    SIM_CHECK_INIT();
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = 1;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
-  SIM_CHECK_INIT();
-  if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = 0;
-  return CUDA_SUCCESS;
+CUresult cuDeviceGet(CUdevice *dev, int ordinal)
+{
+    SIM_CHECK_INIT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = 0;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  *bytes = sim.capacity;
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    *bytes = sim.capacity;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-  memcpy(uuid->bytes, "gpumem-sim-dev-0", 16);
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(uuid->bytes, "gpumem-sim-dev-0", 16);
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  snprintf(id, (size_t)len, "0000:00:00.0");
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(id, (size_t)len, "0000:00:00.0");
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
-  *major = 8;
-  *minor = 0;
-  return CUDA_SUCCESS;
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+    *major = 8;
+    *minor = 0;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (peer != 0) return CUDA_ERROR_INVALID_DEVICE;
-  if (!can) return CUDA_ERROR_INVALID_VALUE;
-  *can = 0;
-  return CUDA_SUCCESS;
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (peer != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!can) return CUDA_ERROR_INVALID_VALUE;
+    *can = 0;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!pi || attr <= 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
-  int v = 0;
-  switch (attr) {
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
-  case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
-  case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
-  case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1410000; break;
-  case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
-  case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = 108; break;
-  case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 1593000; break;
-  case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
-  case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 40 << 20; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
-  case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 3; break;
-  case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 8; break;
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
-  case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: v = 167936; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: v = 65536; break;
-  case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: v = 166912; break;
-  case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: v = 0; break;
-  case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
-  case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
-  case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: v = 0; break;
-  default: v = 0; break; /* a valid attribute the sim has no figure for: "not present" */
-  }
-  *pi = v;
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!pi || attr <= 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+    int v = 0;
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+        v = 64;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+        v = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+        v = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        v = 49152;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+        v = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+        v = 1410000;
+        break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+        v = 512;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        v = 108;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+        v = 1593000;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+        v = 5120;
+        break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+        v = 40 << 20;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+        v = 2048;
+        break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+        v = 3;
+        break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        v = 8;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+        v = 167936;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+        v = 65536;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        v = 166912;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+        v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+        v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+        v = 0;
+        break;
+    default:
+        v = 0;
+        break; /* a valid attribute the sim has no figure for: "not present" */
+    }
+    *pi = v;
+    return CUDA_SUCCESS;
 }
 
 /* ---- the primary context ----------------------------------------------------------------- */
 
-static bool ctx_valid(CUcontext c) { return c == &sim.primary; }
-
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  sim.primary.refs++;
-  sim_unlock();
-  *pctx = &sim.primary;
-  return CUDA_SUCCESS;
+static bool ctx_valid(CUcontext c)
+{
+    return c == &sim.primary;
 }
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  sim_lock();
-  if (sim.primary.refs > 0) sim.primary.refs--;
-  else rc = CUDA_ERROR_INVALID_CONTEXT;
-  sim_unlock();
-  return rc;
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim.primary.refs++;
+    sim_unlock();
+    *pctx = &sim.primary;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  *flags = sim.primary.flags;
-  *active = sim.primary.refs > 0;
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    sim_lock();
+    if (sim.primary.refs > 0)
+        sim.primary.refs--;
+    else
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-  CUresult rc = check_dev(dev);
-  if (rc) return rc;
-  sim_lock();
-  sim.primary.flags = flags;
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    *flags = sim.primary.flags;
+    *active = sim.primary.refs > 0;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  /* Resetting would invalidate every allocation; the sim keeps them (documented). */
-  return check_dev(dev);
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    sim_lock();
+    sim.primary.flags = flags;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetCurrent(CUcontext *pctx) {
-  SIM_CHECK_INIT();
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  *pctx = tls_ctx;
-  return CUDA_SUCCESS;
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    /* Resetting would invalidate every allocation; the sim keeps them (documented). */
+    return check_dev(dev);
 }
 
-CUresult cuCtxSetCurrent(CUcontext ctx) {
-  SIM_CHECK_INIT();
-  if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  tls_ctx = ctx;
-  return CUDA_SUCCESS;
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    SIM_CHECK_INIT();
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = tls_ctx;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-  SIM_CHECK_INIT();
-  if (!ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (tls_depth >= (int)(sizeof tls_stack / sizeof tls_stack[0])) return CUDA_ERROR_INVALID_VALUE;
-  tls_stack[tls_depth++] = tls_ctx;
-  tls_ctx = ctx;
-  return CUDA_SUCCESS;
+CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    SIM_CHECK_INIT();
+    if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    tls_ctx = ctx;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
-  SIM_CHECK_INIT();
-  if (!tls_ctx) return CUDA_ERROR_INVALID_CONTEXT;
-  if (pctx) *pctx = tls_ctx;
-  tls_ctx = tls_depth > 0 ? tls_stack[--tls_depth] : NULL;
-  return CUDA_SUCCESS;
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    SIM_CHECK_INIT();
+    if (!ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_depth >= (int)(sizeof tls_stack / sizeof tls_stack[0])) return CUDA_ERROR_INVALID_VALUE;
+    tls_stack[tls_depth++] = tls_ctx;
+    tls_ctx = ctx;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetDevice(CUdevice *dev) {
-  SIM_CHECK_INIT();
-  if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  *dev = 0;
-  return CUDA_SUCCESS;
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    SIM_CHECK_INIT();
+    if (!tls_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx) *pctx = tls_ctx;
+    tls_ctx = tls_depth > 0 ? tls_stack[--tls_depth] : NULL;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetFlags(unsigned int *flags) {
-  SIM_CHECK_INIT();
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  *flags = sim.primary.flags;
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuCtxGetDevice(CUdevice *dev)
+{
+    SIM_CHECK_INIT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    *dev = 0;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id) {
-  SIM_CHECK_INIT();
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  if (!ctx) ctx = tls_ctx;
-  if (!ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  *id = ctx->id;
-  return CUDA_SUCCESS;
+CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    SIM_CHECK_INIT();
+    if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    *flags = sim.primary.flags;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
-  SIM_CHECK_INIT();
-  if (!version) return CUDA_ERROR_INVALID_VALUE;
-  if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  *version = CUDA_VERSION;
-  return CUDA_SUCCESS;
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+    SIM_CHECK_INIT();
+    if (!id) return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx) ctx = tls_ctx;
+    if (!ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    *id = ctx->id;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
-  SIM_CHECK_INIT();
-  if (least) *least = 0;
-  if (greatest) *greatest = -5;
-  return CUDA_SUCCESS;
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    SIM_CHECK_INIT();
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    *version = CUDA_VERSION;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSynchronize(void) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  double wait = sim_events_complete_all();
-  sim_cost(SIM_OP_CTX_SYNC, 0);
-  sim_cost_wait(SIM_OP_CTX_SYNC, wait);
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+    SIM_CHECK_INIT();
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    double wait = sim_events_complete_all();
+    sim_cost(SIM_OP_CTX_SYNC, 0);
+    sim_cost_wait(SIM_OP_CTX_SYNC, wait);
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
 /* CUDA 13.0's variant takes the context to synchronize; the sim has only the primary one. */
-CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  SIM_CHECK_INIT();
-  if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  return cuCtxSynchronize();
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    SIM_CHECK_INIT();
+    if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    return cuCtxSynchronize();
 }
 
 /* ---- cuGetProcAddress -------------------------------------------------------------------- */
@@ -306,67 +421,72 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status);
 
-
 /* The CUDA 11.3 signature (no status), which callers reach by asking for "cuGetProcAddress"
  * with a version below 12000. Exported as "cuGetProcAddress" next to cuGetProcAddress_v2. */
 CUresult sim_cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
                                  cuuint64_t flags) __asm__("cuGetProcAddress");
-CUresult sim_cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion,
-                                 cuuint64_t flags) {
-  return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+CUresult sim_cuGetProcAddress_v1(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult *status) {
-  sim_ensure_config();
-  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  *pfn = NULL;
-  /* Flags choose legacy or per-thread default-stream variants; the sim has one default stream
-   * model, so both get the same functions. */
-  if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
-                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
-    return CUDA_ERROR_INVALID_VALUE;
-  if (!strcmp(symbol, "cuGetProcAddress")) {
-    *pfn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)sim_cuGetProcAddress_v1;
+                             CUdriverProcAddressQueryResult *status)
+{
+    sim_ensure_config();
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    /* Flags choose legacy or per-thread default-stream variants; the sim has one default stream
+     * model, so both get the same functions. */
+    if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!strcmp(symbol, "cuGetProcAddress")) {
+        *pfn = cudaVersion >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)sim_cuGetProcAddress_v1;
+        if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (!strcmp(symbol, "cuEventElapsedTime") && cudaVersion < 12080) {
+        *pfn = (void *)sim_cuEventElapsedTime_v1;
+        if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    /* Several variants can share a base name (cuCtxSynchronize since 2.0, cuCtxSynchronize_v2
+     * since 13.0): the answer is the newest one introduced at or before the requested version. */
+    const sim_cu_proc *best = NULL;
+    bool exists = false;
+    for (size_t i = 0; i < sim_cu_nprocs; i++) {
+        const sim_cu_proc *e = &sim_cu_procs[i];
+        if (strcmp(e->base, symbol)) continue;
+        exists = true;
+        if (e->since > cudaVersion) continue;
+        if (!best || e->since > best->since ||
+            (e->since == best->since && e->suffix > best->suffix))
+            best = e;
+    }
+    if (!best) {
+        if (exists && status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = best->fn;
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
-  }
-  if (!strcmp(symbol, "cuEventElapsedTime") && cudaVersion < 12080) {
-    *pfn = (void *)sim_cuEventElapsedTime_v1;
-    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-    return CUDA_SUCCESS;
-  }
-  /* Several variants can share a base name (cuCtxSynchronize since 2.0, cuCtxSynchronize_v2
-   * since 13.0): the answer is the newest one introduced at or before the requested version. */
-  const sim_cu_proc *best = NULL;
-  bool exists = false;
-  for (size_t i = 0; i < sim_cu_nprocs; i++) {
-    const sim_cu_proc *e = &sim_cu_procs[i];
-    if (strcmp(e->base, symbol)) continue;
-    exists = true;
-    if (e->since > cudaVersion) continue;
-    if (!best || e->since > best->since || (e->since == best->since && e->suffix > best->suffix))
-      best = e;
-  }
-  if (!best) {
-    if (exists && status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-    return CUDA_ERROR_NOT_FOUND;
-  }
-  *pfn = best->fn;
-  if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-  return CUDA_SUCCESS;
 }
 
-CUresult cuGetExportTable(const void **table, const CUuuid *id) {
-  (void)id;
-  if (table) *table = NULL;
-  return sim_unsupported("cuGetExportTable");
+CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+    (void)id;
+    if (table) *table = NULL;
+    return sim_unsupported("cuGetExportTable");
 }
 
 /* ---- error strings ----------------------------------------------------------------------- */
 
-static const struct { CUresult code; const char *text; } error_text[] = {
+static const struct {
+    CUresult code;
+    const char *text;
+} error_text[] = {
     {CUDA_SUCCESS, "no error"},
     {CUDA_ERROR_INVALID_VALUE, "invalid argument"},
     {CUDA_ERROR_OUT_OF_MEMORY, "out of memory"},
@@ -383,7 +503,8 @@ static const struct { CUresult code; const char *text; } error_text[] = {
     {CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
      "part or all of the requested memory range is already mapped"},
-    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+     "pointer does not correspond to a registered memory region"},
     {CUDA_ERROR_NOT_PERMITTED, "operation not permitted"},
     {CUDA_ERROR_NOT_SUPPORTED, "operation not supported"},
     {CUDA_ERROR_ALREADY_MAPPED, "resource already mapped"},
@@ -393,24 +514,35 @@ static const struct { CUresult code; const char *text; } error_text[] = {
     {CUDA_ERROR_UNKNOWN, "unknown error"},
 };
 
-static const struct { CUresult code; const char *name; } error_names[] = {
+static const struct {
+    CUresult code;
+    const char *name;
+} error_names[] = {
 #define SIM_X(n) {n, #n},
     SIM_CU_ERRORS
 #undef SIM_X
 };
 
-CUresult cuGetErrorName(CUresult error, const char **str) {
-  if (!str) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < sizeof error_names / sizeof error_names[0]; i++)
-    if (error_names[i].code == error) { *str = error_names[i].name; return CUDA_SUCCESS; }
-  *str = NULL;
-  return CUDA_ERROR_INVALID_VALUE;
+CUresult cuGetErrorName(CUresult error, const char **str)
+{
+    if (!str) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_names / sizeof error_names[0]; i++)
+        if (error_names[i].code == error) {
+            *str = error_names[i].name;
+            return CUDA_SUCCESS;
+        }
+    *str = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cuGetErrorString(CUresult error, const char **str) {
-  if (!str) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < sizeof error_text / sizeof error_text[0]; i++)
-    if (error_text[i].code == error) { *str = error_text[i].text; return CUDA_SUCCESS; }
-  /* A valid code without its own text reads as its name, rather than failing. */
-  return cuGetErrorName(error, str);
+CUresult cuGetErrorString(CUresult error, const char **str)
+{
+    if (!str) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof error_text / sizeof error_text[0]; i++)
+        if (error_text[i].code == error) {
+            *str = error_text[i].text;
+            return CUDA_SUCCESS;
+        }
+    /* A valid code without its own text reads as its name, rather than failing. */
+    return cuGetErrorName(error, str);
 }

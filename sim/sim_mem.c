@@ -27,70 +27,86 @@
 #endif
 
 /* The default memory pool of device 0 is a fixed token; pools are not otherwise modelled. */
-static struct { uint32_t magic; uint64_t release_threshold; } default_pool = {0x504f4f4cu, 0};
+static struct {
+    uint32_t magic;
+    uint64_t release_threshold;
+} default_pool = {0x504f4f4cu, 0};
 #define DEFAULT_POOL ((CUmemoryPool)(void *)&default_pool)
 
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+static size_t round_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
 
 /* ---- the range table --------------------------------------------------------------------- */
 
 /* Index of the first range whose base is > p. */
-static size_t range_upper(uintptr_t p) {
-  size_t lo = 0, hi = sim.nranges;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (sim.ranges[mid]->base <= p) lo = mid + 1; else hi = mid;
-  }
-  return lo;
+static size_t range_upper(uintptr_t p)
+{
+    size_t lo = 0, hi = sim.nranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sim.ranges[mid]->base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
-sim_range *sim_range_find(uintptr_t p) {
-  size_t i = range_upper(p);
-  if (i == 0) return NULL;
-  sim_range *r = sim.ranges[i - 1];
-  return p - r->base < r->size ? r : NULL;
-}
-
-static bool range_overlaps(uintptr_t base, size_t size) {
-  size_t i = range_upper(base);
-  if (i > 0) {
+sim_range *sim_range_find(uintptr_t p)
+{
+    size_t i = range_upper(p);
+    if (i == 0) return NULL;
     sim_range *r = sim.ranges[i - 1];
-    if (base - r->base < r->size) return true;
-  }
-  return i < sim.nranges && sim.ranges[i]->base < base + size;
+    return p - r->base < r->size ? r : NULL;
 }
 
-static bool range_insert(sim_range *r) {
-  if (sim.nranges == sim.capranges) {
-    size_t cap = sim.capranges ? sim.capranges * 2 : 64;
-    sim_range **v = realloc(sim.ranges, cap * sizeof *v);
-    if (!v) return false;
-    sim.ranges = v;
-    sim.capranges = cap;
-  }
-  size_t i = range_upper(r->base);
-  memmove(sim.ranges + i + 1, sim.ranges + i, (sim.nranges - i) * sizeof *sim.ranges);
-  sim.ranges[i] = r;
-  sim.nranges++;
-  return true;
+static bool range_overlaps(uintptr_t base, size_t size)
+{
+    size_t i = range_upper(base);
+    if (i > 0) {
+        sim_range *r = sim.ranges[i - 1];
+        if (base - r->base < r->size) return true;
+    }
+    return i < sim.nranges && sim.ranges[i]->base < base + size;
 }
 
-static void range_remove(sim_range *r) {
-  size_t i = range_upper(r->base);
-  if (i > 0 && sim.ranges[i - 1] == r) {
-    memmove(sim.ranges + i - 1, sim.ranges + i, (sim.nranges - i) * sizeof *sim.ranges);
-    sim.nranges--;
-  }
+static bool range_insert(sim_range *r)
+{
+    if (sim.nranges == sim.capranges) {
+        size_t cap = sim.capranges ? sim.capranges * 2 : 64;
+        sim_range **v = realloc(sim.ranges, cap * sizeof *v);
+        if (!v) return false;
+        sim.ranges = v;
+        sim.capranges = cap;
+    }
+    size_t i = range_upper(r->base);
+    memmove(sim.ranges + i + 1, sim.ranges + i, (sim.nranges - i) * sizeof *sim.ranges);
+    sim.ranges[i] = r;
+    sim.nranges++;
+    return true;
+}
+
+static void range_remove(sim_range *r)
+{
+    size_t i = range_upper(r->base);
+    if (i > 0 && sim.ranges[i - 1] == r) {
+        memmove(sim.ranges + i - 1, sim.ranges + i, (sim.nranges - i) * sizeof *sim.ranges);
+        sim.nranges--;
+    }
 }
 
 /* Says once why an mmap failed: address space or the kernel's mapping count (vm.max_map_count)
  * ran out. The call itself reports CUDA_ERROR_OUT_OF_MEMORY. */
-static void note_map_failure(int err) {
-  static bool noted;
-  if (noted) return;
-  noted = true;
-  sim_note("mmap failed (%s): host address space or vm.max_map_count exhausted; allocations "
-           "report CUDA_ERROR_OUT_OF_MEMORY", strerror(err));
+static void note_map_failure(int err)
+{
+    static bool noted;
+    if (noted) return;
+    noted = true;
+    sim_note("mmap failed (%s): host address space or vm.max_map_count exhausted; allocations "
+             "report CUDA_ERROR_OUT_OF_MEMORY",
+             strerror(err));
 }
 
 /* mmap `size` bytes (a multiple of the page size) aligned to `align` (a power of two). Page
@@ -98,820 +114,973 @@ static void note_map_failure(int err) {
  * and the kernel merges them into one mapping: live allocations cost few entries of the
  * process's mapping table (vm.max_map_count). */
 static void *map_aligned(size_t size, size_t align, int prot, int flags, void **map_base,
-                         size_t *map_size) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  if (align <= page) {
-    void *p = mmap(NULL, size, prot, flags, -1, 0);
-    if (p == MAP_FAILED) { note_map_failure(errno); return NULL; }
-    *map_base = p;
+                         size_t *map_size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (align <= page) {
+        void *p = mmap(NULL, size, prot, flags, -1, 0);
+        if (p == MAP_FAILED) {
+            note_map_failure(errno);
+            return NULL;
+        }
+        *map_base = p;
+        *map_size = size;
+        return p;
+    }
+    size_t total = size + align;
+    char *p = mmap(NULL, total, prot, flags, -1, 0);
+    if (p == MAP_FAILED) {
+        note_map_failure(errno);
+        return NULL;
+    }
+    uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+    size_t head = a - (uintptr_t)p, tail = total - head - size;
+    if (head) munmap(p, head);
+    if (tail) munmap((char *)a + size, tail);
+    *map_base = (void *)a;
     *map_size = size;
-    return p;
-  }
-  size_t total = size + align;
-  char *p = mmap(NULL, total, prot, flags, -1, 0);
-  if (p == MAP_FAILED) { note_map_failure(errno); return NULL; }
-  uintptr_t a = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
-  size_t head = a - (uintptr_t)p, tail = total - head - size;
-  if (head) munmap(p, head);
-  if (tail) munmap((char *)a + size, tail);
-  *map_base = (void *)a;
-  *map_size = size;
-  return (void *)a;
+    return (void *)a;
 }
 
-static sim_range *range_new(int kind, uintptr_t base, size_t size, void *map_base, size_t map_size) {
-  sim_range *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
-  r->kind = kind;
-  r->base = base;
-  r->size = size;
-  r->map_base = map_base;
-  r->map_size = map_size;
-  r->id = sim.next_id++;
-  return r;
+static sim_range *range_new(int kind, uintptr_t base, size_t size, void *map_base, size_t map_size)
+{
+    sim_range *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->kind = kind;
+    r->base = base;
+    r->size = size;
+    r->map_base = map_base;
+    r->map_size = map_size;
+    r->id = sim.next_id++;
+    return r;
 }
 
-static void range_destroy(sim_range *r) {
-  if (r->map_base) munmap(r->map_base, r->map_size);
-  free(r->maps);
-  free(r);
+static void range_destroy(sim_range *r)
+{
+    if (r->map_base) munmap(r->map_base, r->map_size);
+    free(r->maps);
+    free(r);
 }
 
 /* ---- cuMemAlloc family ------------------------------------------------------------------- */
 
-static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool) {
-  if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-  size_t charge = round_up(size, SIM_ALLOC_ROUND);
-  CUresult rc = sim_charge(charge, true);
-  if (rc) return rc;
-  int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
-  size_t msize = round_up(size, 4096);
-  void *mb;
-  size_t ms;
-  void *p = map_aligned(msize, 4096, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
-  sim_range *r = p ? range_new(SIM_R_DEVICE, (uintptr_t)p, size, mb, ms) : NULL;
-  if (!r || !range_insert(r)) {
-    if (r) range_destroy(r);
-    else if (p) munmap(mb, ms);
-    sim_uncharge(charge);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  r->charged = charge;
-  r->from_pool = from_pool;
-  *dptr = (CUdeviceptr)p;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  CUresult rc = device_alloc(dptr, size, false);
-  sim_cost(SIM_OP_MEM_ALLOC, size);
-  sim_unlock();
-  return rc;
-}
-
-static CUresult device_free(CUdeviceptr dptr, bool async, size_t *freed) {
-  sim_range *r = sim_range_find((uintptr_t)dptr);
-  if (!r || r->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
-  if (r->kind != SIM_R_DEVICE && r->kind != SIM_R_MANAGED)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (async && r->kind != SIM_R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-  *freed = r->size;
-  sim_uncharge(r->charged);
-  range_remove(r);
-  range_destroy(r);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  size_t freed = 0;
-  /* Like the real driver: freeing synchronizes the device first. */
-  double wait = sim_events_complete_all();
-  CUresult rc = dptr ? device_free(dptr, false, &freed) : CUDA_SUCCESS;
-  sim_cost(SIM_OP_MEM_FREE, freed);
-  sim_cost_wait(SIM_OP_MEM_FREE, wait);
-  sim_unlock();
-  return rc;
-}
-
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  CUresult rc = sim_stream_valid(s) ? device_alloc(dptr, size, true) : CUDA_ERROR_INVALID_HANDLE;
-  sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
-  sim_unlock();
-  return rc;
-}
-
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s) {
-  SIM_CHECK_INIT();
-  if (pool != DEFAULT_POOL) return CUDA_ERROR_INVALID_VALUE;
-  return cuMemAllocAsync(dptr, size, s);
-}
-
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  size_t freed = 0;
-  CUresult rc = !sim_stream_valid(s) ? CUDA_ERROR_INVALID_HANDLE
-                : dptr ? device_free(dptr, true, &freed) : CUDA_ERROR_INVALID_VALUE;
-  sim_cost(SIM_OP_MEM_FREE_ASYNC, freed);
-  sim_unlock();
-  return rc;
-}
-
-CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
-  SIM_CHECK_INIT();
-  if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
-    return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  void *mb;
-  size_t ms;
-  CUresult rc = CUDA_SUCCESS;
-  void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
-  sim_range *r = p ? range_new(SIM_R_MANAGED, (uintptr_t)p, size, mb, ms) : NULL;
-  if (!r || !range_insert(r)) {
-    if (r) range_destroy(r);
-    else if (p) munmap(mb, ms);
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  } else {
-    r->flags = flags;
+static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool)
+{
+    if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t charge = round_up(size, SIM_ALLOC_ROUND);
+    CUresult rc = sim_charge(charge, true);
+    if (rc) return rc;
+    int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
+    size_t msize = round_up(size, 4096);
+    void *mb;
+    size_t ms;
+    void *p = map_aligned(msize, 4096, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
+    sim_range *r = p ? range_new(SIM_R_DEVICE, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        sim_uncharge(charge);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->charged = charge;
+    r->from_pool = from_pool;
     *dptr = (CUdeviceptr)p;
-  }
-  sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
-  sim_unlock();
-  return rc;
+    return CUDA_SUCCESS;
 }
 
-CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
-  SIM_CHECK_INIT();
-  if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  *total = sim.capacity;
-  *free_bytes = sim.capacity - sim.used;
-  sim_cost(SIM_OP_MEM_GET_INFO, 0);
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    CUresult rc = device_alloc(dptr, size, false);
+    sim_cost(SIM_OP_MEM_ALLOC, size);
+    sim_unlock();
+    return rc;
+}
+
+static CUresult device_free(CUdeviceptr dptr, bool async, size_t *freed)
+{
+    sim_range *r = sim_range_find((uintptr_t)dptr);
+    if (!r || r->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
+    if (r->kind != SIM_R_DEVICE && r->kind != SIM_R_MANAGED) return CUDA_ERROR_INVALID_VALUE;
+    if (async && r->kind != SIM_R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    *freed = r->size;
+    sim_uncharge(r->charged);
+    range_remove(r);
+    range_destroy(r);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    size_t freed = 0;
+    /* Like the real driver: freeing synchronizes the device first. */
+    double wait = sim_events_complete_all();
+    CUresult rc = dptr ? device_free(dptr, false, &freed) : CUDA_SUCCESS;
+    sim_cost(SIM_OP_MEM_FREE, freed);
+    sim_cost_wait(SIM_OP_MEM_FREE, wait);
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    CUresult rc = sim_stream_valid(s) ? device_alloc(dptr, size, true) : CUDA_ERROR_INVALID_HANDLE;
+    sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
+{
+    SIM_CHECK_INIT();
+    if (pool != DEFAULT_POOL) return CUDA_ERROR_INVALID_VALUE;
+    return cuMemAllocAsync(dptr, size, s);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    size_t freed = 0;
+    CUresult rc = !sim_stream_valid(s) ? CUDA_ERROR_INVALID_HANDLE
+                  : dptr               ? device_free(dptr, true, &freed)
+                                       : CUDA_ERROR_INVALID_VALUE;
+    sim_cost(SIM_OP_MEM_FREE_ASYNC, freed);
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    void *mb;
+    size_t ms;
+    CUresult rc = CUDA_SUCCESS;
+    void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
+    sim_range *r = p ? range_new(SIM_R_MANAGED, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        r->flags = flags;
+        *dptr = (CUdeviceptr)p;
+    }
+    sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    SIM_CHECK_INIT();
+    if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    *total = sim.capacity;
+    *free_bytes = sim.capacity - sim.used;
+    sim_cost(SIM_OP_MEM_GET_INFO, 0);
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
 /* ---- memory pools (the default pool only) ------------------------------------------------ */
 
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
-  SIM_CHECK_INIT();
-  if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = DEFAULT_POOL;
-  return CUDA_SUCCESS;
-}
-
-CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
-  return cuDeviceGetDefaultMemPool(pool, dev);
-}
-
-CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-  SIM_CHECK_INIT();
-  (void)keep; /* freed pool memory goes back at once: nothing to trim */
-  return pool == DEFAULT_POOL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
-  SIM_CHECK_INIT();
-  if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
-  switch (attr) {
-  case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-    sim_lock();
-    default_pool.release_threshold = *(cuuint64_t *)value;
-    sim_unlock();
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    SIM_CHECK_INIT();
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = DEFAULT_POOL;
     return CUDA_SUCCESS;
-  case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-  case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-  case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-  case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-  case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-    return CUDA_SUCCESS; /* accepted; the sim's pool has no reuse policy to tune */
-  default:
-    return CUDA_ERROR_INVALID_VALUE;
-  }
 }
 
-CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
-  SIM_CHECK_INIT();
-  if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
-  size_t used = 0;
-  sim_lock();
-  for (size_t i = 0; i < sim.nranges; i++)
-    if (sim.ranges[i]->from_pool) used += sim.ranges[i]->charged;
-  cuuint64_t threshold = default_pool.release_threshold;
-  sim_unlock();
-  switch (attr) {
-  case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = threshold; break;
-  case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-  case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-  case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)value = 1; break;
-  case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-  case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-  case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-  case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = used; break;
-  default: return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    return cuDeviceGetDefaultMemPool(pool, dev);
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    SIM_CHECK_INIT();
+    (void)keep; /* freed pool memory goes back at once: nothing to trim */
+    return pool == DEFAULT_POOL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_CHECK_INIT();
+    if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        sim_lock();
+        default_pool.release_threshold = *(cuuint64_t *)value;
+        sim_unlock();
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        return CUDA_SUCCESS; /* accepted; the sim's pool has no reuse policy to tune */
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_CHECK_INIT();
+    if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
+    size_t used = 0;
+    sim_lock();
+    for (size_t i = 0; i < sim.nranges; i++)
+        if (sim.ranges[i]->from_pool) used += sim.ranges[i]->charged;
+    cuuint64_t threshold = default_pool.release_threshold;
+    sim_unlock();
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *(cuuint64_t *)value = threshold;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = 1;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *(cuuint64_t *)value = used;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
 /* ---- virtual memory management ----------------------------------------------------------- */
 
-static sim_handle *handle_find(CUmemGenericAllocationHandle id) {
-  size_t lo = 0, hi = sim.nhandles;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (sim.handles[mid]->id < id) lo = mid + 1; else hi = mid;
-  }
-  return lo < sim.nhandles && sim.handles[lo]->id == id ? sim.handles[lo] : NULL;
+static sim_handle *handle_find(CUmemGenericAllocationHandle id)
+{
+    size_t lo = 0, hi = sim.nhandles;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sim.handles[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < sim.nhandles && sim.handles[lo]->id == id ? sim.handles[lo] : NULL;
 }
 
 /* Frees the handle's memory once nothing refers to it: no reference and no mapping. */
-static void handle_maybe_destroy(sim_handle *h) {
-  if (h->refs > 0 || h->nmaps > 0) return;
-  if (h->fd >= 0 && !h->inherited)
-    fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
-              (off_t)h->size);
-  sim_uncharge(h->size);
-  size_t lo = 0, hi = sim.nhandles;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (sim.handles[mid]->id < h->id) lo = mid + 1; else hi = mid;
-  }
-  memmove(sim.handles + lo, sim.handles + lo + 1, (sim.nhandles - lo - 1) * sizeof *sim.handles);
-  sim.nhandles--;
-  free(h);
+static void handle_maybe_destroy(sim_handle *h)
+{
+    if (h->refs > 0 || h->nmaps > 0) return;
+    if (h->fd >= 0 && !h->inherited)
+        fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
+                  (off_t)h->size);
+    sim_uncharge(h->size);
+    size_t lo = 0, hi = sim.nhandles;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sim.handles[mid]->id < h->id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(sim.handles + lo, sim.handles + lo + 1, (sim.nhandles - lo - 1) * sizeof *sim.handles);
+    sim.nhandles--;
+    free(h);
 }
 
 CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *prop,
-                                       CUmemAllocationGranularity_flags option) {
-  SIM_CHECK_INIT();
-  if (!gran || !prop) return CUDA_ERROR_INVALID_VALUE;
-  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *gran = SIM_GRANULARITY;
-  return CUDA_SUCCESS;
+                                       CUmemAllocationGranularity_flags option)
+{
+    SIM_CHECK_INIT();
+    if (!gran || !prop) return CUDA_ERROR_INVALID_VALUE;
+    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+        option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *gran = SIM_GRANULARITY;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                             unsigned long long flags) {
-  SIM_CHECK_INIT();
-  if (!ptr || size == 0 || size % SIM_GRANULARITY || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (alignment == 0) alignment = SIM_GRANULARITY;
-  if (alignment & (alignment - 1)) return CUDA_ERROR_INVALID_VALUE;
-  if (alignment < SIM_GRANULARITY) alignment = SIM_GRANULARITY;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-  void *p = NULL, *mb = NULL;
-  size_t ms = 0;
-  /* The address is a hint, as on a GPU: used when free and aligned, else ignored. */
-  if (addr && addr % alignment == 0) {
-    void *q = mmap((void *)addr, size, PROT_NONE, mflags | MAP_FIXED_NOREPLACE, -1, 0);
-    if (q == (void *)addr) { p = q; mb = q; ms = size; }
-    else if (q != MAP_FAILED) munmap(q, size);
-  }
-  if (!p) p = map_aligned(size, alignment, PROT_NONE, mflags, &mb, &ms);
-  sim_range *r = p ? range_new(SIM_R_RESERVE, (uintptr_t)p, size, mb, ms) : NULL;
-  if (!r || !range_insert(r)) {
-    if (r) range_destroy(r);
-    else if (p) munmap(mb, ms);
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  } else {
-    *ptr = (CUdeviceptr)p;
-  }
-  sim_cost(SIM_OP_ADDRESS_RESERVE, size);
-  sim_unlock();
-  return rc;
+                             unsigned long long flags)
+{
+    SIM_CHECK_INIT();
+    if (!ptr || size == 0 || size % SIM_GRANULARITY || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (alignment == 0) alignment = SIM_GRANULARITY;
+    if (alignment & (alignment - 1)) return CUDA_ERROR_INVALID_VALUE;
+    if (alignment < SIM_GRANULARITY) alignment = SIM_GRANULARITY;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *p = NULL, *mb = NULL;
+    size_t ms = 0;
+    /* The address is a hint, as on a GPU: used when free and aligned, else ignored. */
+    if (addr && addr % alignment == 0) {
+        void *q = mmap((void *)addr, size, PROT_NONE, mflags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (q == (void *)addr) {
+            p = q;
+            mb = q;
+            ms = size;
+        } else if (q != MAP_FAILED)
+            munmap(q, size);
+    }
+    if (!p) p = map_aligned(size, alignment, PROT_NONE, mflags, &mb, &ms);
+    sim_range *r = p ? range_new(SIM_R_RESERVE, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        *ptr = (CUdeviceptr)p;
+    }
+    sim_cost(SIM_OP_ADDRESS_RESERVE, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  sim_range *r = sim_range_find((uintptr_t)ptr);
-  if (!r || r->kind != SIM_R_RESERVE || r->base != (uintptr_t)ptr || r->size != size)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (r->nmaps > 0)
-    rc = CUDA_ERROR_INVALID_VALUE; /* still mapped: cuMemUnmap first (strict, documented) */
-  else {
-    range_remove(r);
-    range_destroy(r);
-  }
-  sim_cost(SIM_OP_ADDRESS_FREE, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    sim_range *r = sim_range_find((uintptr_t)ptr);
+    if (!r || r->kind != SIM_R_RESERVE || r->base != (uintptr_t)ptr || r->size != size)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (r->nmaps > 0)
+        rc = CUDA_ERROR_INVALID_VALUE; /* still mapped: cuMemUnmap first (strict, documented) */
+    else {
+        range_remove(r);
+        range_destroy(r);
+    }
+    sim_cost(SIM_OP_ADDRESS_FREE, size);
+    sim_unlock();
+    return rc;
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                     const CUmemAllocationProp *prop, unsigned long long flags) {
-  SIM_CHECK_INIT();
-  if (!handle || !prop || size == 0 || size % SIM_GRANULARITY || flags != 0)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
-  sim_lock();
-  CUresult rc = sim_charge(size, true);
-  sim_handle *h = NULL;
-  if (!rc) {
-    h = calloc(1, sizeof *h);
-    if (h && sim.nhandles == sim.caphandles) {
-      size_t cap = sim.caphandles ? sim.caphandles * 2 : 64;
-      sim_handle **v = realloc(sim.handles, cap * sizeof *v);
-      if (v) { sim.handles = v; sim.caphandles = cap; }
+                     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    SIM_CHECK_INIT();
+    if (!handle || !prop || size == 0 || size % SIM_GRANULARITY || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    CUresult rc = sim_charge(size, true);
+    sim_handle *h = NULL;
+    if (!rc) {
+        h = calloc(1, sizeof *h);
+        if (h && sim.nhandles == sim.caphandles) {
+            size_t cap = sim.caphandles ? sim.caphandles * 2 : 64;
+            sim_handle **v = realloc(sim.handles, cap * sizeof *v);
+            if (v) {
+                sim.handles = v;
+                sim.caphandles = cap;
+            }
+        }
+        if (!h || sim.nhandles == sim.caphandles)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else if (sim.memfd >= 0 && ftruncate(sim.memfd, (off_t)(sim.next_file_off + size)))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        if (rc) {
+            free(h);
+            h = NULL;
+            sim_uncharge(size);
+        }
     }
-    if (!h || sim.nhandles == sim.caphandles) rc = CUDA_ERROR_OUT_OF_MEMORY;
-    else if (sim.memfd >= 0 && ftruncate(sim.memfd, (off_t)(sim.next_file_off + size)))
-      rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (rc) { free(h); h = NULL; sim_uncharge(size); }
-  }
-  if (h) {
-    h->id = sim.next_id++;
-    h->size = size;
-    h->file_off = sim.next_file_off;
-    h->fd = sim.memfd;
-    sim.next_file_off += size;
-    h->refs = 1;
-    h->prop = *prop;
-    sim.handles[sim.nhandles++] = h; /* ids only grow, so appending keeps the array sorted */
-    *handle = h->id;
-  }
-  sim_cost(SIM_OP_MEM_CREATE, size);
-  sim_unlock();
-  return rc;
+    if (h) {
+        h->id = sim.next_id++;
+        h->size = size;
+        h->file_off = sim.next_file_off;
+        h->fd = sim.memfd;
+        sim.next_file_off += size;
+        h->refs = 1;
+        h->prop = *prop;
+        sim.handles[sim.nhandles++] = h; /* ids only grow, so appending keeps the array sorted */
+        *handle = h->id;
+    }
+    sim_cost(SIM_OP_MEM_CREATE, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  sim_handle *h = handle_find(handle);
-  CUresult rc = CUDA_SUCCESS;
-  size_t size = 0;
-  if (!h || h->refs <= 0) rc = CUDA_ERROR_INVALID_VALUE;
-  else {
-    size = h->size;
-    h->refs--;
-    handle_maybe_destroy(h);
-  }
-  sim_cost(SIM_OP_MEM_RELEASE, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    sim_handle *h = handle_find(handle);
+    CUresult rc = CUDA_SUCCESS;
+    size_t size = 0;
+    if (!h || h->refs <= 0)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else {
+        size = h->size;
+        h->refs--;
+        handle_maybe_destroy(h);
+    }
+    sim_cost(SIM_OP_MEM_RELEASE, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
-  SIM_CHECK_INIT();
-  if (!handle) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_ERROR_INVALID_VALUE;
-  sim_range *r = sim_range_find((uintptr_t)addr);
-  if (r && r->kind == SIM_R_RESERVE) {
-    for (size_t i = 0; i < r->nmaps; i++) {
-      sim_mapping *m = &r->maps[i];
-      if ((uintptr_t)addr - m->va < m->size) {
-        m->h->refs++;
-        *handle = m->h->id;
-        rc = CUDA_SUCCESS;
-        break;
-      }
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    SIM_CHECK_INIT();
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    sim_range *r = sim_range_find((uintptr_t)addr);
+    if (r && r->kind == SIM_R_RESERVE) {
+        for (size_t i = 0; i < r->nmaps; i++) {
+            sim_mapping *m = &r->maps[i];
+            if ((uintptr_t)addr - m->va < m->size) {
+                m->h->refs++;
+                *handle = m->h->id;
+                rc = CUDA_SUCCESS;
+                break;
+            }
+        }
     }
-  }
-  sim_unlock();
-  return rc;
+    sim_unlock();
+    return rc;
 }
 
 CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
-                                                CUmemGenericAllocationHandle handle) {
-  SIM_CHECK_INIT();
-  if (!prop) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  sim_handle *h = handle_find(handle);
-  if (h) *prop = h->prop;
-  sim_unlock();
-  return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+                                                CUmemGenericAllocationHandle handle)
+{
+    SIM_CHECK_INIT();
+    if (!prop) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_handle *h = handle_find(handle);
+    if (h) *prop = h->prop;
+    sim_unlock();
+    return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* Index of the first mapping of r whose va is > p. */
-static size_t map_upper(const sim_range *r, uintptr_t p) {
-  size_t lo = 0, hi = r->nmaps;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (r->maps[mid].va <= p) lo = mid + 1; else hi = mid;
-  }
-  return lo;
+static size_t map_upper(const sim_range *r, uintptr_t p)
+{
+    size_t lo = 0, hi = r->nmaps;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->maps[mid].va <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                  unsigned long long flags) {
-  SIM_CHECK_INIT();
-  if (flags != 0 || size == 0 || size % SIM_GRANULARITY || offset % SIM_GRANULARITY ||
-      (uintptr_t)ptr % SIM_GRANULARITY)
-    return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  uintptr_t va = (uintptr_t)ptr;
-  sim_range *r = sim_range_find(va);
-  sim_handle *h = handle_find(handle);
-  if (!r || r->kind != SIM_R_RESERVE || va + size < va || va + size > r->base + r->size)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if (!h || h->refs <= 0 || offset > h->size || size > h->size - offset)
-    rc = CUDA_ERROR_INVALID_VALUE;
-  if (!rc) {
-    size_t i = map_upper(r, va);
-    if ((i > 0 && r->maps[i - 1].va + r->maps[i - 1].size > va) ||
-        (i < r->nmaps && r->maps[i].va < va + size))
-      rc = CUDA_ERROR_ALREADY_MAPPED;
-    else if (sim_fault_map())
-      rc = CUDA_ERROR_OUT_OF_MEMORY;
-    else if (r->nmaps == r->capmaps) {
-      size_t cap = r->capmaps ? r->capmaps * 2 : 8;
-      sim_mapping *v = realloc(r->maps, cap * sizeof *v);
-      if (!v) rc = CUDA_ERROR_OUT_OF_MEMORY;
-      else { r->maps = v; r->capmaps = cap; }
-    }
-    if (!rc && h->fd >= 0) {
-      void *q = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
-                     (off_t)(h->file_off + offset));
-      if (q == MAP_FAILED) rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
+                  unsigned long long flags)
+{
+    SIM_CHECK_INIT();
+    if (flags != 0 || size == 0 || size % SIM_GRANULARITY || offset % SIM_GRANULARITY ||
+        (uintptr_t)ptr % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    uintptr_t va = (uintptr_t)ptr;
+    sim_range *r = sim_range_find(va);
+    sim_handle *h = handle_find(handle);
+    if (!r || r->kind != SIM_R_RESERVE || va + size < va || va + size > r->base + r->size)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!h || h->refs <= 0 || offset > h->size || size > h->size - offset)
+        rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc) {
-      memmove(r->maps + i + 1, r->maps + i, (r->nmaps - i) * sizeof *r->maps);
-      r->maps[i] = (sim_mapping){.va = va, .size = size, .offset = offset, .h = h,
-                                 .access = CU_MEM_ACCESS_FLAGS_PROT_NONE};
-      r->nmaps++;
-      h->nmaps++;
+        size_t i = map_upper(r, va);
+        if ((i > 0 && r->maps[i - 1].va + r->maps[i - 1].size > va) ||
+            (i < r->nmaps && r->maps[i].va < va + size))
+            rc = CUDA_ERROR_ALREADY_MAPPED;
+        else if (sim_fault_map())
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else if (r->nmaps == r->capmaps) {
+            size_t cap = r->capmaps ? r->capmaps * 2 : 8;
+            sim_mapping *v = realloc(r->maps, cap * sizeof *v);
+            if (!v)
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else {
+                r->maps = v;
+                r->capmaps = cap;
+            }
+        }
+        if (!rc && h->fd >= 0) {
+            void *q = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
+                           (off_t)(h->file_off + offset));
+            if (q == MAP_FAILED) rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (!rc) {
+            memmove(r->maps + i + 1, r->maps + i, (r->nmaps - i) * sizeof *r->maps);
+            r->maps[i] = (sim_mapping){.va = va,
+                                       .size = size,
+                                       .offset = offset,
+                                       .h = h,
+                                       .access = CU_MEM_ACCESS_FLAGS_PROT_NONE};
+            r->nmaps++;
+            h->nmaps++;
+        }
     }
-  }
-  sim_cost(SIM_OP_MEM_MAP, size);
-  sim_unlock();
-  return rc;
+    sim_cost(SIM_OP_MEM_MAP, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  SIM_CHECK_INIT();
-  if (size == 0 || size % SIM_GRANULARITY || (uintptr_t)ptr % SIM_GRANULARITY)
-    return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  uintptr_t va = (uintptr_t)ptr, end = va + size;
-  sim_range *r = sim_range_find(va);
-  if (!r || r->kind != SIM_R_RESERVE || end < va || end > r->base + r->size) {
-    rc = CUDA_ERROR_INVALID_VALUE;
-  } else {
-    /* The range must be exactly a run of whole, contiguous mappings. */
-    size_t first = map_upper(r, va);
-    if (first == 0 || r->maps[first - 1].va != va) rc = CUDA_ERROR_INVALID_VALUE;
-    size_t last = first - 1;
-    if (!rc) {
-      uintptr_t at = va;
-      while (last < r->nmaps && r->maps[last].va == at && at < end) at += r->maps[last++].size;
-      if (at != end) rc = CUDA_ERROR_INVALID_VALUE;
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    SIM_CHECK_INIT();
+    if (size == 0 || size % SIM_GRANULARITY || (uintptr_t)ptr % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    uintptr_t va = (uintptr_t)ptr, end = va + size;
+    sim_range *r = sim_range_find(va);
+    if (!r || r->kind != SIM_R_RESERVE || end < va || end > r->base + r->size) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        /* The range must be exactly a run of whole, contiguous mappings. */
+        size_t first = map_upper(r, va);
+        if (first == 0 || r->maps[first - 1].va != va) rc = CUDA_ERROR_INVALID_VALUE;
+        size_t last = first - 1;
+        if (!rc) {
+            uintptr_t at = va;
+            while (last < r->nmaps && r->maps[last].va == at && at < end)
+                at += r->maps[last++].size;
+            if (at != end) rc = CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!rc) {
+            size_t from = first - 1, n = last - from;
+            if (sim.memfd >= 0)
+                mmap((void *)va, size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            else
+                mprotect((void *)va, size, PROT_NONE);
+            for (size_t k = from; k < last; k++) {
+                sim_handle *h = r->maps[k].h;
+                h->nmaps--;
+                handle_maybe_destroy(h);
+            }
+            memmove(r->maps + from, r->maps + last, (r->nmaps - last) * sizeof *r->maps);
+            r->nmaps -= n;
+        }
     }
-    if (!rc) {
-      size_t from = first - 1, n = last - from;
-      if (sim.memfd >= 0)
-        mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-             -1, 0);
-      else
-        mprotect((void *)va, size, PROT_NONE);
-      for (size_t k = from; k < last; k++) {
-        sim_handle *h = r->maps[k].h;
-        h->nmaps--;
-        handle_maybe_destroy(h);
-      }
-      memmove(r->maps + from, r->maps + last, (r->nmaps - last) * sizeof *r->maps);
-      r->nmaps -= n;
-    }
-  }
-  sim_cost(SIM_OP_MEM_UNMAP, size);
-  sim_unlock();
-  return rc;
+    sim_cost(SIM_OP_MEM_UNMAP, size);
+    sim_unlock();
+    return rc;
 }
 
-static int prot_of(unsigned access) {
-  switch (access) {
-  case CU_MEM_ACCESS_FLAGS_PROT_READ: return PROT_READ;
-  case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: return PROT_READ | PROT_WRITE;
-  default: return PROT_NONE;
-  }
+static int prot_of(unsigned access)
+{
+    switch (access) {
+    case CU_MEM_ACCESS_FLAGS_PROT_READ:
+        return PROT_READ;
+    case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+        return PROT_READ | PROT_WRITE;
+    default:
+        return PROT_NONE;
+    }
 }
 
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
-  SIM_CHECK_INIT();
-  if (!desc || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
-  unsigned access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  for (size_t i = 0; i < count; i++) {
-    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-    if (desc[i].location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
-    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
-        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
-        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-      return CUDA_ERROR_INVALID_VALUE;
-    access = desc[i].flags;
-  }
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  uintptr_t va = (uintptr_t)ptr, end = va + size;
-  sim_range *r = sim_range_find(va);
-  if (!r || r->kind != SIM_R_RESERVE || end < va || end > r->base + r->size) {
-    rc = CUDA_ERROR_INVALID_VALUE;
-  } else {
-    /* Every byte of the range must be mapped. */
-    size_t i = map_upper(r, va);
-    size_t first = i > 0 ? i - 1 : 0;
-    uintptr_t at = va;
-    size_t k = first;
-    while (k < r->nmaps && at < end && r->maps[k].va <= at && at < r->maps[k].va + r->maps[k].size)
-    {
-      at = r->maps[k].va + r->maps[k].size;
-      k++;
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    SIM_CHECK_INIT();
+    if (!desc || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    unsigned access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+        if (desc[i].location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+        access = desc[i].flags;
     }
-    if (at < end) rc = CUDA_ERROR_INVALID_VALUE;
-    else {
-      if (sim.memfd >= 0 && mprotect((void *)va, size, prot_of(access))) rc = CUDA_ERROR_UNKNOWN;
-      for (size_t j = first; j < k && !rc; j++) r->maps[j].access = access;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    uintptr_t va = (uintptr_t)ptr, end = va + size;
+    sim_range *r = sim_range_find(va);
+    if (!r || r->kind != SIM_R_RESERVE || end < va || end > r->base + r->size) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        /* Every byte of the range must be mapped. */
+        size_t i = map_upper(r, va);
+        size_t first = i > 0 ? i - 1 : 0;
+        uintptr_t at = va;
+        size_t k = first;
+        while (k < r->nmaps && at < end && r->maps[k].va <= at &&
+               at < r->maps[k].va + r->maps[k].size) {
+            at = r->maps[k].va + r->maps[k].size;
+            k++;
+        }
+        if (at < end)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else {
+            if (sim.memfd >= 0 && mprotect((void *)va, size, prot_of(access)))
+                rc = CUDA_ERROR_UNKNOWN;
+            for (size_t j = first; j < k && !rc; j++)
+                r->maps[j].access = access;
+        }
     }
-  }
-  sim_cost(SIM_OP_MEM_SET_ACCESS, size);
-  sim_unlock();
-  return rc;
+    sim_cost(SIM_OP_MEM_SET_ACCESS, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr) {
-  SIM_CHECK_INIT();
-  if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_ERROR_INVALID_VALUE;
-  sim_range *r = sim_range_find((uintptr_t)ptr);
-  if (r && r->kind == SIM_R_RESERVE) {
-    size_t i = map_upper(r, (uintptr_t)ptr);
-    if (i > 0 && (uintptr_t)ptr - r->maps[i - 1].va < r->maps[i - 1].size) {
-      *flags = r->maps[i - 1].access;
-      rc = CUDA_SUCCESS;
+CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUdeviceptr ptr)
+{
+    SIM_CHECK_INIT();
+    if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    sim_range *r = sim_range_find((uintptr_t)ptr);
+    if (r && r->kind == SIM_R_RESERVE) {
+        size_t i = map_upper(r, (uintptr_t)ptr);
+        if (i > 0 && (uintptr_t)ptr - r->maps[i - 1].va < r->maps[i - 1].size) {
+            *flags = r->maps[i - 1].access;
+            rc = CUDA_SUCCESS;
+        }
     }
-  }
-  sim_unlock();
-  return rc;
+    sim_unlock();
+    return rc;
 }
 
 /* ---- host memory ------------------------------------------------------------------------- */
 
-CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
-  SIM_CHECK_INIT();
-  if (!pp || size == 0 ||
-      (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                           CU_MEMHOSTALLOC_WRITECOMBINED)))
-    return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  void *mb;
-  size_t ms;
-  void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, &mb, &ms);
-  sim_range *r = p ? range_new(SIM_R_HOST, (uintptr_t)p, size, mb, ms) : NULL;
-  if (!r || !range_insert(r)) {
-    if (r) range_destroy(r);
-    else if (p) munmap(mb, ms);
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
-  } else {
-    r->flags = flags;
-    *pp = p;
-  }
-  sim_cost(SIM_OP_HOST_ALLOC, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!pp || size == 0 ||
+        (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED)))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    void *mb;
+    size_t ms;
+    void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, &mb, &ms);
+    sim_range *r = p ? range_new(SIM_R_HOST, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        r->flags = flags;
+        *pp = p;
+    }
+    sim_cost(SIM_OP_HOST_ALLOC, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
-
-CUresult cuMemFreeHost(void *p) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  size_t size = 0;
-  sim_range *r = sim_range_find((uintptr_t)p);
-  if (!r || r->kind != SIM_R_HOST || r->base != (uintptr_t)p) rc = CUDA_ERROR_INVALID_VALUE;
-  else {
-    size = r->size;
-    range_remove(r);
-    range_destroy(r);
-  }
-  sim_cost(SIM_OP_HOST_FREE, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemAllocHost_v2(void **pp, size_t size)
+{
+    return cuMemHostAlloc(pp, size, 0);
 }
 
-CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
-  SIM_CHECK_INIT();
-  if (!p || size == 0 ||
-      (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
-                           CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
-    return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  if (range_overlaps((uintptr_t)p, size)) rc = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  else {
-    sim_range *r = range_new(SIM_R_REGISTERED, (uintptr_t)p, size, NULL, 0);
-    if (!r || !range_insert(r)) { free(r); rc = CUDA_ERROR_OUT_OF_MEMORY; }
-    else r->flags = flags;
-  }
-  sim_cost(SIM_OP_HOST_REGISTER, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemFreeHost(void *p)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    size_t size = 0;
+    sim_range *r = sim_range_find((uintptr_t)p);
+    if (!r || r->kind != SIM_R_HOST || r->base != (uintptr_t)p)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else {
+        size = r->size;
+        range_remove(r);
+        range_destroy(r);
+    }
+    sim_cost(SIM_OP_HOST_FREE, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemHostUnregister(void *p) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  size_t size = 0;
-  sim_range *r = sim_range_find((uintptr_t)p);
-  if (!r || r->kind != SIM_R_REGISTERED || r->base != (uintptr_t)p)
-    rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-  else {
-    size = r->size;
-    range_remove(r);
-    range_destroy(r);
-  }
-  sim_cost(SIM_OP_HOST_UNREGISTER, size);
-  sim_unlock();
-  return rc;
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!p || size == 0 ||
+        (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                             CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    if (range_overlaps((uintptr_t)p, size))
+        rc = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    else {
+        sim_range *r = range_new(SIM_R_REGISTERED, (uintptr_t)p, size, NULL, 0);
+        if (!r || !range_insert(r)) {
+            free(r);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else
+            r->flags = flags;
+    }
+    sim_cost(SIM_OP_HOST_REGISTER, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pd, void *p, unsigned int flags) {
-  SIM_CHECK_INIT();
-  if (!pd || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  sim_range *r = sim_range_find((uintptr_t)p);
-  bool ok = r && (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED);
-  sim_unlock();
-  if (!ok) return CUDA_ERROR_INVALID_VALUE;
-  *pd = (CUdeviceptr)p; /* unified addressing: the device sees host memory at its host address */
-  return CUDA_SUCCESS;
+CUresult cuMemHostUnregister(void *p)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    size_t size = 0;
+    sim_range *r = sim_range_find((uintptr_t)p);
+    if (!r || r->kind != SIM_R_REGISTERED || r->base != (uintptr_t)p)
+        rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    else {
+        size = r->size;
+        range_remove(r);
+        range_destroy(r);
+    }
+    sim_cost(SIM_OP_HOST_UNREGISTER, size);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
-  SIM_CHECK_INIT();
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  sim_range *r = sim_range_find((uintptr_t)p);
-  bool ok = r && r->kind == SIM_R_HOST;
-  if (ok) *flags = r->flags;
-  sim_unlock();
-  return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pd, void *p, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!pd || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_range *r = sim_range_find((uintptr_t)p);
+    bool ok = r && (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED);
+    sim_unlock();
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    *pd = (CUdeviceptr)p; /* unified addressing: the device sees host memory at its host address */
+    return CUDA_SUCCESS;
 }
 
-size_t sim_host_registered_count(void) {
-  sim_ensure_config();
-  size_t n = 0;
-  sim_lock();
-  for (size_t i = 0; i < sim.nranges; i++) n += sim.ranges[i]->kind == SIM_R_REGISTERED;
-  sim_unlock();
-  return n;
+CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    SIM_CHECK_INIT();
+    if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_range *r = sim_range_find((uintptr_t)p);
+    bool ok = r && r->kind == SIM_R_HOST;
+    if (ok) *flags = r->flags;
+    sim_unlock();
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-int sim_host_registered_find(const void *p, void **base, size_t *size) {
-  sim_ensure_config();
-  sim_lock();
-  sim_range *r = sim_range_find((uintptr_t)p);
-  int found = r && r->kind == SIM_R_REGISTERED;
-  if (found) {
-    if (base) *base = (void *)r->base;
-    if (size) *size = r->size;
-  }
-  sim_unlock();
-  return found;
+size_t sim_host_registered_count(void)
+{
+    sim_ensure_config();
+    size_t n = 0;
+    sim_lock();
+    for (size_t i = 0; i < sim.nranges; i++)
+        n += sim.ranges[i]->kind == SIM_R_REGISTERED;
+    sim_unlock();
+    return n;
+}
+
+int sim_host_registered_find(const void *p, void **base, size_t *size)
+{
+    sim_ensure_config();
+    sim_lock();
+    sim_range *r = sim_range_find((uintptr_t)p);
+    int found = r && r->kind == SIM_R_REGISTERED;
+    if (found) {
+        if (base) *base = (void *)r->base;
+        if (size) *size = r->size;
+    }
+    sim_unlock();
+    return found;
 }
 
 /* ---- pointer queries --------------------------------------------------------------------- */
 
 /* Device-visible extent of p: the cuMemAlloc allocation, the VMM mapping, or the host
  * allocation it lies in. */
-static bool extent_of(uintptr_t p, sim_range **pr, uintptr_t *base, size_t *size,
-                      sim_mapping **pm) {
-  sim_range *r = sim_range_find(p);
-  if (pm) *pm = NULL;
-  if (!r) return false;
-  *pr = r;
-  if (r->kind == SIM_R_RESERVE) {
-    size_t i = map_upper(r, p);
-    if (i == 0 || p - r->maps[i - 1].va >= r->maps[i - 1].size) return false;
-    *base = r->maps[i - 1].va;
-    *size = r->maps[i - 1].size;
-    if (pm) *pm = &r->maps[i - 1];
+static bool extent_of(uintptr_t p, sim_range **pr, uintptr_t *base, size_t *size, sim_mapping **pm)
+{
+    sim_range *r = sim_range_find(p);
+    if (pm) *pm = NULL;
+    if (!r) return false;
+    *pr = r;
+    if (r->kind == SIM_R_RESERVE) {
+        size_t i = map_upper(r, p);
+        if (i == 0 || p - r->maps[i - 1].va >= r->maps[i - 1].size) return false;
+        *base = r->maps[i - 1].va;
+        *size = r->maps[i - 1].size;
+        if (pm) *pm = &r->maps[i - 1];
+        return true;
+    }
+    *base = r->base;
+    *size = r->size;
     return true;
-  }
-  *base = r->base;
-  *size = r->size;
-  return true;
 }
 
-CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
-  SIM_CHECK_INIT();
-  sim_lock();
-  sim_range *r;
-  uintptr_t base;
-  size_t size;
-  bool ok = extent_of((uintptr_t)dptr, &r, &base, &size, NULL);
-  sim_unlock();
-  if (!ok) return CUDA_ERROR_NOT_FOUND;
-  if (pbase) *pbase = (CUdeviceptr)base;
-  if (psize) *psize = size;
-  return CUDA_SUCCESS;
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    sim_range *r;
+    uintptr_t base;
+    size_t size;
+    bool ok = extent_of((uintptr_t)dptr, &r, &base, &size, NULL);
+    sim_unlock();
+    if (!ok) return CUDA_ERROR_NOT_FOUND;
+    if (pbase) *pbase = (CUdeviceptr)base;
+    if (psize) *psize = size;
+    return CUDA_SUCCESS;
 }
 
 /* One attribute for p; lock held. Unknown pointers: CUDA_ERROR_INVALID_VALUE. */
-static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p) {
-  sim_range *r = NULL;
-  sim_mapping *m = NULL;
-  uintptr_t base = 0;
-  size_t size = 0;
-  if (!extent_of(p, &r, &base, &size, &m)) return CUDA_ERROR_INVALID_VALUE;
-  bool device = r->kind == SIM_R_DEVICE || r->kind == SIM_R_RESERVE || r->kind == SIM_R_MANAGED;
-  switch (attr) {
-  case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &sim.primary; break;
-  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-    *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
-    break;
-  case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = (CUdeviceptr)p; break;
-  case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-    if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_RESERVE) return CUDA_ERROR_INVALID_VALUE;
-    *(void **)data = (void *)p;
-    break;
-  case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = 0; break;
-  case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = m ? m->h->id : r->id; break;
-  case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(int *)data = r->kind == SIM_R_MANAGED; break;
-  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
-  case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = r->kind == SIM_R_DEVICE; break;
-  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)base; break;
-  case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = size; break;
-  case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
-  case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-    *(unsigned long long *)data = m ? (unsigned long long)m->h->prop.requestedHandleTypes : 0;
-    break;
-  case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *(int *)data = 0; break;
-  case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-    *(unsigned *)data = m ? m->access : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
-    break;
-  case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-    *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL : NULL;
-    break;
-  case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = size; break;
-  case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(void **)data = (void *)base; break;
-  case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = m ? m->h->id : r->id; break;
-  default: return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
+static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
+{
+    sim_range *r = NULL;
+    sim_mapping *m = NULL;
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (!extent_of(p, &r, &base, &size, &m)) return CUDA_ERROR_INVALID_VALUE;
+    bool device = r->kind == SIM_R_DEVICE || r->kind == SIM_R_RESERVE || r->kind == SIM_R_MANAGED;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = &sim.primary;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = (CUdeviceptr)p;
+        break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_RESERVE) return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)p;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(int *)data = 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = m ? m->h->id : r->id;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = r->kind == SIM_R_MANAGED;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(int *)data = r->kind == SIM_R_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = (CUdeviceptr)base;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = 1;
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = m ? (unsigned long long)m->h->prop.requestedHandleTypes : 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        *(int *)data = 0;
+        break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned *)data = m ? m->access : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL : NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = size;
+        break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(void **)data = (void *)base;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = m ? m->h->id : r->id;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
-CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
-  SIM_CHECK_INIT();
-  if (!data) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  CUresult rc = pointer_attr(data, attr, (uintptr_t)ptr);
-  sim_unlock();
-  return rc;
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+    SIM_CHECK_INIT();
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = pointer_attr(data, attr, (uintptr_t)ptr);
+    sim_unlock();
+    return rc;
 }
 
 CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
-                                CUdeviceptr ptr) {
-  SIM_CHECK_INIT();
-  if (!attrs || !data || n == 0) return CUDA_ERROR_INVALID_VALUE;
-  sim_lock();
-  sim_range *r;
-  uintptr_t b;
-  size_t s;
-  bool known = extent_of((uintptr_t)ptr, &r, &b, &s, NULL);
-  for (unsigned i = 0; i < n; i++) {
-    if (!data[i]) continue;
-    /* Like the real call: memory the driver does not know reads as zero / not managed
-     * (memory type 0), and an attribute that does not apply is left zero, not an error. */
-    if (!known || pointer_attr(data[i], attrs[i], (uintptr_t)ptr) != CUDA_SUCCESS) {
-      switch (attrs[i]) {
-      case CU_POINTER_ATTRIBUTE_CONTEXT: case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(void **)data[i] = NULL; break;
-      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-      case CU_POINTER_ATTRIBUTE_BUFFER_ID: case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-      case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-      case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        *(unsigned long long *)data[i] = 0; break;
-      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = -2; break;
-      default: *(int *)data[i] = 0; break;
-      }
+                                CUdeviceptr ptr)
+{
+    SIM_CHECK_INIT();
+    if (!attrs || !data || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_range *r;
+    uintptr_t b;
+    size_t s;
+    bool known = extent_of((uintptr_t)ptr, &r, &b, &s, NULL);
+    for (unsigned i = 0; i < n; i++) {
+        if (!data[i]) continue;
+        /* Like the real call: memory the driver does not know reads as zero / not managed
+         * (memory type 0), and an attribute that does not apply is left zero, not an error. */
+        if (!known || pointer_attr(data[i], attrs[i], (uintptr_t)ptr) != CUDA_SUCCESS) {
+            switch (attrs[i]) {
+            case CU_POINTER_ATTRIBUTE_CONTEXT:
+            case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+            case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+            case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+                *(void **)data[i] = NULL;
+                break;
+            case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+            case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+            case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+            case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+            case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+            case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+            case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+                *(unsigned long long *)data[i] = 0;
+                break;
+            case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+                *(int *)data[i] = -2;
+                break;
+            default:
+                *(int *)data[i] = 0;
+                break;
+            }
+        }
     }
-  }
-  sim_unlock();
-  return CUDA_SUCCESS;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
 /* ---- copies and memsets ------------------------------------------------------------------ */
@@ -923,130 +1092,174 @@ enum side { SIDE_HOST, SIDE_DEVICE };
  * VMM, managed); *known: memory the device can address (device memory, or pinned/registered
  * host memory, which unified addressing makes usable as a "device" pointer); *skip: its bytes
  * do not exist (virtual backing). Lock held. */
-static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *known, bool *skip) {
-  *dev = *known = *skip = false;
-  sim_range *r = sim_range_find(p);
-  if (!r) return CUDA_SUCCESS;
-  *known = true;
-  if (n > r->base + r->size - p) return CUDA_ERROR_INVALID_VALUE;
-  if (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED) return CUDA_SUCCESS;
-  *dev = true;
-  if (r->kind == SIM_R_MANAGED) return CUDA_SUCCESS; /* host memory in the sim, always real */
-  *skip = sim.virtual_backing;
-  if (r->kind == SIM_R_RESERVE) {
-    size_t i = map_upper(r, p);
-    if (i == 0) return CUDA_ERROR_INVALID_VALUE;
-    uintptr_t at = p, end = p + n;
-    for (size_t k = i - 1; at < end; k++) {
-      if (k >= r->nmaps || r->maps[k].va > at || at - r->maps[k].va >= r->maps[k].size)
-        return CUDA_ERROR_INVALID_VALUE;
-      unsigned need = write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
-      if ((r->maps[k].access & need) != need) return CUDA_ERROR_INVALID_VALUE;
-      at = r->maps[k].va + r->maps[k].size;
+static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *known, bool *skip)
+{
+    *dev = *known = *skip = false;
+    sim_range *r = sim_range_find(p);
+    if (!r) return CUDA_SUCCESS;
+    *known = true;
+    if (n > r->base + r->size - p) return CUDA_ERROR_INVALID_VALUE;
+    if (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED) return CUDA_SUCCESS;
+    *dev = true;
+    if (r->kind == SIM_R_MANAGED) return CUDA_SUCCESS; /* host memory in the sim, always real */
+    *skip = sim.virtual_backing;
+    if (r->kind == SIM_R_RESERVE) {
+        size_t i = map_upper(r, p);
+        if (i == 0) return CUDA_ERROR_INVALID_VALUE;
+        uintptr_t at = p, end = p + n;
+        for (size_t k = i - 1; at < end; k++) {
+            if (k >= r->nmaps || r->maps[k].va > at || at - r->maps[k].va >= r->maps[k].size)
+                return CUDA_ERROR_INVALID_VALUE;
+            unsigned need =
+                write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+            if ((r->maps[k].access & need) != need) return CUDA_ERROR_INVALID_VALUE;
+            at = r->maps[k].va + r->maps[k].size;
+        }
     }
-  }
-  return CUDA_SUCCESS;
+    return CUDA_SUCCESS;
 }
 
 /* want_dst / want_src: -1 any (unified), else the side the API name promises. */
 static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, int want_src,
-                        CUstream s, bool check_stream) {
-  SIM_CHECK_INIT();
-  if (n == 0) return CUDA_SUCCESS;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  bool ddev = false, dknown = false, dskip = false, sdev = false, sknown = false, sskip = false;
-  if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-  if (!rc) rc = check_side(dst, n, true, &ddev, &dknown, &dskip);
-  if (!rc) rc = check_side(src, n, false, &sdev, &sknown, &sskip);
-  /* A named device side must be memory the device can address. */
-  if (!rc && ((want_dst == SIDE_DEVICE && !dknown) || (want_src == SIDE_DEVICE && !sknown)))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  sim_op op = ddev ? (sdev ? SIM_OP_MEMCPY_DTOD : SIM_OP_MEMCPY_HTOD)
-                   : (sdev ? SIM_OP_MEMCPY_DTOH : SIM_OP_MEMCPY_HTOH);
-  if (!rc) {
-    if (!dst || !src) rc = CUDA_ERROR_INVALID_VALUE;
-    else if (dskip || sskip) {
-      /* Virtual backing: no bytes on the device side. A device -> host copy still defines
-       * the host bytes (as zeros), so the program never reads uninitialized memory. */
-      if (!dskip && sskip) memset((void *)dst, 0, n);
-    } else {
-      memmove((void *)dst, (const void *)src, n);
+                        CUstream s, bool check_stream)
+{
+    SIM_CHECK_INIT();
+    if (n == 0) return CUDA_SUCCESS;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    bool ddev = false, dknown = false, dskip = false, sdev = false, sknown = false, sskip = false;
+    if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
+    if (!rc) rc = check_side(dst, n, true, &ddev, &dknown, &dskip);
+    if (!rc) rc = check_side(src, n, false, &sdev, &sknown, &sskip);
+    /* A named device side must be memory the device can address. */
+    if (!rc && ((want_dst == SIDE_DEVICE && !dknown) || (want_src == SIDE_DEVICE && !sknown)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    sim_op op = ddev ? (sdev ? SIM_OP_MEMCPY_DTOD : SIM_OP_MEMCPY_HTOD)
+                     : (sdev ? SIM_OP_MEMCPY_DTOH : SIM_OP_MEMCPY_HTOH);
+    if (!rc) {
+        if (!dst || !src)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else if (dskip || sskip) {
+            /* Virtual backing: no bytes on the device side. A device -> host copy still defines
+             * the host bytes (as zeros), so the program never reads uninitialized memory. */
+            if (!dskip && sskip) memset((void *)dst, 0, n);
+        } else {
+            memmove((void *)dst, (const void *)src, n);
+        }
     }
-  }
-  sim_cost(op, n);
-  sim_unlock();
-  return rc;
+    sim_cost(op, n);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return do_copy(dst, src, n, -1, -1, NULL, false);
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return do_copy(dst, src, n, -1, -1, NULL, false);
 }
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return do_copy(dst, src, n, -1, -1, s, true);
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return do_copy(dst, src, n, -1, -1, s, true);
 }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
-  return do_copy(dst, (uintptr_t)src, n, SIDE_DEVICE, -1, NULL, false);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    return do_copy(dst, (uintptr_t)src, n, SIDE_DEVICE, -1, NULL, false);
 }
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
-  return do_copy((uintptr_t)dst, src, n, -1, SIDE_DEVICE, NULL, false);
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    return do_copy((uintptr_t)dst, src, n, -1, SIDE_DEVICE, NULL, false);
 }
-CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, NULL, false);
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, NULL, false);
 }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
-  return do_copy(dst, (uintptr_t)src, n, SIDE_DEVICE, -1, s, true);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return do_copy(dst, (uintptr_t)src, n, SIDE_DEVICE, -1, s, true);
 }
-CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
-  return do_copy((uintptr_t)dst, src, n, -1, SIDE_DEVICE, s, true);
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return do_copy((uintptr_t)dst, src, n, -1, SIDE_DEVICE, s, true);
 }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, s, true);
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, s, true);
 }
 
 static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t count, CUstream s,
-                          bool check_stream) {
-  SIM_CHECK_INIT();
-  if (count == 0) return CUDA_SUCCESS;
-  if (count > SIZE_MAX / elem || dst % elem) return CUDA_ERROR_INVALID_VALUE;
-  size_t n = count * elem;
-  sim_lock();
-  CUresult rc = CUDA_SUCCESS;
-  bool dev = false, known = false, skip = false;
-  if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-  if (!rc) rc = check_side(dst, n, true, &dev, &known, &skip);
-  if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
-  if (!rc && !skip) {
-    if (elem == 1) memset((void *)dst, (int)(value & 0xff), n);
-    else if (elem == 2) for (size_t i = 0; i < count; i++) ((uint16_t *)dst)[i] = (uint16_t)value;
-    else for (size_t i = 0; i < count; i++) ((uint32_t *)dst)[i] = value;
-  }
-  sim_cost(SIM_OP_MEMSET, n);
-  sim_unlock();
-  return rc;
+                          bool check_stream)
+{
+    SIM_CHECK_INIT();
+    if (count == 0) return CUDA_SUCCESS;
+    if (count > SIZE_MAX / elem || dst % elem) return CUDA_ERROR_INVALID_VALUE;
+    size_t n = count * elem;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    bool dev = false, known = false, skip = false;
+    if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
+    if (!rc) rc = check_side(dst, n, true, &dev, &known, &skip);
+    if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
+    if (!rc && !skip) {
+        if (elem == 1)
+            memset((void *)dst, (int)(value & 0xff), n);
+        else if (elem == 2)
+            for (size_t i = 0; i < count; i++)
+                ((uint16_t *)dst)[i] = (uint16_t)value;
+        else
+            for (size_t i = 0; i < count; i++)
+                ((uint32_t *)dst)[i] = value;
+    }
+    sim_cost(SIM_OP_MEMSET, n);
+    sim_unlock();
+    return rc;
 }
 
-CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return do_memset(d, v, 1, n, NULL, false); }
-CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return do_memset(d, v, 2, n, NULL, false); }
-CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return do_memset(d, v, 4, n, NULL, false); }
-CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return do_memset(d, v, 1, n, s, true); }
-CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return do_memset(d, v, 2, n, s, true); }
-CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return do_memset(d, v, 4, n, s, true); }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+    return do_memset(d, v, 1, n, NULL, false);
+}
+CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
+{
+    return do_memset(d, v, 2, n, NULL, false);
+}
+CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n)
+{
+    return do_memset(d, v, 4, n, NULL, false);
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    return do_memset(d, v, 1, n, s, true);
+}
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    return do_memset(d, v, 2, n, s, true);
+}
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    return do_memset(d, v, 4, n, s, true);
+}
 
 CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
-                               CUstream s) {
-  SIM_CHECK_INIT();
-  (void)p; (void)n; (void)loc; (void)flags;
-  sim_lock();
-  bool ok = sim_stream_valid(s);
-  sim_unlock();
-  return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; /* managed memory is host memory */
+                               CUstream s)
+{
+    SIM_CHECK_INIT();
+    (void)p;
+    (void)n;
+    (void)loc;
+    (void)flags;
+    sim_lock();
+    bool ok = sim_stream_valid(s);
+    sim_unlock();
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; /* managed memory is host memory */
 }
 
-CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc) {
-  SIM_CHECK_INIT();
-  (void)p; (void)n; (void)advice; (void)loc;
-  return CUDA_SUCCESS; /* advice has no effect on host memory */
+CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc)
+{
+    SIM_CHECK_INIT();
+    (void)p;
+    (void)n;
+    (void)advice;
+    (void)loc;
+    return CUDA_SUCCESS; /* advice has no effect on host memory */
 }
 
 /* ---- per-thread default-stream symbols --------------------------------------------------- */

@@ -26,30 +26,41 @@
 /* The driver functions the runtime uses, resolved through cuGetProcAddress_v2, each asked for at
  * the version whose signature the header's prototype has (cuCtxSynchronize at 2.0, not 13.0's
  * cuCtxSynchronize_v2(CUcontext)), as the real runtime does. */
-#define DRIVER_FUNCS(X)                                                                         \
-  X(cuInit, 2000) X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000)    \
-  X(cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000)              \
-  X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain, 7000) X(cuCtxGetCurrent, 4000)          \
-  X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(cuMemFree, 3020)     \
-  X(cuMemAllocAsync, 11020) X(cuMemFreeAsync, 11020) X(cuMemAllocFromPoolAsync, 11020)          \
-  X(cuDeviceGetDefaultMemPool, 11020) X(cuDeviceGetMemPool, 11020)                              \
-  X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(cuMemPoolTrimTo, 11020)     \
-  X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020) X(cuMemFreeHost, 2000)                     \
-  X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000) X(cuMemHostGetDevicePointer, 3020)    \
-  X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) X(cuMemcpyAsync, 4000) X(cuMemsetD8, 3020)            \
-  X(cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050) X(cuStreamDestroy, 4000)         \
-  X(cuStreamSynchronize, 2000) X(cuStreamQuery, 2000) X(cuStreamWaitEvent, 3020)                \
-  X(cuStreamGetFlags, 5050) X(cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)          \
-  X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(cuEventRecord, 2000)                         \
-  X(cuEventRecordWithFlags, 11010) X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)            \
-  X(cuEventElapsedTime, 12080) X(cuPointerGetAttributes, 7000) X(cuLaunchKernel, 4000)          \
-  X(cuLaunchHostFunc, 10000) X(cuGetProcAddress, 12000) X(cuCtxGetStreamPriorityRange, 5050)
+#define DRIVER_FUNCS(X)                                                                            \
+    X(cuInit, 2000)                                                                                \
+    X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(                  \
+        cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000)             \
+        X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain, 7000) X(cuCtxGetCurrent, 4000) X(    \
+            cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020)                   \
+            X(cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync, 11020) X(               \
+                cuMemAllocFromPoolAsync, 11020) X(cuDeviceGetDefaultMemPool,                       \
+                                                  11020) X(cuDeviceGetMemPool, 11020)              \
+                X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                 \
+                    cuMemPoolTrimTo, 11020) X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020)     \
+                    X(cuMemFreeHost, 2000) X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000) \
+                        X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) \
+                            X(cuMemcpyAsync, 4000) X(cuMemsetD8, 3020) X(                          \
+                                cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050)         \
+                                X(cuStreamDestroy, 4000) X(cuStreamSynchronize,                    \
+                                                           2000) X(cuStreamQuery, 2000)            \
+                                    X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X(        \
+                                        cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)   \
+                                        X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(          \
+                                            cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)  \
+                                            X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)      \
+                                                X(cuEventElapsedTime, 12080)                       \
+                                                    X(cuPointerGetAttributes, 7000)                \
+                                                        X(cuLaunchKernel, 4000)                    \
+                                                            X(cuLaunchHostFunc, 10000)             \
+                                                                X(cuGetProcAddress, 12000)         \
+                                                                    X(cuCtxGetStreamPriorityRange, \
+                                                                      5050)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
 static struct {
 #define X(name, ver) __typeof__(&name) name;
-  DRIVER_FUNCS(X)
+    DRIVER_FUNCS(X)
 #undef X
 } drv;
 
@@ -70,542 +81,658 @@ static const char *const rt_error_names[] = {
 };
 #define RT_NERRORS (sizeof rt_error_names / sizeof rt_error_names[0])
 
-static cudaError_t map_error(CUresult r) {
-  if (r == CUDA_SUCCESS) return cudaSuccess;
-  if ((size_t)r < RT_NERRORS && rt_error_names[r]) return (cudaError_t)r;
-  return cudaErrorUnknown;
+static cudaError_t map_error(CUresult r)
+{
+    if (r == CUDA_SUCCESS) return cudaSuccess;
+    if ((size_t)r < RT_NERRORS && rt_error_names[r]) return (cudaError_t)r;
+    return cudaErrorUnknown;
 }
 
 /* Every runtime call returns through here: failures become the thread's last error. */
-static cudaError_t rt_ret(cudaError_t e) {
-  if (e != cudaSuccess) tls_last_error = e;
-  return e;
+static cudaError_t rt_ret(cudaError_t e)
+{
+    if (e != cudaSuccess) tls_last_error = e;
+    return e;
 }
 
 /* dlopen("libcuda.so.1") finds the sim's driver through this library's RUNPATH ($ORIGIN).
  * Sanitizer runtimes intercept dlopen, which hides the caller's RUNPATH from the loader; then
  * the driver next to this library is loaded by its path, with the same soname. */
-static void *open_driver(void) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h) return h;
-  Dl_info info;
-  if (!dladdr((void *)open_driver, &info) || !info.dli_fname) return NULL;
-  const char *slash = strrchr(info.dli_fname, '/');
-  if (!slash) return NULL;
-  char path[4096];
-  int n = snprintf(path, sizeof path, "%.*s/libcuda.so.1", (int)(slash - info.dli_fname),
-                   info.dli_fname);
-  if (n <= 0 || (size_t)n >= sizeof path) return NULL;
-  return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+static void *open_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (h) return h;
+    Dl_info info;
+    if (!dladdr((void *)open_driver, &info) || !info.dli_fname) return NULL;
+    const char *slash = strrchr(info.dli_fname, '/');
+    if (!slash) return NULL;
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%.*s/libcuda.so.1", (int)(slash - info.dli_fname),
+                     info.dli_fname);
+    if (n <= 0 || (size_t)n >= sizeof path) return NULL;
+    return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
 }
 
-static void rt_load(void) {
-  void *h = open_driver();
-  if (!h) {
-    const char *why = dlerror();
-    fprintf(stderr, "gpumem sim runtime: cannot load libcuda.so.1 (%s); build the virtual GPU "
-                    "(make) or set LD_LIBRARY_PATH to its folder\n", why ? why : "not found");
-    rt_init_error = cudaErrorInsufficientDriver;
-    return;
-  }
-  get_proc_fn gpa = (get_proc_fn)dlsym(h, "cuGetProcAddress_v2");
-  if (!gpa) {
-    fprintf(stderr, "gpumem sim runtime: libcuda.so.1 has no cuGetProcAddress_v2\n");
-    rt_init_error = cudaErrorInsufficientDriver;
-    return;
-  }
-  CUdriverProcAddressQueryResult st;
-#define X(name, ver)                                                                    \
-  if (gpa(#name, (void **)&drv.name, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) ||         \
-      !drv.name) {                                                                      \
-    fprintf(stderr, "gpumem sim runtime: the driver has no %s\n", #name);               \
-    rt_init_error = cudaErrorInsufficientDriver;                                        \
-    return;                                                                             \
-  }
-  DRIVER_FUNCS(X)
+static void rt_load(void)
+{
+    void *h = open_driver();
+    if (!h) {
+        const char *why = dlerror();
+        fprintf(stderr,
+                "gpumem sim runtime: cannot load libcuda.so.1 (%s); build the virtual GPU "
+                "(make) or set LD_LIBRARY_PATH to its folder\n",
+                why ? why : "not found");
+        rt_init_error = cudaErrorInsufficientDriver;
+        return;
+    }
+    get_proc_fn gpa = (get_proc_fn)dlsym(h, "cuGetProcAddress_v2");
+    if (!gpa) {
+        fprintf(stderr, "gpumem sim runtime: libcuda.so.1 has no cuGetProcAddress_v2\n");
+        rt_init_error = cudaErrorInsufficientDriver;
+        return;
+    }
+    CUdriverProcAddressQueryResult st;
+#define X(name, ver)                                                                               \
+    if (gpa(#name, (void **)&drv.name, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) || !drv.name) {      \
+        fprintf(stderr, "gpumem sim runtime: the driver has no %s\n", #name);                      \
+        rt_init_error = cudaErrorInsufficientDriver;                                               \
+        return;                                                                                    \
+    }
+    DRIVER_FUNCS(X)
 #undef X
-  CUresult r = drv.cuInit(0);
-  if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary, 0);
-  if (r != CUDA_SUCCESS) {
-    rt_init_error = r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
-    return;
-  }
-  rt_init_error = cudaSuccess;
+    CUresult r = drv.cuInit(0);
+    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary, 0);
+    if (r != CUDA_SUCCESS) {
+        rt_init_error =
+            r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
+        return;
+    }
+    rt_init_error = cudaSuccess;
 }
 
 /* Loads the driver once per process and makes the primary context current once per thread. */
-static cudaError_t rt_ready(void) {
-  pthread_once(&rt_once, rt_load);
-  if (rt_init_error != cudaSuccess) return rt_init_error;
-  if (!tls_ctx_ready) {
-    CUcontext cur = NULL;
-    drv.cuCtxGetCurrent(&cur);
-    if (!cur) drv.cuCtxSetCurrent(rt_primary);
-    tls_ctx_ready = true;
-  }
-  return cudaSuccess;
+static cudaError_t rt_ready(void)
+{
+    pthread_once(&rt_once, rt_load);
+    if (rt_init_error != cudaSuccess) return rt_init_error;
+    if (!tls_ctx_ready) {
+        CUcontext cur = NULL;
+        drv.cuCtxGetCurrent(&cur);
+        if (!cur) drv.cuCtxSetCurrent(rt_primary);
+        tls_ctx_ready = true;
+    }
+    return cudaSuccess;
 }
 
-#define RT_BEGIN()                                  \
-  do {                                              \
-    cudaError_t e_ = rt_ready();                    \
-    if (e_ != cudaSuccess) return rt_ret(e_);       \
-  } while (0)
+#define RT_BEGIN()                                                                                 \
+    do {                                                                                           \
+        cudaError_t e_ = rt_ready();                                                               \
+        if (e_ != cudaSuccess) return rt_ret(e_);                                                  \
+    } while (0)
 #define RT_CALL(expr) return rt_ret(map_error((CUresult)(expr)))
 
 /* A weak stub in sim_rt_stubs.c calls this for every runtime function not implemented here. */
 int sim_rt_unsupported(const char *name);
-int sim_rt_unsupported(const char *name) {
-  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  static const char *seen[256];
-  static size_t nseen;
-  bool first = true;
-  pthread_mutex_lock(&lock);
-  for (size_t i = 0; i < nseen && first; i++) first = strcmp(seen[i], name) != 0;
-  if (first && nseen < sizeof seen / sizeof seen[0]) seen[nseen++] = name;
-  pthread_mutex_unlock(&lock);
-  if (first)
-    fprintf(stderr, "gpumem sim: %s is not implemented by the virtual GPU; it returns "
-                    "cudaErrorNotSupported\n", name);
-  return rt_ret(cudaErrorNotSupported);
+int sim_rt_unsupported(const char *name)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static const char *seen[256];
+    static size_t nseen;
+    bool first = true;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nseen && first; i++)
+        first = strcmp(seen[i], name) != 0;
+    if (first && nseen < sizeof seen / sizeof seen[0]) seen[nseen++] = name;
+    pthread_mutex_unlock(&lock);
+    if (first)
+        fprintf(stderr,
+                "gpumem sim: %s is not implemented by the virtual GPU; it returns "
+                "cudaErrorNotSupported\n",
+                name);
+    return rt_ret(cudaErrorNotSupported);
 }
 
 /* ---- errors and versions ----------------------------------------------------------------- */
 
-RT_EXPORT cudaError_t cudaGetLastError(void) {
-  cudaError_t e = tls_last_error;
-  tls_last_error = cudaSuccess;
-  return e;
+RT_EXPORT cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = tls_last_error;
+    tls_last_error = cudaSuccess;
+    return e;
 }
 
-RT_EXPORT cudaError_t cudaPeekAtLastError(void) { return tls_last_error; }
-
-RT_EXPORT const char *cudaGetErrorName(cudaError_t e) {
-  if ((size_t)e < RT_NERRORS && rt_error_names[e]) return rt_error_names[e];
-  return "unrecognized error code";
+RT_EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    return tls_last_error;
 }
 
-RT_EXPORT const char *cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-  case cudaSuccess: return "no error";
-  case cudaErrorInvalidValue: return "invalid argument";
-  case cudaErrorMemoryAllocation: return "out of memory";
-  case cudaErrorInitializationError: return "initialization error";
-  case cudaErrorCudartUnloading: return "driver shutting down";
-  case cudaErrorInvalidDevicePointer: return "invalid device pointer";
-  case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-  case cudaErrorInsufficientDriver:
-    return "CUDA driver version is insufficient for CUDA runtime version";
-  case cudaErrorInvalidDeviceFunction: return "invalid device function";
-  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-  case cudaErrorInvalidDevice: return "invalid device ordinal";
-  case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-  case cudaErrorSymbolNotFound: return "named symbol not found";
-  case cudaErrorNotReady: return "device not ready";
-  case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-  case cudaErrorHostMemoryAlreadyRegistered:
-    return "part or all of the requested memory range is already mapped";
-  case cudaErrorHostMemoryNotRegistered:
-    return "pointer does not correspond to a registered memory region";
-  case cudaErrorLaunchFailure: return "unspecified launch failure";
-  case cudaErrorNotPermitted: return "operation not permitted";
-  case cudaErrorNotSupported: return "operation not supported";
-  case cudaErrorUnknown: return "unknown error";
-  default: break;
-  }
-  if ((size_t)e < RT_NERRORS && rt_error_names[e]) return rt_error_names[e];
-  return "unrecognized error code";
+RT_EXPORT const char *cudaGetErrorName(cudaError_t e)
+{
+    if ((size_t)e < RT_NERRORS && rt_error_names[e]) return rt_error_names[e];
+    return "unrecognized error code";
 }
 
-RT_EXPORT cudaError_t cudaRuntimeGetVersion(int *v) {
-  if (!v) return rt_ret(cudaErrorInvalidValue);
-  *v = CUDART_VERSION;
-  return cudaSuccess;
+RT_EXPORT const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInitializationError:
+        return "initialization error";
+    case cudaErrorCudartUnloading:
+        return "driver shutting down";
+    case cudaErrorInvalidDevicePointer:
+        return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection:
+        return "invalid copy direction for memcpy";
+    case cudaErrorInsufficientDriver:
+        return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorInvalidDeviceFunction:
+        return "invalid device function";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorSymbolNotFound:
+        return "named symbol not found";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
+    case cudaErrorHostMemoryAlreadyRegistered:
+        return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered:
+        return "pointer does not correspond to a registered memory region";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    case cudaErrorNotPermitted:
+        return "operation not permitted";
+    case cudaErrorNotSupported:
+        return "operation not supported";
+    case cudaErrorUnknown:
+        return "unknown error";
+    default:
+        break;
+    }
+    if ((size_t)e < RT_NERRORS && rt_error_names[e]) return rt_error_names[e];
+    return "unrecognized error code";
 }
 
-RT_EXPORT cudaError_t cudaDriverGetVersion(int *v) {
-  if (!v) return rt_ret(cudaErrorInvalidValue);
-  pthread_once(&rt_once, rt_load);
-  if (rt_init_error != cudaSuccess) { *v = 0; return cudaSuccess; }
-  RT_CALL(drv.cuDriverGetVersion(v));
+RT_EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    if (!v) return rt_ret(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+RT_EXPORT cudaError_t cudaDriverGetVersion(int *v)
+{
+    if (!v) return rt_ret(cudaErrorInvalidValue);
+    pthread_once(&rt_once, rt_load);
+    if (rt_init_error != cudaSuccess) {
+        *v = 0;
+        return cudaSuccess;
+    }
+    RT_CALL(drv.cuDriverGetVersion(v));
 }
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
-RT_EXPORT cudaError_t cudaGetDeviceCount(int *n) {
-  if (!n) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  RT_CALL(drv.cuDeviceGetCount(n));
+RT_EXPORT cudaError_t cudaGetDeviceCount(int *n)
+{
+    if (!n) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    RT_CALL(drv.cuDeviceGetCount(n));
 }
 
-RT_EXPORT cudaError_t cudaGetDevice(int *d) {
-  if (!d) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  *d = tls_device;
-  return cudaSuccess;
+RT_EXPORT cudaError_t cudaGetDevice(int *d)
+{
+    if (!d) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    *d = tls_device;
+    return cudaSuccess;
 }
 
-RT_EXPORT cudaError_t cudaSetDevice(int d) {
-  RT_BEGIN();
-  int n = 0;
-  drv.cuDeviceGetCount(&n);
-  if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
-  tls_device = d;
-  RT_CALL(drv.cuCtxSetCurrent(rt_primary));
+RT_EXPORT cudaError_t cudaSetDevice(int d)
+{
+    RT_BEGIN();
+    int n = 0;
+    drv.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    tls_device = d;
+    RT_CALL(drv.cuCtxSetCurrent(rt_primary));
 }
 
-RT_EXPORT cudaError_t cudaInitDevice(int d, unsigned int dflags, unsigned int flags) {
-  (void)dflags;
-  (void)flags;
-  return cudaSetDevice(d);
+RT_EXPORT cudaError_t cudaInitDevice(int d, unsigned int dflags, unsigned int flags)
+{
+    (void)dflags;
+    (void)flags;
+    return cudaSetDevice(d);
 }
 
-RT_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
-  (void)flags; /* scheduling flags have no meaning when work runs at issue time */
-  RT_BEGIN();
-  return cudaSuccess;
+RT_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
+{
+    (void)flags; /* scheduling flags have no meaning when work runs at issue time */
+    RT_BEGIN();
+    return cudaSuccess;
 }
 
-RT_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
-  if (!flags) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  *flags = cudaDeviceMapHost;
-  return cudaSuccess;
+RT_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
+{
+    if (!flags) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    *flags = cudaDeviceMapHost;
+    return cudaSuccess;
 }
 
-RT_EXPORT cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d) {
-  if (!v) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  /* The runtime attribute numbers are the driver's. */
-  RT_CALL(drv.cuDeviceGetAttribute(v, (CUdevice_attribute)attr, (CUdevice)d));
+RT_EXPORT cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d)
+{
+    if (!v) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    /* The runtime attribute numbers are the driver's. */
+    RT_CALL(drv.cuDeviceGetAttribute(v, (CUdevice_attribute)attr, (CUdevice)d));
 }
 
-RT_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
-  RT_BEGIN();
-  RT_CALL(drv.cuCtxGetStreamPriorityRange(least, greatest));
+RT_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuCtxGetStreamPriorityRange(least, greatest));
 }
 
-RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer) {
-  if (!can) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  int n = 0;
-  drv.cuDeviceGetCount(&n);
-  if (d < 0 || d >= n || peer < 0 || peer >= n) return rt_ret(cudaErrorInvalidDevice);
-  *can = 0;
-  return cudaSuccess;
+RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer)
+{
+    if (!can) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    drv.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n || peer < 0 || peer >= n) return rt_ret(cudaErrorInvalidDevice);
+    *can = 0;
+    return cudaSuccess;
 }
 
-RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  int n = 0;
-  drv.cuDeviceGetCount(&n);
-  if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
-  memset(p, 0, sizeof *p);
-  drv.cuDeviceGetName(p->name, (int)sizeof p->name, (CUdevice)d);
-  drv.cuDeviceGetUuid(&p->uuid, (CUdevice)d);
-  drv.cuDeviceTotalMem(&p->totalGlobalMem, (CUdevice)d);
-  int v;
+RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    drv.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    drv.cuDeviceGetName(p->name, (int)sizeof p->name, (CUdevice)d);
+    drv.cuDeviceGetUuid(&p->uuid, (CUdevice)d);
+    drv.cuDeviceTotalMem(&p->totalGlobalMem, (CUdevice)d);
+    int v;
 #define ATTR(field, a) (drv.cuDeviceGetAttribute(&v, a, (CUdevice)d), p->field = v)
-  ATTR(sharedMemPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
-  ATTR(regsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
-  ATTR(warpSize, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
-  ATTR(memPitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH);
-  ATTR(maxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-  ATTR(maxThreadsDim[0], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
-  ATTR(maxThreadsDim[1], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
-  ATTR(maxThreadsDim[2], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
-  ATTR(maxGridSize[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
-  ATTR(maxGridSize[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
-  ATTR(maxGridSize[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
-  ATTR(totalConstMem, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
-  ATTR(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-  ATTR(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-  ATTR(textureAlignment, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
-  ATTR(multiProcessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-  ATTR(integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED);
-  ATTR(canMapHostMemory, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
-  ATTR(concurrentKernels, CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
-  ATTR(ECCEnabled, CU_DEVICE_ATTRIBUTE_ECC_ENABLED);
-  ATTR(asyncEngineCount, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
-  ATTR(unifiedAddressing, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
-  ATTR(memoryBusWidth, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
-  ATTR(l2CacheSize, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
-  ATTR(maxThreadsPerMultiProcessor, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
-  ATTR(streamPrioritiesSupported, CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED);
-  ATTR(sharedMemPerMultiprocessor, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
-  ATTR(regsPerMultiprocessor, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
-  ATTR(managedMemory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
-  ATTR(concurrentManagedAccess, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
-  ATTR(cooperativeLaunch, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);
-  ATTR(sharedMemPerBlockOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-  ATTR(maxBlocksPerMultiProcessor, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
-  ATTR(hostRegisterSupported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
-  ATTR(hostRegisterReadOnlySupported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED);
-  ATTR(memoryPoolsSupported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+    ATTR(sharedMemPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    ATTR(regsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+    ATTR(warpSize, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    ATTR(memPitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+    ATTR(maxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    ATTR(maxThreadsDim[0], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+    ATTR(maxThreadsDim[1], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+    ATTR(maxThreadsDim[2], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+    ATTR(maxGridSize[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+    ATTR(maxGridSize[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+    ATTR(maxGridSize[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+    ATTR(totalConstMem, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+    ATTR(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    ATTR(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    ATTR(textureAlignment, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+    ATTR(multiProcessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    ATTR(integrated, CU_DEVICE_ATTRIBUTE_INTEGRATED);
+    ATTR(canMapHostMemory, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+    ATTR(concurrentKernels, CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
+    ATTR(ECCEnabled, CU_DEVICE_ATTRIBUTE_ECC_ENABLED);
+    ATTR(asyncEngineCount, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
+    ATTR(unifiedAddressing, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+    ATTR(memoryBusWidth, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+    ATTR(l2CacheSize, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    ATTR(maxThreadsPerMultiProcessor, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+    ATTR(streamPrioritiesSupported, CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED);
+    ATTR(sharedMemPerMultiprocessor, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    ATTR(regsPerMultiprocessor, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+    ATTR(managedMemory, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
+    ATTR(concurrentManagedAccess, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
+    ATTR(cooperativeLaunch, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);
+    ATTR(sharedMemPerBlockOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    ATTR(maxBlocksPerMultiProcessor, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+    ATTR(hostRegisterSupported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
+    ATTR(hostRegisterReadOnlySupported, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED);
+    ATTR(memoryPoolsSupported, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
 #undef ATTR
-  return cudaSuccess;
+    return cudaSuccess;
 }
 
-RT_EXPORT cudaError_t cudaDeviceSynchronize(void) {
-  RT_BEGIN();
-  RT_CALL(drv.cuCtxSynchronize());
+RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuCtxSynchronize());
 }
 
-RT_EXPORT cudaError_t cudaDeviceReset(void) {
-  /* The sim keeps allocations across a reset (documented); it synchronizes. */
-  return cudaDeviceSynchronize();
+RT_EXPORT cudaError_t cudaDeviceReset(void)
+{
+    /* The sim keeps allocations across a reset (documented); it synchronizes. */
+    return cudaDeviceSynchronize();
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
 
-RT_EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  if (size == 0) { *p = NULL; return cudaSuccess; } /* as the real runtime */
-  CUdeviceptr d = 0;
-  CUresult r = drv.cuMemAlloc(&d, size);
-  *p = r == CUDA_SUCCESS ? (void *)d : NULL;
-  RT_CALL(r);
+RT_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (size == 0) {
+        *p = NULL;
+        return cudaSuccess;
+    } /* as the real runtime */
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAlloc(&d, size);
+    *p = r == CUDA_SUCCESS ? (void *)d : NULL;
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaFree(void *p) {
-  RT_BEGIN(); /* cudaFree(NULL) is the customary way to initialize the runtime */
-  if (!p) return cudaSuccess;
-  CUresult r = drv.cuMemFree((CUdeviceptr)p);
-  /* The runtime reports a pointer it does not own as an invalid device pointer. */
-  if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidDevicePointer);
-  RT_CALL(r);
+RT_EXPORT cudaError_t cudaFree(void *p)
+{
+    RT_BEGIN(); /* cudaFree(NULL) is the customary way to initialize the runtime */
+    if (!p) return cudaSuccess;
+    CUresult r = drv.cuMemFree((CUdeviceptr)p);
+    /* The runtime reports a pointer it does not own as an invalid device pointer. */
+    if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidDevicePointer);
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  if (size == 0) { *p = NULL; return cudaSuccess; }
-  CUdeviceptr d = 0;
-  CUresult r = drv.cuMemAllocAsync(&d, size, (CUstream)s);
-  *p = r == CUDA_SUCCESS ? (void *)d : NULL;
-  RT_CALL(r);
+RT_EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (size == 0) {
+        *p = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocAsync(&d, size, (CUstream)s);
+    *p = r == CUDA_SUCCESS ? (void *)d : NULL;
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  RT_BEGIN();
-  if (!p) return cudaSuccess;
-  RT_CALL(drv.cuMemFreeAsync((CUdeviceptr)p, (CUstream)s));
+RT_EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+    RT_BEGIN();
+    if (!p) return cudaSuccess;
+    RT_CALL(drv.cuMemFreeAsync((CUdeviceptr)p, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
-                                              cudaStream_t s) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  CUdeviceptr d = 0;
-  CUresult r = drv.cuMemAllocFromPoolAsync(&d, size, (CUmemoryPool)pool, (CUstream)s);
-  *p = r == CUDA_SUCCESS ? (void *)d : NULL;
-  RT_CALL(r);
+                                              cudaStream_t s)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocFromPoolAsync(&d, size, (CUmemoryPool)pool, (CUstream)s);
+    *p = r == CUDA_SUCCESS ? (void *)d : NULL;
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d) {
-  RT_BEGIN();
-  RT_CALL(drv.cuDeviceGetDefaultMemPool((CUmemoryPool *)pool, (CUdevice)d));
+RT_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuDeviceGetDefaultMemPool((CUmemoryPool *)pool, (CUdevice)d));
 }
 
-RT_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int d) {
-  RT_BEGIN();
-  RT_CALL(drv.cuDeviceGetMemPool((CUmemoryPool *)pool, (CUdevice)d));
+RT_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int d)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuDeviceGetMemPool((CUmemoryPool *)pool, (CUdevice)d));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr,
-                                              void *value) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+                                              void *value)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr,
-                                              void *value) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+                                              void *value)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
 }
 
-RT_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemPoolTrimTo((CUmemoryPool)pool, keep));
+RT_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemPoolTrimTo((CUmemoryPool)pool, keep));
 }
 
-RT_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  if (size == 0) { *p = NULL; return cudaSuccess; }
-  /* cudaHostAlloc{Portable,Mapped,WriteCombined} are the driver's CU_MEMHOSTALLOC_* bits. */
-  RT_CALL(drv.cuMemHostAlloc(p, size, flags));
+RT_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (size == 0) {
+        *p = NULL;
+        return cudaSuccess;
+    }
+    /* cudaHostAlloc{Portable,Mapped,WriteCombined} are the driver's CU_MEMHOSTALLOC_* bits. */
+    RT_CALL(drv.cuMemHostAlloc(p, size, flags));
 }
 
-RT_EXPORT cudaError_t cudaMallocHost(void **p, size_t size) {
-  return cudaHostAlloc(p, size, cudaHostAllocDefault);
+RT_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
+{
+    return cudaHostAlloc(p, size, cudaHostAllocDefault);
 }
 
-RT_EXPORT cudaError_t cudaFreeHost(void *p) {
-  RT_BEGIN();
-  if (!p) return cudaSuccess;
-  RT_CALL(drv.cuMemFreeHost(p));
+RT_EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    RT_BEGIN();
+    if (!p) return cudaSuccess;
+    RT_CALL(drv.cuMemFreeHost(p));
 }
 
-RT_EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemHostRegister(p, size, flags));
+RT_EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemHostRegister(p, size, flags));
 }
 
-RT_EXPORT cudaError_t cudaHostUnregister(void *p) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemHostUnregister(p));
+RT_EXPORT cudaError_t cudaHostUnregister(void *p)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemHostUnregister(p));
 }
 
-RT_EXPORT cudaError_t cudaHostGetDevicePointer(void **pd, void *p, unsigned int flags) {
-  if (!pd) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  CUdeviceptr d = 0;
-  CUresult r = drv.cuMemHostGetDevicePointer(&d, p, flags);
-  if (r == CUDA_SUCCESS) *pd = (void *)d;
-  RT_CALL(r);
+RT_EXPORT cudaError_t cudaHostGetDevicePointer(void **pd, void *p, unsigned int flags)
+{
+    if (!pd) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemHostGetDevicePointer(&d, p, flags);
+    if (r == CUDA_SUCCESS) *pd = (void *)d;
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) {
-  if (!p) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  if (size == 0) { *p = NULL; return cudaSuccess; }
-  CUdeviceptr d = 0;
-  CUresult r = drv.cuMemAllocManaged(&d, size, flags);
-  if (r == CUDA_SUCCESS) *p = (void *)d;
-  RT_CALL(r);
+RT_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (size == 0) {
+        *p = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocManaged(&d, size, flags);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemGetInfo(free_bytes, total));
+RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemGetInfo(free_bytes, total));
 }
 
-static bool kind_ok(enum cudaMemcpyKind k) {
-  return k >= cudaMemcpyHostToHost && k <= cudaMemcpyDefault;
+static bool kind_ok(enum cudaMemcpyKind k)
+{
+    return k >= cudaMemcpyHostToHost && k <= cudaMemcpyDefault;
 }
 
-RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
-  RT_BEGIN();
-  if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-  /* Unified addressing: the driver tells host from device by the pointers themselves. */
-  RT_CALL(drv.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
+RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    /* Unified addressing: the driver tells host from device by the pointers themselves. */
+    RT_CALL(drv.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
 }
 
-RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
-                                      enum cudaMemcpyKind k, cudaStream_t s) {
-  RT_BEGIN();
-  if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-  RT_CALL(drv.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s));
+RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                                      cudaStream_t s)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    RT_CALL(drv.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s));
 }
 
-RT_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemsetD8((CUdeviceptr)p, (unsigned char)value, n));
+RT_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemsetD8((CUdeviceptr)p, (unsigned char)value, n));
 }
 
-RT_EXPORT cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
-  RT_BEGIN();
-  RT_CALL(drv.cuMemsetD8Async((CUdeviceptr)p, (unsigned char)value, n, (CUstream)s));
+RT_EXPORT cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuMemsetD8Async((CUdeviceptr)p, (unsigned char)value, n, (CUstream)s));
 }
 
-RT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
-  if (!a) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  unsigned type = 0;
-  int ordinal = -2, managed = 0;
-  CUdeviceptr dptr = 0;
-  void *hptr = NULL;
-  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                 CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-                                 CU_POINTER_ATTRIBUTE_HOST_POINTER};
-  void *data[] = {&type, &ordinal, &managed, &dptr, &hptr};
-  CUresult r = drv.cuPointerGetAttributes(5, attrs, data, (CUdeviceptr)p);
-  if (r != CUDA_SUCCESS) RT_CALL(r);
-  memset(a, 0, sizeof *a);
-  if (managed) a->type = cudaMemoryTypeManaged;
-  else if (type == CU_MEMORYTYPE_DEVICE) a->type = cudaMemoryTypeDevice;
-  else if (type == CU_MEMORYTYPE_HOST) a->type = cudaMemoryTypeHost;
-  else a->type = cudaMemoryTypeUnregistered;
-  a->device = a->type == cudaMemoryTypeUnregistered ? -2 : ordinal;
-  a->devicePointer = (void *)dptr;
-  a->hostPointer = hptr;
-  if (a->type == cudaMemoryTypeUnregistered) a->hostPointer = (void *)p;
-  return cudaSuccess;
+RT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    if (!a) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    unsigned type = 0;
+    int ordinal = -2, managed = 0;
+    CUdeviceptr dptr = 0;
+    void *hptr = NULL;
+    CUpointer_attribute attrs[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+        CU_POINTER_ATTRIBUTE_HOST_POINTER};
+    void *data[] = {&type, &ordinal, &managed, &dptr, &hptr};
+    CUresult r = drv.cuPointerGetAttributes(5, attrs, data, (CUdeviceptr)p);
+    if (r != CUDA_SUCCESS) RT_CALL(r);
+    memset(a, 0, sizeof *a);
+    if (managed)
+        a->type = cudaMemoryTypeManaged;
+    else if (type == CU_MEMORYTYPE_DEVICE)
+        a->type = cudaMemoryTypeDevice;
+    else if (type == CU_MEMORYTYPE_HOST)
+        a->type = cudaMemoryTypeHost;
+    else
+        a->type = cudaMemoryTypeUnregistered;
+    a->device = a->type == cudaMemoryTypeUnregistered ? -2 : ordinal;
+    a->devicePointer = (void *)dptr;
+    a->hostPointer = hptr;
+    if (a->type == cudaMemoryTypeUnregistered) a->hostPointer = (void *)p;
+    return cudaSuccess;
 }
 
 /* ---- streams and events ------------------------------------------------------------------ */
 
-RT_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int prio) {
-  if (!s) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamCreateWithPriority((CUstream *)s, flags, prio));
+RT_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int prio)
+{
+    if (!s) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamCreateWithPriority((CUstream *)s, flags, prio));
 }
-RT_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
-  return cudaStreamCreateWithPriority(s, flags, 0);
+RT_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    return cudaStreamCreateWithPriority(s, flags, 0);
 }
-RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithPriority(s, 0, 0); }
-
-RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamDestroy((CUstream)s));
-}
-RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamSynchronize((CUstream)s));
-}
-RT_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamQuery((CUstream)s));
-}
-RT_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamWaitEvent((CUstream)s, (CUevent)e, flags));
-}
-RT_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamGetFlags((CUstream)s, flags));
-}
-RT_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamGetPriority((CUstream)s, prio));
-}
-RT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
-  RT_BEGIN();
-  RT_CALL(drv.cuStreamIsCapturing((CUstream)s, (CUstreamCaptureStatus *)st));
+RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithPriority(s, 0, 0);
 }
 
-RT_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
-  if (!e) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  RT_CALL(drv.cuEventCreate((CUevent *)e, flags));
+RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamDestroy((CUstream)s));
 }
-RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventDestroy((CUevent)e));
+RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamSynchronize((CUstream)s));
 }
-RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventRecord((CUevent)e, (CUstream)s));
+RT_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamQuery((CUstream)s));
 }
-RT_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventRecordWithFlags((CUevent)e, (CUstream)s, flags));
+RT_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamWaitEvent((CUstream)s, (CUevent)e, flags));
 }
-RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventQuery((CUevent)e));
+RT_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamGetFlags((CUstream)s, flags));
 }
-RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventSynchronize((CUevent)e));
+RT_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamGetPriority((CUstream)s, prio));
 }
-RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-  RT_BEGIN();
-  RT_CALL(drv.cuEventElapsedTime(ms, (CUevent)a, (CUevent)b));
+RT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamIsCapturing((CUstream)s, (CUstreamCaptureStatus *)st));
+}
+
+RT_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    if (!e) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    RT_CALL(drv.cuEventCreate((CUevent *)e, flags));
+}
+RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventDestroy((CUevent)e));
+}
+RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventRecord((CUevent)e, (CUstream)s));
+}
+RT_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventRecordWithFlags((CUevent)e, (CUstream)s, flags));
+}
+RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventQuery((CUevent)e));
+}
+RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventSynchronize((CUevent)e));
+}
+RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuEventElapsedTime(ms, (CUevent)a, (CUevent)b));
 }
 
 /* ---- launches ---------------------------------------------------------------------------- */
@@ -613,56 +740,60 @@ RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t
 /* The sim has no device code, so `func` must be a CUfunction from sim_register_kernel (cast to
  * const void *); anything else is cudaErrorInvalidDeviceFunction, as for an unknown stub. */
 RT_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args,
-                                       size_t shmem, cudaStream_t s) {
-  RT_BEGIN();
-  CUresult r = drv.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z, block.x,
-                                  block.y, block.z, (unsigned)shmem, (CUstream)s, args, NULL);
-  if (r == CUDA_ERROR_INVALID_HANDLE) return rt_ret(cudaErrorInvalidDeviceFunction);
-  if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidConfiguration);
-  RT_CALL(r);
+                                       size_t shmem, cudaStream_t s)
+{
+    RT_BEGIN();
+    CUresult r = drv.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z, block.x,
+                                    block.y, block.z, (unsigned)shmem, (CUstream)s, args, NULL);
+    if (r == CUDA_ERROR_INVALID_HANDLE) return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidConfiguration);
+    RT_CALL(r);
 }
 
-RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user) {
-  RT_BEGIN();
-  RT_CALL(drv.cuLaunchHostFunc((CUstream)s, (CUhostFn)fn, user));
+RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuLaunchHostFunc((CUstream)s, (CUhostFn)fn, user));
 }
 
 /* ---- driver entry points ----------------------------------------------------------------- */
 
 static cudaError_t entry_point(const char *sym, void **fn, int version, unsigned long long flags,
-                               enum cudaDriverEntryPointQueryResult *status) {
-  if (!sym || !fn) return rt_ret(cudaErrorInvalidValue);
-  RT_BEGIN();
-  CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  CUresult r = drv.cuGetProcAddress(sym, fn, version, (cuuint64_t)flags, &st);
-  if (status)
-    *status = st == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
-              : st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                  ? cudaDriverEntryPointVersionNotSufficent
-                  : cudaDriverEntryPointSymbolNotFound;
-  /* Like the real runtime: a symbol that is not found is reported through the status, and
-   * the call itself succeeds when a status pointer was given. */
-  if (r == CUDA_ERROR_NOT_FOUND && status) return cudaSuccess;
-  RT_CALL(r);
+                               enum cudaDriverEntryPointQueryResult *status)
+{
+    if (!sym || !fn) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult r = drv.cuGetProcAddress(sym, fn, version, (cuuint64_t)flags, &st);
+    if (status)
+        *status = st == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
+                  : st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                      ? cudaDriverEntryPointVersionNotSufficent
+                      : cudaDriverEntryPointSymbolNotFound;
+    /* Like the real runtime: a symbol that is not found is reported through the status, and
+     * the call itself succeeds when a status pointer was given. */
+    if (r == CUDA_ERROR_NOT_FOUND && status) return cudaSuccess;
+    RT_CALL(r);
 }
 
 RT_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *sym, void **fn, unsigned long long flags,
-                                              enum cudaDriverEntryPointQueryResult *status) {
-  return entry_point(sym, fn, CUDART_VERSION, flags, status);
+                                              enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(sym, fn, CUDART_VERSION, flags, status);
 }
 
 RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn,
                                                        unsigned int version,
                                                        unsigned long long flags,
-                                                       enum cudaDriverEntryPointQueryResult *status) {
-  return entry_point(sym, fn, (int)version, flags, status);
+                                                       enum cudaDriverEntryPointQueryResult *status)
+{
+    return entry_point(sym, fn, (int)version, flags, status);
 }
 
 /* ---- per-thread default stream (_ptsz / _ptds) variants ----------------------------------- */
 /* Programs built with --default-stream per-thread call these names; the sim has one default
  * stream model, so they are the same functions. */
-#define PT_ALIAS(name, target) \
-  RT_EXPORT __typeof__(target) name __attribute__((alias(#target)));
+#define PT_ALIAS(name, target) RT_EXPORT __typeof__(target) name __attribute__((alias(#target)));
 PT_ALIAS(cudaMallocAsync_ptsz, cudaMallocAsync)
 PT_ALIAS(cudaFreeAsync_ptsz, cudaFreeAsync)
 PT_ALIAS(cudaMallocFromPoolAsync_ptsz, cudaMallocFromPoolAsync)
@@ -692,71 +823,122 @@ PT_ALIAS(cudaGetDriverEntryPointByVersion_ptsz, cudaGetDriverEntryPointByVersion
  * copies); its kernel launches then fail with cudaErrorInvalidDeviceFunction. */
 static char fatbin_handle_token;
 
-RT_EXPORT void **__cudaRegisterFatBinary(void *fatbin) {
-  (void)fatbin;
-  return (void **)(void *)&fatbin_handle_token;
+RT_EXPORT void **__cudaRegisterFatBinary(void *fatbin)
+{
+    (void)fatbin;
+    return (void **)(void *)&fatbin_handle_token;
 }
-RT_EXPORT void __cudaRegisterFatBinaryEnd(void **h) { (void)h; }
-RT_EXPORT void __cudaUnregisterFatBinary(void **h) { (void)h; }
+RT_EXPORT void __cudaRegisterFatBinaryEnd(void **h)
+{
+    (void)h;
+}
+RT_EXPORT void __cudaUnregisterFatBinary(void **h)
+{
+    (void)h;
+}
 RT_EXPORT void __cudaRegisterFunction(void **h, const char *host_fn, char *dev_fn,
                                       const char *dev_name, int thread_limit, void *tid, void *bid,
-                                      void *bdim, void *gdim, int *wsize) {
-  (void)h; (void)host_fn; (void)dev_fn; (void)dev_name; (void)thread_limit;
-  (void)tid; (void)bid; (void)bdim; (void)gdim; (void)wsize;
+                                      void *bdim, void *gdim, int *wsize)
+{
+    (void)h;
+    (void)host_fn;
+    (void)dev_fn;
+    (void)dev_name;
+    (void)thread_limit;
+    (void)tid;
+    (void)bid;
+    (void)bdim;
+    (void)gdim;
+    (void)wsize;
 }
 RT_EXPORT void __cudaRegisterVar(void **h, char *host_var, char *dev_addr, const char *dev_name,
-                                 int ext, size_t size, int constant, int global) {
-  (void)h; (void)host_var; (void)dev_addr; (void)dev_name; (void)ext; (void)size;
-  (void)constant; (void)global;
+                                 int ext, size_t size, int constant, int global)
+{
+    (void)h;
+    (void)host_var;
+    (void)dev_addr;
+    (void)dev_name;
+    (void)ext;
+    (void)size;
+    (void)constant;
+    (void)global;
 }
 RT_EXPORT void __cudaRegisterManagedVar(void **h, void **host_var, char *dev_addr,
                                         const char *dev_name, int ext, size_t size, int constant,
-                                        int global) {
-  (void)h; (void)host_var; (void)dev_addr; (void)dev_name; (void)ext; (void)size;
-  (void)constant; (void)global;
+                                        int global)
+{
+    (void)h;
+    (void)host_var;
+    (void)dev_addr;
+    (void)dev_name;
+    (void)ext;
+    (void)size;
+    (void)constant;
+    (void)global;
 }
-RT_EXPORT char __cudaInitModule(void **h) {
-  (void)h;
-  return 0;
+RT_EXPORT char __cudaInitModule(void **h)
+{
+    (void)h;
+    return 0;
 }
-RT_EXPORT void __cudaRegisterHostVar(void **h, const char *dev_name, char *host_var, size_t size) {
-  (void)h; (void)dev_name; (void)host_var; (void)size;
+RT_EXPORT void __cudaRegisterHostVar(void **h, const char *dev_name, char *host_var, size_t size)
+{
+    (void)h;
+    (void)dev_name;
+    (void)host_var;
+    (void)size;
 }
-RT_EXPORT void __cudaRegisterUnifiedTable(void **h, void *table) {
-  (void)h; (void)table;
+RT_EXPORT void __cudaRegisterUnifiedTable(void **h, void *table)
+{
+    (void)h;
+    (void)table;
 }
 /* nvcc 13's launch stubs resolve a kernel handle first: there is no device code to resolve. */
-RT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *entry) {
-  (void)entry;
-  if (k) *k = NULL;
-  return rt_ret(cudaErrorInvalidDeviceFunction);
+RT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *entry)
+{
+    (void)entry;
+    if (k) *k = NULL;
+    return rt_ret(cudaErrorInvalidDeviceFunction);
 }
 RT_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args,
-                                         size_t shmem, cudaStream_t s) {
-  (void)k; (void)grid; (void)block; (void)args; (void)shmem; (void)s;
-  return rt_ret(cudaErrorInvalidDeviceFunction);
+                                         size_t shmem, cudaStream_t s)
+{
+    (void)k;
+    (void)grid;
+    (void)block;
+    (void)args;
+    (void)shmem;
+    (void)s;
+    return rt_ret(cudaErrorInvalidDeviceFunction);
 }
 PT_ALIAS(__cudaLaunchKernel_ptsz, __cudaLaunchKernel)
 
 RT_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
-                                                            enum cudaChannelFormatKind f) {
-  struct cudaChannelFormatDesc d = {x, y, z, w, f};
-  return d;
+                                                             enum cudaChannelFormatKind f)
+{
+    struct cudaChannelFormatDesc d = {x, y, z, w, f};
+    return d;
 }
 
-static __thread struct { dim3 grid, block; size_t shmem; void *stream; } tls_launch_cfg;
-RT_EXPORT unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, void *stream) {
-  tls_launch_cfg.grid = grid;
-  tls_launch_cfg.block = block;
-  tls_launch_cfg.shmem = shmem;
-  tls_launch_cfg.stream = stream;
-  return 0;
+static __thread struct {
+    dim3 grid, block;
+    size_t shmem;
+    void *stream;
+} tls_launch_cfg;
+RT_EXPORT unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, void *stream)
+{
+    tls_launch_cfg.grid = grid;
+    tls_launch_cfg.block = block;
+    tls_launch_cfg.shmem = shmem;
+    tls_launch_cfg.stream = stream;
+    return 0;
 }
 RT_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem,
-                                                 void *stream) {
-  if (grid) *grid = tls_launch_cfg.grid;
-  if (block) *block = tls_launch_cfg.block;
-  if (shmem) *shmem = tls_launch_cfg.shmem;
-  if (stream) *(void **)stream = tls_launch_cfg.stream;
-  return cudaSuccess;
+                                                 void *stream)
+{
+    if (grid) *grid = tls_launch_cfg.grid;
+    if (block) *block = tls_launch_cfg.block;
+    if (shmem) *shmem = tls_launch_cfg.shmem;
+    if (stream) *(void **)stream = tls_launch_cfg.stream;
+    return cudaSuccess;
 }

@@ -27,47 +27,74 @@ sim_state sim = {
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 
-void sim_lock(void) { pthread_mutex_lock(&sim.lock); }
-void sim_unlock(void) { pthread_mutex_unlock(&sim.lock); }
-
-void sim_note(const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "gpumem sim: %s\n", buf);
+void sim_lock(void)
+{
+    pthread_mutex_lock(&sim.lock);
+}
+void sim_unlock(void)
+{
+    pthread_mutex_unlock(&sim.lock);
 }
 
-double sim_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+void sim_note(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gpumem sim: %s\n", buf);
+}
+
+double sim_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* "16G", "512M", "1.5T", "4096" -> bytes. Returns 0 on success, -1 on bad syntax. */
-int sim_parse_size(const char *s, size_t *out) {
-  if (!s || !*s) return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || end == s || !isfinite(v) || v < 0) return -1;
-  double mul = 1;
-  bool unit = true;
-  switch (*end) {
-  case 'k': case 'K': mul = 1024.0; end++; break;
-  case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-  case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-  case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-  default: unit = false; break;
-  }
-  if (unit && (*end == 'i' || *end == 'I')) end++; /* accept "GiB" */
-  if (*end == 'b' || *end == 'B') end++;
-  if (*end) return -1;
-  double bytes = v * mul;
-  if (bytes >= 18e18) return -1;
-  *out = (size_t)bytes;
-  return 0;
+int sim_parse_size(const char *s, size_t *out)
+{
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0) return -1;
+    double mul = 1;
+    bool unit = true;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        unit = false;
+        break;
+    }
+    if (unit && (*end == 'i' || *end == 'I')) end++; /* accept "GiB" */
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return -1;
+    double bytes = v * mul;
+    if (bytes >= 18e18) return -1;
+    *out = (size_t)bytes;
+    return 0;
 }
 
 /* ---- fault plans ------------------------------------------------------------------------- */
@@ -76,62 +103,75 @@ int sim_parse_size(const char *s, size_t *out) {
  * cuMemAlloc*, cuMemAllocAsync/FromPool and cuMemCreate from 1), `map:N` (fail the Nth
  * cuMemMap), or `oom_at:SIZE` (fail any allocation that would take charged memory past SIZE).
  * alloc and map may repeat. Returns 0, or -1 with a reason in err. */
-static int parse_faults(const char *spec, sim_fault_plan *plan, char *err, size_t errlen) {
-  memset(plan, 0, sizeof *plan);
-  if (!spec) return 0;
-  char *copy = strdup(spec);
-  if (!copy) { snprintf(err, errlen, "out of memory"); return -1; }
-  int rc = 0;
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-    while (*item == ' ') item++;
-    if (!*item) continue;
-    char *colon = strchr(item, ':');
-    if (!colon) {
-      snprintf(err, errlen, "item '%s' has no ':' (expected alloc:N, map:N or oom_at:SIZE)", item);
-      rc = -1; break;
+static int parse_faults(const char *spec, sim_fault_plan *plan, char *err, size_t errlen)
+{
+    memset(plan, 0, sizeof *plan);
+    if (!spec) return 0;
+    char *copy = strdup(spec);
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    *colon = '\0';
-    const char *key = item, *val = colon + 1;
-    if (!strcmp(key, "alloc") || !strcmp(key, "map")) {
-      char *end;
-      errno = 0;
-      unsigned long long n = strtoull(val, &end, 10);
-      if (errno || end == val || *end || n == 0 || *val == '-') {
-        snprintf(err, errlen, "'%s:%s': N must be a whole number >= 1", key, val);
-        rc = -1; break;
-      }
-      bool is_alloc = key[0] == 'a';
-      size_t *cnt = is_alloc ? &plan->nalloc : &plan->nmap;
-      uint64_t *arr = is_alloc ? plan->alloc_at : plan->map_at;
-      if (*cnt >= SIM_MAX_FAULTS) {
-        snprintf(err, errlen, "more than %d '%s' items", SIM_MAX_FAULTS, key);
-        rc = -1; break;
-      }
-      arr[(*cnt)++] = n;
-    } else if (!strcmp(key, "oom_at")) {
-      size_t sz;
-      if (sim_parse_size(val, &sz) || sz == 0) {
-        snprintf(err, errlen, "'oom_at:%s': SIZE must be a size like 512M or 1G", val);
-        rc = -1; break;
-      }
-      plan->oom_at = sz;
-    } else {
-      snprintf(err, errlen, "unknown item '%s' (expected alloc, map or oom_at)", key);
-      rc = -1; break;
+    int rc = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ')
+            item++;
+        if (!*item) continue;
+        char *colon = strchr(item, ':');
+        if (!colon) {
+            snprintf(err, errlen, "item '%s' has no ':' (expected alloc:N, map:N or oom_at:SIZE)",
+                     item);
+            rc = -1;
+            break;
+        }
+        *colon = '\0';
+        const char *key = item, *val = colon + 1;
+        if (!strcmp(key, "alloc") || !strcmp(key, "map")) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(val, &end, 10);
+            if (errno || end == val || *end || n == 0 || *val == '-') {
+                snprintf(err, errlen, "'%s:%s': N must be a whole number >= 1", key, val);
+                rc = -1;
+                break;
+            }
+            bool is_alloc = key[0] == 'a';
+            size_t *cnt = is_alloc ? &plan->nalloc : &plan->nmap;
+            uint64_t *arr = is_alloc ? plan->alloc_at : plan->map_at;
+            if (*cnt >= SIM_MAX_FAULTS) {
+                snprintf(err, errlen, "more than %d '%s' items", SIM_MAX_FAULTS, key);
+                rc = -1;
+                break;
+            }
+            arr[(*cnt)++] = n;
+        } else if (!strcmp(key, "oom_at")) {
+            size_t sz;
+            if (sim_parse_size(val, &sz) || sz == 0) {
+                snprintf(err, errlen, "'oom_at:%s': SIZE must be a size like 512M or 1G", val);
+                rc = -1;
+                break;
+            }
+            plan->oom_at = sz;
+        } else {
+            snprintf(err, errlen, "unknown item '%s' (expected alloc, map or oom_at)", key);
+            rc = -1;
+            break;
+        }
     }
-  }
-  free(copy);
-  return rc;
+    free(copy);
+    return rc;
 }
-
 
 /* ---- cost model -------------------------------------------------------------------------- */
 
 /* Simulated cost of one call: fixed µs + µs per MiB of its size argument. The figures and their
  * sources are in sim/README.md ("Cost model"). */
-#define US_PER_MIB_AT_GBPS(g) (1048576.0 / ((g) * 1e3))
-typedef struct cost_entry { const char *name; double fixed_us, per_mib_us; } cost_entry;
+#define US_PER_MIB_AT_GBPS(g) (1048576.0 / ((g)*1e3))
+typedef struct cost_entry {
+    const char *name;
+    double fixed_us, per_mib_us;
+} cost_entry;
 static const cost_entry default_costs[SIM_OP_COUNT] = {
     [SIM_OP_MEM_ALLOC] = {"cuMemAlloc", 20.0, 0.5},
     [SIM_OP_MEM_FREE] = {"cuMemFree", 25.0, 0.25}, /* includes the implied device sync */
@@ -168,105 +208,123 @@ static const cost_entry default_costs[SIM_OP_COUNT] = {
 static cost_entry cost_table[SIM_OP_COUNT];
 static bool cost_table_ready;
 
-static void costs_init_locked(void) {
-  if (cost_table_ready) return;
-  memcpy(cost_table, default_costs, sizeof cost_table);
-  cost_table_ready = true;
+static void costs_init_locked(void)
+{
+    if (cost_table_ready) return;
+    memcpy(cost_table, default_costs, sizeof cost_table);
+    cost_table_ready = true;
 }
 
-const char *sim_op_name(int op) {
-  return op >= 0 && op < SIM_OP_COUNT ? default_costs[op].name : "?";
+const char *sim_op_name(int op)
+{
+    return op >= 0 && op < SIM_OP_COUNT ? default_costs[op].name : "?";
 }
 
 /* Syntax: comma-separated `call=FIXED` or `call=FIXED+PER_MIB` (microseconds; call as named by
  * sim_op_name, e.g. cuMemMap=12+0.2). Applied on top of `table`. Returns 0, or -1 with a reason. */
-static int parse_costs(const char *spec, cost_entry *table, char *err, size_t errlen) {
-  char *copy = strdup(spec ? spec : "");
-  if (!copy) { snprintf(err, errlen, "out of memory"); return -1; }
-  int rc = 0;
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
-    while (*item == ' ') item++;
-    if (!*item) continue;
-    char *eq = strchr(item, '=');
-    if (!eq) {
-      snprintf(err, errlen, "item '%s' has no '=' (expected CALL=FIXED or CALL=FIXED+PER_MIB)", item);
-      rc = -1; break;
+static int parse_costs(const char *spec, cost_entry *table, char *err, size_t errlen)
+{
+    char *copy = strdup(spec ? spec : "");
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    *eq = '\0';
-    int op = -1;
-    for (int i = 0; i < SIM_OP_COUNT; i++)
-      if (!strcmp(default_costs[i].name, item)) op = i;
-    if (op < 0) {
-      snprintf(err, errlen, "unknown call '%s' (names as in the GPUMEM_SIM_STATS table, e.g. "
-                            "cuMemAlloc, cuMemMap)", item);
-      rc = -1; break;
+    int rc = 0;
+    char *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ')
+            item++;
+        if (!*item) continue;
+        char *eq = strchr(item, '=');
+        if (!eq) {
+            snprintf(err, errlen,
+                     "item '%s' has no '=' (expected CALL=FIXED or CALL=FIXED+PER_MIB)", item);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        int op = -1;
+        for (int i = 0; i < SIM_OP_COUNT; i++)
+            if (!strcmp(default_costs[i].name, item)) op = i;
+        if (op < 0) {
+            snprintf(err, errlen,
+                     "unknown call '%s' (names as in the GPUMEM_SIM_STATS table, e.g. "
+                     "cuMemAlloc, cuMemMap)",
+                     item);
+            rc = -1;
+            break;
+        }
+        char *end;
+        errno = 0;
+        double fixed = strtod(eq + 1, &end), per = table[op].per_mib_us;
+        if (errno || end == eq + 1 || !isfinite(fixed) || fixed < 0)
+            rc = -1;
+        else if (*end == '+') {
+            char *p2 = end + 1;
+            per = strtod(p2, &end);
+            if (errno || end == p2 || !isfinite(per) || per < 0) rc = -1;
+        }
+        if (!rc && *end) rc = -1;
+        if (rc) {
+            snprintf(err, errlen,
+                     "'%s=%s': expected FIXED or FIXED+PER_MIB, non-negative microseconds", item,
+                     eq + 1);
+            break;
+        }
+        table[op].fixed_us = fixed;
+        table[op].per_mib_us = per;
     }
-    char *end;
-    errno = 0;
-    double fixed = strtod(eq + 1, &end), per = table[op].per_mib_us;
-    if (errno || end == eq + 1 || !isfinite(fixed) || fixed < 0) rc = -1;
-    else if (*end == '+') {
-      char *p2 = end + 1;
-      per = strtod(p2, &end);
-      if (errno || end == p2 || !isfinite(per) || per < 0) rc = -1;
-    }
-    if (!rc && *end) rc = -1;
+    free(copy);
+    return rc;
+}
+
+CUresult sim_costs_set(const char *spec)
+{
+    sim_ensure_config();
+    char err[256];
+    sim_lock();
+    costs_init_locked();
+    cost_entry table[SIM_OP_COUNT];
+    memcpy(table, spec && *spec ? cost_table : default_costs, sizeof table);
+    int rc = parse_costs(spec, table, err, sizeof err);
+    if (!rc) memcpy(cost_table, table, sizeof table);
+    sim_unlock();
     if (rc) {
-      snprintf(err, errlen, "'%s=%s': expected FIXED or FIXED+PER_MIB, non-negative microseconds",
-               item, eq + 1);
-      break;
+        sim_note("sim_costs_set('%s'): %s; the costs are unchanged", spec, err);
+        return CUDA_ERROR_INVALID_VALUE;
     }
-    table[op].fixed_us = fixed;
-    table[op].per_mib_us = per;
-  }
-  free(copy);
-  return rc;
+    return CUDA_SUCCESS;
 }
 
-CUresult sim_costs_set(const char *spec) {
-  sim_ensure_config();
-  char err[256];
-  sim_lock();
-  costs_init_locked();
-  cost_entry table[SIM_OP_COUNT];
-  memcpy(table, spec && *spec ? cost_table : default_costs, sizeof table);
-  int rc = parse_costs(spec, table, err, sizeof err);
-  if (!rc) memcpy(cost_table, table, sizeof table);
-  sim_unlock();
-  if (rc) {
-    sim_note("sim_costs_set('%s'): %s; the costs are unchanged", spec, err);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
+CUresult sim_cost_get(int op, double *fixed_us, double *per_mib_us)
+{
+    if (op < 0 || op >= SIM_OP_COUNT) return CUDA_ERROR_INVALID_VALUE;
+    sim_ensure_config();
+    sim_lock();
+    costs_init_locked();
+    if (fixed_us) *fixed_us = cost_table[op].fixed_us;
+    if (per_mib_us) *per_mib_us = cost_table[op].per_mib_us;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult sim_cost_get(int op, double *fixed_us, double *per_mib_us) {
-  if (op < 0 || op >= SIM_OP_COUNT) return CUDA_ERROR_INVALID_VALUE;
-  sim_ensure_config();
-  sim_lock();
-  costs_init_locked();
-  if (fixed_us) *fixed_us = cost_table[op].fixed_us;
-  if (per_mib_us) *per_mib_us = cost_table[op].per_mib_us;
-  sim_unlock();
-  return CUDA_SUCCESS;
+void sim_cost(sim_op op, size_t bytes)
+{
+    costs_init_locked();
+    double us = cost_table[op].fixed_us + cost_table[op].per_mib_us * ((double)bytes / 1048576.0);
+    sim.stats.op[op].calls++;
+    sim.stats.op[op].bytes += bytes;
+    sim.stats.op[op].us += us;
+    sim.stats.total_us += us;
+    sim.clock_us += us;
 }
 
-void sim_cost(sim_op op, size_t bytes) {
-  costs_init_locked();
-  double us = cost_table[op].fixed_us + cost_table[op].per_mib_us * ((double)bytes / 1048576.0);
-  sim.stats.op[op].calls++;
-  sim.stats.op[op].bytes += bytes;
-  sim.stats.op[op].us += us;
-  sim.stats.total_us += us;
-  sim.clock_us += us;
-}
-
-void sim_cost_wait(sim_op op, double us) {
-  if (us <= 0) return;
-  sim.stats.op[op].us += us;
-  sim.stats.total_us += us;
-  sim.clock_us += us;
+void sim_cost_wait(sim_op op, double us)
+{
+    if (us <= 0) return;
+    sim.stats.op[op].us += us;
+    sim.stats.total_us += us;
+    sim.clock_us += us;
 }
 
 /* ---- fork ---------------------------------------------------------------------------------- */
@@ -275,290 +333,351 @@ void sim_cost_wait(sim_op op, double us) {
  * fresh memfd for the handles it creates: with the inherited one, parent and child would hand out
  * the same file offsets and their new memory would alias. Handles from before the fork keep the
  * parent's file (their mappings are MAP_SHARED anyway) and are never punched by the child. */
-static void atfork_prepare(void) { sim_lock(); }
-static void atfork_parent(void) { sim_unlock(); }
-static void atfork_child(void) {
-  if (sim.memfd >= 0) {
-    for (size_t i = 0; i < sim.nhandles; i++) sim.handles[i]->inherited = true;
-    int fd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
-    if (fd >= 0) {
-      sim.memfd = fd; /* the parent's descriptor stays open: the inherited handles use it */
-      sim.next_file_off = 0;
-    } else {
-      sim_note("memfd_create failed in a forked child (%s); new device memory is unbacked",
-               strerror(errno));
-      sim.memfd = -1;
-      sim.virtual_backing = true;
+static void atfork_prepare(void)
+{
+    sim_lock();
+}
+static void atfork_parent(void)
+{
+    sim_unlock();
+}
+static void atfork_child(void)
+{
+    if (sim.memfd >= 0) {
+        for (size_t i = 0; i < sim.nhandles; i++)
+            sim.handles[i]->inherited = true;
+        int fd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
+        if (fd >= 0) {
+            sim.memfd = fd; /* the parent's descriptor stays open: the inherited handles use it */
+            sim.next_file_off = 0;
+        } else {
+            sim_note("memfd_create failed in a forked child (%s); new device memory is unbacked",
+                     strerror(errno));
+            sim.memfd = -1;
+            sim.virtual_backing = true;
+        }
     }
-  }
-  sim_unlock();
+    sim_unlock();
 }
 
 /* ---- configuration from the environment ----------------------------------------------- */
 
-static void read_config(void) {
-  const char *v;
-  sim.capacity = (size_t)16 << 30;
-  if ((v = getenv("GPUMEM_SIM_MEMORY")) && *v) {
-    size_t sz;
-    if (sim_parse_size(v, &sz) || sz < SIM_GRANULARITY)
-      sim_note("GPUMEM_SIM_MEMORY='%s' is not a size of at least 2M (e.g. 16G, 80G); "
-               "using the default 16G", v);
-    else
-      sim.capacity = sz;
-  }
-  if ((v = getenv("GPUMEM_SIM_BACKING")) && *v) {
-    if (!strcmp(v, "virtual")) sim.virtual_backing = true;
-    else if (strcmp(v, "memory") && strcmp(v, "real"))
-      sim_note("GPUMEM_SIM_BACKING='%s' is not 'virtual' or 'memory'; using memory", v);
-  }
-  if ((v = getenv("GPUMEM_SIM_EVENT_DELAY")) && *v) {
-    /* N: queries; Nus / Nms: simulated time after the record */
-    char *end;
-    errno = 0;
-    double n = strtod(v, &end);
-    double scale = 0;
-    if (!strcmp(end, "")) scale = 0;
-    else if (!strcmp(end, "us")) scale = 1;
-    else if (!strcmp(end, "ms")) scale = 1000;
-    else scale = -1;
-    if (errno || end == v || !isfinite(n) || n < 0 || scale < 0 || n > 1e9 ||
-        (scale == 0 && n != (double)(unsigned)n))
-      sim_note("GPUMEM_SIM_EVENT_DELAY='%s' is not a number of queries (e.g. 3) or a simulated "
-               "time (e.g. 500us, 2ms); ignored", v);
-    else if (scale == 0)
-      sim.event_delay = (unsigned)n;
-    else
-      sim.event_delay_us = n * scale;
-  }
-  if ((v = getenv("GPUMEM_SIM_FAULTS")) && *v) {
-    char err[256];
-    sim_fault_plan plan;
-    if (parse_faults(v, &plan, err, sizeof err))
-      sim_note("GPUMEM_SIM_FAULTS='%s': %s; the variable is ignored "
-               "(syntax: alloc:N,map:N,oom_at:SIZE)", v, err);
-    else
-      sim.faults = plan;
-  }
-  if ((v = getenv("GPUMEM_SIM_COSTS")) && *v) {
-    char err[256];
-    cost_entry table[SIM_OP_COUNT];
-    memcpy(table, default_costs, sizeof table);
-    if (parse_costs(v, table, err, sizeof err))
-      sim_note("GPUMEM_SIM_COSTS='%s': %s; the default costs are used", v, err);
-    else {
-      memcpy(cost_table, table, sizeof table);
-      cost_table_ready = true;
+static void read_config(void)
+{
+    const char *v;
+    sim.capacity = (size_t)16 << 30;
+    if ((v = getenv("GPUMEM_SIM_MEMORY")) && *v) {
+        size_t sz;
+        if (sim_parse_size(v, &sz) || sz < SIM_GRANULARITY)
+            sim_note("GPUMEM_SIM_MEMORY='%s' is not a size of at least 2M (e.g. 16G, 80G); "
+                     "using the default 16G",
+                     v);
+        else
+            sim.capacity = sz;
     }
-  }
-  sim.stats.capacity = sim.capacity;
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-  if (!sim.virtual_backing) {
-    sim.memfd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
-    if (sim.memfd < 0) {
-      sim_note("memfd_create failed (%s); device memory is unbacked (as with "
-               "GPUMEM_SIM_BACKING=virtual)", strerror(errno));
-      sim.virtual_backing = true;
+    if ((v = getenv("GPUMEM_SIM_BACKING")) && *v) {
+        if (!strcmp(v, "virtual"))
+            sim.virtual_backing = true;
+        else if (strcmp(v, "memory") && strcmp(v, "real"))
+            sim_note("GPUMEM_SIM_BACKING='%s' is not 'virtual' or 'memory'; using memory", v);
     }
-  }
+    if ((v = getenv("GPUMEM_SIM_EVENT_DELAY")) && *v) {
+        /* N: queries; Nus / Nms: simulated time after the record */
+        char *end;
+        errno = 0;
+        double n = strtod(v, &end);
+        double scale = 0;
+        if (!strcmp(end, ""))
+            scale = 0;
+        else if (!strcmp(end, "us"))
+            scale = 1;
+        else if (!strcmp(end, "ms"))
+            scale = 1000;
+        else
+            scale = -1;
+        if (errno || end == v || !isfinite(n) || n < 0 || scale < 0 || n > 1e9 ||
+            (scale == 0 && n != (double)(unsigned)n))
+            sim_note(
+                "GPUMEM_SIM_EVENT_DELAY='%s' is not a number of queries (e.g. 3) or a simulated "
+                "time (e.g. 500us, 2ms); ignored",
+                v);
+        else if (scale == 0)
+            sim.event_delay = (unsigned)n;
+        else
+            sim.event_delay_us = n * scale;
+    }
+    if ((v = getenv("GPUMEM_SIM_FAULTS")) && *v) {
+        char err[256];
+        sim_fault_plan plan;
+        if (parse_faults(v, &plan, err, sizeof err))
+            sim_note("GPUMEM_SIM_FAULTS='%s': %s; the variable is ignored "
+                     "(syntax: alloc:N,map:N,oom_at:SIZE)",
+                     v, err);
+        else
+            sim.faults = plan;
+    }
+    if ((v = getenv("GPUMEM_SIM_COSTS")) && *v) {
+        char err[256];
+        cost_entry table[SIM_OP_COUNT];
+        memcpy(table, default_costs, sizeof table);
+        if (parse_costs(v, table, err, sizeof err))
+            sim_note("GPUMEM_SIM_COSTS='%s': %s; the default costs are used", v, err);
+        else {
+            memcpy(cost_table, table, sizeof table);
+            cost_table_ready = true;
+        }
+    }
+    sim.stats.capacity = sim.capacity;
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    if (!sim.virtual_backing) {
+        sim.memfd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
+        if (sim.memfd < 0) {
+            sim_note("memfd_create failed (%s); device memory is unbacked (as with "
+                     "GPUMEM_SIM_BACKING=virtual)",
+                     strerror(errno));
+            sim.virtual_backing = true;
+        }
+    }
 }
 
-void sim_ensure_config(void) { pthread_once(&config_once, read_config); }
+void sim_ensure_config(void)
+{
+    pthread_once(&config_once, read_config);
+}
 
 /* ---- capacity and faults ----------------------------------------------------------------- */
 
-CUresult sim_charge(size_t bytes, bool is_alloc) {
-  if (is_alloc) {
-    uint64_t n = ++sim.n_allocs;
-    for (size_t i = 0; i < sim.faults.nalloc; i++)
-      if (sim.faults.alloc_at[i] == n) { sim.faults_injected++; return CUDA_ERROR_OUT_OF_MEMORY; }
-  }
-  if (sim.faults.oom_at && sim.used + bytes > sim.faults.oom_at) {
-    sim.faults_injected++;
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (bytes > sim.capacity - sim.used) return CUDA_ERROR_OUT_OF_MEMORY;
-  sim.used += bytes;
-  if (sim.used > sim.peak) sim.peak = sim.used;
-  return CUDA_SUCCESS;
+CUresult sim_charge(size_t bytes, bool is_alloc)
+{
+    if (is_alloc) {
+        uint64_t n = ++sim.n_allocs;
+        for (size_t i = 0; i < sim.faults.nalloc; i++)
+            if (sim.faults.alloc_at[i] == n) {
+                sim.faults_injected++;
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+    }
+    if (sim.faults.oom_at && sim.used + bytes > sim.faults.oom_at) {
+        sim.faults_injected++;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (bytes > sim.capacity - sim.used) return CUDA_ERROR_OUT_OF_MEMORY;
+    sim.used += bytes;
+    if (sim.used > sim.peak) sim.peak = sim.used;
+    return CUDA_SUCCESS;
 }
 
-void sim_uncharge(size_t bytes) { sim.used -= bytes < sim.used ? bytes : sim.used; }
+void sim_uncharge(size_t bytes)
+{
+    sim.used -= bytes < sim.used ? bytes : sim.used;
+}
 
-bool sim_fault_map(void) {
-  uint64_t n = ++sim.n_maps;
-  for (size_t i = 0; i < sim.faults.nmap; i++)
-    if (sim.faults.map_at[i] == n) { sim.faults_injected++; return true; }
-  return false;
+bool sim_fault_map(void)
+{
+    uint64_t n = ++sim.n_maps;
+    for (size_t i = 0; i < sim.faults.nmap; i++)
+        if (sim.faults.map_at[i] == n) {
+            sim.faults_injected++;
+            return true;
+        }
+    return false;
 }
 
 /* ---- not implemented --------------------------------------------------------------------- */
 
-CUresult sim_unsupported(const char *name) {
-  sim_lock();
-  bool seen = false;
-  for (size_t i = 0; i < sim.nnoted && !seen; i++) seen = !strcmp(sim.noted[i], name);
-  if (!seen) {
-    if (sim.nnoted == sim.capnoted) {
-      size_t cap = sim.capnoted ? sim.capnoted * 2 : 16;
-      char **v = realloc(sim.noted, cap * sizeof *v);
-      if (v) { sim.noted = v; sim.capnoted = cap; }
+CUresult sim_unsupported(const char *name)
+{
+    sim_lock();
+    bool seen = false;
+    for (size_t i = 0; i < sim.nnoted && !seen; i++)
+        seen = !strcmp(sim.noted[i], name);
+    if (!seen) {
+        if (sim.nnoted == sim.capnoted) {
+            size_t cap = sim.capnoted ? sim.capnoted * 2 : 16;
+            char **v = realloc(sim.noted, cap * sizeof *v);
+            if (v) {
+                sim.noted = v;
+                sim.capnoted = cap;
+            }
+        }
+        if (sim.nnoted < sim.capnoted) {
+            char *copy = strdup(name);
+            if (copy) sim.noted[sim.nnoted++] = copy;
+        }
     }
-    if (sim.nnoted < sim.capnoted) {
-      char *copy = strdup(name);
-      if (copy) sim.noted[sim.nnoted++] = copy;
-    }
-  }
-  sim_unlock();
-  if (!seen)
-    sim_note("%s is not implemented by the virtual GPU; it returns CUDA_ERROR_NOT_SUPPORTED", name);
-  return CUDA_ERROR_NOT_SUPPORTED;
+    sim_unlock();
+    if (!seen)
+        sim_note("%s is not implemented by the virtual GPU; it returns CUDA_ERROR_NOT_SUPPORTED",
+                 name);
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ---- sorted pointer sets ----------------------------------------------------------------- */
 
-static size_t set_lower(void *const *v, size_t n, const void *p) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if ((uintptr_t)v[mid] < (uintptr_t)p) lo = mid + 1; else hi = mid;
-  }
-  return lo;
+static size_t set_lower(void *const *v, size_t n, const void *p)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)v[mid] < (uintptr_t)p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
-bool sim_pset_add(void ***v, size_t *n, size_t *cap, void *p) {
-  if (*n == *cap) {
-    size_t nc = *cap ? *cap * 2 : 16;
-    void **nv = realloc(*v, nc * sizeof *nv);
-    if (!nv) return false;
-    *v = nv; *cap = nc;
-  }
-  size_t i = set_lower(*v, *n, p);
-  memmove(*v + i + 1, *v + i, (*n - i) * sizeof **v);
-  (*v)[i] = p;
-  (*n)++;
-  return true;
+bool sim_pset_add(void ***v, size_t *n, size_t *cap, void *p)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        void **nv = realloc(*v, nc * sizeof *nv);
+        if (!nv) return false;
+        *v = nv;
+        *cap = nc;
+    }
+    size_t i = set_lower(*v, *n, p);
+    memmove(*v + i + 1, *v + i, (*n - i) * sizeof **v);
+    (*v)[i] = p;
+    (*n)++;
+    return true;
 }
 
-bool sim_pset_has(void *const *v, size_t n, const void *p) {
-  size_t i = set_lower(v, n, p);
-  return i < n && v[i] == p;
+bool sim_pset_has(void *const *v, size_t n, const void *p)
+{
+    size_t i = set_lower(v, n, p);
+    return i < n && v[i] == p;
 }
 
-void sim_pset_del(void **v, size_t *n, const void *p) {
-  size_t i = set_lower(v, *n, p);
-  if (i < *n && v[i] == p) {
-    memmove(v + i, v + i + 1, (*n - i - 1) * sizeof *v);
-    (*n)--;
-  }
+void sim_pset_del(void **v, size_t *n, const void *p)
+{
+    size_t i = set_lower(v, *n, p);
+    if (i < *n && v[i] == p) {
+        memmove(v + i, v + i + 1, (*n - i - 1) * sizeof *v);
+        (*n)--;
+    }
 }
 
 /* ---- sim.h: stats and run-time configuration ---------------------------------------------- */
 
-void sim_stats_get(sim_stats *out) {
-  if (!out) return;
-  sim_ensure_config();
-  sim_lock();
-  *out = sim.stats;
-  out->capacity = sim.capacity;
-  out->used = sim.used;
-  out->peak = sim.peak;
-  out->faults_injected = sim.faults_injected;
-  sim_unlock();
+void sim_stats_get(sim_stats *out)
+{
+    if (!out) return;
+    sim_ensure_config();
+    sim_lock();
+    *out = sim.stats;
+    out->capacity = sim.capacity;
+    out->used = sim.used;
+    out->peak = sim.peak;
+    out->faults_injected = sim.faults_injected;
+    sim_unlock();
 }
 
-void sim_stats_reset(void) {
-  sim_ensure_config();
-  sim_lock();
-  memset(&sim.stats, 0, sizeof sim.stats);
-  sim.peak = sim.used;
-  sim_unlock();
+void sim_stats_reset(void)
+{
+    sim_ensure_config();
+    sim_lock();
+    memset(&sim.stats, 0, sizeof sim.stats);
+    sim.peak = sim.used;
+    sim_unlock();
 }
 
-void sim_stats_print(void *fp) {
-  FILE *f = fp ? fp : stderr;
-  sim_stats s;
-  sim_stats_get(&s);
-  fprintf(f, "gpumem sim: simulated driver time %.1f us (capacity %zu bytes, peak %zu, in use %zu,"
-             " %llu faults injected)\n",
-          s.total_us, s.capacity, s.peak, s.used, (unsigned long long)s.faults_injected);
-  fprintf(f, "gpumem sim: %-22s %10s %16s %14s\n", "call", "count", "bytes", "sim_us");
-  for (int i = 0; i < SIM_OP_COUNT; i++) {
-    if (!s.op[i].calls) continue;
-    fprintf(f, "gpumem sim: %-22s %10llu %16llu %14.1f\n", sim_op_name(i),
-            (unsigned long long)s.op[i].calls, (unsigned long long)s.op[i].bytes, s.op[i].us);
-  }
+void sim_stats_print(void *fp)
+{
+    FILE *f = fp ? fp : stderr;
+    sim_stats s;
+    sim_stats_get(&s);
+    fprintf(f,
+            "gpumem sim: simulated driver time %.1f us (capacity %zu bytes, peak %zu, in use %zu,"
+            " %llu faults injected)\n",
+            s.total_us, s.capacity, s.peak, s.used, (unsigned long long)s.faults_injected);
+    fprintf(f, "gpumem sim: %-22s %10s %16s %14s\n", "call", "count", "bytes", "sim_us");
+    for (int i = 0; i < SIM_OP_COUNT; i++) {
+        if (!s.op[i].calls) continue;
+        fprintf(f, "gpumem sim: %-22s %10llu %16llu %14.1f\n", sim_op_name(i),
+                (unsigned long long)s.op[i].calls, (unsigned long long)s.op[i].bytes, s.op[i].us);
+    }
 }
 
-void sim_set_event_delay(unsigned n) {
-  sim_ensure_config();
-  sim_lock();
-  sim.event_delay = n;
-  sim_unlock();
+void sim_set_event_delay(unsigned n)
+{
+    sim_ensure_config();
+    sim_lock();
+    sim.event_delay = n;
+    sim_unlock();
 }
 
-void sim_set_event_delay_us(double us) {
-  sim_ensure_config();
-  sim_lock();
-  sim.event_delay_us = isfinite(us) && us > 0 ? us : 0;
-  sim_unlock();
+void sim_set_event_delay_us(double us)
+{
+    sim_ensure_config();
+    sim_lock();
+    sim.event_delay_us = isfinite(us) && us > 0 ? us : 0;
+    sim_unlock();
 }
 
-double sim_clock_us(void) {
-  sim_ensure_config();
-  sim_lock();
-  double t = sim.clock_us;
-  sim_unlock();
-  return t;
+double sim_clock_us(void)
+{
+    sim_ensure_config();
+    sim_lock();
+    double t = sim.clock_us;
+    sim_unlock();
+    return t;
 }
 
-CUresult sim_faults_set(const char *spec) {
-  sim_ensure_config();
-  sim_fault_plan plan;
-  char err[256];
-  if (parse_faults(spec, &plan, err, sizeof err)) {
-    sim_note("sim_faults_set('%s'): %s; the plan is unchanged", spec, err);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  sim_lock();
-  sim.faults = plan;
-  sim.n_allocs = 0;
-  sim.n_maps = 0;
-  sim_unlock();
-  return CUDA_SUCCESS;
+CUresult sim_faults_set(const char *spec)
+{
+    sim_ensure_config();
+    sim_fault_plan plan;
+    char err[256];
+    if (parse_faults(spec, &plan, err, sizeof err)) {
+        sim_note("sim_faults_set('%s'): %s; the plan is unchanged", spec, err);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    sim_lock();
+    sim.faults = plan;
+    sim.n_allocs = 0;
+    sim.n_maps = 0;
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-CUresult sim_set_capacity(size_t bytes) {
-  sim_ensure_config();
-  CUresult rc = CUDA_SUCCESS;
-  sim_lock();
-  if (bytes < sim.used || bytes < SIM_GRANULARITY) rc = CUDA_ERROR_INVALID_VALUE;
-  else sim.capacity = sim.stats.capacity = bytes;
-  sim_unlock();
-  return rc;
+CUresult sim_set_capacity(size_t bytes)
+{
+    sim_ensure_config();
+    CUresult rc = CUDA_SUCCESS;
+    sim_lock();
+    if (bytes < sim.used || bytes < SIM_GRANULARITY)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        sim.capacity = sim.stats.capacity = bytes;
+    sim_unlock();
+    return rc;
 }
 
-int sim_backing_is_virtual(void) {
-  sim_ensure_config();
-  return sim.virtual_backing ? 1 : 0;
+int sim_backing_is_virtual(void)
+{
+    sim_ensure_config();
+    return sim.virtual_backing ? 1 : 0;
 }
 
 /* GPUMEM_SIM_STATS=1: the table goes to stderr when the program exits (or the library is
  * unloaded), after everything else the program printed. */
-__attribute__((destructor)) static void sim_print_stats_at_exit(void) {
-  const char *v = getenv("GPUMEM_SIM_STATS");
-  if (!v || !*v || !strcmp(v, "0")) return;
-  /* Another thread may still be inside the driver while the process exits: never wait for the
-   * lock here (a hang at exit is worse than a slightly stale counter). */
-  bool locked = false;
-  for (int i = 0; i < 100 && !locked; i++) {
-    locked = pthread_mutex_trylock(&sim.lock) == 0;
-    if (!locked) usleep(1000);
-  }
-  if (locked) sim_unlock();
-  else {
-    fprintf(stderr, "gpumem sim: the driver is still busy at exit; counters not printed\n");
-    return;
-  }
-  sim_stats_print(stderr);
+__attribute__((destructor)) static void sim_print_stats_at_exit(void)
+{
+    const char *v = getenv("GPUMEM_SIM_STATS");
+    if (!v || !*v || !strcmp(v, "0")) return;
+    /* Another thread may still be inside the driver while the process exits: never wait for the
+     * lock here (a hang at exit is worse than a slightly stale counter). */
+    bool locked = false;
+    for (int i = 0; i < 100 && !locked; i++) {
+        locked = pthread_mutex_trylock(&sim.lock) == 0;
+        if (!locked) usleep(1000);
+    }
+    if (locked)
+        sim_unlock();
+    else {
+        fprintf(stderr, "gpumem sim: the driver is still busy at exit; counters not printed\n");
+        return;
+    }
+    sim_stats_print(stderr);
 }

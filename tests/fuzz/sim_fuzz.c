@@ -14,49 +14,51 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1 || size > 4096) return 0;
-  char *s = malloc(size);
-  if (!s) return 0;
-  memcpy(s, data + 1, size - 1);
-  s[size - 1] = '\0';
-  static int ready;
-  if (!ready) {
-    if (cuInit(0) != CUDA_SUCCESS) abort();
-    if (sim_set_capacity((size_t)64 << 20) != CUDA_SUCCESS) abort();
-    ready = 1;
-  }
-  switch (data[0] % 3) {
-  case 0: {
-    if (sim_faults_set(s) == CUDA_SUCCESS) {
-      CUdeviceptr p[8];
-      int ok[8];
-      for (int i = 0; i < 8; i++) ok[i] = cuMemAlloc(&p[i], (size_t)(i + 1) << 20) == CUDA_SUCCESS;
-      for (int i = 0; i < 8; i++)
-        if (ok[i] && cuMemFree(p[i]) != CUDA_SUCCESS) abort();
-      sim_stats st;
-      sim_stats_get(&st);
-      if (st.used != 0) abort();
-      sim_faults_set(NULL);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1 || size > 4096) return 0;
+    char *s = malloc(size);
+    if (!s) return 0;
+    memcpy(s, data + 1, size - 1);
+    s[size - 1] = '\0';
+    static int ready;
+    if (!ready) {
+        if (cuInit(0) != CUDA_SUCCESS) abort();
+        if (sim_set_capacity((size_t)64 << 20) != CUDA_SUCCESS) abort();
+        ready = 1;
     }
-    break;
-  }
-  case 1:
-    if (sim_costs_set(s) == CUDA_SUCCESS) {
-      for (int op = 0; op < SIM_OP_COUNT; op++) {
-        double f, m;
-        if (sim_cost_get(op, &f, &m) != CUDA_SUCCESS) abort();
-        if (!isfinite(f) || !isfinite(m) || f < 0 || m < 0) abort();
-      }
-      sim_costs_set(NULL);
+    switch (data[0] % 3) {
+    case 0: {
+        if (sim_faults_set(s) == CUDA_SUCCESS) {
+            CUdeviceptr p[8];
+            int ok[8];
+            for (int i = 0; i < 8; i++)
+                ok[i] = cuMemAlloc(&p[i], (size_t)(i + 1) << 20) == CUDA_SUCCESS;
+            for (int i = 0; i < 8; i++)
+                if (ok[i] && cuMemFree(p[i]) != CUDA_SUCCESS) abort();
+            sim_stats st;
+            sim_stats_get(&st);
+            if (st.used != 0) abort();
+            sim_faults_set(NULL);
+        }
+        break;
     }
-    break;
-  default: {
-    size_t v;
-    if (sim_parse_size(s, &v) == 0 && (double)v >= 18.5e18) abort();
-    break;
-  }
-  }
-  free(s);
-  return 0;
+    case 1:
+        if (sim_costs_set(s) == CUDA_SUCCESS) {
+            for (int op = 0; op < SIM_OP_COUNT; op++) {
+                double f, m;
+                if (sim_cost_get(op, &f, &m) != CUDA_SUCCESS) abort();
+                if (!isfinite(f) || !isfinite(m) || f < 0 || m < 0) abort();
+            }
+            sim_costs_set(NULL);
+        }
+        break;
+    default: {
+        size_t v;
+        if (sim_parse_size(s, &v) == 0 && (double)v >= 18.5e18) abort();
+        break;
+    }
+    }
+    free(s);
+    return 0;
 }

@@ -15,143 +15,154 @@
 #define OK(x) assert_int_equal((x), CUDA_SUCCESS)
 #define MiB ((size_t)1 << 20)
 
-static CUmemAllocationProp prop(void) {
-  CUmemAllocationProp p;
-  memset(&p, 0, sizeof p);
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  return p;
+static CUmemAllocationProp prop(void)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    return p;
 }
 
-static int setup(void **state) {
-  (void)state;
-  unsetenv("GPUMEM_SIM_FAULTS");
-  if (cuInit(0) != CUDA_SUCCESS) return -1;
-  return sim_set_capacity(64 * MiB) == CUDA_SUCCESS ? 0 : -1;
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("GPUMEM_SIM_FAULTS");
+    if (cuInit(0) != CUDA_SUCCESS) return -1;
+    return sim_set_capacity(64 * MiB) == CUDA_SUCCESS ? 0 : -1;
 }
 
-static void test_capacity_is_what_was_set(void **state) {
-  (void)state;
-  size_t fr, total, dt;
-  OK(cuMemGetInfo(&fr, &total));
-  assert_int_equal(total, 64 * MiB);
-  assert_int_equal(fr, 64 * MiB);
-  OK(cuDeviceTotalMem(&dt, 0));
-  assert_int_equal(dt, 64 * MiB);
-  sim_stats st;
-  sim_stats_get(&st);
-  assert_int_equal(st.capacity, 64 * MiB);
+static void test_capacity_is_what_was_set(void **state)
+{
+    (void)state;
+    size_t fr, total, dt;
+    OK(cuMemGetInfo(&fr, &total));
+    assert_int_equal(total, 64 * MiB);
+    assert_int_equal(fr, 64 * MiB);
+    OK(cuDeviceTotalMem(&dt, 0));
+    assert_int_equal(dt, 64 * MiB);
+    sim_stats st;
+    sim_stats_get(&st);
+    assert_int_equal(st.capacity, 64 * MiB);
 }
 
-static void test_exhaustion_returns_oom_and_recovers_after_frees(void **state) {
-  (void)state;
-  CUdeviceptr p[4], extra;
-  for (int i = 0; i < 4; i++) OK(cuMemAlloc(&p[i], 16 * MiB));
-  assert_int_equal(cuMemAlloc(&extra, 512), CUDA_ERROR_OUT_OF_MEMORY);
-  size_t fr, total;
-  OK(cuMemGetInfo(&fr, &total));
-  assert_int_equal(fr, 0);
-  /* Below the capacity again: allocations succeed. */
-  OK(cuMemFree(p[2]));
-  OK(cuMemAlloc(&extra, 8 * MiB));
-  OK(cuMemAlloc(&p[2], 8 * MiB));
-  assert_int_equal(cuMemAlloc(&extra, 512), CUDA_ERROR_OUT_OF_MEMORY);
-  /* Physical handles draw on the same capacity. */
-  CUmemAllocationProp pr = prop();
-  CUmemGenericAllocationHandle h;
-  assert_int_equal(cuMemCreate(&h, 2 * MiB, &pr, 0), CUDA_ERROR_OUT_OF_MEMORY);
-  OK(cuMemFree(p[0]));
-  OK(cuMemCreate(&h, 16 * MiB, &pr, 0));
-  assert_int_equal(cuMemAlloc(&p[0], 512), CUDA_ERROR_OUT_OF_MEMORY);
-  OK(cuMemRelease(h));
-  OK(cuMemAlloc(&p[0], 16 * MiB));
-  OK(cuMemFree(p[0]));
-  OK(cuMemFree(p[1]));
-  OK(cuMemFree(p[2]));
-  OK(cuMemFree(p[3]));
-  OK(cuMemFree(extra));
-  OK(cuMemGetInfo(&fr, &total));
-  assert_int_equal(fr, total);
-  /* Capacity cannot drop below what is in use. */
-  OK(cuMemAlloc(&p[0], 32 * MiB));
-  assert_int_equal(sim_set_capacity(16 * MiB), CUDA_ERROR_INVALID_VALUE);
-  OK(cuMemFree(p[0]));
+static void test_exhaustion_returns_oom_and_recovers_after_frees(void **state)
+{
+    (void)state;
+    CUdeviceptr p[4], extra;
+    for (int i = 0; i < 4; i++)
+        OK(cuMemAlloc(&p[i], 16 * MiB));
+    assert_int_equal(cuMemAlloc(&extra, 512), CUDA_ERROR_OUT_OF_MEMORY);
+    size_t fr, total;
+    OK(cuMemGetInfo(&fr, &total));
+    assert_int_equal(fr, 0);
+    /* Below the capacity again: allocations succeed. */
+    OK(cuMemFree(p[2]));
+    OK(cuMemAlloc(&extra, 8 * MiB));
+    OK(cuMemAlloc(&p[2], 8 * MiB));
+    assert_int_equal(cuMemAlloc(&extra, 512), CUDA_ERROR_OUT_OF_MEMORY);
+    /* Physical handles draw on the same capacity. */
+    CUmemAllocationProp pr = prop();
+    CUmemGenericAllocationHandle h;
+    assert_int_equal(cuMemCreate(&h, 2 * MiB, &pr, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemFree(p[0]));
+    OK(cuMemCreate(&h, 16 * MiB, &pr, 0));
+    assert_int_equal(cuMemAlloc(&p[0], 512), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemRelease(h));
+    OK(cuMemAlloc(&p[0], 16 * MiB));
+    OK(cuMemFree(p[0]));
+    OK(cuMemFree(p[1]));
+    OK(cuMemFree(p[2]));
+    OK(cuMemFree(p[3]));
+    OK(cuMemFree(extra));
+    OK(cuMemGetInfo(&fr, &total));
+    assert_int_equal(fr, total);
+    /* Capacity cannot drop below what is in use. */
+    OK(cuMemAlloc(&p[0], 32 * MiB));
+    assert_int_equal(sim_set_capacity(16 * MiB), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(p[0]));
 }
 
-static void test_fail_nth_allocation(void **state) {
-  (void)state;
-  sim_stats st0, st1;
-  sim_stats_get(&st0);
-  OK(sim_faults_set("alloc:3,alloc:5"));
-  CUdeviceptr p[6];
-  CUmemAllocationProp pr = prop();
-  CUmemGenericAllocationHandle h;
-  OK(cuMemAlloc(&p[0], 4096));                                      /* 1 */
-  OK(cuMemAllocAsync(&p[1], 4096, NULL));                           /* 2 */
-  assert_int_equal(cuMemAlloc(&p[2], 4096), CUDA_ERROR_OUT_OF_MEMORY); /* 3 */
-  OK(cuMemCreate(&h, 2 * MiB, &pr, 0));                              /* 4 */
-  assert_int_equal(cuMemAlloc(&p[3], 4096), CUDA_ERROR_OUT_OF_MEMORY); /* 5 */
-  OK(cuMemAlloc(&p[4], 4096));                                      /* 6 */
-  sim_stats_get(&st1);
-  assert_int_equal(st1.faults_injected - st0.faults_injected, 2);
-  OK(sim_faults_set(""));
-  OK(cuMemFree(p[0]));
-  OK(cuMemFreeAsync(p[1], NULL));
-  OK(cuMemFree(p[4]));
-  OK(cuMemRelease(h));
+static void test_fail_nth_allocation(void **state)
+{
+    (void)state;
+    sim_stats st0, st1;
+    sim_stats_get(&st0);
+    OK(sim_faults_set("alloc:3,alloc:5"));
+    CUdeviceptr p[6];
+    CUmemAllocationProp pr = prop();
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAlloc(&p[0], 4096));                                         /* 1 */
+    OK(cuMemAllocAsync(&p[1], 4096, NULL));                              /* 2 */
+    assert_int_equal(cuMemAlloc(&p[2], 4096), CUDA_ERROR_OUT_OF_MEMORY); /* 3 */
+    OK(cuMemCreate(&h, 2 * MiB, &pr, 0));                                /* 4 */
+    assert_int_equal(cuMemAlloc(&p[3], 4096), CUDA_ERROR_OUT_OF_MEMORY); /* 5 */
+    OK(cuMemAlloc(&p[4], 4096));                                         /* 6 */
+    sim_stats_get(&st1);
+    assert_int_equal(st1.faults_injected - st0.faults_injected, 2);
+    OK(sim_faults_set(""));
+    OK(cuMemFree(p[0]));
+    OK(cuMemFreeAsync(p[1], NULL));
+    OK(cuMemFree(p[4]));
+    OK(cuMemRelease(h));
 }
 
-static void test_oom_at_threshold(void **state) {
-  (void)state;
-  OK(sim_faults_set("oom_at:10M"));
-  CUdeviceptr a, b, c;
-  OK(cuMemAlloc(&a, 6 * MiB));
-  assert_int_equal(cuMemAlloc(&b, 6 * MiB), CUDA_ERROR_OUT_OF_MEMORY); /* 12M > 10M */
-  OK(cuMemAlloc(&b, 4 * MiB)); /* exactly 10M is allowed */
-  assert_int_equal(cuMemAlloc(&c, 512), CUDA_ERROR_OUT_OF_MEMORY);
-  OK(cuMemFree(a));
-  OK(cuMemAlloc(&c, 512)); /* back under the threshold */
-  OK(sim_faults_set(NULL));
-  OK(cuMemFree(b));
-  OK(cuMemFree(c));
+static void test_oom_at_threshold(void **state)
+{
+    (void)state;
+    OK(sim_faults_set("oom_at:10M"));
+    CUdeviceptr a, b, c;
+    OK(cuMemAlloc(&a, 6 * MiB));
+    assert_int_equal(cuMemAlloc(&b, 6 * MiB), CUDA_ERROR_OUT_OF_MEMORY); /* 12M > 10M */
+    OK(cuMemAlloc(&b, 4 * MiB)); /* exactly 10M is allowed */
+    assert_int_equal(cuMemAlloc(&c, 512), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemFree(a));
+    OK(cuMemAlloc(&c, 512)); /* back under the threshold */
+    OK(sim_faults_set(NULL));
+    OK(cuMemFree(b));
+    OK(cuMemFree(c));
 }
 
-static void test_bad_fault_syntax_is_rejected_and_plan_kept(void **state) {
-  (void)state;
-  OK(sim_faults_set("alloc:2"));
-  const char *bad[] = {"alloc", "alloc:0", "alloc:x", "map:-1", "oom_at:lots", "boom:3", "alloc:2,,x:1"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    assert_int_equal(sim_faults_set(bad[i]), CUDA_ERROR_INVALID_VALUE);
-  /* The earlier plan still holds: the 2nd allocation fails. */
-  CUdeviceptr a, b;
-  OK(cuMemAlloc(&a, 512));
-  assert_int_equal(cuMemAlloc(&b, 512), CUDA_ERROR_OUT_OF_MEMORY);
-  OK(sim_faults_set(NULL));
-  OK(cuMemFree(a));
+static void test_bad_fault_syntax_is_rejected_and_plan_kept(void **state)
+{
+    (void)state;
+    OK(sim_faults_set("alloc:2"));
+    const char *bad[] = {"alloc",       "alloc:0", "alloc:x",     "map:-1",
+                         "oom_at:lots", "boom:3",  "alloc:2,,x:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(sim_faults_set(bad[i]), CUDA_ERROR_INVALID_VALUE);
+    /* The earlier plan still holds: the 2nd allocation fails. */
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 512));
+    assert_int_equal(cuMemAlloc(&b, 512), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(sim_faults_set(NULL));
+    OK(cuMemFree(a));
 }
 
-static void test_peak_tracks_highest_use(void **state) {
-  (void)state;
-  sim_stats_reset();
-  CUdeviceptr a, b;
-  OK(cuMemAlloc(&a, 8 * MiB));
-  OK(cuMemAlloc(&b, 16 * MiB));
-  OK(cuMemFree(b));
-  sim_stats st;
-  sim_stats_get(&st);
-  assert_int_equal(st.used, 8 * MiB);
-  assert_int_equal(st.peak, 24 * MiB);
-  OK(cuMemFree(a));
+static void test_peak_tracks_highest_use(void **state)
+{
+    (void)state;
+    sim_stats_reset();
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 8 * MiB));
+    OK(cuMemAlloc(&b, 16 * MiB));
+    OK(cuMemFree(b));
+    sim_stats st;
+    sim_stats_get(&st);
+    assert_int_equal(st.used, 8 * MiB);
+    assert_int_equal(st.peak, 24 * MiB);
+    OK(cuMemFree(a));
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_capacity_is_what_was_set),
-      cmocka_unit_test(test_exhaustion_returns_oom_and_recovers_after_frees),
-      cmocka_unit_test(test_fail_nth_allocation),
-      cmocka_unit_test(test_oom_at_threshold),
-      cmocka_unit_test(test_bad_fault_syntax_is_rejected_and_plan_kept),
-      cmocka_unit_test(test_peak_tracks_highest_use),
-  };
-  return cmocka_run_group_tests(tests, setup, NULL);
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_capacity_is_what_was_set),
+        cmocka_unit_test(test_exhaustion_returns_oom_and_recovers_after_frees),
+        cmocka_unit_test(test_fail_nth_allocation),
+        cmocka_unit_test(test_oom_at_threshold),
+        cmocka_unit_test(test_bad_fault_syntax_is_rejected_and_plan_kept),
+        cmocka_unit_test(test_peak_tracks_highest_use),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
 }

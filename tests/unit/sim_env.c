@@ -19,186 +19,233 @@
 typedef int (*child_fn)(void); /* returns the child's exit status: 0 = its checks held */
 
 /* Runs fn in a child with `var`=`value` set; returns its exit status and its stderr. */
-static int run_child(const char *var, const char *value, child_fn fn, char *err, size_t errlen) {
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
+static int run_child(const char *var, const char *value, child_fn fn, char *err, size_t errlen)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        unsetenv("GPUMEM_SIM_MEMORY");
+        unsetenv("GPUMEM_SIM_FAULTS");
+        unsetenv("GPUMEM_SIM_EVENT_DELAY");
+        unsetenv("GPUMEM_SIM_STATS");
+        unsetenv("GPUMEM_SIM_BACKING");
+        unsetenv("GPUMEM_SIM_COSTS");
+        setenv(var, value, 1);
+        exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0)
+        n += (size_t)r;
+    err[n] = '\0';
     close(fds[0]);
-    dup2(fds[1], 2);
-    unsetenv("GPUMEM_SIM_MEMORY");
-    unsetenv("GPUMEM_SIM_FAULTS");
-    unsetenv("GPUMEM_SIM_EVENT_DELAY");
-    unsetenv("GPUMEM_SIM_STATS");
-    unsetenv("GPUMEM_SIM_BACKING");
-    unsetenv("GPUMEM_SIM_COSTS");
-    setenv(var, value, 1);
-    exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
-  }
-  close(fds[1]);
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0) n += (size_t)r;
-  err[n] = '\0';
-  close(fds[0]);
-  int status;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  assert_true(WIFEXITED(status));
-  return WEXITSTATUS(status);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
 }
 
-static size_t total_mem(void) {
-  size_t fr = 0, total = 0;
-  if (cuInit(0) || cuMemGetInfo(&fr, &total)) return 0;
-  return total;
+static size_t total_mem(void)
+{
+    size_t fr = 0, total = 0;
+    if (cuInit(0) || cuMemGetInfo(&fr, &total)) return 0;
+    return total;
 }
 
-static int child_memory_is_1g(void) { return total_mem() == ((size_t)1 << 30) ? 0 : 1; }
-static int child_memory_is_default_16g(void) { return total_mem() == ((size_t)16 << 30) ? 0 : 1; }
-
-static void test_memory_size_from_env(void **state) {
-  (void)state;
-  char err[4096];
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1G", child_memory_is_1g, err, sizeof err), 0);
-  assert_string_equal(err, "");
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1024M", child_memory_is_1g, err, sizeof err), 0);
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1GiB", child_memory_is_1g, err, sizeof err), 0);
-  /* Bad value: named in a message, default used. */
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "sixteen", child_memory_is_default_16g, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='sixteen'"));
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "nan", child_memory_is_default_16g, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='nan'"));
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1e30", child_memory_is_default_16g, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1e30'"));
-  assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1073741824i", child_memory_is_default_16g, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1073741824i'"));
+static int child_memory_is_1g(void)
+{
+    return total_mem() == ((size_t)1 << 30) ? 0 : 1;
+}
+static int child_memory_is_default_16g(void)
+{
+    return total_mem() == ((size_t)16 << 30) ? 0 : 1;
 }
 
-static int child_second_alloc_fails(void) {
-  CUdeviceptr a, b, c;
-  if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
-  if (cuMemAlloc(&b, 512) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
-  if (cuMemAlloc(&c, 512)) return 3;
-  return 0;
+static void test_memory_size_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1G", child_memory_is_1g, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1024M", child_memory_is_1g, err, sizeof err),
+                     0);
+    assert_int_equal(run_child("GPUMEM_SIM_MEMORY", "1GiB", child_memory_is_1g, err, sizeof err),
+                     0);
+    /* Bad value: named in a message, default used. */
+    assert_int_equal(
+        run_child("GPUMEM_SIM_MEMORY", "sixteen", child_memory_is_default_16g, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='sixteen'"));
+    assert_int_equal(
+        run_child("GPUMEM_SIM_MEMORY", "nan", child_memory_is_default_16g, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='nan'"));
+    assert_int_equal(
+        run_child("GPUMEM_SIM_MEMORY", "1e30", child_memory_is_default_16g, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1e30'"));
+    assert_int_equal(
+        run_child("GPUMEM_SIM_MEMORY", "1073741824i", child_memory_is_default_16g, err, sizeof err),
+        0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_MEMORY='1073741824i'"));
 }
 
-static int child_all_allocs_succeed(void) {
-  CUdeviceptr a;
-  if (cuInit(0)) return 1;
-  for (int i = 0; i < 4; i++)
-    if (cuMemAlloc(&a, 512)) return 2;
-  return 0;
+static int child_second_alloc_fails(void)
+{
+    CUdeviceptr a, b, c;
+    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    if (cuMemAlloc(&b, 512) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
+    if (cuMemAlloc(&c, 512)) return 3;
+    return 0;
 }
 
-static void test_faults_from_env(void **state) {
-  (void)state;
-  char err[4096];
-  assert_int_equal(run_child("GPUMEM_SIM_FAULTS", "alloc:2", child_second_alloc_fails, err, sizeof err), 0);
-  assert_string_equal(err, "");
-  /* Bad syntax: clear message naming the value; the variable is ignored, the program runs. */
-  assert_int_equal(run_child("GPUMEM_SIM_FAULTS", "alloc=2", child_all_allocs_succeed, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_FAULTS='alloc=2'"));
-  assert_non_null(strstr(err, "ignored"));
-  assert_int_equal(run_child("GPUMEM_SIM_FAULTS", "alloc:2,oom_at:big", child_all_allocs_succeed, err, sizeof err), 0);
-  assert_non_null(strstr(err, "oom_at:big"));
+static int child_all_allocs_succeed(void)
+{
+    CUdeviceptr a;
+    if (cuInit(0)) return 1;
+    for (int i = 0; i < 4; i++)
+        if (cuMemAlloc(&a, 512)) return 2;
+    return 0;
 }
 
-static int child_event_needs_two_queries(void) {
-  CUevent e;
-  if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
-  if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 2;
-  if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 3;
-  if (cuEventQuery(e) != CUDA_SUCCESS) return 4;
-  return 0;
+static void test_faults_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(
+        run_child("GPUMEM_SIM_FAULTS", "alloc:2", child_second_alloc_fails, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    /* Bad syntax: clear message naming the value; the variable is ignored, the program runs. */
+    assert_int_equal(
+        run_child("GPUMEM_SIM_FAULTS", "alloc=2", child_all_allocs_succeed, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_FAULTS='alloc=2'"));
+    assert_non_null(strstr(err, "ignored"));
+    assert_int_equal(run_child("GPUMEM_SIM_FAULTS", "alloc:2,oom_at:big", child_all_allocs_succeed,
+                               err, sizeof err),
+                     0);
+    assert_non_null(strstr(err, "oom_at:big"));
 }
 
-static int child_event_completes_at_once(void) {
-  CUevent e;
-  if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
-  return cuEventQuery(e) == CUDA_SUCCESS ? 0 : 2;
+static int child_event_needs_two_queries(void)
+{
+    CUevent e;
+    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 2;
+    if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 3;
+    if (cuEventQuery(e) != CUDA_SUCCESS) return 4;
+    return 0;
 }
 
-static int child_event_completes_after_simulated_time(void) {
-  CUevent e;
-  if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
-  int n = 0;
-  while (cuEventQuery(e) == CUDA_ERROR_NOT_READY && n < 100000) n++;
-  return n >= 150 && n <= 200 ? 0 : 2; /* 200 us of 1-us queries, less the record's cost */
+static int child_event_completes_at_once(void)
+{
+    CUevent e;
+    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    return cuEventQuery(e) == CUDA_SUCCESS ? 0 : 2;
 }
 
-static void test_event_delay_from_env(void **state) {
-  (void)state;
-  char err[4096];
-  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "2", child_event_needs_two_queries, err, sizeof err), 0);
-  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "-3", child_event_completes_at_once, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='-3'"));
-  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "200us", child_event_completes_after_simulated_time, err, sizeof err), 0);
-  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "0.2ms", child_event_completes_after_simulated_time, err, sizeof err), 0);
-  assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "3s", child_event_completes_at_once, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='3s'"));
+static int child_event_completes_after_simulated_time(void)
+{
+    CUevent e;
+    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    int n = 0;
+    while (cuEventQuery(e) == CUDA_ERROR_NOT_READY && n < 100000)
+        n++;
+    return n >= 150 && n <= 200 ? 0 : 2; /* 200 us of 1-us queries, less the record's cost */
 }
 
-static int child_some_calls(void) {
-  CUdeviceptr a;
-  if (cuInit(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
-  return 0;
+static void test_event_delay_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(
+        run_child("GPUMEM_SIM_EVENT_DELAY", "2", child_event_needs_two_queries, err, sizeof err),
+        0);
+    assert_int_equal(
+        run_child("GPUMEM_SIM_EVENT_DELAY", "-3", child_event_completes_at_once, err, sizeof err),
+        0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='-3'"));
+    assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "200us",
+                               child_event_completes_after_simulated_time, err, sizeof err),
+                     0);
+    assert_int_equal(run_child("GPUMEM_SIM_EVENT_DELAY", "0.2ms",
+                               child_event_completes_after_simulated_time, err, sizeof err),
+                     0);
+    assert_int_equal(
+        run_child("GPUMEM_SIM_EVENT_DELAY", "3s", child_event_completes_at_once, err, sizeof err),
+        0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_EVENT_DELAY='3s'"));
 }
 
-static void test_stats_printed_at_exit(void **state) {
-  (void)state;
-  char err[8192];
-  assert_int_equal(run_child("GPUMEM_SIM_STATS", "1", child_some_calls, err, sizeof err), 0);
-  assert_non_null(strstr(err, "simulated driver time"));
-  char *line = strstr(err, "cuMemAlloc ");
-  assert_non_null(line);
-  unsigned long long calls = 0, bytes = 0;
-  double us = 0;
-  assert_int_equal(sscanf(line, "cuMemAlloc %llu %llu %lf", &calls, &bytes, &us), 3);
-  assert_int_equal(calls, 1);
-  assert_int_equal(bytes, 1 << 20);
-  assert_true(us > 0);
-  assert_non_null(strstr(err, "cuMemFree "));
-  /* Off by default. */
-  assert_int_equal(run_child("GPUMEM_SIM_STATS", "0", child_some_calls, err, sizeof err), 0);
-  assert_string_equal(err, "");
+static int child_some_calls(void)
+{
+    CUdeviceptr a;
+    if (cuInit(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
+    return 0;
 }
 
-static int child_alloc_costs_7(void) {
-  CUdeviceptr a;
-  if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
-  sim_stats st;
-  sim_stats_get(&st);
-  return st.op[SIM_OP_MEM_ALLOC].us > 7 - 1e-6 && st.op[SIM_OP_MEM_ALLOC].us < 7.01 ? 0 : 2;
+static void test_stats_printed_at_exit(void **state)
+{
+    (void)state;
+    char err[8192];
+    assert_int_equal(run_child("GPUMEM_SIM_STATS", "1", child_some_calls, err, sizeof err), 0);
+    assert_non_null(strstr(err, "simulated driver time"));
+    char *line = strstr(err, "cuMemAlloc ");
+    assert_non_null(line);
+    unsigned long long calls = 0, bytes = 0;
+    double us = 0;
+    assert_int_equal(sscanf(line, "cuMemAlloc %llu %llu %lf", &calls, &bytes, &us), 3);
+    assert_int_equal(calls, 1);
+    assert_int_equal(bytes, 1 << 20);
+    assert_true(us > 0);
+    assert_non_null(strstr(err, "cuMemFree "));
+    /* Off by default. */
+    assert_int_equal(run_child("GPUMEM_SIM_STATS", "0", child_some_calls, err, sizeof err), 0);
+    assert_string_equal(err, "");
 }
 
-static int child_alloc_costs_default(void) {
-  CUdeviceptr a;
-  double fixed, per;
-  if (cuInit(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
-  sim_stats st;
-  sim_stats_get(&st);
-  double want = fixed + per * 512.0 / 1048576.0;
-  return st.op[SIM_OP_MEM_ALLOC].us - want < 1e-9 && want - st.op[SIM_OP_MEM_ALLOC].us < 1e-9 ? 0 : 2;
+static int child_alloc_costs_7(void)
+{
+    CUdeviceptr a;
+    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    sim_stats st;
+    sim_stats_get(&st);
+    return st.op[SIM_OP_MEM_ALLOC].us > 7 - 1e-6 && st.op[SIM_OP_MEM_ALLOC].us < 7.01 ? 0 : 2;
 }
 
-static void test_costs_from_env(void **state) {
-  (void)state;
-  char err[4096];
-  assert_int_equal(run_child("GPUMEM_SIM_COSTS", "cuMemAlloc=7+0", child_alloc_costs_7, err, sizeof err), 0);
-  assert_string_equal(err, "");
-  assert_int_equal(run_child("GPUMEM_SIM_COSTS", "cuMemAlloc:7", child_alloc_costs_default, err, sizeof err), 0);
-  assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
+static int child_alloc_costs_default(void)
+{
+    CUdeviceptr a;
+    double fixed, per;
+    if (cuInit(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
+    sim_stats st;
+    sim_stats_get(&st);
+    double want = fixed + per * 512.0 / 1048576.0;
+    return st.op[SIM_OP_MEM_ALLOC].us - want < 1e-9 && want - st.op[SIM_OP_MEM_ALLOC].us < 1e-9 ? 0
+                                                                                                : 2;
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_memory_size_from_env),
-      cmocka_unit_test(test_faults_from_env),
-      cmocka_unit_test(test_event_delay_from_env),
-      cmocka_unit_test(test_stats_printed_at_exit),
-      cmocka_unit_test(test_costs_from_env),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+static void test_costs_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(
+        run_child("GPUMEM_SIM_COSTS", "cuMemAlloc=7+0", child_alloc_costs_7, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(
+        run_child("GPUMEM_SIM_COSTS", "cuMemAlloc:7", child_alloc_costs_default, err, sizeof err),
+        0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memory_size_from_env), cmocka_unit_test(test_faults_from_env),
+        cmocka_unit_test(test_event_delay_from_env), cmocka_unit_test(test_stats_printed_at_exit),
+        cmocka_unit_test(test_costs_from_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,286 +19,310 @@
 #define OK(x) assert_int_equal((x), cudaSuccess)
 
 /* Runs first: the driver is not loaded until the runtime is used. */
-static void test_driver_loaded_by_runtime_only(void **state) {
-  (void)state;
-  assert_null(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD));
-  OK(cudaFree(NULL)); /* initializes */
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  assert_non_null(h);
-  /* ... and it is the sim's driver. */
-  assert_non_null(dlsym(h, "sim_register_kernel"));
-  dlclose(h);
-  int v = 0;
-  OK(cudaRuntimeGetVersion(&v));
-  assert_int_equal(v, CUDART_VERSION);
-  OK(cudaDriverGetVersion(&v));
-  assert_int_equal(v, CUDA_VERSION);
+static void test_driver_loaded_by_runtime_only(void **state)
+{
+    (void)state;
+    assert_null(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD));
+    OK(cudaFree(NULL)); /* initializes */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    /* ... and it is the sim's driver. */
+    assert_non_null(dlsym(h, "sim_register_kernel"));
+    dlclose(h);
+    int v = 0;
+    OK(cudaRuntimeGetVersion(&v));
+    assert_int_equal(v, CUDART_VERSION);
+    OK(cudaDriverGetVersion(&v));
+    assert_int_equal(v, CUDA_VERSION);
 }
 
-static void test_malloc_copy_memset_free(void **state) {
-  (void)state;
-  void *d = NULL;
-  OK(cudaMalloc(&d, 1 << 20));
-  assert_non_null(d);
-  char in[256], out[256];
-  for (int i = 0; i < 256; i++) in[i] = (char)i;
-  OK(cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice));
-  OK(cudaMemset((char *)d + 16, 0x7f, 16));
-  OK(cudaMemcpy(out, d, sizeof out, cudaMemcpyDeviceToHost));
-  assert_memory_equal(out, in, 16);
-  assert_int_equal(out[16], 0x7f);
-  assert_int_equal(out[31], 0x7f);
-  assert_memory_equal(out + 32, in + 32, 224);
-  void *d2;
-  OK(cudaMalloc(&d2, 256));
-  OK(cudaMemcpy(d2, d, 256, cudaMemcpyDefault));
-  OK(cudaMemcpy(out, d2, 256, cudaMemcpyDefault));
-  assert_int_equal(out[20], 0x7f);
-  OK(cudaFree(d2));
-  OK(cudaFree(d));
-  void *z = (void *)1;
-  OK(cudaMalloc(&z, 0)); /* size 0: success and NULL, as the real runtime */
-  assert_null(z);
-  assert_int_equal(cudaMemcpy(out, in, 4, (enum cudaMemcpyKind)17), cudaErrorInvalidMemcpyDirection);
-  (void)cudaGetLastError();
+static void test_malloc_copy_memset_free(void **state)
+{
+    (void)state;
+    void *d = NULL;
+    OK(cudaMalloc(&d, 1 << 20));
+    assert_non_null(d);
+    char in[256], out[256];
+    for (int i = 0; i < 256; i++)
+        in[i] = (char)i;
+    OK(cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice));
+    OK(cudaMemset((char *)d + 16, 0x7f, 16));
+    OK(cudaMemcpy(out, d, sizeof out, cudaMemcpyDeviceToHost));
+    assert_memory_equal(out, in, 16);
+    assert_int_equal(out[16], 0x7f);
+    assert_int_equal(out[31], 0x7f);
+    assert_memory_equal(out + 32, in + 32, 224);
+    void *d2;
+    OK(cudaMalloc(&d2, 256));
+    OK(cudaMemcpy(d2, d, 256, cudaMemcpyDefault));
+    OK(cudaMemcpy(out, d2, 256, cudaMemcpyDefault));
+    assert_int_equal(out[20], 0x7f);
+    OK(cudaFree(d2));
+    OK(cudaFree(d));
+    void *z = (void *)1;
+    OK(cudaMalloc(&z, 0)); /* size 0: success and NULL, as the real runtime */
+    assert_null(z);
+    assert_int_equal(cudaMemcpy(out, in, 4, (enum cudaMemcpyKind)17),
+                     cudaErrorInvalidMemcpyDirection);
+    (void)cudaGetLastError();
 }
 
-static void test_errors_map_and_last_error_is_sticky_until_read(void **state) {
-  (void)state;
-  OK(cudaGetLastError());
-  size_t fr, total;
-  OK(cudaMemGetInfo(&fr, &total));
-  void *d = (void *)1;
-  /* Out of memory: the driver's CUDA_ERROR_OUT_OF_MEMORY is cudaErrorMemoryAllocation (2). */
-  assert_int_equal(cudaMalloc(&d, total + (1 << 30)), cudaErrorMemoryAllocation);
-  assert_null(d);
-  assert_int_equal(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
-  assert_int_equal(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
-  assert_int_equal(cudaGetLastError(), cudaErrorMemoryAllocation);
-  OK(cudaGetLastError());
-  assert_string_equal(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation");
-  assert_string_equal(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory");
-  assert_string_equal(cudaGetErrorString(cudaErrorNotSupported), "operation not supported");
-  assert_string_equal(cudaGetErrorName((cudaError_t)987654), "unrecognized error code");
-  /* Other mappings. */
-  int x;
-  assert_int_equal(cudaFree(&x), cudaErrorInvalidDevicePointer);
-  assert_int_equal(cudaSetDevice(1), cudaErrorInvalidDevice);
-  assert_int_equal(cudaStreamSynchronize((cudaStream_t)(void *)&x), cudaErrorInvalidResourceHandle);
-  assert_int_equal(cudaHostUnregister(&x), cudaErrorHostMemoryNotRegistered);
-  assert_int_equal(cudaGetLastError(), cudaErrorHostMemoryNotRegistered); /* the latest one */
-  /* A runtime function the sim does not implement. */
-  assert_int_equal(cudaDeviceSetLimit(cudaLimitStackSize, 1024), cudaErrorNotSupported);
-  assert_int_equal(cudaGetLastError(), cudaErrorNotSupported);
+static void test_errors_map_and_last_error_is_sticky_until_read(void **state)
+{
+    (void)state;
+    OK(cudaGetLastError());
+    size_t fr, total;
+    OK(cudaMemGetInfo(&fr, &total));
+    void *d = (void *)1;
+    /* Out of memory: the driver's CUDA_ERROR_OUT_OF_MEMORY is cudaErrorMemoryAllocation (2). */
+    assert_int_equal(cudaMalloc(&d, total + (1 << 30)), cudaErrorMemoryAllocation);
+    assert_null(d);
+    assert_int_equal(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
+    assert_int_equal(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
+    assert_int_equal(cudaGetLastError(), cudaErrorMemoryAllocation);
+    OK(cudaGetLastError());
+    assert_string_equal(cudaGetErrorName(cudaErrorMemoryAllocation), "cudaErrorMemoryAllocation");
+    assert_string_equal(cudaGetErrorString(cudaErrorMemoryAllocation), "out of memory");
+    assert_string_equal(cudaGetErrorString(cudaErrorNotSupported), "operation not supported");
+    assert_string_equal(cudaGetErrorName((cudaError_t)987654), "unrecognized error code");
+    /* Other mappings. */
+    int x;
+    assert_int_equal(cudaFree(&x), cudaErrorInvalidDevicePointer);
+    assert_int_equal(cudaSetDevice(1), cudaErrorInvalidDevice);
+    assert_int_equal(cudaStreamSynchronize((cudaStream_t)(void *)&x),
+                     cudaErrorInvalidResourceHandle);
+    assert_int_equal(cudaHostUnregister(&x), cudaErrorHostMemoryNotRegistered);
+    assert_int_equal(cudaGetLastError(), cudaErrorHostMemoryNotRegistered); /* the latest one */
+    /* A runtime function the sim does not implement. */
+    assert_int_equal(cudaDeviceSetLimit(cudaLimitStackSize, 1024), cudaErrorNotSupported);
+    assert_int_equal(cudaGetLastError(), cudaErrorNotSupported);
 }
 
-static void test_devices_and_properties(void **state) {
-  (void)state;
-  int n = 0, dev = -1;
-  OK(cudaGetDeviceCount(&n));
-  assert_int_equal(n, 1);
-  OK(cudaSetDevice(0));
-  OK(cudaGetDevice(&dev));
-  assert_int_equal(dev, 0);
-  struct cudaDeviceProp p;
-  OK(cudaGetDeviceProperties(&p, 0));
-  assert_non_null(strstr(p.name, "virtual GPU"));
-  assert_int_equal(p.major, 8);
-  assert_int_equal(p.warpSize, 32);
-  size_t fr, total;
-  OK(cudaMemGetInfo(&fr, &total));
-  assert_int_equal(p.totalGlobalMem, total);
-  int v = 0;
-  OK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
-  assert_int_equal(v, p.multiProcessorCount);
-  assert_int_equal(cudaGetDeviceProperties(&p, 2), cudaErrorInvalidDevice);
-  (void)cudaGetLastError();
-  OK(cudaDeviceSynchronize());
+static void test_devices_and_properties(void **state)
+{
+    (void)state;
+    int n = 0, dev = -1;
+    OK(cudaGetDeviceCount(&n));
+    assert_int_equal(n, 1);
+    OK(cudaSetDevice(0));
+    OK(cudaGetDevice(&dev));
+    assert_int_equal(dev, 0);
+    struct cudaDeviceProp p;
+    OK(cudaGetDeviceProperties(&p, 0));
+    assert_non_null(strstr(p.name, "virtual GPU"));
+    assert_int_equal(p.major, 8);
+    assert_int_equal(p.warpSize, 32);
+    size_t fr, total;
+    OK(cudaMemGetInfo(&fr, &total));
+    assert_int_equal(p.totalGlobalMem, total);
+    int v = 0;
+    OK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0));
+    assert_int_equal(v, p.multiProcessorCount);
+    assert_int_equal(cudaGetDeviceProperties(&p, 2), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    OK(cudaDeviceSynchronize());
 }
 
-static void test_streams_events_and_async(void **state) {
-  (void)state;
-  cudaStream_t s;
-  OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t a, b;
-  OK(cudaEventCreate(&a));
-  OK(cudaEventCreateWithFlags(&b, cudaEventDefault));
-  void *d = NULL;
-  OK(cudaMallocAsync(&d, 4096, s));
-  OK(cudaEventRecord(a, s));
-  OK(cudaMemsetAsync(d, 3, 4096, s));
-  char out[8];
-  OK(cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost, s));
-  OK(cudaEventRecord(b, s));
-  OK(cudaStreamWaitEvent(NULL, b, 0));
-  OK(cudaStreamSynchronize(s));
-  assert_int_equal(out[7], 3);
-  OK(cudaEventQuery(b));
-  float ms = -1;
-  OK(cudaEventElapsedTime(&ms, a, b));
-  assert_true(ms >= 0);
-  OK(cudaFreeAsync(d, s));
-  cudaMemPool_t pool;
-  OK(cudaDeviceGetDefaultMemPool(&pool, 0));
-  OK(cudaMallocFromPoolAsync(&d, 1024, pool, s));
-  OK(cudaFreeAsync(d, s));
-  /* Delayed completion, switched on through the sim-only API the driver exports. */
-  void (*set_delay)(unsigned) = (void (*)(unsigned))dlsym(RTLD_DEFAULT, "sim_set_event_delay");
-  assert_non_null(set_delay);
-  set_delay(1);
-  OK(cudaEventRecord(a, s));
-  assert_int_equal(cudaEventQuery(a), cudaErrorNotReady);
-  OK(cudaEventQuery(a));
-  OK(cudaEventRecord(a, s));
-  assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
-  OK(cudaStreamQuery(s));
-  set_delay(0);
-  (void)cudaGetLastError();
-  OK(cudaEventDestroy(a));
-  OK(cudaEventDestroy(b));
-  OK(cudaStreamDestroy(s));
+static void test_streams_events_and_async(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t a, b;
+    OK(cudaEventCreate(&a));
+    OK(cudaEventCreateWithFlags(&b, cudaEventDefault));
+    void *d = NULL;
+    OK(cudaMallocAsync(&d, 4096, s));
+    OK(cudaEventRecord(a, s));
+    OK(cudaMemsetAsync(d, 3, 4096, s));
+    char out[8];
+    OK(cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost, s));
+    OK(cudaEventRecord(b, s));
+    OK(cudaStreamWaitEvent(NULL, b, 0));
+    OK(cudaStreamSynchronize(s));
+    assert_int_equal(out[7], 3);
+    OK(cudaEventQuery(b));
+    float ms = -1;
+    OK(cudaEventElapsedTime(&ms, a, b));
+    assert_true(ms >= 0);
+    OK(cudaFreeAsync(d, s));
+    cudaMemPool_t pool;
+    OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    OK(cudaMallocFromPoolAsync(&d, 1024, pool, s));
+    OK(cudaFreeAsync(d, s));
+    /* Delayed completion, switched on through the sim-only API the driver exports. */
+    void (*set_delay)(unsigned) = (void (*)(unsigned))dlsym(RTLD_DEFAULT, "sim_set_event_delay");
+    assert_non_null(set_delay);
+    set_delay(1);
+    OK(cudaEventRecord(a, s));
+    assert_int_equal(cudaEventQuery(a), cudaErrorNotReady);
+    OK(cudaEventQuery(a));
+    OK(cudaEventRecord(a, s));
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
+    OK(cudaStreamQuery(s));
+    set_delay(0);
+    (void)cudaGetLastError();
+    OK(cudaEventDestroy(a));
+    OK(cudaEventDestroy(b));
+    OK(cudaStreamDestroy(s));
 }
 
-static void test_host_managed_and_pointer_attributes(void **state) {
-  (void)state;
-  void *h = NULL, *h2 = NULL, *m = NULL, *d = NULL;
-  OK(cudaMallocHost(&h, 4096));
-  OK(cudaHostAlloc(&h2, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
-  OK(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal));
-  OK(cudaMalloc(&d, 4096));
-  ((char *)m)[10] = 5; /* managed memory is host-accessible in the sim */
-  struct cudaPointerAttributes at;
-  OK(cudaPointerGetAttributes(&at, d));
-  assert_int_equal(at.type, cudaMemoryTypeDevice);
-  assert_int_equal(at.device, 0);
-  assert_ptr_equal(at.devicePointer, d);
-  OK(cudaPointerGetAttributes(&at, h));
-  assert_int_equal(at.type, cudaMemoryTypeHost);
-  OK(cudaPointerGetAttributes(&at, m));
-  assert_int_equal(at.type, cudaMemoryTypeManaged);
-  int local;
-  OK(cudaPointerGetAttributes(&at, &local));
-  assert_int_equal(at.type, cudaMemoryTypeUnregistered);
-  void *dp = NULL;
-  OK(cudaHostGetDevicePointer(&dp, h2, 0));
-  assert_ptr_equal(dp, h2);
-  char *buf = malloc(8192);
-  OK(cudaHostRegister(buf, 8192, cudaHostRegisterDefault));
-  OK(cudaPointerGetAttributes(&at, buf + 10));
-  assert_int_equal(at.type, cudaMemoryTypeHost);
-  assert_int_equal(cudaHostRegister(buf, 8192, 0), cudaErrorHostMemoryAlreadyRegistered);
-  (void)cudaGetLastError();
-  OK(cudaHostUnregister(buf));
-  free(buf);
-  OK(cudaFreeHost(h));
-  OK(cudaFreeHost(h2));
-  OK(cudaFree(m));
-  OK(cudaFree(d));
+static void test_host_managed_and_pointer_attributes(void **state)
+{
+    (void)state;
+    void *h = NULL, *h2 = NULL, *m = NULL, *d = NULL;
+    OK(cudaMallocHost(&h, 4096));
+    OK(cudaHostAlloc(&h2, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+    OK(cudaMallocManaged(&m, 4096, cudaMemAttachGlobal));
+    OK(cudaMalloc(&d, 4096));
+    ((char *)m)[10] = 5; /* managed memory is host-accessible in the sim */
+    struct cudaPointerAttributes at;
+    OK(cudaPointerGetAttributes(&at, d));
+    assert_int_equal(at.type, cudaMemoryTypeDevice);
+    assert_int_equal(at.device, 0);
+    assert_ptr_equal(at.devicePointer, d);
+    OK(cudaPointerGetAttributes(&at, h));
+    assert_int_equal(at.type, cudaMemoryTypeHost);
+    OK(cudaPointerGetAttributes(&at, m));
+    assert_int_equal(at.type, cudaMemoryTypeManaged);
+    int local;
+    OK(cudaPointerGetAttributes(&at, &local));
+    assert_int_equal(at.type, cudaMemoryTypeUnregistered);
+    void *dp = NULL;
+    OK(cudaHostGetDevicePointer(&dp, h2, 0));
+    assert_ptr_equal(dp, h2);
+    char *buf = malloc(8192);
+    OK(cudaHostRegister(buf, 8192, cudaHostRegisterDefault));
+    OK(cudaPointerGetAttributes(&at, buf + 10));
+    assert_int_equal(at.type, cudaMemoryTypeHost);
+    assert_int_equal(cudaHostRegister(buf, 8192, 0), cudaErrorHostMemoryAlreadyRegistered);
+    (void)cudaGetLastError();
+    OK(cudaHostUnregister(buf));
+    free(buf);
+    OK(cudaFreeHost(h));
+    OK(cudaFreeHost(h2));
+    OK(cudaFree(m));
+    OK(cudaFree(d));
 }
 
-static void test_driver_entry_points(void **state) {
-  (void)state;
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
-  OK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &st));
-  assert_int_equal(st, cudaDriverEntryPointSuccess);
-  assert_ptr_equal(fn, dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
-  OK(cudaGetDriverEntryPointByVersion("cuNoSuchThing", &fn, 12000, cudaEnableDefault, &st));
-  assert_int_equal(st, cudaDriverEntryPointSymbolNotFound);
-  assert_null(fn);
-  /* The driver function works when called through the pointer. */
-  CUresult (*alloc)(CUdeviceptr *, size_t) = NULL;
-  CUresult (*dfree)(CUdeviceptr) = NULL;
-  OK(cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&alloc, 12000, cudaEnableDefault, &st));
-  OK(cudaGetDriverEntryPointByVersion("cuMemFree", (void **)&dfree, 12000, cudaEnableDefault, &st));
-  CUdeviceptr p;
-  assert_int_equal(alloc(&p, 4096), CUDA_SUCCESS);
-  assert_int_equal(dfree(p), CUDA_SUCCESS);
+static void test_driver_entry_points(void **state)
+{
+    (void)state;
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
+    OK(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 12000, cudaEnableDefault, &st));
+    assert_int_equal(st, cudaDriverEntryPointSuccess);
+    assert_ptr_equal(fn, dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+    OK(cudaGetDriverEntryPointByVersion("cuNoSuchThing", &fn, 12000, cudaEnableDefault, &st));
+    assert_int_equal(st, cudaDriverEntryPointSymbolNotFound);
+    assert_null(fn);
+    /* The driver function works when called through the pointer. */
+    CUresult (*alloc)(CUdeviceptr *, size_t) = NULL;
+    CUresult (*dfree)(CUdeviceptr) = NULL;
+    OK(cudaGetDriverEntryPointByVersion("cuMemAlloc", (void **)&alloc, 12000, cudaEnableDefault,
+                                        &st));
+    OK(cudaGetDriverEntryPointByVersion("cuMemFree", (void **)&dfree, 12000, cudaEnableDefault,
+                                        &st));
+    CUdeviceptr p;
+    assert_int_equal(alloc(&p, 4096), CUDA_SUCCESS);
+    assert_int_equal(dfree(p), CUDA_SUCCESS);
 }
 
-typedef CUresult (*register_fn)(const char *, void (*)(void **), unsigned, const size_t *, CUfunction *);
+typedef CUresult (*register_fn)(const char *, void (*)(void **), unsigned, const size_t *,
+                                CUfunction *);
 
-static void kernel_scale(void **p) {
-  float *x = *(float **)p[0];
-  float a = *(float *)p[1];
-  for (int i = 0; i < 4; i++) x[i] *= a;
+static void kernel_scale(void **p)
+{
+    float *x = *(float **)p[0];
+    float a = *(float *)p[1];
+    for (int i = 0; i < 4; i++)
+        x[i] *= a;
 }
 
-static void test_launch_host_kernel_through_runtime(void **state) {
-  (void)state;
-  register_fn reg = (register_fn)dlsym(RTLD_DEFAULT, "sim_register_kernel");
-  assert_non_null(reg);
-  size_t sizes[] = {sizeof(float *), sizeof(float)};
-  CUfunction f;
-  assert_int_equal(reg("scale", kernel_scale, 2, sizes, &f), CUDA_SUCCESS);
-  float *d;
-  OK(cudaMalloc((void **)&d, 4 * sizeof(float)));
-  float h[4] = {1, 2, 3, 4};
-  OK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
-  float a = 2.5f;
-  void *args[] = {&d, &a};
-  OK(cudaLaunchKernel((const void *)f, (dim3){1, 1, 1}, (dim3){4, 1, 1}, args, 0, NULL));
-  OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-  assert_true(h[0] == 2.5f && h[3] == 10.0f);
-  int not_a_kernel;
-  assert_int_equal(cudaLaunchKernel(&not_a_kernel, (dim3){1, 1, 1}, (dim3){1, 1, 1}, args, 0, NULL),
-                   cudaErrorInvalidDeviceFunction);
-  (void)cudaGetLastError();
-  OK(cudaFree(d));
+static void test_launch_host_kernel_through_runtime(void **state)
+{
+    (void)state;
+    register_fn reg = (register_fn)dlsym(RTLD_DEFAULT, "sim_register_kernel");
+    assert_non_null(reg);
+    size_t sizes[] = {sizeof(float *), sizeof(float)};
+    CUfunction f;
+    assert_int_equal(reg("scale", kernel_scale, 2, sizes, &f), CUDA_SUCCESS);
+    float *d;
+    OK(cudaMalloc((void **)&d, 4 * sizeof(float)));
+    float h[4] = {1, 2, 3, 4};
+    OK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    float a = 2.5f;
+    void *args[] = {&d, &a};
+    OK(cudaLaunchKernel((const void *)f, (dim3){1, 1, 1}, (dim3){4, 1, 1}, args, 0, NULL));
+    OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    assert_true(h[0] == 2.5f && h[3] == 10.0f);
+    int not_a_kernel;
+    assert_int_equal(
+        cudaLaunchKernel(&not_a_kernel, (dim3){1, 1, 1}, (dim3){1, 1, 1}, args, 0, NULL),
+        cudaErrorInvalidDeviceFunction);
+    (void)cudaGetLastError();
+    OK(cudaFree(d));
 }
 
 /* Several threads use the runtime at once; each one's last error is its own. */
-static void *runtime_worker(void *arg) {
-  intptr_t id = (intptr_t)arg;
-  cudaStream_t s;
-  if (cudaStreamCreate(&s) != cudaSuccess) return (void *)1;
-  for (int i = 0; i < 200; i++) {
-    int v[16], back[16];
-    for (int k = 0; k < 16; k++) v[k] = (int)id * 1000 + i + k;
-    void *d;
-    if (cudaMallocAsync(&d, sizeof v, s) != cudaSuccess) return (void *)2;
-    if (cudaMemcpyAsync(d, v, sizeof v, cudaMemcpyHostToDevice, s) != cudaSuccess) return (void *)3;
-    if (cudaMemcpyAsync(back, d, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess) return (void *)4;
-    if (cudaStreamSynchronize(s) != cudaSuccess) return (void *)5;
-    if (memcmp(v, back, sizeof v)) return (void *)6;
-    if (cudaFreeAsync(d, s) != cudaSuccess) return (void *)7;
-  }
-  if (id == 0) {
-    int x;
-    (void)cudaFree(&x); /* an error on this thread only */
-    if (cudaGetLastError() != cudaErrorInvalidDevicePointer) return (void *)8;
-  } else if (cudaPeekAtLastError() != cudaSuccess) {
-    return (void *)9;
-  }
-  cudaStreamDestroy(s);
-  return NULL;
+static void *runtime_worker(void *arg)
+{
+    intptr_t id = (intptr_t)arg;
+    cudaStream_t s;
+    if (cudaStreamCreate(&s) != cudaSuccess) return (void *)1;
+    for (int i = 0; i < 200; i++) {
+        int v[16], back[16];
+        for (int k = 0; k < 16; k++)
+            v[k] = (int)id * 1000 + i + k;
+        void *d;
+        if (cudaMallocAsync(&d, sizeof v, s) != cudaSuccess) return (void *)2;
+        if (cudaMemcpyAsync(d, v, sizeof v, cudaMemcpyHostToDevice, s) != cudaSuccess)
+            return (void *)3;
+        if (cudaMemcpyAsync(back, d, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess)
+            return (void *)4;
+        if (cudaStreamSynchronize(s) != cudaSuccess) return (void *)5;
+        if (memcmp(v, back, sizeof v)) return (void *)6;
+        if (cudaFreeAsync(d, s) != cudaSuccess) return (void *)7;
+    }
+    if (id == 0) {
+        int x;
+        (void)cudaFree(&x); /* an error on this thread only */
+        if (cudaGetLastError() != cudaErrorInvalidDevicePointer) return (void *)8;
+    } else if (cudaPeekAtLastError() != cudaSuccess) {
+        return (void *)9;
+    }
+    cudaStreamDestroy(s);
+    return NULL;
 }
 
-static void test_threads_use_the_runtime_concurrently(void **state) {
-  (void)state;
-  pthread_t th[4];
-  for (intptr_t i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, runtime_worker, (void *)i), 0);
-  for (int i = 0; i < 4; i++) {
-    void *r;
-    pthread_join(th[i], &r);
-    assert_null(r);
-  }
+static void test_threads_use_the_runtime_concurrently(void **state)
+{
+    (void)state;
+    pthread_t th[4];
+    for (intptr_t i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, runtime_worker, (void *)i), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        assert_null(r);
+    }
 }
 
-int main(void) {
-  unsetenv("GPUMEM_SIM_BACKING");
-  unsetenv("GPUMEM_SIM_FAULTS");
-  unsetenv("GPUMEM_SIM_EVENT_DELAY");
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_driver_loaded_by_runtime_only),
-      cmocka_unit_test(test_malloc_copy_memset_free),
-      cmocka_unit_test(test_errors_map_and_last_error_is_sticky_until_read),
-      cmocka_unit_test(test_devices_and_properties),
-      cmocka_unit_test(test_streams_events_and_async),
-      cmocka_unit_test(test_host_managed_and_pointer_attributes),
-      cmocka_unit_test(test_driver_entry_points),
-      cmocka_unit_test(test_launch_host_kernel_through_runtime),
-      cmocka_unit_test(test_threads_use_the_runtime_concurrently),
-  };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+int main(void)
+{
+    unsetenv("GPUMEM_SIM_BACKING");
+    unsetenv("GPUMEM_SIM_FAULTS");
+    unsetenv("GPUMEM_SIM_EVENT_DELAY");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_driver_loaded_by_runtime_only),
+        cmocka_unit_test(test_malloc_copy_memset_free),
+        cmocka_unit_test(test_errors_map_and_last_error_is_sticky_until_read),
+        cmocka_unit_test(test_devices_and_properties),
+        cmocka_unit_test(test_streams_events_and_async),
+        cmocka_unit_test(test_host_managed_and_pointer_attributes),
+        cmocka_unit_test(test_driver_entry_points),
+        cmocka_unit_test(test_launch_host_kernel_through_runtime),
+        cmocka_unit_test(test_threads_use_the_runtime_concurrently),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
