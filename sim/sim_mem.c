@@ -164,6 +164,46 @@ static void range_destroy(sim_range *r)
 
 /* ---- cuMemAlloc family ------------------------------------------------------------------- */
 
+/* Host backing of freed cuMemAlloc* memory is kept for reuse by a later allocation of the same
+ * page-rounded size (up to BACKING_CACHE_BYTES in all). A fresh anonymous mapping makes the
+ * host take a page fault per 4 KiB on first touch and a TLB shootdown on munmap — costs a real
+ * GPU never has, which would make a program that allocates per tensor (a framework without a
+ * cache) look several times slower on the virtual GPU than it is. Device-memory accounting,
+ * addresses' validity and the cost model are unchanged: a freed range is gone for the program
+ * (the range table forgets it), only its host pages are recycled. Like real device memory, a
+ * new allocation's contents are undefined. Under fork the child inherits a consistent cache. */
+#define BACKING_CACHE_SLOTS 256
+#define BACKING_CACHE_BYTES ((size_t)512 << 20)
+static struct {
+    void *base;
+    size_t size;
+} backing_cache[BACKING_CACHE_SLOTS];
+static int backing_cache_n;
+static size_t backing_cache_bytes;
+
+static void *backing_cache_take(size_t size) /* under the sim lock */
+{
+    for (int i = backing_cache_n - 1; i >= 0; i--)
+        if (backing_cache[i].size == size) {
+            void *p = backing_cache[i].base;
+            backing_cache[i] = backing_cache[--backing_cache_n];
+            backing_cache_bytes -= size;
+            return p;
+        }
+    return NULL;
+}
+
+static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
+{
+    if (backing_cache_n == BACKING_CACHE_SLOTS || backing_cache_bytes + size > BACKING_CACHE_BYTES)
+        return false;
+    backing_cache[backing_cache_n].base = base;
+    backing_cache[backing_cache_n].size = size;
+    backing_cache_n++;
+    backing_cache_bytes += size;
+    return true;
+}
+
 static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -174,7 +214,11 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool)
     size_t msize = round_up(size, 4096);
     void *mb;
     size_t ms;
-    void *p = map_aligned(msize, 4096, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
+    void *p = sim.virtual_backing ? NULL : backing_cache_take(msize);
+    if (p)
+        mb = p, ms = msize;
+    else
+        p = map_aligned(msize, 4096, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
     sim_range *r = p ? range_new(SIM_R_DEVICE, (uintptr_t)p, size, mb, ms) : NULL;
     if (!r || !range_insert(r)) {
         if (r)
@@ -209,6 +253,9 @@ static CUresult device_free(CUdeviceptr dptr, bool async, size_t *freed)
     *freed = r->size;
     sim_uncharge(r->charged);
     range_remove(r);
+    if (r->kind == SIM_R_DEVICE && !sim.virtual_backing && r->map_base == (void *)r->base &&
+        backing_cache_put(r->map_base, r->map_size))
+        r->map_base = NULL; /* recycled, not unmapped */
     range_destroy(r);
     return CUDA_SUCCESS;
 }

@@ -154,6 +154,33 @@ static void test_peak_tracks_highest_use(void **state)
     OK(cuMemFree(a));
 }
 
+/* Freed cuMemAlloc backing is recycled on the host: live allocations never overlap, their data
+ * is theirs, and the device accounting is exactly as if every allocation were fresh. */
+static void test_recycled_backing_keeps_accounting_and_isolation(void **state)
+{
+    (void)state;
+    size_t free0, total;
+    OK(cuMemGetInfo(&free0, &total));
+    for (int round = 0; round < 50; round++) {
+        CUdeviceptr a, b;
+        OK(cuMemAlloc(&a, 3 * MiB));
+        OK(cuMemAlloc(&b, 3 * MiB));
+        assert_true(a + 3 * MiB <= b || b + 3 * MiB <= a);
+        memset((void *)(uintptr_t)a, 0xAA, 3 * MiB);
+        memset((void *)(uintptr_t)b, 0x55, 3 * MiB);
+        assert_int_equal(((unsigned char *)(uintptr_t)a)[3 * MiB - 1], 0xAA);
+        size_t f;
+        OK(cuMemGetInfo(&f, &total));
+        assert_true(f <= free0 - 6 * MiB);
+        OK(cuMemFree(a));
+        OK(cuMemFree(b));
+        assert_int_equal(cuMemFree(a), CUDA_ERROR_INVALID_VALUE); /* gone for the program */
+    }
+    size_t free1;
+    OK(cuMemGetInfo(&free1, &total));
+    assert_int_equal(free1, free0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_oom_at_threshold),
         cmocka_unit_test(test_bad_fault_syntax_is_rejected_and_plan_kept),
         cmocka_unit_test(test_peak_tracks_highest_use),
+        cmocka_unit_test(test_recycled_backing_keeps_accounting_and_isolation),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
