@@ -4,7 +4,8 @@
 # "N passed, N failed" counting the programs. Exit status 1 if anything failed.
 #
 # Script tests are run with BUILD and SAN in the environment and from the repository root;
-# exit 0 = pass, 77 = skipped (with a reason on stderr), anything else = fail.
+# exit 0 = pass, 77 = skipped (with a reason on stderr), anything else = fail. Each program
+# runs under a timeout (TEST_TIMEOUT seconds, default 600).
 set -uo pipefail
 build=build san= unit= scripts=
 while [[ $# -gt 0 ]]; do
@@ -24,7 +25,9 @@ pass=0 fail=0 skip=0 failed=()
 run_one() { # name, command...
   local name=$1; shift
   echo "=== $name"
-  "$@"; local rc=$?
+  # A hung test fails (exit 124) instead of stalling the whole suite.
+  timeout --kill-after=10 "${TEST_TIMEOUT:-600}" "$@"; local rc=$?
+  [[ $rc -eq 124 || $rc -eq 137 ]] && echo "--- timed out after ${TEST_TIMEOUT:-600} s: $name"
   if [[ $rc -eq 0 ]]; then pass=$((pass + 1))
   elif [[ $rc -eq 77 ]]; then skip=$((skip + 1)); echo "--- skipped: $name"
   else fail=$((fail + 1)); failed+=("$name (exit $rc)"); echo "--- FAILED: $name (exit $rc)"
