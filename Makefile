@@ -105,7 +105,7 @@ test: all $(RUN_UNIT)
 	@$(SHELL) tests/run.sh --build $(BUILD) --san "$(SAN)" \
 	    --unit "$(RUN_UNIT)" --scripts "$(RUN_SCRIPTS)"
 
-bench: all
+bench: all $(filter-out %.sh,$(BENCHES))
 	@$(SHELL) tests/bench/run.sh $(BENCHES)
 
 demo: all

@@ -231,6 +231,8 @@ static int open_now(const rec_options *opt) {
     }
     g->reopen = 0;
     g->pid = (long)getpid();
+    /* GPUMEM_DB=none (or off): recording is off on purpose, quietly (gpumem as an allocator). */
+    if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) return -1;
 
     if (create_db_file(g) != 0) return -1;
     if (!g->ring.slots && rec_ring_init(&g->ring, ring, 1000000) != 0) {
@@ -321,6 +323,8 @@ void rec_flush(void) {
     if (!rec_enabled()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
     uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
+    atomic_store(&rec_g.flush_seq, target);
+    rec_ring_wake(&rec_g.ring);
     while (atomic_load(&rec_g.committed_seq) < target && rec_enabled() && rec_now_ns() < deadline) {
         struct timespec ts = {0, 500000};
         nanosleep(&ts, NULL);

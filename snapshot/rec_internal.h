@@ -72,6 +72,7 @@ typedef struct rec_state {
     pthread_t writer;
     _Atomic int writer_stop;
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
+    _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
     int lock_fd;
     char path[4096];
     char tmpl[4096];

@@ -1,10 +1,13 @@
 /* rec_ring.c — bounded lock-free MPSC ring (see rec_ring.h for the design). */
 #include "snapshot/rec_ring.h"
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t ring_now_ns(void) {
     struct timespec ts;
@@ -23,6 +26,7 @@ int rec_ring_init(rec_ring *q, uint64_t cap, uint64_t wait_ns) {
     if (p == MAP_FAILED) return -1;
     q->slots = p;
     q->mask = n - 1;
+    q->wake_mask = n >= 8 ? n / 4 - 1 : 0;
     q->wait_ns = wait_ns;
     rec_ring_reset(q);
     return 0;
@@ -54,6 +58,7 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
                                                       memory_order_relaxed)) {
                 s->r = *r;
                 atomic_store_explicit(&s->turn, pos + 1, memory_order_release);
+                if (((pos + 1) & q->wake_mask) == 0) rec_ring_wake(q);
                 return pos + 1;
             }
             /* lost the race: pos was reloaded by the CAS */
@@ -65,6 +70,7 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
                 atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
                 return 0;
             }
+            rec_ring_wake(q);
             sched_yield();
             pos = atomic_load_explicit(&q->head, memory_order_relaxed);
         } else {
@@ -82,4 +88,15 @@ uint64_t rec_ring_pop(rec_ring *q, rec_rec *out) {
     atomic_store_explicit(&s->turn, pos + q->mask + 1, memory_order_release);
     q->tail = pos + 1;
     return pos + 1;
+}
+
+void rec_ring_wake(rec_ring *q) {
+    atomic_fetch_add_explicit(&q->wake_word, 1, memory_order_release);
+    syscall(SYS_futex, &q->wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void rec_ring_wait(rec_ring *q, uint64_t timeout_ns) {
+    uint32_t w = atomic_load_explicit(&q->wake_word, memory_order_acquire);
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    syscall(SYS_futex, &q->wake_word, FUTEX_WAIT_PRIVATE, w, &ts, NULL, 0);
 }

@@ -38,6 +38,8 @@ typedef struct rec_ring {
     alignas(64) _Atomic uint64_t head; /* next claim position (producers) */
     alignas(64) uint64_t tail;         /* next read position (the one consumer) */
     alignas(64) _Atomic uint64_t dropped;
+    _Atomic uint32_t wake_word; /* futex: bumped to wake the consumer (rec_ring_wake) */
+    uint64_t wake_mask;         /* producers wake the consumer every wake_mask+1 events */
     uint64_t mask;
     uint64_t wait_ns;
     rec_slot *slots;
@@ -54,6 +56,11 @@ void rec_ring_free(rec_ring *q);
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r);
 /* Pop the next record in order; returns its seq, or 0 when the next one is not published. */
 uint64_t rec_ring_pop(rec_ring *q, rec_rec *out);
+/* The consumer sleeps in rec_ring_wait until timeout_ns pass or someone calls rec_ring_wake;
+ * producers call it themselves each time a quarter of the ring has been filled, so a consumer
+ * that sleeps long (few wake-ups: it shares the cores with the program) never lets it fill. */
+void rec_ring_wait(rec_ring *q, uint64_t timeout_ns);
+void rec_ring_wake(rec_ring *q);
 /* Seq of the last claimed record (0 if none). */
 static inline uint64_t rec_ring_last_seq(rec_ring *q) {
     return atomic_load_explicit(&q->head, memory_order_acquire);

@@ -164,6 +164,19 @@ static void fork_off_child_records_nothing(void **state) {
     assert_int_equal(access(child_db, F_OK), -1);
 }
 
+/* GPUMEM_DB=none turns recording off on purpose: nothing is created, and events are no-ops. */
+static void db_none_records_nothing(void **state) {
+    (void)state;
+    rec_test_reset();
+    unlink("none");
+    rec_options o = {.path = "none", .stacks = 0, .fork_record = 0, .ring = 1024, .quiet = 1};
+    assert_int_not_equal(rec_open(&o), 0);
+    rec_event(REC_ALLOC, 0, 0, 1, 1, 1, 1);
+    assert_false(rec_enabled());
+    assert_int_equal(access("none", F_OK), -1);
+    rec_test_reset();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(expand_path_placeholders),
@@ -172,6 +185,7 @@ int main(void) {
         cmocka_unit_test(busy_file_gets_other_name_stale_is_replaced),
         cmocka_unit_test(fork_child_gets_own_file),
         cmocka_unit_test(fork_off_child_records_nothing),
+        cmocka_unit_test(db_none_records_nothing),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[600];
