@@ -71,6 +71,7 @@ typedef struct rec_state {
     /* writer */
     pthread_t writer;
     _Atomic int writer_stop;
+    _Atomic int writer_running;   /* the writer thread has started its loop (see rec_writer_start) */
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
     int lock_fd;

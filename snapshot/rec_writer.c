@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -798,6 +799,7 @@ static void *writer_main(void *arg) {
      * several times what the writer needs) keeps the writer from preempting the program's own
      * threads on each wake-up; it still gets all the idle time there is. Best effort. */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    atomic_store(&g->writer_running, 1);
     for (;;) {
         int stopping = atomic_load(&g->writer_stop);
         pthread_mutex_lock(&g->db_lock);
@@ -851,6 +853,7 @@ int rec_writer_start(rec_state *g) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the writer takes no signals of the program */
     atomic_store(&g->writer_stop, 0);
+    atomic_store(&g->writer_running, 0);
     int rc = pthread_create(&g->writer, NULL, writer_main, g);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
@@ -858,6 +861,11 @@ int rec_writer_start(rec_state *g) {
         writer_cleanup(&W);
         return -1;
     }
+    /* Return only once the new thread is in its loop: while a thread starts, the C library (and
+     * a sanitizer runtime) allocate in it without any lock of ours, and a fork() of the program
+     * in that window would leave the child an allocator lock nobody will release. In its loop
+     * the writer allocates only under db_lock, which the fork handlers hold. */
+    for (int i = 0; i < 200000 && !atomic_load(&g->writer_running); i++) sched_yield();
     pthread_setname_np(g->writer, "gpumem-writer");
     return 0;
 }
