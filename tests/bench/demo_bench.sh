@@ -5,8 +5,6 @@
 #   demo.driver_ms_saved      simulated driver time (virtual GPU cost counters) that gpumem's
 #                             caching saved against serving every request from the driver
 #                             (GPUMEM_CONF=preset:nocache), same run
-# The three throughput configurations are run interleaved, several rounds, and each keeps its
-# best round, so a burst of load on the machine does not land on one configuration only.
 #
 # The trainer runs its ops on ONE thread here: on the virtual GPU the CPU plays the GPU, and
 # with every core computing, the recorder's writer thread can only run by taking time from the
@@ -18,25 +16,28 @@ BUILD=${BUILD:-build}
 GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 cat alloc/*.c snapshot/*.c train/*.c sim/*.c preload/*.c > "$TMP/text.txt"
-steps=${DEMO_BENCH_STEPS:-60} rounds=${DEMO_BENCH_ROUNDS:-3}
+steps=${DEMO_BENCH_STEPS:-100} rounds=${DEMO_BENCH_ROUNDS:-7}
 tokps() { awk '$1 == "summary:" { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") print $i }' "$1"; }
-max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# Each round runs the three configurations back to back and keeps their ratios; the figure is
+# the median over rounds. Neighbouring runs see the same machine (this VM's speed drifts by
+# ±10% over seconds), so per-round ratios cancel what per-configuration bests do not.
 throughput() { # suffix threads
   local sfx=$1 args=(--model tiny --data "$TMP/text.txt" --steps "$steps" -B 4 -T 64 --threads "$2")
-  local off=0 nostack=0 stack=0
+  : > "$TMP/off.all"; : > "$TMP/r_ns"; : > "$TMP/r_s16"
   for ((r = 0; r < rounds; r++)); do
     "$TRAIN" "${args[@]}" > "$TMP/off.txt" 2>&1
-    off=$(max "$off" "$(tokps "$TMP/off.txt")")
     GPUMEM_STACKS=0 "$GM" record -q -o "$TMP/ns.db" -- "$TRAIN" "${args[@]}" > "$TMP/ns.txt" 2>&1
-    nostack=$(max "$nostack" "$(tokps "$TMP/ns.txt")")
     GPUMEM_STACKS=16 "$GM" record -q -o "$TMP/s16.db" -- "$TRAIN" "${args[@]}" > "$TMP/s16.txt" 2>&1
-    stack=$(max "$stack" "$(tokps "$TMP/s16.txt")")
+    local off ns s16
+    off=$(tokps "$TMP/off.txt") ns=$(tokps "$TMP/ns.txt") s16=$(tokps "$TMP/s16.txt")
+    echo "$off" >> "$TMP/off.all"
+    awk -v a="$ns" -v b="$off" 'BEGIN { print a / b }' >> "$TMP/r_ns"
+    awk -v a="$s16" -v b="$off" 'BEGIN { print a / b }' >> "$TMP/r_s16"
   done
-  echo "BENCH demo.off_tok_per_s$sfx $off tok/s"
-  echo "BENCH demo.rec_nostack_tok_per_s$sfx $nostack tok/s"
-  echo "BENCH demo.rec_stack16_tok_per_s$sfx $stack tok/s"
-  awk -v a="$nostack" -v b="$off" -v s="$sfx" 'BEGIN { printf "BENCH demo.rec_nostack_vs_off%s %.3f x\n", s, a / b }'
-  awk -v a="$stack" -v b="$off" -v s="$sfx" 'BEGIN { printf "BENCH demo.rec_stack16_vs_off%s %.3f x\n", s, a / b }'
+  echo "BENCH demo.off_tok_per_s$sfx $(median < "$TMP/off.all") tok/s"
+  printf 'BENCH demo.rec_nostack_vs_off%s %.3f x\n' "$sfx" "$(median < "$TMP/r_ns")"
+  printf 'BENCH demo.rec_stack16_vs_off%s %.3f x\n' "$sfx" "$(median < "$TMP/r_s16")"
 }
 throughput "" 1
 throughput _allcores "$(nproc)"
