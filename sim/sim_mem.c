@@ -852,23 +852,30 @@ CUresult cuMemAllocHost_v2(void **pp, size_t size)
     return cuMemHostAlloc(pp, size, 0);
 }
 
-CUresult cuMemFreeHost(void *p)
+/* Forgets the host range of `kind` that starts at p (cuMemFreeHost, cuMemHostUnregister):
+ * `missing` when there is none; the cost is charged either way. */
+static CUresult host_range_drop(void *p, int kind, CUresult missing, sim_op op)
 {
     SIM_CHECK_INIT();
     sim_lock();
     CUresult rc = CUDA_SUCCESS;
     size_t size = 0;
     sim_range *r = sim_range_find((uintptr_t)p);
-    if (!r || r->kind != SIM_R_HOST || r->base != (uintptr_t)p)
-        rc = CUDA_ERROR_INVALID_VALUE;
+    if (!r || r->kind != kind || r->base != (uintptr_t)p)
+        rc = missing;
     else {
         size = r->size;
         range_remove(r);
         range_destroy(r);
     }
-    sim_cost(SIM_OP_HOST_FREE, size);
+    sim_cost(op, size);
     sim_unlock();
     return rc;
+}
+
+CUresult cuMemFreeHost(void *p)
+{
+    return host_range_drop(p, SIM_R_HOST, CUDA_ERROR_INVALID_VALUE, SIM_OP_HOST_FREE);
 }
 
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
@@ -897,21 +904,8 @@ CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 
 CUresult cuMemHostUnregister(void *p)
 {
-    SIM_CHECK_INIT();
-    sim_lock();
-    CUresult rc = CUDA_SUCCESS;
-    size_t size = 0;
-    sim_range *r = sim_range_find((uintptr_t)p);
-    if (!r || r->kind != SIM_R_REGISTERED || r->base != (uintptr_t)p)
-        rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-    else {
-        size = r->size;
-        range_remove(r);
-        range_destroy(r);
-    }
-    sim_cost(SIM_OP_HOST_UNREGISTER, size);
-    sim_unlock();
-    return rc;
+    return host_range_drop(p, SIM_R_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+                           SIM_OP_HOST_UNREGISTER);
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pd, void *p, unsigned int flags)
