@@ -304,28 +304,37 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
     return rc;
 }
 
+/* Maps fresh read/write host memory as a range of `kind` (managed memory, pinned host memory)
+ * and enters it in the range table; CUDA_ERROR_OUT_OF_MEMORY when either fails, with nothing
+ * left behind. Caller holds the sim lock. */
+static CUresult host_range_map(int kind, size_t size, unsigned flags, int mmap_flags, void **out)
+{
+    void *mb;
+    size_t ms;
+    void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE, mmap_flags, &mb, &ms);
+    sim_range *r = p ? range_new(kind, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r->flags = flags;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
 {
     SIM_CHECK_INIT();
     if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    void *mb;
-    size_t ms;
-    CUresult rc = CUDA_SUCCESS;
-    void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
-    sim_range *r = p ? range_new(SIM_R_MANAGED, (uintptr_t)p, size, mb, ms) : NULL;
-    if (!r || !range_insert(r)) {
-        if (r)
-            range_destroy(r);
-        else if (p)
-            munmap(mb, ms);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        r->flags = flags;
-        *dptr = (CUdeviceptr)p;
-    }
+    void *p = NULL;
+    CUresult rc = host_range_map(SIM_R_MANAGED, size, flags,
+                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
+    if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
     sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
     sim_unlock();
     return rc;
@@ -826,22 +835,7 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
                              CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
-    void *mb;
-    size_t ms;
-    void *p = map_aligned(round_up(size, 4096), 4096, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, &mb, &ms);
-    sim_range *r = p ? range_new(SIM_R_HOST, (uintptr_t)p, size, mb, ms) : NULL;
-    if (!r || !range_insert(r)) {
-        if (r)
-            range_destroy(r);
-        else if (p)
-            munmap(mb, ms);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        r->flags = flags;
-        *pp = p;
-    }
+    CUresult rc = host_range_map(SIM_R_HOST, size, flags, MAP_PRIVATE | MAP_ANONYMOUS, pp);
     sim_cost(SIM_OP_HOST_ALLOC, size);
     sim_unlock();
     return rc;
