@@ -1417,16 +1417,8 @@ void alloc_get_stats(alloc_t *a, alloc_stats_t *out)
 void alloc_reset_peak_stats(alloc_t *a)
 {
     LOCK(a);
-    alloc_stat_t *s[] = {&a->st.allocated_bytes,
-                         &a->st.requested_bytes,
-                         &a->st.reserved_bytes,
-                         &a->st.active_bytes,
-                         &a->st.inactive_split_bytes,
-                         &a->st.allocation,
-                         &a->st.segment,
-                         &a->st.active,
-                         &a->st.inactive_split};
-    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
+    alloc_stat_t *s[ALLOC_NSTATS];
+    for (size_t i = 0, n = a_stat_counters(&a->st, s); i < n; i++)
         s[i]->peak = s[i]->current;
     UNLOCK(a);
 }

@@ -347,16 +347,8 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     }
     EQ("pending blocks vs fences", nf, s.pending_blocks);
     {
-        const alloc_stat_t *v[] = {&a->st.allocated_bytes,
-                                   &a->st.requested_bytes,
-                                   &a->st.reserved_bytes,
-                                   &a->st.active_bytes,
-                                   &a->st.inactive_split_bytes,
-                                   &a->st.allocation,
-                                   &a->st.segment,
-                                   &a->st.active,
-                                   &a->st.inactive_split};
-        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        alloc_stat_t *v[ALLOC_NSTATS];
+        for (size_t i = 0, n = a_stat_counters(&a->st, v); i < n; i++)
             if (v[i]->peak < v[i]->current || v[i]->current < 0) {
                 rc = fail(err, errlen, "stat #%zu: current %lld, peak %lld", i,
                           (long long)v[i]->current, (long long)v[i]->peak);

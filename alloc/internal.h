@@ -180,6 +180,21 @@ struct alloc {
     int last_be_err;
 };
 
+/* Every current/peak counter of the stats, for code that treats them all alike (peak reset,
+ * the invariant checker). Fills out[] (ALLOC_NSTATS entries) and returns the count. */
+#define ALLOC_NSTATS 9
+static inline size_t a_stat_counters(alloc_stats_t *st, alloc_stat_t *out[ALLOC_NSTATS])
+{
+    alloc_stat_t *all[ALLOC_NSTATS] = {&st->allocated_bytes, &st->requested_bytes,
+                                       &st->reserved_bytes,  &st->active_bytes,
+                                       &st->inactive_split_bytes, &st->allocation,
+                                       &st->segment,         &st->active,
+                                       &st->inactive_split};
+    for (size_t i = 0; i < ALLOC_NSTATS; i++)
+        out[i] = all[i];
+    return ALLOC_NSTATS;
+}
+
 /* alloc.c internals shared with check.c */
 sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
 blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key);
