@@ -171,11 +171,8 @@ static void core_init(void)
         mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
     mode_now = mode;
 #ifdef GM_HAVE_REC
-    /* GPUMEM_DB=none: gpumem as an allocator only, nothing recorded. */
-    const char *db = getenv("GPUMEM_DB");
-    int no_db = db && (!strcmp(db, "none") || !strcmp(db, "off"));
-    if (mode != GM_MODE_OFF && !no_db) {
-        recording = rec_open(NULL) == 0;
+    if (mode != GM_MODE_OFF) {
+        recording = rec_open(NULL) == 0; /* fails quietly for GPUMEM_DB=none */
         if (recording) {
             rec_meta("mode", mode == GM_MODE_REPLACE ? "replace" : "record");
             char conf[1024];
