@@ -59,7 +59,7 @@ enum rec_kind {
     REC_SEG_RELEASE = 17,    /* allocator released virtual address space                       */
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
-    REC_LAUNCH = 20,         /* kernel launch (addr = function handle); reserved for access tracking */
+    REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() */
     REC_KIND_MAX_ = 21
 };
 
@@ -176,6 +176,55 @@ void rec_stats(const rec_alloc_stats *st);
 
 /* ---- Metadata: free-form key/value pairs stored in `meta` (mode, config, device name...). -- */
 void rec_meta(const char *key, const char *value);
+
+/* ---- Access tracking (schema 1.2: tables `launches` and `uses`). ------------------------
+ * The preload calls rec_launch once per kernel launch, copy or memset it intercepts (when
+ * GPUMEM_USES is 1 or timed). It passes the words of the arguments that may be device pointers
+ * (it may pre-filter words that cannot point into device memory it knows; it must not drop one
+ * that can). The writer resolves each word against the allocations live at that point of the
+ * event order (an interior pointer counts; a word inside no live allocation gives nothing) and
+ * writes one `uses` row per (allocation, launch), access flags OR-ed over the words that hit
+ * it, plus one `launches` row. The event itself is kind REC_LAUNCH with addr = func,
+ * size = bytes, the calling thread and its innermost NVTX range, and no call stack. */
+enum rec_launch_op {
+    REC_OP_KERNEL = 0, /* cuLaunchKernel & co.; name = the kernel's (mangled) name */
+    REC_OP_COPY = 1,   /* cudaMemcpy*, cuMemcpy*; name e.g. "memcpy HtoD" */
+    REC_OP_MEMSET = 2  /* cudaMemset*, cuMemset*; name "memset" */
+};
+#define REC_ACC_READ 0x1u  /* the launch reads the memory (copy source) */
+#define REC_ACC_WRITE 0x2u /* the launch writes it (copy destination, memset) */
+/* 0 = unknown (kernel arguments: a kernel may read or write what it is given) */
+
+typedef struct rec_launch_info {
+    int device;
+    uint64_t stream;        /* cudaStream_t / CUstream as an integer (0 = legacy) */
+    uint64_t func;          /* CUfunction (kernels), 0 for copies and memsets */
+    uint32_t name;          /* rec_string() id of the kernel or operation name */
+    unsigned op;            /* enum rec_launch_op */
+    uint64_t bytes;         /* copies and memsets: bytes; kernels: 0 */
+    const uint64_t *words;  /* candidate device pointers (copied before the call returns) */
+    const uint8_t *access;  /* REC_ACC_* per word, or NULL: all unknown */
+    size_t nwords;
+    void *timing;           /* NULL, or an opaque token for the timing resolver (GPUMEM_USES=timed) */
+} rec_launch_info;
+/* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped. Hot path:
+ * no lock, no allocation; one ring record plus one per 5 words. */
+uint64_t rec_launch(const rec_launch_info *li);
+
+/* The id of string s in `strings`, interned (each distinct string stored once); 0 when not
+ * recording. Takes a lock: callers cache the id (per CUfunction, per copy direction). */
+uint32_t rec_string(const char *s);
+
+/* Device times for GPUMEM_USES=timed. The writer thread calls fn(token, &start, &end) for each
+ * launch recorded with a timing token, in launch order, until it returns 1 (start/end filled,
+ * ns on the recorder's clock, see rec_time_ns) or -1 (no timing for this launch). 0 means "not
+ * finished yet": the writer tries again at its next drain and never blocks on it; at close it
+ * calls fn with final = 1, when fn must return 1 or -1. fn owns the token (releases it when it
+ * returns 1 or -1). Set once, before the first timed launch. */
+typedef int (*rec_timing_fn)(void *token, int final, uint64_t *start_ns, uint64_t *end_ns);
+void rec_set_timing_resolver(rec_timing_fn fn);
+/* The recorder's clock: ns since the recording started (the clock of events.t). */
+uint64_t rec_time_ns(void);
 
 /* ---- Explicit control (optional: everything above opens lazily from the environment). ---- */
 typedef struct rec_options {

@@ -1,5 +1,6 @@
--- gpumem database schema, version 1.1 (meta.schema_major = 1, meta.schema_minor = 1).
--- 1.1 added ooms.name and the inlines table; readers accept 1.0 files without them.
+-- gpumem database schema, version 1.2 (meta.schema_major = 1, meta.schema_minor = 2).
+-- 1.1 added ooms.name and the inlines table; 1.2 the launches table and uses.access (access
+-- tracking); readers accept older files without them.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
@@ -12,7 +13,8 @@
 -- Key/value facts about the run: schema_major, schema_minor, gpumem_version, pid, ppid,
 -- cmdline, exe, start_unix_ns, start_ns, hostname, stacks (frames per stack), state
 -- ('recording', then 'closed' after a clean close), events, dropped_events, writer_cpu_ns,
--- app_ns_per_event, and the allocator's stats at exit as stat.<name> (rec_alloc_stats).
+-- app_ns_per_event, uses (access tracking: 0, 1 or timed; 1.2), and the allocator's stats at exit
+-- as stat.<name> (rec_alloc_stats).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 
 CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
@@ -97,8 +99,21 @@ CREATE TABLE blocks (snapshot INTEGER, addr INTEGER, segment INTEGER, state INTE
 -- for what was still alive; gpumem derives those on read.
 CREATE TABLE alloc_life (birth INTEGER NOT NULL, death INTEGER, name INTEGER);
 
--- Kernel accesses per allocation (filled when access tracking is on; empty otherwise).
-CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER,
+-- Kernel launches, copies and memsets (1.2; filled when access tracking is on, GPUMEM_USES=1 or
+-- timed): one row per event of kind 20 'launch' (events.t = when it was issued, events.addr =
+-- the CUfunction, events.size = bytes copied or set). op: 0 kernel, 1 copy, 2 memset. kernel:
+-- strings id of the name (a kernel's mangled name as the driver gives it; "memcpy HtoD",
+-- "memcpy DtoH", "memcpy DtoD", "memcpy HtoH", "memset" for the others). start_ns/end_ns: when
+-- it ran on the device, on the clock of events.t (GPUMEM_USES=timed; NULL otherwise).
+CREATE TABLE launches (seq INTEGER PRIMARY KEY, op INTEGER, kernel INTEGER, bytes INTEGER,
+                       start_ns INTEGER, end_ns INTEGER);
+
+-- Accesses: one row per (allocation, launch) where an argument of the launch pointed into the
+-- allocation while it was live (an interior pointer counts). birth = the allocation's id
+-- (alloc_life.birth), seq = the launch event, kernel = launches.kernel (copied here so that
+-- "every kernel that touched X" needs no join). access (1.2): 1 read, 2 write, 3 both, 0
+-- unknown (kernel arguments; copies and memsets know their direction).
+CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER, access INTEGER,
                    PRIMARY KEY (birth, seq)) WITHOUT ROWID;
 
 -- One row per allocation with everything a user usually wants.
