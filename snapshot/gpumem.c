@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -43,18 +44,21 @@ static const char *const usage_main =
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
-    "usage: gpumem record [-o FILE] [-q] -- CMD ARGS...\n"
+    "usage: gpumem record [-o FILE] [--force] [-q] -- CMD ARGS...\n"
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default gpumem-<pid>.db; %p = pid, %r = rank), then prints a\n"
     "short summary. When no GPU driver is usable (no /dev/nvidiactl, or libcuda.so.1 does not\n"
     "load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in\n"
     "LD_LIBRARY_PATH, and gpumem says so.\n"
-    "  -o FILE   the database to write (an existing one is replaced)\n"
+    "  -o FILE   the database to write; an earlier gpumem database there is replaced, any\n"
+    "            other file is left alone (exit 2 before CMD runs)\n"
+    "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING.\n"
-    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run).\n";
+    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 when\n"
+    "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N]\n"
@@ -334,9 +338,56 @@ static void prepend_env(const char *name, const char *value, char sep) {
     }
 }
 
+/* Before the program runs (it may run for hours): can the database go where it was asked to?
+ * The recorder makes the same checks on the file it opens; doing them here too turns a
+ * recording that would silently not happen into an error the user sees at once. A template
+ * with %p names a file that does not exist yet, so only its directory can be checked. */
+static int check_record_target(const char *tmpl, int force) {
+    char path[PATH_MAX];
+    if (rec_expand_path(tmpl, 0, path, sizeof path) != 0 || !path[0]) {
+        fprintf(stderr, "gpumem: -o %s: the path is empty or too long\n", tmpl);
+        return GM_EXIT_USAGE;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        if (slash == dir) slash[1] = 0;
+        else *slash = 0;
+        struct stat ds;
+        if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode)) {
+            fprintf(stderr, "gpumem: cannot record to %s: directory %s does not exist\n", path, dir);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (strstr(tmpl, "%p")) return 0;
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0; /* a new file */
+    if (S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "gpumem: %s is a symbolic link; gpumem never writes through one (give -o "
+                        "the real path)\n", path);
+        return GM_EXIT_USAGE;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "gpumem: %s exists and is not a regular file; choose another -o\n", path);
+        return GM_EXIT_USAGE;
+    }
+    if (force) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int ours = fd < 0 ? -1 : rec_db_replaceable(fd);
+    if (fd >= 0) close(fd);
+    if (ours == 1) return 0;
+    if (ours < 0)
+        fprintf(stderr, "gpumem: cannot read %s: %s; choose another -o\n", path, strerror(errno));
+    else
+        fprintf(stderr, "gpumem: %s exists and is not a gpumem database; refusing to overwrite it "
+                        "(choose another -o, or add --force to replace it)\n", path);
+    return GM_EXIT_USAGE;
+}
+
 static int cmd_record(int argc, char **argv) {
     const char *out = NULL;
-    int quiet = 0, i = 1;
+    int quiet = 0, force = 0, i = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
@@ -350,10 +401,14 @@ static int cmd_record(int argc, char **argv) {
             if (i + 1 >= argc) return usage_error(usage_record, "%s", "-o needs a file name");
             out = argv[++i];
         } else if (strcmp(argv[i], "-q") == 0) quiet = 1;
+        else if (strcmp(argv[i], "--force") == 0) force = 1;
         else if (argv[i][0] == '-') return usage_error(usage_record, "unknown option '%s'", argv[i]);
         else break; /* the command, without "--" */
     }
     if (i >= argc) return usage_error(usage_record, "%s", "which command to record? gpumem record -- ./prog args");
+    const char *tmpl = out ? out : "gpumem-%p.db";
+    int bad = check_record_target(tmpl, force);
+    if (bad) return bad;
     char dir[PATH_MAX], lib[PATH_MAX + 64], sim[PATH_MAX + 64];
     self_dir(dir, sizeof dir);
     snprintf(lib, sizeof lib, "%s/libgpumem.so", dir);
@@ -394,7 +449,7 @@ static int cmd_record(int argc, char **argv) {
     }
     prepend_env("LD_PRELOAD", lib, ':');
     setenv("GPUMEM_QUIET", "1", 1);
-    const char *tmpl = out ? out : "gpumem-%p.db";
+    if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
     /* Ctrl-C is for the program: we stay to report */
     struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
     sigaction(SIGINT, &ign, &old_int);

@@ -129,7 +129,20 @@ static int create_db_file(rec_state *g) {
                 snprintf(path, sizeof path, "%s", alt);
                 continue;
             }
-            /* a finished or abandoned database from an earlier run: replace it */
+            /* a finished or abandoned database from an earlier run: replace it; anything else
+             * (a source file given as GPUMEM_DB by mistake) is the user's and stays untouched */
+            const char *force = getenv("GPUMEM_DB_FORCE");
+            int ours = rec_db_replaceable(fd);
+            if (ours != 1 && !(force && strcmp(force, "1") == 0)) {
+                if (ours < 0)
+                    rec_warn("cannot read %s: %s; not recording", path, strerror(errno));
+                else
+                    rec_warn("%s exists and is not a gpumem database; not overwriting it (choose "
+                             "another GPUMEM_DB, or set GPUMEM_DB_FORCE=1 to replace it); not "
+                             "recording", path);
+                close(fd);
+                return -1;
+            }
             if (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0) {
                 rec_warn("cannot reuse %s: %s; not recording", path, strerror(errno));
                 close(fd);
@@ -152,6 +165,8 @@ static int create_db_file(rec_state *g) {
         snprintf(side, sizeof side, "%s-wal", path);
         unlink(side);
         snprintf(side, sizeof side, "%s-shm", path);
+        unlink(side);
+        snprintf(side, sizeof side, "%s-journal", path); /* killed while the file was created */
         unlink(side);
         g->lock_fd = fd;
         snprintf(g->path, sizeof g->path, "%s", path);

@@ -252,6 +252,15 @@ const char *rec_path(void);
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
 
+/* ---- Never overwrite what is not ours (shared by the recorder and gpumem record). ---------
+ * gpumem's databases carry this SQLite application_id (header offset 68) from their creation. */
+#define REC_APPLICATION_ID 1735420269
+/* May the open regular file fd be replaced by a new recording? 1: it is empty, or a SQLite
+ * database whose header carries REC_APPLICATION_ID (an earlier recording); 0: it is anything
+ * else (a source file, another program's database) and must be left alone; -1: it cannot be
+ * read (errno set). Reads the first 100 bytes; does not move the file offset. */
+int rec_db_replaceable(int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -208,9 +208,16 @@ int rec_writer_open_db(rec_state *g) {
         w->db = NULL;
         return -1;
     }
-    if (exec(w, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;"
-                "PRAGMA application_id=1735420269; PRAGMA user_version=1;") != 0 ||
+    /* application_id first, while the journal is still a rollback journal: it is then in the
+     * file's header from the first write on, so even a recording killed at once is known as
+     * ours (rec_db_replaceable) and the next run may replace it. */
+    char pragmas[320];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;"
+             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+             "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;",
+             REC_APPLICATION_ID);
+    if (exec(w, pragmas) != 0 ||
         exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
         goto fail;
     char multi[EV_MULTI * (2 * EV_COLS + 4) + 64];
