@@ -78,7 +78,7 @@ include tests/harness.mk
 -include train/module.mk
 -include tests/module.mk
 
-.PHONY: all deps test bench demo install clean check-deps
+.PHONY: all deps test bench demo fuzz install clean check-deps
 all: $(DEPS_STAMP) $(ALL_TARGETS)
 ifeq ($(NVCC),)
 	@echo "note: nvcc not found (CUDA_HOME=$(CUDA_HOME)); CUDA (.cu) targets were skipped"
@@ -107,6 +107,12 @@ test: all $(RUN_UNIT)
 
 bench: all $(filter-out %.sh,$(BENCHES))
 	@$(SHELL) tests/bench/run.sh $(BENCHES)
+
+# The long fuzzing campaign (tests/fuzz/fuzz_common.bash): 10 M executions per target with a
+# random seed; make test runs the same targets briefly with a fixed seed.
+FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
+fuzz: all
+	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
 
 demo: all
 	@if [ -f tests/demo.sh ]; then $(SHELL) tests/demo.sh; \

@@ -9,6 +9,7 @@
 #include "snapshot/rec.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -569,6 +570,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         double den = n * sxx - sx * sx;
         slope = den != 0 ? (n * sxy - sx * sy) / den : 0;
+        if (!isfinite(slope)) slope = 0; /* only a damaged file gets here; JSON has no nan */
     }
     if (o->json) {
         fprintf(out, "{\"database\":");
@@ -673,7 +675,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             }
             (void)show;
             char g[32];
-            gm_fmt_bytes(slope > 0 ? (uint64_t)slope : (uint64_t)-slope, g, sizeof g);
+            /* |slope| can reach 2^64 on a damaged file (sizes near 2^63): clamp, a double out of
+             * uint64_t's range must never be converted */
+            double mag = fabs(slope);
+            gm_fmt_bytes(mag >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)mag, g, sizeof g);
             if (m->nsteps >= 2 && slope >= 1024)
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
             else
