@@ -12,6 +12,8 @@
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
+/* leaks --fail-on-leak on a recording that dropped events: it cannot say leak or no leak */
+#define GM_EXIT_CANNOT_JUDGE GM_EXIT_BADDB
 
 typedef struct gm_db {
     sqlite3 *db;

@@ -78,10 +78,12 @@ static const char *const usage_leaks =
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
     "where ranges named \"step N\" exist. The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
-    "  --fail-on-leak   exit 1 when N > 0 (for CI)\n"
+    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when the recording dropped events\n"
+    "                   (frees may be missing: it cannot judge; raise GPUMEM_RING)\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
-    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database.\n";
+    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database (or, with\n"
+    "--fail-on-leak, events dropped: cannot judge).\n";
 
 static const char *const usage_sql =
     "usage: gpumem sql DB [-c QUERY]\n"

@@ -36,4 +36,14 @@ grep -q "memory grows by 1.00 MiB per step" "$TMP/growth.txt" || fail "growth pe
 # what grows: the 19 allocations born after the first step, at their call site in growth()
 grep -q "kept beyond the last step .*: 19.00 MiB in 19" "$TMP/growth.txt" || { cat "$TMP/growth.txt"; fail "allocations kept across steps not found"; }
 sed -n '/kept beyond/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
-echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match"
+# dropped events: a free may be missing, so --fail-on-leak cannot judge (exit 3, not 1 or 0)
+cp "$TMP/growth.db" "$TMP/dropped.db"
+"$GPUMEM" sql "$TMP/dropped.db" -c "UPDATE meta SET value = 7 WHERE key = 'dropped_events'" > /dev/null || fail "cannot edit meta"
+"$GPUMEM" leaks "$TMP/dropped.db" --fail-on-leak > "$TMP/dropped.txt"; rc=$?
+[[ $rc -eq 3 ]] || fail "leaks --fail-on-leak with dropped events exited $rc, expected 3 (cannot judge)"
+grep -q "warning: 7 events were dropped .*frees may be missing" "$TMP/dropped.txt" || fail "no dropped-events warning"
+"$GPUMEM" leaks "$TMP/dropped.db" --json | grep -q '"dropped_events":7,"judgeable":false' || fail "JSON lacks dropped_events/judgeable"
+"$GPUMEM" leaks "$TMP/growth.db" --json | grep -q '"dropped_events":0,"judgeable":true' || fail "JSON judgeable on a complete recording"
+"$GPUMEM" leaks "$TMP/growth.db" --fail-on-leak > /dev/null; rc=$?
+[[ $rc -eq 1 ]] || fail "a complete recording with leaks exited $rc, expected 1"
+echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match; dropped events -> exit 3"
