@@ -94,6 +94,9 @@ void gm_warn(const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     fprintf(stderr, "gpumem: %s\n", buf);
+#ifdef GM_HAVE_REC
+    rec_status("msg", buf);
+#endif
 }
 
 static void exit_handler(void);
@@ -107,8 +110,12 @@ static int read_config(void)
             mode = GM_MODE_REPLACE;
         else if (!strcasecmp(m, "record"))
             mode = GM_MODE_RECORD;
-        else if (!strcasecmp(m, "off"))
+        else if (!strcasecmp(m, "off")) {
+#ifdef GM_HAVE_REC
+            rec_status("msg", "GPUMEM_MODE=off: gpumem is off, nothing is recorded");
+#endif
             return GM_MODE_OFF;
+        }
         else {
             gm_warn("GPUMEM_MODE: unknown mode '%s' (accepted: replace, record, off); "
                     "gpumem is off",
@@ -167,8 +174,12 @@ static void core_init(void)
 {
     gm_in_init++;
     gm_mode_t mode = config_mode();
-    if (mode != GM_MODE_OFF && !gm_driver_init())
+    if (mode != GM_MODE_OFF && !gm_driver_init()) {
         mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
+#ifdef GM_HAVE_REC
+        rec_status("msg", "no CUDA driver could be loaded (libcuda.so.1): gpumem is off");
+#endif
+    }
     mode_now = mode;
 #ifdef GM_HAVE_REC
     if (mode != GM_MODE_OFF) {

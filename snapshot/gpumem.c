@@ -340,6 +340,62 @@ static void prepend_env(const char *name, const char *value, char sep) {
     }
 }
 
+static const char *gm_prog = "gpumem";
+
+/* Reads the side channel (rec_status lines "<pid> db <path>" / "<pid> msg <text>"): the
+ * database the recorded process (pid, or else the first process of the run that recorded — a
+ * shell wrapper forks before the real program) wrote, or the first message saying why none.
+ * Returns 1 with path set, 0 with why set ("" when nobody said anything). */
+static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, size_t whysz) {
+    path[0] = why[0] = 0;
+    FILE *f = fdopen(dup(fd), "r");
+    if (!f) return 0;
+    rewind(f);
+    char line[1200], other[PATH_MAX] = "";
+    int mine = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        if (!sp2) continue;
+        *sp1 = *sp2 = 0;
+        long p = strtol(line, NULL, 10);
+        const char *what = sp1 + 1, *text = sp2 + 1;
+        if (strcmp(what, "db") == 0) {
+            if (p == (long)pid && !mine) snprintf(path, pathsz, "%s", text), mine = 1;
+            else if (!other[0]) snprintf(other, sizeof other, "%s", text);
+        } else if (strcmp(what, "msg") == 0 && !why[0]) {
+            snprintf(why, whysz, "%s", text);
+        }
+    }
+    fclose(f);
+    if (!mine && other[0]) snprintf(path, pathsz, "%s", other);
+    return path[0] != 0;
+}
+
+/* The summary of this run's own database (never of a file an earlier run left there). */
+static void summarise_run(int found, const char *path, const char *why, pid_t pid) {
+    if (!found) {
+        if (why[0])
+            fprintf(stderr, "gpumem: nothing was recorded: %s\n", why);
+        else
+            fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) made no CUDA call "
+                            "that reached gpumem, or libgpumem.so could not be loaded\n", (long)pid);
+        return;
+    }
+    gm_db d;
+    gm_model m;
+    char err[8192];
+    if (gm_db_open(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return;
+    }
+    if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) gm_summary_short(&d, &m, stderr);
+    else fprintf(stderr, "gpumem: %s\n", err);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+}
+
 /* Before the program runs (it may run for hours): can the database go where it was asked to?
  * The recorder makes the same checks on the file it opens; doing them here too turns a
  * recording that would silently not happen into an error the user sees at once. A template
@@ -451,6 +507,13 @@ static int cmd_record(int argc, char **argv) {
     }
     prepend_env("LD_PRELOAD", lib, ':');
     setenv("GPUMEM_QUIET", "1", 1);
+    /* the side channel (rec_status): which database this run wrote, or why none; an unlinked
+     * file read back through our own descriptor, so nothing is left behind */
+    char status_path[PATH_MAX];
+    const char *td = getenv("TMPDIR");
+    snprintf(status_path, sizeof status_path, "%s/gpumem-record-XXXXXX", td && *td ? td : "/tmp");
+    int status_fd = mkostemp(status_path, O_CLOEXEC);
+    if (status_fd >= 0) setenv("GPUMEM_RECORD_STATUS", status_path, 1);
     if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
     /* Ctrl-C is for the program: we stay to report */
     struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
@@ -473,30 +536,16 @@ static int cmd_record(int argc, char **argv) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    char path[PATH_MAX];
-    rec_expand_path(tmpl, (long)pid, path, sizeof path);
-    if (rc == 127 && !file_exists(path)) return rc;
-    if (!quiet) {
-        gm_db d;
-        gm_model m;
-        char err[8192];
-        if (!file_exists(path)) {
-            fprintf(stderr, "gpumem: no database was written (%s): the program made no CUDA "
-                            "allocation, or libgpumem.so could not be loaded\n", path);
-        } else if (gm_db_open(path, &d, err, sizeof err) != 0) {
-            fprintf(stderr, "gpumem: %s\n", err);
-        } else {
-            if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) gm_summary_short(&d, &m, stderr);
-            else fprintf(stderr, "gpumem: %s\n", err);
-            gm_model_free(&m);
-            gm_db_close(&d);
-            fprintf(stderr, "gpumem: recorded to %s; see gpumem report %s\n", path, path);
-        }
-    }
+    char path[PATH_MAX], why[1024];
+    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
+    if (status_fd >= 0) close(status_fd), unlink(status_path);
+    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid);
     return rc;
 }
 
 int main(int argc, char **argv) {
+    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
+    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
     if (argc < 2) {
         fputs(usage_main, stderr);
         return GM_EXIT_USAGE;

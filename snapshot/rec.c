@@ -65,6 +65,7 @@ void rec_warn(const char *fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     fprintf(stderr, "gpumem: recorder: %s\n", buf);
+    rec_status("msg", buf);
 }
 
 void rec_item_push(rec_item *it) {
@@ -247,7 +248,10 @@ static int open_now(const rec_options *opt) {
     g->reopen = 0;
     g->pid = (long)getpid();
     /* GPUMEM_DB=none (or off): recording is off on purpose, quietly (gpumem as an allocator). */
-    if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) return -1;
+    if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) {
+        rec_status("msg", "GPUMEM_DB=none: recording is off (gpumem serves allocations only)");
+        return -1;
+    }
 
     if (create_db_file(g) != 0) return -1;
     if (!g->ring.slots && rec_ring_init(&g->ring, ring, 1000000) != 0) {
@@ -279,6 +283,7 @@ static int open_now(const rec_options *opt) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     }
     if (!g->quiet) fprintf(stderr, "gpumem: recording to %s\n", g->path);
+    rec_status("db", g->path);
     return 0;
 }
 

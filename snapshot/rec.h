@@ -252,6 +252,14 @@ const char *rec_path(void);
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
 
+/* ---- The side channel to gpumem record. ---------------------------------------------------
+ * gpumem record sets GPUMEM_RECORD_STATUS to a file of its own; every process of the recorded
+ * program appends "<pid> db <path>" when it starts recording and "<pid> msg <text>" for each
+ * start-up message (why it records nothing, a refused file...), so that record summarises the
+ * database this run wrote, and nothing else, or says the real reason there is none. No-op when
+ * the variable is unset. One write(2) with O_APPEND per line: lines never interleave. */
+void rec_status(const char *what, const char *text);
+
 /* ---- Never overwrite what is not ours (shared by the recorder and gpumem record). ---------
  * gpumem's databases carry this SQLite application_id (header offset 68) from their creation. */
 #define REC_APPLICATION_ID 1735420269

@@ -68,4 +68,25 @@ ln -s t.orig link.db
 # a missing directory is said before the program runs
 "$G" record -q -o nodir/x.db -- sh -c 'touch ran2' 2> err; rc=$?
 [[ $rc -eq 2 && ! -e ran2 ]] && grep -q "directory nodir does not exist" err || fail "missing directory (rc $rc)"
+# record summarises the database this run wrote, or says why there is none (never an old file)
+"$G" record -o same.db -- "$A" > /dev/null 2> err || fail "first run failed"
+GPUMEM_LIMIT=bogus "$G" record -o same.db -- "$A" > /dev/null 2> err
+grep -q "recorded to" err && { cat err; fail "a run that recorded nothing summarised an old file"; }
+grep -q "nothing was recorded: GPUMEM_LIMIT: bad size 'bogus'" err || { cat err; fail "no reason for the missing database"; }
+GPUMEM_MODE=off "$G" record -o same.db -- "$A" > /dev/null 2> err
+grep -q "nothing was recorded: GPUMEM_MODE=off" err || { cat err; fail "GPUMEM_MODE=off: wrong reason"; }
+# two runs with one -o at once: each summarises its own file
+"$G" record -o c.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 40 > /dev/null 2> a.err &
+for _ in $(seq 300); do [[ -s c.db ]] && break; sleep 0.01; done
+"$G" record -o c.db -- "$A" > /dev/null 2> b.err
+wait
+grep -q "recorded to c.db;" a.err || { cat a.err; fail "the first run did not summarise c.db"; }
+second=$(sed -n 's/.*recorded to \(c-[0-9]*\.db\);.*/\1/p' b.err)
+[[ -n $second ]] || { cat b.err; fail "the second run did not summarise its own c-<pid>.db"; }
+# and the summary's numbers are that file's: rt_app's allocations, not the trainer's
+n=$("$G" sql "$second" -c "SELECT count(*) FROM events WHERE kind IN (1,3)" | tail -1)
+grep -q ", $n allocations," b.err || { cat b.err; fail "the second summary does not match $second ($n allocations)"; }
+# a shell wrapper forks before the program: the summary still finds the program's database
+"$G" record -o 'w-%p.db' -- sh -c "\"$A\" > /dev/null; true" 2> err
+grep -q "recorded to w-[0-9]*\.db" err || { cat err; fail "no summary through a shell wrapper"; }
 echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, symlinks never followed"
