@@ -26,6 +26,9 @@ typedef struct gm_db {
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
  * and what to do). Never crashes on a bad file. */
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz);
+/* Databases open read-only for every statement (PRAGMA query_only); on = 1 lets this
+ * connection write (returns -1 when the file is not writable), on = 0 forbids it again. */
+int gm_db_allow_writes(gm_db *d, int on);
 void gm_db_close(gm_db *d);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);

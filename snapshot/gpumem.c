@@ -86,12 +86,14 @@ static const char *const usage_leaks =
     "--fail-on-leak, events dropped: cannot judge).\n";
 
 static const char *const usage_sql =
-    "usage: gpumem sql DB [-c QUERY]\n"
+    "usage: gpumem sql DB [-c QUERY] [--write]\n"
     "\n"
     "Without -c, opens the sqlite3 shell on DB (or reads queries from standard input when the\n"
     "sqlite3 program is not installed). With -c, runs QUERY and prints the rows, columns\n"
     "separated by '|', with a header line. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
+    "The database is read-only unless --write is given (a mistaken DELETE cannot destroy a\n"
+    "recording).\n"
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
 
 static const char *const usage_export =
@@ -256,7 +258,12 @@ static int run_query(sqlite3 *db, const char *q) {
     int header = 0;
     char *err = NULL;
     if (sqlite3_exec(db, q, print_row, &header, &err) != SQLITE_OK) {
-        fprintf(stderr, "gpumem sql: %s\n", err ? err : "query failed");
+        if (sqlite3_errcode(db) == SQLITE_READONLY)
+            fprintf(stderr, "gpumem sql: %s: databases are opened read-only, so that a query cannot "
+                            "destroy a recording by mistake; add --write to change it\n",
+                    err ? err : "read-only");
+        else
+            fprintf(stderr, "gpumem sql: %s\n", err ? err : "query failed");
         sqlite3_free(err);
         return GM_EXIT_BADDB;
     }
@@ -269,12 +276,17 @@ static int cmd_sql(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *query = NULL;
+    int write = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-c") == 0) {
             if (i + 1 >= argc) return usage_error(usage_sql, "%s", "-c needs a query");
             query = argv[++i];
-        } else if (argv[i][0] == '-') return usage_error(usage_sql, "unknown option '%s'", argv[i]);
+        } else if (strcmp(argv[i], "--write") == 0) write = 1;
+        else if (argv[i][0] == '-') return usage_error(usage_sql, "unknown option '%s'", argv[i]);
         else if (!path) path = argv[i];
+        else if (!query)
+            return usage_error(usage_sql, "one database only; '%s' is extra (a query goes after -c: "
+                               "gpumem sql DB -c 'QUERY')", argv[i]);
         else return usage_error(usage_sql, "one database only; '%s' is extra", argv[i]);
     }
     if (!path) return usage_error(usage_sql, "%s", "which database? give its path");
@@ -284,15 +296,22 @@ static int cmd_sql(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    if (write && gm_db_allow_writes(&d, 1) != 0) {
+        fprintf(stderr, "gpumem: %s cannot be written (file permissions)\n", path);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
     int rc = 0;
     if (query) {
         rc = run_query(d.db, query);
     } else if (isatty(0)) {
         gm_db_close(&d);
-        execlp("sqlite3", "sqlite3", path, (char *)NULL);
+        if (write) execlp("sqlite3", "sqlite3", path, (char *)NULL);
+        else execlp("sqlite3", "sqlite3", "-readonly", path, (char *)NULL);
         fprintf(stderr, "gpumem: the sqlite3 shell is not installed (apt-get install sqlite3); "
                         "reading queries from standard input instead\n");
         if (gm_db_open(path, &d, err, sizeof err) != 0) return GM_EXIT_BADDB;
+        if (write) gm_db_allow_writes(&d, 1);
     }
     if (!query) {
         char line[65536];

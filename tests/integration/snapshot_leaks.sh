@@ -38,7 +38,7 @@ grep -q "kept beyond the last step .*: 19.00 MiB in 19" "$TMP/growth.txt" || { c
 sed -n '/kept beyond/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
 # dropped events: a free may be missing, so --fail-on-leak cannot judge (exit 3, not 1 or 0)
 cp "$TMP/growth.db" "$TMP/dropped.db"
-"$GPUMEM" sql "$TMP/dropped.db" -c "UPDATE meta SET value = 7 WHERE key = 'dropped_events'" > /dev/null || fail "cannot edit meta"
+"$GPUMEM" sql --write "$TMP/dropped.db" -c "UPDATE meta SET value = 7 WHERE key = 'dropped_events'" > /dev/null || fail "cannot edit meta"
 "$GPUMEM" leaks "$TMP/dropped.db" --fail-on-leak > "$TMP/dropped.txt"; rc=$?
 [[ $rc -eq 3 ]] || fail "leaks --fail-on-leak with dropped events exited $rc, expected 3 (cannot judge)"
 grep -q "warning: 7 events were dropped .*frees may be missing" "$TMP/dropped.txt" || fail "no dropped-events warning"

@@ -89,4 +89,24 @@ grep -q ", $n allocations," b.err || { cat b.err; fail "the second summary does 
 # a shell wrapper forks before the program: the summary still finds the program's database
 "$G" record -o 'w-%p.db' -- sh -c "\"$A\" > /dev/null; true" 2> err
 grep -q "recorded to w-[0-9]*\.db" err || { cat err; fail "no summary through a shell wrapper"; }
+# readers never change a recording: gpumem sql is read-only unless --write
+before=$("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1)
+"$G" sql t.py -c "DELETE FROM events" > /dev/null 2> err; rc=$?
+[[ $rc -eq 3 ]] && grep -q "read-only.*--write" err || { cat err; fail "DELETE through gpumem sql was not refused clearly (rc $rc)"; }
+[[ $("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1) == "$before" ]] || fail "events were deleted"
+"$G" sql t.py "SELECT 1" > /dev/null 2> err; [[ $? -eq 2 ]] && grep -q "after -c" err || fail "a query without -c gets no hint"
+"$G" sql --write t.py -c "UPDATE meta SET value = 'edited' WHERE key = 'hostname'" > /dev/null || fail "--write refused"
+[[ $("$G" sql t.py -c "SELECT value FROM meta WHERE key = 'hostname'" | tail -1) == edited ]] || fail "--write did not write"
+
+# crash recovery: a killed recording is two files until a report folds the WAL in; then one
+# file holds everything and can be copied alone
+"$G" record -q -o killed.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 100000 > /dev/null 2>&1 &
+for _ in $(seq 500); do [[ -s killed.db-wal && $(stat -c %s killed.db-wal) -gt 200000 ]] && break; sleep 0.01; done
+pkill -9 -f "^$OLDPWD/$BUILD/train_gpt2_sim --steps 100000"; wait 2> /dev/null
+[[ -e killed.db-wal ]] || fail "expected a WAL file next to the killed recording"
+"$G" report killed.db > rep1 || fail "report on the killed recording failed"
+[[ ! -e killed.db-wal ]] || fail "the WAL was not folded into killed.db by the report"
+cp killed.db elsewhere.db
+"$G" report elsewhere.db > rep2 || fail "the copied file alone does not read"
+grep -q "peak allocated" rep2 || fail "the copy has no report"
 echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, symlinks never followed"
