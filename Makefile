@@ -63,6 +63,7 @@ BENCHES :=
 INSTALL_BIN :=
 INSTALL_LIB :=
 INSTALL_SHARE :=
+INSTALL_INCLUDE :=
 
 # Debian packages the project needs (Makefile `deps`).
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
@@ -118,12 +119,21 @@ demo: all
 	@if [ -f tests/demo.sh ]; then $(SHELL) tests/demo.sh; \
 	 else echo "make demo: not yet — the end-to-end demo lands with the demo issue"; fi
 
+# bin/: the commands (gpumem, gpumem-replay); lib/gpumem/: libgpumem.so, the virtual GPU and
+# the trainers; include/gpumem.h: the user API (gpumem_name, ...); lib/pkgconfig/gpumem.pc.
 PREFIX ?= /usr/local
+GPUMEM_VERSION := 0.1.0
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpumem $(DESTDIR)$(PREFIX)/share/gpumem
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpumem $(DESTDIR)$(PREFIX)/share/gpumem \
+	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	$(if $(INSTALL_BIN),install -m 0755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(INSTALL_LIB),cp -a $(INSTALL_LIB) $(DESTDIR)$(PREFIX)/lib/gpumem/)
 	$(if $(INSTALL_SHARE),install -m 0644 $(INSTALL_SHARE) $(DESTDIR)$(PREFIX)/share/gpumem/)
+	$(if $(INSTALL_INCLUDE),install -m 0644 $(INSTALL_INCLUDE) $(DESTDIR)$(PREFIX)/include/)
+	printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$${prefix}/include' 'libdir=$${prefix}/lib/gpumem' '' \
+	    'Name: gpumem' 'Description: GPU memory recorder and caching allocator: the user API (gpumem_name, gpumem_name_next) of libgpumem.so' \
+	    'Version: $(GPUMEM_VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lgpumem' \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gpumem.pc
 
 clean:
 	rm -rf build

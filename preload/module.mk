@@ -38,6 +38,7 @@ $(PRELOAD_LIB): $(PRELOAD_OBJS) $(PRELOAD_ALLOC_LIB) $(PRELOAD_REC_LIB) \
 
 ALL_TARGETS += $(PRELOAD_LIB)
 INSTALL_LIB += $(PRELOAD_LIB)
+INSTALL_INCLUDE += preload/gpumem.h
 
 # ---- test programs ----------------------------------------------------------------------------
 APPS_DIR := $(BUILD)/tests/apps

@@ -575,7 +575,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        puts("gpumem 0.1.0 (database schema 1.1)");
+        puts("gpumem 0.1.0 (database schema 1.2)");
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);

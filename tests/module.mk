@@ -3,4 +3,6 @@
 SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_oom.sh tests/integration/e2e_large.sh \
                 tests/integration/e2e_jitter.sh
+# make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config)
+SCRIPT_TESTS += tests/integration/install.sh
 BENCHES += tests/bench/demo_bench.sh
