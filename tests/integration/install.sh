@@ -6,6 +6,8 @@
 set -uo pipefail
 BUILD=${BUILD:-build}
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# what is installed is the plain build; a sanitizer build's library needs its runtime preloaded
+[[ -n ${SAN:-} ]] && { echo "skipped: make install is checked on the plain build" >&2; exit 77; }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/install-XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 P=$TMP/prefix
@@ -34,9 +36,7 @@ gcc -o "$TMP/use" "$TMP/use.c" $flags || fail "a program does not build with pkg
 # on the installed virtual GPU (a driver is needed for gpumem to be on), recording nothing
 out=$(GPUMEM_DB=none LD_LIBRARY_PATH=$P/lib/gpumem "$TMP/use") || fail "the program linked against libgpumem.so does not run"
 [[ $out == "0 -1" ]] || fail "gpumem_name_next / gpumem_name answered '$out', expected '0 -1'"
-if [[ -z ${SAN:-} ]]; then
-  GPUMEM_QUIET=1 "$P/bin/gpumem" record -q -o "$TMP/t.db" -- "$P/lib/gpumem/train_gpt2_sim" --steps 1 > "$TMP/t.out" 2>&1 \
+GPUMEM_QUIET=1 "$P/bin/gpumem" record -q -o "$TMP/t.db" -- "$P/lib/gpumem/train_gpt2_sim" --steps 1 > "$TMP/t.out" 2>&1 \
     || { cat "$TMP/t.out"; fail "the installed gpumem does not record the installed trainer"; }
-  "$P/bin/gpumem" report "$TMP/t.db" > /dev/null || fail "the installed gpumem cannot report"
-fi
+"$P/bin/gpumem" report "$TMP/t.db" > /dev/null || fail "the installed gpumem cannot report"
 echo "ok: installed bin/, lib/gpumem/, include/gpumem.h, lib/pkgconfig/gpumem.pc; pkg-config builds a user of the API"
