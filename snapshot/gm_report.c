@@ -328,20 +328,82 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
                      ": the rest could not be read\n", m->max_seq);
 }
 
-static const char *oom_advice(const gm_oom *o) {
-    if (o->free_cached >= o->requested && o->largest_free < o->requested)
-        return "fragmentation: enough memory was cached but no block was large enough. Use "
-               "expandable segments (GPUMEM_CONF=expandable_segments:true, the default in "
-               "replace mode), or free/allocate the largest tensors first; `gpumem frag` shows "
-               "which sizes split the segments";
-    if (o->limit && o->reserved + o->requested > o->limit)
-        return "the configured limit was reached: raise GPUMEM_LIMIT, or lower the peak (see the "
-               "call sites live at the OOM)";
-    if (o->device_total && o->requested > o->device_total)
-        return "the request alone is larger than the device: split the tensor or shard it";
-    return "the live tensors need more than the device has: lower the peak (smaller batch with "
-           "gradient accumulation, activation recompute, CPU offload, bf16 activations; see "
-           "`gpumem advise`), the top call sites above are what to look at first";
+/* The unit in which the allocator takes memory from the device: its physical handle size
+ * (GPUMEM_CONF handle_size, recorded in meta.config), else the 2 MiB mapping granularity of
+ * NVIDIA GPUs and of the virtual GPU. */
+static uint64_t map_unit(gm_db *d) {
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    const char *h = strstr(conf, "handle_size:");
+    if (h) {
+        char *end;
+        uint64_t v = strtoull(h + 12, &end, 10);
+        uint64_t mul = *end == 'K' ? 1u << 10 : *end == 'M' ? 1u << 20 : *end == 'G' ? 1u << 30 : 1;
+        if (v && v <= (1ull << 40) / mul) return v * mul;
+    }
+    return 2u << 20;
+}
+
+/* Why an allocation failed: the one constraint that bound it, and by how many bytes the request
+ * fell short. The allocator could have served the request from its largest free block or by
+ * mapping new memory up to the cap (the limit, or what the device had left), in whole mapping
+ * units; whichever gives more is what it had, and the rest is the shortfall. */
+typedef struct oom_cause {
+    const char *kind; /* limit, granularity, fragmentation, device, too_large */
+    uint64_t shortfall;
+    char advice[640];
+} oom_cause;
+
+static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
+    uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
+    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : UINT64_MAX;
+    uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
+    uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
+    uint64_t mappable = headroom / unit * unit;
+    uint64_t have = o->largest_free > mappable ? o->largest_free : mappable;
+    c->shortfall = o->requested > have ? o->requested - have : 0;
+    char rq[32], sh[32], hr[32], mp[32], un[32], need[32];
+    gm_fmt_bytes(o->requested, rq, sizeof rq);
+    gm_fmt_bytes(c->shortfall, sh, sizeof sh);
+    gm_fmt_bytes(headroom, hr, sizeof hr);
+    gm_fmt_bytes(mappable, mp, sizeof mp);
+    gm_fmt_bytes(unit, un, sizeof un);
+    /* the limit that would have let this request map what it needs */
+    uint64_t units = (o->requested + unit - 1) / unit;
+    gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
+    const char *what = cap_limit <= cap_dev ? "GPUMEM_LIMIT" : "the device";
+    if (o->device_total && o->requested > o->device_total) {
+        c->kind = "too_large";
+        snprintf(c->advice, sizeof c->advice, "the request alone (%s) is larger than the device: "
+                 "split the tensor or shard it", rq);
+    } else if (o->free_cached >= o->requested && o->largest_free < o->requested && mappable < o->requested) {
+        c->kind = "fragmentation";
+        snprintf(c->advice, sizeof c->advice, "fragmentation: enough memory was cached (free in "
+                 "fragments >= the request) but no block was large enough, and %s left only %s to "
+                 "map. Use expandable segments (GPUMEM_CONF=expandable_segments:true, the default "
+                 "in replace mode), or allocate the largest tensors first", what, hr);
+    } else if (headroom >= o->requested && mappable < o->requested) {
+        c->kind = "granularity";
+        snprintf(c->advice, sizeof c->advice, "mapping granularity: %s left %s above what was "
+                 "reserved, but memory is mapped in %s units and only %s of it could be mapped. "
+                 "%s", what, hr, un, mp,
+                 cap_limit <= cap_dev ? "Raise GPUMEM_LIMIT to a multiple of the unit" : "Lower the peak");
+        if (cap_limit <= cap_dev) {
+            size_t l = strlen(c->advice);
+            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
+        }
+    } else if (cap_limit <= cap_dev) {
+        c->kind = "limit";
+        snprintf(c->advice, sizeof c->advice, "the configured limit was reached: GPUMEM_LIMIT left "
+                 "%s above what was reserved. Raise it (to at least %s for this request), or lower "
+                 "the peak (the call sites live at the OOM are below)", hr, need);
+    } else {
+        c->kind = "device";
+        snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "
+                 "lower the peak (smaller batch with gradient accumulation, activation recompute, "
+                 "CPU offload, bf16 activations: `gpumem advise` predicts each), the call sites "
+                 "live at the OOM are what to look at first");
+    }
 }
 
 /* The NVTX range path of the OOM event ("step 1/fwd/h12/attn"), NULL when outside ranges. */
@@ -430,8 +492,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }
+    uint64_t unit = m->nooms ? map_unit(d) : 0;
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *oo = &m->ooms[i];
+        oom_cause cause;
+        oom_explain(oo, unit, &cause);
         group *go = NULL;
         uint64_t ot, oc;
         size_t no = group_allocs(m, &l, live_at, oo->seq, BY_SITE, &go, &ot, &oc);
@@ -441,7 +506,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                          ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"advice\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
                     oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
-            gm_json_str(out, oom_advice(oo));
+            gm_json_str(out, cause.advice);
+            fprintf(out, ",\"cause\":\"%s\",\"shortfall\":%" PRIu64 ",\"map_unit\":%" PRIu64,
+                    cause.kind, cause.shortfall, unit);
             fputs(",\"name\":", out);
             gm_json_str(out, oo->name ? gm_str(m, oo->name) : NULL);
             fputs(",\"phase\":", out);
@@ -475,7 +542,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 gm_fmt_bytes(oo->device_total, dt, sizeof dt);
                 fprintf(out, ", device free %s of %s", df, dt);
             }
-            fprintf(out, "\n    what to change: %s\n", oom_advice(oo));
+            char sf[32];
+            gm_fmt_bytes(cause.shortfall, sf, sizeof sf);
+            fprintf(out, "\n    binding constraint: %s; the request fell short by %s (%" PRIu64 " bytes)\n",
+                    cause.kind, sf, cause.shortfall);
+            fprintf(out, "    what to change: %s\n", cause.advice);
             print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
         }
         free(go);
