@@ -562,6 +562,39 @@ static int cmd_record(int argc, char **argv) {
     return rc;
 }
 
+/* Optimal string alignment distance (edits, with adjacent swaps as one): "reprot" is 1 from
+ * "report". Commands are short, so the table is tiny. */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 31 || m > 31) return 99;
+    int dp[32][32];
+    for (size_t i = 0; i <= n; i++) dp[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) dp[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = a[i - 1] != b[j - 1];
+            int v = dp[i - 1][j] + 1;
+            if (dp[i][j - 1] + 1 < v) v = dp[i][j - 1] + 1;
+            if (dp[i - 1][j - 1] + c < v) v = dp[i - 1][j - 1] + c;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && dp[i - 2][j - 2] + 1 < v)
+                v = dp[i - 2][j - 2] + 1;
+            dp[i][j] = v;
+        }
+    return dp[n][m];
+}
+
+/* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
+static const char *nearest_command(const char *c) {
+    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise"};
+    const char *best = NULL;
+    int bd = 3;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        int dd = edit_distance(c, cmds[i]);
+        if (dd < bd) bd = dd, best = cmds[i];
+    }
+    return best;
+}
+
 int main(int argc, char **argv) {
     /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
     if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
@@ -583,6 +616,8 @@ int main(int argc, char **argv) {
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
-    fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
+    const char *near = nearest_command(c);
+    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
+    else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
     return GM_EXIT_USAGE;
 }
