@@ -406,6 +406,51 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     }
 }
 
+/* The allocation born at event seq (allocations are in birth order), or NULL. */
+static const gm_alloc *alloc_born_at(const gm_model *m, uint64_t seq) {
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == seq ? &m->allocs[lo] : NULL;
+}
+
+/* An event a report cites, said the way a user can find it: the tensor allocated there, its
+ * NVTX phase (the step is in it: "step 2/bwd/h1") and the call site. Empty fields are NULL. */
+typedef struct event_place {
+    const char *name, *phase, *site;
+} event_place;
+
+static event_place place_of(const gm_model *m, labels *l, uint64_t seq) {
+    event_place p = {NULL, NULL, NULL};
+    const gm_alloc *a = alloc_born_at(m, seq);
+    if (!a) return p;
+    p.name = a->name ? gm_str(m, a->name) : NULL;
+    const gm_range *r = a->range ? gm_range_of(m, a->range) : NULL;
+    p.phase = r && r->path ? r->path : NULL;
+    p.site = a->stack ? site_of(m, l, a->stack, NULL) : NULL;
+    return p;
+}
+
+static void print_place_text(FILE *out, event_place p) {
+    if (!p.name && !p.phase && !p.site) return;
+    fprintf(out, "                      when %s was allocated%s%s%s%s\n", p.name ? p.name : "a tensor",
+            p.phase ? " in " : " outside any NVTX range", p.phase ? p.phase : "",
+            p.site ? " at " : "", p.site ? p.site : "");
+}
+
+static void print_place_json(FILE *out, const char *key, uint64_t seq, event_place p) {
+    fprintf(out, "\"%s\":{\"seq\":%" PRIu64 ",\"name\":", key, seq);
+    gm_json_str(out, p.name);
+    fputs(",\"phase\":", out);
+    gm_json_str(out, p.phase);
+    fputs(",\"site\":", out);
+    gm_json_str(out, p.site);
+    fputc('}', out);
+}
+
 /* The NVTX range path of the OOM event ("step 1/fwd/h12/attn"), NULL when outside ranges. */
 static const char *oom_phase(const gm_model *m, const gm_oom *oo) {
     const gm_range *r = oo->range ? gm_range_of(m, oo->range) : NULL;
@@ -447,6 +492,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                      ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
                 s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double, s.app_ns,
                 s.writer_cpu_ns, s.db_bytes, s.seconds);
+        print_place_json(out, "peak_requested_at", m->peak_requested_seq, place_of(m, &l, m->peak_requested_seq));
+        fputc(',', out);
+        print_place_json(out, "peak_allocated_at", m->peak_allocated_seq, place_of(m, &l, m->peak_allocated_seq));
+        fputc(',', out);
         fprintf(out, "\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
                 m->peak_allocated_seq, total, count);
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
@@ -464,8 +513,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes(m->peak_requested, c, sizeof c);
         fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
                 c, m->peak_requested, m->peak_requested_seq);
+        print_place_text(out, place_of(m, &l, m->peak_requested_seq));
         fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes in the allocator's rounded blocks, at event %" PRIu64 ")\n",
                 a, m->peak_allocated, m->peak_allocated_seq);
+        if (m->peak_allocated_seq != m->peak_requested_seq)
+            print_place_text(out, place_of(m, &l, m->peak_allocated_seq));
         fprintf(out, "  peak reserved       %s%s\n", b, m->have_segments ? "" : " (no segment events: allocations went straight to the driver)");
         fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
