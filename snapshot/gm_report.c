@@ -754,11 +754,13 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             site_of(m, &l, a->stack, &site);
             size_t len;
             gm_stack_frame(m, a->stack, 0, &len);
+            /* after = 1 at the site itself; the frame after it is the caller, already named in
+             * the site's label: the list starts with the caller's caller */
             int shown = 0, after = 0;
             for (size_t k = 0; k < len && shown < 6; k++) {
                 long fi = gm_stack_frame(m, a->stack, k, NULL);
-                if (fi == site) { after = 1; continue; }
-                if (!after) continue;
+                if (fi == site && !after) { after = 1; continue; }
+                if (!after || after++ == 1) continue;
                 char fd[1024];
                 gm_frame_desc(m, fi, fd, sizeof fd);
                 /* a frame made from an inline chain: the code above was inlined into it */
@@ -771,7 +773,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     nm ? ", named " : "", nm ? nm : "");
         }
         if (ns > (size_t)o->top) fprintf(out, "  ... %zu more call sites (use --top N)\n", ns - (size_t)o->top);
-        fprintf(out, "\nAlive at exit, by phase\n");
+        if (np) fprintf(out, "\nAlive at exit, by phase\n");
         for (size_t i = 0; i < np && (int)i < o->top; i++) {
             char b[32];
             gm_fmt_bytes(gp[i].bytes, b, sizeof b);
@@ -811,8 +813,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                fprintf(out, "  kept beyond the last step (born in a later step, alive after it): %s in %" PRIu64 "\n",
-                        kb, kcount);
+                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 " and still alive after "
+                             "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
+                        m->steps[1].step, m->steps[m->nsteps - 1].step, m->steps[m->nsteps - 1].step, kb,
+                        kcount, kcount == 1 ? "" : "s");
                 print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
                 if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
