@@ -41,6 +41,8 @@ snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
 snapshot_index_LIBS := $(SNAP_DIR)/addr_index.o
 snapshot_rec_LIBS := $(REC_LIB)
+snapshot_uses_LIBS := $(REC_LIB)
+snapshot_uses_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_rec_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_files_LIBS := $(REC_LIB)
 snapshot_files_LDLIBS := $(SNAP_TEST_LDLIBS)
@@ -48,9 +50,10 @@ snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
-SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_files snapshot_stacks snapshot_reader
+SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
-TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
+                   $(BUILD)/tests/unit/snapshot_uses
 
 # Test program driving the recorder directly (no CUDA), for the integration scripts.
 $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) | $(DEPS_STAMP)
