@@ -237,12 +237,22 @@ static const struct fn_info *fn_info_get(CUfunction f, struct fn_info **tmp)
     return nfi;
 }
 
+int gm_uses_device(void)
+{
+    CUdevice d = 0;
+    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        return -1;
+    return (int)d;
+}
+
 typedef cudaError_t (*getfunc_fn)(cudaFunction_t *, const void *);
 
-CUfunction gm_uses_func_of_symbol(const void *sym)
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 {
+    /* one kernel symbol has one CUfunction per device (per context): the device is in the key */
+    uintptr_t key = (uintptr_t)sym + (uintptr_t)(device + 1) * (uintptr_t)0x9e3779b97f4a7c15ull;
     int found;
-    void *v = tab_get(sym_tab, (uintptr_t)sym, &found);
+    void *v = tab_get(sym_tab, key, &found);
     if (found)
         return (CUfunction)((uintptr_t)v - 1);
     static _Atomic(getfunc_fn) getfunc;
@@ -256,8 +266,8 @@ CUfunction gm_uses_func_of_symbol(const void *sym)
     if (!g || !sym || g(&fn, sym) != cudaSuccess)
         fn = NULL;
     gm_inside_leave();
-    if (fn && sym)
-        tab_put(sym_tab, (uintptr_t)sym, (void *)((uintptr_t)fn + 1));
+    if (fn && sym && key)
+        tab_put(sym_tab, key, (void *)((uintptr_t)fn + 1));
     return (CUfunction)fn;
 }
 
@@ -471,18 +481,12 @@ void gm_uses_start(void)
 
 /* ---- the entry points ---------------------------------------------------------------- */
 
-static int current_device(void)
-{
-    CUdevice d = 0;
-    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
-        return -1;
-    return (int)d;
-}
 
-void gm_uses_kernel_begin(struct gm_uses_op *op, CUfunction f, CUstream s, void **params,
-                          void **extra)
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
 {
     struct fn_info *tmp;
+    op->device = device;
     const struct fn_info *fi = fn_info_get(f, &tmp);
     op->f = f;
     op->s = s;
@@ -498,7 +502,7 @@ static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint
     struct timing *t = timing_end(op->timing, op->s, r);
     if (r == CUDA_SUCCESS) {
         rec_launch_info li = {
-            .device = current_device(),
+            .device = op->device,
             .stream = (uint64_t)(uintptr_t)op->s,
             .func = (uint64_t)(uintptr_t)op->f,
             .name = name,
@@ -538,6 +542,7 @@ static uint32_t op_name(int which)
 
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s)
 {
+    op->device = gm_uses_device();
     op->f = NULL;
     op->s = s;
     op->timing = timing_begin(s);
@@ -564,15 +569,16 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
 #else /* no recorder linked: nothing to record */
 
 void gm_uses_start(void) {}
-CUfunction gm_uses_func_of_symbol(const void *sym)
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 {
-    (void)sym;
+    (void)sym, (void)device;
     return NULL;
 }
-void gm_uses_kernel_begin(struct gm_uses_op *op, CUfunction f, CUstream s, void **params,
-                          void **extra)
+int gm_uses_device(void) { return -1; }
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
 {
-    (void)op, (void)f, (void)s, (void)params, (void)extra;
+    (void)op, (void)device, (void)f, (void)s, (void)params, (void)extra;
 }
 void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r) { (void)op, (void)r; }
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s) { (void)op, (void)s; }
