@@ -543,6 +543,11 @@ static CUresult h_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int pr
     }
     return r;
 }
+CUresult gm_driver_private_stream(CUstream *s)
+{
+    return real_cuStreamCreate ? real_cuStreamCreate(s, CU_STREAM_NON_BLOCKING)
+                               : CUDA_ERROR_NOT_SUPPORTED;
+}
 static CUresult (*real_cuStreamDestroy_v2)(CUstream);
 static CUresult h_cuStreamDestroy_v2(CUstream s)
 {

@@ -178,6 +178,8 @@ CUresult gm_driver_ensure_context(CUdevice *dev);
 /* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
  * the graph (the driver's graph memory nodes), so gpumem passes them through. */
 int gm_stream_capturing(CUstream s);
+/* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
+CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
 void *gm_driver_hook_for(void *real_fn);
 /* For dlsym: the hook for an exported driver symbol name, or NULL when the name is not hooked.

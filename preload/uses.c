@@ -319,7 +319,7 @@ static const unsigned char *extra_buffer(void **extra, size_t *size)
 
 static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **params, void **extra)
 {
-    size_t bsize;
+    size_t bsize = 0;
     const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
     if (fi && fi->layout) {
         words_init(ws, fi->max_words);
@@ -390,21 +390,28 @@ static struct timing *pool_take(CUcontext ctx)
     return t;
 }
 
-/* The reference: an event on the legacy stream, synchronized, read against rec_time_ns(). Once,
- * on the first timed launch (its context is current there). */
+/* The reference: an event recorded on a private non-blocking stream (idle, so the event is
+ * reached at once; and never the legacy stream, which a capture elsewhere in the program forbids
+ * touching), synchronized, then read against rec_time_ns(). Once, on the first timed launch
+ * made with a current context. */
 static int ref_ready(void)
 {
     int st = atomic_load_explicit(&ref_state, memory_order_acquire);
     if (st)
         return st == 1;
+    CUcontext ctx = NULL;
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return 0; /* not yet: the runtime makes the context current in its first call */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     st = atomic_load(&ref_state);
     if (!st) {
         st = 2;
+        CUstream rs = NULL;
         if (gm_real.cuEventCreate && gm_real.cuEventElapsedTime &&
+            gm_driver_private_stream(&rs) == CUDA_SUCCESS &&
             gm_real.cuEventCreate(&ref_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-            if (gm_real.cuEventRecord(ref_event, 0) == CUDA_SUCCESS &&
+            if (gm_real.cuEventRecord(ref_event, rs) == CUDA_SUCCESS &&
                 gm_real.cuEventSynchronize(ref_event) == CUDA_SUCCESS) {
                 ref_ns = rec_time_ns();
                 st = 1;
@@ -424,7 +431,12 @@ static struct timing *timing_begin(CUstream s)
     if (gm_uses_mode != GM_USES_TIMED || !ref_ready())
         return NULL;
     CUcontext ctx = NULL;
-    gm_real.cuCtxGetCurrent(&ctx);
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    /* work captured into a graph runs later, if ever: nothing to time now, and events queried
+     * during a capture would be the capture's */
+    if (gm_stream_capturing(s))
+        return NULL;
     struct timing *t = pool_take(ctx);
     if (t && gm_real.cuEventRecord(t->a, s) != CUDA_SUCCESS) {
         pool_put(t);
