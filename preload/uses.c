@@ -118,8 +118,10 @@ struct fn_info {
 /* Open addressing, linear probing, never deleted (a CUfunction lives as long as its module;
  * see README "limits" for unloaded modules). A slot is claimed by CAS on its key, then its
  * value is published with a release store; a reader that finds the key but no value yet builds
- * its own copy for this one launch. */
-#define TAB_SLOTS 4096u
+ * its own copy for this one launch. 16384 slots (256 KiB of zero pages until used): a large
+ * PyTorch program launches a few thousand distinct kernels, so probes stay short; past a full
+ * table a launch still works, it just queries the driver each time. */
+#define TAB_SLOTS 16384u
 struct slot {
     _Atomic uintptr_t key;
     _Atomic(void *) val;
