@@ -1,4 +1,4 @@
-/* gpumem.c — the gpumem command: record, report, leaks, sql.
+/* gpumem.c — the gpumem command: record, report, leaks, sql, export, uses.
  *
  * The command analyses and never records (the recording happens in libgpumem.so inside the
  * program); `record` only sets up the environment, runs the program and reads the result.
@@ -34,12 +34,14 @@ static const char *const usage_main =
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
+    "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
-    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak); 2 usage error; 3 the database\n"
-    "cannot be read (missing, damaged, not gpumem's, newer schema); 4 libgpumem.so not found;\n"
+    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak) or no allocation matches (uses);\n"
+    "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
+    "schema); 4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
@@ -53,7 +55,9 @@ static const char *const usage_record =
     "  -o FILE   the database to write (an existing one is replaced)\n"
     "  -q        no summary\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
-    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING.\n"
+    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
+    "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
+    "device times; see gpumem uses).\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run).\n";
 
 static const char *const usage_report =
@@ -61,7 +65,9 @@ static const char *const usage_report =
     "\n"
     "Summary (peak allocated, peak reserved, utilization, allocation counts, cache hit rate,\n"
     "driver calls, OOMs, dropped events, recording overhead), what was live at the peak by NVTX\n"
-    "phase and by call site (top N, default 10), and OOM forensics with what to change.\n"
+    "phase and by call site (top N, default 10), what of it sat idle (time since its last use\n"
+    "and until its next, by tensor name and call site; needs GPUMEM_USES=1 when recording),\n"
+    "and OOM forensics with what to change.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -450,7 +456,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        puts("gpumem 0.1.0 (database schema 1.1)");
+        puts("gpumem 0.1.0 (database schema 1.2)");
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);
@@ -458,6 +464,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
     fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
     return GM_EXIT_USAGE;
 }
