@@ -390,15 +390,15 @@ static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *d
         fputc('\n', out);
         if (x->has_since) {
             gm_fmt_ns(x->since_ns, t, sizeof t);
-            fprintf(out, "        last use %s / %" PRIu64 " events before: %s\n", t, x->since_ev,
-                    gm_demangle_id(dm, m, x->last_kernel));
+            fprintf(out, "        last use %s / %" PRIu64 " event%s before: %s\n", t, x->since_ev,
+                    x->since_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->last_kernel));
         } else {
             fprintf(out, "        last use: none before the peak\n");
         }
         if (x->has_until) {
             gm_fmt_ns(x->until_ns, t, sizeof t);
-            fprintf(out, "        next use %s / %" PRIu64 " events after: %s\n", t, x->until_ev,
-                    gm_demangle_id(dm, m, x->next_kernel));
+            fprintf(out, "        next use %s / %" PRIu64 " event%s after: %s\n", t, x->until_ev,
+                    x->until_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->next_kernel));
         } else {
             fprintf(out, "        next use: none (not used again before its death or the end)\n");
         }

@@ -176,7 +176,7 @@ grep -Eq '^  not used again +512\.00 KiB in 1 allocation \(' "$TMP/idle.txt" || 
 [[ $(sed -n '/by tensor name/,/by call site/p' "$TMP/idle.txt" | grep -E '^ {4}[ 0-9.]+ [KMG]?i?B' | sed -E 's/.*[0-9]x  //; s/  \([0-9]+ never used\)$//' | tr '\n' ' ') \
    == 'grad_buf h*.mlp.fc attn.scores wte (unnamed) late ' ]] || fail "class order in text: $(cat "$TMP/idle.txt")"
 grep -A2 -E 'x  h\*\.mlp\.fc$' "$TMP/idle.txt" > "$TMP/h.txt"
-grep -qx '        last use 500.0 us / 1 events before: matmul(float\*, float const\*, float const\*, int, int)' "$TMP/h.txt" \
+grep -qx '        last use 500.0 us / 1 event before: matmul(float\*, float const\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc last use: $(cat "$TMP/h.txt")"
 grep -qx '        next use 200.00 ms / 10 events after: matmul_backward(float\*, float\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc next use: $(cat "$TMP/h.txt")"
