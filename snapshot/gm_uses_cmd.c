@@ -279,7 +279,8 @@ int gm_cmd_uses(int argc, char **argv) {
             fprintf(out, "  note: access tracking was off in this recording: births and deaths only "
                          "(record with GPUMEM_USES=1 to see every kernel that used a tensor)\n");
         fprintf(out, "  %zu allocation%s", matched, matched == 1 ? " matches" : "s match");
-        if (matched > (size_t)o.top) fprintf(out, "; the first %ld in birth order are shown (--top N, --step N)", o.top);
+        if (matched > (size_t)o.top && o.top == 1) fprintf(out, "; the first in birth order is shown (--top N, --step N)");
+        else if (matched > (size_t)o.top) fprintf(out, "; the first %ld in birth order are shown (--top N, --step N)", o.top);
         fputc('\n', out);
     }
     rc = 0;
