@@ -162,7 +162,7 @@ int gm_uses_state(gm_db *d, char *mode, size_t modesz);
 /* One allocation live at the peak and its uses around it. */
 typedef struct gm_idle_alloc {
     size_t alloc;                      /* index into m->allocs */
-    uint64_t nuses;                    /* uses in its whole life */
+    uint64_t nuses;                    /* uses the sweep saw; 0 = never used in its life */
     uint64_t last_seq, next_seq;       /* last use at or before the peak, first after; 0 = none */
     uint64_t last_t, next_t;           /* their events.t */
     uint32_t last_kernel, next_kernel; /* strings ids */
@@ -190,9 +190,9 @@ typedef struct gm_idle {
     uint64_t not_before_bytes, not_before_count; /* used, but only after the peak */
     uint64_t not_again_bytes, not_again_count;   /* used before the peak, never after it */
 } gm_idle;
-/* One read of `uses` in its primary-key order (allocations born before the peak only) and one
- * lookup of the times of the uses it keeps: never a query per allocation. Returns 0, or -1
- * with err set (damaged uses table). */
+/* One read of `uses` in its primary-key (launch) order, from the oldest live allocation's birth
+ * until every live allocation is settled, and one lookup of the times of the uses it keeps:
+ * never a query per allocation. Returns 0, or -1 with err set (damaged uses table). */
 int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *out, char *err, size_t errsz);
 void gm_idle_free(gm_idle *g);
 

@@ -6,12 +6,16 @@
  *
  * - Idle at the peak (`gpumem report`): for every allocation live at the peak allocated moment,
  *   its last use at or before the peak and its first use after it. Offload candidates are the
- *   big tensors with a long gap on both sides. `uses` is read once, in its primary-key order
- *   (birth, seq), limited to allocations born before the peak, and merged with the live
- *   allocations (also in birth order) — a sweep with no per-allocation query, so it stays
- *   linear on 10-million-event recordings. Only the times of the uses kept (two per live
- *   allocation at most) are looked up afterwards, in one statement over a JSON list of seqs:
- *   joining every use to `events` would be a random lookup per row.
+ *   big tensors with a long gap on both sides. `uses` is read once in its primary-key order
+ *   (seq, birth: launch order, which is how the recorder appends), from the birth of the
+ *   oldest live allocation on, each row matched to a live allocation through a hash map — a
+ *   sweep with no per-allocation query, so it stays linear on 10-million-event recordings
+ *   (and needs no index: a killed process's file has no uses_birth). Past the peak an
+ *   allocation is settled by its first use or by its death, and the sweep stops once every
+ *   one is; only allocations alive at the end with no later use make it read to the end.
+ *   Then the times of the uses kept (two per live allocation at most) are looked up in one
+ *   statement over a JSON list of seqs: joining every use to `events` would be a random
+ *   lookup per row.
  * - One tensor's life (`gpumem uses`): birth, each use with its kernel, access, phase and
  *   device time, death. Here a few allocations are shown, so a query per shown allocation is
  *   the right tool.
@@ -109,6 +113,25 @@ static uint64_t time_at(const uint64_t *seqs, const uint64_t *ts, size_t n, uint
     return p ? ts[p - seqs] : 0;
 }
 
+/* qsort has no context argument: the deaths are copied next to the indices */
+typedef struct death_ix { uint64_t death; size_t i; } death_ix;
+static int cmp_death(const void *a, const void *b) {
+    const death_ix *x = a, *y = b;
+    if (x->death != y->death) return x->death < y->death ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+static void sort_by_death(const gm_model *m, const gm_idle *g, size_t *order) {
+    death_ix *t = malloc(g->nallocs * sizeof *t);
+    if (!t) return; /* unsorted: the sweep then only stops at the end of the table */
+    for (size_t i = 0; i < g->nallocs; i++) {
+        uint64_t death = m->allocs[g->allocs[i].alloc].death;
+        t[i] = (death_ix){death ? death : UINT64_MAX, i};
+    }
+    qsort(t, g->nallocs, sizeof *t, cmp_death);
+    for (size_t i = 0; i < g->nallocs; i++) order[i] = t[i].i;
+    free(t);
+}
+
 int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *g, char *err, size_t errsz) {
     memset(g, 0, sizeof *g);
     g->state = gm_uses_state(d, g->mode, sizeof g->mode);
@@ -128,30 +151,59 @@ int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *g, char *err, size_t e
             g->nallocs++;
         }
     if (!g->nallocs) return 0;
+    /* birth -> index in g->allocs, and the live allocations by death (alive at the end last):
+     * once the sweep is past the peak, an allocation is settled by its first use after the
+     * peak or by its death, and the sweep stops when every one is settled */
+    u64map idx = {0};
+    size_t *by_death = malloc(g->nallocs * sizeof *by_death);
+    if (!by_death || u64map_init(&idx, g->nallocs) != 0) {
+        free(by_death);
+        snprintf(err, errsz, "%s: out of memory for %zu allocations live at the peak", d->path, g->nallocs);
+        return -1;
+    }
+    for (size_t i = 0; i < g->nallocs; i++) {
+        u64map_put(&idx, m->allocs[g->allocs[i].alloc].birth, i);
+        by_death[i] = i;
+    }
+    sort_by_death(m, g, by_death);
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT birth, seq, kernel FROM uses WHERE birth BETWEEN ?1 AND ?2 "
-                                  "ORDER BY birth, seq", -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, birth, kernel FROM uses WHERE seq >= ?1 ORDER BY seq", -1, &s,
+                           NULL) != SQLITE_OK) {
         snprintf(err, errsz, "%s: cannot read uses: %s", d->path, sqlite3_errmsg(d->db));
+        u64map_free(&idx), free(by_death);
         return -1;
     }
     sqlite3_bind_int64(s, 1, (sqlite3_int64)m->allocs[g->allocs[0].alloc].birth);
-    sqlite3_bind_int64(s, 2, (sqlite3_int64)g->peak_seq);
-    size_t j = 0;
+    size_t unsettled = g->nallocs, di = 0;
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        uint64_t birth = (uint64_t)sqlite3_column_int64(s, 0), seq = (uint64_t)sqlite3_column_int64(s, 1);
-        while (j < g->nallocs && m->allocs[g->allocs[j].alloc].birth < birth) j++;
-        if (j == g->nallocs) break;
-        const gm_alloc *a = &m->allocs[g->allocs[j].alloc];
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0), birth = (uint64_t)sqlite3_column_int64(s, 1);
+        if (seq > g->peak_seq) {
+            for (; di < g->nallocs; di++) {
+                gm_idle_alloc *ia = &g->allocs[by_death[di]];
+                uint64_t death = m->allocs[ia->alloc].death;
+                if (!death || death >= seq) break;
+                if (!ia->next_seq) unsettled--;
+            }
+            if (!unsettled) break;
+        }
+        uint64_t *i = u64map_get(&idx, birth);
+        if (!i) continue;
+        gm_idle_alloc *ia = &g->allocs[*i];
+        const gm_alloc *a = &m->allocs[ia->alloc];
         /* a use outside the allocation's life is damage, not a use */
-        if (a->birth != birth || seq < birth || (a->death && seq > a->death)) continue;
-        gm_idle_alloc *ia = &g->allocs[j];
+        if (seq < birth || (a->death && seq > a->death)) continue;
         ia->nuses++;
         uint32_t kernel = (uint32_t)sqlite3_column_int64(s, 2);
-        if (seq <= g->peak_seq) ia->last_seq = seq, ia->last_kernel = kernel;
-        else if (!ia->next_seq) ia->next_seq = seq, ia->next_kernel = kernel;
+        if (seq <= g->peak_seq) {
+            ia->last_seq = seq, ia->last_kernel = kernel;
+        } else if (!ia->next_seq) {
+            ia->next_seq = seq, ia->next_kernel = kernel;
+            unsettled--;
+        }
     }
     sqlite3_finalize(s);
+    u64map_free(&idx), free(by_death);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
         snprintf(err, errsz, "%s: the uses table is damaged: %s", d->path, sqlite3_errmsg(d->db));
         return -1;

@@ -160,6 +160,13 @@ expect '.idle_at_peak.sites[0] | [.since_last_use_ns, .since_last_use_events, .u
 expect '.idle_at_peak.sites[1] | [.since_last_use_ns, .until_next_use_ns, .never_used]' '[98000000,1900000000,1]'
 expect '[(.idle_at_peak.classes | length), (.idle_at_peak.sites | length)]' '[6,2]'
 "$GPUMEM" report --json --top 2 "$DB" | jq -e '.idle_at_peak.classes | length == 2' > /dev/null || fail "--top 2 limits the classes"
+# without grad_buf (alive at the end, never used) every live allocation is settled by a use or
+# its death before the table ends, so the sweep stops early: E is settled by its free at 70
+# when G's use (85) is read, and still counts as not used again
+make_db "$TMP/settle.db" 2 1 1
+sqlite3 "$TMP/settle.db" "DELETE FROM events WHERE seq = 7; DELETE FROM names WHERE seq = 8; DELETE FROM alloc_life WHERE birth = 7"
+"$GPUMEM" report --json "$TMP/settle.db" | jq -c '.idle_at_peak | [.bytes_live, .count_never_used, .bytes_not_used_again, [.buckets[].until_count]]' \
+  | grep -qx "\[$((27 * MiB / 4)),0,524288,\[0,1,0,3,1,1\]\]" || fail "early-settled sweep: $("$GPUMEM" report --json "$TMP/settle.db" | jq -c .idle_at_peak)"
 echo "ok: idle at the peak (JSON): buckets, categories, classes and sites with their gaps"
 
 # --- the same in text
