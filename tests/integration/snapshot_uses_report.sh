@@ -261,3 +261,31 @@ sqlite3 "$TMP/v11.db" "INSERT INTO uses VALUES (5, 30, 10), (5, 50, 12)"
 "$GPUMEM" uses "$TMP/v11.db" --name h1.mlp.fc --json | jq -ce '[.allocations[0].uses[] | [.seq, .access, .op]]' \
   | grep -qx '\[\[30,"unknown",null\],\[50,"unknown",null\]\]' || fail "1.1 uses rows"
 echo "ok: without uses the report says how to turn tracking on; 1.1 files read"
+
+# --- files the recorder wrote (rec_launch through snapshot_app; the trainer under libgpumem.so)
+if [[ -x $APP ]]; then
+  GPUMEM_DB=$TMP/app.db GPUMEM_STACKS=0 "$APP" uses > /dev/null || fail "snapshot_app uses failed"
+  "$GPUMEM" uses "$TMP/app.db" --name h3.mlp.fc > "$TMP/app.txt" || fail "uses on a recorded file: $(cat "$TMP/app.txt")"
+  # the copy wrote it, gemm (through an interior pointer) and gelu used it; the launch after its
+  # free ("stale") did not
+  [[ $(grep -c '  use  ' "$TMP/app.txt") -eq 3 ]] && grep -q 'use   write  memcpy HtoD  \[step 0/fwd\]' "$TMP/app.txt" \
+    && grep -q 'use   ?      gemm  \[step 0/fwd\]' "$TMP/app.txt" && grep -q 'use   ?      gelu  \[step 0/fwd\]' "$TMP/app.txt" \
+    && ! grep -q stale "$TMP/app.txt" || fail "recorded uses of h3.mlp.fc: $(cat "$TMP/app.txt")"
+  echo "ok: gpumem uses on a file written by the recorder (rec_launch)"
+fi
+TRAIN=$BUILD/train_gpt2_sim
+if [[ -x $TRAIN && -f $BUILD/libgpumem.so ]]; then
+  GPUMEM_USES=1 "$GPUMEM" record -q -o "$TMP/train.db" -- "$TRAIN" --steps 2 > /dev/null 2>&1 || fail "trainer under GPUMEM_USES=1 failed"
+  "$GPUMEM" report --json "$TMP/train.db" > "$TMP/train.json" || fail "report on the trainer's recording"
+  jq -e '.idle_at_peak as $i | $i.uses and $i.bytes_live == .peak.live_bytes and $i.bytes_live > 0
+         and ([$i.buckets[].since_bytes] | add) == $i.bytes_live and ([$i.buckets[].until_bytes] | add) == $i.bytes_live
+         and ($i.classes | length) > 0 and ($i.classes | map(.bytes) | . == (sort | reverse))' "$TMP/train.json" > /dev/null \
+    || fail "trainer idle at the peak: $(jq -c .idle_at_peak "$TMP/train.json")"
+  # an activation's life: made in the forward pass, used by forward and backward kernels, freed
+  "$GPUMEM" uses "$TMP/train.db" --name h0.mlp.fc --step 1 --json > "$TMP/fc.json" || fail "uses on the trainer's recording"
+  jq -e '.matched == 1 and (.allocations[0] | (.uses | length) >= 2 and .death != null
+         and any(.uses[]; .phase | test("/fwd/")) and any(.uses[]; .phase | test("/bwd/"))
+         and ([.uses[].seq] | . == sort) and .birth.seq < .uses[0].seq and .uses[-1].seq < .death.seq)' "$TMP/fc.json" > /dev/null \
+    || fail "h0.mlp.fc in step 1: $(jq -c . "$TMP/fc.json")"
+  echo "ok: the trainer under GPUMEM_USES=1: idle at the peak adds up, h0.mlp.fc used in fwd and bwd"
+fi
