@@ -211,7 +211,10 @@ typedef struct gm_life {
     gm_use *uses;
     size_t nuses;
 } gm_life;
-int gm_life_load(gm_db *d, const gm_model *m, size_t alloc, gm_life *out, char *err, size_t errsz);
+/* The lives of allocations allocs[0..n) (indices into m->allocs, distinct) into lives[0..n);
+ * each life's uses in seq order. Returns 0, or -1 with err set (free the lives either way). */
+int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
+                  size_t errsz);
 void gm_life_free(gm_life *l);
 /* Index of the allocation born at seq `id` (binary search: allocs are in birth order), or -1. */
 long gm_alloc_by_id(const gm_model *m, uint64_t id);

@@ -17,8 +17,8 @@
  *   statement over a JSON list of seqs: joining every use to `events` would be a random
  *   lookup per row.
  * - One tensor's life (`gpumem uses`): birth, each use with its kernel, access, phase and
- *   device time, death. Here a few allocations are shown, so a query per shown allocation is
- *   the right tool.
+ *   device time, death, for the few allocations shown: their uses in one statement (through
+ *   the uses_birth index when the file has it, else one scan of `uses` for all of them).
  *
  * Gaps are given in time (events.t) and in events: the difference of seq numbers, i.e. every
  * record in between (allocations, frees, launches, NVTX records).
@@ -267,63 +267,100 @@ long gm_alloc_by_id(const gm_model *m, uint64_t id) {
     return lo < m->nallocs && m->allocs[lo].birth == id ? (long)lo : -1;
 }
 
-int gm_life_load(gm_db *d, const gm_model *m, size_t ai, gm_life *l, char *err, size_t errsz) {
-    memset(l, 0, sizeof *l);
-    l->alloc = ai;
-    const gm_alloc *a = &m->allocs[ai];
+static int grow_uses(gm_life *l, size_t *cap) {
+    if (l->nuses < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    gm_use *n = realloc(l->uses, c * sizeof *n);
+    if (!n) return -1;
+    l->uses = n, *cap = c;
+    return 0;
+}
+
+int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
+                  size_t errsz) {
+    memset(lives, 0, n * sizeof *lives);
     sqlite3_stmt *s;
+    /* births and deaths: point lookups by primary key, two per allocation shown */
     if (sqlite3_prepare_v2(d->db, "SELECT seq, t, range FROM events WHERE seq IN (?1, ?2)", -1, &s, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
-    sqlite3_bind_int64(s, 1, (sqlite3_int64)a->birth);
-    sqlite3_bind_int64(s, 2, (sqlite3_int64)a->death);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0), t = (uint64_t)sqlite3_column_int64(s, 1);
-        if (seq == a->birth) l->birth_t = t;
-        else l->death_t = t, l->death_range = (uint32_t)sqlite3_column_int64(s, 2);
+    u64map by_birth = {0};
+    for (size_t i = 0; i < n; i++) {
+        const gm_alloc *a = &m->allocs[allocs[i]];
+        lives[i].alloc = allocs[i];
+        sqlite3_bind_int64(s, 1, (sqlite3_int64)a->birth);
+        sqlite3_bind_int64(s, 2, (sqlite3_int64)a->death);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0), t = (uint64_t)sqlite3_column_int64(s, 1);
+            if (seq == a->birth) lives[i].birth_t = t;
+            else lives[i].death_t = t, lives[i].death_range = (uint32_t)sqlite3_column_int64(s, 2);
+        }
+        sqlite3_reset(s);
+        if (u64map_put(&by_birth, a->birth, i) != 0) {
+            sqlite3_finalize(s);
+            u64map_free(&by_birth);
+            snprintf(err, errsz, "%s: out of memory", d->path);
+            return -1;
+        }
     }
     sqlite3_finalize(s);
-    if (!gm_table_exists(d, "uses")) return 0;
-    /* 1.2 has launches and uses.access; a 1.1 file has neither */
+    if (!n || !gm_table_exists(d, "uses")) {
+        u64map_free(&by_birth);
+        return 0;
+    }
+    /* The uses of every allocation shown in one statement: with the uses_birth index (built at
+     * close) SQLite looks each birth up; a killed process's file has no index, and one scan of
+     * `uses` then serves them all instead of one scan per allocation. 1.2 has launches and
+     * uses.access; a 1.1 file has neither. */
     static const char *const q[2] = {
-        "SELECT u.seq, u.kernel, u.access, e.t, e.range, l.op, l.start_ns, l.end_ns FROM uses u "
+        "SELECT u.birth, u.seq, u.kernel, u.access, e.t, e.range, l.op, l.start_ns, l.end_ns FROM uses u "
         "LEFT JOIN events e ON e.seq = u.seq LEFT JOIN launches l ON l.seq = u.seq "
-        "WHERE u.birth = ?1 ORDER BY u.seq",
-        "SELECT u.seq, u.kernel, NULL, e.t, e.range, NULL, NULL, NULL FROM uses u "
-        "LEFT JOIN events e ON e.seq = u.seq WHERE u.birth = ?1 ORDER BY u.seq"};
-    if (sqlite3_prepare_v2(d->db, q[0], -1, &s, NULL) != SQLITE_OK &&
-        sqlite3_prepare_v2(d->db, q[1], -1, &s, NULL) != SQLITE_OK) {
-        snprintf(err, errsz, "%s: cannot read uses: %s", d->path, sqlite3_errmsg(d->db));
+        "WHERE u.birth IN (SELECT value FROM json_each(?1)) ORDER BY u.seq",
+        "SELECT u.birth, u.seq, u.kernel, NULL, e.t, e.range, NULL, NULL, NULL FROM uses u "
+        "LEFT JOIN events e ON e.seq = u.seq WHERE u.birth IN (SELECT value FROM json_each(?1)) ORDER BY u.seq"};
+    size_t lcap = n * 21 + 3, o = 0;
+    char *list = malloc(lcap);
+    if (!list || (sqlite3_prepare_v2(d->db, q[0], -1, &s, NULL) != SQLITE_OK &&
+                  sqlite3_prepare_v2(d->db, q[1], -1, &s, NULL) != SQLITE_OK)) {
+        snprintf(err, errsz, "%s: cannot read uses: %s", d->path, list ? sqlite3_errmsg(d->db) : "out of memory");
+        free(list);
+        u64map_free(&by_birth);
         return -1;
     }
-    sqlite3_bind_int64(s, 1, (sqlite3_int64)a->birth);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (l->nuses == cap) {
-            size_t c = cap ? cap * 2 : 16;
-            gm_use *n = realloc(l->uses, c * sizeof *n);
-            if (!n) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            l->uses = n, cap = c;
+    list[o++] = '[';
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(list + o, lcap - o, "%s%" PRIu64, i ? "," : "", m->allocs[allocs[i]].birth);
+    list[o++] = ']';
+    list[o] = 0;
+    sqlite3_bind_text(s, 1, list, (int)o, SQLITE_STATIC);
+    size_t *cap = calloc(n, sizeof *cap);
+    int rc = cap ? SQLITE_ROW : SQLITE_NOMEM;
+    while (cap && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint64_t *li = u64map_get(&by_birth, (uint64_t)sqlite3_column_int64(s, 0));
+        if (!li) continue;
+        gm_life *l = &lives[*li];
+        if (grow_uses(l, &cap[*li]) != 0) {
+            rc = SQLITE_NOMEM;
+            break;
         }
         gm_use *u = &l->uses[l->nuses++];
-        u->seq = (uint64_t)sqlite3_column_int64(s, 0);
-        u->kernel = (uint32_t)sqlite3_column_int64(s, 1);
-        u->access = sqlite3_column_int(s, 2) & (int)(REC_ACC_READ | REC_ACC_WRITE);
-        u->t = (uint64_t)sqlite3_column_int64(s, 3);
-        u->range = (uint32_t)sqlite3_column_int64(s, 4);
-        u->op = sqlite3_column_type(s, 5) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 5);
-        int timed = sqlite3_column_type(s, 6) != SQLITE_NULL && sqlite3_column_type(s, 7) != SQLITE_NULL;
-        u->start_ns = timed ? sqlite3_column_int64(s, 6) : -1;
-        u->end_ns = timed ? sqlite3_column_int64(s, 7) : -1;
+        u->seq = (uint64_t)sqlite3_column_int64(s, 1);
+        u->kernel = (uint32_t)sqlite3_column_int64(s, 2);
+        u->access = sqlite3_column_int(s, 3) & (int)(REC_ACC_READ | REC_ACC_WRITE);
+        u->t = (uint64_t)sqlite3_column_int64(s, 4);
+        u->range = (uint32_t)sqlite3_column_int64(s, 5);
+        u->op = sqlite3_column_type(s, 6) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 6);
+        int timed = sqlite3_column_type(s, 7) != SQLITE_NULL && sqlite3_column_type(s, 8) != SQLITE_NULL;
+        u->start_ns = timed ? sqlite3_column_int64(s, 7) : -1;
+        u->end_ns = timed ? sqlite3_column_int64(s, 8) : -1;
     }
     sqlite3_finalize(s);
+    free(list), free(cap);
+    u64map_free(&by_birth);
     if (rc != SQLITE_DONE) {
-        snprintf(err, errsz, "%s: the uses table is damaged: %s", d->path, sqlite3_errmsg(d->db));
+        snprintf(err, errsz, "%s: the uses table is damaged: %s", d->path,
+                 rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(d->db));
         return -1;
     }
     return 0;

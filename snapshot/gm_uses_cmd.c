@@ -5,8 +5,8 @@
  * fnmatch, since a training loop allocates "h3.mlp.fc" once per step and "h*.mlp.fc" once per
  * layer and step — or by id (the birth seq), optionally within one "step N". They are shown in
  * birth order, the first --top (default 3) in full and the rest counted: a name that matches
- * once per step would otherwise print every step of the run. Each life is read by
- * gm_life_load (a query per shown allocation: a handful). Text and JSON print the same
+ * once per step would otherwise print every step of the run. The lives shown are read by
+ * gm_lives_load together (one statement for all their uses). Text and JSON print the same
  * gm_life, so they cannot disagree.
  */
 #include "snapshot/gm.h"
@@ -283,25 +283,26 @@ int gm_cmd_uses(int argc, char **argv) {
         else if (matched > (size_t)o.top) fprintf(out, "; the first %ld in birth order are shown (--top N, --step N)", o.top);
         fputc('\n', out);
     }
+    size_t want = matched < (size_t)o.top ? matched : (size_t)o.top;
+    size_t *pick = malloc(want * sizeof *pick);
+    gm_life *lives = calloc(want, sizeof *lives);
+    for (size_t i = 0, k = 0; pick && i < m.nallocs && k < want; i++)
+        if (matches(&m, &m.allocs[i], &o)) pick[k++] = i;
     rc = 0;
-    for (size_t i = 0; i < m.nallocs && shown < (size_t)o.top; i++) {
-        if (!matches(&m, &m.allocs[i], &o)) continue;
-        gm_life l;
-        if (gm_life_load(&d, &m, i, &l, err, sizeof err) != 0) {
-            fprintf(stderr, "gpumem: %s\n", err);
-            gm_life_free(&l);
-            rc = GM_EXIT_BADDB;
-            break;
-        }
+    if (!pick || !lives || gm_lives_load(&d, &m, pick, want, lives, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", pick && lives ? err : "out of memory");
+        rc = GM_EXIT_BADDB;
+    }
+    for (size_t k = 0; !rc && k < want; k++, shown++) {
         if (o.json) {
             if (shown) fputc(',', out);
-            print_life_json(&m, &dm, &l, out);
+            print_life_json(&m, &dm, &lives[k], out);
         } else {
-            print_life_text(&m, &dm, &l, state != GM_USES_OFF, out);
+            print_life_text(&m, &dm, &lives[k], state != GM_USES_OFF, out);
         }
-        gm_life_free(&l);
-        shown++;
     }
+    for (size_t k = 0; lives && k < want; k++) gm_life_free(&lives[k]);
+    free(lives), free(pick);
     if (o.json) fprintf(out, "],\"shown\":%zu}\n", shown);
     else if (matched > shown && !rc) fprintf(out, "\n... %zu more allocation%s (--top N shows more, --step N picks one step)\n",
                                              matched - shown, matched - shown == 1 ? " matches" : "s match");
