@@ -460,9 +460,11 @@ static struct timing *timing_end(struct timing *t, CUstream s, CUresult launch_r
 static int uses_timing_resolve(void *token, int final, uint64_t *start_ns, uint64_t *end_ns)
 {
     struct timing *t = token;
-    static __thread CUcontext writer_ctx;
-    if (t->ctx && t->ctx != writer_ctx && gm_real.cuCtxSetCurrent(t->ctx) == CUDA_SUCCESS)
-        writer_ctx = t->ctx;
+    /* the events' context on the calling thread (the recorder's writer): asked each time, not
+     * kept in a thread-local, since the resolver may also run on the thread closing the file */
+    CUcontext cur = NULL;
+    if (t->ctx && (gm_real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != t->ctx))
+        gm_real.cuCtxSetCurrent(t->ctx);
     CUresult q = gm_real.cuEventQuery(t->b);
     if (q == CUDA_ERROR_NOT_READY) {
         if (!final)
