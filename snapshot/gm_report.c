@@ -428,9 +428,13 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     size_t nc = idle_groups(m, l, &g, BY_NAME, &gc);
     size_t nsite = idle_groups(m, l, &g, BY_SITE, &gsite);
     int named = nc > 1 || (nc == 1 && strcmp(gc[0].key, "(unnamed)") != 0);
+    /* launches whose argument words the full ring dropped have no uses rows: the tensors they
+     * touched look idle longer than they were */
+    int64_t lost = gm_meta_int(d, "launch_words_lost", 0);
     if (o->json) {
         fprintf(out, "\"idle_at_peak\":{\"uses\":true,\"tracking\":");
         gm_json_str(out, g.mode);
+        fprintf(out, ",\"launch_words_lost\":%" PRId64, lost > 0 ? lost : 0);
         fprintf(out, ",\"peak_seq\":%" PRIu64 ",\"peak_t_ns\":%" PRIu64 ",\"bytes_live\":%" PRIu64
                      ",\"count_live\":%zu,\"bytes_never_used\":%" PRIu64 ",\"count_never_used\":%" PRIu64
                      ",\"bytes_not_used_before\":%" PRIu64 ",\"count_not_used_before\":%" PRIu64
@@ -456,6 +460,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
         gm_fmt_ns(g.peak_t, t, sizeof t);
         fprintf(out, "\nIdle at the peak: %s live in %zu allocations at event %" PRIu64 " (%s), by the time since "
                      "their last use and until their next one\n", a, g.nallocs, g.peak_seq, t);
+        if (lost > 0)
+            fprintf(out, "  note: %" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING); "
+                         "their uses are missing, so some gaps are longer than they were\n", lost);
         fprintf(out, "    %-10s %22s   %22s\n", "gap", "since last use", "until next use");
         for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
             gm_fmt_bytes(g.since_bytes[b], b1, sizeof b1);

@@ -188,6 +188,13 @@ grep -qx '        last use 500.0 us / 1 event before: matmul(float\*, float cons
 grep -qx '        next use 200.00 ms / 10 events after: matmul_backward(float\*, float\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc next use: $(cat "$TMP/h.txt")"
 grep -A2 -E 'x  grad_buf  \(1 never used\)$' "$TMP/idle.txt" | grep -q 'next use: none' || fail "grad_buf never used: $(cat "$TMP/idle.txt")"
+expect '.idle_at_peak.launch_words_lost' 0
+! grep -q 'launches lost' "$TMP/idle.txt" || fail "a note about lost launches where none was lost"
+# launches whose words the ring dropped have no uses: the report says its gaps may be too long
+sqlite3 "$DB" "INSERT INTO meta VALUES ('launch_words_lost', 2)"
+"$GPUMEM" report --json "$DB" | jq -e '.idle_at_peak.launch_words_lost == 2' > /dev/null || fail "launch_words_lost in JSON"
+"$GPUMEM" report "$DB" | grep -q '^  note: 2 launches lost their arguments (the ring was full: raise GPUMEM_RING)' || fail "lost launches note"
+sqlite3 "$DB" "DELETE FROM meta WHERE key = 'launch_words_lost'"
 echo "ok: idle at the peak (text)"
 
 # --- gpumem uses: exact name, one per step -> 2 allocations in birth order
