@@ -67,7 +67,8 @@ INSTALL_INCLUDE :=
 
 # Debian packages the project needs (Makefile `deps`).
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
-                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq
+                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq \
+                libiberty-dev
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 include tests/harness.mk

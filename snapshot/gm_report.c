@@ -26,6 +26,13 @@ void gm_fmt_bytes(uint64_t v, char *out, size_t outsz) {
     snprintf(out, outsz, "%.2f %s", x, u[i]);
 }
 
+void gm_fmt_ns(uint64_t ns, char *out, size_t outsz) {
+    if (ns < 1000) snprintf(out, outsz, "%" PRIu64 " ns", ns);
+    else if (ns < 1000000) snprintf(out, outsz, "%.1f us", (double)ns / 1e3);
+    else if (ns < 1000000000) snprintf(out, outsz, "%.2f ms", (double)ns / 1e6);
+    else snprintf(out, outsz, "%.3f s", (double)ns / 1e9);
+}
+
 void gm_json_str(FILE *out, const char *s) {
     if (!s) {
         fputs("null", out);
@@ -131,25 +138,9 @@ static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *f
         return stack ? "(stack not recorded)" : "(no stack: GPUMEM_STACKS=0)";
     }
     if (!l->site[*si]) {
-        /* the call site and its caller: allocation wrappers (t_alloc, my_alloc...) are common,
-         * and the caller is what tells them apart */
         char buf[2048];
-        long f = gm_stack_site(m, stack);
-        gm_frame_desc(m, f, buf, 1024);
-        size_t len;
-        gm_stack_frame(m, stack, 0, &len);
-        for (size_t d = 0; d + 1 < len; d++)
-            if (gm_stack_frame(m, stack, d, NULL) == f) {
-                long c = gm_stack_frame(m, stack, d + 1, NULL);
-                if (c >= 0) {
-                    size_t o = strlen(buf);
-                    snprintf(buf + o, sizeof buf - o, " < ");
-                    gm_frame_desc(m, c, buf + o + 3, sizeof buf - o - 3);
-                }
-                break;
-            }
+        l->site_frame[*si] = gm_site_desc(m, stack, buf, sizeof buf);
         l->site[*si] = strdup(buf);
-        l->site_frame[*si] = f;
     }
     if (frame) *frame = l->site_frame[*si];
     return l->site[*si] ? l->site[*si] : "?";
@@ -265,6 +256,237 @@ static void print_groups_json(FILE *out, const char *name, group *g, size_t n, i
                 g[i].count, total ? (double)g[i].bytes / (double)total : 0.0);
     }
     fputc(']', out);
+}
+
+/* ---------------------------------------------------------------- idle at the peak */
+
+/* A tensor class (name, digits as *) or call site among the allocations live at the peak,
+ * with the median gaps of its allocations: the median over those that have a use before the
+ * peak (after it), the lower one for an even count, with that allocation's kernel. The median,
+ * not the minimum: the same activation of twelve layers has twelve gaps, and the shortest (the
+ * last layer's) would hide the eleven that are worth offloading. */
+typedef struct idle_group {
+    const char *key;
+    uint64_t bytes, count, never, not_again;
+    int has_since, has_until;
+    uint64_t since_ns, until_ns, since_ev, until_ev;
+    uint32_t last_kernel, next_kernel;
+} idle_group;
+
+typedef struct idle_key { const char *key; size_t rec; } idle_key;
+typedef struct idle_gap { uint64_t gap; size_t rec; } idle_gap;
+
+static int cmp_idle_key(const void *a, const void *b) {
+    const idle_key *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->rec > y->rec) - (x->rec < y->rec);
+}
+static int cmp_idle_gap(const void *a, const void *b) {
+    const idle_gap *x = a, *y = b;
+    if (x->gap != y->gap) return x->gap < y->gap ? -1 : 1;
+    return (x->rec > y->rec) - (x->rec < y->rec);
+}
+static int cmp_idle_group(const void *a, const void *b) {
+    const idle_group *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by, idle_group **out) {
+    *out = NULL;
+    idle_key *k = malloc((g->nallocs ? g->nallocs : 1) * sizeof *k);
+    idle_gap *gs = malloc((g->nallocs ? g->nallocs : 1) * sizeof *gs);
+    idle_group *gr = calloc(g->nallocs ? g->nallocs : 1, sizeof *gr);
+    if (!k || !gs || !gr) {
+        free(k), free(gs), free(gr);
+        return 0;
+    }
+    for (size_t i = 0; i < g->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[g->allocs[i].alloc];
+        k[i].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
+        k[i].rec = i;
+    }
+    qsort(k, g->nallocs, sizeof *k, cmp_idle_key);
+    size_t n = 0;
+    for (size_t i = 0; i < g->nallocs;) {
+        size_t e = i;
+        while (e < g->nallocs && strcmp(k[e].key, k[i].key) == 0) e++;
+        idle_group *x = &gr[n++];
+        x->key = k[i].key;
+        for (int side = 0; side < 2; side++) {
+            size_t ng = 0;
+            for (size_t j = i; j < e; j++) {
+                const gm_idle_alloc *ia = &g->allocs[k[j].rec];
+                if (side == 0 && ia->last_seq)
+                    gs[ng++] = (idle_gap){g->peak_t > ia->last_t ? g->peak_t - ia->last_t : 0, k[j].rec};
+                if (side == 1 && ia->next_seq)
+                    gs[ng++] = (idle_gap){ia->next_t > g->peak_t ? ia->next_t - g->peak_t : 0, k[j].rec};
+            }
+            if (!ng) continue;
+            qsort(gs, ng, sizeof *gs, cmp_idle_gap);
+            const idle_gap *med = &gs[(ng - 1) / 2];
+            const gm_idle_alloc *ia = &g->allocs[med->rec];
+            if (side == 0) {
+                x->has_since = 1, x->since_ns = med->gap, x->last_kernel = ia->last_kernel;
+                x->since_ev = g->peak_seq - ia->last_seq;
+            } else {
+                x->has_until = 1, x->until_ns = med->gap, x->next_kernel = ia->next_kernel;
+                x->until_ev = ia->next_seq - g->peak_seq;
+            }
+        }
+        for (size_t j = i; j < e; j++) {
+            const gm_idle_alloc *ia = &g->allocs[k[j].rec];
+            x->bytes += m->allocs[ia->alloc].size;
+            x->count++;
+            x->never += ia->nuses == 0;
+            x->not_again += ia->nuses && ia->last_seq && !ia->next_seq;
+        }
+        i = e;
+    }
+    qsort(gr, n, sizeof *gr, cmp_idle_group);
+    free(k), free(gs);
+    *out = gr;
+    return n;
+}
+
+static const char *idle_off_hint(int state) {
+    return state == GM_USES_EMPTY
+               ? "access tracking was on but recorded no uses: no kernel, copy or memset pointed into "
+                 "a live allocation"
+               : "access tracking was off: record with GPUMEM_USES=1 (GPUMEM_USES=timed adds device "
+                 "times) to see how long the memory live at the peak sat unused";
+}
+
+static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *dm, const char *name,
+                                   const char *keyname, const idle_group *gr, size_t n, int top) {
+    fprintf(out, "\"%s\":[", name);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        const idle_group *x = &gr[i];
+        fprintf(out, "%s{\"%s\":", i ? "," : "", keyname);
+        gm_json_str(out, x->key);
+        fprintf(out, ",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"never_used\":%" PRIu64
+                     ",\"not_used_again\":%" PRIu64, x->count, x->bytes, x->never, x->not_again);
+        if (x->has_since) fprintf(out, ",\"since_last_use_ns\":%" PRIu64 ",\"since_last_use_events\":%" PRIu64 ",\"last_kernel\":",
+                                  x->since_ns, x->since_ev);
+        else fputs(",\"since_last_use_ns\":null,\"since_last_use_events\":null,\"last_kernel\":", out);
+        gm_json_str(out, x->has_since ? gm_demangle_id(dm, m, x->last_kernel) : NULL);
+        if (x->has_until) fprintf(out, ",\"until_next_use_ns\":%" PRIu64 ",\"until_next_use_events\":%" PRIu64 ",\"next_kernel\":",
+                                  x->until_ns, x->until_ev);
+        else fputs(",\"until_next_use_ns\":null,\"until_next_use_events\":null,\"next_kernel\":", out);
+        gm_json_str(out, x->has_until ? gm_demangle_id(dm, m, x->next_kernel) : NULL);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
+static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *dm, const char *title,
+                                   const idle_group *gr, size_t n, int top, uint64_t total) {
+    fprintf(out, "  %s\n", title);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        const idle_group *x = &gr[i];
+        char b[32], t[32];
+        gm_fmt_bytes(x->bytes, b, sizeof b);
+        fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s", b, pct(x->bytes, total), x->count, x->key);
+        if (x->never) fprintf(out, "  (%" PRIu64 " never used)", x->never);
+        fputc('\n', out);
+        if (x->has_since) {
+            gm_fmt_ns(x->since_ns, t, sizeof t);
+            fprintf(out, "        last use %s / %" PRIu64 " event%s before: %s\n", t, x->since_ev,
+                    x->since_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->last_kernel));
+        } else {
+            fprintf(out, "        last use: none before the peak\n");
+        }
+        if (x->has_until) {
+            gm_fmt_ns(x->until_ns, t, sizeof t);
+            fprintf(out, "        next use %s / %" PRIu64 " event%s after: %s\n", t, x->until_ev,
+                    x->until_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->next_kernel));
+        } else {
+            fprintf(out, "        next use: none (not used again before its death or the end)\n");
+        }
+    }
+    if (n > (size_t)top) fprintf(out, "    ... %zu more (use --top N)\n", n - (size_t)top);
+}
+
+/* The "Idle at the peak" section, text or JSON (a member "idle_at_peak" of the report). */
+static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o, FILE *out) {
+    gm_idle g;
+    char err[8192];
+    int ok = gm_idle_at_peak(d, m, &g, err, sizeof err) == 0;
+    if (!ok || g.state != GM_USES_ON) {
+        if (o->json) {
+            fprintf(out, "\"idle_at_peak\":{\"uses\":false,\"tracking\":\"%s\",\"hint\":",
+                    !ok ? "error" : g.state == GM_USES_EMPTY ? "empty" : "off");
+            gm_json_str(out, !ok ? err : idle_off_hint(g.state));
+            fputc('}', out);
+        } else {
+            fprintf(out, "\nIdle at the peak\n  %s\n", !ok ? err : idle_off_hint(g.state));
+        }
+        gm_idle_free(&g);
+        return;
+    }
+    gm_demangler dm = {0};
+    idle_group *gc = NULL, *gsite = NULL;
+    size_t nc = idle_groups(m, l, &g, BY_NAME, &gc);
+    size_t nsite = idle_groups(m, l, &g, BY_SITE, &gsite);
+    int named = nc > 1 || (nc == 1 && strcmp(gc[0].key, "(unnamed)") != 0);
+    /* launches whose argument words the full ring dropped have no uses rows: the tensors they
+     * touched look idle longer than they were */
+    int64_t lost = gm_meta_int(d, "launch_words_lost", 0);
+    if (o->json) {
+        fprintf(out, "\"idle_at_peak\":{\"uses\":true,\"tracking\":");
+        gm_json_str(out, g.mode);
+        fprintf(out, ",\"launch_words_lost\":%" PRId64, lost > 0 ? lost : 0);
+        fprintf(out, ",\"peak_seq\":%" PRIu64 ",\"peak_t_ns\":%" PRIu64 ",\"bytes_live\":%" PRIu64
+                     ",\"count_live\":%zu,\"bytes_never_used\":%" PRIu64 ",\"count_never_used\":%" PRIu64
+                     ",\"bytes_not_used_before\":%" PRIu64 ",\"count_not_used_before\":%" PRIu64
+                     ",\"bytes_not_used_again\":%" PRIu64 ",\"count_not_used_again\":%" PRIu64 ",\"buckets\":[",
+                g.peak_seq, g.peak_t, g.bytes_live, g.nallocs, g.never_bytes, g.never_count, g.not_before_bytes,
+                g.not_before_count, g.not_again_bytes, g.not_again_count);
+        for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
+            fprintf(out, "%s{\"gap\":\"%s\",\"max_ns\":", b ? "," : "", gm_idle_bucket_name[b]);
+            if (b < GM_IDLE_TIMED - 1) fprintf(out, "%" PRIu64, gm_idle_bucket_max_ns[b]);
+            else fputs("null", out);
+            fprintf(out, ",\"since_bytes\":%" PRIu64 ",\"since_count\":%" PRIu64 ",\"until_bytes\":%" PRIu64
+                         ",\"until_count\":%" PRIu64 "}",
+                    g.since_bytes[b], g.since_count[b], g.until_bytes[b], g.until_count[b]);
+        }
+        fputs("],", out);
+        print_idle_groups_json(out, m, &dm, "classes", "name", gc, named ? nc : 0, o->top);
+        fputc(',', out);
+        print_idle_groups_json(out, m, &dm, "sites", "site", gsite, nsite, o->top);
+        fputc('}', out);
+    } else {
+        char a[32], b1[32], b2[32], t[32];
+        gm_fmt_bytes(g.bytes_live, a, sizeof a);
+        gm_fmt_ns(g.peak_t, t, sizeof t);
+        fprintf(out, "\nIdle at the peak: %s live in %zu allocations at event %" PRIu64 " (%s), by the time since "
+                     "their last use and until their next one\n", a, g.nallocs, g.peak_seq, t);
+        if (lost > 0)
+            fprintf(out, "  note: %" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING); "
+                         "their uses are missing, so some gaps are longer than they were\n", lost);
+        fprintf(out, "    %-10s %22s   %22s\n", "gap", "since last use", "until next use");
+        for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
+            gm_fmt_bytes(g.since_bytes[b], b1, sizeof b1);
+            gm_fmt_bytes(g.until_bytes[b], b2, sizeof b2);
+            fprintf(out, "    %-10s %12s %8" PRIu64 "x   %12s %8" PRIu64 "x\n", gm_idle_bucket_name[b], b1,
+                    g.since_count[b], b2, g.until_count[b]);
+        }
+        gm_fmt_bytes(g.never_bytes, b1, sizeof b1);
+        fprintf(out, "  never used              %12s in %" PRIu64 " allocation%s (no kernel, copy or memset touched them)\n",
+                b1, g.never_count, g.never_count == 1 ? "" : "s");
+        gm_fmt_bytes(g.not_before_bytes, b1, sizeof b1);
+        fprintf(out, "  first used after peak   %12s in %" PRIu64 " allocation%s (allocated before they were needed)\n",
+                b1, g.not_before_count, g.not_before_count == 1 ? "" : "s");
+        gm_fmt_bytes(g.not_again_bytes, b1, sizeof b1);
+        fprintf(out, "  not used again          %12s in %" PRIu64 " allocation%s (held until death or the end)\n",
+                b1, g.not_again_count, g.not_again_count == 1 ? "" : "s");
+        if (named)
+            print_idle_groups_text(out, m, &dm, "by tensor name (digits as *; median gaps)", gc, nc, o->top, g.bytes_live);
+        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live);
+    }
+    free(gc), free(gsite);
+    gm_demangler_free(&dm);
+    gm_idle_free(&g);
 }
 
 /* ---------------------------------------------------------------- report */
@@ -503,7 +725,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
-        fprintf(out, "},\"ooms\":[");
+        fputs("},", out);
+        print_idle(d, m, &l, o, out);
+        fprintf(out, ",\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
         print_header(d, m, out, "report");
@@ -541,6 +765,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
         print_groups_text(out, "by call site", gs, ns, o->top, total);
         if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
+        print_idle(d, m, &l, o, out);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }

@@ -1,4 +1,4 @@
-/* gpumem.c — the gpumem command: record, report, leaks, sql.
+/* gpumem.c — the gpumem command: record, report, leaks, sql, export, uses.
  *
  * The command analyses and never records (the recording happens in libgpumem.so inside the
  * program); `record` only sets up the environment, runs the program and reads the result.
@@ -35,12 +35,14 @@ static const char *const usage_main =
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
+    "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
-    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak); 2 usage error; 3 the database\n"
-    "cannot be read (missing, damaged, not gpumem's, newer schema); 4 libgpumem.so not found;\n"
+    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak) or no allocation matches (uses);\n"
+    "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
+    "schema); 4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
@@ -56,7 +58,9 @@ static const char *const usage_record =
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
-    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING.\n"
+    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
+    "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
+    "device times; see gpumem uses).\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 when\n"
     "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
@@ -66,8 +70,9 @@ static const char *const usage_report =
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
     "recording overhead), what was live at the peak by NVTX phase, by call site and by tensor\n"
-    "name (top N, default 10), and OOM forensics: the binding constraint, the shortfall and what\n"
-    "to change.\n"
+    "name (top N, default 10), what of it sat idle (time since its last use and until its next,\n"
+    "by tensor name and call site; needs GPUMEM_USES=1 when recording), and OOM forensics: the\n"
+    "binding constraint, the shortfall and what to change.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -618,6 +623,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
     const char *near = nearest_command(c);
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
     else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);

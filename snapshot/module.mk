@@ -27,8 +27,10 @@ ALL_TARGETS += $(REC_LIB)
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
 GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
            $(SNAP_DIR)/gm_export.o \
+           $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
            $(SNAP_DIR)/rec_path.o
-GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl
+# libiberty: kernel names are demangled with binutils' own demangler (reading side only).
+GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS)
 
@@ -36,7 +38,7 @@ ALL_TARGETS += $(BUILD)/gpumem
 INSTALL_BIN += $(BUILD)/gpumem
 
 # ---- tests
-SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl
+SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl -liberty
 snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
 snapshot_index_LIBS := $(SNAP_DIR)/addr_index.o
@@ -63,18 +65,19 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh \
-                tests/integration/snapshot_uses.sh
+                tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
-                  snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c
+                  snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
+                  snapshot/gm_uses.c snapshot/gm_demangle.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf
+	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf -liberty
 ALL_TARGETS += $(SNAP_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh
