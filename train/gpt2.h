@@ -56,6 +56,11 @@ void gpt2_destroy(gpt2 *m);
 
 size_t gpt2_live_bytes(const gpt2 *m);
 size_t gpt2_peak_bytes(const gpt2 *m);
+/* What the trainer has issued so far: kernel launches (the backend's count), copies and
+ * memsets (cudaMemcpy/cudaMemcpyAsync/cudaMemsetAsync calls). Each is one launch to a tool
+ * that intercepts launches. */
+void gpt2_launch_counts(const gpt2 *m, unsigned long long *kernels, unsigned long long *copies,
+                        unsigned long long *memsets);
 size_t gpt2_num_params(const gpt2 *m);
 const gpt2_config *gpt2_get_config(const gpt2 *m);
 

@@ -47,7 +47,8 @@ static void usage(FILE *f, const char *prog)
             "  --data FILE        raw text (bytes) or an llm.c token shard  [synthetic tokens]\n"
             "  --load FILE        start from an llm.c checkpoint (v3, fp32); sets the model\n"
             "  --save FILE        write an llm.c checkpoint after training\n"
-            "  --dry-run          allocations, frees, copies and NVTX ranges only, no compute\n"
+            "  --dry-run          memory only: allocations, frees, copies, NVTX ranges and (sim\n"
+            "                     build) kernel launches with their bodies skipped, no compute\n"
             "                     (use with GPUMEM_SIM_BACKING=virtual on the virtual GPU)\n"
             "  --threads N        CPU threads for the ops (cpu-sim backend)  [OpenMP default]\n"
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
@@ -371,7 +372,11 @@ int main(int argc, char **argv)
                total_ms > 0 ? total_tok / (total_ms / 1e3) : 0.0, gpt2_peak_bytes(m),
                gpt2_peak_bytes(m) / 1048576.0);
     }
-    /* Also after an error (an OOM, say): the peak reached is what a memory tool wants. */
+    /* Also after an error (an OOM, say): the peak reached is what a memory tool wants, and
+     * the launches issued are what a launch-recording tool must have seen. */
+    unsigned long long nk, nc, nm;
+    gpt2_launch_counts(m, &nk, &nc, &nm);
+    printf("LAUNCHES %llu kernels %llu copies %llu memsets\n", nk, nc, nm);
     printf("PEAK %zu bytes\n", gpt2_peak_bytes(m));
     gpt2_destroy(m);
     free(d.tok), free(tok), free(tgt);
