@@ -868,7 +868,7 @@ static int optimizer(gpt2 *m)
             pop();
         }
         OP("adamw", m->be->adamw(p->p, m->grads[i].p, mm->p, vv->p, (long)p->numel, m->o.lr, 0.9f,
-                                 0.999f, 1e-8f, 0.0f, t));
+                                 0.999f, 1e-8f, m->o.wd, t));
         if (m->o.offload_opt) {
             push("offload");
             TRY(offload(m, mm));

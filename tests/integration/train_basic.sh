@@ -41,6 +41,11 @@ expect_err 1 "unknown model" --model gpt5
 expect_err 1 "needs an integer" -B x
 expect_err 1 "must divide" -B 4 --accum 3
 expect_err 1 "unknown choice" --recompute everything
+expect_err 1 "wd needs a finite non-negative number" --wd -0.1
+expect_err 1 "wd needs a finite non-negative number" --wd nan
+expect_err 1 "wd needs a finite non-negative number" --wd 1e99
+expect_err 1 "wd needs a finite non-negative number" --wd 0.1x
+expect_err 1 "wd needs a finite non-negative number" --wd
 expect_err 1 "exceeds the model" -T 100000
 expect_err 1 "cannot open data" --data "$tmp/missing.txt"
 head -c 100 /dev/urandom > "$tmp/garbage.bin"

@@ -13,6 +13,8 @@
 #      2^-9 per stored value, which moves a loss of ~5 by ~1e-3..1e-2).
 #   4. --leak: the trainer's live bytes grow by exactly one activation (the losses, B*T*4
 #      bytes) per step; with --accum 2 by the first micro-batch's (B/2*T*4).
+#   5. --wd: 0 gives the loss curve of no flag, bit for bit; 0.1 the same step-1 loss (it is
+#      computed before the first update) and a different curve from step 2 on.
 set -uo pipefail
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
@@ -130,4 +132,13 @@ if awk -v b="$base_live" -v bt="$bt" -v l="$(tr '\n' ' ' <<<"$lives")" 'BEGIN{n=
      for(i=1;i<=n;i++) if (x[i]-b != i*2*bt) exit 1}'; then
   ok "--leak --accum 2: one (B/2,T) tensor per step ($(tr '\n' ' ' <<<"$lives"))"
 else bad "--leak --accum 2: live bytes $(tr '\n' ' ' <<<"$lives") vs baseline $base_live"; fi
+
+# ---- 5. weight decay ----------------------------------------------------------------------
+wd0=$(curve --wd 0) wd1=$(curve --wd 0.1)
+[[ $wd0 == "$ref" ]] && ok "--wd 0: bit-identical to no flag ($wd0)" || bad "--wd 0: '$wd0' != '$ref'"
+read -r r1 r2 _ <<<"$ref"; read -r w1 w2 _ <<<"$wd1"
+[[ $(wc -w <<<"$wd1") -eq 4 && $w1 == "$r1" && $w2 != "$r2" && $wd1 != "$ref" ]] \
+  && ok "--wd 0.1: same step-1 loss, different curve after ($wd1 vs $ref)" \
+  || bad "--wd 0.1 does not change the loss trajectory as it should: '$wd1' vs '$ref'"
+
 exit $fail
