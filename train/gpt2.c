@@ -35,6 +35,7 @@
  * tensor memory is ever touched, and a launch-capturing tool still records every use. */
 #include "train/gpt2.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -505,12 +506,18 @@ int gpt2_save(gpt2 *m, const char *path)
 }
 
 /* ---- stash / restore (the memory techniques) --------------------------------------------- */
-static int offload(gpt2 *m, gpt2_tensor *t)
+/* Copies t to its pinned host buffer and frees the device copy. The buffer is made at the
+ * slot's first offload with host_bytes (>= t->bytes), then reused every step: an activation
+ * slot passes its size at the largest T (--seq-jitter draws a new T each step, and a later
+ * step may draw a larger one than the first), the optimizer state its own size. */
+static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes)
 {
     if (!t->host) {
-        CK(cudaMallocHost(&t->host, t->bytes), "cudaMallocHost");
-        if (m->o.trace_allocs) fprintf(stderr, "host-alloc %s %zu\n", t->name, t->bytes);
+        CK(cudaMallocHost(&t->host, host_bytes), "cudaMallocHost");
+        t->host_bytes = host_bytes;
+        if (m->o.trace_allocs) fprintf(stderr, "host-alloc %s %zu\n", t->name, host_bytes);
     }
+    assert(t->bytes <= t->host_bytes);
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventRecord(ev, m->stream), "cudaEventRecord");
@@ -586,7 +593,10 @@ static int stash_layer(gpt2 *m, int l)
     if (m->o.offload_acts) {
         push("offload");
         for (int i = 0; i < n; i++)
-            if (set[i]->p) TRY(offload(m, set[i]));
+            /* Activations are linear in T (B T C, B T, B NH T elements): bytes / T * maxT is
+             * exact. */
+            if (set[i]->p)
+                TRY(offload(m, set[i], set[i]->bytes / (size_t)m->T * (size_t)m->o.T));
         pop();
     }
     return 0;
@@ -871,8 +881,8 @@ static int optimizer(gpt2 *m)
                                  0.999f, 1e-8f, m->o.wd, t));
         if (m->o.offload_opt) {
             push("offload");
-            TRY(offload(m, mm));
-            TRY(offload(m, vv));
+            TRY(offload(m, mm, mm->bytes));
+            TRY(offload(m, vv, vv->bytes));
             pop();
         }
         if (m->o.grad_none)
