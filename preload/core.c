@@ -79,6 +79,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_MANAGED] = "managed",
     [GM_ST_VMM] = "vmm",
     [GM_ST_LAUNCH] = "launch",
+    [GM_ST_COPY] = "copy",
     [GM_ST_PROC_HOOKED] = "proc_hooked",
     [GM_ST_STREAMS] = "streams",
     [GM_ST_NVTX_RANGES] = "nvtx_ranges",
@@ -97,6 +98,7 @@ void gm_warn(const char *fmt, ...)
 }
 
 static void exit_handler(void);
+static int uses_conf = GM_USES_DEFAULT; /* GPUMEM_USES, in force once recording */
 
 static int read_config(void)
 {
@@ -115,6 +117,11 @@ static int read_config(void)
                     m);
             return GM_MODE_OFF;
         }
+    }
+    const char *u = getenv("GPUMEM_USES");
+    if (gm_uses_parse(u, &uses_conf) != 0) {
+        gm_warn("GPUMEM_USES: unknown value '%s' (accepted: 0, 1, timed); gpumem is off", u);
+        return GM_MODE_OFF;
     }
     alloc_config_default(&gm_alloc_config);
     char err[512];
@@ -178,6 +185,9 @@ static void core_init(void)
             char conf[1024];
             alloc_config_format(&gm_alloc_config, conf, sizeof conf);
             rec_meta("config", conf);
+            rec_meta("uses", gm_uses_name(uses_conf));
+            gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
+            gm_uses_start();
         }
     }
 #endif
@@ -238,6 +248,9 @@ void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, siz
                  size_t requested, uint64_t id)
 {
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
+    /* before the pointer reaches the program: the launch pre-filter must know its range */
+    if ((is_alloc_event(ev) || ev == GM_EV_VMM) && requested)
+        gm_uses_note_range(addr, size, ev == GM_EV_HOST_ALLOC);
 #ifdef GM_HAVE_REC
     if (!recording) {
         if (named)

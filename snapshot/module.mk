@@ -3,7 +3,8 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o
+REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o \
+            $(SNAP_DIR)/addr_index.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
@@ -38,7 +39,10 @@ INSTALL_BIN += $(BUILD)/gpumem
 SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl
 snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
+snapshot_index_LIBS := $(SNAP_DIR)/addr_index.o
 snapshot_rec_LIBS := $(REC_LIB)
+snapshot_uses_LIBS := $(REC_LIB)
+snapshot_uses_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_rec_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_files_LIBS := $(REC_LIB)
 snapshot_files_LDLIBS := $(SNAP_TEST_LDLIBS)
@@ -46,9 +50,10 @@ snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
-SNAP_UNIT := snapshot_ring snapshot_rec snapshot_files snapshot_stacks snapshot_reader
+SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
-TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
+                   $(BUILD)/tests/unit/snapshot_uses
 
 # Test program driving the recorder directly (no CUDA), for the integration scripts.
 $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) | $(DEPS_STAMP)
