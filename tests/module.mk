@@ -2,5 +2,5 @@
 # the benchmarks that need every module. Module tests live with their module's fragment.
 SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_oom.sh tests/integration/e2e_large.sh \
-                tests/integration/e2e_jitter.sh
+                tests/integration/e2e_jitter.sh tests/integration/e2e_uses.sh
 BENCHES += tests/bench/demo_bench.sh
