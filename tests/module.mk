@@ -3,4 +3,4 @@
 SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_oom.sh tests/integration/e2e_large.sh \
                 tests/integration/e2e_jitter.sh tests/integration/e2e_uses.sh
-BENCHES += tests/bench/demo_bench.sh
+BENCHES += tests/bench/demo_bench.sh tests/bench/uses_bench.sh
