@@ -101,11 +101,14 @@ for flags in "" "--offload activations,optimizer --recompute attn --accum 2"; do
   [[ $kr -gt 100 && $kd == "$kr" && $md == "$mr" ]] \
     && ok "dry run launches every kernel ($kd) and memset ($md) of the real run [$flags]" \
     || bad "dry run kernels/memsets $kd/$md != real run's $kr/$mr [$flags]"
-  # offload's device-to-host copies: one per stashed tensor, left out of the dry run only
+  # offload's device-to-host copies: one per stashed tensor, left out of the dry run only;
+  # its only device-to-host copies are then the losses', one per micro-batch (2 steps x K)
   offl=$((cr - cd))
   if [[ $flags == *offload* ]]; then
-    [[ $offl -gt 0 ]] && ok "dry run leaves out offload's $offl device-to-host copies" \
-      || bad "dry run with --offload made as many copies as the real run ($cd)"
+    dtoh=$(awk '$2 == "sim:" && $3 == "cuMemcpyDtoH" { print $4 }' "$tmp/dry.out")
+    [[ $offl -gt 0 && $dtoh == 4 ]] \
+      && ok "dry run leaves out offload's $offl device-to-host copies, only those" \
+      || bad "dry run with --offload: $cd copies (real run $cr), $dtoh device-to-host (want the 4 losses')"
   else
     [[ $offl -eq 0 ]] && ok "dry run makes every copy of the real run ($cd)" \
       || bad "dry run copies $cd != real run's $cr"
