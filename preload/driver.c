@@ -342,7 +342,7 @@ static CUresult launch_kernel(int ptsz, CUfunction f, unsigned gx, unsigned gy, 
     if (!gm_uses_active())
         return real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
     struct gm_uses_op op;
-    gm_uses_kernel_begin(&op, f, ptsz ? PTSZ_STREAM(s) : s, params, extra);
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(s) : s, params, extra);
     CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
     gm_uses_kernel_end(&op, r);
     return r;
@@ -378,7 +378,7 @@ static CUresult launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f
     if (!gm_uses_active())
         return real(c, f, params, extra);
     struct gm_uses_op op;
-    gm_uses_kernel_begin(&op, f, ptsz ? PTSZ_STREAM(c->hStream) : c->hStream, params, extra);
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(c->hStream) : c->hStream, params, extra);
     CUresult r = real(c, f, params, extra);
     gm_uses_kernel_end(&op, r);
     return r;
@@ -412,7 +412,7 @@ static CUresult launch_coop(int ptsz, CUfunction f, unsigned gx, unsigned gy, un
     if (!gm_uses_active())
         return real(f, gx, gy, gz, bx, by, bz, shm, s, params);
     struct gm_uses_op op;
-    gm_uses_kernel_begin(&op, f, ptsz ? PTSZ_STREAM(s) : s, params, NULL);
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(s) : s, params, NULL);
     CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params);
     gm_uses_kernel_end(&op, r);
     return r;
@@ -542,6 +542,11 @@ static CUresult h_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int pr
         gm_heap_note_stream(*s);
     }
     return r;
+}
+CUresult gm_driver_private_stream(CUstream *s)
+{
+    return real_cuStreamCreate ? real_cuStreamCreate(s, CU_STREAM_NON_BLOCKING)
+                               : CUDA_ERROR_NOT_SUPPORTED;
 }
 static CUresult (*real_cuStreamDestroy_v2)(CUstream);
 static CUresult h_cuStreamDestroy_v2(CUstream s)

@@ -178,6 +178,8 @@ CUresult gm_driver_ensure_context(CUdevice *dev);
 /* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
  * the graph (the driver's graph memory nodes), so gpumem passes them through. */
 int gm_stream_capturing(CUstream s);
+/* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
+CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
 void *gm_driver_hook_for(void *real_fn);
 /* For dlsym: the hook for an exported driver symbol name, or NULL when the name is not hooked.
@@ -284,8 +286,11 @@ const char *gm_uses_name(int mode); /* "0", "1", "timed" (the meta value) */
 void gm_uses_note_range(uintptr_t addr, size_t size, int host);
 /* Once recording with uses on: installs the timing resolver (timed mode). */
 void gm_uses_start(void);
-/* The CUfunction behind a runtime kernel symbol (cudaGetFuncBySymbol, cached), or NULL. */
-CUfunction gm_uses_func_of_symbol(const void *sym);
+/* The device of the calling thread's current context (-1: none). */
+int gm_uses_device(void);
+/* The CUfunction behind a runtime kernel symbol on a device (cudaGetFuncBySymbol, cached per
+ * symbol and device), or NULL. */
+CUfunction gm_uses_func_of_symbol(const void *sym, int device);
 
 /* 1 when the calling hook should record: recording with uses on, and not a call gpumem or the
  * real runtime (inside a runtime-level hook) makes on the program's behalf. */
@@ -297,6 +302,7 @@ static inline int gm_uses_active(void)
 /* One launch in flight: candidates collected before the real call, recorded after it. */
 #define GM_USES_STACK_WORDS 256
 struct gm_uses_op {
+    int device;
     CUfunction f;
     CUstream s;
     uint32_t name;
@@ -308,8 +314,8 @@ struct gm_uses_op {
 enum { GM_COPY_DEFAULT, GM_COPY_HTOD, GM_COPY_DTOH, GM_COPY_DTOD, GM_COPY_HTOH, GM_COPY_MEMSET };
 /* Kernel launch: begin (layout, candidates, start event) before the real call with the stream
  * the work goes to; end with its result (the launch is recorded only when it succeeded). */
-void gm_uses_kernel_begin(struct gm_uses_op *op, CUfunction f, CUstream s, void **params,
-                          void **extra);
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra);
 void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r);
 /* Copy or memset (which: GM_COPY_*; src ignored for a memset): dst is written, src read. */
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s);

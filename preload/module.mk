@@ -99,4 +99,4 @@ UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wil
 TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/unit/preload_pinned)
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
-TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh,$(PRELOAD_SCRIPTS))
+TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))

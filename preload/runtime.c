@@ -419,8 +419,11 @@ static cudaError_t rt_launch(launch_fn real, int ptsz, const void *func, dim3 g,
         gm_stat_add(GM_ST_LAUNCH, 1);
     struct gm_uses_op op;
     track = track && gm_uses_active();
-    if (track)
-        gm_uses_kernel_begin(&op, gm_uses_func_of_symbol(func), RT_STREAM(ptsz, s), args, NULL);
+    if (track) {
+        int dev = gm_uses_device();
+        gm_uses_kernel_begin(&op, dev, gm_uses_func_of_symbol(func, dev), RT_STREAM(ptsz, s),
+                             args, NULL);
+    }
     gm_inside_enter();
     cudaError_t e = real(func, g, b, args, shm, s);
     gm_inside_leave();
@@ -464,9 +467,11 @@ static cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz, const cudaLaunchCon
         gm_stat_add(GM_ST_LAUNCH, 1);
     struct gm_uses_op op;
     track = track && gm_uses_active();
-    if (track)
-        gm_uses_kernel_begin(&op, gm_uses_func_of_symbol(func), RT_STREAM(ptsz, c->stream), args,
-                             NULL);
+    if (track) {
+        int dev = gm_uses_device();
+        gm_uses_kernel_begin(&op, dev, gm_uses_func_of_symbol(func, dev),
+                             RT_STREAM(ptsz, c->stream), args, NULL);
+    }
     gm_inside_enter();
     cudaError_t e = real(c, func, args);
     gm_inside_leave();

@@ -237,12 +237,22 @@ static const struct fn_info *fn_info_get(CUfunction f, struct fn_info **tmp)
     return nfi;
 }
 
+int gm_uses_device(void)
+{
+    CUdevice d = 0;
+    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        return -1;
+    return (int)d;
+}
+
 typedef cudaError_t (*getfunc_fn)(cudaFunction_t *, const void *);
 
-CUfunction gm_uses_func_of_symbol(const void *sym)
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 {
+    /* one kernel symbol has one CUfunction per device (per context): the device is in the key */
+    uintptr_t key = (uintptr_t)sym + (uintptr_t)(device + 1) * (uintptr_t)0x9e3779b97f4a7c15ull;
     int found;
-    void *v = tab_get(sym_tab, (uintptr_t)sym, &found);
+    void *v = tab_get(sym_tab, key, &found);
     if (found)
         return (CUfunction)((uintptr_t)v - 1);
     static _Atomic(getfunc_fn) getfunc;
@@ -256,8 +266,8 @@ CUfunction gm_uses_func_of_symbol(const void *sym)
     if (!g || !sym || g(&fn, sym) != cudaSuccess)
         fn = NULL;
     gm_inside_leave();
-    if (fn && sym)
-        tab_put(sym_tab, (uintptr_t)sym, (void *)((uintptr_t)fn + 1));
+    if (fn && sym && key)
+        tab_put(sym_tab, key, (void *)((uintptr_t)fn + 1));
     return (CUfunction)fn;
 }
 
@@ -309,7 +319,7 @@ static const unsigned char *extra_buffer(void **extra, size_t *size)
 
 static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **params, void **extra)
 {
-    size_t bsize;
+    size_t bsize = 0;
     const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
     if (fi && fi->layout) {
         words_init(ws, fi->max_words);
@@ -380,21 +390,28 @@ static struct timing *pool_take(CUcontext ctx)
     return t;
 }
 
-/* The reference: an event on the legacy stream, synchronized, read against rec_time_ns(). Once,
- * on the first timed launch (its context is current there). */
+/* The reference: an event recorded on a private non-blocking stream (idle, so the event is
+ * reached at once; and never the legacy stream, which a capture elsewhere in the program forbids
+ * touching), synchronized, then read against rec_time_ns(). Once, on the first timed launch
+ * made with a current context. */
 static int ref_ready(void)
 {
     int st = atomic_load_explicit(&ref_state, memory_order_acquire);
     if (st)
         return st == 1;
+    CUcontext ctx = NULL;
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return 0; /* not yet: the runtime makes the context current in its first call */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
     st = atomic_load(&ref_state);
     if (!st) {
         st = 2;
+        CUstream rs = NULL;
         if (gm_real.cuEventCreate && gm_real.cuEventElapsedTime &&
+            gm_driver_private_stream(&rs) == CUDA_SUCCESS &&
             gm_real.cuEventCreate(&ref_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-            if (gm_real.cuEventRecord(ref_event, 0) == CUDA_SUCCESS &&
+            if (gm_real.cuEventRecord(ref_event, rs) == CUDA_SUCCESS &&
                 gm_real.cuEventSynchronize(ref_event) == CUDA_SUCCESS) {
                 ref_ns = rec_time_ns();
                 st = 1;
@@ -414,7 +431,12 @@ static struct timing *timing_begin(CUstream s)
     if (gm_uses_mode != GM_USES_TIMED || !ref_ready())
         return NULL;
     CUcontext ctx = NULL;
-    gm_real.cuCtxGetCurrent(&ctx);
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    /* work captured into a graph runs later, if ever: nothing to time now, and events queried
+     * during a capture would be the capture's */
+    if (gm_stream_capturing(s))
+        return NULL;
     struct timing *t = pool_take(ctx);
     if (t && gm_real.cuEventRecord(t->a, s) != CUDA_SUCCESS) {
         pool_put(t);
@@ -471,18 +493,12 @@ void gm_uses_start(void)
 
 /* ---- the entry points ---------------------------------------------------------------- */
 
-static int current_device(void)
-{
-    CUdevice d = 0;
-    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
-        return -1;
-    return (int)d;
-}
 
-void gm_uses_kernel_begin(struct gm_uses_op *op, CUfunction f, CUstream s, void **params,
-                          void **extra)
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
 {
     struct fn_info *tmp;
+    op->device = device;
     const struct fn_info *fi = fn_info_get(f, &tmp);
     op->f = f;
     op->s = s;
@@ -498,7 +514,7 @@ static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint
     struct timing *t = timing_end(op->timing, op->s, r);
     if (r == CUDA_SUCCESS) {
         rec_launch_info li = {
-            .device = current_device(),
+            .device = op->device,
             .stream = (uint64_t)(uintptr_t)op->s,
             .func = (uint64_t)(uintptr_t)op->f,
             .name = name,
@@ -538,6 +554,7 @@ static uint32_t op_name(int which)
 
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s)
 {
+    op->device = gm_uses_device();
     op->f = NULL;
     op->s = s;
     op->timing = timing_begin(s);
@@ -564,15 +581,16 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
 #else /* no recorder linked: nothing to record */
 
 void gm_uses_start(void) {}
-CUfunction gm_uses_func_of_symbol(const void *sym)
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 {
-    (void)sym;
+    (void)sym, (void)device;
     return NULL;
 }
-void gm_uses_kernel_begin(struct gm_uses_op *op, CUfunction f, CUstream s, void **params,
-                          void **extra)
+int gm_uses_device(void) { return -1; }
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
 {
-    (void)op, (void)f, (void)s, (void)params, (void)extra;
+    (void)op, (void)device, (void)f, (void)s, (void)params, (void)extra;
 }
 void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r) { (void)op, (void)r; }
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s) { (void)op, (void)s; }

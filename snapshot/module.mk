@@ -61,7 +61,8 @@ $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app
 ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
-                tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh
+                tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
+                tests/integration/snapshot_uses.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db

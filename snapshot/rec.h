@@ -59,7 +59,7 @@ enum rec_kind {
     REC_SEG_RELEASE = 17,    /* allocator released virtual address space                       */
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
-    REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() */
+    REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() only (rec_event ignores it) */
     REC_KIND_MAX_ = 21
 };
 

@@ -113,8 +113,12 @@ CREATE TABLE launches (seq INTEGER PRIMARY KEY, op INTEGER, kernel INTEGER, byte
 -- (alloc_life.birth), seq = the launch event, kernel = launches.kernel (copied here so that
 -- "every kernel that touched X" needs no join). access (1.2): 1 read, 2 write, 3 both, 0
 -- unknown (kernel arguments; copies and memsets know their direction).
+-- Keyed in launch order, (seq, birth), so that the recorder appends: keyed by birth, every
+-- insert landed in the middle of the table and the writer slowed to tens of microseconds per
+-- launch after a few hundred thousand. The index by allocation, uses_birth, is built once at
+-- close (a file from a killed process has none; reports read uses in one sweep anyway).
 CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER, access INTEGER,
-                   PRIMARY KEY (birth, seq)) WITHOUT ROWID;
+                   PRIMARY KEY (seq, birth)) WITHOUT ROWID;
 
 -- One row per allocation with everything a user usually wants.
 CREATE VIEW allocations AS

@@ -41,8 +41,10 @@ static void *dev_alloc(const char *name, size_t n)
 {
     void *p = NULL;
     RT(cudaMalloc(&p, n)); /* no memset here: a memset is a use, and D must have none */
+    /* refused when gpumem is off (a bad setting): not the program's failure; the test's SQL
+     * finds no name then */
     if (name_fn && name_fn(p, name) != 0)
-        check(0, "gpumem_name");
+        fprintf(stderr, "uses_app: gpumem_name(%s) refused\n", name);
     return p;
 }
 

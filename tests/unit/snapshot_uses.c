@@ -104,6 +104,7 @@ static void words_resolve_to_live_allocations(void **state) {
     rec_range_pop();
     rec_event(REC_FREE, 0, 0, A, 0, 0, 1);
     uint64_t s4 = launch(k1, REC_OP_KERNEL, 0, w2, NULL, 1, NULL); /* A is gone */
+    rec_event(REC_LAUNCH, 0, 0, 0xF00D, 0, 0, 0); /* not through rec_event: ignored */
     assert_true(s1 && s2 > s1 && s3 > s2 && s4 > s3);
     rec_close();
 
