@@ -119,7 +119,10 @@ static void hk_from_bf16(void **kp)
     train_cpu_from_bf16(A(0, float *), A(1, const uint16_t *), A(2, long));
 }
 /* Every kernel's body in a dry run: the launch happens, the computation does not. */
-static void hk_dry(void **kp) { (void)kp; }
+static void hk_dry(void **kp)
+{
+    (void)kp;
+}
 
 static const struct kdef {
     const char *name;
@@ -165,14 +168,17 @@ static int sim_init(void *s, int threads, int dry_run)
     stream = (CUstream)s;
     if (threads > 0) omp_set_num_threads(threads);
     for (int k = 0; k < K_COUNT; k++) {
-        CUresult r = sim_register_kernel(kdefs[k].name, dry_run ? hk_dry : kdefs[k].fn,
-                                         kdefs[k].n, kdefs[k].sizes, &fns[k]);
+        CUresult r = sim_register_kernel(kdefs[k].name, dry_run ? hk_dry : kdefs[k].fn, kdefs[k].n,
+                                         kdefs[k].sizes, &fns[k]);
         if (r != CUDA_SUCCESS) return (int)r;
     }
     return 0;
 }
 
-static unsigned long long sim_kernel_launches(void) { return nlaunches; }
+static unsigned long long sim_kernel_launches(void)
+{
+    return nlaunches;
+}
 
 static const char *sim_error_string(int err)
 {

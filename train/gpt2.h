@@ -31,12 +31,12 @@ typedef struct gpt2_opts {
 
 /* One tensor = one device allocation (cudaMallocAsync on the compute stream). */
 typedef struct gpt2_tensor {
-    void *p;      /* device pointer, NULL while not resident */
-    size_t bytes; /* bytes on the device while resident */
-    size_t numel; /* elements (the fp32 size is numel * 4) */
-    void *host;   /* pinned host copy (offload), kept across steps */
+    void *p;           /* device pointer, NULL while not resident */
+    size_t bytes;      /* bytes on the device while resident */
+    size_t numel;      /* elements (the fp32 size is numel * 4) */
+    void *host;        /* pinned host copy (offload), kept across steps */
     size_t host_bytes; /* its size: the largest `bytes` the slot can have (the -T of the flags) */
-    int bf16;     /* 1 while stored as bf16 on the device */
+    int bf16;          /* 1 while stored as bf16 on the device */
     char name[48];
 } gpt2_tensor;
 

@@ -44,7 +44,7 @@ static void usage(FILE *f, const char *prog)
             "  -B N, -T N         batch size and sequence length  [4, 64]\n"
             "  --steps N          optimizer steps  [10]\n"
             "  --lr X             AdamW learning rate  [3e-4]\n"
-            "  --wd X             AdamW weight decay, decoupled, on every parameter (llm.c's)  [0]\n"
+            "  --wd X             AdamW weight decay (decoupled, as llm.c)  [0]\n"
             "  --seed N           seed of the initialization and the synthetic data  [1337]\n"
             "  --data FILE        raw text (bytes) or an llm.c token shard  [synthetic tokens]\n"
             "  --load FILE        start from an llm.c checkpoint (v3, fp32); sets the model\n"
@@ -241,8 +241,7 @@ static void prefer_passive_openmp(char **argv)
 int main(int argc, char **argv)
 {
     if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
-    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f,
-                   .seed = 1337};
+    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
     static const char *const off_names[] = {"activations", "optimizer"};
