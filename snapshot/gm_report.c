@@ -578,7 +578,8 @@ typedef struct oom_cause {
 
 static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
-    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : UINT64_MAX;
+    /* without the device's own figures the failure itself says growth was refused: no room */
+    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : o->reserved;
     uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
     uint64_t mappable = headroom / unit * unit;
