@@ -542,7 +542,17 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
     fprintf(out, "gpumem %s: %s\n", what, d->path);
     fprintf(out, "  program   %s (pid %" PRId64 ")\n", cmd[0] ? cmd : "?", gm_meta_int(d, "pid", 0));
-    if (!d->closed)
+    char state[32], failure[512];
+    gm_meta_text(d, "state", state, sizeof state);
+    gm_meta_text(d, "failure", failure, sizeof failure);
+    if (strcmp(state, "failed") == 0) {
+        int64_t lost = gm_meta_int(d, "dropped_events", 0);
+        fprintf(out, "  note      the recording FAILED: %s. Everything after event %" PRId64
+                     " was lost", failure[0] ? failure : "unknown error", gm_meta_int(d, "failed_after_seq", 0));
+        if (lost > 0) fprintf(out, " (%" PRId64 " events dropped)", lost);
+        fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
+                     " events: record again where the database has room\n", m->events);
+    } else if (!d->closed)
         fprintf(out, "  note      the recording did not end cleanly (process killed, or still "
                      "running): this is what was committed, %" PRIu64 " events\n", m->events);
     if (m->truncated_warning)
@@ -697,8 +707,16 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
-        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",\"summary\":{", d->closed ? "true" : "false",
+        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",", d->closed ? "true" : "false",
                 d->schema_major, d->schema_minor);
+        char state[32], failure[512];
+        gm_meta_text(d, "state", state, sizeof state);
+        gm_meta_text(d, "failure", failure, sizeof failure);
+        fputs("\"state\":", out);
+        gm_json_str(out, state[0] ? state : NULL);
+        fputs(",\"failure\":", out);
+        gm_json_str(out, failure[0] ? failure : NULL);
+        fputs(",\"summary\":{", out);
         fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
                      ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"utilization\":%.4f,\"allocations\":%" PRIu64 ",\"frees\":%" PRIu64
@@ -846,6 +864,12 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                  " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
             a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+    char state[32], failure[512];
+    gm_meta_text(d, "state", state, sizeof state);
+    gm_meta_text(d, "failure", failure, sizeof failure);
+    if (strcmp(state, "failed") == 0)
+        fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
+                failure[0] ? failure : "unknown error");
 }
 
 /* ---------------------------------------------------------------- leaks */
