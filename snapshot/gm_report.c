@@ -494,6 +494,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
 typedef struct summary {
     uint64_t n_alloc, n_free, n_async, n_host, n_managed, n_oom, n_foreign, n_double;
     uint64_t driver_calls;
+    int driver_calls_counted;  /* 1: the allocator's own count per function (meta stat.driver.*);
+                                  0: only the segment events (a killed or older recording) */
+    char driver_by_fn[512];    /* "cuMemCreate 3, cuMemMap 3, ..." (most first), "" if unknown */
     double hit_rate; /* < 0: unknown */
     const char *hit_source;
     int64_t dropped, app_ns, writer_cpu_ns, db_bytes, stat_peak_reserved, stat_peak_allocated;
@@ -511,11 +514,31 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->n_oom = k[REC_OOM];
     s->n_foreign = k[REC_FOREIGN_FREE];
     s->n_double = k[REC_DOUBLE_FREE];
-    s->driver_calls = k[REC_SEG_MAP] + k[REC_SEG_UNMAP] + k[REC_SEG_RESERVE] + k[REC_SEG_RELEASE] +
-                      k[REC_DRIVER_ALLOC] + k[REC_DRIVER_FREE];
-    int64_t st_calls = gm_meta_int(d, "stat.driver_alloc_calls", 0) + gm_meta_int(d, "stat.driver_free_calls", 0) +
-                       gm_meta_int(d, "stat.driver_map_calls", 0) + gm_meta_int(d, "stat.driver_unmap_calls", 0);
-    if (!s->driver_calls && st_calls > 0) s->driver_calls = (uint64_t)st_calls;
+    /* the allocator's own count of every driver call, by function, written at exit; else (a
+     * killed or older recording) the segment events, each of which stands for one or more
+     * calls (a map is cuMemCreate + cuMemMap per handle, plus cuMemSetAccess) */
+    s->driver_by_fn[0] = 0;
+    int64_t counted = gm_meta_int(d, "stat.driver_calls", -1);
+    s->driver_calls_counted = counted >= 0;
+    if (counted >= 0) {
+        s->driver_calls = (uint64_t)counted;
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(d->db, "SELECT substr(key, 13), CAST(value AS INTEGER) FROM meta WHERE "
+                                      "key LIKE 'stat.driver.%' AND CAST(value AS INTEGER) > 0 "
+                                      "ORDER BY CAST(value AS INTEGER) DESC, key", -1, &q, NULL) == SQLITE_OK) {
+            size_t o = 0;
+            while (sqlite3_step(q) == SQLITE_ROW && o < sizeof s->driver_by_fn - 64) {
+                const unsigned char *fn = sqlite3_column_text(q, 0);
+                int n = snprintf(s->driver_by_fn + o, sizeof s->driver_by_fn - o, "%s%s %lld", o ? ", " : "",
+                                 fn ? (const char *)fn : "?", (long long)sqlite3_column_int64(q, 1));
+                if (n > 0) o += (size_t)n;
+            }
+            sqlite3_finalize(q);
+        }
+    } else {
+        s->driver_calls = k[REC_SEG_MAP] + k[REC_SEG_UNMAP] + k[REC_SEG_RESERVE] + k[REC_SEG_RELEASE] +
+                          k[REC_DRIVER_ALLOC] + k[REC_DRIVER_FREE];
+    }
     s->hit_rate = -1;
     if (m->cache_hits + m->cache_misses) {
         s->hit_rate = pct(m->cache_hits, m->cache_hits + m->cache_misses);
@@ -727,6 +750,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
+        fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
                      ",\"app_ns_per_event\":%" PRId64 ",\"writer_cpu_ns\":%" PRId64
@@ -768,7 +792,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
         if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
         else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");
-        fprintf(out, "  driver calls        %" PRIu64 "\n", s.driver_calls);
+        if (s.driver_calls_counted)
+            fprintf(out, "  driver calls        %" PRIu64 "%s%s%s\n", s.driver_calls, s.driver_by_fn[0] ? " (" : "",
+                    s.driver_by_fn, s.driver_by_fn[0] ? ")" : "");
+        else
+            fprintf(out, "  driver calls        unknown (counted at exit); %" PRIu64 " segment events, each one or "
+                         "more calls\n", s.driver_calls);
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
         if (s.n_foreign || s.n_double)
             fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
