@@ -137,6 +137,9 @@ typedef struct rec_block {
     uint64_t alloc_id;  /* 0 unless allocated */
 } rec_block;
 
+/* Devices 0 .. REC_MAX_DEVICES-1 keep their own latest peak snapshot (the preload serves as
+ * many devices). */
+#define REC_MAX_DEVICES 64
 /* Copies the arrays (the caller may reuse them at once). Returns 0, or -1 if not recording. */
 int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t nsegs,
                  const rec_block *blocks, size_t nblocks);
