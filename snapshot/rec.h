@@ -25,7 +25,9 @@
  *     to call twice, and if nobody calls it the recorder's own destructor does (it runs after
  *     all atexit handlers). Events after rec_close() are ignored.
  *   - Back-pressure: the ring holds GPUMEM_RING events (default 65536). When it is full the
- *     application thread waits up to ~1 ms for the writer, then drops the event and counts it.
+ *     first application thread to find it so waits up to GPUMEM_RING_WAIT_US (200 us) for the
+ *     writer, then drops and counts; while it stays full, later events drop at once (no wait)
+ *     until a quarter is free again (rec_ring.h).
  *     The count is stored in meta (dropped_events) and printed by `gpumem report`.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_H
