@@ -20,7 +20,7 @@ typedef struct gm_db {
     sqlite3 *db;
     int writable;
     int schema_major, schema_minor;
-    int closed;       /* meta.state == 'closed' (clean end of recording) */
+    int closed;       /* meta.state 'closed' or 'interrupted' (the recorder closed it: complete) */
     char path[4096];
 } gm_db;
 

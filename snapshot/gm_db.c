@@ -155,7 +155,8 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
         }
     char state[32];
     gm_meta_text(d, "state", state, sizeof state);
-    d->closed = strcmp(state, "closed") == 0;
+    /* an interrupted recording (SIGINT/SIGTERM) was closed by the recorder: complete too */
+    d->closed = strcmp(state, "closed") == 0 || strcmp(state, "interrupted") == 0;
     /* Readers never change a recording: every statement after this is refused by SQLite if it
      * writes, until gm_db_allow_writes (symbol write-back, gpumem sql --write). Opening
      * read-write above is for recovery only: closing a read-write connection folds the WAL a

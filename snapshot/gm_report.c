@@ -575,6 +575,11 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
         if (lost > 0) fprintf(out, " (%" PRId64 " events dropped)", lost);
         fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
                      " events: record again where the database has room\n", m->events);
+    } else if (strcmp(state, "interrupted") == 0) {
+        int64_t sig = gm_meta_int(d, "signal", 0);
+        fprintf(out, "  note      the program was ended by %s: the recording was closed then, so what "
+                     "was still allocated shows as alive at the end\n",
+                sig == 2 ? "SIGINT (Ctrl-C)" : sig == 15 ? "SIGTERM" : "a signal");
     } else if (!d->closed)
         fprintf(out, "  note      the recording did not end cleanly (process killed, or still "
                      "running): this is what was committed, %" PRIu64 " events\n", m->events);
@@ -959,6 +964,12 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         if (alive_at_end(&m->allocs[i], 0)) held += m->allocs[i].size;
     *leaked_bytes = total;
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
+    /* leaks are what a program that ran to its end never freed: a recording cut short (a
+     * signal, a kill, still being written) or with events missing cannot say */
+    char lstate[32];
+    gm_meta_text(d, "state", lstate, sizeof lstate);
+    int ended = strcmp(lstate, "closed") == 0;
+    int judgeable = ended && !dropped;
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
     size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
@@ -1019,7 +1030,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
         fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
-                     ",\"judgeable\":%s}\n", total, count, held, dropped, dropped ? "false" : "true");
+                     ",\"judgeable\":%s}\n", total, count, held, dropped, judgeable ? "true" : "false");
     } else {
         print_header(d, m, out, "leaks");
         fprintf(out, "\nAlive at exit, by call site\n");
@@ -1108,12 +1119,18 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             fprintf(out, "\nwarning: %" PRId64 " events were dropped while recording (the ring was "
                          "full): frees may be missing, so some of these allocations may have been "
                          "freed. Record again with a larger GPUMEM_RING to judge.\n", dropped);
+        if (!ended)
+            fprintf(out, "\nwarning: the program did not run to its end (%s): what it held then is "
+                         "listed as alive, not necessarily leaked.\n",
+                    strcmp(lstate, "interrupted") == 0 ? "ended by a signal"
+                    : strcmp(lstate, "failed") == 0    ? "the recording failed"
+                                                       : "killed, or still running");
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
     free(gs), free(gp), free(gn), free(gk), free(gkn);
     labels_free(m, &l);
     /* with events missing, neither "leaks" nor "no leaks" can be said (a dropped free looks
      * like a leak, a dropped allocation hides one): CI gets its own exit code */
-    if (o->fail_on_leak && dropped) return GM_EXIT_CANNOT_JUDGE;
+    if (o->fail_on_leak && !judgeable) return GM_EXIT_CANNOT_JUDGE;
     return (o->fail_on_leak && count > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
 }

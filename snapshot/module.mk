@@ -65,6 +65,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
+                tests/integration/snapshot_signals.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).

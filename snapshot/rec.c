@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +220,43 @@ static void calibrate_clock(rec_state *g) {
 #endif
 }
 
+/* SIGINT / SIGTERM (Ctrl-C, kill, a batch system's time limit) would end the program without
+ * its exit handlers, leaving a database without the lifetimes of what was alive. Where the
+ * program kept the default action, the recorder closes the recording first: the handler (only
+ * async-signal-safe calls) stops recording, has the writer drain the ring and close with
+ * state = 'interrupted', waits for it (at most 3 s: a writer blocked by a lock the interrupted
+ * thread holds must not keep the process alive), then dies of the same signal as before.
+ * GPUMEM_SIGNALS=0 leaves the signals alone. */
+static void on_terminating_signal(int sig) {
+    rec_state *g = &rec_g;
+    int expect = REC_ST_OPEN;
+    if (atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
+        atomic_store(&g->interrupted, sig);
+        atomic_store(&g->writer_stop, 1);
+        rec_ring_wake(&g->ring);
+        for (int i = 0; i < 300 && !atomic_load(&g->writer_done); i++) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+}
+
+static void install_signal_handlers(void) {
+    if (!env_long("GPUMEM_SIGNALS", 1, 0, 1)) return;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+            continue; /* the program handles it: its choice */
+        struct sigaction sa = {.sa_handler = on_terminating_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
@@ -285,6 +323,7 @@ static int open_now(const rec_options *opt) {
         registered = 1;
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     }
+    install_signal_handlers();
     if (!g->quiet) fprintf(stderr, "gpumem: recording to %s\n", g->path);
     rec_status("db", g->path);
     return 0;

@@ -1194,7 +1194,10 @@ static void finish(writer *w, rec_state *g) {
     /* the index by allocation, sorted once here rather than kept up during the run (see
      * schema.sql, table uses) */
     exec(w, "CREATE INDEX IF NOT EXISTS uses_birth ON uses (birth)");
-    meta_text(w, "state", "closed");
+    /* a SIGINT/SIGTERM closed it (rec.c): complete all the same, and said so */
+    int sig = atomic_load(&g->interrupted);
+    meta_text(w, "state", sig ? "interrupted" : "closed");
+    if (sig) meta_int(w, "signal", sig);
     commit(w, g);
     sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
 }
@@ -1297,6 +1300,7 @@ static void *writer_main(void *arg) {
         if (n < BATCH) rec_ring_wait(&g->ring, WAIT_NS);
     }
     writer_cleanup(w);
+    atomic_store(&g->writer_done, 1);
     return NULL;
 }
 
@@ -1318,6 +1322,7 @@ int rec_writer_start(rec_state *g) {
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the writer takes no signals of the program */
     atomic_store(&g->writer_stop, 0);
     atomic_store(&g->writer_running, 0);
+    atomic_store(&g->writer_done, 0);
     int rc = pthread_create(&g->writer, NULL, writer_main, g);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {

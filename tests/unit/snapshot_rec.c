@@ -207,8 +207,14 @@ static void concurrent_threads(void **state) {
     assert_int_equal(snap_q(path, "SELECT count(DISTINCT seq) FROM events"), events);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id=e.range WHERE r.thread != e.thread"), 0);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE range IS NULL"), 0);
-    assert_int_equal(snap_q(path, "SELECT count(DISTINCT thread) FROM events"), THREADS);
-    assert_int_equal(snap_q(path, "SELECT count(*) FROM streams"), THREADS);
+    /* with drops (bounded back-pressure: once the ring stays full, producers drop without
+     * waiting), a fast thread may lose all its events; without, every thread is there */
+    long long threads = snap_q(path, "SELECT count(DISTINCT thread) FROM events");
+    assert_true(threads >= 1 && threads <= THREADS);
+    if (dropped == 0) {
+        assert_int_equal(threads, THREADS);
+        assert_int_equal(snap_q(path, "SELECT count(*) FROM streams"), THREADS);
+    }
 }
 
 static uint64_t cross_id;
