@@ -8,6 +8,7 @@
  * the program cannot be started).
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_advise.h"
 #include "snapshot/rec.h"
 
 #include <dlfcn.h>
@@ -34,6 +35,9 @@ static const char *const usage_main =
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
+    "  advise DB [--budget SIZE] [--json] [--check] ...\n"
+    "                                    predicted peaks under recompute, offload, accumulation,\n"
+    "                                    set-to-none, bf16 (replayed), checked by re-running\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -458,6 +462,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
     fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
     return GM_EXIT_USAGE;
 }

@@ -28,8 +28,10 @@ GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(S
            $(SNAP_DIR)/gm_export.o \
            $(SNAP_DIR)/rec_path.o
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl
-$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS)
+# `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
+GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
 ALL_TARGETS += $(BUILD)/gpumem
 INSTALL_BIN += $(BUILD)/gpumem
@@ -56,7 +58,8 @@ $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app
 ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
-                tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh
+                tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
+                tests/integration/e2e_advise.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
