@@ -516,7 +516,9 @@ static int cmp_ins(const void *a, const void *b) {
 /* Merges the insertions into m->evs, leaving out dropped events. */
 static int rw_apply(adv_model *m, rw *w) {
     if (w->nomem) return -1;
-    qsort(w->v, w->n, sizeof *w->v, cmp_ins);
+    int sorted = 1; /* most rewrites insert in order already */
+    for (size_t i = 1; i < w->n && sorted; i++) sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
+    if (!sorted) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
     adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
     if (!n) return -1;
     size_t o = 0, k = 0;
@@ -879,7 +881,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     rw_add(&w, B->first, -1, 3, ev_like(ba, h, ADV_EV_ALLOC, 0));
                     st->recompute_bytes += x.size;
                     size_t op = op_after(m, e->t);
-                    if (op != SIZE_MAX && !opseen[op]) {
+                    /* the first step's ops run on memory touched for the first time: priced
+                     * from the later steps only (adv_stash_stats.recompute_ns) */
+                    if (op != SIZE_MAX && !opseen[op] && (m->nsteps < 2 || m->ops[op].t >= m->steps[1].start_ns)) {
                         opseen[op] = 1;
                         st->recompute_ns += m->ops[op].dur;
                     }
@@ -981,15 +985,23 @@ out:
 
 /* ------------------------------------------------------------------ gradients and optimizer */
 
+/* Persistent across steps: never freed, freed after every step (teardown), or alive through
+ * the whole next step. (A tensor handed from one step's end to the next one's start is not.) */
+static int persists(const adv_model *m, size_t b, size_t d) {
+    return d == SIZE_MAX || m->evs[d].step < 0 || m->evs[d].step >= m->evs[b].step + 2;
+}
+/* Gradients and optimizer state are created in the first step (or the second, when the first
+ * is a warm-up); something born later and kept is a leak or a cache, not a technique's target. */
+static int early_step(const adv_model *m, size_t b) { return m->evs[b].step >= 0 && m->evs[b].step <= 1; }
 static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a) {
-    size_t b = birth[a], d = death[a];
-    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_BWD || m->evs[b].step < 0) return 0;
-    return d == SIZE_MAX || m->evs[d].step != m->evs[b].step;
+    size_t b = birth[a];
+    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_BWD || !early_step(m, b)) return 0;
+    return persists(m, b, death[a]);
 }
 static int is_state(const adv_model *m, const size_t *birth, const size_t *death, size_t a) {
-    size_t b = birth[a], d = death[a];
-    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_OPT || m->evs[b].step < 0) return 0;
-    return d == SIZE_MAX || m->evs[d].step != m->evs[b].step;
+    size_t b = birth[a];
+    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_OPT || !early_step(m, b)) return 0;
+    return persists(m, b, death[a]);
 }
 
 void adv_floor_bytes(const adv_model *m, adv_floor *f) {
@@ -1089,10 +1101,15 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
             uint64_t *gi = sfx ? u64map_get(&by_suffix, sfx) : NULL;
             if (gi) grp[a] = (int32_t)*gi, used[a] = 1;
         }
+        uint8_t *has = calloc(ngroups + 1, 1);
+        if (!has) {
+            free(used);
+            goto out;
+        }
+        for (size_t a = 0; a < na; a++)
+            if (g[a] == 1 && grp[a] >= 0) has[grp[a]] = 1;
         for (size_t k = 0; k < ngroups; k++) {
-            int has = 0;
-            for (size_t a = 0; a < na && !has; a++) has = g[a] == 1 && grp[a] == (int32_t)k;
-            if (has) continue;
+            if (has[k]) continue;
             size_t pick = SIZE_MAX;
             for (size_t a = 0; a < na; a++)
                 if (g[a] == 1 && !used[a] && m->allocs[a].size == m->allocs[glead[k]].size &&
@@ -1100,6 +1117,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
                     pick = a;
             if (pick != SIZE_MAX) grp[pick] = (int32_t)k, used[pick] = 1;
         }
+        free(has);
         free(used);
     }
     u64map_free(&by_suffix);
@@ -1109,9 +1127,14 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     /* members of each group (state and, with grad_none, its gradients), in allocation order */
     size_t *moff = calloc(ngroups + 2, sizeof *moff), *mem = malloc((na + 1) * sizeof *mem);
     uint32_t *cur = malloc((na + 1) * sizeof *cur), hbuf[64];
-    if (!moff || !mem || !cur) {
-        free(moff), free(mem), free(cur);
+    size_t *gl = malloc((na + 1) * sizeof *gl), ngl = 0; /* the gradients, in allocation order */
+    if (!moff || !mem || !cur || !gl) {
+        free(moff), free(mem), free(cur), free(gl);
         goto out;
+    }
+    for (size_t a = 0; a < na; a++) {
+        cur[a] = (uint32_t)a;
+        if (g[a] == 1) gl[ngl++] = a;
     }
     for (size_t a = 0; a < na; a++)
         if (grp[a] >= 0 && (g[a] == 2 || grad_none)) moff[grp[a] + 1]++;
@@ -1129,9 +1152,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     for (int32_t s = first_step; s < (int32_t)ns && first_step != INT32_MAX; s++) {
         if (st_end[s] == SIZE_MAX) continue;
         /* gradients born again where they were born in their first step */
-        for (size_t a = 0; a < na; a++) {
-            cur[a] = (uint32_t)a;
-            if (!grad_none || g[a] != 1) continue;
+        for (size_t gi = 0; grad_none && gi < ngl; gi++) {
+            size_t a = gl[gi];
             int32_t s0 = m->evs[birth[a]].step;
             if (s <= s0) continue;
             const adv_alloc x = m->allocs[a];
@@ -1179,14 +1201,15 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
         }
         /* gradients of no optimizer state: freed at the end of the step */
         if (grad_none)
-            for (size_t a = 0; a < na; a++) {
-                if (g[a] != 1 || grp[a] >= 0 || m->evs[birth[a]].step > s) continue;
+            for (size_t gi = 0; gi < ngl; gi++) {
+                size_t a = gl[gi];
+                if (grp[a] >= 0 || m->evs[birth[a]].step > s) continue;
                 adv_ev e = ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
                 e.phase = ADV_PH_OPT;
                 rw_add(&w, st_end[s], +1, 9, e);
             }
     }
-    free(moff), free(mem), free(cur);
+    free(moff), free(mem), free(cur), free(gl);
     moff = NULL;
     for (size_t a = 0; a < na; a++) {
         if (!((grad_none && g[a] == 1) || (offload_opt && g[a] == 2))) continue;
@@ -1196,7 +1219,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     }
     if (0) {
     fail:
-        free(moff), free(mem), free(cur);
+        free(moff), free(mem), free(cur), free(gl);
         goto out;
     }
     rc = rw_apply(m, &w);

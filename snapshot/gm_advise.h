@@ -105,7 +105,8 @@ typedef struct adv_stash_stats {
     uint64_t pinned_bytes;      /* host buffers needed (the largest step's offloaded bytes) */
     uint64_t convert_bytes;     /* bf16: fp32 bytes converted (each way) over the trace */
     uint64_t recompute_bytes;   /* bytes of tensors re-created */
-    uint64_t recompute_ns;      /* measured duration of the ops re-run, over the trace */
+    uint64_t recompute_ns;      /* measured duration of the ops re-run, over the steps after the
+                                 * first (all of them when there is one) */
     uint64_t window_ns_min;     /* shortest stash->restore window of an offloaded tensor */
     uint64_t stall_ns;          /* offload copies not hidden by their phase (link model) */
     size_t ntensors;            /* tensors acted on */

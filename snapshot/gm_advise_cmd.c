@@ -99,6 +99,7 @@ typedef struct ctx {
     const char *link_src;
     const gpu_spec *gpu;
     double step_s;
+    int gpu_assumed, step_estimated;
     uint64_t fwdbwd_ops_per_step;
     uint32_t *classes;
     size_t nclasses;
@@ -209,17 +210,29 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload)) rc = adv_stash(&m, &so, c->link_bps, &ss);
     if (!rc) rc = adv_replay(&m, &s->r, err, errsz);
+    if (getenv("GPUMEM_ADVISE_DEBUG")) {
+        char t[256];
+        spec_flags(s, t, sizeof t);
+        fprintf(stderr, "advise: %s: %zu events, replay %.3f s\n", t, m.nevs, s->r.seconds);
+    }
     else snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
     if (rc) return -1;
     double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
     double extra = 0;
-    double rc_ns = (double)ss.recompute_ns;
+    double rc_ns = (double)ss.recompute_ns * (c->m.nsteps > 1 ? nsteps / (nsteps - 1) : 1);
     if (c->gpu) {
         double roof = 2.0 * (double)ss.recompute_bytes / c->gpu->bw * 1e9;
         if (roof > rc_ns) rc_ns = roof;
     }
     extra += rc_ns;
+    if (c->step_estimated && ss.offload_bytes) {
+        /* no recorded phase spans: forward is a third of the estimated step, backward two */
+        double per_step = (double)ss.offload_bytes / nsteps / c->link_bps;
+        double stall = (per_step > c->step_s / 3 ? per_step - c->step_s / 3 : 0) +
+                       (per_step > 2 * c->step_s / 3 ? per_step - 2 * c->step_s / 3 : 0);
+        ss.stall_ns = (uint64_t)(stall * nsteps * 1e9);
+    }
     extra += (double)ss.stall_ns;
     double bw = c->gpu ? c->gpu->bw : gpus[0].bw;
     extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
@@ -417,6 +430,20 @@ static int parse_try(const char *flags, spec *s, char *err, size_t errsz) {
     return 0;
 }
 
+/* On a trace too large to search every combination: only stacks of the four single
+ * techniques that save the most (recs is sorted by predicted peak), two at a time or all four. */
+static int big_ok(const spec *recs, size_t nrecs, const spec *s) {
+    int in = 0, n = 0;
+    for (size_t i = 0; i < nrecs && i < 4; i++) {
+        const spec *r = &recs[i];
+        int on = (r->rc && (s->rc & r->rc) == r->rc) || (r->bf16 && s->bf16) || (r->off_act && s->off_act) ||
+                 (r->off_opt && s->off_opt) || (r->grad_none && s->grad_none) || (r->accum > 1 && s->accum == r->accum);
+        in += on, n++;
+    }
+    unsigned k = spec_ntech(s);
+    return (unsigned)in == k && (k == 2 || (int)k == n);
+}
+
 static int cmp_saving(const void *a, const void *b) {
     const spec *x = a, *y = b;
     return x->r.peak_reserved < y->r.peak_reserved ? -1 : x->r.peak_reserved > y->r.peak_reserved;
@@ -518,6 +545,8 @@ int gm_advise_main(int argc, char **argv) {
     gm_db_close(&d);
     for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
         if (!strcasecmp(gpu, gpus[k].name)) c.gpu = &gpus[k];
+    /* a recording without compute has no op times: price it on a roofline (H100 unless --gpu) */
+    if (c.m.dry_run && !c.gpu) c.gpu = &gpus[0], c.gpu_assumed = 1;
     c.trainer = strstr(c.m.cmdline, "train_gpt2") != NULL;
     if (c.trainer) {
         c.B = flag_int(c.m.cmdline, "-B", 4);
@@ -537,6 +566,14 @@ int gm_advise_main(int argc, char **argv) {
         uint64_t ops = 0;
         for (size_t i = 0; i < c.m.nops; i++) ops += c.m.ops[i].phase == ADV_PH_FWD || c.m.ops[i].phase == ADV_PH_BWD;
         c.fwdbwd_ops_per_step = c.m.nsteps ? ops / c.m.nsteps : ops;
+        if (c.m.dry_run && c.trainer) {
+            /* no compute recorded: the step on the roofline, 6 N B T FLOPs for forward and
+             * backward (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", 2.1) */
+            adv_floor fl0;
+            adv_floor_bytes(&c.m, &fl0);
+            double N = (double)fl0.params / 4, T = flag_int(c.m.cmdline, "-T", 64);
+            if (N > 0) c.step_s = 6.0 * N * (double)c.B * T / c.gpu->flops, c.step_estimated = 1;
+        }
     }
     int rc = 0;
     if (adv_replay(&c.m, &c.base, err, sizeof err) != 0) {
@@ -568,7 +605,7 @@ int gm_advise_main(int argc, char **argv) {
                 PUSH(recs, nrecs, rcap, s);
             }
         else
-            for (size_t i = 0; i < c.nclasses && i < 16; i++) {
+            for (size_t i = 0; i < c.nclasses && i < (c.m.nevs > 1000000 ? 4 : 16); i++) {
                 spec s = blank;
                 s.rc_class = (int)i;
                 PUSH(recs, nrecs, rcap, s);
@@ -582,8 +619,10 @@ int gm_advise_main(int argc, char **argv) {
         s.off_opt = 1;
         PUSH(recs, nrecs, rcap, s);
     }
+    /* a trace of millions of events: accumulation by 2 only (each copy of the step is replayed) */
+    int big = c.m.nevs > 2000000;
     if (!(c.rec_flags & (1u << T_ACCUM)))
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < (big ? 1 : 3); i++) {
             if (c.trainer && c.B % accums[i]) continue;
             spec s = blank;
             s.accum = accums[i];
@@ -635,7 +674,7 @@ int gm_advise_main(int argc, char **argv) {
             rcs[nrcs++] = (1u << 1) | (1u << 2) | (1u << 3);
         }
         unsigned ks[4] = {1, 2, 4, 8};
-        size_t budget_evals = c.m.nevs ? (size_t)(4e8 / (double)c.m.nevs) : 1000;
+        size_t budget_evals = c.m.nevs ? (size_t)(1e8 / (double)c.m.nevs) : 1000;
         size_t total = try_flags ? 0 : nrcs * 2 * 2 * 2 * 2 * 4;
         int full = total <= budget_evals;
         for (size_t r = 0; r < nrcs; r++)
@@ -652,10 +691,11 @@ int gm_advise_main(int argc, char **argv) {
                                     (ks[ki] > 1 && ((c.rec_flags & (1u << T_ACCUM)) || (c.trainer && c.B % ks[ki]))))
                                     continue;
                                 if (spec_ntech(&s) < 2 || try_flags) continue;
-                                if (!full && spec_ntech(&s) > 2 && !(bf && oo && gn)) continue;
+                                if (!full && !big_ok(recs, nrecs, &s)) continue;
+                                if (big && ks[ki] > 2) continue;
                                 PUSH(all, nall, acap, s);
                             }
-        if (!try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) && c.nclasses) {
+        if (full && !try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) && c.nclasses) {
             /* generic programs: the largest class recomputed, with the rest */
             size_t n0 = nall;
             for (size_t i = 0; i < n0; i++) {
@@ -664,6 +704,7 @@ int gm_advise_main(int argc, char **argv) {
                 PUSH(all, nall, acap, s);
             }
         }
+        if (nrecs < 2) nall = 0; /* nothing to stack */
         for (size_t i = 0; i < nall; i++)
             if (evaluate(&c, &all[i], err, sizeof err) != 0) {
                 fprintf(stderr, "gpumem advise: %s\n", err);
@@ -770,14 +811,21 @@ int gm_advise_main(int argc, char **argv) {
                c.trainer ? " (the included trainer: advice as its flags)" : " (advice in words, with the PyTorch way)");
         printf("baseline (replayed under %s): peak allocated %s, peak reserved %s (recorded: %s, %s)\n",
                c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra, rr);
-        printf("time: %.4f s/step from %s%s; link %.1f GB/s (%s)%s%s\n", c.step_s,
-               c.m.ops_timed ? "timed launches" : "NVTX op ranges",
-               c.m.dry_run ? " (a dry run: no compute recorded, times are the allocator's)" : "", c.link_bps / 1e9, c.link_src,
-               c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "");
+        if (c.step_estimated)
+            printf("time: a dry run (no compute recorded): step %.4f s estimated as 6 N B T FLOPs at %s peak; costs on the "
+                   "%s roofline%s; link %.1f GB/s (%s)\n", c.step_s, c.gpu->name, c.gpu->name,
+                   c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
+        else
+            printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
+                   c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9, c.link_src,
+                   c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "", c.gpu_assumed ? " (assumed: give --gpu)" : "");
         if (!c.m.have_uses)
             printf("uses: none recorded; recompute and offload act on births and deaths (record with "
                    "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
         printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
+        if (!nrecs)
+            printf("  none: no technique lowers the peak of this recording (what is live at the peak is not "
+                   "saved activations, gradients or optimizer state in a step)\n");
         for (size_t i = 0; i < nr; i++) text_rec(stdout, &c, &recs[i]);
         printf("\ncombinations (least extra time for the peak; %zu of %zu):\n", nf, nfront);
         for (size_t i = 0; i < nf; i++) text_rec(stdout, &c, &front[i]);
