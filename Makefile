@@ -63,10 +63,12 @@ BENCHES :=
 INSTALL_BIN :=
 INSTALL_LIB :=
 INSTALL_SHARE :=
+INSTALL_INCLUDE :=
 
 # Debian packages the project needs (Makefile `deps`).
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
-                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq
+                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq \
+                libiberty-dev
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 include tests/harness.mk
@@ -78,7 +80,7 @@ include tests/harness.mk
 -include train/module.mk
 -include tests/module.mk
 
-.PHONY: all deps test bench demo install clean check-deps
+.PHONY: all deps test bench demo fuzz install clean check-deps
 all: $(DEPS_STAMP) $(ALL_TARGETS)
 ifeq ($(NVCC),)
 	@echo "note: nvcc not found (CUDA_HOME=$(CUDA_HOME)); CUDA (.cu) targets were skipped"
@@ -108,16 +110,31 @@ test: all $(RUN_UNIT)
 bench: all $(filter-out %.sh,$(BENCHES))
 	@$(SHELL) tests/bench/run.sh $(BENCHES)
 
+# The long fuzzing campaign (tests/fuzz/fuzz_common.bash): 10 M executions per target with a
+# random seed; make test runs the same targets briefly with a fixed seed.
+FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
+fuzz: all
+	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
+
 demo: all
 	@if [ -f tests/demo.sh ]; then $(SHELL) tests/demo.sh; \
 	 else echo "make demo: not yet — the end-to-end demo lands with the demo issue"; fi
 
+# bin/: the commands (gpumem, gpumem-replay); lib/gpumem/: libgpumem.so, the virtual GPU and
+# the trainers; include/gpumem.h: the user API (gpumem_name, ...); lib/pkgconfig/gpumem.pc.
 PREFIX ?= /usr/local
+GPUMEM_VERSION := 0.1.0
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpumem $(DESTDIR)$(PREFIX)/share/gpumem
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpumem $(DESTDIR)$(PREFIX)/share/gpumem \
+	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	$(if $(INSTALL_BIN),install -m 0755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/)
 	$(if $(INSTALL_LIB),cp -a $(INSTALL_LIB) $(DESTDIR)$(PREFIX)/lib/gpumem/)
 	$(if $(INSTALL_SHARE),install -m 0644 $(INSTALL_SHARE) $(DESTDIR)$(PREFIX)/share/gpumem/)
+	$(if $(INSTALL_INCLUDE),install -m 0644 $(INSTALL_INCLUDE) $(DESTDIR)$(PREFIX)/include/)
+	printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$${prefix}/include' 'libdir=$${prefix}/lib/gpumem' '' \
+	    'Name: gpumem' 'Description: GPU memory recorder and caching allocator: the user API (gpumem_name, gpumem_name_next) of libgpumem.so' \
+	    'Version: $(GPUMEM_VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lgpumem' \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gpumem.pc
 
 clean:
 	rm -rf build

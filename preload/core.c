@@ -79,6 +79,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_MANAGED] = "managed",
     [GM_ST_VMM] = "vmm",
     [GM_ST_LAUNCH] = "launch",
+    [GM_ST_COPY] = "copy",
     [GM_ST_PROC_HOOKED] = "proc_hooked",
     [GM_ST_STREAMS] = "streams",
     [GM_ST_NVTX_RANGES] = "nvtx_ranges",
@@ -94,9 +95,13 @@ void gm_warn(const char *fmt, ...)
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     fprintf(stderr, "gpumem: %s\n", buf);
+#ifdef GM_HAVE_REC
+    rec_status("msg", buf);
+#endif
 }
 
 static void exit_handler(void);
+static int uses_conf = GM_USES_DEFAULT; /* GPUMEM_USES, in force once recording */
 
 static int read_config(void)
 {
@@ -107,14 +112,23 @@ static int read_config(void)
             mode = GM_MODE_REPLACE;
         else if (!strcasecmp(m, "record"))
             mode = GM_MODE_RECORD;
-        else if (!strcasecmp(m, "off"))
+        else if (!strcasecmp(m, "off")) {
+#ifdef GM_HAVE_REC
+            rec_status("msg", "GPUMEM_MODE=off: gpumem is off, nothing is recorded");
+#endif
             return GM_MODE_OFF;
+        }
         else {
             gm_warn("GPUMEM_MODE: unknown mode '%s' (accepted: replace, record, off); "
                     "gpumem is off",
                     m);
             return GM_MODE_OFF;
         }
+    }
+    const char *u = getenv("GPUMEM_USES");
+    if (gm_uses_parse(u, &uses_conf) != 0) {
+        gm_warn("GPUMEM_USES: unknown value '%s' (accepted: 0, 1, timed); gpumem is off", u);
+        return GM_MODE_OFF;
     }
     alloc_config_default(&gm_alloc_config);
     char err[512];
@@ -167,8 +181,12 @@ static void core_init(void)
 {
     gm_in_init++;
     gm_mode_t mode = config_mode();
-    if (mode != GM_MODE_OFF && !gm_driver_init())
+    if (mode != GM_MODE_OFF && !gm_driver_init()) {
         mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
+#ifdef GM_HAVE_REC
+        rec_status("msg", "no CUDA driver could be loaded (libcuda.so.1): gpumem is off");
+#endif
+    }
     mode_now = mode;
 #ifdef GM_HAVE_REC
     if (mode != GM_MODE_OFF) {
@@ -178,6 +196,9 @@ static void core_init(void)
             char conf[1024];
             alloc_config_format(&gm_alloc_config, conf, sizeof conf);
             rec_meta("config", conf);
+            rec_meta("uses", gm_uses_name(uses_conf));
+            gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
+            gm_uses_start();
         }
     }
 #endif
@@ -238,6 +259,9 @@ void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, siz
                  size_t requested, uint64_t id)
 {
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
+    /* before the pointer reaches the program: the launch pre-filter must know its range */
+    if ((is_alloc_event(ev) || ev == GM_EV_VMM) && requested)
+        gm_uses_note_range(addr, size, ev == GM_EV_HOST_ALLOC);
 #ifdef GM_HAVE_REC
     if (!recording) {
         if (named)

@@ -313,23 +313,213 @@ static CUresult h_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDe
     return gm_real.cuMemSetAccess(p, size, d, n);
 }
 
-/* Kernel launches: the hook point for access tracking (counted only, for now). */
-static CUresult h_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                 unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+/* ---- kernel launches, copies, memsets: access tracking (uses.c) ----------------------- */
+
+/* The driver's launch names are also exported by libgpumem.so (see exports.txt): a program
+ * linked to libcuda.so calling cuLaunchKernel by symbol (the trainer) binds to these, and
+ * cuGetProcAddress/dlsym hand out the same functions. The real ones are in gm_real, loaded
+ * from the driver's handle. A runtime-level hook marks the thread inside while the real runtime
+ * runs, so the launch it makes through the driver passes here uncounted. */
+static int launch_ready(void)
+{
+    return gm_driver_init() || gm_real.cuLaunchKernel != NULL;
+}
+
+#define PTSZ_STREAM(s) ((s) ? (s) : CU_STREAM_PER_THREAD)
+
+static CUresult launch_kernel(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                              void **params, void **extra)
+{
+    CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **, void **) =
+        ptsz && gm_real.cuLaunchKernel_ptsz ? gm_real.cuLaunchKernel_ptsz : gm_real.cuLaunchKernel;
+    if (!launch_ready() || !real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (gm_inside)
+        return real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    gm_stat_add(GM_ST_LAUNCH, 1);
+    if (!gm_uses_active())
+        return real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    struct gm_uses_op op;
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(s) : s, params, extra);
+    CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    gm_uses_kernel_end(&op, r);
+    return r;
+}
+
+GM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                  unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                                  void **params, void **extra)
+{
+    return launch_kernel(0, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+GM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                       CUstream s, void **params, void **extra);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                             void **extra)
+{
+    return launch_kernel(1, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+}
+
+static CUresult launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f, void **params,
                                  void **extra)
 {
-    if (!gm_inside)
-        gm_stat_add(GM_ST_LAUNCH, 1);
-    return gm_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **) =
+        ptsz && gm_real.cuLaunchKernelEx_ptsz ? gm_real.cuLaunchKernelEx_ptsz
+                                              : gm_real.cuLaunchKernelEx;
+    if (!launch_ready() || !real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (gm_inside || !c)
+        return real(c, f, params, extra);
+    gm_stat_add(GM_ST_LAUNCH, 1);
+    if (!gm_uses_active())
+        return real(c, f, params, extra);
+    struct gm_uses_op op;
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(c->hStream) : c->hStream, params, extra);
+    CUresult r = real(c, f, params, extra);
+    gm_uses_kernel_end(&op, r);
+    return r;
 }
-static CUresult h_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                      unsigned bx, unsigned by, unsigned bz, unsigned shm,
-                                      CUstream s, void **params, void **extra)
+
+GM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
+                                    void **extra)
 {
-    if (!gm_inside)
-        gm_stat_add(GM_ST_LAUNCH, 1);
-    return gm_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    return launch_kernel_ex(0, c, f, params, extra);
 }
+GM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
+                                         void **extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    return launch_kernel_ex(1, c, f, params, extra);
+}
+
+static CUresult launch_coop(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                            unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                            void **params)
+{
+    CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **) =
+        ptsz && gm_real.cuLaunchCooperativeKernel_ptsz ? gm_real.cuLaunchCooperativeKernel_ptsz
+                                                       : gm_real.cuLaunchCooperativeKernel;
+    if (!launch_ready() || !real)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (gm_inside)
+        return real(f, gx, gy, gz, bx, by, bz, shm, s, params);
+    gm_stat_add(GM_ST_LAUNCH, 1);
+    if (!gm_uses_active())
+        return real(f, gx, gy, gz, bx, by, bz, shm, s, params);
+    struct gm_uses_op op;
+    gm_uses_kernel_begin(&op, gm_uses_device(), f, ptsz ? PTSZ_STREAM(s) : s, params, NULL);
+    CUresult r = real(f, gx, gy, gz, bx, by, bz, shm, s, params);
+    gm_uses_kernel_end(&op, r);
+    return r;
+}
+
+GM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                             unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                             CUstream s, void **params)
+{
+    return launch_coop(0, f, gx, gy, gz, bx, by, bz, shm, s, params);
+}
+GM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                  unsigned gz, unsigned bx, unsigned by,
+                                                  unsigned bz, unsigned shm, CUstream s,
+                                                  void **params);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
+                                        CUstream s, void **params)
+{
+    return launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params);
+}
+
+/* Copies and memsets reached through cuGetProcAddress/dlsym (not exported by name: see
+ * README). One hook per real entry point; the _ptsz/_ptds ones work on the calling thread's
+ * default stream. COPY_HOOK(name, real symbol, GM_COPY_*, (params), (args), dst, src, bytes,
+ * stream). */
+#define COPY_HOOK(name, which, PARAMS, ARGS, DST, SRC, BYTES, STREAM)                             \
+    static CUresult(*real_##name) PARAMS;                                                          \
+    static CUresult h_##name PARAMS                                                                \
+    {                                                                                              \
+        if (gm_inside)                                                                             \
+            return real_##name ARGS;                                                               \
+        gm_stat_add(GM_ST_COPY, 1);                                                                \
+        if (!gm_uses_active())                                                                     \
+            return real_##name ARGS;                                                               \
+        struct gm_uses_op op;                                                                      \
+        gm_uses_copy_begin(&op, STREAM);                                                           \
+        CUresult r = real_##name ARGS;                                                             \
+        gm_uses_copy_end(&op, r, which, (uint64_t)(uintptr_t)(DST), (uint64_t)(uintptr_t)(SRC),    \
+                         BYTES);                                                                   \
+        return r;                                                                                  \
+    }
+#define PT CU_STREAM_PER_THREAD
+COPY_HOOK(cuMemcpy, GM_COPY_DEFAULT, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d, s, n,
+          0)
+COPY_HOOK(cuMemcpy_ptds, GM_COPY_DEFAULT, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d,
+          s, n, PT)
+COPY_HOOK(cuMemcpyAsync, GM_COPY_DEFAULT, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st),
+          (d, s, n, st), d, s, n, st)
+COPY_HOOK(cuMemcpyAsync_ptsz, GM_COPY_DEFAULT,
+          (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemcpyHtoD_v2, GM_COPY_HTOD, (CUdeviceptr d, const void *s, size_t n), (d, s, n), d,
+          s, n, 0)
+COPY_HOOK(cuMemcpyHtoD_v2_ptds, GM_COPY_HTOD, (CUdeviceptr d, const void *s, size_t n),
+          (d, s, n), d, s, n, PT)
+COPY_HOOK(cuMemcpyDtoH_v2, GM_COPY_DTOH, (void *d, CUdeviceptr s, size_t n), (d, s, n), d, s, n,
+          0)
+COPY_HOOK(cuMemcpyDtoH_v2_ptds, GM_COPY_DTOH, (void *d, CUdeviceptr s, size_t n), (d, s, n), d,
+          s, n, PT)
+COPY_HOOK(cuMemcpyDtoD_v2, GM_COPY_DTOD, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n), d,
+          s, n, 0)
+COPY_HOOK(cuMemcpyDtoD_v2_ptds, GM_COPY_DTOD, (CUdeviceptr d, CUdeviceptr s, size_t n),
+          (d, s, n), d, s, n, PT)
+COPY_HOOK(cuMemcpyHtoDAsync_v2, GM_COPY_HTOD,
+          (CUdeviceptr d, const void *s, size_t n, CUstream st), (d, s, n, st), d, s, n, st)
+COPY_HOOK(cuMemcpyHtoDAsync_v2_ptsz, GM_COPY_HTOD,
+          (CUdeviceptr d, const void *s, size_t n, CUstream st), (d, s, n, st), d, s, n,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemcpyDtoHAsync_v2, GM_COPY_DTOH, (void *d, CUdeviceptr s, size_t n, CUstream st),
+          (d, s, n, st), d, s, n, st)
+COPY_HOOK(cuMemcpyDtoHAsync_v2_ptsz, GM_COPY_DTOH,
+          (void *d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemcpyDtoDAsync_v2, GM_COPY_DTOD,
+          (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n, st)
+COPY_HOOK(cuMemcpyDtoDAsync_v2_ptsz, GM_COPY_DTOD,
+          (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st), d, s, n,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemsetD8_v2, GM_COPY_MEMSET, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n), d,
+          0, n, 0)
+COPY_HOOK(cuMemsetD8_v2_ptds, GM_COPY_MEMSET, (CUdeviceptr d, unsigned char v, size_t n),
+          (d, v, n), d, 0, n, PT)
+COPY_HOOK(cuMemsetD16_v2, GM_COPY_MEMSET, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n),
+          d, 0, n * 2, 0)
+COPY_HOOK(cuMemsetD16_v2_ptds, GM_COPY_MEMSET, (CUdeviceptr d, unsigned short v, size_t n),
+          (d, v, n), d, 0, n * 2, PT)
+COPY_HOOK(cuMemsetD32_v2, GM_COPY_MEMSET, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n), d,
+          0, n * 4, 0)
+COPY_HOOK(cuMemsetD32_v2_ptds, GM_COPY_MEMSET, (CUdeviceptr d, unsigned int v, size_t n),
+          (d, v, n), d, 0, n * 4, PT)
+COPY_HOOK(cuMemsetD8Async, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned char v, size_t n, CUstream st), (d, v, n, st), d, 0, n, st)
+COPY_HOOK(cuMemsetD8Async_ptsz, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned char v, size_t n, CUstream st), (d, v, n, st), d, 0, n,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemsetD16Async, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned short v, size_t n, CUstream st), (d, v, n, st), d, 0, n * 2, st)
+COPY_HOOK(cuMemsetD16Async_ptsz, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned short v, size_t n, CUstream st), (d, v, n, st), d, 0, n * 2,
+          PTSZ_STREAM(st))
+COPY_HOOK(cuMemsetD32Async, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (d, v, n, st), d, 0, n * 4, st)
+COPY_HOOK(cuMemsetD32Async_ptsz, GM_COPY_MEMSET,
+          (CUdeviceptr d, unsigned int v, size_t n, CUstream st), (d, v, n, st), d, 0, n * 4,
+          PTSZ_STREAM(st))
+#undef PT
 
 /* Streams: a created stream joins the set a cudaFree fences; a destroyed one leaves it before
  * the next cudaFree would record an event on it. */
@@ -352,6 +542,11 @@ static CUresult h_cuStreamCreateWithPriority(CUstream *s, unsigned flags, int pr
         gm_heap_note_stream(*s);
     }
     return r;
+}
+CUresult gm_driver_private_stream(CUstream *s)
+{
+    return real_cuStreamCreate ? real_cuStreamCreate(s, CU_STREAM_NON_BLOCKING)
+                               : CUDA_ERROR_NOT_SUPPORTED;
 }
 static CUresult (*real_cuStreamDestroy_v2)(CUstream);
 static CUresult h_cuStreamDestroy_v2(CUstream s)
@@ -407,9 +602,47 @@ static struct hook_ent hooks[] = {
     {"cuMemAddressFree", 0, "cuMemAddressFree", SLOT(cuMemAddressFree),
      (void *)h_cuMemAddressFree},
     {"cuMemSetAccess", 0, "cuMemSetAccess", SLOT(cuMemSetAccess), (void *)h_cuMemSetAccess},
-    {"cuLaunchKernel", 0, "cuLaunchKernel", SLOT(cuLaunchKernel), (void *)h_cuLaunchKernel},
+    {"cuLaunchKernel", 0, "cuLaunchKernel", SLOT(cuLaunchKernel), (void *)cuLaunchKernel},
     {"cuLaunchKernel", 1, "cuLaunchKernel_ptsz", SLOT(cuLaunchKernel_ptsz),
-     (void *)h_cuLaunchKernel_ptsz},
+     (void *)cuLaunchKernel_ptsz},
+    {"cuLaunchKernelEx", 0, "cuLaunchKernelEx", SLOT(cuLaunchKernelEx), (void *)cuLaunchKernelEx},
+    {"cuLaunchKernelEx", 1, "cuLaunchKernelEx_ptsz", SLOT(cuLaunchKernelEx_ptsz),
+     (void *)cuLaunchKernelEx_ptsz},
+    {"cuLaunchCooperativeKernel", 0, "cuLaunchCooperativeKernel", SLOT(cuLaunchCooperativeKernel),
+     (void *)cuLaunchCooperativeKernel},
+    {"cuLaunchCooperativeKernel", 1, "cuLaunchCooperativeKernel_ptsz",
+     SLOT(cuLaunchCooperativeKernel_ptsz), (void *)cuLaunchCooperativeKernel_ptsz},
+#define COPY_ENT(proc, ptsz, name) \
+    {proc, ptsz, #name, (void **)(void *)&real_##name, (void *)h_##name}
+    COPY_ENT("cuMemcpy", 0, cuMemcpy),
+    COPY_ENT("cuMemcpy", 1, cuMemcpy_ptds),
+    COPY_ENT("cuMemcpyAsync", 0, cuMemcpyAsync),
+    COPY_ENT("cuMemcpyAsync", 1, cuMemcpyAsync_ptsz),
+    COPY_ENT("cuMemcpyHtoD", 0, cuMemcpyHtoD_v2),
+    COPY_ENT("cuMemcpyHtoD", 1, cuMemcpyHtoD_v2_ptds),
+    COPY_ENT("cuMemcpyDtoH", 0, cuMemcpyDtoH_v2),
+    COPY_ENT("cuMemcpyDtoH", 1, cuMemcpyDtoH_v2_ptds),
+    COPY_ENT("cuMemcpyDtoD", 0, cuMemcpyDtoD_v2),
+    COPY_ENT("cuMemcpyDtoD", 1, cuMemcpyDtoD_v2_ptds),
+    COPY_ENT("cuMemcpyHtoDAsync", 0, cuMemcpyHtoDAsync_v2),
+    COPY_ENT("cuMemcpyHtoDAsync", 1, cuMemcpyHtoDAsync_v2_ptsz),
+    COPY_ENT("cuMemcpyDtoHAsync", 0, cuMemcpyDtoHAsync_v2),
+    COPY_ENT("cuMemcpyDtoHAsync", 1, cuMemcpyDtoHAsync_v2_ptsz),
+    COPY_ENT("cuMemcpyDtoDAsync", 0, cuMemcpyDtoDAsync_v2),
+    COPY_ENT("cuMemcpyDtoDAsync", 1, cuMemcpyDtoDAsync_v2_ptsz),
+    COPY_ENT("cuMemsetD8", 0, cuMemsetD8_v2),
+    COPY_ENT("cuMemsetD8", 1, cuMemsetD8_v2_ptds),
+    COPY_ENT("cuMemsetD16", 0, cuMemsetD16_v2),
+    COPY_ENT("cuMemsetD16", 1, cuMemsetD16_v2_ptds),
+    COPY_ENT("cuMemsetD32", 0, cuMemsetD32_v2),
+    COPY_ENT("cuMemsetD32", 1, cuMemsetD32_v2_ptds),
+    COPY_ENT("cuMemsetD8Async", 0, cuMemsetD8Async),
+    COPY_ENT("cuMemsetD8Async", 1, cuMemsetD8Async_ptsz),
+    COPY_ENT("cuMemsetD16Async", 0, cuMemsetD16Async),
+    COPY_ENT("cuMemsetD16Async", 1, cuMemsetD16Async_ptsz),
+    COPY_ENT("cuMemsetD32Async", 0, cuMemsetD32Async),
+    COPY_ENT("cuMemsetD32Async", 1, cuMemsetD32Async_ptsz),
+#undef COPY_ENT
     {"cuStreamCreate", 0, "cuStreamCreate", (void **)(void *)&real_cuStreamCreate,
      (void *)h_cuStreamCreate},
     {"cuStreamCreateWithPriority", 0, "cuStreamCreateWithPriority",
@@ -439,6 +672,9 @@ static struct hook_ent hooks[] = {
     {"cuEventDestroy", 0, "cuEventDestroy_v2", SLOT(cuEventDestroy_v2), NULL},
     {"cuStreamSynchronize", 0, "cuStreamSynchronize", SLOT(cuStreamSynchronize), NULL},
     {"cuStreamIsCapturing", 0, "cuStreamIsCapturing", SLOT(cuStreamIsCapturing), NULL},
+    {"cuFuncGetParamInfo", 0, "cuFuncGetParamInfo", SLOT(cuFuncGetParamInfo), NULL},
+    {"cuFuncGetName", 0, "cuFuncGetName", SLOT(cuFuncGetName), NULL},
+    {"cuEventElapsedTime", 0, "cuEventElapsedTime_v2", SLOT(cuEventElapsedTime), NULL},
 };
 #define NHOOKS (sizeof hooks / sizeof hooks[0])
 /* cuGetProcAddress's answer for hooks[i] when it differs from the exported symbol */
@@ -530,6 +766,10 @@ static void driver_load(void)
         gm_real.cuMemAllocFromPoolAsync_ptsz = NULL;
     if (gm_real.cuLaunchKernel_ptsz == gm_real.cuLaunchKernel)
         gm_real.cuLaunchKernel_ptsz = NULL;
+    if (gm_real.cuLaunchKernelEx_ptsz == gm_real.cuLaunchKernelEx)
+        gm_real.cuLaunchKernelEx_ptsz = NULL;
+    if (gm_real.cuLaunchCooperativeKernel_ptsz == gm_real.cuLaunchCooperativeKernel)
+        gm_real.cuLaunchCooperativeKernel_ptsz = NULL;
     if (gm_real.cuInit && gm_real.cuInit(0) == CUDA_SUCCESS && gm_real.cuMemAlloc_v2 &&
         gm_real.cuMemFree_v2 && gm_real.cuCtxGetCurrent && gm_real.cuCtxSetCurrent &&
         gm_real.cuDevicePrimaryCtxRetain && gm_real.cuDeviceGet)

@@ -87,7 +87,8 @@ enum gm_stat {
     GM_ST_HOST_PASSTHROUGH, /* pinned allocations passed to the real function */
     GM_ST_MANAGED,          /* cudaMallocManaged / cuMemAllocManaged (passed through) */
     GM_ST_VMM,              /* VMM calls made by the program (passed through, recorded) */
-    GM_ST_LAUNCH,           /* cuLaunchKernel calls seen (hook point) */
+    GM_ST_LAUNCH,           /* kernel launches seen, every path, each once */
+    GM_ST_COPY,             /* copies and memsets seen (runtime or driver), each once */
     GM_ST_PROC_HOOKED,      /* driver entry points replaced in cuGetProcAddress/dlsym answers */
     GM_ST_STREAMS,          /* streams created by the program (fenced by cudaFree) */
     GM_ST_NVTX_RANGES,      /* NVTX ranges pushed/started */
@@ -155,6 +156,16 @@ struct gm_real {
                                unsigned, unsigned, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchKernelEx_ptsz)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuLaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                          unsigned, unsigned, unsigned, CUstream, void **);
+    CUresult (*cuLaunchCooperativeKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned,
+                                               unsigned, unsigned, unsigned, unsigned, CUstream,
+                                               void **);
+    CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+    CUresult (*cuFuncGetName)(const char **, CUfunction);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 };
 extern struct gm_real gm_real;
 
@@ -167,6 +178,8 @@ CUresult gm_driver_ensure_context(CUdevice *dev);
 /* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
  * the graph (the driver's graph memory nodes), so gpumem passes them through. */
 int gm_stream_capturing(CUstream s);
+/* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
+CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
 void *gm_driver_hook_for(void *real_fn);
 /* For dlsym: the hook for an exported driver symbol name, or NULL when the name is not hooked.
@@ -259,6 +272,55 @@ void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, si
 void gm_rec_note_device(int device, int expandable);
 /* Registers the exit handler again once the runtime has initialised (see core.c). */
 void gm_exit_register_late(void);
+
+/* ---- access tracking (uses.c) ---- */
+enum { GM_USES_OFF = 0, GM_USES_ON = 1, GM_USES_TIMED = 2 };
+/* GPUMEM_USES when unset: the one place the default is decided. */
+#define GM_USES_DEFAULT GM_USES_ON
+/* The mode in force: GPUMEM_USES when gpumem is on and records, else GM_USES_OFF. */
+extern int gm_uses_mode;
+/* Parses a GPUMEM_USES value (NULL/"" = the default): 0, or -1 for a bad value. */
+int gm_uses_parse(const char *s, int *out);
+const char *gm_uses_name(int mode); /* "0", "1", "timed" (the meta value) */
+/* Widens the pre-filter with an allocation the recorder is told about (host: pinned memory). */
+void gm_uses_note_range(uintptr_t addr, size_t size, int host);
+/* Once recording with uses on: installs the timing resolver (timed mode). */
+void gm_uses_start(void);
+/* The device of the calling thread's current context (-1: none). */
+int gm_uses_device(void);
+/* The CUfunction behind a runtime kernel symbol on a device (cudaGetFuncBySymbol, cached per
+ * symbol and device), or NULL. */
+CUfunction gm_uses_func_of_symbol(const void *sym, int device);
+
+/* 1 when the calling hook should record: recording with uses on, and not a call gpumem or the
+ * real runtime (inside a runtime-level hook) makes on the program's behalf. */
+static inline int gm_uses_active(void)
+{
+    return !gm_inside && gm_mode() != GM_MODE_OFF && gm_uses_mode != GM_USES_OFF;
+}
+
+/* One launch in flight: candidates collected before the real call, recorded after it. */
+#define GM_USES_STACK_WORDS 256
+struct gm_uses_op {
+    int device;
+    CUfunction f;
+    CUstream s;
+    uint32_t name;
+    void *timing, *tmp;
+    uint64_t *w;
+    size_t n, cap;
+    uint64_t stack[GM_USES_STACK_WORDS];
+};
+enum { GM_COPY_DEFAULT, GM_COPY_HTOD, GM_COPY_DTOH, GM_COPY_DTOD, GM_COPY_HTOH, GM_COPY_MEMSET };
+/* Kernel launch: begin (layout, candidates, start event) before the real call with the stream
+ * the work goes to; end with its result (the launch is recorded only when it succeeded). */
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra);
+void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r);
+/* Copy or memset (which: GM_COPY_*; src ignored for a memset): dst is written, src read. */
+void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s);
+void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst, uint64_t src,
+                      size_t bytes);
 
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);

@@ -4,7 +4,7 @@
 
 PRELOAD_DIR := $(BUILD)/preload
 PRELOAD_LIB := $(BUILD)/libgpumem.so
-PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c core.c
+PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c uses.c core.c
 PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
 PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
 # The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).
@@ -38,6 +38,7 @@ $(PRELOAD_LIB): $(PRELOAD_OBJS) $(PRELOAD_ALLOC_LIB) $(PRELOAD_REC_LIB) \
 
 ALL_TARGETS += $(PRELOAD_LIB)
 INSTALL_LIB += $(PRELOAD_LIB)
+INSTALL_INCLUDE += preload/gpumem.h
 
 # ---- test programs ----------------------------------------------------------------------------
 APPS_DIR := $(BUILD)/tests/apps
@@ -59,6 +60,10 @@ $(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< -ldl -lpthread
+# uses_app links the driver as well and calls its launch names by symbol, like the trainer
+$(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/uses_app
 # a stand-in for a user's NVTX tool, to test chaining
 $(APPS_DIR)/nvtx_tool.so: $(APPS_DIR)/nvtx_tool.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
@@ -95,4 +100,4 @@ UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wil
 TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/unit/preload_pinned)
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
-TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh,$(PRELOAD_SCRIPTS))
+TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))

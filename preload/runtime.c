@@ -375,3 +375,199 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
     gm_inside_leave();
     return e;
 }
+
+/* ---- kernel launches, copies, memsets (access tracking, uses.c) -------------------------- */
+/* The real runtime reaches the driver's launch and copy entry points through the pointers
+ * cuGetProcAddress handed it (gpumem's driver hooks): the thread is marked inside while it
+ * runs, so each launch is counted and recorded once, here, where the program's arguments are.
+ * A kernel's host symbol becomes its CUfunction through cudaGetFuncBySymbol (cached per
+ * symbol), which is what the layout and the name are queried on. */
+
+typedef cudaError_t (*launch_fn)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+typedef cudaError_t (*launch_ex_fn)(const cudaLaunchConfig_t *, const void *, void **);
+typedef cudaError_t (*memcpy_fn)(void *, const void *, size_t, enum cudaMemcpyKind);
+typedef cudaError_t (*memcpy_async_fn)(void *, const void *, size_t, enum cudaMemcpyKind,
+                                       cudaStream_t);
+typedef cudaError_t (*memset_fn)(void *, int, size_t);
+typedef cudaError_t (*memset_async_fn)(void *, int, size_t, cudaStream_t);
+REAL(cudaLaunchKernel, launch_fn)
+REAL(cudaLaunchKernel_ptsz, launch_fn)
+REAL(cudaLaunchCooperativeKernel, launch_fn)
+REAL(cudaLaunchCooperativeKernel_ptsz, launch_fn)
+REAL(cudaLaunchKernelExC, launch_ex_fn)
+REAL(cudaLaunchKernelExC_ptsz, launch_ex_fn)
+REAL(cudaMemcpy, memcpy_fn)
+REAL(cudaMemcpy_ptds, memcpy_fn)
+REAL(cudaMemcpyAsync, memcpy_async_fn)
+REAL(cudaMemcpyAsync_ptsz, memcpy_async_fn)
+REAL(cudaMemset, memset_fn)
+REAL(cudaMemset_ptds, memset_fn)
+REAL(cudaMemsetAsync, memset_async_fn)
+REAL(cudaMemsetAsync_ptsz, memset_async_fn)
+
+/* A CUresult carrying a runtime error through gm_uses_*_end, which only tests for success. */
+#define RT_AS_CU(e) ((e) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN)
+#define RT_STREAM(ptsz, s) ((CUstream)((ptsz) && !(s) ? cudaStreamPerThread : (s)))
+
+static cudaError_t rt_launch(launch_fn real, int ptsz, const void *func, dim3 g, dim3 b,
+                             void **args, size_t shm, cudaStream_t s)
+{
+    if (!real)
+        return NO_RUNTIME;
+    int track = !gm_inside;
+    if (track)
+        gm_stat_add(GM_ST_LAUNCH, 1);
+    struct gm_uses_op op;
+    track = track && gm_uses_active();
+    if (track) {
+        int dev = gm_uses_device();
+        gm_uses_kernel_begin(&op, dev, gm_uses_func_of_symbol(func, dev), RT_STREAM(ptsz, s),
+                             args, NULL);
+    }
+    gm_inside_enter();
+    cudaError_t e = real(func, g, b, args, shm, s);
+    gm_inside_leave();
+    if (track)
+        gm_uses_kernel_end(&op, RT_AS_CU(e));
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shm,
+                                       cudaStream_t s)
+{
+    return rt_launch(real_cudaLaunchKernel(), 0, func, g, b, args, shm, s);
+}
+GM_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
+                                            size_t shm, cudaStream_t s);
+cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t shm,
+                                  cudaStream_t s)
+{
+    return rt_launch(real_cudaLaunchKernel_ptsz(), 1, func, g, b, args, shm, s);
+}
+GM_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args,
+                                                  size_t shm, cudaStream_t s)
+{
+    return rt_launch(real_cudaLaunchCooperativeKernel(), 0, func, g, b, args, shm, s);
+}
+GM_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b,
+                                                       void **args, size_t shm, cudaStream_t s);
+cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
+                                             size_t shm, cudaStream_t s)
+{
+    return rt_launch(real_cudaLaunchCooperativeKernel_ptsz(), 1, func, g, b, args, shm, s);
+}
+
+static cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz, const cudaLaunchConfig_t *c,
+                                const void *func, void **args)
+{
+    if (!real)
+        return NO_RUNTIME;
+    int track = !gm_inside && c;
+    if (track)
+        gm_stat_add(GM_ST_LAUNCH, 1);
+    struct gm_uses_op op;
+    track = track && gm_uses_active();
+    if (track) {
+        int dev = gm_uses_device();
+        gm_uses_kernel_begin(&op, dev, gm_uses_func_of_symbol(func, dev),
+                             RT_STREAM(ptsz, c->stream), args, NULL);
+    }
+    gm_inside_enter();
+    cudaError_t e = real(c, func, args);
+    gm_inside_leave();
+    if (track)
+        gm_uses_kernel_end(&op, RT_AS_CU(e));
+    return e;
+}
+
+GM_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func,
+                                          void **args)
+{
+    return rt_launch_ex(real_cudaLaunchKernelExC(), 0, c, func, args);
+}
+GM_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func,
+                                               void **args);
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func, void **args)
+{
+    return rt_launch_ex(real_cudaLaunchKernelExC_ptsz(), 1, c, func, args);
+}
+
+static int copy_which(enum cudaMemcpyKind k)
+{
+    switch (k) {
+    case cudaMemcpyHostToDevice: return GM_COPY_HTOD;
+    case cudaMemcpyDeviceToHost: return GM_COPY_DTOH;
+    case cudaMemcpyDeviceToDevice: return GM_COPY_DTOD;
+    case cudaMemcpyHostToHost: return GM_COPY_HTOH;
+    default: return GM_COPY_DEFAULT;
+    }
+}
+
+/* One shape for the eight copy and memset entry points: `call` runs the real function. */
+#define RT_COPY(real, which, stream, dst, src, n, call)                                            \
+    do {                                                                                           \
+        if (!(real))                                                                               \
+            return NO_RUNTIME;                                                                     \
+        int track_ = !gm_inside;                                                                   \
+        if (track_)                                                                                \
+            gm_stat_add(GM_ST_COPY, 1);                                                            \
+        struct gm_uses_op op_;                                                                     \
+        track_ = track_ && gm_uses_active();                                                       \
+        if (track_)                                                                                \
+            gm_uses_copy_begin(&op_, (stream));                                                    \
+        gm_inside_enter();                                                                         \
+        cudaError_t e_ = call;                                                                     \
+        gm_inside_leave();                                                                         \
+        if (track_)                                                                                \
+            gm_uses_copy_end(&op_, RT_AS_CU(e_), (which), (uint64_t)(uintptr_t)(dst),              \
+                             (uint64_t)(uintptr_t)(src), (n));                                     \
+        return e_;                                                                                 \
+    } while (0)
+
+GM_EXPORT cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+{
+    memcpy_fn real = real_cudaMemcpy();
+    RT_COPY(real, copy_which(k), (CUstream)0, d, s, n, real(d, s, n, k));
+}
+GM_EXPORT cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
+cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+{
+    memcpy_fn real = real_cudaMemcpy_ptds();
+    RT_COPY(real, copy_which(k), CU_STREAM_PER_THREAD, d, s, n, real(d, s, n, k));
+}
+GM_EXPORT cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+                                      cudaStream_t st)
+{
+    memcpy_async_fn real = real_cudaMemcpyAsync();
+    RT_COPY(real, copy_which(k), (CUstream)st, d, s, n, real(d, s, n, k, st));
+}
+GM_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n,
+                                           enum cudaMemcpyKind k, cudaStream_t st);
+cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+                                 cudaStream_t st)
+{
+    memcpy_async_fn real = real_cudaMemcpyAsync_ptsz();
+    RT_COPY(real, copy_which(k), RT_STREAM(1, st), d, s, n, real(d, s, n, k, st));
+}
+GM_EXPORT cudaError_t cudaMemset(void *d, int v, size_t n)
+{
+    memset_fn real = real_cudaMemset();
+    RT_COPY(real, GM_COPY_MEMSET, (CUstream)0, d, 0, n, real(d, v, n));
+}
+GM_EXPORT cudaError_t cudaMemset_ptds(void *d, int v, size_t n);
+cudaError_t cudaMemset_ptds(void *d, int v, size_t n)
+{
+    memset_fn real = real_cudaMemset_ptds();
+    RT_COPY(real, GM_COPY_MEMSET, CU_STREAM_PER_THREAD, d, 0, n, real(d, v, n));
+}
+GM_EXPORT cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+{
+    memset_async_fn real = real_cudaMemsetAsync();
+    RT_COPY(real, GM_COPY_MEMSET, (CUstream)st, d, 0, n, real(d, v, n, st));
+}
+GM_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st)
+{
+    memset_async_fn real = real_cudaMemsetAsync_ptsz();
+    RT_COPY(real, GM_COPY_MEMSET, RT_STREAM(1, st), d, 0, n, real(d, v, n, st));
+}

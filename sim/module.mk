@@ -27,8 +27,13 @@ $(SIM_DIR)/sim_cu_procs.o: $(SIM_DIR)/sim_cu_procs.c $(SIM_DIR)/sim_procs.h | $(
 $(SIM_DIR)/sim_rt_stubs.o: $(SIM_DIR)/sim_rt_stubs.c | $(DEPS_STAMP)
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 
+# -Bsymbolic-functions: the driver's calls to its own entry points (cuStreamCreate ->
+# cuStreamCreateWithPriority, the cuGetProcAddress table's addresses) bind inside the library,
+# like the real libcuda's. An interposer exporting driver names (libgpumem.so exports the launch
+# names) then sees the program's calls only, never the driver's internal ones a second time.
 $(SIM_DRIVER): $(SIM_DRIVER_OBJS) sim/libcuda.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/libcuda.map \
+	    -Wl,-Bsymbolic-functions \
 	    -o $@ $(SIM_DRIVER_OBJS) -lpthread
 # The runtime finds the driver with dlopen("libcuda.so.1"); its RUNPATH $ORIGIN makes that the
 # sim's driver next to it (LD_LIBRARY_PATH still overrides, as for any library).

@@ -445,11 +445,14 @@ CUresult cuFuncGetName(const char **name, CUfunction f)
     return CUDA_SUCCESS;
 }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                        CUstream s, void **params, void **extra)
+/* Every launch entry point (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and
+ * their _ptsz names) ends here, through a static call: an interposer that exports the driver's
+ * launch names (libgpumem.so does) must see one call per launch, never the driver calling its
+ * own exported names. The library is also linked -Bsymbolic-functions for the same reason. */
+static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                       CUstream s, void **params, void **extra)
 {
-    SIM_CHECK_INIT();
     sim_lock();
     sim_kernel *k = kernel_of(f);
     bool stream_ok = sim_stream_valid(s);
@@ -489,6 +492,41 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
     return CUDA_SUCCESS;
 }
 
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                        CUstream s, void **params, void **extra)
+{
+    SIM_CHECK_INIT();
+    return launch(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+/* Launch attributes (clusters, priorities, programmatic serialization...) only schedule work,
+ * and work runs at issue time here: they are validated for shape, not acted on. */
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    SIM_CHECK_INIT();
+    if (!config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                  config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                  params, extra);
+}
+
+/* Every block of a host kernel runs in the one call, so a grid-wide sync always holds. */
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                   unsigned int gz, unsigned int bx, unsigned int by,
+                                   unsigned int bz, unsigned int shmem, CUstream s,
+                                   void **params)
+{
+    SIM_CHECK_INIT();
+    if (!params) {
+        sim_lock();
+        sim_kernel *k = kernel_of(f);
+        sim_unlock();
+        if (k && k->nparams) return CUDA_ERROR_INVALID_VALUE; /* no `extra` form here */
+    }
+    return launch(f, gx, gy, gz, bx, by, bz, shmem, s, params, NULL);
+}
+
 CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
 {
     SIM_CHECK_INIT();
@@ -514,4 +552,6 @@ SIM_ALIAS(cuStreamIsCapturing_ptsz, cuStreamIsCapturing)
 SIM_ALIAS(cuEventRecord_ptsz, cuEventRecord)
 SIM_ALIAS(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)
 SIM_ALIAS(cuLaunchKernel_ptsz, cuLaunchKernel)
+SIM_ALIAS(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)
+SIM_ALIAS(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)
 SIM_ALIAS(cuLaunchHostFunc_ptsz, cuLaunchHostFunc)

@@ -51,6 +51,9 @@
                                                 X(cuEventElapsedTime, 12080)                       \
                                                     X(cuPointerGetAttributes, 7000)                \
                                                         X(cuLaunchKernel, 4000)                    \
+                                                        X(cuLaunchKernelEx, 11060)                 \
+                                                        X(cuLaunchCooperativeKernel, 9000)         \
+                                                        X(cuFuncGetName, 12030)                    \
                                                             X(cuLaunchHostFunc, 10000)             \
                                                                 X(cuGetProcAddress, 12000)         \
                                                                     X(cuCtxGetStreamPriorityRange, \
@@ -739,15 +742,67 @@ RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t
 
 /* The sim has no device code, so `func` must be a CUfunction from sim_register_kernel (cast to
  * const void *); anything else is cudaErrorInvalidDeviceFunction, as for an unknown stub. */
+/* The driver's launch errors as the runtime names them. */
+static cudaError_t launch_ret(CUresult r)
+{
+    if (r == CUDA_ERROR_INVALID_HANDLE) return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidConfiguration);
+    RT_CALL(r);
+}
+
 RT_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args,
                                        size_t shmem, cudaStream_t s)
 {
     RT_BEGIN();
-    CUresult r = drv.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z, block.x,
-                                    block.y, block.z, (unsigned)shmem, (CUstream)s, args, NULL);
-    if (r == CUDA_ERROR_INVALID_HANDLE) return rt_ret(cudaErrorInvalidDeviceFunction);
-    if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidConfiguration);
-    RT_CALL(r);
+    return launch_ret(drv.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z,
+                                         block.x, block.y, block.z, (unsigned)shmem, (CUstream)s,
+                                         args, NULL));
+}
+
+/* cudaLaunchAttribute and CUlaunchAttribute share their layout (id, padding, value union), as
+ * the real runtime relies on: the attributes are handed to the driver as they are. */
+_Static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute),
+               "runtime and driver launch attributes differ in size");
+RT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
+                                          void **args)
+{
+    if (!config) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUlaunchConfig c = {
+        .gridDimX = config->gridDim.x,
+        .gridDimY = config->gridDim.y,
+        .gridDimZ = config->gridDim.z,
+        .blockDimX = config->blockDim.x,
+        .blockDimY = config->blockDim.y,
+        .blockDimZ = config->blockDim.z,
+        .sharedMemBytes = (unsigned)config->dynamicSmemBytes,
+        .hStream = (CUstream)config->stream,
+        .attrs = (CUlaunchAttribute *)(void *)config->attrs,
+        .numAttrs = config->numAttrs,
+    };
+    return launch_ret(drv.cuLaunchKernelEx(&c, (CUfunction)(uintptr_t)func, args, NULL));
+}
+
+RT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block,
+                                                  void **args, size_t shmem, cudaStream_t s)
+{
+    RT_BEGIN();
+    return launch_ret(drv.cuLaunchCooperativeKernel((CUfunction)(uintptr_t)func, grid.x, grid.y,
+                                                    grid.z, block.x, block.y, block.z,
+                                                    (unsigned)shmem, (CUstream)s, args));
+}
+
+/* In the virtual GPU a kernel's host-side "symbol" is its CUfunction (see cudaLaunchKernel), so
+ * the function behind a symbol is the symbol itself, once the driver confirms it is a kernel. */
+RT_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *fn, const void *symbol)
+{
+    if (!fn) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    const char *name = NULL;
+    if (!symbol || drv.cuFuncGetName(&name, (CUfunction)(uintptr_t)symbol) != CUDA_SUCCESS)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    *fn = (cudaFunction_t)(uintptr_t)symbol;
+    return cudaSuccess;
 }
 
 RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
@@ -807,6 +862,8 @@ PT_ALIAS(cudaStreamWaitEvent_ptsz, cudaStreamWaitEvent)
 PT_ALIAS(cudaEventRecord_ptsz, cudaEventRecord)
 PT_ALIAS(cudaEventRecordWithFlags_ptsz, cudaEventRecordWithFlags)
 PT_ALIAS(cudaLaunchKernel_ptsz, cudaLaunchKernel)
+PT_ALIAS(cudaLaunchKernelExC_ptsz, cudaLaunchKernelExC)
+PT_ALIAS(cudaLaunchCooperativeKernel_ptsz, cudaLaunchCooperativeKernel)
 PT_ALIAS(cudaLaunchHostFunc_ptsz, cudaLaunchHostFunc)
 PT_ALIAS(cudaStreamGetFlags_ptsz, cudaStreamGetFlags)
 PT_ALIAS(cudaStreamGetPriority_ptsz, cudaStreamGetPriority)

@@ -1,5 +1,6 @@
 /* gm.h — the reading side of snapshot/: opening a gpumem database safely, symbolizing its
- * frames, the one-pass analysis behind `gpumem report` and `gpumem leaks`, and the printers.
+ * frames, the one-pass analysis behind `gpumem report` and `gpumem leaks`, the analyses of
+ * access tracking (`uses`: idle at the peak, one tensor's life), and the printers.
  * Internal to the gpumem command (and its tests / fuzz target); the preload never links it. */
 #ifndef GPUMEM_SNAPSHOT_GM_H
 #define GPUMEM_SNAPSHOT_GM_H
@@ -12,6 +13,8 @@
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
+/* leaks --fail-on-leak on a recording that dropped events: it cannot say leak or no leak */
+#define GM_EXIT_CANNOT_JUDGE GM_EXIT_BADDB
 
 typedef struct gm_db {
     sqlite3 *db;
@@ -24,6 +27,9 @@ typedef struct gm_db {
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
  * and what to do). Never crashes on a bad file. */
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz);
+/* Databases open read-only for every statement (PRAGMA query_only); on = 1 lets this
+ * connection write (returns -1 when the file is not writable), on = 0 forbids it again. */
+int gm_db_allow_writes(gm_db *d, int on);
 void gm_db_close(gm_db *d);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
@@ -136,8 +142,90 @@ int gm_expand_inlines(gm_model *m);
 long gm_stack_site(const gm_model *m, uint32_t stack);
 /* Frame i of a stack (index into m->frames) or -1. */
 long gm_stack_frame(const gm_model *m, uint32_t stack, size_t depth, size_t *len);
+/* The call site of a stack with its caller, "t_alloc (gpt2.c:200) < layer_forward (gpt2.c:634)";
+ * returns the site's frame index (or -1). */
+long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz);
 /* "function (file:line)" or "module+0xoff" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
+
+/* ---- access tracking (table `uses`, gm_uses.c) ---- */
+
+/* Kernel names as a person reads them (gm_demangle.c): the Itanium C++ ABI name demangled with
+ * libiberty ("_Z6matmulPfPKfS1_ii" -> "matmul(float*, float const*, float const*, int, int)");
+ * a name that is not mangled ("memcpy HtoD", a C kernel) comes back unchanged. malloc'ed. */
+char *gm_demangle(const char *name);
+/* The demangled form of strings id `id`, computed once per id; "?" for an unknown id. */
+typedef struct gm_demangler { u64map names; } gm_demangler;
+const char *gm_demangle_id(gm_demangler *dm, const gm_model *m, uint64_t id);
+void gm_demangler_free(gm_demangler *dm);
+
+/* Whether the database has uses: meta.uses ("1", "timed"; missing or "0": tracking was off)
+ * and at least one row in `uses`. */
+enum { GM_USES_OFF = 0, GM_USES_EMPTY = 1, GM_USES_ON = 2 };
+int gm_uses_state(gm_db *d, char *mode, size_t modesz);
+
+/* One allocation live at the peak and its uses around it. */
+typedef struct gm_idle_alloc {
+    size_t alloc;                      /* index into m->allocs */
+    uint64_t nuses;                    /* uses the sweep saw; 0 = never used in its life */
+    uint64_t last_seq, next_seq;       /* last use at or before the peak, first after; 0 = none */
+    uint64_t last_t, next_t;           /* their events.t */
+    uint32_t last_kernel, next_kernel; /* strings ids */
+} gm_idle_alloc;
+
+/* Gap buckets: < 1 ms, 1-10 ms, 10-100 ms, 100 ms-1 s, >= 1 s, then "none" (no use before the
+ * peak / none after it). */
+enum { GM_IDLE_TIMED = 5, GM_IDLE_NONE = 5, GM_IDLE_NBUCKETS = 6 };
+extern const char *const gm_idle_bucket_name[GM_IDLE_NBUCKETS];
+extern const uint64_t gm_idle_bucket_max_ns[GM_IDLE_TIMED]; /* exclusive upper bounds */
+int gm_idle_bucket(uint64_t gap_ns);
+
+/* Idle at the peak (gm_idle_at_peak): the device allocations live at the peak allocated moment,
+ * with the time since their last use and until their next one. */
+typedef struct gm_idle {
+    int state;     /* GM_USES_*: the rest is filled only for GM_USES_ON */
+    char mode[16]; /* meta.uses */
+    uint64_t peak_seq, peak_t;
+    gm_idle_alloc *allocs; /* in birth order */
+    size_t nallocs;
+    uint64_t bytes_live;
+    uint64_t since_bytes[GM_IDLE_NBUCKETS], since_count[GM_IDLE_NBUCKETS];
+    uint64_t until_bytes[GM_IDLE_NBUCKETS], until_count[GM_IDLE_NBUCKETS];
+    uint64_t never_bytes, never_count;         /* no use in their whole life */
+    uint64_t not_before_bytes, not_before_count; /* used, but only after the peak */
+    uint64_t not_again_bytes, not_again_count;   /* used before the peak, never after it */
+} gm_idle;
+/* One read of `uses` in its primary-key (launch) order, from the oldest live allocation's birth
+ * until every live allocation is settled, and one lookup of the times of the uses it keeps:
+ * never a query per allocation. Returns 0, or -1 with err set (damaged uses table). */
+int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *out, char *err, size_t errsz);
+void gm_idle_free(gm_idle *g);
+
+/* One tensor's life for `gpumem uses`: its birth, every use, its death. */
+typedef struct gm_use {
+    uint64_t seq, t;
+    uint32_t kernel, range; /* strings id; the launch event's NVTX range */
+    int access;             /* REC_ACC_* bits; 0 unknown (and always 0 in schema 1.1) */
+    int op;                 /* launches.op (REC_OP_*), -1 unknown */
+    int64_t start_ns, end_ns; /* on the device (GPUMEM_USES=timed), -1 when not timed */
+} gm_use;
+typedef struct gm_life {
+    size_t alloc; /* index into m->allocs */
+    uint64_t birth_t, death_t;
+    uint32_t death_range;
+    gm_use *uses;
+    size_t nuses;
+} gm_life;
+/* The lives of allocations allocs[0..n) (indices into m->allocs, distinct) into lives[0..n);
+ * each life's uses in seq order. Returns 0, or -1 with err set (free the lives either way). */
+int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
+                  size_t errsz);
+void gm_life_free(gm_life *l);
+/* Index of the allocation born at seq `id` (binary search: allocs are in birth order), or -1. */
+long gm_alloc_by_id(const gm_model *m, uint64_t id);
+
+/* The `gpumem uses` command (gm_uses_cmd.c): argv[0] is "uses". Returns the exit code. */
+int gm_cmd_uses(int argc, char **argv);
 
 /* Printers. */
 typedef struct gm_opts {
@@ -156,5 +244,7 @@ int gm_export_trace(gm_db *d, FILE *out);
 /* Formatting */
 void gm_fmt_bytes(uint64_t v, char *out, size_t outsz);
 void gm_json_str(FILE *out, const char *s);
+/* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
+void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);
 
 #endif

@@ -491,3 +491,23 @@ void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
         snprintf(out, outsz, "%s+0x%llx", mb, (unsigned long long)f->offset);
     }
 }
+
+long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
+    /* the call site and its caller: allocation wrappers (t_alloc, my_alloc...) are common, and
+     * the caller is what tells them apart */
+    long f = gm_stack_site(m, stack);
+    gm_frame_desc(m, f, out, outsz);
+    size_t len;
+    gm_stack_frame(m, stack, 0, &len);
+    for (size_t d = 0; d + 1 < len; d++)
+        if (gm_stack_frame(m, stack, d, NULL) == f) {
+            long c = gm_stack_frame(m, stack, d + 1, NULL);
+            size_t o = strlen(out);
+            if (c >= 0 && o + 4 < outsz) {
+                snprintf(out + o, outsz - o, " < ");
+                gm_frame_desc(m, c, out + o + 3, outsz - o - 3);
+            }
+            break;
+        }
+    return f;
+}

@@ -156,5 +156,16 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     char state[32];
     gm_meta_text(d, "state", state, sizeof state);
     d->closed = strcmp(state, "closed") == 0;
+    /* Readers never change a recording: every statement after this is refused by SQLite if it
+     * writes, until gm_db_allow_writes (symbol write-back, gpumem sql --write). Opening
+     * read-write above is for recovery only: closing a read-write connection folds the WAL a
+     * killed recorder left (run.db-wal) into run.db, so one file holds everything after it. */
+    sqlite3_exec(d->db, "PRAGMA query_only=1", NULL, NULL, NULL);
     return 0;
+}
+
+int gm_db_allow_writes(gm_db *d, int on) {
+    if (!d->writable) return on ? -1 : 0;
+    return sqlite3_exec(d->db, on ? "PRAGMA query_only=0" : "PRAGMA query_only=1", NULL, NULL,
+                        NULL) == SQLITE_OK ? 0 : -1;
 }

@@ -9,6 +9,7 @@
 #include "snapshot/rec.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,13 @@ void gm_fmt_bytes(uint64_t v, char *out, size_t outsz) {
     int i = 0;
     while (x >= 1024 && i < 5) x /= 1024, i++;
     snprintf(out, outsz, "%.2f %s", x, u[i]);
+}
+
+void gm_fmt_ns(uint64_t ns, char *out, size_t outsz) {
+    if (ns < 1000) snprintf(out, outsz, "%" PRIu64 " ns", ns);
+    else if (ns < 1000000) snprintf(out, outsz, "%.1f us", (double)ns / 1e3);
+    else if (ns < 1000000000) snprintf(out, outsz, "%.2f ms", (double)ns / 1e6);
+    else snprintf(out, outsz, "%.3f s", (double)ns / 1e9);
 }
 
 void gm_json_str(FILE *out, const char *s) {
@@ -130,25 +138,9 @@ static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *f
         return stack ? "(stack not recorded)" : "(no stack: GPUMEM_STACKS=0)";
     }
     if (!l->site[*si]) {
-        /* the call site and its caller: allocation wrappers (t_alloc, my_alloc...) are common,
-         * and the caller is what tells them apart */
         char buf[2048];
-        long f = gm_stack_site(m, stack);
-        gm_frame_desc(m, f, buf, 1024);
-        size_t len;
-        gm_stack_frame(m, stack, 0, &len);
-        for (size_t d = 0; d + 1 < len; d++)
-            if (gm_stack_frame(m, stack, d, NULL) == f) {
-                long c = gm_stack_frame(m, stack, d + 1, NULL);
-                if (c >= 0) {
-                    size_t o = strlen(buf);
-                    snprintf(buf + o, sizeof buf - o, " < ");
-                    gm_frame_desc(m, c, buf + o + 3, sizeof buf - o - 3);
-                }
-                break;
-            }
+        l->site_frame[*si] = gm_site_desc(m, stack, buf, sizeof buf);
         l->site[*si] = strdup(buf);
-        l->site_frame[*si] = f;
     }
     if (frame) *frame = l->site_frame[*si];
     return l->site[*si] ? l->site[*si] : "?";
@@ -266,6 +258,237 @@ static void print_groups_json(FILE *out, const char *name, group *g, size_t n, i
     fputc(']', out);
 }
 
+/* ---------------------------------------------------------------- idle at the peak */
+
+/* A tensor class (name, digits as *) or call site among the allocations live at the peak,
+ * with the median gaps of its allocations: the median over those that have a use before the
+ * peak (after it), the lower one for an even count, with that allocation's kernel. The median,
+ * not the minimum: the same activation of twelve layers has twelve gaps, and the shortest (the
+ * last layer's) would hide the eleven that are worth offloading. */
+typedef struct idle_group {
+    const char *key;
+    uint64_t bytes, count, never, not_again;
+    int has_since, has_until;
+    uint64_t since_ns, until_ns, since_ev, until_ev;
+    uint32_t last_kernel, next_kernel;
+} idle_group;
+
+typedef struct idle_key { const char *key; size_t rec; } idle_key;
+typedef struct idle_gap { uint64_t gap; size_t rec; } idle_gap;
+
+static int cmp_idle_key(const void *a, const void *b) {
+    const idle_key *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->rec > y->rec) - (x->rec < y->rec);
+}
+static int cmp_idle_gap(const void *a, const void *b) {
+    const idle_gap *x = a, *y = b;
+    if (x->gap != y->gap) return x->gap < y->gap ? -1 : 1;
+    return (x->rec > y->rec) - (x->rec < y->rec);
+}
+static int cmp_idle_group(const void *a, const void *b) {
+    const idle_group *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by, idle_group **out) {
+    *out = NULL;
+    idle_key *k = malloc((g->nallocs ? g->nallocs : 1) * sizeof *k);
+    idle_gap *gs = malloc((g->nallocs ? g->nallocs : 1) * sizeof *gs);
+    idle_group *gr = calloc(g->nallocs ? g->nallocs : 1, sizeof *gr);
+    if (!k || !gs || !gr) {
+        free(k), free(gs), free(gr);
+        return 0;
+    }
+    for (size_t i = 0; i < g->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[g->allocs[i].alloc];
+        k[i].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
+        k[i].rec = i;
+    }
+    qsort(k, g->nallocs, sizeof *k, cmp_idle_key);
+    size_t n = 0;
+    for (size_t i = 0; i < g->nallocs;) {
+        size_t e = i;
+        while (e < g->nallocs && strcmp(k[e].key, k[i].key) == 0) e++;
+        idle_group *x = &gr[n++];
+        x->key = k[i].key;
+        for (int side = 0; side < 2; side++) {
+            size_t ng = 0;
+            for (size_t j = i; j < e; j++) {
+                const gm_idle_alloc *ia = &g->allocs[k[j].rec];
+                if (side == 0 && ia->last_seq)
+                    gs[ng++] = (idle_gap){g->peak_t > ia->last_t ? g->peak_t - ia->last_t : 0, k[j].rec};
+                if (side == 1 && ia->next_seq)
+                    gs[ng++] = (idle_gap){ia->next_t > g->peak_t ? ia->next_t - g->peak_t : 0, k[j].rec};
+            }
+            if (!ng) continue;
+            qsort(gs, ng, sizeof *gs, cmp_idle_gap);
+            const idle_gap *med = &gs[(ng - 1) / 2];
+            const gm_idle_alloc *ia = &g->allocs[med->rec];
+            if (side == 0) {
+                x->has_since = 1, x->since_ns = med->gap, x->last_kernel = ia->last_kernel;
+                x->since_ev = g->peak_seq - ia->last_seq;
+            } else {
+                x->has_until = 1, x->until_ns = med->gap, x->next_kernel = ia->next_kernel;
+                x->until_ev = ia->next_seq - g->peak_seq;
+            }
+        }
+        for (size_t j = i; j < e; j++) {
+            const gm_idle_alloc *ia = &g->allocs[k[j].rec];
+            x->bytes += m->allocs[ia->alloc].size;
+            x->count++;
+            x->never += ia->nuses == 0;
+            x->not_again += ia->nuses && ia->last_seq && !ia->next_seq;
+        }
+        i = e;
+    }
+    qsort(gr, n, sizeof *gr, cmp_idle_group);
+    free(k), free(gs);
+    *out = gr;
+    return n;
+}
+
+static const char *idle_off_hint(int state) {
+    return state == GM_USES_EMPTY
+               ? "access tracking was on but recorded no uses: no kernel, copy or memset pointed into "
+                 "a live allocation"
+               : "access tracking was off: record with GPUMEM_USES=1 (GPUMEM_USES=timed adds device "
+                 "times) to see how long the memory live at the peak sat unused";
+}
+
+static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *dm, const char *name,
+                                   const char *keyname, const idle_group *gr, size_t n, int top) {
+    fprintf(out, "\"%s\":[", name);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        const idle_group *x = &gr[i];
+        fprintf(out, "%s{\"%s\":", i ? "," : "", keyname);
+        gm_json_str(out, x->key);
+        fprintf(out, ",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"never_used\":%" PRIu64
+                     ",\"not_used_again\":%" PRIu64, x->count, x->bytes, x->never, x->not_again);
+        if (x->has_since) fprintf(out, ",\"since_last_use_ns\":%" PRIu64 ",\"since_last_use_events\":%" PRIu64 ",\"last_kernel\":",
+                                  x->since_ns, x->since_ev);
+        else fputs(",\"since_last_use_ns\":null,\"since_last_use_events\":null,\"last_kernel\":", out);
+        gm_json_str(out, x->has_since ? gm_demangle_id(dm, m, x->last_kernel) : NULL);
+        if (x->has_until) fprintf(out, ",\"until_next_use_ns\":%" PRIu64 ",\"until_next_use_events\":%" PRIu64 ",\"next_kernel\":",
+                                  x->until_ns, x->until_ev);
+        else fputs(",\"until_next_use_ns\":null,\"until_next_use_events\":null,\"next_kernel\":", out);
+        gm_json_str(out, x->has_until ? gm_demangle_id(dm, m, x->next_kernel) : NULL);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}
+
+static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *dm, const char *title,
+                                   const idle_group *gr, size_t n, int top, uint64_t total) {
+    fprintf(out, "  %s\n", title);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        const idle_group *x = &gr[i];
+        char b[32], t[32];
+        gm_fmt_bytes(x->bytes, b, sizeof b);
+        fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s", b, pct(x->bytes, total), x->count, x->key);
+        if (x->never) fprintf(out, "  (%" PRIu64 " never used)", x->never);
+        fputc('\n', out);
+        if (x->has_since) {
+            gm_fmt_ns(x->since_ns, t, sizeof t);
+            fprintf(out, "        last use %s / %" PRIu64 " event%s before: %s\n", t, x->since_ev,
+                    x->since_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->last_kernel));
+        } else {
+            fprintf(out, "        last use: none before the peak\n");
+        }
+        if (x->has_until) {
+            gm_fmt_ns(x->until_ns, t, sizeof t);
+            fprintf(out, "        next use %s / %" PRIu64 " event%s after: %s\n", t, x->until_ev,
+                    x->until_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->next_kernel));
+        } else {
+            fprintf(out, "        next use: none (not used again before its death or the end)\n");
+        }
+    }
+    if (n > (size_t)top) fprintf(out, "    ... %zu more (use --top N)\n", n - (size_t)top);
+}
+
+/* The "Idle at the peak" section, text or JSON (a member "idle_at_peak" of the report). */
+static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o, FILE *out) {
+    gm_idle g;
+    char err[8192];
+    int ok = gm_idle_at_peak(d, m, &g, err, sizeof err) == 0;
+    if (!ok || g.state != GM_USES_ON) {
+        if (o->json) {
+            fprintf(out, "\"idle_at_peak\":{\"uses\":false,\"tracking\":\"%s\",\"hint\":",
+                    !ok ? "error" : g.state == GM_USES_EMPTY ? "empty" : "off");
+            gm_json_str(out, !ok ? err : idle_off_hint(g.state));
+            fputc('}', out);
+        } else {
+            fprintf(out, "\nIdle at the peak\n  %s\n", !ok ? err : idle_off_hint(g.state));
+        }
+        gm_idle_free(&g);
+        return;
+    }
+    gm_demangler dm = {0};
+    idle_group *gc = NULL, *gsite = NULL;
+    size_t nc = idle_groups(m, l, &g, BY_NAME, &gc);
+    size_t nsite = idle_groups(m, l, &g, BY_SITE, &gsite);
+    int named = nc > 1 || (nc == 1 && strcmp(gc[0].key, "(unnamed)") != 0);
+    /* launches whose argument words the full ring dropped have no uses rows: the tensors they
+     * touched look idle longer than they were */
+    int64_t lost = gm_meta_int(d, "launch_words_lost", 0);
+    if (o->json) {
+        fprintf(out, "\"idle_at_peak\":{\"uses\":true,\"tracking\":");
+        gm_json_str(out, g.mode);
+        fprintf(out, ",\"launch_words_lost\":%" PRId64, lost > 0 ? lost : 0);
+        fprintf(out, ",\"peak_seq\":%" PRIu64 ",\"peak_t_ns\":%" PRIu64 ",\"bytes_live\":%" PRIu64
+                     ",\"count_live\":%zu,\"bytes_never_used\":%" PRIu64 ",\"count_never_used\":%" PRIu64
+                     ",\"bytes_not_used_before\":%" PRIu64 ",\"count_not_used_before\":%" PRIu64
+                     ",\"bytes_not_used_again\":%" PRIu64 ",\"count_not_used_again\":%" PRIu64 ",\"buckets\":[",
+                g.peak_seq, g.peak_t, g.bytes_live, g.nallocs, g.never_bytes, g.never_count, g.not_before_bytes,
+                g.not_before_count, g.not_again_bytes, g.not_again_count);
+        for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
+            fprintf(out, "%s{\"gap\":\"%s\",\"max_ns\":", b ? "," : "", gm_idle_bucket_name[b]);
+            if (b < GM_IDLE_TIMED - 1) fprintf(out, "%" PRIu64, gm_idle_bucket_max_ns[b]);
+            else fputs("null", out);
+            fprintf(out, ",\"since_bytes\":%" PRIu64 ",\"since_count\":%" PRIu64 ",\"until_bytes\":%" PRIu64
+                         ",\"until_count\":%" PRIu64 "}",
+                    g.since_bytes[b], g.since_count[b], g.until_bytes[b], g.until_count[b]);
+        }
+        fputs("],", out);
+        print_idle_groups_json(out, m, &dm, "classes", "name", gc, named ? nc : 0, o->top);
+        fputc(',', out);
+        print_idle_groups_json(out, m, &dm, "sites", "site", gsite, nsite, o->top);
+        fputc('}', out);
+    } else {
+        char a[32], b1[32], b2[32], t[32];
+        gm_fmt_bytes(g.bytes_live, a, sizeof a);
+        gm_fmt_ns(g.peak_t, t, sizeof t);
+        fprintf(out, "\nIdle at the peak: %s live in %zu allocations at event %" PRIu64 " (%s), by the time since "
+                     "their last use and until their next one\n", a, g.nallocs, g.peak_seq, t);
+        if (lost > 0)
+            fprintf(out, "  note: %" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING); "
+                         "their uses are missing, so some gaps are longer than they were\n", lost);
+        fprintf(out, "    %-10s %22s   %22s\n", "gap", "since last use", "until next use");
+        for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
+            gm_fmt_bytes(g.since_bytes[b], b1, sizeof b1);
+            gm_fmt_bytes(g.until_bytes[b], b2, sizeof b2);
+            fprintf(out, "    %-10s %12s %8" PRIu64 "x   %12s %8" PRIu64 "x\n", gm_idle_bucket_name[b], b1,
+                    g.since_count[b], b2, g.until_count[b]);
+        }
+        gm_fmt_bytes(g.never_bytes, b1, sizeof b1);
+        fprintf(out, "  never used              %12s in %" PRIu64 " allocation%s (no kernel, copy or memset touched them)\n",
+                b1, g.never_count, g.never_count == 1 ? "" : "s");
+        gm_fmt_bytes(g.not_before_bytes, b1, sizeof b1);
+        fprintf(out, "  first used after peak   %12s in %" PRIu64 " allocation%s (allocated before they were needed)\n",
+                b1, g.not_before_count, g.not_before_count == 1 ? "" : "s");
+        gm_fmt_bytes(g.not_again_bytes, b1, sizeof b1);
+        fprintf(out, "  not used again          %12s in %" PRIu64 " allocation%s (held until death or the end)\n",
+                b1, g.not_again_count, g.not_again_count == 1 ? "" : "s");
+        if (named)
+            print_idle_groups_text(out, m, &dm, "by tensor name (digits as *; median gaps)", gc, nc, o->top, g.bytes_live);
+        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live);
+    }
+    free(gc), free(gsite);
+    gm_demangler_free(&dm);
+    gm_idle_free(&g);
+}
+
 /* ---------------------------------------------------------------- report */
 
 typedef struct summary {
@@ -327,20 +550,127 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
                      ": the rest could not be read\n", m->max_seq);
 }
 
-static const char *oom_advice(const gm_oom *o) {
-    if (o->free_cached >= o->requested && o->largest_free < o->requested)
-        return "fragmentation: enough memory was cached but no block was large enough. Use "
-               "expandable segments (GPUMEM_CONF=expandable_segments:true, the default in "
-               "replace mode), or free/allocate the largest tensors first; `gpumem frag` shows "
-               "which sizes split the segments";
-    if (o->limit && o->reserved + o->requested > o->limit)
-        return "the configured limit was reached: raise GPUMEM_LIMIT, or lower the peak (see the "
-               "call sites live at the OOM)";
-    if (o->device_total && o->requested > o->device_total)
-        return "the request alone is larger than the device: split the tensor or shard it";
-    return "the live tensors need more than the device has: lower the peak (smaller batch with "
-           "gradient accumulation, activation recompute, CPU offload, bf16 activations; see "
-           "`gpumem advise`), the top call sites above are what to look at first";
+/* The unit in which the allocator takes memory from the device: its physical handle size
+ * (GPUMEM_CONF handle_size, recorded in meta.config), else the 2 MiB mapping granularity of
+ * NVIDIA GPUs and of the virtual GPU. */
+static uint64_t map_unit(gm_db *d) {
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    const char *h = strstr(conf, "handle_size:");
+    if (h) {
+        char *end;
+        uint64_t v = strtoull(h + 12, &end, 10);
+        uint64_t mul = *end == 'K' ? 1u << 10 : *end == 'M' ? 1u << 20 : *end == 'G' ? 1u << 30 : 1;
+        if (v && v <= (1ull << 40) / mul) return v * mul;
+    }
+    return 2u << 20;
+}
+
+/* Why an allocation failed: the one constraint that bound it, and by how many bytes the request
+ * fell short. The allocator could have served the request from its largest free block or by
+ * mapping new memory up to the cap (the limit, or what the device had left), in whole mapping
+ * units; whichever gives more is what it had, and the rest is the shortfall. */
+typedef struct oom_cause {
+    const char *kind; /* limit, granularity, fragmentation, device, too_large */
+    uint64_t shortfall;
+    char advice[640];
+} oom_cause;
+
+static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
+    uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
+    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : UINT64_MAX;
+    uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
+    uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
+    uint64_t mappable = headroom / unit * unit;
+    uint64_t have = o->largest_free > mappable ? o->largest_free : mappable;
+    c->shortfall = o->requested > have ? o->requested - have : 0;
+    char rq[32], sh[32], hr[32], mp[32], un[32], need[32];
+    gm_fmt_bytes(o->requested, rq, sizeof rq);
+    gm_fmt_bytes(c->shortfall, sh, sizeof sh);
+    gm_fmt_bytes(headroom, hr, sizeof hr);
+    gm_fmt_bytes(mappable, mp, sizeof mp);
+    gm_fmt_bytes(unit, un, sizeof un);
+    /* the limit that would have let this request map what it needs */
+    uint64_t units = (o->requested + unit - 1) / unit;
+    gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
+    const char *what = cap_limit <= cap_dev ? "GPUMEM_LIMIT" : "the device";
+    if (o->device_total && o->requested > o->device_total) {
+        c->kind = "too_large";
+        snprintf(c->advice, sizeof c->advice, "the request alone (%s) is larger than the device: "
+                 "split the tensor or shard it", rq);
+    } else if (o->free_cached >= o->requested && o->largest_free < o->requested && mappable < o->requested) {
+        c->kind = "fragmentation";
+        snprintf(c->advice, sizeof c->advice, "fragmentation: enough memory was cached (free in "
+                 "fragments >= the request) but no block was large enough, and %s left only %s to "
+                 "map. Use expandable segments (GPUMEM_CONF=expandable_segments:true, the default "
+                 "in replace mode), or allocate the largest tensors first", what, hr);
+    } else if (headroom >= o->requested && mappable < o->requested) {
+        c->kind = "granularity";
+        snprintf(c->advice, sizeof c->advice, "mapping granularity: %s left %s above what was "
+                 "reserved, but memory is mapped in %s units and only %s of it could be mapped. "
+                 "%s", what, hr, un, mp,
+                 cap_limit <= cap_dev ? "Raise GPUMEM_LIMIT to a multiple of the unit" : "Lower the peak");
+        if (cap_limit <= cap_dev) {
+            size_t l = strlen(c->advice);
+            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
+        }
+    } else if (cap_limit <= cap_dev) {
+        c->kind = "limit";
+        snprintf(c->advice, sizeof c->advice, "the configured limit was reached: GPUMEM_LIMIT left "
+                 "%s above what was reserved. Raise it (to at least %s for this request), or lower "
+                 "the peak (the call sites live at the OOM are below)", hr, need);
+    } else {
+        c->kind = "device";
+        snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "
+                 "lower the peak (smaller batch with gradient accumulation, activation recompute, "
+                 "CPU offload, bf16 activations: `gpumem advise` predicts each), the call sites "
+                 "live at the OOM are what to look at first");
+    }
+}
+
+/* The allocation born at event seq (allocations are in birth order), or NULL. */
+static const gm_alloc *alloc_born_at(const gm_model *m, uint64_t seq) {
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == seq ? &m->allocs[lo] : NULL;
+}
+
+/* An event a report cites, said the way a user can find it: the tensor allocated there, its
+ * NVTX phase (the step is in it: "step 2/bwd/h1") and the call site. Empty fields are NULL. */
+typedef struct event_place {
+    const char *name, *phase, *site;
+} event_place;
+
+static event_place place_of(const gm_model *m, labels *l, uint64_t seq) {
+    event_place p = {NULL, NULL, NULL};
+    const gm_alloc *a = alloc_born_at(m, seq);
+    if (!a) return p;
+    p.name = a->name ? gm_str(m, a->name) : NULL;
+    const gm_range *r = a->range ? gm_range_of(m, a->range) : NULL;
+    p.phase = r && r->path ? r->path : NULL;
+    p.site = a->stack ? site_of(m, l, a->stack, NULL) : NULL;
+    return p;
+}
+
+static void print_place_text(FILE *out, event_place p) {
+    if (!p.name && !p.phase && !p.site) return;
+    fprintf(out, "                      when %s was allocated%s%s%s%s\n", p.name ? p.name : "a tensor",
+            p.phase ? " in " : " outside any NVTX range", p.phase ? p.phase : "",
+            p.site ? " at " : "", p.site ? p.site : "");
+}
+
+static void print_place_json(FILE *out, const char *key, uint64_t seq, event_place p) {
+    fprintf(out, "\"%s\":{\"seq\":%" PRIu64 ",\"name\":", key, seq);
+    gm_json_str(out, p.name);
+    fputs(",\"phase\":", out);
+    gm_json_str(out, p.phase);
+    fputs(",\"site\":", out);
+    gm_json_str(out, p.site);
+    fputc('}', out);
 }
 
 /* The NVTX range path of the OOM event ("step 1/fwd/h12/attn"), NULL when outside ranges. */
@@ -384,6 +714,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                      ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
                 s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double, s.app_ns,
                 s.writer_cpu_ns, s.db_bytes, s.seconds);
+        print_place_json(out, "peak_requested_at", m->peak_requested_seq, place_of(m, &l, m->peak_requested_seq));
+        fputc(',', out);
+        print_place_json(out, "peak_allocated_at", m->peak_allocated_seq, place_of(m, &l, m->peak_allocated_seq));
+        fputc(',', out);
         fprintf(out, "\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
                 m->peak_allocated_seq, total, count);
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
@@ -391,7 +725,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
-        fprintf(out, "},\"ooms\":[");
+        fputs("},", out);
+        print_idle(d, m, &l, o, out);
+        fprintf(out, ",\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
         print_header(d, m, out, "report");
@@ -401,8 +737,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes(m->peak_requested, c, sizeof c);
         fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
                 c, m->peak_requested, m->peak_requested_seq);
+        print_place_text(out, place_of(m, &l, m->peak_requested_seq));
         fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes in the allocator's rounded blocks, at event %" PRIu64 ")\n",
                 a, m->peak_allocated, m->peak_allocated_seq);
+        if (m->peak_allocated_seq != m->peak_requested_seq)
+            print_place_text(out, place_of(m, &l, m->peak_allocated_seq));
         fprintf(out, "  peak reserved       %s%s\n", b, m->have_segments ? "" : " (no segment events: allocations went straight to the driver)");
         fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
@@ -426,11 +765,15 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
         print_groups_text(out, "by call site", gs, ns, o->top, total);
         if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
+        print_idle(d, m, &l, o, out);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }
+    uint64_t unit = m->nooms ? map_unit(d) : 0;
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *oo = &m->ooms[i];
+        oom_cause cause;
+        oom_explain(oo, unit, &cause);
         group *go = NULL;
         uint64_t ot, oc;
         size_t no = group_allocs(m, &l, live_at, oo->seq, BY_SITE, &go, &ot, &oc);
@@ -440,7 +783,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                          ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"advice\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
                     oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
-            gm_json_str(out, oom_advice(oo));
+            gm_json_str(out, cause.advice);
+            fprintf(out, ",\"cause\":\"%s\",\"shortfall\":%" PRIu64 ",\"map_unit\":%" PRIu64,
+                    cause.kind, cause.shortfall, unit);
             fputs(",\"name\":", out);
             gm_json_str(out, oo->name ? gm_str(m, oo->name) : NULL);
             fputs(",\"phase\":", out);
@@ -474,7 +819,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 gm_fmt_bytes(oo->device_total, dt, sizeof dt);
                 fprintf(out, ", device free %s of %s", df, dt);
             }
-            fprintf(out, "\n    what to change: %s\n", oom_advice(oo));
+            char sf[32];
+            gm_fmt_bytes(cause.shortfall, sf, sizeof sf);
+            fprintf(out, "\n    binding constraint: %s; the request fell short by %s (%" PRIu64 " bytes)\n",
+                    cause.kind, sf, cause.shortfall);
+            fprintf(out, "    what to change: %s\n", cause.advice);
             print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
         }
         free(go);
@@ -555,6 +904,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     for (size_t i = 0; i < m->nallocs; i++)
         if (alive_at_end(&m->allocs[i], 0)) held += m->allocs[i].size;
     *leaked_bytes = total;
+    int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
     size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
@@ -569,6 +919,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         double den = n * sxx - sx * sx;
         slope = den != 0 ? (n * sxy - sx * sy) / den : 0;
+        if (!isfinite(slope)) slope = 0; /* only a damaged file gets here; JSON has no nan */
     }
     if (o->json) {
         fprintf(out, "{\"database\":");
@@ -613,7 +964,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
         fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
-                     ",\"leaked_held_bytes\":%" PRIu64 "}\n", total, count, held);
+                     ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
+                     ",\"judgeable\":%s}\n", total, count, held, dropped, dropped ? "false" : "true");
     } else {
         print_header(d, m, out, "leaks");
         fprintf(out, "\nAlive at exit, by call site\n");
@@ -627,11 +979,13 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             site_of(m, &l, a->stack, &site);
             size_t len;
             gm_stack_frame(m, a->stack, 0, &len);
+            /* after = 1 at the site itself; the frame after it is the caller, already named in
+             * the site's label: the list starts with the caller's caller */
             int shown = 0, after = 0;
             for (size_t k = 0; k < len && shown < 6; k++) {
                 long fi = gm_stack_frame(m, a->stack, k, NULL);
-                if (fi == site) { after = 1; continue; }
-                if (!after) continue;
+                if (fi == site && !after) { after = 1; continue; }
+                if (!after || after++ == 1) continue;
                 char fd[1024];
                 gm_frame_desc(m, fi, fd, sizeof fd);
                 /* a frame made from an inline chain: the code above was inlined into it */
@@ -644,7 +998,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     nm ? ", named " : "", nm ? nm : "");
         }
         if (ns > (size_t)o->top) fprintf(out, "  ... %zu more call sites (use --top N)\n", ns - (size_t)o->top);
-        fprintf(out, "\nAlive at exit, by phase\n");
+        if (np) fprintf(out, "\nAlive at exit, by phase\n");
         for (size_t i = 0; i < np && (int)i < o->top; i++) {
             char b[32];
             gm_fmt_bytes(gp[i].bytes, b, sizeof b);
@@ -673,7 +1027,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             }
             (void)show;
             char g[32];
-            gm_fmt_bytes(slope > 0 ? (uint64_t)slope : (uint64_t)-slope, g, sizeof g);
+            /* |slope| can reach 2^64 on a damaged file (sizes near 2^63): clamp, a double out of
+             * uint64_t's range must never be converted */
+            double mag = fabs(slope);
+            gm_fmt_bytes(mag >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)mag, g, sizeof g);
             if (m->nsteps >= 2 && slope >= 1024)
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
             else
@@ -681,8 +1038,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                fprintf(out, "  kept beyond the last step (born in a later step, alive after it): %s in %" PRIu64 "\n",
-                        kb, kcount);
+                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 " and still alive after "
+                             "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
+                        m->steps[1].step, m->steps[m->nsteps - 1].step, m->steps[m->nsteps - 1].step, kb,
+                        kcount, kcount == 1 ? "" : "s");
                 print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
                 if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
@@ -691,9 +1050,16 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
+        if (dropped)
+            fprintf(out, "\nwarning: %" PRId64 " events were dropped while recording (the ring was "
+                         "full): frees may be missing, so some of these allocations may have been "
+                         "freed. Record again with a larger GPUMEM_RING to judge.\n", dropped);
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
     free(gs), free(gp), free(gn), free(gk), free(gkn);
     labels_free(m, &l);
+    /* with events missing, neither "leaks" nor "no leaks" can be said (a dropped free looks
+     * like a leak, a dropped allocation hides one): CI gets its own exit code */
+    if (o->fail_on_leak && dropped) return GM_EXIT_CANNOT_JUDGE;
     return (o->fail_on_leak && count > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
 }

@@ -208,7 +208,7 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
         }
         dwfl_end(dwfl);
     }
-    if (done && d->writable && d->closed) {
+    if (done && d->closed && gm_db_allow_writes(d, 1) == 0) {
         /* write back once, so the next report (or another machine) need not redo it */
         sqlite3_stmt *s, *si = NULL;
         /* a 1.0 database has no inlines table: adding it is what 1.1 means */
@@ -246,6 +246,7 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
             sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
         }
         sqlite3_finalize(si);
+        gm_db_allow_writes(d, 0);
     }
     gm_expand_inlines(m);
     return done;

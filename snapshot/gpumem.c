@@ -1,4 +1,4 @@
-/* gpumem.c — the gpumem command: record, report, leaks, sql.
+/* gpumem.c — the gpumem command: record, report, leaks, sql, export, uses.
  *
  * The command analyses and never records (the recording happens in libgpumem.so inside the
  * program); `record` only sets up the environment, runs the program and reads the result.
@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -35,6 +36,7 @@ static const char *const usage_main =
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
+    "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "  advise DB [--budget SIZE] [--json] [--check] ...\n"
     "                                    predicted peaks under recompute, offload, accumulation,\n"
     "                                    set-to-none, bf16 (replayed), checked by re-running\n"
@@ -42,30 +44,39 @@ static const char *const usage_main =
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
-    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak); 2 usage error; 3 the database\n"
-    "cannot be read (missing, damaged, not gpumem's, newer schema); 4 libgpumem.so not found;\n"
+    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak) or no allocation matches (uses);\n"
+    "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
+    "schema); 4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
-    "usage: gpumem record [-o FILE] [-q] -- CMD ARGS...\n"
+    "usage: gpumem record [-o FILE] [--force] [-q] -- CMD ARGS...\n"
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default gpumem-<pid>.db; %p = pid, %r = rank), then prints a\n"
     "short summary. When no GPU driver is usable (no /dev/nvidiactl, or libcuda.so.1 does not\n"
     "load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in\n"
     "LD_LIBRARY_PATH, and gpumem says so.\n"
-    "  -o FILE   the database to write (an existing one is replaced)\n"
+    "  -o FILE   the database to write; an earlier gpumem database there is replaced, any\n"
+    "            other file is left alone (exit 2 before CMD runs)\n"
+    "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
-    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING.\n"
-    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run).\n";
+    "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
+    "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
+    "device times; see gpumem uses).\n"
+    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 when\n"
+    "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N]\n"
     "\n"
-    "Summary (peak allocated, peak reserved, utilization, allocation counts, cache hit rate,\n"
-    "driver calls, OOMs, dropped events, recording overhead), what was live at the peak by NVTX\n"
-    "phase and by call site (top N, default 10), and OOM forensics with what to change.\n"
+    "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
+    "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
+    "recording overhead), what was live at the peak by NVTX phase, by call site and by tensor\n"
+    "name (top N, default 10), what of it sat idle (time since its last use and until its next,\n"
+    "by tensor name and call site; needs GPUMEM_USES=1 when recording), and OOM forensics: the\n"
+    "binding constraint, the shortfall and what to change.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -78,18 +89,22 @@ static const char *const usage_leaks =
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
     "where ranges named \"step N\" exist. The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
-    "  --fail-on-leak   exit 1 when N > 0 (for CI)\n"
+    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when the recording dropped events\n"
+    "                   (frees may be missing: it cannot judge; raise GPUMEM_RING)\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
-    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database.\n";
+    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database (or, with\n"
+    "--fail-on-leak, events dropped: cannot judge).\n";
 
 static const char *const usage_sql =
-    "usage: gpumem sql DB [-c QUERY]\n"
+    "usage: gpumem sql DB [-c QUERY] [--write]\n"
     "\n"
     "Without -c, opens the sqlite3 shell on DB (or reads queries from standard input when the\n"
     "sqlite3 program is not installed). With -c, runs QUERY and prints the rows, columns\n"
     "separated by '|', with a header line. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
+    "The database is read-only unless --write is given (a mistaken DELETE cannot destroy a\n"
+    "recording).\n"
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
 
 static const char *const usage_export =
@@ -254,7 +269,12 @@ static int run_query(sqlite3 *db, const char *q) {
     int header = 0;
     char *err = NULL;
     if (sqlite3_exec(db, q, print_row, &header, &err) != SQLITE_OK) {
-        fprintf(stderr, "gpumem sql: %s\n", err ? err : "query failed");
+        if (sqlite3_errcode(db) == SQLITE_READONLY)
+            fprintf(stderr, "gpumem sql: %s: databases are opened read-only, so that a query cannot "
+                            "destroy a recording by mistake; add --write to change it\n",
+                    err ? err : "read-only");
+        else
+            fprintf(stderr, "gpumem sql: %s\n", err ? err : "query failed");
         sqlite3_free(err);
         return GM_EXIT_BADDB;
     }
@@ -267,12 +287,17 @@ static int cmd_sql(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *query = NULL;
+    int write = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-c") == 0) {
             if (i + 1 >= argc) return usage_error(usage_sql, "%s", "-c needs a query");
             query = argv[++i];
-        } else if (argv[i][0] == '-') return usage_error(usage_sql, "unknown option '%s'", argv[i]);
+        } else if (strcmp(argv[i], "--write") == 0) write = 1;
+        else if (argv[i][0] == '-') return usage_error(usage_sql, "unknown option '%s'", argv[i]);
         else if (!path) path = argv[i];
+        else if (!query)
+            return usage_error(usage_sql, "one database only; '%s' is extra (a query goes after -c: "
+                               "gpumem sql DB -c 'QUERY')", argv[i]);
         else return usage_error(usage_sql, "one database only; '%s' is extra", argv[i]);
     }
     if (!path) return usage_error(usage_sql, "%s", "which database? give its path");
@@ -282,15 +307,22 @@ static int cmd_sql(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    if (write && gm_db_allow_writes(&d, 1) != 0) {
+        fprintf(stderr, "gpumem: %s cannot be written (file permissions)\n", path);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
     int rc = 0;
     if (query) {
         rc = run_query(d.db, query);
     } else if (isatty(0)) {
         gm_db_close(&d);
-        execlp("sqlite3", "sqlite3", path, (char *)NULL);
+        if (write) execlp("sqlite3", "sqlite3", path, (char *)NULL);
+        else execlp("sqlite3", "sqlite3", "-readonly", path, (char *)NULL);
         fprintf(stderr, "gpumem: the sqlite3 shell is not installed (apt-get install sqlite3); "
                         "reading queries from standard input instead\n");
         if (gm_db_open(path, &d, err, sizeof err) != 0) return GM_EXIT_BADDB;
+        if (write) gm_db_allow_writes(&d, 1);
     }
     if (!query) {
         char line[65536];
@@ -338,9 +370,112 @@ static void prepend_env(const char *name, const char *value, char sep) {
     }
 }
 
+static const char *gm_prog = "gpumem";
+
+/* Reads the side channel (rec_status lines "<pid> db <path>" / "<pid> msg <text>"): the
+ * database the recorded process (pid, or else the first process of the run that recorded — a
+ * shell wrapper forks before the real program) wrote, or the first message saying why none.
+ * Returns 1 with path set, 0 with why set ("" when nobody said anything). */
+static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, size_t whysz) {
+    path[0] = why[0] = 0;
+    FILE *f = fdopen(dup(fd), "r");
+    if (!f) return 0;
+    rewind(f);
+    char line[1200], other[PATH_MAX] = "";
+    int mine = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+        if (!sp2) continue;
+        *sp1 = *sp2 = 0;
+        long p = strtol(line, NULL, 10);
+        const char *what = sp1 + 1, *text = sp2 + 1;
+        if (strcmp(what, "db") == 0) {
+            if (p == (long)pid && !mine) snprintf(path, pathsz, "%s", text), mine = 1;
+            else if (!other[0]) snprintf(other, sizeof other, "%s", text);
+        } else if (strcmp(what, "msg") == 0 && !why[0]) {
+            snprintf(why, whysz, "%s", text);
+        }
+    }
+    fclose(f);
+    if (!mine && other[0]) snprintf(path, pathsz, "%s", other);
+    return path[0] != 0;
+}
+
+/* The summary of this run's own database (never of a file an earlier run left there). */
+static void summarise_run(int found, const char *path, const char *why, pid_t pid) {
+    if (!found) {
+        if (why[0])
+            fprintf(stderr, "gpumem: nothing was recorded: %s\n", why);
+        else
+            fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) made no CUDA call "
+                            "that reached gpumem, or libgpumem.so could not be loaded\n", (long)pid);
+        return;
+    }
+    gm_db d;
+    gm_model m;
+    char err[8192];
+    if (gm_db_open(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return;
+    }
+    if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) gm_summary_short(&d, &m, stderr);
+    else fprintf(stderr, "gpumem: %s\n", err);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+}
+
+/* Before the program runs (it may run for hours): can the database go where it was asked to?
+ * The recorder makes the same checks on the file it opens; doing them here too turns a
+ * recording that would silently not happen into an error the user sees at once. A template
+ * with %p names a file that does not exist yet, so only its directory can be checked. */
+static int check_record_target(const char *tmpl, int force) {
+    char path[PATH_MAX];
+    if (rec_expand_path(tmpl, 0, path, sizeof path) != 0 || !path[0]) {
+        fprintf(stderr, "gpumem: -o %s: the path is empty or too long\n", tmpl);
+        return GM_EXIT_USAGE;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        if (slash == dir) slash[1] = 0;
+        else *slash = 0;
+        struct stat ds;
+        if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode)) {
+            fprintf(stderr, "gpumem: cannot record to %s: directory %s does not exist\n", path, dir);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (strstr(tmpl, "%p")) return 0;
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0; /* a new file */
+    if (S_ISLNK(st.st_mode)) {
+        fprintf(stderr, "gpumem: %s is a symbolic link; gpumem never writes through one (give -o "
+                        "the real path)\n", path);
+        return GM_EXIT_USAGE;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "gpumem: %s exists and is not a regular file; choose another -o\n", path);
+        return GM_EXIT_USAGE;
+    }
+    if (force) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int ours = fd < 0 ? -1 : rec_db_replaceable(fd);
+    if (fd >= 0) close(fd);
+    if (ours == 1) return 0;
+    if (ours < 0)
+        fprintf(stderr, "gpumem: cannot read %s: %s; choose another -o\n", path, strerror(errno));
+    else
+        fprintf(stderr, "gpumem: %s exists and is not a gpumem database; refusing to overwrite it "
+                        "(choose another -o, or add --force to replace it)\n", path);
+    return GM_EXIT_USAGE;
+}
+
 static int cmd_record(int argc, char **argv) {
     const char *out = NULL;
-    int quiet = 0, i = 1;
+    int quiet = 0, force = 0, i = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
@@ -354,10 +489,14 @@ static int cmd_record(int argc, char **argv) {
             if (i + 1 >= argc) return usage_error(usage_record, "%s", "-o needs a file name");
             out = argv[++i];
         } else if (strcmp(argv[i], "-q") == 0) quiet = 1;
+        else if (strcmp(argv[i], "--force") == 0) force = 1;
         else if (argv[i][0] == '-') return usage_error(usage_record, "unknown option '%s'", argv[i]);
         else break; /* the command, without "--" */
     }
     if (i >= argc) return usage_error(usage_record, "%s", "which command to record? gpumem record -- ./prog args");
+    const char *tmpl = out ? out : "gpumem-%p.db";
+    int bad = check_record_target(tmpl, force);
+    if (bad) return bad;
     char dir[PATH_MAX], lib[PATH_MAX + 64], sim[PATH_MAX + 64];
     self_dir(dir, sizeof dir);
     snprintf(lib, sizeof lib, "%s/libgpumem.so", dir);
@@ -398,7 +537,14 @@ static int cmd_record(int argc, char **argv) {
     }
     prepend_env("LD_PRELOAD", lib, ':');
     setenv("GPUMEM_QUIET", "1", 1);
-    const char *tmpl = out ? out : "gpumem-%p.db";
+    /* the side channel (rec_status): which database this run wrote, or why none; an unlinked
+     * file read back through our own descriptor, so nothing is left behind */
+    char status_path[PATH_MAX];
+    const char *td = getenv("TMPDIR");
+    snprintf(status_path, sizeof status_path, "%s/gpumem-record-XXXXXX", td && *td ? td : "/tmp");
+    int status_fd = mkostemp(status_path, O_CLOEXEC);
+    if (status_fd >= 0) setenv("GPUMEM_RECORD_STATUS", status_path, 1);
+    if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
     /* Ctrl-C is for the program: we stay to report */
     struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
     sigaction(SIGINT, &ign, &old_int);
@@ -420,30 +566,49 @@ static int cmd_record(int argc, char **argv) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    char path[PATH_MAX];
-    rec_expand_path(tmpl, (long)pid, path, sizeof path);
-    if (rc == 127 && !file_exists(path)) return rc;
-    if (!quiet) {
-        gm_db d;
-        gm_model m;
-        char err[8192];
-        if (!file_exists(path)) {
-            fprintf(stderr, "gpumem: no database was written (%s): the program made no CUDA "
-                            "allocation, or libgpumem.so could not be loaded\n", path);
-        } else if (gm_db_open(path, &d, err, sizeof err) != 0) {
-            fprintf(stderr, "gpumem: %s\n", err);
-        } else {
-            if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) gm_summary_short(&d, &m, stderr);
-            else fprintf(stderr, "gpumem: %s\n", err);
-            gm_model_free(&m);
-            gm_db_close(&d);
-            fprintf(stderr, "gpumem: recorded to %s; see gpumem report %s\n", path, path);
-        }
-    }
+    char path[PATH_MAX], why[1024];
+    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
+    if (status_fd >= 0) close(status_fd), unlink(status_path);
+    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid);
     return rc;
 }
 
+/* Optimal string alignment distance (edits, with adjacent swaps as one): "reprot" is 1 from
+ * "report". Commands are short, so the table is tiny. */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 31 || m > 31) return 99;
+    int dp[32][32];
+    for (size_t i = 0; i <= n; i++) dp[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) dp[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = a[i - 1] != b[j - 1];
+            int v = dp[i - 1][j] + 1;
+            if (dp[i][j - 1] + 1 < v) v = dp[i][j - 1] + 1;
+            if (dp[i - 1][j - 1] + c < v) v = dp[i - 1][j - 1] + c;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && dp[i - 2][j - 2] + 1 < v)
+                v = dp[i - 2][j - 2] + 1;
+            dp[i][j] = v;
+        }
+    return dp[n][m];
+}
+
+/* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
+static const char *nearest_command(const char *c) {
+    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise"};
+    const char *best = NULL;
+    int bd = 3;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        int dd = edit_distance(c, cmds[i]);
+        if (dd < bd) bd = dd, best = cmds[i];
+    }
+    return best;
+}
+
 int main(int argc, char **argv) {
+    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
+    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
     if (argc < 2) {
         fputs(usage_main, stderr);
         return GM_EXIT_USAGE;
@@ -454,7 +619,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        puts("gpumem 0.1.0 (database schema 1.1)");
+        puts("gpumem 0.1.0 (database schema 1.2)");
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);
@@ -462,7 +627,10 @@ int main(int argc, char **argv) {
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
     if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
-    fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
+    const char *near = nearest_command(c);
+    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
+    else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
     return GM_EXIT_USAGE;
 }

@@ -3,7 +3,8 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o
+REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o \
+            $(SNAP_DIR)/addr_index.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
@@ -26,8 +27,10 @@ ALL_TARGETS += $(REC_LIB)
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
 GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
            $(SNAP_DIR)/gm_export.o \
+           $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
            $(SNAP_DIR)/rec_path.o
-GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl
+# libiberty: kernel names are demangled with binutils' own demangler (reading side only).
+GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
 GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
@@ -37,10 +40,13 @@ ALL_TARGETS += $(BUILD)/gpumem
 INSTALL_BIN += $(BUILD)/gpumem
 
 # ---- tests
-SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl
+SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl -liberty
 snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
+snapshot_index_LIBS := $(SNAP_DIR)/addr_index.o
 snapshot_rec_LIBS := $(REC_LIB)
+snapshot_uses_LIBS := $(REC_LIB)
+snapshot_uses_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_rec_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_files_LIBS := $(REC_LIB)
 snapshot_files_LDLIBS := $(SNAP_TEST_LDLIBS)
@@ -48,9 +54,10 @@ snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
-SNAP_UNIT := snapshot_ring snapshot_rec snapshot_files snapshot_stacks snapshot_reader
+SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
-TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
+                   $(BUILD)/tests/unit/snapshot_uses
 
 # Test program driving the recorder directly (no CUDA), for the integration scripts.
 $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) | $(DEPS_STAMP)
@@ -59,18 +66,21 @@ ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
+                tests/integration/snapshot_safety.sh \
+                tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/e2e_advise.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
-                  snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c
+                  snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
+                  snapshot/gm_uses.c snapshot/gm_demangle.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf
+	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf -liberty
 ALL_TARGETS += $(SNAP_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh

@@ -47,6 +47,7 @@ typedef struct rec_tls {
     uint32_t thread; /* events.thread */
     uint32_t depth;  /* open push/pop ranges (may exceed REC_TLS_DEPTH: then not stored) */
     uint32_t sample; /* counts events to time one in 64 */
+    uint32_t launch_tag; /* rec_launch's counter: ties a launch to its word records */
     uint32_t ranges[REC_TLS_DEPTH];
 } rec_tls;
 static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
@@ -65,6 +66,7 @@ void rec_warn(const char *fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     fprintf(stderr, "gpumem: recorder: %s\n", buf);
+    rec_status("msg", buf);
 }
 
 void rec_item_push(rec_item *it) {
@@ -129,7 +131,20 @@ static int create_db_file(rec_state *g) {
                 snprintf(path, sizeof path, "%s", alt);
                 continue;
             }
-            /* a finished or abandoned database from an earlier run: replace it */
+            /* a finished or abandoned database from an earlier run: replace it; anything else
+             * (a source file given as GPUMEM_DB by mistake) is the user's and stays untouched */
+            const char *force = getenv("GPUMEM_DB_FORCE");
+            int ours = rec_db_replaceable(fd);
+            if (ours != 1 && !(force && strcmp(force, "1") == 0)) {
+                if (ours < 0)
+                    rec_warn("cannot read %s: %s; not recording", path, strerror(errno));
+                else
+                    rec_warn("%s exists and is not a gpumem database; not overwriting it (choose "
+                             "another GPUMEM_DB, or set GPUMEM_DB_FORCE=1 to replace it); not "
+                             "recording", path);
+                close(fd);
+                return -1;
+            }
             if (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0) {
                 rec_warn("cannot reuse %s: %s; not recording", path, strerror(errno));
                 close(fd);
@@ -152,6 +167,8 @@ static int create_db_file(rec_state *g) {
         snprintf(side, sizeof side, "%s-wal", path);
         unlink(side);
         snprintf(side, sizeof side, "%s-shm", path);
+        unlink(side);
+        snprintf(side, sizeof side, "%s-journal", path); /* killed while the file was created */
         unlink(side);
         g->lock_fd = fd;
         snprintf(g->path, sizeof g->path, "%s", path);
@@ -232,7 +249,10 @@ static int open_now(const rec_options *opt) {
     g->reopen = 0;
     g->pid = (long)getpid();
     /* GPUMEM_DB=none (or off): recording is off on purpose, quietly (gpumem as an allocator). */
-    if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) return -1;
+    if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) {
+        rec_status("msg", "GPUMEM_DB=none: recording is off (gpumem serves allocations only)");
+        return -1;
+    }
 
     if (create_db_file(g) != 0) return -1;
     if (!g->ring.slots && rec_ring_init(&g->ring, ring, 1000000) != 0) {
@@ -264,6 +284,7 @@ static int open_now(const rec_options *opt) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     }
     if (!g->quiet) fprintf(stderr, "gpumem: recording to %s\n", g->path);
+    rec_status("db", g->path);
     return 0;
 }
 
@@ -361,7 +382,8 @@ static uint64_t str_hash(const char *s) {
     return h;
 }
 
-/* Returns the string's id (>= 1), 0 on allocation failure. */
+/* Returns the string's id (>= 1), 0 on allocation failure. Each distinct string gets one id
+ * for the whole recording (and one `strings` row, queued here for the writer). */
 static uint32_t intern(const char *s) {
     if (!s) return 0;
     uint64_t h = str_hash(s);
@@ -392,6 +414,11 @@ static uint32_t intern(const char *s) {
     }
     pthread_mutex_unlock(&rec_g.lock);
     return id;
+}
+
+uint32_t rec_string(const char *s) {
+    if (!ready() || !s) return 0;
+    return intern(s);
 }
 
 static void strtab_clear(void) {
@@ -501,9 +528,62 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
                uint64_t requested, uint64_t alloc_id) {
     if (!ready()) return;
     unsigned k = kind & 0xffu;
-    if (k == 0 || k >= REC_KIND_MAX_) return;
+    /* REC_LAUNCH records have their own layout (rec_internal.h): only rec_launch writes them */
+    if (k == 0 || k >= REC_KIND_MAX_ || k == REC_LAUNCH) return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
          alloc_id, 1);
+}
+
+/* Access tracking. The encoding (word records first, then the launch record, tied by a
+ * per-thread tag) is described in rec_internal.h. Cost: one ring push per 5 words plus one for
+ * the launch, no lock, no allocation, no stack capture (the launch's position in the event
+ * order and its NVTX range say where it was; a stack per launch would cost microseconds). */
+uint64_t rec_launch(const rec_launch_info *li) {
+    if (!ready() || !li) return 0;
+    rec_tls *t = my_tls();
+    uint32_t tag = ++t->launch_tag;
+    size_t n = li->words ? li->nwords : 0;
+    if (n > REC_LAUNCH_MAX_WORDS) n = REC_LAUNCH_MAX_WORDS; /* 128 MiB of arguments: never */
+    rec_rec r;
+    for (size_t i = 0, chunk = 0; i < n; i += REC_WORDS_PER_REC, chunk++) {
+        size_t k = n - i < REC_WORDS_PER_REC ? n - i : REC_WORDS_PER_REC;
+        uint64_t w[REC_WORDS_PER_REC] = {0}, acc = 0;
+        for (size_t j = 0; j < k; j++) {
+            w[j] = li->words[i + j];
+            if (li->access) acc |= (uint64_t)li->access[i + j] << (8 * j);
+        }
+        r.t = acc;
+        r.addr = w[0], r.size = w[1], r.requested = w[2], r.alloc_id = w[3], r.stream = w[4];
+        r.kind = REC_R_WORDS;
+        r.device = (int16_t)k;
+        r.thread = t->thread;
+        r.stack = tag;
+        r.range = (uint32_t)chunk;
+        /* a dropped chunk is noticed by the writer (gap in the chunk numbers): no check here */
+        rec_ring_push(&rec_g.ring, &r);
+    }
+    r.t = rec_ticks();
+    r.addr = li->func;
+    r.size = li->bytes;
+    r.requested = (uint64_t)(uintptr_t)li->timing;
+    r.alloc_id = (uint64_t)li->name | (uint64_t)tag << 32;
+    r.stream = li->stream;
+    r.kind = REC_LAUNCH;
+    r.device = (int16_t)li->device;
+    r.thread = t->thread;
+    r.stack = (uint32_t)n | (li->op & 0xffu) << 24;
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
+    r.range = d ? t->ranges[d - 1] : 0;
+    return rec_ring_push(&rec_g.ring, &r);
+}
+
+void rec_set_timing_resolver(rec_timing_fn fn) {
+    atomic_store_explicit(&rec_g.timing_fn, fn, memory_order_release);
+}
+
+uint64_t rec_time_ns(void) {
+    if (!ready()) return 0;
+    return rec_ticks_to_ns(&rec_g, rec_ticks());
 }
 
 /* ---------------------------------------------------------------- ranges, names */
@@ -743,6 +823,8 @@ static void atfork_child(void) {
 void rec_test_reset(void) {
     rec_close();
     forget_state(&rec_g);
+    rec_ring_free(&rec_g.ring); /* the next rec_open sizes it from its options (no producers now) */
     rec_g.tmpl[0] = 0;
+    atomic_store(&rec_g.timing_fn, NULL);
     atomic_store(&rec_g.state, REC_ST_NEW);
 }

@@ -59,7 +59,7 @@ enum rec_kind {
     REC_SEG_RELEASE = 17,    /* allocator released virtual address space                       */
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
-    REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() */
+    REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() only (rec_event ignores it) */
     REC_KIND_MAX_ = 21
 };
 
@@ -185,7 +185,10 @@ void rec_meta(const char *key, const char *value);
  * event order (an interior pointer counts; a word inside no live allocation gives nothing) and
  * writes one `uses` row per (allocation, launch), access flags OR-ed over the words that hit
  * it, plus one `launches` row. The event itself is kind REC_LAUNCH with addr = func,
- * size = bytes, the calling thread and its innermost NVTX range, and no call stack. */
+ * size = bytes, the calling thread and its innermost NVTX range, and no call stack.
+ * Allocations a word can hit: device (REC_ALLOC, REC_ALLOC_ASYNC), managed (REC_MANAGED_ALLOC)
+ * and pinned host memory (REC_HOST_ALLOC: a copy to or from a pinned buffer uses it), each
+ * over the size it holds (rec_event's size). */
 enum rec_launch_op {
     REC_OP_KERNEL = 0, /* cuLaunchKernel & co.; name = the kernel's (mangled) name */
     REC_OP_COPY = 1,   /* cudaMemcpy*, cuMemcpy*; name e.g. "memcpy HtoD" */
@@ -207,20 +210,28 @@ typedef struct rec_launch_info {
     size_t nwords;
     void *timing;           /* NULL, or an opaque token for the timing resolver (GPUMEM_USES=timed) */
 } rec_launch_info;
-/* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped. Hot path:
- * no lock, no allocation; one ring record plus one per 5 words. */
+/* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped; with 0 the
+ * recorder did not take li->timing (the caller releases it). Hot path: no lock, no allocation,
+ * no stack capture; one ring record plus one per 5 words (at most 2^24 - 1 words are kept).
+ * When the ring is full a record may be dropped like any event: a launch whose word records
+ * were not all recorded gets no `uses` rows at all (counted in meta.launch_words_lost), never
+ * another launch's words. */
 uint64_t rec_launch(const rec_launch_info *li);
 
 /* The id of string s in `strings`, interned (each distinct string stored once); 0 when not
  * recording. Takes a lock: callers cache the id (per CUfunction, per copy direction). */
 uint32_t rec_string(const char *s);
 
-/* Device times for GPUMEM_USES=timed. The writer thread calls fn(token, &start, &end) for each
- * launch recorded with a timing token, in launch order, until it returns 1 (start/end filled,
- * ns on the recorder's clock, see rec_time_ns) or -1 (no timing for this launch). 0 means "not
- * finished yet": the writer tries again at its next drain and never blocks on it; at close it
- * calls fn with final = 1, when fn must return 1 or -1. fn owns the token (releases it when it
- * returns 1 or -1). Set once, before the first timed launch. */
+/* Device times for GPUMEM_USES=timed. The writer thread calls fn(token, final, &start, &end)
+ * for each launch recorded with a timing token, in launch order; fn returns 1 (start/end
+ * filled, ns on the recorder's clock, see rec_time_ns) or -1 (no timing for this launch). 0
+ * means "not finished yet": the writer stops there, asks again after its next drain (~10 ms)
+ * and never blocks on it. With final = 1 fn must return 1 or -1: at close for every launch
+ * left, and for the oldest ones while more than 65536 wait unresolved (so the queue stays
+ * bounded). fn owns the token and releases it when it returns 1 or -1; each token gets exactly
+ * one such answer. The writer calls fn without holding any recorder lock, never from an
+ * application thread. Set once, before the first timed launch (timed launches recorded with
+ * no resolver set are asked once one is set, and given up at close). */
 typedef int (*rec_timing_fn)(void *token, int final, uint64_t *start_ns, uint64_t *end_ns);
 void rec_set_timing_resolver(rec_timing_fn fn);
 /* The recorder's clock: ns since the recording started (the clock of events.t). */
@@ -251,6 +262,23 @@ const char *rec_path(void);
  * Expands %p (pid), %r (rank: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, else 0) and %%.
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
+
+/* ---- The side channel to gpumem record. ---------------------------------------------------
+ * gpumem record sets GPUMEM_RECORD_STATUS to a file of its own; every process of the recorded
+ * program appends "<pid> db <path>" when it starts recording and "<pid> msg <text>" for each
+ * start-up message (why it records nothing, a refused file...), so that record summarises the
+ * database this run wrote, and nothing else, or says the real reason there is none. No-op when
+ * the variable is unset. One write(2) with O_APPEND per line: lines never interleave. */
+void rec_status(const char *what, const char *text);
+
+/* ---- Never overwrite what is not ours (shared by the recorder and gpumem record). ---------
+ * gpumem's databases carry this SQLite application_id (header offset 68) from their creation. */
+#define REC_APPLICATION_ID 1735420269
+/* May the open regular file fd be replaced by a new recording? 1: it is empty, or a SQLite
+ * database whose header carries REC_APPLICATION_ID (an earlier recording); 0: it is anything
+ * else (a source file, another program's database) and must be left alone; -1: it cannot be
+ * read (errno set). Reads the first 100 bytes; does not move the file offset. */
+int rec_db_replaceable(int fd);
 
 #ifdef __cplusplus
 }

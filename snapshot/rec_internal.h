@@ -20,7 +20,25 @@ enum {
     REC_R_RANGE_END = 67,  /* addr = range id */
     REC_R_MARK = 68,       /* size = parent, requested = domain sid, alloc_id = name sid */
     REC_R_NAME = 69,       /* addr, alloc_id = name sid */
+    REC_R_WORDS = 70,      /* argument words of a launch that follows: see below */
 };
+
+/* rec_launch's encoding in the ring. A launch with n words is ceil(n / 5) REC_R_WORDS records
+ * followed by one REC_LAUNCH record, all pushed by the calling thread, so the writer sees them
+ * in that order (a thread's records keep their order in the ring); other threads' records may
+ * come in between.
+ *   REC_R_WORDS: thread; stack = the launch's tag (the thread's launch counter); range = chunk
+ *                number (0, 1, ...); device = words in this record (1..5); the words in addr,
+ *                size, requested, alloc_id, stream; t = their access bytes (REC_ACC_*), word i
+ *                in bits 8i..8i+7.
+ *   REC_LAUNCH:  t, stream, device, thread, range as any event (no stack); addr = func,
+ *                size = bytes; requested = the timing token (0: untimed); alloc_id = name sid
+ *                (low 32 bits) | tag (high 32 bits); stack = nwords (low 24 bits) | op << 24.
+ * The writer collects a thread's chunks and attaches them to the thread's next launch only when
+ * the tags match and every chunk arrived (0, 1, ... with no gap, nwords words in all): a dropped
+ * record (full ring) loses that launch's uses, never gives them to another launch. */
+#define REC_WORDS_PER_REC 5
+#define REC_LAUNCH_MAX_WORDS ((1u << 24) - 1)
 
 #define REC_MAX_FRAMES 64
 #define REC_SCHEMA_MAJOR 1
@@ -60,6 +78,7 @@ typedef struct rec_state {
     _Atomic uint64_t nranges;
     _Atomic uint64_t app_ns_sum, app_ns_samples;
     _Atomic uint64_t stack_table_full;
+    _Atomic(rec_timing_fn) timing_fn; /* rec_set_timing_resolver; called by the writer only */
     uint32_t nstrings;            /* under lock */
     uint32_t nstacks;             /* under lock */
     /* stack dedup table: open addressing, key = 64-bit hash | 1, published with release */

@@ -1,8 +1,42 @@
-/* rec_path.c — expanding the GPUMEM_DB template (shared by the recorder and gpumem record). */
+/* rec_path.c — what the recorder and gpumem record share about the database file: expanding
+ * the GPUMEM_DB template, and telling a gpumem database from a file that must not be touched. */
 #include "snapshot/rec.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void rec_status(const char *what, const char *text) {
+    const char *p = getenv("GPUMEM_RECORD_STATUS");
+    if (!p || !*p) return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%ld %s %s", (long)getpid(), what, text);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line - 1) n = (int)sizeof line - 2;
+    for (int i = 0; i < n; i++)
+        if (line[i] == '\n') line[i] = ' ';
+    line[n++] = '\n';
+    int fd = open(p, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w; /* best effort: the program's run matters more than the summary */
+    close(fd);
+}
+
+int rec_db_replaceable(int fd) {
+    unsigned char h[100];
+    ssize_t n;
+    do n = pread(fd, h, sizeof h, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return -1;
+    if (n == 0) return 1; /* empty: nothing to lose (also a recording killed before its first write) */
+    if ((size_t)n < sizeof h || memcmp(h, "SQLite format 3", 16) != 0) return 0;
+    uint32_t app = (uint32_t)h[68] << 24 | (uint32_t)h[69] << 16 | (uint32_t)h[70] << 8 | h[71];
+    return app == REC_APPLICATION_ID;
+}
 
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
     size_t o = 0;

@@ -15,10 +15,30 @@
  * return addresses into module-relative frames (module path, build-id, offset) with
  * dl_iterate_phdr, so symbolization can happen later, elsewhere, with libdw.
  *
+ * Access tracking (rec_launch; encoding in rec_internal.h). Each launch record becomes an
+ * `events` row (kind 20) and a `launches` row; its argument words, collected per thread from
+ * the word records that precede it, are resolved against the allocations live at the launch's
+ * place in the event order: an address-ordered index of the live allocations (addr_index.h,
+ * built on the first launch and kept from then on, so recordings without launches pay nothing)
+ * gives the allocation starting at or below the word, and the word counts when it lies inside
+ * the allocation's held size. Each allocation hit gives one `uses` row per launch, with the
+ * access flags of its words OR-ed. Candidates are the allocations the writer pairs frees with:
+ * device (alloc, alloc_async), managed, and pinned host memory (host_alloc), since a copy to or
+ * from a pinned buffer is a use of that buffer (offload advice needs exactly those).
+ *
+ * Timing (GPUMEM_USES=timed): a launch with a timing token joins a FIFO. After each round, with
+ * db_lock released (the resolver is the preload's code and may take its own locks), the writer
+ * asks the resolver about the oldest launches in order until one is not finished; the answers
+ * are written in the next round (into the pending `launches` row when it is still buffered,
+ * else by writing the row again with its times, batched: one UPDATE per launch cost ~3.5 us). The FIFO holds at most TIMING_BOUND unresolved launches: beyond that the
+ * oldest are asked with final = 1 (resolved or given up), so a device that never reports
+ * cannot grow it. At close every launch left is asked with final = 1.
+ *
  * Fork safety: the writer holds db_lock while it is inside SQLite; the atfork prepare handler
  * takes it, so no SQLite call is ever in flight when the process forks.
  */
 #include "snapshot/rec_internal.h"
+#include "snapshot/addr_index.h"
 #include "snapshot/u64map.h"
 
 #include <elf.h>
@@ -39,6 +59,7 @@
 #define WAIT_NS (10ull * 1000000u) /* longest sleep of the writer between drains */
 #define COMMIT_NS (50ull * 1000000u)
 #define PEAK_SNAPSHOT_NS (1000ull * 1000000u)
+#define TIMING_BOUND 65536 /* unresolved timed launches kept (see the design note above) */
 
 typedef struct live_alloc {
     uint64_t birth, size;
@@ -56,7 +77,8 @@ typedef struct module_ent {
 enum {
     S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
     S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
-    S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_LIFE_MULTI, S_COUNT_
+    S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_LIFE_MULTI, S_LAUNCH, S_LAUNCH_MULTI, S_USE,
+    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_COUNT_
 };
 /* Events are inserted EV_MULTI rows per statement: the per-statement cost of SQLite (step,
  * reset, VDBE setup) is then paid once for many rows. */
@@ -86,7 +108,49 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_EVENT_MULTI] = NULL, /* built at open: EV_MULTI rows */
     [S_THREAD_NAME] = "UPDATE threads SET name = ? WHERE tid = ?",
     [S_LIFE_MULTI] = NULL, /* built at open: LIFE_MULTI rows */
+    [S_LAUNCH] = "INSERT INTO launches VALUES (?,?,?,?,?,?)",
+    [S_LAUNCH_MULTI] = NULL, /* built at open: RB_MULTI rows */
+    [S_USE] = "INSERT INTO uses VALUES (?,?,?,?)",
+    [S_USE_MULTI] = NULL, /* built at open: RB_MULTI rows */
+    /* the row again, with its times: REPLACE in batches costs a fifth of one UPDATE per row */
+    [S_LAUNCH_TIME] = "INSERT OR REPLACE INTO launches VALUES (?,?,?,?,?,?)",
+    [S_LAUNCH_TIME_MULTI] = NULL, /* built at open: RB_MULTI rows */
 };
+
+/* Rows of the access-tracking tables are buffered and inserted RB_MULTI per statement, like
+ * events. RB_NULL in a cell is written as NULL. */
+#define RB_MULTI 64
+#define RB_COLS 6
+#define RB_NULL INT64_MIN
+typedef struct rowbuf {
+    int s1, sn, cols, n; /* single-row and multi-row statements, columns, rows buffered */
+    const char *what;
+    int64_t rows[RB_MULTI][RB_COLS];
+} rowbuf;
+
+/* A thread's argument words collected for its next launch (see rec_internal.h). */
+typedef struct pending_words {
+    uint32_t tag;        /* the launch they belong to */
+    uint32_t next_chunk; /* chunks 0 .. next_chunk-1 arrived */
+    int valid;           /* no chunk missing so far */
+    uint32_t n, cap;
+    uint64_t *w;
+    uint8_t *acc;
+} pending_words;
+
+typedef struct use_hit {
+    uint64_t birth;
+    uint32_t acc;
+} use_hit;
+
+enum { TL_PENDING = 0, TL_DONE, TL_NONE };
+typedef struct timed_launch {
+    uint64_t seq, bytes; /* with op and kernel: the launches row, written again with its times */
+    void *token;
+    uint64_t start, end;
+    uint32_t kernel;
+    uint8_t op, state;
+} timed_launch;
 
 typedef struct writer {
     sqlite3 *db;
@@ -124,6 +188,17 @@ typedef struct writer {
     int nev;
     int64_t lifebuf[LIFE_MULTI][3];   /* pending alloc_life rows; 0 in death/name means NULL */
     int nlife;
+    /* access tracking */
+    addr_index idx;          /* live allocations by address -> index into la (once idx_on) */
+    int idx_on;
+    pending_words *pw;       /* by thread number */
+    uint32_t npw;
+    use_hit *hits;
+    uint32_t hits_cap;
+    rowbuf launches, uses, retimed; /* retimed: launches rows already inserted, now with times */
+    uint64_t n_launches, n_uses, words_lost, untimed;
+    timed_launch *tl;        /* FIFO, circular: tl_len entries from tl_head; the first tl_done */
+    uint64_t tl_head, tl_len, tl_cap, tl_done; /* of them are resolved, not yet written */
 } writer;
 
 static writer W;
@@ -191,6 +266,15 @@ static void read_cmdline(char *buf, size_t n) {
     buf[r] = 0;
 }
 
+/* "<insert> VALUES (?,..),(?,..)..." with RB_MULTI rows of cols columns. */
+static void multi_sql(char *out, size_t n, const char *insert, int cols) {
+    size_t o = (size_t)snprintf(out, n, "%s VALUES ", insert);
+    for (int r = 0; r < RB_MULTI; r++)
+        for (int c = 0; c < cols; c++)
+            o += (size_t)snprintf(out + o, n - o, "%s%s%s", c ? "," : r ? ",(" : "(", "?",
+                                  c == cols - 1 ? ")" : "");
+}
+
 int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
@@ -208,9 +292,16 @@ int rec_writer_open_db(rec_state *g) {
         w->db = NULL;
         return -1;
     }
-    if (exec(w, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;"
-                "PRAGMA application_id=1735420269; PRAGMA user_version=1;") != 0 ||
+    /* application_id first, while the journal is still a rollback journal: it is then in the
+     * file's header from the first write on, so even a recording killed at once is known as
+     * ours (rec_db_replaceable) and the next run may replace it. */
+    char pragmas[320];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;"
+             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+             "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;",
+             REC_APPLICATION_ID);
+    if (exec(w, pragmas) != 0 ||
         exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
         goto fail;
     char multi[EV_MULTI * (2 * EV_COLS + 4) + 64];
@@ -221,8 +312,18 @@ int rec_writer_open_db(rec_state *g) {
     size_t lo = (size_t)snprintf(lmulti, sizeof lmulti, "INSERT INTO alloc_life VALUES ");
     for (int r = 0; r < LIFE_MULTI; r++)
         lo += (size_t)snprintf(lmulti + lo, sizeof lmulti - lo, "%s(?,?,?)", r ? "," : "");
+    char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64];
+    multi_sql(lamulti, sizeof lamulti, "INSERT INTO launches", 6);
+    multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", 6);
+    multi_sql(umulti, sizeof umulti, "INSERT INTO uses", 4);
+    w->launches = (rowbuf){.s1 = S_LAUNCH, .sn = S_LAUNCH_MULTI, .cols = 6, .what = "writing launches"};
+    w->uses = (rowbuf){.s1 = S_USE, .sn = S_USE_MULTI, .cols = 4, .what = "writing uses"};
+    w->retimed = (rowbuf){.s1 = S_LAUNCH_TIME, .sn = S_LAUNCH_TIME_MULTI, .cols = 6,
+                          .what = "timing launches"};
     for (int i = 0; i < S_COUNT_; i++)
-        if (sqlite3_prepare_v3(w->db, i == S_EVENT_MULTI ? multi : i == S_LIFE_MULTI ? lmulti : stmt_sql[i], -1,
+        if (sqlite3_prepare_v3(w->db, i == S_EVENT_MULTI ? multi : i == S_LIFE_MULTI ? lmulti
+                                      : i == S_LAUNCH_MULTI ? lamulti : i == S_USE_MULTI ? umulti
+                                      : i == S_LAUNCH_TIME_MULTI ? rmulti : stmt_sql[i], -1,
                                SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
             sql_fail(w, "preparing statements");
             goto fail;
@@ -597,6 +698,8 @@ static void flush_events(writer *w) {
     w->nev = 0;
 }
 
+static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size);
+
 static void on_event(writer *w, uint64_t seq, rec_rec *r) {
     unsigned k = r->kind & 0xffu;
     uint64_t size = r->size;
@@ -625,16 +728,26 @@ static void on_event(writer *w, uint64_t seq, rec_rec *r) {
         }
         w->la[idx] = (live_alloc){seq, size, 0, 0};
         u64map_put(&w->live, r->addr, idx);
+        /* out of memory here only loses uses: a word inside the missing allocation finds an
+         * earlier one that ends below it (live allocations do not overlap) and counts nothing */
+        if (w->idx_on) addr_index_put(&w->idx, r->addr, idx);
     } else if (is_free_kind(k)) {
         uint64_t idx;
         if (u64map_del(&w->live, r->addr, &idx)) {
+            if (w->idx_on) addr_index_del(&w->idx, r->addr);
             if (size == 0) size = w->la[idx].size;
             life_row(w, w->la[idx].birth, seq, w->la[idx].name);
             w->la[idx].next_free = w->la_free;
             w->la_free = (uint32_t)idx + 1;
         }
     }
-write:;
+write:
+    event_row(w, seq, r, size);
+}
+
+/* Buffers the `events` row of a ring record (size: as written, after pairing). */
+static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) {
+    unsigned k = r->kind & 0xffu;
     int64_t *row = w->evbuf[w->nev++];
     row[0] = (int64_t)seq;
     row[1] = (int64_t)rec_ticks_to_ns(&rec_g, r->t);
@@ -651,6 +764,237 @@ write:;
     row[12] = r->range;
     if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
+}
+
+/* ---------------------------------------------------------------- access tracking */
+
+static void rb_flush(writer *w, rowbuf *b) {
+    int multi = b->n == RB_MULTI;
+    for (int r = 0; r < b->n; r++) {
+        sqlite3_stmt *s = w->st[multi ? b->sn : b->s1];
+        int base = multi ? r * b->cols : 0;
+        for (int c = 0; c < b->cols; c++) {
+            if (b->rows[r][c] == RB_NULL) sqlite3_bind_null(s, base + c + 1);
+            else sqlite3_bind_int64(s, base + c + 1, b->rows[r][c]);
+        }
+        if (!multi) step(w, b->s1, b->what);
+    }
+    if (multi) step(w, b->sn, b->what);
+    b->n = 0;
+}
+
+static int64_t *rb_row(writer *w, rowbuf *b) {
+    if (b->n == RB_MULTI) rb_flush(w, b);
+    return b->rows[b->n++];
+}
+
+/* The address index starts with the first launch: built once from the live map, then kept in
+ * step with it by on_event. */
+static void index_build(writer *w) {
+    w->idx_on = 1;
+    for (uint64_t i = 0; w->live.keys && i <= w->live.mask; i++)
+        if (w->live.keys[i] != U64MAP_EMPTY) addr_index_put(&w->idx, w->live.keys[i], w->live.vals[i]);
+}
+
+static pending_words *words_of(writer *w, uint32_t thread) {
+    if (thread >= w->npw) {
+        uint32_t n = w->npw ? w->npw : 16;
+        while (n <= thread) n *= 2;
+        pending_words *p = realloc(w->pw, n * sizeof *p);
+        if (!p) return NULL;
+        memset(p + w->npw, 0, (n - w->npw) * sizeof *p);
+        w->pw = p;
+        w->npw = n;
+    }
+    return &w->pw[thread];
+}
+
+/* A REC_R_WORDS record: appended to its thread's pending words when it is the next chunk of
+ * the same launch; chunk 0 starts a new set; anything else (a chunk was dropped) spoils the set
+ * until the next chunk 0. */
+static void on_words(writer *w, const rec_rec *r) {
+    pending_words *p = words_of(w, r->thread);
+    if (!p) return;
+    uint32_t k = (uint32_t)r->device, chunk = r->range;
+    if (chunk == 0) {
+        p->tag = r->stack;
+        p->next_chunk = 0;
+        p->n = 0;
+        p->valid = 1;
+    }
+    if (!p->valid || p->tag != r->stack || chunk != p->next_chunk || k < 1 || k > REC_WORDS_PER_REC) {
+        p->valid = 0;
+        return;
+    }
+    if (p->n + k > p->cap) {
+        uint32_t c = p->cap ? p->cap * 2 : 64;
+        uint64_t *nw = realloc(p->w, c * sizeof *nw);
+        if (nw) p->w = nw;
+        uint8_t *na = nw ? realloc(p->acc, c) : NULL;
+        if (na) p->acc = na;
+        if (!nw || !na) {
+            p->valid = 0;
+            return;
+        }
+        p->cap = c;
+    }
+    const uint64_t v[REC_WORDS_PER_REC] = {r->addr, r->size, r->requested, r->alloc_id, r->stream};
+    for (uint32_t j = 0; j < k; j++) {
+        p->w[p->n + j] = v[j];
+        p->acc[p->n + j] = (uint8_t)(r->t >> (8 * j));
+    }
+    p->n += k;
+    p->next_chunk++;
+}
+
+static int hit_cmp(const void *a, const void *b) {
+    uint64_t x = ((const use_hit *)a)->birth, y = ((const use_hit *)b)->birth;
+    return x < y ? -1 : x > y;
+}
+
+/* One `uses` row per live allocation that some word points into (access OR-ed). */
+static void resolve_words(writer *w, uint64_t seq, uint32_t kernel, const uint64_t *words,
+                          const uint8_t *acc, uint32_t n) {
+    if (!w->idx_on) index_build(w);
+    if (n > w->hits_cap) {
+        use_hit *h = realloc(w->hits, n * sizeof *h);
+        if (!h) return;
+        w->hits = h;
+        w->hits_cap = n;
+    }
+    uint32_t nh = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t start, idx;
+        if (!addr_index_floor(&w->idx, words[i], &start, &idx)) continue;
+        if (words[i] - start >= w->la[idx].size) continue; /* past its end: not inside */
+        w->hits[nh++] = (use_hit){w->la[idx].birth, acc[i]};
+    }
+    if (nh > 8) qsort(w->hits, nh, sizeof *w->hits, hit_cmp);
+    for (uint32_t i = 0; i < nh; i++) {
+        if (w->hits[i].birth == 0) continue; /* merged into an earlier one */
+        uint32_t a = w->hits[i].acc;
+        for (uint32_t j = i + 1; j < nh; j++) {
+            if (w->hits[j].birth == w->hits[i].birth) {
+                a |= w->hits[j].acc;
+                w->hits[j].birth = 0;
+            } else if (nh > 8) {
+                break; /* sorted: no more of this birth */
+            }
+        }
+        int64_t *row = rb_row(w, &w->uses);
+        row[0] = (int64_t)w->hits[i].birth;
+        row[1] = (int64_t)seq;
+        row[2] = kernel ? (int64_t)kernel : RB_NULL;
+        row[3] = a;
+        w->n_uses++;
+    }
+}
+
+static void timed_push(writer *w, uint64_t seq, void *token, unsigned op, uint32_t kernel,
+                       uint64_t bytes) {
+    if (w->tl_len == w->tl_cap) {
+        /* grows to TIMING_BOUND + one drain's worth at most: the bound is enforced after each
+         * round (timing_ask) */
+        uint64_t c = w->tl_cap ? w->tl_cap * 2 : 1024;
+        timed_launch *n = malloc(c * sizeof *n);
+        if (!n) {
+            w->untimed++; /* the token is lost with it: out of memory */
+            return;
+        }
+        for (uint64_t i = 0; i < w->tl_len; i++) n[i] = w->tl[(w->tl_head + i) % w->tl_cap];
+        free(w->tl);
+        w->tl = n;
+        w->tl_cap = c;
+        w->tl_head = 0;
+    }
+    w->tl[(w->tl_head + w->tl_len) % w->tl_cap] =
+        (timed_launch){seq, bytes, token, 0, 0, kernel, (uint8_t)op, TL_PENDING};
+    w->tl_len++;
+}
+
+/* Asks the resolver about pending timed launches, oldest first, until one is not finished.
+ * Runs WITHOUT db_lock. final: every launch left must be resolved or given up (at close). */
+static void timing_ask(writer *w, int final) {
+    rec_timing_fn fn = atomic_load_explicit(&rec_g.timing_fn, memory_order_acquire);
+    for (uint64_t i = w->tl_done; i < w->tl_len; i++) {
+        timed_launch *e = &w->tl[(w->tl_head + i) % w->tl_cap];
+        int force = final || w->tl_len - i > TIMING_BOUND;
+        int rc = -1;
+        if (fn) rc = fn(e->token, force, &e->start, &e->end);
+        else if (!force) break; /* no resolver (yet): nothing to ask, keep waiting */
+        if (rc == 0 && !force) break;
+        e->state = rc == 1 ? TL_DONE : TL_NONE; /* a 0 with final = 1 breaks the contract: none */
+        w->tl_done++;
+    }
+}
+
+/* Writes the answers timing_ask got (under db_lock). A launch row still in the buffer gets its
+ * times there; one already inserted is written again, whole, with them (INSERT OR REPLACE in
+ * batches, after the launches buffer: see commit). */
+static void timing_write(writer *w) {
+    if (w->tl_done > 0 && !w->in_txn) {
+        /* answers can come when no record does: they open the transaction that the commit
+         * cadence then closes (~50 ms), like events */
+        if (exec(w, "BEGIN") != 0) return;
+        w->in_txn = 1;
+        w->txn_start = rec_now_ns();
+    }
+    for (; w->tl_done > 0; w->tl_done--, w->tl_len--, w->tl_head = (w->tl_head + 1) % w->tl_cap) {
+        timed_launch *e = &w->tl[w->tl_head];
+        if (e->state != TL_DONE) {
+            w->untimed++;
+            continue;
+        }
+        int in_buf = 0;
+        for (int r = 0; r < w->launches.n && !in_buf; r++)
+            if (w->launches.rows[r][0] == (int64_t)e->seq) {
+                w->launches.rows[r][4] = (int64_t)e->start;
+                w->launches.rows[r][5] = (int64_t)e->end;
+                in_buf = 1;
+            }
+        if (in_buf) continue;
+        int64_t *row = rb_row(w, &w->retimed);
+        row[0] = (int64_t)e->seq;
+        row[1] = e->op;
+        row[2] = e->kernel ? (int64_t)e->kernel : RB_NULL;
+        row[3] = (int64_t)e->bytes;
+        row[4] = (int64_t)e->start;
+        row[5] = (int64_t)e->end;
+    }
+}
+
+/* After a failure (or when the writer stops without a database): every token still held is
+ * handed back with final = 1 so that the resolver can release it. */
+static void timing_abandon(writer *w) {
+    timing_ask(w, 1);
+    w->untimed += w->tl_len;
+    w->tl_len = w->tl_done = w->tl_head = 0;
+}
+
+/* A REC_LAUNCH record: its event, its `launches` row, its uses, its timing. */
+static void on_launch(writer *w, uint64_t seq, rec_rec *r) {
+    uint32_t n = r->stack & REC_LAUNCH_MAX_WORDS, op = r->stack >> 24;
+    uint32_t kernel = (uint32_t)r->alloc_id, tag = (uint32_t)(r->alloc_id >> 32);
+    void *token = (void *)(uintptr_t)r->requested;
+    rec_rec ev = *r;
+    ev.stack = 0;
+    ev.requested = 0;
+    ev.alloc_id = 0;
+    event_row(w, seq, &ev, r->size);
+    int64_t *row = rb_row(w, &w->launches);
+    row[0] = (int64_t)seq;
+    row[1] = op;
+    row[2] = kernel ? (int64_t)kernel : RB_NULL;
+    row[3] = (int64_t)r->size;
+    row[4] = row[5] = RB_NULL;
+    w->n_launches++;
+    pending_words *p = r->thread < w->npw ? &w->pw[r->thread] : NULL;
+    if (n > 0) {
+        if (p && p->valid && p->tag == tag && p->n == n) resolve_words(w, seq, kernel, p->w, p->acc, n);
+        else w->words_lost++; /* a word record was dropped: this launch's uses are unknown */
+    }
+    if (p) p->valid = 0, p->n = 0; /* consumed (or spoilt): never attached to a later launch */
+    if (token) timed_push(w, seq, token, op, kernel, r->size);
 }
 
 static void on_range(writer *w, rec_state *g, rec_rec *r) {
@@ -720,7 +1064,11 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
             w->in_txn = 1;
             w->txn_start = rec_now_ns();
         }
-        if ((r.kind & 0xffu) >= REC_R_BASE) {
+        if (r.kind == REC_R_WORDS) {
+            on_words(w, &r);
+        } else if (r.kind == REC_LAUNCH) {
+            on_launch(w, seq, &r);
+        } else if ((r.kind & 0xffu) >= REC_R_BASE) {
             if (r.kind == REC_R_NAME) on_name(w, seq, &r);
             on_range(w, g, &r);
         } else {
@@ -735,6 +1083,9 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
 static void commit(writer *w, rec_state *g) {
     flush_events(w);
     flush_life(w);
+    rb_flush(w, &w->launches); /* before retimed: a row is replaced only once it is in */
+    rb_flush(w, &w->uses);
+    rb_flush(w, &w->retimed);
     uint64_t dropped = atomic_load(&g->ring.dropped);
     if (dropped != w->dropped_written) {
         if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
@@ -755,6 +1106,10 @@ static void finish(writer *w, rec_state *g) {
     for (int d = 0; d < 16; d++) flush_peak(w, d, 1);
     uint64_t samples = atomic_load(&g->app_ns_samples);
     meta_int(w, "events", (int64_t)w->events);
+    meta_int(w, "launches", (int64_t)w->n_launches);
+    meta_int(w, "uses_rows", (int64_t)w->n_uses);
+    meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
+    meta_int(w, "launches_untimed", (int64_t)w->untimed);
     meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
     double app_sum = (double)atomic_load(&g->app_ns_sum) * (g->use_tsc ? g->ns_per_tick : 1.0);
     meta_int(w, "app_ns_per_event", samples ? (int64_t)(app_sum / (double)samples) : 0);
@@ -764,6 +1119,9 @@ static void finish(writer *w, rec_state *g) {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     meta_int(w, "writer_cpu_ns", (int64_t)cpu.tv_sec * 1000000000 + cpu.tv_nsec);
+    /* the index by allocation, sorted once here rather than kept up during the run (see
+     * schema.sql, table uses) */
+    exec(w, "CREATE INDEX IF NOT EXISTS uses_birth ON uses (birth)");
     meta_text(w, "state", "closed");
     commit(w, g);
     sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
@@ -787,6 +1145,11 @@ static void writer_cleanup(writer *w) {
     for (size_t i = 0; i < w->nmods; i++) free(w->mods[i].path);
     free(w->mods);
     free(w->la);
+    addr_index_free(&w->idx);
+    for (uint32_t i = 0; i < w->npw; i++) free(w->pw[i].w), free(w->pw[i].acc);
+    free(w->pw);
+    free(w->hits);
+    free(w->tl);
     for (int d = 0; d < 16; d++)
         if (w->peak_pending[d]) item_free(w->peak_pending[d]);
     memset(w, 0, sizeof *w);
@@ -808,6 +1171,7 @@ static void *writer_main(void *arg) {
             take_items(w, g);
             n = drain(w, g, BATCH);
             take_items(w, g);
+            timing_write(w);
             /* Commit on the clock, not whenever the ring runs dry: a training loop drains in
              * small bursts, and a commit per burst cost ~10 us of writer CPU per event, taken
              * from the program's own threads on a busy machine. A waiting rec_flush() gets
@@ -817,16 +1181,31 @@ static void *writer_main(void *arg) {
             if (w->in_txn && (flush || rec_now_ns() - w->txn_start >= COMMIT_NS)) commit(w, g);
             else if (!w->in_txn) atomic_store(&g->committed_seq, w->last_seq);
         } else {
-            /* SQLite failed: keep the ring moving so producers never wait on us */
+            /* SQLite failed: keep the ring moving so producers never wait on us, and hand the
+             * timing tokens back to the resolver (they hold the preload's resources) */
             rec_rec r;
-            while (rec_ring_pop(&g->ring, &r)) n++;
+            while (rec_ring_pop(&g->ring, &r)) {
+                n++;
+                if (r.kind == REC_LAUNCH && r.requested)
+                    timed_push(w, 0, (void *)(uintptr_t)r.requested, 0, 0, 0);
+            }
         }
         if (stopping && n == 0) {
-            if (!w->failed) finish(w, g);
+            pthread_mutex_unlock(&g->db_lock);
+            /* every timed launch left gets its final answer, outside db_lock like the others */
+            if (w->failed) timing_abandon(w);
+            else timing_ask(w, 1);
+            pthread_mutex_lock(&g->db_lock);
+            if (!w->failed) {
+                timing_write(w);
+                finish(w, g);
+            }
             pthread_mutex_unlock(&g->db_lock);
             break;
         }
         pthread_mutex_unlock(&g->db_lock);
+        if (w->failed) timing_abandon(w);
+        else if (w->tl_len > w->tl_done) timing_ask(w, 0);
         /* The ring is drained (a full batch means more may wait: go on at once). Sleep until
          * the next commit is due, or a producer has filled a quarter of the ring, or a flush
          * or close asks: the writer shares the cores with the program, and every wake-up of

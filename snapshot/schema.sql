@@ -13,7 +13,9 @@
 -- Key/value facts about the run: schema_major, schema_minor, gpumem_version, pid, ppid,
 -- cmdline, exe, start_unix_ns, start_ns, hostname, stacks (frames per stack), state
 -- ('recording', then 'closed' after a clean close), events, dropped_events, writer_cpu_ns,
--- app_ns_per_event, uses (access tracking: 0, 1 or timed; 1.2), and the allocator's stats at exit
+-- app_ns_per_event, uses (access tracking: 0, 1 or timed; 1.2), launches, uses_rows,
+-- launch_words_lost (launches whose argument words were partly dropped: no uses rows for them),
+-- launches_untimed (timed launches that got no time; 1.2), and the allocator's stats at exit
 -- as stat.<name> (rec_alloc_stats).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 
@@ -113,8 +115,12 @@ CREATE TABLE launches (seq INTEGER PRIMARY KEY, op INTEGER, kernel INTEGER, byte
 -- (alloc_life.birth), seq = the launch event, kernel = launches.kernel (copied here so that
 -- "every kernel that touched X" needs no join). access (1.2): 1 read, 2 write, 3 both, 0
 -- unknown (kernel arguments; copies and memsets know their direction).
+-- Keyed in launch order, (seq, birth), so that the recorder appends: keyed by birth, every
+-- insert landed in the middle of the table and the writer slowed to tens of microseconds per
+-- launch after a few hundred thousand. The index by allocation, uses_birth, is built once at
+-- close (a file from a killed process has none; reports read uses in one sweep anyway).
 CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER, access INTEGER,
-                   PRIMARY KEY (birth, seq)) WITHOUT ROWID;
+                   PRIMARY KEY (seq, birth)) WITHOUT ROWID;
 
 -- One row per allocation with everything a user usually wants.
 CREATE VIEW allocations AS

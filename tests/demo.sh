@@ -11,19 +11,21 @@ cat alloc/*.[ch] preload/*.[ch] snapshot/*.[ch] sim/*.[ch] train/*.[ch] \
 steps=${DEMO_STEPS:-200}
 echo "== gpumem record: tiny GPT-2 (L=2, C=64, 4 heads, bytes as tokens), B=4, T=64, $steps steps,"
 echo "== on $(wc -c < "$out/text.txt") bytes of this project's own sources, on the virtual GPU"
-echo "\$ gpumem record -o $out/demo.db -- train_gpt2_sim --model tiny --data $out/text.txt --steps $steps"
-"$BUILD/gpumem" record -o "$out/demo.db" -- "$BUILD/train_gpt2_sim" --model tiny \
-  --data "$out/text.txt" --steps "$steps" -B 4 -T 64 > "$out/train.log" 2>&1 || {
+# the commands are echoed exactly as they run, so they can be pasted
+cmd=("$BUILD/gpumem" record -o "$out/demo.db" -- "$BUILD/train_gpt2_sim" --model tiny
+     --data "$out/text.txt" --steps "$steps" -B 4 -T 64)
+echo "\$ ${cmd[*]}"
+"${cmd[@]}" > "$out/train.log" 2>&1 || {
   tail -20 "$out/train.log"; echo "make demo: the recorded training run failed (log: $out/train.log)" >&2
   exit 1; }
 sed -n '1,3p' "$out/train.log"
 echo "   ..."
 tail -n 5 "$out/train.log"
 echo
-echo "\$ gpumem report $out/demo.db"
+echo "\$ $BUILD/gpumem report $out/demo.db"
 "$BUILD/gpumem" report "$out/demo.db"
 echo
-echo "\$ gpumem leaks $out/demo.db"
+echo "\$ $BUILD/gpumem leaks $out/demo.db"
 "$BUILD/gpumem" leaks "$out/demo.db"
 echo
-echo "The database is $out/demo.db: explore it with 'build/gpumem sql $out/demo.db'."
+echo "The database is $out/demo.db: explore it with '$BUILD/gpumem sql $out/demo.db'."

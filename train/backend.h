@@ -19,10 +19,18 @@ extern "C" {
 typedef struct train_backend {
     const char *name; /* "cpu-sim" or "cuda" */
     int uses_openmp;  /* the ops run on OpenMP threads (main.c sets their wait policy) */
-    /* stream: the compute stream (a cudaStream_t). Returns 0 or an error code. */
-    int (*init)(void *stream, int threads);
+    /* 1: in a --dry-run the ops are still launched, with their real arguments, and only the
+     * kernel bodies are skipped (a launch-capturing tool records every use of every tensor);
+     * 0: a dry run calls no op and init is not called (the CUDA build: cuBLAS calls cannot
+     * have their bodies skipped, and its dry run must also run on the virtual GPU). */
+    int dry_launch;
+    /* stream: the compute stream (a cudaStream_t); dry_run: launch with the bodies skipped
+     * (only called with dry_run = 1 when dry_launch is 1). Returns 0 or an error code. */
+    int (*init)(void *stream, int threads, int dry_run);
     void (*fini)(void);
     const char *(*error_string)(int err);
+    /* Kernel launches issued so far (every cuLaunchKernel / <<<>>> / cuBLAS call). */
+    unsigned long long (*kernel_launches)(void);
     int (*encoder_fwd)(float *out, const int *tok, const float *wte, const float *wpe, int B,
                        int T, int C);
     int (*encoder_bwd)(float *dwte, float *dwpe, const float *dout, const int *tok, int B, int T,

@@ -17,15 +17,29 @@
 
 static cudaStream_t g_stream;
 static cublasHandle_t g_blas;
+/* Kernel launches issued (the trainer's LAUNCHES line): one per <<<>>> and one per cuBLAS
+ * GEMM call (cuBLAS may launch more than one kernel for a call, e.g. a split-K reduction;
+ * a tool that intercepts the driver then sees more than this count). */
+static unsigned long long g_kernels;
 #define BLAS_ERR_BASE 100000
+
+/* A kernel launch on the compute stream, counted. */
+#define LAUNCH(kernel, grid, block, shmem, ...)                                                 \
+    (g_kernels++, kernel<<<(grid), (block), (shmem), g_stream>>>(__VA_ARGS__))
 
 static int last_launch(void) { return (int)cudaGetLastError(); }
 static int blas(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? 0 : BLAS_ERR_BASE + (int)s; }
+/* A cuBLAS GEMM (already issued when this runs: its status is the argument), counted. */
+static int gemm(cublasStatus_t s)
+{
+    g_kernels++;
+    return blas(s);
+}
 static unsigned blocks(long n, int t) { return (unsigned)((n + t - 1) / t); }
 
-static int cu_init(void *stream, int threads)
+static int cu_init(void *stream, int threads, int dry_run)
 {
-    (void)threads;
+    (void)threads, (void)dry_run; /* never called for a dry run: dry_launch is 0 */
     g_stream = (cudaStream_t)stream;
     int e = blas(cublasCreate(&g_blas));
     if (e) return e;
@@ -33,6 +47,7 @@ static int cu_init(void *stream, int threads)
     if (e) return e;
     return blas(cublasSetMathMode(g_blas, CUBLAS_DEFAULT_MATH));
 }
+static unsigned long long cu_kernel_launches(void) { return g_kernels; }
 static void cu_fini(void)
 {
     if (g_blas) cublasDestroy(g_blas);
@@ -301,50 +316,50 @@ __global__ static void k_from_bf16(float *dst, const uint16_t *src, long n)
 static int b_encoder_fwd(float *out, const int *tok, const float *wte, const float *wpe, int B,
                          int T, int C)
 {
-    k_encoder_fwd<<<blocks((long)B * T * C, 256), 256, 0, g_stream>>>(out, tok, wte, wpe, B, T, C);
+    LAUNCH(k_encoder_fwd, blocks((long)B * T * C, 256), 256, 0, out, tok, wte, wpe, B, T, C);
     return last_launch();
 }
 static int b_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tok, int B,
                          int T, int C)
 {
-    k_encoder_bwd<<<blocks(C, 128), 128, 0, g_stream>>>(dwte, dwpe, dout, tok, B, T, C);
+    LAUNCH(k_encoder_bwd, blocks(C, 128), 128, 0, dwte, dwpe, dout, tok, B, T, C);
     return last_launch();
 }
 static int b_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                            const float *w, const float *b, int N, int C)
 {
-    k_layernorm_fwd<<<blocks(N, 8), 256, 0, g_stream>>>(out, mean, rstd, inp, w, b, N, C);
+    LAUNCH(k_layernorm_fwd, blocks(N, 8), 256, 0, out, mean, rstd, inp, w, b, N, C);
     return last_launch();
 }
 static int b_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C)
 {
-    k_layernorm_bwd_inp<<<blocks(N, 8), 256, 0, g_stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    k_layernorm_bwd_w<<<blocks(C, 128), 128, 0, g_stream>>>(dw, db, dout, inp, mean, rstd, N, C);
+    LAUNCH(k_layernorm_bwd_inp, blocks(N, 8), 256, 0, dinp, dout, inp, w, mean, rstd, N, C);
+    LAUNCH(k_layernorm_bwd_w, blocks(C, 128), 128, 0, dw, db, dout, inp, mean, rstd, N, C);
     return last_launch();
 }
 static int b_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
                         int C, int OC)
 {
     const float one = 1.0f, zero = 0.0f;
-    int e = blas(cublasSgemm(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C,
+    int e = gemm(cublasSgemm(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, w, C, inp, C,
                              &zero, out, OC));
     if (e || !bias) return e;
-    k_add_bias<<<blocks((long)N * OC, 256), 256, 0, g_stream>>>(out, bias, (long)N * OC, OC);
+    LAUNCH(k_add_bias, blocks((long)N * OC, 256), 256, 0, out, bias, (long)N * OC, OC);
     return last_launch();
 }
 static int b_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int N, int C, int OC)
 {
     const float one = 1.0f, zero = 0.0f;
-    int e = blas(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC,
+    int e = gemm(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, w, C, dout, OC,
                              &zero, dinp, C));
     if (!e)
-        e = blas(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC,
+        e = gemm(cublasSgemm(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC,
                              &one, dw, C));
     if (e || !db) return e;
-    k_bias_grad<<<blocks(OC, 128), 128, 0, g_stream>>>(db, dout, N, OC);
+    LAUNCH(k_bias_grad, blocks(OC, 128), 128, 0, db, dout, N, OC);
     return last_launch();
 }
 /* scores S (col-major T x T per head, = row-major S[t][j]) = K^T-view x Q-view, per batch row */
@@ -353,7 +368,7 @@ static int scores(float *S, const float *qkv, int b, int T, int C, int NH)
     const int hs = C / NH;
     const float one = 1.0f, zero = 0.0f;
     const float *q = qkv + (long)b * T * 3 * C, *k = q + C;
-    return blas(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, k,
+    return gemm(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, k,
                                           3 * C, hs, q, 3 * C, hs, &zero,
                                           S + (long)b * NH * T * T, T, (long long)T * T, NH));
 }
@@ -366,11 +381,11 @@ static int b_attention_fwd(float *out, float *lse, float *scratch, const float *
         int e = scores(scratch, qkv, b, T, C, NH);
         if (e) return e;
     }
-    k_attn_softmax<<<(unsigned)((long)B * NH * T), 256, 0, g_stream>>>(scratch, lse, T, scale);
+    LAUNCH(k_attn_softmax, (unsigned)((long)B * NH * T), 256, 0, scratch, lse, T, scale);
     int e = last_launch();
     for (int b = 0; b < B && !e; b++) {
         const float *v = qkv + (long)b * T * 3 * C + 2 * C;
-        e = blas(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v,
+        e = gemm(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v,
                                            3 * C, hs, scratch + (long)b * NH * T * T, T,
                                            (long long)T * T, &zero, out + (long)b * T * C, C, hs,
                                            NH));
@@ -385,28 +400,28 @@ static int b_attention_bwd(float *dqkv, float *scratch, const float *dout, const
     int e = 0;
     for (int b = 0; b < B && !e; b++) e = scores(scratch, qkv, b, T, C, NH);
     if (e) return e;
-    k_attn_probs<<<(unsigned)((long)B * NH * T), 256, 0, g_stream>>>(scratch, lse, T, scale);
+    LAUNCH(k_attn_probs, (unsigned)((long)B * NH * T), 256, 0, scratch, lse, T, scale);
     if ((e = last_launch())) return e;
     for (int b = 0; b < B && !e; b++) { /* dV = P^T dO */
-        e = blas(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one,
+        e = gemm(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one,
                                            dout + (long)b * T * C, C, hs,
                                            scratch + (long)b * NH * T * T, T, (long long)T * T,
                                            &zero, dqkv + (long)b * T * 3 * C + 2 * C, 3 * C, hs,
                                            NH));
     }
     if (e) return e;
-    k_attn_dscores<<<(unsigned)((long)B * NH * T), 256, sizeof(float) * T, g_stream>>>(
-        scratch, dout, qkv, T, C, NH);
+    LAUNCH(k_attn_dscores, (unsigned)((long)B * NH * T), 256, sizeof(float) * T, scratch, dout,
+           qkv, T, C, NH);
     if ((e = last_launch())) return e;
     for (int b = 0; b < B && !e; b++) {
         const float *q = qkv + (long)b * T * 3 * C, *k = q + C;
         float *dq = dqkv + (long)b * T * 3 * C, *dk = dq + C;
         const float *dS = scratch + (long)b * NH * T * T;
-        e = blas(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k,
+        e = gemm(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &scale, k,
                                            3 * C, hs, dS, T, (long long)T * T, &zero, dq, 3 * C,
                                            hs, NH));
         if (!e)
-            e = blas(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale,
+            e = gemm(cublasSgemmStridedBatched(g_blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &scale,
                                                q, 3 * C, hs, dS, T, (long long)T * T, &zero, dk,
                                                3 * C, hs, NH));
     }
@@ -414,61 +429,62 @@ static int b_attention_bwd(float *dqkv, float *scratch, const float *dout, const
 }
 static int b_residual_fwd(float *out, const float *a, const float *b, long n)
 {
-    k_residual<<<blocks(n, 256), 256, 0, g_stream>>>(out, a, b, n);
+    LAUNCH(k_residual, blocks(n, 256), 256, 0, out, a, b, n);
     return last_launch();
 }
 static int b_gelu_fwd(float *out, const float *inp, long n)
 {
-    k_gelu_fwd<<<blocks(n, 256), 256, 0, g_stream>>>(out, inp, n);
+    LAUNCH(k_gelu_fwd, blocks(n, 256), 256, 0, out, inp, n);
     return last_launch();
 }
 static int b_gelu_bwd(float *dinp, const float *inp, const float *dout, long n)
 {
-    k_gelu_bwd<<<blocks(n, 256), 256, 0, g_stream>>>(dinp, inp, dout, n);
+    LAUNCH(k_gelu_bwd, blocks(n, 256), 256, 0, dinp, inp, dout, n);
     return last_launch();
 }
 static int b_softmax_fwd(float *probs, const float *logits, int N, int V, int Vp)
 {
-    k_softmax<<<(unsigned)N, 256, 0, g_stream>>>(probs, logits, V, Vp);
+    LAUNCH(k_softmax, (unsigned)N, 256, 0, probs, logits, V, Vp);
     return last_launch();
 }
 static int b_crossentropy_fwd(float *losses, const float *probs, const int *targets, int N,
                               int Vp)
 {
-    k_ce_fwd<<<blocks(N, 256), 256, 0, g_stream>>>(losses, probs, targets, N, Vp);
+    LAUNCH(k_ce_fwd, blocks(N, 256), 256, 0, losses, probs, targets, N, Vp);
     return last_launch();
 }
 static int b_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, int N,
                               int V, int Vp, float dloss)
 {
     const long n = (long)N * Vp;
-    k_ce_bwd<<<blocks(n, 256), 256, 0, g_stream>>>(dlogits, probs, targets, n, V, Vp, dloss);
+    LAUNCH(k_ce_bwd, blocks(n, 256), 256, 0, dlogits, probs, targets, n, V, Vp, dloss);
     return last_launch();
 }
 static int b_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float b1,
                    float b2, float eps, float wd, int t)
 {
     const float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    k_adamw<<<blocks(n, 256), 256, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2);
+    LAUNCH(k_adamw, blocks(n, 256), 256, 0, p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2);
     return last_launch();
 }
 static int b_to_bf16(uint16_t *dst, const float *src, long n)
 {
-    k_to_bf16<<<blocks(n, 256), 256, 0, g_stream>>>(dst, src, n);
+    LAUNCH(k_to_bf16, blocks(n, 256), 256, 0, dst, src, n);
     return last_launch();
 }
 static int b_from_bf16(float *dst, const uint16_t *src, long n)
 {
-    k_from_bf16<<<blocks(n, 256), 256, 0, g_stream>>>(dst, src, n);
+    LAUNCH(k_from_bf16, blocks(n, 256), 256, 0, dst, src, n);
     return last_launch();
 }
 
+/* Positional: C++17 has no designated initializers; the order is train_backend's. */
 static const train_backend cuda_backend = {
-    "cuda",          0,                cu_init,          cu_fini,         cu_error_string,  b_encoder_fwd,
-    b_encoder_bwd,   b_layernorm_fwd,  b_layernorm_bwd, b_matmul_fwd,     b_matmul_bwd,
-    b_attention_fwd, b_attention_bwd,  b_residual_fwd,  b_gelu_fwd,       b_gelu_bwd,
-    b_softmax_fwd,   b_crossentropy_fwd, b_crossentropy_bwd, b_adamw,     b_to_bf16,
-    b_from_bf16,
+    "cuda",          0 /* uses_openmp */, 0 /* dry_launch */, cu_init,  cu_fini,
+    cu_error_string, cu_kernel_launches, b_encoder_fwd,     b_encoder_bwd,     b_layernorm_fwd,
+    b_layernorm_bwd, b_matmul_fwd,       b_matmul_bwd,      b_attention_fwd,   b_attention_bwd,
+    b_residual_fwd,  b_gelu_fwd,         b_gelu_bwd,        b_softmax_fwd,     b_crossentropy_fwd,
+    b_crossentropy_bwd, b_adamw,         b_to_bf16,         b_from_bf16,
 };
 
 extern "C" const train_backend *train_backend_get(void) { return &cuda_backend; }

@@ -4,7 +4,12 @@
  * goes through cuLaunchKernel with a real kernelParams array (one pointer per parameter), on
  * the compute stream, exactly as a CUDA kernel launch would: a tool that intercepts kernel
  * launches sees the same calls and can read the arguments through cuFuncGetParamInfo. The
- * host-kernel wrappers (hk_*) unpack that array and call the plain C op. */
+ * host-kernel wrappers (hk_*) unpack that array and call the plain C op.
+ *
+ * A dry run registers the same kernels (same names, same parameter layouts) with one body that
+ * returns at once (hk_dry), and launches them exactly as a real run does: a tool that records
+ * launches gets the complete use record of a memory-only run (GPT-2 124M ... xl on unbacked
+ * virtual memory), with no compute and no tensor memory touched. */
 #include "train/backend.h"
 #include "train/ops.h"
 
@@ -23,6 +28,7 @@ enum {
 
 static CUfunction fns[K_COUNT];
 static CUstream stream;
+static unsigned long long nlaunches; /* cuLaunchKernel calls issued (the trainer's LAUNCHES) */
 
 #define A(i, T) (*(T *)kp[i])
 #define PTR sizeof(void *)
@@ -112,6 +118,11 @@ static void hk_from_bf16(void **kp)
 {
     train_cpu_from_bf16(A(0, float *), A(1, const uint16_t *), A(2, long));
 }
+/* Every kernel's body in a dry run: the launch happens, the computation does not. */
+static void hk_dry(void **kp)
+{
+    (void)kp;
+}
 
 static const struct kdef {
     const char *name;
@@ -148,19 +159,25 @@ static const struct kdef {
 
 static int launch(int k, void **params)
 {
+    nlaunches++;
     return (int)cuLaunchKernel(fns[k], 1, 1, 1, 1, 1, 1, 0, stream, params, NULL);
 }
 
-static int sim_init(void *s, int threads)
+static int sim_init(void *s, int threads, int dry_run)
 {
     stream = (CUstream)s;
     if (threads > 0) omp_set_num_threads(threads);
     for (int k = 0; k < K_COUNT; k++) {
-        CUresult r = sim_register_kernel(kdefs[k].name, kdefs[k].fn, kdefs[k].n, kdefs[k].sizes,
-                                         &fns[k]);
+        CUresult r = sim_register_kernel(kdefs[k].name, dry_run ? hk_dry : kdefs[k].fn, kdefs[k].n,
+                                         kdefs[k].sizes, &fns[k]);
         if (r != CUDA_SUCCESS) return (int)r;
     }
     return 0;
+}
+
+static unsigned long long sim_kernel_launches(void)
+{
+    return nlaunches;
 }
 
 static const char *sim_error_string(int err)
@@ -274,9 +291,11 @@ static int b_from_bf16(float *dst, const uint16_t *src, long n)
 static const train_backend sim_backend = {
     .name = "cpu-sim",
     .uses_openmp = 1,
+    .dry_launch = 1,
     .init = sim_init,
     .fini = NULL,
     .error_string = sim_error_string,
+    .kernel_launches = sim_kernel_launches,
     .encoder_fwd = b_encoder_fwd,
     .encoder_bwd = b_encoder_bwd,
     .layernorm_fwd = b_layernorm_fwd,

@@ -27,11 +27,15 @@
  * groups). The layer input (the previous layer's output) is stashed with layer l, because
  * only layer l's backward needs it.
  *
- * --dry-run performs every allocation, free, copy, memset and NVTX range of a real run and
- * launches no kernel (one exception: offload's device-to-host copies, see offload()), so with GPUMEM_SIM_BACKING=virtual (copies into unbacked memory are
- * skipped by the virtual GPU) no tensor memory is ever touched. */
+ * --dry-run performs every allocation, free, copy, memset and NVTX range of a real run (one
+ * exception: offload's device-to-host copies, see offload()) and, where the backend can
+ * (be->dry_launch: the sim build), every kernel launch with its real arguments, only the
+ * kernel bodies skipped; the CUDA build's dry run launches nothing. With
+ * GPUMEM_SIM_BACKING=virtual (copies into unbacked memory are skipped by the virtual GPU) no
+ * tensor memory is ever touched, and a launch-capturing tool still records every use. */
 #include "train/gpt2.h"
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -80,6 +84,8 @@ struct gpt2 {
     int B, T;      /* current micro-batch shape */
     int step;      /* optimizer steps done */
     size_t live, peak;
+    unsigned long long ncopies, nmemsets; /* issued (LAUNCHES); kernels: be->kernel_launches */
+    int be_ready;                         /* be->init ran (fini is owed) */
     float *host_losses;
     int (*name_next_fn)(const char *);
 };
@@ -94,6 +100,13 @@ static float *P(gpt2 *m, int i) { return m->params[i].p; }
 
 size_t gpt2_live_bytes(const gpt2 *m) { return m->live; }
 size_t gpt2_peak_bytes(const gpt2 *m) { return m->peak; }
+void gpt2_launch_counts(const gpt2 *m, unsigned long long *kernels, unsigned long long *copies,
+                        unsigned long long *memsets)
+{
+    *kernels = m->be->kernel_launches ? m->be->kernel_launches() : 0;
+    *copies = m->ncopies;
+    *memsets = m->nmemsets;
+}
 const gpt2_config *gpt2_get_config(const gpt2 *m) { return &m->c; }
 
 static size_t param_numel(const gpt2_config *c, int i)
@@ -168,7 +181,29 @@ static void push(const char *fmt, ...)
 }
 static void pop(void) { nvtxRangePop(); }
 
-/* An op: an NVTX range around one backend call, skipped (range kept) in a dry run. */
+/* Every copy and memset the trainer issues goes through these, which count it: a tool that
+ * records launches (gpumem with GPUMEM_USES) sees each as one launch, and the LAUNCHES line
+ * lets a test check that none was missed. */
+static cudaError_t copy_async(gpt2 *m, void *dst, const void *src, size_t n,
+                              enum cudaMemcpyKind kind, cudaStream_t s)
+{
+    m->ncopies++;
+    return cudaMemcpyAsync(dst, src, n, kind, s);
+}
+static cudaError_t copy_sync(gpt2 *m, void *dst, const void *src, size_t n,
+                             enum cudaMemcpyKind kind)
+{
+    m->ncopies++;
+    return cudaMemcpy(dst, src, n, kind);
+}
+static cudaError_t zero_async(gpt2 *m, void *p, size_t n, cudaStream_t s)
+{
+    m->nmemsets++;
+    return cudaMemsetAsync(p, 0, n, s);
+}
+
+/* An op: an NVTX range around one backend call. In a dry run the backend launches it with the
+ * body skipped when it can (dry_launch); otherwise the call is skipped (range kept). */
 static int op_result(gpt2 *m, const char *name, int err)
 {
     if (err) {
@@ -180,7 +215,7 @@ static int op_result(gpt2 *m, const char *name, int err)
 #define OP(name, call)                                                                          \
     do {                                                                                        \
         nvtxRangePushA(name);                                                                   \
-        int r_ = m->o.dry_run ? 0 : op_result(m, name, (call));                                 \
+        int r_ = m->o.dry_run && !m->be->dry_launch ? 0 : op_result(m, name, (call));           \
         nvtxRangePop();                                                                         \
         if (r_) return r_;                                                                      \
     } while (0)
@@ -229,7 +264,7 @@ static int grad(gpt2 *m, int i, float **out)
         char n[40];
         param_name(m, i, n, sizeof n);
         TRY(t_alloc(m, g, param_numel(&m->c, i), "grad.%s", n));
-        CK(cudaMemsetAsync(g->p, 0, g->bytes, m->stream), "cudaMemsetAsync");
+        CK(zero_async(m, g->p, g->bytes, m->stream), "cudaMemsetAsync");
     }
     *out = g->p;
     return 0;
@@ -349,13 +384,13 @@ static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
         fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", t->name);
         return 1;
     }
-    CK(cudaMemcpy(t->p, stage, t->bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    CK(copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
     return 0;
 }
 static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
     gpt2_tensor *t = &m->params[pi];
-    CK(cudaMemcpy(stage, t->p, t->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    CK(copy_sync(m, stage, t->p, t->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
     if (fwrite(stage, sizeof(float), t->numel, f) != t->numel) {
         fprintf(stderr, "train_gpt2: write error saving checkpoint: %m\n");
         return 1;
@@ -378,14 +413,15 @@ int gpt2_init_params(gpt2 *m, const char *load)
     } else {
         (void)cudaGetLastError();
     }
-    /* A dry run launches nothing, so it needs no backend (no cuBLAS handle): the CUDA build's
-     * dry run then also runs on the virtual GPU. */
-    if (m->be->init && !m->o.dry_run) {
-        int e = m->be->init(m->stream, m->o.threads);
+    /* A dry run on a backend that cannot skip kernel bodies launches nothing, so it needs no
+     * backend (no cuBLAS handle): the CUDA build's dry run then also runs on the virtual GPU. */
+    if (m->be->init && (!m->o.dry_run || m->be->dry_launch)) {
+        int e = m->be->init(m->stream, m->o.threads, m->o.dry_run);
         if (e) {
             fprintf(stderr, "train_gpt2: backend %s: %s\n", m->be->name, m->be->error_string(e));
             return 2;
         }
+        m->be_ready = 1;
     }
     size_t maxn = 0;
     for (int i = 0; i < m->np; i++) {
@@ -435,7 +471,7 @@ int gpt2_init_params(gpt2 *m, const char *load)
                     memset(stage + (size_t)m->c.V * m->c.C, 0,
                            sizeof(float) * (size_t)(m->c.Vp - m->c.V) * m->c.C);
             }
-            cudaError_t e = cudaMemcpy(t->p, stage, t->bytes, cudaMemcpyHostToDevice);
+            cudaError_t e = copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice);
             if (e != cudaSuccess) rc = cuda_fail(e, "cudaMemcpy", t->name, t->bytes, m);
         }
     }
@@ -470,12 +506,18 @@ int gpt2_save(gpt2 *m, const char *path)
 }
 
 /* ---- stash / restore (the memory techniques) --------------------------------------------- */
-static int offload(gpt2 *m, gpt2_tensor *t)
+/* Copies t to its pinned host buffer and frees the device copy. The buffer is made at the
+ * slot's first offload with host_bytes (>= t->bytes), then reused every step: an activation
+ * slot passes its size at the largest T (--seq-jitter draws a new T each step, and a later
+ * step may draw a larger one than the first), the optimizer state its own size. */
+static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes)
 {
     if (!t->host) {
-        CK(cudaMallocHost(&t->host, t->bytes), "cudaMallocHost");
-        if (m->o.trace_allocs) fprintf(stderr, "host-alloc %s %zu\n", t->name, t->bytes);
+        CK(cudaMallocHost(&t->host, host_bytes), "cudaMallocHost");
+        t->host_bytes = host_bytes;
+        if (m->o.trace_allocs) fprintf(stderr, "host-alloc %s %zu\n", t->name, host_bytes);
     }
+    assert(t->bytes <= t->host_bytes);
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
     CK(cudaEventRecord(ev, m->stream), "cudaEventRecord");
@@ -483,7 +525,7 @@ static int offload(gpt2 *m, gpt2_tensor *t)
     /* Not in a dry run: the virtual GPU fills the destination of a copy from unbacked memory
      * with zeros, which would make gigabytes of pinned buffers resident for nothing. */
     if (!m->o.dry_run)
-        CK(cudaMemcpyAsync(t->host, t->p, t->bytes, cudaMemcpyDeviceToHost, m->copy_stream),
+        CK(copy_async(m, t->host, t->p, t->bytes, cudaMemcpyDeviceToHost, m->copy_stream),
            "cudaMemcpyAsync");
     CK(cudaEventDestroy(ev), "cudaEventDestroy");
     /* The free is ordered after the copy on the copy stream. */
@@ -495,7 +537,7 @@ static int prefetch(gpt2 *m, gpt2_tensor *t)
     char name[48];
     memcpy(name, t->name, sizeof name);
     TRY(t_alloc_on(m, t, t->numel, t->bf16, m->copy_stream, "%s", name));
-    CK(cudaMemcpyAsync(t->p, t->host, t->bytes, cudaMemcpyHostToDevice, m->copy_stream),
+    CK(copy_async(m, t->p, t->host, t->bytes, cudaMemcpyHostToDevice, m->copy_stream),
        "cudaMemcpyAsync");
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
@@ -551,7 +593,10 @@ static int stash_layer(gpt2 *m, int l)
     if (m->o.offload_acts) {
         push("offload");
         for (int i = 0; i < n; i++)
-            if (set[i]->p) TRY(offload(m, set[i]));
+            /* Activations are linear in T (B T C, B T, B NH T elements): bytes / T * maxT is
+             * exact. */
+            if (set[i]->p)
+                TRY(offload(m, set[i], set[i]->bytes / (size_t)m->T * (size_t)m->o.T));
         pop();
     }
     return 0;
@@ -657,9 +702,9 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
     push("fwd");
     TRY(t_alloc(m, &m->tokens, BT, "tokens"));
     TRY(t_alloc(m, &m->targets, BT, "targets"));
-    CK(cudaMemcpyAsync(m->tokens.p, tok, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
+    CK(copy_async(m, m->tokens.p, tok, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
        "cudaMemcpyAsync");
-    CK(cudaMemcpyAsync(m->targets.p, tgt, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
+    CK(copy_async(m, m->targets.p, tgt, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
        "cudaMemcpyAsync");
     TRY(t_alloc(m, &m->encoded, btc, "encoded"));
     OP("encoder", m->be->encoder_fwd(m->encoded.p, m->tokens.p, P(m, P_WTE), P(m, P_WPE), B, T, C));
@@ -681,8 +726,8 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
     OP("softmax", m->be->softmax_fwd(m->probs.p, m->logits.p, BT, m->c.V, Vp));
     TRY(t_alloc(m, &m->losses, BT, "losses"));
     OP("crossentropy", m->be->crossentropy_fwd(m->losses.p, m->probs.p, m->targets.p, BT, Vp));
-    CK(cudaMemcpyAsync(m->host_losses, m->losses.p, sizeof(float) * BT, cudaMemcpyDeviceToHost,
-                       m->stream),
+    CK(copy_async(m, m->host_losses, m->losses.p, sizeof(float) * BT, cudaMemcpyDeviceToHost,
+                  m->stream),
        "cudaMemcpyAsync");
     CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
     double s = 0;
@@ -788,7 +833,7 @@ static int backward(gpt2 *m, float dloss)
     TRY(t_free(m, &dlogits));
     TRY(t_free(m, &m->lnf));
     TRY(t_alloc(m, &dres, btc, "d_residual"));
-    CK(cudaMemsetAsync(dres.p, 0, dres.bytes, m->stream), "cudaMemsetAsync");
+    CK(zero_async(m, dres.p, dres.bytes, m->stream), "cudaMemsetAsync");
     TRY(grad(m, P_LNF_W, &g1));
     TRY(grad(m, P_LNF_B, &g2));
     gpt2_tensor *last = act(m, m->c.L - 1, A_RES3);
@@ -824,8 +869,8 @@ static int optimizer(gpt2 *m)
         if (first) {
             TRY(t_alloc(m, mm, p->numel, "adam.m.%s", n));
             TRY(t_alloc(m, vv, p->numel, "adam.v.%s", n));
-            CK(cudaMemsetAsync(mm->p, 0, mm->bytes, m->stream), "cudaMemsetAsync");
-            CK(cudaMemsetAsync(vv->p, 0, vv->bytes, m->stream), "cudaMemsetAsync");
+            CK(zero_async(m, mm->p, mm->bytes, m->stream), "cudaMemsetAsync");
+            CK(zero_async(m, vv->p, vv->bytes, m->stream), "cudaMemsetAsync");
         } else if (m->o.offload_opt) {
             push("prefetch");
             TRY(prefetch(m, mm));
@@ -833,17 +878,17 @@ static int optimizer(gpt2 *m)
             pop();
         }
         OP("adamw", m->be->adamw(p->p, m->grads[i].p, mm->p, vv->p, (long)p->numel, m->o.lr, 0.9f,
-                                 0.999f, 1e-8f, 0.0f, t));
+                                 0.999f, 1e-8f, m->o.wd, t));
         if (m->o.offload_opt) {
             push("offload");
-            TRY(offload(m, mm));
-            TRY(offload(m, vv));
+            TRY(offload(m, mm, mm->bytes));
+            TRY(offload(m, vv, vv->bytes));
             pop();
         }
         if (m->o.grad_none)
             TRY(t_free(m, &m->grads[i]));
         else
-            CK(cudaMemsetAsync(m->grads[i].p, 0, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
+            CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
         if (lp == LP_COUNT - 1) pop();
     }
     pop();
@@ -898,7 +943,7 @@ void gpt2_destroy(gpt2 *m)
          * as a leaking program does, so a memory tool finds it alive at exit. */
         cudaStreamSynchronize(m->stream);
         cudaStreamSynchronize(m->copy_stream);
-        if (m->be->fini && !m->o.dry_run) m->be->fini();
+        if (m->be->fini && m->be_ready) m->be->fini();
         cudaStreamDestroy(m->stream);
         cudaStreamDestroy(m->copy_stream);
     }

@@ -25,17 +25,18 @@ enum {
 typedef struct gpt2_opts {
     int B, T, steps, accum, dry_run, recompute, offload_acts, offload_opt, grad_none, bf16, leak,
         seq_jitter, trace_allocs, threads;
-    float lr;
+    float lr, wd; /* AdamW learning rate and (decoupled) weight decay */
     uint64_t seed;
 } gpt2_opts;
 
 /* One tensor = one device allocation (cudaMallocAsync on the compute stream). */
 typedef struct gpt2_tensor {
-    void *p;      /* device pointer, NULL while not resident */
-    size_t bytes; /* bytes on the device while resident */
-    size_t numel; /* elements (the fp32 size is numel * 4) */
-    void *host;   /* pinned host copy (offload), kept across steps */
-    int bf16;     /* 1 while stored as bf16 on the device */
+    void *p;           /* device pointer, NULL while not resident */
+    size_t bytes;      /* bytes on the device while resident */
+    size_t numel;      /* elements (the fp32 size is numel * 4) */
+    void *host;        /* pinned host copy (offload), kept across steps */
+    size_t host_bytes; /* its size: the largest `bytes` the slot can have (the -T of the flags) */
+    int bf16;          /* 1 while stored as bf16 on the device */
     char name[48];
 } gpt2_tensor;
 
@@ -56,6 +57,11 @@ void gpt2_destroy(gpt2 *m);
 
 size_t gpt2_live_bytes(const gpt2 *m);
 size_t gpt2_peak_bytes(const gpt2 *m);
+/* What the trainer has issued so far: kernel launches (the backend's count), copies and
+ * memsets (cudaMemcpy/cudaMemcpyAsync/cudaMemsetAsync calls). Each is one launch to a tool
+ * that intercepts launches. */
+void gpt2_launch_counts(const gpt2 *m, unsigned long long *kernels, unsigned long long *copies,
+                        unsigned long long *memsets);
 size_t gpt2_num_params(const gpt2 *m);
 const gpt2_config *gpt2_get_config(const gpt2 *m);
 

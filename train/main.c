@@ -10,6 +10,7 @@
  * trainer's own count of live tensor bytes at its highest. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +44,13 @@ static void usage(FILE *f, const char *prog)
             "  -B N, -T N         batch size and sequence length  [4, 64]\n"
             "  --steps N          optimizer steps  [10]\n"
             "  --lr X             AdamW learning rate  [3e-4]\n"
+            "  --wd X             AdamW weight decay (decoupled, as llm.c)  [0]\n"
             "  --seed N           seed of the initialization and the synthetic data  [1337]\n"
             "  --data FILE        raw text (bytes) or an llm.c token shard  [synthetic tokens]\n"
             "  --load FILE        start from an llm.c checkpoint (v3, fp32); sets the model\n"
             "  --save FILE        write an llm.c checkpoint after training\n"
-            "  --dry-run          allocations, frees, copies and NVTX ranges only, no compute\n"
+            "  --dry-run          memory only: allocations, frees, copies, NVTX ranges and (sim\n"
+            "                     build) kernel launches with their bodies skipped, no compute\n"
             "                     (use with GPUMEM_SIM_BACKING=virtual on the virtual GPU)\n"
             "  --threads N        CPU threads for the ops (cpu-sim backend)  [OpenMP default]\n"
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
@@ -74,6 +77,21 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, int *out
         return 1;
     }
     *out = (int)v;
+    return 0;
+}
+
+/* A finite number >= 0 (a learning rate, a weight decay). */
+static int parse_nonneg(const char *flag, const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    const float v = s ? strtof(s, &end) : 0;
+    if (!s || errno || *end || end == s || !isfinite(v) || !(v >= 0)) {
+        fprintf(stderr, "train_gpt2: %s needs a finite non-negative number, got '%s'\n", flag,
+                s ? s : "(nothing)");
+        return 1;
+    }
+    *out = v;
     return 0;
 }
 
@@ -223,7 +241,7 @@ static void prefer_passive_openmp(char **argv)
 int main(int argc, char **argv)
 {
     if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
-    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .seed = 1337};
+    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
     static const char *const off_names[] = {"activations", "optimizer"};
@@ -252,11 +270,9 @@ int main(int argc, char **argv)
             bad = parse_int(a, VAL(), 0, INT_MAX, &s);
             o.seed = (uint64_t)s;
         } else if (!strcmp(a, "--lr")) {
-            char *end;
-            const char *s = VAL();
-            o.lr = s ? strtof(s, &end) : 0;
-            if (!s || *end || end == s || !(o.lr >= 0))
-                bad = 1, fprintf(stderr, "train_gpt2: --lr needs a non-negative number\n");
+            bad = parse_nonneg(a, VAL(), &o.lr);
+        } else if (!strcmp(a, "--wd")) {
+            bad = parse_nonneg(a, VAL(), &o.wd);
         } else if (!strcmp(a, "--data")) {
             if (!(data = VAL())) bad = 1, fprintf(stderr, "train_gpt2: --data needs a file\n");
         } else if (!strcmp(a, "--load")) {
@@ -371,7 +387,11 @@ int main(int argc, char **argv)
                total_ms > 0 ? total_tok / (total_ms / 1e3) : 0.0, gpt2_peak_bytes(m),
                gpt2_peak_bytes(m) / 1048576.0);
     }
-    /* Also after an error (an OOM, say): the peak reached is what a memory tool wants. */
+    /* Also after an error (an OOM, say): the peak reached is what a memory tool wants, and
+     * the launches issued are what a launch-recording tool must have seen. */
+    unsigned long long nk, nc, nm;
+    gpt2_launch_counts(m, &nk, &nc, &nm);
+    printf("LAUNCHES %llu kernels %llu copies %llu memsets\n", nk, nc, nm);
     printf("PEAK %zu bytes\n", gpt2_peak_bytes(m));
     gpt2_destroy(m);
     free(d.tok), free(tok), free(tgt);

@@ -1,6 +1,7 @@
 # train/ — the GPT-2 trainer. See train/README.md.
 #   $(BUILD)/train_gpt2_sim  gcc; CPU ops as host kernels on the virtual GPU (build/sim, or
-#                            PREFIX/lib/gpumem once installed: both rpaths)
+#                            PREFIX/lib/gpumem once installed, where make install puts the
+#                            trainers too: generic names stay out of bin/)
 #   $(BUILD)/train_gpt2      nvcc -cudart shared; CUDA kernels + cuBLAS (only when nvcc exists
 #                            and in the plain build: sanitizer objects do not link with nvcc)
 
@@ -17,9 +18,9 @@ $(TRAIN_DIR)/backend_sim.o: EXTRA_CFLAGS += -fopenmp
 
 $(TRAIN_SIM): $(TRAIN_SIM_OBJS) $(BUILD)/sim/libcuda.so $(BUILD)/sim/libcudart.so | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -fopenmp -o $@ $(TRAIN_SIM_OBJS) -L$(BUILD)/sim -lcudart -lcuda \
-	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN/../lib/gpumem' -lm -ldl
+	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN:$$ORIGIN/../lib/gpumem' -lm -ldl
 ALL_TARGETS += $(TRAIN_SIM)
-INSTALL_BIN += $(TRAIN_SIM)
+INSTALL_LIB += $(TRAIN_SIM)
 
 ifneq ($(NVCC),)
 ifeq ($(SAN),)
@@ -30,7 +31,7 @@ $(TRAIN_DIR)/backend_cuda.o: train/backend_cuda.cu train/backend.h | $(DEPS_STAM
 $(TRAIN_CUDA): $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o | $(DEPS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) -o $@ $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o -lcublas -lm -ldl
 ALL_TARGETS += $(TRAIN_CUDA)
-INSTALL_BIN += $(TRAIN_CUDA)
+INSTALL_LIB += $(TRAIN_CUDA)
 endif
 endif
 endif

@@ -24,3 +24,21 @@ p=$(simus "$tmp/plain.err"); g=$(simus "$tmp/gm.err")
 echo "BENCH preload_driver_us_plain $p us"
 echo "BENCH preload_driver_us_gpumem $g us"
 awk -v p="$p" -v g="$g" 'BEGIN { if (g > 0) printf "BENCH preload_driver_time_ratio %.1f x\n", p / g }'
+
+# Access tracking: the added cost of one launch with 8 pointer parameters, uses on against
+# GPUMEM_USES=0, both under gpumem, side by side (best of 3 alternating runs each, so a busy
+# machine's noise falls on both). 15 000 launches fill less than the recorder's ring (3 records
+# a launch), so the figure is the launching thread's own work, not back-pressure.
+L=15000
+best() { sort -n | head -1; }
+for i in 1 2 3; do
+  for u in 0 1; do
+    GPUMEM_USES=$u GPUMEM_DB="$tmp/u$u-$i.db" GPUMEM_QUIET=1 LD_PRELOAD=$LIB "$B" launch $L >"$tmp/l$u-$i.out" 2>"$tmp/l$u-$i.err" ||
+        { echo "launch run (GPUMEM_USES=$u) failed" >&2; cat "$tmp/l$u-$i.err" >&2; exit 1; }
+    awk '{printf "%.1f\n", $4 / $2}' "$tmp/l$u-$i.out" >>"$tmp/l$u.ns"
+  done
+done
+u0=$(best <"$tmp/l0.ns"); u1=$(best <"$tmp/l1.ns")
+echo "BENCH uses.launch_ns_off $u0 ns"
+echo "BENCH uses.launch_ns_on $u1 ns"
+awk -v a="$u1" -v b="$u0" 'BEGIN { d = a - b; if (d < 0) d = 0; printf "BENCH uses.launch_ns %.0f ns\n", d }'

@@ -1,7 +1,9 @@
 /* rec_bench.c — recorder and report benchmarks (BENCH lines, see DESIGN.md).
  *
  *   rec_bench micro DIR           rec.app_ns_nostack, rec.app_ns_stack16,
- *                                 rec.writer_events_per_s, rec.bytes_per_event
+ *                                 rec.writer_events_per_s, rec.bytes_per_event,
+ *                                 rec.launch_app_ns (rec_launch with 8 words), and on stderr the
+ *                                 writer's cost per launch (6 words into live allocations)
  *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
  *                                 recorder itself (ranges, stacks, names, a slow leak)
  *   rec_bench report GPUMEM DB    report.10m_s and report.10m_rss_mib: runs `GPUMEM report DB`
@@ -55,6 +57,24 @@ static double time_events(uint64_t n) {
         rec_event(REC_FREE, 0, 0, a, sz, 0, i + 1);
     }
     return (now_s() - t0) * 1e9 / (double)n;
+}
+
+/* n launches of 8 words, each word inside one of 4096 live allocations (interior pointers);
+ * returns ns per rec_launch on this thread */
+static double time_launches(uint64_t n, uint32_t name, int nwords) {
+    uint64_t w[8];
+    rec_launch_info li = {.device = 0, .stream = 0, .func = 0xF00D, .name = name,
+                          .op = REC_OP_KERNEL, .words = w, .nwords = (size_t)nwords};
+    double t0 = now_s();
+    for (uint64_t i = 0; i < n; i++) {
+        for (int j = 0; j < nwords; j++) w[j] = addr_of(i * 8 + (uint64_t)j) + 64 * (uint64_t)j;
+        rec_launch(&li);
+    }
+    return (now_s() - t0) * 1e9 / (double)n;
+}
+
+static void alloc_all(void) {
+    for (uint64_t i = 0; i < 4096; i++) rec_event(REC_ALLOC, 0, 0, addr_of(i), 0x100000, 0x100000, i + 1);
 }
 
 /* recursion so that a 16-frame stack exists above the call */
@@ -146,6 +166,48 @@ static int micro(const char *dir) {
     unlink(path);
     snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
     unlink(path);
+
+    /* access tracking: app-side cost of rec_launch with 8 words (3 ring records), batches
+     * smaller than the ring, flushed between */
+    snprintf(path, sizeof path, "%s/rec_bench_launch.db", dir);
+    open_or_die(path, 0, ring);
+    alloc_all();
+    uint32_t kname = rec_string("bench_kernel");
+    for (int r = 0; r < 7; r++) {
+        v[r] = time_launches(batch / 4, kname, 8);
+        rec_flush();
+    }
+    printf("BENCH rec.launch_app_ns %.1f ns\n", median(v, 7));
+    rec_test_reset();
+    unlink(path);
+    /* the writer's side: launches of 6 words (2 ring records each), each word in a live
+     * allocation, as fast as the writer takes them; writer CPU per launch (on stderr: a figure
+     * to watch, not a BENCH line) */
+    snprintf(path, sizeof path, "%s/rec_bench_launch_w.db", dir);
+    open_or_die(path, 0, 1u << 21);
+    alloc_all();
+    const uint64_t nlaunch = 300000;
+    t0 = now_s();
+    for (uint64_t i = 0; i < nlaunch; i += 2000) {
+        time_launches(2000, kname, 6);
+        pace(1u << 21);
+    }
+    rec_flush();
+    dt = now_s() - t0;
+    rec_test_reset();
+    if (sqlite3_open(path, &mdb) == SQLITE_OK) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(mdb, "SELECT (SELECT value FROM meta WHERE key='writer_cpu_ns'), "
+                                    "(SELECT count(*) FROM uses)", -1, &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW)
+            fprintf(stderr, "# writer thread: %.0f ns CPU per 6-word launch (%.0f launches/s "
+                            "wall, %lld uses rows)\n",
+                    (double)sqlite3_column_int64(q, 0) / (double)nlaunch, (double)nlaunch / dt,
+                    (long long)sqlite3_column_int64(q, 1));
+        sqlite3_finalize(q);
+        sqlite3_close(mdb);
+    }
+    if (!getenv("REC_BENCH_KEEP")) unlink(path);
     return 0;
 }
 

@@ -24,3 +24,10 @@ ok "database peak (requested bytes) $got == trainer's PEAK $want"
 alloc=$(jq -r '.summary.peak_allocated' "$TMP/r.json")
 (( alloc >= want )) || fail "peak allocated (rounded) $alloc < requested peak $want"
 ok "peak allocated (rounded to the allocator's blocks) $alloc >= $want"
+# the peak is named by tensor, step/phase and call site, the same in text and JSON
+read -r pname pphase < <(jq -r '.peak_requested_at | "\(.name) \(.phase)"' "$TMP/r.json")
+[[ $pname != null && $pphase == "step "* ]] || fail "the peak is not named by tensor and step ($pname, $pphase)"
+"$GM" report "$TMP/run.db" > "$TMP/r.txt" || fail "gpumem report (text) failed"
+grep -q "when $pname was allocated in $pphase at .*gpt2.c:[0-9]" "$TMP/r.txt" \
+  || fail "the text report does not place the peak ($pname in $pphase at a gpt2.c line)"
+ok "the peak is placed: $pname allocated in $pphase"

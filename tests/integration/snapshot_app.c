@@ -11,6 +11,11 @@
  *                               address reused, a free of memory never allocated, a named OOM
  *                               in "step 1/fwd/h12/attn" and a named 256-byte leak in
  *                               "step 2/fwd" (export, OOM naming, leak phases)
+ *   snapshot_app uses            access tracking without CUDA: in "step 0/fwd", kernels gemm
+ *                               and gelu touch h3.mlp.fc (an interior pointer), softmax touches
+ *                               h3.attn.qkv, a copy fills h3.mlp.fc from a pinned host buffer,
+ *                               then h3.mlp.fc is freed and a kernel given its stale address
+ *                               uses nothing; prints "LAUNCHES n USES u"
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -143,12 +148,46 @@ static int mixed(void) {
     return 0;
 }
 
+static uint64_t launch(const char *name, unsigned op, uint64_t bytes, const uint64_t *w,
+                       const uint8_t *acc, size_t n) {
+    rec_launch_info li = {.device = 0, .stream = 0, .func = op == REC_OP_KERNEL ? 0xC0DE : 0,
+                          .name = rec_string(name), .op = op, .bytes = bytes, .words = w,
+                          .access = acc, .nwords = n};
+    return rec_launch(&li);
+}
+
+static int uses(void) {
+    rec_range_push(NULL, "step 0");
+    rec_range_push(NULL, "fwd");
+    uint64_t fc = my_alloc(3 << 20), qkv = my_alloc(1 << 20);
+    rec_name(fc, "h3.mlp.fc");
+    rec_name(qkv, "h3.attn.qkv");
+    const uint64_t host = 0x7e0000000000ull;
+    rec_event(REC_HOST_ALLOC, -1, 0, host, 1 << 20, 1 << 20, 0);
+    rec_name(host, "staging");
+    const uint64_t copy[] = {fc, host};
+    const uint8_t dir[] = {REC_ACC_WRITE, REC_ACC_READ};
+    launch("memcpy HtoD", REC_OP_COPY, 1 << 20, copy, dir, 2);
+    const uint64_t g[] = {fc + 4096, qkv, 7}; /* an interior pointer; 7 is no pointer */
+    launch("gemm", REC_OP_KERNEL, 0, g, NULL, 3);
+    launch("gelu", REC_OP_KERNEL, 0, &fc, NULL, 1);
+    launch("softmax", REC_OP_KERNEL, 0, &qkv, NULL, 1);
+    rec_range_pop();
+    rec_range_pop();
+    my_free(fc);
+    launch("stale", REC_OP_KERNEL, 0, &fc, NULL, 1); /* freed: no use */
+    rec_close();
+    printf("LAUNCHES 5 USES 6\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "fork") == 0) return forked();
     if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed\n");
+    if (argc >= 2 && strcmp(argv[1], "uses") == 0) return uses();
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses\n");
     return 2;
 }

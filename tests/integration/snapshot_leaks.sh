@@ -34,6 +34,30 @@ GPUMEM_DB=$TMP/growth.db "$APP" growth 20 || fail "growth run failed"
 "$GPUMEM" leaks "$TMP/growth.db" > "$TMP/growth.txt"
 grep -q "memory grows by 1.00 MiB per step" "$TMP/growth.txt" || fail "growth per step not found"
 # what grows: the 19 allocations born after the first step, at their call site in growth()
-grep -q "kept beyond the last step .*: 19.00 MiB in 19" "$TMP/growth.txt" || { cat "$TMP/growth.txt"; fail "allocations kept across steps not found"; }
-sed -n '/kept beyond/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
-echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match"
+grep -q "allocated in steps 1-19 and still alive after step 19 (what grows): 19.00 MiB in 19 allocations" "$TMP/growth.txt" || { cat "$TMP/growth.txt"; fail "allocations kept across steps not found"; }
+sed -n '/what grows/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
+# dropped events: a free may be missing, so --fail-on-leak cannot judge (exit 3, not 1 or 0)
+cp "$TMP/growth.db" "$TMP/dropped.db"
+"$GPUMEM" sql --write "$TMP/dropped.db" -c "UPDATE meta SET value = 7 WHERE key = 'dropped_events'" > /dev/null || fail "cannot edit meta"
+"$GPUMEM" leaks "$TMP/dropped.db" --fail-on-leak > "$TMP/dropped.txt"; rc=$?
+[[ $rc -eq 3 ]] || fail "leaks --fail-on-leak with dropped events exited $rc, expected 3 (cannot judge)"
+grep -q "warning: 7 events were dropped .*frees may be missing" "$TMP/dropped.txt" || fail "no dropped-events warning"
+"$GPUMEM" leaks "$TMP/dropped.db" --json | grep -q '"dropped_events":7,"judgeable":false' || fail "JSON lacks dropped_events/judgeable"
+"$GPUMEM" leaks "$TMP/growth.db" --json | grep -q '"dropped_events":0,"judgeable":true' || fail "JSON judgeable on a complete recording"
+"$GPUMEM" leaks "$TMP/growth.db" --fail-on-leak > /dev/null; rc=$?
+[[ $rc -eq 1 ]] || fail "a complete recording with leaks exited $rc, expected 1"
+# the call-site list does not repeat the caller already named in the site's label
+GPUMEM_DB=$TMP/leak2.db "$APP" pairs 10 > /dev/null || fail "pairs run failed"
+"$GPUMEM" leaks "$TMP/leak2.db" > "$TMP/leak2.txt"
+site=$(sed -n 's/.* allocations\{0,1\} at .* < \([a-z_]*\) (.*/\1/p' "$TMP/leak2.txt" | head -1)
+if [[ -n $site ]]; then
+  sed -n '/^Alive at exit, by call site/,/phase:/p' "$TMP/leak2.txt" | grep -q "called from $site (" && { cat "$TMP/leak2.txt"; fail "the caller $site is listed twice"; }
+fi
+# nothing alive: no empty "by phase" heading (the trainer frees everything)
+if [[ -f $BUILD/libgpumem.so && -x $BUILD/train_gpt2_sim ]]; then
+  "$GPUMEM" record -q -o "$TMP/clean.db" -- "$BUILD/train_gpt2_sim" --steps 1 > /dev/null 2>&1 || fail "trainer run failed"
+  "$GPUMEM" leaks "$TMP/clean.db" > "$TMP/clean.txt"
+  grep -q "nothing: every allocation was freed" "$TMP/clean.txt" || fail "the trainer's run has leaks?"
+  grep -q "by phase" "$TMP/clean.txt" && fail "an empty by-phase section is printed"
+fi
+echo "ok: leak found at plant_leak (snapshot_app.c), counts $allocs/$frees match; dropped events -> exit 3"

@@ -31,7 +31,17 @@ done
 GPUMEM_LIMIT=1G "$GPUMEM" record -q -o "$TMP/oom.db" -- "$BUILD/tests/apps/rt_app" big > /dev/null || fail "rt_app big failed"
 "$GPUMEM" report "$TMP/oom.db" > "$TMP/oom.txt" || fail "report on the OOM run failed"
 grep -q "OOM 1 at event .* requested 2.00 GiB" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM forensics missing"; }
-grep -q "limit 1.00 GiB" "$TMP/oom.txt" && grep -q "raise GPUMEM_LIMIT" "$TMP/oom.txt" || fail "OOM advice does not name the limit"
+grep -q "limit 1.00 GiB" "$TMP/oom.txt" && grep -q "binding constraint: limit; the request fell short by 1.00 GiB (1073741824 bytes)" "$TMP/oom.txt" \
+  && grep -q "Raise it (to at least 2.00 GiB for this request)" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM advice does not name the limit and the shortfall"; }
+"$GPUMEM" report --json "$TMP/oom.db" | grep -q '"cause":"limit","shortfall":1073741824' || fail "OOM JSON lacks cause/shortfall"
+# under a 5 MiB limit the 2 MiB mapping unit binds: 4 MiB mapped, 1 MiB left that cannot be mapped
+if [[ -x $BUILD/train_gpt2_sim ]]; then
+  GPUMEM_LIMIT=5M "$GPUMEM" record -q -o "$TMP/l5.db" -- "$BUILD/train_gpt2_sim" --steps 1 -B 8 > /dev/null 2>&1
+  "$GPUMEM" report "$TMP/l5.db" > "$TMP/l5.txt" || fail "report on the 5M run failed"
+  grep -q "binding constraint: granularity; the request fell short by" "$TMP/l5.txt" \
+    && grep -q "GPUMEM_LIMIT left 1.00 MiB above what was reserved, but memory is mapped in 2.00 MiB units" "$TMP/l5.txt" \
+    || { cat "$TMP/l5.txt"; fail "GPUMEM_LIMIT=5M: the cause is not the limit's mapping granularity"; }
+fi
 if [[ -x $BUILD/tests/apps/nvtx_app ]]; then
   "$GPUMEM" record -q -o "$TMP/nv.db" -- "$BUILD/tests/apps/nvtx_app" > "$TMP/nv.out" || fail "nvtx_app failed"
   grep '^expect push' "$TMP/nv.out" | awk '{print $6}' | sort > "$TMP/want"

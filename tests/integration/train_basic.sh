@@ -7,7 +7,9 @@
 #      near 0, so the softmax is near uniform over the 256 byte values);
 #   3. learning: on real text (this repository's train/ sources) the mean loss of the last 20
 #      of 300 steps is below 0.7x the first step's loss;
-#   4. --dry-run makes exactly the allocation sequence of a real run (--trace-allocs);
+#   4. --dry-run makes exactly the allocation sequence of a real run (--trace-allocs), and
+#      launches the same kernels; the LAUNCHES line counts exactly the kernel launches, copies
+#      and memsets the virtual GPU executed (its own call counters, GPUMEM_SIM_STATS=1);
 #   5. checkpoints: a checkpoint saved after 3 steps and loaded gives bit-for-bit the loss the
 #      4th step of the original run computes on the same batch, and saving it again reproduces
 #      the file byte for byte; llm.c token shards load, bad shards are refused.
@@ -39,6 +41,11 @@ expect_err 1 "unknown model" --model gpt5
 expect_err 1 "needs an integer" -B x
 expect_err 1 "must divide" -B 4 --accum 3
 expect_err 1 "unknown choice" --recompute everything
+expect_err 1 "wd needs a finite non-negative number" --wd -0.1
+expect_err 1 "wd needs a finite non-negative number" --wd nan
+expect_err 1 "wd needs a finite non-negative number" --wd 1e99
+expect_err 1 "wd needs a finite non-negative number" --wd 0.1x
+expect_err 1 "wd needs a finite non-negative number" --wd
 expect_err 1 "exceeds the model" -T 100000
 expect_err 1 "cannot open data" --data "$tmp/missing.txt"
 head -c 100 /dev/urandom > "$tmp/garbage.bin"
@@ -71,6 +78,43 @@ for flags in "" "--recompute attn,gelu --offload activations,optimizer --grad-no
   else bad "dry run trace differs from the real run [$flags]"; diff "$tmp/real.trace" "$tmp/dry.trace" | head -5; fi
 done
 
+# LAUNCHES against the virtual GPU's own call counters: every cuLaunchKernel is a kernel the
+# trainer counted, every cuMemcpy* a copy, every cuMemset a memset. A dry run launches the
+# same kernels as the real run (bodies skipped), so its kernel count is the real run's; with
+# --offload activations it leaves out offload's device-to-host copies (see README), and its
+# copy count says so exactly.
+launches() { awk '$1 == "LAUNCHES" { print $2, $4, $6 }' "$1"; }
+sim_calls() { awk '$1 == "gpumem" && $2 == "sim:" {
+    if ($3 == "cuLaunchKernel") k += $4; else if ($3 ~ /^cuMemcpy/) c += $4; else if ($3 == "cuMemset") s += $4 }
+  END { print k + 0, c + 0, s + 0 }' "$1"; }
+for flags in "" "--offload activations,optimizer --recompute attn --accum 2"; do
+  GPUMEM_SIM_STATS=1 run --data "$tmp/text.txt" $SZ --steps 2 $flags >"$tmp/real.out" 2>&1
+  GPUMEM_SIM_STATS=1 GPUMEM_SIM_BACKING=virtual run --data "$tmp/text.txt" $SZ --steps 2 --dry-run \
+    $flags >"$tmp/dry.out" 2>&1
+  lr=$(launches "$tmp/real.out") ld=$(launches "$tmp/dry.out")
+  sr=$(sim_calls "$tmp/real.out") sd=$(sim_calls "$tmp/dry.out")
+  [[ -n $lr && $lr == "$sr" ]] && ok "LAUNCHES (kernels copies memsets) $lr = the virtual GPU's calls [$flags]" \
+    || bad "LAUNCHES '$lr' != virtual GPU calls '$sr' [$flags]"
+  [[ -n $ld && $ld == "$sd" ]] && ok "dry run: LAUNCHES $ld = the virtual GPU's calls [$flags]" \
+    || bad "dry run: LAUNCHES '$ld' != virtual GPU calls '$sd' [$flags]"
+  read -r kr cr mr <<<"$lr"; read -r kd cd md <<<"$ld"
+  [[ $kr -gt 100 && $kd == "$kr" && $md == "$mr" ]] \
+    && ok "dry run launches every kernel ($kd) and memset ($md) of the real run [$flags]" \
+    || bad "dry run kernels/memsets $kd/$md != real run's $kr/$mr [$flags]"
+  # offload's device-to-host copies: one per stashed tensor, left out of the dry run only;
+  # its only device-to-host copies are then the losses', one per micro-batch (2 steps x K)
+  offl=$((cr - cd))
+  if [[ $flags == *offload* ]]; then
+    dtoh=$(awk '$2 == "sim:" && $3 == "cuMemcpyDtoH" { print $4 }' "$tmp/dry.out")
+    [[ $offl -gt 0 && $dtoh == 4 ]] \
+      && ok "dry run leaves out offload's $offl device-to-host copies, only those" \
+      || bad "dry run with --offload: $cd copies (real run $cr), $dtoh device-to-host (want the 4 losses')"
+  else
+    [[ $offl -eq 0 ]] && ok "dry run makes every copy of the real run ($cd)" \
+      || bad "dry run copies $cd != real run's $cr"
+  fi
+done
+
 # The CUDA build (nvcc, real cudart API) loads the virtual GPU's runtime too: its dry run makes
 # the same allocation sequence as the CPU build's.
 if [[ -x $BUILD/train_gpt2 ]]; then
@@ -81,6 +125,12 @@ if [[ -x $BUILD/train_gpt2 ]]; then
   [[ $(wc -l <"$tmp/cuda.trace") -gt 1000 ]] && cmp -s "$tmp/cuda.trace" "$tmp/cpu.trace" \
     && ok "CUDA build's dry run on the virtual GPU = CPU build's allocation sequence" \
     || bad "CUDA build's dry run differs from the CPU build's"
+  # Its dry run launches nothing (cuBLAS calls cannot skip their bodies; README): 0 kernels,
+  # and the CPU build's copies and memsets.
+  lc=$(GPUMEM_SIM_BACKING=virtual LD_LIBRARY_PATH=$BUILD/sim "$BUILD/train_gpt2" --steps 2 --dry-run | launches /dev/stdin)
+  ls=$(GPUMEM_SIM_BACKING=virtual "$T" --steps 2 --dry-run | launches /dev/stdin)
+  [[ -n $lc && $lc == "0 ${ls#* }" ]] && ok "CUDA build's dry run: no kernel, same copies and memsets ($lc)" \
+    || bad "CUDA build's dry run LAUNCHES '$lc', CPU build's '$ls'"
 fi
 
 # Under gpumem (when built; plain build only): the same losses and the same own peak, bit for

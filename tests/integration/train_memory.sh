@@ -13,6 +13,14 @@
 #      2^-9 per stored value, which moves a loss of ~5 by ~1e-3..1e-2).
 #   4. --leak: the trainer's live bytes grow by exactly one activation (the losses, B*T*4
 #      bytes) per step; with --accum 2 by the first micro-batch's (B/2*T*4).
+#   5. --wd: 0 gives the loss curve of no flag, bit for bit; 0.1 the same step-1 loss (it is
+#      computed before the first update) and a different curve from step 2 on.
+#   6. --seq-jitter --offload activations, where a later step draws a larger T than the first
+#      (the pinned buffers are made at the first offload): every pinned buffer is at least as
+#      large as every device tensor its slot ever holds (--trace-allocs), one buffer per slot
+#      (reused, never remade), and the loss curve is --seq-jitter's alone, bit for bit (a
+#      buffer sized at step 1's T made the virtual GPU refuse the larger step's copy,
+#      cudaErrorInvalidValue, and the run stop; on a GPU the copy would write past the buffer).
 set -uo pipefail
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
@@ -130,4 +138,34 @@ if awk -v b="$base_live" -v bt="$bt" -v l="$(tr '\n' ' ' <<<"$lives")" 'BEGIN{n=
      for(i=1;i<=n;i++) if (x[i]-b != i*2*bt) exit 1}'; then
   ok "--leak --accum 2: one (B/2,T) tensor per step ($(tr '\n' ' ' <<<"$lives"))"
 else bad "--leak --accum 2: live bytes $(tr '\n' ' ' <<<"$lives") vs baseline $base_live"; fi
+
+# ---- 5. weight decay ----------------------------------------------------------------------
+wd0=$(curve --wd 0) wd1=$(curve --wd 0.1)
+[[ $wd0 == "$ref" ]] && ok "--wd 0: bit-identical to no flag ($wd0)" || bad "--wd 0: '$wd0' != '$ref'"
+read -r r1 r2 _ <<<"$ref"; read -r w1 w2 _ <<<"$wd1"
+[[ $(wc -w <<<"$wd1") -eq 4 && $w1 == "$r1" && $w2 != "$r2" && $wd1 != "$ref" ]] \
+  && ok "--wd 0.1: same step-1 loss, different curve after ($wd1 vs $ref)" \
+  || bad "--wd 0.1 does not change the loss trajectory as it should: '$wd1' vs '$ref'"
+
+# ---- 6. --seq-jitter with --offload activations -------------------------------------------
+jit=(--threads 2 --data "$tmp/text.txt" $SZ --steps 4 --lr 1e-3 --seq-jitter --seed 2)
+"$T" "${jit[@]}" --offload activations --trace-allocs >"$tmp/jo.out" 2>"$tmp/jo.trace" \
+  || bad "--seq-jitter --offload activations failed: $(tail -3 "$tmp/jo.out")"
+Ts=$(awk '/^step/{printf "%s ", $14}' "$tmp/jo.out")
+# The test only means something if a later step's T is larger than the first step's.
+awk -v t="$Ts" 'BEGIN{n=split(t,x," "); for(i=2;i<=n;i++) if (x[i]+0 > x[1]+0) exit 0; exit 1}' \
+  && ok "jitter draws T = $Ts (a later step larger than the first)" \
+  || bad "seed 2 draws T = $Ts: no later step larger than the first; pick another seed"
+# For every slot with a pinned buffer: its size >= the largest device tensor of that name.
+short=$(awk '$1 == "host-alloc" { if (h[$2] != "") dup = dup " " $2; h[$2] = $3 }
+             $1 == "alloc" && $3 > big[$2] { big[$2] = $3 }
+             END { for (n in h) if (h[n] + 0 < big[n] + 0) print n, h[n], big[n]; print "dup" dup }' "$tmp/jo.trace")
+nhost=$(grep -c '^host-alloc' "$tmp/jo.trace")
+[[ $nhost -gt 0 && $short == dup ]] \
+  && ok "$nhost pinned buffers, one per slot, each >= every tensor of its slot" \
+  || bad "pinned buffers too small or remade (name host device / dup): $short"
+jo=$(awk '/^step/{print $4}' "$tmp/jo.out" | tr '\n' ' ')
+jr=$("$T" "${jit[@]}" | awk '/^step/{print $4}' | tr '\n' ' ')
+[[ $(wc -w <<<"$jo") -eq 4 && $jo == "$jr" ]] && ok "--seq-jitter --offload activations: losses = --seq-jitter's ($jo)" \
+  || bad "--seq-jitter --offload activations losses '$jo' != --seq-jitter '$jr'"
 exit $fail

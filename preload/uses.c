@@ -1,0 +1,606 @@
+/*
+ * uses.c — access tracking, capture side: which allocations each kernel launch, copy and
+ * memset touches (GPUMEM_USES=0|1|timed).
+ *
+ * The hooks in driver.c and runtime.c call gm_uses_kernel / gm_uses_copy around the real call.
+ * For a kernel the arguments are found from the function's parameter layout
+ * (cuFuncGetParamInfo): every 8-byte-aligned word of every parameter is a candidate, so a
+ * device pointer inside a by-value struct is seen as well as a plain pointer argument. The
+ * recorder's writer resolves candidates exactly against the allocations live at that point of
+ * the event order; this side only pre-filters, and must never drop a word that may point into a
+ * live allocation. The filter is two address spans that only grow: the lowest and highest
+ * address of every device allocation (and VMM map) gpumem has recorded, and the same for pinned
+ * host allocations. A word outside both cannot be inside any allocation the database knows;
+ * a word inside may be anything (an int, a host pointer) and the writer drops it.
+ *
+ * Hot path (after a function's first launch): one lock-free hash lookup keyed by the
+ * CUfunction (layout + the rec_string id of its name, filled once with cuFuncGetParamInfo and
+ * cuFuncGetName), a scan of the argument words against the spans, one rec_launch. No driver
+ * query but cuCtxGetDevice, no lock, no allocation (unless a kernel has more than 256 candidate
+ * words). The runtime path first maps the kernel's host symbol to its CUfunction with
+ * cudaGetFuncBySymbol, cached the same way.
+ *
+ * Timed mode: two events from a recycled pool are recorded on the launch's stream around the
+ * real call; the writer thread resolves them later (uses_timing_resolve), never blocking the
+ * program. Device times are placed on the recorder's clock through one reference event,
+ * recorded on the legacy stream and synchronized at the moment rec_time_ns() is read.
+ */
+#include "preload/gm_internal.h"
+
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+#endif
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* What the hooks do now: GPUMEM_USES once gpumem initialised and records, else off. */
+int gm_uses_mode = GM_USES_OFF;
+
+int gm_uses_parse(const char *s, int *out)
+{
+    if (!s || !*s) {
+        *out = GM_USES_DEFAULT;
+        return 0;
+    }
+    if (!strcmp(s, "0"))
+        *out = GM_USES_OFF;
+    else if (!strcmp(s, "1"))
+        *out = GM_USES_ON;
+    else if (!strcasecmp(s, "timed"))
+        *out = GM_USES_TIMED;
+    else
+        return -1;
+    return 0;
+}
+
+const char *gm_uses_name(int mode)
+{
+    return mode == GM_USES_TIMED ? "timed" : mode == GM_USES_ON ? "1" : "0";
+}
+
+/* ---- the pre-filter: spans of memory the database can know ---------------------------- */
+
+struct span {
+    _Atomic uintptr_t lo, hi; /* [lo, hi); empty while lo >= hi */
+};
+static struct span dev_span = {UINTPTR_MAX, 0}, host_span = {UINTPTR_MAX, 0};
+
+static void span_widen(struct span *sp, uintptr_t a, size_t n)
+{
+    uintptr_t e = a + n < a ? UINTPTR_MAX : a + n;
+    uintptr_t lo = atomic_load_explicit(&sp->lo, memory_order_relaxed);
+    while (a < lo && !atomic_compare_exchange_weak_explicit(&sp->lo, &lo, a, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+    uintptr_t hi = atomic_load_explicit(&sp->hi, memory_order_relaxed);
+    while (e > hi && !atomic_compare_exchange_weak_explicit(&sp->hi, &hi, e, memory_order_relaxed,
+                                                             memory_order_relaxed))
+        ;
+}
+
+void gm_uses_note_range(uintptr_t addr, size_t size, int host)
+{
+    if (addr && size)
+        span_widen(host ? &host_span : &dev_span, addr, size);
+}
+
+/* The allocation is recorded (gm_event_id) before its pointer is returned to the program, so
+ * by the time a launch can carry the pointer the span covers it: relaxed loads suffice on the
+ * launching thread that received the pointer; another thread got it through some
+ * synchronization of the program's, which orders the widening before too. */
+static inline int maybe_allocation(uint64_t w)
+{
+    uintptr_t v = (uintptr_t)w;
+    return (v >= atomic_load_explicit(&dev_span.lo, memory_order_relaxed) &&
+            v < atomic_load_explicit(&dev_span.hi, memory_order_relaxed)) ||
+           (v >= atomic_load_explicit(&host_span.lo, memory_order_relaxed) &&
+            v < atomic_load_explicit(&host_span.hi, memory_order_relaxed));
+}
+
+#ifdef GM_HAVE_REC
+
+/* ---- per-function cache ----------------------------------------------------------------- */
+
+struct param {
+    uint32_t off, size;
+};
+struct fn_info {
+    uint32_t name;      /* rec_string id of the (mangled) kernel name */
+    int layout;         /* 1: params[] is the function's layout; 0: unknown */
+    unsigned nparams;
+    size_t max_words;   /* sum of size / 8 */
+    struct param p[];
+};
+
+/* Open addressing, linear probing, never deleted (a CUfunction lives as long as its module;
+ * see README "limits" for unloaded modules). A slot is claimed by CAS on its key, then its
+ * value is published with a release store; a reader that finds the key but no value yet builds
+ * its own copy for this one launch. 16384 slots (256 KiB of zero pages until used): a large
+ * PyTorch program launches a few thousand distinct kernels, so probes stay short; past a full
+ * table a launch still works, it just queries the driver each time. */
+#define TAB_SLOTS 16384u
+struct slot {
+    _Atomic uintptr_t key;
+    _Atomic(void *) val;
+};
+static struct slot fn_tab[TAB_SLOTS]; /* CUfunction -> struct fn_info * */
+static struct slot sym_tab[TAB_SLOTS]; /* runtime kernel symbol -> CUfunction (+1, 0 = none) */
+
+static inline unsigned slot_hash(uintptr_t k)
+{
+    k ^= k >> 29;
+    k *= 0xbf58476d1ce4e5b9ull;
+    k ^= k >> 32;
+    return (unsigned)k & (TAB_SLOTS - 1);
+}
+
+static void *tab_get(struct slot *t, uintptr_t key, int *found)
+{
+    unsigned h = slot_hash(key);
+    for (unsigned i = 0; i < TAB_SLOTS; i++) {
+        struct slot *s = &t[(h + i) & (TAB_SLOTS - 1)];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (k == key) {
+            void *v = atomic_load_explicit(&s->val, memory_order_acquire);
+            *found = v != NULL;
+            return v;
+        }
+        if (!k)
+            break;
+    }
+    *found = 0;
+    return NULL;
+}
+
+/* Returns 1 when v was stored (the table owns it), 0 when the table is full or another thread
+ * stored the key first (the caller keeps or frees v). */
+static int tab_put(struct slot *t, uintptr_t key, void *v)
+{
+    unsigned h = slot_hash(key);
+    for (unsigned i = 0; i < TAB_SLOTS; i++) {
+        struct slot *s = &t[(h + i) & (TAB_SLOTS - 1)];
+        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
+        if (!k) {
+            uintptr_t zero = 0;
+            if (atomic_compare_exchange_strong_explicit(&s->key, &zero, key,
+                                                        memory_order_acq_rel,
+                                                        memory_order_acquire)) {
+                atomic_store_explicit(&s->val, v, memory_order_release);
+                return 1;
+            }
+            k = zero;
+        }
+        if (k == key)
+            return 0;
+    }
+    return 0;
+}
+
+static uint32_t unknown_name(void)
+{
+    static _Atomic uint32_t id;
+    uint32_t v = atomic_load_explicit(&id, memory_order_relaxed);
+    if (!v) {
+        v = rec_string("<unknown kernel>");
+        atomic_store_explicit(&id, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* The slow path, once per function: its layout and name from the driver. */
+static struct fn_info *fn_info_build(CUfunction f)
+{
+    unsigned n = 0;
+    size_t off, size;
+    if (f && gm_real.cuFuncGetParamInfo)
+        while (n < 4096 && gm_real.cuFuncGetParamInfo(f, n, &off, &size) == CUDA_SUCCESS)
+            n++;
+    struct fn_info *fi = calloc(1, sizeof *fi + n * sizeof fi->p[0]);
+    if (!fi)
+        return NULL;
+    fi->layout = f && gm_real.cuFuncGetParamInfo &&
+                 (n > 0 || gm_real.cuFuncGetParamInfo(f, 0, &off, &size) ==
+                               CUDA_ERROR_INVALID_VALUE);
+    for (unsigned i = 0; i < n; i++) {
+        if (gm_real.cuFuncGetParamInfo(f, i, &off, &size) != CUDA_SUCCESS) {
+            fi->layout = 0;
+            break;
+        }
+        fi->p[i].off = (uint32_t)off;
+        fi->p[i].size = (uint32_t)size;
+        fi->max_words += size / 8;
+    }
+    fi->nparams = fi->layout ? n : 0;
+    const char *name = NULL;
+    if (f && gm_real.cuFuncGetName && gm_real.cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
+        fi->name = rec_string(name);
+    if (!fi->name)
+        fi->name = unknown_name();
+    return fi;
+}
+
+/* *tmp is set when the returned info is private to this launch (the caller frees it). */
+static const struct fn_info *fn_info_get(CUfunction f, struct fn_info **tmp)
+{
+    int found;
+    *tmp = NULL;
+    const struct fn_info *fi = tab_get(fn_tab, (uintptr_t)f, &found);
+    if (found)
+        return fi;
+    struct fn_info *nfi = fn_info_build(f);
+    if (!nfi)
+        return NULL;
+    if (f && tab_put(fn_tab, (uintptr_t)f, nfi))
+        return nfi;
+    *tmp = nfi;
+    return nfi;
+}
+
+int gm_uses_device(void)
+{
+    CUdevice d = 0;
+    if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+        return -1;
+    return (int)d;
+}
+
+typedef cudaError_t (*getfunc_fn)(cudaFunction_t *, const void *);
+
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
+{
+    /* one kernel symbol has one CUfunction per device (per context): the device is in the key */
+    uintptr_t key = (uintptr_t)sym + (uintptr_t)(device + 1) * (uintptr_t)0x9e3779b97f4a7c15ull;
+    int found;
+    void *v = tab_get(sym_tab, key, &found);
+    if (found)
+        return (CUfunction)((uintptr_t)v - 1);
+    static _Atomic(getfunc_fn) getfunc;
+    getfunc_fn g = atomic_load_explicit(&getfunc, memory_order_acquire);
+    if (!g) {
+        g = (getfunc_fn)gm_next_symbol("cudaGetFuncBySymbol");
+        atomic_store_explicit(&getfunc, g, memory_order_release);
+    }
+    cudaFunction_t fn = NULL;
+    gm_inside_enter(); /* the runtime's own driver calls are not the program's */
+    if (!g || !sym || g(&fn, sym) != cudaSuccess)
+        fn = NULL;
+    gm_inside_leave();
+    if (fn && sym && key)
+        tab_put(sym_tab, key, (void *)((uintptr_t)fn + 1));
+    return (CUfunction)fn;
+}
+
+/* ---- candidate words ----------------------------------------------------------------- */
+
+static void words_init(struct gm_uses_op *ws, size_t need)
+{
+    ws->n = 0;
+    ws->w = ws->stack;
+    ws->cap = GM_USES_STACK_WORDS;
+    if (need > GM_USES_STACK_WORDS) {
+        uint64_t *p = malloc(need * sizeof *p);
+        if (p) {
+            ws->w = p;
+            ws->cap = need;
+        }
+    }
+}
+
+static void words_free(struct gm_uses_op *ws)
+{
+    if (ws->w != ws->stack)
+        free(ws->w);
+}
+
+static inline void scan(struct gm_uses_op *ws, const unsigned char *base, size_t size)
+{
+    for (size_t o = 0; o + 8 <= size && ws->n < ws->cap; o += 8) {
+        uint64_t v;
+        memcpy(&v, base + o, 8); /* kernel arguments need not be 8-aligned in host memory */
+        if (maybe_allocation(v))
+            ws->w[ws->n++] = v;
+    }
+}
+
+/* The packed buffer of the `extra` form, or NULL. */
+static const unsigned char *extra_buffer(void **extra, size_t *size)
+{
+    const unsigned char *buf = NULL;
+    *size = 0;
+    for (size_t i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1])
+            *size = *(const size_t *)extra[i + 1];
+    }
+    return buf;
+}
+
+static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **params, void **extra)
+{
+    size_t bsize = 0;
+    const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
+    if (fi && fi->layout) {
+        words_init(ws, fi->max_words);
+        for (unsigned i = 0; i < fi->nparams; i++) {
+            const unsigned char *p = params ? (const unsigned char *)params[i]
+                                   : buf && fi->p[i].off + (size_t)fi->p[i].size <= bsize
+                                       ? buf + fi->p[i].off
+                                       : NULL;
+            if (p)
+                scan(ws, p, fi->p[i].size);
+        }
+        return;
+    }
+    /* No layout: a kernelParams array cannot be walked (its length is unknown), but a packed
+     * buffer can, word by word. */
+    words_init(ws, buf ? bsize / 8 : 0);
+    if (buf)
+        scan(ws, buf, bsize);
+}
+
+/* ---- timing (GPUMEM_USES=timed) --------------------------------------------------------- */
+
+struct timing {
+    CUcontext ctx;
+    CUevent a, b;
+    struct timing *next;
+};
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct timing *pool;
+static CUevent ref_event;
+static uint64_t ref_ns;
+static _Atomic int ref_state; /* 0 not yet, 1 ready, 2 failed */
+
+static void pool_put(struct timing *t)
+{
+    pthread_mutex_lock(&pool_lock);
+    t->next = pool;
+    pool = t;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static struct timing *pool_take(CUcontext ctx)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct timing **pp = &pool, *t = NULL;
+    for (int i = 0; *pp && i < 8; i++, pp = &(*pp)->next)
+        if ((*pp)->ctx == ctx) {
+            t = *pp;
+            *pp = t->next;
+            break;
+        }
+    pthread_mutex_unlock(&pool_lock);
+    if (t)
+        return t;
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->ctx = ctx;
+    if (gm_real.cuEventCreate(&t->a, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        free(t);
+        return NULL;
+    }
+    if (gm_real.cuEventCreate(&t->b, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        gm_real.cuEventDestroy_v2(t->a);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* The reference: an event recorded on a private non-blocking stream (idle, so the event is
+ * reached at once; and never the legacy stream, which a capture elsewhere in the program forbids
+ * touching), synchronized, then read against rec_time_ns(). Once, on the first timed launch
+ * made with a current context. */
+static int ref_ready(void)
+{
+    int st = atomic_load_explicit(&ref_state, memory_order_acquire);
+    if (st)
+        return st == 1;
+    CUcontext ctx = NULL;
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return 0; /* not yet: the runtime makes the context current in its first call */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    st = atomic_load(&ref_state);
+    if (!st) {
+        st = 2;
+        CUstream rs = NULL;
+        if (gm_real.cuEventCreate && gm_real.cuEventElapsedTime &&
+            gm_driver_private_stream(&rs) == CUDA_SUCCESS &&
+            gm_real.cuEventCreate(&ref_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+            if (gm_real.cuEventRecord(ref_event, rs) == CUDA_SUCCESS &&
+                gm_real.cuEventSynchronize(ref_event) == CUDA_SUCCESS) {
+                ref_ns = rec_time_ns();
+                st = 1;
+            }
+        }
+        if (st == 2)
+            gm_warn("GPUMEM_USES=timed: cannot record a reference event; launches are "
+                    "recorded without device times");
+        atomic_store_explicit(&ref_state, st, memory_order_release);
+    }
+    pthread_mutex_unlock(&lock);
+    return st == 1;
+}
+
+static struct timing *timing_begin(CUstream s)
+{
+    if (gm_uses_mode != GM_USES_TIMED || !ref_ready())
+        return NULL;
+    CUcontext ctx = NULL;
+    if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    /* work captured into a graph runs later, if ever: nothing to time now, and events queried
+     * during a capture would be the capture's */
+    if (gm_stream_capturing(s))
+        return NULL;
+    struct timing *t = pool_take(ctx);
+    if (t && gm_real.cuEventRecord(t->a, s) != CUDA_SUCCESS) {
+        pool_put(t);
+        t = NULL;
+    }
+    return t;
+}
+
+static struct timing *timing_end(struct timing *t, CUstream s, CUresult launch_result)
+{
+    if (!t)
+        return NULL;
+    if (launch_result != CUDA_SUCCESS || gm_real.cuEventRecord(t->b, s) != CUDA_SUCCESS) {
+        pool_put(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* The writer thread's resolver (rec_set_timing_resolver). Never blocks unless final. */
+static int uses_timing_resolve(void *token, int final, uint64_t *start_ns, uint64_t *end_ns)
+{
+    struct timing *t = token;
+    /* the events' context on the calling thread (the recorder's writer): asked each time, not
+     * kept in a thread-local, since the resolver may also run on the thread closing the file */
+    CUcontext cur = NULL;
+    if (t->ctx && (gm_real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != t->ctx))
+        gm_real.cuCtxSetCurrent(t->ctx);
+    CUresult q = gm_real.cuEventQuery(t->b);
+    if (q == CUDA_ERROR_NOT_READY) {
+        if (!final)
+            return 0;
+        q = gm_real.cuEventSynchronize(t->b);
+    }
+    float ms_start = 0, ms_len = 0;
+    int ok = q == CUDA_SUCCESS &&
+             gm_real.cuEventElapsedTime(&ms_start, ref_event, t->a) == CUDA_SUCCESS &&
+             gm_real.cuEventElapsedTime(&ms_len, t->a, t->b) == CUDA_SUCCESS;
+    if (ok) {
+        /* start from the reference (float ms: coarse late in a long run), the duration from
+         * the pair itself (precise); a negative value is clock noise between the two */
+        double s = ms_start > 0 ? (double)ms_start * 1e6 : 0;
+        double len = ms_len > 0 ? (double)ms_len * 1e6 : 0;
+        *start_ns = ref_ns + (uint64_t)s;
+        *end_ns = *start_ns + (uint64_t)len;
+    }
+    pool_put(t);
+    return ok ? 1 : -1;
+}
+
+void gm_uses_start(void)
+{
+    if (gm_uses_mode == GM_USES_TIMED)
+        rec_set_timing_resolver(uses_timing_resolve);
+}
+
+/* ---- the entry points ---------------------------------------------------------------- */
+
+
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
+{
+    struct fn_info *tmp;
+    op->device = device;
+    const struct fn_info *fi = fn_info_get(f, &tmp);
+    op->f = f;
+    op->s = s;
+    op->name = fi ? fi->name : 0;
+    op->tmp = tmp;
+    collect(op, fi, params, extra);
+    op->timing = timing_begin(s);
+}
+
+static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint32_t name,
+                          uint64_t bytes, const uint8_t *access)
+{
+    struct timing *t = timing_end(op->timing, op->s, r);
+    if (r == CUDA_SUCCESS) {
+        rec_launch_info li = {
+            .device = op->device,
+            .stream = (uint64_t)(uintptr_t)op->s,
+            .func = (uint64_t)(uintptr_t)op->f,
+            .name = name,
+            .op = kind,
+            .bytes = bytes,
+            .words = op->w,
+            .access = access,
+            .nwords = op->n,
+            .timing = t,
+        };
+        if (!rec_launch(&li) && t)
+            pool_put(t); /* not recorded: the resolver will never see the token */
+    }
+}
+
+void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r)
+{
+    launch_record(op, r, REC_OP_KERNEL, op->name, 0, NULL);
+    words_free(op);
+    free(op->tmp);
+}
+
+static uint32_t op_name(int which)
+{
+    static const char *const names[] = {"memcpy", "memcpy HtoD", "memcpy DtoH", "memcpy DtoD",
+                                        "memcpy HtoH", "memset"};
+    static _Atomic uint32_t ids[sizeof names / sizeof names[0]];
+    if (which < 0 || which >= (int)(sizeof names / sizeof names[0]))
+        which = 0;
+    uint32_t v = atomic_load_explicit(&ids[which], memory_order_relaxed);
+    if (!v) {
+        v = rec_string(names[which]);
+        atomic_store_explicit(&ids[which], v, memory_order_relaxed);
+    }
+    return v;
+}
+
+void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s)
+{
+    op->device = gm_uses_device();
+    op->f = NULL;
+    op->s = s;
+    op->timing = timing_begin(s);
+}
+
+void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst, uint64_t src,
+                      size_t bytes)
+{
+    uint8_t acc[2];
+    op->w = op->stack;
+    op->n = 0;
+    if (maybe_allocation(dst)) {
+        op->w[op->n] = dst;
+        acc[op->n++] = REC_ACC_WRITE;
+    }
+    if (which != GM_COPY_MEMSET && maybe_allocation(src)) {
+        op->w[op->n] = src;
+        acc[op->n++] = REC_ACC_READ;
+    }
+    launch_record(op, r, which == GM_COPY_MEMSET ? REC_OP_MEMSET : REC_OP_COPY, op_name(which),
+                  bytes, acc);
+}
+
+#else /* no recorder linked: nothing to record */
+
+void gm_uses_start(void) {}
+CUfunction gm_uses_func_of_symbol(const void *sym, int device)
+{
+    (void)sym, (void)device;
+    return NULL;
+}
+int gm_uses_device(void) { return -1; }
+void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstream s,
+                          void **params, void **extra)
+{
+    (void)op, (void)device, (void)f, (void)s, (void)params, (void)extra;
+}
+void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r) { (void)op, (void)r; }
+void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s) { (void)op, (void)s; }
+void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst, uint64_t src,
+                      size_t bytes)
+{
+    (void)op, (void)r, (void)which, (void)dst, (void)src, (void)bytes;
+}
+#endif

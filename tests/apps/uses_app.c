@@ -1,0 +1,281 @@
+/*
+ * uses_app — kernel launches, copies and memsets for the access-tracking tests
+ * (tests/integration/preload_uses.sh). Host kernels of the virtual GPU; allocations are named
+ * with gpumem_name (found with dlsym, absent without gpumem) so the test's SQL can use names.
+ *
+ *   uses_app acceptance  one runtime launch whose arguments are an interior pointer into A, a
+ *                        by-value struct {pointer into B, int, pointer into C} and a host
+ *                        pointer; one launch of another kernel through the driver
+ *                        (cuGetProcAddress) on E. D is allocated, named, and never passed.
+ *   uses_app paths       one launch through each launch entry point, each with its own kernel
+ *                        "k_<path>" and its own allocation "p_<path>"
+ *   uses_app copies      runtime and driver copies and memsets on X, Y, Z (names below)
+ *   uses_app sleep N     N launches of a kernel that sleeps 2 ms (device time is real)
+ * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
+ * succeeded and every kernel saw the values it was given.
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim/sim.h"
+
+static int bad, launches, copies;
+static int (*name_fn)(const void *, const char *);
+
+static void check(int ok, const char *what)
+{
+    if (!ok) {
+        printf("uses_app: %s failed\n", what);
+        bad++;
+    }
+}
+#define RT(call) check((call) == cudaSuccess, #call)
+#define DRV(call) check((call) == CUDA_SUCCESS, #call)
+
+static void *dev_alloc(const char *name, size_t n)
+{
+    void *p = NULL;
+    RT(cudaMalloc(&p, n)); /* no memset here: a memset is a use, and D must have none */
+    /* refused when gpumem is off (a bad setting): not the program's failure; the test's SQL
+     * finds no name then */
+    if (name_fn && name_fn(p, name) != 0)
+        fprintf(stderr, "uses_app: gpumem_name(%s) refused\n", name);
+    return p;
+}
+
+static CUfunction kernel(const char *name, sim_host_kernel_fn fn, unsigned n, const size_t *sz)
+{
+    CUfunction f = NULL;
+    DRV(sim_register_kernel(name, fn, n, sz, &f));
+    return f;
+}
+
+/* cuGetProcAddress, the way cuBLAS or a static runtime reach the driver */
+static void *driver_entry(const char *name)
+{
+    static CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    if (!gpa) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW);
+        gpa = h ? (CUresult(*)(const char *, void **, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult *))dlsym(h, "cuGetProcAddress_v2")
+                : NULL;
+        if (!gpa) {
+            printf("uses_app: no cuGetProcAddress_v2\n");
+            exit(2);
+        }
+    }
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (gpa(name, &p, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || !p) {
+        printf("uses_app: no %s\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+/* ---- acceptance ---------------------------------------------------------------------------- */
+
+struct pair {
+    float *b; /* into B */
+    int n;
+    float *c; /* into C */
+};
+
+static void k_mix(void **p)
+{
+    float *a = *(float **)p[0];
+    struct pair pr = *(struct pair *)p[1];
+    int *host = *(int **)p[2];
+    a[0] = (float)pr.n;
+    pr.b[0] += 1;
+    pr.c[0] += 2;
+    *host = 7;
+}
+
+static void k_one(void **p)
+{
+    float *e = *(float **)p[0];
+    e[1] = 5;
+}
+
+static void acceptance(void)
+{
+    char *A = dev_alloc("A", 4096), *B = dev_alloc("B", 4096), *C = dev_alloc("C", 4096);
+    char *D = dev_alloc("D", 4096), *E = dev_alloc("E", 4096);
+    (void)D;
+    size_t mix_sz[] = {sizeof(float *), sizeof(struct pair), sizeof(int *)};
+    CUfunction mix = kernel("k_mix", k_mix, 3, mix_sz);
+    size_t one_sz[] = {sizeof(float *)};
+    CUfunction one = kernel("k_one", k_one, 1, one_sz);
+
+    float *a_in = (float *)(A + 256); /* interior */
+    struct pair pr = {(float *)B, 3, (float *)(C + 1024)};
+    int host = 0;
+    int *hp = &host;
+    void *args[] = {&a_in, &pr, &hp};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel((const void *)mix, g, b, args, 0, 0));
+    launches++;
+    check(host == 7, "k_mix wrote the host int");
+
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **) = driver_entry("cuLaunchKernel");
+    float *e = (float *)E;
+    void *eargs[] = {&e};
+    DRV(launch(one, 1, 1, 1, 1, 1, 1, 0, NULL, eargs, NULL));
+    launches++;
+    RT(cudaDeviceSynchronize());
+    float got[2];
+    RT(cudaMemcpy(got, E, sizeof got, cudaMemcpyDeviceToHost));
+    copies++;
+    check(got[1] == 5, "k_one result");
+}
+
+/* ---- every launch path ------------------------------------------------------------------- */
+
+static void k_touch(void **p)
+{
+    int *x = *(int **)p[0];
+    x[0] += 1;
+}
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+cudaError_t cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+
+static void paths(void)
+{
+    static const char *const names[] = {
+        "rt",          "rt_ptsz",    "rt_ex",      "rt_coop",      "drv_sym",   "drv_sym_ex",
+        "drv_sym_coop", "drv_proc",  "drv_proc_ex", "drv_proc_coop", "drv_extra"};
+    enum { N = sizeof names / sizeof names[0] };
+    size_t sz[] = {sizeof(int *)};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
+                          .blockDimY = 1, .blockDimZ = 1};
+    cudaLaunchConfig_t rcfg = {.gridDim = {1, 1, 1}, .blockDim = {1, 1, 1}};
+    launch_fn proc_launch = driver_entry("cuLaunchKernel");
+    launch_ex_fn proc_ex = driver_entry("cuLaunchKernelEx");
+    CUresult (*proc_coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          unsigned, CUstream, void **) = driver_entry("cuLaunchCooperativeKernel");
+    for (int i = 0; i < N; i++) {
+        char kname[64], pname[64];
+        snprintf(kname, sizeof kname, "k_%s", names[i]);
+        snprintf(pname, sizeof pname, "p_%s", names[i]);
+        int *x = dev_alloc(pname, 512);
+        RT(cudaMemset(x, 0, 512));
+        copies++;
+        CUfunction f = kernel(kname, k_touch, 1, sz);
+        void *args[] = {&x};
+        struct {
+            int *x;
+        } buf = {x};
+        size_t bufsize = sizeof buf;
+        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &buf, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                         &bufsize, CU_LAUNCH_PARAM_END};
+        const void *sym = (const void *)f;
+        switch (i) {
+        case 0: RT(cudaLaunchKernel(sym, g, b, args, 0, 0)); break;
+        case 1: RT(cudaLaunchKernel_ptsz(sym, g, b, args, 0, 0)); break;
+        case 2: RT(cudaLaunchKernelExC(&rcfg, sym, args)); break;
+        case 3: RT(cudaLaunchCooperativeKernel(sym, g, b, args, 0, 0)); break;
+        case 4: DRV(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); break;
+        case 5: DRV(cuLaunchKernelEx(&cfg, f, args, NULL)); break;
+        case 6: DRV(cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args)); break;
+        case 7: DRV(proc_launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); break;
+        case 8: DRV(proc_ex(&cfg, f, args, NULL)); break;
+        case 9: DRV(proc_coop(f, 1, 1, 1, 1, 1, 1, 0, NULL, args)); break;
+        case 10: DRV(proc_launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra)); break;
+        }
+        launches++;
+        int v = 0;
+        RT(cudaMemcpy(&v, x, sizeof v, cudaMemcpyDeviceToHost));
+        copies++;
+        if (v != 1) {
+            printf("uses_app: path %s: kernel did not run once (%d)\n", names[i], v);
+            bad++;
+        }
+    }
+}
+
+/* ---- copies and memsets ------------------------------------------------------------------ */
+
+static void copy_ops(void)
+{
+    char host[4096];
+    memset(host, 1, sizeof host);
+    char *X = dev_alloc("X", 4096), *Y = dev_alloc("Y", 4096), *Z = dev_alloc("Z", 4096);
+    char *W = dev_alloc("W", 4096);
+    cudaStream_t s;
+    RT(cudaStreamCreate(&s));
+    RT(cudaMemcpy(X, host, 1024, cudaMemcpyHostToDevice));        /* X written */
+    RT(cudaMemcpy(Y, X, 1024, cudaMemcpyDeviceToDevice));         /* X read, Y written */
+    RT(cudaMemcpyAsync(host, Y + 8, 64, cudaMemcpyDeviceToHost, s)); /* Y read */
+    RT(cudaMemsetAsync(W, 0, 128, s));                            /* W written */
+    RT(cudaStreamSynchronize(s));
+    copies += 4;
+    CUresult (*htod)(CUdeviceptr, const void *, size_t) = driver_entry("cuMemcpyHtoD");
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t) = driver_entry("cuMemcpyDtoH");
+    CUresult (*d32)(CUdeviceptr, unsigned, size_t) = driver_entry("cuMemsetD32");
+    DRV(htod((CUdeviceptr)Z, host, 256)); /* Z written */
+    DRV(d32((CUdeviceptr)(Z + 512), 7u, 16)); /* Z written */
+    DRV(dtoh(host, (CUdeviceptr)(Z + 512), 64)); /* Z read */
+    copies += 3;
+    unsigned v = 0;
+    memcpy(&v, host, sizeof v);
+    check(v == 7u, "cuMemsetD32 value read back");
+    RT(cudaStreamDestroy(s));
+}
+
+/* ---- sleeping kernel (timed mode) -------------------------------------------------------- */
+
+static void k_sleep(void **p)
+{
+    int *x = *(int **)p[0];
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+    x[0]++;
+}
+
+static void sleeper(int n)
+{
+    int *x = dev_alloc("S", 512);
+    RT(cudaMemset(x, 0, 512));
+    copies++;
+    size_t sz[] = {sizeof(int *)};
+    CUfunction f = kernel("k_sleep", k_sleep, 1, sz);
+    void *args[] = {&x};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    for (int i = 0; i < n; i++) {
+        RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+        launches++;
+    }
+    RT(cudaDeviceSynchronize());
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "acceptance";
+    name_fn = (int (*)(const void *, const char *))dlsym(RTLD_DEFAULT, "gpumem_name");
+    RT(cudaFree(NULL));
+    if (!strcmp(mode, "acceptance"))
+        acceptance();
+    else if (!strcmp(mode, "paths"))
+        paths();
+    else if (!strcmp(mode, "copies"))
+        copy_ops();
+    else if (!strcmp(mode, "sleep"))
+        sleeper(argc > 2 ? atoi(argv[2]) : 3);
+    else {
+        printf("uses_app: unknown mode '%s'\n", mode);
+        return 2;
+    }
+    printf("uses_app: %s launches %d copies %d\n", mode, launches, copies);
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Access tracking, capture side (GPUMEM_USES), checked in the recorded database. Properties:
+#  - acceptance: a runtime launch whose arguments are an interior pointer into A, a by-value
+#    struct holding pointers into B and C plus an int, and a host pointer, then a launch through
+#    the driver (cuGetProcAddress) on E: exactly A, B, C and E get uses, D (allocated, named,
+#    never passed) none; k_mix's uses are exactly A, B, C; the int and the host pointer give
+#    nothing;
+#  - every launch path (runtime plain/_ptsz/ExC/cooperative, driver by symbol plain/Ex/
+#    cooperative, through cuGetProcAddress plain/Ex/cooperative, the `extra` buffer form) is
+#    recorded exactly once: launch events = launches the program made, each kernel once, each
+#    path's allocation used by exactly its kernel; the GPUMEM_STATS launch counter agrees;
+#  - copies and memsets carry their direction: destination written (2), source read (1);
+#  - record mode (the program's allocator) sees the same uses;
+#  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
+#  - GPUMEM_USES=bogus prints one line naming the variable and the accepted values, and gpumem
+#    runs off (the program is unaffected);
+#  - GPUMEM_USES=timed gives every launch of a kernel that sleeps 2 ms a start and an end on the
+#    recorder's clock, start <= end, at least ~2 ms apart, in launch order, inside the run.
+source tests/integration/preload_common.bash
+need "$LIB" "$APPS/uses_app"
+command -v sqlite3 >/dev/null || { echo "preload_uses.sh: sqlite3 not found" >&2; exit 77; }
+
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+# run MODE DB [env...] -- args: the app under the preload with GPUMEM_DB=DB
+run_app() { local db=$1 out=$2; shift 2
+  env GPUMEM_DB="$db" GPUMEM_STATS=1 LD_PRELOAD="$LIB" "$@" >"$out" 2>"$out.err"; }
+# names of the allocations that have uses, joined by spaces (optionally for one kernel)
+used_names() { q "$1" "SELECT group_concat(name, ' ') FROM (SELECT DISTINCT a.name FROM uses u
+  JOIN allocations a ON a.id = u.birth ${2:+JOIN strings s ON s.id = u.kernel WHERE s.s = '$2'}
+  ORDER BY a.name);"; }
+
+# ---- acceptance ------------------------------------------------------------------------------
+DB=$TMP/acc.db
+run_app "$DB" "$TMP/acc.out" "$APPS/uses_app" acceptance || { fail "uses_app acceptance"; cat "$TMP/acc.out" "$TMP/acc.out.err"; }
+check_eq "meta uses (default)" "$(q "$DB" "SELECT value FROM meta WHERE key = 'uses';")" 1
+check_eq "allocations with uses" "$(used_names "$DB")" "A B C E"
+check_eq "k_mix uses (interior A, struct B and C)" "$(used_names "$DB" k_mix)" "A B C"
+check_eq "k_one uses (driver through cuGetProcAddress)" "$(used_names "$DB" k_one)" "E"
+check_eq "D has no use" "$(q "$DB" "SELECT count(*) FROM uses u JOIN allocations a ON a.id = u.birth WHERE a.name = 'D';")" 0
+check_eq "kernel argument access unknown (0)" "$(q "$DB" "SELECT group_concat(DISTINCT u.access) FROM uses u JOIN launches l ON l.seq = u.seq WHERE l.op = 0;")" 0
+check_eq "no use outside a known allocation" "$(q "$DB" "SELECT count(*) FROM uses WHERE birth NOT IN (SELECT id FROM allocations);")" 0
+check_eq "launch rows = launch events" "$(q "$DB" "SELECT count(*) FROM launches;")" "$(q "$DB" "SELECT count(*) FROM events WHERE kind = 20;")"
+check_eq "untimed by default" "$(q "$DB" "SELECT count(*) FROM launches WHERE start_ns IS NOT NULL OR end_ns IS NOT NULL;")" 0
+
+# ---- every launch path, each once ---------------------------------------------------------------
+DB=$TMP/paths.db
+run_app "$DB" "$TMP/paths.out" "$APPS/uses_app" paths || { fail "uses_app paths"; cat "$TMP/paths.out" "$TMP/paths.out.err"; }
+read -r made < <(awk '/^uses_app: paths launches/ {print $4}' "$TMP/paths.out")
+check_eq "paths: launches made" "$made" 11
+check_eq "paths: kernel launch events = launches made" "$(q "$DB" "SELECT count(*) FROM launches WHERE op = 0;")" "$made"
+check_eq "paths: GPUMEM_STATS launch counter" "$(stat "$TMP/paths.out.err" launch)" "$made"
+for p in rt rt_ptsz rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop drv_extra; do
+  n=$(q "$DB" "SELECT count(*) FROM launches l JOIN strings s ON s.id = l.kernel WHERE s.s = 'k_$p';")
+  u=$(used_names "$DB" "k_$p")
+  if [[ $n == 1 && $u == "p_$p" ]]; then pass "path $p: one launch, uses p_$p"
+  else fail "path $p: $n launch(es), uses '$u' (expected 1, p_$p)"; fi
+done
+
+# ---- copies and memsets: direction -------------------------------------------------------------
+# acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
+acc() { q "$1" "SELECT group_concat(access) FROM (SELECT DISTINCT u.access FROM uses u
+  JOIN allocations a ON a.id = u.birth JOIN launches l ON l.seq = u.seq
+  WHERE a.name = '$2' AND l.op = $3 ORDER BY u.access DESC);"; }
+copies_checks() { local DB=$1 what=$2
+  check_eq "$what: X copy accesses (HtoD write, DtoD read)" "$(acc "$DB" X 1)" "2,1"
+  check_eq "$what: Y copy accesses (DtoD write, DtoH read)" "$(acc "$DB" Y 1)" "2,1"
+  check_eq "$what: W memset writes" "$(acc "$DB" W 2)" "2"
+  check_eq "$what: Z driver copies (HtoD write, DtoH read)" "$(acc "$DB" Z 1)" "2,1"
+  check_eq "$what: Z driver memset writes" "$(acc "$DB" Z 2)" "2"
+  check_eq "$what: copy/memset events" "$(q "$DB" "SELECT count(*) FROM launches WHERE op IN (1, 2);")" 7
+  check_eq "$what: bytes of the DtoD copy" "$(q "$DB" "SELECT l.bytes FROM launches l JOIN strings s ON s.id = l.kernel WHERE s.s = 'memcpy DtoD';")" 1024
+}
+DB=$TMP/copies.db
+run_app "$DB" "$TMP/copies.out" "$APPS/uses_app" copies || { fail "uses_app copies"; cat "$TMP/copies.out" "$TMP/copies.out.err"; }
+copies_checks "$DB" "replace mode"
+DB=$TMP/copies-rec.db
+run_app "$DB" "$TMP/copies-rec.out" GPUMEM_MODE=record "$APPS/uses_app" copies || fail "uses_app copies, record mode"
+copies_checks "$DB" "record mode"
+DB=$TMP/acc-rec.db
+run_app "$DB" "$TMP/acc-rec.out" GPUMEM_MODE=record "$APPS/uses_app" acceptance || fail "uses_app acceptance, record mode"
+check_eq "record mode: allocations with uses" "$(used_names "$DB")" "A B C E"
+
+# ---- GPUMEM_USES=0 / bogus -------------------------------------------------------------------------
+DB=$TMP/off.db
+run_app "$DB" "$TMP/off.out" GPUMEM_USES=0 "$APPS/uses_app" paths || fail "uses_app with GPUMEM_USES=0"
+check_eq "GPUMEM_USES=0: meta" "$(q "$DB" "SELECT value FROM meta WHERE key = 'uses';")" 0
+check_eq "GPUMEM_USES=0: no launch recorded" "$(q "$DB" "SELECT count(*) FROM events WHERE kind = 20;")" 0
+check_eq "GPUMEM_USES=0: no use" "$(q "$DB" "SELECT count(*) FROM uses;")" 0
+check_gt "GPUMEM_USES=0: allocations still recorded" "$(q "$DB" "SELECT count(*) FROM allocations;")" 0
+DB=$TMP/bogus.db
+run_app "$DB" "$TMP/bogus.out" GPUMEM_USES=bogus "$APPS/uses_app" acceptance || fail "uses_app with GPUMEM_USES=bogus"
+check_eq "GPUMEM_USES=bogus: one line on stderr" "$(grep -c '^gpumem: ' "$TMP/bogus.out.err")" 1
+if grep -q "^gpumem: GPUMEM_USES: unknown value 'bogus' (accepted: 0, 1, timed); gpumem is off$" "$TMP/bogus.out.err"; then
+  pass "GPUMEM_USES=bogus: the line names the variable, the value and the accepted values"
+else fail "GPUMEM_USES=bogus: unexpected message: $(grep '^gpumem: ' "$TMP/bogus.out.err")"; fi
+check_eq "GPUMEM_USES=bogus: gpumem off" "$(awk '$1=="gpumem-stats" && $3=="mode" {print $4}' "$TMP/bogus.out.err")" off
+check_eq "GPUMEM_USES=bogus: the program still ran" "$(grep -c '^uses_app: acceptance launches 2' "$TMP/bogus.out")" 1
+
+# ---- GPUMEM_USES=timed ---------------------------------------------------------------------------
+DB=$TMP/timed.db
+run_app "$DB" "$TMP/timed.out" GPUMEM_USES=timed "$APPS/uses_app" sleep 4 || { fail "uses_app sleep, timed"; cat "$TMP/timed.out.err"; }
+check_eq "timed: meta" "$(q "$DB" "SELECT value FROM meta WHERE key = 'uses';")" timed
+K="FROM launches l JOIN strings s ON s.id = l.kernel WHERE s.s = 'k_sleep'"
+check_eq "timed: k_sleep launches" "$(q "$DB" "SELECT count(*) $K;")" 4
+check_eq "timed: every launch has start and end" "$(q "$DB" "SELECT count(*) $K AND l.start_ns IS NOT NULL AND l.end_ns IS NOT NULL AND l.start_ns <= l.end_ns;")" 4
+check_eq "timed: device time of a 2 ms kernel >= 1.9 ms" "$(q "$DB" "SELECT count(*) $K AND l.end_ns - l.start_ns >= 1900000;")" 4
+check_eq "timed: launches in order, not overlapping" "$(q "$DB" "SELECT count(*) FROM (SELECT l.start_ns, lag(l.end_ns) OVER (ORDER BY l.seq) AS prev $K) WHERE prev IS NOT NULL AND start_ns < prev;")" 0
+check_eq "timed: device times inside the run (after the first event, before the last)" \
+  "$(q "$DB" "SELECT count(*) $K AND l.start_ns >= (SELECT min(t) FROM events) AND l.end_ns <= (SELECT max(t) FROM events) + 1000000000;")" 4
+finish

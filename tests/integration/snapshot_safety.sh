@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Data safety of the database file: gpumem never overwrites a file that is not one of its own
+# databases (gpumem record -o and GPUMEM_DB alike), --force / GPUMEM_DB_FORCE=1 replace it,
+# symbolic links are never followed, and an earlier recording (even one killed at once) is
+# replaced without a word.
+source tests/integration/snapshot_common.bash
+need "$GPUMEM"
+APPRT=$BUILD/tests/apps/rt_app
+if [[ ! -f $BUILD/libgpumem.so || ! -x $APPRT ]]; then
+  echo "skipped: libgpumem.so or tests/apps/rt_app not built" >&2; exit 77
+fi
+cd "$TMP" || fail "no scratch directory"
+G=$OLDPWD/$GPUMEM A=$OLDPWD/$APPRT LIB=$OLDPWD/$BUILD/libgpumem.so SIM=$OLDPWD/$BUILD/sim
+unset GPUMEM_QUIET
+
+# a user's file given as -o: exit 2 before the program runs, the file byte-identical
+echo 'print(1)' > t.py && cp t.py t.orig
+"$G" record -o t.py -- sh -c 'touch ran' > out 2> err; rc=$?
+[[ $rc -eq 2 ]] || fail "record -o t.py exited $rc, expected 2"
+cmp -s t.py t.orig || fail "t.py was changed"
+[[ ! -e ran ]] || fail "the program ran although the database could not be written"
+[[ $(wc -l < err) -eq 1 ]] && grep -q "t.py exists and is not a gpumem database.*--force" err \
+  || { cat err; fail "not one line naming the file and --force"; }
+
+# another program's SQLite database is not ours either
+sqlite3 other.db 'CREATE TABLE t(a); INSERT INTO t VALUES (42);' || fail "sqlite3 failed"
+cp other.db other.orig
+"$G" record -q -o other.db -- true 2> err; rc=$?
+[[ $rc -eq 2 ]] && cmp -s other.db other.orig || fail "another SQLite database was not refused (rc $rc)"
+
+# the same through GPUMEM_DB: the program runs on (unharmed), nothing is written
+GPUMEM_DB=t.py LD_PRELOAD=$LIB LD_LIBRARY_PATH=$SIM "$A" > out 2> err; rc=$?
+[[ $rc -eq 0 ]] || { cat err; fail "the program failed under GPUMEM_DB=t.py (rc $rc)"; }
+cmp -s t.py t.orig || fail "GPUMEM_DB=t.py changed t.py"
+grep -q "recorder: t.py exists and is not a gpumem database; not overwriting it" err \
+  || { cat err; fail "GPUMEM_DB=t.py: no refusal line"; }
+
+# --force replaces it with a database that reads
+"$G" record -q --force -o t.py -- "$A" > out 2> err; rc=$?
+[[ $rc -eq 0 ]] || { cat err; fail "record --force exited $rc"; }
+"$G" report t.py > rep || fail "the forced database does not read"
+grep -q "peak allocated" rep || fail "the forced database has no report"
+
+# an earlier recording is replaced without --force, also through GPUMEM_DB
+"$G" record -q -o t.py -- "$A" > out 2> err || { cat err; fail "re-recording over a gpumem database failed"; }
+GPUMEM_DB=t.py LD_PRELOAD=$LIB LD_LIBRARY_PATH=$SIM "$A" > out 2> err || fail "GPUMEM_DB over a gpumem database failed"
+grep -q "not overwriting" err && fail "a gpumem database was refused"
+"$G" report t.py > /dev/null || fail "the replaced database does not read"
+
+# a recording killed right after it started is still known as ours
+GPUMEM_DB=k.db LD_PRELOAD=$LIB LD_LIBRARY_PATH=$SIM "$OLDPWD/$BUILD/train_gpt2_sim" --steps 100000 > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 200); do [[ -s k.db ]] && break; sleep 0.01; done
+kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
+[[ -s k.db ]] || echo "note: the killed run left an empty file (replaceable anyway)" >&2
+"$G" record -q -o k.db -- "$A" > /dev/null 2> err || { cat err; fail "a killed recording was not replaced"; }
+
+# an empty file is replaced
+: > empty.db
+"$G" record -q -o empty.db -- "$A" > /dev/null 2> err || { cat err; fail "an empty file was not replaced"; }
+
+# symbolic links are never followed, not even with --force
+ln -s t.orig link.db
+"$G" record -q --force -o link.db -- true 2> err; rc=$?
+[[ $rc -eq 2 ]] && grep -q "symbolic link" err || fail "a symlink was not refused (rc $rc)"
+[[ $(cat t.orig) == 'print(1)' ]] || fail "the symlink's target changed"
+
+# a missing directory is said before the program runs
+"$G" record -q -o nodir/x.db -- sh -c 'touch ran2' 2> err; rc=$?
+[[ $rc -eq 2 && ! -e ran2 ]] && grep -q "directory nodir does not exist" err || fail "missing directory (rc $rc)"
+# record summarises the database this run wrote, or says why there is none (never an old file)
+"$G" record -o same.db -- "$A" > /dev/null 2> err || fail "first run failed"
+GPUMEM_LIMIT=bogus "$G" record -o same.db -- "$A" > /dev/null 2> err
+grep -q "recorded to" err && { cat err; fail "a run that recorded nothing summarised an old file"; }
+grep -q "nothing was recorded: GPUMEM_LIMIT: bad size 'bogus'" err || { cat err; fail "no reason for the missing database"; }
+GPUMEM_MODE=off "$G" record -o same.db -- "$A" > /dev/null 2> err
+grep -q "nothing was recorded: GPUMEM_MODE=off" err || { cat err; fail "GPUMEM_MODE=off: wrong reason"; }
+# two runs with one -o at once: each summarises its own file
+"$G" record -o c.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 40 > /dev/null 2> a.err &
+for _ in $(seq 300); do [[ -s c.db ]] && break; sleep 0.01; done
+"$G" record -o c.db -- "$A" > /dev/null 2> b.err
+wait
+grep -q "recorded to c.db;" a.err || { cat a.err; fail "the first run did not summarise c.db"; }
+second=$(sed -n 's/.*recorded to \(c-[0-9]*\.db\);.*/\1/p' b.err)
+[[ -n $second ]] || { cat b.err; fail "the second run did not summarise its own c-<pid>.db"; }
+# and the summary's numbers are that file's: rt_app's allocations, not the trainer's
+n=$("$G" sql "$second" -c "SELECT count(*) FROM events WHERE kind IN (1,3)" | tail -1)
+grep -q ", $n allocations," b.err || { cat b.err; fail "the second summary does not match $second ($n allocations)"; }
+# a shell wrapper forks before the program: the summary still finds the program's database
+"$G" record -o 'w-%p.db' -- sh -c "\"$A\" > /dev/null; true" 2> err
+grep -q "recorded to w-[0-9]*\.db" err || { cat err; fail "no summary through a shell wrapper"; }
+# readers never change a recording: gpumem sql is read-only unless --write
+before=$("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1)
+"$G" sql t.py -c "DELETE FROM events" > /dev/null 2> err; rc=$?
+[[ $rc -eq 3 ]] && grep -q "read-only.*--write" err || { cat err; fail "DELETE through gpumem sql was not refused clearly (rc $rc)"; }
+[[ $("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1) == "$before" ]] || fail "events were deleted"
+"$G" sql t.py "SELECT 1" > /dev/null 2> err; [[ $? -eq 2 ]] && grep -q "after -c" err || fail "a query without -c gets no hint"
+"$G" sql --write t.py -c "UPDATE meta SET value = 'edited' WHERE key = 'hostname'" > /dev/null || fail "--write refused"
+[[ $("$G" sql t.py -c "SELECT value FROM meta WHERE key = 'hostname'" | tail -1) == edited ]] || fail "--write did not write"
+
+# crash recovery: a killed recording is two files until a report folds the WAL in; then one
+# file holds everything and can be copied alone
+"$G" record -q -o killed.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 100000 > /dev/null 2>&1 &
+for _ in $(seq 500); do [[ -s killed.db-wal && $(stat -c %s killed.db-wal) -gt 200000 ]] && break; sleep 0.01; done
+pkill -9 -f "^$OLDPWD/$BUILD/train_gpt2_sim --steps 100000"; wait 2> /dev/null
+[[ -e killed.db-wal ]] || fail "expected a WAL file next to the killed recording"
+"$G" report killed.db > rep1 || fail "report on the killed recording failed"
+[[ ! -e killed.db-wal ]] || fail "the WAL was not folded into killed.db by the report"
+cp killed.db elsewhere.db
+"$G" report elsewhere.db > rep2 || fail "the copied file alone does not read"
+grep -q "peak allocated" rep2 || fail "the copy has no report"
+echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, symlinks never followed"
