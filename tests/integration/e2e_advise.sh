@@ -78,15 +78,19 @@ jq -e '.plan == null and .shortfall_bytes > 0' "$TMP/b.json" > /dev/null || fail
 ok "--budget 300M exits 1: $(grep 'alone are' "$TMP/b.txt")"
 
 # ---- no uses recorded: recompute and accumulation advice all the same, with the note
-"$GM" advise "$TMP/g2.db" > "$TMP/a.txt"
+GPUMEM_USES=0 "$GM" record -q -o "$TMP/nouses.db" -- "$TRAIN" "${G2[@]}" > "$TMP/out.txt" 2>&1 || fail "gpt2 run without uses"
+"$GM" advise "$TMP/nouses.db" > "$TMP/a.txt"
 grep -q "uses: none recorded" "$TMP/a.txt" || fail "no note about missing uses"
+"$GM" advise "$TMP/nouses.db" --json > "$TMP/nu.json"
 jq -e '.uses == false and ([.recommendations[] | select(.technique == "recompute" or .technique == "accum")] | length >= 4)' \
-  "$TMP/g2.json" > /dev/null || fail "no recompute/accumulation advice without uses"
+  "$TMP/nu.json" > /dev/null || fail "no recompute/accumulation advice without uses"
+jq -e --slurpfile u "$TMP/g2.json" '[.recommendations[] | [.flags, .predicted]] - [$u[0].recommendations[] | [.flags, .predicted]] == []' \
+  "$TMP/nu.json" > /dev/null || fail "the predictions without uses differ from those with uses"
 ok "without uses: recompute and accumulation advice, and the note"
 
 # ---- not the trainer: the same recording under another command line gets words, not flags
 cp "$TMP/g2.db" "$TMP/other.db"
-"$GM" sql "$TMP/other.db" -c "UPDATE meta SET value = 'python3 train.py --batch 8' WHERE key = 'cmdline'" > /dev/null
+"$GM" sql "$TMP/other.db" --write -c "UPDATE meta SET value = 'python3 train.py --batch 8' WHERE key = 'cmdline'" > /dev/null
 "$GM" advise "$TMP/other.db" --json > "$TMP/o.json"
 jq -e '(.recommendations | length) as $n | .trainer == false and $n > 0
        and ([.recommendations[] | select(.flags == null and (.how | test("torch")))] | length == $n)' \
