@@ -210,11 +210,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload)) rc = adv_stash(&m, &so, c->link_bps, &ss);
     if (!rc) rc = adv_replay(&m, &s->r, err, errsz);
-    if (getenv("GPUMEM_ADVISE_DEBUG")) {
-        char t[256];
-        spec_flags(s, t, sizeof t);
-        fprintf(stderr, "advise: %s: %zu events, replay %.3f s\n", t, m.nevs, s->r.seconds);
-    }
+
     else snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
     if (rc) return -1;
