@@ -254,6 +254,49 @@ static int load_sites(gm_db *d, adv_model *m, u64map *site) {
 
 typedef struct name_ev { uint64_t seq, addr; uint32_t name; } name_ev;
 
+/* The use times of every recorded allocation (uses joined to their launch events), as sorted
+ * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
+static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT u.birth, e.t FROM uses u JOIN events e ON e.seq = u.seq "
+                                  "ORDER BY u.birth, e.t", -1, &s, NULL) != SQLITE_OK)
+        return;
+    uint64_t *off = calloc(m->nrecorded + 2, sizeof *off);
+    uint64_t *t = malloc((m->nuses + 1) * sizeof *t);
+    uint32_t *who = malloc((m->nuses + 1) * sizeof *who);
+    size_t n = 0;
+    int ok = off && t && who;
+    while (ok && sqlite3_step(s) == SQLITE_ROW && n < m->nuses) {
+        uint64_t *a = u64map_get(seq_idx, (uint64_t)sqlite3_column_int64(s, 0));
+        if (!a) continue;
+        who[n] = (uint32_t)*a;
+        t[n++] = (uint64_t)sqlite3_column_int64(s, 1);
+        off[*a + 1]++;
+    }
+    sqlite3_finalize(s);
+    if (!ok) {
+        free(off), free(t), free(who);
+        return;
+    }
+    for (size_t a = 0; a < m->nrecorded; a++) off[a + 1] += off[a];
+    /* rows came ordered by birth seq, which is allocation order: already grouped */
+    (void)who;
+    free(who);
+    m->use_off = off, m->use_t = t, m->owns_uses = 1;
+}
+
+/* the last use of recorded allocation a at or before t, and its first use at or after u
+ * (0 / UINT64_MAX when none) */
+static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, uint64_t *last, uint64_t *first) {
+    *last = 0, *first = UINT64_MAX;
+    if (!m->use_off || a >= m->nrecorded) return;
+    for (uint64_t i = m->use_off[a]; i < m->use_off[a + 1]; i++) {
+        uint64_t x = m->use_t[i];
+        if (x <= t) *last = x;
+        if (x >= u && x < *first) *first = x;
+    }
+}
+
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     if (grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
@@ -311,6 +354,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
         return -1;
     }
     u64map live = {0};
+    u64map seq_idx = {0}; /* birth seq -> allocation, for the uses */
     uint32_t *stacks = NULL;
     size_t stcap = 0, evcap = 0, nstreams[8] = {0};
     int rc, nomem = 0;
@@ -339,6 +383,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
             }
             m->allocs[a].orig = a;
             stacks[a] = (uint32_t)sqlite3_column_int64(s, 7);
+            if (m->have_uses) u64map_put(&seq_idx, seq, a);
             if (addr != U64MAP_EMPTY) u64map_put(&live, addr, a);
             e.a = a, e.kind = ADV_EV_ALLOC;
             nstreams[stream < 8 ? stream : 7]++;
@@ -392,6 +437,9 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
     }
     u64map_free(&site);
     free(stacks);
+    m->nrecorded = m->nallocs;
+    if (m->have_uses) load_uses(d, m, &seq_idx);
+    u64map_free(&seq_idx);
     size_t best = 0;
     for (size_t i = 1; i < 8; i++)
         if (nstreams[i] > nstreams[best]) best = i;
@@ -408,6 +456,7 @@ void adv_model_free(adv_model *m) {
     free(m->strs);
     u64map_free(&m->str_idx);
     free(m->allocs), free(m->evs), free(m->steps), free(m->ops), free(m->opt_starts);
+    if (m->owns_uses) free(m->use_off), free(m->use_t);
     memset(m, 0, sizeof *m);
 }
 
@@ -427,6 +476,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst) {
     dst->opt_starts = dup_mem(src->opt_starts, src->nopt_starts * sizeof *src->opt_starts);
     dst->strs = calloc(src->nstrs ? src->nstrs : 1, sizeof *dst->strs);
     dst->strs_cap = src->nstrs;
+    dst->owns_uses = 0; /* the uses stay the original's */
     memset(&dst->str_idx, 0, sizeof dst->str_idx);
     int bad = !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
     for (size_t i = 0; !bad && i < src->nstrs; i++) {
@@ -835,7 +885,14 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 s = ba->step >= 0 ? (size_t)ba->step : m->nsteps;
                 in_b[s] += b;
                 uint64_t win = ba->t > fa->t ? ba->t - fa->t : 0;
+                if (m->use_off) {
+                    /* the tensor is idle from its last forward use to its first backward use */
+                    uint64_t last, first;
+                    use_around(m, m->allocs[a].orig, fa->t, ba->t, &last, &first);
+                    if (last && first != UINT64_MAX && first > last) win = first - last, st->windows_from_uses = 1;
+                }
                 if (win < st->window_ns_min) st->window_ns_min = win;
+                if (link_bps > 0 && (double)win * 1e-9 < 2.0 * (double)b / link_bps) st->short_windows++;
                 st->ntensors++;
             }
         if (slot_bytes) {

@@ -72,6 +72,11 @@ typedef struct adv_model {
     uint64_t rec_peak_allocated, rec_peak_reserved;
     int have_uses;      /* the uses table has rows */
     uint64_t nuses;
+    /* with uses: each recorded allocation's use times (events' clock), sorted: those of
+     * allocation a are use_t[use_off[a] .. use_off[a + 1]); shared by copies of the model */
+    uint64_t *use_off, *use_t;
+    size_t nrecorded; /* allocations loaded from the recording (use_off has nrecorded + 1) */
+    int owns_uses;
     int dry_run;        /* no compute recorded (trainer --dry-run) */
 } adv_model;
 
@@ -107,7 +112,12 @@ typedef struct adv_stash_stats {
     uint64_t recompute_bytes;   /* bytes of tensors re-created */
     uint64_t recompute_ns;      /* measured duration of the ops re-run, over the steps after the
                                  * first (all of them when there is one) */
-    uint64_t window_ns_min;     /* shortest stash->restore window of an offloaded tensor */
+    uint64_t window_ns_min;     /* shortest idle window of an offloaded tensor: its last forward
+                                 * use to its first backward use when uses were recorded, else
+                                 * its stash point to its restore point */
+    size_t short_windows;       /* offloaded tensors whose window is shorter than their copies
+                                 * out and in at the link bandwidth (Capuchin's test) */
+    int windows_from_uses;
     uint64_t stall_ns;          /* offload copies not hidden by their phase (link model) */
     size_t ntensors;            /* tensors acted on */
 } adv_stash_stats;

@@ -86,6 +86,8 @@ typedef struct spec {
     double extra_s, stall_s;
     uint64_t host_bytes, pinned_bytes;
     int feasible; /* offload windows cover the copies */
+    size_t short_windows;
+    int windows_from_uses;
     uint64_t meas_alloc, meas_res;
     int measured;
 } spec;
@@ -238,7 +240,10 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     s->stall_s = (double)ss.stall_ns / nsteps / 1e9;
     s->host_bytes = (uint64_t)((2.0 * (double)ss.offload_bytes + (double)os.traffic_bytes) / nsteps);
     s->pinned_bytes = ss.pinned_bytes + os.state_bytes;
-    s->feasible = !s->off_act || (ss.window_ns_min > 0 && (double)ss.window_ns_min * 1e-9 * c->link_bps >= 0 && ss.stall_ns == 0);
+    /* Capuchin: every window covers its copies out and in, and each phase hides its copies */
+    s->feasible = !s->off_act || (ss.short_windows == 0 && ss.stall_ns == 0);
+    s->short_windows = ss.short_windows;
+    s->windows_from_uses = ss.windows_from_uses;
     s->ok = 1;
     return 0;
 }
@@ -276,7 +281,9 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo) {
                  ", \"pinned_bytes\": %" PRIu64 "}",
             s->r.peak_allocated, s->r.peak_reserved, (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved,
             pct(c, s->extra_s), s->extra_s, s->host_bytes, s->pinned_bytes);
-    if (s->off_act) fprintf(out, ", \"offload_feasible\": %s", s->feasible ? "true" : "false");
+    if (s->off_act)
+        fprintf(out, ", \"offload_feasible\": %s, \"short_windows\": %zu, \"windows_from\": \"%s\"", s->feasible ? "true" : "false",
+                s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
     if (s->measured) {
         double ea = s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) / (double)s->meas_alloc : 0;
         double er = s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) / (double)s->meas_res : 0;
@@ -299,7 +306,10 @@ static void text_rec(FILE *out, const ctx *c, const spec *s) {
     fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step (%.1f%%)", target, a, r,
             save < 0 ? "-" : "", sv, s->extra_s, pct(c, s->extra_s));
     if (s->host_bytes) fprintf(out, ", host traffic %s/step, pinned %s", hb, pb);
-    if (s->off_act) fprintf(out, "%s", s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)");
+    if (s->off_act)
+        fprintf(out, "%s; %zu tensors idle too briefly for their copies (windows from %s)",
+                s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)", s->short_windows,
+                s->windows_from_uses ? "uses" : "layer ranges");
     fputc('\n', out);
     if (c->trainer) {
         spec_flags(s, how, sizeof how);
