@@ -491,6 +491,10 @@ int adv_model_copy(const adv_model *src, adv_model *dst) {
     return 0;
 }
 
+size_t adv_steady_step(const adv_model *m) {
+    return m->nsteps < 2 ? 0 : m->nsteps / 2 > 1 ? m->nsteps / 2 : 1;
+}
+
 /* ------------------------------------------------------------------ replay */
 
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz) {
@@ -938,9 +942,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     rw_add(&w, B->first, -1, 3, ev_like(ba, h, ADV_EV_ALLOC, 0));
                     st->recompute_bytes += x.size;
                     size_t op = op_after(m, e->t);
-                    /* the first step's ops run on memory touched for the first time: priced
-                     * from the later steps only (adv_stash_stats.recompute_ns) */
-                    if (op != SIZE_MAX && !opseen[op] && (m->nsteps < 2 || m->ops[op].t >= m->steps[1].start_ns)) {
+                    /* the first steps run on memory touched for the first time, with cold
+                     * caches: priced from the steady steps only (adv_steady_step) */
+                    if (op != SIZE_MAX && !opseen[op] && m->ops[op].t >= m->steps[adv_steady_step(m)].start_ns) {
                         opseen[op] = 1;
                         st->recompute_ns += m->ops[op].dur;
                     }

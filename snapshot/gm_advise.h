@@ -85,6 +85,10 @@ typedef struct adv_model {
  * recorded peaks. Returns 0, or -1 with a message for a person in err. */
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
 void adv_model_free(adv_model *m);
+/* The first step priced as steady: the second half of the steps, and never the first one
+ * (warm-up: first touches, cold caches) when there are several. 0 with one step or none;
+ * m->nsteps must be > 0 for m->steps[...] to be read. */
+size_t adv_steady_step(const adv_model *m);
 /* A deep copy (strings shared by index: the copy owns its own table). 0 or -1 (no memory). */
 int adv_model_copy(const adv_model *src, adv_model *dst);
 const char *adv_str(const adv_model *m, uint32_t i);
@@ -110,8 +114,8 @@ typedef struct adv_stash_stats {
     uint64_t pinned_bytes;      /* host buffers needed (the largest step's offloaded bytes) */
     uint64_t convert_bytes;     /* bf16: fp32 bytes converted (each way) over the trace */
     uint64_t recompute_bytes;   /* bytes of tensors re-created */
-    uint64_t recompute_ns;      /* measured duration of the ops re-run, over the steps after the
-                                 * first (all of them when there is one) */
+    uint64_t recompute_ns;      /* measured duration of the ops re-run, over the steady steps
+                                 * (from adv_steady_step on) */
     uint64_t window_ns_min;     /* shortest idle window of an offloaded tensor: its last forward
                                  * use to its first backward use when uses were recorded, else
                                  * its stash point to its restore point */

@@ -218,7 +218,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     if (rc) return -1;
     double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
     double extra = 0;
-    double rc_ns = (double)ss.recompute_ns * (c->m.nsteps > 1 ? nsteps / (nsteps - 1) : 1);
+    double rc_ns = (double)ss.recompute_ns * nsteps / (nsteps - (double)adv_steady_step(&c->m));
     if (c->gpu) {
         double roof = 2.0 * (double)ss.recompute_bytes / c->gpu->bw * 1e9;
         if (roof > rc_ns) rc_ns = roof;
@@ -589,8 +589,8 @@ int gm_advise_main(int argc, char **argv) {
     }
     c.classes = adv_saved_classes(&c.m, &c.nclasses);
     /* the single techniques */
-    spec *recs = NULL;
-    size_t nrecs = 0, rcap = 0;
+    spec *recs = NULL, *all = NULL, *front = NULL;
+    size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0;
 #define PUSH(arr, n, cap, val)                                                                   \
     do {                                                                                         \
         if ((n) + 1 > (cap)) {                                                                   \
@@ -668,8 +668,6 @@ int gm_advise_main(int argc, char **argv) {
     qsort(recs, nrecs, sizeof *recs, cmp_saving);
     /* combinations: every stack of the single techniques (accumulation: one k at a time;
      * recompute: one choice, or ln+attn+mlp), bounded so a huge trace stays quick */
-    spec *all = NULL;
-    size_t nall = 0, acap = 0;
     {
         unsigned rcs[16];
         size_t nrcs = 0;
@@ -719,8 +717,6 @@ int gm_advise_main(int argc, char **argv) {
             }
     }
     /* the Pareto front: no other combination is both cheaper and smaller */
-    spec *front = NULL;
-    size_t nfront = 0, fcap = 0;
     for (size_t i = 0; i < nall; i++) {
         int dominated = 0;
         for (size_t j = 0; j < nall && !dominated; j++) {
@@ -858,15 +854,17 @@ int gm_advise_main(int argc, char **argv) {
         }
     }
     if (!json && have_budget && !have_plan) fprintf(stderr, "gpumem advise: no combination fits the budget\n");
+done:
     free(front);
     free(all);
-done:
     free(recs);
     free(c.classes);
     adv_model_free(&c.m);
     return rc;
 oom:
     fprintf(stderr, "gpumem advise: out of memory\n");
+    free(front);
+    free(all);
     free(recs);
     free(c.classes);
     adv_model_free(&c.m);
