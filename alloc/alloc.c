@@ -65,6 +65,29 @@ const char *alloc_strerror(int err)
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
+const char *alloc_be_call_name(int call)
+{
+    static const char *const names[ALLOC_BE_NCALLS] = {
+        [ALLOC_BE_CALL_RESERVE] = "reserve",          [ALLOC_BE_CALL_FREE_RANGE] = "free_range",
+        [ALLOC_BE_CALL_CREATE] = "create",            [ALLOC_BE_CALL_RELEASE] = "release",
+        [ALLOC_BE_CALL_MAP] = "map",                  [ALLOC_BE_CALL_SET_ACCESS] = "set_access",
+        [ALLOC_BE_CALL_UNMAP] = "unmap",              [ALLOC_BE_CALL_SEG_ALLOC] = "seg_alloc",
+        [ALLOC_BE_CALL_SEG_FREE] = "seg_free",        [ALLOC_BE_CALL_EVENT_CREATE] = "event_create",
+        [ALLOC_BE_CALL_EVENT_RECORD] = "event_record", [ALLOC_BE_CALL_SYNCHRONIZE] = "synchronize",
+    };
+    return call >= 0 && call < ALLOC_BE_NCALLS ? names[call] : NULL;
+}
+
+_Static_assert(ALLOC_BE_NCALLS == sizeof(((alloc_stats_t *)0)->backend_calls) / sizeof(uint64_t),
+              "alloc_stats_t.backend_calls has one counter per enum alloc_be_call");
+
+/* Counts one backend call of kind k: the total and the per-call figure the reports print. */
+static inline void be_count(alloc_t *a, int k)
+{
+    a->st.num_backend_calls++;
+    a->st.backend_calls[k]++;
+}
+
 static inline void stat_add(alloc_stat_t *s, int64_t d)
 {
     s->current += d;
@@ -382,7 +405,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         return GROW_NOMEM;
     }
     uint64_t addr = 0;
-    a->st.num_backend_calls++;
+    be_count(a, ALLOC_BE_CALL_SEG_ALLOC);
     int rc = be_rc(a, a->be.seg_alloc(a->be.ctx, sz, &addr));
     if (rc != ALLOC_BE_OK) {
         free(s);
@@ -408,7 +431,7 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
 {
     seg_t *s = b->seg;
     if (b->rb.st == B_FREE) free_remove(a, p, b);
-    a->st.num_backend_calls++;
+    be_count(a, ALLOC_BE_CALL_SEG_FREE);
     a->st.num_device_free++;
     be_rc(a, a->be.seg_free(a->be.ctx, s->base, s->size));
     stat_add(&a->st.reserved_bytes, -(int64_t)s->size);
@@ -454,7 +477,7 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
         return GROW_NOMEM;
     }
     uint64_t base = 0;
-    a->st.num_backend_calls++;
+    be_count(a, ALLOC_BE_CALL_RESERVE);
     int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h, &base));
     if (rc != ALLOC_BE_OK) {
         free(r->handles);
@@ -506,13 +529,13 @@ static int map_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
     int rc = ALLOC_BE_OK;
     for (i = 0; i < n; i++) {
         uint64_t handle = 0, at = addr + i * h;
-        a->st.num_backend_calls++;
+        be_count(a, ALLOC_BE_CALL_CREATE);
         rc = be_rc(a, a->be.create(a->be.ctx, h, &handle));
         if (rc != ALLOC_BE_OK) break;
-        a->st.num_backend_calls++;
+        be_count(a, ALLOC_BE_CALL_MAP);
         rc = be_rc(a, a->be.map(a->be.ctx, at, h, handle));
         if (rc != ALLOC_BE_OK) {
-            a->st.num_backend_calls++;
+            be_count(a, ALLOC_BE_CALL_RELEASE);
             a->be.release(a->be.ctx, handle);
             break;
         }
@@ -520,12 +543,13 @@ static int map_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
         r->handles[first + i] = handle;
     }
     if (rc == ALLOC_BE_OK) {
-        a->st.num_backend_calls++;
+        be_count(a, ALLOC_BE_CALL_SET_ACCESS);
         rc = be_rc(a, a->be.set_access(a->be.ctx, addr, len));
     }
     if (rc != ALLOC_BE_OK) { /* undo what this call mapped */
         for (size_t j = 0; j < i; j++) {
-            a->st.num_backend_calls += 2;
+            be_count(a, ALLOC_BE_CALL_UNMAP);
+            be_count(a, ALLOC_BE_CALL_RELEASE);
             a->be.unmap(a->be.ctx, addr + j * h, h);
             a->be.release(a->be.ctx, r->handles[first + j]);
             a->st.num_device_free++;
@@ -549,7 +573,8 @@ static void unmap_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
 {
     size_t h = r->hsize, first = (addr - r->base) / h, n = len / h;
     for (size_t i = 0; i < n; i++) {
-        a->st.num_backend_calls += 2;
+        be_count(a, ALLOC_BE_CALL_UNMAP);
+        be_count(a, ALLOC_BE_CALL_RELEASE);
         a->st.num_device_free++;
         be_rc(a, a->be.unmap(a->be.ctx, addr + i * h, h));
         be_rc(a, a->be.release(a->be.ctx, r->handles[first + i]));
@@ -758,7 +783,7 @@ static int sync_device(alloc_t *a)
 {
     a->st.num_syncs++;
     if (!a->be.synchronize) return ALLOC_BE_OK;
-    a->st.num_backend_calls++;
+    be_count(a, ALLOC_BE_CALL_SYNCHRONIZE);
     return be_rc(a, a->be.synchronize(a->be.ctx));
 }
 
@@ -766,7 +791,7 @@ static void *ev_get(alloc_t *a)
 {
     if (a->nev_pool) return a->ev_pool[--a->nev_pool];
     void *ev = NULL;
-    a->st.num_backend_calls++;
+    be_count(a, ALLOC_BE_CALL_EVENT_CREATE);
     if (be_rc(a, a->be.event_create(a->be.ctx, &ev)) != ALLOC_BE_OK) return NULL;
     return ev;
 }
@@ -866,7 +891,7 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
         if (!only && !st->fenced) continue;
         void *ev = ev_get(a);
         if (!ev) goto fail;
-        a->st.num_backend_calls++;
+        be_count(a, ALLOC_BE_CALL_EVENT_RECORD);
         int rc = be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream));
         if (rc != ALLOC_BE_OK) {
             /* most likely a stream the program destroyed: stop fencing it */
@@ -1525,6 +1550,7 @@ void alloc_destroy(alloc_t *a)
                 if (s->expandable) {
                     for (size_t j = 0; j < s->nslots; j++)
                         if (slot_mapped(s, j)) unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
+                    be_count(a, ALLOC_BE_CALL_FREE_RANGE);
                     a->be.free_range(a->be.ctx, s->base, s->size);
                     free(s->handles);
                     free(s->mapbits);

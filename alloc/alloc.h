@@ -280,6 +280,7 @@ typedef struct alloc_stats {
     uint64_t num_device_alloc;         /* backend seg_alloc + map calls */
     uint64_t num_device_free;          /* backend seg_free + unmap calls */
     uint64_t num_backend_calls;        /* every backend call except event queries */
+    uint64_t backend_calls[12];        /* the same, per call: index enum alloc_be_call */
     uint64_t num_alloc_retries;        /* mallocs that freed cache and retried */
     uint64_t num_ooms;                 /* mallocs that failed with ALLOC_ERR_OOM */
     uint64_t num_syncs;                /* backend synchronize calls */
@@ -287,6 +288,18 @@ typedef struct alloc_stats {
     uint64_t num_gc_runs;  /* garbage collections */
     uint64_t num_releases; /* release-threshold triggered unmaps */
 } alloc_stats_t;
+
+/* The backend calls counted in alloc_stats_t.backend_calls, one per backend function (on CUDA:
+ * cuMemAddressReserve, cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap, cuMemSetAccess,
+ * cuMemUnmap, cuMemAlloc, cuMemFree, cuEventCreate, cuEventRecord, cuCtxSynchronize). */
+enum alloc_be_call {
+    ALLOC_BE_CALL_RESERVE, ALLOC_BE_CALL_FREE_RANGE, ALLOC_BE_CALL_CREATE, ALLOC_BE_CALL_RELEASE,
+    ALLOC_BE_CALL_MAP, ALLOC_BE_CALL_SET_ACCESS, ALLOC_BE_CALL_UNMAP, ALLOC_BE_CALL_SEG_ALLOC,
+    ALLOC_BE_CALL_SEG_FREE, ALLOC_BE_CALL_EVENT_CREATE, ALLOC_BE_CALL_EVENT_RECORD,
+    ALLOC_BE_CALL_SYNCHRONIZE, ALLOC_BE_NCALLS
+};
+/* "reserve", "create", "map", ... (the backend function's name), NULL when out of range. */
+const char *alloc_be_call_name(int call);
 
 void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
 void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
@@ -435,7 +448,8 @@ typedef struct alloc_replay_result {
     size_t peak_requested; /* peak of requested bytes live */
     size_t peak_allocated; /* peak of rounded bytes live (PyTorch's allocated_bytes) */
     size_t peak_reserved;
-    double utilization;     /* peak_requested / peak_reserved (1.0 if nothing reserved) */
+    double utilization;     /* peak_allocated / peak_reserved (1.0 if nothing reserved), as in
+                               gpumem report */
     uint64_t device_allocs; /* map + seg_alloc calls */
     uint64_t device_frees;  /* unmap + seg_free calls */
     uint64_t driver_calls;  /* every backend call (reserve, create, map, set_access, ...) */

@@ -557,8 +557,10 @@ done:
     out->peak_requested = (size_t)st.requested_bytes.peak;
     out->peak_allocated = (size_t)st.allocated_bytes.peak;
     out->peak_reserved = (size_t)st.reserved_bytes.peak;
+    /* the one utilization gpumem reports everywhere (gpumem report, the benches): what the
+     * allocator handed out over what it took from the device */
     out->utilization =
-        out->peak_reserved ? (double)out->peak_requested / (double)out->peak_reserved : 1.0;
+        out->peak_reserved ? (double)out->peak_allocated / (double)out->peak_reserved : 1.0;
     out->device_allocs = st.num_device_alloc;
     out->device_frees = st.num_device_free;
     out->driver_calls = st.num_backend_calls;

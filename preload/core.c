@@ -255,9 +255,12 @@ static int is_alloc_event(enum gm_ev ev)
            ev == GM_EV_MANAGED;
 }
 
-void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
+void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t addr, size_t size,
                  size_t requested, uint64_t id)
 {
+    /* GM_EVF_* (how the allocator served it) ride in the high bits: events.flags */
+    unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS);
+    enum gm_ev ev = (enum gm_ev)((unsigned)ev_flags & 0xffu);
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
     /* before the pointer reaches the program: the launch pre-filter must know its range */
     if ((is_alloc_event(ev) || ev == GM_EV_VMM) && requested)
@@ -280,7 +283,9 @@ void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, siz
         pending_name[0] = 0;
         return;
     }
-    rec_event(rec_kind_of(ev, requested), device, (uint64_t)(uintptr_t)stream, addr, size,
+    _Static_assert(GM_EVF_CACHE_HIT == REC_F_CACHE_HIT && GM_EVF_CACHE_MISS == REC_F_CACHE_MISS,
+                   "GM_EVF_* are the recorder's REC_F_* flags");
+    rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
     if (named) {
         rec_name((uint64_t)addr, pending_name);
@@ -497,6 +502,17 @@ static void exit_handler(void)
         alloc_stats_t st;
         rec_alloc_stats rs;
         memset(&rs, 0, sizeof rs);
+        /* the CUDA function behind each backend call of alloc/ (preload/heap.c's backend) */
+        static const char *const cuda_name[ALLOC_BE_NCALLS] = {
+            [ALLOC_BE_CALL_RESERVE] = "cuMemAddressReserve", [ALLOC_BE_CALL_FREE_RANGE] = "cuMemAddressFree",
+            [ALLOC_BE_CALL_CREATE] = "cuMemCreate",          [ALLOC_BE_CALL_RELEASE] = "cuMemRelease",
+            [ALLOC_BE_CALL_MAP] = "cuMemMap",                [ALLOC_BE_CALL_SET_ACCESS] = "cuMemSetAccess",
+            [ALLOC_BE_CALL_UNMAP] = "cuMemUnmap",            [ALLOC_BE_CALL_SEG_ALLOC] = "cuMemAlloc",
+            [ALLOC_BE_CALL_SEG_FREE] = "cuMemFree",          [ALLOC_BE_CALL_EVENT_CREATE] = "cuEventCreate",
+            [ALLOC_BE_CALL_EVENT_RECORD] = "cuEventRecord",  [ALLOC_BE_CALL_SYNCHRONIZE] = "cuCtxSynchronize",
+        };
+        for (int k = 0; k < ALLOC_BE_NCALLS; k++)
+            rs.driver_call_names[k] = cuda_name[k];
         for (int d = 0; d < 64; d++) {
             if (gm_heap_stats(d, &st))
                 continue;
@@ -506,8 +522,12 @@ static void exit_handler(void)
             rs.reserved_now += (uint64_t)st.reserved_bytes.current;
             rs.cache_hits += st.cache_hits;
             rs.cache_misses += st.cache_misses;
-            rs.driver_alloc_calls += st.num_device_alloc;
-            rs.driver_free_calls += st.num_device_free;
+            rs.driver_alloc_calls += st.backend_calls[ALLOC_BE_CALL_CREATE] + st.backend_calls[ALLOC_BE_CALL_SEG_ALLOC];
+            rs.driver_free_calls += st.backend_calls[ALLOC_BE_CALL_RELEASE] + st.backend_calls[ALLOC_BE_CALL_SEG_FREE];
+            rs.driver_map_calls += st.backend_calls[ALLOC_BE_CALL_MAP];
+            rs.driver_unmap_calls += st.backend_calls[ALLOC_BE_CALL_UNMAP];
+            for (int k = 0; k < ALLOC_BE_NCALLS; k++)
+                rs.driver_calls[k] += st.backend_calls[k];
         }
         rs.n_alloc = atomic_load(&gm_stats[GM_ST_SERVED]) + atomic_load(&gm_stats[GM_ST_PASSTHROUGH]);
         rs.n_free = atomic_load(&gm_stats[GM_ST_RELEASED]) +

@@ -259,6 +259,9 @@ enum gm_ev {
     GM_EV_HOST_FREE, GM_EV_FOREIGN_FREE, GM_EV_DOUBLE_FREE, GM_EV_VMM, GM_EV_OOM,
     GM_EV_MANAGED
 };
+/* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
+#define GM_EVF_CACHE_HIT 0x100
+#define GM_EVF_CACHE_MISS 0x200
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,

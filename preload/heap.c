@@ -278,21 +278,18 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t p = 0;
-    int e = alloc_malloc(a, size, (uintptr_t)stream, &p);
+    alloc_malloc_info_t info = {0};
+    int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
         if (size == 0)
             return CUDA_SUCCESS;
         gm_stat_add(GM_ST_SERVED, 1);
-        alloc_block_query_t q;
-        size_t held = size;
-        uint64_t id = 0;
-        if (alloc_block_query(a, p, &q) == ALLOC_OK) {
-            held = q.size;
-            id = q.alloc_id;
-        }
-        gm_rec_alloc(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, p,
-                     held, size, id, a);
+        /* the block's size and id, and whether the cache served it, come with the allocation:
+         * no second lookup; the flag goes into events.flags (cache hit / miss) */
+        int ev = (kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC) |
+                 (info.cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS);
+        gm_rec_alloc(ev, dev, stream, p, info.size ? info.size : size, size, info.alloc_id, a);
         return CUDA_SUCCESS;
     }
     if (e == ALLOC_ERR_OOM) {

@@ -494,6 +494,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
 typedef struct summary {
     uint64_t n_alloc, n_free, n_async, n_host, n_managed, n_oom, n_foreign, n_double;
     uint64_t driver_calls;
+    int driver_calls_counted;  /* 1: the allocator's own count per function (meta stat.driver.*);
+                                  0: only the segment events (a killed or older recording) */
+    char driver_by_fn[512];    /* "cuMemCreate 3, cuMemMap 3, ..." (most first), "" if unknown */
     double hit_rate; /* < 0: unknown */
     const char *hit_source;
     int64_t dropped, app_ns, writer_cpu_ns, db_bytes, stat_peak_reserved, stat_peak_allocated;
@@ -511,11 +514,31 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->n_oom = k[REC_OOM];
     s->n_foreign = k[REC_FOREIGN_FREE];
     s->n_double = k[REC_DOUBLE_FREE];
-    s->driver_calls = k[REC_SEG_MAP] + k[REC_SEG_UNMAP] + k[REC_SEG_RESERVE] + k[REC_SEG_RELEASE] +
-                      k[REC_DRIVER_ALLOC] + k[REC_DRIVER_FREE];
-    int64_t st_calls = gm_meta_int(d, "stat.driver_alloc_calls", 0) + gm_meta_int(d, "stat.driver_free_calls", 0) +
-                       gm_meta_int(d, "stat.driver_map_calls", 0) + gm_meta_int(d, "stat.driver_unmap_calls", 0);
-    if (!s->driver_calls && st_calls > 0) s->driver_calls = (uint64_t)st_calls;
+    /* the allocator's own count of every driver call, by function, written at exit; else (a
+     * killed or older recording) the segment events, each of which stands for one or more
+     * calls (a map is cuMemCreate + cuMemMap per handle, plus cuMemSetAccess) */
+    s->driver_by_fn[0] = 0;
+    int64_t counted = gm_meta_int(d, "stat.driver_calls", -1);
+    s->driver_calls_counted = counted >= 0;
+    if (counted >= 0) {
+        s->driver_calls = (uint64_t)counted;
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(d->db, "SELECT substr(key, 13), CAST(value AS INTEGER) FROM meta WHERE "
+                                      "key LIKE 'stat.driver.%' AND CAST(value AS INTEGER) > 0 "
+                                      "ORDER BY CAST(value AS INTEGER) DESC, key", -1, &q, NULL) == SQLITE_OK) {
+            size_t o = 0;
+            while (sqlite3_step(q) == SQLITE_ROW && o < sizeof s->driver_by_fn - 64) {
+                const unsigned char *fn = sqlite3_column_text(q, 0);
+                int n = snprintf(s->driver_by_fn + o, sizeof s->driver_by_fn - o, "%s%s %lld", o ? ", " : "",
+                                 fn ? (const char *)fn : "?", (long long)sqlite3_column_int64(q, 1));
+                if (n > 0) o += (size_t)n;
+            }
+            sqlite3_finalize(q);
+        }
+    } else {
+        s->driver_calls = k[REC_SEG_MAP] + k[REC_SEG_UNMAP] + k[REC_SEG_RESERVE] + k[REC_SEG_RELEASE] +
+                          k[REC_DRIVER_ALLOC] + k[REC_DRIVER_FREE];
+    }
     s->hit_rate = -1;
     if (m->cache_hits + m->cache_misses) {
         s->hit_rate = pct(m->cache_hits, m->cache_hits + m->cache_misses);
@@ -542,7 +565,17 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
     fprintf(out, "gpumem %s: %s\n", what, d->path);
     fprintf(out, "  program   %s (pid %" PRId64 ")\n", cmd[0] ? cmd : "?", gm_meta_int(d, "pid", 0));
-    if (!d->closed)
+    char state[32], failure[512];
+    gm_meta_text(d, "state", state, sizeof state);
+    gm_meta_text(d, "failure", failure, sizeof failure);
+    if (strcmp(state, "failed") == 0) {
+        int64_t lost = gm_meta_int(d, "dropped_events", 0);
+        fprintf(out, "  note      the recording FAILED: %s. Everything after event %" PRId64
+                     " was lost", failure[0] ? failure : "unknown error", gm_meta_int(d, "failed_after_seq", 0));
+        if (lost > 0) fprintf(out, " (%" PRId64 " events dropped)", lost);
+        fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
+                     " events: record again where the database has room\n", m->events);
+    } else if (!d->closed)
         fprintf(out, "  note      the recording did not end cleanly (process killed, or still "
                      "running): this is what was committed, %" PRIu64 " events\n", m->events);
     if (m->truncated_warning)
@@ -578,7 +611,8 @@ typedef struct oom_cause {
 
 static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
-    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : UINT64_MAX;
+    /* without the device's own figures the failure itself says growth was refused: no room */
+    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : o->reserved;
     uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
     uint64_t mappable = headroom / unit * unit;
@@ -696,8 +730,16 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
-        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",\"summary\":{", d->closed ? "true" : "false",
+        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",", d->closed ? "true" : "false",
                 d->schema_major, d->schema_minor);
+        char state[32], failure[512];
+        gm_meta_text(d, "state", state, sizeof state);
+        gm_meta_text(d, "failure", failure, sizeof failure);
+        fputs("\"state\":", out);
+        gm_json_str(out, state[0] ? state : NULL);
+        fputs(",\"failure\":", out);
+        gm_json_str(out, failure[0] ? failure : NULL);
+        fputs(",\"summary\":{", out);
         fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
                      ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"utilization\":%.4f,\"allocations\":%" PRIu64 ",\"frees\":%" PRIu64
@@ -708,6 +750,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
+        fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
                      ",\"app_ns_per_event\":%" PRId64 ",\"writer_cpu_ns\":%" PRId64
@@ -749,7 +792,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
         if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
         else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");
-        fprintf(out, "  driver calls        %" PRIu64 "\n", s.driver_calls);
+        if (s.driver_calls_counted)
+            fprintf(out, "  driver calls        %" PRIu64 "%s%s%s\n", s.driver_calls, s.driver_by_fn[0] ? " (" : "",
+                    s.driver_by_fn, s.driver_by_fn[0] ? ")" : "");
+        else
+            fprintf(out, "  driver calls        unknown (counted at exit); %" PRIu64 " segment events, each one or "
+                         "more calls\n", s.driver_calls);
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
         if (s.n_foreign || s.n_double)
             fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
@@ -845,6 +893,12 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                  " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
             a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+    char state[32], failure[512];
+    gm_meta_text(d, "state", state, sizeof state);
+    gm_meta_text(d, "failure", failure, sizeof failure);
+    if (strcmp(state, "failed") == 0)
+        fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
+                failure[0] ? failure : "unknown error");
 }
 
 /* ---------------------------------------------------------------- leaks */

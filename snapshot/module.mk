@@ -66,7 +66,7 @@ ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
-                tests/integration/snapshot_safety.sh \
+                tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/e2e_advise.sh
 

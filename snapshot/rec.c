@@ -744,12 +744,25 @@ void rec_stats(const rec_alloc_stats *st) {
         {"stat.driver_map_calls", st->driver_map_calls},
         {"stat.driver_unmap_calls", st->driver_unmap_calls},
         {"stat.n_oom", st->n_oom},                   {"stat.foreign_frees", st->foreign_frees},
-        {"stat.double_frees", st->double_frees},     {"stat.host_peak", st->host_peak},
+        {"stat.double_frees", st->double_frees},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
         char v[32];
         snprintf(v, sizeof v, "%llu", (unsigned long long)kv[i].v);
         meta_item(kv[i].k, v, 1);
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < 16 && st->driver_call_names[i]; i++) {
+        char k[80], v[32];
+        snprintf(k, sizeof k, "stat.driver.%s", st->driver_call_names[i]);
+        snprintf(v, sizeof v, "%llu", (unsigned long long)st->driver_calls[i]);
+        meta_item(k, v, 1);
+        total += st->driver_calls[i];
+    }
+    if (st->driver_call_names[0]) {
+        char v[32];
+        snprintf(v, sizeof v, "%llu", (unsigned long long)total);
+        meta_item("stat.driver_calls", v, 1);
     }
 }
 

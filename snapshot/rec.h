@@ -167,10 +167,13 @@ typedef struct rec_alloc_stats {
     uint64_t allocated_now, reserved_now;       /* bytes at exit */
     uint64_t n_alloc, n_free;                   /* program calls served */
     uint64_t cache_hits, cache_misses;          /* allocations served from cache / needing driver */
-    uint64_t driver_alloc_calls, driver_free_calls; /* cuMemAlloc/cuMemCreate / cuMemFree/cuMemRelease */
-    uint64_t driver_map_calls, driver_unmap_calls;
+    uint64_t driver_alloc_calls, driver_free_calls; /* cuMemAlloc + cuMemCreate / cuMemFree + cuMemRelease */
+    uint64_t driver_map_calls, driver_unmap_calls;  /* cuMemMap / cuMemUnmap */
     uint64_t n_oom, foreign_frees, double_frees;
-    uint64_t host_peak;                          /* pinned host bytes at peak */
+    /* every driver call the allocator made, by function (stored as stat.driver.<name>, with
+     * their sum as stat.driver_calls): names[i] is e.g. "cuMemCreate", NULL ends the list */
+    const char *driver_call_names[16];
+    uint64_t driver_calls[16];
 } rec_alloc_stats;
 void rec_stats(const rec_alloc_stats *st);
 

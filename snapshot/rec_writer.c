@@ -183,6 +183,14 @@ typedef struct writer {
     uint64_t peak_written_ns[16];
     int64_t nsnapshots;
     int failed;
+    /* Disk full or I/O error: what is committed stays, the failure is written into meta with
+     * the room kept by reserve_fd (an unlinked, preallocated file: closing it frees its space
+     * for that last commit), and every event popped afterwards is counted as dropped. */
+    int reserve_fd;          /* fd + 1 (0: none, so a zeroed writer has none); its first half is
+                                freed for the failure commit, the rest at the end for the count
+                                of lost events */
+    uint64_t lost;           /* events thrown away after the failure */
+    rec_state *g;
     u64map tid_names; /* kernel tid -> char * given by rec_thread_name */
     int64_t evbuf[EV_MULTI][EV_COLS]; /* pending event rows; 0 in stack/range means NULL */
     int nev;
@@ -203,11 +211,72 @@ typedef struct writer {
 
 static writer W;
 
+/* Bytes kept free for the two commits a failed recording still makes: one page of meta in
+ * the WAL each (8 KiB pages plus frame headers). */
+#define RESERVE_BYTES (32u << 10)
+
+static void reserve_space(writer *w, const char *db_path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s-reserve", db_path);
+    w->reserve_fd = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(p, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            if (errno == EEXIST) { unlink(p); continue; } /* a crash between open and unlink */
+            return;
+        }
+        unlink(p); /* nothing is left behind, even by kill -9: the space lives with the fd */
+        if (posix_fallocate(fd, 0, RESERVE_BYTES) == 0) w->reserve_fd = fd + 1;
+        else close(fd);
+        return;
+    }
+}
+
+/* half = 0: free the first half of the reserve (punched out, where the file system can), so
+ * that the rest stays for the end; half = 1 (or no hole punching): free all of it. */
+static void release_reserve(writer *w, int half) {
+    if (w->reserve_fd <= 0) return;
+    if (half == 0 && fallocate(w->reserve_fd - 1, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                               RESERVE_BYTES / 2) == 0)
+        return;
+    close(w->reserve_fd - 1);
+    w->reserve_fd = 0;
+}
+
+/* Once, at the first failure: roll back what was not committed, free the reserve, and commit
+ * state = failed with the reason (errno named: ENOSPC, EIO) and the last event that made it. */
+static void write_failure(writer *w, const char *what) {
+    if (!w->db) return;
+    int code = sqlite3_extended_errcode(w->db), sys = sqlite3_system_errno(w->db);
+    char why[512];
+    if ((code & 0xff) == SQLITE_FULL || sys == ENOSPC)
+        snprintf(why, sizeof why, "no space left on device (ENOSPC) while %s", what);
+    else if ((code & 0xff) == SQLITE_IOERR)
+        snprintf(why, sizeof why, "I/O error (%s%s) while %s", sys ? strerror(sys) : "EIO",
+                 sys == EIO ? ", EIO" : "", what);
+    else
+        snprintf(why, sizeof why, "SQLite error while %s: %s", what, sqlite3_errmsg(w->db));
+    rec_warn("%s; recording stops here (what was committed stays; the program runs on)", why);
+    if (w->in_txn) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    w->in_txn = 0;
+    release_reserve(w, 0);
+    uint64_t at = w->g ? atomic_load(&w->g->committed_seq) : 0;
+    /* the records of the rolled-back transaction are lost too: count them with the dropped */
+    w->lost += w->last_seq > at ? w->last_seq - at : 0;
+    uint64_t dropped = (w->g ? atomic_load(&w->g->ring.dropped) : 0) + w->lost;
+    char *sql = sqlite3_mprintf("BEGIN; INSERT OR REPLACE INTO meta VALUES ('state', 'failed'), "
+                                "('failure', %Q), ('failed_after_seq', %llu), ('dropped_events', %llu); "
+                                "COMMIT;", why, (unsigned long long)at, (unsigned long long)dropped);
+    if (sql && sqlite3_exec(w->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_free(sql);
+}
+
 static int sql_fail(writer *w, const char *what) {
-    if (!w->failed)
-        rec_warn("SQLite error while %s: %s; recording stops here (what was committed stays)",
-                 what, w->db ? sqlite3_errmsg(w->db) : "no connection");
-    w->failed = 1;
+    if (!w->failed) {
+        w->failed = 1;
+        write_failure(w, what);
+    }
     return -1;
 }
 
@@ -220,12 +289,10 @@ static int step(writer *w, int s, const char *what) {
 }
 
 static int exec(writer *w, const char *sql) {
-    char *err = NULL;
-    if (sqlite3_exec(w->db, sql, NULL, NULL, &err) != SQLITE_OK) {
-        if (!w->failed) rec_warn("SQLite error (%s): %s", sql, err ? err : "?");
-        sqlite3_free(err);
-        w->failed = 1;
-        return -1;
+    if (sqlite3_exec(w->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "running %.60s", sql);
+        return sql_fail(w, what);
     }
     return 0;
 }
@@ -278,6 +345,7 @@ static void multi_sql(char *out, size_t n, const char *insert, int cols) {
 int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
+    w->g = g;
     for (int i = 0; i < 16; i++) w->peak_written_id[i] = 0;
     /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
      * (Fails harmlessly when the program already initialized SQLite itself.) */
@@ -350,12 +418,16 @@ int rec_writer_open_db(rec_state *g) {
     meta_text(w, "state", "recording");
     meta_int(w, "dropped_events", 0);
     if (w->failed || exec(w, "COMMIT") != 0) goto fail;
+    /* after the schema: on a nearly full disk the recording still starts, and when the disk
+     * fills up later this is the room for saying so */
+    reserve_space(w, g->path);
     g->db = w->db;
     return 0;
 fail:
     for (int i = 0; i < S_COUNT_; i++) sqlite3_finalize(w->st[i]);
     sqlite3_close(w->db);
     w->db = NULL;
+    release_reserve(w, 1);
     rec_warn("cannot set up %s; not recording", g->path);
     return -1;
 }
@@ -1128,6 +1200,7 @@ static void finish(writer *w, rec_state *g) {
 }
 
 static void writer_cleanup(writer *w) {
+    release_reserve(w, 1);
     for (int i = 0; i < S_COUNT_; i++) sqlite3_finalize(w->st[i]);
     if (w->db) sqlite3_close(w->db);
     w->db = NULL;
@@ -1186,6 +1259,7 @@ static void *writer_main(void *arg) {
             rec_rec r;
             while (rec_ring_pop(&g->ring, &r)) {
                 n++;
+                if (r.kind != REC_R_WORDS) w->lost++;
                 if (r.kind == REC_LAUNCH && r.requested)
                     timed_push(w, 0, (void *)(uintptr_t)r.requested, 0, 0, 0);
             }
@@ -1199,6 +1273,16 @@ static void *writer_main(void *arg) {
             if (!w->failed) {
                 timing_write(w);
                 finish(w, g);
+            } else if (w->db) {
+                /* how much was thrown away, in the second reserve's room */
+                release_reserve(w, 1);
+                char *sql = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('dropped_events', %llu)",
+                                            (unsigned long long)(atomic_load(&g->ring.dropped) + w->lost));
+                if (sql) sqlite3_exec(w->db, sql, NULL, NULL, NULL);
+                sqlite3_free(sql);
+                /* no checkpoint at close on a disk that failed: a checkpoint cut short by ENOSPC
+                 * would only grow the main file; the WAL already holds every commit */
+                sqlite3_db_config(w->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
             }
             pthread_mutex_unlock(&g->db_lock);
             break;
@@ -1222,6 +1306,7 @@ static void *writer_main(void *arg) {
 static writer *volatile parked_writer;
 void rec_writer_forget(void) {
     static writer parked;
+    release_reserve(&W, 1); /* the parent's space stays the parent's */
     parked = W;
     parked_writer = &parked; /* volatile: the copy is kept, and kept reachable */
     memset(&W, 0, sizeof W);

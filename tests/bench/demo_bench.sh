@@ -2,7 +2,7 @@
 # Benchmarks of the whole product on the demo run (tiny GPT-2 on the virtual GPU):
 #   demo.rec_nostack_vs_off   trainer tok/s recorded by gpumem without stacks / without gpumem
 #   demo.rec_stack16_vs_off   the same with 16-frame native stacks
-#   demo.driver_ms_saved      simulated driver time (virtual GPU cost counters) that gpumem's
+#   sim.demo.driver_ms_saved  simulated driver time (virtual GPU cost counters) that gpumem's
 #                             caching saved against serving every request from the driver
 #                             (GPUMEM_CONF=preset:nocache), same run
 #
@@ -50,6 +50,6 @@ GPUMEM_SIM_STATS=1 GPUMEM_STACKS=0 GPUMEM_CONF=preset:nocache "$GM" record -q -o
   "$TRAIN" "${dargs[@]}" > "$TMP/n.txt" 2>&1
 cached=$(simus "$TMP/c.txt") nocache=$(simus "$TMP/n.txt")
 [[ -n $cached && -n $nocache ]] || { echo "demo_bench: no simulated driver time in the output" >&2; exit 1; }
-echo "BENCH demo.driver_ms_cached $(awk -v a="$cached" 'BEGIN { printf "%.3f", a / 1000 }') ms"
-echo "BENCH demo.driver_ms_nocache $(awk -v a="$nocache" 'BEGIN { printf "%.3f", a / 1000 }') ms"
-echo "BENCH demo.driver_ms_saved $(awk -v a="$cached" -v b="$nocache" 'BEGIN { printf "%.3f", (b - a) / 1000 }') ms"
+echo "BENCH sim.demo.driver_ms_cached $(awk -v a="$cached" 'BEGIN { printf "%.3f", a / 1000 }') ms"
+echo "BENCH sim.demo.driver_ms_nocache $(awk -v a="$nocache" 'BEGIN { printf "%.3f", a / 1000 }') ms"
+echo "BENCH sim.demo.driver_ms_saved $(awk -v a="$cached" -v b="$nocache" 'BEGIN { printf "%.3f", (b - a) / 1000 }') ms"

@@ -21,9 +21,9 @@ echo "BENCH preload_call_ns_plain $(ns "$tmp/plain.out") ns"
 echo "BENCH preload_call_ns_gpumem $(ns "$tmp/gm.out") ns"
 echo "BENCH preload_call_ns_gpumem_nostacks $(ns "$tmp/ns.out") ns"
 p=$(simus "$tmp/plain.err"); g=$(simus "$tmp/gm.err")
-echo "BENCH preload_driver_us_plain $p us"
-echo "BENCH preload_driver_us_gpumem $g us"
-awk -v p="$p" -v g="$g" 'BEGIN { if (g > 0) printf "BENCH preload_driver_time_ratio %.1f x\n", p / g }'
+echo "BENCH sim.preload_driver_us_plain $p us"
+echo "BENCH sim.preload_driver_us_gpumem $g us"
+awk -v p="$p" -v g="$g" 'BEGIN { if (g > 0) printf "BENCH sim.preload_driver_time_ratio %.1f x\n", p / g }'
 
 # Access tracking: the added cost of one launch with 8 pointer parameters, uses on against
 # GPUMEM_USES=0, both under gpumem, side by side (best of 3 alternating runs each, so a busy

@@ -16,12 +16,9 @@ tps() { awk '/^summary/{for(i=1;i<=NF;i++) if($i=="tok/s") print $(i-1)}'; }
 tiny=$(for i in 1 2 3; do "$T" --model tiny -B 4 -T 64 --steps 40 --threads 2 | tps; done | sort -n | tail -1)
 gpt2=$("$T" --model gpt2 -B 4 -T 64 --steps 3 --threads 2 | tps)
 [[ -n $tiny && -n $gpt2 ]] || { echo "train_bench: a run failed" >&2; exit 1; }
-echo "# reference (issue 6, not measured here): llm.c train_gpt2.c, 16 ms/step tiny, 8.5 s/step gpt2"
-ref_tiny=$(awk 'BEGIN{printf "%.0f", 4*64/0.016}')
-ref_gpt2=$(awk 'BEGIN{printf "%.1f", 4*64/8.5}')
+# llm.c itself is not here to run side by side, so no ratio to it is printed as a figure; for
+# orientation only (issue 6, measured elsewhere, not a BENCH line): train_gpt2.c took 16 ms/step
+# on tiny and 8.5 s/step on gpt2 (B 4, T 64) on this kind of machine.
+echo "# not measured here: llm.c train_gpt2.c, 16 ms/step tiny (16000 tok/s), 8.5 s/step gpt2 (30.1 tok/s)"
 echo "BENCH train.tiny.tok_per_s $tiny tok/s"
-echo "BENCH train.tiny.llmc_ref_tok_per_s $ref_tiny tok/s"
-echo "BENCH train.tiny.vs_llmc $(awk -v a="$tiny" -v b="$ref_tiny" 'BEGIN{printf "%.2f", a/b}') x"
 echo "BENCH train.gpt2.tok_per_s $gpt2 tok/s"
-echo "BENCH train.gpt2.llmc_ref_tok_per_s $ref_gpt2 tok/s"
-echo "BENCH train.gpt2.vs_llmc $(awk -v a="$gpt2" -v b="$ref_gpt2" 'BEGIN{printf "%.2f", a/b}') x"

@@ -31,3 +31,15 @@ read -r pname pphase < <(jq -r '.peak_requested_at | "\(.name) \(.phase)"' "$TMP
 grep -q "when $pname was allocated in $pphase at .*gpt2.c:[0-9]" "$TMP/r.txt" \
   || fail "the text report does not place the peak ($pname in $pphase at a gpt2.c line)"
 ok "the peak is placed: $pname allocated in $pphase"
+# honest figures: driver calls are counted by function (not segment events), cache hits flagged
+jq -e '.summary.driver_calls_counted == true' "$TMP/r.json" > /dev/null || fail "driver calls were not counted by function"
+calls=$(jq -r '.summary.driver_calls' "$TMP/r.json")
+sum=$("$GM" sql "$TMP/run.db" -c "SELECT sum(value) FROM meta WHERE key LIKE 'stat.driver.%'" | tail -1)
+maps=$("$GM" sql "$TMP/run.db" -c "SELECT value FROM meta WHERE key = 'stat.driver.cuMemMap'" | tail -1)
+segs=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind = 14" | tail -1)
+[[ $calls == "$sum" && $calls -gt $segs && $maps -ge $segs ]] || fail "driver calls $calls, per function $sum, cuMemMap $maps, segment maps $segs"
+hits=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind IN (1,3) AND flags = 256" | tail -1)
+miss=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind IN (1,3) AND flags = 512" | tail -1)
+all=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind IN (1,3)" | tail -1)
+(( hits > 0 && miss > 0 && hits + miss == all )) || fail "cache flags: $hits hits + $miss misses != $all allocations"
+ok "driver calls $calls counted by function ($maps cuMemMap for $segs segment maps); $hits cache hits, $miss misses flagged"

@@ -117,3 +117,21 @@ saved=$(awk '$1 == "CLASS" && $2 == "saved_activation" { print $3 }' "$TMP/gpt2.
 [[ ${saved:-0} == $((12 * 13 + 7)) ]] || fail "gpt2: ${saved:-0} saved activations, expected $((12 * 13 + 7))"
 if grep -q '^BAD' "$TMP/gpt2.cls"; then grep '^BAD' "$TMP/gpt2.cls" | head -20 >&2; fail "gpt2 dry run: uses out of their phases (above)"; fi
 ok "gpt2 124M B=8 T=1024 dry run (recorded in ${secs}s): $saved saved activations used in fwd and bwd, every tensor in its phases"
+
+# ---- gpumem report names the largest idle-at-peak tensor classes -------------------------
+# At the peak (start of backward) the forward activations of every layer sit idle until their
+# layer's backward: the classes that hold the most bytes must be the activations and the
+# logits/probabilities, each with a last use before the peak and (but logits) a next use after.
+"$GM" report --json "$TMP/gpt2.db" > "$TMP/gpt2.json" || fail "report --json on the gpt2 run"
+[[ $(jq -r '.idle_at_peak.uses' "$TMP/gpt2.json") == true ]] || fail "gpt2: no idle-at-peak analysis"
+top=$(jq -r '[.idle_at_peak.classes[:8][].name] | join(" ")' "$TMP/gpt2.json")
+for c in 'h*.mlp.fc' 'h*.mlp.gelu' 'h*.attn.qkv' probs; do
+  [[ " $top " == *" $c "* ]] || fail "gpt2: '$c' is not among the largest idle-at-peak classes ($top)"
+done
+jq -e '.idle_at_peak.classes[] | select(.name == "h*.mlp.fc")
+       | .since_last_use_events > 0 and .until_next_use_events > 0 and .count == 12' "$TMP/gpt2.json" > /dev/null \
+  || fail "gpt2: h*.mlp.fc has no gaps on both sides of the peak"
+"$GM" report "$TMP/gpt2.db" > "$TMP/gpt2.rep"
+grep -q "^Idle at the peak: " "$TMP/gpt2.rep" && grep -q "h\*.mlp.fc" "$TMP/gpt2.rep" \
+  || fail "gpt2: the text report lacks the idle-at-peak section"
+ok "gpt2 124M dry run: the largest idle-at-peak classes are named ($top)"

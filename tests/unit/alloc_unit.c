@@ -332,6 +332,35 @@ static void test_handle_size(void **state)
     fx_done(&f);
 }
 
+/* Backend calls are counted per call, and the counts add up to the total: mapping 20 MiB in
+ * 2 MiB handles is one reserve, 10 creates, 10 maps and one set-access; empty_cache gives them
+ * back with 10 unmaps and 10 releases. */
+static void test_backend_call_counts(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t p = must_alloc(f.a, 20 * MiB, 0);
+    alloc_stats_t s = stats(f.a);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_RESERVE], 1);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_CREATE], 10);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_MAP], 10);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_SET_ACCESS], 1);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_UNMAP], 0);
+    assert_int_equal(alloc_free(f.a, p), ALLOC_OK);
+    assert_int_equal(alloc_empty_cache(f.a), ALLOC_OK);
+    s = stats(f.a);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_UNMAP], 10);
+    assert_int_equal(s.backend_calls[ALLOC_BE_CALL_RELEASE], 10);
+    uint64_t sum = 0;
+    for (int k = 0; k < ALLOC_BE_NCALLS; k++) {
+        assert_non_null(alloc_be_call_name(k));
+        sum += s.backend_calls[k];
+    }
+    assert_int_equal(sum, s.num_backend_calls);
+    assert_null(alloc_be_call_name(ALLOC_BE_NCALLS));
+    fx_done(&f);
+}
+
 /* The limit caps reserved memory; the failure carries forensics. */
 static void test_limit_oom(void **state)
 {
@@ -868,6 +897,7 @@ int main(void)
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_mem_info),
         cmocka_unit_test(test_hooks),
+        cmocka_unit_test(test_backend_call_counts),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_trace_parse),
         cmocka_unit_test(test_replay),

@@ -103,10 +103,23 @@ static void busy_file_gets_other_name_stale_is_replaced(void **state) {
     assert_string_equal(rec_path(), alt);
     rec_test_reset();
     close(fd);
-    /* now it is stale (nobody holds it): it is replaced in place */
+    /* now nobody holds it, but it is not a gpumem database (a user's file): left untouched */
     FILE *f = fopen(p, "w");
     fputs("old junk", f);
     fclose(f);
+    assert_int_equal(open_at(p), -1);
+    rec_test_reset();
+    char buf[32] = "";
+    f = fopen(p, "r");
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "old junk");
+    /* a stale gpumem database (an earlier run's) is replaced in place */
+    unlink(p);
+    assert_int_equal(open_at(p), 0);
+    for (int i = 0; i < 5; i++) rec_event(REC_ALLOC, 0, 0, 1 + i, 1, 1, 1);
+    rec_test_reset();
+    assert_int_equal(snap_q(p, "SELECT count(*) FROM events"), 5);
     assert_int_equal(open_at(p), 0);
     assert_string_equal(rec_path(), p);
     rec_event(REC_ALLOC, 0, 0, 1, 1, 1, 1);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A full disk loses nothing silently: the trainer recorded onto a 256 KiB tmpfs runs exactly as
+# without gpumem (same losses, same peak), and what was written says the recording failed for
+# lack of space (state = failed, the reason naming ENOSPC), in the report's text and JSON.
+source tests/integration/snapshot_common.bash
+need "$GPUMEM"
+TRAIN=$BUILD/train_gpt2_sim
+[[ -f $BUILD/libgpumem.so && -x $TRAIN ]] || { echo "skipped: libgpumem.so or the trainer not built" >&2; exit 77; }
+mkdir -p "$TMP/full"
+if ! mount -t tmpfs -o size=256k gpumem-full "$TMP/full" 2> /dev/null; then
+  echo "skipped: cannot mount a small tmpfs here (needs root with CAP_SYS_ADMIN)" >&2; exit 77
+fi
+trap 'umount "$TMP/full" 2> /dev/null; rm -rf "$TMP"' EXIT
+# what a run prints that does not depend on timing: the losses and the peak
+essence() { grep -oE '^step [0-9]+/[0-9]+ loss [0-9.]+|^PEAK [0-9]+ bytes' "$1"; }
+"$TRAIN" --steps 20 > "$TMP/plain.txt" 2>&1 || fail "the trainer alone failed"
+"$GPUMEM" record -o "$TMP/full/run.db" -- "$TRAIN" --steps 20 > "$TMP/rec.txt" 2> "$TMP/rec.err"; rc=$?
+[[ $rc -eq 0 ]] || { cat "$TMP/rec.err"; fail "the trainer under gpumem on a full disk exited $rc"; }
+diff <(essence "$TMP/plain.txt") <(essence "$TMP/rec.txt") > /dev/null \
+  || fail "the trainer's output differs when the recording runs out of space"
+[[ $(essence "$TMP/rec.txt" | wc -l) -eq 21 ]] || fail "the trainer did not print 20 steps and its peak"
+grep -q "recorder: no space left on device (ENOSPC)" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "no one-line ENOSPC message"; }
+grep -q "the recording FAILED (no space left on device" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "record's summary does not say the recording failed"; }
+"$GPUMEM" report "$TMP/full/run.db" > "$TMP/rep.txt" || fail "the report does not read what was written"
+grep -q "the recording FAILED: no space left on device (ENOSPC)" "$TMP/rep.txt" || { cat "$TMP/rep.txt"; fail "the report does not say the recording failed for lack of space"; }
+"$GPUMEM" report --json "$TMP/full/run.db" | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
+  || fail "report --json lacks state=failed with the ENOSPC reason"
+echo "ok: 256 KiB disk: trainer output unchanged, the database says the recording failed (ENOSPC)"
