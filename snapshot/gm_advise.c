@@ -263,25 +263,21 @@ static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx) {
         return;
     uint64_t *off = calloc(m->nrecorded + 2, sizeof *off);
     uint64_t *t = malloc((m->nuses + 1) * sizeof *t);
-    uint32_t *who = malloc((m->nuses + 1) * sizeof *who);
     size_t n = 0;
-    int ok = off && t && who;
+    int ok = off && t;
     while (ok && sqlite3_step(s) == SQLITE_ROW && n < m->nuses) {
         uint64_t *a = u64map_get(seq_idx, (uint64_t)sqlite3_column_int64(s, 0));
         if (!a) continue;
-        who[n] = (uint32_t)*a;
         t[n++] = (uint64_t)sqlite3_column_int64(s, 1);
         off[*a + 1]++;
     }
     sqlite3_finalize(s);
     if (!ok) {
-        free(off), free(t), free(who);
+        free(off), free(t);
         return;
     }
     for (size_t a = 0; a < m->nrecorded; a++) off[a + 1] += off[a];
     /* rows came ordered by birth seq, which is allocation order: already grouped */
-    (void)who;
-    free(who);
     m->use_off = off, m->use_t = t, m->owns_uses = 1;
 }
 
