@@ -48,16 +48,20 @@
 
 /* ------------------------------------------------------------------ strings */
 
-static uint64_t str_hash(const char *s) {
+static uint64_t str_hash(const char *s)
+{
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h == U64MAP_EMPTY ? 0 : h;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     void *n = realloc(*p, c * elem);
     if (!n) return -1;
     *p = n;
@@ -67,7 +71,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* Interns s; returns its index (0 for "" or on out of memory). 64-bit hashes identify strings:
  * a collision would merge two classes, which no realistic set of names produces. */
-static uint32_t intern(adv_model *m, const char *s) {
+static uint32_t intern(adv_model *m, const char *s)
+{
     if (!s || !*s) return 0;
     uint64_t h = str_hash(s);
     uint64_t *i = u64map_get(&m->str_idx, h);
@@ -80,18 +85,24 @@ static uint32_t intern(adv_model *m, const char *s) {
     return (uint32_t)m->nstrs++;
 }
 
-const char *adv_str(const adv_model *m, uint32_t i) { return i < m->nstrs ? m->strs[i] : ""; }
+const char *adv_str(const adv_model *m, uint32_t i)
+{
+    return i < m->nstrs ? m->strs[i] : "";
+}
 
 static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
-                          uint32_t orig) {
-    if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) return UINT32_MAX;
+                          uint32_t orig)
+{
+    if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+        return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
 }
 
 /* ------------------------------------------------------------------ loading */
 
-static int phase_of_name(const char *n) {
+static int phase_of_name(const char *n)
+{
     if (!n) return ADV_PH_OTHER;
     if (!strcmp(n, "fwd") || !strcasecmp(n, "forward")) return ADV_PH_FWD;
     if (!strcmp(n, "bwd") || !strcasecmp(n, "backward")) return ADV_PH_BWD;
@@ -101,30 +112,36 @@ static int phase_of_name(const char *n) {
     return ADV_PH_OTHER;
 }
 
-static int64_t step_number(const char *name) {
+static int64_t step_number(const char *name)
+{
     if (!name || strncasecmp(name, "step", 4) != 0) return -1;
     const char *p = name + 4;
-    while (*p == ' ' || *p == '_' || *p == '-' || *p == '#') p++;
+    while (*p == ' ' || *p == '_' || *p == '-' || *p == '#')
+        p++;
     if (!isdigit((unsigned char)*p)) return -1;
     int64_t v = 0;
-    for (; isdigit((unsigned char)*p) && v < (1ll << 50); p++) v = v * 10 + (*p - '0');
+    for (; isdigit((unsigned char)*p) && v < (1ll << 50); p++)
+        v = v * 10 + (*p - '0');
     return *p == 0 ? v : -1;
 }
 
 /* What a range tells about the events inside it. */
 typedef struct rinfo {
     int64_t id;
-    uint64_t lr;       /* phase child instance (range id) */
+    uint64_t lr; /* phase child instance (range id) */
     uint32_t lr_name;
     int32_t step;
     uint8_t phase, is_phase, has_child;
     uint64_t start, end;
 } rinfo;
 
-static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx) {
+static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
+{
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns FROM ranges r "
-                                  "LEFT JOIN strings s ON s.id = r.name ORDER BY r.id", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns FROM ranges r "
+                           "LEFT JOIN strings s ON s.id = r.name ORDER BY r.id",
+                           -1, &s, NULL) != SQLITE_OK)
         return -1;
     rinfo *r = NULL;
     size_t n = 0, cap = 0, scap = 0;
@@ -136,7 +153,8 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         int64_t parent = sqlite3_column_int64(s, 1);
         const char *name = (const char *)sqlite3_column_text(s, 2);
         x->start = (uint64_t)sqlite3_column_int64(s, 3);
-        x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start : (uint64_t)sqlite3_column_int64(s, 4);
+        x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start
+                                                          : (uint64_t)sqlite3_column_int64(s, 4);
         x->step = -1;
         uint64_t *pi = parent && parent < x->id ? u64map_get(idx, (uint64_t)parent) : NULL;
         rinfo *p = pi ? &r[*pi] : NULL;
@@ -164,23 +182,29 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     return 0;
 }
 
-static int cmp_op(const void *a, const void *b) {
+static int cmp_op(const void *a, const void *b)
+{
     const adv_op *x = a, *y = b;
     return x->t < y->t ? -1 : x->t > y->t;
 }
-static int cmp_u64(const void *a, const void *b) {
+static int cmp_u64(const void *a, const void *b)
+{
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
 /* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges. */
-static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx) {
+static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx)
+{
     size_t cap = 0;
     sqlite3_stmt *s;
     if (gm_table_exists(d, "launches") &&
-        sqlite3_prepare_v2(d->db, "SELECT e.t, l.start_ns, l.end_ns, e.range FROM launches l JOIN events e "
-                                  "ON e.seq = l.seq WHERE l.start_ns IS NOT NULL AND l.end_ns IS NOT NULL "
-                                  "ORDER BY l.seq", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(
+            d->db,
+            "SELECT e.t, l.start_ns, l.end_ns, e.range FROM launches l JOIN events e "
+            "ON e.seq = l.seq WHERE l.start_ns IS NOT NULL AND l.end_ns IS NOT NULL "
+            "ORDER BY l.seq",
+            -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
             int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
@@ -195,8 +219,8 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
         for (size_t i = 0; i < nr; i++) {
             if (r[i].has_child || r[i].is_phase || !r[i].phase) continue;
             if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
-            m->ops[m->nops++] = (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0,
-                                         r[i].phase};
+            m->ops[m->nops++] =
+                (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
         }
     qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
     cap = 0;
@@ -209,12 +233,14 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
 }
 
 /* "h11.mlp.fc" -> "h*.mlp.fc" */
-static void name_class(const char *n, char *out, size_t outsz) {
+static void name_class(const char *n, char *out, size_t outsz)
+{
     size_t o = 0;
     for (const char *p = n; *p && o + 1 < outsz;) {
         if (isdigit((unsigned char)*p)) {
             out[o++] = '*';
-            while (isdigit((unsigned char)*p)) p++;
+            while (isdigit((unsigned char)*p))
+                p++;
         } else {
             out[o++] = *p++;
         }
@@ -223,28 +249,34 @@ static void name_class(const char *n, char *out, size_t outsz) {
 }
 
 /* The call site of each stack: the first frame outside gpumem and the CUDA libraries. */
-static int load_sites(gm_db *d, adv_model *m, u64map *site) {
+static int load_sites(gm_db *d, adv_model *m, u64map *site)
+{
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset "
-                                  "FROM stacks st JOIN frames f ON f.id = st.frame "
-                                  "LEFT JOIN modules md ON md.id = f.module ORDER BY st.stack, st.depth",
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset "
+                           "FROM stacks st JOIN frames f ON f.id = st.frame "
+                           "LEFT JOIN modules md ON md.id = f.module ORDER BY st.stack, st.depth",
                            -1, &s, NULL) != SQLITE_OK)
         return -1;
     while (sqlite3_step(s) == SQLITE_ROW) {
         uint64_t stack = (uint64_t)sqlite3_column_int64(s, 0);
         if (u64map_get(site, stack)) continue;
-        const char *fn = (const char *)sqlite3_column_text(s, 1), *file = (const char *)sqlite3_column_text(s, 2);
+        const char *fn = (const char *)sqlite3_column_text(s, 1),
+                   *file = (const char *)sqlite3_column_text(s, 2);
         const char *mod = (const char *)sqlite3_column_text(s, 4);
         const char *mb = mod ? strrchr(mod, '/') : NULL;
         mb = mb ? mb + 1 : mod ? mod : "?";
-        if (!strncmp(mb, "libgpumem", 9) || !strncmp(mb, "libcudart", 9) || !strncmp(mb, "libcuda.", 8))
+        if (!strncmp(mb, "libgpumem", 9) || !strncmp(mb, "libcudart", 9) ||
+            !strncmp(mb, "libcuda.", 8))
             continue;
         char buf[512];
         if (fn && file) {
             const char *fb = strrchr(file, '/');
-            snprintf(buf, sizeof buf, "%s (%s:%d)", fn, fb ? fb + 1 : file, sqlite3_column_int(s, 3));
+            snprintf(buf, sizeof buf, "%s (%s:%d)", fn, fb ? fb + 1 : file,
+                     sqlite3_column_int(s, 3));
         } else {
-            snprintf(buf, sizeof buf, "%s+0x%llx", mb, (unsigned long long)sqlite3_column_int64(s, 5));
+            snprintf(buf, sizeof buf, "%s+0x%llx", mb,
+                     (unsigned long long)sqlite3_column_int64(s, 5));
         }
         u64map_put(site, stack, intern(m, buf));
     }
@@ -252,14 +284,20 @@ static int load_sites(gm_db *d, adv_model *m, u64map *site) {
     return 0;
 }
 
-typedef struct name_ev { uint64_t seq, addr; uint32_t name; } name_ev;
+typedef struct name_ev {
+    uint64_t seq, addr;
+    uint32_t name;
+} name_ev;
 
 /* The use times of every recorded allocation (uses joined to their launch events), as sorted
  * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
-static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx) {
+static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx)
+{
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT u.birth, e.t FROM uses u JOIN events e ON e.seq = u.seq "
-                                  "ORDER BY u.birth, e.t", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT u.birth, e.t FROM uses u JOIN events e ON e.seq = u.seq "
+                           "ORDER BY u.birth, e.t",
+                           -1, &s, NULL) != SQLITE_OK)
         return;
     uint64_t *off = calloc(m->nrecorded + 2, sizeof *off);
     uint64_t *t = malloc((m->nuses + 1) * sizeof *t);
@@ -276,14 +314,17 @@ static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx) {
         free(off), free(t);
         return;
     }
-    for (size_t a = 0; a < m->nrecorded; a++) off[a + 1] += off[a];
+    for (size_t a = 0; a < m->nrecorded; a++)
+        off[a + 1] += off[a];
     /* rows came ordered by birth seq, which is allocation order: already grouped */
     m->use_off = off, m->use_t = t, m->owns_uses = 1;
 }
 
 /* the last use of recorded allocation a at or before t, and its first use at or after u
  * (0 / UINT64_MAX when none) */
-static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, uint64_t *last, uint64_t *first) {
+static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, uint64_t *last,
+                       uint64_t *first)
+{
     *last = 0, *first = UINT64_MAX;
     if (!m->use_off || a >= m->nrecorded) return;
     for (uint64_t i = m->use_off[a]; i < m->use_off[a + 1]; i++) {
@@ -293,7 +334,8 @@ static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, u
     }
 }
 
-int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
+int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
+{
     memset(m, 0, sizeof *m);
     if (grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
         snprintf(err, errsz, "out of memory");
@@ -308,7 +350,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
     alloc_config_default(&m->cfg);
     char cerr[512];
     if (m->config[0] && alloc_config_parse(&m->cfg, m->config, cerr, sizeof cerr) != ALLOC_OK) {
-        snprintf(err, errsz, "%s: the recorded allocator configuration does not parse (%s)", d->path, cerr);
+        snprintf(err, errsz, "%s: the recorded allocator configuration does not parse (%s)",
+                 d->path, cerr);
         return -1;
     }
     m->cfg.limit = 0; /* a prediction says how much is needed; the limit is compared afterwards */
@@ -334,17 +377,23 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
     size_t nnames = 0, ncap = 0, ni = 0;
     sqlite3_stmt *s;
     if (gm_table_exists(d, "names") &&
-        sqlite3_prepare_v2(d->db, "SELECT n.seq, n.addr, s.s FROM names n LEFT JOIN strings s ON s.id = n.name "
-                                  "ORDER BY n.seq", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(
+            d->db,
+            "SELECT n.seq, n.addr, s.s FROM names n LEFT JOIN strings s ON s.id = n.name "
+            "ORDER BY n.seq",
+            -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
-            names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
+            names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
+                                        (uint64_t)sqlite3_column_int64(s, 1),
                                         intern(m, (const char *)sqlite3_column_text(s, 2))};
         }
         sqlite3_finalize(s);
     }
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, range, t, stack FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT seq, kind, addr, requested, stream, range, t, stack FROM events "
+                           "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         free(names), free(r), u64map_free(&ridx);
         return -1;
@@ -372,7 +421,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
         e.lr_name = rg ? rg->lr_name : 0;
         e.t = (uint64_t)sqlite3_column_int64(s, 6);
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-            uint32_t a = new_alloc(m, (uint64_t)sqlite3_column_int64(s, 3), stream, 0, 0, (uint32_t)m->nallocs);
+            uint32_t a = new_alloc(m, (uint64_t)sqlite3_column_int64(s, 3), stream, 0, 0,
+                                   (uint32_t)m->nallocs);
             if (a == UINT32_MAX || grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks)) {
                 nomem = 1;
                 break;
@@ -425,7 +475,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
         }
         if (!sites_loaded) sites_loaded = 1, load_sites(d, m, &site);
         uint64_t *si = u64map_get(&site, stacks[a]);
-        if (si) m->allocs[a].cls = (uint32_t)*si;
+        if (si)
+            m->allocs[a].cls = (uint32_t)*si;
         else {
             snprintf(buf, sizeof buf, "stack %u", stacks[a]);
             m->allocs[a].cls = intern(m, buf);
@@ -447,8 +498,10 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz) {
     return 0;
 }
 
-void adv_model_free(adv_model *m) {
-    for (size_t i = 0; i < m->nstrs; i++) free(m->strs[i]);
+void adv_model_free(adv_model *m)
+{
+    for (size_t i = 0; i < m->nstrs; i++)
+        free(m->strs[i]);
     free(m->strs);
     u64map_free(&m->str_idx);
     free(m->allocs), free(m->evs), free(m->steps), free(m->ops), free(m->opt_starts);
@@ -456,13 +509,15 @@ void adv_model_free(adv_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static void *dup_mem(const void *p, size_t n) {
+static void *dup_mem(const void *p, size_t n)
+{
     void *c = malloc(n ? n : 1);
     if (c && n) memcpy(c, p, n);
     return c;
 }
 
-int adv_model_copy(const adv_model *src, adv_model *dst) {
+int adv_model_copy(const adv_model *src, adv_model *dst)
+{
     *dst = *src;
     dst->allocs = dup_mem(src->allocs, src->nallocs * sizeof *src->allocs);
     dst->allocs_cap = src->nallocs;
@@ -474,10 +529,13 @@ int adv_model_copy(const adv_model *src, adv_model *dst) {
     dst->strs_cap = src->nstrs;
     dst->owns_uses = 0; /* the uses stay the original's */
     memset(&dst->str_idx, 0, sizeof dst->str_idx);
-    int bad = !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
+    int bad =
+        !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
     for (size_t i = 0; !bad && i < src->nstrs; i++) {
-        if (!(dst->strs[i] = strdup(src->strs[i]))) bad = 1;
-        else u64map_put(&dst->str_idx, str_hash(src->strs[i]), i);
+        if (!(dst->strs[i] = strdup(src->strs[i])))
+            bad = 1;
+        else
+            u64map_put(&dst->str_idx, str_hash(src->strs[i]), i);
     }
     if (bad) {
         dst->nstrs = 0;
@@ -487,13 +545,15 @@ int adv_model_copy(const adv_model *src, adv_model *dst) {
     return 0;
 }
 
-size_t adv_steady_step(const adv_model *m) {
+size_t adv_steady_step(const adv_model *m)
+{
     return m->nsteps < 2 ? 0 : m->nsteps / 2 > 1 ? m->nsteps / 2 : 1;
 }
 
 /* ------------------------------------------------------------------ replay */
 
-int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz) {
+int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+{
     alloc_trace_event_t *t = malloc((m->nevs ? m->nevs : 1) * sizeof *t);
     if (!t) {
         snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
@@ -503,10 +563,13 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
         const adv_ev *e = &m->evs[i];
         const adv_alloc *a = &m->allocs[e->a];
         t[i].id = (uint64_t)e->a + 1;
-        t[i].kind = e->kind == ADV_EV_ALLOC ? ALLOC_TR_ALLOC : e->kind == ADV_EV_FREE ? ALLOC_TR_FREE
-                                                                                        : ALLOC_TR_FREE_ASYNC;
+        t[i].kind = e->kind == ADV_EV_ALLOC  ? ALLOC_TR_ALLOC
+                    : e->kind == ADV_EV_FREE ? ALLOC_TR_FREE
+                                             : ALLOC_TR_FREE_ASYNC;
         t[i].size = e->kind == ADV_EV_ALLOC ? a->size : 0;
-        t[i].stream = e->kind == ADV_EV_ALLOC ? a->stream : e->kind == ADV_EV_FREE_ASYNC ? e->stream : 0;
+        t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
+                      : e->kind == ADV_EV_FREE_ASYNC ? e->stream
+                                                     : 0;
     }
     /* capacity: 80 GiB (the replay engine's default) or twice the recorded peak: a prediction
      * must never meet an OOM, and the allocator's per-range bookkeeping grows with it */
@@ -538,16 +601,19 @@ typedef struct rw {
     int nomem;
 } rw;
 
-static int rw_init(rw *w, const adv_model *m) {
+static int rw_init(rw *w, const adv_model *m)
+{
     memset(w, 0, sizeof *w);
     w->drop = calloc(m->nevs ? m->nevs : 1, 1);
     return w->drop ? 0 : -1;
 }
-static void rw_free(rw *w) {
+static void rw_free(rw *w)
+{
     free(w->v), free(w->drop);
 }
 
-static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev) {
+static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev)
+{
     if (grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
         w->nomem = 1;
         return;
@@ -555,7 +621,8 @@ static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev) {
     w->v[w->n++] = (ins){anchor, where, prio, w->ord++, ev};
 }
 
-static int cmp_ins(const void *a, const void *b) {
+static int cmp_ins(const void *a, const void *b)
+{
     const ins *x = a, *y = b;
     if (x->anchor != y->anchor) return x->anchor < y->anchor ? -1 : 1;
     if (x->where != y->where) return x->where < y->where ? -1 : 1;
@@ -564,20 +631,25 @@ static int cmp_ins(const void *a, const void *b) {
 }
 
 /* Merges the insertions into m->evs, leaving out dropped events. */
-static int rw_apply(adv_model *m, rw *w) {
+static int rw_apply(adv_model *m, rw *w)
+{
     if (w->nomem) return -1;
     int sorted = 1; /* most rewrites insert in order already */
-    for (size_t i = 1; i < w->n && sorted; i++) sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
+    for (size_t i = 1; i < w->n && sorted; i++)
+        sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
     if (!sorted) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
     adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
     if (!n) return -1;
     size_t o = 0, k = 0;
     for (size_t i = 0; i < m->nevs; i++) {
-        for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++) n[o++] = w->v[k].ev;
+        for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++)
+            n[o++] = w->v[k].ev;
         if (!w->drop[i]) n[o++] = m->evs[i];
-        for (; k < w->n && w->v[k].anchor == i; k++) n[o++] = w->v[k].ev;
+        for (; k < w->n && w->v[k].anchor == i; k++)
+            n[o++] = w->v[k].ev;
     }
-    for (; k < w->n; k++) n[o++] = w->v[k].ev;
+    for (; k < w->n; k++)
+        n[o++] = w->v[k].ev;
     free(m->evs);
     m->evs = n;
     m->nevs = o;
@@ -585,22 +657,27 @@ static int rw_apply(adv_model *m, rw *w) {
 }
 
 /* birth and death event index of every allocation (SIZE_MAX: none) */
-static int life_index(const adv_model *m, size_t **birth, size_t **death) {
+static int life_index(const adv_model *m, size_t **birth, size_t **death)
+{
     *birth = malloc((m->nallocs + 1) * sizeof **birth);
     *death = malloc((m->nallocs + 1) * sizeof **death);
     if (!*birth || !*death) {
         free(*birth), free(*death);
         return -1;
     }
-    for (size_t a = 0; a < m->nallocs; a++) (*birth)[a] = (*death)[a] = SIZE_MAX;
+    for (size_t a = 0; a < m->nallocs; a++)
+        (*birth)[a] = (*death)[a] = SIZE_MAX;
     for (size_t i = 0; i < m->nevs; i++) {
-        if (m->evs[i].kind == ADV_EV_ALLOC) (*birth)[m->evs[i].a] = i;
-        else (*death)[m->evs[i].a] = i;
+        if (m->evs[i].kind == ADV_EV_ALLOC)
+            (*birth)[m->evs[i].a] = i;
+        else
+            (*death)[m->evs[i].a] = i;
     }
     return 0;
 }
 
-static adv_ev ev_like(const adv_ev *anchor, uint32_t a, uint8_t kind, uint32_t stream) {
+static adv_ev ev_like(const adv_ev *anchor, uint32_t a, uint8_t kind, uint32_t stream)
+{
     adv_ev e = *anchor;
     e.a = a, e.kind = kind, e.stream = stream;
     return e;
@@ -619,20 +696,23 @@ typedef struct lrinst {
 typedef struct pairs {
     lrinst *inst;
     size_t ninst;
-    u64map idx;        /* lr -> inst index */
-    size_t *fwd_of;    /* per inst (bwd): the matching fwd inst, SIZE_MAX none */
+    u64map idx;     /* lr -> inst index */
+    size_t *fwd_of; /* per inst (bwd): the matching fwd inst, SIZE_MAX none */
     size_t *birth, *death;
-    size_t *saved;     /* allocations saved across a pair, grouped by bwd inst */
-    size_t *saved_b;   /* their bwd inst */
+    size_t *saved;   /* allocations saved across a pair, grouped by bwd inst */
+    size_t *saved_b; /* their bwd inst */
     size_t nsaved;
 } pairs;
 
-static void pairs_free(pairs *p) {
-    free(p->inst), free(p->fwd_of), free(p->birth), free(p->death), free(p->saved), free(p->saved_b);
+static void pairs_free(pairs *p)
+{
+    free(p->inst), free(p->fwd_of), free(p->birth), free(p->death), free(p->saved),
+        free(p->saved_b);
     u64map_free(&p->idx);
 }
 
-static int pairs_build(const adv_model *m, pairs *p) {
+static int pairs_build(const adv_model *m, pairs *p)
+{
     memset(p, 0, sizeof *p);
     size_t cap = 0;
     for (size_t i = 0; i < m->nevs; i++) {
@@ -652,7 +732,8 @@ static int pairs_build(const adv_model *m, pairs *p) {
     u64map latest = {0};
     for (size_t k = 0; k < p->ninst; k++) {
         p->fwd_of[k] = SIZE_MAX;
-        if (p->inst[k].phase == ADV_PH_FWD) u64map_put(&latest, p->inst[k].name, k);
+        if (p->inst[k].phase == ADV_PH_FWD)
+            u64map_put(&latest, p->inst[k].name, k);
         else {
             uint64_t *f = u64map_get(&latest, p->inst[k].name);
             if (f && p->inst[*f].last < p->inst[k].first) p->fwd_of[k] = *f;
@@ -675,8 +756,8 @@ static int pairs_build(const adv_model *m, pairs *p) {
     for (size_t a = 0; a < m->nallocs; a++) {
         tmp_b[a] = SIZE_MAX;
         size_t b = p->birth[a], d = p->death[a];
-        if (b == SIZE_MAX || d == SIZE_MAX || m->evs[b].phase != ADV_PH_FWD || m->evs[d].phase != ADV_PH_BWD ||
-            !m->evs[d].lr)
+        if (b == SIZE_MAX || d == SIZE_MAX || m->evs[b].phase != ADV_PH_FWD ||
+            m->evs[d].phase != ADV_PH_BWD || !m->evs[d].lr)
             continue;
         uint64_t *bi = u64map_get(&p->idx, m->evs[d].lr);
         if (!bi || p->fwd_of[*bi] == SIZE_MAX) continue;
@@ -703,7 +784,8 @@ static int pairs_build(const adv_model *m, pairs *p) {
     return 0;
 }
 
-uint32_t *adv_saved_classes(const adv_model *m, size_t *n) {
+uint32_t *adv_saved_classes(const adv_model *m, size_t *n)
+{
     *n = 0;
     pairs p;
     if (pairs_build(m, &p) != 0) {
@@ -722,7 +804,8 @@ uint32_t *adv_saved_classes(const adv_model *m, size_t *n) {
         uint32_t c = m->allocs[a].cls;
         uint64_t *k = u64map_get(&bytes, c);
         if (!k) {
-            if (grow((void **)&out, &cap, *n + 1, sizeof *out) || grow((void **)&sum, &scap, *n + 1, sizeof *sum))
+            if (grow((void **)&out, &cap, *n + 1, sizeof *out) ||
+                grow((void **)&sum, &scap, *n + 1, sizeof *sum))
                 break;
             out[*n] = c, sum[*n] = 0;
             u64map_put(&bytes, c, *n);
@@ -747,23 +830,28 @@ uint32_t *adv_saved_classes(const adv_model *m, size_t *n) {
 }
 
 /* the first op issued at or after t; its index or SIZE_MAX */
-static size_t op_after(const adv_model *m, uint64_t t) {
+static size_t op_after(const adv_model *m, uint64_t t)
+{
     size_t lo = 0, hi = m->nops;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (m->ops[mid].t < t) lo = mid + 1;
-        else hi = mid;
+        if (m->ops[mid].t < t)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < m->nops ? lo : SIZE_MAX;
 }
 
-static int in_set(const uint32_t *v, size_t n, uint32_t x) {
+static int in_set(const uint32_t *v, size_t n, uint32_t x)
+{
     for (size_t i = 0; i < n; i++)
         if (v[i] == x) return 1;
     return 0;
 }
 
-int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st) {
+int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
+{
     memset(st, 0, sizeof *st);
     st->window_ns_min = UINT64_MAX;
     pairs p;
@@ -776,8 +864,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     /* per step: bytes out during forward, in during backward, and the phases' spans */
     size_t ns = m->nsteps + 1;
     uint64_t *out_b = calloc(ns, sizeof *out_b), *in_b = calloc(ns, sizeof *in_b);
-    uint64_t *f0 = calloc(ns, sizeof *f0), *f1 = calloc(ns, sizeof *f1), *b0 = calloc(ns, sizeof *b0),
-             *b1 = calloc(ns, sizeof *b1);
+    uint64_t *f0 = calloc(ns, sizeof *f0), *f1 = calloc(ns, sizeof *f1),
+             *b0 = calloc(ns, sizeof *b0), *b1 = calloc(ns, sizeof *b1);
     int rc = -1;
     if (!out_b || !in_b || !f0 || !f1 || !b0 || !b1) goto done;
     for (size_t i = 0; i < m->nevs; i++) {
@@ -790,15 +878,18 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
         if (e->t > hi[s]) hi[s] = e->t;
     }
     size_t i0 = 0;
-    size_t *set = malloc((p.nsaved + 1) * sizeof *set), *tmps = malloc((m->nallocs + 1) * sizeof *tmps);
+    size_t *set = malloc((p.nsaved + 1) * sizeof *set),
+           *tmps = malloc((m->nallocs + 1) * sizeof *tmps);
     uint32_t *holder = malloc((m->nallocs + 1) * sizeof *holder);
     uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
     uint8_t *opseen = calloc(m->nops + 1, 1);
     if (!set || !tmps || !holder || !isd || !big || !opseen) goto done2;
-    for (size_t a = 0; a < m->nallocs; a++) holder[a] = (uint32_t)a;
+    for (size_t a = 0; a < m->nallocs; a++)
+        holder[a] = (uint32_t)a;
     while (i0 < p.nsaved) {
         size_t bi = p.saved_b[i0], i1 = i0;
-        while (i1 < p.nsaved && p.saved_b[i1] == bi) i1++;
+        while (i1 < p.nsaved && p.saved_b[i1] == bi)
+            i1++;
         const lrinst *B = &p.inst[bi], *F = &p.inst[p.fwd_of[bi]];
         const adv_ev *fa = &m->evs[F->last], *ba = &m->evs[B->first];
         /* the stash set: born in F first, then the layer inputs, each by birth */
@@ -811,7 +902,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = p.saved[k];
                 int inF = m->evs[p.birth[a]].lr == F->lr;
                 if (inF != (pass == 0)) continue;
-                isd[a] = inF && (o->recompute_layer || in_set(o->recompute_cls, o->nrecompute, m->allocs[a].cls));
+                isd[a] = inF && (o->recompute_layer ||
+                                 in_set(o->recompute_cls, o->nrecompute, m->allocs[a].cls));
                 big[a] = m->allocs[a].size * 16 >= maxsz;
                 if (isd[a]) nd++;
                 set[n++] = a;
@@ -836,8 +928,10 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 for (size_t j = F->first; j < bt && !take; j++) {
                     const adv_ev *x = &m->evs[j];
                     if (x->kind != ADV_EV_ALLOC) continue;
-                    if (isd[x->a] && p.death[x->a] > F->last) since_d = 1;
-                    else if (p.death[x->a] == SIZE_MAX || p.death[x->a] > F->last) since_d = 0;
+                    if (isd[x->a] && p.death[x->a] > F->last)
+                        since_d = 1;
+                    else if (p.death[x->a] == SIZE_MAX || p.death[x->a] > F->last)
+                        since_d = 0;
                 }
                 if (!take && since_d) {
                     size_t next_kept = SIZE_MAX;
@@ -857,7 +951,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             size_t a = set[k];
             if (!isd[a]) continue;
             const adv_ev *de = &m->evs[p.death[a]];
-            rw_add(&w, F->last, +1, 1, ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream));
+            rw_add(&w, F->last, +1, 1,
+                   ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC,
+                           de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream));
         }
         if (o->bf16)
             for (size_t k = 0; k < n; k++) {
@@ -876,7 +972,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             for (size_t k = 0; k < n; k++) {
                 size_t a = set[k];
                 if (isd[a]) continue;
-                rw_add(&w, F->last, +1, 3, ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                rw_add(&w, F->last, +1, 3,
+                       ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
                 uint64_t b = m->allocs[holder[a]].size;
                 slot_bytes += b;
                 st->offload_bytes += b;
@@ -889,16 +986,20 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     /* the tensor is idle from its last forward use to its first backward use */
                     uint64_t last, first;
                     use_around(m, m->allocs[a].orig, fa->t, ba->t, &last, &first);
-                    if (last && first != UINT64_MAX && first > last) win = first - last, st->windows_from_uses = 1;
+                    if (last && first != UINT64_MAX && first > last)
+                        win = first - last, st->windows_from_uses = 1;
                 }
                 if (win < st->window_ns_min) st->window_ns_min = win;
-                if (link_bps > 0 && (double)win * 1e-9 < 2.0 * (double)b / link_bps) st->short_windows++;
+                if (link_bps > 0 && (double)win * 1e-9 < 2.0 * (double)b / link_bps)
+                    st->short_windows++;
                 st->ntensors++;
             }
         if (slot_bytes) {
             uint64_t *sb = u64map_get(&slot, F->name);
-            if (!sb) u64map_put(&slot, F->name, slot_bytes);
-            else if (slot_bytes > *sb) *sb = slot_bytes;
+            if (!sb)
+                u64map_put(&slot, F->name, slot_bytes);
+            else if (slot_bytes > *sb)
+                *sb = slot_bytes;
         }
         /* restore: prefetch, convert back, recompute */
         if (o->offload)
@@ -928,8 +1029,10 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 const adv_ev *e = &m->evs[i];
                 size_t a = e->a;
                 int is_tmp = 0;
-                for (size_t k = 0; k < nt && !is_tmp; k++) is_tmp = tmps[k] == a;
-                if (!(e->kind == ADV_EV_ALLOC && isd[a] && p.death[a] > F->last) && !is_tmp) continue;
+                for (size_t k = 0; k < nt && !is_tmp; k++)
+                    is_tmp = tmps[k] == a;
+                if (!(e->kind == ADV_EV_ALLOC && isd[a] && p.death[a] > F->last) && !is_tmp)
+                    continue;
                 if (e->kind == ADV_EV_ALLOC) {
                     const adv_alloc x = m->allocs[a];
                     uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
@@ -940,7 +1043,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     size_t op = op_after(m, e->t);
                     /* the first steps run on memory touched for the first time, with cold
                      * caches: priced from the steady steps only (adv_steady_step) */
-                    if (op != SIZE_MAX && !opseen[op] && m->ops[op].t >= m->steps[adv_steady_step(m)].start_ns) {
+                    if (op != SIZE_MAX && !opseen[op] &&
+                        m->ops[op].t >= m->steps[adv_steady_step(m)].start_ns) {
                         opseen[op] = 1;
                         st->recompute_ns += m->ops[op].dur;
                     }
@@ -960,7 +1064,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             if (holder[a] != a) m->evs[p.death[a]].a = holder[a];
             holder[a] = (uint32_t)a;
         }
-        for (size_t k = 0; k < nt; k++) holder[tmps[k]] = (uint32_t)tmps[k];
+        for (size_t k = 0; k < nt; k++)
+            holder[tmps[k]] = (uint32_t)tmps[k];
         i0 = i1;
     }
     if (w.nomem || rw_apply(m, &w) != 0) goto done2;
@@ -968,8 +1073,10 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
         if (slot.keys[i] != U64MAP_EMPTY) st->pinned_bytes += slot.vals[i];
     if (link_bps > 0)
         for (size_t s = 0; s < ns; s++) {
-            double out_ns = (double)out_b[s] / link_bps * 1e9, in_ns = (double)in_b[s] / link_bps * 1e9;
-            double fspan = f1[s] > f0[s] ? (double)(f1[s] - f0[s]) : 0, bspan = b1[s] > b0[s] ? (double)(b1[s] - b0[s]) : 0;
+            double out_ns = (double)out_b[s] / link_bps * 1e9,
+                   in_ns = (double)in_b[s] / link_bps * 1e9;
+            double fspan = f1[s] > f0[s] ? (double)(f1[s] - f0[s]) : 0,
+                   bspan = b1[s] > b0[s] ? (double)(b1[s] - b0[s]) : 0;
             if (out_ns > fspan) st->stall_ns += (uint64_t)(out_ns - fspan);
             if (in_ns > bspan) st->stall_ns += (uint64_t)(in_ns - bspan);
         }
@@ -987,7 +1094,8 @@ done:
 
 /* ------------------------------------------------------------------ accumulation */
 
-int adv_accum(adv_model *m, unsigned k) {
+int adv_accum(adv_model *m, unsigned k)
+{
     if (k < 2) return 0;
     size_t *birth, *death;
     if (life_index(m, &birth, &death) != 0) return -1;
@@ -998,7 +1106,8 @@ int adv_accum(adv_model *m, unsigned k) {
     rw w = {0};
     int rc = -1;
     if (!lo || !hi || !prop || !map || rw_init(&w, m) != 0) goto out;
-    for (size_t s = 0; s < ns; s++) lo[s] = SIZE_MAX, hi[s] = 0;
+    for (size_t s = 0; s < ns; s++)
+        lo[s] = SIZE_MAX, hi[s] = 0;
     for (size_t i = 0; i < m->nevs; i++) {
         const adv_ev *e = &m->evs[i];
         if (e->step < 0 || (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD)) continue;
@@ -1011,7 +1120,8 @@ int adv_accum(adv_model *m, unsigned k) {
         if (b == SIZE_MAX || d == SIZE_MAX) continue;
         const adv_ev *eb = &m->evs[b], *ed = &m->evs[d];
         if (eb->step < 0 || eb->step != ed->step) continue;
-        if ((eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD) || (ed->phase != ADV_PH_FWD && ed->phase != ADV_PH_BWD))
+        if ((eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD) ||
+            (ed->phase != ADV_PH_FWD && ed->phase != ADV_PH_BWD))
             continue;
         prop[a] = 1;
         m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
@@ -1044,69 +1154,83 @@ out:
 
 /* Persistent across steps: never freed, freed after every step (teardown), or alive through
  * the whole next step. (A tensor handed from one step's end to the next one's start is not.) */
-static int persists(const adv_model *m, size_t b, size_t d) {
+static int persists(const adv_model *m, size_t b, size_t d)
+{
     return d == SIZE_MAX || m->evs[d].step < 0 || m->evs[d].step >= m->evs[b].step + 2;
 }
 /* Gradients and optimizer state are created in the first step (or the second, when the first
  * is a warm-up); something born later and kept is a leak or a cache, not a technique's target. */
-static int early_step(const adv_model *m, size_t b) { return m->evs[b].step >= 0 && m->evs[b].step <= 1; }
-static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a) {
+static int early_step(const adv_model *m, size_t b)
+{
+    return m->evs[b].step >= 0 && m->evs[b].step <= 1;
+}
+static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
+{
     size_t b = birth[a];
     if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_BWD || !early_step(m, b)) return 0;
     return persists(m, b, death[a]);
 }
-static int is_state(const adv_model *m, const size_t *birth, const size_t *death, size_t a) {
+static int is_state(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
+{
     size_t b = birth[a];
     if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_OPT || !early_step(m, b)) return 0;
     return persists(m, b, death[a]);
 }
 
-void adv_floor_bytes(const adv_model *m, adv_floor *f) {
+void adv_floor_bytes(const adv_model *m, adv_floor *f)
+{
     memset(f, 0, sizeof *f);
     size_t *birth, *death;
     if (life_index(m, &birth, &death) != 0) return;
     for (size_t a = 0; a < m->nallocs; a++) {
         size_t b = birth[a], d = death[a];
         if (b == SIZE_MAX) continue;
-        if (is_grad(m, birth, death, a)) f->grads += m->allocs[a].size;
-        else if (is_state(m, birth, death, a)) f->state += m->allocs[a].size;
+        if (is_grad(m, birth, death, a))
+            f->grads += m->allocs[a].size;
+        else if (is_state(m, birth, death, a))
+            f->state += m->allocs[a].size;
         else if (m->evs[b].step < 0 && (d == SIZE_MAX || m->evs[d].step < 0) &&
-                 (d == SIZE_MAX || d > b) && m->nsteps && (d == SIZE_MAX || m->evs[d].t >= m->steps[m->nsteps - 1].end_ns))
+                 (d == SIZE_MAX || d > b) && m->nsteps &&
+                 (d == SIZE_MAX || m->evs[d].t >= m->steps[m->nsteps - 1].end_ns))
             f->params += m->allocs[a].size;
     }
     free(birth), free(death);
 }
 
-static uint32_t suffix_after_dot(const adv_model *m, uint32_t name) {
+static uint32_t suffix_after_dot(const adv_model *m, uint32_t name)
+{
     const char *n = adv_str(m, name), *d = strchr(n, '.');
     return d && d[1] ? (uint32_t)str_hash(d + 1) : 0;
 }
 
-int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
+int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
+{
     memset(st, 0, sizeof *st);
     if (!grad_none && !offload_opt) return 0;
     size_t *birth, *death;
     if (life_index(m, &birth, &death) != 0) return -1;
     size_t na = m->nallocs, ns = m->nsteps;
-    int32_t *grp = malloc((na + 1) * sizeof *grp);       /* state: its group; grad: its group */
-    size_t *gend = malloc((na + 1) * sizeof *gend);       /* group -> last birth event */
-    size_t *glead = malloc((na + 1) * sizeof *glead);     /* group -> first member */
-    size_t *bw_end = malloc((ns + 1) * sizeof *bw_end);   /* step -> last non-opt event */
-    size_t *st_end = malloc((ns + 1) * sizeof *st_end);   /* step -> last event */
-    size_t **bwl = calloc(ns + 1, sizeof *bwl);           /* step -> its non-grad bwd events */
+    int32_t *grp = malloc((na + 1) * sizeof *grp);      /* state: its group; grad: its group */
+    size_t *gend = malloc((na + 1) * sizeof *gend);     /* group -> last birth event */
+    size_t *glead = malloc((na + 1) * sizeof *glead);   /* group -> first member */
+    size_t *bw_end = malloc((ns + 1) * sizeof *bw_end); /* step -> last non-opt event */
+    size_t *st_end = malloc((ns + 1) * sizeof *st_end); /* step -> last event */
+    size_t **bwl = calloc(ns + 1, sizeof *bwl);         /* step -> its non-grad bwd events */
     size_t *nbwl = calloc(ns + 1, sizeof *nbwl), *cbwl = calloc(ns + 1, sizeof *cbwl);
-    size_t *mirror = malloc((na + 1) * sizeof *mirror);   /* grad -> non-grad bwd events before */
+    size_t *mirror = malloc((na + 1) * sizeof *mirror); /* grad -> non-grad bwd events before */
     uint8_t *g = calloc(na + 1, 1);
     rw w = {0};
     int rc = -1;
     size_t ngroups = 0;
-    if (!grp || !gend || !glead || !bw_end || !st_end || !bwl || !nbwl || !cbwl || !mirror || !g || rw_init(&w, m))
+    if (!grp || !gend || !glead || !bw_end || !st_end || !bwl || !nbwl || !cbwl || !mirror || !g ||
+        rw_init(&w, m))
         goto out;
     for (size_t a = 0; a < na; a++) {
         grp[a] = -1;
         g[a] = is_grad(m, birth, death, a) ? 1 : is_state(m, birth, death, a) ? 2 : 0;
     }
-    for (size_t s = 0; s <= ns; s++) bw_end[s] = st_end[s] = SIZE_MAX;
+    for (size_t s = 0; s <= ns; s++)
+        bw_end[s] = st_end[s] = SIZE_MAX;
     for (size_t i = 0; i < m->nevs; i++) {
         const adv_ev *e = &m->evs[i];
         if (e->step < 0) continue;
@@ -1117,7 +1241,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
                 mirror[e->a] = nbwl[e->step];
                 continue;
             }
-            if (grow((void **)&bwl[e->step], &cbwl[e->step], nbwl[e->step] + 1, sizeof **bwl)) goto out;
+            if (grow((void **)&bwl[e->step], &cbwl[e->step], nbwl[e->step] + 1, sizeof **bwl))
+                goto out;
             bwl[e->step][nbwl[e->step]++] = i;
         }
     }
@@ -1132,8 +1257,10 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
             size_t lo = 0, hi = m->nopt_starts;
             while (lo < hi) {
                 size_t mid = (lo + hi) / 2;
-                if (m->opt_starts[mid] <= e->t) lo = mid + 1;
-                else hi = mid;
+                if (m->opt_starts[mid] <= e->t)
+                    lo = mid + 1;
+                else
+                    hi = mid;
             }
             if ((int64_t)lo != last_key || e->step != last_step) {
                 glead[ngroups] = e->a;
@@ -1145,7 +1272,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
             /* every dotted suffix of the state's name names its parameter ("adam.m.h0.fc_w") */
             const char *n = adv_str(m, m->allocs[e->a].name);
             for (const char *d = strchr(n, '.'); d && d[1]; d = strchr(d + 1, '.'))
-                if (!u64map_get(&by_suffix, str_hash(d + 1))) u64map_put(&by_suffix, str_hash(d + 1), ngroups - 1);
+                if (!u64map_get(&by_suffix, str_hash(d + 1)))
+                    u64map_put(&by_suffix, str_hash(d + 1), ngroups - 1);
         }
     }
     /* gradients to groups: by name, else the latest-born unmatched gradient of the same size */
@@ -1195,7 +1323,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     }
     for (size_t a = 0; a < na; a++)
         if (grp[a] >= 0 && (g[a] == 2 || grad_none)) moff[grp[a] + 1]++;
-    for (size_t k = 0; k < ngroups; k++) moff[k + 1] += moff[k];
+    for (size_t k = 0; k < ngroups; k++)
+        moff[k + 1] += moff[k];
     {
         size_t *fill = calloc(ngroups + 1, sizeof *fill);
         if (!fill) {
@@ -1218,9 +1347,13 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
             if (h == UINT32_MAX) goto fail;
             cur[a] = h;
             size_t c = mirror[a];
-            if (c < nbwl[s]) rw_add(&w, bwl[s][c], -1, 1, ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
-            else if (nbwl[s]) rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1, ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
-            else rw_add(&w, st_end[s], +1, 1, ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
+            if (c < nbwl[s])
+                rw_add(&w, bwl[s][c], -1, 1, ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
+            else if (nbwl[s])
+                rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1,
+                       ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
+            else
+                rw_add(&w, st_end[s], +1, 1, ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
         }
         /* each group's update: state brought in and sent back, then its gradients freed */
         for (size_t k = 0; k < ngroups; k++) {
@@ -1245,7 +1378,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
                     if (nh < 64) hbuf[nh++] = h;
                 }
                 for (size_t i = 0; i < nh; i++) {
-                    rw_add(&w, anchor, +1, 5, ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
+                    rw_add(&w, anchor, +1, 5,
+                           ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
                     st->traffic_bytes += m->allocs[hbuf[i]].size;
                 }
             }
@@ -1253,7 +1387,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
                 for (size_t i = moff[k]; i < moff[k + 1]; i++) {
                     size_t a = mem[i];
                     if (g[a] != 1 || m->evs[birth[a]].step > s) continue;
-                    rw_add(&w, anchor, +1, 5, ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
+                    rw_add(&w, anchor, +1, 5,
+                           ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
                 }
         }
         /* gradients of no optimizer state: freed at the end of the step */
@@ -1261,7 +1396,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
             for (size_t gi = 0; gi < ngl; gi++) {
                 size_t a = gl[gi];
                 if (grp[a] >= 0 || m->evs[birth[a]].step > s) continue;
-                adv_ev e = ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
+                adv_ev e =
+                    ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
                 e.phase = ADV_PH_OPT;
                 rw_add(&w, st_end[s], +1, 9, e);
             }
@@ -1271,8 +1407,10 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     for (size_t a = 0; a < na; a++) {
         if (!((grad_none && g[a] == 1) || (offload_opt && g[a] == 2))) continue;
         if (death[a] != SIZE_MAX) w.drop[death[a]] = 1;
-        if (g[a] == 1) st->grad_bytes += m->allocs[a].size, st->ngrads++;
-        else st->state_bytes += m->allocs[a].size, st->nstate++;
+        if (g[a] == 1)
+            st->grad_bytes += m->allocs[a].size, st->ngrads++;
+        else
+            st->state_bytes += m->allocs[a].size, st->nstate++;
     }
     if (0) {
     fail:
@@ -1282,7 +1420,8 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st) {
     rc = rw_apply(m, &w);
 out:
     rw_free(&w);
-    for (size_t s = 0; bwl && s <= ns; s++) free(bwl[s]);
+    for (size_t s = 0; bwl && s <= ns; s++)
+        free(bwl[s]);
     free(bwl), free(nbwl), free(cbwl), free(mirror), free(g);
     free(grp), free(gend), free(glead), free(bw_end), free(st_end), free(birth), free(death);
     return rc;

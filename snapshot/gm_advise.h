@@ -18,9 +18,9 @@ enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
 
 typedef struct adv_ev {
-    uint32_t a;       /* allocation index */
-    uint8_t kind;     /* ADV_EV_* */
-    uint8_t phase;    /* ADV_PH_* */
+    uint32_t a;    /* allocation index */
+    uint8_t kind;  /* ADV_EV_* */
+    uint8_t phase; /* ADV_PH_* */
     uint16_t pad;
     uint32_t stream;  /* ADV_EV_FREE_ASYNC: the stream the free is ordered on */
     int32_t step;     /* index into adv_model.steps, -1 outside every "step N" range */
@@ -61,8 +61,8 @@ typedef struct adv_model {
     size_t nsteps;
     adv_op *ops;
     size_t nops;
-    int ops_timed;         /* ops are timed launches (else NVTX leaf ranges) */
-    uint64_t *opt_starts;  /* start_ns of range instances under an optimizer phase, sorted */
+    int ops_timed;        /* ops are timed launches (else NVTX leaf ranges) */
+    uint64_t *opt_starts; /* start_ns of range instances under an optimizer phase, sorted */
     size_t nopt_starts;
     uint32_t compute_stream; /* the stream most allocations are made on */
     uint32_t copy_stream;    /* an unused stream id for offload copies */
@@ -70,14 +70,14 @@ typedef struct adv_model {
     alloc_config_t cfg;
     char config[1024], mode[32], cmdline[4096];
     uint64_t rec_peak_allocated, rec_peak_reserved;
-    int have_uses;      /* the uses table has rows */
+    int have_uses; /* the uses table has rows */
     uint64_t nuses;
     /* with uses: each recorded allocation's use times (events' clock), sorted: those of
      * allocation a are use_t[use_off[a] .. use_off[a + 1]); shared by copies of the model */
     uint64_t *use_off, *use_t;
     size_t nrecorded; /* allocations loaded from the recording (use_off has nrecorded + 1) */
     int owns_uses;
-    int dry_run;        /* no compute recorded (trainer --dry-run) */
+    int dry_run; /* no compute recorded (trainer --dry-run) */
 } adv_model;
 
 /* Loads the recording: device allocations (requested size, births and deaths, streams, NVTX
@@ -110,20 +110,20 @@ typedef struct adv_stash_opts {
 
 /* Per-step figures a transformation reports, for the cost model. */
 typedef struct adv_stash_stats {
-    uint64_t offload_bytes;     /* device->host bytes over the whole trace */
-    uint64_t pinned_bytes;      /* host buffers needed (the largest step's offloaded bytes) */
-    uint64_t convert_bytes;     /* bf16: fp32 bytes converted (each way) over the trace */
-    uint64_t recompute_bytes;   /* bytes of tensors re-created */
-    uint64_t recompute_ns;      /* measured duration of the ops re-run, over the steady steps
-                                 * (from adv_steady_step on) */
-    uint64_t window_ns_min;     /* shortest idle window of an offloaded tensor: its last forward
-                                 * use to its first backward use when uses were recorded, else
-                                 * its stash point to its restore point */
-    size_t short_windows;       /* offloaded tensors whose window is shorter than their copies
-                                 * out and in at the link bandwidth (Capuchin's test) */
+    uint64_t offload_bytes;   /* device->host bytes over the whole trace */
+    uint64_t pinned_bytes;    /* host buffers needed (the largest step's offloaded bytes) */
+    uint64_t convert_bytes;   /* bf16: fp32 bytes converted (each way) over the trace */
+    uint64_t recompute_bytes; /* bytes of tensors re-created */
+    uint64_t recompute_ns;    /* measured duration of the ops re-run, over the steady steps
+                               * (from adv_steady_step on) */
+    uint64_t window_ns_min;   /* shortest idle window of an offloaded tensor: its last forward
+                               * use to its first backward use when uses were recorded, else
+                               * its stash point to its restore point */
+    size_t short_windows;     /* offloaded tensors whose window is shorter than their copies
+                               * out and in at the link bandwidth (Capuchin's test) */
     int windows_from_uses;
-    uint64_t stall_ns;          /* offload copies not hidden by their phase (link model) */
-    size_t ntensors;            /* tensors acted on */
+    uint64_t stall_ns; /* offload copies not hidden by their phase (link model) */
+    size_t ntensors;   /* tensors acted on */
 } adv_stash_stats;
 
 /* Recompute / bf16 / offload of saved activations: a saved activation is born in a forward
@@ -138,9 +138,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
 int adv_accum(adv_model *m, unsigned k);
 
 typedef struct adv_opt_stats {
-    uint64_t grad_bytes;     /* gradients freed after each step */
-    uint64_t state_bytes;    /* optimizer state kept on the host */
-    uint64_t traffic_bytes;  /* host<->device bytes of the optimizer state over the trace */
+    uint64_t grad_bytes;    /* gradients freed after each step */
+    uint64_t state_bytes;   /* optimizer state kept on the host */
+    uint64_t traffic_bytes; /* host<->device bytes of the optimizer state over the trace */
     size_t ngrads, nstate;
 } adv_opt_stats;
 

@@ -29,7 +29,8 @@
 #include <unistd.h>
 
 static const char *const usage_advise =
-    "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] [--check]\n"
+    "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
+    "[--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
     "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
@@ -57,13 +58,17 @@ static const char *const usage_advise =
 /* Roofline figures (dense bf16 tensor-core peak, HBM bandwidth), from NVIDIA's data sheets:
  * H100 SXM5 989 TFLOP/s, 3.35 TB/s; H200 SXM 989 TFLOP/s, 4.8 TB/s; A100 SXM4 80GB 312 TFLOP/s,
  * 2.039 TB/s. */
-typedef struct gpu_spec { const char *name; double flops, bw; } gpu_spec;
+typedef struct gpu_spec {
+    const char *name;
+    double flops, bw;
+} gpu_spec;
 static const gpu_spec gpus[] = {
     {"H100", 989e12, 3.35e12}, {"H200", 989e12, 4.8e12}, {"A100", 312e12, 2.039e12}};
 #define LAUNCH_NS 5000.0 /* one kernel launch's fixed cost, for accumulation's extra launches */
 
 enum { T_RECOMPUTE, T_OFFLOAD, T_ACCUM, T_GRAD_NONE, T_BF16, T_NTECH };
-static const char *const tech_names[T_NTECH] = {"recompute", "offload", "accum", "grad_none", "bf16"};
+static const char *const tech_names[T_NTECH] = {"recompute", "offload", "accum", "grad_none",
+                                                "bf16"};
 
 /* the trainer's --recompute choices and the tensor classes each drops (train/gpt2.c) */
 static const char *const rc_choice[] = {"gelu", "ln", "attn", "mlp", "layer"};
@@ -76,8 +81,8 @@ static const char *const rc_classes[NRC][7] = {
     {NULL}};
 
 typedef struct spec {
-    unsigned rc;      /* trainer: bits of rc_choice */
-    int rc_class;     /* generic: index into the saved classes, -1 none */
+    unsigned rc;  /* trainer: bits of rc_choice */
+    int rc_class; /* generic: index into the saved classes, -1 none */
     int bf16, off_act, off_opt, grad_none;
     unsigned accum;
     /* results */
@@ -95,8 +100,8 @@ typedef struct spec {
 typedef struct ctx {
     adv_model m;
     int trainer;
-    unsigned B;          /* trainer's -B */
-    unsigned rec_flags;  /* techniques already in the recorded command */
+    unsigned B;         /* trainer's -B */
+    unsigned rec_flags; /* techniques already in the recorded command */
     double link_bps;
     const char *link_src;
     const gpu_spec *gpu;
@@ -108,49 +113,60 @@ typedef struct ctx {
     alloc_replay_result_t base;
 } ctx;
 
-static int has_flag(const char *cmd, const char *flag) {
+static int has_flag(const char *cmd, const char *flag)
+{
     size_t n = strlen(flag);
     for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
         if ((p == cmd || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
     return 0;
 }
 
-static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt) {
+static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt)
+{
     size_t n = strlen(flag);
     for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
-        if ((p == cmd || p[-1] == ' ') && p[n] == ' ') return (unsigned)strtoul(p + n + 1, NULL, 10);
+        if ((p == cmd || p[-1] == ' ') && p[n] == ' ')
+            return (unsigned)strtoul(p + n + 1, NULL, 10);
     return dflt;
 }
 
-static uint32_t find_str(const adv_model *m, const char *s) {
+static uint32_t find_str(const adv_model *m, const char *s)
+{
     for (size_t i = 1; i < m->nstrs; i++)
         if (!strcmp(m->strs[i], s)) return (uint32_t)i;
     return 0;
 }
 
-static unsigned spec_ntech(const spec *s) {
-    return (s->rc || s->rc_class >= 0) + s->bf16 + s->off_act + s->off_opt + s->grad_none + (s->accum > 1);
+static unsigned spec_ntech(const spec *s)
+{
+    return (s->rc || s->rc_class >= 0) + s->bf16 + s->off_act + s->off_opt + s->grad_none +
+           (s->accum > 1);
 }
 
 /* flags for the trainer, "" when nothing */
-static void spec_flags(const spec *s, char *out, size_t n) {
+static void spec_flags(const spec *s, char *out, size_t n)
+{
     size_t o = 0;
     out[0] = 0;
     if (s->rc) {
         o += (size_t)snprintf(out + o, n - o, "--recompute ");
         int first = 1;
         for (int i = 0; i < NRC; i++)
-            if (s->rc & (1u << i)) o += (size_t)snprintf(out + o, n - o, "%s%s", first ? "" : ",", rc_choice[i]), first = 0;
+            if (s->rc & (1u << i))
+                o += (size_t)snprintf(out + o, n - o, "%s%s", first ? "" : ",", rc_choice[i]),
+                    first = 0;
     }
     if (s->off_act || s->off_opt)
-        o += (size_t)snprintf(out + o, n - o, "%s--offload %s%s%s", o ? " " : "", s->off_act ? "activations" : "",
-                              s->off_act && s->off_opt ? "," : "", s->off_opt ? "optimizer" : "");
+        o += (size_t)snprintf(out + o, n - o, "%s--offload %s%s%s", o ? " " : "",
+                              s->off_act ? "activations" : "", s->off_act && s->off_opt ? "," : "",
+                              s->off_opt ? "optimizer" : "");
     if (s->accum > 1) o += (size_t)snprintf(out + o, n - o, "%s--accum %u", o ? " " : "", s->accum);
     if (s->grad_none) o += (size_t)snprintf(out + o, n - o, "%s--grad-none", o ? " " : "");
     if (s->bf16) o += (size_t)snprintf(out + o, n - o, "%s--act-dtype bf16", o ? " " : "");
 }
 
-static void spec_target(const ctx *c, const spec *s, char *out, size_t n) {
+static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
+{
     size_t o = 0;
     out[0] = 0;
 #define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
@@ -160,7 +176,8 @@ static void spec_target(const ctx *c, const spec *s, char *out, size_t n) {
         for (int i = 0; i < NRC; i++)
             if (s->rc & (1u << i)) ADD("%s%s", first ? "" : "+", rc_choice[i]), first = 0;
     }
-    if (s->rc_class >= 0) ADD("%srecompute %s", o ? ", " : "", adv_str(&c->m, c->classes[s->rc_class]));
+    if (s->rc_class >= 0)
+        ADD("%srecompute %s", o ? ", " : "", adv_str(&c->m, c->classes[s->rc_class]));
     if (s->off_act) ADD("%soffload saved activations", o ? ", " : "");
     if (s->off_opt) ADD("%soffload optimizer state", o ? ", " : "");
     if (s->accum > 1) ADD("%saccumulate %u micro-batches", o ? ", " : "", s->accum);
@@ -170,24 +187,41 @@ static void spec_target(const ctx *c, const spec *s, char *out, size_t n) {
 }
 
 /* the change in words, for a program that is not the trainer */
-static void spec_words(const ctx *c, const spec *s, char *out, size_t n) {
+static void spec_words(const ctx *c, const spec *s, char *out, size_t n)
+{
     size_t o = 0;
     out[0] = 0;
 #define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
     if (s->rc || s->rc_class >= 0)
-        ADD("recompute %s in backward instead of keeping it (torch.utils.checkpoint on the block that "
-            "produces it)", s->rc_class >= 0 ? adv_str(&c->m, c->classes[s->rc_class]) : "the layer's activations");
-    if (s->off_act) ADD("%skeep saved activations in pinned host memory (torch.autograd.graph.save_on_cpu(pin_memory=True))", o ? "; " : "");
-    if (s->off_opt) ADD("%skeep optimizer state on the host (DeepSpeed ZeRO-Offload, or torch.distributed.fsdp.CPUOffload)", o ? "; " : "");
+        ADD("recompute %s in backward instead of keeping it (torch.utils.checkpoint on the block "
+            "that "
+            "produces it)",
+            s->rc_class >= 0 ? adv_str(&c->m, c->classes[s->rc_class]) : "the layer's activations");
+    if (s->off_act)
+        ADD("%skeep saved activations in pinned host memory "
+            "(torch.autograd.graph.save_on_cpu(pin_memory=True))",
+            o ? "; " : "");
+    if (s->off_opt)
+        ADD("%skeep optimizer state on the host (DeepSpeed ZeRO-Offload, or "
+            "torch.distributed.fsdp.CPUOffload)",
+            o ? "; " : "");
     if (s->accum > 1)
-        ADD("%saccumulate gradients over %u micro-batches of 1/%u the batch (loss / %u, loss.backward() per micro-batch, "
-            "torch.optim.Optimizer.step() every %u)", o ? "; " : "", s->accum, s->accum, s->accum, s->accum);
-    if (s->grad_none) ADD("%sfree gradients after each step (torch.optim.Optimizer.zero_grad(set_to_none=True))", o ? "; " : "");
-    if (s->bf16) ADD("%sstore saved activations in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16))", o ? "; " : "");
+        ADD("%saccumulate gradients over %u micro-batches of 1/%u the batch (loss / %u, "
+            "loss.backward() per micro-batch, "
+            "torch.optim.Optimizer.step() every %u)",
+            o ? "; " : "", s->accum, s->accum, s->accum, s->accum);
+    if (s->grad_none)
+        ADD("%sfree gradients after each step (torch.optim.Optimizer.zero_grad(set_to_none=True))",
+            o ? "; " : "");
+    if (s->bf16)
+        ADD("%sstore saved activations in bf16 (torch.autocast(device_type='cuda', "
+            "dtype=torch.bfloat16))",
+            o ? "; " : "");
 #undef ADD
 }
 
-static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
+static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
+{
     adv_model m;
     s->ok = 0;
     if (adv_model_copy(&c->m, &m) != 0) {
@@ -210,10 +244,13 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
             if (id) cls[so.nrecompute++] = id;
         }
     }
-    if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload)) rc = adv_stash(&m, &so, c->link_bps, &ss);
-    if (!rc) rc = adv_replay(&m, &s->r, err, errsz);
+    if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
+        rc = adv_stash(&m, &so, c->link_bps, &ss);
+    if (!rc)
+        rc = adv_replay(&m, &s->r, err, errsz);
 
-    else snprintf(err, errsz, "out of memory transforming the trace");
+    else
+        snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
     if (rc) return -1;
     double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
@@ -235,10 +272,12 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     double bw = c->gpu ? c->gpu->bw : gpus[0].bw;
     extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
     extra += (double)os.traffic_bytes / c->link_bps * 1e9;
-    if (s->accum > 1) extra += (double)(s->accum - 1) * (double)c->fwdbwd_ops_per_step * LAUNCH_NS * nsteps;
+    if (s->accum > 1)
+        extra += (double)(s->accum - 1) * (double)c->fwdbwd_ops_per_step * LAUNCH_NS * nsteps;
     s->extra_s = extra / nsteps / 1e9;
     s->stall_s = (double)ss.stall_ns / nsteps / 1e9;
-    s->host_bytes = (uint64_t)((2.0 * (double)ss.offload_bytes + (double)os.traffic_bytes) / nsteps);
+    s->host_bytes =
+        (uint64_t)((2.0 * (double)ss.offload_bytes + (double)os.traffic_bytes) / nsteps);
     s->pinned_bytes = ss.pinned_bytes + os.state_bytes;
     /* Capuchin: every window covers its copies out and in, and each phase hides its copies */
     s->feasible = !s->off_act || (ss.short_windows == 0 && ss.stall_ns == 0);
@@ -248,53 +287,78 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz) {
     return 0;
 }
 
-static double pct(const ctx *c, double extra_s) { return c->step_s > 0 ? 100.0 * extra_s / c->step_s : 0; }
+static double pct(const ctx *c, double extra_s)
+{
+    return c->step_s > 0 ? 100.0 * extra_s / c->step_s : 0;
+}
 
 /* ------------------------------------------------------------------ printing */
 
-static void fmt(uint64_t v, char *o, size_t n) { gm_fmt_bytes(v, o, n); }
+static void fmt(uint64_t v, char *o, size_t n)
+{
+    gm_fmt_bytes(v, o, n);
+}
 
-static void json_rec(FILE *out, const ctx *c, const spec *s, int combo) {
+static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
+{
     char target[512], flags[256];
     spec_target(c, s, target, sizeof target);
     spec_flags(s, flags, sizeof flags);
-    const char *tech = combo ? "combo" : s->rc || s->rc_class >= 0 ? "recompute" : s->off_act || s->off_opt ? "offload"
-                                        : s->accum > 1 ? "accum" : s->grad_none ? "grad_none" : "bf16";
+    const char *tech = combo                       ? "combo"
+                       : s->rc || s->rc_class >= 0 ? "recompute"
+                       : s->off_act || s->off_opt  ? "offload"
+                       : s->accum > 1              ? "accum"
+                       : s->grad_none              ? "grad_none"
+                                                   : "bf16";
     fprintf(out, "{\"technique\": \"%s\", \"techniques\": [", tech);
     int first = 1;
-    int on[T_NTECH] = {s->rc || s->rc_class >= 0, s->off_act || s->off_opt, s->accum > 1, s->grad_none, s->bf16};
+    int on[T_NTECH] = {s->rc || s->rc_class >= 0, s->off_act || s->off_opt, s->accum > 1,
+                       s->grad_none, s->bf16};
     for (int i = 0; i < T_NTECH; i++)
         if (on[i]) fprintf(out, "%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
     fprintf(out, "], \"target\": ");
     gm_json_str(out, target);
     fprintf(out, ", \"flags\": ");
-    if (c->trainer) gm_json_str(out, flags);
-    else fprintf(out, "null");
+    if (c->trainer)
+        gm_json_str(out, flags);
+    else
+        fprintf(out, "null");
     if (!c->trainer) {
         char words[1024];
         spec_words(c, s, words, sizeof words);
         fprintf(out, ", \"how\": ");
         gm_json_str(out, words);
     }
-    fprintf(out, ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"saving_bytes\": %" PRId64
-                 ", \"cost\": {\"extra_time_pct\": %.3f, \"extra_time_s\": %.6f, \"host_bytes\": %" PRIu64
-                 ", \"pinned_bytes\": %" PRIu64 "}",
-            s->r.peak_allocated, s->r.peak_reserved, (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved,
-            pct(c, s->extra_s), s->extra_s, s->host_bytes, s->pinned_bytes);
+    fprintf(
+        out,
+        ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"saving_bytes\": "
+        "%" PRId64
+        ", \"cost\": {\"extra_time_pct\": %.3f, \"extra_time_s\": %.6f, \"host_bytes\": %" PRIu64
+        ", \"pinned_bytes\": %" PRIu64 "}",
+        s->r.peak_allocated, s->r.peak_reserved,
+        (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved, pct(c, s->extra_s),
+        s->extra_s, s->host_bytes, s->pinned_bytes);
     if (s->off_act)
-        fprintf(out, ", \"offload_feasible\": %s, \"short_windows\": %zu, \"windows_from\": \"%s\"", s->feasible ? "true" : "false",
-                s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
+        fprintf(out, ", \"offload_feasible\": %s, \"short_windows\": %zu, \"windows_from\": \"%s\"",
+                s->feasible ? "true" : "false", s->short_windows,
+                s->windows_from_uses ? "uses" : "layer ranges");
     if (s->measured) {
-        double ea = s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) / (double)s->meas_alloc : 0;
-        double er = s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) / (double)s->meas_res : 0;
-        fprintf(out, ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
-                     ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f}",
+        double ea = s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) /
+                                        (double)s->meas_alloc
+                                  : 0;
+        double er = s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) /
+                                      (double)s->meas_res
+                                : 0;
+        fprintf(out,
+                ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f}",
                 s->meas_alloc, s->meas_res, ea, er);
     }
     fprintf(out, "}");
 }
 
-static void text_rec(FILE *out, const ctx *c, const spec *s) {
+static void text_rec(FILE *out, const ctx *c, const spec *s)
+{
     char target[512], a[32], r[32], sv[32], hb[32], pb[32], how[1024];
     spec_target(c, s, target, sizeof target);
     fmt(s->r.peak_allocated, a, sizeof a);
@@ -303,13 +367,15 @@ static void text_rec(FILE *out, const ctx *c, const spec *s) {
     fmt(save > 0 ? (uint64_t)save : 0, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
-    fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step (%.1f%%)", target, a, r,
-            save < 0 ? "-" : "", sv, s->extra_s, pct(c, s->extra_s));
+    fprintf(
+        out,
+        "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step (%.1f%%)",
+        target, a, r, save < 0 ? "-" : "", sv, s->extra_s, pct(c, s->extra_s));
     if (s->host_bytes) fprintf(out, ", host traffic %s/step, pinned %s", hb, pb);
     if (s->off_act)
         fprintf(out, "%s; %zu tensors idle too briefly for their copies (windows from %s)",
-                s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)", s->short_windows,
-                s->windows_from_uses ? "uses" : "layer ranges");
+                s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)",
+                s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
     fputc('\n', out);
     if (c->trainer) {
         spec_flags(s, how, sizeof how);
@@ -322,15 +388,23 @@ static void text_rec(FILE *out, const ctx *c, const spec *s) {
         char ma[32], mr[32];
         fmt(s->meas_alloc, ma, sizeof ma);
         fmt(s->meas_res, mr, sizeof mr);
-        fprintf(out, "    check: measured allocated %s (error %+.2f%%), reserved %s (error %+.2f%%)\n", ma,
-                s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) / (double)s->meas_alloc : 0, mr,
-                s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) / (double)s->meas_res : 0);
+        fprintf(out,
+                "    check: measured allocated %s (error %+.2f%%), reserved %s (error %+.2f%%)\n",
+                ma,
+                s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) /
+                                    (double)s->meas_alloc
+                              : 0,
+                mr,
+                s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) /
+                                  (double)s->meas_res
+                            : 0);
     }
 }
 
 /* ------------------------------------------------------------------ --check */
 
-static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t errsz) {
+static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t errsz)
+{
     char flags[256], dbpath[64], self[4096];
     spec_flags(s, flags, sizeof flags);
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -370,9 +444,11 @@ static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t 
         _exit(127);
     }
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, errsz, "the re-run with '%s' failed (exit %d)", flags, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        snprintf(err, errsz, "the re-run with '%s' failed (exit %d)", flags,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         unlink(dbpath);
         return -1;
     }
@@ -399,7 +475,8 @@ static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t 
 /* ------------------------------------------------------------------ the command */
 
 /* trainer flags -> spec; 0, or -1 with a message */
-static int parse_try(const char *flags, spec *s, char *err, size_t errsz) {
+static int parse_try(const char *flags, spec *s, char *err, size_t errsz)
+{
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", flags);
     char *save = NULL;
@@ -413,16 +490,23 @@ static int parse_try(const char *flags, spec *s, char *err, size_t errsz) {
             snprintf(err, errsz, "--try: %s needs a value", t);
             return -1;
         }
-        if (!strcmp(t, "--accum")) s->accum = (unsigned)strtoul(v, NULL, 10);
-        else if (!strcmp(t, "--act-dtype")) s->bf16 = !strcmp(v, "bf16");
-        else if (!strcmp(t, "--offload")) s->off_act = strstr(v, "activations") != NULL, s->off_opt = strstr(v, "optimizer") != NULL;
+        if (!strcmp(t, "--accum"))
+            s->accum = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(t, "--act-dtype"))
+            s->bf16 = !strcmp(v, "bf16");
+        else if (!strcmp(t, "--offload"))
+            s->off_act = strstr(v, "activations") != NULL,
+            s->off_opt = strstr(v, "optimizer") != NULL;
         else if (!strcmp(t, "--recompute")) {
             char *sv2 = NULL;
             for (char *c = strtok_r(v, ",", &sv2); c; c = strtok_r(NULL, ",", &sv2)) {
                 int k = 0;
-                while (k < NRC && strcmp(c, rc_choice[k])) k++;
+                while (k < NRC && strcmp(c, rc_choice[k]))
+                    k++;
                 if (k == NRC) {
-                    snprintf(err, errsz, "--try: unknown recompute choice '%s' (gelu, ln, attn, mlp, layer)", c);
+                    snprintf(err, errsz,
+                             "--try: unknown recompute choice '%s' (gelu, ln, attn, mlp, layer)",
+                             c);
                     return -1;
                 }
                 s->rc |= 1u << k;
@@ -438,24 +522,28 @@ static int parse_try(const char *flags, spec *s, char *err, size_t errsz) {
 
 /* On a trace too large to search every combination: only stacks of the four single
  * techniques that save the most (recs is sorted by predicted peak), two at a time or all four. */
-static int big_ok(const spec *recs, size_t nrecs, const spec *s) {
+static int big_ok(const spec *recs, size_t nrecs, const spec *s)
+{
     int in = 0, n = 0;
     for (size_t i = 0; i < nrecs && i < 4; i++) {
         const spec *r = &recs[i];
-        int on = (r->rc && (s->rc & r->rc) == r->rc) || (r->bf16 && s->bf16) || (r->off_act && s->off_act) ||
-                 (r->off_opt && s->off_opt) || (r->grad_none && s->grad_none) || (r->accum > 1 && s->accum == r->accum);
+        int on = (r->rc && (s->rc & r->rc) == r->rc) || (r->bf16 && s->bf16) ||
+                 (r->off_act && s->off_act) || (r->off_opt && s->off_opt) ||
+                 (r->grad_none && s->grad_none) || (r->accum > 1 && s->accum == r->accum);
         in += on, n++;
     }
     unsigned k = spec_ntech(s);
     return (unsigned)in == k && (k == 2 || (int)k == n);
 }
 
-static int cmp_saving(const void *a, const void *b) {
+static int cmp_saving(const void *a, const void *b)
+{
     const spec *x = a, *y = b;
     return x->r.peak_reserved < y->r.peak_reserved ? -1 : x->r.peak_reserved > y->r.peak_reserved;
 }
 
-int gm_advise_main(int argc, char **argv) {
+int gm_advise_main(int argc, char **argv)
+{
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
     int json = 0, check = 0, top = 10, have_budget = 0;
     size_t budget = 0;
@@ -466,11 +554,14 @@ int gm_advise_main(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_advise, stdout);
             return 0;
-        } else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--check")) check = 1;
+        } else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--check"))
+            check = 1;
         else if (!strcmp(a, "--budget")) {
             if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
-                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n\n%s", v ? v : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
                 return GM_EXIT_USAGE;
             }
             have_budget = 1, i++;
@@ -478,21 +569,28 @@ int gm_advise_main(int argc, char **argv) {
             char *end;
             link = v ? strtod(v, &end) : 0;
             if (!v || *end || !(link > 0)) {
-                fprintf(stderr, "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n\n%s", v ? v : "", usage_advise);
+                fprintf(stderr,
+                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
                 return GM_EXIT_USAGE;
             }
             i++;
         } else if (!strcmp(a, "--gpu")) {
             gpu = v, i++;
             int ok = 0;
-            for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++) ok |= !strcasecmp(gpu, gpus[k].name);
+            for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
+                ok |= !strcasecmp(gpu, gpus[k].name);
             if (!ok) {
-                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n\n%s", gpu ? gpu : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n\n%s",
+                        gpu ? gpu : "", usage_advise);
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--try")) {
             if (!v) {
-                fprintf(stderr, "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum 2'\n\n%s", usage_advise);
+                fprintf(stderr,
+                        "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum "
+                        "2'\n\n%s",
+                        usage_advise);
                 return GM_EXIT_USAGE;
             }
             try_flags = v, i++;
@@ -500,16 +598,20 @@ int gm_advise_main(int argc, char **argv) {
             char *end;
             long t = v ? strtol(v, &end, 10) : 0;
             if (!v || *end || t < 1 || t > 1000000) {
-                fprintf(stderr, "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n\n%s", v ? v : "", usage_advise);
+                fprintf(stderr,
+                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
                 return GM_EXIT_USAGE;
             }
             top = (int)t, i++;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gpumem advise: unknown option '%s'\n\n%s", a, usage_advise);
             return GM_EXIT_USAGE;
-        } else if (!path) path = a;
+        } else if (!path)
+            path = a;
         else {
-            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n\n%s", a, usage_advise);
+            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n\n%s", a,
+                    usage_advise);
             return GM_EXIT_USAGE;
         }
     }
@@ -535,14 +637,19 @@ int gm_advise_main(int argc, char **argv) {
     gm_meta_text(&d, "exe", exe, sizeof exe);
     /* the link: --link, else the recording's timed host copies, else PCIe 4 x16 */
     c.link_bps = 25e9, c.link_src = "PCIe 4 x16 default";
-    if (link > 0) c.link_bps = link * 1e9, c.link_src = "--link";
+    if (link > 0)
+        c.link_bps = link * 1e9, c.link_src = "--link";
     else if (gm_table_exists(&d, "launches")) {
         sqlite3_stmt *s;
-        if (sqlite3_prepare_v2(d.db, "SELECT sum(bytes), sum(end_ns - start_ns) FROM launches WHERE op = 1 AND "
-                                     "start_ns IS NOT NULL AND end_ns > start_ns AND kernel IN (SELECT id FROM strings "
-                                     "WHERE s IN ('memcpy HtoD', 'memcpy DtoH'))", -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_prepare_v2(
+                d.db,
+                "SELECT sum(bytes), sum(end_ns - start_ns) FROM launches WHERE op = 1 AND "
+                "start_ns IS NOT NULL AND end_ns > start_ns AND kernel IN (SELECT id FROM strings "
+                "WHERE s IN ('memcpy HtoD', 'memcpy DtoH'))",
+                -1, &s, NULL) == SQLITE_OK) {
             if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 1) > 0) {
-                c.link_bps = (double)sqlite3_column_int64(s, 0) / ((double)sqlite3_column_int64(s, 1) * 1e-9);
+                c.link_bps = (double)sqlite3_column_int64(s, 0) /
+                             ((double)sqlite3_column_int64(s, 1) * 1e-9);
                 c.link_src = "the recording's host copies";
             }
             sqlite3_finalize(s);
@@ -570,7 +677,8 @@ int gm_advise_main(int argc, char **argv) {
             sum += (double)(c.m.steps[i].end_ns - c.m.steps[i].start_ns) * 1e-9;
         c.step_s = n ? sum / (double)n : 0;
         uint64_t ops = 0;
-        for (size_t i = 0; i < c.m.nops; i++) ops += c.m.ops[i].phase == ADV_PH_FWD || c.m.ops[i].phase == ADV_PH_BWD;
+        for (size_t i = 0; i < c.m.nops; i++)
+            ops += c.m.ops[i].phase == ADV_PH_FWD || c.m.ops[i].phase == ADV_PH_BWD;
         c.fwdbwd_ops_per_step = c.m.nsteps ? ops / c.m.nsteps : ops;
         if (c.m.dry_run && c.trainer) {
             /* no compute recorded: the step on the roofline, 6 N B T FLOPs for forward and
@@ -591,15 +699,15 @@ int gm_advise_main(int argc, char **argv) {
     /* the single techniques */
     spec *recs = NULL, *all = NULL, *front = NULL;
     size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0;
-#define PUSH(arr, n, cap, val)                                                                   \
-    do {                                                                                         \
-        if ((n) + 1 > (cap)) {                                                                   \
-            size_t nc_ = (cap) ? 2 * (cap) : 32;                                                 \
-            void *p_ = realloc((arr), nc_ * sizeof *(arr));                                      \
-            if (!p_) goto oom;                                                                   \
-            (arr) = p_, (cap) = nc_;                                                             \
-        }                                                                                        \
-        (arr)[(n)++] = (val);                                                                    \
+#define PUSH(arr, n, cap, val)                                                                     \
+    do {                                                                                           \
+        if ((n) + 1 > (cap)) {                                                                     \
+            size_t nc_ = (cap) ? 2 * (cap) : 32;                                                   \
+            void *p_ = realloc((arr), nc_ * sizeof *(arr));                                        \
+            if (!p_) goto oom;                                                                     \
+            (arr) = p_, (cap) = nc_;                                                               \
+        }                                                                                          \
+        (arr)[(n)++] = (val);                                                                      \
     } while (0)
     spec blank = {.rc_class = -1, .accum = 1};
     unsigned accums[3] = {2, 4, 8};
@@ -661,7 +769,8 @@ int gm_advise_main(int argc, char **argv) {
             rc = GM_EXIT_BADDB;
             goto done;
         }
-        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved || recs[i].r.peak_allocated < c.base.peak_allocated)
+        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved ||
+            recs[i].r.peak_allocated < c.base.peak_allocated)
             recs[keep++] = recs[i];
     }
     nrecs = keep;
@@ -674,7 +783,8 @@ int gm_advise_main(int argc, char **argv) {
         rcs[nrcs++] = 0;
         int allow_rc = !(c.rec_flags & (1u << T_RECOMPUTE)) && c.trainer;
         if (allow_rc) {
-            for (int i = 0; i < NRC; i++) rcs[nrcs++] = 1u << i;
+            for (int i = 0; i < NRC; i++)
+                rcs[nrcs++] = 1u << i;
             rcs[nrcs++] = (1u << 1) | (1u << 2) | (1u << 3);
         }
         unsigned ks[4] = {1, 2, 4, 8};
@@ -688,18 +798,21 @@ int gm_advise_main(int argc, char **argv) {
                         for (int gn = 0; gn < 2; gn++)
                             for (int ki = 0; ki < 4; ki++) {
                                 spec s = blank;
-                                s.rc = rcs[r], s.bf16 = bf, s.off_act = oa, s.off_opt = oo, s.grad_none = gn,
-                                s.accum = ks[ki];
-                                if ((bf && (c.rec_flags & (1u << T_BF16))) || ((oa || oo) && (c.rec_flags & (1u << T_OFFLOAD))) ||
+                                s.rc = rcs[r], s.bf16 = bf, s.off_act = oa, s.off_opt = oo,
+                                s.grad_none = gn, s.accum = ks[ki];
+                                if ((bf && (c.rec_flags & (1u << T_BF16))) ||
+                                    ((oa || oo) && (c.rec_flags & (1u << T_OFFLOAD))) ||
                                     (gn && (c.rec_flags & (1u << T_GRAD_NONE))) ||
-                                    (ks[ki] > 1 && ((c.rec_flags & (1u << T_ACCUM)) || (c.trainer && c.B % ks[ki]))))
+                                    (ks[ki] > 1 && ((c.rec_flags & (1u << T_ACCUM)) ||
+                                                    (c.trainer && c.B % ks[ki]))))
                                     continue;
                                 if (spec_ntech(&s) < 2 || try_flags) continue;
                                 if (!full && !big_ok(recs, nrecs, &s)) continue;
                                 if (big && ks[ki] > 2) continue;
                                 PUSH(all, nall, acap, s);
                             }
-        if (full && !try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) && c.nclasses) {
+        if (full && !try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) &&
+            c.nclasses) {
             /* generic programs: the largest class recomputed, with the rest */
             size_t n0 = nall;
             for (size_t i = 0; i < n0; i++) {
@@ -724,11 +837,14 @@ int gm_advise_main(int argc, char **argv) {
             const spec *x = &all[j], *y = &all[i];
             int le = x->extra_s <= y->extra_s && x->r.peak_reserved <= y->r.peak_reserved;
             int lt = x->extra_s < y->extra_s || x->r.peak_reserved < y->r.peak_reserved ||
-                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved && spec_ntech(x) < spec_ntech(y)) ||
-                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved && spec_ntech(x) == spec_ntech(y) && j < i);
+                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved &&
+                      spec_ntech(x) < spec_ntech(y)) ||
+                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved &&
+                      spec_ntech(x) == spec_ntech(y) && j < i);
             dominated = le && lt;
         }
-        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved) PUSH(front, nfront, fcap, all[i]);
+        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
+            PUSH(front, nfront, fcap, all[i]);
     }
     qsort(front, nfront, sizeof *front, cmp_saving);
     /* --budget: the cheapest that fits, singles included */
@@ -750,7 +866,8 @@ int gm_advise_main(int argc, char **argv) {
                     plan = v[i], have_plan = 1;
             }
         }
-        if (c.base.peak_reserved <= budget) plan = blank, plan.r = c.base, plan.ok = 1, have_plan = 2;
+        if (c.base.peak_reserved <= budget)
+            plan = blank, plan.r = c.base, plan.ok = 1, have_plan = 2;
         if (!have_plan) {
             shortfall = nearest ? nearest->r.peak_reserved - budget : c.base.peak_reserved - budget;
             rc = 1;
@@ -759,46 +876,63 @@ int gm_advise_main(int argc, char **argv) {
     /* --check: re-run with each recommendation's flags */
     if (check) {
         if (!c.trainer) {
-            fprintf(stderr, "gpumem advise: --check re-runs the included trainer only; this recording is of '%s'\n", c.m.cmdline);
+            fprintf(stderr,
+                    "gpumem advise: --check re-runs the included trainer only; this recording is "
+                    "of '%s'\n",
+                    c.m.cmdline);
         } else {
             size_t nf = (size_t)top < nfront ? (size_t)top : nfront;
             for (size_t pass = 0; pass < 3; pass++) {
                 spec *v = pass == 0 ? recs : pass == 1 ? front : &plan;
-                size_t nv = pass == 0 ? ((size_t)top < nrecs ? (size_t)top : nrecs) : pass == 1 ? nf : have_plan == 1;
+                size_t nv = pass == 0   ? ((size_t)top < nrecs ? (size_t)top : nrecs)
+                            : pass == 1 ? nf
+                                        : have_plan == 1;
                 for (size_t i = 0; i < nv; i++) {
                     if (!json) fprintf(stderr, "\rgpumem advise: checking %zu/%zu...", i + 1, nv);
-                    if (check_spec(&c, &v[i], exe, err, sizeof err) != 0) fprintf(stderr, "\ngpumem advise: --check: %s\n", err);
+                    if (check_spec(&c, &v[i], exe, err, sizeof err) != 0)
+                        fprintf(stderr, "\ngpumem advise: --check: %s\n", err);
                 }
             }
             if (!json) fprintf(stderr, "\r%40s\r", "");
         }
     }
     /* print */
-    size_t nr = (size_t)top < nrecs ? (size_t)top : nrecs, nf = (size_t)top < nfront ? (size_t)top : nfront;
+    size_t nr = (size_t)top < nrecs ? (size_t)top : nrecs,
+           nf = (size_t)top < nfront ? (size_t)top : nfront;
     adv_floor fl;
     adv_floor_bytes(&c.m, &fl);
     if (json) {
-        printf("{\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": {\"peak_allocated\": %" PRIu64
-               ", \"peak_reserved\": %" PRIu64 "}, \"trainer\": %s, \"uses\": %s, \"link_bytes_per_s\": %.0f, \"step_s\": %.6f,\n",
-               c.base.peak_allocated, c.base.peak_reserved, c.m.rec_peak_allocated, c.m.rec_peak_reserved,
-               c.trainer ? "true" : "false", c.m.have_uses ? "true" : "false", c.link_bps, c.step_s);
+        printf("{\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": "
+               "{\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+               "}, \"trainer\": %s, \"uses\": %s, \"link_bytes_per_s\": %.0f, \"step_s\": %.6f,\n",
+               c.base.peak_allocated, c.base.peak_reserved, c.m.rec_peak_allocated,
+               c.m.rec_peak_reserved, c.trainer ? "true" : "false",
+               c.m.have_uses ? "true" : "false", c.link_bps, c.step_s);
         printf(" \"recommendations\": [");
-        for (size_t i = 0; i < nr; i++) printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &recs[i], 0);
+        for (size_t i = 0; i < nr; i++)
+            printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &recs[i], 0);
         printf("],\n \"combinations\": [");
-        for (size_t i = 0; i < nf; i++) printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
+        for (size_t i = 0; i < nf; i++)
+            printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
         printf("]");
         if (have_budget) {
             printf(",\n \"plan\": ");
-            if (have_plan == 1) json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
+            if (have_plan == 1)
+                json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
             else if (have_plan == 2)
-                printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the recording fits\", \"flags\": \"\", "
-                       "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"saving_bytes\": 0, \"cost\": "
-                       "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, \"pinned_bytes\": 0}}",
+                printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
+                       "recording fits\", \"flags\": \"\", "
+                       "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
+                       "\"saving_bytes\": 0, \"cost\": "
+                       "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
+                       "\"pinned_bytes\": 0}}",
                        c.base.peak_allocated, c.base.peak_reserved);
-            else printf("null");
+            else
+                printf("null");
             printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
             if (!have_plan)
-                printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64 ", \"optimizer_state\": %" PRIu64 "}",
+                printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                       ", \"optimizer_state\": %" PRIu64 "}",
                        fl.params, fl.grads, fl.state);
         }
         printf("}\n");
@@ -810,31 +944,42 @@ int gm_advise_main(int argc, char **argv) {
         fmt(c.m.rec_peak_reserved, rr, sizeof rr);
         printf("gpumem advise: %s\n", path);
         printf("program: %s%s\n", c.m.cmdline[0] ? c.m.cmdline : "(no command line recorded)",
-               c.trainer ? " (the included trainer: advice as its flags)" : " (advice in words, with the PyTorch way)");
-        printf("baseline (replayed under %s): peak allocated %s, peak reserved %s (recorded: %s, %s)\n",
-               c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra, rr);
+               c.trainer ? " (the included trainer: advice as its flags)"
+                         : " (advice in words, with the PyTorch way)");
+        printf("baseline (replayed under %s): peak allocated %s, peak reserved %s (recorded: %s, "
+               "%s)\n",
+               c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra,
+               rr);
         if (c.step_estimated)
-            printf("time: a dry run (no compute recorded): step %.4f s estimated as 6 N B T FLOPs at %s peak; costs on the "
-                   "%s roofline%s; link %.1f GB/s (%s)\n", c.step_s, c.gpu->name, c.gpu->name,
+            printf("time: a dry run (no compute recorded): step %.4f s estimated as 6 N B T FLOPs "
+                   "at %s peak; costs on the "
+                   "%s roofline%s; link %.1f GB/s (%s)\n",
+                   c.step_s, c.gpu->name, c.gpu->name,
                    c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
         else
             printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
-                   c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9, c.link_src,
-                   c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "", c.gpu_assumed ? " (assumed: give --gpu)" : "");
+                   c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9,
+                   c.link_src, c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "",
+                   c.gpu_assumed ? " (assumed: give --gpu)" : "");
         if (!c.m.have_uses)
-            printf("uses: none recorded; recompute and offload act on births and deaths (record with "
-                   "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
+            printf(
+                "uses: none recorded; recompute and offload act on births and deaths (record with "
+                "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
         printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
         if (!nrecs)
-            printf("  none: no technique lowers the peak of this recording (what is live at the peak is not "
+            printf("  none: no technique lowers the peak of this recording (what is live at the "
+                   "peak is not "
                    "saved activations, gradients or optimizer state in a step)\n");
-        for (size_t i = 0; i < nr; i++) text_rec(stdout, &c, &recs[i]);
+        for (size_t i = 0; i < nr; i++)
+            text_rec(stdout, &c, &recs[i]);
         printf("\ncombinations (least extra time for the peak; %zu of %zu):\n", nf, nfront);
-        for (size_t i = 0; i < nf; i++) text_rec(stdout, &c, &front[i]);
+        for (size_t i = 0; i < nf; i++)
+            text_rec(stdout, &c, &front[i]);
         if (have_budget) {
             char b[32];
             fmt(budget, b, sizeof b);
-            if (have_plan == 2) printf("\nbudget %s: the recording already fits (peak reserved %s)\n", b, r);
+            if (have_plan == 2)
+                printf("\nbudget %s: the recording already fits (peak reserved %s)\n", b, r);
             else if (have_plan) {
                 printf("\nbudget %s: plan\n", b);
                 text_rec(stdout, &c, &plan);
@@ -846,14 +991,17 @@ int gm_advise_main(int argc, char **argv) {
                 fmt(fl.state, s, sizeof s);
                 fmt(fl.params + fl.grads + fl.state, t, sizeof t);
                 fmt(nearest ? nearest->r.peak_reserved : c.base.peak_reserved, nm, sizeof nm);
-                printf("\nbudget %s: nothing fits; the nearest miss needs %s (short by %s)\n", b, nm, sf);
+                printf("\nbudget %s: nothing fits; the nearest miss needs %s (short by %s)\n", b,
+                       nm, sf);
                 if (nearest) text_rec(stdout, &c, nearest);
-                printf("why: parameters %s + gradients %s + optimizer state %s alone are %s; parameters alone are %s\n", p, g, s,
-                       t, p);
+                printf("why: parameters %s + gradients %s + optimizer state %s alone are %s; "
+                       "parameters alone are %s\n",
+                       p, g, s, t, p);
             }
         }
     }
-    if (!json && have_budget && !have_plan) fprintf(stderr, "gpumem advise: no combination fits the budget\n");
+    if (!json && have_budget && !have_plan)
+        fprintf(stderr, "gpumem advise: no combination fits the budget\n");
 done:
     free(front);
     free(all);
