@@ -60,6 +60,18 @@ jq -e '(.combinations | length) as $n | [.combinations[] | select((.techniques |
   "$TMP/g2.json" > /dev/null || fail "gpt2: a combination without several techniques"
 ok "gpt2: $nrec recommendations and $ncombo combinations re-run, each within $MAXERR%"
 
+# ---- a recording with --seq-jitter (T drawn per step), and one already using techniques:
+# the flags are appended to the recorded ones, and techniques in use are not proposed again
+"$GM" record -q -o "$TMP/jit.db" -- "$TRAIN" "${G2[@]}" --seq-jitter > "$TMP/out.txt" 2>&1 || fail "jitter run"
+"$GM" advise "$TMP/jit.db" --check --top 3 --json > "$TMP/jit.json" || fail "advise jitter"
+check_errors "$TMP/jit.json" "gpt2 --seq-jitter"
+"$GM" record -q -o "$TMP/rcm.db" -- "$TRAIN" "${G2[@]}" --recompute mlp --grad-none > "$TMP/out.txt" 2>&1 || fail "recompute run"
+"$GM" advise "$TMP/rcm.db" --check --top 2 --json > "$TMP/rcm.json" || fail "advise on a recompute recording"
+check_errors "$TMP/rcm.json" "gpt2 --recompute mlp --grad-none"
+jq -e '[(.recommendations + .combinations)[] | select(.techniques | index("recompute") or index("grad_none"))] | length == 0' \
+  "$TMP/rcm.json" > /dev/null || fail "a technique already in the recorded command was proposed again"
+ok "--seq-jitter and --recompute mlp --grad-none recordings: re-runs within $MAXERR%, nothing proposed twice"
+
 # ---- --budget: a plan that fits when re-run; an impossible one exits 1 with the reason
 "$GM" advise "$TMP/g2.db" --budget 6G --check --top 1 --json > "$TMP/b.json" || fail "--budget 6G found no plan"
 jq -e '.plan != null and .shortfall_bytes == 0 and .plan.predicted.peak_reserved <= 6 * 1073741824
