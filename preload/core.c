@@ -430,22 +430,41 @@ void gm_rec_snapshot(alloc_t *a, int device, int reason)
 #endif
 }
 
-/* After a served allocation: the event, and a snapshot when reserved memory reached a new
- * peak (reserved grows by whole pages, so this is rare). */
+/* The peak snapshot. A snapshot walks every block, and while memory ramps up each allocation
+ * may be a new peak: walking at each one would cost O(n^2) over the ramp. So a new peak only
+ * marks the device; the walk happens once, at the first free after it (before the free is
+ * applied, so what it sees is the state at the top of the ramp), at an OOM or at exit. */
+#ifdef GM_HAVE_REC
+static _Atomic long long last_peak[REC_MAX_DEVICES];
+static _Atomic int peak_unsaved[REC_MAX_DEVICES];
+#endif
+
+void gm_rec_peak_settle(alloc_t *a, int device)
+{
+#ifdef GM_HAVE_REC
+    if (recording && device >= 0 && device < REC_MAX_DEVICES &&
+        atomic_load_explicit(&peak_unsaved[device], memory_order_relaxed) &&
+        atomic_exchange(&peak_unsaved[device], 0))
+        gm_rec_snapshot(a, device, REC_SNAP_PEAK);
+#else
+    (void)a, (void)device;
+#endif
+}
+
+/* After a served allocation: the event, and a note when reserved memory reached a new peak. */
 void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
                   uint64_t id, alloc_t *a)
 {
     gm_event_id((enum gm_ev)ev, device, s, addr, held, requested, id);
 #ifdef GM_HAVE_REC
-    static _Atomic long long last_peak[64];
-    if (!recording || device < 0 || device >= 64)
-        return;
+    if (!recording || device < 0 || device >= REC_MAX_DEVICES || (ev & GM_EVF_CACHE_HIT))
+        return; /* a cache hit never grows reserved memory */
     alloc_stats_t st;
     alloc_get_stats(a, &st);
     long long prev = atomic_load(&last_peak[device]);
     if (st.reserved_bytes.peak > prev && st.reserved_bytes.current == st.reserved_bytes.peak &&
         atomic_compare_exchange_strong(&last_peak[device], &prev, st.reserved_bytes.peak))
-        gm_rec_snapshot(a, device, REC_SNAP_PEAK);
+        atomic_store(&peak_unsaved[device], 1);
 #else
     (void)a;
 #endif

@@ -270,6 +270,8 @@ void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, siz
 void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t stream);
 void gm_rec_oom(int device, const struct alloc_oom_info *info);
 void gm_rec_snapshot(struct alloc *a, int device, int reason);
+/* Takes the peak snapshot a new peak left pending (at the first free after it, OOM, exit). */
+void gm_rec_peak_settle(struct alloc *a, int device);
 void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
                   uint64_t id, struct alloc *a);
 void gm_rec_note_device(int device, int expandable);

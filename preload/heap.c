@@ -21,6 +21,10 @@
 #include <unistd.h>
 
 #define GM_MAX_DEVICES 64
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+_Static_assert(GM_MAX_DEVICES == REC_MAX_DEVICES, "the recorder keeps a peak snapshot per device gpumem serves");
+#endif
 
 struct gm_dev {
     CUdevice dev;
@@ -294,6 +298,7 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     }
     if (e == ALLOC_ERR_OOM) {
         gm_stat_add(GM_ST_OOM, 1);
+        gm_rec_peak_settle(a, dev);
         gm_rec_snapshot(a, dev, 2);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -314,6 +319,7 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         if (!a)
             continue;
         alloc_block_query_t q;
+        gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
         int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
@@ -412,8 +418,10 @@ void gm_heap_exit(void)
 {
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
-        if (a)
+        if (a) {
+            gm_rec_peak_settle(a, i);
             gm_rec_snapshot(a, i, 3);
+        }
     }
 }
 

@@ -255,7 +255,9 @@ static int open_now(const rec_options *opt) {
     }
 
     if (create_db_file(g) != 0) return -1;
-    if (!g->ring.slots && rec_ring_init(&g->ring, ring, 1000000) != 0) {
+    /* how long a producer may wait for room before dropping (rec_ring.h: once per episode) */
+    uint64_t wait_ns = (uint64_t)env_long("GPUMEM_RING_WAIT_US", 200, 0, 1000000) * 1000;
+    if (!g->ring.slots && rec_ring_init(&g->ring, ring, wait_ns) != 0) {
         rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
         return -1;
     }

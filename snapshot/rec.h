@@ -25,7 +25,9 @@
  *     to call twice, and if nobody calls it the recorder's own destructor does (it runs after
  *     all atexit handlers). Events after rec_close() are ignored.
  *   - Back-pressure: the ring holds GPUMEM_RING events (default 65536). When it is full the
- *     application thread waits up to ~1 ms for the writer, then drops the event and counts it.
+ *     first application thread to find it so waits up to GPUMEM_RING_WAIT_US (200 us) for the
+ *     writer, then drops and counts; while it stays full, later events drop at once (no wait)
+ *     until a quarter is free again (rec_ring.h).
  *     The count is stored in meta (dropped_events) and printed by `gpumem report`.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_H
@@ -137,6 +139,9 @@ typedef struct rec_block {
     uint64_t alloc_id;  /* 0 unless allocated */
 } rec_block;
 
+/* Devices 0 .. REC_MAX_DEVICES-1 keep their own latest peak snapshot (the preload serves as
+ * many devices). */
+#define REC_MAX_DEVICES 64
 /* Copies the arrays (the caller may reuse them at once). Returns 0, or -1 if not recording. */
 int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t nsegs,
                  const rec_block *blocks, size_t nblocks);

@@ -38,6 +38,7 @@ void rec_ring_reset(rec_ring *q) {
     atomic_store_explicit(&q->head, 0, memory_order_relaxed);
     q->tail = 0;
     atomic_store_explicit(&q->dropped, 0, memory_order_release);
+    atomic_store_explicit(&q->dropping, 0, memory_order_relaxed);
 }
 
 void rec_ring_free(rec_ring *q) {
@@ -63,10 +64,15 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
             }
             /* lost the race: pos was reloaded by the CAS */
         } else if (dif < 0) {
-            /* Full: the writer is behind by a whole ring. Slow path: wait a little. */
+            /* Full: the writer is behind by a whole ring. Slow path: wait a little, once. */
+            if (atomic_load_explicit(&q->dropping, memory_order_relaxed)) {
+                atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+                return 0;
+            }
             uint64_t now = ring_now_ns();
             if (deadline == 0) deadline = now + q->wait_ns;
             else if (now >= deadline) {
+                atomic_store_explicit(&q->dropping, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
                 return 0;
             }
@@ -87,6 +93,10 @@ uint64_t rec_ring_pop(rec_ring *q, rec_rec *out) {
     *out = s->r;
     atomic_store_explicit(&s->turn, pos + q->mask + 1, memory_order_release);
     q->tail = pos + 1;
+    /* drop mode ends once a quarter of the ring is free again */
+    if (atomic_load_explicit(&q->dropping, memory_order_relaxed) &&
+        atomic_load_explicit(&q->head, memory_order_relaxed) - q->tail <= q->mask + 1 - (q->mask + 1) / 4)
+        atomic_store_explicit(&q->dropping, 0, memory_order_relaxed);
     return pos + 1;
 }
 

@@ -6,8 +6,12 @@
  * The claim position + 1 is the record's global sequence number (events.seq), so seq costs
  * nothing extra and is gap-free among the records that were not dropped.
  *
- * Back-pressure: when the ring is full a producer yields for up to `wait_ns`, then gives up,
- * counts the record in `dropped` and returns 0. The application is never blocked longer.
+ * Back-pressure, bounded: when the ring is full a producer yields for up to `wait_ns` (the
+ * writer is woken at once and usually makes room within it). If it does not, the record is
+ * dropped and counted in `dropped`, and the ring enters drop mode: while it stays full, every
+ * producer drops at once, without waiting, until the consumer has freed a quarter of it. A
+ * stalled writer therefore costs the program one wait per episode, not one per event — which
+ * matters because producers may hold the allocator's lock.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_RING_H
 #define GPUMEM_SNAPSHOT_REC_RING_H
@@ -38,6 +42,7 @@ typedef struct rec_ring {
     alignas(64) _Atomic uint64_t head; /* next claim position (producers) */
     alignas(64) uint64_t tail;         /* next read position (the one consumer) */
     alignas(64) _Atomic uint64_t dropped;
+    _Atomic int dropping;       /* drop mode: full producers do not wait (see above) */
     _Atomic uint32_t wake_word; /* futex: bumped to wake the consumer (rec_ring_wake) */
     uint64_t wake_mask;         /* producers wake the consumer every wake_mask+1 events */
     uint64_t mask;

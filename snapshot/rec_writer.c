@@ -178,9 +178,9 @@ typedef struct writer {
     size_t nmods, mods_cap;
     int64_t nmod_rows;
     /* latest not-yet-written peak snapshot per device (item), and the written one's id */
-    rec_item *peak_pending[16];
-    int64_t peak_written_id[16];
-    uint64_t peak_written_ns[16];
+    rec_item *peak_pending[REC_MAX_DEVICES];
+    int64_t peak_written_id[REC_MAX_DEVICES];
+    uint64_t peak_written_ns[REC_MAX_DEVICES];
     int64_t nsnapshots;
     int failed;
     /* Disk full or I/O error: what is committed stays, the failure is written into meta with
@@ -346,7 +346,7 @@ int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
     w->g = g;
-    for (int i = 0; i < 16; i++) w->peak_written_id[i] = 0;
+    for (int i = 0; i < REC_MAX_DEVICES; i++) w->peak_written_id[i] = 0;
     /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
      * (Fails harmlessly when the program already initialized SQLite itself.) */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
@@ -685,7 +685,7 @@ static void take_items(writer *w, rec_state *g) {
         }
         case REC_I_SNAPSHOT: {
             int dev = it->n ? ((const rec_segment *)it->p)[0].device : 0;
-            if (it->a == REC_SNAP_PEAK && dev >= 0 && dev < 16) {
+            if (it->a == REC_SNAP_PEAK && dev >= 0 && dev < REC_MAX_DEVICES) {
                 if (w->peak_pending[dev]) item_free(w->peak_pending[dev]);
                 w->peak_pending[dev] = it;
                 keep = 1;
@@ -1175,7 +1175,7 @@ static void finish(writer *w, rec_state *g) {
     if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
     for (uint64_t i = 0; w->live.keys && i <= w->live.mask; i++)
         if (w->live.keys[i] != U64MAP_EMPTY) life_row(w, w->la[w->live.vals[i]].birth, 0, w->la[w->live.vals[i]].name);
-    for (int d = 0; d < 16; d++) flush_peak(w, d, 1);
+    for (int d = 0; d < REC_MAX_DEVICES; d++) flush_peak(w, d, 1);
     uint64_t samples = atomic_load(&g->app_ns_samples);
     meta_int(w, "events", (int64_t)w->events);
     meta_int(w, "launches", (int64_t)w->n_launches);
@@ -1223,7 +1223,7 @@ static void writer_cleanup(writer *w) {
     free(w->pw);
     free(w->hits);
     free(w->tl);
-    for (int d = 0; d < 16; d++)
+    for (int d = 0; d < REC_MAX_DEVICES; d++)
         if (w->peak_pending[d]) item_free(w->peak_pending[d]);
     memset(w, 0, sizeof *w);
 }

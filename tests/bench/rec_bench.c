@@ -180,6 +180,21 @@ static int micro(const char *dir) {
     printf("BENCH rec.launch_app_ns %.1f ns\n", median(v, 7));
     rec_test_reset();
     unlink(path);
+
+    /* back-pressure: the app-side cost of an event while the ring is full and the writer makes
+     * no progress (held off its lock): one producer wait per episode, then drops at once */
+    snprintf(path, sizeof path, "%s/rec_bench_full.db", dir);
+    open_or_die(path, 0, 4096);
+    pthread_mutex_lock(&rec_g.db_lock);
+    time_events(4096); /* fills the ring */
+    const uint64_t nfull = 200000;
+    double full_ns = time_events(nfull);
+    uint64_t dropped_full = atomic_load(&rec_g.ring.dropped);
+    pthread_mutex_unlock(&rec_g.db_lock);
+    rec_test_reset();
+    unlink(path);
+    fprintf(stderr, "rec_bench: full ring: %" PRIu64 " of %" PRIu64 " events dropped\n", dropped_full, nfull);
+    printf("BENCH rec.full_ring_app_ns %.1f ns\n", full_ns);
     /* the writer's side: launches of 6 words (2 ring records each), each word in a live
      * allocation, as fast as the writer takes them; writer CPU per launch (on stderr: a figure
      * to watch, not a BENCH line) */

@@ -43,3 +43,7 @@ miss=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind IN (1,
 all=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM events WHERE kind IN (1,3)" | tail -1)
 (( hits > 0 && miss > 0 && hits + miss == all )) || fail "cache flags: $hits hits + $miss misses != $all allocations"
 ok "driver calls $calls counted by function ($maps cuMemMap for $segs segment maps); $hits cache hits, $miss misses flagged"
+# the peak snapshot (taken lazily, at the first free after a new peak) shows the peak itself
+snap=$("$GM" sql "$TMP/run.db" -c "SELECT (SELECT sum(mapped) FROM segments g WHERE g.snapshot = s.id) FROM snapshots s WHERE reason = 1 ORDER BY id DESC LIMIT 1" | tail -1)
+[[ $snap == "$(jq -r '.summary.peak_reserved' "$TMP/r.json")" ]] || fail "peak snapshot maps $snap bytes, peak reserved is $(jq -r '.summary.peak_reserved' "$TMP/r.json")"
+ok "the peak snapshot holds the peak reserved ($snap bytes)"

@@ -48,6 +48,37 @@ static void full_ring_drops_and_counts(void **state) {
     rec_ring_free(&q);
 }
 
+/* Bounded back-pressure: the first producer to find the ring full waits (wait_ns), the ones
+ * after it drop at once while it stays full, and waiting resumes once a quarter is free. */
+static void drop_mode_waits_once(void **state) {
+    (void)state;
+    rec_ring q;
+    const uint64_t wait = 20000000; /* 20 ms: unmistakable against a drop without waiting */
+    assert_int_equal(rec_ring_init(&q, 8, wait), 0);
+    rec_rec r = {0}, out;
+    for (int i = 0; i < 8; i++) assert_int_not_equal(rec_ring_push(&q, &r), 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    assert_int_equal(rec_ring_push(&q, &r), 0); /* waits its 20 ms, then drops */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double first = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    assert_true(first >= (double)wait);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < 100; i++) assert_int_equal(rec_ring_push(&q, &r), 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double rest = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    assert_true(rest < (double)wait); /* 100 drops in less than one wait: none of them waited */
+    assert_int_equal(atomic_load(&q.dropped), 101);
+    /* one pop: room for one, but drop mode holds until a quarter (2 of 8) is free */
+    assert_int_not_equal(rec_ring_pop(&q, &out), 0);
+    assert_int_equal(atomic_load(&q.dropping), 1);
+    assert_int_not_equal(rec_ring_push(&q, &r), 0); /* there is room: pushed */
+    assert_int_not_equal(rec_ring_pop(&q, &out), 0);
+    assert_int_not_equal(rec_ring_pop(&q, &out), 0);
+    assert_int_equal(atomic_load(&q.dropping), 0);
+    rec_ring_free(&q);
+}
+
 static void capacity_rounds_up(void **state) {
     (void)state;
     rec_ring q;
@@ -103,6 +134,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fifo_and_seq),
         cmocka_unit_test(full_ring_drops_and_counts),
+        cmocka_unit_test(drop_mode_waits_once),
         cmocka_unit_test(capacity_rounds_up),
         cmocka_unit_test(many_producers_one_consumer),
     };
