@@ -8,6 +8,7 @@
  * the program cannot be started).
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_advise.h"
 #include "snapshot/rec.h"
 
 #include <dlfcn.h>
@@ -36,6 +37,9 @@ static const char *const usage_main =
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
     "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
+    "  advise DB [--budget SIZE] [--json] [--check] ...\n"
+    "                                    predicted peaks under recompute, offload, accumulation,\n"
+    "                                    set-to-none, bf16 (replayed), checked by re-running\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -624,6 +628,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
+    if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
     const char *near = nearest_command(c);
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
     else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);

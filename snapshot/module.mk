@@ -31,8 +31,10 @@ GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(S
            $(SNAP_DIR)/rec_path.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
-$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS)
+# `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
+GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
 ALL_TARGETS += $(BUILD)/gpumem
 INSTALL_BIN += $(BUILD)/gpumem
@@ -66,7 +68,8 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
                 tests/integration/snapshot_signals.sh \
-                tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh
+                tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
+                tests/integration/e2e_advise.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
@@ -87,5 +90,5 @@ SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
-BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh
+BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh
 INSTALL_SHARE += snapshot/schema.sql

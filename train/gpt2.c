@@ -552,6 +552,7 @@ static int convert(gpt2 *m, gpt2_tensor *t, int to_bf16)
 {
     gpt2_tensor n = {0};
     n.host = t->host;
+    n.host_bytes = t->host_bytes; /* the slot's pinned buffer travels with it */
     TRY(t_alloc_on(m, &n, t->numel, to_bf16, m->stream, "%s", t->name));
     if (to_bf16)
         OP("to_bf16", m->be->to_bf16(n.p, t->p, (long)t->numel));

@@ -1,0 +1,1428 @@
+/* gm_advise.c — the model behind `gpumem advise`: the recorded program as a trace, each memory
+ * technique as a rewrite of that trace, and the prediction as a replay through gpumem's own
+ * allocator.
+ *
+ * The story. A recording is a sequence of allocation events. Each device allocation becomes an
+ * adv_alloc (requested size, stream, class) and two adv_ev entries (its birth and its death, in
+ * recorded order). Every event also carries where it happened in the program, read from its
+ * NVTX range: the step instance ("step N"), the phase (a path component fwd / bwd / opt, or
+ * their long names) and the phase's child range instance ("h3" in "step 2/fwd/h3/attn": the
+ * layer). The class of an allocation is its name with digits as '*' ("h*.mlp.fc"), else its
+ * call site, so a technique can target "every layer's MLP input" at once.
+ *
+ * A technique never computes a peak. It rewrites the event list the way the program would
+ * allocate under that technique, and adv_replay() runs the rewritten list through
+ * alloc_replay() with the configuration the program was recorded under. Rounding, caching,
+ * per-stream pools and fragmentation are therefore in every prediction; a prediction is never a
+ * sum of sizes. The unmodified model replays to the recorded peaks exactly (tested).
+ *
+ * The rewrites (insertions are anchored before or after a recorded event, then merged):
+ *   - saved activations (adv_stash): born in forward, dying in a backward child range B; the
+ *     matching forward range F is the latest one of the same name before B. At the end of F
+ *     the tensors are stashed, at the start of B restored, in the order frameworks (and the
+ *     included trainer) do it: stash = drop the recomputed ones, convert to bf16, offload;
+ *     restore = prefetch, convert back, recompute. A recomputed tensor's new life starts at the
+ *     restore point and ends at its recorded death. Recompute also re-runs its producer's
+ *     temporaries: the allocations of F born after a dropped tensor and freed before the next
+ *     kept tensor is born, or alive when a dropped tensor is born (the attention scores of an
+ *     attention output; the projection before a residual sum). Without uses that is the chain
+ *     of producers the recorded order implies; with uses it could be narrowed per tensor.
+ *   - accumulation (adv_accum): allocations born and freed within a step's forward/backward are
+ *     batch-proportional; they shrink by k and the forward/backward repeats k times.
+ *   - set-to-none and optimizer-state offload (adv_opt): gradients (born in backward, outliving
+ *     the step) are freed after their parameter's update and born again where they were born
+ *     in the first step; optimizer state (born in the optimizer phase, outliving the step) is
+ *     brought in on a copy stream for its update and freed after it. The update of a parameter
+ *     is located by its state's name ("grad.X" <-> "adam.m.X"), else by size.
+ * Costs come from the recording's own op timeline (timed launches, else NVTX leaf ranges: the
+ * producer of a tensor is the first op issued after its birth); gm_advise_cmd.c adds the
+ * device model (--gpu) and the link model (--link).
+ */
+#include "snapshot/gm_advise.h"
+#include "snapshot/rec.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ strings */
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h == U64MAP_EMPTY ? 0 : h;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*p, c * elem);
+    if (!n) return -1;
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
+/* Interns s; returns its index (0 for "" or on out of memory). 64-bit hashes identify strings:
+ * a collision would merge two classes, which no realistic set of names produces. */
+static uint32_t intern(adv_model *m, const char *s)
+{
+    if (!s || !*s) return 0;
+    uint64_t h = str_hash(s);
+    uint64_t *i = u64map_get(&m->str_idx, h);
+    if (i) return (uint32_t)*i;
+    if (grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
+    char *c = strdup(s);
+    if (!c) return 0;
+    m->strs[m->nstrs] = c;
+    u64map_put(&m->str_idx, h, m->nstrs);
+    return (uint32_t)m->nstrs++;
+}
+
+const char *adv_str(const adv_model *m, uint32_t i)
+{
+    return i < m->nstrs ? m->strs[i] : "";
+}
+
+static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
+                          uint32_t orig)
+{
+    if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+        return UINT32_MAX;
+    m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
+    return (uint32_t)m->nallocs++;
+}
+
+/* ------------------------------------------------------------------ loading */
+
+static int phase_of_name(const char *n)
+{
+    if (!n) return ADV_PH_OTHER;
+    if (!strcmp(n, "fwd") || !strcasecmp(n, "forward")) return ADV_PH_FWD;
+    if (!strcmp(n, "bwd") || !strcasecmp(n, "backward")) return ADV_PH_BWD;
+    if (!strcmp(n, "opt") || !strcasecmp(n, "optim") || !strcasecmp(n, "optimizer") ||
+        !strcasecmp(n, "optimizer_step"))
+        return ADV_PH_OPT;
+    return ADV_PH_OTHER;
+}
+
+static int64_t step_number(const char *name)
+{
+    if (!name || strncasecmp(name, "step", 4) != 0) return -1;
+    const char *p = name + 4;
+    while (*p == ' ' || *p == '_' || *p == '-' || *p == '#')
+        p++;
+    if (!isdigit((unsigned char)*p)) return -1;
+    int64_t v = 0;
+    for (; isdigit((unsigned char)*p) && v < (1ll << 50); p++)
+        v = v * 10 + (*p - '0');
+    return *p == 0 ? v : -1;
+}
+
+/* What a range tells about the events inside it. */
+typedef struct rinfo {
+    int64_t id;
+    uint64_t lr; /* phase child instance (range id) */
+    uint32_t lr_name;
+    int32_t step;
+    uint8_t phase, is_phase, has_child;
+    uint64_t start, end;
+} rinfo;
+
+static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns FROM ranges r "
+                           "LEFT JOIN strings s ON s.id = r.name ORDER BY r.id",
+                           -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    rinfo *r = NULL;
+    size_t n = 0, cap = 0, scap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (grow((void **)&r, &cap, n + 1, sizeof *r)) break;
+        rinfo *x = &r[n];
+        memset(x, 0, sizeof *x);
+        x->id = sqlite3_column_int64(s, 0);
+        int64_t parent = sqlite3_column_int64(s, 1);
+        const char *name = (const char *)sqlite3_column_text(s, 2);
+        x->start = (uint64_t)sqlite3_column_int64(s, 3);
+        x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start
+                                                          : (uint64_t)sqlite3_column_int64(s, 4);
+        x->step = -1;
+        uint64_t *pi = parent && parent < x->id ? u64map_get(idx, (uint64_t)parent) : NULL;
+        rinfo *p = pi ? &r[*pi] : NULL;
+        if (p) {
+            p->has_child = 1;
+            x->phase = p->phase, x->step = p->step, x->lr = p->lr, x->lr_name = p->lr_name;
+            if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, name);
+        }
+        int ph = phase_of_name(name);
+        if (ph) x->phase = (uint8_t)ph, x->is_phase = 1, x->lr = 0, x->lr_name = 0;
+        int64_t sn = step_number(name);
+        if (sn >= 0) {
+            if (!grow((void **)&m->steps, &scap, m->nsteps + 1, sizeof *m->steps)) {
+                m->steps[m->nsteps] = (adv_step){sn, x->start, x->end};
+                x->step = (int32_t)m->nsteps++;
+            }
+            x->phase = ADV_PH_OTHER, x->lr = 0, x->lr_name = 0;
+        }
+        u64map_put(idx, (uint64_t)x->id, n);
+        n++;
+    }
+    sqlite3_finalize(s);
+    *out = r;
+    *nout = n;
+    return 0;
+}
+
+static int cmp_op(const void *a, const void *b)
+{
+    const adv_op *x = a, *y = b;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges. */
+static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx)
+{
+    size_t cap = 0;
+    sqlite3_stmt *s;
+    if (gm_table_exists(d, "launches") &&
+        sqlite3_prepare_v2(
+            d->db,
+            "SELECT e.t, l.start_ns, l.end_ns, e.range FROM launches l JOIN events e "
+            "ON e.seq = l.seq WHERE l.start_ns IS NOT NULL AND l.end_ns IS NOT NULL "
+            "ORDER BY l.seq",
+            -1, &s, NULL) == SQLITE_OK) {
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
+            uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 3));
+            m->ops[m->nops++] = (adv_op){(uint64_t)sqlite3_column_int64(s, 0),
+                                         en > st ? (uint64_t)(en - st) : 0, ri ? r[*ri].phase : 0};
+        }
+        sqlite3_finalize(s);
+        m->ops_timed = m->nops > 0;
+    }
+    if (!m->nops)
+        for (size_t i = 0; i < nr; i++) {
+            if (r[i].has_child || r[i].is_phase || !r[i].phase) continue;
+            if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            m->ops[m->nops++] =
+                (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
+        }
+    qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
+    cap = 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (r[i].phase != ADV_PH_OPT || r[i].is_phase) continue;
+        if (grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
+        m->opt_starts[m->nopt_starts++] = r[i].start;
+    }
+    qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+}
+
+/* "h11.mlp.fc" -> "h*.mlp.fc" */
+static void name_class(const char *n, char *out, size_t outsz)
+{
+    size_t o = 0;
+    for (const char *p = n; *p && o + 1 < outsz;) {
+        if (isdigit((unsigned char)*p)) {
+            out[o++] = '*';
+            while (isdigit((unsigned char)*p))
+                p++;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = 0;
+}
+
+/* The call site of each stack: the first frame outside gpumem and the CUDA libraries. */
+static int load_sites(gm_db *d, adv_model *m, u64map *site)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset "
+                           "FROM stacks st JOIN frames f ON f.id = st.frame "
+                           "LEFT JOIN modules md ON md.id = f.module ORDER BY st.stack, st.depth",
+                           -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t stack = (uint64_t)sqlite3_column_int64(s, 0);
+        if (u64map_get(site, stack)) continue;
+        const char *fn = (const char *)sqlite3_column_text(s, 1),
+                   *file = (const char *)sqlite3_column_text(s, 2);
+        const char *mod = (const char *)sqlite3_column_text(s, 4);
+        const char *mb = mod ? strrchr(mod, '/') : NULL;
+        mb = mb ? mb + 1 : mod ? mod : "?";
+        if (!strncmp(mb, "libgpumem", 9) || !strncmp(mb, "libcudart", 9) ||
+            !strncmp(mb, "libcuda.", 8))
+            continue;
+        char buf[512];
+        if (fn && file) {
+            const char *fb = strrchr(file, '/');
+            snprintf(buf, sizeof buf, "%s (%s:%d)", fn, fb ? fb + 1 : file,
+                     sqlite3_column_int(s, 3));
+        } else {
+            snprintf(buf, sizeof buf, "%s+0x%llx", mb,
+                     (unsigned long long)sqlite3_column_int64(s, 5));
+        }
+        u64map_put(site, stack, intern(m, buf));
+    }
+    sqlite3_finalize(s);
+    return 0;
+}
+
+typedef struct name_ev {
+    uint64_t seq, addr;
+    uint32_t name;
+} name_ev;
+
+/* The use times of every recorded allocation (uses joined to their launch events), as sorted
+ * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
+static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT u.birth, e.t FROM uses u JOIN events e ON e.seq = u.seq "
+                           "ORDER BY u.birth, e.t",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    uint64_t *off = calloc(m->nrecorded + 2, sizeof *off);
+    uint64_t *t = malloc((m->nuses + 1) * sizeof *t);
+    size_t n = 0;
+    int ok = off && t;
+    while (ok && sqlite3_step(s) == SQLITE_ROW && n < m->nuses) {
+        uint64_t *a = u64map_get(seq_idx, (uint64_t)sqlite3_column_int64(s, 0));
+        if (!a) continue;
+        t[n++] = (uint64_t)sqlite3_column_int64(s, 1);
+        off[*a + 1]++;
+    }
+    sqlite3_finalize(s);
+    if (!ok) {
+        free(off), free(t);
+        return;
+    }
+    for (size_t a = 0; a < m->nrecorded; a++)
+        off[a + 1] += off[a];
+    /* rows came ordered by birth seq, which is allocation order: already grouped */
+    m->use_off = off, m->use_t = t, m->owns_uses = 1;
+}
+
+/* the last use of recorded allocation a at or before t, and its first use at or after u
+ * (0 / UINT64_MAX when none) */
+static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, uint64_t *last,
+                       uint64_t *first)
+{
+    *last = 0, *first = UINT64_MAX;
+    if (!m->use_off || a >= m->nrecorded) return;
+    for (uint64_t i = m->use_off[a]; i < m->use_off[a + 1]; i++) {
+        uint64_t x = m->use_t[i];
+        if (x <= t) *last = x;
+        if (x >= u && x < *first) *first = x;
+    }
+}
+
+int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
+{
+    memset(m, 0, sizeof *m);
+    if (grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    m->nstrs = 1;
+    gm_meta_text(d, "config", m->config, sizeof m->config);
+    gm_meta_text(d, "mode", m->mode, sizeof m->mode);
+    gm_meta_text(d, "cmdline", m->cmdline, sizeof m->cmdline);
+    m->rec_peak_allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
+    m->rec_peak_reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    alloc_config_default(&m->cfg);
+    char cerr[512];
+    if (m->config[0] && alloc_config_parse(&m->cfg, m->config, cerr, sizeof cerr) != ALLOC_OK) {
+        snprintf(err, errsz, "%s: the recorded allocator configuration does not parse (%s)",
+                 d->path, cerr);
+        return -1;
+    }
+    m->cfg.limit = 0; /* a prediction says how much is needed; the limit is compared afterwards */
+    m->dry_run = strstr(m->cmdline, "--dry-run") != NULL;
+    if (gm_table_exists(d, "uses")) {
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(d->db, "SELECT count(*) FROM uses", -1, &s, NULL) == SQLITE_OK) {
+            if (sqlite3_step(s) == SQLITE_ROW) m->nuses = (uint64_t)sqlite3_column_int64(s, 0);
+            sqlite3_finalize(s);
+        }
+        m->have_uses = m->nuses > 0;
+    }
+    rinfo *r = NULL;
+    size_t nr = 0;
+    u64map ridx = {0};
+    if (load_ranges(d, m, &r, &nr, &ridx) != 0) {
+        snprintf(err, errsz, "%s: cannot read ranges: %s", d->path, sqlite3_errmsg(d->db));
+        return -1;
+    }
+    load_ops(d, m, r, nr, &ridx);
+    /* names, applied to the live allocation at their address (as gm_analyze does) */
+    name_ev *names = NULL;
+    size_t nnames = 0, ncap = 0, ni = 0;
+    sqlite3_stmt *s;
+    if (gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(
+            d->db,
+            "SELECT n.seq, n.addr, s.s FROM names n LEFT JOIN strings s ON s.id = n.name "
+            "ORDER BY n.seq",
+            -1, &s, NULL) == SQLITE_OK) {
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
+            names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
+                                        (uint64_t)sqlite3_column_int64(s, 1),
+                                        intern(m, (const char *)sqlite3_column_text(s, 2))};
+        }
+        sqlite3_finalize(s);
+    }
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT seq, kind, addr, requested, stream, range, t, stack FROM events "
+                           "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        free(names), free(r), u64map_free(&ridx);
+        return -1;
+    }
+    u64map live = {0};
+    u64map seq_idx = {0}; /* birth seq -> allocation, for the uses */
+    uint32_t *stacks = NULL;
+    size_t stcap = 0, evcap = 0, nstreams[8] = {0};
+    int rc, nomem = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
+        int kind = sqlite3_column_int(s, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 2);
+        uint32_t stream = (uint32_t)sqlite3_column_int64(s, 4);
+        uint64_t *ri = u64map_get(&ridx, (uint64_t)sqlite3_column_int64(s, 5));
+        const rinfo *rg = ri ? &r[*ri] : NULL;
+        for (; ni < nnames && names[ni].seq < seq; ni++) {
+            uint64_t *ai = u64map_get(&live, names[ni].addr);
+            if (ai) m->allocs[*ai].name = names[ni].name;
+        }
+        adv_ev e = {0};
+        e.step = rg ? rg->step : -1;
+        e.phase = rg ? rg->phase : 0;
+        e.lr = rg ? rg->lr : 0;
+        e.lr_name = rg ? rg->lr_name : 0;
+        e.t = (uint64_t)sqlite3_column_int64(s, 6);
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+            uint32_t a = new_alloc(m, (uint64_t)sqlite3_column_int64(s, 3), stream, 0, 0,
+                                   (uint32_t)m->nallocs);
+            if (a == UINT32_MAX || grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks)) {
+                nomem = 1;
+                break;
+            }
+            m->allocs[a].orig = a;
+            stacks[a] = (uint32_t)sqlite3_column_int64(s, 7);
+            if (m->have_uses) u64map_put(&seq_idx, seq, a);
+            if (addr != U64MAP_EMPTY) u64map_put(&live, addr, a);
+            e.a = a, e.kind = ADV_EV_ALLOC;
+            nstreams[stream < 8 ? stream : 7]++;
+        } else {
+            uint64_t a;
+            if (!u64map_del(&live, addr, &a)) continue;
+            e.a = (uint32_t)a;
+            e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
+            e.stream = stream;
+        }
+        if (grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs)) {
+            nomem = 1;
+            break;
+        }
+        m->evs[m->nevs++] = e;
+    }
+    sqlite3_finalize(s);
+    for (; rc == SQLITE_DONE && ni < nnames; ni++) {
+        uint64_t *ai = u64map_get(&live, names[ni].addr);
+        if (ai) m->allocs[*ai].name = names[ni].name;
+    }
+    u64map_free(&live);
+    free(names), free(r), u64map_free(&ridx);
+    if (nomem) {
+        free(stacks);
+        snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
+        return -1;
+    }
+    if (rc != SQLITE_DONE && m->nevs == 0) {
+        free(stacks);
+        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        return -1;
+    }
+    /* classes: the name with digits as '*', else the call site */
+    u64map site = {0};
+    int sites_loaded = 0;
+    for (size_t a = 0; a < m->nallocs; a++) {
+        char buf[512];
+        if (m->allocs[a].name) {
+            name_class(m->strs[m->allocs[a].name], buf, sizeof buf);
+            m->allocs[a].cls = intern(m, buf);
+            continue;
+        }
+        if (!sites_loaded) sites_loaded = 1, load_sites(d, m, &site);
+        uint64_t *si = u64map_get(&site, stacks[a]);
+        if (si)
+            m->allocs[a].cls = (uint32_t)*si;
+        else {
+            snprintf(buf, sizeof buf, "stack %u", stacks[a]);
+            m->allocs[a].cls = intern(m, buf);
+        }
+    }
+    u64map_free(&site);
+    free(stacks);
+    m->nrecorded = m->nallocs;
+    if (m->have_uses) load_uses(d, m, &seq_idx);
+    u64map_free(&seq_idx);
+    size_t best = 0;
+    for (size_t i = 1; i < 8; i++)
+        if (nstreams[i] > nstreams[best]) best = i;
+    m->compute_stream = (uint32_t)best;
+    uint32_t maxs = 0;
+    for (size_t a = 0; a < m->nallocs; a++)
+        if (m->allocs[a].stream > maxs) maxs = m->allocs[a].stream;
+    m->copy_stream = maxs + 1;
+    return 0;
+}
+
+void adv_model_free(adv_model *m)
+{
+    for (size_t i = 0; i < m->nstrs; i++)
+        free(m->strs[i]);
+    free(m->strs);
+    u64map_free(&m->str_idx);
+    free(m->allocs), free(m->evs), free(m->steps), free(m->ops), free(m->opt_starts);
+    if (m->owns_uses) free(m->use_off), free(m->use_t);
+    memset(m, 0, sizeof *m);
+}
+
+static void *dup_mem(const void *p, size_t n)
+{
+    void *c = malloc(n ? n : 1);
+    if (c && n) memcpy(c, p, n);
+    return c;
+}
+
+int adv_model_copy(const adv_model *src, adv_model *dst)
+{
+    *dst = *src;
+    dst->allocs = dup_mem(src->allocs, src->nallocs * sizeof *src->allocs);
+    dst->allocs_cap = src->nallocs;
+    dst->evs = dup_mem(src->evs, src->nevs * sizeof *src->evs);
+    dst->steps = dup_mem(src->steps, src->nsteps * sizeof *src->steps);
+    dst->ops = dup_mem(src->ops, src->nops * sizeof *src->ops);
+    dst->opt_starts = dup_mem(src->opt_starts, src->nopt_starts * sizeof *src->opt_starts);
+    dst->strs = calloc(src->nstrs ? src->nstrs : 1, sizeof *dst->strs);
+    dst->strs_cap = src->nstrs;
+    dst->owns_uses = 0; /* the uses stay the original's */
+    memset(&dst->str_idx, 0, sizeof dst->str_idx);
+    int bad =
+        !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
+    for (size_t i = 0; !bad && i < src->nstrs; i++) {
+        if (!(dst->strs[i] = strdup(src->strs[i])))
+            bad = 1;
+        else
+            u64map_put(&dst->str_idx, str_hash(src->strs[i]), i);
+    }
+    if (bad) {
+        dst->nstrs = 0;
+        adv_model_free(dst);
+        return -1;
+    }
+    return 0;
+}
+
+size_t adv_steady_step(const adv_model *m)
+{
+    return m->nsteps < 2 ? 0 : m->nsteps / 2 > 1 ? m->nsteps / 2 : 1;
+}
+
+/* ------------------------------------------------------------------ replay */
+
+int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+{
+    alloc_trace_event_t *t = malloc((m->nevs ? m->nevs : 1) * sizeof *t);
+    if (!t) {
+        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
+        return -1;
+    }
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        const adv_alloc *a = &m->allocs[e->a];
+        t[i].id = (uint64_t)e->a + 1;
+        t[i].kind = e->kind == ADV_EV_ALLOC  ? ALLOC_TR_ALLOC
+                    : e->kind == ADV_EV_FREE ? ALLOC_TR_FREE
+                                             : ALLOC_TR_FREE_ASYNC;
+        t[i].size = e->kind == ADV_EV_ALLOC ? a->size : 0;
+        t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
+                      : e->kind == ADV_EV_FREE_ASYNC ? e->stream
+                                                     : 0;
+    }
+    /* capacity: 80 GiB (the replay engine's default) or twice the recorded peak: a prediction
+     * must never meet an OOM, and the allocator's per-range bookkeeping grows with it */
+    size_t cap = (size_t)80 << 30;
+    if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
+    alloc_replay_opts_t o = {.capacity = cap};
+    const char *dump = getenv("GPUMEM_ADVISE_DUMP"); /* debugging: the replayed trace */
+    if (dump && *dump) alloc_trace_write(dump, t, m->nevs);
+    int rc = alloc_replay(&m->cfg, &o, t, m->nevs, out, err, errsz);
+    free(t);
+    return rc == ALLOC_OK ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ rewriting */
+
+typedef struct ins {
+    size_t anchor; /* event index */
+    int where;     /* -1 before it, +1 after it */
+    uint32_t prio;
+    uint64_t ord;
+    adv_ev ev;
+} ins;
+
+typedef struct rw {
+    ins *v;
+    size_t n, cap;
+    uint8_t *drop; /* per event */
+    uint64_t ord;
+    int nomem;
+} rw;
+
+static int rw_init(rw *w, const adv_model *m)
+{
+    memset(w, 0, sizeof *w);
+    w->drop = calloc(m->nevs ? m->nevs : 1, 1);
+    return w->drop ? 0 : -1;
+}
+static void rw_free(rw *w)
+{
+    free(w->v), free(w->drop);
+}
+
+static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev)
+{
+    if (grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
+        w->nomem = 1;
+        return;
+    }
+    w->v[w->n++] = (ins){anchor, where, prio, w->ord++, ev};
+}
+
+static int cmp_ins(const void *a, const void *b)
+{
+    const ins *x = a, *y = b;
+    if (x->anchor != y->anchor) return x->anchor < y->anchor ? -1 : 1;
+    if (x->where != y->where) return x->where < y->where ? -1 : 1;
+    if (x->prio != y->prio) return x->prio < y->prio ? -1 : 1;
+    return x->ord < y->ord ? -1 : x->ord > y->ord;
+}
+
+/* Merges the insertions into m->evs, leaving out dropped events. */
+static int rw_apply(adv_model *m, rw *w)
+{
+    if (w->nomem) return -1;
+    int sorted = 1; /* most rewrites insert in order already */
+    for (size_t i = 1; i < w->n && sorted; i++)
+        sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
+    if (!sorted) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
+    adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
+    if (!n) return -1;
+    size_t o = 0, k = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++)
+            n[o++] = w->v[k].ev;
+        if (!w->drop[i]) n[o++] = m->evs[i];
+        for (; k < w->n && w->v[k].anchor == i; k++)
+            n[o++] = w->v[k].ev;
+    }
+    for (; k < w->n; k++)
+        n[o++] = w->v[k].ev;
+    free(m->evs);
+    m->evs = n;
+    m->nevs = o;
+    return 0;
+}
+
+/* birth and death event index of every allocation (SIZE_MAX: none) */
+static int life_index(const adv_model *m, size_t **birth, size_t **death)
+{
+    *birth = malloc((m->nallocs + 1) * sizeof **birth);
+    *death = malloc((m->nallocs + 1) * sizeof **death);
+    if (!*birth || !*death) {
+        free(*birth), free(*death);
+        return -1;
+    }
+    for (size_t a = 0; a < m->nallocs; a++)
+        (*birth)[a] = (*death)[a] = SIZE_MAX;
+    for (size_t i = 0; i < m->nevs; i++) {
+        if (m->evs[i].kind == ADV_EV_ALLOC)
+            (*birth)[m->evs[i].a] = i;
+        else
+            (*death)[m->evs[i].a] = i;
+    }
+    return 0;
+}
+
+static adv_ev ev_like(const adv_ev *anchor, uint32_t a, uint8_t kind, uint32_t stream)
+{
+    adv_ev e = *anchor;
+    e.a = a, e.kind = kind, e.stream = stream;
+    return e;
+}
+
+/* ------------------------------------------------------------------ saved activations */
+
+/* A forward/backward pair of child ranges and the saved tensors between them. */
+typedef struct lrinst {
+    uint64_t lr;
+    size_t first, last;
+    uint32_t name;
+    uint8_t phase;
+} lrinst;
+
+typedef struct pairs {
+    lrinst *inst;
+    size_t ninst;
+    u64map idx;     /* lr -> inst index */
+    size_t *fwd_of; /* per inst (bwd): the matching fwd inst, SIZE_MAX none */
+    size_t *birth, *death;
+    size_t *saved;   /* allocations saved across a pair, grouped by bwd inst */
+    size_t *saved_b; /* their bwd inst */
+    size_t nsaved;
+} pairs;
+
+static void pairs_free(pairs *p)
+{
+    free(p->inst), free(p->fwd_of), free(p->birth), free(p->death), free(p->saved),
+        free(p->saved_b);
+    u64map_free(&p->idx);
+}
+
+static int pairs_build(const adv_model *m, pairs *p)
+{
+    memset(p, 0, sizeof *p);
+    size_t cap = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (!e->lr || (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD)) continue;
+        uint64_t *k = u64map_get(&p->idx, e->lr);
+        if (k) {
+            p->inst[*k].last = i;
+            continue;
+        }
+        if (grow((void **)&p->inst, &cap, p->ninst + 1, sizeof *p->inst)) return -1;
+        p->inst[p->ninst] = (lrinst){e->lr, i, i, e->lr_name, e->phase};
+        u64map_put(&p->idx, e->lr, p->ninst++);
+    }
+    p->fwd_of = malloc((p->ninst + 1) * sizeof *p->fwd_of);
+    if (!p->fwd_of || life_index(m, &p->birth, &p->death)) return -1;
+    u64map latest = {0};
+    for (size_t k = 0; k < p->ninst; k++) {
+        p->fwd_of[k] = SIZE_MAX;
+        if (p->inst[k].phase == ADV_PH_FWD)
+            u64map_put(&latest, p->inst[k].name, k);
+        else {
+            uint64_t *f = u64map_get(&latest, p->inst[k].name);
+            if (f && p->inst[*f].last < p->inst[k].first) p->fwd_of[k] = *f;
+        }
+    }
+    u64map_free(&latest);
+    /* saved: born in forward (by the end of F), dead in B */
+    size_t *cnt = calloc(p->ninst + 1, sizeof *cnt);
+    p->saved = malloc((m->nallocs + 1) * sizeof *p->saved);
+    p->saved_b = malloc((m->nallocs + 1) * sizeof *p->saved_b);
+    if (!cnt || !p->saved || !p->saved_b) {
+        free(cnt);
+        return -1;
+    }
+    size_t *tmp_b = malloc((m->nallocs + 1) * sizeof *tmp_b);
+    if (!tmp_b) {
+        free(cnt);
+        return -1;
+    }
+    for (size_t a = 0; a < m->nallocs; a++) {
+        tmp_b[a] = SIZE_MAX;
+        size_t b = p->birth[a], d = p->death[a];
+        if (b == SIZE_MAX || d == SIZE_MAX || m->evs[b].phase != ADV_PH_FWD ||
+            m->evs[d].phase != ADV_PH_BWD || !m->evs[d].lr)
+            continue;
+        uint64_t *bi = u64map_get(&p->idx, m->evs[d].lr);
+        if (!bi || p->fwd_of[*bi] == SIZE_MAX) continue;
+        const lrinst *f = &p->inst[p->fwd_of[*bi]];
+        if (b > f->last || m->evs[b].step != m->evs[f->first].step) continue;
+        tmp_b[a] = *bi;
+        cnt[*bi]++;
+    }
+    /* group by bwd instance (counting sort), birth order inside */
+    size_t acc = 0;
+    for (size_t k = 0; k < p->ninst; k++) {
+        size_t c = cnt[k];
+        cnt[k] = acc;
+        acc += c;
+    }
+    p->nsaved = acc;
+    for (size_t a = 0; a < m->nallocs; a++)
+        if (tmp_b[a] != SIZE_MAX) {
+            p->saved[cnt[tmp_b[a]]] = a;
+            p->saved_b[cnt[tmp_b[a]]++] = tmp_b[a];
+        }
+    free(tmp_b);
+    free(cnt);
+    return 0;
+}
+
+uint32_t *adv_saved_classes(const adv_model *m, size_t *n)
+{
+    *n = 0;
+    pairs p;
+    if (pairs_build(m, &p) != 0) {
+        pairs_free(&p);
+        return NULL;
+    }
+    u64map bytes = {0};
+    uint32_t *out = NULL;
+    size_t cap = 0;
+    uint64_t *sum = NULL;
+    size_t scap = 0;
+    for (size_t i = 0; i < p.nsaved; i++) {
+        size_t a = p.saved[i];
+        const lrinst *f = &p.inst[p.fwd_of[p.saved_b[i]]];
+        if (m->evs[p.birth[a]].lr != f->lr) continue; /* a layer input: produced elsewhere */
+        uint32_t c = m->allocs[a].cls;
+        uint64_t *k = u64map_get(&bytes, c);
+        if (!k) {
+            if (grow((void **)&out, &cap, *n + 1, sizeof *out) ||
+                grow((void **)&sum, &scap, *n + 1, sizeof *sum))
+                break;
+            out[*n] = c, sum[*n] = 0;
+            u64map_put(&bytes, c, *n);
+            k = u64map_get(&bytes, c);
+            (*n)++;
+        }
+        sum[*k] += m->allocs[a].size;
+    }
+    /* most bytes first (selection sort: a few dozen classes) */
+    for (size_t i = 0; i < *n; i++)
+        for (size_t j = i + 1; j < *n; j++)
+            if (sum[j] > sum[i]) {
+                uint64_t t = sum[i];
+                sum[i] = sum[j], sum[j] = t;
+                uint32_t c = out[i];
+                out[i] = out[j], out[j] = c;
+            }
+    free(sum);
+    u64map_free(&bytes);
+    pairs_free(&p);
+    return out;
+}
+
+/* the first op issued at or after t; its index or SIZE_MAX */
+static size_t op_after(const adv_model *m, uint64_t t)
+{
+    size_t lo = 0, hi = m->nops;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ops[mid].t < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->nops ? lo : SIZE_MAX;
+}
+
+static int in_set(const uint32_t *v, size_t n, uint32_t x)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == x) return 1;
+    return 0;
+}
+
+int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->window_ns_min = UINT64_MAX;
+    pairs p;
+    rw w = {0};
+    if (pairs_build(m, &p) != 0 || rw_init(&w, m) != 0) {
+        pairs_free(&p);
+        return -1;
+    }
+    u64map slot = {0}; /* lr_name -> largest offload of one stash of it (pinned host buffers) */
+    /* per step: bytes out during forward, in during backward, and the phases' spans */
+    size_t ns = m->nsteps + 1;
+    uint64_t *out_b = calloc(ns, sizeof *out_b), *in_b = calloc(ns, sizeof *in_b);
+    uint64_t *f0 = calloc(ns, sizeof *f0), *f1 = calloc(ns, sizeof *f1),
+             *b0 = calloc(ns, sizeof *b0), *b1 = calloc(ns, sizeof *b1);
+    int rc = -1;
+    if (!out_b || !in_b || !f0 || !f1 || !b0 || !b1) goto done;
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        size_t s = e->step >= 0 ? (size_t)e->step : m->nsteps;
+        uint64_t *lo = e->phase == ADV_PH_FWD ? f0 : e->phase == ADV_PH_BWD ? b0 : NULL;
+        uint64_t *hi = e->phase == ADV_PH_FWD ? f1 : b1;
+        if (!lo) continue;
+        if (!lo[s] || e->t < lo[s]) lo[s] = e->t;
+        if (e->t > hi[s]) hi[s] = e->t;
+    }
+    size_t i0 = 0;
+    size_t *set = malloc((p.nsaved + 1) * sizeof *set),
+           *tmps = malloc((m->nallocs + 1) * sizeof *tmps);
+    uint32_t *holder = malloc((m->nallocs + 1) * sizeof *holder);
+    uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
+    uint8_t *opseen = calloc(m->nops + 1, 1);
+    if (!set || !tmps || !holder || !isd || !big || !opseen) goto done2;
+    for (size_t a = 0; a < m->nallocs; a++)
+        holder[a] = (uint32_t)a;
+    while (i0 < p.nsaved) {
+        size_t bi = p.saved_b[i0], i1 = i0;
+        while (i1 < p.nsaved && p.saved_b[i1] == bi)
+            i1++;
+        const lrinst *B = &p.inst[bi], *F = &p.inst[p.fwd_of[bi]];
+        const adv_ev *fa = &m->evs[F->last], *ba = &m->evs[B->first];
+        /* the stash set: born in F first, then the layer inputs, each by birth */
+        size_t n = 0, nd = 0;
+        uint64_t maxsz = 0;
+        for (size_t k = i0; k < i1; k++)
+            if (m->allocs[p.saved[k]].size > maxsz) maxsz = m->allocs[p.saved[k]].size;
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t k = i0; k < i1; k++) {
+                size_t a = p.saved[k];
+                int inF = m->evs[p.birth[a]].lr == F->lr;
+                if (inF != (pass == 0)) continue;
+                isd[a] = inF && (o->recompute_layer ||
+                                 in_set(o->recompute_cls, o->nrecompute, m->allocs[a].cls));
+                big[a] = m->allocs[a].size * 16 >= maxsz;
+                if (isd[a]) nd++;
+                set[n++] = a;
+            }
+        /* temporaries re-run with the dropped tensors */
+        size_t nt = 0;
+        if (nd) {
+            for (size_t i = F->first; i <= F->last; i++) {
+                const adv_ev *e = &m->evs[i];
+                if (e->kind != ADV_EV_ALLOC) continue;
+                size_t t = e->a, dt = p.death[t];
+                if (dt == SIZE_MAX || dt > F->last) continue;
+                size_t bt = i;
+                int take = 0, since_d = 0;
+                /* alive when a dropped tensor is born? */
+                for (size_t j = bt + 1; j < dt && !take; j++) {
+                    const adv_ev *x = &m->evs[j];
+                    take = x->kind == ADV_EV_ALLOC && isd[x->a] && p.death[x->a] > F->last;
+                }
+                /* or born after a dropped tensor (no kept one since) and freed before the next
+                 * kept tensor is born? */
+                for (size_t j = F->first; j < bt && !take; j++) {
+                    const adv_ev *x = &m->evs[j];
+                    if (x->kind != ADV_EV_ALLOC) continue;
+                    if (isd[x->a] && p.death[x->a] > F->last)
+                        since_d = 1;
+                    else if (p.death[x->a] == SIZE_MAX || p.death[x->a] > F->last)
+                        since_d = 0;
+                }
+                if (!take && since_d) {
+                    size_t next_kept = SIZE_MAX;
+                    for (size_t j = bt + 1; j <= F->last && next_kept == SIZE_MAX; j++) {
+                        const adv_ev *x = &m->evs[j];
+                        if (x->kind == ADV_EV_ALLOC && !isd[x->a] &&
+                            (p.death[x->a] == SIZE_MAX || p.death[x->a] > F->last))
+                            next_kept = j;
+                    }
+                    take = dt < next_kept;
+                }
+                if (take) tmps[nt++] = t;
+            }
+        }
+        /* stash: drop, convert, offload */
+        for (size_t k = 0; k < n; k++) {
+            size_t a = set[k];
+            if (!isd[a]) continue;
+            const adv_ev *de = &m->evs[p.death[a]];
+            rw_add(&w, F->last, +1, 1,
+                   ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC,
+                           de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream));
+        }
+        if (o->bf16)
+            for (size_t k = 0; k < n; k++) {
+                size_t a = set[k];
+                if (isd[a] || !big[a]) continue;
+                const adv_alloc x = m->allocs[a];
+                uint32_t h = new_alloc(m, (x.size + 1) / 2, x.stream, x.cls, x.name, x.orig);
+                if (h == UINT32_MAX) goto done2;
+                rw_add(&w, F->last, +1, 2, ev_like(fa, h, ADV_EV_ALLOC, 0));
+                rw_add(&w, F->last, +1, 2, ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
+                holder[a] = h;
+                st->convert_bytes += 2 * x.size;
+            }
+        uint64_t slot_bytes = 0;
+        if (o->offload)
+            for (size_t k = 0; k < n; k++) {
+                size_t a = set[k];
+                if (isd[a]) continue;
+                rw_add(&w, F->last, +1, 3,
+                       ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                uint64_t b = m->allocs[holder[a]].size;
+                slot_bytes += b;
+                st->offload_bytes += b;
+                size_t s = fa->step >= 0 ? (size_t)fa->step : m->nsteps;
+                out_b[s] += b;
+                s = ba->step >= 0 ? (size_t)ba->step : m->nsteps;
+                in_b[s] += b;
+                uint64_t win = ba->t > fa->t ? ba->t - fa->t : 0;
+                if (m->use_off) {
+                    /* the tensor is idle from its last forward use to its first backward use */
+                    uint64_t last, first;
+                    use_around(m, m->allocs[a].orig, fa->t, ba->t, &last, &first);
+                    if (last && first != UINT64_MAX && first > last)
+                        win = first - last, st->windows_from_uses = 1;
+                }
+                if (win < st->window_ns_min) st->window_ns_min = win;
+                if (link_bps > 0 && (double)win * 1e-9 < 2.0 * (double)b / link_bps)
+                    st->short_windows++;
+                st->ntensors++;
+            }
+        if (slot_bytes) {
+            uint64_t *sb = u64map_get(&slot, F->name);
+            if (!sb)
+                u64map_put(&slot, F->name, slot_bytes);
+            else if (slot_bytes > *sb)
+                *sb = slot_bytes;
+        }
+        /* restore: prefetch, convert back, recompute */
+        if (o->offload)
+            for (size_t k = 0; k < n; k++) {
+                size_t a = set[k];
+                if (isd[a]) continue;
+                const adv_alloc x = m->allocs[holder[a]];
+                uint32_t h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
+                if (h == UINT32_MAX) goto done2;
+                rw_add(&w, B->first, -1, 1, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                holder[a] = h;
+            }
+        if (o->bf16)
+            for (size_t k = 0; k < n; k++) {
+                size_t a = set[k];
+                if (isd[a] || !big[a]) continue;
+                const adv_alloc x = m->allocs[a];
+                uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+                if (h == UINT32_MAX) goto done2;
+                rw_add(&w, B->first, -1, 2, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                rw_add(&w, B->first, -1, 2, ev_like(ba, holder[a], ADV_EV_FREE_ASYNC, x.stream));
+                holder[a] = h;
+            }
+        if (nd) {
+            /* re-run F's events for the dropped tensors and the temporaries, in recorded order */
+            for (size_t i = F->first; i <= F->last; i++) {
+                const adv_ev *e = &m->evs[i];
+                size_t a = e->a;
+                int is_tmp = 0;
+                for (size_t k = 0; k < nt && !is_tmp; k++)
+                    is_tmp = tmps[k] == a;
+                if (!(e->kind == ADV_EV_ALLOC && isd[a] && p.death[a] > F->last) && !is_tmp)
+                    continue;
+                if (e->kind == ADV_EV_ALLOC) {
+                    const adv_alloc x = m->allocs[a];
+                    uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+                    if (h == UINT32_MAX) goto done2;
+                    holder[a] = h;
+                    rw_add(&w, B->first, -1, 3, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                    st->recompute_bytes += x.size;
+                    size_t op = op_after(m, e->t);
+                    /* the first steps run on memory touched for the first time, with cold
+                     * caches: priced from the steady steps only (adv_steady_step) */
+                    if (op != SIZE_MAX && !opseen[op] &&
+                        m->ops[op].t >= m->steps[adv_steady_step(m)].start_ns) {
+                        opseen[op] = 1;
+                        st->recompute_ns += m->ops[op].dur;
+                    }
+                } else {
+                    rw_add(&w, B->first, -1, 3, ev_like(ba, holder[a], e->kind, e->stream));
+                }
+            }
+            /* each F's ops are counted once per F */
+            for (size_t i = F->first; i <= F->last; i++) {
+                size_t op = op_after(m, m->evs[i].t);
+                if (op != SIZE_MAX) opseen[op] = 0;
+            }
+        }
+        /* the recorded deaths now end the last holder */
+        for (size_t k = 0; k < n; k++) {
+            size_t a = set[k];
+            if (holder[a] != a) m->evs[p.death[a]].a = holder[a];
+            holder[a] = (uint32_t)a;
+        }
+        for (size_t k = 0; k < nt; k++)
+            holder[tmps[k]] = (uint32_t)tmps[k];
+        i0 = i1;
+    }
+    if (w.nomem || rw_apply(m, &w) != 0) goto done2;
+    for (size_t i = 0; i < slot.mask + 1 && slot.keys; i++)
+        if (slot.keys[i] != U64MAP_EMPTY) st->pinned_bytes += slot.vals[i];
+    if (link_bps > 0)
+        for (size_t s = 0; s < ns; s++) {
+            double out_ns = (double)out_b[s] / link_bps * 1e9,
+                   in_ns = (double)in_b[s] / link_bps * 1e9;
+            double fspan = f1[s] > f0[s] ? (double)(f1[s] - f0[s]) : 0,
+                   bspan = b1[s] > b0[s] ? (double)(b1[s] - b0[s]) : 0;
+            if (out_ns > fspan) st->stall_ns += (uint64_t)(out_ns - fspan);
+            if (in_ns > bspan) st->stall_ns += (uint64_t)(in_ns - bspan);
+        }
+    if (st->window_ns_min == UINT64_MAX) st->window_ns_min = 0;
+    rc = 0;
+done2:
+    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen);
+done:
+    free(out_b), free(in_b), free(f0), free(f1), free(b0), free(b1);
+    u64map_free(&slot);
+    rw_free(&w);
+    pairs_free(&p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ accumulation */
+
+int adv_accum(adv_model *m, unsigned k)
+{
+    if (k < 2) return 0;
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    size_t ns = m->nsteps + 1;
+    size_t *lo = malloc(ns * sizeof *lo), *hi = malloc(ns * sizeof *hi);
+    uint8_t *prop = calloc(m->nallocs + 1, 1);
+    uint32_t *map = malloc((m->nallocs + 1) * sizeof *map);
+    rw w = {0};
+    int rc = -1;
+    if (!lo || !hi || !prop || !map || rw_init(&w, m) != 0) goto out;
+    for (size_t s = 0; s < ns; s++)
+        lo[s] = SIZE_MAX, hi[s] = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->step < 0 || (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD)) continue;
+        if (lo[e->step] == SIZE_MAX) lo[e->step] = i;
+        hi[e->step] = i;
+    }
+    size_t n0 = m->nallocs;
+    for (size_t a = 0; a < n0; a++) {
+        size_t b = birth[a], d = death[a];
+        if (b == SIZE_MAX || d == SIZE_MAX) continue;
+        const adv_ev *eb = &m->evs[b], *ed = &m->evs[d];
+        if (eb->step < 0 || eb->step != ed->step) continue;
+        if ((eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD) ||
+            (ed->phase != ADV_PH_FWD && ed->phase != ADV_PH_BWD))
+            continue;
+        prop[a] = 1;
+        m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+    }
+    for (size_t s = 0; s < m->nsteps; s++) {
+        if (lo[s] == SIZE_MAX) continue;
+        for (unsigned j = 1; j < k; j++)
+            for (size_t i = lo[s]; i <= hi[s]; i++) {
+                adv_ev e = m->evs[i];
+                if (!prop[e.a]) continue;
+                if (e.kind == ADV_EV_ALLOC) {
+                    const adv_alloc x = m->allocs[e.a];
+                    uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+                    if (h == UINT32_MAX) goto out;
+                    map[e.a] = h;
+                }
+                e.a = map[e.a];
+                if (e.lr) e.lr |= (uint64_t)j << 40;
+                rw_add(&w, hi[s], +1, j, e);
+            }
+    }
+    rc = rw_apply(m, &w);
+out:
+    rw_free(&w);
+    free(lo), free(hi), free(prop), free(map), free(birth), free(death);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ gradients and optimizer */
+
+/* Persistent across steps: never freed, freed after every step (teardown), or alive through
+ * the whole next step. (A tensor handed from one step's end to the next one's start is not.) */
+static int persists(const adv_model *m, size_t b, size_t d)
+{
+    return d == SIZE_MAX || m->evs[d].step < 0 || m->evs[d].step >= m->evs[b].step + 2;
+}
+/* Gradients and optimizer state are created in the first step (or the second, when the first
+ * is a warm-up); something born later and kept is a leak or a cache, not a technique's target. */
+static int early_step(const adv_model *m, size_t b)
+{
+    return m->evs[b].step >= 0 && m->evs[b].step <= 1;
+}
+static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
+{
+    size_t b = birth[a];
+    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_BWD || !early_step(m, b)) return 0;
+    return persists(m, b, death[a]);
+}
+static int is_state(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
+{
+    size_t b = birth[a];
+    if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_OPT || !early_step(m, b)) return 0;
+    return persists(m, b, death[a]);
+}
+
+void adv_floor_bytes(const adv_model *m, adv_floor *f)
+{
+    memset(f, 0, sizeof *f);
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return;
+    for (size_t a = 0; a < m->nallocs; a++) {
+        size_t b = birth[a], d = death[a];
+        if (b == SIZE_MAX) continue;
+        if (is_grad(m, birth, death, a))
+            f->grads += m->allocs[a].size;
+        else if (is_state(m, birth, death, a))
+            f->state += m->allocs[a].size;
+        else if (m->evs[b].step < 0 && (d == SIZE_MAX || m->evs[d].step < 0) &&
+                 (d == SIZE_MAX || d > b) && m->nsteps &&
+                 (d == SIZE_MAX || m->evs[d].t >= m->steps[m->nsteps - 1].end_ns))
+            f->params += m->allocs[a].size;
+    }
+    free(birth), free(death);
+}
+
+static uint32_t suffix_after_dot(const adv_model *m, uint32_t name)
+{
+    const char *n = adv_str(m, name), *d = strchr(n, '.');
+    return d && d[1] ? (uint32_t)str_hash(d + 1) : 0;
+}
+
+int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!grad_none && !offload_opt) return 0;
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    size_t na = m->nallocs, ns = m->nsteps;
+    int32_t *grp = malloc((na + 1) * sizeof *grp);      /* state: its group; grad: its group */
+    size_t *gend = malloc((na + 1) * sizeof *gend);     /* group -> last birth event */
+    size_t *glead = malloc((na + 1) * sizeof *glead);   /* group -> first member */
+    size_t *bw_end = malloc((ns + 1) * sizeof *bw_end); /* step -> last non-opt event */
+    size_t *st_end = malloc((ns + 1) * sizeof *st_end); /* step -> last event */
+    size_t **bwl = calloc(ns + 1, sizeof *bwl);         /* step -> its non-grad bwd events */
+    size_t *nbwl = calloc(ns + 1, sizeof *nbwl), *cbwl = calloc(ns + 1, sizeof *cbwl);
+    size_t *mirror = malloc((na + 1) * sizeof *mirror); /* grad -> non-grad bwd events before */
+    uint8_t *g = calloc(na + 1, 1);
+    rw w = {0};
+    int rc = -1;
+    size_t ngroups = 0;
+    if (!grp || !gend || !glead || !bw_end || !st_end || !bwl || !nbwl || !cbwl || !mirror || !g ||
+        rw_init(&w, m))
+        goto out;
+    for (size_t a = 0; a < na; a++) {
+        grp[a] = -1;
+        g[a] = is_grad(m, birth, death, a) ? 1 : is_state(m, birth, death, a) ? 2 : 0;
+    }
+    for (size_t s = 0; s <= ns; s++)
+        bw_end[s] = st_end[s] = SIZE_MAX;
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->step < 0) continue;
+        st_end[e->step] = i;
+        if (e->phase != ADV_PH_OPT) bw_end[e->step] = i;
+        if (e->phase == ADV_PH_BWD) {
+            if (e->kind == ADV_EV_ALLOC && g[e->a] == 1) {
+                mirror[e->a] = nbwl[e->step];
+                continue;
+            }
+            if (grow((void **)&bwl[e->step], &cbwl[e->step], nbwl[e->step] + 1, sizeof **bwl))
+                goto out;
+            bwl[e->step][nbwl[e->step]++] = i;
+        }
+    }
+    /* optimizer-state groups: births with no optimizer range starting between them */
+    u64map by_suffix = {0};
+    {
+        int64_t last_key = -1;
+        int32_t last_step = -1;
+        for (size_t i = 0; i < m->nevs; i++) {
+            const adv_ev *e = &m->evs[i];
+            if (e->kind != ADV_EV_ALLOC || g[e->a] != 2) continue;
+            size_t lo = 0, hi = m->nopt_starts;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (m->opt_starts[mid] <= e->t)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if ((int64_t)lo != last_key || e->step != last_step) {
+                glead[ngroups] = e->a;
+                ngroups++;
+            }
+            last_key = (int64_t)lo, last_step = e->step;
+            grp[e->a] = (int32_t)(ngroups - 1);
+            gend[ngroups - 1] = i;
+            /* every dotted suffix of the state's name names its parameter ("adam.m.h0.fc_w") */
+            const char *n = adv_str(m, m->allocs[e->a].name);
+            for (const char *d = strchr(n, '.'); d && d[1]; d = strchr(d + 1, '.'))
+                if (!u64map_get(&by_suffix, str_hash(d + 1)))
+                    u64map_put(&by_suffix, str_hash(d + 1), ngroups - 1);
+        }
+    }
+    /* gradients to groups: by name, else the latest-born unmatched gradient of the same size */
+    if (grad_none) {
+        uint8_t *used = calloc(na + 1, 1);
+        if (!used) goto out;
+        for (size_t a = 0; a < na; a++) {
+            if (g[a] != 1 || !m->allocs[a].name) continue;
+            uint32_t sfx = suffix_after_dot(m, m->allocs[a].name);
+            uint64_t *gi = sfx ? u64map_get(&by_suffix, sfx) : NULL;
+            if (gi) grp[a] = (int32_t)*gi, used[a] = 1;
+        }
+        uint8_t *has = calloc(ngroups + 1, 1);
+        if (!has) {
+            free(used);
+            goto out;
+        }
+        for (size_t a = 0; a < na; a++)
+            if (g[a] == 1 && grp[a] >= 0) has[grp[a]] = 1;
+        for (size_t k = 0; k < ngroups; k++) {
+            if (has[k]) continue;
+            size_t pick = SIZE_MAX;
+            for (size_t a = 0; a < na; a++)
+                if (g[a] == 1 && !used[a] && m->allocs[a].size == m->allocs[glead[k]].size &&
+                    (pick == SIZE_MAX || birth[a] > birth[pick]))
+                    pick = a;
+            if (pick != SIZE_MAX) grp[pick] = (int32_t)k, used[pick] = 1;
+        }
+        free(has);
+        free(used);
+    }
+    u64map_free(&by_suffix);
+    int32_t first_step = INT32_MAX;
+    for (size_t a = 0; a < na; a++)
+        if (g[a] && m->evs[birth[a]].step < first_step) first_step = m->evs[birth[a]].step;
+    /* members of each group (state and, with grad_none, its gradients), in allocation order */
+    size_t *moff = calloc(ngroups + 2, sizeof *moff), *mem = malloc((na + 1) * sizeof *mem);
+    uint32_t *cur = malloc((na + 1) * sizeof *cur), hbuf[64];
+    size_t *gl = malloc((na + 1) * sizeof *gl), ngl = 0; /* the gradients, in allocation order */
+    if (!moff || !mem || !cur || !gl) {
+        free(moff), free(mem), free(cur), free(gl);
+        goto out;
+    }
+    for (size_t a = 0; a < na; a++) {
+        cur[a] = (uint32_t)a;
+        if (g[a] == 1) gl[ngl++] = a;
+    }
+    for (size_t a = 0; a < na; a++)
+        if (grp[a] >= 0 && (g[a] == 2 || grad_none)) moff[grp[a] + 1]++;
+    for (size_t k = 0; k < ngroups; k++)
+        moff[k + 1] += moff[k];
+    {
+        size_t *fill = calloc(ngroups + 1, sizeof *fill);
+        if (!fill) {
+            free(moff), free(mem), free(cur);
+            goto out;
+        }
+        for (size_t a = 0; a < na; a++)
+            if (grp[a] >= 0 && (g[a] == 2 || grad_none)) mem[moff[grp[a]] + fill[grp[a]]++] = a;
+        free(fill);
+    }
+    for (int32_t s = first_step; s < (int32_t)ns && first_step != INT32_MAX; s++) {
+        if (st_end[s] == SIZE_MAX) continue;
+        /* gradients born again where they were born in their first step */
+        for (size_t gi = 0; grad_none && gi < ngl; gi++) {
+            size_t a = gl[gi];
+            int32_t s0 = m->evs[birth[a]].step;
+            if (s <= s0) continue;
+            const adv_alloc x = m->allocs[a];
+            uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+            if (h == UINT32_MAX) goto fail;
+            cur[a] = h;
+            size_t c = mirror[a];
+            if (c < nbwl[s])
+                rw_add(&w, bwl[s][c], -1, 1, ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
+            else if (nbwl[s])
+                rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1,
+                       ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
+            else
+                rw_add(&w, st_end[s], +1, 1, ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
+        }
+        /* each group's update: state brought in and sent back, then its gradients freed */
+        for (size_t k = 0; k < ngroups; k++) {
+            int32_t s0 = m->evs[birth[glead[k]]].step;
+            if (s < s0) continue;
+            size_t anchor = s == s0 ? gend[k] : bw_end[s] != SIZE_MAX ? bw_end[s] : st_end[s];
+            adv_ev ae = m->evs[anchor];
+            ae.phase = ADV_PH_OPT;
+            size_t nh = 0;
+            if (offload_opt) {
+                for (size_t i = moff[k]; i < moff[k + 1]; i++) {
+                    size_t a = mem[i];
+                    if (g[a] != 2) continue;
+                    uint32_t h = (uint32_t)a;
+                    if (s > s0) {
+                        const adv_alloc x = m->allocs[a];
+                        h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
+                        if (h == UINT32_MAX) goto fail;
+                        rw_add(&w, anchor, +1, 5, ev_like(&ae, h, ADV_EV_ALLOC, 0));
+                        st->traffic_bytes += x.size;
+                    }
+                    if (nh < 64) hbuf[nh++] = h;
+                }
+                for (size_t i = 0; i < nh; i++) {
+                    rw_add(&w, anchor, +1, 5,
+                           ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
+                    st->traffic_bytes += m->allocs[hbuf[i]].size;
+                }
+            }
+            if (grad_none)
+                for (size_t i = moff[k]; i < moff[k + 1]; i++) {
+                    size_t a = mem[i];
+                    if (g[a] != 1 || m->evs[birth[a]].step > s) continue;
+                    rw_add(&w, anchor, +1, 5,
+                           ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
+                }
+        }
+        /* gradients of no optimizer state: freed at the end of the step */
+        if (grad_none)
+            for (size_t gi = 0; gi < ngl; gi++) {
+                size_t a = gl[gi];
+                if (grp[a] >= 0 || m->evs[birth[a]].step > s) continue;
+                adv_ev e =
+                    ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
+                e.phase = ADV_PH_OPT;
+                rw_add(&w, st_end[s], +1, 9, e);
+            }
+    }
+    free(moff), free(mem), free(cur), free(gl);
+    moff = NULL;
+    for (size_t a = 0; a < na; a++) {
+        if (!((grad_none && g[a] == 1) || (offload_opt && g[a] == 2))) continue;
+        if (death[a] != SIZE_MAX) w.drop[death[a]] = 1;
+        if (g[a] == 1)
+            st->grad_bytes += m->allocs[a].size, st->ngrads++;
+        else
+            st->state_bytes += m->allocs[a].size, st->nstate++;
+    }
+    if (0) {
+    fail:
+        free(moff), free(mem), free(cur), free(gl);
+        goto out;
+    }
+    rc = rw_apply(m, &w);
+out:
+    rw_free(&w);
+    for (size_t s = 0; bwl && s <= ns; s++)
+        free(bwl[s]);
+    free(bwl), free(nbwl), free(cbwl), free(mirror), free(g);
+    free(grp), free(gend), free(glead), free(bw_end), free(st_end), free(birth), free(death);
+    return rc;
+}

@@ -1,0 +1,168 @@
+/* gm_advise.h — `gpumem advise`: the recorded program as a trace model, the memory techniques
+ * as transformations of that model, and the replay of a transformed model through alloc/'s
+ * allocator. Internal to the gpumem command (gm_advise.c: model and transformations;
+ * gm_advise_cmd.c: candidates, search, printers, --check). See the design comment at the top
+ * of gm_advise.c. */
+#ifndef GPUMEM_SNAPSHOT_GM_ADVISE_H
+#define GPUMEM_SNAPSHOT_GM_ADVISE_H
+
+#include "alloc/alloc.h"
+#include "snapshot/gm.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
+/* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
+ * bwd / backward, opt / optim / optimizer. */
+enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
+
+typedef struct adv_ev {
+    uint32_t a;    /* allocation index */
+    uint8_t kind;  /* ADV_EV_* */
+    uint8_t phase; /* ADV_PH_* */
+    uint16_t pad;
+    uint32_t stream;  /* ADV_EV_FREE_ASYNC: the stream the free is ordered on */
+    int32_t step;     /* index into adv_model.steps, -1 outside every "step N" range */
+    uint32_t lr_name; /* string of the phase's child range ("h3" in "step 2/fwd/h3/attn"), 0 none */
+    uint64_t lr;      /* that child range instance (0 none); accumulation copies get new ones */
+    uint64_t t;       /* ns (recorded; inserted events take their anchor's) */
+} adv_ev;
+
+typedef struct adv_alloc {
+    uint64_t size;   /* requested bytes */
+    uint32_t stream; /* database stream id the allocation is made on */
+    uint32_t cls;    /* string: the class (name with digits as '*', else the call site) */
+    uint32_t name;   /* string: the full name, 0 none */
+    uint32_t orig;   /* the recorded allocation this one stands for (itself when recorded) */
+} adv_alloc;
+
+typedef struct adv_step {
+    int64_t number; /* N of "step N" */
+    uint64_t start_ns, end_ns;
+} adv_step;
+
+/* An op on the timeline: a timed launch (launches.start_ns/end_ns) or else a leaf NVTX range. */
+typedef struct adv_op {
+    uint64_t t, dur; /* issue time (events' clock) and duration, ns */
+    int phase;       /* ADV_PH_* */
+} adv_op;
+
+typedef struct adv_model {
+    adv_alloc *allocs;
+    size_t nallocs, allocs_cap;
+    adv_ev *evs;
+    size_t nevs;
+    /* interned strings: index 0 is "" */
+    char **strs;
+    size_t nstrs, strs_cap;
+    u64map str_idx;
+    adv_step *steps;
+    size_t nsteps;
+    adv_op *ops;
+    size_t nops;
+    int ops_timed;        /* ops are timed launches (else NVTX leaf ranges) */
+    uint64_t *opt_starts; /* start_ns of range instances under an optimizer phase, sorted */
+    size_t nopt_starts;
+    uint32_t compute_stream; /* the stream most allocations are made on */
+    uint32_t copy_stream;    /* an unused stream id for offload copies */
+    /* recording facts */
+    alloc_config_t cfg;
+    char config[1024], mode[32], cmdline[4096];
+    uint64_t rec_peak_allocated, rec_peak_reserved;
+    int have_uses; /* the uses table has rows */
+    uint64_t nuses;
+    /* with uses: each recorded allocation's use times (events' clock), sorted: those of
+     * allocation a are use_t[use_off[a] .. use_off[a + 1]); shared by copies of the model */
+    uint64_t *use_off, *use_t;
+    size_t nrecorded; /* allocations loaded from the recording (use_off has nrecorded + 1) */
+    int owns_uses;
+    int dry_run; /* no compute recorded (trainer --dry-run) */
+} adv_model;
+
+/* Loads the recording: device allocations (requested size, births and deaths, streams, NVTX
+ * phase and layer range, name class), steps, the op timeline, meta config/mode/cmdline and the
+ * recorded peaks. Returns 0, or -1 with a message for a person in err. */
+int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
+void adv_model_free(adv_model *m);
+/* The first step priced as steady: the second half of the steps, and never the first one
+ * (warm-up: first touches, cold caches) when there are several. 0 with one step or none;
+ * m->nsteps must be > 0 for m->steps[...] to be read. */
+size_t adv_steady_step(const adv_model *m);
+/* A deep copy (strings shared by index: the copy owns its own table). 0 or -1 (no memory). */
+int adv_model_copy(const adv_model *src, adv_model *dst);
+const char *adv_str(const adv_model *m, uint32_t i);
+
+/* Replays the model's events through alloc_replay under the recorded configuration (capacity
+ * unlimited: a prediction never OOMs). Fills *out; returns 0 or -1 with err. */
+int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz);
+
+/* ---- transformations: each rewrites m->evs (and adds allocations), in place. 0 or -1. ---- */
+
+/* Which saved activations each stash-based technique acts on. */
+typedef struct adv_stash_opts {
+    const uint32_t *recompute_cls; /* classes dropped after forward and rebuilt in backward */
+    size_t nrecompute;
+    int recompute_layer; /* every saved tensor born in the layer (full checkpointing) */
+    int bf16;            /* stored as bf16 between forward and backward (statistics stay fp32) */
+    int offload;         /* copied to pinned host memory between forward and backward */
+} adv_stash_opts;
+
+/* Per-step figures a transformation reports, for the cost model. */
+typedef struct adv_stash_stats {
+    uint64_t offload_bytes;   /* device->host bytes over the whole trace */
+    uint64_t pinned_bytes;    /* host buffers needed (the largest step's offloaded bytes) */
+    uint64_t convert_bytes;   /* bf16: fp32 bytes converted (each way) over the trace */
+    uint64_t recompute_bytes; /* bytes of tensors re-created */
+    uint64_t recompute_ns;    /* measured duration of the ops re-run, over the steady steps
+                               * (from adv_steady_step on) */
+    uint64_t window_ns_min;   /* shortest idle window of an offloaded tensor: its last forward
+                               * use to its first backward use when uses were recorded, else
+                               * its stash point to its restore point */
+    size_t short_windows;     /* offloaded tensors whose window is shorter than their copies
+                               * out and in at the link bandwidth (Capuchin's test) */
+    int windows_from_uses;
+    uint64_t stall_ns; /* offload copies not hidden by their phase (link model) */
+    size_t ntensors;   /* tensors acted on */
+} adv_stash_stats;
+
+/* Recompute / bf16 / offload of saved activations: a saved activation is born in a forward
+ * phase and dies in a backward child range B ("step s/bwd/hI"); its stash point is the end of
+ * the matching forward range F ("step s/fwd/hI", the latest one before B), its restore point
+ * the start of B. link_bps: host link bytes/s (for the stall estimate). */
+int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st);
+
+/* Gradient accumulation by k: in each step, allocations born and freed inside the step's
+ * forward/backward shrink by k (rounded up) and the forward and backward repeat k times (the
+ * copies after the last backward event of the step); the rest (gradients) happen once. */
+int adv_accum(adv_model *m, unsigned k);
+
+typedef struct adv_opt_stats {
+    uint64_t grad_bytes;    /* gradients freed after each step */
+    uint64_t state_bytes;   /* optimizer state kept on the host */
+    uint64_t traffic_bytes; /* host<->device bytes of the optimizer state over the trace */
+    size_t ngrads, nstate;
+} adv_opt_stats;
+
+/* grad_none: gradients (born in backward, outliving their step) are freed in the optimizer
+ * phase after their parameter's update and born again in the next step where they were born in
+ * the first. offload_opt: optimizer state (born in the optimizer phase, outliving its step)
+ * lives on the host; each step it is brought in on the copy stream for its update and freed
+ * after it. */
+int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st);
+
+/* Bytes that live through every step: parameters (born before the first step, never freed in
+ * one), gradients and optimizer state (as above). */
+typedef struct adv_floor {
+    uint64_t params, grads, state;
+} adv_floor;
+void adv_floor_bytes(const adv_model *m, adv_floor *f);
+
+/* The classes of saved activations a recompute can drop (born in forward child range F, dead
+ * in the matching backward B), most bytes first. Returns a malloc'ed array (caller frees). */
+uint32_t *adv_saved_classes(const adv_model *m, size_t *n);
+
+/* The `gpumem advise` command (gm_advise_cmd.c). */
+int gm_advise_main(int argc, char **argv);
+
+#endif

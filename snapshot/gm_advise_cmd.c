@@ -1,0 +1,1020 @@
+/* gm_advise_cmd.c — `gpumem advise`: the candidates, the costs, the search, the printers and
+ * --check, on top of the model of gm_advise.c.
+ *
+ * A candidate (struct spec) is a set of techniques. Evaluating it copies the recorded model,
+ * applies the rewrites in the order a program runs them (accumulation reshapes the step first;
+ * then set-to-none and optimizer offload; then the stash of saved activations: recompute, bf16,
+ * offload), replays the result once through the allocator and prices it. Single techniques are
+ * the recommendations; every combination of them is searched for --budget and the Pareto front
+ * (least extra time for the peak) is printed as the combinations. Text and JSON print the same
+ * evaluated specs.
+ *
+ * Costs per step: recompute = the measured duration of the ops it re-runs (timed launches, else
+ * NVTX leaf ranges), or a --gpu roofline (bytes re-created, written once and read once, at the
+ * device's bandwidth) when that is larger; offload = the copies a phase cannot hide (transfer
+ * time at the link bandwidth beyond the span of the phase that must overlap it); optimizer
+ * offload = its traffic at the link bandwidth; bf16 = the conversions at the device bandwidth;
+ * accumulation = one launch overhead (5 us) per extra op launched; set-to-none = nothing.
+ */
+#include "snapshot/gm_advise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const usage_advise =
+    "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
+    "[--check]\n"
+    "\n"
+    "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
+    "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
+    "2/4/8, gradients set to none, bf16 saved activations) and the rewritten trace is replayed\n"
+    "through gpumem's allocator under the recorded configuration: rounding, caching and\n"
+    "fragmentation are in every predicted peak. For a recording of the included trainer\n"
+    "(train_gpt2 in the recorded command line) each recommendation is its exact flags;\n"
+    "otherwise the change in words, with the PyTorch way of doing it.\n"
+    "  --budget SIZE  the cheapest combination (least extra time) whose predicted peak reserved\n"
+    "                 fits SIZE (e.g. 40G); exit 1, with the shortfall and why, when none does\n"
+    "  --link GB/s    host link bandwidth for offload (default: the recording's own host\n"
+    "                 copies when timed, else 25 GB/s, PCIe 4 x16)\n"
+    "  --gpu NAME     H100, H200 or A100: roofline costs (peak bf16 FLOP/s, HBM bandwidth)\n"
+    "  --top N        recommendations and combinations shown (default 10)\n"
+    "  --try FLAGS    evaluate one combination given as trainer flags (--recompute LIST\n"
+    "                 --offload LIST --accum K --grad-none --act-dtype bf16), printed as the\n"
+    "                 only recommendation (with --check: re-run too)\n"
+    "  --json         one JSON object (contract in snapshot/ADVISE.md)\n"
+    "  --check        re-run the recorded command (trainer only) under gpumem record with each\n"
+    "                 recommendation's flags and print predicted against measured peaks; the\n"
+    "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
+    "                 is the re-run's\n"
+    "Exit code: 0; 1 --budget cannot be met; 2 usage; 3 unreadable database.\n";
+
+/* Roofline figures (dense bf16 tensor-core peak, HBM bandwidth), from NVIDIA's data sheets:
+ * H100 SXM5 989 TFLOP/s, 3.35 TB/s; H200 SXM 989 TFLOP/s, 4.8 TB/s; A100 SXM4 80GB 312 TFLOP/s,
+ * 2.039 TB/s. */
+typedef struct gpu_spec {
+    const char *name;
+    double flops, bw;
+} gpu_spec;
+static const gpu_spec gpus[] = {
+    {"H100", 989e12, 3.35e12}, {"H200", 989e12, 4.8e12}, {"A100", 312e12, 2.039e12}};
+#define LAUNCH_NS 5000.0 /* one kernel launch's fixed cost, for accumulation's extra launches */
+
+enum { T_RECOMPUTE, T_OFFLOAD, T_ACCUM, T_GRAD_NONE, T_BF16, T_NTECH };
+static const char *const tech_names[T_NTECH] = {"recompute", "offload", "accum", "grad_none",
+                                                "bf16"};
+
+/* the trainer's --recompute choices and the tensor classes each drops (train/gpt2.c) */
+static const char *const rc_choice[] = {"gelu", "ln", "attn", "mlp", "layer"};
+#define NRC 5
+static const char *const rc_classes[NRC][7] = {
+    {"h*.mlp.gelu"},
+    {"h*.ln*", "h*.ln*.mean", "h*.ln*.rstd"}, /* ln1 and ln2: digits are classes too */
+    {"h*.attn.out", "h*.attn.lse"},
+    {"h*.mlp.fc", "h*.mlp.gelu"},
+    {NULL}};
+
+typedef struct spec {
+    unsigned rc;  /* trainer: bits of rc_choice */
+    int rc_class; /* generic: index into the saved classes, -1 none */
+    int bf16, off_act, off_opt, grad_none;
+    unsigned accum;
+    /* results */
+    int ok;
+    alloc_replay_result_t r;
+    double extra_s, stall_s;
+    uint64_t host_bytes, pinned_bytes;
+    int feasible; /* offload windows cover the copies */
+    size_t short_windows;
+    int windows_from_uses;
+    uint64_t meas_alloc, meas_res;
+    int measured;
+} spec;
+
+typedef struct ctx {
+    adv_model m;
+    int trainer;
+    unsigned B;         /* trainer's -B */
+    unsigned rec_flags; /* techniques already in the recorded command */
+    double link_bps;
+    const char *link_src;
+    const gpu_spec *gpu;
+    double step_s;
+    int gpu_assumed, step_estimated;
+    uint64_t fwdbwd_ops_per_step;
+    uint32_t *classes;
+    size_t nclasses;
+    alloc_replay_result_t base;
+} ctx;
+
+static int has_flag(const char *cmd, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
+        if ((p == cmd || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt)
+{
+    size_t n = strlen(flag);
+    for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
+        if ((p == cmd || p[-1] == ' ') && p[n] == ' ')
+            return (unsigned)strtoul(p + n + 1, NULL, 10);
+    return dflt;
+}
+
+static uint32_t find_str(const adv_model *m, const char *s)
+{
+    for (size_t i = 1; i < m->nstrs; i++)
+        if (!strcmp(m->strs[i], s)) return (uint32_t)i;
+    return 0;
+}
+
+static unsigned spec_ntech(const spec *s)
+{
+    return (s->rc || s->rc_class >= 0) + s->bf16 + s->off_act + s->off_opt + s->grad_none +
+           (s->accum > 1);
+}
+
+/* flags for the trainer, "" when nothing */
+static void spec_flags(const spec *s, char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+    if (s->rc) {
+        o += (size_t)snprintf(out + o, n - o, "--recompute ");
+        int first = 1;
+        for (int i = 0; i < NRC; i++)
+            if (s->rc & (1u << i))
+                o += (size_t)snprintf(out + o, n - o, "%s%s", first ? "" : ",", rc_choice[i]),
+                    first = 0;
+    }
+    if (s->off_act || s->off_opt)
+        o += (size_t)snprintf(out + o, n - o, "%s--offload %s%s%s", o ? " " : "",
+                              s->off_act ? "activations" : "", s->off_act && s->off_opt ? "," : "",
+                              s->off_opt ? "optimizer" : "");
+    if (s->accum > 1) o += (size_t)snprintf(out + o, n - o, "%s--accum %u", o ? " " : "", s->accum);
+    if (s->grad_none) o += (size_t)snprintf(out + o, n - o, "%s--grad-none", o ? " " : "");
+    if (s->bf16) o += (size_t)snprintf(out + o, n - o, "%s--act-dtype bf16", o ? " " : "");
+}
+
+static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+#define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (s->rc) {
+        ADD("recompute ");
+        int first = 1;
+        for (int i = 0; i < NRC; i++)
+            if (s->rc & (1u << i)) ADD("%s%s", first ? "" : "+", rc_choice[i]), first = 0;
+    }
+    if (s->rc_class >= 0)
+        ADD("%srecompute %s", o ? ", " : "", adv_str(&c->m, c->classes[s->rc_class]));
+    if (s->off_act) ADD("%soffload saved activations", o ? ", " : "");
+    if (s->off_opt) ADD("%soffload optimizer state", o ? ", " : "");
+    if (s->accum > 1) ADD("%saccumulate %u micro-batches", o ? ", " : "", s->accum);
+    if (s->grad_none) ADD("%sgradients set to none", o ? ", " : "");
+    if (s->bf16) ADD("%sbf16 saved activations", o ? ", " : "");
+#undef ADD
+}
+
+/* the change in words, for a program that is not the trainer */
+static void spec_words(const ctx *c, const spec *s, char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+#define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (s->rc || s->rc_class >= 0)
+        ADD("recompute %s in backward instead of keeping it (torch.utils.checkpoint on the block "
+            "that "
+            "produces it)",
+            s->rc_class >= 0 ? adv_str(&c->m, c->classes[s->rc_class]) : "the layer's activations");
+    if (s->off_act)
+        ADD("%skeep saved activations in pinned host memory "
+            "(torch.autograd.graph.save_on_cpu(pin_memory=True))",
+            o ? "; " : "");
+    if (s->off_opt)
+        ADD("%skeep optimizer state on the host (DeepSpeed ZeRO-Offload, or "
+            "torch.distributed.fsdp.CPUOffload)",
+            o ? "; " : "");
+    if (s->accum > 1)
+        ADD("%saccumulate gradients over %u micro-batches of 1/%u the batch (loss / %u, "
+            "loss.backward() per micro-batch, "
+            "torch.optim.Optimizer.step() every %u)",
+            o ? "; " : "", s->accum, s->accum, s->accum, s->accum);
+    if (s->grad_none)
+        ADD("%sfree gradients after each step (torch.optim.Optimizer.zero_grad(set_to_none=True))",
+            o ? "; " : "");
+    if (s->bf16)
+        ADD("%sstore saved activations in bf16 (torch.autocast(device_type='cuda', "
+            "dtype=torch.bfloat16))",
+            o ? "; " : "");
+#undef ADD
+}
+
+static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
+{
+    adv_model m;
+    s->ok = 0;
+    if (adv_model_copy(&c->m, &m) != 0) {
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    if (s->accum > 1) rc = adv_accum(&m, s->accum);
+    adv_opt_stats os = {0};
+    if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
+    adv_stash_stats ss = {0};
+    uint32_t cls[8];
+    adv_stash_opts so = {.recompute_cls = cls, .bf16 = s->bf16, .offload = s->off_act};
+    if (s->rc_class >= 0) cls[so.nrecompute++] = c->classes[s->rc_class];
+    for (int i = 0; i < NRC; i++) {
+        if (!(s->rc & (1u << i))) continue;
+        if (!rc_classes[i][0]) so.recompute_layer = 1;
+        for (int k = 0; k < 7 && rc_classes[i][k] && so.nrecompute < 8; k++) {
+            uint32_t id = find_str(&c->m, rc_classes[i][k]);
+            if (id) cls[so.nrecompute++] = id;
+        }
+    }
+    if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
+        rc = adv_stash(&m, &so, c->link_bps, &ss);
+    if (!rc)
+        rc = adv_replay(&m, &s->r, err, errsz);
+
+    else
+        snprintf(err, errsz, "out of memory transforming the trace");
+    adv_model_free(&m);
+    if (rc) return -1;
+    double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
+    double extra = 0;
+    double rc_ns = (double)ss.recompute_ns * nsteps / (nsteps - (double)adv_steady_step(&c->m));
+    if (c->gpu) {
+        double roof = 2.0 * (double)ss.recompute_bytes / c->gpu->bw * 1e9;
+        if (roof > rc_ns) rc_ns = roof;
+    }
+    extra += rc_ns;
+    if (c->step_estimated && ss.offload_bytes) {
+        /* no recorded phase spans: forward is a third of the estimated step, backward two */
+        double per_step = (double)ss.offload_bytes / nsteps / c->link_bps;
+        double stall = (per_step > c->step_s / 3 ? per_step - c->step_s / 3 : 0) +
+                       (per_step > 2 * c->step_s / 3 ? per_step - 2 * c->step_s / 3 : 0);
+        ss.stall_ns = (uint64_t)(stall * nsteps * 1e9);
+    }
+    extra += (double)ss.stall_ns;
+    double bw = c->gpu ? c->gpu->bw : gpus[0].bw;
+    extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
+    extra += (double)os.traffic_bytes / c->link_bps * 1e9;
+    if (s->accum > 1)
+        extra += (double)(s->accum - 1) * (double)c->fwdbwd_ops_per_step * LAUNCH_NS * nsteps;
+    s->extra_s = extra / nsteps / 1e9;
+    s->stall_s = (double)ss.stall_ns / nsteps / 1e9;
+    s->host_bytes =
+        (uint64_t)((2.0 * (double)ss.offload_bytes + (double)os.traffic_bytes) / nsteps);
+    s->pinned_bytes = ss.pinned_bytes + os.state_bytes;
+    /* Capuchin: every window covers its copies out and in, and each phase hides its copies */
+    s->feasible = !s->off_act || (ss.short_windows == 0 && ss.stall_ns == 0);
+    s->short_windows = ss.short_windows;
+    s->windows_from_uses = ss.windows_from_uses;
+    s->ok = 1;
+    return 0;
+}
+
+static double pct(const ctx *c, double extra_s)
+{
+    return c->step_s > 0 ? 100.0 * extra_s / c->step_s : 0;
+}
+
+/* ------------------------------------------------------------------ printing */
+
+static void fmt(uint64_t v, char *o, size_t n)
+{
+    gm_fmt_bytes(v, o, n);
+}
+
+static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
+{
+    char target[512], flags[256];
+    spec_target(c, s, target, sizeof target);
+    spec_flags(s, flags, sizeof flags);
+    const char *tech = combo                       ? "combo"
+                       : s->rc || s->rc_class >= 0 ? "recompute"
+                       : s->off_act || s->off_opt  ? "offload"
+                       : s->accum > 1              ? "accum"
+                       : s->grad_none              ? "grad_none"
+                                                   : "bf16";
+    fprintf(out, "{\"technique\": \"%s\", \"techniques\": [", tech);
+    int first = 1;
+    int on[T_NTECH] = {s->rc || s->rc_class >= 0, s->off_act || s->off_opt, s->accum > 1,
+                       s->grad_none, s->bf16};
+    for (int i = 0; i < T_NTECH; i++)
+        if (on[i]) fprintf(out, "%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
+    fprintf(out, "], \"target\": ");
+    gm_json_str(out, target);
+    fprintf(out, ", \"flags\": ");
+    if (c->trainer)
+        gm_json_str(out, flags);
+    else
+        fprintf(out, "null");
+    if (!c->trainer) {
+        char words[1024];
+        spec_words(c, s, words, sizeof words);
+        fprintf(out, ", \"how\": ");
+        gm_json_str(out, words);
+    }
+    fprintf(
+        out,
+        ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"saving_bytes\": "
+        "%" PRId64
+        ", \"cost\": {\"extra_time_pct\": %.3f, \"extra_time_s\": %.6f, \"host_bytes\": %" PRIu64
+        ", \"pinned_bytes\": %" PRIu64 "}",
+        s->r.peak_allocated, s->r.peak_reserved,
+        (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved, pct(c, s->extra_s),
+        s->extra_s, s->host_bytes, s->pinned_bytes);
+    if (s->off_act)
+        fprintf(out, ", \"offload_feasible\": %s, \"short_windows\": %zu, \"windows_from\": \"%s\"",
+                s->feasible ? "true" : "false", s->short_windows,
+                s->windows_from_uses ? "uses" : "layer ranges");
+    if (s->measured) {
+        double ea = s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) /
+                                        (double)s->meas_alloc
+                                  : 0;
+        double er = s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) /
+                                      (double)s->meas_res
+                                : 0;
+        fprintf(out,
+                ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f}",
+                s->meas_alloc, s->meas_res, ea, er);
+    }
+    fprintf(out, "}");
+}
+
+static void text_rec(FILE *out, const ctx *c, const spec *s)
+{
+    char target[512], a[32], r[32], sv[32], hb[32], pb[32], how[1024];
+    spec_target(c, s, target, sizeof target);
+    fmt(s->r.peak_allocated, a, sizeof a);
+    fmt(s->r.peak_reserved, r, sizeof r);
+    int64_t save = (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved;
+    fmt(save > 0 ? (uint64_t)save : 0, sv, sizeof sv);
+    fmt(s->host_bytes, hb, sizeof hb);
+    fmt(s->pinned_bytes, pb, sizeof pb);
+    fprintf(
+        out,
+        "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step (%.1f%%)",
+        target, a, r, save < 0 ? "-" : "", sv, s->extra_s, pct(c, s->extra_s));
+    if (s->host_bytes) fprintf(out, ", host traffic %s/step, pinned %s", hb, pb);
+    if (s->off_act)
+        fprintf(out, "%s; %zu tensors idle too briefly for their copies (windows from %s)",
+                s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)",
+                s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
+    fputc('\n', out);
+    if (c->trainer) {
+        spec_flags(s, how, sizeof how);
+        fprintf(out, "    flags: %s\n", how);
+    } else {
+        spec_words(c, s, how, sizeof how);
+        fprintf(out, "    how: %s\n", how);
+    }
+    if (s->measured) {
+        char ma[32], mr[32];
+        fmt(s->meas_alloc, ma, sizeof ma);
+        fmt(s->meas_res, mr, sizeof mr);
+        fprintf(out,
+                "    check: measured allocated %s (error %+.2f%%), reserved %s (error %+.2f%%)\n",
+                ma,
+                s->meas_alloc ? 100.0 * ((double)s->r.peak_allocated - (double)s->meas_alloc) /
+                                    (double)s->meas_alloc
+                              : 0,
+                mr,
+                s->meas_res ? 100.0 * ((double)s->r.peak_reserved - (double)s->meas_res) /
+                                  (double)s->meas_res
+                            : 0);
+    }
+}
+
+/* ------------------------------------------------------------------ --check */
+
+static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t errsz)
+{
+    char flags[256], dbpath[64], self[4096];
+    spec_flags(s, flags, sizeof flags);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(err, errsz, "cannot find the gpumem program (/proc/self/exe)");
+        return -1;
+    }
+    self[n] = 0;
+    snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-advise-check-%d.db", (int)getpid());
+    char *argv[160];
+    int argc = 0;
+    argv[argc++] = self;
+    argv[argc++] = "record";
+    argv[argc++] = "-q";
+    argv[argc++] = "-o";
+    argv[argc++] = dbpath;
+    argv[argc++] = "--";
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s", c->m.cmdline, flags);
+    char *save = NULL;
+    int first = 1;
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 158; t = strtok_r(NULL, " ", &save)) {
+        argv[argc++] = first && exe[0] ? (char *)exe : t;
+        first = 0;
+    }
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errsz, "cannot fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execv(self, argv);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(err, errsz, "the re-run with '%s' failed (exit %d)", flags,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        unlink(dbpath);
+        return -1;
+    }
+    gm_db d;
+    char e2[4096];
+    if (gm_db_open(dbpath, &d, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%s", e2);
+        unlink(dbpath);
+        return -1;
+    }
+    s->meas_alloc = (uint64_t)gm_meta_int(&d, "stat.peak_allocated", 0);
+    s->meas_res = (uint64_t)gm_meta_int(&d, "stat.peak_reserved", 0);
+    s->measured = 1;
+    gm_db_close(&d);
+    unlink(dbpath);
+    char wal[96];
+    snprintf(wal, sizeof wal, "%s-wal", dbpath);
+    unlink(wal);
+    snprintf(wal, sizeof wal, "%s-shm", dbpath);
+    unlink(wal);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the command */
+
+/* trainer flags -> spec; 0, or -1 with a message */
+static int parse_try(const char *flags, spec *s, char *err, size_t errsz)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", flags);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (!strcmp(t, "--grad-none")) {
+            s->grad_none = 1;
+            continue;
+        }
+        char *v = strtok_r(NULL, " ", &save);
+        if (!v) {
+            snprintf(err, errsz, "--try: %s needs a value", t);
+            return -1;
+        }
+        if (!strcmp(t, "--accum"))
+            s->accum = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(t, "--act-dtype"))
+            s->bf16 = !strcmp(v, "bf16");
+        else if (!strcmp(t, "--offload"))
+            s->off_act = strstr(v, "activations") != NULL,
+            s->off_opt = strstr(v, "optimizer") != NULL;
+        else if (!strcmp(t, "--recompute")) {
+            char *sv2 = NULL;
+            for (char *c = strtok_r(v, ",", &sv2); c; c = strtok_r(NULL, ",", &sv2)) {
+                int k = 0;
+                while (k < NRC && strcmp(c, rc_choice[k]))
+                    k++;
+                if (k == NRC) {
+                    snprintf(err, errsz,
+                             "--try: unknown recompute choice '%s' (gelu, ln, attn, mlp, layer)",
+                             c);
+                    return -1;
+                }
+                s->rc |= 1u << k;
+            }
+        } else {
+            snprintf(err, errsz, "--try: unknown flag '%s'", t);
+            return -1;
+        }
+    }
+    if (s->accum < 1) s->accum = 1;
+    return 0;
+}
+
+/* On a trace too large to search every combination: only stacks of the four single
+ * techniques that save the most (recs is sorted by predicted peak), two at a time or all four. */
+static int big_ok(const spec *recs, size_t nrecs, const spec *s)
+{
+    int in = 0, n = 0;
+    for (size_t i = 0; i < nrecs && i < 4; i++) {
+        const spec *r = &recs[i];
+        int on = (r->rc && (s->rc & r->rc) == r->rc) || (r->bf16 && s->bf16) ||
+                 (r->off_act && s->off_act) || (r->off_opt && s->off_opt) ||
+                 (r->grad_none && s->grad_none) || (r->accum > 1 && s->accum == r->accum);
+        in += on, n++;
+    }
+    unsigned k = spec_ntech(s);
+    return (unsigned)in == k && (k == 2 || (int)k == n);
+}
+
+static int cmp_saving(const void *a, const void *b)
+{
+    const spec *x = a, *y = b;
+    return x->r.peak_reserved < y->r.peak_reserved ? -1 : x->r.peak_reserved > y->r.peak_reserved;
+}
+
+int gm_advise_main(int argc, char **argv)
+{
+    const char *path = NULL, *gpu = NULL, *try_flags = NULL;
+    int json = 0, check = 0, top = 10, have_budget = 0;
+    size_t budget = 0;
+    double link = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_advise, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--check"))
+            check = 1;
+        else if (!strcmp(a, "--budget")) {
+            if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
+                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            have_budget = 1, i++;
+        } else if (!strcmp(a, "--link")) {
+            char *end;
+            link = v ? strtod(v, &end) : 0;
+            if (!v || *end || !(link > 0)) {
+                fprintf(stderr,
+                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            i++;
+        } else if (!strcmp(a, "--gpu")) {
+            gpu = v, i++;
+            int ok = 0;
+            for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
+                ok |= !strcasecmp(gpu, gpus[k].name);
+            if (!ok) {
+                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n\n%s",
+                        gpu ? gpu : "", usage_advise);
+                return GM_EXIT_USAGE;
+            }
+        } else if (!strcmp(a, "--try")) {
+            if (!v) {
+                fprintf(stderr,
+                        "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum "
+                        "2'\n\n%s",
+                        usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            try_flags = v, i++;
+        } else if (!strcmp(a, "--top")) {
+            char *end;
+            long t = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || t < 1 || t > 1000000) {
+                fprintf(stderr,
+                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n\n%s",
+                        v ? v : "", usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            top = (int)t, i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "gpumem advise: unknown option '%s'\n\n%s", a, usage_advise);
+            return GM_EXIT_USAGE;
+        } else if (!path)
+            path = a;
+        else {
+            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n\n%s", a,
+                    usage_advise);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "gpumem advise: which database? give its path\n\n%s", usage_advise);
+        return GM_EXIT_USAGE;
+    }
+    char err[8192];
+    gm_db d;
+    if (gm_db_open(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    ctx c;
+    memset(&c, 0, sizeof c);
+    if (adv_model_load(&d, &c.m, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        adv_model_free(&c.m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    char exe[4096];
+    gm_meta_text(&d, "exe", exe, sizeof exe);
+    /* the link: --link, else the recording's timed host copies, else PCIe 4 x16 */
+    c.link_bps = 25e9, c.link_src = "PCIe 4 x16 default";
+    if (link > 0)
+        c.link_bps = link * 1e9, c.link_src = "--link";
+    else if (gm_table_exists(&d, "launches")) {
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(
+                d.db,
+                "SELECT sum(bytes), sum(end_ns - start_ns) FROM launches WHERE op = 1 AND "
+                "start_ns IS NOT NULL AND end_ns > start_ns AND kernel IN (SELECT id FROM strings "
+                "WHERE s IN ('memcpy HtoD', 'memcpy DtoH'))",
+                -1, &s, NULL) == SQLITE_OK) {
+            if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 1) > 0) {
+                c.link_bps = (double)sqlite3_column_int64(s, 0) /
+                             ((double)sqlite3_column_int64(s, 1) * 1e-9);
+                c.link_src = "the recording's host copies";
+            }
+            sqlite3_finalize(s);
+        }
+    }
+    gm_db_close(&d);
+    for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
+        if (!strcasecmp(gpu, gpus[k].name)) c.gpu = &gpus[k];
+    /* a recording without compute has no op times: price it on a roofline (H100 unless --gpu) */
+    if (c.m.dry_run && !c.gpu) c.gpu = &gpus[0], c.gpu_assumed = 1;
+    c.trainer = strstr(c.m.cmdline, "train_gpt2") != NULL;
+    if (c.trainer) {
+        c.B = flag_int(c.m.cmdline, "-B", 4);
+        if (has_flag(c.m.cmdline, "--recompute")) c.rec_flags |= 1u << T_RECOMPUTE;
+        if (has_flag(c.m.cmdline, "--offload")) c.rec_flags |= 1u << T_OFFLOAD;
+        if (flag_int(c.m.cmdline, "--accum", 1) > 1) c.rec_flags |= 1u << T_ACCUM;
+        if (has_flag(c.m.cmdline, "--grad-none")) c.rec_flags |= 1u << T_GRAD_NONE;
+        if (strstr(c.m.cmdline, "--act-dtype bf16")) c.rec_flags |= 1u << T_BF16;
+    }
+    /* step time and ops per step */
+    {
+        double sum = 0;
+        size_t n = 0;
+        for (size_t i = c.m.nsteps > 1 ? 1 : 0; i < c.m.nsteps; i++, n++)
+            sum += (double)(c.m.steps[i].end_ns - c.m.steps[i].start_ns) * 1e-9;
+        c.step_s = n ? sum / (double)n : 0;
+        uint64_t ops = 0;
+        for (size_t i = 0; i < c.m.nops; i++)
+            ops += c.m.ops[i].phase == ADV_PH_FWD || c.m.ops[i].phase == ADV_PH_BWD;
+        c.fwdbwd_ops_per_step = c.m.nsteps ? ops / c.m.nsteps : ops;
+        if (c.m.dry_run && c.trainer) {
+            /* no compute recorded: the step on the roofline, 6 N B T FLOPs for forward and
+             * backward (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", 2.1) */
+            adv_floor fl0;
+            adv_floor_bytes(&c.m, &fl0);
+            double N = (double)fl0.params / 4, T = flag_int(c.m.cmdline, "-T", 64);
+            if (N > 0) c.step_s = 6.0 * N * (double)c.B * T / c.gpu->flops, c.step_estimated = 1;
+        }
+    }
+    int rc = 0;
+    if (adv_replay(&c.m, &c.base, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem advise: replay failed: %s\n", err);
+        adv_model_free(&c.m);
+        return GM_EXIT_BADDB;
+    }
+    c.classes = adv_saved_classes(&c.m, &c.nclasses);
+    /* the single techniques */
+    spec *recs = NULL, *all = NULL, *front = NULL;
+    size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0;
+#define PUSH(arr, n, cap, val)                                                                     \
+    do {                                                                                           \
+        if ((n) + 1 > (cap)) {                                                                     \
+            size_t nc_ = (cap) ? 2 * (cap) : 32;                                                   \
+            void *p_ = realloc((arr), nc_ * sizeof *(arr));                                        \
+            if (!p_) goto oom;                                                                     \
+            (arr) = p_, (cap) = nc_;                                                               \
+        }                                                                                          \
+        (arr)[(n)++] = (val);                                                                      \
+    } while (0)
+    spec blank = {.rc_class = -1, .accum = 1};
+    unsigned accums[3] = {2, 4, 8};
+    if (!(c.rec_flags & (1u << T_RECOMPUTE))) {
+        if (c.trainer)
+            for (int i = 0; i < NRC; i++) {
+                spec s = blank;
+                s.rc = 1u << i;
+                PUSH(recs, nrecs, rcap, s);
+            }
+        else
+            for (size_t i = 0; i < c.nclasses && i < (c.m.nevs > 1000000 ? 4 : 16); i++) {
+                spec s = blank;
+                s.rc_class = (int)i;
+                PUSH(recs, nrecs, rcap, s);
+            }
+    }
+    if (!(c.rec_flags & (1u << T_OFFLOAD))) {
+        spec s = blank;
+        s.off_act = 1;
+        PUSH(recs, nrecs, rcap, s);
+        s = blank;
+        s.off_opt = 1;
+        PUSH(recs, nrecs, rcap, s);
+    }
+    /* a trace of millions of events: accumulation by 2 only (each copy of the step is replayed) */
+    int big = c.m.nevs > 2000000;
+    if (!(c.rec_flags & (1u << T_ACCUM)))
+        for (int i = 0; i < (big ? 1 : 3); i++) {
+            if (c.trainer && c.B % accums[i]) continue;
+            spec s = blank;
+            s.accum = accums[i];
+            PUSH(recs, nrecs, rcap, s);
+        }
+    if (!(c.rec_flags & (1u << T_GRAD_NONE))) {
+        spec s = blank;
+        s.grad_none = 1;
+        PUSH(recs, nrecs, rcap, s);
+    }
+    if (!(c.rec_flags & (1u << T_BF16))) {
+        spec s = blank;
+        s.bf16 = 1;
+        PUSH(recs, nrecs, rcap, s);
+    }
+    if (try_flags) {
+        spec s = blank;
+        if (parse_try(try_flags, &s, err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem advise: %s\n", err);
+            rc = GM_EXIT_USAGE;
+            goto done;
+        }
+        nrecs = 0;
+        PUSH(recs, nrecs, rcap, s);
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < nrecs; i++) {
+        if (evaluate(&c, &recs[i], err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem advise: %s\n", err);
+            rc = GM_EXIT_BADDB;
+            goto done;
+        }
+        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved ||
+            recs[i].r.peak_allocated < c.base.peak_allocated)
+            recs[keep++] = recs[i];
+    }
+    nrecs = keep;
+    qsort(recs, nrecs, sizeof *recs, cmp_saving);
+    /* combinations: every stack of the single techniques (accumulation: one k at a time;
+     * recompute: one choice, or ln+attn+mlp), bounded so a huge trace stays quick */
+    {
+        unsigned rcs[16];
+        size_t nrcs = 0;
+        rcs[nrcs++] = 0;
+        int allow_rc = !(c.rec_flags & (1u << T_RECOMPUTE)) && c.trainer;
+        if (allow_rc) {
+            for (int i = 0; i < NRC; i++)
+                rcs[nrcs++] = 1u << i;
+            rcs[nrcs++] = (1u << 1) | (1u << 2) | (1u << 3);
+        }
+        unsigned ks[4] = {1, 2, 4, 8};
+        size_t budget_evals = c.m.nevs ? (size_t)(1e8 / (double)c.m.nevs) : 1000;
+        size_t total = try_flags ? 0 : nrcs * 2 * 2 * 2 * 2 * 4;
+        int full = total <= budget_evals;
+        for (size_t r = 0; r < nrcs; r++)
+            for (int bf = 0; bf < 2; bf++)
+                for (int oa = 0; oa < 2; oa++)
+                    for (int oo = 0; oo < 2; oo++)
+                        for (int gn = 0; gn < 2; gn++)
+                            for (int ki = 0; ki < 4; ki++) {
+                                spec s = blank;
+                                s.rc = rcs[r], s.bf16 = bf, s.off_act = oa, s.off_opt = oo,
+                                s.grad_none = gn, s.accum = ks[ki];
+                                if ((bf && (c.rec_flags & (1u << T_BF16))) ||
+                                    ((oa || oo) && (c.rec_flags & (1u << T_OFFLOAD))) ||
+                                    (gn && (c.rec_flags & (1u << T_GRAD_NONE))) ||
+                                    (ks[ki] > 1 && ((c.rec_flags & (1u << T_ACCUM)) ||
+                                                    (c.trainer && c.B % ks[ki]))))
+                                    continue;
+                                if (spec_ntech(&s) < 2 || try_flags) continue;
+                                if (!full && !big_ok(recs, nrecs, &s)) continue;
+                                if (big && ks[ki] > 2) continue;
+                                PUSH(all, nall, acap, s);
+                            }
+        if (full && !try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) &&
+            c.nclasses) {
+            /* generic programs: the largest class recomputed, with the rest */
+            size_t n0 = nall;
+            for (size_t i = 0; i < n0; i++) {
+                spec s = all[i];
+                s.rc_class = 0;
+                PUSH(all, nall, acap, s);
+            }
+        }
+        if (nrecs < 2) nall = 0; /* nothing to stack */
+        for (size_t i = 0; i < nall; i++)
+            if (evaluate(&c, &all[i], err, sizeof err) != 0) {
+                fprintf(stderr, "gpumem advise: %s\n", err);
+                rc = GM_EXIT_BADDB;
+                goto done;
+            }
+    }
+    /* the Pareto front: no other combination is both cheaper and smaller */
+    for (size_t i = 0; i < nall; i++) {
+        int dominated = 0;
+        for (size_t j = 0; j < nall && !dominated; j++) {
+            if (i == j) continue;
+            const spec *x = &all[j], *y = &all[i];
+            int le = x->extra_s <= y->extra_s && x->r.peak_reserved <= y->r.peak_reserved;
+            int lt = x->extra_s < y->extra_s || x->r.peak_reserved < y->r.peak_reserved ||
+                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved &&
+                      spec_ntech(x) < spec_ntech(y)) ||
+                     (x->extra_s == y->extra_s && x->r.peak_reserved == y->r.peak_reserved &&
+                      spec_ntech(x) == spec_ntech(y) && j < i);
+            dominated = le && lt;
+        }
+        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
+            PUSH(front, nfront, fcap, all[i]);
+    }
+    qsort(front, nfront, sizeof *front, cmp_saving);
+    /* --budget: the cheapest that fits, singles included */
+    spec plan = blank;
+    int have_plan = 0;
+    const spec *nearest = NULL;
+    uint64_t shortfall = 0;
+    if (have_budget) {
+        for (int pass = 0; pass < 2; pass++) {
+            spec *v = pass ? all : recs;
+            size_t nv = pass ? nall : nrecs;
+            for (size_t i = 0; i < nv; i++) {
+                if (!nearest || v[i].r.peak_reserved < nearest->r.peak_reserved) nearest = &v[i];
+                if (v[i].r.peak_reserved > budget) continue;
+                if (!have_plan || v[i].extra_s < plan.extra_s ||
+                    (v[i].extra_s == plan.extra_s && spec_ntech(&v[i]) < spec_ntech(&plan)) ||
+                    (v[i].extra_s == plan.extra_s && spec_ntech(&v[i]) == spec_ntech(&plan) &&
+                     v[i].r.peak_reserved < plan.r.peak_reserved))
+                    plan = v[i], have_plan = 1;
+            }
+        }
+        if (c.base.peak_reserved <= budget)
+            plan = blank, plan.r = c.base, plan.ok = 1, have_plan = 2;
+        if (!have_plan) {
+            shortfall = nearest ? nearest->r.peak_reserved - budget : c.base.peak_reserved - budget;
+            rc = 1;
+        }
+    }
+    /* --check: re-run with each recommendation's flags */
+    if (check) {
+        if (!c.trainer) {
+            fprintf(stderr,
+                    "gpumem advise: --check re-runs the included trainer only; this recording is "
+                    "of '%s'\n",
+                    c.m.cmdline);
+        } else {
+            size_t nf = (size_t)top < nfront ? (size_t)top : nfront;
+            for (size_t pass = 0; pass < 3; pass++) {
+                spec *v = pass == 0 ? recs : pass == 1 ? front : &plan;
+                size_t nv = pass == 0   ? ((size_t)top < nrecs ? (size_t)top : nrecs)
+                            : pass == 1 ? nf
+                                        : have_plan == 1;
+                for (size_t i = 0; i < nv; i++) {
+                    if (!json) fprintf(stderr, "\rgpumem advise: checking %zu/%zu...", i + 1, nv);
+                    if (check_spec(&c, &v[i], exe, err, sizeof err) != 0)
+                        fprintf(stderr, "\ngpumem advise: --check: %s\n", err);
+                }
+            }
+            if (!json) fprintf(stderr, "\r%40s\r", "");
+        }
+    }
+    /* print */
+    size_t nr = (size_t)top < nrecs ? (size_t)top : nrecs,
+           nf = (size_t)top < nfront ? (size_t)top : nfront;
+    adv_floor fl;
+    adv_floor_bytes(&c.m, &fl);
+    if (json) {
+        printf("{\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": "
+               "{\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+               "}, \"trainer\": %s, \"uses\": %s, \"link_bytes_per_s\": %.0f, \"step_s\": %.6f,\n",
+               c.base.peak_allocated, c.base.peak_reserved, c.m.rec_peak_allocated,
+               c.m.rec_peak_reserved, c.trainer ? "true" : "false",
+               c.m.have_uses ? "true" : "false", c.link_bps, c.step_s);
+        printf(" \"recommendations\": [");
+        for (size_t i = 0; i < nr; i++)
+            printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &recs[i], 0);
+        printf("],\n \"combinations\": [");
+        for (size_t i = 0; i < nf; i++)
+            printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
+        printf("]");
+        if (have_budget) {
+            printf(",\n \"plan\": ");
+            if (have_plan == 1)
+                json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
+            else if (have_plan == 2)
+                printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
+                       "recording fits\", \"flags\": \"\", "
+                       "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
+                       "\"saving_bytes\": 0, \"cost\": "
+                       "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
+                       "\"pinned_bytes\": 0}}",
+                       c.base.peak_allocated, c.base.peak_reserved);
+            else
+                printf("null");
+            printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
+            if (!have_plan)
+                printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                       ", \"optimizer_state\": %" PRIu64 "}",
+                       fl.params, fl.grads, fl.state);
+        }
+        printf("}\n");
+    } else {
+        char a[32], r[32], ra[32], rr[32];
+        fmt(c.base.peak_allocated, a, sizeof a);
+        fmt(c.base.peak_reserved, r, sizeof r);
+        fmt(c.m.rec_peak_allocated, ra, sizeof ra);
+        fmt(c.m.rec_peak_reserved, rr, sizeof rr);
+        printf("gpumem advise: %s\n", path);
+        printf("program: %s%s\n", c.m.cmdline[0] ? c.m.cmdline : "(no command line recorded)",
+               c.trainer ? " (the included trainer: advice as its flags)"
+                         : " (advice in words, with the PyTorch way)");
+        printf("baseline (replayed under %s): peak allocated %s, peak reserved %s (recorded: %s, "
+               "%s)\n",
+               c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra,
+               rr);
+        if (c.step_estimated)
+            printf("time: a dry run (no compute recorded): step %.4f s estimated as 6 N B T FLOPs "
+                   "at %s peak; costs on the "
+                   "%s roofline%s; link %.1f GB/s (%s)\n",
+                   c.step_s, c.gpu->name, c.gpu->name,
+                   c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
+        else
+            printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
+                   c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9,
+                   c.link_src, c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "",
+                   c.gpu_assumed ? " (assumed: give --gpu)" : "");
+        if (!c.m.have_uses)
+            printf(
+                "uses: none recorded; recompute and offload act on births and deaths (record with "
+                "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
+        printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
+        if (!nrecs)
+            printf("  none: no technique lowers the peak of this recording (what is live at the "
+                   "peak is not "
+                   "saved activations, gradients or optimizer state in a step)\n");
+        for (size_t i = 0; i < nr; i++)
+            text_rec(stdout, &c, &recs[i]);
+        printf("\ncombinations (least extra time for the peak; %zu of %zu):\n", nf, nfront);
+        for (size_t i = 0; i < nf; i++)
+            text_rec(stdout, &c, &front[i]);
+        if (have_budget) {
+            char b[32];
+            fmt(budget, b, sizeof b);
+            if (have_plan == 2)
+                printf("\nbudget %s: the recording already fits (peak reserved %s)\n", b, r);
+            else if (have_plan) {
+                printf("\nbudget %s: plan\n", b);
+                text_rec(stdout, &c, &plan);
+            } else {
+                char sf[32], p[32], g[32], s[32], t[32], nm[32];
+                fmt(shortfall, sf, sizeof sf);
+                fmt(fl.params, p, sizeof p);
+                fmt(fl.grads, g, sizeof g);
+                fmt(fl.state, s, sizeof s);
+                fmt(fl.params + fl.grads + fl.state, t, sizeof t);
+                fmt(nearest ? nearest->r.peak_reserved : c.base.peak_reserved, nm, sizeof nm);
+                printf("\nbudget %s: nothing fits; the nearest miss needs %s (short by %s)\n", b,
+                       nm, sf);
+                if (nearest) text_rec(stdout, &c, nearest);
+                printf("why: parameters %s + gradients %s + optimizer state %s alone are %s; "
+                       "parameters alone are %s\n",
+                       p, g, s, t, p);
+            }
+        }
+    }
+    if (!json && have_budget && !have_plan)
+        fprintf(stderr, "gpumem advise: no combination fits the budget\n");
+done:
+    free(front);
+    free(all);
+    free(recs);
+    free(c.classes);
+    adv_model_free(&c.m);
+    return rc;
+oom:
+    fprintf(stderr, "gpumem advise: out of memory\n");
+    free(front);
+    free(all);
+    free(recs);
+    free(c.classes);
+    adv_model_free(&c.m);
+    return GM_EXIT_BADDB;
+}

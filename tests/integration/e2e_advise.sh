@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# `gpumem advise`: predictions replayed through the allocator, checked by re-running.
+#  - the unmodified trace replays to the recorded peaks exactly (tiny real compute, gpt2 dry run);
+#  - every recommendation with flags, and at least three combinations, re-run with its flags
+#    (--check): predicted peak allocated and peak reserved each within 5% of measured;
+#  - --budget: the plan's re-run fits; an impossible budget exits 1 and says why;
+#  - a recording without uses still gets recompute and accumulation advice, with the note;
+#  - a recording that is not the trainer gets words and the PyTorch way, no flags.
+source "$(dirname "$0")/e2e_common.bash"
+export GPUMEM_STACKS=0
+MAXERR=5
+
+# all measured errors of a JSON answer within MAXERR; prints the number of re-runs checked
+check_errors() { # file label
+  jq -e --argjson max "$MAXERR" '[(.recommendations + .combinations + [.plan // empty])[]
+      | select(.flags != null and .flags != "") | .measured
+      | select(. == null or (.error_allocated_pct | fabs) > $max or (.error_reserved_pct | fabs) > $max)]
+      | length == 0' "$1" > /dev/null \
+    || fail "$2: a prediction off by more than $MAXERR% (or not re-run): $(jq -c '[(.recommendations + .combinations)[] | [.flags, .measured.error_allocated_pct, .measured.error_reserved_pct]]' "$1")"
+}
+
+# ---- tiny, real compute
+"$GM" record -q -o "$TMP/tiny.db" -- "$TRAIN" --steps 2 > "$TMP/out.txt" 2>&1 || fail "tiny run: $(tail -3 "$TMP/out.txt")"
+"$GM" advise "$TMP/tiny.db" --check --top 20 --json > "$TMP/tiny.json" || fail "advise tiny failed"
+jq -e '.baseline.peak_allocated == .recorded.peak_allocated and .baseline.peak_reserved == .recorded.peak_reserved' \
+  "$TMP/tiny.json" > /dev/null || fail "tiny: baseline replay $(jq -c .baseline "$TMP/tiny.json") != recorded $(jq -c .recorded "$TMP/tiny.json")"
+ok "tiny: the unmodified trace replays to the recorded peaks ($(jq -c .baseline "$TMP/tiny.json"))"
+nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/tiny.json")
+(( nrec >= 8 )) || fail "tiny: only $nrec recommendations with flags"
+check_errors "$TMP/tiny.json" tiny
+# each technique appears (recompute, offload, accum, grad_none, bf16)
+for t in recompute offload accum grad_none bf16; do
+  jq -e --arg t "$t" '[.recommendations[] | select(.technique == $t)] | length > 0' "$TMP/tiny.json" > /dev/null \
+    || fail "tiny: no $t recommendation"
+done
+ok "tiny: $nrec recommendations re-run, each within $MAXERR% allocated and reserved"
+ncombo=0
+for f in "--recompute layer --grad-none" "--recompute attn --offload activations --act-dtype bf16" \
+         "--accum 2 --offload optimizer --grad-none"; do
+  "$GM" advise "$TMP/tiny.db" --try "$f" --check --json > "$TMP/try.json" || fail "advise --try '$f'"
+  jq '{recommendations: .recommendations, combinations: []}' "$TMP/try.json" > "$TMP/try2.json"
+  check_errors "$TMP/try2.json" "tiny $f"
+  ncombo=$((ncombo + 1))
+done
+ok "tiny: $ncombo combinations re-run within $MAXERR%"
+
+# ---- gpt2 124M, B 8, T 1024, dry run on an 80 GB virtual GPU
+export GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
+G2=(--model gpt2 -B 8 -T 1024 --dry-run --steps 2)
+"$GM" record -q -o "$TMP/g2.db" -- "$TRAIN" "${G2[@]}" > "$TMP/out.txt" 2>&1 || fail "gpt2 run: $(tail -3 "$TMP/out.txt")"
+"$GM" advise "$TMP/g2.db" --check --top 12 --json > "$TMP/g2.json" || fail "advise gpt2 failed"
+jq -e '.baseline.peak_allocated == .recorded.peak_allocated and .baseline.peak_reserved == .recorded.peak_reserved' \
+  "$TMP/g2.json" > /dev/null || fail "gpt2: baseline replay $(jq -c .baseline "$TMP/g2.json") != recorded $(jq -c .recorded "$TMP/g2.json")"
+ok "gpt2: the unmodified trace replays to the recorded peaks"
+check_errors "$TMP/g2.json" gpt2
+nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/g2.json")
+ncombo=$(jq '[.combinations[] | select(.measured != null)] | length' "$TMP/g2.json")
+(( nrec >= 10 && ncombo >= 3 )) || fail "gpt2: $nrec recommendations and $ncombo combinations re-run (want 10 and 3)"
+jq -e '(.combinations | length) as $n | [.combinations[] | select((.techniques | length) >= 2 and .technique == "combo")] | length == $n' \
+  "$TMP/g2.json" > /dev/null || fail "gpt2: a combination without several techniques"
+ok "gpt2: $nrec recommendations and $ncombo combinations re-run, each within $MAXERR%"
+
+# ---- a recording with --seq-jitter (T drawn per step), and one already using techniques:
+# the flags are appended to the recorded ones, and techniques in use are not proposed again
+"$GM" record -q -o "$TMP/jit.db" -- "$TRAIN" "${G2[@]}" --seq-jitter > "$TMP/out.txt" 2>&1 || fail "jitter run"
+"$GM" advise "$TMP/jit.db" --check --top 3 --json > "$TMP/jit.json" || fail "advise jitter"
+check_errors "$TMP/jit.json" "gpt2 --seq-jitter"
+"$GM" record -q -o "$TMP/rcm.db" -- "$TRAIN" "${G2[@]}" --recompute mlp --grad-none > "$TMP/out.txt" 2>&1 || fail "recompute run"
+"$GM" advise "$TMP/rcm.db" --check --top 2 --json > "$TMP/rcm.json" || fail "advise on a recompute recording"
+check_errors "$TMP/rcm.json" "gpt2 --recompute mlp --grad-none"
+jq -e '[(.recommendations + .combinations)[] | select(.techniques | index("recompute") or index("grad_none"))] | length == 0' \
+  "$TMP/rcm.json" > /dev/null || fail "a technique already in the recorded command was proposed again"
+ok "--seq-jitter and --recompute mlp --grad-none recordings: re-runs within $MAXERR%, nothing proposed twice"
+
+# ---- --budget: a plan that fits when re-run; an impossible one exits 1 with the reason
+"$GM" advise "$TMP/g2.db" --budget 6G --check --top 1 --json > "$TMP/b.json" || fail "--budget 6G found no plan"
+jq -e '.plan != null and .shortfall_bytes == 0 and .plan.predicted.peak_reserved <= 6 * 1073741824
+       and .plan.measured.peak_reserved <= 6 * 1073741824' "$TMP/b.json" > /dev/null \
+  || fail "--budget 6G: plan $(jq -c .plan "$TMP/b.json")"
+ok "--budget 6G: plan '$(jq -r .plan.flags "$TMP/b.json")' measures $(jq .plan.measured.peak_reserved "$TMP/b.json") bytes reserved"
+set +e
+"$GM" advise "$TMP/g2.db" --budget 300M > "$TMP/b.txt" 2> "$TMP/b.err"
+rc=$?
+set -e
+(( rc == 1 )) || fail "--budget 300M exited $rc, want 1"
+grep -q "parameters .* alone are" "$TMP/b.txt" || fail "--budget 300M does not say why: $(cat "$TMP/b.txt")"
+grep -q "short by" "$TMP/b.txt" || fail "--budget 300M gives no shortfall"
+"$GM" advise "$TMP/g2.db" --budget 300M --json > "$TMP/b.json" || true
+jq -e '.plan == null and .shortfall_bytes > 0' "$TMP/b.json" > /dev/null || fail "--budget 300M JSON: $(jq -c '{plan, shortfall_bytes}' "$TMP/b.json")"
+ok "--budget 300M exits 1: $(grep 'alone are' "$TMP/b.txt")"
+
+# ---- no uses recorded: recompute and accumulation advice all the same, with the note
+GPUMEM_USES=0 "$GM" record -q -o "$TMP/nouses.db" -- "$TRAIN" "${G2[@]}" > "$TMP/out.txt" 2>&1 || fail "gpt2 run without uses"
+"$GM" advise "$TMP/nouses.db" > "$TMP/a.txt"
+grep -q "uses: none recorded" "$TMP/a.txt" || fail "no note about missing uses"
+"$GM" advise "$TMP/nouses.db" --json > "$TMP/nu.json"
+jq -e '.uses == false and ([.recommendations[] | select(.technique == "recompute" or .technique == "accum")] | length >= 4)' \
+  "$TMP/nu.json" > /dev/null || fail "no recompute/accumulation advice without uses"
+jq -e --slurpfile u "$TMP/g2.json" '[.recommendations[] | [.flags, .predicted]] - [$u[0].recommendations[] | [.flags, .predicted]] == []' \
+  "$TMP/nu.json" > /dev/null || fail "the predictions without uses differ from those with uses"
+ok "without uses: recompute and accumulation advice, and the note"
+
+# ---- not the trainer: the same recording under another command line gets words, not flags
+cp "$TMP/g2.db" "$TMP/other.db"
+"$GM" sql "$TMP/other.db" --write -c "UPDATE meta SET value = 'python3 train.py --batch 8' WHERE key = 'cmdline'" > /dev/null
+"$GM" advise "$TMP/other.db" --json > "$TMP/o.json"
+jq -e '(.recommendations | length) as $n | .trainer == false and $n > 0
+       and ([.recommendations[] | select(.flags == null and (.how | test("torch")))] | length == $n)' \
+  "$TMP/o.json" > /dev/null || fail "not the trainer: $(jq -c '[.recommendations[] | {flags, how}]' "$TMP/o.json" | head -c 600)"
+ok "another program: advice in words with the PyTorch way ($(jq -r '.recommendations[0].how' "$TMP/o.json" | head -c 80)...)"
+
+# ---- usage
+"$GM" advise --help | grep -q -- "--budget SIZE" || fail "advise --help"
+set +e
+"$GM" advise "$TMP/g2.db" --gpu V100 > /dev/null 2>&1; rc1=$?
+"$GM" advise > /dev/null 2>&1; rc2=$?
+"$GM" advise "$TMP/nonexistent.db" > /dev/null 2>&1; rc3=$?
+set -e
+(( rc1 == 2 && rc2 == 2 && rc3 == 3 )) || fail "exit codes: bad --gpu $rc1, no db $rc2, missing db $rc3"
+ok "usage errors exit 2, an unreadable database 3"
