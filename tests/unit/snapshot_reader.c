@@ -153,7 +153,9 @@ static void killed_process(void **state) {
     assert_int_equal(m.count_kind[REC_ALLOC], 100);
     uint64_t leaked = 0;
     FILE *out = fopen("/dev/null", "w");
-    assert_int_equal(gm_leaks(&d, &m, &(gm_opts){0, 10, 1}, out, &leaked), GM_EXIT_LEAKS);
+    /* what was alive is listed (and counted), but a run that did not reach its end cannot be
+     * judged: --fail-on-leak says so (exit 3), it does not fail a CI job as a leak */
+    assert_int_equal(gm_leaks(&d, &m, &(gm_opts){0, 10, 1}, out, &leaked), GM_EXIT_CANNOT_JUDGE);
     fclose(out);
     assert_int_equal(leaked, 40 * 64);
     gm_model_free(&m);
