@@ -80,7 +80,7 @@ include tests/harness.mk
 -include train/module.mk
 -include tests/module.mk
 
-.PHONY: all deps test bench demo fuzz install clean check-deps
+.PHONY: all deps test bench demo fuzz soak install clean check-deps
 all: $(DEPS_STAMP) $(ALL_TARGETS)
 ifeq ($(NVCC),)
 	@echo "note: nvcc not found (CUDA_HOME=$(CUDA_HOME)); CUDA (.cu) targets were skipped"
@@ -115,6 +115,11 @@ bench: all $(filter-out %.sh,$(BENCHES))
 FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
 fuzz: all
 	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
+
+# The long fault campaign: 100 kills, 20 signals, 20 full disks, 5 fork storms.
+soak: all
+	@BUILD=$(BUILD) FAULT_KILLS=100 FAULT_SIGNALS=20 FAULT_DISKS=20 FAULT_STORMS=5 \
+	    $(SHELL) tests/integration/fault_campaign.sh
 
 demo: all
 	@if [ -f tests/demo.sh ]; then $(SHELL) tests/demo.sh; \

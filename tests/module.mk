@@ -5,4 +5,6 @@ SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_jitter.sh tests/integration/e2e_uses.sh
 # make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config)
 SCRIPT_TESTS += tests/integration/install.sh
+# kill -9, signals, full disks, fork storms at seeded random moments (short; make soak: long)
+SCRIPT_TESTS += tests/integration/fault_campaign.sh
 BENCHES += tests/bench/demo_bench.sh tests/bench/uses_bench.sh tests/bench/util_bench.sh
