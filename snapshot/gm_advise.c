@@ -222,14 +222,14 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
             m->ops[m->nops++] =
                 (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
         }
-    qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
+    if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
     cap = 0;
     for (size_t i = 0; i < nr; i++) {
         if (r[i].phase != ADV_PH_OPT || r[i].is_phase) continue;
         if (grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
         m->opt_starts[m->nopt_starts++] = r[i].start;
     }
-    qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
 }
 
 /* "h11.mlp.fc" -> "h*.mlp.fc" */
@@ -637,7 +637,7 @@ static int rw_apply(adv_model *m, rw *w)
     int sorted = 1; /* most rewrites insert in order already */
     for (size_t i = 1; i < w->n && sorted; i++)
         sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
-    if (!sorted) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
+    if (!sorted && w->n > 1) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
     adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
     if (!n) return -1;
     size_t o = 0, k = 0;

@@ -774,7 +774,7 @@ int gm_advise_main(int argc, char **argv)
             recs[keep++] = recs[i];
     }
     nrecs = keep;
-    qsort(recs, nrecs, sizeof *recs, cmp_saving);
+    if (nrecs > 1) qsort(recs, nrecs, sizeof *recs, cmp_saving); /* (NULL when empty) */
     /* combinations: every stack of the single techniques (accumulation: one k at a time;
      * recompute: one choice, or ln+attn+mlp), bounded so a huge trace stays quick */
     {
@@ -846,7 +846,7 @@ int gm_advise_main(int argc, char **argv)
         if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
             PUSH(front, nfront, fcap, all[i]);
     }
-    qsort(front, nfront, sizeof *front, cmp_saving);
+    if (nfront > 1) qsort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */
     /* --budget: the cheapest that fits, singles included */
     spec plan = blank;
     int have_plan = 0;
