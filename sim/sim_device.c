@@ -13,6 +13,7 @@
  * sim implements resolve to the implementation; the others to a stub that returns
  * CUDA_ERROR_NOT_SUPPORTED with a note on stderr the first time.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -478,6 +479,13 @@ CUresult cuGetExportTable(const void **table, const CUuuid *id)
 {
     (void)id;
     if (table) *table = NULL;
+    /* The one caller that matters is a statically linked CUDA runtime (nvcc's default), which
+     * cannot start without NVIDIA's private tables: say what to do about it, once. */
+    static atomic_flag hinted = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&hinted))
+        sim_note("a program built with nvcc's default static CUDA runtime asks for the driver's "
+                 "private export tables, which only NVIDIA's driver has: on the virtual GPU, "
+                 "build it with -cudart shared (as PyTorch links the runtime)");
     return sim_unsupported("cuGetExportTable");
 }
 

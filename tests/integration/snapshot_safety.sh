@@ -104,6 +104,10 @@ before=$("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1)
 for _ in $(seq 500); do [[ -s killed.db-wal && $(stat -c %s killed.db-wal) -gt 200000 ]] && break; sleep 0.01; done
 pkill -9 -f "^$OLDPWD/$BUILD/train_gpt2_sim --steps 100000"; wait 2> /dev/null
 [[ -e killed.db-wal ]] || fail "expected a WAL file next to the killed recording"
+walsz=$(stat -c %s killed.db-wal)
+# the file size the report gives counts the WAL too (a killed recording is mostly WAL)
+"$G" report --json killed.db > rep1.json || fail "report --json on the killed recording failed"
+(( $(jq -r .summary.db_bytes rep1.json) >= walsz )) || fail "the report's file size leaves out the WAL ($walsz bytes)"
 "$G" report killed.db > rep1 || fail "report on the killed recording failed"
 [[ ! -e killed.db-wal ]] || fail "the WAL was not folded into killed.db by the report"
 cp killed.db elsewhere.db

@@ -2,7 +2,8 @@
 # sim_nvcc.sh — a program built by nvcc with -cudart shared (as gpumem's CUDA trainer is) loads on
 # the virtual GPU's libcudart.so.13: its fat-binary registration is accepted, allocations,
 # memsets and copies work, and its device-kernel launch fails with
-# cudaErrorInvalidDeviceFunction (98) instead of crashing. Skipped without nvcc, and under a
+# cudaErrorInvalidDeviceFunction (98) instead of crashing; built with nvcc's default static
+# runtime it cannot start, and the virtual GPU says once to build with -cudart shared. Skipped without nvcc, and under a
 # sanitizer (an uninstrumented nvcc program cannot load an instrumented runtime).
 set -euo pipefail
 build=${BUILD:-build}
@@ -25,4 +26,12 @@ expect "memset 0"
 expect "launch 98 cudaErrorInvalidDeviceFunction"
 expect "copy 0 117901063"
 expect "free 0"
+# nvcc's default, the static runtime, cannot start on the virtual GPU (it needs the driver's
+# private export tables): every call fails with cudaErrorNotSupported, and the virtual GPU
+# says once what to do about it
+"$nvcc" -O1 -o "$tmp/static_app" tests/unit/sim_nvcc_app.cu
+sout=$(LD_LIBRARY_PATH=$build/sim "$tmp/static_app" 2> "$tmp/static.err") || true
+grep -qx "malloc 801" <<<"$sout" || { echo "FAIL: the static-runtime program did not get cudaErrorNotSupported: $sout"; fail=1; }
+[[ $(grep -c -- "build it with -cudart shared" "$tmp/static.err") -eq 1 ]] \
+  || { echo "FAIL: no one-time hint to build with -cudart shared"; cat "$tmp/static.err"; fail=1; }
 exit $fail
