@@ -83,8 +83,19 @@ $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf -liberty
 ALL_TARGETS += $(SNAP_FUZZ)
+# NVTX strings through the recorder (built from source with the sanitizers) and the reader
+NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
+NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
+                  snapshot/rec_writer.c snapshot/addr_index.c $(SNAP_DIR)/rec_schema.c \
+                  $(filter-out tests/fuzz/snapshot_fuzz_db.c,$(SNAP_FUZZ_SRCS))
+$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -lpthread
+ALL_TARGETS += $(NVTX_FUZZ)
 endif
-SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh
+SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh
 
 # Benchmarks (make bench).
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
