@@ -21,6 +21,8 @@ typedef struct gm_db {
     int writable;
     int schema_major, schema_minor;
     int closed;       /* meta.state 'closed' or 'interrupted' (the recorder closed it: complete) */
+    char state[32];   /* meta.state: recording, closed, interrupted, failed ("" in old files) */
+    char failure[512]; /* meta.failure: why a failed recording failed ("" otherwise) */
     char path[4096];
 } gm_db;
 

@@ -153,10 +153,10 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
             gm_db_close(d);
             return -1;
         }
-    char state[32];
-    gm_meta_text(d, "state", state, sizeof state);
+    gm_meta_text(d, "state", d->state, sizeof d->state);
+    gm_meta_text(d, "failure", d->failure, sizeof d->failure);
     /* an interrupted recording (SIGINT/SIGTERM) was closed by the recorder: complete too */
-    d->closed = strcmp(state, "closed") == 0 || strcmp(state, "interrupted") == 0;
+    d->closed = strcmp(d->state, "closed") == 0 || strcmp(d->state, "interrupted") == 0;
     /* Readers never change a recording: every statement after this is refused by SQLite if it
      * writes, until gm_db_allow_writes (symbol write-back, gpumem sql --write). Opening
      * read-write above is for recovery only: closing a read-write connection folds the WAL a

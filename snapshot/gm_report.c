@@ -569,17 +569,14 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
     fprintf(out, "gpumem %s: %s\n", what, d->path);
     fprintf(out, "  program   %s (pid %" PRId64 ")\n", cmd[0] ? cmd : "?", gm_meta_int(d, "pid", 0));
-    char state[32], failure[512];
-    gm_meta_text(d, "state", state, sizeof state);
-    gm_meta_text(d, "failure", failure, sizeof failure);
-    if (strcmp(state, "failed") == 0) {
+    if (strcmp(d->state, "failed") == 0) {
         int64_t lost = gm_meta_int(d, "dropped_events", 0);
         fprintf(out, "  note      the recording FAILED: %s. Everything after event %" PRId64
-                     " was lost", failure[0] ? failure : "unknown error", gm_meta_int(d, "failed_after_seq", 0));
+                     " was lost", d->failure[0] ? d->failure : "unknown error", gm_meta_int(d, "failed_after_seq", 0));
         if (lost > 0) fprintf(out, " (%" PRId64 " events dropped)", lost);
         fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
                      " events: record again where the database has room\n", m->events);
-    } else if (strcmp(state, "interrupted") == 0) {
+    } else if (strcmp(d->state, "interrupted") == 0) {
         int64_t sig = gm_meta_int(d, "signal", 0);
         fprintf(out, "  note      the program was ended by %s: the recording was closed then, so what "
                      "was still allocated shows as alive at the end\n",
@@ -741,13 +738,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_json_str(out, d->path);
         fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",", d->closed ? "true" : "false",
                 d->schema_major, d->schema_minor);
-        char state[32], failure[512];
-        gm_meta_text(d, "state", state, sizeof state);
-        gm_meta_text(d, "failure", failure, sizeof failure);
         fputs("\"state\":", out);
-        gm_json_str(out, state[0] ? state : NULL);
+        gm_json_str(out, d->state[0] ? d->state : NULL);
         fputs(",\"failure\":", out);
-        gm_json_str(out, failure[0] ? failure : NULL);
+        gm_json_str(out, d->failure[0] ? d->failure : NULL);
         fputs(",\"summary\":{", out);
         fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
                      ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
@@ -902,12 +896,9 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                  " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
             a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
-    char state[32], failure[512];
-    gm_meta_text(d, "state", state, sizeof state);
-    gm_meta_text(d, "failure", failure, sizeof failure);
-    if (strcmp(state, "failed") == 0)
+    if (strcmp(d->state, "failed") == 0)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
-                failure[0] ? failure : "unknown error");
+                d->failure[0] ? d->failure : "unknown error");
 }
 
 /* ---------------------------------------------------------------- leaks */
@@ -970,9 +961,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     /* leaks are what a program that ran to its end never freed: a recording cut short (a
      * signal, a kill, still being written) or with events missing cannot say */
-    char lstate[32];
-    gm_meta_text(d, "state", lstate, sizeof lstate);
-    int ended = strcmp(lstate, "closed") == 0;
+    int ended = strcmp(d->state, "closed") == 0;
     int judgeable = ended && !dropped;
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
@@ -1126,8 +1115,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         if (!ended)
             fprintf(out, "\nwarning: the program did not run to its end (%s): what it held then is "
                          "listed as alive, not necessarily leaked.\n",
-                    strcmp(lstate, "interrupted") == 0 ? "ended by a signal"
-                    : strcmp(lstate, "failed") == 0    ? "the recording failed"
+                    strcmp(d->state, "interrupted") == 0 ? "ended by a signal"
+                    : strcmp(d->state, "failed") == 0    ? "the recording failed"
                                                        : "killed, or still running");
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
