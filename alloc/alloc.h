@@ -132,8 +132,10 @@ typedef struct alloc_config {
     bool per_stream_pools;    /* default true; false: one pool set shared by all streams */
     size_t max_split_size;    /* bytes; SIZE_MAX = unlimited (default) */
     /* roundup_power2_divisions: rp2_div[i] applies to sizes in [2^i, 2^(i+1)) bytes; 0 or 1 =
-     * plain 512 B rounding. The parser fills it as PyTorch's documentation describes: a single
-     * value sets every interval; in a list, a key's value covers the sizes below it. */
+     * plain 512 B rounding. The parser fills it as PyTorch's AllocatorConfig does: a single value
+     * sets every interval; in a list, key K MiB sets [K, 2K) MiB, the first key also covers
+     * everything below it, '>' covers the intervals after the last key, and PyTorch's 16
+     * intervals are clamped (below 2 MiB = [1, 2) MiB, 32 GiB and above = [32, 64) GiB). */
     unsigned rp2_div[ALLOC_RP2_INTERVALS];
     double gc_threshold;      /* garbage_collection_threshold, 0 = off, else in (0, 1) */
     size_t handle_size;       /* physical handle size (expandable); 0 = granularity */
@@ -141,6 +143,13 @@ typedef struct alloc_config {
     size_t release_threshold; /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
     size_t limit;             /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
     bool release_before_grow; /* expandable: unmap free pages before mapping new ones */
+    /* max_non_split_rounding_mb: a free block >= max_split_size serves a request >=
+     * max_split_size only if it is less than this much larger; default = large_segment */
+    size_t max_non_split_rounding;
+    /* large_segment_size_mb: the classic segment for 1..10 MiB requests (PyTorch's
+     * kLargeBuffer, 20 MiB by default); lower bound of max_split_size_mb and
+     * max_non_split_rounding_mb */
+    size_t large_segment;
 } alloc_config_t;
 
 /* Defaults = preset "gpumem". */
@@ -159,6 +168,10 @@ extern const char *const alloc_preset_names[];
  * e.g. "GPUMEM_CONF: unknown key 'bogus_key' (accepted keys: expandable_segments, ...)".
  * NULL or empty string: no change. */
 int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen);
+
+/* The block size a request of `size` bytes gets under cfg (512 B rounding, or
+ * roundup_power2_divisions): what `gpumem-replay --round` prints. 0 when it cannot exist. */
+size_t alloc_round_size(const alloc_config_t *cfg, size_t size);
 
 /* Format *cfg as a GPUMEM_CONF string that parses back to the same config. Returns the length
  * it needs (like snprintf). */
