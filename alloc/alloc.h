@@ -416,16 +416,29 @@ void alloc_mem_backend_counters(alloc_mem_backend_t *m, alloc_mem_counters_t *ou
 /* Traces and replay                                                                            */
 
 typedef enum alloc_trace_kind {
-    ALLOC_TR_ALLOC = 0,      /* a <id> <size> [stream] */
-    ALLOC_TR_FREE = 1,       /* f <id>                 (cudaFree) */
-    ALLOC_TR_FREE_ASYNC = 2, /* fa <id> <stream>       (cudaFreeAsync) */
-    ALLOC_TR_EMPTY_CACHE = 3 /* e */
+    ALLOC_TR_ALLOC = 0,       /* a <id> <size> [stream]  through the framework's allocator */
+    ALLOC_TR_FREE = 1,        /* f <id>                  (cudaFree) */
+    ALLOC_TR_FREE_ASYNC = 2,  /* fa <id> <stream>        (cudaFreeAsync) */
+    ALLOC_TR_EMPTY_CACHE = 3, /* e */
+    /* ax <id> <size> [stream]: a device allocation made outside the framework's allocator (a
+     * library's own cudaMalloc: NCCL, cuBLAS workspaces). Under the pytorch presets it is one
+     * device allocation of exactly size bytes, never cached and not in reserved (PyTorch's
+     * statistics do not see it, but it takes device memory); under gpumem and nocache it is
+     * an allocation like any other (gpumem serves every cudaMalloc of the process). */
+    ALLOC_TR_ALLOC_OTHER = 4,
+    /* rs <id> <stream>: record_stream — the live allocation id is used on stream too. When it is
+     * freed its block is reusable only once that stream's work issued before the free has
+     * completed (PyTorch: stream_uses and events); see alloc_replay_opts.stream_lag. */
+    ALLOC_TR_RECORD_STREAM = 5,
+    /* fc <id>: the free of id completed (PyTorch snapshots' free_completed): a block held back
+     * by record_stream becomes reusable here. */
+    ALLOC_TR_FREE_DONE = 6,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC only */
-    uint64_t stream; /* ALLOC, FREE_ASYNC */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER only */
+    uint64_t stream; /* ALLOC, ALLOC_OTHER, FREE_ASYNC, RECORD_STREAM */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 
@@ -452,6 +465,12 @@ typedef struct alloc_replay_opts {
     size_t capacity;         /* device memory of the in-memory backend; 0 = 80 GiB */
     size_t granularity;      /* 0 = 2 MiB */
     bool continue_after_oom; /* default false: stop at the first OOM */
+    /* A free of an allocation with record_stream uses (rs) on other streams is held back: its
+     * block returns to the allocator at the trace's `fc` line for it when the trace has `fc`
+     * lines; otherwise after stream_lag further allocations (0: before the next allocation,
+     * which is what PyTorch does when the other streams' work has finished by then). empty_cache
+     * and an OOM land every held free first (PyTorch synchronizes there). */
+    unsigned stream_lag;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {
@@ -471,6 +490,9 @@ typedef struct alloc_replay_result {
     uint64_t num_ooms;
     alloc_oom_info_t oom; /* forensics of the first OOM */
     double seconds;       /* wall time of the replay loop */
+    uint64_t other_allocs; /* `ax` allocations replayed outside the allocator (pytorch presets) */
+    size_t peak_other;     /* peak bytes of those, live at once */
+    uint64_t held_frees;   /* frees held back by record_stream */
 } alloc_replay_result_t;
 
 /* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =
