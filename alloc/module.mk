@@ -66,3 +66,5 @@ alloc_sim_LDLIBS := -ldl -lpthread
 $(BUILD)/tests/unit/alloc_sim: | $(BUILD)/sim/libcuda.so.1
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_sim
 SCRIPT_TESTS += tests/unit/alloc_cli.sh
+# the GPU check against PyTorch (tests/gpu/pytorch_parity.*): syntax, and its converter's selftest
+SCRIPT_TESTS += tests/unit/alloc_pytorch_parity.sh
