@@ -233,8 +233,8 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
     for (unsigned k = 0; k < RP2_PT_N; k++)
         pt[k] = div[RP2_PT_FIRST + k];
     const char *p = v + 1;
-    unsigned last = 0;      /* interval of the last key */
-    bool any = false;       /* a numeric key was seen */
+    unsigned last = 0; /* interval of the last key */
+    bool any = false;  /* a numeric key was seen */
     unsigned long long prev_mb = 0;
     for (;;) {
         while (*p == ' ')

@@ -425,7 +425,7 @@ enum { RL_OTHER = 1, RL_USES = 2 }; /* outside the allocator; has record_stream 
 
 typedef struct {
     uint64_t ptr;
-    uint64_t size;      /* rounded block size (or the exact size of an `ax` allocation) */
+    uint64_t size; /* rounded block size (or the exact size of an `ax` allocation) */
     uint64_t requested;
     uint64_t stream;
     uint8_t flags;
@@ -605,10 +605,10 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             if (e->kind == ALLOC_TR_ALLOC_OTHER && bypass) {
                 l.flags = RL_OTHER;
                 l.size = e->size;
-                r = e->size ? (be->seg_alloc(be->ctx, e->size, &l.ptr) == ALLOC_BE_OK
-                                   ? ALLOC_OK
-                                   : ALLOC_ERR_OOM)
-                            : ALLOC_OK;
+                r = e->size
+                        ? (be->seg_alloc(be->ctx, e->size, &l.ptr) == ALLOC_BE_OK ? ALLOC_OK
+                                                                                  : ALLOC_ERR_OOM)
+                        : ALLOC_OK;
                 /* PyTorch does not free its cache for a library's cudaMalloc */
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     /* the device is full: forensics from the allocator's point of view */
@@ -693,12 +693,13 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     held.v = nv;
                     held.cap = nc;
                 }
-                held.v[held.n++] = (held_t){e->id, l.ptr, e->stream, e->kind == ALLOC_TR_FREE_ASYNC,
-                                            0};
+                held.v[held.n++] =
+                    (held_t){e->id, l.ptr, e->stream, e->kind == ALLOC_TR_FREE_ASYNC, 0};
                 out->held_frees++;
                 break;
             }
-            (e->kind == ALLOC_TR_FREE) ? alloc_free(a, l.ptr) : alloc_free_async(a, l.ptr, e->stream);
+            (e->kind == ALLOC_TR_FREE) ? alloc_free(a, l.ptr)
+                                       : alloc_free_async(a, l.ptr, e->stream);
             break;
         case ALLOC_TR_FREE_DONE:
             for (size_t k = 0; k < held.n; k++)

@@ -55,7 +55,8 @@ static void fx_done(fx_t *f)
 static void check_ok(alloc_t *a, int line)
 {
     char err[256];
-    if (alloc_check(a, err, sizeof(err)) != ALLOC_OK) fail_msg("line %d: alloc_check: %s", line, err);
+    if (alloc_check(a, err, sizeof(err)) != ALLOC_OK)
+        fail_msg("line %d: alloc_check: %s", line, err);
 }
 #define OK_CHECK(a) check_ok((a), __LINE__)
 
@@ -116,12 +117,12 @@ static void test_round_single(void **state)
     const row_t one[] = {{300 * MiB + 1, 300 * MiB + 512}, {600 * MiB, 600 * MiB}};
     check_table("preset:pytorch,roundup_power2_divisions:1", one, 2);
     const row_t four[] = {
-        {1200, 1536},                  /* not above 512 * 4: 512 B rounding */
-        {2100, 2560},                  /* [2048, 4096) in quarters of 512 */
-        {1153434, 1310720},            /* 1.1 MiB -> 1.25 MiB */
-        {4 * MiB, 4 * MiB},            /* a power of two stays */
+        {1200, 1536},                     /* not above 512 * 4: 512 B rounding */
+        {2100, 2560},                     /* [2048, 4096) in quarters of 512 */
+        {1153434, 1310720},               /* 1.1 MiB -> 1.25 MiB */
+        {4 * MiB, 4 * MiB},               /* a power of two stays */
         {3 * MiB + 1, 3 * MiB + MiB / 2}, /* quarters of 2 MiB */
-        {600 * KiB, 640 * KiB},        /* below 1 MiB too */
+        {600 * KiB, 640 * KiB},           /* below 1 MiB too */
     };
     check_table("preset:pytorch,roundup_power2_divisions:4", four, 6);
     const row_t eight[] = {{600 * MiB, 640 * MiB}, {1100 * MiB, 1152 * MiB}};
@@ -144,14 +145,14 @@ static void test_round_list(void **state)
     check_table("preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]", acc, 5);
     /* PyTorch's own AllocatorConfig test list: 1024 MiB is in no entry and keeps 0 */
     const row_t pt[] = {
-        {65 * MiB, 72 * MiB},       /* 64 MiB interval: 8 divisions (first key covers below) */
-        {33 * MiB, 36 * MiB},       /* below the first key: 8 too */
-        {300 * MiB, 304 * MiB},     /* [256, 512): 16 */
-        {600 * MiB, 600 * MiB},     /* [512, 1024): 1 */
-        {1100 * MiB, 1100 * MiB},   /* [1024, 2048): not listed, 0 */
-        {2100 * MiB, 2304 * MiB},   /* [2048, 4096): 8 */
-        {5000 * MiB, 6144 * MiB},   /* after the last key: 2 */
-        {70 * GiB, 96 * GiB},       /* beyond PyTorch's last interval: the last one's 2 */
+        {65 * MiB, 72 * MiB},     /* 64 MiB interval: 8 divisions (first key covers below) */
+        {33 * MiB, 36 * MiB},     /* below the first key: 8 too */
+        {300 * MiB, 304 * MiB},   /* [256, 512): 16 */
+        {600 * MiB, 600 * MiB},   /* [512, 1024): 1 */
+        {1100 * MiB, 1100 * MiB}, /* [1024, 2048): not listed, 0 */
+        {2100 * MiB, 2304 * MiB}, /* [2048, 4096): 8 */
+        {5000 * MiB, 6144 * MiB}, /* after the last key: 2 */
+        {70 * GiB, 96 * GiB},     /* beyond PyTorch's last interval: the last one's 2 */
     };
     check_table("preset:pytorch,roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]", pt, 8);
     /* '>' alone starts after interval 0 ([1, 2) MiB and below keep their value) */
@@ -162,10 +163,11 @@ static void test_round_list(void **state)
     check_table("preset:pytorch,roundup_power2_divisions:[2:2,65536:1]", big, 2);
 
     /* format -> parse keeps the table */
-    const char *confs[] = {"preset:pytorch,roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]",
-                           "preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]",
-                           "preset:pytorch,roundup_power2_divisions:[>:4]",
-                           "preset:pytorch,large_segment_size_mb:32,max_non_split_rounding_mb:64"};
+    const char *confs[] = {
+        "preset:pytorch,roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]",
+        "preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]",
+        "preset:pytorch,roundup_power2_divisions:[>:4]",
+        "preset:pytorch,large_segment_size_mb:32,max_non_split_rounding_mb:64"};
     for (size_t i = 0; i < 4; i++) {
         alloc_config_t x = conf(confs[i]);
         char buf[1024];
@@ -195,9 +197,9 @@ static void test_config_keys(void **state)
     assert_int_equal(c.handle_size, 64 * MiB); /* PyTorch's large-pool page */
     char err[256];
     alloc_config_default(&c);
-    assert_int_equal(alloc_config_parse(&c, "large_segment_size_mb:32,max_split_size_mb:24", err,
-                                        sizeof(err)),
-                     ALLOC_ERR_CONFIG);
+    assert_int_equal(
+        alloc_config_parse(&c, "large_segment_size_mb:32,max_split_size_mb:24", err, sizeof(err)),
+        ALLOC_ERR_CONFIG);
     assert_non_null(strstr(err, "at least 32"));
 
     /* a 1..10 MiB request gets a large_segment_size_mb segment */
@@ -320,7 +322,7 @@ static alloc_stats_t gc_scenario(const char *c, bool *x_cached)
 {
     fx_t f = mk(c);
     uint64_t A = take(f.a, 40 * MiB, 0), B = take(f.a, 40 * MiB, 0), C = take(f.a, 40 * MiB, 0);
-    take(f.a, 40 * MiB, 0); /* D stays live */
+    take(f.a, 40 * MiB, 0);            /* D stays live */
     give(f.a, take(f.a, 12 * MiB, 1)); /* X */
     give(f.a, A);
     for (int i = 0; i < 15; i++)
@@ -446,7 +448,8 @@ static void test_oom_release_cached(void **state)
     fx_done(&f);
 }
 
-/* ---- replay: record_stream and allocations outside the framework ------------------------------ */
+/* ---- replay: record_stream and allocations outside the framework ------------------------------
+ */
 
 static alloc_replay_result_t replay(const char *c, const char *trace, unsigned lag)
 {
