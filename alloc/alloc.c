@@ -276,32 +276,65 @@ static blk_t *largest_free(const pool_t *p)
     return NULL;
 }
 
-/* Best fit: the smallest FREE block >= rs (lowest address among equals), then PyTorch's
- * max_split_size rules: an oversize block (>= max_split_size) is not used for a request below
- * max_split_size, nor for a larger request it exceeds by 20 MiB or more. */
-static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
+/* The smallest FREE block >= size in (size, address) order, or NULL. */
+static blk_t *lower_bound_free(const pool_t *p, size_t size)
 {
-    unsigned c = a_size_class(rs);
+    unsigned c = a_size_class(size);
     blk_t *b = p->cls_min[c];
-    if (b && b->size < rs) /* the class's smallest is too small: search the class */
-        b = rb_lower_bound(&p->cls[c], rs);
+    if (b && b->size < size) /* the class's smallest is too small: search the class */
+        b = rb_lower_bound(&p->cls[c], size);
     if (!b) {
         int c2 = next_class(p, c + 1);
         if (c2 < 0) return NULL;
         b = p->cls_min[c2];
     }
+    return b;
+}
+
+/* The FREE block after b in (size, address) order, or NULL. */
+static blk_t *free_succ(const pool_t *p, const blk_t *b)
+{
+    blk_t *n = rb_next(b);
+    if (n) return n;
+    int c2 = next_class(p, a_size_class(b->size) + 1);
+    return c2 < 0 ? NULL : p->cls_min[c2];
+}
+
+/* PyTorch's "expandable size" of a free block: what it can grow to by mapping the unmapped
+ * space right after it. */
+static uint64_t expandable_size(const blk_t *b)
+{
+    return b->size + (b->next && b->next->rb.st == B_UNMAPPED ? b->next->size : 0);
+}
+
+/* Best fit: the smallest FREE block >= rs (lowest address among equals). Under the pytorch
+ * policy in an expandable range, PyTorch's get_free_block then moves on to larger blocks while
+ * their expandable size is smaller, so the block before the range's unmapped tail is kept for
+ * requests nothing else fits. Then PyTorch's max_split_size rules: an oversize block
+ * (>= max_split_size) is not used for a request below max_split_size, nor for a larger request
+ * it exceeds by max_non_split_rounding (20 MiB) or more. */
+static blk_t *find_free(alloc_t *a, pool_t *p, size_t rs)
+{
+    blk_t *b = lower_bound_free(p, rs);
+    if (!b) return NULL;
+    if (a->cfg.policy == ALLOC_POLICY_PYTORCH && b->seg->expandable)
+        for (blk_t *n; (n = free_succ(p, b)) && expandable_size(n) < expandable_size(b);)
+            b = n;
     size_t ms = a->cfg.max_split_size;
     if (ms != SIZE_MAX) {
         if (rs < ms && b->size >= ms) return NULL;
-        if (rs >= ms && b->size >= rs + A_LARGE_BUFFER) return NULL;
+        if (rs >= ms && b->size - rs >= a->cfg.max_non_split_rounding) return NULL;
     }
     return b;
 }
 
+/* PyTorch's should_split: with expandable segments, and in the small pool, any remainder of
+ * 512 B or more; in classic large segments only more than 1 MiB, and never a block serving a
+ * request of max_split_size or more. */
 static bool should_split(const alloc_t *a, const pool_t *p, size_t rs, size_t rem)
 {
     if (a->cfg.policy == ALLOC_POLICY_PYTORCH) {
-        if (p->small) return rem >= A_MIN_BLOCK;
+        if (p->small || a->vmm) return rem >= A_MIN_BLOCK;
         return rs < a->cfg.max_split_size && rem > A_SMALL_SIZE;
     }
     return rem >= A_MIN_BLOCK && rs < a->cfg.max_split_size;
@@ -378,13 +411,14 @@ static void seg_unlink(pool_t *p, seg_t *s)
     if (s->next_in_pool) s->next_in_pool->prev_in_pool = s->prev_in_pool;
 }
 
-/* PyTorch's segment sizes: a 2 MiB segment for small requests, 20 MiB for 1..10 MiB, else the
- * request rounded to 2 MiB. nocache: exactly the request. */
+/* PyTorch's segment sizes (get_allocation_size): a 2 MiB segment for small requests, 20 MiB
+ * (large_segment_size_mb) for 1..10 MiB, else the request rounded to 2 MiB. nocache: exactly
+ * the request. */
 static size_t classic_seg_size(const alloc_t *a, size_t rs)
 {
     if (a->cfg.policy == ALLOC_POLICY_NOCACHE) return rs;
     if (rs <= A_SMALL_SIZE) return A_SMALL_BUFFER;
-    if (rs < A_MIN_LARGE_ALLOC) return A_LARGE_BUFFER;
+    if (rs < A_MIN_LARGE_ALLOC) return a->cfg.large_segment;
     return round_up(rs, A_ROUND_LARGE);
 }
 
@@ -622,9 +656,126 @@ static void unlink_blk(blk_t *b)
     if (b->next) b->next->prev = b->prev;
 }
 
+/* ---- expandable growth, PyTorch's way (find_expandable_block / map_block) ----------------- */
+
+static int by_addr(const void *x, const void *y)
+{
+    const blk_t *a = *(const blk_t *const *)x, *b = *(const blk_t *const *)y;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+/* The lowest-address start of a run of FREE and UNMAPPED blocks adding up to rs: an unmapped
+ * block, or the FREE block just before it. Holes are few, so sorting them costs little. */
+static blk_t *pick_chain_pytorch(pool_t *p, size_t rs, int *nomem)
+{
+    size_t n = p->unmapped.count, k = 0;
+    *nomem = 0;
+    if (!n) return NULL;
+    blk_t **v = malloc(n * sizeof(*v));
+    if (!v) {
+        *nomem = 1;
+        return NULL;
+    }
+    for (blk_t *u = rb_first(&p->unmapped); u && k < n; u = rb_next(u))
+        v[k++] = u;
+    qsort(v, k, sizeof(*v), by_addr);
+    blk_t *found = NULL;
+    for (size_t i = 0; i < k && !found; i++) {
+        blk_t *c = v[i]->prev && v[i]->prev->rb.st == B_FREE ? v[i]->prev : v[i];
+        uint64_t sum = 0;
+        for (blk_t *x = c; x && sum < rs && (x->rb.st == B_FREE || x->rb.st == B_UNMAPPED);
+             x = x->next)
+            sum += x->size;
+        if (sum >= rs) found = c;
+    }
+    free(v);
+    return found;
+}
+
+/* Map the low end of unmapped block u, at least len bytes (whole handles, at most u), merge the
+ * new FREE piece with FREE neighbours and put it in the index. */
+static int map_low(alloc_t *a, pool_t *p, blk_t *u, size_t len, blk_t **merged)
+{
+    seg_t *r = u->seg;
+    uint64_t m = round_up(len, r->hsize);
+    if (m > u->size) m = u->size;
+    if (over_limit(a, m)) return GROW_OOM;
+    blk_t *uhi = NULL;
+    if (m < u->size && !(uhi = blk_new(a))) return GROW_NOMEM;
+    int rc = map_slots(a, r, u->addr, m);
+    if (rc) {
+        if (uhi) blk_del(a, uhi);
+        return rc;
+    }
+    rb_erase(&p->unmapped, u);
+    if (uhi) {
+        uhi->addr = u->addr + m;
+        uhi->size = u->size - m;
+        uhi->rb.st = B_UNMAPPED;
+        link_after(u, uhi);
+        rb_insert(&p->unmapped, uhi);
+    }
+    u->size = m;
+    u->rb.st = B_FREE;
+    u->stamp = a->epoch;
+    if (u->prev && u->prev->rb.st == B_FREE) {
+        blk_t *q = u->prev;
+        free_remove(a, p, q);
+        u->addr = q->addr;
+        u->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    if (u->next && u->next->rb.st == B_FREE) {
+        blk_t *q = u->next;
+        free_remove(a, p, q);
+        u->size += q->size;
+        unlink_blk(q);
+        blk_del(a, q);
+    }
+    free_insert(a, p, u);
+    *merged = u;
+    return GROW_OK;
+}
+
+/* PyTorch's try_allocate_expandable_block: the lowest-address chain of FREE and UNMAPPED blocks
+ * that holds rs (a new range when none does), mapped upward from its start until the FREE block
+ * at its start is rs bytes or more. The limit is checked first against the classic segment size
+ * of the request, as PyTorch checks its memory fraction against get_allocation_size. What was
+ * mapped before a failure stays mapped and cached, as in PyTorch. */
+static int grow_expandable_pytorch(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    if (over_limit(a, classic_seg_size(a, rs))) return GROW_OOM;
+    int nomem;
+    blk_t *c = pick_chain_pytorch(p, rs, &nomem);
+    if (nomem) return GROW_NOMEM;
+    if (!c) {
+        int rc = range_create(a, p, rs);
+        if (rc) return rc;
+        c = pick_chain_pytorch(p, rs, &nomem);
+        if (nomem) return GROW_NOMEM;
+        if (!c) return GROW_OOM;
+    }
+    if (c->rb.st == B_UNMAPPED) {
+        int rc = map_low(a, p, c, rs < c->size ? rs : c->size, &c);
+        if (rc) return rc;
+    }
+    while (c->size < rs) { /* FREE, then UNMAPPED after it: map more and merge */
+        blk_t *u = c->next;
+        if (!u || u->rb.st != B_UNMAPPED) return GROW_OOM; /* cannot happen: the chain held rs */
+        size_t need = rs - c->size;
+        int rc = map_low(a, p, u, need < u->size ? need : u->size, &c);
+        if (rc) return rc;
+    }
+    free_remove(a, p, c);
+    *out = c;
+    return GROW_OK;
+}
+
 /* Grow the pool's range so that a FREE run of >= rs bytes exists; returns it out of the index. */
 static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
+    if (a->cfg.policy == ALLOC_POLICY_PYTORCH) return grow_expandable_pytorch(a, p, rs, out);
     blk_t *u = pick_unmapped(p, rs);
     if (!u) {
         if (over_limit(a, round_up(rs, p->hsize)))
@@ -1001,6 +1152,125 @@ static void garbage_collect(alloc_t *a)
     release_until(a, target, 0);
 }
 
+/* PyTorch's garbage_collect_cached_blocks, which runs only when a memory fraction is set (here:
+ * a limit) and a request misses the cache: when reserved memory exceeds threshold x limit, the
+ * whole-segment free blocks of the large pool (never split ones, never expandable ones) whose
+ * age is at least the average age are freed, in the pool's (stream, size, address) order, and
+ * again with the average of those left, until reserved memory is under the threshold or nothing
+ * more can be freed. Age is counted in searches of the large pool (PyTorch's
+ * get_free_blocks_call_count; here a->epoch under the pytorch policy). No synchronize. */
+typedef struct {
+    blk_t *b;
+    pool_t *p;
+    uintptr_t stream;
+} gcb_t;
+
+static int by_stream_size_addr(const void *x, const void *y)
+{
+    const gcb_t *a = x, *b = y;
+    if (a->stream != b->stream) return a->stream < b->stream ? -1 : 1;
+    if (a->b->size != b->b->size) return a->b->size < b->b->size ? -1 : 1;
+    return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
+}
+
+static void garbage_collect_pytorch(alloc_t *a)
+{
+    size_t thr = (size_t)(a->cfg.gc_threshold * (double)a->cfg.limit);
+    size_t total = (size_t)a->st.reserved_bytes.current;
+    if (total <= thr) return;
+    a->st.num_gc_runs++;
+    size_t target = total - thr, reclaimed = 0, n = 0, cap = 0;
+    gcb_t *v = NULL;
+    for (size_t i = 0; i < a->nstreams; i++) {
+        pool_t *p = &a->streams[i]->pools[1];
+        for (seg_t *s = p->segs; s; s = s->next_in_pool)
+            for (blk_t *b = s->first; b; b = b->next) {
+                if (b->rb.st != B_FREE || b->prev || b->next) continue;
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 64;
+                    gcb_t *nv = realloc(v, nc * sizeof(*v));
+                    if (!nv) break;
+                    v = nv;
+                    cap = nc;
+                }
+                v[n++] = (gcb_t){b, p, a->streams[i]->stream};
+            }
+    }
+    if (!n) {
+        free(v);
+        return;
+    }
+    qsort(v, n, sizeof(*v), by_stream_size_addr);
+    uint64_t total_age = 0;
+    size_t count = n;
+    for (size_t i = 0; i < n; i++)
+        total_age += a->epoch - v[i].b->stamp;
+    bool freed = true;
+    while (reclaimed < target && freed && count > 0) {
+        double age_threshold = (double)total_age / (double)count;
+        freed = false;
+        for (size_t i = 0; i < n; i++) {
+            blk_t *b = v[i].b;
+            if (!b || b->seg->expandable) continue;
+            uint64_t age = a->epoch - b->stamp;
+            if ((double)age < age_threshold) continue;
+            freed = true;
+            reclaimed += b->size;
+            total_age -= age;
+            count--;
+            release_classic_segment(a, v[i].p, b);
+            v[i].b = NULL;
+        }
+    }
+    free(v);
+}
+
+/* PyTorch's release_available_cached_blocks (first step of its OOM path, only when
+ * max_split_size_mb is set): free the smallest whole cached block of at least
+ * max(request, max_split_size) of this pool; when there is none, free oversize blocks from the
+ * largest down until as much as that is freed. True if the request may now fit. Expandable
+ * blocks are never freed here (PyTorch skips them), so under pytorch-expandable this step is a
+ * no-op. */
+static int by_size_addr(const void *x, const void *y)
+{
+    const blk_t *a = *(const blk_t *const *)x, *b = *(const blk_t *const *)y;
+    if (a->size != b->size) return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : (a->addr > b->addr);
+}
+
+static bool release_available_pytorch(alloc_t *a, pool_t *p, size_t rs)
+{
+    size_t ms = a->cfg.max_split_size;
+    if (ms == SIZE_MAX || a->vmm) return false;
+    size_t key = rs < ms ? ms : rs;
+    blk_t *b = lower_bound_free(p, key);
+    if (b) {
+        if (b->prev || b->next) return false; /* oversize blocks are whole segments */
+        release_classic_segment(a, p, b);
+        return true;
+    }
+    size_t n = 0, cap = 0, released = 0;
+    blk_t **v = NULL;
+    for (b = lower_bound_free(p, ms); b; b = free_succ(p, b)) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            blk_t **nv = realloc(v, nc * sizeof(*v));
+            if (!nv) break;
+            v = nv;
+            cap = nc;
+        }
+        v[n++] = b;
+    }
+    if (n) qsort(v, n, sizeof(*v), by_size_addr);
+    for (size_t i = n; i-- > 0 && released < key;) {
+        if (v[i]->prev || v[i]->next) continue;
+        released += v[i]->size;
+        release_classic_segment(a, p, v[i]);
+    }
+    free(v);
+    return released >= key;
+}
+
 static size_t max_hsize(const alloc_t *a)
 {
     size_t h = a->cfg.handle_size > a->cfg.handle_size_small ? a->cfg.handle_size
@@ -1097,10 +1367,32 @@ static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
     return true;
 }
 
+/* PyTorch's malloc after get_free_block failed: garbage collection (only with a limit), then
+ * alloc_block; on OOM release_available_cached_blocks and alloc_block again; then
+ * release_cached_blocks (synchronize, land every pending free, free every whole cached segment
+ * and unmap every free page) and a last alloc_block. The cache is not searched again in between:
+ * PyTorch does not. */
+static int malloc_slow_pytorch(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    if (a->cfg.gc_threshold > 0 && a->cfg.limit) garbage_collect_pytorch(a);
+    int rc = grow(a, p, rs, out);
+    if (rc != GROW_OOM) return rc;
+    if (release_available_pytorch(a, p, rs)) {
+        rc = grow(a, p, rs, out);
+        if (rc != GROW_OOM) return rc;
+    }
+    a->st.num_alloc_retries++;
+    sync_device(a);
+    process_fences(a, true);
+    release_all(a);
+    return grow(a, p, rs, out);
+}
+
 /* Slow path: nothing cached fits. Returns a FREE block (out of the index) of >= rs bytes. */
 static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     a->st.cache_misses++;
+    if (a->cfg.policy == ALLOC_POLICY_PYTORCH) return malloc_slow_pytorch(a, p, rs, out);
     if (a->cfg.gc_threshold > 0) {
         garbage_collect(a);
         blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
@@ -1194,7 +1486,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         rc = nocache_malloc(a, p, rs, &b);
     } else {
-        /* fast path */
+        /* fast path; under the pytorch policy the gc clock counts searches of the large pool */
+        if (a->cfg.policy == ALLOC_POLICY_PYTORCH && !p->small) a->epoch++;
         b = find_free(a, p, rs);
         if (b) {
             /* start the cache misses we will take anyway: the block's cold half and its slot
@@ -1207,7 +1500,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             a->st.cache_hits++;
             rc = GROW_OK;
         } else {
-            a->epoch++;
+            if (a->cfg.policy != ALLOC_POLICY_PYTORCH) a->epoch++;
             rc = malloc_slow(a, p, rs, &b);
         }
     }

@@ -132,8 +132,10 @@ typedef struct alloc_config {
     bool per_stream_pools;    /* default true; false: one pool set shared by all streams */
     size_t max_split_size;    /* bytes; SIZE_MAX = unlimited (default) */
     /* roundup_power2_divisions: rp2_div[i] applies to sizes in [2^i, 2^(i+1)) bytes; 0 or 1 =
-     * plain 512 B rounding. The parser fills it as PyTorch's documentation describes: a single
-     * value sets every interval; in a list, a key's value covers the sizes below it. */
+     * plain 512 B rounding. The parser fills it as PyTorch's AllocatorConfig does: a single value
+     * sets every interval; in a list, key K MiB sets [K, 2K) MiB, the first key also covers
+     * everything below it, '>' covers the intervals after the last key, and PyTorch's 16
+     * intervals are clamped (below 2 MiB = [1, 2) MiB, 32 GiB and above = [32, 64) GiB). */
     unsigned rp2_div[ALLOC_RP2_INTERVALS];
     double gc_threshold;      /* garbage_collection_threshold, 0 = off, else in (0, 1) */
     size_t handle_size;       /* physical handle size (expandable); 0 = granularity */
@@ -141,6 +143,13 @@ typedef struct alloc_config {
     size_t release_threshold; /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
     size_t limit;             /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
     bool release_before_grow; /* expandable: unmap free pages before mapping new ones */
+    /* max_non_split_rounding_mb: a free block >= max_split_size serves a request >=
+     * max_split_size only if it is less than this much larger; default = large_segment */
+    size_t max_non_split_rounding;
+    /* large_segment_size_mb: the classic segment for 1..10 MiB requests (PyTorch's
+     * kLargeBuffer, 20 MiB by default); lower bound of max_split_size_mb and
+     * max_non_split_rounding_mb */
+    size_t large_segment;
 } alloc_config_t;
 
 /* Defaults = preset "gpumem". */
@@ -159,6 +168,10 @@ extern const char *const alloc_preset_names[];
  * e.g. "GPUMEM_CONF: unknown key 'bogus_key' (accepted keys: expandable_segments, ...)".
  * NULL or empty string: no change. */
 int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen);
+
+/* The block size a request of `size` bytes gets under cfg (512 B rounding, or
+ * roundup_power2_divisions): what `gpumem-replay --round` prints. 0 when it cannot exist. */
+size_t alloc_round_size(const alloc_config_t *cfg, size_t size);
 
 /* Format *cfg as a GPUMEM_CONF string that parses back to the same config. Returns the length
  * it needs (like snprintf). */
@@ -403,16 +416,29 @@ void alloc_mem_backend_counters(alloc_mem_backend_t *m, alloc_mem_counters_t *ou
 /* Traces and replay                                                                            */
 
 typedef enum alloc_trace_kind {
-    ALLOC_TR_ALLOC = 0,      /* a <id> <size> [stream] */
-    ALLOC_TR_FREE = 1,       /* f <id>                 (cudaFree) */
-    ALLOC_TR_FREE_ASYNC = 2, /* fa <id> <stream>       (cudaFreeAsync) */
-    ALLOC_TR_EMPTY_CACHE = 3 /* e */
+    ALLOC_TR_ALLOC = 0,       /* a <id> <size> [stream]  through the framework's allocator */
+    ALLOC_TR_FREE = 1,        /* f <id>                  (cudaFree) */
+    ALLOC_TR_FREE_ASYNC = 2,  /* fa <id> <stream>        (cudaFreeAsync) */
+    ALLOC_TR_EMPTY_CACHE = 3, /* e */
+    /* ax <id> <size> [stream]: a device allocation made outside the framework's allocator (a
+     * library's own cudaMalloc: NCCL, cuBLAS workspaces). Under the pytorch presets it is one
+     * device allocation of exactly size bytes, never cached and not in reserved (PyTorch's
+     * statistics do not see it, but it takes device memory); under gpumem and nocache it is
+     * an allocation like any other (gpumem serves every cudaMalloc of the process). */
+    ALLOC_TR_ALLOC_OTHER = 4,
+    /* rs <id> <stream>: record_stream — the live allocation id is used on stream too. When it is
+     * freed its block is reusable only once that stream's work issued before the free has
+     * completed (PyTorch: stream_uses and events); see alloc_replay_opts.stream_lag. */
+    ALLOC_TR_RECORD_STREAM = 5,
+    /* fc <id>: the free of id completed (PyTorch snapshots' free_completed): a block held back
+     * by record_stream becomes reusable here. */
+    ALLOC_TR_FREE_DONE = 6,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC only */
-    uint64_t stream; /* ALLOC, FREE_ASYNC */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER only */
+    uint64_t stream; /* ALLOC, ALLOC_OTHER, FREE_ASYNC, RECORD_STREAM */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 
@@ -439,6 +465,12 @@ typedef struct alloc_replay_opts {
     size_t capacity;         /* device memory of the in-memory backend; 0 = 80 GiB */
     size_t granularity;      /* 0 = 2 MiB */
     bool continue_after_oom; /* default false: stop at the first OOM */
+    /* A free of an allocation with record_stream uses (rs) on other streams is held back: its
+     * block returns to the allocator at the trace's `fc` line for it when the trace has `fc`
+     * lines; otherwise after stream_lag further allocations (0: before the next allocation,
+     * which is what PyTorch does when the other streams' work has finished by then). empty_cache
+     * and an OOM land every held free first (PyTorch synchronizes there). */
+    unsigned stream_lag;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {
@@ -458,6 +490,9 @@ typedef struct alloc_replay_result {
     uint64_t num_ooms;
     alloc_oom_info_t oom; /* forensics of the first OOM */
     double seconds;       /* wall time of the replay loop */
+    uint64_t other_allocs; /* `ax` allocations replayed outside the allocator (pytorch presets) */
+    size_t peak_other;     /* peak bytes of those, live at once */
+    uint64_t held_frees;   /* frees held back by record_stream */
 } alloc_replay_result_t;
 
 /* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =

@@ -32,6 +32,8 @@ void alloc_config_default(alloc_config_t *c)
     c->release_threshold = SIZE_MAX;
     c->limit = 0;
     c->release_before_grow = true;
+    c->max_non_split_rounding = A_LARGE_BUFFER;
+    c->large_segment = A_LARGE_BUFFER;
 }
 
 int alloc_config_preset(alloc_config_t *c, const char *name)
@@ -42,8 +44,11 @@ int alloc_config_preset(alloc_config_t *c, const char *name)
     if (!strcmp(name, "gpumem")) {
         /* defaults */
     } else if (!strcmp(name, "pytorch")) {
+        /* the page sizes PyTorch uses if expandable_segments:True is set on top */
         n.policy = ALLOC_POLICY_PYTORCH;
         n.expandable_segments = false;
+        n.handle_size = A_LARGE_BUFFER;
+        n.handle_size_small = A_SMALL_BUFFER;
         n.release_before_grow = false;
     } else if (!strcmp(name, "pytorch-expandable")) {
         /* PyTorch maps 2 MiB pages in small-pool segments and 20 MiB pages in large ones. */
@@ -120,8 +125,9 @@ int alloc_parse_size(const char *s, size_t *out)
 }
 
 /* Round a request up: 512 B minimum, then either the power-of-two divisions for its interval or
- * plain 512 B multiples. Same arithmetic as PyTorch's documented rule: with d divisions, a size
- * between 2^k and 2^(k+1) rounds up to a multiple of 2^k / d. */
+ * plain 512 B multiples. PyTorch's round_size: with d > 1 divisions and a size above 512 * d, a
+ * size between 2^k and 2^(k+1) rounds up to a multiple of 2^k / d (a power of two stays); d of
+ * 0 or 1 means 512 B multiples. */
 size_t a_round_size(const alloc_config_t *cfg, size_t size)
 {
     if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
@@ -137,12 +143,19 @@ size_t a_round_size(const alloc_config_t *cfg, size_t size)
     return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
 }
 
+size_t alloc_round_size(const alloc_config_t *cfg, size_t size)
+{
+    if (!cfg || size == 0) return 0;
+    return a_round_size(cfg, size);
+}
+
 /* ---- the parser ------------------------------------------------------------------------------ */
 
 static const char ACCEPTED_KEYS[] =
     "preset, expandable_segments, max_split_size_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, backend, per_stream_pools, handle_size, handle_size_small, "
-    "release_threshold, release_before_grow, limit";
+    "release_threshold, release_before_grow, limit, max_non_split_rounding_mb, "
+    "large_segment_size_mb";
 
 /* PyTorch keys that gpumem deliberately does not implement: named as such in the error. */
 static const char *const PYTORCH_ONLY_KEYS[] = {
@@ -195,14 +208,34 @@ static bool is_pow2(unsigned long long v)
     return v && !(v & (v - 1));
 }
 
-/* `[256:1,512:2,>:8]`: the value of key K (MiB, power of two) applies to sizes below K down to
- * the previous key; the first key's value also covers everything smaller; `>` covers sizes from
- * the last key up. Interval i of rp2_div holds sizes in [2^i, 2^(i+1)). */
+/* PyTorch keeps 16 division counts, one per power-of-two interval of sizes from [1, 2) MiB to
+ * [32, 64) GiB; a size below 1 MiB uses the first, one of 64 GiB or more the last. rp2_div keeps
+ * one per power of two of bytes, so interval k of PyTorch is rp2_div[20 + k], and the intervals
+ * below and above copy the first and the last. */
+#define RP2_PT_FIRST 20u /* log2(1 MiB) */
+#define RP2_PT_N 16u
+
+static void rp2_expand(unsigned *div, const unsigned pt[RP2_PT_N])
+{
+    for (unsigned lg = 0; lg < ALLOC_RP2_INTERVALS; lg++) {
+        unsigned k = lg < RP2_PT_FIRST ? 0 : lg - RP2_PT_FIRST;
+        div[lg] = pt[k < RP2_PT_N ? k : RP2_PT_N - 1];
+    }
+}
+
+/* `[256:1,512:2,>:8]`, as PyTorch's AllocatorConfig parses it: key K MiB (a power of two) sets
+ * the interval [K, 2K) MiB; the first key also sets every interval below it; `>` sets every
+ * interval after the last key; intervals no entry reaches keep their value. Keys must ascend
+ * (PyTorch does not check; a descending list is always a mistake). */
 static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen)
 {
+    unsigned pt[RP2_PT_N];
+    for (unsigned k = 0; k < RP2_PT_N; k++)
+        pt[k] = div[RP2_PT_FIRST + k];
     const char *p = v + 1;
-    unsigned lo = 0; /* first interval not yet assigned */
-    bool any = false;
+    unsigned last = 0; /* interval of the last key */
+    bool any = false;  /* a numeric key was seen */
+    unsigned long long prev_mb = 0;
     for (;;) {
         while (*p == ' ')
             p++;
@@ -229,27 +262,30 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
                         "of two up to 1024)",
                         vbuf);
         if (!strcmp(kbuf, ">")) {
-            for (unsigned i = lo; i < ALLOC_RP2_INTERVALS; i++)
-                div[i] = (unsigned)dv;
-            lo = ALLOC_RP2_INTERVALS;
+            for (unsigned k = last + 1; k < RP2_PT_N; k++)
+                pt[k] = (unsigned)dv;
         } else {
             unsigned long long mb;
-            if (!parse_u64(kbuf, &mb) || !is_pow2(mb) || mb > (1ull << 30))
+            if (!parse_u64(kbuf, &mb) || !is_pow2(mb))
                 return errf(err, errlen,
                             "bad size key '%s' in roundup_power2_divisions (accepted: MiB "
                             "sizes that are powers of two, or '>')",
                             kbuf);
-            unsigned hi = 20u + (unsigned)__builtin_ctzll(mb); /* intervals below 2^hi */
-            if (hi <= lo && any)
+            if (any && mb <= prev_mb)
                 return errf(err, errlen,
                             "keys of roundup_power2_divisions must ascend ('%s' after a larger "
                             "one)",
                             kbuf);
-            for (unsigned i = lo; i < hi && i < ALLOC_RP2_INTERVALS; i++)
-                div[i] = (unsigned)dv;
-            lo = hi;
+            unsigned k = (unsigned)__builtin_ctzll(mb);
+            if (k > RP2_PT_N - 1) k = RP2_PT_N - 1;
+            if (!any)
+                for (unsigned j = 0; j < k; j++)
+                    pt[j] = (unsigned)dv;
+            pt[k] = (unsigned)dv;
+            last = k;
+            prev_mb = mb;
+            any = true;
         }
-        any = true;
         if (*p == ',')
             p++;
         else if (*p != ']')
@@ -257,6 +293,7 @@ static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen
     }
     if (p[1])
         return errf(err, errlen, "trailing text after ']' in roundup_power2_divisions: '%s'", v);
+    rp2_expand(div, pt);
     return ALLOC_OK;
 }
 
@@ -294,12 +331,38 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
             c->max_split_size = SIZE_MAX;
             return ALLOC_OK;
         }
-        if (!parse_u64(v, &mb) || mb <= 20 || mb > (1ull << 40))
+        /* PyTorch: at least large_segment_size_mb (20); larger values are capped */
+        if (!parse_u64(v, &mb) || mb < (c->large_segment >> 20))
             return errf(err, errlen,
                         "bad value '%s' for max_split_size_mb (accepted: an integer number of "
-                        "MiB greater than 20, or inf)",
+                        "MiB of at least %zu (large_segment_size_mb), or inf)",
+                        v, c->large_segment >> 20);
+        c->max_split_size = mb > (1ull << 40) ? (size_t)1 << 60 : (size_t)mb << 20;
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "max_non_split_rounding_mb")) {
+        unsigned long long mb;
+        if (!parse_u64(v, &mb) || mb < (c->large_segment >> 20))
+            return errf(err, errlen,
+                        "bad value '%s' for max_non_split_rounding_mb (accepted: an integer "
+                        "number of MiB of at least %zu (large_segment_size_mb))",
+                        v, c->large_segment >> 20);
+        c->max_non_split_rounding = mb > (1ull << 40) ? (size_t)1 << 60 : (size_t)mb << 20;
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "large_segment_size_mb")) {
+        unsigned long long mb;
+        if (!parse_u64(v, &mb) || mb <= (A_MIN_LARGE_ALLOC >> 20) || mb > (1ull << 30))
+            return errf(err, errlen,
+                        "bad value '%s' for large_segment_size_mb (accepted: an integer number "
+                        "of MiB greater than 10)",
                         v);
-        c->max_split_size = (size_t)mb << 20;
+        size_t old = c->large_segment;
+        c->large_segment = (size_t)mb << 20;
+        /* PyTorch resets max_non_split_rounding to the large segment size */
+        if (c->max_non_split_rounding == old) c->max_non_split_rounding = c->large_segment;
+        /* ... and maps large-pool expandable segments in pages of that size */
+        if (c->policy == ALLOC_POLICY_PYTORCH) c->handle_size = c->large_segment;
         return ALLOC_OK;
     }
     if (!strcmp(k, "roundup_power2_divisions")) {
@@ -464,32 +527,40 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
         snprintf(ms, sizeof(ms), "inf");
     else
         snprintf(ms, sizeof(ms), "%zu", c->max_split_size >> 20);
-    /* divisions as a list: one entry per run of equal values, keys = end of the run in MiB */
+    /* divisions: one number when all are equal, else a list over PyTorch's 16 intervals: the
+     * first key closes the first run (it also covers what lies below), '>' the last run, and
+     * every interval between gets its own entry */
     size_t o = 0;
-    o += (size_t)snprintf(rp + o, sizeof(rp) - o, "[");
-    unsigned i = 0;
-    while (i < ALLOC_RP2_INTERVALS) {
-        unsigned j = i;
-        while (j + 1 < ALLOC_RP2_INTERVALS && c->rp2_div[j + 1] == c->rp2_div[i])
-            j++;
-        if (j + 1 >= ALLOC_RP2_INTERVALS || j + 1 < 20 || j + 1 >= 60)
-            o += (size_t)snprintf(rp + o, sizeof(rp) - o, "%s>:%u", i ? "," : "", c->rp2_div[i]);
-        else
-            o += (size_t)snprintf(rp + o, sizeof(rp) - o, "%s%llu:%u", i ? "," : "",
-                                  1ull << (j + 1 - 20), c->rp2_div[i]);
-        if (j + 1 >= ALLOC_RP2_INTERVALS || j + 1 < 20 || j + 1 >= 60) break;
-        i = j + 1;
+    unsigned pt[RP2_PT_N];
+    bool same = true;
+    for (unsigned k = 0; k < RP2_PT_N; k++) {
+        pt[k] = c->rp2_div[RP2_PT_FIRST + k];
+        same = same && pt[k] == pt[0];
     }
-    snprintf(rp + o, sizeof(rp) - o, "]");
+    if (same) {
+        snprintf(rp, sizeof(rp), "%u", pt[0]);
+    } else {
+        unsigned first = 0, lastrun = RP2_PT_N - 1;
+        while (first + 1 < RP2_PT_N && pt[first + 1] == pt[0])
+            first++;
+        while (lastrun > first + 1 && pt[lastrun - 1] == pt[RP2_PT_N - 1])
+            lastrun--;
+        o += (size_t)snprintf(rp + o, sizeof(rp) - o, "[%llu:%u", 1ull << first, pt[0]);
+        for (unsigned k = first + 1; k < lastrun; k++)
+            o += (size_t)snprintf(rp + o, sizeof(rp) - o, ",%llu:%u", 1ull << k, pt[k]);
+        snprintf(rp + o, sizeof(rp) - o, ",>:%u]", pt[RP2_PT_N - 1]);
+    }
     const char *policy = c->policy <= ALLOC_POLICY_NOCACHE ? pol[c->policy] : "gpumem";
     /* `preset` first resets everything, so policy-only presets come out right */
     const char *preset = !strcmp(policy, "pytorch") ? "pytorch" : policy;
     return snprintf(
         buf, len,
-        "preset:%s,expandable_segments:%s,per_stream_pools:%s,max_split_size_mb:%s,"
+        "preset:%s,large_segment_size_mb:%zu,expandable_segments:%s,per_stream_pools:%s,"
+        "max_split_size_mb:%s,max_non_split_rounding_mb:%zu,"
         "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
         "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
         "limit:%s",
-        preset, c->expandable_segments ? "True" : "False", c->per_stream_pools ? "True" : "False",
-        ms, rp, c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False", lim);
+        preset, c->large_segment >> 20, c->expandable_segments ? "True" : "False",
+        c->per_stream_pools ? "True" : "False", ms, c->max_non_split_rounding >> 20, rp,
+        c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False", lim);
 }

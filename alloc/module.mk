@@ -20,6 +20,9 @@ INSTALL_BIN += $(ALLOC_REPLAY)
 alloc_unit_LIBS := $(ALLOC_LIB)
 alloc_unit_LDLIBS := -lpthread
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_unit
+alloc_pytorch_LIBS := $(ALLOC_LIB)
+alloc_pytorch_LDLIBS := -lpthread
+UNIT_TESTS += $(BUILD)/tests/unit/alloc_pytorch
 alloc_prop_LIBS := $(ALLOC_LIB)
 alloc_prop_LDLIBS := -lpthread
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_prop
@@ -63,3 +66,5 @@ alloc_sim_LDLIBS := -ldl -lpthread
 $(BUILD)/tests/unit/alloc_sim: | $(BUILD)/sim/libcuda.so.1
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_sim
 SCRIPT_TESTS += tests/unit/alloc_cli.sh
+# the GPU check against PyTorch (tests/gpu/pytorch_parity.*): syntax, and its converter's selftest
+SCRIPT_TESTS += tests/unit/alloc_pytorch_parity.sh

@@ -7,10 +7,20 @@
  * an open-addressing table.
  *
  * Text format, one event per line ('#' starts a comment, blank lines ignored):
- *   a <id> <size> [stream]    allocate size bytes on stream (default 0)
+ *   a <id> <size> [stream]    allocate size bytes on stream (default 0), framework allocator
+ *   ax <id> <size> [stream]   allocation outside the framework's allocator (library cudaMalloc)
  *   f <id>                    free with cudaFree semantics
  *   fa <id> <stream>          free in stream order (cudaFreeAsync)
+ *   rs <id> <stream>          record_stream: the live allocation is used on stream too
+ *   fc <id>                   the free of id completed (its block is reusable from here)
  *   e                         empty_cache
+ *
+ * Replay keeps the allocator's own event model ("work completes at issue") and models the two
+ * things PyTorch's reuse depends on beyond it at this level: a free of a block with record_stream
+ * uses is held back (until its `fc`, or stream_lag allocations later), and `ax` allocations
+ * bypass the caching allocator under the pytorch presets (PyTorch never caches them). Peaks of
+ * allocated and requested bytes are counted here, at the program's malloc and free, as PyTorch's
+ * allocated_bytes are, whether or not the block has returned to the allocator yet.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -103,30 +113,38 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         }
         alloc_trace_event_t e = {0};
         bool ok = true, ok2 = true;
-        if (q + 1 < eol && q[0] == 'f' && q[1] == 'a' &&
-            (q + 2 == eol || q[2] == ' ' || q[2] == '\t')) {
-            e.kind = ALLOC_TR_FREE_ASYNC;
+        size_t wl = 0; /* length of the event word */
+        while (q + wl < eol && q[wl] != ' ' && q[wl] != '\t' && q[wl] != '#')
+            wl++;
+#define WORD(w) (wl == sizeof(w) - 1 && !memcmp(q, w, wl))
+        if (WORD("fa") || WORD("rs")) {
+            e.kind = q[0] == 'f' ? ALLOC_TR_FREE_ASYNC : ALLOC_TR_RECORD_STREAM;
             q = parse_num(q + 2, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.stream, &ok2);
             ok = ok && ok2;
-        } else if (q[0] == 'a' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t')) {
-            e.kind = ALLOC_TR_ALLOC;
-            q = parse_num(q + 1, eol, &e.id, &ok);
+        } else if (WORD("fc")) {
+            e.kind = ALLOC_TR_FREE_DONE;
+            q = parse_num(q + 2, eol, &e.id, &ok);
+        } else if (WORD("a") || WORD("ax")) {
+            e.kind = wl == 1 ? ALLOC_TR_ALLOC : ALLOC_TR_ALLOC_OTHER;
+            q = parse_num(q + wl, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.size, &ok2);
             ok = ok && ok2;
             const char *r = skip_ws(q, eol);
             if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.stream, &ok);
-        } else if (q[0] == 'f' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t')) {
+        } else if (WORD("f")) {
             e.kind = ALLOC_TR_FREE;
             q = parse_num(q + 1, eol, &e.id, &ok);
-        } else if (q[0] == 'e' && (q + 1 == eol || q[1] == ' ' || q[1] == '\t' || q[1] == '#')) {
+        } else if (WORD("e")) {
             e.kind = ALLOC_TR_EMPTY_CACHE;
             q++;
         } else {
+#undef WORD
             free(t.v);
             return perr(err, errlen,
-                        "line %zu: unknown event (expected 'a <id> <size> [stream]', 'f <id>', "
-                        "'fa <id> <stream>' or 'e')",
+                        "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
+                        "<size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
+                        "'fc <id>' or 'e')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -134,7 +152,8 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             free(t.v);
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
-                        "'f <id>', 'fa <id> <stream>' or 'e')",
+                        "'ax <id> <size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> "
+                        "<stream>', 'fc <id>' or 'e')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -189,12 +208,22 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
     for (size_t i = 0; i < n; i++) {
         switch (ev[i].kind) {
         case ALLOC_TR_ALLOC:
+        case ALLOC_TR_ALLOC_OTHER: {
+            const char *w = ev[i].kind == ALLOC_TR_ALLOC ? "a" : "ax";
             if (ev[i].stream)
-                fprintf(f, "a %llu %llu %llu\n", (unsigned long long)ev[i].id,
+                fprintf(f, "%s %llu %llu %llu\n", w, (unsigned long long)ev[i].id,
                         (unsigned long long)ev[i].size, (unsigned long long)ev[i].stream);
             else
-                fprintf(f, "a %llu %llu\n", (unsigned long long)ev[i].id,
+                fprintf(f, "%s %llu %llu\n", w, (unsigned long long)ev[i].id,
                         (unsigned long long)ev[i].size);
+            break;
+        }
+        case ALLOC_TR_RECORD_STREAM:
+            fprintf(f, "rs %llu %llu\n", (unsigned long long)ev[i].id,
+                    (unsigned long long)ev[i].stream);
+            break;
+        case ALLOC_TR_FREE_DONE:
+            fprintf(f, "fc %llu\n", (unsigned long long)ev[i].id);
             break;
         case ALLOC_TR_FREE:
             fprintf(f, "f %llu\n", (unsigned long long)ev[i].id);
@@ -391,9 +420,20 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_tra
 
 /* ---- replay ---------------------------------------------------------------------------------- */
 
+/* What the replay keeps per live trace id. */
+enum { RL_OTHER = 1, RL_USES = 2 }; /* outside the allocator; has record_stream uses */
+
+typedef struct {
+    uint64_t ptr;
+    uint64_t size; /* rounded block size (or the exact size of an `ax` allocation) */
+    uint64_t requested;
+    uint64_t stream;
+    uint8_t flags;
+} live_t;
+
 typedef struct {
     uint64_t *id;
-    uint64_t *ptr;
+    live_t *v;
     uint8_t *used;
     size_t cap, count;
 } idmap_t;
@@ -408,19 +448,19 @@ static int idmap_init(idmap_t *m, size_t cap)
     m->cap = cap;
     m->count = 0;
     m->id = malloc(cap * sizeof(*m->id));
-    m->ptr = malloc(cap * sizeof(*m->ptr));
+    m->v = malloc(cap * sizeof(*m->v));
     m->used = calloc(cap, 1);
-    return (m->id && m->ptr && m->used) ? 0 : -1;
+    return (m->id && m->v && m->used) ? 0 : -1;
 }
 
 static void idmap_free(idmap_t *m)
 {
     free(m->id);
-    free(m->ptr);
+    free(m->v);
     free(m->used);
 }
 
-static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr);
+static int idmap_put(idmap_t *m, uint64_t id, const live_t *v);
 
 static int idmap_grow(idmap_t *m)
 {
@@ -430,14 +470,14 @@ static int idmap_grow(idmap_t *m)
         return -1;
     }
     for (size_t i = 0; i < m->cap; i++)
-        if (m->used[i]) idmap_put(&n, m->id[i], m->ptr[i]);
+        if (m->used[i]) idmap_put(&n, m->id[i], &m->v[i]);
     idmap_free(m);
     *m = n;
     return 0;
 }
 
 /* Returns 1 if the id was already present (value replaced), 0 if inserted, -1 no memory. */
-static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr)
+static int idmap_put(idmap_t *m, uint64_t id, const live_t *v)
 {
     if ((m->count + 1) * 2 > m->cap && idmap_grow(m)) return -1;
     size_t i = id_hash(id, m->cap);
@@ -446,18 +486,26 @@ static int idmap_put(idmap_t *m, uint64_t id, uint64_t ptr)
     int had = m->used[i];
     m->used[i] = 1;
     m->id[i] = id;
-    m->ptr[i] = ptr;
+    m->v[i] = *v;
     m->count += !had;
     return had;
 }
 
-static bool idmap_take(idmap_t *m, uint64_t id, uint64_t *ptr)
+static live_t *idmap_get(idmap_t *m, uint64_t id)
+{
+    size_t mask = m->cap - 1, i = id_hash(id, m->cap);
+    while (m->used[i] && m->id[i] != id)
+        i = (i + 1) & mask;
+    return m->used[i] ? &m->v[i] : NULL;
+}
+
+static bool idmap_take(idmap_t *m, uint64_t id, live_t *out)
 {
     size_t mask = m->cap - 1, i = id_hash(id, m->cap);
     while (m->used[i] && m->id[i] != id)
         i = (i + 1) & mask;
     if (!m->used[i]) return false;
-    *ptr = m->ptr[i];
+    *out = m->v[i];
     /* backward-shift delete */
     size_t j = i;
     for (;;) {
@@ -467,12 +515,41 @@ static bool idmap_take(idmap_t *m, uint64_t id, uint64_t *ptr)
         bool stay = (i < j) ? (h > i && h <= j) : (h > i || h <= j);
         if (stay) continue;
         m->id[i] = m->id[j];
-        m->ptr[i] = m->ptr[j];
+        m->v[i] = m->v[j];
         i = j;
     }
     m->used[i] = 0;
     m->count--;
     return true;
+}
+
+/* A free held back by record_stream: lands at its `fc`, or after `lag` more allocations. */
+typedef struct {
+    uint64_t id, ptr, stream;
+    bool async;
+    unsigned waited; /* allocations seen since the free */
+} held_t;
+
+typedef struct {
+    alloc_t *a;
+    held_t *v;
+    size_t n, cap;
+} heldv_t;
+
+static void held_land(heldv_t *h, size_t i)
+{
+    held_t x = h->v[i];
+    if (x.async)
+        alloc_free_async(h->a, x.ptr, x.stream);
+    else
+        alloc_free(h->a, x.ptr);
+    h->v[i] = h->v[--h->n];
+}
+
+static void held_land_all(heldv_t *h)
+{
+    while (h->n)
+        held_land(h, h->n - 1);
 }
 
 int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
@@ -487,8 +564,9 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity};
     alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
     if (!mb) return ALLOC_ERR_NOMEM;
+    const alloc_backend_t *be = alloc_mem_backend(mb);
     alloc_t *a = NULL;
-    int rc = alloc_create(alloc_mem_backend(mb), cfg, &a);
+    int rc = alloc_create(be, cfg, &a);
     if (rc) {
         alloc_mem_backend_destroy(mb);
         return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
@@ -500,21 +578,66 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         alloc_mem_backend_destroy(mb);
         return ALLOC_ERR_NOMEM;
     }
+    /* under the pytorch presets, `ax` allocations are the device's, not the allocator's */
+    bool bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
+    bool exact = false; /* the trace says when held frees complete (`fc`) */
+    for (size_t i = 0; i < n && !exact; i++)
+        exact = ev[i].kind == ALLOC_TR_FREE_DONE;
+    heldv_t held = {.a = a};
+    size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
+    uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     size_t i;
     rc = ALLOC_OK;
     for (i = 0; i < n; i++) {
         const alloc_trace_event_t *e = &ev[i];
-        uint64_t p;
+        live_t l = {0};
         switch (e->kind) {
-        case ALLOC_TR_ALLOC: {
-            int r = alloc_malloc(a, e->size, e->stream, &p);
-            if (r == ALLOC_ERR_OOM) {
-                if (out->oom_index < 0) {
+        case ALLOC_TR_ALLOC:
+        case ALLOC_TR_ALLOC_OTHER: {
+            if (!exact)
+                for (size_t k = held.n; k-- > 0;)
+                    if (held.v[k].waited++ >= o.stream_lag) held_land(&held, k);
+            l.requested = e->size;
+            l.stream = e->stream;
+            int r;
+            if (e->kind == ALLOC_TR_ALLOC_OTHER && bypass) {
+                l.flags = RL_OTHER;
+                l.size = e->size;
+                r = e->size
+                        ? (be->seg_alloc(be->ctx, e->size, &l.ptr) == ALLOC_BE_OK ? ALLOC_OK
+                                                                                  : ALLOC_ERR_OOM)
+                        : ALLOC_OK;
+                /* PyTorch does not free its cache for a library's cudaMalloc */
+                if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
+                    /* the device is full: forensics from the allocator's point of view */
+                    out->oom_index = (int64_t)i;
+                    alloc_stats_t st;
+                    alloc_get_stats(a, &st);
+                    out->oom.requested = out->oom.rounded = e->size;
+                    out->oom.stream = (uintptr_t)e->stream;
+                    out->oom.allocated = (size_t)st.allocated_bytes.current;
+                    out->oom.reserved = (size_t)st.reserved_bytes.current;
+                    out->oom.limit = cfg ? cfg->limit : 0;
+                    out->num_ooms++;
+                }
+            } else {
+                alloc_malloc_info_t info = {0};
+                r = alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
+                if (r == ALLOC_ERR_OOM && held.n) {
+                    /* PyTorch synchronizes and lands every pending free before giving up */
+                    held_land_all(&held);
+                    r = alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
+                    if (r == ALLOC_OK) recovered++;
+                }
+                l.size = info.size;
+                if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     out->oom_index = (int64_t)i;
                     alloc_last_oom(a, &out->oom);
                 }
+            }
+            if (r == ALLOC_ERR_OOM) {
                 if (!o.continue_after_oom) goto done;
                 break;
             }
@@ -522,25 +645,71 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 rc = perr(err, errlen, "replay: event %zu: %s", i, alloc_strerror(r));
                 goto done;
             }
+            if (l.flags & RL_OTHER) {
+                out->other_allocs++;
+                cur_other += l.size;
+                if (cur_other > out->peak_other) out->peak_other = cur_other;
+            } else {
+                cur_alloc += l.size;
+                cur_req += l.requested;
+                if (cur_alloc > out->peak_allocated) out->peak_allocated = cur_alloc;
+                if (cur_req > out->peak_requested) out->peak_requested = cur_req;
+            }
             out->allocs++;
-            int had = idmap_put(&ids, e->id, p);
-            if (had < 0) {
+            if (idmap_put(&ids, e->id, &l) < 0) {
                 rc = ALLOC_ERR_NOMEM;
                 goto done;
             }
             break;
         }
+        case ALLOC_TR_RECORD_STREAM: {
+            live_t *x = idmap_get(&ids, e->id);
+            if (x && !(x->flags & RL_OTHER) && e->stream != x->stream) x->flags |= RL_USES;
+            break;
+        }
         case ALLOC_TR_FREE:
         case ALLOC_TR_FREE_ASYNC:
-            if (!idmap_take(&ids, e->id, &p)) {
+            if (!idmap_take(&ids, e->id, &l)) {
                 out->bad_frees++;
                 break;
             }
-            if (p)
-                (e->kind == ALLOC_TR_FREE) ? alloc_free(a, p) : alloc_free_async(a, p, e->stream);
             out->frees++;
+            if (l.flags & RL_OTHER) {
+                cur_other -= l.size;
+                if (l.ptr) be->seg_free(be->ctx, l.ptr, l.size);
+                break;
+            }
+            cur_alloc -= l.size;
+            cur_req -= l.requested;
+            if (!l.ptr) break;
+            if (l.flags & RL_USES) {
+                if (held.n == held.cap) {
+                    size_t nc = held.cap ? held.cap * 2 : 16;
+                    held_t *nv = realloc(held.v, nc * sizeof(*nv));
+                    if (!nv) {
+                        rc = ALLOC_ERR_NOMEM;
+                        goto done;
+                    }
+                    held.v = nv;
+                    held.cap = nc;
+                }
+                held.v[held.n++] =
+                    (held_t){e->id, l.ptr, e->stream, e->kind == ALLOC_TR_FREE_ASYNC, 0};
+                out->held_frees++;
+                break;
+            }
+            (e->kind == ALLOC_TR_FREE) ? alloc_free(a, l.ptr)
+                                       : alloc_free_async(a, l.ptr, e->stream);
+            break;
+        case ALLOC_TR_FREE_DONE:
+            for (size_t k = 0; k < held.n; k++)
+                if (held.v[k].id == e->id) {
+                    held_land(&held, k);
+                    break;
+                }
             break;
         case ALLOC_TR_EMPTY_CACHE:
+            held_land_all(&held); /* PyTorch's empty_cache synchronizes first */
             alloc_empty_cache(a);
             break;
         default:
@@ -554,8 +723,6 @@ done:
     out->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     alloc_stats_t st;
     alloc_get_stats(a, &st);
-    out->peak_requested = (size_t)st.requested_bytes.peak;
-    out->peak_allocated = (size_t)st.allocated_bytes.peak;
     out->peak_reserved = (size_t)st.reserved_bytes.peak;
     /* the one utilization gpumem reports everywhere (gpumem report, the benches): what the
      * allocator handed out over what it took from the device */
@@ -566,7 +733,8 @@ done:
     out->driver_calls = st.num_backend_calls;
     out->cache_hits = st.cache_hits;
     out->cache_misses = st.cache_misses;
-    out->num_ooms = st.num_ooms;
+    out->num_ooms += st.num_ooms - recovered;
+    free(held.v);
     idmap_free(&ids);
     alloc_destroy(a);
     alloc_mem_backend_destroy(mb);

@@ -11,6 +11,9 @@
  *     --steps N --seed N  for --synth
  *     --write FILE      write the (first) trace in the text format and exit
  *     --check-conf      only parse GPUMEM_CONF / --conf, print the effective config, exit
+ *     --round BYTES     print the block size the config gives a request of BYTES (repeatable;
+ *                       sizes as for --limit), one per line, and exit
+ *     --stream-lag N    allocations a record_stream'd free waits when the trace has no `fc`
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -26,7 +29,21 @@ static int usage(void)
     fprintf(stderr,
             "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
-            "[--check-conf] [TRACE...]\n");
+            "[--check-conf] [--round BYTES]... [--stream-lag N] [TRACE...]\n"
+            "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
+            "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
+            "  --limit SIZE      cap reserved memory (e.g. 24G): where would the trace OOM?\n"
+            "  --capacity SIZE   device memory of the simulated device (default 80G)\n"
+            "  --synth NAME      a synthetic GPT-2 training trace (fixed, jitter)\n"
+            "  --write FILE      write the (first) trace in the text format and exit\n"
+            "  --check-conf      print the effective configuration and exit\n"
+            "  --round BYTES     print the block size the configuration gives a request of BYTES\n"
+            "                    (after roundup_power2_divisions), one line per --round, and exit;\n"
+            "                    e.g. --conf 'preset:pytorch,roundup_power2_divisions:[256:1,>:8]'\n"
+            "  --stream-lag N    a free after record_stream (rs) lands N allocations later when\n"
+            "                    the trace has no 'fc' lines (default 0)\n"
+            "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
+            "allocator), f <id>, fa <id> <stream>, rs <id> <stream>, fc <id>, e (alloc/README.md).\n");
     return 2;
 }
 
@@ -61,6 +78,9 @@ int main(int argc, char **argv)
     unsigned steps = 0;
     uint64_t seed = 1;
     bool check_only = false;
+    size_t rounds[64];
+    int nrounds = 0;
+    unsigned stream_lag = 0;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -99,6 +119,25 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--write") && v) {
             write_to = v;
             i++;
+        } else if (!strcmp(a, "--round") && v) {
+            size_t sz;
+            if (alloc_parse_size(v, &sz)) {
+                fprintf(stderr, "gpumem-replay: bad size '%s' for --round (bytes, or e.g. 300M)\n",
+                        v);
+                return 2;
+            }
+            if (nrounds < 64) rounds[nrounds++] = sz;
+            i++;
+        } else if (!strcmp(a, "--stream-lag") && v) {
+            char *end;
+            unsigned long x = strtoul(v, &end, 10);
+            if (*end || end == v || x > 1000000) {
+                fprintf(stderr, "gpumem-replay: bad --stream-lag '%s' (a number of allocations)\n",
+                        v);
+                return 2;
+            }
+            stream_lag = (unsigned)x;
+            i++;
         } else if (!strcmp(a, "--check-conf")) {
             check_only = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -113,6 +152,14 @@ int main(int argc, char **argv)
     }
     if (!npresets) presets[npresets++] = "gpumem";
 
+    if (nrounds) {
+        alloc_config_t cfg;
+        int rc = make_config(presets[0], conf, limit, &cfg);
+        if (rc) return rc;
+        for (int k = 0; k < nrounds; k++)
+            printf("%zu\n", alloc_round_size(&cfg, rounds[k]));
+        return 0;
+    }
     if (check_only) {
         alloc_config_t cfg;
         int rc = make_config(presets[0], conf, limit, &cfg);
@@ -163,7 +210,7 @@ int main(int argc, char **argv)
                 free(ev);
                 return rc;
             }
-            alloc_replay_opts_t o = {.capacity = capacity};
+            alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag};
             alloc_replay_result_t r;
             if (alloc_replay(&cfg, &o, ev, n, &r, err, sizeof(err))) {
                 fprintf(stderr, "gpumem-replay: %s\n", err);
@@ -178,6 +225,10 @@ int main(int argc, char **argv)
                    (unsigned long long)r.driver_calls, (unsigned long long)r.device_allocs,
                    (unsigned long long)r.device_frees, (unsigned long long)r.cache_hits,
                    (unsigned long long)r.cache_misses, (long long)r.oom_index);
+            if (r.other_allocs || r.held_frees)
+                printf(" other_allocs=%llu peak_other=%zu held_frees=%llu",
+                       (unsigned long long)r.other_allocs, r.peak_other,
+                       (unsigned long long)r.held_frees);
             if (r.oom_index >= 0) {
                 printf(" oom_requested=%zu oom_allocated=%zu oom_reserved=%zu oom_free_cached=%zu "
                        "oom_largest_free=%zu oom_limit=%zu",

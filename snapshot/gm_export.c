@@ -7,7 +7,9 @@
  * what the program asked for, so the replay rounds it under whatever config it is given; the
  * stream is the database's small stream number (streams.id), which keeps stream identity.
  * Frees that match no recorded allocation (before the recording started, or foreign) are left
- * out: the replay could not place them.
+ * out: the replay could not place them. A record_stream of a live allocation (kind 21, events.addr
+ * = the allocation, events.stream = the stream it is used on) becomes "rs <id> <stream>"; the
+ * replay then holds its free back as PyTorch does (alloc/README.md, trace format).
  *
  * Like the reports, this is one sequential pass over `events` with a hash map of live
  * allocations keyed by address, so a database from a killed process (no alloc_life rows for
@@ -27,7 +29,7 @@
 int gm_export_trace(gm_db *d, FILE *out) {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+                                  "WHERE kind IN (1, 2, 3, 4, 21) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
@@ -45,6 +47,10 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 break;
             }
             fprintf(out, "a %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), stream);
+        } else if (kind == 21) { /* record_stream (the streams work's REC_RECORD_STREAM) */
+            const uint64_t *birth = u64map_get(&live, addr);
+            if (!birth) continue;
+            fprintf(out, "rs %" PRIu64 " %" PRId64 "\n", *birth, stream);
         } else {
             uint64_t birth;
             if (!u64map_del(&live, addr, &birth)) continue;

@@ -7,7 +7,9 @@
 #      only differences are summation orders, ~1e-5) and within 2e-3 for gpt2 124M at B=2,
 #      T=64 over 2 steps;
 #   3. prints tokens/s of gpt2 124M at B=8, T=1024 (10 steps) without and with the preload
-#      (LD_PRELOAD=$BUILD/libgpumem.so, when it was built).
+#      (LD_PRELOAD=$BUILD/libgpumem.so, when it was built);
+#   4. the `pytorch` presets against PyTorch itself (tests/gpu/pytorch_parity.sh: replayed peak
+#      reserved within 1% of torch.cuda.max_memory_reserved(); skipped without PyTorch).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -49,4 +51,6 @@ if [[ -f $BUILD/libgpumem.so ]]; then
 else
   echo "note: $BUILD/libgpumem.so not built; no preload figure"
 fi
+BUILD=$BUILD bash tests/gpu/pytorch_parity.sh
+case $? in 0) ;; 77) echo "note: no PyTorch here; the preset parity check was skipped" ;; *) fail=1 ;; esac
 exit $fail

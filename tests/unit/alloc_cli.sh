@@ -45,6 +45,24 @@ out=$("$cli" --preset gpumem --limit 24M "$tmp/t.trace"); rc=$?
 [[ $rc -eq 1 && $out == *"oom_at=2 "* && $out == *"oom_requested=10485760 "* && $out == *"oom_limit=25165824"* ]] ||
   fail "limit: exit $rc: $out"
 
+# --round: the acceptance figures for the list form of roundup_power2_divisions
+out=$("$cli" --conf 'preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]' \
+  --round 200M --round 300M --round 600M --round 1100M 2>&1) || fail "--round: $out"
+[[ $(printf '%s\n' $out) == "$(printf '%s\n' 209715200 314572800 805306368 1207959552)" ]] ||
+  fail "--round under [256:1,512:2,>:8]: $out"
+out=$("$cli" --round lots 2>&1); rc=$?
+[[ $rc -eq 2 && $out == *"--round"* ]] || fail "bad --round: exit $rc: $out"
+out=$("$cli" --help 2>&1)
+[[ $out == *"--round BYTES"* ]] || fail "--help does not document --round"
+
+# record_stream held back one allocation, and an allocation outside the framework's allocator
+printf 'a 1 41943040\nrs 1 7\nf 1\na 2 41943040\nax 3 10485760\nf 3\n' > "$tmp/rs.trace"
+out=$("$cli" --preset pytorch --stream-lag 1 "$tmp/rs.trace") || fail "rs replay: $out"
+[[ $out == *"peak_reserved=83886080 "* && $out == *"other_allocs=1 "* && $out == *"held_frees=1"* ]] ||
+  fail "rs/ax replay: $out"
+"$cli" --write "$tmp/rs2.trace" "$tmp/rs.trace" || fail "--write rs"
+cmp -s <(grep -v '^#' "$tmp/rs.trace") "$tmp/rs2.trace" || fail "rs/ax lines do not round-trip"
+
 "$cli" --synth jitter --steps 3 --write "$tmp/j.trace" || fail "--write"
 a=$("$cli" --synth jitter --steps 3 | sed 's/ seconds=.*//; s/trace=[^ ]*//')
 b=$("$cli" "$tmp/j.trace" | sed 's/ seconds=.*//; s/trace=[^ ]*//')

@@ -94,11 +94,11 @@ static void test_rounding(void **state)
     assert_int_equal(block_size(f.a, must_alloc(f.a, 4 * MiB, 0)), 4 * MiB);
     fx_done(&f);
 
-    /* list form: 1 division below 256 MiB, 2 in [256, 512) MiB, 8 above */
+    /* list form (PyTorch's reading): 1 division below 512 MiB, 2 in [512 MiB, 1 GiB), 8 above */
     f = mk("gpumem", "roundup_power2_divisions:[256:1,512:2,>:8]", (alloc_mem_opts_t){0});
     assert_int_equal(block_size(f.a, must_alloc(f.a, 100 * MiB + 1, 0)), 100 * MiB + 512);
-    assert_int_equal(block_size(f.a, must_alloc(f.a, 300 * MiB, 0)), 384 * MiB);
-    assert_int_equal(block_size(f.a, must_alloc(f.a, 600 * MiB, 0)), 640 * MiB);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 300 * MiB, 0)), 300 * MiB);
+    assert_int_equal(block_size(f.a, must_alloc(f.a, 600 * MiB, 0)), 768 * MiB);
     fx_done(&f);
 }
 
@@ -765,7 +765,9 @@ static void test_config(void **state)
 
     const char *bad[][2] = {
         {"expandable_segments:maybe", "True, False"},
-        {"max_split_size_mb:10", "greater than 20"},
+        {"max_split_size_mb:10", "at least 20"},
+        {"max_non_split_rounding_mb:19", "at least 20"},
+        {"large_segment_size_mb:10", "greater than 10"},
         {"garbage_collection_threshold:1.5", "between 0 and 1"},
         {"roundup_power2_divisions:3", "power of two"},
         {"roundup_power2_divisions:[512:2,256:1]", "ascend"},
