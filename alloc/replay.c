@@ -567,6 +567,7 @@ done:
     out->cache_hits = st.cache_hits;
     out->cache_misses = st.cache_misses;
     out->num_ooms = st.num_ooms;
+    alloc_mem_backend_counters(mb, &out->backend);
     idmap_free(&ids);
     alloc_destroy(a);
     alloc_mem_backend_destroy(mb);

@@ -668,28 +668,31 @@ static int add_ooms(gm_db *d, adv_model *am) {
     return rc;
 }
 
+int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    if (adv_model_load(d, am, err, errsz) != 0) return -1;
+    /* advise's model drops the limit (it predicts how much is needed); configurations are
+     * judged under the limit the program ran with */
+    alloc_config_t rc;
+    alloc_config_default(&rc);
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (add_ooms(d, am) != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static void find_fixes(gm_db *d, gm_frag *f, const gm_model *m) {
     char err[512];
     adv_model am;
-    if (adv_model_load(d, &am, err, sizeof err) != 0) {
+    if (gm_frag_trace_load(d, &am, err, sizeof err) != 0) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", err);
         return;
     }
     f->recorded_peak_reserved = m->peak_reserved;
-    if (add_ooms(d, &am) != 0) {
-        snprintf(f->fix_note, sizeof f->fix_note, "no replay: out of memory");
-        adv_model_free(&am);
-        return;
-    }
-    /* advise's model drops the limit (it predicts how much is needed); fixes are judged under
-     * the limit the program ran with */
-    {
-        alloc_config_t rc;
-        alloc_config_default(&rc);
-        char conf[1024];
-        gm_meta_text(d, "config", conf, sizeof conf);
-        if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am.cfg.limit = rc.limit;
-    }
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
     alloc_replay_result_t base;
     if (!am.nevs || adv_replay(&am, &base, err, sizeof err) != 0) {

@@ -10,6 +10,7 @@
 
 #include "alloc/alloc.h"
 #include "snapshot/gm.h"
+#include "snapshot/gm_advise.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -117,6 +118,11 @@ int gm_frag_main(int argc, char **argv);
  * and reads its measured peaks. 0, or -1 with err. Shared with `gpumem tune --check`. */
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz);
+
+/* The recorded trace as advise's model, ready to replay as the program ran: the recorded
+ * configuration with its limit, and each OOM's request put back as the allocation it was (held
+ * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
+int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
 
 /* ---- configuration strings (shared with `gpumem tune`) ---- */
 /* The shortest GPUMEM_CONF that parses to *cfg: a preset and only the keys that differ from it. */

@@ -33,7 +33,8 @@ GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(S
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
 GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
-                  $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o
+                  $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
+                  $(SNAP_DIR)/gm_tune_cmd.o
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
@@ -78,7 +79,7 @@ $(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/frag_app
-SCRIPT_TESTS += tests/integration/snapshot_frag.sh
+SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
