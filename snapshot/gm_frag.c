@@ -29,6 +29,7 @@
 #include "snapshot/gm_frag.h"
 
 #include "snapshot/gm_advise.h"
+#include "snapshot/gm_tune.h"
 #include "snapshot/rec.h"
 
 #include <inttypes.h>
@@ -63,6 +64,7 @@ typedef struct snap_block {
     uint64_t addr, size, requested;
     uint32_t segment, state;
     uint64_t birth; /* allocation live at addr at the snapshot (sweep), 0 unknown */
+    uint64_t death; /* its free (sweep), 0 alive at the end */
 } snap_block;
 
 typedef struct snap {
@@ -76,7 +78,7 @@ typedef struct snap {
     /* filled by the sweep */
     int resolved;
     int need_known;
-    uint64_t need_seq, need_size, need_stream_id;
+    uint64_t need_seq, need_size, need_stream_id, need_addr;
     /* OOM: its row */
     uint64_t oom_requested, oom_stream_id;
 } snap;
@@ -161,30 +163,48 @@ typedef struct sweep_live {
     uint64_t birth, size;
 } sweep_live;
 
-/* Resolves which allocation is live at each allocated or pending block of s. */
-static void snap_resolve(snap *s, const u64map *live) {
+/* Resolves which allocation is live at each allocated block of s; their frees are watched for
+ * (watch: birth -> death seq, 0 until it comes). */
+static void snap_resolve(snap *s, const u64map *live, u64map *watch) {
     for (size_t i = 0; i < s->nblocks; i++) {
         snap_block *b = &s->blocks[i];
         if (b->state != REC_BLOCK_ALLOCATED) continue;
-        const uint64_t *v = u64map_get((u64map *)live, b->addr);
-        if (v) b->birth = *v;
+        const uint64_t *v = u64map_get(live, b->addr);
+        if (v) {
+            b->birth = *v;
+            if (!u64map_get(watch, *v)) u64map_put(watch, *v, 0);
+        }
     }
     s->resolved = 1;
+}
+
+static void snap_need(snap *s, const uint64_t *miss, const uint64_t *any) {
+    if (s->reason != REC_SNAP_PEAK) return;
+    const uint64_t *w = miss[0] ? miss : any; /* seq, size, stream, addr */
+    s->need_known = w[0] != 0;
+    s->need_seq = w[0], s->need_size = w[1], s->need_stream_id = w[2], s->need_addr = w[3];
 }
 
 static int is_dev_alloc(unsigned k) { return k == REC_ALLOC || k == REC_ALLOC_ASYNC; }
 static int is_dev_free(unsigned k) { return k == REC_FREE || k == REC_FREE_ASYNC; }
 
-/* One pass over the events: the timeline, and the state each snapshot needs (who is live where,
- * which request grew reserved). snaps sorted by seq. */
+/* One pass over the events: the timeline, reserved at its peak, and the state each snapshot
+ * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq. */
 static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, char *err,
                  size_t errsz) {
     sqlite3_stmt *st;
+    uint64_t span = 1;
+    if (sqlite3_prepare_v2(d->db, "SELECT max(seq) FROM events", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) span = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (!span) span = 1;
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream FROM events "
                                   "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "events");
     u64map live = {0};  /* addr -> birth seq */
     u64map sizes = {0}; /* addr -> block size */
+    u64map watch = {0}; /* birth -> death, for the allocations live at a snapshot */
     int by_step = 0;
     for (size_t i = 0; i < m->nranges && !by_step; i++) by_step = m->ranges[i].step >= 0;
     size_t npoints = by_step ? 0 : TIMELINE_BUCKETS, cap = npoints;
@@ -196,29 +216,24 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         return -1;
     }
     for (size_t i = 0; i < npoints; i++) pts[i].step = (int64_t)i;
-    uint64_t span = m->max_seq ? m->max_seq : 1;
-    uint64_t allocated = 0, reserved = 0;
+    uint64_t allocated = 0, reserved = 0, peak_reserved = 0;
     int have_segments = 0;
     size_t si = 0;
-    /* last allocation that needed the driver, per device (snapshots are per device) */
+    /* last allocation that needed the driver, and last allocation, per device (snapshots are per
+     * device): seq, size, stream, addr */
     enum { NDEV = 64 };
-    uint64_t miss_seq[NDEV] = {0}, miss_size[NDEV] = {0}, miss_stream[NDEV] = {0};
-    uint64_t any_seq[NDEV] = {0}, any_size[NDEV] = {0}, any_stream[NDEV] = {0};
+    uint64_t miss[NDEV][4], any[NDEV][4];
+    memset(miss, 0, sizeof miss);
+    memset(any, 0, sizeof any);
     uint32_t last_range = 0;
     int64_t last_step = -1;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
         for (; si < nsnaps && snaps[si].seq < seq; si++) {
-            snap *s = &snaps[si];
-            snap_resolve(s, &live);
-            int dv = s->device >= 0 && s->device < NDEV ? s->device : 0;
-            if (s->reason == REC_SNAP_PEAK) {
-                s->need_known = miss_seq[dv] || any_seq[dv];
-                s->need_seq = miss_seq[dv] ? miss_seq[dv] : any_seq[dv];
-                s->need_size = miss_seq[dv] ? miss_size[dv] : any_size[dv];
-                s->need_stream_id = miss_seq[dv] ? miss_stream[dv] : any_stream[dv];
-            }
+            int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
+            snap_resolve(&snaps[si], &live, &watch);
+            snap_need(&snaps[si], miss[dv], any[dv]);
         }
         unsigned kind = (unsigned)sqlite3_column_int(st, 1);
         unsigned flags = (unsigned)sqlite3_column_int(st, 2);
@@ -227,20 +242,22 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         uint32_t range = (uint32_t)sqlite3_column_int64(st, 5);
         int dev = sqlite3_column_int(st, 6);
         int dv = dev >= 0 && dev < NDEV ? dev : 0;
-        if (is_dev_alloc(kind)) {
-            uint64_t old;
+        if (is_dev_alloc(kind) || is_dev_free(kind)) {
+            uint64_t old, birth;
             if (u64map_del(&sizes, addr, &old)) allocated -= old < allocated ? old : allocated;
-            u64map_del(&live, addr, NULL);
-            u64map_put(&live, addr, seq);
-            u64map_put(&sizes, addr, size);
-            allocated += size;
-            uint64_t stream = (uint64_t)sqlite3_column_int64(st, 7);
-            any_seq[dv] = seq, any_size[dv] = size, any_stream[dv] = stream;
-            if (flags & REC_F_CACHE_MISS) miss_seq[dv] = seq, miss_size[dv] = size, miss_stream[dv] = stream;
-        } else if (is_dev_free(kind)) {
-            uint64_t old;
-            if (u64map_del(&sizes, addr, &old)) allocated -= old < allocated ? old : allocated;
-            u64map_del(&live, addr, NULL);
+            if (u64map_del(&live, addr, &birth) && watch.count) {
+                uint64_t *w = u64map_get(&watch, birth);
+                if (w && !*w) *w = seq;
+            }
+            if (is_dev_alloc(kind)) {
+                u64map_put(&live, addr, seq);
+                u64map_put(&sizes, addr, size);
+                allocated += size;
+                uint64_t stream = (uint64_t)sqlite3_column_int64(st, 7);
+                uint64_t e[4] = {seq, size, stream, addr};
+                memcpy(any[dv], e, sizeof e);
+                if (flags & REC_F_CACHE_MISS) memcpy(miss[dv], e, sizeof e);
+            }
         } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
             reserved += size, have_segments = 1;
         } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
@@ -249,6 +266,7 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
             continue;
         }
         uint64_t res = have_segments ? reserved : allocated;
+        if (res > peak_reserved) peak_reserved = res;
         gm_frag_point *p = NULL;
         if (by_step) {
             if (range != last_range) {
@@ -277,27 +295,29 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
             size_t b = (size_t)((seq >= span ? span - 1 : seq) * TIMELINE_BUCKETS / span);
             p = &pts[b < TIMELINE_BUCKETS ? b : TIMELINE_BUCKETS - 1];
         }
-        if (p && (!p->seq || res - (allocated < res ? allocated : res) > p->reserved - p->allocated ||
-                  (res - (allocated < res ? allocated : res) == p->reserved - p->allocated && res > p->reserved))) {
+        uint64_t al = allocated < res ? allocated : res;
+        if (p && (!p->seq || res - al > p->reserved - p->allocated ||
+                  (res - al == p->reserved - p->allocated && res > p->reserved))) {
             p->seq = seq;
             p->reserved = res;
-            p->allocated = allocated < res ? allocated : res;
+            p->allocated = al;
         }
     }
     sqlite3_finalize(st);
     for (; si < nsnaps; si++) {
-        snap *s = &snaps[si];
-        snap_resolve(s, &live);
-        int dv = s->device >= 0 && s->device < NDEV ? s->device : 0;
-        if (s->reason == REC_SNAP_PEAK) {
-            s->need_known = miss_seq[dv] || any_seq[dv];
-            s->need_seq = miss_seq[dv] ? miss_seq[dv] : any_seq[dv];
-            s->need_size = miss_seq[dv] ? miss_size[dv] : any_size[dv];
-            s->need_stream_id = miss_seq[dv] ? miss_stream[dv] : any_stream[dv];
-        }
+        int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
+        snap_resolve(&snaps[si], &live, &watch);
+        snap_need(&snaps[si], miss[dv], any[dv]);
     }
+    for (size_t i = 0; i < nsnaps; i++)
+        for (size_t k = 0; k < snaps[i].nblocks; k++) {
+            snap_block *b = &snaps[i].blocks[k];
+            const uint64_t *w = b->birth ? u64map_get(&watch, b->birth) : NULL;
+            b->death = w ? *w : 0;
+        }
     u64map_free(&live);
     u64map_free(&sizes);
+    u64map_free(&watch);
     u64map_free(&step_idx);
     /* buckets never reached (a short recording) are dropped */
     size_t k = 0;
@@ -306,9 +326,8 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
     f->timeline = pts;
     f->ntimeline = k;
     f->by_step = by_step;
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
-        /* a damaged tail: the timeline stops where the file does */
-    }
+    f->recorded_peak_reserved = peak_reserved;
+    (void)rc; /* a damaged tail: the timeline stops where the file does */
     return 0;
 }
 
@@ -328,21 +347,10 @@ static uint64_t stream_handle(gm_db *d, uint64_t id, int *known) {
     return h;
 }
 
-static const gm_alloc *alloc_born(const gm_model *m, uint64_t seq) {
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < seq) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nallocs && m->allocs[lo].birth == seq ? &m->allocs[lo] : NULL;
-}
-
-/* The seq after which an allocation is gone (UINT64_MAX: alive at the end). */
-static uint64_t death_of(const gm_model *m, uint64_t birth) {
-    const gm_alloc *a = birth ? alloc_born(m, birth) : NULL;
-    if (!a) return 0;
-    return a->death ? a->death : UINT64_MAX;
+/* When a block's allocation is freed (UINT64_MAX: never, 0: unknown allocation). */
+static uint64_t death_of(const snap_block *b) {
+    if (!b->birth) return 0;
+    return b->death ? b->death : UINT64_MAX;
 }
 
 static int hist_bucket(uint64_t size) {
@@ -356,7 +364,7 @@ static int pin_cmp(const void *a, const void *b) {
     return x->free_bytes < y->free_bytes ? 1 : x->free_bytes > y->free_bytes ? -1 : 0;
 }
 
-static int classify(gm_db *d, const gm_model *m, snap *s, uint64_t page, gm_frag_state *o, char *err,
+static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *err,
                     size_t errsz) {
     memset(o, 0, sizeof *o);
     o->oom = s->reason == REC_SNAP_OOM;
@@ -369,7 +377,7 @@ static int classify(gm_db *d, const gm_model *m, snap *s, uint64_t page, gm_frag
         if (b->state != REC_BLOCK_ALLOCATED) continue;
         g->live += b->size;
         if (b->addr + b->size > g->live_end) g->live_end = b->addr + b->size;
-        if (g->last_pin == SIZE_MAX || death_of(m, b->birth) > death_of(m, s->blocks[g->last_pin].birth))
+        if (g->last_pin == SIZE_MAX || death_of(b) > death_of(&s->blocks[g->last_pin]))
             g->last_pin = i;
     }
     for (size_t i = 0; i < s->nsegs; i++) o->reserved += s->segs[i].mapped;
@@ -386,6 +394,7 @@ static int classify(gm_db *d, const gm_model *m, snap *s, uint64_t page, gm_frag
         o->need_seq = s->need_seq;
         o->need_size = s->need_size;
         o->need_stream = stream_handle(d, s->need_stream_id, &hk);
+        o->need_addr = s->need_addr;
     }
     int stream_known = o->need_known && hk;
     o->need_small = o->need_size <= SMALL_REQUEST;
@@ -505,7 +514,7 @@ static int classify(gm_db *d, const gm_model *m, snap *s, uint64_t page, gm_frag
     for (size_t i = 0; i < s->nsegs; i++) {
         if (!pins[i].free_bytes || s->segs[i].last_pin == SIZE_MAX) continue;
         const snap_block *pb = &s->blocks[s->segs[i].last_pin];
-        pins[np] = (gm_frag_pin){pb->birth, pb->size, pins[i].free_bytes, s->segs[i].mapped};
+        pins[np] = (gm_frag_pin){pb->birth, pb->addr, pb->death, pb->size, pins[i].free_bytes, s->segs[i].mapped};
         np++;
     }
     qsort(pins, np, sizeof *pins, pin_cmp);
@@ -685,28 +694,31 @@ int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return 0;
 }
 
-static void find_fixes(gm_db *d, gm_frag *f, const gm_model *m) {
+static void find_fixes(gm_db *d, gm_frag *f) {
     char err[512];
     adv_model am;
     if (gm_frag_trace_load(d, &am, err, sizeof err) != 0) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", err);
         return;
     }
-    f->recorded_peak_reserved = m->peak_reserved;
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
-    alloc_replay_result_t base;
-    if (!am.nevs || adv_replay(&am, &base, err, sizeof err) != 0) {
-        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? err : "no allocations");
+    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
+    enum { NC = sizeof cands / sizeof *cands };
+    gm_tune_result *res = calloc(NC + 1, sizeof *res);
+    f->fixes = calloc(NC, sizeof *f->fixes);
+    if (!trace || !res || !f->fixes) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? "out of memory" : "no allocations");
+        free(trace), free(res);
         adv_model_free(&am);
         return;
     }
-    f->replay_peak_reserved = base.peak_reserved;
-    f->replay_oom = base.oom_index >= 0;
     int streams = 0;
     for (size_t i = 1; i < am.nallocs && !streams; i++) streams = am.allocs[i].stream != am.allocs[0].stream;
     const alloc_config_t recorded = am.cfg;
-    f->fixes = calloc(sizeof cands / sizeof *cands, sizeof *f->fixes);
-    for (size_t i = 0; f->fixes && i < sizeof cands / sizeof *cands; i++) {
+    /* res[0]: the recorded configuration (the baseline); then each candidate that changes it */
+    size_t nres = 0, which[NC + 1];
+    res[nres].cfg = recorded, which[nres++] = SIZE_MAX;
+    for (size_t i = 0; i < NC; i++) {
         const cand *k = &cands[i];
         if (k->classic_only && recorded.expandable_segments) continue;
         if (k->streams_only && !streams) continue;
@@ -715,27 +727,39 @@ static void find_fixes(gm_db *d, gm_frag *f, const gm_model *m) {
         if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) continue;
         c.limit = recorded.limit; /* a preset keeps the limit the program ran under */
         if (conf_same(&c, &recorded)) continue;
-        am.cfg = c;
-        alloc_replay_result_t r;
-        if (adv_replay(&am, &r, err, sizeof err) != 0) continue;
-        /* a fix reserves less; on a recording that met an OOM under its limit, a fix is one
-         * that does not (the recorded replay stops at its OOM, so its peak is no baseline) */
-        if (r.oom_index >= 0) continue;
-        if (base.oom_index < 0 && r.peak_reserved >= base.peak_reserved) continue;
-        gm_frag_fix *x = &f->fixes[f->nfixes++];
-        gm_conf_short(&c, x->conf, sizeof x->conf);
-        x->has_pytorch = gm_conf_pytorch(&c, x->pytorch, sizeof x->pytorch);
-        snprintf(x->change, sizeof x->change, "%s", k->change);
-        x->peak_reserved = r.peak_reserved;
-        x->peak_allocated = r.peak_allocated;
+        res[nres].cfg = c, which[nres++] = i;
     }
-    am.cfg = recorded;
-    if (f->nfixes > 1) qsort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
-    if (!f->nfixes)
-        snprintf(f->fix_note, sizeof f->fix_note, "%s",
-                 f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
-                                 "tensors need more (gpumem advise)"
-                               : "no candidate configuration reserves less on this trace");
+    size_t cap = (size_t)80 << 30;
+    if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
+    gm_tune_replay_many(trace, am.nevs, cap, res, nres, 0);
+    const gm_tune_result *base = &res[0];
+    if (!base->ok) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");
+    } else {
+        f->replay_peak_reserved = base->peak_reserved;
+        f->replay_oom = base->oom;
+        for (size_t r = 1; r < nres; r++) {
+            const gm_tune_result *x = &res[r];
+            /* a fix reserves less; on a recording that met an OOM under its limit, a fix is one
+             * that does not (the recorded replay stops at its OOM, so its peak is no baseline) */
+            if (!x->ok || x->oom) continue;
+            if (!base->oom && x->peak_reserved >= base->peak_reserved) continue;
+            gm_frag_fix *fx = &f->fixes[f->nfixes++];
+            gm_conf_short(&x->cfg, fx->conf, sizeof fx->conf);
+            fx->has_pytorch = gm_conf_pytorch(&x->cfg, fx->pytorch, sizeof fx->pytorch);
+            snprintf(fx->change, sizeof fx->change, "%s", cands[which[r]].change);
+            fx->peak_reserved = x->peak_reserved;
+            fx->peak_allocated = x->peak_allocated;
+        }
+        if (f->nfixes > 1) qsort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+        if (!f->nfixes)
+            snprintf(f->fix_note, sizeof f->fix_note, "%s",
+                     f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
+                                     "tensors need more (gpumem advise)"
+                                   : "no candidate configuration reserves less on this trace");
+    }
+    free(trace);
+    free(res);
     adv_model_free(&am);
 }
 
@@ -825,7 +849,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
     for (size_t i = 0; i < nsnaps; i++) {
         snap *s = &snaps[i];
         gm_frag_state o;
-        if (classify(d, m, s, page, &o, err, errsz) != 0) goto out;
+        if (classify(d, s, page, &o, err, errsz) != 0) goto out;
         if (s->reason == REC_SNAP_PEAK) {
             f->peak = o;
             f->have_peak = 1;
@@ -840,7 +864,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
             f->ooms[f->nooms++] = o;
         }
     }
-    find_fixes(d, f, m);
+    find_fixes(d, f);
     rc = 0;
 out:
     for (size_t i = 0; i < nsnaps; i++) snap_free(&snaps[i]);

@@ -35,8 +35,10 @@ extern const char *const gm_frag_cause_name[GM_FC_N];
 
 /* A live allocation that keeps free space of its segment from being reused or given back. */
 typedef struct gm_frag_pin {
-    uint64_t birth;      /* its allocation (m->allocs' birth seq), 0 when not found */
-    uint64_t size;       /* its block */
+    uint64_t birth;      /* its allocation (the seq of its alloc event), 0 when not found */
+    uint64_t addr;       /* its block */
+    uint64_t death;      /* the seq of its free, 0: alive at the end */
+    uint64_t size;
     uint64_t free_bytes; /* free bytes of its segment it holds (pinned + tail) */
     uint64_t segment;    /* that segment's size */
 } gm_frag_pin;
@@ -67,7 +69,7 @@ typedef struct gm_frag_state {
     /* what the allocator was asked for then: the OOM's request, or at the peak the allocation
      * that made reserved grow to it */
     int need_known;
-    uint64_t need_seq, need_size, need_stream;
+    uint64_t need_seq, need_size, need_stream, need_addr;
     int need_small;
     uint64_t need_pool_free, need_pool_largest; /* free in that request's pool */
     int fragmentation; /* OOM: free in fragments >= request, largest free block < request */
@@ -100,7 +102,7 @@ typedef struct gm_frag {
     size_t nooms;
     /* fixes */
     char recorded_conf[512]; /* the recording's configuration, shortest form */
-    uint64_t recorded_peak_reserved; /* what the recording measured */
+    uint64_t recorded_peak_reserved; /* reserved at its peak in the events */
     uint64_t replay_peak_reserved;   /* the trace replayed under it (the fixes' baseline) */
     int replay_oom;                  /* that replay met an OOM (a recorded limit): fixes avoid it */
     gm_frag_fix *fixes; /* most saving first */
@@ -110,6 +112,7 @@ typedef struct gm_frag {
 
 /* Runs the whole analysis. m: the loaded model (gm_model_load). Returns 0, or -1 with err. */
 int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz);
+/* m: the tables only (gm_model_load_tables) are enough: frag sweeps the events itself. */
 void gm_frag_free(gm_frag *f);
 
 /* `gpumem frag` (gm_frag_cmd.c): argv[0] is "frag". Returns the exit code. */

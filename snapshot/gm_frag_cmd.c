@@ -114,29 +114,48 @@ int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t
 
 static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
 
-/* "d_logits in step 19/bwd at t_alloc_on (gpt2.c:235) < backward (gpt2.c:826)" */
-static void alloc_words(const gm_model *m, uint64_t birth, char *out, size_t n) {
-    const gm_alloc *a = NULL;
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < birth) lo = mid + 1;
-        else hi = mid;
+#define FRAG_JSON_PINS 20 /* pinned_by lists the allocations keeping the most free bytes */
+
+/* "d_logits in step 19/bwd at t_alloc_on (gpt2.c:235) < backward (gpt2.c:826) (event N)": the
+ * allocation born at event birth at addr (alive until death, 0: the end), read from the
+ * database (frag loads no per-allocation model). */
+static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t addr, uint64_t death, char *out,
+                        size_t n) {
+    sqlite3_stmt *st;
+    uint32_t stack = 0, range = 0;
+    uint64_t name = 0;
+    int found = 0;
+    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)birth);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            stack = (uint32_t)sqlite3_column_int64(st, 0);
+            range = (uint32_t)sqlite3_column_int64(st, 1);
+            found = 1;
+        }
+        sqlite3_finalize(st);
     }
-    if (birth && lo < m->nallocs && m->allocs[lo].birth == birth) a = &m->allocs[lo];
-    if (!a) {
+    if (!found) {
         snprintf(out, n, "an allocation not in the events");
         return;
     }
+    /* its name: the last one given to its address while it was live */
+    if (gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(d->db, "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
+                                  "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)addr);
+        sqlite3_bind_int64(st, 2, (int64_t)birth);
+        sqlite3_bind_int64(st, 3, (int64_t)death);
+        if (sqlite3_step(st) == SQLITE_ROW) name = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
     char site[512] = "";
-    if (a->stack) gm_site_desc(m, a->stack, site, sizeof site);
-    const gm_range *r = a->range ? gm_range_of(m, a->range) : NULL;
-    snprintf(out, n, "%s%s%s%s%s%s (event %" PRIu64 ")", a->name ? gm_str(m, a->name) : "an allocation",
-             r && r->path ? " in " : "", r && r->path ? r->path : "", site[0] ? " at " : "", site,
-             "", birth);
+    if (stack) gm_site_desc(m, stack, site, sizeof site);
+    const gm_range *r = range ? gm_range_of(m, range) : NULL;
+    snprintf(out, n, "%s%s%s%s%s (event %" PRIu64 ")", name ? gm_str(m, name) : "an allocation",
+             r && r->path ? " in " : "", r && r->path ? r->path : "", site[0] ? " at " : "", site, birth);
 }
 
-static void cause_detail(const gm_model *m, const gm_frag_state *s, int c, char *out, size_t n) {
+static void cause_detail(gm_db *d, const gm_model *m, const gm_frag_state *s, int c, char *out, size_t n) {
     char need[32], pf[32], pl[32];
     bytes(s->need_size, need, sizeof need);
     bytes(s->need_pool_free, pf, sizeof pf);
@@ -160,7 +179,7 @@ static void cause_detail(const gm_model *m, const gm_frag_state *s, int c, char 
     case GM_FC_PINNED:
     case GM_FC_TAIL: {
         char who[1024] = "";
-        if (s->npins) alloc_words(m, s->pins[0].birth, who, sizeof who);
+        if (s->npins) alloc_words(d, m, s->pins[0].birth, s->pins[0].addr, s->pins[0].death, who, sizeof who);
         snprintf(out, n, "%s; classic segments are never merged or given back while one block in them "
                          "is live%s%s",
                  c == GM_FC_PINNED ? "free space between live blocks of a classic segment"
@@ -196,7 +215,7 @@ static double attributed_pct(const gm_frag_state *s) {
 
 /* ---------------------------------------------------------------- text */
 
-static void print_state_text(const gm_model *m, const gm_frag_state *s, int top, FILE *out) {
+static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s, int top, FILE *out) {
     char rq[32], al[32], re[32], fc[32], lf[32], gap[32];
     bytes(s->requested, rq, sizeof rq);
     bytes(s->allocated, al, sizeof al);
@@ -211,7 +230,7 @@ static void print_state_text(const gm_model *m, const gm_frag_state *s, int top,
     if (s->need_known) {
         char need[32], who[1024] = "";
         bytes(s->need_size, need, sizeof need);
-        if (!s->oom) alloc_words(m, s->need_seq, who, sizeof who);
+        if (!s->oom) alloc_words(d, m, s->need_seq, s->need_addr, 0, who, sizeof who);
         fprintf(out, "  %s %s%s%s\n", s->oom ? "the request that failed:" : "the request that grew reserved:", need,
                 who[0] ? ", " : "", who);
     }
@@ -248,7 +267,7 @@ static void print_state_text(const gm_model *m, const gm_frag_state *s, int top,
         if (!s->causes[c]) continue;
         char b[32], det[2048];
         bytes(s->causes[c], b, sizeof b);
-        cause_detail(m, s, c, det, sizeof det);
+        cause_detail(d, m, s, c, det, sizeof det);
         fprintf(out, "    %11s %5.1f%%  %-13s %s\n", b, total ? 100.0 * (double)s->causes[c] / (double)total : 0.0,
                 gm_frag_cause_name[c], det);
     }
@@ -259,14 +278,14 @@ static void print_state_text(const gm_model *m, const gm_frag_state *s, int top,
             char fb[32], sg[32], who[1024];
             bytes(s->pins[i].free_bytes, fb, sizeof fb);
             bytes(s->pins[i].segment, sg, sizeof sg);
-            alloc_words(m, s->pins[i].birth, who, sizeof who);
+            alloc_words(d, m, s->pins[i].birth, s->pins[i].addr, s->pins[i].death, who, sizeof who);
             fprintf(out, "    %11s free of a %s segment, kept by %s\n", fb, sg, who);
         }
         if (s->npins > (size_t)top) fprintf(out, "    ... %zu more (--top N)\n", s->npins - (size_t)top);
     }
 }
 
-static void print_text(const gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
+static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
     fprintf(out, "gpumem frag: %s\n", d->path);
     if (f->recorded_conf[0]) fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
     if (f->ntimeline) {
@@ -291,14 +310,14 @@ static void print_text(const gm_db *d, const gm_model *m, const gm_frag *f, int 
     }
     if (f->have_peak) {
         fprintf(out, "\nAt the reserved peak (event %" PRIu64 ")\n", f->peak.seq);
-        print_state_text(m, &f->peak, top, out);
+        print_state_text(d, m, &f->peak, top, out);
     } else {
         fprintf(out, "\nAt the reserved peak: no allocator snapshot in this recording (record mode, or an "
                      "older gpumem): the causes need one\n");
     }
     for (size_t i = 0; i < f->nooms; i++) {
         fprintf(out, "\nAt OOM %zu (event %" PRIu64 ")\n", i + 1, f->ooms[i].seq);
-        print_state_text(m, &f->ooms[i], top, out);
+        print_state_text(d, m, &f->ooms[i], top, out);
     }
     fprintf(out, "\nFixes (the recorded trace replayed through the allocator under each configuration)\n");
     if (f->replay_peak_reserved) {
@@ -341,7 +360,7 @@ static void print_text(const gm_db *d, const gm_model *m, const gm_frag *f, int 
 
 /* ---------------------------------------------------------------- JSON */
 
-static void print_state_json(const gm_model *m, const gm_frag_state *s, FILE *out) {
+static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s, FILE *out) {
     fprintf(out,
             "{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
             ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
@@ -352,7 +371,7 @@ static void print_state_json(const gm_model *m, const gm_frag_state *s, FILE *ou
     for (int c = 0; c < GM_FC_N; c++) {
         if (!s->causes[c]) continue;
         char det[2048];
-        cause_detail(m, s, c, det, sizeof det);
+        cause_detail(d, m, s, c, det, sizeof det);
         fprintf(out, "%s{\"cause\":\"%s\",\"bytes\":%" PRIu64 ",\"detail\":", first ? "" : ",", gm_frag_cause_name[c],
                 s->causes[c]);
         gm_json_str(out, det);
@@ -385,9 +404,9 @@ static void print_state_json(const gm_model *m, const gm_frag_state *s, FILE *ou
                 p->free, p->largest);
     }
     fputs("],\"pinned_by\":[", out);
-    for (size_t i = 0; i < s->npins; i++) {
+    for (size_t i = 0; i < s->npins && i < FRAG_JSON_PINS; i++) {
         char who[1024];
-        alloc_words(m, s->pins[i].birth, who, sizeof who);
+        alloc_words(d, m, s->pins[i].birth, s->pins[i].addr, s->pins[i].death, who, sizeof who);
         fprintf(out, "%s{\"alloc_id\":%" PRIu64 ",\"size\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"segment\":%" PRIu64
                      ",\"what\":",
                 i ? "," : "", s->pins[i].birth, s->pins[i].size, s->pins[i].free_bytes, s->pins[i].segment);
@@ -397,7 +416,7 @@ static void print_state_json(const gm_model *m, const gm_frag_state *s, FILE *ou
     fputs("]}", out);
 }
 
-static void print_json(const gm_db *d, const gm_model *m, const gm_frag *f, const uint64_t *meas, FILE *out) {
+static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
     fputs(",\"recorded\":{\"conf\":", out);
@@ -411,12 +430,12 @@ static void print_json(const gm_db *d, const gm_model *m, const gm_frag *f, cons
                 i ? "," : "", f->by_step ? "step" : "bucket", p->step, p->seq, p->reserved, p->allocated);
     }
     fputs("],\"at_peak\":", out);
-    if (f->have_peak) print_state_json(m, &f->peak, out);
+    if (f->have_peak) print_state_json(d, m, &f->peak, out);
     else fputs("null", out);
     fputs(",\"ooms\":[", out);
     for (size_t i = 0; i < f->nooms; i++) {
         if (i) fputc(',', out);
-        print_state_json(m, &f->ooms[i], out);
+        print_state_json(d, m, &f->ooms[i], out);
     }
     fputs("],\"fixes\":[", out);
     for (size_t i = 0; i < f->nfixes; i++) {
@@ -481,7 +500,7 @@ int gm_frag_main(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
-    if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
+    if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_model_free(&m);
         gm_db_close(&d);

@@ -89,6 +89,8 @@ static void replay_one(job *j, gm_tune_result *r) {
     r->driver_time_s = gm_tune_driver_seconds(&out.backend);
 }
 
+static void run_batch(job *j, int threads);
+
 static void *worker(void *arg) {
     job *j = arg;
     for (;;) {
@@ -97,6 +99,17 @@ static void *worker(void *arg) {
         replay_one(j, &j->res[i]);
     }
     return NULL;
+}
+
+int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, gm_tune_result *res,
+                        size_t nres, int threads) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .res = res, .nres = nres};
+    if (threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    run_batch(&j, threads);
+    return 0;
 }
 
 static void run_batch(job *j, int threads) {
