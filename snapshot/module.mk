@@ -114,3 +114,5 @@ ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
            tests/bench/frag_tune_bench.sh
 INSTALL_SHARE += snapshot/schema.sql
+# tune replays on every core (threads): also under ThreadSanitizer
+TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
