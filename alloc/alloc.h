@@ -407,6 +407,9 @@ size_t alloc_mem_backend_pending_events(alloc_mem_backend_t *m);
 typedef struct alloc_mem_counters {
     uint64_t reserve, free_range, create, release, map, unmap, set_access;
     uint64_t seg_alloc, seg_free, event_record, event_query, synchronize;
+    /* bytes named by those calls (a driver's cost grows with them: sim/README.md, cost model) */
+    uint64_t create_bytes, release_bytes, map_bytes, unmap_bytes, set_access_bytes;
+    uint64_t seg_alloc_bytes, seg_free_bytes;
     size_t physical_in_use; /* bytes of handles + classic segments alive */
     size_t physical_peak;
 } alloc_mem_counters_t;
@@ -489,6 +492,7 @@ typedef struct alloc_replay_result {
     int64_t oom_index; /* index of the first event that failed with OOM, -1 if none */
     uint64_t num_ooms;
     alloc_oom_info_t oom; /* forensics of the first OOM */
+    alloc_mem_counters_t backend; /* the in-memory backend's calls and bytes, per call */
     double seconds;       /* wall time of the replay loop */
     uint64_t other_allocs; /* `ax` allocations replayed outside the allocator (pytorch presets) */
     size_t peak_other;     /* peak bytes of those, live at once */

@@ -81,6 +81,7 @@ static int mb_create(void *ctx, size_t size, uint64_t *handle)
     int rc = ALLOC_BE_OK;
     pthread_mutex_lock(&m->mu);
     m->c.create++;
+    m->c.create_bytes += size;
     if (phys_fails(m, size)) {
         rc = ALLOC_BE_OOM;
     } else {
@@ -112,6 +113,7 @@ static int mb_release(void *ctx, uint64_t handle)
         rc = ALLOC_BE_ERROR;
     } else {
         m->c.physical_in_use -= m->handle_size[handle - 1];
+        m->c.release_bytes += m->handle_size[handle - 1];
         m->handle_size[handle - 1] = 0;
     }
     pthread_mutex_unlock(&m->mu);
@@ -125,6 +127,7 @@ static int mb_map(void *ctx, uint64_t addr, size_t size, uint64_t handle)
     int rc = ALLOC_BE_OK;
     pthread_mutex_lock(&m->mu);
     m->c.map++;
+    m->c.map_bytes += size;
     if (!handle || handle > m->nhandles || m->handle_size[handle - 1] != size) rc = ALLOC_BE_ERROR;
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -133,10 +136,10 @@ static int mb_map(void *ctx, uint64_t addr, size_t size, uint64_t handle)
 static int mb_set_access(void *ctx, uint64_t addr, size_t size)
 {
     (void)addr;
-    (void)size;
     alloc_mem_backend_t *m = M(ctx);
     pthread_mutex_lock(&m->mu);
     m->c.set_access++;
+    m->c.set_access_bytes += size;
     pthread_mutex_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
@@ -144,10 +147,10 @@ static int mb_set_access(void *ctx, uint64_t addr, size_t size)
 static int mb_unmap(void *ctx, uint64_t addr, size_t size)
 {
     (void)addr;
-    (void)size;
     alloc_mem_backend_t *m = M(ctx);
     pthread_mutex_lock(&m->mu);
     m->c.unmap++;
+    m->c.unmap_bytes += size;
     pthread_mutex_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
@@ -163,6 +166,7 @@ static int mb_seg_alloc(void *ctx, size_t size, uint64_t *addr)
     int rc = ALLOC_BE_OK;
     pthread_mutex_lock(&m->mu);
     m->c.seg_alloc++;
+    m->c.seg_alloc_bytes += size;
     if (phys_fails(m, size)) {
         rc = ALLOC_BE_OOM;
     } else {
@@ -179,6 +183,7 @@ static int mb_seg_free(void *ctx, uint64_t addr, size_t size)
     alloc_mem_backend_t *m = M(ctx);
     pthread_mutex_lock(&m->mu);
     m->c.seg_free++;
+    m->c.seg_free_bytes += size;
     m->c.physical_in_use -= size;
     pthread_mutex_unlock(&m->mu);
     return ALLOC_BE_OK;

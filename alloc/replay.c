@@ -735,6 +735,7 @@ done:
     out->cache_misses = st.cache_misses;
     out->num_ooms += st.num_ooms - recovered;
     free(held.v);
+    alloc_mem_backend_counters(mb, &out->backend);
     idmap_free(&ids);
     alloc_destroy(a);
     alloc_mem_backend_destroy(mb);

@@ -126,6 +126,9 @@ typedef struct gm_model {
 /* Loads tables and runs the sweep. Returns 0, or -1 with err set. progress: print a progress
  * line on stderr (when it is a terminal). */
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz);
+/* The tables only (strings, modules, frames, stacks, ranges, OOMs), without the sweep of the
+ * events: for readers that sweep the events their own way (gpumem frag). 0, or -1 with err. */
+int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz);
 void gm_model_free(gm_model *m);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);

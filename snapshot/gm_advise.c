@@ -552,13 +552,10 @@ size_t adv_steady_step(const adv_model *m)
 
 /* ------------------------------------------------------------------ replay */
 
-int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+alloc_trace_event_t *adv_to_trace(const adv_model *m)
 {
     alloc_trace_event_t *t = malloc((m->nevs ? m->nevs : 1) * sizeof *t);
-    if (!t) {
-        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
-        return -1;
-    }
+    if (!t) return NULL;
     for (size_t i = 0; i < m->nevs; i++) {
         const adv_ev *e = &m->evs[i];
         const adv_alloc *a = &m->allocs[e->a];
@@ -570,6 +567,16 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
                       : e->kind == ADV_EV_FREE_ASYNC ? e->stream
                                                      : 0;
+    }
+    return t;
+}
+
+int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+{
+    alloc_trace_event_t *t = adv_to_trace(m);
+    if (!t) {
+        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
+        return -1;
     }
     /* capacity: 80 GiB (the replay engine's default) or twice the recorded peak: a prediction
      * must never meet an OOM, and the allocator's per-range bookkeeping grows with it */

@@ -96,6 +96,9 @@ const char *adv_str(const adv_model *m, uint32_t i);
 /* Replays the model's events through alloc_replay under the recorded configuration (capacity
  * unlimited: a prediction never OOMs). Fills *out; returns 0 or -1 with err. */
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz);
+/* The model's events as the replay engine's trace (malloc'ed, m->nevs events), NULL when out of
+ * memory. Allocation ids are the model's allocation index + 1. */
+alloc_trace_event_t *adv_to_trace(const adv_model *m);
 
 /* ---- transformations: each rewrites m->evs (and adds allocations), in place. 0 or -1. ---- */
 

@@ -239,6 +239,11 @@ static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) 
     return s;
 }
 
+int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
+    memset(m, 0, sizeof *m);
+    return load_small(d, m, err, errsz);
+}
+
 typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {

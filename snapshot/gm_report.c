@@ -643,7 +643,8 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
         snprintf(c->advice, sizeof c->advice, "fragmentation: enough memory was cached (free in "
                  "fragments >= the request) but no block was large enough, and %s left only %s to "
                  "map. Use expandable segments (GPUMEM_CONF=expandable_segments:true, the default "
-                 "in replace mode), or allocate the largest tensors first", what, hr);
+                 "in replace mode), or allocate the largest tensors first; `gpumem frag` names the "
+                 "allocations that pin the fragments and the setting that avoids this OOM", what, hr);
     } else if (headroom >= o->requested && mappable < o->requested) {
         c->kind = "granularity";
         snprintf(c->advice, sizeof c->advice, "mapping granularity: %s left %s above what was "

@@ -9,6 +9,8 @@
  */
 #include "snapshot/gm.h"
 #include "snapshot/gm_advise.h"
+#include "snapshot/gm_frag.h"
+#include "snapshot/gm_tune.h"
 #include "snapshot/rec.h"
 
 #include <dlfcn.h>
@@ -596,7 +598,7 @@ static int edit_distance(const char *a, const char *b) {
 
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
 static const char *nearest_command(const char *c) {
-    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise"};
+    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune"};
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -629,6 +631,8 @@ int main(int argc, char **argv) {
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
     if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
+    if (strcmp(c, "frag") == 0) return gm_frag_main(argc - 1, argv + 1);
+    if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);
     const char *near = nearest_command(c);
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
     else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);

@@ -32,7 +32,9 @@ GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(S
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
-GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o
+GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
+                  $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
+                  $(SNAP_DIR)/gm_tune_cmd.o
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
@@ -71,6 +73,14 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/e2e_advise.sh
 
+# `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
+# (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).
+$(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
+ALL_TARGETS += $(BUILD)/tests/apps/frag_app
+SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
+
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
@@ -101,5 +111,8 @@ SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
-BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh
+BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
+           tests/bench/frag_tune_bench.sh
 INSTALL_SHARE += snapshot/schema.sql
+# tune replays on every core (threads): also under ThreadSanitizer
+TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh

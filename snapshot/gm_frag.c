@@ -1,0 +1,887 @@
+/* gm_frag.c — the analysis behind `gpumem frag`.
+ *
+ * The question: the allocator reserved R bytes while the program held A; where did R − A go,
+ * and what setting gives it back? Three sources answer it.
+ *
+ * 1. The allocator's own state. The recorder writes every segment and block at the reserved
+ *    peak and right after each OOM (tables snapshots/segments/blocks), from the same walk the
+ *    allocator's invariant checker uses, so the blocks tile every mapped byte. Each free byte
+ *    is given exactly one cause, the first that applies (enum gm_frag_cause, in order):
+ *    pending frees wait for stream work; a block cached in another stream's pool or in the
+ *    other size pool cannot serve the request of the moment; in a classic segment (one driver
+ *    allocation) that still holds live blocks, free space is either the segment's tail or held
+ *    between live neighbours — segments never merge, so the live block that dies last keeps all
+ *    of it; in an expandable segment, free bytes in a page that also holds live bytes cannot be
+ *    unmapped (granularity); free segments or pages each smaller than the request of the moment
+ *    while together larger are the size-class mismatch that made the allocator grow; what is
+ *    left is cache the allocator kept rather than gave back. "The request of the moment" is the
+ *    OOM's request, and at the peak the allocation that made reserved grow to it: the last
+ *    allocation before the snapshot that needed the driver (events.flags 512).
+ * 2. One sweep of the events: reserved and allocated over time (the timeline, per step, at the
+ *    moment the gap was widest), and which allocation was live at each address at the snapshot
+ *    (so a pinning block is named by its tensor and call site).
+ * 3. Replays of the recorded trace (gm_advise.c's model, alloc/'s allocator on its in-memory
+ *    backend, the same code that ran in the program) under the recorded configuration and under
+ *    candidate changes. A change is a fix when its replayed peak reserved is below the recorded
+ *    configuration's replay; the recorded configuration's replay is checked against the
+ *    recording and the difference, if any, is said.
+ */
+#include "snapshot/gm_frag.h"
+
+#include "snapshot/gm_advise.h"
+#include "snapshot/gm_tune.h"
+#include "snapshot/rec.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const gm_frag_cause_name[GM_FC_N] = {
+    "rounding",   "pending_free", "other_stream", "other_pool", "pinned",
+    "segment_tail", "granularity", "size_class", "cached",     "unattributed"};
+
+/* free block sizes: upper bounds (inclusive) of each bucket but the last */
+static const uint64_t hist_max[GM_FRAG_NHIST - 1] = {
+    (uint64_t)64 << 10, (uint64_t)1 << 20, (uint64_t)2 << 20, (uint64_t)8 << 20, (uint64_t)32 << 20,
+    (uint64_t)128 << 20, (uint64_t)512 << 20, (uint64_t)2 << 30};
+const char *const gm_frag_hist_name[GM_FRAG_NHIST] = {
+    "<= 64 KiB", "<= 1 MiB", "<= 2 MiB", "<= 8 MiB", "<= 32 MiB", "<= 128 MiB", "<= 512 MiB", "<= 2 GiB", "> 2 GiB"};
+
+#define SMALL_REQUEST ((uint64_t)1 << 20) /* the allocator's small pool: requests <= 1 MiB */
+#define PAGE_DEFAULT ((uint64_t)2 << 20)  /* mapping granularity when the config says 0 */
+#define TIMELINE_BUCKETS 24
+
+typedef struct snap_seg {
+    uint64_t stream, addr, size, mapped;
+    uint32_t flags;
+    uint64_t live;     /* bytes of live blocks */
+    uint64_t live_end; /* end of its last live block (0: none) */
+    size_t last_pin;   /* block index of its live block that dies last, SIZE_MAX none */
+} snap_seg;
+
+typedef struct snap_block {
+    uint64_t addr, size, requested;
+    uint32_t segment, state;
+    uint64_t birth; /* allocation live at addr at the snapshot (sweep), 0 unknown */
+    uint64_t death; /* its free (sweep), 0 alive at the end */
+} snap_block;
+
+typedef struct snap {
+    int64_t id;
+    uint64_t seq;
+    int device, reason;
+    snap_seg *segs;
+    size_t nsegs;
+    snap_block *blocks;
+    size_t nblocks;
+    /* filled by the sweep */
+    int resolved;
+    int need_known;
+    uint64_t need_seq, need_size, need_stream_id, need_addr;
+    /* OOM: its row */
+    uint64_t oom_requested, oom_stream_id;
+} snap;
+
+static void snap_free(snap *s) {
+    free(s->segs);
+    free(s->blocks);
+    memset(s, 0, sizeof *s);
+}
+
+static int fail_sql(gm_db *d, char *err, size_t errsz, const char *what) {
+    snprintf(err, errsz, "%s: cannot read %s: %s", d->path, what, sqlite3_errmsg(d->db));
+    return -1;
+}
+
+static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT idx, stream, addr, size, mapped, flags FROM segments "
+                                  "WHERE snapshot = ? ORDER BY idx", -1, &st, NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "segments");
+    sqlite3_bind_int64(st, 1, s->id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t idx = sqlite3_column_int64(st, 0);
+        if (idx < 0 || idx > 1 << 24) continue;
+        if ((size_t)idx >= cap) {
+            size_t nc = cap ? cap : 64;
+            while (nc <= (size_t)idx) nc *= 2;
+            snap_seg *n = realloc(s->segs, nc * sizeof *n);
+            if (!n) {
+                sqlite3_finalize(st);
+                snprintf(err, errsz, "out of memory reading segments");
+                return -1;
+            }
+            memset(n + cap, 0, (nc - cap) * sizeof *n);
+            s->segs = n, cap = nc;
+        }
+        snap_seg *g = &s->segs[idx];
+        g->stream = (uint64_t)sqlite3_column_int64(st, 1);
+        g->addr = (uint64_t)sqlite3_column_int64(st, 2);
+        g->size = (uint64_t)sqlite3_column_int64(st, 3);
+        g->mapped = (uint64_t)sqlite3_column_int64(st, 4);
+        g->flags = (uint32_t)sqlite3_column_int64(st, 5);
+        g->last_pin = SIZE_MAX;
+        if ((size_t)idx + 1 > s->nsegs) s->nsegs = (size_t)idx + 1;
+    }
+    sqlite3_finalize(st);
+    cap = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT addr, segment, state, size, requested FROM blocks "
+                                  "WHERE snapshot = ? ORDER BY addr", -1, &st, NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "blocks");
+    sqlite3_bind_int64(st, 1, s->id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (s->nblocks == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            snap_block *n = realloc(s->blocks, nc * sizeof *n);
+            if (!n) {
+                sqlite3_finalize(st);
+                snprintf(err, errsz, "out of memory reading blocks");
+                return -1;
+            }
+            s->blocks = n, cap = nc;
+        }
+        snap_block *b = &s->blocks[s->nblocks];
+        b->addr = (uint64_t)sqlite3_column_int64(st, 0);
+        int64_t seg = sqlite3_column_int64(st, 1);
+        b->state = (uint32_t)sqlite3_column_int64(st, 2);
+        b->size = (uint64_t)sqlite3_column_int64(st, 3);
+        b->requested = (uint64_t)sqlite3_column_int64(st, 4);
+        b->birth = 0;
+        if (seg < 0 || (size_t)seg >= s->nsegs) continue; /* a block of no segment: skip it */
+        b->segment = (uint32_t)seg;
+        s->nblocks++;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+typedef struct sweep_live {
+    uint64_t birth, size;
+} sweep_live;
+
+/* Resolves which allocation is live at each allocated block of s; their frees are watched for
+ * (watch: birth -> death seq, 0 until it comes). */
+static void snap_resolve(snap *s, const u64map *live, u64map *watch) {
+    for (size_t i = 0; i < s->nblocks; i++) {
+        snap_block *b = &s->blocks[i];
+        if (b->state != REC_BLOCK_ALLOCATED) continue;
+        const uint64_t *v = u64map_get(live, b->addr);
+        if (v) {
+            b->birth = *v;
+            if (!u64map_get(watch, *v)) u64map_put(watch, *v, 0);
+        }
+    }
+    s->resolved = 1;
+}
+
+static void snap_need(snap *s, const uint64_t *miss, const uint64_t *any) {
+    if (s->reason != REC_SNAP_PEAK) return;
+    const uint64_t *w = miss[0] ? miss : any; /* seq, size, stream, addr */
+    s->need_known = w[0] != 0;
+    s->need_seq = w[0], s->need_size = w[1], s->need_stream_id = w[2], s->need_addr = w[3];
+}
+
+static int is_dev_alloc(unsigned k) { return k == REC_ALLOC || k == REC_ALLOC_ASYNC; }
+static int is_dev_free(unsigned k) { return k == REC_FREE || k == REC_FREE_ASYNC; }
+
+/* One pass over the events: the timeline, reserved at its peak, and the state each snapshot
+ * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq. */
+static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, char *err,
+                 size_t errsz) {
+    sqlite3_stmt *st;
+    uint64_t span = 1;
+    if (sqlite3_prepare_v2(d->db, "SELECT max(seq) FROM events", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) span = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    if (!span) span = 1;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream FROM events "
+                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "events");
+    u64map live = {0};  /* addr -> birth seq */
+    u64map sizes = {0}; /* addr -> block size */
+    u64map watch = {0}; /* birth -> death, for the allocations live at a snapshot */
+    int by_step = 0;
+    for (size_t i = 0; i < m->nranges && !by_step; i++) by_step = m->ranges[i].step >= 0;
+    size_t npoints = by_step ? 0 : TIMELINE_BUCKETS, cap = npoints;
+    gm_frag_point *pts = calloc(npoints ? npoints : 1, sizeof *pts);
+    u64map step_idx = {0};
+    if (!pts) {
+        sqlite3_finalize(st);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < npoints; i++) pts[i].step = (int64_t)i;
+    uint64_t allocated = 0, reserved = 0, peak_reserved = 0;
+    int have_segments = 0;
+    size_t si = 0;
+    /* last allocation that needed the driver, and last allocation, per device (snapshots are per
+     * device): seq, size, stream, addr */
+    enum { NDEV = 64 };
+    uint64_t miss[NDEV][4], any[NDEV][4];
+    memset(miss, 0, sizeof miss);
+    memset(any, 0, sizeof any);
+    uint32_t last_range = 0;
+    int64_t last_step = -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
+        for (; si < nsnaps && snaps[si].seq < seq; si++) {
+            int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
+            snap_resolve(&snaps[si], &live, &watch);
+            snap_need(&snaps[si], miss[dv], any[dv]);
+        }
+        unsigned kind = (unsigned)sqlite3_column_int(st, 1);
+        unsigned flags = (unsigned)sqlite3_column_int(st, 2);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 3);
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 4);
+        uint32_t range = (uint32_t)sqlite3_column_int64(st, 5);
+        int dev = sqlite3_column_int(st, 6);
+        int dv = dev >= 0 && dev < NDEV ? dev : 0;
+        if (is_dev_alloc(kind) || is_dev_free(kind)) {
+            uint64_t old, birth;
+            if (u64map_del(&sizes, addr, &old)) allocated -= old < allocated ? old : allocated;
+            if (u64map_del(&live, addr, &birth) && watch.count) {
+                uint64_t *w = u64map_get(&watch, birth);
+                if (w && !*w) *w = seq;
+            }
+            if (is_dev_alloc(kind)) {
+                u64map_put(&live, addr, seq);
+                u64map_put(&sizes, addr, size);
+                allocated += size;
+                uint64_t stream = (uint64_t)sqlite3_column_int64(st, 7);
+                uint64_t e[4] = {seq, size, stream, addr};
+                memcpy(any[dv], e, sizeof e);
+                if (flags & REC_F_CACHE_MISS) memcpy(miss[dv], e, sizeof e);
+            }
+        } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
+            reserved += size, have_segments = 1;
+        } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+            reserved -= size < reserved ? size : reserved, have_segments = 1;
+        } else {
+            continue;
+        }
+        uint64_t res = have_segments ? reserved : allocated;
+        if (res > peak_reserved) peak_reserved = res;
+        gm_frag_point *p = NULL;
+        if (by_step) {
+            if (range != last_range) {
+                const gm_range *r = range ? gm_range_of(m, range) : NULL;
+                last_range = range;
+                last_step = r && r->step >= 0 ? r->step : -1;
+            }
+            if (last_step >= 0) {
+                uint64_t *ix = u64map_get(&step_idx, (uint64_t)last_step);
+                if (!ix) {
+                    if (npoints == cap) {
+                        size_t nc = cap ? 2 * cap : 64;
+                        gm_frag_point *n = realloc(pts, nc * sizeof *n);
+                        if (!n) break;
+                        pts = n, cap = nc;
+                    }
+                    memset(&pts[npoints], 0, sizeof *pts);
+                    pts[npoints].step = last_step;
+                    u64map_put(&step_idx, (uint64_t)last_step, npoints);
+                    ix = u64map_get(&step_idx, (uint64_t)last_step);
+                    npoints++;
+                }
+                p = &pts[*ix];
+            }
+        } else {
+            size_t b = (size_t)((seq >= span ? span - 1 : seq) * TIMELINE_BUCKETS / span);
+            p = &pts[b < TIMELINE_BUCKETS ? b : TIMELINE_BUCKETS - 1];
+        }
+        uint64_t al = allocated < res ? allocated : res;
+        if (p && (!p->seq || res - al > p->reserved - p->allocated ||
+                  (res - al == p->reserved - p->allocated && res > p->reserved))) {
+            p->seq = seq;
+            p->reserved = res;
+            p->allocated = al;
+        }
+    }
+    sqlite3_finalize(st);
+    for (; si < nsnaps; si++) {
+        int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
+        snap_resolve(&snaps[si], &live, &watch);
+        snap_need(&snaps[si], miss[dv], any[dv]);
+    }
+    for (size_t i = 0; i < nsnaps; i++)
+        for (size_t k = 0; k < snaps[i].nblocks; k++) {
+            snap_block *b = &snaps[i].blocks[k];
+            const uint64_t *w = b->birth ? u64map_get(&watch, b->birth) : NULL;
+            b->death = w ? *w : 0;
+        }
+    u64map_free(&live);
+    u64map_free(&sizes);
+    u64map_free(&watch);
+    u64map_free(&step_idx);
+    /* buckets never reached (a short recording) are dropped */
+    size_t k = 0;
+    for (size_t i = 0; i < npoints; i++)
+        if (pts[i].seq) pts[k++] = pts[i];
+    f->timeline = pts;
+    f->ntimeline = k;
+    f->by_step = by_step;
+    f->recorded_peak_reserved = peak_reserved;
+    (void)rc; /* a damaged tail: the timeline stops where the file does */
+    return 0;
+}
+
+/* ---------------------------------------------------------------- classification */
+
+static uint64_t stream_handle(gm_db *d, uint64_t id, int *known) {
+    sqlite3_stmt *st;
+    uint64_t h = 0;
+    *known = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT handle FROM streams WHERE id = ?", -1, &st, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_int64(st, 1, (int64_t)id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        h = (uint64_t)sqlite3_column_int64(st, 0);
+        *known = 1;
+    }
+    sqlite3_finalize(st);
+    return h;
+}
+
+/* When a block's allocation is freed (UINT64_MAX: never, 0: unknown allocation). */
+static uint64_t death_of(const snap_block *b) {
+    if (!b->birth) return 0;
+    return b->death ? b->death : UINT64_MAX;
+}
+
+static int hist_bucket(uint64_t size) {
+    int i = 0;
+    while (i < GM_FRAG_NHIST - 1 && size > hist_max[i]) i++;
+    return i;
+}
+
+static int pin_cmp(const void *a, const void *b) {
+    const gm_frag_pin *x = a, *y = b;
+    return x->free_bytes < y->free_bytes ? 1 : x->free_bytes > y->free_bytes ? -1 : 0;
+}
+
+static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *err,
+                    size_t errsz) {
+    memset(o, 0, sizeof *o);
+    o->oom = s->reason == REC_SNAP_OOM;
+    o->seq = s->seq;
+    o->device = s->device;
+    /* per segment: live bytes, end of the last live block, the live block that dies last */
+    for (size_t i = 0; i < s->nblocks; i++) {
+        snap_block *b = &s->blocks[i];
+        snap_seg *g = &s->segs[b->segment];
+        if (b->state != REC_BLOCK_ALLOCATED) continue;
+        g->live += b->size;
+        if (b->addr + b->size > g->live_end) g->live_end = b->addr + b->size;
+        if (g->last_pin == SIZE_MAX || death_of(b) > death_of(&s->blocks[g->last_pin]))
+            g->last_pin = i;
+    }
+    for (size_t i = 0; i < s->nsegs; i++) o->reserved += s->segs[i].mapped;
+    o->nsegments = s->nsegs;
+    /* the request of the moment */
+    int hk = 0;
+    if (o->oom) {
+        o->need_known = 1;
+        o->need_seq = s->need_seq;
+        o->need_size = (s->oom_requested + 511) / 512 * 512;
+        o->need_stream = stream_handle(d, s->oom_stream_id, &hk);
+    } else if (s->need_known) {
+        o->need_known = 1;
+        o->need_seq = s->need_seq;
+        o->need_size = s->need_size;
+        o->need_stream = stream_handle(d, s->need_stream_id, &hk);
+        o->need_addr = s->need_addr;
+    }
+    int stream_known = o->need_known && hk;
+    o->need_small = o->need_size <= SMALL_REQUEST;
+    /* pools, histogram, and the free bytes of the request's pool */
+    size_t pcap = 0;
+    for (size_t i = 0; i < s->nsegs; i++) {
+        snap_seg *g = &s->segs[i];
+        int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
+        size_t k = 0;
+        for (; k < o->npools; k++)
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small) break;
+        if (k == o->npools) {
+            if (o->npools == pcap) {
+                size_t nc = pcap ? 2 * pcap : 8;
+                gm_frag_pool *n = realloc(o->pools, nc * sizeof *n);
+                if (!n) {
+                    snprintf(err, errsz, "out of memory");
+                    return -1;
+                }
+                o->pools = n, pcap = nc;
+            }
+            memset(&o->pools[k], 0, sizeof o->pools[k]);
+            o->pools[k].stream = g->stream;
+            o->pools[k].small = small;
+            o->npools++;
+        }
+        o->pools[k].segments++;
+        o->pools[k].reserved += g->mapped;
+    }
+    for (size_t i = 0; i < s->nblocks; i++) {
+        snap_block *b = &s->blocks[i];
+        snap_seg *g = &s->segs[b->segment];
+        int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
+        gm_frag_pool *p = NULL;
+        for (size_t k = 0; k < o->npools && !p; k++)
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small) p = &o->pools[k];
+        if (b->state == REC_BLOCK_ALLOCATED) {
+            o->allocated += b->size;
+            o->requested += b->requested < b->size ? b->requested : b->size;
+            if (p) p->allocated += b->size;
+        } else if (b->state == REC_BLOCK_FREE || b->state == REC_BLOCK_PENDING) {
+            o->free_cached += b->size;
+            o->nfree++;
+            if (b->size > o->largest_free) o->largest_free = b->size;
+            int h = hist_bucket(b->size);
+            o->hist_bytes[h] += b->size;
+            o->hist_count[h]++;
+            if (p) {
+                p->free += b->size;
+                if (b->size > p->largest) p->largest = b->size;
+            }
+            if (b->state == REC_BLOCK_FREE && o->need_known && small == o->need_small &&
+                (!stream_known || g->stream == o->need_stream)) {
+                o->need_pool_free += b->size;
+                if (b->size > o->need_pool_largest) o->need_pool_largest = b->size;
+            }
+        }
+    }
+    if (o->oom) {
+        uint64_t rq = s->oom_requested;
+        o->fragmentation = o->free_cached >= rq && o->largest_free < rq;
+    }
+    int mismatch = o->need_known && o->need_pool_free >= o->need_size && o->need_pool_largest < o->need_size;
+    /* every free byte, one cause */
+    gm_frag_pin *pins = calloc(s->nsegs ? s->nsegs : 1, sizeof *pins);
+    if (!pins) {
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    uint64_t *c = o->causes;
+    c[GM_FC_ROUNDING] = o->allocated - o->requested;
+    uint64_t classified = 0;
+    for (size_t i = 0; i < s->nblocks; i++) {
+        snap_block *b = &s->blocks[i];
+        snap_seg *g = &s->segs[b->segment];
+        if (b->state != REC_BLOCK_FREE && b->state != REC_BLOCK_PENDING) continue;
+        classified += b->size;
+        int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
+        if (b->state == REC_BLOCK_PENDING) {
+            c[GM_FC_PENDING] += b->size;
+        } else if (stream_known && g->stream != o->need_stream) {
+            c[GM_FC_OTHER_STREAM] += b->size;
+        } else if (o->need_known && small != o->need_small) {
+            c[GM_FC_OTHER_POOL] += b->size;
+        } else if (g->live && !(g->flags & REC_SEG_F_EXPANDABLE)) {
+            if (b->addr >= g->live_end) c[GM_FC_TAIL] += b->size;
+            else c[GM_FC_PINNED] += b->size;
+            pins[b->segment].free_bytes += b->size;
+        } else if (g->live) {
+            /* expandable: the parts of the block in pages that also hold live bytes. A page
+             * is shared when a live block overlaps it: the block's first and last page are
+             * the only candidates (pages inside the block are its own). */
+            uint64_t lo = b->addr, hi = b->addr + b->size;
+            uint64_t first_end = (lo / page + 1) * page, last_start = (hi - 1) / page * page;
+            uint64_t shared = 0;
+            int lo_shared = lo % page != 0, hi_shared = hi % page != 0;
+            if (first_end >= hi) {
+                shared = lo_shared || hi_shared ? b->size : 0;
+            } else {
+                if (lo_shared) shared += first_end - lo;
+                if (hi_shared) shared += hi - last_start;
+            }
+            c[GM_FC_GRANULARITY] += shared;
+            uint64_t whole = b->size - shared;
+            if (mismatch && b->size < o->need_size) c[GM_FC_SIZE_CLASS] += whole;
+            else c[GM_FC_CACHED] += whole;
+        } else if (mismatch && b->size < o->need_size) {
+            c[GM_FC_SIZE_CLASS] += b->size;
+        } else {
+            c[GM_FC_CACHED] += b->size;
+        }
+    }
+    uint64_t gap = o->reserved > o->allocated ? o->reserved - o->allocated : 0;
+    c[GM_FC_UNATTRIBUTED] = gap > classified ? gap - classified : 0;
+    /* the pinning allocations, most free bytes held first */
+    size_t np = 0;
+    for (size_t i = 0; i < s->nsegs; i++) {
+        if (!pins[i].free_bytes || s->segs[i].last_pin == SIZE_MAX) continue;
+        const snap_block *pb = &s->blocks[s->segs[i].last_pin];
+        pins[np] = (gm_frag_pin){pb->birth, pb->addr, pb->death, pb->size, pins[i].free_bytes, s->segs[i].mapped};
+        np++;
+    }
+    qsort(pins, np, sizeof *pins, pin_cmp);
+    o->pins = pins;
+    o->npins = np;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- configurations */
+
+static int conf_same(const alloc_config_t *a, const alloc_config_t *b) {
+    char x[1024], y[1024];
+    alloc_config_format(a, x, sizeof x);
+    alloc_config_format(b, y, sizeof y);
+    return strcmp(x, y) == 0;
+}
+
+void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz) {
+    char full[1024];
+    alloc_config_format(cfg, full, sizeof full);
+    /* the keys after the preset, as the formatter writes them */
+    char *toks[64];
+    size_t nt = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(full, ",", &save); t && nt < 64; t = strtok_r(NULL, ",", &save)) {
+        /* a list value ("[256:1,512:2]") was cut at its commas: glue it back */
+        if (nt && strchr(toks[nt - 1], '[') && !strchr(toks[nt - 1], ']')) {
+            t[-1] = ',';
+            continue;
+        }
+        toks[nt++] = t;
+    }
+    char best[1024] = "";
+    for (size_t p = 0; alloc_preset_names[p]; p++) {
+        int keep[64];
+        for (size_t i = 0; i < nt; i++) keep[i] = strncmp(toks[i], "preset:", 7) != 0;
+        /* drop every key the preset already implies, one at a time */
+        for (size_t i = 0; i < nt; i++) {
+            if (!keep[i]) continue;
+            keep[i] = 0;
+            char trial[1024];
+            int n = snprintf(trial, sizeof trial, "preset:%s", alloc_preset_names[p]);
+            for (size_t j = 0; j < nt; j++)
+                if (keep[j]) n += snprintf(trial + n, sizeof trial - (size_t)n, ",%s", toks[j]);
+            alloc_config_t c;
+            alloc_config_default(&c);
+            if (alloc_config_parse(&c, trial, NULL, 0) != ALLOC_OK || !conf_same(&c, cfg)) keep[i] = 1;
+        }
+        char cand[1024];
+        int n = snprintf(cand, sizeof cand, "preset:%s", alloc_preset_names[p]);
+        for (size_t j = 0; j < nt; j++)
+            if (keep[j]) n += snprintf(cand + n, sizeof cand - (size_t)n, ",%s", toks[j]);
+        alloc_config_t c;
+        alloc_config_default(&c);
+        if (alloc_config_parse(&c, cand, NULL, 0) != ALLOC_OK || !conf_same(&c, cfg)) continue;
+        if (!best[0] || strlen(cand) < strlen(best)) snprintf(best, sizeof best, "%s", cand);
+    }
+    if (!best[0]) alloc_config_format(cfg, best, sizeof best);
+    snprintf(out, outsz, "%s", best);
+}
+
+int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
+    alloc_config_t c = *cfg;
+    c.limit = 0; /* a memory fraction in PyTorch, not a configuration key */
+    char s[1024];
+    gm_conf_short(&c, s, sizeof s);
+    const char *rest;
+    char py[1024] = "";
+    if (strncmp(s, "preset:pytorch-expandable", 25) == 0 && (s[25] == ',' || !s[25])) {
+        snprintf(py, sizeof py, "expandable_segments:True");
+        rest = s + 25;
+    } else if (strncmp(s, "preset:pytorch", 14) == 0 && (s[14] == ',' || !s[14])) {
+        rest = s + 14;
+    } else {
+        return 0;
+    }
+    static const char *const keys[] = {"expandable_segments:", "max_split_size_mb:",
+                                        "roundup_power2_divisions:", "garbage_collection_threshold:"};
+    while (*rest == ',') {
+        rest++;
+        int ok = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            if (strncmp(rest, keys[k], strlen(keys[k])) == 0) ok = 1;
+        if (!ok) return 0; /* a gpumem-only key */
+        const char *e = rest;
+        int depth = 0;
+        while (*e && (*e != ',' || depth)) {
+            if (*e == '[') depth++;
+            if (*e == ']') depth--;
+            e++;
+        }
+        size_t l = strlen(py);
+        snprintf(py + l, sizeof py - l, "%s%.*s", l ? "," : "", (int)(e - rest), rest);
+        rest = e;
+    }
+    snprintf(out, outsz, "%s", py);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- fixes by replay */
+
+typedef struct cand {
+    const char *change; /* in words */
+    const char *conf;   /* applied on top of the recorded configuration */
+    int classic_only, expandable_only, streams_only, gc;
+} cand;
+
+static const cand cands[] = {
+    {"expandable segments (map pages into one growing range instead of whole segments)",
+     "expandable_segments:True", 1, 0, 0, 0},
+    {"expandable segments, with free pages unmapped before growing",
+     "expandable_segments:True,release_before_grow:True", 0, 0, 0, 0},
+    {"gpumem's own policy", "preset:gpumem", 0, 0, 0, 0},
+    {"do not split blocks over 128 MiB", "max_split_size_mb:128", 1, 0, 0, 0},
+    {"do not split blocks over 512 MiB", "max_split_size_mb:512", 1, 0, 0, 0},
+    {"round sizes to 4 divisions per power of two", "roundup_power2_divisions:4", 0, 0, 0, 0},
+    {"garbage-collect cached blocks above 80% of the limit", "garbage_collection_threshold:0.8", 0, 0, 0, 1},
+    {"one pool for every stream", "per_stream_pools:False", 0, 0, 1, 0},
+};
+
+static int fix_cmp(const void *a, const void *b) {
+    const gm_frag_fix *x = a, *y = b;
+    if (x->peak_reserved != y->peak_reserved) return x->peak_reserved < y->peak_reserved ? -1 : 1;
+    return strlen(x->conf) < strlen(y->conf) ? -1 : strlen(x->conf) > strlen(y->conf);
+}
+
+/* The recording's OOMs put back into the trace as the allocations they were (held to the end:
+ * what the program would have done with them is unknown), so that the recorded configuration
+ * replays into the same OOM and a fix is a configuration that does not. 0 or -1. */
+static int add_ooms(gm_db *d, adv_model *am) {
+    sqlite3_stmt *st;
+    if (!gm_table_exists(d, "ooms") ||
+        sqlite3_prepare_v2(d->db, "SELECT e.t, o.requested, e.stream FROM ooms o JOIN events e ON e.seq = o.seq "
+                                  "ORDER BY o.seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    int rc = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t t = (uint64_t)sqlite3_column_int64(st, 0);
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        uint32_t stream = (uint32_t)sqlite3_column_int64(st, 2);
+        if (!size) continue;
+        if (am->nallocs == am->allocs_cap) {
+            size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 16;
+            adv_alloc *n = realloc(am->allocs, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            am->allocs = n, am->allocs_cap = nc;
+        }
+        adv_ev *evs = realloc(am->evs, (am->nevs + 1) * sizeof *evs);
+        if (!evs) { rc = -1; break; }
+        am->evs = evs;
+        uint32_t a = (uint32_t)am->nallocs++;
+        am->allocs[a] = (adv_alloc){.size = size, .stream = stream, .orig = a};
+        size_t at = 0; /* before the first event issued after the OOM */
+        while (at < am->nevs && am->evs[at].t <= t) at++;
+        memmove(&am->evs[at + 1], &am->evs[at], (am->nevs - at) * sizeof *am->evs);
+        am->evs[at] = (adv_ev){.a = a, .kind = ADV_EV_ALLOC, .step = -1, .t = t};
+        am->nevs++;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    if (adv_model_load(d, am, err, errsz) != 0) return -1;
+    /* advise's model drops the limit (it predicts how much is needed); configurations are
+     * judged under the limit the program ran with */
+    alloc_config_t rc;
+    alloc_config_default(&rc);
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (add_ooms(d, am) != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void find_fixes(gm_db *d, gm_frag *f) {
+    char err[512];
+    adv_model am;
+    if (gm_frag_trace_load(d, &am, err, sizeof err) != 0) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", err);
+        return;
+    }
+    gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
+    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
+    enum { NC = sizeof cands / sizeof *cands };
+    gm_tune_result *res = calloc(NC + 1, sizeof *res);
+    f->fixes = calloc(NC, sizeof *f->fixes);
+    if (!trace || !res || !f->fixes) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? "out of memory" : "no allocations");
+        free(trace), free(res);
+        adv_model_free(&am);
+        return;
+    }
+    int streams = 0;
+    for (size_t i = 1; i < am.nallocs && !streams; i++) streams = am.allocs[i].stream != am.allocs[0].stream;
+    const alloc_config_t recorded = am.cfg;
+    /* res[0]: the recorded configuration (the baseline); then each candidate that changes it */
+    size_t nres = 0, which[NC + 1];
+    res[nres].cfg = recorded, which[nres++] = SIZE_MAX;
+    for (size_t i = 0; i < NC; i++) {
+        const cand *k = &cands[i];
+        if (k->classic_only && recorded.expandable_segments) continue;
+        if (k->streams_only && !streams) continue;
+        if (k->gc && !recorded.limit) continue; /* collection only means something under a limit */
+        alloc_config_t c = recorded;
+        if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) continue;
+        c.limit = recorded.limit; /* a preset keeps the limit the program ran under */
+        if (conf_same(&c, &recorded)) continue;
+        res[nres].cfg = c, which[nres++] = i;
+    }
+    size_t cap = (size_t)80 << 30;
+    if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
+    gm_tune_replay_many(trace, am.nevs, cap, res, nres, 0);
+    const gm_tune_result *base = &res[0];
+    if (!base->ok) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");
+    } else {
+        f->replay_peak_reserved = base->peak_reserved;
+        f->replay_oom = base->oom;
+        for (size_t r = 1; r < nres; r++) {
+            const gm_tune_result *x = &res[r];
+            /* a fix reserves less; on a recording that met an OOM under its limit, a fix is one
+             * that does not (the recorded replay stops at its OOM, so its peak is no baseline) */
+            if (!x->ok || x->oom) continue;
+            if (!base->oom && x->peak_reserved >= base->peak_reserved) continue;
+            gm_frag_fix *fx = &f->fixes[f->nfixes++];
+            gm_conf_short(&x->cfg, fx->conf, sizeof fx->conf);
+            fx->has_pytorch = gm_conf_pytorch(&x->cfg, fx->pytorch, sizeof fx->pytorch);
+            snprintf(fx->change, sizeof fx->change, "%s", cands[which[r]].change);
+            fx->peak_reserved = x->peak_reserved;
+            fx->peak_allocated = x->peak_allocated;
+        }
+        if (f->nfixes > 1) qsort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+        if (!f->nfixes)
+            snprintf(f->fix_note, sizeof f->fix_note, "%s",
+                     f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
+                                     "tensors need more (gpumem advise)"
+                                   : "no candidate configuration reserves less on this trace");
+    }
+    free(trace);
+    free(res);
+    adv_model_free(&am);
+}
+
+/* ---------------------------------------------------------------- entry */
+
+static int snap_cmp(const void *a, const void *b) {
+    const snap *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz) {
+    memset(f, 0, sizeof *f);
+    snap *snaps = NULL;
+    size_t nsnaps = 0, cap = 0;
+    sqlite3_stmt *st;
+    int rc = -1;
+    if (gm_table_exists(d, "snapshots")) {
+        /* the peak snapshot with the most reserved (one per device), and every OOM snapshot */
+        if (sqlite3_prepare_v2(d->db,
+                               "SELECT s.id, s.seq, s.reason, s.device, "
+                               "(SELECT coalesce(sum(mapped), 0) FROM segments g WHERE g.snapshot = s.id) "
+                               "FROM snapshots s WHERE s.reason IN (1, 2) ORDER BY s.seq",
+                               -1, &st, NULL) != SQLITE_OK)
+            return fail_sql(d, err, errsz, "snapshots");
+        uint64_t best_res = 0;
+        int64_t best_peak = -1;
+        uint64_t *res = NULL;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            if (nsnaps == cap) {
+                size_t nc = cap ? 2 * cap : 8;
+                snap *n = realloc(snaps, nc * sizeof *n);
+                uint64_t *nr = n ? realloc(res, nc * sizeof *nr) : NULL;
+                if (!n || !nr) {
+                    sqlite3_finalize(st);
+                    free(n ? n : snaps), free(res);
+                    snprintf(err, errsz, "out of memory");
+                    return -1;
+                }
+                snaps = n, res = nr, cap = nc;
+            }
+            snap *s = &snaps[nsnaps];
+            memset(s, 0, sizeof *s);
+            s->id = sqlite3_column_int64(st, 0);
+            s->seq = (uint64_t)sqlite3_column_int64(st, 1);
+            s->reason = sqlite3_column_int(st, 2);
+            s->device = sqlite3_column_int(st, 3);
+            res[nsnaps] = (uint64_t)sqlite3_column_int64(st, 4);
+            if (s->reason == REC_SNAP_PEAK && (best_peak < 0 || res[nsnaps] > best_res))
+                best_peak = (int64_t)nsnaps, best_res = res[nsnaps];
+            nsnaps++;
+        }
+        /* keep the OOMs and the one peak with the most reserved (there is one per device) */
+        size_t k = 0;
+        for (size_t i = 0; i < nsnaps; i++)
+            if (snaps[i].reason == REC_SNAP_OOM || (int64_t)i == best_peak) snaps[k++] = snaps[i];
+        nsnaps = k;
+        free(res);
+        sqlite3_finalize(st);
+    }
+    if (nsnaps > 1) qsort(snaps, nsnaps, sizeof *snaps, snap_cmp);
+    /* each OOM snapshot's request, from the ooms row it follows */
+    for (size_t i = 0; i < nsnaps; i++) {
+        snap *s = &snaps[i];
+        if (snap_load(d, s, err, errsz) != 0) goto out;
+        if (s->reason != REC_SNAP_OOM) continue;
+        if (sqlite3_prepare_v2(d->db, "SELECT seq, requested, stream FROM ooms WHERE seq <= ? "
+                                      "AND device = ? ORDER BY seq DESC LIMIT 1", -1, &st, NULL) != SQLITE_OK) {
+            fail_sql(d, err, errsz, "ooms");
+            goto out;
+        }
+        sqlite3_bind_int64(st, 1, (int64_t)s->seq);
+        sqlite3_bind_int(st, 2, s->device);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            s->need_seq = (uint64_t)sqlite3_column_int64(st, 0);
+            s->oom_requested = (uint64_t)sqlite3_column_int64(st, 1);
+            s->oom_stream_id = (uint64_t)sqlite3_column_int64(st, 2);
+        }
+        sqlite3_finalize(st);
+    }
+    if (sweep(d, m, snaps, nsnaps, f, err, errsz) != 0) goto out;
+    alloc_config_t cfg;
+    alloc_config_default(&cfg);
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    if (conf[0]) alloc_config_parse(&cfg, conf, NULL, 0);
+    uint64_t page = cfg.handle_size ? cfg.handle_size : PAGE_DEFAULT;
+    for (size_t i = 0; i < nsnaps; i++) {
+        snap *s = &snaps[i];
+        gm_frag_state o;
+        if (classify(d, s, page, &o, err, errsz) != 0) goto out;
+        if (s->reason == REC_SNAP_PEAK) {
+            f->peak = o;
+            f->have_peak = 1;
+        } else {
+            gm_frag_state *n = realloc(f->ooms, (f->nooms + 1) * sizeof *n);
+            if (!n) {
+                free(o.pools), free(o.pins);
+                snprintf(err, errsz, "out of memory");
+                goto out;
+            }
+            f->ooms = n;
+            f->ooms[f->nooms++] = o;
+        }
+    }
+    find_fixes(d, f);
+    rc = 0;
+out:
+    for (size_t i = 0; i < nsnaps; i++) snap_free(&snaps[i]);
+    free(snaps);
+    return rc;
+}
+
+static void state_free(gm_frag_state *s) {
+    free(s->pools);
+    free(s->pins);
+}
+
+void gm_frag_free(gm_frag *f) {
+    free(f->timeline);
+    if (f->have_peak) state_free(&f->peak);
+    for (size_t i = 0; i < f->nooms; i++) state_free(&f->ooms[i]);
+    free(f->ooms);
+    free(f->fixes);
+    memset(f, 0, sizeof *f);
+}

@@ -1,0 +1,550 @@
+/* gm_frag_cmd.c — `gpumem frag`: options, the text and JSON printers of gm_frag.c's analysis,
+ * and --check (re-run the recorded command under the best fix and compare). Both printers
+ * print the same gm_frag, so the text and the JSON cannot disagree. */
+#include "snapshot/gm_frag.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const usage_frag =
+    "usage: gpumem frag DB [--top N] [--json] [--check]\n"
+    "\n"
+    "Where the memory the allocator reserved but the program did not hold went, and which\n"
+    "allocator setting gives it back:\n"
+    "  - reserved - allocated over time (per step, at the moment the gap was widest);\n"
+    "  - at the reserved peak and at each OOM: free bytes in cached blocks, the largest free\n"
+    "    block, free block sizes, each (stream, pool), and every byte of the gap given one\n"
+    "    cause (rounding, pending frees, another stream's or pool's cache, classic segments\n"
+    "    pinned by a live neighbour or their free tails, mapping granularity, size-class\n"
+    "    mismatch, cache kept), with the allocations that pin segments;\n"
+    "  - fixes: GPUMEM_CONF changes that reserve less, each predicted by replaying the\n"
+    "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
+    "    same when there is one.\n"
+    "  --top N   rows per table (default 8)\n"
+    "  --json    one JSON object (contract in snapshot/README.md)\n"
+    "  --check   re-run the recorded command under `gpumem record` with the best fix's\n"
+    "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
+    "            GPUMEM_LIMIT) and print predicted against measured peak reserved\n"
+    "Exit code: 0; 2 usage; 3 unreadable database; 1 --check could not re-run.\n";
+
+/* ---------------------------------------------------------------- --check */
+
+int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
+                  char *err, size_t errsz) {
+    char self[4096], exe[4096], cmd[8192], dbpath[96];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(err, errsz, "cannot find the gpumem program (/proc/self/exe)");
+        return -1;
+    }
+    self[n] = 0;
+    gm_meta_text(d, "exe", exe, sizeof exe);
+    gm_meta_text(d, "cmdline", cmd, sizeof cmd);
+    if (!cmd[0]) {
+        snprintf(err, errsz, "the database does not say which command was recorded (meta.cmdline)");
+        return -1;
+    }
+    snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-frag-check-%d.db", (int)getpid());
+    char *argv[260];
+    int argc = 0;
+    argv[argc++] = self;
+    argv[argc++] = "record";
+    argv[argc++] = "-q";
+    argv[argc++] = "--force";
+    argv[argc++] = "-o";
+    argv[argc++] = dbpath;
+    argv[argc++] = "--";
+    char *save = NULL;
+    int first = 1;
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 258; t = strtok_r(NULL, " ", &save)) {
+        argv[argc++] = first && exe[0] && access(exe, X_OK) == 0 ? exe : t;
+        first = 0;
+    }
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(err, errsz, "cannot fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        setenv("GPUMEM_CONF", conf, 1);
+        unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
+        execv(self, argv);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    int rc = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(err, errsz, "the re-run with GPUMEM_CONF=%s failed (exit %d)", conf,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        rc = -1;
+    } else {
+        gm_db r;
+        char e2[4096];
+        if (gm_db_open(dbpath, &r, e2, sizeof e2) != 0) {
+            snprintf(err, errsz, "%s", e2);
+            rc = -1;
+        } else {
+            *peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
+            *peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+            gm_db_close(&r);
+        }
+    }
+    unlink(dbpath);
+    char side[128];
+    snprintf(side, sizeof side, "%s-wal", dbpath);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", dbpath);
+    unlink(side);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- words */
+
+static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
+
+#define FRAG_JSON_PINS 20 /* pinned_by lists the allocations keeping the most free bytes */
+
+/* "d_logits in step 19/bwd at t_alloc_on (gpt2.c:235) < backward (gpt2.c:826) (event N)": the
+ * allocation born at event birth at addr (alive until death, 0: the end), read from the
+ * database (frag loads no per-allocation model). */
+static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t addr, uint64_t death, char *out,
+                        size_t n) {
+    sqlite3_stmt *st;
+    uint32_t stack = 0, range = 0;
+    uint64_t name = 0;
+    int found = 0;
+    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)birth);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            stack = (uint32_t)sqlite3_column_int64(st, 0);
+            range = (uint32_t)sqlite3_column_int64(st, 1);
+            found = 1;
+        }
+        sqlite3_finalize(st);
+    }
+    if (!found) {
+        snprintf(out, n, "an allocation not in the events");
+        return;
+    }
+    /* its name: the last one given to its address while it was live */
+    if (gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(d->db, "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
+                                  "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)addr);
+        sqlite3_bind_int64(st, 2, (int64_t)birth);
+        sqlite3_bind_int64(st, 3, (int64_t)death);
+        if (sqlite3_step(st) == SQLITE_ROW) name = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    char site[512] = "";
+    if (stack) gm_site_desc(m, stack, site, sizeof site);
+    const gm_range *r = range ? gm_range_of(m, range) : NULL;
+    snprintf(out, n, "%s%s%s%s%s (event %" PRIu64 ")", name ? gm_str(m, name) : "an allocation",
+             r && r->path ? " in " : "", r && r->path ? r->path : "", site[0] ? " at " : "", site, birth);
+}
+
+static void cause_detail(gm_db *d, const gm_model *m, const gm_frag_state *s, int c, char *out, size_t n) {
+    char need[32], pf[32], pl[32];
+    bytes(s->need_size, need, sizeof need);
+    bytes(s->need_pool_free, pf, sizeof pf);
+    bytes(s->need_pool_largest, pl, sizeof pl);
+    switch (c) {
+    case GM_FC_ROUNDING:
+        snprintf(out, n, "live blocks are larger than the program asked for (512 B rounding, "
+                         "roundup_power2_divisions, whole blocks kept unsplit)");
+        break;
+    case GM_FC_PENDING:
+        snprintf(out, n, "freed but waiting for work on a stream to finish before reuse");
+        break;
+    case GM_FC_OTHER_STREAM:
+        snprintf(out, n, "cached in another stream's pool, which the %s request could not use "
+                         "(per_stream_pools:False shares one pool)", need);
+        break;
+    case GM_FC_OTHER_POOL:
+        snprintf(out, n, "cached in the %s pool, which serves only %s requests", s->need_small ? "large" : "small",
+                 s->need_small ? "> 1 MiB" : "<= 1 MiB");
+        break;
+    case GM_FC_PINNED:
+    case GM_FC_TAIL: {
+        char who[1024] = "";
+        if (s->npins) alloc_words(d, m, s->pins[0].birth, s->pins[0].addr, s->pins[0].death, who, sizeof who);
+        snprintf(out, n, "%s; classic segments are never merged or given back while one block in them "
+                         "is live%s%s",
+                 c == GM_FC_PINNED ? "free space between live blocks of a classic segment"
+                                   : "the free end of a classic segment that still holds live blocks",
+                 who[0] ? "; most is held by " : "", who);
+        break;
+    }
+    case GM_FC_GRANULARITY:
+        snprintf(out, n, "free bytes in mapped pages that also hold live bytes: a page is unmapped whole");
+        break;
+    case GM_FC_SIZE_CLASS:
+        snprintf(out, n, "free segments or pages each smaller than the %s request while %s was free "
+                         "in its pool (largest %s): the allocator had to grow",
+                 need, pf, pl);
+        break;
+    case GM_FC_CACHED:
+        snprintf(out, n, "free memory the allocator kept cached instead of giving it back "
+                         "(garbage_collection_threshold, release_threshold, empty_cache)");
+        break;
+    default:
+        snprintf(out, n, "reserved bytes in no block of the snapshot");
+        break;
+    }
+}
+
+static double attributed_pct(const gm_frag_state *s) {
+    uint64_t gap = s->reserved > s->allocated ? s->reserved - s->allocated : 0;
+    if (!gap) return 100.0;
+    uint64_t named = 0;
+    for (int c = GM_FC_PENDING; c < GM_FC_UNATTRIBUTED; c++) named += s->causes[c];
+    return 100.0 * (double)named / (double)gap;
+}
+
+/* ---------------------------------------------------------------- text */
+
+static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s, int top, FILE *out) {
+    char rq[32], al[32], re[32], fc[32], lf[32], gap[32];
+    bytes(s->requested, rq, sizeof rq);
+    bytes(s->allocated, al, sizeof al);
+    bytes(s->reserved, re, sizeof re);
+    bytes(s->free_cached, fc, sizeof fc);
+    bytes(s->largest_free, lf, sizeof lf);
+    bytes(s->reserved > s->requested ? s->reserved - s->requested : 0, gap, sizeof gap);
+    fprintf(out, "  live: requested %s, allocated %s; reserved %s: %s reserved beyond what was asked for\n", rq, al,
+            re, gap);
+    fprintf(out, "  free in cached blocks %s in %zu block%s, largest %s; %zu segment%s\n", fc, s->nfree,
+            s->nfree == 1 ? "" : "s", lf, s->nsegments, s->nsegments == 1 ? "" : "s");
+    if (s->need_known) {
+        char need[32], who[1024] = "";
+        bytes(s->need_size, need, sizeof need);
+        if (!s->oom) alloc_words(d, m, s->need_seq, s->need_addr, 0, who, sizeof who);
+        fprintf(out, "  %s %s%s%s\n", s->oom ? "the request that failed:" : "the request that grew reserved:", need,
+                who[0] ? ", " : "", who);
+    }
+    if (s->oom && s->fragmentation)
+        fprintf(out, "  fragmentation: free in fragments (%s) >= the request, but the largest free block (%s) "
+                     "is smaller than it\n", fc, lf);
+    if (s->nfree) {
+        fprintf(out, "  free block sizes\n");
+        for (int h = 0; h < GM_FRAG_NHIST; h++) {
+            if (!s->hist_count[h]) continue;
+            char b[32];
+            bytes(s->hist_bytes[h], b, sizeof b);
+            fprintf(out, "    %-11s %6" PRIu64 " block%s %12s\n", gm_frag_hist_name[h], s->hist_count[h],
+                    s->hist_count[h] == 1 ? " " : "s", b);
+        }
+    }
+    if (s->npools) {
+        fprintf(out, "  pools (stream, size pool)\n");
+        for (size_t i = 0; i < s->npools && (int)i < top; i++) {
+            const gm_frag_pool *p = &s->pools[i];
+            char r[32], a[32], f[32], l[32];
+            bytes(p->reserved, r, sizeof r);
+            bytes(p->allocated, a, sizeof a);
+            bytes(p->free, f, sizeof f);
+            bytes(p->largest, l, sizeof l);
+            fprintf(out, "    stream 0x%-14" PRIx64 " %-5s %5zu segment%s reserved %11s allocated %11s free %11s largest %11s\n",
+                    p->stream, p->small ? "small" : "large", p->segments, p->segments == 1 ? " " : "s", r, a, f, l);
+        }
+        if (s->npools > (size_t)top) fprintf(out, "    ... %zu more (--top N)\n", s->npools - (size_t)top);
+    }
+    uint64_t total = s->reserved > s->requested ? s->reserved - s->requested : 0;
+    fprintf(out, "  causes (share of reserved - requested)\n");
+    for (int c = 0; c < GM_FC_N; c++) {
+        if (!s->causes[c]) continue;
+        char b[32], det[2048];
+        bytes(s->causes[c], b, sizeof b);
+        cause_detail(d, m, s, c, det, sizeof det);
+        fprintf(out, "    %11s %5.1f%%  %-13s %s\n", b, total ? 100.0 * (double)s->causes[c] / (double)total : 0.0,
+                gm_frag_cause_name[c], det);
+    }
+    fprintf(out, "  attributed to named causes: %.1f%% of reserved - allocated\n", attributed_pct(s));
+    if (s->npins) {
+        fprintf(out, "  live allocations pinning classic segments (free bytes they keep)\n");
+        for (size_t i = 0; i < s->npins && (int)i < top; i++) {
+            char fb[32], sg[32], who[1024];
+            bytes(s->pins[i].free_bytes, fb, sizeof fb);
+            bytes(s->pins[i].segment, sg, sizeof sg);
+            alloc_words(d, m, s->pins[i].birth, s->pins[i].addr, s->pins[i].death, who, sizeof who);
+            fprintf(out, "    %11s free of a %s segment, kept by %s\n", fb, sg, who);
+        }
+        if (s->npins > (size_t)top) fprintf(out, "    ... %zu more (--top N)\n", s->npins - (size_t)top);
+    }
+}
+
+static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
+    fprintf(out, "gpumem frag: %s\n", d->path);
+    if (f->recorded_conf[0]) fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
+    if (f->ntimeline) {
+        uint64_t maxgap = 1;
+        for (size_t i = 0; i < f->ntimeline; i++) {
+            uint64_t g = f->timeline[i].reserved - f->timeline[i].allocated;
+            if (g > maxgap) maxgap = g;
+        }
+        fprintf(out, "\nReserved - allocated over time (%s, at the widest gap)\n", f->by_step ? "per step" : "per 1/24 of the events");
+        fprintf(out, "  %6s %12s %12s %12s\n", f->by_step ? "step" : "part", "reserved", "allocated", "gap");
+        for (size_t i = 0; i < f->ntimeline; i++) {
+            const gm_frag_point *p = &f->timeline[i];
+            char r[32], a[32], g[32], bar[41];
+            bytes(p->reserved, r, sizeof r);
+            bytes(p->allocated, a, sizeof a);
+            bytes(p->reserved - p->allocated, g, sizeof g);
+            int w = (int)(40 * (p->reserved - p->allocated) / maxgap);
+            memset(bar, '#', (size_t)w);
+            bar[w] = 0;
+            fprintf(out, "  %6" PRId64 " %12s %12s %12s %s\n", p->step, r, a, g, bar);
+        }
+    }
+    if (f->have_peak) {
+        fprintf(out, "\nAt the reserved peak (event %" PRIu64 ")\n", f->peak.seq);
+        print_state_text(d, m, &f->peak, top, out);
+    } else {
+        fprintf(out, "\nAt the reserved peak: no allocator snapshot in this recording (record mode, or an "
+                     "older gpumem): the causes need one\n");
+    }
+    for (size_t i = 0; i < f->nooms; i++) {
+        fprintf(out, "\nAt OOM %zu (event %" PRIu64 ")\n", i + 1, f->ooms[i].seq);
+        print_state_text(d, m, &f->ooms[i], top, out);
+    }
+    fprintf(out, "\nFixes (the recorded trace replayed through the allocator under each configuration)\n");
+    if (f->replay_peak_reserved) {
+        char r[32], rr[32];
+        bytes(f->recorded_peak_reserved, r, sizeof r);
+        bytes(f->replay_peak_reserved, rr, sizeof rr);
+        if (f->replay_oom)
+            fprintf(out, "  recorded configuration: the replay meets the recorded OOM too (peak reserved %s before "
+                         "it); a fix is a configuration under which it does not\n", rr);
+        else
+            fprintf(out, "  recorded configuration: peak reserved %s recorded, %s replayed%s\n", r, rr,
+                    f->recorded_peak_reserved == f->replay_peak_reserved ? " (exact)" : "");
+    }
+    if (!f->nfixes) fprintf(out, "  none: %s\n", f->fix_note);
+    for (size_t i = 0; i < f->nfixes && (int)i < top; i++) {
+        const gm_frag_fix *x = &f->fixes[i];
+        char r[32];
+        bytes(x->peak_reserved, r, sizeof r);
+        double pct = f->replay_peak_reserved && !f->replay_oom
+                         ? 100.0 * ((double)x->peak_reserved - (double)f->replay_peak_reserved) / (double)f->replay_peak_reserved
+                         : 0.0;
+        if (f->replay_oom) fprintf(out, "  %11s  no OOM  GPUMEM_CONF=%s\n", r, x->conf);
+        else fprintf(out, "  %11s %+6.1f%%  GPUMEM_CONF=%s\n", r, pct, x->conf);
+        fprintf(out, "  %11s %7s  %s; PyTorch: %s%s\n", "", "", x->change,
+                x->has_pytorch ? "PYTORCH_CUDA_ALLOC_CONF=" : "no equivalent",
+                x->has_pytorch ? (x->pytorch[0] ? x->pytorch : "(its defaults)") : "");
+    }
+    if (f->nfixes) {
+        fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", f->fixes[0].conf);
+        /* PyTorch users can only set what PyTorch has: the best such fix */
+        for (size_t i = 0; i < f->nfixes; i++)
+            if (f->fixes[i].has_pytorch) {
+                char r[32];
+                bytes(f->fixes[i].peak_reserved, r, sizeof r);
+                if (i) fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (%s)\n", f->fixes[i].pytorch[0] ? f->fixes[i].pytorch : "", r);
+                break;
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s, FILE *out) {
+    fprintf(out,
+            "{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
+            ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
+            ",\"segments\":%zu,\"free_blocks\":%zu,\"attributed_pct\":%.2f,\"causes\":[",
+            s->seq, s->device, s->requested, s->allocated, s->reserved, s->free_cached, s->largest_free,
+            s->nsegments, s->nfree, attributed_pct(s));
+    int first = 1;
+    for (int c = 0; c < GM_FC_N; c++) {
+        if (!s->causes[c]) continue;
+        char det[2048];
+        cause_detail(d, m, s, c, det, sizeof det);
+        fprintf(out, "%s{\"cause\":\"%s\",\"bytes\":%" PRIu64 ",\"detail\":", first ? "" : ",", gm_frag_cause_name[c],
+                s->causes[c]);
+        gm_json_str(out, det);
+        fputc('}', out);
+        first = 0;
+    }
+    fputs("],\"request\":", out);
+    if (s->need_known)
+        fprintf(out, "{\"seq\":%" PRIu64 ",\"size\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pool\":\"%s\",\"pool_free\":%" PRIu64
+                     ",\"pool_largest_free\":%" PRIu64 "}",
+                s->need_seq, s->need_size, s->need_stream, s->need_small ? "small" : "large", s->need_pool_free,
+                s->need_pool_largest);
+    else
+        fputs("null", out);
+    if (s->oom) fprintf(out, ",\"fragmentation\":%s", s->fragmentation ? "true" : "false");
+    fputs(",\"histogram\":[", out);
+    first = 1;
+    for (int h = 0; h < GM_FRAG_NHIST; h++) {
+        if (!s->hist_count[h]) continue;
+        fprintf(out, "%s{\"bucket\":\"%s\",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64 "}", first ? "" : ",",
+                gm_frag_hist_name[h], s->hist_count[h], s->hist_bytes[h]);
+        first = 0;
+    }
+    fputs("],\"pools\":[", out);
+    for (size_t i = 0; i < s->npools; i++) {
+        const gm_frag_pool *p = &s->pools[i];
+        fprintf(out, "%s{\"stream\":%" PRIu64 ",\"pool\":\"%s\",\"segments\":%zu,\"reserved\":%" PRIu64
+                     ",\"allocated\":%" PRIu64 ",\"free\":%" PRIu64 ",\"largest_free\":%" PRIu64 "}",
+                i ? "," : "", p->stream, p->small ? "small" : "large", p->segments, p->reserved, p->allocated,
+                p->free, p->largest);
+    }
+    fputs("],\"pinned_by\":[", out);
+    for (size_t i = 0; i < s->npins && i < FRAG_JSON_PINS; i++) {
+        char who[1024];
+        alloc_words(d, m, s->pins[i].birth, s->pins[i].addr, s->pins[i].death, who, sizeof who);
+        fprintf(out, "%s{\"alloc_id\":%" PRIu64 ",\"size\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"segment\":%" PRIu64
+                     ",\"what\":",
+                i ? "," : "", s->pins[i].birth, s->pins[i].size, s->pins[i].free_bytes, s->pins[i].segment);
+        gm_json_str(out, who);
+        fputc('}', out);
+    }
+    fputs("]}", out);
+}
+
+static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint64_t *meas, FILE *out) {
+    fputs("{\"database\":", out);
+    gm_json_str(out, d->path);
+    fputs(",\"recorded\":{\"conf\":", out);
+    gm_json_str(out, f->recorded_conf[0] ? f->recorded_conf : NULL);
+    fprintf(out, ",\"peak_reserved\":%" PRIu64 ",\"replayed_peak_reserved\":%" PRIu64 ",\"replay_oom\":%s}",
+            f->recorded_peak_reserved, f->replay_peak_reserved, f->replay_oom ? "true" : "false");
+    fprintf(out, ",\"timeline_by\":\"%s\",\"timeline\":[", f->by_step ? "step" : "bucket");
+    for (size_t i = 0; i < f->ntimeline; i++) {
+        const gm_frag_point *p = &f->timeline[i];
+        fprintf(out, "%s{\"%s\":%" PRId64 ",\"seq\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"allocated\":%" PRIu64 "}",
+                i ? "," : "", f->by_step ? "step" : "bucket", p->step, p->seq, p->reserved, p->allocated);
+    }
+    fputs("],\"at_peak\":", out);
+    if (f->have_peak) print_state_json(d, m, &f->peak, out);
+    else fputs("null", out);
+    fputs(",\"ooms\":[", out);
+    for (size_t i = 0; i < f->nooms; i++) {
+        if (i) fputc(',', out);
+        print_state_json(d, m, &f->ooms[i], out);
+    }
+    fputs("],\"fixes\":[", out);
+    for (size_t i = 0; i < f->nfixes; i++) {
+        const gm_frag_fix *x = &f->fixes[i];
+        fputs(i ? ",{\"conf\":" : "{\"conf\":", out);
+        gm_json_str(out, x->conf);
+        fputs(",\"pytorch_conf\":", out);
+        gm_json_str(out, x->has_pytorch ? x->pytorch : NULL);
+        fputs(",\"change\":", out);
+        gm_json_str(out, x->change);
+        fprintf(out, ",\"predicted_peak_reserved\":%" PRIu64 ",\"predicted_peak_allocated\":%" PRIu64 "}",
+                x->peak_reserved, x->peak_allocated);
+    }
+    fputs("]", out);
+    if (meas)
+        fprintf(out, ",\"check\":{\"conf\":\"%s\",\"predicted_peak_reserved\":%" PRIu64 ",\"measured_peak_reserved\":%" PRIu64
+                     ",\"measured_peak_allocated\":%" PRIu64 "}",
+                f->fixes[0].conf, f->fixes[0].peak_reserved, meas[1], meas[0]);
+    fputs("}\n", out);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+int gm_frag_main(int argc, char **argv) {
+    const char *db = NULL;
+    int json = 0, check = 0;
+    long top = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_frag, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--check")) {
+            check = 1;
+        } else if (!strcmp(a, "--top")) {
+            char *e = NULL;
+            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
+            if (!e || *e || top < 1) {
+                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", usage_frag);
+                return GM_EXIT_USAGE;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, usage_frag);
+            return GM_EXIT_USAGE;
+        } else if (!db) {
+            db = a;
+        } else {
+            fprintf(stderr, "gpumem frag: one database at a time ('%s' and '%s')\n", db, a);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (!db) {
+        fprintf(stderr, "gpumem frag: which database?\n%s", usage_frag);
+        return GM_EXIT_USAGE;
+    }
+    char err[8192];
+    gm_db d;
+    gm_model m;
+    if (gm_db_open(db, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_symbolize(&d, &m);
+    gm_frag f;
+    if (gm_frag_analyze(&d, &m, &f, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    int rc = 0;
+    uint64_t meas[2] = {0, 0};
+    int have_meas = 0;
+    if (check) {
+        if (!f.nfixes) {
+            fprintf(stderr, "gpumem frag: --check: no fix to check (%s)\n", f.fix_note);
+            rc = 1;
+        } else if (gm_frag_rerun(&d, f.fixes[0].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem frag: --check: %s\n", err);
+            rc = 1;
+        } else {
+            have_meas = 1;
+        }
+    }
+    if (json) {
+        print_json(&d, &m, &f, have_meas ? meas : NULL, stdout);
+    } else {
+        print_text(&d, &m, &f, (int)top, stdout);
+        if (have_meas) {
+            char p[32], r[32];
+            bytes(f.fixes[0].peak_reserved, p, sizeof p);
+            bytes(meas[1], r, sizeof r);
+            double e = f.fixes[0].peak_reserved
+                           ? 100.0 * ((double)meas[1] - (double)f.fixes[0].peak_reserved) / (double)f.fixes[0].peak_reserved
+                           : 0.0;
+            printf("  check: re-run under GPUMEM_CONF=%s: peak reserved %s measured, %s predicted (error %+.2f%%)\n",
+                   f.fixes[0].conf, r, p, e);
+        }
+    }
+    gm_frag_free(&f);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    return rc;
+}

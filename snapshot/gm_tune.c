@@ -1,0 +1,375 @@
+/* gm_tune.c — the search behind `gpumem tune`.
+ *
+ * Every candidate is the recorded trace replayed through alloc/'s allocator on its in-memory
+ * backend (the code that served the program, so rounding, caching, splitting and the OOM path
+ * are the real ones), under the limit the program ran with or the one given. A replay answers
+ * the peak allocated and reserved, whether it met an OOM, and the backend calls with the bytes
+ * each named; the calls are priced with the virtual GPU's cost table (below) into driver time.
+ *
+ * The search: first the presets as they are and the recorded configuration; then, from the
+ * recorded configuration and the best preset, every single-key change (expandable segments,
+ * max_split_size_mb for classic segments, roundup_power2_divisions, garbage collection under a
+ * limit, handle sizes / release_before_grow / release_threshold for expandable segments,
+ * per-stream pools with several streams); the best of each is the start of the next round, up to
+ * four rounds or until nothing improves. That is coordinate descent, a few dozen replays rather
+ * than the product of every key's values, and each configuration is replayed once (results are
+ * kept by their formatted string). The replays of a round run on every core.
+ *
+ * Ranking: by peak reserved in steps of 1% of the least one, then driver time (objective
+ * reserved), or by driver time, then peak reserved (objective time); a configuration that meets
+ * an OOM ranks after every one that does not.
+ */
+#include "snapshot/gm_tune.h"
+
+#include "snapshot/gm_frag.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The virtual GPU's default costs for the calls an allocator makes (sim/sim_state.c,
+ * default_costs; the figures and their sources are in sim/README.md, "Cost model"): fixed
+ * microseconds per call and microseconds per MiB of the size it names. */
+typedef struct call_cost {
+    double fixed_us, per_mib_us;
+} call_cost;
+static const call_cost cost_reserve = {10.0, 0.0}, cost_free_range = {10.0, 0.0},
+                       cost_create = {20.0, 1.0}, cost_release = {10.0, 0.5}, cost_map = {10.0, 0.1},
+                       cost_unmap = {15.0, 0.5}, cost_set_access = {20.0, 0.5},
+                       cost_seg_alloc = {20.0, 0.5}, cost_seg_free = {25.0, 0.25},
+                       cost_event_record = {2.0, 0.0}, cost_event_query = {1.0, 0.0},
+                       cost_synchronize = {10.0, 0.0};
+
+static double price(call_cost c, uint64_t calls, uint64_t bytes) {
+    return c.fixed_us * (double)calls + c.per_mib_us * ((double)bytes / 1048576.0);
+}
+
+double gm_tune_driver_seconds(const alloc_mem_counters_t *c) {
+    double us = price(cost_reserve, c->reserve, 0) + price(cost_free_range, c->free_range, 0) +
+                price(cost_create, c->create, c->create_bytes) + price(cost_release, c->release, c->release_bytes) +
+                price(cost_map, c->map, c->map_bytes) + price(cost_unmap, c->unmap, c->unmap_bytes) +
+                price(cost_set_access, c->set_access, c->set_access_bytes) +
+                price(cost_seg_alloc, c->seg_alloc, c->seg_alloc_bytes) +
+                price(cost_seg_free, c->seg_free, c->seg_free_bytes) +
+                price(cost_event_record, c->event_record, 0) + price(cost_event_query, c->event_query, 0) +
+                price(cost_synchronize, c->synchronize, 0);
+    return us * 1e-6;
+}
+
+/* ---------------------------------------------------------------- parallel replays */
+
+typedef struct job {
+    const alloc_trace_event_t *trace;
+    size_t n;
+    size_t capacity;
+    gm_tune_result *res; /* the batch */
+    size_t nres;
+    atomic_size_t next;
+} job;
+
+static void replay_one(job *j, gm_tune_result *r) {
+    alloc_replay_opts_t o = {.capacity = j->capacity};
+    alloc_replay_result_t out;
+    char err[256];
+    if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
+        r->ok = 0;
+        r->oom = 1;
+        return;
+    }
+    r->ok = 1;
+    r->oom = out.oom_index >= 0;
+    r->peak_allocated = out.peak_allocated;
+    r->peak_reserved = out.peak_reserved;
+    r->utilization = out.utilization;
+    r->driver_calls = out.driver_calls;
+    r->driver_time_s = gm_tune_driver_seconds(&out.backend);
+}
+
+static void run_batch(job *j, int threads);
+
+static void *worker(void *arg) {
+    job *j = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->nres) break;
+        replay_one(j, &j->res[i]);
+    }
+    return NULL;
+}
+
+int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, gm_tune_result *res,
+                        size_t nres, int threads) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .res = res, .nres = nres};
+    if (threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    run_batch(&j, threads);
+    return 0;
+}
+
+static void run_batch(job *j, int threads) {
+    atomic_store(&j->next, 0);
+    if (threads <= 1 || j->nres <= 1) {
+        worker(j);
+        return;
+    }
+    pthread_t tid[64];
+    int nt = threads < 64 ? threads : 64, started = 0;
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&tid[i], NULL, worker, j) == 0) started++;
+        else break;
+    if (!started) worker(j);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+}
+
+/* ---------------------------------------------------------------- the search */
+
+typedef struct search {
+    gm_tune *t;
+    const gm_tune_opts *o;
+    size_t cap;
+    job j;
+    int threads;
+    int streams; /* the trace uses several streams */
+    uint64_t limit;
+} search;
+
+static void conf_key(const alloc_config_t *c, char *out, size_t n) { alloc_config_format(c, out, n); }
+
+static long find(const search *s, const alloc_config_t *c) {
+    char k[1024], x[1024];
+    conf_key(c, k, sizeof k);
+    for (size_t i = 0; i < s->t->nresults; i++) {
+        conf_key(&s->t->results[i].cfg, x, sizeof x);
+        if (!strcmp(k, x)) return (long)i;
+    }
+    return -1;
+}
+
+/* Peaks within 1% of the least one rank as equal on the reserved objective: a configuration that
+ * saves 0.5% of memory for ten times the driver calls (nocache, tiny handles) is not a better
+ * recommendation. The comparison is on buckets of 1% of the least peak, so that it stays a
+ * total order. */
+typedef struct rank_ctx {
+    int objective;
+    uint64_t least;   /* least peak reserved of the results that do not OOM */
+    uint64_t quantum; /* 1% of it */
+} rank_ctx;
+
+static uint64_t bucket(const rank_ctx *c, uint64_t reserved) {
+    return reserved <= c->least || !c->quantum ? 0 : (reserved - c->least) / c->quantum;
+}
+
+/* 1 when a ranks before b */
+static int better(const rank_ctx *c, const gm_tune_result *a, const gm_tune_result *b) {
+    if (a->oom != b->oom) return !a->oom;
+    if (c->objective == GM_TUNE_TIME) {
+        if (a->driver_time_s != b->driver_time_s) return a->driver_time_s < b->driver_time_s;
+        if (a->peak_reserved != b->peak_reserved) return a->peak_reserved < b->peak_reserved;
+    } else {
+        uint64_t x = bucket(c, a->peak_reserved), y = bucket(c, b->peak_reserved);
+        if (x != y) return x < y;
+        if (a->driver_time_s != b->driver_time_s) return a->driver_time_s < b->driver_time_s;
+        if (a->peak_reserved != b->peak_reserved) return a->peak_reserved < b->peak_reserved;
+    }
+    return strlen(a->conf) < strlen(b->conf);
+}
+
+static rank_ctx ranking(const gm_tune *t, int objective) {
+    rank_ctx c = {objective, UINT64_MAX, 0};
+    for (size_t i = 0; i < t->nresults; i++)
+        if (t->results[i].ok && !t->results[i].oom && t->results[i].peak_reserved < c.least)
+            c.least = t->results[i].peak_reserved;
+    if (c.least == UINT64_MAX) c.least = 0;
+    c.quantum = c.least / 100;
+    return c;
+}
+
+/* Adds configurations (not yet evaluated) to the results and replays them. Returns the index of
+ * the first added, nresults before the call. -1: out of memory. */
+static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
+    size_t first = s->t->nresults;
+    for (size_t i = 0; i < n; i++) {
+        alloc_config_t c = cfgs[i];
+        c.limit = s->limit;
+        if (find(s, &c) >= 0) continue;
+        if (s->t->nresults == s->cap) {
+            size_t nc = s->cap ? 2 * s->cap : 32;
+            gm_tune_result *r = realloc(s->t->results, nc * sizeof *r);
+            if (!r) return -1;
+            s->t->results = r, s->cap = nc;
+        }
+        gm_tune_result *r = &s->t->results[s->t->nresults++];
+        memset(r, 0, sizeof *r);
+        r->cfg = c;
+        gm_conf_short(&c, r->conf, sizeof r->conf);
+        r->has_pytorch = gm_conf_pytorch(&c, r->pytorch, sizeof r->pytorch);
+    }
+    s->j.res = s->t->results + first;
+    s->j.nres = s->t->nresults - first;
+    run_batch(&s->j, s->threads);
+    if (s->o->progress)
+        fprintf(stderr, "\rgpumem tune: %zu configurations replayed...", s->t->nresults);
+    return (long)first;
+}
+
+/* Every single-key change of base that parses to a different configuration. */
+static size_t neighbours(const search *s, const alloc_config_t *base, alloc_config_t *out, size_t max) {
+    static const char *const always[] = {
+        "expandable_segments:True", "expandable_segments:False", "roundup_power2_divisions:0",
+        "roundup_power2_divisions:2", "roundup_power2_divisions:4", "roundup_power2_divisions:8"};
+    static const char *const classic[] = {"max_split_size_mb:64", "max_split_size_mb:128", "max_split_size_mb:256",
+                                          "max_split_size_mb:512", "max_split_size_mb:inf"};
+    static const char *const expandable[] = {"handle_size:0", "handle_size:8M", "handle_size:32M",
+                                             "handle_size:128M", "release_before_grow:True",
+                                             "release_before_grow:False", "release_threshold:none",
+                                             "release_threshold:1G"};
+    static const char *const gc[] = {"garbage_collection_threshold:0", "garbage_collection_threshold:0.6",
+                                     "garbage_collection_threshold:0.8", "garbage_collection_threshold:0.95"};
+    static const char *const streams[] = {"per_stream_pools:True", "per_stream_pools:False"};
+    const char *const *lists[] = {always, classic, expandable, gc, streams};
+    size_t lens[] = {6, 5, 8, 4, 2};
+    int use[] = {1, !base->expandable_segments, base->expandable_segments, s->limit != 0, s->streams};
+    size_t n = 0;
+    if (base->policy == ALLOC_POLICY_NOCACHE) return 0; /* no cache: no key changes anything */
+    for (size_t l = 0; l < 5; l++) {
+        if (!use[l]) continue;
+        for (size_t i = 0; i < lens[l] && n < max; i++) {
+            alloc_config_t c = *base;
+            if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK) continue;
+            c.limit = s->limit;
+            char a[1024], b[1024];
+            conf_key(&c, a, sizeof a);
+            conf_key(base, b, sizeof b);
+            if (strcmp(a, b)) out[n++] = c;
+        }
+    }
+    return n;
+}
+
+static size_t best_of(const search *s, const size_t *idx, size_t n) {
+    rank_ctx c = ranking(s->t, s->o->objective);
+    size_t b = idx[0];
+    for (size_t i = 1; i < n; i++)
+        if (better(&c, &s->t->results[idx[i]], &s->t->results[b])) b = idx[i];
+    return b;
+}
+
+static int rank_cmp(const void *x, const void *y, void *arg) {
+    const gm_tune_result *a = x, *b = y;
+    const rank_ctx *c = arg;
+    if (better(c, a, b)) return -1;
+    if (better(c, b, a)) return 1;
+    return 0;
+}
+
+int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
+    memset(t, 0, sizeof *t);
+    t->best = t->recorded = SIZE_MAX;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    adv_model am;
+    if (gm_frag_trace_load(d, &am, err, errsz) != 0) return -1;
+    if (!am.nevs) {
+        adv_model_free(&am);
+        snprintf(err, errsz, "%s: no allocation to replay", d->path);
+        return -1;
+    }
+    alloc_trace_event_t *trace = adv_to_trace(&am);
+    if (!trace) {
+        adv_model_free(&am);
+        snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);
+        return -1;
+    }
+    search s = {.t = t, .o = o};
+    s.limit = o->limit ? o->limit : am.cfg.limit;
+    t->limit = s.limit;
+    t->nevents = am.nevs;
+    t->recorded_peak_reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    for (size_t i = 1; i < am.nallocs && !s.streams; i++) s.streams = am.allocs[i].stream != am.allocs[0].stream;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s.threads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
+    size_t cap = (size_t)80 << 30;
+    if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
+    if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
+    s.j = (job){.trace = trace, .n = am.nevs, .capacity = cap};
+    alloc_config_t recorded = am.cfg;
+    recorded.limit = s.limit;
+    gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);
+    /* round 0: the recorded configuration and the presets */
+    alloc_config_t batch[64];
+    size_t nb = 0;
+    batch[nb++] = recorded;
+    for (size_t p = 0; alloc_preset_names[p] && nb < 16; p++) {
+        alloc_config_t c;
+        alloc_config_default(&c);
+        if (alloc_config_preset(&c, alloc_preset_names[p]) != ALLOC_OK) continue;
+        batch[nb++] = c;
+    }
+    int rc = -1;
+    if (evaluate(&s, batch, nb) < 0) goto oom;
+    long ri = find(&s, &recorded);
+    t->recorded = ri >= 0 ? (size_t)ri : SIZE_MAX;
+    size_t pidx[16], np = 0;
+    for (size_t i = 1; i < nb; i++) {
+        alloc_config_t c = batch[i];
+        c.limit = s.limit;
+        long k = find(&s, &c);
+        if (k >= 0) {
+            t->results[k].preset = 1;
+            if (c.policy != ALLOC_POLICY_NOCACHE) pidx[np++] = (size_t)k;
+        }
+    }
+    /* rounds: coordinate descent from the recorded configuration and the best preset */
+    size_t starts[2] = {t->recorded, np ? best_of(&s, pidx, np) : t->recorded};
+    size_t nstarts = starts[0] == starts[1] || starts[0] == SIZE_MAX ? 1 : 2;
+    if (starts[0] == SIZE_MAX) starts[0] = starts[1];
+    for (size_t k = 0; k < nstarts; k++) {
+        size_t cur = starts[k];
+        for (int round = 0; round < 4 && cur != SIZE_MAX; round++) {
+            alloc_config_t base = t->results[cur].cfg;
+            nb = neighbours(&s, &base, batch, 64);
+            long first = evaluate(&s, batch, nb);
+            if (first < 0) goto oom;
+            size_t idx[65], ni = 0;
+            idx[ni++] = cur;
+            for (size_t i = 0; i < nb; i++) {
+                long f = find(&s, &batch[i]);
+                if (f >= 0) idx[ni++] = (size_t)f;
+            }
+            size_t nb_best = best_of(&s, idx, ni);
+            if (nb_best == cur) break;
+            cur = nb_best;
+        }
+    }
+    if (o->progress) fprintf(stderr, "\r%60s\r", "");
+    /* rank; keep where the recorded configuration went */
+    char rk[1024];
+    conf_key(&recorded, rk, sizeof rk);
+    rank_ctx rc_final = ranking(t, o->objective);
+    qsort_r(t->results, t->nresults, sizeof *t->results, rank_cmp, &rc_final);
+    for (size_t i = 0; i < t->nresults; i++) {
+        char x[1024];
+        conf_key(&t->results[i].cfg, x, sizeof x);
+        if (!strcmp(x, rk)) t->recorded = i;
+    }
+    t->best = t->nresults && t->results[0].ok && !t->results[0].oom ? 0 : SIZE_MAX;
+    rc = 0;
+oom:
+    if (rc) snprintf(err, errsz, "out of memory");
+    free(trace);
+    adv_model_free(&am);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return rc;
+}
+
+void gm_tune_free(gm_tune *t) {
+    free(t->results);
+    memset(t, 0, sizeof *t);
+}

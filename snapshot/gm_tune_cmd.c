@@ -1,0 +1,222 @@
+/* gm_tune_cmd.c — `gpumem tune`: options, the ranked table (text) and the JSON contract of
+ * gm_tune.c's search, and --check (re-run the recorded command under the recommendation). */
+#include "snapshot/gm_tune.h"
+
+#include "snapshot/gm_frag.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const usage_tune =
+    "usage: gpumem tune DB [--objective reserved|time] [--limit SIZE] [--top N] [--json] [--check]\n"
+    "\n"
+    "Replays the recorded allocations through gpumem's allocator under its presets (gpumem,\n"
+    "pytorch, pytorch-expandable, nocache) and a search over its keys (expandable_segments,\n"
+    "max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, handle_size,\n"
+    "release_before_grow, release_threshold, per_stream_pools), on every core, and ranks them:\n"
+    "peak reserved, utilization, driver calls and their time (the virtual GPU's cost table),\n"
+    "and whether the run would meet an OOM under the limit. Ends with the recommended\n"
+    "GPUMEM_CONF, and the PYTORCH_CUDA_ALLOC_CONF when PyTorch has the same setting.\n"
+    "  --objective reserved   least peak reserved first, then least driver time (default)\n"
+    "  --objective time       least driver time first, then least peak reserved\n"
+    "  --limit SIZE           judge every configuration under this cap on reserved memory\n"
+    "                         (e.g. 24G; default: the limit the program ran with, if any)\n"
+    "  --top N                rows of the table (default 12)\n"
+    "  --json                 one JSON object (contract in snapshot/README.md)\n"
+    "  --check                re-run the recorded command under `gpumem record` with the\n"
+    "                         recommended GPUMEM_CONF and print predicted against measured\n"
+    "Exit code: 0; 1 no configuration avoids an OOM under the limit, or --check could not\n"
+    "re-run; 2 usage; 3 unreadable database.\n";
+
+static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
+
+static void print_text(const gm_db *d, const gm_tune *t, int objective, int top, FILE *out) {
+    fprintf(out, "gpumem tune: %s\n", d->path);
+    char rr[32], lim[32];
+    bytes(t->recorded_peak_reserved, rr, sizeof rr);
+    fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
+    if (t->limit) {
+        bytes(t->limit, lim, sizeof lim);
+        fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
+    }
+    fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s\n\n", t->nresults, t->nevents,
+            t->seconds, objective == GM_TUNE_TIME ? "driver time, then peak reserved" : "peak reserved, then driver time");
+    fprintf(out, "  %4s %12s %12s %6s %9s %10s %4s  %s\n", "rank", "reserved", "allocated", "util", "calls", "driver ms",
+            "OOM", "GPUMEM_CONF");
+    for (size_t i = 0; i < t->nresults; i++) {
+        const gm_tune_result *r = &t->results[i];
+        int show = (int)i < top || i == t->recorded || r->preset;
+        if (!show) continue;
+        char re[32], al[32];
+        bytes(r->peak_reserved, re, sizeof re);
+        bytes(r->peak_allocated, al, sizeof al);
+        fprintf(out, "  %4zu %12s %12s %5.1f%% %9" PRIu64 " %10.1f %4s  %s%s%s\n", i + 1, re, al, 100.0 * r->utilization,
+                r->driver_calls, r->driver_time_s * 1e3, !r->ok ? "err" : r->oom ? "yes" : "no", r->conf,
+                i == t->recorded ? "  (recorded)" : "", r->preset && i != t->recorded ? "  (preset)" : "");
+    }
+    if (t->best == SIZE_MAX) {
+        fprintf(out, "\n  no configuration avoids an OOM under the limit: the live tensors need more (gpumem advise)\n");
+        return;
+    }
+    const gm_tune_result *b = &t->results[t->best];
+    char re[32];
+    bytes(b->peak_reserved, re, sizeof re);
+    fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
+    fprintf(out, "               predicted peak reserved %s", re);
+    if (t->recorded_peak_reserved)
+        fprintf(out, " (%+.1f%% against the recording)",
+                100.0 * ((double)b->peak_reserved - (double)t->recorded_peak_reserved) / (double)t->recorded_peak_reserved);
+    fputc('\n', out);
+    if (b->has_pytorch) {
+        fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s\n", b->pytorch[0] ? b->pytorch : "(unset: its defaults)");
+    } else {
+        /* the best that PyTorch can express, for PyTorch users */
+        for (size_t i = 0; i < t->nresults; i++) {
+            const gm_tune_result *r = &t->results[i];
+            if (!r->has_pytorch || r->oom || !r->ok) continue;
+            bytes(r->peak_reserved, re, sizeof re);
+            fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (predicted peak reserved %s)\n",
+                    r->pytorch[0] ? r->pytorch : "(unset: its defaults)", re);
+            break;
+        }
+    }
+}
+
+static void print_result_json(const gm_tune_result *r, FILE *out) {
+    fputs("{\"conf\":", out);
+    gm_json_str(out, r->conf);
+    fputs(",\"pytorch_conf\":", out);
+    gm_json_str(out, r->has_pytorch ? r->pytorch : NULL);
+    fprintf(out,
+            ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 ",\"utilization\":%.4f,\"driver_calls\":%" PRIu64
+            ",\"driver_time_s\":%.6f,\"oom\":%s,\"preset\":%s}",
+            r->peak_allocated, r->peak_reserved, r->utilization, r->driver_calls, r->driver_time_s,
+            r->oom ? "true" : "false", r->preset ? "true" : "false");
+}
+
+static void print_json(const gm_db *d, const gm_tune *t, int objective, const uint64_t *meas, FILE *out) {
+    fputs("{\"database\":", out);
+    gm_json_str(out, d->path);
+    fputs(",\"recorded\":{\"conf\":", out);
+    gm_json_str(out, t->recorded_conf);
+    fprintf(out, ",\"peak_reserved\":%" PRIu64 "},\"objective\":\"%s\",\"limit\":", t->recorded_peak_reserved,
+            objective == GM_TUNE_TIME ? "time" : "reserved");
+    if (t->limit) fprintf(out, "%" PRIu64, t->limit);
+    else fputs("null", out);
+    fprintf(out, ",\"events\":%zu,\"seconds\":%.3f,\"results\":[", t->nevents, t->seconds);
+    for (size_t i = 0; i < t->nresults; i++) {
+        if (i) fputc(',', out);
+        print_result_json(&t->results[i], out);
+    }
+    fputs("],\"recommended\":", out);
+    if (t->best == SIZE_MAX) {
+        fputs("null", out);
+    } else {
+        const gm_tune_result *b = &t->results[t->best];
+        fputs("{\"conf\":", out);
+        gm_json_str(out, b->conf);
+        fputs(",\"pytorch_conf\":", out);
+        gm_json_str(out, b->has_pytorch ? b->pytorch : NULL);
+        fprintf(out, ",\"predicted\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", b->peak_allocated,
+                b->peak_reserved);
+    }
+    if (meas)
+        fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],
+                meas[1]);
+    fputs("}\n", out);
+}
+
+int gm_tune_main(int argc, char **argv) {
+    const char *db = NULL;
+    int json = 0, check = 0;
+    long top = 12;
+    gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_tune, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--check")) {
+            check = 1;
+        } else if (!strcmp(a, "--objective")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
+            else if (!strcmp(v, "time")) o.objective = GM_TUNE_TIME;
+            else {
+                fprintf(stderr, "gpumem tune: --objective takes reserved or time, not '%s'\n", v);
+                return GM_EXIT_USAGE;
+            }
+        } else if (!strcmp(a, "--limit")) {
+            size_t v = 0;
+            if (i + 1 >= argc || alloc_parse_size(argv[++i], &v) != ALLOC_OK || !v) {
+                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n");
+                return GM_EXIT_USAGE;
+            }
+            o.limit = v;
+        } else if (!strcmp(a, "--top")) {
+            char *e = NULL;
+            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
+            if (!e || *e || top < 1) {
+                fprintf(stderr, "gpumem tune: --top needs a positive number\n");
+                return GM_EXIT_USAGE;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, usage_tune);
+            return GM_EXIT_USAGE;
+        } else if (!db) {
+            db = a;
+        } else {
+            fprintf(stderr, "gpumem tune: one database at a time ('%s' and '%s')\n", db, a);
+            return GM_EXIT_USAGE;
+        }
+    }
+    if (!db) {
+        fprintf(stderr, "gpumem tune: which database?\n%s", usage_tune);
+        return GM_EXIT_USAGE;
+    }
+    char err[8192];
+    gm_db d;
+    if (gm_db_open(db, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    o.progress = isatty(2);
+    gm_tune t;
+    if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    int rc = t.best == SIZE_MAX ? 1 : 0;
+    uint64_t meas[2];
+    int have = 0;
+    if (check && t.best != SIZE_MAX) {
+        if (gm_frag_rerun(&d, t.results[t.best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem tune: --check: %s\n", err);
+            rc = 1;
+        } else {
+            have = 1;
+        }
+    }
+    if (json) {
+        print_json(&d, &t, o.objective, have ? meas : NULL, stdout);
+    } else {
+        print_text(&d, &t, o.objective, (int)top, stdout);
+        if (have) {
+            const gm_tune_result *b = &t.results[t.best];
+            char p[32], m[32];
+            bytes(b->peak_reserved, p, sizeof p);
+            bytes(meas[1], m, sizeof m);
+            printf("  check: re-run under it: peak reserved %s measured, %s predicted (error %+.2f%%)\n", m, p,
+                   b->peak_reserved ? 100.0 * ((double)meas[1] - (double)b->peak_reserved) / (double)b->peak_reserved : 0.0);
+        }
+    }
+    gm_tune_free(&t);
+    gm_db_close(&d);
+    return rc;
+}

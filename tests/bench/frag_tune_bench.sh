@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `gpumem frag` and `gpumem tune` on the report benchmark's synthetic 10-million-event database
+# (written through the recorder itself by rec_bench gen), and what tune finds on the trainer
+# recorded under PyTorch's policy:
+#   frag.10m_s                   gpumem frag on the 10 M-event database (bar: <= 20)
+#   tune.10m_s                   gpumem tune, default search, on it (bar: <= 60)
+#   tune.10m_configs             configurations replayed by that search
+#   tune.gpt2_124m.pytorch_over_recommended
+#                                peak reserved under preset:pytorch over the recommendation's,
+#                                measured by re-running (GPT-2 124M, B 8, T 1024, --seq-jitter)
+set -euo pipefail
+BUILD=${BUILD:-build}
+GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim
+dir=$(mktemp -d "$BUILD/tests/bench/fragtune-XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+"$BUILD/tests/bench/rec_bench" gen "$dir/10m.db" "${GPUMEM_BENCH_EVENTS:-10000000}" > /dev/null
+secs() { awk -v s="$1" -v e="$2" 'BEGIN { printf "%.1f", e - s }'; }
+start=$(date +%s.%N)
+"$GM" frag --json "$dir/10m.db" > "$dir/frag.json"
+end=$(date +%s.%N)
+echo "BENCH frag.10m_s $(secs "$start" "$end") s"
+start=$(date +%s.%N)
+"$GM" tune --json "$dir/10m.db" > "$dir/tune.json" || true
+end=$(date +%s.%N)
+echo "BENCH tune.10m_s $(secs "$start" "$end") s"
+echo "BENCH tune.10m_configs $(jq '.results | length' "$dir/tune.json") configs"
+GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G GPUMEM_CONF=preset:pytorch "$GM" record -q -o "$dir/pt.db" -- \
+  "$TRAIN" --model gpt2 -B 8 -T 1024 --dry-run --steps 20 --seq-jitter --seed 5 > /dev/null 2>&1
+GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G "$GM" tune --json --check "$dir/pt.db" > "$dir/pt.json"
+echo "# tune on the trainer under preset:pytorch: recommended $(jq -r .recommended.conf "$dir/pt.json"), predicted $(jq .recommended.predicted.peak_reserved "$dir/pt.json"), measured $(jq .check.measured.peak_reserved "$dir/pt.json")" >&2
+echo "BENCH tune.gpt2_124m.pytorch_over_recommended $(jq '.recorded.peak_reserved / .check.measured.peak_reserved * 1000 | round / 1000' "$dir/pt.json") x"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# gpumem tune: the recorded trace replayed under the presets and a search over the allocator's
+# keys, ranked; the recommendation checked by re-running.
+#  1. The trainer (GPT-2 124M, B 8, T 1024, --seq-jitter, 20 steps, dry run on an 80 GB virtual
+#     GPU) recorded with GPUMEM_CONF=preset:pytorch: tune recommends a configuration; re-run
+#     with it (--check) the measured peak reserved is within 1% of the prediction and >= 30%
+#     below the recording's. Every preset is in the results; the ranking is by the objective.
+#  2. --objective time ranks by driver time; --limit judges every configuration under a cap
+#     (too small a cap: nothing fits, exit 1, no recommendation).
+#  3. Usage and bad input.
+set -euo pipefail
+BUILD=${BUILD:-build}
+GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim
+for f in "$GM" "$TRAIN"; do [[ -x $f ]] || { echo "snapshot_tune: $f not built" >&2; exit 1; }; done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gmtune-XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "snapshot_tune: FAIL: $*" >&2; exit 1; }
+export GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
+
+GPUMEM_CONF=preset:pytorch "$GM" record -q -o "$TMP/pt.db" -- "$TRAIN" --model gpt2 -B 8 -T 1024 \
+  --dry-run --steps 20 --seq-jitter --seed 5 > "$TMP/train.txt" 2>&1 || { tail -5 "$TMP/train.txt"; fail "recording"; }
+
+# 1. recommendation, checked
+"$GM" tune --json --check "$TMP/pt.db" > "$TMP/tune.json" || fail "tune --json --check exited $?"
+jq -e . "$TMP/tune.json" > /dev/null || fail "not JSON"
+read -r recorded conf predicted measured nres < <(jq -r '[.recorded.peak_reserved, .recommended.conf,
+  .recommended.predicted.peak_reserved, .check.measured.peak_reserved, (.results | length)] | @tsv' "$TMP/tune.json")
+echo "recorded $recorded; $nres configurations; recommended $conf: predicted $predicted measured $measured"
+awk -v p="$predicted" -v m="$measured" 'BEGIN { d = m - p; if (d < 0) d = -d; exit !(d <= 0.01 * p) }' \
+  || fail "measured $measured is not within 1% of predicted $predicted"
+awk -v r="$recorded" -v m="$measured" 'BEGIN { exit !(m <= 0.7 * r) }' || fail "measured $measured is not 30% below $recorded"
+jq -e '.recorded.conf == "preset:pytorch"' "$TMP/tune.json" > /dev/null || fail "recorded conf is not preset:pytorch"
+# every preset replayed; the recommendation is the first result; contract fields
+for p in gpumem pytorch pytorch-expandable nocache; do
+  jq -e --arg p "preset:$p" '[.results[] | select(.preset and .conf == $p)] | length == 1' "$TMP/tune.json" > /dev/null \
+    || fail "preset $p is not in the results"
+done
+jq -e '.results[0].conf == .recommended.conf and .results[0].oom == false' "$TMP/tune.json" > /dev/null \
+  || fail "the recommendation is not the first result"
+jq -e '.results | all(has("conf") and has("peak_allocated") and has("peak_reserved") and has("utilization")
+  and has("driver_calls") and has("driver_time_s") and has("oom") and has("pytorch_conf"))' "$TMP/tune.json" > /dev/null \
+  || fail "a result misses a contract field"
+# ranked by reserved in 1% steps of the least, then driver time
+jq -e '[.results[] | select(.oom == false)] as $r | ($r | map(.peak_reserved) | min) as $least
+  | [$r[] | [((.peak_reserved - $least) / ($least / 100) | floor), .driver_time_s]] as $k
+  | [range(1; $k | length) | $k[. - 1] <= $k[.]] | all' "$TMP/tune.json" > /dev/null || fail "results are not ranked by reserved, then time"
+# the recorded configuration replays to what was recorded
+jq -e '[.results[] | select(.conf == "preset:pytorch")][0].peak_reserved == .recorded.peak_reserved' "$TMP/tune.json" \
+  > /dev/null || fail "the recorded configuration does not replay to the recorded peak reserved"
+
+# text
+"$GM" tune "$TMP/pt.db" > "$TMP/tune.txt" || fail "tune (text) exited $?"
+grep -qF "recommended: GPUMEM_CONF=$conf" "$TMP/tune.txt" || fail "text recommends something else than JSON"
+grep -q "(recorded)" "$TMP/tune.txt" || fail "text does not mark the recorded configuration"
+grep -q "under PyTorch: PYTORCH_CUDA_ALLOC_CONF=" "$TMP/tune.txt" || fail "text has no PyTorch line"
+
+# 2. objective time, limits
+"$GM" tune --json --objective time "$TMP/pt.db" > "$TMP/time.json" || fail "--objective time exited $?"
+jq -e '[.results[] | select(.oom == false) | .driver_time_s] as $t | $t[0] == ($t | min)' "$TMP/time.json" > /dev/null \
+  || fail "--objective time does not put the least driver time first"
+"$GM" tune --json --limit 12G "$TMP/pt.db" > "$TMP/lim.json" || fail "--limit 12G exited $?"
+jq -e '.limit == 12884901888 and .recommended.predicted.peak_reserved <= 12884901888
+  and ([.results[] | select(.oom == false) | .peak_reserved <= 12884901888] | all)' "$TMP/lim.json" > /dev/null \
+  || fail "--limit 12G: a configuration over the limit without an OOM"
+set +e
+"$GM" tune --json --limit 1G "$TMP/pt.db" > "$TMP/tiny.json"; rc=$?
+[[ $rc == 1 ]] || fail "--limit 1G: want exit 1, got $rc"
+jq -e '.recommended == null and (.results | all(.oom))' "$TMP/tiny.json" > /dev/null || fail "--limit 1G: something fits?"
+
+# 3. usage
+"$GM" tune > /dev/null 2>&1; [[ $? == 2 ]] || fail "no database: want exit 2"
+"$GM" tune --objective speed "$TMP/pt.db" > /dev/null 2>&1; [[ $? == 2 ]] || fail "bad objective: want exit 2"
+"$GM" tune --limit lots "$TMP/pt.db" > /dev/null 2>&1; [[ $? == 2 ]] || fail "bad limit: want exit 2"
+"$GM" tune "$TMP/missing.db" > /dev/null 2>&1; [[ $? == 3 ]] || fail "missing database: want exit 3"
+"$GM" tune --help | grep -q "usage: gpumem tune" || fail "--help"
+set -e
+echo "snapshot_tune: ok"
