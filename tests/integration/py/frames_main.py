@@ -1,0 +1,46 @@
+"""The Python-frames test program (tests/integration/python_frames.sh): nested functions in two
+files (this one and layers.py) allocate device memory with cudaMalloc through ctypes.
+
+usage: python3 frames_main.py LIBCUDART [gil|nogil] [deep N]
+"""
+import sys
+
+import cudart
+import layers
+
+MiB = 1 << 20
+
+
+def build_model(rt):
+    weights = []
+    for _ in range(3):
+        weights.append(layers.alloc_weights(rt, 4 * MiB))  # SITE:build_model
+    return weights
+
+
+def forward(rt):
+    acts = []
+    for _ in range(2):
+        acts.append(layers.alloc_activations(rt, 2 * MiB))  # SITE:forward
+    return acts
+
+
+def step(rt, weights):
+    acts = forward(rt)  # SITE:step
+    layers.leak_cache(rt, 1 * MiB)  # SITE:step_leak
+    for a in acts:
+        layers.release(rt, a)
+
+
+def main():
+    rt = cudart.load(sys.argv[1], gil=(len(sys.argv) < 3 or sys.argv[2] == "gil"))
+    weights = build_model(rt)  # SITE:main_build
+    for _ in range(3):
+        step(rt, weights)  # SITE:main_step
+    for w in weights:
+        layers.release(rt, w)
+    print("frames_main: done")
+
+
+if __name__ == "__main__":
+    main()
