@@ -101,3 +101,8 @@ TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/u
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
 TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))
+
+# ---- Python (preload/python.c, the gpumem module in preload/python/) --------------------------
+# Python frames in stacks, the module's ranges and annotate(); torch tests skip without torch.
+SCRIPT_TESTS += $(wildcard tests/integration/python_*.sh)
+BENCHES += tests/bench/python_bench.sh

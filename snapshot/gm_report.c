@@ -1003,8 +1003,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 gm_json_str(out, f ? f->file : NULL);
                 fprintf(out, ",\"line\":%u,\"module\":", f ? f->line : 0);
                 gm_json_str(out, f && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL);
-                fprintf(out, ",\"offset\":%" PRIu64 ",\"inlined\":%s}", f ? f->offset : 0,
-                        f && f->inl_depth ? "true" : "false");
+                fprintf(out, ",\"offset\":%" PRIu64 ",\"inlined\":%s,\"python\":%s}", f ? f->offset : 0,
+                        f && f->inl_depth ? "true" : "false", f && f->python ? "true" : "false");
             }
             fputs("]}", out);
         }
@@ -1038,11 +1038,14 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             size_t len;
             gm_stack_frame(m, a->stack, 0, &len);
             /* after = 1 at the site itself; the frame after it is the caller, already named in
-             * the site's label: the list starts with the caller's caller */
+             * the site's label: the list starts with the caller's caller. A Python site (in the
+             * default --frames user) lists only the user's frames, as its label does. */
             int shown = 0, after = 0;
+            int py_user = !m->frames_all && site >= 0 && m->frames[site].python;
             for (size_t k = 0; k < len && shown < 6; k++) {
                 long fi = gm_stack_frame(m, a->stack, k, NULL);
                 if (fi == site && !after) { after = 1; continue; }
+                if (py_user && after && (fi < 0 || !gm_python_user_frame(&m->frames[fi]))) continue;
                 if (!after || after++ == 1) continue;
                 char fd[1024];
                 gm_frame_desc(m, fi, fd, sizeof fd);

@@ -141,11 +141,12 @@ CREATE VIEW allocations AS
        LEFT JOIN ranges r ON r.id = b.range
        LEFT JOIN strings sn ON sn.id = l.name;
 
--- Stacks with their frames spelled out; inlined_into (1.1) lists the functions the frame's
+-- Stacks with their frames spelled out (python, 1.3: 1 for a Python frame); inlined_into (1.1) lists the functions the frame's
 -- code was inlined into, nearest first: "gpt2_forward (gpt2.c:664) < gpt2_step (gpt2.c:712)".
 CREATE VIEW stack_frames AS
   SELECT s.stack AS stack, s.depth AS depth, f.function AS function, f.file AS file,
          f.line AS line, m.path AS module, f.offset AS offset,
          (SELECT group_concat(i.function || ' (' || i.file || ':' || i.line || ')', ' < ')
-          FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into
+          FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into,
+         f.python AS python
   FROM stacks s JOIN frames f ON f.id = s.frame LEFT JOIN modules m ON m.id = f.module;

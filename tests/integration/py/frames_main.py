@@ -2,7 +2,11 @@
 files (this one and layers.py) allocate device memory with cudaMalloc through ctypes.
 
 usage: python3 frames_main.py LIBCUDART [gil|nogil] [deep N]
+
+  gil    cudaMalloc through ctypes.PyDLL (the GIL stays held: Python frames are recorded)
+  nogil  through ctypes.CDLL (the GIL is released around the call: native frames only)
 """
+import copy
 import sys
 
 import cudart
@@ -33,12 +37,14 @@ def step(rt, weights):
 
 
 def main():
-    rt = cudart.load(sys.argv[1], gil=(len(sys.argv) < 3 or sys.argv[2] == "gil"))
+    mode = sys.argv[2] if len(sys.argv) > 2 else "gil"
+    rt = cudart.load(sys.argv[1], gil=(mode != "nogil"))
     weights = build_model(rt)  # SITE:main_build
     for _ in range(3):
         step(rt, weights)  # SITE:main_step
     for w in weights:
         layers.release(rt, w)
+    copy.deepcopy(layers.Buffer(rt))  # SITE:main_deepcopy
     print("frames_main: done")
 
 

@@ -29,3 +29,22 @@ def leak_cache(rt, n):
 
 def release(rt, p):
     rt.lib.cudaFree(p)
+
+
+class Buffer:
+    """copy.deepcopy(Buffer(rt)) allocates from inside the standard library's copy module: the
+    report names __deepcopy__ and, as its caller, the user's line that called deepcopy (the
+    frames of copy.py in between are skipped). The copy is kept: a second planted leak."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.ptr = None
+
+    def __deepcopy__(self, memo):
+        b = Buffer(self.rt)
+        p = ctypes.c_void_p()
+        rc = self.rt.lib.cudaMalloc(ctypes.byref(p), 1 << 20)  # SITE:deepcopy
+        assert rc == 0, rc
+        b.ptr = p.value
+        _kept.append(b)
+        return b
