@@ -32,6 +32,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,7 @@ static struct {
     const char *(*PyUnicode_AsUTF8)(PyObject *);
     void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
     void (*PyErr_Restore)(PyObject *, PyObject *, PyObject *);
+    int (*PyFrame_GetLasti)(PyObject *); /* 3.11+ only (may be NULL): keys the line cache */
 } py;
 
 #ifdef GM_HAVE_REC
@@ -65,6 +67,16 @@ typedef struct code_ent {
     uint32_t function, file; /* recorder string ids; 0 = to intern (new, or after a fork) */
     char *fn_text, *file_text;
 } code_ent;
+
+/* Lines by (code object, last instruction), 3.11+: PyFrame_GetLineNumber decodes the code's
+ * line table from its start on every call, the largest cost of a frame without this. Direct
+ * mapped: a collision only costs a decode. Its code objects are all in the code cache, which
+ * holds them, so an address here always means the same code object. */
+#define LINE_CACHE_SIZE 16384u
+static struct line_ent {
+    PyObject *code;
+    int lasti, line;
+} line_cache[LINE_CACHE_SIZE];
 
 #define CODE_CACHE_MAX (1u << 20)
 static code_ent *cache;
@@ -168,7 +180,19 @@ static int python_frames(rec_pyframe *out, int max)
         if (e) {
             out[n].function = e->function;
             out[n].file = e->file;
-            int line = py.PyFrame_GetLineNumber(f);
+            int line, lasti = py.PyFrame_GetLasti ? py.PyFrame_GetLasti(f) : -1;
+            if (lasti >= 0) {
+                struct line_ent *le =
+                    &line_cache[(code_hash(code) ^ (uint32_t)lasti * 0x9E3779B1u) & (LINE_CACHE_SIZE - 1)];
+                if (le->code != code || le->lasti != lasti) {
+                    le->code = code;
+                    le->lasti = lasti;
+                    le->line = py.PyFrame_GetLineNumber(f);
+                }
+                line = le->line;
+            } else {
+                line = py.PyFrame_GetLineNumber(f);
+            }
             out[n].line = line > 0 ? (uint32_t)line : 0;
             n++;
         }
@@ -256,12 +280,14 @@ static int python_find(uintptr_t *lo, uintptr_t *hi)
     PY_SYM(PyErr_Fetch);
     PY_SYM(PyErr_Restore);
     void **all = (void **)&py;
-    for (size_t i = 0; i < sizeof py / sizeof(void *); i++)
+    for (size_t i = 0; i < offsetof(__typeof__(py), PyFrame_GetLasti) / sizeof(void *); i++)
         if (!all[i]) {
             gm_warn("Python %d.%d: a C API function gpumem needs is missing; recording native "
                     "frames only", major, minor);
             return 0;
         }
+    if (minor >= 11)
+        PY_SYM(PyFrame_GetLasti);
     struct range_ctx c = {(uintptr_t)(void *)py.PyEval_GetFrame, 0, 0};
     dl_iterate_phdr(range_cb, &c);
     *lo = c.lo, *hi = c.hi;
