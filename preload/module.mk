@@ -106,3 +106,11 @@ TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_us
 # Python frames in stacks, the module's ranges and annotate(); torch tests skip without torch.
 SCRIPT_TESTS += $(wildcard tests/integration/python_*.sh)
 BENCHES += tests/bench/python_bench.sh
+# the gpumem Python module (pure Python): PREFIX/share/gpumem/python/gpumem/
+PYMOD_FILES := preload/python/gpumem/__init__.py
+.PHONY: install-python
+install: install-python
+install-python:
+	install -d $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem
+	install -m 0644 $(PYMOD_FILES) $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem/
+	install -m 0644 preload/python/pyproject.toml $(DESTDIR)$(PREFIX)/share/gpumem/python/
