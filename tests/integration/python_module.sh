@@ -25,6 +25,22 @@ got=$(q "$db" "SELECT group_concat(coalesce(phase, '-') || ':' || size || ':' ||
 "$GPUMEM" report "$db" > "$TMP/r.txt" || fail "report failed"
 grep -q "step \*/fwd" "$TMP/r.txt" || { cat "$TMP/r.txt"; fail "the report's phase table lacks step */fwd"; }
 
+# "by op": op ranges named as PyTorch's emit_nvtx() names them, innermost op wins, ", seq = N"
+# and sizes cut; absent when no op range holds a live allocation (the run above)
+grep -q "by op" "$TMP/r.txt" && fail "a by-op table without op ranges"
+"$GPUMEM" record -q -o "$TMP/ops.db" -- "$PY" "$SRC/ops_ranges.py" "$RT" > "$TMP/ops.out" 2>&1 \
+  || { cat "$TMP/ops.out"; fail "ops_ranges.py failed"; }
+"$GPUMEM" report "$TMP/ops.db" > "$TMP/ops.txt" || fail "report on ops_ranges failed"
+sed -n '/^  by op/,/^  [^ ]/p' "$TMP/ops.txt" | grep "x  " > "$TMP/byop.txt"
+want="192.00 KiB 53.3% 3x aten::addmm|96.00 KiB 26.7% 3x AddmmBackward0|48.00 KiB 13.3% 3x aten::linear|24.00 KiB 6.7% 3x (no op)"
+got=$(awk '{ $1 = $1; print }' "$TMP/byop.txt" | paste -sd'|')
+[[ $got == "$want" ]] || { cat "$TMP/ops.txt"; fail "by op: '$got', expected '$want'"; }
+"$GPUMEM" report --json "$TMP/ops.db" | jq -e '.peak.by_op[0] | .op == "aten::addmm" and .bytes == 196608 and .count == 3' > /dev/null \
+  || fail "report --json .peak.by_op[0] is not aten::addmm 196608 bytes in 3"
+# the phase table groups the calls of an op: emit_nvtx's ", seq = N" is not part of a phase
+grep -qF "step */fwd/Net/aten::linear/aten::addmm" "$TMP/ops.txt" && ! grep -q "seq = " "$TMP/ops.txt" \
+  || { cat "$TMP/ops.txt"; fail "the phase table keeps emit_nvtx's seq numbers"; }
+
 # without libgpumem.so: no-ops, one warning
 "$PY" "$SRC/module_ranges.py" "$RT" absent > "$TMP/a.out" 2> "$TMP/a.err" \
   || { cat "$TMP/a.out" "$TMP/a.err"; fail "module_ranges.py without gpumem failed"; }
