@@ -57,6 +57,8 @@ static struct {
     void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
     void (*PyErr_Restore)(PyObject *, PyObject *, PyObject *);
     int (*PyFrame_GetLasti)(PyObject *); /* 3.11+ only (may be NULL): keys the line cache */
+    int (*PyGC_Disable)(void);           /* 3.10+ (may be NULL); see python_frames */
+    int (*PyGC_Enable)(void);
 } py;
 
 #ifdef GM_HAVE_REC
@@ -170,6 +172,11 @@ static int python_frames(rec_pyframe *out, int max)
     if (in_capture || !py.Py_IsInitialized() || !py.PyGILState_Check())
         return 0;
     in_capture = 1;
+    /* 3.11 creates frame objects for the frames it is asked about, and such an allocation may
+     * run the garbage collector on the spot; a finalizer that frees device memory would then
+     * re-enter gpumem, possibly under the allocator's lock (segment events are recorded there).
+     * No collection while we walk (3.12+ only schedules it; 3.9/3.10 allocate nothing here). */
+    int gc_was = py.PyGC_Disable ? py.PyGC_Disable() : 0;
     int n = 0;
     PyObject *f = py.PyEval_GetFrame(); /* borrowed */
     if (f)
@@ -204,6 +211,8 @@ static int python_frames(rec_pyframe *out, int max)
     }
     if (f)
         py.Py_DecRef(f);
+    if (gc_was > 0)
+        py.PyGC_Enable();
     in_capture = 0;
     return n;
 }
@@ -288,6 +297,12 @@ static int python_find(uintptr_t *lo, uintptr_t *hi)
         }
     if (minor >= 11)
         PY_SYM(PyFrame_GetLasti);
+    if (minor >= 10) {
+        PY_SYM(PyGC_Disable);
+        PY_SYM(PyGC_Enable);
+        if (!py.PyGC_Enable)
+            py.PyGC_Disable = NULL;
+    }
     struct range_ctx c = {(uintptr_t)(void *)py.PyEval_GetFrame, 0, 0};
     dl_iterate_phdr(range_cb, &c);
     *lo = c.lo, *hi = c.hi;

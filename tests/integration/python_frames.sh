@@ -80,6 +80,13 @@ record "$TMP/nogil.db" "$PY" nogil
 [[ $(q "$TMP/nogil.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "Python frames read without the GIL"
 "$GPUMEM" leaks "$TMP/nogil.db" > "$TMP/nogil.txt" && has "$TMP/nogil.txt" "LEAK SUMMARY: 4194304 bytes" "leaks (nogil)"
 
+# ---- the collector at every chance, finalizers freeing device memory, frames walked meanwhile
+# (a stress check: a hang or crash here is a re-entry bug; py/gc_reentry.py says why)
+timeout 120 "$GPUMEM" record -q -o "$TMP/gc.db" -- "$PY" "$SRC/gc_reentry.py" "$RT" > "$TMP/gc.out" 2>&1; rc=$?
+[[ $rc -eq 0 ]] && grep -q "gc_reentry: done, 300 finalizers" "$TMP/gc.out" || { cat "$TMP/gc.out"; fail "gc_reentry.py: exit $rc"; }
+[[ $(q "$TMP/gc.db" "SELECT count(*) FROM stack_frames WHERE function = 'layer' AND python = 1") -gt 0 ]] \
+  || fail "gc_reentry.py: no Python frames recorded"
+
 # ---- GPUMEM_PYTHON
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
