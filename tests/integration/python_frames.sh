@@ -87,6 +87,15 @@ timeout 120 "$GPUMEM" record -q -o "$TMP/gc.db" -- "$PY" "$SRC/gc_reentry.py" "$
 [[ $(q "$TMP/gc.db" "SELECT count(*) FROM stack_frames WHERE function = 'layer' AND python = 1") -gt 0 ]] \
   || fail "gc_reentry.py: no Python frames recorded"
 
+# ---- threads: with and without the GIL at once; each stack has its own thread's function only
+timeout 120 "$GPUMEM" record -q -o "$TMP/thr.db" -- "$PY" "$SRC/threads_alloc.py" "$RT" > "$TMP/thr.out" 2>&1; rc=$?
+[[ $rc -eq 0 ]] && grep -q "threads_alloc: done" "$TMP/thr.out" || { cat "$TMP/thr.out"; fail "threads_alloc.py: exit $rc"; }
+[[ $(q "$TMP/thr.db" "SELECT count(DISTINCT thread) FROM events WHERE stack IN (SELECT stack FROM stack_frames WHERE function = 'worker_gil' AND python = 1)") -eq 2 ]] \
+  || fail "threads_alloc.py: the two GIL-holding threads do not both have worker_gil frames"
+[[ $(q "$TMP/thr.db" "SELECT count(*) FROM stack_frames WHERE python = 1 AND function IN ('worker_nogil', 'churn_1')") -eq 0 ]] \
+  || fail "threads_alloc.py: Python frames recorded for a thread without the GIL"
+[[ $(q "$TMP/thr.db" "SELECT count(*) FROM events WHERE kind = 1") -eq 8000 ]] || fail "threads_alloc.py: not 8000 allocations"
+
 # ---- GPUMEM_PYTHON
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
