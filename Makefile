@@ -69,6 +69,10 @@ INSTALL_INCLUDE :=
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
                 libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq \
                 libiberty-dev
+# Optional packages: `make deps` installs them too, but a build never needs them; the tests
+# that use one skip (exit 77) with a message naming it when it is missing.
+# python3-torch (Debian's CPU build of PyTorch): tests/integration/python_torch.sh.
+DEB_OPTIONAL := python3-torch
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 include tests/harness.mk
@@ -90,6 +94,7 @@ endif
 # prerequisite, so a fresh machine installs its packages before the first compiler runs.
 deps:
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
+	@DEB_PACKAGES="$(DEB_OPTIONAL)" DEB_OPTIONAL=1 $(SHELL) tests/deps.sh
 $(DEPS_STAMP):
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@mkdir -p $(@D) && touch $@

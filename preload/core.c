@@ -199,6 +199,7 @@ static void core_init(void)
             rec_meta("uses", gm_uses_name(uses_conf));
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();
+            gm_python_start();
         }
     }
 #endif

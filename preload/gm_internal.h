@@ -252,6 +252,13 @@ void gm_nvtx_dump(void);        /* GPUMEM_DEBUG_RANGES=path: write what was rece
 void gm_nvtx_fork_prepare(void);
 void gm_nvtx_fork_parent(void);
 void gm_nvtx_fork_child(void);
+/* gpumem_range_push / gpumem_range_pop (the Python module's ranges): NVTX push/pop */
+int gm_nvtx_user_push(const char *name);
+int gm_nvtx_user_pop(void);
+
+/* ---- Python frames (python.c) ---- */
+/* Once recording: finds CPython in the process and hands the recorder its frame provider. */
+void gm_python_start(void);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {

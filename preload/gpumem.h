@@ -37,6 +37,13 @@ int gpumem_name_next(const char *name);
 void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
 void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
 
+/* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
+ * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made
+ * inside get it as their phase. push returns the zero-based level of the new range (-1 when
+ * name is NULL); pop returns the level left, or -1 when no range was open. */
+int gpumem_range_push(const char *name);
+int gpumem_range_pop(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
 
 PRELOAD_DIR := $(BUILD)/preload
 PRELOAD_LIB := $(BUILD)/libgpumem.so
-PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c uses.c core.c
+PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c uses.c python.c core.c
 PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
 PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
 # The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).
@@ -101,3 +101,16 @@ TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/u
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
 TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))
+
+# ---- Python (preload/python.c, the gpumem module in preload/python/) --------------------------
+# Python frames in stacks, the module's ranges and annotate(); torch tests skip without torch.
+SCRIPT_TESTS += $(wildcard tests/integration/python_*.sh)
+BENCHES += tests/bench/python_bench.sh
+# the gpumem Python module (pure Python): PREFIX/share/gpumem/python/gpumem/
+PYMOD_FILES := preload/python/gpumem/__init__.py
+.PHONY: install-python
+install: install-python
+install-python:
+	install -d $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem
+	install -m 0644 $(PYMOD_FILES) $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem/
+	install -m 0644 preload/python/pyproject.toml $(DESTDIR)$(PREFIX)/share/gpumem/python/

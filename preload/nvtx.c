@@ -400,6 +400,15 @@ static int h_RangePushA(const char *m)
         NEXT(next_core, NVTX_CBID_CORE_RangePushA, push_a_fn)(m);
     return r;
 }
+/* gpumem_range_push / gpumem_range_pop (python.c): gpumem's own API, the same per-thread
+ * stack as NVTX push/pop, not forwarded to a chained tool (the program did not call NVTX). */
+int gm_nvtx_user_push(const char *name)
+{
+    gm_exit_register_nvtx();
+    return range_push(NULL, name);
+}
+int gm_nvtx_user_pop(void) { return range_pop(NULL); }
+
 static int h_RangePushW(const wchar_t *m)
 {
     char b[512];

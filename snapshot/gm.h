@@ -55,6 +55,8 @@ typedef struct gm_frame {
     /* inline chain of a recorded frame (table `inlines`), nearest enclosing function first */
     gm_inline *inl;
     uint32_t ninl;
+    /* 1: a Python frame (schema 1.3 frames.python): function, file, line of Python code */
+    int python;
     /* > 0: a logical frame made by gm_expand_inlines for inl[inl_depth - 1] of the recorded
      * frame just before it in the stack (same module and offset); never written back */
     uint32_t inl_depth;
@@ -109,6 +111,9 @@ typedef struct gm_model {
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
     int inlines_expanded;
+    /* call sites: 0 = the user's code (Python's own library, torch and gpumem frames skipped
+     * when a stack has Python frames), 1 = every frame as recorded (--frames all) */
+    int frames_all;
     /* sweep results */
     uint64_t events, max_seq, first_t, last_t;
     uint64_t count_kind[32];
@@ -142,15 +147,21 @@ size_t gm_symbolize(gm_db *d, gm_model *m);
  * memory: stacks unchanged). */
 int gm_expand_inlines(gm_model *m);
 
-/* The call site of a stack: the first frame outside gpumem and the CUDA libraries
- * (index into m->frames, or -1). */
+/* The call site of a stack (index into m->frames, or -1). A stack with Python frames: the
+ * innermost Python frame of the user's code (not Python's own library, torch or gpumem:
+ * gm_python_user_frame), else its innermost Python frame. Otherwise, and with m->frames_all:
+ * the first frame outside gpumem and the CUDA libraries. */
 long gm_stack_site(const gm_model *m, uint32_t stack);
 /* Frame i of a stack (index into m->frames) or -1. */
 long gm_stack_frame(const gm_model *m, uint32_t stack, size_t depth, size_t *len);
 /* The call site of a stack with its caller, "t_alloc (gpt2.c:200) < layer_forward (gpt2.c:634)";
  * returns the site's frame index (or -1). */
 long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz);
-/* "function (file:line)" or "module+0xoff" */
+/* 1 when a Python frame is the user's code: not Python's standard library (a file under
+ * .../lib/pythonX.Y/ outside site-packages, or "<frozen ...>"), not torch (a top-level package
+ * torch* under site-packages or dist-packages) and not the gpumem module. */
+int gm_python_user_frame(const gm_frame *f);
+/* "function (file:line)" or "module+0xoff"; a Python frame: "file:line in function" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
 
 /* ---- access tracking (table `uses`, gm_uses.c) ---- */

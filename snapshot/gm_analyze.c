@@ -96,8 +96,10 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "modules");
     u64map mod_idx = {0};
     for (size_t i = 0; i < m->nmods; i++) u64map_put(&mod_idx, (uint64_t)m->mods[i].id, i + 1);
-    /* frames */
-    if (sqlite3_prepare_v2(d->db, "SELECT id, module, offset, function, file, line, symbolized FROM frames",
+    /* frames (frames.python: schema 1.3; older files have native frames only) */
+    if (sqlite3_prepare_v2(d->db, "SELECT id, module, offset, function, file, line, symbolized, python FROM frames",
+                           -1, &s, NULL) != SQLITE_OK &&
+        sqlite3_prepare_v2(d->db, "SELECT id, module, offset, function, file, line, symbolized, NULL FROM frames",
                            -1, &s, NULL) != SQLITE_OK) {
         u64map_free(&mod_idx);
         return fail(d, err, errsz, "frames");
@@ -116,6 +118,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
         int64_t line = sqlite3_column_int64(s, 5);
         f->line = line > 0 && line < UINT32_MAX ? (uint32_t)line : 0;
         f->symbolized = sqlite3_column_int(s, 6) != 0;
+        f->python = sqlite3_column_int(s, 7) == 1;
         u64map_put(&m->frame_idx, (uint64_t)sqlite3_column_int64(s, 0), m->nframes);
         m->nframes++;
     }
@@ -467,9 +470,56 @@ static int internal_module(const gm_model *m, const gm_frame *f) {
            strncmp(b, "libcuda.", 8) == 0 || strncmp(b, "libcuda-", 8) == 0;
 }
 
+/* the directory component after "site-packages/" or "dist-packages/", if the path has one */
+static const char *package_of(const char *file) {
+    const char *p = strstr(file, "-packages/");
+    if (!p || p - file < 5 || (strncmp(p - 4, "site", 4) != 0 && strncmp(p - 4, "dist", 4) != 0))
+        return NULL;
+    return p + 10;
+}
+
+int gm_python_user_frame(const gm_frame *f) {
+    if (!f->python) return 0;
+    const char *file = f->file ? f->file : "";
+    if (strncmp(file, "<frozen", 7) == 0) return 0;
+    const char *pkg = package_of(file);
+    if (pkg) /* torch, torchvision, ... */
+        return strncmp(pkg, "torch", 5) != 0 && strncmp(pkg, "functorch", 9) != 0 &&
+               strncmp(pkg, "gpumem/", 7) != 0;
+    /* the standard library: .../lib/python3.11/... */
+    const char *l = strstr(file, "/lib/python");
+    if (l && l[11] >= '2' && l[11] <= '3' && l[12] == '.') return 0;
+    /* the gpumem module wherever it is installed: .../gpumem/__init__.py */
+    const char *b = strrchr(file, '/');
+    if (b && b - file >= 7 && strncmp(b - 7, "/gpumem", 7) == 0) return 0;
+    return 1;
+}
+
+/* The innermost Python frame at or after depth `from` that is the user's code (any Python frame
+ * when any_python), its depth in *at; -1 when none. */
+static long python_frame_from(const gm_model *m, uint32_t stack, size_t from, int any_python,
+                              size_t *at) {
+    size_t n;
+    gm_stack_frame(m, stack, 0, &n);
+    for (size_t i = from; i < n; i++) {
+        long f = gm_stack_frame(m, stack, i, NULL);
+        if (f < 0 || !m->frames[f].python) continue;
+        if (any_python || gm_python_user_frame(&m->frames[f])) {
+            if (at) *at = i;
+            return f;
+        }
+    }
+    return -1;
+}
+
 long gm_stack_site(const gm_model *m, uint32_t stack) {
     size_t n;
     long first = gm_stack_frame(m, stack, 0, &n);
+    if (!m->frames_all) {
+        long f = python_frame_from(m, stack, 0, 0, NULL);
+        if (f < 0) f = python_frame_from(m, stack, 0, 1, NULL);
+        if (f >= 0) return f;
+    }
     for (size_t i = 0; i < n; i++) {
         long f = gm_stack_frame(m, stack, i, NULL);
         if (f >= 0 && !internal_module(m, &m->frames[f])) return f;
@@ -483,6 +533,12 @@ void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
         return;
     }
     const gm_frame *f = &m->frames[fi];
+    if (f->python) {
+        const char *file = f->file ? f->file : "?";
+        const char *fb = strrchr(file, '/');
+        snprintf(out, outsz, "%s:%u in %s", fb ? fb + 1 : file, f->line, f->function ? f->function : "?");
+        return;
+    }
     const char *mod = f->module && f->module <= m->nmods && m->mods[f->module - 1].path
                           ? m->mods[f->module - 1].path : "?";
     const char *mb = strrchr(mod, '/');
@@ -504,6 +560,23 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
     gm_frame_desc(m, f, out, outsz);
     size_t len;
     gm_stack_frame(m, stack, 0, &len);
+    if (!m->frames_all && f >= 0 && m->frames[f].python) {
+        /* a Python site's caller is the next frame of the user's code: the library frames in
+         * between (torch.nn's _call_impl, ...) are skipped */
+        size_t at = 0;
+        for (size_t d = 0; d < len; d++)
+            if (gm_stack_frame(m, stack, d, NULL) == f) {
+                at = d;
+                break;
+            }
+        long c = python_frame_from(m, stack, at + 1, 0, NULL);
+        size_t o = strlen(out);
+        if (c >= 0 && o + 4 < outsz) {
+            snprintf(out + o, outsz - o, " < ");
+            gm_frame_desc(m, c, out + o + 3, outsz - o - 3);
+        }
+        return f;
+    }
     for (size_t d = 0; d + 1 < len; d++)
         if (gm_stack_frame(m, stack, d, NULL) == f) {
             long c = gm_stack_frame(m, stack, d + 1, NULL);

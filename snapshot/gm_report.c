@@ -92,6 +92,7 @@ typedef struct labels {
     char **site;      /* by stack index */
     long *site_frame; /* by stack index */
     char **phase;     /* by range index; "step N" normalized to "step *" when asked */
+    char **op;        /* by range index: the innermost op range at or around it (op_of) */
 } labels;
 
 static void normalize_steps(char *p) {
@@ -111,6 +112,15 @@ static void normalize_steps(char *p) {
     }
 }
 
+/* "aten::addmm, seq = 12, sizes = [...]" -> "aten::addmm": PyTorch's emit_nvtx() numbers every
+ * op range; without this each call of an op would be a phase of its own */
+static void strip_op_seq(char *p) {
+    for (char *s = p; (s = strstr(s, ", seq = ")) != NULL || (s = strstr(p, ", stashed seq = ")) != NULL;) {
+        char *e = strchr(s, '/');
+        memmove(s, e ? e : s + strlen(s), strlen(e ? e : s + strlen(s)) + 1);
+    }
+}
+
 static void labels_make(const gm_model *m, labels *l, int norm_steps) {
     memset(l, 0, sizeof *l);
     l->site = calloc(m->nstacks + 1, sizeof *l->site);
@@ -118,7 +128,7 @@ static void labels_make(const gm_model *m, labels *l, int norm_steps) {
     l->phase = calloc(m->nranges + 1, sizeof *l->phase);
     for (size_t i = 0; i < m->nranges && l->phase; i++) {
         l->phase[i] = strdup(m->ranges[i].path ? m->ranges[i].path : "?");
-        if (norm_steps && l->phase[i]) normalize_steps(l->phase[i]);
+        if (norm_steps && l->phase[i]) normalize_steps(l->phase[i]), strip_op_seq(l->phase[i]);
     }
 }
 
@@ -128,7 +138,8 @@ static void labels_free(const gm_model *m, labels *l) {
     u64map_free(&l->names);
     for (size_t i = 0; l->site && i <= m->nstacks; i++) free(l->site[i]);
     for (size_t i = 0; l->phase && i < m->nranges; i++) free(l->phase[i]);
-    free(l->site), free(l->site_frame), free(l->phase);
+    for (size_t i = 0; l->op && i < m->nranges; i++) free(l->op[i]);
+    free(l->site), free(l->site_frame), free(l->phase), free(l->op);
 }
 
 static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *frame) {
@@ -176,6 +187,37 @@ static const char *phase_of(const gm_model *m, labels *l, uint32_t range) {
     return l->phase[*ri];
 }
 
+/* "By op": the innermost range that names an operator, as PyTorch's emit_nvtx() pushes one per
+ * op ("aten::addmm, seq = 12, sizes = [...]"; backward "AddmmBackward0, seq = 12"): a name with
+ * "::" or ", seq = " in it. The label is the name up to its first ", " (one row per op, not per
+ * call). A range's own name is its path less its parent's path and the '/'. */
+static const char *range_name(const gm_model *m, const gm_range *r) {
+    const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
+    size_t pl = p && p->path ? strlen(p->path) : 0;
+    if (!r->path) return NULL;
+    if (pl && strncmp(r->path, p->path, pl) == 0 && r->path[pl] == '/') return r->path + pl + 1;
+    return r->path;
+}
+
+static const char *op_of(const gm_model *m, labels *l, uint32_t range) {
+    uint64_t *ri = range ? u64map_get(&m->range_idx, range) : NULL;
+    if (!ri) return "(no op)";
+    if (!l->op) l->op = calloc(m->nranges + 1, sizeof *l->op);
+    if (!l->op) return "(no op)";
+    if (!l->op[*ri]) {
+        const char *found = NULL;
+        const gm_range *r = &m->ranges[*ri];
+        for (int hops = 0; r && hops < 4096 && !found; hops++) {
+            const char *n = range_name(m, r);
+            if (n && (strstr(n, "::") || strstr(n, ", seq = "))) found = n;
+            r = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
+        }
+        const char *end = found ? strstr(found, ", ") : NULL;
+        l->op[*ri] = found ? strndup(found, end ? (size_t)(end - found) : strlen(found)) : strdup("(no op)");
+    }
+    return l->op[*ri] ? l->op[*ri] : "(no op)";
+}
+
 typedef int (*alloc_filter)(const gm_alloc *a, uint64_t at);
 static int live_at(const gm_alloc *a, uint64_t at) {
     return a->birth <= at && (a->death == 0 || a->death > at) && a->kind != REC_HOST_ALLOC &&
@@ -186,7 +228,7 @@ static int alive_at_end(const gm_alloc *a, uint64_t at) {
     return a->death == 0;
 }
 
-enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2, BY_MASK = 3,
+enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2, BY_OP = 3, BY_MASK = 3,
        G_REQUESTED = 4, /* count requested bytes (what the program asked for), not held */
        G_PHASE = 8 };   /* keep each group's phase (shown with it) */
 
@@ -210,6 +252,7 @@ static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_
         }
         g[n].key = by_site == BY_SITE   ? site_of(m, l, a->stack, NULL)
                    : by_site == BY_NAME ? name_of(m, l, a->name)
+                   : by_site == BY_OP   ? op_of(m, l, a->range)
                                         : phase_of(m, l, a->range);
         g[n].phase = flags & G_PHASE ? phase_of(m, l, a->range) : NULL;
         g[n].mixed = 0;
@@ -732,6 +775,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     group *gn = NULL;
     size_t nn = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_NAME, &gn, &total, &count);
     int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
+    group *gop = NULL; /* by op: shown when some live allocation is inside an op range */
+    size_t nop = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_OP, &gop, &total, &count);
+    int ops = nop > 1 || (nop == 1 && strcmp(gop[0].key, "(no op)") != 0);
     double util = pct(m->peak_allocated, m->peak_reserved);
     uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * m->events : 0;
     if (o->json) {
@@ -772,6 +818,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
+        fputc(',', out);
+        print_groups_json(out, "by_op", gop, ops ? nop : 0, o->top, total, "op");
         fputs("},", out);
         print_idle(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
@@ -817,6 +865,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
         print_groups_text(out, "by call site", gs, ns, o->top, total);
         if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
+        if (ops) print_groups_text(out, "by op (innermost op range: PyTorch's emit_nvtx(), \"ns::op\" names)", gop, nop, o->top, total);
         print_idle(d, m, &l, o, out);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
@@ -881,7 +930,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         free(go);
     }
     if (o->json) fputs("]}\n", out);
-    free(gs), free(gp), free(gn);
+    free(gs), free(gp), free(gn), free(gop);
     labels_free(m, &l);
     return 0;
 }
@@ -1004,8 +1053,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                 gm_json_str(out, f ? f->file : NULL);
                 fprintf(out, ",\"line\":%u,\"module\":", f ? f->line : 0);
                 gm_json_str(out, f && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL);
-                fprintf(out, ",\"offset\":%" PRIu64 ",\"inlined\":%s}", f ? f->offset : 0,
-                        f && f->inl_depth ? "true" : "false");
+                fprintf(out, ",\"offset\":%" PRIu64 ",\"inlined\":%s,\"python\":%s}", f ? f->offset : 0,
+                        f && f->inl_depth ? "true" : "false", f && f->python ? "true" : "false");
             }
             fputs("]}", out);
         }
@@ -1039,11 +1088,14 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             size_t len;
             gm_stack_frame(m, a->stack, 0, &len);
             /* after = 1 at the site itself; the frame after it is the caller, already named in
-             * the site's label: the list starts with the caller's caller */
+             * the site's label: the list starts with the caller's caller. A Python site (in the
+             * default --frames user) lists only the user's frames, as its label does. */
             int shown = 0, after = 0;
+            int py_user = !m->frames_all && site >= 0 && m->frames[site].python;
             for (size_t k = 0; k < len && shown < 6; k++) {
                 long fi = gm_stack_frame(m, a->stack, k, NULL);
                 if (fi == site && !after) { after = 1; continue; }
+                if (py_user && after && (fi < 0 || !gm_python_user_frame(&m->frames[fi]))) continue;
                 if (!after || after++ == 1) continue;
                 char fd[1024];
                 gm_frame_desc(m, fi, fd, sizeof fd);

@@ -33,8 +33,9 @@ static const char *const usage_main =
     "\n"
     "commands:\n"
     "  record [-o FILE] -- CMD ARGS...   run CMD with gpumem loaded, record to FILE, print a summary\n"
-    "  report DB [--json] [--top N]      summary, peak attribution, OOM forensics\n"
-    "  leaks DB [--json] [--top N] [--fail-on-leak]\n"
+    "  report DB [--json] [--top N] [--frames user|all]\n"
+    "                                    summary, peak attribution, OOM forensics\n"
+    "  leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
@@ -71,7 +72,7 @@ static const char *const usage_record =
     "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
 static const char *const usage_report =
-    "usage: gpumem report DB [--json] [--top N]\n"
+    "usage: gpumem report DB [--json] [--top N] [--frames user|all]\n"
     "\n"
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
@@ -82,10 +83,13 @@ static const char *const usage_report =
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
+    "  --frames user|all  call sites of Python programs: user (default) names the innermost\n"
+    "            frame of your code and its caller, skipping Python's own library, torch and\n"
+    "            gpumem; all takes every recorded frame, native ones included\n"
     "Exit code: 0, 2 usage, 3 unreadable database.\n";
 
 static const char *const usage_leaks =
-    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak]\n"
+    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
     "\n"
     "Allocations still alive when the recording ended, grouped by call site (with the calling\n"
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
@@ -95,6 +99,7 @@ static const char *const usage_leaks =
     "                   (frees may be missing: it cannot judge; raise GPUMEM_RING)\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
+    "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
     "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database (or, with\n"
     "--fail-on-leak, events dropped: cannot judge).\n";
 
@@ -144,8 +149,9 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
 /* ---------------------------------------------------------------- report / leaks */
 
 static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, const char **db,
-                        int leaks) {
+                        int leaks, int *frames_all) {
     o->json = 0, o->top = 10, o->fail_on_leak = 0;
+    *frames_all = 0;
     *db = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -157,6 +163,11 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
             long n = v ? strtol(v, &end, 10) : 0;
             if (!v || *end || n < 1 || n > 1000000) return usage_error(usage, "--top needs a number from 1 to 1000000, got '%s'", v ? v : "");
             o->top = (int)n;
+        } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
+            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v && strcmp(v, "all") == 0) *frames_all = 1;
+            else if (v && strcmp(v, "user") == 0) *frames_all = 0;
+            else return usage_error(usage, "--frames takes user or all, got '%s'", v ? v : "");
         } else if (a[0] == '-' && a[1]) return usage_error(usage, "unknown option '%s'", a);
         else if (!*db) *db = a;
         else return usage_error(usage, "one database only; '%s' is extra", a);
@@ -189,11 +200,13 @@ static int cmd_report(int argc, char **argv, int leaks) {
     }
     gm_opts o;
     const char *path;
-    int rc = parse_common(argc, argv, usage, &o, &path, leaks);
+    int frames_all;
+    int rc = parse_common(argc, argv, usage, &o, &path, leaks, &frames_all);
     if (rc) return rc;
     gm_db d;
     gm_model m;
     if ((rc = load(path, &d, &m)) != 0) return rc;
+    m.frames_all = frames_all;
     uint64_t leaked = 0;
     rc = leaks ? gm_leaks(&d, &m, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);

@@ -478,7 +478,17 @@ static void strtab_clear(void) {
 
 /* ---------------------------------------------------------------- stacks */
 
-static uint32_t stack_id_slow(uint64_t key, void **pcs, int n) {
+/* The Python frames provider (rec_set_python): set once, read on every stack capture. */
+static _Atomic(rec_pyframes_fn) py_fn;
+static uint64_t py_lo, py_hi;
+
+void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi) {
+    py_lo = interp_lo;
+    py_hi = interp_hi;
+    atomic_store_explicit(&py_fn, fn, memory_order_release);
+}
+
+static uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe *py, int npy) {
     uint32_t id = 0;
     pthread_mutex_lock(&rec_g.lock);
     uint64_t i = key & rec_g.stab_mask;
@@ -490,18 +500,23 @@ static uint32_t stack_id_slow(uint64_t key, void **pcs, int n) {
         }
         if (k == 0) {
             rec_item *it = calloc(1, sizeof *it);
-            void *fr = malloc((size_t)n * sizeof(void *));
-            if (!it || !fr) {
+            void *fr = malloc((size_t)(n ? n : 1) * sizeof(void *));
+            rec_pyframe *pf = npy ? malloc((size_t)npy * sizeof *pf) : NULL;
+            if (!it || !fr || (npy && !pf)) {
                 free(it);
                 free(fr);
+                free(pf);
                 break;
             }
             memcpy(fr, pcs, (size_t)n * sizeof(void *));
+            if (npy) memcpy(pf, py, (size_t)npy * sizeof *pf);
             id = ++rec_g.nstacks;
             it->type = REC_I_STACK;
             it->id = id;
             it->n = (size_t)n;
             it->p = fr;
+            it->n2 = (size_t)npy;
+            it->p2 = pf;
             rec_item_push(it);
             atomic_store_explicit(&rec_g.stab[i].id, id, memory_order_relaxed);
             atomic_store_explicit(&rec_g.stab[i].key, key, memory_order_release);
@@ -517,13 +532,35 @@ static uint32_t stack_id_slow(uint64_t key, void **pcs, int n) {
 static __attribute__((noinline)) uint32_t capture_stack(void) {
     void *pcs[REC_MAX_FRAMES + 2];
     int n = unw_backtrace(pcs, rec_g.stacks + 2);
-    if (n <= 2) return 0;
+    if (n < 2) n = 2;
     void **f = pcs + 2;
     n -= 2;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    /* Python frames: they replace the interpreter's own native frames (rec.h) */
+    rec_pyframe py[REC_MAX_PY_FRAMES];
+    int npy = 0;
+    rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
+    if (pfn) {
+        npy = pfn(py, REC_MAX_PY_FRAMES);
+        if (npy < 0 || npy > REC_MAX_PY_FRAMES) npy = 0;
+        if (npy)
+            for (int i = 0; i < n; i++)
+                if ((uint64_t)(uintptr_t)f[i] >= py_lo && (uint64_t)(uintptr_t)f[i] < py_hi) {
+                    n = i;
+                    break;
+                }
+    }
+    if (n == 0 && npy == 0) return 0;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n ^ ((uint64_t)npy << 32);
     for (int i = 0; i < n; i++) {
         h ^= (uint64_t)(uintptr_t)f[i];
         h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+    }
+    for (int i = 0; i < npy; i++) {
+        h ^= (uint64_t)py[i].function | (uint64_t)py[i].line << 32;
+        h *= 0xff51afd7ed558ccdull;
+        h ^= (uint64_t)py[i].file;
+        h *= 0xc4ceb9fe1a85ec53ull;
         h ^= h >> 33;
     }
     uint64_t key = h | 1;
@@ -533,7 +570,7 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
         if (k == key) return atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
         if (k == 0) break;
     }
-    return stack_id_slow(key, f, n);
+    return stack_id_slow(key, f, n, py, npy);
 }
 
 /* ---------------------------------------------------------------- the hot path */

@@ -245,6 +245,24 @@ void rec_set_timing_resolver(rec_timing_fn fn);
 /* The recorder's clock: ns since the recording started (the clock of events.t). */
 uint64_t rec_time_ns(void);
 
+/* ---- Python frames (schema 1.3). ---------------------------------------------------------
+ * The preload (preload/python.c) registers a provider when the process runs CPython. For every
+ * event with a stack the recorder then calls fn(out, max) on the application thread after
+ * capturing the native frames; fn fills out[0..n) innermost first and returns n (0: no Python
+ * stack now, e.g. the thread does not hold the GIL). function and file are rec_string() ids.
+ * When n > 0 the native frames from the first one inside the interpreter, [interp_lo,
+ * interp_hi), outwards are left out: the Python frames stand for them. A stack is then its
+ * native frames (the CUDA call, ctypes / libffi / a framework's C++) at depths 0.., and the
+ * Python frames after them, innermost first (frames.python = 1). Set once, before events. */
+typedef struct rec_pyframe {
+    uint32_t function; /* rec_string id of the code object's name */
+    uint32_t file;     /* rec_string id of its file name */
+    uint32_t line;     /* line being executed (0 unknown) */
+} rec_pyframe;
+#define REC_MAX_PY_FRAMES 64
+typedef int (*rec_pyframes_fn)(rec_pyframe *out, int max);
+void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi);
+
 /* ---- Explicit control (optional: everything above opens lazily from the environment). ---- */
 typedef struct rec_options {
     const char *path;   /* database path template (%p pid, %r rank, %% percent); NULL: GPUMEM_DB,

@@ -78,7 +78,7 @@ enum {
     S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
     S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
     S_DEL_BLOCKS, S_EVENT_MULTI, S_THREAD_NAME, S_LIFE_MULTI, S_LAUNCH, S_LAUNCH_MULTI, S_USE,
-    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_COUNT_
+    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_PYFRAME, S_COUNT_
 };
 /* Events are inserted EV_MULTI rows per statement: the per-statement cost of SQLite (step,
  * reset, VDBE setup) is then paid once for many rows. */
@@ -92,6 +92,8 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_STREAM] = "INSERT OR REPLACE INTO streams VALUES (?,?,?)",
     [S_MODULE] = "INSERT INTO modules VALUES (?,?,?,?,?)",
     [S_FRAME] = "INSERT INTO frames (id, module, offset) VALUES (?,?,?)",
+    [S_PYFRAME] = "INSERT INTO frames (id, function, file, line, symbolized, python) "
+                  "VALUES (?,?,?,?,1,1)",
     [S_STACK] = "INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
     [S_RANGE] = "INSERT OR REPLACE INTO ranges VALUES (?,?,?,?,?,?,?,?,?)",
     [S_RANGE_END] = "UPDATE ranges SET end_ns = ? WHERE id = ?",
@@ -174,6 +176,10 @@ typedef struct writer {
     /* frames: absolute pc -> frame id */
     u64map frames;
     uint64_t nframes;
+    /* Python frames: hash of (function, file, line) -> index into pyf (each written once) */
+    u64map pyframes;
+    struct py_frame_ent { uint32_t function, file, line; uint64_t id; } *pyf;
+    size_t npyf, pyf_cap;
     module_ent *mods;
     size_t nmods, mods_cap;
     int64_t nmod_rows;
@@ -510,6 +516,7 @@ static module_ent *module_of(writer *w, uint64_t pc) {
     return NULL;
 }
 
+static const char *str_of(writer *w, uint64_t id);
 static uint64_t frame_id(writer *w, uint64_t pc) {
     uint64_t *v = u64map_get(&w->frames, pc);
     if (v) return *v;
@@ -537,6 +544,36 @@ static uint64_t frame_id(writer *w, uint64_t pc) {
     bind_i(s, 3, (int64_t)off);
     step(w, S_FRAME, "writing frames");
     u64map_put(&w->frames, pc, id);
+    return id;
+}
+
+/* A Python frame's row: one per distinct (function, file, line), written with its text (the
+ * strings were interned before the stack that names them, so they are known here). */
+static uint64_t py_frame_id(writer *w, const rec_pyframe *p) {
+    uint64_t k = ((uint64_t)p->function * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)p->file << 32) ^ p->line;
+    k = u64map_hash(k) & ~1ull; /* never U64MAP_EMPTY */
+    uint64_t *v = u64map_get(&w->pyframes, k);
+    if (v && *v < w->npyf) {
+        const struct py_frame_ent *e = &w->pyf[*v];
+        if (e->function == p->function && e->file == p->file && e->line == p->line) return e->id;
+    }
+    uint64_t id = ++w->nframes;
+    sqlite3_stmt *s = w->st[S_PYFRAME];
+    bind_i(s, 1, (int64_t)id);
+    bind_t(s, 2, str_of(w, p->function));
+    bind_t(s, 3, str_of(w, p->file));
+    bind_opt(s, 4, p->line);
+    step(w, S_PYFRAME, "writing frames");
+    if (!v) { /* a hash collision keeps the first triple cached; the other gets rows as it comes */
+        if (w->npyf == w->pyf_cap) {
+            size_t c = w->pyf_cap ? w->pyf_cap * 2 : 256;
+            struct py_frame_ent *n = realloc(w->pyf, c * sizeof *n);
+            if (!n) return id;
+            w->pyf = n, w->pyf_cap = c;
+        }
+        w->pyf[w->npyf] = (struct py_frame_ent){p->function, p->file, p->line, id};
+        if (u64map_put(&w->pyframes, k, w->npyf) == 0) w->npyf++;
+    }
     return id;
 }
 
@@ -659,6 +696,15 @@ static void take_items(writer *w, rec_state *g) {
                 s = w->st[S_STACK];
                 bind_i(s, 1, (int64_t)it->id);
                 bind_i(s, 2, (int64_t)d);
+                bind_i(s, 3, (int64_t)f);
+                step(w, S_STACK, "writing stacks");
+            }
+            const rec_pyframe *py = it->p2;
+            for (size_t d = 0; d < it->n2; d++) {
+                uint64_t f = py_frame_id(w, &py[d]);
+                s = w->st[S_STACK];
+                bind_i(s, 1, (int64_t)it->id);
+                bind_i(s, 2, (int64_t)(it->n + d));
                 bind_i(s, 3, (int64_t)f);
                 step(w, S_STACK, "writing stacks");
             }
@@ -1216,6 +1262,8 @@ static void writer_cleanup(writer *w) {
     u64map_free(&w->live);
     u64map_free(&w->streams);
     u64map_free(&w->frames);
+    u64map_free(&w->pyframes);
+    free(w->pyf);
     for (uint32_t i = 0; i < w->nstrs; i++) free(w->strs[i]);
     free(w->strs);
     for (size_t i = 0; i < w->nmods; i++) free(w->mods[i].path);

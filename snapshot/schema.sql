@@ -1,6 +1,7 @@
--- gpumem database schema, version 1.2 (meta.schema_major = 1, meta.schema_minor = 2).
+-- gpumem database schema, version 1.3 (meta.schema_major = 1, meta.schema_minor = 3).
 -- 1.1 added ooms.name and the inlines table; 1.2 the launches table and uses.access (access
--- tracking); readers accept older files without them.
+-- tracking); 1.3 frames.python (Python frames in stacks); readers accept older files without
+-- them.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
@@ -35,8 +36,12 @@ CREATE TABLE modules (id INTEGER PRIMARY KEY, path TEXT NOT NULL, build_id TEXT,
 -- One row per distinct return address: module-relative offset (an address in the ELF file's
 -- own layout), symbolized after the run by gpumem with elfutils libdw (function, file, line
 -- stay NULL until then; symbolized = 1 once tried).
+-- python (1.3): 1 for a Python frame (the recorder captured it from CPython: function = the
+-- code object's name, file = its file name, line = the line being executed; module and offset
+-- NULL, symbolized = 1); NULL for a native frame. One row per distinct (function, file, line).
 CREATE TABLE frames (id INTEGER PRIMARY KEY, module INTEGER, offset INTEGER,
-                     function TEXT, file TEXT, line INTEGER, symbolized INTEGER DEFAULT 0);
+                     function TEXT, file TEXT, line INTEGER, symbolized INTEGER DEFAULT 0,
+                     python INTEGER);
 
 -- Inlined calls at a frame (1.1), written by gpumem when it symbolizes: frames.function/file/
 -- line name the innermost source position of the return address (inside the innermost
@@ -47,6 +52,8 @@ CREATE TABLE inlines (frame INTEGER, depth INTEGER, function TEXT, file TEXT, li
                       PRIMARY KEY (frame, depth)) WITHOUT ROWID;
 
 -- Each distinct call stack once; depth 0 is the innermost frame (the caller of the CUDA call).
+-- In a Python program (1.3) the native frames come first, up to the interpreter's own, then
+-- the Python frames (frames.python = 1), innermost first (snapshot/README.md: "Python frames").
 CREATE TABLE stacks (stack INTEGER, depth INTEGER, frame INTEGER,
                      PRIMARY KEY (stack, depth)) WITHOUT ROWID;
 
@@ -134,11 +141,12 @@ CREATE VIEW allocations AS
        LEFT JOIN ranges r ON r.id = b.range
        LEFT JOIN strings sn ON sn.id = l.name;
 
--- Stacks with their frames spelled out; inlined_into (1.1) lists the functions the frame's
+-- Stacks with their frames spelled out (python, 1.3: 1 for a Python frame); inlined_into (1.1) lists the functions the frame's
 -- code was inlined into, nearest first: "gpt2_forward (gpt2.c:664) < gpt2_step (gpt2.c:712)".
 CREATE VIEW stack_frames AS
   SELECT s.stack AS stack, s.depth AS depth, f.function AS function, f.file AS file,
          f.line AS line, m.path AS module, f.offset AS offset,
          (SELECT group_concat(i.function || ' (' || i.file || ':' || i.line || ')', ' < ')
-          FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into
+          FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into,
+         f.python AS python
   FROM stacks s JOIN frames f ON f.id = s.frame LEFT JOIN modules m ON m.id = f.module;

@@ -62,7 +62,7 @@ INSERT INTO ranges VALUES (1, NULL, 1, 0, 0, 20, 0, 2040000000, 'step 1'),
   (3, 1, 1, 0, 0, 22, 200000000, 2040000000, 'step 1/bwd'),
   (4, NULL, 1, 0, 0, 23, 2040000000, 2300000000, 'step 2'),
   (5, 4, 1, 0, 0, 21, 2040000000, 2300000000, 'step 2/fwd');
-INSERT INTO frames VALUES (1, NULL, 16, 'alloc_act', 'model.c', 10, 1),
+INSERT INTO frames (id, module, offset, function, file, line, symbolized) VALUES (1, NULL, 16, 'alloc_act', 'model.c', 10, 1),
   (2, NULL, 32, 'forward', 'model.c', 50, 1),
   (3, NULL, 48, 'alloc_param', 'model.c', 20, 1),
   (4, NULL, 64, 'init', 'model.c', 5, 1);

@@ -153,11 +153,97 @@ static void stacks_off(void **state) {
     assert_int_equal(snap_q(path, "SELECT count(*) FROM stacks"), 0);
 }
 
+/* ---- Python frames (schema 1.3): a provider stands in for preload/python.c ---------------- */
+static uint32_t py_ids[4][2]; /* function, file string ids: forward, deepcopy, step, <module> */
+static uint32_t py_line = 42;
+static int py_on = 1;
+
+static int fake_python(rec_pyframe *out, int max) {
+    static const uint32_t lines[4] = {0, 153, 88, 7};
+    if (!py_on || max < 4) return 0;
+    for (int i = 0; i < 4; i++)
+        out[i] = (rec_pyframe){py_ids[i][0], py_ids[i][1], i ? lines[i] : py_line};
+    return 4;
+}
+
+/* The interpreter's native frames are this function's caller and beyond: its return address
+ * is the start of the interpreter's range, so only this frame stays native. */
+__attribute__((noinline)) void py_site(uint64_t a) {
+    uint64_t ra = (uint64_t)(uintptr_t)__builtin_return_address(0);
+    rec_set_python(fake_python, ra, ra + 1);
+    rec_event(REC_ALLOC, 0, 0, a, 256, 256, a);
+    __asm__ volatile("" ::: "memory");
+}
+
+static void python_frames(void **state) {
+    (void)state;
+    snap_path(path, sizeof path, "python.db");
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 16, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    static const char *const names[4][2] = {{"forward", "/home/u/model.py"},
+                                            {"deepcopy", "/usr/lib/python3.11/copy.py"},
+                                            {"step", "/home/u/train.py"},
+                                            {"<module>", "/home/u/train.py"}};
+    for (int i = 0; i < 4; i++)
+        py_ids[i][0] = rec_string(names[i][0]), py_ids[i][1] = rec_string(names[i][1]);
+    for (int i = 0; i < 10; i++) py_site(0x1000 + i * 1024); /* one stack */
+    py_line = 43;
+    py_site(0x100000); /* another line: another stack */
+    py_on = 0;
+    py_site(0x200000); /* no Python stack now (no GIL): native frames only, not cut */
+    rec_set_python(NULL, 0, 0);
+    py_on = 1, py_line = 42;
+    rec_test_reset();
+
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_minor'"), REC_SCHEMA_MINOR);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT stack) FROM events"), 3);
+    /* one row per distinct (function, file, line): forward:42, forward:43, deepcopy, step, <module> */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM frames WHERE python = 1 AND module IS NULL AND "
+                                  "offset IS NULL AND symbolized = 1"), 5);
+    /* the stacks with Python frames: py_site native at depth 0, then the Python frames */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM stacks s JOIN frames f ON f.id = s.frame "
+                                  "WHERE f.python IS NULL AND s.depth > 0 AND s.stack IN "
+                                  "(SELECT stack FROM stack_frames WHERE python = 1)"), 0);
+    char got[512];
+    snap_q_text(path, "SELECT group_concat(function || ':' || line, ' ') FROM (SELECT * FROM stack_frames "
+                      "WHERE stack = (SELECT stack FROM events ORDER BY seq LIMIT 1) AND python = 1 ORDER BY depth)",
+                got, sizeof got);
+    assert_string_equal(got, "forward:42 deepcopy:153 step:88 <module>:7");
+    assert_int_equal(snap_q(path, "SELECT min(depth) FROM stack_frames WHERE python = 1 AND stack = "
+                                  "(SELECT stack FROM events ORDER BY seq LIMIT 1)"), 1);
+    /* without Python frames the native stack is whole: this test and its callers */
+    assert_true(snap_q(path, "SELECT count(*) FROM stacks WHERE stack = (SELECT stack FROM events "
+                             "ORDER BY seq DESC LIMIT 1)") > 2);
+
+    gm_db d;
+    gm_model m;
+    char err[4096], site[512];
+    assert_int_equal(gm_db_open(path, &d, err, sizeof err), 0);
+    assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+    gm_symbolize(&d, &m);
+    /* the user's code: the stdlib's copy.py is skipped between forward and its caller */
+    gm_site_desc(&m, m.allocs[0].stack, site, sizeof site);
+    assert_string_equal(site, "model.py:42 in forward < train.py:88 in step");
+    gm_site_desc(&m, m.allocs[10].stack, site, sizeof site);
+    assert_string_equal(site, "model.py:43 in forward < train.py:88 in step");
+    m.frames_all = 1; /* --frames all: the native rule over every frame */
+    gm_site_desc(&m, m.allocs[0].stack, site, sizeof site);
+    assert_non_null(strstr(site, "py_site ("));
+    assert_non_null(strstr(site, " < model.py:42 in forward"));
+    m.frames_all = 0;
+    gm_site_desc(&m, m.allocs[11].stack, site, sizeof site);
+    assert_non_null(strstr(site, "py_site (")); /* no Python frames: native as before */
+    gm_model_free(&m);
+    gm_db_close(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dedup_and_symbolize),
         cmocka_unit_test(inline_frames),
         cmocka_unit_test(stacks_off),
+        cmocka_unit_test(python_frames),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rec_test_reset();

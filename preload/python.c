@@ -1,0 +1,339 @@
+/*
+ * python.c — Python frames in recorded stacks, and the user API the `gpumem` Python module
+ * calls (gpumem_range_push / gpumem_range_pop).
+ *
+ * Most people who run out of GPU memory write Python, and under PyTorch every allocation's
+ * native stack ends in the framework's C++: the user's own `model.py:42 in forward` is only on
+ * the Python stack. When the process runs CPython, this file hands the recorder a provider
+ * (rec_set_python) that it calls for every event with a stack.
+ *
+ * Finding the interpreter. Nothing links libpython: the C API is looked up at run time with
+ * dlsym(RTLD_DEFAULT) (the python executable exports it, or libpython is loaded), once, on the
+ * first event. No interpreter, or GPUMEM_PYTHON=0: no provider, nothing changes. A CPython
+ * outside 3.9–3.13 (or a free-threaded build, which has no GIL to rely on): one line on
+ * stderr and no Python frames.
+ *
+ * Reading the stack. Only the public, version-stable API: PyEval_GetFrame (borrowed),
+ * PyFrame_GetBack / PyFrame_GetCode (new references), PyFrame_GetLineNumber, Py_DecRef. These
+ * need the GIL, so frames are read only when the allocating thread holds it
+ * (PyGILState_Check, after Py_IsInitialized: PyGILState_Check answers 1 before the
+ * interpreter exists). A thread that released the GIL around a native call (ctypes.CDLL
+ * functions, most PyTorch ops) gets its native frames only: reading another owner's frames
+ * without the GIL would need the interpreter's private structures, version by version.
+ *
+ * Cost. A code object's name and file are read once (PyObject_GetAttrString) and interned as
+ * recorder strings; the cache keeps a reference to the code object, so its address can never
+ * be reused for another one while it is cached. Per frame then: GetBack, GetCode, the line,
+ * two DecRefs and one cache probe (BENCH rec.app_ns_python, tests/bench/python_bench.sh).
+ * The cache is only touched with the GIL held, so the GIL is its lock.
+ */
+#include "preload/gm_internal.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+#endif
+
+typedef struct _object PyObject; /* opaque: only pointers cross this file */
+
+static struct {
+    int (*Py_IsInitialized)(void);
+    int (*PyGILState_Check)(void);
+    const char *(*Py_GetVersion)(void);
+    PyObject *(*PyEval_GetFrame)(void);
+    PyObject *(*PyFrame_GetBack)(PyObject *);
+    PyObject *(*PyFrame_GetCode)(PyObject *);
+    int (*PyFrame_GetLineNumber)(PyObject *);
+    void (*Py_IncRef)(PyObject *);
+    void (*Py_DecRef)(PyObject *);
+    PyObject *(*PyObject_GetAttrString)(PyObject *, const char *);
+    const char *(*PyUnicode_AsUTF8)(PyObject *);
+    void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
+    void (*PyErr_Restore)(PyObject *, PyObject *, PyObject *);
+    int (*PyFrame_GetLasti)(PyObject *); /* 3.11+ only (may be NULL): keys the line cache */
+    int (*PyGC_Disable)(void);           /* 3.10+ (may be NULL); see python_frames */
+    int (*PyGC_Enable)(void);
+} py;
+
+#ifdef GM_HAVE_REC
+/* ---- the code-object cache ---------------------------------------------------------------- */
+
+typedef struct code_ent {
+    PyObject *code;          /* a reference we hold; NULL = empty slot */
+    uint32_t function, file; /* recorder string ids; 0 = to intern (new, or after a fork) */
+    char *fn_text, *file_text;
+} code_ent;
+
+/* Lines by (code object, last instruction), 3.11+: PyFrame_GetLineNumber decodes the code's
+ * line table from its start on every call, the largest cost of a frame without this. Direct
+ * mapped: a collision only costs a decode. Its code objects are all in the code cache, which
+ * holds them, so an address here always means the same code object. */
+#define LINE_CACHE_SIZE 16384u
+static struct line_ent {
+    PyObject *code;
+    int lasti, line;
+} line_cache[LINE_CACHE_SIZE];
+
+#define CODE_CACHE_MAX (1u << 20)
+static code_ent *cache;
+static uint32_t cache_mask, cache_count;
+static __thread int in_capture __attribute__((tls_model("initial-exec")));
+
+static inline uint32_t code_hash(const void *p)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32);
+}
+
+static char *attr_text(PyObject *code, const char *name)
+{
+    PyObject *o = py.PyObject_GetAttrString(code, name);
+    if (!o)
+        return NULL;
+    const char *s = py.PyUnicode_AsUTF8(o);
+    char *copy = s ? strdup(s) : NULL;
+    py.Py_DecRef(o);
+    return copy;
+}
+
+static int cache_grow(void)
+{
+    uint32_t cap = cache ? (cache_mask + 1) * 2 : 4096;
+    if (cap > CODE_CACHE_MAX)
+        return -1;
+    code_ent *n = calloc(cap, sizeof *n);
+    if (!n)
+        return -1;
+    for (uint32_t i = 0; cache && i <= cache_mask; i++) {
+        if (!cache[i].code)
+            continue;
+        uint32_t j = code_hash(cache[i].code) & (cap - 1);
+        while (n[j].code)
+            j = (j + 1) & (cap - 1);
+        n[j] = cache[i];
+    }
+    free(cache);
+    cache = n;
+    cache_mask = cap - 1;
+    return 0;
+}
+
+/* The entry of a code object, created on first sight (with the GIL held); NULL when the cache
+ * is full or the attributes cannot be read. */
+static code_ent *code_lookup(PyObject *code)
+{
+    uint32_t i = code_hash(code) & cache_mask;
+    for (;;) {
+        code_ent *e = &cache[i];
+        if (e->code == code) {
+            if (!e->function) {
+                e->function = rec_string(e->fn_text);
+                e->file = rec_string(e->file_text);
+            }
+            return e;
+        }
+        if (!e->code)
+            break;
+        i = (i + 1) & cache_mask;
+    }
+    if ((cache_count + 1) * 2 > cache_mask + 1) {
+        if (cache_grow() != 0)
+            return NULL;
+        return code_lookup(code);
+    }
+    /* reading attributes must not disturb an exception the program has in flight */
+    PyObject *et, *ev, *tb;
+    py.PyErr_Fetch(&et, &ev, &tb);
+    char *fn = attr_text(code, "co_name"), *file = attr_text(code, "co_filename");
+    py.PyErr_Restore(et, ev, tb);
+    if (!fn || !file) {
+        free(fn), free(file);
+        return NULL;
+    }
+    code_ent *e = &cache[i];
+    py.Py_IncRef(code);
+    e->code = code;
+    e->fn_text = fn, e->file_text = file;
+    e->function = rec_string(fn);
+    e->file = rec_string(file);
+    cache_count++;
+    return e;
+}
+
+/* The provider (rec.h): the calling thread's Python frames, innermost first. */
+static int python_frames(rec_pyframe *out, int max)
+{
+    if (in_capture || !py.Py_IsInitialized() || !py.PyGILState_Check())
+        return 0;
+    in_capture = 1;
+    /* 3.11 creates frame objects for the frames it is asked about, and such an allocation may
+     * run the garbage collector on the spot; a finalizer that frees device memory would then
+     * re-enter gpumem, possibly under the allocator's lock (segment events are recorded there).
+     * No collection while we walk (3.12+ only schedules it; 3.9/3.10 allocate nothing here). */
+    int gc_was = py.PyGC_Disable ? py.PyGC_Disable() : 0;
+    int n = 0;
+    PyObject *f = py.PyEval_GetFrame(); /* borrowed */
+    if (f)
+        py.Py_IncRef(f);
+    while (f && n < max) {
+        PyObject *code = py.PyFrame_GetCode(f);
+        code_ent *e = code ? code_lookup(code) : NULL;
+        if (e) {
+            out[n].function = e->function;
+            out[n].file = e->file;
+            int line, lasti = py.PyFrame_GetLasti ? py.PyFrame_GetLasti(f) : -1;
+            if (lasti >= 0) {
+                struct line_ent *le =
+                    &line_cache[(code_hash(code) ^ (uint32_t)lasti * 0x9E3779B1u) & (LINE_CACHE_SIZE - 1)];
+                if (le->code != code || le->lasti != lasti) {
+                    le->code = code;
+                    le->lasti = lasti;
+                    le->line = py.PyFrame_GetLineNumber(f);
+                }
+                line = le->line;
+            } else {
+                line = py.PyFrame_GetLineNumber(f);
+            }
+            out[n].line = line > 0 ? (uint32_t)line : 0;
+            n++;
+        }
+        if (code)
+            py.Py_DecRef(code);
+        PyObject *back = py.PyFrame_GetBack(f);
+        py.Py_DecRef(f);
+        f = back;
+    }
+    if (f)
+        py.Py_DecRef(f);
+    if (gc_was > 0)
+        py.PyGC_Enable();
+    in_capture = 0;
+    return n;
+}
+
+/* A forked child records into its own database: its string ids start again. */
+static void python_fork_child(void)
+{
+    for (uint32_t i = 0; cache && i <= cache_mask; i++)
+        cache[i].function = cache[i].file = 0;
+}
+
+/* ---- finding the interpreter ----------------------------------------------------------------- */
+
+/* The address range of the object that holds the interpreter loop (its native frames are what
+ * the Python frames replace in a stack). */
+struct range_ctx {
+    uintptr_t addr, lo, hi;
+};
+static int range_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct range_ctx *c = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (c->addr >= lo && c->addr < hi) {
+        c->lo = lo, c->hi = hi;
+        return 1;
+    }
+    return 0;
+}
+
+#define PY_SYM(name) (*(void **)&py.name = gm_real_dlsym_fn(RTLD_DEFAULT, #name))
+
+/* 1 when Python frames are on; fills what rec_set_python needs. Prints at most one line. */
+static int python_find(uintptr_t *lo, uintptr_t *hi)
+{
+    const char *env = getenv("GPUMEM_PYTHON");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    if (env && *env && strcmp(env, "1") != 0)
+        gm_warn("GPUMEM_PYTHON=%s: use 0 (no Python frames) or 1 (the default); taking 1", env);
+    PY_SYM(Py_IsInitialized);
+    PY_SYM(Py_GetVersion);
+    if (!py.Py_IsInitialized || !py.Py_GetVersion)
+        return 0; /* not a Python process */
+    const char *v = py.Py_GetVersion();
+    int major = 0, minor = 0;
+    if (!v || sscanf(v, "%d.%d", &major, &minor) != 2)
+        major = 0;
+    if (major != 3 || minor < 9 || minor > 13 || strstr(v, "free-threading")) {
+        gm_warn("Python %.*s is not supported for Python frames (CPython 3.9 to 3.13 with the "
+                "GIL); recording native frames only",
+                v ? (int)strcspn(v, " ") : 1, v ? v : "?");
+        return 0;
+    }
+    PY_SYM(PyGILState_Check);
+    PY_SYM(PyEval_GetFrame);
+    PY_SYM(PyFrame_GetBack);
+    PY_SYM(PyFrame_GetCode);
+    PY_SYM(PyFrame_GetLineNumber);
+    PY_SYM(Py_IncRef);
+    PY_SYM(Py_DecRef);
+    PY_SYM(PyObject_GetAttrString);
+    PY_SYM(PyUnicode_AsUTF8);
+    PY_SYM(PyErr_Fetch);
+    PY_SYM(PyErr_Restore);
+    void **all = (void **)&py;
+    for (size_t i = 0; i < offsetof(__typeof__(py), PyFrame_GetLasti) / sizeof(void *); i++)
+        if (!all[i]) {
+            gm_warn("Python %d.%d: a C API function gpumem needs is missing; recording native "
+                    "frames only", major, minor);
+            return 0;
+        }
+    if (minor >= 11)
+        PY_SYM(PyFrame_GetLasti);
+    if (minor >= 10) {
+        PY_SYM(PyGC_Disable);
+        PY_SYM(PyGC_Enable);
+        if (!py.PyGC_Enable)
+            py.PyGC_Disable = NULL;
+    }
+    struct range_ctx c = {(uintptr_t)(void *)py.PyEval_GetFrame, 0, 0};
+    dl_iterate_phdr(range_cb, &c);
+    *lo = c.lo, *hi = c.hi;
+    return 1;
+}
+
+/* Called once recording has started (core.c). */
+void gm_python_start(void)
+{
+    uintptr_t lo = 0, hi = 0;
+    if (!python_find(&lo, &hi) || cache_grow() != 0)
+        return;
+    pthread_atfork(NULL, NULL, python_fork_child);
+    rec_set_python(python_frames, lo, hi);
+}
+#else
+void gm_python_start(void) {}
+#endif
+
+/* ---- ranges for the gpumem Python module -------------------------------------------------------
+ * `with gpumem.range("phase"):` and gpumem.annotate(model) push and pop through these, so no
+ * NVTX library is needed from Python. They are NVTX push/pop ranges in every respect (the same
+ * per-thread stack, the same `ranges` rows). */
+GM_EXPORT int gpumem_range_push(const char *name)
+{
+    if (!name)
+        return -1;
+    return gm_nvtx_user_push(name);
+}
+
+GM_EXPORT int gpumem_range_pop(void)
+{
+    return gm_nvtx_user_pop();
+}

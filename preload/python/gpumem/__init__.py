@@ -1,0 +1,253 @@
+"""gpumem from Python: name tensors, mark phases, label a model's modules, and use gpumem as
+PyTorch's CUDA allocator.
+
+Pure Python (ctypes, standard library only). It talks to libgpumem.so, which `gpumem record`
+(or LD_PRELOAD) puts in the process; it never loads the library itself. Without it every call
+does nothing, and the first one says so once (a RuntimeWarning).
+
+    import gpumem
+    gpumem.annotate(model)                  # ranges fwd/<module path>, bwd/<module path>
+    with gpumem.range("step %d" % step):    # a phase, like nvtxRangePush/Pop
+        loss = model(x).sum()
+        loss.backward()
+    gpumem.name(t, "kv_cache")              # a tensor (or a device pointer) by name
+
+Installed by `make install` into PREFIX/share/gpumem/python; put that on the path with
+`export PYTHONPATH=PREFIX/share/gpumem/python` (or `pip install PREFIX/share/gpumem/python`).
+"""
+import contextlib
+import ctypes
+import os
+import warnings
+
+__all__ = ["loaded", "name", "range", "annotate", "use_as_allocator"]
+__version__ = "0.1.0"
+
+_lib = None       # the process's libgpumem.so (ctypes), False once looked for and not found
+_warned = False
+
+
+def _gpumem():
+    """libgpumem.so's functions when it is loaded in this process, else None (warning once)."""
+    global _lib, _warned
+    if _lib is None:
+        _lib = False
+        try:
+            lib = ctypes.CDLL(None)  # the process's global symbols: LD_PRELOAD puts gpumem there
+            lib.gpumem_range_push.argtypes = [ctypes.c_char_p]
+            lib.gpumem_range_push.restype = ctypes.c_int
+            lib.gpumem_range_pop.argtypes = []
+            lib.gpumem_range_pop.restype = ctypes.c_int
+            lib.gpumem_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+            lib.gpumem_name.restype = ctypes.c_int
+            _lib = lib
+        except (AttributeError, OSError):
+            pass
+    if _lib is False:
+        if not _warned:
+            _warned = True
+            warnings.warn("gpumem: libgpumem.so is not loaded in this process (run the program "
+                          "under `gpumem record -- python ...`); gpumem calls do nothing",
+                          RuntimeWarning, stacklevel=3)
+        return None
+    return _lib
+
+
+def loaded():
+    """True when libgpumem.so is loaded in this process (no warning either way)."""
+    global _warned
+    saved, _warned = _warned, True
+    try:
+        return _gpumem() is not None
+    finally:
+        _warned = saved
+
+
+def _bytes(s):
+    return s.encode("utf-8", "replace") if isinstance(s, str) else bytes(s)
+
+
+def name(tensor_or_ptr, label):
+    """Names the allocation that holds a tensor (anything with data_ptr()) or a device pointer
+    (an int). True when gpumem knew the allocation; False otherwise (or without gpumem)."""
+    lib = _gpumem()
+    if lib is None:
+        return False
+    ptr = tensor_or_ptr.data_ptr() if hasattr(tensor_or_ptr, "data_ptr") else int(tensor_or_ptr)
+    if not ptr:
+        return False
+    return lib.gpumem_name(ctypes.c_void_p(ptr), _bytes(label)) == 0
+
+
+class range(contextlib.ContextDecorator):  # noqa: A001 - the name the README documents
+    """`with gpumem.range("fwd"):` or `@gpumem.range("fwd")`: a range of the calling thread,
+    exactly like nvtxRangePush/nvtxRangePop (allocations inside it get it as their phase)."""
+
+    def __init__(self, label):
+        self.label = _bytes(label)
+        self._pushed = []
+
+    def __enter__(self):
+        lib = _gpumem()
+        self._pushed.append(lib is not None and lib.gpumem_range_push(self.label) >= 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self._pushed.pop():
+            _lib.gpumem_range_pop()
+        return False
+
+
+def _push(label):
+    lib = _gpumem()
+    return lib is not None and lib.gpumem_range_push(label) >= 0
+
+
+def _pop():
+    _lib.gpumem_range_pop()
+
+
+def annotate(model, prefix=None):
+    """Registers forward and backward hooks on every module of a torch.nn.Module so that its
+    work becomes a range named by its path: fwd/<path> around its forward, bwd/<path> around
+    its backward. The root module's path is its class name (or `prefix`). Returns the hook
+    handles (call .remove() on each to undo); [] without gpumem.
+
+    Backward ranges start when the gradient of a module's output arrives and end when the
+    gradients of its inputs are computed, when the backward of a module that is not inside it
+    starts, or at the end of the backward pass, whichever comes first: autograd does not tell
+    every module when its backward ends (not when no input needs a gradient), and ranges must
+    stay nested."""
+    if _gpumem() is None:
+        return []
+    import threading
+    root = prefix if prefix is not None else type(model).__name__
+    state = threading.local()  # per thread: autograd may run backward on its own threads
+    handles = []
+    for path, module in model.named_modules():
+        handles += _annotate_one(module, path, path or root, state)
+    return handles
+
+
+def _tensors(x):
+    if hasattr(x, "grad_fn") and hasattr(x, "register_hook"):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+
+
+def _inside(outer, inner):
+    """Module path `inner` is `outer` or inside it ("" is the root)."""
+    return outer == "" or inner == outer or inner.startswith(outer + ".")
+
+
+def _bwd_stack(state):
+    return state.__dict__.setdefault("bwd", [])
+
+
+def _bwd_close(state, until=None):
+    """Pops this thread's open backward ranges, innermost first, through `until` (all: None)."""
+    st = _bwd_stack(state)
+    while st:
+        key, pushed = st.pop()
+        if pushed:
+            _pop()
+        if key == until:
+            break
+
+
+def _annotate_one(module, key, path, state):
+    fwd, bwd = _bytes("fwd/" + path), _bytes("bwd/" + path)
+
+    def pre(mod, inputs):
+        state.__dict__.setdefault("fwd", []).append(_push(fwd))
+
+    def post(mod, inputs, output):
+        stack = state.__dict__.get("fwd")
+        if stack and stack.pop():
+            _pop()
+        outs = [t for t in _tensors(output) if t.requires_grad]
+        if not outs:
+            return None
+        started = []
+
+        def grad_arrived(grad):  # the backward of this module starts
+            if started:
+                return None
+            started.append(True)
+            st = _bwd_stack(state)
+            while st and not _inside(st[-1][0], key):
+                _bwd_close(state, st[-1][0])  # a module whose end autograd did not report
+            if not st and not state.__dict__.get("queued"):
+                state.queued = True
+                _end_of_backward(state)
+            st.append((key, _push(bwd)))
+            return None
+        for t in outs:
+            t.register_hook(grad_arrived)
+        return None
+
+    def backward_done(mod, grad_input, grad_output):
+        if any(k == key for k, _ in _bwd_stack(state)):
+            _bwd_close(state, key)
+        return None
+
+    handles = [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    if hasattr(module, "register_full_backward_hook"):
+        handles.append(module.register_full_backward_hook(backward_done))
+    return handles
+
+
+def _end_of_backward(state):
+    """Closes every backward range still open when the backward pass ends."""
+    def done():
+        _bwd_close(state)
+        state.queued = False
+    try:
+        import torch
+        torch.autograd.Variable._execution_engine.queue_callback(done)
+    except (ImportError, AttributeError, RuntimeError):
+        state.queued = False
+
+
+def use_as_allocator():
+    """Makes libgpumem.so PyTorch's CUDA allocator (torch.cuda.memory.CUDAPluggableAllocator
+    with gpumem_torch_malloc / gpumem_torch_free; PyTorch 2.0 or later, before the first CUDA
+    allocation). True when done; False, with a warning saying why, otherwise. (The other way:
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpumem record.)"""
+    if _gpumem() is None:
+        return False
+    try:
+        import torch.cuda.memory as tcm
+    except ImportError:
+        warnings.warn("gpumem.use_as_allocator: torch is not installed", RuntimeWarning, stacklevel=2)
+        return False
+    if not hasattr(tcm, "CUDAPluggableAllocator"):
+        warnings.warn("gpumem.use_as_allocator: this PyTorch has no CUDAPluggableAllocator (2.0 "
+                      "or later); run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 instead",
+                      RuntimeWarning, stacklevel=2)
+        return False
+    path = _library_path()
+    if path is None:
+        warnings.warn("gpumem.use_as_allocator: cannot find libgpumem.so's path in /proc/self/maps",
+                      RuntimeWarning, stacklevel=2)
+        return False
+    alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
+    tcm.change_current_allocator(alloc)
+    return True
+
+
+def _library_path():
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split(None, 5)[-1].strip()
+                if os.path.basename(p) == "libgpumem.so":
+                    return p
+    except OSError:
+        pass
+    return None

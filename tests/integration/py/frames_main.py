@@ -1,0 +1,52 @@
+"""The Python-frames test program (tests/integration/python_frames.sh): nested functions in two
+files (this one and layers.py) allocate device memory with cudaMalloc through ctypes.
+
+usage: python3 frames_main.py LIBCUDART [gil|nogil] [deep N]
+
+  gil    cudaMalloc through ctypes.PyDLL (the GIL stays held: Python frames are recorded)
+  nogil  through ctypes.CDLL (the GIL is released around the call: native frames only)
+"""
+import copy
+import sys
+
+import cudart
+import layers
+
+MiB = 1 << 20
+
+
+def build_model(rt):
+    weights = []
+    for _ in range(3):
+        weights.append(layers.alloc_weights(rt, 4 * MiB))  # SITE:build_model
+    return weights
+
+
+def forward(rt):
+    acts = []
+    for _ in range(2):
+        acts.append(layers.alloc_activations(rt, 2 * MiB))  # SITE:forward
+    return acts
+
+
+def step(rt, weights):
+    acts = forward(rt)  # SITE:step
+    layers.leak_cache(rt, 1 * MiB)  # SITE:step_leak
+    for a in acts:
+        layers.release(rt, a)
+
+
+def main():
+    mode = sys.argv[2] if len(sys.argv) > 2 else "gil"
+    rt = cudart.load(sys.argv[1], gil=(mode != "nogil"))
+    weights = build_model(rt)  # SITE:main_build
+    for _ in range(3):
+        step(rt, weights)  # SITE:main_step
+    for w in weights:
+        layers.release(rt, w)
+    copy.deepcopy(layers.Buffer(rt))  # SITE:main_deepcopy
+    print("frames_main: done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# gpumem.annotate(model) with PyTorch (Debian's python3-torch, CPU build; `make deps` installs
+# it): a small nn.Module whose forward (and an autograd Function's backward) allocate device
+# memory through ctypes. The recording has ranges fwd/<module path> and bwd/<module path>,
+# nested as the modules are, all closed; each allocation lands in the range of the module that
+# made it; the report's phase table shows the module paths; call sites are the user's lines
+# (torch's own frames skipped). Skips (77) when torch cannot be imported.
+source tests/integration/snapshot_common.bash
+need "$GPUMEM"
+PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
+[[ -x $PY ]] || { echo "skipped: no $PY (set GPUMEM_TEST_PYTHON)" >&2; exit 77; }
+if ! "$PY" -c 'import torch' 2> /dev/null; then
+  echo "skipped: $PY cannot import torch (Debian: make deps installs python3-torch, as root)" >&2
+  exit 77
+fi
+# Under SAN=address, LeakSanitizer reports what libtorch_python never frees at exit (none of it
+# gpumem's; gpumem's own leaks are the C tests' business): not this test's verdict.
+[[ ${SAN:-} == address ]] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+SRC=$PWD/tests/integration/py
+RT=$(cd "$BUILD/sim" && pwd)/libcudart.so.13
+export PYTHONPATH=$PWD/preload/python
+q() { "$GPUMEM" sql "$1" -c "$2" | tail -n +2; }
+line() { grep -n "# SITE:$1\$" "$SRC/torch_annotate.py" | cut -d: -f1; }
+
+db=$TMP/t.db
+"$GPUMEM" record -q -o "$db" -- "$PY" "$SRC/torch_annotate.py" "$RT" 2 > "$TMP/t.out" 2> "$TMP/t.err" \
+  || { cat "$TMP/t.out" "$TMP/t.err"; fail "torch_annotate.py under gpumem failed"; }
+grep -q "torch_annotate: done" "$TMP/t.out" || fail "torch_annotate.py did not finish"
+
+# ranges by module path, every module, both directions where autograd reaches
+names=$(q "$db" "SELECT DISTINCT s.s FROM ranges r JOIN strings s ON s.id = r.name ORDER BY 1" | tr '\n' ' ')
+for want in fwd/Net fwd/blocks.0 fwd/blocks.1 fwd/blocks.0.mlp fwd/blocks.0.mlp.fc fwd/blocks.0.mlp.proj \
+            fwd/blocks.0.norm fwd/head bwd/Net bwd/blocks.0 bwd/blocks.1.mlp bwd/head; do
+  [[ " $names" == *" $want "* ]] || fail "no range named $want (have: $names)"
+done
+[[ $(q "$db" "SELECT count(*) FROM ranges WHERE end_ns IS NULL") -eq 0 ]] || fail "ranges left open"
+# each allocation in the range of the module that made it (2 steps x 2 blocks each)
+check() { # name phase-pattern count
+  local n
+  n=$(q "$db" "SELECT count(*) FROM allocations WHERE name = '$1' AND phase GLOB '$2'")
+  [[ $n -eq $3 ]] || fail "$1: $n allocations in phases '$2', expected $3 ($(q "$db" "SELECT group_concat(DISTINCT phase) FROM allocations WHERE name = '$1'"))"
+}
+check mlp.hidden 'step [01]/fwd/Net/fwd/blocks.[01]/fwd/blocks.[01].mlp' 4
+check block.norm 'step [01]/fwd/Net/fwd/blocks.[01]' 4
+check mlp.grad 'step [01]/bwd/Net/bwd/blocks.[01]/bwd/blocks.[01].mlp' 4
+# the path of the module matches the block's own allocation, not its neighbour's
+[[ $(q "$db" "SELECT count(*) FROM allocations WHERE name = 'mlp.hidden' AND phase GLOB '*blocks.0/fwd/blocks.1*'") -eq 0 ]] \
+  || fail "an allocation of blocks.1 landed in blocks.0"
+
+"$GPUMEM" report "$db" > "$TMP/r.txt" || fail "report failed"
+for want in "step */fwd/Net/fwd/blocks.0/fwd/blocks.0.mlp" "step */fwd/Net/fwd/blocks.1" \
+            "step */bwd/Net/bwd/blocks.1/bwd/blocks.1.mlp"; do
+  grep -qF -- "$want" "$TMP/r.txt" || { cat "$TMP/r.txt"; fail "the report's phase table lacks $want"; }
+done
+# call sites: the user's lines; torch's frames (module.py's _call_impl) are skipped
+grep -qF "torch_annotate.py:$(line device_alloc) in device_alloc < torch_annotate.py:$(line mlp_forward) in forward" "$TMP/r.txt" \
+  || { cat "$TMP/r.txt"; fail "call site of the MLP's allocation not named by the user's lines"; }
+grep -q "module.py" "$TMP/r.txt" && fail "a frame of torch's own module.py shown by default"
+echo "python_torch: ok"
