@@ -101,3 +101,8 @@ TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/u
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
 TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))
+# drv_sym_app: a driver-API program linked with -lcuda (the virtual GPU's), calling the driver's
+# memory functions by symbol, in the style of NVIDIA's samples
+$(APPS_DIR)/drv_sym_app: $(APPS_DIR)/drv_sym_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/drv_sym_app
