@@ -137,3 +137,34 @@ CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags
             "cuGetProcAddress");
     return w(sym, pfn, ver, flags);
 }
+
+/* ---- what gpumem record says when nothing was recorded -------------------------------------
+ * At exit, a process that never opened a recording tells `gpumem record` why (rec_status), so
+ * that a program whose allocations gpumem could not see is never reported as one that made no
+ * allocation: the driver loaded in the process but never loaded by gpumem means its calls went
+ * around gpumem. */
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((destructor)) static void gm_sym_unseen_at_exit(void)
+{
+    if (gm_forked_child || gm_rec_opened())
+        return;
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+        return; /* no driver in the process: it made no CUDA call (record says so) */
+    dlclose(h);
+    if (!gm_real.cuGetProcAddress_v2)
+        rec_status("msg", "the program used the CUDA driver (libcuda.so.1 was loaded) but none "
+                          "of its driver calls reached gpumem, so any allocation it made could "
+                          "not be seen: it calls driver functions gpumem does not interpose "
+                          "(see Known limits in the README)");
+    else if (!getenv("GPUMEM_MODE") || strcmp(getenv("GPUMEM_MODE"), "off") != 0)
+        rec_status("msg", "the program's CUDA calls reached gpumem, but it made no device or "
+                          "pinned allocation");
+}
+#endif

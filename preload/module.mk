@@ -106,3 +106,7 @@ TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_us
 $(APPS_DIR)/drv_sym_app: $(APPS_DIR)/drv_sym_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/drv_sym_app
+# drv_mix_app: the runtime and the driver (through cuGetProcAddress and by symbol), one buffer each
+$(APPS_DIR)/drv_mix_app: $(APPS_DIR)/drv_mix_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/drv_mix_app

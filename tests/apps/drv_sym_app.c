@@ -10,6 +10,7 @@
  *                                        the handle is released right after mapping, as the
  *                                        sample does (the mapping keeps the memory)
  *   cuMemAllocHost (cuMemAllocHost_v2), cuMemHostAlloc   pinned staging buffers
+ *   cuMemAllocFromPoolAsync             a buffer from the device's pool, chosen explicitly
  *
  * stdout: what the program computed (identical with and without gpumem). With
  * DRV_SYM_ACCOUNT=path it also writes, at its peak (everything allocated) and at exit, the
@@ -99,6 +100,17 @@ int main(void)
     CUcontext ctx;
     checkCudaErrors(cuInit(0));
     checkCudaErrors(cuDeviceGet(&dev, 0));
+    /* DRV_SYM_ONLY_INIT=1: stop here (the driver used, nothing allocated); =2: also ask the
+     * driver for an entry point, which goes through gpumem's cuGetProcAddress */
+    const char *only = getenv("DRV_SYM_ONLY_INIT");
+    if (only && *only) {
+        if (!strcmp(only, "2")) {
+            void *fn = NULL;
+            checkCudaErrors(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, NULL));
+        }
+        printf("drv_sym_app: initialised only\n");
+        return 0;
+    }
     checkCudaErrors(cuDevicePrimaryCtxRetain(&ctx, dev));
     checkCudaErrors(cuCtxSetCurrent(ctx));
 
@@ -135,6 +147,14 @@ int main(void)
     size_t vsize = 0;
     simpleMallocMmap(&dV, &vsize, N * sizeof(float), dev);
     checkCudaErrors(cuMemcpyDtoD(dV, dA, N * sizeof(float)));
+
+    /* a stream-ordered buffer from the device's pool, chosen explicitly */
+    CUmemoryPool pool;
+    CUdeviceptr dQ;
+    checkCudaErrors(cuDeviceGetDefaultMemPool(&pool, dev));
+    checkCudaErrors(cuMemAllocFromPoolAsync(&dQ, N * sizeof(float), pool, 0));
+    checkCudaErrors(cuMemcpyDtoDAsync(dQ, dA, N * sizeof(float), 0));
+    checkCudaErrors(cuStreamSynchronize(0));
     account("peak"); /* everything is allocated */
 
     /* results back through the pinned buffers */
@@ -149,6 +169,10 @@ int main(void)
         printf("image: %zu x %zu floats, sum %.1f\n", W, H, s);
     }
     printf("vmm: mapped %zu bytes\n", vsize);
+    checkCudaErrors(cuMemcpyDtoH(hB, dQ, N * sizeof(float)));
+    printf("pool: %zu floats, sum %.1f\n", N, sum(hB, N));
+    checkCudaErrors(cuMemFreeAsync(dQ, 0));
+    checkCudaErrors(cuStreamSynchronize(0));
 
     simpleFreeMmap(dV, vsize);
     if (pitched)
