@@ -19,6 +19,7 @@
  * cuMemAllocPitch_v2).
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,12 @@
         }                                                                                      \
     } while (0)
 
-/* ---- the virtual GPU's own accounting (its sim-only query) ------------------------------- */
+/* ---- the virtual GPU's own accounting (its sim-only queries) ------------------------------
+ * sim_device_info gives device 0's context charge and allocations apart; a virtual GPU without
+ * it has sim_stats_get, whose `used` is everything it charged (and no context charge). */
+struct sim_acct { /* sim_device_accounting (sim/sim.h) */
+    size_t capacity, context_bytes, context_bytes_configured, allocated, peak, free;
+};
 static void account(const char *when)
 {
     const char *path = getenv("DRV_SYM_ACCOUNT");
@@ -46,9 +52,17 @@ static void account(const char *when)
     FILE *f = fopen(path, "a");
     if (!f)
         return;
-    sim_stats st;
-    sim_stats_get(&st);
-    fprintf(f, "%s used %zu context %zu\n", when, st.used, (size_t)0);
+    CUresult (*info)(int, struct sim_acct *) =
+        (CUresult(*)(int, struct sim_acct *))dlsym(RTLD_DEFAULT, "sim_device_info");
+    struct sim_acct a;
+    if (info && info(0, &a) == CUDA_SUCCESS) {
+        fprintf(f, "%s used %zu context %zu\n", when, a.context_bytes + a.allocated,
+                a.context_bytes);
+    } else {
+        sim_stats st;
+        sim_stats_get(&st);
+        fprintf(f, "%s used %zu context %zu\n", when, st.used, (size_t)0);
+    }
     fclose(f);
 }
 static void account_exit(void) { account("exit"); }
