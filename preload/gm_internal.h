@@ -9,6 +9,9 @@
  *              for the caller) and the name -> hook decision
  *   driver.c   the real driver: dlopen("libcuda.so.1"), the stored real pointers, the
  *              cuGetProcAddress wrappers and the driver-level hooks
+ *   driver_sym.c  the driver's memory entry points exported under their own names (by symbol)
+ *   program_mem.c memory the program manages itself (VMM, pools, arrays), pitched allocations
+ *   devused.c  the real cuMemGetInfo sampled for the report's "device used"
  *   runtime.c  the exported cuda* runtime functions
  *   heap.c     device memory: glue between the hooks and alloc/ (replace mode), the table of
  *              passed-through allocations (record mode), ownership, double-free detection
