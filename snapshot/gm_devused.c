@@ -375,8 +375,8 @@ void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, in
 {
     fprintf(out, "\nDevice used (what nvidia-smi shows): the driver's own cuMemGetInfo, explained\n");
     if (!u->ndev) {
-        fprintf(out, "  not sampled (recorded before gpumem 1.3, or no CUDA context was current "
-                     "when gpumem saw device memory change)\n");
+        fprintf(out, "  not sampled (recorded before schema 1.3, or no CUDA context was current "
+                     "when device memory changed)\n");
         return;
     }
     for (size_t di = 0; di < u->ndev; di++) {
@@ -404,7 +404,7 @@ void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, in
             char c[32];
             fmt_signed(e->start.not_recorded, c, sizeof c);
             fprintf(out, "  CUDA context measured at start: %s (%" PRId64 " bytes: device used "
-                         "before anything gpumem recorded; includes other processes on the "
+                         "before any recorded memory; includes other processes on the "
                          "device)\n",
                     c, e->start.not_recorded);
         }
@@ -422,14 +422,14 @@ void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, in
                 gm_fmt_bytes((uint64_t)extra, x, sizeof x);
                 fprintf(out, ", plus %s that appeared since: library workspaces (cuBLAS, cuDNN, "
                              "NCCL buffers), modules loaded later, memory a pool keeps cached "
-                             "after frees, another allocator gpumem did not see, or another "
+                             "after frees, an allocator not interposed, or another "
                              "process on the same device",
                         x);
             }
             fputs("\n", out);
         }
         if (e->nsites) {
-            fprintf(out, "  held outside gpumem at the peak, by call site\n");
+            fprintf(out, "  held outside gpumem's allocator at the peak, by call site\n");
             for (size_t i = 0; i < e->nsites && (int)i < top; i++) {
                 char b[32], site[2048];
                 gm_fmt_bytes(e->sites[i].bytes, b, sizeof b);

@@ -78,7 +78,7 @@ EOF
         grep -qF -- "$want" "$TMP/$mode.block" && pass "$mode: text block has '$want'" \
             || { fail "$mode: text block lacks '$want'"; cat "$TMP/$mode.block"; }
     done
-    grep -qF "($ctx bytes: device used before anything gpumem recorded" "$TMP/$mode.block" \
+    grep -qF "($ctx bytes: device used before any recorded memory" "$TMP/$mode.block" \
         && pass "$mode: text gives the context in bytes" || fail "$mode: text context bytes"
 done
 
