@@ -30,7 +30,9 @@
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
 /* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
-#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)0)
+#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)426 << 20)
+/* Devices smaller than this get no context charge by default (test-sized devices). */
+#define SIM_CONTEXT_MIN_CAPACITY ((size_t)4 << 30)
 
 enum sim_range_kind {
     SIM_R_DEVICE = 1, /* cuMemAlloc / cuMemAllocAsync */

@@ -64,7 +64,7 @@
     X(cuCtxDisablePeerAccess, 4000) X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000)     \
     X(cuStreamGetCaptureInfo, 12030) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000) \
     X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000) X(cuGraphGetNodes, 10000)                \
-    X(cuThreadExchangeStreamCaptureMode, 10010)
+    X(cuThreadExchangeStreamCaptureMode, 10010) X(cuMemAllocPitch, 3020)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -685,6 +685,66 @@ RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum
     RT_CALL(copy_kind(dst, src, n, k, true, (CUstream)s));
 }
 
+/* Pitched allocations go to cuMemAllocPitch (16-byte elements: the widest, so the pitch meets
+ * every alignment); the pitch is the width rounded up to the device's texture alignment. */
+RT_EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height)
+{
+    if (!p || !pitch) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, pitch, width, height, 16);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
+{
+    if (!pp) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (e.depth && e.height > SIZE_MAX / e.depth) return rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr d = 0;
+    size_t pitch = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, &pitch, e.width, e.height * e.depth, 16);
+    if (r == CUDA_SUCCESS) {
+        pp->ptr = (void *)d;
+        pp->pitch = pitch;
+        pp->xsize = e.width;
+        pp->ysize = e.height;
+    }
+    RT_CALL(r);
+}
+
+/* Row by row, each row a copy of the given direction (checked as cudaMemcpy checks it). */
+static CUresult copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height, enum cudaMemcpyKind k, bool async, CUstream s)
+{
+    for (size_t row = 0; row < height; row++) {
+        CUresult r = copy_kind((char *)dst + row * dpitch, (const char *)src + row * spitch,
+                               width, k, async, s);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind k)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, false, NULL));
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind k,
+                                        cudaStream_t s)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, true, (CUstream)s));
+}
+
 RT_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
 {
     RT_BEGIN();
@@ -1034,6 +1094,8 @@ PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
 PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
 PT_ALIAS(cudaMemset_ptds, cudaMemset)
 PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
+PT_ALIAS(cudaMemcpy2D_ptds, cudaMemcpy2D)
+PT_ALIAS(cudaMemcpy2DAsync_ptsz, cudaMemcpy2DAsync)
 PT_ALIAS(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture)
 PT_ALIAS(cudaStreamEndCapture_ptsz, cudaStreamEndCapture)
 PT_ALIAS(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo)
