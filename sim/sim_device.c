@@ -241,7 +241,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
-        v = 0;
+        v = !sim.virtual_backing; /* a memfd per shareable handle; nothing to share unbacked */
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
         v = 32;

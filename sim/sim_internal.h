@@ -48,6 +48,8 @@ typedef struct sim_handle {
     uint64_t file_off; /* slice of the backing memfd (unused when virtual) */
     int fd;            /* that memfd: the process's current one, or the parent's before a fork */
     bool inherited;    /* created before a fork: shared with the parent, never punched here */
+    bool own_fd;       /* fd is this handle's own memfd (shareable: POSIX fd handle type) */
+    bool imported;     /* cuMemImportFromShareableHandle: charged to no device here */
     int refs;          /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
     int dev;           /* device charged (prop.location.id) */
@@ -73,6 +75,11 @@ typedef struct sim_range {
     uint64_t id;       /* buffer id */
     bool from_pool;    /* allocated by cuMemAllocAsync / FromPool */
     bool freeing;      /* a cuMemFreeAsync is queued for it (asynchronous mode) */
+    bool ipc;          /* exported (cuIpcGetMemHandle): backed by its own memfd, ipc_fd */
+    bool ipc_import;   /* opened with cuIpcOpenMemHandle: not charged, closed by refcount */
+    int ipc_fd;
+    int ipc_refs;
+    uint64_t ipc_key[3]; /* imported: exporter pid, its fd number, the file's inode */
     int dev;           /* device charged (device memory) */
     sim_mapping *maps; /* SIM_R_RESERVE: sorted by va */
     size_t nmaps, capmaps;

@@ -64,7 +64,8 @@
     X(cuCtxDisablePeerAccess, 4000) X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000)     \
     X(cuStreamGetCaptureInfo, 12030) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000) \
     X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000) X(cuGraphGetNodes, 10000)                \
-    X(cuThreadExchangeStreamCaptureMode, 10010) X(cuMemAllocPitch, 3020)
+    X(cuThreadExchangeStreamCaptureMode, 10010) X(cuMemAllocPitch, 3020)                    \
+    X(cuIpcGetMemHandle, 4010) X(cuIpcOpenMemHandle, 11000) X(cuIpcCloseMemHandle, 4010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -1004,6 +1005,34 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **f
                                                        enum cudaDriverEntryPointQueryResult *status)
 {
     return entry_point(sym, fn, (int)version, flags, status);
+}
+
+/* ---- IPC --------------------------------------------------------------------------------- */
+
+RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (!h) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handle sizes");
+    RT_CALL(drv.cuIpcGetMemHandle((CUipcMemHandle *)(void *)h, (CUdeviceptr)p));
+}
+
+RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUipcMemHandle ch;
+    memcpy(&ch, &h, sizeof ch);
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuIpcOpenMemHandle(&d, ch, flags);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuIpcCloseMemHandle((CUdeviceptr)p));
 }
 
 /* ---- stream capture and graphs ------------------------------------------------------------ */

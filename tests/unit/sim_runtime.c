@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define OK(x) assert_int_equal((x), cudaSuccess)
 
@@ -474,6 +476,35 @@ static void test_pitched_and_3d_allocations(void **state)
     (void)cudaGetLastError();
 }
 
+/* cudaIpc*: a forked child opens the parent's cudaMalloc memory and writes into it. */
+static void test_runtime_ipc(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    unsigned char *d;
+    OK(cudaMalloc((void **)&d, 4096));
+    OK(cudaMemset(d, 3, 4096));
+    cudaIpcMemHandle_t h;
+    OK(cudaIpcGetMemHandle(&h, d));
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *p;
+        unsigned char c = 0;
+        if (cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) _exit(2);
+        if (cudaMemcpy(&c, p, 1, cudaMemcpyDeviceToHost) || c != 3) _exit(3);
+        if (cudaMemset(p, 9, 16) || cudaIpcCloseMemHandle(p)) _exit(4);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    unsigned char c = 0;
+    OK(cudaMemcpy(&c, d, 1, cudaMemcpyDeviceToHost));
+    assert_int_equal(c, 9);
+    OK(cudaFree(d));
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_DEVICES", "2", 1);
@@ -493,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
         cmocka_unit_test(test_runtime_capture_and_graph_launch),
         cmocka_unit_test(test_pitched_and_3d_allocations),
+        cmocka_unit_test(test_runtime_ipc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
