@@ -19,7 +19,6 @@
  * cuMemAllocPitch_v2).
  */
 #include <cuda.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,12 +37,7 @@
         }                                                                                      \
     } while (0)
 
-/* ---- the virtual GPU's own accounting (its sim-only queries) ------------------------------
- * sim_device_info gives device 0's context charge and allocations apart; a virtual GPU without
- * it has sim_stats_get, whose `used` is everything it charged (and no context charge). */
-struct sim_acct { /* sim_device_accounting (sim/sim.h) */
-    size_t capacity, context_bytes, context_bytes_configured, allocated, peak, free;
-};
+/* ---- the virtual GPU's own accounting (its sim-only query) ------------------------------- */
 static void account(const char *when)
 {
     const char *path = getenv("DRV_SYM_ACCOUNT");
@@ -52,17 +46,10 @@ static void account(const char *when)
     FILE *f = fopen(path, "a");
     if (!f)
         return;
-    CUresult (*info)(int, struct sim_acct *) =
-        (CUresult(*)(int, struct sim_acct *))dlsym(RTLD_DEFAULT, "sim_device_info");
-    struct sim_acct a;
-    if (info && info(0, &a) == CUDA_SUCCESS) {
+    sim_device_accounting a;
+    if (sim_device_info(0, &a) == CUDA_SUCCESS)
         fprintf(f, "%s used %zu context %zu\n", when, a.context_bytes + a.allocated,
                 a.context_bytes);
-    } else {
-        sim_stats st;
-        sim_stats_get(&st);
-        fprintf(f, "%s used %zu context %zu\n", when, st.used, (size_t)0);
-    }
     fclose(f);
 }
 static void account_exit(void) { account("exit"); }
@@ -152,6 +139,7 @@ int main(void)
                     W * sizeof(float));
             return 1;
         }
+        fprintf(stderr, "drv_sym_app: pitch %zu\n", pitch); /* the allocator's choice */
         for (size_t r = 0; r < H; r++)
             checkCudaErrors(cuMemcpyHtoD(dP + r * pitch, hA + r * W, W * sizeof(float)));
     }
