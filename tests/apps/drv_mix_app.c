@@ -3,12 +3,12 @@
  *   1. cudaMalloc (the runtime)
  *   2. cuMemAlloc_v2 found with cudaGetDriverEntryPoint (the driver's cuGetProcAddress)
  *   3. cuMemAlloc_v2 called by symbol (linked with -lcuda)
- * freed the same three ways. Each buffer has its own size so that a test can find every
+ * freed the same three ways; then a cudaMallocPitch and a cudaMalloc3D buffer. Each buffer has its own size so that a test can find every
  * allocation in the database and check it is there exactly once. stdout: the sizes and what
  * each buffer held after a copy in and out (identical with and without gpumem).
  */
 #include <cuda.h>
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +68,19 @@ int main(void)
     printf("runtime %d: %s\n", SZ_RT, roundtrip((CUdeviceptr)(uintptr_t)a, SZ_RT, 1) ? "bad" : "ok");
     printf("getproc %d: %s\n", SZ_PROC, roundtrip(b, SZ_PROC, 2) ? "bad" : "ok");
     printf("symbol %d: %s\n", SZ_SYM, roundtrip(c, SZ_SYM, 3) ? "bad" : "ok");
+
+    /* pitched and 3D through the runtime (the runtime reaches cuMemAllocPitch_v2 through
+     * cuGetProcAddress): one allocation each */
+    void *pitched = NULL;
+    size_t pitch = 0;
+    CHECK_RT(cudaMallocPitch(&pitched, &pitch, 1000, 10));
+    struct cudaPitchedPtr pp;
+    CHECK_RT(cudaMalloc3D(&pp, make_cudaExtent(1000, 4, 3)));
+    printf("pitched: %s, 3d: %s\n", pitch >= 1000 ? "ok" : "bad",
+           pp.pitch >= 1000 && pp.xsize == 1000 && pp.ysize == 4 ? "ok" : "bad");
+    fprintf(stderr, "drv_mix_app: pitch %zu 3d pitch %zu\n", pitch, pp.pitch);
+    CHECK_RT(cudaFree(pitched));
+    CHECK_RT(cudaFree(pp.ptr));
 
     CHECK_RT(cudaFree(a));
     CHECK_DRV(proc_free(b));

@@ -123,13 +123,19 @@ for mode in replace record; do
         check_eq "$mode: buffer of $sz bytes recorded exactly once" \
             "$(q "$db" "SELECT count(*) FROM events WHERE kind=1 AND requested=$sz")" 1
     done
-    check_eq "$mode: three allocations, three frees" \
-        "$(q "$db" "SELECT (SELECT count(*) FROM events WHERE kind IN (1,3)) || ' ' || (SELECT count(*) FROM events WHERE kind IN (2,4))")" "3 3"
-    [[ $mode == replace ]] && want=0 || want=3
+    read -r p2 p3 < <(awk '/^drv_mix_app: pitch/ {print $3, $6}' "$TMP/mix-$mode.err")
+    check_eq "$mode: cudaMallocPitch and cudaMalloc3D recorded once each, pitched" \
+        "$(q "$db" "SELECT group_concat(size, ' ') FROM (SELECT size FROM events WHERE kind=1 AND (flags & 1024)=1024 ORDER BY seq)")" \
+        "$(( p2 * 10 )) $(( p3 * 12 ))"
+    check_eq "$mode: five allocations, five frees" \
+        "$(q "$db" "SELECT (SELECT count(*) FROM events WHERE kind IN (1,3)) || ' ' || (SELECT count(*) FROM events WHERE kind IN (2,4))")" "5 5"
+    [[ $mode == replace ]] && want=0 || want=5
     check_eq "$mode: cuMemAlloc calls reaching the driver" "$(simcount "$TMP/mix-$mode.err" cuMemAlloc)" $want
 done
 check_eq "replace: runtime path seen once" "$(stat "$TMP/mix-replace.err" rt_malloc)" 1
-check_eq "replace: driver paths seen once each" "$(stat "$TMP/mix-replace.err" drv_alloc)" 2
+# two cuMemAlloc_v2 (getproc, symbol) and the two cuMemAllocPitch_v2 the runtime's pitched calls make
+check_eq "replace: driver paths seen once each" "$(stat "$TMP/mix-replace.err" drv_alloc)" 4
+check_eq "replace: all five served by gpumem" "$(stat "$TMP/mix-replace.err" served)" 5
 
 # ---- gpumem record's end-of-run line -----------------------------------------------------------
 ( cd "$TMP" && DRV_SYM_ONLY_INIT=1 "$OLDPWD/$GPUMEM" record -o "$TMP/oi1.db" -- "$OLDPWD/$APPS/drv_sym_app" ) \
