@@ -250,6 +250,7 @@ static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
  * allocation when it succeeds, and the OOM record when it fails. Consumed either way, also when
  * not recording, so it never sticks to a later allocation. */
 static __thread char pending_name[64] __attribute__((tls_model("initial-exec")));
+__thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
 
 static int is_alloc_event(enum gm_ev ev)
 {
@@ -264,6 +265,12 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS);
     enum gm_ev ev = (enum gm_ev)((unsigned)ev_flags & 0xffu);
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
+    /* pitched / pool: set by the hook for this allocation, consumed here either way */
+    unsigned shape = 0;
+    if (is_alloc_event(ev) && requested) {
+        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL);
+        gm_next_alloc_flags = 0;
+    }
     /* before the pointer reaches the program: the launch pre-filter must know its range */
     if ((is_alloc_event(ev) || ev == GM_EV_VMM) && requested)
         gm_uses_note_range(addr, size, ev == GM_EV_HOST_ALLOC);
@@ -287,8 +294,9 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     }
     _Static_assert(GM_EVF_CACHE_HIT == REC_F_CACHE_HIT && GM_EVF_CACHE_MISS == REC_F_CACHE_MISS,
                    "GM_EVF_* are the recorder's REC_F_* flags");
-    if (is_alloc_event(ev) && requested)
-        flags |= gm_next_alloc_flags & (REC_F_PITCHED | REC_F_POOL);
+    _Static_assert(GM_EVF_PITCHED == REC_F_PITCHED && GM_EVF_POOL == REC_F_POOL,
+                   "GM_EVF_* are the recorder's REC_F_* flags");
+    flags |= shape;
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
     gm_devused_event((int)ev, flags, device, size, id);
@@ -299,7 +307,8 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
 #else
     if (named)
         pending_name[0] = 0;
-    (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
+    (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id,
+        (void)shape;
 #endif
 }
 
@@ -327,7 +336,6 @@ void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t s
 }
 
 /* For program_mem.c and devused.c: kinds the gm_ev bridge does not name. */
-__thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
 int gm_rec_opened(void) { return atomic_load_explicit(&rec_was_opened, memory_order_acquire); }
 void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,
                   uint64_t requested, uint64_t id)

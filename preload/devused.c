@@ -7,8 +7,8 @@
  * that sum; it needs the driver's own figure at the moments that matter, which only the real
  * cuMemGetInfo gives (gpumem's cuMemGetInfo answers with its own view). It is sampled:
  *
- *   - at the start: the first time device memory gpumem knows of changes with a context
- *     current (whatever was recorded before is subtracted by the report, so what is left of
+ *   - at the start: per device, the first time device memory gpumem knows of changes with
+ *     that device's context current (whatever was recorded before is subtracted by the report, so what is left of
  *     the start sample is the context and other processes: the "CUDA context size");
  *   - at every new high of the device memory gpumem knows of (its segments + what it recorded
  *     outside its allocator), right after the event that made it: the report takes the highest;
@@ -27,7 +27,7 @@
 static _Atomic long long known[DU_MAX]; /* bytes gpumem knows of on each device */
 static _Atomic long long high[DU_MAX];  /* highest `known` sampled */
 static _Atomic int seen[DU_MAX];        /* device had a change (sampled at exit) */
-static _Atomic int started;
+static _Atomic int started[DU_MAX]; /* the start was sampled on the device */
 
 static int current_device(void)
 {
@@ -61,9 +61,9 @@ void gm_devused_change(int device, long long delta)
     if (device < 0 || device >= DU_MAX)
         return;
     atomic_store_explicit(&seen[device], 1, memory_order_relaxed);
-    if (!atomic_load_explicit(&started, memory_order_acquire) && cur >= 0 &&
-        !atomic_exchange(&started, 1) && sample(cur, REC_DEVINFO_START) != 0)
-        atomic_store(&started, 0);
+    if (cur >= 0 && cur < DU_MAX && !atomic_load_explicit(&started[cur], memory_order_acquire) &&
+        !atomic_exchange(&started[cur], 1) && sample(cur, REC_DEVINFO_START) != 0)
+        atomic_store(&started[cur], 0);
     long long now = atomic_fetch_add(&known[device], delta) + delta;
     if (delta <= 0 || device != cur)
         return;

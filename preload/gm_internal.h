@@ -265,6 +265,8 @@ enum gm_ev {
 /* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
 #define GM_EVF_CACHE_HIT 0x100
 #define GM_EVF_CACHE_MISS 0x200
+#define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
+#define GM_EVF_POOL 0x800    /* from a pool the program chose (gm_next_alloc_flags) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
@@ -377,8 +379,8 @@ void gm_pm_fork_child(void);
  * first; NULL when the driver or that entry point is missing. */
 void *gm_driver_sym_hook(const char *sym);
 
-/* REC_F_* flags (snapshot/rec.h) for the calling thread's next allocation event (pitched, from
- * a pool); the hook sets it around the call that records, gm_event_id consumes it. */
+/* GM_EVF_PITCHED / GM_EVF_POOL for the calling thread's next allocation event; the hook sets it
+ * around the call that records, gm_event_id consumes it. */
 extern __thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
 /* An event of a kind gm_ev does not name (snapshot/rec.h REC_*), when recording. */
 void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,

@@ -230,7 +230,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
     if (r == CUDA_SUCCESS) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, size, GM_PT_POOL);
-        gm_next_alloc_flags = REC_F_POOL;
+        gm_next_alloc_flags = GM_EVF_POOL;
         gm_event(GM_EV_ALLOC_ASYNC, ctx_dev(), s, *dptr, size, size);
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -319,7 +319,7 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
         size_t p = (width + a - 1) & ~(a - 1);
         if (height > SIZE_MAX / p)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        gm_next_alloc_flags = REC_F_PITCHED;
+        gm_next_alloc_flags = GM_EVF_PITCHED;
         CUresult r = gm_heap_alloc(dptr, p * height, dev, 0, GM_ALLOC_SYNC);
         gm_next_alloc_flags = 0;
         if (r == CUDA_SUCCESS)
@@ -333,7 +333,7 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
         size_t bytes = *pitch * height;
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, bytes, GM_PT_DEVICE);
-        gm_next_alloc_flags = REC_F_PITCHED;
+        gm_next_alloc_flags = GM_EVF_PITCHED;
         gm_event(GM_EV_ALLOC, ctx_dev(), 0, *dptr, bytes, width * height);
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {

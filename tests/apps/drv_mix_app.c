@@ -3,7 +3,8 @@
  *   1. cudaMalloc (the runtime)
  *   2. cuMemAlloc_v2 found with cudaGetDriverEntryPoint (the driver's cuGetProcAddress)
  *   3. cuMemAlloc_v2 called by symbol (linked with -lcuda)
- * freed the same three ways; then a cudaMallocPitch and a cudaMalloc3D buffer. Each buffer has its own size so that a test can find every
+ * freed the same three ways; then a cudaMallocPitch and a cudaMalloc3D buffer, and one from
+ * a pool (cudaMallocFromPoolAsync). Each buffer has its own size so that a test can find every
  * allocation in the database and check it is there exactly once. stdout: the sizes and what
  * each buffer held after a copy in and out (identical with and without gpumem).
  */
@@ -81,6 +82,14 @@ int main(void)
     fprintf(stderr, "drv_mix_app: pitch %zu 3d pitch %zu\n", pitch, pp.pitch);
     CHECK_RT(cudaFree(pitched));
     CHECK_RT(cudaFree(pp.ptr));
+
+    /* a buffer from a pool the program chose (the runtime's form) */
+    cudaMemPool_t pool;
+    void *fromPool = NULL;
+    CHECK_RT(cudaDeviceGetDefaultMemPool(&pool, 0));
+    CHECK_RT(cudaMallocFromPoolAsync(&fromPool, (1 << 20) + 2048, pool, 0));
+    CHECK_RT(cudaFreeAsync(fromPool, 0));
+    CHECK_RT(cudaStreamSynchronize(0));
 
     CHECK_RT(cudaFree(a));
     CHECK_DRV(proc_free(b));

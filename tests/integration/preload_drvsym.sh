@@ -127,8 +127,10 @@ for mode in replace record; do
     check_eq "$mode: cudaMallocPitch and cudaMalloc3D recorded once each, pitched" \
         "$(q "$db" "SELECT group_concat(size, ' ') FROM (SELECT size FROM events WHERE kind=1 AND (flags & 1024)=1024 ORDER BY seq)")" \
         "$(( p2 * 10 )) $(( p3 * 12 ))"
-    check_eq "$mode: five allocations, five frees" \
-        "$(q "$db" "SELECT (SELECT count(*) FROM events WHERE kind IN (1,3)) || ' ' || (SELECT count(*) FROM events WHERE kind IN (2,4))")" "5 5"
+    check_eq "$mode: cudaMallocFromPoolAsync recorded once, flagged as the program's pool" \
+        "$(q "$db" "SELECT count(*) FROM events WHERE kind=3 AND requested=$(( (1 << 20) + 2048 )) AND (flags & 2048)=2048")" 1
+    check_eq "$mode: six allocations, six frees" \
+        "$(q "$db" "SELECT (SELECT count(*) FROM events WHERE kind IN (1,3)) || ' ' || (SELECT count(*) FROM events WHERE kind IN (2,4))")" "6 6"
     [[ $mode == replace ]] && want=0 || want=5
     check_eq "$mode: cuMemAlloc calls reaching the driver" "$(simcount "$TMP/mix-$mode.err" cuMemAlloc)" $want
 done
