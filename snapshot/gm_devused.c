@@ -410,21 +410,26 @@ void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, in
         }
         const gm_du_point *ref = e->peak.have ? &e->peak : e->exit.have ? &e->exit : &e->start;
         if (ref->not_recorded > 0) {
-            char nr[32], ctx[32];
+            static const char causes[] =
+                "library workspaces (cuBLAS, cuDNN, NCCL buffers), modules loaded later, memory a "
+                "pool keeps cached after frees, an allocator not interposed, or another process "
+                "on the same device";
+            char nr[32];
             gm_fmt_bytes((uint64_t)ref->not_recorded, nr, sizeof nr);
-            int64_t extra = e->start.have ? ref->not_recorded - e->start.not_recorded
-                                          : ref->not_recorded;
-            fmt_signed(e->start.have ? e->start.not_recorded : 0, ctx, sizeof ctx);
-            fprintf(out, "  not recorded %s %s: likely the CUDA context (%s at start)", nr,
-                    ref == &e->peak ? "at the peak" : "", ctx);
-            if (extra > 0) {
-                char x[32];
-                gm_fmt_bytes((uint64_t)extra, x, sizeof x);
-                fprintf(out, ", plus %s that appeared since: library workspaces (cuBLAS, cuDNN, "
-                             "NCCL buffers), modules loaded later, memory a pool keeps cached "
-                             "after frees, an allocator not interposed, or another "
-                             "process on the same device",
-                        x);
+            fprintf(out, "  not recorded %s%s: ", nr,
+                    ref == &e->peak ? " at the peak" : ref == &e->exit ? " at exit" : " at start");
+            if (e->start.have) {
+                char ctx[32];
+                fmt_signed(e->start.not_recorded, ctx, sizeof ctx);
+                int64_t extra = ref->not_recorded - e->start.not_recorded;
+                fprintf(out, "likely the CUDA context (%s at start)", ctx);
+                if (extra > 0) {
+                    char x[32];
+                    gm_fmt_bytes((uint64_t)extra, x, sizeof x);
+                    fprintf(out, ", plus %s that appeared since: %s", x, causes);
+                }
+            } else {
+                fprintf(out, "the CUDA context (not measured: no sample at start), %s", causes);
             }
             fputs("\n", out);
         }

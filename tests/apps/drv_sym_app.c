@@ -14,7 +14,7 @@
  *
  * stdout: what the program computed (identical with and without gpumem). With
  * DRV_SYM_ACCOUNT=path it also writes, at its peak (everything allocated) and at exit, the
- * virtual GPU's own accounting of device 0 ("peak|exit used <bytes> context <bytes>") through
+ * virtual GPU's own accounting of its device ("peak|exit used <bytes> context <bytes>") through
  * its sim-only query: a test compares gpumem's "device used" with it. DRV_SYM_NO_PITCH=1 skips the pitched part (a driver without
  * cuMemAllocPitch_v2).
  */
@@ -47,7 +47,8 @@ static void account(const char *when)
     if (!f)
         return;
     sim_device_accounting a;
-    if (sim_device_info(0, &a) == CUDA_SUCCESS)
+    const char *d = getenv("DRV_SYM_DEVICE");
+    if (sim_device_info(d ? atoi(d) : 0, &a) == CUDA_SUCCESS)
         fprintf(f, "%s used %zu context %zu\n", when, a.context_bytes + a.allocated,
                 a.context_bytes);
     fclose(f);
@@ -100,7 +101,8 @@ int main(void)
     CUdevice dev;
     CUcontext ctx;
     checkCudaErrors(cuInit(0));
-    checkCudaErrors(cuDeviceGet(&dev, 0));
+    const char *devs = getenv("DRV_SYM_DEVICE"); /* the device to use (default 0) */
+    checkCudaErrors(cuDeviceGet(&dev, devs ? atoi(devs) : 0));
     /* DRV_SYM_ONLY_INIT=1: stop here (the driver used, nothing allocated); =2: also ask the
      * driver for an entry point, which goes through gpumem's cuGetProcAddress */
     const char *only = getenv("DRV_SYM_ONLY_INIT");
@@ -127,6 +129,14 @@ int main(void)
     CUdeviceptr dA;
     checkCudaErrors(cuMemAlloc(&dA, N * sizeof(float)));
     checkCudaErrors(cuMemcpyHtoD(dA, hA, N * sizeof(float)));
+    /* DRV_SYM_WORKSPACE=bytes: device memory appears that no allocator records (as a library's
+     * workspace would): the virtual GPU's context charge grows by that much */
+    const char *ws = getenv("DRV_SYM_WORKSPACE");
+    if (ws && *ws) {
+        sim_device_accounting a;
+        checkCudaErrors(sim_device_info((int)dev, &a));
+        checkCudaErrors(sim_set_context_bytes(a.context_bytes_configured + strtoull(ws, NULL, 10)));
+    }
 
     /* a pitched image, W x H floats */
     const size_t W = 1000, H = 64;

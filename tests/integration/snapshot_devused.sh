@@ -7,6 +7,8 @@
 #    and the context measured at start is that charge;
 #  - recorded outside gpumem: the program's VMM handle (4 MiB) and its pool buffer (4 MiB) in
 #    both modes, the vector it allocated (4 MiB) as pass-through in record mode;
+#  - memory that appears later unrecorded (a library workspace) is "not recorded" beyond the
+#    context measured at start, and the text says what it likely is;
 #  - an old recording without samples says so instead of inventing figures.
 # The figures of the virtual GPU come from the program itself (drv_sym_app writes them with the
 # sim-only accounting query at its peak and at exit: DRV_SYM_ACCOUNT).
@@ -81,6 +83,25 @@ EOF
     grep -qF "($ctx bytes: device used before any recorded memory" "$TMP/$mode.block" \
         && pass "$mode: text gives the context in bytes" || fail "$mode: text context bytes"
 done
+
+# device memory that appears after the start and that no allocator records (a library's
+# workspace: the virtual GPU's context charge grows by 64 MiB after the first allocation)
+rm -f "$TMP/acct"
+( cd "$TMP" && env "${pitch_env[@]}" DRV_SYM_WORKSPACE=$((64 << 20)) DRV_SYM_ACCOUNT="$TMP/acct" \
+    "$GPUMEM" record -o "$TMP/ws.db" -- "$APP" ) > /dev/null 2> "$TMP/ws.err" || fail "workspace run failed"
+read -r _ _ sim_peak _ ctx < <(grep '^peak ' "$TMP/acct")
+"$GPUMEM" report --json "$TMP/ws.db" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["device_used"]["devices"][0]
+print(d["peak"]["used"], d["peak"]["not_recorded"], d["context_at_start"])' > "$TMP/ws.fig"
+read -r w_used w_nr w_ctx < "$TMP/ws.fig"
+check_eq "workspace: device used at the peak = the virtual GPU's figure" "$w_used" "$sim_peak"
+check_eq "workspace: not recorded at the peak = context + workspace" "$w_nr" "$ctx"
+check_eq "workspace: context measured at start = the context alone" "$w_ctx" "$GPUMEM_SIM_CONTEXT_BYTES"
+"$GPUMEM" report "$TMP/ws.db" > "$TMP/ws.txt" 2>&1
+grep -qF "likely the CUDA context (300.00 MiB at start), plus 64.00 MiB that appeared since: library workspaces" "$TMP/ws.txt" \
+    && pass "workspace: the text names the context and what appeared since" \
+    || { fail "workspace: causes line"; sed -n '/^Device used/,/^OOM/p' "$TMP/ws.txt"; }
 
 # a recording from before the samples existed (schema 1.2): the block says so
 cp "$TMP/replace.db" "$TMP/old.db"
