@@ -614,13 +614,11 @@ static void fork_prepare(void)
 {
     gm_nvtx_fork_prepare();
     gm_pt_fork_prepare();
-    gm_pm_fork_prepare();
     gm_pinned_fork_prepare();
 }
 static void fork_parent(void)
 {
     gm_pinned_fork_parent();
-    gm_pm_fork_parent();
     gm_pt_fork_parent();
     gm_nvtx_fork_parent();
 }

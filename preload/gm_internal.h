@@ -371,8 +371,6 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
 CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d);
 CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d);
 CUresult gm_pm_cuArrayDestroy(CUarray a);
-void gm_pm_fork_prepare(void);
-void gm_pm_fork_parent(void);
 void gm_pm_fork_child(void);
 
 /* The hook behind an exported driver symbol name (driver_sym.c's exports), loading the driver

@@ -84,8 +84,8 @@ static void handle_drop(struct pm_handle *p)
     *p = hs[--nhs];
 }
 
-void gm_pm_fork_prepare(void) { pthread_mutex_lock(&pm_lock); }
-void gm_pm_fork_parent(void) { pthread_mutex_unlock(&pm_lock); }
+/* Not held across fork: the lock is only taken after gpumem initialised, and a child forked
+ * after that runs with gpumem off (pm_pass), so it never takes it; a fresh one is enough. */
 void gm_pm_fork_child(void) { pthread_mutex_init(&pm_lock, NULL); }
 
 CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
