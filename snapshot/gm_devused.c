@@ -219,6 +219,8 @@ int gm_devused_compute(gm_db *d, gm_devused *u, char *err, size_t errsz)
         du_state *st = &s->st[dev_index(dev)];
         uint64_t v;
         int64_t ni;
+        if (addr == U64MAP_EMPTY && kind != REC_DEVICE_INFO)
+            continue; /* never a real address or handle: a damaged row */
         switch (kind) {
         case REC_ALLOC:
         case REC_ALLOC_ASYNC:
