@@ -76,6 +76,7 @@ CUresult sim_stream_get(CUstream s, sim_stream **out)
     CUresult rc = sim_current_dev(&dev);
     if (rc) return rc;
     sim_device *d = &sim.dev[dev];
+    if (s == NULL && sim_tls_ptds > 0) s = CU_STREAM_PER_THREAD; /* a _ptsz/_ptds entry point */
     if (s != CU_STREAM_PER_THREAD) {
         if (!d->legacy.magic) {
             stream_init(&d->legacy, dev, 0, 0);
@@ -360,8 +361,9 @@ static uint64_t push(sim_stream *st, sim_work *w, bool *queued)
         keep = true;
     } else {
         st->executed = seq;
-        keep = w && ((w->kind == SIM_W_RECORD && (w->pending > 0 || w->deadline_us > sim.clock_us)) ||
-                     (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)));
+        keep =
+            w && ((w->kind == SIM_W_RECORD && (w->pending > 0 || w->deadline_us > sim.clock_us)) ||
+                  (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)));
     }
     if (w) w->seq = seq;
     if (keep) {
@@ -691,7 +693,7 @@ CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
     sim_stream *st;
     CUresult rc = sim_stream_get(s, &st);
     if (!rc)
-        *status = !st->capture              ? CU_STREAM_CAPTURE_STATUS_NONE
+        *status = !st->capture               ? CU_STREAM_CAPTURE_STATUS_NONE
                   : st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     sim_unlock();
@@ -1085,10 +1087,9 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **par
 }
 
 /* Every block of a host kernel runs in the one call, so a grid-wide sync always holds. */
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
-                                   unsigned int gz, unsigned int bx, unsigned int by,
-                                   unsigned int bz, unsigned int shmem, CUstream s,
-                                   void **params)
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shmem, CUstream s, void **params)
 {
     SIM_CHECK_INIT();
     if (!params) {
@@ -1137,19 +1138,3 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
     return rc;
 }
 
-/* ---- per-thread default-stream symbols --------------------------------------------------- */
-SIM_ALIAS(cuStreamSynchronize_ptsz, cuStreamSynchronize)
-SIM_ALIAS(cuStreamQuery_ptsz, cuStreamQuery)
-SIM_ALIAS(cuStreamWaitEvent_ptsz, cuStreamWaitEvent)
-SIM_ALIAS(cuStreamGetFlags_ptsz, cuStreamGetFlags)
-SIM_ALIAS(cuStreamGetPriority_ptsz, cuStreamGetPriority)
-SIM_ALIAS(cuStreamGetId_ptsz, cuStreamGetId)
-SIM_ALIAS(cuStreamGetCtx_ptsz, cuStreamGetCtx)
-SIM_ALIAS(cuStreamGetDevice_ptsz, cuStreamGetDevice)
-SIM_ALIAS(cuStreamIsCapturing_ptsz, cuStreamIsCapturing)
-SIM_ALIAS(cuEventRecord_ptsz, cuEventRecord)
-SIM_ALIAS(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)
-SIM_ALIAS(cuLaunchKernel_ptsz, cuLaunchKernel)
-SIM_ALIAS(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)
-SIM_ALIAS(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)
-SIM_ALIAS(cuLaunchHostFunc_ptsz, cuLaunchHostFunc)

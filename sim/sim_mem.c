@@ -362,7 +362,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
     if (!rc && st->capture) {
         sim_unlock();
-        return sim_unsupported("cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
+        return sim_unsupported(
+            "cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
     }
     if (!rc) rc = device_alloc(d, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
@@ -442,8 +443,8 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
     CUresult rc = sim_current_dev(&dev);
     if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc)
-        rc = host_range_map(SIM_R_MANAGED, size, flags,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
+        rc = host_range_map(SIM_R_MANAGED, size, flags, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                            &p);
     if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
     sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
     sim_unlock();
@@ -603,7 +604,8 @@ CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
     *gran = SIM_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -675,7 +677,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
     /* Shareable handles: POSIX file descriptors only (a memfd of its own), and only where the
      * device memory has bytes (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
     bool shareable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -1593,7 +1596,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
         for (size_t i = 0; i < sim.nhandles; i++) {
             struct stat o;
             sim_handle *x = sim.handles[i];
-            if (x->own_fd && !fstat(x->fd, &o) && o.st_ino == stt.st_ino && o.st_dev == stt.st_dev) {
+            if (x->own_fd && !fstat(x->fd, &o) && o.st_ino == stt.st_ino &&
+                o.st_dev == stt.st_dev) {
                 h->prop = x->prop;
                 break;
             }
@@ -1743,24 +1747,3 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
     return rc;
 }
 
-/* ---- per-thread default-stream symbols --------------------------------------------------- */
-SIM_ALIAS(cuMemAllocAsync_ptsz, cuMemAllocAsync)
-SIM_ALIAS(cuMemFreeAsync_ptsz, cuMemFreeAsync)
-SIM_ALIAS(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync)
-SIM_ALIAS(cuMemcpy_ptds, cuMemcpy)
-SIM_ALIAS(cuMemcpyAsync_ptsz, cuMemcpyAsync)
-SIM_ALIAS(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2)
-SIM_ALIAS(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2)
-SIM_ALIAS(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2)
-SIM_ALIAS(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2)
-SIM_ALIAS(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2)
-SIM_ALIAS(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2)
-SIM_ALIAS(cuMemcpyPeer_ptds, cuMemcpyPeer)
-SIM_ALIAS(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync)
-SIM_ALIAS(cuMemsetD8_v2_ptds, cuMemsetD8_v2)
-SIM_ALIAS(cuMemsetD16_v2_ptds, cuMemsetD16_v2)
-SIM_ALIAS(cuMemsetD32_v2_ptds, cuMemsetD32_v2)
-SIM_ALIAS(cuMemsetD8Async_ptsz, cuMemsetD8Async)
-SIM_ALIAS(cuMemsetD16Async_ptsz, cuMemsetD16Async)
-SIM_ALIAS(cuMemsetD32Async_ptsz, cuMemsetD32Async)
-SIM_ALIAS(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2)

@@ -205,8 +205,8 @@ static void test_context_is_charged(void **state)
     assert_int_equal(acc.free, fr);
     assert_int_equal(acc.capacity - acc.context_bytes - acc.allocated, fr);
     CUdeviceptr q;
-    assert_int_equal(cuMemAlloc(&q, 56 * MiB), CUDA_ERROR_OUT_OF_MEMORY); /* 52 MiB left */
-    assert_int_equal(sim_set_capacity(12 * MiB - 1), CUDA_ERROR_INVALID_VALUE); /* 4 + 8 */
+    assert_int_equal(cuMemAlloc(&q, 56 * MiB), CUDA_ERROR_OUT_OF_MEMORY);        /* 52 MiB left */
+    assert_int_equal(sim_set_capacity(12 * MiB - 1), CUDA_ERROR_INVALID_VALUE);  /* 4 + 8 */
     assert_int_equal(sim_set_context_bytes(61 * MiB), CUDA_ERROR_INVALID_VALUE); /* 60 free */
     /* Released to zero references, the context gives its memory back. */
     OK(cuDevicePrimaryCtxRelease(0));

@@ -61,7 +61,8 @@ static void test_posix_fd_handles_export_and_import(void **state)
 {
     (void)state;
     int v = 0;
-    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                            0));
     assert_int_equal(v, 1);
     CUmemAllocationProp p = prop(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     CUmemGenericAllocationHandle h, plain, imp;
@@ -69,8 +70,9 @@ static void test_posix_fd_handles_export_and_import(void **state)
     CUmemAllocationProp p0 = prop(0);
     OK(cuMemCreate(&plain, G2, &p0, 0));
     int fd = -1;
-    assert_int_equal(cuMemExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                     CUDA_ERROR_INVALID_VALUE); /* not created shareable */
+    assert_int_equal(
+        cuMemExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        CUDA_ERROR_INVALID_VALUE); /* not created shareable */
     OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     assert_true(fd >= 0);
     sim_device_accounting a0, a1;
