@@ -69,7 +69,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
                 tests/integration/snapshot_signals.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
-                tests/integration/snapshot_devused.sh \
+                tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
