@@ -25,6 +25,11 @@
 
 #include "sim/sim.h"
 
+/* Weak: the program also builds against NVIDIA's libcuda, where these sim-only queries do not
+ * exist (DRV_SYM_ACCOUNT and DRV_SYM_WORKSPACE then do nothing). */
+#pragma weak sim_device_info
+#pragma weak sim_set_context_bytes
+
 #define checkCudaErrors(call)                                                                  \
     do {                                                                                       \
         CUresult err_ = (call);                                                                \
@@ -48,7 +53,7 @@ static void account(const char *when)
         return;
     sim_device_accounting a;
     const char *d = getenv("DRV_SYM_DEVICE");
-    if (sim_device_info(d ? atoi(d) : 0, &a) == CUDA_SUCCESS)
+    if (sim_device_info && sim_device_info(d ? atoi(d) : 0, &a) == CUDA_SUCCESS)
         fprintf(f, "%s used %zu context %zu\n", when, a.context_bytes + a.allocated,
                 a.context_bytes);
     fclose(f);
@@ -132,7 +137,7 @@ int main(void)
     /* DRV_SYM_WORKSPACE=bytes: device memory appears that no allocator records (as a library's
      * workspace would): the virtual GPU's context charge grows by that much */
     const char *ws = getenv("DRV_SYM_WORKSPACE");
-    if (ws && *ws) {
+    if (ws && *ws && sim_device_info && sim_set_context_bytes) {
         sim_device_accounting a;
         checkCudaErrors(sim_device_info((int)dev, &a));
         checkCudaErrors(sim_set_context_bytes(a.context_bytes_configured + strtoull(ws, NULL, 10)));
