@@ -51,6 +51,7 @@ static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 static _Atomic int core_done;
 static gm_mode_t mode_now = GM_MODE_OFF;
 static int recording;
+static _Atomic int rec_was_opened; /* recording was 1 at some point (gm_rec_opened) */
 
 static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_RT_MALLOC] = "rt_malloc",
@@ -192,6 +193,7 @@ static void core_init(void)
     if (mode != GM_MODE_OFF) {
         recording = rec_open(NULL) == 0; /* fails quietly for GPUMEM_DB=none */
         if (recording) {
+            atomic_store(&rec_was_opened, 1);
             rec_meta("mode", mode == GM_MODE_REPLACE ? "replace" : "record");
             char conf[1024];
             alloc_config_format(&gm_alloc_config, conf, sizeof conf);
@@ -249,6 +251,7 @@ static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
  * allocation when it succeeds, and the OOM record when it fails. Consumed either way, also when
  * not recording, so it never sticks to a later allocation. */
 static __thread char pending_name[64] __attribute__((tls_model("initial-exec")));
+__thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
 
 static int is_alloc_event(enum gm_ev ev)
 {
@@ -263,6 +266,12 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS);
     enum gm_ev ev = (enum gm_ev)((unsigned)ev_flags & 0xffu);
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
+    /* pitched / pool: set by the hook for this allocation, consumed here either way */
+    unsigned shape = 0;
+    if (is_alloc_event(ev) && requested) {
+        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL);
+        gm_next_alloc_flags = 0;
+    }
     /* before the pointer reaches the program: the launch pre-filter must know its range */
     if ((is_alloc_event(ev) || ev == GM_EV_VMM) && requested)
         gm_uses_note_range(addr, size, ev == GM_EV_HOST_ALLOC);
@@ -286,8 +295,12 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     }
     _Static_assert(GM_EVF_CACHE_HIT == REC_F_CACHE_HIT && GM_EVF_CACHE_MISS == REC_F_CACHE_MISS,
                    "GM_EVF_* are the recorder's REC_F_* flags");
+    _Static_assert(GM_EVF_PITCHED == REC_F_PITCHED && GM_EVF_POOL == REC_F_POOL,
+                   "GM_EVF_* are the recorder's REC_F_* flags");
+    flags |= shape;
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
+    gm_devused_event((int)ev, flags, device, size, id);
     if (named) {
         rec_name((uint64_t)addr, pending_name);
         pending_name[0] = 0;
@@ -295,7 +308,8 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
 #else
     if (named)
         pending_name[0] = 0;
-    (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
+    (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id,
+        (void)shape;
 #endif
 }
 
@@ -316,8 +330,22 @@ void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t s
     unsigned k = exp ? (map ? REC_SEG_MAP : REC_SEG_UNMAP) : (map ? REC_DRIVER_ALLOC
                                                                    : REC_DRIVER_FREE);
     rec_event(k, device, stream, addr, size, 0, 0);
+    gm_devused_change(device, map ? (long long)size : -(long long)size);
 #else
     (void)device, (void)map, (void)addr, (void)size, (void)stream;
+#endif
+}
+
+/* For program_mem.c and devused.c: kinds the gm_ev bridge does not name. */
+int gm_rec_opened(void) { return atomic_load_explicit(&rec_was_opened, memory_order_acquire); }
+void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,
+                  uint64_t requested, uint64_t id)
+{
+#ifdef GM_HAVE_REC
+    if (recording)
+        rec_event(rec_kind, device, (uint64_t)stream, addr, size, requested, id);
+#else
+    (void)rec_kind, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
 #endif
 }
 
@@ -555,6 +583,7 @@ static void exit_handler(void)
         rs.n_oom = atomic_load(&gm_stats[GM_ST_OOM]);
         rs.foreign_frees = atomic_load(&gm_stats[GM_ST_FOREIGN_FREE]);
         rs.double_frees = atomic_load(&gm_stats[GM_ST_DOUBLE_FREE]);
+        gm_devused_exit();
         rec_stats(&rs);
         rec_close();
     }
@@ -598,6 +627,7 @@ static void fork_child(void)
 {
     gm_pinned_fork_child();
     gm_pt_fork_child();
+    gm_pm_fork_child();
     gm_nvtx_fork_child();
     if (atomic_load(&core_done) && mode_now != GM_MODE_OFF)
         gm_forked_child = 1;

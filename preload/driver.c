@@ -148,32 +148,6 @@ static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
                     NULL);
 }
 
-/* Allocation from an explicit memory pool is the program's own choice of allocator: passed
- * through and recorded. */
-static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
-                           CUresult (*real)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))
-{
-    if (gm_pass())
-        return real(dptr, size, pool, s);
-    gm_stat_add(GM_ST_DRV_ALLOC_ASYNC, 1);
-    CUresult r = real(dptr, size, pool, s);
-    if (r == CUDA_SUCCESS) {
-        gm_stat_add(GM_ST_PASSTHROUGH, 1);
-        gm_pt_add(*dptr, size, GM_PT_POOL);
-        gm_event(GM_EV_ALLOC_ASYNC, -1, s, *dptr, size, size);
-    }
-    return r;
-}
-static CUresult h_cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
-{
-    return pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync);
-}
-static CUresult h_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p,
-                                               CUstream s)
-{
-    return pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync_ptsz);
-}
-
 static CUresult h_cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
 {
     if (gm_pass() || gm_mode() != GM_MODE_REPLACE)
@@ -255,62 +229,6 @@ static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
         gm_event(GM_EV_MANAGED, -1, 0, *d, size, size);
     }
     return r;
-}
-
-/* The program's own virtual-memory management: passed through, counted; maps and unmaps are
- * recorded (that is where memory is committed). */
-static CUresult h_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
-                              const CUmemAllocationProp *prop, unsigned long long flags)
-{
-    if (!gm_pass())
-        gm_stat_add(GM_ST_VMM, 1);
-    return gm_real.cuMemCreate(h, size, prop, flags);
-}
-static CUresult h_cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    if (!gm_pass())
-        gm_stat_add(GM_ST_VMM, 1);
-    return gm_real.cuMemRelease(h);
-}
-static CUresult h_cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
-                           unsigned long long flags)
-{
-    CUresult r = gm_real.cuMemMap(p, size, off, h, flags);
-    if (!gm_pass()) {
-        gm_stat_add(GM_ST_VMM, 1);
-        if (r == CUDA_SUCCESS)
-            gm_event(GM_EV_VMM, -1, 0, p, size, size);
-    }
-    return r;
-}
-static CUresult h_cuMemUnmap(CUdeviceptr p, size_t size)
-{
-    CUresult r = gm_real.cuMemUnmap(p, size);
-    if (!gm_pass()) {
-        gm_stat_add(GM_ST_VMM, 1);
-        if (r == CUDA_SUCCESS)
-            gm_event(GM_EV_VMM, -1, 0, p, size, 0);
-    }
-    return r;
-}
-static CUresult h_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
-                                      unsigned long long flags)
-{
-    if (!gm_pass())
-        gm_stat_add(GM_ST_VMM, 1);
-    return gm_real.cuMemAddressReserve(p, size, align, addr, flags);
-}
-static CUresult h_cuMemAddressFree(CUdeviceptr p, size_t size)
-{
-    if (!gm_pass())
-        gm_stat_add(GM_ST_VMM, 1);
-    return gm_real.cuMemAddressFree(p, size);
-}
-static CUresult h_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
-{
-    if (!gm_pass())
-        gm_stat_add(GM_ST_VMM, 1);
-    return gm_real.cuMemSetAccess(p, size, d, n);
 }
 
 /* ---- kernel launches, copies, memsets: access tracking (uses.c) ----------------------- */
@@ -581,9 +499,9 @@ static struct hook_ent hooks[] = {
     {"cuMemFreeAsync", 1, "cuMemFreeAsync_ptsz", SLOT(cuMemFreeAsync_ptsz),
      (void *)h_cuMemFreeAsync_ptsz},
     {"cuMemAllocFromPoolAsync", 0, "cuMemAllocFromPoolAsync", SLOT(cuMemAllocFromPoolAsync),
-     (void *)h_cuMemAllocFromPoolAsync},
+     (void *)gm_pm_cuMemAllocFromPoolAsync},
     {"cuMemAllocFromPoolAsync", 1, "cuMemAllocFromPoolAsync_ptsz",
-     SLOT(cuMemAllocFromPoolAsync_ptsz), (void *)h_cuMemAllocFromPoolAsync_ptsz},
+     SLOT(cuMemAllocFromPoolAsync_ptsz), (void *)gm_pm_cuMemAllocFromPoolAsync_ptsz},
     {"cuMemGetInfo", 0, "cuMemGetInfo_v2", SLOT(cuMemGetInfo_v2), (void *)h_cuMemGetInfo_v2},
     {"cuMemGetAddressRange", 0, "cuMemGetAddressRange_v2", SLOT(cuMemGetAddressRange_v2),
      (void *)h_cuMemGetAddressRange_v2},
@@ -593,15 +511,15 @@ static struct hook_ent hooks[] = {
     {"cuMemFreeHost", 0, "cuMemFreeHost", SLOT(cuMemFreeHost), (void *)h_cuMemFreeHost},
     {"cuMemAllocManaged", 0, "cuMemAllocManaged", SLOT(cuMemAllocManaged),
      (void *)h_cuMemAllocManaged},
-    {"cuMemCreate", 0, "cuMemCreate", SLOT(cuMemCreate), (void *)h_cuMemCreate},
-    {"cuMemRelease", 0, "cuMemRelease", SLOT(cuMemRelease), (void *)h_cuMemRelease},
-    {"cuMemMap", 0, "cuMemMap", SLOT(cuMemMap), (void *)h_cuMemMap},
-    {"cuMemUnmap", 0, "cuMemUnmap", SLOT(cuMemUnmap), (void *)h_cuMemUnmap},
+    {"cuMemCreate", 0, "cuMemCreate", SLOT(cuMemCreate), (void *)gm_pm_cuMemCreate},
+    {"cuMemRelease", 0, "cuMemRelease", SLOT(cuMemRelease), (void *)gm_pm_cuMemRelease},
+    {"cuMemMap", 0, "cuMemMap", SLOT(cuMemMap), (void *)gm_pm_cuMemMap},
+    {"cuMemUnmap", 0, "cuMemUnmap", SLOT(cuMemUnmap), (void *)gm_pm_cuMemUnmap},
     {"cuMemAddressReserve", 0, "cuMemAddressReserve", SLOT(cuMemAddressReserve),
-     (void *)h_cuMemAddressReserve},
+     (void *)gm_pm_cuMemAddressReserve},
     {"cuMemAddressFree", 0, "cuMemAddressFree", SLOT(cuMemAddressFree),
-     (void *)h_cuMemAddressFree},
-    {"cuMemSetAccess", 0, "cuMemSetAccess", SLOT(cuMemSetAccess), (void *)h_cuMemSetAccess},
+     (void *)gm_pm_cuMemAddressFree},
+    {"cuMemSetAccess", 0, "cuMemSetAccess", SLOT(cuMemSetAccess), (void *)gm_pm_cuMemSetAccess},
     {"cuLaunchKernel", 0, "cuLaunchKernel", SLOT(cuLaunchKernel), (void *)cuLaunchKernel},
     {"cuLaunchKernel", 1, "cuLaunchKernel_ptsz", SLOT(cuLaunchKernel_ptsz),
      (void *)cuLaunchKernel_ptsz},
@@ -651,6 +569,27 @@ static struct hook_ent hooks[] = {
      (void *)h_cuStreamDestroy_v2},
     {"cuGetProcAddress", 0, "cuGetProcAddress_v2", SLOT(cuGetProcAddress_v2),
      (void *)w_getproc_v2},
+    /* pitched allocations, the program's pools and arrays (program_mem.c) */
+#define PM_SLOT(f) ((void **)(void *)&gm_real_pm.f)
+    {"cuMemAllocPitch", 0, "cuMemAllocPitch_v2", PM_SLOT(cuMemAllocPitch_v2),
+     (void *)gm_pm_cuMemAllocPitch_v2},
+    {"cuMemPoolCreate", 0, "cuMemPoolCreate", PM_SLOT(cuMemPoolCreate),
+     (void *)gm_pm_cuMemPoolCreate},
+    {"cuMemPoolDestroy", 0, "cuMemPoolDestroy", PM_SLOT(cuMemPoolDestroy),
+     (void *)gm_pm_cuMemPoolDestroy},
+    {"cuArrayCreate", 0, "cuArrayCreate_v2", PM_SLOT(cuArrayCreate_v2),
+     (void *)gm_pm_cuArrayCreate_v2},
+    {"cuArray3DCreate", 0, "cuArray3DCreate_v2", PM_SLOT(cuArray3DCreate_v2),
+     (void *)gm_pm_cuArray3DCreate_v2},
+    {"cuArrayDestroy", 0, "cuArrayDestroy", PM_SLOT(cuArrayDestroy), (void *)gm_pm_cuArrayDestroy},
+    {"cuDeviceGetAttribute", 0, "cuDeviceGetAttribute", PM_SLOT(cuDeviceGetAttribute), NULL},
+    {"cuDevicePrimaryCtxGetState", 0, "cuDevicePrimaryCtxGetState",
+     PM_SLOT(cuDevicePrimaryCtxGetState), NULL},
+    {"cuDevicePrimaryCtxRelease", 0, "cuDevicePrimaryCtxRelease_v2",
+     PM_SLOT(cuDevicePrimaryCtxRelease_v2), NULL},
+    {"cuCtxPushCurrent", 0, "cuCtxPushCurrent_v2", PM_SLOT(cuCtxPushCurrent_v2), NULL},
+    {"cuCtxPopCurrent", 0, "cuCtxPopCurrent_v2", PM_SLOT(cuCtxPopCurrent_v2), NULL},
+#undef PM_SLOT
     /* needed by gpumem's backend only */
     {"cuInit", 0, "cuInit", SLOT(cuInit), NULL},
     {"cuCtxGetCurrent", 0, "cuCtxGetCurrent", SLOT(cuCtxGetCurrent), NULL},
@@ -703,6 +642,15 @@ void *gm_driver_hook_for(void *real_fn)
         return NULL;
     for (size_t i = 0; i < NHOOKS; i++)
         if (hooks[i].hook && (*hooks[i].real == real_fn || alts[i] == real_fn))
+            return hooks[i].hook;
+    return NULL;
+}
+
+void *gm_driver_sym_hook(const char *sym)
+{
+    gm_driver_init();
+    for (size_t i = 0; i < NHOOKS; i++)
+        if (hooks[i].hook && *hooks[i].real && !strcmp(hooks[i].sym, sym))
             return hooks[i].hook;
     return NULL;
 }

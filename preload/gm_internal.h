@@ -9,6 +9,9 @@
  *              for the caller) and the name -> hook decision
  *   driver.c   the real driver: dlopen("libcuda.so.1"), the stored real pointers, the
  *              cuGetProcAddress wrappers and the driver-level hooks
+ *   driver_sym.c  the driver's memory entry points exported under their own names (by symbol)
+ *   program_mem.c memory the program manages itself (VMM, pools, arrays), pitched allocations
+ *   devused.c  the real cuMemGetInfo sampled for the report's "device used"
  *   runtime.c  the exported cuda* runtime functions
  *   heap.c     device memory: glue between the hooks and alloc/ (replace mode), the table of
  *              passed-through allocations (record mode), ownership, double-free detection
@@ -269,6 +272,8 @@ enum gm_ev {
 /* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
 #define GM_EVF_CACHE_HIT 0x100
 #define GM_EVF_CACHE_MISS 0x200
+#define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
+#define GM_EVF_POOL 0x800    /* from a pool the program chose (gm_next_alloc_flags) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
@@ -336,5 +341,67 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
 
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);
+
+/* ---- memory the program manages itself, pitched allocations (program_mem.c) ---- */
+/* Real driver entry points only program_mem.c and devused.c use (filled by driver.c's table). */
+struct gm_real_pm {
+    CUresult (*cuMemAllocPitch_v2)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+    CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+    CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+    CUresult (*cuArrayCreate_v2)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+    CUresult (*cuArray3DCreate_v2)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+    CUresult (*cuArrayDestroy)(CUarray);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned int *, int *);
+    CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+};
+extern struct gm_real_pm gm_real_pm;
+CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult gm_pm_cuMemRelease(CUmemGenericAllocationHandle h);
+CUresult gm_pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                        unsigned long long flags);
+CUresult gm_pm_cuMemUnmap(CUdeviceptr va, size_t size);
+CUresult gm_pm_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                   unsigned long long flags);
+CUresult gm_pm_cuMemAddressFree(CUdeviceptr p, size_t size);
+CUresult gm_pm_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n);
+CUresult gm_pm_cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s);
+CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p,
+                                            CUstream s);
+CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool);
+CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                  unsigned int elem);
+CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d);
+CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d);
+CUresult gm_pm_cuArrayDestroy(CUarray a);
+void gm_pm_fork_child(void);
+
+/* The hook behind an exported driver symbol name (driver_sym.c's exports), loading the driver
+ * first; NULL when the driver or that entry point is missing. */
+void *gm_driver_sym_hook(const char *sym);
+
+/* GM_EVF_PITCHED / GM_EVF_POOL for the calling thread's next allocation event; the hook sets it
+ * around the call that records, gm_event_id consumes it. */
+extern __thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
+/* An event of a kind gm_ev does not name (snapshot/rec.h REC_*), when recording. */
+void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,
+                  uint64_t requested, uint64_t id);
+/* 1 once the recorder is open in this process (it stays 1 after the exit handler closed it). */
+int gm_rec_opened(void);
+
+/* ---- the driver's view of the device (devused.c) ---- */
+/* Device memory gpumem knows of changed by delta bytes on device (-1: the current context's):
+ * gpumem's segments, passed-through allocations, the program's VMM and arrays. A new high is
+ * sampled with the real cuMemGetInfo (REC_DEVICE_INFO), as is the first call with a context
+ * current (the start). Call after the event that made the change was recorded. */
+void gm_devused_change(int device, long long delta);
+/* gm_event_id's part: a passed-through device allocation or its free changes the count. */
+void gm_devused_event(int ev, unsigned flags, int device, size_t size, uint64_t id);
+/* At exit, before the recorder closes: one sample per device with an active context. */
+void gm_devused_exit(void);
 
 #endif

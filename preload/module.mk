@@ -4,7 +4,7 @@
 
 PRELOAD_DIR := $(BUILD)/preload
 PRELOAD_LIB := $(BUILD)/libgpumem.so
-PRELOAD_SRCS := dlsym.c driver.c runtime.c heap.c pinned.c nvtx.c uses.c python.c core.c
+PRELOAD_SRCS := dlsym.c driver.c driver_sym.c program_mem.c devused.c runtime.c heap.c pinned.c nvtx.c uses.c python.c core.c
 PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
 PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
 # The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).
@@ -114,3 +114,13 @@ install-python:
 	install -d $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem
 	install -m 0644 $(PYMOD_FILES) $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem/
 	install -m 0644 preload/python/pyproject.toml $(DESTDIR)$(PREFIX)/share/gpumem/python/
+
+# drv_sym_app: a driver-API program linked with -lcuda (the virtual GPU's), calling the driver's
+# memory functions by symbol, in the style of NVIDIA's samples
+$(APPS_DIR)/drv_sym_app: $(APPS_DIR)/drv_sym_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/drv_sym_app
+# drv_mix_app: the runtime and the driver (through cuGetProcAddress and by symbol), one buffer each
+$(APPS_DIR)/drv_mix_app: $(APPS_DIR)/drv_mix_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/drv_mix_app

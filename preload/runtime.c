@@ -135,6 +135,7 @@ static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s
     if (e == cudaSuccess && p && *p) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add((uintptr_t)*p, size, k);
+        gm_next_alloc_flags = k == GM_PT_POOL ? GM_EVF_POOL : 0; /* the program's own pool */
         enum gm_ev ev = k == GM_PT_DEVICE    ? GM_EV_ALLOC
                         : k == GM_PT_MANAGED ? GM_EV_MANAGED
                         : k == GM_PT_HOST    ? GM_EV_HOST_ALLOC

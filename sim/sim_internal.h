@@ -29,6 +29,10 @@
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
+/* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
+#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)426 << 20)
+/* Devices smaller than this get no context charge by default (test-sized devices). */
+#define SIM_CONTEXT_MIN_CAPACITY ((size_t)4 << 30)
 
 enum sim_range_kind {
     SIM_R_DEVICE = 1, /* cuMemAlloc / cuMemAllocAsync */
@@ -44,8 +48,11 @@ typedef struct sim_handle {
     uint64_t file_off; /* slice of the backing memfd (unused when virtual) */
     int fd;            /* that memfd: the process's current one, or the parent's before a fork */
     bool inherited;    /* created before a fork: shared with the parent, never punched here */
+    bool own_fd;       /* fd is this handle's own memfd (shareable: POSIX fd handle type) */
+    bool imported;     /* cuMemImportFromShareableHandle: charged to no device here */
     int refs;          /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
+    int dev;           /* device charged (prop.location.id) */
     CUmemAllocationProp prop;
 } sim_handle;
 
@@ -63,30 +70,121 @@ typedef struct sim_range {
     void *map_base; /* what mmap returned (alignment slack included); NULL: not ours */
     size_t map_size;
     int kind;
-    unsigned flags;    /* host alloc flags, register flags */
-    size_t charged;    /* device bytes charged for it */
-    uint64_t id;       /* buffer id */
-    bool from_pool;    /* allocated by cuMemAllocAsync / FromPool */
-    sim_mapping *maps; /* SIM_R_RESERVE: sorted by va */
+    unsigned flags;  /* host alloc flags, register flags */
+    size_t charged;  /* device bytes charged for it */
+    uint64_t id;     /* buffer id */
+    bool from_pool;  /* allocated by cuMemAllocAsync / FromPool */
+    bool freeing;    /* a cuMemFreeAsync is queued for it (asynchronous mode) */
+    bool ipc;        /* exported (cuIpcGetMemHandle): backed by its own memfd, ipc_fd */
+    bool ipc_import; /* opened with cuIpcOpenMemHandle: not charged, closed by refcount */
+    int ipc_fd;
+    int ipc_refs;
+    uint64_t ipc_key[3]; /* imported: exporter pid, its fd number, the file's inode */
+    int dev;             /* device charged (device memory) */
+    sim_mapping *maps;   /* SIM_R_RESERVE: sorted by va */
     size_t nmaps, capmaps;
 } sim_range;
+
+#define SIM_MAX_DEVICES 16
+
+struct sim_event;
+struct sim_stream;
+
+/* One piece of work queued on a stream (see sim_exec.c). */
+enum sim_work_kind {
+    SIM_W_NOP = 0, /* work that already ran at issue time (synchronous mode) */
+    SIM_W_KERNEL,
+    SIM_W_COPY,
+    SIM_W_MEMSET,
+    SIM_W_HOSTFN,
+    SIM_W_RECORD, /* an event record */
+    SIM_W_WAIT,   /* wait for (target, tseq) */
+    SIM_W_FREE,   /* cuMemFreeAsync */
+};
+
+typedef struct sim_work {
+    struct sim_work *next;
+    uint64_t seq;
+    int kind;
+    /* SIM_W_RECORD */
+    struct sim_event *ev; /* the event while this is its latest record, else NULL */
+    unsigned pending;     /* queries left before it completes (delayed-completion mode) */
+    double deadline_us;   /* simulated clock at which it completes (timed delayed completion) */
+    /* SIM_W_WAIT */
+    struct sim_stream *target;
+    uint64_t tseq;
+    /* SIM_W_KERNEL */
+    sim_host_kernel_fn fn;
+    void **args;
+    char *argbuf;
+    size_t argbytes;
+    unsigned nargs;
+    /* SIM_W_COPY / SIM_W_MEMSET */
+    uintptr_t dst, src;
+    size_t n, elem;
+    unsigned value;
+    bool zero_dst; /* virtual backing: a device -> host copy gives zeros */
+    /* SIM_W_HOSTFN */
+    CUhostFn hfn;
+    void *user;
+    /* SIM_W_FREE */
+    CUdeviceptr ptr;
+} sim_work;
 
 typedef struct sim_stream {
     uint32_t magic;
     unsigned flags;
     int priority;
     uint64_t id;
+    int dev;               /* device (context) the stream belongs to */
+    bool legacy;           /* the device's legacy default stream */
+    bool per_thread;       /* a thread's per-thread default stream */
+    bool destroyed;        /* cuStreamDestroy called; freed when refs reach 0 */
+    int refs;              /* the handle + events and waits that point here */
+    uint64_t issued;       /* seq of the last work issued */
+    uint64_t executed;     /* seq of the last work executed (== issued in synchronous mode) */
+    uint64_t done;         /* completion frontier: work up to here is complete */
+    sim_work *head, *tail; /* work not yet complete, in order */
+    sim_work *exec_next;   /* asynchronous mode: the next work for the worker */
+    pthread_t worker;
+    bool has_worker, stop;
+    struct sim_capture *capture;    /* stream capture in progress (sim_graph.c), else NULL */
+    uint64_t cap_nodes;             /* nodes this stream added to its capture */
+    uint64_t cap_joined;            /* of those, how many the origin stream has waited for */
+    uint64_t poke_epoch, poke_upto; /* one query/synchronization pass visits a queue once */
 } sim_stream;
 
 typedef struct sim_event {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    unsigned pending;   /* queries left before it completes (delayed-completion mode) */
-    double deadline_us; /* simulated clock at which it completes (timed delayed completion) */
-    sim_stream *stream; /* stream of the last record (NULL: legacy default stream) */
-    double t_ms;        /* CLOCK_MONOTONIC at record */
+    sim_stream *stream; /* stream of the last record (holds a reference), or NULL */
+    uint64_t seq;       /* the record's position on that stream */
+    sim_work *rec;      /* the record while it is queued (not complete), else NULL */
+    double t_ms;        /* CLOCK_MONOTONIC when the record executed */
+    int dev;
+    struct sim_capture *capture; /* last recorded inside this capture (sim_graph.c) */
+    sim_stream *cap_stream;      /* the capturing stream it was recorded on */
+    uint64_t cap_nodes;          /* that stream's cap_nodes at the record */
 } sim_event;
+
+/* A graph: its nodes in capture order, which is a valid execution order (sim_graph.c). */
+typedef struct sim_graph {
+    uint32_t magic;
+    sim_work **nodes;
+    size_t n, cap;
+} sim_graph;
+
+typedef struct sim_capture {
+    uint64_t id;
+    int mode; /* CUstreamCaptureMode */
+    pthread_t thread;
+    bool invalidated;
+    sim_stream *origin;
+    sim_graph *graph;
+    sim_stream **streams; /* every stream in this capture, the origin first */
+    size_t nstreams, capstreams;
+} sim_capture;
 
 typedef struct sim_kernel {
     uint32_t magic;
@@ -103,7 +201,23 @@ struct CUctx_st {
     int refs;
     unsigned flags;
     uint64_t id;
+    int dev;
 };
+
+/* One virtual device: its memory accounting, primary context, legacy stream and default pool. */
+typedef struct sim_device {
+    size_t capacity, used, peak; /* used: allocations (cuMemAlloc*, cuMemCreate) */
+    size_t ctx_bytes;            /* charged while the primary context is active */
+    struct CUctx_st primary;
+    sim_stream legacy;
+    struct {
+        uint32_t magic;
+        int dev;
+        uint64_t release_threshold;
+        size_t used, used_high; /* pool allocations now, and their high-water mark */
+    } pool;
+    uint64_t peer_mask; /* devices this one has enabled peer access to */
+} sim_device;
 
 typedef struct sim_fault_plan {
     uint64_t alloc_at[SIM_MAX_FAULTS];
@@ -120,7 +234,12 @@ typedef struct sim_state {
     unsigned event_delay;  /* queries before a recorded event completes */
     double event_delay_us; /* simulated µs after its record before an event completes */
     double clock_us;       /* simulated driver clock: every cost and wait, never reset */
-    size_t capacity, used, peak;
+    bool async;            /* GPUMEM_SIM_ASYNC=1: streams run their work on worker threads */
+    int ndevices;          /* GPUMEM_SIM_DEVICES */
+    sim_device dev[SIM_MAX_DEVICES];
+    pthread_cond_t cond; /* broadcast whenever a stream executes work */
+    void **allstreams;   /* every live stream, default streams included (sorted set) */
+    size_t nallstreams, capallstreams;
     int memfd; /* backing for cuMemCreate handles; -1 when virtual */
     uint64_t next_file_off;
     uint64_t next_id;
@@ -134,7 +253,8 @@ typedef struct sim_state {
     size_t nevents, capevents;
     void **kernels;
     size_t nkernels, capkernels;
-    struct CUctx_st primary;
+    void **captures, **graphs, **execs; /* live captures, graphs, executable graphs */
+    size_t ncaptures, capcaptures, ngraphs, capgraphs, nexecs, capexecs;
     sim_fault_plan faults;
     uint64_t n_allocs, n_maps, faults_injected;
     sim_stats stats;
@@ -152,12 +272,13 @@ extern sim_state sim;
 /* sim_state.c */
 void sim_lock(void);
 void sim_unlock(void);
-void sim_ensure_config(void);                     /* reads the environment once; takes no lock */
-void sim_cost(sim_op op, size_t bytes);           /* caller holds the lock */
-void sim_cost_wait(sim_op op, double us);         /* simulated waiting, charged to op; lock held */
-CUresult sim_charge(size_t bytes, bool is_alloc); /* capacity + faults; caller holds the lock */
-void sim_uncharge(size_t bytes);
-bool sim_fault_map(void); /* caller holds the lock: should this map fail? */
+void sim_ensure_config(void);             /* reads the environment once; takes no lock */
+void sim_cost(sim_op op, size_t bytes);   /* caller holds the lock */
+void sim_cost_wait(sim_op op, double us); /* simulated waiting, charged to op; lock held */
+CUresult sim_charge(int dev, size_t bytes, bool is_alloc); /* capacity + faults; lock held */
+void sim_uncharge(int dev, size_t bytes);
+size_t sim_dev_free(int dev); /* capacity - context - allocations; lock held */
+bool sim_fault_map(void);     /* caller holds the lock: should this map fail? */
 CUresult sim_unsupported(const char *name);
 int sim_parse_size(const char *s, size_t *out);
 void sim_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -170,10 +291,60 @@ void sim_pset_del(void **v, size_t *n, const void *p);
 
 /* sim_mem.c */
 sim_range *sim_range_find(uintptr_t p); /* range containing p, or NULL; lock held */
-double sim_events_complete_all(void);   /* lock held; returns the simulated µs waited */
+
+/* sim_device.c */
+/* The device of the calling thread's current context: CUDA_ERROR_INVALID_CONTEXT without one. */
+CUresult sim_current_dev(int *dev);
+bool sim_ctx_valid(CUcontext c);
 
 /* sim_exec.c */
 bool sim_stream_valid(CUstream s); /* lock held */
+/* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current
+ * context's default streams) to its stream; lock held. */
+CUresult sim_stream_get(CUstream s, sim_stream **out);
+/* sim_stream_get for issuing work: also CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a stream whose
+ * capture was invalidated, and CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a
+ * blocking stream of its device captures (that capture is invalidated). */
+CUresult sim_stream_for_work(CUstream s, sim_stream **out);
+/* Issues work on st (lock held). In synchronous mode the caller has already done it (pass a
+ * SIM_W_NOP) and w may be NULL; in asynchronous mode w is queued for the stream's worker. The
+ * legacy stream's implicit synchronization with blocking streams is added here. Returns its seq
+ * (0 when out of memory). */
+uint64_t sim_issue(sim_stream *st, sim_work *w, bool *queued);
+/* Waits (lock held, released while waiting) until st has executed work up to seq, completes it
+ * (delayed completion) and returns the simulated µs a caller would have waited. */
+double sim_stream_drain(sim_stream *st, uint64_t seq);
+/* Waits (lock held) until st has executed work up to seq; completes nothing. */
+void sim_stream_wait_executed(sim_stream *st, uint64_t seq);
+/* Drains every stream of dev (-1: every device); returns the simulated wait. */
+double sim_device_drain(int dev);
+bool sim_is_async(void);
+/* Runs w now (synchronous mode: the lock is released around kernels and host functions) or
+ * queues it for st's worker (asynchronous mode); lock held. Takes w. */
+void sim_submit(sim_stream *st, sim_work *w);
+void sim_work_free(sim_work *w);
+sim_work *sim_work_clone(const sim_work *w, size_t argbytes); /* NULL when out of memory */
+
+/* sim_ptds.c: > 0 inside a _ptsz/_ptds entry point (the NULL stream is the per-thread one) */
+extern __thread int sim_tls_ptds;
+/* The _ptsz/_ptds variant of a driver entry point (itself when it has none). */
+void *sim_ptds_variant(void *fn);
+
+/* sim_graph.c (lock held) */
+/* Adds w to st's capture (st->capture != NULL); takes w. */
+CUresult sim_capture_add(sim_stream *st, sim_work *w, size_t argbytes);
+/* Invalidates c (an illegal call during capture). */
+void sim_capture_invalidate(sim_capture *c);
+/* Is a potentially unsafe call (cuMemAlloc, cuMemFree, ...) prohibited for this thread now? If
+ * so the captures concerned are invalidated and the call must return
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+bool sim_capture_prohibits_unsafe(void);
+/* Does a stream of `dev` capture (blocking ones only: for the legacy stream's use)? Invalidates
+ * those captures when `invalidate`. */
+bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate);
+
+/* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
+CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start,
                                    CUevent end) __asm__("cuEventElapsedTime");

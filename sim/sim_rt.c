@@ -26,38 +26,66 @@
 /* The driver functions the runtime uses, resolved through cuGetProcAddress_v2, each asked for at
  * the version whose signature the header's prototype has (cuCtxSynchronize at 2.0, not 13.0's
  * cuCtxSynchronize_v2(CUcontext)), as the real runtime does. */
-#define DRIVER_FUNCS(X)                                                                            \
-    X(cuInit, 2000)                                                                                \
-    X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(                  \
-        cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000)             \
-        X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain, 7000) X(cuCtxGetCurrent, 4000) X(    \
-            cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020)                   \
-            X(cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync, 11020) X(               \
-                cuMemAllocFromPoolAsync, 11020) X(cuDeviceGetDefaultMemPool,                       \
-                                                  11020) X(cuDeviceGetMemPool, 11020)              \
-                X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                 \
-                    cuMemPoolTrimTo, 11020) X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020)     \
-                    X(cuMemFreeHost, 2000) X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000) \
-                        X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) \
-                            X(cuMemcpyAsync, 4000) X(cuMemsetD8, 3020) X(                          \
-                                cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050)         \
-                                X(cuStreamDestroy, 4000) X(cuStreamSynchronize,                    \
-                                                           2000) X(cuStreamQuery, 2000)            \
-                                    X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X(        \
-                                        cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)   \
-                                        X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(          \
-                                            cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)  \
-                                            X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)      \
-                                                X(cuEventElapsedTime, 12080)                       \
-                                                    X(cuPointerGetAttributes, 7000)                \
-                                                        X(cuLaunchKernel, 4000)                    \
-                                                        X(cuLaunchKernelEx, 11060)                 \
-                                                        X(cuLaunchCooperativeKernel, 9000)         \
-                                                        X(cuFuncGetName, 12030)                    \
-                                                            X(cuLaunchHostFunc, 10000)             \
-                                                                X(cuGetProcAddress, 12000)         \
-                                                                    X(cuCtxGetStreamPriorityRange, \
-                                                                      5050)
+#define DRIVER_FUNCS(X)                                                                                    \
+    X(cuInit, 2000)                                                                                        \
+    X(cuDriverGetVersion, 2020)                                                                            \
+    X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000) X(                             \
+        cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute,                                                    \
+                                  2000) X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain,              \
+                                                                    7000) X(cuCtxGetCurrent, 4000)         \
+        X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(                          \
+            cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync,                                   \
+                                                         11020) X(cuMemAllocFromPoolAsync, 11020)          \
+            X(cuDeviceGetDefaultMemPool, 11020) X(cuDeviceGetMemPool, 11020) X(                            \
+                cuMemPoolSetAttribute,                                                                     \
+                11020) X(cuMemPoolGetAttribute,                                                            \
+                         11020) X(cuMemPoolTrimTo, 11020)                                                  \
+                X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020) X(cuMemFreeHost, 2000) X(               \
+                    cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000)                                  \
+                    X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) X(          \
+                        cuMemcpyAsync, 4000) X(cuMemsetD8, 3020)                                           \
+                        X(cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050) X(                    \
+                            cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000)                            \
+                            X(cuStreamQuery, 2000) X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X( \
+                                cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)                   \
+                                X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(                          \
+                                    cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)                  \
+                                    X(cuEventQuery, 2000) X(cuEventSynchronize, 2000) X(                   \
+                                        cuEventElapsedTime,                                                \
+                                        12080) X(cuPointerGetAttributes,                                   \
+                                                 7000) X(cuLaunchKernel,                                   \
+                                                         4000) X(cuLaunchKernelEx, 11060)                  \
+                                        X(cuLaunchCooperativeKernel, 9000) X(                              \
+                                            cuFuncGetName, 12030) X(cuLaunchHostFunc, 10000)               \
+                                            X(cuGetProcAddress,                                            \
+                                              12000) X(cuCtxGetStreamPriorityRange,                        \
+                                                       5050) X(cuCtxGetDevice,                             \
+                                                               2000) X(cuMemcpyHtoD,                       \
+                                                                       3020) X(cuMemcpyDtoH, 3020)         \
+                                                X(cuMemcpyDtoD, 3020) X(cuMemcpyHtoDAsync, 3020) X(        \
+                                                    cuMemcpyDtoHAsync,                                     \
+                                                    3020) X(cuMemcpyDtoDAsync, 3020)                       \
+                                                    X(cuMemcpyPeer, 4000) X(                               \
+                                                        cuMemcpyPeerAsync,                                 \
+                                                        4000) X(cuCtxEnablePeerAccess, 4000)               \
+                                                        X(cuCtxDisablePeerAccess, 4000) X(                 \
+                                                            cuStreamBeginCapture,                          \
+                                                            10010) X(cuStreamEndCapture, 10000)            \
+                                                            X(cuStreamGetCaptureInfo, 12030) X(            \
+                                                                cuGraphInstantiateWithFlags,               \
+                                                                11040) X(cuGraphLaunch, 10000)             \
+                                                                X(cuGraphDestroy, 10000) X(                \
+                                                                    cuGraphExecDestroy,                    \
+                                                                    10000) X(cuGraphGetNodes,              \
+                                                                             10000)                        \
+                                                                    X(cuThreadExchangeStreamCaptureMode,   \
+                                                                      10010) X(cuMemAllocPitch,            \
+                                                                               3020)                       \
+                                                                        X(cuIpcGetMemHandle, 4010) X(      \
+                                                                            cuIpcOpenMemHandle,            \
+                                                                            11000)                         \
+                                                                            X(cuIpcCloseMemHandle,         \
+                                                                              4010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -72,7 +100,9 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
 
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static cudaError_t rt_init_error = cudaErrorInitializationError;
-static CUcontext rt_primary;
+#define RT_MAX_DEVICES 16
+static CUcontext rt_primary[RT_MAX_DEVICES]; /* retained on first use of each device */
+static pthread_mutex_t rt_primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread cudaError_t tls_last_error;
 static __thread bool tls_ctx_ready;
 static __thread int tls_device;
@@ -144,7 +174,7 @@ static void rt_load(void)
     DRIVER_FUNCS(X)
 #undef X
     CUresult r = drv.cuInit(0);
-    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary, 0);
+    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
     if (r != CUDA_SUCCESS) {
         rt_init_error =
             r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
@@ -161,7 +191,7 @@ static cudaError_t rt_ready(void)
     if (!tls_ctx_ready) {
         CUcontext cur = NULL;
         drv.cuCtxGetCurrent(&cur);
-        if (!cur) drv.cuCtxSetCurrent(rt_primary);
+        if (!cur) drv.cuCtxSetCurrent(rt_primary[0]);
         tls_ctx_ready = true;
     }
     return cudaSuccess;
@@ -294,10 +324,26 @@ RT_EXPORT cudaError_t cudaGetDeviceCount(int *n)
     RT_CALL(drv.cuDeviceGetCount(n));
 }
 
+/* Device d's primary context, retained once by the runtime (as the real one does). */
+static CUresult primary_of(int d, CUcontext *out)
+{
+    int n = 0;
+    drv.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n || d >= RT_MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&rt_primary_lock);
+    if (!rt_primary[d]) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[d], d);
+    *out = rt_primary[d];
+    pthread_mutex_unlock(&rt_primary_lock);
+    return r;
+}
+
 RT_EXPORT cudaError_t cudaGetDevice(int *d)
 {
     if (!d) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
+    CUdevice dev;
+    if (drv.cuCtxGetDevice(&dev) == CUDA_SUCCESS) tls_device = dev;
     *d = tls_device;
     return cudaSuccess;
 }
@@ -305,11 +351,12 @@ RT_EXPORT cudaError_t cudaGetDevice(int *d)
 RT_EXPORT cudaError_t cudaSetDevice(int d)
 {
     RT_BEGIN();
-    int n = 0;
-    drv.cuDeviceGetCount(&n);
-    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    CUcontext c;
+    CUresult r = primary_of(d, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (r) RT_CALL(r);
     tls_device = d;
-    RT_CALL(drv.cuCtxSetCurrent(rt_primary));
+    RT_CALL(drv.cuCtxSetCurrent(c));
 }
 
 RT_EXPORT cudaError_t cudaInitDevice(int d, unsigned int dflags, unsigned int flags)
@@ -355,8 +402,28 @@ RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer)
     int n = 0;
     drv.cuDeviceGetCount(&n);
     if (d < 0 || d >= n || peer < 0 || peer >= n) return rt_ret(cudaErrorInvalidDevice);
-    *can = 0;
+    *can = d != peer;
     return cudaSuccess;
+}
+
+RT_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    RT_BEGIN();
+    CUcontext c;
+    CUresult r = primary_of(peer, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (!r) r = drv.cuCtxEnablePeerAccess(c, flags);
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer)
+{
+    RT_BEGIN();
+    CUcontext c;
+    CUresult r = primary_of(peer, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (!r) r = drv.cuCtxDisablePeerAccess(c);
+    RT_CALL(r);
 }
 
 RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
@@ -585,12 +652,50 @@ static bool kind_ok(enum cudaMemcpyKind k)
     return k >= cudaMemcpyHostToHost && k <= cudaMemcpyDefault;
 }
 
+/* Is p device memory (cudaMalloc, VMM; not managed, not host)? */
+static bool is_device_memory(const void *p)
+{
+    unsigned type = 0;
+    int managed = 0;
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[] = {&type, &managed};
+    if (drv.cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)p) != CUDA_SUCCESS) return false;
+    return type == CU_MEMORYTYPE_DEVICE && !managed;
+}
+
+/* A copy in the direction `k`. cudaMemcpyDefault lets the pointers decide (unified addressing).
+ * A named direction goes to the driver's copy of that direction, which checks that the device
+ * side is memory the device can address (device, managed, or pinned host memory); a host side
+ * that is device memory contradicts the direction: cudaErrorInvalidValue, as the real runtime
+ * answers ("invalid argument"). */
+static CUresult copy_kind(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, bool async,
+                          CUstream s)
+{
+    CUdeviceptr d = (CUdeviceptr)dst, sp = (CUdeviceptr)src;
+    if (n == 0) return CUDA_SUCCESS;
+    switch (k) {
+    case cudaMemcpyHostToHost:
+        if (is_device_memory(dst) || is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+    case cudaMemcpyHostToDevice:
+        if (is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyHtoDAsync(d, src, n, s) : drv.cuMemcpyHtoD(d, src, n);
+    case cudaMemcpyDeviceToHost:
+        if (is_device_memory(dst)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyDtoHAsync(dst, sp, n, s) : drv.cuMemcpyDtoH(dst, sp, n);
+    case cudaMemcpyDeviceToDevice:
+        return async ? drv.cuMemcpyDtoDAsync(d, sp, n, s) : drv.cuMemcpyDtoD(d, sp, n);
+    default:
+        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+    }
+}
+
 RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
     RT_BEGIN();
     if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-    /* Unified addressing: the driver tells host from device by the pointers themselves. */
-    RT_CALL(drv.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    RT_CALL(copy_kind(dst, src, n, k, false, NULL));
 }
 
 RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
@@ -598,7 +703,84 @@ RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum
 {
     RT_BEGIN();
     if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-    RT_CALL(drv.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s));
+    RT_CALL(copy_kind(dst, src, n, k, true, (CUstream)s));
+}
+
+/* Pitched allocations go to cuMemAllocPitch (16-byte elements: the widest, so the pitch meets
+ * every alignment); the pitch is the width rounded up to the device's texture alignment. */
+RT_EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height)
+{
+    if (!p || !pitch) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, pitch, width, height, 16);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
+{
+    if (!pp) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (e.depth && e.height > SIZE_MAX / e.depth) return rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr d = 0;
+    size_t pitch = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, &pitch, e.width, e.height * e.depth, 16);
+    if (r == CUDA_SUCCESS) {
+        pp->ptr = (void *)d;
+        pp->pitch = pitch;
+        pp->xsize = e.width;
+        pp->ysize = e.height;
+    }
+    RT_CALL(r);
+}
+
+/* Row by row, each row a copy of the given direction (checked as cudaMemcpy checks it). */
+static CUresult copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height, enum cudaMemcpyKind k, bool async, CUstream s)
+{
+    for (size_t row = 0; row < height; row++) {
+        CUresult r = copy_kind((char *)dst + row * dpitch, (const char *)src + row * spitch, width,
+                               k, async, s);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind k)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, false, NULL));
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind k,
+                                        cudaStream_t s)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, true, (CUstream)s));
+}
+
+RT_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
+{
+    RT_BEGIN();
+    CUcontext dc, sc;
+    if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(drv.cuMemcpyPeer((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n));
+}
+
+RT_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n,
+                                          cudaStream_t s)
+{
+    RT_BEGIN();
+    CUcontext dc, sc;
+    if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(drv.cuMemcpyPeerAsync((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
@@ -845,6 +1027,110 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **f
     return entry_point(sym, fn, (int)version, flags, status);
 }
 
+/* ---- IPC --------------------------------------------------------------------------------- */
+
+RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (!h) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handle sizes");
+    RT_CALL(drv.cuIpcGetMemHandle((CUipcMemHandle *)(void *)h, (CUdeviceptr)p));
+}
+
+RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUipcMemHandle ch;
+    memcpy(&ch, &h, sizeof ch);
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuIpcOpenMemHandle(&d, ch, flags);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuIpcCloseMemHandle((CUdeviceptr)p));
+}
+
+/* ---- stream capture and graphs ------------------------------------------------------------ */
+
+RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamBeginCapture((CUstream)s, (CUstreamCaptureMode)mode));
+}
+
+RT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamEndCapture((CUstream)s, (CUgraph *)g));
+}
+
+RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *st,
+                                               unsigned long long *id, cudaGraph_t *g,
+                                               const cudaGraphNode_t **deps,
+                                               const cudaGraphEdgeData **edges, size_t *ndeps)
+{
+    RT_BEGIN();
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    if (!st) return rt_ret(cudaErrorInvalidValue);
+    CUresult r =
+        drv.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid, (CUgraph *)g, (const CUgraphNode **)deps,
+                                   (const CUgraphEdgeData **)edges, ndeps);
+    if (r == CUDA_SUCCESS) {
+        *st = (enum cudaStreamCaptureStatus)cs;
+        if (id) *id = cid;
+    }
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g,
+                                           unsigned long long flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphInstantiateWithFlags((CUgraphExec *)x, (CUgraph)g, flags));
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *x, cudaGraph_t g,
+                                                    unsigned long long flags)
+{
+    return cudaGraphInstantiate(x, g, flags);
+}
+
+RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphLaunch((CUgraphExec)x, (CUstream)s));
+}
+
+RT_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphExecDestroy((CUgraphExec)x));
+}
+
+RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphDestroy((CUgraph)g));
+}
+
+RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphGetNodes((CUgraph)g, (CUgraphNode *)nodes, n));
+}
+
 /* ---- per-thread default stream (_ptsz / _ptds) variants ----------------------------------- */
 /* Programs built with --default-stream per-thread call these names; the sim has one default
  * stream model, so they are the same functions. */
@@ -856,6 +1142,14 @@ PT_ALIAS(cudaMemcpyAsync_ptsz, cudaMemcpyAsync)
 PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
 PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
 PT_ALIAS(cudaMemset_ptds, cudaMemset)
+PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
+PT_ALIAS(cudaMemcpy2D_ptds, cudaMemcpy2D)
+PT_ALIAS(cudaMemcpy2DAsync_ptsz, cudaMemcpy2DAsync)
+PT_ALIAS(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture)
+PT_ALIAS(cudaStreamEndCapture_ptsz, cudaStreamEndCapture)
+PT_ALIAS(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo)
+PT_ALIAS(cudaGraphLaunch_ptsz, cudaGraphLaunch)
+PT_ALIAS(cudaMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync)
 PT_ALIAS(cudaStreamSynchronize_ptsz, cudaStreamSynchronize)
 PT_ALIAS(cudaStreamQuery_ptsz, cudaStreamQuery)
 PT_ALIAS(cudaStreamWaitEvent_ptsz, cudaStreamWaitEvent)

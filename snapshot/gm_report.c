@@ -6,6 +6,7 @@
  * query per row.
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_devused.h"
 #include "snapshot/rec.h"
 
 #include <inttypes.h>
@@ -763,6 +764,23 @@ static const char *oom_phase(const gm_model *m, const gm_oom *oo) {
     return r && r->path ? r->path : NULL;
 }
 
+/* "device used (what nvidia-smi shows)": the block and its JSON key (gm_devused.c) */
+static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
+    gm_devused u;
+    char err[512];
+    int ok = gm_devused_compute(d, &u, err, sizeof err) == 0;
+    if (o->json) {
+        fputs(",\"device_used\":", out);
+        if (ok) gm_devused_print_json(out, m, &u, o->top);
+        else fputs("null", out);
+    } else if (ok) {
+        gm_devused_print_text(out, m, &u, o->top < 10 ? o->top : 10);
+    } else {
+        fprintf(out, "\nDevice used (what nvidia-smi shows)\n  %s\n", err);
+    }
+    gm_devused_free(&u);
+}
+
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
@@ -822,6 +840,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_json(out, "by_op", gop, ops ? nop : 0, o->top, total, "op");
         fputs("},", out);
         print_idle(d, m, &l, o, out);
+        print_device_used(d, m, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
@@ -867,6 +886,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
         if (ops) print_groups_text(out, "by op (innermost op range: PyTorch's emit_nvtx(), \"ns::op\" names)", gop, nop, o->top, total);
         print_idle(d, m, &l, o, out);
+        print_device_used(d, m, o, out);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }

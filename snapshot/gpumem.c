@@ -434,8 +434,16 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
         fprintf(stderr, "gpumem: %s\n", err);
         return;
     }
-    if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) gm_summary_short(&d, &m, stderr);
-    else fprintf(stderr, "gpumem: %s\n", err);
+    if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
+        gm_summary_short(&d, &m, stderr);
+        /* a recording exists because the program's CUDA calls reached gpumem: with no
+         * allocation in it, the program made none through any path gpumem interposes */
+        if (!m.nallocs)
+            fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
+                            "device or pinned allocation\n");
+    } else {
+        fprintf(stderr, "gpumem: %s\n", err);
+    }
     gm_model_free(&m);
     gm_db_close(&d);
     fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);

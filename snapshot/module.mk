@@ -26,7 +26,7 @@ ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
 GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
-           $(SNAP_DIR)/gm_export.o \
+           $(SNAP_DIR)/gm_export.o $(SNAP_DIR)/gm_devused.o \
            $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
            $(SNAP_DIR)/rec_path.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
@@ -71,6 +71,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
                 tests/integration/snapshot_signals.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
+                tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh
 
 # `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
@@ -85,7 +86,7 @@ SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tu
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
                   snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
-                  snapshot/gm_uses.c snapshot/gm_demangle.c
+                  snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)

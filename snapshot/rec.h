@@ -62,12 +62,37 @@ enum rec_kind {
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
     REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() only (rec_event ignores it) */
-    REC_KIND_MAX_ = 21
+    /* 21 is the streams helper's 'record_stream'. 22..28 (schema 1.3): memory held outside
+     * gpumem's allocator and the driver's own view of the device. */
+    REC_VMM_CREATE = 22,     /* the program's own cuMemCreate: addr = handle, size = bytes of
+                                physical memory, device = its location */
+    REC_VMM_RELEASE = 23,    /* the program's cuMemRelease: addr = handle, size = its bytes (the
+                                memory goes when the handle is released and no longer mapped) */
+    REC_DEVICE_INFO = 24,    /* the real driver's cuMemGetInfo: device, addr = free bytes,
+                                size = used (total - free), requested = total, alloc_id = when
+                                (REC_DEVINFO_*) */
+    REC_POOL_CREATE = 25,    /* the program's own memory pool (cuMemPoolCreate): addr = pool */
+    REC_POOL_DESTROY = 26,   /* cuMemPoolDestroy: addr = pool */
+    REC_ARRAY_ALLOC = 27,    /* a CUDA array (passed through): addr = CUarray, size = bytes of
+                                its elements (the driver's own padding is not known) */
+    REC_ARRAY_FREE = 28,     /* cuArrayDestroy / cudaFreeArray: addr = CUarray */
+    REC_KIND_MAX_ = 29
+};
+
+/* REC_DEVICE_INFO's alloc_id: when the sample was taken. */
+enum rec_devinfo_when {
+    REC_DEVINFO_START = 1, /* the first moment gpumem saw a current context */
+    REC_DEVINFO_PEAK = 2,  /* device memory gpumem knows of reached a new high */
+    REC_DEVINFO_EXIT = 3   /* at exit */
 };
 
 /* Flags OR-ed into the kind argument of rec_event (stored in events.flags). */
 #define REC_F_CACHE_HIT 0x100u  /* allocation served from the cache, no driver call */
 #define REC_F_CACHE_MISS 0x200u /* allocation needed the driver (segment grew / new memory) */
+#define REC_F_PITCHED 0x400u    /* pitched or 3D allocation (cuMemAllocPitch, cudaMallocPitch/3D) */
+#define REC_F_POOL 0x800u       /* allocation from a pool the program chose (cuMemAllocFromPoolAsync) */
+/* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
+ * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u
 
 /* ---- Hot path. ----------------------------------------------------------------------------

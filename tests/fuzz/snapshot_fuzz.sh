@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libFuzzer over the database reader (tests/fuzz/snapshot_fuzz_db.c): mutations of real
 # recordings (tests/fuzz/corpus/snapshot_db: pairs with stacks, a mixed run with a named OOM,
-# steps, inline chains, a 4 KiB header, and each crash found so far). Deterministic in
+# steps, inline chains, a 4 KiB header, a -lcuda program with VMM, pools and cuMemGetInfo
+# samples (devused.db), and each crash found so far). Deterministic in
 # make test (fixed seed, fixed number of runs); make fuzz runs the long campaign.
 source tests/fuzz/fuzz_common.bash
 fuzz_run snapshot_db "$BUILD/tests/fuzz/snapshot_fuzz_db" tests/fuzz/corpus/snapshot_db 1500 400000

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 typedef int (*child_fn)(void); /* returns the child's exit status: 0 = its checks held */
 
@@ -35,6 +36,9 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
         unsetenv("GPUMEM_SIM_STATS");
         unsetenv("GPUMEM_SIM_BACKING");
         unsetenv("GPUMEM_SIM_COSTS");
+        unsetenv("GPUMEM_SIM_DEVICES");
+        unsetenv("GPUMEM_SIM_ASYNC");
+        unsetenv("GPUMEM_SIM_CONTEXT_BYTES");
         setenv(var, value, 1);
         exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
     }
@@ -54,7 +58,7 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
 static size_t total_mem(void)
 {
     size_t fr = 0, total = 0;
-    if (cuInit(0) || cuMemGetInfo(&fr, &total)) return 0;
+    if (sim_test_ctx(0) || cuMemGetInfo(&fr, &total)) return 0;
     return total;
 }
 
@@ -96,7 +100,7 @@ static void test_memory_size_from_env(void **state)
 static int child_second_alloc_fails(void)
 {
     CUdeviceptr a, b, c;
-    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512)) return 1;
     if (cuMemAlloc(&b, 512) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
     if (cuMemAlloc(&c, 512)) return 3;
     return 0;
@@ -105,7 +109,7 @@ static int child_second_alloc_fails(void)
 static int child_all_allocs_succeed(void)
 {
     CUdeviceptr a;
-    if (cuInit(0)) return 1;
+    if (sim_test_ctx(0)) return 1;
     for (int i = 0; i < 4; i++)
         if (cuMemAlloc(&a, 512)) return 2;
     return 0;
@@ -132,7 +136,7 @@ static void test_faults_from_env(void **state)
 static int child_event_needs_two_queries(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 2;
     if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 3;
     if (cuEventQuery(e) != CUDA_SUCCESS) return 4;
@@ -142,14 +146,14 @@ static int child_event_needs_two_queries(void)
 static int child_event_completes_at_once(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     return cuEventQuery(e) == CUDA_SUCCESS ? 0 : 2;
 }
 
 static int child_event_completes_after_simulated_time(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     int n = 0;
     while (cuEventQuery(e) == CUDA_ERROR_NOT_READY && n < 100000)
         n++;
@@ -182,7 +186,7 @@ static void test_event_delay_from_env(void **state)
 static int child_some_calls(void)
 {
     CUdeviceptr a;
-    if (cuInit(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
     return 0;
 }
 
@@ -209,7 +213,7 @@ static void test_stats_printed_at_exit(void **state)
 static int child_alloc_costs_7(void)
 {
     CUdeviceptr a;
-    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512)) return 1;
     sim_stats st;
     sim_stats_get(&st);
     return st.op[SIM_OP_MEM_ALLOC].us > 7 - 1e-6 && st.op[SIM_OP_MEM_ALLOC].us < 7.01 ? 0 : 2;
@@ -219,7 +223,8 @@ static int child_alloc_costs_default(void)
 {
     CUdeviceptr a;
     double fixed, per;
-    if (cuInit(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per))
+        return 1;
     sim_stats st;
     sim_stats_get(&st);
     double want = fixed + per * 512.0 / 1048576.0;
@@ -240,11 +245,69 @@ static void test_costs_from_env(void **state)
     assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
 }
 
+static int child_three_devices(void)
+{
+    int n = 0;
+    if (sim_test_ctx(0) || cuDeviceGetCount(&n)) return 1;
+    return n == 3 && sim_device_count() == 3 ? 0 : 2;
+}
+static int child_one_device(void)
+{
+    int n = 0;
+    if (sim_test_ctx(0) || cuDeviceGetCount(&n)) return 1;
+    return n == 1 ? 0 : 2;
+}
+static int child_async(void)
+{
+    return sim_test_ctx(0) == CUDA_SUCCESS && sim_async_enabled() == 1 ? 0 : 1;
+}
+static int child_sync(void)
+{
+    return sim_test_ctx(0) == CUDA_SUCCESS && sim_async_enabled() == 0 ? 0 : 1;
+}
+static int child_context_100m(void)
+{
+    sim_device_accounting a;
+    if (sim_test_ctx(0) || sim_device_info(0, &a)) return 1;
+    return a.context_bytes == ((size_t)100 << 20) && a.free == a.capacity - a.context_bytes ? 0 : 2;
+}
+static int child_context_default(void)
+{
+    sim_device_accounting a;
+    if (sim_test_ctx(0) || sim_device_info(0, &a)) return 1;
+    return a.context_bytes == ((size_t)426 << 20) ? 0 : 2; /* 16G device: the cited default */
+}
+
+static void test_devices_async_context_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "3", child_three_devices, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "0", child_one_device, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_DEVICES='0'"));
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "two", child_one_device, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_DEVICES='two'"));
+    assert_int_equal(run_child("GPUMEM_SIM_ASYNC", "1", child_async, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(run_child("GPUMEM_SIM_ASYNC", "yes", child_sync, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_ASYNC='yes'"));
+    assert_int_equal(
+        run_child("GPUMEM_SIM_CONTEXT_BYTES", "100M", child_context_100m, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(
+        run_child("GPUMEM_SIM_CONTEXT_BYTES", "lots", child_context_default, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_CONTEXT_BYTES='lots'"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory_size_from_env), cmocka_unit_test(test_faults_from_env),
-        cmocka_unit_test(test_event_delay_from_env), cmocka_unit_test(test_stats_printed_at_exit),
+        cmocka_unit_test(test_memory_size_from_env),
+        cmocka_unit_test(test_devices_async_context_from_env),
+        cmocka_unit_test(test_faults_from_env),
+        cmocka_unit_test(test_event_delay_from_env),
+        cmocka_unit_test(test_stats_printed_at_exit),
         cmocka_unit_test(test_costs_from_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define OK(x) assert_int_equal((x), cudaSuccess)
 
@@ -88,7 +90,7 @@ static void test_errors_map_and_last_error_is_sticky_until_read(void **state)
     /* Other mappings. */
     int x;
     assert_int_equal(cudaFree(&x), cudaErrorInvalidDevicePointer);
-    assert_int_equal(cudaSetDevice(1), cudaErrorInvalidDevice);
+    assert_int_equal(cudaSetDevice(2), cudaErrorInvalidDevice);
     assert_int_equal(cudaStreamSynchronize((cudaStream_t)(void *)&x),
                      cudaErrorInvalidResourceHandle);
     assert_int_equal(cudaHostUnregister(&x), cudaErrorHostMemoryNotRegistered);
@@ -103,7 +105,7 @@ static void test_devices_and_properties(void **state)
     (void)state;
     int n = 0, dev = -1;
     OK(cudaGetDeviceCount(&n));
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 2); /* GPUMEM_SIM_DEVICES=2 (main) */
     OK(cudaSetDevice(0));
     OK(cudaGetDevice(&dev));
     assert_int_equal(dev, 0);
@@ -308,8 +310,204 @@ static void test_threads_use_the_runtime_concurrently(void **state)
     }
 }
 
+/* Two devices: each has its own context and accounting; peer copies and plain copies across
+ * devices (unified addressing) move the bytes; a copy direction that contradicts the pointers
+ * fails as on the real runtime, cudaMemcpyDefault infers it. */
+static void test_two_devices_peer_copies_and_copy_kinds(void **state)
+{
+    (void)state;
+    int can = 0, dev = -1;
+    OK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 1);
+    OK(cudaDeviceCanAccessPeer(&can, 0, 0));
+    assert_int_equal(can, 0);
+    assert_int_equal(cudaSetDevice(2), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    size_t free0a, tot, free1a, free0b, free1b;
+    OK(cudaSetDevice(0));
+    OK(cudaMemGetInfo(&free0a, &tot));
+    void *d0, *d1;
+    OK(cudaMalloc(&d0, 1 << 20));
+    OK(cudaSetDevice(1));
+    OK(cudaGetDevice(&dev));
+    assert_int_equal(dev, 1);
+    OK(cudaMemGetInfo(&free1a, &tot));
+    OK(cudaMalloc(&d1, 1 << 20));
+    OK(cudaMemGetInfo(&free1b, &tot));
+    assert_int_equal(free1a - free1b, 1 << 20); /* charged to device 1 only */
+    OK(cudaSetDevice(0));
+    OK(cudaMemGetInfo(&free0b, &tot));
+    assert_int_equal(free0a - free0b, 1 << 20);
+    struct cudaPointerAttributes pa;
+    OK(cudaPointerGetAttributes(&pa, d1));
+    assert_int_equal(pa.device, 1);
+    OK(cudaDeviceEnablePeerAccess(1, 0));
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    (void)cudaGetLastError();
+    /* A stream on each device; peer copies both ways. */
+    cudaStream_t s0, s1;
+    OK(cudaStreamCreate(&s0));
+    OK(cudaSetDevice(1));
+    OK(cudaStreamCreate(&s1));
+    OK(cudaMemset(d1, 0x5a, 1 << 20));
+    OK(cudaMemcpyPeerAsync(d0, 0, d1, 1, 1 << 20, s1));
+    OK(cudaStreamSynchronize(s1));
+    unsigned char h[16];
+    OK(cudaMemcpy(h, d0, sizeof h, cudaMemcpyDeviceToHost)); /* device 0 memory, device 1 current */
+    assert_int_equal(h[0], 0x5a);
+    assert_int_equal(h[15], 0x5a);
+    OK(cudaSetDevice(0));
+    OK(cudaMemsetAsync(d0, 0x11, 4096, s0));
+    OK(cudaStreamSynchronize(s0));
+    OK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
+    OK(cudaMemcpy(h, d1, sizeof h, cudaMemcpyDefault));
+    assert_int_equal(h[3], 0x11);
+    assert_int_equal(cudaMemcpyPeer(d1, 5, d0, 0, 16), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    /* Copy kinds are checked against the pointers. */
+    assert_int_equal(cudaMemcpy(h, d0, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyHostToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDeviceToDevice), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    unsigned char h2[16];
+    OK(cudaMemcpy(h2, h, sizeof h, cudaMemcpyHostToHost));
+    OK(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDefault));
+    OK(cudaMemcpy(h2, d0, sizeof h, cudaMemcpyDefault));
+    assert_memory_equal(h, h2, sizeof h);
+    OK(cudaStreamDestroy(s0));
+    OK(cudaStreamDestroy(s1));
+    OK(cudaFree(d0));
+    OK(cudaFree(d1));
+    OK(cudaDeviceDisablePeerAccess(1));
+}
+
+/* Stream capture through the runtime: captured work runs only when the graph is launched. */
+static void test_runtime_capture_and_graph_launch(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char *d, h[64];
+    OK(cudaMalloc((void **)&d, 64));
+    OK(cudaMemset(d, 0, 64));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    enum cudaStreamCaptureStatus cs;
+    unsigned long long id = 0;
+    OK(cudaStreamGetCaptureInfo(s, &cs, &id, NULL, NULL, NULL, NULL));
+    assert_int_equal(cs, cudaStreamCaptureStatusActive);
+    OK(cudaMemsetAsync(d, 7, 64, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    cudaGraph_t g;
+    assert_int_equal(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMemsetAsync(d, 7, 64, s));
+    OK(cudaStreamEndCapture(s, &g));
+    OK(cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost));
+    assert_int_equal(h[0], 0); /* not run by the capture */
+    cudaGraphExec_t x;
+    OK(cudaGraphInstantiate(&x, g, 0));
+    for (int i = 0; i < 3; i++) {
+        OK(cudaMemset(d, 0, 64));
+        OK(cudaGraphLaunch(x, s));
+        OK(cudaStreamSynchronize(s));
+        OK(cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost));
+        assert_int_equal(h[63], 7);
+    }
+    OK(cudaGraphExecDestroy(x));
+    OK(cudaGraphDestroy(g));
+    OK(cudaFree(d));
+    OK(cudaStreamDestroy(s));
+}
+
+/* Pitched and 3D allocations: the pitch is the width rounded up to the texture alignment and
+ * meets the pitch-alignment attribute; 2D copies respect both pitches. */
+static void test_pitched_and_3d_allocations(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    int talign = 0, palign = 0;
+    OK(cudaDeviceGetAttribute(&talign, cudaDevAttrTextureAlignment, 0));
+    OK(cudaDeviceGetAttribute(&palign, cudaDevAttrTexturePitchAlignment, 0));
+    assert_true(palign > 0 && talign % palign == 0);
+    size_t fr0, fr1, tot, pitch = 0;
+    OK(cudaMemGetInfo(&fr0, &tot));
+    unsigned char *d;
+    OK(cudaMallocPitch((void **)&d, &pitch, 100, 10));
+    assert_int_equal(pitch, (size_t)talign); /* 100 rounded up to 512 */
+    assert_int_equal(pitch % (size_t)palign, 0);
+    OK(cudaMemGetInfo(&fr1, &tot));
+    assert_int_equal(fr0 - fr1, pitch * 10);
+    unsigned char h[10][100], back[10][100];
+    for (int r = 0; r < 10; r++)
+        for (int c = 0; c < 100; c++)
+            h[r][c] = (unsigned char)(r * 7 + c);
+    OK(cudaMemcpy2D(d, pitch, h, 100, 100, 10, cudaMemcpyHostToDevice));
+    unsigned char row3[4];
+    OK(cudaMemcpy(row3, d + 3 * pitch, 4, cudaMemcpyDeviceToHost));
+    assert_int_equal(row3[2], 3 * 7 + 2); /* row 3 starts one pitch in */
+    memset(back, 0, sizeof back);
+    OK(cudaMemcpy2D(back, 100, d, pitch, 100, 10, cudaMemcpyDeviceToHost));
+    assert_memory_equal(h, back, sizeof h);
+    assert_int_equal(cudaMemcpy2D(back, 50, d, pitch, 100, 10, cudaMemcpyDeviceToHost),
+                     cudaErrorInvalidPitchValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy2D(d, pitch, h, 100, 100, 10, cudaMemcpyDeviceToHost),
+                     cudaErrorInvalidValue); /* the direction contradicts the pointers */
+    (void)cudaGetLastError();
+    OK(cudaFree(d));
+    struct cudaPitchedPtr pp;
+    struct cudaExtent ext = {.width = 600, .height = 4, .depth = 3};
+    OK(cudaMalloc3D(&pp, ext));
+    assert_int_equal(pp.pitch, 1024);
+    assert_int_equal(pp.xsize, 600);
+    assert_int_equal(pp.ysize, 4);
+    OK(cudaMemGetInfo(&fr1, &tot));
+    assert_int_equal(fr0 - fr1, 1024 * 4 * 3);
+    OK(cudaMemset(pp.ptr, 1, 1024 * 12));
+    OK(cudaFree(pp.ptr));
+    assert_int_equal(cudaMallocPitch((void **)&d, &pitch, 0, 10), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+}
+
+/* cudaIpc*: a forked child opens the parent's cudaMalloc memory and writes into it. */
+static void test_runtime_ipc(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    unsigned char *d;
+    OK(cudaMalloc((void **)&d, 4096));
+    OK(cudaMemset(d, 3, 4096));
+    cudaIpcMemHandle_t h;
+    OK(cudaIpcGetMemHandle(&h, d));
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *p;
+        unsigned char c = 0;
+        if (cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) _exit(2);
+        if (cudaMemcpy(&c, p, 1, cudaMemcpyDeviceToHost) || c != 3) _exit(3);
+        if (cudaMemset(p, 9, 16) || cudaIpcCloseMemHandle(p)) _exit(4);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    unsigned char c = 0;
+    OK(cudaMemcpy(&c, d, 1, cudaMemcpyDeviceToHost));
+    assert_int_equal(c, 9);
+    OK(cudaFree(d));
+}
+
 int main(void)
 {
+    setenv("GPUMEM_SIM_DEVICES", "2", 1);
     unsetenv("GPUMEM_SIM_BACKING");
     unsetenv("GPUMEM_SIM_FAULTS");
     unsetenv("GPUMEM_SIM_EVENT_DELAY");
@@ -323,6 +521,10 @@ int main(void)
         cmocka_unit_test(test_driver_entry_points),
         cmocka_unit_test(test_launch_host_kernel_through_runtime),
         cmocka_unit_test(test_threads_use_the_runtime_concurrently),
+        cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
+        cmocka_unit_test(test_runtime_capture_and_graph_launch),
+        cmocka_unit_test(test_pitched_and_3d_allocations),
+        cmocka_unit_test(test_runtime_ipc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

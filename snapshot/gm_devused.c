@@ -1,0 +1,496 @@
+/*
+ * gm_devused.c — "where is the rest?": the driver's own figure for device memory, explained.
+ *
+ * nvidia-smi (and the real cuMemGetInfo) shows everything the driver handed out on a device.
+ * gpumem's recording knows part of it: the segments its allocator reserved, and what the
+ * program held outside that allocator (its own VMM handles, allocations from its own pools,
+ * allocations passed through to the real driver, CUDA arrays). The rest nobody recorded: the
+ * CUDA context, library workspaces (cuBLAS, cuDNN, NCCL), memory a pool keeps cached after a
+ * free, other processes on the same device.
+ *
+ * The recorder samples the real cuMemGetInfo (events of kind device_info) at the start, at each
+ * new high of the memory gpumem knows of, and at exit. One sweep of the events in order keeps,
+ * per device, what was reserved and what was held outside at each point; at each sample the
+ * account is
+ *
+ *     device used = reserved by gpumem + recorded outside gpumem + not recorded
+ *
+ * with "not recorded" the difference. At the start it is the CUDA context (and whatever other
+ * processes hold): the report calls it the context size measured at start. The peak is the
+ * sample with the highest device used; the memory held outside gpumem at that point is listed
+ * by call site.
+ *
+ * The program's VMM follows the driver's rule: a physical handle holds its memory from
+ * cuMemCreate until it is released and no longer mapped.
+ */
+#include "snapshot/gm_devused.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "snapshot/rec.h"
+#include "snapshot/u64map.h"
+
+#define DU_MAX_DEV 64
+
+typedef struct du_item { /* an allocation, array or physical handle held outside gpumem */
+    uint64_t size;
+    uint32_t stack;
+    uint8_t cat, live, released;
+    int8_t dev;
+    uint32_t nmaps; /* VMM handles: live mappings */
+} du_item;
+typedef struct du_map {
+    uint64_t va, size, item;
+} du_map;
+
+typedef struct du_state {
+    uint64_t reserved, outside[GM_DU_NCAT];
+} du_state;
+
+typedef struct sweep {
+    du_item *it;
+    size_t nit, capit;
+    u64map by_addr, by_array, by_handle;
+    du_map *maps;
+    size_t nmaps, capmaps;
+    du_state st[DU_MAX_DEV];
+} sweep;
+
+const char *gm_devused_cat_name(int cat)
+{
+    static const char *const n[GM_DU_NCAT] = {"program_vmm", "pools", "pass_through", "arrays"};
+    return cat >= 0 && cat < GM_DU_NCAT ? n[cat] : "?";
+}
+static const char *cat_words(int cat)
+{
+    static const char *const n[GM_DU_NCAT] = {"program VMM", "program pools", "pass-through",
+                                              "CUDA arrays"};
+    return cat >= 0 && cat < GM_DU_NCAT ? n[cat] : "?";
+}
+
+static int dev_index(int d) { return d >= 0 && d < DU_MAX_DEV ? d : 0; }
+
+static int64_t add_item(sweep *s, uint64_t size, uint32_t stack, int cat, int dev)
+{
+    if (s->nit == s->capit) {
+        size_t c = s->capit ? s->capit * 2 : 256;
+        du_item *n = realloc(s->it, c * sizeof *n);
+        if (!n)
+            return -1;
+        s->it = n, s->capit = c;
+    }
+    s->it[s->nit] = (du_item){size, stack, (uint8_t)cat, 1, 0, (int8_t)dev_index(dev), 0};
+    s->st[dev_index(dev)].outside[cat] += size;
+    return (int64_t)s->nit++;
+}
+
+static void drop_item(sweep *s, uint64_t i)
+{
+    du_item *t = &s->it[i];
+    if (!t->live)
+        return;
+    t->live = 0;
+    uint64_t *o = &s->st[(int)t->dev].outside[t->cat];
+    *o -= t->size < *o ? t->size : *o;
+}
+
+static void point_at(const sweep *s, int dev, gm_du_point *p, uint64_t seq, uint64_t free_b,
+                     uint64_t used, uint64_t total)
+{
+    const du_state *st = &s->st[dev];
+    p->have = 1;
+    p->seq = seq;
+    p->used = used, p->free = free_b, p->total = total;
+    p->reserved = st->reserved;
+    p->outside_total = 0;
+    for (int c = 0; c < GM_DU_NCAT; c++) {
+        p->outside[c] = st->outside[c];
+        p->outside_total += st->outside[c];
+    }
+    p->not_recorded = (int64_t)used - (int64_t)p->reserved - (int64_t)p->outside_total;
+}
+
+static int cmp_site(const void *a, const void *b)
+{
+    const gm_du_site *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    if (x->cat != y->cat)
+        return x->cat - y->cat;
+    return x->stack < y->stack ? -1 : x->stack > y->stack;
+}
+
+/* What is held outside gpumem on dev now, grouped by (what, call site). */
+static int sites_now(const sweep *s, int dev, gm_du_device *out)
+{
+    free(out->sites);
+    out->sites = NULL;
+    out->nsites = 0;
+    size_t cap = 0;
+    u64map idx = {0};
+    for (size_t i = 0; i < s->nit; i++) {
+        const du_item *t = &s->it[i];
+        if (!t->live || t->dev != dev)
+            continue;
+        uint64_t key = (uint64_t)t->cat << 32 | t->stack;
+        uint64_t *k = u64map_get(&idx, key);
+        if (!k) {
+            if (out->nsites == cap) {
+                size_t c = cap ? cap * 2 : 16;
+                gm_du_site *n = realloc(out->sites, c * sizeof *n);
+                if (!n) {
+                    u64map_free(&idx);
+                    return -1;
+                }
+                out->sites = n, cap = c;
+            }
+            out->sites[out->nsites] = (gm_du_site){t->cat, t->stack, 0, 0};
+            if (u64map_put(&idx, key, out->nsites) != 0) {
+                u64map_free(&idx);
+                return -1;
+            }
+            k = u64map_get(&idx, key);
+            out->nsites++;
+        }
+        out->sites[*k].bytes += t->size;
+        out->sites[*k].count++;
+    }
+    u64map_free(&idx);
+    if (out->nsites)
+        qsort(out->sites, out->nsites, sizeof *out->sites, cmp_site);
+    return 0;
+}
+
+static gm_du_device *device_entry(gm_devused *u, int dev)
+{
+    for (size_t i = 0; i < u->ndev; i++)
+        if (u->dev[i].device == dev)
+            return &u->dev[i];
+    gm_du_device *n = realloc(u->dev, (u->ndev + 1) * sizeof *n);
+    if (!n)
+        return NULL;
+    u->dev = n;
+    memset(&n[u->ndev], 0, sizeof *n);
+    n[u->ndev].device = dev;
+    return &u->dev[u->ndev++];
+}
+
+void gm_devused_free(gm_devused *u)
+{
+    for (size_t i = 0; i < u->ndev; i++)
+        free(u->dev[i].sites);
+    free(u->dev);
+    memset(u, 0, sizeof *u);
+}
+
+int gm_devused_compute(gm_db *d, gm_devused *u, char *err, size_t errsz)
+{
+    memset(u, 0, sizeof *u);
+    if (d->schema_major == 1 && d->schema_minor < 3)
+        return 0; /* recorded before the samples existed */
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT seq, kind, flags, device, addr, size, requested, alloc_id, "
+                           "stack FROM events WHERE kind IN (1,2,3,4,11,12,14,15,18,19,22,23,24,"
+                           "27,28) ORDER BY seq",
+                           -1, &q, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        return -1;
+    }
+    sweep *s = calloc(1, sizeof *s);
+    if (!s) {
+        sqlite3_finalize(q);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0);
+        unsigned kind = (unsigned)sqlite3_column_int(q, 1);
+        unsigned flags = (unsigned)sqlite3_column_int(q, 2);
+        int dev = sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 3);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(q, 4);
+        uint64_t size = (uint64_t)sqlite3_column_int64(q, 5);
+        uint64_t requested = (uint64_t)sqlite3_column_int64(q, 6);
+        uint64_t id = (uint64_t)sqlite3_column_int64(q, 7);
+        uint32_t stack = (uint32_t)sqlite3_column_int64(q, 8);
+        du_state *st = &s->st[dev_index(dev)];
+        uint64_t v;
+        int64_t ni;
+        if (addr == U64MAP_EMPTY && kind != REC_DEVICE_INFO)
+            continue; /* never a real address or handle: a damaged row */
+        switch (kind) {
+        case REC_ALLOC:
+        case REC_ALLOC_ASYNC:
+            if (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS))
+                break; /* served by gpumem: inside its segments */
+            if (u64map_del(&s->by_addr, addr, &v))
+                drop_item(s, v); /* handed out again without a free */
+            ni = add_item(s, size, stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
+            if (ni < 0 || u64map_put(&s->by_addr, addr, (uint64_t)ni) != 0)
+                rc = -1;
+            break;
+        case REC_FREE:
+        case REC_FREE_ASYNC:
+            if (u64map_del(&s->by_addr, addr, &v))
+                drop_item(s, v);
+            break;
+        case REC_ARRAY_ALLOC:
+            ni = add_item(s, size, stack, GM_DU_ARRAY, dev);
+            if (ni < 0 || u64map_put(&s->by_array, addr, (uint64_t)ni) != 0)
+                rc = -1;
+            break;
+        case REC_ARRAY_FREE:
+            if (u64map_del(&s->by_array, addr, &v))
+                drop_item(s, v);
+            break;
+        case REC_VMM_CREATE:
+            if (u64map_del(&s->by_handle, addr, &v))
+                drop_item(s, v); /* a handle value reused: the old one is gone */
+            ni = add_item(s, size, stack, GM_DU_VMM, dev);
+            if (ni < 0 || u64map_put(&s->by_handle, addr, (uint64_t)ni) != 0)
+                rc = -1;
+            break;
+        case REC_VMM_RELEASE: {
+            uint64_t *h = u64map_get(&s->by_handle, addr);
+            if (!h)
+                break;
+            s->it[*h].released = 1;
+            if (!s->it[*h].nmaps) {
+                drop_item(s, *h);
+                u64map_del(&s->by_handle, addr, NULL);
+            }
+            break;
+        }
+        case REC_VMM_MAP: {
+            uint64_t *h = requested ? u64map_get(&s->by_handle, id) : NULL;
+            if (!h)
+                break; /* recorded before 1.3 (no handle), or a handle created unseen */
+            if (s->nmaps == s->capmaps) {
+                size_t c = s->capmaps ? s->capmaps * 2 : 64;
+                du_map *n = realloc(s->maps, c * sizeof *n);
+                if (!n) {
+                    rc = -1;
+                    break;
+                }
+                s->maps = n, s->capmaps = c;
+            }
+            s->it[*h].nmaps++;
+            s->maps[s->nmaps++] = (du_map){addr, size, *h};
+            break;
+        }
+        case REC_VMM_UNMAP:
+            for (size_t i = 0; i < s->nmaps;) {
+                du_map *mp = &s->maps[i];
+                if (mp->va >= addr && mp->va - addr < size) {
+                    du_item *t = &s->it[mp->item];
+                    if (t->nmaps && --t->nmaps == 0 && t->released && t->live)
+                        drop_item(s, mp->item);
+                    *mp = s->maps[--s->nmaps];
+                } else {
+                    i++;
+                }
+            }
+            break;
+        case REC_SEG_MAP:
+        case REC_DRIVER_ALLOC:
+            st->reserved += size;
+            break;
+        case REC_SEG_UNMAP:
+        case REC_DRIVER_FREE:
+            st->reserved -= size < st->reserved ? size : st->reserved;
+            break;
+        case REC_DEVICE_INFO: {
+            gm_du_device *e = device_entry(u, dev_index(dev));
+            if (!e) {
+                rc = -1;
+                break;
+            }
+            int di = dev_index(dev);
+            /* addr = free, size = used, requested = total */
+            if (id == REC_DEVINFO_START && !e->start.have)
+                point_at(s, di, &e->start, seq, addr, size, requested);
+            else if (id == REC_DEVINFO_PEAK && (!e->peak.have || size > e->peak.used)) {
+                point_at(s, di, &e->peak, seq, addr, size, requested);
+                if (sites_now(s, di, e) != 0)
+                    rc = -1;
+            } else if (id == REC_DEVINFO_EXIT)
+                point_at(s, di, &e->exit, seq, addr, size, requested);
+            break;
+        }
+        default:
+            break;
+        }
+        if (rc)
+            break;
+    }
+    sqlite3_finalize(q);
+    u64map_free(&s->by_addr);
+    u64map_free(&s->by_array);
+    u64map_free(&s->by_handle);
+    free(s->it);
+    free(s->maps);
+    free(s);
+    if (rc) {
+        gm_devused_free(u);
+        snprintf(err, errsz, "%s: out of memory reading the device account", d->path);
+    }
+    return rc;
+}
+
+/* ---- printers ------------------------------------------------------------------------------ */
+
+static void fmt_signed(int64_t v, char *out, size_t n)
+{
+    if (v >= 0) {
+        gm_fmt_bytes((uint64_t)v, out, n);
+        return;
+    }
+    if (n < 2)
+        return;
+    out[0] = '-';
+    gm_fmt_bytes((uint64_t)-v, out + 1, n - 1);
+}
+
+static void row_text(FILE *out, const char *label, const gm_du_point *const p[3], int which)
+{
+    fprintf(out, "  %-34s", label);
+    for (int i = 0; i < 3; i++) {
+        char b[32] = "-";
+        if (p[i]->have) {
+            switch (which) {
+            case 0: gm_fmt_bytes(p[i]->used, b, sizeof b); break;
+            case 1: gm_fmt_bytes(p[i]->reserved, b, sizeof b); break;
+            case 2: gm_fmt_bytes(p[i]->outside_total, b, sizeof b); break;
+            case 3: fmt_signed(p[i]->not_recorded, b, sizeof b); break;
+            default: gm_fmt_bytes(p[i]->outside[which - 4], b, sizeof b); break;
+            }
+        }
+        fprintf(out, " %14s", b);
+    }
+    fputc('\n', out);
+}
+
+void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, int top)
+{
+    fprintf(out, "\nDevice used (what nvidia-smi shows): the driver's own cuMemGetInfo, explained\n");
+    if (!u->ndev) {
+        fprintf(out, "  not sampled (recorded before schema 1.3, or no CUDA context was current "
+                     "when device memory changed)\n");
+        return;
+    }
+    for (size_t di = 0; di < u->ndev; di++) {
+        const gm_du_device *e = &u->dev[di];
+        const gm_du_point *p[3] = {&e->start, &e->peak, &e->exit};
+        const gm_du_point *any = e->peak.have ? &e->peak : e->exit.have ? &e->exit : &e->start;
+        char t[32], label[64];
+        gm_fmt_bytes(any->total, t, sizeof t);
+        snprintf(label, sizeof label, "device %d (%s total)", e->device, t);
+        fprintf(out, "  %-34s %14s %14s %14s\n", label, "at start", "at the peak", "at exit");
+        row_text(out, "device used", p, 0);
+        row_text(out, "= reserved by gpumem", p, 1);
+        row_text(out, "+ recorded outside gpumem", p, 2);
+        static const char *const sub[GM_DU_NCAT] = {"    program VMM", "    program pools",
+                                                    "    pass-through", "    CUDA arrays"};
+        for (int c = 0; c < GM_DU_NCAT; c++) {
+            int show = 0;
+            for (int i = 0; i < 3; i++)
+                show |= p[i]->have && p[i]->outside[c];
+            if (show)
+                row_text(out, sub[c], p, 4 + c);
+        }
+        row_text(out, "+ not recorded", p, 3);
+        if (e->start.have) {
+            char c[32];
+            fmt_signed(e->start.not_recorded, c, sizeof c);
+            fprintf(out, "  CUDA context measured at start: %s (%" PRId64 " bytes: device used "
+                         "before any recorded memory; includes other processes on the "
+                         "device)\n",
+                    c, e->start.not_recorded);
+        }
+        const gm_du_point *ref = e->peak.have ? &e->peak : e->exit.have ? &e->exit : &e->start;
+        if (ref->not_recorded > 0) {
+            static const char causes[] =
+                "library workspaces (cuBLAS, cuDNN, NCCL buffers), modules loaded later, memory a "
+                "pool keeps cached after frees, an allocator not interposed, or another process "
+                "on the same device";
+            char nr[32];
+            gm_fmt_bytes((uint64_t)ref->not_recorded, nr, sizeof nr);
+            fprintf(out, "  not recorded %s%s: ", nr,
+                    ref == &e->peak ? " at the peak" : ref == &e->exit ? " at exit" : " at start");
+            if (e->start.have) {
+                char ctx[32];
+                fmt_signed(e->start.not_recorded, ctx, sizeof ctx);
+                int64_t extra = ref->not_recorded - e->start.not_recorded;
+                fprintf(out, "likely the CUDA context (%s at start)", ctx);
+                if (extra > 0) {
+                    char x[32];
+                    gm_fmt_bytes((uint64_t)extra, x, sizeof x);
+                    fprintf(out, ", plus %s that appeared since: %s", x, causes);
+                }
+            } else {
+                fprintf(out, "the CUDA context (not measured: no sample at start), %s", causes);
+            }
+            fputs("\n", out);
+        }
+        if (e->nsites) {
+            fprintf(out, "  held outside gpumem's allocator at the peak, by call site\n");
+            for (size_t i = 0; i < e->nsites && (int)i < top; i++) {
+                char b[32], site[2048];
+                gm_fmt_bytes(e->sites[i].bytes, b, sizeof b);
+                gm_site_desc(m, e->sites[i].stack, site, sizeof site);
+                fprintf(out, "    %10s  %-14s %" PRIu64 "x  %s\n", b, cat_words(e->sites[i].cat),
+                        e->sites[i].count, e->sites[i].stack ? site : "(no stack recorded)");
+            }
+        }
+    }
+}
+
+static void point_json(FILE *out, const char *key, const gm_du_point *p)
+{
+    fprintf(out, "\"%s\":", key);
+    if (!p->have) {
+        fputs("null", out);
+        return;
+    }
+    fprintf(out,
+            "{\"seq\":%" PRIu64 ",\"used\":%" PRIu64 ",\"free\":%" PRIu64 ",\"total\":%" PRIu64
+            ",\"reserved_by_gpumem\":%" PRIu64 ",\"recorded_outside\":%" PRIu64 ",\"outside\":{",
+            p->seq, p->used, p->free, p->total, p->reserved, p->outside_total);
+    for (int c = 0; c < GM_DU_NCAT; c++)
+        fprintf(out, "%s\"%s\":%" PRIu64, c ? "," : "", gm_devused_cat_name(c), p->outside[c]);
+    fprintf(out, "},\"not_recorded\":%" PRId64 "}", p->not_recorded);
+}
+
+void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, int top)
+{
+    fputs("{\"devices\":[", out);
+    for (size_t di = 0; di < u->ndev; di++) {
+        const gm_du_device *e = &u->dev[di];
+        fprintf(out, "%s{\"device\":%d,\"context_at_start\":", di ? "," : "", e->device);
+        if (e->start.have)
+            fprintf(out, "%" PRId64, e->start.not_recorded);
+        else
+            fputs("null", out);
+        fputc(',', out);
+        point_json(out, "start", &e->start);
+        fputc(',', out);
+        point_json(out, "peak", &e->peak);
+        fputc(',', out);
+        point_json(out, "exit", &e->exit);
+        fputs(",\"outside_at_peak_by_site\":[", out);
+        for (size_t i = 0; i < e->nsites && (int)i < top; i++) {
+            char site[2048];
+            gm_site_desc(m, e->sites[i].stack, site, sizeof site);
+            fprintf(out, "%s{\"what\":\"%s\",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"site\":",
+                    i ? "," : "", gm_devused_cat_name(e->sites[i].cat), e->sites[i].bytes,
+                    e->sites[i].count);
+            gm_json_str(out, e->sites[i].stack ? site : NULL);
+            fputc('}', out);
+        }
+        fputs("]}", out);
+    }
+    fputs("]}", out);
+}

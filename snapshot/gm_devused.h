@@ -1,0 +1,55 @@
+/* gm_devused.h — "device used (what nvidia-smi shows)": the driver's own figure, split into
+ * what gpumem reserved, what it recorded outside its allocator and what nobody recorded
+ * (analysis in gm_devused.c; printed by gpumem report, text and --json). */
+#ifndef GPUMEM_SNAPSHOT_GM_DEVUSED_H
+#define GPUMEM_SNAPSHOT_GM_DEVUSED_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "snapshot/gm.h"
+
+/* What is held outside gpumem's allocator, by what it is. */
+enum { GM_DU_VMM, GM_DU_POOL, GM_DU_PASS, GM_DU_ARRAY, GM_DU_NCAT };
+
+/* One cuMemGetInfo sample and the account at that point of the event order. */
+typedef struct gm_du_point {
+    int have;
+    uint64_t seq;
+    uint64_t used, free, total;  /* the driver's figures */
+    uint64_t reserved;           /* gpumem's segments */
+    uint64_t outside[GM_DU_NCAT];
+    uint64_t outside_total;
+    int64_t not_recorded;        /* used - reserved - outside (negative only if the driver's
+                                    figure moved between the event and the sample) */
+} gm_du_point;
+
+/* Memory outside gpumem at the peak, by what and call site. */
+typedef struct gm_du_site {
+    int cat;
+    uint32_t stack;
+    uint64_t bytes, count;
+} gm_du_site;
+
+typedef struct gm_du_device {
+    int device;
+    gm_du_point start, peak, exit;
+    gm_du_site *sites; /* at the peak, largest first */
+    size_t nsites;
+} gm_du_device;
+
+typedef struct gm_devused {
+    gm_du_device *dev;
+    size_t ndev;
+} gm_devused;
+
+/* Sweeps the events once. 0 (ndev 0 when the recording has no samples: older than schema 1.3,
+ * or no context was current), or -1 with err set. */
+int gm_devused_compute(gm_db *d, gm_devused *out, char *err, size_t errsz);
+void gm_devused_free(gm_devused *u);
+const char *gm_devused_cat_name(int cat); /* "program_vmm", "pools", "pass_through", "arrays" */
+/* The report's block: text, or the value of the "device_used" JSON key. */
+void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, int top);
+void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, int top);
+
+#endif
