@@ -235,8 +235,7 @@ static void test_copies_run_in_stream_order(void **state)
 /* The per-thread default-stream entry points (declared by cuda.h only under
  * CUDA_API_PER_THREAD_DEFAULT_STREAM). */
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                             unsigned by, unsigned bz, unsigned sh, CUstream s, void **p,
-                             void **x);
+                             unsigned by, unsigned bz, unsigned sh, CUstream s, void **p, void **x);
 CUresult cuStreamSynchronize_ptsz(CUstream s);
 CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id);
 
