@@ -4,8 +4,8 @@
  * calls these names; for them the NULL stream, and the implicit stream of the synchronous copies
  * and memsets, is the calling thread's per-thread default stream (CU_STREAM_PER_THREAD), not
  * the legacy stream. Each wrapper marks the call (a thread-local count read by sim_stream_get)
- * and runs the ordinary entry point. cuGetProcAddress with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
- * answers these wrappers (sim_ptds_variant).
+ * and runs the ordinary entry point. cuGetProcAddress with
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM answers these wrappers (sim_ptds_variant).
  */
 #include "sim/sim_internal.h"
 
@@ -28,29 +28,29 @@ __thread int sim_tls_ptds;
     X(cuStreamGetFlags_ptsz, cuStreamGetFlags, (CUstream s, unsigned *f), (s, f))                  \
     X(cuStreamGetPriority_ptsz, cuStreamGetPriority, (CUstream s, int *p), (s, p))                 \
     X(cuStreamGetId_ptsz, cuStreamGetId, (CUstream s, unsigned long long *i), (s, i))              \
-    X(cuStreamGetCtx_ptsz, cuStreamGetCtx, (CUstream s, CUcontext *c), (s, c))                     \
-    X(cuStreamGetDevice_ptsz, cuStreamGetDevice, (CUstream s, CUdevice *d), (s, d))                \
-    X(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus *c),       \
+    X(cuStreamGetCtx_ptsz, cuStreamGetCtx, (CUstream s, CUcontext * c), (s, c))                    \
+    X(cuStreamGetDevice_ptsz, cuStreamGetDevice, (CUstream s, CUdevice * d), (s, d))               \
+    X(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus * c),      \
       (s, c))                                                                                      \
     X(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s))                          \
     X(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags, (CUevent e, CUstream s, unsigned f),    \
       (e, s, f))                                                                                   \
     X(cuLaunchKernel_ptsz, cuLaunchKernel,                                                         \
-      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,              \
-       unsigned bz, unsigned sh, CUstream s, void **p, void **x),                                  \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+       unsigned sh, CUstream s, void **p, void **x),                                               \
       (f, gx, gy, gz, bx, by, bz, sh, s, p, x))                                                    \
     X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx,                                                     \
       (const CUlaunchConfig *c, CUfunction f, void **p, void **x), (c, f, p, x))                   \
     X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel,                                   \
-      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,              \
-       unsigned bz, unsigned sh, CUstream s, void **p),                                            \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+       unsigned sh, CUstream s, void **p),                                                         \
       (f, gx, gy, gz, bx, by, bz, sh, s, p))                                                       \
     X(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream s, CUhostFn f, void *u), (s, f, u))       \
     X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode m),  \
       (s, m))                                                                                      \
-    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph *g), (s, g))               \
+    X(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph * g), (s, g))              \
     X(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo_v3,                                   \
-      (CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,                          \
+      (CUstream s, CUstreamCaptureStatus * st, cuuint64_t * id, CUgraph * g,                       \
        const CUgraphNode **d, const CUgraphEdgeData **e, size_t *n),                               \
       (s, st, id, g, d, e, n))                                                                     \
     X(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec x, CUstream s), (x, s))                      \
@@ -78,8 +78,8 @@ __thread int sim_tls_ptds;
     X(cuMemsetD8_v2_ptds, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n), (d, v, n))    \
     X(cuMemsetD16_v2_ptds, cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n), (d, v, n)) \
     X(cuMemsetD32_v2_ptds, cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n), (d, v, n))   \
-    X(cuMemsetD8Async_ptsz, cuMemsetD8Async, (CUdeviceptr d, unsigned char v, size_t n, CUstream s), \
-      (d, v, n, s))                                                                                \
+    X(cuMemsetD8Async_ptsz, cuMemsetD8Async,                                                       \
+      (CUdeviceptr d, unsigned char v, size_t n, CUstream s), (d, v, n, s))                        \
     X(cuMemsetD16Async_ptsz, cuMemsetD16Async,                                                     \
       (CUdeviceptr d, unsigned short v, size_t n, CUstream s), (d, v, n, s))                       \
     X(cuMemsetD32Async_ptsz, cuMemsetD32Async,                                                     \

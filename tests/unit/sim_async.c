@@ -232,11 +232,64 @@ static void test_copies_run_in_stream_order(void **state)
     OK(cuStreamDestroy(a));
 }
 
+/* (const int *p, int expect, int *seen): waits for the gate, then records what p holds. The
+ * slow reader of a block that an allocator must not hand out again too early. */
+static CUfunction k_canary;
+static void kernel_canary(void **a)
+{
+    const volatile int *p = *(const int **)a[0];
+    int *seen = *(int **)a[2];
+    while (!atomic_load(&gate_open))
+        usleep(100);
+    *seen = *p;
+}
+
+/* What the asynchronous mode exists for: a block still read by a slow kernel on stream A is
+ * handed to stream B. Without a fence B's write lands before A's read and the canary is gone;
+ * with B waiting on an event recorded after A's kernel (what a correct allocator does before
+ * reuse across streams), A reads its own data. */
+static void test_canary_catches_reuse_without_a_fence(void **state)
+{
+    (void)state;
+    size_t sz[] = {sizeof(int *), sizeof(int), sizeof(int *)};
+    OK(sim_register_kernel("canary", kernel_canary, 3, sz, &k_canary));
+    CUstream a, b;
+    CUevent done;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    CUdeviceptr block;
+    int *seen;
+    OK(cuMemAlloc(&block, sizeof(int)));
+    OK(cuMemAllocHost((void **)&seen, sizeof(int)));
+    for (int fenced = 0; fenced < 2; fenced++) {
+        reset_log();
+        *seen = 0;
+        OK(cuMemsetD32(block, 0xC0FFEE, 1)); /* the owner's canary */
+        int *p = (int *)block, expect = 0xC0FFEE;
+        void *args[] = {&p, &expect, &seen};
+        OK(cuLaunchKernel(k_canary, 1, 1, 1, 1, 1, 1, 0, a, args, NULL));
+        if (fenced) {
+            OK(cuEventRecord(done, a));
+            OK(cuStreamWaitEvent(b, done, 0));
+        }
+        OK(cuMemsetD32Async(block, 0xBAD, 1, b)); /* the block's next owner writes */
+        if (!fenced) OK(cuStreamSynchronize(b));  /* lands while A's reader is still waiting */
+        atomic_store(&gate_open, 1);
+        OK(cuCtxSynchronize());
+        assert_int_equal(*seen, fenced ? 0xC0FFEE : 0xBAD);
+    }
+    OK(cuMemFreeHost(seen));
+    OK(cuMemFree(block));
+    OK(cuEventDestroy(done));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+}
+
 /* The per-thread default-stream entry points (declared by cuda.h only under
  * CUDA_API_PER_THREAD_DEFAULT_STREAM). */
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                             unsigned by, unsigned bz, unsigned sh, CUstream s, void **p,
-                             void **x);
+                             unsigned by, unsigned bz, unsigned sh, CUstream s, void **p, void **x);
 CUresult cuStreamSynchronize_ptsz(CUstream s);
 CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id);
 
@@ -370,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_free_async_happens_in_stream_order),
         cmocka_unit_test(test_copies_run_in_stream_order),
         cmocka_unit_test(test_per_thread_default_streams_are_distinct),
+        cmocka_unit_test(test_canary_catches_reuse_without_a_fence),
     };
     /* The mode is read once per process: the synchronous group runs in a child. */
     pid_t pid = fork();
