@@ -27,6 +27,10 @@ alloc_stress_LIBS := $(ALLOC_LIB)
 alloc_stress_LDLIBS := -lpthread
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
+alloc_streams_LIBS := $(ALLOC_LIB)
+alloc_streams_LDLIBS := -lpthread
+UNIT_TESTS += $(BUILD)/tests/unit/alloc_streams
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/alloc_streams
 
 # ---- benchmark
 ALLOC_BENCH := $(BUILD)/tests/bench/alloc_bench
