@@ -964,8 +964,10 @@ static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, ssta
 {
     *out = buf;
     size_t n = 0;
-    bool given = b->stream != 0 || b->uses || freed_on;
-    if (!given) { /* a plain cudaFree of a block nobody told us about: every stream */
+    /* a plain cudaFree waits for the whole device in CUDA, so a program may have used the block
+     * on any stream without saying so: unless record_stream named its streams, every stream */
+    bool given = b->uses || freed_on;
+    if (!given) {
         if (a->nstreams > cap && !(*out = malloc(a->nstreams * sizeof(**out)))) return (size_t)-1;
         for (size_t i = 0; i < a->nstreams; i++)
             if (a->streams[i]->fenced && !a->streams[i]->dead) (*out)[n++] = a->streams[i];

@@ -21,9 +21,10 @@
  *     except the allocation stream itself when per-stream pools are on (the block goes back to
  *     that stream's pool, and work issued later on a stream runs after its earlier work); no
  *     stream left: the block is reusable at once;
- *   - a plain alloc_free (cudaFree) of a block never given a stream (allocated on stream 0, no
- *     record_stream) records an event on every stream the allocator knows (alloc_malloc,
- *     alloc_free_async, alloc_note_stream), as cudaFree waits for the whole device;
+ *   - a plain alloc_free (cudaFree) of a block never given a stream by alloc_record_stream
+ *     records an event on every stream the allocator knows (alloc_malloc, alloc_free_async,
+ *     alloc_note_stream): cudaFree waits for the whole device, so a program may have used the
+ *     block anywhere;
  *   - each stream keeps its events in order and the pending frees behind them land as soon as
  *     their own events completed: a slow stream delays only the frees that wait for it;
  *   - the device is never synchronized with the allocator lock held: the OOM path, empty_cache,

@@ -155,10 +155,8 @@ static void run_sequence(uint64_t seed, int nops)
             int rc = async ? alloc_free_async(a, l.p, stream) : alloc_free(a, l.p);
             assert_int_equal(rc, ALLOC_OK);
             if (manual && !nocache && nquar < 4 * MAXLIVE) {
-                /* back to its own stream's pool at once: freed on its allocation stream, or a
-                 * plain free of a block that was given a stream (alloc.h, "Stream order") */
-                if (!shared_pools && ((async && stream == l.stream) || (!async && l.stream != 0)))
-                    quar[nquar++] = (quar_t){l.p, l.size, (int)l.stream};
+                if (async && stream == l.stream && !shared_pools)
+                    quar[nquar++] = (quar_t){l.p, l.size, (int)stream};
                 else
                     quar[nquar++] = (quar_t){l.p, l.size, -1};
             }

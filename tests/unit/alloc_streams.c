@@ -215,10 +215,10 @@ static void test_fence_only_recorded_streams(void **state)
     done(f);
 }
 
-/* A block allocated on a stream and freed with cudaFree goes back to its stream's pool at once:
- * no event on the other 63 streams. A cudaMalloc'ed block (stream 0, nothing recorded) still
- * waits for every stream, as cudaFree waits for the device. */
-static void test_plain_free_of_stream_block(void **state)
+/* cudaFree waits for the whole device: a block nobody named streams for (no record_stream) waits
+ * for every stream, wherever it was allocated. A free in stream order on the block's own stream
+ * (cudaFreeAsync, PyTorch's free) needs no event at all. */
+static void test_plain_free_fences_every_stream(void **state)
 {
     (void)state;
     fake_t *f = mk(NULL);
@@ -226,7 +226,7 @@ static void test_plain_free_of_stream_block(void **state)
         alloc_note_stream(f->a, s);
     uint64_t p = must_alloc(f, 4096, 0x1000);
     unsigned before = f->records;
-    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(alloc_free_async(f->a, p, 0x1000), ALLOC_OK);
     assert_int_equal(f->records - before, 0);
     assert_true(must_alloc(f, 4096, 0x1000) == p);
     uint64_t q = must_alloc(f, 4096, 0);
@@ -235,6 +235,9 @@ static void test_plain_free_of_stream_block(void **state)
     assert_int_equal(f->records - before, 65); /* 64 streams and the legacy stream */
     assert_int_equal(pending_all(f), 65);
     assert_true(must_alloc(f, 4096, 0) != q);
+    before = f->records;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK); /* allocated on 0x1000, freed with cudaFree */
+    assert_int_equal(f->records - before, 65);
     done(f);
 }
 
@@ -378,7 +381,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fence_only_recorded_streams),
-        cmocka_unit_test(test_plain_free_of_stream_block),
+        cmocka_unit_test(test_plain_free_fences_every_stream),
         cmocka_unit_test(test_frees_land_per_stream),
         cmocka_unit_test(test_failed_record_keeps_stream),
         cmocka_unit_test(test_no_sync_under_lock),
