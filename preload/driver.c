@@ -52,6 +52,35 @@ int gm_stream_capturing(CUstream s)
            st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* Per-thread default streams. CU_STREAM_PER_THREAD (cudaStreamPerThread, stream 0 in a _ptsz
+ * entry point, every default stream of a --default-stream per-thread build) is one handle value
+ * that names a different stream in each thread. The allocator keys pools and fences by stream,
+ * so each thread's per-thread stream gets a key of its own: an odd number no CUstream (a pointer)
+ * can be, 4n+3. The legacy stream has the two names 0 and CU_STREAM_LEGACY: key 0. */
+static _Atomic uintptr_t ptds_next = 1;
+static __thread uintptr_t ptds_key __attribute__((tls_model("initial-exec")));
+
+uintptr_t gm_stream_key(CUstream s)
+{
+    if (s == CU_STREAM_LEGACY)
+        return 0;
+    if (s != CU_STREAM_PER_THREAD)
+        return (uintptr_t)s;
+    if (!ptds_key)
+        ptds_key = atomic_fetch_add(&ptds_next, 1) * 4 + 3;
+    return ptds_key;
+}
+
+/* The stream to record an event on for a key. Another thread's per-thread stream cannot be
+ * named from here: the legacy stream stands for it, as work on the legacy stream starts only
+ * after the work issued before it on every blocking stream, per-thread streams included. */
+CUstream gm_stream_of_key(uintptr_t key)
+{
+    if (key > 3 && (key & 3) == 3)
+        return key == ptds_key ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return (CUstream)key;
+}
+
 static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_alloc_kind kind,
                           CUresult (*real)(CUdeviceptr *, size_t, CUstream),
                           CUresult (*real_sync)(CUdeviceptr *, size_t))

@@ -178,6 +178,10 @@ CUresult gm_driver_ensure_context(CUdevice *dev);
 /* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
  * the graph (the driver's graph memory nodes), so gpumem passes them through. */
 int gm_stream_capturing(CUstream s);
+/* The allocator's key for a stream: each thread's per-thread default stream is a stream of its
+ * own (driver.c); gm_stream_of_key gives the stream to record an event on for a key. */
+uintptr_t gm_stream_key(CUstream s);
+CUstream gm_stream_of_key(uintptr_t key);
 /* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
 CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
@@ -230,6 +234,7 @@ void gm_pt_fork_parent(void);
 void gm_pt_fork_child(void);
 void gm_heap_note_stream(CUstream s);
 void gm_heap_forget_stream(CUstream s);
+int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream);
 struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
@@ -257,7 +262,7 @@ void gm_nvtx_fork_child(void);
 enum gm_ev {
     GM_EV_ALLOC, GM_EV_FREE, GM_EV_ALLOC_ASYNC, GM_EV_FREE_ASYNC, GM_EV_HOST_ALLOC,
     GM_EV_HOST_FREE, GM_EV_FOREIGN_FREE, GM_EV_DOUBLE_FREE, GM_EV_VMM, GM_EV_OOM,
-    GM_EV_MANAGED
+    GM_EV_MANAGED, GM_EV_RECORD_STREAM
 };
 /* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
 #define GM_EVF_CACHE_HIT 0x100

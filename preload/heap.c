@@ -49,14 +49,36 @@ static int be_code(CUresult r)
     return 1000 + (int)r; /* raw driver code kept for alloc_last_backend_error */
 }
 
-/* Backend calls may come from a thread with no current context (a pthread that only calls
- * cudaFree, the exit flush): make the allocator's context current first. */
-static void be_ctx(struct gm_dev *d)
+/* Backend calls run in the allocator's context: the calling thread may have no current context
+ * (a pthread that only calls cudaFree, the exit flush) or another device's (a free of device 1's
+ * memory while device 0 is current; an event recorded or queried there would name the wrong
+ * device's legacy stream, or fail). The previous context is put back after the call. */
+typedef struct {
+    CUcontext prev;
+    int switched;
+} be_ctx_t;
+
+static be_ctx_t be_ctx_enter(struct gm_dev *d)
 {
-    CUcontext c = NULL;
-    if (gm_real.cuCtxGetCurrent(&c) == CUDA_SUCCESS && !c && d->ctx)
-        gm_real.cuCtxSetCurrent(d->ctx);
+    be_ctx_t s = {NULL, 0};
+    if (d->ctx && gm_real.cuCtxGetCurrent(&s.prev) == CUDA_SUCCESS && s.prev != d->ctx &&
+        gm_real.cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS)
+        s.switched = 1;
+    return s;
 }
+
+static void be_ctx_leave(be_ctx_t s)
+{
+    if (s.switched)
+        gm_real.cuCtxSetCurrent(s.prev);
+}
+
+#define IN_CTX(d, expr)                                                                            \
+    do {                                                                                           \
+        be_ctx_t s_ = be_ctx_enter(d);                                                             \
+        expr;                                                                                      \
+        be_ctx_leave(s_);                                                                          \
+    } while (0)
 
 static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
 {
@@ -69,35 +91,38 @@ static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
 static int be_reserve(void *c, size_t size, size_t align, uint64_t *addr)
 {
     CUdeviceptr p = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemAddressReserve(&p, size, align, 0, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAddressReserve(&p, size, align, 0, 0)));
     *addr = p;
     return r;
 }
 static int be_free_range(void *c, uint64_t addr, size_t size)
 {
-    (void)c;
-    return be_code(gm_real.cuMemAddressFree(addr, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAddressFree(addr, size)));
+    return r;
 }
 static int be_create(void *c, size_t size, uint64_t *handle)
 {
     CUmemAllocationProp p;
     be_prop(c, &p);
     CUmemGenericAllocationHandle h = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemCreate(&h, size, &p, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemCreate(&h, size, &p, 0)));
     *handle = h;
     return r;
 }
 static int be_release(void *c, uint64_t handle)
 {
-    (void)c;
-    return be_code(gm_real.cuMemRelease(handle));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemRelease(handle)));
+    return r;
 }
 static int be_map(void *c, uint64_t addr, size_t size, uint64_t handle)
 {
-    (void)c;
-    return be_code(gm_real.cuMemMap(addr, size, 0, handle, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemMap(addr, size, 0, handle, 0)));
+    return r;
 }
 static int be_set_access(void *c, uint64_t addr, size_t size)
 {
@@ -107,12 +132,15 @@ static int be_set_access(void *c, uint64_t addr, size_t size)
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = d->dev;
     a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return be_code(gm_real.cuMemSetAccess(addr, size, &a, 1));
+    int r;
+    IN_CTX(d, r = be_code(gm_real.cuMemSetAccess(addr, size, &a, 1)));
+    return r;
 }
 static int be_unmap(void *c, uint64_t addr, size_t size)
 {
-    (void)c;
-    return be_code(gm_real.cuMemUnmap(addr, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemUnmap(addr, size)));
+    return r;
 }
 static size_t be_granularity(void *c)
 {
@@ -127,49 +155,56 @@ static size_t be_granularity(void *c)
 static int be_seg_alloc(void *c, size_t size, uint64_t *addr)
 {
     CUdeviceptr p = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemAlloc_v2(&p, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAlloc_v2(&p, size)));
     *addr = p;
     return r;
 }
 static int be_seg_free(void *c, uint64_t addr, size_t size)
 {
     (void)size;
-    be_ctx(c);
-    return be_code(gm_real.cuMemFree_v2(addr));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemFree_v2(addr)));
+    return r;
 }
 static int be_event_create(void *c, void **ev)
 {
     CUevent e = NULL;
-    be_ctx(c);
-    int r = be_code(gm_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)));
     *ev = e;
     return r;
 }
+/* `stream` is the allocator's key (gm_stream_key): each thread's per-thread stream has its own */
 static int be_event_record(void *c, void *ev, uintptr_t stream)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuEventRecord((CUevent)ev, (CUstream)stream));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventRecord((CUevent)ev, gm_stream_of_key(stream))));
+    return r;
 }
 static int be_event_query(void *c, void *ev)
 {
-    (void)c;
-    return be_code(gm_real.cuEventQuery((CUevent)ev));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventQuery((CUevent)ev)));
+    return r;
 }
 static int be_event_destroy(void *c, void *ev)
 {
-    (void)c;
-    return be_code(gm_real.cuEventDestroy_v2((CUevent)ev));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventDestroy_v2((CUevent)ev)));
+    return r;
 }
 static int be_synchronize(void *c)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuCtxSynchronize());
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuCtxSynchronize()));
+    return r;
 }
 static int be_mem_info(void *c, size_t *free_b, size_t *total_b)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuMemGetInfo_v2(free_b, total_b));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemGetInfo_v2(free_b, total_b)));
+    return r;
 }
 
 /* ---- allocator hooks: segment maps and OOM go to the recorder ------------------------- */
@@ -283,6 +318,7 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     }
     uint64_t p = 0;
     alloc_malloc_info_t info = {0};
+    stream = (CUstream)gm_stream_key(stream); /* each thread's per-thread stream is its own */
     int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
@@ -314,6 +350,7 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         *res = CUDA_SUCCESS;
         return 1;
     }
+    stream = (CUstream)gm_stream_key(stream);
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
         if (!a)
@@ -340,6 +377,19 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         return 1;
     }
     return 0;
+}
+
+/* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
+ * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
+int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
+{
+    uintptr_t key = gm_stream_key(stream);
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a && alloc_record_stream(a, ptr, key) == ALLOC_OK)
+            return i;
+    }
+    return -1;
 }
 
 int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size)

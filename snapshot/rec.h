@@ -62,7 +62,8 @@ enum rec_kind {
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
     REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() only (rec_event ignores it) */
-    REC_KIND_MAX_ = 21
+    REC_RECORD_STREAM = 21,  /* gpumem_record_stream: the allocation at addr is used on stream too */
+    REC_KIND_MAX_ = 22
 };
 
 /* Flags OR-ed into the kind argument of rec_event (stored in events.flags). */

@@ -124,7 +124,7 @@ static void snapshots_oom_stats_meta(void **state) {
     snap_q_text(path, "SELECT s.s FROM ooms o JOIN strings s ON s.id = o.name ORDER BY o.seq LIMIT 1", nm, sizeof nm);
     assert_string_equal(nm, "h3.mlp.fc");
     assert_int_equal(snap_q(path, "SELECT count(*) FROM ooms WHERE name IS NULL"), 1);
-    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_minor'"), 2);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_minor'"), 3);
     assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='stat.peak_reserved'"), 456);
     char m[32];
     snap_q_text(path, "SELECT value FROM meta WHERE key='mode'", m, sizeof m);

@@ -1,0 +1,150 @@
+/*
+ * streams_app — stream handling of gpumem's allocator, one property per mode
+ * (tests/integration/preload_streams.sh). Prints "streams_app: <mode> ok" and exits 0, or
+ * names what went wrong and exits 1.
+ *
+ *   streams_app ptds     per-thread default streams are distinct streams: a block freed in
+ *                        stream order on thread A's per-thread stream is reused by A at once and
+ *                        never handed to thread B's per-thread stream while A's may still use it;
+ *                        the legacy stream's two names (0, cudaStreamLegacy) are one stream.
+ *   streams_app record   gpumem_record_stream (looked up with dlsym): 0 on a gpumem block, -1 on
+ *                        a host pointer; prints "record <ptr> <stream>" for the test's SQL.
+ *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
+ *                        and destroyed: the address space reserved for each comes back.
+ */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bad;
+
+static void check(int ok, const char *what)
+{
+    if (!ok) {
+        printf("streams_app: %s\n", what);
+        bad++;
+    }
+}
+#define RT(call) check((call) == cudaSuccess, #call)
+
+/* ---- per-thread default streams ------------------------------------------------------------ */
+
+#define PTDS_SIZE (64 * 1024)
+static void *a_block;
+
+static void *thread_a(void *arg)
+{
+    (void)arg;
+    void *p = NULL, *q = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamPerThread));
+    RT(cudaFreeAsync(p, cudaStreamPerThread));
+    RT(cudaMallocAsync(&q, PTDS_SIZE, cudaStreamPerThread));
+    check(q == p, "thread A did not get its own freed block back on its per-thread stream");
+    RT(cudaFreeAsync(q, cudaStreamPerThread));
+    a_block = q;
+    return NULL;
+}
+
+static void *thread_b(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamPerThread));
+    check(p != a_block, "thread B's per-thread stream got the block thread A freed on its own "
+                        "per-thread stream (the two streams were taken for one)");
+    RT(cudaFreeAsync(p, cudaStreamPerThread));
+    return NULL;
+}
+
+static void ptds(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, thread_a, NULL);
+    pthread_join(t, NULL);
+    pthread_create(&t, NULL, thread_b, NULL);
+    pthread_join(t, NULL);
+    /* the legacy stream: 0 and cudaStreamLegacy name the same stream */
+    void *p = NULL, *q = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamLegacy));
+    RT(cudaFreeAsync(p, 0));
+    RT(cudaMallocAsync(&q, PTDS_SIZE, 0));
+    check(q == p, "a block freed on the legacy stream as 0 was not reused on cudaStreamLegacy");
+    RT(cudaFree(q));
+}
+
+/* ---- record_stream ------------------------------------------------------------------------- */
+
+static void record(void)
+{
+    int (*rs)(const void *, void *) = (int (*)(const void *, void *))dlsym(RTLD_DEFAULT,
+                                                                             "gpumem_record_stream");
+    if (!rs) {
+        printf("streams_app: gpumem_record_stream not found (run under LD_PRELOAD=libgpumem.so)\n");
+        bad++;
+        return;
+    }
+    cudaStream_t s1, s2;
+    RT(cudaStreamCreate(&s1));
+    RT(cudaStreamCreate(&s2));
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, 1 << 20, s1));
+    check(rs((char *)p + 4096, s2) == 0, "gpumem_record_stream refused an interior pointer");
+    int host;
+    check(rs(&host, s2) == -1, "gpumem_record_stream accepted a host pointer");
+    printf("record %llu %llu\n", (unsigned long long)(uintptr_t)p, (unsigned long long)(uintptr_t)s2);
+    RT(cudaFreeAsync(p, s1));
+    RT(cudaDeviceSynchronize());
+    RT(cudaStreamDestroy(s1));
+    RT(cudaStreamDestroy(s2));
+}
+
+/* ---- address space ------------------------------------------------------------------------- */
+
+/* Streams are created in batches of 64 (live together, so that their handles differ: a destroyed
+ * stream's handle is often the next one created), then each is used for one allocation and
+ * destroyed; n streams in all. */
+static void churn(int n)
+{
+    enum { BATCH = 64 };
+    cudaStream_t s[BATCH];
+    for (int done = 0; done < n && !bad; done += BATCH) {
+        int k = n - done < BATCH ? n - done : BATCH;
+        for (int i = 0; i < k; i++)
+            RT(cudaStreamCreate(&s[i]));
+        for (int i = 0; i < k && !bad; i++) {
+            void *p = NULL;
+            cudaError_t e = cudaMallocAsync(&p, 4096, s[i]);
+            if (e != cudaSuccess) {
+                printf("streams_app: stream %d of %d: cudaMallocAsync: %s\n", done + i, n,
+                       cudaGetErrorString(e));
+                bad++;
+            }
+            if (p) RT(cudaFreeAsync(p, s[i]));
+            RT(cudaStreamDestroy(s[i]));
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: streams_app ptds|record|churn N\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "ptds"))
+        ptds();
+    else if (!strcmp(argv[1], "record"))
+        record();
+    else if (!strcmp(argv[1], "churn") && argc > 2)
+        churn(atoi(argv[2]));
+    else {
+        fprintf(stderr, "streams_app: unknown mode '%s'\n", argv[1]);
+        return 2;
+    }
+    if (!bad) printf("streams_app: %s ok\n", argv[1]);
+    return bad ? 1 : 0;
+}

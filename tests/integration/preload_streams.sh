@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Properties of gpumem's stream handling in a real program (tests/apps/streams_app.c):
+#   - per-thread default streams are distinct streams (thread B never gets the block thread A
+#     freed in stream order on its own per-thread stream), and 0 / cudaStreamLegacy are one;
+#   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
+#     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
+#     pointer, stream = the stream);
+#   - streams created and destroyed by the thousand give their reserved address space back: with
+#     a 4 TiB virtual device (each stream's pool reserves 4 TiB of address space) the host's
+#     128 TiB would run out after ~30 streams otherwise.
+source tests/integration/preload_common.bash
+need "$LIB" "$APPS/streams_app"
+
+LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds.out" 2>"$TMP/ptds.err"
+check_eq "per-thread default streams: exit status" "$?" 0
+cat "$TMP/ptds.out"
+
+GPUMEM_DB="$TMP/rs.db" LD_PRELOAD=$LIB "$APPS/streams_app" record >"$TMP/rs.out" 2>"$TMP/rs.err"
+check_eq "record_stream: exit status" "$?" 0
+read -r _ ptr stream < <(grep '^record ' "$TMP/rs.out")
+q() { sqlite3 "$TMP/rs.db" "$1"; }
+check_eq "one record_stream event, on the block's pointer and the named stream" \
+  "$(q "SELECT count(*) FROM events e JOIN streams s ON s.id = e.stream
+         WHERE e.kind = 21 AND e.addr = $((ptr + 4096)) AND s.handle = $stream")" 1
+check_eq "kind 21 is named" "$(q "SELECT name FROM kinds WHERE id = 21")" record_stream
+check_eq "the schema says 1.3" "$(q "SELECT value FROM meta WHERE key = 'schema_minor'")" 3
+
+GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=4T LD_PRELOAD=$LIB "$APPS/streams_app" churn 2000 \
+  >"$TMP/churn.out" 2>"$TMP/churn.err"
+check_eq "2000 streams created and destroyed on a 4 TiB device: exit status" "$?" 0
+head -3 "$TMP/churn.out"
+
+cat "$TMP"/*.err >"$TMP/all.err"
+grep -q "ERROR: \(Address\|Thread\)Sanitizer\|WARNING: ThreadSanitizer" "$TMP/all.err" && { fail "sanitizer report"; head -60 "$TMP/all.err"; }
+finish
