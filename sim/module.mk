@@ -61,7 +61,7 @@ $(BUILD)/tests/unit/sim_runtime: | $(SIM_DIR)/libcuda.so
 
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SIM_DRIVER_TESTS) \
     $(if $(wildcard tests/unit/sim_runtime.c),$(SIM_RUNTIME_TESTS)))
-TSAN_UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(filter sim_threads,$(SIM_DRIVER_TESTS)) \
+TSAN_UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(filter sim_threads sim_async,$(SIM_DRIVER_TESTS)) \
     $(if $(wildcard tests/unit/sim_runtime.c),sim_runtime))
 SCRIPT_TESTS += $(wildcard tests/unit/sim_*.sh)
 BENCHES += $(if $(wildcard tests/bench/sim_costs.c),$(BUILD)/tests/bench/sim_costs)

@@ -78,8 +78,8 @@ typedef struct sim_op_stats {
 typedef struct sim_stats {
     sim_op_stats op[SIM_OP_COUNT];
     double total_us;          /* sum of op[].us */
-    size_t capacity;          /* device memory in bytes (GPUMEM_SIM_MEMORY) */
-    size_t used;              /* bytes charged now (cuMemAlloc + cuMemCreate) */
+    size_t capacity;          /* device 0's memory in bytes (GPUMEM_SIM_MEMORY) */
+    size_t used;              /* device 0's bytes charged now (cuMemAlloc + cuMemCreate) */
     size_t peak;              /* highest `used` since start or the last sim_stats_reset */
     uint64_t faults_injected; /* failures injected through GPUMEM_SIM_FAULTS / sim_faults_set */
 } sim_stats;
@@ -124,6 +124,25 @@ CUresult sim_set_capacity(size_t bytes);
 /* 1 when GPUMEM_SIM_BACKING=virtual (device memory has addresses but no storage: copies,
  * memsets into it are skipped and touching it faults), else 0. */
 int sim_backing_is_virtual(void);
+
+/* ---- devices and execution ---------------------------------------------------------------- */
+
+/* The exact accounting of one virtual device: cuMemGetInfo's free is
+ * capacity - context_bytes - allocated (never below 0). */
+typedef struct sim_device_accounting {
+    size_t capacity;                 /* GPUMEM_SIM_MEMORY */
+    size_t context_bytes;            /* charged now for the primary context (0 while inactive) */
+    size_t context_bytes_configured; /* GPUMEM_SIM_CONTEXT_BYTES */
+    size_t allocated;                /* cuMemAlloc* (512 B rounded) + cuMemCreate bytes */
+    size_t peak;                     /* highest `allocated` since start / sim_stats_reset */
+    size_t free;                     /* what cuMemGetInfo reports as free */
+} sim_device_accounting;
+/* CUDA_ERROR_INVALID_DEVICE for an ordinal out of range, INVALID_VALUE for a NULL out. */
+CUresult sim_device_info(int dev, sim_device_accounting *out);
+/* GPUMEM_SIM_DEVICES (1 by default). */
+int sim_device_count(void);
+/* 1 when GPUMEM_SIM_ASYNC=1: each stream's work is queued and run by its own worker thread. */
+int sim_async_enabled(void);
 
 /* ---- registered host memory (cuMemHostRegister) ------------------------------------------ */
 

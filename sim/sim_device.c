@@ -1,11 +1,11 @@
 /* sim_device.c — initialization, the one device, the primary context, cuGetProcAddress and
  * error strings.
  *
- * The virtual GPU has exactly one device (ordinal 0), modelled on an A100-80GB (compute
- * capability 8.0, 108 SMs) except for its memory size, which is GPUMEM_SIM_MEMORY. There is one
- * context, the device's primary context; cuCtxCreate is not supported. A current context is
- * not required by the memory calls (documented leniency; the real driver would return
- * CUDA_ERROR_INVALID_CONTEXT).
+ * The virtual GPU has GPUMEM_SIM_DEVICES devices (default 1), each modelled on an A100-80GB
+ * (compute capability 8.0, 108 SMs) except for its memory size, which is GPUMEM_SIM_MEMORY. Each
+ * device has one context, its primary context; cuCtxCreate is not supported. The current context
+ * (per thread) decides the device of memory calls and default streams; without one they return
+ * CUDA_ERROR_INVALID_CONTEXT, as the real driver does.
  *
  * cuGetProcAddress answers by the base name, as the real driver does ("cuMemAlloc" gives
  * cuMemAlloc_v2): the table is generated at build time from the toolkit's cuda.h
@@ -46,14 +46,14 @@ CUresult cuDriverGetVersion(int *v)
 static CUresult check_dev(CUdevice d)
 {
     SIM_CHECK_INIT();
-    return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    return d >= 0 && d < sim.ndevices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUresult cuDeviceGetCount(int *count)
 {
     SIM_CHECK_INIT();
     if (!count) return CUDA_ERROR_INVALID_VALUE;
-    *count = 1;
+    *count = sim.ndevices;
     return CUDA_SUCCESS;
 }
 
@@ -61,8 +61,8 @@ CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 {
     SIM_CHECK_INIT();
     if (!dev) return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *dev = 0;
+    if (ordinal < 0 || ordinal >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -81,7 +81,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (rc) return rc;
     if (!bytes) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    *bytes = sim.capacity;
+    *bytes = sim.dev[dev].capacity;
     sim_unlock();
     return CUDA_SUCCESS;
 }
@@ -91,7 +91,9 @@ CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-    memcpy(uuid->bytes, "gpumem-sim-dev-0", 16);
+    char u[17];
+    snprintf(u, sizeof u, "gpumem-sim-dev%02u", (unsigned)dev % 100u);
+    memcpy(uuid->bytes, u, 16);
     return CUDA_SUCCESS;
 }
 
@@ -100,7 +102,7 @@ CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     if (!id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-    snprintf(id, (size_t)len, "0000:00:00.0");
+    snprintf(id, (size_t)len, "0000:%02x:00.0", (unsigned)dev);
     return CUDA_SUCCESS;
 }
 
@@ -118,9 +120,9 @@ CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
 {
     CUresult rc = check_dev(dev);
     if (rc) return rc;
-    if (peer != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (peer < 0 || peer >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
     if (!can) return CUDA_ERROR_INVALID_VALUE;
-    *can = 0;
+    *can = peer != dev; /* every pair of virtual devices can (host memory is shared) */
     return CUDA_SUCCESS;
 }
 
@@ -258,11 +260,26 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-/* ---- the primary context ----------------------------------------------------------------- */
+/* ---- the primary contexts ---------------------------------------------------------------- */
+
+bool sim_ctx_valid(CUcontext c)
+{
+    for (int d = 0; d < sim.ndevices; d++)
+        if (c == &sim.dev[d].primary) return true;
+    return false;
+}
 
 static bool ctx_valid(CUcontext c)
 {
-    return c == &sim.primary;
+    return sim_ctx_valid(c);
+}
+
+CUresult sim_current_dev(int *dev)
+{
+    CUcontext c = tls_ctx;
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = c->dev;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
@@ -271,9 +288,9 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (rc) return rc;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    sim.primary.refs++;
+    sim.dev[dev].primary.refs++;
     sim_unlock();
-    *pctx = &sim.primary;
+    *pctx = &sim.dev[dev].primary;
     return CUDA_SUCCESS;
 }
 
@@ -282,8 +299,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     sim_lock();
-    if (sim.primary.refs > 0)
-        sim.primary.refs--;
+    if (sim.dev[dev].primary.refs > 0)
+        sim.dev[dev].primary.refs--;
     else
         rc = CUDA_ERROR_INVALID_CONTEXT;
     sim_unlock();
@@ -296,8 +313,8 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *acti
     if (rc) return rc;
     if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    *flags = sim.primary.flags;
-    *active = sim.primary.refs > 0;
+    *flags = sim.dev[dev].primary.flags;
+    *active = sim.dev[dev].primary.refs > 0;
     sim_unlock();
     return CUDA_SUCCESS;
 }
@@ -307,7 +324,7 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     sim_lock();
-    sim.primary.flags = flags;
+    sim.dev[dev].primary.flags = flags;
     sim_unlock();
     return CUDA_SUCCESS;
 }
@@ -315,7 +332,13 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     /* Resetting would invalidate every allocation; the sim keeps them (documented). */
-    return check_dev(dev);
+    CUresult rc = check_dev(dev);
+    if (rc) return rc;
+    sim_lock();
+    double wait = sim_device_drain(dev);
+    sim_cost_wait(SIM_OP_CTX_SYNC, wait);
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
 CUresult cuCtxGetCurrent(CUcontext *pctx)
@@ -357,7 +380,10 @@ CUresult cuCtxGetDevice(CUdevice *dev)
 {
     SIM_CHECK_INIT();
     if (!dev) return CUDA_ERROR_INVALID_VALUE;
-    *dev = 0;
+    int d;
+    CUresult rc = sim_current_dev(&d);
+    if (rc) return rc;
+    *dev = d;
     return CUDA_SUCCESS;
 }
 
@@ -365,8 +391,9 @@ CUresult cuCtxGetFlags(unsigned int *flags)
 {
     SIM_CHECK_INIT();
     if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!tls_ctx) return CUDA_ERROR_INVALID_CONTEXT;
     sim_lock();
-    *flags = sim.primary.flags;
+    *flags = tls_ctx->flags;
     sim_unlock();
     return CUDA_SUCCESS;
 }
@@ -398,23 +425,82 @@ CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxSynchronize(void)
+static CUresult ctx_sync(CUcontext c)
 {
-    SIM_CHECK_INIT();
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     sim_lock();
-    double wait = sim_events_complete_all();
+    double wait = sim_device_drain(c->dev);
     sim_cost(SIM_OP_CTX_SYNC, 0);
     sim_cost_wait(SIM_OP_CTX_SYNC, wait);
     sim_unlock();
     return CUDA_SUCCESS;
 }
 
-/* CUDA 13.0's variant takes the context to synchronize; the sim has only the primary one. */
+CUresult cuCtxSynchronize(void)
+{
+    SIM_CHECK_INIT();
+    return ctx_sync(tls_ctx);
+}
+
+/* CUDA 13.0's variant takes the context to synchronize (NULL: the current one). */
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     SIM_CHECK_INIT();
     if (ctx && !ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-    return cuCtxSynchronize();
+    return ctx_sync(ctx ? ctx : tls_ctx);
+}
+
+/* Peer access: every pair of virtual devices can reach each other's memory (it is all host
+ * memory); enabling is bookkeeping with the real error codes. */
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!tls_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_valid(peer)) return CUDA_ERROR_INVALID_VALUE;
+    if (peer == tls_ctx) return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    uint64_t bit = (uint64_t)1 << peer->dev;
+    sim_device *d = &sim.dev[tls_ctx->dev];
+    CUresult rc = (d->peer_mask & bit) ? CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED : CUDA_SUCCESS;
+    d->peer_mask |= bit;
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peer)
+{
+    SIM_CHECK_INIT();
+    if (!tls_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_valid(peer)) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    uint64_t bit = (uint64_t)1 << peer->dev;
+    sim_device *d = &sim.dev[tls_ctx->dev];
+    CUresult rc = (d->peer_mask & bit) ? CUDA_SUCCESS : CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    d->peer_mask &= ~bit;
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst)
+{
+    CUresult rc = check_dev(src);
+    if (!rc) rc = check_dev(dst);
+    if (rc) return rc;
+    if (!value || src == dst) return CUDA_ERROR_INVALID_DEVICE;
+    switch (attr) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+        *value = 0;
+        break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+        *value = 1;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
 /* ---- cuGetProcAddress -------------------------------------------------------------------- */

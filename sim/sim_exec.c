@@ -1,57 +1,377 @@
 /* sim_exec.c — streams, events and host kernels.
  *
- * Execution model: work runs at issue time, on the calling thread. That trivially keeps every
- * stream in order and makes every cross-stream dependency hold, so streams carry no queue.
- * What the allocator must not rely on is *completion being visible*: in delayed-completion mode
- * (GPUMEM_SIM_EVENT_DELAY=N or sim_set_event_delay) a recorded event reports NOT_READY for its
- * first N queries, exactly as an event behind slow kernels would; synchronizing on the event,
- * its stream, the context, or freeing with cuMemFree (which synchronizes) completes it.
+ * Every stream is a queue of work with sequence numbers: `issued` (the last work issued),
+ * `executed` (the last work that ran) and `done` (the completion frontier: everything up to it
+ * is complete). An event record is a point (stream, seq) on its stream; the event is complete
+ * once the stream's frontier has passed it. The frontier advances in stream order, and only
+ * past work that is complete:
+ *  - an event record completes after its delay (GPUMEM_SIM_EVENT_DELAY: N queries, or a
+ *    simulated interval), so a later record on the same stream cannot complete before it;
+ *  - a wait (cuStreamWaitEvent) completes once the event's stream has completed its record, so
+ *    work after a wait is never complete before the work it waits for;
+ *  - the legacy default stream waits for every blocking stream of its device, and blocking
+ *    streams wait for the legacy stream (the implicit synchronization of the NULL stream).
+ *
+ * Two execution modes:
+ *  - synchronous (the default): work runs at issue time on the calling thread, so `executed`
+ *    is always `issued`; only records with a delay and waits not yet satisfied are queued (to
+ *    hold the frontier back). Completion is in stream order, the side effects happen at once.
+ *  - asynchronous (GPUMEM_SIM_ASYNC=1): every piece of work (kernel, copy, memset, host
+ *    function, record, wait, cuMemFreeAsync) is queued and run later by the stream's own worker
+ *    thread, in stream order; a wait blocks the worker until the other stream has executed the
+ *    event's record. A kernel on stream B that was not told to wait really can run before, or at
+ *    the same time as, a kernel on stream A: races between streams become observable.
+ *
+ * Synchronizing (cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize, cuMemFree) waits
+ * until the work has executed, then completes the delayed records it covers at once and charges
+ * the remaining simulated time as waiting.
  *
  * Host kernels: sim_register_kernel turns a C function and its parameter sizes into a
- * CUfunction; cuLaunchKernel validates the launch and calls the function with the caller's
- * kernelParams (or with an array built from the CU_LAUNCH_PARAM_BUFFER_POINTER `extra` form),
- * without the lock held.
+ * CUfunction; a launch validates it and runs the function with the caller's kernelParams (at
+ * once) or with a copy of the parameters (asynchronous mode), without the lock held.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim_internal.h"
 
+static __thread sim_stream *tls_ptds[SIM_MAX_DEVICES]; /* per-thread default streams */
+static uint64_t poke_epoch;
+
 static bool is_default_stream(CUstream s)
 {
     return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
 
+bool sim_is_async(void)
+{
+    return sim.async;
+}
+
 bool sim_stream_valid(CUstream s)
 {
-    return is_default_stream(s) || sim_pset_has(sim.streams, sim.nstreams, s);
+    sim_stream *st;
+    return sim_stream_get(s, &st) == CUDA_SUCCESS;
 }
 
-static sim_stream *stream_of(CUstream s)
+static void stream_init(sim_stream *st, int dev, unsigned flags, int priority)
 {
-    return is_default_stream(s) ? NULL : (sim_stream *)(void *)s;
+    st->magic = SIM_MAGIC_STREAM;
+    st->flags = flags;
+    st->priority = priority;
+    st->dev = dev;
+    st->refs = 1;
+    st->id = sim.next_id++;
 }
 
-static bool event_done(const sim_event *e)
+CUresult sim_stream_get(CUstream s, sim_stream **out)
 {
-    return e->pending == 0 && sim.clock_us >= e->deadline_us;
+    *out = NULL;
+    if (!is_default_stream(s)) {
+        if (!sim_pset_has(sim.streams, sim.nstreams, s)) return CUDA_ERROR_INVALID_HANDLE;
+        *out = (sim_stream *)(void *)s;
+        return CUDA_SUCCESS;
+    }
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (rc) return rc;
+    sim_device *d = &sim.dev[dev];
+    if (s != CU_STREAM_PER_THREAD) {
+        if (!d->legacy.magic) {
+            stream_init(&d->legacy, dev, 0, 0);
+            d->legacy.legacy = true;
+            if (!sim_pset_add(&sim.allstreams, &sim.nallstreams, &sim.capallstreams, &d->legacy)) {
+                d->legacy.magic = 0;
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        }
+        *out = &d->legacy;
+        return CUDA_SUCCESS;
+    }
+    if (!tls_ptds[dev]) {
+        sim_stream *st = calloc(1, sizeof *st);
+        if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
+        stream_init(st, dev, 0, 0);
+        st->per_thread = true;
+        if (!sim_pset_add(&sim.allstreams, &sim.nallstreams, &sim.capallstreams, st)) {
+            free(st);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        tls_ptds[dev] = st; /* lives as long as the process (threads do not tell us they end) */
+    }
+    *out = tls_ptds[dev];
+    return CUDA_SUCCESS;
 }
 
-/* Completes e; returns how long (simulated µs) a caller waiting for it would have waited. */
-static double event_complete(sim_event *e)
+static void stream_unref(sim_stream *st);
+
+static void work_free(sim_work *w)
 {
-    e->pending = 0;
-    return e->deadline_us > sim.clock_us ? e->deadline_us - sim.clock_us : 0;
+    if (w->kind == SIM_W_WAIT && w->target) stream_unref(w->target);
+    if (w->kind == SIM_W_RECORD && w->ev) w->ev->rec = NULL;
+    free(w->args);
+    free(w->argbuf);
+    free(w);
 }
 
-double sim_events_complete_all(void)
+static void stream_unref(sim_stream *st)
+{
+    if (--st->refs > 0 || st->legacy || st->per_thread) return;
+    while (st->head) {
+        sim_work *w = st->head;
+        st->head = w->next;
+        work_free(w);
+    }
+    sim_pset_del(sim.allstreams, &sim.nallstreams, st);
+    free(st);
+}
+
+static bool reached(sim_stream *st, uint64_t seq);
+
+/* Moves st's completion frontier forward over complete work, up to seq `upto`. Lock held. */
+static void advance(sim_stream *st, uint64_t upto)
+{
+    while (st->head && st->head->seq <= upto && st->head->seq <= st->executed) {
+        sim_work *w = st->head;
+        if (w->kind == SIM_W_RECORD && (w->pending > 0 || sim.clock_us < w->deadline_us)) break;
+        if (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)) break;
+        st->head = w->next;
+        if (!st->head) st->tail = NULL;
+        if (st->exec_next == w) st->exec_next = w->next;
+        st->done = w->seq;
+        work_free(w);
+    }
+    uint64_t f = st->head ? st->head->seq - 1 : st->executed;
+    if (f > st->executed) f = st->executed;
+    if (f > st->done) st->done = f;
+}
+
+/* Has st completed its work up to seq? */
+static bool reached(sim_stream *st, uint64_t seq)
+{
+    if (st->done >= seq) return true;
+    advance(st, seq);
+    return st->done >= seq;
+}
+
+/* One query of everything (st, upto) depends on: each delayed record counts one query. */
+static void poke(sim_stream *st, uint64_t upto)
+{
+    uint64_t from = st->poke_epoch == poke_epoch ? st->poke_upto : 0;
+    if (from >= upto) return;
+    st->poke_epoch = poke_epoch;
+    st->poke_upto = upto;
+    for (sim_work *w = st->head; w && w->seq <= upto; w = w->next) {
+        if (w->seq <= from) continue;
+        if (w->kind == SIM_W_RECORD && w->pending > 0) w->pending--;
+        if (w->kind == SIM_W_WAIT) poke(w->target, w->tseq);
+    }
+}
+
+/* Completes every delayed record (st, upto) depends on; returns the longest simulated wait. */
+static double force(sim_stream *st, uint64_t upto)
+{
+    uint64_t from = st->poke_epoch == poke_epoch ? st->poke_upto : 0;
+    if (from >= upto) return 0;
+    st->poke_epoch = poke_epoch;
+    st->poke_upto = upto;
+    double wait = 0;
+    for (sim_work *w = st->head; w && w->seq <= upto; w = w->next) {
+        if (w->seq <= from) continue;
+        double x = 0;
+        if (w->kind == SIM_W_RECORD) {
+            w->pending = 0;
+            x = w->deadline_us > sim.clock_us ? w->deadline_us - sim.clock_us : 0;
+        } else if (w->kind == SIM_W_WAIT) {
+            x = force(w->target, w->tseq);
+        }
+        if (x > wait) wait = x;
+    }
+    return wait;
+}
+
+/* ---- the workers (asynchronous mode) ------------------------------------------------------ */
+
+static void run_work(sim_work *w)
+{
+    switch (w->kind) {
+    case SIM_W_KERNEL:
+        w->fn(w->args);
+        break;
+    case SIM_W_COPY:
+        if (w->zero_dst)
+            memset((void *)w->dst, 0, w->n);
+        else
+            memmove((void *)w->dst, (const void *)w->src, w->n);
+        break;
+    case SIM_W_MEMSET:
+        if (w->elem == 1)
+            memset((void *)w->dst, (int)(w->value & 0xff), w->n);
+        else if (w->elem == 2)
+            for (size_t i = 0; i < w->n / 2; i++)
+                ((uint16_t *)w->dst)[i] = (uint16_t)w->value;
+        else
+            for (size_t i = 0; i < w->n / 4; i++)
+                ((uint32_t *)w->dst)[i] = w->value;
+        break;
+    case SIM_W_HOSTFN:
+        w->hfn(w->user);
+        break;
+    default:
+        break;
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    sim_stream *st = arg;
+    sim_lock();
+    for (;;) {
+        while (!st->exec_next && !st->stop)
+            pthread_cond_wait(&sim.cond, &sim.lock);
+        if (!st->exec_next) break;
+        sim_work *w = st->exec_next;
+        if (w->kind == SIM_W_WAIT) {
+            while (w->target->executed < w->tseq)
+                pthread_cond_wait(&sim.cond, &sim.lock);
+        } else if (w->kind == SIM_W_RECORD) {
+            if (w->ev) w->ev->t_ms = sim_now_ms();
+        } else if (w->kind == SIM_W_FREE) {
+            size_t freed;
+            sim_device_free(w->ptr, true, &freed);
+        } else if (w->kind != SIM_W_NOP) {
+            sim_unlock();
+            run_work(w);
+            sim_lock();
+        }
+        st->exec_next = w->next;
+        st->executed = w->seq;
+        advance(st, st->executed);
+        pthread_cond_broadcast(&sim.cond);
+    }
+    sim_unlock();
+    return NULL;
+}
+
+static void append(sim_stream *st, sim_work *w)
+{
+    w->next = NULL;
+    if (st->tail)
+        st->tail->next = w;
+    else
+        st->head = w;
+    st->tail = w;
+}
+
+static sim_work *wait_work(sim_stream *target, uint64_t tseq)
+{
+    sim_work *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->kind = SIM_W_WAIT;
+    w->target = target;
+    w->tseq = tseq;
+    target->refs++;
+    return w;
+}
+
+static void start_worker(sim_stream *st)
+{
+    if (st->has_worker) return;
+    st->stop = false;
+    st->has_worker = pthread_create(&st->worker, NULL, worker_main, st) == 0;
+    if (!st->has_worker) sim_note("cannot start a stream worker thread; its work will not run");
+}
+
+void sim_stream_wait_executed(sim_stream *st, uint64_t seq)
+{
+    if (!sim.async) return;
+    if (st->executed < seq) start_worker(st);
+    while (st->executed < seq)
+        pthread_cond_wait(&sim.cond, &sim.lock);
+}
+
+/* Queues w on st (or, synchronous mode, records its place). Lock held. */
+static uint64_t push(sim_stream *st, sim_work *w, bool *queued)
+{
+    uint64_t seq = ++st->issued;
+    bool keep;
+    if (sim.async) {
+        keep = true;
+    } else {
+        st->executed = seq;
+        keep = w && ((w->kind == SIM_W_RECORD && (w->pending > 0 || w->deadline_us > sim.clock_us)) ||
+                     (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)));
+    }
+    if (w) w->seq = seq;
+    if (keep) {
+        append(st, w);
+        if (sim.async) {
+            if (!st->exec_next) st->exec_next = w;
+            start_worker(st);
+            pthread_cond_broadcast(&sim.cond);
+        }
+    } else if (w) {
+        work_free(w);
+    }
+    if (queued) *queued = keep;
+    if (!keep) advance(st, seq);
+    return seq;
+}
+
+uint64_t sim_issue(sim_stream *st, sim_work *w, bool *queued)
+{
+    /* The legacy default stream synchronizes with the blocking streams of its device. */
+    if (!(st->flags & CU_STREAM_NON_BLOCKING)) {
+        for (size_t i = 0; i < sim.nallstreams; i++) {
+            sim_stream *o = sim.allstreams[i];
+            if (o == st || o->dev != st->dev || (o->flags & CU_STREAM_NON_BLOCKING)) continue;
+            if (!st->legacy && !o->legacy) continue;
+            if (reached(o, o->issued)) continue;
+            sim_work *ww = wait_work(o, o->issued);
+            if (ww) push(st, ww, NULL);
+        }
+    }
+    return push(st, w, queued);
+}
+
+double sim_stream_drain(sim_stream *st, uint64_t seq)
+{
+    sim_stream_wait_executed(st, seq);
+    poke_epoch++;
+    double wait = force(st, seq);
+    advance(st, seq);
+    return wait;
+}
+
+/* Synchronizing the legacy stream also covers the blocking streams of its device. */
+static double stream_sync(sim_stream *st)
+{
+    double wait = sim_stream_drain(st, st->issued);
+    if (st->legacy)
+        for (size_t i = 0; i < sim.nallstreams; i++) {
+            sim_stream *o = sim.allstreams[i];
+            if (o->dev != st->dev || (o->flags & CU_STREAM_NON_BLOCKING)) continue;
+            double w = sim_stream_drain(o, o->issued);
+            if (w > wait) wait = w;
+        }
+    return wait;
+}
+
+double sim_device_drain(int dev)
 {
     double wait = 0;
-    for (size_t i = 0; i < sim.nevents; i++) {
-        double w = event_complete(sim.events[i]);
+    for (size_t i = 0; i < sim.nallstreams; i++) {
+        sim_stream *o = sim.allstreams[i];
+        if (dev >= 0 && o->dev != dev) continue;
+        double w = sim_stream_drain(o, o->issued);
         if (w > wait) wait = w; /* the device drains in parallel: the last one decides */
     }
     return wait;
+}
+
+static bool event_done(sim_event *e)
+{
+    return !e->stream || reached(e->stream, e->seq);
 }
 
 size_t sim_events_pending(void)
@@ -73,12 +393,20 @@ CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, int priori
     if (!ps || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
     sim_stream *st = calloc(1, sizeof *st);
     if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
-    st->magic = SIM_MAGIC_STREAM;
-    st->flags = flags;
-    st->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
     sim_lock();
-    st->id = sim.next_id++;
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (rc) {
+        sim_unlock();
+        free(st);
+        return rc;
+    }
+    stream_init(st, dev, flags, priority < -5 ? -5 : priority > 0 ? 0 : priority);
     bool ok = sim_pset_add(&sim.streams, &sim.nstreams, &sim.capstreams, st);
+    if (ok && !sim_pset_add(&sim.allstreams, &sim.nallstreams, &sim.capallstreams, st)) {
+        sim_pset_del(sim.streams, &sim.nstreams, st);
+        ok = false;
+    }
     sim_unlock();
     if (!ok) {
         free(st);
@@ -93,23 +421,33 @@ CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
     return cuStreamCreateWithPriority(ps, flags, 0);
 }
 
+/* Waits for the stream's work to execute (delayed records stay as they are: events recorded on
+ * it keep their state), stops its worker and drops the handle. */
 CUresult cuStreamDestroy_v2(CUstream s)
 {
     SIM_CHECK_INIT();
     if (is_default_stream(s)) return CUDA_ERROR_INVALID_HANDLE;
     sim_lock();
     bool ok = sim_pset_has(sim.streams, sim.nstreams, s);
-    if (ok) {
-        sim_pset_del(sim.streams, &sim.nstreams, s);
-        /* Events recorded on it keep their state; they just forget the stream. */
-        for (size_t i = 0; i < sim.nevents; i++) {
-            sim_event *e = sim.events[i];
-            if (e->stream == (sim_stream *)(void *)s) e->stream = NULL;
-        }
+    if (!ok) {
+        sim_unlock();
+        return CUDA_ERROR_INVALID_HANDLE;
     }
+    sim_stream *st = (sim_stream *)(void *)s;
+    sim_pset_del(sim.streams, &sim.nstreams, s);
+    st->destroyed = true;
+    sim_stream_wait_executed(st, st->issued);
+    if (st->has_worker) {
+        st->stop = true;
+        pthread_cond_broadcast(&sim.cond);
+        pthread_t t = st->worker;
+        st->has_worker = false;
+        sim_unlock();
+        pthread_join(t, NULL);
+        sim_lock();
+    }
+    stream_unref(st);
     sim_unlock();
-    if (!ok) return CUDA_ERROR_INVALID_HANDLE;
-    free((void *)s);
     return CUDA_SUCCESS;
 }
 
@@ -117,44 +455,40 @@ CUresult cuStreamSynchronize(CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
-    double wait = 0;
-    if (!sim_stream_valid(s))
-        rc = CUDA_ERROR_INVALID_HANDLE;
-    else if (is_default_stream(s))
-        wait = sim_events_complete_all(); /* the legacy stream: all */
-    else
-        for (size_t i = 0; i < sim.nevents; i++) {
-            sim_event *e = sim.events[i];
-            if (e->stream == stream_of(s)) {
-                double w = event_complete(e);
-                if (w > wait) wait = w;
-            }
-        }
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    double wait = rc ? 0 : stream_sync(st);
     sim_cost(SIM_OP_STREAM_SYNC, 0);
     sim_cost_wait(SIM_OP_STREAM_SYNC, wait);
     sim_unlock();
     return rc;
 }
 
-/* NOT_READY while an event recorded on s is pending; each query counts as one query of those
- * events, so polling a stream terminates just like polling its events. */
+/* NOT_READY while work issued on s is not complete; each query counts as one query of the
+ * delayed records that work depends on, so polling a stream terminates just like polling its
+ * events. The legacy stream covers the blocking streams of its device. */
 CUresult cuStreamQuery(CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
     sim_cost(SIM_OP_EVENT_QUERY, 0); /* a query takes (simulated) time: timed delays run out */
-    CUresult rc = CUDA_SUCCESS;
-    if (!sim_stream_valid(s))
-        rc = CUDA_ERROR_INVALID_HANDLE;
-    else
-        for (size_t i = 0; i < sim.nevents; i++) {
-            sim_event *e = sim.events[i];
-            if ((is_default_stream(s) || e->stream == stream_of(s)) && !event_done(e)) {
-                if (e->pending > 0) e->pending--;
-                rc = CUDA_ERROR_NOT_READY;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) {
+        poke_epoch++;
+        bool done = reached(st, st->issued);
+        if (!done) poke(st, st->issued);
+        if (st->legacy)
+            for (size_t i = 0; i < sim.nallstreams; i++) {
+                sim_stream *o = sim.allstreams[i];
+                if (o == st || o->dev != st->dev || (o->flags & CU_STREAM_NON_BLOCKING)) continue;
+                if (!reached(o, o->issued)) {
+                    done = false;
+                    poke(o, o->issued);
+                }
             }
-        }
+        if (!done) rc = CUDA_ERROR_NOT_READY;
+    }
     sim_unlock();
     return rc;
 }
@@ -163,12 +497,21 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags)
 {
     SIM_CHECK_INIT();
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
-    if (!sim_stream_valid(s) || !sim_pset_has(sim.events, sim.nevents, ev))
-        rc = CUDA_ERROR_INVALID_HANDLE;
-    else if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    /* Work already ran at issue time, so the dependency holds with nothing to do. */
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc && !sim_pset_has(sim.events, sim.nevents, ev)) rc = CUDA_ERROR_INVALID_HANDLE;
+    if (!rc && (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)) rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        sim_event *e = (sim_event *)(void *)ev;
+        /* The wait is on the event's latest record at the time of the call (none: nothing). */
+        if (e->stream && e->stream != st) {
+            sim_work *w = wait_work(e->stream, e->seq);
+            if (!w)
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else
+                sim_issue(st, w, NULL);
+        }
+    }
     sim_unlock();
     return rc;
 }
@@ -178,10 +521,11 @@ CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
     SIM_CHECK_INIT();
     if (!flags) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
-    if (ok) *flags = is_default_stream(s) ? 0 : stream_of(s)->flags;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) *flags = st->flags;
     sim_unlock();
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return rc;
 }
 
 CUresult cuStreamGetPriority(CUstream s, int *priority)
@@ -189,10 +533,11 @@ CUresult cuStreamGetPriority(CUstream s, int *priority)
     SIM_CHECK_INIT();
     if (!priority) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
-    if (ok) *priority = is_default_stream(s) ? 0 : stream_of(s)->priority;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) *priority = st->priority;
     sim_unlock();
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return rc;
 }
 
 CUresult cuStreamGetId(CUstream s, unsigned long long *id)
@@ -200,10 +545,11 @@ CUresult cuStreamGetId(CUstream s, unsigned long long *id)
     SIM_CHECK_INIT();
     if (!id) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
-    if (ok) *id = is_default_stream(s) ? (unsigned long long)(uintptr_t)s : stream_of(s)->id;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) *id = st->id;
     sim_unlock();
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return rc;
 }
 
 CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
@@ -211,11 +557,23 @@ CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
     SIM_CHECK_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) *pctx = &sim.dev[st->dev].primary;
     sim_unlock();
-    if (!ok) return CUDA_ERROR_INVALID_HANDLE;
-    *pctx = &sim.primary;
-    return CUDA_SUCCESS;
+    return rc;
+}
+
+CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
+{
+    SIM_CHECK_INIT();
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) *dev = st->dev;
+    sim_unlock();
+    return rc;
 }
 
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
@@ -223,9 +581,10 @@ CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
     SIM_CHECK_INIT();
     if (!status) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
     sim_unlock();
-    if (!ok) return CUDA_ERROR_INVALID_HANDLE;
+    if (rc) return rc;
     *status = CU_STREAM_CAPTURE_STATUS_NONE; /* the sim has no graphs */
     return CUDA_SUCCESS;
 }
@@ -243,14 +602,23 @@ CUresult cuEventCreate(CUevent *pe, unsigned int flags)
     e->magic = SIM_MAGIC_EVENT;
     e->flags = flags;
     sim_lock();
-    bool ok = sim_pset_add(&sim.events, &sim.nevents, &sim.capevents, e);
+    CUresult rc = sim_current_dev(&e->dev);
+    bool ok = !rc && sim_pset_add(&sim.events, &sim.nevents, &sim.capevents, e);
     sim_unlock();
     if (!ok) {
         free(e);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return rc ? rc : CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pe = (CUevent)(void *)e;
     return CUDA_SUCCESS;
+}
+
+static void event_forget(sim_event *e)
+{
+    if (e->rec) e->rec->ev = NULL;
+    e->rec = NULL;
+    if (e->stream) stream_unref(e->stream);
+    e->stream = NULL;
 }
 
 CUresult cuEventDestroy_v2(CUevent ev)
@@ -258,7 +626,10 @@ CUresult cuEventDestroy_v2(CUevent ev)
     SIM_CHECK_INIT();
     sim_lock();
     bool ok = sim_pset_has(sim.events, sim.nevents, ev);
-    if (ok) sim_pset_del(sim.events, &sim.nevents, ev);
+    if (ok) {
+        sim_pset_del(sim.events, &sim.nevents, ev);
+        event_forget((sim_event *)(void *)ev);
+    }
     sim_unlock();
     if (!ok) return CUDA_ERROR_INVALID_HANDLE;
     free((void *)ev);
@@ -269,16 +640,28 @@ CUresult cuEventRecord(CUevent ev, CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
+    sim_stream *st = NULL;
     CUresult rc = CUDA_SUCCESS;
-    if (!sim_pset_has(sim.events, sim.nevents, ev) || !sim_stream_valid(s)) {
+    if (!sim_pset_has(sim.events, sim.nevents, ev))
         rc = CUDA_ERROR_INVALID_HANDLE;
-    } else {
+    else
+        rc = sim_stream_get(s, &st);
+    sim_work *w = NULL;
+    if (!rc && !(w = calloc(1, sizeof *w))) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc) {
         sim_event *e = (sim_event *)(void *)ev;
+        event_forget(e);
+        w->kind = SIM_W_RECORD;
+        w->pending = sim.event_delay;
+        w->deadline_us = sim.event_delay_us > 0 ? sim.clock_us + sim.event_delay_us : 0;
+        w->ev = e;
         e->recorded = true;
-        e->pending = sim.event_delay;
-        e->deadline_us = sim.event_delay_us > 0 ? sim.clock_us + sim.event_delay_us : 0;
-        e->stream = stream_of(s);
-        e->t_ms = sim_now_ms();
+        e->stream = st;
+        st->refs++;
+        if (!sim.async) e->t_ms = sim_now_ms();
+        bool queued;
+        e->seq = sim_issue(st, w, &queued);
+        e->rec = queued ? w : NULL;
     }
     sim_cost(SIM_OP_EVENT_RECORD, 0);
     sim_unlock();
@@ -300,11 +683,11 @@ CUresult cuEventQuery(CUevent ev)
         rc = CUDA_ERROR_INVALID_HANDLE;
     else {
         sim_event *e = (sim_event *)(void *)ev;
-        if (e->pending > 0) {
-            e->pending--;
+        if (!event_done(e)) {
+            poke_epoch++;
+            poke(e->stream, e->seq);
             rc = CUDA_ERROR_NOT_READY;
-        } else if (!event_done(e))
-            rc = CUDA_ERROR_NOT_READY;
+        }
     }
     sim_cost(SIM_OP_EVENT_QUERY, 0);
     sim_unlock();
@@ -316,8 +699,18 @@ CUresult cuEventSynchronize(CUevent ev)
     SIM_CHECK_INIT();
     sim_lock();
     CUresult rc = CUDA_SUCCESS;
-    if (!sim_pset_has(sim.events, sim.nevents, ev)) rc = CUDA_ERROR_INVALID_HANDLE;
-    double wait = rc ? 0 : event_complete((sim_event *)(void *)ev);
+    double wait = 0;
+    if (!sim_pset_has(sim.events, sim.nevents, ev))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else {
+        sim_event *e = (sim_event *)(void *)ev;
+        if (e->stream) {
+            sim_stream *st = e->stream;
+            st->refs++; /* the event may be re-recorded while this waits */
+            wait = sim_stream_drain(st, e->seq);
+            stream_unref(st);
+        }
+    }
     sim_cost(SIM_OP_EVENT_SYNC, 0);
     sim_cost_wait(SIM_OP_EVENT_SYNC, wait);
     sim_unlock();
@@ -455,40 +848,79 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
 {
     sim_lock();
     sim_kernel *k = kernel_of(f);
-    bool stream_ok = sim_stream_valid(s);
+    sim_stream *st;
+    CUresult src = sim_stream_get(s, &st);
     sim_cost(SIM_OP_LAUNCH, 0);
     sim_unlock();
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
-    if (!stream_ok) return CUDA_ERROR_INVALID_HANDLE;
+    if (src) return src;
     if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     if ((unsigned long long)bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
         return CUDA_ERROR_INVALID_VALUE;
     if (shmem > 166912) return CUDA_ERROR_INVALID_VALUE;
     if (params && extra) return CUDA_ERROR_INVALID_VALUE;
     if (k->nparams && !params && !extra) return CUDA_ERROR_INVALID_VALUE;
-    if (params || !extra) {
-        k->fn(params);
-        return CUDA_SUCCESS;
-    }
     /* The `extra` form: one packed argument buffer laid out as cuFuncGetParamInfo says. */
     char *buf = NULL;
-    size_t *bufsize = NULL;
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-            buf = extra[i + 1];
-        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-            bufsize = extra[i + 1];
-        else
-            return CUDA_ERROR_INVALID_VALUE;
+    if (!params && extra) {
+        size_t *bufsize = NULL;
+        for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                bufsize = extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!buf || !bufsize || *bufsize < k->args_size) return CUDA_ERROR_INVALID_VALUE;
     }
-    if (!buf || !bufsize || *bufsize < k->args_size) return CUDA_ERROR_INVALID_VALUE;
-    void *stack_args[16];
-    void **args = k->nparams <= 16 ? stack_args : calloc(k->nparams, sizeof *args);
-    if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
-    for (unsigned i = 0; i < k->nparams; i++)
-        args[i] = buf + k->offsets[i];
-    k->fn(args);
-    if (args != stack_args) free(args);
+    if (!sim.async) {
+        /* Synchronous mode: the kernel runs now, on the caller's own parameters. */
+        if (params || !extra) {
+            k->fn(params);
+        } else {
+            void *stack_args[16];
+            void **args = k->nparams <= 16 ? stack_args : calloc(k->nparams, sizeof *args);
+            if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
+            for (unsigned i = 0; i < k->nparams; i++)
+                args[i] = buf + k->offsets[i];
+            k->fn(args);
+            if (args != stack_args) free(args);
+        }
+        sim_lock();
+        if (!sim_stream_get(s, &st)) sim_issue(st, NULL, NULL);
+        sim_unlock();
+        return CUDA_SUCCESS;
+    }
+    /* Asynchronous mode: the work keeps its own copy of the parameters (the caller's may be
+     * gone when it runs). */
+    sim_work *w = calloc(1, sizeof *w);
+    if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
+    w->kind = SIM_W_KERNEL;
+    w->fn = k->fn;
+    w->argbuf = malloc(k->args_size ? k->args_size : 1);
+    w->args = calloc(k->nparams ? k->nparams : 1, sizeof *w->args);
+    if (!w->argbuf || !w->args) {
+        free(w->argbuf);
+        free(w->args);
+        free(w);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (unsigned i = 0; i < k->nparams; i++) {
+        w->args[i] = w->argbuf + k->offsets[i];
+        memcpy(w->args[i], params ? params[i] : buf + k->offsets[i], k->sizes[i]);
+    }
+    sim_lock();
+    src = sim_stream_get(s, &st); /* it may have been destroyed meanwhile (a program error) */
+    if (src) {
+        sim_unlock();
+        free(w->argbuf);
+        free(w->args);
+        free(w);
+        return src;
+    }
+    sim_issue(st, w, NULL);
+    sim_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -532,12 +964,31 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
     SIM_CHECK_INIT();
     if (!fn) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    bool ok = sim_stream_valid(s);
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
     sim_cost(SIM_OP_LAUNCH, 0);
+    sim_work *w = rc ? NULL : calloc(1, sizeof *w);
+    if (!rc && !w) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc) {
+        sim_unlock();
+        return rc;
+    }
+    w->kind = SIM_W_HOSTFN;
+    w->hfn = fn;
+    w->user = user;
+    if (!sim.async) {
+        sim_unlock();
+        fn(user);
+        sim_lock();
+        w->kind = SIM_W_NOP;
+        rc = sim_stream_get(s, &st);
+    }
+    if (rc)
+        free(w);
+    else
+        sim_issue(st, w, NULL);
     sim_unlock();
-    if (!ok) return CUDA_ERROR_INVALID_HANDLE;
-    fn(user);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 /* ---- per-thread default-stream symbols --------------------------------------------------- */
@@ -548,6 +999,7 @@ SIM_ALIAS(cuStreamGetFlags_ptsz, cuStreamGetFlags)
 SIM_ALIAS(cuStreamGetPriority_ptsz, cuStreamGetPriority)
 SIM_ALIAS(cuStreamGetId_ptsz, cuStreamGetId)
 SIM_ALIAS(cuStreamGetCtx_ptsz, cuStreamGetCtx)
+SIM_ALIAS(cuStreamGetDevice_ptsz, cuStreamGetDevice)
 SIM_ALIAS(cuStreamIsCapturing_ptsz, cuStreamIsCapturing)
 SIM_ALIAS(cuEventRecord_ptsz, cuEventRecord)
 SIM_ALIAS(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)

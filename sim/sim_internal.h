@@ -29,6 +29,8 @@
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
+/* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
+#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)0)
 
 enum sim_range_kind {
     SIM_R_DEVICE = 1, /* cuMemAlloc / cuMemAllocAsync */
@@ -46,6 +48,7 @@ typedef struct sim_handle {
     bool inherited;    /* created before a fork: shared with the parent, never punched here */
     int refs;          /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
+    int dev;           /* device charged (prop.location.id) */
     CUmemAllocationProp prop;
 } sim_handle;
 
@@ -67,25 +70,86 @@ typedef struct sim_range {
     size_t charged;    /* device bytes charged for it */
     uint64_t id;       /* buffer id */
     bool from_pool;    /* allocated by cuMemAllocAsync / FromPool */
+    bool freeing;      /* a cuMemFreeAsync is queued for it (asynchronous mode) */
+    int dev;           /* device charged (device memory) */
     sim_mapping *maps; /* SIM_R_RESERVE: sorted by va */
     size_t nmaps, capmaps;
 } sim_range;
+
+#define SIM_MAX_DEVICES 16
+
+struct sim_event;
+struct sim_stream;
+
+/* One piece of work queued on a stream (see sim_exec.c). */
+enum sim_work_kind {
+    SIM_W_NOP = 0, /* work that already ran at issue time (synchronous mode) */
+    SIM_W_KERNEL,
+    SIM_W_COPY,
+    SIM_W_MEMSET,
+    SIM_W_HOSTFN,
+    SIM_W_RECORD, /* an event record */
+    SIM_W_WAIT,   /* wait for (target, tseq) */
+    SIM_W_FREE,   /* cuMemFreeAsync */
+};
+
+typedef struct sim_work {
+    struct sim_work *next;
+    uint64_t seq;
+    int kind;
+    /* SIM_W_RECORD */
+    struct sim_event *ev; /* the event while this is its latest record, else NULL */
+    unsigned pending;     /* queries left before it completes (delayed-completion mode) */
+    double deadline_us;   /* simulated clock at which it completes (timed delayed completion) */
+    /* SIM_W_WAIT */
+    struct sim_stream *target;
+    uint64_t tseq;
+    /* SIM_W_KERNEL */
+    sim_host_kernel_fn fn;
+    void **args;
+    char *argbuf;
+    /* SIM_W_COPY / SIM_W_MEMSET */
+    uintptr_t dst, src;
+    size_t n, elem;
+    unsigned value;
+    bool zero_dst; /* virtual backing: a device -> host copy gives zeros */
+    /* SIM_W_HOSTFN */
+    CUhostFn hfn;
+    void *user;
+    /* SIM_W_FREE */
+    CUdeviceptr ptr;
+} sim_work;
 
 typedef struct sim_stream {
     uint32_t magic;
     unsigned flags;
     int priority;
     uint64_t id;
+    int dev;           /* device (context) the stream belongs to */
+    bool legacy;       /* the device's legacy default stream */
+    bool per_thread;   /* a thread's per-thread default stream */
+    bool destroyed;    /* cuStreamDestroy called; freed when refs reach 0 */
+    int refs;          /* the handle + events and waits that point here */
+    uint64_t issued;   /* seq of the last work issued */
+    uint64_t executed; /* seq of the last work executed (== issued in synchronous mode) */
+    uint64_t done;     /* completion frontier: work up to here is complete */
+    sim_work *head, *tail; /* work not yet complete, in order */
+    sim_work *exec_next;   /* asynchronous mode: the next work for the worker */
+    pthread_t worker;
+    bool has_worker, stop;
+    struct sim_capture *capture; /* stream capture in progress (sim_graph.c), else NULL */
+    uint64_t poke_epoch, poke_upto; /* one query/synchronization pass visits a queue once */
 } sim_stream;
 
 typedef struct sim_event {
     uint32_t magic;
     unsigned flags;
     bool recorded;
-    unsigned pending;   /* queries left before it completes (delayed-completion mode) */
-    double deadline_us; /* simulated clock at which it completes (timed delayed completion) */
-    sim_stream *stream; /* stream of the last record (NULL: legacy default stream) */
-    double t_ms;        /* CLOCK_MONOTONIC at record */
+    sim_stream *stream; /* stream of the last record (holds a reference), or NULL */
+    uint64_t seq;       /* the record's position on that stream */
+    sim_work *rec;      /* the record while it is queued (not complete), else NULL */
+    double t_ms;        /* CLOCK_MONOTONIC when the record executed */
+    int dev;
 } sim_event;
 
 typedef struct sim_kernel {
@@ -103,7 +167,23 @@ struct CUctx_st {
     int refs;
     unsigned flags;
     uint64_t id;
+    int dev;
 };
+
+/* One virtual device: its memory accounting, primary context, legacy stream and default pool. */
+typedef struct sim_device {
+    size_t capacity, used, peak; /* used: allocations (cuMemAlloc*, cuMemCreate) */
+    size_t ctx_bytes;            /* charged while the primary context is active */
+    struct CUctx_st primary;
+    sim_stream legacy;
+    struct {
+        uint32_t magic;
+        int dev;
+        uint64_t release_threshold;
+        size_t used, used_high; /* pool allocations now, and their high-water mark */
+    } pool;
+    uint64_t peer_mask; /* devices this one has enabled peer access to */
+} sim_device;
 
 typedef struct sim_fault_plan {
     uint64_t alloc_at[SIM_MAX_FAULTS];
@@ -120,7 +200,12 @@ typedef struct sim_state {
     unsigned event_delay;  /* queries before a recorded event completes */
     double event_delay_us; /* simulated µs after its record before an event completes */
     double clock_us;       /* simulated driver clock: every cost and wait, never reset */
-    size_t capacity, used, peak;
+    bool async;      /* GPUMEM_SIM_ASYNC=1: streams run their work on worker threads */
+    int ndevices;    /* GPUMEM_SIM_DEVICES */
+    sim_device dev[SIM_MAX_DEVICES];
+    pthread_cond_t cond; /* broadcast whenever a stream executes work */
+    void **allstreams;   /* every live stream, default streams included (sorted set) */
+    size_t nallstreams, capallstreams;
     int memfd; /* backing for cuMemCreate handles; -1 when virtual */
     uint64_t next_file_off;
     uint64_t next_id;
@@ -134,7 +219,6 @@ typedef struct sim_state {
     size_t nevents, capevents;
     void **kernels;
     size_t nkernels, capkernels;
-    struct CUctx_st primary;
     sim_fault_plan faults;
     uint64_t n_allocs, n_maps, faults_injected;
     sim_stats stats;
@@ -155,8 +239,9 @@ void sim_unlock(void);
 void sim_ensure_config(void);                     /* reads the environment once; takes no lock */
 void sim_cost(sim_op op, size_t bytes);           /* caller holds the lock */
 void sim_cost_wait(sim_op op, double us);         /* simulated waiting, charged to op; lock held */
-CUresult sim_charge(size_t bytes, bool is_alloc); /* capacity + faults; caller holds the lock */
-void sim_uncharge(size_t bytes);
+CUresult sim_charge(int dev, size_t bytes, bool is_alloc); /* capacity + faults; lock held */
+void sim_uncharge(int dev, size_t bytes);
+size_t sim_dev_free(int dev); /* capacity - context - allocations; lock held */
 bool sim_fault_map(void); /* caller holds the lock: should this map fail? */
 CUresult sim_unsupported(const char *name);
 int sim_parse_size(const char *s, size_t *out);
@@ -170,10 +255,32 @@ void sim_pset_del(void **v, size_t *n, const void *p);
 
 /* sim_mem.c */
 sim_range *sim_range_find(uintptr_t p); /* range containing p, or NULL; lock held */
-double sim_events_complete_all(void);   /* lock held; returns the simulated µs waited */
+
+/* sim_device.c */
+/* The device of the calling thread's current context: CUDA_ERROR_INVALID_CONTEXT without one. */
+CUresult sim_current_dev(int *dev);
+bool sim_ctx_valid(CUcontext c);
 
 /* sim_exec.c */
 bool sim_stream_valid(CUstream s); /* lock held */
+/* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current
+ * context's default streams) to its stream; lock held. */
+CUresult sim_stream_get(CUstream s, sim_stream **out);
+/* Issues work on st (lock held). In synchronous mode the caller has already done it (pass a
+ * SIM_W_NOP) and w may be NULL; in asynchronous mode w is queued for the stream's worker. The
+ * legacy stream's implicit synchronization with blocking streams is added here. Returns its seq
+ * (0 when out of memory). */
+uint64_t sim_issue(sim_stream *st, sim_work *w, bool *queued);
+/* Waits (lock held, released while waiting) until st has executed work up to seq, completes it
+ * (delayed completion) and returns the simulated µs a caller would have waited. */
+double sim_stream_drain(sim_stream *st, uint64_t seq);
+/* Waits (lock held) until st has executed work up to seq; completes nothing. */
+void sim_stream_wait_executed(sim_stream *st, uint64_t seq);
+/* Drains every stream of dev (-1: every device); returns the simulated wait. */
+double sim_device_drain(int dev);
+bool sim_is_async(void);
+/* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
+CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start,
                                    CUevent end) __asm__("cuEventElapsedTime");

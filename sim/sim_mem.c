@@ -26,12 +26,17 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-/* The default memory pool of device 0 is a fixed token; pools are not otherwise modelled. */
-static struct {
-    uint32_t magic;
-    uint64_t release_threshold;
-} default_pool = {0x504f4f4cu, 0};
-#define DEFAULT_POOL ((CUmemoryPool)(void *)&default_pool)
+/* Each device's default memory pool is a token in its sim_device; other pools are not
+ * modelled. */
+#define DEFAULT_POOL(d) ((CUmemoryPool)(void *)&sim.dev[d].pool)
+
+/* The device whose default pool `pool` is, or -1. */
+static int pool_dev(CUmemoryPool pool)
+{
+    for (int d = 0; d < sim.ndevices; d++)
+        if (pool == DEFAULT_POOL(d)) return d;
+    return -1;
+}
 
 static size_t round_up(size_t n, size_t a)
 {
@@ -204,11 +209,11 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
     return true;
 }
 
-static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool)
+static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     size_t charge = round_up(size, SIM_ALLOC_ROUND);
-    CUresult rc = sim_charge(charge, true);
+    CUresult rc = sim_charge(dev, charge, true);
     if (rc) return rc;
     int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
     size_t msize = round_up(size, 4096);
@@ -225,11 +230,17 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, bool from_pool)
             range_destroy(r);
         else if (p)
             munmap(mb, ms);
-        sim_uncharge(charge);
+        sim_uncharge(dev, charge);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->charged = charge;
     r->from_pool = from_pool;
+    r->dev = dev;
+    if (from_pool) {
+        sim_device *d = &sim.dev[dev];
+        d->pool.used += charge;
+        if (d->pool.used > d->pool.used_high) d->pool.used_high = d->pool.used;
+    }
     *dptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
@@ -238,20 +249,28 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
     SIM_CHECK_INIT();
     sim_lock();
-    CUresult rc = device_alloc(dptr, size, false);
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (!rc) rc = device_alloc(dev, dptr, size, false);
     sim_cost(SIM_OP_MEM_ALLOC, size);
     sim_unlock();
     return rc;
 }
 
-static CUresult device_free(CUdeviceptr dptr, bool async, size_t *freed)
+CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
 {
     sim_range *r = sim_range_find((uintptr_t)dptr);
     if (!r || r->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
     if (r->kind != SIM_R_DEVICE && r->kind != SIM_R_MANAGED) return CUDA_ERROR_INVALID_VALUE;
     if (async && r->kind != SIM_R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     *freed = r->size;
-    sim_uncharge(r->charged);
+    if (r->kind == SIM_R_DEVICE) {
+        sim_uncharge(r->dev, r->charged);
+        if (r->from_pool) {
+            sim_device *d = &sim.dev[r->dev];
+            d->pool.used -= r->charged < d->pool.used ? r->charged : d->pool.used;
+        }
+    }
     range_remove(r);
     if (r->kind == SIM_R_DEVICE && !sim.virtual_backing && r->map_base == (void *)r->base &&
         backing_cache_put(r->map_base, r->map_size))
@@ -265,9 +284,19 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     SIM_CHECK_INIT();
     sim_lock();
     size_t freed = 0;
-    /* Like the real driver: freeing synchronizes the device first. */
-    double wait = sim_events_complete_all();
-    CUresult rc = dptr ? device_free(dptr, false, &freed) : CUDA_SUCCESS;
+    int cur;
+    CUresult rc = sim_current_dev(&cur);
+    double wait = 0;
+    if (!rc && dptr) {
+        /* Like the real driver: freeing synchronizes the memory's device first. */
+        sim_range *r = sim_range_find((uintptr_t)dptr);
+        wait = sim_device_drain(r && r->kind == SIM_R_DEVICE ? r->dev : cur);
+        r = sim_range_find((uintptr_t)dptr); /* the drain may have let others run */
+        if (r && r->freeing)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            rc = sim_device_free(dptr, false, &freed);
+    }
     sim_cost(SIM_OP_MEM_FREE, freed);
     sim_cost_wait(SIM_OP_MEM_FREE, wait);
     sim_unlock();
@@ -278,7 +307,9 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
-    CUresult rc = sim_stream_valid(s) ? device_alloc(dptr, size, true) : CUDA_ERROR_INVALID_HANDLE;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc) rc = device_alloc(st->dev, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -287,18 +318,47 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
 {
     SIM_CHECK_INIT();
-    if (pool != DEFAULT_POOL) return CUDA_ERROR_INVALID_VALUE;
-    return cuMemAllocAsync(dptr, size, s);
+    sim_lock();
+    int d = pool_dev(pool);
+    sim_stream *st;
+    CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_get(s, &st);
+    if (!rc) rc = device_alloc(d, dptr, size, true);
+    sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
+    sim_unlock();
+    return rc;
 }
 
+/* Synchronous mode: frees at once (the work issued before it already ran). Asynchronous mode:
+ * the free is queued on the stream and happens when the stream reaches it, so the memory stays
+ * valid (and charged) for the work issued before it. */
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
     size_t freed = 0;
-    CUresult rc = !sim_stream_valid(s) ? CUDA_ERROR_INVALID_HANDLE
-                  : dptr               ? device_free(dptr, true, &freed)
-                                       : CUDA_ERROR_INVALID_VALUE;
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
+    if (!rc && !dptr) rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        sim_range *r = sim_range_find((uintptr_t)dptr);
+        if (!r || r->base != (uintptr_t)dptr || r->kind != SIM_R_DEVICE || r->freeing)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else if (sim_is_async()) {
+            sim_work *w = calloc(1, sizeof *w);
+            if (!w)
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else {
+                w->kind = SIM_W_FREE;
+                w->ptr = dptr;
+                r->freeing = true;
+                freed = r->size;
+                sim_issue(st, w, NULL);
+            }
+        } else {
+            rc = sim_device_free(dptr, true, &freed);
+            if (!rc) sim_issue(st, NULL, NULL);
+        }
+    }
     sim_cost(SIM_OP_MEM_FREE_ASYNC, freed);
     sim_unlock();
     return rc;
@@ -332,8 +392,11 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     void *p = NULL;
-    CUresult rc = host_range_map(SIM_R_MANAGED, size, flags,
-                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (!rc)
+        rc = host_range_map(SIM_R_MANAGED, size, flags,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
     if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
     sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
     sim_unlock();
@@ -345,11 +408,15 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     SIM_CHECK_INIT();
     if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    *total = sim.capacity;
-    *free_bytes = sim.capacity - sim.used;
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (!rc) {
+        *total = sim.dev[dev].capacity;
+        *free_bytes = sim_dev_free(dev);
+    }
     sim_cost(SIM_OP_MEM_GET_INFO, 0);
     sim_unlock();
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 /* ---- memory pools (the default pool only) ------------------------------------------------ */
@@ -358,8 +425,8 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     SIM_CHECK_INIT();
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *pool = DEFAULT_POOL;
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = DEFAULT_POOL(dev);
     return CUDA_SUCCESS;
 }
 
@@ -372,39 +439,50 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
     SIM_CHECK_INIT();
     (void)keep; /* freed pool memory goes back at once: nothing to trim */
-    return pool == DEFAULT_POOL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return pool_dev(pool) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The pool keeps nothing back (a freed block returns to the device at once), so its reserved
+ * memory is its used memory. The high-water marks are real: the highest use since the start or
+ * since the program reset them by setting them to 0 (the only value CUDA accepts for them). */
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_CHECK_INIT();
-    if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
+    int d = pool_dev(pool);
+    if (d < 0 || !value) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    sim_lock();
     switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        sim_lock();
-        default_pool.release_threshold = *(cuuint64_t *)value;
-        sim_unlock();
-        return CUDA_SUCCESS;
+        sim.dev[d].pool.release_threshold = *(cuuint64_t *)value;
+        break;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        break; /* accepted; the sim's pool has no reuse policy to tune */
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        return CUDA_SUCCESS; /* accepted; the sim's pool has no reuse policy to tune */
+        if (*(cuuint64_t *)value != 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            sim.dev[d].pool.used_high = sim.dev[d].pool.used;
+        break;
     default:
-        return CUDA_ERROR_INVALID_VALUE;
+        rc = CUDA_ERROR_INVALID_VALUE;
+        break;
     }
+    sim_unlock();
+    return rc;
 }
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_CHECK_INIT();
-    if (pool != DEFAULT_POOL || !value) return CUDA_ERROR_INVALID_VALUE;
-    size_t used = 0;
+    int d = pool_dev(pool);
+    if (d < 0 || !value) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    for (size_t i = 0; i < sim.nranges; i++)
-        if (sim.ranges[i]->from_pool) used += sim.ranges[i]->charged;
-    cuuint64_t threshold = default_pool.release_threshold;
+    size_t used = sim.dev[d].pool.used, high = sim.dev[d].pool.used_high;
+    cuuint64_t threshold = sim.dev[d].pool.release_threshold;
     sim_unlock();
     switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
@@ -417,9 +495,11 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
         break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *(cuuint64_t *)value = used;
+        break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        *(cuuint64_t *)value = used;
+        *(cuuint64_t *)value = high;
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -449,7 +529,7 @@ static void handle_maybe_destroy(sim_handle *h)
     if (h->fd >= 0 && !h->inherited)
         fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
                   (off_t)h->size);
-    sim_uncharge(h->size);
+    sim_uncharge(h->dev, h->size);
     size_t lo = 0, hi = sim.nhandles;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -474,7 +554,7 @@ CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
     *gran = SIM_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -546,9 +626,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
     sim_lock();
-    CUresult rc = sim_charge(size, true);
+    CUresult rc = sim_charge(prop->location.id, size, true);
     sim_handle *h = NULL;
     if (!rc) {
         h = calloc(1, sizeof *h);
@@ -567,7 +647,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         if (rc) {
             free(h);
             h = NULL;
-            sim_uncharge(size);
+            sim_uncharge(prop->location.id, size);
         }
     }
     if (h) {
@@ -577,6 +657,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         h->fd = sim.memfd;
         sim.next_file_off += size;
         h->refs = 1;
+        h->dev = prop->location.id;
         h->prop = *prop;
         sim.handles[sim.nhandles++] = h; /* ids only grow, so appending keeps the array sorted */
         *handle = h->id;
@@ -657,7 +738,9 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
                   unsigned long long flags)
 {
     SIM_CHECK_INIT();
-    if (flags != 0 || size == 0 || size % SIM_GRANULARITY || offset % SIM_GRANULARITY ||
+    /* CUDA: "offset - Offset into the memory represented by handle from which to start
+     * mapping - Note: currently must be zero." */
+    if (flags != 0 || size == 0 || size % SIM_GRANULARITY || offset != 0 ||
         (uintptr_t)ptr % SIM_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
@@ -835,7 +918,9 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
                              CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    CUresult rc = host_range_map(SIM_R_HOST, size, flags, MAP_PRIVATE | MAP_ANONYMOUS, pp);
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (!rc) rc = host_range_map(SIM_R_HOST, size, flags, MAP_PRIVATE | MAP_ANONYMOUS, pp);
     sim_cost(SIM_OP_HOST_ALLOC, size);
     sim_unlock();
     return rc;
@@ -880,8 +965,11 @@ CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
                              CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
-    if (range_overlaps((uintptr_t)p, size))
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (rc)
+        ;
+    else if (range_overlaps((uintptr_t)p, size))
         rc = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     else {
         sim_range *r = range_new(SIM_R_REGISTERED, (uintptr_t)p, size, NULL, 0);
@@ -990,6 +1078,13 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     return CUDA_SUCCESS;
 }
 
+/* The device a range (or VMM mapping) belongs to. */
+static int ptr_dev(const sim_range *r, const sim_mapping *m)
+{
+    if (m) return m->h->dev;
+    return r->kind == SIM_R_DEVICE ? r->dev : 0;
+}
+
 /* One attribute for p; lock held. Unknown pointers: CUDA_ERROR_INVALID_VALUE. */
 static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
 {
@@ -1001,7 +1096,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
     bool device = r->kind == SIM_R_DEVICE || r->kind == SIM_R_RESERVE || r->kind == SIM_R_MANAGED;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = &sim.primary;
+        *(CUcontext *)data = &sim.dev[ptr_dev(r, m)].primary;
         break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned *)data = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
@@ -1023,7 +1118,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(int *)data = r->kind == SIM_R_MANAGED;
         break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = 0;
+        *(int *)data = ptr_dev(r, m);
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
         *(int *)data = r->kind == SIM_R_DEVICE;
@@ -1047,7 +1142,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(unsigned *)data = m ? m->access : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL : NULL;
+        *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL(r->dev) : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = size;
@@ -1154,16 +1249,48 @@ static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *k
     return CUDA_SUCCESS;
 }
 
-/* want_dst / want_src: -1 any (unified), else the side the API name promises. */
+/* Runs a copy or memset: at once (synchronous mode), or queued on st for its worker
+ * (asynchronous mode; `wait`: a synchronous API, which returns once the work has run). Takes w
+ * and the lock held; returns with the lock held. */
+static void issue_data_work(sim_stream *st, sim_work *w, bool wait)
+{
+    if (!sim_is_async()) {
+        /* Issue order is execution order: run it here (the lock keeps it atomic with the check). */
+        if (w->kind == SIM_W_COPY) {
+            if (w->zero_dst)
+                memset((void *)w->dst, 0, w->n);
+            else
+                memmove((void *)w->dst, (const void *)w->src, w->n);
+        } else if (w->elem == 1)
+            memset((void *)w->dst, (int)(w->value & 0xff), w->n);
+        else if (w->elem == 2)
+            for (size_t i = 0; i < w->n / 2; i++)
+                ((uint16_t *)w->dst)[i] = (uint16_t)w->value;
+        else
+            for (size_t i = 0; i < w->n / 4; i++)
+                ((uint32_t *)w->dst)[i] = w->value;
+        free(w);
+        sim_issue(st, NULL, NULL);
+        return;
+    }
+    uint64_t seq = sim_issue(st, w, NULL);
+    if (wait) sim_stream_wait_executed(st, seq);
+}
+
+/* want_dst / want_src: -1 any (unified), else the side the API name promises. `s` is the stream
+ * of an Async API; the synchronous ones (is_async false) use the legacy default stream. */
 static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, int want_src,
-                        CUstream s, bool check_stream)
+                        CUstream s, bool is_async)
 {
     SIM_CHECK_INIT();
-    if (n == 0) return CUDA_SUCCESS;
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
+    sim_stream *st = NULL;
+    CUresult rc = sim_stream_get(is_async ? s : NULL, &st);
+    if (n == 0 || rc) {
+        sim_unlock();
+        return rc;
+    }
     bool ddev = false, dknown = false, dskip = false, sdev = false, sknown = false, sskip = false;
-    if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
     if (!rc) rc = check_side(dst, n, true, &ddev, &dknown, &dskip);
     if (!rc) rc = check_side(src, n, false, &sdev, &sknown, &sskip);
     /* A named device side must be memory the device can address. */
@@ -1171,16 +1298,27 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
         rc = CUDA_ERROR_INVALID_VALUE;
     sim_op op = ddev ? (sdev ? SIM_OP_MEMCPY_DTOD : SIM_OP_MEMCPY_HTOD)
                      : (sdev ? SIM_OP_MEMCPY_DTOH : SIM_OP_MEMCPY_HTOH);
+    if (!rc && (!dst || !src)) rc = CUDA_ERROR_INVALID_VALUE;
+    sim_work *w = NULL;
+    if (!rc && !(w = calloc(1, sizeof *w))) rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc) {
-        if (!dst || !src)
-            rc = CUDA_ERROR_INVALID_VALUE;
-        else if (dskip || sskip) {
+        w->kind = SIM_W_COPY;
+        w->dst = dst;
+        w->src = src;
+        w->n = n;
+        if (dskip || sskip) {
             /* Virtual backing: no bytes on the device side. A device -> host copy still defines
              * the host bytes (as zeros), so the program never reads uninitialized memory. */
-            if (!dskip && sskip) memset((void *)dst, 0, n);
-        } else {
-            memmove((void *)dst, (const void *)src, n);
+            if (!dskip && sskip)
+                w->zero_dst = true;
+            else
+                w->kind = SIM_W_NOP;
         }
+        if (w->kind == SIM_W_NOP) {
+            free(w);
+            sim_issue(st, NULL, NULL);
+        } else
+            issue_data_work(st, w, !is_async);
     }
     sim_cost(op, n);
     sim_unlock();
@@ -1220,28 +1358,55 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstre
     return do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, s, true);
 }
 
-static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t count, CUstream s,
-                          bool check_stream)
+/* Peer copies: both sides device memory; the contexts must be valid (the pointers themselves
+ * say where the bytes are, as under unified addressing). */
+static CUresult peer_ctx_check(CUcontext a, CUcontext b)
 {
     SIM_CHECK_INIT();
-    if (count == 0) return CUDA_SUCCESS;
+    return sim_ctx_valid(a) && sim_ctx_valid(b) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n)
+{
+    CUresult rc = peer_ctx_check(dctx, sctx);
+    return rc ? rc : do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, NULL, false);
+}
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+                           size_t n, CUstream s)
+{
+    CUresult rc = peer_ctx_check(dctx, sctx);
+    return rc ? rc : do_copy(dst, src, n, SIDE_DEVICE, SIDE_DEVICE, s, true);
+}
+
+static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t count, CUstream s,
+                          bool is_async)
+{
+    SIM_CHECK_INIT();
     if (count > SIZE_MAX / elem || dst % elem) return CUDA_ERROR_INVALID_VALUE;
     size_t n = count * elem;
     sim_lock();
-    CUresult rc = CUDA_SUCCESS;
+    sim_stream *st = NULL;
+    CUresult rc = sim_stream_get(is_async ? s : NULL, &st);
+    if (count == 0 || rc) {
+        sim_unlock();
+        return rc;
+    }
     bool dev = false, known = false, skip = false;
-    if (check_stream && !sim_stream_valid(s)) rc = CUDA_ERROR_INVALID_HANDLE;
     if (!rc) rc = check_side(dst, n, true, &dev, &known, &skip);
     if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
-    if (!rc && !skip) {
-        if (elem == 1)
-            memset((void *)dst, (int)(value & 0xff), n);
-        else if (elem == 2)
-            for (size_t i = 0; i < count; i++)
-                ((uint16_t *)dst)[i] = (uint16_t)value;
-        else
-            for (size_t i = 0; i < count; i++)
-                ((uint32_t *)dst)[i] = value;
+    if (!rc) {
+        sim_work *w = skip ? NULL : calloc(1, sizeof *w);
+        if (skip)
+            sim_issue(st, NULL, NULL);
+        else if (!w)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else {
+            w->kind = SIM_W_MEMSET;
+            w->dst = dst;
+            w->n = n;
+            w->elem = elem;
+            w->value = value;
+            issue_data_work(st, w, !is_async);
+        }
     }
     sim_cost(SIM_OP_MEMSET, n);
     sim_unlock();
@@ -1282,9 +1447,10 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsig
     (void)loc;
     (void)flags;
     sim_lock();
-    bool ok = sim_stream_valid(s);
+    sim_stream *st;
+    CUresult rc = sim_stream_get(s, &st);
     sim_unlock();
-    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; /* managed memory is host memory */
+    return rc; /* managed memory is host memory */
 }
 
 CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation loc)
@@ -1309,6 +1475,8 @@ SIM_ALIAS(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2)
 SIM_ALIAS(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2)
 SIM_ALIAS(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2)
 SIM_ALIAS(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2)
+SIM_ALIAS(cuMemcpyPeer_ptds, cuMemcpyPeer)
+SIM_ALIAS(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync)
 SIM_ALIAS(cuMemsetD8_v2_ptds, cuMemsetD8_v2)
 SIM_ALIAS(cuMemsetD16_v2_ptds, cuMemsetD16_v2)
 SIM_ALIAS(cuMemsetD32_v2_ptds, cuMemsetD32_v2)

@@ -57,7 +57,11 @@
                                                             X(cuLaunchHostFunc, 10000)             \
                                                                 X(cuGetProcAddress, 12000)         \
                                                                     X(cuCtxGetStreamPriorityRange, \
-                                                                      5050)
+                                                                      5050)                        \
+    X(cuCtxGetDevice, 2000) X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemcpyDtoD, 3020)      \
+    X(cuMemcpyHtoDAsync, 3020) X(cuMemcpyDtoHAsync, 3020) X(cuMemcpyDtoDAsync, 3020)               \
+    X(cuMemcpyPeer, 4000) X(cuMemcpyPeerAsync, 4000) X(cuCtxEnablePeerAccess, 4000)                \
+    X(cuCtxDisablePeerAccess, 4000)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -72,7 +76,9 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
 
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static cudaError_t rt_init_error = cudaErrorInitializationError;
-static CUcontext rt_primary;
+#define RT_MAX_DEVICES 16
+static CUcontext rt_primary[RT_MAX_DEVICES]; /* retained on first use of each device */
+static pthread_mutex_t rt_primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread cudaError_t tls_last_error;
 static __thread bool tls_ctx_ready;
 static __thread int tls_device;
@@ -144,7 +150,7 @@ static void rt_load(void)
     DRIVER_FUNCS(X)
 #undef X
     CUresult r = drv.cuInit(0);
-    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary, 0);
+    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
     if (r != CUDA_SUCCESS) {
         rt_init_error =
             r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
@@ -161,7 +167,7 @@ static cudaError_t rt_ready(void)
     if (!tls_ctx_ready) {
         CUcontext cur = NULL;
         drv.cuCtxGetCurrent(&cur);
-        if (!cur) drv.cuCtxSetCurrent(rt_primary);
+        if (!cur) drv.cuCtxSetCurrent(rt_primary[0]);
         tls_ctx_ready = true;
     }
     return cudaSuccess;
@@ -294,10 +300,26 @@ RT_EXPORT cudaError_t cudaGetDeviceCount(int *n)
     RT_CALL(drv.cuDeviceGetCount(n));
 }
 
+/* Device d's primary context, retained once by the runtime (as the real one does). */
+static CUresult primary_of(int d, CUcontext *out)
+{
+    int n = 0;
+    drv.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n || d >= RT_MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&rt_primary_lock);
+    if (!rt_primary[d]) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[d], d);
+    *out = rt_primary[d];
+    pthread_mutex_unlock(&rt_primary_lock);
+    return r;
+}
+
 RT_EXPORT cudaError_t cudaGetDevice(int *d)
 {
     if (!d) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
+    CUdevice dev;
+    if (drv.cuCtxGetDevice(&dev) == CUDA_SUCCESS) tls_device = dev;
     *d = tls_device;
     return cudaSuccess;
 }
@@ -305,11 +327,12 @@ RT_EXPORT cudaError_t cudaGetDevice(int *d)
 RT_EXPORT cudaError_t cudaSetDevice(int d)
 {
     RT_BEGIN();
-    int n = 0;
-    drv.cuDeviceGetCount(&n);
-    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    CUcontext c;
+    CUresult r = primary_of(d, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (r) RT_CALL(r);
     tls_device = d;
-    RT_CALL(drv.cuCtxSetCurrent(rt_primary));
+    RT_CALL(drv.cuCtxSetCurrent(c));
 }
 
 RT_EXPORT cudaError_t cudaInitDevice(int d, unsigned int dflags, unsigned int flags)
@@ -355,8 +378,28 @@ RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer)
     int n = 0;
     drv.cuDeviceGetCount(&n);
     if (d < 0 || d >= n || peer < 0 || peer >= n) return rt_ret(cudaErrorInvalidDevice);
-    *can = 0;
+    *can = d != peer;
     return cudaSuccess;
+}
+
+RT_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+    RT_BEGIN();
+    CUcontext c;
+    CUresult r = primary_of(peer, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (!r) r = drv.cuCtxEnablePeerAccess(c, flags);
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer)
+{
+    RT_BEGIN();
+    CUcontext c;
+    CUresult r = primary_of(peer, &c);
+    if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
+    if (!r) r = drv.cuCtxDisablePeerAccess(c);
+    RT_CALL(r);
 }
 
 RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
@@ -585,12 +628,50 @@ static bool kind_ok(enum cudaMemcpyKind k)
     return k >= cudaMemcpyHostToHost && k <= cudaMemcpyDefault;
 }
 
+/* Is p device memory (cudaMalloc, VMM; not managed, not host)? */
+static bool is_device_memory(const void *p)
+{
+    unsigned type = 0;
+    int managed = 0;
+    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[] = {&type, &managed};
+    if (drv.cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)p) != CUDA_SUCCESS) return false;
+    return type == CU_MEMORYTYPE_DEVICE && !managed;
+}
+
+/* A copy in the direction `k`. cudaMemcpyDefault lets the pointers decide (unified addressing).
+ * A named direction goes to the driver's copy of that direction, which checks that the device
+ * side is memory the device can address (device, managed, or pinned host memory); a host side
+ * that is device memory contradicts the direction: cudaErrorInvalidValue, as the real runtime
+ * answers ("invalid argument"). */
+static CUresult copy_kind(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, bool async,
+                          CUstream s)
+{
+    CUdeviceptr d = (CUdeviceptr)dst, sp = (CUdeviceptr)src;
+    if (n == 0) return CUDA_SUCCESS;
+    switch (k) {
+    case cudaMemcpyHostToHost:
+        if (is_device_memory(dst) || is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+    case cudaMemcpyHostToDevice:
+        if (is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyHtoDAsync(d, src, n, s) : drv.cuMemcpyHtoD(d, src, n);
+    case cudaMemcpyDeviceToHost:
+        if (is_device_memory(dst)) return CUDA_ERROR_INVALID_VALUE;
+        return async ? drv.cuMemcpyDtoHAsync(dst, sp, n, s) : drv.cuMemcpyDtoH(dst, sp, n);
+    case cudaMemcpyDeviceToDevice:
+        return async ? drv.cuMemcpyDtoDAsync(d, sp, n, s) : drv.cuMemcpyDtoD(d, sp, n);
+    default:
+        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+    }
+}
+
 RT_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
     RT_BEGIN();
     if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-    /* Unified addressing: the driver tells host from device by the pointers themselves. */
-    RT_CALL(drv.cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    RT_CALL(copy_kind(dst, src, n, k, false, NULL));
 }
 
 RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
@@ -598,7 +679,24 @@ RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum
 {
     RT_BEGIN();
     if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
-    RT_CALL(drv.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)s));
+    RT_CALL(copy_kind(dst, src, n, k, true, (CUstream)s));
+}
+
+RT_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
+{
+    RT_BEGIN();
+    CUcontext dc, sc;
+    if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(drv.cuMemcpyPeer((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n));
+}
+
+RT_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n,
+                                          cudaStream_t s)
+{
+    RT_BEGIN();
+    CUcontext dc, sc;
+    if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(drv.cuMemcpyPeerAsync((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
@@ -856,6 +954,8 @@ PT_ALIAS(cudaMemcpyAsync_ptsz, cudaMemcpyAsync)
 PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
 PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
 PT_ALIAS(cudaMemset_ptds, cudaMemset)
+PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
+PT_ALIAS(cudaMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync)
 PT_ALIAS(cudaStreamSynchronize_ptsz, cudaStreamSynchronize)
 PT_ALIAS(cudaStreamQuery_ptsz, cudaStreamQuery)
 PT_ALIAS(cudaStreamWaitEvent_ptsz, cudaStreamWaitEvent)

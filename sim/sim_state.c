@@ -20,9 +20,10 @@
 
 sim_state sim = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .cond = PTHREAD_COND_INITIALIZER,
     .memfd = -1,
     .next_id = 1,
-    .primary = {.magic = SIM_MAGIC_CTX, .id = 1},
+    .ndevices = 1,
 };
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -343,6 +344,14 @@ static void atfork_parent(void)
 }
 static void atfork_child(void)
 {
+    /* The stream workers do not exist in the child: the next work issued starts new ones, which
+     * pick up whatever was queued. */
+    pthread_cond_init(&sim.cond, NULL);
+    for (size_t i = 0; i < sim.nallstreams; i++) {
+        sim_stream *st = sim.allstreams[i];
+        st->has_worker = false;
+        st->stop = false;
+    }
     if (sim.memfd >= 0) {
         for (size_t i = 0; i < sim.nhandles; i++)
             sim.handles[i]->inherited = true;
@@ -365,7 +374,7 @@ static void atfork_child(void)
 static void read_config(void)
 {
     const char *v;
-    sim.capacity = (size_t)16 << 30;
+    size_t capacity = (size_t)16 << 30;
     if ((v = getenv("GPUMEM_SIM_MEMORY")) && *v) {
         size_t sz;
         if (sim_parse_size(v, &sz) || sz < SIM_GRANULARITY)
@@ -373,7 +382,47 @@ static void read_config(void)
                      "using the default 16G",
                      v);
         else
-            sim.capacity = sz;
+            capacity = sz;
+    }
+    sim.ndevices = 1;
+    if ((v = getenv("GPUMEM_SIM_DEVICES")) && *v) {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < 1 || n > SIM_MAX_DEVICES)
+            sim_note("GPUMEM_SIM_DEVICES='%s' is not a number of devices from 1 to %d; using 1", v,
+                     SIM_MAX_DEVICES);
+        else
+            sim.ndevices = (int)n;
+    }
+    size_t ctx_bytes = SIM_DEFAULT_CONTEXT_BYTES;
+    if ((v = getenv("GPUMEM_SIM_CONTEXT_BYTES")) && *v) {
+        size_t sz;
+        if (sim_parse_size(v, &sz) || sz >= capacity)
+            sim_note("GPUMEM_SIM_CONTEXT_BYTES='%s' is not a size below the device memory (e.g. "
+                     "0, 300M); using %zu",
+                     v, ctx_bytes);
+        else
+            ctx_bytes = sz;
+    }
+    if (ctx_bytes >= capacity) ctx_bytes = 0;
+    for (int d = 0; d < sim.ndevices; d++) {
+        sim_device *dv = &sim.dev[d];
+        dv->capacity = capacity;
+        dv->ctx_bytes = ctx_bytes;
+        dv->primary.magic = SIM_MAGIC_CTX;
+        dv->primary.id = (uint64_t)d + 1;
+        dv->primary.dev = d;
+        dv->pool.magic = 0x504f4f4cu;
+        dv->pool.dev = d;
+    }
+    if ((v = getenv("GPUMEM_SIM_ASYNC")) && *v) {
+        if (!strcmp(v, "1"))
+            sim.async = true;
+        else if (strcmp(v, "0"))
+            sim_note("GPUMEM_SIM_ASYNC='%s' is not 1 (streams run on worker threads) or 0; "
+                     "using 0",
+                     v);
     }
     if ((v = getenv("GPUMEM_SIM_BACKING")) && *v) {
         if (!strcmp(v, "virtual"))
@@ -427,7 +476,7 @@ static void read_config(void)
             cost_table_ready = true;
         }
     }
-    sim.stats.capacity = sim.capacity;
+    sim.stats.capacity = sim.dev[0].capacity;
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     if (!sim.virtual_backing) {
         sim.memfd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
@@ -447,8 +496,16 @@ void sim_ensure_config(void)
 
 /* ---- capacity and faults ----------------------------------------------------------------- */
 
-CUresult sim_charge(size_t bytes, bool is_alloc)
+size_t sim_dev_free(int dev)
 {
+    sim_device *d = &sim.dev[dev];
+    size_t taken = d->used + (d->primary.refs > 0 ? d->ctx_bytes : 0);
+    return taken < d->capacity ? d->capacity - taken : 0;
+}
+
+CUresult sim_charge(int dev, size_t bytes, bool is_alloc)
+{
+    sim_device *d = &sim.dev[dev];
     if (is_alloc) {
         uint64_t n = ++sim.n_allocs;
         for (size_t i = 0; i < sim.faults.nalloc; i++)
@@ -457,19 +514,20 @@ CUresult sim_charge(size_t bytes, bool is_alloc)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             }
     }
-    if (sim.faults.oom_at && sim.used + bytes > sim.faults.oom_at) {
+    if (sim.faults.oom_at && d->used + bytes > sim.faults.oom_at) {
         sim.faults_injected++;
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (bytes > sim.capacity - sim.used) return CUDA_ERROR_OUT_OF_MEMORY;
-    sim.used += bytes;
-    if (sim.used > sim.peak) sim.peak = sim.used;
+    if (bytes > sim_dev_free(dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+    d->used += bytes;
+    if (d->used > d->peak) d->peak = d->used;
     return CUDA_SUCCESS;
 }
 
-void sim_uncharge(size_t bytes)
+void sim_uncharge(int dev, size_t bytes)
 {
-    sim.used -= bytes < sim.used ? bytes : sim.used;
+    sim_device *d = &sim.dev[dev];
+    d->used -= bytes < d->used ? bytes : d->used;
 }
 
 bool sim_fault_map(void)
@@ -566,9 +624,9 @@ void sim_stats_get(sim_stats *out)
     sim_ensure_config();
     sim_lock();
     *out = sim.stats;
-    out->capacity = sim.capacity;
-    out->used = sim.used;
-    out->peak = sim.peak;
+    out->capacity = sim.dev[0].capacity;
+    out->used = sim.dev[0].used;
+    out->peak = sim.dev[0].peak;
     out->faults_injected = sim.faults_injected;
     sim_unlock();
 }
@@ -578,7 +636,8 @@ void sim_stats_reset(void)
     sim_ensure_config();
     sim_lock();
     memset(&sim.stats, 0, sizeof sim.stats);
-    sim.peak = sim.used;
+    for (int d = 0; d < sim.ndevices; d++)
+        sim.dev[d].peak = sim.dev[d].used;
     sim_unlock();
 }
 
@@ -646,12 +705,46 @@ CUresult sim_set_capacity(size_t bytes)
     sim_ensure_config();
     CUresult rc = CUDA_SUCCESS;
     sim_lock();
-    if (bytes < sim.used || bytes < SIM_GRANULARITY)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        sim.capacity = sim.stats.capacity = bytes;
+    for (int d = 0; d < sim.ndevices; d++)
+        if (bytes < sim.dev[d].used || bytes < SIM_GRANULARITY ||
+            bytes <= sim.dev[d].ctx_bytes)
+            rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        for (int d = 0; d < sim.ndevices; d++)
+            sim.dev[d].capacity = bytes;
+        sim.stats.capacity = bytes;
+    }
     sim_unlock();
     return rc;
+}
+
+CUresult sim_device_info(int dev, sim_device_accounting *out)
+{
+    sim_ensure_config();
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    sim_device *d = &sim.dev[dev];
+    out->capacity = d->capacity;
+    out->context_bytes = d->primary.refs > 0 ? d->ctx_bytes : 0;
+    out->context_bytes_configured = d->ctx_bytes;
+    out->allocated = d->used;
+    out->peak = d->peak;
+    out->free = sim_dev_free(dev);
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+int sim_device_count(void)
+{
+    sim_ensure_config();
+    return sim.ndevices;
+}
+
+int sim_async_enabled(void)
+{
+    sim_ensure_config();
+    return sim.async ? 1 : 0;
 }
 
 int sim_backing_is_virtual(void)

@@ -52,8 +52,9 @@ static int vmm_cycle(size_t handle_size, int nhandles, CUdeviceptr va)
 
 int main(void)
 {
-    if (cuInit(0)) {
-        fprintf(stderr, "sim_costs: cuInit failed\n");
+    CUcontext ctx;
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) {
+        fprintf(stderr, "sim_costs: cuInit or the primary context failed\n");
         return 1;
     }
     CUdeviceptr va, p;

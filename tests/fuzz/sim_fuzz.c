@@ -24,6 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int ready;
     if (!ready) {
         if (cuInit(0) != CUDA_SUCCESS) abort();
+        CUcontext ctx;
+        if (cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) abort();
         if (sim_set_capacity((size_t)64 << 20) != CUDA_SUCCESS) abort();
         ready = 1;
     }

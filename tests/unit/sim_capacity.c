@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 #define OK(x) assert_int_equal((x), CUDA_SUCCESS)
 #define MiB ((size_t)1 << 20)
@@ -28,7 +29,7 @@ static int setup(void **state)
 {
     (void)state;
     unsetenv("GPUMEM_SIM_FAULTS");
-    if (cuInit(0) != CUDA_SUCCESS) return -1;
+    if (sim_test_ctx(0) != CUDA_SUCCESS) return -1;
     return sim_set_capacity(64 * MiB) == CUDA_SUCCESS ? 0 : -1;
 }
 

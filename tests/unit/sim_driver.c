@@ -31,6 +31,11 @@ static void test_calls_before_cuInit_fail_not_initialized(void **state)
     assert_int_equal(v, CUDA_VERSION);
     assert_int_equal(cuInit(1), CUDA_ERROR_INVALID_VALUE);
     OK(cuInit(0));
+    /* Memory calls need a current context, as on the real driver. */
+    assert_int_equal(cuMemAlloc(&p, 4096), CUDA_ERROR_INVALID_CONTEXT);
+    size_t fr, tot;
+    assert_int_equal(cuMemGetInfo(&fr, &tot), CUDA_ERROR_INVALID_CONTEXT);
+    assert_int_equal(cuMemsetD8(p, 0, 1), CUDA_ERROR_INVALID_CONTEXT);
 }
 
 static void test_device_queries(void **state)
@@ -48,7 +53,12 @@ static void test_device_queries(void **state)
     assert_non_null(strstr(name, "virtual GPU"));
     size_t total = 0, fr = 0, tot2 = 0;
     OK(cuDeviceTotalMem(&total, 0));
+    CUcontext ctx;
+    OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    OK(cuCtxSetCurrent(ctx));
     OK(cuMemGetInfo(&fr, &tot2));
+    OK(cuCtxSetCurrent(NULL));
+    OK(cuDevicePrimaryCtxRelease(0));
     assert_int_equal(total, tot2);
     assert_true(fr <= total);
     int v;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 typedef int (*child_fn)(void); /* returns the child's exit status: 0 = its checks held */
 
@@ -54,7 +55,7 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
 static size_t total_mem(void)
 {
     size_t fr = 0, total = 0;
-    if (cuInit(0) || cuMemGetInfo(&fr, &total)) return 0;
+    if (sim_test_ctx(0) || cuMemGetInfo(&fr, &total)) return 0;
     return total;
 }
 
@@ -96,7 +97,7 @@ static void test_memory_size_from_env(void **state)
 static int child_second_alloc_fails(void)
 {
     CUdeviceptr a, b, c;
-    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512)) return 1;
     if (cuMemAlloc(&b, 512) != CUDA_ERROR_OUT_OF_MEMORY) return 2;
     if (cuMemAlloc(&c, 512)) return 3;
     return 0;
@@ -105,7 +106,7 @@ static int child_second_alloc_fails(void)
 static int child_all_allocs_succeed(void)
 {
     CUdeviceptr a;
-    if (cuInit(0)) return 1;
+    if (sim_test_ctx(0)) return 1;
     for (int i = 0; i < 4; i++)
         if (cuMemAlloc(&a, 512)) return 2;
     return 0;
@@ -132,7 +133,7 @@ static void test_faults_from_env(void **state)
 static int child_event_needs_two_queries(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 2;
     if (cuEventQuery(e) != CUDA_ERROR_NOT_READY) return 3;
     if (cuEventQuery(e) != CUDA_SUCCESS) return 4;
@@ -142,14 +143,14 @@ static int child_event_needs_two_queries(void)
 static int child_event_completes_at_once(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     return cuEventQuery(e) == CUDA_SUCCESS ? 0 : 2;
 }
 
 static int child_event_completes_after_simulated_time(void)
 {
     CUevent e;
-    if (cuInit(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
+    if (sim_test_ctx(0) || cuEventCreate(&e, 0) || cuEventRecord(e, NULL)) return 1;
     int n = 0;
     while (cuEventQuery(e) == CUDA_ERROR_NOT_READY && n < 100000)
         n++;
@@ -182,7 +183,7 @@ static void test_event_delay_from_env(void **state)
 static int child_some_calls(void)
 {
     CUdeviceptr a;
-    if (cuInit(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 1 << 20) || cuMemFree(a)) return 1;
     return 0;
 }
 
@@ -209,7 +210,7 @@ static void test_stats_printed_at_exit(void **state)
 static int child_alloc_costs_7(void)
 {
     CUdeviceptr a;
-    if (cuInit(0) || cuMemAlloc(&a, 512)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512)) return 1;
     sim_stats st;
     sim_stats_get(&st);
     return st.op[SIM_OP_MEM_ALLOC].us > 7 - 1e-6 && st.op[SIM_OP_MEM_ALLOC].us < 7.01 ? 0 : 2;
@@ -219,7 +220,7 @@ static int child_alloc_costs_default(void)
 {
     CUdeviceptr a;
     double fixed, per;
-    if (cuInit(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
     sim_stats st;
     sim_stats_get(&st);
     double want = fixed + per * 512.0 / 1048576.0;

@@ -88,7 +88,7 @@ static void test_errors_map_and_last_error_is_sticky_until_read(void **state)
     /* Other mappings. */
     int x;
     assert_int_equal(cudaFree(&x), cudaErrorInvalidDevicePointer);
-    assert_int_equal(cudaSetDevice(1), cudaErrorInvalidDevice);
+    assert_int_equal(cudaSetDevice(2), cudaErrorInvalidDevice);
     assert_int_equal(cudaStreamSynchronize((cudaStream_t)(void *)&x),
                      cudaErrorInvalidResourceHandle);
     assert_int_equal(cudaHostUnregister(&x), cudaErrorHostMemoryNotRegistered);
@@ -103,7 +103,7 @@ static void test_devices_and_properties(void **state)
     (void)state;
     int n = 0, dev = -1;
     OK(cudaGetDeviceCount(&n));
-    assert_int_equal(n, 1);
+    assert_int_equal(n, 2); /* GPUMEM_SIM_DEVICES=2 (main) */
     OK(cudaSetDevice(0));
     OK(cudaGetDevice(&dev));
     assert_int_equal(dev, 0);
@@ -308,8 +308,84 @@ static void test_threads_use_the_runtime_concurrently(void **state)
     }
 }
 
+/* Two devices: each has its own context and accounting; peer copies and plain copies across
+ * devices (unified addressing) move the bytes; a copy direction that contradicts the pointers
+ * fails as on the real runtime, cudaMemcpyDefault infers it. */
+static void test_two_devices_peer_copies_and_copy_kinds(void **state)
+{
+    (void)state;
+    int can = 0, dev = -1;
+    OK(cudaDeviceCanAccessPeer(&can, 0, 1));
+    assert_int_equal(can, 1);
+    OK(cudaDeviceCanAccessPeer(&can, 0, 0));
+    assert_int_equal(can, 0);
+    assert_int_equal(cudaSetDevice(2), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    size_t free0a, tot, free1a, free0b, free1b;
+    OK(cudaSetDevice(0));
+    OK(cudaMemGetInfo(&free0a, &tot));
+    void *d0, *d1;
+    OK(cudaMalloc(&d0, 1 << 20));
+    OK(cudaSetDevice(1));
+    OK(cudaGetDevice(&dev));
+    assert_int_equal(dev, 1);
+    OK(cudaMemGetInfo(&free1a, &tot));
+    OK(cudaMalloc(&d1, 1 << 20));
+    OK(cudaMemGetInfo(&free1b, &tot));
+    assert_int_equal(free1a - free1b, 1 << 20); /* charged to device 1 only */
+    OK(cudaSetDevice(0));
+    OK(cudaMemGetInfo(&free0b, &tot));
+    assert_int_equal(free0a - free0b, 1 << 20);
+    struct cudaPointerAttributes pa;
+    OK(cudaPointerGetAttributes(&pa, d1));
+    assert_int_equal(pa.device, 1);
+    OK(cudaDeviceEnablePeerAccess(1, 0));
+    assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+    (void)cudaGetLastError();
+    /* A stream on each device; peer copies both ways. */
+    cudaStream_t s0, s1;
+    OK(cudaStreamCreate(&s0));
+    OK(cudaSetDevice(1));
+    OK(cudaStreamCreate(&s1));
+    OK(cudaMemset(d1, 0x5a, 1 << 20));
+    OK(cudaMemcpyPeerAsync(d0, 0, d1, 1, 1 << 20, s1));
+    OK(cudaStreamSynchronize(s1));
+    unsigned char h[16];
+    OK(cudaMemcpy(h, d0, sizeof h, cudaMemcpyDeviceToHost)); /* device 0 memory, device 1 current */
+    assert_int_equal(h[0], 0x5a);
+    assert_int_equal(h[15], 0x5a);
+    OK(cudaSetDevice(0));
+    OK(cudaMemsetAsync(d0, 0x11, 4096, s0));
+    OK(cudaStreamSynchronize(s0));
+    OK(cudaMemcpyPeer(d1, 1, d0, 0, 4096));
+    OK(cudaMemcpy(h, d1, sizeof h, cudaMemcpyDefault));
+    assert_int_equal(h[3], 0x11);
+    assert_int_equal(cudaMemcpyPeer(d1, 5, d0, 0, 16), cudaErrorInvalidDevice);
+    (void)cudaGetLastError();
+    /* Copy kinds are checked against the pointers. */
+    assert_int_equal(cudaMemcpy(h, d0, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyHostToHost), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDeviceToDevice), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    unsigned char h2[16];
+    OK(cudaMemcpy(h2, h, sizeof h, cudaMemcpyHostToHost));
+    OK(cudaMemcpy(d0, h, sizeof h, cudaMemcpyDefault));
+    OK(cudaMemcpy(h2, d0, sizeof h, cudaMemcpyDefault));
+    assert_memory_equal(h, h2, sizeof h);
+    OK(cudaStreamDestroy(s0));
+    OK(cudaStreamDestroy(s1));
+    OK(cudaFree(d0));
+    OK(cudaFree(d1));
+    OK(cudaDeviceDisablePeerAccess(1));
+}
+
 int main(void)
 {
+    setenv("GPUMEM_SIM_DEVICES", "2", 1);
     unsetenv("GPUMEM_SIM_BACKING");
     unsetenv("GPUMEM_SIM_FAULTS");
     unsetenv("GPUMEM_SIM_EVENT_DELAY");
@@ -323,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_driver_entry_points),
         cmocka_unit_test(test_launch_host_kernel_through_runtime),
         cmocka_unit_test(test_threads_use_the_runtime_concurrently),
+        cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

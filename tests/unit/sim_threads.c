@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 #define MiB ((size_t)1 << 20)
 #define NTHREADS 4
@@ -113,7 +114,7 @@ out:
 static void test_concurrent_use_is_safe_and_accounted(void **state)
 {
     (void)state;
-    assert_int_equal(cuInit(0), CUDA_SUCCESS);
+    assert_int_equal(sim_test_ctx(0), CUDA_SUCCESS);
     size_t sizes[] = {sizeof(int *), sizeof(int), sizeof(int)};
     assert_int_equal(sim_register_kernel("add", kernel_add, 3, sizes, &add_kernel), CUDA_SUCCESS);
     size_t free0, free1, total;

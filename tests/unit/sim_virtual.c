@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 #define OK(x) assert_int_equal((x), CUDA_SUCCESS)
 #define MiB ((size_t)1 << 20)
@@ -143,7 +144,7 @@ int main(void)
     setenv("GPUMEM_SIM_BACKING", "virtual", 1);
     setenv("GPUMEM_SIM_MEMORY", "80G", 1);
     unsetenv("GPUMEM_SIM_FAULTS");
-    if (cuInit(0) != CUDA_SUCCESS) return 1;
+    if (sim_test_ctx(0) != CUDA_SUCCESS) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_virtual_device_is_80g),
         cmocka_unit_test(test_70g_of_maps_fit_and_more_than_80g_does_not),

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "sim/sim.h"
+#include "tests/unit/sim_test.h"
 
 #define OK(x) assert_int_equal((x), CUDA_SUCCESS)
 #define MiB ((size_t)1 << 20)
@@ -45,7 +46,7 @@ static int setup(void **state)
     (void)state;
     unsetenv("GPUMEM_SIM_BACKING");
     unsetenv("GPUMEM_SIM_FAULTS");
-    return cuInit(0) == CUDA_SUCCESS ? 0 : -1;
+    return sim_test_ctx(0) == CUDA_SUCCESS ? 0 : -1;
 }
 
 /* Runs fn in a child process; returns the signal that killed it, or 0 if it exited. */
@@ -176,13 +177,15 @@ static void test_invalid_vmm_calls_are_rejected(void **state)
                      CUDA_ERROR_INVALID_VALUE);
     OK(cuMemMap(va, 4 * MiB, 0, h, 0));
     assert_int_equal(cuMemMap(va + G2, G2, 0, h, 0), CUDA_ERROR_ALREADY_MAPPED); /* overlap */
-    OK(cuMemMap(va + 4 * MiB, G2, G2, h, 0)); /* the handle's second half, at an offset */
+    /* CUDA 13: "offset ... currently must be zero". */
+    assert_int_equal(cuMemMap(va + 4 * MiB, G2, G2, h, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemMap(va + 4 * MiB, G2, 0, h, 0)); /* the handle's first 2 MiB, a second time */
     /* Access must cover mapped memory only. */
     CUmemAccessDesc d = rw();
     assert_int_equal(cuMemSetAccess(va, 8 * MiB, &d, 1), CUDA_ERROR_INVALID_VALUE);
     OK(cuMemSetAccess(va, 6 * MiB, &d, 1));
-    /* The offset mapping aliases the second half of the first mapping. */
-    ((char *)va)[G2 + 7] = 'q';
+    /* The second mapping aliases the start of the first one. */
+    ((char *)va)[7] = 'q';
     assert_int_equal(((char *)va)[4 * MiB + 7], 'q');
     /* Unmap must be whole mappings; the reservation cannot be freed while mapped. */
     assert_int_equal(cuMemUnmap(va, G2), CUDA_ERROR_INVALID_VALUE);

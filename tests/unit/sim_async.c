@@ -1,0 +1,328 @@
+/* sim_async.c — completion in stream order and cross-stream dependencies on the virtual GPU.
+ *
+ * Asynchronous mode (GPUMEM_SIM_ASYNC=1, the parent process): each stream's work runs on its own
+ * worker thread. A "gate" kernel blocks until the test opens its gate, so what can and cannot
+ * have run while it is closed is known exactly, without timing anything:
+ *  - a kernel on stream B that waits (cuStreamWaitEvent) on an event recorded after A's gated
+ *    kernel cannot run, and B reports NOT_READY, until the gate opens; then it runs after A's;
+ *  - without the wait, B's kernel runs and B synchronizes while A is still blocked: it ran first;
+ *  - the legacy default stream waits for blocking streams (and not for non-blocking ones);
+ *  - cuMemFreeAsync frees only when its stream reaches it.
+ * Synchronous mode (the default, a forked child): work runs at issue time, and completion is in
+ * stream order: an event recorded on B after a wait on A's delayed event is not complete before
+ * A's event is.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim/sim.h"
+#include "tests/unit/sim_test.h"
+
+#define OK(x) assert_int_equal((x), CUDA_SUCCESS)
+
+static atomic_int gate_open;
+static char order[64];
+static atomic_int norder;
+static CUfunction k_gate, k_mark;
+
+static void log_char(char c)
+{
+    int i = atomic_fetch_add(&norder, 1);
+    if (i < (int)sizeof order - 1) order[i] = c;
+}
+
+/* (char tag): waits for the gate, then logs its tag. */
+static void kernel_gate(void **p)
+{
+    char tag = *(char *)p[0];
+    while (!atomic_load(&gate_open))
+        usleep(100);
+    log_char(tag);
+}
+
+/* (char tag): logs its tag. */
+static void kernel_mark(void **p)
+{
+    log_char(*(char *)p[0]);
+}
+
+static void reset_log(void)
+{
+    memset(order, 0, sizeof order);
+    atomic_store(&norder, 0);
+    atomic_store(&gate_open, 0);
+}
+
+static void launch(CUfunction f, CUstream s, char tag)
+{
+    void *args[] = {&tag}; /* copied at launch: the local may be gone when the kernel runs */
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (sim_test_ctx(0)) return -1;
+    size_t sz[] = {sizeof(char)};
+    if (sim_register_kernel("gate", kernel_gate, 1, sz, &k_gate)) return -1;
+    if (sim_register_kernel("mark", kernel_mark, 1, sz, &k_mark)) return -1;
+    return 0;
+}
+
+static void test_mode_is_async(void **state)
+{
+    (void)state;
+    assert_int_equal(sim_async_enabled(), 1);
+}
+
+static void test_wait_event_orders_kernels_across_streams(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream a, b;
+    CUevent e;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    launch(k_gate, a, 'A');
+    OK(cuEventRecord(e, a));
+    OK(cuStreamWaitEvent(b, e, 0));
+    launch(k_mark, b, 'B');
+    /* A is blocked at its gate, so B (behind the wait) cannot have run. */
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(cuStreamQuery(b), CUDA_ERROR_NOT_READY);
+        assert_int_equal(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+        usleep(200);
+    }
+    assert_int_equal(atomic_load(&norder), 0);
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(b));
+    assert_string_equal(order, "AB");
+    OK(cuEventQuery(e)); /* B's work completed after the wait, so the event has too */
+    OK(cuEventDestroy(e));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+}
+
+static void test_without_wait_b_runs_before_a(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream a, b;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    launch(k_gate, a, 'A');
+    launch(k_mark, b, 'B');
+    OK(cuStreamSynchronize(b)); /* returns while A is still blocked at its gate */
+    assert_string_equal(order, "B");
+    assert_int_equal(cuStreamQuery(a), CUDA_ERROR_NOT_READY);
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(a));
+    assert_string_equal(order, "BA");
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+}
+
+static void test_stream_order_within_a_stream(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream a;
+    OK(cuStreamCreate(&a, 0));
+    launch(k_gate, a, '1');
+    launch(k_mark, a, '2');
+    launch(k_mark, a, '3');
+    assert_int_equal(cuStreamQuery(a), CUDA_ERROR_NOT_READY);
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(a));
+    assert_string_equal(order, "123");
+    OK(cuStreamDestroy(a));
+}
+
+static void test_legacy_stream_waits_for_blocking_streams_only(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream blocking, nonblocking;
+    OK(cuStreamCreate(&blocking, 0));
+    OK(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+    launch(k_gate, nonblocking, 'N');
+    launch(k_mark, NULL, 'L'); /* does not wait for a non-blocking stream */
+    OK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* unrelated stream: nothing to wait for */
+    OK(cuStreamQuery(CU_STREAM_PER_THREAD));
+    for (int i = 0; i < 1000 && atomic_load(&norder) < 1; i++)
+        usleep(1000);
+    assert_string_equal(order, "L");
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(nonblocking));
+    assert_string_equal(order, "LN");
+
+    reset_log();
+    launch(k_gate, blocking, 'G');
+    launch(k_mark, NULL, 'L'); /* waits for the blocking stream's gate */
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(cuStreamQuery(NULL), CUDA_ERROR_NOT_READY);
+        usleep(200);
+    }
+    assert_int_equal(atomic_load(&norder), 0);
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(NULL));
+    assert_string_equal(order, "GL");
+    OK(cuStreamDestroy(blocking));
+    OK(cuStreamDestroy(nonblocking));
+}
+
+static void test_free_async_happens_in_stream_order(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream a;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    sim_device_accounting before, during, after;
+    OK(sim_device_info(0, &before));
+    CUdeviceptr p;
+    OK(cuMemAllocAsync(&p, 1 << 20, a));
+    launch(k_gate, a, 'F');
+    OK(cuMemFreeAsync(p, a));
+    assert_int_equal(cuMemFreeAsync(p, a), CUDA_ERROR_INVALID_VALUE); /* already being freed */
+    OK(sim_device_info(0, &during));
+    assert_int_equal(during.allocated, before.allocated + (1 << 20)); /* still held */
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(a));
+    OK(sim_device_info(0, &after));
+    assert_int_equal(after.allocated, before.allocated);
+    OK(cuStreamDestroy(a));
+}
+
+static void test_copies_run_in_stream_order(void **state)
+{
+    (void)state;
+    reset_log();
+    CUstream a;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr d;
+    OK(cuMemAlloc(&d, 4096));
+    OK(cuMemsetD8(d, 1, 4096));
+    char *host;
+    OK(cuMemAllocHost((void **)&host, 4096));
+    memset(host, 0, 4096);
+    launch(k_gate, a, 'C');
+    OK(cuMemsetD8Async(d, 7, 4096, a));
+    OK(cuMemcpyDtoHAsync(host, d, 4096, a));
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(host[0], 0); /* queued behind the gate */
+        usleep(200);
+    }
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize(a));
+    assert_int_equal(host[0], 7);
+    assert_int_equal(host[4095], 7);
+    OK(cuMemFreeHost(host));
+    OK(cuMemFree(d));
+    OK(cuStreamDestroy(a));
+}
+
+/* ---- synchronous mode (the default) --------------------------------------------------------- */
+
+static int setup_sync(void **state)
+{
+    (void)state;
+    return sim_test_ctx(0) ? -1 : 0;
+}
+
+static void test_default_mode_is_synchronous(void **state)
+{
+    (void)state;
+    assert_int_equal(sim_async_enabled(), 0);
+}
+
+/* Completion in stream order: B's event, recorded after B waited for A's delayed event, is not
+ * complete before A's event is, though B's own record has no delay. */
+static void test_completion_follows_wait_dependencies(void **state)
+{
+    (void)state;
+    CUstream a, b;
+    CUevent ea, eb, eb2;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&ea, 0));
+    OK(cuEventCreate(&eb, 0));
+    OK(cuEventCreate(&eb2, 0));
+    sim_set_event_delay(3);
+    OK(cuEventRecord(ea, a));
+    sim_set_event_delay(0);
+    OK(cuEventRecord(eb2, b)); /* before the wait: complete at once */
+    OK(cuStreamWaitEvent(b, ea, 0));
+    OK(cuEventRecord(eb, b));
+    OK(cuEventQuery(eb2));
+    int not_ready = 0;
+    while (cuEventQuery(eb) == CUDA_ERROR_NOT_READY && not_ready < 100)
+        not_ready++;
+    assert_int_equal(not_ready, 3); /* each query of eb counts as one of ea */
+    OK(cuEventQuery(ea));
+    assert_int_equal(cuStreamQuery(b), CUDA_SUCCESS);
+
+    /* A later record on the same stream does not complete before an earlier delayed one. */
+    sim_set_event_delay(2);
+    OK(cuEventRecord(ea, a));
+    sim_set_event_delay(0);
+    OK(cuEventRecord(eb, a));
+    assert_int_equal(cuEventQuery(eb), CUDA_ERROR_NOT_READY);
+    OK(cuEventSynchronize(eb)); /* completes ea too */
+    OK(cuEventQuery(ea));
+    assert_int_equal(sim_events_pending(), 0);
+
+    /* Synchronizing B completes what B waits for on A. */
+    sim_set_event_delay(5);
+    OK(cuEventRecord(ea, a));
+    sim_set_event_delay(0);
+    OK(cuStreamWaitEvent(b, ea, 0));
+    assert_int_equal(cuStreamQuery(b), CUDA_ERROR_NOT_READY);
+    OK(cuStreamSynchronize(b));
+    OK(cuEventQuery(ea));
+    OK(cuEventDestroy(ea));
+    OK(cuEventDestroy(eb));
+    OK(cuEventDestroy(eb2));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+}
+
+int main(void)
+{
+    const struct CMUnitTest sync_tests[] = {
+        cmocka_unit_test(test_default_mode_is_synchronous),
+        cmocka_unit_test(test_completion_follows_wait_dependencies),
+    };
+    const struct CMUnitTest async_tests[] = {
+        cmocka_unit_test(test_mode_is_async),
+        cmocka_unit_test(test_wait_event_orders_kernels_across_streams),
+        cmocka_unit_test(test_without_wait_b_runs_before_a),
+        cmocka_unit_test(test_stream_order_within_a_stream),
+        cmocka_unit_test(test_legacy_stream_waits_for_blocking_streams_only),
+        cmocka_unit_test(test_free_async_happens_in_stream_order),
+        cmocka_unit_test(test_copies_run_in_stream_order),
+    };
+    /* The mode is read once per process: the synchronous group runs in a child. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsetenv("GPUMEM_SIM_ASYNC");
+        unsetenv("GPUMEM_SIM_EVENT_DELAY");
+        _exit(cmocka_run_group_tests_name("sim_async (synchronous mode)", sync_tests, setup_sync,
+                                          NULL) != 0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;
+    setenv("GPUMEM_SIM_ASYNC", "1", 1);
+    unsetenv("GPUMEM_SIM_EVENT_DELAY");
+    int rc = cmocka_run_group_tests_name("sim_async (asynchronous mode)", async_tests, setup, NULL);
+    return rc || !WIFEXITED(st) || WEXITSTATUS(st);
+}
