@@ -977,7 +977,8 @@ static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, ssta
     if (want > cap && !(*out = malloc(want * sizeof(**out)))) return (size_t)-1;
     /* the allocation stream needs no event when the block goes back to that stream's own pool:
      * only allocations on that stream reuse it, after its earlier work (stream order) */
-    bool own_skip = a->cfg.per_stream_pools && b->stream != 0;
+    bool own_skip = a->cfg.per_stream_pools &&
+                    (b->stream != 0 || (freed_on && freed_on->stream == b->stream));
     uintptr_t cand_n = (b->uses ? b->uses[0] : 0);
     for (uintptr_t i = 0; i < cand_n + 2; i++) {
         uintptr_t s;
