@@ -223,28 +223,36 @@ static void hk_oom(void *user, const alloc_oom_info_t *info)
     gm_rec_oom((int)(intptr_t)user, info);
 }
 
-/* Every stream the program created (cuStreamCreate*), so that a cudaFree fences them all
- * even when no allocation was ever made on them: work on any stream may still use the block.
- * Under devs_lock. */
-static CUstream *streams;
+/* Every stream the program created (cuStreamCreate*), with its device (the current context's
+ * when it was created), so that a cudaFree fences them all even when no allocation was ever
+ * made on them: work on any stream of the block's device may still use the block. A stream is
+ * noted only in its own device's allocator: an event cannot be recorded on another device's
+ * stream. Under devs_lock. */
+struct noted_stream {
+    CUstream s;
+    CUdevice dev;
+};
+static struct noted_stream *streams;
 static size_t nstreams, capstreams;
 
 void gm_heap_note_stream(CUstream s)
 {
+    CUdevice dev = 0;
+    if (gm_real.cuCtxGetDevice)
+        gm_real.cuCtxGetDevice(&dev);
     pthread_mutex_lock(&devs_lock);
     if (nstreams == capstreams) {
         size_t nc = capstreams ? capstreams * 2 : 64;
-        CUstream *n = realloc(streams, nc * sizeof *n);
+        struct noted_stream *n = realloc(streams, nc * sizeof *n);
         if (n) {
             streams = n;
             capstreams = nc;
         }
     }
     if (nstreams < capstreams)
-        streams[nstreams++] = s;
-    for (int i = 0; i < GM_MAX_DEVICES; i++)
-        if (devs[i].a)
-            alloc_note_stream(devs[i].a, (uintptr_t)s);
+        streams[nstreams++] = (struct noted_stream){s, dev};
+    if (dev >= 0 && dev < GM_MAX_DEVICES && devs[dev].a)
+        alloc_note_stream(devs[dev].a, (uintptr_t)s);
     pthread_mutex_unlock(&devs_lock);
 }
 
@@ -296,7 +304,8 @@ static alloc_t *dev_get(CUdevice dev)
             alloc_get_config(a, &cfg);
             alloc_note_stream(a, 0); /* the legacy stream: where cudaMalloc'ed memory is used */
             for (size_t k = 0; k < nstreams; k++)
-                alloc_note_stream(a, (uintptr_t)streams[k]);
+                if (streams[k].dev == dev)
+                    alloc_note_stream(a, (uintptr_t)streams[k].s);
             gm_rec_note_device(dev, cfg.expandable_segments);
             d->a = a;
             atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
@@ -452,14 +461,17 @@ void gm_heap_forget_stream(CUstream s)
 {
     pthread_mutex_lock(&devs_lock);
     for (size_t k = 0; k < nstreams; k++)
-        if (streams[k] == s) {
+        if (streams[k].s == s) {
             streams[k] = streams[--nstreams];
             break;
         }
-    for (int i = 0; i < GM_MAX_DEVICES; i++)
-        if (devs[i].a)
-            alloc_forget_stream(devs[i].a, (uintptr_t)s);
     pthread_mutex_unlock(&devs_lock);
+    /* outside devs_lock: forgetting a stream that holds memory waits for the device */
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            alloc_forget_stream(a, (uintptr_t)s);
+    }
 }
 
 /* At exit: snapshots for the recorder. Memory stays mapped: the program may still run
@@ -499,6 +511,10 @@ void gm_heap_print_stats(FILE *f)
                 (unsigned long long)st.num_device_alloc);
         fprintf(f, "gpumem-stats %d dev%d.ooms %llu\n", (int)getpid(), i,
                 (unsigned long long)st.num_ooms);
+        fprintf(f, "gpumem-stats %d dev%d.events_recorded %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_events_recorded);
+        fprintf(f, "gpumem-stats %d dev%d.syncs %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_syncs);
     }
 }
 

@@ -9,6 +9,8 @@
  *                        the legacy stream's two names (0, cudaStreamLegacy) are one stream.
  *   streams_app record   gpumem_record_stream (looked up with dlsym): 0 on a gpumem block, -1 on
  *                        a host pointer; prints "record <ptr> <stream>" for the test's SQL.
+ *   streams_app multidev two devices, a stream on each, peer copies, each device's memory
+ *                        freed while the other is current (fenced in its own context).
  *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
  *                        and destroyed: the address space reserved for each comes back.
  */
@@ -102,6 +104,65 @@ static void record(void)
     RT(cudaStreamDestroy(s2));
 }
 
+/* ---- several devices ----------------------------------------------------------------------- */
+
+/* Two devices (GPUMEM_SIM_DEVICES=2), a stream on each, a peer copy from device 0's block into
+ * device 1's, and frees of each device's memory while the other device is current: gpumem must
+ * fence each block in its own device's context. The test's stats say no free fell back to a
+ * device synchronization (which a failed event record would cause). */
+static void multidev(void)
+{
+    int n = 0;
+    RT(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        printf("streams_app: multidev needs 2 devices (GPUMEM_SIM_DEVICES=2), found %d\n", n);
+        bad++;
+        return;
+    }
+    enum { N = 1 << 20 };
+    cudaStream_t s0, s1;
+    void *p0 = NULL, *p1 = NULL, *c0 = NULL, *c1 = NULL;
+    RT(cudaSetDevice(0));
+    RT(cudaStreamCreate(&s0));
+    RT(cudaMallocAsync(&p0, N, s0));
+    RT(cudaMalloc(&c0, N)); /* a cudaMalloc'ed block: its cudaFree fences every stream */
+    RT(cudaMemsetAsync(p0, 0xab, N, s0));
+    RT(cudaStreamSynchronize(s0));
+    RT(cudaSetDevice(1));
+    RT(cudaDeviceEnablePeerAccess(0, 0));
+    RT(cudaStreamCreate(&s1));
+    RT(cudaMallocAsync(&p1, N, s1));
+    RT(cudaMalloc(&c1, N));
+    RT(cudaMemcpyPeerAsync(p1, 1, p0, 0, N, s1));
+    RT(cudaMemcpyPeerAsync(c1, 1, p0, 0, N, s1));
+    unsigned char h[64];
+    RT(cudaMemcpyAsync(h, (char *)p1 + N - 64, sizeof h, cudaMemcpyDeviceToHost, s1));
+    RT(cudaStreamSynchronize(s1));
+    for (size_t i = 0; i < sizeof h; i++)
+        if (h[i] != 0xab) {
+            check(0, "the peer copy did not arrive");
+            break;
+        }
+    /* device 1 current: free device 0's memory (cudaFree fences every stream of device 0) */
+    RT(cudaFree(c0));
+    RT(cudaFree(p0));
+    RT(cudaSetDevice(0));
+    RT(cudaFree(c1));
+    RT(cudaFree(p1));
+    /* reuse on each device */
+    void *q0 = NULL, *q1 = NULL;
+    RT(cudaMallocAsync(&q0, N, s0));
+    RT(cudaSetDevice(1));
+    RT(cudaMallocAsync(&q1, N, s1));
+    RT(cudaFreeAsync(q1, s1));
+    RT(cudaStreamSynchronize(s1));
+    RT(cudaStreamDestroy(s1));
+    RT(cudaSetDevice(0));
+    RT(cudaFreeAsync(q0, s0));
+    RT(cudaStreamSynchronize(s0));
+    RT(cudaStreamDestroy(s0));
+}
+
 /* ---- address space ------------------------------------------------------------------------- */
 
 /* Streams are created in batches of 64 (live together, so that their handles differ: a destroyed
@@ -132,13 +193,15 @@ static void churn(int n)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: streams_app ptds|record|churn N\n");
+        fprintf(stderr, "usage: streams_app ptds|record|multidev|churn N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
         ptds();
     else if (!strcmp(argv[1], "record"))
         record();
+    else if (!strcmp(argv[1], "multidev"))
+        multidev();
     else if (!strcmp(argv[1], "churn") && argc > 2)
         churn(atoi(argv[2]));
     else {
