@@ -429,6 +429,12 @@ static CUresult ctx_sync(CUcontext c)
 {
     if (!c) return CUDA_ERROR_INVALID_CONTEXT;
     sim_lock();
+    /* "invalid to ... synchronize a broader handle which encompasses an active stream capture,
+     * such as a device or context handle" */
+    if (sim.ncaptures && sim_capture_on_device(c->dev, false, true)) {
+        sim_unlock();
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     double wait = sim_device_drain(c->dev);
     sim_cost(SIM_OP_CTX_SYNC, 0);
     sim_cost_wait(SIM_OP_CTX_SYNC, wait);

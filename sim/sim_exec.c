@@ -105,7 +105,51 @@ CUresult sim_stream_get(CUstream s, sim_stream **out)
 
 static void stream_unref(sim_stream *st);
 
+CUresult sim_stream_for_work(CUstream s, sim_stream **out)
+{
+    CUresult rc = sim_stream_get(s, out);
+    if (rc) return rc;
+    sim_stream *st = *out;
+    if (st->capture && st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (st->legacy && sim.ncaptures && sim_capture_on_device(st->dev, true, true))
+        return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    return CUDA_SUCCESS;
+}
+
+void sim_work_free(sim_work *w);
 static void work_free(sim_work *w)
+{
+    sim_work_free(w);
+}
+
+sim_work *sim_work_clone(const sim_work *w, size_t argbytes)
+{
+    sim_work *c = malloc(sizeof *c);
+    if (!c) return NULL;
+    *c = *w;
+    c->next = NULL;
+    c->ev = NULL;
+    c->target = NULL;
+    c->args = NULL;
+    c->argbuf = NULL;
+    if (w->kind == SIM_W_KERNEL) {
+        (void)argbytes;
+        c->argbuf = malloc(w->argbytes ? w->argbytes : 1);
+        c->args = calloc(w->nargs ? w->nargs : 1, sizeof *c->args);
+        if (!c->argbuf || !c->args) {
+            free(c->argbuf);
+            free(c->args);
+            free(c);
+            return NULL;
+        }
+        memcpy(c->argbuf, w->argbuf, w->argbytes);
+        for (unsigned i = 0; i < w->nargs; i++)
+            c->args[i] = c->argbuf + ((char *)w->args[i] - w->argbuf);
+    }
+    return c;
+}
+
+void sim_work_free(sim_work *w)
 {
     if (w->kind == SIM_W_WAIT && w->target) stream_unref(w->target);
     if (w->kind == SIM_W_RECORD && w->ev) w->ev->rec = NULL;
@@ -290,6 +334,23 @@ void sim_stream_wait_executed(sim_stream *st, uint64_t seq)
         pthread_cond_wait(&sim.cond, &sim.lock);
 }
 
+void sim_submit(sim_stream *st, sim_work *w)
+{
+    if (sim.async) {
+        sim_issue(st, w, NULL);
+        return;
+    }
+    if (w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN) {
+        sim_unlock();
+        run_work(w);
+        sim_lock();
+    } else {
+        run_work(w);
+    }
+    work_free(w);
+    sim_issue(st, NULL, NULL);
+}
+
 /* Queues w on st (or, synchronous mode, records its place). Lock held. */
 static uint64_t push(sim_stream *st, sim_work *w, bool *queued)
 {
@@ -434,6 +495,12 @@ CUresult cuStreamDestroy_v2(CUstream s)
         return CUDA_ERROR_INVALID_HANDLE;
     }
     sim_stream *st = (sim_stream *)(void *)s;
+    if (st->capture) {
+        sim_capture_invalidate(st->capture);
+        sim_pset_del((void **)st->capture->streams, &st->capture->nstreams, st);
+        if (st->capture->origin == st) st->capture->origin = NULL;
+        st->capture = NULL;
+    }
     sim_pset_del(sim.streams, &sim.nstreams, s);
     st->destroyed = true;
     sim_stream_wait_executed(st, st->issued);
@@ -457,6 +524,12 @@ CUresult cuStreamSynchronize(CUstream s)
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_get(s, &st);
+    if (!rc && st->capture) {
+        /* Capturing work is not scheduled for execution: nothing to synchronize with. */
+        sim_capture_invalidate(st->capture);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (!rc && st->legacy && sim.ncaptures && sim_capture_on_device(st->dev, true, true))
+        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     double wait = rc ? 0 : stream_sync(st);
     sim_cost(SIM_OP_STREAM_SYNC, 0);
     sim_cost_wait(SIM_OP_STREAM_SYNC, wait);
@@ -474,6 +547,11 @@ CUresult cuStreamQuery(CUstream s)
     sim_cost(SIM_OP_EVENT_QUERY, 0); /* a query takes (simulated) time: timed delays run out */
     sim_stream *st;
     CUresult rc = sim_stream_get(s, &st);
+    if (!rc && st->capture) {
+        sim_capture_invalidate(st->capture);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (!rc && st->legacy && sim.ncaptures && sim_capture_on_device(st->dev, true, true))
+        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     if (!rc) {
         poke_epoch++;
         bool done = reached(st, st->issued);
@@ -498,11 +576,40 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags)
     SIM_CHECK_INIT();
     sim_lock();
     sim_stream *st;
-    CUresult rc = sim_stream_get(s, &st);
+    CUresult rc = sim_stream_for_work(s, &st);
     if (!rc && !sim_pset_has(sim.events, sim.nevents, ev)) rc = CUDA_ERROR_INVALID_HANDLE;
     if (!rc && (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)) rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc) {
-        sim_event *e = (sim_event *)(void *)ev;
+    sim_event *e = rc ? NULL : (sim_event *)(void *)ev;
+    if (!rc && e->capture) {
+        /* A captured event: the waiting stream joins that capture (a fork), or, for its own
+         * capture, depends on the work before the record (a join when it is the origin). */
+        sim_capture *c = e->capture;
+        if (c->invalidated)
+            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        else if (st->capture && st->capture != c) {
+            sim_capture_invalidate(st->capture);
+            sim_capture_invalidate(c);
+            rc = CUDA_ERROR_STREAM_CAPTURE_MERGE;
+        } else if (!st->capture) {
+            if (!sim_pset_add((void ***)&c->streams, &c->nstreams, &c->capstreams, st))
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            else {
+                st->capture = c;
+                st->cap_nodes = st->cap_joined = 0;
+            }
+        } else if (st == c->origin && e->cap_stream && e->cap_nodes > e->cap_stream->cap_joined) {
+            e->cap_stream->cap_joined = e->cap_nodes;
+        }
+        e = NULL;
+    } else if (!rc && st->capture) {
+        /* Work outside the capture cannot be a dependency of captured work. */
+        if (!(flags & CU_EVENT_WAIT_EXTERNAL)) {
+            sim_capture_invalidate(st->capture);
+            rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        }
+        e = NULL;
+    }
+    if (e) {
         /* The wait is on the event's latest record at the time of the call (none: nothing). */
         if (e->stream && e->stream != st) {
             sim_work *w = wait_work(e->stream, e->seq);
@@ -583,10 +690,12 @@ CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_get(s, &st);
+    if (!rc)
+        *status = !st->capture              ? CU_STREAM_CAPTURE_STATUS_NONE
+                  : st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     sim_unlock();
-    if (rc) return rc;
-    *status = CU_STREAM_CAPTURE_STATUS_NONE; /* the sim has no graphs */
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 /* ---- events ------------------------------------------------------------------------------ */
@@ -615,6 +724,8 @@ CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 
 static void event_forget(sim_event *e)
 {
+    e->capture = NULL;
+    e->cap_stream = NULL;
     if (e->rec) e->rec->ev = NULL;
     e->rec = NULL;
     if (e->stream) stream_unref(e->stream);
@@ -645,7 +756,19 @@ CUresult cuEventRecord(CUevent ev, CUstream s)
     if (!sim_pset_has(sim.events, sim.nevents, ev))
         rc = CUDA_ERROR_INVALID_HANDLE;
     else
-        rc = sim_stream_get(s, &st);
+        rc = sim_stream_for_work(s, &st);
+    if (!rc && st->capture) {
+        /* Inside a capture a record marks a point of the graph being built: no execution. */
+        sim_event *e = (sim_event *)(void *)ev;
+        event_forget(e);
+        e->recorded = true;
+        e->capture = st->capture;
+        e->cap_stream = st;
+        e->cap_nodes = st->cap_nodes;
+        sim_cost(SIM_OP_EVENT_RECORD, 0);
+        sim_unlock();
+        return CUDA_SUCCESS;
+    }
     sim_work *w = NULL;
     if (!rc && !(w = calloc(1, sizeof *w))) rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc) {
@@ -681,7 +804,12 @@ CUresult cuEventQuery(CUevent ev)
     CUresult rc = CUDA_SUCCESS;
     if (!sim_pset_has(sim.events, sim.nevents, ev))
         rc = CUDA_ERROR_INVALID_HANDLE;
-    else {
+    else if (((sim_event *)(void *)ev)->capture) {
+        /* "attempting cuEventQuery on an event that was last recorded inside a capture
+         * sequence" conflicts with capture in every mode. */
+        sim_capture_invalidate(((sim_event *)(void *)ev)->capture);
+        rc = CUDA_ERROR_CAPTURED_EVENT;
+    } else {
         sim_event *e = (sim_event *)(void *)ev;
         if (!event_done(e)) {
             poke_epoch++;
@@ -702,7 +830,10 @@ CUresult cuEventSynchronize(CUevent ev)
     double wait = 0;
     if (!sim_pset_has(sim.events, sim.nevents, ev))
         rc = CUDA_ERROR_INVALID_HANDLE;
-    else {
+    else if (((sim_event *)(void *)ev)->capture) {
+        sim_capture_invalidate(((sim_event *)(void *)ev)->capture);
+        rc = CUDA_ERROR_CAPTURED_EVENT;
+    } else {
         sim_event *e = (sim_event *)(void *)ev;
         if (e->stream) {
             sim_stream *st = e->stream;
@@ -874,7 +1005,12 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         }
         if (!buf || !bufsize || *bufsize < k->args_size) return CUDA_ERROR_INVALID_VALUE;
     }
-    if (!sim.async) {
+    sim_lock();
+    src = sim_stream_for_work(s, &st);
+    bool capturing = !src && st->capture;
+    sim_unlock();
+    if (src) return src;
+    if (!sim.async && !capturing) {
         /* Synchronous mode: the kernel runs now, on the caller's own parameters. */
         if (params || !extra) {
             k->fn(params);
@@ -898,6 +1034,8 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
     if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
     w->kind = SIM_W_KERNEL;
     w->fn = k->fn;
+    w->argbytes = k->args_size;
+    w->nargs = k->nparams;
     w->argbuf = malloc(k->args_size ? k->args_size : 1);
     w->args = calloc(k->nparams ? k->nparams : 1, sizeof *w->args);
     if (!w->argbuf || !w->args) {
@@ -911,7 +1049,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         memcpy(w->args[i], params ? params[i] : buf + k->offsets[i], k->sizes[i]);
     }
     sim_lock();
-    src = sim_stream_get(s, &st); /* it may have been destroyed meanwhile (a program error) */
+    src = sim_stream_for_work(s, &st); /* it may have been destroyed meanwhile */
     if (src) {
         sim_unlock();
         free(w->argbuf);
@@ -919,9 +1057,12 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         free(w);
         return src;
     }
-    sim_issue(st, w, NULL);
+    if (st->capture)
+        src = sim_capture_add(st, w, k->args_size);
+    else
+        sim_issue(st, w, NULL);
     sim_unlock();
-    return CUDA_SUCCESS;
+    return src;
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -965,7 +1106,7 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
     if (!fn) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     sim_stream *st;
-    CUresult rc = sim_stream_get(s, &st);
+    CUresult rc = sim_stream_for_work(s, &st);
     sim_cost(SIM_OP_LAUNCH, 0);
     sim_work *w = rc ? NULL : calloc(1, sizeof *w);
     if (!rc && !w) rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -976,6 +1117,11 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
     w->kind = SIM_W_HOSTFN;
     w->hfn = fn;
     w->user = user;
+    if (st->capture) {
+        rc = sim_capture_add(st, w, 0);
+        sim_unlock();
+        return rc;
+    }
     if (!sim.async) {
         sim_unlock();
         fn(user);

@@ -108,6 +108,8 @@ typedef struct sim_work {
     sim_host_kernel_fn fn;
     void **args;
     char *argbuf;
+    size_t argbytes;
+    unsigned nargs;
     /* SIM_W_COPY / SIM_W_MEMSET */
     uintptr_t dst, src;
     size_t n, elem;
@@ -138,6 +140,8 @@ typedef struct sim_stream {
     pthread_t worker;
     bool has_worker, stop;
     struct sim_capture *capture; /* stream capture in progress (sim_graph.c), else NULL */
+    uint64_t cap_nodes;          /* nodes this stream added to its capture */
+    uint64_t cap_joined;         /* of those, how many the origin stream has waited for */
     uint64_t poke_epoch, poke_upto; /* one query/synchronization pass visits a queue once */
 } sim_stream;
 
@@ -150,7 +154,28 @@ typedef struct sim_event {
     sim_work *rec;      /* the record while it is queued (not complete), else NULL */
     double t_ms;        /* CLOCK_MONOTONIC when the record executed */
     int dev;
+    struct sim_capture *capture; /* last recorded inside this capture (sim_graph.c) */
+    sim_stream *cap_stream;      /* the capturing stream it was recorded on */
+    uint64_t cap_nodes;          /* that stream's cap_nodes at the record */
 } sim_event;
+
+/* A graph: its nodes in capture order, which is a valid execution order (sim_graph.c). */
+typedef struct sim_graph {
+    uint32_t magic;
+    sim_work **nodes;
+    size_t n, cap;
+} sim_graph;
+
+typedef struct sim_capture {
+    uint64_t id;
+    int mode; /* CUstreamCaptureMode */
+    pthread_t thread;
+    bool invalidated;
+    sim_stream *origin;
+    sim_graph *graph;
+    sim_stream **streams; /* every stream in this capture, the origin first */
+    size_t nstreams, capstreams;
+} sim_capture;
 
 typedef struct sim_kernel {
     uint32_t magic;
@@ -219,6 +244,8 @@ typedef struct sim_state {
     size_t nevents, capevents;
     void **kernels;
     size_t nkernels, capkernels;
+    void **captures, **graphs, **execs; /* live captures, graphs, executable graphs */
+    size_t ncaptures, capcaptures, ngraphs, capgraphs, nexecs, capexecs;
     sim_fault_plan faults;
     uint64_t n_allocs, n_maps, faults_injected;
     sim_stats stats;
@@ -266,6 +293,10 @@ bool sim_stream_valid(CUstream s); /* lock held */
 /* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current
  * context's default streams) to its stream; lock held. */
 CUresult sim_stream_get(CUstream s, sim_stream **out);
+/* sim_stream_get for issuing work: also CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for a stream whose
+ * capture was invalidated, and CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream while a
+ * blocking stream of its device captures (that capture is invalidated). */
+CUresult sim_stream_for_work(CUstream s, sim_stream **out);
 /* Issues work on st (lock held). In synchronous mode the caller has already done it (pass a
  * SIM_W_NOP) and w may be NULL; in asynchronous mode w is queued for the stream's worker. The
  * legacy stream's implicit synchronization with blocking streams is added here. Returns its seq
@@ -279,6 +310,25 @@ void sim_stream_wait_executed(sim_stream *st, uint64_t seq);
 /* Drains every stream of dev (-1: every device); returns the simulated wait. */
 double sim_device_drain(int dev);
 bool sim_is_async(void);
+/* Runs w now (synchronous mode: the lock is released around kernels and host functions) or
+ * queues it for st's worker (asynchronous mode); lock held. Takes w. */
+void sim_submit(sim_stream *st, sim_work *w);
+void sim_work_free(sim_work *w);
+sim_work *sim_work_clone(const sim_work *w, size_t argbytes); /* NULL when out of memory */
+
+/* sim_graph.c (lock held) */
+/* Adds w to st's capture (st->capture != NULL); takes w. */
+CUresult sim_capture_add(sim_stream *st, sim_work *w, size_t argbytes);
+/* Invalidates c (an illegal call during capture). */
+void sim_capture_invalidate(sim_capture *c);
+/* Is a potentially unsafe call (cuMemAlloc, cuMemFree, ...) prohibited for this thread now? If
+ * so the captures concerned are invalidated and the call must return
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+bool sim_capture_prohibits_unsafe(void);
+/* Does a stream of `dev` capture (blocking ones only: for the legacy stream's use)? Invalidates
+ * those captures when `invalidate`. */
+bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate);
+
 /* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */

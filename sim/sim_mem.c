@@ -9,9 +9,10 @@
  * space back. Capacity is charged by cuMemAlloc (size rounded up to 512 B) and cuMemCreate
  * (its size); reservations, host and managed memory are not charged.
  *
- * Work runs at issue time (see sim_exec.c), so the async variants of copies and memsets are the
- * sync ones after a stream check, and cuMemFreeAsync frees at once. cuMemFree implies a device
- * synchronization, as the real one does: pending (delayed) events complete.
+ * Copies, memsets and cuMemFreeAsync are stream work (see sim_exec.c): run at issue time in
+ * synchronous mode, queued for the stream's worker in asynchronous mode. cuMemFree implies a
+ * synchronization of the memory's device, as the real one does: pending (delayed) events
+ * complete. Capacity is per device (the current context's, or prop.location.id for VMM).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -251,6 +252,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     sim_lock();
     int dev;
     CUresult rc = sim_current_dev(&dev);
+    if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc) rc = device_alloc(dev, dptr, size, false);
     sim_cost(SIM_OP_MEM_ALLOC, size);
     sim_unlock();
@@ -287,6 +289,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     int cur;
     CUresult rc = sim_current_dev(&cur);
     double wait = 0;
+    if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc && dptr) {
         /* Like the real driver: freeing synchronizes the memory's device first. */
         sim_range *r = sim_range_find((uintptr_t)dptr);
@@ -308,7 +311,11 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
     SIM_CHECK_INIT();
     sim_lock();
     sim_stream *st;
-    CUresult rc = sim_stream_get(s, &st);
+    CUresult rc = sim_stream_for_work(s, &st);
+    if (!rc && st->capture) {
+        sim_unlock();
+        return sim_unsupported("cuMemAllocAsync on a capturing stream (graph memory nodes)");
+    }
     if (!rc) rc = device_alloc(st->dev, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
@@ -321,7 +328,11 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     sim_lock();
     int d = pool_dev(pool);
     sim_stream *st;
-    CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_get(s, &st);
+    CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
+    if (!rc && st->capture) {
+        sim_unlock();
+        return sim_unsupported("cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
+    }
     if (!rc) rc = device_alloc(d, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
@@ -337,7 +348,11 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
     sim_lock();
     size_t freed = 0;
     sim_stream *st;
-    CUresult rc = sim_stream_get(s, &st);
+    CUresult rc = sim_stream_for_work(s, &st);
+    if (!rc && st->capture) {
+        sim_unlock();
+        return sim_unsupported("cuMemFreeAsync on a capturing stream (graph memory nodes)");
+    }
     if (!rc && !dptr) rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc) {
         sim_range *r = sim_range_find((uintptr_t)dptr);
@@ -394,6 +409,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
     void *p = NULL;
     int dev;
     CUresult rc = sim_current_dev(&dev);
+    if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc)
         rc = host_range_map(SIM_R_MANAGED, size, flags,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
@@ -920,6 +936,7 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     sim_lock();
     int dev;
     CUresult rc = sim_current_dev(&dev);
+    if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc) rc = host_range_map(SIM_R_HOST, size, flags, MAP_PRIVATE | MAP_ANONYMOUS, pp);
     sim_cost(SIM_OP_HOST_ALLOC, size);
     sim_unlock();
@@ -1252,8 +1269,9 @@ static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *k
 /* Runs a copy or memset: at once (synchronous mode), or queued on st for its worker
  * (asynchronous mode; `wait`: a synchronous API, which returns once the work has run). Takes w
  * and the lock held; returns with the lock held. */
-static void issue_data_work(sim_stream *st, sim_work *w, bool wait)
+static CUresult issue_data_work(sim_stream *st, sim_work *w, bool wait)
 {
+    if (st->capture) return sim_capture_add(st, w, 0);
     if (!sim_is_async()) {
         /* Issue order is execution order: run it here (the lock keeps it atomic with the check). */
         if (w->kind == SIM_W_COPY) {
@@ -1271,10 +1289,11 @@ static void issue_data_work(sim_stream *st, sim_work *w, bool wait)
                 ((uint32_t *)w->dst)[i] = w->value;
         free(w);
         sim_issue(st, NULL, NULL);
-        return;
+        return CUDA_SUCCESS;
     }
     uint64_t seq = sim_issue(st, w, NULL);
     if (wait) sim_stream_wait_executed(st, seq);
+    return CUDA_SUCCESS;
 }
 
 /* want_dst / want_src: -1 any (unified), else the side the API name promises. `s` is the stream
@@ -1285,7 +1304,7 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
     SIM_CHECK_INIT();
     sim_lock();
     sim_stream *st = NULL;
-    CUresult rc = sim_stream_get(is_async ? s : NULL, &st);
+    CUresult rc = sim_stream_for_work(is_async ? s : NULL, &st);
     if (n == 0 || rc) {
         sim_unlock();
         return rc;
@@ -1314,11 +1333,13 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
             else
                 w->kind = SIM_W_NOP;
         }
-        if (w->kind == SIM_W_NOP) {
+        if (w->kind == SIM_W_NOP && !st->capture) {
             free(w);
             sim_issue(st, NULL, NULL);
-        } else
-            issue_data_work(st, w, !is_async);
+        } else if (w->kind == SIM_W_NOP)
+            free(w); /* nothing to capture: no bytes to move */
+        else
+            rc = issue_data_work(st, w, !is_async);
     }
     sim_cost(op, n);
     sim_unlock();
@@ -1385,7 +1406,7 @@ static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t cou
     size_t n = count * elem;
     sim_lock();
     sim_stream *st = NULL;
-    CUresult rc = sim_stream_get(is_async ? s : NULL, &st);
+    CUresult rc = sim_stream_for_work(is_async ? s : NULL, &st);
     if (count == 0 || rc) {
         sim_unlock();
         return rc;
@@ -1395,8 +1416,10 @@ static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t cou
     if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
     if (!rc) {
         sim_work *w = skip ? NULL : calloc(1, sizeof *w);
-        if (skip)
+        if (skip && !st->capture)
             sim_issue(st, NULL, NULL);
+        else if (skip)
+            free(w);
         else if (!w)
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else {
@@ -1405,7 +1428,7 @@ static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t cou
             w->n = n;
             w->elem = elem;
             w->value = value;
-            issue_data_work(st, w, !is_async);
+            rc = issue_data_work(st, w, !is_async);
         }
     }
     sim_cost(SIM_OP_MEMSET, n);

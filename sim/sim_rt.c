@@ -61,7 +61,10 @@
     X(cuCtxGetDevice, 2000) X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemcpyDtoD, 3020)      \
     X(cuMemcpyHtoDAsync, 3020) X(cuMemcpyDtoHAsync, 3020) X(cuMemcpyDtoDAsync, 3020)               \
     X(cuMemcpyPeer, 4000) X(cuMemcpyPeerAsync, 4000) X(cuCtxEnablePeerAccess, 4000)                \
-    X(cuCtxDisablePeerAccess, 4000)
+    X(cuCtxDisablePeerAccess, 4000) X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000)     \
+    X(cuStreamGetCaptureInfo, 12030) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000) \
+    X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000) X(cuGraphGetNodes, 10000)                \
+    X(cuThreadExchangeStreamCaptureMode, 10010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -943,6 +946,82 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **f
     return entry_point(sym, fn, (int)version, flags, status);
 }
 
+/* ---- stream capture and graphs ------------------------------------------------------------ */
+
+RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamBeginCapture((CUstream)s, (CUstreamCaptureMode)mode));
+}
+
+RT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuStreamEndCapture((CUstream)s, (CUgraph *)g));
+}
+
+RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *st,
+                                               unsigned long long *id, cudaGraph_t *g,
+                                               const cudaGraphNode_t **deps,
+                                               const cudaGraphEdgeData **edges, size_t *ndeps)
+{
+    RT_BEGIN();
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    if (!st) return rt_ret(cudaErrorInvalidValue);
+    CUresult r = drv.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid,
+                                            (CUgraph *)g, (const CUgraphNode **)deps,
+                                            (const CUgraphEdgeData **)edges, ndeps);
+    if (r == CUDA_SUCCESS) {
+        *st = (enum cudaStreamCaptureStatus)cs;
+        if (id) *id = cid;
+    }
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g,
+                                           unsigned long long flags)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphInstantiateWithFlags((CUgraphExec *)x, (CUgraph)g, flags));
+}
+
+RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *x, cudaGraph_t g,
+                                                    unsigned long long flags)
+{
+    return cudaGraphInstantiate(x, g, flags);
+}
+
+RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphLaunch((CUgraphExec)x, (CUstream)s));
+}
+
+RT_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphExecDestroy((CUgraphExec)x));
+}
+
+RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphDestroy((CUgraph)g));
+}
+
+RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuGraphGetNodes((CUgraph)g, (CUgraphNode *)nodes, n));
+}
+
 /* ---- per-thread default stream (_ptsz / _ptds) variants ----------------------------------- */
 /* Programs built with --default-stream per-thread call these names; the sim has one default
  * stream model, so they are the same functions. */
@@ -955,6 +1034,10 @@ PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
 PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
 PT_ALIAS(cudaMemset_ptds, cudaMemset)
 PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
+PT_ALIAS(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture)
+PT_ALIAS(cudaStreamEndCapture_ptsz, cudaStreamEndCapture)
+PT_ALIAS(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo)
+PT_ALIAS(cudaGraphLaunch_ptsz, cudaGraphLaunch)
 PT_ALIAS(cudaMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync)
 PT_ALIAS(cudaStreamSynchronize_ptsz, cudaStreamSynchronize)
 PT_ALIAS(cudaStreamQuery_ptsz, cudaStreamQuery)

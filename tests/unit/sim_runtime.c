@@ -383,6 +383,47 @@ static void test_two_devices_peer_copies_and_copy_kinds(void **state)
     OK(cudaDeviceDisablePeerAccess(1));
 }
 
+/* Stream capture through the runtime: captured work runs only when the graph is launched. */
+static void test_runtime_capture_and_graph_launch(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    cudaStream_t s;
+    OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned char *d, h[64];
+    OK(cudaMalloc((void **)&d, 64));
+    OK(cudaMemset(d, 0, 64));
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    enum cudaStreamCaptureStatus cs;
+    unsigned long long id = 0;
+    OK(cudaStreamGetCaptureInfo(s, &cs, &id, NULL, NULL, NULL, NULL));
+    assert_int_equal(cs, cudaStreamCaptureStatusActive);
+    OK(cudaMemsetAsync(d, 7, 64, s));
+    assert_int_equal(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    cudaGraph_t g;
+    assert_int_equal(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    (void)cudaGetLastError();
+    OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    OK(cudaMemsetAsync(d, 7, 64, s));
+    OK(cudaStreamEndCapture(s, &g));
+    OK(cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost));
+    assert_int_equal(h[0], 0); /* not run by the capture */
+    cudaGraphExec_t x;
+    OK(cudaGraphInstantiate(&x, g, 0));
+    for (int i = 0; i < 3; i++) {
+        OK(cudaMemset(d, 0, 64));
+        OK(cudaGraphLaunch(x, s));
+        OK(cudaStreamSynchronize(s));
+        OK(cudaMemcpy(h, d, 64, cudaMemcpyDeviceToHost));
+        assert_int_equal(h[63], 7);
+    }
+    OK(cudaGraphExecDestroy(x));
+    OK(cudaGraphDestroy(g));
+    OK(cudaFree(d));
+    OK(cudaStreamDestroy(s));
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_DEVICES", "2", 1);
@@ -400,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_launch_host_kernel_through_runtime),
         cmocka_unit_test(test_threads_use_the_runtime_concurrently),
         cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
+        cmocka_unit_test(test_runtime_capture_and_graph_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
