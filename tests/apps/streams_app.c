@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int bad;
 
@@ -106,6 +107,70 @@ static void record(void)
 
 /* ---- several devices ----------------------------------------------------------------------- */
 
+/* k_slow_check(unsigned char *p, uint64_t n, int *ok): after 50 ms, are all n bytes 0xab? A host
+ * kernel of the virtual GPU (sim_register_kernel, found in the driver with dlsym). */
+static void k_slow_check(void **a)
+{
+    volatile unsigned char *p = *(unsigned char **)a[0];
+    uint64_t n = *(uint64_t *)a[1];
+    int *ok = *(int **)a[2];
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int good = 1;
+    for (uint64_t i = 0; i < n; i++)
+        good &= p[i] == 0xab;
+    *ok = good;
+}
+
+typedef int (*register_fn)(const char *, void (*)(void **), unsigned, const size_t *, void **);
+
+/* Device 1's memory is freed while device 0 is current, with a slow kernel still reading it on
+ * device 1's legacy stream; device 1 then reuses what it can and overwrites it from a
+ * non-blocking stream. The free's fence must go on device 1's legacy stream (its context), not
+ * device 0's: otherwise the block comes back at once and the kernel reads the new owner's
+ * bytes. Meaningful on the asynchronous virtual GPU. */
+static void cross_device_free(void)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    register_fn reg = drv ? (register_fn)dlsym(drv, "sim_register_kernel") : NULL;
+    if (!reg) {
+        printf("streams_app: no sim_register_kernel (not the virtual GPU)\n");
+        bad++;
+        return;
+    }
+    size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)};
+    void *f = NULL;
+    check(reg("k_slow_check", k_slow_check, 3, sz, &f) == 0, "sim_register_kernel");
+    enum { N = 1 << 16 };
+    cudaStream_t nb;
+    void *c1 = NULL, *q = NULL;
+    static int ok = -1;
+    RT(cudaSetDevice(1));
+    RT(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    RT(cudaMalloc(&c1, N));
+    RT(cudaMemset(c1, 0xab, N));
+    uint64_t n = N;
+    int *okp = &ok;
+    void *args[] = {&c1, &n, &okp};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel(f, g, b, args, 0, 0)); /* device 1's legacy stream */
+    RT(cudaSetDevice(0));
+    RT(cudaFree(c1));
+    /* long enough for a fence on an idle stream to complete, well inside the kernel's 50 ms */
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    RT(cudaSetDevice(1));
+    RT(cudaMalloc(&q, N));
+    if (getenv("STREAMS_APP_DEBUG")) printf("c1 %p q %p\n", c1, q);
+    RT(cudaMemsetAsync(q, 0x11, N, nb));
+    RT(cudaDeviceSynchronize());
+    check(ok == 1, "a kernel on device 1 saw its block overwritten: the free of device 1's "
+                   "memory while device 0 was current did not wait for device 1's stream");
+    RT(cudaFree(q));
+    RT(cudaStreamDestroy(nb));
+    RT(cudaSetDevice(0));
+}
+
 /* Two devices (GPUMEM_SIM_DEVICES=2), a stream on each, a peer copy from device 0's block into
  * device 1's, and frees of each device's memory while the other device is current: gpumem must
  * fence each block in its own device's context. The test's stats say no free fell back to a
@@ -161,6 +226,7 @@ static void multidev(void)
     RT(cudaFreeAsync(q0, s0));
     RT(cudaStreamSynchronize(s0));
     RT(cudaStreamDestroy(s0));
+    cross_device_free();
 }
 
 /* ---- address space ------------------------------------------------------------------------- */

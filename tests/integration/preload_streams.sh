@@ -2,6 +2,9 @@
 # Properties of gpumem's stream handling in a real program (tests/apps/streams_app.c):
 #   - per-thread default streams are distinct streams (thread B never gets the block thread A
 #     freed in stream order on its own per-thread stream), and 0 / cudaStreamLegacy are one;
+#   - two devices with streams on both and peer copies: each device's memory freed while the
+#     other device is current is fenced in its own context (on the asynchronous virtual GPU a
+#     slow kernel on the block's device would otherwise see the next owner's bytes);
 #   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
 #     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
 #     pointer, stream = the stream);
@@ -14,6 +17,18 @@ need "$LIB" "$APPS/streams_app"
 LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds.out" 2>"$TMP/ptds.err"
 check_eq "per-thread default streams: exit status" "$?" 0
 cat "$TMP/ptds.out"
+
+GPUMEM_SIM_ASYNC=1 LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds-async.out" 2>"$TMP/ptds-async.err"
+check_eq "per-thread default streams, asynchronous virtual GPU: exit status" "$?" 0
+
+GPUMEM_SIM_DEVICES=2 GPUMEM_STATS=1 LD_PRELOAD=$LIB "$APPS/streams_app" multidev >"$TMP/md.out" 2>"$TMP/md.err"
+check_eq "two devices, streams on both, peer copies: exit status" "$?" 0
+for d in 0 1; do
+  check_gt "device $d: its frees recorded events in its own context" "$(stat "$TMP/md.err" dev$d.events_recorded)" 0
+done
+GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_DEVICES=2 LD_PRELOAD=$LIB "$APPS/streams_app" multidev >"$TMP/md-async.out" 2>"$TMP/md-async.err"
+check_eq "two devices on the asynchronous virtual GPU (a free from the other device's context waits for the block's own device): exit status" "$?" 0
+cat "$TMP/md-async.out"
 
 GPUMEM_DB="$TMP/rs.db" LD_PRELOAD=$LIB "$APPS/streams_app" record >"$TMP/rs.out" 2>"$TMP/rs.err"
 check_eq "record_stream: exit status" "$?" 0
