@@ -896,6 +896,7 @@ static fev_t *fev_pop(alloc_t *a, sstate_t *st)
  * device is never synchronized here, under the lock. */
 static void process_fences(alloc_t *a)
 {
+    if (a->captures) return; /* querying events is not allowed while a graph is captured */
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         while (st->q_head) {
@@ -926,8 +927,10 @@ static void land_upto(alloc_t *a, uint64_t seq)
             free(e);
         }
     }
-    while (a->fence_head && a->fence_head->seq <= seq)
-        fence_land(a, a->fence_head, true);
+    for (fence_t *f = a->fence_head, *nx; f && f->seq <= seq; f = nx) {
+        nx = f->next;
+        if (!f->capture) fence_land(a, f, true); /* a graph may still replay the others */
+    }
 }
 
 /* Synchronize the device with the allocator lock dropped (other threads keep allocating and
@@ -936,6 +939,7 @@ static void land_upto(alloc_t *a, uint64_t seq)
  * release that follows does not unmap memory their streams may still use. */
 static void sync_and_land(alloc_t *a)
 {
+    if (a->captures) return; /* synchronizing would invalidate the capture */
     uint64_t fs = a->fence_seq, frs = a->free_seq;
     a->st.num_syncs++;
     if (a->be.synchronize) {
@@ -1008,44 +1012,17 @@ static fev_t *fev_new(void)
     return malloc(sizeof(fev_t));
 }
 
-/* Free block b in stream order: it becomes PENDING behind one event on each stream it must wait
- * for, or FREE at once when there is none. Returns false when an event could not be recorded
- * (the block is then PENDING behind a fence with no events: the caller synchronizes). */
-static bool fence_block(alloc_t *a, blk_t *b, sstate_t *freed_on)
+/* Record one event on each of the n streams for fence f, queued on each stream. Returns false
+ * when an event could not be recorded (f keeps the events recorded so far). */
+static bool fence_record(alloc_t *a, fence_t *f, sstate_t **ss, size_t n)
 {
-    sstate_t *buf[16], **ss;
-    size_t n = fence_streams(a, b, freed_on, buf, 16, &ss);
-    if (n == 0) {
-        make_free(a, b, false);
-        return true;
-    }
-    fence_t *f = malloc(sizeof(*f));
-    if (!f || n == (size_t)-1) {
-        if (ss != buf && n != (size_t)-1) free(ss);
-        free(f);
-        return false;
-    }
-    f->blk = b;
-    f->left = 0;
-    f->seq = ++a->fence_seq;
-    f->next = NULL;
-    f->prev = a->fence_tail;
-    if (a->fence_tail)
-        a->fence_tail->next = f;
-    else
-        a->fence_head = f;
-    a->fence_tail = f;
-    b->rb.st = B_PENDING;
-    a->pending_bytes += b->size;
-    bool ok = true;
-    for (size_t i = 0; i < n && ok; i++) {
+    for (size_t i = 0; i < n; i++) {
         sstate_t *st = ss[i];
         fev_t *e = fev_new();
         void *ev = e ? ev_get(a) : NULL;
         if (!ev) {
             free(e);
-            ok = false;
-            break;
+            return false;
         }
         be_count(a, ALLOC_BE_CALL_EVENT_RECORD);
         int rc = be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream));
@@ -1054,8 +1031,7 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *freed_on)
              * our back) must not leave later frees unprotected; this one synchronizes */
             ev_put(a, ev);
             free(e);
-            ok = false;
-            break;
+            return false;
         }
         a->st.num_events_recorded++;
         e->ev = ev;
@@ -1068,8 +1044,81 @@ static bool fence_block(alloc_t *a, blk_t *b, sstate_t *freed_on)
         st->q_tail = e;
         f->left++;
     }
+    return true;
+}
+
+static fence_t *fence_new(alloc_t *a, blk_t *b)
+{
+    fence_t *f = calloc(1, sizeof(*f));
+    if (!f) return NULL;
+    f->blk = b;
+    f->seq = ++a->fence_seq;
+    f->prev = a->fence_tail;
+    if (a->fence_tail)
+        a->fence_tail->next = f;
+    else
+        a->fence_head = f;
+    a->fence_tail = f;
+    b->rb.st = B_PENDING;
+    a->pending_bytes += b->size;
+    return f;
+}
+
+/* Free block b in stream order: it becomes PENDING behind one event on each stream it must wait
+ * for, or FREE at once when there is none. While a graph capture is underway the events wait
+ * (recording one on the legacy stream would break the capture): the block stays PENDING until
+ * the capture ends. Returns false when an event could not be recorded (the block is then
+ * PENDING behind a fence the caller's synchronization lands). */
+static bool fence_block(alloc_t *a, blk_t *b, sstate_t *freed_on)
+{
+    sstate_t *buf[16], **ss;
+    size_t n = fence_streams(a, b, freed_on, buf, 16, &ss);
+    if (n == 0) {
+        make_free(a, b, false);
+        return true;
+    }
+    fence_t *f = n == (size_t)-1 ? NULL : fence_new(a, b);
+    if (!f) { /* out of host memory: wait for the device here, the one time the lock is held */
+        if (ss != buf && n != (size_t)-1) free(ss);
+        sync_device_locked(a);
+        make_free(a, b, true);
+        return true;
+    }
+    bool ok = true;
+    if (a->captures) {
+        f->deferred = true;
+        f->async = freed_on != NULL;
+        f->freed_on = freed_on ? freed_on->stream : 0;
+    } else {
+        ok = fence_record(a, f, ss, n);
+    }
     if (ss != buf) free(ss);
     return ok;
+}
+
+/* The last capture ended: record the events of the frees made during captures. */
+static void fence_deferred(alloc_t *a)
+{
+    bool failed = false;
+    for (fence_t *f = a->fence_head, *nx; f; f = nx) {
+        nx = f->next;
+        if (!f->deferred) continue;
+        f->deferred = false;
+        sstate_t *buf[16], **ss;
+        sstate_t *fo = f->async ? a_stream_find(a, f->freed_on) : NULL;
+        size_t n = fence_streams(a, f->blk, fo, buf, 16, &ss);
+        if (n == (size_t)-1) {
+            failed = true;
+            continue;
+        }
+        if (n == 0) {
+            fence_land(a, f, false);
+            continue;
+        }
+        if (!fence_record(a, f, ss, n)) failed = true;
+        if (ss != buf) free(ss);
+    }
+    if (failed) sync_and_land(a);
 }
 
 /* ---- release policies: everything, garbage collection, release threshold ------------------- */
@@ -1443,7 +1492,7 @@ static void nocache_free(alloc_t *a, blk_t *b)
     release_classic_segment(a, b->seg->pool, b);
 }
 
-static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
+static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintptr_t capture,
                    alloc_block_query_t *freed)
 {
     if (!a) return ALLOC_ERR_INVALID;
@@ -1467,7 +1516,13 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
-    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+    if (capture && b->stream != capture) {
+        /* freed inside a graph capture, allocated before it: the graph may use it at every
+         * replay, so nobody gets it until the graph is released (alloc_release_capture) */
+        fence_t *f = fence_new(a, b);
+        if (f) f->capture = capture;
+        else make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
+    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         nocache_free(a, b);
     } else if (!a->events) {
         make_free(a, b, true);
@@ -1481,18 +1536,70 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
 
 int alloc_free(alloc_t *a, uint64_t ptr)
 {
-    return do_free(a, ptr, false, 0, NULL);
+    return do_free(a, ptr, false, 0, 0, NULL);
 }
 
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
-    return do_free(a, ptr, true, stream, NULL);
+    return do_free(a, ptr, true, stream, 0, NULL);
 }
 
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed)
 {
-    return do_free(a, ptr, async, stream, freed);
+    return do_free(a, ptr, async, stream, 0, freed);
+}
+
+/* ---- CUDA graphs ----------------------------------------------------------------------------- */
+
+int alloc_capture_begin(alloc_t *a)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    a->captures++;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_capture_end(alloc_t *a)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    if (a->captures && --a->captures == 0) fence_deferred(a);
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)
+{
+    if (!capture) return ALLOC_ERR_INVALID;
+    return do_free(a, ptr, true, capture, capture, freed);
+}
+
+static void reap_dead_streams(alloc_t *a);
+
+int alloc_release_capture(alloc_t *a, uintptr_t capture)
+{
+    if (!a || !capture) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    bool held = false;
+    for (fence_t *f = a->fence_head; f; f = f->next)
+        if (f->capture == capture) {
+            f->capture = 0; /* landed by the synchronization below */
+            held = true;
+        }
+    sstate_t *st = a_stream_find(a, capture);
+    if (st) {
+        st->fenced = false;
+        st->dead = true;
+    }
+    /* the graph's last replay may still run, on any stream: wait for the device once */
+    if (held || (st && (st->pools[0].segs || st->pools[1].segs))) {
+        sync_and_land(a);
+        reap_dead_streams(a);
+    }
+    UNLOCK(a);
+    return ALLOC_OK;
 }
 
 int alloc_note_stream(alloc_t *a, uintptr_t stream)

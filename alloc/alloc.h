@@ -253,6 +253,24 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream);
  * ALLOC_ERR_DOUBLE_FREE (ptr lies in a freed block), ALLOC_ERR_NOMEM. */
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream);
 
+/* CUDA graphs (PyTorch's private pools are the model). While a capture is underway the
+ * allocator queries no event and never synchronizes (both would invalidate the capture), and the
+ * events of frees made meanwhile are recorded when the last capture ends.
+ *   - alloc_capture_begin / alloc_capture_end: a capture started / ended (any stream).
+ *   - Allocations inside the capture use a stream key of their own for it (`capture`, chosen by
+ *     the caller, e.g. one per capture id): their pools are private to the capture, and the
+ *     graph's static addresses are never handed to anyone else.
+ *   - alloc_free_captured(a, ptr, capture): a free on the capturing stream. A block allocated in
+ *     the capture is reusable at once by the capture's later allocations (graph order is stream
+ *     order); any other block is held (PENDING) until the capture is released.
+ *   - alloc_release_capture(a, capture): the graph and its executable graphs are destroyed:
+ *     waits for the device once (lock dropped), then the held blocks are free and the capture's
+ *     pools and address space are given back. */
+int alloc_capture_begin(alloc_t *a);
+int alloc_capture_end(alloc_t *a);
+int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed);
+int alloc_release_capture(alloc_t *a, uintptr_t capture);
+
 /* Is ptr inside a block this allocator handed out and that is still live? ALLOC_OK with the
  * block's base and (rounded) size; ALLOC_ERR_DOUBLE_FREE if it lies in a free/pending block;
  * ALLOC_ERR_NOT_OWNED otherwise. Interior pointers are accepted (slower path). */

@@ -145,8 +145,12 @@ typedef struct sstate {
 typedef struct fence {
     struct fence *next, *prev; /* all fences, oldest first */
     blk_t *blk;
-    unsigned left; /* events not yet complete */
-    uint64_t seq;  /* a->fence_seq when made */
+    unsigned left;     /* events not yet complete */
+    uint64_t seq;      /* a->fence_seq when made */
+    uint64_t capture;  /* nonzero: freed inside this graph capture; held until it is released */
+    bool deferred;     /* made while a capture was underway: its events are recorded after it */
+    bool async;        /* the free was in stream order on `freed_on` */
+    uintptr_t freed_on;
 } fence_t;
 
 /* address -> LIVE/PENDING block: open addressing, linear probing, backward-shift delete */
@@ -189,6 +193,7 @@ struct alloc {
     uint64_t free_seq;   /* blocks made FREE without waiting for the device (see blk_t.fseq) */
     uint64_t synced_free_seq; /* free_seq when the last completed synchronization started */
     bool broken_event;   /* an event query failed: the next malloc synchronizes */
+    unsigned captures;   /* graph captures underway: no event query, no synchronization */
     void **ev_pool; /* idle events for reuse */
     size_t nev_pool, cap_ev_pool;
 

@@ -34,6 +34,7 @@ typedef struct fake {
     size_t nevs;
     unsigned records;            /* successful event_record calls */
     unsigned syncs;              /* synchronize calls */
+    unsigned queries;            /* event_query calls */
     uintptr_t fail_stream;       /* event_record on this stream fails ... */
     unsigned fail_left;          /* ... this many times */
     void (*on_sync)(struct fake *); /* runs inside synchronize */
@@ -68,7 +69,8 @@ static int ev_record(void *c, void *ev, uintptr_t stream)
 }
 static int ev_query(void *c, void *ev)
 {
-    (void)c;
+    fake_t *f = c;
+    f->queries++;
     tev_t *e = ev;
     return !e->recorded || e->done ? ALLOC_BE_OK : ALLOC_BE_NOT_READY;
 }
@@ -377,6 +379,74 @@ static void test_forgotten_streams_return_address_space(void **state)
     done(f);
 }
 
+/* ---- CUDA graphs ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t p;
+    int state;
+} find_t;
+
+static int find_block(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                      size_t n)
+{
+    (void)seg;
+    find_t *w = user;
+    for (size_t i = 0; i < n; i++)
+        if (b[i].addr == w->p) w->state = (int)b[i].state;
+    return 0;
+}
+
+/* PENDING: freed, held back from reuse (not FREE, not LIVE) */
+static bool is_pending(fake_t *f, uint64_t p)
+{
+    find_t w = {p, -1};
+    alloc_walk(f->a, find_block, &w);
+    return w.state == ALLOC_BLOCK_PENDING;
+}
+
+/* During a capture: no event query, no synchronization, no event recorded (frees outside the
+ * capture get theirs when it ends); blocks allocated in the capture are reused within it; a
+ * block allocated before the capture and freed inside it stays held, through synchronizations,
+ * until the capture is released. */
+static void test_capture_private(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    const uintptr_t cap = 0x1005; /* the capture's private stream key */
+    uint64_t before_cap = must_alloc(f, 8192, 0x100);
+    uint64_t plain = must_alloc(f, 4096, 0); /* cudaMalloc'ed, freed outside the capture */
+    alloc_mem_counters_t c0, c1;
+    alloc_mem_backend_counters(f->m, &c0);
+    assert_int_equal(alloc_capture_begin(f->a), ALLOC_OK);
+    unsigned q0 = f->queries, r0 = f->records, s0 = f->syncs;
+    uint64_t in = must_alloc(f, 4096, cap);
+    assert_int_equal(alloc_free_captured(f->a, in, cap, NULL), ALLOC_OK);
+    assert_true(must_alloc(f, 4096, cap) == in); /* graph order: reusable inside the capture */
+    assert_int_equal(alloc_free_captured(f->a, before_cap, cap, NULL), ALLOC_OK);
+    assert_true(is_pending(f, before_cap));
+    assert_int_equal(alloc_free(f->a, plain), ALLOC_OK); /* needs events: deferred */
+    assert_true(is_pending(f, plain));
+    assert_true(must_alloc(f, 8192, 0x100) != before_cap);
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK); /* may not synchronize now */
+    assert_int_equal(f->queries, q0);
+    assert_int_equal(f->records, r0);
+    assert_int_equal(f->syncs, s0);
+    assert_int_equal(alloc_capture_end(f->a), ALLOC_OK);
+    assert_true(f->records > r0); /* the deferred free's events */
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    assert_false(is_pending(f, plain));
+    assert_true(is_pending(f, before_cap)); /* still held: the graph may replay */
+    assert_true(must_alloc(f, 8192, 0x100) != before_cap);
+    assert_int_equal(alloc_release_capture(f->a, cap), ALLOC_OK);
+    assert_false(is_pending(f, before_cap));
+    assert_true(must_alloc(f, 8192, 0x100) == before_cap);
+    alloc_mem_backend_counters(f->m, &c1);
+    /* the capture's pool reserved its own range, given back at release (its live block keeps
+     * the pool until it is freed) */
+    assert_true(c1.reserve > c0.reserve);
+    done(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_failed_record_keeps_stream),
         cmocka_unit_test(test_no_sync_under_lock),
         cmocka_unit_test(test_forgotten_streams_return_address_space),
+        cmocka_unit_test(test_capture_private),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
