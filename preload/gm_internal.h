@@ -152,6 +152,9 @@ struct gm_real {
     CUresult (*cuEventDestroy_v2)(CUevent);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, CUstreamCaptureStatus *, cuuint64_t *,
+                                          CUgraph *, const CUgraphNode **,
+                                          const CUgraphEdgeData **, size_t *);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -182,6 +185,13 @@ int gm_stream_capturing(CUstream s);
  * own (driver.c); gm_stream_of_key gives the stream to record an event on for a key. */
 uintptr_t gm_stream_key(CUstream s);
 CUstream gm_stream_of_key(uintptr_t key);
+/* CUDA graph capture (driver.c): the private stream key of the capture s is part of (0 when s
+ * is not capturing): allocations in the capture come from pools of their own, frees on it are
+ * held until the graph is released (heap.c). */
+uintptr_t gm_capture_key(CUstream s);
+void gm_heap_capture_begin(void);
+void gm_heap_capture_end(void);
+void gm_heap_capture_release(uintptr_t key);
 /* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
 CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */

@@ -256,6 +256,50 @@ void gm_heap_note_stream(CUstream s)
     pthread_mutex_unlock(&devs_lock);
 }
 
+/* Graph captures underway (cuStreamBeginCapture .. cuStreamEndCapture), in every allocator
+ * too: while one is, allocations and frees ask whether their stream is capturing. */
+static _Atomic int captures_underway;
+
+void gm_heap_capture_begin(void)
+{
+    pthread_mutex_lock(&devs_lock);
+    atomic_fetch_add(&captures_underway, 1);
+    for (int i = 0; i < GM_MAX_DEVICES; i++)
+        if (devs[i].a)
+            alloc_capture_begin(devs[i].a);
+    pthread_mutex_unlock(&devs_lock);
+}
+
+void gm_heap_capture_end(void)
+{
+    pthread_mutex_lock(&devs_lock);
+    if (atomic_load(&captures_underway) > 0) {
+        atomic_fetch_sub(&captures_underway, 1);
+        for (int i = 0; i < GM_MAX_DEVICES; i++)
+            if (devs[i].a)
+                alloc_capture_end(devs[i].a);
+    }
+    pthread_mutex_unlock(&devs_lock);
+}
+
+/* The graph and every executable graph of the capture are destroyed. */
+void gm_heap_capture_release(uintptr_t key)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            alloc_release_capture(a, key);
+    }
+}
+
+/* The allocator's key for a stream: the capture's private key while the stream is captured */
+static uintptr_t heap_key(CUstream s, uintptr_t *capture)
+{
+    *capture = atomic_load_explicit(&captures_underway, memory_order_relaxed) ? gm_capture_key(s)
+                                                                               : 0;
+    return *capture ? *capture : gm_stream_key(s);
+}
+
 static alloc_t *dev_get(CUdevice dev)
 {
     if (dev < 0 || dev >= GM_MAX_DEVICES)
@@ -306,6 +350,8 @@ static alloc_t *dev_get(CUdevice dev)
             for (size_t k = 0; k < nstreams; k++)
                 if (streams[k].dev == dev)
                     alloc_note_stream(a, (uintptr_t)streams[k].s);
+            for (int k = atomic_load(&captures_underway); k > 0; k--)
+                alloc_capture_begin(a);
             gm_rec_note_device(dev, cfg.expandable_segments);
             d->a = a;
             atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
@@ -327,7 +373,9 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     }
     uint64_t p = 0;
     alloc_malloc_info_t info = {0};
-    stream = (CUstream)gm_stream_key(stream); /* each thread's per-thread stream is its own */
+    uintptr_t capture;
+    /* each thread's per-thread stream is its own; a capture has a key of its own */
+    stream = (CUstream)heap_key(stream, &capture);
     int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
@@ -359,14 +407,18 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         *res = CUDA_SUCCESS;
         return 1;
     }
-    stream = (CUstream)gm_stream_key(stream);
+    uintptr_t capture = 0;
+    stream = kind == GM_ALLOC_ASYNC ? (CUstream)heap_key(stream, &capture)
+                                    : (CUstream)gm_stream_key(stream);
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
         if (!a)
             continue;
         alloc_block_query_t q;
         gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
-        int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
+        /* freed on a capturing stream: the graph may use the block at every replay */
+        int e = capture ? alloc_free_captured(a, ptr, capture, &q)
+                        : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {

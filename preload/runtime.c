@@ -213,10 +213,9 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
 {
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && !gm_stream_capturing((CUstream)s))
-        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
+    /* inside a graph capture too: the capture's allocations come from its private pools */
     if (m == GM_MODE_REPLACE)
-        m = GM_MODE_RECORD; /* a graph being captured owns its allocations: pass through */
+        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
     if (!real)
         return NO_RUNTIME;
     gm_inside_enter();

@@ -5,6 +5,9 @@
 #   - two devices with streams on both and peer copies: each device's memory freed while the
 #     other device is current is fenced in its own context (on the asynchronous virtual GPU a
 #     slow kernel on the block's device would otherwise see the next owner's bytes);
+#   - CUDA graphs: a capture with allocations inside it (served by gpumem from the capture's own
+#     pools; the virtual GPU has no memory nodes) is instantiated and replayed while the program
+#     allocates around it, and nothing the graph uses is handed out until the graph is destroyed;
 #   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
 #     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
 #     pointer, stream = the stream);
@@ -29,6 +32,12 @@ done
 GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_DEVICES=2 LD_PRELOAD=$LIB "$APPS/streams_app" multidev >"$TMP/md-async.out" 2>"$TMP/md-async.err"
 check_eq "two devices on the asynchronous virtual GPU (a free from the other device's context waits for the block's own device): exit status" "$?" 0
 cat "$TMP/md-async.out"
+
+for async in 0 1; do
+  GPUMEM_SIM_ASYNC=$async LD_PRELOAD=$LIB "$APPS/streams_app" graph >"$TMP/graph$async.out" 2>"$TMP/graph$async.err"
+  check_eq "a graph with allocations inside, captured, instantiated, replayed (async $async): exit status" "$?" 0
+  cat "$TMP/graph$async.out"
+done
 
 GPUMEM_DB="$TMP/rs.db" LD_PRELOAD=$LIB "$APPS/streams_app" record >"$TMP/rs.out" 2>"$TMP/rs.err"
 check_eq "record_stream: exit status" "$?" 0
