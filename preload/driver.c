@@ -777,6 +777,15 @@ static CUresult h_cuGraphDestroy(CUgraph g)
     return r;
 }
 
+/* Legacy IPC handles cannot share gpumem's memory (virtual memory mappings): say so and how. */
+static CUresult (*real_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+static CUresult h_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_heap_ipc_refuse("cuIpcGetMemHandle", p))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return real_cuIpcGetMemHandle(h, p);
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 #define SLOT(f) ((void **)(void *)&gm_real.f)
@@ -882,6 +891,9 @@ static struct hook_ent hooks[] = {
      NULL},
     {"cuDeviceGet", 0, "cuDeviceGet", SLOT(cuDeviceGet), NULL},
     {"cuDeviceTotalMem", 0, "cuDeviceTotalMem_v2", SLOT(cuDeviceTotalMem_v2), NULL},
+    {"cuDeviceGetAttribute", 0, "cuDeviceGetAttribute", SLOT(cuDeviceGetAttribute), NULL},
+    {"cuIpcGetMemHandle", 0, "cuIpcGetMemHandle", (void **)(void *)&real_cuIpcGetMemHandle,
+     (void *)h_cuIpcGetMemHandle},
     {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2), NULL},
     {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister), NULL},
     {"cuMemGetAllocationGranularity", 0, "cuMemGetAllocationGranularity",

@@ -117,6 +117,7 @@ struct gm_real {
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*cuDeviceGet)(CUdevice *, int);
     CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
     CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
@@ -192,6 +193,9 @@ uintptr_t gm_capture_key(CUstream s);
 void gm_heap_capture_begin(void);
 void gm_heap_capture_end(void);
 void gm_heap_capture_release(uintptr_t key);
+/* cudaIpcGetMemHandle / cuIpcGetMemHandle on memory gpumem serves: 1 (and the one-line reason,
+ * printed once) when ptr is gpumem's, 0 when the real function should answer. */
+int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr);
 /* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
 CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */

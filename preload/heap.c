@@ -30,6 +30,7 @@ struct gm_dev {
     CUdevice dev;
     CUcontext ctx; /* the context current when the allocator was created */
     alloc_t *a;
+    int posix_fd;  /* the device can export memory as a POSIX file descriptor */
 };
 static struct gm_dev devs[GM_MAX_DEVICES];
 static alloc_t *_Atomic dev_alloc[GM_MAX_DEVICES];
@@ -86,6 +87,10 @@ static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
     p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     p->location.id = d->dev;
+    /* exportable (cuMemExportToShareableHandle) where the device supports it: CUDA-aware MPI,
+     * NCCL buffer registration and other processes can then map gpumem's memory */
+    if (d->posix_fd)
+        p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static int be_reserve(void *c, size_t size, size_t align, uint64_t *addr)
@@ -313,6 +318,12 @@ static alloc_t *dev_get(CUdevice dev)
         struct gm_dev *d = &devs[dev];
         d->dev = dev;
         gm_real.cuCtxGetCurrent(&d->ctx);
+        int fd_ok = 0;
+        if (gm_real.cuDeviceGetAttribute &&
+            gm_real.cuDeviceGetAttribute(
+                &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) ==
+                CUDA_SUCCESS)
+            d->posix_fd = fd_ok != 0;
         alloc_backend_t be;
         memset(&be, 0, sizeof be);
         be.ctx = d;
@@ -451,6 +462,23 @@ int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
             return i;
     }
     return -1;
+}
+
+int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr)
+{
+    CUdeviceptr base;
+    size_t size;
+    if (!gm_heap_lookup(ptr, &base, &size))
+        return 0;
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr,
+                "gpumem: %s: this memory comes from gpumem's allocator (virtual memory), which "
+                "legacy IPC handles cannot share; export it with cuMemRetainAllocationHandle + "
+                "cuMemExportToShareableHandle (POSIX fd, on devices that support it), or run "
+                "with GPUMEM_MODE=record so that the driver allocates it\n",
+                fn);
+    return 1;
 }
 
 int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size)

@@ -13,6 +13,8 @@
  *                        freed while the other is current (fenced in its own context).
  *   streams_app graph    a CUDA graph captured with allocations inside it, instantiated and
  *                        replayed while the program allocates around it.
+ *   streams_app ipc      cudaIpcGetMemHandle on a gpumem block (twice): prints "ipc <code> <name>"
+ *                        per call; under gpumem the reason it is refused goes to stderr once.
  *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
  *                        and destroyed: the address space reserved for each comes back.
  */
@@ -337,6 +339,22 @@ static void graph(void)
     RT(cudaStreamDestroy(s));
 }
 
+/* ---- IPC ------------------------------------------------------------------------------------ */
+
+/* cudaIpcGetMemHandle on a cudaMalloc'ed block, twice: under gpumem it is refused with
+ * cudaErrorNotSupported (the reason goes to stderr once, the test reads it). */
+static void ipc(void)
+{
+    void *p = NULL;
+    RT(cudaMalloc(&p, 1 << 20));
+    cudaIpcMemHandle_t h;
+    for (int i = 0; i < 2; i++) {
+        cudaError_t e = cudaIpcGetMemHandle(&h, (char *)p + (i ? 4096 : 0));
+        printf("ipc %d %s\n", (int)e, cudaGetErrorName(e));
+    }
+    RT(cudaFree(p));
+}
+
 /* ---- address space ------------------------------------------------------------------------- */
 
 /* Streams are created in batches of 64 (live together, so that their handles differ: a destroyed
@@ -367,13 +385,15 @@ static void churn(int n)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: streams_app ptds|record|multidev|graph|churn N\n");
+        fprintf(stderr, "usage: streams_app ptds|record|multidev|graph|ipc|churn N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
         ptds();
     else if (!strcmp(argv[1], "record"))
         record();
+    else if (!strcmp(argv[1], "ipc"))
+        ipc();
     else if (!strcmp(argv[1], "graph"))
         graph();
     else if (!strcmp(argv[1], "multidev"))

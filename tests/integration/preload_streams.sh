@@ -8,6 +8,8 @@
 #   - CUDA graphs: a capture with allocations inside it (served by gpumem from the capture's own
 #     pools; the virtual GPU has no memory nodes) is instantiated and replayed while the program
 #     allocates around it, and nothing the graph uses is handed out until the graph is destroyed;
+#   - cudaIpcGetMemHandle on gpumem memory fails with cudaErrorNotSupported and one line that
+#     says why and names the ways out (a shareable handle; GPUMEM_MODE=record);
 #   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
 #     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
 #     pointer, stream = the stream);
@@ -38,6 +40,16 @@ for async in 0 1; do
   check_eq "a graph with allocations inside, captured, instantiated, replayed (async $async): exit status" "$?" 0
   cat "$TMP/graph$async.out"
 done
+
+LD_PRELOAD=$LIB "$APPS/streams_app" ipc >"$TMP/ipc.out" 2>"$TMP/ipc.err"
+check_eq "IPC: exit status" "$?" 0
+check_eq "cudaIpcGetMemHandle on gpumem memory: refused as not supported, both times" \
+  "$(awk '$1 == "ipc" {print $3}' "$TMP/ipc.out" | sort -u)" cudaErrorNotSupported
+grep cudaIpcGetMemHandle "$TMP/ipc.err" >"$TMP/ipc.reason"
+check_eq "the reason is one line, once" "$(wc -l <"$TMP/ipc.reason")" 1
+check_eq "it names both ways out" \
+  "$(grep -c 'cuMemExportToShareableHandle.*GPUMEM_MODE=record' "$TMP/ipc.reason")" 1
+cat "$TMP/ipc.reason"
 
 GPUMEM_DB="$TMP/rs.db" LD_PRELOAD=$LIB "$APPS/streams_app" record >"$TMP/rs.out" 2>"$TMP/rs.err"
 check_eq "record_stream: exit status" "$?" 0
