@@ -1692,6 +1692,15 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
          * holds memory or pending frees (a stream that only ran kernels costs nothing). Frees
          * whose blocks name the stream then need no event on it. */
         bool holds = st->q_head || st->pools[0].segs || st->pools[1].segs || st->recorded;
+        if (!holds && a->events && !a->captures) {
+            /* work still queued on it may use a cudaMalloc'ed block that a later cudaFree,
+             * which no longer fences this stream, would hand out: an idle stream costs one
+             * event, a busy one a synchronization */
+            void *ev = ev_get(a);
+            holds = !ev || be_rc(a, a->be.event_record(a->be.ctx, ev, stream)) != ALLOC_BE_OK ||
+                    a->be.event_query(a->be.ctx, ev) != ALLOC_BE_OK;
+            if (ev) ev_put(a, ev);
+        }
         if (holds) {
             sync_and_land(a);
             reap_dead_streams(a);

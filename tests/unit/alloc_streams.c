@@ -38,6 +38,7 @@ typedef struct fake {
     uintptr_t fail_stream;       /* event_record on this stream fails ... */
     unsigned fail_left;          /* ... this many times */
     void (*on_sync)(struct fake *); /* runs inside synchronize */
+    uintptr_t idle_stream;       /* events recorded on it are complete at once */
     bool lock_was_free;          /* set by on_sync helpers */
 } fake_t;
 
@@ -63,7 +64,7 @@ static int ev_record(void *c, void *ev, uintptr_t stream)
     tev_t *e = ev;
     e->stream = stream;
     e->recorded = true;
-    e->done = false;
+    e->done = stream == f->idle_stream;
     f->records++;
     return ALLOC_BE_OK;
 }
@@ -148,6 +149,7 @@ static fake_t *mk(const char *conf)
     mo.capacity = (size_t)1 << 30;
     f->m = alloc_mem_backend_create(&mo);
     assert_non_null(f->m);
+    f->idle_stream = UINTPTR_MAX; /* none */
     alloc_backend_t *b = &f->be;
     b->ctx = f;
     b->reserve = w_reserve;
@@ -379,6 +381,29 @@ static void test_forgotten_streams_return_address_space(void **state)
     done(f);
 }
 
+/* Forgetting a stream that holds no memory: one event tells whether it is idle; work still
+ * queued on it (which may use a cudaMalloc'ed block that later cudaFrees no longer fence it
+ * for) makes the forget wait for the device. */
+static void test_forget_busy_stream_waits(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    alloc_note_stream(f->a, 0x300);
+    alloc_note_stream(f->a, 0x400);
+    f->idle_stream = 0x400;
+    unsigned s0 = f->syncs;
+    assert_int_equal(alloc_forget_stream(f->a, 0x400), ALLOC_OK);
+    assert_int_equal(f->syncs, s0); /* idle: no wait */
+    assert_int_equal(alloc_forget_stream(f->a, 0x300), ALLOC_OK);
+    assert_int_equal(f->syncs, s0 + 1); /* busy: waited */
+    /* neither is fenced any more */
+    uint64_t p = must_alloc(f, 4096, 0);
+    unsigned r0 = f->records;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(f->records - r0, 1); /* the legacy stream only */
+    done(f);
+}
+
 /* ---- CUDA graphs ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -456,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_failed_record_keeps_stream),
         cmocka_unit_test(test_no_sync_under_lock),
         cmocka_unit_test(test_forgotten_streams_return_address_space),
+        cmocka_unit_test(test_forget_busy_stream_waits),
         cmocka_unit_test(test_capture_private),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
