@@ -255,6 +255,9 @@ static void k_add(void **a)
 
 static void *sim_kernel(const char *name, void (*fn)(void **), unsigned np, const size_t *sz)
 {
+    /* the runtime loads the driver first: then dlopen finds it by its soname, also under a
+     * sanitizer (whose dlopen does not apply this program's RUNPATH) */
+    RT(cudaFree(NULL));
     void *drv = dlopen("libcuda.so.1", RTLD_NOW);
     register_fn reg = drv ? (register_fn)dlsym(drv, "sim_register_kernel") : NULL;
     void *f = NULL;
