@@ -119,7 +119,8 @@ CUresult sim_faults_set(const char *spec);
 CUresult sim_costs_set(const char *spec);
 /* The cost of one op in use now. CUDA_ERROR_INVALID_VALUE for an op out of range. */
 CUresult sim_cost_get(int op, double *fixed_us, double *per_mib_us);
-/* Sets the device capacity; CUDA_ERROR_INVALID_VALUE if below what is in use now. */
+/* Sets every device's capacity; CUDA_ERROR_INVALID_VALUE if below what is in use now plus the
+ * context size (sim_set_context_bytes). */
 CUresult sim_set_capacity(size_t bytes);
 /* 1 when GPUMEM_SIM_BACKING=virtual (device memory has addresses but no storage: copies,
  * memsets into it are skipped and touching it faults), else 0. */
@@ -137,6 +138,9 @@ typedef struct sim_device_accounting {
     size_t peak;                     /* highest `allocated` since start / sim_stats_reset */
     size_t free;                     /* what cuMemGetInfo reports as free */
 } sim_device_accounting;
+/* Sets the device memory every primary context takes while active (all devices), as
+ * GPUMEM_SIM_CONTEXT_BYTES; CUDA_ERROR_INVALID_VALUE if it does not fit beside what is in use. */
+CUresult sim_set_context_bytes(size_t bytes);
 /* CUDA_ERROR_INVALID_DEVICE for an ordinal out of range, INVALID_VALUE for a NULL out. */
 CUresult sim_device_info(int dev, sim_device_accounting *out);
 /* GPUMEM_SIM_DEVICES (1 by default). */

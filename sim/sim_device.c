@@ -171,6 +171,9 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
         v = 512;
         break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+        v = 32;
+        break;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
         v = 1;
         break;
@@ -238,7 +241,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
-        v = 0;
+        v = !sim.virtual_backing; /* a memfd per shareable handle; nothing to share unbacked */
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
         v = 32;
@@ -288,9 +291,15 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (rc) return rc;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    sim.dev[dev].primary.refs++;
+    sim_device *d = &sim.dev[dev];
+    /* Activating the context takes its memory (GPUMEM_SIM_CONTEXT_BYTES) from the device. */
+    if (d->primary.refs == 0 && d->ctx_bytes > d->capacity - d->used)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        d->primary.refs++;
     sim_unlock();
-    *pctx = &sim.dev[dev].primary;
+    if (rc) return rc;
+    *pctx = &d->primary;
     return CUDA_SUCCESS;
 }
 

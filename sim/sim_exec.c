@@ -360,8 +360,9 @@ static uint64_t push(sim_stream *st, sim_work *w, bool *queued)
         keep = true;
     } else {
         st->executed = seq;
-        keep = w && ((w->kind == SIM_W_RECORD && (w->pending > 0 || w->deadline_us > sim.clock_us)) ||
-                     (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)));
+        keep =
+            w && ((w->kind == SIM_W_RECORD && (w->pending > 0 || w->deadline_us > sim.clock_us)) ||
+                  (w->kind == SIM_W_WAIT && !reached(w->target, w->tseq)));
     }
     if (w) w->seq = seq;
     if (keep) {
@@ -691,7 +692,7 @@ CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
     sim_stream *st;
     CUresult rc = sim_stream_get(s, &st);
     if (!rc)
-        *status = !st->capture              ? CU_STREAM_CAPTURE_STATUS_NONE
+        *status = !st->capture               ? CU_STREAM_CAPTURE_STATUS_NONE
                   : st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     sim_unlock();
@@ -1085,10 +1086,9 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **par
 }
 
 /* Every block of a host kernel runs in the one call, so a grid-wide sync always holds. */
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
-                                   unsigned int gz, unsigned int bx, unsigned int by,
-                                   unsigned int bz, unsigned int shmem, CUstream s,
-                                   void **params)
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shmem, CUstream s, void **params)
 {
     SIM_CHECK_INIT();
     if (!params) {

@@ -108,8 +108,7 @@ bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate)
         sim_capture *c = sim.captures[i];
         for (size_t j = 0; j < c->nstreams; j++) {
             sim_stream *st = c->streams[j];
-            if (st->dev != dev || (blocking_only && (st->flags & CU_STREAM_NON_BLOCKING)))
-                continue;
+            if (st->dev != dev || (blocking_only && (st->flags & CU_STREAM_NON_BLOCKING))) continue;
             found = true;
             if (invalidate) sim_capture_invalidate(c);
             break;
@@ -225,7 +224,7 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status, cu
     CUresult rc = sim_stream_get(s, &st);
     if (!rc) {
         sim_capture *c = st->capture;
-        *status = !c                ? CU_STREAM_CAPTURE_STATUS_NONE
+        *status = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
                   : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
         bool active = c && !c->invalidated;
@@ -245,9 +244,9 @@ CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status, cu
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     SIM_CHECK_INIT();
-    if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                  *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-                  *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+    if (!mode ||
+        (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+         *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
         return CUDA_ERROR_INVALID_VALUE;
     CUstreamCaptureMode old = (CUstreamCaptureMode)tls_capture_mode;
     tls_capture_mode = *mode;
@@ -347,7 +346,7 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_pset_has(sim.execs, sim.nexecs, exec) ? sim_stream_for_work(s, &st)
-                                                             : CUDA_ERROR_INVALID_VALUE;
+                                                            : CUDA_ERROR_INVALID_VALUE;
     if (!rc && st->capture) {
         sim_unlock();
         return sim_unsupported("cuGraphLaunch into a capturing stream (child graphs)");
@@ -360,8 +359,8 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
             break;
         }
         sim_cost(w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? SIM_OP_LAUNCH
-                 : w->kind == SIM_W_MEMSET                           ? SIM_OP_MEMSET
-                                                                     : SIM_OP_MEMCPY_DTOD,
+                 : w->kind == SIM_W_MEMSET                          ? SIM_OP_MEMSET
+                                                                    : SIM_OP_MEMCPY_DTOD,
                  w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? 0 : w->n);
         sim_submit(st, w);
         /* A launch may not destroy the executable graph it runs, but keep the check honest. */

@@ -30,7 +30,9 @@
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
 /* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
-#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)0)
+#define SIM_DEFAULT_CONTEXT_BYTES ((size_t)426 << 20)
+/* Devices smaller than this get no context charge by default (test-sized devices). */
+#define SIM_CONTEXT_MIN_CAPACITY ((size_t)4 << 30)
 
 enum sim_range_kind {
     SIM_R_DEVICE = 1, /* cuMemAlloc / cuMemAllocAsync */
@@ -46,6 +48,8 @@ typedef struct sim_handle {
     uint64_t file_off; /* slice of the backing memfd (unused when virtual) */
     int fd;            /* that memfd: the process's current one, or the parent's before a fork */
     bool inherited;    /* created before a fork: shared with the parent, never punched here */
+    bool own_fd;       /* fd is this handle's own memfd (shareable: POSIX fd handle type) */
+    bool imported;     /* cuMemImportFromShareableHandle: charged to no device here */
     int refs;          /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
     int dev;           /* device charged (prop.location.id) */
@@ -66,13 +70,18 @@ typedef struct sim_range {
     void *map_base; /* what mmap returned (alignment slack included); NULL: not ours */
     size_t map_size;
     int kind;
-    unsigned flags;    /* host alloc flags, register flags */
-    size_t charged;    /* device bytes charged for it */
-    uint64_t id;       /* buffer id */
-    bool from_pool;    /* allocated by cuMemAllocAsync / FromPool */
-    bool freeing;      /* a cuMemFreeAsync is queued for it (asynchronous mode) */
-    int dev;           /* device charged (device memory) */
-    sim_mapping *maps; /* SIM_R_RESERVE: sorted by va */
+    unsigned flags;  /* host alloc flags, register flags */
+    size_t charged;  /* device bytes charged for it */
+    uint64_t id;     /* buffer id */
+    bool from_pool;  /* allocated by cuMemAllocAsync / FromPool */
+    bool freeing;    /* a cuMemFreeAsync is queued for it (asynchronous mode) */
+    bool ipc;        /* exported (cuIpcGetMemHandle): backed by its own memfd, ipc_fd */
+    bool ipc_import; /* opened with cuIpcOpenMemHandle: not charged, closed by refcount */
+    int ipc_fd;
+    int ipc_refs;
+    uint64_t ipc_key[3]; /* imported: exporter pid, its fd number, the file's inode */
+    int dev;             /* device charged (device memory) */
+    sim_mapping *maps;   /* SIM_R_RESERVE: sorted by va */
     size_t nmaps, capmaps;
 } sim_range;
 
@@ -127,21 +136,21 @@ typedef struct sim_stream {
     unsigned flags;
     int priority;
     uint64_t id;
-    int dev;           /* device (context) the stream belongs to */
-    bool legacy;       /* the device's legacy default stream */
-    bool per_thread;   /* a thread's per-thread default stream */
-    bool destroyed;    /* cuStreamDestroy called; freed when refs reach 0 */
-    int refs;          /* the handle + events and waits that point here */
-    uint64_t issued;   /* seq of the last work issued */
-    uint64_t executed; /* seq of the last work executed (== issued in synchronous mode) */
-    uint64_t done;     /* completion frontier: work up to here is complete */
+    int dev;               /* device (context) the stream belongs to */
+    bool legacy;           /* the device's legacy default stream */
+    bool per_thread;       /* a thread's per-thread default stream */
+    bool destroyed;        /* cuStreamDestroy called; freed when refs reach 0 */
+    int refs;              /* the handle + events and waits that point here */
+    uint64_t issued;       /* seq of the last work issued */
+    uint64_t executed;     /* seq of the last work executed (== issued in synchronous mode) */
+    uint64_t done;         /* completion frontier: work up to here is complete */
     sim_work *head, *tail; /* work not yet complete, in order */
     sim_work *exec_next;   /* asynchronous mode: the next work for the worker */
     pthread_t worker;
     bool has_worker, stop;
-    struct sim_capture *capture; /* stream capture in progress (sim_graph.c), else NULL */
-    uint64_t cap_nodes;          /* nodes this stream added to its capture */
-    uint64_t cap_joined;         /* of those, how many the origin stream has waited for */
+    struct sim_capture *capture;    /* stream capture in progress (sim_graph.c), else NULL */
+    uint64_t cap_nodes;             /* nodes this stream added to its capture */
+    uint64_t cap_joined;            /* of those, how many the origin stream has waited for */
     uint64_t poke_epoch, poke_upto; /* one query/synchronization pass visits a queue once */
 } sim_stream;
 
@@ -225,8 +234,8 @@ typedef struct sim_state {
     unsigned event_delay;  /* queries before a recorded event completes */
     double event_delay_us; /* simulated µs after its record before an event completes */
     double clock_us;       /* simulated driver clock: every cost and wait, never reset */
-    bool async;      /* GPUMEM_SIM_ASYNC=1: streams run their work on worker threads */
-    int ndevices;    /* GPUMEM_SIM_DEVICES */
+    bool async;            /* GPUMEM_SIM_ASYNC=1: streams run their work on worker threads */
+    int ndevices;          /* GPUMEM_SIM_DEVICES */
     sim_device dev[SIM_MAX_DEVICES];
     pthread_cond_t cond; /* broadcast whenever a stream executes work */
     void **allstreams;   /* every live stream, default streams included (sorted set) */
@@ -263,13 +272,13 @@ extern sim_state sim;
 /* sim_state.c */
 void sim_lock(void);
 void sim_unlock(void);
-void sim_ensure_config(void);                     /* reads the environment once; takes no lock */
-void sim_cost(sim_op op, size_t bytes);           /* caller holds the lock */
-void sim_cost_wait(sim_op op, double us);         /* simulated waiting, charged to op; lock held */
+void sim_ensure_config(void);             /* reads the environment once; takes no lock */
+void sim_cost(sim_op op, size_t bytes);   /* caller holds the lock */
+void sim_cost_wait(sim_op op, double us); /* simulated waiting, charged to op; lock held */
 CUresult sim_charge(int dev, size_t bytes, bool is_alloc); /* capacity + faults; lock held */
 void sim_uncharge(int dev, size_t bytes);
 size_t sim_dev_free(int dev); /* capacity - context - allocations; lock held */
-bool sim_fault_map(void); /* caller holds the lock: should this map fail? */
+bool sim_fault_map(void);     /* caller holds the lock: should this map fail? */
 CUresult sim_unsupported(const char *name);
 int sim_parse_size(const char *s, size_t *out);
 void sim_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

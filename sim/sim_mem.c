@@ -16,9 +16,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sim/sim_internal.h"
@@ -164,6 +166,7 @@ static sim_range *range_new(int kind, uintptr_t base, size_t size, void *map_bas
 static void range_destroy(sim_range *r)
 {
     if (r->map_base) munmap(r->map_base, r->map_size);
+    if (r->ipc) close(r->ipc_fd);
     free(r->maps);
     free(r);
 }
@@ -259,12 +262,40 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     return rc;
 }
 
+/* Pitched memory: one cuMemAlloc of pitch x height, the pitch being the width rounded up to
+ * the device's texture alignment (512 B, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: the multiple
+ * NVIDIA GPUs are observed to return, which also meets CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
+ * 32). ElementSizeBytes must be 4, 8 or 16, as CUDA documents; the pitch may not exceed
+ * CU_DEVICE_ATTRIBUTE_MAX_PITCH. */
+#define SIM_PITCH_ALIGN ((size_t)512)
+#define SIM_MAX_PITCH ((size_t)2147483647)
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned int elem)
+{
+    SIM_CHECK_INIT();
+    if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (width > SIM_MAX_PITCH) return CUDA_ERROR_INVALID_VALUE;
+    size_t p = round_up(width, SIM_PITCH_ALIGN);
+    if (height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (!rc) rc = device_alloc(dev, dptr, p * height, false);
+    if (!rc) *pitch = p;
+    sim_cost(SIM_OP_MEM_ALLOC, p * height);
+    sim_unlock();
+    return rc;
+}
+
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
 {
     sim_range *r = sim_range_find((uintptr_t)dptr);
     if (!r || r->base != (uintptr_t)dptr) return CUDA_ERROR_INVALID_VALUE;
     if (r->kind != SIM_R_DEVICE && r->kind != SIM_R_MANAGED) return CUDA_ERROR_INVALID_VALUE;
     if (async && r->kind != SIM_R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    if (r->ipc_import) return CUDA_ERROR_INVALID_VALUE; /* cuIpcCloseMemHandle's to release */
     *freed = r->size;
     if (r->kind == SIM_R_DEVICE) {
         sim_uncharge(r->dev, r->charged);
@@ -275,7 +306,7 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     }
     range_remove(r);
     if (r->kind == SIM_R_DEVICE && !sim.virtual_backing && r->map_base == (void *)r->base &&
-        backing_cache_put(r->map_base, r->map_size))
+        !r->ipc && backing_cache_put(r->map_base, r->map_size))
         r->map_base = NULL; /* recycled, not unmapped */
     range_destroy(r);
     return CUDA_SUCCESS;
@@ -331,7 +362,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
     if (!rc && st->capture) {
         sim_unlock();
-        return sim_unsupported("cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
+        return sim_unsupported(
+            "cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
     }
     if (!rc) rc = device_alloc(d, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
@@ -411,8 +443,8 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
     CUresult rc = sim_current_dev(&dev);
     if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!rc)
-        rc = host_range_map(SIM_R_MANAGED, size, flags,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &p);
+        rc = host_range_map(SIM_R_MANAGED, size, flags, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                            &p);
     if (rc == CUDA_SUCCESS) *dptr = (CUdeviceptr)p;
     sim_cost(SIM_OP_MEM_ALLOC_MANAGED, size);
     sim_unlock();
@@ -542,10 +574,12 @@ static sim_handle *handle_find(CUmemGenericAllocationHandle id)
 static void handle_maybe_destroy(sim_handle *h)
 {
     if (h->refs > 0 || h->nmaps > 0) return;
-    if (h->fd >= 0 && !h->inherited)
+    if (h->own_fd)
+        close(h->fd); /* its own memfd: the memory goes when the last mapping or importer does */
+    else if (h->fd >= 0 && !h->inherited)
         fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
                   (off_t)h->size);
-    sim_uncharge(h->dev, h->size);
+    if (!h->imported) sim_uncharge(h->dev, h->size);
     size_t lo = 0, hi = sim.nhandles;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -570,7 +604,8 @@ CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAllocationProp *
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
     *gran = SIM_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -642,7 +677,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location.id < 0 || prop->location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    /* Shareable handles: POSIX file descriptors only (a memfd of its own), and only where the
+     * device memory has bytes (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
+    bool shareable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if ((prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
+        (shareable && sim.virtual_backing))
+        return sim_unsupported("cuMemCreate with this shareable handle type");
     sim_lock();
     CUresult rc = sim_charge(prop->location.id, size, true);
     sim_handle *h = NULL;
@@ -658,7 +700,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         }
         if (!h || sim.nhandles == sim.caphandles)
             rc = CUDA_ERROR_OUT_OF_MEMORY;
-        else if (sim.memfd >= 0 && ftruncate(sim.memfd, (off_t)(sim.next_file_off + size)))
+        else if (shareable) {
+            h->fd = memfd_create("gpumem-sim-shareable", MFD_CLOEXEC);
+            if (h->fd < 0 || ftruncate(h->fd, (off_t)size)) {
+                if (h->fd >= 0) close(h->fd);
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            } else
+                h->own_fd = true;
+        } else if (sim.memfd >= 0 && ftruncate(sim.memfd, (off_t)(sim.next_file_off + size)))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         if (rc) {
             free(h);
@@ -669,9 +718,11 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (h) {
         h->id = sim.next_id++;
         h->size = size;
-        h->file_off = sim.next_file_off;
-        h->fd = sim.memfd;
-        sim.next_file_off += size;
+        if (!h->own_fd) {
+            h->file_off = sim.next_file_off;
+            h->fd = sim.memfd;
+            sim.next_file_off += size;
+        }
         h->refs = 1;
         h->dev = prop->location.id;
         h->prop = *prop;
@@ -1484,6 +1535,216 @@ CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocat
     (void)advice;
     (void)loc;
     return CUDA_SUCCESS; /* advice has no effect on host memory */
+}
+
+/* ---- shareable VMM handles and IPC -------------------------------------------------------- */
+
+CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags)
+{
+    SIM_CHECK_INIT();
+    if (!out || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return sim_unsupported("cuMemExportToShareableHandle with this handle type");
+    sim_lock();
+    sim_handle *h = handle_find(handle);
+    CUresult rc = CUDA_SUCCESS;
+    if (!h || h->refs <= 0 || !h->own_fd)
+        rc = CUDA_ERROR_INVALID_VALUE; /* unknown, or not created with the POSIX fd type */
+    else {
+        int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            rc = CUDA_ERROR_OPERATING_SYSTEM;
+        else
+            *(int *)out = fd;
+    }
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                        CUmemAllocationHandleType type)
+{
+    SIM_CHECK_INIT();
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return sim_unsupported("cuMemImportFromShareableHandle with this handle type");
+    int fd = (int)(intptr_t)os_handle;
+    struct stat stt;
+    if (fd < 0 || fstat(fd, &stt) || stt.st_size <= 0 || (size_t)stt.st_size % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    CUresult rc = CUDA_SUCCESS;
+    sim_handle *h = calloc(1, sizeof *h);
+    if (h && sim.nhandles == sim.caphandles) {
+        size_t cap = sim.caphandles ? sim.caphandles * 2 : 64;
+        sim_handle **v = realloc(sim.handles, cap * sizeof *v);
+        if (v) {
+            sim.handles = v;
+            sim.caphandles = cap;
+        }
+    }
+    if (!h || sim.nhandles == sim.caphandles) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc && (h->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) rc = CUDA_ERROR_OPERATING_SYSTEM;
+    if (rc) {
+        free(h);
+    } else {
+        /* The properties of the exporting handle when it lives in this process. */
+        h->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        h->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        h->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        for (size_t i = 0; i < sim.nhandles; i++) {
+            struct stat o;
+            sim_handle *x = sim.handles[i];
+            if (x->own_fd && !fstat(x->fd, &o) && o.st_ino == stt.st_ino &&
+                o.st_dev == stt.st_dev) {
+                h->prop = x->prop;
+                break;
+            }
+        }
+        h->id = sim.next_id++;
+        h->size = (size_t)stt.st_size;
+        h->dev = h->prop.location.id;
+        h->own_fd = h->imported = true;
+        h->refs = 1;
+        sim.handles[sim.nhandles++] = h;
+        *handle = h->id;
+    }
+    sim_unlock();
+    return rc;
+}
+
+/* cudaIpcMemHandle_t / CUipcMemHandle: 64 opaque bytes; the sim's layout. */
+typedef struct sim_ipc_handle {
+    uint32_t magic;
+    int32_t pid; /* exporter */
+    int32_t fd;  /* the allocation's memfd, in the exporter */
+    int32_t dev;
+    uint64_t size;
+    uint64_t ino;
+} sim_ipc_handle;
+#define SIM_IPC_MAGIC 0x49504331u
+_Static_assert(sizeof(sim_ipc_handle) <= sizeof(CUipcMemHandle), "IPC handle layout");
+
+/* cuMemAlloc memory is private host memory; exporting it moves its bytes into a memfd mapped
+ * at the same address (the pointer stays valid), which other processes can then map. */
+CUresult cuIpcGetMemHandle(CUipcMemHandle *out, CUdeviceptr dptr)
+{
+    SIM_CHECK_INIT();
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    if (sim.virtual_backing) return sim_unsupported("cuIpcGetMemHandle with virtual backing");
+    sim_lock();
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    sim_range *r = rc ? NULL : sim_range_find((uintptr_t)dptr);
+    if (!rc && (!r || r->kind != SIM_R_DEVICE || r->from_pool || r->ipc_import))
+        rc = CUDA_ERROR_INVALID_VALUE; /* only cuMemAlloc memory (pools export differently) */
+    if (!rc && !r->ipc) {
+        size_t len = r->map_size ? r->map_size : round_up(r->size, 4096);
+        void *at = r->map_base ? r->map_base : (void *)r->base;
+        int fd = memfd_create("gpumem-sim-ipc", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)len) || pwrite(fd, at, len, 0) != (ssize_t)len ||
+            mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            if (fd >= 0) close(fd);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            r->ipc = true;
+            r->ipc_fd = fd;
+        }
+    }
+    if (!rc) {
+        struct stat stt;
+        sim_ipc_handle h = {.magic = SIM_IPC_MAGIC,
+                            .pid = (int32_t)getpid(),
+                            .fd = r->ipc_fd,
+                            .dev = r->dev,
+                            .size = r->size,
+                            .ino = fstat(r->ipc_fd, &stt) ? 0 : (uint64_t)stt.st_ino};
+        memset(out, 0, sizeof *out);
+        memcpy(out->reserved, &h, sizeof h);
+    }
+    sim_unlock();
+    return rc;
+}
+
+/* Opens another process's handle through /proc/<pid>/fd (same user): the memory is mapped
+ * shared at a new address. A process cannot open its own handles ("by one CUcontext per
+ * CUdevice per other process"): CUDA_ERROR_INVALID_CONTEXT. Opening one twice returns the same
+ * pointer with a reference more. */
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pd, CUipcMemHandle handle, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    sim_ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (!pd || flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS || h.magic != SIM_IPC_MAGIC ||
+        h.size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h.pid == (int32_t)getpid()) return CUDA_ERROR_INVALID_CONTEXT;
+    sim_lock();
+    int dev;
+    CUresult rc = sim_current_dev(&dev);
+    for (size_t i = 0; !rc && i < sim.nranges; i++) {
+        sim_range *r = sim.ranges[i];
+        if (r->ipc_import && r->ipc_key[0] == (uint64_t)h.pid && r->ipc_key[1] == (uint64_t)h.fd &&
+            r->ipc_key[2] == h.ino) {
+            r->ipc_refs++;
+            *pd = (CUdeviceptr)r->base;
+            sim_unlock();
+            return CUDA_SUCCESS;
+        }
+    }
+    if (rc) {
+        sim_unlock();
+        return rc;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat stt;
+    if (fd < 0 || fstat(fd, &stt) || (uint64_t)stt.st_ino != h.ino ||
+        (uint64_t)stt.st_size < h.size) {
+        if (fd >= 0) close(fd);
+        sim_unlock();
+        return CUDA_ERROR_INVALID_HANDLE; /* gone, or not ours to open */
+    }
+    size_t len = round_up(h.size, 4096);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    sim_range *r = p == MAP_FAILED ? NULL : range_new(SIM_R_DEVICE, (uintptr_t)p, h.size, p, len);
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p != MAP_FAILED)
+            munmap(p, len);
+        close(fd);
+        sim_unlock();
+        return CUDA_ERROR_MAP_FAILED;
+    }
+    r->ipc = r->ipc_import = true;
+    r->ipc_fd = fd;
+    r->ipc_refs = 1;
+    r->dev = h.dev >= 0 && h.dev < sim.ndevices ? h.dev : dev;
+    r->ipc_key[0] = (uint64_t)h.pid;
+    r->ipc_key[1] = (uint64_t)h.fd;
+    r->ipc_key[2] = h.ino;
+    *pd = (CUdeviceptr)p;
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    sim_range *r = sim_range_find((uintptr_t)dptr);
+    CUresult rc = CUDA_SUCCESS;
+    if (!r || !r->ipc_import || r->base != (uintptr_t)dptr)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (--r->ipc_refs == 0) {
+        range_remove(r);
+        range_destroy(r);
+    }
+    sim_unlock();
+    return rc;
 }
 
 /* ---- per-thread default-stream symbols --------------------------------------------------- */

@@ -26,45 +26,66 @@
 /* The driver functions the runtime uses, resolved through cuGetProcAddress_v2, each asked for at
  * the version whose signature the header's prototype has (cuCtxSynchronize at 2.0, not 13.0's
  * cuCtxSynchronize_v2(CUcontext)), as the real runtime does. */
-#define DRIVER_FUNCS(X)                                                                            \
-    X(cuInit, 2000)                                                                                \
-    X(cuDriverGetVersion, 2020) X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(                  \
-        cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000)             \
-        X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain, 7000) X(cuCtxGetCurrent, 4000) X(    \
-            cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020)                   \
-            X(cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync, 11020) X(               \
-                cuMemAllocFromPoolAsync, 11020) X(cuDeviceGetDefaultMemPool,                       \
-                                                  11020) X(cuDeviceGetMemPool, 11020)              \
-                X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                 \
-                    cuMemPoolTrimTo, 11020) X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020)     \
-                    X(cuMemFreeHost, 2000) X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000) \
-                        X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) \
-                            X(cuMemcpyAsync, 4000) X(cuMemsetD8, 3020) X(                          \
-                                cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050)         \
-                                X(cuStreamDestroy, 4000) X(cuStreamSynchronize,                    \
-                                                           2000) X(cuStreamQuery, 2000)            \
-                                    X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X(        \
-                                        cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)   \
-                                        X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(          \
-                                            cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)  \
-                                            X(cuEventQuery, 2000) X(cuEventSynchronize, 2000)      \
-                                                X(cuEventElapsedTime, 12080)                       \
-                                                    X(cuPointerGetAttributes, 7000)                \
-                                                        X(cuLaunchKernel, 4000)                    \
-                                                        X(cuLaunchKernelEx, 11060)                 \
-                                                        X(cuLaunchCooperativeKernel, 9000)         \
-                                                        X(cuFuncGetName, 12030)                    \
-                                                            X(cuLaunchHostFunc, 10000)             \
-                                                                X(cuGetProcAddress, 12000)         \
-                                                                    X(cuCtxGetStreamPriorityRange, \
-                                                                      5050)                        \
-    X(cuCtxGetDevice, 2000) X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemcpyDtoD, 3020)      \
-    X(cuMemcpyHtoDAsync, 3020) X(cuMemcpyDtoHAsync, 3020) X(cuMemcpyDtoDAsync, 3020)               \
-    X(cuMemcpyPeer, 4000) X(cuMemcpyPeerAsync, 4000) X(cuCtxEnablePeerAccess, 4000)                \
-    X(cuCtxDisablePeerAccess, 4000) X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000)     \
-    X(cuStreamGetCaptureInfo, 12030) X(cuGraphInstantiateWithFlags, 11040) X(cuGraphLaunch, 10000) \
-    X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000) X(cuGraphGetNodes, 10000)                \
-    X(cuThreadExchangeStreamCaptureMode, 10010)
+#define DRIVER_FUNCS(X)                                                                                    \
+    X(cuInit, 2000)                                                                                        \
+    X(cuDriverGetVersion, 2020)                                                                            \
+    X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000) X(                             \
+        cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute,                                                    \
+                                  2000) X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain,              \
+                                                                    7000) X(cuCtxGetCurrent, 4000)         \
+        X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(                          \
+            cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync,                                   \
+                                                         11020) X(cuMemAllocFromPoolAsync, 11020)          \
+            X(cuDeviceGetDefaultMemPool, 11020) X(cuDeviceGetMemPool, 11020) X(                            \
+                cuMemPoolSetAttribute,                                                                     \
+                11020) X(cuMemPoolGetAttribute,                                                            \
+                         11020) X(cuMemPoolTrimTo, 11020)                                                  \
+                X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020) X(cuMemFreeHost, 2000) X(               \
+                    cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000)                                  \
+                    X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) X(          \
+                        cuMemcpyAsync, 4000) X(cuMemsetD8, 3020)                                           \
+                        X(cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050) X(                    \
+                            cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000)                            \
+                            X(cuStreamQuery, 2000) X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X( \
+                                cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)                   \
+                                X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(                          \
+                                    cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)                  \
+                                    X(cuEventQuery, 2000) X(cuEventSynchronize, 2000) X(                   \
+                                        cuEventElapsedTime,                                                \
+                                        12080) X(cuPointerGetAttributes,                                   \
+                                                 7000) X(cuLaunchKernel,                                   \
+                                                         4000) X(cuLaunchKernelEx, 11060)                  \
+                                        X(cuLaunchCooperativeKernel, 9000) X(                              \
+                                            cuFuncGetName, 12030) X(cuLaunchHostFunc, 10000)               \
+                                            X(cuGetProcAddress,                                            \
+                                              12000) X(cuCtxGetStreamPriorityRange,                        \
+                                                       5050) X(cuCtxGetDevice,                             \
+                                                               2000) X(cuMemcpyHtoD,                       \
+                                                                       3020) X(cuMemcpyDtoH, 3020)         \
+                                                X(cuMemcpyDtoD, 3020) X(cuMemcpyHtoDAsync, 3020) X(        \
+                                                    cuMemcpyDtoHAsync,                                     \
+                                                    3020) X(cuMemcpyDtoDAsync, 3020)                       \
+                                                    X(cuMemcpyPeer, 4000) X(                               \
+                                                        cuMemcpyPeerAsync,                                 \
+                                                        4000) X(cuCtxEnablePeerAccess, 4000)               \
+                                                        X(cuCtxDisablePeerAccess, 4000) X(                 \
+                                                            cuStreamBeginCapture,                          \
+                                                            10010) X(cuStreamEndCapture, 10000)            \
+                                                            X(cuStreamGetCaptureInfo, 12030) X(            \
+                                                                cuGraphInstantiateWithFlags,               \
+                                                                11040) X(cuGraphLaunch, 10000)             \
+                                                                X(cuGraphDestroy, 10000) X(                \
+                                                                    cuGraphExecDestroy,                    \
+                                                                    10000) X(cuGraphGetNodes,              \
+                                                                             10000)                        \
+                                                                    X(cuThreadExchangeStreamCaptureMode,   \
+                                                                      10010) X(cuMemAllocPitch,            \
+                                                                               3020)                       \
+                                                                        X(cuIpcGetMemHandle, 4010) X(      \
+                                                                            cuIpcOpenMemHandle,            \
+                                                                            11000)                         \
+                                                                            X(cuIpcCloseMemHandle,         \
+                                                                              4010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -685,6 +706,66 @@ RT_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum
     RT_CALL(copy_kind(dst, src, n, k, true, (CUstream)s));
 }
 
+/* Pitched allocations go to cuMemAllocPitch (16-byte elements: the widest, so the pitch meets
+ * every alignment); the pitch is the width rounded up to the device's texture alignment. */
+RT_EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height)
+{
+    if (!p || !pitch) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, pitch, width, height, 16);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent e)
+{
+    if (!pp) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    if (e.depth && e.height > SIZE_MAX / e.depth) return rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr d = 0;
+    size_t pitch = 0;
+    CUresult r = drv.cuMemAllocPitch(&d, &pitch, e.width, e.height * e.depth, 16);
+    if (r == CUDA_SUCCESS) {
+        pp->ptr = (void *)d;
+        pp->pitch = pitch;
+        pp->xsize = e.width;
+        pp->ysize = e.height;
+    }
+    RT_CALL(r);
+}
+
+/* Row by row, each row a copy of the given direction (checked as cudaMemcpy checks it). */
+static CUresult copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                        size_t height, enum cudaMemcpyKind k, bool async, CUstream s)
+{
+    for (size_t row = 0; row < height; row++) {
+        CUresult r = copy_kind((char *)dst + row * dpitch, (const char *)src + row * spitch, width,
+                               k, async, s);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind k)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, false, NULL));
+}
+
+RT_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind k,
+                                        cudaStream_t s)
+{
+    RT_BEGIN();
+    if (!kind_ok(k)) return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (width > dpitch || width > spitch) return rt_ret(cudaErrorInvalidPitchValue);
+    RT_CALL(copy_2d(dst, dpitch, src, spitch, width, height, k, true, (CUstream)s));
+}
+
 RT_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
 {
     RT_BEGIN();
@@ -946,6 +1027,34 @@ RT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **f
     return entry_point(sym, fn, (int)version, flags, status);
 }
 
+/* ---- IPC --------------------------------------------------------------------------------- */
+
+RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (!h) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handle sizes");
+    RT_CALL(drv.cuIpcGetMemHandle((CUipcMemHandle *)(void *)h, (CUdeviceptr)p));
+}
+
+RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
+{
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUipcMemHandle ch;
+    memcpy(&ch, &h, sizeof ch);
+    CUdeviceptr d = 0;
+    CUresult r = drv.cuIpcOpenMemHandle(&d, ch, flags);
+    if (r == CUDA_SUCCESS) *p = (void *)d;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    RT_BEGIN();
+    RT_CALL(drv.cuIpcCloseMemHandle((CUdeviceptr)p));
+}
+
 /* ---- stream capture and graphs ------------------------------------------------------------ */
 
 RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
@@ -969,9 +1078,9 @@ RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCa
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t cid = 0;
     if (!st) return rt_ret(cudaErrorInvalidValue);
-    CUresult r = drv.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid,
-                                            (CUgraph *)g, (const CUgraphNode **)deps,
-                                            (const CUgraphEdgeData **)edges, ndeps);
+    CUresult r =
+        drv.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid, (CUgraph *)g, (const CUgraphNode **)deps,
+                                   (const CUgraphEdgeData **)edges, ndeps);
     if (r == CUDA_SUCCESS) {
         *st = (enum cudaStreamCaptureStatus)cs;
         if (id) *id = cid;
@@ -1034,6 +1143,8 @@ PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
 PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
 PT_ALIAS(cudaMemset_ptds, cudaMemset)
 PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
+PT_ALIAS(cudaMemcpy2D_ptds, cudaMemcpy2D)
+PT_ALIAS(cudaMemcpy2DAsync_ptsz, cudaMemcpy2DAsync)
 PT_ALIAS(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture)
 PT_ALIAS(cudaStreamEndCapture_ptsz, cudaStreamEndCapture)
 PT_ALIAS(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo)

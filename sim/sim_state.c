@@ -395,7 +395,9 @@ static void read_config(void)
         else
             sim.ndevices = (int)n;
     }
-    size_t ctx_bytes = SIM_DEFAULT_CONTEXT_BYTES;
+    /* The default context size is a figure measured on real drivers (README); devices too small
+     * to hold it comfortably (test-sized ones) get none unless the variable asks. */
+    size_t ctx_bytes = capacity >= SIM_CONTEXT_MIN_CAPACITY ? SIM_DEFAULT_CONTEXT_BYTES : 0;
     if ((v = getenv("GPUMEM_SIM_CONTEXT_BYTES")) && *v) {
         size_t sz;
         if (sim_parse_size(v, &sz) || sz >= capacity)
@@ -405,7 +407,6 @@ static void read_config(void)
         else
             ctx_bytes = sz;
     }
-    if (ctx_bytes >= capacity) ctx_bytes = 0;
     for (int d = 0; d < sim.ndevices; d++) {
         sim_device *dv = &sim.dev[d];
         dv->capacity = capacity;
@@ -706,14 +707,27 @@ CUresult sim_set_capacity(size_t bytes)
     CUresult rc = CUDA_SUCCESS;
     sim_lock();
     for (int d = 0; d < sim.ndevices; d++)
-        if (bytes < sim.dev[d].used || bytes < SIM_GRANULARITY ||
-            bytes <= sim.dev[d].ctx_bytes)
+        if (bytes < SIM_GRANULARITY || bytes < sim.dev[d].used + sim.dev[d].ctx_bytes)
             rc = CUDA_ERROR_INVALID_VALUE;
     if (!rc) {
         for (int d = 0; d < sim.ndevices; d++)
             sim.dev[d].capacity = bytes;
         sim.stats.capacity = bytes;
     }
+    sim_unlock();
+    return rc;
+}
+
+CUresult sim_set_context_bytes(size_t bytes)
+{
+    sim_ensure_config();
+    CUresult rc = CUDA_SUCCESS;
+    sim_lock();
+    for (int d = 0; d < sim.ndevices; d++)
+        if (bytes > sim.dev[d].capacity - sim.dev[d].used) rc = CUDA_ERROR_INVALID_VALUE;
+    if (!rc)
+        for (int d = 0; d < sim.ndevices; d++)
+            sim.dev[d].ctx_bytes = bytes;
     sim_unlock();
     return rc;
 }

@@ -26,6 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (cuInit(0) != CUDA_SUCCESS) abort();
         CUcontext ctx;
         if (cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) abort();
+        if (sim_set_context_bytes(0) != CUDA_SUCCESS) abort();
         if (sim_set_capacity((size_t)64 << 20) != CUDA_SUCCESS) abort();
         ready = 1;
     }

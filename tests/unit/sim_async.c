@@ -156,12 +156,12 @@ static void test_legacy_stream_waits_for_blocking_streams_only(void **state)
     OK(cuStreamCreate(&blocking, 0));
     OK(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
     launch(k_gate, nonblocking, 'N');
-    launch(k_mark, NULL, 'L'); /* does not wait for a non-blocking stream */
+    launch(k_mark, NULL, 'L');                     /* does not wait for a non-blocking stream */
     OK(cuStreamSynchronize(CU_STREAM_PER_THREAD)); /* unrelated stream: nothing to wait for */
     OK(cuStreamQuery(CU_STREAM_PER_THREAD));
-    for (int i = 0; i < 1000 && atomic_load(&norder) < 1; i++)
-        usleep(1000);
+    OK(cuStreamSynchronize(NULL)); /* the legacy stream and the blocking streams only */
     assert_string_equal(order, "L");
+    assert_int_equal(cuStreamQuery(nonblocking), CUDA_ERROR_NOT_READY);
     atomic_store(&gate_open, 1);
     OK(cuStreamSynchronize(nonblocking));
     assert_string_equal(order, "LN");

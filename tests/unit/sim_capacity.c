@@ -30,6 +30,8 @@ static int setup(void **state)
     (void)state;
     unsetenv("GPUMEM_SIM_FAULTS");
     if (sim_test_ctx(0) != CUDA_SUCCESS) return -1;
+    /* A 64 MiB device, no context charge (test_context_is_charged sets its own). */
+    if (sim_set_context_bytes(0) != CUDA_SUCCESS) return -1;
     return sim_set_capacity(64 * MiB) == CUDA_SUCCESS ? 0 : -1;
 }
 
@@ -182,9 +184,47 @@ static void test_recycled_backing_keeps_accounting_and_isolation(void **state)
     assert_int_equal(free1, free0);
 }
 
+/* The CUDA context's memory: free = capacity - context - allocations while the primary context
+ * is active; none once it is released; a context that does not fit fails to activate. */
+static void test_context_is_charged(void **state)
+{
+    (void)state;
+    OK(sim_set_context_bytes(8 * MiB));
+    sim_device_accounting acc;
+    OK(sim_device_info(0, &acc));
+    assert_int_equal(acc.context_bytes, 8 * MiB); /* sim_test_ctx retained it */
+    size_t fr, total;
+    OK(cuMemGetInfo(&fr, &total));
+    assert_int_equal(total, 64 * MiB);
+    assert_int_equal(fr, 56 * MiB);
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4 * MiB));
+    OK(cuMemGetInfo(&fr, &total));
+    assert_int_equal(fr, 52 * MiB);
+    OK(sim_device_info(0, &acc));
+    assert_int_equal(acc.free, fr);
+    assert_int_equal(acc.capacity - acc.context_bytes - acc.allocated, fr);
+    CUdeviceptr q;
+    assert_int_equal(cuMemAlloc(&q, 56 * MiB), CUDA_ERROR_OUT_OF_MEMORY);        /* 52 MiB left */
+    assert_int_equal(sim_set_capacity(12 * MiB - 1), CUDA_ERROR_INVALID_VALUE);  /* 4 + 8 */
+    assert_int_equal(sim_set_context_bytes(61 * MiB), CUDA_ERROR_INVALID_VALUE); /* 60 free */
+    /* Released to zero references, the context gives its memory back. */
+    OK(cuDevicePrimaryCtxRelease(0));
+    OK(sim_device_info(0, &acc));
+    assert_int_equal(acc.context_bytes, 0);
+    assert_int_equal(acc.free, 60 * MiB);
+    CUcontext c;
+    OK(cuDevicePrimaryCtxRetain(&c, 0));
+    OK(cuCtxSetCurrent(c));
+    OK(cuMemFree(p));
+    OK(sim_set_context_bytes(0));
+    assert_int_equal(sim_set_context_bytes(65 * MiB), CUDA_ERROR_INVALID_VALUE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_context_is_charged),
         cmocka_unit_test(test_capacity_is_what_was_set),
         cmocka_unit_test(test_exhaustion_returns_oom_and_recovers_after_frees),
         cmocka_unit_test(test_fail_nth_allocation),

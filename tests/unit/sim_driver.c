@@ -757,6 +757,21 @@ static void test_cost_formula_and_overrides(void **state)
     assert_int_equal(sim_cost_get(SIM_OP_COUNT, &f2, &p2), CUDA_ERROR_INVALID_VALUE);
 }
 
+static void test_alloc_pitch(void **state)
+{
+    (void)state;
+    CUdeviceptr p, base;
+    size_t pitch = 0, size = 0;
+    assert_int_equal(cuMemAllocPitch(&p, &pitch, 64, 4, 3), CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(cuMemAllocPitch(&p, &pitch, 0, 4, 4), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemAllocPitch(&p, &pitch, 513, 3, 8));
+    assert_int_equal(pitch, 1024);
+    OK(cuMemGetAddressRange(&base, &size, p + 1500));
+    assert_int_equal(base, p);
+    assert_int_equal(size, 1024 * 3);
+    OK(cuMemFree(p));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_launch_host_func_runs_in_order),
         cmocka_unit_test(test_cost_counters),
         cmocka_unit_test(test_cost_formula_and_overrides),
+        cmocka_unit_test(test_alloc_pitch),
     };
     /* A virtual-backing environment would make the data checks meaningless. */
     unsetenv("GPUMEM_SIM_BACKING");

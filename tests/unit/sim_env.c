@@ -36,6 +36,9 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
         unsetenv("GPUMEM_SIM_STATS");
         unsetenv("GPUMEM_SIM_BACKING");
         unsetenv("GPUMEM_SIM_COSTS");
+        unsetenv("GPUMEM_SIM_DEVICES");
+        unsetenv("GPUMEM_SIM_ASYNC");
+        unsetenv("GPUMEM_SIM_CONTEXT_BYTES");
         setenv(var, value, 1);
         exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
     }
@@ -220,7 +223,8 @@ static int child_alloc_costs_default(void)
 {
     CUdeviceptr a;
     double fixed, per;
-    if (sim_test_ctx(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per)) return 1;
+    if (sim_test_ctx(0) || cuMemAlloc(&a, 512) || sim_cost_get(SIM_OP_MEM_ALLOC, &fixed, &per))
+        return 1;
     sim_stats st;
     sim_stats_get(&st);
     double want = fixed + per * 512.0 / 1048576.0;
@@ -241,11 +245,69 @@ static void test_costs_from_env(void **state)
     assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
 }
 
+static int child_three_devices(void)
+{
+    int n = 0;
+    if (sim_test_ctx(0) || cuDeviceGetCount(&n)) return 1;
+    return n == 3 && sim_device_count() == 3 ? 0 : 2;
+}
+static int child_one_device(void)
+{
+    int n = 0;
+    if (sim_test_ctx(0) || cuDeviceGetCount(&n)) return 1;
+    return n == 1 ? 0 : 2;
+}
+static int child_async(void)
+{
+    return sim_test_ctx(0) == CUDA_SUCCESS && sim_async_enabled() == 1 ? 0 : 1;
+}
+static int child_sync(void)
+{
+    return sim_test_ctx(0) == CUDA_SUCCESS && sim_async_enabled() == 0 ? 0 : 1;
+}
+static int child_context_100m(void)
+{
+    sim_device_accounting a;
+    if (sim_test_ctx(0) || sim_device_info(0, &a)) return 1;
+    return a.context_bytes == ((size_t)100 << 20) && a.free == a.capacity - a.context_bytes ? 0 : 2;
+}
+static int child_context_default(void)
+{
+    sim_device_accounting a;
+    if (sim_test_ctx(0) || sim_device_info(0, &a)) return 1;
+    return a.context_bytes == ((size_t)426 << 20) ? 0 : 2; /* 16G device: the cited default */
+}
+
+static void test_devices_async_context_from_env(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "3", child_three_devices, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "0", child_one_device, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_DEVICES='0'"));
+    assert_int_equal(run_child("GPUMEM_SIM_DEVICES", "two", child_one_device, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_DEVICES='two'"));
+    assert_int_equal(run_child("GPUMEM_SIM_ASYNC", "1", child_async, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(run_child("GPUMEM_SIM_ASYNC", "yes", child_sync, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_ASYNC='yes'"));
+    assert_int_equal(
+        run_child("GPUMEM_SIM_CONTEXT_BYTES", "100M", child_context_100m, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(
+        run_child("GPUMEM_SIM_CONTEXT_BYTES", "lots", child_context_default, err, sizeof err), 0);
+    assert_non_null(strstr(err, "GPUMEM_SIM_CONTEXT_BYTES='lots'"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory_size_from_env), cmocka_unit_test(test_faults_from_env),
-        cmocka_unit_test(test_event_delay_from_env), cmocka_unit_test(test_stats_printed_at_exit),
+        cmocka_unit_test(test_memory_size_from_env),
+        cmocka_unit_test(test_devices_async_context_from_env),
+        cmocka_unit_test(test_faults_from_env),
+        cmocka_unit_test(test_event_delay_from_env),
+        cmocka_unit_test(test_stats_printed_at_exit),
         cmocka_unit_test(test_costs_from_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

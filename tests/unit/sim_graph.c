@@ -276,8 +276,7 @@ int main(void)
     pid_t pid = fork();
     if (pid == 0) {
         unsetenv("GPUMEM_SIM_ASYNC");
-        _exit(cmocka_run_group_tests_name("sim_graph (synchronous mode)", tests, setup, NULL) !=
-              0);
+        _exit(cmocka_run_group_tests_name("sim_graph (synchronous mode)", tests, setup, NULL) != 0);
     }
     int st = 0;
     if (pid < 0 || waitpid(pid, &st, 0) != pid) return 1;

@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define OK(x) assert_int_equal((x), cudaSuccess)
 
@@ -424,6 +426,85 @@ static void test_runtime_capture_and_graph_launch(void **state)
     OK(cudaStreamDestroy(s));
 }
 
+/* Pitched and 3D allocations: the pitch is the width rounded up to the texture alignment and
+ * meets the pitch-alignment attribute; 2D copies respect both pitches. */
+static void test_pitched_and_3d_allocations(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    int talign = 0, palign = 0;
+    OK(cudaDeviceGetAttribute(&talign, cudaDevAttrTextureAlignment, 0));
+    OK(cudaDeviceGetAttribute(&palign, cudaDevAttrTexturePitchAlignment, 0));
+    assert_true(palign > 0 && talign % palign == 0);
+    size_t fr0, fr1, tot, pitch = 0;
+    OK(cudaMemGetInfo(&fr0, &tot));
+    unsigned char *d;
+    OK(cudaMallocPitch((void **)&d, &pitch, 100, 10));
+    assert_int_equal(pitch, (size_t)talign); /* 100 rounded up to 512 */
+    assert_int_equal(pitch % (size_t)palign, 0);
+    OK(cudaMemGetInfo(&fr1, &tot));
+    assert_int_equal(fr0 - fr1, pitch * 10);
+    unsigned char h[10][100], back[10][100];
+    for (int r = 0; r < 10; r++)
+        for (int c = 0; c < 100; c++)
+            h[r][c] = (unsigned char)(r * 7 + c);
+    OK(cudaMemcpy2D(d, pitch, h, 100, 100, 10, cudaMemcpyHostToDevice));
+    unsigned char row3[4];
+    OK(cudaMemcpy(row3, d + 3 * pitch, 4, cudaMemcpyDeviceToHost));
+    assert_int_equal(row3[2], 3 * 7 + 2); /* row 3 starts one pitch in */
+    memset(back, 0, sizeof back);
+    OK(cudaMemcpy2D(back, 100, d, pitch, 100, 10, cudaMemcpyDeviceToHost));
+    assert_memory_equal(h, back, sizeof h);
+    assert_int_equal(cudaMemcpy2D(back, 50, d, pitch, 100, 10, cudaMemcpyDeviceToHost),
+                     cudaErrorInvalidPitchValue);
+    (void)cudaGetLastError();
+    assert_int_equal(cudaMemcpy2D(d, pitch, h, 100, 100, 10, cudaMemcpyDeviceToHost),
+                     cudaErrorInvalidValue); /* the direction contradicts the pointers */
+    (void)cudaGetLastError();
+    OK(cudaFree(d));
+    struct cudaPitchedPtr pp;
+    struct cudaExtent ext = {.width = 600, .height = 4, .depth = 3};
+    OK(cudaMalloc3D(&pp, ext));
+    assert_int_equal(pp.pitch, 1024);
+    assert_int_equal(pp.xsize, 600);
+    assert_int_equal(pp.ysize, 4);
+    OK(cudaMemGetInfo(&fr1, &tot));
+    assert_int_equal(fr0 - fr1, 1024 * 4 * 3);
+    OK(cudaMemset(pp.ptr, 1, 1024 * 12));
+    OK(cudaFree(pp.ptr));
+    assert_int_equal(cudaMallocPitch((void **)&d, &pitch, 0, 10), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+}
+
+/* cudaIpc*: a forked child opens the parent's cudaMalloc memory and writes into it. */
+static void test_runtime_ipc(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    unsigned char *d;
+    OK(cudaMalloc((void **)&d, 4096));
+    OK(cudaMemset(d, 3, 4096));
+    cudaIpcMemHandle_t h;
+    OK(cudaIpcGetMemHandle(&h, d));
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *p;
+        unsigned char c = 0;
+        if (cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess)) _exit(2);
+        if (cudaMemcpy(&c, p, 1, cudaMemcpyDeviceToHost) || c != 3) _exit(3);
+        if (cudaMemset(p, 9, 16) || cudaIpcCloseMemHandle(p)) _exit(4);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    unsigned char c = 0;
+    OK(cudaMemcpy(&c, d, 1, cudaMemcpyDeviceToHost));
+    assert_int_equal(c, 9);
+    OK(cudaFree(d));
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_DEVICES", "2", 1);
@@ -442,6 +523,8 @@ int main(void)
         cmocka_unit_test(test_threads_use_the_runtime_concurrently),
         cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
         cmocka_unit_test(test_runtime_capture_and_graph_launch),
+        cmocka_unit_test(test_pitched_and_3d_allocations),
+        cmocka_unit_test(test_runtime_ipc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
