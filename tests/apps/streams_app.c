@@ -15,9 +15,12 @@
  *                        replayed while the program allocates around it.
  *   streams_app ipc      cudaIpcGetMemHandle on a gpumem block (twice): prints "ipc <code> <name>"
  *                        per call; under gpumem the reason it is refused goes to stderr once.
+ *                        Then the way that works: the block's handle exported as a POSIX fd,
+ *                        imported and mapped again shows its bytes ("ipc-export ok").
  *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
  *                        and destroyed: the address space reserved for each comes back.
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int bad;
 
@@ -346,6 +350,73 @@ static void graph(void)
 
 /* cudaIpcGetMemHandle on a cudaMalloc'ed block, twice: under gpumem it is refused with
  * cudaErrorNotSupported (the reason goes to stderr once, the test reads it). */
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*export_fn)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                              unsigned long long);
+typedef CUresult (*import_fn)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                           unsigned long long);
+typedef CUresult (*access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+
+/* The way that works: the physical handle behind a gpumem block, exported as a POSIX file
+ * descriptor and imported again (here, in the same process: a second mapping of the same
+ * memory), shows the bytes written through the block. gpumem maps one handle per 2 MiB slot of
+ * a range aligned to it, so the block lies at p mod 2 MiB inside its handle. Prints
+ * "ipc-export ok" or why not. */
+static void ipc_export(void *p, size_t n)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    retain_fn retain = drv ? (retain_fn)dlsym(drv, "cuMemRetainAllocationHandle") : NULL;
+    export_fn exp = drv ? (export_fn)dlsym(drv, "cuMemExportToShareableHandle") : NULL;
+    import_fn imp = drv ? (import_fn)dlsym(drv, "cuMemImportFromShareableHandle") : NULL;
+    reserve_fn reserve = drv ? (reserve_fn)dlsym(drv, "cuMemAddressReserve") : NULL;
+    map_fn map = drv ? (map_fn)dlsym(drv, "cuMemMap") : NULL;
+    access_fn access = drv ? (access_fn)dlsym(drv, "cuMemSetAccess") : NULL;
+    unmap_fn unmap = drv ? (unmap_fn)dlsym(drv, "cuMemUnmap") : NULL;
+    release_fn release = drv ? (release_fn)dlsym(drv, "cuMemRelease") : NULL;
+    if (!retain || !exp || !imp || !reserve || !map || !access || !unmap || !release) {
+        printf("streams_app: the driver lacks the VMM sharing calls\n");
+        bad++;
+        return;
+    }
+    const size_t slot = 2u << 20;
+    RT(cudaMemset(p, 0x5a, n));
+    RT(cudaDeviceSynchronize());
+    CUmemGenericAllocationHandle h = 0, h2 = 0;
+    int fd = -1;
+    CUresult r = retain(&h, p);
+    if (r == CUDA_SUCCESS) r = exp(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) {
+        printf("streams_app: the block's handle cannot be exported as a POSIX fd (CUresult %d)\n",
+               (int)r);
+        bad++;
+        if (h) release(h);
+        return;
+    }
+    CUdeviceptr va = 0;
+    check(imp(&h2, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0,
+          "cuMemImportFromShareableHandle");
+    check(reserve(&va, slot, slot, 0, 0) == 0, "cuMemAddressReserve");
+    check(map(va, slot, 0, h2, 0) == 0, "cuMemMap of the imported handle");
+    CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    check(access(va, slot, &ad, 1) == 0, "cuMemSetAccess");
+    unsigned char got[256];
+    size_t off = (uintptr_t)p % slot;
+    RT(cudaMemcpy(got, (void *)(uintptr_t)(va + off), sizeof got, cudaMemcpyDeviceToHost));
+    int same = 1;
+    for (size_t i = 0; i < sizeof got; i++)
+        same &= got[i] == 0x5a;
+    check(same, "the imported handle does not show the block's bytes");
+    unmap(va, slot);
+    release(h2);
+    release(h);
+    close(fd);
+    if (same) printf("ipc-export ok\n");
+}
+
 static void ipc(void)
 {
     void *p = NULL;
@@ -355,6 +426,7 @@ static void ipc(void)
         cudaError_t e = cudaIpcGetMemHandle(&h, (char *)p + (i ? 4096 : 0));
         printf("ipc %d %s\n", (int)e, cudaGetErrorName(e));
     }
+    ipc_export(p, 1 << 20);
     RT(cudaFree(p));
 }
 

@@ -9,7 +9,9 @@
 #     pools; the virtual GPU has no memory nodes) is instantiated and replayed while the program
 #     allocates around it, and nothing the graph uses is handed out until the graph is destroyed;
 #   - cudaIpcGetMemHandle on gpumem memory fails with cudaErrorNotSupported and one line that
-#     says why and names the ways out (a shareable handle; GPUMEM_MODE=record);
+#     says why and names the ways out (a shareable handle; GPUMEM_MODE=record); the shareable
+#     handle works: gpumem's memory is created exportable as a POSIX fd where the device says so
+#     (the virtual GPU with memory backing does), and the imported handle shows the block's bytes;
 #   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
 #     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
 #     pointer, stream = the stream);
@@ -50,6 +52,8 @@ check_eq "the reason is one line, once" "$(wc -l <"$TMP/ipc.reason")" 1
 check_eq "it names both ways out" \
   "$(grep -c 'cuMemExportToShareableHandle.*GPUMEM_MODE=record' "$TMP/ipc.reason")" 1
 cat "$TMP/ipc.reason"
+check_eq "a gpumem block's handle exported as a POSIX fd and imported shows its bytes" \
+  "$(grep -c '^ipc-export ok' "$TMP/ipc.out")" 1
 
 GPUMEM_DB="$TMP/rs.db" LD_PRELOAD=$LIB "$APPS/streams_app" record >"$TMP/rs.out" 2>"$TMP/rs.err"
 check_eq "record_stream: exit status" "$?" 0
