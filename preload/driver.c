@@ -59,6 +59,24 @@ int gm_stream_capturing(CUstream s)
  * can be, 4n+3. The legacy stream has the two names 0 and CU_STREAM_LEGACY: key 0. */
 static _Atomic uintptr_t ptds_next = 1;
 static __thread uintptr_t ptds_key __attribute__((tls_model("initial-exec")));
+static pthread_key_t ptds_exit_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+
+/* A thread that used its per-thread stream exits: the stream goes with it, and the allocator
+ * forgets its key (otherwise every cudaFree would fence every thread that ever lived). */
+static void ptds_thread_exit(void *unused)
+{
+    (void)unused;
+    uintptr_t k = ptds_key;
+    ptds_key = 0; /* from here on the key names a stream of another thread: the legacy stream */
+    if (k && !gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE)
+        gm_heap_forget_stream((CUstream)k);
+}
+
+static void ptds_once_init(void)
+{
+    pthread_key_create(&ptds_exit_key, ptds_thread_exit);
+}
 
 uintptr_t gm_stream_key(CUstream s)
 {
@@ -66,8 +84,11 @@ uintptr_t gm_stream_key(CUstream s)
         return 0;
     if (s != CU_STREAM_PER_THREAD)
         return (uintptr_t)s;
-    if (!ptds_key)
+    if (!ptds_key) {
         ptds_key = atomic_fetch_add(&ptds_next, 1) * 4 + 3;
+        pthread_once(&ptds_once, ptds_once_init);
+        pthread_setspecific(ptds_exit_key, (void *)1);
+    }
     return ptds_key;
 }
 

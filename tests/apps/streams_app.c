@@ -7,6 +7,8 @@
  *                        stream order on thread A's per-thread stream is reused by A at once and
  *                        never handed to thread B's per-thread stream while A's may still use it;
  *                        the legacy stream's two names (0, cudaStreamLegacy) are one stream.
+ *   streams_app ptds-exit N  N threads use their per-thread stream and exit, then 50 cudaMalloc /
+ *                        cudaFree pairs: the exited threads' streams are not fenced any more.
  *   streams_app record   gpumem_record_stream (looked up with dlsym): 0 on a gpumem block, -1 on
  *                        a host pointer; prints "record <ptr> <stream>" for the test's SQL.
  *   streams_app multidev two devices, a stream on each, peer copies, each device's memory
@@ -47,6 +49,8 @@ static void check(int ok, const char *what)
 #define PTDS_SIZE (64 * 1024)
 static void *a_block;
 
+static void *thread_b(void *arg);
+
 static void *thread_a(void *arg)
 {
     (void)arg;
@@ -57,6 +61,11 @@ static void *thread_a(void *arg)
     check(q == p, "thread A did not get its own freed block back on its per-thread stream");
     RT(cudaFreeAsync(q, cudaStreamPerThread));
     a_block = q;
+    /* thread B runs while A lives: once A has exited, its stream is gone and its memory may
+     * rightly be handed to anyone */
+    pthread_t t;
+    pthread_create(&t, NULL, thread_b, NULL);
+    pthread_join(t, NULL);
     return NULL;
 }
 
@@ -76,8 +85,6 @@ static void ptds(void)
     pthread_t t;
     pthread_create(&t, NULL, thread_a, NULL);
     pthread_join(t, NULL);
-    pthread_create(&t, NULL, thread_b, NULL);
-    pthread_join(t, NULL);
     /* the legacy stream: 0 and cudaStreamLegacy name the same stream */
     void *p = NULL, *q = NULL;
     RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamLegacy));
@@ -85,6 +92,32 @@ static void ptds(void)
     RT(cudaMallocAsync(&q, PTDS_SIZE, 0));
     check(q == p, "a block freed on the legacy stream as 0 was not reused on cudaStreamLegacy");
     RT(cudaFree(q));
+}
+
+/* Threads that used their per-thread stream and exited leave nothing for later frees to fence:
+ * n such threads, then 50 cudaMalloc/cudaFree pairs (the test counts the events recorded). */
+static void *ptds_user(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, 4096, cudaStreamPerThread));
+    RT(cudaFreeAsync(p, cudaStreamPerThread));
+    RT(cudaStreamSynchronize(cudaStreamPerThread));
+    return NULL;
+}
+
+static void ptds_exit(int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, ptds_user, NULL);
+        pthread_join(t, NULL);
+    }
+    for (int i = 0; i < 50; i++) {
+        void *p = NULL;
+        RT(cudaMalloc(&p, 4096));
+        RT(cudaFree(p));
+    }
 }
 
 /* ---- record_stream ------------------------------------------------------------------------- */
@@ -460,13 +493,15 @@ static void churn(int n)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: streams_app ptds|record|multidev|graph|ipc|churn N\n");
+        fprintf(stderr, "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
         ptds();
     else if (!strcmp(argv[1], "record"))
         record();
+    else if (!strcmp(argv[1], "ptds-exit") && argc > 2)
+        ptds_exit(atoi(argv[2]));
     else if (!strcmp(argv[1], "ipc"))
         ipc();
     else if (!strcmp(argv[1], "graph"))

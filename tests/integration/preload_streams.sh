@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Properties of gpumem's stream handling in a real program (tests/apps/streams_app.c):
 #   - per-thread default streams are distinct streams (thread B never gets the block thread A
-#     freed in stream order on its own per-thread stream), and 0 / cudaStreamLegacy are one;
+#     freed in stream order on its own per-thread stream), and 0 / cudaStreamLegacy are one; a
+#     thread's per-thread stream is forgotten when the thread exits;
 #   - two devices with streams on both and peer copies: each device's memory freed while the
 #     other device is current is fenced in its own context (on the asynchronous virtual GPU a
 #     slow kernel on the block's device would otherwise see the next owner's bytes);
@@ -27,6 +28,13 @@ cat "$TMP/ptds.out"
 
 GPUMEM_SIM_ASYNC=1 LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds-async.out" 2>"$TMP/ptds-async.err"
 check_eq "per-thread default streams, asynchronous virtual GPU: exit status" "$?" 0
+
+GPUMEM_STATS=1 LD_PRELOAD=$LIB "$APPS/streams_app" ptds-exit 64 >"$TMP/ptdsx.out" 2>"$TMP/ptdsx.err"
+check_eq "64 threads' per-thread streams, then 50 cudaFree: exit status" "$?" 0
+# each cudaFree fences the legacy stream (and nothing of the 64 exited threads: 64 events each)
+ev=$(stat "$TMP/ptdsx.err" dev0.events_recorded)
+if [[ $ev -le 100 ]]; then pass "exited threads' streams are not fenced ($ev events for 50 frees)"
+else fail "exited threads' streams are still fenced: $ev events for 50 frees"; fi
 
 GPUMEM_SIM_DEVICES=2 GPUMEM_STATS=1 LD_PRELOAD=$LIB "$APPS/streams_app" multidev >"$TMP/md.out" 2>"$TMP/md.err"
 check_eq "two devices, streams on both, peer copies: exit status" "$?" 0
