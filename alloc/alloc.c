@@ -981,8 +981,8 @@ static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, ssta
     if (want > cap && !(*out = malloc(want * sizeof(**out)))) return (size_t)-1;
     /* the allocation stream needs no event when the block goes back to that stream's own pool:
      * only allocations on that stream reuse it, after its earlier work (stream order) */
-    bool own_skip = a->cfg.per_stream_pools &&
-                    (b->stream != 0 || (freed_on && freed_on->stream == b->stream));
+    bool own_skip =
+        a->cfg.per_stream_pools && (b->stream != 0 || (freed_on && freed_on->stream == b->stream));
     uintptr_t cand_n = (b->uses ? b->uses[0] : 0);
     for (uintptr_t i = 0; i < cand_n + 2; i++) {
         uintptr_t s;
@@ -1520,8 +1520,10 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
         /* freed inside a graph capture, allocated before it: the graph may use it at every
          * replay, so nobody gets it until the graph is released (alloc_release_capture) */
         fence_t *f = fence_new(a, b);
-        if (f) f->capture = capture;
-        else make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
+        if (f)
+            f->capture = capture;
+        else
+            make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
     } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         nocache_free(a, b);
     } else if (!a->events) {

@@ -124,8 +124,8 @@ static void ptds_exit(int n)
 
 static void record(void)
 {
-    int (*rs)(const void *, void *) = (int (*)(const void *, void *))dlsym(RTLD_DEFAULT,
-                                                                             "gpumem_record_stream");
+    int (*rs)(const void *, void *) =
+        (int (*)(const void *, void *))dlsym(RTLD_DEFAULT, "gpumem_record_stream");
     if (!rs) {
         printf("streams_app: gpumem_record_stream not found (run under LD_PRELOAD=libgpumem.so)\n");
         bad++;
@@ -139,7 +139,8 @@ static void record(void)
     check(rs((char *)p + 4096, s2) == 0, "gpumem_record_stream refused an interior pointer");
     int host;
     check(rs(&host, s2) == -1, "gpumem_record_stream accepted a host pointer");
-    printf("record %llu %llu\n", (unsigned long long)(uintptr_t)p, (unsigned long long)(uintptr_t)s2);
+    printf("record %llu %llu\n", (unsigned long long)(uintptr_t)p,
+           (unsigned long long)(uintptr_t)s2);
     RT(cudaFreeAsync(p, s1));
     RT(cudaDeviceSynchronize());
     RT(cudaStreamDestroy(s1));
@@ -322,7 +323,8 @@ static void graph(void)
     enum { N = 4096 };
     size_t set_sz[] = {sizeof(float *), sizeof(uint64_t), sizeof(float)};
     size_t add_sz[] = {sizeof(float *), sizeof(float *), sizeof(uint64_t)};
-    void *kset = sim_kernel("k_set", k_set, 3, set_sz), *kadd = sim_kernel("k_add", k_add, 3, add_sz);
+    void *kset = sim_kernel("k_set", k_set, 3, set_sz),
+         *kadd = sim_kernel("k_add", k_add, 3, add_sz);
     if (bad) return;
     cudaStream_t s;
     RT(cudaStreamCreate(&s)); /* a blocking stream: the legacy stream is off limits meanwhile */
@@ -365,7 +367,8 @@ static void graph(void)
         wrong += h[i] != 30.0f;
     if (wrong) {
         printf("streams_app: after 3 replays %d of %d sums are wrong (acc[0] = %g, expected 30): "
-               "memory the graph uses was handed out meanwhile\n", wrong, N, h[0]);
+               "memory the graph uses was handed out meanwhile\n",
+               wrong, N, h[0]);
         bad++;
     }
     for (int r = 0; r < 3; r++)

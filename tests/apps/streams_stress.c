@@ -146,7 +146,8 @@ int main(int argc, char **argv)
     int nthreads = argc > 2 ? atoi(argv[2]) : 8;
     nstreams = argc > 3 ? atoi(argv[3]) : 4;
     if (secs <= 0 || nthreads < 1 || nthreads > 64 || nstreams < 1 || nstreams > 15) {
-        fprintf(stderr, "streams_stress: bad arguments (SECONDS > 0, THREADS 1..64, STREAMS 1..15)\n");
+        fprintf(stderr,
+                "streams_stress: bad arguments (SECONDS > 0, THREADS 1..64, STREAMS 1..15)\n");
         return 2;
     }
     size_t fill_sz[] = {sizeof(uint64_t *), sizeof(uint64_t), sizeof(uint64_t)};

@@ -32,14 +32,14 @@ typedef struct fake {
     alloc_t *a;
     tev_t *evs[MAXEV];
     size_t nevs;
-    unsigned records;            /* successful event_record calls */
-    unsigned syncs;              /* synchronize calls */
-    unsigned queries;            /* event_query calls */
-    uintptr_t fail_stream;       /* event_record on this stream fails ... */
-    unsigned fail_left;          /* ... this many times */
+    unsigned records;               /* successful event_record calls */
+    unsigned syncs;                 /* synchronize calls */
+    unsigned queries;               /* event_query calls */
+    uintptr_t fail_stream;          /* event_record on this stream fails ... */
+    unsigned fail_left;             /* ... this many times */
     void (*on_sync)(struct fake *); /* runs inside synchronize */
-    uintptr_t idle_stream;       /* events recorded on it are complete at once */
-    bool lock_was_free;          /* set by on_sync helpers */
+    uintptr_t idle_stream;          /* events recorded on it are complete at once */
+    bool lock_was_free;             /* set by on_sync helpers */
 } fake_t;
 
 static int ev_create(void *c, void **ev)
@@ -204,7 +204,7 @@ static void test_fence_only_recorded_streams(void **state)
         alloc_note_stream(f->a, s);
     uint64_t p = must_alloc(f, 4096, 0x1000);
     assert_int_equal(alloc_record_stream(f->a, p, 0x1008), ALLOC_OK);
-    assert_int_equal(alloc_record_stream(f->a, p, 0x1008), ALLOC_OK); /* twice: no change */
+    assert_int_equal(alloc_record_stream(f->a, p, 0x1008), ALLOC_OK);       /* twice: no change */
     assert_int_equal(alloc_record_stream(f->a, p + 100, 0x1000), ALLOC_OK); /* own stream */
     unsigned before = f->records;
     assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
