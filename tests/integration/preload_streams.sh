@@ -73,10 +73,14 @@ check_eq "one record_stream event, on the block's pointer and the named stream" 
 check_eq "kind 21 is named" "$(q "SELECT name FROM kinds WHERE id = 21")" record_stream
 check_eq "the schema says 1.3" "$(q "SELECT value FROM meta WHERE key = 'schema_minor'")" 3
 
-GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=4T LD_PRELOAD=$LIB "$APPS/streams_app" churn 2000 \
-  >"$TMP/churn.out" 2>"$TMP/churn.err"
-check_eq "2000 streams created and destroyed on a 4 TiB device: exit status" "$?" 0
-head -3 "$TMP/churn.out"
+if [[ ${SAN:-} == thread ]]; then
+  echo "note: no 4 TiB address ranges under ThreadSanitizer (its shadow memory takes the space)"
+else
+  GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=4T LD_PRELOAD=$LIB "$APPS/streams_app" churn 2000 \
+    >"$TMP/churn.out" 2>"$TMP/churn.err"
+  check_eq "2000 streams created and destroyed on a 4 TiB device: exit status" "$?" 0
+  head -3 "$TMP/churn.out"
+fi
 
 cat "$TMP"/*.err >"$TMP/all.err"
 grep -q "ERROR: \(Address\|Thread\)Sanitizer\|WARNING: ThreadSanitizer" "$TMP/all.err" && { fail "sanitizer report"; head -60 "$TMP/all.err"; }
