@@ -539,8 +539,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
     if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
-    /* Flags choose legacy or per-thread default-stream variants; the sim has one default stream
-     * model, so both get the same functions. */
+    /* Flags choose legacy or per-thread default-stream variants (sim_ptds.c). */
     if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
         return CUDA_ERROR_INVALID_VALUE;
@@ -571,7 +570,9 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
         if (exists && status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
         return CUDA_ERROR_NOT_FOUND;
     }
-    *pfn = best->fn;
+    /* The per-thread default-stream flag answers the _ptsz / _ptds variant where there is one. */
+    *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? sim_ptds_variant(best->fn)
+                                                                   : best->fn;
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
 }

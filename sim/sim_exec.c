@@ -76,6 +76,7 @@ CUresult sim_stream_get(CUstream s, sim_stream **out)
     CUresult rc = sim_current_dev(&dev);
     if (rc) return rc;
     sim_device *d = &sim.dev[dev];
+    if (s == NULL && sim_tls_ptds > 0) s = CU_STREAM_PER_THREAD; /* a _ptsz/_ptds entry point */
     if (s != CU_STREAM_PER_THREAD) {
         if (!d->legacy.magic) {
             stream_init(&d->legacy, dev, 0, 0);
@@ -1137,19 +1138,3 @@ CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
     return rc;
 }
 
-/* ---- per-thread default-stream symbols --------------------------------------------------- */
-SIM_ALIAS(cuStreamSynchronize_ptsz, cuStreamSynchronize)
-SIM_ALIAS(cuStreamQuery_ptsz, cuStreamQuery)
-SIM_ALIAS(cuStreamWaitEvent_ptsz, cuStreamWaitEvent)
-SIM_ALIAS(cuStreamGetFlags_ptsz, cuStreamGetFlags)
-SIM_ALIAS(cuStreamGetPriority_ptsz, cuStreamGetPriority)
-SIM_ALIAS(cuStreamGetId_ptsz, cuStreamGetId)
-SIM_ALIAS(cuStreamGetCtx_ptsz, cuStreamGetCtx)
-SIM_ALIAS(cuStreamGetDevice_ptsz, cuStreamGetDevice)
-SIM_ALIAS(cuStreamIsCapturing_ptsz, cuStreamIsCapturing)
-SIM_ALIAS(cuEventRecord_ptsz, cuEventRecord)
-SIM_ALIAS(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)
-SIM_ALIAS(cuLaunchKernel_ptsz, cuLaunchKernel)
-SIM_ALIAS(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)
-SIM_ALIAS(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)
-SIM_ALIAS(cuLaunchHostFunc_ptsz, cuLaunchHostFunc)

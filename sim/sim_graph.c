@@ -370,7 +370,3 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
     return rc;
 }
 
-SIM_ALIAS(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2)
-SIM_ALIAS(cuStreamEndCapture_ptsz, cuStreamEndCapture)
-SIM_ALIAS(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo_v3)
-SIM_ALIAS(cuGraphLaunch_ptsz, cuGraphLaunch)

@@ -325,6 +325,11 @@ void sim_submit(sim_stream *st, sim_work *w);
 void sim_work_free(sim_work *w);
 sim_work *sim_work_clone(const sim_work *w, size_t argbytes); /* NULL when out of memory */
 
+/* sim_ptds.c: > 0 inside a _ptsz/_ptds entry point (the NULL stream is the per-thread one) */
+extern __thread int sim_tls_ptds;
+/* The _ptsz/_ptds variant of a driver entry point (itself when it has none). */
+void *sim_ptds_variant(void *fn);
+
 /* sim_graph.c (lock held) */
 /* Adds w to st's capture (st->capture != NULL); takes w. */
 CUresult sim_capture_add(sim_stream *st, sim_work *w, size_t argbytes);

@@ -29,17 +29,16 @@
 #define DRIVER_FUNCS(X)                                                                                    \
     X(cuInit, 2000)                                                                                        \
     X(cuDriverGetVersion, 2020)                                                                            \
-    X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000) X(                             \
-        cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute,                                                    \
-                                  2000) X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain,              \
-                                                                    7000) X(cuCtxGetCurrent, 4000)         \
+    X(cuDeviceGetCount, 2000)                                                                              \
+    X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(                             \
+        cuDeviceGetAttribute, 2000) X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain,                  \
+                                                                7000) X(cuCtxGetCurrent, 4000)             \
         X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(                          \
             cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync,                                   \
                                                          11020) X(cuMemAllocFromPoolAsync, 11020)          \
             X(cuDeviceGetDefaultMemPool, 11020) X(cuDeviceGetMemPool, 11020) X(                            \
-                cuMemPoolSetAttribute,                                                                     \
-                11020) X(cuMemPoolGetAttribute,                                                            \
-                         11020) X(cuMemPoolTrimTo, 11020)                                                  \
+                cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(cuMemPoolTrimTo,           \
+                                                                                11020)                     \
                 X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020) X(cuMemFreeHost, 2000) X(               \
                     cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000)                                  \
                     X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) X(          \
@@ -94,6 +93,12 @@ static struct {
     DRIVER_FUNCS(X)
 #undef X
 } drv;
+/* The same functions as the per-thread default-stream entry points (the driver's _ptsz/_ptds):
+ * what the runtime's own _ptsz/_ptds names call, so that their stream 0 is the calling thread's
+ * per-thread default stream. */
+static __typeof__(drv) drv_pt;
+static __thread int rt_ptds; /* > 0 inside a runtime _ptsz/_ptds entry point */
+#define DRV (*(rt_ptds > 0 ? &drv_pt : &drv))
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
@@ -166,15 +171,18 @@ static void rt_load(void)
     }
     CUdriverProcAddressQueryResult st;
 #define X(name, ver)                                                                               \
-    if (gpa(#name, (void **)&drv.name, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) || !drv.name) {      \
+    if (gpa(#name, (void **)&drv.name, ver, CU_GET_PROC_ADDRESS_DEFAULT, &st) || !drv.name ||      \
+        gpa(#name, (void **)&drv_pt.name, ver, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,      \
+            &st) ||                                                                                \
+        !drv_pt.name) {                                                                            \
         fprintf(stderr, "gpumem sim runtime: the driver has no %s\n", #name);                      \
         rt_init_error = cudaErrorInsufficientDriver;                                               \
         return;                                                                                    \
     }
     DRIVER_FUNCS(X)
 #undef X
-    CUresult r = drv.cuInit(0);
-    if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
+    CUresult r = DRV.cuInit(0);
+    if (r == CUDA_SUCCESS) r = DRV.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
     if (r != CUDA_SUCCESS) {
         rt_init_error =
             r == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
@@ -190,8 +198,8 @@ static cudaError_t rt_ready(void)
     if (rt_init_error != cudaSuccess) return rt_init_error;
     if (!tls_ctx_ready) {
         CUcontext cur = NULL;
-        drv.cuCtxGetCurrent(&cur);
-        if (!cur) drv.cuCtxSetCurrent(rt_primary[0]);
+        DRV.cuCtxGetCurrent(&cur);
+        if (!cur) DRV.cuCtxSetCurrent(rt_primary[0]);
         tls_ctx_ready = true;
     }
     return cudaSuccess;
@@ -312,7 +320,7 @@ RT_EXPORT cudaError_t cudaDriverGetVersion(int *v)
         *v = 0;
         return cudaSuccess;
     }
-    RT_CALL(drv.cuDriverGetVersion(v));
+    RT_CALL(DRV.cuDriverGetVersion(v));
 }
 
 /* ---- devices ----------------------------------------------------------------------------- */
@@ -321,18 +329,18 @@ RT_EXPORT cudaError_t cudaGetDeviceCount(int *n)
 {
     if (!n) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
-    RT_CALL(drv.cuDeviceGetCount(n));
+    RT_CALL(DRV.cuDeviceGetCount(n));
 }
 
 /* Device d's primary context, retained once by the runtime (as the real one does). */
 static CUresult primary_of(int d, CUcontext *out)
 {
     int n = 0;
-    drv.cuDeviceGetCount(&n);
+    DRV.cuDeviceGetCount(&n);
     if (d < 0 || d >= n || d >= RT_MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&rt_primary_lock);
-    if (!rt_primary[d]) r = drv.cuDevicePrimaryCtxRetain(&rt_primary[d], d);
+    if (!rt_primary[d]) r = DRV.cuDevicePrimaryCtxRetain(&rt_primary[d], d);
     *out = rt_primary[d];
     pthread_mutex_unlock(&rt_primary_lock);
     return r;
@@ -343,7 +351,7 @@ RT_EXPORT cudaError_t cudaGetDevice(int *d)
     if (!d) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     CUdevice dev;
-    if (drv.cuCtxGetDevice(&dev) == CUDA_SUCCESS) tls_device = dev;
+    if (DRV.cuCtxGetDevice(&dev) == CUDA_SUCCESS) tls_device = dev;
     *d = tls_device;
     return cudaSuccess;
 }
@@ -356,7 +364,7 @@ RT_EXPORT cudaError_t cudaSetDevice(int d)
     if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
     if (r) RT_CALL(r);
     tls_device = d;
-    RT_CALL(drv.cuCtxSetCurrent(c));
+    RT_CALL(DRV.cuCtxSetCurrent(c));
 }
 
 RT_EXPORT cudaError_t cudaInitDevice(int d, unsigned int dflags, unsigned int flags)
@@ -386,13 +394,13 @@ RT_EXPORT cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, i
     if (!v) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     /* The runtime attribute numbers are the driver's. */
-    RT_CALL(drv.cuDeviceGetAttribute(v, (CUdevice_attribute)attr, (CUdevice)d));
+    RT_CALL(DRV.cuDeviceGetAttribute(v, (CUdevice_attribute)attr, (CUdevice)d));
 }
 
 RT_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuCtxGetStreamPriorityRange(least, greatest));
+    RT_CALL(DRV.cuCtxGetStreamPriorityRange(least, greatest));
 }
 
 RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer)
@@ -400,7 +408,7 @@ RT_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer)
     if (!can) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     int n = 0;
-    drv.cuDeviceGetCount(&n);
+    DRV.cuDeviceGetCount(&n);
     if (d < 0 || d >= n || peer < 0 || peer >= n) return rt_ret(cudaErrorInvalidDevice);
     *can = d != peer;
     return cudaSuccess;
@@ -412,7 +420,7 @@ RT_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
     CUcontext c;
     CUresult r = primary_of(peer, &c);
     if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
-    if (!r) r = drv.cuCtxEnablePeerAccess(c, flags);
+    if (!r) r = DRV.cuCtxEnablePeerAccess(c, flags);
     RT_CALL(r);
 }
 
@@ -422,7 +430,7 @@ RT_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer)
     CUcontext c;
     CUresult r = primary_of(peer, &c);
     if (r == CUDA_ERROR_INVALID_DEVICE) return rt_ret(cudaErrorInvalidDevice);
-    if (!r) r = drv.cuCtxDisablePeerAccess(c);
+    if (!r) r = DRV.cuCtxDisablePeerAccess(c);
     RT_CALL(r);
 }
 
@@ -431,14 +439,14 @@ RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     if (!p) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     int n = 0;
-    drv.cuDeviceGetCount(&n);
+    DRV.cuDeviceGetCount(&n);
     if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
-    drv.cuDeviceGetName(p->name, (int)sizeof p->name, (CUdevice)d);
-    drv.cuDeviceGetUuid(&p->uuid, (CUdevice)d);
-    drv.cuDeviceTotalMem(&p->totalGlobalMem, (CUdevice)d);
+    DRV.cuDeviceGetName(p->name, (int)sizeof p->name, (CUdevice)d);
+    DRV.cuDeviceGetUuid(&p->uuid, (CUdevice)d);
+    DRV.cuDeviceTotalMem(&p->totalGlobalMem, (CUdevice)d);
     int v;
-#define ATTR(field, a) (drv.cuDeviceGetAttribute(&v, a, (CUdevice)d), p->field = v)
+#define ATTR(field, a) (DRV.cuDeviceGetAttribute(&v, a, (CUdevice)d), p->field = v)
     ATTR(sharedMemPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
     ATTR(regsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
     ATTR(warpSize, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
@@ -482,7 +490,7 @@ RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuCtxSynchronize());
+    RT_CALL(DRV.cuCtxSynchronize());
 }
 
 RT_EXPORT cudaError_t cudaDeviceReset(void)
@@ -502,7 +510,7 @@ RT_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
         return cudaSuccess;
     } /* as the real runtime */
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemAlloc(&d, size);
+    CUresult r = DRV.cuMemAlloc(&d, size);
     *p = r == CUDA_SUCCESS ? (void *)d : NULL;
     RT_CALL(r);
 }
@@ -511,7 +519,7 @@ RT_EXPORT cudaError_t cudaFree(void *p)
 {
     RT_BEGIN(); /* cudaFree(NULL) is the customary way to initialize the runtime */
     if (!p) return cudaSuccess;
-    CUresult r = drv.cuMemFree((CUdeviceptr)p);
+    CUresult r = DRV.cuMemFree((CUdeviceptr)p);
     /* The runtime reports a pointer it does not own as an invalid device pointer. */
     if (r == CUDA_ERROR_INVALID_VALUE) return rt_ret(cudaErrorInvalidDevicePointer);
     RT_CALL(r);
@@ -526,7 +534,7 @@ RT_EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s)
         return cudaSuccess;
     }
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemAllocAsync(&d, size, (CUstream)s);
+    CUresult r = DRV.cuMemAllocAsync(&d, size, (CUstream)s);
     *p = r == CUDA_SUCCESS ? (void *)d : NULL;
     RT_CALL(r);
 }
@@ -535,7 +543,7 @@ RT_EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
     RT_BEGIN();
     if (!p) return cudaSuccess;
-    RT_CALL(drv.cuMemFreeAsync((CUdeviceptr)p, (CUstream)s));
+    RT_CALL(DRV.cuMemFreeAsync((CUdeviceptr)p, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
@@ -544,7 +552,7 @@ RT_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool
     if (!p) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemAllocFromPoolAsync(&d, size, (CUmemoryPool)pool, (CUstream)s);
+    CUresult r = DRV.cuMemAllocFromPoolAsync(&d, size, (CUmemoryPool)pool, (CUstream)s);
     *p = r == CUDA_SUCCESS ? (void *)d : NULL;
     RT_CALL(r);
 }
@@ -552,33 +560,33 @@ RT_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool
 RT_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuDeviceGetDefaultMemPool((CUmemoryPool *)pool, (CUdevice)d));
+    RT_CALL(DRV.cuDeviceGetDefaultMemPool((CUmemoryPool *)pool, (CUdevice)d));
 }
 
 RT_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int d)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuDeviceGetMemPool((CUmemoryPool *)pool, (CUdevice)d));
+    RT_CALL(DRV.cuDeviceGetMemPool((CUmemoryPool *)pool, (CUdevice)d));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr,
                                               void *value)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+    RT_CALL(DRV.cuMemPoolSetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr,
                                               void *value)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+    RT_CALL(DRV.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemPoolTrimTo((CUmemoryPool)pool, keep));
+    RT_CALL(DRV.cuMemPoolTrimTo((CUmemoryPool)pool, keep));
 }
 
 RT_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
@@ -590,7 +598,7 @@ RT_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
         return cudaSuccess;
     }
     /* cudaHostAlloc{Portable,Mapped,WriteCombined} are the driver's CU_MEMHOSTALLOC_* bits. */
-    RT_CALL(drv.cuMemHostAlloc(p, size, flags));
+    RT_CALL(DRV.cuMemHostAlloc(p, size, flags));
 }
 
 RT_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
@@ -602,19 +610,19 @@ RT_EXPORT cudaError_t cudaFreeHost(void *p)
 {
     RT_BEGIN();
     if (!p) return cudaSuccess;
-    RT_CALL(drv.cuMemFreeHost(p));
+    RT_CALL(DRV.cuMemFreeHost(p));
 }
 
 RT_EXPORT cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemHostRegister(p, size, flags));
+    RT_CALL(DRV.cuMemHostRegister(p, size, flags));
 }
 
 RT_EXPORT cudaError_t cudaHostUnregister(void *p)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemHostUnregister(p));
+    RT_CALL(DRV.cuMemHostUnregister(p));
 }
 
 RT_EXPORT cudaError_t cudaHostGetDevicePointer(void **pd, void *p, unsigned int flags)
@@ -622,7 +630,7 @@ RT_EXPORT cudaError_t cudaHostGetDevicePointer(void **pd, void *p, unsigned int 
     if (!pd) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemHostGetDevicePointer(&d, p, flags);
+    CUresult r = DRV.cuMemHostGetDevicePointer(&d, p, flags);
     if (r == CUDA_SUCCESS) *pd = (void *)d;
     RT_CALL(r);
 }
@@ -636,7 +644,7 @@ RT_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flag
         return cudaSuccess;
     }
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemAllocManaged(&d, size, flags);
+    CUresult r = DRV.cuMemAllocManaged(&d, size, flags);
     if (r == CUDA_SUCCESS) *p = (void *)d;
     RT_CALL(r);
 }
@@ -644,7 +652,7 @@ RT_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flag
 RT_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemGetInfo(free_bytes, total));
+    RT_CALL(DRV.cuMemGetInfo(free_bytes, total));
 }
 
 static bool kind_ok(enum cudaMemcpyKind k)
@@ -660,7 +668,7 @@ static bool is_device_memory(const void *p)
     CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                    CU_POINTER_ATTRIBUTE_IS_MANAGED};
     void *data[] = {&type, &managed};
-    if (drv.cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)p) != CUDA_SUCCESS) return false;
+    if (DRV.cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)p) != CUDA_SUCCESS) return false;
     return type == CU_MEMORYTYPE_DEVICE && !managed;
 }
 
@@ -677,17 +685,17 @@ static CUresult copy_kind(void *dst, const void *src, size_t n, enum cudaMemcpyK
     switch (k) {
     case cudaMemcpyHostToHost:
         if (is_device_memory(dst) || is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
-        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+        return async ? DRV.cuMemcpyAsync(d, sp, n, s) : DRV.cuMemcpy(d, sp, n);
     case cudaMemcpyHostToDevice:
         if (is_device_memory(src)) return CUDA_ERROR_INVALID_VALUE;
-        return async ? drv.cuMemcpyHtoDAsync(d, src, n, s) : drv.cuMemcpyHtoD(d, src, n);
+        return async ? DRV.cuMemcpyHtoDAsync(d, src, n, s) : DRV.cuMemcpyHtoD(d, src, n);
     case cudaMemcpyDeviceToHost:
         if (is_device_memory(dst)) return CUDA_ERROR_INVALID_VALUE;
-        return async ? drv.cuMemcpyDtoHAsync(dst, sp, n, s) : drv.cuMemcpyDtoH(dst, sp, n);
+        return async ? DRV.cuMemcpyDtoHAsync(dst, sp, n, s) : DRV.cuMemcpyDtoH(dst, sp, n);
     case cudaMemcpyDeviceToDevice:
-        return async ? drv.cuMemcpyDtoDAsync(d, sp, n, s) : drv.cuMemcpyDtoD(d, sp, n);
+        return async ? DRV.cuMemcpyDtoDAsync(d, sp, n, s) : DRV.cuMemcpyDtoD(d, sp, n);
     default:
-        return async ? drv.cuMemcpyAsync(d, sp, n, s) : drv.cuMemcpy(d, sp, n);
+        return async ? DRV.cuMemcpyAsync(d, sp, n, s) : DRV.cuMemcpy(d, sp, n);
     }
 }
 
@@ -713,7 +721,7 @@ RT_EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, siz
     if (!p || !pitch) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     CUdeviceptr d = 0;
-    CUresult r = drv.cuMemAllocPitch(&d, pitch, width, height, 16);
+    CUresult r = DRV.cuMemAllocPitch(&d, pitch, width, height, 16);
     if (r == CUDA_SUCCESS) *p = (void *)d;
     RT_CALL(r);
 }
@@ -725,7 +733,7 @@ RT_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pp, struct cudaExtent 
     if (e.depth && e.height > SIZE_MAX / e.depth) return rt_ret(cudaErrorInvalidValue);
     CUdeviceptr d = 0;
     size_t pitch = 0;
-    CUresult r = drv.cuMemAllocPitch(&d, &pitch, e.width, e.height * e.depth, 16);
+    CUresult r = DRV.cuMemAllocPitch(&d, &pitch, e.width, e.height * e.depth, 16);
     if (r == CUDA_SUCCESS) {
         pp->ptr = (void *)d;
         pp->pitch = pitch;
@@ -771,7 +779,7 @@ RT_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd,
     RT_BEGIN();
     CUcontext dc, sc;
     if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
-    RT_CALL(drv.cuMemcpyPeer((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n));
+    RT_CALL(DRV.cuMemcpyPeer((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n));
 }
 
 RT_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n,
@@ -780,19 +788,19 @@ RT_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, in
     RT_BEGIN();
     CUcontext dc, sc;
     if (primary_of(dd, &dc) || primary_of(sd, &sc)) return rt_ret(cudaErrorInvalidDevice);
-    RT_CALL(drv.cuMemcpyPeerAsync((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n, (CUstream)s));
+    RT_CALL(DRV.cuMemcpyPeerAsync((CUdeviceptr)dst, dc, (CUdeviceptr)src, sc, n, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemsetD8((CUdeviceptr)p, (unsigned char)value, n));
+    RT_CALL(DRV.cuMemsetD8((CUdeviceptr)p, (unsigned char)value, n));
 }
 
 RT_EXPORT cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuMemsetD8Async((CUdeviceptr)p, (unsigned char)value, n, (CUstream)s));
+    RT_CALL(DRV.cuMemsetD8Async((CUdeviceptr)p, (unsigned char)value, n, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
@@ -808,7 +816,7 @@ RT_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, 
         CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
         CU_POINTER_ATTRIBUTE_HOST_POINTER};
     void *data[] = {&type, &ordinal, &managed, &dptr, &hptr};
-    CUresult r = drv.cuPointerGetAttributes(5, attrs, data, (CUdeviceptr)p);
+    CUresult r = DRV.cuPointerGetAttributes(5, attrs, data, (CUdeviceptr)p);
     if (r != CUDA_SUCCESS) RT_CALL(r);
     memset(a, 0, sizeof *a);
     if (managed)
@@ -832,7 +840,7 @@ RT_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int
 {
     if (!s) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
-    RT_CALL(drv.cuStreamCreateWithPriority((CUstream *)s, flags, prio));
+    RT_CALL(DRV.cuStreamCreateWithPriority((CUstream *)s, flags, prio));
 }
 RT_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
 {
@@ -846,44 +854,44 @@ RT_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
 RT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamDestroy((CUstream)s));
+    RT_CALL(DRV.cuStreamDestroy((CUstream)s));
 }
 RT_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamSynchronize((CUstream)s));
+    RT_CALL(DRV.cuStreamSynchronize((CUstream)s));
 }
 RT_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamQuery((CUstream)s));
+    RT_CALL(DRV.cuStreamQuery((CUstream)s));
 }
 RT_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamWaitEvent((CUstream)s, (CUevent)e, flags));
+    RT_CALL(DRV.cuStreamWaitEvent((CUstream)s, (CUevent)e, flags));
 }
 RT_EXPORT cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamGetFlags((CUstream)s, flags));
+    RT_CALL(DRV.cuStreamGetFlags((CUstream)s, flags));
 }
 RT_EXPORT cudaError_t cudaStreamGetPriority(cudaStream_t s, int *prio)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamGetPriority((CUstream)s, prio));
+    RT_CALL(DRV.cuStreamGetPriority((CUstream)s, prio));
 }
 RT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamIsCapturing((CUstream)s, (CUstreamCaptureStatus *)st));
+    RT_CALL(DRV.cuStreamIsCapturing((CUstream)s, (CUstreamCaptureStatus *)st));
 }
 
 RT_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
     if (!e) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
-    RT_CALL(drv.cuEventCreate((CUevent *)e, flags));
+    RT_CALL(DRV.cuEventCreate((CUevent *)e, flags));
 }
 RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
@@ -892,32 +900,32 @@ RT_EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e)
 RT_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventDestroy((CUevent)e));
+    RT_CALL(DRV.cuEventDestroy((CUevent)e));
 }
 RT_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventRecord((CUevent)e, (CUstream)s));
+    RT_CALL(DRV.cuEventRecord((CUevent)e, (CUstream)s));
 }
 RT_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventRecordWithFlags((CUevent)e, (CUstream)s, flags));
+    RT_CALL(DRV.cuEventRecordWithFlags((CUevent)e, (CUstream)s, flags));
 }
 RT_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventQuery((CUevent)e));
+    RT_CALL(DRV.cuEventQuery((CUevent)e));
 }
 RT_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventSynchronize((CUevent)e));
+    RT_CALL(DRV.cuEventSynchronize((CUevent)e));
 }
 RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuEventElapsedTime(ms, (CUevent)a, (CUevent)b));
+    RT_CALL(DRV.cuEventElapsedTime(ms, (CUevent)a, (CUevent)b));
 }
 
 /* ---- launches ---------------------------------------------------------------------------- */
@@ -936,7 +944,7 @@ RT_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, 
                                        size_t shmem, cudaStream_t s)
 {
     RT_BEGIN();
-    return launch_ret(drv.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z,
+    return launch_ret(DRV.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z,
                                          block.x, block.y, block.z, (unsigned)shmem, (CUstream)s,
                                          args, NULL));
 }
@@ -962,14 +970,14 @@ RT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, cons
         .attrs = (CUlaunchAttribute *)(void *)config->attrs,
         .numAttrs = config->numAttrs,
     };
-    return launch_ret(drv.cuLaunchKernelEx(&c, (CUfunction)(uintptr_t)func, args, NULL));
+    return launch_ret(DRV.cuLaunchKernelEx(&c, (CUfunction)(uintptr_t)func, args, NULL));
 }
 
 RT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block,
                                                   void **args, size_t shmem, cudaStream_t s)
 {
     RT_BEGIN();
-    return launch_ret(drv.cuLaunchCooperativeKernel((CUfunction)(uintptr_t)func, grid.x, grid.y,
+    return launch_ret(DRV.cuLaunchCooperativeKernel((CUfunction)(uintptr_t)func, grid.x, grid.y,
                                                     grid.z, block.x, block.y, block.z,
                                                     (unsigned)shmem, (CUstream)s, args));
 }
@@ -981,7 +989,7 @@ RT_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *fn, const void *symbol
     if (!fn) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     const char *name = NULL;
-    if (!symbol || drv.cuFuncGetName(&name, (CUfunction)(uintptr_t)symbol) != CUDA_SUCCESS)
+    if (!symbol || DRV.cuFuncGetName(&name, (CUfunction)(uintptr_t)symbol) != CUDA_SUCCESS)
         return rt_ret(cudaErrorInvalidDeviceFunction);
     *fn = (cudaFunction_t)(uintptr_t)symbol;
     return cudaSuccess;
@@ -990,7 +998,7 @@ RT_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *fn, const void *symbol
 RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuLaunchHostFunc((CUstream)s, (CUhostFn)fn, user));
+    RT_CALL(DRV.cuLaunchHostFunc((CUstream)s, (CUhostFn)fn, user));
 }
 
 /* ---- driver entry points ----------------------------------------------------------------- */
@@ -1001,7 +1009,7 @@ static cudaError_t entry_point(const char *sym, void **fn, int version, unsigned
     if (!sym || !fn) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult r = drv.cuGetProcAddress(sym, fn, version, (cuuint64_t)flags, &st);
+    CUresult r = DRV.cuGetProcAddress(sym, fn, version, (cuuint64_t)flags, &st);
     if (status)
         *status = st == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
                   : st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
@@ -1034,7 +1042,7 @@ RT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
     if (!h) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
     _Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "IPC handle sizes");
-    RT_CALL(drv.cuIpcGetMemHandle((CUipcMemHandle *)(void *)h, (CUdeviceptr)p));
+    RT_CALL(DRV.cuIpcGetMemHandle((CUipcMemHandle *)(void *)h, (CUdeviceptr)p));
 }
 
 RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags)
@@ -1044,7 +1052,7 @@ RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsig
     CUipcMemHandle ch;
     memcpy(&ch, &h, sizeof ch);
     CUdeviceptr d = 0;
-    CUresult r = drv.cuIpcOpenMemHandle(&d, ch, flags);
+    CUresult r = DRV.cuIpcOpenMemHandle(&d, ch, flags);
     if (r == CUDA_SUCCESS) *p = (void *)d;
     RT_CALL(r);
 }
@@ -1052,7 +1060,7 @@ RT_EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsig
 RT_EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuIpcCloseMemHandle((CUdeviceptr)p));
+    RT_CALL(DRV.cuIpcCloseMemHandle((CUdeviceptr)p));
 }
 
 /* ---- stream capture and graphs ------------------------------------------------------------ */
@@ -1060,13 +1068,13 @@ RT_EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
 RT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamBeginCapture((CUstream)s, (CUstreamCaptureMode)mode));
+    RT_CALL(DRV.cuStreamBeginCapture((CUstream)s, (CUstreamCaptureMode)mode));
 }
 
 RT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuStreamEndCapture((CUstream)s, (CUgraph *)g));
+    RT_CALL(DRV.cuStreamEndCapture((CUstream)s, (CUgraph *)g));
 }
 
 RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *st,
@@ -1079,7 +1087,7 @@ RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCa
     cuuint64_t cid = 0;
     if (!st) return rt_ret(cudaErrorInvalidValue);
     CUresult r =
-        drv.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid, (CUgraph *)g, (const CUgraphNode **)deps,
+        DRV.cuStreamGetCaptureInfo((CUstream)s, &cs, &cid, (CUgraph *)g, (const CUgraphNode **)deps,
                                    (const CUgraphEdgeData **)edges, ndeps);
     if (r == CUDA_SUCCESS) {
         *st = (enum cudaStreamCaptureStatus)cs;
@@ -1091,14 +1099,14 @@ RT_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCa
 RT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
+    RT_CALL(DRV.cuThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
 }
 
 RT_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g,
                                            unsigned long long flags)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuGraphInstantiateWithFlags((CUgraphExec *)x, (CUgraph)g, flags));
+    RT_CALL(DRV.cuGraphInstantiateWithFlags((CUgraphExec *)x, (CUgraph)g, flags));
 }
 
 RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *x, cudaGraph_t g,
@@ -1110,58 +1118,89 @@ RT_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *x, cudaGrap
 RT_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuGraphLaunch((CUgraphExec)x, (CUstream)s));
+    RT_CALL(DRV.cuGraphLaunch((CUgraphExec)x, (CUstream)s));
 }
 
 RT_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuGraphExecDestroy((CUgraphExec)x));
+    RT_CALL(DRV.cuGraphExecDestroy((CUgraphExec)x));
 }
 
 RT_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuGraphDestroy((CUgraph)g));
+    RT_CALL(DRV.cuGraphDestroy((CUgraph)g));
 }
 
 RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n)
 {
     RT_BEGIN();
-    RT_CALL(drv.cuGraphGetNodes((CUgraph)g, (CUgraphNode *)nodes, n));
+    RT_CALL(DRV.cuGraphGetNodes((CUgraph)g, (CUgraphNode *)nodes, n));
 }
 
 /* ---- per-thread default stream (_ptsz / _ptds) variants ----------------------------------- */
 /* Programs built with --default-stream per-thread call these names; the sim has one default
  * stream model, so they are the same functions. */
 #define PT_ALIAS(name, target) RT_EXPORT __typeof__(target) name __attribute__((alias(#target)));
-PT_ALIAS(cudaMallocAsync_ptsz, cudaMallocAsync)
-PT_ALIAS(cudaFreeAsync_ptsz, cudaFreeAsync)
-PT_ALIAS(cudaMallocFromPoolAsync_ptsz, cudaMallocFromPoolAsync)
-PT_ALIAS(cudaMemcpyAsync_ptsz, cudaMemcpyAsync)
-PT_ALIAS(cudaMemsetAsync_ptsz, cudaMemsetAsync)
-PT_ALIAS(cudaMemcpy_ptds, cudaMemcpy)
-PT_ALIAS(cudaMemset_ptds, cudaMemset)
-PT_ALIAS(cudaMemcpyPeer_ptds, cudaMemcpyPeer)
-PT_ALIAS(cudaMemcpy2D_ptds, cudaMemcpy2D)
-PT_ALIAS(cudaMemcpy2DAsync_ptsz, cudaMemcpy2DAsync)
-PT_ALIAS(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture)
-PT_ALIAS(cudaStreamEndCapture_ptsz, cudaStreamEndCapture)
-PT_ALIAS(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo)
-PT_ALIAS(cudaGraphLaunch_ptsz, cudaGraphLaunch)
-PT_ALIAS(cudaMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync)
-PT_ALIAS(cudaStreamSynchronize_ptsz, cudaStreamSynchronize)
-PT_ALIAS(cudaStreamQuery_ptsz, cudaStreamQuery)
-PT_ALIAS(cudaStreamWaitEvent_ptsz, cudaStreamWaitEvent)
-PT_ALIAS(cudaEventRecord_ptsz, cudaEventRecord)
-PT_ALIAS(cudaEventRecordWithFlags_ptsz, cudaEventRecordWithFlags)
-PT_ALIAS(cudaLaunchKernel_ptsz, cudaLaunchKernel)
-PT_ALIAS(cudaLaunchKernelExC_ptsz, cudaLaunchKernelExC)
-PT_ALIAS(cudaLaunchCooperativeKernel_ptsz, cudaLaunchCooperativeKernel)
-PT_ALIAS(cudaLaunchHostFunc_ptsz, cudaLaunchHostFunc)
-PT_ALIAS(cudaStreamGetFlags_ptsz, cudaStreamGetFlags)
-PT_ALIAS(cudaStreamGetPriority_ptsz, cudaStreamGetPriority)
-PT_ALIAS(cudaStreamIsCapturing_ptsz, cudaStreamIsCapturing)
+#define RT_PT(name, base, params, args)                                                            \
+    RT_EXPORT cudaError_t name params;                                                             \
+    cudaError_t name params                                                                        \
+    {                                                                                              \
+        rt_ptds++;                                                                                 \
+        cudaError_t r_ = base args;                                                                \
+        rt_ptds--;                                                                                 \
+        return r_;                                                                                 \
+    }
+RT_PT(cudaMallocAsync_ptsz, cudaMallocAsync, (void **p, size_t n, cudaStream_t s), (p, n, s))
+RT_PT(cudaFreeAsync_ptsz, cudaFreeAsync, (void *p, cudaStream_t s), (p, s))
+RT_PT(cudaMallocFromPoolAsync_ptsz, cudaMallocFromPoolAsync,
+      (void **p, size_t n, cudaMemPool_t m, cudaStream_t s), (p, n, m, s))
+RT_PT(cudaMemcpyAsync_ptsz, cudaMemcpyAsync,
+      (void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t t), (d, s, n, k, t))
+RT_PT(cudaMemsetAsync_ptsz, cudaMemsetAsync, (void *p, int v, size_t n, cudaStream_t s),
+      (p, v, n, s))
+RT_PT(cudaMemcpy_ptds, cudaMemcpy, (void *d, const void *s, size_t n, enum cudaMemcpyKind k),
+      (d, s, n, k))
+RT_PT(cudaMemset_ptds, cudaMemset, (void *p, int v, size_t n), (p, v, n))
+RT_PT(cudaMemcpyPeer_ptds, cudaMemcpyPeer, (void *d, int dd, const void *s, int sd, size_t n),
+      (d, dd, s, sd, n))
+RT_PT(cudaMemcpy2D_ptds, cudaMemcpy2D,
+      (void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k),
+      (d, dp, s, sp, w, h, k))
+RT_PT(cudaMemcpy2DAsync_ptsz, cudaMemcpy2DAsync,
+      (void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h, enum cudaMemcpyKind k,
+       cudaStream_t t),
+      (d, dp, s, sp, w, h, k, t))
+RT_PT(cudaStreamBeginCapture_ptsz, cudaStreamBeginCapture,
+      (cudaStream_t s, enum cudaStreamCaptureMode m), (s, m))
+RT_PT(cudaStreamEndCapture_ptsz, cudaStreamEndCapture, (cudaStream_t s, cudaGraph_t *g), (s, g))
+RT_PT(cudaStreamGetCaptureInfo_ptsz, cudaStreamGetCaptureInfo,
+      (cudaStream_t s, enum cudaStreamCaptureStatus *st, unsigned long long *id, cudaGraph_t *g,
+       const cudaGraphNode_t **d, const cudaGraphEdgeData **e, size_t *n),
+      (s, st, id, g, d, e, n))
+RT_PT(cudaGraphLaunch_ptsz, cudaGraphLaunch, (cudaGraphExec_t x, cudaStream_t s), (x, s))
+RT_PT(cudaMemcpyPeerAsync_ptsz, cudaMemcpyPeerAsync,
+      (void *d, int dd, const void *s, int sd, size_t n, cudaStream_t t), (d, dd, s, sd, n, t))
+RT_PT(cudaStreamSynchronize_ptsz, cudaStreamSynchronize, (cudaStream_t s), (s))
+RT_PT(cudaStreamQuery_ptsz, cudaStreamQuery, (cudaStream_t s), (s))
+RT_PT(cudaStreamWaitEvent_ptsz, cudaStreamWaitEvent, (cudaStream_t s, cudaEvent_t e, unsigned f),
+      (s, e, f))
+RT_PT(cudaEventRecord_ptsz, cudaEventRecord, (cudaEvent_t e, cudaStream_t s), (e, s))
+RT_PT(cudaEventRecordWithFlags_ptsz, cudaEventRecordWithFlags,
+      (cudaEvent_t e, cudaStream_t s, unsigned f), (e, s, f))
+RT_PT(cudaLaunchKernel_ptsz, cudaLaunchKernel,
+      (const void *f, dim3 g, dim3 b, void **a, size_t sh, cudaStream_t s), (f, g, b, a, sh, s))
+RT_PT(cudaLaunchKernelExC_ptsz, cudaLaunchKernelExC,
+      (const cudaLaunchConfig_t *c, const void *f, void **a), (c, f, a))
+RT_PT(cudaLaunchCooperativeKernel_ptsz, cudaLaunchCooperativeKernel,
+      (const void *f, dim3 g, dim3 b, void **a, size_t sh, cudaStream_t s), (f, g, b, a, sh, s))
+RT_PT(cudaLaunchHostFunc_ptsz, cudaLaunchHostFunc, (cudaStream_t s, cudaHostFn_t f, void *u),
+      (s, f, u))
+RT_PT(cudaStreamGetFlags_ptsz, cudaStreamGetFlags, (cudaStream_t s, unsigned *f), (s, f))
+RT_PT(cudaStreamGetPriority_ptsz, cudaStreamGetPriority, (cudaStream_t s, int *p), (s, p))
+RT_PT(cudaStreamIsCapturing_ptsz, cudaStreamIsCapturing,
+      (cudaStream_t s, enum cudaStreamCaptureStatus *c), (s, c))
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 PT_ALIAS(cudaGetDriverEntryPoint_ptsz, cudaGetDriverEntryPoint)

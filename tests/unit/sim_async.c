@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,63 @@ static void test_copies_run_in_stream_order(void **state)
     OK(cuStreamDestroy(a));
 }
 
+/* The per-thread default-stream entry points (declared by cuda.h only under
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM). */
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned sh, CUstream s, void **p, void **x);
+CUresult cuStreamSynchronize_ptsz(CUstream s);
+CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long *id);
+
+static unsigned long long other_thread_stream_id;
+
+static void *ptds_thread(void *arg)
+{
+    (void)arg;
+    char tag = 'T';
+    void *args[] = {&tag};
+    CUcontext c;
+    if (cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c)) return (void *)1;
+    if (cuLaunchKernel_ptsz(k_mark, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)) return (void *)2;
+    /* Its own per-thread stream: done although the main thread's is blocked at its gate. */
+    if (cuStreamSynchronize_ptsz(NULL)) return (void *)3;
+    if (cuStreamGetId_ptsz(NULL, &other_thread_stream_id)) return (void *)4;
+    return NULL;
+}
+
+/* With the _ptsz names, NULL is the calling thread's per-thread default stream: two threads'
+ * default streams are distinct and run independently. */
+static void test_per_thread_default_streams_are_distinct(void **state)
+{
+    (void)state;
+    reset_log();
+    char tag = 'A';
+    void *args[] = {&tag};
+    OK(cuLaunchKernel_ptsz(k_gate, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, ptds_thread, NULL), 0);
+    void *r = (void *)9;
+    pthread_join(t, &r);
+    assert_null(r);
+    assert_string_equal(order, "T");
+    unsigned long long mine = 0, legacy = 0;
+    OK(cuStreamGetId_ptsz(NULL, &mine));
+    OK(cuStreamGetId(NULL, &legacy));
+    assert_true(mine != other_thread_stream_id && mine != legacy);
+    OK(cuStreamGetId(CU_STREAM_PER_THREAD, &legacy));
+    assert_true(mine == legacy);
+    /* cuGetProcAddress with the per-thread flag answers the _ptsz variant. */
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    OK(cuGetProcAddress("cuLaunchKernel", &fn, CUDA_VERSION,
+                        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    assert_ptr_equal(fn, (void *)cuLaunchKernel_ptsz);
+    OK(cuGetProcAddress("cuLaunchKernel", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+    assert_ptr_equal(fn, (void *)cuLaunchKernel);
+    atomic_store(&gate_open, 1);
+    OK(cuStreamSynchronize_ptsz(NULL));
+    assert_string_equal(order, "TA");
+}
+
 /* ---- synchronous mode (the default) --------------------------------------------------------- */
 
 static int setup_sync(void **state)
@@ -310,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_legacy_stream_waits_for_blocking_streams_only),
         cmocka_unit_test(test_free_async_happens_in_stream_order),
         cmocka_unit_test(test_copies_run_in_stream_order),
+        cmocka_unit_test(test_per_thread_default_streams_are_distinct),
     };
     /* The mode is read once per process: the synchronous group runs in a child. */
     pid_t pid = fork();

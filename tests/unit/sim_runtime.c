@@ -505,6 +505,47 @@ static void test_runtime_ipc(void **state)
     OK(cudaFree(d));
 }
 
+/* The runtime's _ptsz/_ptds names (what --default-stream per-thread code calls): stream 0 is the
+ * calling thread's per-thread default stream, which, unlike the legacy stream, can be captured. */
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, enum cudaStreamCaptureMode m);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s);
+cudaError_t cudaMemset_ptds(void *p, int v, size_t n);
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s);
+
+static void test_runtime_per_thread_default_stream(void **state)
+{
+    (void)state;
+    OK(cudaSetDevice(0));
+    unsigned char *d, h = 0;
+    OK(cudaMalloc((void **)&d, 64));
+    assert_int_equal(cudaStreamBeginCapture(0, cudaStreamCaptureModeRelaxed),
+                     cudaErrorInvalidValue); /* the legacy stream */
+    (void)cudaGetLastError();
+    OK(cudaStreamBeginCapture_ptsz(0, cudaStreamCaptureModeRelaxed));
+    enum cudaStreamCaptureStatus cs;
+    OK(cudaStreamIsCapturing(cudaStreamPerThread, &cs));
+    assert_int_equal(cs, cudaStreamCaptureStatusActive);
+    OK(cudaStreamIsCapturing(0, &cs));
+    assert_int_equal(cs, cudaStreamCaptureStatusNone);
+    OK(cudaMemsetAsync_ptsz(d, 4, 64, 0)); /* captured, not run */
+    cudaGraph_t g;
+    OK(cudaStreamEndCapture_ptsz(0, &g));
+    OK(cudaMemset_ptds(d, 1, 64));
+    OK(cudaStreamSynchronize_ptsz(0));
+    OK(cudaMemcpy(&h, d, 1, cudaMemcpyDeviceToHost));
+    assert_int_equal(h, 1);
+    cudaGraphExec_t x;
+    OK(cudaGraphInstantiate(&x, g, 0));
+    OK(cudaGraphLaunch(x, cudaStreamPerThread));
+    OK(cudaStreamSynchronize(cudaStreamPerThread));
+    OK(cudaMemcpy(&h, d, 1, cudaMemcpyDeviceToHost));
+    assert_int_equal(h, 4);
+    OK(cudaGraphExecDestroy(x));
+    OK(cudaGraphDestroy(g));
+    OK(cudaFree(d));
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_DEVICES", "2", 1);
@@ -525,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_runtime_capture_and_graph_launch),
         cmocka_unit_test(test_pitched_and_3d_allocations),
         cmocka_unit_test(test_runtime_ipc),
+        cmocka_unit_test(test_runtime_per_thread_default_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
