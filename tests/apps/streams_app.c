@@ -47,6 +47,14 @@ static void check(int ok, const char *what)
 /* ---- per-thread default streams ------------------------------------------------------------ */
 
 #define PTDS_SIZE (64 * 1024)
+/* Built as streams_app_ptsz with CUDA_API_PER_THREAD_DEFAULT_STREAM (what nvcc
+ * --default-stream per-thread does): stream 0 is then the calling thread's own stream, through
+ * the runtime's _ptsz entry points. The same property as ptds, with 0 for the stream. */
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#define PTDS_STREAM ((cudaStream_t)0)
+#else
+#define PTDS_STREAM cudaStreamPerThread
+#endif
 static void *a_block;
 
 static void *thread_b(void *arg);
@@ -55,11 +63,11 @@ static void *thread_a(void *arg)
 {
     (void)arg;
     void *p = NULL, *q = NULL;
-    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamPerThread));
-    RT(cudaFreeAsync(p, cudaStreamPerThread));
-    RT(cudaMallocAsync(&q, PTDS_SIZE, cudaStreamPerThread));
+    RT(cudaMallocAsync(&p, PTDS_SIZE, PTDS_STREAM));
+    RT(cudaFreeAsync(p, PTDS_STREAM));
+    RT(cudaMallocAsync(&q, PTDS_SIZE, PTDS_STREAM));
     check(q == p, "thread A did not get its own freed block back on its per-thread stream");
-    RT(cudaFreeAsync(q, cudaStreamPerThread));
+    RT(cudaFreeAsync(q, PTDS_STREAM));
     a_block = q;
     /* thread B runs while A lives: once A has exited, its stream is gone and its memory may
      * rightly be handed to anyone */
@@ -73,18 +81,22 @@ static void *thread_b(void *arg)
 {
     (void)arg;
     void *p = NULL;
-    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamPerThread));
+    RT(cudaMallocAsync(&p, PTDS_SIZE, PTDS_STREAM));
     check(p != a_block, "thread B's per-thread stream got the block thread A freed on its own "
                         "per-thread stream (the two streams were taken for one)");
-    RT(cudaFreeAsync(p, cudaStreamPerThread));
+    RT(cudaFreeAsync(p, PTDS_STREAM));
     return NULL;
 }
+
 
 static void ptds(void)
 {
     pthread_t t;
     pthread_create(&t, NULL, thread_a, NULL);
     pthread_join(t, NULL);
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+    return; /* 0 is not the legacy stream in this build */
+#endif
     /* the legacy stream: 0 and cudaStreamLegacy name the same stream */
     void *p = NULL, *q = NULL;
     RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamLegacy));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Properties of gpumem's stream handling in a real program (tests/apps/streams_app.c):
-#   - per-thread default streams are distinct streams (thread B never gets the block thread A
+#   - per-thread default streams are distinct streams (cudaStreamPerThread, and stream 0 in a
+#     --default-stream per-thread build) (thread B never gets the block thread A
 #     freed in stream order on its own per-thread stream), and 0 / cudaStreamLegacy are one; a
 #     thread's per-thread stream is forgotten when the thread exits;
 #   - two devices with streams on both and peer copies: each device's memory freed while the
@@ -20,7 +21,7 @@
 #     a 4 TiB virtual device (each stream's pool reserves 4 TiB of address space) the host's
 #     128 TiB would run out after ~30 streams otherwise.
 source tests/integration/preload_common.bash
-need "$LIB" "$APPS/streams_app"
+need "$LIB" "$APPS/streams_app" "$APPS/streams_app_ptsz"
 
 LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds.out" 2>"$TMP/ptds.err"
 check_eq "per-thread default streams: exit status" "$?" 0
@@ -28,6 +29,9 @@ cat "$TMP/ptds.out"
 
 GPUMEM_SIM_ASYNC=1 LD_PRELOAD=$LIB "$APPS/streams_app" ptds >"$TMP/ptds-async.out" 2>"$TMP/ptds-async.err"
 check_eq "per-thread default streams, asynchronous virtual GPU: exit status" "$?" 0
+# built as with --default-stream per-thread: stream 0 is each thread's own (the _ptsz names)
+LD_PRELOAD=$LIB "$APPS/streams_app_ptsz" ptds >"$TMP/ptsz.out" 2>"$TMP/ptsz.err"
+check_eq "a --default-stream per-thread build, stream 0 in two threads: exit status" "$?" 0
 
 GPUMEM_STATS=1 LD_PRELOAD=$LIB "$APPS/streams_app" ptds-exit 64 >"$TMP/ptdsx.out" 2>"$TMP/ptdsx.err"
 check_eq "64 threads' per-thread streams, then 50 cudaFree: exit status" "$?" 0
