@@ -121,10 +121,12 @@ FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
 fuzz: all
 	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
 
-# The long fault campaign: 100 kills, 20 signals, 20 full disks, 5 fork storms.
+# The long fault campaign: 100 kills, 20 signals, 20 full disks, 5 fork storms; the streams
+# stress test for two minutes a run.
 soak: all
 	@BUILD=$(BUILD) FAULT_KILLS=100 FAULT_SIGNALS=20 FAULT_DISKS=20 FAULT_STORMS=5 \
 	    $(SHELL) tests/integration/fault_campaign.sh
+	@BUILD=$(BUILD) STREAMS_STRESS_SECONDS=120 $(SHELL) tests/integration/preload_streams_stress.sh
 
 demo: all
 	@if [ -f tests/demo.sh ]; then $(SHELL) tests/demo.sh; \

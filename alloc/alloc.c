@@ -94,6 +94,11 @@ static inline void stat_add(alloc_stat_t *s, int64_t d)
     if (s->current > s->peak) s->peak = s->current;
 }
 
+static inline uint64_t max_u64(uint64_t x, uint64_t y)
+{
+    return x > y ? x : y;
+}
+
 static inline size_t round_up(size_t v, size_t m)
 {
     return (v + m - 1) / m * m;
@@ -354,12 +359,19 @@ static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
 static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
 {
     sstate_t *st = a->last_stream;
-    if (st && st->stream == stream) return st;
-    for (size_t i = 0; i < a->nstreams; i++)
-        if (a->streams[i]->stream == stream) {
-            a->last_stream = a->streams[i];
-            return a->streams[i];
+    if (!st || st->stream != stream) {
+        st = NULL;
+        for (size_t i = 0; i < a->nstreams && !st; i++)
+            if (a->streams[i]->stream == stream) st = a->streams[i];
+    }
+    if (st) {
+        if (st->dead) { /* a new stream with the handle of a forgotten one */
+            st->dead = false;
+            st->fenced = true;
         }
+        a->last_stream = st;
+        return st;
+    }
     if (a->nstreams == a->cap_streams) {
         size_t nc = a->cap_streams ? a->cap_streams * 2 : 8;
         sstate_t **ns = realloc(a->streams, nc * sizeof(*ns));
@@ -840,11 +852,13 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     f->addr = lo;
     f->size = m;
     f->rb.st = B_FREE;
+    f->fseq = 0; /* fresh memory: no stream has used it */
     if (f->prev && f->prev->rb.st == B_FREE) {
         blk_t *q = f->prev;
         free_remove(a, p, q);
         f->addr = q->addr;
         f->size += q->size;
+        f->fseq = max_u64(f->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
@@ -852,6 +866,7 @@ static int grow_expandable(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         blk_t *q = f->next;
         free_remove(a, p, q);
         f->size += q->size;
+        f->fseq = max_u64(f->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
@@ -884,11 +899,13 @@ static size_t release_pages(alloc_t *a, pool_t *p, blk_t *b)
     if (head) {
         head->addr = b->addr;
         head->size = lo - b->addr;
+        head->fseq = b->fseq;
         link_before(b, head);
     }
     if (tail) {
         tail->addr = hi;
         tail->size = bend - hi;
+        tail->fseq = b->fseq;
         link_after(b, tail);
     }
     b->addr = lo;
@@ -930,7 +947,8 @@ static size_t release_block(alloc_t *a, pool_t *p, blk_t *b)
 
 /* ---- events and pending frees --------------------------------------------------------------- */
 
-static int sync_device(alloc_t *a)
+/* Synchronize with the lock held: only alloc_destroy (no other thread may use the allocator). */
+static int sync_device_locked(alloc_t *a)
 {
     a->st.num_syncs++;
     if (!a->be.synchronize) return ALLOC_BE_OK;
@@ -962,21 +980,27 @@ static void ev_put(alloc_t *a, void *ev)
     a->ev_pool[a->nev_pool++] = ev;
 }
 
-/* A LIVE or PENDING block becomes FREE: leave the map, merge with FREE neighbours. */
-static void make_free(alloc_t *a, blk_t *b)
+/* A LIVE or PENDING block becomes FREE: leave the map, merge with FREE neighbours. synced: the
+ * device finished every use of the block (a synchronization covered it), so a release may unmap
+ * it at once; otherwise it gets the next free sequence number (see blk_t.fseq). */
+static void make_free(alloc_t *a, blk_t *b, bool synced)
 {
     pool_t *p = b->seg->pool;
     ptrmap_del(&a->map, b->addr);
     stat_add(&a->st.active_bytes, -(int64_t)b->size);
     stat_add(&a->st.active, -1);
+    free(b->uses);
+    b->uses = NULL;
     b->requested = 0;
     b->stamp = a->epoch;
     b->rb.st = B_FREE;
+    b->fseq = synced ? 0 : ++a->free_seq;
     if (b->prev && b->prev->rb.st == B_FREE) {
         blk_t *q = b->prev;
         free_remove(a, p, q);
         b->addr = q->addr;
         b->size += q->size;
+        b->fseq = max_u64(b->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
@@ -984,89 +1008,268 @@ static void make_free(alloc_t *a, blk_t *b)
         blk_t *q = b->next;
         free_remove(a, p, q);
         b->size += q->size;
+        b->fseq = max_u64(b->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
     free_insert(a, p, b);
 }
 
-/* Land pending frees whose events completed, oldest first. all: the device was synchronized,
- * every event is complete. Stops at the first incomplete fence (FIFO: conservative). */
-static void process_fences(alloc_t *a, bool all)
+static void fence_land(alloc_t *a, fence_t *f, bool synced)
 {
-    fence_t *f;
-    while ((f = a->fence_head)) {
-        if (!all) {
-            while (f->done < f->nev) {
-                int rc = a->be.event_query(a->be.ctx, f->ev[f->done]);
-                if (rc == ALLOC_BE_NOT_READY) return;
-                if (rc != ALLOC_BE_OK) { /* a broken event must not hold memory forever */
-                    be_rc(a, rc);
-                    sync_device(a);
-                    all = true;
-                    break;
-                }
-                f->done++;
-            }
-        }
+    if (f->prev)
+        f->prev->next = f->next;
+    else
         a->fence_head = f->next;
-        if (!a->fence_head) a->fence_tail = NULL;
-        for (unsigned i = 0; i < f->nev; i++)
-            ev_put(a, f->ev[i]);
-        blk_t *b = f->blk;
-        a->pending_bytes -= b->size;
-        free(f);
-        make_free(a, b);
+    if (f->next)
+        f->next->prev = f->prev;
+    else
+        a->fence_tail = f->prev;
+    blk_t *b = f->blk;
+    a->pending_bytes -= b->size;
+    free(f);
+    make_free(a, b, synced);
+}
+
+static fev_t *fev_pop(alloc_t *a, sstate_t *st)
+{
+    fev_t *e = st->q_head;
+    st->q_head = e->next;
+    if (!st->q_head) st->q_tail = NULL;
+    ev_put(a, e->ev);
+    return e;
+}
+
+/* Land the pending frees whose events completed. Each stream's queue is read from its oldest
+ * event and stops at the first one not done (events of one stream complete in order); streams do
+ * not wait for each other. Never blocks. A failed query (a broken event) leaves its free pending
+ * and asks the next malloc to synchronize (sync_and_land): memory is never held forever, and the
+ * device is never synchronized here, under the lock. */
+static void process_fences(alloc_t *a)
+{
+    if (a->captures) return; /* querying events is not allowed while a graph is captured */
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        while (st->q_head) {
+            int rc = a->be.event_query(a->be.ctx, st->q_head->ev);
+            if (rc == ALLOC_BE_NOT_READY) break;
+            if (rc != ALLOC_BE_OK) {
+                be_rc(a, rc);
+                a->broken_event = true;
+                break;
+            }
+            fev_t *e = fev_pop(a, st);
+            fence_t *f = e->f;
+            free(e);
+            if (--f->left == 0) fence_land(a, f, false);
+        }
     }
 }
 
-/* Queue block b behind events on the given streams (NULL = every fenced stream). Returns false
- * when events could not be recorded: the caller then synchronizes and frees at once. */
-static bool fence_block(alloc_t *a, blk_t *b, sstate_t *only)
+/* Every fence made before sequence `seq` is complete (a synchronization that started after it
+ * has finished): drop their events and land them. */
+static void land_upto(alloc_t *a, uint64_t seq)
 {
-    unsigned n = 0;
-    if (only)
-        n = 1;
-    else
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        while (st->q_head && st->q_head->f->seq <= seq) {
+            fev_t *e = fev_pop(a, st);
+            e->f->left--;
+            free(e);
+        }
+    }
+    for (fence_t *f = a->fence_head, *nx; f && f->seq <= seq; f = nx) {
+        nx = f->next;
+        if (!f->capture) fence_land(a, f, true); /* a graph may still replay the others */
+    }
+}
+
+/* Synchronize the device with the allocator lock dropped (other threads keep allocating and
+ * freeing meanwhile), then land every free fenced before the synchronization started. Blocks
+ * freed by other threads during the wait keep a free sequence above a->synced_free_seq, so a
+ * release that follows does not unmap memory their streams may still use. */
+static void sync_and_land(alloc_t *a)
+{
+    if (a->captures) return; /* synchronizing would invalidate the capture */
+    uint64_t fs = a->fence_seq, frs = a->free_seq;
+    a->st.num_syncs++;
+    if (a->be.synchronize) {
+        be_count(a, ALLOC_BE_CALL_SYNCHRONIZE);
+        UNLOCK(a);
+        int rc = a->be.synchronize(a->be.ctx);
+        LOCK(a);
+        be_rc(a, rc);
+    }
+    land_upto(a, fs);
+    if (frs > a->synced_free_seq) a->synced_free_seq = frs;
+    a->broken_event = false;
+}
+
+static bool stream_has(const uintptr_t *uses, uintptr_t s)
+{
+    for (uintptr_t i = 0; uses && i < uses[0]; i++)
+        if (uses[2 + i] == s) return true;
+    return false;
+}
+
+/* The streams a free of b must wait for (see alloc.h, "Stream order"), into *out (malloc'ed when
+ * more than `cap` fit in `buf`). Returns the count, or (size_t)-1 on host OOM. */
+static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, sstate_t **buf,
+                            size_t cap, sstate_t ***out)
+{
+    *out = buf;
+    size_t n = 0;
+    /* a plain cudaFree waits for the whole device in CUDA, so a program may have used the block
+     * on any stream without saying so: unless record_stream named its streams, every stream */
+    bool given = b->uses || freed_on;
+    if (!given) {
+        if (a->nstreams > cap && !(*out = malloc(a->nstreams * sizeof(**out)))) return (size_t)-1;
         for (size_t i = 0; i < a->nstreams; i++)
-            n += a->streams[i]->fenced;
-    if (!n) return false;
-    fence_t *f = malloc(sizeof(*f) + n * sizeof(void *));
-    if (!f) return false;
-    f->next = NULL;
-    f->blk = b;
-    f->nev = 0;
-    f->done = 0;
-    for (size_t i = 0; i < a->nstreams || (only && i == 0); i++) {
-        sstate_t *st = only ? only : a->streams[i];
-        if (!only && !st->fenced) continue;
-        void *ev = ev_get(a);
-        if (!ev) goto fail;
+            if (a->streams[i]->fenced && !a->streams[i]->dead) (*out)[n++] = a->streams[i];
+        return n;
+    }
+    size_t want = (b->uses ? b->uses[0] : 0) + 2;
+    if (want > cap && !(*out = malloc(want * sizeof(**out)))) return (size_t)-1;
+    /* the allocation stream needs no event when the block goes back to that stream's own pool:
+     * only allocations on that stream reuse it, after its earlier work (stream order) */
+    bool own_skip =
+        a->cfg.per_stream_pools && (b->stream != 0 || (freed_on && freed_on->stream == b->stream));
+    uintptr_t cand_n = (b->uses ? b->uses[0] : 0);
+    for (uintptr_t i = 0; i < cand_n + 2; i++) {
+        uintptr_t s;
+        sstate_t *st;
+        if (i < cand_n) {
+            s = b->uses[2 + i];
+            st = a_stream_find(a, s);
+        } else if (i == cand_n) {
+            if (!freed_on) continue;
+            st = freed_on;
+            s = st->stream;
+            if (stream_has(b->uses, s)) continue;
+        } else {
+            s = b->stream;
+            if (stream_has(b->uses, s) || (freed_on && freed_on->stream == s)) continue;
+            st = a_stream_find(a, s);
+        }
+        if (own_skip && s == b->stream) continue;
+        if (!st || st->dead) continue; /* synchronized when it was forgotten */
+        (*out)[n++] = st;
+    }
+    return n;
+}
+
+static fev_t *fev_new(void)
+{
+    return malloc(sizeof(fev_t));
+}
+
+/* Record one event on each of the n streams for fence f, queued on each stream. Returns false
+ * when an event could not be recorded (f keeps the events recorded so far). */
+static bool fence_record(alloc_t *a, fence_t *f, sstate_t **ss, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sstate_t *st = ss[i];
+        fev_t *e = fev_new();
+        void *ev = e ? ev_get(a) : NULL;
+        if (!ev) {
+            free(e);
+            return false;
+        }
         be_count(a, ALLOC_BE_CALL_EVENT_RECORD);
         int rc = be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream));
         if (rc != ALLOC_BE_OK) {
-            /* most likely a stream the program destroyed: stop fencing it */
-            st->fenced = false;
+            /* the stream stays fenced: a failure now (a wrong context, a stream destroyed behind
+             * our back) must not leave later frees unprotected; this one synchronizes */
             ev_put(a, ev);
-            goto fail;
+            free(e);
+            return false;
         }
         a->st.num_events_recorded++;
-        f->ev[f->nev++] = ev;
-        if (only) break;
+        e->ev = ev;
+        e->f = f;
+        e->next = NULL;
+        if (st->q_tail)
+            st->q_tail->next = e;
+        else
+            st->q_head = e;
+        st->q_tail = e;
+        f->left++;
     }
-    b->rb.st = B_PENDING;
-    a->pending_bytes += b->size;
+    return true;
+}
+
+static fence_t *fence_new(alloc_t *a, blk_t *b)
+{
+    fence_t *f = calloc(1, sizeof(*f));
+    if (!f) return NULL;
+    f->blk = b;
+    f->seq = ++a->fence_seq;
+    f->prev = a->fence_tail;
     if (a->fence_tail)
         a->fence_tail->next = f;
     else
         a->fence_head = f;
     a->fence_tail = f;
-    return true;
-fail:
-    for (unsigned i = 0; i < f->nev; i++)
-        ev_put(a, f->ev[i]);
-    free(f);
-    return false;
+    b->rb.st = B_PENDING;
+    a->pending_bytes += b->size;
+    return f;
+}
+
+/* Free block b in stream order: it becomes PENDING behind one event on each stream it must wait
+ * for, or FREE at once when there is none. While a graph capture is underway the events wait
+ * (recording one on the legacy stream would break the capture): the block stays PENDING until
+ * the capture ends. Returns false when an event could not be recorded (the block is then
+ * PENDING behind a fence the caller's synchronization lands). */
+static bool fence_block(alloc_t *a, blk_t *b, sstate_t *freed_on)
+{
+    sstate_t *buf[16], **ss;
+    size_t n = fence_streams(a, b, freed_on, buf, 16, &ss);
+    if (n == 0) {
+        make_free(a, b, false);
+        return true;
+    }
+    fence_t *f = n == (size_t)-1 ? NULL : fence_new(a, b);
+    if (!f) { /* out of host memory: wait for the device here, the one time the lock is held */
+        if (ss != buf && n != (size_t)-1) free(ss);
+        sync_device_locked(a);
+        make_free(a, b, true);
+        return true;
+    }
+    bool ok = true;
+    if (a->captures) {
+        f->deferred = true;
+        f->async = freed_on != NULL;
+        f->freed_on = freed_on ? freed_on->stream : 0;
+    } else {
+        ok = fence_record(a, f, ss, n);
+    }
+    if (ss != buf) free(ss);
+    return ok;
+}
+
+/* The last capture ended: record the events of the frees made during captures. */
+static void fence_deferred(alloc_t *a)
+{
+    bool failed = false;
+    for (fence_t *f = a->fence_head, *nx; f; f = nx) {
+        nx = f->next;
+        if (!f->deferred) continue;
+        f->deferred = false;
+        sstate_t *buf[16], **ss;
+        sstate_t *fo = f->async ? a_stream_find(a, f->freed_on) : NULL;
+        size_t n = fence_streams(a, f->blk, fo, buf, 16, &ss);
+        if (n == (size_t)-1) {
+            failed = true;
+            continue;
+        }
+        if (n == 0) {
+            fence_land(a, f, false);
+            continue;
+        }
+        if (!fence_record(a, f, ss, n)) failed = true;
+        if (ss != buf) free(ss);
+    }
+    if (failed) sync_and_land(a);
 }
 
 /* ---- release policies: everything, garbage collection, release threshold ------------------- */
@@ -1089,6 +1292,9 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
                 for (blk_t *b = s->first; b; b = b->next) {
                     if (b->rb.st != B_FREE) continue;
                     if (!s->expandable && (b->prev || b->next)) continue;
+                    /* freed while the lock was dropped for the last synchronization: its
+                     * stream may still use it */
+                    if (b->fseq > a->synced_free_seq) continue;
                     if (cnt == cap) {
                         fb_t *nv = realloc(v, cap * 2 * sizeof(*v));
                         if (!nv) {
@@ -1147,8 +1353,7 @@ static void garbage_collect(alloc_t *a)
     size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
     if ((size_t)a->st.reserved_bytes.current <= target) return;
     a->st.num_gc_runs++;
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a);
     release_until(a, target, 0);
 }
 
@@ -1288,8 +1493,7 @@ static void maybe_release(alloc_t *a)
         a->cached_free <= a->release_floor + 2 * max_hsize(a))
         return;
     a->st.num_releases++;
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a);
     release_until(a, SIZE_MAX, t);
     a->release_floor = a->cached_free;
 }
@@ -1360,8 +1564,7 @@ static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
     }
     size_t need = rs > have ? round_up(rs - have, h) : 0;
     if (!need || a->cached_free - have < h) return false;
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a);
     reserved = (size_t)a->st.reserved_bytes.current;
     release_until_except(a, reserved > need ? reserved - need : 0, SIZE_MAX, keep1, keep2);
     return true;
@@ -1414,8 +1617,7 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     if (rc != GROW_OOM) return rc;
     /* OOM path: let every pending free land, try the cache, give everything back, retry */
     a->st.num_alloc_retries++;
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a);
     blk_t *b = find_free(a, p, rs);
     if (b) {
         free_remove(a, p, b);
@@ -1432,8 +1634,7 @@ static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     int rc = grow_classic(a, p, rs, out);
     if (rc == GROW_OOM && a->fence_head) {
         a->st.num_alloc_retries++;
-        sync_device(a);
-        process_fences(a, true);
+        sync_and_land(a);
         rc = grow_classic(a, p, rs, out);
     }
     return rc;
@@ -1477,7 +1678,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         UNLOCK(a);
         return ALLOC_ERR_NOMEM;
     }
-    if (a->fence_head) process_fences(a, false);
+    if (a->broken_event) sync_and_land(a);
+    if (a->fence_head) process_fences(a);
     if (a->cached_free < a->release_floor) a->release_floor = a->cached_free;
     pool_t *p = pool_for(a, st, rs);
     blk_t *b = NULL;
@@ -1521,6 +1723,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         if (r) {
             r->addr = b->addr + rs;
             r->size = b->size - rs;
+            r->fseq = b->fseq;
             b->size = rs;
             b->rb.st = B_LIVE;
             link_after(b, r);
@@ -1576,11 +1779,13 @@ static void nocache_free(alloc_t *a, blk_t *b)
     ptrmap_del(&a->map, b->addr);
     stat_add(&a->st.active_bytes, -(int64_t)b->size);
     stat_add(&a->st.active, -1);
+    free(b->uses);
+    b->uses = NULL;
     /* cuMemFree itself waits for the device: no fence needed */
     release_classic_segment(a, b->seg->pool, b);
 }
 
-static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
+static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintptr_t capture,
                    alloc_block_query_t *freed)
 {
     if (!a) return ALLOC_ERR_INVALID;
@@ -1604,16 +1809,20 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
-    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+    if (capture && b->stream != capture) {
+        /* freed inside a graph capture, allocated before it: the graph may use it at every
+         * replay, so nobody gets it until the graph is released (alloc_release_capture) */
+        fence_t *f = fence_new(a, b);
+        if (f)
+            f->capture = capture;
+        else
+            make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
+    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         nocache_free(a, b);
     } else if (!a->events) {
-        make_free(a, b);
-    } else if (async && fs && a->cfg.per_stream_pools && stream == b->stream) {
-        make_free(a, b); /* stream order protects reuse on the same stream */
-    } else if (!fence_block(a, b, async ? fs : NULL)) {
-        sync_device(a); /* could not record events: fall back to what cudaFree does */
-        process_fences(a, true);
-        make_free(a, b);
+        make_free(a, b, true);
+    } else if (!fence_block(a, b, fs)) {
+        sync_and_land(a); /* could not record events: wait as cudaFree does, lock dropped */
     }
     maybe_release(a);
     UNLOCK(a);
@@ -1622,18 +1831,70 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
 
 int alloc_free(alloc_t *a, uint64_t ptr)
 {
-    return do_free(a, ptr, false, 0, NULL);
+    return do_free(a, ptr, false, 0, 0, NULL);
 }
 
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
-    return do_free(a, ptr, true, stream, NULL);
+    return do_free(a, ptr, true, stream, 0, NULL);
 }
 
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed)
 {
-    return do_free(a, ptr, async, stream, freed);
+    return do_free(a, ptr, async, stream, 0, freed);
+}
+
+/* ---- CUDA graphs ----------------------------------------------------------------------------- */
+
+int alloc_capture_begin(alloc_t *a)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    a->captures++;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_capture_end(alloc_t *a)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    if (a->captures && --a->captures == 0) fence_deferred(a);
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
+int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)
+{
+    if (!capture) return ALLOC_ERR_INVALID;
+    return do_free(a, ptr, true, capture, capture, freed);
+}
+
+static void reap_dead_streams(alloc_t *a);
+
+int alloc_release_capture(alloc_t *a, uintptr_t capture)
+{
+    if (!a || !capture) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    bool held = false;
+    for (fence_t *f = a->fence_head; f; f = f->next)
+        if (f->capture == capture) {
+            f->capture = 0; /* landed by the synchronization below */
+            held = true;
+        }
+    sstate_t *st = a_stream_find(a, capture);
+    if (st) {
+        st->fenced = false;
+        st->dead = true;
+    }
+    /* the graph's last replay may still run, on any stream: wait for the device once */
+    if (held || (st && (st->pools[0].segs || st->pools[1].segs))) {
+        sync_and_land(a);
+        reap_dead_streams(a);
+    }
+    UNLOCK(a);
+    return ALLOC_OK;
 }
 
 int alloc_note_stream(alloc_t *a, uintptr_t stream)
@@ -1646,14 +1907,133 @@ int alloc_note_stream(alloc_t *a, uintptr_t stream)
     return st ? ALLOC_OK : ALLOC_ERR_NOMEM;
 }
 
+/* Does any block of st's pools hold memory a program still owns (LIVE or PENDING), or a FREE
+ * block freed after the last synchronization? */
+static bool stream_pools_busy(const alloc_t *a, const sstate_t *st)
+{
+    for (int k = 0; k < 2; k++)
+        for (const seg_t *s = st->pools[k].segs; s; s = s->next_in_pool)
+            for (const blk_t *b = s->first; b; b = b->next)
+                if (b->rb.st == B_LIVE || b->rb.st == B_PENDING ||
+                    (b->rb.st == B_FREE && b->fseq > a->synced_free_seq))
+                    return true;
+    return false;
+}
+
+/* Give back an expandable range with nothing mapped in it: its address space returns to the
+ * device. */
+static void range_destroy(alloc_t *a, pool_t *p, seg_t *r)
+{
+    blk_t *u = r->first;
+    rb_erase(&p->unmapped, u);
+    blk_del(a, u);
+    be_count(a, ALLOC_BE_CALL_FREE_RANGE);
+    be_rc(a, a->be.free_range(a->be.ctx, r->base, r->size));
+    seg_unlink(p, r);
+    p->nranges--;
+    free(r->handles);
+    free(r->mapbits);
+    free(r);
+}
+
+/* Release the pools of forgotten streams that hold nothing any more: free pages, classic
+ * segments, the reserved address ranges, then the stream's state. Caller synchronized (every
+ * FREE block to release has fseq <= synced_free_seq). Without this, each stream created and
+ * destroyed would keep a device-sized address range reserved for good. */
+static void reap_dead_streams(alloc_t *a)
+{
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        if (!st->dead || st->q_head) continue;
+        if (!a->cfg.per_stream_pools && i == 0) continue; /* the shared pools live here */
+        if (stream_pools_busy(a, st)) continue;
+        bool empty = true;
+        for (int k = 0; k < 2; k++) {
+            pool_t *p = &st->pools[k];
+            for (;;) { /* release_block changes the lists: look for the next FREE block anew */
+                blk_t *fb = NULL;
+                for (seg_t *s = p->segs; s && !fb; s = s->next_in_pool)
+                    for (blk_t *b = s->first; b && !fb; b = b->next)
+                        if (b->rb.st == B_FREE) fb = b;
+                if (!fb || !release_block(a, p, fb)) break;
+            }
+            for (seg_t *s = p->segs, *nx; s; s = nx) {
+                nx = s->next_in_pool;
+                if (s->expandable && !s->first->next && s->first->rb.st == B_UNMAPPED)
+                    range_destroy(a, p, s);
+            }
+            if (p->segs) empty = false;
+        }
+        if (!empty) continue;
+        if (a->last_stream == st) a->last_stream = NULL;
+        a->streams[i] = a->streams[--a->nstreams];
+        free(st);
+        i--;
+    }
+}
+
+static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc);
+
 int alloc_forget_stream(alloc_t *a, uintptr_t stream)
 {
     if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
     sstate_t *st = a_stream_find(a, stream);
-    if (st) st->fenced = false;
+    if (st) {
+        st->fenced = false;
+        st->dead = true;
+        /* The program is about to destroy the stream. Work already queued on it keeps running,
+         * and no event can be recorded on it afterwards: wait for it now, once, if the stream
+         * holds memory or pending frees (a stream that only ran kernels costs nothing). Frees
+         * whose blocks name the stream then need no event on it. */
+        bool holds = st->q_head || st->pools[0].segs || st->pools[1].segs || st->recorded;
+        if (!holds && a->events && !a->captures) {
+            /* work still queued on it may use a cudaMalloc'ed block that a later cudaFree,
+             * which no longer fences this stream, would hand out: an idle stream costs one
+             * event, a busy one a synchronization */
+            void *ev = ev_get(a);
+            holds = !ev || be_rc(a, a->be.event_record(a->be.ctx, ev, stream)) != ALLOC_BE_OK ||
+                    a->be.event_query(a->be.ctx, ev) != ALLOC_BE_OK;
+            if (ev) ev_put(a, ev);
+        }
+        if (holds) {
+            sync_and_land(a);
+            reap_dead_streams(a);
+        }
+    }
     UNLOCK(a);
     return ALLOC_OK;
+}
+
+int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    int rc;
+    LOCK(a);
+    blk_t *b = live_block(a, ptr, &rc);
+    if (b && stream != b->stream && !stream_has(b->uses, stream)) {
+        sstate_t *st = stream_get(a, stream);
+        uintptr_t n = b->uses ? b->uses[0] : 0, cap = b->uses ? b->uses[1] : 0;
+        if (!st) {
+            rc = ALLOC_ERR_NOMEM;
+        } else if (n == cap) {
+            uintptr_t nc = cap ? cap * 2 : 2;
+            uintptr_t *u = realloc(b->uses, (2 + nc) * sizeof(*u));
+            if (!u) {
+                rc = ALLOC_ERR_NOMEM;
+            } else {
+                u[0] = n;
+                u[1] = nc;
+                b->uses = u;
+            }
+        }
+        if (rc == ALLOC_OK) {
+            b->uses[2 + b->uses[0]++] = stream;
+            st->recorded = true;
+        }
+    }
+    UNLOCK(a);
+    return rc;
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */
@@ -1709,9 +2089,9 @@ int alloc_empty_cache(alloc_t *a)
 {
     if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a);
     release_all(a);
+    reap_dead_streams(a);
     a->release_floor = a->cached_free;
     UNLOCK(a);
     return ALLOC_OK;
@@ -1832,14 +2212,16 @@ void alloc_destroy(alloc_t *a)
     if (!a) return;
     LOCK(a);
     a->destroying = true;
-    sync_device(a);
-    process_fences(a, true);
+    sync_device_locked(a);
+    land_upto(a, UINT64_MAX);
     for (size_t i = 0; i < a->nstreams; i++) {
         for (int k = 0; k < 2; k++) {
             pool_t *p = &a->streams[i]->pools[k];
             seg_t *s = p->segs;
             while (s) {
                 seg_t *nx = s->next_in_pool;
+                for (blk_t *b = s->first; b; b = b->next)
+                    free(b->uses);
                 if (s->expandable) {
                     for (size_t j = 0; j < s->nslots; j++)
                         if (slot_mapped(s, j)) unmap_slots(a, s, s->base + j * s->hsize, s->hsize);

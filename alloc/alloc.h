@@ -14,12 +14,23 @@
  * Sizes round to 512 B. Requests <= 1 MiB go to the small pool, larger ones to the large pool.
  * Each stream has its own pools. Best fit with split and coalesce in O(log n).
  *
- * Stream order:
- *   - alloc_free_async(a, p, s): reusable at once by allocations on the block's own stream when
- *     s is that stream; otherwise after an event recorded on s completes;
- *   - alloc_free(a, p) (cudaFree semantics): an event is recorded on every stream the allocator
- *     has seen (alloc_malloc, alloc_free_async, alloc_note_stream); the block is reused only once
- *     all of them completed.
+ * Stream order (PyTorch's model, plus cudaFree's):
+ *   - every block remembers its allocation stream and the streams named for it by
+ *     alloc_record_stream (recordStream: another stream uses the block);
+ *   - a free records one event on each of those streams and on the stream of alloc_free_async,
+ *     except the allocation stream itself when per-stream pools are on (the block goes back to
+ *     that stream's pool, and work issued later on a stream runs after its earlier work); no
+ *     stream left: the block is reusable at once;
+ *   - a plain alloc_free (cudaFree) of a block never given a stream by alloc_record_stream
+ *     records an event on every stream the allocator knows (alloc_malloc, alloc_free_async,
+ *     alloc_note_stream): cudaFree waits for the whole device, so a program may have used the
+ *     block anywhere;
+ *   - each stream keeps its events in order and the pending frees behind them land as soon as
+ *     their own events completed: a slow stream delays only the frees that wait for it;
+ *   - the device is never synchronized with the allocator lock held: the OOM path, empty_cache,
+ *     garbage collection, the release threshold and alloc_forget_stream drop the lock while they
+ *     wait, and then only land the frees and release the memory freed before the wait began;
+ *   - a failed event record leaves the stream fenced; that one free waits for the device.
  * A backend without event functions (event_record == NULL) means "all issued work is already
  * complete" (replay): frees then take effect at once.
  *
@@ -240,11 +251,38 @@ int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream);
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed);
 
-/* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed (alloc_free
- * stops recording events on it; events already recorded complete normally; its pools and cached
- * blocks stay until empty_cache). Call forget before cuStreamDestroy. */
+/* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed. Call forget
+ * before cuStreamDestroy: no event is recorded on the stream after it. When the stream holds
+ * memory, pending frees or is named by record_stream, forget waits for the device once (lock
+ * dropped) so that no later free needs an event on it, and gives back the stream's pools:
+ * cached memory and the address space reserved for it. A stream destroyed with live blocks in
+ * its pools keeps them until they are freed and a later forget or empty_cache runs. */
 int alloc_note_stream(alloc_t *a, uintptr_t stream);
 int alloc_forget_stream(alloc_t *a, uintptr_t stream);
+
+/* The live block containing ptr is used on `stream` too (PyTorch's Tensor.record_stream): its
+ * free waits for the work issued on `stream` before the free. Interior pointers are accepted.
+ * Recording the allocation stream, or a stream twice, changes nothing. Errors: ALLOC_ERR_NOT_OWNED,
+ * ALLOC_ERR_DOUBLE_FREE (ptr lies in a freed block), ALLOC_ERR_NOMEM. */
+int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream);
+
+/* CUDA graphs (PyTorch's private pools are the model). While a capture is underway the
+ * allocator queries no event and never synchronizes (both would invalidate the capture), and the
+ * events of frees made meanwhile are recorded when the last capture ends.
+ *   - alloc_capture_begin / alloc_capture_end: a capture started / ended (any stream).
+ *   - Allocations inside the capture use a stream key of their own for it (`capture`, chosen by
+ *     the caller, e.g. one per capture id): their pools are private to the capture, and the
+ *     graph's static addresses are never handed to anyone else.
+ *   - alloc_free_captured(a, ptr, capture): a free on the capturing stream. A block allocated in
+ *     the capture is reusable at once by the capture's later allocations (graph order is stream
+ *     order); any other block is held (PENDING) until the capture is released.
+ *   - alloc_release_capture(a, capture): the graph and its executable graphs are destroyed:
+ *     waits for the device once (lock dropped), then the held blocks are free and the capture's
+ *     pools and address space are given back. */
+int alloc_capture_begin(alloc_t *a);
+int alloc_capture_end(alloc_t *a);
+int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed);
+int alloc_release_capture(alloc_t *a, uintptr_t capture);
 
 /* Is ptr inside a block this allocator handed out and that is still live? ALLOC_OK with the
  * block's base and (rounded) size; ALLOC_ERR_DOUBLE_FREE if it lies in a free/pending block;

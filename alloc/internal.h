@@ -68,6 +68,14 @@ typedef struct blk {
     uint64_t requested;
     uint64_t stamp;   /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
     uintptr_t stream; /* stream of the allocation (LIVE/PENDING) */
+    /* LIVE: streams other than `stream` that use the block (alloc_record_stream); freed with the
+     * block. NULL when none. uses[0] is the count, uses[1] the capacity, then the streams. */
+    uintptr_t *uses;
+    /* FREE: a_free_seq when it became free by a path that did not wait for the device (0 = the
+     * device finished every use before it became free). A release that synchronized at free
+     * sequence S may unmap only blocks with fseq <= S: another thread may free a block while the
+     * lock is dropped for the synchronization. */
+    uint64_t fseq;
 } blk_t;
 /* b->rb.st: B_LIVE, B_PENDING, B_FREE, B_UNMAPPED; b->rb.split: FREE and counted in
  * inactive_split (see a_block_is_split) */
@@ -114,18 +122,35 @@ typedef struct pool {
     size_t free_bytes;           /* FREE bytes in this pool */
 } pool_t;
 
+/* One event recorded on a stream for a pending free. Each stream keeps its events in a FIFO:
+ * events of one stream complete in order, so a query stops at the first one not done, and one
+ * slow stream holds back only the frees that wait for it. */
+typedef struct fev {
+    struct fev *next;
+    void *ev;
+    struct fence *f;
+} fev_t;
+
 typedef struct sstate {
     uintptr_t stream;
-    bool fenced;     /* alloc_free records an event on this stream */
+    bool fenced;     /* a free of a block never given a stream records an event here */
+    bool dead;       /* alloc_forget_stream: no more events; pools released once empty */
+    bool recorded;   /* named by alloc_record_stream for some block */
     pool_t pools[2]; /* [0] small, [1] large */
+    fev_t *q_head, *q_tail; /* events recorded on this stream, oldest first */
 } sstate_t;
 
-/* A pending free: the block becomes FREE when every event completed. */
+/* A pending free: the block becomes FREE when its `left` events completed, or when a device
+ * synchronization that started after the fence was made has finished (seq <= the sync's). */
 typedef struct fence {
-    struct fence *next;
+    struct fence *next, *prev; /* all fences, oldest first */
     blk_t *blk;
-    unsigned nev, done;
-    void *ev[];
+    unsigned left;     /* events not yet complete */
+    uint64_t seq;      /* a->fence_seq when made */
+    uint64_t capture;  /* nonzero: freed inside this graph capture; held until it is released */
+    bool deferred;     /* made while a capture was underway: its events are recorded after it */
+    bool async;        /* the free was in stream order on `freed_on` */
+    uintptr_t freed_on;
 } fence_t;
 
 /* address -> LIVE/PENDING block: open addressing, linear probing, backward-shift delete */
@@ -164,6 +189,11 @@ struct alloc {
     blk_chunk_t *chunks;
 
     fence_t *fence_head, *fence_tail;
+    uint64_t fence_seq;  /* fences made so far */
+    uint64_t free_seq;   /* blocks made FREE without waiting for the device (see blk_t.fseq) */
+    uint64_t synced_free_seq; /* free_seq when the last completed synchronization started */
+    bool broken_event;   /* an event query failed: the next malloc synchronizes */
+    unsigned captures;   /* graph captures underway: no event query, no synchronization */
     void **ev_pool; /* idle events for reuse */
     size_t nev_pool, cap_ev_pool;
 

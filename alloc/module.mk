@@ -30,6 +30,10 @@ alloc_stress_LIBS := $(ALLOC_LIB)
 alloc_stress_LDLIBS := -lpthread
 UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/alloc_stress
+alloc_streams_LIBS := $(ALLOC_LIB)
+alloc_streams_LDLIBS := -lpthread
+UNIT_TESTS += $(BUILD)/tests/unit/alloc_streams
+TSAN_UNIT_TESTS += $(BUILD)/tests/unit/alloc_streams
 
 # ---- benchmark
 ALLOC_BENCH := $(BUILD)/tests/bench/alloc_bench
@@ -37,6 +41,11 @@ $(ALLOC_BENCH): $(BUILD)/tests/bench/alloc_bench.o $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -ljemalloc -lpthread
 ALL_TARGETS += $(ALLOC_BENCH)
 BENCHES += $(ALLOC_BENCH)
+ALLOC_STREAMS_BENCH := $(BUILD)/tests/bench/alloc_streams_bench
+$(ALLOC_STREAMS_BENCH): $(BUILD)/tests/bench/alloc_streams_bench.o $(ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
+ALL_TARGETS += $(ALLOC_STREAMS_BENCH)
+BENCHES += $(ALLOC_STREAMS_BENCH)
 
 # ---- libFuzzer target (clang; built only where clang can link -fsanitize=fuzzer)
 ALLOC_FUZZ := $(BUILD)/tests/fuzz/alloc_fuzz

@@ -242,6 +242,7 @@ static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
     case GM_EV_VMM: return requested ? REC_VMM_MAP : REC_VMM_UNMAP;
     case GM_EV_OOM: return REC_OOM;
     case GM_EV_MANAGED: return requested ? REC_MANAGED_ALLOC : REC_MANAGED_FREE;
+    case GM_EV_RECORD_STREAM: return REC_RECORD_STREAM;
     }
     return 0;
 }
@@ -676,6 +677,28 @@ GM_EXPORT int gpumem_name_next(const char *name)
         return -1;
     snprintf(pending_name, sizeof pending_name, "%s", name);
     return gm_mode() == GM_MODE_OFF ? -1 : 0;
+}
+
+GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
+{
+    if (!ptr || gm_mode() == GM_MODE_OFF)
+        return -1;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    if (gm_mode() != GM_MODE_REPLACE) {
+        /* record mode: nothing to fence (the real allocator frees), but the fact is recorded for
+         * replay when gpumem knows the allocation */
+        uintptr_t base;
+        size_t sz;
+        if (!gm_pt_lookup(p, &base, &sz))
+            return -1;
+        gm_event(GM_EV_RECORD_STREAM, -1, (CUstream)gm_stream_key(stream), p, 0, 0);
+        return 0;
+    }
+    int dev = gm_heap_record_stream(p, stream);
+    if (dev < 0)
+        return -1;
+    gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
+    return 0;
 }
 
 GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)

@@ -52,6 +52,56 @@ int gm_stream_capturing(CUstream s)
            st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* Per-thread default streams. CU_STREAM_PER_THREAD (cudaStreamPerThread, stream 0 in a _ptsz
+ * entry point, every default stream of a --default-stream per-thread build) is one handle value
+ * that names a different stream in each thread. The allocator keys pools and fences by stream,
+ * so each thread's per-thread stream gets a key of its own: an odd number no CUstream (a pointer)
+ * can be, 4n+3. The legacy stream has the two names 0 and CU_STREAM_LEGACY: key 0. */
+static _Atomic uintptr_t ptds_next = 1;
+static __thread uintptr_t ptds_key __attribute__((tls_model("initial-exec")));
+static pthread_key_t ptds_exit_key;
+static pthread_once_t ptds_once = PTHREAD_ONCE_INIT;
+
+/* A thread that used its per-thread stream exits: the stream goes with it, and the allocator
+ * forgets its key (otherwise every cudaFree would fence every thread that ever lived). */
+static void ptds_thread_exit(void *unused)
+{
+    (void)unused;
+    uintptr_t k = ptds_key;
+    ptds_key = 0; /* from here on the key names a stream of another thread: the legacy stream */
+    if (k && !gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE)
+        gm_heap_forget_stream((CUstream)k);
+}
+
+static void ptds_once_init(void)
+{
+    pthread_key_create(&ptds_exit_key, ptds_thread_exit);
+}
+
+uintptr_t gm_stream_key(CUstream s)
+{
+    if (s == CU_STREAM_LEGACY)
+        return 0;
+    if (s != CU_STREAM_PER_THREAD)
+        return (uintptr_t)s;
+    if (!ptds_key) {
+        ptds_key = atomic_fetch_add(&ptds_next, 1) * 4 + 3;
+        pthread_once(&ptds_once, ptds_once_init);
+        pthread_setspecific(ptds_exit_key, (void *)1);
+    }
+    return ptds_key;
+}
+
+/* The stream to record an event on for a key. Another thread's per-thread stream cannot be
+ * named from here: the legacy stream stands for it, as work on the legacy stream starts only
+ * after the work issued before it on every blocking stream, per-thread streams included. */
+CUstream gm_stream_of_key(uintptr_t key)
+{
+    if (key > 3 && (key & 3) == 3)
+        return key == ptds_key ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    return (CUstream)key;
+}
+
 static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_alloc_kind kind,
                           CUresult (*real)(CUdeviceptr *, size_t, CUstream),
                           CUresult (*real_sync)(CUdeviceptr *, size_t))
@@ -60,8 +110,8 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CUdevice dev;
-    if (gm_mode() == GM_MODE_REPLACE &&
-        !(kind == GM_ALLOC_ASYNC && gm_stream_capturing(stream))) {
+    /* inside a graph capture too: the capture's allocations come from its private pools */
+    if (gm_mode() == GM_MODE_REPLACE) {
         CUresult r = ctx_device(&dev);
         if (r != CUDA_SUCCESS)
             return r;
@@ -474,6 +524,207 @@ static CUresult h_cuStreamDestroy_v2(CUstream s)
     return real_cuStreamDestroy_v2(s);
 }
 
+/* ---- CUDA graph capture ------------------------------------------------------------------ */
+
+/* A capture (id C, from cuStreamGetCaptureInfo) gets the private stream key 4C+1: odd like a
+ * per-thread key but never one (those are 4n+3), never a CUstream (a pointer) and never the
+ * legacy stream's (C >= 1). The allocator serves the capture's allocations from that key's own
+ * pools and holds what the capture frees (heap.c), until the graph made from the capture and
+ * every executable graph instantiated from it are destroyed: then the capture is released.
+ * Only a capture ended with a graph lives on; one that failed is released at its end. */
+static uintptr_t capture_key_of(CUstream s, int active_only)
+{
+    if (s == 0 || s == CU_STREAM_LEGACY || !gm_real.cuStreamGetCaptureInfo_v3)
+        return 0; /* the legacy stream cannot be captured */
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (gm_real.cuStreamGetCaptureInfo_v3(s, &st, &id, NULL, NULL, NULL, NULL) != CUDA_SUCCESS ||
+        st == CU_STREAM_CAPTURE_STATUS_NONE || !id ||
+        (active_only && st != CU_STREAM_CAPTURE_STATUS_ACTIVE))
+        return 0;
+    return (uintptr_t)id * 4 + 1;
+}
+
+uintptr_t gm_capture_key(CUstream s)
+{
+    return capture_key_of(s, 1);
+}
+
+/* also the key of an invalidated capture, at its end */
+static uintptr_t gm_capture_key_any(CUstream s)
+{
+    return capture_key_of(s, 0);
+}
+
+struct capture_ent {
+    uintptr_t key;
+    CUgraph graph;   /* NULL once destroyed */
+    unsigned execs;  /* executable graphs instantiated from it and not yet destroyed */
+};
+static struct capture_ent *captures;
+static size_t ncaptures, capcaptures;
+static struct {
+    CUgraphExec exec;
+    uintptr_t key;
+} *execs;
+static size_t nexecs, capexecs;
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void capture_release_if_done(size_t i) /* under capture_lock; releases it */
+{
+    uintptr_t key = 0;
+    if (!captures[i].graph && !captures[i].execs) {
+        key = captures[i].key;
+        captures[i] = captures[--ncaptures];
+    }
+    pthread_mutex_unlock(&capture_lock);
+    if (key)
+        gm_heap_capture_release(key);
+}
+
+static int gm_capture_hooks_on(void) { return !gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE; }
+
+static CUresult (*real_cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+static CUresult (*real_cuStreamBeginCapture_ptsz)(CUstream, CUstreamCaptureMode);
+static CUresult begin_capture(CUstream s, CUstreamCaptureMode mode,
+                              CUresult (*real)(CUstream, CUstreamCaptureMode))
+{
+    CUresult r = real(s, mode);
+    if (r == CUDA_SUCCESS && gm_capture_hooks_on())
+        gm_heap_capture_begin();
+    return r;
+}
+static CUresult h_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
+{
+    return begin_capture(s, mode, real_cuStreamBeginCapture);
+}
+static CUresult h_cuStreamBeginCapture_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    return begin_capture(s, mode, real_cuStreamBeginCapture_ptsz);
+}
+
+static CUresult (*real_cuStreamEndCapture)(CUstream, CUgraph *);
+static CUresult (*real_cuStreamEndCapture_ptsz)(CUstream, CUgraph *);
+static CUresult end_capture(CUstream s, CUgraph *g, CUresult (*real)(CUstream, CUgraph *),
+                           CUstream named)
+{
+    /* named: the stream as the capture calls see it (the _ptsz form's 0 is the thread's own) */
+    int was = gm_capture_hooks_on() && gm_stream_capturing(named);
+    uintptr_t key = was ? gm_capture_key_any(named) : 0;
+    CUresult r = real(s, g);
+    if (!was)
+        return r;
+    int kept = 0;
+    if (key && r == CUDA_SUCCESS && g && *g) {
+        pthread_mutex_lock(&capture_lock);
+        if (ncaptures == capcaptures) {
+            size_t nc = capcaptures ? capcaptures * 2 : 16;
+            struct capture_ent *n = realloc(captures, nc * sizeof *n);
+            if (n) {
+                captures = n;
+                capcaptures = nc;
+            }
+        }
+        if (ncaptures < capcaptures) {
+            captures[ncaptures++] = (struct capture_ent){key, *g, 0};
+            kept = 1;
+        }
+        pthread_mutex_unlock(&capture_lock);
+    }
+    gm_heap_capture_end();
+    /* no graph (an invalidated capture), or no room to remember it: nothing may hold its
+     * blocks any longer than now */
+    if (key && !kept)
+        gm_heap_capture_release(key);
+    return r;
+}
+static CUresult h_cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    return end_capture(s, g, real_cuStreamEndCapture, s);
+}
+static CUresult h_cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+    return end_capture(s, g, real_cuStreamEndCapture_ptsz, s ? s : CU_STREAM_PER_THREAD);
+}
+
+static CUresult (*real_cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+static CUresult h_cuGraphInstantiateWithFlags(CUgraphExec *x, CUgraph g, unsigned long long fl)
+{
+    CUresult r = real_cuGraphInstantiateWithFlags(x, g, fl);
+    if (r != CUDA_SUCCESS || !x || !gm_capture_hooks_on())
+        return r;
+    pthread_mutex_lock(&capture_lock);
+    for (size_t i = 0; i < ncaptures; i++)
+        if (captures[i].graph == g) {
+            if (nexecs == capexecs) {
+                size_t nc = capexecs ? capexecs * 2 : 16;
+                void *n = realloc(execs, nc * sizeof *execs);
+                if (n) {
+                    execs = n;
+                    capexecs = nc;
+                }
+            }
+            if (nexecs < capexecs) {
+                execs[nexecs].exec = *x;
+                execs[nexecs++].key = captures[i].key;
+                captures[i].execs++;
+            }
+            break;
+        }
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+static CUresult (*real_cuGraphExecDestroy)(CUgraphExec);
+static CUresult h_cuGraphExecDestroy(CUgraphExec x)
+{
+    CUresult r = real_cuGraphExecDestroy(x);
+    if (r != CUDA_SUCCESS || !gm_capture_hooks_on())
+        return r;
+    pthread_mutex_lock(&capture_lock);
+    for (size_t k = 0; k < nexecs; k++) {
+        if (execs[k].exec != x)
+            continue;
+        uintptr_t key = execs[k].key;
+        execs[k] = execs[--nexecs];
+        for (size_t i = 0; i < ncaptures; i++)
+            if (captures[i].key == key) {
+                captures[i].execs--;
+                capture_release_if_done(i); /* unlocks */
+                return r;
+            }
+        break;
+    }
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+static CUresult (*real_cuGraphDestroy)(CUgraph);
+static CUresult h_cuGraphDestroy(CUgraph g)
+{
+    CUresult r = real_cuGraphDestroy(g);
+    if (r != CUDA_SUCCESS || !gm_capture_hooks_on())
+        return r;
+    pthread_mutex_lock(&capture_lock);
+    for (size_t i = 0; i < ncaptures; i++)
+        if (captures[i].graph == g) {
+            captures[i].graph = NULL;
+            capture_release_if_done(i); /* unlocks */
+            return r;
+        }
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+/* Legacy IPC handles cannot share gpumem's memory (virtual memory mappings): say so and how. */
+static CUresult (*real_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+static CUresult h_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_heap_ipc_refuse("cuIpcGetMemHandle", p))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return real_cuIpcGetMemHandle(h, p);
+}
+
 /* ---- the table ------------------------------------------------------------------------- */
 
 #define SLOT(f) ((void **)(void *)&gm_real.f)
@@ -600,6 +851,9 @@ static struct hook_ent hooks[] = {
      NULL},
     {"cuDeviceGet", 0, "cuDeviceGet", SLOT(cuDeviceGet), NULL},
     {"cuDeviceTotalMem", 0, "cuDeviceTotalMem_v2", SLOT(cuDeviceTotalMem_v2), NULL},
+    {"cuDeviceGetAttribute", 0, "cuDeviceGetAttribute", SLOT(cuDeviceGetAttribute), NULL},
+    {"cuIpcGetMemHandle", 0, "cuIpcGetMemHandle", (void **)(void *)&real_cuIpcGetMemHandle,
+     (void *)h_cuIpcGetMemHandle},
     {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2), NULL},
     {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister), NULL},
     {"cuMemGetAllocationGranularity", 0, "cuMemGetAllocationGranularity",
@@ -611,6 +865,22 @@ static struct hook_ent hooks[] = {
     {"cuEventDestroy", 0, "cuEventDestroy_v2", SLOT(cuEventDestroy_v2), NULL},
     {"cuStreamSynchronize", 0, "cuStreamSynchronize", SLOT(cuStreamSynchronize), NULL},
     {"cuStreamIsCapturing", 0, "cuStreamIsCapturing", SLOT(cuStreamIsCapturing), NULL},
+    {"cuStreamGetCaptureInfo", 0, "cuStreamGetCaptureInfo_v3", SLOT(cuStreamGetCaptureInfo_v3),
+     NULL},
+    {"cuStreamBeginCapture", 0, "cuStreamBeginCapture_v2",
+     (void **)(void *)&real_cuStreamBeginCapture, (void *)h_cuStreamBeginCapture},
+    {"cuStreamBeginCapture", 1, "cuStreamBeginCapture_v2_ptsz",
+     (void **)(void *)&real_cuStreamBeginCapture_ptsz, (void *)h_cuStreamBeginCapture_ptsz},
+    {"cuStreamEndCapture", 0, "cuStreamEndCapture", (void **)(void *)&real_cuStreamEndCapture,
+     (void *)h_cuStreamEndCapture},
+    {"cuStreamEndCapture", 1, "cuStreamEndCapture_ptsz",
+     (void **)(void *)&real_cuStreamEndCapture_ptsz, (void *)h_cuStreamEndCapture_ptsz},
+    {"cuGraphInstantiateWithFlags", 0, "cuGraphInstantiateWithFlags",
+     (void **)(void *)&real_cuGraphInstantiateWithFlags, (void *)h_cuGraphInstantiateWithFlags},
+    {"cuGraphExecDestroy", 0, "cuGraphExecDestroy", (void **)(void *)&real_cuGraphExecDestroy,
+     (void *)h_cuGraphExecDestroy},
+    {"cuGraphDestroy", 0, "cuGraphDestroy", (void **)(void *)&real_cuGraphDestroy,
+     (void *)h_cuGraphDestroy},
     {"cuFuncGetParamInfo", 0, "cuFuncGetParamInfo", SLOT(cuFuncGetParamInfo), NULL},
     {"cuFuncGetName", 0, "cuFuncGetName", SLOT(cuFuncGetName), NULL},
     {"cuEventElapsedTime", 0, "cuEventElapsedTime_v2", SLOT(cuEventElapsedTime), NULL},

@@ -120,6 +120,7 @@ struct gm_real {
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*cuDeviceGet)(CUdevice *, int);
     CUresult (*cuDeviceTotalMem_v2)(size_t *, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree_v2)(CUdeviceptr);
     CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
@@ -155,6 +156,9 @@ struct gm_real {
     CUresult (*cuEventDestroy_v2)(CUevent);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, CUstreamCaptureStatus *, cuuint64_t *,
+                                          CUgraph *, const CUgraphNode **,
+                                          const CUgraphEdgeData **, size_t *);
     CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void **, void **);
     CUresult (*cuLaunchKernel_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -181,6 +185,20 @@ CUresult gm_driver_ensure_context(CUdevice *dev);
 /* 1 when `s` is being captured into a CUDA graph: stream-ordered allocations on it belong to
  * the graph (the driver's graph memory nodes), so gpumem passes them through. */
 int gm_stream_capturing(CUstream s);
+/* The allocator's key for a stream: each thread's per-thread default stream is a stream of its
+ * own (driver.c); gm_stream_of_key gives the stream to record an event on for a key. */
+uintptr_t gm_stream_key(CUstream s);
+CUstream gm_stream_of_key(uintptr_t key);
+/* CUDA graph capture (driver.c): the private stream key of the capture s is part of (0 when s
+ * is not capturing): allocations in the capture come from pools of their own, frees on it are
+ * held until the graph is released (heap.c). */
+uintptr_t gm_capture_key(CUstream s);
+void gm_heap_capture_begin(void);
+void gm_heap_capture_end(void);
+void gm_heap_capture_release(uintptr_t key);
+/* cudaIpcGetMemHandle / cuIpcGetMemHandle on memory gpumem serves: 1 (and the one-line reason,
+ * printed once) when ptr is gpumem's, 0 when the real function should answer. */
+int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr);
 /* A stream of gpumem's own (non-blocking, through the real driver; never destroyed). */
 CUresult gm_driver_private_stream(CUstream *s);
 /* The hook for a real driver entry point, or NULL. Used by cuGetProcAddress and dlsym. */
@@ -233,6 +251,7 @@ void gm_pt_fork_parent(void);
 void gm_pt_fork_child(void);
 void gm_heap_note_stream(CUstream s);
 void gm_heap_forget_stream(CUstream s);
+int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream);
 struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
@@ -267,7 +286,7 @@ void gm_python_start(void);
 enum gm_ev {
     GM_EV_ALLOC, GM_EV_FREE, GM_EV_ALLOC_ASYNC, GM_EV_FREE_ASYNC, GM_EV_HOST_ALLOC,
     GM_EV_HOST_FREE, GM_EV_FOREIGN_FREE, GM_EV_DOUBLE_FREE, GM_EV_VMM, GM_EV_OOM,
-    GM_EV_MANAGED
+    GM_EV_MANAGED, GM_EV_RECORD_STREAM
 };
 /* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
 #define GM_EVF_CACHE_HIT 0x100

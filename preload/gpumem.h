@@ -44,6 +44,18 @@ void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
 int gpumem_range_push(const char *name);
 int gpumem_range_pop(void);
 
+/* The live device allocation containing ptr is used on `stream` too, as PyTorch's
+ * Tensor.record_stream says: gpumem does not reuse its memory after it is freed until the work
+ * issued on `stream` before the free has completed. Without it, a block freed in stream order
+ * (cudaFreeAsync, PyTorch's free) waits only for its own stream, and a block freed with cudaFree
+ * waits for every stream. `stream` is a cudaStream_t / CUstream (struct CUstream_st * is their
+ * type, declared here so that no CUDA header is needed); cudaStreamPerThread names the calling
+ * thread's stream. This is the signature of PyTorch's record-stream hook
+ * (CUDAPluggableAllocator::set_record_stream_fn, C++ only; see README). Returns 0, or -1 when
+ * ptr is not inside a live allocation gpumem knows, or gpumem is off. */
+struct CUstream_st;
+int gpumem_record_stream(const void *ptr, struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

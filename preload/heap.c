@@ -30,6 +30,7 @@ struct gm_dev {
     CUdevice dev;
     CUcontext ctx; /* the context current when the allocator was created */
     alloc_t *a;
+    int posix_fd;  /* the device can export memory as a POSIX file descriptor */
 };
 static struct gm_dev devs[GM_MAX_DEVICES];
 static alloc_t *_Atomic dev_alloc[GM_MAX_DEVICES];
@@ -49,14 +50,36 @@ static int be_code(CUresult r)
     return 1000 + (int)r; /* raw driver code kept for alloc_last_backend_error */
 }
 
-/* Backend calls may come from a thread with no current context (a pthread that only calls
- * cudaFree, the exit flush): make the allocator's context current first. */
-static void be_ctx(struct gm_dev *d)
+/* Backend calls run in the allocator's context: the calling thread may have no current context
+ * (a pthread that only calls cudaFree, the exit flush) or another device's (a free of device 1's
+ * memory while device 0 is current; an event recorded or queried there would name the wrong
+ * device's legacy stream, or fail). The previous context is put back after the call. */
+typedef struct {
+    CUcontext prev;
+    int switched;
+} be_ctx_t;
+
+static be_ctx_t be_ctx_enter(struct gm_dev *d)
 {
-    CUcontext c = NULL;
-    if (gm_real.cuCtxGetCurrent(&c) == CUDA_SUCCESS && !c && d->ctx)
-        gm_real.cuCtxSetCurrent(d->ctx);
+    be_ctx_t s = {NULL, 0};
+    if (d->ctx && gm_real.cuCtxGetCurrent(&s.prev) == CUDA_SUCCESS && s.prev != d->ctx &&
+        gm_real.cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS)
+        s.switched = 1;
+    return s;
 }
+
+static void be_ctx_leave(be_ctx_t s)
+{
+    if (s.switched)
+        gm_real.cuCtxSetCurrent(s.prev);
+}
+
+#define IN_CTX(d, expr)                                                                            \
+    do {                                                                                           \
+        be_ctx_t s_ = be_ctx_enter(d);                                                             \
+        expr;                                                                                      \
+        be_ctx_leave(s_);                                                                          \
+    } while (0)
 
 static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
 {
@@ -64,40 +87,47 @@ static void be_prop(struct gm_dev *d, CUmemAllocationProp *p)
     p->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     p->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     p->location.id = d->dev;
+    /* exportable (cuMemExportToShareableHandle) where the device supports it: CUDA-aware MPI,
+     * NCCL buffer registration and other processes can then map gpumem's memory */
+    if (d->posix_fd)
+        p->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static int be_reserve(void *c, size_t size, size_t align, uint64_t *addr)
 {
     CUdeviceptr p = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemAddressReserve(&p, size, align, 0, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAddressReserve(&p, size, align, 0, 0)));
     *addr = p;
     return r;
 }
 static int be_free_range(void *c, uint64_t addr, size_t size)
 {
-    (void)c;
-    return be_code(gm_real.cuMemAddressFree(addr, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAddressFree(addr, size)));
+    return r;
 }
 static int be_create(void *c, size_t size, uint64_t *handle)
 {
     CUmemAllocationProp p;
     be_prop(c, &p);
     CUmemGenericAllocationHandle h = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemCreate(&h, size, &p, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemCreate(&h, size, &p, 0)));
     *handle = h;
     return r;
 }
 static int be_release(void *c, uint64_t handle)
 {
-    (void)c;
-    return be_code(gm_real.cuMemRelease(handle));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemRelease(handle)));
+    return r;
 }
 static int be_map(void *c, uint64_t addr, size_t size, uint64_t handle)
 {
-    (void)c;
-    return be_code(gm_real.cuMemMap(addr, size, 0, handle, 0));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemMap(addr, size, 0, handle, 0)));
+    return r;
 }
 static int be_set_access(void *c, uint64_t addr, size_t size)
 {
@@ -107,12 +137,15 @@ static int be_set_access(void *c, uint64_t addr, size_t size)
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = d->dev;
     a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    return be_code(gm_real.cuMemSetAccess(addr, size, &a, 1));
+    int r;
+    IN_CTX(d, r = be_code(gm_real.cuMemSetAccess(addr, size, &a, 1)));
+    return r;
 }
 static int be_unmap(void *c, uint64_t addr, size_t size)
 {
-    (void)c;
-    return be_code(gm_real.cuMemUnmap(addr, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemUnmap(addr, size)));
+    return r;
 }
 static size_t be_granularity(void *c)
 {
@@ -127,49 +160,56 @@ static size_t be_granularity(void *c)
 static int be_seg_alloc(void *c, size_t size, uint64_t *addr)
 {
     CUdeviceptr p = 0;
-    be_ctx(c);
-    int r = be_code(gm_real.cuMemAlloc_v2(&p, size));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemAlloc_v2(&p, size)));
     *addr = p;
     return r;
 }
 static int be_seg_free(void *c, uint64_t addr, size_t size)
 {
     (void)size;
-    be_ctx(c);
-    return be_code(gm_real.cuMemFree_v2(addr));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemFree_v2(addr)));
+    return r;
 }
 static int be_event_create(void *c, void **ev)
 {
     CUevent e = NULL;
-    be_ctx(c);
-    int r = be_code(gm_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)));
     *ev = e;
     return r;
 }
+/* `stream` is the allocator's key (gm_stream_key): each thread's per-thread stream has its own */
 static int be_event_record(void *c, void *ev, uintptr_t stream)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuEventRecord((CUevent)ev, (CUstream)stream));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventRecord((CUevent)ev, gm_stream_of_key(stream))));
+    return r;
 }
 static int be_event_query(void *c, void *ev)
 {
-    (void)c;
-    return be_code(gm_real.cuEventQuery((CUevent)ev));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventQuery((CUevent)ev)));
+    return r;
 }
 static int be_event_destroy(void *c, void *ev)
 {
-    (void)c;
-    return be_code(gm_real.cuEventDestroy_v2((CUevent)ev));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuEventDestroy_v2((CUevent)ev)));
+    return r;
 }
 static int be_synchronize(void *c)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuCtxSynchronize());
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuCtxSynchronize()));
+    return r;
 }
 static int be_mem_info(void *c, size_t *free_b, size_t *total_b)
 {
-    be_ctx(c);
-    return be_code(gm_real.cuMemGetInfo_v2(free_b, total_b));
+    int r;
+    IN_CTX(c, r = be_code(gm_real.cuMemGetInfo_v2(free_b, total_b)));
+    return r;
 }
 
 /* ---- allocator hooks: segment maps and OOM go to the recorder ------------------------- */
@@ -188,29 +228,81 @@ static void hk_oom(void *user, const alloc_oom_info_t *info)
     gm_rec_oom((int)(intptr_t)user, info);
 }
 
-/* Every stream the program created (cuStreamCreate*), so that a cudaFree fences them all
- * even when no allocation was ever made on them: work on any stream may still use the block.
- * Under devs_lock. */
-static CUstream *streams;
+/* Every stream the program created (cuStreamCreate*), with its device (the current context's
+ * when it was created), so that a cudaFree fences them all even when no allocation was ever
+ * made on them: work on any stream of the block's device may still use the block. A stream is
+ * noted only in its own device's allocator: an event cannot be recorded on another device's
+ * stream. Under devs_lock. */
+struct noted_stream {
+    CUstream s;
+    CUdevice dev;
+};
+static struct noted_stream *streams;
 static size_t nstreams, capstreams;
 
 void gm_heap_note_stream(CUstream s)
 {
+    CUdevice dev = 0;
+    if (gm_real.cuCtxGetDevice)
+        gm_real.cuCtxGetDevice(&dev);
     pthread_mutex_lock(&devs_lock);
     if (nstreams == capstreams) {
         size_t nc = capstreams ? capstreams * 2 : 64;
-        CUstream *n = realloc(streams, nc * sizeof *n);
+        struct noted_stream *n = realloc(streams, nc * sizeof *n);
         if (n) {
             streams = n;
             capstreams = nc;
         }
     }
     if (nstreams < capstreams)
-        streams[nstreams++] = s;
+        streams[nstreams++] = (struct noted_stream){s, dev};
+    if (dev >= 0 && dev < GM_MAX_DEVICES && devs[dev].a)
+        alloc_note_stream(devs[dev].a, (uintptr_t)s);
+    pthread_mutex_unlock(&devs_lock);
+}
+
+/* Graph captures underway (cuStreamBeginCapture .. cuStreamEndCapture), in every allocator
+ * too: while one is, allocations and frees ask whether their stream is capturing. */
+static _Atomic int captures_underway;
+
+void gm_heap_capture_begin(void)
+{
+    pthread_mutex_lock(&devs_lock);
+    atomic_fetch_add(&captures_underway, 1);
     for (int i = 0; i < GM_MAX_DEVICES; i++)
         if (devs[i].a)
-            alloc_note_stream(devs[i].a, (uintptr_t)s);
+            alloc_capture_begin(devs[i].a);
     pthread_mutex_unlock(&devs_lock);
+}
+
+void gm_heap_capture_end(void)
+{
+    pthread_mutex_lock(&devs_lock);
+    if (atomic_load(&captures_underway) > 0) {
+        atomic_fetch_sub(&captures_underway, 1);
+        for (int i = 0; i < GM_MAX_DEVICES; i++)
+            if (devs[i].a)
+                alloc_capture_end(devs[i].a);
+    }
+    pthread_mutex_unlock(&devs_lock);
+}
+
+/* The graph and every executable graph of the capture are destroyed. */
+void gm_heap_capture_release(uintptr_t key)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            alloc_release_capture(a, key);
+    }
+}
+
+/* The allocator's key for a stream: the capture's private key while the stream is captured */
+static uintptr_t heap_key(CUstream s, uintptr_t *capture)
+{
+    *capture = atomic_load_explicit(&captures_underway, memory_order_relaxed) ? gm_capture_key(s)
+                                                                               : 0;
+    return *capture ? *capture : gm_stream_key(s);
 }
 
 static alloc_t *dev_get(CUdevice dev)
@@ -226,6 +318,12 @@ static alloc_t *dev_get(CUdevice dev)
         struct gm_dev *d = &devs[dev];
         d->dev = dev;
         gm_real.cuCtxGetCurrent(&d->ctx);
+        int fd_ok = 0;
+        if (gm_real.cuDeviceGetAttribute &&
+            gm_real.cuDeviceGetAttribute(
+                &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) ==
+                CUDA_SUCCESS)
+            d->posix_fd = fd_ok != 0;
         alloc_backend_t be;
         memset(&be, 0, sizeof be);
         be.ctx = d;
@@ -261,7 +359,10 @@ static alloc_t *dev_get(CUdevice dev)
             alloc_get_config(a, &cfg);
             alloc_note_stream(a, 0); /* the legacy stream: where cudaMalloc'ed memory is used */
             for (size_t k = 0; k < nstreams; k++)
-                alloc_note_stream(a, (uintptr_t)streams[k]);
+                if (streams[k].dev == dev)
+                    alloc_note_stream(a, (uintptr_t)streams[k].s);
+            for (int k = atomic_load(&captures_underway); k > 0; k--)
+                alloc_capture_begin(a);
             gm_rec_note_device(dev, cfg.expandable_segments);
             d->a = a;
             atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
@@ -283,6 +384,9 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     }
     uint64_t p = 0;
     alloc_malloc_info_t info = {0};
+    uintptr_t capture;
+    /* each thread's per-thread stream is its own; a capture has a key of its own */
+    stream = (CUstream)heap_key(stream, &capture);
     int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
@@ -314,13 +418,18 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         *res = CUDA_SUCCESS;
         return 1;
     }
+    uintptr_t capture = 0;
+    stream = kind == GM_ALLOC_ASYNC ? (CUstream)heap_key(stream, &capture)
+                                    : (CUstream)gm_stream_key(stream);
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
         if (!a)
             continue;
         alloc_block_query_t q;
         gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
-        int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
+        /* freed on a capturing stream: the graph may use the block at every replay */
+        int e = capture ? alloc_free_captured(a, ptr, capture, &q)
+                        : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {
@@ -340,6 +449,36 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         return 1;
     }
     return 0;
+}
+
+/* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
+ * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
+int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
+{
+    uintptr_t key = gm_stream_key(stream);
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a && alloc_record_stream(a, ptr, key) == ALLOC_OK)
+            return i;
+    }
+    return -1;
+}
+
+int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr)
+{
+    CUdeviceptr base;
+    size_t size;
+    if (!gm_heap_lookup(ptr, &base, &size))
+        return 0;
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr,
+                "gpumem: %s: this memory comes from gpumem's allocator (virtual memory), which "
+                "legacy IPC handles cannot share; export it with cuMemRetainAllocationHandle + "
+                "cuMemExportToShareableHandle (POSIX fd, on devices that support it), or run "
+                "with GPUMEM_MODE=record so that the driver allocates it\n",
+                fn);
+    return 1;
 }
 
 int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size)
@@ -402,14 +541,17 @@ void gm_heap_forget_stream(CUstream s)
 {
     pthread_mutex_lock(&devs_lock);
     for (size_t k = 0; k < nstreams; k++)
-        if (streams[k] == s) {
+        if (streams[k].s == s) {
             streams[k] = streams[--nstreams];
             break;
         }
-    for (int i = 0; i < GM_MAX_DEVICES; i++)
-        if (devs[i].a)
-            alloc_forget_stream(devs[i].a, (uintptr_t)s);
     pthread_mutex_unlock(&devs_lock);
+    /* outside devs_lock: forgetting a stream that holds memory waits for the device */
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            alloc_forget_stream(a, (uintptr_t)s);
+    }
 }
 
 /* At exit: snapshots for the recorder. Memory stays mapped: the program may still run
@@ -449,6 +591,10 @@ void gm_heap_print_stats(FILE *f)
                 (unsigned long long)st.num_device_alloc);
         fprintf(f, "gpumem-stats %d dev%d.ooms %llu\n", (int)getpid(), i,
                 (unsigned long long)st.num_ooms);
+        fprintf(f, "gpumem-stats %d dev%d.events_recorded %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_events_recorded);
+        fprintf(f, "gpumem-stats %d dev%d.syncs %llu\n", (int)getpid(), i,
+                (unsigned long long)st.num_syncs);
     }
 }
 

@@ -45,7 +45,7 @@ APPS_DIR := $(BUILD)/tests/apps
 APPS_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
 # rt_app, fork_app, stress_app link the virtual GPU's runtime; drv_app only dlopens the driver;
 # nvtx_app uses the toolkit's NVTX3 headers and nothing else.
-PRELOAD_RT_APPS := rt_app fork_app stress_app
+PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app
 PRELOAD_APPS := $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS) drv_app nvtx_app)
 
 $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
@@ -64,6 +64,16 @@ $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 $(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/uses_app
+# streams_app built as with nvcc --default-stream per-thread: stream 0 is each thread's own
+$(APPS_DIR)/streams_app_ptsz.o: tests/apps/streams_app.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) -DCUDA_API_PER_THREAD_DEFAULT_STREAM=1 -MMD -MP -c $< -o $@
+$(APPS_DIR)/streams_app_ptsz: $(APPS_DIR)/streams_app_ptsz.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/streams_app_ptsz
+$(APPS_DIR)/streams_stress: $(APPS_DIR)/streams_stress.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/streams_stress
 # a stand-in for a user's NVTX tool, to test chaining
 $(APPS_DIR)/nvtx_tool.so: $(APPS_DIR)/nvtx_tool.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
@@ -100,7 +110,7 @@ UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wil
 TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/unit/preload_pinned)
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
-TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh,$(PRELOAD_SCRIPTS))
+TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh %/preload_streams_stress.sh,$(PRELOAD_SCRIPTS))
 
 # ---- Python (preload/python.c, the gpumem module in preload/python/) --------------------------
 # Python frames in stacks, the module's ranges and annotate(); torch tests skip without torch.

@@ -204,6 +204,19 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
     return e;
 }
 
+typedef cudaError_t (*ipc_get_fn)(cudaIpcMemHandle_t *, void *);
+REAL(cudaIpcGetMemHandle, ipc_get_fn)
+/* Legacy IPC handles cannot share gpumem's memory: one line says why and what to do instead. */
+GM_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    if (rt_mode() == GM_MODE_REPLACE && gm_heap_ipc_refuse("cudaIpcGetMemHandle", (uintptr_t)p))
+        return cudaErrorNotSupported;
+    ipc_get_fn real = real_cudaIpcGetMemHandle();
+    if (!real)
+        return NO_RUNTIME;
+    return real(h, p);
+}
+
 GM_EXPORT cudaError_t cudaFree(void *p)
 {
     gm_stat_add(GM_ST_RT_FREE, 1);
@@ -214,10 +227,9 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
 {
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && !gm_stream_capturing((CUstream)s))
-        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
+    /* inside a graph capture too: the capture's allocations come from its private pools */
     if (m == GM_MODE_REPLACE)
-        m = GM_MODE_RECORD; /* a graph being captured owns its allocations: pass through */
+        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
     if (!real)
         return NO_RUNTIME;
     gm_inside_enter();

@@ -919,7 +919,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     unsigned access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
     for (size_t i = 0; i < count; i++) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-        if (desc[i].location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+        if (desc[i].location.id < 0 || desc[i].location.id >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
         if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
             desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
             desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)

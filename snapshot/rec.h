@@ -62,8 +62,9 @@ enum rec_kind {
     REC_DRIVER_ALLOC = 18,   /* allocator got memory with a plain driver allocation (reserved += size) */
     REC_DRIVER_FREE = 19,    /* allocator gave such memory back (reserved -= size)              */
     REC_LAUNCH = 20,         /* kernel launch, copy or memset (addr = CUfunction); written by rec_launch() only (rec_event ignores it) */
-    /* 21 is the streams helper's 'record_stream'. 22..28 (schema 1.3): memory held outside
-     * gpumem's allocator and the driver's own view of the device. */
+    REC_RECORD_STREAM = 21,  /* gpumem_record_stream: the allocation at addr is used on stream too */
+    /* 22..28 (schema 1.3): memory held outside gpumem's allocator and the driver's own view of
+     * the device. */
     REC_VMM_CREATE = 22,     /* the program's own cuMemCreate: addr = handle, size = bytes of
                                 physical memory, device = its location */
     REC_VMM_RELEASE = 23,    /* the program's cuMemRelease: addr = handle, size = its bytes (the

@@ -1,8 +1,8 @@
 -- gpumem database schema, version 1.3 (meta.schema_major = 1, meta.schema_minor = 3).
 -- 1.1 added ooms.name and the inlines table; 1.2 the launches table and uses.access (access
--- tracking); 1.3 frames.python (Python frames in stacks), event kinds 22..28 (the program's
--- own VMM, pools and arrays, the driver's cuMemGetInfo samples) and event flags 1024 (pitched)
--- and 2048 (from a program's pool); readers accept older files without them.
+-- tracking); 1.3 frames.python (Python frames in stacks), event kinds 21..28 (record_stream,
+-- the program's own VMM, pools and arrays, the driver's cuMemGetInfo samples) and event flags
+-- 1024 (pitched) and 2048 (from a program's pool); readers accept older files without them.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
@@ -86,7 +86,7 @@ INSERT INTO kinds VALUES (1,'alloc'),(2,'free'),(3,'alloc_async'),(4,'free_async
   (5,'host_alloc'),(6,'host_free'),(7,'managed_alloc'),(8,'managed_free'),(9,'foreign_free'),
   (10,'double_free'),(11,'vmm_map'),(12,'vmm_unmap'),(13,'oom'),(14,'seg_map'),
   (15,'seg_unmap'),(16,'seg_reserve'),(17,'seg_release'),(18,'driver_alloc'),
-  (19,'driver_free'),(20,'launch'),(22,'vmm_create'),(23,'vmm_release'),(24,'device_info'),
+  (19,'driver_free'),(20,'launch'),(21,'record_stream'),(22,'vmm_create'),(23,'vmm_release'),(24,'device_info'),
   (25,'pool_create'),(26,'pool_destroy'),(27,'array_alloc'),(28,'array_free');
 
 -- Names given to allocations (gpumem_name, NVTX memory naming): the allocation live at addr.

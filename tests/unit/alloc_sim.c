@@ -304,20 +304,20 @@ static void test_free_not_reused_while_event_pending(void **state)
         assert_int_equal(cu.StreamCreate(&s2, 0), CUDA_SUCCESS);
         cu.set_event_delay(1000000); /* events stay pending until a synchronize */
         uint64_t p, q, r;
-        assert_int_equal(alloc_malloc(a, 64 * 1024, (uintptr_t)s1, &p), ALLOC_OK);
+        assert_int_equal(alloc_malloc(a, 64 * 1024, 0, &p), ALLOC_OK);
         assert_int_equal(alloc_malloc(a, 4096, (uintptr_t)s2, &q), ALLOC_OK);
         size_t before = cu.events_pending();
         assert_int_equal(alloc_free(a, p), ALLOC_OK);
         assert_true(cu.events_pending() >= before + 2); /* an event on each stream seen */
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(alloc_malloc(a, 64 * 1024, (uintptr_t)s1, &r), ALLOC_OK);
+            assert_int_equal(alloc_malloc(a, 64 * 1024, 0, &r), ALLOC_OK);
             assert_true(r != p);
-            assert_int_equal(alloc_free_async(a, r, (uintptr_t)s1), ALLOC_OK);
+            assert_int_equal(alloc_free_async(a, r, 0), ALLOC_OK);
         }
         check(a);
         assert_int_equal(cu.CtxSynchronize(), CUDA_SUCCESS);
         assert_int_equal(cu.events_pending(), 0);
-        assert_int_equal(alloc_malloc(a, 64 * 1024, (uintptr_t)s1, &r), ALLOC_OK);
+        assert_int_equal(alloc_malloc(a, 64 * 1024, 0, &r), ALLOC_OK);
         assert_true(r == p); /* events done: the block is back */
         cu.set_event_delay(0);
         alloc_free(a, r);

@@ -485,16 +485,16 @@ static void test_free_waits_for_events(void **state)
     (void)state;
     fx_t f = mk("gpumem", NULL,
                 (alloc_mem_opts_t){.track_events = true, .event_delay = ALLOC_MEM_EVENT_MANUAL});
-    uint64_t a = must_alloc(f.a, 4096, 1);
-    must_alloc(f.a, 4096, 2); /* stream 2 is now known */
+    uint64_t a = must_alloc(f.a, 4096, 0); /* cudaMalloc: never given a stream */
+    must_alloc(f.a, 4096, 2);              /* stream 2 is now known */
     assert_int_equal(alloc_free(f.a, a), ALLOC_OK);
     assert_int_equal(alloc_mem_backend_pending_events(f.m), 2); /* one per stream */
     assert_int_equal(stats(f.a).active_bytes.current, 8192);    /* pending counts as active */
     assert_int_equal(stats(f.a).allocated_bytes.current, 4096);
-    uint64_t b = must_alloc(f.a, 4096, 1);
+    uint64_t b = must_alloc(f.a, 4096, 0);
     assert_true(b != a); /* not reused while its events are pending */
     alloc_mem_backend_complete_events(f.m);
-    uint64_t c = must_alloc(f.a, 4096, 1);
+    uint64_t c = must_alloc(f.a, 4096, 0);
     assert_true(c == a); /* events done: reused */
     OK_CHECK(f.a);
     /* a stream the allocator was told to forget is no longer fenced */

@@ -1,0 +1,534 @@
+/*
+ * streams_app — stream handling of gpumem's allocator, one property per mode
+ * (tests/integration/preload_streams.sh). Prints "streams_app: <mode> ok" and exits 0, or
+ * names what went wrong and exits 1.
+ *
+ *   streams_app ptds     per-thread default streams are distinct streams: a block freed in
+ *                        stream order on thread A's per-thread stream is reused by A at once and
+ *                        never handed to thread B's per-thread stream while A's may still use it;
+ *                        the legacy stream's two names (0, cudaStreamLegacy) are one stream.
+ *   streams_app ptds-exit N  N threads use their per-thread stream and exit, then 50 cudaMalloc /
+ *                        cudaFree pairs: the exited threads' streams are not fenced any more.
+ *   streams_app record   gpumem_record_stream (looked up with dlsym): 0 on a gpumem block, -1 on
+ *                        a host pointer; prints "record <ptr> <stream>" for the test's SQL.
+ *   streams_app multidev two devices, a stream on each, peer copies, each device's memory
+ *                        freed while the other is current (fenced in its own context).
+ *   streams_app graph    a CUDA graph captured with allocations inside it, instantiated and
+ *                        replayed while the program allocates around it.
+ *   streams_app ipc      cudaIpcGetMemHandle on a gpumem block (twice): prints "ipc <code> <name>"
+ *                        per call; under gpumem the reason it is refused goes to stderr once.
+ *                        Then the way that works: the block's handle exported as a POSIX fd,
+ *                        imported and mapped again shows its bytes ("ipc-export ok").
+ *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
+ *                        and destroyed: the address space reserved for each comes back.
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int bad;
+
+static void check(int ok, const char *what)
+{
+    if (!ok) {
+        printf("streams_app: %s\n", what);
+        bad++;
+    }
+}
+#define RT(call) check((call) == cudaSuccess, #call)
+
+/* ---- per-thread default streams ------------------------------------------------------------ */
+
+#define PTDS_SIZE (64 * 1024)
+/* Built as streams_app_ptsz with CUDA_API_PER_THREAD_DEFAULT_STREAM (what nvcc
+ * --default-stream per-thread does): stream 0 is then the calling thread's own stream, through
+ * the runtime's _ptsz entry points. The same property as ptds, with 0 for the stream. */
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#define PTDS_STREAM ((cudaStream_t)0)
+#else
+#define PTDS_STREAM cudaStreamPerThread
+#endif
+static void *a_block;
+
+static void *thread_b(void *arg);
+
+static void *thread_a(void *arg)
+{
+    (void)arg;
+    void *p = NULL, *q = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, PTDS_STREAM));
+    RT(cudaFreeAsync(p, PTDS_STREAM));
+    RT(cudaMallocAsync(&q, PTDS_SIZE, PTDS_STREAM));
+    check(q == p, "thread A did not get its own freed block back on its per-thread stream");
+    RT(cudaFreeAsync(q, PTDS_STREAM));
+    a_block = q;
+    /* thread B runs while A lives: once A has exited, its stream is gone and its memory may
+     * rightly be handed to anyone */
+    pthread_t t;
+    pthread_create(&t, NULL, thread_b, NULL);
+    pthread_join(t, NULL);
+    return NULL;
+}
+
+static void *thread_b(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, PTDS_STREAM));
+    check(p != a_block, "thread B's per-thread stream got the block thread A freed on its own "
+                        "per-thread stream (the two streams were taken for one)");
+    RT(cudaFreeAsync(p, PTDS_STREAM));
+    return NULL;
+}
+
+
+static void ptds(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, thread_a, NULL);
+    pthread_join(t, NULL);
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+    return; /* 0 is not the legacy stream in this build */
+#endif
+    /* the legacy stream: 0 and cudaStreamLegacy name the same stream */
+    void *p = NULL, *q = NULL;
+    RT(cudaMallocAsync(&p, PTDS_SIZE, cudaStreamLegacy));
+    RT(cudaFreeAsync(p, 0));
+    RT(cudaMallocAsync(&q, PTDS_SIZE, 0));
+    check(q == p, "a block freed on the legacy stream as 0 was not reused on cudaStreamLegacy");
+    RT(cudaFree(q));
+}
+
+/* Threads that used their per-thread stream and exited leave nothing for later frees to fence:
+ * n such threads, then 50 cudaMalloc/cudaFree pairs (the test counts the events recorded). */
+static void *ptds_user(void *arg)
+{
+    (void)arg;
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, 4096, cudaStreamPerThread));
+    RT(cudaFreeAsync(p, cudaStreamPerThread));
+    RT(cudaStreamSynchronize(cudaStreamPerThread));
+    return NULL;
+}
+
+static void ptds_exit(int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, ptds_user, NULL);
+        pthread_join(t, NULL);
+    }
+    for (int i = 0; i < 50; i++) {
+        void *p = NULL;
+        RT(cudaMalloc(&p, 4096));
+        RT(cudaFree(p));
+    }
+}
+
+/* ---- record_stream ------------------------------------------------------------------------- */
+
+static void record(void)
+{
+    int (*rs)(const void *, void *) =
+        (int (*)(const void *, void *))dlsym(RTLD_DEFAULT, "gpumem_record_stream");
+    if (!rs) {
+        printf("streams_app: gpumem_record_stream not found (run under LD_PRELOAD=libgpumem.so)\n");
+        bad++;
+        return;
+    }
+    cudaStream_t s1, s2;
+    RT(cudaStreamCreate(&s1));
+    RT(cudaStreamCreate(&s2));
+    void *p = NULL;
+    RT(cudaMallocAsync(&p, 1 << 20, s1));
+    check(rs((char *)p + 4096, s2) == 0, "gpumem_record_stream refused an interior pointer");
+    int host;
+    check(rs(&host, s2) == -1, "gpumem_record_stream accepted a host pointer");
+    printf("record %llu %llu\n", (unsigned long long)(uintptr_t)p,
+           (unsigned long long)(uintptr_t)s2);
+    RT(cudaFreeAsync(p, s1));
+    RT(cudaDeviceSynchronize());
+    RT(cudaStreamDestroy(s1));
+    RT(cudaStreamDestroy(s2));
+}
+
+/* ---- several devices ----------------------------------------------------------------------- */
+
+/* k_slow_check(unsigned char *p, uint64_t n, int *ok): after 50 ms, are all n bytes 0xab? A host
+ * kernel of the virtual GPU (sim_register_kernel, found in the driver with dlsym). */
+static void k_slow_check(void **a)
+{
+    volatile unsigned char *p = *(unsigned char **)a[0];
+    uint64_t n = *(uint64_t *)a[1];
+    int *ok = *(int **)a[2];
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int good = 1;
+    for (uint64_t i = 0; i < n; i++)
+        good &= p[i] == 0xab;
+    *ok = good;
+}
+
+typedef int (*register_fn)(const char *, void (*)(void **), unsigned, const size_t *, void **);
+
+/* Device 1's memory is freed while device 0 is current, with a slow kernel still reading it on
+ * device 1's legacy stream; device 1 then reuses what it can and overwrites it from a
+ * non-blocking stream. The free's fence must go on device 1's legacy stream (its context), not
+ * device 0's: otherwise the block comes back at once and the kernel reads the new owner's
+ * bytes. Meaningful on the asynchronous virtual GPU. */
+static void cross_device_free(void)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    register_fn reg = drv ? (register_fn)dlsym(drv, "sim_register_kernel") : NULL;
+    if (!reg) {
+        printf("streams_app: no sim_register_kernel (not the virtual GPU)\n");
+        bad++;
+        return;
+    }
+    size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)};
+    void *f = NULL;
+    check(reg("k_slow_check", k_slow_check, 3, sz, &f) == 0, "sim_register_kernel");
+    enum { N = 1 << 16 };
+    cudaStream_t nb;
+    void *c1 = NULL, *q = NULL;
+    static int ok = -1;
+    RT(cudaSetDevice(1));
+    RT(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+    RT(cudaMalloc(&c1, N));
+    RT(cudaMemset(c1, 0xab, N));
+    uint64_t n = N;
+    int *okp = &ok;
+    void *args[] = {&c1, &n, &okp};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel(f, g, b, args, 0, 0)); /* device 1's legacy stream */
+    RT(cudaSetDevice(0));
+    RT(cudaFree(c1));
+    /* long enough for a fence on an idle stream to complete, well inside the kernel's 50 ms */
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    RT(cudaSetDevice(1));
+    RT(cudaMalloc(&q, N));
+    if (getenv("STREAMS_APP_DEBUG")) printf("c1 %p q %p\n", c1, q);
+    RT(cudaMemsetAsync(q, 0x11, N, nb));
+    RT(cudaDeviceSynchronize());
+    check(ok == 1, "a kernel on device 1 saw its block overwritten: the free of device 1's "
+                   "memory while device 0 was current did not wait for device 1's stream");
+    RT(cudaFree(q));
+    RT(cudaStreamDestroy(nb));
+    RT(cudaSetDevice(0));
+}
+
+/* Two devices (GPUMEM_SIM_DEVICES=2), a stream on each, a peer copy from device 0's block into
+ * device 1's, and frees of each device's memory while the other device is current: gpumem must
+ * fence each block in its own device's context. The test's stats say no free fell back to a
+ * device synchronization (which a failed event record would cause). */
+static void multidev(void)
+{
+    int n = 0;
+    RT(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        printf("streams_app: multidev needs 2 devices (GPUMEM_SIM_DEVICES=2), found %d\n", n);
+        bad++;
+        return;
+    }
+    enum { N = 1 << 20 };
+    cudaStream_t s0, s1;
+    void *p0 = NULL, *p1 = NULL, *c0 = NULL, *c1 = NULL;
+    RT(cudaSetDevice(0));
+    RT(cudaStreamCreate(&s0));
+    RT(cudaMallocAsync(&p0, N, s0));
+    RT(cudaMalloc(&c0, N)); /* a cudaMalloc'ed block: its cudaFree fences every stream */
+    RT(cudaMemsetAsync(p0, 0xab, N, s0));
+    RT(cudaStreamSynchronize(s0));
+    RT(cudaSetDevice(1));
+    RT(cudaDeviceEnablePeerAccess(0, 0));
+    RT(cudaStreamCreate(&s1));
+    RT(cudaMallocAsync(&p1, N, s1));
+    RT(cudaMalloc(&c1, N));
+    RT(cudaMemcpyPeerAsync(p1, 1, p0, 0, N, s1));
+    RT(cudaMemcpyPeerAsync(c1, 1, p0, 0, N, s1));
+    unsigned char h[64];
+    RT(cudaMemcpyAsync(h, (char *)p1 + N - 64, sizeof h, cudaMemcpyDeviceToHost, s1));
+    RT(cudaStreamSynchronize(s1));
+    for (size_t i = 0; i < sizeof h; i++)
+        if (h[i] != 0xab) {
+            check(0, "the peer copy did not arrive");
+            break;
+        }
+    /* device 1 current: free device 0's memory (cudaFree fences every stream of device 0) */
+    RT(cudaFree(c0));
+    RT(cudaFree(p0));
+    RT(cudaSetDevice(0));
+    RT(cudaFree(c1));
+    RT(cudaFree(p1));
+    /* reuse on each device */
+    void *q0 = NULL, *q1 = NULL;
+    RT(cudaMallocAsync(&q0, N, s0));
+    RT(cudaSetDevice(1));
+    RT(cudaMallocAsync(&q1, N, s1));
+    RT(cudaFreeAsync(q1, s1));
+    RT(cudaStreamSynchronize(s1));
+    RT(cudaStreamDestroy(s1));
+    RT(cudaSetDevice(0));
+    RT(cudaFreeAsync(q0, s0));
+    RT(cudaStreamSynchronize(s0));
+    RT(cudaStreamDestroy(s0));
+    cross_device_free();
+}
+
+/* ---- CUDA graphs ---------------------------------------------------------------------------- */
+
+/* k_set(float *p, uint64_t n, float v); k_add(float *acc, const float *x, uint64_t n) */
+static void k_set(void **a)
+{
+    float *p = *(float **)a[0];
+    uint64_t n = *(uint64_t *)a[1];
+    float v = *(float *)a[2];
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = v;
+}
+static void k_add(void **a)
+{
+    float *acc = *(float **)a[0];
+    const float *x = *(const float **)a[1];
+    uint64_t n = *(uint64_t *)a[2];
+    for (uint64_t i = 0; i < n; i++)
+        acc[i] += x[i];
+}
+
+static void *sim_kernel(const char *name, void (*fn)(void **), unsigned np, const size_t *sz)
+{
+    /* the runtime loads the driver first: then dlopen finds it by its soname, also under a
+     * sanitizer (whose dlopen does not apply this program's RUNPATH) */
+    RT(cudaFree(NULL));
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    register_fn reg = drv ? (register_fn)dlsym(drv, "sim_register_kernel") : NULL;
+    void *f = NULL;
+    if (!reg || reg(name, fn, np, sz, &f) != 0) {
+        printf("streams_app: cannot register %s (not the virtual GPU?)\n", name);
+        bad++;
+    }
+    return f;
+}
+
+static void launch3(void *f, void *a0, void *a1, void *a2, cudaStream_t s)
+{
+    void *args[] = {a0, a1, a2};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel(f, g, b, args, 0, s));
+}
+
+/* A graph captured with allocations inside it: a block allocated, used and freed in the capture
+ * and another allocated after that free (which may reuse it: graph order is stream order), and a
+ * block allocated before the capture, used and freed inside it. After the capture the program
+ * allocates and scribbles on new memory between replays; none of it may be memory the graph
+ * uses, so every replay adds exactly 7 + 1 + 2 to acc. */
+static void graph(void)
+{
+    enum { N = 4096 };
+    size_t set_sz[] = {sizeof(float *), sizeof(uint64_t), sizeof(float)};
+    size_t add_sz[] = {sizeof(float *), sizeof(float *), sizeof(uint64_t)};
+    void *kset = sim_kernel("k_set", k_set, 3, set_sz),
+         *kadd = sim_kernel("k_add", k_add, 3, add_sz);
+    if (bad) return;
+    cudaStream_t s;
+    RT(cudaStreamCreate(&s)); /* a blocking stream: the legacy stream is off limits meanwhile */
+    float *acc = NULL, *old = NULL, *a = NULL, *b = NULL;
+    uint64_t n = N;
+    float seven = 7, one = 1, two = 2;
+    RT(cudaMalloc((void **)&acc, N * sizeof(float)));
+    RT(cudaMemset(acc, 0, N * sizeof(float)));
+    RT(cudaMalloc((void **)&old, N * sizeof(float)));
+    RT(cudaMemset(old, 0, N * sizeof(float)));
+    RT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    RT(cudaMallocAsync((void **)&a, N * sizeof(float), s));
+    launch3(kset, &a, &n, &seven, s);
+    launch3(kadd, &acc, &a, &n, s);
+    RT(cudaFreeAsync(a, s));
+    RT(cudaMallocAsync((void **)&b, N * sizeof(float), s));
+    launch3(kset, &b, &n, &one, s);
+    launch3(kadd, &acc, &b, &n, s);
+    RT(cudaFreeAsync(b, s));
+    launch3(kset, &old, &n, &two, s);
+    launch3(kadd, &acc, &old, &n, s);
+    RT(cudaFreeAsync(old, s)); /* allocated before the capture: held until the graph goes */
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    RT(cudaStreamEndCapture(s, &g));
+    RT(cudaGraphInstantiate(&x, g, 0));
+    if (bad) return;
+    void *junk[4] = {0};
+    for (int r = 0; r < 3; r++) {
+        /* new memory between replays, of the sizes the graph uses, scribbled over */
+        RT(cudaMalloc(&junk[r], N * sizeof(float)));
+        RT(cudaMemset(junk[r], 0x7f, N * sizeof(float)));
+        RT(cudaGraphLaunch(x, s));
+        RT(cudaStreamSynchronize(s));
+    }
+    float h[N];
+    RT(cudaMemcpy(h, acc, sizeof h, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+        wrong += h[i] != 30.0f;
+    if (wrong) {
+        printf("streams_app: after 3 replays %d of %d sums are wrong (acc[0] = %g, expected 30): "
+               "memory the graph uses was handed out meanwhile\n",
+               wrong, N, h[0]);
+        bad++;
+    }
+    for (int r = 0; r < 3; r++)
+        check(junk[r] != (void *)old && junk[r] != (void *)a && junk[r] != (void *)b,
+              "a block the graph uses was handed out while the graph lives");
+    RT(cudaGraphExecDestroy(x));
+    RT(cudaGraphDestroy(g));
+    for (int r = 0; r < 3; r++)
+        RT(cudaFree(junk[r]));
+    RT(cudaFree(acc));
+    RT(cudaStreamDestroy(s));
+}
+
+/* ---- IPC ------------------------------------------------------------------------------------ */
+
+/* cudaIpcGetMemHandle on a cudaMalloc'ed block, twice: under gpumem it is refused with
+ * cudaErrorNotSupported (the reason goes to stderr once, the test reads it). */
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*export_fn)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                              unsigned long long);
+typedef CUresult (*import_fn)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                           unsigned long long);
+typedef CUresult (*access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+
+/* The way that works: the physical handle behind a gpumem block, exported as a POSIX file
+ * descriptor and imported again (here, in the same process: a second mapping of the same
+ * memory), shows the bytes written through the block. gpumem maps one handle per 2 MiB slot of
+ * a range aligned to it, so the block lies at p mod 2 MiB inside its handle. Prints
+ * "ipc-export ok" or why not. */
+static void ipc_export(void *p, size_t n)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW);
+    retain_fn retain = drv ? (retain_fn)dlsym(drv, "cuMemRetainAllocationHandle") : NULL;
+    export_fn exp = drv ? (export_fn)dlsym(drv, "cuMemExportToShareableHandle") : NULL;
+    import_fn imp = drv ? (import_fn)dlsym(drv, "cuMemImportFromShareableHandle") : NULL;
+    reserve_fn reserve = drv ? (reserve_fn)dlsym(drv, "cuMemAddressReserve") : NULL;
+    map_fn map = drv ? (map_fn)dlsym(drv, "cuMemMap") : NULL;
+    access_fn access = drv ? (access_fn)dlsym(drv, "cuMemSetAccess") : NULL;
+    unmap_fn unmap = drv ? (unmap_fn)dlsym(drv, "cuMemUnmap") : NULL;
+    release_fn release = drv ? (release_fn)dlsym(drv, "cuMemRelease") : NULL;
+    if (!retain || !exp || !imp || !reserve || !map || !access || !unmap || !release) {
+        printf("streams_app: the driver lacks the VMM sharing calls\n");
+        bad++;
+        return;
+    }
+    const size_t slot = 2u << 20;
+    RT(cudaMemset(p, 0x5a, n));
+    RT(cudaDeviceSynchronize());
+    CUmemGenericAllocationHandle h = 0, h2 = 0;
+    int fd = -1;
+    CUresult r = retain(&h, p);
+    if (r == CUDA_SUCCESS) r = exp(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) {
+        printf("streams_app: the block's handle cannot be exported as a POSIX fd (CUresult %d)\n",
+               (int)r);
+        bad++;
+        if (h) release(h);
+        return;
+    }
+    CUdeviceptr va = 0;
+    check(imp(&h2, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0,
+          "cuMemImportFromShareableHandle");
+    check(reserve(&va, slot, slot, 0, 0) == 0, "cuMemAddressReserve");
+    check(map(va, slot, 0, h2, 0) == 0, "cuMemMap of the imported handle");
+    CUmemAccessDesc ad = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    check(access(va, slot, &ad, 1) == 0, "cuMemSetAccess");
+    unsigned char got[256];
+    size_t off = (uintptr_t)p % slot;
+    RT(cudaMemcpy(got, (void *)(uintptr_t)(va + off), sizeof got, cudaMemcpyDeviceToHost));
+    int same = 1;
+    for (size_t i = 0; i < sizeof got; i++)
+        same &= got[i] == 0x5a;
+    check(same, "the imported handle does not show the block's bytes");
+    unmap(va, slot);
+    release(h2);
+    release(h);
+    close(fd);
+    if (same) printf("ipc-export ok\n");
+}
+
+static void ipc(void)
+{
+    void *p = NULL;
+    RT(cudaMalloc(&p, 1 << 20));
+    cudaIpcMemHandle_t h;
+    for (int i = 0; i < 2; i++) {
+        cudaError_t e = cudaIpcGetMemHandle(&h, (char *)p + (i ? 4096 : 0));
+        printf("ipc %d %s\n", (int)e, cudaGetErrorName(e));
+    }
+    ipc_export(p, 1 << 20);
+    RT(cudaFree(p));
+}
+
+/* ---- address space ------------------------------------------------------------------------- */
+
+/* Streams are created in batches of 64 (live together, so that their handles differ: a destroyed
+ * stream's handle is often the next one created), then each is used for one allocation and
+ * destroyed; n streams in all. */
+static void churn(int n)
+{
+    enum { BATCH = 64 };
+    cudaStream_t s[BATCH];
+    for (int done = 0; done < n && !bad; done += BATCH) {
+        int k = n - done < BATCH ? n - done : BATCH;
+        for (int i = 0; i < k; i++)
+            RT(cudaStreamCreate(&s[i]));
+        for (int i = 0; i < k && !bad; i++) {
+            void *p = NULL;
+            cudaError_t e = cudaMallocAsync(&p, 4096, s[i]);
+            if (e != cudaSuccess) {
+                printf("streams_app: stream %d of %d: cudaMallocAsync: %s\n", done + i, n,
+                       cudaGetErrorString(e));
+                bad++;
+            }
+            if (p) RT(cudaFreeAsync(p, s[i]));
+            RT(cudaStreamDestroy(s[i]));
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N\n");
+        return 2;
+    }
+    if (!strcmp(argv[1], "ptds"))
+        ptds();
+    else if (!strcmp(argv[1], "record"))
+        record();
+    else if (!strcmp(argv[1], "ptds-exit") && argc > 2)
+        ptds_exit(atoi(argv[2]));
+    else if (!strcmp(argv[1], "ipc"))
+        ipc();
+    else if (!strcmp(argv[1], "graph"))
+        graph();
+    else if (!strcmp(argv[1], "multidev"))
+        multidev();
+    else if (!strcmp(argv[1], "churn") && argc > 2)
+        churn(atoi(argv[2]));
+    else {
+        fprintf(stderr, "streams_app: unknown mode '%s'\n", argv[1]);
+        return 2;
+    }
+    if (!bad) printf("streams_app: %s ok\n", argv[1]);
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,488 @@
+/* alloc_streams.c — stream order in the allocator (alloc/alloc.h, "Stream order"): where a free
+ * records events, that frees land per stream, record_stream, no device synchronization under the
+ * allocator lock, failed event records, and address space given back with forgotten streams.
+ *
+ * The backend is the in-memory one for memory, with events faked here per stream: an event
+ * completes only when the test completes its stream (or at a synchronize), so every test decides
+ * exactly which work has finished. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "alloc/alloc.h"
+
+#define MAXEV 8192
+
+typedef struct tev {
+    uintptr_t stream;
+    bool recorded, done;
+} tev_t;
+
+typedef struct fake {
+    alloc_mem_backend_t *m;
+    alloc_backend_t be;
+    alloc_t *a;
+    tev_t *evs[MAXEV];
+    size_t nevs;
+    unsigned records;               /* successful event_record calls */
+    unsigned syncs;                 /* synchronize calls */
+    unsigned queries;               /* event_query calls */
+    uintptr_t fail_stream;          /* event_record on this stream fails ... */
+    unsigned fail_left;             /* ... this many times */
+    void (*on_sync)(struct fake *); /* runs inside synchronize */
+    uintptr_t idle_stream;          /* events recorded on it are complete at once */
+    bool lock_was_free;             /* set by on_sync helpers */
+} fake_t;
+
+static int ev_create(void *c, void **ev)
+{
+    fake_t *f = c;
+    tev_t *e = calloc(1, sizeof(*e));
+    if (!e || f->nevs == MAXEV) {
+        free(e);
+        return ALLOC_BE_ERROR;
+    }
+    f->evs[f->nevs++] = e;
+    *ev = e;
+    return ALLOC_BE_OK;
+}
+static int ev_record(void *c, void *ev, uintptr_t stream)
+{
+    fake_t *f = c;
+    if (f->fail_left && stream == f->fail_stream) {
+        f->fail_left--;
+        return ALLOC_BE_ERROR;
+    }
+    tev_t *e = ev;
+    e->stream = stream;
+    e->recorded = true;
+    e->done = stream == f->idle_stream;
+    f->records++;
+    return ALLOC_BE_OK;
+}
+static int ev_query(void *c, void *ev)
+{
+    fake_t *f = c;
+    f->queries++;
+    tev_t *e = ev;
+    return !e->recorded || e->done ? ALLOC_BE_OK : ALLOC_BE_NOT_READY;
+}
+static int ev_destroy(void *c, void *ev)
+{
+    fake_t *f = c;
+    for (size_t i = 0; i < f->nevs; i++)
+        if (f->evs[i] == ev) {
+            f->evs[i] = f->evs[--f->nevs];
+            break;
+        }
+    free(ev);
+    return ALLOC_BE_OK;
+}
+static void complete_stream(fake_t *f, uintptr_t s)
+{
+    for (size_t i = 0; i < f->nevs; i++)
+        if (f->evs[i]->recorded && f->evs[i]->stream == s) f->evs[i]->done = true;
+}
+static unsigned pending_on(fake_t *f, uintptr_t s)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < f->nevs; i++)
+        n += f->evs[i]->recorded && !f->evs[i]->done && f->evs[i]->stream == s;
+    return n;
+}
+static unsigned pending_all(fake_t *f)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < f->nevs; i++)
+        n += f->evs[i]->recorded && !f->evs[i]->done;
+    return n;
+}
+static int be_sync(void *c)
+{
+    fake_t *f = c;
+    f->syncs++;
+    if (f->on_sync) f->on_sync(f);
+    for (size_t i = 0; i < f->nevs; i++)
+        if (f->evs[i]->recorded) f->evs[i]->done = true;
+    return ALLOC_BE_OK;
+}
+
+/* VMM calls of the in-memory backend, with ctx = its own context */
+static const alloc_backend_t *membe(fake_t *f)
+{
+    return alloc_mem_backend(f->m);
+}
+#define FWD(name, proto, args)                                                                     \
+    static int w_##name proto                                                                      \
+    {                                                                                              \
+        fake_t *f = c;                                                                             \
+        return membe(f)->name args;                                                                \
+    }
+FWD(reserve, (void *c, size_t s, size_t al, uint64_t *a), (membe(f)->ctx, s, al, a))
+FWD(free_range, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
+FWD(create, (void *c, size_t s, uint64_t *h), (membe(f)->ctx, s, h))
+FWD(release, (void *c, uint64_t h), (membe(f)->ctx, h))
+FWD(map, (void *c, uint64_t a, size_t s, uint64_t h), (membe(f)->ctx, a, s, h))
+FWD(set_access, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
+FWD(unmap, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
+FWD(seg_alloc, (void *c, size_t s, uint64_t *a), (membe(f)->ctx, s, a))
+FWD(seg_free, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
+static size_t w_granularity(void *c)
+{
+    fake_t *f = c;
+    return membe(f)->granularity(membe(f)->ctx);
+}
+
+static fake_t *mk(const char *conf)
+{
+    fake_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    alloc_mem_opts_t mo = {0};
+    mo.capacity = (size_t)1 << 30;
+    f->m = alloc_mem_backend_create(&mo);
+    assert_non_null(f->m);
+    f->idle_stream = UINTPTR_MAX; /* none */
+    alloc_backend_t *b = &f->be;
+    b->ctx = f;
+    b->reserve = w_reserve;
+    b->free_range = w_free_range;
+    b->create = w_create;
+    b->release = w_release;
+    b->map = w_map;
+    b->set_access = w_set_access;
+    b->unmap = w_unmap;
+    b->granularity = w_granularity;
+    b->seg_alloc = w_seg_alloc;
+    b->seg_free = w_seg_free;
+    b->event_create = ev_create;
+    b->event_record = ev_record;
+    b->event_query = ev_query;
+    b->event_destroy = ev_destroy;
+    b->synchronize = be_sync;
+    alloc_config_t cfg;
+    char err[256];
+    alloc_config_default(&cfg);
+    if (alloc_config_parse(&cfg, conf, err, sizeof(err))) fail_msg("conf: %s", err);
+    assert_int_equal(alloc_create(b, &cfg, &f->a), ALLOC_OK);
+    return f;
+}
+
+static void done(fake_t *f)
+{
+    char err[256];
+    if (alloc_check(f->a, err, sizeof(err))) fail_msg("alloc_check: %s", err);
+    alloc_destroy(f->a);
+    alloc_mem_backend_destroy(f->m);
+    free(f);
+}
+
+static uint64_t must_alloc(fake_t *f, size_t size, uintptr_t stream)
+{
+    uint64_t p = 0;
+    int rc = alloc_malloc(f->a, size, stream, &p);
+    if (rc) fail_msg("alloc_malloc(%zu): %s", size, alloc_strerror(rc));
+    char err[256];
+    if (alloc_check(f->a, err, sizeof(err))) fail_msg("alloc_check: %s", err);
+    return p;
+}
+
+/* A free waits only for the streams recorded for the block: 64 streams exist, the block was
+ * allocated on one and used on one more (record_stream): one event, on the other one. */
+static void test_fence_only_recorded_streams(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    for (uintptr_t s = 0x1000; s < 0x1000 + 64 * 8; s += 8)
+        alloc_note_stream(f->a, s);
+    uint64_t p = must_alloc(f, 4096, 0x1000);
+    assert_int_equal(alloc_record_stream(f->a, p, 0x1008), ALLOC_OK);
+    assert_int_equal(alloc_record_stream(f->a, p, 0x1008), ALLOC_OK);       /* twice: no change */
+    assert_int_equal(alloc_record_stream(f->a, p + 100, 0x1000), ALLOC_OK); /* own stream */
+    unsigned before = f->records;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(f->records - before, 1);
+    assert_int_equal(pending_on(f, 0x1008), 1);
+    /* not reused while stream 0x1008 may still read it */
+    assert_true(must_alloc(f, 4096, 0x1000) != p);
+    complete_stream(f, 0x1008);
+    assert_true(must_alloc(f, 4096, 0x1000) == p);
+    /* record_stream on something not live */
+    assert_int_equal(alloc_record_stream(f->a, 4096, 0x1008), ALLOC_ERR_NOT_OWNED);
+    done(f);
+}
+
+/* cudaFree waits for the whole device: a block nobody named streams for (no record_stream) waits
+ * for every stream, wherever it was allocated. A free in stream order on the block's own stream
+ * (cudaFreeAsync, PyTorch's free) needs no event at all. */
+static void test_plain_free_fences_every_stream(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    for (uintptr_t s = 0x1000; s < 0x1000 + 64 * 8; s += 8)
+        alloc_note_stream(f->a, s);
+    uint64_t p = must_alloc(f, 4096, 0x1000);
+    unsigned before = f->records;
+    assert_int_equal(alloc_free_async(f->a, p, 0x1000), ALLOC_OK);
+    assert_int_equal(f->records - before, 0);
+    assert_true(must_alloc(f, 4096, 0x1000) == p);
+    uint64_t q = must_alloc(f, 4096, 0);
+    before = f->records;
+    assert_int_equal(alloc_free(f->a, q), ALLOC_OK);
+    assert_int_equal(f->records - before, 65); /* 64 streams and the legacy stream */
+    assert_int_equal(pending_all(f), 65);
+    assert_true(must_alloc(f, 4096, 0) != q);
+    before = f->records;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK); /* allocated on 0x1000, freed with cudaFree */
+    assert_int_equal(f->records - before, 65);
+    done(f);
+}
+
+/* Frees land per stream: a free waiting for a slow stream does not hold back a later free that
+ * waits for another stream (no global FIFO). */
+static void test_frees_land_per_stream(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    uint64_t slow = must_alloc(f, 4096, 0x100);
+    uint64_t fast = must_alloc(f, 8192, 0x100);
+    assert_int_equal(alloc_free_async(f->a, slow, 0x200), ALLOC_OK); /* waits for 0x200 */
+    assert_int_equal(alloc_free_async(f->a, fast, 0x300), ALLOC_OK); /* waits for 0x300 */
+    complete_stream(f, 0x300);
+    assert_true(must_alloc(f, 8192, 0x100) == fast);
+    assert_true(must_alloc(f, 4096, 0x100) != slow);
+    complete_stream(f, 0x200);
+    assert_true(must_alloc(f, 4096, 0x100) == slow);
+    done(f);
+}
+
+/* A failed event record makes that free wait for the device, and the stream stays fenced: the
+ * next free still records an event on it. */
+static void test_failed_record_keeps_stream(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    alloc_note_stream(f->a, 0x500);
+    uint64_t p = must_alloc(f, 4096, 0);
+    f->fail_stream = 0x500;
+    f->fail_left = 1;
+    unsigned syncs = f->syncs;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(f->syncs, syncs + 1); /* could not fence: waited instead */
+    uint64_t q = must_alloc(f, 4096, 0);
+    assert_true(q == p); /* the wait made it reusable */
+    assert_int_equal(alloc_free(f->a, q), ALLOC_OK);
+    assert_int_equal(pending_on(f, 0x500), 1);
+    done(f);
+}
+
+/* ---- no synchronization under the lock ------------------------------------------------------ */
+
+typedef struct {
+    fake_t *f;
+    int rc;
+    uint64_t p;
+} probe_t;
+
+static void *probe_thread(void *arg)
+{
+    probe_t *pr = arg;
+    pr->rc = alloc_free_async(pr->f->a, pr->p, 0x700); /* needs the allocator lock */
+    return NULL;
+}
+
+static probe_t g_probe;
+
+/* Inside synchronize: another thread frees a block. With the lock held across the wait it would
+ * block; the test gives it two seconds (pthread_timedjoin_np) instead of hanging. */
+static void sync_runs_other_thread(fake_t *f)
+{
+    pthread_t t;
+    g_probe.f = f;
+    g_probe.rc = -1;
+    assert_int_equal(pthread_create(&t, NULL, probe_thread, &g_probe), 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    if (pthread_timedjoin_np(t, NULL, &ts) == 0) {
+        f->lock_was_free = true;
+    } else {
+        pthread_detach(t); /* still blocked on the lock: the test fails below */
+    }
+    f->on_sync = NULL;
+}
+
+static void test_no_sync_under_lock(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    uint64_t keep = must_alloc(f, 4096, 0x700);
+    g_probe.p = must_alloc(f, 3u << 20, 0x700); /* its own pages */
+    f->on_sync = sync_runs_other_thread;
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    assert_true(f->lock_was_free);
+    assert_int_equal(g_probe.rc, ALLOC_OK);
+    /* the block freed during the wait went back to stream 0x700's pool at once (its own stream),
+     * so the stream may still use it: empty_cache, which synchronized before that free, must not
+     * have unmapped it */
+    alloc_stats_t st;
+    alloc_get_stats(f->a, &st);
+    assert_true((size_t)st.reserved_bytes.current >= (3u << 20) + 4096);
+    /* the next empty_cache covers it */
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    alloc_get_stats(f->a, &st);
+    assert_true((size_t)st.reserved_bytes.current < (3u << 20));
+    alloc_free(f->a, keep);
+    done(f);
+}
+
+/* ---- address space ------------------------------------------------------------------------- */
+
+/* Streams created and destroyed in a loop, each allocating once: the address space reserved for
+ * each stream's pools comes back when the stream is forgotten. */
+static void test_forgotten_streams_return_address_space(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    uint64_t held = must_alloc(f, 4096, 0); /* stream 0 keeps its range */
+    alloc_mem_counters_t c0, c1;
+    alloc_mem_backend_counters(f->m, &c0);
+    for (uintptr_t i = 0; i < 4000; i++) {
+        uintptr_t s = 0x10000 + i * 16;
+        alloc_note_stream(f->a, s);
+        uint64_t p = must_alloc(f, 4096 + (i % 3) * (2u << 20), s);
+        if (i % 2) assert_int_equal(alloc_record_stream(f->a, held, s), ALLOC_OK);
+        assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+        assert_int_equal(alloc_forget_stream(f->a, s), ALLOC_OK);
+    }
+    alloc_mem_backend_counters(f->m, &c1);
+    assert_true(c1.reserve - c0.reserve >= 4000); /* each stream did get its own range */
+    assert_true(c1.reserve - c1.free_range <= c0.reserve - c0.free_range);
+    alloc_stats_t st;
+    alloc_get_stats(f->a, &st);
+    assert_true((size_t)st.reserved_bytes.current <= (4u << 20));
+    /* a stream forgotten while it still has a live block keeps its pool until the block is freed
+     * and a later empty_cache runs */
+    uint64_t p = must_alloc(f, 4096, 0x999000);
+    alloc_forget_stream(f->a, 0x999000);
+    alloc_mem_backend_counters(f->m, &c0);
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    alloc_mem_backend_counters(f->m, &c1);
+    assert_int_equal(c1.free_range - c0.free_range, 2 - 1); /* its small-pool range */
+    assert_int_equal(alloc_free(f->a, held), ALLOC_OK);
+    done(f);
+}
+
+/* Forgetting a stream that holds no memory: one event tells whether it is idle; work still
+ * queued on it (which may use a cudaMalloc'ed block that later cudaFrees no longer fence it
+ * for) makes the forget wait for the device. */
+static void test_forget_busy_stream_waits(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    alloc_note_stream(f->a, 0x300);
+    alloc_note_stream(f->a, 0x400);
+    f->idle_stream = 0x400;
+    unsigned s0 = f->syncs;
+    assert_int_equal(alloc_forget_stream(f->a, 0x400), ALLOC_OK);
+    assert_int_equal(f->syncs, s0); /* idle: no wait */
+    assert_int_equal(alloc_forget_stream(f->a, 0x300), ALLOC_OK);
+    assert_int_equal(f->syncs, s0 + 1); /* busy: waited */
+    /* neither is fenced any more */
+    uint64_t p = must_alloc(f, 4096, 0);
+    unsigned r0 = f->records;
+    assert_int_equal(alloc_free(f->a, p), ALLOC_OK);
+    assert_int_equal(f->records - r0, 1); /* the legacy stream only */
+    done(f);
+}
+
+/* ---- CUDA graphs ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t p;
+    int state;
+} find_t;
+
+static int find_block(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                      size_t n)
+{
+    (void)seg;
+    find_t *w = user;
+    for (size_t i = 0; i < n; i++)
+        if (b[i].addr == w->p) w->state = (int)b[i].state;
+    return 0;
+}
+
+/* PENDING: freed, held back from reuse (not FREE, not LIVE) */
+static bool is_pending(fake_t *f, uint64_t p)
+{
+    find_t w = {p, -1};
+    alloc_walk(f->a, find_block, &w);
+    return w.state == ALLOC_BLOCK_PENDING;
+}
+
+/* During a capture: no event query, no synchronization, no event recorded (frees outside the
+ * capture get theirs when it ends); blocks allocated in the capture are reused within it; a
+ * block allocated before the capture and freed inside it stays held, through synchronizations,
+ * until the capture is released. */
+static void test_capture_private(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    const uintptr_t cap = 0x1005; /* the capture's private stream key */
+    uint64_t before_cap = must_alloc(f, 8192, 0x100);
+    uint64_t plain = must_alloc(f, 4096, 0); /* cudaMalloc'ed, freed outside the capture */
+    alloc_mem_counters_t c0, c1;
+    alloc_mem_backend_counters(f->m, &c0);
+    assert_int_equal(alloc_capture_begin(f->a), ALLOC_OK);
+    unsigned q0 = f->queries, r0 = f->records, s0 = f->syncs;
+    uint64_t in = must_alloc(f, 4096, cap);
+    assert_int_equal(alloc_free_captured(f->a, in, cap, NULL), ALLOC_OK);
+    assert_true(must_alloc(f, 4096, cap) == in); /* graph order: reusable inside the capture */
+    assert_int_equal(alloc_free_captured(f->a, before_cap, cap, NULL), ALLOC_OK);
+    assert_true(is_pending(f, before_cap));
+    assert_int_equal(alloc_free(f->a, plain), ALLOC_OK); /* needs events: deferred */
+    assert_true(is_pending(f, plain));
+    assert_true(must_alloc(f, 8192, 0x100) != before_cap);
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK); /* may not synchronize now */
+    assert_int_equal(f->queries, q0);
+    assert_int_equal(f->records, r0);
+    assert_int_equal(f->syncs, s0);
+    assert_int_equal(alloc_capture_end(f->a), ALLOC_OK);
+    assert_true(f->records > r0); /* the deferred free's events */
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    assert_false(is_pending(f, plain));
+    assert_true(is_pending(f, before_cap)); /* still held: the graph may replay */
+    assert_true(must_alloc(f, 8192, 0x100) != before_cap);
+    assert_int_equal(alloc_release_capture(f->a, cap), ALLOC_OK);
+    assert_false(is_pending(f, before_cap));
+    assert_true(must_alloc(f, 8192, 0x100) == before_cap);
+    alloc_mem_backend_counters(f->m, &c1);
+    /* the capture's pool reserved its own range, given back at release (its live block keeps
+     * the pool until it is freed) */
+    assert_true(c1.reserve > c0.reserve);
+    done(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fence_only_recorded_streams),
+        cmocka_unit_test(test_plain_free_fences_every_stream),
+        cmocka_unit_test(test_frees_land_per_stream),
+        cmocka_unit_test(test_failed_record_keeps_stream),
+        cmocka_unit_test(test_no_sync_under_lock),
+        cmocka_unit_test(test_forgotten_streams_return_address_space),
+        cmocka_unit_test(test_forget_busy_stream_waits),
+        cmocka_unit_test(test_capture_private),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
