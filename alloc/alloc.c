@@ -1585,8 +1585,7 @@ static int malloc_slow_pytorch(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         if (rc != GROW_OOM) return rc;
     }
     a->st.num_alloc_retries++;
-    sync_device(a);
-    process_fences(a, true);
+    sync_and_land(a); /* drops the lock while the device synchronizes */
     release_all(a);
     return grow(a, p, rs, out);
 }
