@@ -1460,6 +1460,8 @@ bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out)
 void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
 {
     LOCK(a);
+    /* frees whose work has completed count as free as soon as anyone asks (cudaMemGetInfo) */
+    if (a->fence_head && a->be.event_query) process_fences(a, false);
     size_t dfree, dtotal;
     device_info(a, &dfree, &dtotal);
     size_t total = dtotal;

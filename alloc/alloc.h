@@ -141,7 +141,14 @@ typedef struct alloc_config {
     size_t release_threshold; /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
     size_t limit;             /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
     bool release_before_grow; /* expandable: unmap free pages before mapping new ones */
+    /* What cudaFree/cuMemFree (free_sync) and cudaFreeHost/cuMemFreeHost (free_host_sync) imply
+     * under libgpumem.so: ALLOC_SYNC_DEVICE (default) synchronizes the device first, as the real
+     * calls do; ALLOC_SYNC_NONE does not (stream order alone protects reuse). The allocator
+     * itself ignores them. */
+    unsigned char free_sync, free_host_sync;
 } alloc_config_t;
+
+enum { ALLOC_SYNC_DEVICE = 0, ALLOC_SYNC_NONE = 1 };
 
 /* Defaults = preset "gpumem". */
 void alloc_config_default(alloc_config_t *cfg);
