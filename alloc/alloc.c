@@ -478,7 +478,9 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
     }
     uint64_t base = 0;
     be_count(a, ALLOC_BE_CALL_RESERVE);
-    int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h, &base));
+    /* the driver takes only a power-of-two alignment: the largest one dividing the handle size
+     * (20 MiB handles of the pytorch-expandable preset: 4 MiB) keeps every slot aligned */
+    int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h & (~h + 1), &base));
     if (rc != ALLOC_BE_OK) {
         free(r->handles);
         free(r->mapbits);
@@ -1313,7 +1315,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
     a->st.num_frees++;
     if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         nocache_free(a, b);
-    } else if (!a->events) {
+    } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
         make_free(a, b);
     } else if (async && fs && a->cfg.per_stream_pools && stream == b->stream) {
         make_free(a, b); /* stream order protects reuse on the same stream */

@@ -222,6 +222,10 @@ typedef struct alloc_malloc_info {
 int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                     alloc_malloc_info_t *info);
 
+/* Passed as `stream` to alloc_free_ex with async false: the caller has just synchronized the
+ * device (the real cudaFree does): the block is free at once, no fence. */
+#define ALLOC_FREE_SYNCED UINTPTR_MAX
+
 /* Free with cudaFree semantics (see top). ptr 0 -> OK. Errors: ALLOC_ERR_NOT_OWNED (foreign
  * pointer: hand it to the real driver), ALLOC_ERR_DOUBLE_FREE, ALLOC_ERR_NOT_BASE. */
 int alloc_free(alloc_t *a, uint64_t ptr);

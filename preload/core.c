@@ -495,14 +495,14 @@ cudaError_t gm_rt_error(CUresult r)
  * pinned buffer an async copy was reading, relying on it. GPUMEM_CONF free_sync:none /
  * free_host_sync:none trade it for speed (alloc/README.md, "Implied synchronizations"). The
  * calling thread gets the runtime's context first if it has none, as the real call would. */
-void gm_free_sync(int host)
+int gm_free_sync(int host)
 {
     unsigned v = host ? gm_alloc_config.free_host_sync : gm_alloc_config.free_sync;
     CUdevice d;
     if (v != ALLOC_SYNC_DEVICE || !gm_real.cuCtxSynchronize || !gm_real.cuCtxGetCurrent)
-        return;
-    if (gm_driver_ensure_context(&d) == CUDA_SUCCESS)
-        gm_real.cuCtxSynchronize();
+        return 0;
+    return gm_driver_ensure_context(&d) == CUDA_SUCCESS &&
+           gm_real.cuCtxSynchronize() == CUDA_SUCCESS;
 }
 
 /* ---- exit ---------------------------------------------------------------------------------- */

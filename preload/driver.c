@@ -96,8 +96,8 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
     if (gm_mode() == GM_MODE_REPLACE && p) { /* a NULL pointer: the driver's own answer */
         if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
             return CUDA_ERROR_INVALID_HANDLE;
-        if (kind == GM_ALLOC_SYNC)
-            gm_free_sync(0);
+        if (kind == GM_ALLOC_SYNC && gm_free_sync(0))
+            kind = GM_FREE_SYNCED;
         if (gm_heap_free(p, stream, kind, &res))
             return res;
     }

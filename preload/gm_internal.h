@@ -196,7 +196,8 @@ void *gm_next_symbol(const char *name);
 /* ---- device memory (heap.c) ---- */
 typedef enum {
     GM_ALLOC_SYNC = 0, /* cudaMalloc / cuMemAlloc */
-    GM_ALLOC_ASYNC = 1 /* cudaMallocAsync / cuMemAllocAsync */
+    GM_ALLOC_ASYNC = 1, /* cudaMallocAsync / cuMemAllocAsync */
+    GM_FREE_SYNCED = 2  /* gm_heap_free only: cudaFree after its device synchronization */
 } gm_alloc_kind;
 
 /* Serves a device allocation in replace mode. Returns CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY,
@@ -353,7 +354,7 @@ static inline int gm_fail_take(enum gm_fail_site site, CUresult *r)
 int gm_stream_valid(CUstream s);
 /* cudaFree / cuMemFree (device) and cudaFreeHost / cuMemFreeHost (host): synchronize the
  * device first, as the real calls do, unless GPUMEM_CONF free_sync / free_host_sync is none. */
-void gm_free_sync(int host);
+int gm_free_sync(int host); /* 1 when it synchronized */
 /* Pointer queries for gpumem's memory (heap.c, pinned.c): 1 and the allocation the program asked
  * for (base, requested size, a process-unique id) when ptr lies inside a live one; 0 when gpumem
  * does not own the address; -1 when it lies in gpumem's memory outside any live allocation

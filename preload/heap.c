@@ -320,7 +320,8 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
             continue;
         alloc_block_query_t q;
         gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
-        int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
+        int e = alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC,
+                              kind == GM_FREE_SYNCED ? ALLOC_FREE_SYNCED : (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {

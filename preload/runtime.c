@@ -266,10 +266,8 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
         if (async && !gm_stream_valid((CUstream)s))
             return rt_free_failed(GM_FAIL_FREE, CUDA_ERROR_INVALID_HANDLE, p, s, async, real_sync,
                                   real_async);
-        if (!async)
-            gm_free_sync(0);
-        if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s,
-                         async ? GM_ALLOC_ASYNC : GM_ALLOC_SYNC, &res))
+        gm_alloc_kind kind = async ? GM_ALLOC_ASYNC : gm_free_sync(0) ? GM_FREE_SYNCED : GM_ALLOC_SYNC;
+        if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s, kind, &res))
             return res == CUDA_SUCCESS ? cudaSuccess
                                        : rt_free_failed(GM_FAIL_FREE, res, p, s, async, real_sync,
                                                         real_async);
