@@ -11,3 +11,4 @@ $(DIFF_BINS): $(BUILD)/tests/diff/%: $(BUILD)/tests/diff/%.o $(SIM_RUNTIME) $(SI
 ALL_TARGETS += $(DIFF_BINS)
 SCRIPT_TESTS += tests/diff/run.sh
 TSAN_SCRIPT_TESTS += tests/diff/run.sh
+BENCHES += tests/bench/free_sync_bench.sh

@@ -1,6 +1,6 @@
 /* Finding 7: cudaDeviceReset. Everything freed before the reset, then memory info, new
  * allocations that work (written and read back) and answer pointer queries; the runtime's error
- * state across the reset. (Live allocations across a reset: see expected-differences.txt.) */
+ * state across the reset; an allocation live across a reset (see expected-differences.txt). */
 #include "tests/diff/diff.h"
 
 int main(void)
@@ -38,5 +38,13 @@ int main(void)
         mem_used("after cudaFree");
         rt_state("cudaDeviceReset again", cudaDeviceReset());
     }
+    /* an allocation live across the reset: a real reset destroys it */
+    mem_baseline();
+    rt_state("cudaMalloc(2 MiB) kept across a reset", cudaMalloc(&a, 2 << 20));
+    mem_used("before the reset, 2 MiB live");
+    rt_state("cudaDeviceReset with 2 MiB live", cudaDeviceReset());
+    mem_used("after the reset, 2 MiB were live");
+    rt_state("cudaMalloc(1000) after it", cudaMalloc(&b, 1000));
+    rt_state("cudaFree", cudaFree(b));
     return 0;
 }
