@@ -14,7 +14,8 @@
 set -uo pipefail
 shopt -s extglob
 BUILD=${BUILD:-build}
-LIB=$PWD/$BUILD/libgpumem.so
+# GPUMEM_DIFF_LIB: check another build of the library against the same corpus
+LIB=${GPUMEM_DIFF_LIB:-$PWD/$BUILD/libgpumem.so}
 BIN=$BUILD/tests/diff
 EXPECTED=tests/diff/expected-differences.txt
 TMP=$(mktemp -d /tmp/gpumem-diff.XXXXXX)
