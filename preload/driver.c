@@ -298,8 +298,8 @@ static CUresult h_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
  * cached per thread until any stream is destroyed. */
 static CUresult (*real_cuStreamGetFlags)(CUstream, unsigned *);
 static _Atomic unsigned stream_gen = 1;
-static __thread CUstream valid_stream;
-static __thread unsigned valid_gen;
+static __thread CUstream valid_stream __attribute__((tls_model("initial-exec")));
+static __thread unsigned valid_gen __attribute__((tls_model("initial-exec")));
 
 int gm_stream_valid(CUstream s)
 {
