@@ -524,7 +524,9 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
     }
     uint64_t base = 0;
     be_count(a, ALLOC_BE_CALL_RESERVE);
-    int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h, &base));
+    /* the driver takes only a power-of-two alignment: the largest one dividing the handle size
+     * (20 MiB handles of the pytorch-expandable preset: 4 MiB) keeps every slot aligned */
+    int rc = be_rc(a, a->be.reserve(a->be.ctx, size, h & (~h + 1), &base));
     if (rc != ALLOC_BE_OK) {
         free(r->handles);
         free(r->mapbits);
@@ -1818,8 +1820,8 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
             make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
     } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
         nocache_free(a, b);
-    } else if (!a->events) {
-        make_free(a, b, true);
+    } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
+        make_free(a, b, true); /* no events, or the caller synchronized the device (free_sync) */
     } else if (!fence_block(a, b, fs)) {
         sync_and_land(a); /* could not record events: wait as cudaFree does, lock dropped */
     }
@@ -2132,6 +2134,8 @@ bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out)
 void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
 {
     LOCK(a);
+    /* frees whose work has completed count as free as soon as anyone asks (cudaMemGetInfo) */
+    if (a->fence_head && a->be.event_query) process_fences(a, false);
     size_t dfree, dtotal;
     device_info(a, &dfree, &dtotal);
     size_t total = dtotal;

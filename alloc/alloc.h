@@ -161,7 +161,14 @@ typedef struct alloc_config {
      * kLargeBuffer, 20 MiB by default); lower bound of max_split_size_mb and
      * max_non_split_rounding_mb */
     size_t large_segment;
+    /* What cudaFree/cuMemFree (free_sync) and cudaFreeHost/cuMemFreeHost (free_host_sync) imply
+     * under libgpumem.so: ALLOC_SYNC_DEVICE (default) synchronizes the device first, as the real
+     * calls do; ALLOC_SYNC_NONE does not (stream order alone protects reuse). The allocator
+     * itself ignores them. */
+    unsigned char free_sync, free_host_sync;
 } alloc_config_t;
+
+enum { ALLOC_SYNC_DEVICE = 0, ALLOC_SYNC_NONE = 1 };
 
 /* Defaults = preset "gpumem". */
 void alloc_config_default(alloc_config_t *cfg);
@@ -238,6 +245,10 @@ typedef struct alloc_malloc_info {
 } alloc_malloc_info_t;
 int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                     alloc_malloc_info_t *info);
+
+/* Passed as `stream` to alloc_free_ex with async false: the caller has just synchronized the
+ * device (the real cudaFree does): the block is free at once, no fence. */
+#define ALLOC_FREE_SYNCED UINTPTR_MAX
 
 /* Free with cudaFree semantics (see top). ptr 0 -> OK. Errors: ALLOC_ERR_NOT_OWNED (foreign
  * pointer: hand it to the real driver), ALLOC_ERR_DOUBLE_FREE, ALLOC_ERR_NOT_BASE. */

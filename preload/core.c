@@ -42,6 +42,8 @@
 
 __thread int gm_inside __attribute__((tls_model("initial-exec")));
 __thread int gm_in_init __attribute__((tls_model("initial-exec")));
+__thread int gm_fail_site __attribute__((tls_model("initial-exec")));
+__thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
 size_t gm_limit;
 alloc_config_t gm_alloc_config;
@@ -518,6 +520,21 @@ cudaError_t gm_rt_error(CUresult r)
     }
 }
 
+/* The synchronization a real cudaFree / cuMemFree (host: cudaFreeHost / cuMemFreeHost) makes
+ * before freeing: programs read managed or zero-copy results right after a free, or reuse a
+ * pinned buffer an async copy was reading, relying on it. GPUMEM_CONF free_sync:none /
+ * free_host_sync:none trade it for speed (alloc/README.md, "Implied synchronizations"). The
+ * calling thread gets the runtime's context first if it has none, as the real call would. */
+int gm_free_sync(int host)
+{
+    unsigned v = host ? gm_alloc_config.free_host_sync : gm_alloc_config.free_sync;
+    CUdevice d;
+    if (v != ALLOC_SYNC_DEVICE || !gm_real.cuCtxSynchronize || !gm_real.cuCtxGetCurrent)
+        return 0;
+    return gm_driver_ensure_context(&d) == CUDA_SUCCESS &&
+           gm_real.cuCtxSynchronize() == CUDA_SUCCESS;
+}
+
 /* ---- exit ---------------------------------------------------------------------------------- */
 
 static _Atomic int exit_ran;
@@ -539,15 +556,10 @@ static void print_stats(void)
         gm_heap_print_stats(stderr);
 }
 
-static void exit_handler(void)
-{
-    if (atomic_exchange(&exit_ran, 1))
-        return;
-    gm_inside_enter();
-    if (!gm_forked_child && mode_now == GM_MODE_REPLACE)
-        gm_heap_exit();
 #ifdef GM_HAVE_REC
-    if (recording && !gm_forked_child) {
+static void write_stats(void)
+{
+    {
         alloc_stats_t st;
         rec_alloc_stats rs;
         memset(&rs, 0, sizeof rs);
@@ -586,7 +598,37 @@ static void exit_handler(void)
         rs.double_frees = atomic_load(&gm_stats[GM_ST_DOUBLE_FREE]);
         gm_devused_exit();
         rec_stats(&rs);
+    }
+}
+#endif
+
+/* The main exit flush runs before the runtime's teardown (see the top of the file), but a
+ * program may still free in an atexit handler it registered before its first CUDA call, which
+ * runs later: the recording is committed here and stays open; the last word is final_handler,
+ * registered by the constructor and therefore run after every handler the program registered. */
+static void final_handler(void)
+{
+#ifdef GM_HAVE_REC
+    if (atomic_load(&exit_ran) && recording && !gm_forked_child) {
+        gm_inside_enter();
+        write_stats(); /* again: frees made since the main flush count */
         rec_close();
+        gm_inside_leave();
+    }
+#endif
+}
+
+static void exit_handler(void)
+{
+    if (atomic_exchange(&exit_ran, 1))
+        return;
+    gm_inside_enter();
+    if (!gm_forked_child && mode_now == GM_MODE_REPLACE)
+        gm_heap_exit();
+#ifdef GM_HAVE_REC
+    if (recording && !gm_forked_child) {
+        write_stats();
+        rec_flush();
     }
 #endif
     gm_nvtx_dump();
@@ -644,6 +686,7 @@ __attribute__((constructor)) static void gm_constructor(void)
 {
     gm_nvtx_constructor();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(final_handler);
 }
 
 /* ---- user API ------------------------------------------------------------------------------ */

@@ -107,17 +107,23 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
                           CUresult (*real_sync)(CUdeviceptr *, size_t))
 {
     gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_ALLOC_ASYNC : GM_ST_DRV_ALLOC, 1);
-    if (!dptr)
-        return CUDA_ERROR_INVALID_VALUE;
     CUdevice dev;
     /* inside a graph capture too: the capture's allocations come from its private pools */
     if (gm_mode() == GM_MODE_REPLACE) {
+        /* the driver's own checks, in its order: the stream, then the arguments (size 0 is
+         * CUDA_ERROR_INVALID_VALUE at the driver level; only the runtime maps it to NULL) */
+        if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
+            return CUDA_ERROR_INVALID_HANDLE;
+        if (!dptr || size == 0)
+            return CUDA_ERROR_INVALID_VALUE;
         CUresult r = ctx_device(&dev);
         if (r != CUDA_SUCCESS)
             return r;
         return gm_heap_alloc(dptr, size, dev, stream, kind);
     }
     /* record mode: the real allocation, remembered so its free is matched */
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real ? real(dptr, size, stream) : real_sync(dptr, size);
     if (r == CUDA_SUCCESS) {
         ctx_device(&dev);
@@ -137,8 +143,14 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
 {
     gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_FREE_ASYNC : GM_ST_DRV_FREE, 1);
     CUresult res;
-    if (gm_mode() == GM_MODE_REPLACE && gm_heap_free(p, stream, kind, &res))
-        return res;
+    if (gm_mode() == GM_MODE_REPLACE && p) { /* a NULL pointer: the driver's own answer */
+        if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
+            return CUDA_ERROR_INVALID_HANDLE;
+        if (kind == GM_ALLOC_SYNC && gm_free_sync(0))
+            kind = GM_FREE_SYNCED;
+        if (gm_heap_free(p, stream, kind, &res))
+            return res;
+    }
     size_t size = 0;
     enum gm_pt_kind k;
     int known = gm_pt_remove(p, &size, &k);
@@ -155,6 +167,9 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
 
 static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_ALLOC, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemAlloc_v2(dptr, size);
     return drv_alloc(dptr, size, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemAlloc_v2);
@@ -162,6 +177,9 @@ static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 
 static CUresult h_cuMemFree_v2(CUdeviceptr p)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_FREE, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemFree_v2(p);
     return drv_free(p, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemFree_v2);
@@ -169,6 +187,9 @@ static CUresult h_cuMemFree_v2(CUdeviceptr p)
 
 static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_ALLOC, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemAllocAsync(dptr, size, s);
     return drv_alloc(dptr, size, s, GM_ALLOC_ASYNC, gm_real.cuMemAllocAsync, NULL);
@@ -177,6 +198,9 @@ static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 /* The per-thread-default-stream variant: stream 0 means the calling thread's stream. */
 static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_ALLOC, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemAllocAsync_ptsz(dptr, size, s);
     return drv_alloc(dptr, size, s ? s : CU_STREAM_PER_THREAD, GM_ALLOC_ASYNC,
@@ -185,6 +209,9 @@ static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream 
 
 static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_FREE, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemFreeAsync(p, s);
     return drv_free(p, s, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync, NULL);
@@ -192,6 +219,9 @@ static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
 
 static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_FREE, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemFreeAsync_ptsz(p, s);
     return drv_free(p, s ? s : CU_STREAM_PER_THREAD, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync_ptsz,
@@ -206,19 +236,116 @@ static CUresult h_cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
     return gm_heap_meminfo(free_b, total_b);
 }
 
+/* ---- pointer queries ------------------------------------------------------------------
+ * The driver knows gpumem's pages (VMM mappings, pinned extents), not the allocations the
+ * program asked for. For an address inside a live gpumem allocation the driver is asked as
+ * usual (memory type, context, ordinal, flags are the page's and right), then the answers that
+ * describe the allocation are replaced: range start and size (the requested bytes), buffer and
+ * memory-block id (one per allocation, new after reuse), mapping base and size. An address in
+ * gpumem's memory outside any live allocation (freed, past the requested end) is one the
+ * driver would not know: the query goes to the real driver for an address it certainly does not
+ * know, so the "unknown" answer (error code, zeroed attributes) is the driver's own. */
+static char probe_unknown;
+#define UNKNOWN_ADDR ((CUdeviceptr)(uintptr_t)&probe_unknown)
+static CUresult (*real_cuPointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
+static CUresult (*real_cuPointerGetAttributes)(unsigned, CUpointer_attribute *, void **,
+                                               CUdeviceptr);
+
+/* 1: *r is the live allocation at p; 0: not gpumem's memory; -1: gpumem's, not allocated */
+static int query_find(CUdeviceptr p, struct gm_alloc_ref *r)
+{
+    if (gm_pass() || gm_mode() != GM_MODE_REPLACE)
+        return 0;
+    int k = gm_heap_find(p, r);
+    return k ? k : gm_pinned_find((const void *)(uintptr_t)p, r);
+}
+
+static void attr_patch(CUpointer_attribute a, void *data, const struct gm_alloc_ref *r)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = r->base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = r->size; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = r->id; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(void **)data = (void *)r->base; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = r->size; break;
+    default: break;
+    }
+}
+
+static CUresult h_cuPointerGetAttribute(void *data, CUpointer_attribute a, CUdeviceptr p)
+{
+    struct gm_alloc_ref r;
+    int k = query_find(p, &r);
+    if (k < 0)
+        return real_cuPointerGetAttribute(data, a, UNKNOWN_ADDR);
+    CUresult res = real_cuPointerGetAttribute(data, a, p);
+    if (k > 0 && res == CUDA_SUCCESS && data)
+        attr_patch(a, data, &r);
+    return res;
+}
+
+static CUresult h_cuPointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **data,
+                                         CUdeviceptr p)
+{
+    struct gm_alloc_ref r;
+    int k = query_find(p, &r);
+    if (k < 0)
+        return real_cuPointerGetAttributes(n, attrs, data, UNKNOWN_ADDR);
+    CUresult res = real_cuPointerGetAttributes(n, attrs, data, p);
+    if (k > 0 && res == CUDA_SUCCESS && attrs && data)
+        for (unsigned i = 0; i < n; i++)
+            if (data[i])
+                attr_patch(attrs[i], data[i], &r);
+    return res;
+}
+
 static CUresult h_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr p)
 {
-    CUdeviceptr base;
-    size_t size;
-    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_heap_lookup(p, &base, &size)) {
+    struct gm_alloc_ref r;
+    int k = query_find(p, &r);
+    if (k > 0) {
         gm_stat_add(GM_ST_ADDR_RANGE, 1);
         if (pbase)
-            *pbase = base;
+            *pbase = r.base;
         if (psize)
-            *psize = size;
+            *psize = r.size;
         return CUDA_SUCCESS;
     }
-    return gm_real.cuMemGetAddressRange_v2(pbase, psize, p);
+    return gm_real.cuMemGetAddressRange_v2(pbase, psize, k < 0 ? UNKNOWN_ADDR : p);
+}
+
+/* ---- stream handles, device reset ----------------------------------------------------- */
+/* A stream-ordered call with a destroyed or made-up stream must fail as the driver's would
+ * (CUDA_ERROR_INVALID_HANDLE) before gpumem records an event on it. cuStreamGetFlags is the
+ * cheapest question the driver answers for any stream without side effects; the answer is
+ * cached per thread until any stream is destroyed. */
+static CUresult (*real_cuStreamGetFlags)(CUstream, unsigned *);
+static _Atomic unsigned stream_gen = 1;
+static __thread CUstream valid_stream __attribute__((tls_model("initial-exec")));
+static __thread unsigned valid_gen __attribute__((tls_model("initial-exec")));
+
+int gm_stream_valid(CUstream s)
+{
+    if (s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || !real_cuStreamGetFlags)
+        return 1;
+    unsigned g = atomic_load_explicit(&stream_gen, memory_order_acquire);
+    if (s == valid_stream && g == valid_gen)
+        return 1;
+    unsigned fl;
+    if (real_cuStreamGetFlags(s, &fl) == CUDA_ERROR_INVALID_HANDLE)
+        return 0;
+    valid_stream = s;
+    valid_gen = g;
+    return 1;
+}
+
+static CUresult (*real_cuDevicePrimaryCtxReset_v2)(CUdevice);
+static CUresult h_cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE)
+        gm_heap_reset(dev);
+    return real_cuDevicePrimaryCtxReset_v2(dev);
 }
 
 /* Pinned host memory. Write-combined memory cannot come from a shared pool (the attribute is
@@ -228,6 +355,8 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
     if (!pp)
         return CUDA_ERROR_INVALID_VALUE;
     if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED)) {
+        if (size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)))
+            return CUDA_ERROR_INVALID_VALUE; /* what the driver answers (the runtime maps 0 to NULL) */
         CUresult r = gm_pinned_alloc(pp, size);
         return r;
     }
@@ -242,21 +371,32 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
 }
 static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_HOST_ALLOC, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemAllocHost_v2(pp, size);
     return host_alloc(pp, size, 0, 0);
 }
 static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_HOST_ALLOC, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemHostAlloc(pp, size, flags);
     return host_alloc(pp, size, flags, 1);
 }
 static CUresult h_cuMemFreeHost(void *p)
 {
+    CUresult fail;
+    if (gm_fail_take(GM_FAIL_HOST_FREE, &fail))
+        return fail;
     if (gm_pass())
         return gm_real.cuMemFreeHost(p);
     CUresult res;
+    if (p && gm_mode() == GM_MODE_REPLACE)
+        gm_free_sync(1);
     if (gm_pinned_free(p, &res))
         return res;
     size_t size;
@@ -519,6 +659,7 @@ CUresult gm_driver_private_stream(CUstream *s)
 static CUresult (*real_cuStreamDestroy_v2)(CUstream);
 static CUresult h_cuStreamDestroy_v2(CUstream s)
 {
+    atomic_fetch_add_explicit(&stream_gen, 1, memory_order_release);
     if (!gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE)
         gm_heap_forget_stream(s);
     return real_cuStreamDestroy_v2(s);
@@ -818,6 +959,13 @@ static struct hook_ent hooks[] = {
      (void **)(void *)&real_cuStreamCreateWithPriority, (void *)h_cuStreamCreateWithPriority},
     {"cuStreamDestroy", 0, "cuStreamDestroy_v2", (void **)(void *)&real_cuStreamDestroy_v2,
      (void *)h_cuStreamDestroy_v2},
+    {"cuPointerGetAttribute", 0, "cuPointerGetAttribute",
+     (void **)(void *)&real_cuPointerGetAttribute, (void *)h_cuPointerGetAttribute},
+    {"cuPointerGetAttributes", 0, "cuPointerGetAttributes",
+     (void **)(void *)&real_cuPointerGetAttributes, (void *)h_cuPointerGetAttributes},
+    {"cuDevicePrimaryCtxReset", 0, "cuDevicePrimaryCtxReset_v2",
+     (void **)(void *)&real_cuDevicePrimaryCtxReset_v2, (void *)h_cuDevicePrimaryCtxReset_v2},
+    {"cuStreamGetFlags", 0, "cuStreamGetFlags", (void **)(void *)&real_cuStreamGetFlags, NULL},
     {"cuGetProcAddress", 0, "cuGetProcAddress_v2", SLOT(cuGetProcAddress_v2),
      (void *)w_getproc_v2},
     /* pitched allocations, the program's pools and arrays (program_mem.c) */

@@ -217,7 +217,8 @@ void *gm_next_symbol(const char *name);
 /* ---- device memory (heap.c) ---- */
 typedef enum {
     GM_ALLOC_SYNC = 0, /* cudaMalloc / cuMemAlloc */
-    GM_ALLOC_ASYNC = 1 /* cudaMallocAsync / cuMemAllocAsync */
+    GM_ALLOC_ASYNC = 1, /* cudaMallocAsync / cuMemAllocAsync */
+    GM_FREE_SYNCED = 2  /* gm_heap_free only: cudaFree after its device synchronization */
 } gm_alloc_kind;
 
 /* Serves a device allocation in replace mode. Returns CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY,
@@ -422,5 +423,44 @@ void gm_devused_change(int device, long long delta);
 void gm_devused_event(int ev, unsigned flags, int device, size_t size, uint64_t id);
 /* At exit, before the recorder closes: one sample per device with an active context. */
 void gm_devused_exit(void);
+/* ---- what a program can observe: errors, queries, resets (core.c, driver.c, runtime.c) ----
+ * A failure gpumem decides (an OOM of its allocator, a double free, a bad stream) is replayed
+ * through the real runtime function with the thread marked inside: the runtime's own driver call
+ * reaches gpumem's hook, which answers the armed code without doing anything. The runtime then
+ * sets its return code, its out-parameters and its last-error state itself, exactly as for its
+ * own failure (see preload/README.md, "Indistinguishable"). */
+enum gm_fail_site { GM_FAIL_NONE, GM_FAIL_ALLOC, GM_FAIL_FREE, GM_FAIL_HOST_ALLOC, GM_FAIL_HOST_FREE };
+extern __thread int gm_fail_site __attribute__((tls_model("initial-exec")));
+extern __thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
+/* In a driver hook: 1 and *r set when a replayed failure is armed for this site (consumed). */
+static inline int gm_fail_take(enum gm_fail_site site, CUresult *r)
+{
+    if (gm_fail_site != (int)site)
+        return 0;
+    *r = gm_fail_code;
+    gm_fail_site = GM_FAIL_NONE;
+    return 1;
+}
+/* 1 when `s` is a stream handle the driver accepts (special handles always; others asked of the
+ * real driver with cuStreamGetFlags, cached per thread until a stream is destroyed). */
+int gm_stream_valid(CUstream s);
+/* cudaFree / cuMemFree (device) and cudaFreeHost / cuMemFreeHost (host): synchronize the
+ * device first, as the real calls do, unless GPUMEM_CONF free_sync / free_host_sync is none. */
+int gm_free_sync(int host); /* 1 when it synchronized */
+/* Pointer queries for gpumem's memory (heap.c, pinned.c): 1 and the allocation the program asked
+ * for (base, requested size, a process-unique id) when ptr lies inside a live one; 0 when gpumem
+ * does not own the address; -1 when it lies in gpumem's memory outside any live allocation
+ * (freed, or past the requested end: the driver would not know it). */
+struct gm_alloc_ref {
+    uintptr_t base;
+    size_t size;
+    unsigned long long id;
+    int device; /* -1: pinned host memory */
+};
+int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out);
+int gm_pinned_find(const void *ptr, struct gm_alloc_ref *out);
+/* cudaDeviceReset / cuDevicePrimaryCtxReset: drop the allocator of `dev` (its memory is given
+ * back before the reset destroys it; live blocks are recorded as freed). */
+void gm_heap_reset(int dev);
 
 #endif

@@ -429,7 +429,8 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
         /* freed on a capturing stream: the graph may use the block at every replay */
         int e = capture ? alloc_free_captured(a, ptr, capture, &q)
-                        : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC, (uintptr_t)stream, &q);
+                        : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC,
+                                        kind == GM_FREE_SYNCED ? ALLOC_FREE_SYNCED : (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {
@@ -496,6 +497,61 @@ int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size)
         }
     }
     return 0;
+}
+
+/* The allocation the program asked for, for pointer queries: the block's requested bytes, not
+ * its rounded size nor gpumem's page; ids are the allocator's per-allocation stamps with the top
+ * bit set (never equal to a driver buffer id of the pass-through allocations) and the device. */
+int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+        alloc_block_query_t q;
+        int e = alloc_block_query(a, ptr, &q);
+        if (e == ALLOC_ERR_NOT_OWNED)
+            continue;
+        if (e != ALLOC_OK || ptr - q.base >= (q.requested ? q.requested : 1))
+            return -1;
+        out->base = q.base;
+        out->size = q.requested;
+        out->id = (1ull << 63) | ((unsigned long long)i << 48) | q.alloc_id;
+        out->device = i;
+        return 1;
+    }
+    return 0;
+}
+
+static int reset_walk(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
+                      size_t nb)
+{
+    (void)seg;
+    int dev = (int)(intptr_t)user;
+    for (size_t i = 0; i < nb; i++)
+        if (b[i].state == ALLOC_BLOCK_LIVE) {
+            gm_stat_add(GM_ST_RELEASED, 1);
+            gm_event_id(GM_EV_FREE, dev, 0, b[i].addr, b[i].size, 0, b[i].alloc_id);
+        }
+    return 0;
+}
+
+/* A device reset destroys every allocation of the device's primary context: gpumem gives its
+ * memory back first (while the context still exists), records the live blocks as freed, and
+ * starts a fresh allocator at the next allocation. */
+void gm_heap_reset(int dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&devs_lock);
+    alloc_t *a = atomic_exchange(&dev_alloc[dev], NULL);
+    devs[dev].a = NULL;
+    pthread_mutex_unlock(&devs_lock);
+    if (!a)
+        return;
+    gm_rec_peak_settle(a, dev);
+    alloc_walk(a, reset_walk, (void *)(intptr_t)dev);
+    alloc_destroy(a);
 }
 
 CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b)

@@ -215,8 +215,16 @@ static void arena_create(void)
 }
 
 /* ---- live pointers ------------------------------------------------------------------------ */
-static uintptr_t *live;
+/* Each live allocation with the size the program asked for and a process-unique id: pointer
+ * queries answer for it (cuPointerGetAttribute & co. would otherwise see the pinned extent). */
+struct live_ent {
+    uintptr_t p; /* 0 empty, TOMB removed */
+    size_t size;
+    unsigned long long id;
+};
+static struct live_ent *live;
 static size_t live_cap, live_used, live_n;
+static unsigned long long live_next_id;
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 #define TOMB ((uintptr_t)1)
 
@@ -225,14 +233,14 @@ static size_t live_hash(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A
 static int live_rehash(void)
 {
     size_t ncap = live_n * 4 > live_cap ? (live_cap ? live_cap * 2 : 256) : (live_cap ? live_cap : 256);
-    uintptr_t *n = calloc(ncap, sizeof *n);
+    struct live_ent *n = calloc(ncap, sizeof *n);
     if (!n)
         return -1;
     for (size_t i = 0; i < live_cap; i++) {
-        if (live[i] <= TOMB)
+        if (live[i].p <= TOMB)
             continue;
-        size_t j = live_hash(live[i]) & (ncap - 1);
-        while (n[j])
+        size_t j = live_hash(live[i].p) & (ncap - 1);
+        while (n[j].p)
             j = (j + 1) & (ncap - 1);
         n[j] = live[i];
     }
@@ -243,7 +251,7 @@ static int live_rehash(void)
     return 0;
 }
 
-static int live_add(uintptr_t p)
+static int live_add(uintptr_t p, size_t size)
 {
     pthread_mutex_lock(&live_lock);
     if ((live_used + 1) * 2 > live_cap && live_rehash()) {
@@ -251,11 +259,13 @@ static int live_add(uintptr_t p)
         return -1;
     }
     size_t j = live_hash(p) & (live_cap - 1);
-    while (live[j] > TOMB)
+    while (live[j].p > TOMB)
         j = (j + 1) & (live_cap - 1);
-    if (!live[j])
+    if (!live[j].p)
         live_used++;
-    live[j] = p;
+    live[j].p = p;
+    live[j].size = size;
+    live[j].id = ++live_next_id;
     live_n++;
     pthread_mutex_unlock(&live_lock);
     return 0;
@@ -267,9 +277,9 @@ static int live_remove(uintptr_t p)
     pthread_mutex_lock(&live_lock);
     if (live_cap) {
         size_t j = live_hash(p) & (live_cap - 1);
-        while (live[j]) {
-            if (live[j] == p) {
-                live[j] = TOMB;
+        while (live[j].p) {
+            if (live[j].p == p) {
+                live[j].p = TOMB;
                 live_n--;
                 found = 1;
                 break;
@@ -315,7 +325,7 @@ CUresult gm_pinned_alloc(void **out, size_t size)
         gm_stat_add(GM_ST_OOM, 1);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (live_add((uintptr_t)p)) {
+    if (live_add((uintptr_t)p, size)) {
         gm_je_dallocx(p, fl);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -333,6 +343,38 @@ int gm_pinned_owns(const void *ptr)
     long i = reg_find((uintptr_t)ptr);
     pthread_mutex_unlock(&regs_lock);
     return i >= 0;
+}
+
+/* The live pinned allocation containing ptr: its start by hash, an interior pointer by a scan
+ * (pointer queries on interior pinned addresses are rare). */
+int gm_pinned_find(const void *ptr, struct gm_alloc_ref *out)
+{
+    if (!gm_pinned_owns(ptr))
+        return 0;
+    uintptr_t p = (uintptr_t)ptr;
+    int found = -1;
+    pthread_mutex_lock(&live_lock);
+    if (live_cap) {
+        size_t j = live_hash(p) & (live_cap - 1);
+        struct live_ent *hit = NULL;
+        while (live[j].p && !hit) {
+            if (live[j].p == p)
+                hit = &live[j];
+            j = (j + 1) & (live_cap - 1);
+        }
+        for (size_t i = 0; i < live_cap && !hit; i++)
+            if (live[i].p > TOMB && p >= live[i].p && p - live[i].p < live[i].size)
+                hit = &live[i];
+        if (hit) {
+            out->base = hit->p;
+            out->size = hit->size;
+            out->id = (3ull << 62) | hit->id;
+            out->device = -1;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return found;
 }
 
 int gm_pinned_free(void *ptr, CUresult *res)

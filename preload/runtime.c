@@ -53,12 +53,16 @@ REAL(cudaMallocHost, malloc_fn)
 REAL(cudaHostAlloc, hostalloc_fn)
 REAL(cudaFreeHost, free_fn)
 REAL(cudaMallocManaged, managed_fn)
+typedef cudaError_t (*reset_fn)(void);
+REAL(cudaDeviceReset, reset_fn)
 
 /* No runtime behind gpumem (a program that found these names with dlsym in a process without
  * libcudart): the error the runtime gives when it cannot initialise. */
 #define NO_RUNTIME cudaErrorInitializationError
 
 static __thread int rt_thread_ready;
+/* bumped by cudaDeviceReset: every thread lets the runtime re-initialise before serving again */
+static _Atomic int rt_reset_gen = 1;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 
 /* Before gpumem decides anything at the first runtime call: let the real runtime initialise
@@ -88,7 +92,8 @@ static gm_mode_t rt_mode(void)
  * Returns the device of the current context. */
 static cudaError_t rt_prepare(CUdevice *dev)
 {
-    if (!rt_thread_ready) {
+    int gen = atomic_load_explicit(&rt_reset_gen, memory_order_acquire);
+    if (rt_thread_ready != gen) {
         free_fn f = real_cudaFree();
         if (f) {
             gm_inside_enter();
@@ -97,7 +102,7 @@ static cudaError_t rt_prepare(CUdevice *dev)
             if (e != cudaSuccess)
                 return e;
         }
-        rt_thread_ready = 1;
+        rt_thread_ready = gen;
     }
     return gm_rt_error(gm_driver_ensure_context(dev));
 }
@@ -110,20 +115,84 @@ static int current_device(void)
     return d;
 }
 
+/* ---- failures the program must see as the runtime's own ------------------------------------
+ * gpumem decided a failure (its allocator's OOM, a double free, a bad stream): the real runtime
+ * function is called with the same arguments and the failure armed for the driver hook it will
+ * reach (gm_fail_take in driver.c), so the return code, the out-parameters (*p = NULL) and the
+ * runtime's last-error state are the runtime's own. Why not set them directly: the runtime
+ * keeps its last error privately, and which code and out-parameter each entry point gives for a
+ * driver failure (17 for a bad cudaFree, 1 for a bad cudaFreeAsync, ...) is the runtime's
+ * business — replaying it cannot drift from the real library, a table would. */
+static void fail_arm(enum gm_fail_site site, CUresult r)
+{
+    gm_fail_code = r;
+    gm_fail_site = site;
+    gm_inside_enter();
+}
+/* 1 when the armed failure was consumed by a driver hook */
+static int fail_disarm(void)
+{
+    gm_inside_leave();
+    int used = gm_fail_site == GM_FAIL_NONE;
+    gm_fail_site = GM_FAIL_NONE;
+    return used;
+}
+
+/* An allocation entry point's failure. `p` was not written by gpumem. If the runtime did not go
+ * through the hook (it allocated for real), its allocation is undone and gpumem answers. */
+#define RT_ALLOC_FAILED(site, r, real, free_real, p, ...)                                          \
+    do {                                                                                           \
+        if (!(real))                                                                               \
+            return gm_rt_error(r);                                                                 \
+        fail_arm((site), (r));                                                                     \
+        cudaError_t e_ = (real)(p, __VA_ARGS__);                                                   \
+        if (!fail_disarm() && e_ == cudaSuccess) {                                                 \
+            free_fn fr_ = (free_real);                                                             \
+            gm_inside_enter();                                                                     \
+            if (fr_ && *(p))                                                                       \
+                fr_(*(p));                                                                         \
+            gm_inside_leave();                                                                     \
+            *(p) = NULL;                                                                           \
+            return gm_rt_error(r);                                                                 \
+        }                                                                                          \
+        return e_;                                                                                 \
+    } while (0)
+
+/* A free entry point's failure: the runtime answers for the same pointer. */
+static cudaError_t rt_free_failed(enum gm_fail_site site, CUresult r, void *p, cudaStream_t s,
+                                  int async, free_fn real_sync, free_async_fn real_async)
+{
+    if (async ? !real_async : !real_sync)
+        return gm_rt_error(r);
+    fail_arm(site, r);
+    cudaError_t e = async ? real_async(p, s) : real_sync(p);
+    if (!fail_disarm())
+        return gm_rt_error(r);
+    return e;
+}
+
 /* ---- device memory ------------------------------------------------------------------------- */
 
-static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind kind)
+/* Serves an allocation; a failure is returned as a driver code in *fail (the caller replays
+ * it through the real runtime), cudaSuccess then. */
+static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind kind,
+                            CUresult *fail)
 {
     CUdevice dev;
-    if (!p)
-        return cudaErrorInvalidValue;
+    *fail = CUDA_SUCCESS;
     cudaError_t e = rt_prepare(&dev);
     if (e != cudaSuccess)
         return e;
+    if (kind == GM_ALLOC_ASYNC && !gm_stream_valid((CUstream)s)) {
+        *fail = CUDA_ERROR_INVALID_HANDLE;
+        return cudaSuccess;
+    }
     CUdeviceptr d = 0;
     CUresult r = gm_heap_alloc(&d, size, dev, (CUstream)s, kind);
-    if (r != CUDA_SUCCESS)
-        return gm_rt_error(r);
+    if (r != CUDA_SUCCESS) {
+        *fail = r;
+        return cudaSuccess;
+    }
     *p = (void *)(uintptr_t)d;
     return cudaSuccess;
 }
@@ -172,8 +241,13 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     gm_stat_add(GM_ST_RT_MALLOC, 1);
     malloc_fn real = real_cudaMalloc();
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE)
-        return rt_alloc(p, size, 0, GM_ALLOC_SYNC);
+    if (m == GM_MODE_REPLACE && p) { /* p NULL: the runtime's own refusal, below */
+        CUresult fail;
+        cudaError_t e = rt_alloc(p, size, 0, GM_ALLOC_SYNC, &fail);
+        if (fail != CUDA_SUCCESS)
+            RT_ALLOC_FAILED(GM_FAIL_ALLOC, fail, real, real_cudaFree(), p, size);
+        return e;
+    }
     if (!real)
         return NO_RUNTIME;
     gm_inside_enter();
@@ -190,9 +264,14 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
     gm_mode_t m = rt_mode();
     if (m == GM_MODE_REPLACE && p) {
         CUresult res;
-        if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s,
-                         async ? GM_ALLOC_ASYNC : GM_ALLOC_SYNC, &res))
-            return gm_rt_error(res);
+        if (async && !gm_stream_valid((CUstream)s))
+            return rt_free_failed(GM_FAIL_FREE, CUDA_ERROR_INVALID_HANDLE, p, s, async, real_sync,
+                                  real_async);
+        gm_alloc_kind kind = async ? GM_ALLOC_ASYNC : gm_free_sync(0) ? GM_FREE_SYNCED : GM_ALLOC_SYNC;
+        if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s, kind, &res))
+            return res == CUDA_SUCCESS ? cudaSuccess
+                                       : rt_free_failed(GM_FAIL_FREE, res, p, s, async, real_sync,
+                                                        real_async);
     }
     if (m != GM_MODE_OFF && p)
         rt_record_free(p, s, async);
@@ -228,8 +307,15 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
     /* inside a graph capture too: the capture's allocations come from its private pools */
+    if (m == GM_MODE_REPLACE && p) {
+        CUresult fail;
+        cudaError_t e = rt_alloc(p, size, s, GM_ALLOC_ASYNC, &fail);
+        if (fail != CUDA_SUCCESS)
+            RT_ALLOC_FAILED(GM_FAIL_ALLOC, fail, real, real_cudaFree(), p, size, s);
+        return e;
+    }
     if (m == GM_MODE_REPLACE)
-        return rt_alloc(p, size, s, GM_ALLOC_ASYNC);
+        m = GM_MODE_RECORD; /* no out-parameter: the runtime's own answer, recorded */
     if (!real)
         return NO_RUNTIME;
     gm_inside_enter();
@@ -328,19 +414,44 @@ GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flag
     return e;
 }
 
+/* A device reset destroys every allocation of the device: gpumem's allocator gives its memory
+ * back first and starts afresh (heap.c), then the real reset runs. */
+GM_EXPORT cudaError_t cudaDeviceReset(void)
+{
+    reset_fn real = real_cudaDeviceReset();
+    if (rt_mode() == GM_MODE_REPLACE) {
+        CUdevice dev;
+        if (rt_prepare(&dev) == cudaSuccess)
+            gm_heap_reset(dev);
+        atomic_fetch_add_explicit(&rt_reset_gen, 1, memory_order_release);
+    }
+    if (!real)
+        return NO_RUNTIME;
+    gm_inside_enter();
+    cudaError_t e = real();
+    gm_inside_leave();
+    return e;
+}
+
 /* ---- pinned host memory ------------------------------------------------------------------ */
 
 static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_flags)
 {
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && !(flags & cudaHostAllocWriteCombined)) {
+    if (m == GM_MODE_REPLACE && p && !(flags & cudaHostAllocWriteCombined)) {
         CUdevice dev;
-        if (!p)
-            return cudaErrorInvalidValue;
         cudaError_t e = rt_prepare(&dev);
         if (e != cudaSuccess)
             return e;
-        return gm_rt_error(gm_pinned_alloc(p, size));
+        CUresult r = flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped)
+                         ? CUDA_ERROR_INVALID_VALUE
+                         : gm_pinned_alloc(p, size);
+        if (r == CUDA_SUCCESS)
+            return cudaSuccess;
+        if (has_flags)
+            RT_ALLOC_FAILED(GM_FAIL_HOST_ALLOC, r, real_cudaHostAlloc(), real_cudaFreeHost(), p,
+                            size, flags);
+        RT_ALLOC_FAILED(GM_FAIL_HOST_ALLOC, r, real_cudaMallocHost(), real_cudaFreeHost(), p, size);
     }
     cudaError_t e;
     gm_inside_enter();
@@ -375,8 +486,11 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
     gm_mode_t m = rt_mode();
     if (m == GM_MODE_REPLACE && p) {
         CUresult res;
+        gm_free_sync(1);
         if (gm_pinned_free(p, &res))
-            return gm_rt_error(res);
+            return res == CUDA_SUCCESS
+                       ? cudaSuccess
+                       : rt_free_failed(GM_FAIL_HOST_FREE, res, p, 0, 0, real_cudaFreeHost(), NULL);
     }
     if (m != GM_MODE_OFF && p)
         rt_record_free(p, 0, 0);
