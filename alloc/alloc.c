@@ -2135,7 +2135,7 @@ void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
 {
     LOCK(a);
     /* frees whose work has completed count as free as soon as anyone asks (cudaMemGetInfo) */
-    if (a->fence_head && a->be.event_query) process_fences(a, false);
+    if (a->be.event_query) process_fences(a);
     size_t dfree, dtotal;
     device_info(a, &dfree, &dtotal);
     size_t total = dtotal;
