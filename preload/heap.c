@@ -419,6 +419,10 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         return 1;
     }
     uintptr_t capture = 0;
+    int synced_device = -1;
+    CUdevice cur;
+    if (kind == GM_FREE_SYNCED && gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&cur) == CUDA_SUCCESS)
+        synced_device = (int)cur;
     stream = kind == GM_ALLOC_ASYNC ? (CUstream)heap_key(stream, &capture)
                                     : (CUstream)gm_stream_key(stream);
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
@@ -427,10 +431,13 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
             continue;
         alloc_block_query_t q;
         gm_rec_peak_settle(a, i); /* a pending peak snapshot sees the state before this free */
+        /* free_sync synchronized the current context's device: that covers the block only
+         * when it lives there (a cudaFree of another device's memory is fenced instead) */
+        int synced = kind == GM_FREE_SYNCED && synced_device == i;
         /* freed on a capturing stream: the graph may use the block at every replay */
         int e = capture ? alloc_free_captured(a, ptr, capture, &q)
                         : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC,
-                                        kind == GM_FREE_SYNCED ? ALLOC_FREE_SYNCED : (uintptr_t)stream, &q);
+                                        synced ? ALLOC_FREE_SYNCED : (uintptr_t)stream, &q);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {
