@@ -9,7 +9,10 @@
 #   3. prints tokens/s of gpt2 124M at B=8, T=1024 (10 steps) without and with the preload
 #      (LD_PRELOAD=$BUILD/libgpumem.so, when it was built);
 #   4. the `pytorch` presets against PyTorch itself (tests/gpu/pytorch_parity.sh: replayed peak
-#      reserved within 1% of torch.cuda.max_memory_reserved(); skipped without PyTorch).
+#      reserved within 1% of torch.cuda.max_memory_reserved(); skipped without PyTorch);
+#   5. PyTorch under gpumem three ways (tests/gpu/pytorch_three_ways.sh: plain, LD_PRELOAD with
+#      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, peak requested
+#      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -53,4 +56,6 @@ else
 fi
 BUILD=$BUILD bash tests/gpu/pytorch_parity.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the preset parity check was skipped" ;; *) fail=1 ;; esac
+BUILD=$BUILD bash tests/gpu/pytorch_three_ways.sh
+case $? in 0) ;; 77) echo "note: no PyTorch here; the three-ways check was skipped" ;; *) fail=1 ;; esac
 exit $fail
