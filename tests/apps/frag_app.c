@@ -7,10 +7,35 @@
  * fragments. Prints the calls' results, so a test can check the program saw the OOM. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <string.h>
 
 #define N 15
 
-int main(void) {
+/* "cross": two streams, blocks allocated on one and freed in stream order on the other (and
+ * the other way round), sizes that make the allocator split, merge and grow: the replay of the
+ * recorded trace must find the same peak reserved as the run. */
+static int cross_streams(void) {
+    cudaStream_t s[2];
+    if (cudaStreamCreate(&s[0]) != cudaSuccess || cudaStreamCreate(&s[1]) != cudaSuccess) return 1;
+    void *p[64] = {0};
+    for (int round = 0; round < 6; round++) {
+        for (int i = 0; i < 64; i++) {
+            size_t sz = ((size_t)(1 + (i * 7 + round * 3) % 23) << 20) + (size_t)(i % 5) * 4096;
+            if (cudaMallocAsync(&p[i], sz, s[i % 2]) != cudaSuccess) return 1;
+        }
+        for (int i = 0; i < 64; i++)
+            if (i % 3 != round % 3 && cudaFreeAsync(p[i], s[(i + 1) % 2]) == cudaSuccess) p[i] = NULL;
+        cudaStreamSynchronize(s[0]);
+        for (int i = 0; i < 64; i++)
+            if (p[i] && cudaFreeAsync(p[i], s[i % 2]) == cudaSuccess) p[i] = NULL;
+    }
+    cudaDeviceSynchronize();
+    printf("cross-stream rounds done\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "cross")) return cross_streams();
     void *p[N] = {0};
     for (int i = 0; i < N; i++) {
         cudaError_t e = cudaMalloc(&p[i], (size_t)4 << 20);

@@ -11,7 +11,7 @@
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim
-for f in "$GM" "$TRAIN"; do [[ -x $f ]] || { echo "snapshot_tune: $f not built" >&2; exit 1; }; done
+for f in "$GM" "$TRAIN" "$BUILD/tests/apps/frag_app"; do [[ -x $f ]] || { echo "snapshot_tune: $f not built" >&2; exit 1; }; done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gmtune-XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "snapshot_tune: FAIL: $*" >&2; exit 1; }
@@ -66,6 +66,19 @@ set +e
 "$GM" tune --json --limit 1G "$TMP/pt.db" > "$TMP/tiny.json"; rc=$?
 [[ $rc == 1 ]] || fail "--limit 1G: want exit 1, got $rc"
 jq -e '.recommended == null and (.results | all(.oom))' "$TMP/tiny.json" > /dev/null || fail "--limit 1G: something fits?"
+
+# exact replay across streams: frag_app cross allocates on two streams and frees each block in
+# stream order on the other one; the recorded configuration's replay finds the run's peak
+# reserved to the byte (the virtual GPU's default mode, where stream work completes at issue)
+APP=$BUILD/tests/apps/frag_app
+for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
+  GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$c: cross-stream run"; }
+  "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run"
+  jq -e --arg c "$c" '[.results[] | select(.conf == $c)][0].peak_reserved == .recorded.peak_reserved' "$TMP/x.json" > /dev/null \
+    || fail "$c: the cross-stream replay does not reproduce the recorded peak reserved ($(jq -c --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)]' "$TMP/x.json"))"
+  rm -f "$TMP/x.db"
+done
+echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpumem, pytorch, pytorch-expandable)"
 
 # 3. usage
 "$GM" tune > /dev/null 2>&1; [[ $? == 2 ]] || fail "no database: want exit 2"
