@@ -272,7 +272,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     /* pitched / pool: set by the hook for this allocation, consumed here either way */
     unsigned shape = 0;
     if (is_alloc_event(ev) && requested) {
-        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL);
+        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL | GM_EVF_FRAMEWORK);
         gm_next_alloc_flags = 0;
     }
     /* before the pointer reaches the program: the launch pre-filter must know its range */
@@ -759,16 +759,22 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
     if (gm_driver_ensure_context(&dev) != CUDA_SUCCESS)
         return NULL;
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
+    /* the framework's own allocations: a replay under PyTorch's presets caches only these
+     * (the others, cuBLAS workspaces, NCCL buffers, become `ax` lines: gm_export.c) */
+    gm_next_alloc_flags = GM_EVF_FRAMEWORK;
     if (m == GM_MODE_REPLACE) {
-        if (gm_heap_alloc(&p, (size_t)size, device, (CUstream)stream, GM_ALLOC_ASYNC))
-            return NULL;
-        return (void *)(uintptr_t)p;
+        CUresult r = gm_heap_alloc(&p, (size_t)size, device, (CUstream)stream, GM_ALLOC_ASYNC);
+        gm_next_alloc_flags = 0;
+        return r ? NULL : (void *)(uintptr_t)p;
     }
-    if (gm_real.cuMemAlloc_v2(&p, (size_t)size) != CUDA_SUCCESS)
+    if (gm_real.cuMemAlloc_v2(&p, (size_t)size) != CUDA_SUCCESS) {
+        gm_next_alloc_flags = 0;
         return NULL;
+    }
     gm_stat_add(GM_ST_PASSTHROUGH, 1);
     gm_pt_add(p, (size_t)size, GM_PT_DEVICE);
     gm_event(GM_EV_ALLOC, device, (CUstream)stream, p, (size_t)size, (size_t)size);
+    gm_next_alloc_flags = 0;
     return (void *)(uintptr_t)p;
 }
 

@@ -9,7 +9,10 @@
  * Frees that match no recorded allocation (before the recording started, or foreign) are left
  * out: the replay could not place them. A record_stream of a live allocation (kind 21, events.addr
  * = the allocation, events.stream = the stream it is used on) becomes "rs <id> <stream>"; the
- * replay then holds its free back as PyTorch does (alloc/README.md, trace format).
+ * replay then holds its free back as PyTorch does (alloc/README.md, trace format). In a recording
+ * made through PyTorch's pluggable allocator (some allocation carries REC_F_FRAMEWORK, from
+ * gpumem_torch_malloc), the other device allocations — libraries' own cudaMalloc calls — are
+ * "ax <id> <requested> <stream>": the pytorch presets replay them outside their cache.
  *
  * Like the reports, this is one sequential pass over `events` with a hash map of live
  * allocations keyed by address, so a database from a killed process (no alloc_life rows for
@@ -26,9 +29,24 @@
 
 #include <inttypes.h>
 
+/* 1 when some allocation was made through the framework's allocator hook (REC_F_FRAMEWORK). */
+static int has_framework_allocs(gm_db *d) {
+    sqlite3_stmt *s;
+    int has = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind IN (1, 3) AND (flags & 4096) != 0 LIMIT 1", -1,
+                           &s, NULL) == SQLITE_OK) {
+        has = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_finalize(s);
+    }
+    return has;
+}
+
 int gm_export_trace(gm_db *d, FILE *out) {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream FROM events "
+    /* a recording through PyTorch's pluggable allocator: what did not come through it (cuBLAS
+     * workspaces, NCCL buffers) is "ax", which the pytorch presets do not cache */
+    int framework = has_framework_allocs(d);
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags FROM events "
                                   "WHERE kind IN (1, 2, 3, 4, 21) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -46,7 +64,9 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 rc = SQLITE_NOMEM;
                 break;
             }
-            fprintf(out, "a %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), stream);
+            int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
+            fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? "ax" : "a", seq,
+                    (int64_t)sqlite3_column_int64(s, 3), stream);
         } else if (kind == 21) { /* record_stream (the streams work's REC_RECORD_STREAM) */
             const uint64_t *birth = u64map_get(&live, addr);
             if (!birth) continue;

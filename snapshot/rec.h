@@ -92,6 +92,8 @@ enum rec_devinfo_when {
 #define REC_F_CACHE_MISS 0x200u /* allocation needed the driver (segment grew / new memory) */
 #define REC_F_PITCHED 0x400u    /* pitched or 3D allocation (cuMemAllocPitch, cudaMallocPitch/3D) */
 #define REC_F_POOL 0x800u       /* allocation from a pool the program chose (cuMemAllocFromPoolAsync) */
+#define REC_F_FRAMEWORK 0x1000u /* allocation made through the framework's allocator hook
+                                   (gpumem_torch_malloc: PyTorch's pluggable allocator) */
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

@@ -2,7 +2,8 @@
 -- 1.1 added ooms.name and the inlines table; 1.2 the launches table and uses.access (access
 -- tracking); 1.3 frames.python (Python frames in stacks), event kinds 21..28 (record_stream,
 -- the program's own VMM, pools and arrays, the driver's cuMemGetInfo samples) and event flags
--- 1024 (pitched) and 2048 (from a program's pool); readers accept older files without them.
+-- 1024 (pitched), 2048 (from a program's pool) and 4096 (made through the framework's hook,
+-- gpumem_torch_malloc); readers accept older files without them.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor

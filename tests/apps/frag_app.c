@@ -6,8 +6,10 @@
  * fits no free block and no new segment: an OOM with more than enough memory free in
  * fragments. Prints the calls' results, so a test can check the program saw the OOM. */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #define N 15
 
@@ -34,8 +36,29 @@ static int cross_streams(void) {
     return 0;
 }
 
+/* "torch": allocations through gpumem's PyTorch pluggable-allocator entry points (as PyTorch
+ * makes them) beside a library's own cudaMalloc (as cuBLAS makes its workspace): the trace
+ * export tells them apart ("a" and "ax"). */
+static int torch_and_library(void) {
+    void *(*tmalloc)(ssize_t, int, void *) = (void *(*)(ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_malloc");
+    void (*tfree)(void *, ssize_t, int, void *) = (void (*)(void *, ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_free");
+    if (!tmalloc || !tfree) {
+        printf("gpumem_torch_malloc not found (run under gpumem)\n");
+        return 1;
+    }
+    void *work = NULL;
+    if (cudaMalloc(&work, (size_t)4 << 20) != cudaSuccess) return 1; /* the library's workspace */
+    void *t[8];
+    for (int i = 0; i < 8; i++) t[i] = tmalloc((ssize_t)(i + 1) << 20, 0, NULL);
+    for (int i = 0; i < 8; i++) tfree(t[i], (ssize_t)(i + 1) << 20, 0, NULL);
+    cudaFree(work);
+    printf("torch and library allocations done\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "cross")) return cross_streams();
+    if (argc > 1 && !strcmp(argv[1], "torch")) return torch_and_library();
     void *p[N] = {0};
     for (int i = 0; i < N; i++) {
         cudaError_t e = cudaMalloc(&p[i], (size_t)4 << 20);

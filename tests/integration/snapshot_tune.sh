@@ -80,6 +80,14 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
 done
 echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpumem, pytorch, pytorch-expandable)"
 
+# a recording through the pluggable-allocator entry points: the trace tells the framework's
+# allocations ("a") from a library's own ("ax", which the pytorch presets do not cache)
+"$GM" record -q -o "$TMP/t.db" -- "$APP" torch > "$TMP/t.txt" 2>&1 || { cat "$TMP/t.txt"; fail "torch-style run"; }
+"$GM" export --format trace "$TMP/t.db" > "$TMP/t.trace" || fail "export of the torch-style run"
+[[ $(grep -c '^a ' "$TMP/t.trace") == 8 && $(grep -c '^ax ' "$TMP/t.trace") == 1 ]] \
+  || { cat "$TMP/t.trace"; fail "want 8 'a' lines (gpumem_torch_malloc) and 1 'ax' (cudaMalloc)"; }
+echo "ok: framework allocations 'a', a library's own 'ax' in the trace"
+
 # 3. usage
 "$GM" tune > /dev/null 2>&1; [[ $? == 2 ]] || fail "no database: want exit 2"
 "$GM" tune --objective speed "$TMP/pt.db" > /dev/null 2>&1; [[ $? == 2 ]] || fail "bad objective: want exit 2"
