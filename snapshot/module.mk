@@ -35,7 +35,10 @@ GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
                   $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
                   $(SNAP_DIR)/gm_tune_cmd.o
-$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
+# export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
+GM_IO_OBJS := $(SNAP_DIR)/gm_export_fmt.o $(SNAP_DIR)/gm_pickle.o $(SNAP_DIR)/gm_import.o \
+              $(SNAP_DIR)/gm_diff.o $(SNAP_DIR)/rec_schema.o
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
 ALL_TARGETS += $(BUILD)/gpumem
