@@ -263,6 +263,10 @@ int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *
 int gm_export_torch(gm_db *d, gm_model *m, FILE *out);
 /* `gpumem import` (gm_import.c) and `gpumem diff` (gm_diff.c): argv[0] is the command. */
 int gm_cmd_import(int argc, char **argv);
+/* The pickle buf[0..n) (a PyTorch memory snapshot; source names it in meta) into a new database
+ * at dbpath. Returns 0 with the number of events, or -1 with a one-line reason in err. */
+int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath, uint64_t *events,
+                     char *err, size_t errsz);
 int gm_cmd_diff(int argc, char **argv);
 
 /* Formatting */

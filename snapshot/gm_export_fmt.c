@@ -7,7 +7,8 @@
  * torch: PyTorch's memory snapshot (torch.cuda.memory._snapshot()), pickled at protocol 2 by
  * gm_pickle.c: {"segments": [...], "device_traces": [[...] per device], "allocator_settings":
  * {...}}. Segments and blocks are the exit snapshot's (reason 3; else the last snapshot);
- * device_traces hold one entry per event: alloc (cudaMalloc, cudaMallocAsync), free_requested
+ * total_size is the mapped part of a segment (PyTorch's blocks cover it; expandable segments'
+ * unmapped tail is not listed, as in PyTorch); device_traces hold one entry per event: alloc (cudaMalloc, cudaMallocAsync), free_requested
  * and free_completed (a free), segment_map / segment_unmap (the allocator mapped or unmapped
  * memory into a segment), segment_alloc / segment_free (a plain driver allocation), oom. Each
  * entry has action, addr, size, stream (the CUstream handle), time_us (since the recording
@@ -119,6 +120,7 @@ static int snapshot_to_export(gm_db *d, int64_t *snap_id) {
 
 static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64map *live_stack) {
     int64_t snap;
+    (void)streams;
     gpk_list_begin(out);
     if (snapshot_to_export(d, &snap) != 0) return -1;
     if (snap < 0) {
@@ -126,7 +128,7 @@ static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64
         return 0;
     }
     sqlite3_stmt *sg, *bl;
-    if (sqlite3_prepare_v2(d->db, "SELECT idx, device, stream, addr, size, flags FROM segments WHERE snapshot = ?1 ORDER BY addr",
+    if (sqlite3_prepare_v2(d->db, "SELECT idx, device, stream, addr, mapped, flags FROM segments WHERE snapshot = ?1 ORDER BY addr",
                            -1, &sg, NULL) != SQLITE_OK)
         return -1;
     if (sqlite3_prepare_v2(d->db, "SELECT addr, state, size, requested FROM blocks WHERE snapshot = ?1 AND segment = ?2 ORDER BY addr",
@@ -153,7 +155,7 @@ static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64
         gpk_key(out, "device"), gpk_int(out, sqlite3_column_int(sg, 1));
         gpk_key(out, "address"), gpk_uint(out, (uint64_t)sqlite3_column_int64(sg, 3));
         gpk_key(out, "total_size"), gpk_uint(out, (uint64_t)sqlite3_column_int64(sg, 4));
-        gpk_key(out, "stream"), gpk_uint(out, stream_handle(d, streams, sqlite3_column_int64(sg, 2)));
+        gpk_key(out, "stream"), gpk_uint(out, (uint64_t)sqlite3_column_int64(sg, 2)); /* segments.stream: the handle */
         gpk_key(out, "segment_type"), gpk_str(out, flags & REC_SEG_F_SMALL_POOL ? "small" : "large");
         gpk_key(out, "segment_pool_id"), gpk_list_begin(out), gpk_int(out, 0), gpk_int(out, 0), gpk_list_end(out);
         gpk_key(out, "is_expandable"), gpk_bool(out, (flags & REC_SEG_F_EXPANDABLE) != 0);

@@ -6,7 +6,8 @@
  * The pickle is read by gm_pickle.c, which never executes anything and bounds its memory. The
  * database is written through the recorder's schema (snapshot/schema.sql):
  *   - device_traces (every device, merged in time_us order) become events: alloc -> alloc (1),
- *     free_requested -> free (2) (free_completed frees only what free_requested did not),
+ *     free_requested -> free (2), or at its free_completed when that comes later (a block used on
+ *     another stream, which PyTorch does not reuse before then: it stays allocated until then),
  *     segment_alloc / segment_free -> driver_alloc / driver_free (18, 19), segment_map /
  *     segment_unmap -> seg_map / seg_unmap (14, 15), oom -> an oom event (13) and an `ooms` row
  *     (allocated and reserved at that moment, device_free from the entry);
@@ -248,6 +249,21 @@ static int cmp_tref(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* A free_requested whose free_completed comes later (the block was used on another stream:
+ * PyTorch does not reuse it before then): the free is imported at its completion, so that the
+ * database's allocations, and its trace for gpumem-replay, hold the block as long as PyTorch
+ * did. A completion right after the request, or none found, frees at the request. */
+static int completes_later(const gpk_val *list, size_t idx, uint64_t addr) {
+    for (size_t j = idx + 1; j < list->len && j < idx + 100000; j++) {
+        const gpk_val *e = list->items[j];
+        const char *a = gpk_as_str(gpk_get(e, "action"));
+        if (!a || u64_of(e, "addr") != addr) continue;
+        if (!strcmp(a, "free_completed")) return j > idx + 1;
+        if (!strcmp(a, "alloc") || !strcmp(a, "free_requested")) return 0;
+    }
+    return 0;
+}
+
 typedef struct lv {
     uint64_t seq, size;
     int device;
@@ -362,6 +378,7 @@ static int import_doc(imp *im, const gpk_val *root) {
             allocated += size;
         } else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed")) {
             uint64_t i;
+            if (a[5] == 'r' && completes_later(traces->items[dev], refs[r].idx, addr)) continue;
             if (!u64map_del(&live, addr, &i)) continue;
             if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) { rc = -1; break; }
             sqlite3_bind_int64(im->life, 1, (int64_t)lives[i].seq);
@@ -462,6 +479,60 @@ static int import_doc(imp *im, const gpk_val *root) {
     return rc;
 }
 
+int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath, uint64_t *events,
+                     char *err, size_t errsz) {
+    gpk_doc doc;
+    if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) {
+        gpk_free(&doc);
+        return -1;
+    }
+    if (!doc.root || doc.root->type != GPK_DICT) {
+        snprintf(err, errsz, "not a PyTorch memory snapshot (the pickle holds no dict)");
+        gpk_free(&doc);
+        return -1;
+    }
+    imp im = {.path = source};
+    int rc = -1;
+    if (sqlite3_open(dbpath, &im.db) != SQLITE_OK) {
+        snprintf(im.err, sizeof im.err, "cannot create %s: %s", dbpath, im.db ? sqlite3_errmsg(im.db) : "out of memory");
+    } else {
+        char pragmas[200];
+        snprintf(pragmas, sizeof pragmas, "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;",
+                 REC_APPLICATION_ID);
+        if (exec(&im, pragmas) == 0 && exec(&im, "BEGIN") == 0 && exec(&im, rec_schema_sql) == 0 &&
+            u64map_init(&im.streams, 64) == 0 &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, stack) "
+                                      "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)", -1, &im.ev, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO frames (id, function, file, line, symbolized, python) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+                               -1, &im.frame, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &im.stack, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1, &im.life, NULL) == SQLITE_OK) {
+            if (import_doc(&im, doc.root) == 0) {
+                char sql[5000], *q = sqlite3_mprintf("%q", im.path);
+                snprintf(sql, sizeof sql,
+                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), ('gpumem_version', '0.1.0'),"
+                         "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', %" PRIu64 "),"
+                         "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', 'PyTorch memory snapshot %s');"
+                         "INSERT INTO threads VALUES (0, 0, 'main');",
+                         im.seq, im.max_depth, q ? q : "", q ? q : "");
+                sqlite3_free(q);
+                if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
+            }
+        } else if (!im.err[0]) {
+            sqlfail(&im, "creating the schema");
+        }
+    }
+    sqlite3_finalize(im.ev), sqlite3_finalize(im.frame), sqlite3_finalize(im.stack), sqlite3_finalize(im.life);
+    if (im.db) sqlite3_close(im.db);
+    btab_free(&im.frames);
+    btab_free(&im.stacks);
+    u64map_free(&im.streams);
+    *events = im.seq;
+    gpk_free(&doc);
+    if (rc != 0) snprintf(err, errsz, "%s", im.err[0] ? im.err : "import failed");
+    return rc;
+}
+
 int gm_cmd_import(int argc, char **argv) {
     const char *in = NULL, *outp = NULL;
     int force = 0;
@@ -504,69 +575,20 @@ int gm_cmd_import(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     fclose(f);
-    gpk_doc doc;
-    char err[512];
-    if (gpk_parse(buf, n, 0, &doc, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem import: %s: %s\n", in, err);
-        gpk_free(&doc);
-        free(buf);
-        return GM_EXIT_BADDB;
-    }
-    free(buf);
-    if (!doc.root || doc.root->type != GPK_DICT) {
-        fprintf(stderr, "gpumem import: %s: not a PyTorch memory snapshot (the pickle holds no dict)\n", in);
-        gpk_free(&doc);
-        return GM_EXIT_BADDB;
-    }
-    if (force) unlink(outp);
-    char tmp[4200];
+    char tmp[4200], err[8192];
     snprintf(tmp, sizeof tmp, "%s.importing", outp);
     unlink(tmp);
-    imp im = {.path = in};
-    int rc = -1;
-    if (sqlite3_open(tmp, &im.db) != SQLITE_OK) {
-        snprintf(im.err, sizeof im.err, "cannot create %s: %s", tmp, im.db ? sqlite3_errmsg(im.db) : "out of memory");
-    } else {
-        char pragmas[200];
-        snprintf(pragmas, sizeof pragmas, "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;",
-                 REC_APPLICATION_ID);
-        if (exec(&im, pragmas) == 0 && exec(&im, "BEGIN") == 0 && exec(&im, rec_schema_sql) == 0 &&
-            u64map_init(&im.streams, 64) == 0 &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, stack) "
-                                      "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)", -1, &im.ev, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO frames (id, function, file, line, symbolized, python) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
-                               -1, &im.frame, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &im.stack, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1, &im.life, NULL) == SQLITE_OK) {
-            if (import_doc(&im, doc.root) == 0) {
-                char sql[5000], *q = sqlite3_mprintf("%q", in);
-                snprintf(sql, sizeof sql,
-                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), ('gpumem_version', '0.1.0'),"
-                         "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', %" PRIu64 "),"
-                         "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', 'PyTorch memory snapshot %s');"
-                         "INSERT INTO threads VALUES (0, 0, 'main');",
-                         im.seq, im.max_depth, q ? q : "", q ? q : "");
-                sqlite3_free(q);
-                if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
-            }
-        } else if (!im.err[0]) {
-            sqlfail(&im, "creating the schema");
-        }
-    }
-    sqlite3_finalize(im.ev), sqlite3_finalize(im.frame), sqlite3_finalize(im.stack), sqlite3_finalize(im.life);
-    if (im.db) sqlite3_close(im.db);
-    btab_free(&im.frames);
-    btab_free(&im.stacks);
-    u64map_free(&im.streams);
-    uint64_t nev = im.seq;
-    gpk_free(&doc);
+    uint64_t nev = 0;
+    int rc = gm_import_pickle(buf, n, in, tmp, &nev, err, sizeof err);
+    free(buf);
+    if (rc == 0 && force) unlink(outp);
     if (rc == 0 && rename(tmp, outp) != 0) {
-        snprintf(im.err, sizeof im.err, "cannot write %s: %s", outp, strerror(errno));
+        snprintf(err, sizeof err, "cannot write %s: %s", outp, strerror(errno));
         rc = -1;
     }
     if (rc != 0) {
         unlink(tmp);
-        fprintf(stderr, "gpumem import: %s: %s\n", in, im.err[0] ? im.err : "import failed");
+        fprintf(stderr, "gpumem import: %s: %s\n", in, err);
         return GM_EXIT_BADDB;
     }
     fprintf(stderr, "gpumem import: %s -> %s (%" PRIu64 " events)\n", in, outp, nev);

@@ -83,6 +83,9 @@ $(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/frag_app
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
+# export to other tools' formats, import of PyTorch snapshots, diff (#14)
+SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_roundtrip.sh \
+                tests/integration/import_hostile.sh tests/integration/diff_gate.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
