@@ -111,6 +111,7 @@ typedef struct imp {
     uint64_t seq;
     unsigned max_depth;
     const char *path;
+    size_t input_bytes;
     char err[8192];
 } imp;
 
@@ -278,6 +279,33 @@ static int import_doc(imp *im, const gpk_val *root) {
         return -1;
     }
     if (traces && traces->type != GPK_LIST) traces = NULL;
+    /* the pickle's memo lets a few bytes refer to one list a million times (a list of a
+     * million references to a segment holding a million blocks): the items visited are
+     * bounded by the input's size, as a real snapshot's are */
+    uint64_t visits = 0, max_visits = 4 * (uint64_t)im->input_bytes + 100000;
+    for (size_t i = 0; i < segs->len && visits <= max_visits; i++) {
+        const gpk_val *bl = gpk_get(segs->items[i], "blocks");
+        visits += 1 + (bl && bl->type == GPK_LIST ? bl->len : 0);
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && visits <= max_visits; j++) {
+            const gpk_val *f = block_frames(bl->items[j]);
+            visits += f && f->type == GPK_LIST ? f->len : 0;
+        }
+    }
+    for (size_t dv = 0; traces && dv < traces->len && visits <= max_visits; dv++) {
+        const gpk_val *l = traces->items[dv];
+        if (l->type != GPK_LIST) continue;
+        visits += l->len;
+        for (size_t i = 0; i < l->len && visits <= max_visits; i++) {
+            const gpk_val *f = gpk_get(l->items[i], "frames");
+            visits += f && f->type == GPK_LIST ? f->len : 0;
+        }
+    }
+    if (visits > max_visits) {
+        snprintf(im->err, sizeof im->err, "the pickle refers to the same lists over and over (more than %" PRIu64
+                 " blocks, trace entries and frames from %zu bytes): refused as hostile, not a PyTorch snapshot",
+                 max_visits, im->input_bytes);
+        return -1;
+    }
     /* the trace entries of every device, merged by time */
     size_t nref = 0;
     for (size_t dv = 0; traces && dv < traces->len; dv++)
@@ -491,7 +519,7 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
         gpk_free(&doc);
         return -1;
     }
-    imp im = {.path = source};
+    imp im = {.path = source, .input_bytes = n};
     int rc = -1;
     if (sqlite3_open(dbpath, &im.db) != SQLITE_OK) {
         snprintf(im.err, sizeof im.err, "cannot create %s: %s", dbpath, im.db ? sqlite3_errmsg(im.db) : "out of memory");

@@ -209,6 +209,7 @@ static int fill(rd *r, gpk_val *c, size_t from) {
     size_t n = r->sn - from;
     if (c->type == GPK_DICT && n % 2) return rfail(r, "a dict gets a key without a value: the pickle is damaged");
     size_t count = c->type == GPK_DICT ? n / 2 : n;
+    if (count == 0) return 0; /* an empty APPENDS / SETITEMS (items may still be NULL) */
     if (add_items(r, c, count)) return -1;
     memcpy(c->items + c->len * (c->type == GPK_DICT ? 2 : 1), r->stack + from, n * sizeof(gpk_val *));
     c->len += count;

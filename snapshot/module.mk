@@ -110,8 +110,17 @@ $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_intern
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -lpthread
 ALL_TARGETS += $(NVTX_FUZZ)
+# `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
+PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
+PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c $(SNAP_DIR)/rec_schema.c
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3
+ALL_TARGETS += $(PICKLE_FUZZ)
 endif
-SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh
+SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh
 
 # Benchmarks (make bench).
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
