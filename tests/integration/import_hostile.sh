@@ -37,9 +37,11 @@ declare -A want=(
   [pop-empty.pickle]='empty stack'
 )
 n=0
+timer=(); [[ -x /usr/bin/time ]] && timer=(/usr/bin/time -f '%M' -o "$TMP/rss")
+echo 0 > "$TMP/rss"
 for f in "${!want[@]}"; do
   set +e
-  /usr/bin/time -f '%M' -o "$TMP/rss" "$GM" import "$TMP/h/$f" -o "$TMP/out.db" > "$TMP/out" 2> "$TMP/err"; rc=$?
+  "${timer[@]}" "$GM" import "$TMP/h/$f" -o "$TMP/out.db" > "$TMP/out" 2> "$TMP/err"; rc=$?
   set -e
   err=$(grep -v '^[0-9]*$' "$TMP/err" || true)
   [[ $rc -eq 3 ]] || fail "$f: exit $rc, expected 3 ($err)"
@@ -47,7 +49,7 @@ for f in "${!want[@]}"; do
   grep -q "${want[$f]}" <<< "$err" || fail "$f: error '$err' does not say '${want[$f]}'"
   [[ $err == "gpumem import: $TMP/h/$f: "* ]] || fail "$f: the error does not name the file: $err"
   [[ ! -e $TMP/out.db && ! -e $TMP/out.db.importing ]] || fail "$f: a database was left behind"
-  rss=$(tail -1 "$TMP/rss")
+  rss=$(tail -1 "$TMP/rss") # peak resident KiB (0 without /usr/bin/time)
   [[ $rss -lt 400000 ]] || fail "$f: $rss KiB of memory"
   n=$((n + 1))
 done
