@@ -79,7 +79,21 @@ static size_t first_depth(const gm_model *m, uint32_t stack, size_t len) {
     return k == len ? 0 : k;
 }
 
+/* The frames of each stack are written once and referred to through the pickle's memo after
+ * that (Python's pickle.load shares the list; the viewers only read it): a trace entry then
+ * costs a few bytes for its frames. */
+typedef struct pk_memo {
+    u64map stacks; /* stack -> memo index */
+    uint32_t next;
+} pk_memo;
+static pk_memo g_memo;
+
 static void pk_frames(FILE *out, const gm_model *m, uint32_t stack) {
+    const uint64_t *idx = u64map_get(&g_memo.stacks, stack);
+    if (idx) {
+        gpk_memo_get(out, (uint32_t)*idx);
+        return;
+    }
     gpk_list_begin(out);
     size_t len = 0;
     gm_stack_frame(m, stack, 0, &len);
@@ -97,6 +111,7 @@ static void pk_frames(FILE *out, const gm_model *m, uint32_t stack) {
         gpk_dict_end(out);
     }
     gpk_list_end(out);
+    if (u64map_put(&g_memo.stacks, stack, g_memo.next) == 0) gpk_memo_put(out, g_memo.next++);
 }
 
 typedef struct live_alloc {
@@ -214,6 +229,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out) {
         sqlite3_finalize(s);
     }
     u64map streams = {0}, live = {0}, live_stack = {0};
+    g_memo = (pk_memo){0};
     live_alloc *la = NULL;
     size_t nla = 0, cla = 0;
     gpk_begin(out);
@@ -303,6 +319,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out) {
     u64map_free(&live);
     u64map_free(&live_stack);
     u64map_free(&streams);
+    u64map_free(&g_memo.stacks);
     if (rc == -2) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
         return GM_EXIT_BADDB;

@@ -94,6 +94,14 @@ void gpk_str(FILE *f, const char *s) {
 }
 
 void gpk_key(FILE *f, const char *k) { gpk_str(f, k); }
+void gpk_memo_put(FILE *f, uint32_t idx) {
+    fputc('r', f);
+    put_le(f, idx, 4);
+}
+void gpk_memo_get(FILE *f, uint32_t idx) {
+    fputc('j', f);
+    put_le(f, idx, 4);
+}
 void gpk_dict_begin(FILE *f) {
     fputc('}', f);
     fputc('(', f);

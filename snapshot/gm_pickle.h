@@ -28,6 +28,10 @@ void gpk_dict_begin(FILE *f);    /* then key, value, ..., gpk_dict_end */
 void gpk_dict_end(FILE *f);
 void gpk_list_begin(FILE *f);    /* then items, gpk_list_end */
 void gpk_list_end(FILE *f);
+/* the memo: gpk_memo_put stores the value just written under idx (LONG_BINPUT), gpk_memo_get
+ * writes a reference to it (LONG_BINGET): a value written once and referred to many times */
+void gpk_memo_put(FILE *f, uint32_t idx);
+void gpk_memo_get(FILE *f, uint32_t idx);
 /* a key of a dict followed by its value: gpk_key(f, "size"); gpk_uint(f, 512); */
 void gpk_key(FILE *f, const char *k);
 
