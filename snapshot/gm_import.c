@@ -470,7 +470,7 @@ static int import_doc(imp *im, const gpk_val *root) {
         sqlite3_bind_int64(ss, 1, snap_of_dev[dev]);
         sqlite3_bind_int64(ss, 2, idx);
         sqlite3_bind_int64(ss, 3, dev);
-        sqlite3_bind_int64(ss, 4, stream_id(im, (int)dev, u64_of(sg, "stream")));
+        sqlite3_bind_int64(ss, 4, (int64_t)u64_of(sg, "stream")); /* segments.stream: the handle, as the recorder writes it */
         sqlite3_bind_int64(ss, 5, (int64_t)saddr);
         sqlite3_bind_int64(ss, 6, (int64_t)ssize);
         sqlite3_bind_int64(ss, 7, (int64_t)(mapped < ssize ? mapped : ssize));

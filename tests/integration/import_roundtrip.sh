@@ -25,6 +25,10 @@ la=$(grep '^LEAK SUMMARY' "$TMP/la.txt"); lb=$(grep '^LEAK SUMMARY' "$TMP/lb.txt
 [[ $la == "$lb" && $la != *" 0 bytes"* ]] || fail "round trip leaks: '$la' became '$lb'"
 site=$(grep -m1 'allocations at ' "$TMP/la.txt" | sed 's/.* at //')
 grep -qF "at $site" "$TMP/lb.txt" || fail "round trip: the leak's call site '$site' is not in the imported leaks: $(head -8 "$TMP/lb.txt")"
+exitsegs() { sqlite3 "$1" "SELECT s.addr, s.mapped, s.stream FROM segments s JOIN snapshots n ON n.id = s.snapshot
+                          WHERE n.reason = 3 ORDER BY s.addr"; }
+[[ -n $(exitsegs "$TMP/a.db") && $(exitsegs "$TMP/a.db") == "$(exitsegs "$TMP/b.db")" ]] \
+  || fail "round trip: exit segments $(exitsegs "$TMP/a.db" | tr '\n' ' ') became $(exitsegs "$TMP/b.db" | tr '\n' ' ')"
 for c in report leaks frag tune advise; do
   "$GM" $c "$TMP/b.db" > "$TMP/$c.txt" 2>&1 || fail "gpumem $c on the imported database: $(tail -3 "$TMP/$c.txt")"
 done
