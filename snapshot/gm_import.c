@@ -58,17 +58,21 @@ typedef struct btab {
     size_t cap, n;
 } btab;
 
-static uint64_t fnv(const void *p, size_t n) {
+static uint64_t fnv(const void *p, size_t n)
+{
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
     return h;
 }
 
 /* the id of key (0 when absent); with add, a new id = n + 1 is given; -1 on out of memory */
-static int btab_get(btab *t, const void *key, size_t len, int add, uint64_t *id) {
+static int btab_get(btab *t, const void *key, size_t len, int add, uint64_t *id)
+{
     if (t->n * 2 >= t->cap) {
         size_t nc = t->cap ? 2 * t->cap : 1024;
-        btab nt = {calloc(nc, sizeof(char *)), calloc(nc, sizeof(size_t)), calloc(nc, sizeof(uint64_t)), nc, t->n};
+        btab nt = {calloc(nc, sizeof(char *)), calloc(nc, sizeof(size_t)),
+                   calloc(nc, sizeof(uint64_t)), nc, t->n};
         if (!nt.keys || !nt.lens || !nt.ids) {
             free(nt.keys), free(nt.lens), free(nt.ids);
             return -1;
@@ -76,7 +80,8 @@ static int btab_get(btab *t, const void *key, size_t len, int add, uint64_t *id)
         for (size_t i = 0; i < t->cap; i++) {
             if (!t->keys[i]) continue;
             size_t j = fnv(t->keys[i], t->lens[i]) & (nc - 1);
-            while (nt.keys[j]) j = (j + 1) & (nc - 1);
+            while (nt.keys[j])
+                j = (j + 1) & (nc - 1);
             nt.keys[j] = t->keys[i], nt.lens[j] = t->lens[i], nt.ids[j] = t->ids[i];
         }
         free(t->keys), free(t->lens), free(t->ids);
@@ -97,8 +102,10 @@ static int btab_get(btab *t, const void *key, size_t len, int add, uint64_t *id)
     return 0;
 }
 
-static void btab_free(btab *t) {
-    for (size_t i = 0; i < t->cap; i++) free(t->keys[i]);
+static void btab_free(btab *t)
+{
+    for (size_t i = 0; i < t->cap; i++)
+        free(t->keys[i]);
     free(t->keys), free(t->lens), free(t->ids);
 }
 
@@ -115,12 +122,15 @@ typedef struct imp {
     char err[8192];
 } imp;
 
-static int sqlfail(imp *im, const char *what) {
-    snprintf(im->err, sizeof im->err, "writing the database failed (%s): %s", what, sqlite3_errmsg(im->db));
+static int sqlfail(imp *im, const char *what)
+{
+    snprintf(im->err, sizeof im->err, "writing the database failed (%s): %s", what,
+             sqlite3_errmsg(im->db));
     return -1;
 }
 
-static int exec(imp *im, const char *sql) {
+static int exec(imp *im, const char *sql)
+{
     char *e = NULL;
     if (sqlite3_exec(im->db, sql, NULL, NULL, &e) != SQLITE_OK) {
         snprintf(im->err, sizeof im->err, "writing the database failed: %s", e ? e : "?");
@@ -130,7 +140,8 @@ static int exec(imp *im, const char *sql) {
     return 0;
 }
 
-static int64_t frame_id(imp *im, const gpk_val *f) {
+static int64_t frame_id(imp *im, const gpk_val *f)
+{
     const char *file = gpk_as_str(gpk_get(f, "filename"));
     const char *name = gpk_as_str(gpk_get(f, "name"));
     int64_t line = 0;
@@ -150,8 +161,10 @@ static int64_t frame_id(imp *im, const gpk_val *f) {
         sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 3, file, -1, SQLITE_STATIC);
         sqlite3_bind_int64(s, 4, line);
-        if (py) sqlite3_bind_int(s, 5, 1);
-        else sqlite3_bind_null(s, 5);
+        if (py)
+            sqlite3_bind_int(s, 5, 1);
+        else
+            sqlite3_bind_null(s, 5);
         int rc = sqlite3_step(s);
         sqlite3_reset(s);
         if (rc != SQLITE_DONE) id = UINT64_MAX, sqlfail(im, "frames");
@@ -161,7 +174,8 @@ static int64_t frame_id(imp *im, const gpk_val *f) {
 }
 
 /* the stack of a list of frames (innermost first); 0 = none, -1 on failure */
-static int64_t stack_id(imp *im, const gpk_val *frames) {
+static int64_t stack_id(imp *im, const gpk_val *frames)
+{
     if (!frames || frames->type != GPK_LIST || frames->len == 0) return 0;
     int64_t *ids = malloc(frames->len * sizeof *ids);
     if (!ids) return -1;
@@ -191,7 +205,8 @@ static int64_t stack_id(imp *im, const gpk_val *frames) {
     return id == UINT64_MAX ? -1 : (int64_t)id;
 }
 
-static int64_t stream_id(imp *im, int device, uint64_t handle) {
+static int64_t stream_id(imp *im, int device, uint64_t handle)
+{
     uint64_t key = ((uint64_t)(device & 0xffff) << 48) ^ handle;
     if (key == U64MAP_EMPTY) key--;
     const uint64_t *v = u64map_get(&im->streams, key);
@@ -199,13 +214,15 @@ static int64_t stream_id(imp *im, int device, uint64_t handle) {
     uint64_t id = ++im->nstreams;
     u64map_put(&im->streams, key, id);
     char sql[160];
-    snprintf(sql, sizeof sql, "INSERT INTO streams VALUES (%" PRIu64 ", %d, %" PRId64 ")", id, device, (int64_t)handle);
+    snprintf(sql, sizeof sql, "INSERT INTO streams VALUES (%" PRIu64 ", %d, %" PRId64 ")", id,
+             device, (int64_t)handle);
     if (exec(im, sql) != 0) return -1;
     return (int64_t)id;
 }
 
-static int event(imp *im, uint64_t t, int kind, int device, int64_t stream, uint64_t addr, uint64_t size,
-                 int64_t stack, uint64_t requested) {
+static int event(imp *im, uint64_t t, int kind, int device, int64_t stream, uint64_t addr,
+                 uint64_t size, int64_t stack, uint64_t requested)
+{
     sqlite3_stmt *s = im->ev;
     sqlite3_bind_int64(s, 1, (int64_t)++im->seq);
     sqlite3_bind_int64(s, 2, (int64_t)t);
@@ -214,22 +231,27 @@ static int event(imp *im, uint64_t t, int kind, int device, int64_t stream, uint
     sqlite3_bind_int64(s, 5, stream);
     sqlite3_bind_int64(s, 6, (int64_t)addr);
     sqlite3_bind_int64(s, 7, (int64_t)size);
-    sqlite3_bind_int64(s, 8, (int64_t)(kind == REC_ALLOC || kind == REC_OOM ? (requested ? requested : size) : 0));
-    if (stack > 0) sqlite3_bind_int64(s, 9, stack);
-    else sqlite3_bind_null(s, 9);
+    sqlite3_bind_int64(
+        s, 8, (int64_t)(kind == REC_ALLOC || kind == REC_OOM ? (requested ? requested : size) : 0));
+    if (stack > 0)
+        sqlite3_bind_int64(s, 9, stack);
+    else
+        sqlite3_bind_null(s, 9);
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? 0 : sqlfail(im, "events");
 }
 
-static uint64_t u64_of(const gpk_val *d, const char *k) {
+static uint64_t u64_of(const gpk_val *d, const char *k)
+{
     uint64_t v = 0;
     if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
     return v;
 }
 
 /* the frames of a block: "frames" (PyTorch 2), else the last entry of "history" (1.13) */
-static const gpk_val *block_frames(const gpk_val *b) {
+static const gpk_val *block_frames(const gpk_val *b)
+{
     const gpk_val *f = gpk_get(b, "frames");
     if (f) return f;
     const gpk_val *h = gpk_get(b, "history");
@@ -243,7 +265,8 @@ typedef struct tref {
     size_t idx;
 } tref;
 
-static int cmp_tref(const void *a, const void *b) {
+static int cmp_tref(const void *a, const void *b)
+{
     const tref *x = a, *y = b;
     if (x->time_us != y->time_us) return x->time_us < y->time_us ? -1 : 1;
     if (x->device != y->device) return x->device < y->device ? -1 : 1;
@@ -254,7 +277,8 @@ static int cmp_tref(const void *a, const void *b) {
  * PyTorch does not reuse it before then): the free is imported at its completion, so that the
  * database's allocations, and its trace for gpumem-replay, hold the block as long as PyTorch
  * did. A completion right after the request, or none found, frees at the request. */
-static int completes_later(const gpk_val *list, size_t idx, uint64_t addr) {
+static int completes_later(const gpk_val *list, size_t idx, uint64_t addr)
+{
     for (size_t j = idx + 1; j < list->len && j < idx + 100000; j++) {
         const gpk_val *e = list->items[j];
         const char *a = gpk_as_str(gpk_get(e, "action"));
@@ -270,11 +294,13 @@ typedef struct lv {
     int device;
 } lv;
 
-static int import_doc(imp *im, const gpk_val *root) {
+static int import_doc(imp *im, const gpk_val *root)
+{
     const gpk_val *segs = gpk_get(root, "segments");
     const gpk_val *traces = gpk_get(root, "device_traces");
     if (!segs || segs->type != GPK_LIST) {
-        snprintf(im->err, sizeof im->err, "not a PyTorch memory snapshot: the pickle has no 'segments' list "
+        snprintf(im->err, sizeof im->err,
+                 "not a PyTorch memory snapshot: the pickle has no 'segments' list "
                  "(write it with torch.cuda.memory._dump_snapshot)");
         return -1;
     }
@@ -301,8 +327,10 @@ static int import_doc(imp *im, const gpk_val *root) {
         }
     }
     if (visits > max_visits) {
-        snprintf(im->err, sizeof im->err, "the pickle refers to the same lists over and over (more than %" PRIu64
-                 " blocks, trace entries and frames from %zu bytes): refused as hostile, not a PyTorch snapshot",
+        snprintf(im->err, sizeof im->err,
+                 "the pickle refers to the same lists over and over (more than %" PRIu64
+                 " blocks, trace entries and frames from %zu bytes): refused as hostile, not a "
+                 "PyTorch snapshot",
                  max_visits, im->input_bytes);
         return -1;
     }
@@ -316,7 +344,8 @@ static int import_doc(imp *im, const gpk_val *root) {
     for (size_t dv = 0; traces && dv < traces->len; dv++) {
         const gpk_val *l = traces->items[dv];
         if (l->type != GPK_LIST) continue;
-        for (size_t i = 0; i < l->len; i++) refs[nref++] = (tref){u64_of(l->items[i], "time_us"), (int)dv, i};
+        for (size_t i = 0; i < l->len; i++)
+            refs[nref++] = (tref){u64_of(l->items[i], "time_us"), (int)dv, i};
     }
     qsort(refs, nref, sizeof *refs, cmp_tref);
     uint64_t t0 = nref ? refs[0].time_us : 0;
@@ -327,14 +356,19 @@ static int import_doc(imp *im, const gpk_val *root) {
         const char *a = gpk_as_str(gpk_get(e, "action"));
         uint64_t addr = u64_of(e, "addr"), junk;
         if (!a || addr == U64MAP_EMPTY) continue;
-        if (!strcmp(a, "alloc")) u64map_put(&end_allocs, addr, 1);
-        else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed")) u64map_del(&end_allocs, addr, &junk);
-        else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) u64map_put(&end_segs, addr, 1);
-        else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) u64map_del(&end_segs, addr, &junk);
+        if (!strcmp(a, "alloc"))
+            u64map_put(&end_allocs, addr, 1);
+        else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed"))
+            u64map_del(&end_allocs, addr, &junk);
+        else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"))
+            u64map_put(&end_segs, addr, 1);
+        else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap"))
+            u64map_del(&end_segs, addr, &junk);
     }
     int have_seg_events = 0;
     for (size_t r = 0; r < nref && !have_seg_events; r++) {
-        const char *a = gpk_as_str(gpk_get(traces->items[refs[r].device]->items[refs[r].idx], "action"));
+        const char *a =
+            gpk_as_str(gpk_get(traces->items[refs[r].device]->items[refs[r].idx], "action"));
         have_seg_events = a && !strncmp(a, "segment_", 8);
     }
     u64map live = {0};
@@ -342,15 +376,19 @@ static int import_doc(imp *im, const gpk_val *root) {
     size_t nl = 0, cl = 0;
     uint64_t allocated = 0, reserved = 0;
     int rc = 0;
-#define ADD_LIFE(S, SZ, DEV)                                                             \
-    do {                                                                                 \
-        if (nl == cl) {                                                                  \
-            cl = cl ? 2 * cl : 1024;                                                     \
-            lv *n_ = realloc(lives, cl * sizeof *lives);                                 \
-            if (!n_) { snprintf(im->err, sizeof im->err, "out of memory"); rc = -1; break; } \
-            lives = n_;                                                                  \
-        }                                                                                \
-        lives[nl] = (lv){(S), (SZ), (DEV)};                                              \
+#define ADD_LIFE(S, SZ, DEV)                                                                       \
+    do {                                                                                           \
+        if (nl == cl) {                                                                            \
+            cl = cl ? 2 * cl : 1024;                                                               \
+            lv *n_ = realloc(lives, cl * sizeof *lives);                                           \
+            if (!n_) {                                                                             \
+                snprintf(im->err, sizeof im->err, "out of memory");                                \
+                rc = -1;                                                                           \
+                break;                                                                             \
+            }                                                                                      \
+            lives = n_;                                                                            \
+        }                                                                                          \
+        lives[nl] = (lv){(S), (SZ), (DEV)};                                                        \
     } while (0)
     /* time 0: what the snapshot holds that the trace does not account for */
     for (size_t i = 0; i < segs->len && rc == 0; i++) {
@@ -359,10 +397,16 @@ static int import_doc(imp *im, const gpk_val *root) {
         int64_t dev = 0;
         if (gpk_as_i64(gpk_get(sg, "device"), &dev) != 0 || dev < 0 || dev > 1023) dev = 0;
         int64_t st = stream_id(im, (int)dev, u64_of(sg, "stream"));
-        if (st < 0) { rc = -1; break; }
+        if (st < 0) {
+            rc = -1;
+            break;
+        }
         uint64_t saddr = u64_of(sg, "address"), ssize = u64_of(sg, "total_size");
         if (!have_seg_events || !u64map_get(&end_segs, saddr)) {
-            if (event(im, 0, REC_DRIVER_ALLOC, (int)dev, st, saddr, ssize, 0, 0)) { rc = -1; break; }
+            if (event(im, 0, REC_DRIVER_ALLOC, (int)dev, st, saddr, ssize, 0, 0)) {
+                rc = -1;
+                break;
+            }
             reserved += ssize;
         }
         const gpk_val *bl = gpk_get(sg, "blocks");
@@ -370,11 +414,20 @@ static int import_doc(imp *im, const gpk_val *root) {
             const gpk_val *b = bl->items[j];
             const char *state = gpk_as_str(gpk_get(b, "state"));
             uint64_t baddr = u64_of(b, "address");
-            if (!state || strncmp(state, "active_", 7) != 0 || u64map_get(&end_allocs, baddr) || baddr == U64MAP_EMPTY) continue;
+            if (!state || strncmp(state, "active_", 7) != 0 || u64map_get(&end_allocs, baddr) ||
+                baddr == U64MAP_EMPTY)
+                continue;
             int64_t stk = stack_id(im, block_frames(b));
-            if (stk < 0) { rc = -1; break; }
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
             uint64_t sz = u64_of(b, "size");
-            if (event(im, 0, REC_ALLOC, (int)dev, st, baddr, sz, stk, u64_of(b, "requested_size"))) { rc = -1; break; }
+            if (event(im, 0, REC_ALLOC, (int)dev, st, baddr, sz, stk,
+                      u64_of(b, "requested_size"))) {
+                rc = -1;
+                break;
+            }
             ADD_LIFE(im->seq, sz, (int)dev);
             if (rc) break;
             u64map_put(&live, baddr, nl++);
@@ -390,16 +443,25 @@ static int import_doc(imp *im, const gpk_val *root) {
         uint64_t addr = u64_of(e, "addr"), size = u64_of(e, "size");
         uint64_t t = (refs[r].time_us - t0) * 1000 + (nref ? 1 : 0);
         int64_t st = stream_id(im, dev, u64_of(e, "stream"));
-        if (st < 0) { rc = -1; break; }
+        if (st < 0) {
+            rc = -1;
+            break;
+        }
         if (addr == U64MAP_EMPTY) continue;
         if (!strcmp(a, "alloc")) {
             int64_t stk = stack_id(im, gpk_get(e, "frames"));
-            if (stk < 0) { rc = -1; break; }
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
             uint64_t old;
             if (u64map_del(&live, addr, &old)) { /* reused without a free in the trace */
                 allocated -= lives[old].size;
             }
-            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, u64_of(e, "requested_size"))) { rc = -1; break; }
+            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, u64_of(e, "requested_size"))) {
+                rc = -1;
+                break;
+            }
             ADD_LIFE(im->seq, size, dev);
             if (rc) break;
             u64map_put(&live, addr, nl++);
@@ -408,7 +470,10 @@ static int import_doc(imp *im, const gpk_val *root) {
             uint64_t i;
             if (a[5] == 'r' && completes_later(traces->items[dev], refs[r].idx, addr)) continue;
             if (!u64map_del(&live, addr, &i)) continue;
-            if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) { rc = -1; break; }
+            if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) {
+                rc = -1;
+                break;
+            }
             sqlite3_bind_int64(im->life, 1, (int64_t)lives[i].seq);
             sqlite3_bind_int64(im->life, 2, (int64_t)im->seq);
             if (sqlite3_step(im->life) != SQLITE_DONE) rc = sqlfail(im, "alloc_life");
@@ -416,20 +481,40 @@ static int import_doc(imp *im, const gpk_val *root) {
             lives[i].seq = 0;
             allocated -= lives[i].size;
         } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
-            if (event(im, t, a[8] == 'a' ? REC_DRIVER_ALLOC : REC_SEG_MAP, dev, st, addr, size, 0, 0)) { rc = -1; break; }
+            if (event(im, t, a[8] == 'a' ? REC_DRIVER_ALLOC : REC_SEG_MAP, dev, st, addr, size, 0,
+                      0)) {
+                rc = -1;
+                break;
+            }
             reserved += size;
         } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
-            if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0, 0)) { rc = -1; break; }
+            if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0,
+                      0)) {
+                rc = -1;
+                break;
+            }
             reserved -= size < reserved ? size : reserved;
         } else if (!strcmp(a, "oom")) {
             int64_t stk = stack_id(im, gpk_get(e, "frames"));
-            if (stk < 0) { rc = -1; break; }
-            if (event(im, t, REC_OOM, dev, st, 0, size, stk, 0)) { rc = -1; break; }
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
+            if (event(im, t, REC_OOM, dev, st, 0, size, stk, 0)) {
+                rc = -1;
+                break;
+            }
             char sql[400];
-            snprintf(sql, sizeof sql, "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, device_free) "
-                     "VALUES (%" PRIu64 ", %d, %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64 ")",
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, "
+                     "device_free) "
+                     "VALUES (%" PRIu64 ", %d, %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64
+                     ", %" PRIu64 ")",
                      im->seq, dev, st, size, allocated, reserved, u64_of(e, "device_free"));
-            if (exec(im, sql)) { rc = -1; break; }
+            if (exec(im, sql)) {
+                rc = -1;
+                break;
+            }
         }
     }
     /* alive at the end */
@@ -444,8 +529,11 @@ static int import_doc(imp *im, const gpk_val *root) {
     int64_t snap_of_dev[1024] = {0};
     int64_t nsnap = 0, idx = 0;
     sqlite3_stmt *ss = NULL, *bs = NULL;
-    if (rc == 0 && (sqlite3_prepare_v2(im->db, "INSERT INTO segments VALUES (?,?,?,?,?,?,?,?)", -1, &ss, NULL) != SQLITE_OK ||
-                    sqlite3_prepare_v2(im->db, "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)", -1, &bs, NULL) != SQLITE_OK))
+    if (rc == 0 &&
+        (sqlite3_prepare_v2(im->db, "INSERT INTO segments VALUES (?,?,?,?,?,?,?,?)", -1, &ss,
+                            NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(im->db, "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)", -1, &bs,
+                            NULL) != SQLITE_OK))
         rc = sqlfail(im, "preparing the snapshot");
     for (size_t i = 0; i < segs->len && rc == 0; i++) {
         const gpk_val *sg = segs->items[i];
@@ -455,9 +543,14 @@ static int import_doc(imp *im, const gpk_val *root) {
         if (!snap_of_dev[dev]) {
             snap_of_dev[dev] = ++nsnap;
             char sql[200];
-            snprintf(sql, sizeof sql, "INSERT INTO snapshots VALUES (%" PRId64 ", %" PRIu64 ", %" PRIu64 ", 3, %" PRId64 ")",
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO snapshots VALUES (%" PRId64 ", %" PRIu64 ", %" PRIu64
+                     ", 3, %" PRId64 ")",
                      nsnap, im->seq, nref ? (refs[nref - 1].time_us - t0) * 1000 + 1 : 0, dev);
-            if (exec(im, sql)) { rc = -1; break; }
+            if (exec(im, sql)) {
+                rc = -1;
+                break;
+            }
         }
         const gpk_val *exp = gpk_get(sg, "is_expandable");
         const char *type = gpk_as_str(gpk_get(sg, "segment_type"));
@@ -465,12 +558,16 @@ static int import_doc(imp *im, const gpk_val *root) {
                     (type && !strcmp(type, "small") ? REC_SEG_F_SMALL_POOL : 0);
         uint64_t saddr = u64_of(sg, "address"), ssize = u64_of(sg, "total_size"), mapped = 0;
         const gpk_val *bl = gpk_get(sg, "blocks");
-        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len; j++) mapped += u64_of(bl->items[j], "size");
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len; j++)
+            mapped += u64_of(bl->items[j], "size");
         ++idx;
         sqlite3_bind_int64(ss, 1, snap_of_dev[dev]);
         sqlite3_bind_int64(ss, 2, idx);
         sqlite3_bind_int64(ss, 3, dev);
-        sqlite3_bind_int64(ss, 4, (int64_t)u64_of(sg, "stream")); /* segments.stream: the handle, as the recorder writes it */
+        sqlite3_bind_int64(
+            ss, 4,
+            (int64_t)u64_of(sg,
+                            "stream")); /* segments.stream: the handle, as the recorder writes it */
         sqlite3_bind_int64(ss, 5, (int64_t)saddr);
         sqlite3_bind_int64(ss, 6, (int64_t)ssize);
         sqlite3_bind_int64(ss, 7, (int64_t)(mapped < ssize ? mapped : ssize));
@@ -481,16 +578,22 @@ static int import_doc(imp *im, const gpk_val *root) {
         for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && rc == 0; j++) {
             const gpk_val *b = bl->items[j];
             const char *state = gpk_as_str(gpk_get(b, "state"));
-            uint64_t baddr = gpk_get(b, "address") ? u64_of(b, "address") : next, bsz = u64_of(b, "size");
+            uint64_t baddr = gpk_get(b, "address") ? u64_of(b, "address") : next,
+                     bsz = u64_of(b, "size");
             next = baddr + bsz;
-            int s = !state ? REC_BLOCK_FREE : !strcmp(state, "active_allocated") ? REC_BLOCK_ALLOCATED
-                  : !strcmp(state, "active_pending_free") ? REC_BLOCK_PENDING : REC_BLOCK_FREE;
+            int s = !state                                  ? REC_BLOCK_FREE
+                    : !strcmp(state, "active_allocated")    ? REC_BLOCK_ALLOCATED
+                    : !strcmp(state, "active_pending_free") ? REC_BLOCK_PENDING
+                                                            : REC_BLOCK_FREE;
             sqlite3_bind_int64(bs, 1, snap_of_dev[dev]);
             sqlite3_bind_int64(bs, 2, (int64_t)baddr);
             sqlite3_bind_int64(bs, 3, idx);
             sqlite3_bind_int(bs, 4, s);
             sqlite3_bind_int64(bs, 5, (int64_t)bsz);
-            sqlite3_bind_int64(bs, 6, (int64_t)(s == REC_BLOCK_FREE ? 0 : u64_of(b, "requested_size") ? u64_of(b, "requested_size") : bsz));
+            sqlite3_bind_int64(bs, 6,
+                               (int64_t)(s == REC_BLOCK_FREE           ? 0
+                                         : u64_of(b, "requested_size") ? u64_of(b, "requested_size")
+                                                                       : bsz));
             sqlite3_bind_int64(bs, 7, 0);
             if (sqlite3_step(bs) != SQLITE_DONE) rc = sqlfail(im, "blocks");
             sqlite3_reset(bs);
@@ -507,8 +610,9 @@ static int import_doc(imp *im, const gpk_val *root) {
     return rc;
 }
 
-int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath, uint64_t *events,
-                     char *err, size_t errsz) {
+int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath,
+                     uint64_t *events, char *err, size_t errsz)
+{
     gpk_doc doc;
     if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) {
         gpk_free(&doc);
@@ -522,25 +626,37 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
     imp im = {.path = source, .input_bytes = n};
     int rc = -1;
     if (sqlite3_open(dbpath, &im.db) != SQLITE_OK) {
-        snprintf(im.err, sizeof im.err, "cannot create %s: %s", dbpath, im.db ? sqlite3_errmsg(im.db) : "out of memory");
+        snprintf(im.err, sizeof im.err, "cannot create %s: %s", dbpath,
+                 im.db ? sqlite3_errmsg(im.db) : "out of memory");
     } else {
         char pragmas[200];
-        snprintf(pragmas, sizeof pragmas, "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;",
+        snprintf(pragmas, sizeof pragmas,
+                 "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;",
                  REC_APPLICATION_ID);
         if (exec(&im, pragmas) == 0 && exec(&im, "BEGIN") == 0 && exec(&im, rec_schema_sql) == 0 &&
             u64map_init(&im.streams, 64) == 0 &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, stack) "
-                                      "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)", -1, &im.ev, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO frames (id, function, file, line, symbolized, python) VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+            sqlite3_prepare_v2(im.db,
+                               "INSERT INTO events (seq, t, kind, flags, device, stream, thread, "
+                               "addr, size, requested, stack) "
+                               "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)",
+                               -1, &im.ev, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db,
+                               "INSERT INTO frames (id, function, file, line, symbolized, python) "
+                               "VALUES (?1, ?2, ?3, ?4, 1, ?5)",
                                -1, &im.frame, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &im.stack, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1, &im.life, NULL) == SQLITE_OK) {
+            sqlite3_prepare_v2(im.db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &im.stack, NULL) ==
+                SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1,
+                               &im.life, NULL) == SQLITE_OK) {
             if (import_doc(&im, doc.root) == 0) {
                 char sql[5000], *q = sqlite3_mprintf("%q", im.path);
                 snprintf(sql, sizeof sql,
-                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), ('gpumem_version', '0.1.0'),"
-                         "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', %" PRIu64 "),"
-                         "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', 'PyTorch memory snapshot %s');"
+                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), "
+                         "('gpumem_version', '0.1.0'),"
+                         "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', "
+                         "%" PRIu64 "),"
+                         "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', "
+                         "'PyTorch memory snapshot %s');"
                          "INSERT INTO threads VALUES (0, 0, 'main');",
                          im.seq, im.max_depth, q ? q : "", q ? q : "");
                 sqlite3_free(q);
@@ -550,7 +666,8 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
             sqlfail(&im, "creating the schema");
         }
     }
-    sqlite3_finalize(im.ev), sqlite3_finalize(im.frame), sqlite3_finalize(im.stack), sqlite3_finalize(im.life);
+    sqlite3_finalize(im.ev), sqlite3_finalize(im.frame), sqlite3_finalize(im.stack),
+        sqlite3_finalize(im.life);
     if (im.db) sqlite3_close(im.db);
     btab_free(&im.frames);
     btab_free(&im.stacks);
@@ -561,7 +678,8 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
     return rc;
 }
 
-int gm_cmd_import(int argc, char **argv) {
+int gm_cmd_import(int argc, char **argv)
+{
     const char *in = NULL, *outp = NULL;
     int force = 0;
     for (int i = 1; i < argc; i++) {
@@ -570,18 +688,33 @@ int gm_cmd_import(int argc, char **argv) {
             fputs(usage_import, stdout);
             return 0;
         } else if (!strcmp(a, "-o")) {
-            if (i + 1 >= argc) return fprintf(stderr, "gpumem import: -o needs a file name\n\n%s", usage_import), GM_EXIT_USAGE;
+            if (i + 1 >= argc)
+                return fprintf(stderr, "gpumem import: -o needs a file name\n\n%s", usage_import),
+                       GM_EXIT_USAGE;
             outp = argv[++i];
-        } else if (!strcmp(a, "--force")) force = 1;
-        else if (a[0] == '-' && a[1]) return fprintf(stderr, "gpumem import: unknown option '%s'\n\n%s", a, usage_import), GM_EXIT_USAGE;
-        else if (!in) in = a;
-        else return fprintf(stderr, "gpumem import: one snapshot only; '%s' is extra\n\n%s", a, usage_import), GM_EXIT_USAGE;
+        } else if (!strcmp(a, "--force"))
+            force = 1;
+        else if (a[0] == '-' && a[1])
+            return fprintf(stderr, "gpumem import: unknown option '%s'\n\n%s", a, usage_import),
+                   GM_EXIT_USAGE;
+        else if (!in)
+            in = a;
+        else
+            return fprintf(stderr, "gpumem import: one snapshot only; '%s' is extra\n\n%s", a,
+                           usage_import),
+                   GM_EXIT_USAGE;
     }
-    if (!in) return fprintf(stderr, "gpumem import: which snapshot? give its path\n\n%s", usage_import), GM_EXIT_USAGE;
-    if (!outp) return fprintf(stderr, "gpumem import: where to? give -o DB\n\n%s", usage_import), GM_EXIT_USAGE;
+    if (!in)
+        return fprintf(stderr, "gpumem import: which snapshot? give its path\n\n%s", usage_import),
+               GM_EXIT_USAGE;
+    if (!outp)
+        return fprintf(stderr, "gpumem import: where to? give -o DB\n\n%s", usage_import),
+               GM_EXIT_USAGE;
     struct stat st;
     if (!force && stat(outp, &st) == 0) {
-        fprintf(stderr, "gpumem import: %s exists; choose another name or add --force to replace it\n", outp);
+        fprintf(stderr,
+                "gpumem import: %s exists; choose another name or add --force to replace it\n",
+                outp);
         return GM_EXIT_USAGE;
     }
     FILE *f = fopen(in, "rb");
@@ -597,7 +730,8 @@ int gm_cmd_import(int argc, char **argv) {
     size_t n = (size_t)st.st_size;
     unsigned char *buf = malloc(n ? n : 1);
     if (!buf || fread(buf, 1, n, f) != n) {
-        fprintf(stderr, "gpumem import: cannot read %s: %s\n", in, buf ? strerror(errno) : "out of memory");
+        fprintf(stderr, "gpumem import: cannot read %s: %s\n", in,
+                buf ? strerror(errno) : "out of memory");
         free(buf);
         fclose(f);
         return GM_EXIT_BADDB;

@@ -16,17 +16,17 @@
 #include <stdio.h>
 
 /* ---- writer */
-void gpk_begin(FILE *f);         /* PROTO 2 */
-void gpk_end(FILE *f);           /* STOP */
+void gpk_begin(FILE *f); /* PROTO 2 */
+void gpk_end(FILE *f);   /* STOP */
 void gpk_none(FILE *f);
 void gpk_bool(FILE *f, int v);
 void gpk_int(FILE *f, int64_t v);
 void gpk_uint(FILE *f, uint64_t v);
 void gpk_float(FILE *f, double v);
 void gpk_str(FILE *f, const char *s); /* NULL writes None */
-void gpk_dict_begin(FILE *f);    /* then key, value, ..., gpk_dict_end */
+void gpk_dict_begin(FILE *f);         /* then key, value, ..., gpk_dict_end */
 void gpk_dict_end(FILE *f);
-void gpk_list_begin(FILE *f);    /* then items, gpk_list_end */
+void gpk_list_begin(FILE *f); /* then items, gpk_list_end */
 void gpk_list_end(FILE *f);
 /* the memo: gpk_memo_put stores the value just written under idx (LONG_BINPUT), gpk_memo_get
  * writes a reference to it (LONG_BINGET): a value written once and referred to many times */
@@ -36,19 +36,30 @@ void gpk_memo_get(FILE *f, uint32_t idx);
 void gpk_key(FILE *f, const char *k);
 
 /* ---- reader */
-enum gpk_type { GPK_NONE, GPK_BOOL, GPK_INT, GPK_FLOAT, GPK_STR, GPK_BYTES, GPK_LIST, GPK_TUPLE,
-                GPK_DICT, GPK_SET, GPK_MARK };
+enum gpk_type {
+    GPK_NONE,
+    GPK_BOOL,
+    GPK_INT,
+    GPK_FLOAT,
+    GPK_STR,
+    GPK_BYTES,
+    GPK_LIST,
+    GPK_TUPLE,
+    GPK_DICT,
+    GPK_SET,
+    GPK_MARK
+};
 typedef struct gpk_val gpk_val;
 struct gpk_val {
     enum gpk_type type;
-    int big;          /* GPK_INT: does not fit int64 (u holds it when it fits uint64; big = 2 beyond) */
-    int64_t i;        /* GPK_INT, GPK_BOOL */
-    uint64_t u;       /* GPK_INT when big == 1 */
-    double f;         /* GPK_FLOAT */
-    char *s;          /* GPK_STR, GPK_BYTES (NUL-terminated; len bytes) */
-    size_t len;       /* GPK_STR/BYTES: bytes; LIST/TUPLE/SET: items; DICT: pairs */
+    int big;    /* GPK_INT: does not fit int64 (u holds it when it fits uint64; big = 2 beyond) */
+    int64_t i;  /* GPK_INT, GPK_BOOL */
+    uint64_t u; /* GPK_INT when big == 1 */
+    double f;   /* GPK_FLOAT */
+    char *s;    /* GPK_STR, GPK_BYTES (NUL-terminated; len bytes) */
+    size_t len; /* GPK_STR/BYTES: bytes; LIST/TUPLE/SET: items; DICT: pairs */
     size_t cap;
-    gpk_val **items;  /* LIST/TUPLE/SET: len items; DICT: 2*len (key, value) */
+    gpk_val **items;   /* LIST/TUPLE/SET: len items; DICT: 2*len (key, value) */
     gpk_val *next_all; /* every value of a document, for freeing */
 };
 typedef struct gpk_doc {
@@ -60,7 +71,8 @@ typedef struct gpk_doc {
 /* Parses buf[0..n). budget: the most bytes of memory the values may take (0: 64 MiB + 16 x n).
  * Returns 0, or -1 with a one-line reason in err ("offset 12: GLOBAL 'os system' refused: ...").
  * Free the document with gpk_free either way. */
-int gpk_parse(const unsigned char *buf, size_t n, size_t budget, gpk_doc *doc, char *err, size_t errsz);
+int gpk_parse(const unsigned char *buf, size_t n, size_t budget, gpk_doc *doc, char *err,
+              size_t errsz);
 void gpk_free(gpk_doc *doc);
 /* dict lookup by str key; NULL when absent or d is not a dict */
 const gpk_val *gpk_get(const gpk_val *d, const char *key);

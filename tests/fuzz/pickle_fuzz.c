@@ -13,7 +13,8 @@
 #include "snapshot/gm.h"
 #include "snapshot/gm_pickle.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     char err[8192];
     uint64_t events = 0;
     err[0] = 0;
