@@ -38,7 +38,11 @@ static const char *const usage_main =
     "  leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
-    "  export --format trace DB [-o FILE] the allocations as a trace for gpumem-replay\n"
+    "  export --format F DB [-o FILE]    the recording as trace (gpumem-replay), torch (PyTorch's\n"
+    "                                    memory_viz pickle), chrome, folded, speedscope or csv\n"
+    "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
+    "  diff A.db B.db [--json] [--fail-if-peak-grows PCT]\n"
+    "                                    two recordings side by side, with deltas\n"
     "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "  advise DB [--budget SIZE] [--json] [--check] ...\n"
     "                                    predicted peaks under recompute, offload, accumulation,\n"
@@ -47,7 +51,8 @@ static const char *const usage_main =
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
-    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak) or no allocation matches (uses);\n"
+    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
+    "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
     "schema); 4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
@@ -115,7 +120,7 @@ static const char *const usage_sql =
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
 
 static const char *const usage_export =
-    "usage: gpumem export --format trace DB [-o FILE]\n"
+    "usage: gpumem export --format FORMAT DB [-o FILE] [--what peak|total]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output).\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
@@ -126,9 +131,24 @@ static const char *const usage_export =
     "                   id = the allocation's event number (birth seq), size = the bytes the\n"
     "                   program requested, stream = the database's stream number (streams.id).\n"
     "                   Frees of memory not allocated in the recording are left out.\n"
+    "  --format torch   PyTorch's memory snapshot pickle (torch.cuda.memory._dump_snapshot's\n"
+    "                   format): segments and blocks at exit, device_traces with every alloc,\n"
+    "                   free, segment map/unmap and OOM, with their frames (Python frames too).\n"
+    "                   Opens in pytorch.org/memory_viz and torch.cuda._memory_viz. Needs -o.\n"
+    "  --format chrome  Chrome trace-event JSON (Perfetto, chrome://tracing): counters per\n"
+    "                   device (allocated, reserved), NVTX ranges as slices per thread,\n"
+    "                   allocations as async slices (name, size), OOMs as instant events.\n"
+    "  --format folded  'frame;frame;frame bytes' lines for flamegraph.pl, inferno, speedscope:\n"
+    "                   --what peak (default): device bytes live at the peak allocated moment\n"
+    "                   (they sum to the report's peak allocated); --what total: all bytes\n"
+    "                   ever allocated.\n"
+    "  --format speedscope  speedscope's JSON file format: the peak and total profiles (or the\n"
+    "                   one --what names).\n"
+    "  --format csv     the `allocations` view (snapshot/README.md), with a header line.\n"
     "  -o FILE          write to FILE instead of standard output\n"
     "Example: gpumem export --format trace run.db -o run.trace &&\n"
     "         gpumem-replay --preset gpumem --conf expandable_segments:False run.trace\n"
+    "         gpumem export --format folded run.db | flamegraph.pl > peak.svg\n"
     "Exit code: 0, 2 usage, 3 unreadable database (or FILE cannot be written).\n";
 
 static int wants_help(int argc, char **argv) {
@@ -223,10 +243,16 @@ static int cmd_export(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *format = NULL, *outpath = NULL;
+    int what = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
-            if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace)", a);
+        if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
+            const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v && strcmp(v, "peak") == 0) what = 0;
+            else if (v && strcmp(v, "total") == 0) what = 1;
+            else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
+        } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
+            if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
             format = argv[++i];
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
@@ -241,10 +267,17 @@ static int cmd_export(int argc, char **argv) {
             return usage_error(usage_export, "one database only; '%s' is extra", a);
         }
     }
-    if (!format) return usage_error(usage_export, "%s", "which format? give --format trace");
-    if (strcmp(format, "trace") != 0)
-        return usage_error(usage_export, "unknown format '%s' (known: trace)", format);
+    if (!format) return usage_error(usage_export, "%s", "which format? give --format trace, torch, chrome, folded, speedscope or csv");
+    static const char *const formats[] = {"trace", "torch", "chrome", "folded", "speedscope", "csv"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) known |= strcmp(format, formats[i]) == 0;
+    if (!known)
+        return usage_error(usage_export, "unknown format '%s' (known: trace, torch, chrome, folded, speedscope, csv)", format);
     if (!path) return usage_error(usage_export, "%s", "which database? give its path");
+    if (strcmp(format, "torch") == 0 && !outpath && isatty(STDOUT_FILENO))
+        return usage_error(usage_export, "%s", "--format torch writes a binary pickle: give -o FILE (or redirect the output)");
+    if (what >= 0 && strcmp(format, "folded") != 0 && strcmp(format, "speedscope") != 0)
+        return usage_error(usage_export, "--what applies to --format folded and speedscope, not '%s'", format);
     char err[8192];
     gm_db d;
     if (gm_db_open(path, &d, err, sizeof err) != 0) {
@@ -257,7 +290,22 @@ static int cmd_export(int argc, char **argv) {
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
-    int rc = gm_export_trace(&d, out);
+    int rc;
+    if (strcmp(format, "trace") == 0 || strcmp(format, "csv") == 0) {
+        rc = strcmp(format, "trace") == 0 ? gm_export_trace(&d, out) : gm_export_format(&d, NULL, format, what, out);
+    } else {
+        gm_model m;
+        if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem: %s\n", err);
+            gm_model_free(&m);
+            if (out != stdout) fclose(out);
+            gm_db_close(&d);
+            return GM_EXIT_BADDB;
+        }
+        gm_symbolize(&d, &m);
+        rc = gm_export_format(&d, &m, format, what, out);
+        gm_model_free(&m);
+    }
     if ((out != stdout ? fclose(out) : fflush(out)) != 0 && rc == 0) {
         fprintf(stderr, "gpumem: writing %s failed: %s\n", outpath ? outpath : "the trace", strerror(errno));
         rc = GM_EXIT_BADDB;
@@ -619,7 +667,8 @@ static int edit_distance(const char *a, const char *b) {
 
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
 static const char *nearest_command(const char *c) {
-    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune"};
+    static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune",
+                                       "import", "diff"};
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -651,6 +700,8 @@ int main(int argc, char **argv) {
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
+    if (strcmp(c, "import") == 0) return gm_cmd_import(argc - 1, argv + 1);
+    if (strcmp(c, "diff") == 0) return gm_cmd_diff(argc - 1, argv + 1);
     if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
     if (strcmp(c, "frag") == 0) return gm_frag_main(argc - 1, argv + 1);
     if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);

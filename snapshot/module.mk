@@ -35,7 +35,10 @@ GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
                   $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
                   $(SNAP_DIR)/gm_tune_cmd.o
-$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
+# export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
+GM_IO_OBJS := $(SNAP_DIR)/gm_export_fmt.o $(SNAP_DIR)/gm_pickle.o $(SNAP_DIR)/gm_import.o \
+              $(SNAP_DIR)/gm_diff.o $(SNAP_DIR)/rec_schema.o
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
 ALL_TARGETS += $(BUILD)/gpumem
@@ -81,6 +84,9 @@ $(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/frag_app
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
+# export to other tools' formats, import of PyTorch snapshots, diff (#14)
+SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_roundtrip.sh \
+                tests/integration/import_hostile.sh tests/integration/diff_gate.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
@@ -105,8 +111,17 @@ $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_intern
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -lpthread
 ALL_TARGETS += $(NVTX_FUZZ)
+# `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
+PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
+PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c $(SNAP_DIR)/rec_schema.c
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3
+ALL_TARGETS += $(PICKLE_FUZZ)
 endif
-SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh
+SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh
 
 # Benchmarks (make bench).
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)

@@ -1,0 +1,399 @@
+/* gm_diff.c — `gpumem diff A.db B.db [--json] [--top N] [--fail-if-peak-grows PCT]`: two
+ * recordings side by side with their deltas (B - A): peaks (requested, allocated, reserved),
+ * utilization (peak allocated / peak reserved), device allocations, steps and allocations per
+ * step, bytes alive at exit, and the tensor classes (names with digits as *) and call sites
+ * live at each one's peak allocated moment, ranked by the size of their change.
+ * --fail-if-peak-grows PCT makes it a CI gate: exit 1 when B's peak reserved exceeds A's by
+ * more than PCT percent. */
+#include "snapshot/gm.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const usage_diff =
+    "usage: gpumem diff A.db B.db [--json] [--top N] [--frames user|all] [--fail-if-peak-grows "
+    "PCT]\n"
+    "\n"
+    "Compares two recordings (B against A): peaks, utilization, allocations per step, bytes\n"
+    "alive at exit, and the tensor classes and call sites live at each peak, with deltas.\n"
+    "  --json                    one JSON object: a, b, delta, classes, sites, gate\n"
+    "  --top N                   rows per table (default 10)\n"
+    "  --frames user|all         call sites as in `gpumem report` (default user)\n"
+    "  --fail-if-peak-grows PCT  exit 1 when B's peak reserved exceeds A's by more than PCT%%\n"
+    "                            (a memory-regression gate for CI)\n"
+    "Example: gpumem diff main.db branch.db --fail-if-peak-grows 5\n"
+    "Exit code: 0, 1 the peak grew by more than PCT%%, 2 usage, 3 a database cannot be read.\n";
+
+typedef struct kv {
+    char *key;
+    uint64_t bytes;
+} kv;
+
+typedef struct side {
+    gm_db d;
+    gm_model m;
+    uint64_t nallocs, leaked, nleaked;
+    kv *classes, *sites;
+    size_t nclasses, nsites;
+} side;
+
+static int cmp_kv(const void *a, const void *b)
+{
+    return strcmp(((const kv *)a)->key, ((const kv *)b)->key);
+}
+
+/* sorts by key and sums equal keys */
+static size_t aggregate(kv *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_kv);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o && strcmp(v[o - 1].key, v[i].key) == 0) {
+            v[o - 1].bytes += v[i].bytes;
+            free(v[i].key);
+        } else {
+            v[o++] = v[i];
+        }
+    }
+    return o;
+}
+
+static char *class_of(const gm_model *m, uint32_t name)
+{
+    const char *s = name ? gm_str(m, name) : NULL;
+    if (!s) return strdup("(unnamed)");
+    char *o = malloc(strlen(s) + 1), *p = o;
+    if (!o) return NULL;
+    for (; *s; s++) {
+        if (isdigit((unsigned char)*s)) {
+            while (isdigit((unsigned char)s[1]))
+                s++;
+            *p++ = '*';
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p = 0;
+    return o;
+}
+
+static int load_side(const char *path, side *s, int frames_all)
+{
+    char err[8192];
+    memset(s, 0, sizeof *s);
+    if (gm_db_open(path, &s->d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem diff: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    if (gm_model_load(&s->d, &s->m, 1, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem diff: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    gm_symbolize(&s->d, &s->m);
+    s->m.frames_all = frames_all;
+    const gm_model *m = &s->m;
+    size_t nlive = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (a->kind != 1 && a->kind != 3) continue;
+        s->nallocs++;
+        if (!a->death) s->leaked += a->size, s->nleaked++;
+        if (a->birth <= m->peak_allocated_seq && (!a->death || a->death > m->peak_allocated_seq))
+            nlive++;
+    }
+    s->classes = calloc(nlive + 1, sizeof(kv));
+    s->sites = calloc(nlive + 1, sizeof(kv));
+    if (!s->classes || !s->sites) {
+        fprintf(stderr, "gpumem diff: out of memory reading %s\n", path);
+        return GM_EXIT_BADDB;
+    }
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (a->kind != 1 && a->kind != 3) continue;
+        if (a->birth > m->peak_allocated_seq || (a->death && a->death <= m->peak_allocated_seq))
+            continue;
+        char site[2048];
+        if (gm_site_desc(m, a->stack, site, sizeof site) < 0)
+            snprintf(site, sizeof site, "(no stack)");
+        char *c = class_of(m, a->name), *st = strdup(site);
+        if (!c || !st) {
+            free(c), free(st);
+            fprintf(stderr, "gpumem diff: out of memory reading %s\n", path);
+            return GM_EXIT_BADDB;
+        }
+        s->classes[s->nclasses++] = (kv){c, a->size};
+        s->sites[s->nsites++] = (kv){st, a->size};
+    }
+    s->nclasses = aggregate(s->classes, s->nclasses);
+    s->nsites = aggregate(s->sites, s->nsites);
+    return 0;
+}
+
+static void free_side(side *s)
+{
+    for (size_t i = 0; i < s->nclasses; i++)
+        free(s->classes[i].key);
+    for (size_t i = 0; i < s->nsites; i++)
+        free(s->sites[i].key);
+    free(s->classes), free(s->sites);
+    gm_model_free(&s->m);
+    gm_db_close(&s->d);
+}
+
+typedef struct row {
+    const char *key;
+    uint64_t a, b;
+} row;
+
+static int cmp_row(const void *x, const void *y)
+{
+    const row *p = x, *q = y;
+    uint64_t dp = p->a > p->b ? p->a - p->b : p->b - p->a,
+             dq = q->a > q->b ? q->a - q->b : q->b - q->a;
+    if (dp != dq) return dp > dq ? -1 : 1;
+    uint64_t mp = p->a > p->b ? p->a : p->b, mq = q->a > q->b ? q->a : q->b;
+    if (mp != mq) return mp > mq ? -1 : 1;
+    return strcmp(p->key, q->key);
+}
+
+/* merges two sorted lists into rows ranked by |delta| */
+static row *merge(const kv *a, size_t na, const kv *b, size_t nb, size_t *n)
+{
+    row *r = calloc(na + nb + 1, sizeof *r);
+    if (!r) return NULL;
+    size_t i = 0, j = 0, o = 0;
+    while (i < na || j < nb) {
+        int c = i >= na ? 1 : j >= nb ? -1 : strcmp(a[i].key, b[j].key);
+        if (c < 0)
+            r[o++] = (row){a[i].key, a[i].bytes, 0}, i++;
+        else if (c > 0)
+            r[o++] = (row){b[j].key, 0, b[j].bytes}, j++;
+        else
+            r[o++] = (row){a[i].key, a[i].bytes, b[j].bytes}, i++, j++;
+    }
+    qsort(r, o, sizeof *r, cmp_row);
+    *n = o;
+    return r;
+}
+
+static void fmt_delta(int64_t d, char *out, size_t outsz)
+{
+    char b[48];
+    gm_fmt_bytes((uint64_t)(d < 0 ? -d : d), b, sizeof b);
+    snprintf(out, outsz, "%s%s", d < 0 ? "-" : d > 0 ? "+" : "", b);
+}
+
+static void pct_str(uint64_t a, uint64_t b, char *out, size_t outsz)
+{
+    if (!a)
+        snprintf(out, outsz, "%s", b ? "new" : "");
+    else
+        snprintf(out, outsz, "%+.1f%%", 100.0 * ((double)b - (double)a) / (double)a);
+}
+
+static void bytes_line(FILE *out, const char *what, uint64_t a, uint64_t b)
+{
+    char sa[64], sb[64], sd[80], sp[32];
+    gm_fmt_bytes(a, sa, sizeof sa);
+    gm_fmt_bytes(b, sb, sizeof sb);
+    fmt_delta((int64_t)b - (int64_t)a, sd, sizeof sd);
+    pct_str(a, b, sp, sizeof sp);
+    fprintf(out, "  %-20s %14s %14s %14s %9s\n", what, sa, sb, sd, sp);
+}
+
+static void count_line(FILE *out, const char *what, double a, double b, int frac)
+{
+    char sp[32];
+    pct_str((uint64_t)(a * 100), (uint64_t)(b * 100), sp, sizeof sp);
+    if (frac)
+        fprintf(out, "  %-20s %14.1f %14.1f %+14.1f %9s\n", what, a, b, b - a, sp);
+    else
+        fprintf(out, "  %-20s %14.0f %14.0f %+14.0f %9s\n", what, a, b, b - a, sp);
+}
+
+static void table(FILE *out, const char *title, row *r, size_t n, int top)
+{
+    fprintf(out, "\n%s (live at each peak, by size of change):\n", title);
+    if (!n) fprintf(out, "  (none)\n");
+    for (size_t i = 0; i < n && i < (size_t)top; i++) {
+        char sa[64], sb[64], sd[80];
+        gm_fmt_bytes(r[i].a, sa, sizeof sa);
+        gm_fmt_bytes(r[i].b, sb, sizeof sb);
+        fmt_delta((int64_t)r[i].b - (int64_t)r[i].a, sd, sizeof sd);
+        fprintf(out, "  %12s %12s %13s  %s\n", sa, sb, sd, r[i].key);
+    }
+    if (n > (size_t)top) fprintf(out, "  ... %zu more (use --top N)\n", n - (size_t)top);
+}
+
+static void json_rows(FILE *out, const char *name, const char *keyname, row *r, size_t n, int top)
+{
+    fprintf(out, ",\"%s\":[", name);
+    for (size_t i = 0; i < n && i < (size_t)top; i++) {
+        fprintf(out, "%s{\"%s\":", i ? "," : "", keyname);
+        gm_json_str(out, r[i].key);
+        fprintf(out, ",\"a\":%" PRIu64 ",\"b\":%" PRIu64 ",\"delta\":%" PRId64 "}", r[i].a, r[i].b,
+                (int64_t)r[i].b - (int64_t)r[i].a);
+    }
+    fputc(']', out);
+}
+
+static double util(const gm_model *m)
+{
+    return m->peak_reserved ? 100.0 * (double)m->peak_allocated / (double)m->peak_reserved : 0;
+}
+static double per_step(const side *s)
+{
+    return s->m.nsteps ? (double)s->nallocs / (double)s->m.nsteps : (double)s->nallocs;
+}
+
+static void json_side(FILE *out, const side *s)
+{
+    fprintf(out, "{\"path\":");
+    gm_json_str(out, s->d.path);
+    fprintf(out,
+            ",\"peak_requested\":%" PRIu64 ",\"peak_allocated\":%" PRIu64
+            ",\"peak_reserved\":%" PRIu64 ",\"utilization_pct\":%.2f,\"allocations\":%" PRIu64
+            ",\"steps\":%zu,\"allocations_per_step\":%.2f"
+            ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64 "}",
+            s->m.peak_requested, s->m.peak_allocated, s->m.peak_reserved, util(&s->m), s->nallocs,
+            s->m.nsteps, per_step(s), s->leaked, s->nleaked);
+}
+
+int gm_cmd_diff(int argc, char **argv)
+{
+    const char *pa = NULL, *pb = NULL;
+    int json = 0, top = 10, frames_all = 0;
+    double gate = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_diff, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--top") || !strcmp(a, "--fail-if-peak-grows") ||
+                 !strcmp(a, "--frames")) {
+            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            if (!strcmp(a, "--frames")) {
+                if (v && !strcmp(v, "all"))
+                    frames_all = 1;
+                else if (!v || strcmp(v, "user"))
+                    return fprintf(stderr, "gpumem diff: --frames takes user or all\n\n%s",
+                                   usage_diff),
+                           GM_EXIT_USAGE;
+            } else if (!strcmp(a, "--top")) {
+                long n = v ? strtol(v, &end, 10) : 0;
+                if (!v || *end || n < 1 || n > 1000000)
+                    return fprintf(stderr,
+                                   "gpumem diff: --top needs a number from 1 to 1000000, got "
+                                   "'%s'\n\n%s",
+                                   v ? v : "", usage_diff),
+                           GM_EXIT_USAGE;
+                top = (int)n;
+            } else {
+                double p = v ? strtod(v, &end) : -1;
+                if (!v || *end || !(p >= 0) || p > 1e6)
+                    return fprintf(stderr,
+                                   "gpumem diff: --fail-if-peak-grows needs a percentage (like 5 "
+                                   "or 2.5), got '%s'\n\n%s",
+                                   v ? v : "", usage_diff),
+                           GM_EXIT_USAGE;
+                gate = p;
+            }
+        } else if (a[0] == '-' && a[1])
+            return fprintf(stderr, "gpumem diff: unknown option '%s'\n\n%s", a, usage_diff),
+                   GM_EXIT_USAGE;
+        else if (!pa)
+            pa = a;
+        else if (!pb)
+            pb = a;
+        else
+            return fprintf(stderr, "gpumem diff: two databases only; '%s' is extra\n\n%s", a,
+                           usage_diff),
+                   GM_EXIT_USAGE;
+    }
+    if (!pb)
+        return fprintf(stderr, "gpumem diff: give two databases, A (the baseline) and B\n\n%s",
+                       usage_diff),
+               GM_EXIT_USAGE;
+    side A, B;
+    int rc = load_side(pa, &A, frames_all);
+    if (rc) {
+        free_side(&A);
+        return rc;
+    }
+    if ((rc = load_side(pb, &B, frames_all)) != 0) {
+        free_side(&A);
+        free_side(&B);
+        return rc;
+    }
+    size_t nc = 0, ns = 0;
+    row *rc_ = merge(A.classes, A.nclasses, B.classes, B.nclasses, &nc);
+    row *rs = merge(A.sites, A.nsites, B.sites, B.nsites, &ns);
+    double growth = A.m.peak_reserved
+                        ? 100.0 * ((double)B.m.peak_reserved - (double)A.m.peak_reserved) /
+                              (double)A.m.peak_reserved
+                        : (B.m.peak_reserved ? INFINITY : 0);
+    int failed = gate >= 0 && B.m.peak_reserved > A.m.peak_reserved && growth > gate;
+    FILE *out = stdout;
+    if (json) {
+        fputs("{\"a\":", out);
+        json_side(out, &A);
+        fputs(",\"b\":", out);
+        json_side(out, &B);
+        fprintf(out,
+                ",\"delta\":{\"peak_requested\":%" PRId64 ",\"peak_allocated\":%" PRId64
+                ",\"peak_reserved\":%" PRId64
+                ",\"peak_reserved_pct\":%.3f,\"utilization_pts\":%.2f,\"allocations\":%" PRId64
+                ",\"allocations_per_step\":%.2f"
+                ",\"alive_at_exit\":%" PRId64 "}",
+                (int64_t)(B.m.peak_requested - A.m.peak_requested),
+                (int64_t)(B.m.peak_allocated - A.m.peak_allocated),
+                (int64_t)(B.m.peak_reserved - A.m.peak_reserved), isfinite(growth) ? growth : 1e308,
+                util(&B.m) - util(&A.m), (int64_t)(B.nallocs - A.nallocs),
+                per_step(&B) - per_step(&A), (int64_t)(B.leaked - A.leaked));
+        if (rc_) json_rows(out, "classes", "class", rc_, nc, top);
+        if (rs) json_rows(out, "sites", "site", rs, ns, top);
+        if (gate >= 0)
+            fprintf(out, ",\"gate\":{\"max_growth_pct\":%g,\"failed\":%s}", gate,
+                    failed ? "true" : "false");
+        fputs("}\n", out);
+    } else {
+        fprintf(out, "gpumem diff: A = %s, B = %s\n\n", A.d.path, B.d.path);
+        fprintf(out, "  %-20s %14s %14s %14s %9s\n", "", "A", "B", "B - A", "change");
+        bytes_line(out, "peak requested", A.m.peak_requested, B.m.peak_requested);
+        bytes_line(out, "peak allocated", A.m.peak_allocated, B.m.peak_allocated);
+        bytes_line(out, "peak reserved", A.m.peak_reserved, B.m.peak_reserved);
+        fprintf(out, "  %-20s %13.1f%% %13.1f%% %+11.1f pts\n", "utilization", util(&A.m),
+                util(&B.m), util(&B.m) - util(&A.m));
+        count_line(out, "allocations", (double)A.nallocs, (double)B.nallocs, 0);
+        count_line(out, "steps", (double)A.m.nsteps, (double)B.m.nsteps, 0);
+        count_line(out, "allocations/step", per_step(&A), per_step(&B), 1);
+        bytes_line(out, "alive at exit", A.leaked, B.leaked);
+        if (rc_) table(out, "tensor classes", rc_, nc, top);
+        if (rs) table(out, "call sites", rs, ns, top);
+    }
+    if (gate >= 0) {
+        char a[64], b[64];
+        gm_fmt_bytes(A.m.peak_reserved, a, sizeof a);
+        gm_fmt_bytes(B.m.peak_reserved, b, sizeof b);
+        if (failed)
+            fprintf(
+                stderr,
+                "gpumem diff: peak reserved grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
+                growth, a, b, gate);
+        else if (!json)
+            fprintf(out, "\npeak reserved %s -> %s (%+.1f%%): within the %g%% allowed\n", a, b,
+                    isfinite(growth) ? growth : 0.0, gate);
+    }
+    free(rc_);
+    free(rs);
+    free_side(&A);
+    free_side(&B);
+    fflush(out);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,758 @@
+/* gm_import.c — `gpumem import SNAPSHOT.pickle -o run.db`: a PyTorch memory snapshot
+ * (torch.cuda.memory._dump_snapshot / _snapshot() pickled) into a gpumem database, so that
+ * report, leaks, frag, tune, advise, export and diff work on PyTorch runs recorded without
+ * gpumem.
+ *
+ * The pickle is read by gm_pickle.c, which never executes anything and bounds its memory. The
+ * database is written through the recorder's schema (snapshot/schema.sql):
+ *   - device_traces (every device, merged in time_us order) become events: alloc -> alloc (1),
+ *     free_requested -> free (2), or at its free_completed when that comes later (a block used on
+ *     another stream, which PyTorch does not reuse before then: it stays allocated until then),
+ *     segment_alloc / segment_free -> driver_alloc / driver_free (18, 19), segment_map /
+ *     segment_unmap -> seg_map / seg_unmap (14, 15), oom -> an oom event (13) and an `ooms` row
+ *     (allocated and reserved at that moment, device_free from the entry);
+ *   - the trace is a ring buffer in PyTorch: segments and active blocks of the snapshot that the
+ *     trace does not account for (made before its first entry) become events at time 0, before
+ *     the trace; a snapshot without traces becomes just those, so its peak is its end state;
+ *   - segments and their blocks become the exit snapshot (reason 3), one per device;
+ *   - frames ({filename, line, name}, innermost first) become frames and stacks; a frame whose
+ *     file ends in ".py" is a Python frame (frames.python = 1), others native frames with their
+ *     function, file and line (symbolized = 1, no module);
+ *   - streams (CUstream handles) get the database's small stream numbers.
+ * Frees of memory the trace never allocated are left out. */
+#include "snapshot/gm.h"
+#include "snapshot/gm_pickle.h"
+#include "snapshot/rec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern const char rec_schema_sql[];
+
+static const char *const usage_import =
+    "usage: gpumem import SNAPSHOT.pickle -o DB [--force]\n"
+    "\n"
+    "Reads a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot(), or a pickled\n"
+    "torch.cuda.memory._snapshot(), with or without traces and frames) and writes a gpumem\n"
+    "database, so that report, leaks, frag, tune, advise, export and diff work on it:\n"
+    "  torch.cuda.memory._record_memory_history(max_entries=100000)\n"
+    "  ... the training steps ...\n"
+    "  torch.cuda.memory._dump_snapshot('snap.pickle')\n"
+    "  gpumem import snap.pickle -o run.db && gpumem report run.db\n"
+    "The pickle is read without Python and without executing anything: a pickle that asks to\n"
+    "load code (os.system, any class) is refused. PyTorch keeps the last max_entries trace\n"
+    "entries: memory allocated before the first one is imported as allocated at time 0.\n"
+    "  -o DB     the database to write (refused when it exists, unless --force)\n"
+    "Exit code: 0, 2 usage, 3 the snapshot cannot be read (damaged, hostile, not a memory\n"
+    "snapshot) or DB cannot be written.\n";
+
+/* ---- a table from byte strings to ids (frames by file/line/name, stacks by frame ids) */
+typedef struct btab {
+    char **keys;
+    size_t *lens;
+    uint64_t *ids;
+    size_t cap, n;
+} btab;
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* the id of key (0 when absent); with add, a new id = n + 1 is given; -1 on out of memory */
+static int btab_get(btab *t, const void *key, size_t len, int add, uint64_t *id)
+{
+    if (t->n * 2 >= t->cap) {
+        size_t nc = t->cap ? 2 * t->cap : 1024;
+        btab nt = {calloc(nc, sizeof(char *)), calloc(nc, sizeof(size_t)),
+                   calloc(nc, sizeof(uint64_t)), nc, t->n};
+        if (!nt.keys || !nt.lens || !nt.ids) {
+            free(nt.keys), free(nt.lens), free(nt.ids);
+            return -1;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->keys[i]) continue;
+            size_t j = fnv(t->keys[i], t->lens[i]) & (nc - 1);
+            while (nt.keys[j])
+                j = (j + 1) & (nc - 1);
+            nt.keys[j] = t->keys[i], nt.lens[j] = t->lens[i], nt.ids[j] = t->ids[i];
+        }
+        free(t->keys), free(t->lens), free(t->ids);
+        *t = nt;
+    }
+    size_t j = fnv(key, len) & (t->cap - 1);
+    for (; t->keys[j]; j = (j + 1) & (t->cap - 1))
+        if (t->lens[j] == len && memcmp(t->keys[j], key, len) == 0) {
+            *id = t->ids[j];
+            return 0;
+        }
+    *id = 0;
+    if (!add) return 0;
+    if (!(t->keys[j] = malloc(len ? len : 1))) return -1;
+    memcpy(t->keys[j], key, len);
+    t->lens[j] = len;
+    t->ids[j] = *id = ++t->n;
+    return 0;
+}
+
+static void btab_free(btab *t)
+{
+    for (size_t i = 0; i < t->cap; i++)
+        free(t->keys[i]);
+    free(t->keys), free(t->lens), free(t->ids);
+}
+
+typedef struct imp {
+    sqlite3 *db;
+    sqlite3_stmt *ev, *frame, *stack, *life;
+    btab frames, stacks;
+    u64map streams; /* (device << 48 ^ handle) -> id */
+    uint64_t nstreams;
+    uint64_t seq;
+    unsigned max_depth;
+    const char *path;
+    size_t input_bytes;
+    char err[8192];
+} imp;
+
+static int sqlfail(imp *im, const char *what)
+{
+    snprintf(im->err, sizeof im->err, "writing the database failed (%s): %s", what,
+             sqlite3_errmsg(im->db));
+    return -1;
+}
+
+static int exec(imp *im, const char *sql)
+{
+    char *e = NULL;
+    if (sqlite3_exec(im->db, sql, NULL, NULL, &e) != SQLITE_OK) {
+        snprintf(im->err, sizeof im->err, "writing the database failed: %s", e ? e : "?");
+        sqlite3_free(e);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t frame_id(imp *im, const gpk_val *f)
+{
+    const char *file = gpk_as_str(gpk_get(f, "filename"));
+    const char *name = gpk_as_str(gpk_get(f, "name"));
+    int64_t line = 0;
+    if (gpk_as_i64(gpk_get(f, "line"), &line) != 0) line = 0;
+    if (!file) file = "??";
+    if (!name) name = "??";
+    size_t lf = strlen(file), ln = strlen(name);
+    char *key = malloc(lf + ln + 32);
+    if (!key) return -1;
+    size_t kl = (size_t)sprintf(key, "%s%c%" PRId64 "%c%s", file, 1, line, 1, name);
+    uint64_t id;
+    if (btab_get(&im->frames, key, kl, 0, &id) != 0) id = UINT64_MAX;
+    if (id == 0 && btab_get(&im->frames, key, kl, 1, &id) == 0) {
+        int py = lf > 3 && strcmp(file + lf - 3, ".py") == 0;
+        sqlite3_stmt *s = im->frame;
+        sqlite3_bind_int64(s, 1, (int64_t)id);
+        sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 3, file, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 4, line);
+        if (py)
+            sqlite3_bind_int(s, 5, 1);
+        else
+            sqlite3_bind_null(s, 5);
+        int rc = sqlite3_step(s);
+        sqlite3_reset(s);
+        if (rc != SQLITE_DONE) id = UINT64_MAX, sqlfail(im, "frames");
+    }
+    free(key);
+    return id == UINT64_MAX ? -1 : (int64_t)id;
+}
+
+/* the stack of a list of frames (innermost first); 0 = none, -1 on failure */
+static int64_t stack_id(imp *im, const gpk_val *frames)
+{
+    if (!frames || frames->type != GPK_LIST || frames->len == 0) return 0;
+    int64_t *ids = malloc(frames->len * sizeof *ids);
+    if (!ids) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < frames->len; i++) {
+        if (frames->items[i]->type != GPK_DICT) continue;
+        int64_t f = frame_id(im, frames->items[i]);
+        if (f < 0) {
+            free(ids);
+            return -1;
+        }
+        ids[n++] = f;
+    }
+    uint64_t id = 0;
+    if (n && btab_get(&im->stacks, ids, n * sizeof *ids, 0, &id) == 0 && id == 0) {
+        if (btab_get(&im->stacks, ids, n * sizeof *ids, 1, &id) != 0) id = UINT64_MAX;
+        for (size_t d = 0; d < n && id != UINT64_MAX; d++) {
+            sqlite3_bind_int64(im->stack, 1, (int64_t)id);
+            sqlite3_bind_int64(im->stack, 2, (int64_t)d);
+            sqlite3_bind_int64(im->stack, 3, ids[d]);
+            if (sqlite3_step(im->stack) != SQLITE_DONE) id = UINT64_MAX, sqlfail(im, "stacks");
+            sqlite3_reset(im->stack);
+        }
+        if (n > im->max_depth) im->max_depth = (unsigned)n;
+    }
+    free(ids);
+    return id == UINT64_MAX ? -1 : (int64_t)id;
+}
+
+static int64_t stream_id(imp *im, int device, uint64_t handle)
+{
+    uint64_t key = ((uint64_t)(device & 0xffff) << 48) ^ handle;
+    if (key == U64MAP_EMPTY) key--;
+    const uint64_t *v = u64map_get(&im->streams, key);
+    if (v) return (int64_t)*v;
+    uint64_t id = ++im->nstreams;
+    u64map_put(&im->streams, key, id);
+    char sql[160];
+    snprintf(sql, sizeof sql, "INSERT INTO streams VALUES (%" PRIu64 ", %d, %" PRId64 ")", id,
+             device, (int64_t)handle);
+    if (exec(im, sql) != 0) return -1;
+    return (int64_t)id;
+}
+
+static int event(imp *im, uint64_t t, int kind, int device, int64_t stream, uint64_t addr,
+                 uint64_t size, int64_t stack, uint64_t requested)
+{
+    sqlite3_stmt *s = im->ev;
+    sqlite3_bind_int64(s, 1, (int64_t)++im->seq);
+    sqlite3_bind_int64(s, 2, (int64_t)t);
+    sqlite3_bind_int(s, 3, kind);
+    sqlite3_bind_int(s, 4, device);
+    sqlite3_bind_int64(s, 5, stream);
+    sqlite3_bind_int64(s, 6, (int64_t)addr);
+    sqlite3_bind_int64(s, 7, (int64_t)size);
+    sqlite3_bind_int64(
+        s, 8, (int64_t)(kind == REC_ALLOC || kind == REC_OOM ? (requested ? requested : size) : 0));
+    if (stack > 0)
+        sqlite3_bind_int64(s, 9, stack);
+    else
+        sqlite3_bind_null(s, 9);
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? 0 : sqlfail(im, "events");
+}
+
+static uint64_t u64_of(const gpk_val *d, const char *k)
+{
+    uint64_t v = 0;
+    if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
+    return v;
+}
+
+/* the frames of a block: "frames" (PyTorch 2), else the last entry of "history" (1.13) */
+static const gpk_val *block_frames(const gpk_val *b)
+{
+    const gpk_val *f = gpk_get(b, "frames");
+    if (f) return f;
+    const gpk_val *h = gpk_get(b, "history");
+    if (h && h->type == GPK_LIST && h->len) return gpk_get(h->items[h->len - 1], "frames");
+    return NULL;
+}
+
+typedef struct tref {
+    uint64_t time_us;
+    int device;
+    size_t idx;
+} tref;
+
+static int cmp_tref(const void *a, const void *b)
+{
+    const tref *x = a, *y = b;
+    if (x->time_us != y->time_us) return x->time_us < y->time_us ? -1 : 1;
+    if (x->device != y->device) return x->device < y->device ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* A free_requested whose free_completed comes later (the block was used on another stream:
+ * PyTorch does not reuse it before then): the free is imported at its completion, so that the
+ * database's allocations, and its trace for gpumem-replay, hold the block as long as PyTorch
+ * did. A completion right after the request, or none found, frees at the request. */
+static int completes_later(const gpk_val *list, size_t idx, uint64_t addr)
+{
+    for (size_t j = idx + 1; j < list->len && j < idx + 100000; j++) {
+        const gpk_val *e = list->items[j];
+        const char *a = gpk_as_str(gpk_get(e, "action"));
+        if (!a || u64_of(e, "addr") != addr) continue;
+        if (!strcmp(a, "free_completed")) return j > idx + 1;
+        if (!strcmp(a, "alloc") || !strcmp(a, "free_requested")) return 0;
+    }
+    return 0;
+}
+
+typedef struct lv {
+    uint64_t seq, size;
+    int device;
+} lv;
+
+static int import_doc(imp *im, const gpk_val *root)
+{
+    const gpk_val *segs = gpk_get(root, "segments");
+    const gpk_val *traces = gpk_get(root, "device_traces");
+    if (!segs || segs->type != GPK_LIST) {
+        snprintf(im->err, sizeof im->err,
+                 "not a PyTorch memory snapshot: the pickle has no 'segments' list "
+                 "(write it with torch.cuda.memory._dump_snapshot)");
+        return -1;
+    }
+    if (traces && traces->type != GPK_LIST) traces = NULL;
+    /* the pickle's memo lets a few bytes refer to one list a million times (a list of a
+     * million references to a segment holding a million blocks): the items visited are
+     * bounded by the input's size, as a real snapshot's are */
+    uint64_t visits = 0, max_visits = 4 * (uint64_t)im->input_bytes + 100000;
+    for (size_t i = 0; i < segs->len && visits <= max_visits; i++) {
+        const gpk_val *bl = gpk_get(segs->items[i], "blocks");
+        visits += 1 + (bl && bl->type == GPK_LIST ? bl->len : 0);
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && visits <= max_visits; j++) {
+            const gpk_val *f = block_frames(bl->items[j]);
+            visits += f && f->type == GPK_LIST ? f->len : 0;
+        }
+    }
+    for (size_t dv = 0; traces && dv < traces->len && visits <= max_visits; dv++) {
+        const gpk_val *l = traces->items[dv];
+        if (l->type != GPK_LIST) continue;
+        visits += l->len;
+        for (size_t i = 0; i < l->len && visits <= max_visits; i++) {
+            const gpk_val *f = gpk_get(l->items[i], "frames");
+            visits += f && f->type == GPK_LIST ? f->len : 0;
+        }
+    }
+    if (visits > max_visits) {
+        snprintf(im->err, sizeof im->err,
+                 "the pickle refers to the same lists over and over (more than %" PRIu64
+                 " blocks, trace entries and frames from %zu bytes): refused as hostile, not a "
+                 "PyTorch snapshot",
+                 max_visits, im->input_bytes);
+        return -1;
+    }
+    /* the trace entries of every device, merged by time */
+    size_t nref = 0;
+    for (size_t dv = 0; traces && dv < traces->len; dv++)
+        if (traces->items[dv]->type == GPK_LIST) nref += traces->items[dv]->len;
+    tref *refs = calloc(nref ? nref : 1, sizeof *refs);
+    if (!refs) return snprintf(im->err, sizeof im->err, "out of memory"), -1;
+    nref = 0;
+    for (size_t dv = 0; traces && dv < traces->len; dv++) {
+        const gpk_val *l = traces->items[dv];
+        if (l->type != GPK_LIST) continue;
+        for (size_t i = 0; i < l->len; i++)
+            refs[nref++] = (tref){u64_of(l->items[i], "time_us"), (int)dv, i};
+    }
+    qsort(refs, nref, sizeof *refs, cmp_tref);
+    uint64_t t0 = nref ? refs[0].time_us : 0;
+    /* pass 1: what the trace leaves live at its end (allocations and segments by address) */
+    u64map end_allocs = {0}, end_segs = {0};
+    for (size_t r = 0; r < nref; r++) {
+        const gpk_val *e = traces->items[refs[r].device]->items[refs[r].idx];
+        const char *a = gpk_as_str(gpk_get(e, "action"));
+        uint64_t addr = u64_of(e, "addr"), junk;
+        if (!a || addr == U64MAP_EMPTY) continue;
+        if (!strcmp(a, "alloc"))
+            u64map_put(&end_allocs, addr, 1);
+        else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed"))
+            u64map_del(&end_allocs, addr, &junk);
+        else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"))
+            u64map_put(&end_segs, addr, 1);
+        else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap"))
+            u64map_del(&end_segs, addr, &junk);
+    }
+    int have_seg_events = 0;
+    for (size_t r = 0; r < nref && !have_seg_events; r++) {
+        const char *a =
+            gpk_as_str(gpk_get(traces->items[refs[r].device]->items[refs[r].idx], "action"));
+        have_seg_events = a && !strncmp(a, "segment_", 8);
+    }
+    u64map live = {0};
+    lv *lives = NULL;
+    size_t nl = 0, cl = 0;
+    uint64_t allocated = 0, reserved = 0;
+    int rc = 0;
+#define ADD_LIFE(S, SZ, DEV)                                                                       \
+    do {                                                                                           \
+        if (nl == cl) {                                                                            \
+            cl = cl ? 2 * cl : 1024;                                                               \
+            lv *n_ = realloc(lives, cl * sizeof *lives);                                           \
+            if (!n_) {                                                                             \
+                snprintf(im->err, sizeof im->err, "out of memory");                                \
+                rc = -1;                                                                           \
+                break;                                                                             \
+            }                                                                                      \
+            lives = n_;                                                                            \
+        }                                                                                          \
+        lives[nl] = (lv){(S), (SZ), (DEV)};                                                        \
+    } while (0)
+    /* time 0: what the snapshot holds that the trace does not account for */
+    for (size_t i = 0; i < segs->len && rc == 0; i++) {
+        const gpk_val *sg = segs->items[i];
+        if (sg->type != GPK_DICT) continue;
+        int64_t dev = 0;
+        if (gpk_as_i64(gpk_get(sg, "device"), &dev) != 0 || dev < 0 || dev > 1023) dev = 0;
+        int64_t st = stream_id(im, (int)dev, u64_of(sg, "stream"));
+        if (st < 0) {
+            rc = -1;
+            break;
+        }
+        uint64_t saddr = u64_of(sg, "address"), ssize = u64_of(sg, "total_size");
+        if (!have_seg_events || !u64map_get(&end_segs, saddr)) {
+            if (event(im, 0, REC_DRIVER_ALLOC, (int)dev, st, saddr, ssize, 0, 0)) {
+                rc = -1;
+                break;
+            }
+            reserved += ssize;
+        }
+        const gpk_val *bl = gpk_get(sg, "blocks");
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && rc == 0; j++) {
+            const gpk_val *b = bl->items[j];
+            const char *state = gpk_as_str(gpk_get(b, "state"));
+            uint64_t baddr = u64_of(b, "address");
+            if (!state || strncmp(state, "active_", 7) != 0 || u64map_get(&end_allocs, baddr) ||
+                baddr == U64MAP_EMPTY)
+                continue;
+            int64_t stk = stack_id(im, block_frames(b));
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
+            uint64_t sz = u64_of(b, "size");
+            if (event(im, 0, REC_ALLOC, (int)dev, st, baddr, sz, stk,
+                      u64_of(b, "requested_size"))) {
+                rc = -1;
+                break;
+            }
+            ADD_LIFE(im->seq, sz, (int)dev);
+            if (rc) break;
+            u64map_put(&live, baddr, nl++);
+            allocated += sz;
+        }
+    }
+    /* the trace */
+    for (size_t r = 0; r < nref && rc == 0; r++) {
+        const gpk_val *e = traces->items[refs[r].device]->items[refs[r].idx];
+        const char *a = gpk_as_str(gpk_get(e, "action"));
+        if (!a) continue;
+        int dev = refs[r].device;
+        uint64_t addr = u64_of(e, "addr"), size = u64_of(e, "size");
+        uint64_t t = (refs[r].time_us - t0) * 1000 + (nref ? 1 : 0);
+        int64_t st = stream_id(im, dev, u64_of(e, "stream"));
+        if (st < 0) {
+            rc = -1;
+            break;
+        }
+        if (addr == U64MAP_EMPTY) continue;
+        if (!strcmp(a, "alloc")) {
+            int64_t stk = stack_id(im, gpk_get(e, "frames"));
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
+            uint64_t old;
+            if (u64map_del(&live, addr, &old)) { /* reused without a free in the trace */
+                allocated -= lives[old].size;
+            }
+            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, u64_of(e, "requested_size"))) {
+                rc = -1;
+                break;
+            }
+            ADD_LIFE(im->seq, size, dev);
+            if (rc) break;
+            u64map_put(&live, addr, nl++);
+            allocated += size;
+        } else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed")) {
+            uint64_t i;
+            if (a[5] == 'r' && completes_later(traces->items[dev], refs[r].idx, addr)) continue;
+            if (!u64map_del(&live, addr, &i)) continue;
+            if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) {
+                rc = -1;
+                break;
+            }
+            sqlite3_bind_int64(im->life, 1, (int64_t)lives[i].seq);
+            sqlite3_bind_int64(im->life, 2, (int64_t)im->seq);
+            if (sqlite3_step(im->life) != SQLITE_DONE) rc = sqlfail(im, "alloc_life");
+            sqlite3_reset(im->life);
+            lives[i].seq = 0;
+            allocated -= lives[i].size;
+        } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
+            if (event(im, t, a[8] == 'a' ? REC_DRIVER_ALLOC : REC_SEG_MAP, dev, st, addr, size, 0,
+                      0)) {
+                rc = -1;
+                break;
+            }
+            reserved += size;
+        } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
+            if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0,
+                      0)) {
+                rc = -1;
+                break;
+            }
+            reserved -= size < reserved ? size : reserved;
+        } else if (!strcmp(a, "oom")) {
+            int64_t stk = stack_id(im, gpk_get(e, "frames"));
+            if (stk < 0) {
+                rc = -1;
+                break;
+            }
+            if (event(im, t, REC_OOM, dev, st, 0, size, stk, 0)) {
+                rc = -1;
+                break;
+            }
+            char sql[400];
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, "
+                     "device_free) "
+                     "VALUES (%" PRIu64 ", %d, %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64
+                     ", %" PRIu64 ")",
+                     im->seq, dev, st, size, allocated, reserved, u64_of(e, "device_free"));
+            if (exec(im, sql)) {
+                rc = -1;
+                break;
+            }
+        }
+    }
+    /* alive at the end */
+    for (size_t i = 0; i < nl && rc == 0; i++) {
+        if (!lives[i].seq) continue;
+        sqlite3_bind_int64(im->life, 1, (int64_t)lives[i].seq);
+        sqlite3_bind_null(im->life, 2);
+        if (sqlite3_step(im->life) != SQLITE_DONE) rc = sqlfail(im, "alloc_life");
+        sqlite3_reset(im->life);
+    }
+    /* the exit snapshot: one per device */
+    int64_t snap_of_dev[1024] = {0};
+    int64_t nsnap = 0, idx = 0;
+    sqlite3_stmt *ss = NULL, *bs = NULL;
+    if (rc == 0 &&
+        (sqlite3_prepare_v2(im->db, "INSERT INTO segments VALUES (?,?,?,?,?,?,?,?)", -1, &ss,
+                            NULL) != SQLITE_OK ||
+         sqlite3_prepare_v2(im->db, "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)", -1, &bs,
+                            NULL) != SQLITE_OK))
+        rc = sqlfail(im, "preparing the snapshot");
+    for (size_t i = 0; i < segs->len && rc == 0; i++) {
+        const gpk_val *sg = segs->items[i];
+        if (sg->type != GPK_DICT) continue;
+        int64_t dev = 0;
+        if (gpk_as_i64(gpk_get(sg, "device"), &dev) != 0 || dev < 0 || dev > 1023) dev = 0;
+        if (!snap_of_dev[dev]) {
+            snap_of_dev[dev] = ++nsnap;
+            char sql[200];
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO snapshots VALUES (%" PRId64 ", %" PRIu64 ", %" PRIu64
+                     ", 3, %" PRId64 ")",
+                     nsnap, im->seq, nref ? (refs[nref - 1].time_us - t0) * 1000 + 1 : 0, dev);
+            if (exec(im, sql)) {
+                rc = -1;
+                break;
+            }
+        }
+        const gpk_val *exp = gpk_get(sg, "is_expandable");
+        const char *type = gpk_as_str(gpk_get(sg, "segment_type"));
+        int flags = (exp && exp->type == GPK_BOOL && exp->i ? REC_SEG_F_EXPANDABLE : 0) |
+                    (type && !strcmp(type, "small") ? REC_SEG_F_SMALL_POOL : 0);
+        uint64_t saddr = u64_of(sg, "address"), ssize = u64_of(sg, "total_size"), mapped = 0;
+        const gpk_val *bl = gpk_get(sg, "blocks");
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len; j++)
+            mapped += u64_of(bl->items[j], "size");
+        ++idx;
+        sqlite3_bind_int64(ss, 1, snap_of_dev[dev]);
+        sqlite3_bind_int64(ss, 2, idx);
+        sqlite3_bind_int64(ss, 3, dev);
+        sqlite3_bind_int64(
+            ss, 4,
+            (int64_t)u64_of(sg,
+                            "stream")); /* segments.stream: the handle, as the recorder writes it */
+        sqlite3_bind_int64(ss, 5, (int64_t)saddr);
+        sqlite3_bind_int64(ss, 6, (int64_t)ssize);
+        sqlite3_bind_int64(ss, 7, (int64_t)(mapped < ssize ? mapped : ssize));
+        sqlite3_bind_int(ss, 8, flags);
+        if (sqlite3_step(ss) != SQLITE_DONE) rc = sqlfail(im, "segments");
+        sqlite3_reset(ss);
+        uint64_t next = saddr;
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && rc == 0; j++) {
+            const gpk_val *b = bl->items[j];
+            const char *state = gpk_as_str(gpk_get(b, "state"));
+            uint64_t baddr = gpk_get(b, "address") ? u64_of(b, "address") : next,
+                     bsz = u64_of(b, "size");
+            next = baddr + bsz;
+            int s = !state                                  ? REC_BLOCK_FREE
+                    : !strcmp(state, "active_allocated")    ? REC_BLOCK_ALLOCATED
+                    : !strcmp(state, "active_pending_free") ? REC_BLOCK_PENDING
+                                                            : REC_BLOCK_FREE;
+            sqlite3_bind_int64(bs, 1, snap_of_dev[dev]);
+            sqlite3_bind_int64(bs, 2, (int64_t)baddr);
+            sqlite3_bind_int64(bs, 3, idx);
+            sqlite3_bind_int(bs, 4, s);
+            sqlite3_bind_int64(bs, 5, (int64_t)bsz);
+            sqlite3_bind_int64(bs, 6,
+                               (int64_t)(s == REC_BLOCK_FREE           ? 0
+                                         : u64_of(b, "requested_size") ? u64_of(b, "requested_size")
+                                                                       : bsz));
+            sqlite3_bind_int64(bs, 7, 0);
+            if (sqlite3_step(bs) != SQLITE_DONE) rc = sqlfail(im, "blocks");
+            sqlite3_reset(bs);
+        }
+    }
+    sqlite3_finalize(ss);
+    sqlite3_finalize(bs);
+#undef ADD_LIFE
+    free(refs);
+    free(lives);
+    u64map_free(&live);
+    u64map_free(&end_allocs);
+    u64map_free(&end_segs);
+    return rc;
+}
+
+int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath,
+                     uint64_t *events, char *err, size_t errsz)
+{
+    gpk_doc doc;
+    if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) {
+        gpk_free(&doc);
+        return -1;
+    }
+    if (!doc.root || doc.root->type != GPK_DICT) {
+        snprintf(err, errsz, "not a PyTorch memory snapshot (the pickle holds no dict)");
+        gpk_free(&doc);
+        return -1;
+    }
+    imp im = {.path = source, .input_bytes = n};
+    int rc = -1;
+    if (sqlite3_open(dbpath, &im.db) != SQLITE_OK) {
+        snprintf(im.err, sizeof im.err, "cannot create %s: %s", dbpath,
+                 im.db ? sqlite3_errmsg(im.db) : "out of memory");
+    } else {
+        char pragmas[200];
+        snprintf(pragmas, sizeof pragmas,
+                 "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;",
+                 REC_APPLICATION_ID);
+        if (exec(&im, pragmas) == 0 && exec(&im, "BEGIN") == 0 && exec(&im, rec_schema_sql) == 0 &&
+            u64map_init(&im.streams, 64) == 0 &&
+            sqlite3_prepare_v2(im.db,
+                               "INSERT INTO events (seq, t, kind, flags, device, stream, thread, "
+                               "addr, size, requested, stack) "
+                               "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)",
+                               -1, &im.ev, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db,
+                               "INSERT INTO frames (id, function, file, line, symbolized, python) "
+                               "VALUES (?1, ?2, ?3, ?4, 1, ?5)",
+                               -1, &im.frame, NULL) == SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &im.stack, NULL) ==
+                SQLITE_OK &&
+            sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1,
+                               &im.life, NULL) == SQLITE_OK) {
+            if (import_doc(&im, doc.root) == 0) {
+                char sql[5000], *q = sqlite3_mprintf("%q", im.path);
+                snprintf(sql, sizeof sql,
+                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), "
+                         "('gpumem_version', '0.1.0'),"
+                         "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', "
+                         "%" PRIu64 "),"
+                         "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', "
+                         "'PyTorch memory snapshot %s');"
+                         "INSERT INTO threads VALUES (0, 0, 'main');",
+                         im.seq, im.max_depth, q ? q : "", q ? q : "");
+                sqlite3_free(q);
+                if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
+            }
+        } else if (!im.err[0]) {
+            sqlfail(&im, "creating the schema");
+        }
+    }
+    sqlite3_finalize(im.ev), sqlite3_finalize(im.frame), sqlite3_finalize(im.stack),
+        sqlite3_finalize(im.life);
+    if (im.db) sqlite3_close(im.db);
+    btab_free(&im.frames);
+    btab_free(&im.stacks);
+    u64map_free(&im.streams);
+    *events = im.seq;
+    gpk_free(&doc);
+    if (rc != 0) snprintf(err, errsz, "%s", im.err[0] ? im.err : "import failed");
+    return rc;
+}
+
+int gm_cmd_import(int argc, char **argv)
+{
+    const char *in = NULL, *outp = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_import, stdout);
+            return 0;
+        } else if (!strcmp(a, "-o")) {
+            if (i + 1 >= argc)
+                return fprintf(stderr, "gpumem import: -o needs a file name\n\n%s", usage_import),
+                       GM_EXIT_USAGE;
+            outp = argv[++i];
+        } else if (!strcmp(a, "--force"))
+            force = 1;
+        else if (a[0] == '-' && a[1])
+            return fprintf(stderr, "gpumem import: unknown option '%s'\n\n%s", a, usage_import),
+                   GM_EXIT_USAGE;
+        else if (!in)
+            in = a;
+        else
+            return fprintf(stderr, "gpumem import: one snapshot only; '%s' is extra\n\n%s", a,
+                           usage_import),
+                   GM_EXIT_USAGE;
+    }
+    if (!in)
+        return fprintf(stderr, "gpumem import: which snapshot? give its path\n\n%s", usage_import),
+               GM_EXIT_USAGE;
+    if (!outp)
+        return fprintf(stderr, "gpumem import: where to? give -o DB\n\n%s", usage_import),
+               GM_EXIT_USAGE;
+    struct stat st;
+    if (!force && stat(outp, &st) == 0) {
+        fprintf(stderr,
+                "gpumem import: %s exists; choose another name or add --force to replace it\n",
+                outp);
+        return GM_EXIT_USAGE;
+    }
+    FILE *f = fopen(in, "rb");
+    if (!f) {
+        fprintf(stderr, "gpumem import: cannot open %s: %s\n", in, strerror(errno));
+        return GM_EXIT_BADDB;
+    }
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > ((off_t)4 << 30)) {
+        fprintf(stderr, "gpumem import: %s is not a regular file of at most 4 GiB\n", in);
+        fclose(f);
+        return GM_EXIT_BADDB;
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *buf = malloc(n ? n : 1);
+    if (!buf || fread(buf, 1, n, f) != n) {
+        fprintf(stderr, "gpumem import: cannot read %s: %s\n", in,
+                buf ? strerror(errno) : "out of memory");
+        free(buf);
+        fclose(f);
+        return GM_EXIT_BADDB;
+    }
+    fclose(f);
+    char tmp[4200], err[8192];
+    snprintf(tmp, sizeof tmp, "%s.importing", outp);
+    unlink(tmp);
+    uint64_t nev = 0;
+    int rc = gm_import_pickle(buf, n, in, tmp, &nev, err, sizeof err);
+    free(buf);
+    if (rc == 0 && force) unlink(outp);
+    if (rc == 0 && rename(tmp, outp) != 0) {
+        snprintf(err, sizeof err, "cannot write %s: %s", outp, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0) {
+        unlink(tmp);
+        fprintf(stderr, "gpumem import: %s: %s\n", in, err);
+        return GM_EXIT_BADDB;
+    }
+    fprintf(stderr, "gpumem import: %s -> %s (%" PRIu64 " events)\n", in, outp, nev);
+    return 0;
+}
