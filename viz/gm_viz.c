@@ -30,7 +30,8 @@ static int ev_cmp(const void *a, const void *b) {
 }
 static int size_cmp_desc(const void *a, const void *b) {
     const gm_alloc *x = *(const gm_alloc *const *)a, *y = *(const gm_alloc *const *)b;
-    return x->size < y->size ? 1 : x->size > y->size ? -1 : 0;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->birth < y->birth ? -1 : x->birth > y->birth; /* ties: oldest first */
 }
 
 static int is_device(const gm_alloc *a) { return a->device >= 0 && a->kind != 5 && a->kind != 7; }
@@ -172,22 +173,28 @@ static void write_ooms(FILE *o, const gm_model *m) {
     fputc(']', o);
 }
 
+/* Allocations alive at the end, largest first (at most VIZ_LEAKS rows; the count is all). */
+#define VIZ_LEAKS 200
 static void write_leaks(FILE *o, const gm_model *m) {
-    fputs("\"leaks\":[", o);
-    int f = 1;
-    for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
-        if (!is_device(a) || a->death) continue;
+    size_t n = 0;
+    const gm_alloc **v = malloc(sizeof *v * (m->nallocs + 1));
+    if (v)
+        for (size_t i = 0; i < m->nallocs; i++)
+            if (is_device(&m->allocs[i]) && !m->allocs[i].death) v[n++] = &m->allocs[i];
+    if (v) qsort(v, n, sizeof *v, size_cmp_desc);
+    fprintf(o, "\"nleaks\":%zu,\"leaks\":[", n);
+    for (size_t i = 0; i < n && i < VIZ_LEAKS; i++) {
+        const gm_alloc *a = v[i];
         char site[512] = "";
         gm_site_desc(m, a->stack, site, sizeof site);
-        fprintf(o, "%s{\"bytes\":%llu,\"name\":", f ? "" : ",", (unsigned long long)a->size);
+        fprintf(o, "%s{\"bytes\":%llu,\"name\":", i ? "," : "", (unsigned long long)a->size);
         json_str(o, a->name ? gm_str(m, a->name) : "(unnamed)");
         fputs(",\"site\":", o);
         json_str(o, site);
         fputc('}', o);
-        f = 0;
     }
     fputc(']', o);
+    free(v);
 }
 
 int gm_viz_main(int argc, char **argv) {
@@ -212,9 +219,11 @@ int gm_viz_main(int argc, char **argv) {
     gm_model m;
     if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem viz: %s\n", err);
+        gm_model_free(&m);
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
+    gm_symbolize(&d, &m); /* sites as `gpumem report` names them (file:line) */
     FILE *o = fopen(out, "w");
     if (!o) {
         fprintf(stderr, "gpumem viz: cannot write %s; check the directory exists and is writable\n", out);

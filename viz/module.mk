@@ -13,3 +13,4 @@ VIZ_OBJS := $(VIZ_DIR)/gm_viz.o $(VIZ_DIR)/viz_page.o
 SCRIPT_TESTS += tests/integration/viz_page.sh
 # The gpumem command's link rule (snapshot/module.mk) links every prerequisite ($^).
 $(BUILD)/gpumem: $(VIZ_OBJS)
+BENCHES += tests/bench/viz_bench.sh
