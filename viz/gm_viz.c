@@ -23,7 +23,7 @@ static void json_str(FILE *o, const char *s) {
     fputc('"', o);
 }
 
-typedef struct { uint64_t seq; int64_t delta; } viz_ev;
+typedef struct { uint64_t seq; int64_t delta, rdelta; } viz_ev; /* allocated, requested */
 static int ev_cmp(const void *a, const void *b) {
     const viz_ev *x = a, *y = b;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
@@ -44,8 +44,8 @@ static int write_timeline(FILE *o, const gm_model *m) {
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
         if (!is_device(a)) continue;
-        ev[n++] = (viz_ev){a->birth, (int64_t)a->size};
-        if (a->death) ev[n++] = (viz_ev){a->death, -(int64_t)a->size};
+        ev[n++] = (viz_ev){a->birth, (int64_t)a->size, (int64_t)a->requested};
+        if (a->death) ev[n++] = (viz_ev){a->death, -(int64_t)a->size, -(int64_t)a->requested};
     }
     qsort(ev, n, sizeof *ev, ev_cmp);
     uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
@@ -53,26 +53,33 @@ static int write_timeline(FILE *o, const gm_model *m) {
     if (width < 1) width = 1;
     fprintf(o, "\"timeline\":{\"first_seq\":%llu,\"last_seq\":%llu,\"buckets\":[",
             (unsigned long long)lo, (unsigned long long)hi);
-    int64_t cur = 0, bmin = 0, bmax = 0;
+    int64_t cur = 0, bmin = 0, bmax = 0, rcur = 0, rmax = 0;
     long bucket = -1;
     int first = 1;
     for (size_t i = 0; i <= n; i++) {
         long b = i < n ? (long)((double)(ev[i].seq - lo) / width) : -2;
         if (b != bucket) {
             if (bucket >= 0) {
-                fprintf(o, "%s[%llu,%lld,%lld]", first ? "" : ",",
+                fprintf(o, "%s[%llu,%lld,%lld,%lld]", first ? "" : ",",
                         (unsigned long long)(lo + (uint64_t)(bucket * width)), (long long)bmin,
-                        (long long)bmax);
+                        (long long)bmax, (long long)rmax);
                 first = 0;
             }
             if (i == n) break;
             bucket = b;
             bmin = bmax = cur;
+            rmax = rcur;
         }
         cur += ev[i].delta;
+        rcur += ev[i].rdelta;
+        if (rcur > rmax) rmax = rcur;
         if (cur < bmin) bmin = cur;
         if (cur > bmax) bmax = cur;
     }
+    fputs("],\"steps\":[", o);
+    for (size_t i = 0; i < m->nsteps; i++)
+        fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step,
+                (unsigned long long)m->steps[i].end_seq);
     fputs("]}", o);
     free(ev);
     return 0;

@@ -26,7 +26,12 @@ for k in requested allocated reserved; do
   pg=$(jq -r ".summary.peak_$k" "$TMP/data.json")
   [[ -n $txt && $pg == "$txt" ]] || fail "page peak $k '$pg', report '$txt'"
 done
-ok "peaks equal the report's ($want bytes allocated)"
+wantr=$(awk '$1 == "peak" && $2 == "requested" { sub(/^\(/, "", $5); print $5; exit }' "$TMP/report.txt")
+maxr=$(jq '[.timeline.buckets[][3]] | max' "$TMP/data.json")
+[[ -n $wantr && $maxr == "$wantr" ]] || fail "the requested line's highest point is $maxr, the report's peak requested $wantr"
+nsteps=$(jq '.timeline.steps | length' "$TMP/data.json")
+[[ $nsteps -eq 3 ]] || fail "the timeline marks $nsteps steps, the run had 3"
+ok "peaks equal the report's ($want bytes allocated, $wantr requested), 3 steps marked"
 q="SELECT count(*) FROM segments WHERE snapshot = (SELECT min(id) FROM snapshots WHERE reason = 1)"
 nseg=$("$GM" sql "$TMP/run.db" -c "$q" | tail -1)
 pseg=$(jq '[.snapshots[] | select(.reason == "peak")][0].segments | length' "$TMP/data.json")
