@@ -72,7 +72,7 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
 # Optional packages: `make deps` installs them too, but a build never needs them; the tests
 # that use one skip (exit 77) with a message naming it when it is missing.
 # python3-torch (Debian's CPU build of PyTorch): tests/integration/python_torch.sh.
-DEB_OPTIONAL := python3-torch
+DEB_OPTIONAL := python3-torch chromium nodejs npm
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 include tests/harness.mk
@@ -95,6 +95,7 @@ endif
 deps:
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@DEB_PACKAGES="$(DEB_OPTIONAL)" DEB_OPTIONAL=1 $(SHELL) tests/deps.sh
+	@$(SHELL) viz/deps.sh
 $(DEPS_STAMP):
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@mkdir -p $(@D) && touch $@

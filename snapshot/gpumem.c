@@ -668,7 +668,7 @@ static int edit_distance(const char *a, const char *b) {
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
 static const char *nearest_command(const char *c) {
     static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune",
-                                       "import", "diff"};
+                                       "import", "diff", "viz"};
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -705,6 +705,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
     if (strcmp(c, "frag") == 0) return gm_frag_main(argc - 1, argv + 1);
     if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);
+    if (strcmp(c, "viz") == 0) { int gm_viz_main(int, char **); return gm_viz_main(argc - 1, argv + 1); }
     const char *near = nearest_command(c);
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
     else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
