@@ -43,6 +43,8 @@ static const char *const usage_main =
     "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
     "  diff A.db B.db [--json] [--fail-if-peak-grows PCT]\n"
     "                                    two recordings side by side, with deltas\n"
+    "  viz DB -o FILE.html               a self-contained page: memory over time, segment maps at\n"
+    "                                    the peak and at OOMs, leaks (opens offline)\n"
     "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "  advise DB [--budget SIZE] [--json] [--check] ...\n"
     "                                    predicted peaks under recompute, offload, accumulation,\n"
