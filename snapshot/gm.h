@@ -164,6 +164,14 @@ int gm_python_user_frame(const gm_frame *f);
 /* "function (file:line)" or "module+0xoff"; a Python frame: "file:line in function" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
 
+/* ---- --check (gm_rerun.c) ---- */
+/* Runs the recorded command again (exe: the recorded executable, used for argv[0] when it
+ * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
+ * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
+ * the re-run's measured peaks. 0, or -1 with err. */
+int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf,
+             uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
+
 /* ---- access tracking (table `uses`, gm_uses.c) ---- */
 
 /* Kernel names as a person reads them (gm_demangle.c): the Itanium C++ ABI name demangled with

@@ -405,70 +405,11 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
 
 static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t errsz)
 {
-    char flags[256], dbpath[64], self[4096];
+    char flags[256];
     spec_flags(s, flags, sizeof flags);
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        snprintf(err, errsz, "cannot find the gpumem program (/proc/self/exe)");
+    if (gm_rerun(exe, c->m.cmdline, flags, NULL, &s->meas_alloc, &s->meas_res, err, errsz) != 0)
         return -1;
-    }
-    self[n] = 0;
-    snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-advise-check-%d.db", (int)getpid());
-    char *argv[160];
-    int argc = 0;
-    argv[argc++] = self;
-    argv[argc++] = "record";
-    argv[argc++] = "-q";
-    argv[argc++] = "-o";
-    argv[argc++] = dbpath;
-    argv[argc++] = "--";
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s %s", c->m.cmdline, flags);
-    char *save = NULL;
-    int first = 1;
-    for (char *t = strtok_r(cmd, " ", &save); t && argc < 158; t = strtok_r(NULL, " ", &save)) {
-        argv[argc++] = first && exe[0] ? (char *)exe : t;
-        first = 0;
-    }
-    argv[argc] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errsz, "cannot fork: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execv(self, argv);
-        _exit(127);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, errsz, "the re-run with '%s' failed (exit %d)", flags,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-        unlink(dbpath);
-        return -1;
-    }
-    gm_db d;
-    char e2[4096];
-    if (gm_db_open(dbpath, &d, e2, sizeof e2) != 0) {
-        snprintf(err, errsz, "%s", e2);
-        unlink(dbpath);
-        return -1;
-    }
-    s->meas_alloc = (uint64_t)gm_meta_int(&d, "stat.peak_allocated", 0);
-    s->meas_res = (uint64_t)gm_meta_int(&d, "stat.peak_reserved", 0);
     s->measured = 1;
-    gm_db_close(&d);
-    unlink(dbpath);
-    char wal[96];
-    snprintf(wal, sizeof wal, "%s-wal", dbpath);
-    unlink(wal);
-    snprintf(wal, sizeof wal, "%s-shm", dbpath);
-    unlink(wal);
     return 0;
 }
 

@@ -3,14 +3,10 @@
  * print the same gm_frag, so the text and the JSON cannot disagree. */
 #include "snapshot/gm_frag.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char *const usage_frag =
     "usage: gpumem frag DB [--top N] [--json] [--check]\n"
@@ -37,77 +33,10 @@ static const char *const usage_frag =
 
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz) {
-    char self[4096], exe[4096], cmd[8192], dbpath[96];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        snprintf(err, errsz, "cannot find the gpumem program (/proc/self/exe)");
-        return -1;
-    }
-    self[n] = 0;
+    char exe[4096], cmd[8192];
     gm_meta_text(d, "exe", exe, sizeof exe);
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
-    if (!cmd[0]) {
-        snprintf(err, errsz, "the database does not say which command was recorded (meta.cmdline)");
-        return -1;
-    }
-    snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-frag-check-%d.db", (int)getpid());
-    char *argv[260];
-    int argc = 0;
-    argv[argc++] = self;
-    argv[argc++] = "record";
-    argv[argc++] = "-q";
-    argv[argc++] = "--force";
-    argv[argc++] = "-o";
-    argv[argc++] = dbpath;
-    argv[argc++] = "--";
-    char *save = NULL;
-    int first = 1;
-    for (char *t = strtok_r(cmd, " ", &save); t && argc < 258; t = strtok_r(NULL, " ", &save)) {
-        argv[argc++] = first && exe[0] && access(exe, X_OK) == 0 ? exe : t;
-        first = 0;
-    }
-    argv[argc] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(err, errsz, "cannot fork: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        setenv("GPUMEM_CONF", conf, 1);
-        unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
-        execv(self, argv);
-        _exit(127);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    int rc = 0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, errsz, "the re-run with GPUMEM_CONF=%s failed (exit %d)", conf,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-        rc = -1;
-    } else {
-        gm_db r;
-        char e2[4096];
-        if (gm_db_open(dbpath, &r, e2, sizeof e2) != 0) {
-            snprintf(err, errsz, "%s", e2);
-            rc = -1;
-        } else {
-            *peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
-            *peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
-            gm_db_close(&r);
-        }
-    }
-    unlink(dbpath);
-    char side[128];
-    snprintf(side, sizeof side, "%s-wal", dbpath);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", dbpath);
-    unlink(side);
-    return rc;
+    return gm_rerun(exe, cmd, NULL, conf, peak_allocated, peak_reserved, err, errsz);
 }
 
 /* ---------------------------------------------------------------- words */

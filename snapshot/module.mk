@@ -34,7 +34,7 @@ GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
 GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
                   $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
-                  $(SNAP_DIR)/gm_tune_cmd.o
+                  $(SNAP_DIR)/gm_tune_cmd.o $(SNAP_DIR)/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
 GM_IO_OBJS := $(SNAP_DIR)/gm_export_fmt.o $(SNAP_DIR)/gm_pickle.o $(SNAP_DIR)/gm_import.o \
               $(SNAP_DIR)/gm_diff.o $(SNAP_DIR)/rec_schema.o
