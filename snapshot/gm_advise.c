@@ -101,7 +101,7 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
 
 /* ------------------------------------------------------------------ loading */
 
-static int phase_of_name(const char *n)
+int adv_phase_of_name(const char *n)
 {
     if (!n) return ADV_PH_OTHER;
     if (!strcmp(n, "fwd") || !strcasecmp(n, "forward")) return ADV_PH_FWD;
@@ -163,7 +163,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
             x->phase = p->phase, x->step = p->step, x->lr = p->lr, x->lr_name = p->lr_name;
             if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, name);
         }
-        int ph = phase_of_name(name);
+        int ph = adv_phase_of_name(name);
         if (ph) x->phase = (uint8_t)ph, x->is_phase = 1, x->lr = 0, x->lr_name = 0;
         int64_t sn = step_number(name);
         if (sn >= 0) {
@@ -233,7 +233,7 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
 }
 
 /* "h11.mlp.fc" -> "h*.mlp.fc" */
-static void name_class(const char *n, char *out, size_t outsz)
+void adv_name_class(const char *n, char *out, size_t outsz)
 {
     size_t o = 0;
     for (const char *p = n; *p && o + 1 < outsz;) {
@@ -469,7 +469,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     for (size_t a = 0; a < m->nallocs; a++) {
         char buf[512];
         if (m->allocs[a].name) {
-            name_class(m->strs[m->allocs[a].name], buf, sizeof buf);
+            adv_name_class(m->strs[m->allocs[a].name], buf, sizeof buf);
             m->allocs[a].cls = intern(m, buf);
             continue;
         }

@@ -80,6 +80,14 @@ typedef struct adv_model {
     int dry_run; /* no compute recorded (trainer --dry-run) */
 } adv_model;
 
+/* The phase a range name stands for: ADV_PH_FWD for "fwd"/"forward", ADV_PH_BWD for
+ * "bwd"/"backward", ADV_PH_OPT for "opt"/"optim"/"optimizer"/"optimizer_step", else
+ * ADV_PH_OTHER (NULL too). Shared with gpumem viz (its timeline stacked by phase). */
+int adv_phase_of_name(const char *n);
+/* A tensor's class: its name with each run of digits as '*' ("h11.mlp.fc" -> "h*.mlp.fc").
+ * Shared with gpumem viz (stacking and segment colours by class). */
+void adv_name_class(const char *n, char *out, size_t outsz);
+
 /* Loads the recording: device allocations (requested size, births and deaths, streams, NVTX
  * phase and layer range, name class), steps, the op timeline, meta config/mode/cmdline and the
  * recorded peaks. Returns 0, or -1 with a message for a person in err. */

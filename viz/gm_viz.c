@@ -1,88 +1,29 @@
 /* gpumem viz DB -o run.html: one self-contained HTML page (inline SVG + JavaScript, no network).
  * The data comes from snapshot/'s model (gm_model_load: the same sweep and peaks as `gpumem
- * report`); the page template (viz/page.html) is embedded at build time as viz_page_html. */
+ * report`); the page template (viz/page.html) is embedded at build time as viz_page_html.
+ * This file: the command, the summary, segment maps, OOMs, leaks and the --with analyses (frag,
+ * advise, tune run as their own commands in a child process, their --json embedded as is);
+ * the timeline is viz_timeline.c's, the icicles viz_flame.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sqlite3.h>
-#include "../snapshot/gm.h"
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "snapshot/gm_advise.h"
+#include "snapshot/gm_frag.h"
+#include "snapshot/gm_tune.h"
+#include "viz/viz.h"
 
 extern const char viz_page_html[];
 
-#define VIZ_BUCKETS 2000
 #define VIZ_TOP 10
 
-static void json_str(FILE *o, const char *s) {
-    fputc('"', o);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
-        else if (*p == '<') fputs("\\u003c", o); /* never close the <script> early */
-        else if (*p < 0x20) fprintf(o, "\\u%04x", *p);
-        else fputc(*p, o);
-    }
-    fputc('"', o);
-}
-
-typedef struct { uint64_t seq; int64_t delta, rdelta; } viz_ev; /* allocated, requested */
-static int ev_cmp(const void *a, const void *b) {
-    const viz_ev *x = a, *y = b;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
 static int size_cmp_desc(const void *a, const void *b) {
     const gm_alloc *x = *(const gm_alloc *const *)a, *y = *(const gm_alloc *const *)b;
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
     return x->birth < y->birth ? -1 : x->birth > y->birth; /* ties: oldest first */
-}
-
-static int is_device(const gm_alloc *a) { return a->device >= 0 && a->kind != 5 && a->kind != 7; }
-
-/* Timeline: allocated bytes per seq bucket (min/max), from the model's allocation lifetimes. */
-static int write_timeline(FILE *o, const gm_model *m) {
-    size_t n = 0;
-    viz_ev *ev = malloc(sizeof *ev * (m->nallocs * 2 + 1));
-    if (!ev) return -1;
-    for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
-        if (!is_device(a)) continue;
-        ev[n++] = (viz_ev){a->birth, (int64_t)a->size, (int64_t)a->requested};
-        if (a->death) ev[n++] = (viz_ev){a->death, -(int64_t)a->size, -(int64_t)a->requested};
-    }
-    qsort(ev, n, sizeof *ev, ev_cmp);
-    uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
-    double width = (double)(hi - lo + 1) / VIZ_BUCKETS;
-    if (width < 1) width = 1;
-    fprintf(o, "\"timeline\":{\"first_seq\":%llu,\"last_seq\":%llu,\"buckets\":[",
-            (unsigned long long)lo, (unsigned long long)hi);
-    int64_t cur = 0, bmin = 0, bmax = 0, rcur = 0, rmax = 0;
-    long bucket = -1;
-    int first = 1;
-    for (size_t i = 0; i <= n; i++) {
-        long b = i < n ? (long)((double)(ev[i].seq - lo) / width) : -2;
-        if (b != bucket) {
-            if (bucket >= 0) {
-                fprintf(o, "%s[%llu,%lld,%lld,%lld]", first ? "" : ",",
-                        (unsigned long long)(lo + (uint64_t)(bucket * width)), (long long)bmin,
-                        (long long)bmax, (long long)rmax);
-                first = 0;
-            }
-            if (i == n) break;
-            bucket = b;
-            bmin = bmax = cur;
-            rmax = rcur;
-        }
-        cur += ev[i].delta;
-        rcur += ev[i].rdelta;
-        if (rcur > rmax) rmax = rcur;
-        if (cur < bmin) bmin = cur;
-        if (cur > bmax) bmax = cur;
-    }
-    fputs("],\"steps\":[", o);
-    for (size_t i = 0; i < m->nsteps; i++)
-        fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step,
-                (unsigned long long)m->steps[i].end_seq);
-    fputs("]}", o);
-    free(ev);
-    return 0;
 }
 
 static void write_live_at_peak(FILE *o, const gm_model *m) {
@@ -93,7 +34,7 @@ static void write_live_at_peak(FILE *o, const gm_model *m) {
         uint64_t p = m->peak_allocated_seq;
         for (size_t i = 0; i < m->nallocs; i++) {
             const gm_alloc *a = &m->allocs[i];
-            if (is_device(a) && a->birth <= p && (a->death == 0 || a->death > p)) live[n++] = a;
+            if (viz_is_device(a) && a->birth <= p && (a->death == 0 || a->death > p)) live[n++] = a;
         }
         qsort(live, n, sizeof *live, size_cmp_desc);
         for (size_t i = 0; i < n && i < VIZ_TOP; i++) {
@@ -101,11 +42,11 @@ static void write_live_at_peak(FILE *o, const gm_model *m) {
             gm_site_desc(m, live[i]->stack, site, sizeof site);
             gm_fmt_bytes(live[i]->size, sz, sizeof sz);
             fprintf(o, "%s{\"name\":", i ? "," : "");
-            json_str(o, live[i]->name ? gm_str(m, live[i]->name) : "(unnamed)");
+            viz_json_str(o, live[i]->name ? gm_str(m, live[i]->name) : "(unnamed)");
             fprintf(o, ",\"bytes\":%llu,\"fmt\":", (unsigned long long)live[i]->size);
-            json_str(o, sz);
+            viz_json_str(o, sz);
             fputs(",\"site\":", o);
-            json_str(o, site);
+            viz_json_str(o, site);
             fputc('}', o);
         }
         free(live);
@@ -113,8 +54,10 @@ static void write_live_at_peak(FILE *o, const gm_model *m) {
     fputc(']', o);
 }
 
-/* The segment map of the peak snapshot (reason 1) and of each OOM snapshot (reason 2). */
-static void write_segments(FILE *o, gm_db *d) {
+/* The segment map of the peak snapshot (reason 1) and of each OOM snapshot (reason 2). Blocks:
+ * [addr, size, state, class] with state as in the blocks table (0 free, 1 allocated, 2 pending,
+ * 3 unmapped) and class the rank of its allocation's tensor class (-1: none or unknown). */
+static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c) {
     fputs("\"snapshots\":[", o);
     if (!gm_table_exists(d, "snapshots")) { fputc(']', o); return; }
     sqlite3_stmt *s = NULL, *g = NULL, *b = NULL;
@@ -122,7 +65,7 @@ static void write_segments(FILE *o, gm_db *d) {
                        -1, &s, NULL);
     sqlite3_prepare_v2(d->db, "SELECT idx, addr, size, mapped FROM segments WHERE snapshot = ? ORDER BY idx",
                        -1, &g, NULL);
-    sqlite3_prepare_v2(d->db, "SELECT addr, size, state FROM blocks WHERE snapshot = ? AND segment = ? ORDER BY addr",
+    sqlite3_prepare_v2(d->db, "SELECT addr, size, state, alloc_id FROM blocks WHERE snapshot = ? AND segment = ? ORDER BY addr",
                        -1, &b, NULL);
     int fs = 1;
     while (s && g && b && sqlite3_step(s) == SQLITE_ROW) {
@@ -145,8 +88,11 @@ static void write_segments(FILE *o, gm_db *d) {
             sqlite3_bind_int64(b, 2, idx);
             int fb = 1;
             while (sqlite3_step(b) == SQLITE_ROW) {
-                fprintf(o, "%s[%lld,%lld,%d]", fb ? "" : ",", (long long)sqlite3_column_int64(b, 0),
-                        (long long)sqlite3_column_int64(b, 1), sqlite3_column_int(b, 2));
+                int state = sqlite3_column_int(b, 2);
+                long ai = state == 1 ? gm_alloc_by_id(m, (uint64_t)sqlite3_column_int64(b, 3)) : -1;
+                long cls = ai >= 0 && c->of[ai] != UINT32_MAX ? (long)c->of[ai] : -1;
+                fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",", (long long)sqlite3_column_int64(b, 0),
+                        (long long)sqlite3_column_int64(b, 1), state, cls);
                 fb = 0;
             }
             fputs("]}", o);
@@ -168,13 +114,13 @@ static void write_ooms(FILE *o, const gm_model *m) {
         gm_fmt_bytes(x->allocated, a, sizeof a);
         gm_fmt_bytes(x->reserved, v, sizeof v);
         fprintf(o, "%s{\"seq\":%llu,\"requested\":", i ? "," : "", (unsigned long long)x->seq);
-        json_str(o, r);
+        viz_json_str(o, r);
         fputs(",\"allocated\":", o);
-        json_str(o, a);
+        viz_json_str(o, a);
         fputs(",\"reserved\":", o);
-        json_str(o, v);
+        viz_json_str(o, v);
         fputs(",\"name\":", o);
-        json_str(o, x->name ? gm_str(m, x->name) : "");
+        viz_json_str(o, x->name ? gm_str(m, x->name) : "");
         fputc('}', o);
     }
     fputc(']', o);
@@ -187,7 +133,7 @@ static void write_leaks(FILE *o, const gm_model *m) {
     const gm_alloc **v = malloc(sizeof *v * (m->nallocs + 1));
     if (v)
         for (size_t i = 0; i < m->nallocs; i++)
-            if (is_device(&m->allocs[i]) && !m->allocs[i].death) v[n++] = &m->allocs[i];
+            if (viz_is_device(&m->allocs[i]) && !m->allocs[i].death) v[n++] = &m->allocs[i];
     if (v) qsort(v, n, sizeof *v, size_cmp_desc);
     fprintf(o, "\"nleaks\":%zu,\"leaks\":[", n);
     for (size_t i = 0; i < n && i < VIZ_LEAKS; i++) {
@@ -195,26 +141,111 @@ static void write_leaks(FILE *o, const gm_model *m) {
         char site[512] = "";
         gm_site_desc(m, a->stack, site, sizeof site);
         fprintf(o, "%s{\"bytes\":%llu,\"name\":", i ? "," : "", (unsigned long long)a->size);
-        json_str(o, a->name ? gm_str(m, a->name) : "(unnamed)");
+        viz_json_str(o, a->name ? gm_str(m, a->name) : "(unnamed)");
         fputs(",\"site\":", o);
-        json_str(o, site);
+        viz_json_str(o, site);
         fputc('}', o);
     }
     fputc(']', o);
     free(v);
 }
 
+static const char *const usage_viz =
+    "usage: gpumem viz DB -o FILE.html [--with frag,advise,tune]\n"
+    "\n"
+    "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
+    "  - peak requested, allocated and reserved, as `gpumem report` prints them;\n"
+    "  - memory over time: requested, allocated and reserved, allocated stacked by phase or by\n"
+    "    tensor class (a toggle), steps marked; zoom, pan, hover; a click anywhere lists the\n"
+    "    largest allocations live there (name, size, call site);\n"
+    "  - icicles of the bytes live at the peak by stack and of all bytes allocated by stack;\n"
+    "  - the segment map at the peak and at each OOM, blocks coloured by tensor class;\n"
+    "  - the OOM forensics and the allocations alive at the end.\n"
+    "  --with LIST  also run these analyses and show their results in a panel (comma-separated):\n"
+    "               frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
+    "               (`gpumem tune --json`; slow on big recordings: it replays the trace many times)\n"
+    "Exit code: 0; 2 usage or the page cannot be written; 3 unreadable database.\n";
+
+enum { VIZ_FRAG = 1, VIZ_ADVISE = 2, VIZ_TUNE = 4 };
+static const char *const analysis_name[3] = {"frag", "advise", "tune"};
+
+/* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
+ * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
+ * "..."} with the first line it printed on stderr. */
+static void write_analysis(FILE *o, const char *name, const char *db) {
+    FILE *out = tmpfile(), *err = tmpfile();
+    int status = -1;
+    fflush(NULL);
+    pid_t pid = out && err ? fork() : -1;
+    if (pid == 0) {
+        dup2(fileno(out), 1);
+        dup2(fileno(err), 2);
+        char *args[] = {(char *)name, (char *)db, (char *)"--json", NULL};
+        int rc = !strcmp(name, "frag")     ? gm_frag_main(3, args)
+                 : !strcmp(name, "advise") ? gm_advise_main(3, args)
+                                           : gm_tune_main(3, args);
+        fflush(NULL);
+        _exit(rc);
+    }
+    if (pid > 0) waitpid(pid, &status, 0);
+    fprintf(o, "\"%s\":", name);
+    int ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) != GM_EXIT_USAGE &&
+             WEXITSTATUS(status) != GM_EXIT_BADDB;
+    long n = out ? ftell(out) : 0;
+    if (ok && n > 1) {
+        rewind(out);
+        int ch;
+        while ((ch = fgetc(out)) != EOF) {
+            if (ch == '<') fputs("\\u003c", o); /* only inside strings in JSON */
+            else if (ch != '\n') fputc(ch, o);
+        }
+    } else {
+        char line[512] = "";
+        if (err) {
+            rewind(err);
+            if (!fgets(line, sizeof line, err)) line[0] = 0;
+            line[strcspn(line, "\n")] = 0;
+        }
+        char msg[700];
+        snprintf(msg, sizeof msg, "gpumem %s failed%s%s", name, line[0] ? ": " : "", line);
+        fputs("{\"error\":", o);
+        viz_json_str(o, msg);
+        fputc('}', o);
+    }
+    if (out) fclose(out);
+    if (err) fclose(err);
+}
+
 int gm_viz_main(int argc, char **argv) {
     const char *db = NULL, *out = NULL;
+    int with = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) out = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html\n", argv[i]);
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_viz, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                int k = 0;
+                while (k < 3 && strcmp(t, analysis_name[k])) k++;
+                if (k == 3) {
+                    fprintf(stderr, "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune (comma-separated)\n", t);
+                    return GM_EXIT_USAGE;
+                }
+                with |= 1 << k;
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with frag,advise,tune]\n", argv[i]);
             return GM_EXIT_USAGE;
-        } else db = argv[i];
+        } else {
+            db = argv[i];
+        }
     }
     if (!db || !out) {
-        fputs("gpumem viz: usage: gpumem viz DB -o run.html\n", stderr);
+        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz --help)\n", stderr);
         return GM_EXIT_USAGE;
     }
     char err[1024];
@@ -231,9 +262,17 @@ int gm_viz_main(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     gm_symbolize(&d, &m); /* sites as `gpumem report` names them (file:line) */
+    viz_classes cls;
+    if (viz_classes_build(&m, &cls) != 0) {
+        fprintf(stderr, "gpumem viz: out of memory reading %s\n", db);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
     FILE *o = fopen(out, "w");
     if (!o) {
         fprintf(stderr, "gpumem viz: cannot write %s; check the directory exists and is writable\n", out);
+        viz_classes_free(&cls);
         gm_model_free(&m);
         gm_db_close(&d);
         return GM_EXIT_USAGE;
@@ -245,30 +284,49 @@ int gm_viz_main(int argc, char **argv) {
     gm_fmt_bytes(m.peak_allocated, pa, sizeof pa);
     gm_fmt_bytes(m.peak_reserved, pv, sizeof pv);
     fputs("{\"summary\":{\"peak_requested\":", o);
-    json_str(o, pr);
+    viz_json_str(o, pr);
     fputs(",\"peak_allocated\":", o);
-    json_str(o, pa);
+    viz_json_str(o, pa);
     fputs(",\"peak_reserved\":", o);
-    json_str(o, pv);
-    fprintf(o, ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"events\":%llu},",
+    viz_json_str(o, pv);
+    fprintf(o, ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
+               "\"peak_reserved_seq\":%llu,\"events\":%llu},",
             (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
+            (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
             (unsigned long long)m.events);
-    write_timeline(o, &m);
+    int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
     write_live_at_peak(o, &m);
+    fputs(",\"classes\":[", o);
+    for (size_t i = 0; i < cls.n && i < VIZ_TOP_CLASSES; i++) {
+        if (i) fputc(',', o);
+        viz_json_str(o, cls.names[i]);
+    }
+    fputs("],\"flame_peak\":", o);
+    bad |= viz_write_flame(o, &d, &m, 0);
+    fputs(",\"flame_total\":", o);
+    bad |= viz_write_flame(o, &d, &m, 1);
     fputc(',', o);
-    write_segments(o, &d);
+    write_segments(o, &d, &m, &cls);
     fputc(',', o);
     write_ooms(o, &m);
     fputc(',', o);
     write_leaks(o, &m);
-    fputc('}', o);
+    fputs(",\"analyses\":{", o);
+    for (int k = 0, first = 1; k < 3; k++) {
+        if (!(with & (1 << k))) continue;
+        if (!first) fputc(',', o);
+        write_analysis(o, analysis_name[k], db);
+        first = 0;
+    }
+    fputs("}}", o);
     fputs(mark + strlen("/*GM_DATA*/"), o);
-    int bad = ferror(o);
+    bad |= ferror(o);
     if (fclose(o) != 0 || bad) {
-        fprintf(stderr, "gpumem viz: writing %s failed (disk full?)\n", out);
+        fprintf(stderr, "gpumem viz: writing %s failed (disk full, or out of memory)\n", out);
         bad = 1;
     }
+    viz_classes_free(&cls);
     gm_model_free(&m);
     gm_db_close(&d);
     return bad ? GM_EXIT_USAGE : 0;

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/e2e_common.bash"
 "$GM" record -q -o "$TMP/run.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 3 -B 2 -T 32 --leak \
   > "$TMP/rec.txt" 2>&1 || fail "trainer under gpumem: $(tail -3 "$TMP/rec.txt")"
-"$GM" viz "$TMP/run.db" -o "$TMP/run.html" || fail "gpumem viz exited $?"
+"$GM" viz "$TMP/run.db" -o "$TMP/run.html" --with frag,advise || fail "gpumem viz exited $?"
 grep -Eo 'https?://[^" ]*' "$TMP/run.html" | sort -u > "$TMP/urls.txt" || true
 if grep -v '^http://www.w3.org/2000/svg$' "$TMP/urls.txt" > "$TMP/bad.txt"; then
   fail "the page names URLs: $(tr '\n' ' ' < "$TMP/bad.txt")"
@@ -32,6 +32,42 @@ maxr=$(jq '[.timeline.buckets[][3]] | max' "$TMP/data.json")
 nsteps=$(jq '.timeline.steps | length' "$TMP/data.json")
 [[ $nsteps -eq 3 ]] || fail "the timeline marks $nsteps steps, the run had 3"
 ok "peaks equal the report's ($want bytes allocated, $wantr requested), 3 steps marked"
+wantv=$(jq -r .summary.peak_reserved "$TMP/report.json")
+maxv=$(jq '[.timeline.buckets[][4]] | max' "$TMP/data.json")
+[[ $maxv == "$wantv" ]] || fail "the reserved line's highest point is $maxv, the report's peak reserved $wantv"
+jq -e '.timeline.have_reserved' "$TMP/data.json" > /dev/null || fail "the recording's reserved timeline was not read"
+# each bucket's stacked layers (by phase and by class) add up to its allocated max
+bad=$(jq '[range(0; .timeline.buckets | length) as $j | select(
+            (.timeline.stack.phase.v[$j] | add) != .timeline.buckets[$j][2] or
+            (.timeline.stack.class.v[$j] | add) != .timeline.buckets[$j][2])] | length' "$TMP/data.json")
+[[ $bad == 0 ]] || fail "$bad buckets whose stacked layers do not add up to allocated"
+ok "reserved line's max $wantv = report's peak reserved; stacks add up in every bucket"
+# what the page lists live at each bucket's moment was live then (checked in the database)
+jq -r '.timeline as $t | range(0; $t.buckets | length; 97) as $j | $t.live[$j][] as $i |
+       "\($t.buckets[$j][5]) \($t.tensors[$i][3]) \($t.tensors[$i][1])"' "$TMP/data.json" > "$TMP/live.txt"
+[[ -s $TMP/live.txt ]] || fail "no bucket lists what was live"
+while read -r at birth size; do
+  n=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM allocations WHERE id = $birth AND size = $size
+      AND birth_seq <= $at AND (death_seq IS NULL OR death_seq > $at)" | tail -1)
+  [[ $n == 1 ]] || fail "allocation $birth listed live at seq $at, but the database disagrees"
+done < "$TMP/live.txt"
+ok "$(wc -l < "$TMP/live.txt") listed-live entries checked against the database"
+# the peak icicle's root is the peak; the total one's the bytes ever allocated (export folded)
+root=$(jq '.flame_peak.nodes[0][2]' "$TMP/data.json")
+[[ $root == "$want" ]] || fail "peak icicle root $root, peak allocated $want"
+"$GM" export --format folded --what total "$TMP/run.db" | awk '{ s += $NF } END { print s }' > "$TMP/total.txt"
+troot=$(jq '.flame_total.nodes[0][2]' "$TMP/data.json")
+[[ $troot == "$(cat "$TMP/total.txt")" ]] || fail "total icicle root $troot, folded total $(cat "$TMP/total.txt")"
+ok "icicle roots: peak $root, total $troot"
+# --with: frag's and advise's own --json, embedded
+jq -e --argjson p "$wantv" '.analyses.frag.at_peak.reserved == $p' "$TMP/data.json" > /dev/null \
+  || fail "the frag panel: $(jq -c '.analyses.frag | keys' "$TMP/data.json")"
+jq -e '.analyses.advise.recommendations | type == "array"' "$TMP/data.json" > /dev/null \
+  || fail "the advise panel: $(jq -c '.analyses.advise' "$TMP/data.json" | head -c 300)"
+jq -e '.analyses | has("tune") | not' "$TMP/data.json" > /dev/null || fail "tune ran without --with tune"
+"$GM" viz "$TMP/run.db" -o "$TMP/x.html" --with frag,bogus 2> "$TMP/err.txt" && fail "--with bogus exited 0"
+[[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || fail "--with bogus: not a one-line error"
+ok "analyses: frag and advise embedded, tune opt-in, --with bogus: $(cat "$TMP/err.txt")"
 q="SELECT count(*) FROM segments WHERE snapshot = (SELECT min(id) FROM snapshots WHERE reason = 1)"
 nseg=$("$GM" sql "$TMP/run.db" -c "$q" | tail -1)
 pseg=$(jq '[.snapshots[] | select(.reason == "peak")][0].segments | length' "$TMP/data.json")
@@ -45,17 +81,35 @@ top=$("$GM" sql "$TMP/run.db" -c "$q" | tail -1)
 jq -e --arg t "$top" '.live_at_peak[0].name == $t' "$TMP/data.json" > /dev/null \
   || fail "top tensor at the peak: page $(jq -c '.live_at_peak[0].name' "$TMP/data.json"), database $top"
 ok "top tensor at the peak: $top"
+# tensor classes (advise's: digits as '*', as the report's by_name): the page's first class is
+# one the report ranks first by bytes at the peak, and the peak bucket's layer has its bytes
+topclass=$(jq -r '.classes[0]' "$TMP/data.json")
+cbytes=$(jq --arg c "$topclass" '[.peak.by_name[] | select(.name == $c) | .bytes][0]' "$TMP/report.json")
+rbytes=$(jq '.peak.by_name[0].bytes' "$TMP/report.json")
+pbytes=$(jq --argjson q "$seq" '.timeline as $t | [range(0; $t.buckets | length) | select($t.buckets[.][5] == $q)][0] as $j
+         | $t.stack.class.v[$j][0]' "$TMP/data.json")
+[[ $cbytes == "$rbytes" && $pbytes == "$rbytes" ]] \
+  || fail "top class $topclass: report $cbytes bytes at the peak (top $rbytes), page's peak layer $pbytes"
+ncls=$(jq '[.snapshots[] | select(.reason == "peak")][0].segments | [.[].blocks[] | select(.[2] == 1 and .[3] >= 0)] | length' "$TMP/data.json")
+[[ $ncls -gt 0 ]] || fail "no allocated block of the peak segment map has a class"
+ok "classes: $topclass among them; $ncls allocated blocks classed at the peak"
 "$GM" viz "$TMP/missing.db" -o "$TMP/x.html" 2> "$TMP/err.txt" && fail "viz of a missing file exited 0"
 [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || fail "viz of a missing file: not a one-line error: $(cat "$TMP/err.txt")"
 ok "missing database: $(cat "$TMP/err.txt")"
 
 # The browser half.
 mkdir -p "$BUILD"
-jq -n --argjson p "$want" --arg t "$top" --argjson s "$nseg" \
-  '{peak_allocated_bytes: $p, top_tensor: $t, segments: $s}' > "$TMP/expect.json"
+jq -n --argjson p "$want" --argjson r "$wantv" --argjson q "$seq" --arg t "$top" --arg c "$topclass" --argjson s "$nseg" \
+  '{peak_allocated_bytes: $p, peak_reserved_bytes: $r, peak_seq: $q, top_tensor: $t, top_class: $c, segments: $s}' > "$TMP/expect.json"
 [[ -x /usr/bin/chromium ]] || { echo "skipped: /usr/bin/chromium is missing (make deps installs it)" >&2; exit 77; }
 command -v node > /dev/null || { echo "skipped: node is missing (make deps installs it)" >&2; exit 77; }
 [[ -d viz/node_modules/playwright-core ]] \
   || { echo "skipped: playwright-core is missing (make deps runs viz/deps.sh)" >&2; exit 77; }
-node viz/browser_test.js "$TMP/run.html" "$TMP/expect.json" "$BUILD/viz_page.png" \
+node viz/browser_test.js "$TMP/run.html" "$TMP/expect.json" "$BUILD/viz_page.png" "$TMP/clicked.json" \
   || fail "the page in chromium"
+# the tensor a click showed at a point that is not the peak was live there (the database says)
+read -r cseq cbirth < <(jq -r '"\(.seq) \(.birth)"' "$TMP/clicked.json")
+n=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM allocations WHERE id = $cbirth
+    AND birth_seq <= $cseq AND (death_seq IS NULL OR death_seq > $cseq)" | tail -1)
+[[ $cseq != "$seq" && $n == 1 ]] || fail "clicked at seq $cseq: allocation $cbirth was not live there (peak $seq)"
+ok "a click at seq $cseq showed $(jq -r .name "$TMP/clicked.json"), live there in the database"

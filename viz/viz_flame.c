@@ -1,0 +1,142 @@
+/* viz_flame.c — the page's icicles: bytes live at the peak by stack, and bytes allocated in total
+ * by stack. The stacks come from snapshot/'s folded export (gm_export_format "folded", the lines
+ * `gpumem export --format folded` prints: "root;...;leaf bytes"), read back into a tree here, so
+ * that the page, flamegraph.pl and speedscope draw the same numbers: the root of the peak icicle
+ * is the report's peak allocated. Nodes under 1/VIZ_FLAME_MIN of the root (well under a pixel)
+ * are left out; their bytes stay in their parent's width. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "viz/viz.h"
+
+#define VIZ_FLAME_MIN 5000
+
+typedef struct fnode {
+    uint32_t parent, name;
+    uint64_t value;
+} fnode;
+
+typedef struct flame {
+    fnode *nodes;
+    size_t n, cap;
+    char **names;
+    size_t nnames, names_cap;
+    u64map name_idx, child_idx;
+} flame;
+
+static uint64_t hash_bytes(const char *s, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h == UINT64_MAX ? h - 1 : h;
+}
+
+static long name_of(flame *f, const char *s, size_t n) {
+    uint64_t h = hash_bytes(s, n, 1469598103934665603ull);
+    uint64_t *hit = u64map_get(&f->name_idx, h);
+    if (hit) return (long)*hit;
+    if (f->nnames == f->names_cap) {
+        size_t nc = f->names_cap ? f->names_cap * 2 : 256;
+        char **nn = realloc(f->names, nc * sizeof *nn);
+        if (!nn) return -1;
+        f->names = nn, f->names_cap = nc;
+    }
+    char *c = strndup(s, n);
+    if (!c || u64map_put(&f->name_idx, h, f->nnames)) {
+        free(c);
+        return -1;
+    }
+    f->names[f->nnames] = c;
+    return (long)f->nnames++;
+}
+
+static long child_of(flame *f, uint32_t parent, uint32_t name) {
+    uint64_t key = ((uint64_t)parent << 32 | name) * 0x9e3779b97f4a7c15ull;
+    if (key == UINT64_MAX) key--;
+    uint64_t *hit = u64map_get(&f->child_idx, key);
+    if (hit) return (long)*hit;
+    if (f->n == f->cap) {
+        size_t nc = f->cap ? f->cap * 2 : 1024;
+        fnode *nn = realloc(f->nodes, nc * sizeof *nn);
+        if (!nn) return -1;
+        f->nodes = nn, f->cap = nc;
+    }
+    if (u64map_put(&f->child_idx, key, f->n)) return -1;
+    f->nodes[f->n] = (fnode){parent, name, 0};
+    return (long)f->n++;
+}
+
+/* One folded line: frames separated by ';', then a space and the bytes. */
+static int add_line(flame *f, const char *line, size_t len) {
+    const char *sp = memrchr(line, ' ', len);
+    if (!sp) return 0;
+    uint64_t bytes = strtoull(sp + 1, NULL, 10);
+    f->nodes[0].value += bytes;
+    uint32_t at = 0;
+    for (const char *p = line; p < sp;) {
+        const char *e = memchr(p, ';', (size_t)(sp - p));
+        if (!e) e = sp;
+        long nm = name_of(f, p, (size_t)(e - p));
+        long ch = nm < 0 ? -1 : child_of(f, at, (uint32_t)nm);
+        if (ch < 0) return -1;
+        at = (uint32_t)ch;
+        f->nodes[at].value += bytes;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void flame_free(flame *f) {
+    for (size_t i = 0; i < f->nnames; i++) free(f->names[i]);
+    free(f->names), free(f->nodes);
+    u64map_free(&f->name_idx), u64map_free(&f->child_idx);
+}
+
+int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&buf, &len);
+    if (!ms) return -1;
+    int erc = gm_export_format(d, m, "folded", what, ms);
+    fclose(ms);
+    flame f = {0};
+    int rc = -1;
+    uint32_t *keep = NULL;
+    if (erc != 0) goto out;
+    f.nodes = malloc(1024 * sizeof *f.nodes);
+    if (!f.nodes) goto out;
+    f.cap = 1024;
+    f.nodes[f.n++] = (fnode){UINT32_MAX, 0, 0};
+    if (name_of(&f, what ? "all allocations" : "live at the peak", what ? 15 : 16) < 0) goto out;
+    for (char *p = buf; p && p < buf + len;) {
+        char *e = memchr(p, '\n', (size_t)(buf + len - p));
+        size_t n = e ? (size_t)(e - p) : (size_t)(buf + len - p);
+        if (add_line(&f, p, n)) goto out;
+        p = e ? e + 1 : NULL;
+    }
+    /* nodes were made parent first: a node is kept when it and its parent are */
+    keep = malloc(sizeof *keep * f.n);
+    if (!keep) goto out;
+    uint64_t min = f.nodes[0].value / VIZ_FLAME_MIN;
+    size_t nk = 0;
+    fprintf(o, "{\"names\":[");
+    for (size_t i = 0; i < f.nnames; i++) {
+        if (i) fputc(',', o);
+        viz_json_str(o, f.names[i]);
+    }
+    fputs("],\"nodes\":[", o); /* [parent (-1: the root), name, bytes], parents first */
+    for (size_t i = 0; i < f.n; i++) {
+        const fnode *x = &f.nodes[i];
+        keep[i] = UINT32_MAX;
+        if (i && (keep[x->parent] == UINT32_MAX || x->value < min || !x->value)) continue;
+        keep[i] = (uint32_t)nk;
+        fprintf(o, "%s[%ld,%u,%llu]", nk ? "," : "", i ? (long)keep[x->parent] : -1L, x->name,
+                (unsigned long long)x->value);
+        nk++;
+    }
+    fputs("]}", o);
+    rc = 0;
+out:
+    free(keep);
+    free(buf);
+    flame_free(&f);
+    return rc;
+}
