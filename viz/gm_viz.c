@@ -19,6 +19,7 @@
 extern const char viz_page_html[];
 
 #define VIZ_TOP 10
+#define VIZ_CLASS_NAMES 1000 /* class names the page can show (tensor tables, tooltips) */
 
 static int size_cmp_desc(const void *a, const void *b) {
     const gm_alloc *x = *(const gm_alloc *const *)a, *y = *(const gm_alloc *const *)b;
@@ -297,8 +298,8 @@ int gm_viz_main(int argc, char **argv) {
     int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
     write_live_at_peak(o, &m);
-    fputs(",\"classes\":[", o);
-    for (size_t i = 0; i < cls.n && i < VIZ_TOP_CLASSES; i++) {
+    fputs(",\"classes\":[", o); /* ranked; the first VIZ_TOP_CLASSES have their own colour */
+    for (size_t i = 0; i < cls.n && i < VIZ_CLASS_NAMES; i++) {
         if (i) fputc(',', o);
         viz_json_str(o, cls.names[i]);
     }
