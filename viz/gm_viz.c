@@ -27,7 +27,7 @@ static int size_cmp_desc(const void *a, const void *b) {
     return x->birth < y->birth ? -1 : x->birth > y->birth; /* ties: oldest first */
 }
 
-static void write_live_at_peak(FILE *o, const gm_model *m) {
+static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c) {
     size_t n = 0;
     const gm_alloc **live = malloc(sizeof *live * (m->nallocs + 1));
     fputs("\"live_at_peak\":[", o);
@@ -48,6 +48,9 @@ static void write_live_at_peak(FILE *o, const gm_model *m) {
             viz_json_str(o, sz);
             fputs(",\"site\":", o);
             viz_json_str(o, site);
+            fputs(",\"class\":", o);
+            uint32_t k = c->of[live[i] - m->allocs];
+            viz_json_str(o, k < c->n ? c->names[k] : "");
             fputc('}', o);
         }
         free(live);
@@ -297,7 +300,7 @@ int gm_viz_main(int argc, char **argv) {
             (unsigned long long)m.events);
     int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
-    write_live_at_peak(o, &m);
+    write_live_at_peak(o, &m, &cls);
     fputs(",\"classes\":[", o); /* ranked; the first VIZ_TOP_CLASSES have their own colour */
     for (size_t i = 0; i < cls.n && i < VIZ_CLASS_NAMES; i++) {
         if (i) fputc(',', o);

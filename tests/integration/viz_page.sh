@@ -42,16 +42,27 @@ bad=$(jq '[range(0; .timeline.buckets | length) as $j | select(
             (.timeline.stack.class.v[$j] | add) != .timeline.buckets[$j][2])] | length' "$TMP/data.json")
 [[ $bad == 0 ]] || fail "$bad buckets whose stacked layers do not add up to allocated"
 ok "reserved line's max $wantv = report's peak reserved; stacks add up in every bucket"
-# what the page lists live at each bucket's moment was live then (checked in the database)
-jq -r '.timeline as $t | range(0; $t.buckets | length; 97) as $j | $t.live[$j][] as $i |
-       "\($t.buckets[$j][5]) \($t.tensors[$i][3]) \($t.tensors[$i][1])"' "$TMP/data.json" > "$TMP/live.txt"
-[[ -s $TMP/live.txt ]] || fail "no bucket lists what was live"
-while read -r at birth size; do
-  n=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM allocations WHERE id = $birth AND size = $size
-      AND birth_seq <= $at AND (death_seq IS NULL OR death_seq > $at)" | tail -1)
-  [[ $n == 1 ]] || fail "allocation $birth listed live at seq $at, but the database disagrees"
+# what the page lists live at a bucket's moment was live then, and is the largest live then (the
+# database says; every 97th bucket)
+jq -r '.timeline as $t | range(0; $t.buckets | length; 97) as $j |
+       "\($t.buckets[$j][5]) \($t.live[$j] | length) \([$t.live[$j][] | $t.tensors[.] | "\(.[3]):\(.[1])"] | join(","))"' \
+  "$TMP/data.json" > "$TMP/live.txt"
+nchk=0
+while read -r at nlisted list; do
+  live="birth_seq <= $at AND (death_seq IS NULL OR death_seq > $at) AND device >= 0 AND kind IN (1, 3)"
+  read -r nlive maxsize < <("$GM" sql "$TMP/run.db" -c "SELECT count(*), coalesce(max(size), 0) FROM allocations WHERE $live" \
+                            | tail -1 | tr '|' ' ')
+  want_n=$(( nlive < 8 ? nlive : 8 ))
+  [[ $nlisted == "$want_n" ]] || fail "seq $at: the page lists $nlisted allocations, $nlive were live"
+  [[ $nlisted == 0 || ${list%%,*} == *":$maxsize" ]] || fail "seq $at: the page's largest is ${list%%,*}, the database's $maxsize bytes"
+  for e in ${list//,/ }; do
+    n=$("$GM" sql "$TMP/run.db" -c "SELECT count(*) FROM allocations WHERE id = ${e%%:*} AND size = ${e##*:} AND $live" | tail -1)
+    [[ $n == 1 ]] || fail "allocation ${e%%:*} listed live at seq $at, but the database disagrees"
+    nchk=$((nchk + 1))
+  done
 done < "$TMP/live.txt"
-ok "$(wc -l < "$TMP/live.txt") listed-live entries checked against the database"
+(( nchk > 0 )) || fail "no bucket lists what was live"
+ok "$(wc -l < "$TMP/live.txt") buckets' live lists ($nchk entries) checked against the database: live, largest first"
 # the peak icicle's root is the peak; the total one's the bytes ever allocated (export folded)
 root=$(jq '.flame_peak.nodes[0][2]' "$TMP/data.json")
 [[ $root == "$want" ]] || fail "peak icicle root $root, peak allocated $want"
