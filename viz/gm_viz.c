@@ -179,7 +179,7 @@ static const char *const analysis_name[3] = {"frag", "advise", "tune"};
 static void write_analysis(FILE *o, const char *name, const char *db) {
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
-    fflush(NULL);
+    fflush(NULL); /* nothing buffered is copied into the child */
     pid_t pid = out && err ? fork() : -1;
     if (pid == 0) {
         dup2(fileno(out), 1);
@@ -188,7 +188,8 @@ static void write_analysis(FILE *o, const char *name, const char *db) {
         int rc = !strcmp(name, "frag")     ? gm_frag_main(3, args)
                  : !strcmp(name, "advise") ? gm_advise_main(3, args)
                                            : gm_tune_main(3, args);
-        fflush(NULL);
+        fflush(stdout); /* only these: the page's FILE was flushed before the fork and must */
+        fflush(stderr); /* not be written twice */
         _exit(rc);
     }
     if (pid > 0) waitpid(pid, &status, 0);
