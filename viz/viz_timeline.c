@@ -66,12 +66,11 @@ typedef struct cls_rank {
     uint64_t peak, total;
     size_t k;
 } cls_rank;
-static const char *const *rank_names;
-static int rank_cmp(const void *x, const void *y) {
+static int rank_cmp(const void *x, const void *y, void *names) {
     const cls_rank *a = x, *b = y;
     if (a->peak != b->peak) return a->peak < b->peak ? 1 : -1;
     if (a->total != b->total) return a->total < b->total ? 1 : -1;
-    return strcmp(rank_names[a->k], rank_names[b->k]);
+    return strcmp(((char **)names)[a->k], ((char **)names)[b->k]);
 }
 
 int viz_classes_build(const gm_model *m, viz_classes *c) {
@@ -120,8 +119,7 @@ int viz_classes_build(const gm_model *m, viz_classes *c) {
         if (live_at(a, m->peak_allocated_seq)) rk[k].peak += a->size;
     }
     if (c->n) {
-        rank_names = (const char *const *)c->names;
-        qsort(rk, c->n, sizeof *rk, rank_cmp);
+        qsort_r(rk, c->n, sizeof *rk, rank_cmp, c->names);
         uint32_t *rank_of = malloc(sizeof *rank_of * c->n);
         char **sorted = malloc(sizeof *sorted * c->n);
         if (!rank_of || !sorted) {
