@@ -21,13 +21,15 @@ extern const char viz_page_html[];
 #define VIZ_TOP 10
 #define VIZ_CLASS_NAMES 1000 /* class names the page can show (tensor tables, tooltips) */
 
-static int size_cmp_desc(const void *a, const void *b) {
+static int size_cmp_desc(const void *a, const void *b)
+{
     const gm_alloc *x = *(const gm_alloc *const *)a, *y = *(const gm_alloc *const *)b;
     if (x->size != y->size) return x->size < y->size ? 1 : -1;
     return x->birth < y->birth ? -1 : x->birth > y->birth; /* ties: oldest first */
 }
 
-static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c) {
+static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c)
+{
     size_t n = 0;
     const gm_alloc **live = malloc(sizeof *live * (m->nallocs + 1));
     fputs("\"live_at_peak\":[", o);
@@ -61,15 +63,23 @@ static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c)
 /* The segment map of the peak snapshot (reason 1) and of each OOM snapshot (reason 2). Blocks:
  * [addr, size, state, class] with state as in the blocks table (0 free, 1 allocated, 2 pending,
  * 3 unmapped) and class the rank of its allocation's tensor class (-1: none or unknown). */
-static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c) {
+static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c)
+{
     fputs("\"snapshots\":[", o);
-    if (!gm_table_exists(d, "snapshots")) { fputc(']', o); return; }
+    if (!gm_table_exists(d, "snapshots")) {
+        fputc(']', o);
+        return;
+    }
     sqlite3_stmt *s = NULL, *g = NULL, *b = NULL;
-    sqlite3_prepare_v2(d->db, "SELECT id, seq, reason FROM snapshots WHERE reason IN (1,2) ORDER BY id",
+    sqlite3_prepare_v2(d->db,
+                       "SELECT id, seq, reason FROM snapshots WHERE reason IN (1,2) ORDER BY id",
                        -1, &s, NULL);
-    sqlite3_prepare_v2(d->db, "SELECT idx, addr, size, mapped FROM segments WHERE snapshot = ? ORDER BY idx",
-                       -1, &g, NULL);
-    sqlite3_prepare_v2(d->db, "SELECT addr, size, state, alloc_id FROM blocks WHERE snapshot = ? AND segment = ? ORDER BY addr",
+    sqlite3_prepare_v2(
+        d->db, "SELECT idx, addr, size, mapped FROM segments WHERE snapshot = ? ORDER BY idx", -1,
+        &g, NULL);
+    sqlite3_prepare_v2(d->db,
+                       "SELECT addr, size, state, alloc_id FROM blocks WHERE snapshot = ? AND "
+                       "segment = ? ORDER BY addr",
                        -1, &b, NULL);
     int fs = 1;
     while (s && g && b && sqlite3_step(s) == SQLITE_ROW) {
@@ -95,7 +105,8 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
                 int state = sqlite3_column_int(b, 2);
                 long ai = state == 1 ? gm_alloc_by_id(m, (uint64_t)sqlite3_column_int64(b, 3)) : -1;
                 long cls = ai >= 0 && c->of[ai] != UINT32_MAX ? (long)c->of[ai] : -1;
-                fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",", (long long)sqlite3_column_int64(b, 0),
+                fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",",
+                        (long long)sqlite3_column_int64(b, 0),
                         (long long)sqlite3_column_int64(b, 1), state, cls);
                 fb = 0;
             }
@@ -109,7 +120,8 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
     fputc(']', o);
 }
 
-static void write_ooms(FILE *o, const gm_model *m) {
+static void write_ooms(FILE *o, const gm_model *m)
+{
     fputs("\"ooms\":[", o);
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *x = &m->ooms[i];
@@ -132,7 +144,8 @@ static void write_ooms(FILE *o, const gm_model *m) {
 
 /* Allocations alive at the end, largest first (at most VIZ_LEAKS rows; the count is all). */
 #define VIZ_LEAKS 200
-static void write_leaks(FILE *o, const gm_model *m) {
+static void write_leaks(FILE *o, const gm_model *m)
+{
     size_t n = 0;
     const gm_alloc **v = malloc(sizeof *v * (m->nallocs + 1));
     if (v)
@@ -167,7 +180,8 @@ static const char *const usage_viz =
     "  - the OOM forensics and the allocations alive at the end.\n"
     "  --with LIST  also run these analyses and show their results in a panel (comma-separated):\n"
     "               frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
-    "               (`gpumem tune --json`; slow on big recordings: it replays the trace many times)\n"
+    "               (`gpumem tune --json`; slow on big recordings: it replays the trace many "
+    "times)\n"
     "Exit code: 0; 2 usage or the page cannot be written; 3 unreadable database.\n";
 
 enum { VIZ_FRAG = 1, VIZ_ADVISE = 2, VIZ_TUNE = 4 };
@@ -176,7 +190,8 @@ static const char *const analysis_name[3] = {"frag", "advise", "tune"};
 /* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
  * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
  * "..."} with the first line it printed on stderr. */
-static void write_analysis(FILE *o, const char *name, const char *db) {
+static void write_analysis(FILE *o, const char *name, const char *db)
+{
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
     fflush(NULL); /* nothing buffered is copied into the child */
@@ -201,8 +216,10 @@ static void write_analysis(FILE *o, const char *name, const char *db) {
         rewind(out);
         int ch;
         while ((ch = fgetc(out)) != EOF) {
-            if (ch == '<') fputs("\\u003c", o); /* only inside strings in JSON */
-            else if (ch != '\n') fputc(ch, o);
+            if (ch == '<')
+                fputs("\\u003c", o); /* only inside strings in JSON */
+            else if (ch != '\n')
+                fputc(ch, o);
         }
     } else {
         char line[512] = "";
@@ -221,7 +238,8 @@ static void write_analysis(FILE *o, const char *name, const char *db) {
     if (err) fclose(err);
 }
 
-int gm_viz_main(int argc, char **argv) {
+int gm_viz_main(int argc, char **argv)
+{
     const char *db = NULL, *out = NULL;
     int with = 0;
     for (int i = 1; i < argc; i++) {
@@ -235,22 +253,31 @@ int gm_viz_main(int argc, char **argv) {
             snprintf(list, sizeof list, "%s", argv[++i]);
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
                 int k = 0;
-                while (k < 3 && strcmp(t, analysis_name[k])) k++;
+                while (k < 3 && strcmp(t, analysis_name[k]))
+                    k++;
                 if (k == 3) {
-                    fprintf(stderr, "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune (comma-separated)\n", t);
+                    fprintf(stderr,
+                            "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
+                            "(comma-separated)\n",
+                            t);
                     return GM_EXIT_USAGE;
                 }
                 with |= 1 << k;
             }
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with frag,advise,tune]\n", argv[i]);
+            fprintf(stderr,
+                    "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with "
+                    "frag,advise,tune]\n",
+                    argv[i]);
             return GM_EXIT_USAGE;
         } else {
             db = argv[i];
         }
     }
     if (!db || !out) {
-        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz --help)\n", stderr);
+        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz "
+              "--help)\n",
+              stderr);
         return GM_EXIT_USAGE;
     }
     char err[1024];
@@ -276,7 +303,8 @@ int gm_viz_main(int argc, char **argv) {
     }
     FILE *o = fopen(out, "w");
     if (!o) {
-        fprintf(stderr, "gpumem viz: cannot write %s; check the directory exists and is writable\n", out);
+        fprintf(stderr, "gpumem viz: cannot write %s; check the directory exists and is writable\n",
+                out);
         viz_classes_free(&cls);
         gm_model_free(&m);
         gm_db_close(&d);
@@ -294,11 +322,13 @@ int gm_viz_main(int argc, char **argv) {
     viz_json_str(o, pa);
     fputs(",\"peak_reserved\":", o);
     viz_json_str(o, pv);
-    fprintf(o, ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
-               "\"peak_reserved_seq\":%llu,\"events\":%llu},",
-            (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
-            (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
-            (unsigned long long)m.events);
+    fprintf(
+        o,
+        ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
+        "\"peak_reserved_seq\":%llu,\"events\":%llu},",
+        (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
+        (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
+        (unsigned long long)m.events);
     int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
     write_live_at_peak(o, &m, &cls);

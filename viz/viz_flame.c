@@ -24,12 +24,15 @@ typedef struct flame {
     u64map name_idx, child_idx;
 } flame;
 
-static uint64_t hash_bytes(const char *s, size_t n, uint64_t h) {
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+static uint64_t hash_bytes(const char *s, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h == UINT64_MAX ? h - 1 : h;
 }
 
-static long name_of(flame *f, const char *s, size_t n) {
+static long name_of(flame *f, const char *s, size_t n)
+{
     uint64_t h = hash_bytes(s, n, 1469598103934665603ull);
     uint64_t *hit = u64map_get(&f->name_idx, h);
     if (hit) return (long)*hit;
@@ -48,7 +51,8 @@ static long name_of(flame *f, const char *s, size_t n) {
     return (long)f->nnames++;
 }
 
-static long child_of(flame *f, uint32_t parent, uint32_t name) {
+static long child_of(flame *f, uint32_t parent, uint32_t name)
+{
     uint64_t key = ((uint64_t)parent << 32 | name) * 0x9e3779b97f4a7c15ull;
     if (key == UINT64_MAX) key--;
     uint64_t *hit = u64map_get(&f->child_idx, key);
@@ -65,7 +69,8 @@ static long child_of(flame *f, uint32_t parent, uint32_t name) {
 }
 
 /* One folded line: frames separated by ';', then a space and the bytes. */
-static int add_line(flame *f, const char *line, size_t len) {
+static int add_line(flame *f, const char *line, size_t len)
+{
     const char *sp = memrchr(line, ' ', len);
     if (!sp) return 0;
     uint64_t bytes = strtoull(sp + 1, NULL, 10);
@@ -84,13 +89,16 @@ static int add_line(flame *f, const char *line, size_t len) {
     return 0;
 }
 
-static void flame_free(flame *f) {
-    for (size_t i = 0; i < f->nnames; i++) free(f->names[i]);
+static void flame_free(flame *f)
+{
+    for (size_t i = 0; i < f->nnames; i++)
+        free(f->names[i]);
     free(f->names), free(f->nodes);
     u64map_free(&f->name_idx), u64map_free(&f->child_idx);
 }
 
-int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what) {
+int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)
+{
     char *buf = NULL;
     size_t len = 0;
     FILE *ms = open_memstream(&buf, &len);

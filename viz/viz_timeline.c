@@ -29,30 +29,44 @@
 
 static const char *const phase_label[VIZ_PHASES] = {"other", "forward", "backward", "optimizer"};
 
-void viz_json_str(FILE *o, const char *s) {
+void viz_json_str(FILE *o, const char *s)
+{
     fputc('"', o);
     for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
-        else if (*p == '<') fputs("\\u003c", o); /* never close the <script> early */
-        else if (*p < 0x20) fprintf(o, "\\u%04x", *p);
-        else fputc(*p, o);
+        if (*p == '"' || *p == '\\')
+            fprintf(o, "\\%c", *p);
+        else if (*p == '<')
+            fputs("\\u003c", o); /* never close the <script> early */
+        else if (*p < 0x20)
+            fprintf(o, "\\u%04x", *p);
+        else
+            fputc(*p, o);
     }
     fputc('"', o);
 }
 
-int viz_is_device(const gm_alloc *a) { return a->device >= 0 && a->kind != 5 && a->kind != 7; }
+int viz_is_device(const gm_alloc *a)
+{
+    return a->device >= 0 && a->kind != 5 && a->kind != 7;
+}
 
-static int live_at(const gm_alloc *a, uint64_t seq) { return a->birth <= seq && (!a->death || a->death > seq); }
+static int live_at(const gm_alloc *a, uint64_t seq)
+{
+    return a->birth <= seq && (!a->death || a->death > seq);
+}
 
 /* ---------------------------------------------------------------- tensor classes */
 
-static uint64_t str_hash(const char *s) {
+static uint64_t str_hash(const char *s)
+{
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h == UINT64_MAX ? h - 1 : h; /* UINT64_MAX is u64map's empty key */
 }
 
-static void class_of(const gm_model *m, const gm_alloc *a, char *out, size_t outsz) {
+static void class_of(const gm_model *m, const gm_alloc *a, char *out, size_t outsz)
+{
     if (a->name) {
         adv_name_class(gm_str(m, a->name), out, outsz);
         return;
@@ -66,14 +80,16 @@ typedef struct cls_rank {
     uint64_t peak, total;
     size_t k;
 } cls_rank;
-static int rank_cmp(const void *x, const void *y, void *names) {
+static int rank_cmp(const void *x, const void *y, void *names)
+{
     const cls_rank *a = x, *b = y;
     if (a->peak != b->peak) return a->peak < b->peak ? 1 : -1;
     if (a->total != b->total) return a->total < b->total ? 1 : -1;
     return strcmp(((char **)names)[a->k], ((char **)names)[b->k]);
 }
 
-int viz_classes_build(const gm_model *m, viz_classes *c) {
+int viz_classes_build(const gm_model *m, viz_classes *c)
+{
     memset(c, 0, sizeof *c);
     u64map by_name = {0}, by_stack = {0}, by_str = {0};
     cls_rank *rk = NULL;
@@ -126,7 +142,8 @@ int viz_classes_build(const gm_model *m, viz_classes *c) {
             free(rank_of), free(sorted);
             goto out;
         }
-        for (size_t r = 0; r < c->n; r++) rank_of[rk[r].k] = (uint32_t)r, sorted[r] = c->names[rk[r].k];
+        for (size_t r = 0; r < c->n; r++)
+            rank_of[rk[r].k] = (uint32_t)r, sorted[r] = c->names[rk[r].k];
         for (size_t i = 0; i < m->nallocs; i++)
             if (c->of[i] != UINT32_MAX) c->of[i] = rank_of[c->of[i]];
         free(c->names);
@@ -141,8 +158,10 @@ out:
     return rc;
 }
 
-void viz_classes_free(viz_classes *c) {
-    for (size_t i = 0; i < c->n; i++) free(c->names[i]);
+void viz_classes_free(viz_classes *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->names[i]);
     free(c->names), free(c->of);
     memset(c, 0, sizeof *c);
 }
@@ -150,7 +169,8 @@ void viz_classes_free(viz_classes *c) {
 /* ---------------------------------------------------------------- the sweep */
 
 /* The phase of a range: the last component of its path that names one (advise's words). */
-static uint8_t phase_of_range(const gm_model *m, uint32_t range) {
+static uint8_t phase_of_range(const gm_model *m, uint32_t range)
+{
     const gm_range *r = range ? gm_range_of(m, range) : NULL;
     if (!r || !r->path) return ADV_PH_OTHER;
     uint8_t ph = ADV_PH_OTHER;
@@ -175,18 +195,21 @@ typedef struct kv {
     uint64_t key;
     uint32_t a;
 } kv;
-static int radix_sort(kv *v, size_t n, uint64_t maxkey) {
+static int radix_sort(kv *v, size_t n, uint64_t maxkey)
+{
     kv *tmp = malloc(sizeof *tmp * (n + 1));
     if (!tmp) return -1;
     size_t cnt[2048];
     for (unsigned shift = 0; shift < 64 && (maxkey >> shift); shift += 11) {
         memset(cnt, 0, sizeof cnt);
-        for (size_t i = 0; i < n; i++) cnt[(v[i].key >> shift) & 2047]++;
+        for (size_t i = 0; i < n; i++)
+            cnt[(v[i].key >> shift) & 2047]++;
         for (size_t d = 0, sum = 0; d < 2048; d++) {
             size_t c = cnt[d];
             cnt[d] = sum, sum += c;
         }
-        for (size_t i = 0; i < n; i++) tmp[cnt[(v[i].key >> shift) & 2047]++] = v[i];
+        for (size_t i = 0; i < n; i++)
+            tmp[cnt[(v[i].key >> shift) & 2047]++] = v[i];
         memcpy(v, tmp, sizeof *v * n);
     }
     free(tmp);
@@ -207,13 +230,15 @@ typedef struct bucket {
 } bucket;
 
 /* Reserved changes (segment map / unmap, driver alloc / free), as gm_model_load sweeps them. */
-static res_ev *load_reserved(gm_db *d, size_t *n) {
+static res_ev *load_reserved(gm_db *d, size_t *n)
+{
     sqlite3_stmt *s;
     res_ev *v = NULL;
     size_t nv = 0, cap = 0;
     *n = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE kind IN (14, 15, 18, 19) ORDER BY seq",
-                           -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            d->db, "SELECT seq, kind, size FROM events WHERE kind IN (14, 15, 18, 19) ORDER BY seq",
+            -1, &s, NULL) != SQLITE_OK)
         return NULL;
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (nv == cap) {
@@ -224,16 +249,19 @@ static res_ev *load_reserved(gm_db *d, size_t *n) {
         }
         int kind = sqlite3_column_int(s, 1);
         int64_t sz = sqlite3_column_int64(s, 2);
-        v[nv++] = (res_ev){(uint64_t)sqlite3_column_int64(s, 0), kind == 14 || kind == 18 ? sz : -sz};
+        v[nv++] =
+            (res_ev){(uint64_t)sqlite3_column_int64(s, 0), kind == 14 || kind == 18 ? sz : -sz};
     }
     sqlite3_finalize(s);
     *n = nv;
     return v;
 }
 
-static size_t uf_find(uint32_t *next, size_t j) {
+static size_t uf_find(uint32_t *next, size_t j)
+{
     size_t r = j;
-    while (next[r] != r) r = next[r];
+    while (next[r] != r)
+        r = next[r];
     while (next[j] != r) { /* path compression */
         size_t up = next[j];
         next[j] = (uint32_t)r;
@@ -243,7 +271,8 @@ static size_t uf_find(uint32_t *next, size_t j) {
 }
 
 /* Fills each bucket's live[] with its VIZ_LIVE_TOP largest allocations live at its moment. */
-static int fill_live(const gm_model *m, bucket *b, size_t nb) {
+static int fill_live(const gm_model *m, bucket *b, size_t nb)
+{
     size_t n = 0;
     kv *v = malloc(sizeof *v * (m->nallocs + 1));
     uint32_t *next = malloc(sizeof *next * (nb + 1));
@@ -253,23 +282,28 @@ static int fill_live(const gm_model *m, bucket *b, size_t nb) {
         return -1;
     }
     for (size_t i = 0; i < m->nallocs; i++)
-        if (viz_is_device(&m->allocs[i]) && m->allocs[i].size > maxsize) maxsize = m->allocs[i].size;
+        if (viz_is_device(&m->allocs[i]) && m->allocs[i].size > maxsize)
+            maxsize = m->allocs[i].size;
     for (size_t i = 0; i < m->nallocs; i++) /* largest first; ties: oldest first */
         if (viz_is_device(&m->allocs[i])) v[n++] = (kv){maxsize - m->allocs[i].size, (uint32_t)i};
     if (radix_sort(v, n, maxsize)) {
         free(v), free(next);
         return -1;
     }
-    for (size_t j = 0; j <= nb; j++) next[j] = (uint32_t)j; /* next[nb]: past the end */
+    for (size_t j = 0; j <= nb; j++)
+        next[j] = (uint32_t)j; /* next[nb]: past the end */
     for (size_t i = 0; i < n && uf_find(next, 0) < nb; i++) {
         const gm_alloc *a = &m->allocs[v[i].a];
         size_t lo = 0, hi = nb; /* first bucket whose moment is at or after the birth */
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (b[mid].at < a->birth) lo = mid + 1;
-            else hi = mid;
+            if (b[mid].at < a->birth)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
-        for (size_t j = uf_find(next, lo); j < nb && (!a->death || b[j].at < a->death); j = uf_find(next, j + 1)) {
+        for (size_t j = uf_find(next, lo); j < nb && (!a->death || b[j].at < a->death);
+             j = uf_find(next, j + 1)) {
             b[j].live[b[j].nlive++] = v[i].a;
             if (b[j].nlive == VIZ_LIVE_TOP) next[j] = (uint32_t)(j + 1);
         }
@@ -284,7 +318,8 @@ typedef struct ilist {
     uint64_t *keys;
     size_t n, cap;
 } ilist;
-static long ilist_add(ilist *l, uint64_t key) {
+static long ilist_add(ilist *l, uint64_t key)
+{
     uint64_t *hit = u64map_get(&l->idx, key);
     if (hit) return (long)*hit;
     if (l->n == l->cap) {
@@ -297,18 +332,22 @@ static long ilist_add(ilist *l, uint64_t key) {
     l->keys[l->n] = key;
     return (long)l->n++;
 }
-static void ilist_free(ilist *l) {
+static void ilist_free(ilist *l)
+{
     u64map_free(&l->idx);
     free(l->keys);
 }
 
-static void write_values(FILE *o, const int64_t *v, size_t n) {
+static void write_values(FILE *o, const int64_t *v, size_t n)
+{
     fputc('[', o);
-    for (size_t k = 0; k < n; k++) fprintf(o, "%s%lld", k ? "," : "", (long long)v[k]);
+    for (size_t k = 0; k < n; k++)
+        fprintf(o, "%s%lld", k ? "," : "", (long long)v[k]);
     fputc(']', o);
 }
 
-int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c) {
+int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c)
+{
     size_t nd = 0, nr = 0, nb = 0;
     kv *dv = malloc(sizeof *dv * (m->nallocs + 1));
     uint8_t *phase = malloc(m->nallocs + 1);
@@ -341,7 +380,8 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
     long cb = -1;
     bucket *B = NULL;
     for (;;) {
-        while (bi < m->nallocs && !viz_is_device(&m->allocs[bi])) bi++;
+        while (bi < m->nallocs && !viz_is_device(&m->allocs[bi]))
+            bi++;
         uint64_t sb = bi < m->nallocs ? m->allocs[bi].birth : UINT64_MAX;
         uint64_t sd = di < nd ? dv[di].key : UINT64_MAX;
         uint64_t sr = ri < nr ? rv[ri].seq : UINT64_MAX;
@@ -388,19 +428,22 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
     /* the time of each bucket's moment (ns since the first event): one lookup per bucket */
     sqlite3_stmt *ts = NULL;
     sqlite3_prepare_v2(d->db, "SELECT t FROM events WHERE seq = ?", -1, &ts, NULL);
-    fprintf(o, "\"timeline\":{\"first_seq\":%llu,\"last_seq\":%llu,\"have_reserved\":%s,\"buckets\":[",
+    fprintf(o,
+            "\"timeline\":{\"first_seq\":%llu,\"last_seq\":%llu,\"have_reserved\":%s,\"buckets\":[",
             (unsigned long long)lo, (unsigned long long)hi, m->have_segments ? "true" : "false");
     for (size_t j = 0; j < nb; j++) {
         int64_t t = -1;
         if (ts && b[j].at) {
             sqlite3_reset(ts);
             sqlite3_bind_int64(ts, 1, (int64_t)b[j].at);
-            if (sqlite3_step(ts) == SQLITE_ROW) t = sqlite3_column_int64(ts, 0) - (int64_t)m->first_t;
+            if (sqlite3_step(ts) == SQLITE_ROW)
+                t = sqlite3_column_int64(ts, 0) - (int64_t)m->first_t;
         }
         long pi = ilist_add(&paths, b[j].at_range);
-        fprintf(o, "%s[%llu,%lld,%lld,%lld,%lld,%llu,%lld,%ld]", j ? "," : "", (unsigned long long)b[j].seq,
-                (long long)b[j].amin, (long long)b[j].amax, (long long)b[j].rqmax, (long long)b[j].rsmax,
-                (unsigned long long)b[j].at, (long long)t, pi);
+        fprintf(o, "%s[%llu,%lld,%lld,%lld,%lld,%llu,%lld,%ld]", j ? "," : "",
+                (unsigned long long)b[j].seq, (long long)b[j].amin, (long long)b[j].amax,
+                (long long)b[j].rqmax, (long long)b[j].rsmax, (unsigned long long)b[j].at,
+                (long long)t, pi);
     }
     sqlite3_finalize(ts);
     fputs("],\"paths\":[", o);
@@ -411,9 +454,11 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
     }
     fputs("],\"steps\":[", o);
     for (size_t i = 0; i < m->nsteps; i++)
-        fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step, (unsigned long long)m->steps[i].end_seq);
+        fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step,
+                (unsigned long long)m->steps[i].end_seq);
     fputs("],\"stack\":{\"phase\":{\"names\":[", o);
-    for (int k = 0; k < VIZ_PHASES; k++) fprintf(o, "%s\"%s\"", k ? "," : "", phase_label[k]);
+    for (int k = 0; k < VIZ_PHASES; k++)
+        fprintf(o, "%s\"%s\"", k ? "," : "", phase_label[k]);
     fputs("],\"v\":[", o);
     for (size_t j = 0; j < nb; j++) {
         if (j) fputc(',', o);
@@ -448,8 +493,8 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
         long si = ilist_add(&sites, a->stack);
         fputs(k ? ",[" : "[", o);
         viz_json_str(o, a->name ? gm_str(m, a->name) : "(unnamed)");
-        fprintf(o, ",%llu,%ld,%llu,%llu,%u]", (unsigned long long)a->size, si, (unsigned long long)a->birth,
-                (unsigned long long)a->death, c->of[tensors.keys[k]]);
+        fprintf(o, ",%llu,%ld,%llu,%llu,%u]", (unsigned long long)a->size, si,
+                (unsigned long long)a->birth, (unsigned long long)a->death, c->of[tensors.keys[k]]);
     }
     fputs("],\"sites\":[", o);
     for (size_t k = 0; k < sites.n; k++) {
