@@ -4,10 +4,13 @@
  * This file: the command, the summary, segment maps, OOMs, leaks and the --with analyses (frag,
  * advise, tune run as their own commands in a child process, their --json embedded as is);
  * the timeline is viz_timeline.c's, the icicles viz_flame.c's. */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -169,6 +172,7 @@ static void write_leaks(FILE *o, const gm_model *m)
 
 static const char *const usage_viz =
     "usage: gpumem viz DB -o FILE.html [--with frag,advise,tune]\n"
+    "       gpumem viz A.db B.db ... | DIR -o FILE.html [--with ...]   (the ranks of one job)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
     "  - peak requested, allocated and reserved, as `gpumem report` prints them;\n"
@@ -182,6 +186,9 @@ static const char *const usage_viz =
     "               frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
     "               (`gpumem tune --json`; slow on big recordings: it replays the trace many "
     "times)\n"
+    "Several databases (or a directory: its *.db files), one per rank: a lane per rank on top\n"
+    "(allocated and reserved over time, aligned by step, one scale for all), ranked by meta.rank\n"
+    "(else in the order given), and the rank that sets the job's peak allocated in detail below.\n"
     "Exit code: 0; 2 usage or the page cannot be written; 3 unreadable database.\n";
 
 enum { VIZ_FRAG = 1, VIZ_ADVISE = 2, VIZ_TUNE = 4 };
@@ -238,48 +245,9 @@ static void write_analysis(FILE *o, const char *name, const char *db)
     if (err) fclose(err);
 }
 
-int gm_viz_main(int argc, char **argv)
+/* The page of one database: the detail; lanes (may be NULL): the "ranks" member's JSON. */
+static int write_page(const char *db, const char *out, int with, const char *lanes)
 {
-    const char *db = NULL, *out = NULL;
-    int with = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_viz, stdout);
-            return 0;
-        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
-            out = argv[++i];
-        } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
-            char list[256];
-            snprintf(list, sizeof list, "%s", argv[++i]);
-            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-                int k = 0;
-                while (k < 3 && strcmp(t, analysis_name[k]))
-                    k++;
-                if (k == 3) {
-                    fprintf(stderr,
-                            "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
-                            "(comma-separated)\n",
-                            t);
-                    return GM_EXIT_USAGE;
-                }
-                with |= 1 << k;
-            }
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr,
-                    "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with "
-                    "frag,advise,tune]\n",
-                    argv[i]);
-            return GM_EXIT_USAGE;
-        } else {
-            db = argv[i];
-        }
-    }
-    if (!db || !out) {
-        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz "
-              "--help)\n",
-              stderr);
-        return GM_EXIT_USAGE;
-    }
     char err[1024];
     gm_db d;
     if (gm_db_open(db, &d, err, sizeof err) != 0) {
@@ -354,7 +322,9 @@ int gm_viz_main(int argc, char **argv)
         write_analysis(o, analysis_name[k], db);
         first = 0;
     }
-    fputs("}}", o);
+    fputc('}', o);
+    if (lanes) fprintf(o, ",\"ranks\":%s", lanes);
+    fputc('}', o);
     fputs(mark + strlen("/*GM_DATA*/"), o);
     bad |= ferror(o);
     if (fclose(o) != 0 || bad) {
@@ -365,4 +335,250 @@ int gm_viz_main(int argc, char **argv)
     gm_model_free(&m);
     gm_db_close(&d);
     return bad ? GM_EXIT_USAGE : 0;
+}
+
+/* ---------------------------------------------------------------- several ranks */
+
+typedef struct rank_db {
+    const char *path;
+    long rank; /* meta.rank; -1 when absent */
+    size_t order;
+    uint64_t peak_allocated, peak_reserved;
+    long long peak_step; /* the step the peak allocated falls in; -1 none */
+    char *lane;          /* viz_write_lane's JSON */
+    size_t lane_len;
+} rank_db;
+
+static int rank_cmp(const void *a, const void *b)
+{
+    const rank_db *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int ends_with_db(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 3 && !strcmp(s + n - 3, ".db");
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* DIR's *.db files, sorted, appended to *paths (malloc'd strings, owned by the caller). */
+static int list_dir(const char *dir, char ***paths, size_t *n)
+{
+    DIR *dd = opendir(dir);
+    if (!dd) {
+        fprintf(stderr, "gpumem viz: %s: %s\n", dir, strerror(errno));
+        return GM_EXIT_BADDB;
+    }
+    size_t first = *n;
+    for (struct dirent *e; (e = readdir(dd));) {
+        if (!ends_with_db(e->d_name)) continue;
+        char **np = realloc(*paths, sizeof *np * (*n + 1));
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(len);
+        if (!np || !p) {
+            free(p);
+            if (np) *paths = np;
+            closedir(dd);
+            fputs("gpumem viz: out of memory\n", stderr);
+            return GM_EXIT_USAGE;
+        }
+        snprintf(p, len, "%s/%s", dir, e->d_name);
+        *paths = np;
+        (*paths)[(*n)++] = p;
+    }
+    closedir(dd);
+    qsort(*paths + first, *n - first, sizeof **paths, str_cmp);
+    if (*n == first) {
+        fprintf(stderr,
+                "gpumem viz: %s holds no *.db file (one database per rank: GPUMEM_DB=run-%%r.db)\n",
+                dir);
+        return GM_EXIT_BADDB;
+    }
+    return 0;
+}
+
+/* One pass per database (one model in memory at a time): its lane and peaks. */
+static int load_rank(rank_db *r)
+{
+    char err[1024];
+    gm_db d;
+    if (gm_db_open(r->path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    r->rank = (long)gm_meta_int(&d, "rank", -1);
+    gm_model m;
+    if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    r->peak_allocated = m.peak_allocated, r->peak_reserved = m.peak_reserved;
+    r->peak_step = -1;
+    for (size_t i = 0; i < m.nsteps; i++)
+        if (m.steps[i].end_seq >= m.peak_allocated_seq) {
+            r->peak_step = (long long)m.steps[i].step;
+            break;
+        }
+    FILE *ms = open_memstream(&r->lane, &r->lane_len);
+    int bad = !ms || viz_write_lane(ms, &d, &m) != 0;
+    if (ms && fclose(ms) != 0) bad = 1;
+    gm_model_free(&m);
+    gm_db_close(&d);
+    if (bad) {
+        fprintf(stderr, "gpumem viz: out of memory reading %s\n", r->path);
+        return GM_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* "ranks": {"detail": index, "by": "meta.rank"|"order", "lanes": [{"rank", "db", "peak_allocated",
+ * "peak_allocated_fmt", "peak_reserved", "peak_reserved_fmt", "peak_step", "lane"}]} */
+static int viz_ranks(char **paths, size_t n, const char *out, int with)
+{
+    rank_db *r = calloc(n, sizeof *r);
+    int rc = 0;
+    if (!r) {
+        fputs("gpumem viz: out of memory\n", stderr);
+        return GM_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        r[i].path = paths[i], r[i].order = i;
+        rc = load_rank(&r[i]);
+    }
+    if (rc) goto out;
+    /* meta.rank when every database has a distinct one; else the order given */
+    int by_meta = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].rank < 0) by_meta = 0;
+        for (size_t j = 0; j < i; j++)
+            if (r[j].rank == r[i].rank) by_meta = 0;
+    }
+    if (!by_meta) {
+        fprintf(stderr, "gpumem viz: not every database names a distinct rank (meta.rank); ranks "
+                        "are numbered in the order given\n");
+        for (size_t i = 0; i < n; i++)
+            r[i].rank = (long)i;
+    }
+    qsort(r, n, sizeof *r, rank_cmp);
+    size_t detail = 0;
+    for (size_t i = 1; i < n; i++)
+        if (r[i].peak_allocated > r[detail].peak_allocated) detail = i;
+    char *json = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&json, &len);
+    if (!ms) {
+        fputs("gpumem viz: out of memory\n", stderr);
+        rc = GM_EXIT_USAGE;
+        goto out;
+    }
+    fprintf(ms, "{\"detail\":%zu,\"by\":\"%s\",\"lanes\":[", detail,
+            by_meta ? "meta.rank" : "order");
+    for (size_t i = 0; i < n; i++) {
+        char pa[32], pr[32];
+        gm_fmt_bytes(r[i].peak_allocated, pa, sizeof pa);
+        gm_fmt_bytes(r[i].peak_reserved, pr, sizeof pr);
+        fprintf(ms, "%s{\"rank\":%ld,\"db\":", i ? "," : "", r[i].rank);
+        viz_json_str(ms, r[i].path);
+        fprintf(ms, ",\"peak_allocated\":%llu,\"peak_allocated_fmt\":",
+                (unsigned long long)r[i].peak_allocated);
+        viz_json_str(ms, pa);
+        fprintf(ms, ",\"peak_reserved\":%llu,\"peak_reserved_fmt\":",
+                (unsigned long long)r[i].peak_reserved);
+        viz_json_str(ms, pr);
+        fprintf(ms, ",\"peak_step\":%lld,\"lane\":", r[i].peak_step);
+        fwrite(r[i].lane, 1, r[i].lane_len, ms);
+        fputc('}', ms);
+    }
+    fputs("]}", ms);
+    if (fclose(ms) != 0) {
+        free(json);
+        fputs("gpumem viz: out of memory\n", stderr);
+        rc = GM_EXIT_USAGE;
+        goto out;
+    }
+    rc = write_page(r[detail].path, out, with, json);
+    free(json);
+out:
+    for (size_t i = 0; i < n; i++)
+        free(r[i].lane);
+    free(r);
+    return rc;
+}
+
+int gm_viz_main(int argc, char **argv)
+{
+    const char *out = NULL;
+    char **dbs = NULL; /* malloc'd copies */
+    size_t ndb = 0;
+    int with = 0, rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_viz, stdout);
+            goto done;
+        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                int k = 0;
+                while (k < 3 && strcmp(t, analysis_name[k]))
+                    k++;
+                if (k == 3) {
+                    fprintf(stderr,
+                            "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
+                            "(comma-separated)\n",
+                            t);
+                    rc = GM_EXIT_USAGE;
+                    goto done;
+                }
+                with |= 1 << k;
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr,
+                    "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with "
+                    "frag,advise,tune]\n",
+                    argv[i]);
+            rc = GM_EXIT_USAGE;
+        } else {
+            struct stat st;
+            if (stat(argv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+                rc = list_dir(argv[i], &dbs, &ndb);
+            } else {
+                char **np = realloc(dbs, sizeof *np * (ndb + 1));
+                char *p = strdup(argv[i]);
+                if (!np || !p) {
+                    free(p);
+                    if (np) dbs = np;
+                    fputs("gpumem viz: out of memory\n", stderr);
+                    rc = GM_EXIT_USAGE;
+                    goto done;
+                }
+                dbs = np;
+                dbs[ndb++] = p;
+            }
+        }
+    }
+    if (rc) goto done;
+    if (!ndb || !out) {
+        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz "
+              "--help)\n",
+              stderr);
+        rc = GM_EXIT_USAGE;
+        goto done;
+    }
+    rc = ndb == 1 ? write_page(dbs[0], out, with, NULL) : viz_ranks(dbs, ndb, out, with);
+done:
+    for (size_t i = 0; i < ndb; i++)
+        free(dbs[i]);
+    free(dbs);
+    return rc;
 }

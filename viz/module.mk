@@ -10,7 +10,7 @@ $(VIZ_DIR)/viz_page.c: viz/page.html viz/module.mk | $(DEPS_STAMP)
 $(VIZ_DIR)/viz_page.o: $(VIZ_DIR)/viz_page.c | $(DEPS_STAMP)
 	$(CC) $(CFLAGS_COMMON) -c $< -o $@
 VIZ_OBJS := $(VIZ_DIR)/gm_viz.o $(VIZ_DIR)/viz_timeline.o $(VIZ_DIR)/viz_flame.o $(VIZ_DIR)/viz_page.o
-SCRIPT_TESTS += tests/integration/viz_page.sh
+SCRIPT_TESTS += tests/integration/viz_page.sh tests/integration/viz_ranks.sh
 # The gpumem command's link rule (snapshot/module.mk) links every prerequisite ($^).
 $(BUILD)/gpumem: $(VIZ_OBJS)
 BENCHES += tests/bench/viz_bench.sh

@@ -29,6 +29,11 @@ void viz_classes_free(viz_classes *c);
 
 /* "timeline": {...} (see the design comment of viz_timeline.c). 0, or -1 out of memory. */
 int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c);
+/* One rank's lane of a multi-rank page: {"first_seq", "last_seq", "buckets": [[first seq,
+ * allocated max, reserved max], ...] (at most VIZ_LANE_BUCKETS), "steps": [[step, end seq], ...]}.
+ * 0, or -1 out of memory. */
+#define VIZ_LANE_BUCKETS 500
+int viz_write_lane(FILE *o, gm_db *d, const gm_model *m);
 /* "flame_peak" / "flame_total": the folded stacks of `gpumem export --format folded --what
  * peak|total` as a tree. what: 0 peak, 1 total. 0, or -1 (out of memory). */
 int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what);

@@ -511,3 +511,68 @@ out:
     u64map_free(&range_phase);
     return rc;
 }
+
+/* ---------------------------------------------------------------- one rank's lane */
+
+int viz_write_lane(FILE *o, gm_db *d, const gm_model *m)
+{
+    size_t nd = 0, nr = 0, nb = 0;
+    kv *dv = malloc(sizeof *dv * (m->nallocs + 1));
+    res_ev *rv = m->have_segments ? load_reserved(d, &nr) : NULL;
+    int64_t(*b)[3] = calloc(VIZ_LANE_BUCKETS + 1, sizeof *b); /* first seq, allocated, reserved */
+    int rc = -1;
+    if (!dv || !b) goto out;
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (viz_is_device(&m->allocs[i]) && m->allocs[i].death)
+            dv[nd++] = (kv){m->allocs[i].death, (uint32_t)i};
+    if (radix_sort(dv, nd, m->max_seq)) goto out;
+    uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
+    double width = (double)(hi - lo + 1) / VIZ_LANE_BUCKETS;
+    if (width < 1) width = 1;
+    int64_t cur = 0, rs = 0;
+    size_t bi = 0, di = 0, ri = 0;
+    long cb = -1;
+    for (;;) { /* the timeline's sweep, keeping only the maxima */
+        while (bi < m->nallocs && !viz_is_device(&m->allocs[bi]))
+            bi++;
+        uint64_t sb = bi < m->nallocs ? m->allocs[bi].birth : UINT64_MAX;
+        uint64_t sd = di < nd ? dv[di].key : UINT64_MAX;
+        uint64_t sr = ri < nr ? rv[ri].seq : UINT64_MAX;
+        uint64_t seq = sd <= sb ? sd : sb;
+        if (sr < seq) seq = sr;
+        if (seq == UINT64_MAX) break;
+        long bk = (long)((double)(seq - lo) / width);
+        if (bk >= VIZ_LANE_BUCKETS) bk = VIZ_LANE_BUCKETS - 1;
+        if (bk != cb) {
+            cb = bk;
+            nb++;
+            b[nb - 1][0] = (int64_t)(lo + (uint64_t)((double)bk * width));
+            b[nb - 1][1] = cur, b[nb - 1][2] = m->have_segments ? rs : cur;
+        }
+        if (sr == seq) {
+            rs += rv[ri++].delta;
+            if (rs < 0) rs = 0;
+        } else if (sd != seq) {
+            cur += (int64_t)m->allocs[bi++].size;
+        } else {
+            cur -= (int64_t)m->allocs[dv[di++].a].size;
+        }
+        if (cur > b[nb - 1][1]) b[nb - 1][1] = cur;
+        int64_t r = m->have_segments ? rs : cur;
+        if (r > b[nb - 1][2]) b[nb - 1][2] = r;
+    }
+    fprintf(o, "{\"first_seq\":%llu,\"last_seq\":%llu,\"buckets\":[", (unsigned long long)lo,
+            (unsigned long long)hi);
+    for (size_t j = 0; j < nb; j++)
+        fprintf(o, "%s[%lld,%lld,%lld]", j ? "," : "", (long long)b[j][0], (long long)b[j][1],
+                (long long)b[j][2]);
+    fputs("],\"steps\":[", o);
+    for (size_t i = 0; i < m->nsteps; i++)
+        fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step,
+                (unsigned long long)m->steps[i].end_seq);
+    fputs("]}", o);
+    rc = 0;
+out:
+    free(dv), free(rv), free(b);
+    return rc;
+}
