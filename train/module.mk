@@ -50,5 +50,6 @@ endif
 train_ops_grad_LIBS := $(TRAIN_DIR)/ops_cpu.o
 train_ops_grad_LDLIBS := -fopenmp -lm
 UNIT_TESTS += $(BUILD)/tests/unit/train_ops_grad
-SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh
+SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh \
+    tests/integration/train_mpi.sh
 BENCHES += tests/bench/train_bench.sh
