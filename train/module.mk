@@ -52,4 +52,4 @@ train_ops_grad_LDLIBS := -fopenmp -lm
 UNIT_TESTS += $(BUILD)/tests/unit/train_ops_grad
 SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh \
     tests/integration/train_mpi.sh
-BENCHES += tests/bench/train_bench.sh
+BENCHES += tests/bench/train_bench.sh tests/bench/train_mpi_bench.sh
