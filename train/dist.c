@@ -228,8 +228,8 @@ static int nccl_open(void)
     if (all_rc) {
         if (D.rank == 0)
             fprintf(stderr,
-                    "train_gpt2: NCCL refused the communicator (%s; two ranks on one GPU "
-                    "are refused as a duplicate GPU); collectives over MPI through "
+                    "train_gpt2: NCCL refused the communicator (%s; NCCL refuses two ranks on "
+                    "one GPU as a duplicate GPU); collectives over MPI through "
                     "pinned host buffers\n",
                     D.nccl_error(all_rc));
         /* The communicator, if this rank got one, is left to the process exit: destroying a
@@ -254,7 +254,10 @@ int dist_setup(void *stream, int host_memory, size_t max_elems)
         return 1;
     }
 #ifdef TRAIN_MPI
-    if (host_memory) {
+    /* TRAIN_DIST_STAGED=1: the real-GPU path (NCCL if found, else pinned staging) on the
+     * virtual GPU too, so that its tests run without a GPU. */
+    const char *staged = getenv("TRAIN_DIST_STAGED");
+    if (host_memory && !(staged && *staged == '1')) {
         D.transport = T_MPI;
         return 0;
     }

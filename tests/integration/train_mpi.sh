@@ -3,7 +3,9 @@
 #   1. Data parallel and ZeRO: `mpirun -np 2 train_gpt2_sim -B 4` (each rank takes 2 of the 4
 #      sequences) prints, step by step, the losses of the 1-rank run with -B 4 within 1e-5,
 #      for --zero 0, 1 and 2; also with --accum 2 (zero 2: the shards are made in the last
-#      micro-batch only) and at 3 ranks (-B 6: shards of uneven size, ceil(n/3) padded).
+#      micro-batch only), at 3 ranks (-B 6: shards of uneven size, ceil(n/3) padded), and
+#      through the real-GPU path forced on the virtual GPU (TRAIN_DIST_STAGED=1: NCCL is
+#      looked for, not found here, and the data goes through pinned host buffers).
 #   2. The shard contract (SHARDING.md), read from each rank's --trace-allocs: zero 0 keeps
 #      full AdamW state; zero 1 allocates adam.m/v.<p> with ceil(n/N) elements; zero 2 also
 #      makes grad.shard.<p> (ceil(n/N) elements) in every step's backward, and the full
@@ -13,11 +15,14 @@
 #   4. -B that the ranks cannot share is refused (exit 1, a message naming -B).
 #   5. `mpirun -np 2 gpumem record -o DIR/run-%r.db -- train_gpt2_sim --model tiny --steps 5`
 #      writes one database per rank, and `gpumem report` reads each.
+#   6. tests/gpu/train_mpi.sh (the GPU check, device only) parses.
 # Skips (77) where mpirun is missing or the trainer was built without MPI (no mpicc).
 set -uo pipefail
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
 G=$BUILD/gpumem
+# The device-only check cannot run here; it must at least parse.
+bash -n tests/gpu/train_mpi.sh || { echo "FAIL: tests/gpu/train_mpi.sh does not parse"; exit 1; }
 [[ -x $T ]] || { echo "train_mpi: $T not built" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "train_mpi: skipped: mpirun not found (make deps installs openmpi-bin)"; exit 77; }
 ldd "$T" | grep -q libmpi || { echo "train_mpi: skipped: $T was built without MPI (no mpicc at build time)"; exit 77; }
@@ -64,6 +69,14 @@ for z in 0 1 2; do
 done
 mpi 2 "$T" "${ARGS[@]}" -B 4 --accum 2 --zero 2 >"$tmp/two-acc.out" 2>&1 || bad "2 ranks --accum 2 failed"
 same_losses "$tmp/one-acc.out" "$tmp/two-acc.out" "2 ranks, -B 4 --accum 2 --zero 2 (vs 1 rank --accum 2)"
+# the real-GPU path (NCCL not found here, so pinned host staging + MPI), forced on the
+# virtual GPU
+for z in 0 2; do
+  TRAIN_DIST_STAGED=1 mpi 2 -x TRAIN_DIST_STAGED "$T" "${ARGS[@]}" -B 4 --zero $z >"$tmp/staged-$z.out" 2>&1 ||
+    bad "2 ranks staged, zero $z: mpirun failed"
+  grep -q "collectives mpi-staged" "$tmp/staged-$z.out" || bad "staged run did not use mpi-staged"
+  same_losses "$tmp/one.out" "$tmp/staged-$z.out" "2 ranks, zero $z, collectives through pinned host buffers"
+done
 mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 2 >"$tmp/three.out" 2>&1 || bad "3 ranks failed"
 same_losses "$tmp/one-6.out" "$tmp/three.out" "3 ranks, -B 6, zero 2 (uneven shards)"
 mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 1 >"$tmp/three1.out" 2>&1 || bad "3 ranks zero 1 failed"
