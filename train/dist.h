@@ -6,7 +6,7 @@
  * calls MPI_Init itself; a build without MPI (no mpicc at build time) refuses to run as more
  * than one rank.
  *
- * Shards (train/README.md, SHARDING.md at the repository root): a tensor of n elements is cut
+ * Shards (train/README.md, "Several ranks"): a tensor of n elements is cut
  * into world shards of S = ceil(n / world) elements; rank r owns [r S, min(n, (r+1) S)).
  *
  * Transports, chosen by dist_setup:

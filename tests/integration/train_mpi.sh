@@ -4,9 +4,9 @@
 #      sequences) prints, step by step, the losses of the 1-rank run with -B 4 within 1e-5,
 #      for --zero 0, 1 and 2; also with --accum 2 (zero 2: the shards are made in the last
 #      micro-batch only), at 3 ranks (-B 6: shards of uneven size, ceil(n/3) padded), and
-#      through the real-GPU path forced on the virtual GPU (TRAIN_DIST_STAGED=1: NCCL is
-#      looked for, not found here, and the data goes through pinned host buffers).
-#   2. The shard contract (SHARDING.md), read from each rank's --trace-allocs: zero 0 keeps
+#      through the real-GPU path forced on the virtual GPU (TRAIN_DIST_STAGED=1, NCCL not
+#      found: the data goes through pinned host buffers).
+#   2. The shard contract (train/README.md, "Several ranks"), read from each rank's --trace-allocs: zero 0 keeps
 #      full AdamW state; zero 1 allocates adam.m/v.<p> with ceil(n/N) elements; zero 2 also
 #      makes grad.shard.<p> (ceil(n/N) elements) in every step's backward, and the full
 #      grad.<p> is freed right after it (the next traced event), never in the optimizer.
@@ -69,10 +69,11 @@ for z in 0 1 2; do
 done
 mpi 2 "$T" "${ARGS[@]}" -B 4 --accum 2 --zero 2 >"$tmp/two-acc.out" 2>&1 || bad "2 ranks --accum 2 failed"
 same_losses "$tmp/one-acc.out" "$tmp/two-acc.out" "2 ranks, -B 4 --accum 2 --zero 2 (vs 1 rank --accum 2)"
-# the real-GPU path (NCCL not found here, so pinned host staging + MPI), forced on the
-# virtual GPU
+# the real-GPU path, forced on the virtual GPU; NCCL made unfindable (NCCL cannot run on the
+# virtual GPU), so the fallback: pinned host staging + MPI
 for z in 0 2; do
-  TRAIN_DIST_STAGED=1 mpi 2 -x TRAIN_DIST_STAGED "$T" "${ARGS[@]}" -B 4 --zero $z >"$tmp/staged-$z.out" 2>&1 ||
+  TRAIN_DIST_STAGED=1 TRAIN_NCCL_LIB=/nonexistent/libnccl.so.2 \
+    mpi 2 -x TRAIN_DIST_STAGED -x TRAIN_NCCL_LIB "$T" "${ARGS[@]}" -B 4 --zero $z >"$tmp/staged-$z.out" 2>&1 ||
     bad "2 ranks staged, zero $z: mpirun failed"
   grep -q "collectives mpi-staged" "$tmp/staged-$z.out" || bad "staged run did not use mpi-staged"
   same_losses "$tmp/one.out" "$tmp/staged-$z.out" "2 ranks, zero $z, collectives through pinned host buffers"
