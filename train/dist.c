@@ -242,10 +242,10 @@ static int nccl_open(void)
 }
 #endif
 
-int dist_setup(void *stream, int host_memory, size_t max_elems)
+int dist_setup(void *stream, int host_memory, size_t max_elems, int dry_run)
 {
     D.stream = stream;
-    if (D.world == 1) return 0;
+    if (D.world == 1 || dry_run) return 0;
     D.max_elems = max_elems;
     D.scratch =
         malloc(sizeof(float) * (dist_shard_size(max_elems) ? dist_shard_size(max_elems) : 1));

@@ -41,10 +41,11 @@ void dist_own(size_t n, size_t *off, size_t *count);
 
 /* Picks the transport for device buffers: stream is the compute stream (cudaStream_t),
  * host_memory says device pointers are host memory (the virtual GPU), max_elems is the
- * largest tensor a collective will see (staging buffers). Returns 0, or 2 (CUDA error,
- * printed). With one rank nothing is set up. */
-int dist_setup(void *stream, int host_memory, size_t max_elems);
-/* "none" (one rank), "mpi", "nccl" or "mpi-staged". */
+ * largest tensor a collective will see (staging buffers). Returns 0, or 1/2 (host memory,
+ * CUDA error; printed). With one rank, or for a dry run (which communicates nothing), no
+ * transport is set up ("none"). */
+int dist_setup(void *stream, int host_memory, size_t max_elems, int dry_run);
+/* "none" (one rank, a dry run), "mpi", "nccl" or "mpi-staged". */
 const char *dist_transport(void);
 
 /* In place: buf (n floats on the device) becomes the sum over ranks. 0 or 2. */

@@ -467,7 +467,7 @@ int gpt2_init_params(gpt2 *m, const char *load)
         if (k > maxn) maxn = k;
         TRY(t_alloc(m, &m->params[i], k, "%s", n));
     }
-    TRY(dist_setup(m->stream, m->be->host_memory, maxn));
+    TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
      * copies below (legacy stream). */
     CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
