@@ -59,6 +59,9 @@ typedef struct train_backend {
                  float beta2, float eps, float wd, int t);
     int (*to_bf16)(uint16_t *dst, const float *src, long n);
     int (*from_bf16)(float *dst, const uint16_t *src, long n);
+    /* 1: device pointers are host memory (the virtual GPU), so MPI may read and write them
+     * after a stream synchronization (train/dist.c); 0 (the CUDA build): they are not. */
+    int host_memory;
 } train_backend;
 
 /* The implementation linked into this binary. */

@@ -292,6 +292,7 @@ static const train_backend sim_backend = {
     .name = "cpu-sim",
     .uses_openmp = 1,
     .dry_launch = 1,
+    .host_memory = 1,
     .init = sim_init,
     .fini = NULL,
     .error_string = sim_error_string,

@@ -34,6 +34,7 @@
  * GPUMEM_SIM_BACKING=virtual (copies into unbacked memory are skipped by the virtual GPU) no
  * tensor memory is ever touched, and a launch-capturing tool still records every use. */
 #include "train/gpt2.h"
+#include "train/dist.h"
 
 #include <assert.h>
 #include <dlfcn.h>
@@ -76,6 +77,8 @@ struct gpt2 {
     cudaStream_t stream, copy_stream;
     int np; /* number of parameter tensors */
     gpt2_tensor *params, *grads, *adam_m, *adam_v;
+    gpt2_tensor *grad_shards; /* --zero 2: grad.shard.<p>, from backward to the optimizer */
+    int last_micro;           /* backward of the step's last micro-batch (gradients complete) */
     gpt2_tensor encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, tokens, targets;
     gpt2_tensor *acts; /* L * A_COUNT */
     gpt2_tensor *leaked;
@@ -220,6 +223,17 @@ static int op_result(gpt2 *m, const char *name, int err)
         if (r_) return r_;                                                                      \
     } while (0)
 
+/* A collective (train/dist.h) in an NVTX range of its own. Multi-rank and ZeRO runs only: a
+ * single-rank run without --zero has no such range, so its trace is unchanged. A dry run
+ * keeps the range and skips the communication (there is no data to send). */
+#define COMM(name, call)                                                                           \
+    do {                                                                                           \
+        nvtxRangePushA(name);                                                                      \
+        int r_ = m->o.dry_run ? 0 : (call);                                                        \
+        nvtxRangePop();                                                                            \
+        if (r_) return r_;                                                                         \
+    } while (0)
+
 /* ---- tensor allocation ------------------------------------------------------------------- */
 static int t_alloc_on(gpt2 *m, gpt2_tensor *t, size_t numel, int bf16, cudaStream_t s,
                       const char *fmt, ...)
@@ -270,6 +284,25 @@ static int grad(gpt2 *m, int i, float **out)
     return 0;
 }
 
+/* --zero 2: parameter i's gradient is complete (backward of the last micro-batch, right after
+ * the op that finished it): it is reduce-scattered into grad.shard.<p> (this rank's shard,
+ * ceil(n / world) elements) and the full grad.<p> is freed at once. */
+static int grad_done(gpt2 *m, int i)
+{
+    if (m->o.zero < 2 || !m->last_micro) return 0;
+    gpt2_tensor *g = &m->grads[i], *sh = &m->grad_shards[i];
+    char n[40];
+    param_name(m, i, n, sizeof n);
+    TRY(t_alloc(m, sh, dist_shard_size(g->numel), "grad.shard.%s", n));
+    COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, sh->p, g->numel));
+    return t_free(m, g);
+}
+#define GRADS_DONE(i, j)                                                                           \
+    do {                                                                                           \
+        TRY(grad_done(m, i));                                                                      \
+        TRY(grad_done(m, j));                                                                      \
+    } while (0)
+
 /* ---- model creation ---------------------------------------------------------------------- */
 gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backend *be)
 {
@@ -287,12 +320,13 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
     m->grads = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->adam_m = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->adam_v = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->grad_shards = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->acts = calloc((size_t)cfg->L * A_COUNT, sizeof(gpt2_tensor));
     m->leaked = calloc((size_t)(o->steps > 0 ? o->steps : 1) * (size_t)(o->accum > 0 ? o->accum : 1),
                        sizeof(gpt2_tensor));
     m->host_losses = malloc(sizeof(float) * (size_t)o->B * (size_t)o->T);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->acts || !m->leaked ||
-        !m->host_losses) {
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->acts ||
+        !m->leaked || !m->host_losses) {
         gpt2_destroy(m);
         return NULL;
     }
@@ -406,7 +440,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
      * driver's pool keep freed memory instead of returning it at every synchronization.
      * Not essential (the virtual GPU accepts and ignores it), so a failure is not fatal. */
     cudaMemPool_t pool;
-    if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+    int dev = 0;
+    (void)cudaGetDevice(&dev); /* a rank's device (dist_init), else 0 */
+    if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
         uint64_t keep = UINT64_MAX;
         if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
             (void)cudaGetLastError();
@@ -431,6 +467,7 @@ int gpt2_init_params(gpt2 *m, const char *load)
         if (k > maxn) maxn = k;
         TRY(t_alloc(m, &m->params[i], k, "%s", n));
     }
+    TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
      * copies below (legacy stream). */
     CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
@@ -757,6 +794,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_FCPROJ_W), &g1));
     TRY(grad(m, pidx(l, LP_FCPROJ_B), &g2));
     OP("fcproj", m->be->matmul_bwd(t1.p, g1, g2, d, AP(A_FCH_GELU), LW(LP_FCPROJ_W), BT, 4 * C, C));
+    GRADS_DONE(pidx(l, LP_FCPROJ_W), pidx(l, LP_FCPROJ_B));
     TRY(t_free(m, A(A_FCH_GELU)));
 
     TRY(t_alloc(m, &t2, 4 * btc, "h%d.mlp.d_fc", l));
@@ -768,6 +806,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_FC_W), &g1));
     TRY(grad(m, pidx(l, LP_FC_B), &g2));
     OP("fc", m->be->matmul_bwd(t1.p, g1, g2, t2.p, AP(A_LN2), LW(LP_FC_W), BT, C, 4 * C));
+    GRADS_DONE(pidx(l, LP_FC_W), pidx(l, LP_FC_B));
     TRY(t_free(m, &t2));
     TRY(t_free(m, A(A_LN2)));
 
@@ -775,6 +814,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_LN2_B), &g2));
     OP("ln2", m->be->layernorm_bwd(d, g1, g2, t1.p, AP(A_RES2), LW(LP_LN2_W), AP(A_LN2_MEAN),
                                    AP(A_LN2_RSTD), BT, C));
+    GRADS_DONE(pidx(l, LP_LN2_W), pidx(l, LP_LN2_B));
     TRY(t_free(m, &t1));
     TRY(t_free(m, A(A_LN2_MEAN)));
     TRY(t_free(m, A(A_LN2_RSTD)));
@@ -784,6 +824,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_ATTPROJ_W), &g1));
     TRY(grad(m, pidx(l, LP_ATTPROJ_B), &g2));
     OP("attproj", m->be->matmul_bwd(t1.p, g1, g2, d, AP(A_ATTY), LW(LP_ATTPROJ_W), BT, C, C));
+    GRADS_DONE(pidx(l, LP_ATTPROJ_W), pidx(l, LP_ATTPROJ_B));
     TRY(t_free(m, A(A_ATTY)));
 
     TRY(t_alloc(m, &t2, 3 * btc, "h%d.attn.d_qkv", l));
@@ -797,6 +838,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_QKV_W), &g1));
     TRY(grad(m, pidx(l, LP_QKV_B), &g2));
     OP("qkv", m->be->matmul_bwd(t1.p, g1, g2, t2.p, AP(A_LN1), LW(LP_QKV_W), BT, C, 3 * C));
+    GRADS_DONE(pidx(l, LP_QKV_W), pidx(l, LP_QKV_B));
     TRY(t_free(m, &t2));
     TRY(t_free(m, A(A_QKV)));
     TRY(t_free(m, A(A_LN1)));
@@ -805,6 +847,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(grad(m, pidx(l, LP_LN1_B), &g2));
     OP("ln1", m->be->layernorm_bwd(d, g1, g2, t1.p, layer_input(m, l)->p, LW(LP_LN1_W),
                                    AP(A_LN1_MEAN), AP(A_LN1_RSTD), BT, C));
+    GRADS_DONE(pidx(l, LP_LN1_W), pidx(l, LP_LN1_B));
     TRY(t_free(m, &t1));
     TRY(t_free(m, A(A_LN1_MEAN)));
     TRY(t_free(m, A(A_LN1_RSTD)));
@@ -840,6 +883,7 @@ static int backward(gpt2 *m, float dloss)
     gpt2_tensor *last = act(m, m->c.L - 1, A_RES3);
     OP("lnf", m->be->layernorm_bwd(dres.p, g1, g2, dlnf.p, last->p, P(m, P_LNF_W), m->lnf_mean.p,
                                    m->lnf_rstd.p, BT, C));
+    GRADS_DONE(P_LNF_W, P_LNF_B);
     TRY(t_free(m, &dlnf));
     TRY(t_free(m, &m->lnf_mean));
     TRY(t_free(m, &m->lnf_rstd));
@@ -848,6 +892,7 @@ static int backward(gpt2 *m, float dloss)
     TRY(grad(m, P_WTE, &g1));
     TRY(grad(m, P_WPE, &g2));
     OP("encoder", m->be->encoder_bwd(g1, g2, dres.p, m->tokens.p, B, T, C));
+    GRADS_DONE(P_WTE, P_WPE); /* wte is tied: lm_head's backward was its first half */
     TRY(t_free(m, &dres));
     TRY(t_free(m, &m->tokens));
     TRY(t_free(m, &m->targets));
@@ -867,9 +912,14 @@ static int optimizer(gpt2 *m)
         const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
         if (lp == 0) push("h%d", (i - P_GLOBAL) / LP_COUNT); /* a layer's parameters */
         const int first = !mm->p && !mm->host;
+        /* --zero 1|2: AdamW state and the update cover this rank's shard only. */
+        const int zero = m->o.zero, comm = zero || dist_world() > 1;
+        size_t off = 0, cnt = p->numel;
+        if (zero) dist_own(p->numel, &off, &cnt);
         if (first) {
-            TRY(t_alloc(m, mm, p->numel, "adam.m.%s", n));
-            TRY(t_alloc(m, vv, p->numel, "adam.v.%s", n));
+            const size_t k = zero ? dist_shard_size(p->numel) : p->numel;
+            TRY(t_alloc(m, mm, k, "adam.m.%s", n));
+            TRY(t_alloc(m, vv, k, "adam.v.%s", n));
             CK(zero_async(m, mm->p, mm->bytes, m->stream), "cudaMemsetAsync");
             CK(zero_async(m, vv->p, vv->bytes, m->stream), "cudaMemsetAsync");
         } else if (m->o.offload_opt) {
@@ -878,18 +928,34 @@ static int optimizer(gpt2 *m)
             TRY(prefetch(m, vv));
             pop();
         }
-        OP("adamw", m->be->adamw(p->p, m->grads[i].p, mm->p, vv->p, (long)p->numel, m->o.lr, 0.9f,
-                                 0.999f, 1e-8f, m->o.wd, t));
+        /* The gradient summed over ranks: all of it (zero 0), this rank's shard (zero 1, in
+         * place in grad.<p>), or the shard made in backward (zero 2). Every rank's gradient
+         * is already divided by the global batch (gpt2_step), so the sum is the mean. */
+        float *g = m->grads[i].p;
+        if (zero == 2) {
+            g = m->grad_shards[i].p;
+        } else if (zero == 1) {
+            COMM("reduce_scatter", dist_reduce_scatter_sum(g, g + off, p->numel));
+            g += off;
+        } else if (comm) {
+            COMM("allreduce", dist_allreduce_sum(g, p->numel));
+        }
+        if (cnt)
+            OP("adamw", m->be->adamw((float *)p->p + off, g, mm->p, vv->p, (long)cnt, m->o.lr, 0.9f,
+                                     0.999f, 1e-8f, m->o.wd, t));
         if (m->o.offload_opt) {
             push("offload");
             TRY(offload(m, mm, mm->bytes));
             TRY(offload(m, vv, vv->bytes));
             pop();
         }
-        if (m->o.grad_none)
+        if (zero == 2)
+            TRY(t_free(m, &m->grad_shards[i]));
+        else if (m->o.grad_none)
             TRY(t_free(m, &m->grads[i]));
         else
             CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
+        if (zero) COMM("allgather", dist_allgather(p->p, p->numel));
         if (lp == LP_COUNT - 1) pop();
     }
     pop();
@@ -898,22 +964,25 @@ static int optimizer(gpt2 *m)
 
 int gpt2_step(gpt2 *m, const int *tok, const int *tgt, int Tstep, float *loss)
 {
-    const int K = m->o.accum, Bm = m->o.B / K;
+    const int K = m->o.accum, Bm = m->o.B / K, W = dist_world();
     push("step %d", m->step + 1);
     double sum = 0;
     for (int k = 0; k < K; k++) {
         float l = 0;
         m->B = Bm, m->T = Tstep;
+        m->last_micro = k == K - 1;
         TRY(forward(m, tok + (size_t)k * Bm * Tstep, tgt + (size_t)k * Bm * Tstep, &l));
         sum += l;
-        TRY(backward(m, 1.0f / ((float)Bm * Tstep * K)));
+        /* d(mean over the global batch)/d(loss of a token): the ranks' gradients then sum
+         * to the global batch's (the all-reduce or reduce-scatter is the average). */
+        TRY(backward(m, 1.0f / ((float)Bm * Tstep * K * W)));
     }
     TRY(optimizer(m));
     CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
     CK(cudaStreamSynchronize(m->copy_stream), "cudaStreamSynchronize");
     pop();
     m->step++;
-    *loss = (float)(sum / K);
+    *loss = m->o.dry_run || W == 1 ? (float)(sum / K) : (float)(dist_sum_host(sum / K) / W);
     return 0;
 }
 
@@ -935,6 +1004,7 @@ void gpt2_destroy(gpt2 *m)
             release(m, &m->grads[i]);
             release(m, &m->adam_m[i]);
             release(m, &m->adam_v[i]);
+            release(m, &m->grad_shards[i]);
         }
         for (int i = 0; m->acts && i < m->c.L * A_COUNT; i++) release(m, &m->acts[i]);
         gpt2_tensor *g[] = {&m->encoded, &m->lnf,   &m->lnf_mean, &m->lnf_rstd, &m->logits,
@@ -948,7 +1018,8 @@ void gpt2_destroy(gpt2 *m)
         cudaStreamDestroy(m->stream);
         cudaStreamDestroy(m->copy_stream);
     }
-    free(m->params), free(m->grads), free(m->adam_m), free(m->adam_v), free(m->acts);
+    free(m->params), free(m->grads), free(m->adam_m), free(m->adam_v), free(m->grad_shards);
+    free(m->acts);
     free(m->leaked), free(m->host_losses);
     free(m);
 }

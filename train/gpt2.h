@@ -25,6 +25,7 @@ enum {
 typedef struct gpt2_opts {
     int B, T, steps, accum, dry_run, recompute, offload_acts, offload_opt, grad_none, bf16, leak,
         seq_jitter, trace_allocs, threads;
+    int zero;     /* ZeRO stage 0, 1, 2 across the ranks of train/dist.h (train/README.md) */
     float lr, wd; /* AdamW learning rate and (decoupled) weight decay */
     uint64_t seed;
 } gpt2_opts;
@@ -47,8 +48,9 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
 /* Allocates the parameters and fills them: from the llm.c checkpoint `load` (NULL: random
  * init from the seed). Returns 0, 1 for a bad file (message printed), 2 for a CUDA error. */
 int gpt2_init_params(gpt2 *m, const char *load);
-/* One optimizer step over the batch tok/tgt (B*T int32 each, T = Tstep <= opts.T).
- * *loss gets the mean loss (NaN in a dry run). Returns 0 or 2 (CUDA error, printed). */
+/* One optimizer step over the batch tok/tgt (B*T int32 each, T = Tstep <= opts.T; B is this
+ * rank's part of the global batch). *loss gets the mean loss over all ranks' tokens (NaN in a
+ * dry run). Returns 0 or 2 (CUDA error, printed). */
 int gpt2_step(gpt2 *m, const int *tok, const int *tgt, int Tstep, float *loss);
 /* Writes the parameters in llm.c's checkpoint format (v3, fp32). 0, 1 (I/O), 2 (CUDA). */
 int gpt2_save(gpt2 *m, const char *path);

@@ -7,7 +7,12 @@
  *
  * Exit codes: 0 success, 1 bad flags or files, 2 a CUDA error (out of memory included; the
  * message names the CUDA error and the tensor). The last line is `PEAK <bytes> bytes`: the
- * trainer's own count of live tensor bytes at its highest. */
+ * trainer's own count of live tensor bytes at its highest.
+ *
+ * Several ranks (`mpirun -np N train_gpt2_sim ...`, detected by train/dist.c): -B is the
+ * global batch; every rank reads the same data and takes rows [r B/N, (r+1) B/N) of each
+ * batch; rank 0 prints the steps (the loss is the mean over all ranks' tokens) and, at the
+ * end, every rank's peak (`PEAK_RANK r <bytes> bytes`) before `PEAK`, the largest of them. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,6 +24,7 @@
 #include <unistd.h>
 
 #include "train/backend.h"
+#include "train/dist.h"
 #include "train/gpt2.h"
 
 #define SHARD_MAGIC 20240520
@@ -53,6 +59,8 @@ static void usage(FILE *f, const char *prog)
             "                     build) kernel launches with their bodies skipped, no compute\n"
             "                     (use with GPUMEM_SIM_BACKING=virtual on the virtual GPU)\n"
             "  --threads N        CPU threads for the ops (cpu-sim backend)  [OpenMP default]\n"
+            "  --zero 0|1|2       several ranks (mpirun -np N; -B is the global batch): 0 data\n"
+            "                     parallel, 1 AdamW state sharded, 2 gradients too  [0]\n"
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
             "memory techniques (see train/README.md for each one's effect on the peak):\n"
             "  --recompute LIST   none|gelu|ln|attn|mlp|layer, comma-separated\n"
@@ -230,6 +238,9 @@ static double now_ms(void)
  * measurable cost for the large models. libgomp reads OMP_WAIT_POLICY when it is loaded,
  * before main, so the program re-executes itself once with it set — unless the user chose a
  * policy (then it is respected) or /proc/self/exe is unavailable (then it runs as is). */
+static int main_run(const gpt2_opts *po, const char *model, const char *data, const char *load,
+                    const char *save);
+
 static void prefer_passive_openmp(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY")) return;
@@ -263,6 +274,8 @@ int main(int argc, char **argv)
             bad = parse_int(a, VAL(), 0, INT_MAX / 2, &o.steps);
         } else if (!strcmp(a, "--accum")) {
             bad = parse_int(a, VAL(), 1, 1 << 16, &o.accum);
+        } else if (!strcmp(a, "--zero")) {
+            bad = parse_int(a, VAL(), 0, 2, &o.zero);
         } else if (!strcmp(a, "--threads")) {
             bad = parse_int(a, VAL(), 1, 1024, &o.threads);
         } else if (!strcmp(a, "--seed")) {
@@ -307,7 +320,18 @@ int main(int argc, char **argv)
         }
         if (bad) return 1;
     }
+    if (dist_init(&argc, &argv)) return 1;
+    const int rc = main_run(&o, model, data, load, save);
+    dist_finalize();
+    return rc;
+}
 
+/* After the flags (and MPI_Init, with several ranks). */
+static int main_run(const gpt2_opts *po, const char *model, const char *data, const char *load,
+                    const char *save)
+{
+    gpt2_opts o = *po;
+    const int rank = dist_rank(), world = dist_world();
     gpt2_config cfg;
     if (load) {
         if (gpt2_read_checkpoint_config(load, &cfg)) return 1;
@@ -327,9 +351,19 @@ int main(int argc, char **argv)
                 cfg.maxT);
         return 1;
     }
+    if (o.B % world) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "train_gpt2: -B %d (the global batch) must be a multiple of the %d "
+                    "ranks\n",
+                    o.B, world);
+        return 1;
+    }
+    const int B = o.B; /* the global batch; the model gets this rank's part */
+    o.B = B / world;
     if (o.B % o.accum) {
-        fprintf(stderr, "train_gpt2: --accum %d must divide -B %d (micro-batches of B/K)\n",
-                o.accum, o.B);
+        fprintf(stderr, "train_gpt2: --accum %d must divide -B %d (micro-batches of B/K%s)\n",
+                o.accum, o.B, world > 1 ? ", B per rank" : "");
         return 1;
     }
     if (o.seq_jitter && o.T < 2) {
@@ -342,11 +376,11 @@ int main(int argc, char **argv)
     }
 
     data_t d = {0};
-    if (data_load(data, cfg.V, o.seed, (size_t)o.B * o.T + 1, &d)) {
+    if (data_load(data, cfg.V, o.seed, (size_t)B * o.T + 1, &d)) {
         free(d.tok);
         return 1;
     }
-    int *tok = malloc(sizeof(int) * (size_t)o.B * o.T), *tgt = malloc(sizeof(int) * (size_t)o.B * o.T);
+    int *tok = malloc(sizeof(int) * (size_t)B * o.T), *tgt = malloc(sizeof(int) * (size_t)B * o.T);
     const train_backend *be = train_backend_get();
     gpt2 *m = gpt2_create(&cfg, &o, be);
     if (!m || !tok || !tgt) {
@@ -355,10 +389,16 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = gpt2_init_params(m, load);
-    printf("train_gpt2: backend %s, model %s (L %d, C %d, NH %d, V %d, Vp %d), %zu parameters, "
-           "B %d, T %d%s\n",
-           be->name, load ? load : model, cfg.L, cfg.C, cfg.NH, cfg.V, cfg.Vp, gpt2_num_params(m),
-           o.B, o.T, o.dry_run ? ", dry run" : "");
+    const int out = rank == 0; /* rank 0 prints the run; errors come from any rank */
+    if (out) {
+        printf("train_gpt2: backend %s, model %s (L %d, C %d, NH %d, V %d, Vp %d), %zu "
+               "parameters, B %d, T %d%s",
+               be->name, load ? load : model, cfg.L, cfg.C, cfg.NH, cfg.V, cfg.Vp,
+               gpt2_num_params(m), B, o.T, o.dry_run ? ", dry run" : "");
+        if (world > 1) printf(", %d ranks of B %d, collectives %s", world, o.B, dist_transport());
+        if (o.zero) printf(", zero %d", o.zero);
+        printf("\n");
+    }
     double total_ms = 0;
     long total_tok = 0;
     uint64_t js = o.seed ^ 0x5DEECE66Dull;
@@ -368,19 +408,22 @@ int main(int argc, char **argv)
             js = js * 6364136223846793005ull + 1442695040888963407ull;
             T = o.T / 2 + (int)((js >> 33) % (uint64_t)(o.T - o.T / 2 + 1));
         }
-        data_batch(&d, o.B, T, tok, tgt);
+        data_batch(&d, B, T, tok, tgt);
+        /* This rank's rows of the global batch: [rank B/N, (rank+1) B/N). */
+        const size_t first = (size_t)rank * o.B * T;
         float loss = 0;
         const double t0 = now_ms();
-        rc = gpt2_step(m, tok, tgt, T, &loss);
+        rc = gpt2_step(m, tok + first, tgt + first, T, &loss);
         const double ms = now_ms() - t0;
         if (rc) break;
-        if (s > 1 || o.steps == 1) total_ms += ms, total_tok += (long)o.B * T;
-        printf("step %d/%d loss %.6f ms %.2f tok/s %.0f peak %zu live %zu T %d\n", s, o.steps,
-               loss, ms, (double)o.B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
+        if (s > 1 || o.steps == 1) total_ms += ms, total_tok += (long)B * T;
+        if (out)
+            printf("step %d/%d loss %.6f ms %.2f tok/s %.0f peak %zu live %zu T %d\n", s, o.steps,
+                   loss, ms, (double)B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
         fflush(stdout);
     }
-    if (rc == 0 && save) rc = gpt2_save(m, save);
-    if (rc == 0) {
+    if (rc == 0 && save && rank == 0) rc = gpt2_save(m, save); /* the ranks' parameters agree */
+    if (rc == 0 && out) {
         printf("summary: %d steps, %.2f ms/step, %.0f tok/s (steps after the first), peak %zu "
                "bytes (%.1f MiB)\n",
                o.steps, total_tok ? total_ms / (o.steps > 1 ? o.steps - 1 : 1) : 0.0,
@@ -391,8 +434,28 @@ int main(int argc, char **argv)
      * the launches issued are what a launch-recording tool must have seen. */
     unsigned long long nk, nc, nm;
     gpt2_launch_counts(m, &nk, &nc, &nm);
-    printf("LAUNCHES %llu kernels %llu copies %llu memsets\n", nk, nc, nm);
-    printf("PEAK %zu bytes\n", gpt2_peak_bytes(m));
+    if (world > 1 && rc) {
+        /* This rank failed and the others may be waiting in a collective: its own figures,
+         * then the job ends. */
+        printf("PEAK_RANK %d %zu bytes\nLAUNCHES %llu kernels %llu copies %llu memsets\n"
+               "PEAK %zu bytes\n",
+               rank, gpt2_peak_bytes(m), nk, nc, nm, gpt2_peak_bytes(m));
+        fflush(stdout);
+        dist_abort(rc);
+    }
+    unsigned long long peak = gpt2_peak_bytes(m), *peaks = calloc((size_t)world, sizeof *peaks);
+    if (peaks) {
+        dist_gather_host(peak, peaks);
+        for (int r = 0; world > 1 && out && r < world; r++) {
+            printf("PEAK_RANK %d %llu bytes\n", r, peaks[r]);
+            if (peaks[r] > peak) peak = peaks[r];
+        }
+        free(peaks);
+    }
+    if (out) {
+        printf("LAUNCHES %llu kernels %llu copies %llu memsets\n", nk, nc, nm);
+        printf("PEAK %llu bytes\n", peak);
+    }
     gpt2_destroy(m);
     free(d.tok), free(tok), free(tgt);
     return rc;

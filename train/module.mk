@@ -8,7 +8,16 @@
 TRAIN_DIR := $(BUILD)/train
 TRAIN_SIM := $(BUILD)/train_gpt2_sim
 TRAIN_CUDA := $(BUILD)/train_gpt2
-TRAIN_MODEL_OBJS := $(TRAIN_DIR)/gpt2.o $(TRAIN_DIR)/main.o
+TRAIN_MODEL_OBJS := $(TRAIN_DIR)/gpt2.o $(TRAIN_DIR)/main.o $(TRAIN_DIR)/dist.o
+
+# Several ranks (train/dist.c): built with Open MPI when mpicc exists (`make deps` installs
+# it); without it the trainers are single-rank and say so when launched as several ranks.
+MPICC := $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+TRAIN_MPI_CFLAGS := -DTRAIN_MPI $(shell $(MPICC) --showme:compile)
+TRAIN_MPI_LIBS := $(shell $(MPICC) --showme:link)
+$(TRAIN_DIR)/dist.o: EXTRA_CFLAGS += $(TRAIN_MPI_CFLAGS)
+endif
 TRAIN_SIM_OBJS := $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_sim.o $(TRAIN_DIR)/ops_cpu.o
 
 # The ops are the hot loops: -O3 (gcc vectorizes the gemm's register block); no -ffast-math,
@@ -18,7 +27,7 @@ $(TRAIN_DIR)/backend_sim.o: EXTRA_CFLAGS += -fopenmp
 
 $(TRAIN_SIM): $(TRAIN_SIM_OBJS) $(BUILD)/sim/libcuda.so $(BUILD)/sim/libcudart.so | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -fopenmp -o $@ $(TRAIN_SIM_OBJS) -L$(BUILD)/sim -lcudart -lcuda \
-	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN:$$ORIGIN/../lib/gpumem' -lm -ldl
+	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN:$$ORIGIN/../lib/gpumem' $(TRAIN_MPI_LIBS) -lm -ldl
 ALL_TARGETS += $(TRAIN_SIM)
 INSTALL_LIB += $(TRAIN_SIM)
 
@@ -29,7 +38,8 @@ $(TRAIN_DIR)/backend_cuda.o: train/backend_cuda.cu train/backend.h | $(DEPS_STAM
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 $(TRAIN_CUDA): $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o | $(DEPS_STAMP)
-	$(NVCC) $(NVCC_FLAGS) -o $@ $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o -lcublas -lm -ldl
+	$(NVCC) $(NVCC_FLAGS) -o $@ $(TRAIN_MODEL_OBJS) $(TRAIN_DIR)/backend_cuda.o -lcublas \
+	    $(filter -L% -l%,$(TRAIN_MPI_LIBS)) -lm -ldl
 ALL_TARGETS += $(TRAIN_CUDA)
 INSTALL_LIB += $(TRAIN_CUDA)
 endif
@@ -40,5 +50,6 @@ endif
 train_ops_grad_LIBS := $(TRAIN_DIR)/ops_cpu.o
 train_ops_grad_LDLIBS := -fopenmp -lm
 UNIT_TESTS += $(BUILD)/tests/unit/train_ops_grad
-SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh
-BENCHES += tests/bench/train_bench.sh
+SCRIPT_TESTS += tests/integration/train_basic.sh tests/integration/train_memory.sh \
+    tests/integration/train_mpi.sh
+BENCHES += tests/bench/train_bench.sh tests/bench/train_mpi_bench.sh

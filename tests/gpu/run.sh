@@ -12,7 +12,9 @@
 #      reserved within 1% of torch.cuda.max_memory_reserved(); skipped without PyTorch);
 #   5. PyTorch under gpumem three ways (tests/gpu/pytorch_three_ways.sh: plain, LD_PRELOAD with
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, peak requested
-#      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written).
+#      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written);
+#   6. the CUDA trainer as 2 MPI ranks on the one GPU (tests/gpu/train_mpi.sh: NCCL if found,
+#      losses equal the 1-rank run's, the ZeRO-1 saving; skipped without mpirun).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -58,4 +60,6 @@ BUILD=$BUILD bash tests/gpu/pytorch_parity.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the preset parity check was skipped" ;; *) fail=1 ;; esac
 BUILD=$BUILD bash tests/gpu/pytorch_three_ways.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the three-ways check was skipped" ;; *) fail=1 ;; esac
+BUILD=$BUILD bash tests/gpu/train_mpi.sh
+case $? in 0) ;; 77) echo "note: no mpirun or no MPI build here; the 2-rank check was skipped" ;; *) fail=1 ;; esac
 exit $fail

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# train_mpi.sh — the trainer as several MPI ranks on the virtual GPU (issue 17, items 1 and 5).
+#   1. Data parallel and ZeRO: `mpirun -np 2 train_gpt2_sim -B 4` (each rank takes 2 of the 4
+#      sequences) prints, step by step, the losses of the 1-rank run with -B 4 within 1e-5,
+#      for --zero 0, 1 and 2; also with --accum 2 (zero 2: the shards are made in the last
+#      micro-batch only), at 3 ranks (-B 6: shards of uneven size, ceil(n/3) padded), and
+#      through the real-GPU path forced on the virtual GPU (TRAIN_DIST_STAGED=1, NCCL not
+#      found: the data goes through pinned host buffers).
+#   2. The shard contract (train/README.md, "Several ranks"), read from each rank's --trace-allocs: zero 0 keeps
+#      full AdamW state; zero 1 allocates adam.m/v.<p> with ceil(n/N) elements; zero 2 also
+#      makes grad.shard.<p> (ceil(n/N) elements) in every step's backward, and the full
+#      grad.<p> is freed right after it (the next traced event), never in the optimizer.
+#   3. The trainer's own peak: zero 0 minus zero 1 is exactly the AdamW state given back,
+#      8 * sum(n - ceil(n/N)) bytes, on every rank.
+#   4. -B that the ranks cannot share is refused (exit 1, a message naming -B).
+#   5. `mpirun -np 2 gpumem record -o DIR/run-%r.db -- train_gpt2_sim --model tiny --steps 5`
+#      writes one database per rank, and `gpumem report` reads each.
+#   6. tests/gpu/train_mpi.sh (the GPU check, device only) parses.
+# Skips (77) where mpirun is missing or the trainer was built without MPI (no mpicc).
+set -uo pipefail
+BUILD=${BUILD:-build}
+T=$BUILD/train_gpt2_sim
+G=$BUILD/gpumem
+# The device-only check cannot run here; it must at least parse.
+bash -n tests/gpu/train_mpi.sh || { echo "FAIL: tests/gpu/train_mpi.sh does not parse"; exit 1; }
+[[ -x $T ]] || { echo "train_mpi: $T not built" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "train_mpi: skipped: mpirun not found (make deps installs openmpi-bin)"; exit 77; }
+ldd "$T" | grep -q libmpi || { echo "train_mpi: skipped: $T was built without MPI (no mpicc at build time)"; exit 77; }
+tmp=$(mktemp -d /tmp/train_mpi-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# mpirun as root in a container, for this test only: allowed explicitly, more ranks than
+# cores, shared memory between the ranks (no network), no cross-memory attach (often denied
+# in containers). Open MPI 5 calls its shared-memory transport "sm", 4 "vader".
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+if mpirun --version 2>/dev/null | grep -q 'Open MPI) [0-4]\.'; then
+  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+else
+  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
+fi
+mpi() { local n=$1; shift; timeout 300 mpirun -np "$n" "$@"; }
+ARGS=(--model tiny -T 64 --steps 5 --threads 1)
+
+losses() { grep '^step ' "$1" | awk '{print $4}'; }
+# same_losses A B WHAT: the step losses of two runs agree within 1e-5, and there are 5.
+same_losses() {
+  local n
+  n=$(paste <(losses "$1") <(losses "$2") |
+      awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5) bad++; n++ } END { print (bad ? -1 : n) }')
+  if [[ $n == 5 ]]; then ok "$3: losses equal the 1-rank run's within 1e-5"
+  else bad "$3: losses differ from the 1-rank run's (or missing)"; paste <(losses "$1") <(losses "$2"); fi
+}
+
+# ---- 1. losses ---------------------------------------------------------------------------
+"$T" "${ARGS[@]}" -B 4 >"$tmp/one.out" 2>&1 || bad "1-rank run failed"
+"$T" "${ARGS[@]}" -B 4 --accum 2 >"$tmp/one-acc.out" 2>&1 || bad "1-rank --accum 2 run failed"
+"$T" "${ARGS[@]}" -B 6 >"$tmp/one-6.out" 2>&1 || bad "1-rank -B 6 run failed"
+for z in 0 1 2; do
+  # every rank's allocation trace in its own file
+  mpi 2 sh -c 'exec "$0" "$@" 2>"'"$tmp"'/trace-z'$z'-$OMPI_COMM_WORLD_RANK"' \
+      "$T" "${ARGS[@]}" -B 4 --zero $z --trace-allocs >"$tmp/two-z$z.out" 2>"$tmp/two-z$z.err" ||
+    { bad "2 ranks, zero $z: mpirun failed"; cat "$tmp/two-z$z.out" "$tmp/two-z$z.err"; continue; }
+  grep -q "2 ranks of B 2" "$tmp/two-z$z.out" || bad "2 ranks, zero $z: header does not say 2 ranks of B 2"
+  same_losses "$tmp/one.out" "$tmp/two-z$z.out" "2 ranks, -B 4, zero $z"
+done
+mpi 2 "$T" "${ARGS[@]}" -B 4 --accum 2 --zero 2 >"$tmp/two-acc.out" 2>&1 || bad "2 ranks --accum 2 failed"
+same_losses "$tmp/one-acc.out" "$tmp/two-acc.out" "2 ranks, -B 4 --accum 2 --zero 2 (vs 1 rank --accum 2)"
+# the real-GPU path, forced on the virtual GPU; NCCL made unfindable (NCCL cannot run on the
+# virtual GPU), so the fallback: pinned host staging + MPI
+for z in 0 2; do
+  TRAIN_DIST_STAGED=1 TRAIN_NCCL_LIB=/nonexistent/libnccl.so.2 \
+    mpi 2 -x TRAIN_DIST_STAGED -x TRAIN_NCCL_LIB "$T" "${ARGS[@]}" -B 4 --zero $z >"$tmp/staged-$z.out" 2>&1 ||
+    bad "2 ranks staged, zero $z: mpirun failed"
+  grep -q "collectives mpi-staged" "$tmp/staged-$z.out" || bad "staged run did not use mpi-staged"
+  same_losses "$tmp/one.out" "$tmp/staged-$z.out" "2 ranks, zero $z, collectives through pinned host buffers"
+done
+mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 2 >"$tmp/three.out" 2>&1 || bad "3 ranks failed"
+same_losses "$tmp/one-6.out" "$tmp/three.out" "3 ranks, -B 6, zero 2 (uneven shards)"
+mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 1 >"$tmp/three1.out" 2>&1 || bad "3 ranks zero 1 failed"
+same_losses "$tmp/one-6.out" "$tmp/three1.out" "3 ranks, -B 6, zero 1 (uneven shards)"
+
+# ---- 2. the shard contract, per rank ------------------------------------------------------
+for r in 0 1; do
+  # zero 0: adam state as large as the parameter
+  # (a parameter's first allocation is at start, before any tensor of another name)
+  awk '$1 == "alloc" && !($2 in n) { n[$2] = $3 }
+       $1 == "alloc" && $2 ~ /^adam\.[mv]\./ { p = substr($2, 8); c++; if ($3 != n[p]) bad++ }
+       END { exit !(c > 0 && !bad) }' "$tmp/trace-z0-$r" ||
+    bad "rank $r, zero 0: an adam.m/v tensor is not the size of its parameter"
+  for z in 1 2; do
+    awk '$1 == "alloc" && !($2 in n) { n[$2] = $3 }
+         $1 == "alloc" && $2 ~ /^adam\.[mv]\./ {
+           p = substr($2, 8); k = n[p] / 4; c++; if ($3 != 4 * int((k + 1) / 2)) bad++ }
+         END { exit !(c > 0 && !bad) }' "$tmp/trace-z$z-$r" ||
+      bad "rank $r, zero $z: an adam.m/v tensor is not ceil(n/2) elements"
+  done
+  # zero 2: every grad.shard.<p> is ceil(n/2) elements and is followed by the free of grad.<p>;
+  # one per parameter per step; grad.<p> is never zeroed in place (it is freed every step)
+  awk '$1 == "alloc" && !($2 in n) { n[$2] = $3 }
+       want != "" { if (!($1 == "free" && $2 == want)) bad++; want = "" }
+       $1 == "alloc" && $2 ~ /^grad\.shard\./ {
+         p = substr($2, 12); k = n[p] / 4; c++; if ($3 != 4 * int((k + 1) / 2)) bad++
+         want = "grad." p }
+       END { exit !(c > 0 && c % 5 == 0 && !bad) }' "$tmp/trace-z2-$r" ||
+    bad "rank $r, zero 2: grad.shard.<p> not ceil(n/2) elements, or not followed by the free of grad.<p>"
+  nparam=$(awk '$1 == "alloc" && $2 ~ /^adam\.m\./ { c++ } END { print c + 0 }' "$tmp/trace-z2-$r")
+  nshard=$(grep -c '^alloc grad\.shard\.' "$tmp/trace-z2-$r")
+  [[ $nshard == $((5 * nparam)) && $nparam -gt 0 ]] &&
+    ok "rank $r, zero 2: $nshard grad.shard tensors = $nparam parameters x 5 steps, each right before its grad's free" ||
+    bad "rank $r, zero 2: $nshard grad.shard allocations for $nparam parameters over 5 steps"
+done
+grep -q '^alloc grad\.shard\.' "$tmp/trace-z1-0" && bad "zero 1 made grad.shard tensors"
+ok "adam state full at zero 0, ceil(n/2) at zero 1 and 2 (when no FAIL above)"
+
+# ---- 3. the saving of zero 1 is the AdamW state given back --------------------------------
+saved=$(awk '$1 == "alloc" && $2 ~ /^adam\.[mv]\./ { s += $3 } END { print s }' "$tmp/trace-z0-0")
+saved1=$(awk '$1 == "alloc" && $2 ~ /^adam\.[mv]\./ { s += $3 } END { print s }' "$tmp/trace-z1-0")
+p0=$(awk '/^PEAK_RANK 0 / { print $3 }' "$tmp/two-z0.out")
+p1=$(awk '/^PEAK_RANK 0 / { print $3 }' "$tmp/two-z1.out")
+if [[ -n $p0 && -n $p1 && $((p0 - p1)) == $((saved - saved1)) && $((saved - saved1)) -gt 0 ]]; then
+  ok "zero 1 lowers rank 0's peak by exactly the AdamW state given back ($((saved - saved1)) bytes of $saved)"
+else
+  bad "zero 1 peak $p1 vs zero 0 peak $p0: expected a saving of $((saved - saved1)) bytes"
+fi
+for z in 0 1 2; do
+  [[ $(grep -c '^PEAK_RANK ' "$tmp/two-z$z.out") == 2 ]] || bad "zero $z: not one PEAK_RANK line per rank"
+done
+
+# ---- 4. a batch the ranks cannot share ------------------------------------------------------
+mpi 2 "$T" "${ARGS[@]}" -B 3 >"$tmp/odd.out" 2>&1
+rc=$?
+[[ $rc -ne 0 ]] && grep -q -- "-B 3 (the global batch) must be a multiple of the 2 ranks" "$tmp/odd.out" &&
+  ok "-B 3 on 2 ranks refused" || { bad "-B 3 on 2 ranks: rc $rc"; cat "$tmp/odd.out"; }
+
+# ---- 5. per-rank recordings ---------------------------------------------------------------
+if [[ -x $G ]]; then
+  mkdir -p "$tmp/rec"
+  mpi 2 "$G" record -o "$tmp/rec/run-%r.db" -- "$T" --model tiny --steps 5 --threads 1 \
+      >"$tmp/rec.out" 2>&1 || { bad "gpumem record under mpirun failed"; tail -20 "$tmp/rec.out"; }
+  for r in 0 1; do
+    db=$tmp/rec/run-$r.db
+    if [[ -s $db ]]; then
+      pa=$("$G" report --json "$db" 2>/dev/null | jq -r '.summary.peak_allocated // 0')
+      [[ $pa -gt 0 ]] && ok "run-$r.db written and read by gpumem report (peak allocated $pa)" ||
+        bad "gpumem report cannot read run-$r.db"
+    else
+      bad "run-$r.db not written"
+    fi
+  done
+else
+  echo "note: $G not built, the recording check is left out"
+fi
+
+exit $fail
