@@ -208,6 +208,10 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         if (trainer) snprintf(q->flags, sizeof q->flags, "-B %u --zero %d", B * ranks, z);
         np++;
     }
+    if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
+        fprintf(stderr,
+                "gpumem advise: the recorded command already shards (--zero): the prediction "
+                "shards again; record one rank without --zero\n");
     int can_check = 0;
     const char *why_not = NULL;
     if (check) {
