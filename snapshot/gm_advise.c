@@ -1433,3 +1433,138 @@ out:
     free(grp), free(gend), free(glead), free(bw_end), free(st_end), free(birth), free(death);
     return rc;
 }
+
+/* ------------------------------------------------------------------ ZeRO sharding */
+
+uint64_t adv_shard_bytes(uint64_t bytes, unsigned ranks)
+{
+    uint64_t elems = (bytes + 3) / 4; /* fp32 elements */
+    return (elems + ranks - 1) / ranks * 4;
+}
+
+/* The first optimizer range starting at or after t (UINT64_MAX: none). */
+static uint64_t opt_start_after(const adv_model *m, uint64_t t)
+{
+    size_t lo = 0, hi = m->nopt_starts;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->opt_starts[mid] < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->nopt_starts ? m->opt_starts[lo] : UINT64_MAX;
+}
+
+/* The last event at or before time t (events are in time order), SIZE_MAX when none. */
+static size_t event_at(const adv_model *m, uint64_t t)
+{
+    size_t lo = 0, hi = m->nevs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->evs[mid].t <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? lo - 1 : SIZE_MAX;
+}
+
+/* ZeRO stage 1 and 2 for N ranks (the trainer's multi-rank mode, train/README.md): the
+ * optimizer state shrinks to its shard, S = ceil(n / N) fp32 elements; with stage 2 the full
+ * gradient lives only from its first production in a step to the op that completes it in the
+ * step's last micro-batch (its last use before the optimizer phase; without uses, the end of
+ * the backward), where its shard is born (reduce-scatter) and the full gradient freed; the
+ * shard dies where the recorded gradient's update ended (adv_opt's set-to-none point). */
+int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (ranks < 1 || stage < 1) return 0;
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    size_t na = m->nallocs;
+    uint8_t *grad = calloc(na + 1, 1); /* recorded allocations that are gradients */
+    if (!grad) {
+        free(birth), free(death);
+        return -1;
+    }
+    for (size_t a = 0; a < na; a++) {
+        size_t b = birth[a], d = death[a];
+        if (is_state(m, birth, death, a)) {
+            uint64_t s = adv_shard_bytes(m->allocs[a].size, ranks);
+            st->state_bytes += m->allocs[a].size, st->state_shard_bytes += s, st->nstate++;
+            m->allocs[a].size = s;
+        } else if (is_grad(m, birth, death, a) ||
+                   (b != SIZE_MAX && d != SIZE_MAX && m->evs[b].phase == ADV_PH_BWD &&
+                    m->evs[d].phase == ADV_PH_OPT && m->evs[d].step == m->evs[b].step &&
+                    !strncmp(adv_str(m, m->allocs[a].name), "grad.", 5)))
+            grad[a] = 1; /* kept across steps, or already freed in the optimizer (--grad-none) */
+    }
+    free(birth), free(death);
+    int rc = 0;
+    if (stage < 2) goto out;
+    /* per-step gradients, each freed after its parameter's update */
+    adv_opt_stats ost;
+    if ((rc = adv_opt(m, 1, 0, &ost)) != 0) goto out;
+    if ((rc = life_index(m, &birth, &death)) != 0) goto out;
+    rw w;
+    if ((rc = rw_init(&w, m)) != 0) {
+        free(birth), free(death);
+        goto out;
+    }
+    size_t nall = m->nallocs;
+    for (size_t a = 0; a < nall; a++) {
+        uint32_t o = m->allocs[a].orig;
+        size_t b = birth[a], d = death[a];
+        if (o >= na || !grad[o] || b == SIZE_MAX || d == SIZE_MAX || d < b) continue;
+        const adv_ev *eb = &m->evs[b];
+        uint64_t lo =
+            eb->step >= 0 && (size_t)eb->step < m->nsteps ? m->steps[eb->step].start_ns : eb->t;
+        uint64_t hi = opt_start_after(m, eb->t);
+        if (hi > m->evs[d].t) hi = m->evs[d].t;
+        /* the op that completes the gradient: its last use before the optimizer */
+        uint64_t last = 0;
+        int found = 0;
+        if (m->use_off && o < m->nrecorded)
+            for (uint64_t i = m->use_off[o]; i < m->use_off[o + 1]; i++) {
+                uint64_t x = m->use_t[i];
+                if (x >= lo && x < hi && x >= last) last = x, found = 1;
+            }
+        size_t anchor = SIZE_MAX;
+        if (found) {
+            anchor = event_at(m, last);
+            st->ngrads_from_uses++;
+        } else /* the end of the backward: the last event of the step before the optimizer */
+            for (size_t i = d; i > b && anchor == SIZE_MAX; i--)
+                if (m->evs[i - 1].phase != ADV_PH_OPT) anchor = i - 1;
+        if (anchor == SIZE_MAX || anchor < b) anchor = b;
+        if (anchor >= d) anchor = d - 1;
+        const adv_alloc x = m->allocs[a];
+        char nm[512];
+        const char *gn = adv_str(m, x.name);
+        snprintf(nm, sizeof nm, "grad.shard.%s", !strncmp(gn, "grad.", 5) ? gn + 5 : gn);
+        uint32_t name = intern(m, nm);
+        adv_name_class(nm, nm, sizeof nm);
+        uint32_t h =
+            new_alloc(m, adv_shard_bytes(x.size, ranks), x.stream, intern(m, nm), name, x.orig);
+        if (h == UINT32_MAX) {
+            rc = -1;
+            break;
+        }
+        rw_add(&w, anchor, +1, 1, ev_like(&m->evs[anchor], h, ADV_EV_ALLOC, 0));
+        rw_add(&w, anchor, +1, 1,
+               ev_like(&m->evs[anchor], (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
+        m->evs[d].a = h; /* the shard dies where the gradient's update ended */
+        m->evs[d].kind = ADV_EV_FREE_ASYNC, m->evs[d].stream = x.stream;
+        if (a == o) { /* the recorded gradient: counted once, not per step */
+            st->grad_bytes += x.size, st->grad_shard_bytes += m->allocs[h].size;
+            st->ngrads++;
+        }
+    }
+    if (rc == 0) rc = rw_apply(m, &w);
+    rw_free(&w);
+    free(birth), free(death);
+out:
+    free(grad);
+    return rc;
+}

@@ -173,6 +173,29 @@ void adv_floor_bytes(const adv_model *m, adv_floor *f);
  * in the matching backward B), most bytes first. Returns a malloc'ed array (caller frees). */
 uint32_t *adv_saved_classes(const adv_model *m, size_t *n);
 
+/* ZeRO sharding across N ranks (the trainer's contract: SHARDING.md; ADVISE.md): a shard of an
+ * fp32 tensor of `bytes` holds ceil(n / N) elements, n = bytes / 4. */
+uint64_t adv_shard_bytes(uint64_t bytes, unsigned ranks);
+typedef struct adv_zero_stats {
+    uint64_t state_bytes, state_shard_bytes; /* optimizer state: recorded, and per rank */
+    uint64_t grad_bytes, grad_shard_bytes;   /* stage 2: gradients, recorded and their shards */
+    size_t nstate, ngrads;
+    size_t ngrads_from_uses; /* stage 2: gradient copies whose completing op came from uses (the
+                              * others are reduce-scattered at the end of the backward) */
+} adv_zero_stats;
+/* Stage 1: optimizer state (born in the optimizer phase, kept across steps) shrinks to its
+ * shard. Stage 2, in addition: each step's gradient is freed right after the op that completes
+ * it in the step's last micro-batch (its last use before the optimizer phase), where a shard
+ * (grad.shard.<p>) is born; the shard is freed after the parameter's update (adv_opt's point).
+ * A stage below 1 changes nothing. 0 or -1 (no memory). */
+int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st);
+
+/* `gpumem advise DB --ranks N [--zero 1|2]` (gm_advise_shard.c): each rank's predicted peak
+ * under ZeRO 0, 1 and 2 (or 0 and `zero`) across `ranks` ranks, text or JSON; check: re-run
+ * under mpirun. Returns the exit code. */
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
+                    int check, FILE *out);
+
 /* The `gpumem advise` command (gm_advise_cmd.c). */
 int gm_advise_main(int argc, char **argv);
 

@@ -31,6 +31,7 @@
 static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
     "[--check]\n"
+    "       gpumem advise DB --ranks N [--zero 1|2] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
     "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
@@ -53,6 +54,11 @@ static const char *const usage_advise =
     "                 recommendation's flags and print predicted against measured peaks; the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
     "                 is the re-run's\n"
+    "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1 and 2 across N "
+    "ranks,\n"
+    "                 predicted from a recording of ONE rank at the per-rank batch (1 rank with\n"
+    "                 -B 4 has the activations of each of 2 ranks with -B 8); --zero 1|2 one\n"
+    "                 stage only; --check re-runs under mpirun -np N with -B times N and --zero\n"
     "Exit code: 0; 1 --budget cannot be met; 2 usage; 3 unreadable database.\n";
 
 /* Roofline figures (dense bf16 tensor-core peak, HBM bandwidth), from NVIDIA's data sheets:
@@ -486,7 +492,8 @@ static int cmp_saving(const void *a, const void *b)
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
-    int json = 0, check = 0, top = 10, have_budget = 0;
+    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1;
+    unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
     for (int i = 1; i < argc; i++) {
@@ -535,6 +542,24 @@ int gm_advise_main(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
             try_flags = v, i++;
+        } else if (!strcmp(a, "--ranks")) {
+            char *end;
+            long r = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || r < 1 || r > 65536) {
+                fprintf(stderr,
+                        "gpumem advise: --ranks needs a number of ranks from 1 to 65536, got "
+                        "'%s'\n\n%s",
+                        v ? v : "", usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            ranks = (unsigned)r, i++;
+        } else if (!strcmp(a, "--zero")) {
+            if (!v || (strcmp(v, "1") && strcmp(v, "2"))) {
+                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n\n%s", v ? v : "",
+                        usage_advise);
+                return GM_EXIT_USAGE;
+            }
+            zero = atoi(v), i++;
         } else if (!strcmp(a, "--top")) {
             char *end;
             long t = v ? strtol(v, &end, 10) : 0;
@@ -558,6 +583,12 @@ int gm_advise_main(int argc, char **argv)
     }
     if (!path) {
         fprintf(stderr, "gpumem advise: which database? give its path\n\n%s", usage_advise);
+        return GM_EXIT_USAGE;
+    }
+    if (zero > 0 && !ranks) {
+        fprintf(stderr,
+                "gpumem advise: --zero goes with --ranks N (how many ranks share the state)\n\n%s",
+                usage_advise);
         return GM_EXIT_USAGE;
     }
     char err[8192];
@@ -597,6 +628,11 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     gm_db_close(&d);
+    if (ranks) {
+        int r = gm_advise_shard(&c.m, exe, ranks, zero, json, check, stdout);
+        adv_model_free(&c.m);
+        return r;
+    }
     for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
         if (!strcasecmp(gpu, gpus[k].name)) c.gpu = &gpus[k];
     /* a recording without compute has no op times: price it on a roofline (H100 unless --gpu) */

@@ -32,9 +32,13 @@ static const char *const usage_main =
     "Where GPU memory goes, from a recording of every allocation.\n"
     "\n"
     "commands:\n"
-    "  record [-o FILE] -- CMD ARGS...   run CMD with gpumem loaded, record to FILE, print a summary\n"
+    "  record [-o FILE] -- CMD ARGS...   run CMD with gpumem loaded, record to FILE, print a "
+    "summary\n"
     "  report DB [--json] [--top N] [--frames user|all]\n"
     "                                    summary, peak attribution, OOM forensics\n"
+    "  report A.db B.db ... | DIR [--json]\n"
+    "                                    several ranks merged: peaks side by side, imbalance, the\n"
+    "                                    rank that sets the peak and why, timeline by step, leaks\n"
     "  leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
     "                                    what was still allocated at exit, and growth per step\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
@@ -95,6 +99,13 @@ static const char *const usage_report =
     "  --frames user|all  call sites of Python programs: user (default) names the innermost\n"
     "            frame of your code and its caller, skipping Python's own library, torch and\n"
     "            gpumem; all takes every recorded frame, native ones included\n"
+    "\n"
+    "gpumem report A.db B.db ... [--json] [--top N], or gpumem report DIR (its *.db files): the\n"
+    "recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each rank's peak allocated and\n"
+    "reserved, the step and NVTX phase of its peak and its leaks; the imbalance; the rank that\n"
+    "sets the job's peak and what it holds at its peak that the others do not (top N tensor\n"
+    "classes by phase, default 5); the peak allocated of every step, side by side. Ranks come\n"
+    "from meta.rank, else the order of the files. JSON shape in snapshot/README.md.\n"
     "Exit code: 0, 2 usage, 3 unreadable database.\n";
 
 static const char *const usage_leaks =
@@ -699,7 +710,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);
-    if (strcmp(c, "report") == 0) return cmd_report(argc - 1, argv + 1, 0);
+    if (strcmp(c, "report") == 0) {
+        int gm_ranks_main(int, char **); /* several databases or a directory: gm_ranks.c */
+        int r = wants_help(argc - 1, argv + 1) ? -1 : gm_ranks_main(argc - 1, argv + 1);
+        if (r >= 0) return r;
+        return cmd_report(argc - 1, argv + 1, 0);
+    }
     if (strcmp(c, "leaks") == 0) return cmd_report(argc - 1, argv + 1, 1);
     if (strcmp(c, "sql") == 0) return cmd_sql(argc - 1, argv + 1);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);

@@ -32,7 +32,7 @@ GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(S
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
-GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o \
+GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o $(SNAP_DIR)/gm_advise_shard.o $(SNAP_DIR)/gm_ranks.o \
                   $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
                   $(SNAP_DIR)/gm_tune_cmd.o $(SNAP_DIR)/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
@@ -132,3 +132,6 @@ BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise
 INSTALL_SHARE += snapshot/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
+# several ranks (#17): meta.rank from the launcher, advise --ranks (ZeRO), report of several ranks
+SCRIPT_TESTS += tests/integration/advise_shard.sh
+SCRIPT_TESTS += tests/integration/ranks_report.sh tests/integration/ranks_mpi.sh

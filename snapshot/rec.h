@@ -313,9 +313,22 @@ void rec_close(void);
 const char *rec_path(void);
 
 /* ---- Path templating (exposed for gpumem record and tests). ------------------------------
- * Expands %p (pid), %r (rank: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, else 0) and %%.
+ * Expands %p (pid), %r (rank: rec_launch_rank's, else 0) and %%.
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
+/* The process's rank as its launcher set it: the first of torchrun (RANK), Open MPI
+ * (OMPI_COMM_WORLD_RANK), MVAPICH (MV2_COMM_WORLD_RANK), PMI (PMI_RANK), PMIx (PMIX_RANK) and
+ * Slurm (SLURM_PROCID) that is set, with the same launcher's world size and local rank
+ * (WORLD_SIZE / LOCAL_RANK, OMPI_COMM_WORLD_SIZE / _LOCAL_RANK, MV2_COMM_WORLD_SIZE /
+ * _LOCAL_RANK, PMI_SIZE / MPI_LOCALRANKID, PMIX_SIZE / PMIX_LOCAL_RANK, SLURM_NTASKS /
+ * SLURM_LOCALID). Returns 1 when a rank variable is set, else 0. Numbers that are absent or
+ * not numbers are -1; rank_text is the variable's text as set. */
+typedef struct rec_rank {
+    long rank, world_size, local_rank;
+    char rank_text[32];
+    const char *from; /* the rank variable's name */
+} rec_rank;
+int rec_launch_rank(rec_rank *out);
 
 /* ---- The side channel to gpumem record. ---------------------------------------------------
  * gpumem record sets GPUMEM_RECORD_STATUS to a file of its own; every process of the recorded

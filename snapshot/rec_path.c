@@ -38,6 +38,48 @@ int rec_db_replaceable(int fd) {
     return app == REC_APPLICATION_ID;
 }
 
+/* The launchers' variables, one family per line: a rank is taken from the first family whose
+ * rank variable is set, and that family's size and local rank go with it (mixing families would
+ * pair an outer Slurm allocation's size with mpirun's rank). torchrun first: RANK is also what
+ * PyTorch programs read. Slurm last: under `srun mpirun ...` SLURM_PROCID is the one mpirun
+ * step, the same on every rank. */
+static const struct {
+    const char *rank, *size, *local;
+} launchers[] = {
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK"},                                           /* torchrun */
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}, /* Open MPI */
+    {"MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"},    /* MVAPICH */
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},       /* PMI: MPICH, Intel MPI */
+    {"PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK"},     /* PMIx: srun --mpi=pmix, prterun */
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}, /* Slurm (srun) */
+};
+
+static long env_number(const char *name)
+{
+    const char *v = name ? getenv(name) : NULL;
+    if (!v || !*v) return -1;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < 0 ? -1 : x;
+}
+
+int rec_launch_rank(rec_rank *out)
+{
+    memset(out, 0, sizeof *out);
+    out->rank = out->world_size = out->local_rank = -1;
+    for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
+        const char *r = getenv(launchers[i].rank);
+        if (!r || !*r) continue;
+        snprintf(out->rank_text, sizeof out->rank_text, "%s", r);
+        out->rank = env_number(launchers[i].rank);
+        out->world_size = env_number(launchers[i].size);
+        out->local_rank = env_number(launchers[i].local);
+        out->from = launchers[i].rank;
+        return 1;
+    }
+    return 0;
+}
+
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
     size_t o = 0;
     int ok = 1;
@@ -50,10 +92,8 @@ int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
             ins = tmp;
             p++;
         } else if (*p == '%' && p[1] == 'r') {
-            const char *r = getenv("RANK");
-            if (!r || !*r) r = getenv("OMPI_COMM_WORLD_RANK");
-            if (!r || !*r) r = getenv("SLURM_PROCID");
-            if (!r || !*r) r = "0";
+            rec_rank rk;
+            const char *r = rec_launch_rank(&rk) ? rk.rank_text : "0";
             /* a rank is a number: anything else must not smuggle '/' into the path */
             size_t k = 0;
             for (; r[k] && k < sizeof tmp - 1; k++) tmp[k] = (r[k] >= '0' && r[k] <= '9') ? r[k] : '_';

@@ -423,6 +423,13 @@ int rec_writer_open_db(rec_state *g) {
     meta_int(w, "stacks", g->stacks);
     meta_text(w, "state", "recording");
     meta_int(w, "dropped_events", 0);
+    rec_rank rk; /* a launcher's rank (mpirun, torchrun, srun): gpumem report merges ranks */
+    if (rec_launch_rank(&rk) && rk.rank >= 0) {
+        meta_int(w, "rank", rk.rank);
+        if (rk.world_size > 0) meta_int(w, "world_size", rk.world_size);
+        if (rk.local_rank >= 0) meta_int(w, "local_rank", rk.local_rank);
+        meta_text(w, "rank_from", rk.from);
+    }
     if (w->failed || exec(w, "COMMIT") != 0) goto fail;
     /* after the schema: on a nearly full disk the recording still starts, and when the disk
      * fills up later this is the room for saying so */

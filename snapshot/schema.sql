@@ -21,6 +21,8 @@
 -- launch_words_lost (launches whose argument words were partly dropped: no uses rows for them),
 -- launches_untimed (timed launches that got no time; 1.2), and the allocator's stats at exit
 -- as stat.<name> (rec_alloc_stats).
+-- Under a launcher (mpirun, torchrun, srun): rank, world_size, local_rank and rank_from (the
+-- variable the rank came from; rec_launch_rank in rec.h); absent otherwise.
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 
 CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);

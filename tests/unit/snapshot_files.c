@@ -42,6 +42,79 @@ static void expand_path_placeholders(void **state) {
     assert_true(strlen(out) < 10);
 }
 
+static const char *const launcher_vars[] = {"RANK",
+                                            "WORLD_SIZE",
+                                            "LOCAL_RANK",
+                                            "OMPI_COMM_WORLD_RANK",
+                                            "OMPI_COMM_WORLD_SIZE",
+                                            "OMPI_COMM_WORLD_LOCAL_RANK",
+                                            "MV2_COMM_WORLD_RANK",
+                                            "MV2_COMM_WORLD_SIZE",
+                                            "MV2_COMM_WORLD_LOCAL_RANK",
+                                            "PMI_RANK",
+                                            "PMI_SIZE",
+                                            "MPI_LOCALRANKID",
+                                            "PMIX_RANK",
+                                            "PMIX_SIZE",
+                                            "PMIX_LOCAL_RANK",
+                                            "SLURM_PROCID",
+                                            "SLURM_NTASKS",
+                                            "SLURM_LOCALID"};
+
+static void clear_launchers(void)
+{
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++)
+        unsetenv(launcher_vars[i]);
+}
+
+/* Each launcher's variables are read, the first launcher set wins (torchrun, Open MPI, MVAPICH,
+ * PMI, PMIx, Slurm), and size and local rank come from the same launcher as the rank. */
+static void launch_rank_precedence(void **state)
+{
+    (void)state;
+    rec_rank rk;
+    char out[64];
+    clear_launchers();
+    assert_int_equal(rec_launch_rank(&rk), 0);
+    assert_int_equal(rk.rank, -1);
+    setenv("SLURM_PROCID", "0", 1), setenv("SLURM_NTASKS", "1", 1), setenv("SLURM_LOCALID", "0", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "SLURM_PROCID");
+    assert_int_equal(rk.world_size, 1);
+    setenv("PMIX_RANK", "6", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "PMIX_RANK");
+    assert_int_equal(rk.rank, 6);
+    assert_int_equal(rk.world_size, -1); /* not Slurm's size: another launcher's */
+    setenv("PMI_RANK", "5", 1), setenv("PMI_SIZE", "8", 1), setenv("MPI_LOCALRANKID", "1", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "PMI_RANK");
+    assert_int_equal(rk.rank, 5), assert_int_equal(rk.world_size, 8),
+        assert_int_equal(rk.local_rank, 1);
+    setenv("MV2_COMM_WORLD_RANK", "4", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "MV2_COMM_WORLD_RANK");
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1), setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "OMPI_COMM_WORLD_RANK");
+    assert_int_equal(rk.rank, 3), assert_int_equal(rk.world_size, 4),
+        assert_int_equal(rk.local_rank, 3);
+    assert_int_equal(rec_expand_path("run-%r.db", 1, out, sizeof out), 0);
+    assert_string_equal(out, "run-3.db");
+    setenv("RANK", "2", 1), setenv("WORLD_SIZE", "16", 1), setenv("LOCAL_RANK", "0", 1);
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "RANK");
+    assert_int_equal(rk.rank, 2), assert_int_equal(rk.world_size, 16),
+        assert_int_equal(rk.local_rank, 0);
+    assert_int_equal(rec_expand_path("run-%r.db", 1, out, sizeof out), 0);
+    assert_string_equal(out, "run-2.db");
+    setenv("RANK", "", 1); /* set but empty: the next launcher */
+    assert_int_equal(rec_launch_rank(&rk), 1);
+    assert_string_equal(rk.from, "OMPI_COMM_WORLD_RANK");
+    clear_launchers();
+}
+
 static int open_at(const char *tmpl) {
     rec_options o = {.path = tmpl, .stacks = 0, .fork_record = 1, .ring = 1024, .quiet = 1};
     return rec_open(&o);
@@ -193,6 +266,7 @@ static void db_none_records_nothing(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(expand_path_placeholders),
+        cmocka_unit_test(launch_rank_precedence),
         cmocka_unit_test(created_0600_with_pid),
         cmocka_unit_test(refuses_symlink),
         cmocka_unit_test(busy_file_gets_other_name_stale_is_replaced),

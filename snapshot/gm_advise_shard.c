@@ -1,0 +1,337 @@
+/* gm_advise_shard.c — `gpumem advise DB --ranks N [--zero 1|2]`: each rank's peak under ZeRO-1
+ * and ZeRO-2 across N ranks, predicted from a recording of one rank.
+ *
+ * The recording is one process at the per-rank batch: data parallelism gives every rank the
+ * same activations as one process running B / N sequences, so 1 rank with -B 4 has exactly the
+ * per-rank activations of 2 ranks with -B 8 (the trainer's multi-rank mode, train/README.md). What
+ * N ranks change is what sharding changes: adv_zero rewrites the trace (optimizer state to its
+ * shard; with stage 2 the gradients' lives end where their shard is reduce-scattered) and the
+ * rewritten trace replays under the recorded configuration, like every other technique.
+ * ZeRO-0 (plain data parallel, gradients all-reduced in place) is the recording itself.
+ *
+ * --check runs the recorded command again under `mpirun -np N gpumem record -o ...-%r.db`
+ * with the global batch (-B times N) and --zero, and reads back every rank's measured peaks. */
+#include "snapshot/gm_advise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct shard_pred {
+    int zero;
+    alloc_replay_result_t r;
+    adv_zero_stats st;
+    char flags[128];
+    int measured;                  /* --check: 1 measured, -1 failed (why in err) */
+    uint64_t meas_alloc, meas_res; /* the largest rank's */
+    char err[512];
+} shard_pred;
+
+static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
+{
+    size_t n = strlen(flag);
+    for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
+        if ((p == cmd || p[-1] == ' ') && p[n] == ' ')
+            return (unsigned)strtoul(p + n + 1, NULL, 10);
+    return dflt;
+}
+
+/* The recorded command line with "-B b" replaced by "-B b*N" and "--zero" dropped, then extra
+ * appended. */
+static void scaled_cmdline(const char *cmd, unsigned ranks, const char *extra, char *out,
+                           size_t outsz)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", cmd);
+    size_t o = 0;
+    out[0] = 0;
+    char *save = NULL;
+    int after_b = 0;
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char word[64];
+        const char *w = t;
+        if (!strcmp(t, "--zero")) {
+            strtok_r(NULL, " ", &save); /* its value */
+            continue;
+        }
+        int was_b = after_b;
+        after_b = !strcmp(t, "-B");
+        if (was_b) {
+            snprintf(word, sizeof word, "%lu", strtoul(t, NULL, 10) * ranks);
+            w = word;
+        }
+        int n = snprintf(out + o, outsz - o, "%s%s", o ? " " : "", w);
+        if (n < 0 || (size_t)n >= outsz - o) break;
+        o += (size_t)n;
+    }
+    if (extra && *extra) snprintf(out + o, outsz - o, " %s", extra);
+}
+
+/* 1 when `exe --help` mentions --zero (a trainer with the multi-rank mode). */
+static int trainer_has_zero(const char *exe)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "'%s' --help 2>&1", exe);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[512];
+    int found = 0;
+    while (fgets(line, sizeof line, p))
+        found |= strstr(line, "--zero") != NULL;
+    pclose(p);
+    return found;
+}
+
+static void unlink_db(const char *path)
+{
+    char side[600];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+}
+
+/* mpirun -np N gpumem record -o /tmp/gpumem-check-PID-%r.db -- exe args; the largest rank's
+ * measured peaks. 0 or -1 with err. */
+static int rerun_ranks(const char *exe, const char *cmdline, unsigned ranks, shard_pred *p)
+{
+    char self[4096], cmd[8192], tmpl[128];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(p->err, sizeof p->err, "cannot find the gpumem program");
+        return -1;
+    }
+    self[n] = 0;
+    snprintf(tmpl, sizeof tmpl, "/tmp/gpumem-check-%d-%%r.db", (int)getpid());
+    char extra[64];
+    snprintf(extra, sizeof extra, "--zero %d", p->zero);
+    scaled_cmdline(cmdline, ranks, extra, cmd, sizeof cmd);
+    char np[16];
+    snprintf(np, sizeof np, "%u", ranks);
+    char *argv[280];
+    int argc = 0;
+    argv[argc++] = "mpirun";
+    argv[argc++] = "-np";
+    argv[argc++] = np;
+    argv[argc++] = "--oversubscribe";
+    argv[argc++] = self;
+    argv[argc++] = "record";
+    argv[argc++] = "-q";
+    argv[argc++] = "--force";
+    argv[argc++] = "-o";
+    argv[argc++] = tmpl;
+    argv[argc++] = "--";
+    int first = argc, use_exe = exe && exe[0] && access(exe, X_OK) == 0;
+    char *save = NULL;
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
+        argv[argc] = argc == first && use_exe ? (char *)exe : t;
+        argc++;
+    }
+    argv[argc] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(p->err, sizeof p->err, "cannot fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execvp("mpirun", argv);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    int rc = 0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(p->err, sizeof p->err, "mpirun -np %u with '%s' failed (exit %d%s)", ranks, extra,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                 WIFEXITED(st) && WEXITSTATUS(st) == 127 ? ": no mpirun" : "");
+        rc = -1;
+    }
+    p->meas_alloc = p->meas_res = 0;
+    for (unsigned r = 0; r < ranks; r++) {
+        char path[160], e2[4096];
+        snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
+        gm_db d;
+        if (rc == 0) {
+            if (gm_db_open(path, &d, e2, sizeof e2) != 0) {
+                snprintf(p->err, sizeof p->err, "rank %u: %.400s", r, e2);
+                rc = -1;
+            } else {
+                uint64_t a = (uint64_t)gm_meta_int(&d, "stat.peak_allocated", 0);
+                uint64_t s = (uint64_t)gm_meta_int(&d, "stat.peak_reserved", 0);
+                if (a > p->meas_alloc) p->meas_alloc = a;
+                if (s > p->meas_res) p->meas_res = s;
+                gm_db_close(&d);
+            }
+        }
+        unlink_db(path);
+    }
+    return rc;
+}
+
+static double err_pct(uint64_t pred, uint64_t meas)
+{
+    return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
+}
+
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
+                    int check, FILE *out)
+{
+    int trainer = strstr(m->cmdline, "train_gpt2") != NULL;
+    unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
+    shard_pred p[3];
+    int np = 0;
+    char err[1024];
+    for (int z = 0; z <= 2; z++) {
+        if (zero > 0 && z != 0 && z != zero) continue;
+        shard_pred *q = &p[np];
+        memset(q, 0, sizeof *q);
+        q->zero = z;
+        adv_model c;
+        if (adv_model_copy(m, &c) != 0 || adv_zero(&c, ranks, z, &q->st) != 0 ||
+            adv_replay(&c, &q->r, err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem advise: ZeRO-%d across %u ranks: %s\n", z, ranks,
+                    err[0] ? err : "out of memory");
+            adv_model_free(&c);
+            return GM_EXIT_BADDB;
+        }
+        adv_model_free(&c);
+        if (trainer) snprintf(q->flags, sizeof q->flags, "-B %u --zero %d", B * ranks, z);
+        np++;
+    }
+    if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
+        fprintf(stderr,
+                "gpumem advise: the recorded command already shards (--zero): the prediction "
+                "shards again; record one rank without --zero\n");
+    int can_check = 0;
+    const char *why_not = NULL;
+    if (check) {
+        if (!trainer)
+            why_not = "--check re-runs recordings of the included trainer only";
+        else if (!exe[0] || access(exe, X_OK) != 0)
+            why_not = "the recorded executable is not there to re-run";
+        else if (!trainer_has_zero(exe))
+            why_not = "the recorded trainer has no --zero (no multi-rank mode): nothing to re-run";
+        else
+            can_check = 1;
+        for (int i = 0; can_check && i < np; i++)
+            p[i].measured = rerun_ranks(exe, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
+    }
+    const uint64_t base_a = p[0].r.peak_allocated, base_r = p[0].r.peak_reserved;
+    if (json) {
+        fprintf(out, "{\"ranks\": %u, \"recorded_batch\": ", ranks);
+        if (B)
+            fprintf(out, "%u, \"global_batch\": %u", B, B * ranks);
+        else
+            fputs("null, \"global_batch\": null", out);
+        fprintf(out,
+                ", \"recorded\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 "}",
+                m->rec_peak_allocated, m->rec_peak_reserved);
+        fputs(", \"predictions\": [", out);
+        for (int i = 0; i < np; i++) {
+            const shard_pred *q = &p[i];
+            fprintf(out,
+                    "%s\n  {\"zero\": %d, \"peak_allocated\": %zu, \"peak_reserved\": %zu, "
+                    "\"saving_allocated\": %" PRId64 ", \"saving_reserved\": %" PRId64
+                    ", \"optimizer_state_bytes\": %" PRIu64
+                    ", \"optimizer_state_shard_bytes\": %" PRIu64 ", \"gradient_bytes\": %" PRIu64
+                    ", \"gradient_shard_bytes\": %" PRIu64
+                    ", \"gradients_from_uses\": %zu, \"flags\": ",
+                    i ? "," : "", q->zero, q->r.peak_allocated, q->r.peak_reserved,
+                    (int64_t)base_a - (int64_t)q->r.peak_allocated,
+                    (int64_t)base_r - (int64_t)q->r.peak_reserved, q->st.state_bytes,
+                    q->st.state_shard_bytes, q->st.grad_bytes, q->st.grad_shard_bytes,
+                    q->st.ngrads_from_uses);
+            if (q->flags[0])
+                gm_json_str(out, q->flags);
+            else
+                fputs("null", out);
+            if (q->measured == 1)
+                fprintf(out,
+                        ", \"measured\": {\"peak_allocated\": %" PRIu64
+                        ", \"peak_reserved\": %" PRIu64
+                        ", \"error_allocated_pct\": %.3f, \"error_reserved_pct\": %.3f}",
+                        q->meas_alloc, q->meas_res, err_pct(q->r.peak_allocated, q->meas_alloc),
+                        err_pct(q->r.peak_reserved, q->meas_res));
+            else if (q->measured < 0) {
+                fputs(", \"measured\": null, \"check_error\": ", out);
+                gm_json_str(out, q->err);
+            }
+            fputc('}', out);
+        }
+        fputs("\n]", out);
+        if (why_not) {
+            fputs(", \"check_skipped\": ", out);
+            gm_json_str(out, why_not);
+        }
+        fputs("}\n", out);
+        return GM_EXIT_OK;
+    }
+    char a[32], r[32], s1[32], s2[32];
+    fprintf(out, "ZeRO across %u ranks: each rank's peak, predicted from this one-rank recording\n",
+            ranks);
+    if (B)
+        fprintf(
+            out,
+            "(recorded at -B %u, the per-rank batch: the launch is mpirun -np %u ... -B %u; record "
+            "one\n"
+            " rank at the global batch divided by the ranks for a prediction of that launch)\n\n",
+            B, ranks, B * ranks);
+    else
+        fputs("(record one rank at the per-rank batch: its activations are each rank's)\n\n", out);
+    fprintf(out, "  %-5s %15s %15s %14s %14s  %s\n", "zero", "peak allocated", "peak reserved",
+            "saving alloc", "saving resv", trainer ? "flags" : "");
+    for (int i = 0; i < np; i++) {
+        const shard_pred *q = &p[i];
+        gm_fmt_bytes(q->r.peak_allocated, a, sizeof a),
+            gm_fmt_bytes(q->r.peak_reserved, r, sizeof r);
+        gm_fmt_bytes(base_a > q->r.peak_allocated ? base_a - q->r.peak_allocated : 0, s1,
+                     sizeof s1);
+        gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
+        fprintf(out, "  %-5d %15s %15s %14s %14s  %s\n", q->zero, a, r, s1, s2, q->flags);
+    }
+    for (int i = 0; i < np; i++) {
+        const shard_pred *q = &p[i];
+        if (q->zero == 0) continue;
+        gm_fmt_bytes(q->st.state_bytes, a, sizeof a),
+            gm_fmt_bytes(q->st.state_shard_bytes, r, sizeof r);
+        fprintf(out, "\nZeRO-%d: optimizer state %s -> %s per rank (%zu tensors)", q->zero, a, r,
+                q->st.nstate);
+        if (q->zero >= 2) {
+            gm_fmt_bytes(q->st.grad_bytes, s1, sizeof s1),
+                gm_fmt_bytes(q->st.grad_shard_bytes, s2, sizeof s2);
+            fprintf(out, "; gradients %s reduce-scattered to %s shards as each is completed", s1,
+                    s2);
+            if (q->st.ngrads_from_uses == 0)
+                fputs(" (no uses recorded: at the end of the backward; GPUMEM_USES=1 places them)",
+                      out);
+        }
+    }
+    fputc('\n', out);
+    if (why_not) fprintf(out, "\n--check: %s\n", why_not);
+    if (can_check) {
+        fprintf(out, "\n--check (mpirun -np %u, the largest rank's measured peaks):\n", ranks);
+        for (int i = 0; i < np; i++) {
+            const shard_pred *q = &p[i];
+            if (q->measured < 0) {
+                fprintf(out, "  zero %d: %s\n", q->zero, q->err);
+                continue;
+            }
+            gm_fmt_bytes(q->meas_alloc, a, sizeof a), gm_fmt_bytes(q->meas_res, r, sizeof r);
+            fprintf(out,
+                    "  zero %d: measured %s allocated (predicted %+.2f%%), %s reserved (%+.2f%%)\n",
+                    q->zero, a, err_pct(q->r.peak_allocated, q->meas_alloc), r,
+                    err_pct(q->r.peak_reserved, q->meas_res));
+        }
+    }
+    return GM_EXIT_OK;
+}

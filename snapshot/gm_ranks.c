@@ -1,0 +1,629 @@
+/* gm_ranks.c — `gpumem report A.db B.db ...` or `gpumem report DIR`: the recordings of the
+ * ranks of one job (one database per rank, `run-%r.db`), merged into one report.
+ *
+ * The question it answers is the one a data-parallel or ZeRO job asks: which rank sets the
+ * job's peak, and why. Each database is loaded and swept once (gm_model_load), reduced to a
+ * rank summary — peaks, where the peak is (step and NVTX phase), what is live at it grouped by
+ * tensor class and phase, the peak allocated of every step, what is alive at the end — and the
+ * model is freed before the next one is read, so N ranks cost one model at a time.
+ *
+ * The merge: the per-rank table; the imbalance (largest over smallest peak allocated, and the
+ * spread); the rank with the largest peak and what it holds at its peak that the others do
+ * not: for each (class, phase) group, its bytes live at that rank's peak against the mean of
+ * the other ranks' at theirs, the largest differences first; the timeline aligned by step
+ * number (the step ranges the trainer and frameworks push, "step N"); leaks per rank.
+ * The analysis (rank_load, merge) is apart from the two printers (text, JSON). */
+#include "snapshot/gm.h"
+#include "snapshot/gm_advise.h"
+#include "snapshot/rec.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct rk_group {
+    char *cls;         /* tensor class (name with digits as '*') or call site */
+    const char *phase; /* forward, backward, optimizer, other */
+    uint64_t bytes;    /* held bytes live at the rank's peak */
+    uint64_t count;
+} rk_group;
+
+typedef struct rk_step {
+    int64_t step;
+    uint64_t peak_allocated;
+} rk_step;
+
+typedef struct rk_rank {
+    char *path;
+    int64_t rank;       /* meta.rank, else the file's position */
+    int64_t meta_rank;  /* -1 none */
+    int64_t world_size; /* -1 none */
+    int complete;       /* closed by the recorder */
+    uint64_t peak_allocated, peak_reserved;
+    int64_t peak_step; /* -1 none */
+    char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
+    uint64_t leaked_bytes, leaked_count;
+    rk_group *groups;
+    size_t ngroups;
+    rk_step *steps;
+    size_t nsteps;
+} rk_rank;
+
+static void rank_free(rk_rank *r)
+{
+    for (size_t i = 0; i < r->ngroups; i++)
+        free(r->groups[i].cls);
+    free(r->groups), free(r->steps), free(r->path), free(r->peak_phase);
+}
+
+static const char *phase_name(const char *path)
+{
+    char comp[128];
+    for (const char *p = path; p && *p;) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n < sizeof comp) {
+            memcpy(comp, p, n), comp[n] = 0;
+            int ph = adv_phase_of_name(comp);
+            if (ph == ADV_PH_FWD) return "forward";
+            if (ph == ADV_PH_BWD) return "backward";
+            if (ph == ADV_PH_OPT) return "optimizer";
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return "other";
+}
+
+static int is_device(uint8_t kind)
+{
+    return kind == REC_ALLOC || kind == REC_ALLOC_ASYNC;
+}
+
+typedef struct rk_ev {
+    uint64_t seq;
+    int64_t delta;
+} rk_ev;
+
+static int cmp_ev(const void *a, const void *b)
+{
+    const rk_ev *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return (x->delta > y->delta) - (x->delta < y->delta); /* a free before an alloc at one seq */
+}
+static int cmp_step_end(const void *a, const void *b)
+{
+    const gm_step *x = a, *y = b;
+    return (x->end_seq > y->end_seq) - (x->end_seq < y->end_seq);
+}
+static int cmp_group(const void *a, const void *b)
+{
+    const rk_group *x = a, *y = b;
+    int c = strcmp(x->cls, y->cls);
+    return c ? c : strcmp(x->phase, y->phase);
+}
+
+/* The peak allocated of every step: device allocations and frees in seq order, each event in
+ * the step whose last event is the first at or after it. */
+static int rank_steps(const gm_model *m, rk_rank *r)
+{
+    if (!m->nsteps) return 0;
+    gm_step *st = malloc(m->nsteps * sizeof *st);
+    rk_ev *ev = malloc((2 * m->nallocs + 1) * sizeof *ev);
+    r->steps = calloc(m->nsteps, sizeof *r->steps);
+    if (!st || !ev || !r->steps) {
+        free(st), free(ev);
+        return -1;
+    }
+    memcpy(st, m->steps, m->nsteps * sizeof *st);
+    qsort(st, m->nsteps, sizeof *st, cmp_step_end);
+    size_t n = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!is_device(a->kind)) continue;
+        ev[n++] = (rk_ev){a->birth, (int64_t)a->size};
+        if (a->death) ev[n++] = (rk_ev){a->death, -(int64_t)a->size};
+    }
+    qsort(ev, n, sizeof *ev, cmp_ev);
+    for (size_t k = 0; k < m->nsteps; k++)
+        r->steps[k].step = st[k].step;
+    r->nsteps = m->nsteps;
+    int64_t cur = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        cur += ev[i].delta;
+        for (; k < m->nsteps && st[k].end_seq < ev[i].seq; k++) {
+        }
+        if (k < m->nsteps && ev[i].delta > 0 && (uint64_t)cur > r->steps[k].peak_allocated)
+            r->steps[k].peak_allocated = (uint64_t)cur;
+    }
+    free(st), free(ev);
+    return 0;
+}
+
+/* What is live at the peak, grouped by (class, phase of birth). */
+static int rank_groups(gm_db *d, gm_model *m, rk_rank *r)
+{
+    uint64_t at = m->peak_allocated_seq;
+    size_t cap = 0, n = 0;
+    rk_group *g = NULL;
+    int symbolized = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!is_device(a->kind) || a->birth > at || (a->death && a->death <= at)) continue;
+        char cls[512];
+        const char *name = a->name ? gm_str(m, a->name) : NULL;
+        if (name && *name)
+            adv_name_class(name, cls, sizeof cls);
+        else {
+            if (!symbolized) symbolized = 1, gm_symbolize(d, m);
+            long fi = gm_stack_site(m, a->stack);
+            if (fi >= 0)
+                gm_frame_desc(m, fi, cls, sizeof cls);
+            else
+                snprintf(cls, sizeof cls, "(unnamed)");
+        }
+        const gm_range *rg = gm_range_of(m, a->range);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            rk_group *ng = realloc(g, cap * sizeof *g);
+            if (!ng) goto nomem;
+            g = ng;
+        }
+        g[n] = (rk_group){strdup(cls), phase_name(rg ? rg->path : NULL), a->size, 1};
+        if (!g[n].cls) goto nomem;
+        n++;
+    }
+    qsort(g, n, sizeof *g, cmp_group);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (o && !cmp_group(&g[o - 1], &g[i])) {
+            g[o - 1].bytes += g[i].bytes, g[o - 1].count++;
+            free(g[i].cls);
+        } else
+            g[o++] = g[i];
+    }
+    r->groups = g, r->ngroups = o;
+    return 0;
+nomem:
+    for (size_t i = 0; i < n; i++)
+        free(g[i].cls);
+    free(g);
+    return -1;
+}
+
+/* Loads one rank's recording and reduces it to its summary. Returns 0 or an exit code. */
+static int rank_load(const char *path, size_t index, rk_rank *r)
+{
+    memset(r, 0, sizeof *r);
+    char err[8192];
+    gm_db d;
+    gm_model m;
+    if (gm_db_open(path, &d, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return GM_EXIT_BADDB;
+    }
+    if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    r->path = strdup(path);
+    r->meta_rank = gm_meta_int(&d, "rank", -1);
+    r->world_size = gm_meta_int(&d, "world_size", -1);
+    r->rank = (int64_t)index;
+    r->complete = d.closed;
+    r->peak_allocated = m.peak_allocated;
+    r->peak_reserved = m.peak_reserved;
+    r->peak_step = -1;
+    long pa = m.peak_allocated ? gm_alloc_by_id(&m, m.peak_allocated_seq) : -1;
+    const gm_range *rg = pa >= 0 ? gm_range_of(&m, m.allocs[pa].range) : NULL;
+    r->peak_phase = strdup(rg && rg->path ? rg->path : "");
+    if (rg) r->peak_step = rg->step;
+    for (size_t i = 0; i < m.nallocs; i++)
+        if (!m.allocs[i].death) r->leaked_bytes += m.allocs[i].requested, r->leaked_count++;
+    int rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
+    gm_model_free(&m);
+    gm_db_close(&d);
+    if (rc) {
+        fprintf(stderr, "gpumem: %s: out of memory\n", path);
+        return GM_EXIT_BADDB;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the merge */
+
+typedef struct rk_diff {
+    const rk_group *g; /* the peak rank's group (NULL: held by others only) */
+    const char *cls, *phase;
+    uint64_t bytes;     /* at the peak rank's peak */
+    double others_mean; /* mean over the other ranks at their peaks */
+    double excess;      /* bytes - others_mean */
+} rk_diff;
+
+static int cmp_diff(const void *a, const void *b)
+{
+    const rk_diff *x = a, *y = b;
+    return (x->excess < y->excess) - (x->excess > y->excess);
+}
+static int cmp_rank(const void *a, const void *b)
+{
+    const rk_rank *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static uint64_t group_bytes(const rk_rank *r, const char *cls, const char *phase)
+{
+    size_t lo = 0, hi = r->ngroups;
+    rk_group key = {(char *)cls, phase, 0, 0};
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = cmp_group(&r->groups[mid], &key);
+        if (!c) return r->groups[mid].bytes;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return 0;
+}
+
+/* Every (class, phase) of any rank, the peak rank's bytes against the others' mean. */
+static rk_diff *peak_diffs(const rk_rank *rs, size_t n, size_t top, size_t *nd)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++)
+        cap += rs[i].ngroups;
+    rk_diff *d = calloc(cap + 1, sizeof *d);
+    if (!d) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < rs[i].ngroups; j++) {
+            const rk_group *g = &rs[i].groups[j];
+            int seen = 0; /* counted already from an earlier rank */
+            for (size_t e = 0; e < i && !seen; e++)
+                seen = group_bytes(&rs[e], g->cls, g->phase) > 0;
+            if (seen) continue;
+            rk_diff x = {.cls = g->cls, .phase = g->phase};
+            double sum = 0;
+            for (size_t e = 0; e < n; e++) {
+                uint64_t b = group_bytes(&rs[e], g->cls, g->phase);
+                if (e == top)
+                    x.bytes = b;
+                else
+                    sum += (double)b;
+            }
+            x.others_mean = n > 1 ? sum / (double)(n - 1) : 0;
+            x.excess = (double)x.bytes - x.others_mean;
+            d[k++] = x;
+        }
+    qsort(d, k, sizeof *d, cmp_diff);
+    *nd = k;
+    return d;
+}
+
+/* The peak rank's peak allocated less the mean of the other ranks' (0 for one rank). */
+static double peak_difference(const rk_rank *rs, size_t n, size_t top)
+{
+    if (n < 2) return 0;
+    double others = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i != top) others += (double)rs[i].peak_allocated;
+    return (double)rs[top].peak_allocated - others / (double)(n - 1);
+}
+
+/* ---------------------------------------------------------------- printers */
+
+static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const rk_diff *d,
+                     size_t nd, size_t ntop, const int64_t *steps, size_t nsteps)
+{
+    uint64_t mx = 0, mn = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i].peak_allocated > mx) mx = rs[i].peak_allocated;
+        if (rs[i].peak_allocated < mn) mn = rs[i].peak_allocated;
+    }
+    fputs("{\"ranks\":[", out);
+    for (size_t i = 0; i < n; i++) {
+        const rk_rank *r = &rs[i];
+        fprintf(out, "%s\n {\"rank\":%" PRId64 ",\"path\":", i ? "," : "", r->rank);
+        gm_json_str(out, r->path);
+        fprintf(out, ",\"rank_from\":\"%s\"", r->meta_rank >= 0 ? "meta" : "file_order");
+        if (r->world_size > 0)
+            fprintf(out, ",\"world_size\":%" PRId64, r->world_size);
+        else
+            fputs(",\"world_size\":null", out);
+        fprintf(out, ",\"complete\":%s,\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64,
+                r->complete ? "true" : "false", r->peak_allocated, r->peak_reserved);
+        if (r->peak_step >= 0)
+            fprintf(out, ",\"peak_step\":%" PRId64, r->peak_step);
+        else
+            fputs(",\"peak_step\":null", out);
+        fputs(",\"peak_phase\":", out);
+        gm_json_str(out, r->peak_phase);
+        fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 ",\"steps\":[",
+                r->leaked_bytes, r->leaked_count);
+        for (size_t k = 0; k < r->nsteps; k++)
+            fprintf(out, "%s{\"step\":%" PRId64 ",\"peak_allocated\":%" PRIu64 "}", k ? "," : "",
+                    r->steps[k].step, r->steps[k].peak_allocated);
+        fputs("]}", out);
+    }
+    fprintf(out,
+            "\n],\"imbalance\":{\"max_over_min\":%.4f,\"spread_bytes\":%" PRIu64
+            "},\"peak_rank\":%" PRId64
+            ",\"peak_rank_reason\":{\"against\":\"mean of the other ranks at their peaks\","
+            "\"difference_bytes\":%.0f,\"groups\":[",
+            mn ? (double)mx / (double)mn : 0, mx - mn, rs[top].rank, peak_difference(rs, n, top));
+    size_t shown = 0;
+    for (size_t i = 0; i < nd && shown < ntop; i++) {
+        if (d[i].excess <= 0) break;
+        fprintf(out, "%s{\"class\":", shown ? "," : "");
+        gm_json_str(out, d[i].cls);
+        fprintf(out,
+                ",\"phase\":\"%s\",\"bytes\":%" PRIu64
+                ",\"others_mean_bytes\":%.0f,\"excess_bytes\":%.0f}",
+                d[i].phase, d[i].bytes, d[i].others_mean, d[i].excess);
+        shown++;
+    }
+    fputs("]},\"timeline\":[", out);
+    for (size_t s = 0; s < nsteps; s++) {
+        fprintf(out, "%s\n {\"step\":%" PRId64 ",\"peak_allocated\":[", s ? "," : "", steps[s]);
+        for (size_t i = 0; i < n; i++) {
+            const rk_rank *r = &rs[i];
+            size_t k = 0;
+            for (; k < r->nsteps && r->steps[k].step != steps[s]; k++) {
+            }
+            if (k < r->nsteps)
+                fprintf(out, "%s%" PRIu64, i ? "," : "", r->steps[k].peak_allocated);
+            else
+                fprintf(out, "%snull", i ? "," : "");
+        }
+        fputs("]}", out);
+    }
+    fputs("\n]}\n", out);
+}
+
+static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const rk_diff *d,
+                     size_t nd, size_t ntop, const int64_t *steps, size_t nsteps, int file_order)
+{
+    char a[32], b[32], c[32];
+    fprintf(out, "gpumem report: %zu ranks%s\n\n", n,
+            file_order ? " (ranks in the order of the files: the databases carry no meta.rank)"
+                       : "");
+    fprintf(out, "  %-6s %15s %15s %6s  %-32s %14s  %s\n", "rank", "peak allocated",
+            "peak reserved", "step", "where (NVTX) at the peak", "leaked", "database");
+    for (size_t i = 0; i < n; i++) {
+        const rk_rank *r = &rs[i];
+        gm_fmt_bytes(r->peak_allocated, a, sizeof a), gm_fmt_bytes(r->peak_reserved, b, sizeof b);
+        gm_fmt_bytes(r->leaked_bytes, c, sizeof c);
+        char step[24], leak[48];
+        if (r->peak_step >= 0)
+            snprintf(step, sizeof step, "%" PRId64, r->peak_step);
+        else
+            snprintf(step, sizeof step, "-");
+        snprintf(leak, sizeof leak, "%s in %" PRIu64, c, r->leaked_count);
+        fprintf(out, "  %-4" PRId64 "%s %15s %15s %6s  %-32.32s %14s  %s%s\n", r->rank,
+                i == top ? " *" : "  ", a, b, step, r->peak_phase[0] ? r->peak_phase : "-", leak,
+                r->path, r->complete ? "" : " (not closed)");
+    }
+    uint64_t mx = 0, mn = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (rs[i].peak_allocated > mx) mx = rs[i].peak_allocated;
+        if (rs[i].peak_allocated < mn) mn = rs[i].peak_allocated;
+    }
+    gm_fmt_bytes(mx - mn, a, sizeof a);
+    fprintf(out, "\nImbalance (peak allocated): largest / smallest %.3fx, spread %s\n",
+            mn ? (double)mx / (double)mn : 0.0, a);
+    const rk_rank *t = &rs[top];
+    gm_fmt_bytes(t->peak_allocated, a, sizeof a);
+    fprintf(out, "\nRank %" PRId64 " sets the job's peak: %s allocated", t->rank, a);
+    if (t->peak_step >= 0) fprintf(out, " in step %" PRId64, t->peak_step);
+    if (t->peak_phase[0]) fprintf(out, " (%s)", t->peak_phase);
+    fputs(".\n", out);
+    if (n > 1) {
+        gm_fmt_bytes((uint64_t)peak_difference(rs, n, top), a, sizeof a);
+        fprintf(out,
+                "What it holds at its peak that the others do not (against the mean of the other "
+                "ranks at\n"
+                "their peaks: %s more in all), largest differences:\n",
+                a);
+        size_t shown = 0;
+        for (size_t i = 0; i < nd && shown < ntop; i++) {
+            if (d[i].excess <= 0) break;
+            gm_fmt_bytes((uint64_t)d[i].excess, a, sizeof a), gm_fmt_bytes(d[i].bytes, b, sizeof b);
+            gm_fmt_bytes((uint64_t)d[i].others_mean, c, sizeof c);
+            fprintf(out, "  +%-12s %-40s %-9s  rank %" PRId64 ": %s, others: %s\n", a, d[i].cls,
+                    d[i].phase, t->rank, b, c);
+            shown++;
+        }
+        if (!shown) fputs("  nothing: every class is as large on another rank\n", out);
+    }
+    if (nsteps) {
+        fputs("\nTimeline: peak allocated per step\n  step  ", out);
+        for (size_t i = 0; i < n; i++)
+            fprintf(out, " %12s%-" PRId64 "", "rank ", rs[i].rank);
+        fputc('\n', out);
+        for (size_t s = 0; s < nsteps; s++) {
+            fprintf(out, "  %-5" PRId64 " ", steps[s]);
+            for (size_t i = 0; i < n; i++) {
+                const rk_rank *r = &rs[i];
+                size_t k = 0;
+                for (; k < r->nsteps && r->steps[k].step != steps[s]; k++) {
+                }
+                if (k < r->nsteps)
+                    gm_fmt_bytes(r->steps[k].peak_allocated, a, sizeof a);
+                else
+                    snprintf(a, sizeof a, "-");
+                fprintf(out, " %13s", a);
+            }
+            fputc('\n', out);
+        }
+    }
+    fputs("\nLeaks per rank (alive at the end, requested bytes):", out);
+    for (size_t i = 0; i < n; i++) {
+        gm_fmt_bytes(rs[i].leaked_bytes, a, sizeof a);
+        fprintf(out, "%s rank %" PRId64 " %s in %" PRIu64, i ? "," : "", rs[i].rank, a,
+                rs[i].leaked_count);
+    }
+    fputs("\n", out);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The databases of a directory: its *.db files, in name order. */
+static int dir_dbs(const char *dir, char ***paths, size_t *n, size_t *cap)
+{
+    DIR *dh = opendir(dir);
+    if (!dh) return -1;
+    struct dirent *e;
+    size_t first = *n;
+    while ((e = readdir(dh))) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 3, ".db") || e->d_name[0] == '.') continue;
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 16;
+            char **np = realloc(*paths, *cap * sizeof *np);
+            if (!np) break;
+            *paths = np;
+        }
+        size_t sz = strlen(dir) + l + 2;
+        char *p = malloc(sz);
+        if (!p) break;
+        snprintf(p, sz, "%s/%s", dir, e->d_name);
+        (*paths)[(*n)++] = p;
+    }
+    closedir(dh);
+    qsort(*paths + first, *n - first, sizeof **paths, cmp_str);
+    return 0;
+}
+
+int gm_ranks_main(int argc, char **argv)
+{
+    int json = 0, npos = 0, dirs = 0;
+    long ntop = 5;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] != '-' || !argv[i][1])
+            npos++, dirs += is_dir(argv[i]);
+        else if (!strcmp(argv[i], "--top") || !strcmp(argv[i], "--frames"))
+            i++;
+    }
+    if (npos < 2 && !dirs) return -1; /* one database: the single report */
+    char **paths = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--top")) {
+            char *end;
+            ntop = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || ntop < 1) {
+                fprintf(stderr, "gpumem report: --top needs a positive number\n");
+                rc = GM_EXIT_USAGE;
+            }
+            i++;
+        } else if (!strcmp(a, "--frames"))
+            i++; /* call sites of unnamed allocations: user frames (the default) */
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr,
+                    "gpumem report: '%s' is not an option of the merged report of several ranks "
+                    "(--json, --top N)\n",
+                    a);
+            rc = GM_EXIT_USAGE;
+        } else if (is_dir(a)) {
+            size_t before = n;
+            if (dir_dbs(a, &paths, &n, &cap) != 0) {
+                fprintf(stderr, "gpumem: cannot read the directory %s\n", a);
+                rc = GM_EXIT_BADDB;
+            } else if (n == before) {
+                fprintf(stderr, "gpumem: %s has no *.db file: give the ranks' databases\n", a);
+                rc = GM_EXIT_BADDB;
+            }
+        } else {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **np = realloc(paths, cap * sizeof *np);
+                if (!np) {
+                    rc = GM_EXIT_BADDB;
+                    break;
+                }
+                paths = np;
+            }
+            paths[n++] = strdup(a);
+        }
+    }
+    rk_rank *rs = rc ? NULL : calloc(n + 1, sizeof *rs);
+    if (!rc && !rs) rc = GM_EXIT_BADDB;
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = rank_load(paths[i], i, &rs[i]);
+    }
+    int file_order = 0;
+    if (!rc) {
+        /* ranks from meta.rank when every database has a distinct one, else the files' order */
+        int all = 1;
+        for (size_t i = 0; i < n && all; i++) {
+            all = rs[i].meta_rank >= 0;
+            for (size_t j = 0; j < i && all; j++)
+                all = rs[j].meta_rank != rs[i].meta_rank;
+        }
+        for (size_t i = 0; i < n; i++) {
+            rs[i].rank = all ? rs[i].meta_rank : (int64_t)i;
+            if (!all) rs[i].meta_rank = -1;
+        }
+        file_order = !all;
+        qsort(rs, n, sizeof *rs, cmp_rank);
+        size_t top = 0;
+        for (size_t i = 1; i < n; i++)
+            if (rs[i].peak_allocated > rs[top].peak_allocated) top = i;
+        size_t nd = 0;
+        rk_diff *d = peak_diffs(rs, n, top, &nd);
+        /* the step numbers of every rank, in order */
+        size_t ns = 0;
+        for (size_t i = 0; i < n; i++)
+            ns += rs[i].nsteps;
+        int64_t *steps = malloc((ns + 1) * sizeof *steps);
+        size_t k = 0;
+        for (size_t i = 0; steps && i < n; i++)
+            for (size_t j = 0; j < rs[i].nsteps; j++)
+                steps[k++] = rs[i].steps[j].step;
+        if (!d || !steps)
+            rc = GM_EXIT_BADDB, fprintf(stderr, "gpumem: out of memory\n");
+        else {
+            for (size_t i = 1; i < k; i++) /* insertion sort: steps are few */
+                for (size_t j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+                    int64_t t = steps[j];
+                    steps[j] = steps[j - 1], steps[j - 1] = t;
+                }
+            size_t u = 0;
+            for (size_t i = 0; i < k; i++)
+                if (!u || steps[u - 1] != steps[i]) steps[u++] = steps[i];
+            if (json)
+                json_out(stdout, rs, n, top, d, nd, (size_t)ntop, steps, u);
+            else
+                text_out(stdout, rs, n, top, d, nd, (size_t)ntop, steps, u, file_order);
+        }
+        free(d), free(steps);
+    }
+    for (size_t i = 0; rs && i < n; i++)
+        rank_free(&rs[i]);
+    free(rs);
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+    fflush(stdout);
+    return rc;
+}
