@@ -20,10 +20,8 @@ data() { sed -n 's/^const D = \(.*\);$/\1/p' "$1"; }
 data "$TMP/ranks.html" > "$TMP/d.json"
 jq -e . "$TMP/d.json" > /dev/null || fail "the page's data is not JSON"
 by=$(jq -r .ranks.by "$TMP/d.json")
-if [[ $by == meta.rank ]]; then want_ranks="0 1" want_peaks="$p0 $p1" want_db="run-0.db run-1.db"
-else want_ranks="0 1" want_peaks="$p1 $p0" want_db="run-1.db run-0.db"
-  grep -q "order given" "$TMP/err.txt" || fail "ranks by order given, but nothing said so: $(cat "$TMP/err.txt")"
-fi
+[[ $by == meta.rank ]] || fail "ranks taken by $by, not meta.rank (RANK=0/1 was set): $(cat "$TMP/err.txt")"
+want_ranks="0 1" want_peaks="$p0 $p1" want_db="run-0.db run-1.db"
 [[ $(jq -r '[.ranks.lanes[].rank] | join(" ")' "$TMP/d.json") == "$want_ranks" ]] || fail "lane ranks: $(jq -c '[.ranks.lanes[].rank]' "$TMP/d.json")"
 [[ $(jq -r '[.ranks.lanes[].lane.buckets | map(.[1]) | max] | join(" ")' "$TMP/d.json") == "$want_peaks" ]] \
   || fail "lane peaks $(jq -c '[.ranks.lanes[].lane.buckets | map(.[1]) | max]' "$TMP/d.json"), reports $want_peaks"
@@ -34,6 +32,14 @@ dr=$(jq -r '.ranks.lanes[.ranks.detail].peak_allocated' "$TMP/d.json")
 [[ $dr == "$p1" && $(jq .summary.peak_allocated_bytes "$TMP/d.json") == "$p1" ]] \
   || fail "the detail is not the rank with the job's peak ($p1): detail $dr, summary $(jq .summary.peak_allocated_bytes "$TMP/d.json")"
 ok "2 lanes by $by, peaks $want_peaks as the reports say, the job's peak rank ($p1) in detail"
+# two databases naming the same rank: numbered in the order given, and said so
+cp "$TMP/runs/run-1.db" "$TMP/dup.db"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE meta SET value = 0 WHERE key = \x27rank\x27"); c.commit()' "$TMP/dup.db"
+"$GM" viz "$TMP/dup.db" "$TMP/runs/run-0.db" -o "$TMP/dup.html" 2> "$TMP/err.txt" || fail "duplicate ranks: exited $?"
+[[ $(data "$TMP/dup.html" | jq -r '.ranks.by + " " + ([.ranks.lanes[].peak_allocated] | map(tostring) | join(" "))') == "order $p1 $p0" ]] \
+  || fail "duplicate ranks: $(data "$TMP/dup.html" | jq -c '[.ranks.by, [.ranks.lanes[].peak_allocated]]')"
+grep -q "order given" "$TMP/err.txt" || fail "duplicate ranks, but nothing said so: $(cat "$TMP/err.txt")"
+ok "two databases naming rank 0: numbered in the order given ($(cat "$TMP/err.txt"))"
 # a directory: its *.db files, the same lanes
 "$GM" viz "$TMP/runs" -o "$TMP/dir.html" 2> /dev/null || fail "gpumem viz DIR exited $?"
 data "$TMP/dir.html" > "$TMP/dd.json"
