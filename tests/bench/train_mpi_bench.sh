@@ -16,7 +16,7 @@ BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim
 command -v mpirun >/dev/null || { echo "train_mpi_bench: skipped: mpirun not found" >&2; exit 77; }
-ldd "$TRAIN" | grep -q libmpi || { echo "train_mpi_bench: skipped: trainer built without MPI" >&2; exit 77; }
+[[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] || { echo "train_mpi_bench: skipped: trainer built without MPI" >&2; exit 77; }
 mkdir -p "$BUILD/tests/bench"
 dir=$(mktemp -d "$BUILD/tests/bench/train-mpi-XXXXXX")
 trap 'rm -rf "$dir"' EXIT

@@ -20,7 +20,7 @@ command -v mpirun >/dev/null || { echo "tests/gpu/train_mpi.sh: mpirun not found
 [[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; }
 make -j"$(nproc)" "$BUILD/train_gpt2" >/dev/null || { echo "FAIL: build of $BUILD/train_gpt2"; exit 1; }
 T=$BUILD/train_gpt2
-ldd "$T" | grep -q libmpi || { echo "tests/gpu/train_mpi.sh: $T built without MPI (no mpicc); skipping" >&2; exit 77; }
+[[ $(ldd "$T" 2>/dev/null) == *libmpi* ]] || { echo "tests/gpu/train_mpi.sh: $T built without MPI (no mpicc); skipping" >&2; exit 77; }
 if [[ -z ${TRAIN_NCCL_LIB:-} ]]; then
   lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
   [[ -n $lib && -f $lib ]] && export TRAIN_NCCL_LIB=$lib
