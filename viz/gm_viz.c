@@ -169,6 +169,8 @@ static void write_leaks(FILE *o, const gm_model *m)
 
 static const char *const usage_viz =
     "usage: gpumem viz DB -o FILE.html [--with frag,advise,tune]\n"
+    "       gpumem viz A.db B.db ... -o FILE.html   (or a directory: the ranks of a job, one\n"
+    "       lane each, aligned by step, same scale)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
     "  - peak requested, allocated and reserved, as `gpumem report` prints them;\n"
@@ -242,6 +244,8 @@ int gm_viz_main(int argc, char **argv)
 {
     const char *db = NULL, *out = NULL;
     int with = 0;
+    int several = viz_ranks_main(argc, argv); /* several ranks' databases: one lane each */
+    if (several >= 0) return several;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);

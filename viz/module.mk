@@ -14,3 +14,6 @@ SCRIPT_TESTS += tests/integration/viz_page.sh
 # The gpumem command's link rule (snapshot/module.mk) links every prerequisite ($^).
 $(BUILD)/gpumem: $(VIZ_OBJS)
 BENCHES += tests/bench/viz_bench.sh
+# several ranks' databases: one lane per rank (viz_ranks.c, #17)
+$(BUILD)/gpumem: $(VIZ_DIR)/viz_ranks.o
+SCRIPT_TESTS += tests/integration/viz_ranks.sh

@@ -33,4 +33,8 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
  * peak|total` as a tree. what: 0 peak, 1 total. 0, or -1 (out of memory). */
 int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what);
 
+/* `gpumem viz A.db B.db ... -o job.html` or a directory (viz_ranks.c): one lane per rank, aligned
+ * by step. Returns the exit code, or -1 when argv names one database (the single page). */
+int viz_ranks_main(int argc, char **argv);
+
 #endif
