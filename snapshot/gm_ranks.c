@@ -422,7 +422,9 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
     if (t->peak_step >= 0) fprintf(out, " in step %" PRId64, t->peak_step);
     if (t->peak_phase[0]) fprintf(out, " (%s)", t->peak_phase);
     fputs(".\n", out);
-    if (n > 1) {
+    if (n > 1 && mx == mn)
+        fputs("Every rank peaks at the same bytes: no rank holds more than the others.\n", out);
+    else if (n > 1) {
         gm_fmt_bytes((uint64_t)peak_difference(rs, n, top), a, sizeof a);
         fprintf(out,
                 "What it holds at its peak that the others do not (against the mean of the other "

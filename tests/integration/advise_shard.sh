@@ -7,7 +7,8 @@
 #    replayed by gpumem-replay, gives the same peak allocated and reserved;
 #  - ZeRO-2 shards the gradients (ceil(n / N) elements each), places every reduce-scatter from
 #    the recorded uses, and predicts a peak no larger than ZeRO-1's, which is below ZeRO-0's;
-#  - --zero 1 prints ZeRO-0 and ZeRO-1 only; the text names the global batch; bad options exit 2.
+#  - --zero 1 prints ZeRO-0 and ZeRO-1 only; the text names the global batch; bad options exit 2;
+#  - without uses (GPUMEM_USES=0) ZeRO-2 says so and predicts no lower a peak.
 source "$(dirname "$0")/e2e_common.bash"
 export GPUMEM_STACKS=0
 REPLAY=$BUILD/alloc/gpumem-replay
@@ -72,3 +73,12 @@ set +e
 set -e
 [[ $rc1 == 2 && $rc2 == 2 && $rc3 == 2 ]] || fail "bad options exit $rc1 $rc2 $rc3, want 2"
 ok "--zero 1 alone, text with the global batch, bad options exit 2"
+
+# without uses the reduce-scatters fall back to the end of the backward: said, never lower
+GPUMEM_USES=0 "$GM" record -q -o "$TMP/nu.db" -- "$TRAIN" --steps 3 -B 4 > /dev/null 2>&1 || fail "run without uses"
+"$GM" advise "$TMP/nu.db" --ranks 2 --json > "$TMP/nu.json" || fail "advise without uses"
+jq -e --argjson u "$(jq '.predictions[2].peak_allocated' "$TMP/a2.json")" \
+  '.predictions[2].gradients_from_uses == 0 and .predictions[2].peak_allocated >= $u' "$TMP/nu.json" > /dev/null \
+  || fail "without uses: $(jq -c '.predictions[2]' "$TMP/nu.json")"
+"$GM" advise "$TMP/nu.db" --ranks 2 | grep -q "no uses recorded" || fail "without uses: no note in the text"
+ok "without uses: ZeRO-2 reduce-scatters at the end of the backward, said in the text"

@@ -7,7 +7,8 @@
 #    ranks hold the same tensors, so their peaks are equal (imbalance 1) and the timeline has
 #    the 5 steps for both;
 #  - `gpumem advise` on a one-rank recording at the per-rank batch predicts the 2-rank ZeRO-1
-#    and ZeRO-2 peaks, and its --check (mpirun -np 2 ... --zero Z) measures them within 5%.
+#    and ZeRO-2 peaks, and its --check (mpirun -np 2 ... --zero Z) measures them within 5%;
+#  - the acceptance: gpt2 124M, T 1024, dry run, global -B 8: ZeRO-1 within 5% at 2 and 4 ranks.
 # Skips (77) without mpirun, or with a trainer that has no multi-rank mode (no --zero) or was
 # built without MPI.
 source "$(dirname "$0")/e2e_common.bash"
@@ -51,3 +52,16 @@ jq -e '.predictions | length == 3 and all(.[]; .measured != null and (.measured.
        and (.measured.error_reserved_pct | fabs) <= 5)' "$TMP/a.json" > /dev/null \
   || fail "advise --ranks 2: $(jq -c '[.predictions[] | [.zero, .peak_allocated, .measured, .check_error]]' "$TMP/a.json")"
 ok "advise --ranks 2 --check: $(jq -r '[.predictions[] | "zero \(.zero) \(.peak_allocated) vs \(.measured.peak_allocated) (\(.measured.error_allocated_pct)%)"] | join(", ")' "$TMP/a.json")"
+
+# The acceptance: gpt2 124M, T 1024, dry run, global batch 8: ZeRO-1 predicted within 5% of
+# the measured per-rank peak at 2 ranks (recorded: one rank, -B 4) and 4 ranks (-B 2)
+export GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
+for N in 2 4; do
+  "$GM" record -q -o "$TMP/g$N.db" -- "$TRAIN" --model gpt2 -B $((8 / N)) -T 1024 --dry-run --steps 2 > /dev/null 2>&1 \
+    || fail "gpt2 -B $((8 / N)) run"
+  "$GM" advise "$TMP/g$N.db" --ranks $N --zero 1 --check --json > "$TMP/g$N.json" || fail "advise gpt2 --ranks $N"
+  jq -e '.predictions[1] | .zero == 1 and .flags == "-B 8 --zero 1" and .measured != null
+         and (.measured.error_allocated_pct | fabs) <= 5 and (.measured.error_reserved_pct | fabs) <= 5' "$TMP/g$N.json" > /dev/null \
+    || fail "gpt2 $N ranks ZeRO-1: $(jq -c '.predictions[1] | [.peak_allocated, .measured, .check_error]' "$TMP/g$N.json")"
+  ok "gpt2 124M, $N ranks, ZeRO-1: predicted $(jq '.predictions[1].peak_allocated' "$TMP/g$N.json"), measured $(jq '.predictions[1].measured.peak_allocated' "$TMP/g$N.json") bytes per rank ($(jq '.predictions[1].measured.error_allocated_pct' "$TMP/g$N.json")%)"
+done
