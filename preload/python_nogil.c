@@ -126,18 +126,25 @@ static int safe_copy(void *dst, uintptr_t src, size_t n)
     return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
 }
 
-/* 1 when [addr, addr + n) may be read with plain loads (n <= one page). */
-static int readable(uintptr_t addr, size_t n)
+/* The slow path of readable(): the kernel tries one byte on each page. */
+static __attribute__((noinline)) int readable_slow(uintptr_t addr, size_t n)
 {
-    if (addr < 65536 || addr >= ((uintptr_t)1 << 47) - n) return 0;
     uintptr_t p0 = addr >> 12, p1 = (addr + n - 1) >> 12;
-    if (page_known(p0) && page_known(p1)) return 1;
     char probe;
     if (safe_copy(&probe, addr, 1) != 0 || (p1 != p0 && safe_copy(&probe, addr + n - 1, 1) != 0))
         return 0;
     page_remember(p0);
     page_remember(p1);
     return 1;
+}
+
+/* 1 when [addr, addr + n) may be read with plain loads (n <= one page). */
+static inline int readable(uintptr_t addr, size_t n)
+{
+    if (addr < 65536 || addr >= ((uintptr_t)1 << 47) - n) return 0;
+    uintptr_t p0 = addr >> 12, p1 = (addr + n - 1) >> 12;
+    if (page_known(p0) && (p1 == p0 || page_known(p1))) return 1;
+    return readable_slow(addr, n);
 }
 
 /* Loads from the interpreter's memory, after readable(): not instrumented, see the top. */
