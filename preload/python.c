@@ -15,11 +15,11 @@
  *
  * Reading the stack. Only the public, version-stable API: PyEval_GetFrame (borrowed),
  * PyFrame_GetBack / PyFrame_GetCode (new references), PyFrame_GetLineNumber, Py_DecRef. These
- * need the GIL, so frames are read only when the allocating thread holds it
- * (PyGILState_Check, after Py_IsInitialized: PyGILState_Check answers 1 before the
- * interpreter exists). A thread that released the GIL around a native call (ctypes.CDLL
- * functions, most PyTorch ops) gets its native frames only: reading another owner's frames
- * without the GIL would need the interpreter's private structures, version by version.
+ * need the GIL, so they are used only when the allocating thread holds it (PyGILState_Check,
+ * after Py_IsInitialized: PyGILState_Check answers 1 before the interpreter exists). A thread
+ * that released the GIL around a native call (ctypes.CDLL functions, most PyTorch ops) has its
+ * frames read by python_nogil.c, from the interpreter's private structures, without calling
+ * Python; the first stack read here is handed to it to check that it reads the same.
  *
  * Cost. A code object's name and file are read once (PyObject_GetAttrString) and interned as
  * recorder strings; the cache keeps a reference to the code object, so its address can never
