@@ -13,6 +13,8 @@
 #   5. PyTorch under gpumem three ways (tests/gpu/pytorch_three_ways.sh: plain, LD_PRELOAD with
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, peak requested
 #      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written).
+#   6. Python frames under PyTorch (tests/gpu/pytorch_frames.sh, issue 21: the top call sites
+#      are the script's lines, emit_nvtx() ops are the innermost phases).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -58,4 +60,6 @@ BUILD=$BUILD bash tests/gpu/pytorch_parity.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the preset parity check was skipped" ;; *) fail=1 ;; esac
 BUILD=$BUILD bash tests/gpu/pytorch_three_ways.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the three-ways check was skipped" ;; *) fail=1 ;; esac
+BUILD=$BUILD bash tests/gpu/pytorch_frames.sh
+case $? in 0) ;; 77) echo "note: no PyTorch here; the Python-frames check was skipped" ;; *) fail=1 ;; esac
 exit $fail

@@ -153,4 +153,9 @@ for py in "${HOME:-/root}"/.pyenv/versions/3.*/bin/python3; do
       echo "python_frames: CPython 3.8 refused with one line" ;;
   esac
 done
+# issue 21's GPU acceptance (tests/gpu/pytorch_frames.{sh,py}, run by tests/gpu/run.sh) cannot run
+# here: it must at least parse
+bash -n tests/gpu/pytorch_frames.sh || fail "tests/gpu/pytorch_frames.sh does not parse"
+"$PY" -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" tests/gpu/pytorch_frames.py \
+  || fail "tests/gpu/pytorch_frames.py does not parse"
 echo "python_frames: ok"
