@@ -72,16 +72,16 @@ typedef struct py_layout {
     int co_filename, co_name, co_firstlineno, co_lines; /* co_lines: co_lnotab / co_linetable */
     int co_code, co_firsttraceable;                     /* co_code_adaptive, 3.11+ */
     int co_size;
-    int str_ascii, str_compact, str_utf8; /* sizeof PyASCIIObject, PyCompactUnicodeObject, .utf8 */
+    int str_ascii, str_compact; /* sizeof PyASCIIObject, PyCompactUnicodeObject */
     enum line_fmt lines;
 } py_layout;
 
 static const py_layout layouts[] = {
-    {9, 24, -1, 24, 32, 104, -1, 112, 104, 112, 40, 120, -1, -1, 128, 48, 72, 56, LINES_LNOTAB},
-    {10, 24, -1, 24, 32, 96, -1, 104, 104, 112, 40, 120, -1, -1, 128, 48, 72, 56, LINES_310},
-    {11, 56, 8, 48, 32, 56, 69, 72, 112, 120, 72, 136, 184, 168, 184, 48, 72, 56, LINES_LOCATIONS},
-    {12, 56, 0, 8, 0, 56, 70, 72, 112, 120, 68, 136, 192, 176, 192, 40, 56, 48, LINES_LOCATIONS},
-    {13, 72, -1, 8, 0, 56, 70, 72, 112, 120, 68, 136, 200, 184, 200, 40, 56, 48, LINES_LOCATIONS},
+    {9, 24, -1, 24, 32, 104, -1, 112, 104, 112, 40, 120, -1, -1, 128, 48, 72, LINES_LNOTAB},
+    {10, 24, -1, 24, 32, 96, -1, 104, 104, 112, 40, 120, -1, -1, 128, 48, 72, LINES_310},
+    {11, 56, 8, 48, 32, 56, 69, 72, 112, 120, 72, 136, 184, 168, 184, 48, 72, LINES_LOCATIONS},
+    {12, 56, 0, 8, 0, 56, 70, 72, 112, 120, 68, 136, 192, 176, 192, 40, 56, LINES_LOCATIONS},
+    {13, 72, -1, 8, 0, 56, 70, 72, 112, 120, 68, 136, 200, 184, 200, 40, 56, LINES_LOCATIONS},
 };
 
 enum { OWNED_BY_GENERATOR = 1, OWNED_BY_CSTACK = 3 }; /* _PyInterpreterFrame.owner */
@@ -180,7 +180,9 @@ static int read_str(uintptr_t s, char *buf, size_t cap)
 {
     const py_layout *l = ng.l;
     unsigned char head[80];
-    if (!aligned(s) || safe_copy(head, s, (size_t)l->str_compact) != 0) return -1;
+    if (!aligned(s) ||
+        safe_copy(head, s, (size_t)l->str_ascii) != 0) /* no further: may end there */
+        return -1;
     int64_t len;
     uint32_t state;
     memcpy(&len, head + STR_LENGTH, sizeof len);
