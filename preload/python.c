@@ -302,6 +302,10 @@ void gm_python_start(void)
     if (!python_find(&lo, &hi) || cache_grow() != 0) return;
     pthread_atfork(NULL, NULL, python_fork_child);
     rec_set_python(python_frames, lo, hi);
+    /* python_nogil.c's layout is checked at the first stack read with the GIL held: now, when
+     * this thread holds it (a program whose allocations all release it may never do so). */
+    rec_pyframe first[REC_MAX_PY_FRAMES];
+    python_frames(first, REC_MAX_PY_FRAMES);
 }
 #else
 void gm_python_start(void) {}

@@ -54,6 +54,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -483,6 +484,18 @@ int gm_python_nogil_init(int minor)
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
         if (layouts[i].minor == minor) ng.l = &layouts[i];
     if (!ng.l || sizeof(void *) != 8) return 0;
+    /* Test hook (python_frames.sh): a layout off by N bytes everywhere, as a patch release that
+     * moved the fields would be. The walk must survive it and the check must catch it. */
+    static py_layout skewed;
+    const char *skew = getenv("GPUMEM_DEBUG_PY_SKEW");
+    if (skew && atoi(skew) != 0) {
+        int d = atoi(skew);
+        skewed = *ng.l;
+        skewed.ts_frame += d, skewed.fr_back += d, skewed.fr_code += d, skewed.fr_instr += d;
+        skewed.co_filename += d, skewed.co_name += d, skewed.co_lines += d;
+        skewed.co_firstlineno += d, skewed.fr_size += d, skewed.co_size += d;
+        ng.l = &skewed;
+    }
     ng.code_type = (uintptr_t)NG_SYM("PyCode_Type");
     ng.frame_type = (uintptr_t)NG_SYM("PyFrame_Type");
     *(void **)&ng.this_tstate = NG_SYM("PyGILState_GetThisThreadState");

@@ -119,6 +119,21 @@ timeout 120 "$GPUMEM" record -q -o "$TMP/thr.db" -- "$PY" "$SRC/threads_alloc.py
   || fail "threads_alloc.py: an allocation without its worker's Python frame"
 [[ $(q "$TMP/thr.db" "SELECT count(*) FROM events WHERE kind = 1") -eq 8000 ]] || fail "threads_alloc.py: not 8000 allocations"
 
+# ---- a frame layout that is not the interpreter's (GPUMEM_DEBUG_PY_SKEW: every offset moved,
+# as a patch release could): no crash, caught at the first stack read with the GIL held (one
+# line), and no frames read the GIL-less way after that
+for skew in 8 -8 4; do
+  record "$TMP/skew$skew.db" "$PY" gil GPUMEM_DEBUG_PY_SKEW=$skew
+  [[ $(grep -c "frames are not laid out as gpumem expects; threads that released the GIL get native frames only" "$TMP/skew$skew.db.err") -eq 1 ]] \
+    || { cat "$TMP/skew$skew.db.err"; fail "skewed layout ($skew): not caught with exactly one line"; }
+  "$GPUMEM" leaks "$TMP/skew$skew.db" > "$TMP/skew$skew.txt" && has "$TMP/skew$skew.txt" "at layers.py:$LK in leak_cache < frames_main.py:$SL in step" "skewed layout, GIL held ($skew)"
+  # without the GIL nothing checks first: the reads of wrong fields must fail safely
+  record "$TMP/skewn$skew.db" "$PY" nogil GPUMEM_DEBUG_PY_SKEW=$skew
+  "$GPUMEM" leaks "$TMP/skewn$skew.db" > "$TMP/skewn$skew.txt" && has "$TMP/skewn$skew.txt" "LEAK SUMMARY: 4194304 bytes leaked in 4 allocations" "skewed layout, GIL released ($skew)"
+  [[ $(q "$TMP/skewn$skew.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] \
+    || fail "skewed layout ($skew), GIL released: frames read from the wrong fields were kept"
+done
+
 # ---- GPUMEM_PYTHON
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
