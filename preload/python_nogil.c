@@ -35,7 +35,9 @@
  * &PyFrame_Type, 3.11+ frames by their owner byte), pointers must be aligned user addresses,
  * and the walk is bounded (REC_MAX_PY_FRAMES kept, 256 visited). Under AddressSanitizer the
  * loads are not instrumented (they read the interpreter's memory, not ours): the page check
- * is what keeps them safe.
+ * is what keeps them safe. And the table is checked: the first stack python.c reads through
+ * the C API (GIL held) is read again here; if the two differ, this reader turns itself off
+ * with one line on stderr.
  *
  * Cost. Code objects are cached by address with what identifies them (the addresses of their
  * name, file and line table, the name's hash, the table's size, the first line): a code object
