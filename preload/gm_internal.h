@@ -282,6 +282,13 @@ int gm_nvtx_user_pop(void);
 /* ---- Python frames (python.c) ---- */
 /* Once recording: finds CPython in the process and hands the recorder its frame provider. */
 void gm_python_start(void);
+/* python_nogil.c: the frames of a thread that released the GIL, read without calling Python.
+ * init: 1 when the minor version's layout is known; frames: rec_pyframes_fn (snapshot/rec.h);
+ * check: the first stack read through the C API (GIL held), compared with its own reading. */
+struct rec_pyframe;
+int gm_python_nogil_init(int minor);
+int gm_python_nogil_frames(struct rec_pyframe *out, int max);
+void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {

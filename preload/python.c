@@ -15,11 +15,11 @@
  *
  * Reading the stack. Only the public, version-stable API: PyEval_GetFrame (borrowed),
  * PyFrame_GetBack / PyFrame_GetCode (new references), PyFrame_GetLineNumber, Py_DecRef. These
- * need the GIL, so frames are read only when the allocating thread holds it
- * (PyGILState_Check, after Py_IsInitialized: PyGILState_Check answers 1 before the
- * interpreter exists). A thread that released the GIL around a native call (ctypes.CDLL
- * functions, most PyTorch ops) gets its native frames only: reading another owner's frames
- * without the GIL would need the interpreter's private structures, version by version.
+ * need the GIL, so they are used only when the allocating thread holds it (PyGILState_Check,
+ * after Py_IsInitialized: PyGILState_Check answers 1 before the interpreter exists). A thread
+ * that released the GIL around a native call (ctypes.CDLL functions, most PyTorch ops) has its
+ * frames read by python_nogil.c, from the interpreter's private structures, without calling
+ * Python; the first stack read here is handed to it to check that it reads the same.
  *
  * Cost. A code object's name and file are read once (PyObject_GetAttrString) and interned as
  * recorder strings; the cache keeps a reference to the code object, so its address can never
@@ -94,8 +94,7 @@ static inline uint32_t code_hash(const void *p)
 static char *attr_text(PyObject *code, const char *name)
 {
     PyObject *o = py.PyObject_GetAttrString(code, name);
-    if (!o)
-        return NULL;
+    if (!o) return NULL;
     const char *s = py.PyUnicode_AsUTF8(o);
     char *copy = s ? strdup(s) : NULL;
     py.Py_DecRef(o);
@@ -105,14 +104,11 @@ static char *attr_text(PyObject *code, const char *name)
 static int cache_grow(void)
 {
     uint32_t cap = cache ? (cache_mask + 1) * 2 : 4096;
-    if (cap > CODE_CACHE_MAX)
-        return -1;
+    if (cap > CODE_CACHE_MAX) return -1;
     code_ent *n = calloc(cap, sizeof *n);
-    if (!n)
-        return -1;
+    if (!n) return -1;
     for (uint32_t i = 0; cache && i <= cache_mask; i++) {
-        if (!cache[i].code)
-            continue;
+        if (!cache[i].code) continue;
         uint32_t j = code_hash(cache[i].code) & (cap - 1);
         while (n[j].code)
             j = (j + 1) & (cap - 1);
@@ -138,13 +134,11 @@ static code_ent *code_lookup(PyObject *code)
             }
             return e;
         }
-        if (!e->code)
-            break;
+        if (!e->code) break;
         i = (i + 1) & cache_mask;
     }
     if ((cache_count + 1) * 2 > cache_mask + 1) {
-        if (cache_grow() != 0)
-            return NULL;
+        if (cache_grow() != 0) return NULL;
         return code_lookup(code);
     }
     /* reading attributes must not disturb an exception the program has in flight */
@@ -169,8 +163,8 @@ static code_ent *code_lookup(PyObject *code)
 /* The provider (rec.h): the calling thread's Python frames, innermost first. */
 static int python_frames(rec_pyframe *out, int max)
 {
-    if (in_capture || !py.Py_IsInitialized() || !py.PyGILState_Check())
-        return 0;
+    if (in_capture || !py.Py_IsInitialized()) return 0;
+    if (!py.PyGILState_Check()) return gm_python_nogil_frames(out, max);
     in_capture = 1;
     /* 3.11 creates frame objects for the frames it is asked about, and such an allocation may
      * run the garbage collector on the spot; a finalizer that frees device memory would then
@@ -179,8 +173,7 @@ static int python_frames(rec_pyframe *out, int max)
     int gc_was = py.PyGC_Disable ? py.PyGC_Disable() : 0;
     int n = 0;
     PyObject *f = py.PyEval_GetFrame(); /* borrowed */
-    if (f)
-        py.Py_IncRef(f);
+    if (f) py.Py_IncRef(f);
     while (f && n < max) {
         PyObject *code = py.PyFrame_GetCode(f);
         code_ent *e = code ? code_lookup(code) : NULL;
@@ -190,7 +183,8 @@ static int python_frames(rec_pyframe *out, int max)
             int line, lasti = py.PyFrame_GetLasti ? py.PyFrame_GetLasti(f) : -1;
             if (lasti >= 0) {
                 struct line_ent *le =
-                    &line_cache[(code_hash(code) ^ (uint32_t)lasti * 0x9E3779B1u) & (LINE_CACHE_SIZE - 1)];
+                    &line_cache[(code_hash(code) ^ (uint32_t)lasti * 0x9E3779B1u) &
+                                (LINE_CACHE_SIZE - 1)];
                 if (le->code != code || le->lasti != lasti) {
                     le->code = code;
                     le->lasti = lasti;
@@ -203,16 +197,14 @@ static int python_frames(rec_pyframe *out, int max)
             out[n].line = line > 0 ? (uint32_t)line : 0;
             n++;
         }
-        if (code)
-            py.Py_DecRef(code);
+        if (code) py.Py_DecRef(code);
         PyObject *back = py.PyFrame_GetBack(f);
         py.Py_DecRef(f);
         f = back;
     }
-    if (f)
-        py.Py_DecRef(f);
-    if (gc_was > 0)
-        py.PyGC_Enable();
+    if (f) py.Py_DecRef(f);
+    if (gc_was > 0) py.PyGC_Enable();
+    gm_python_nogil_check(out, n);
     in_capture = 0;
     return n;
 }
@@ -238,13 +230,10 @@ static int range_cb(struct dl_phdr_info *info, size_t size, void *arg)
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
+        if (ph->p_type != PT_LOAD) continue;
         uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
+        if (a < lo) lo = a;
+        if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
     }
     if (c->addr >= lo && c->addr < hi) {
         c->lo = lo, c->hi = hi;
@@ -259,18 +248,15 @@ static int range_cb(struct dl_phdr_info *info, size_t size, void *arg)
 static int python_find(uintptr_t *lo, uintptr_t *hi)
 {
     const char *env = getenv("GPUMEM_PYTHON");
-    if (env && strcmp(env, "0") == 0)
-        return 0;
+    if (env && strcmp(env, "0") == 0) return 0;
     if (env && *env && strcmp(env, "1") != 0)
         gm_warn("GPUMEM_PYTHON=%s: use 0 (no Python frames) or 1 (the default); taking 1", env);
     PY_SYM(Py_IsInitialized);
     PY_SYM(Py_GetVersion);
-    if (!py.Py_IsInitialized || !py.Py_GetVersion)
-        return 0; /* not a Python process */
+    if (!py.Py_IsInitialized || !py.Py_GetVersion) return 0; /* not a Python process */
     const char *v = py.Py_GetVersion();
     int major = 0, minor = 0;
-    if (!v || sscanf(v, "%d.%d", &major, &minor) != 2)
-        major = 0;
+    if (!v || sscanf(v, "%d.%d", &major, &minor) != 2) major = 0;
     if (major != 3 || minor < 9 || minor > 13 || strstr(v, "free-threading")) {
         gm_warn("Python %.*s is not supported for Python frames (CPython 3.9 to 3.13 with the "
                 "GIL); recording native frames only",
@@ -292,16 +278,16 @@ static int python_find(uintptr_t *lo, uintptr_t *hi)
     for (size_t i = 0; i < offsetof(__typeof__(py), PyFrame_GetLasti) / sizeof(void *); i++)
         if (!all[i]) {
             gm_warn("Python %d.%d: a C API function gpumem needs is missing; recording native "
-                    "frames only", major, minor);
+                    "frames only",
+                    major, minor);
             return 0;
         }
-    if (minor >= 11)
-        PY_SYM(PyFrame_GetLasti);
+    gm_python_nogil_init(minor);
+    if (minor >= 11) PY_SYM(PyFrame_GetLasti);
     if (minor >= 10) {
         PY_SYM(PyGC_Disable);
         PY_SYM(PyGC_Enable);
-        if (!py.PyGC_Enable)
-            py.PyGC_Disable = NULL;
+        if (!py.PyGC_Enable) py.PyGC_Disable = NULL;
     }
     struct range_ctx c = {(uintptr_t)(void *)py.PyEval_GetFrame, 0, 0};
     dl_iterate_phdr(range_cb, &c);
@@ -313,10 +299,13 @@ static int python_find(uintptr_t *lo, uintptr_t *hi)
 void gm_python_start(void)
 {
     uintptr_t lo = 0, hi = 0;
-    if (!python_find(&lo, &hi) || cache_grow() != 0)
-        return;
+    if (!python_find(&lo, &hi) || cache_grow() != 0) return;
     pthread_atfork(NULL, NULL, python_fork_child);
     rec_set_python(python_frames, lo, hi);
+    /* python_nogil.c's layout is checked at the first stack read with the GIL held: now, when
+     * this thread holds it (a program whose allocations all release it may never do so). */
+    rec_pyframe first[REC_MAX_PY_FRAMES];
+    python_frames(first, REC_MAX_PY_FRAMES);
 }
 #else
 void gm_python_start(void) {}
@@ -328,8 +317,7 @@ void gm_python_start(void) {}
  * per-thread stack, the same `ranges` rows). */
 GM_EXPORT int gpumem_range_push(const char *name)
 {
-    if (!name)
-        return -1;
+    if (!name) return -1;
     return gm_nvtx_user_push(name);
 }
 

@@ -14,7 +14,9 @@
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, peak requested
 #      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written);
 #   6. the CUDA trainer as 2 MPI ranks on the one GPU (tests/gpu/train_mpi.sh: NCCL if found,
-#      losses equal the 1-rank run's, the ZeRO-1 saving; skipped without mpirun).
+#      losses equal the 1-rank run's, the ZeRO-1 saving; skipped without mpirun);
+#   7. Python frames under PyTorch (tests/gpu/pytorch_frames.sh, issue 21: the top call sites
+#      are the script's lines, emit_nvtx() ops are the innermost phases).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -62,4 +64,6 @@ BUILD=$BUILD bash tests/gpu/pytorch_three_ways.sh
 case $? in 0) ;; 77) echo "note: no PyTorch here; the three-ways check was skipped" ;; *) fail=1 ;; esac
 BUILD=$BUILD bash tests/gpu/train_mpi.sh
 case $? in 0) ;; 77) echo "note: no mpirun or no MPI build here; the 2-rank check was skipped" ;; *) fail=1 ;; esac
+BUILD=$BUILD bash tests/gpu/pytorch_frames.sh
+case $? in 0) ;; 77) echo "note: no PyTorch here; the Python-frames check was skipped" ;; *) fail=1 ;; esac
 exit $fail

@@ -29,8 +29,18 @@ def forward(rt):
     return acts
 
 
+# Non-ASCII names (a UCS-2 and a UCS-4 string inside CPython): read without the GIL, their
+# UTF-8 is encoded by gpumem itself, and must equal what the C API gives.
+def 构建_modèle(rt):
+    return build_model(rt)
+
+
+def 前向_𠀀(rt):
+    return forward(rt)
+
+
 def step(rt, weights):
-    acts = forward(rt)  # SITE:step
+    acts = 前向_𠀀(rt)  # SITE:step
     layers.leak_cache(rt, 1 * MiB)  # SITE:step_leak
     for a in acts:
         layers.release(rt, a)
@@ -39,7 +49,7 @@ def step(rt, weights):
 def main():
     mode = sys.argv[2] if len(sys.argv) > 2 else "gil"
     rt = cudart.load(sys.argv[1], gil=(mode != "nogil"))
-    weights = build_model(rt)  # SITE:main_build
+    weights = 构建_modèle(rt)  # SITE:main_build
     for _ in range(3):
         step(rt, weights)  # SITE:main_step
     for w in weights:

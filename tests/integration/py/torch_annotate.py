@@ -2,7 +2,11 @@
 ctypes (the virtual GPU's cudaMalloc): those allocations land in the ranges fwd/<module path>
 and bwd/<module path> (tests/integration/python_torch.sh).
 
-usage: python3 torch_annotate.py LIBCUDART [steps]
+usage: python3 torch_annotate.py LIBCUDART [steps] [gil|nogil]
+
+  gil    cudaMalloc through ctypes.PyDLL (the GIL held through the call)
+  nogil  through ctypes.CDLL, which releases the GIL around the call as PyTorch's own ops do
+         (the backward's allocation then runs under autograd's engine, which released it too)
 """
 import ctypes
 import sys
@@ -11,7 +15,8 @@ import torch
 
 import gpumem
 
-rt = ctypes.PyDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+nogil = len(sys.argv) > 3 and sys.argv[3] == "nogil"
+rt = (ctypes.CDLL if nogil else ctypes.PyDLL)(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
 rt.cudaMalloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 rt.cudaFree.argtypes = [ctypes.c_void_p]
 KiB = 1024
@@ -40,7 +45,7 @@ class Grad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        device_alloc(64 * KiB, ctx.label + ".grad")
+        device_alloc(64 * KiB, ctx.label + ".grad")  # SITE:grad_backward
         return g, None
 
 
@@ -87,6 +92,6 @@ for step in range(steps):
     with gpumem.range("step %d" % step):
         x = torch.randn(4, 8)
         loss = model(x).sum()
-        loss.backward()
+        loss.backward()  # SITE:loss_backward
         device_free_all()
 print("torch_annotate: done")

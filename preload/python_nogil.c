@@ -1,0 +1,519 @@
+/*
+ * python_nogil.c — the Python frames of a thread that released the GIL.
+ *
+ * Most PyTorch ops, and every ctypes.CDLL call, release the GIL before they allocate: the
+ * public C API python.c uses (PyEval_GetFrame...) needs the GIL, so those allocations would
+ * carry native frames only, and under PyTorch that is the same few C++ frames for everything.
+ * This file reads the allocating thread's own frame chain directly, with plain loads, without
+ * the GIL and without calling into Python.
+ *
+ * Why that is sound. The thread reading is the thread whose frames are read, and it is blocked
+ * inside the C call that allocates: its interpreter loop is suspended further up its own C
+ * stack. Every pointer followed is reached from its thread state through references that the
+ * suspended frames own — thread state (PyGILState_GetThisThreadState: a TLS slot, no GIL
+ * needed) -> current frame -> previous frames (each executing, kept alive by the loop that
+ * runs it) -> the frame's code object (a strong reference of the frame) -> its name, file and
+ * line table (strong references of the code object, immutable). Other threads may run Python
+ * meanwhile, but none of them frees or changes these: a frame chain is only changed by its
+ * own thread, and code objects are immutable after creation (the specialising interpreter
+ * rewrites their bytecode, which is never read here). Nothing is reference-counted or
+ * allocated, so no interpreter state is touched.
+ *
+ * The private layouts. Frames and code objects are private structures: the offsets of the
+ * fields read are tabulated below per minor version (3.9 and 3.10: PyFrameObject chains from
+ * tstate->frame; 3.11 and 3.12: _PyInterpreterFrame chains from tstate->cframe->current_frame;
+ * 3.13: tstate->current_frame), measured with offsetof() against each version's own headers
+ * (x86-64 and other LP64 targets; CPython keeps them within a minor version). The line is
+ * decoded from the code object's line table as the interpreter does (3.9 co_lnotab, 3.10
+ * co_linetable pairs, 3.11+ the location table).
+ *
+ * Defence. A wrong table, or a daemon thread whose state the interpreter frees while it
+ * finalises, must not crash the program: every structure is read only after its pages have
+ * been seen readable — once per page, with process_vm_readv on the process itself, which fails
+ * with EFAULT instead of faulting, then remembered in a small table of known-readable pages —
+ * every code object's type is checked against &PyCode_Type (3.9/3.10 frames against
+ * &PyFrame_Type, 3.11+ frames by their owner byte), pointers must be aligned user addresses,
+ * and the walk is bounded (REC_MAX_PY_FRAMES kept, 256 visited). Under AddressSanitizer the
+ * loads are not instrumented (they read the interpreter's memory, not ours): the page check
+ * is what keeps them safe. And the table is checked: the first stack python.c reads through
+ * the C API (GIL held) is read again here; if the two differ, this reader turns itself off
+ * with one line on stderr.
+ *
+ * Cost. Code objects are cached by address with what identifies them (the addresses of their
+ * name, file and line table, the name's hash, the table's size, the first line): a code object
+ * freed and another created at the same address (exec in a loop) is noticed, and its name
+ * and file are read and interned again. Lines are cached by (code object, instruction offset).
+ * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). The caches
+ * are shared by all threads under one mutex, taken once per event.
+ */
+#include "preload/gm_internal.h"
+
+#ifdef GM_HAVE_REC
+#include "snapshot/rec.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* ---- the private layouts, per minor version (bytes; -1: no such field) ----------------------- */
+
+enum line_fmt { LINES_LNOTAB, LINES_310, LINES_LOCATIONS };
+
+typedef struct py_layout {
+    int minor;
+    int ts_frame; /* tstate -> frame (3.9/3.10), -> cframe (3.11/3.12), -> current_frame (3.13) */
+    int cf_frame; /* cframe -> current_frame (3.11/3.12), else -1 */
+    int fr_back, fr_code, fr_instr; /* instr: f_lasti (int, 3.9/3.10) or the instruction pointer */
+    int fr_owner;                   /* _PyInterpreterFrame.owner (char), 3.11+ */
+    int fr_size;                    /* bytes of a frame that are read */
+    int co_filename, co_name, co_firstlineno, co_lines; /* co_lines: co_lnotab / co_linetable */
+    int co_code, co_firsttraceable;                     /* co_code_adaptive, 3.11+ */
+    int co_size;
+    int str_ascii, str_compact; /* sizeof PyASCIIObject, PyCompactUnicodeObject */
+    enum line_fmt lines;
+} py_layout;
+
+static const py_layout layouts[] = {
+    {9, 24, -1, 24, 32, 104, -1, 112, 104, 112, 40, 120, -1, -1, 128, 48, 72, LINES_LNOTAB},
+    {10, 24, -1, 24, 32, 96, -1, 104, 104, 112, 40, 120, -1, -1, 128, 48, 72, LINES_310},
+    {11, 56, 8, 48, 32, 56, 69, 72, 112, 120, 72, 136, 184, 168, 184, 48, 72, LINES_LOCATIONS},
+    {12, 56, 0, 8, 0, 56, 70, 72, 112, 120, 68, 136, 192, 176, 192, 40, 56, LINES_LOCATIONS},
+    {13, 72, -1, 8, 0, 56, 70, 72, 112, 120, 68, 136, 200, 184, 200, 40, 56, LINES_LOCATIONS},
+};
+
+enum { OWNED_BY_GENERATOR = 1, OWNED_BY_CSTACK = 3 }; /* _PyInterpreterFrame.owner */
+#define STR_LENGTH 16                                 /* PyASCIIObject.length */
+#define STR_HASH 24                                   /* PyASCIIObject.hash */
+#define STR_STATE 32                                  /* PyASCIIObject.state (bit field) */
+#define BYTES_SIZE 16                                 /* PyVarObject.ob_size */
+#define BYTES_DATA 32                                 /* PyBytesObject.ob_sval */
+#define OB_TYPE 8                                     /* PyObject.ob_type */
+#define MAX_VISITED 256
+
+static struct {
+    const py_layout *l;
+    uintptr_t code_type, frame_type;
+    void *(*this_tstate)(void); /* PyGILState_GetThisThreadState */
+    int (*is_finalizing)(void); /* _Py_IsFinalizing / Py_IsFinalizing; may be NULL */
+} ng;
+
+/* ---- reading memory that may not be there ----------------------------------------------------
+ * Pages seen readable, direct mapped by page number (+1; 0 = empty). A hint table: racy
+ * updates lose entries, never invent them. Pages are never forgotten: a pointer the invariant
+ * above says is live cannot point into a page unmapped since. */
+#define PAGE_SLOTS 8192u
+static _Atomic uintptr_t known_pages[PAGE_SLOTS];
+
+static inline int page_known(uintptr_t page)
+{
+    return atomic_load_explicit(&known_pages[(page * 0x9E3779B1u) & (PAGE_SLOTS - 1)],
+                                memory_order_relaxed) == page + 1;
+}
+
+static void page_remember(uintptr_t page)
+{
+    atomic_store_explicit(&known_pages[(page * 0x9E3779B1u) & (PAGE_SLOTS - 1)], page + 1,
+                          memory_order_relaxed);
+}
+
+/* Copies n bytes at src through the kernel: -1 (never a fault) when they are not readable. */
+static int safe_copy(void *dst, uintptr_t src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+/* The slow path of readable(): the kernel tries one byte on each page. */
+static __attribute__((noinline)) int readable_slow(uintptr_t addr, size_t n)
+{
+    uintptr_t p0 = addr >> 12, p1 = (addr + n - 1) >> 12;
+    char probe;
+    if (safe_copy(&probe, addr, 1) != 0 || (p1 != p0 && safe_copy(&probe, addr + n - 1, 1) != 0))
+        return 0;
+    page_remember(p0);
+    page_remember(p1);
+    return 1;
+}
+
+/* 1 when [addr, addr + n) may be read with plain loads (n <= one page). */
+static inline int readable(uintptr_t addr, size_t n)
+{
+    if (addr < 65536 || addr >= ((uintptr_t)1 << 47) - n) return 0;
+    uintptr_t p0 = addr >> 12, p1 = (addr + n - 1) >> 12;
+    if (page_known(p0) && (p1 == p0 || page_known(p1))) return 1;
+    return readable_slow(addr, n);
+}
+
+/* Loads from the interpreter's memory, after readable(): not instrumented, see the top. */
+#define NOSAN __attribute__((no_sanitize("address", "thread", "undefined")))
+NOSAN static uintptr_t ld_ptr(uintptr_t a)
+{
+    return *(const uintptr_t *)a;
+}
+NOSAN static int64_t ld_i64(uintptr_t a)
+{
+    return *(const int64_t *)a;
+}
+NOSAN static int32_t ld_i32(uintptr_t a)
+{
+    return *(const int32_t *)a;
+}
+NOSAN static uint8_t ld_u8(uintptr_t a)
+{
+    return *(const uint8_t *)a;
+}
+
+static inline int aligned(uintptr_t p)
+{
+    return (p & 7) == 0;
+}
+
+/* ---- strings and line tables (slow path: first sight of a code object or an offset) -----------
+ */
+
+/* The UTF-8 text of a str object into buf (cap bytes with the NUL); 0, or -1. Compact strings
+ * only (every code object's name and file is one). */
+static int read_str(uintptr_t s, char *buf, size_t cap)
+{
+    const py_layout *l = ng.l;
+    unsigned char head[80];
+    if (!aligned(s) ||
+        safe_copy(head, s, (size_t)l->str_ascii) != 0) /* no further: may end there */
+        return -1;
+    int64_t len;
+    uint32_t state;
+    memcpy(&len, head + STR_LENGTH, sizeof len);
+    memcpy(&state, head + STR_STATE, sizeof state);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    if (!compact || len < 0) return -1;
+    if (ascii) {
+        size_t n = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
+        if (safe_copy(buf, s + (uintptr_t)l->str_ascii, n) != 0) return -1;
+        buf[n] = 0;
+        return 0;
+    }
+    if (kind != 1 && kind != 2 && kind != 4) return -1;
+    /* no UTF-8 copy cached in the object: encode the code points */
+    size_t o = 0;
+    unsigned char chunk[256];
+    for (int64_t i = 0; i < len;) {
+        size_t take =
+            (size_t)(len - i) * kind < sizeof chunk ? (size_t)(len - i) * kind : sizeof chunk;
+        if (safe_copy(chunk, s + (uintptr_t)l->str_compact + (uintptr_t)i * kind, take) != 0)
+            return -1;
+        for (size_t k = 0; k < take; k += kind, i++) {
+            uint32_t c = kind == 1 ? chunk[k]
+                         : kind == 2
+                             ? (uint32_t)(chunk[k] | chunk[k + 1] << 8)
+                             : (uint32_t)chunk[k] | (uint32_t)chunk[k + 1] << 8 |
+                                   (uint32_t)chunk[k + 2] << 16 | (uint32_t)chunk[k + 3] << 24;
+            unsigned char u[4];
+            size_t m;
+            if (c < 0x80)
+                u[0] = (unsigned char)c, m = 1;
+            else if (c < 0x800)
+                u[0] = (unsigned char)(0xC0 | c >> 6), u[1] = (unsigned char)(0x80 | (c & 63)),
+                m = 2;
+            else if (c < 0x10000)
+                u[0] = (unsigned char)(0xE0 | c >> 12),
+                u[1] = (unsigned char)(0x80 | (c >> 6 & 63)),
+                u[2] = (unsigned char)(0x80 | (c & 63)), m = 3;
+            else
+                u[0] = (unsigned char)(0xF0 | (c >> 18 & 7)),
+                u[1] = (unsigned char)(0x80 | (c >> 12 & 63)),
+                u[2] = (unsigned char)(0x80 | (c >> 6 & 63)),
+                u[3] = (unsigned char)(0x80 | (c & 63)), m = 4;
+            if (o + m >= cap) goto done;
+            memcpy(buf + o, u, m);
+            o += m;
+        }
+    }
+done:
+    buf[o] = 0;
+    return 0;
+}
+
+/* A bytes object's contents read forwards, a chunk at a time. */
+typedef struct byte_reader {
+    uintptr_t at, end;
+    unsigned char buf[256];
+    size_t pos, have;
+    int bad;
+} byte_reader;
+
+static int next_byte(byte_reader *r)
+{
+    if (r->pos == r->have) {
+        if (r->at >= r->end) return -1;
+        size_t n = r->end - r->at < sizeof r->buf ? (size_t)(r->end - r->at) : sizeof r->buf;
+        if (safe_copy(r->buf, r->at, n) != 0) {
+            r->bad = 1;
+            r->at = r->end;
+            return -1;
+        }
+        r->at += n, r->have = n, r->pos = 0;
+    }
+    return r->buf[r->pos++];
+}
+
+/* The line of byte offset addr (< 0: not started) in a code object's line table, as
+ * PyCode_Addr2Line computes it in each version; -1 when there is none. */
+static int table_line(uintptr_t table, int64_t size, int first, int64_t addr)
+{
+    if (addr < 0) return first;
+    byte_reader r = {table + BYTES_DATA, table + BYTES_DATA + (uintptr_t)size, {0}, 0, 0, 0};
+    int line = first;
+    int64_t start = 0;
+    switch (ng.l->lines) {
+    case LINES_LNOTAB: /* (address delta, signed line delta) pairs */
+        for (;;) {
+            int a = next_byte(&r), d = next_byte(&r);
+            if (a < 0 || d < 0) return r.bad ? -1 : line;
+            if ((start += a) > addr) return line;
+            line += (signed char)d;
+        }
+    case LINES_310: /* (length, signed line delta; -128: no line) pairs */
+        for (;;) {
+            int len = next_byte(&r), d = next_byte(&r);
+            if (len < 0 || d < 0) return -1;
+            int here = -1;
+            if (d != 0x80) here = line += (signed char)d;
+            if (addr < (start += len)) return here;
+        }
+    case LINES_LOCATIONS: { /* entries: a start byte (bit 7: kind, length), then varints */
+        int b = next_byte(&r);
+        for (;;) {
+            if (b < 0 || !(b & 0x80)) return -1;
+            int code = (b >> 3) & 15, len = ((b & 7) + 1) * 2, delta = 0;
+            b = next_byte(&r);
+            if (code == 13 || code == 14) { /* the line delta: a signed varint */
+                unsigned v = 0, shift = 0;
+                for (;;) {
+                    if (b < 0 || shift > 30) return -1;
+                    v |= (unsigned)(b & 63) << shift;
+                    shift += 6;
+                    int more = b & 64;
+                    b = next_byte(&r);
+                    if (!more) break;
+                }
+                delta = (v & 1) ? -(int)(v >> 1) : (int)(v >> 1);
+            } else if (code >= 10 && code <= 12) {
+                delta = code - 10;
+            }
+            line += delta;
+            if (addr < (start += len)) return code == 15 ? -1 : line;
+            while (b >= 0 && !(b & 0x80))
+                b = next_byte(&r);
+        }
+    }
+    }
+    return -1;
+}
+
+/* ---- the caches (under ng_lock) ------------------------------------------------------------- */
+
+typedef struct ng_code {
+    uintptr_t code;              /* 0: empty */
+    uintptr_t name, file, table; /* what identifies the code object at that address */
+    int64_t name_hash, name_len, table_size;
+    int32_t first, firsttraceable;
+    uint32_t function, file_id; /* recorder strings */
+} ng_code;
+
+#define CODE_SLOTS 8192u /* direct mapped: a collision costs reading two strings again */
+#define LINE_SLOTS 16384u
+static ng_code code_cache[CODE_SLOTS];
+static struct ng_line {
+    uintptr_t code, table;
+    int64_t addr;
+    int line;
+} line_cache[LINE_SLOTS];
+static pthread_mutex_t ng_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int ng_busy __attribute__((tls_model("initial-exec")));
+static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
+
+static inline uint32_t addr_hash(uintptr_t p)
+{
+    return (uint32_t)(((uint64_t)p * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
+/* The entry of the code object at code (type and identity checked), filled on first sight;
+ * NULL when it is not a readable code object. */
+static const ng_code *code_entry(uintptr_t code)
+{
+    const py_layout *l = ng.l;
+    if (!aligned(code) || !readable(code, (size_t)l->co_size) ||
+        ld_ptr(code + OB_TYPE) != ng.code_type)
+        return NULL;
+    uintptr_t name = ld_ptr(code + (uintptr_t)l->co_name),
+              file = ld_ptr(code + (uintptr_t)l->co_filename);
+    uintptr_t table = ld_ptr(code + (uintptr_t)l->co_lines);
+    int32_t first = ld_i32(code + (uintptr_t)l->co_firstlineno);
+    if (!aligned(name) || !aligned(file) || !aligned(table) || !readable(name, 32) ||
+        !readable(table, 24))
+        return NULL;
+    int64_t name_hash = ld_i64(name + STR_HASH), name_len = ld_i64(name + STR_LENGTH);
+    int64_t table_size = ld_i64(table + BYTES_SIZE);
+    ng_code *e = &code_cache[addr_hash(code) & (CODE_SLOTS - 1)];
+    if (e->code == code && e->name == name && e->file == file && e->table == table &&
+        e->first == first && e->name_hash == name_hash && e->name_len == name_len &&
+        e->table_size == table_size)
+        return e;
+    char fn[256], path[1024];
+    if (table_size < 0 || read_str(name, fn, sizeof fn) != 0 ||
+        read_str(file, path, sizeof path) != 0)
+        return NULL;
+    e->code = code;
+    e->name = name, e->file = file, e->table = table;
+    e->name_hash = name_hash, e->name_len = name_len, e->table_size = table_size;
+    e->first = first;
+    e->firsttraceable =
+        l->co_firsttraceable >= 0 ? ld_i32(code + (uintptr_t)l->co_firsttraceable) : 0;
+    e->function = rec_string(fn);
+    e->file_id = rec_string(path);
+    return e;
+}
+
+static int line_of(const ng_code *e, int64_t addr)
+{
+    struct ng_line *c =
+        &line_cache[(addr_hash(e->code) ^ (uint32_t)addr * 0x9E3779B1u) & (LINE_SLOTS - 1)];
+    if (c->code != e->code || c->table != e->table || c->addr != addr) {
+        c->code = e->code, c->table = e->table, c->addr = addr;
+        c->line = table_line(e->table, e->table_size, e->first, addr);
+    }
+    return c->line;
+}
+
+/* ---- the walk ------------------------------------------------------------------------------- */
+
+static int walk(rec_pyframe *out, int max)
+{
+    const py_layout *l = ng.l;
+    uintptr_t ts = (uintptr_t)ng.this_tstate();
+    if (!ts || !aligned(ts) || !readable(ts + (uintptr_t)l->ts_frame, 8)) return 0;
+    uintptr_t f = ld_ptr(ts + (uintptr_t)l->ts_frame);
+    if (l->cf_frame >= 0) { /* 3.11/3.12: through the C frame of the running eval loop */
+        if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
+        f = ld_ptr(f + (uintptr_t)l->cf_frame);
+    }
+    int n = 0;
+    for (int seen = 0; f && n < max && seen < MAX_VISITED; seen++) {
+        if (!aligned(f) || !readable(f, (size_t)l->fr_size)) break;
+        uintptr_t back = ld_ptr(f + (uintptr_t)l->fr_back),
+                  code = ld_ptr(f + (uintptr_t)l->fr_code);
+        int owner = 0;
+        if (l->fr_owner < 0) { /* a PyFrameObject */
+            if (ld_ptr(f + OB_TYPE) != ng.frame_type) break;
+        } else if ((owner = ld_u8(f + (uintptr_t)l->fr_owner)) > OWNED_BY_CSTACK) {
+            break;
+        }
+        const ng_code *e = owner == OWNED_BY_CSTACK ? NULL : code_entry(code);
+        if (!e) { /* an entry shim (3.12+), or unreadable: as the C API, leave it out */
+            f = back;
+            continue;
+        }
+        int64_t addr; /* byte offset of the instruction running, < 0: not started */
+        if (l->fr_owner < 0) {
+            int32_t lasti = ld_i32(f + (uintptr_t)l->fr_instr);
+            addr = lasti < 0 ? -1 : l->lines == LINES_310 ? (int64_t)lasti * 2 : lasti;
+        } else {
+            uintptr_t base = code + (uintptr_t)l->co_code,
+                      instr = ld_ptr(f + (uintptr_t)l->fr_instr);
+            /* an incomplete frame (still copying its arguments in): the C API skips it too */
+            if (owner != OWNED_BY_GENERATOR && instr < base + (uintptr_t)e->firsttraceable * 2) {
+                f = back;
+                continue;
+            }
+            addr = instr < base ? -1 : (int64_t)((instr - base) & ~(uintptr_t)1);
+        }
+        int line = line_of(e, addr);
+        out[n].function = e->function;
+        out[n].file = e->file_id;
+        out[n].line = line > 0 ? (uint32_t)line : 0;
+        n++;
+        f = back;
+    }
+    return n;
+}
+
+/* ---- the entry points (python.c) ------------------------------------------------------------ */
+
+int gm_python_nogil_frames(struct rec_pyframe *out, int max)
+{
+    if (ng_state < 0 || !ng.l || ng_busy || (ng.is_finalizing && ng.is_finalizing())) return 0;
+    ng_busy = 1;
+    pthread_mutex_lock(&ng_lock);
+    int n = walk(out, max);
+    pthread_mutex_unlock(&ng_lock);
+    ng_busy = 0;
+    return n;
+}
+
+/* The first stack read with the GIL held, through the C API, is read again here and must come
+ * out the same: the tabulated layout is then the interpreter's. Called with the GIL held. */
+void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
+{
+    if (ng_state != 0 || !ng.l || n <= 0) return;
+    rec_pyframe mine[REC_MAX_PY_FRAMES];
+    int m = gm_python_nogil_frames(mine, n);
+    if (m == n && memcmp(mine, ref, (size_t)n * sizeof *ref) == 0) {
+        ng_state = 1;
+        return;
+    }
+    ng_state = -1;
+    gm_warn("Python 3.%d: its frames are not laid out as gpumem expects; threads that released "
+            "the GIL get native frames only",
+            ng.l->minor);
+}
+
+static void ng_fork_child(void)
+{
+    pthread_mutex_init(&ng_lock, NULL);
+    memset(code_cache, 0, sizeof code_cache); /* recorder string ids start again */
+}
+
+#define NG_SYM(name) gm_real_dlsym_fn(RTLD_DEFAULT, name)
+
+int gm_python_nogil_init(int minor)
+{
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+        if (layouts[i].minor == minor) ng.l = &layouts[i];
+    if (!ng.l || sizeof(void *) != 8) return 0;
+    /* Test hook (python_frames.sh): a layout off by N bytes everywhere, as a patch release that
+     * moved the fields would be. The walk must survive it and the check must catch it. */
+    static py_layout skewed;
+    const char *skew = getenv("GPUMEM_DEBUG_PY_SKEW");
+    if (skew && atoi(skew) != 0) {
+        int d = atoi(skew);
+        skewed = *ng.l;
+        skewed.ts_frame += d, skewed.fr_back += d, skewed.fr_code += d, skewed.fr_instr += d;
+        skewed.co_filename += d, skewed.co_name += d, skewed.co_lines += d;
+        skewed.co_firstlineno += d, skewed.fr_size += d, skewed.co_size += d;
+        ng.l = &skewed;
+    }
+    ng.code_type = (uintptr_t)NG_SYM("PyCode_Type");
+    ng.frame_type = (uintptr_t)NG_SYM("PyFrame_Type");
+    *(void **)&ng.this_tstate = NG_SYM("PyGILState_GetThisThreadState");
+    *(void **)&ng.is_finalizing = NG_SYM(minor >= 13 ? "Py_IsFinalizing" : "_Py_IsFinalizing");
+    int probe = 1, copy = 0;
+    if (!ng.code_type || !ng.frame_type || !ng.this_tstate) {
+        ng.l = NULL;
+        return 0;
+    }
+    if (safe_copy(&copy, (uintptr_t)&probe, sizeof probe) != 0 || copy != 1) {
+        gm_warn("process_vm_readv on this process failed: threads that released the GIL get "
+                "native frames only");
+        ng.l = NULL;
+        return 0;
+    }
+    pthread_atfork(NULL, NULL, ng_fork_child);
+    return 1;
+}
+#endif
