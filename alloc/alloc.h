@@ -16,7 +16,8 @@
  *
  * Stream order (PyTorch's model, plus cudaFree's):
  *   - every block remembers its allocation stream and the streams named for it by
- *     alloc_record_stream (recordStream: another stream uses the block);
+ *     alloc_record_stream (recordStream: another stream uses the block) or seen using it by
+ *     access tracking (alloc_use_streams);
  *   - a free records one event on each of those streams and on the stream of alloc_free_async,
  *     except the allocation stream itself when per-stream pools are on (the block goes back to
  *     that stream's pool, and work issued later on a stream runs after its earlier work); no
@@ -276,6 +277,14 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream);
  * Recording the allocation stream, or a stream twice, changes nothing. Errors: ALLOC_ERR_NOT_OWNED,
  * ALLOC_ERR_DOUBLE_FREE (ptr lies in a freed block), ALLOC_ERR_NOMEM. */
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream);
+
+/* Access tracking saw work on `stream` (a kernel launch, copy or memset) touch these addresses:
+ * each live block holding one (start or interior address; anything else is ignored) is used on
+ * `stream` too, and a stream-ordered free of it (alloc_free_async) waits for the work issued on
+ * `stream` before the free, as with alloc_record_stream. Unlike a record_stream these uses never
+ * narrow a plain alloc_free to named streams (tracking can miss a use: it still fences every
+ * stream). Returns how many blocks gained the stream. */
+size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream);
 
 /* CUDA graphs (PyTorch's private pools are the model). While a capture is underway the
  * allocator queries no event and never synchronizes (both would invalidate the capture), and the

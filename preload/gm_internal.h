@@ -253,6 +253,9 @@ void gm_pt_fork_child(void);
 void gm_heap_note_stream(CUstream s);
 void gm_heap_forget_stream(CUstream s);
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream);
+/* Access tracking: work on stream s of device dev touched these words (candidate addresses):
+ * the live blocks they point into wait for s before a stream-ordered free reuses them. */
+void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n);
 struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;

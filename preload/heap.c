@@ -472,6 +472,18 @@ int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
     return -1;
 }
 
+void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES || !n) return;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    if (!a) return;
+    /* work captured into a graph runs at its replays: the capture's blocks are held until the
+     * graph is destroyed instead (alloc_free_captured) */
+    if (atomic_load_explicit(&captures_underway, memory_order_relaxed) && gm_stream_capturing(s))
+        return;
+    alloc_use_streams(a, words, n, gm_stream_key(s));
+}
+
 int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr)
 {
     CUdeviceptr base;
