@@ -1030,6 +1030,8 @@ static void fence_land(alloc_t *a, fence_t *f, bool synced)
     blk_t *b = f->blk;
     a->pending_bytes -= b->size;
     free(f);
+    if (a->hooks.on_free_landed)
+        a->hooks.on_free_landed(a->hooks.user, b->addr, b->size, b->stream, b->stamp);
     make_free(a, b, synced);
 }
 
@@ -1807,12 +1809,14 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     }
     if (b->prev) /* make_free looks at both neighbours */
         __builtin_prefetch(b->prev);
-    if (freed) *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp};
+    if (freed)
+        *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp, false};
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
     stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
+    size_t pending0 = a->pending_bytes;
     if (capture && b->stream != capture) {
         /* freed inside a graph capture, allocated before it: the graph may use it at every
          * replay, so nobody gets it until the graph is released (alloc_release_capture) */
@@ -1828,6 +1832,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     } else if (!fence_block(a, b, fs)) {
         sync_and_land(a); /* could not record events: wait as cudaFree does, lock dropped */
     }
+    if (freed) freed->pending = a->pending_bytes > pending0;
     maybe_release(a);
     UNLOCK(a);
     return ALLOC_OK;

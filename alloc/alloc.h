@@ -226,6 +226,10 @@ typedef struct alloc_hooks {
     void (*on_segment_unmap)(void *user, uint64_t addr, size_t size, uintptr_t stream);
     /* an allocation is about to fail with ALLOC_ERR_OOM (lock not held; may call alloc_walk) */
     void (*on_oom)(void *user, const alloc_oom_info_t *info);
+    /* a free that waited for stream events (PENDING) landed: the block is reusable from now on.
+     * alloc_id and stream are the allocation's. Not called for frees reusable at once. */
+    void (*on_free_landed)(void *user, uint64_t addr, size_t size, uintptr_t stream,
+                           uint64_t alloc_id);
 } alloc_hooks_t;
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
@@ -316,6 +320,9 @@ struct alloc_block_query {
     size_t requested;  /* what alloc_malloc was asked for */
     uintptr_t stream;  /* stream it was allocated on */
     uint64_t alloc_id; /* 1, 2, 3, ...: order of alloc_malloc calls that succeeded */
+    /* alloc_free_ex only: the block waits for stream events (or a graph's release); the
+     * on_free_landed hook tells when it is reusable */
+    bool pending;
 };
 int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
 

@@ -297,6 +297,7 @@ enum gm_ev {
 #define GM_EVF_CACHE_MISS 0x200
 #define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
 #define GM_EVF_POOL 0x800    /* from a pool the program chose (gm_next_alloc_flags) */
+#define GM_EVF_PENDING 0x2000   /* a free that waits for stream events (free_completed follows) */
 #define GM_EVF_FRAMEWORK 0x1000 /* made through the framework's allocator hook, gpumem_torch_malloc
                                    (gm_next_alloc_flags) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
