@@ -1030,6 +1030,8 @@ static void fence_land(alloc_t *a, fence_t *f, bool synced)
     blk_t *b = f->blk;
     a->pending_bytes -= b->size;
     free(f);
+    if (a->hooks.on_free_landed)
+        a->hooks.on_free_landed(a->hooks.user, b->addr, b->size, b->stream, b->stamp);
     make_free(a, b, synced);
 }
 
@@ -1122,8 +1124,11 @@ static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, ssta
     *out = buf;
     size_t n = 0;
     /* a plain cudaFree waits for the whole device in CUDA, so a program may have used the block
-     * on any stream without saying so: unless record_stream named its streams, every stream */
-    bool given = b->uses || freed_on;
+     * on any stream without saying so: unless record_stream named its streams, every stream.
+     * Streams that only access tracking saw (alloc_use_streams) are added to a stream-ordered
+     * free's, never narrow a cudaFree: tracking misses uses (graph launches, pointers kept in
+     * device memory), record_stream is the program's word. */
+    bool given = (b->uses && b->rb.named) || freed_on;
     if (!given) {
         if (a->nstreams > cap && !(*out = malloc(a->nstreams * sizeof(**out)))) return (size_t)-1;
         for (size_t i = 0; i < a->nstreams; i++)
@@ -1804,12 +1809,14 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     }
     if (b->prev) /* make_free looks at both neighbours */
         __builtin_prefetch(b->prev);
-    if (freed) *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp};
+    if (freed)
+        *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp, false};
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
     stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
     stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
+    size_t pending0 = a->pending_bytes;
     if (capture && b->stream != capture) {
         /* freed inside a graph capture, allocated before it: the graph may use it at every
          * replay, so nobody gets it until the graph is released (alloc_release_capture) */
@@ -1825,6 +1832,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     } else if (!fence_block(a, b, fs)) {
         sync_and_land(a); /* could not record events: wait as cudaFree does, lock dropped */
     }
+    if (freed) freed->pending = a->pending_bytes > pending0;
     maybe_release(a);
     UNLOCK(a);
     return ALLOC_OK;
@@ -2006,35 +2014,71 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
     return ALLOC_OK;
 }
 
+/* Add `stream` to the streams that use live block b (nothing when it is the allocation stream
+ * or there already). named: alloc_record_stream said so (see fence_streams). */
+static int uses_add(alloc_t *a, blk_t *b, uintptr_t stream, bool named)
+{
+    if (stream == b->stream || stream_has(b->uses, stream)) {
+        if (named && b->uses) b->rb.named = 1;
+        return ALLOC_OK;
+    }
+    sstate_t *st = stream_get(a, stream);
+    if (!st) return ALLOC_ERR_NOMEM;
+    uintptr_t n = b->uses ? b->uses[0] : 0, cap = b->uses ? b->uses[1] : 0;
+    if (n == cap) {
+        uintptr_t nc = cap ? cap * 2 : 2;
+        uintptr_t *u = realloc(b->uses, (2 + nc) * sizeof(*u));
+        if (!u) return ALLOC_ERR_NOMEM;
+        if (!b->uses) b->rb.named = 0;
+        u[0] = n;
+        u[1] = nc;
+        b->uses = u;
+    }
+    b->uses[2 + b->uses[0]++] = stream;
+    if (named) b->rb.named = 1;
+    st->recorded = true;
+    return ALLOC_OK;
+}
+
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
     if (!a) return ALLOC_ERR_INVALID;
     int rc;
     LOCK(a);
     blk_t *b = live_block(a, ptr, &rc);
-    if (b && stream != b->stream && !stream_has(b->uses, stream)) {
-        sstate_t *st = stream_get(a, stream);
-        uintptr_t n = b->uses ? b->uses[0] : 0, cap = b->uses ? b->uses[1] : 0;
-        if (!st) {
-            rc = ALLOC_ERR_NOMEM;
-        } else if (n == cap) {
-            uintptr_t nc = cap ? cap * 2 : 2;
-            uintptr_t *u = realloc(b->uses, (2 + nc) * sizeof(*u));
-            if (!u) {
-                rc = ALLOC_ERR_NOMEM;
-            } else {
-                u[0] = n;
-                u[1] = nc;
-                b->uses = u;
-            }
-        }
-        if (rc == ALLOC_OK) {
-            b->uses[2 + b->uses[0]++] = stream;
-            st->recorded = true;
-        }
-    }
+    if (b) rc = uses_add(a, b, stream, true);
     UNLOCK(a);
     return rc;
+}
+
+/* The live block holding addr, or NULL: the start address is one hash lookup; an interior address
+ * asks the last block found this way first (a kernel's arguments point into the same few blocks
+ * launch after launch), then walks the containing segment. */
+static blk_t *use_block(alloc_t *a, uint64_t addr)
+{
+    blk_t *b = ptrmap_get(&a->map, addr);
+    if (!b) {
+        blk_t *c = a->last_use;
+        if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
+            b = c;
+        else if ((b = find_containing(a, addr)))
+            a->last_use = b;
+    }
+    return b && b->rb.st == B_LIVE ? b : NULL;
+}
+
+size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream)
+{
+    if (!a || !n) return 0;
+    size_t gained = 0;
+    LOCK(a);
+    for (size_t i = 0; i < n; i++) {
+        blk_t *b = use_block(a, addrs[i]);
+        if (!b || b->stream == stream || stream_has(b->uses, stream)) continue;
+        if (uses_add(a, b, stream, false) == ALLOC_OK) gained++;
+    }
+    UNLOCK(a);
+    return gained;
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */

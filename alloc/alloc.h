@@ -16,7 +16,8 @@
  *
  * Stream order (PyTorch's model, plus cudaFree's):
  *   - every block remembers its allocation stream and the streams named for it by
- *     alloc_record_stream (recordStream: another stream uses the block);
+ *     alloc_record_stream (recordStream: another stream uses the block) or seen using it by
+ *     access tracking (alloc_use_streams);
  *   - a free records one event on each of those streams and on the stream of alloc_free_async,
  *     except the allocation stream itself when per-stream pools are on (the block goes back to
  *     that stream's pool, and work issued later on a stream runs after its earlier work); no
@@ -225,6 +226,10 @@ typedef struct alloc_hooks {
     void (*on_segment_unmap)(void *user, uint64_t addr, size_t size, uintptr_t stream);
     /* an allocation is about to fail with ALLOC_ERR_OOM (lock not held; may call alloc_walk) */
     void (*on_oom)(void *user, const alloc_oom_info_t *info);
+    /* a free that waited for stream events (PENDING) landed: the block is reusable from now on.
+     * alloc_id and stream are the allocation's. Not called for frees reusable at once. */
+    void (*on_free_landed)(void *user, uint64_t addr, size_t size, uintptr_t stream,
+                           uint64_t alloc_id);
 } alloc_hooks_t;
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
@@ -277,6 +282,14 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream);
  * ALLOC_ERR_DOUBLE_FREE (ptr lies in a freed block), ALLOC_ERR_NOMEM. */
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream);
 
+/* Access tracking saw work on `stream` (a kernel launch, copy or memset) touch these addresses:
+ * each live block holding one (start or interior address; anything else is ignored) is used on
+ * `stream` too, and a stream-ordered free of it (alloc_free_async) waits for the work issued on
+ * `stream` before the free, as with alloc_record_stream. Unlike a record_stream these uses never
+ * narrow a plain alloc_free to named streams (tracking can miss a use: it still fences every
+ * stream). Returns how many blocks gained the stream. */
+size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream);
+
 /* CUDA graphs (PyTorch's private pools are the model). While a capture is underway the
  * allocator queries no event and never synchronizes (both would invalidate the capture), and the
  * events of frees made meanwhile are recorded when the last capture ends.
@@ -307,6 +320,9 @@ struct alloc_block_query {
     size_t requested;  /* what alloc_malloc was asked for */
     uintptr_t stream;  /* stream it was allocated on */
     uint64_t alloc_id; /* 1, 2, 3, ...: order of alloc_malloc calls that succeeded */
+    /* alloc_free_ex only: the block waits for stream events (or a graph's release); the
+     * on_free_landed hook tells when it is reusable */
+    bool pending;
 };
 int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
 

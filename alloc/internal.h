@@ -49,6 +49,7 @@ typedef struct rb_node {
      * touches (links, state, size, address) fits in the block's first 64-byte cache line */
     uint8_t st;
     uint8_t split;
+    uint8_t named; /* LIVE with uses: alloc_record_stream named one of them (see blk_t.uses) */
 } rb_node_t;
 
 typedef struct rb_tree {
@@ -68,8 +69,9 @@ typedef struct blk {
     uint64_t requested;
     uint64_t stamp;   /* LIVE/PENDING: alloc id; FREE: gc epoch when it became free */
     uintptr_t stream; /* stream of the allocation (LIVE/PENDING) */
-    /* LIVE: streams other than `stream` that use the block (alloc_record_stream); freed with the
-     * block. NULL when none. uses[0] is the count, uses[1] the capacity, then the streams. */
+    /* LIVE: streams other than `stream` that use the block (alloc_record_stream, and
+     * alloc_use_streams: access tracking); freed with the block. NULL when none. uses[0] is the
+     * count, uses[1] the capacity, then the streams. rb.named: record_stream named one. */
     uintptr_t *uses;
     /* FREE: a_free_seq when it became free by a path that did not wait for the device (0 = the
      * device finished every use before it became free). A release that synchronized at free
@@ -183,6 +185,7 @@ struct alloc {
     sstate_t **streams;
     size_t nstreams, cap_streams;
     sstate_t *last_stream; /* one-entry cache for the hot path */
+    blk_t *last_use;       /* alloc_use_streams: the last block found by an interior address */
 
     ptrmap_t map;
     blk_t *free_blks; /* recycled block structs */

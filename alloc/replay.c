@@ -16,8 +16,10 @@
  *   e                         empty_cache
  *
  * Replay keeps the allocator's own event model ("work completes at issue") and models the two
- * things PyTorch's reuse depends on beyond it at this level: a free of a block with record_stream
- * uses is held back (until its `fc`, or stream_lag allocations later), and `ax` allocations
+ * things reuse depends on beyond it at this level: a free is held back until its `fc` when the
+ * trace has one after it (gpumem's free_completed events, PyTorch's: the recording's stream
+ * order), else — in a trace without `fc` lines — a free of a block with record_stream uses is
+ * held for stream_lag allocations; and `ax` allocations
  * bypass the caching allocator under the pytorch presets (PyTorch never caches them). Peaks of
  * allocated and requested bytes are counted here, at the program's malloc and free, as PyTorch's
  * allocated_bytes are, whether or not the block has returned to the allocator yet.
@@ -552,6 +554,33 @@ static void held_land_all(heldv_t *h)
         held_land(h, h->n - 1);
 }
 
+/* The trace's `fc` lines as (id, event index), sorted: a free at index i is held when its id has
+ * an `fc` after i (the recording says its block became reusable only there). */
+typedef struct {
+    uint64_t id, at;
+} fc_t;
+
+static int fc_cmp(const void *x, const void *y)
+{
+    const fc_t *a = x, *b = y;
+    if (a->id != b->id) return a->id < b->id ? -1 : 1;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* 1 when id has an `fc` at an index above i */
+static int fc_after(const fc_t *v, size_t n, uint64_t id, uint64_t i)
+{
+    size_t lo = 0, hi = n; /* first entry >= (id, i + 1) */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].id < id || (v[mid].id == id && v[mid].at <= i))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && v[lo].id == id;
+}
+
 int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                  const alloc_trace_event_t *ev, size_t n, alloc_replay_result_t *out, char *err,
                  size_t errlen)
@@ -580,9 +609,21 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     }
     /* under the pytorch presets, `ax` allocations are the device's, not the allocator's */
     bool bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
-    bool exact = false; /* the trace says when held frees complete (`fc`) */
-    for (size_t i = 0; i < n && !exact; i++)
-        exact = ev[i].kind == ALLOC_TR_FREE_DONE;
+    /* the trace says when frees complete (`fc`): a free is held exactly until its `fc` */
+    size_t nfc = 0;
+    for (size_t i = 0; i < n; i++)
+        nfc += ev[i].kind == ALLOC_TR_FREE_DONE;
+    bool exact = nfc > 0;
+    fc_t *fcv = exact ? malloc(nfc * sizeof(*fcv)) : NULL;
+    if (exact && !fcv) {
+        idmap_free(&ids);
+        alloc_destroy(a);
+        alloc_mem_backend_destroy(mb);
+        return ALLOC_ERR_NOMEM;
+    }
+    for (size_t i = 0, k = 0; exact && i < n; i++)
+        if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
+    if (exact) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
     heldv_t held = {.a = a};
     size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
     uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */
@@ -682,7 +723,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             cur_alloc -= l.size;
             cur_req -= l.requested;
             if (!l.ptr) break;
-            if (l.flags & RL_USES) {
+            if (exact ? fc_after(fcv, nfc, e->id, i) : (l.flags & RL_USES) != 0) {
                 if (held.n == held.cap) {
                     size_t nc = held.cap ? held.cap * 2 : 16;
                     held_t *nv = realloc(held.v, nc * sizeof(*nv));
@@ -735,6 +776,7 @@ done:
     out->cache_misses = st.cache_misses;
     out->num_ooms += st.num_ooms - recovered;
     free(held.v);
+    free(fcv);
     alloc_mem_backend_counters(mb, &out->backend);
     idmap_free(&ids);
     alloc_destroy(a);

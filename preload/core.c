@@ -266,7 +266,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
                  size_t requested, uint64_t id)
 {
     /* GM_EVF_* (how the allocator served it) ride in the high bits: events.flags */
-    unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS);
+    unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS | GM_EVF_PENDING);
     enum gm_ev ev = (enum gm_ev)((unsigned)ev_flags & 0xffu);
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
     /* pitched / pool: set by the hook for this allocation, consumed here either way */
@@ -300,6 +300,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
                    "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_PITCHED == REC_F_PITCHED && GM_EVF_POOL == REC_F_POOL,
                    "GM_EVF_* are the recorder's REC_F_* flags");
+    _Static_assert(GM_EVF_PENDING == REC_F_PENDING, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);

@@ -253,6 +253,9 @@ void gm_pt_fork_child(void);
 void gm_heap_note_stream(CUstream s);
 void gm_heap_forget_stream(CUstream s);
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream);
+/* Access tracking: work on stream s of device dev touched these words (candidate addresses):
+ * the live blocks they point into wait for s before a stream-ordered free reuses them. */
+void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n);
 struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
@@ -301,6 +304,7 @@ enum gm_ev {
 #define GM_EVF_CACHE_MISS 0x200
 #define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
 #define GM_EVF_POOL 0x800    /* from a pool the program chose (gm_next_alloc_flags) */
+#define GM_EVF_PENDING 0x2000   /* a free that waits for stream events (free_completed follows) */
 #define GM_EVF_FRAMEWORK 0x1000 /* made through the framework's allocator hook, gpumem_torch_malloc
                                    (gm_next_alloc_flags) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,

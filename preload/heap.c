@@ -227,6 +227,16 @@ static void hk_oom(void *user, const alloc_oom_info_t *info)
 {
     gm_rec_oom((int)(intptr_t)user, info);
 }
+/* a fenced free landed: the moment its block became reusable, for the replay (trace `fc`) */
+static void hk_free_landed(void *user, uint64_t addr, size_t size, uintptr_t stream,
+                           uint64_t alloc_id)
+{
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_FREE_COMPLETED, (int)(intptr_t)user, stream, addr, size, 0, alloc_id);
+#else
+    (void)user, (void)addr, (void)size, (void)stream, (void)alloc_id;
+#endif
+}
 
 /* Every stream the program created (cuStreamCreate*), with its device (the current context's
  * when it was created), so that a cudaFree fences them all even when no allocation was ever
@@ -353,7 +363,7 @@ static alloc_t *dev_get(CUdevice dev)
         if (gm_real.cuMemGetInfo_v2)
             be.mem_info = be_mem_info;
         if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
-            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom};
+            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom, hk_free_landed};
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);
@@ -442,8 +452,9 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
             continue;
         if (e == ALLOC_OK) {
             gm_stat_add(GM_ST_RELEASED, 1);
-            gm_event_id(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, i, stream, ptr,
-                        q.size, 0, q.alloc_id);
+            gm_event_id((enum gm_ev)((kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
+                                     (q.pending ? GM_EVF_PENDING : 0)),
+                        i, stream, ptr, q.size, 0, q.alloc_id);
             *res = CUDA_SUCCESS;
         } else if (e == ALLOC_ERR_DOUBLE_FREE) {
             gm_stat_add(GM_ST_DOUBLE_FREE, 1);
@@ -470,6 +481,18 @@ int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
             return i;
     }
     return -1;
+}
+
+void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES || !n) return;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    if (!a) return;
+    /* work captured into a graph runs at its replays: the capture's blocks are held until the
+     * graph is destroyed instead (alloc_free_captured) */
+    if (atomic_load_explicit(&captures_underway, memory_order_relaxed) && gm_stream_capturing(s))
+        return;
+    alloc_use_streams(a, words, n, gm_stream_key(s));
 }
 
 int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr)

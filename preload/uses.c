@@ -517,6 +517,9 @@ static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint
 {
     struct timing *t = timing_end(op->timing, op->s, r);
     if (r == CUDA_SUCCESS) {
+        /* the allocator learns the stream too, before the hook returns (so before any free the
+         * program orders after this launch): a block used here is not reused ahead of it */
+        gm_heap_use_streams(op->device, op->s, op->w, op->n);
         rec_launch_info li = {
             .device = op->device,
             .stream = (uint64_t)(uintptr_t)op->s,

@@ -560,9 +560,10 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
         const adv_ev *e = &m->evs[i];
         const adv_alloc *a = &m->allocs[e->a];
         t[i].id = (uint64_t)e->a + 1;
-        t[i].kind = e->kind == ADV_EV_ALLOC  ? ALLOC_TR_ALLOC
-                    : e->kind == ADV_EV_FREE ? ALLOC_TR_FREE
-                                             : ALLOC_TR_FREE_ASYNC;
+        t[i].kind = e->kind == ADV_EV_ALLOC       ? ALLOC_TR_ALLOC
+                    : e->kind == ADV_EV_FREE      ? ALLOC_TR_FREE
+                    : e->kind == ADV_EV_FREE_DONE ? ALLOC_TR_FREE_DONE
+                                                  : ALLOC_TR_FREE_ASYNC;
         t[i].size = e->kind == ADV_EV_ALLOC ? a->size : 0;
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
                       : e->kind == ADV_EV_FREE_ASYNC ? e->stream

@@ -12,7 +12,13 @@
  * replay then holds its free back as PyTorch does (alloc/README.md, trace format). In a recording
  * made through PyTorch's pluggable allocator (some allocation carries REC_F_FRAMEWORK, from
  * gpumem_torch_malloc), the other device allocations — libraries' own cudaMalloc calls — are
- * "ax <id> <requested> <stream>": the pytorch presets replay them outside their cache.
+ * "ax <id> <requested> <stream>": the pytorch presets replay them outside their cache. A free that
+ * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
+ * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
+ * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
+ * stopped get their "fc" at the end (held for the rest of the trace). A free_completed recorded
+ * before its own free event (another thread landed it first) is left out: the block was reusable
+ * when the free was recorded.
  *
  * Like the reports, this is one sequential pass over `events` with a hash map of live
  * allocations keyed by address, so a database from a killed process (no alloc_life rows for
@@ -41,17 +47,43 @@ static int has_framework_allocs(gm_db *d) {
     return has;
 }
 
+/* 1 when the recording has frees that waited for stream events (kind 29 free_completed, frees
+ * flagged REC_F_PENDING; older files have neither). */
+static int has_free_completed(gm_db *d) {
+    sqlite3_stmt *s;
+    int has = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 29 OR (kind IN (2, 4) AND (flags & 8192) != 0) LIMIT 1",
+                           -1, &s, NULL) == SQLITE_OK) {
+        has = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_finalize(s);
+    }
+    return has;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The allocation a free or free_completed names: device and the allocator's id. */
+static uint64_t fc_key(sqlite3_stmt *s) {
+    return (uint64_t)sqlite3_column_int64(s, 7) ^ ((uint64_t)(sqlite3_column_int64(s, 6) & 0xff) << 56);
+}
+
 int gm_export_trace(gm_db *d, FILE *out) {
     sqlite3_stmt *s;
     /* a recording through PyTorch's pluggable allocator: what did not come through it (cuBLAS
      * workspaces, NCCL buffers) is "ax", which the pytorch presets do not cache */
-    int framework = has_framework_allocs(d);
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 21) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+    int framework = has_framework_allocs(d), fcs = has_free_completed(d);
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id FROM events "
+                                  "WHERE kind IN (1, 2, 3, 4, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
     u64map live = {0};
+    /* freed blocks whose free_completed may follow: address -> birth, address -> allocation key;
+     * allocation keys whose free_completed came before their free */
+    u64map pend = {0}, pend_key = {0}, early = {0};
     int rc;
     uint64_t lines = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -64,6 +96,10 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 rc = SQLITE_NOMEM;
                 break;
             }
+            if (fcs) { /* the block at addr is handed out: an earlier free there has landed */
+                u64map_del(&pend, addr, NULL);
+                u64map_del(&pend_key, addr, NULL);
+            }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
             fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? "ax" : "a", seq,
                     (int64_t)sqlite3_column_int64(s, 3), stream);
@@ -71,16 +107,47 @@ int gm_export_trace(gm_db *d, FILE *out) {
             const uint64_t *birth = u64map_get(&live, addr);
             if (!birth) continue;
             fprintf(out, "rs %" PRIu64 " %" PRId64 "\n", *birth, stream);
+        } else if (kind == REC_FREE_COMPLETED) {
+            const uint64_t *k = u64map_get(&pend_key, addr);
+            uint64_t birth;
+            if (!k || *k != fc_key(s)) { /* before its free event */
+                if (u64map_put(&early, fc_key(s), 1) != 0) {
+                    rc = SQLITE_NOMEM;
+                    break;
+                }
+                continue;
+            }
+            u64map_del(&pend_key, addr, NULL);
+            if (!u64map_del(&pend, addr, &birth)) continue;
+            fprintf(out, "fc %" PRIu64 "\n", birth);
         } else {
             uint64_t birth;
             if (!u64map_del(&live, addr, &birth)) continue;
+            if (fcs && (sqlite3_column_int64(s, 5) & REC_F_PENDING) && !u64map_del(&early, fc_key(s), NULL) &&
+                (u64map_put(&pend, addr, birth) != 0 || u64map_put(&pend_key, addr, fc_key(s)) != 0)) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
             if (kind == REC_FREE) fprintf(out, "f %" PRIu64 "\n", birth);
             else fprintf(out, "fa %" PRIu64 " %" PRId64 "\n", birth, stream);
         }
         lines++;
     }
     sqlite3_finalize(s);
+    /* frees still waiting when the recording stopped: their blocks never came back in the run */
+    if (rc == SQLITE_DONE && pend.count) {
+        uint64_t *births = malloc(pend.count * sizeof *births);
+        size_t nb = 0;
+        for (uint64_t i = 0; births && i <= pend.mask; i++)
+            if (pend.keys[i] != U64MAP_EMPTY) births[nb++] = pend.vals[i];
+        if (births) {
+            qsort(births, nb, sizeof *births, cmp_u64);
+            for (size_t i = 0; i < nb; i++) fprintf(out, "fc %" PRIu64 "\n", births[i]);
+        }
+        free(births);
+    }
     u64map_free(&live);
+    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early);
     if (rc == SQLITE_NOMEM) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
         return GM_EXIT_BADDB;

@@ -677,8 +677,98 @@ static int add_ooms(gm_db *d, adv_model *am) {
     return rc;
 }
 
+/* The recording's free_completed events (kind 29: a free that waited for stream events landed)
+ * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
+ * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
+ * one at the end. The model's allocation index is the rank of the allocation's event among kinds
+ * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
+ * allocation by device and allocator id. A free_completed goes before the first model event
+ * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes. */
+static int add_free_completed(gm_db *d, adv_model *am) {
+    sqlite3_stmt *st;
+    int any = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 29 OR (kind IN (2, 4) AND (flags & 8192) != 0) LIMIT 1",
+                           -1, &st, NULL) == SQLITE_OK) {
+        any = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    if (!any || sqlite3_prepare_v2(d->db, "SELECT kind, device, alloc_id, t, flags FROM events "
+                                          "WHERE kind IN (1, 2, 3, 4, 29) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    u64map idx = {0};            /* (device, allocator id) -> allocation index */
+    u64map pend = {0}, early = {0}; /* frees waiting for their free_completed; ones that came first */
+    adv_ev *fc = NULL;
+    size_t nfc = 0, cap = 0, na = 0;
+    uint64_t last_t = 0;
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 0);
+        uint64_t id = (uint64_t)sqlite3_column_int64(st, 2);
+        uint64_t key = id ^ ((uint64_t)(sqlite3_column_int64(st, 1) & 0xff) << 56);
+        last_t = (uint64_t)sqlite3_column_int64(st, 3);
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+            if (id && u64map_put(&idx, key, na) != 0) rc = -1;
+            na++;
+            continue;
+        }
+        if (!id) continue;
+        if (kind != REC_FREE_COMPLETED) {
+            if ((sqlite3_column_int64(st, 4) & REC_F_PENDING) && !u64map_del(&early, key, NULL) &&
+                u64map_put(&pend, key, 1) != 0)
+                rc = -1;
+            continue;
+        }
+        if (!u64map_del(&pend, key, NULL)) {
+            if (u64map_put(&early, key, 1) != 0) rc = -1;
+            continue; /* landed before its free was recorded: reusable at the free */
+        }
+        const uint64_t *a = u64map_get(&idx, key);
+        if (!a || *a >= am->nallocs) continue;
+        if (nfc == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            adv_ev *n = realloc(fc, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            fc = n, cap = nc;
+        }
+        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = last_t};
+    }
+    sqlite3_finalize(st);
+    /* still waiting when the recording stopped: held to the end */
+    for (uint64_t i = 0; rc == 0 && pend.keys && i <= pend.mask; i++) {
+        if (pend.keys[i] == U64MAP_EMPTY) continue;
+        const uint64_t *a = u64map_get(&idx, pend.keys[i]);
+        if (!a || *a >= am->nallocs) continue;
+        if (nfc == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            adv_ev *n = realloc(fc, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            fc = n, cap = nc;
+        }
+        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = UINT64_MAX};
+    }
+    u64map_free(&idx), u64map_free(&pend), u64map_free(&early);
+    if (rc == 0 && nfc) { /* merge by time: both lists are in recorded order */
+        adv_ev *evs = malloc((am->nevs + nfc) * sizeof *evs);
+        if (!evs) rc = -1;
+        for (size_t i = 0, j = 0, k = 0; evs && k < am->nevs + nfc; k++)
+            evs[k] = j < nfc && (i == am->nevs || fc[j].t < am->evs[i].t) ? fc[j++] : am->evs[i++];
+        if (evs) {
+            free(am->evs);
+            am->evs = evs;
+            am->nevs += nfc;
+        }
+    }
+    free(fc);
+    return rc;
+}
+
 int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     if (adv_model_load(d, am, err, errsz) != 0) return -1;
+    if (add_free_completed(d, am) != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
     /* advise's model drops the limit (it predicts how much is needed); configurations are
      * judged under the limit the program ran with */
     alloc_config_t rc;

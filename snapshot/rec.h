@@ -77,7 +77,12 @@ enum rec_kind {
     REC_ARRAY_ALLOC = 27,    /* a CUDA array (passed through): addr = CUarray, size = bytes of
                                 its elements (the driver's own padding is not known) */
     REC_ARRAY_FREE = 28,     /* cuArrayDestroy / cudaFreeArray: addr = CUarray */
-    REC_KIND_MAX_ = 29
+    /* 29: a free that waited for stream events (PENDING, fenced) landed in the allocator: its
+     * block is reusable from here (PyTorch snapshots' free_completed). addr, size = the block,
+     * alloc_id = the allocation's id (as on its alloc and free events), stream = the stream of
+     * the allocation. Frees that are reusable at once have none. */
+    REC_FREE_COMPLETED = 29,
+    REC_KIND_MAX_ = 30
 };
 
 /* REC_DEVICE_INFO's alloc_id: when the sample was taken. */
@@ -94,6 +99,8 @@ enum rec_devinfo_when {
 #define REC_F_POOL 0x800u       /* allocation from a pool the program chose (cuMemAllocFromPoolAsync) */
 #define REC_F_FRAMEWORK 0x1000u /* allocation made through the framework's allocator hook
                                    (gpumem_torch_malloc: PyTorch's pluggable allocator) */
+#define REC_F_PENDING 0x2000u   /* a free whose block waits for stream events: a free_completed
+                                   (REC_FREE_COMPLETED) follows when it lands */
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

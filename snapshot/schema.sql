@@ -162,3 +162,10 @@ CREATE VIEW stack_frames AS
           FROM (SELECT * FROM inlines WHERE frame = f.id ORDER BY depth) i) AS inlined_into,
          f.python AS python
   FROM stacks s JOIN frames f ON f.id = s.frame LEFT JOIN modules m ON m.id = f.module;
+
+-- Event kind 29 'free_completed' (added within 1.3; older files have none): a free that waited
+-- for stream events landed in gpumem's allocator, so its block became reusable at that point of
+-- the event order (PyTorch snapshots' free_completed). addr, size = the block, alloc_id = the
+-- allocation's (as on its alloc and free events), stream = the allocation's. A free whose block
+-- was reusable at once (same stream, or after cudaFree's synchronization) has none.
+INSERT INTO kinds VALUES (29,'free_completed');

@@ -21,6 +21,11 @@
  *                        imported and mapped again shows its bytes ("ipc-export ok").
  *   streams_app churn N  N streams created (in batches of 64), each used for one allocation
  *                        and destroyed: the address space reserved for each comes back.
+ *   streams_app uses     a block allocated on stream A is read by a slow kernel on stream B (no
+ *                        record_stream), freed in stream order on A and allocated again on A:
+ *                        with access tracking the new owner's bytes never reach the kernel
+ *                        (meaningful on the asynchronous virtual GPU). Prints "uses reused
+ *                        <0|1>" (whether the new allocation got the old block's address).
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -505,10 +510,53 @@ static void churn(int n)
     }
 }
 
+/* ---- uses seen by access tracking ----------------------------------------------------------- */
+
+/* A block allocated and freed in stream order on A while a kernel on B still reads it: nothing
+ * but access tracking tells gpumem about B (the program never calls record_stream, as a program
+ * that forgot it would not). The kernel checks a canary written by the block's owner before the
+ * free; the next owner, on A, overwrites what it gets at once. */
+static void uses(void)
+{
+    size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)};
+    void *f = sim_kernel("k_slow_check", k_slow_check, 3, sz);
+    if (bad) return;
+    enum { N = 1 << 16 };
+    cudaStream_t sa, sb;
+    void *p = NULL, *q = NULL;
+    static int ok = -1;
+    RT(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+    RT(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+    RT(cudaMallocAsync(&p, N, sa));
+    RT(cudaMemsetAsync(p, 0xab, N, sa));
+    RT(cudaStreamSynchronize(sa));
+    uint64_t n = N;
+    int *okp = &ok;
+    void *args[] = {&p, &n, &okp};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel(f, g, b, args, 0, sb)); /* reads p for 50 ms, on B */
+    RT(cudaFreeAsync(p, sa));
+    /* long enough for a fence on an idle stream to complete, well inside the kernel's 50 ms */
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    RT(cudaMallocAsync(&q, N, sa));
+    RT(cudaMemsetAsync(q, 0x11, N, sa));
+    RT(cudaStreamSynchronize(sa));
+    RT(cudaStreamSynchronize(sb));
+    printf("uses reused %d\n", p == q);
+    check(ok == 1, "uses: the kernel on stream B saw its block overwritten: the block was handed "
+                   "out again on stream A before B's work was done");
+    RT(cudaFreeAsync(q, sa));
+    RT(cudaStreamSynchronize(sa));
+    RT(cudaStreamDestroy(sa));
+    RT(cudaStreamDestroy(sb));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N\n");
+        fprintf(stderr,
+                "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
@@ -525,6 +573,8 @@ int main(int argc, char **argv)
         multidev();
     else if (!strcmp(argv[1], "churn") && argc > 2)
         churn(atoi(argv[2]));
+    else if (!strcmp(argv[1], "uses"))
+        uses();
     else {
         fprintf(stderr, "streams_app: unknown mode '%s'\n", argv[1]);
         return 2;

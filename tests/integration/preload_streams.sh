@@ -17,6 +17,10 @@
 #   - gpumem_record_stream is exported, accepts a gpumem block (interior pointers too), refuses a
 #     host pointer, and the recording holds it as event kind 21 'record_stream' (addr = the
 #     pointer, stream = the stream);
+#   - access tracking's uses fence a block: allocated on stream A, read by a slow kernel on stream
+#     B (no record_stream), freed in stream order on A and allocated again on A, the kernel never
+#     sees the next owner's bytes on the asynchronous virtual GPU; with tracking off
+#     (GPUMEM_USES=0) the same program is caught by its canary (the check can fail);
 #   - streams created and destroyed by the thousand give their reserved address space back: with
 #     a 4 TiB virtual device (each stream's pool reserves 4 TiB of address space) the host's
 #     128 TiB would run out after ~30 streams otherwise.
@@ -77,6 +81,13 @@ check_eq "one record_stream event, on the block's pointer and the named stream" 
          WHERE e.kind = 21 AND e.addr = $((ptr + 4096)) AND s.handle = $stream")" 1
 check_eq "kind 21 is named" "$(q "SELECT name FROM kinds WHERE id = 21")" record_stream
 check_eq "the schema says 1.3" "$(q "SELECT value FROM meta WHERE key = 'schema_minor'")" 3
+
+GPUMEM_SIM_ASYNC=1 GPUMEM_DB="$TMP/uses.db" LD_PRELOAD=$LIB "$APPS/streams_app" uses >"$TMP/uses.out" 2>"$TMP/uses.err"
+check_eq "a block used by a kernel on another stream (seen by access tracking) is not reused under it: exit status" "$?" 0
+cat "$TMP/uses.out"
+GPUMEM_USES=0 GPUMEM_SIM_ASYNC=1 GPUMEM_DB="$TMP/uses0.db" LD_PRELOAD=$LIB "$APPS/streams_app" uses >"$TMP/uses0.out" 2>"$TMP/uses0.err"
+check_eq "without access tracking the canary catches the reuse (the check can fail): exit status" "$?" 1
+check_eq "... the kernel saw the next owner's bytes" "$(grep -c 'saw its block overwritten' "$TMP/uses0.out")" 1
 
 if [[ ${SAN:-} == thread ]]; then
   echo "note: no 4 TiB address ranges under ThreadSanitizer (its shadow memory takes the space)"

@@ -80,6 +80,38 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
 done
 echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpumem, pytorch, pytorch-expandable)"
 
+# the same on the asynchronous virtual GPU, where a free fenced on the other stream stays pending
+# until that stream's worker has run its event: the recording says when each landed
+# (free_completed, kind 29; the frees that waited are flagged 8192), the trace has an "fc" line
+# for each, and the replay holds the free until then. Without them (an older recording: the
+# events and flags removed) the export has no "fc" line and the replay frees at once, as before.
+for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
+  GPUMEM_SIM_ASYNC=1 GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$c: cross-stream run (async)"; }
+  "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (async)"
+  read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
+  echo "async $c: recorded peak reserved $rec, replayed $rep"
+  [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
+  n29=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 29")
+  npend=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind IN (2, 4) AND (flags & 8192) != 0")
+  [[ $n29 -gt 0 && $npend -ge $n29 ]] || fail "$c (async): $n29 free_completed events for $npend frees that waited"
+  "$GM" export --format trace "$TMP/x.db" > "$TMP/x.trace" || fail "$c: export (async)"
+  [[ $(grep -c '^fc ' "$TMP/x.trace") == "$npend" ]] || fail "$c (async): want one fc line per free that waited ($npend)"
+  "$BUILD/alloc/gpumem-replay" --conf "$c" "$TMP/x.trace" | grep -q " peak_reserved=$rec " \
+    || fail "$c (async): gpumem-replay of the exported trace does not find $rec"
+  [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 29") == free_completed ]] || fail "kind 29 is not named"
+  # an older recording: no free_completed, no flag
+  sqlite3 "$TMP/x.db" "DELETE FROM events WHERE kind = 29; UPDATE events SET flags = flags & ~8192"
+  "$GM" export --format trace "$TMP/x.db" > "$TMP/old.trace" || fail "$c: export of the older recording"
+  ! grep -q '^fc ' "$TMP/old.trace" || fail "$c: fc lines from a recording without free_completed"
+  [[ $(grep -v '^fc ' "$TMP/x.trace") == "$(cat "$TMP/old.trace")" ]] || fail "$c: the older recording's trace differs beyond its fc lines"
+  old=$("$BUILD/alloc/gpumem-replay" --conf "$c" "$TMP/old.trace" | grep -o ' peak_reserved=[0-9]*' | cut -d= -f2)
+  "$GM" tune --json "$TMP/x.db" > "$TMP/old.json" || fail "$c: tune on the older recording"
+  jq -e --arg c "$c" --argjson o "$old" '[.results[] | select(.conf == $c)][0].peak_reserved == $o' "$TMP/old.json" > /dev/null \
+    || fail "$c: tune on the older recording does not replay as the trace without fc lines ($old)"
+  rm -f "$TMP/x.db"
+done
+echo "ok: on the asynchronous virtual GPU too (free_completed), and older recordings replay as before"
+
 # a recording through the pluggable-allocator entry points: the trace tells the framework's
 # allocations ("a") from a library's own ("ax", which the pytorch presets do not cache)
 "$GM" record -q -o "$TMP/t.db" -- "$APP" torch > "$TMP/t.txt" 2>&1 || { cat "$TMP/t.txt"; fail "torch-style run"; }

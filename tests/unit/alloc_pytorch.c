@@ -493,6 +493,31 @@ static void test_replay_record_stream(void **state)
     assert_int_equal(r.peak_allocated, 40 * MiB);
 }
 
+/* gpumem's free_completed (`fc`): a free in stream order on another stream whose block came back
+ * later in the recording is held until its `fc`, under every preset; a free with no `fc` after it
+ * (reusable at once in the run, or one whose `fc` was recorded first) is not held. Without `fc`
+ * lines nothing is held (older recordings replay as before). */
+static void test_replay_free_completed(void **state)
+{
+    (void)state;
+    const char *plain = "a 1 41943040 1\nfa 1 2\na 2 41943040 1\n";
+    const char *held = "a 1 41943040 1\nfa 1 2\na 2 41943040 1\nfc 1\na 3 41943040 1\n";
+    const char *first = "a 1 41943040 1\nfc 1\nfa 1 2\na 2 41943040 1\na 3 1048576 1\nfc 3\n";
+    const char *names[] = {"preset:gpumem", "preset:pytorch", "preset:pytorch-expandable"};
+    for (size_t i = 0; i < 3; i++) {
+        alloc_replay_result_t r = replay(names[i], plain, 0);
+        assert_int_equal(r.peak_reserved, 40 * MiB);
+        assert_int_equal(r.held_frees, 0);
+        r = replay(names[i], held, 0);
+        assert_int_equal(r.peak_reserved, 80 * MiB); /* a 2 could not reuse 1's block */
+        assert_int_equal(r.held_frees, 1);
+        assert_int_equal(r.peak_allocated, 80 * MiB);
+        r = replay(names[i], first, 0);
+        assert_int_equal(r.peak_reserved, 42 * MiB); /* 2 reuses 1; 3 maps a small page */
+        assert_int_equal(r.held_frees, 0);
+    }
+}
+
 /* ax: a library's own cudaMalloc is not PyTorch's: not cached, not in reserved, under the pytorch
  * presets; gpumem serves it like any allocation. */
 static void test_replay_other_allocator(void **state)
@@ -536,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_oom_release_available),
         cmocka_unit_test(test_oom_release_cached),
         cmocka_unit_test(test_replay_record_stream),
+        cmocka_unit_test(test_replay_free_completed),
         cmocka_unit_test(test_replay_other_allocator),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

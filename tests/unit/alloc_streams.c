@@ -219,6 +219,40 @@ static void test_fence_only_recorded_streams(void **state)
     done(f);
 }
 
+/* Access tracking saw a kernel on stream 0x1010 use a block allocated on 0x1000 (at its start,
+ * and at an interior address of another block): a free in stream order on the allocation stream
+ * waits for 0x1010 (one event there, no reuse before it completes), where without the use it is
+ * reusable at once. A plain free of a block with only tracked uses still fences every stream. */
+static void test_tracked_uses_fence(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    for (uintptr_t s = 0x1000; s < 0x1000 + 8 * 8; s += 8)
+        alloc_note_stream(f->a, s);
+    uint64_t p = must_alloc(f, 1 << 20, 0x1000), q = must_alloc(f, 1 << 20, 0x1000);
+    uint64_t words[] = {p, q + 4096, 12345, p + 8, 0x1000}; /* p twice; noise */
+    assert_int_equal(alloc_use_streams(f->a, words, 5, 0x1010), 2);
+    assert_int_equal(alloc_use_streams(f->a, words, 5, 0x1010), 0); /* known already */
+    assert_int_equal(alloc_use_streams(f->a, words, 2, 0x1000), 0); /* the allocation stream */
+    unsigned before = f->records;
+    assert_int_equal(alloc_free_async(f->a, p, 0x1000), ALLOC_OK);
+    assert_int_equal(f->records - before, 1);
+    assert_int_equal(pending_on(f, 0x1010), 1);
+    assert_true(must_alloc(f, 1 << 20, 0x1000) != p); /* the kernel on 0x1010 may still read it */
+    complete_stream(f, 0x1010);
+    assert_true(must_alloc(f, 1 << 20, 0x1000) == p);
+    /* no use seen: a free in stream order on the allocation stream needs no event */
+    uint64_t r = must_alloc(f, 1 << 20, 0x1000);
+    before = f->records;
+    assert_int_equal(alloc_free_async(f->a, r, 0x1000), ALLOC_OK);
+    assert_int_equal(f->records, before);
+    /* cudaFree of q (tracked use only): every stream, not just 0x1010 */
+    before = f->records;
+    assert_int_equal(alloc_free(f->a, q), ALLOC_OK);
+    assert_int_equal(f->records - before, 8);
+    done(f);
+}
+
 /* cudaFree waits for the whole device: a block nobody named streams for (no record_stream) waits
  * for every stream, wherever it was allocated. A free in stream order on the block's own stream
  * (cudaFreeAsync, PyTorch's free) needs no event at all. */
@@ -476,6 +510,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fence_only_recorded_streams),
+        cmocka_unit_test(test_tracked_uses_fence),
         cmocka_unit_test(test_plain_free_fences_every_stream),
         cmocka_unit_test(test_frees_land_per_stream),
         cmocka_unit_test(test_failed_record_keeps_stream),
