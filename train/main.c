@@ -238,9 +238,6 @@ static double now_ms(void)
  * measurable cost for the large models. libgomp reads OMP_WAIT_POLICY when it is loaded,
  * before main, so the program re-executes itself once with it set — unless the user chose a
  * policy (then it is respected) or /proc/self/exe is unavailable (then it runs as is). */
-static int main_run(const gpt2_opts *po, const char *model, const char *data, const char *load,
-                    const char *save);
-
 static void prefer_passive_openmp(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY")) return;
@@ -249,11 +246,12 @@ static void prefer_passive_openmp(char **argv)
     unsetenv("OMP_WAIT_POLICY"); /* exec failed: carry on with the default policy */
 }
 
-int main(int argc, char **argv)
+/* The flags into *po and the four names; -1 to go on, else the exit status (0 after --help). */
+static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel,
+                       const char **pdata, const char **pload, const char **psave)
 {
-    if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
-    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
-    const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
+    gpt2_opts o = *po;
+    const char *model = *pmodel, *data = NULL, *load = NULL, *save = NULL;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
     static const char *const off_names[] = {"activations", "optimizer"};
     for (int i = 1; i < argc; i++) {
@@ -320,17 +318,21 @@ int main(int argc, char **argv)
         }
         if (bad) return 1;
     }
-    if (dist_init(&argc, &argv)) return 1;
-    const int rc = main_run(&o, model, data, load, save);
-    dist_finalize();
-    return rc;
+    *po = o;
+    *pmodel = model, *pdata = data, *pload = load, *psave = save;
+    return -1;
 }
 
-/* After the flags (and MPI_Init, with several ranks). */
-static int main_run(const gpt2_opts *po, const char *model, const char *data, const char *load,
-                    const char *save)
+int main(int argc, char **argv)
 {
-    gpt2_opts o = *po;
+    if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
+    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
+    const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
+    const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save);
+    if (parsed >= 0) return parsed;
+    /* Several ranks: MPI_Init under a launcher (train/dist.h), MPI_Finalize at exit. */
+    if (dist_init(&argc, &argv)) return 1;
+    atexit(dist_finalize);
     const int rank = dist_rank(), world = dist_world();
     gpt2_config cfg;
     if (load) {
