@@ -443,11 +443,16 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
         if (!shown) fputs("  nothing: every class is as large on another rank\n", out);
     }
     if (nsteps) {
-        fputs("\nTimeline: peak allocated per step\n  step  ", out);
+        /* a long run: at most about 40 rows, the last step always (--json has every one) */
+        size_t stride = (nsteps + 39) / 40;
+        fputs("\nTimeline: peak allocated per step", out);
+        if (stride > 1) fprintf(out, " (one step in %zu, and the last; --json has all)", stride);
+        fputs("\n  step  ", out);
         for (size_t i = 0; i < n; i++)
             fprintf(out, " %12s%-" PRId64 "", "rank ", rs[i].rank);
         fputc('\n', out);
         for (size_t s = 0; s < nsteps; s++) {
+            if (s % stride && s + 1 < nsteps) continue;
             fprintf(out, "  %-5" PRId64 " ", steps[s]);
             for (size_t i = 0; i < n; i++) {
                 const rk_rank *r = &rs[i];
