@@ -134,6 +134,16 @@ for skew in 8 -8 4; do
     || fail "skewed layout ($skew), GIL released: frames read from the wrong fields were kept"
 done
 
+# ---- code objects freed and created again at the same addresses (exec in a loop): every
+# allocation carries its own function (the caches check what identifies a code object)
+for mode in gil nogil; do
+  "$GPUMEM" record -q -o "$TMP/churn-$mode.db" -- "$PY" "$SRC/exec_churn.py" "$RT" $mode > "$TMP/churn.out" 2>&1 \
+    && grep -q "exec_churn: done" "$TMP/churn.out" || { cat "$TMP/churn.out"; fail "exec_churn.py ($mode) failed"; }
+  inner="SELECT e.requested AS req, (SELECT function FROM stack_frames f WHERE f.stack = e.stack AND f.python = 1 ORDER BY depth LIMIT 1) AS fn FROM events e WHERE e.kind = 1"
+  [[ $(q "$TMP/churn-$mode.db" "SELECT count(*) FROM ($inner) WHERE fn = 'churn_' || (req - 4096)") -eq 200 ]] \
+    || { q "$TMP/churn-$mode.db" "SELECT * FROM ($inner) WHERE fn IS NOT 'churn_' || (req - 4096) LIMIT 5"; fail "exec_churn.py ($mode): an allocation with another function's name"; }
+done
+
 # ---- GPUMEM_PYTHON
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
