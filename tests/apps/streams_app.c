@@ -166,14 +166,16 @@ static void record(void)
 
 /* ---- several devices ----------------------------------------------------------------------- */
 
-/* k_slow_check(unsigned char *p, uint64_t n, int *ok): after 50 ms, are all n bytes 0xab? A host
- * kernel of the virtual GPU (sim_register_kernel, found in the driver with dlsym). */
+/* k_slow_check(unsigned char *p, uint64_t n, int *ok): after slow_check_ms (50 ms; uses: 250), are
+ * all n bytes 0xab? A host kernel of the virtual GPU (sim_register_kernel, found in the driver with
+ * dlsym). */
+static long slow_check_ms = 50;
 static void k_slow_check(void **a)
 {
     volatile unsigned char *p = *(unsigned char **)a[0];
     uint64_t n = *(uint64_t *)a[1];
     int *ok = *(int **)a[2];
-    struct timespec ts = {0, 50 * 1000 * 1000};
+    struct timespec ts = {slow_check_ms / 1000, slow_check_ms % 1000 * 1000 * 1000};
     nanosleep(&ts, NULL);
     int good = 1;
     for (uint64_t i = 0; i < n; i++)
@@ -521,6 +523,7 @@ static void uses(void)
     size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)};
     void *f = sim_kernel("k_slow_check", k_slow_check, 3, sz);
     if (bad) return;
+    slow_check_ms = 250; /* the next owner's memset on A has ample time to run meanwhile */
     enum { N = 1 << 16 };
     cudaStream_t sa, sb;
     void *p = NULL, *q = NULL;
@@ -534,9 +537,9 @@ static void uses(void)
     int *okp = &ok;
     void *args[] = {&p, &n, &okp};
     dim3 g = {1, 1, 1}, b = {1, 1, 1};
-    RT(cudaLaunchKernel(f, g, b, args, 0, sb)); /* reads p for 50 ms, on B */
+    RT(cudaLaunchKernel(f, g, b, args, 0, sb)); /* reads p after 250 ms, on B */
     RT(cudaFreeAsync(p, sa));
-    /* long enough for a fence on an idle stream to complete, well inside the kernel's 50 ms */
+    /* long enough for a fence on an idle stream to complete, well inside the kernel's sleep */
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
     RT(cudaMallocAsync(&q, N, sa));
