@@ -27,12 +27,19 @@ fuzz_run() {
     # paths (seen: alloc_fuzz, 950 vs 948 edges), so the short run goes without it
     if setarch -R true 2> /dev/null; then fixed=(setarch -R); fi
   fi
+  local t0=$SECONDS
   TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1 "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" -max_len="$max_len" \
     -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
     "${dirs[@]}" > "$tmp/log" 2>&1
   local rc=$?
   grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_runs|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -8
   echo "$name: seed $seed, $runs runs, corpus $(ls "$corpus" | wc -l) committed inputs"
+  if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
+    # the campaign's figures: the log is kept (GPUMEM_FUZZ_LOG, default $BUILD/fuzz-logs/NAME.log)
+    local keep=${GPUMEM_FUZZ_LOG:-$BUILD/fuzz-logs/$name.log}
+    mkdir -p "$(dirname "$keep")" && cp "$tmp/log" "$keep"
+    echo "$name: rc $rc, $((SECONDS - t0)) s wall, corpus now $(ls "$BUILD/fuzz-corpus/$name" | wc -l) inputs in $BUILD/fuzz-corpus/$name, log $keep"
+  fi
   if [[ $rc -ne 0 ]]; then
     tail -40 "$tmp/log"
     mkdir -p "$BUILD/tests/fuzz/crashes" && cp "$tmp"/crash-* "$tmp"/timeout-* "$tmp"/leak-* "$tmp"/oom-* "$BUILD/tests/fuzz/crashes/" 2>/dev/null
