@@ -7,6 +7,8 @@
 #   long (GPUMEM_FUZZ=long, make fuzz): GPUMEM_FUZZ_RUNS (default 10 million) executions with
 #     a random seed; new interesting inputs go to $BUILD/fuzz-corpus/<target>/, crashes to
 #     $BUILD/tests/fuzz/crashes/ (add each one to tests/fuzz/corpus/<target>/ with its fix).
+#     GPUMEM_FUZZ_SECONDS bounds each target's time; the log stays in GPUMEM_FUZZ_LOG
+#     (default $BUILD/fuzz-logs/<target>.log).
 # fuzz_run NAME FUZZER CORPUS_DIR SHORT_RUNS MAX_LEN [extra libFuzzer flags...]
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -20,6 +22,8 @@ fuzz_run() {
   local runs seed dirs=("$tmp/corpus") fixed=()
   if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
     runs=${GPUMEM_FUZZ_RUNS:-10000000}; seed=0
+    # a time bound for a campaign that cannot reach its run count (libFuzzer exits 0 at it)
+    if [[ -n ${GPUMEM_FUZZ_SECONDS:-} ]]; then set -- "$@" -max_total_time="$GPUMEM_FUZZ_SECONDS"; fi
     mkdir -p "$BUILD/fuzz-corpus/$name" && dirs=("$BUILD/fuzz-corpus/$name" "$tmp/corpus")
   else
     runs=${GPUMEM_FUZZ_RUNS:-$short_runs}; seed=1
