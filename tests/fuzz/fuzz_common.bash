@@ -42,6 +42,11 @@ fuzz_run() {
     # the campaign's figures: the log is kept (GPUMEM_FUZZ_LOG, default $BUILD/fuzz-logs/NAME.log)
     local keep=${GPUMEM_FUZZ_LOG:-$BUILD/fuzz-logs/$name.log}
     mkdir -p "$(dirname "$keep")" && cp "$tmp/log" "$keep"
+    # inputs slower than 10 s (-report_slow_units): kept to look at, they do not fail the run
+    if compgen -G "$tmp/slow-unit-*" > /dev/null; then
+      mkdir -p "$BUILD/tests/fuzz/slow" && cp "$tmp"/slow-unit-* "$BUILD/tests/fuzz/slow/"
+      echo "$name: slow inputs kept in $BUILD/tests/fuzz/slow"
+    fi
     echo "$name: rc $rc, $((SECONDS - t0)) s wall, corpus now $(ls "$BUILD/fuzz-corpus/$name" | wc -l) inputs in $BUILD/fuzz-corpus/$name, log $keep"
   fi
   if [[ $rc -ne 0 ]]; then
