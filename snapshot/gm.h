@@ -29,6 +29,10 @@ typedef struct gm_db {
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
  * and what to do). Never crashes on a bad file. */
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz);
+/* The same checks on a database image in memory (a copy is opened with sqlite3_deserialize; name
+ * stands for the path in messages). The fuzzers use it: no file per input. */
+int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, char *err,
+                   size_t errsz);
 /* Databases open read-only for every statement (PRAGMA query_only); on = 1 lets this
  * connection write (returns -1 when the file is not writable), on = 0 forbids it again. */
 int gm_db_allow_writes(gm_db *d, int on);

@@ -62,6 +62,8 @@ void gm_db_close(gm_db *d) {
     d->db = NULL;
 }
 
+static int db_validate(gm_db *d, char *err, size_t errsz);
+
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "%s", path);
@@ -104,6 +106,14 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
         gm_db_close(d);
         return -1;
     }
+    return db_validate(d, err, errsz);
+}
+
+/* Checks what SQLite opened (d->db; d->path names it in messages): the meta table, the schema
+ * version, the tables. */
+static int db_validate(gm_db *d, char *err, size_t errsz) {
+    const char *path = d->path;
+    int rc;
     sqlite3_busy_timeout(d->db, 2000);
     sqlite3_exec(d->db, "PRAGMA cache_size=-65536", NULL, NULL, NULL);
     sqlite3_stmt *s;
@@ -163,6 +173,40 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
      * killed recorder left (run.db-wal) into run.db, so one file holds everything after it. */
     sqlite3_exec(d->db, "PRAGMA query_only=1", NULL, NULL, NULL);
     return 0;
+}
+
+int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, char *err,
+                   size_t errsz) {
+    memset(d, 0, sizeof *d);
+    snprintf(d->path, sizeof d->path, "%s", name);
+    if (size < 16 || memcmp(data, "SQLite format 3", 16) != 0) {
+        snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
+                 "before its first page)", name);
+        return -1;
+    }
+    unsigned char *copy = sqlite3_malloc64(size);
+    if (!copy || sqlite3_open_v2(":memory:", &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                                 NULL) != SQLITE_OK) {
+        sqlite3_free(copy);
+        snprintf(err, errsz, "%s: out of memory", name);
+        gm_db_close(d);
+        return -1;
+    }
+    memcpy(copy, data, size);
+    /* an image has no -wal beside it: read a WAL-mode file as the rollback file it then is
+     * (header bytes 18-19, write and read versions: 2 = WAL, which memdb cannot open) */
+    if (size >= 20 && copy[18] == 2) copy[18] = 1;
+    if (size >= 20 && copy[19] == 2) copy[19] = 1;
+    /* FREEONCLOSE: SQLite frees the copy, also when this fails */
+    if (sqlite3_deserialize(d->db, "main", copy, (sqlite3_int64)size, (sqlite3_int64)size,
+                            SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE) !=
+        SQLITE_OK) {
+        snprintf(err, errsz, "%s: SQLite cannot open it: %s", name, sqlite3_errmsg(d->db));
+        gm_db_close(d);
+        return -1;
+    }
+    d->writable = 1;
+    return db_validate(d, err, errsz);
 }
 
 int gm_db_allow_writes(gm_db *d, int on) {

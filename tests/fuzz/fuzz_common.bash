@@ -7,6 +7,8 @@
 #   long (GPUMEM_FUZZ=long, make fuzz): GPUMEM_FUZZ_RUNS (default 10 million) executions with
 #     a random seed; new interesting inputs go to $BUILD/fuzz-corpus/<target>/, crashes to
 #     $BUILD/tests/fuzz/crashes/ (add each one to tests/fuzz/corpus/<target>/ with its fix).
+#     GPUMEM_FUZZ_SECONDS bounds each target's time; the log stays in GPUMEM_FUZZ_LOG
+#     (default $BUILD/fuzz-logs/<target>.log).
 # fuzz_run NAME FUZZER CORPUS_DIR SHORT_RUNS MAX_LEN [extra libFuzzer flags...]
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -20,6 +22,8 @@ fuzz_run() {
   local runs seed dirs=("$tmp/corpus") fixed=()
   if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
     runs=${GPUMEM_FUZZ_RUNS:-10000000}; seed=0
+    # a time bound for a campaign that cannot reach its run count (libFuzzer exits 0 at it)
+    if [[ -n ${GPUMEM_FUZZ_SECONDS:-} ]]; then set -- "$@" -max_total_time="$GPUMEM_FUZZ_SECONDS"; fi
     mkdir -p "$BUILD/fuzz-corpus/$name" && dirs=("$BUILD/fuzz-corpus/$name" "$tmp/corpus")
   else
     runs=${GPUMEM_FUZZ_RUNS:-$short_runs}; seed=1
@@ -27,12 +31,24 @@ fuzz_run() {
     # paths (seen: alloc_fuzz, 950 vs 948 edges), so the short run goes without it
     if setarch -R true 2> /dev/null; then fixed=(setarch -R); fi
   fi
+  local t0=$SECONDS
   TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1 "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" -max_len="$max_len" \
     -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
     "${dirs[@]}" > "$tmp/log" 2>&1
   local rc=$?
   grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_runs|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -8
   echo "$name: seed $seed, $runs runs, corpus $(ls "$corpus" | wc -l) committed inputs"
+  if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
+    # the campaign's figures: the log is kept (GPUMEM_FUZZ_LOG, default $BUILD/fuzz-logs/NAME.log)
+    local keep=${GPUMEM_FUZZ_LOG:-$BUILD/fuzz-logs/$name.log}
+    mkdir -p "$(dirname "$keep")" && cp "$tmp/log" "$keep"
+    # inputs slower than 10 s (-report_slow_units): kept to look at, they do not fail the run
+    if compgen -G "$tmp/slow-unit-*" > /dev/null; then
+      mkdir -p "$BUILD/tests/fuzz/slow" && cp "$tmp"/slow-unit-* "$BUILD/tests/fuzz/slow/"
+      echo "$name: slow inputs kept in $BUILD/tests/fuzz/slow"
+    fi
+    echo "$name: rc $rc, $((SECONDS - t0)) s wall, corpus now $(ls "$BUILD/fuzz-corpus/$name" | wc -l) inputs in $BUILD/fuzz-corpus/$name, log $keep"
+  fi
   if [[ $rc -ne 0 ]]; then
     tail -40 "$tmp/log"
     mkdir -p "$BUILD/tests/fuzz/crashes" && cp "$tmp"/crash-* "$tmp"/timeout-* "$tmp"/leak-* "$tmp"/oom-* "$BUILD/tests/fuzz/crashes/" 2>/dev/null

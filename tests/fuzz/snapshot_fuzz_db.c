@@ -2,43 +2,24 @@
  * path of `gpumem report` and `gpumem leaks` (open + validate, load + sweep, both printers,
  * text and JSON). The property: any file gives either a refusal with a message or a report,
  * never a crash, a sanitizer report, or a hang.
- * Build: clang -fsanitize=fuzzer,address,undefined (see snapshot/module.mk); seeds: a real
- * database written by the recorder (tests/fuzz/snapshot_fuzz.sh makes one). */
+ * Each input is opened in memory (gm_db_open_mem: gm_db_open's checks after its file checks, on
+ * an sqlite3_deserialize'd copy): no file, journal or WAL per input.
+ * Build: clang -fsanitize=fuzzer,address,undefined (see snapshot/module.mk); seeds: real
+ * databases written by the recorder (tests/fuzz/corpus/snapshot_db). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "snapshot/gm.h"
 
-static void remove_side_files(const char *p) {
-    char s[600];
-    snprintf(s, sizeof s, "%s-wal", p);
-    unlink(s);
-    snprintf(s, sizeof s, "%s-shm", p);
-    unlink(s);
-    snprintf(s, sizeof s, "%s-journal", p);
-    unlink(s);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static char path[512];
     static FILE *devnull;
-    if (!path[0]) {
-        const char *t = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/gpumem-fuzz-%ld.db", t && *t ? t : "/tmp", (long)getpid());
-        devnull = fopen("/dev/null", "w");
-    }
-    remove_side_files(path);
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    fwrite(data, 1, size, f);
-    fclose(f);
+    if (!devnull) devnull = fopen("/dev/null", "w");
     gm_db d;
     gm_model m;
     char err[8192];
-    if (gm_db_open(path, &d, err, sizeof err) == 0) {
+    if (gm_db_open_mem("fuzz.db", data, size, &d, err, sizeof err) == 0) {
         if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
             uint64_t leaked;
             gm_expand_inlines(&m); /* inline chains read from the file (no libdw: no disk) */
@@ -53,7 +34,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (!err[0]) {
         abort(); /* a refusal must say why */
     }
-    unlink(path);
-    remove_side_files(path);
     return 0;
 }
