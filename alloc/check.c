@@ -171,6 +171,11 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
         if (bit != (p->cls[c].root != NULL))
             return fail(err, errlen, "class %u: bitmap bit %d but tree %s", c, bit,
                         p->cls[c].root ? "non-empty" : "empty");
+        if (!bit) { /* most classes are empty: checked inline, the walk below is for trees */
+            if (p->cls_min[c] || p->cls[c].count)
+                return fail(err, errlen, "class %u: empty tree with a minimum or a count", c);
+            continue;
+        }
         size_t cnt = 0;
         if (p->cls[c].root && (p->cls[c].root->parent || p->cls[c].root->red))
             return fail(err, errlen, "class %u: bad root", c);
