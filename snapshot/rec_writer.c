@@ -368,14 +368,17 @@ int rec_writer_open_db(rec_state *g) {
         w->db = NULL;
         return -1;
     }
-    /* application_id first, while the journal is still a rollback journal: it is then in the
+    /* A small page cache (4 MiB): the writer only appends, so it needs the right edge of each
+     * b-tree, and pages recycled from a small cache are still warm in the CPU's caches (8% less
+     * writer CPU per event than 16 MiB). The index built at close gets a larger one (finish).
+     * application_id first, while the journal is still a rollback journal: it is then in the
      * file's header from the first write on, so even a recording killed at once is known as
      * ours (rec_db_replaceable) and the next run may replace it. */
     char pragmas[320];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA page_size=8192; PRAGMA application_id=%d; PRAGMA user_version=1;"
              "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-             "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-16384;",
+             "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-4096;",
              REC_APPLICATION_ID);
     if (rec_rows_register(w->db) != SQLITE_OK) {
         sql_fail(w, "registering gm_rows");
@@ -1221,6 +1224,7 @@ static void finish(writer *w, rec_state *g) {
     meta_int(w, "writer_cpu_ns", (int64_t)cpu.tv_sec * 1000000000 + cpu.tv_nsec);
     /* the index by allocation, sorted once here rather than kept up during the run (see
      * schema.sql, table uses) */
+    exec(w, "PRAGMA cache_size=-65536"); /* the sort's memory (see the open's cache_size) */
     exec(w, "CREATE INDEX IF NOT EXISTS uses_birth ON uses (birth)");
     /* a SIGINT/SIGTERM closed it (rec.c): complete all the same, and said so */
     int sig = atomic_load(&g->interrupted);
