@@ -453,9 +453,11 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         m->peak_reserved_seq = m->peak_allocated_seq;
         m->reserved = m->allocated;
     }
-    /* bytes leaked per step */
-    for (size_t i = 0; i < m->nallocs; i++) {
-        gm_alloc *a = &m->allocs[i];
+    /* bytes leaked per step: what is still live is what the live map holds (a walk of every
+     * allocation cost a tenth of the report on a long recording) */
+    for (uint64_t k = 0; w.live.keys && k <= w.live.mask; k++) {
+        if (w.live.keys[k] == U64MAP_EMPTY) continue;
+        gm_alloc *a = &m->allocs[w.live.vals[k]];
         if (a->death || !a->range) continue;
         const gm_range *r = gm_range_of(m, a->range);
         if (!r || r->step < 0) continue;
