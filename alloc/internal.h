@@ -35,10 +35,11 @@
 
 /* Size classes: exact 512 B steps below 2^A_SUB_BITS units, then 2^A_SUB_BITS classes per power
  * of two. Fine classes keep each class's tree small (a few blocks even with 10k free blocks), so
- * best fit touches few cache lines: 128 per power of two (classes 0.8% apart) cut the pair's
- * cost at 10k live blocks by about a third against 32 (tests/bench/alloc_bench.c). The index
- * costs 24 bytes per class and pool (~150 KiB a pool, untouched pages never resident). */
-#define A_SUB_BITS 7
+ * best fit touches few cache lines: 256 per power of two (classes 0.4% apart) bring the pair's
+ * cost at 10k live blocks within ~15% of the cost at 10, against ~40% with 32
+ * (tests/bench/alloc_bench.c). The index costs 24 bytes per class and pool (~300 KiB a pool,
+ * calloc'd: the pages of classes never used are never touched). */
+#define A_SUB_BITS 8
 #define A_SUB (1u << A_SUB_BITS)
 #define A_NCLS (A_SUB + (55u - A_SUB_BITS) * A_SUB)
 #define A_NCLS_WORDS ((A_NCLS + 63) / 64)
