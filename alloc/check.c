@@ -166,6 +166,9 @@ typedef struct {
 static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen)
 {
     size_t nfree = 0, nunmapped = 0, free_bytes = 0;
+    for (unsigned w = 0; w < A_NCLS_WORDS; w++)
+        if ((p->bitmap[w] != 0) != ((p->summary[w >> 6] >> (w & 63)) & 1))
+            return fail(err, errlen, "bitmap word %u: summary bit disagrees", w);
     for (unsigned c = 0; c < A_NCLS; c++) {
         bool bit = (p->bitmap[c >> 6] >> (c & 63)) & 1;
         if (bit != (p->cls[c].root != NULL))

@@ -43,6 +43,7 @@
 #define A_SUB (1u << A_SUB_BITS)
 #define A_NCLS (A_SUB + (55u - A_SUB_BITS) * A_SUB)
 #define A_NCLS_WORDS ((A_NCLS + 63) / 64)
+#define A_NCLS_SUMMARY ((A_NCLS_WORDS + 63) / 64) /* bit w: bitmap word w is not zero */
 
 /* ---- red-black tree (rbtree.c), intrusive, keyed by (size, addr) of the containing block */
 typedef struct rb_node {
@@ -115,6 +116,8 @@ typedef struct pool {
     bool small;
     size_t hsize; /* handle size for expandable ranges of this pool */
     uint64_t bitmap[A_NCLS_WORDS];
+    uint64_t summary[A_NCLS_SUMMARY]; /* the non-zero words of bitmap: a search skips empty
+                                         stretches of classes 4096 at a time */
     rb_tree_t cls[A_NCLS];
     struct blk *cls_min[A_NCLS]; /* first (smallest) block of each class tree: best fit in a
                                     higher class, and often in the request's own, without a
