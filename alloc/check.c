@@ -171,24 +171,24 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             return fail(err, errlen, "bitmap word %u: summary bit disagrees", w);
     for (unsigned c = 0; c < A_NCLS; c++) {
         bool bit = (p->bitmap[c >> 6] >> (c & 63)) & 1;
-        if (bit != (p->cls[c].root != NULL))
+        if (bit != (p->cls[c].t.root != NULL))
             return fail(err, errlen, "class %u: bitmap bit %d but tree %s", c, bit,
-                        p->cls[c].root ? "non-empty" : "empty");
+                        p->cls[c].t.root ? "non-empty" : "empty");
         if (!bit) { /* most classes are empty: checked inline, the walk below is for trees */
-            if (p->cls_min[c] || p->cls[c].count)
+            if (p->cls[c].min || p->cls[c].t.count)
                 return fail(err, errlen, "class %u: empty tree with a minimum or a count", c);
             continue;
         }
         size_t cnt = 0;
-        if (p->cls[c].root && (p->cls[c].root->parent || p->cls[c].root->red))
+        if (p->cls[c].t.root && (p->cls[c].t.root->parent || p->cls[c].t.root->red))
             return fail(err, errlen, "class %u: bad root", c);
-        if (rb_verify(p->cls[c].root, NULL, &cnt) < 0)
+        if (rb_verify(p->cls[c].t.root, NULL, &cnt) < 0)
             return fail(err, errlen, "class %u: red-black tree broken", c);
-        if (p->cls_min[c] != rb_first(&p->cls[c]))
+        if (p->cls[c].min != rb_first(&p->cls[c].t))
             return fail(err, errlen, "class %u: cached minimum is not the tree's first block", c);
-        if (cnt != p->cls[c].count)
+        if (cnt != p->cls[c].t.count)
             return fail(err, errlen, "class %u: tree has %zu nodes, count says %zu", c, cnt,
-                        p->cls[c].count);
+                        p->cls[c].t.count);
         nfree += cnt;
     }
     size_t ucnt = 0;
@@ -252,7 +252,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 mapped_bytes += b->size;
                 break;
             case B_FREE:
-                if (!rb_contains(&p->cls[a_size_class(b->size)], b))
+                if (!rb_contains(&p->cls[a_size_class(b->size)].t, b))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);
                 if (b->rb.split != a_block_is_split(b))

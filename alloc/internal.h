@@ -118,10 +118,13 @@ typedef struct pool {
     uint64_t bitmap[A_NCLS_WORDS];
     uint64_t summary[A_NCLS_SUMMARY]; /* the non-zero words of bitmap: a search skips empty
                                          stretches of classes 4096 at a time */
-    rb_tree_t cls[A_NCLS];
-    struct blk *cls_min[A_NCLS]; /* first (smallest) block of each class tree: best fit in a
-                                    higher class, and often in the request's own, without a
-                                    descent through cold nodes */
+    /* per class: its tree and its first (smallest) block, side by side (one cache line for
+     * both): best fit in a higher class, and often in the request's own, without a descent
+     * through cold nodes */
+    struct {
+        rb_tree_t t;
+        struct blk *min;
+    } cls[A_NCLS];
     rb_tree_t unmapped;          /* UNMAPPED blocks, expandable only */
     seg_t *segs;                 /* classic segments and expandable ranges */
     size_t nranges;              /* expandable ranges reserved (usually 0 or 1) */
