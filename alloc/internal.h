@@ -11,8 +11,9 @@
  * every FREE block is in exactly one size-class tree of its pool, every UNMAPPED block in its
  * pool's unmapped tree, every LIVE/PENDING block in the address map.
  *
- * Free index: size classes (32 exact classes of 512 B, then 32 per power of two) with a bitmap of
- * non-empty classes; each class is a red-black tree keyed by (size, address). Best fit =
+ * Free index: size classes (256 exact classes of 512 B, then 256 per power of two) with a bitmap of
+ * non-empty classes (and a summary of its non-zero words); each class is a red-black tree keyed by
+ * (size, address). Best fit =
  * lower_bound in the request's class, else the first block of the next non-empty class: the
  * smallest block that fits, lowest address among equals, in O(log n).
  */
