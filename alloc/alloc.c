@@ -234,10 +234,11 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
 {
     b->rb.st = B_FREE;
     unsigned c = a_size_class(b->size);
-    rb_insert(&p->cls[c], b);
+    rb_insert(&p->cls[c].t, b);
     p->bitmap[c >> 6] |= 1ull << (c & 63);
-    blk_t *m = p->cls_min[c];
-    if (!m || b->size < m->size || (b->size == m->size && b->addr < m->addr)) p->cls_min[c] = b;
+    p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+    blk_t *m = p->cls[c].min;
+    if (!m || b->size < m->size || (b->size == m->size && b->addr < m->addr)) p->cls[c].min = b;
     p->free_bytes += b->size;
     a->cached_free += b->size;
     b->rb.split = a_block_is_split(b);
@@ -250,9 +251,10 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
 static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
 {
     unsigned c = a_size_class(b->size);
-    if (p->cls_min[c] == b) p->cls_min[c] = rb_next(b);
-    rb_erase(&p->cls[c], b);
-    if (!p->cls[c].root) p->bitmap[c >> 6] &= ~(1ull << (c & 63));
+    if (p->cls[c].min == b) p->cls[c].min = rb_next(b);
+    rb_erase(&p->cls[c].t, b);
+    if (!p->cls[c].t.root && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
+        p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
     if (b->rb.split) {
@@ -267,17 +269,28 @@ static int next_class(const pool_t *p, unsigned c)
     if (c >= A_NCLS) return -1;
     unsigned w = c >> 6;
     uint64_t bits = p->bitmap[w] & (~0ull << (c & 63));
+    if (bits) return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
+    /* the next non-zero word, through the summary */
+    if (++w >= A_NCLS_WORDS) return -1;
+    unsigned s = w >> 6;
+    uint64_t sb = p->summary[s] & (~0ull << (w & 63));
     for (;;) {
-        if (bits) return (int)(w * 64 + (unsigned)__builtin_ctzll(bits));
-        if (++w >= A_NCLS_WORDS) return -1;
-        bits = p->bitmap[w];
+        if (sb) {
+            w = s * 64 + (unsigned)__builtin_ctzll(sb);
+            return (int)(w * 64 + (unsigned)__builtin_ctzll(p->bitmap[w]));
+        }
+        if (++s >= A_NCLS_SUMMARY) return -1;
+        sb = p->summary[s];
     }
 }
 
 static blk_t *largest_free(const pool_t *p)
 {
-    for (int w = A_NCLS_WORDS - 1; w >= 0; w--)
-        if (p->bitmap[w]) return rb_last(&p->cls[w * 64 + 63 - __builtin_clzll(p->bitmap[w])]);
+    for (int s = A_NCLS_SUMMARY - 1; s >= 0; s--)
+        if (p->summary[s]) {
+            unsigned w = (unsigned)s * 64 + 63 - (unsigned)__builtin_clzll(p->summary[s]);
+            return rb_last(&p->cls[w * 64 + 63 - (unsigned)__builtin_clzll(p->bitmap[w])].t);
+        }
     return NULL;
 }
 
@@ -285,13 +298,13 @@ static blk_t *largest_free(const pool_t *p)
 static blk_t *lower_bound_free(const pool_t *p, size_t size)
 {
     unsigned c = a_size_class(size);
-    blk_t *b = p->cls_min[c];
+    blk_t *b = p->cls[c].min;
     if (b && b->size < size) /* the class's smallest is too small: search the class */
-        b = rb_lower_bound(&p->cls[c], size);
+        b = rb_lower_bound(&p->cls[c].t, size);
     if (!b) {
         int c2 = next_class(p, c + 1);
         if (c2 < 0) return NULL;
-        b = p->cls_min[c2];
+        b = p->cls[c2].min;
     }
     return b;
 }
@@ -302,7 +315,7 @@ static blk_t *free_succ(const pool_t *p, const blk_t *b)
     blk_t *n = rb_next(b);
     if (n) return n;
     int c2 = next_class(p, a_size_class(b->size) + 1);
-    return c2 < 0 ? NULL : p->cls_min[c2];
+    return c2 < 0 ? NULL : p->cls[c2].min;
 }
 
 /* PyTorch's "expandable size" of a free block: what it can grow to by mapping the unmapped

@@ -163,56 +163,32 @@ typedef struct {
     size_t cached, pending, live_pending_blocks, pending_blocks;
 } sums_t;
 
-/* Do the empty classes agree (bitmap bit clear, no tree, no minimum, count 0)? One branch-free
- * pass over all classes; the per-class checks below then visit only the non-empty ones, or all
- * of them (to say which class is wrong) when this pass finds a disagreement. alloc_check runs
- * after every operation (fuzzer, unit tests), and most of a pool's 1632 classes are empty. */
-static bool empty_classes_agree(const pool_t *p)
-{
-    uint64_t bad = 0;
-    for (unsigned w = 0; w < A_NCLS_WORDS; w++) {
-        uint64_t has = 0;
-        for (unsigned j = 0; j < 64 && w * 64 + j < A_NCLS; j++) {
-            unsigned c = w * 64 + j;
-            has |= (uint64_t)(p->cls[c].root != NULL) << j;
-            bad |= (uint64_t)(p->cls[c].root == NULL &&
-                              ((p->cls_min[c] != NULL) | (p->cls[c].count != 0)));
-        }
-        bad |= has ^ p->bitmap[w];
-    }
-    return !bad;
-}
-
-/* the next class at or after c whose bitmap bit is set (A_NCLS: none) */
-static unsigned next_class(const pool_t *p, unsigned c)
-{
-    for (unsigned w = c >> 6; c < A_NCLS && w < A_NCLS_WORDS; w++, c = w << 6) {
-        uint64_t x = p->bitmap[w] & (~0ull << (c & 63));
-        if (x) return w * 64 + (unsigned)__builtin_ctzll(x);
-    }
-    return A_NCLS;
-}
-
 static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen)
 {
     size_t nfree = 0, nunmapped = 0, free_bytes = 0;
-    bool skip_empty = empty_classes_agree(p);
-    for (unsigned c = skip_empty ? next_class(p, 0) : 0; c < A_NCLS;
-         c = skip_empty ? next_class(p, c + 1) : c + 1) {
+    for (unsigned w = 0; w < A_NCLS_WORDS; w++)
+        if ((p->bitmap[w] != 0) != ((p->summary[w >> 6] >> (w & 63)) & 1))
+            return fail(err, errlen, "bitmap word %u: summary bit disagrees", w);
+    for (unsigned c = 0; c < A_NCLS; c++) {
         bool bit = (p->bitmap[c >> 6] >> (c & 63)) & 1;
-        if (bit != (p->cls[c].root != NULL))
+        if (bit != (p->cls[c].t.root != NULL))
             return fail(err, errlen, "class %u: bitmap bit %d but tree %s", c, bit,
-                        p->cls[c].root ? "non-empty" : "empty");
+                        p->cls[c].t.root ? "non-empty" : "empty");
+        if (!bit) { /* most classes are empty: checked inline, the walk below is for trees */
+            if (p->cls[c].min || p->cls[c].t.count)
+                return fail(err, errlen, "class %u: empty tree with a minimum or a count", c);
+            continue;
+        }
         size_t cnt = 0;
-        if (p->cls[c].root && (p->cls[c].root->parent || p->cls[c].root->red))
+        if (p->cls[c].t.root && (p->cls[c].t.root->parent || p->cls[c].t.root->red))
             return fail(err, errlen, "class %u: bad root", c);
-        if (rb_verify(p->cls[c].root, NULL, &cnt) < 0)
+        if (rb_verify(p->cls[c].t.root, NULL, &cnt) < 0)
             return fail(err, errlen, "class %u: red-black tree broken", c);
-        if (p->cls_min[c] != rb_first(&p->cls[c]))
+        if (p->cls[c].min != rb_first(&p->cls[c].t))
             return fail(err, errlen, "class %u: cached minimum is not the tree's first block", c);
-        if (cnt != p->cls[c].count)
+        if (cnt != p->cls[c].t.count)
             return fail(err, errlen, "class %u: tree has %zu nodes, count says %zu", c, cnt,
-                        p->cls[c].count);
+                        p->cls[c].t.count);
         nfree += cnt;
     }
     size_t ucnt = 0;
@@ -276,7 +252,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 mapped_bytes += b->size;
                 break;
             case B_FREE:
-                if (!rb_contains(&p->cls[a_size_class(b->size)], b))
+                if (!rb_contains(&p->cls[a_size_class(b->size)].t, b))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);
                 if (b->rb.split != a_block_is_split(b))

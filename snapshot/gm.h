@@ -129,6 +129,8 @@ typedef struct gm_model {
     uint64_t cache_hits, cache_misses;
     uint64_t unmatched_frees;
     int derived_on_read; /* alloc lifetimes rebuilt from events (always true: one sweep) */
+    struct gm_devused *devused; /* the device account (gm_devused.h), computed in the same
+                                   sweep by gm_model_load; NULL when it could not be */
     int truncated_warning;
 } gm_model;
 

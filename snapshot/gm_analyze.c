@@ -14,6 +14,7 @@
  * before their child are ignored (so no cycles), kinds out of range are counted as other.
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_devused.h"
 #include "snapshot/rec.h"
 
 #include <ctype.h>
@@ -249,21 +250,154 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
 
 typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
 
+/* The sweep's state between rows (gm_model_load). */
+typedef struct sweep {
+    gm_model *m;
+    gm_db *d;
+    char *err;
+    size_t errsz;
+    int progress, oom;
+    name_ev *names;
+    size_t nnames, ni;
+    gm_du_sweep *du;
+    u64map live, step_idx;
+    size_t step_cap;
+    uint32_t last_range;
+    int64_t last_step;
+    gm_step *last_st; /* the entry of last_step (NULL: none) */
+    size_t oi;        /* ooms are sorted by seq, like the events */
+} sweep;
+
+/* One events row, in seq order. */
+static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr,
+                     uint64_t size, uint32_t stack, uint32_t range, int dev, uint64_t requested,
+                     uint64_t alloc_id) {
+    gm_model *m = w->m;
+    int device = is_alloc(kind) && dev > 0 ? dev : 0;
+    if (w->du && gm_devused_row(w->du, m->devused, seq, kind, flags, dev, addr, size, requested,
+                                alloc_id, stack) != 0) {
+        gm_devused_end(w->du); /* out of memory: report without the account */
+        w->du = NULL;
+        gm_devused_free(m->devused);
+        free(m->devused);
+        m->devused = NULL;
+    }
+    if (!is_alloc(kind)) requested = 0;
+    m->events++;
+    if (seq > m->max_seq) m->max_seq = seq;
+    m->count_kind[kind < 32 ? kind : 0]++;
+    if (flags & REC_F_CACHE_HIT) m->cache_hits++;
+    if (flags & REC_F_CACHE_MISS) m->cache_misses++;
+    for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) {
+        uint64_t *ai = u64map_get(&w->live, w->names[w->ni].addr);
+        if (ai) m->allocs[*ai].name = (uint32_t)w->names[w->ni].name;
+    }
+    if (is_alloc(kind)) {
+        uint64_t old;
+        if (u64map_del(&w->live, addr, &old)) {
+            /* handed out again without a free in between: end the old one here */
+            gm_alloc *o = &m->allocs[old];
+            o->death = seq;
+            uint64_t *sum = sum_for(m, o->kind);
+            *sum -= o->size < *sum ? o->size : *sum;
+            if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
+            m->unmatched_frees++;
+        }
+        if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
+            w->oom = 1;
+            return -1;
+        }
+        gm_alloc *a = &m->allocs[m->nallocs];
+        *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device};
+        u64map_put(&w->live, addr, m->nallocs++);
+        uint64_t *sum = sum_for(m, kind);
+        *sum += size;
+        if (sum == &m->allocated) m->requested += requested;
+    } else if (is_free(kind)) {
+        uint64_t ai;
+        if (u64map_del(&w->live, addr, &ai)) {
+            gm_alloc *a = &m->allocs[ai];
+            a->death = seq;
+            uint64_t *sum = sum_for(m, a->kind);
+            *sum -= a->size < *sum ? a->size : *sum;
+            if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
+        } else {
+            m->unmatched_frees++;
+        }
+    } else if (kind == REC_OOM) {
+        for (; w->oi < m->nooms && m->ooms[w->oi].seq < seq; w->oi++) {}
+        if (w->oi < m->nooms && m->ooms[w->oi].seq == seq) m->ooms[w->oi].range = range, m->ooms[w->oi].stack = stack;
+    } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
+        m->have_segments = 1;
+        m->reserved += size;
+    } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+        m->have_segments = 1;
+        m->reserved -= size < m->reserved ? size : m->reserved;
+    }
+    if (m->allocated > m->peak_allocated) {
+        m->peak_allocated = m->allocated;
+        m->peak_allocated_seq = seq;
+    }
+    if (m->requested > m->peak_requested) {
+        m->peak_requested = m->requested;
+        m->peak_requested_seq = seq;
+    }
+    if (m->reserved > m->peak_reserved) {
+        m->peak_reserved = m->reserved;
+        m->peak_reserved_seq = seq;
+    }
+    if (m->host > m->peak_host) m->peak_host = m->host;
+    if (range) {
+        /* consecutive events mostly share a range: remember the last lookup and its step */
+        if (range != w->last_range) {
+            const gm_range *r = gm_range_of(m, range);
+            w->last_range = range;
+            w->last_step = r && r->step >= 0 ? r->step : -1;
+            w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+        }
+        if (w->last_st) {
+            w->last_st->end_allocated = m->allocated;
+            w->last_st->end_seq = seq;
+        }
+    }
+    if (w->progress && (m->events & ((1u << 20) - 1)) == 0)
+        fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
+    return 0;
+}
+
+/* gm_sweep_row(seq, kind, ...): SQLite calls it for each row of the scan, in seq order (the
+ * WHERE of the sweep's query, always false: no row is ever returned). One sqlite3_step runs
+ * the whole scan; the cells arrive as values, without a sqlite3_column_* call each. */
+static void sweep_fn(sqlite3_context *ctx, int argc, sqlite3_value **v) {
+    sweep *w = sqlite3_user_data(ctx);
+    if (argc != 10 ||
+        sweep_row(w, (uint64_t)sqlite3_value_int64(v[0]), (unsigned)sqlite3_value_int(v[1]),
+                  (unsigned)sqlite3_value_int(v[2]), (uint64_t)sqlite3_value_int64(v[3]),
+                  (uint64_t)sqlite3_value_int64(v[4]), (uint32_t)sqlite3_value_int64(v[5]),
+                  (uint32_t)sqlite3_value_int64(v[6]), sqlite3_value_int(v[7]),
+                  (uint64_t)sqlite3_value_int64(v[8]), (uint64_t)sqlite3_value_int64(v[9])) != 0) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    sqlite3_result_int(ctx, 0);
+}
+
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
-    progress = progress && isatty(2);
+    sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
+               .last_step = -1};
     /* names, merged into the sweep by seq */
-    name_ev *names = NULL;
-    size_t nnames = 0, ncap = 0, ni = 0;
+    size_t ncap = 0;
     sqlite3_stmt *s;
     if (gm_table_exists(d, "names") &&
         sqlite3_prepare_v2(d->db, "SELECT seq, addr, name FROM names ORDER BY seq", -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
-            if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
-            names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
-                                        (uint64_t)sqlite3_column_int64(s, 1),
-                                        (uint64_t)sqlite3_column_int64(s, 2)};
+            if (grow((void **)&w.names, &ncap, w.nnames + 1, sizeof *w.names)) break;
+            w.names[w.nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
+                                            (uint64_t)sqlite3_column_int64(s, 1),
+                                            (uint64_t)sqlite3_column_int64(s, 2)};
         }
         sqlite3_finalize(s);
     }
@@ -276,124 +410,40 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         }
         sqlite3_finalize(s);
     }
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, device, "
-                                  "requested FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
-        free(names);
+    if (sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8 | SQLITE_DIRECTONLY, &w,
+                                sweep_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE gm_sweep_row(seq, kind, flags, "
+                                  "addr, size, stack, range, coalesce(device, -1), requested, "
+                                  "alloc_id) ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK) {
+        free(w.names);
         return fail(d, err, errsz, "events");
     }
-    u64map live = {0}, step_idx = {0};
-    size_t step_cap = 0;
-    uint32_t last_range = 0;
-    int64_t last_step = -1;
-    size_t oi = 0; /* ooms are sorted by seq, like the events */
+    /* the device account (gm_devused.c) in this same sweep: `gpumem report` reads the events
+     * once; schema 1.3 recorded its samples, older files have none (an empty account) */
+    m->devused = calloc(1, sizeof *m->devused);
+    w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
     int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
-        unsigned kind = (unsigned)sqlite3_column_int(s, 1);
-        unsigned flags = (unsigned)sqlite3_column_int(s, 2);
-        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 3);
-        uint64_t size = (uint64_t)sqlite3_column_int64(s, 4);
-        uint32_t stack = (uint32_t)sqlite3_column_int64(s, 5);
-        uint32_t range = (uint32_t)sqlite3_column_int64(s, 6);
-        int device = is_alloc(kind) ? sqlite3_column_int(s, 7) : 0;
-        uint64_t requested = is_alloc(kind) ? (uint64_t)sqlite3_column_int64(s, 8) : 0;
-        m->events++;
-        if (seq > m->max_seq) m->max_seq = seq;
-        m->count_kind[kind < 32 ? kind : 0]++;
-        if (flags & REC_F_CACHE_HIT) m->cache_hits++;
-        if (flags & REC_F_CACHE_MISS) m->cache_misses++;
-        for (; ni < nnames && names[ni].seq < seq; ni++) {
-            uint64_t *ai = u64map_get(&live, names[ni].addr);
-            if (ai) m->allocs[*ai].name = (uint32_t)names[ni].name;
-        }
-        if (is_alloc(kind)) {
-            uint64_t old;
-            if (u64map_del(&live, addr, &old)) {
-                /* handed out again without a free in between: end the old one here */
-                gm_alloc *o = &m->allocs[old];
-                o->death = seq;
-                uint64_t *sum = sum_for(m, o->kind);
-                *sum -= o->size < *sum ? o->size : *sum;
-                if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
-                m->unmatched_frees++;
-            }
-            if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
-                snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            gm_alloc *a = &m->allocs[m->nallocs];
-            *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device};
-            u64map_put(&live, addr, m->nallocs++);
-            uint64_t *sum = sum_for(m, kind);
-            *sum += size;
-            if (sum == &m->allocated) m->requested += requested;
-        } else if (is_free(kind)) {
-            uint64_t ai;
-            if (u64map_del(&live, addr, &ai)) {
-                gm_alloc *a = &m->allocs[ai];
-                a->death = seq;
-                uint64_t *sum = sum_for(m, a->kind);
-                *sum -= a->size < *sum ? a->size : *sum;
-                if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
-            } else {
-                m->unmatched_frees++;
-            }
-        } else if (kind == REC_OOM) {
-            for (; oi < m->nooms && m->ooms[oi].seq < seq; oi++) {}
-            if (oi < m->nooms && m->ooms[oi].seq == seq) m->ooms[oi].range = range, m->ooms[oi].stack = stack;
-        } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
-            m->have_segments = 1;
-            m->reserved += size;
-        } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
-            m->have_segments = 1;
-            m->reserved -= size < m->reserved ? size : m->reserved;
-        }
-        if (m->allocated > m->peak_allocated) {
-            m->peak_allocated = m->allocated;
-            m->peak_allocated_seq = seq;
-        }
-        if (m->requested > m->peak_requested) {
-            m->peak_requested = m->requested;
-            m->peak_requested_seq = seq;
-        }
-        if (m->reserved > m->peak_reserved) {
-            m->peak_reserved = m->reserved;
-            m->peak_reserved_seq = seq;
-        }
-        if (m->host > m->peak_host) m->peak_host = m->host;
-        if (range) {
-            /* consecutive events mostly share a range: remember the last lookup */
-            if (range != last_range) {
-                const gm_range *r = gm_range_of(m, range);
-                last_range = range;
-                last_step = r && r->step >= 0 ? r->step : -1;
-                if (last_step >= 0) step_entry(m, &step_idx, last_step, &step_cap);
-            }
-            if (last_step >= 0) {
-                uint64_t *si = u64map_get(&step_idx, (uint64_t)last_step);
-                if (si) {
-                    m->steps[*si].end_allocated = m->allocated;
-                    m->steps[*si].end_seq = seq;
-                }
-            }
-        }
-        if (progress && (m->events & ((1u << 20) - 1)) == 0)
-            fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
-    }
-    if (progress) fprintf(stderr, "\r%40s\r", "");
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sweep_fn */
+    if (w.oom) rc = SQLITE_NOMEM;
+    if (w.progress) fprintf(stderr, "\r%40s\r", "");
     sqlite3_finalize(s);
+    sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+    gm_devused_end(w.du);
     /* names given after the last event (a tensor named right after the recording's last
      * allocation) still name what is live */
-    for (; rc == SQLITE_DONE && ni < nnames; ni++) {
-        uint64_t *ai = u64map_get(&live, names[ni].addr);
-        if (ai) m->allocs[*ai].name = (uint32_t)names[ni].name;
+    for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) {
+        uint64_t *ai = u64map_get(&w.live, w.names[w.ni].addr);
+        if (ai) m->allocs[*ai].name = (uint32_t)w.names[w.ni].name;
     }
-    free(names);
+    free(w.names);
     if (rc != SQLITE_DONE) {
-        u64map_free(&live);
-        u64map_free(&step_idx);
-        if (rc == SQLITE_NOMEM) return -1;
+        u64map_free(&w.live);
+        u64map_free(&w.step_idx);
+        if (rc == SQLITE_NOMEM) {
+            if (!w.oom) snprintf(err, errsz, "%s: out of memory reading events", d->path);
+            return -1;
+        }
         if (m->events == 0) return fail(d, err, errsz, "events");
         /* a damaged tail: report what was read, and say so */
         m->truncated_warning = 1;
@@ -403,20 +453,22 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         m->peak_reserved_seq = m->peak_allocated_seq;
         m->reserved = m->allocated;
     }
-    /* bytes leaked per step */
-    for (size_t i = 0; i < m->nallocs; i++) {
-        gm_alloc *a = &m->allocs[i];
+    /* bytes leaked per step: what is still live is what the live map holds (a walk of every
+     * allocation cost a tenth of the report on a long recording) */
+    for (uint64_t k = 0; w.live.keys && k <= w.live.mask; k++) {
+        if (w.live.keys[k] == U64MAP_EMPTY) continue;
+        gm_alloc *a = &m->allocs[w.live.vals[k]];
         if (a->death || !a->range) continue;
         const gm_range *r = gm_range_of(m, a->range);
         if (!r || r->step < 0) continue;
-        uint64_t *si = u64map_get(&step_idx, (uint64_t)r->step);
+        uint64_t *si = u64map_get(&w.step_idx, (uint64_t)r->step);
         if (si) {
             m->steps[*si].leaked += a->requested;
             m->steps[*si].nleaked++;
         }
     }
-    u64map_free(&live);
-    u64map_free(&step_idx);
+    u64map_free(&w.live);
+    u64map_free(&w.step_idx);
     m->derived_on_read = 1;
     return 0;
 }
@@ -444,6 +496,8 @@ void gm_model_free(gm_model *m) {
     u64map_free(&m->frame_idx);
     u64map_free(&m->stack_idx);
     u64map_free(&m->range_idx);
+    if (m->devused) gm_devused_free(m->devused);
+    free(m->devused);
     memset(m, 0, sizeof *m);
 }
 

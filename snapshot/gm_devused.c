@@ -185,6 +185,137 @@ void gm_devused_free(gm_devused *u)
     memset(u, 0, sizeof *u);
 }
 
+gm_du_sweep *gm_devused_begin(void) { return calloc(1, sizeof(sweep)); }
+
+int gm_devused_row(gm_du_sweep *sw, gm_devused *u, uint64_t seq, unsigned kind, unsigned flags,
+                   int dev, uint64_t addr, uint64_t size, uint64_t requested, uint64_t id,
+                   uint32_t stack)
+{
+    sweep *s = (sweep *)sw;
+    int rc = 0;
+    du_state *st = &s->st[dev_index(dev)];
+    uint64_t v;
+    int64_t ni;
+    if (addr == U64MAP_EMPTY && kind != REC_DEVICE_INFO)
+        return 0; /* never a real address or handle: a damaged row */
+    switch (kind) {
+    case REC_ALLOC:
+    case REC_ALLOC_ASYNC:
+        if (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS))
+            break; /* served by gpumem: inside its segments */
+        if (u64map_del(&s->by_addr, addr, &v))
+            drop_item(s, v); /* handed out again without a free */
+        ni = add_item(s, size, stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
+        if (ni < 0 || u64map_put(&s->by_addr, addr, (uint64_t)ni) != 0)
+            rc = -1;
+        break;
+    case REC_FREE:
+    case REC_FREE_ASYNC:
+        if (u64map_del(&s->by_addr, addr, &v))
+            drop_item(s, v);
+        break;
+    case REC_ARRAY_ALLOC:
+        ni = add_item(s, size, stack, GM_DU_ARRAY, dev);
+        if (ni < 0 || u64map_put(&s->by_array, addr, (uint64_t)ni) != 0)
+            rc = -1;
+        break;
+    case REC_ARRAY_FREE:
+        if (u64map_del(&s->by_array, addr, &v))
+            drop_item(s, v);
+        break;
+    case REC_VMM_CREATE:
+        if (u64map_del(&s->by_handle, addr, &v))
+            drop_item(s, v); /* a handle value reused: the old one is gone */
+        ni = add_item(s, size, stack, GM_DU_VMM, dev);
+        if (ni < 0 || u64map_put(&s->by_handle, addr, (uint64_t)ni) != 0)
+            rc = -1;
+        break;
+    case REC_VMM_RELEASE: {
+        uint64_t *h = u64map_get(&s->by_handle, addr);
+        if (!h)
+            break;
+        s->it[*h].released = 1;
+        if (!s->it[*h].nmaps) {
+            drop_item(s, *h);
+            u64map_del(&s->by_handle, addr, NULL);
+        }
+        break;
+    }
+    case REC_VMM_MAP: {
+        uint64_t *h = requested ? u64map_get(&s->by_handle, id) : NULL;
+        if (!h)
+            break; /* recorded before 1.3 (no handle), or a handle created unseen */
+        if (s->nmaps == s->capmaps) {
+            size_t c = s->capmaps ? s->capmaps * 2 : 64;
+            du_map *n = realloc(s->maps, c * sizeof *n);
+            if (!n) {
+                rc = -1;
+                break;
+            }
+            s->maps = n, s->capmaps = c;
+        }
+        s->it[*h].nmaps++;
+        s->maps[s->nmaps++] = (du_map){addr, size, *h};
+        break;
+    }
+    case REC_VMM_UNMAP:
+        for (size_t i = 0; i < s->nmaps;) {
+            du_map *mp = &s->maps[i];
+            if (mp->va >= addr && mp->va - addr < size) {
+                du_item *t = &s->it[mp->item];
+                if (t->nmaps && --t->nmaps == 0 && t->released && t->live)
+                    drop_item(s, mp->item);
+                *mp = s->maps[--s->nmaps];
+            } else {
+                i++;
+            }
+        }
+        break;
+    case REC_SEG_MAP:
+    case REC_DRIVER_ALLOC:
+        st->reserved += size;
+        break;
+    case REC_SEG_UNMAP:
+    case REC_DRIVER_FREE:
+        st->reserved -= size < st->reserved ? size : st->reserved;
+        break;
+    case REC_DEVICE_INFO: {
+        gm_du_device *e = device_entry(u, dev_index(dev));
+        if (!e) {
+            rc = -1;
+            break;
+        }
+        int di = dev_index(dev);
+        /* addr = free, size = used, requested = total */
+        if (id == REC_DEVINFO_START && !e->start.have)
+            point_at(s, di, &e->start, seq, addr, size, requested);
+        else if (id == REC_DEVINFO_PEAK && (!e->peak.have || size > e->peak.used)) {
+            point_at(s, di, &e->peak, seq, addr, size, requested);
+            if (sites_now(s, di, e) != 0)
+                rc = -1;
+        } else if (id == REC_DEVINFO_EXIT)
+            point_at(s, di, &e->exit, seq, addr, size, requested);
+        break;
+    }
+    default:
+        break;
+    }
+    return rc;
+}
+
+void gm_devused_end(gm_du_sweep *sw)
+{
+    sweep *s = (sweep *)sw;
+    if (!s)
+        return;
+    u64map_free(&s->by_addr);
+    u64map_free(&s->by_array);
+    u64map_free(&s->by_handle);
+    free(s->it);
+    free(s->maps);
+    free(s);
+}
+
 int gm_devused_compute(gm_db *d, gm_devused *u, char *err, size_t errsz)
 {
     memset(u, 0, sizeof *u);
@@ -199,140 +330,22 @@ int gm_devused_compute(gm_db *d, gm_devused *u, char *err, size_t errsz)
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
-    sweep *s = calloc(1, sizeof *s);
+    gm_du_sweep *s = gm_devused_begin();
     if (!s) {
         sqlite3_finalize(q);
         snprintf(err, errsz, "out of memory");
         return -1;
     }
     int rc = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0);
-        unsigned kind = (unsigned)sqlite3_column_int(q, 1);
-        unsigned flags = (unsigned)sqlite3_column_int(q, 2);
-        int dev = sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 3);
-        uint64_t addr = (uint64_t)sqlite3_column_int64(q, 4);
-        uint64_t size = (uint64_t)sqlite3_column_int64(q, 5);
-        uint64_t requested = (uint64_t)sqlite3_column_int64(q, 6);
-        uint64_t id = (uint64_t)sqlite3_column_int64(q, 7);
-        uint32_t stack = (uint32_t)sqlite3_column_int64(q, 8);
-        du_state *st = &s->st[dev_index(dev)];
-        uint64_t v;
-        int64_t ni;
-        if (addr == U64MAP_EMPTY && kind != REC_DEVICE_INFO)
-            continue; /* never a real address or handle: a damaged row */
-        switch (kind) {
-        case REC_ALLOC:
-        case REC_ALLOC_ASYNC:
-            if (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS))
-                break; /* served by gpumem: inside its segments */
-            if (u64map_del(&s->by_addr, addr, &v))
-                drop_item(s, v); /* handed out again without a free */
-            ni = add_item(s, size, stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
-            if (ni < 0 || u64map_put(&s->by_addr, addr, (uint64_t)ni) != 0)
-                rc = -1;
-            break;
-        case REC_FREE:
-        case REC_FREE_ASYNC:
-            if (u64map_del(&s->by_addr, addr, &v))
-                drop_item(s, v);
-            break;
-        case REC_ARRAY_ALLOC:
-            ni = add_item(s, size, stack, GM_DU_ARRAY, dev);
-            if (ni < 0 || u64map_put(&s->by_array, addr, (uint64_t)ni) != 0)
-                rc = -1;
-            break;
-        case REC_ARRAY_FREE:
-            if (u64map_del(&s->by_array, addr, &v))
-                drop_item(s, v);
-            break;
-        case REC_VMM_CREATE:
-            if (u64map_del(&s->by_handle, addr, &v))
-                drop_item(s, v); /* a handle value reused: the old one is gone */
-            ni = add_item(s, size, stack, GM_DU_VMM, dev);
-            if (ni < 0 || u64map_put(&s->by_handle, addr, (uint64_t)ni) != 0)
-                rc = -1;
-            break;
-        case REC_VMM_RELEASE: {
-            uint64_t *h = u64map_get(&s->by_handle, addr);
-            if (!h)
-                break;
-            s->it[*h].released = 1;
-            if (!s->it[*h].nmaps) {
-                drop_item(s, *h);
-                u64map_del(&s->by_handle, addr, NULL);
-            }
-            break;
-        }
-        case REC_VMM_MAP: {
-            uint64_t *h = requested ? u64map_get(&s->by_handle, id) : NULL;
-            if (!h)
-                break; /* recorded before 1.3 (no handle), or a handle created unseen */
-            if (s->nmaps == s->capmaps) {
-                size_t c = s->capmaps ? s->capmaps * 2 : 64;
-                du_map *n = realloc(s->maps, c * sizeof *n);
-                if (!n) {
-                    rc = -1;
-                    break;
-                }
-                s->maps = n, s->capmaps = c;
-            }
-            s->it[*h].nmaps++;
-            s->maps[s->nmaps++] = (du_map){addr, size, *h};
-            break;
-        }
-        case REC_VMM_UNMAP:
-            for (size_t i = 0; i < s->nmaps;) {
-                du_map *mp = &s->maps[i];
-                if (mp->va >= addr && mp->va - addr < size) {
-                    du_item *t = &s->it[mp->item];
-                    if (t->nmaps && --t->nmaps == 0 && t->released && t->live)
-                        drop_item(s, mp->item);
-                    *mp = s->maps[--s->nmaps];
-                } else {
-                    i++;
-                }
-            }
-            break;
-        case REC_SEG_MAP:
-        case REC_DRIVER_ALLOC:
-            st->reserved += size;
-            break;
-        case REC_SEG_UNMAP:
-        case REC_DRIVER_FREE:
-            st->reserved -= size < st->reserved ? size : st->reserved;
-            break;
-        case REC_DEVICE_INFO: {
-            gm_du_device *e = device_entry(u, dev_index(dev));
-            if (!e) {
-                rc = -1;
-                break;
-            }
-            int di = dev_index(dev);
-            /* addr = free, size = used, requested = total */
-            if (id == REC_DEVINFO_START && !e->start.have)
-                point_at(s, di, &e->start, seq, addr, size, requested);
-            else if (id == REC_DEVINFO_PEAK && (!e->peak.have || size > e->peak.used)) {
-                point_at(s, di, &e->peak, seq, addr, size, requested);
-                if (sites_now(s, di, e) != 0)
-                    rc = -1;
-            } else if (id == REC_DEVINFO_EXIT)
-                point_at(s, di, &e->exit, seq, addr, size, requested);
-            break;
-        }
-        default:
-            break;
-        }
-        if (rc)
-            break;
-    }
+    while (rc == 0 && sqlite3_step(q) == SQLITE_ROW)
+        rc = gm_devused_row(s, u, (uint64_t)sqlite3_column_int64(q, 0),
+                            (unsigned)sqlite3_column_int(q, 1), (unsigned)sqlite3_column_int(q, 2),
+                            sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 3),
+                            (uint64_t)sqlite3_column_int64(q, 4), (uint64_t)sqlite3_column_int64(q, 5),
+                            (uint64_t)sqlite3_column_int64(q, 6), (uint64_t)sqlite3_column_int64(q, 7),
+                            (uint32_t)sqlite3_column_int64(q, 8));
     sqlite3_finalize(q);
-    u64map_free(&s->by_addr);
-    u64map_free(&s->by_array);
-    u64map_free(&s->by_handle);
-    free(s->it);
-    free(s->maps);
-    free(s);
+    gm_devused_end(s);
     if (rc) {
         gm_devused_free(u);
         snprintf(err, errsz, "%s: out of memory reading the device account", d->path);

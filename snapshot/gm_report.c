@@ -768,7 +768,8 @@ static const char *oom_phase(const gm_model *m, const gm_oom *oo) {
 static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     gm_devused u;
     char err[512];
-    int ok = gm_devused_compute(d, &u, err, sizeof err) == 0;
+    /* computed in the model's sweep (gm_model_load); read again only when it could not be */
+    int ok = m->devused ? (u = *m->devused, 1) : gm_devused_compute(d, &u, err, sizeof err) == 0;
     if (o->json) {
         fputs(",\"device_used\":", out);
         if (ok) gm_devused_print_json(out, m, &u, o->top);
@@ -778,7 +779,7 @@ static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out
     } else {
         fprintf(out, "\nDevice used (what nvidia-smi shows)\n  %s\n", err);
     }
-    gm_devused_free(&u);
+    if (!m->devused) gm_devused_free(&u);
 }
 
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {

@@ -4,7 +4,7 @@
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
 REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o \
-            $(SNAP_DIR)/addr_index.o
+            $(SNAP_DIR)/addr_index.o $(SNAP_DIR)/rec_rows.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
@@ -103,7 +103,7 @@ ALL_TARGETS += $(SNAP_FUZZ)
 # NVTX strings through the recorder (built from source with the sanitizers) and the reader
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
 NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
-                  snapshot/rec_writer.c snapshot/addr_index.c $(SNAP_DIR)/rec_schema.c \
+                  snapshot/rec_writer.c snapshot/addr_index.c snapshot/rec_rows.c $(SNAP_DIR)/rec_schema.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c,$(SNAP_FUZZ_SRCS))
 $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)

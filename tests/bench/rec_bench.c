@@ -1,12 +1,14 @@
 /* rec_bench.c — recorder and report benchmarks (BENCH lines, see DESIGN.md).
  *
  *   rec_bench micro DIR           rec.app_ns_nostack, rec.app_ns_stack16,
- *                                 rec.writer_events_per_s, rec.bytes_per_event,
+ *                                 rec.writer_events_per_s (per second of the writer thread's
+ *                                 CPU, best of 3), rec.bytes_per_event,
  *                                 rec.launch_app_ns (rec_launch with 8 words), and on stderr the
  *                                 writer's cost per launch (6 words into live allocations)
  *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
  *                                 recorder itself (ranges, stacks, names, a slow leak)
- *   rec_bench report GPUMEM DB    report.10m_s and report.10m_rss_mib: runs `GPUMEM report DB`
+ *   rec_bench report GPUMEM DB    report.10m_s (CPU seconds, best of 3) and report.10m_rss_mib:
+ *                                 runs `GPUMEM report DB`
  *
  * Each recorder figure is a separate recording in this process (rec_test_reset between).
  */
@@ -116,49 +118,59 @@ static int micro(const char *dir) {
     }
     printf("BENCH rec.app_ns_stack16 %.1f ns\n", median(v, 7));
     rec_test_reset();
-    /* writer throughput and size: 2M events without stacks, in steps with NVTX ranges */
-    snprintf(path, sizeof path, "%s/rec_bench_writer.db", dir);
-    open_or_die(path, 0, 1u << 21);
-    const uint64_t n = 2000000;
-    double t0 = now_s();
-    for (uint64_t i = 0; i < n; i += 2000) {
-        char step[32];
-        snprintf(step, sizeof step, "step %" PRIu64, i / 2000);
-        rec_range_push(NULL, step);
-        rec_range_push(NULL, "fwd");
-        time_events(2000);
-        rec_range_pop();
-        rec_range_pop();
-        pace(1u << 21);
-    }
-    rec_flush();
-    double dt = now_s() - t0;
-    sqlite3 *db;
-    int64_t rows = -1;
-    if (sqlite3_open(path, &db) == SQLITE_OK) {
-        sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM events", -1, &q, NULL) == SQLITE_OK &&
-            sqlite3_step(q) == SQLITE_ROW)
-            rows = sqlite3_column_int64(q, 0);
-        sqlite3_finalize(q);
-        sqlite3_close(db);
-    }
-    if (rows != (int64_t)n) fprintf(stderr, "rec_bench: %" PRId64 " events in the file, expected %" PRIu64 "\n", rows, n);
-    uint64_t dropped = atomic_load(&rec_g.ring.dropped);
-    rec_test_reset(); /* closes: WAL checkpointed into the file */
+    /* writer throughput and size: 1M events without stacks, in steps with NVTX ranges, three
+     * recordings. The figure is the writer's capacity: events per second of the writer
+     * thread's own CPU time (meta writer_cpu_ns, from open to close), the best of the three.
+     * Wall time would measure the machine's load instead: the writer runs at nice +10 and, on
+     * a shared machine, waits for a core most of the time (the wall rate goes to stderr). */
+    const uint64_t n = 1000000;
+    double best_cpu = 0, best_wall = 0;
+    uint64_t dropped = 0;
     struct stat st;
-    if (stat(path, &st) != 0) return 1;
-    printf("BENCH rec.writer_events_per_s %.0f events/s\n", (double)n / dt);
-    sqlite3 *mdb;
-    if (sqlite3_open(path, &mdb) == SQLITE_OK) {
-        sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(mdb, "SELECT value FROM meta WHERE key='writer_cpu_ns'", -1, &q, NULL) == SQLITE_OK &&
-            sqlite3_step(q) == SQLITE_ROW) /* CPU time is what load on the machine does not skew */
-            fprintf(stderr, "# writer thread: %.0f ns CPU per event (%.0f events/s per core)\n",
-                    (double)sqlite3_column_int64(q, 0) / (double)n, 1e9 * (double)n / (double)sqlite3_column_int64(q, 0));
-        sqlite3_finalize(q);
-        sqlite3_close(mdb);
+    snprintf(path, sizeof path, "%s/rec_bench_writer.db", dir);
+    for (int run = 0; run < 3; run++) {
+        open_or_die(path, 0, 1u << 21);
+        double t0 = now_s();
+        for (uint64_t i = 0; i < n; i += 2000) {
+            char step[32];
+            snprintf(step, sizeof step, "step %" PRIu64, i / 2000);
+            rec_range_push(NULL, step);
+            rec_range_push(NULL, "fwd");
+            time_events(2000);
+            rec_range_pop();
+            rec_range_pop();
+            pace(1u << 21);
+        }
+        rec_flush();
+        double dt = now_s() - t0;
+        dropped += atomic_load(&rec_g.ring.dropped);
+        rec_test_reset(); /* closes: WAL checkpointed into the file */
+        int64_t rows = -1, cpu_ns = -1;
+        sqlite3 *db;
+        if (sqlite3_open(path, &db) == SQLITE_OK) {
+            sqlite3_stmt *q;
+            if (sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM events), "
+                                       "(SELECT value FROM meta WHERE key='writer_cpu_ns')",
+                                   -1, &q, NULL) == SQLITE_OK &&
+                sqlite3_step(q) == SQLITE_ROW)
+                rows = sqlite3_column_int64(q, 0), cpu_ns = sqlite3_column_int64(q, 1);
+            sqlite3_finalize(q);
+            sqlite3_close(db);
+        }
+        if (rows != (int64_t)n) {
+            fprintf(stderr, "rec_bench: %" PRId64 " events in the file, expected %" PRIu64 "\n", rows, n);
+            return 1;
+        }
+        if (cpu_ns <= 0 || stat(path, &st) != 0) return 1;
+        double cpu_rate = 1e9 * (double)n / (double)cpu_ns, wall_rate = (double)n / dt;
+        fprintf(stderr, "# writer run %d: %.0f ns CPU per event (%.0f events/s per core), "
+                        "%.0f events/s wall\n", run + 1, (double)cpu_ns / (double)n, cpu_rate, wall_rate);
+        if (cpu_rate > best_cpu) best_cpu = cpu_rate;
+        if (wall_rate > best_wall) best_wall = wall_rate;
+        if (run < 2) unlink(path);
     }
+    printf("BENCH rec.writer_events_per_s %.0f events/s\n", best_cpu);
+    fprintf(stderr, "# writer: best wall rate %.0f events/s (with the producer, on this machine's load)\n", best_wall);
     printf("BENCH rec.bytes_per_event %.1f bytes\n", (double)st.st_size / (double)n);
     if (dropped) fprintf(stderr, "rec_bench: %" PRIu64 " events dropped\n", dropped);
     if (!getenv("REC_BENCH_KEEP")) unlink(path);
@@ -202,14 +214,15 @@ static int micro(const char *dir) {
     open_or_die(path, 0, 1u << 21);
     alloc_all();
     const uint64_t nlaunch = 300000;
-    t0 = now_s();
+    double t0 = now_s();
     for (uint64_t i = 0; i < nlaunch; i += 2000) {
         time_launches(2000, kname, 6);
         pace(1u << 21);
     }
     rec_flush();
-    dt = now_s() - t0;
+    double dt = now_s() - t0;
     rec_test_reset();
+    sqlite3 *mdb;
     if (sqlite3_open(path, &mdb) == SQLITE_OK) {
         sqlite3_stmt *q;
         if (sqlite3_prepare_v2(mdb, "SELECT (SELECT value FROM meta WHERE key='writer_cpu_ns'), "
@@ -275,25 +288,40 @@ static int gen(const char *path, uint64_t n) {
     return 0;
 }
 
+/* report.10m_s: the CPU time (user + system) of `gpumem report` on the database, best of 3
+ * runs. CPU time is what the report costs; on a shared machine its wall time is mostly waiting
+ * for a core (the wall time of each run goes to stderr). */
 static int report(const char *gpumem, const char *db) {
-    double t0 = now_s();
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout)) _exit(126);
-        execl(gpumem, gpumem, "report", db, (char *)NULL);
-        _exit(127);
+    double best = 0, best_wall = 0, rss_mib = 0;
+    for (int run = 0; run < 3; run++) {
+        double t0 = now_s();
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stdout)) _exit(126);
+            execl(gpumem, gpumem, "report", db, (char *)NULL);
+            _exit(127);
+        }
+        int st;
+        struct rusage ru;
+        if (pid < 0 || wait4(pid, &st, 0, &ru) != pid) {
+            fprintf(stderr, "rec_bench: cannot run gpumem report\n");
+            return 1;
+        }
+        double wall = now_s() - t0;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rec_bench: gpumem report failed (status %d)\n", st);
+            return 1;
+        }
+        double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+        fprintf(stderr, "# report run %d: %.2f s CPU, %.2f s wall\n", run + 1, cpu, wall);
+        if (run == 0 || cpu < best) best = cpu;
+        if (run == 0 || wall < best_wall) best_wall = wall;
+        if ((double)ru.ru_maxrss / 1024.0 > rss_mib) rss_mib = (double)ru.ru_maxrss / 1024.0;
     }
-    int st;
-    waitpid(pid, &st, 0);
-    double dt = now_s() - t0;
-    struct rusage ru;
-    getrusage(RUSAGE_CHILDREN, &ru);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "rec_bench: gpumem report failed (status %d)\n", st);
-        return 1;
-    }
-    printf("BENCH report.10m_s %.2f s\n", dt);
-    printf("BENCH report.10m_rss_mib %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
+    printf("BENCH report.10m_s %.2f s\n", best);
+    printf("BENCH report.10m_rss_mib %.0f MiB\n", rss_mib);
+    fprintf(stderr, "# report: best wall %.2f s (on this machine's load)\n", best_wall);
     return 0;
 }
 

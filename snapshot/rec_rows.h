@@ -1,0 +1,38 @@
+/* rec_rows.h — buffered integer rows handed to SQLite in one statement, without binding.
+ *
+ * The writer inserts its rows as `INSERT INTO t SELECT c0, c1, .. FROM gm_rows(?)`, the
+ * parameter bound with sqlite3_bind_pointer to a rec_rows. gm_rows is an eponymous virtual
+ * table of this connection (nothing of it is written into the database file): it reads the
+ * cells straight from the writer's buffer, which costs a third of binding each cell as a
+ * parameter. Internal to snapshot/ (the writer).
+ */
+#ifndef GPUMEM_SNAPSHOT_REC_ROWS_H
+#define GPUMEM_SNAPSHOT_REC_ROWS_H
+
+#include <sqlite3.h>
+#include <stdint.h>
+
+#define REC_ROWS_MAX_COLS 13
+
+typedef struct rec_rows {
+    const int64_t *cells; /* n rows of cols cells, row-major */
+    int n, cols;
+    uint32_t null_cols; /* bit c: a cell of column c equal to null_value reads as NULL */
+    int64_t null_value;
+    /* Rowid appends. With append_key set, column 0 reads as NULL where it is one more than
+     * the key before it (prev_key for row 0): SQLite then takes the table's last rowid + 1,
+     * which is the same value, by its append path instead of a search of the whole b-tree
+     * per row. Only for a table whose rows all come through here in increasing order of
+     * column 0, so that its last rowid is prev_key. */
+    int append_key;
+    int64_t prev_key;
+} rec_rows;
+
+/* Registers gm_rows on db (once per connection). 0 or an SQLite error code. */
+int rec_rows_register(sqlite3 *db);
+
+/* Runs st (a prepared `... FROM gm_rows(?1)`) over rows: binds, steps, resets. SQLITE_DONE
+ * when every row went in. */
+int rec_rows_insert(sqlite3_stmt *st, rec_rows *rows);
+
+#endif
