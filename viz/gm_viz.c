@@ -393,7 +393,7 @@ static int list_dir(const char *dir, char ***paths, size_t *n)
         (*paths)[(*n)++] = p;
     }
     closedir(dd);
-    qsort(*paths + first, *n - first, sizeof **paths, str_cmp);
+    if (*n > first) qsort(*paths + first, *n - first, sizeof **paths, str_cmp);
     if (*n == first) {
         fprintf(stderr,
                 "gpumem viz: %s holds no *.db file (one database per rank: GPUMEM_DB=run-%%r.db)\n",
