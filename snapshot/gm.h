@@ -174,8 +174,10 @@ void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
 /* Runs the recorded command again (exe: the recorded executable, used for argv[0] when it
  * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
  * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
- * the re-run's measured peaks. 0, or -1 with err. */
-int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf,
+ * the re-run's measured peaks. ranks 0 runs it directly; N runs it under
+ * `mpirun -np N --oversubscribe`, and the peaks are the largest rank's. 0, or -1 with err
+ * (exit 127 under mpirun: no mpirun). */
+int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
 
 /* ---- access tracking (table `uses`, gm_uses.c) ---- */

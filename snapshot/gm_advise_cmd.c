@@ -413,7 +413,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t 
 {
     char flags[256];
     spec_flags(s, flags, sizeof flags);
-    if (gm_rerun(exe, c->m.cmdline, flags, NULL, &s->meas_alloc, &s->meas_res, err, errsz) != 0)
+    if (gm_rerun(exe, c->m.cmdline, flags, NULL, 0, &s->meas_alloc, &s->meas_res, err, errsz) != 0)
         return -1;
     s->measured = 1;
     return 0;

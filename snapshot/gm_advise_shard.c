@@ -13,13 +13,10 @@
  * with the global batch (-B times N) and --zero, and reads back every rank's measured peaks. */
 #include "snapshot/gm_advise.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct shard_pred {
@@ -87,95 +84,14 @@ static int trainer_has_zero(const char *exe)
     return found;
 }
 
-static void unlink_db(const char *path)
-{
-    char side[600];
-    unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
-}
-
-/* mpirun -np N gpumem record -o /tmp/gpumem-check-PID-%r.db -- exe args; the largest rank's
- * measured peaks. 0 or -1 with err. */
+/* The recorded command at N ranks (global batch scaled, --zero of the prediction) under
+ * `mpirun -np N gpumem record`; the largest rank's measured peaks. 0 or -1 with err. */
 static int rerun_ranks(const char *exe, const char *cmdline, unsigned ranks, shard_pred *p)
 {
-    char self[4096], cmd[8192], tmpl[128];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        snprintf(p->err, sizeof p->err, "cannot find the gpumem program");
-        return -1;
-    }
-    self[n] = 0;
-    snprintf(tmpl, sizeof tmpl, "/tmp/gpumem-check-%d-%%r.db", (int)getpid());
-    char extra[64];
+    char cmd[8192], extra[64];
     snprintf(extra, sizeof extra, "--zero %d", p->zero);
-    scaled_cmdline(cmdline, ranks, extra, cmd, sizeof cmd);
-    char np[16];
-    snprintf(np, sizeof np, "%u", ranks);
-    char *argv[280];
-    int argc = 0;
-    argv[argc++] = "mpirun";
-    argv[argc++] = "-np";
-    argv[argc++] = np;
-    argv[argc++] = "--oversubscribe";
-    argv[argc++] = self;
-    argv[argc++] = "record";
-    argv[argc++] = "-q";
-    argv[argc++] = "--force";
-    argv[argc++] = "-o";
-    argv[argc++] = tmpl;
-    argv[argc++] = "--";
-    int first = argc, use_exe = exe && exe[0] && access(exe, X_OK) == 0;
-    char *save = NULL;
-    for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
-        argv[argc] = argc == first && use_exe ? (char *)exe : t;
-        argc++;
-    }
-    argv[argc] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(p->err, sizeof p->err, "cannot fork: %s", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execvp("mpirun", argv);
-        _exit(127);
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    int rc = 0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(p->err, sizeof p->err, "mpirun -np %u with '%s' failed (exit %d%s)", ranks, extra,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-                 WIFEXITED(st) && WEXITSTATUS(st) == 127 ? ": no mpirun" : "");
-        rc = -1;
-    }
-    p->meas_alloc = p->meas_res = 0;
-    for (unsigned r = 0; r < ranks; r++) {
-        char path[160], e2[4096];
-        snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
-        gm_db d;
-        if (rc == 0) {
-            if (gm_db_open(path, &d, e2, sizeof e2) != 0) {
-                snprintf(p->err, sizeof p->err, "rank %u: %.400s", r, e2);
-                rc = -1;
-            } else {
-                uint64_t a = (uint64_t)gm_meta_int(&d, "stat.peak_allocated", 0);
-                uint64_t s = (uint64_t)gm_meta_int(&d, "stat.peak_reserved", 0);
-                if (a > p->meas_alloc) p->meas_alloc = a;
-                if (s > p->meas_res) p->meas_res = s;
-                gm_db_close(&d);
-            }
-        }
-        unlink_db(path);
-    }
-    return rc;
+    scaled_cmdline(cmdline, ranks, NULL, cmd, sizeof cmd);
+    return gm_rerun(exe, cmd, extra, NULL, ranks, &p->meas_alloc, &p->meas_res, p->err, sizeof p->err);
 }
 
 static double err_pct(uint64_t pred, uint64_t meas)

@@ -36,7 +36,7 @@ int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t
     char exe[4096], cmd[8192];
     gm_meta_text(d, "exe", exe, sizeof exe);
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
-    return gm_rerun(exe, cmd, NULL, conf, peak_allocated, peak_reserved, err, errsz);
+    return gm_rerun(exe, cmd, NULL, conf, 0, peak_allocated, peak_reserved, err, errsz);
 }
 
 /* ---------------------------------------------------------------- words */

@@ -1,7 +1,8 @@
 /* gm_rerun.c — `--check` of advise, frag and tune: the recorded command run again under
  * `gpumem record` (this very gpumem program, so the same libgpumem.so), with extra arguments
- * and/or a GPUMEM_CONF, into a scratch database whose measured peaks are read back. The rest of
- * the environment (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
+ * and/or a GPUMEM_CONF, into scratch databases whose measured peaks are read back; with ranks,
+ * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
+ * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
 #include "snapshot/gm.h"
 
 #include <errno.h>
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 static void unlink_db(const char *path) {
-    char side[160];
+    char side[200];
     unlink(path);
     snprintf(side, sizeof side, "%s-wal", path);
     unlink(side);
@@ -20,9 +21,26 @@ static void unlink_db(const char *path) {
     unlink(side);
 }
 
-int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf,
+/* Reads the peaks of one re-run database into the running maxima, then removes it. */
+static int read_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                      size_t errsz) {
+    gm_db r;
+    char e2[4096];
+    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    uint64_t a = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
+    uint64_t s = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+    if (a > *peak_allocated) *peak_allocated = a;
+    if (s > *peak_reserved) *peak_reserved = s;
+    gm_db_close(&r);
+    return 0;
+}
+
+int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
-    char self[4096], cmd[8192], dbpath[96];
+    char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
         snprintf(err, errsz, "cannot find the gpumem program (/proc/self/exe)");
@@ -33,10 +51,21 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
         snprintf(err, errsz, "the database does not say which command was recorded (meta.cmdline)");
         return -1;
     }
-    snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-check-%d.db", (int)getpid());
+    /* one database, or one per rank: the recorder expands %r to each rank's number */
+    if (ranks)
+        snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-check-%d-%%r.db", (int)getpid());
+    else
+        snprintf(dbpath, sizeof dbpath, "/tmp/gpumem-check-%d.db", (int)getpid());
     snprintf(cmd, sizeof cmd, "%s%s%s", cmdline, extra_args && *extra_args ? " " : "", extra_args ? extra_args : "");
-    char *argv[260];
+    char *argv[280];
     int argc = 0;
+    if (ranks) {
+        snprintf(np, sizeof np, "%u", ranks);
+        argv[argc++] = "mpirun";
+        argv[argc++] = "-np";
+        argv[argc++] = np;
+        argv[argc++] = "--oversubscribe";
+    }
     argv[argc++] = self;
     argv[argc++] = "record";
     argv[argc++] = "-q";
@@ -48,7 +77,7 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
     int use_exe = exe && exe[0] && access(exe, X_OK) == 0;
     char *save = NULL;
     int first = argc;
-    for (char *t = strtok_r(cmd, " ", &save); t && argc < 258; t = strtok_r(NULL, " ", &save)) {
+    for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
         argv[argc] = argc == first && use_exe ? (char *)exe : t;
         argc++;
     }
@@ -66,30 +95,37 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
             setenv("GPUMEM_CONF", conf, 1);
             unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
         }
-        execv(self, argv);
+        execvp(argv[0], argv);
         _exit(127);
     }
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    int rc = 0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, errsz, "the re-run%s%s%s%s%s failed (exit %d)", extra_args && *extra_args ? " with '" : "",
-                 extra_args && *extra_args ? extra_args : "", extra_args && *extra_args ? "'" : "",
-                 conf ? " under GPUMEM_CONF=" : "", conf ? conf : "", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    int rc = 0, code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (code != 0) {
+        int with = extra_args && *extra_args;
+        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
+                 ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
+                 conf ? " under GPUMEM_CONF=" : "", conf ? conf : "", code,
+                 ranks && code == 127 ? ": no mpirun" : "");
         rc = -1;
-    } else {
-        gm_db r;
-        char e2[4096];
-        if (gm_db_open(dbpath, &r, e2, sizeof e2) != 0) {
-            snprintf(err, errsz, "%s", e2);
-            rc = -1;
-        } else {
-            *peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
-            *peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
-            gm_db_close(&r);
-        }
     }
-    unlink_db(dbpath);
+    *peak_allocated = *peak_reserved = 0;
+    for (unsigned r = 0; r < (ranks ? ranks : 1); r++) {
+        char path[128];
+        if (ranks)
+            snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
+        else
+            snprintf(path, sizeof path, "%s", dbpath);
+        if (rc == 0 && read_peaks(path, peak_allocated, peak_reserved, err, errsz) != 0) {
+            if (ranks) {
+                char why[1100];
+                snprintf(why, sizeof why, "rank %u: %.1000s", r, err);
+                snprintf(err, errsz, "%s", why);
+            }
+            rc = -1;
+        }
+        unlink_db(path);
+    }
     return rc;
 }
