@@ -4,23 +4,12 @@
 // EXPECT.json: {"ranks": [r, ...], "peaks": [peak allocated bytes per rank, same order],
 //               "detail_rank": r (the rank with the highest peak, shown in detail below)}
 "use strict";
-const { chromium } = require("playwright-core");
 const fs = require("fs");
-const path = require("path");
+const { fail, openOffline } = require("./browser_open");
 const [page_file, expect_file, shot] = process.argv.slice(2);
 const expect = JSON.parse(fs.readFileSync(expect_file, "utf8"));
-function fail(msg) { console.error("FAIL: " + msg); process.exit(1); }
 (async () => {
-  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
-  const ctx = await browser.newContext({ offline: true });
-  const page = await ctx.newPage();
-  const errors = [], requests = [];
-  page.on("console", m => { if (m.type() === "error") errors.push(m.text()); });
-  page.on("pageerror", e => errors.push(String(e)));
-  const url = "file://" + path.resolve(page_file);
-  page.on("request", r => { if (r.url() !== url) requests.push(r.url()); });
-  await ctx.route("**/*", r => (r.request().url() === url ? r.continue() : r.abort()));
-  await page.goto(url);
+  const { page, finish } = await openOffline(page_file);
 
   const lanes = await page.$$eval("svg.rank-lane", ls => ls.map(l => ({
     rank: Number(l.getAttribute("data-rank")), peak: Number(l.getAttribute("data-peak")),
@@ -42,11 +31,7 @@ function fail(msg) { console.error("FAIL: " + msg); process.exit(1); }
   await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
   const tip = await page.textContent("#tip");
   if (!/^rank \d+/.test(tip)) fail(`hovering a lane shows '${tip}'`);
-  await page.mouse.move(0, 0);
-  await page.screenshot({ path: shot, fullPage: true });
-  if (errors.length) fail("console errors: " + errors.join("; "));
-  if (requests.length) fail("requests: " + requests.join(" "));
+  await finish(shot);
   console.log(`ok: ${lanes.length} lanes (ranks ${lanes.map(l => l.rank)}; peaks ${lanes.map(l => l.peak)}), detail rank ${detail}, ` +
               `hover '${tip.split("\n")[0]}', screenshot ${shot}`);
-  await browser.close();
 })().catch(e => fail(String(e)));

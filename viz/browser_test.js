@@ -5,23 +5,12 @@
 // CLICKED.json (written): what a click on a point that is not the peak showed, for the caller to
 // check against the database: {"seq": N, "name": "...", "birth": N, "death": N}.
 "use strict";
-const { chromium } = require("playwright-core");
 const fs = require("fs");
-const path = require("path");
+const { fail, openOffline } = require("./browser_open");
 const [page_file, expect_file, shot, clicked_file] = process.argv.slice(2);
 const expect = JSON.parse(fs.readFileSync(expect_file, "utf8"));
-function fail(msg) { console.error("FAIL: " + msg); process.exit(1); }
 (async () => {
-  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
-  const ctx = await browser.newContext({ offline: true });
-  const page = await ctx.newPage();
-  const errors = [], requests = [];
-  page.on("console", m => { if (m.type() === "error") errors.push(m.text()); });
-  page.on("pageerror", e => errors.push(String(e)));
-  const url = "file://" + path.resolve(page_file);
-  page.on("request", r => { if (r.url() !== url) requests.push(r.url()); });
-  await ctx.route("**/*", r => (r.request().url() === url ? r.continue() : r.abort()));
-  await page.goto(url);
+  const { page, finish } = await openOffline(page_file);
 
   const peak = Number(await page.getAttribute("#peak-marker", "data-peak"));
   if (peak !== expect.peak_allocated_bytes) fail(`timeline peak ${peak} != report ${expect.peak_allocated_bytes}`);
@@ -70,12 +59,8 @@ function fail(msg) { console.error("FAIL: " + msg); process.exit(1); }
   const classed = await page.locator("svg.segmap[data-reason=peak] rect.block[data-state='1']:not([data-class='-1'])").count();
   if (!classed) fail("no allocated block of the peak segment map has a tensor class");
 
-  await page.mouse.move(0, 0); // no tooltip in the screenshot
-  await page.screenshot({ path: shot, fullPage: true });
-  if (errors.length) fail("console errors: " + errors.join("; "));
-  if (requests.length) fail("requests: " + requests.join(" "));
+  await finish(shot);
   console.log(`ok: peak ${peak}, reserved max ${rmax}, layers by phase [${byPhase}] / by class (${byClass.length}), ` +
               `top tensor ${expect.top_tensor}, at seq ${seq} ${r0.name} live, icicle root ${root}, ${nseg} segments ` +
               `(${classed} blocks classed), screenshot ${shot}`);
-  await browser.close();
 })().catch(e => fail(String(e)));
