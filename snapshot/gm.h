@@ -141,6 +141,10 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz);
  * events: for readers that sweep the events their own way (gpumem frag). 0, or -1 with err. */
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz);
 void gm_model_free(gm_model *m);
+/* A command's opening of its database: gm_db_open and gm_model_load (with the progress line),
+ * then gm_symbolize when symbolize. A failure is printed on stderr as one "gpumem: ..." line,
+ * leaves nothing open and returns GM_EXIT_BADDB; 0 otherwise. */
+int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
 

@@ -197,19 +197,10 @@ nomem:
 static int rank_load(const char *path, size_t index, rk_rank *r)
 {
     memset(r, 0, sizeof *r);
-    char err[8192];
     gm_db d;
     gm_model m;
-    if (gm_db_open(path, &d, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        return GM_EXIT_BADDB;
-    }
-    if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        gm_model_free(&m);
-        gm_db_close(&d);
-        return GM_EXIT_BADDB;
-    }
+    int rc = gm_open_model(path, &d, &m, 0);
+    if (rc) return rc;
     r->path = strdup(path);
     r->meta_rank = gm_meta_int(&d, "rank", -1);
     r->world_size = gm_meta_int(&d, "world_size", -1);
@@ -224,7 +215,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r)
     if (rg) r->peak_step = rg->step;
     for (size_t i = 0; i < m.nallocs; i++)
         if (!m.allocs[i].death) r->leaked_bytes += m.allocs[i].requested, r->leaked_count++;
-    int rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
+    rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
     gm_model_free(&m);
     gm_db_close(&d);
     if (rc) {

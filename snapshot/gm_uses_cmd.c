@@ -232,17 +232,7 @@ int gm_cmd_uses(int argc, char **argv) {
     char err[8192], mode[16];
     gm_db d;
     gm_model m;
-    if (gm_db_open(o.db, &d, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        return GM_EXIT_BADDB;
-    }
-    if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        gm_model_free(&m);
-        gm_db_close(&d);
-        return GM_EXIT_BADDB;
-    }
-    gm_symbolize(&d, &m);
+    if ((rc = gm_open_model(o.db, &d, &m, 1)) != 0) return rc;
     int state = gm_uses_state(&d, mode, sizeof mode);
     size_t matched = 0, shown = 0;
     for (size_t i = 0; i < m.nallocs; i++) matched += matches(&m, &m.allocs[i], &o);

@@ -211,7 +211,7 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
     return 0;
 }
 
-static int load(const char *path, gm_db *d, gm_model *m) {
+int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize) {
     char err[8192];
     if (gm_db_open(path, d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
@@ -223,7 +223,7 @@ static int load(const char *path, gm_db *d, gm_model *m) {
         gm_db_close(d);
         return GM_EXIT_BADDB;
     }
-    gm_symbolize(d, m);
+    if (symbolize) gm_symbolize(d, m);
     return 0;
 }
 
@@ -240,7 +240,7 @@ static int cmd_report(int argc, char **argv, int leaks) {
     if (rc) return rc;
     gm_db d;
     gm_model m;
-    if ((rc = load(path, &d, &m)) != 0) return rc;
+    if ((rc = gm_open_model(path, &d, &m, 1)) != 0) return rc;
     m.frames_all = frames_all;
     uint64_t leaked = 0;
     rc = leaks ? gm_leaks(&d, &m, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
