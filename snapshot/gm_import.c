@@ -23,6 +23,7 @@
 #include "snapshot/gm.h"
 #include "snapshot/gm_pickle.h"
 #include "snapshot/rec.h"
+#include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -651,14 +652,15 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
             if (import_doc(&im, doc.root) == 0) {
                 char sql[5000], *q = sqlite3_mprintf("%q", im.path);
                 snprintf(sql, sizeof sql,
-                         "INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), "
-                         "('gpumem_version', '0.1.0'),"
+                         "INSERT INTO meta VALUES ('schema_major', %d), ('schema_minor', %d), "
+                         "('gpumem_version', '%s'),"
                          "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', "
                          "%" PRIu64 "),"
                          "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', "
                          "'PyTorch memory snapshot %s');"
                          "INSERT INTO threads VALUES (0, 0, 'main');",
-                         im.seq, im.max_depth, q ? q : "", q ? q : "");
+                         REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR, REC_VERSION, im.seq, im.max_depth,
+                         q ? q : "", q ? q : "");
                 sqlite3_free(q);
                 if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
             }

@@ -8,6 +8,7 @@
  * the program cannot be started).
  */
 #include "snapshot/gm.h"
+#include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
 #include "snapshot/gm_advise.h"
 #include "snapshot/gm_frag.h"
 #include "snapshot/gm_tune.h"
@@ -32,8 +33,8 @@ static const char *const usage_main =
     "Where GPU memory goes, from a recording of every allocation.\n"
     "\n"
     "commands:\n"
-    "  record [-o FILE] -- CMD ARGS...   run CMD with gpumem loaded, record to FILE, print a "
-    "summary\n"
+    "  record [-o FILE] [--force] -- CMD ARGS...\n"
+    "                                    run CMD with gpumem loaded, record to FILE, print a summary\n"
     "  report DB [--json] [--top N] [--frames user|all]\n"
     "                                    summary, peak attribution, OOM forensics\n"
     "  report A.db B.db ... | DIR [--json]\n"
@@ -41,20 +42,29 @@ static const char *const usage_main =
     "                                    rank that sets the peak and why, timeline by step, leaks\n"
     "  leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
     "                                    what was still allocated at exit, and growth per step\n"
-    "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
-    "  export --format F DB [-o FILE]    the recording as trace (gpumem-replay), torch (PyTorch's\n"
-    "                                    memory_viz pickle), chrome, folded, speedscope or csv\n"
-    "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
-    "  diff A.db B.db [--json] [--fail-if-peak-grows PCT]\n"
-    "                                    two recordings side by side, with deltas\n"
+    "  frag DB [--json] [--top N] [--check]\n"
+    "                                    reserved but not allocated: over time, at the peak and at\n"
+    "                                    each OOM, its causes, and the settings that give it back\n"
+    "  tune DB [--objective reserved|time] [--limit SIZE] [--json] [--check]\n"
+    "                                    the allocator's presets and keys replayed on the trace,\n"
+    "                                    ranked; the GPUMEM_CONF (and PyTorch) line to use\n"
+    "  advise DB [--budget SIZE] [--ranks N [--zero 1|2]] [--json] [--check] ...\n"
+    "                                    predicted peaks under recompute, offload, accumulation,\n"
+    "                                    set-to-none, bf16, ZeRO across N ranks (replayed),\n"
+    "                                    checked by re-running\n"
+    "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
     "  viz DB -o FILE.html [--with frag,advise,tune]\n"
     "                                    a self-contained page (opens offline): memory over time\n"
     "                                    stacked by phase or tensor class, what was live at any\n"
     "                                    point, icicles, segment maps, leaks, OOMs, the analyses\n"
-    "  uses DB --name PATTERN | --id N   one tensor's life: born, every kernel that used it, died\n"
-    "  advise DB [--budget SIZE] [--json] [--check] ...\n"
-    "                                    predicted peaks under recompute, offload, accumulation,\n"
-    "                                    set-to-none, bf16 (replayed), checked by re-running\n"
+    "  viz A.db B.db ... | DIR -o FILE.html\n"
+    "                                    one lane per rank on one scale, the peak rank in full\n"
+    "  diff A.db B.db [--json] [--fail-if-peak-grows PCT]\n"
+    "                                    two recordings side by side, with deltas\n"
+    "  export --format F DB [-o FILE]    the recording as trace (gpumem-replay), torch (PyTorch's\n"
+    "                                    memory_viz pickle), chrome, folded, speedscope or csv\n"
+    "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
+    "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -62,7 +72,8 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema); 4 libgpumem.so not found;\n"
+    "schema), or leaks --fail-on-leak cannot judge (events were dropped);\n"
+    "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
@@ -706,7 +717,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(c, "--version") == 0) {
-        puts("gpumem 0.1.0 (database schema 1.2)");
+        printf("gpumem %s (database schema %d.%d)\n", REC_VERSION, REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR);
         return 0;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);

@@ -22,7 +22,7 @@ for db in demo oom; do
   "$GM" uses "$TMP/$db.db" --name 'h0.mlp.fc' --top 1 >> "$out" 2>&1 || true
 done
 "$GM" --help >> "$out"
-for c in record report leaks sql export uses advise; do "$GM" "$c" --help >> "$out"; done
+for c in record report leaks sql export uses advise frag tune diff viz import; do "$GM" "$c" --help >> "$out"; done
 [[ $(wc -l < "$out") -gt 100 ]] || fail "too little output to review"
 
 # 1. every command a line names exists. "gpumem <word>" is a command unless the word is plain
@@ -67,3 +67,12 @@ grep -q "requested [0-9.]* [KMGT]iB ($req bytes) for h12.attn.scores" "$TMP/oom.
 sf=$(jq -r '.ooms[0].shortfall' "$TMP/oom.json")
 grep -q "fell short by [0-9.]* [KMGT]\?i\?B ($sf bytes)" "$TMP/oom.txt" || fail "the OOM shortfall in text is not the JSON's ($sf)"
 ok "byte counts, peaks and the OOM quoted in the text are the database's"
+
+# 3. the overview tells of every command there is, and --version of the schema it writes
+for c in $(grep -oE 'strcmp\(c, "[a-z]+"\) == 0' snapshot/gpumem.c | grep -oE '"[a-z]+"' | tr -d '"'); do
+  [[ $c == help ]] && continue # gpumem help: the overview itself
+  "$GM" --help | grep -qE "^  $c " || fail "gpumem --help does not list '$c'"
+done
+want=$("$GM" sql "$TMP/demo.db" -c "SELECT (SELECT value FROM meta WHERE key = 'schema_major') || '.' || (SELECT value FROM meta WHERE key = 'schema_minor')" | tail -1)
+"$GM" --version | grep -qF "(database schema $want)" || fail "gpumem --version says '$("$GM" --version)', a recording says schema $want"
+ok "gpumem --help lists every command; --version names schema $want, the one a recording has"
