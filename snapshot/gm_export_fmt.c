@@ -9,7 +9,8 @@
  * {...}}. Segments and blocks are the exit snapshot's (reason 3; else the last snapshot);
  * total_size is the mapped part of a segment (PyTorch's blocks cover it; expandable segments'
  * unmapped tail is not listed, as in PyTorch); device_traces hold one entry per event: alloc
- * (cudaMalloc, cudaMallocAsync), free_requested and free_completed (a free), segment_map /
+ * (cudaMalloc, cudaMallocAsync), free_requested and free_completed (a free; a free that waited
+ * for stream events completes where the recording saw its block land, below), segment_map /
  * segment_unmap (the allocator mapped or unmapped memory into a segment), segment_alloc /
  * segment_free (a plain driver allocation), oom. Each entry has action, addr, size, stream (the
  * CUstream handle), time_us (since the recording started), device, frames ([{filename, line,
@@ -253,6 +254,53 @@ static void trace_entry(FILE *out, gm_model *m, const char *action, uint64_t add
     gpk_dict_end(out);
 }
 
+/* Frees that waited for stream events (REC_F_PENDING): their free_completed is written where
+ * the recording saw the block land (kind 29 REC_FREE_COMPLETED, matched by address and the
+ * allocator's id), or just before the block is handed out again, as in PyTorch's own traces;
+ * one still waiting at the end has none (the block was never reusable in the run). */
+typedef struct {
+    uint64_t size, stream;
+    uint32_t stack;
+} torch_pending;
+
+typedef struct {
+    u64map at;    /* address -> index into v */
+    u64map key;   /* address -> the allocator's id of the free waiting there */
+    u64map early; /* ids whose REC_FREE_COMPLETED came before their free: landed at once */
+    torch_pending *v;
+    size_t n, cap;
+} torch_pend;
+
+static int pending_add(torch_pend *p, uint64_t addr, uint64_t key, torch_pending e)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 256;
+        torch_pending *v = realloc(p->v, cap * sizeof *v);
+        if (!v) return -1;
+        p->v = v, p->cap = cap;
+    }
+    p->v[p->n] = e;
+    if (u64map_put(&p->at, addr, p->n) != 0 || u64map_put(&p->key, addr, key) != 0) return -1;
+    p->n++;
+    return 0;
+}
+
+/* The free waiting at addr, if any, completes at t. */
+static void pending_land(FILE *out, gm_model *m, torch_pend *p, uint64_t addr, uint64_t t, int dev)
+{
+    uint64_t i;
+    if (!u64map_del(&p->at, addr, &i)) return;
+    u64map_del(&p->key, addr, NULL);
+    trace_entry(out, m, "free_completed", addr, p->v[i].size, p->v[i].stream, t, dev, p->v[i].stack, 0);
+}
+
+static void pending_free(torch_pend *p)
+{
+    u64map_free(&p->at), u64map_free(&p->key), u64map_free(&p->early);
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
 int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
 {
     /* devices with events */
@@ -275,12 +323,13 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
     gpk_list_begin(out);
     int rc = 0;
     for (int dev = 0; dev < ndev && rc == 0; dev++) {
+        torch_pend pend = {0};
         gpk_list_begin(out);
         if (sqlite3_prepare_v2(
                 d->db,
                 "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.requested, e.stream, e.stack, "
-                "o.device_free FROM events e LEFT JOIN ooms o ON o.seq = e.seq "
-                "WHERE e.device = ?1 AND e.kind IN (1,2,3,4,13,14,15,18,19) ORDER BY e.seq",
+                "o.device_free, e.flags, e.alloc_id FROM events e LEFT JOIN ooms o ON o.seq = e.seq "
+                "WHERE e.device = ?1 AND e.kind IN (1,2,3,4,13,14,15,18,19,29) ORDER BY e.seq",
                 -1, &s, NULL) != SQLITE_OK) {
             rc = -1;
             break;
@@ -303,6 +352,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
                     }
                     la = n;
                 }
+                pending_land(out, m, &pend, addr, t, dev); /* handed out again: it had landed */
                 la[nla] = (live_alloc){size, (uint64_t)sqlite3_column_int64(s, 5), stack};
                 u64map_put(&live, addr, nla++);
                 u64map_put(&live_stack, addr, stack);
@@ -314,7 +364,23 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
                 uint64_t st;
                 u64map_del(&live_stack, addr, &st);
                 trace_entry(out, m, "free_requested", addr, la[i].size, stream, t, dev, stack, 0);
-                trace_entry(out, m, "free_completed", addr, la[i].size, stream, t, dev, stack, 0);
+                uint64_t key = (uint64_t)sqlite3_column_int64(s, 10);
+                int waits = (sqlite3_column_int64(s, 9) & REC_F_PENDING) && !u64map_del(&pend.early, key, NULL);
+                if (!waits)
+                    trace_entry(out, m, "free_completed", addr, la[i].size, stream, t, dev, stack, 0);
+                else if (pending_add(&pend, addr, key, (torch_pending){la[i].size, stream, stack}) != 0) {
+                    rc = -2;
+                    break;
+                }
+            } else if (kind == REC_FREE_COMPLETED) {
+                uint64_t key = (uint64_t)sqlite3_column_int64(s, 10);
+                const uint64_t *k = u64map_get(&pend.key, addr);
+                if (k && *k == key)
+                    pending_land(out, m, &pend, addr, t, dev);
+                else if (u64map_put(&pend.early, key, 1) != 0) { /* before its own free */
+                    rc = -2;
+                    break;
+                }
             } else if (kind == REC_OOM) {
                 gpk_dict_begin(out);
                 gpk_key(out, "action"), gpk_str(out, "oom");
@@ -337,6 +403,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
             }
         }
         sqlite3_finalize(s);
+        pending_free(&pend);
         gpk_list_end(out);
     }
     gpk_list_end(out);

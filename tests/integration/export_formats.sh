@@ -2,7 +2,8 @@
 # `gpumem export --format torch|chrome|folded|speedscope|csv` on a recording of the trainer:
 # torch: the pickle loads with Python's pickle and matches the database field by field (alloc
 # actions = device allocations, segments = the exit snapshot, Python frames carried; and, where
-# PyTorch is installed, torch.cuda._memory_viz renders it); chrome: the JSON parses, with a
+# PyTorch is installed, torch.cuda._memory_viz renders it; on frag_app cross, asynchronous, a free
+# that waited completes where its block landed); chrome: the JSON parses, with a
 # counter per event and one slice per NVTX range; folded: --what peak sums to the report's peak
 # allocated, --what total to every device allocation's bytes; speedscope: its JSON with both
 # profiles; csv: the allocations view. Bad input: usage errors exit 2, a missing database 3.
@@ -31,6 +32,47 @@ if "$PY" -c 'import torch.cuda._memory_viz' 2> /dev/null; then
   ok "$(tail -1 "$TMP/viz.log")"
 else
   echo "note: PyTorch is not installed for $PY: torch.cuda._memory_viz not tried (the pickle was checked field by field)"
+fi
+
+# frees that waited for another stream (the asynchronous virtual GPU, frag_app cross): each
+# free_completed stands where the recording saw its block land (kind 29), not at the request
+APP=$BUILD/tests/apps/frag_app
+if [[ -x $APP ]]; then
+  GPUMEM_SIM_ASYNC=1 "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || fail "frag_app cross: $(tail -3 "$TMP/x.txt")"
+  "$GM" export --format torch "$TMP/x.db" -o "$TMP/x.pickle" || fail "export torch (cross-stream)"
+  "$PY" - "$TMP/x.pickle" "$TMP/x.db" > "$TMP/x.check" 2>&1 <<'PYEOF' || fail "cross-stream torch trace: $(tail -3 "$TMP/x.check")"
+import pickle, sqlite3, sys
+snap = pickle.load(open(sys.argv[1], "rb"))
+db = sqlite3.connect(sys.argv[2])
+landed = {}  # (addr, time_us) of every kind 29 landing
+for a, t in db.execute("SELECT e.addr, e.t FROM events e WHERE kind = 29"):
+    landed[(a, t // 1000)] = True
+waited = db.execute("SELECT count(*) FROM events WHERE kind IN (2, 4) AND (flags & 8192) != 0").fetchone()[0]
+split = 0
+for trace in snap["device_traces"]:
+    open_req = {}
+    for i, e in enumerate(trace):
+        if e["action"] == "free_requested":
+            assert e["addr"] not in open_req, "two free_requested for %#x" % e["addr"]
+            open_req[e["addr"]] = i
+        elif e["action"] == "free_completed":
+            i0 = open_req.pop(e["addr"], None)
+            assert i0 is not None, "free_completed of %#x without its request" % e["addr"]
+            if i0 != i - 1:
+                split += 1
+                assert (e["addr"], e["time_us"]) in landed or trace[i + 1]["action"] == "alloc", \
+                    "free_completed of %#x at %d us: no landing recorded there" % (e["addr"], e["time_us"])
+        elif e["action"] == "alloc":
+            assert e["addr"] not in open_req, "%#x handed out while its free is pending" % e["addr"]
+    assert len(open_req) <= waited, "%d frees never completed, %d waited" % (len(open_req), waited)
+assert 0 < split <= waited, "%d free_completed apart from their request, %d frees waited" % (split, waited)
+print("ok: %d of %d frees that waited complete where they landed" % (split, waited))
+PYEOF
+  if "$PY" -c 'import torch.cuda._memory_viz' 2> /dev/null; then
+    "$PY" tests/integration/py/torch_memory_viz.py "$TMP/x.pickle" > "$TMP/viz.log" 2>&1 \
+      || fail "torch.cuda._memory_viz rejected the cross-stream pickle: $(tail -5 "$TMP/viz.log")"
+  fi
+  ok "torch: $(tail -1 "$TMP/x.check" | sed 's/^ok: //') (frag_app cross, asynchronous virtual GPU)"
 fi
 
 # --- folded
