@@ -8,6 +8,8 @@ SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
 SCRIPT_TESTS += tests/integration/install.sh
 # kill -9, signals, full disks, fork storms at seeded random moments (short; make soak: long)
 SCRIPT_TESTS += tests/integration/fault_campaign.sh
+# the GPU checks' packaging for the offline device (tests/gpu/prepare.sh, common.bash)
+SCRIPT_TESTS += tests/integration/gpu_prepare.sh
 BENCHES += tests/bench/demo_bench.sh tests/bench/uses_bench.sh tests/bench/util_bench.sh
 # the differential suite: every corpus program plain and under gpumem, outputs compared
 include tests/diff/module.mk

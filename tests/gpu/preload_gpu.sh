@@ -19,7 +19,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 CUDA=${CUDA_HOME:-/usr/local/cuda}
-make -j"$(nproc)" "$BUILD/libgpumem.so" "$BUILD/tests/apps/real_rt_app" >/dev/null || { echo "build failed"; exit 1; }
+source tests/gpu/common.bash
+gpu_make "$BUILD/libgpumem.so" "$BUILD/tests/apps/real_rt_app" || { echo "build failed"; exit 1; }
 LIB=$PWD/$BUILD/libgpumem.so
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

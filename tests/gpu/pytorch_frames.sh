@@ -21,8 +21,8 @@ if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
   echo "tests/gpu/pytorch_frames.sh: $PY has no PyTorch (import torch failed); skipping" >&2
   exit 77
 fi
-[[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; }
-make -j"$(nproc)" "$BUILD/libgpumem.so" "$BUILD/gpumem" >/dev/null || { echo "build failed"; exit 1; }
+source tests/gpu/common.bash
+gpu_make "$BUILD/libgpumem.so" "$BUILD/gpumem" || { echo "build failed"; exit 1; }
 GM=$BUILD/gpumem
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

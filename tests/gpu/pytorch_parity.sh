@@ -16,8 +16,8 @@ if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
   echo "tests/gpu/pytorch_parity.sh: $PY has no PyTorch (import torch failed); skipping" >&2
   exit 77
 fi
-[[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; }
-make -j"$(nproc)" "$BUILD/alloc/gpumem-replay" >/dev/null || { echo "build of gpumem-replay failed"; exit 1; }
-make -j"$(nproc)" "$BUILD/gpumem" >/dev/null 2>&1 || true # for `gpumem import`, where it exists
+source tests/gpu/common.bash
+gpu_make "$BUILD/alloc/gpumem-replay" || { echo "build of gpumem-replay failed"; exit 1; }
+gpu_make "$BUILD/gpumem" || true # for `gpumem import`, where it exists
 exec "$PY" tests/gpu/pytorch_parity.py run --replay "$BUILD/alloc/gpumem-replay" \
   --gpumem "$BUILD/gpumem" --steps "${STEPS:-12}"

@@ -15,7 +15,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 77
 fi
 nvidia-smi -L
-make "$BUILD/sim/libcuda.so.1" >/dev/null || { echo "build failed"; exit 1; }
+source tests/gpu/common.bash
+gpu_make "$BUILD/sim/libcuda.so.1" || { echo "build failed"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include

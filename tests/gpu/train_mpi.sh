@@ -17,8 +17,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 77
 fi
 command -v mpirun >/dev/null || { echo "tests/gpu/train_mpi.sh: mpirun not found (openmpi-bin); skipping" >&2; exit 77; }
-[[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; }
-make -j"$(nproc)" "$BUILD/train_gpt2" >/dev/null || { echo "FAIL: build of $BUILD/train_gpt2"; exit 1; }
+source tests/gpu/common.bash
+gpu_make "$BUILD/train_gpt2" || { echo "FAIL: build of $BUILD/train_gpt2"; exit 1; }
 T=$BUILD/train_gpt2
 [[ $(ldd "$T" 2>/dev/null) == *libmpi* ]] || { echo "tests/gpu/train_mpi.sh: $T built without MPI (no mpicc); skipping" >&2; exit 77; }
 if [[ -z ${TRAIN_NCCL_LIB:-} ]]; then

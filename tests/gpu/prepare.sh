@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tests/gpu/prepare.sh — run HERE, on a machine with the Debian packages (no GPU needed), right
+# before the device call. Builds everything the tests/gpu/ scripts use, copies the shared
+# libraries they load that are not part of the C library or CUDA into $BUILD/gpu-libs, and marks
+# the build as prebuilt ($BUILD/.gpu-prebuilt), so that on the device (CUDA toolkit and PyTorch,
+# no -dev packages, no network) a target that cannot be built there is taken from here
+# (tests/gpu/common.bash). Then, with the device tool:
+#   run(command="bash tests/gpu/run.sh 2>&1 | tee $OUT/gpu.log", carry=["build"], timeout_s=580)
+# The binaries need glibc <= this machine's (Debian 12: 2.36); the device's is newer.
+set -euo pipefail
+BUILD=${BUILD:-build}
+make -j"$(nproc)" all
+make -j"$(nproc)" "$BUILD/libgpumem.so" "$BUILD/gpumem" "$BUILD/alloc/gpumem-replay" \
+  "$BUILD/sim/libcuda.so.1" "$BUILD/train_gpt2_sim" "$BUILD/tests/apps/real_rt_app"
+rm -rf "$BUILD/gpu-libs"
+mkdir -p "$BUILD/gpu-libs"
+# train_gpt2 and real_rt_app are left out: nvcc builds them on the device (this build of the
+# trainer links this machine's Open MPI, which the device does not have)
+for elf in "$BUILD/libgpumem.so" "$BUILD/gpumem" "$BUILD/alloc/gpumem-replay" "$BUILD/train_gpt2_sim"; do
+  ldd "$elf" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
+done | sort -u | while read -r lib; do
+  case $(basename "$lib") in
+    libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libgcc_s.so* | libstdc++.so* | \
+      libcuda.so* | libcudart.so* | libcublas* | libnvidia*) continue ;;
+  esac
+  cp -L "$lib" "$BUILD/gpu-libs/"
+done
+touch "$BUILD/.gpu-prebuilt"
+tree_kib=$(git ls-files -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
+build_kib=$(du -sk "$BUILD" | cut -f1)
+echo "prebuilt: $(ls "$BUILD/gpu-libs" | tr '\n' ' ')"
+echo "travels: tree ${tree_kib} KiB + $BUILD ${build_kib} KiB (the device call's limit: 65536 KiB)"
+(( tree_kib + build_kib < 65536 )) ||
+  echo "warning: too large to travel; remove $BUILD/san-* (sanitizer builds) or make clean, then run this again" >&2
+echo 'next: run(command="bash tests/gpu/run.sh 2>&1 | tee $OUT/gpu.log", carry=["build"], timeout_s=580)'
