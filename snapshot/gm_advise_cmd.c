@@ -483,10 +483,14 @@ static int big_ok(const spec *recs, size_t nrecs, const spec *s)
     return (unsigned)in == k && (k == 2 || (int)k == n);
 }
 
+/* Largest saving first: the lowest peak reserved; among equal ones the least extra time, then
+ * the lowest peak allocated (qsort is not stable: every tie is broken). */
 static int cmp_saving(const void *a, const void *b)
 {
     const spec *x = a, *y = b;
-    return x->r.peak_reserved < y->r.peak_reserved ? -1 : x->r.peak_reserved > y->r.peak_reserved;
+    if (x->r.peak_reserved != y->r.peak_reserved) return x->r.peak_reserved < y->r.peak_reserved ? -1 : 1;
+    if (x->extra_s != y->extra_s) return x->extra_s < y->extra_s ? -1 : 1;
+    return x->r.peak_allocated < y->r.peak_allocated ? -1 : x->r.peak_allocated > y->r.peak_allocated;
 }
 
 int gm_advise_main(int argc, char **argv)

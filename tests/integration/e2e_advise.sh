@@ -27,6 +27,9 @@ jq -e '.baseline.peak_allocated == .recorded.peak_allocated and .baseline.peak_r
 ok "tiny: the unmodified trace replays to the recorded peaks ($(jq -c .baseline "$TMP/tiny.json"))"
 nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/tiny.json")
 (( nrec >= 8 )) || fail "tiny: only $nrec recommendations with flags"
+# largest saving first; equal savings: the least extra time, then the lowest peak allocated
+jq -e '[.recommendations[] | [.predicted.peak_reserved, .cost.extra_time_s, .predicted.peak_allocated]] | . == sort' \
+  "$TMP/tiny.json" > /dev/null || fail "tiny: recommendations out of order: $(jq -c '[.recommendations[] | [.technique, .predicted.peak_reserved, .cost.extra_time_s]]' "$TMP/tiny.json")"
 check_errors "$TMP/tiny.json" tiny
 # each technique appears (recompute, offload, accum, grad_none, bf16)
 for t in recompute offload accum grad_none bf16; do
