@@ -493,6 +493,37 @@ static int cmp_saving(const void *a, const void *b)
     return x->r.peak_allocated < y->r.peak_allocated ? -1 : x->r.peak_allocated > y->r.peak_allocated;
 }
 
+/* The two answers looked for first, over singles and combinations: the largest saving of peak
+ * reserved, and the largest that costs under 1% of a step (one line when they are the same). */
+static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec *front, size_t nfront)
+{
+    const spec *best = NULL, *cheap = NULL;
+    for (size_t i = 0; i < nrecs + nfront; i++) {
+        const spec *s = i < nrecs ? &recs[i] : &front[i - nrecs];
+        if (s->r.peak_reserved >= c->base.peak_reserved) continue;
+        if (!best || cmp_saving(s, best) < 0) best = s;
+        if (pct(c, s->extra_s) < 1.0 && (!cheap || cmp_saving(s, cheap) < 0)) cheap = s;
+    }
+    if (!best) {
+        printf("\nin short: nothing here lowers the peak reserved of this recording\n");
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        const spec *s = k ? cheap : best;
+        if (!s || (k && s == best)) continue;
+        char what[1024], r[32], sv[32];
+        if (c->trainer) spec_flags(s, what, sizeof what);
+        else spec_target(c, s, what, sizeof what);
+        fmt(s->r.peak_reserved, r, sizeof r);
+        fmt(c->base.peak_reserved - s->r.peak_reserved, sv, sizeof sv);
+        printf("%s%s: %s (peak reserved %s, saves %s; extra time %.1f%%)\n",
+               k ? "          " : "\nin short: ",
+               k ? "the largest saving under 1% extra time" : s == cheap ? "the largest saving, under 1% extra time"
+                                                                          : "the largest saving",
+               what, r, sv, pct(c, s->extra_s));
+    }
+}
+
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
@@ -946,6 +977,7 @@ int gm_advise_main(int argc, char **argv)
             printf(
                 "uses: none recorded; recompute and offload act on births and deaths (record with "
                 "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
+        text_short(&c, recs, nrecs, front, nfront);
         printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
         if (!nrecs)
             printf("  none: no technique lowers the peak of this recording (what is live at the "

@@ -30,6 +30,13 @@ nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/tiny.js
 # largest saving first; equal savings: the least extra time, then the lowest peak allocated
 jq -e '[.recommendations[] | [.predicted.peak_reserved, .cost.extra_time_s, .predicted.peak_allocated]] | . == sort' \
   "$TMP/tiny.json" > /dev/null || fail "tiny: recommendations out of order: $(jq -c '[.recommendations[] | [.technique, .predicted.peak_reserved, .cost.extra_time_s]]' "$TMP/tiny.json")"
+# the text's "in short" names the largest saving over singles and combinations
+"$GM" advise "$TMP/tiny.db" --top 20 > "$TMP/tiny.txt" || fail "advise tiny (text)"
+short=$(sed -n 's/^in short: the largest saving[^:]*: \(.*\) (peak reserved .*/\1/p' "$TMP/tiny.txt")
+[[ -n $short ]] || fail "tiny: no 'in short' line: $(head -8 "$TMP/tiny.txt")"
+jq -e --arg f "$short" '([(.recommendations + .combinations)[] | .predicted.peak_reserved] | min) as $m
+    | [(.recommendations + .combinations)[] | select(.flags == $f and .predicted.peak_reserved == $m)] | length > 0' \
+  "$TMP/tiny.json" > /dev/null || fail "tiny: 'in short' names '$short', not a largest saving"
 check_errors "$TMP/tiny.json" tiny
 # each technique appears (recompute, offload, accum, grad_none, bf16)
 for t in recompute offload accum grad_none bf16; do
