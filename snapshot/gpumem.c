@@ -222,22 +222,6 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
     return 0;
 }
 
-int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize) {
-    char err[8192];
-    if (gm_db_open(path, d, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        return GM_EXIT_BADDB;
-    }
-    if (gm_model_load(d, m, 1, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
-        gm_model_free(m);
-        gm_db_close(d);
-        return GM_EXIT_BADDB;
-    }
-    if (symbolize) gm_symbolize(d, m);
-    return 0;
-}
-
 static int cmd_report(int argc, char **argv, int leaks) {
     const char *usage = leaks ? usage_leaks : usage_report;
     if (wants_help(argc, argv)) {

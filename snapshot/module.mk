@@ -28,7 +28,7 @@ ALL_TARGETS += $(REC_LIB)
 GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
            $(SNAP_DIR)/gm_export.o $(SNAP_DIR)/gm_devused.o \
            $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
-           $(SNAP_DIR)/rec_path.o
+           $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/gm_open.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
