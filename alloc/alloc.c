@@ -33,6 +33,19 @@
 #define LOCK(a) pthread_mutex_lock(&(a)->mu)
 #define UNLOCK(a) pthread_mutex_unlock(&(a)->mu)
 
+/* A new classic segment or expandable range at addr: counted as above or below the last one
+ * (alloc_address_order). */
+static void note_va(alloc_t *a, uint64_t addr)
+{
+    if (a->last_va) {
+        if (addr > a->last_va)
+            a->va_up++;
+        else
+            a->va_down++;
+    }
+    a->last_va = addr;
+}
+
 /* GROW_AGAIN: a synchronization in the slow path landed pending frees; the request starts over
  * (see alloc_malloc_ex) */
 enum { GROW_OK = 0, GROW_OOM = 1, GROW_ERR = 2, GROW_NOMEM = 3, GROW_AGAIN = 4 };
@@ -474,6 +487,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
     }
     a->st.num_device_alloc++;
+    note_va(a, addr);
     s->base = addr;
     s->size = sz;
     s->first = b;
@@ -549,6 +563,7 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
         blk_del(a, u);
         return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
     }
+    note_va(a, base);
     r->base = base;
     r->size = size;
     u->addr = base;
@@ -2229,6 +2244,15 @@ int alloc_last_backend_error(alloc_t *a)
     int e = a->last_be_err;
     UNLOCK(a);
     return e;
+}
+
+int alloc_address_order(alloc_t *a)
+{
+    if (!a) return 0;
+    LOCK(a);
+    int o = a->va_down > a->va_up ? -1 : a->va_up > a->va_down ? 1 : 0;
+    UNLOCK(a);
+    return o;
 }
 
 void alloc_get_stats(alloc_t *a, alloc_stats_t *out)

@@ -141,12 +141,13 @@ static size_t w_granularity(void *c)
     return membe(f)->granularity(membe(f)->ctx);
 }
 
-static fake_t *mk_cap(const char *conf, size_t capacity)
+static fake_t *mk_cap(const char *conf, size_t capacity, bool top_down)
 {
     fake_t *f = calloc(1, sizeof(*f));
     assert_non_null(f);
     alloc_mem_opts_t mo = {0};
     mo.capacity = capacity;
+    mo.top_down = top_down;
     f->m = alloc_mem_backend_create(&mo);
     assert_non_null(f->m);
     f->idle_stream = UINTPTR_MAX; /* none */
@@ -177,7 +178,7 @@ static fake_t *mk_cap(const char *conf, size_t capacity)
 
 static fake_t *mk(const char *conf)
 {
-    return mk_cap(conf, (size_t)1 << 30);
+    return mk_cap(conf, (size_t)1 << 30, false);
 }
 
 static void done(fake_t *f)
@@ -519,7 +520,8 @@ static void test_capture_private(void **state)
  * the allocator synchronizes: in its slow path, before releasing memory for a growth. Those
  * frees land in the middle of an allocation, after it found no block; the trace can only put
  * them before it, so the allocation starts over on what landed. The recording's peak reserved,
- * cache hits and misses must be the replay's, under each preset. */
+ * cache hits and misses must be the replay's, under each preset, also on a device that hands
+ * out addresses downwards (replayed so: ties in best fit are broken by address). */
 typedef struct {
     alloc_trace_event_t *v;
     size_t n, cap;
@@ -563,11 +565,11 @@ static void rt_free(fake_t *f, rtrace_t *t, uint64_t p, uint64_t id, uintptr_t s
         }
 }
 
-static void record_and_replay(const char *conf, unsigned *landed_in_sync)
+static void record_and_replay(const char *conf, bool top_down, unsigned *landed_in_sync)
 {
     /* no OOM: the pytorch policy's OOM path does not start over (PyTorch does not search the
      * cache again there) */
-    fake_t *f = mk_cap(conf, (size_t)4 << 30);
+    fake_t *f = mk_cap(conf, (size_t)4 << 30, top_down);
     rtrace_t t = {0};
     alloc_hooks_t hk = {.user = &t, .on_free_landed = rt_landed};
     alloc_set_hooks(f->a, &hk);
@@ -609,7 +611,9 @@ static void record_and_replay(const char *conf, unsigned *landed_in_sync)
     alloc_get_stats(f->a, &st);
     alloc_config_t cfg;
     alloc_get_config(f->a, &cfg);
-    alloc_replay_opts_t o = {.capacity = (size_t)4 << 30};
+    /* the device's address order, as the preload records it (meta alloc.address_order) */
+    assert_int_equal(alloc_address_order(f->a), top_down ? -1 : 1);
+    alloc_replay_opts_t o = {.capacity = (size_t)4 << 30, .top_down = top_down};
     alloc_replay_result_t r;
     char err[256];
     assert_int_equal(alloc_replay(&cfg, &o, t.v, t.n, &r, err, sizeof(err)), ALLOC_OK);
@@ -631,10 +635,14 @@ static void test_replay_lands_frees_in_order(void **state)
     unsigned landed;
     /* gpumem: releases before growing, synchronizing in the middle of an allocation; the
      * workload must make that synchronization land frees, else this test tests nothing */
-    record_and_replay("preset:gpumem", &landed);
+    record_and_replay("preset:gpumem", false, &landed);
     assert_true(landed > 0);
-    record_and_replay("preset:pytorch", &landed);
-    record_and_replay("preset:pytorch-expandable", &landed);
+    record_and_replay("preset:pytorch", false, &landed);
+    record_and_replay("preset:pytorch-expandable", false, &landed);
+    /* a device that hands out addresses downwards (the virtual GPU's mmap), replayed so */
+    record_and_replay("preset:gpumem", true, &landed);
+    assert_true(landed > 0);
+    record_and_replay("preset:pytorch", true, &landed);
 }
 
 int main(void)
