@@ -33,7 +33,22 @@
 #define LOCK(a) pthread_mutex_lock(&(a)->mu)
 #define UNLOCK(a) pthread_mutex_unlock(&(a)->mu)
 
-enum { GROW_OK = 0, GROW_OOM = 1, GROW_ERR = 2, GROW_NOMEM = 3 };
+/* A new classic segment or expandable range at addr: counted as above or below the last one
+ * (alloc_address_order). */
+static void note_va(alloc_t *a, uint64_t addr)
+{
+    if (a->last_va) {
+        if (addr > a->last_va)
+            a->va_up++;
+        else
+            a->va_down++;
+    }
+    a->last_va = addr;
+}
+
+/* GROW_AGAIN: a synchronization in the slow path landed pending frees; the request starts over
+ * (see alloc_malloc_ex) */
+enum { GROW_OK = 0, GROW_OOM = 1, GROW_ERR = 2, GROW_NOMEM = 3, GROW_AGAIN = 4 };
 
 const char *alloc_strerror(int err)
 {
@@ -472,6 +487,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
         return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
     }
     a->st.num_device_alloc++;
+    note_va(a, addr);
     s->base = addr;
     s->size = sz;
     s->first = b;
@@ -547,6 +563,7 @@ static int range_create(alloc_t *a, pool_t *p, size_t rs)
         blk_del(a, u);
         return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
     }
+    note_va(a, base);
     r->base = base;
     r->size = size;
     u->addr = base;
@@ -1084,9 +1101,10 @@ static void process_fences(alloc_t *a)
 }
 
 /* Every fence made before sequence `seq` is complete (a synchronization that started after it
- * has finished): drop their events and land them. */
-static void land_upto(alloc_t *a, uint64_t seq)
+ * has finished): drop their events and land them. Returns how many frees landed. */
+static size_t land_upto(alloc_t *a, uint64_t seq)
 {
+    size_t landed = 0;
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         while (st->q_head && st->q_head->f->seq <= seq) {
@@ -1097,18 +1115,28 @@ static void land_upto(alloc_t *a, uint64_t seq)
     }
     for (fence_t *f = a->fence_head, *nx; f && f->seq <= seq; f = nx) {
         nx = f->next;
-        if (!f->capture) fence_land(a, f, true); /* a graph may still replay the others */
+        if (!f->capture) { /* a graph may still replay the others */
+            fence_land(a, f, true);
+            landed++;
+        }
     }
+    return landed;
 }
 
 /* Synchronize the device with the allocator lock dropped (other threads keep allocating and
  * freeing meanwhile), then land every free fenced before the synchronization started. Blocks
  * freed by other threads during the wait keep a free sequence above a->synced_free_seq, so a
- * release that follows does not unmap memory their streams may still use. */
-static void sync_and_land(alloc_t *a)
+ * release that follows does not unmap memory their streams may still use. Returns how many
+ * frees landed.
+ *
+ * `restart_epoch` (non-NULL: called from a malloc's slow path, which starts over when frees
+ * landed, see alloc_malloc_ex): the gc clock as the request found it. The frees landed here
+ * are stamped with it, as if they had landed before the request, and when any did, the clock
+ * goes back to it for the new start (unless another thread moved it during the wait). */
+static size_t sync_land(alloc_t *a, const uint64_t *restart_epoch)
 {
-    if (a->captures) return; /* synchronizing would invalidate the capture */
-    uint64_t fs = a->fence_seq, frs = a->free_seq;
+    if (a->captures) return 0; /* synchronizing would invalidate the capture */
+    uint64_t fs = a->fence_seq, frs = a->free_seq, ep = a->epoch;
     a->st.num_syncs++;
     if (a->be.synchronize) {
         be_count(a, ALLOC_BE_CALL_SYNCHRONIZE);
@@ -1117,9 +1145,18 @@ static void sync_and_land(alloc_t *a)
         LOCK(a);
         be_rc(a, rc);
     }
-    land_upto(a, fs);
+    bool back = restart_epoch && a->epoch == ep;
+    if (back) a->epoch = *restart_epoch;
+    size_t landed = land_upto(a, fs);
+    if (back && !landed) a->epoch = ep;
     if (frs > a->synced_free_seq) a->synced_free_seq = frs;
     a->broken_event = false;
+    return landed;
+}
+
+static void sync_and_land(alloc_t *a)
+{
+    sync_land(a, NULL);
 }
 
 static bool stream_has(const uintptr_t *uses, uintptr_t s)
@@ -1367,14 +1404,20 @@ static void release_all(alloc_t *a)
     release_until(a, 0, 0);
 }
 
-static void garbage_collect(alloc_t *a)
+/* From a malloc's slow path (epoch0: see malloc_slow). Returns false when the synchronization
+ * landed pending frees and the request starts over: nothing released. */
+static bool garbage_collect(alloc_t *a, const uint64_t *epoch0)
 {
     size_t allowed = a->cfg.limit ? a->cfg.limit : a->capacity;
     size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
-    if ((size_t)a->st.reserved_bytes.current <= target) return;
+    if ((size_t)a->st.reserved_bytes.current <= target) return true;
     a->st.num_gc_runs++;
-    sync_and_land(a);
+    if (sync_land(a, epoch0) && epoch0) {
+        a->st.num_gc_runs--; /* the new start decides again, on what landed */
+        return false;
+    }
     release_until(a, target, 0);
+    return true;
 }
 
 /* PyTorch's garbage_collect_cached_blocks, which runs only when a memory fraction is set (here:
@@ -1569,13 +1612,16 @@ static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
  * This is what virtual memory buys over classic segments. It runs only when the growth would
  * set a new peak of reserved memory (so a steady state never churns), when enough memory is
  * cached, and it spares the free neighbours the growth itself will merge with. It costs a
- * synchronize. Returns true if it synchronized. */
-static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
+ * synchronize. Returns RBG_NONE when it did nothing, RBG_RELEASED when it synchronized and
+ * released, RBG_LANDED when the synchronization landed pending frees: then nothing is released
+ * (what it decided no longer holds; the request starts over). */
+enum { RBG_NONE, RBG_RELEASED, RBG_LANDED };
+static int release_before_grow(alloc_t *a, pool_t *p, size_t rs, const uint64_t *epoch0)
 {
     size_t h = p->hsize;
     size_t reserved = (size_t)a->st.reserved_bytes.current;
     if (a->cached_free < 2 * h || reserved + round_up(rs, h) <= (size_t)a->st.reserved_bytes.peak)
-        return false;
+        return RBG_NONE;
     const blk_t *u = pick_unmapped(p, rs), *keep1 = NULL, *keep2 = NULL;
     size_t have = 0;
     if (u) {
@@ -1583,11 +1629,11 @@ static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
         if (u->next && u->next->rb.st == B_FREE) have += (keep2 = u->next)->size;
     }
     size_t need = rs > have ? round_up(rs - have, h) : 0;
-    if (!need || a->cached_free - have < h) return false;
-    sync_and_land(a);
+    if (!need || a->cached_free - have < h) return RBG_NONE;
+    if (sync_land(a, epoch0) && epoch0) return RBG_LANDED;
     reserved = (size_t)a->st.reserved_bytes.current;
     release_until_except(a, reserved > need ? reserved - need : 0, SIZE_MAX, keep1, keep2);
-    return true;
+    return RBG_RELEASED;
 }
 
 /* PyTorch's malloc after get_free_block failed: garbage collection (only with a limit), then
@@ -1610,22 +1656,34 @@ static int malloc_slow_pytorch(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     return grow(a, p, rs, out);
 }
 
-/* Slow path: nothing cached fits. Returns a FREE block (out of the index) of >= rs bytes. */
-static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+/* Slow path: nothing cached fits. Returns a FREE block (out of the index) of >= rs bytes, or
+ * GROW_AGAIN when one of its synchronizations landed pending frees before it changed anything
+ * else (the request starts over, see alloc_malloc_ex). epoch0: the gc clock as the request
+ * found it; NULL: no new start (go on with what landed). */
+static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out, const uint64_t *epoch0)
 {
     a->st.cache_misses++;
     if (a->cfg.policy == ALLOC_POLICY_PYTORCH) return malloc_slow_pytorch(a, p, rs, out);
     if (a->cfg.gc_threshold > 0) {
-        garbage_collect(a);
-        blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
+        if (!garbage_collect(a, epoch0)) {
+            a->st.cache_misses--; /* counted by the new start */
+            return GROW_AGAIN;
+        }
+        blk_t *b = find_free(a, p, rs); /* another thread may have freed one meanwhile */
         if (b) {
             free_remove(a, p, b);
             *out = b;
             return GROW_OK;
         }
     }
-    if (a->vmm && a->cfg.release_before_grow && release_before_grow(a, p, rs)) {
-        blk_t *b = find_free(a, p, rs); /* a pending free may have landed */
+    int rbg =
+        a->vmm && a->cfg.release_before_grow ? release_before_grow(a, p, rs, epoch0) : RBG_NONE;
+    if (rbg == RBG_LANDED) {
+        a->st.cache_misses--;
+        return GROW_AGAIN;
+    }
+    if (rbg == RBG_RELEASED) {
+        blk_t *b = find_free(a, p, rs); /* another thread may have freed one meanwhile */
         if (b) {
             free_remove(a, p, b);
             *out = b;
@@ -1634,9 +1692,13 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
     }
     int rc = grow(a, p, rs, out);
     if (rc != GROW_OOM) return rc;
-    /* OOM path: let every pending free land, try the cache, give everything back, retry */
+    /* OOM path: let every pending free land (and start over when any did), try the cache, give
+     * everything back, retry */
+    if (sync_land(a, epoch0) && epoch0) {
+        a->st.cache_misses--;
+        return GROW_AGAIN;
+    }
     a->st.num_alloc_retries++;
-    sync_and_land(a);
     blk_t *b = find_free(a, p, rs);
     if (b) {
         free_remove(a, p, b);
@@ -1698,32 +1760,53 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         return ALLOC_ERR_NOMEM;
     }
     if (a->broken_event) sync_and_land(a);
-    if (a->fence_head) process_fences(a);
-    if (a->cached_free < a->release_floor) a->release_floor = a->cached_free;
-    pool_t *p = pool_for(a, st, rs);
-    blk_t *b = NULL;
+    /* A synchronization in the slow path (release before growth, garbage collection, the OOM
+     * path) may land pending frees after the request has looked at the cache and decided on
+     * what it saw. A recording can only put those frees' free_completed events before the
+     * allocation, and a replay lands them there, so the request starts over from the state it
+     * found plus what landed (gc clock and release floor as they were): the allocator's state
+     * then changes in the order the trace says, and a free block the landing made is used
+     * rather than memory released and mapped anew. Bounded: each start lands a free; after
+     * MAX_RESTARTS the slow path goes on with what landed (only when other threads keep
+     * freeing during the waits). */
+    enum { MAX_RESTARTS = 16 };
+    const uint64_t epoch0 = a->epoch;
+    const size_t floor0 = a->release_floor;
+    pool_t *p;
+    blk_t *b;
     int rc;
-    uint64_t hits = a->st.cache_hits;
-    if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
-        rc = nocache_malloc(a, p, rs, &b);
-    } else {
-        /* fast path; under the pytorch policy the gc clock counts searches of the large pool */
-        if (a->cfg.policy == ALLOC_POLICY_PYTORCH && !p->small) a->epoch++;
-        b = find_free(a, p, rs);
-        if (b) {
-            /* start the cache misses we will take anyway: the block's cold half and its slot
-             * in the address map, while the index is being updated */
-            __builtin_prefetch(&b->seg, 1);
-            __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
-            if (b->prev) /* the free of this block will look at it */
-                __builtin_prefetch(b->prev);
-            free_remove(a, p, b);
-            a->st.cache_hits++;
-            rc = GROW_OK;
+    uint64_t hits;
+    for (int restarts = 0;; restarts++) {
+        if (a->fence_head) process_fences(a);
+        if (a->cached_free < a->release_floor) a->release_floor = a->cached_free;
+        size_t floor1 = a->release_floor;
+        p = pool_for(a, st, rs);
+        b = NULL;
+        hits = a->st.cache_hits;
+        if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+            rc = nocache_malloc(a, p, rs, &b);
         } else {
-            if (a->cfg.policy != ALLOC_POLICY_PYTORCH) a->epoch++;
-            rc = malloc_slow(a, p, rs, &b);
+            /* fast path; under the pytorch policy the gc clock counts searches of the large pool */
+            if (a->cfg.policy == ALLOC_POLICY_PYTORCH && !p->small) a->epoch++;
+            b = find_free(a, p, rs);
+            if (b) {
+                /* start the cache misses we will take anyway: the block's cold half and its slot
+                 * in the address map, while the index is being updated */
+                __builtin_prefetch(&b->seg, 1);
+                __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
+                if (b->prev) /* the free of this block will look at it */
+                    __builtin_prefetch(b->prev);
+                free_remove(a, p, b);
+                a->st.cache_hits++;
+                rc = GROW_OK;
+            } else {
+                if (a->cfg.policy != ALLOC_POLICY_PYTORCH) a->epoch++;
+                rc = malloc_slow(a, p, rs, &b, restarts < MAX_RESTARTS ? &epoch0 : NULL);
+            }
         }
+        if (rc != GROW_AGAIN) break;
+        if (a->release_floor == floor1)
+            a->release_floor = floor0; /* unless another thread moved it */
     }
     if (rc != GROW_OK) {
         int err = rc == GROW_NOMEM ? ALLOC_ERR_NOMEM
@@ -2161,6 +2244,15 @@ int alloc_last_backend_error(alloc_t *a)
     int e = a->last_be_err;
     UNLOCK(a);
     return e;
+}
+
+int alloc_address_order(alloc_t *a)
+{
+    if (!a) return 0;
+    LOCK(a);
+    int o = a->va_down > a->va_up ? -1 : a->va_up > a->va_down ? 1 : 0;
+    UNLOCK(a);
+    return o;
 }
 
 void alloc_get_stats(alloc_t *a, alloc_stats_t *out)

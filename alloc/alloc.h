@@ -380,6 +380,13 @@ enum alloc_be_call {
 const char *alloc_be_call_name(int call);
 
 void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
+
+/* Where the backend put the allocator's new address ranges and classic segments, each relative
+ * to the one before: 1 mostly above (a GPU driver, the replay's in-memory backend), -1 mostly
+ * below (mmap: the virtual GPU's virtual backing), 0 not known (fewer than two). Best fit and
+ * releases break ties by address, so a replay of a recording must hand out addresses the same
+ * way round (alloc_replay_opts_t.top_down) to take the same decisions. */
+int alloc_address_order(alloc_t *a);
 void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
 
 /* OOM forensics, filled at the last failed alloc_malloc. */
@@ -458,6 +465,7 @@ typedef struct alloc_mem_opts {
      * ALLOC_MEM_EVENT_MANUAL = only at synchronize or alloc_mem_backend_complete_events() */
     unsigned event_delay;
     uint64_t fail_call; /* if nonzero, the n-th create/seg_alloc call fails with OOM (1-based) */
+    bool top_down;      /* hand out addresses downwards (as mmap does), not upwards */
 } alloc_mem_opts_t;
 #define ALLOC_MEM_EVENT_MANUAL 0xffffffffu
 
@@ -539,6 +547,9 @@ typedef struct alloc_replay_opts {
      * which is what PyTorch does when the other streams' work has finished by then). empty_cache
      * and an OOM land every held free first (PyTorch synchronizes there). */
     unsigned stream_lag;
+    /* the in-memory backend hands out addresses downwards: for a recording whose allocator got
+     * them that way (alloc_address_order() -1, meta alloc.address_order "down") */
+    bool top_down;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

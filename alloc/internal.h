@@ -216,6 +216,9 @@ struct alloc {
     size_t release_floor; /* see maybe_release() */
     uint64_t next_id;
     uint64_t epoch; /* gc clock: bumps on each malloc that misses the cache */
+    /* where the backend put each new range or classic segment relative to the one before:
+     * alloc_address_order() */
+    uint64_t last_va, va_up, va_down;
 
     bool destroying;
     bool has_oom;

@@ -3,8 +3,9 @@
  * delay event completion (event_delay queries, or manual) to check stream-ordered reuse, and
  * make the n-th physical allocation fail to drive the OOM path.
  *
- * Addresses come from a bump pointer starting at 1 TiB; nothing is ever reused, so an address
- * identifies one reservation or segment for the lifetime of the backend.
+ * Addresses come from a bump pointer starting at 1 TiB, upwards (or from 64 TiB downwards:
+ * top_down); nothing is ever reused, so an address identifies one reservation or segment for
+ * the lifetime of the backend.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,6 +37,11 @@ struct alloc_mem_backend {
 static uint64_t va_take(alloc_mem_backend_t *m, size_t size, size_t align)
 {
     if (align < 512) align = 512;
+    if (m->o.top_down) { /* below everything handed out so far */
+        uint64_t a = (m->next_va - size) / align * align;
+        m->next_va = a;
+        return a;
+    }
     uint64_t a = (m->next_va + align - 1) / align * align;
     m->next_va = a + size;
     return a;
@@ -294,7 +300,8 @@ alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts)
     if (!m->o.capacity) m->o.capacity = (size_t)80 << 30;
     if (!m->o.granularity) m->o.granularity = (size_t)2 << 20;
     pthread_mutex_init(&m->mu, NULL);
-    m->next_va = (uint64_t)1 << 40;
+    /* upwards from 1 TiB; downwards from 64 TiB (room for 63 TiB of ranges either way) */
+    m->next_va = m->o.top_down ? (uint64_t)64 << 40 : (uint64_t)1 << 40;
     alloc_backend_t *b = &m->be;
     b->ctx = m;
     if (!m->o.no_vmm) {

@@ -590,7 +590,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     out->oom_index = -1;
     alloc_replay_opts_t o = {0};
     if (opts) o = *opts;
-    alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity};
+    alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity,
+                           .top_down = o.top_down};
     alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
     if (!mb) return ALLOC_ERR_NOMEM;
     const alloc_backend_t *be = alloc_mem_backend(mb);

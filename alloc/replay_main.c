@@ -14,6 +14,8 @@
  *     --round BYTES     print the block size the config gives a request of BYTES (repeatable;
  *                       sizes as for --limit), one per line, and exit
  *     --stream-lag N    allocations a record_stream'd free waits when the trace has no `fc`
+ *     --top-down        hand out addresses downwards, as the recording's device did (a
+ *                       recording's meta alloc.address_order "down": the virtual GPU)
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -29,7 +31,8 @@ static int usage(void)
     fprintf(stderr,
             "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
-            "[--check-conf] [--round BYTES]... [--stream-lag N] [TRACE...]\n"
+            "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] "
+            "[TRACE...]\n"
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
             "  --limit SIZE      cap reserved memory (e.g. 24G): where would the trace OOM?\n"
@@ -42,6 +45,8 @@ static int usage(void)
             "                    e.g. --conf 'preset:pytorch,roundup_power2_divisions:[256:1,>:8]'\n"
             "  --stream-lag N    a free after record_stream (rs) lands N allocations later when\n"
             "                    the trace has no 'fc' lines (default 0)\n"
+            "  --top-down        addresses handed out downwards, as the recording's device did\n"
+            "                    (gpumem's meta alloc.address_order = down: the virtual GPU)\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), f <id>, fa <id> <stream>, rs <id> <stream>, fc <id>, e (alloc/README.md).\n");
     return 2;
@@ -81,6 +86,7 @@ int main(int argc, char **argv)
     size_t rounds[64];
     int nrounds = 0;
     unsigned stream_lag = 0;
+    bool top_down = false;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -138,6 +144,8 @@ int main(int argc, char **argv)
             }
             stream_lag = (unsigned)x;
             i++;
+        } else if (!strcmp(a, "--top-down")) {
+            top_down = true;
         } else if (!strcmp(a, "--check-conf")) {
             check_only = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -210,7 +218,8 @@ int main(int argc, char **argv)
                 free(ev);
                 return rc;
             }
-            alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag};
+            alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag,
+                                     .top_down = top_down};
             alloc_replay_result_t r;
             if (alloc_replay(&cfg, &o, ev, n, &r, err, sizeof(err))) {
                 fprintf(stderr, "gpumem-replay: %s\n", err);

@@ -599,6 +599,11 @@ static void write_stats(void)
         rs.double_frees = atomic_load(&gm_stats[GM_ST_DOUBLE_FREE]);
         gm_devused_exit();
         rec_stats(&rs);
+        /* the replay hands out addresses the same way round (ties in best fit and releases
+         * are broken by address): "down" on the virtual GPU (mmap), "up" on a GPU */
+        int order = gm_heap_address_order();
+        if (order)
+            rec_meta("alloc.address_order", order < 0 ? "down" : "up");
     }
 }
 #endif

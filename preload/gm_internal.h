@@ -260,6 +260,8 @@ struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
 int gm_heap_stats(int dev, struct alloc_stats *st);
+/* -1: the driver handed out the allocators' ranges and segments downwards, 1 upwards, 0 unknown */
+int gm_heap_address_order(void);
 
 /* ---- pinned host memory (pinned.c) ---- */
 /* Allocates pinned host memory from the pool. 0 on success; CUDA_ERROR_OUT_OF_MEMORY. */

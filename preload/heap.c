@@ -696,6 +696,19 @@ int gm_heap_stats(int dev, alloc_stats_t *st)
     return 0;
 }
 
+/* Which way round the driver handed out the allocators' address ranges and segments, over every
+ * device (alloc_address_order): -1 downwards, 1 upwards, 0 not known. */
+int gm_heap_address_order(void)
+{
+    int sum = 0;
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (a)
+            sum += alloc_address_order(a);
+    }
+    return sum < 0 ? -1 : sum > 0;
+}
+
 /* ---- pass-through table: open addressing on the pointer, one lock ---------------------- */
 
 struct pt_ent {

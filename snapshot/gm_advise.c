@@ -347,6 +347,9 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     gm_meta_text(d, "cmdline", m->cmdline, sizeof m->cmdline);
     m->rec_peak_allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
     m->rec_peak_reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    char order[8] = "";
+    gm_meta_text(d, "alloc.address_order", order, sizeof order);
+    m->top_down = !strcmp(order, "down");
     alloc_config_default(&m->cfg);
     char cerr[512];
     if (m->config[0] && alloc_config_parse(&m->cfg, m->config, cerr, sizeof cerr) != ALLOC_OK) {
@@ -583,7 +586,7 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
      * must never meet an OOM, and the allocator's per-range bookkeeping grows with it */
     size_t cap = (size_t)80 << 30;
     if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
-    alloc_replay_opts_t o = {.capacity = cap};
+    alloc_replay_opts_t o = {.capacity = cap, .top_down = m->top_down};
     const char *dump = getenv("GPUMEM_ADVISE_DUMP"); /* debugging: the replayed trace */
     if (dump && *dump) alloc_trace_write(dump, t, m->nevs);
     int rc = alloc_replay(&m->cfg, &o, t, m->nevs, out, err, errsz);

@@ -73,6 +73,7 @@ typedef struct adv_model {
     alloc_config_t cfg;
     char config[1024], mode[32], cmdline[4096];
     uint64_t rec_peak_allocated, rec_peak_reserved;
+    bool top_down; /* meta alloc.address_order "down": the replay hands out addresses downwards */
     int have_uses; /* the uses table has rows */
     uint64_t nuses;
     /* with uses: each recorded allocation's use times (events' clock), sorted: those of

@@ -821,7 +821,7 @@ static void find_fixes(gm_db *d, gm_frag *f) {
     }
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
-    gm_tune_replay_many(trace, am.nevs, cap, res, nres, 0);
+    gm_tune_replay_many(trace, am.nevs, cap, am.top_down, res, nres, 0);
     const gm_tune_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");

@@ -66,13 +66,14 @@ typedef struct job {
     const alloc_trace_event_t *trace;
     size_t n;
     size_t capacity;
+    bool top_down;
     gm_tune_result *res; /* the batch */
     size_t nres;
     atomic_size_t next;
 } job;
 
 static void replay_one(job *j, gm_tune_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity};
+    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
     alloc_replay_result_t out;
     char err[256];
     if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
@@ -101,9 +102,9 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, gm_tune_result *res,
-                        size_t nres, int threads) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .res = res, .nres = nres};
+int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                        gm_tune_result *res, size_t nres, int threads) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res, .nres = nres};
     if (threads <= 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         threads = ncpu > 0 ? (int)ncpu : 1;
@@ -297,7 +298,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
-    s.j = (job){.trace = trace, .n = am.nevs, .capacity = cap};
+    s.j = (job){.trace = trace, .n = am.nevs, .capacity = cap, .top_down = am.top_down};
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);

@@ -57,9 +57,10 @@ double gm_tune_driver_seconds(const alloc_mem_counters_t *c);
 
 /* Replays trace under each res[i].cfg (on `threads` threads, 0: every core) and fills the rest
  * of each result (peaks, oom, calls, driver time; ok = 0 when a replay failed). capacity: the
- * in-memory device's size. Returns 0. */
-int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, gm_tune_result *res,
-                        size_t nres, int threads);
+ * in-memory device's size; top_down: it hands out addresses downwards, as the recording's did
+ * (adv_model.top_down). Returns 0. */
+int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                        gm_tune_result *res, size_t nres, int threads);
 
 /* `gpumem tune` (gm_tune_cmd.c): argv[0] is "tune". Returns the exit code. */
 int gm_tune_main(int argc, char **argv);
