@@ -350,6 +350,36 @@ static void multi_sql(char *out, size_t n, const char *insert, int cols) {
                                   c == cols - 1 ? ")" : "");
 }
 
+/* The empty schema as a database image (sqlite3_serialize inside the first recording's schema
+ * transaction, before any meta row), kept for the process's life (~200 KB, reachable). Each
+ * later recording of the process (a forked child's own, and each one after rec_test_reset: the
+ * tests, tests/fuzz/nvtx_fuzz) starts by writing it into its fresh file: SQLite then parses the
+ * schema once, on open, instead of executing its ~25 CREATE statements (each of which updates
+ * sqlite_master with a nested statement and parses the schema again): that execution was half
+ * of the CPU of a short recording. The image is of a WAL-mode database with the page size,
+ * application_id and user_version of a new recording, so the file is known as ours from its
+ * first write on, as before. */
+static unsigned char *schema_image;
+static sqlite3_int64 schema_image_len;
+
+/* 1: the image is in the (empty) file; 0: no image, or it could not be written (disk full): the
+ * file is left empty and the recording creates its schema itself. */
+static int write_schema_image(rec_state *g) {
+    if (!schema_image || g->lock_fd < 0) return 0;
+    sqlite3_int64 off = 0;
+    while (off < schema_image_len) {
+        ssize_t n = pwrite(g->lock_fd, schema_image + off, (size_t)(schema_image_len - off), off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            /* empty again, for the schema's own creation (which then reports a full disk) */
+            if (ftruncate(g->lock_fd, 0) != 0) rec_warn("cannot empty %s: %s", g->path, strerror(errno));
+            return 0;
+        }
+        off += n;
+    }
+    return 1;
+}
+
 int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
@@ -358,6 +388,7 @@ int rec_writer_open_db(rec_state *g) {
     /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
      * (Fails harmlessly when the program already initialized SQLite itself.) */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    int from_image = write_schema_image(g);
     int rc = sqlite3_open_v2(g->path, &w->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -384,9 +415,17 @@ int rec_writer_open_db(rec_state *g) {
         sql_fail(w, "registering gm_rows");
         goto fail;
     }
-    if (exec(w, pragmas) != 0 ||
-        exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
+    /* the image carries page_size, application_id, user_version and the WAL format; the
+     * connection's own settings follow them (the pragmas after the header's) */
+    if (exec(w, from_image ? strstr(pragmas, "PRAGMA journal_mode") : pragmas) != 0 ||
+        exec(w, "BEGIN") != 0 || (!from_image && exec(w, rec_schema_sql) != 0))
         goto fail;
+    if (!from_image && !schema_image) {
+        sqlite3_int64 len = 0;
+        unsigned char *img = sqlite3_serialize(w->db, "main", &len, 0);
+        if (img && len > 100) schema_image = img, schema_image_len = len;
+        else sqlite3_free(img); /* no image: every recording creates its schema */
+    }
     /* events.seq only grows, and only the writer inserts: appends (see rec_rows.h) */
     w->ev_rows = (rec_rows){.cells = &w->evbuf[0][0], .cols = EV_COLS,
                             .null_cols = 1u << 11 | 1u << 12, .null_value = 0,
