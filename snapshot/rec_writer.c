@@ -351,14 +351,14 @@ static void multi_sql(char *out, size_t n, const char *insert, int cols) {
 }
 
 /* The empty schema as a database image (sqlite3_serialize inside the first recording's schema
- * transaction, before any meta row), kept for the process's life (~200 KB, reachable). Each
- * later recording of the process (a forked child's own, and each one after rec_test_reset: the
- * tests, tests/fuzz/nvtx_fuzz) starts by writing it into its fresh file: SQLite then parses the
- * schema once, on open, instead of executing its ~25 CREATE statements (each of which updates
- * sqlite_master with a nested statement and parses the schema again): that execution was half
- * of the CPU of a short recording. The image is of a WAL-mode database with the page size,
- * application_id and user_version of a new recording, so the file is known as ours from its
- * first write on, as before. */
+ * transaction, before any meta row), kept for the process's life (168 KB: 21 pages of 8 KiB;
+ * reachable). Each later recording of the process (a forked child's own, and each one after
+ * rec_test_reset: the tests, tests/fuzz/nvtx_fuzz) starts by writing it into its fresh file:
+ * SQLite then parses the schema once, on open, instead of executing its ~25 CREATE statements
+ * (each of which updates sqlite_master with a nested statement and parses the schema again):
+ * that execution was half of the CPU of a short recording. The image is of a WAL-mode database
+ * with the page size, application_id and user_version of a new recording, so the file is known
+ * as ours from its first write on, as before. */
 static unsigned char *schema_image;
 static sqlite3_int64 schema_image_len;
 
