@@ -158,6 +158,7 @@ int rec_rows_register(sqlite3 *db)
 
 int rec_rows_insert(sqlite3_stmt *st, rec_rows *rows)
 {
+    if (!st) return SQLITE_MISUSE; /* a statement that could not be prepared (the writer failed) */
     int rc = sqlite3_bind_pointer(st, 1, rows, PTR_TYPE, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     sqlite3_reset(st);
