@@ -18,8 +18,12 @@
 
 typedef struct rows_cursor {
     sqlite3_vtab_cursor base;
-    const rec_rows *rows;
-    int i;
+    /* the buffer's fields, copied at xFilter so that xColumn reads one struct */
+    const int64_t *row; /* the current row's cells */
+    int64_t prev_key;   /* column 0 of the row before (rows->prev_key for row 0) */
+    int64_t null_value;
+    uint32_t null_cols;
+    int cols, append_key, i, n;
 } rows_cursor;
 
 static int rows_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
@@ -80,41 +84,48 @@ static int rows_filter(sqlite3_vtab_cursor *base, int idx, const char *idx_str, 
 {
     (void)idx, (void)idx_str;
     rows_cursor *c = (rows_cursor *)base;
-    c->rows = argc > 0 ? sqlite3_value_pointer(argv[0], PTR_TYPE) : NULL;
+    const rec_rows *r = argc > 0 ? sqlite3_value_pointer(argv[0], PTR_TYPE) : NULL;
     c->i = 0;
+    c->n = r ? r->n : 0;
+    if (r) {
+        c->row = r->cells;
+        c->cols = r->cols;
+        c->null_cols = r->null_cols;
+        c->null_value = r->null_value;
+        c->append_key = r->append_key;
+        c->prev_key = r->prev_key;
+    }
     return SQLITE_OK;
 }
 
 static int rows_next(sqlite3_vtab_cursor *base)
 {
-    ((rows_cursor *)base)->i++;
+    rows_cursor *c = (rows_cursor *)base;
+    c->prev_key = c->row[0];
+    c->row += c->cols;
+    c->i++;
     return SQLITE_OK;
 }
 
 static int rows_eof(sqlite3_vtab_cursor *base)
 {
     const rows_cursor *c = (const rows_cursor *)base;
-    return !c->rows || c->i >= c->rows->n;
+    return c->i >= c->n;
 }
 
-/* The hot path: one call per cell. */
+/* The hot path: one call per cell (13 per `events` row). A cell that is to read as NULL gets
+ * no result call at all: "If the xColumn method implementation calls none of the functions
+ * above, then the value of the column defaults to an SQL NULL" (SQLite, The Virtual Table
+ * Mechanism, xColumn), which saves a call into SQLite per NULL cell. */
 static int rows_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int col)
 {
     const rows_cursor *c = (const rows_cursor *)base;
-    const rec_rows *r = c->rows;
-    if (col >= r->cols) {
-        sqlite3_result_null(ctx);
-        return SQLITE_OK;
-    }
-    const int64_t *row = r->cells + (size_t)c->i * (size_t)r->cols;
-    int64_t v = row[col];
-    if (((r->null_cols >> col) & 1) && v == r->null_value) {
-        sqlite3_result_null(ctx);
-    } else if (col == 0 && r->append_key && v - 1 == (c->i ? row[-r->cols] : r->prev_key)) {
-        sqlite3_result_null(ctx); /* the table's last rowid + 1: see rec_rows.h */
-    } else {
-        sqlite3_result_int64(ctx, v);
-    }
+    if ((unsigned)col >= (unsigned)c->cols) return SQLITE_OK;
+    int64_t v = c->row[col];
+    if (((c->null_cols >> col) & 1) && v == c->null_value) return SQLITE_OK;
+    if (col == 0 && c->append_key && v - 1 == c->prev_key)
+        return SQLITE_OK; /* the table's last rowid + 1: see rec_rows.h */
+    sqlite3_result_int64(ctx, v);
     return SQLITE_OK;
 }
 
@@ -147,6 +158,7 @@ int rec_rows_register(sqlite3 *db)
 
 int rec_rows_insert(sqlite3_stmt *st, rec_rows *rows)
 {
+    if (!st) return SQLITE_MISUSE; /* a statement that could not be prepared (the writer failed) */
     int rc = sqlite3_bind_pointer(st, 1, rows, PTR_TYPE, NULL);
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     sqlite3_reset(st);

@@ -288,8 +288,28 @@ static int sql_fail(writer *w, const char *what) {
     return -1;
 }
 
+/* The multi-row statements' SQL, built once (multi_sql). */
+static char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64];
+
+/* Statement i, prepared on its first use: a short recording uses a third of them (events,
+ * strings, ranges, meta...), and preparing all 27 at open was a tenth of its CPU. NULL once the
+ * recording failed (SQLite's bind and step calls refuse a NULL statement harmlessly). */
+static sqlite3_stmt *stmt(writer *w, int i) {
+    if (!w->st[i] && w->db && !w->failed) {
+        const char *sql = i == S_LAUNCH_MULTI ? lamulti : i == S_USE_MULTI ? umulti
+                        : i == S_LAUNCH_TIME_MULTI ? rmulti : stmt_sql[i];
+        if (sqlite3_prepare_v3(w->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
+            sqlite3_finalize(w->st[i]);
+            w->st[i] = NULL;
+            sql_fail(w, "preparing statements");
+        }
+    }
+    return w->st[i];
+}
+
 static int step(writer *w, int s, const char *what) {
-    sqlite3_stmt *st = w->st[s];
+    sqlite3_stmt *st = stmt(w, s);
+    if (!st) return -1;
     int rc = sqlite3_step(st);
     sqlite3_reset(st); /* every statement binds all its parameters: no clear_bindings */
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(w, what);
@@ -316,13 +336,13 @@ static void bind_t(sqlite3_stmt *s, int i, const char *t) {
 }
 
 static void meta_int(writer *w, const char *k, int64_t v) {
-    bind_t(w->st[S_META], 1, k);
-    bind_i(w->st[S_META], 2, v);
+    bind_t(stmt(w, S_META), 1, k);
+    bind_i(stmt(w, S_META), 2, v);
     step(w, S_META, "writing meta");
 }
 static void meta_text(writer *w, const char *k, const char *v) {
-    bind_t(w->st[S_META], 1, k);
-    bind_t(w->st[S_META], 2, v);
+    bind_t(stmt(w, S_META), 1, k);
+    bind_t(stmt(w, S_META), 2, v);
     step(w, S_META, "writing meta");
 }
 
@@ -350,6 +370,36 @@ static void multi_sql(char *out, size_t n, const char *insert, int cols) {
                                   c == cols - 1 ? ")" : "");
 }
 
+/* The empty schema as a database image (sqlite3_serialize inside the first recording's schema
+ * transaction, before any meta row), kept for the process's life (168 KB: 21 pages of 8 KiB;
+ * reachable). Each later recording of the process (a forked child's own, and each one after
+ * rec_test_reset: the tests, tests/fuzz/nvtx_fuzz) starts by writing it into its fresh file:
+ * SQLite then parses the schema once, on open, instead of executing its ~25 CREATE statements
+ * (each of which updates sqlite_master with a nested statement and parses the schema again):
+ * that execution was half of the CPU of a short recording. The image is of a WAL-mode database
+ * with the page size, application_id and user_version of a new recording, so the file is known
+ * as ours from its first write on, as before. */
+static unsigned char *schema_image;
+static sqlite3_int64 schema_image_len;
+
+/* 1: the image is in the (empty) file; 0: no image, or it could not be written (disk full): the
+ * file is left empty and the recording creates its schema itself. */
+static int write_schema_image(rec_state *g) {
+    if (!schema_image || g->lock_fd < 0) return 0;
+    sqlite3_int64 off = 0;
+    while (off < schema_image_len) {
+        ssize_t n = pwrite(g->lock_fd, schema_image + off, (size_t)(schema_image_len - off), off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            /* empty again, for the schema's own creation (which then reports a full disk) */
+            if (ftruncate(g->lock_fd, 0) != 0) rec_warn("cannot empty %s: %s", g->path, strerror(errno));
+            return 0;
+        }
+        off += n;
+    }
+    return 1;
+}
+
 int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
@@ -358,6 +408,7 @@ int rec_writer_open_db(rec_state *g) {
     /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
      * (Fails harmlessly when the program already initialized SQLite itself.) */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    int from_image = write_schema_image(g);
     int rc = sqlite3_open_v2(g->path, &w->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -384,28 +435,31 @@ int rec_writer_open_db(rec_state *g) {
         sql_fail(w, "registering gm_rows");
         goto fail;
     }
-    if (exec(w, pragmas) != 0 ||
-        exec(w, "BEGIN") != 0 || exec(w, rec_schema_sql) != 0)
+    /* the image carries page_size, application_id, user_version and the WAL format; the
+     * connection's own settings follow them (the pragmas after the header's) */
+    if (exec(w, from_image ? strstr(pragmas, "PRAGMA journal_mode") : pragmas) != 0 ||
+        exec(w, "BEGIN") != 0 || (!from_image && exec(w, rec_schema_sql) != 0))
         goto fail;
+    if (!from_image && !schema_image) {
+        sqlite3_int64 len = 0;
+        unsigned char *img = sqlite3_serialize(w->db, "main", &len, 0);
+        if (img && len > 100) schema_image = img, schema_image_len = len;
+        else sqlite3_free(img); /* no image: every recording creates its schema */
+    }
     /* events.seq only grows, and only the writer inserts: appends (see rec_rows.h) */
     w->ev_rows = (rec_rows){.cells = &w->evbuf[0][0], .cols = EV_COLS,
                             .null_cols = 1u << 11 | 1u << 12, .null_value = 0,
                             .append_key = 1, .prev_key = INT64_MIN};
-    char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64];
-    multi_sql(lamulti, sizeof lamulti, "INSERT INTO launches", 6);
-    multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", 6);
-    multi_sql(umulti, sizeof umulti, "INSERT INTO uses", 4);
+    if (!lamulti[0]) {
+        multi_sql(lamulti, sizeof lamulti, "INSERT INTO launches", 6);
+        multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", 6);
+        multi_sql(umulti, sizeof umulti, "INSERT INTO uses", 4);
+    }
     w->launches = (rowbuf){.s1 = S_LAUNCH, .sn = S_LAUNCH_MULTI, .cols = 6, .what = "writing launches"};
     w->uses = (rowbuf){.s1 = S_USE, .sn = S_USE_MULTI, .cols = 4, .what = "writing uses"};
     w->retimed = (rowbuf){.s1 = S_LAUNCH_TIME, .sn = S_LAUNCH_TIME_MULTI, .cols = 6,
                           .what = "timing launches"};
-    for (int i = 0; i < S_COUNT_; i++)
-        if (sqlite3_prepare_v3(w->db, i == S_LAUNCH_MULTI ? lamulti : i == S_USE_MULTI ? umulti
-                                      : i == S_LAUNCH_TIME_MULTI ? rmulti : stmt_sql[i], -1,
-                               SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
-            sql_fail(w, "preparing statements");
-            goto fail;
-        }
+    /* statements are prepared on first use (stmt()) */
     char buf[8192];
     meta_int(w, "schema_major", REC_SCHEMA_MAJOR);
     meta_int(w, "schema_minor", REC_SCHEMA_MINOR);
@@ -537,7 +591,7 @@ static uint64_t frame_id(writer *w, uint64_t pc) {
     if (m) {
         if (!m->row) {
             m->row = ++w->nmod_rows;
-            sqlite3_stmt *s = w->st[S_MODULE];
+            sqlite3_stmt *s = stmt(w, S_MODULE);
             bind_i(s, 1, m->row);
             bind_t(s, 2, m->path);
             bind_t(s, 3, m->build_id[0] ? m->build_id : NULL);
@@ -549,7 +603,7 @@ static uint64_t frame_id(writer *w, uint64_t pc) {
         off = pc - m->bias;
     }
     uint64_t id = ++w->nframes;
-    sqlite3_stmt *s = w->st[S_FRAME];
+    sqlite3_stmt *s = stmt(w, S_FRAME);
     bind_i(s, 1, (int64_t)id);
     bind_opt(s, 2, mrow);
     bind_i(s, 3, (int64_t)off);
@@ -569,7 +623,7 @@ static uint64_t py_frame_id(writer *w, const rec_pyframe *p) {
         if (e->function == p->function && e->file == p->file && e->line == p->line) return e->id;
     }
     uint64_t id = ++w->nframes;
-    sqlite3_stmt *s = w->st[S_PYFRAME];
+    sqlite3_stmt *s = stmt(w, S_PYFRAME);
     bind_i(s, 1, (int64_t)id);
     bind_t(s, 2, str_of(w, p->function));
     bind_t(s, 3, str_of(w, p->file));
@@ -597,7 +651,7 @@ static const char *str_of(writer *w, uint64_t id) {
 static void write_snapshot(writer *w, rec_item *it, int64_t id) {
     const rec_segment *segs = it->p;
     const rec_block *blocks = it->p2;
-    sqlite3_stmt *s = w->st[S_SNAPSHOT];
+    sqlite3_stmt *s = stmt(w, S_SNAPSHOT);
     bind_i(s, 1, id);
     bind_i(s, 2, (int64_t)it->id);
     bind_i(s, 3, (int64_t)rec_ticks_to_ns(&rec_g, it->b));
@@ -605,7 +659,7 @@ static void write_snapshot(writer *w, rec_item *it, int64_t id) {
     bind_i(s, 5, it->n ? segs[0].device : 0);
     step(w, S_SNAPSHOT, "writing snapshots");
     for (size_t i = 0; i < it->n; i++) {
-        s = w->st[S_SEGMENT];
+        s = stmt(w, S_SEGMENT);
         bind_i(s, 1, id);
         bind_i(s, 2, (int64_t)i);
         bind_i(s, 3, segs[i].device);
@@ -617,7 +671,7 @@ static void write_snapshot(writer *w, rec_item *it, int64_t id) {
         step(w, S_SEGMENT, "writing segments");
     }
     for (size_t i = 0; i < it->n2; i++) {
-        s = w->st[S_BLOCK];
+        s = stmt(w, S_BLOCK);
         bind_i(s, 1, id);
         bind_i(s, 2, (int64_t)blocks[i].addr);
         bind_i(s, 3, blocks[i].segment);
@@ -643,7 +697,7 @@ static void flush_peak(writer *w, int dev, int force) {
     int64_t old = w->peak_written_id[dev];
     if (old) {
         for (int s = S_DEL_SNAP; s <= S_DEL_BLOCKS; s++) {
-            bind_i(w->st[s], 1, old);
+            bind_i(stmt(w, s), 1, old);
             step(w, s, "replacing the peak snapshot");
         }
     }
@@ -667,7 +721,7 @@ static void take_items(writer *w, rec_state *g) {
         sqlite3_stmt *s;
         switch (it->type) {
         case REC_I_STRING:
-            s = w->st[S_STRING];
+            s = stmt(w, S_STRING);
             bind_i(s, 1, (int64_t)it->id);
             bind_t(s, 2, it->text);
             step(w, S_STRING, "writing strings");
@@ -682,7 +736,7 @@ static void take_items(writer *w, rec_state *g) {
             break;
         case REC_I_THREAD: {
             uint64_t *given = u64map_get(&w->tid_names, it->a);
-            s = w->st[S_THREAD];
+            s = stmt(w, S_THREAD);
             bind_i(s, 1, (int64_t)it->id);
             bind_i(s, 2, (int64_t)it->a);
             bind_t(s, 3, given ? (const char *)(uintptr_t)*given : it->text[0] ? it->text : NULL);
@@ -694,7 +748,7 @@ static void take_items(writer *w, rec_state *g) {
             uint64_t old;
             if (u64map_del(&w->tid_names, it->a, &old)) free((void *)(uintptr_t)old);
             if (copy && u64map_put(&w->tid_names, it->a, (uint64_t)(uintptr_t)copy) != 0) free(copy);
-            s = w->st[S_THREAD_NAME];
+            s = stmt(w, S_THREAD_NAME);
             bind_t(s, 1, it->text);
             bind_i(s, 2, (int64_t)it->a);
             step(w, S_THREAD_NAME, "naming threads");
@@ -704,7 +758,7 @@ static void take_items(writer *w, rec_state *g) {
             void **pcs = it->p;
             for (size_t d = 0; d < it->n; d++) {
                 uint64_t f = frame_id(w, (uint64_t)(uintptr_t)pcs[d]);
-                s = w->st[S_STACK];
+                s = stmt(w, S_STACK);
                 bind_i(s, 1, (int64_t)it->id);
                 bind_i(s, 2, (int64_t)d);
                 bind_i(s, 3, (int64_t)f);
@@ -713,7 +767,7 @@ static void take_items(writer *w, rec_state *g) {
             const rec_pyframe *py = it->p2;
             for (size_t d = 0; d < it->n2; d++) {
                 uint64_t f = py_frame_id(w, &py[d]);
-                s = w->st[S_STACK];
+                s = stmt(w, S_STACK);
                 bind_i(s, 1, (int64_t)it->id);
                 bind_i(s, 2, (int64_t)(it->n + d));
                 bind_i(s, 3, (int64_t)f);
@@ -723,7 +777,7 @@ static void take_items(writer *w, rec_state *g) {
         }
         case REC_I_OOM: {
             const rec_oom_info *o = it->p;
-            s = w->st[S_OOM];
+            s = stmt(w, S_OOM);
             bind_i(s, 1, (int64_t)it->id);
             bind_i(s, 2, o->device);
             bind_i(s, 3, (int64_t)o->stream);
@@ -777,7 +831,7 @@ static void flush_life(writer *w) {
     if (w->nlife == 0) return;
     rec_rows rows = {.cells = &w->lifebuf[0][0], .n = w->nlife, .cols = 3,
                      .null_cols = 1u << 1 | 1u << 2, .null_value = 0};
-    if (rec_rows_insert(w->st[S_LIFE], &rows) != SQLITE_DONE) sql_fail(w, "writing alloc_life");
+    if (rec_rows_insert(stmt(w, S_LIFE), &rows) != SQLITE_DONE) sql_fail(w, "writing alloc_life");
     w->nlife = 0;
 }
 
@@ -793,7 +847,7 @@ static int64_t stream_id(writer *w, int device, uint64_t handle) {
     if (v) return (int64_t)*v;
     uint64_t id = w->nstreams++;
     u64map_put(&w->streams, key, id);
-    sqlite3_stmt *s = w->st[S_STREAM];
+    sqlite3_stmt *s = stmt(w, S_STREAM);
     bind_i(s, 1, (int64_t)id);
     bind_i(s, 2, device);
     bind_i(s, 3, (int64_t)handle);
@@ -804,7 +858,7 @@ static int64_t stream_id(writer *w, int device, uint64_t handle) {
 static void flush_events(writer *w) {
     if (w->nev == 0) return;
     w->ev_rows.n = w->nev;
-    if (rec_rows_insert(w->st[S_EVENT], &w->ev_rows) != SQLITE_DONE) sql_fail(w, "writing events");
+    if (rec_rows_insert(stmt(w, S_EVENT), &w->ev_rows) != SQLITE_DONE) sql_fail(w, "writing events");
     w->nev = 0;
 }
 
@@ -881,7 +935,7 @@ static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) 
 static void rb_flush(writer *w, rowbuf *b) {
     int multi = b->n == RB_MULTI;
     for (int r = 0; r < b->n; r++) {
-        sqlite3_stmt *s = w->st[multi ? b->sn : b->s1];
+        sqlite3_stmt *s = stmt(w, multi ? b->sn : b->s1);
         int base = multi ? r * b->cols : 0;
         for (int c = 0; c < b->cols; c++) {
             if (b->rows[r][c] == RB_NULL) sqlite3_bind_null(s, base + c + 1);
@@ -1125,7 +1179,7 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         } else {
             path = strdup(nm);
         }
-        sqlite3_stmt *s = w->st[S_RANGE];
+        sqlite3_stmt *s = stmt(w, S_RANGE);
         bind_i(s, 1, (int64_t)r->addr);
         bind_opt(s, 2, (int64_t)r->size);
         bind_i(s, 3, r->thread);
@@ -1144,7 +1198,7 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
             free(path);
         }
     } else if (k == REC_R_RANGE_POP || k == REC_R_RANGE_END) {
-        sqlite3_stmt *s = w->st[S_RANGE_END];
+        sqlite3_stmt *s = stmt(w, S_RANGE_END);
         bind_i(s, 1, (int64_t)rec_ticks_to_ns(g, r->t));
         bind_i(s, 2, (int64_t)r->addr);
         step(w, S_RANGE_END, "closing ranges");
@@ -1157,7 +1211,7 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
 }
 
 static void on_name(writer *w, uint64_t seq, rec_rec *r) {
-    sqlite3_stmt *s = w->st[S_NAME];
+    sqlite3_stmt *s = stmt(w, S_NAME);
     bind_i(s, 1, (int64_t)seq);
     bind_i(s, 2, (int64_t)r->addr);
     bind_i(s, 3, (int64_t)r->alloc_id);

@@ -5,6 +5,8 @@
  *                                 CPU, best of 3), rec.bytes_per_event,
  *                                 rec.launch_app_ns (rec_launch with 8 words), and on stderr the
  *                                 writer's cost per launch (6 words into live allocations)
+ *   rec_bench writer DIR [RUNS] rec.writer_events_per_s and rec.bytes_per_event alone (RUNS
+ *                                 recordings, default 3): for profiling the writer
  *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
  *                                 recorder itself (ranges, stacks, names, a slow leak)
  *   rec_bench report GPUMEM DB    report.10m_s (CPU seconds, best of 3) and report.10m_rss_mib:
@@ -96,39 +98,19 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
-static int micro(const char *dir) {
-    char path[4096];
-    const uint32_t ring = 1u << 20;
-    const uint64_t batch = 100000;
-    double v[7];
-    /* app-thread cost without stacks: batches smaller than the ring, flushed between */
-    snprintf(path, sizeof path, "%s/rec_bench_nostack.db", dir);
-    open_or_die(path, 0, ring);
-    for (int r = 0; r < 7; r++) {
-        v[r] = time_events(batch);
-        rec_flush();
-    }
-    printf("BENCH rec.app_ns_nostack %.1f ns\n", median(v, 7));
-    rec_test_reset();
-    snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
-    open_or_die(path, 16, ring);
-    for (int r = 0; r < 7; r++) {
-        v[r] = deep(20, batch / 4);
-        rec_flush();
-    }
-    printf("BENCH rec.app_ns_stack16 %.1f ns\n", median(v, 7));
-    rec_test_reset();
-    /* writer throughput and size: 1M events without stacks, in steps with NVTX ranges, three
-     * recordings. The figure is the writer's capacity: events per second of the writer
-     * thread's own CPU time (meta writer_cpu_ns, from open to close), the best of the three.
-     * Wall time would measure the machine's load instead: the writer runs at nice +10 and, on
-     * a shared machine, waits for a core most of the time (the wall rate goes to stderr). */
+/* rec.writer_events_per_s and rec.bytes_per_event: 1M events without stacks, in steps with
+ * NVTX ranges, `runs` recordings. The figure is the writer's capacity: events per second of
+ * the writer thread's own CPU time (meta writer_cpu_ns, from open to close), the best of the
+ * runs. Wall time would measure the machine's load instead: the writer runs at nice +10 and,
+ * on a shared machine, waits for a core most of the time (the wall rate goes to stderr).
+ * st: the last recording's file. */
+static int writer_rate(const char *dir, int runs, struct stat *st) {
     const uint64_t n = 1000000;
     double best_cpu = 0, best_wall = 0;
     uint64_t dropped = 0;
-    struct stat st;
+    char path[4096];
     snprintf(path, sizeof path, "%s/rec_bench_writer.db", dir);
-    for (int run = 0; run < 3; run++) {
+    for (int run = 0; run < runs; run++) {
         open_or_die(path, 0, 1u << 21);
         double t0 = now_s();
         for (uint64_t i = 0; i < n; i += 2000) {
@@ -161,19 +143,48 @@ static int micro(const char *dir) {
             fprintf(stderr, "rec_bench: %" PRId64 " events in the file, expected %" PRIu64 "\n", rows, n);
             return 1;
         }
-        if (cpu_ns <= 0 || stat(path, &st) != 0) return 1;
+        if (cpu_ns <= 0 || stat(path, st) != 0) return 1;
         double cpu_rate = 1e9 * (double)n / (double)cpu_ns, wall_rate = (double)n / dt;
         fprintf(stderr, "# writer run %d: %.0f ns CPU per event (%.0f events/s per core), "
                         "%.0f events/s wall\n", run + 1, (double)cpu_ns / (double)n, cpu_rate, wall_rate);
         if (cpu_rate > best_cpu) best_cpu = cpu_rate;
         if (wall_rate > best_wall) best_wall = wall_rate;
-        if (run < 2) unlink(path);
+        if (run < runs - 1) unlink(path);
     }
     printf("BENCH rec.writer_events_per_s %.0f events/s\n", best_cpu);
     fprintf(stderr, "# writer: best wall rate %.0f events/s (with the producer, on this machine's load)\n", best_wall);
-    printf("BENCH rec.bytes_per_event %.1f bytes\n", (double)st.st_size / (double)n);
+    printf("BENCH rec.bytes_per_event %.1f bytes\n", (double)st->st_size / (double)n);
     if (dropped) fprintf(stderr, "rec_bench: %" PRIu64 " events dropped\n", dropped);
     if (!getenv("REC_BENCH_KEEP")) unlink(path);
+    return 0;
+
+}
+
+static int micro(const char *dir) {
+    char path[4096];
+    const uint32_t ring = 1u << 20;
+    const uint64_t batch = 100000;
+    double v[7];
+    /* app-thread cost without stacks: batches smaller than the ring, flushed between */
+    snprintf(path, sizeof path, "%s/rec_bench_nostack.db", dir);
+    open_or_die(path, 0, ring);
+    for (int r = 0; r < 7; r++) {
+        v[r] = time_events(batch);
+        rec_flush();
+    }
+    printf("BENCH rec.app_ns_nostack %.1f ns\n", median(v, 7));
+    rec_test_reset();
+    snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
+    open_or_die(path, 16, ring);
+    for (int r = 0; r < 7; r++) {
+        v[r] = deep(20, batch / 4);
+        rec_flush();
+    }
+    printf("BENCH rec.app_ns_stack16 %.1f ns\n", median(v, 7));
+    rec_test_reset();
+    /* writer throughput and size (writer_rate) */
+    struct stat st;
+    if (writer_rate(dir, 3, &st) != 0) return 1;
     snprintf(path, sizeof path, "%s/rec_bench_nostack.db", dir);
     unlink(path);
     snprintf(path, sizeof path, "%s/rec_bench_stack16.db", dir);
@@ -327,8 +338,12 @@ static int report(const char *gpumem, const char *db) {
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "micro") == 0) return micro(argv[2]);
+    if (argc >= 3 && strcmp(argv[1], "writer") == 0) { /* the writer's figure alone (profiling) */
+        struct stat st;
+        return writer_rate(argv[2], argc >= 4 ? atoi(argv[3]) : 3, &st);
+    }
     if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], strtoull(argv[3], NULL, 10));
     if (argc >= 4 && strcmp(argv[1], "report") == 0) return report(argv[2], argv[3]);
-    fprintf(stderr, "usage: rec_bench micro DIR | gen DB N | report GPUMEM DB\n");
+    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | gen DB N | report GPUMEM DB\n");
     return 2;
 }

@@ -1,6 +1,7 @@
 /* alloc_fuzz.c — libFuzzer target for alloc/: the GPUMEM_CONF parser, the trace parser (+ a
- * replay of what parses), and operation sequences on the allocator with alloc_check() after
- * every operation. The first byte picks the mode. A broken invariant, overlapping live blocks or
+ * replay of what parses), and operation sequences on the allocator with alloc_check() every
+ * FULL_CHECK_EVERY operations and after the last, and the live-block ledger checked after every
+ * operation (quick_check). The first byte picks the mode. A broken invariant, overlapping live blocks or
  * a config that does not round-trip aborts (the fuzzer reports it). */
 #include <stdint.h>
 #include <stdio.h>
@@ -59,8 +60,47 @@ static void fuzz_trace(const uint8_t *d, size_t n)
 
 typedef struct {
     uint64_t p;
-    size_t size;
+    size_t size, req; /* the block's size (block_info), the size asked for */
 } live_t;
+
+/* The full invariant check (alloc_check: every block of every size class of every pool, the
+ * trees, the bitmaps, the sums) costs O(size classes + blocks), ~3,300 classes per stream, and
+ * ran after every operation: half of this target's time. It now runs every FULL_CHECK_EVERY
+ * operations and after the last one of an input; a broken invariant is state that stays broken
+ * until it is checked (the allocator never repairs its own structures), so the same inputs still
+ * find it, at most FULL_CHECK_EVERY - 1 operations later. Between full checks, after every
+ * operation, quick_check compares the allocator's public ledger with the target's own list of
+ * live blocks, O(live blocks): the count of allocations, the requested bytes, the allocated
+ * bytes against the block sizes block_info gave, and the stats' own sanity. */
+#ifndef FULL_CHECK_EVERY /* -DFULL_CHECK_EVERY=1: the old behaviour, to compare */
+#define FULL_CHECK_EVERY 8
+#endif
+
+static void quick_check(alloc_t *a, const alloc_config_t *cfg, const live_t *live, int nl)
+{
+    alloc_stats_t st;
+    alloc_get_stats(a, &st);
+    int64_t req = 0, bytes = 0;
+    for (int k = 0; k < nl; k++) req += (int64_t)live[k].req, bytes += (int64_t)live[k].size;
+    char buf[256];
+    if (st.allocation.current != nl || st.requested_bytes.current != req ||
+        st.allocated_bytes.current != bytes) {
+        snprintf(buf, sizeof buf, "%lld allocations, %lld requested, %lld allocated bytes; the "
+                 "live list says %d, %lld, %lld", (long long)st.allocation.current,
+                 (long long)st.requested_bytes.current, (long long)st.allocated_bytes.current, nl,
+                 (long long)req, (long long)bytes);
+        die("stats vs live blocks", buf);
+    }
+    const alloc_stat_t *v[] = {&st.allocated_bytes, &st.requested_bytes, &st.reserved_bytes,
+                               &st.active_bytes, &st.inactive_split_bytes, &st.allocation,
+                               &st.segment, &st.active, &st.inactive_split};
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+        if (v[k]->current < 0 || v[k]->peak < v[k]->current) die("a stat below 0 or above its peak", NULL);
+    if (st.active.current < st.allocation.current || st.active_bytes.current < st.allocated_bytes.current ||
+        st.reserved_bytes.current < st.active_bytes.current)
+        die("active below allocated, or reserved below active", NULL);
+    if (cfg->limit && (size_t)st.reserved_bytes.current > cfg->limit) die("reserved over the limit", NULL);
+}
 
 static void fuzz_ops(const uint8_t *d, size_t n)
 {
@@ -82,6 +122,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
     if (alloc_create(alloc_mem_backend(m), &cfg, &a) != ALLOC_OK) die("alloc_create", NULL);
     live_t live[64];
     int nl = 0;
+    unsigned nops = 0;
     char err[256];
     for (size_t i = 3; i + 3 < n; i += 4) {
         uint8_t op = d[i] % 8;
@@ -97,7 +138,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
                 for (int k = 0; k < nl; k++)
                     if (p < live[k].p + live[k].size && live[k].p < p + bs)
                         die("overlapping live blocks", NULL);
-                live[nl++] = (live_t){p, bs};
+                live[nl++] = (live_t){p, bs, size};
             }
         } else if (op < 6 && nl) {
             int k = d[i + 2] % nl;
@@ -122,7 +163,11 @@ static void fuzz_ops(const uint8_t *d, size_t n)
             size_t bs;
             alloc_block_info(a, ((uint64_t)d[i + 2] << 32) | d[i + 3], &base, &bs);
         }
-        if (alloc_check(a, err, sizeof(err)) != ALLOC_OK) die("alloc_check", err);
+        /* the full check every FULL_CHECK_EVERY operations and after the last one; the O(1)
+         * ledger checks after every operation (see quick_check) */
+        if ((++nops % FULL_CHECK_EVERY == 0 || i + 7 >= n) && alloc_check(a, err, sizeof(err)) != ALLOC_OK)
+            die("alloc_check", err);
+        quick_check(a, &cfg, live, nl);
     }
     alloc_destroy(a);
     alloc_mem_backend_destroy(m);
