@@ -37,7 +37,8 @@ static const char events_sql[] =
 enum { NCOLS = 13 };
 /* SQLite's limit on a cursor's path (BTCURSOR_MAX_DEPTH): deeper is a damaged file to it */
 enum { MAX_DEPTH = 20 };
-/* pages copied per read: the leaves of a table written in seq order lie mostly in file order */
+/* pages copied per read, at most: the leaves of a table written in seq order lie mostly in file
+ * order, so one read serves the next leaves too */
 enum { WINDOW_BYTES = 1 << 20 };
 #define PENDING_BYTE 0x40000000u /* the lock-byte page is never a B-tree page */
 
@@ -84,6 +85,7 @@ typedef struct reader {
     uint32_t pgsz, usable, npages, lockpage;
     uint8_t *win;             /* pages win_first .. win_first + win_n - 1 */
     uint32_t win_first, win_n, win_cap;
+    uint32_t win_used;        /* pages of the window reached so far */
     uint8_t *seen;            /* one bit a page: reached already */
     uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
     gm_event_row *rows;       /* one leaf's rows */
@@ -92,21 +94,27 @@ typedef struct reader {
     int delivered; /* rows were handed to the caller */
 } reader;
 
-/* Page pgno (2..npages, not the lock-byte page, never reached before), or NULL. */
+/* Page pgno (2..npages, not the lock-byte page, never reached before), or NULL. A page outside
+ * the window moves it there, with four times as many pages as the last window served: the whole
+ * window while the leaves come in file order (a quarter of its pages or more reached), a few
+ * pages where they are scattered or backwards, so no file is read a window per page. */
 static const uint8_t *page_at(reader *r, uint32_t pgno) {
     if (pgno < 2 || pgno > r->npages || pgno == r->lockpage) return NULL;
     if (r->seen[pgno >> 3] & (1u << (pgno & 7))) return NULL;
     r->seen[pgno >> 3] |= (uint8_t)(1u << (pgno & 7));
     if (pgno < r->win_first || pgno - r->win_first >= r->win_n) {
-        uint32_t n = r->npages - pgno + 1;
+        uint32_t n = r->win_n ? 4 * r->win_used : r->win_cap;
         if (n > r->win_cap) n = r->win_cap;
+        if (n > r->npages - pgno + 1) n = r->npages - pgno + 1;
+        if (n < 1) n = 1;
         if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
                                   (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
             r->win_n = 0;
             return NULL;
         }
-        r->win_first = pgno, r->win_n = n;
+        r->win_first = pgno, r->win_n = n, r->win_used = 0;
     }
+    r->win_used++;
     return r->win + (size_t)(pgno - r->win_first) * r->pgsz;
 }
 

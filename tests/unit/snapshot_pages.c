@@ -1,7 +1,8 @@
 /* snapshot_pages.c — the sweep's page reader (snapshot/gm_analyze_pages.c) reads exactly the
  * rows SQLite reads, and gives up, never guesses, on anything else: its rows equal a query's
  * on a recorder's database; a WAL with frames, another declaration of `events`, and damaged
- * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file. */
+ * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
+ * an image in memory (the fuzz target's) is read the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,20 +58,8 @@ static int collect(void *ctx, const gm_event_row *r, size_t n) {
     return 0;
 }
 
-/* Every row, value for value, what the sweep's query hands over. */
-static void rows_equal_query(void **state) {
-    (void)state;
-    char p[512];
-    snap_path(p, sizeof p, "rows.db");
-    make_db(p, 20000);
-    sqlite3 *db;
-    /* NULLs where the recorder writes none, and the largest and smallest integers */
-    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
-                                      "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
-                                      "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);",
-                                  NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+/* The page reader's rows of p, checked against the sweep's query value for value. */
+static rows rows_checked(const char *p) {
     gm_db d;
     assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
     rows v = {0};
@@ -90,10 +79,72 @@ static void rows_equal_query(void **state) {
     }
     sqlite3_finalize(s);
     assert_int_equal(i, v.n);
+    gm_db_close(&d);
+    return v;
+}
+
+/* Every row, value for value, what the sweep's query hands over. */
+static void rows_equal_query(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "rows.db");
+    make_db(p, 20000);
+    sqlite3 *db;
+    /* NULLs where the recorder writes none, and the largest and smallest integers */
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
+                                      "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
+                                      "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    rows v = rows_checked(p);
+    gm_db d;
     assert_true(v.n > 39000);
     assert_int_equal(v.r[v.n - 1].device, -1);
-    free(v.r);
+    /* the same rows from an image in memory (gm_db_open_mem, what the fuzz target opens) */
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    unsigned char *img = malloc((size_t)st.st_size);
+    int fd = open(p, O_RDONLY);
+    assert_int_equal(read(fd, img, (size_t)st.st_size), st.st_size);
+    close(fd);
+    assert_int_equal(gm_db_open_mem("image", img, (size_t)st.st_size, &d, err, sizeof err), 0);
+    free(img);
+    rows w = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &w), GM_PAGES_DONE);
+    assert_int_equal(w.n, v.n);
+    assert_memory_equal(w.r, v.r, v.n * sizeof *v.r);
     gm_db_close(&d);
+    free(v.r), free(w.r);
+}
+
+static int load_both_ways(const char *p);
+
+/* Rows inserted in shuffled seq order: the leaves lie all over the file, out of order. */
+static void leaves_out_of_order(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "shuffled.db");
+    make_db(p, 10);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 30000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        char q[256];
+        snprintf(q, sizeof q, "INSERT OR IGNORE INTO events (seq, kind, addr, size, requested, stack, range) "
+                              "VALUES (%llu, %d, %llu, %d, %d, 0, 0)",
+                 (unsigned long long)(1000 + x % 1000000), 1 + (int)(x % 2), (unsigned long long)(x >> 20) % 64 * 4096,
+                 (int)(x % 100000), (int)(x % 99999));
+        assert_int_equal(sqlite3_exec(db, q, NULL, NULL, NULL), SQLITE_OK);
+    }
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(db);
+    rows v = rows_checked(p);
+    assert_true(v.n > 29000);
+    free(v.r);
+    assert_true(load_both_ways(p));
 }
 
 /* The sweep's results, field for field (pointers aside). */
@@ -249,6 +300,7 @@ static void damaged_pages_same_model(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_equal_query),
+        cmocka_unit_test(leaves_out_of_order),
         cmocka_unit_test(wal_with_frames),
         cmocka_unit_test(other_declaration),
         cmocka_unit_test(damaged_pages_same_model),
