@@ -3,9 +3,12 @@
  *
  * Design. Reports are sweeps, never quadratic queries: the small tables (strings, modules,
  * frames, stacks, ranges, names, ooms) are loaded whole; then `events` is read once in seq
- * order (its rowid order: a sequential scan, no index) while a hash map of live allocations
- * keyed by address pairs frees with allocations. The result is one compact record per
- * allocation (birth, death, size, stack, range, name: 40 bytes) plus running peaks, so
+ * order (its rowid order: a sequential scan, no index) — decoded straight from the table's
+ * pages by gm_analyze_pages.c where the file is what the recorder writes, through SQLite
+ * otherwise (the two give the same rows; GPUMEM_SWEEP=sql forces SQLite) — while a hash map
+ * of live allocations keyed by address pairs frees with allocations. The result is one compact
+ * record per allocation (birth, death, size, requested, stack, range, name: 48 bytes) plus
+ * running peaks, so
  * "what was live at the peak / at an OOM / at exit" is a filter over that array afterwards.
  * Lifetimes are therefore always derived on read, which is also what makes a database from a
  * killed process (no alloc_life rows for what was alive) report correctly.
@@ -14,12 +17,14 @@
  * before their child are ignored (so no cycles), kinds out of range are counted as other.
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_analyze_pages.h"
 #include "snapshot/gm_devused.h"
 #include "snapshot/rec.h"
 
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static char *dup_col(sqlite3_stmt *s, int i) {
@@ -250,6 +255,24 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
 
 typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
 
+/* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
+ * written once and never moved. Where it is large its pages are transparent huge pages: written
+ * into fresh 4 KiB pages, 48 bytes an allocation, it took a page fault every 85
+ * allocations, and a TLB miss on every later pass: a quarter of a long recording's report. Only the pages written become resident. Failing
+ * is harmless: the sweep grows the array as it goes. */
+static void allocs_reserve(gm_model *m, uint64_t rows) {
+    if (rows < 4096 || rows > SIZE_MAX / sizeof *m->allocs || rows <= m->allocs_cap) return;
+    size_t bytes = (size_t)rows * sizeof *m->allocs;
+    gm_alloc *a = realloc(m->allocs, bytes);
+    if (!a) return;
+    m->allocs = a, m->allocs_cap = (size_t)rows;
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)a + huge - 1) & ~(huge - 1), hi = ((uintptr_t)a + bytes) & ~(huge - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: ignored where THP is off */
+#endif
+}
+
 /* The sweep's state between rows (gm_model_load). */
 typedef struct sweep {
     gm_model *m;
@@ -383,7 +406,44 @@ static void sweep_fn(sqlite3_context *ctx, int argc, sqlite3_value **v) {
     sqlite3_result_int(ctx, 0);
 }
 
-int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
+/* The rows of one leaf page of events (gm_analyze_pages.c), converted as sweep_fn converts
+ * SQLite's values: the sweep sees the same numbers either way. */
+static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
+    sweep *w = ctx;
+    for (size_t i = 0; i < n; i++, r++)
+        if (sweep_row(w, (uint64_t)r->seq, (unsigned)(int)r->kind, (unsigned)(int)r->flags,
+                      (uint64_t)r->addr, (uint64_t)r->size, (uint32_t)r->stack, (uint32_t)r->range,
+                      (int)r->device, (uint64_t)r->requested, (uint64_t)r->alloc_id) != 0)
+            return -1;
+    return 0;
+}
+
+/* The events through SQLite: one sqlite3_step over the table with sweep_fn in its WHERE.
+ * Returns the last sqlite3_step code, or -1 when the query cannot be made. */
+static int sweep_sql(gm_db *d, sweep *w) {
+    sqlite3_stmt *s;
+    if (sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8 | SQLITE_DIRECTONLY, w,
+                                sweep_fn, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE gm_sweep_row(seq, kind, flags, "
+                                  "addr, size, stack, range, coalesce(device, -1), requested, "
+                                  "alloc_id) ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sweep_fn */
+    sqlite3_finalize(s);
+    sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+    return rc;
+}
+
+/* model_load's answer when the page reader gave up after rows were swept (not an errno, not
+ * -1) */
+enum { LOAD_RESTART = 2 };
+
+/* gm_model_load with the events read from their pages (pages = 1; LOAD_RESTART when that gave
+ * up after rows were swept: the model is to be freed and loaded again with pages = 0) or
+ * through SQLite. */
+static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
@@ -401,34 +461,45 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         }
         sqlite3_finalize(s);
     }
-    /* first and last time apart: the sweep reads only what it needs per row */
+    /* first and last time apart: the sweep reads only what it needs per row; the first and
+     * last seq and the file's size bound the number of rows (allocs_reserve) */
     if (sqlite3_prepare_v2(d->db, "SELECT (SELECT t FROM events ORDER BY seq LIMIT 1), "
-                                  "(SELECT t FROM events ORDER BY seq DESC LIMIT 1)", -1, &s, NULL) == SQLITE_OK) {
+                                  "(SELECT t FROM events ORDER BY seq DESC LIMIT 1), "
+                                  "(SELECT seq FROM events ORDER BY seq LIMIT 1), "
+                                  "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+                                  "(SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())",
+                           -1, &s, NULL) == SQLITE_OK) {
         if (sqlite3_step(s) == SQLITE_ROW) {
             m->first_t = (uint64_t)sqlite3_column_int64(s, 0);
             m->last_t = (uint64_t)sqlite3_column_int64(s, 1);
+            int64_t lo = sqlite3_column_int64(s, 2), hi = sqlite3_column_int64(s, 3);
+            int64_t bytes = sqlite3_column_int64(s, 4);
+            /* rowids are distinct, and a row takes at least 16 bytes of a page */
+            uint64_t rows = hi >= lo ? (uint64_t)hi - (uint64_t)lo + 1 : 0;
+            if (bytes > 0 && rows > (uint64_t)bytes / 16) rows = (uint64_t)bytes / 16;
+            allocs_reserve(m, rows);
         }
         sqlite3_finalize(s);
-    }
-    if (sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8 | SQLITE_DIRECTONLY, &w,
-                                sweep_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE gm_sweep_row(seq, kind, flags, "
-                                  "addr, size, stack, range, coalesce(device, -1), requested, "
-                                  "alloc_id) ORDER BY seq",
-                           -1, &s, NULL) != SQLITE_OK) {
-        free(w.names);
-        return fail(d, err, errsz, "events");
     }
     /* the device account (gm_devused.c) in this same sweep: `gpumem report` reads the events
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sweep_fn */
+    int rc, pr = pages ? gm_events_pages(d, sweep_rows, &w) : GM_PAGES_NO;
+    if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
+    else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
+    else if (pr == GM_PAGES_RESTART) rc = -1;
+    else rc = sweep_sql(d, &w);
+    if (rc == -1) { /* no query, or the page reader gave up part way */
+        gm_devused_end(w.du);
+        free(w.names);
+        u64map_free(&w.live);
+        u64map_free(&w.step_idx);
+        if (w.progress) fprintf(stderr, "\r%40s\r", "");
+        return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail(d, err, errsz, "events");
+    }
     if (w.oom) rc = SQLITE_NOMEM;
     if (w.progress) fprintf(stderr, "\r%40s\r", "");
-    sqlite3_finalize(s);
-    sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8, NULL, NULL, NULL, NULL);
     gm_devused_end(w.du);
     /* names given after the last event (a tensor named right after the recording's last
      * allocation) still name what is live */
@@ -471,6 +542,18 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
     u64map_free(&w.step_idx);
     m->derived_on_read = 1;
     return 0;
+}
+
+int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
+    /* GPUMEM_SWEEP=sql: the events through SQLite only, the page reader's reference (tests
+     * compare the two; a person can too) */
+    const char *how = getenv("GPUMEM_SWEEP");
+    int rc = model_load(d, m, progress, !(how && strcmp(how, "sql") == 0), err, errsz);
+    if (rc == LOAD_RESTART) {
+        gm_model_free(m);
+        rc = model_load(d, m, progress, 0, err, errsz);
+    }
+    return rc;
 }
 
 void gm_model_free(gm_model *m) {

@@ -116,9 +116,11 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
     int rc;
     sqlite3_busy_timeout(d->db, 2000);
     sqlite3_exec(d->db, "PRAGMA cache_size=-65536", NULL, NULL, NULL);
-    /* Pages read through a memory map, not copied by pread: the sweep of the events reads the
-     * whole file once, and the copies were a tenth of a report's time. SQLite maps only what
-     * the file holds and reads the rest (a WAL's pages) as before. */
+    /* SQLite's pages read through a memory map, not copied by pread: a sweep of the events
+     * through SQLite reads the whole file once, and the copies were a tenth of its time. SQLite
+     * maps only what the file holds and reads the rest (a WAL's pages) as before. The page
+     * reader of the sweep (gm_analyze_pages.c) turns the map off while it reads: it copies a
+     * window of pages at a time, so the report does not keep the whole file resident. */
     sqlite3_exec(d->db, "PRAGMA mmap_size=68719476736", NULL, NULL, NULL);
     sqlite3_stmt *s;
     rc = sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = 'schema_major'", -1, &s, NULL);

@@ -219,38 +219,54 @@ static const char *op_of(const gm_model *m, labels *l, uint32_t range) {
     return l->op[*ri] ? l->op[*ri] : "(no op)";
 }
 
-typedef int (*alloc_filter)(const gm_alloc *a, uint64_t at);
 static int live_at(const gm_alloc *a, uint64_t at) {
     return a->birth <= at && (a->death == 0 || a->death > at) && a->kind != REC_HOST_ALLOC &&
            a->kind != REC_MANAGED_ALLOC;
 }
-static int alive_at_end(const gm_alloc *a, uint64_t at) {
-    (void)at;
-    return a->death == 0;
+static int alive_at_end(const gm_alloc *a) { return a->death == 0; }
+
+/* A set of allocations (indices into m->allocs, in array order), chosen by one pass over the
+ * array: the groupings of one report (by site, phase, name, op) walk the set, not the array,
+ * which on a long recording is millions of allocations for a few hundred live. */
+typedef struct alloc_set {
+    size_t *idx;
+    size_t n;
+} alloc_set;
+
+enum { SET_LIVE_AT, SET_ALIVE_AT_END };
+
+static alloc_set select_allocs(const gm_model *m, int which, uint64_t at) {
+    alloc_set s = {NULL, 0};
+    size_t cap = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (which == SET_LIVE_AT ? !live_at(a, at) : !alive_at_end(a)) continue;
+        if (s.n == cap) {
+            size_t c = cap ? cap * 2 : 256;
+            size_t *n = realloc(s.idx, c * sizeof *n);
+            if (!n) break;
+            s.idx = n, cap = c;
+        }
+        s.idx[s.n++] = i;
+    }
+    return s;
 }
 
 enum { BY_PHASE = 0, BY_SITE = 1, BY_NAME = 2, BY_OP = 3, BY_MASK = 3,
        G_REQUESTED = 4, /* count requested bytes (what the program asked for), not held */
        G_PHASE = 8 };   /* keep each group's phase (shown with it) */
 
-/* Builds groups by site, phase or name (by_site: BY_* | G_* flags) of the allocations passing
- * filter. */
-static size_t group_allocs(const gm_model *m, labels *l, alloc_filter f, uint64_t at, int by_site,
+/* Builds groups by site, phase or name (by_site: BY_* | G_* flags) of the allocations of set. */
+static size_t group_allocs(const gm_model *m, labels *l, const alloc_set *set, int by_site,
                            group **out, uint64_t *total, uint64_t *count) {
     int flags = by_site;
     by_site &= BY_MASK;
-    size_t n = 0, cap = 0;
-    group *g = NULL;
+    group *g = set->n ? malloc(set->n * sizeof *g) : NULL;
+    size_t n = 0;
     *total = *count = 0;
-    for (size_t i = 0; i < m->nallocs; i++) {
+    for (size_t k = 0; g && k < set->n; k++) {
+        size_t i = set->idx[k];
         const gm_alloc *a = &m->allocs[i];
-        if (!f(a, at)) continue;
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 256;
-            group *ng = realloc(g, c * sizeof *ng);
-            if (!ng) break;
-            g = ng, cap = c;
-        }
         g[n].key = by_site == BY_SITE   ? site_of(m, l, a->stack, NULL)
                    : by_site == BY_NAME ? name_of(m, l, a->name)
                    : by_site == BY_OP   ? op_of(m, l, a->range)
@@ -789,13 +805,15 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     labels_make(m, &l, 1); /* "step N" grouped as "step *": one row per phase, not per step */
     group *gs = NULL, *gp = NULL;
     uint64_t total, count;
-    size_t ns = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_SITE, &gs, &total, &count);
-    size_t np = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_PHASE, &gp, &total, &count);
+    alloc_set peak = select_allocs(m, SET_LIVE_AT, m->peak_allocated_seq);
+    size_t ns = group_allocs(m, &l, &peak, BY_SITE, &gs, &total, &count);
+    size_t np = group_allocs(m, &l, &peak, BY_PHASE, &gp, &total, &count);
     group *gn = NULL;
-    size_t nn = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_NAME, &gn, &total, &count);
+    size_t nn = group_allocs(m, &l, &peak, BY_NAME, &gn, &total, &count);
     int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
     group *gop = NULL; /* by op: shown when some live allocation is inside an op range */
-    size_t nop = group_allocs(m, &l, live_at, m->peak_allocated_seq, BY_OP, &gop, &total, &count);
+    size_t nop = group_allocs(m, &l, &peak, BY_OP, &gop, &total, &count);
+    free(peak.idx);
     int ops = nop > 1 || (nop == 1 && strcmp(gop[0].key, "(no op)") != 0);
     double util = pct(m->peak_allocated, m->peak_reserved);
     uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * m->events : 0;
@@ -898,7 +916,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         oom_explain(oo, unit, &cause);
         group *go = NULL;
         uint64_t ot, oc;
-        size_t no = group_allocs(m, &l, live_at, oo->seq, BY_SITE, &go, &ot, &oc);
+        alloc_set at_oom = select_allocs(m, SET_LIVE_AT, oo->seq);
+        size_t no = group_allocs(m, &l, &at_oom, BY_SITE, &go, &ot, &oc);
+        free(at_oom.idx);
         if (o->json) {
             fprintf(out, "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
                          ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
@@ -1022,12 +1042,13 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     uint64_t total, count, held = 0;
     /* leaked bytes are what the program asked for and never gave back (the allocator's
      * rounding is shown beside it) */
-    size_t ns = group_allocs(m, &l, alive_at_end, 0, BY_SITE | G_REQUESTED | G_PHASE, &gs, &total, &count);
-    size_t nn = group_allocs(m, &l, alive_at_end, 0, BY_NAME | G_REQUESTED | G_PHASE, &gn, &total, &count);
-    size_t np = group_allocs(m, &l, alive_at_end, 0, BY_PHASE | G_REQUESTED, &gp, &total, &count);
+    alloc_set end = select_allocs(m, SET_ALIVE_AT_END, 0);
+    size_t ns = group_allocs(m, &l, &end, BY_SITE | G_REQUESTED | G_PHASE, &gs, &total, &count);
+    size_t nn = group_allocs(m, &l, &end, BY_NAME | G_REQUESTED | G_PHASE, &gn, &total, &count);
+    size_t np = group_allocs(m, &l, &end, BY_PHASE | G_REQUESTED, &gp, &total, &count);
     int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
-    for (size_t i = 0; i < m->nallocs; i++)
-        if (alive_at_end(&m->allocs[i], 0)) held += m->allocs[i].size;
+    for (size_t k = 0; k < end.n; k++) held += m->allocs[end.idx[k]].size;
+    free(end.idx);
     *leaked_bytes = total;
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     /* leaks are what a program that ran to its end never freed: a recording cut short (a

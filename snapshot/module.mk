@@ -25,7 +25,7 @@ $(REC_LIB): $(REC_OBJS)
 ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
-GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
+GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_analyze_pages.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
            $(SNAP_DIR)/gm_export.o $(SNAP_DIR)/gm_devused.o \
            $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
            $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/gm_open.o
@@ -59,7 +59,10 @@ snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
-SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader
+snapshot_pages_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS)
+SNAP_UNIT := snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
+             snapshot_pages
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
                    $(BUILD)/tests/unit/snapshot_uses
@@ -90,7 +93,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_rou
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
-SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c \
+SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c snapshot/gm_analyze_pages.c \
                   snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
                   snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)

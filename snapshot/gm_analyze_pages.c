@@ -1,0 +1,358 @@
+/* gm_analyze_pages.c — the sweep's events read straight from the table's B-tree pages.
+ *
+ * Why. The sweep of gm_analyze.c reads every row of `events` once. Through SQLite each row is a
+ * cursor step, ten column fetches and a function call in the virtual machine: on a
+ * 10-million-event recording that was half of `gpumem report`'s time. The events table is a
+ * plain rowid table of integers, and the leaf pages of its B-tree, read left to right, hold the
+ * rows in rowid (seq) order: decoding those records directly is all the sweep needs.
+ *
+ * Taken only where it reads exactly what SQLite would. The table must be declared exactly as
+ * the schema declares it (so the columns and the rowid alias are known), the connection's
+ * database must be the file alone (no WAL with frames in it: those pages would be newer than
+ * the file's), and every page, cell and record must be what a valid file holds: a table page of
+ * the right kind, cells and records inside their page, no overflow page, 13 columns with integer
+ * or NULL values only, rowids increasing, no page reached twice, no path deeper than SQLite's
+ * cursors go. Anything else and this reader gives up; the caller then reads the events through
+ * SQLite as before, from the first row (GM_PAGES_RESTART when rows were already delivered). So a
+ * damaged file is reported exactly as it was, and a valid one gives the same rows.
+ *
+ * Consistency. The pages are read through the connection's own file handle (sqlite3_file's
+ * xRead: the same file, or the in-memory image of gm_db_open_mem) inside one read transaction,
+ * which keeps a rollback-journal writer out of the file; in WAL mode a reader that began with an
+ * empty WAL reads the file alone, and no checkpoint can write into it before the transaction
+ * ends. SQLite's memory map is off meanwhile: the pages are copied, a window of them at a time,
+ * into one buffer, so the report does not keep the whole file mapped (resident) as the map did.
+ */
+#include "snapshot/gm_analyze_pages.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* the declaration of `events` in schema.sql (whitespace runs compared as one space) */
+static const char events_sql[] =
+    "CREATE TABLE events (seq INTEGER PRIMARY KEY, t INTEGER, kind INTEGER, flags INTEGER, "
+    "device INTEGER, stream INTEGER, thread INTEGER, addr INTEGER, size INTEGER, requested "
+    "INTEGER, alloc_id INTEGER, stack INTEGER, range INTEGER)";
+enum { NCOLS = 13 };
+/* SQLite's limit on a cursor's path (BTCURSOR_MAX_DEPTH): deeper is a damaged file to it */
+enum { MAX_DEPTH = 20 };
+/* pages copied per read, at most: the leaves of a table written in seq order lie mostly in file
+ * order, so one read serves the next leaves too */
+enum { WINDOW_BYTES = 1 << 20 };
+#define PENDING_BYTE 0x40000000u /* the lock-byte page is never a B-tree page */
+
+static int same_sql(const char *a, const char *b) {
+    for (;;) {
+        int sa = 0, sb = 0;
+        while (*a == ' ' || *a == '\n' || *a == '\t' || *a == '\r') a++, sa = 1;
+        while (*b == ' ' || *b == '\n' || *b == '\t' || *b == '\r') b++, sb = 1;
+        if (sa != sb || *a != *b) return 0;
+        if (!*a) return 1;
+        a++, b++;
+    }
+}
+
+static uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* SQLite's varint (1-9 bytes, big-endian, 7 bits a byte, the ninth all 8), or NULL when it
+ * does not end before `end` */
+static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64_t *v) {
+    if (p < end && *p < 0x80) {
+        *v = *p;
+        return p + 1;
+    }
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) {
+        if (p >= end) return NULL;
+        uint8_t b = *p++;
+        x = x << 7 | (b & 0x7f);
+        if (!(b & 0x80)) {
+            *v = x;
+            return p;
+        }
+    }
+    if (p >= end) return NULL;
+    *v = x << 8 | *p++;
+    return p;
+}
+
+typedef struct reader {
+    sqlite3_file *f;
+    uint32_t pgsz, usable, npages, lockpage;
+    uint8_t *win;             /* pages win_first .. win_first + win_n - 1 */
+    uint32_t win_first, win_n, win_cap;
+    uint32_t win_used;        /* pages of the window reached so far */
+    uint8_t *seen;            /* one bit a page: reached already */
+    uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
+    gm_event_row *rows;       /* one leaf's rows */
+    int64_t last_seq;
+    int any_row;   /* a row was read (last_seq is set) */
+    int delivered; /* rows were handed to the caller */
+} reader;
+
+/* Page pgno (2..npages, not the lock-byte page, never reached before), or NULL. A page outside
+ * the window moves it there, with four times as many pages as the last window served: the whole
+ * window while the leaves come in file order (a quarter of its pages or more reached), a few
+ * pages where they are scattered or backwards, so no file is read a window per page. */
+static const uint8_t *page_at(reader *r, uint32_t pgno) {
+    if (pgno < 2 || pgno > r->npages || pgno == r->lockpage) return NULL;
+    if (r->seen[pgno >> 3] & (1u << (pgno & 7))) return NULL;
+    r->seen[pgno >> 3] |= (uint8_t)(1u << (pgno & 7));
+    if (pgno < r->win_first || pgno - r->win_first >= r->win_n) {
+        uint32_t n = r->win_n ? 4 * r->win_used : r->win_cap;
+        if (n > r->win_cap) n = r->win_cap;
+        if (n > r->npages - pgno + 1) n = r->npages - pgno + 1;
+        if (n < 1) n = 1;
+        if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
+                                  (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
+            r->win_n = 0;
+            return NULL;
+        }
+        r->win_first = pgno, r->win_n = n, r->win_used = 0;
+    }
+    r->win_used++;
+    return r->win + (size_t)(pgno - r->win_first) * r->pgsz;
+}
+
+/* where each column goes in a gm_event_row (-1: not read; seq is the rowid) */
+static int64_t *slot(gm_event_row *row, int col) {
+    switch (col) {
+    case 2: return &row->kind;
+    case 3: return &row->flags;
+    case 4: return &row->device;
+    case 7: return &row->addr;
+    case 8: return &row->size;
+    case 9: return &row->requested;
+    case 10: return &row->alloc_id;
+    case 11: return &row->stack;
+    case 12: return &row->range;
+    default: return NULL;
+    }
+}
+
+/* bytes of a value of serial type t (0..127); 0xff: not an integer or NULL (a real, a
+ * reserved type, text or blob: nothing the recorder writes) */
+static const uint8_t type_size[128] = {
+    0, 1, 2, 3, 4, 6, 8, 0xff, 0, 0, 0xff, 0xff, [12 ... 127] = 0xff};
+
+/* A value of serial type t at b (t an integer or NULL type): SQLite's integer, null_value for
+ * NULL. Reads 8 bytes at b whatever the size: the window has slack after its last page. */
+static inline int64_t value_of(const uint8_t *b, unsigned t, int64_t null_value) {
+    if (t - 1 < 6) {
+        uint64_t x;
+        memcpy(&x, b, 8);
+        /* big-endian, sign-extended from its 1..8 bytes */
+        return (int64_t)__builtin_bswap64(x) >> (64 - 8 * type_size[t]);
+    }
+    return t == 0 ? null_value : (int64_t)t - 8; /* 8: 0, 9: 1 */
+}
+
+/* One record the general way: any varint sizes. 0, or -1 (give up). */
+static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
+    const uint8_t *rend = c + np, *h;
+    uint64_t hs;
+    if (!(h = varint(c, rend, &hs)) || hs > np || hs < (uint64_t)(h - c)) return -1;
+    const uint8_t *hend = c + hs, *body = hend;
+    for (int col = 0; col < NCOLS; col++) {
+        uint64_t t;
+        if (!(h = varint(h, hend, &t))) return -1;
+        if (t > 127 || type_size[t] == 0xff || type_size[t] > (uint64_t)(rend - body)) return -1;
+        int64_t *v = slot(row, col);
+        if (v) *v = value_of(body, (unsigned)t, col == 4 ? -1 : 0);
+        body += type_size[t];
+    }
+    /* exactly the 13 columns, the record ending where its payload does */
+    return h == hend && body == rend ? 0 : -1;
+}
+
+/* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). */
+static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
+    const uint8_t *end = p + r->usable;
+    uint32_t first = 8 + 2 * ncell;
+    for (uint32_t i = 0; i < ncell; i++) {
+        uint32_t ptr = be16(p + 8 + 2 * i);
+        if (ptr < first || ptr >= r->usable) return -1;
+        const uint8_t *c = p + ptr;
+        uint64_t np, rowid;
+        if (!(c = varint(c, end, &np)) || !(c = varint(c, end, &rowid))) return -1;
+        /* larger than a leaf keeps on its page: the rest is on overflow pages */
+        if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
+        gm_event_row *row = &r->rows[i];
+        row->seq = (int64_t)rowid;
+        /* the recorder's records: a 14-byte header, 13 one-byte types */
+        if (np >= 14 && c[0] == 14 &&
+            !((c[1] | c[2] | c[3] | c[4] | c[5] | c[6] | c[7] | c[8] | c[9] | c[10] | c[11] | c[12] | c[13]) & 0x80)) {
+            unsigned off[NCOLS + 1];
+            off[0] = 14;
+            uint8_t bad = 0;
+            for (int k = 0; k < NCOLS; k++) {
+                uint8_t z = type_size[c[1 + k]];
+                bad |= z == 0xff;
+                off[k + 1] = off[k] + (z & 0x0f);
+            }
+            if (bad || off[NCOLS] != np) return -1;
+            row->kind = value_of(c + off[2], c[3], 0);
+            row->flags = value_of(c + off[3], c[4], 0);
+            row->device = value_of(c + off[4], c[5], -1);
+            row->addr = value_of(c + off[7], c[8], 0);
+            row->size = value_of(c + off[8], c[9], 0);
+            row->requested = value_of(c + off[9], c[10], 0);
+            row->alloc_id = value_of(c + off[10], c[11], 0);
+            row->stack = value_of(c + off[11], c[12], 0);
+            row->range = value_of(c + off[12], c[13], 0);
+        } else if (record_slow(c, np, row) != 0) {
+            return -1;
+        }
+        if (r->any_row && row->seq <= r->last_seq) return -1;
+        r->last_seq = row->seq, r->any_row = 1;
+    }
+    return (long)ncell;
+}
+
+/* A B-tree page's kind and cell count, checked as SQLite checks them when it enters a page. */
+static int page_kind(const reader *r, const uint8_t *p, int root, uint32_t *ncell) {
+    if (p[0] != 0x05 && p[0] != 0x0d) return -1;
+    *ncell = be16(p + 3);
+    if (*ncell > (r->pgsz - 8) / 6) return -1;
+    if (!root && *ncell < 1) return -1;
+    if (root && p[0] == 0x05 && *ncell < 1) return -1;
+    if ((p[0] == 0x05 ? 12u : 8u) + 2 * *ncell > r->usable) return -1;
+    return p[0];
+}
+
+/* The tree under root, leaves left to right. GM_PAGES_DONE, _STOPPED, or -1 (give up). */
+static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
+    uint32_t ncell[MAX_DEPTH], next[MAX_DEPTH];
+    int depth = 0;
+    uint32_t pgno = root;
+    for (;;) {
+        const uint8_t *p = page_at(r, pgno);
+        uint32_t n;
+        int kind = p ? page_kind(r, p, pgno == root, &n) : -1;
+        if (kind < 0) return -1;
+        if (kind == 0x0d) {
+            long k = leaf_rows(r, p, n);
+            if (k < 0) return -1;
+            if (k) {
+                r->delivered = 1;
+                if (fn(ctx, r->rows, (size_t)k) != 0) return GM_PAGES_STOPPED;
+            }
+        } else {
+            if (depth == MAX_DEPTH - 1) return -1;
+            if (!r->level[depth] && !(r->level[depth] = malloc(r->pgsz))) return -1;
+            memcpy(r->level[depth], p, r->pgsz);
+            ncell[depth] = n, next[depth] = 0;
+            depth++;
+        }
+        /* the next child: cell i's left child for i < ncell, then the right child */
+        for (;;) {
+            if (depth == 0) return GM_PAGES_DONE;
+            const uint8_t *q = r->level[depth - 1];
+            uint32_t i = next[depth - 1]++;
+            if (i < ncell[depth - 1]) {
+                uint32_t ptr = be16(q + 12 + 2 * i);
+                if (ptr < 12 + 2 * ncell[depth - 1] || ptr + 4 > r->usable) return -1;
+                pgno = be32(q + ptr);
+                break;
+            }
+            if (i == ncell[depth - 1]) {
+                pgno = be32(q + 8);
+                break;
+            }
+            depth--;
+        }
+    }
+}
+
+/* The events table's root page when the table is declared as schema.sql declares it; 0 else. */
+static uint32_t events_root(gm_db *d) {
+    sqlite3_stmt *s;
+    uint32_t root = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' "
+                                  "AND name = 'events'", -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_INTEGER) {
+        const char *sql = (const char *)sqlite3_column_text(s, 1);
+        int64_t rp = sqlite3_column_int64(s, 0);
+        if (sql && same_sql(sql, events_sql) && rp > 1 && rp <= UINT32_MAX) root = (uint32_t)rp;
+        /* a second row named events: not a file the recorder wrote */
+        if (sqlite3_step(s) != SQLITE_DONE) root = 0;
+    }
+    sqlite3_finalize(s);
+    return root;
+}
+
+/* 1 when the connection's database may have pages in a WAL (a -wal file with anything in it) */
+static int wal_in_use(gm_db *d) {
+    const char *name = sqlite3_db_filename(d->db, "main");
+    if (!name || !name[0]) return 0; /* in memory: no WAL */
+    const char *wal = sqlite3_filename_wal(name);
+    struct stat st;
+    return wal && stat(wal, &st) == 0 && st.st_size > 0;
+}
+
+/* The file's page size, usable size and page count from its header (as SQLite reads them). */
+static int read_header(reader *r) {
+    uint8_t h[100];
+    sqlite3_int64 fsz;
+    if (r->f->pMethods->xFileSize(r->f, &fsz) != SQLITE_OK || fsz < 100 ||
+        r->f->pMethods->xRead(r->f, h, 100, 0) != SQLITE_OK)
+        return -1;
+    uint32_t ps = be16(h + 16);
+    if (ps == 1) ps = 65536;
+    if (ps < 512 || ps > 65536 || (ps & (ps - 1))) return -1;
+    r->pgsz = ps;
+    r->usable = ps - h[20];
+    if (r->usable < 480) return -1;
+    uint64_t file_pages = (uint64_t)fsz / ps;
+    uint32_t n = be32(h + 28);
+    /* the header's count holds when the change counter matches its version-valid-for */
+    uint64_t pages = n && be32(h + 24) == be32(h + 92) ? n : file_pages;
+    if (pages > file_pages || pages > UINT32_MAX - 1) return -1;
+    r->npages = (uint32_t)pages;
+    r->lockpage = PENDING_BYTE / ps + 1;
+    return 0;
+}
+
+int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) {
+    if (!sqlite3_get_autocommit(d->db)) return GM_PAGES_NO; /* someone else's transaction */
+    /* the map off: its pages would be copied from, and stay resident */
+    int64_t mmap_was = -1;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "PRAGMA mmap_size", -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW) mmap_was = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
+    int rc = GM_PAGES_NO;
+    reader r = {0};
+    uint32_t root;
+    if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
+    /* reading the schema starts the read transaction: the file is held from here on */
+    if ((root = events_root(d)) == 0 || wal_in_use(d) ||
+        sqlite3_file_control(d->db, "main", SQLITE_FCNTL_FILE_POINTER, &r.f) != SQLITE_OK || !r.f ||
+        !r.f->pMethods || read_header(&r) != 0)
+        goto end;
+    r.win_cap = WINDOW_BYTES / r.pgsz ? WINDOW_BYTES / r.pgsz : 1;
+    r.win = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
+    r.seen = calloc((size_t)r.npages / 8 + 1, 1);
+    r.rows = malloc(((r.pgsz - 8) / 6 + 1) * sizeof *r.rows);
+    if (!r.win || !r.seen || !r.rows) goto end;
+    int w = walk(&r, root, fn, ctx);
+    rc = w >= 0 ? w : r.delivered ? GM_PAGES_RESTART : GM_PAGES_NO;
+end:
+    sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
+out:
+    free(r.win), free(r.seen), free(r.rows);
+    for (int i = 0; i < MAX_DEPTH; i++) free(r.level[i]);
+    if (mmap_was > 0) {
+        char q[64];
+        snprintf(q, sizeof q, "PRAGMA mmap_size=%lld", (long long)mmap_was);
+        sqlite3_exec(d->db, q, NULL, NULL, NULL);
+    }
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* gm_analyze_pages.h — the events table read from its B-tree pages (gm_analyze_pages.c), for
+ * the sweep of gm_analyze.c. Internal to snapshot/'s readers. */
+#ifndef GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
+#define GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapshot/gm.h"
+
+/* One events row as the sweep's SQL would have handed it over: each value what
+ * sqlite3_value_int64 gives for the cell (NULL: 0), seq the rowid, device -1 for NULL (the
+ * query's coalesce(device, -1)). */
+typedef struct gm_event_row {
+    int64_t seq, kind, flags, addr, size, stack, range, device, requested, alloc_id;
+} gm_event_row;
+
+/* Rows of one leaf page, in seq order. Returns 0, or nonzero to stop (out of memory). */
+typedef int (*gm_event_rows_fn)(void *ctx, const gm_event_row *rows, size_t n);
+
+enum {
+    GM_PAGES_DONE = 0,    /* every row delivered, in seq order */
+    GM_PAGES_NO = 1,      /* not read this way (no row delivered): read the events through SQLite */
+    GM_PAGES_RESTART = 2, /* something unexpected after rows were delivered: start again through SQLite */
+    GM_PAGES_STOPPED = 3  /* fn returned nonzero */
+};
+
+/* Reads every row of `events` in seq order from the table's pages, inside one read transaction
+ * of d's connection. Taken only where the rows are exactly what SQLite would return; anything
+ * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). */
+int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,313 @@
+/* snapshot_pages.c — the sweep's page reader (snapshot/gm_analyze_pages.c) reads exactly the
+ * rows SQLite reads, and gives up, never guesses, on anything else: its rows equal a query's
+ * on a recorder's database; a WAL with frames, another declaration of `events`, and damaged
+ * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
+ * an image in memory (the fuzz target's) is read the same way. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "snapshot/gm.h"
+#include "snapshot/gm_analyze_pages.h"
+#include "snapshot/rec.h"
+#include "snapshot/rec_internal.h"
+#include "tests/unit/snapshot_test.h"
+
+static char err[8192];
+
+/* A recorder's database: n alloc/free pairs over three ranges, sizes and addresses of every
+ * integer width, and allocations left alive. */
+static void make_db(const char *p, int n) {
+    unlink(p);
+    rec_options o = {.path = p, .stacks = 4, .fork_record = 0, .ring = 1 << 16, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    for (int i = 0; i < n; i++) {
+        if (i % 1000 == 0) {
+            if (i) rec_range_pop();
+            char name[32];
+            snprintf(name, sizeof name, "step %d", i / 1000);
+            rec_range_push(NULL, name);
+        }
+        uint64_t addr = (uint64_t)0x7f0000000000 + (uint64_t)i * 4096, size = (uint64_t)1 << (i % 40);
+        rec_event(i % 3 ? REC_ALLOC : REC_ALLOC_ASYNC, 0, i % 2, addr, size, size - (uint64_t)(i % 7), (uint64_t)i + 1);
+        if (i % 97) rec_event(i % 3 ? REC_FREE : REC_FREE_ASYNC, 0, i % 2, addr, size, 0, (uint64_t)i + 1);
+    }
+    rec_range_pop();
+    rec_test_reset();
+}
+
+typedef struct rows {
+    gm_event_row *r;
+    size_t n, cap;
+} rows;
+
+static int collect(void *ctx, const gm_event_row *r, size_t n) {
+    rows *v = ctx;
+    if (v->n + n > v->cap) {
+        v->cap = (v->n + n) * 2;
+        v->r = realloc(v->r, v->cap * sizeof *v->r);
+        assert_non_null(v->r);
+    }
+    memcpy(v->r + v->n, r, n * sizeof *r);
+    v->n += n;
+    return 0;
+}
+
+/* The page reader's rows of p, checked against the sweep's query value for value. */
+static rows rows_checked(const char *p) {
+    gm_db d;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    rows v = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_DONE);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(d.db, "SELECT seq, kind, flags, addr, size, stack, range, "
+                                              "coalesce(device, -1), requested, alloc_id FROM events ORDER BY seq",
+                                        -1, &s, NULL), SQLITE_OK);
+    size_t i = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        assert_true(i < v.n);
+        const gm_event_row *r = &v.r[i++];
+        int64_t want[10], got[10] = {r->seq, r->kind, r->flags, r->addr, r->size,
+                                     r->stack, r->range, r->device, r->requested, r->alloc_id};
+        for (int c = 0; c < 10; c++) want[c] = sqlite3_column_int64(s, c);
+        assert_memory_equal(want, got, sizeof want);
+    }
+    sqlite3_finalize(s);
+    assert_int_equal(i, v.n);
+    gm_db_close(&d);
+    return v;
+}
+
+/* Every row, value for value, what the sweep's query hands over. */
+static void rows_equal_query(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "rows.db");
+    make_db(p, 20000);
+    sqlite3 *db;
+    /* NULLs where the recorder writes none, and the largest and smallest integers */
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
+                                      "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
+                                      "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    rows v = rows_checked(p);
+    gm_db d;
+    assert_true(v.n > 39000);
+    assert_int_equal(v.r[v.n - 1].device, -1);
+    /* the same rows from an image in memory (gm_db_open_mem, what the fuzz target opens) */
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    unsigned char *img = malloc((size_t)st.st_size);
+    int fd = open(p, O_RDONLY);
+    assert_int_equal(read(fd, img, (size_t)st.st_size), st.st_size);
+    close(fd);
+    assert_int_equal(gm_db_open_mem("image", img, (size_t)st.st_size, &d, err, sizeof err), 0);
+    free(img);
+    rows w = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &w), GM_PAGES_DONE);
+    assert_int_equal(w.n, v.n);
+    assert_memory_equal(w.r, v.r, v.n * sizeof *v.r);
+    gm_db_close(&d);
+    free(v.r), free(w.r);
+}
+
+static int load_both_ways(const char *p);
+
+/* Rows inserted in shuffled seq order: the leaves lie all over the file, out of order. */
+static void leaves_out_of_order(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "shuffled.db");
+    make_db(p, 10);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 30000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        char q[256];
+        snprintf(q, sizeof q, "INSERT OR IGNORE INTO events (seq, kind, addr, size, requested, stack, range) "
+                              "VALUES (%llu, %d, %llu, %d, %d, 0, 0)",
+                 (unsigned long long)(1000 + x % 1000000), 1 + (int)(x % 2), (unsigned long long)(x >> 20) % 64 * 4096,
+                 (int)(x % 100000), (int)(x % 99999));
+        assert_int_equal(sqlite3_exec(db, q, NULL, NULL, NULL), SQLITE_OK);
+    }
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(db);
+    rows v = rows_checked(p);
+    assert_true(v.n > 29000);
+    free(v.r);
+    assert_true(load_both_ways(p));
+}
+
+/* The sweep's results, field for field (pointers aside). */
+static void assert_same_model(const gm_model *a, const gm_model *b) {
+    assert_int_equal(a->events, b->events);
+    assert_int_equal(a->max_seq, b->max_seq);
+    assert_memory_equal(a->count_kind, b->count_kind, sizeof a->count_kind);
+    assert_int_equal(a->allocated, b->allocated);
+    assert_int_equal(a->reserved, b->reserved);
+    assert_int_equal(a->requested, b->requested);
+    assert_int_equal(a->peak_allocated, b->peak_allocated);
+    assert_int_equal(a->peak_allocated_seq, b->peak_allocated_seq);
+    assert_int_equal(a->peak_reserved, b->peak_reserved);
+    assert_int_equal(a->peak_requested_seq, b->peak_requested_seq);
+    assert_int_equal(a->cache_hits, b->cache_hits);
+    assert_int_equal(a->unmatched_frees, b->unmatched_frees);
+    assert_int_equal(a->truncated_warning, b->truncated_warning);
+    assert_int_equal(a->nallocs, b->nallocs);
+    for (size_t i = 0; i < a->nallocs; i++) { /* field by field: the padding is anything */
+        const gm_alloc *x = &a->allocs[i], *y = &b->allocs[i];
+        assert_true(x->birth == y->birth && x->death == y->death && x->size == y->size &&
+                    x->requested == y->requested && x->stack == y->stack && x->range == y->range &&
+                    x->name == y->name && x->kind == y->kind && x->device == y->device);
+    }
+    assert_int_equal(a->nsteps, b->nsteps);
+    for (size_t i = 0; i < a->nsteps; i++) {
+        const gm_step *x = &a->steps[i], *y = &b->steps[i];
+        assert_true(x->step == y->step && x->end_allocated == y->end_allocated && x->end_seq == y->end_seq &&
+                    x->leaked == y->leaked && x->nleaked == y->nleaked);
+    }
+}
+
+static int count_rows(void *ctx, const gm_event_row *r, size_t n) {
+    (void)r;
+    *(size_t *)ctx += n;
+    return 0;
+}
+
+/* what the page reader answered, by GM_PAGES_* */
+static int outcomes[4];
+
+/* Loads p both ways; 1 when both loaded (and agree), 0 when both refused. */
+static int load_both_ways(const char *p) {
+    gm_db d;
+    gm_model pages, sql;
+    if (gm_db_open(p, &d, err, sizeof err) != 0) return 0;
+    size_t n = 0;
+    outcomes[gm_events_pages(&d, count_rows, &n) & 3]++;
+    int rp = gm_model_load(&d, &pages, 0, err, sizeof err);
+    setenv("GPUMEM_SWEEP", "sql", 1);
+    int rs = gm_model_load(&d, &sql, 0, err, sizeof err);
+    unsetenv("GPUMEM_SWEEP");
+    assert_int_equal(rp, rs);
+    if (rp == 0) assert_same_model(&pages, &sql);
+    gm_model_free(&pages);
+    gm_model_free(&sql);
+    gm_db_close(&d);
+    return rp == 0;
+}
+
+/* A WAL with frames in it holds pages newer than the file: not read from the file. */
+static void wal_with_frames(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "wal.db");
+    make_db(p, 3000);
+    sqlite3 *w;
+    assert_int_equal(sqlite3_open(p, &w), SQLITE_OK);
+    sqlite3_exec(w, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0", NULL, NULL, NULL);
+    assert_int_equal(sqlite3_exec(w, "INSERT INTO events (seq, kind, addr, size) VALUES (99999999, 1, 4096, 77)",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    /* w stays open: its WAL keeps the row */
+    gm_db d;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    rows v = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_NO);
+    assert_int_equal(v.n, 0);
+    gm_model m;
+    assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+    assert_int_equal(m.max_seq, 99999999);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    sqlite3_close(w);
+    free(v.r);
+}
+
+/* A column added to events: the layout is not the schema's, SQLite reads it. */
+static void other_declaration(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "altered.db");
+    make_db(p, 3000);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "ALTER TABLE events ADD COLUMN extra INTEGER DEFAULT 5", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    gm_db d;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    rows v = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_NO);
+    gm_db_close(&d);
+    free(v.r);
+    assert_true(load_both_ways(p));
+}
+
+/* Bytes overwritten in the events pages (records, cell pointers, page headers, child
+ * pointers): whatever SQLite makes of each file, the model is the same. */
+static void damaged_pages_same_model(void **state) {
+    (void)state;
+    char p[512], q[512];
+    snap_path(p, sizeof p, "clean.db");
+    snap_path(q, sizeof q, "damaged.db");
+    make_db(p, 20000);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    unsigned char *clean = malloc((size_t)st.st_size);
+    int fd = open(p, O_RDONLY);
+    assert_int_equal(read(fd, clean, (size_t)st.st_size), st.st_size);
+    close(fd);
+    uint32_t pgsz = (uint32_t)clean[16] << 8 | clean[17];
+    assert_true(pgsz >= 512);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int loaded = 0;
+    for (int variant = 0; variant < 120; variant++) {
+        unsigned char *b = malloc((size_t)st.st_size);
+        memcpy(b, clean, (size_t)st.st_size);
+        int hits = 1 + variant % 4;
+        for (int k = 0; k < hits; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t page = 2 + (seed >> 33) % ((uint64_t)st.st_size / pgsz - 1);
+            uint64_t at = (page - 1) * pgsz;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            /* a third at the page header and cell pointers, the rest anywhere in the page */
+            at += variant % 3 == 0 ? (seed >> 40) % 24 : (seed >> 40) % pgsz;
+            b[at] ^= (unsigned char)(1 + (seed >> 20) % 255);
+        }
+        fd = open(q, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        assert_int_equal(write(fd, b, (size_t)st.st_size), st.st_size);
+        close(fd);
+        free(b);
+        loaded += load_both_ways(q);
+    }
+    free(clean);
+    print_message("damaged files: %d loaded; the page reader read %d, gave up on %d before a row, "
+                  "%d after rows\n", loaded, outcomes[GM_PAGES_DONE], outcomes[GM_PAGES_NO],
+                  outcomes[GM_PAGES_RESTART]);
+    /* both ways of the reader were taken: damage it reads past, damage it gives up on */
+    assert_true(loaded > 0 && outcomes[GM_PAGES_DONE] > 0 && outcomes[GM_PAGES_RESTART] > 0);
+    assert_true(load_both_ways(p));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rows_equal_query),
+        cmocka_unit_test(leaves_out_of_order),
+        cmocka_unit_test(wal_with_frames),
+        cmocka_unit_test(other_declaration),
+        cmocka_unit_test(damaged_pages_same_model),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", snap_tmpdir());
+    if (system(cmd) != 0) return 1;
+    return rc;
+}
