@@ -176,9 +176,12 @@ static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
     for (uint32_t i = 0; i < ncell; i++) {
         uint32_t ptr = be16(p + 8 + 2 * i);
         if (ptr < first || ptr >= r->usable) return -1;
-        const uint8_t *c = p + ptr;
+        const uint8_t *c = p + ptr, *cell = c;
         uint64_t np, rowid;
-        if (!(c = varint(c, end, &np)) || !(c = varint(c, end, &rowid))) return -1;
+        /* a payload size in 9 bytes: SQLite reads its ninth byte 7 bits too (btreeParseCellPtr),
+         * where a varint's ninth byte is 8 bits, so the size can differ from varint()'s; no
+         * writer makes one (a size fits in 4 bytes) */
+        if (!(c = varint(c, end, &np)) || c - cell == 9 || !(c = varint(c, end, &rowid))) return -1;
         /* larger than a leaf keeps on its page: the rest is on overflow pages */
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
         gm_event_row *row = &r->rows[i];
