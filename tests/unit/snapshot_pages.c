@@ -433,6 +433,66 @@ static void payload_size_nine_bytes(void **state) {
     free(v.r);
 }
 
+/* A writer at work while the pages are read (a report on a recording still being written):
+ * the read transaction keeps the file as it was from the first leaf to the last. In rollback
+ * mode the writer cannot commit; in WAL mode its rows go to the WAL and no checkpoint can copy
+ * them into the file. Either way the rows are the file's before the write. */
+typedef struct writer_ctx {
+    rows v;
+    sqlite3 *w;
+    int wal, wrote, commit_rc, ckpt_rc;
+} writer_ctx;
+
+static int collect_and_write(void *ctx, const gm_event_row *r, size_t n) {
+    writer_ctx *x = ctx;
+    if (!x->wrote++) {
+        assert_int_equal(sqlite3_exec(x->w, "BEGIN IMMEDIATE; INSERT INTO events (seq, kind, addr, size) "
+                                            "VALUES (99999999, 1, 4096, 77)", NULL, NULL, NULL), SQLITE_OK);
+        x->commit_rc = sqlite3_exec(x->w, "COMMIT", NULL, NULL, NULL);
+        if (x->commit_rc != SQLITE_OK) sqlite3_exec(x->w, "ROLLBACK", NULL, NULL, NULL);
+        x->ckpt_rc = x->wal ? sqlite3_wal_checkpoint_v2(x->w, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) : 0;
+    }
+    return collect(&x->v, r, n);
+}
+
+static void writer_during_read(void **state) {
+    (void)state;
+    for (int wal = 0; wal < 2; wal++) {
+        char p[512];
+        snap_path(p, sizeof p, wal ? "writer_wal.db" : "writer_rollback.db");
+        make_db(p, 20000);
+        writer_ctx x = {.wal = wal};
+        assert_int_equal(sqlite3_open(p, &x.w), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(x.w, wal ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE",
+                                      NULL, NULL, NULL), SQLITE_OK);
+        long long before = snap_q(p, "SELECT count(*) FROM events");
+        gm_db d;
+        assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+        assert_int_equal(gm_events_pages(&d, collect_and_write, &x), GM_PAGES_DONE);
+        assert_true(x.wrote > 1); /* the write came between leaves */
+        assert_int_equal((long long)x.v.n, before);
+        assert_true(x.v.r[x.v.n - 1].seq != 99999999);
+        if (wal) {
+            assert_int_equal(x.commit_rc, SQLITE_OK);
+            assert_int_equal(x.ckpt_rc, SQLITE_BUSY);
+        } else {
+            assert_int_equal(x.commit_rc, SQLITE_BUSY);
+        }
+        gm_db_close(&d);
+        free(x.v.r);
+        /* after the read the writer's row is there to read (through the WAL in WAL mode) */
+        if (!wal) assert_int_equal(sqlite3_exec(x.w, "INSERT INTO events (seq, kind, addr, size) "
+                                                     "VALUES (99999999, 1, 4096, 77)", NULL, NULL, NULL), SQLITE_OK);
+        assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+        gm_model m;
+        assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+        assert_int_equal(m.max_seq, 99999999);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        sqlite3_close(x.w);
+    }
+}
+
 /* Bytes overwritten in the events pages (records, cell pointers, page headers, child
  * pointers): whatever SQLite makes of each file, the model is the same. */
 static void damaged_pages_same_model(void **state) {
@@ -489,6 +549,7 @@ int main(void) {
         cmocka_unit_test(values_not_integers),
         cmocka_unit_test(column_dropped_and_added),
         cmocka_unit_test(payload_size_nine_bytes),
+        cmocka_unit_test(writer_during_read),
         cmocka_unit_test(damaged_pages_same_model),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
