@@ -10,7 +10,8 @@
  * the schema declares it (so the columns and the rowid alias are known), the connection's
  * database must be the file alone (no WAL with frames in it: those pages would be newer than
  * the file's), and every page, cell and record must be what a valid file holds: a table page of
- * the right kind, cells and records inside their page, no overflow page, 13 columns with integer
+ * the right kind, cells and records inside their page (its usable size: the header's reserved
+ * bytes excluded), no overflow page, no payload size in 9 bytes, 13 columns with integer
  * or NULL values only, rowids increasing, no page reached twice, no path deeper than SQLite's
  * cursors go. Anything else and this reader gives up; the caller then reads the events through
  * SQLite as before, from the first row (GM_PAGES_RESTART when rows were already delivered). So a
