@@ -41,6 +41,17 @@ static void make_db(const char *p, int n) {
     rec_test_reset();
 }
 
+/* make_db, then sql run on the file by SQLite (the change a case makes); the rows it changed. */
+static int make_db_edited(const char *p, int n, const char *sql) {
+    make_db(p, n);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    int changed = sqlite3_changes(db);
+    sqlite3_close(db);
+    return changed;
+}
+
 typedef struct rows {
     gm_event_row *r;
     size_t n, cap;
@@ -88,15 +99,10 @@ static void rows_equal_query(void **state) {
     (void)state;
     char p[512];
     snap_path(p, sizeof p, "rows.db");
-    make_db(p, 20000);
-    sqlite3 *db;
     /* NULLs where the recorder writes none, and the largest and smallest integers */
-    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
-                                      "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
-                                      "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);",
-                                  NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    make_db_edited(p, 20000, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
+                             "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
+                             "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);");
     rows v = rows_checked(p);
     gm_db d;
     assert_true(v.n > 39000);
@@ -236,12 +242,7 @@ static void other_declaration(void **state) {
     (void)state;
     char p[512];
     snap_path(p, sizeof p, "altered.db");
-    make_db(p, 3000);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "ALTER TABLE events ADD COLUMN extra INTEGER DEFAULT 5", NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    make_db_edited(p, 3000, "ALTER TABLE events ADD COLUMN extra INTEGER DEFAULT 5");
     gm_db d;
     assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
     rows v = {0};
@@ -310,12 +311,7 @@ static void values_not_integers(void **state) {
     for (size_t i = 0; i < sizeof edit / sizeof edit[0]; i++) {
         char p[512];
         snap_path(p, sizeof p, "values.db");
-        make_db(p, 3000);
-        sqlite3 *db;
-        assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
-        assert_int_equal(sqlite3_exec(db, edit[i], NULL, NULL, NULL), SQLITE_OK);
-        assert_int_equal(sqlite3_changes(db), 1);
-        sqlite3_close(db);
+        assert_int_equal(make_db_edited(p, 3000, edit[i]), 1);
         gm_db d;
         assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
         size_t n = 0;
@@ -332,15 +328,10 @@ static void column_dropped_and_added(void **state) {
     (void)state;
     char p[512];
     snap_path(p, sizeof p, "readded.db");
-    make_db(p, 3000);
-    sqlite3 *db;
-    assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
     /* the views name events' columns: DROP COLUMN refuses while they do */
-    assert_int_equal(sqlite3_exec(db, "DROP VIEW IF EXISTS allocations; DROP VIEW IF EXISTS stack_frames;"
-                                      "ALTER TABLE events DROP COLUMN range;"
-                                      "ALTER TABLE events ADD COLUMN range INTEGER",
-                                  NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    make_db_edited(p, 3000, "DROP VIEW IF EXISTS allocations; DROP VIEW IF EXISTS stack_frames;"
+                            "ALTER TABLE events DROP COLUMN range;"
+                            "ALTER TABLE events ADD COLUMN range INTEGER");
     gm_db d;
     assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
     sqlite3_stmt *s;
