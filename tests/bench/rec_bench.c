@@ -101,8 +101,8 @@ static double median(double *v, int n) {
 /* rec.writer_events_per_s and rec.bytes_per_event: 1M events without stacks, in steps with
  * NVTX ranges, `runs` recordings. The figure is the writer's capacity: events per second of
  * the writer thread's own CPU time (meta writer_cpu_ns, from open to close), the best of the
- * runs. Wall time would measure the machine's load instead: the writer runs at nice +10 and,
- * on a shared machine, waits for a core most of the time (the wall rate goes to stderr).
+ * runs. Wall time would measure the machine's load instead: on a shared machine the writer
+ * waits for a core much of the time (the wall rate goes to stderr).
  * st: the last recording's file. */
 static int writer_rate(const char *dir, int runs, struct stat *st) {
     const uint64_t n = 1000000;

@@ -3,9 +3,9 @@
 # moments. make test runs a short one (the defaults below); make soak the long one
 # (FAULT_KILLS=100 FAULT_SIGNALS=20 FAULT_DISKS=20 FAULT_STORMS=5).
 #   kill -9        every database opens and reports; the events lost (from the last one in
-#                  the file to the kill) are at most 100 ms at the median, 300 ms at worst
-#                  (the writer commits every 50 ms but runs at nice +10: on a machine whose
-#                  cores are all busy it can be late)
+#                  the file to the kill) are at most 100 ms each time (the writer commits
+#                  every 50 ms). The kill's time is read after the kill, so the figure is an
+#                  upper bound (on a loaded machine the shell runs late, never early).
 #   SIGINT/TERM    the program dies of the signal as without gpumem; state = interrupted and
 #                  every allocation has its lifetime row
 #   full disk      a tmpfs of random size (256 KiB .. 4 MiB): the trainer's output is that of
@@ -38,17 +38,17 @@ for i in $(seq "$kills"); do
   db=$TMP/kill$i.db
   start_trainer "$db"
   sleep "$(rnd "$i" 0.1 1.5)"
+  kill -9 "$pid"
   kill_ns=$(date +%s%N)
-  kill -9 "$pid"; wait "$pid" 2> /dev/null
+  wait "$pid" 2> /dev/null
   "$GPUMEM" report "$db" > "$TMP/rep.txt" 2>&1 || { cat "$TMP/rep.txt"; fail "kill $i: the database does not report"; }
   last_ns=$(q "$db" "SELECT (SELECT value FROM meta WHERE key = 'start_unix_ns') + coalesce(max(t), 0) FROM events")
   lost_ms=$(( (kill_ns - last_ns) / 1000000 ))
   (( lost_ms > worst )) && worst=$lost_ms
   lost_all+=("$lost_ms")
-  (( lost_ms <= 300 )) || fail "kill $i: ${lost_ms} ms of events lost"
+  (( lost_ms <= 100 )) || fail "kill $i: ${lost_ms} ms of events lost (bar 100 ms): ${lost_all[*]}"
 done
 median=$(printf '%s\n' "${lost_all[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-(( median <= 100 )) || fail "kill -9: median loss ${median} ms (bar 100 ms): ${lost_all[*]}"
 ok "kill -9 x$kills: every database reports; events lost: median ${median} ms, worst ${worst} ms"
 
 # ---- SIGINT / SIGTERM at random moments
