@@ -75,6 +75,14 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
 DEB_OPTIONAL := python3-torch chromium nodejs npm
 
 DEPS_STAMP := $(BUILD)/.deps-ok
+# The stamp is also read as a makefile (an empty one). On a fresh machine make installs the
+# packages it lacks first and then starts over (GNU make re-reads its makefiles once one of
+# them was remade), so what the module files look for while they are read (mpicc for the
+# trainer's MPI build, nvcc) is found on the first run, not only on the second.
+# (Not for goals that need no package: clean, deps itself.)
+ifneq ($(if $(MAKECMDGOALS),$(filter-out clean deps check-deps,$(MAKECMDGOALS)),all),)
+-include $(DEPS_STAMP)
+endif
 include tests/harness.mk
 -include sim/module.mk
 -include alloc/module.mk
@@ -109,7 +117,9 @@ else
 RUN_UNIT := $(UNIT_TESTS)
 RUN_SCRIPTS := $(SCRIPT_TESTS)
 endif
-test: all $(RUN_UNIT)
+# test also installs the optional packages (python3-torch, chromium, node): a test that
+# needs one skips only where it cannot be installed (not root), saying so.
+test: deps all $(RUN_UNIT)
 	@$(SHELL) tests/run.sh --build $(BUILD) --san "$(SAN)" \
 	    --unit "$(RUN_UNIT)" --scripts "$(RUN_SCRIPTS)"
 

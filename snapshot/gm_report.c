@@ -630,9 +630,10 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     fprintf(out, "gpumem %s: %s\n", what, d->path);
     fprintf(out, "  program   %s (pid %" PRId64 ")\n", cmd[0] ? cmd : "?", gm_meta_int(d, "pid", 0));
     if (strcmp(d->state, "failed") == 0) {
-        int64_t lost = gm_meta_int(d, "dropped_events", 0);
-        fprintf(out, "  note      the recording FAILED: %s. Everything after event %" PRId64
-                     " was lost", d->failure[0] ? d->failure : "unknown error", gm_meta_int(d, "failed_after_seq", 0));
+        int64_t lost = gm_meta_int(d, "dropped_events", 0), after = gm_meta_int(d, "failed_after_seq", 0);
+        fprintf(out, "  note      the recording FAILED: %s. ", d->failure[0] ? d->failure : "unknown error");
+        if (after > 0) fprintf(out, "Everything after event %" PRId64 " was lost", after);
+        else fprintf(out, "It failed before its first commit: every event was lost");
         if (lost > 0) fprintf(out, " (%" PRId64 " events dropped)", lost);
         fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
                      " events: record again where the database has room\n", m->events);
@@ -892,7 +893,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (s.n_foreign || s.n_double)
             fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
         fprintf(out, "  dropped events      %" PRId64 "%s\n", s.dropped,
-                s.dropped ? " (the ring was full: raise GPUMEM_RING; reports undercount)" : "");
+                !s.dropped                          ? ""
+                : strcmp(d->state, "failed") == 0 ? " (the recording failed: see the note above; reports undercount)"
+                                                    : " (the ring was full: raise GPUMEM_RING; reports undercount)");
         gm_fmt_bytes((uint64_t)s.db_bytes, c, sizeof c);
         fprintf(out, "  recording overhead  ");
         if (s.app_ns >= 0) fprintf(out, "%" PRId64 " ns/event on app threads (%.3f s total), ", s.app_ns, (double)app_total_ns / 1e9);

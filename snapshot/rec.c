@@ -197,8 +197,17 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
 /* Uses the TSC when the CPU says it is invariant, calibrated against CLOCK_MONOTONIC over
  * 5 ms (relative error ~1e-5: far below what a memory timeline needs). GPUMEM_TSC=0 turns it
  * off. */
+/* The wall-clock time of the origin: read beside it (not when the database is set up, which
+ * can be tens of ms later on a loaded machine), so start_unix_ns + t is each event's wall time. */
+static int64_t unix_now_ns(void) {
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    return (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
+}
+
 static void calibrate_clock(rec_state *g) {
     g->use_tsc = 0;
+    g->start_unix_ns = unix_now_ns();
     g->start_ns = rec_now_ns();
 #if defined(__x86_64__)
     unsigned a, b, c, d;
@@ -206,6 +215,7 @@ static void calibrate_clock(rec_state *g) {
     if (a < 0x80000007u || !env_long("GPUMEM_TSC", 1, 0, 1)) return;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
     if (!(d & (1u << 8))) return; /* no invariant TSC */
+    int64_t u1 = unix_now_ns();
     uint64_t n1 = rec_now_ns(), c1 = __rdtsc();
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
@@ -216,6 +226,7 @@ static void calibrate_clock(rec_state *g) {
     g->ns_per_tick = r;
     g->tsc0 = c1;
     g->start_ns = n1;
+    g->start_unix_ns = u1;
     g->use_tsc = 1;
 #endif
 }

@@ -66,6 +66,7 @@ typedef struct rec_state {
     rec_item *items, **items_tail;
     rec_ring ring;
     uint64_t start_ns;            /* CLOCK_MONOTONIC origin */
+    int64_t start_unix_ns;        /* CLOCK_REALTIME at that origin (meta start_unix_ns) */
     int use_tsc;                  /* timestamps are TSC ticks (invariant TSC, calibrated) */
     uint64_t tsc0;                /* TSC at start_ns */
     double ns_per_tick;

@@ -25,4 +25,15 @@ grep -q "the recording FAILED (no space left on device" "$TMP/rec.err" || { cat 
 grep -q "the recording FAILED: no space left on device (ENOSPC)" "$TMP/rep.txt" || { cat "$TMP/rep.txt"; fail "the report does not say the recording failed for lack of space"; }
 "$GPUMEM" report --json "$TMP/full/run.db" | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
   || fail "report --json lacks state=failed with the ENOSPC reason"
+# every event that did not make it is counted: what was committed plus the dropped count covers
+# all the events of the same run recorded where there is room (drops count ring records, ranges
+# included, so at least that many); the count is written at close, after the failure's commit
+"$GPUMEM" record -o "$TMP/room.db" -- "$TRAIN" --steps 20 > /dev/null 2>&1 || fail "the trainer recorded with room failed"
+all=$("$GPUMEM" report --json "$TMP/room.db" | jq '.summary.events')
+read -r kept dropped < <("$GPUMEM" report --json "$TMP/full/run.db" | jq -r '"\(.summary.events) \(.summary.dropped_events)"')
+(( kept + dropped >= all && dropped > 0 )) \
+  || fail "events lost without being counted: $kept committed + $dropped dropped < $all recorded with room"
+grep -qE "dropped events +$dropped \(the recording failed" "$TMP/rep.txt" \
+  || { cat "$TMP/rep.txt"; fail "the report does not tie the dropped events to the failure"; }
+echo "ok: 256 KiB disk: $kept events committed, $dropped dropped (with room: $all events)"
 echo "ok: 256 KiB disk: trainer output unchanged, the database says the recording failed (ENOSPC)"

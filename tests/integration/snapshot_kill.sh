@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A program killed with SIGKILL mid-run leaves a database that `gpumem report` reads, missing
-# at most the last ~100 ms of events (commits every 50 ms; 150 ms allowed for a loaded machine).
+# at most the last ~100 ms of events (commits every 25 ms; 150 ms allowed for a loaded machine: this estimate
+# assumes a steady event rate).
 source tests/integration/snapshot_common.bash
 need "$GPUMEM" "$APP"
 db=$TMP/killed.db

@@ -147,7 +147,7 @@ static void close_twice_and_late_events(void **state) {
 static void committed_within_100ms(void **state) {
     (void)state;
     for (int i = 0; i < 100; i++) rec_event(REC_ALLOC, 0, 0, 0x1000 + i * 64, 64, 64, i + 1);
-    struct timespec ts = {0, 200 * 1000000}; /* commits every 50 ms; margin for a loaded box */
+    struct timespec ts = {0, 200 * 1000000}; /* commits every 25 ms; margin for a loaded box */
     nanosleep(&ts, NULL);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), 100);
 }
