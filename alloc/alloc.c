@@ -1616,21 +1616,38 @@ static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
  * released, RBG_LANDED when the synchronization landed pending frees: then nothing is released
  * (what it decided no longer holds; the request starts over). */
 enum { RBG_NONE, RBG_RELEASED, RBG_LANDED };
+
+/* What release_before_grow would give back for a request of rs bytes: the bytes to unmap
+ * (0: nothing worth it), and the free neighbours of the range the growth will use (*keep1,
+ * *keep2), which it spares. */
+static size_t rbg_need(const alloc_t *a, pool_t *p, size_t rs, const blk_t **keep1,
+                       const blk_t **keep2)
+{
+    const blk_t *u = pick_unmapped(p, rs);
+    size_t have = 0;
+    *keep1 = *keep2 = NULL;
+    if (u) {
+        if (u->prev && u->prev->rb.st == B_FREE) have += (*keep1 = u->prev)->size;
+        if (u->next && u->next->rb.st == B_FREE) have += (*keep2 = u->next)->size;
+    }
+    size_t need = rs > have ? round_up(rs - have, p->hsize) : 0;
+    return need && a->cached_free - have >= p->hsize ? need : 0;
+}
+
 static int release_before_grow(alloc_t *a, pool_t *p, size_t rs, const uint64_t *epoch0)
 {
     size_t h = p->hsize;
     size_t reserved = (size_t)a->st.reserved_bytes.current;
     if (a->cached_free < 2 * h || reserved + round_up(rs, h) <= (size_t)a->st.reserved_bytes.peak)
         return RBG_NONE;
-    const blk_t *u = pick_unmapped(p, rs), *keep1 = NULL, *keep2 = NULL;
-    size_t have = 0;
-    if (u) {
-        if (u->prev && u->prev->rb.st == B_FREE) have += (keep1 = u->prev)->size;
-        if (u->next && u->next->rb.st == B_FREE) have += (keep2 = u->next)->size;
-    }
-    size_t need = rs > have ? round_up(rs - have, h) : 0;
-    if (!need || a->cached_free - have < h) return RBG_NONE;
+    const blk_t *keep1, *keep2;
+    if (!rbg_need(a, p, rs, &keep1, &keep2)) return RBG_NONE;
     if (sync_land(a, epoch0) && epoch0) return RBG_LANDED;
+    /* The lock was dropped while the device synchronized: another thread's free may have merged
+     * into the neighbours chosen above (or its malloc taken them), and frees landed here when
+     * there is no new start. Choose again on what is there now. */
+    size_t need = rbg_need(a, p, rs, &keep1, &keep2);
+    if (!need) return RBG_RELEASED; /* synchronized; nothing to give back any more */
     reserved = (size_t)a->st.reserved_bytes.current;
     release_until_except(a, reserved > need ? reserved - need : 0, SIZE_MAX, keep1, keep2);
     return RBG_RELEASED;
