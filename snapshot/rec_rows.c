@@ -172,14 +172,17 @@ uint32_t rec_rows_same(const rec_rows *rows, uint32_t candidates)
     for (uint32_t m = candidates; m; m &= m - 1) {
         int c = __builtin_ctz(m);
         const int64_t *cell = rows->cells + c;
-        size_t r = 0;
-        if (c == 0 && rows->append_key) { /* NULL in every row: each key one more than before */
-            for (int64_t prev = rows->prev_key; r < n && cell[r * stride] - 1 == prev; r++)
-                prev = cell[r * stride];
-        } else {
-            while (r < n && cell[r * stride] == cell[0]) r++;
+        if (c == 0 && rows->append_key) {
+            /* NULL in every row: each key one more than the one before. The keys increase (see
+             * append_key), so the first and the last tell. */
+            if (n == 0 || (cell[0] - 1 == rows->prev_key &&
+                           cell[(n - 1) * stride] - cell[0] == (int64_t)(n - 1)))
+                same |= 1u;
+            continue;
         }
-        if (r == n) same |= 1u << c;
+        const int64_t *p = cell, *end = cell + n * stride;
+        while (p < end && *p == *cell) p += stride;
+        if (p >= end) same |= 1u << c;
     }
     return same;
 }
