@@ -78,9 +78,8 @@ typedef struct module_ent {
  * SQLite (step, reset, VDBE setup) is paid once for many rows, and no cell is bound.
  * The columns that often repeat through a batch (one device, stream and thread; no stack; the
  * same NVTX range; seq appended without a gap) are given once, as parameters, when they do
- * (rec_rows.h, const_cols): one
- * statement per set of repeating columns, EV_VARIANTS (LIFE_VARIANTS) at most, each prepared
- * when first needed. */
+ * (rec_rows.h, const_cols): one statement per set of repeating columns, EV_VARIANTS
+ * (LIFE_VARIANTS) at most, each prepared when first needed. */
 #define EV_MULTI 256
 #define EV_COLS 13
 #define EV_SAME_COLS (1u << 0 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 11 | 1u << 12)
