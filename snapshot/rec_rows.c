@@ -12,6 +12,7 @@
  */
 #include "snapshot/rec_rows.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define PTR_TYPE "gm_rows"
@@ -23,6 +24,8 @@ typedef struct rows_cursor {
     int64_t prev_key;   /* column 0 of the row before (rows->prev_key for row 0) */
     int64_t null_value;
     uint32_t null_cols;
+    uint32_t check_cols; /* columns that may not read as their cell: null_cols, the append key,
+                            and those past the buffer's */
     int cols, append_key, i, n;
 } rows_cursor;
 
@@ -94,6 +97,8 @@ static int rows_filter(sqlite3_vtab_cursor *base, int idx, const char *idx_str, 
         c->null_value = r->null_value;
         c->append_key = r->append_key;
         c->prev_key = r->prev_key;
+        c->check_cols = r->null_cols | (r->append_key ? 1u : 0u) |
+                        (r->cols < 32 ? ~0u << r->cols : 0u);
     }
     return SQLITE_OK;
 }
@@ -120,6 +125,10 @@ static int rows_eof(sqlite3_vtab_cursor *base)
 static int rows_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int col)
 {
     const rows_cursor *c = (const rows_cursor *)base;
+    if (!((c->check_cols >> col) & 1)) { /* most cells: one test */
+        sqlite3_result_int64(ctx, c->row[col]);
+        return SQLITE_OK;
+    }
     if ((unsigned)col >= (unsigned)c->cols) return SQLITE_OK;
     int64_t v = c->row[col];
     if (((c->null_cols >> col) & 1) && v == c->null_value) return SQLITE_OK;
@@ -156,10 +165,49 @@ int rec_rows_register(sqlite3 *db)
     return sqlite3_create_module(db, "gm_rows", &rows_module, NULL);
 }
 
+uint32_t rec_rows_same(const rec_rows *rows, uint32_t candidates)
+{
+    uint32_t same = 0;
+    const size_t stride = (size_t)rows->cols, n = rows->n > 0 ? (size_t)rows->n : 0;
+    for (uint32_t m = candidates; m; m &= m - 1) {
+        int c = __builtin_ctz(m);
+        const int64_t *cell = rows->cells + c;
+        if (c == 0 && rows->append_key) {
+            /* NULL in every row: each key one more than the one before. The keys increase (see
+             * append_key), so the first and the last tell. */
+            if (n == 0 || (cell[0] - 1 == rows->prev_key &&
+                           cell[(n - 1) * stride] - cell[0] == (int64_t)(n - 1)))
+                same |= 1u;
+            continue;
+        }
+        const int64_t *p = cell, *end = cell + n * stride;
+        while (p < end && *p == *cell) p += stride;
+        if (p >= end) same |= 1u << c;
+    }
+    return same;
+}
+
+int rec_rows_sql(char *out, size_t n, const char *table, int cols, uint32_t const_cols)
+{
+    size_t o = (size_t)snprintf(out, n, "INSERT OR FAIL INTO %s SELECT ", table);
+    for (int c = 0; c < cols && o < n; c++)
+        o += (size_t)snprintf(out + o, n - o, (const_cols >> c) & 1 ? "%s?%d" : "%sc%d",
+                              c ? ", " : "", (const_cols >> c) & 1 ? c + 2 : c);
+    if (o < n) o += (size_t)snprintf(out + o, n - o, " FROM gm_rows(?1)");
+    return o < n ? 0 : -1;
+}
+
 int rec_rows_insert(sqlite3_stmt *st, rec_rows *rows)
 {
     if (!st) return SQLITE_MISUSE; /* a statement that could not be prepared (the writer failed) */
     int rc = sqlite3_bind_pointer(st, 1, rows, PTR_TYPE, NULL);
+    /* the constant columns from row 0; one that reads as NULL stays unbound (NULL) */
+    for (uint32_t m = rows->const_cols; m && rc == SQLITE_OK; m &= m - 1) {
+        int c = __builtin_ctz(m);
+        int64_t v = rows->cells[c];
+        if (!(((rows->null_cols >> c) & 1) && v == rows->null_value) && !(c == 0 && rows->append_key))
+            rc = sqlite3_bind_int64(st, c + 2, v);
+    }
     if (rc == SQLITE_OK) rc = sqlite3_step(st);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st); /* no pointer into the writer's buffer outlives the call */

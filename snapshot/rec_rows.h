@@ -10,6 +10,7 @@
 #define GPUMEM_SNAPSHOT_REC_ROWS_H
 
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define REC_ROWS_MAX_COLS 13
@@ -26,13 +27,29 @@ typedef struct rec_rows {
      * column 0, so that its last rowid is prev_key. */
     int append_key;
     int64_t prev_key;
+    /* Columns given once per statement. Bit c: column c reads the same in every row (the
+     * same cell; for the append key, NULL in every row), and the statement (rec_rows_sql
+     * with this mask) reads parameter ?c+2 there instead of the cell. A cell costs SQLite an
+     * opcode and a call into xColumn per row, a parameter a register copy. */
+    uint32_t const_cols;
 } rec_rows;
 
 /* Registers gm_rows on db (once per connection). 0 or an SQLite error code. */
 int rec_rows_register(sqlite3 *db);
 
-/* Runs st (a prepared `... FROM gm_rows(?1)`) over rows: binds, steps, resets. SQLITE_DONE
- * when every row went in. */
+/* The columns among candidates that read the same in every row (all of them when there is
+ * no row): the same cell, or for column 0 of an append_key buffer, NULL. */
+uint32_t rec_rows_same(const rec_rows *rows, uint32_t candidates);
+
+/* "INSERT OR FAIL INTO <table> SELECT c0, ?3, c2 .. FROM gm_rows(?1)": cols columns, ?c+2 for
+ * each column c of const_cols. 0, or -1 when out is too small.
+ * OR FAIL: the rows never break a constraint, and without ABORT's undo SQLite keeps no
+ * statement journal (a copy of each page the statement changes, and a check per row). An
+ * error midway is the writer's failure either way: it rolls back the whole transaction. */
+int rec_rows_sql(char *out, size_t n, const char *table, int cols, uint32_t const_cols);
+
+/* Runs st (a prepared `... FROM gm_rows(?1)`, built for rows->const_cols) over rows: binds,
+ * steps, resets. SQLITE_DONE when every row went in. */
 int rec_rows_insert(sqlite3_stmt *st, rec_rows *rows);
 
 #endif

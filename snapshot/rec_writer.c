@@ -74,21 +74,30 @@ typedef struct module_ent {
     int64_t row; /* 0 until inserted */
 } module_ent;
 
-enum {
-    S_EVENT, S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
-    S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_LIFE, S_META, S_DEL_SNAP, S_DEL_SEGS,
-    S_DEL_BLOCKS, S_THREAD_NAME, S_LAUNCH, S_LAUNCH_MULTI, S_USE,
-    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_PYFRAME, S_COUNT_
-};
 /* Events and lifetimes are buffered and inserted EV_MULTI (LIFE_MULTI) rows per statement,
  * read in place through the gm_rows virtual table (rec_rows.h): the per-statement cost of
- * SQLite (step, reset, VDBE setup) is paid once for many rows, and no cell is bound. */
+ * SQLite (step, reset, VDBE setup) is paid once for many rows, and no cell is bound.
+ * The columns that often repeat through a batch (one device, stream and thread; no stack; the
+ * same NVTX range; seq appended without a gap) are given once, as parameters, when they do
+ * (rec_rows.h, const_cols): one statement per set of repeating columns, EV_VARIANTS
+ * (LIFE_VARIANTS) at most, each prepared when first needed. */
 #define EV_MULTI 256
 #define EV_COLS 13
+#define EV_SAME_COLS (1u << 0 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 11 | 1u << 12)
+#define EV_VARIANTS 64 /* 2^(bits of EV_SAME_COLS) */
 #define LIFE_MULTI 256
+#define LIFE_SAME_COLS (1u << 2)
+#define LIFE_VARIANTS 2
+enum {
+    S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
+    S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_META, S_DEL_SNAP, S_DEL_SEGS,
+    S_DEL_BLOCKS, S_THREAD_NAME, S_LAUNCH, S_LAUNCH_MULTI, S_USE,
+    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_PYFRAME,
+    S_EVENT, /* + variant: EV_VARIANTS statements (stmt) */
+    S_LIFE = S_EVENT + EV_VARIANTS,
+    S_COUNT_ = S_LIFE + LIFE_VARIANTS
+};
 static const char *const stmt_sql[S_COUNT_] = {
-    [S_EVENT] = "INSERT INTO events SELECT c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 "
-                "FROM gm_rows(?1)",
     [S_STRING] = "INSERT OR REPLACE INTO strings VALUES (?,?)",
     [S_THREAD] = "INSERT OR REPLACE INTO threads VALUES (?,?,?)",
     [S_STREAM] = "INSERT OR REPLACE INTO streams VALUES (?,?,?)",
@@ -104,7 +113,6 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
     [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
     [S_BLOCK] = "INSERT OR REPLACE INTO blocks VALUES (?,?,?,?,?,?,?)",
-    [S_LIFE] = "INSERT INTO alloc_life SELECT c0, c1, c2 FROM gm_rows(?1)",
     [S_META] = "INSERT OR REPLACE INTO meta VALUES (?,?)",
     [S_DEL_SNAP] = "DELETE FROM snapshots WHERE id = ?",
     [S_DEL_SEGS] = "DELETE FROM segments WHERE snapshot = ?",
@@ -168,6 +176,7 @@ typedef struct writer {
     /* streams: key -> id */
     u64map streams;
     uint64_t nstreams;
+    uint64_t stream_key1, stream_id1; /* the last stream looked up, key + 1 (0: none) */
     /* open ranges: id -> char *path */
     u64map open_ranges;
     /* strings by id (writer's own copies, for range paths) */
@@ -290,6 +299,21 @@ static int sql_fail(writer *w, const char *what) {
 /* The multi-row statements' SQL, built once (multi_sql). */
 static char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64];
 
+/* The bits of a set of columns (a subset of cols) packed in the order of cols' bits, and back:
+ * the number of a rows statement's variant (S_EVENT + n) and its constant columns. */
+static uint32_t bits_pack(uint32_t set, uint32_t cols) {
+    uint32_t n = 0;
+    for (int k = 0; cols; cols &= cols - 1, k++)
+        if (set & cols & -cols) n |= 1u << k;
+    return n;
+}
+static uint32_t bits_expand(uint32_t n, uint32_t cols) {
+    uint32_t set = 0;
+    for (int k = 0; cols; cols &= cols - 1, k++)
+        if ((n >> k) & 1) set |= cols & -cols;
+    return set;
+}
+
 /* Statement i, prepared on its first use: a short recording uses a third of them (events,
  * strings, ranges, meta...), and preparing all 27 at open was a tenth of its CPU. NULL once the
  * recording failed (SQLite's bind and step calls refuse a NULL statement harmlessly). */
@@ -297,6 +321,15 @@ static sqlite3_stmt *stmt(writer *w, int i) {
     if (!w->st[i] && w->db && !w->failed) {
         const char *sql = i == S_LAUNCH_MULTI ? lamulti : i == S_USE_MULTI ? umulti
                         : i == S_LAUNCH_TIME_MULTI ? rmulti : stmt_sql[i];
+        char rows_sql[256];
+        if (i >= S_EVENT) {
+            int ev = i < S_LIFE;
+            uint32_t same = ev ? bits_expand((uint32_t)(i - S_EVENT), EV_SAME_COLS)
+                               : bits_expand((uint32_t)(i - S_LIFE), LIFE_SAME_COLS);
+            rec_rows_sql(rows_sql, sizeof rows_sql, ev ? "events" : "alloc_life", ev ? EV_COLS : 3,
+                         same);
+            sql = rows_sql;
+        }
         if (sqlite3_prepare_v3(w->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &w->st[i], NULL) != SQLITE_OK) {
             sqlite3_finalize(w->st[i]);
             w->st[i] = NULL;
@@ -453,9 +486,10 @@ int rec_writer_open_db(rec_state *g) {
                             .null_cols = 1u << 11 | 1u << 12, .null_value = 0,
                             .append_key = 1, .prev_key = INT64_MIN};
     if (!lamulti[0]) {
-        multi_sql(lamulti, sizeof lamulti, "INSERT INTO launches", 6);
+        /* OR FAIL: no statement journal (see rec_rows_sql in rec_rows.h) */
+        multi_sql(lamulti, sizeof lamulti, "INSERT OR FAIL INTO launches", 6);
         multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", 6);
-        multi_sql(umulti, sizeof umulti, "INSERT INTO uses", 4);
+        multi_sql(umulti, sizeof umulti, "INSERT OR FAIL INTO uses", 4);
     }
     w->launches = (rowbuf){.s1 = S_LAUNCH, .sn = S_LAUNCH_MULTI, .cols = 6, .what = "writing launches"};
     w->uses = (rowbuf){.s1 = S_USE, .sn = S_USE_MULTI, .cols = 4, .what = "writing uses"};
@@ -831,7 +865,9 @@ static void flush_life(writer *w) {
     if (w->nlife == 0) return;
     rec_rows rows = {.cells = &w->lifebuf[0][0], .n = w->nlife, .cols = 3,
                      .null_cols = 1u << 1 | 1u << 2, .null_value = 0};
-    if (rec_rows_insert(stmt(w, S_LIFE), &rows) != SQLITE_DONE) sql_fail(w, "writing alloc_life");
+    rows.const_cols = rec_rows_same(&rows, LIFE_SAME_COLS);
+    sqlite3_stmt *st = stmt(w, S_LIFE + (int)bits_pack(rows.const_cols, LIFE_SAME_COLS));
+    if (rec_rows_insert(st, &rows) != SQLITE_DONE) sql_fail(w, "writing alloc_life");
     w->nlife = 0;
 }
 
@@ -843,10 +879,14 @@ static void life_row(writer *w, uint64_t birth, uint64_t death, uint32_t name) {
 
 static int64_t stream_id(writer *w, int device, uint64_t handle) {
     uint64_t key = handle ^ ((uint64_t)(uint16_t)device << 48);
+    if (key + 1 == w->stream_key1) return (int64_t)w->stream_id1; /* runs of one stream */
     uint64_t *v = u64map_get(&w->streams, key);
-    if (v) return (int64_t)*v;
+    if (v) {
+        w->stream_key1 = key + 1, w->stream_id1 = *v;
+        return (int64_t)*v;
+    }
     uint64_t id = w->nstreams++;
-    u64map_put(&w->streams, key, id);
+    if (u64map_put(&w->streams, key, id) == 0) w->stream_key1 = key + 1, w->stream_id1 = id;
     sqlite3_stmt *s = stmt(w, S_STREAM);
     bind_i(s, 1, (int64_t)id);
     bind_i(s, 2, device);
@@ -858,7 +898,9 @@ static int64_t stream_id(writer *w, int device, uint64_t handle) {
 static void flush_events(writer *w) {
     if (w->nev == 0) return;
     w->ev_rows.n = w->nev;
-    if (rec_rows_insert(stmt(w, S_EVENT), &w->ev_rows) != SQLITE_DONE) sql_fail(w, "writing events");
+    w->ev_rows.const_cols = rec_rows_same(&w->ev_rows, EV_SAME_COLS);
+    sqlite3_stmt *st = stmt(w, S_EVENT + (int)bits_pack(w->ev_rows.const_cols, EV_SAME_COLS));
+    if (rec_rows_insert(st, &w->ev_rows) != SQLITE_DONE) sql_fail(w, "writing events");
     w->nev = 0;
 }
 

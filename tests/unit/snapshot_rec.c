@@ -32,6 +32,51 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* The writer gives the columns that repeat through a batch of rows once per statement
+ * (device, stream, thread, stack, range and an unbroken run of seq in events; name in
+ * alloc_life): batches where they repeat, change midway or change on every row all read back
+ * as recorded. Event i carries alloc_id i + 1; its device changes every 300 events, its
+ * stream every row in the middle third; NVTX ranges open and close (gaps in seq) in places. */
+static void repeating_columns_read_back(void **state) {
+    (void)state;
+    const int n = 3000;
+    for (int i = 0; i < n; i++) {
+        if (i < 600 && i % 50 == 0) rec_range_push(NULL, i % 100 ? "b" : "a");
+        if (i == 1500) rec_range_push(NULL, "long");
+        uint64_t stream = i < 1000 ? 0x5000 : i < 2000 ? 0x5000 + (uint64_t)(i % 3) : 0x6000;
+        uint64_t addr = 0x100000 + (uint64_t)(i / 2) * 0x1000;
+        rec_event(i % 2 ? REC_FREE : REC_ALLOC, (i / 300) % 2, stream, addr, 4096, i % 2 ? 0 : 4000,
+                  (uint64_t)i + 1);
+        if (i == 2200) rec_name(addr, "named");
+        if (i < 600 && i % 50 == 49) rec_range_pop();
+        if (i == 2499) rec_range_pop();
+    }
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events"), n);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT seq) FROM events"), n);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events a JOIN events b ON b.alloc_id = "
+                                  "a.alloc_id + 1 WHERE b.seq <= a.seq"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE device = ((alloc_id - 1) / 300) % 2"), n);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN streams s ON s.id = e.stream "
+                                  "AND s.device = e.device WHERE s.handle = CASE "
+                                  "WHEN alloc_id <= 1000 THEN 20480 WHEN alloc_id <= 2000 "
+                                  "THEN 20480 + (alloc_id - 1) % 3 ELSE 24576 END"), n);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT thread) FROM events WHERE thread IS NOT NULL"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE stack IS NULL"), n);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id = e.range "
+                                  "WHERE r.name = (SELECT id FROM strings WHERE s = CASE "
+                                  "WHEN alloc_id <= 600 THEN (CASE WHEN (alloc_id - 1) / 50 % 2 "
+                                  "THEN 'b' ELSE 'a' END) ELSE 'long' END)"), 600 + 1000);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE range IS NULL"), n - 1600);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE typeof(range) = 'integer' "
+                                  "AND alloc_id BETWEEN 601 AND 1500"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM alloc_life l JOIN events e ON e.seq = l.birth "
+                                  "JOIN events f ON f.seq = l.death WHERE f.alloc_id = e.alloc_id + 1"), n / 2);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM alloc_life WHERE name IS NOT NULL"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM alloc_life l JOIN events e ON e.seq = l.birth "
+                                  "JOIN strings s ON s.id = l.name WHERE e.alloc_id = 2201 AND s.s = 'named'"), 1);
+}
+
 /* Every event arrives, frees pair with allocations into alloc_life, ranges nest and events
  * carry their thread's innermost range. */
 static void events_ranges_lifetimes(void **state) {
@@ -243,6 +288,7 @@ static void start_end_cross_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(events_ranges_lifetimes, setup, teardown),
+        cmocka_unit_test_setup_teardown(repeating_columns_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(names_and_alive_at_close, setup, teardown),
         cmocka_unit_test_setup_teardown(snapshots_oom_stats_meta, setup, teardown),
         cmocka_unit_test_setup_teardown(close_twice_and_late_events, setup, teardown),
