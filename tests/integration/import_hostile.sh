@@ -2,10 +2,11 @@
 # `gpumem import` never runs what a pickle asks and never falls over: pickles that call
 # os.system (protocols 0, 2, 4, 5: GLOBAL, STACK_GLOBAL, REDUCE), build an OrderedDict, are
 # truncated, empty, not pickles, the wrong shape, claim a 4 GiB string, refer to one segment a
-# million times through the memo, or nest a million lists: each gets exit 3 and a one-line
-# error that names the problem, the marker file os.system would create stays absent, no
-# database is left behind, and memory stays bounded. Every input of the fuzzer's committed
-# corpus gets exit 0 or 3, nothing else. A missing file is exit 3 too.
+# million times through the memo, or to one block or trace entry twice, or nest a million
+# lists: each gets exit 3 and a one-line error that names the problem, the marker file
+# os.system would create stays absent, no database is left behind, and memory stays bounded.
+# Every input of the fuzzer's committed corpus gets exit 0 or 3, nothing else. A missing file
+# is exit 3 too.
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
@@ -31,6 +32,8 @@ declare -A want=(
   [nosegments.pickle]="no 'segments'"
   [hugestr.pickle]='truncated'
   [memo-bomb.pickle]='refused as hostile'
+  [memo-fanout.pickle]='refers to one block more than once'
+  [memo-entry.pickle]='refers to one trace entry more than once'
   [deep.pickle]='no dict'
   [append-int.pickle]='APPEND to something that is not a list'
   [badmemo.pickle]='memo entry 7 that was never stored'
