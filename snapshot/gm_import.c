@@ -312,13 +312,13 @@ static int import_doc(imp *im, const gpk_val *root)
      * events from 2 KB, seconds of work). Such a pickle is refused, so that the events grow
      * with the input's bytes. Frame lists may repeat (PyTorch shares one among the entries of
      * one traceback): the frames visited are bounded by the input's size, as a real
-     * snapshot's are. */
+     * snapshot's are. An empty list may repeat too (no work). */
     u64map seen = {0};
     const gpk_val *twice = NULL;
     const char *what = NULL;
 #define ONCE(V, WHAT)                                                                              \
     do {                                                                                           \
-        if (!twice && ((V)->type == GPK_DICT || (V)->type == GPK_LIST)) {                          \
+        if (!twice && ((V)->type == GPK_DICT || ((V)->type == GPK_LIST && (V)->len))) {            \
             if (u64map_get(&seen, (uint64_t)(uintptr_t)(V)))                                      \
                 twice = (V), what = (WHAT);                                                        \
             else if (u64map_put(&seen, (uint64_t)(uintptr_t)(V), 1) != 0)                          \

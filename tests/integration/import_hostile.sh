@@ -73,4 +73,21 @@ for f in tests/fuzz/corpus/pickle/*; do
   c=$((c + 1))
 done
 [[ ! -e $TMP/pwned ]] || fail "a corpus input ran os.system"
+# what PyTorch does share is not refused: one frames list for a block and its trace entry
+# (py_symbolize hands out one list per traceback), and the same empty list twice
+"$PY" - "$TMP/shared.pickle" << 'PYEOF'
+import pickle, sys
+frames = [{"filename": "train.py", "line": 3, "name": "step"}]
+blk = {"address": 4096, "size": 512, "requested_size": 500, "state": "active_allocated",
+       "frames": frames}
+seg = {"device": 0, "address": 4096, "total_size": 2 << 20, "stream": 0, "blocks": [blk]}
+ent = {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1, "frames": frames}
+empty = []
+with open(sys.argv[1], "wb") as f:
+    pickle.dump({"segments": [seg], "device_traces": [[ent], empty, empty]}, f, protocol=4)
+PYEOF
+"$GM" import "$TMP/shared.pickle" -o "$TMP/s.db" > "$TMP/out" 2> "$TMP/err" ||
+  fail "shared frames: $(cat "$TMP/err")"
+grep -q '(2 events)' "$TMP/out" "$TMP/err" || fail "shared frames: $(cat "$TMP/out" "$TMP/err")"
+echo "ok: a frames list shared by a block and its trace entry, an empty list twice: imported"
 echo "ok: a missing file exits 3; the fuzzer's $c corpus inputs exit 0 or 3"
