@@ -319,7 +319,7 @@ static int import_doc(imp *im, const gpk_val *root)
 #define ONCE(V, WHAT)                                                                              \
     do {                                                                                           \
         if (!twice && ((V)->type == GPK_DICT || ((V)->type == GPK_LIST && (V)->len))) {            \
-            if (u64map_get(&seen, (uint64_t)(uintptr_t)(V)))                                      \
+            if (u64map_get(&seen, (uint64_t)(uintptr_t)(V)))                                       \
                 twice = (V), what = (WHAT);                                                        \
             else if (u64map_put(&seen, (uint64_t)(uintptr_t)(V), 1) != 0)                          \
                 twice = (V), what = NULL;                                                          \
