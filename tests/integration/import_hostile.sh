@@ -2,10 +2,11 @@
 # `gpumem import` never runs what a pickle asks and never falls over: pickles that call
 # os.system (protocols 0, 2, 4, 5: GLOBAL, STACK_GLOBAL, REDUCE), build an OrderedDict, are
 # truncated, empty, not pickles, the wrong shape, claim a 4 GiB string, refer to one segment a
-# million times through the memo, or nest a million lists: each gets exit 3 and a one-line
-# error that names the problem, the marker file os.system would create stays absent, no
-# database is left behind, and memory stays bounded. Every input of the fuzzer's committed
-# corpus gets exit 0 or 3, nothing else. A missing file is exit 3 too.
+# million times through the memo, or to one block or trace entry twice, or nest a million
+# lists: each gets exit 3 and a one-line error that names the problem, the marker file
+# os.system would create stays absent, no database is left behind, and memory stays bounded.
+# Every input of the fuzzer's committed corpus gets exit 0 or 3, nothing else. A missing file
+# is exit 3 too.
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
@@ -31,6 +32,8 @@ declare -A want=(
   [nosegments.pickle]="no 'segments'"
   [hugestr.pickle]='truncated'
   [memo-bomb.pickle]='refused as hostile'
+  [memo-fanout.pickle]='refers to one block more than once'
+  [memo-entry.pickle]='refers to one trace entry more than once'
   [deep.pickle]='no dict'
   [append-int.pickle]='APPEND to something that is not a list'
   [badmemo.pickle]='memo entry 7 that was never stored'
@@ -70,4 +73,21 @@ for f in tests/fuzz/corpus/pickle/*; do
   c=$((c + 1))
 done
 [[ ! -e $TMP/pwned ]] || fail "a corpus input ran os.system"
+# what PyTorch does share is not refused: one frames list for a block and its trace entry
+# (py_symbolize hands out one list per traceback), and the same empty list twice
+"$PY" - "$TMP/shared.pickle" << 'PYEOF'
+import pickle, sys
+frames = [{"filename": "train.py", "line": 3, "name": "step"}]
+blk = {"address": 4096, "size": 512, "requested_size": 500, "state": "active_allocated",
+       "frames": frames}
+seg = {"device": 0, "address": 4096, "total_size": 2 << 20, "stream": 0, "blocks": [blk]}
+ent = {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1, "frames": frames}
+empty = []
+with open(sys.argv[1], "wb") as f:
+    pickle.dump({"segments": [seg], "device_traces": [[ent], empty, empty]}, f, protocol=4)
+PYEOF
+"$GM" import "$TMP/shared.pickle" -o "$TMP/s.db" > "$TMP/out" 2> "$TMP/err" ||
+  fail "shared frames: $(cat "$TMP/err")"
+grep -q '(2 events)' "$TMP/out" "$TMP/err" || fail "shared frames: $(cat "$TMP/out" "$TMP/err")"
+echo "ok: a frames list shared by a block and its trace entry, an empty list twice: imported"
 echo "ok: a missing file exits 3; the fuzzer's $c corpus inputs exit 0 or 3"

@@ -39,6 +39,16 @@ blocks = b"]q\x02(" + blk + b"h\x01" * 999 + b"e"
 seg = b"}q\x03(X\x06\x00\x00\x00blocks" + blocks + b"u"
 bomb = b"\x80\x02}(X\x08\x00\x00\x00segments](" + seg + b"h\x03" * 999 + b"eu."
 w("memo-bomb.pickle", bomb)
+# the memo fan-out: 88 references to one segment whose blocks are 848 references to one
+# active block, 2 KB that once imported as 74,712 events (the pickle fuzzer's slow input); a
+# PyTorch snapshot holds each segment, block and trace entry once
+blk = {"address": 4096, "size": 512, "requested_size": 500, "state": "active_allocated",
+       "frames": []}
+seg = {"device": 0, "address": 0, "total_size": 1 << 20, "stream": 0, "blocks": [blk] * 848}
+w("memo-fanout.pickle", pickle.dumps({"segments": [seg] * 88, "device_traces": []}, protocol=2))
+# the same trace entry twice in a device's trace
+ent = {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1, "frames": []}
+w("memo-entry.pickle", pickle.dumps({"segments": [], "device_traces": [[ent, ent]]}, protocol=4))
 # a stack bomb: a million MARKs and EMPTY_LISTs (deep nesting is never recursed into)
 w("deep.pickle", b"\x80\x02" + b"(]" * 1000000 + b".")
 # APPEND to something that is not a list, a memo entry never stored, a pop of an empty stack
