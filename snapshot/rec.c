@@ -194,9 +194,6 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
     return x;
 }
 
-/* Uses the TSC when the CPU says it is invariant, calibrated against CLOCK_MONOTONIC over
- * 5 ms (relative error ~1e-5: far below what a memory timeline needs). GPUMEM_TSC=0 turns it
- * off. */
 /* The wall-clock time of the origin: read beside it (not when the database is set up, which
  * can be tens of ms later on a loaded machine), so start_unix_ns + t is each event's wall time. */
 static int64_t unix_now_ns(void) {
@@ -205,6 +202,9 @@ static int64_t unix_now_ns(void) {
     return (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
 }
 
+/* Uses the TSC when the CPU says it is invariant, calibrated against CLOCK_MONOTONIC over
+ * 5 ms (relative error ~1e-5: far below what a memory timeline needs). GPUMEM_TSC=0 turns it
+ * off. */
 static void calibrate_clock(rec_state *g) {
     g->use_tsc = 0;
     g->start_unix_ns = unix_now_ns();
