@@ -46,6 +46,8 @@ for i in $(seq "$kills"); do
   lost_ms=$(( (kill_us * 1000 - last_ns) / 1000000 ))
   (( lost_ms > worst )) && worst=$lost_ms
   lost_all+=("$lost_ms")
+  # no event can be dated after the kill: start_unix_ns + t is each event's wall time
+  (( lost_ms >= 0 )) || fail "kill $i: events dated ${lost_ms#-} ms after the kill (start_unix_ns is off)"
   (( lost_ms <= 100 )) || fail "kill $i: ${lost_ms} ms of events lost (bar 100 ms): ${lost_all[*]}"
 done
 median=$(printf '%s\n' "${lost_all[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
