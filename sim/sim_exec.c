@@ -406,30 +406,53 @@ double sim_stream_drain(sim_stream *st, uint64_t seq)
     return wait;
 }
 
+static bool drained_by(const sim_stream *o, int dev, bool blocking_only)
+{
+    return (dev < 0 || o->dev == dev) && !(blocking_only && (o->flags & CU_STREAM_NON_BLOCKING));
+}
+
+/* Drains the streams of device dev (all devices: dev < 0), the non-blocking ones too unless
+ * blocking_only, and returns the longest wait (the device drains in parallel: the last one
+ * decides). Each drain can drop the lock while it waits, and another thread may destroy a
+ * stream meanwhile (or create one): the streams are taken from a copy of the list, each held by
+ * a reference until all are drained, so none is freed under the wait and none is skipped. A
+ * stream created meanwhile is not waited for, as on a device. Without memory for the copy, the
+ * list itself is walked (the old way: safe while no other thread destroys a stream). */
+static double drain_streams(int dev, bool blocking_only)
+{
+    size_t n = sim.nallstreams, k = 0;
+    sim_stream **v = n ? malloc(n * sizeof *v) : NULL;
+    for (size_t i = 0; v && i < n; i++)
+        if (drained_by(sim.allstreams[i], dev, blocking_only)) {
+            v[k] = sim.allstreams[i];
+            v[k++]->refs++;
+        }
+    double wait = 0;
+    for (size_t i = 0; i < (v ? k : sim.nallstreams); i++) {
+        sim_stream *o = v ? v[i] : sim.allstreams[i];
+        if (!v && !drained_by(o, dev, blocking_only)) continue;
+        double w = sim_stream_drain(o, o->issued);
+        if (w > wait) wait = w;
+    }
+    for (size_t i = 0; i < k; i++) stream_unref(v[i]);
+    free(v);
+    return wait;
+}
+
 /* Synchronizing the legacy stream also covers the blocking streams of its device. */
 static double stream_sync(sim_stream *st)
 {
     double wait = sim_stream_drain(st, st->issued);
-    if (st->legacy)
-        for (size_t i = 0; i < sim.nallstreams; i++) {
-            sim_stream *o = sim.allstreams[i];
-            if (o->dev != st->dev || (o->flags & CU_STREAM_NON_BLOCKING)) continue;
-            double w = sim_stream_drain(o, o->issued);
-            if (w > wait) wait = w;
-        }
+    if (st->legacy) {
+        double w = drain_streams(st->dev, true);
+        if (w > wait) wait = w;
+    }
     return wait;
 }
 
 double sim_device_drain(int dev)
 {
-    double wait = 0;
-    for (size_t i = 0; i < sim.nallstreams; i++) {
-        sim_stream *o = sim.allstreams[i];
-        if (dev >= 0 && o->dev != dev) continue;
-        double w = sim_stream_drain(o, o->issued);
-        if (w > wait) wait = w; /* the device drains in parallel: the last one decides */
-    }
-    return wait;
+    return drain_streams(dev, false);
 }
 
 static bool event_done(sim_event *e)
