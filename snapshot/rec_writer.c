@@ -1422,7 +1422,6 @@ static void *writer_main(void *arg) {
             } else if (w->db) {
                 /* how much was thrown away, in the second reserve's room */
                 release_reserve(w, 1);
-                if (!sqlite3_get_autocommit(w->db)) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
                 char *sql = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('dropped_events', %llu)",
                                             (unsigned long long)(atomic_load(&g->ring.dropped) + w->lost));
                 if (sql) sqlite3_exec(w->db, sql, NULL, NULL, NULL);
