@@ -313,6 +313,7 @@ static blk_t *largest_free(const pool_t *p)
 static blk_t *lower_bound_free(const pool_t *p, size_t size)
 {
     unsigned c = a_size_class(size);
+    if (c >= p->ncls) return NULL; /* larger than anything the pool can hold */
     blk_t *b = p->cls[c].min;
     if (b && b->size < size) /* the class's smallest is too small: search the class */
         b = rb_lower_bound(&p->cls[c].t, size);
@@ -382,6 +383,31 @@ static void pool_init(alloc_t *a, pool_t *p, sstate_t *st, bool small)
     p->small = small;
     size_t h = small ? a->cfg.handle_size_small : a->cfg.handle_size;
     p->hsize = h;
+}
+
+/* Grow p's size-class index to cover a FREE block of `bound` bytes: called before the pool
+ * grows (a classic segment of that size, an expandable range whose mapped bytes reach it), so
+ * that putting a block into the index never has to allocate. Whole stretches of A_SUB classes;
+ * the trees move with the array (no node points at its tree). 0, or -1 when out of host memory. */
+static int pool_cover(pool_t *p, uint64_t bound)
+{
+    unsigned need = a_size_class(bound) + 1;
+    if (need <= p->ncls) return 0;
+    need = (need + A_SUB - 1) / A_SUB * A_SUB;
+    if (need > A_NCLS) need = A_NCLS;
+    struct pool_cls *n = realloc(p->cls, need * sizeof(*n));
+    if (!n) return -1;
+    memset(n + p->ncls, 0, (need - p->ncls) * sizeof(*n));
+    p->cls = n;
+    p->ncls = need;
+    return 0;
+}
+
+static void sstate_free(sstate_t *st)
+{
+    free(st->pools[0].cls);
+    free(st->pools[1].cls);
+    free(st);
 }
 
 static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
@@ -471,6 +497,7 @@ static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     size_t sz = classic_seg_size(a, rs);
     if (over_limit(a, sz)) return GROW_OOM;
+    if (pool_cover(p, sz)) return GROW_NOMEM;
     seg_t *s = calloc(1, sizeof(*s));
     blk_t *b = blk_new(a);
     if (!s || !b) {
@@ -604,6 +631,8 @@ static blk_t *pick_unmapped(pool_t *p, size_t rs)
 static int map_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
 {
     size_t h = r->hsize, first = (addr - r->base) / h, n = len / h, i;
+    /* a FREE block of the range is mapped memory: no larger than what will be mapped */
+    if (pool_cover(r->pool, r->mapped + len)) return GROW_NOMEM;
     int rc = ALLOC_BE_OK;
     for (i = 0; i < n; i++) {
         uint64_t handle = 0, at = addr + i * h;
@@ -2089,7 +2118,7 @@ static void reap_dead_streams(alloc_t *a)
         if (!empty) continue;
         if (a->last_stream == st) a->last_stream = NULL;
         a->streams[i] = a->streams[--a->nstreams];
-        free(st);
+        sstate_free(st);
         i--;
     }
 }
@@ -2408,7 +2437,7 @@ void alloc_destroy(alloc_t *a)
                 s = nx;
             }
         }
-        free(a->streams[i]);
+        sstate_free(a->streams[i]);
     }
     free(a->streams);
     for (size_t i = 0; i < a->nev_pool; i++)

@@ -169,7 +169,27 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
     for (unsigned w = 0; w < A_NCLS_WORDS; w++)
         if ((p->bitmap[w] != 0) != ((p->summary[w >> 6] >> (w & 63)) & 1))
             return fail(err, errlen, "bitmap word %u: summary bit disagrees", w);
-    for (unsigned c = 0; c < A_NCLS; c++) {
+    if (p->ncls > A_NCLS || p->ncls % A_SUB || (p->ncls && !p->cls))
+        return fail(err, errlen, "size-class index of %u classes", p->ncls);
+    /* classes the index does not cover are empty: no bitmap bit beyond ncls */
+    for (unsigned w = p->ncls / 64; w < A_NCLS_WORDS; w++)
+        if (p->bitmap[w])
+            return fail(err, errlen, "bitmap word %u: a class the index does not cover (%u)", w,
+                        p->ncls);
+    /* an empty class is all zero (no root, no minimum, count 0): the 64 classes of a zero
+     * bitmap word are compared as one stretch of memory (most words are zero) */
+    static const struct pool_cls zero[64];
+    for (unsigned c = 0; c < p->ncls; c++) {
+        if (!(c & 63) && !p->bitmap[c >> 6]) {
+            if (memcmp(&p->cls[c], zero, sizeof(zero)))
+                for (unsigned k = c; k < c + 64; k++)
+                    if (memcmp(&p->cls[k], zero, sizeof(zero[0])))
+                        return fail(err, errlen, "class %u: bitmap bit 0 but %s", k,
+                                    p->cls[k].t.root ? "tree non-empty"
+                                                     : "a minimum or a count in an empty tree");
+            c += 63;
+            continue;
+        }
         bool bit = (p->bitmap[c >> 6] >> (c & 63)) & 1;
         if (bit != (p->cls[c].t.root != NULL))
             return fail(err, errlen, "class %u: bitmap bit %d but tree %s", c, bit,
@@ -252,7 +272,8 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 mapped_bytes += b->size;
                 break;
             case B_FREE:
-                if (!rb_contains(&p->cls[a_size_class(b->size)].t, b))
+                if (a_size_class(b->size) >= p->ncls ||
+                    !rb_contains(&p->cls[a_size_class(b->size)].t, b))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);
                 if (b->rb.split != a_block_is_split(b))
@@ -296,9 +317,15 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             if (runs != g->runs)
                 return fail(err, errlen, "range %#llx: %zu runs, counter says %zu",
                             (unsigned long long)g->base, runs, g->runs);
+            if (g->mapped && a_size_class(g->mapped) >= p->ncls)
+                return fail(err, errlen, "range %#llx: %zu bytes mapped, index covers %u classes",
+                            (unsigned long long)g->base, g->mapped, p->ncls);
             s->reserved += (int64_t)g->mapped;
             s->segments += (int64_t)runs;
         } else {
+            if (a_size_class(g->size) >= p->ncls)
+                return fail(err, errlen, "segment %#llx of %zu bytes, index covers %u classes",
+                            (unsigned long long)g->base, g->size, p->ncls);
             s->reserved += (int64_t)g->size;
             s->segments++;
         }

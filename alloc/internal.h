@@ -38,8 +38,8 @@
  * of two. Fine classes keep each class's tree small (a few blocks even with 10k free blocks), so
  * best fit touches few cache lines: 256 per power of two (classes 0.4% apart) bring the pair's
  * cost at 10k live blocks within ~15% of the cost at 10, against ~40% with 32
- * (tests/bench/alloc_bench.c). The index costs 24 bytes per class and pool (~300 KiB a pool,
- * calloc'd: the pages of classes never used are never touched). */
+ * (tests/bench/alloc_bench.c). The index costs 24 bytes per class and pool (~300 KiB for all
+ * classes; a pool allocates only up to the largest class it can hold: see pool_t.cls). */
 #define A_SUB_BITS 8
 #define A_SUB (1u << A_SUB_BITS)
 #define A_NCLS (A_SUB + (55u - A_SUB_BITS) * A_SUB)
@@ -123,11 +123,16 @@ typedef struct pool {
                                          stretches of classes 4096 at a time */
     /* per class: its tree and its first (smallest) block, side by side (one cache line for
      * both): best fit in a higher class, and often in the request's own, without a descent
-     * through cold nodes */
-    struct {
+     * through cold nodes. Classes 0..ncls-1 only, ncls a multiple of A_SUB: the index covers
+     * the largest block the pool can hold (a classic segment's size, an expandable range's
+     * mapped bytes), grown before the pool grows (pool_cover). A pool that never held more
+     * than a few MiB has a few KiB of index, not the ~300 KiB of every class; a class at or
+     * above ncls is empty. */
+    struct pool_cls {
         rb_tree_t t;
         struct blk *min;
-    } cls[A_NCLS];
+    } *cls;
+    unsigned ncls;
     rb_tree_t unmapped;          /* UNMAPPED blocks, expandable only */
     seg_t *segs;                 /* classic segments and expandable ranges */
     size_t nranges;              /* expandable ranges reserved (usually 0 or 1) */

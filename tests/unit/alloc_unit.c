@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "alloc/alloc.h"
+#include "alloc/internal.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -492,6 +493,35 @@ static void test_release_before_grow_free_during_sync(void **state)
     alloc_mem_backend_destroy(m);
 }
 
+/* A pool's size-class index covers only the blocks the pool can hold (pool_t.cls): a stream that
+ * held small blocks only has a few KiB of index, not ~300 KiB per pool, and the index grows
+ * before the pool does, so a large free block lands in its own class and is found again. */
+static void test_class_index_covers_pool(void **state)
+{
+    (void)state;
+    for (int classic = 0; classic < 2; classic++) {
+        fx_t f = mk(classic ? "pytorch" : "gpumem", NULL, (alloc_mem_opts_t){.capacity = 64 * GiB});
+        uint64_t small = must_alloc(f.a, 4096, 7);
+        const sstate_t *st = a_stream_find(f.a, 7);
+        assert_non_null(st);
+        /* a 2 MiB segment, or 2 MiB mapped: classes up to a_size_class(2 MiB), whole stretches */
+        assert_true(st->pools[0].ncls > a_size_class(2 * MiB));
+        assert_true(st->pools[0].ncls <= a_size_class(2 * MiB) + A_SUB);
+        assert_int_equal(st->pools[1].ncls, 0); /* the large pool never grew */
+        uint64_t big = must_alloc(f.a, 3 * GiB, 7);
+        assert_true(st->pools[1].ncls > a_size_class(3 * GiB));
+        assert_true(st->pools[1].ncls < A_NCLS);
+        assert_int_equal(alloc_free(f.a, big), ALLOC_OK);
+        OK_CHECK(f.a);
+        int64_t reserved = stats(f.a).reserved_bytes.current;
+        assert_int_equal(must_alloc(f.a, 3 * GiB, 7), big); /* from the cache, its class */
+        assert_int_equal(stats(f.a).reserved_bytes.current, reserved);
+        assert_int_equal(alloc_free(f.a, small), ALLOC_OK);
+        OK_CHECK(f.a);
+        fx_done(&f);
+    }
+}
+
 /* A failing backend allocation takes the retry path and succeeds on the second try. */
 static void test_backend_failure_retry(void **state)
 {
@@ -939,6 +969,7 @@ int main(void)
         cmocka_unit_test(test_oom_frees_cache),
         cmocka_unit_test(test_release_before_grow),
         cmocka_unit_test(test_release_before_grow_free_during_sync),
+        cmocka_unit_test(test_class_index_covers_pool),
         cmocka_unit_test(test_backend_failure_retry),
         cmocka_unit_test(test_double_free_and_foreign),
         cmocka_unit_test(test_free_waits_for_events),
