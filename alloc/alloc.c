@@ -552,13 +552,16 @@ static inline bool slot_mapped(const seg_t *r, size_t i)
     return i < r->nslots && (r->mapbits[i >> 6] >> (i & 63)) & 1;
 }
 
-/* Reserve one more address range for the pool, sized to the device (or the request if larger).
- * The first range serves almost every program; more appear only when the address space of the
- * existing ones is too fragmented for a request (live blocks in the way). */
+/* Reserve one more address range for the pool, sized to the device. The first range serves
+ * almost every program; more appear only when the address space of the existing ones is too
+ * fragmented for a request (live blocks in the way). A request larger than the device can never
+ * be mapped: it is an OOM at once, before host arrays of a slot per handle are sized to it (a
+ * 37 TiB request cost 150 MB of them and 12 s; a larger one, more host memory than there is). */
 static int range_create(alloc_t *a, pool_t *p, size_t rs)
 {
+    if (rs > a->capacity) return GROW_OOM;
     size_t h = p->hsize;
-    size_t size = round_up(a->capacity > rs ? a->capacity : rs, h);
+    size_t size = round_up(a->capacity, h);
     seg_t *r = calloc(1, sizeof(*r));
     blk_t *u = blk_new(a);
     if (!r || !u) {
