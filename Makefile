@@ -127,10 +127,12 @@ bench: all $(filter-out %.sh,$(BENCHES))
 	@$(SHELL) tests/bench/run.sh $(BENCHES)
 
 # The long fuzzing campaign (tests/fuzz/fuzz_common.bash): 10 M executions per target with a
-# random seed; make test runs the same targets briefly with a fixed seed.
+# random seed, on every core (GPUMEM_FUZZ_JOBS, default nproc); make test runs the same targets
+# briefly with a fixed seed.
 FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
 fuzz: all
-	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
+	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long GPUMEM_FUZZ_JOBS=$${GPUMEM_FUZZ_JOBS:-$$(nproc)} \
+	    BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
 
 # The long fault campaign: 100 kills, 20 signals, 20 full disks, 5 fork storms; the streams
 # stress test for two minutes a run.

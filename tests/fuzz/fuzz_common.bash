@@ -8,7 +8,9 @@
 #     a random seed; new interesting inputs go to $BUILD/fuzz-corpus/<target>/, crashes to
 #     $BUILD/tests/fuzz/crashes/ (add each one to tests/fuzz/corpus/<target>/ with its fix).
 #     GPUMEM_FUZZ_SECONDS bounds each target's time; the log stays in GPUMEM_FUZZ_LOG
-#     (default $BUILD/fuzz-logs/<target>.log).
+#     (default $BUILD/fuzz-logs/<target>.log). GPUMEM_FUZZ_JOBS=N (default 1) runs the campaign
+#     on N cores: libFuzzer's fork mode (-fork=N), N child processes over one shared corpus, the
+#     executions counted together; it stops at the first crash, as one process does.
 # fuzz_run NAME FUZZER CORPUS_DIR SHORT_RUNS MAX_LEN [extra libFuzzer flags...]
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -24,6 +26,7 @@ fuzz_run() {
     runs=${GPUMEM_FUZZ_RUNS:-10000000}; seed=0
     # a time bound for a campaign that cannot reach its run count (libFuzzer exits 0 at it)
     if [[ -n ${GPUMEM_FUZZ_SECONDS:-} ]]; then set -- "$@" -max_total_time="$GPUMEM_FUZZ_SECONDS"; fi
+    if [[ ${GPUMEM_FUZZ_JOBS:-1} -gt 1 ]]; then set -- "$@" -fork="$GPUMEM_FUZZ_JOBS"; fi
     mkdir -p "$BUILD/fuzz-corpus/$name" && dirs=("$BUILD/fuzz-corpus/$name" "$tmp/corpus")
   else
     runs=${GPUMEM_FUZZ_RUNS:-$short_runs}; seed=1
@@ -36,7 +39,8 @@ fuzz_run() {
     -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
     "${dirs[@]}" > "$tmp/log" 2>&1
   local rc=$?
-  grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_runs|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -8
+  # one process ends on DONE and stat:: lines; fork mode on its last "#N: cov" line and INFO
+  grep -E '^(#[0-9]+.*DONE|#[0-9]+: cov|INFO: (fuzzed for|exiting)|stat::number_of_executed_runs|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -8
   echo "$name: seed $seed, $runs runs, corpus $(ls "$corpus" | wc -l) committed inputs"
   if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
     # the campaign's figures: the log is kept (GPUMEM_FUZZ_LOG, default $BUILD/fuzz-logs/NAME.log)
