@@ -9,8 +9,10 @@
 #     $BUILD/tests/fuzz/crashes/ (add each one to tests/fuzz/corpus/<target>/ with its fix).
 #     GPUMEM_FUZZ_SECONDS bounds each target's time; the log stays in GPUMEM_FUZZ_LOG
 #     (default $BUILD/fuzz-logs/<target>.log). GPUMEM_FUZZ_JOBS=N (default 1) runs the campaign
-#     on N cores: libFuzzer's fork mode (-fork=N), N child processes over one shared corpus, the
-#     executions counted together; it stops at the first crash, as one process does.
+#     on N cores: N independent fuzzer processes (libFuzzer's -jobs=N -workers=N), each with its
+#     own seed and GPUMEM_FUZZ_RUNS/N executions, over one shared corpus (each rereads what the
+#     others add); the figures are their sum (fork mode, -fork=N, ran ~3x fewer executions per
+#     core here: see README.md).
 # fuzz_run NAME FUZZER CORPUS_DIR SHORT_RUNS MAX_LEN [extra libFuzzer flags...]
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -18,16 +20,18 @@ BUILD=${BUILD:-build}
 fuzz_run() {
   local name=$1 fuzzer=$2 corpus=$3 short_runs=$4 max_len=$5; shift 5
   if [[ ! -x $fuzzer ]]; then echo "skipped: $fuzzer not built (needs clang with libFuzzer)" >&2; return 77; fi
-  local tmp; tmp=$(mktemp -d "${TMPDIR:-/tmp}/fuzz-$name-XXXXXX")
+  fuzzer=$(realpath "$fuzzer") # the fuzzer runs in its work directory (below)
+  local tmp; tmp=$(realpath "$(mktemp -d "${TMPDIR:-/tmp}/fuzz-$name-XXXXXX")")
   # the committed corpus is read-only input: the run works on a copy
   mkdir -p "$tmp/corpus" && cp "$corpus"/* "$tmp/corpus/"
-  local runs seed dirs=("$tmp/corpus") fixed=()
+  local runs seed jobs=1 dirs=("$tmp/corpus") fixed=()
   if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
     runs=${GPUMEM_FUZZ_RUNS:-10000000}; seed=0
     # a time bound for a campaign that cannot reach its run count (libFuzzer exits 0 at it)
     if [[ -n ${GPUMEM_FUZZ_SECONDS:-} ]]; then set -- "$@" -max_total_time="$GPUMEM_FUZZ_SECONDS"; fi
-    if [[ ${GPUMEM_FUZZ_JOBS:-1} -gt 1 ]]; then set -- "$@" -fork="$GPUMEM_FUZZ_JOBS"; fi
-    mkdir -p "$BUILD/fuzz-corpus/$name" && dirs=("$BUILD/fuzz-corpus/$name" "$tmp/corpus")
+    jobs=${GPUMEM_FUZZ_JOBS:-1}
+    if [[ $jobs -gt 1 ]]; then runs=$(( (runs + jobs - 1) / jobs )); set -- "$@" -jobs="$jobs" -workers="$jobs"; fi
+    mkdir -p "$BUILD/fuzz-corpus/$name" && dirs=("$(realpath "$BUILD/fuzz-corpus/$name")" "$tmp/corpus")
   else
     runs=${GPUMEM_FUZZ_RUNS:-$short_runs}; seed=1
     # addresses feed hash tables and trees: with ASLR two runs of one seed cover different
@@ -35,13 +39,18 @@ fuzz_run() {
     if setarch -R true 2> /dev/null; then fixed=(setarch -R); fi
   fi
   local t0=$SECONDS
-  TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1 "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" -max_len="$max_len" \
-    -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
-    "${dirs[@]}" > "$tmp/log" 2>&1
+  # in $tmp: with -jobs, libFuzzer writes each process's log to fuzz-J.log in the working directory
+  (cd "$tmp" && TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1 "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" \
+    -max_len="$max_len" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
+    "${dirs[@]}") > "$tmp/log" 2>&1
   local rc=$?
-  # one process ends on DONE and stat:: lines; fork mode on its last "#N: cov" line and INFO
-  grep -E '^(#[0-9]+.*DONE|#[0-9]+: cov|INFO: (fuzzed for|exiting)|stat::number_of_executed_runs|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -8
-  echo "$name: seed $seed, $runs runs, corpus $(ls "$corpus" | wc -l) committed inputs"
+  # (with -jobs, the parent prints each process's log after a "Job J exited" line)
+  grep -E '^(=+ Job [0-9]+ exited|#[0-9]+.*DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|.*runtime error)' "$tmp/log" | tail -$((8 * jobs))
+  local how="$runs runs"
+  if [[ $jobs -gt 1 ]]; then
+    how="$runs runs in each of $jobs processes, $(awk '/^stat::number_of_executed_units/ {n += $2} END {print n + 0}' "$tmp/log") in all"
+  fi
+  echo "$name: seed $seed, $how, corpus $(ls "$corpus" | wc -l) committed inputs"
   if [[ ${GPUMEM_FUZZ:-short} == long ]]; then
     # the campaign's figures: the log is kept (GPUMEM_FUZZ_LOG, default $BUILD/fuzz-logs/NAME.log)
     local keep=${GPUMEM_FUZZ_LOG:-$BUILD/fuzz-logs/$name.log}
