@@ -127,8 +127,8 @@ bench: all $(filter-out %.sh,$(BENCHES))
 	@$(SHELL) tests/bench/run.sh $(BENCHES)
 
 # The long fuzzing campaign (tests/fuzz/fuzz_common.bash): 10 M executions per target with a
-# random seed, on every core (GPUMEM_FUZZ_JOBS processes, default nproc); make test runs the same targets
-# briefly with a fixed seed.
+# random seed, on every core (GPUMEM_FUZZ_JOBS processes, default nproc); make test runs the
+# same targets briefly with a fixed seed.
 FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
 fuzz: all
 	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long GPUMEM_FUZZ_JOBS=$${GPUMEM_FUZZ_JOBS:-$$(nproc)} \
