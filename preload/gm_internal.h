@@ -280,6 +280,7 @@ void gm_nvtx_dump(void);        /* GPUMEM_DEBUG_RANGES=path: write what was rece
 void gm_nvtx_fork_prepare(void);
 void gm_nvtx_fork_parent(void);
 void gm_nvtx_fork_child(void);
+void gm_nvtx_test_reset(void); /* tests and the fuzzer only: forget handles, log, stack */
 /* gpumem_range_push / gpumem_range_pop (the Python module's ranges): NVTX push/pop */
 int gm_nvtx_user_push(const char *name);
 int gm_nvtx_user_pop(void);

@@ -425,9 +425,19 @@ static int h_RangePop(void)
         NEXT(next_core, NVTX_CBID_CORE_RangePop, pop_fn)();
     return r;
 }
+/* the thread's name, also in the recording (threads.name), as the program gave it */
+static void name_thread(uint32_t tid, const char *name)
+{
+    dlog("thread %u %s", tid, name);
+#ifdef GM_HAVE_REC
+    if (gm_nvtx_recording())
+        rec_thread_name(tid, name);
+#endif
+}
+
 static void h_NameOsThreadA(uint32_t tid, const char *name)
 {
-    dlog("thread %u %s", tid, name ? name : "");
+    name_thread(tid, name ? name : "");
     if (next_core[NVTX_CBID_CORE_NameOsThreadA])
         NEXT(next_core, NVTX_CBID_CORE_NameOsThreadA, name_thread_a_fn)(tid, name);
 }
@@ -435,7 +445,7 @@ static void h_NameOsThreadW(uint32_t tid, const wchar_t *name)
 {
     char b[256];
     narrow(name, b, sizeof b);
-    dlog("thread %u %s", tid, b);
+    name_thread(tid, b);
     if (next_core[NVTX_CBID_CORE_NameOsThreadW])
         NEXT(next_core, NVTX_CBID_CORE_NameOsThreadW, name_thread_w_fn)(tid, name);
 }
@@ -777,6 +787,43 @@ void gm_nvtx_constructor(void)
         }
     }
     setenv("NVTX_INJECTION64_PATH", self_path, 1);
+}
+
+/* For tests and the NVTX fuzzer (tests/fuzz/nvtx_fuzz.c), so that each input starts where the
+ * first did: forgets the domain and registered-string maps (their handles are gpumem's own:
+ * no chained tool may be loaded), the debug log, the calling thread's range stack and the
+ * range-id counter. Never called by the library itself. */
+static void hm_forget(struct hmap *m)
+{
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i]) {
+            free((void *)m->keys[i]);
+            free(m->vals[i]);
+        }
+    free(m->keys);
+    free(m->vals);
+    m->keys = NULL;
+    m->vals = NULL;
+    m->cap = m->n = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void gm_nvtx_test_reset(void)
+{
+    if (chain_h)
+        return; /* the maps' handles are the tool's: not ours to free */
+    hm_forget(&domains);
+    hm_forget(&strings);
+    pthread_mutex_lock(&log_lock);
+    for (size_t i = 0; i < log_n; i++)
+        free(log_lines[i]);
+    free(log_lines);
+    log_lines = NULL;
+    log_n = log_cap = 0;
+    pthread_mutex_unlock(&log_lock);
+    memset(&ts, 0, sizeof ts);
+    atomic_store(&range_ids, 0);
 }
 
 void gm_nvtx_fork_prepare(void)

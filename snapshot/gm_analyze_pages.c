@@ -342,6 +342,10 @@ int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) {
         !r.f->pMethods || read_header(&r) != 0)
         goto end;
     r.win_cap = WINDOW_BYTES / r.pgsz ? WINDOW_BYTES / r.pgsz : 1;
+    /* never more than the file: a small recording's window is a few pages, not a megabyte
+     * (under ASan a large block is an mmap and munmap per report; page_at never reads past
+     * npages either) */
+    if (r.win_cap > r.npages) r.win_cap = r.npages ? r.npages : 1;
     r.win = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
     r.seen = calloc((size_t)r.npages / 8 + 1, 1);
     r.rows = malloc(((r.pgsz - 8) / 6 + 1) * sizeof *r.rows);

@@ -163,7 +163,7 @@ static const char *name_of(const gm_model *m, labels *l, uint32_t name) {
     uint64_t *v = name ? u64map_get(&l->names, name) : NULL;
     if (v) return (const char *)(uintptr_t)*v;
     const char *s = name ? gm_str(m, name) : NULL;
-    if (!s) return "(unnamed)";
+    if (!s || !*s) return "(unnamed)"; /* an empty name (NVTX's region names can be) names nothing */
     char *n = malloc(strlen(s) + 1), *o = n;
     if (!n) return "(unnamed)";
     for (const char *p = s; *p;) {

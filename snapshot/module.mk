@@ -103,16 +103,19 @@ $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf -liberty
 ALL_TARGETS += $(SNAP_FUZZ)
-# NVTX strings through the recorder (built from source with the sanitizers) and the reader
+# NVTX strings from the program's NVTX calls (the toolkit's NVTX3 headers, gpumem's handlers in
+# preload/nvtx.c as a statically injected tool) through the recorder and the reader, all built
+# from source with the sanitizers
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
-NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
+NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
                   snapshot/rec_writer.c snapshot/addr_index.c snapshot/rec_rows.c $(SNAP_DIR)/rec_schema.c \
+                  snapshot/gm_export_fmt.c snapshot/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c,$(SNAP_FUZZ_SRCS))
-$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h | $(DEPS_STAMP)
+$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DGM_HAVE_REC -I$(TOP) -isystem $(CUDA_INC) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -lpthread
+	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -ldl -lpthread
 ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz

@@ -116,5 +116,12 @@ if command -v sqlite3 >/dev/null; then
   # names are attached to the allocation's start address, even when given an interior pointer
   check_eq "named addresses are allocation starts" \
     "$(sqlite3 "$TMP/names.db" 'select count(*) from names n where exists (select 1 from events e where e.kind = 1 and e.addr = n.addr)')" 2
+  # an empty name (an NVTX region name of a type gpumem cannot read, or "") is no name: the
+  # report's row says "(unnamed)", not a blank label
+  cp "$TMP/names.db" "$TMP/empty-name.db" && sqlite3 "$TMP/empty-name.db" "UPDATE strings SET s = '' WHERE s = 'weights'"
+  "$BUILD/gpumem" report "$TMP/empty-name.db" >"$TMP/empty-name.txt" || fail "gpumem report on a recording with an empty name"
+  check_eq "an empty name is reported as unnamed" \
+    "$(sed -n '/by tensor name/,/^$/p' "$TMP/empty-name.txt" | awk 'NR > 1 && NF {print $NF}' | sort | tr '\n' ' ')" \
+    "(unnamed) activations "
 fi
 finish
