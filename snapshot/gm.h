@@ -24,13 +24,17 @@ typedef struct gm_db {
     char state[32];   /* meta.state: recording, closed, interrupted, failed ("" in old files) */
     char failure[512]; /* meta.failure: why a failed recording failed ("" otherwise) */
     char path[4096];
+    /* gm_meta_int/gm_meta_text and gm_table_exists, prepared on first use (a report asks
+     * dozens of times; a fuzz input's open is mostly such lookups); finalized by gm_db_close */
+    sqlite3_stmt *meta_st, *table_st;
 } gm_db;
 
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
  * and what to do). Never crashes on a bad file. */
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz);
-/* The same checks on a database image in memory (a copy is opened with sqlite3_deserialize; name
- * stands for the path in messages). The fuzzers use it: no file per input. */
+/* The same checks on a database image in memory (sqlite3_deserialize, read-only; data must stay
+ * valid and unchanged until gm_db_close; name stands for the path in messages). The fuzzers
+ * use it: no file per input. */
 int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, char *err,
                    size_t errsz);
 /* Databases open read-only for every statement (PRAGMA query_only); on = 1 lets this

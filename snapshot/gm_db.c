@@ -20,44 +20,58 @@
 
 #define GM_SCHEMA_MAJOR 1
 
+/* A lookup statement of d's, prepared once (NULL: it does not prepare, e.g. no such table). */
+static sqlite3_stmt *lookup(gm_db *d, sqlite3_stmt **st, const char *sql) {
+    if (!*st && sqlite3_prepare_v2(d->db, sql, -1, st, NULL) != SQLITE_OK) {
+        sqlite3_finalize(*st);
+        *st = NULL;
+    }
+    return *st;
+}
+
+/* back to unused: no read transaction held, no binding kept */
+static void lookup_done(sqlite3_stmt *s) {
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+}
+
 int gm_table_exists(gm_db *d, const char *name) {
-    sqlite3_stmt *s;
-    int found = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')",
-                           -1, &s, NULL) != SQLITE_OK)
-        return 0;
+    sqlite3_stmt *s = lookup(d, &d->table_st,
+                             "SELECT 1 FROM sqlite_master WHERE name = ? AND type IN ('table','view')");
+    if (!s) return 0;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    found = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    lookup_done(s);
     return found;
 }
 
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
-    sqlite3_stmt *s;
+    sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     int64_t v = dflt;
-    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
-        return dflt;
+    if (!s) return dflt;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
         v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
+    lookup_done(s);
     return v;
 }
 
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {
-    sqlite3_stmt *s;
+    sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     out[0] = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = ?", -1, &s, NULL) != SQLITE_OK)
-        return;
+    if (!s) return;
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     if (sqlite3_step(s) == SQLITE_ROW) {
         const unsigned char *t = sqlite3_column_text(s, 0);
         if (t) snprintf(out, outsz, "%s", (const char *)t);
     }
-    sqlite3_finalize(s);
+    lookup_done(s);
 }
 
 void gm_db_close(gm_db *d) {
+    sqlite3_finalize(d->meta_st);
+    sqlite3_finalize(d->table_st);
+    d->meta_st = d->table_st = NULL;
     if (d->db) sqlite3_close(d->db);
     d->db = NULL;
 }
@@ -190,28 +204,38 @@ int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, ch
                  "before its first page)", name);
         return -1;
     }
-    unsigned char *copy = sqlite3_malloc64(size);
-    if (!copy || sqlite3_open_v2(":memory:", &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                                 NULL) != SQLITE_OK) {
-        sqlite3_free(copy);
+    if (sqlite3_open_v2(":memory:", &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
         snprintf(err, errsz, "%s: out of memory", name);
         gm_db_close(d);
         return -1;
     }
-    memcpy(copy, data, size);
-    /* an image has no -wal beside it: read a WAL-mode file as the rollback file it then is
-     * (header bytes 18-19, write and read versions: 2 = WAL, which memdb cannot open) */
-    if (size >= 20 && copy[18] == 2) copy[18] = 1;
-    if (size >= 20 && copy[19] == 2) copy[19] = 1;
-    /* FREEONCLOSE: SQLite frees the copy, also when this fails */
-    if (sqlite3_deserialize(d->db, "main", copy, (sqlite3_int64)size, (sqlite3_int64)size,
-                            SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE) !=
-        SQLITE_OK) {
+    /* The image is read where it lies (read-only: SQLite never writes into it, and at a fixed
+     * size it hands out its pages by pointer instead of copying them into its cache), unless
+     * its header says WAL: an image has no -wal beside it, so such a file is read as the
+     * rollback file it then is (header bytes 18-19, write and read versions: 2 = WAL, which
+     * memdb cannot open), from a copy with those bytes changed. */
+    const unsigned char *img = data;
+    unsigned flags = SQLITE_DESERIALIZE_READONLY;
+    if (size >= 20 && (img[18] == 2 || img[19] == 2)) {
+        unsigned char *copy = sqlite3_malloc64(size);
+        if (!copy) {
+            snprintf(err, errsz, "%s: out of memory", name);
+            gm_db_close(d);
+            return -1;
+        }
+        memcpy(copy, data, size);
+        if (copy[18] == 2) copy[18] = 1;
+        if (copy[19] == 2) copy[19] = 1;
+        img = copy;
+        flags |= SQLITE_DESERIALIZE_FREEONCLOSE; /* SQLite frees the copy, also when this fails */
+    }
+    if (sqlite3_deserialize(d->db, "main", (unsigned char *)img, (sqlite3_int64)size,
+                            (sqlite3_int64)size, flags) != SQLITE_OK) {
         snprintf(err, errsz, "%s: SQLite cannot open it: %s", name, sqlite3_errmsg(d->db));
         gm_db_close(d);
         return -1;
     }
-    d->writable = 1;
     return db_validate(d, err, errsz);
 }
 

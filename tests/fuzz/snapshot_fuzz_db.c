@@ -3,7 +3,8 @@
  * text and JSON). The property: any file gives either a refusal with a message or a report,
  * never a crash, a sanitizer report, or a hang.
  * Each input is opened in memory (gm_db_open_mem: gm_db_open's checks after its file checks, on
- * an sqlite3_deserialize'd copy): no file, journal or WAL per input.
+ * the input itself, read-only, or a copy when its header says WAL): no file, journal or WAL
+ * per input.
  * Build: clang -fsanitize=fuzzer,address,undefined (see snapshot/module.mk); seeds: real
  * databases written by the recorder (tests/fuzz/corpus/snapshot_db). */
 #include <stdint.h>
