@@ -2,6 +2,7 @@
 #include "snapshot/gm_pickle.h"
 
 #include "snapshot/u64map.h"
+#include "snapshot/utf8.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -79,20 +80,6 @@ void gpk_float(FILE *f, double v)
         fputc((int)((b >> (8 * i)) & 0xff), f);
 }
 
-/* Python decodes BINUNICODE as strict UTF-8: bytes that are not valid UTF-8 become '?'. */
-static size_t utf8_len(const unsigned char *p)
-{
-    if (p[0] < 0x80) return 1;
-    size_t n = (p[0] & 0xe0) == 0xc0   ? 2
-               : (p[0] & 0xf0) == 0xe0 ? 3
-               : (p[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    if (n == 0 || (n == 2 && p[0] < 0xc2)) return 0;
-    for (size_t i = 1; i < n; i++)
-        if ((p[i] & 0xc0) != 0x80) return 0;
-    return n;
-}
-
 void gpk_str(FILE *f, const char *s)
 {
     if (!s) {
@@ -102,13 +89,15 @@ void gpk_str(FILE *f, const char *s)
     size_t n = strlen(s);
     fputc('X', f);
     put_le(f, n, 4);
+    /* Python decodes BINUNICODE as strict UTF-8: a byte that is not part of well-formed UTF-8
+     * becomes '?' (one byte for one: the length written above stays right) */
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        size_t k = utf8_len(p);
+        int k = gm_utf8_len(p);
         if (k == 0) {
             fputc('?', f);
             p++;
         } else {
-            fwrite(p, 1, k, f);
+            fwrite(p, 1, (size_t)k, f);
             p += k;
         }
     }

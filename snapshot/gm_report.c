@@ -8,6 +8,7 @@
 #include "snapshot/gm.h"
 #include "snapshot/gm_devused.h"
 #include "snapshot/rec.h"
+#include "snapshot/utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -34,16 +35,22 @@ void gm_fmt_ns(uint64_t ns, char *out, size_t outsz) {
     else snprintf(out, outsz, "%.3f s", (double)ns / 1e9);
 }
 
+/* Names are the program's bytes: UTF-8 stays as it is (a JSON string is UTF-8 text), control
+ * characters are escaped, and a byte that is not part of well-formed UTF-8 becomes U+FFFD (so
+ * the output is always valid JSON, and "é" is not turned into "Ã©"). */
 void gm_json_str(FILE *out, const char *s) {
     if (!s) {
         fputs("null", out);
         return;
     }
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = gm_utf8_len(p);
         if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
+        else if (n == 0) fputs("\\ufffd", out);
+        else fwrite(p, 1, (size_t)n, out);
+        p += n ? n : 1;
     }
     fputc('"', out);
 }

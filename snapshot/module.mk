@@ -97,7 +97,7 @@ SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_ana
                   snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
                   snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
-$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h | $(DEPS_STAMP)
+$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -111,7 +111,7 @@ NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvt
                   snapshot/rec_writer.c snapshot/addr_index.c snapshot/rec_rows.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/gm_export_fmt.c snapshot/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c,$(SNAP_FUZZ_SRCS))
-$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
+$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h snapshot/utf8.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DGM_HAVE_REC -I$(TOP) -isystem $(CUDA_INC) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -120,7 +120,7 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c $(SNAP_DIR)/rec_schema.c
-$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h | $(DEPS_STAMP)
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

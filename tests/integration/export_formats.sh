@@ -6,7 +6,9 @@
 # that waited completes where its block landed); chrome: the JSON parses, with a
 # counter per event and one slice per NVTX range; folded: --what peak sums to the report's peak
 # allocated, --what total to every device allocation's bytes; speedscope: its JSON with both
-# profiles; csv: the allocations view. Bad input: usage errors exit 2, a missing database 3.
+# profiles; csv: the allocations view. Names in UTF-8 come out as they are (chrome, report
+# --json) and bytes that are not UTF-8 are replaced, so Python's strict json and pickle read them.
+# Bad input: usage errors exit 2, a missing database 3.
 source "$(dirname "$0")/e2e_common.bash"
 PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
 [[ -x $PY ]] || { echo "skipped: $PY is not installed" >&2; exit 77; }
@@ -128,6 +130,33 @@ assert {e["id"] for e in begins} == {e["id"] for e in ends}
 assert all(isinstance(e["args"]["size"], int) for e in begins)
 assert any(e["name"] == "wte" for e in begins), "allocations are not named"
 print("ok: chrome: %d counter events (peak %d), %d NVTX slices, %d async allocation slices" % (len(counters), peak, len(slices), len(begins)))
+PYEOF
+
+# --- names are the program's bytes: UTF-8 comes out as it is, anything else is replaced, and
+# every file still loads in a strict reader (Python's json and pickle decode UTF-8 strictly)
+cp "$DB" "$TMP/u.db"
+# 'wte' -> "wté ✓", the phase "opt" -> "opté"; the Python frame's function -> "step" with a
+# UTF-16 surrogate (ED A0 80) and a stray byte (FF)
+sqlite3 "$TMP/u.db" "UPDATE strings SET s = CAST(X'7774c3a920e29c93' AS TEXT) WHERE s = 'wte';
+                     UPDATE ranges SET path = replace(path, '/opt', '/opt' || CAST(X'c3a9' AS TEXT));
+                     UPDATE frames SET function = CAST(X'73746570eda080ff' AS TEXT) WHERE python = 1" \
+  || fail "could not edit the names"
+"$GM" report --json "$TMP/u.db" > "$TMP/u.json" || fail "report --json with non-ASCII names"
+"$GM" export --format chrome "$TMP/u.db" -o "$TMP/u.trace.json" || fail "export chrome with non-ASCII names"
+"$GM" export --format torch "$TMP/u.db" -o "$TMP/u.pickle" || fail "export torch with non-ASCII names"
+"$PY" - "$TMP/u.json" "$TMP/u.trace.json" "$TMP/u.pickle" << 'PYEOF' || fail "non-ASCII names"
+import json, pickle, sys
+rep = json.load(open(sys.argv[1], encoding="utf-8"))
+trace = json.load(open(sys.argv[2], encoding="utf-8"))
+snap = pickle.load(open(sys.argv[3], "rb"))
+names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "b"}
+assert "wt\u00e9 \u2713" in names, sorted(names)[:5]
+assert "wte" not in names
+frames = {f["name"] for t in snap["device_traces"] for e in t for f in e.get("frames", [])}
+assert "step????" in frames, sorted(frames)
+assert not any("\ufffd" in n or "\u00c3" in n for n in names)
+assert any("/opt\u00e9" in p["phase"] for p in rep["peak"]["by_phase"]), rep["peak"]["by_phase"]
+print("ok: names in UTF-8 kept (chrome, report --json); a surrogate and a stray byte become one '?' a byte (torch)")
 PYEOF
 
 # --- csv

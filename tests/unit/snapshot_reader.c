@@ -251,6 +251,43 @@ static void oom_advice_kinds(void **state) {
     gm_db_close(&d);
 }
 
+/* JSON strings from the program's names: UTF-8 kept as it is, control characters and quotes
+ * escaped, every byte that is not well-formed UTF-8 replaced by U+FFFD (valid JSON always). */
+static void json_strings_utf8(void **state) {
+    (void)state;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"plain", "\"plain\""},
+        {"caf\xc3\xa9 \xe6\xad\xa5 \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe6\xad\xa5 \xf0\x9f\x98\x80\""},
+        {"a\"b\\c\n\x7f", "\"a\\\"b\\\\c\\u000a\\u007f\""},
+        {"\xff", "\"\\ufffd\""},                              /* never a UTF-8 byte */
+        {"x\xc3", "\"x\\ufffd\""},                            /* cut short by the end */
+        {"\xc3(", "\"\\ufffd(\""},                            /* not followed by a continuation */
+        {"\xc0\xaf", "\"\\ufffd\\ufffd\""},                   /* overlong '/' */
+        {"\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\""},          /* a surrogate */
+        {"\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""}, /* above U+10FFFF */
+        {"\xe6\xad", "\"\\ufffd\\ufffd\""},                   /* a 3-byte sequence cut short */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        assert_non_null(f);
+        gm_json_str(f, cases[i].in);
+        fclose(f);
+        assert_string_equal(buf, cases[i].out);
+        free(buf);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    gm_json_str(f, NULL);
+    fclose(f);
+    assert_string_equal(buf, "null");
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(missing_empty_random),
@@ -261,6 +298,7 @@ int main(void) {
         cmocka_unit_test(still_being_written),
         cmocka_unit_test(inconsistent_rows),
         cmocka_unit_test(oom_advice_kinds),
+        cmocka_unit_test(json_strings_utf8),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[600];
