@@ -13,6 +13,7 @@
 #     own seed and GPUMEM_FUZZ_RUNS/N executions, over one shared corpus (each rereads what the
 #     others add); the figures are their sum (fork mode, -fork=N, ran ~3x fewer executions per
 #     core here: see README.md).
+# FUZZ_ASAN (set by a target's script) adds ASan options to detect_leaks=1, in both modes.
 # fuzz_run NAME FUZZER CORPUS_DIR SHORT_RUNS MAX_LEN [extra libFuzzer flags...]
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -40,7 +41,7 @@ fuzz_run() {
   fi
   local t0=$SECONDS
   # in $tmp: with -jobs, libFuzzer writes each process's log to fuzz-J.log in the working directory
-  (cd "$tmp" && TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1 "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" \
+  (cd "$tmp" && TMPDIR=$tmp ASAN_OPTIONS=detect_leaks=1${FUZZ_ASAN:+:$FUZZ_ASAN} "${fixed[@]}" "$fuzzer" -seed=$seed -runs="$runs" \
     -max_len="$max_len" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$tmp/" "$@" \
     "${dirs[@]}") > "$tmp/log" 2>&1
   local rc=$?
