@@ -207,12 +207,44 @@ static long my_tid(void)
     return ts.tid;
 }
 
+/* A wide NVTX string (UTF-32 on Linux) as UTF-8, cut at a whole character to fit len; a value
+ * that is no Unicode scalar (a surrogate, past U+10FFFF, negative) becomes '?'. */
 static void narrow(const wchar_t *w, char *out, size_t len)
 {
-    size_t i = 0;
-    for (; w && w[i] && i + 1 < len; i++)
-        out[i] = w[i] > 0 && w[i] < 128 ? (char)w[i] : '?';
-    out[i] = 0;
+    size_t o = 0;
+    for (size_t i = 0; w && w[i]; i++) {
+        uint32_t c = (uint32_t)w[i];
+        unsigned char b[4];
+        size_t n;
+        if (c < 0x80) {
+            b[0] = (unsigned char)c;
+            n = 1;
+        } else if (c < 0x800) {
+            b[0] = (unsigned char)(0xc0 | c >> 6);
+            b[1] = (unsigned char)(0x80 | (c & 0x3f));
+            n = 2;
+        } else if (c < 0x10000 && (c < 0xd800 || c > 0xdfff)) {
+            b[0] = (unsigned char)(0xe0 | c >> 12);
+            b[1] = (unsigned char)(0x80 | (c >> 6 & 0x3f));
+            b[2] = (unsigned char)(0x80 | (c & 0x3f));
+            n = 3;
+        } else if (c >= 0x10000 && c <= 0x10ffff) {
+            b[0] = (unsigned char)(0xf0 | c >> 18);
+            b[1] = (unsigned char)(0x80 | (c >> 12 & 0x3f));
+            b[2] = (unsigned char)(0x80 | (c >> 6 & 0x3f));
+            b[3] = (unsigned char)(0x80 | (c & 0x3f));
+            n = 4;
+        } else {
+            b[0] = '?';
+            n = 1;
+        }
+        if (o + n >= len)
+            break;
+        memcpy(out + o, b, n);
+        o += n;
+    }
+    if (len)
+        out[o] = 0;
 }
 
 /* The message of an event attribute structure as text. */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "snapshot/gm_advise.h"
+#include "snapshot/utf8.h"
 #include "viz/viz.h"
 
 #define VIZ_BUCKETS 2000
@@ -39,8 +40,17 @@ void viz_json_str(FILE *o, const char *s)
             fputs("\\u003c", o); /* never close the <script> early */
         else if (*p < 0x20)
             fprintf(o, "\\u%04x", *p);
-        else
+        else if (*p < 0x80)
             fputc(*p, o);
+        else {
+            /* a name is the program's bytes: UTF-8 kept, any other byte U+FFFD */
+            int n = gm_utf8_len(p);
+            if (n) {
+                fwrite(p, 1, (size_t)n, o);
+                p += n - 1;
+            } else
+                fputs("\\ufffd", o);
+        }
     }
     fputc('"', o);
 }

@@ -1,7 +1,9 @@
 /*
  * nvtx_app — plain C using the CUDA toolkit's NVTX3 headers (header-only), no gpumem header,
  * no CUDA. Two threads, each named with nvtxNameOsThreadA, open nested ranges (plain, with
- * event attributes, and in a domain with a registered string) and marks.
+ * event attributes, and in a domain with a registered string) and marks. The main thread then
+ * opens two wide-string ranges: "pas ✓é" (UTF-8 for a tool) and one holding a surrogate and a
+ * value past U+10FFFF, which are no characters ("x??y").
  *
  * For every push and pop it prints the line a receiving tool should see:
  *     expect push|pop <thread name> <depth> <domain or -> <path outer/inner>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <wchar.h>
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static nvtxDomainHandle_t domain;
@@ -108,6 +111,19 @@ int main(void)
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
     nvtxRangeEnd(run);
+    static const wchar_t wide[] = {L'p', L'a', L's', L' ', 0x2713, 0xe9, 0};
+    static const wchar_t bad[] = {L'x', 0xd800, 0x110000, L'y', 0};
+    struct tstate t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "main");
+    nvtxRangePushW(wide);
+    expect_push(&t, "-", "pas \u2713\u00e9");
+    nvtxRangePop();
+    expect_pop(&t, "-");
+    nvtxRangePushW(bad);
+    expect_push(&t, "-", "x??y");
+    nvtxRangePop();
+    expect_pop(&t, "-");
     nvtxDomainDestroy(domain);
     printf("nvtx_app: done\n");
     return 0;

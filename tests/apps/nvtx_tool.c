@@ -17,6 +17,7 @@ struct tool_domain {
 static atomic_int pushes, pops, domain_pushes;
 
 static int t_push_a(const char *m) { (void)m; return atomic_fetch_add(&pushes, 1); }
+static int t_push_w(const wchar_t *m) { (void)m; return atomic_fetch_add(&pushes, 1); }
 static int t_push_ex(const nvtxEventAttributes_t *a) { (void)a; return atomic_fetch_add(&pushes, 1); }
 static int t_pop(void) { return atomic_fetch_add(&pops, 1); }
 static nvtxDomainHandle_t t_domain_create(const char *name)
@@ -45,6 +46,7 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
         return 0;
     *core[NVTX_CBID_CORE_RangePushA] = (NvtxFunctionPointer)t_push_a;
     *core[NVTX_CBID_CORE_RangePushEx] = (NvtxFunctionPointer)t_push_ex;
+    *core[NVTX_CBID_CORE_RangePushW] = (NvtxFunctionPointer)t_push_w;
     *core[NVTX_CBID_CORE_RangePop] = (NvtxFunctionPointer)t_pop;
     *core2[NVTX_CBID_CORE2_DomainCreateA] = (NvtxFunctionPointer)t_domain_create;
     *core2[NVTX_CBID_CORE2_DomainRangePushEx] = (NvtxFunctionPointer)t_domain_push;

@@ -4,8 +4,9 @@
 # every push and pop nvtx_app says it made ("expect ..." lines) is what gpumem received
 # (GPUMEM_DEBUG_RANGES dump), thread by thread, in order — including event-attribute ranges
 # and a domain range named by a registered string. The program's output is the same without
-# gpumem. Recorded, the threads carry the names nvtxNameOsThreadA gave them. With another tool
-# in NVTX_INJECTION64_PATH, gpumem chains to it: both receive.
+# gpumem. Recorded, the threads carry the names nvtxNameOsThreadA gave them, and a wide-string
+# range (nvtxRangePushW) is named in UTF-8, with '?' for each value that is no character. With
+# another tool in NVTX_INJECTION64_PATH, gpumem chains to it: both receive.
 source tests/integration/preload_common.bash
 need "$LIB" "$APPS/nvtx_app"
 "$APPS/nvtx_app" >"$TMP/plain.out" || fail "nvtx_app failed without the preload"
@@ -30,6 +31,8 @@ done
 check_eq "marks received" "$(grep -c '^mark .* - tick$' "$TMP/ranges")" 12
 check_eq "domain received" "$(grep -c '^domain train$' "$TMP/ranges")" 1
 run_id=$(awk '$1=="start" && $5=="run" {print $2}' "$TMP/ranges")
+check_eq "wide names received as UTF-8" "$(sed -n 's/^push [0-9]* 1 - \(pas .*\|x.*\)$/\1/p' "$TMP/ranges" | paste -sd'|')" \
+    "pas ✓é|x??y"
 check_eq "start/end range received with its id" "$(awk -v id="$run_id" '$1=="end" && $2==id' "$TMP/ranges" | wc -l)" 1
 
 # recorded: the names nvtxNameOsThreadA gave are the threads' names in the database (the
@@ -39,6 +42,9 @@ GPUMEM_DB=$TMP/nvtx.db LD_PRELOAD=$LIB "$APPS/nvtx_app" >"$TMP/rec.out" 2>"$TMP/
 check_eq "threads named by NVTX in the recording" \
     "$(sqlite3 "$TMP/nvtx.db" "SELECT group_concat(name, ' ') FROM (SELECT name FROM threads WHERE name LIKE 'worker%' ORDER BY name)")" \
     "worker0 worker1"
+check_eq "wide range names in the recording" \
+    "$(sqlite3 "$TMP/nvtx.db" "SELECT group_concat(path, '|') FROM (SELECT path FROM ranges WHERE path IN ('pas ✓é', 'x??y') ORDER BY id)")" \
+    "pas ✓é|x??y"
 
 # chaining: a tool set before gpumem keeps receiving
 if [[ -e $APPS/nvtx_tool.so ]]; then

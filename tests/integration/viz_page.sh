@@ -108,6 +108,24 @@ ok "classes: $topclass among them; $ncls allocated blocks classed at the peak"
 [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || fail "viz of a missing file: not a one-line error: $(cat "$TMP/err.txt")"
 ok "missing database: $(cat "$TMP/err.txt")"
 
+# names are the program's bytes: the page keeps UTF-8 as it is and writes U+FFFD for any other
+# byte, so its data decodes as strict UTF-8 ('wte' -> "wté ✓"; every frame's function gets a
+# UTF-16 surrogate, ED A0 80, and a stray FF)
+cp "$TMP/run.db" "$TMP/u.db"
+sqlite3 "$TMP/u.db" "UPDATE strings SET s = CAST(X'7774c3a920e29c93' AS TEXT) WHERE s = 'wte';
+                     UPDATE frames SET function = function || CAST(X'eda080ff' AS TEXT)
+                      WHERE function IS NOT NULL" || fail "could not edit the names"
+"$GM" viz "$TMP/u.db" -o "$TMP/u.html" || fail "gpumem viz with non-ASCII names exited $?"
+LC_ALL=C sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/u.html" > "$TMP/u.json"
+python3 - "$TMP/u.json" << 'PYEOF' || fail "non-ASCII names in the page"
+import json, sys
+text = open(sys.argv[1], "rb").read().decode("utf-8")  # strict: raises on a bad byte
+d = json.loads(text)
+assert "wt\u00e9 \u2713" in text, "the UTF-8 name was not kept"
+assert "\ufffd" in json.dumps(d, ensure_ascii=False), "no replacement character for the bad bytes"
+print("ok: the page's names: UTF-8 kept, bad bytes replaced, strict UTF-8 throughout")
+PYEOF
+
 # The browser half.
 mkdir -p "$BUILD"
 jq -n --argjson p "$want" --argjson r "$wantv" --argjson q "$seq" --arg t "$top" --arg c "$topclass" --argjson s "$nseg" \
