@@ -21,6 +21,9 @@ diff <(essence "$TMP/plain.txt") <(essence "$TMP/rec.txt") > /dev/null \
 [[ $(essence "$TMP/rec.txt" | wc -l) -eq 21 ]] || fail "the trainer did not print 20 steps and its peak"
 grep -q "recorder: no space left on device (ENOSPC)" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "no one-line ENOSPC message"; }
 grep -q "the recording FAILED (no space left on device" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "record's summary does not say the recording failed"; }
+# the trainer allocated: a summary of what the full disk let through must not say it made none
+grep -q "made no device or pinned allocation" "$TMP/rec.err" && { cat "$TMP/rec.err"; fail "record's summary says the trainer made no allocation (the events were lost, not absent)"; }
+grep -q "the counts above are what the database kept" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "record's summary does not say its counts are only what was kept"; }
 "$GPUMEM" report "$TMP/full/run.db" > "$TMP/rep.txt" || fail "the report does not read what was written"
 grep -q "the recording FAILED: no space left on device (ENOSPC)" "$TMP/rep.txt" || { cat "$TMP/rep.txt"; fail "the report does not say the recording failed for lack of space"; }
 "$GPUMEM" report --json "$TMP/full/run.db" | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
