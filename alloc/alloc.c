@@ -145,7 +145,7 @@ static int be_rc(alloc_t *a, int rc)
 static blk_t *blk_new(alloc_t *a)
 {
     if (!a->free_blks) {
-        blk_chunk_t *c = malloc(sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
+        blk_chunk_t *c = aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
         if (!c) return NULL;
         c->next = a->chunks;
         a->chunks = c;

@@ -11,7 +11,7 @@
  * every FREE block is in exactly one size-class tree of its pool, every UNMAPPED block in its
  * pool's unmapped tree, every LIVE/PENDING block in the address map.
  *
- * Free index: size classes (256 exact classes of 512 B, then 256 per power of two) with a bitmap of
+ * Free index: size classes (512 exact classes of 512 B, then 512 per power of two) with a bitmap of
  * non-empty classes (and a summary of its non-zero words); each class is a red-black tree keyed by
  * (size, address). Best fit =
  * lower_bound in the request's class, else the first block of the next non-empty class: the
@@ -35,12 +35,16 @@
 #define A_ROUND_LARGE (2u << 20)      /* classic large segments round to this */
 
 /* Size classes: exact 512 B steps below 2^A_SUB_BITS units, then 2^A_SUB_BITS classes per power
- * of two. Fine classes keep each class's tree small (a few blocks even with 10k free blocks), so
- * best fit touches few cache lines: 256 per power of two (classes 0.4% apart) bring the pair's
- * cost at 10k live blocks within ~15% of the cost at 10, against ~40% with 32
- * (tests/bench/alloc_bench.c). The index costs 24 bytes per class and pool (~300 KiB for all
- * classes; a pool allocates only up to the largest class it can hold: see pool_t.cls). */
-#define A_SUB_BITS 8
+ * of two. Fine classes keep each class's tree small (one to three blocks even with 10k free
+ * blocks), so best fit and the reinsertion of a split's remainder touch few cold blocks. With
+ * 512 per power of two (classes 0.2% apart) and cache-line-aligned blocks, the pair costs ~12%
+ * more at 10k live blocks than at 10 (tests/bench/alloc_bench.c), against ~15% with 256 and
+ * unaligned blocks and ~40% with 32; 1024 per power of two cut the 10k case no further and made
+ * the 10 case slower (the class entries of the request sizes no longer fit the L1 cache). The
+ * index costs 24 bytes per class and pool (~560 KiB for all classes; a pool allocates only up
+ * to the largest class it can hold, see pool_t.cls: ~60 KiB for a small pool, ~240 KiB for a
+ * large pool mapping 140 GB). */
+#define A_SUB_BITS 9
 #define A_SUB (1u << A_SUB_BITS)
 #define A_NCLS (A_SUB + (55u - A_SUB_BITS) * A_SUB)
 #define A_NCLS_WORDS ((A_NCLS + 63) / 64)
@@ -83,7 +87,9 @@ typedef struct blk {
      * sequence S may unmap only blocks with fseq <= S: another thread may free a block while the
      * lock is dropped for the synchronization. */
     uint64_t fseq;
-} blk_t;
+} __attribute__((aligned(64))) blk_t; /* 128 bytes, each on its own two cache lines */
+_Static_assert(sizeof(blk_t) == 128 && offsetof(blk_t, size) + sizeof(uint64_t) <= 64,
+               "blk_t: the hot fields must fill the block's first cache line");
 /* b->rb.st: B_LIVE, B_PENDING, B_FREE, B_UNMAPPED; b->rb.split: FREE and counted in
  * inactive_split (see a_block_is_split) */
 
@@ -126,7 +132,7 @@ typedef struct pool {
      * through cold nodes. Classes 0..ncls-1 only, ncls a multiple of A_SUB: the index covers
      * the largest block the pool can hold (a classic segment's size, an expandable range's
      * mapped bytes), grown before the pool grows (pool_cover). A pool that never held more
-     * than a few MiB has a few KiB of index, not the ~300 KiB of every class; a class at or
+     * than a few MiB has ~60 KiB of index, not the ~560 KiB of every class; a class at or
      * above ncls is empty. */
     struct pool_cls {
         rb_tree_t t;
@@ -184,7 +190,7 @@ typedef struct ptrmap {
 
 typedef struct blk_chunk {
     struct blk_chunk *next;
-    blk_t blocks[];
+    blk_t blocks[]; /* from offset 64 of a 64-byte-aligned chunk: each block starts a cache line */
 } blk_chunk_t;
 
 struct alloc {

@@ -494,7 +494,7 @@ static void test_release_before_grow_free_during_sync(void **state)
 }
 
 /* A pool's size-class index covers only the blocks the pool can hold (pool_t.cls): a stream that
- * held small blocks only has a few KiB of index, not ~300 KiB per pool, and the index grows
+ * held small blocks only has ~60 KiB of index, not ~560 KiB per pool, and the index grows
  * before the pool does, so a large free block lands in its own class and is found again. */
 static void test_class_index_covers_pool(void **state)
 {
