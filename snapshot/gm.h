@@ -275,7 +275,9 @@ typedef struct gm_opts {
 } gm_opts;
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);
-void gm_summary_short(gm_db *d, gm_model *m, FILE *out);
+/* record's one-line summary (and the failure, if any). Returns 1 when its counts are the whole
+ * run, 0 when events were lost (a failed recording, a full ring): then it says so. */
+int gm_summary_short(gm_db *d, gm_model *m, FILE *out);
 /* The replay engine's text trace (alloc/README): "a <birth seq> <requested> <stream id>",
  * "f <birth seq>", "fa <birth seq> <stream id>" for device allocations and their frees, in
  * seq order. Returns 0, or GM_EXIT_BADDB with a message on stderr. */

@@ -986,7 +986,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     return 0;
 }
 
-void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
+int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     summary s;
     make_summary(d, m, &s);
     char a[32], b[32];
@@ -997,9 +997,15 @@ void gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                  " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
             a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
-    if (strcmp(d->state, "failed") == 0)
+    int failed = strcmp(d->state, "failed") == 0;
+    if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");
+    if (!failed && s.dropped <= 0) return 1;
+    fprintf(out, "gpumem: the counts above are what the database kept, not all the program did");
+    if (s.dropped > 0) fprintf(out, " (%" PRId64 " events were lost)", s.dropped);
+    fputc('\n', out);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- leaks */

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -494,16 +493,10 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
         return;
     }
     if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
-        gm_summary_short(&d, &m, stderr);
         /* a recording exists because the program's CUDA calls reached gpumem: with no
          * allocation in it, the program made none through any path gpumem interposes; unless
-         * events were lost (a failed recording, a full ring), when the counts are only what was
-         * kept and say nothing of what the program did */
-        int64_t dropped = gm_meta_int(&d, "dropped_events", 0);
-        if (dropped > 0 || strcmp(d.state, "failed") == 0)
-            fprintf(stderr, "gpumem: the counts above are what the database kept, not all the "
-                            "program did (%" PRId64 " events were lost)\n", dropped);
-        else if (!m.nallocs)
+         * events were lost, when the counts are only what was kept (the summary says so) */
+        if (gm_summary_short(&d, &m, stderr) && !m.nallocs)
             fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
                             "device or pinned allocation\n");
     } else {
