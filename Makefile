@@ -8,7 +8,8 @@
 #   make bench        benchmarks; one `BENCH <name> <value> <unit>` line per figure
 #   make install PREFIX=/usr/local
 #   make clean
-#   make deps         install missing Debian packages (apt-get); every target above runs it
+#   make deps         install missing Debian packages (apt-get) and PyTorch's CUDA build (pip,
+#                     into a venv outside the clone); every target above runs it
 #
 # Each folder contributes a fragment, <folder>/module.mk, that appends to the lists below.
 # Outputs go to build/ (build/san-<kind>/ for sanitizer builds), never into the sources.
@@ -98,12 +99,21 @@ ifeq ($(NVCC),)
 	@echo "note: nvcc not found (CUDA_HOME=$(CUDA_HOME)); CUDA (.cu) targets were skipped"
 endif
 
+# PyTorch's CUDA build, pinned, in a virtual environment outside the clone so that every clone
+# on the machine (CI's fresh one too) reuses it (tests/deps_torch.sh); the PyTorch tests run
+# $(GPUMEM_TORCH_PY) and skip, saying why, where it could not be installed.
+GPUMEM_TORCH_VERSION ?= 2.14.1
+GPUMEM_TORCH_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpumem/torch-$(GPUMEM_TORCH_VERSION)
+GPUMEM_TORCH_PY ?= $(GPUMEM_TORCH_VENV)/bin/python
+export GPUMEM_TORCH_VERSION GPUMEM_TORCH_VENV GPUMEM_TORCH_PY
+
 # `deps` installs what is missing. Every compile rule has the stamp as an order-only
 # prerequisite, so a fresh machine installs its packages before the first compiler runs.
 deps:
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@DEB_PACKAGES="$(DEB_OPTIONAL)" DEB_OPTIONAL=1 $(SHELL) tests/deps.sh
 	@$(SHELL) viz/deps.sh
+	@$(SHELL) tests/deps_torch.sh
 $(DEPS_STAMP):
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@mkdir -p $(@D) && touch $@

@@ -10,6 +10,7 @@
  * see gm_analyze.c.
  */
 #include "snapshot/gm.h"
+#include "snapshot/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -123,6 +124,16 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     return db_validate(d, err, errsz);
 }
 
+/* PRAGMA application_id, or -1. */
+static int application_id(gm_db *d) {
+    sqlite3_stmt *s;
+    int id = -1;
+    if (sqlite3_prepare_v2(d->db, "PRAGMA application_id", -1, &s, NULL) != SQLITE_OK) return -1;
+    if (sqlite3_step(s) == SQLITE_ROW) id = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return id;
+}
+
 /* Checks what SQLite opened (d->db; d->path names it in messages): the meta table, the schema
  * version, the tables. */
 static int db_validate(gm_db *d, char *err, size_t errsz) {
@@ -143,6 +154,11 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
         if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
             snprintf(err, errsz, "%s is damaged (SQLite: %s); it may have been truncated or "
                      "overwritten — nothing can be read from it", path, sqlite3_errmsg(d->db));
+        else if (application_id(d) == REC_APPLICATION_ID)
+            /* the recorder writes the id first: it stopped before its schema was committed */
+            snprintf(err, errsz, "%s is a gpumem recording that stopped before its first commit "
+                     "(its disk was full, or the program was killed as it started): it holds "
+                     "nothing; record again where the database has room", path);
         else
             snprintf(err, errsz, "%s is an SQLite file but not a gpumem database (%s)", path,
                      sqlite3_errmsg(d->db));

@@ -31,6 +31,7 @@
  *   WHERE e.kind IN (1,2,3,4) AND (e.kind IN (1,3) OR l.birth IS NOT NULL) ORDER BY e.seq
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_out.h"
 #include "snapshot/rec.h"
 
 #include <inttypes.h>
@@ -80,6 +81,9 @@ int gm_export_trace(gm_db *d, FILE *out) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
+    /* the output rule's marker (gm_out.h); the replay engine reads '#' lines as comments */
+    fprintf(out, "%s: one line per event, the replay engine's format (alloc/README.md)\n",
+            gm_out_marker[GM_OUT_TRACE].bytes);
     u64map live = {0};
     /* freed blocks whose free_completed may follow: address -> birth, address -> allocation key;
      * allocation keys whose free_completed came before their free */

@@ -27,6 +27,7 @@
  * OOMs as global instant events.
  * csv: the `allocations` view, a header line, RFC 4180 quoting. */
 #include "snapshot/gm.h"
+#include "snapshot/gm_out.h"
 #include "snapshot/gm_pickle.h"
 #include "snapshot/rec.h"
 
@@ -319,6 +320,8 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
     size_t nla = 0, cla = 0;
     gpk_begin(out);
     gpk_dict_begin(out);
+    /* first, so that the output rule knows the file as ours (gm_out.h: GM_OUT_TORCH's marker) */
+    gpk_key(out, "exporter"), gpk_str(out, "gpumem");
     gpk_key(out, "device_traces");
     gpk_list_begin(out);
     int rc = 0;
@@ -426,7 +429,6 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
         gpk_key(out, "pinned_use_cuda_host_register"), gpk_bool(out, 0);
         gpk_key(out, "roundup_power2_divisions"), gpk_dict_begin(out), gpk_dict_end(out);
         gpk_dict_end(out);
-        gpk_key(out, "exporter"), gpk_str(out, "gpumem");
     }
     gpk_dict_end(out);
     gpk_end(out);
@@ -505,6 +507,11 @@ static int write_folded(const gm_model *m, int what, FILE *out)
     size_t n;
     stack_bytes *v = bytes_by_stack(m, what, &n);
     if (!v && n) return -1;
+    /* one comment line, the output rule's marker (gm_out.h); flamegraph.pl, inferno and
+     * speedscope skip a line without a count */
+    fprintf(out, "%s: %s\n", gm_out_marker[GM_OUT_FOLDED].bytes,
+            what ? "every device allocation's bytes by stack"
+                 : "device bytes live at the peak allocated moment by stack");
     for (size_t i = 0; i < n; i++) {
         size_t len = 0;
         gm_stack_frame(m, v[i].stack, 0, &len);
@@ -556,9 +563,8 @@ static void speedscope_profile(const gm_model *m, int what, FILE *out, u64map *f
 
 static void write_speedscope(const gm_model *m, int what, const char *dbname, FILE *out)
 {
-    fputs("{\"$schema\":\"https://www.speedscope.app/"
-          "file-format-schema.json\",\"exporter\":\"gpumem\",\"name\":",
-          out);
+    fwrite(gm_out_marker[GM_OUT_SPEEDSCOPE].bytes, 1, gm_out_marker[GM_OUT_SPEEDSCOPE].len, out);
+    fputs(",\"name\":", out);
     gm_json_str(out, dbname);
     fputs(",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
     for (size_t i = 0; i < m->nframes; i++) {
@@ -586,8 +592,8 @@ static void write_speedscope(const gm_model *m, int what, const char *dbname, FI
 
 static int write_chrome(gm_db *d, gm_model *m, FILE *out)
 {
-    fputs("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"exporter\":\"gpumem\"},\"traceEvents\":[\n",
-          out);
+    fwrite(gm_out_marker[GM_OUT_CHROME].bytes, 1, gm_out_marker[GM_OUT_CHROME].len, out);
+    fputs(",\"traceEvents\":[\n", out);
     int first = 1;
 #define SEP() (first ? (first = 0, "") : ",\n")
     sqlite3_stmt *s;

@@ -21,6 +21,7 @@
  *   - streams (CUstream handles) get the database's small stream numbers.
  * Frees of memory the trace never allocated are left out. */
 #include "snapshot/gm.h"
+#include "snapshot/gm_out.h"
 #include "snapshot/gm_pickle.h"
 #include "snapshot/rec.h"
 #include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
@@ -47,7 +48,10 @@ static const char *const usage_import =
     "The pickle is read without Python and without executing anything: a pickle that asks to\n"
     "load code (os.system, any class) is refused. PyTorch keeps the last max_entries trace\n"
     "entries: memory allocated before the first one is imported as allocated at time 0.\n"
-    "  -o DB     the database to write (refused when it exists, unless --force)\n"
+    "  -o DB     the database to write. An existing DB is replaced only when it is a gpumem\n"
+    "            database (or empty), never through a symbolic link, never onto the snapshot;\n"
+    "            it is written whole or not at all (a temporary file, then renamed)\n"
+    "  --force   replace DB even when it is not a gpumem database\n"
     "Exit code: 0, 2 usage, 3 the snapshot cannot be read (damaged, hostile, not a memory\n"
     "snapshot) or DB cannot be written.\n";
 
@@ -747,13 +751,14 @@ int gm_cmd_import(int argc, char **argv)
     if (!outp)
         return fprintf(stderr, "gpumem import: where to? give -o DB\n\n%s", usage_import),
                GM_EXIT_USAGE;
-    struct stat st;
-    if (!force && stat(outp, &st) == 0) {
-        fprintf(stderr,
-                "gpumem import: %s exists; choose another name or add --force to replace it\n",
-                outp);
-        return GM_EXIT_USAGE;
+    char err[8192];
+    const char *inputs[] = {in};
+    int bad = gm_out_check(outp, GM_OUT_DB, force, inputs, 1, err, sizeof err);
+    if (bad) {
+        fprintf(stderr, "gpumem import: %s\n", err);
+        return bad;
     }
+    struct stat st;
     FILE *f = fopen(in, "rb");
     if (!f) {
         fprintf(stderr, "gpumem import: cannot open %s: %s\n", in, strerror(errno));
@@ -774,21 +779,25 @@ int gm_cmd_import(int argc, char **argv)
         return GM_EXIT_BADDB;
     }
     fclose(f);
-    char tmp[4200], err[8192];
-    snprintf(tmp, sizeof tmp, "%s.importing", outp);
-    unlink(tmp);
-    uint64_t nev = 0;
-    int rc = gm_import_pickle(buf, n, in, tmp, &nev, err, sizeof err);
-    free(buf);
-    if (rc == 0 && force) unlink(outp);
-    if (rc == 0 && rename(tmp, outp) != 0) {
-        snprintf(err, sizeof err, "cannot write %s: %s", outp, strerror(errno));
-        rc = -1;
+    gm_out out;
+    if ((bad = gm_out_open(&out, outp, GM_OUT_DB, force, inputs, 1, err, sizeof err)) != 0) {
+        free(buf);
+        fprintf(stderr, "gpumem import: %s\n", err);
+        return bad;
     }
+    gm_out_release_file(&out); /* SQLite writes the temporary file by its name */
+    uint64_t nev = 0;
+    int rc = gm_import_pickle(buf, n, in, out.tmp, &nev, err, sizeof err);
+    free(buf);
     if (rc != 0) {
-        unlink(tmp);
-        fprintf(stderr, "gpumem import: %s: %s\n", in, err);
+        char fate[PATH_MAX + 64];
+        gm_out_discard(&out);
+        fprintf(stderr, "gpumem import: %s: %s; %s\n", in, err, gm_out_fate(&out, fate, sizeof fate));
         return GM_EXIT_BADDB;
+    }
+    if ((rc = gm_out_commit(&out, err, sizeof err)) != 0) {
+        fprintf(stderr, "gpumem import: %s\n", err);
+        return rc;
     }
     fprintf(stderr, "gpumem import: %s -> %s (%" PRIu64 " events)\n", in, outp, nev);
     return 0;

@@ -8,6 +8,7 @@
  * the program cannot be started).
  */
 #include "snapshot/gm.h"
+#include "snapshot/gm_out.h"
 #include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
 #include "snapshot/gm_advise.h"
 #include "snapshot/gm_frag.h"
@@ -146,7 +147,7 @@ static const char *const usage_sql =
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
 
 static const char *const usage_export =
-    "usage: gpumem export --format FORMAT DB [-o FILE] [--what peak|total]\n"
+    "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output).\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
@@ -171,11 +172,15 @@ static const char *const usage_export =
     "  --format speedscope  speedscope's JSON file format: the peak and total profiles (or the\n"
     "                   one --what names).\n"
     "  --format csv     the `allocations` view (snapshot/README.md), with a header line.\n"
-    "  -o FILE          write to FILE instead of standard output\n"
+    "  -o FILE          write to FILE instead of standard output ('-': standard output). An\n"
+    "                   existing FILE is replaced only when it is an export of the same format\n"
+    "                   (or empty); never through a symbolic link, never onto DB. FILE is\n"
+    "                   written whole or not at all (a temporary file, then renamed).\n"
+    "  --force          replace FILE even when it is not an export of this format\n"
     "Example: gpumem export --format trace run.db -o run.trace &&\n"
     "         gpumem-replay --preset gpumem --conf expandable_segments:False run.trace\n"
     "         gpumem export --format folded run.db | flamegraph.pl > peak.svg\n"
-    "Exit code: 0, 2 usage, 3 unreadable database (or FILE cannot be written).\n";
+    "Exit code: 0, 2 usage (or FILE refused), 3 unreadable database (or FILE cannot be written).\n";
 
 static int wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -253,10 +258,12 @@ static int cmd_export(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *format = NULL, *outpath = NULL;
-    int what = -1;
+    int what = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
+        if (strcmp(a, "--force") == 0) {
+            force = 1;
+        } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
@@ -279,47 +286,58 @@ static int cmd_export(int argc, char **argv) {
     }
     if (!format) return usage_error(usage_export, "%s", "which format? give --format trace, torch, chrome, folded, speedscope or csv");
     static const char *const formats[] = {"trace", "torch", "chrome", "folded", "speedscope", "csv"};
-    int known = 0;
-    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) known |= strcmp(format, formats[i]) == 0;
-    if (!known)
+    static const gm_out_kind kinds[] = {GM_OUT_TRACE, GM_OUT_TORCH, GM_OUT_CHROME, GM_OUT_FOLDED, GM_OUT_SPEEDSCOPE, GM_OUT_CSV};
+    int known = -1;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(format, formats[i]) == 0) known = (int)i;
+    if (known < 0)
         return usage_error(usage_export, "unknown format '%s' (known: trace, torch, chrome, folded, speedscope, csv)", format);
     if (!path) return usage_error(usage_export, "%s", "which database? give its path");
-    if (strcmp(format, "torch") == 0 && !outpath && isatty(STDOUT_FILENO))
+    if (strcmp(format, "torch") == 0 && (!outpath || !strcmp(outpath, "-")) && isatty(STDOUT_FILENO))
         return usage_error(usage_export, "%s", "--format torch writes a binary pickle: give -o FILE (or redirect the output)");
     if (what >= 0 && strcmp(format, "folded") != 0 && strcmp(format, "speedscope") != 0)
         return usage_error(usage_export, "--what applies to --format folded and speedscope, not '%s'", format);
     char err[8192];
+    const char *inputs[] = {path};
+    /* the rule is checked before the (possibly long) reading, and again when the file opens */
+    int bad = gm_out_check(outpath, kinds[known], force, inputs, 1, err, sizeof err);
+    if (bad) {
+        fprintf(stderr, "gpumem export: %s\n", err);
+        return bad;
+    }
     gm_db d;
     if (gm_db_open(path, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
-    FILE *out = stdout;
-    if (outpath && !(out = fopen(outpath, "w"))) {
-        fprintf(stderr, "gpumem: cannot write %s: %s\n", outpath, strerror(errno));
-        gm_db_close(&d);
-        return GM_EXIT_BADDB;
-    }
-    int rc;
-    if (strcmp(format, "trace") == 0 || strcmp(format, "csv") == 0) {
-        rc = strcmp(format, "trace") == 0 ? gm_export_trace(&d, out) : gm_export_format(&d, NULL, format, what, out);
-    } else {
-        gm_model m;
+    gm_model m;
+    int loaded = 0;
+    if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {
         if (gm_model_load(&d, &m, 1, err, sizeof err) != 0) {
             fprintf(stderr, "gpumem: %s\n", err);
             gm_model_free(&m);
-            if (out != stdout) fclose(out);
             gm_db_close(&d);
             return GM_EXIT_BADDB;
         }
+        loaded = 1;
         gm_symbolize(&d, &m);
-        rc = gm_export_format(&d, &m, format, what, out);
-        gm_model_free(&m);
     }
-    if ((out != stdout ? fclose(out) : fflush(out)) != 0 && rc == 0) {
-        fprintf(stderr, "gpumem: writing %s failed: %s\n", outpath ? outpath : "the trace", strerror(errno));
-        rc = GM_EXIT_BADDB;
+    gm_out out;
+    int rc = gm_out_open(&out, outpath, kinds[known], force, inputs, 1, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "gpumem export: %s\n", err);
+    } else {
+        rc = strcmp(format, "trace") == 0 ? gm_export_trace(&d, out.f)
+                                           : gm_export_format(&d, loaded ? &m : NULL, format, what, out.f);
+        if (rc) {
+            char fate[PATH_MAX + 64];
+            gm_out_discard(&out);
+            if (outpath) fprintf(stderr, "gpumem export: %s\n", gm_out_fate(&out, fate, sizeof fate));
+        } else if ((rc = gm_out_commit(&out, err, sizeof err)) != 0) {
+            fprintf(stderr, "gpumem export: %s\n", err);
+        }
     }
+    if (loaded) gm_model_free(&m);
     gm_db_close(&d);
     return rc;
 }
@@ -511,47 +529,34 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
  * The recorder makes the same checks on the file it opens; doing them here too turns a
  * recording that would silently not happen into an error the user sees at once. A template
  * with %p names a file that does not exist yet, so only its directory can be checked. */
-static int check_record_target(const char *tmpl, int force) {
-    char path[PATH_MAX];
+static int check_record_target(const char *tmpl, int force, const char *prog) {
+    char path[PATH_MAX], err[PATH_MAX + 256];
     if (rec_expand_path(tmpl, 0, path, sizeof path) != 0 || !path[0]) {
         fprintf(stderr, "gpumem: -o %s: the path is empty or too long\n", tmpl);
         return GM_EXIT_USAGE;
     }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        if (slash == dir) slash[1] = 0;
-        else *slash = 0;
-        struct stat ds;
-        if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode)) {
-            fprintf(stderr, "gpumem: cannot record to %s: directory %s does not exist\n", path, dir);
-            return GM_EXIT_USAGE;
-        }
+    if (strstr(tmpl, "%p")) {
+        /* the real pid's file is new: only its directory can be checked, through a name there
+         * that does not exist */
+        char *slash = strrchr(path, '/');
+        size_t keep = slash ? (size_t)(slash - path) + 1 : 0;
+        snprintf(path + keep, sizeof path - keep, ".gpumem-record-%ld-new", (long)getpid());
     }
-    if (strstr(tmpl, "%p")) return 0;
+    /* the output rule every writer follows (gm_out.h); the recorder then writes the file in
+     * place, as it goes (a recording must survive a kill -9 of the program), which is why it
+     * must also be a regular file and not a device */
+    const char *inputs[] = {prog}; /* -o ./train -- ./train */
+    int bad = gm_out_check(path, GM_OUT_DB, force, inputs, 1, err, sizeof err);
+    if (bad) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        return bad;
+    }
     struct stat st;
-    if (lstat(path, &st) != 0) return 0; /* a new file */
-    if (S_ISLNK(st.st_mode)) {
-        fprintf(stderr, "gpumem: %s is a symbolic link; gpumem never writes through one (give -o "
-                        "the real path)\n", path);
-        return GM_EXIT_USAGE;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         fprintf(stderr, "gpumem: %s exists and is not a regular file; choose another -o\n", path);
         return GM_EXIT_USAGE;
     }
-    if (force) return 0;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    int ours = fd < 0 ? -1 : rec_db_replaceable(fd);
-    if (fd >= 0) close(fd);
-    if (ours == 1) return 0;
-    if (ours < 0)
-        fprintf(stderr, "gpumem: cannot read %s: %s; choose another -o\n", path, strerror(errno));
-    else
-        fprintf(stderr, "gpumem: %s exists and is not a gpumem database; refusing to overwrite it "
-                        "(choose another -o, or add --force to replace it)\n", path);
-    return GM_EXIT_USAGE;
+    return 0;
 }
 
 static int cmd_record(int argc, char **argv) {
@@ -576,7 +581,7 @@ static int cmd_record(int argc, char **argv) {
     }
     if (i >= argc) return usage_error(usage_record, "%s", "which command to record? gpumem record -- ./prog args");
     const char *tmpl = out ? out : "gpumem-%p.db";
-    int bad = check_record_target(tmpl, force);
+    int bad = check_record_target(tmpl, force, argv[i]);
     if (bad) return bad;
     char dir[PATH_MAX], lib[PATH_MAX + 64], sim[PATH_MAX + 64];
     self_dir(dir, sizeof dir);

@@ -28,7 +28,7 @@ ALL_TARGETS += $(REC_LIB)
 GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_analyze_pages.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
            $(SNAP_DIR)/gm_export.o $(SNAP_DIR)/gm_devused.o \
            $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
-           $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/gm_open.o
+           $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/gm_open.o $(SNAP_DIR)/gm_out.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
@@ -75,7 +75,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
-                tests/integration/snapshot_signals.sh \
+                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh
@@ -95,7 +95,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_rou
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c snapshot/gm_analyze_pages.c \
                   snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
-                  snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c
+                  snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c snapshot/gm_out.c snapshot/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -110,7 +110,7 @@ NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
 NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
                   snapshot/rec_writer.c snapshot/addr_index.c snapshot/rec_rows.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/gm_export_fmt.c snapshot/gm_pickle.c \
-                  $(filter-out tests/fuzz/snapshot_fuzz_db.c,$(SNAP_FUZZ_SRCS))
+                  $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/rec_path.c,$(SNAP_FUZZ_SRCS))
 $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h snapshot/utf8.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DGM_HAVE_REC -I$(TOP) -isystem $(CUDA_INC) \
@@ -119,7 +119,8 @@ $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_intern
 ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
-PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c $(SNAP_DIR)/rec_schema.c
+PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c snapshot/gm_out.c snapshot/rec_path.c \
+                    $(SNAP_DIR)/rec_schema.c
 $(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \

@@ -6,6 +6,7 @@
  * the timeline is viz_timeline.c's, the icicles viz_flame.c's. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "snapshot/gm_advise.h"
+#include "snapshot/gm_out.h"
 #include "snapshot/gm_frag.h"
 #include "snapshot/gm_tune.h"
 #include "viz/viz.h"
@@ -171,7 +173,7 @@ static void write_leaks(FILE *o, const gm_model *m)
 }
 
 static const char *const usage_viz =
-    "usage: gpumem viz DB -o FILE.html [--with frag,advise,tune]\n"
+    "usage: gpumem viz DB -o FILE.html [--force] [--with frag,advise,tune]\n"
     "       gpumem viz A.db B.db ... | DIR -o FILE.html [--with ...]   (the ranks of one job)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
@@ -189,7 +191,13 @@ static const char *const usage_viz =
     "Several databases (or a directory: its *.db files), one per rank: a lane per rank on top\n"
     "(allocated and reserved over time, aligned by step, one scale for all), ranked by meta.rank\n"
     "(else in the order given), and the rank that sets the job's peak allocated in detail below.\n"
-    "Exit code: 0; 2 usage or the page cannot be written; 3 unreadable database.\n";
+    "  -o FILE.html  the page; '-' for standard output. An existing FILE is replaced only when\n"
+    "               it is a page gpumem viz wrote (or empty); never through a symbolic link,\n"
+    "               never onto a database read; written whole or not at all (a temporary\n"
+    "               file, then renamed)\n"
+    "  --force      replace FILE even when it is not a gpumem viz page\n"
+    "Exit code: 0; 2 usage or FILE refused; 3 unreadable database or the page cannot be\n"
+    "written.\n";
 
 enum { VIZ_FRAG = 1, VIZ_ADVISE = 2, VIZ_TUNE = 4 };
 static const char *const analysis_name[3] = {"frag", "advise", "tune"};
@@ -246,7 +254,15 @@ static void write_analysis(FILE *o, const char *name, const char *db)
 }
 
 /* The page of one database: the detail; lanes (may be NULL): the "ranks" member's JSON. */
-static int write_page(const char *db, const char *out, int with, const char *lanes)
+/* Where the page goes: the path and the output rule's inputs (every database read) and --force. */
+typedef struct viz_out {
+    const char *path;
+    const char *const *inputs;
+    size_t ninputs;
+    int force;
+} viz_out;
+
+static int write_page(const char *db, const viz_out *vo, int with, const char *lanes)
 {
     char err[1024];
     gm_db d;
@@ -269,15 +285,17 @@ static int write_page(const char *db, const char *out, int with, const char *lan
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
-    FILE *o = fopen(out, "w");
-    if (!o) {
-        fprintf(stderr, "gpumem viz: cannot write %s; check the directory exists and is writable\n",
-                out);
+    gm_out out;
+    int rc = gm_out_open(&out, vo->path, GM_OUT_HTML, vo->force, vo->inputs, vo->ninputs, err,
+                         sizeof err);
+    if (rc) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
         viz_classes_free(&cls);
         gm_model_free(&m);
         gm_db_close(&d);
-        return GM_EXIT_USAGE;
+        return rc;
     }
+    FILE *o = out.f;
     const char *mark = strstr(viz_page_html, "/*GM_DATA*/");
     fwrite(viz_page_html, 1, (size_t)(mark - viz_page_html), o);
     char pr[32], pa[32], pv[32];
@@ -326,15 +344,19 @@ static int write_page(const char *db, const char *out, int with, const char *lan
     if (lanes) fprintf(o, ",\"ranks\":%s", lanes);
     fputc('}', o);
     fputs(mark + strlen("/*GM_DATA*/"), o);
-    bad |= ferror(o);
-    if (fclose(o) != 0 || bad) {
-        fprintf(stderr, "gpumem viz: writing %s failed (disk full, or out of memory)\n", out);
-        bad = 1;
+    if (bad) {
+        char fate[PATH_MAX + 64];
+        gm_out_discard(&out);
+        fprintf(stderr, "gpumem viz: out of memory writing the page; %s\n",
+                gm_out_fate(&out, fate, sizeof fate));
+        rc = GM_EXIT_BADDB;
+    } else if ((rc = gm_out_commit(&out, err, sizeof err)) != 0) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
     }
     viz_classes_free(&cls);
     gm_model_free(&m);
     gm_db_close(&d);
-    return bad ? GM_EXIT_USAGE : 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- several ranks */
@@ -441,7 +463,7 @@ static int load_rank(rank_db *r)
 
 /* "ranks": {"detail": index, "by": "meta.rank"|"order", "lanes": [{"rank", "db", "peak_allocated",
  * "peak_allocated_fmt", "peak_reserved", "peak_reserved_fmt", "peak_step", "lane"}]} */
-static int viz_ranks(char **paths, size_t n, const char *out, int with)
+static int viz_ranks(char **paths, size_t n, const viz_out *out, int with)
 {
     rank_db *r = calloc(n, sizeof *r);
     int rc = 0;
@@ -518,13 +540,15 @@ int gm_viz_main(int argc, char **argv)
     const char *out = NULL;
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
-    int with = 0, rc = 0;
+    int with = 0, rc = 0, force = 0;
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
             goto done;
         } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
             out = argv[++i];
+        } else if (strcmp(argv[i], "--force") == 0) {
+            force = 1;
         } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
@@ -575,7 +599,14 @@ int gm_viz_main(int argc, char **argv)
         rc = GM_EXIT_USAGE;
         goto done;
     }
-    rc = ndb == 1 ? write_page(dbs[0], out, with, NULL) : viz_ranks(dbs, ndb, out, with);
+    char err[PATH_MAX + 256];
+    viz_out vo = {out, (const char *const *)dbs, ndb, force};
+    /* refused now, before minutes of loading, and checked again when the page is written */
+    if ((rc = gm_out_check(out, GM_OUT_HTML, force, vo.inputs, ndb, err, sizeof err)) != 0) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
+        goto done;
+    }
+    rc = ndb == 1 ? write_page(dbs[0], &vo, with, NULL) : viz_ranks(dbs, ndb, &vo, with);
 done:
     for (size_t i = 0; i < ndb; i++)
         free(dbs[i]);

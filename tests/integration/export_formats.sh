@@ -79,6 +79,8 @@ fi
 
 # --- folded
 "$GM" export --format folded "$DB" > "$TMP/peak.folded" || fail "export folded failed"
+head -1 "$TMP/peak.folded" | grep -q '^# gpumem folded' || fail "folded: no marker line first"
+sed -i 1d "$TMP/peak.folded"
 sum=$(awk '{ s += $NF } END { print s }' "$TMP/peak.folded")
 [[ $sum == "$peak" ]] || fail "folded --what peak sums to $sum, the report's peak allocated is $peak"
 grep -q ';' "$TMP/peak.folded" || fail "folded lines have no stacks"
@@ -87,7 +89,7 @@ grep -q 'gm_rec_alloc\|gm_heap_alloc' "$TMP/peak.folded" && fail "gpumem's own f
 grep -q 'train_step.py:42 in train_step' "$TMP/peak.folded" || fail "the Python frame is not in the folded stacks"
 total=$(sqlite3 "$DB" "SELECT sum(size) FROM events WHERE kind IN (1, 3)")
 "$GM" export --format folded --what total "$DB" > "$TMP/total.folded"
-sum=$(awk '{ s += $NF } END { print s }' "$TMP/total.folded")
+sum=$(awk '!/^#/ { s += $NF } END { print s }' "$TMP/total.folded")
 [[ $sum == "$total" ]] || fail "folded --what total sums to $sum, expected $total"
 ok "folded: --what peak sums to the peak allocated ($peak bytes, $(wc -l < "$TMP/peak.folded") stacks), --what total to $total"
 

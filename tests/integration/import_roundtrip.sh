@@ -6,7 +6,8 @@
 # 4 and 5, with traces, without traces and in 1.13's style, give the figures worked out by hand
 # (a free waiting on another stream holds its block until free_completed), Python frames as
 # Python frames, and a trace gpumem-replay reads (what tests/gpu/pytorch_parity.py does with
-# `gpumem import` on a real GPU); (3) usage: an existing output is not overwritten without --force.
+# `gpumem import` on a real GPU); (3) usage: the output rule (an existing file that is not a gpumem
+# database is not overwritten without --force; an earlier database is replaced).
 source "$(dirname "$0")/e2e_common.bash"
 PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
 [[ -x $PY ]] || { echo "skipped: $PY is not installed" >&2; exit 77; }
@@ -71,12 +72,16 @@ fi
 
 # --- (3) usage
 set +e
-"$GM" import "$TMP/s/full-p2.pickle" -o "$db" 2> "$TMP/e1"; rc1=$?
+echo 'not a database' > "$TMP/user.txt"
+"$GM" import "$TMP/s/full-p2.pickle" -o "$TMP/user.txt" 2> "$TMP/e1"; rc1=$?
 "$GM" import "$TMP/s/full-p2.pickle" 2> "$TMP/e2"; rc2=$?
 "$GM" import --help > "$TMP/e3"; rc3=$?
 set -e
 [[ $rc1 -eq 2 ]] && grep -q 'exists.*--force' "$TMP/e1" || fail "existing output: rc $rc1, $(cat "$TMP/e1")"
 [[ $rc2 -eq 2 && $rc3 -eq 0 ]] || fail "import usage: rc $rc2 (no -o), $rc3 (--help)"
-"$GM" import --force "$TMP/s/notrace.pickle" -o "$db" 2> /dev/null || fail "import --force"
-[[ $(sqlite3 "$db" "SELECT count(*) FROM ooms") -eq 0 ]] || fail "--force did not replace the database"
-ok "usage: an existing database is kept without --force (exit 2), replaced with it"
+[[ $(cat "$TMP/user.txt") == "not a database" ]] || fail "import changed a user file"
+"$GM" import --force "$TMP/s/full-p2.pickle" -o "$TMP/user.txt" 2> /dev/null || fail "import --force"
+"$GM" report "$TMP/user.txt" > /dev/null || fail "--force did not write a database"
+"$GM" import "$TMP/s/notrace.pickle" -o "$db" 2> /dev/null || fail "import over an earlier database"
+[[ $(sqlite3 "$db" "SELECT count(*) FROM ooms") -eq 0 ]] || fail "the earlier database was not replaced"
+ok "usage: a user file is kept without --force (exit 2), replaced with it; an earlier database is replaced"

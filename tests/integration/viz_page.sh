@@ -66,7 +66,7 @@ ok "$(wc -l < "$TMP/live.txt") buckets' live lists ($nchk entries) checked again
 # the peak icicle's root is the peak; the total one's the bytes ever allocated (export folded)
 root=$(jq '.flame_peak.nodes[0][2]' "$TMP/data.json")
 [[ $root == "$want" ]] || fail "peak icicle root $root, peak allocated $want"
-"$GM" export --format folded --what total "$TMP/run.db" | awk '{ s += $NF } END { print s }' > "$TMP/total.txt"
+"$GM" export --format folded --what total "$TMP/run.db" | awk '!/^#/ { s += $NF } END { print s }' > "$TMP/total.txt"
 troot=$(jq '.flame_total.nodes[0][2]' "$TMP/data.json")
 [[ $troot == "$(cat "$TMP/total.txt")" ]] || fail "total icicle root $troot, folded total $(cat "$TMP/total.txt")"
 ok "icicle roots: peak $root, total $troot"
