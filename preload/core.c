@@ -30,7 +30,7 @@
 #include "alloc/alloc.h"
 #include "preload/gpumem.h"
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 #endif
 
 #include <pthread.h>

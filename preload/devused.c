@@ -21,7 +21,7 @@
  * not current on that thread waits for the next change or the exit).
  */
 #include "preload/gm_internal.h"
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 #define DU_MAX 64
 static _Atomic long long known[DU_MAX]; /* bytes gpumem knows of on each device */

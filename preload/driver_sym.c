@@ -144,7 +144,7 @@ CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags
  * allocation: the driver loaded in the process but never loaded by gpumem means its calls went
  * around gpumem. */
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

@@ -289,7 +289,7 @@ int gm_nvtx_user_pop(void);
 /* Once recording: finds CPython in the process and hands the recorder its frame provider. */
 void gm_python_start(void);
 /* python_nogil.c: the frames of a thread that released the GIL, read without calling Python.
- * init: 1 when the minor version's layout is known; frames: rec_pyframes_fn (snapshot/rec.h);
+ * init: 1 when the minor version's layout is known; frames: rec_pyframes_fn (snapshot/record/rec.h);
  * check: the first stack read through the C API (GIL held), compared with its own reading. */
 struct rec_pyframe;
 int gm_python_nogil_init(int minor);
@@ -423,7 +423,7 @@ void *gm_driver_sym_hook(const char *sym);
 /* GM_EVF_PITCHED / GM_EVF_POOL for the calling thread's next allocation event; the hook sets it
  * around the call that records, gm_event_id consumes it. */
 extern __thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
-/* An event of a kind gm_ev does not name (snapshot/rec.h REC_*), when recording. */
+/* An event of a kind gm_ev does not name (snapshot/record/rec.h REC_*), when recording. */
 void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,
                   uint64_t requested, uint64_t id);
 /* 1 once the recorder is open in this process (it stays 1 after the exit handler closed it). */

@@ -22,7 +22,7 @@
 
 #define GM_MAX_DEVICES 64
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 _Static_assert(GM_MAX_DEVICES == REC_MAX_DEVICES, "the recorder keeps a peak snapshot per device gpumem serves");
 #endif
 

@@ -31,7 +31,7 @@
 #include <nvtx3/nvToolsExtMem.h>
 
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 #endif
 
 #include <dlfcn.h>

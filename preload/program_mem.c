@@ -27,7 +27,7 @@
  * symbol (driver_sym.c); a thread inside gpumem (a runtime-level hook) passes straight through.
  */
 #include "preload/gm_internal.h"
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -37,7 +37,7 @@
 #include <string.h>
 
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 #endif
 
 typedef struct _object PyObject; /* opaque: only pointers cross this file */

@@ -49,7 +49,7 @@
 #include "preload/gm_internal.h"
 
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -28,7 +28,7 @@
 #include "preload/gm_internal.h"
 
 #ifdef GM_HAVE_REC
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 #endif
 
 #include <pthread.h>

@@ -7,13 +7,13 @@
  * `record` passes the program's own exit code through (128+N when killed by signal N, 127 when
  * the program cannot be started).
  */
-#include "snapshot/gm.h"
-#include "snapshot/gm_out.h"
-#include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
-#include "snapshot/gm_advise.h"
-#include "snapshot/gm_frag.h"
-#include "snapshot/gm_tune.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_out.h"
+#include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_frag.h"
+#include "snapshot/analyze/gm_tune.h"
+#include "snapshot/record/rec.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -3,15 +3,15 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/rec.o $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/rec_ring.o $(SNAP_DIR)/rec_writer.o $(SNAP_DIR)/rec_schema.o \
-            $(SNAP_DIR)/addr_index.o $(SNAP_DIR)/rec_rows.o
+REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
+            $(SNAP_DIR)/record/addr_index.o $(SNAP_DIR)/record/rec_rows.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
 # schema.sql is the single source of the schema: embedded as a C string at build time.
-$(SNAP_DIR)/rec_schema.c: snapshot/schema.sql snapshot/module.mk | $(DEPS_STAMP)
+$(SNAP_DIR)/rec_schema.c: snapshot/record/schema.sql snapshot/module.mk | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	awk 'BEGIN { print "/* generated from snapshot/schema.sql: do not edit */"; \
+	awk 'BEGIN { print "/* generated from snapshot/record/schema.sql: do not edit */"; \
 	             print "const char rec_schema_sql[];"; print "const char rec_schema_sql[] =" } \
 	     { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); print "  \"" $$0 "\\n\"" } \
 	     END { print "  ;" }' $< > $@.tmp && mv $@.tmp $@
@@ -25,19 +25,19 @@ $(REC_LIB): $(REC_OBJS)
 ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
-GM_OBJS := $(SNAP_DIR)/gm_db.o $(SNAP_DIR)/gm_analyze.o $(SNAP_DIR)/gm_analyze_pages.o $(SNAP_DIR)/gm_sym.o $(SNAP_DIR)/gm_report.o \
-           $(SNAP_DIR)/gm_export.o $(SNAP_DIR)/gm_devused.o \
-           $(SNAP_DIR)/gm_uses.o $(SNAP_DIR)/gm_uses_cmd.o $(SNAP_DIR)/gm_demangle.o \
-           $(SNAP_DIR)/rec_path.o $(SNAP_DIR)/gm_open.o $(SNAP_DIR)/gm_out.o
+GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
+           $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
+           $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
+           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/formats/gm_out.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
-GM_ADVISE_OBJS := $(SNAP_DIR)/gm_advise.o $(SNAP_DIR)/gm_advise_cmd.o $(SNAP_DIR)/gm_advise_shard.o $(SNAP_DIR)/gm_ranks.o \
-                  $(SNAP_DIR)/gm_frag.o $(SNAP_DIR)/gm_frag_cmd.o $(SNAP_DIR)/gm_tune.o \
-                  $(SNAP_DIR)/gm_tune_cmd.o $(SNAP_DIR)/gm_rerun.o
+GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_ranks.o \
+                  $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
+                  $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
-GM_IO_OBJS := $(SNAP_DIR)/gm_export_fmt.o $(SNAP_DIR)/gm_pickle.o $(SNAP_DIR)/gm_import.o \
-              $(SNAP_DIR)/gm_diff.o $(SNAP_DIR)/rec_schema.o
+GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
+              $(SNAP_DIR)/analyze/gm_diff.o $(SNAP_DIR)/rec_schema.o
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
@@ -46,9 +46,9 @@ INSTALL_BIN += $(BUILD)/gpumem
 
 # ---- tests
 SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl -liberty
-snapshot_ring_LIBS := $(SNAP_DIR)/rec_ring.o
+snapshot_ring_LIBS := $(SNAP_DIR)/record/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
-snapshot_index_LIBS := $(SNAP_DIR)/addr_index.o
+snapshot_index_LIBS := $(SNAP_DIR)/record/addr_index.o
 snapshot_rec_LIBS := $(REC_LIB)
 snapshot_uses_LIBS := $(REC_LIB)
 snapshot_uses_LDLIBS := $(SNAP_TEST_LDLIBS)
@@ -93,11 +93,11 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_rou
 
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
-SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/gm_db.c snapshot/gm_analyze.c snapshot/gm_analyze_pages.c \
-                  snapshot/gm_report.c snapshot/gm_sym.c snapshot/gm_export.c \
-                  snapshot/gm_uses.c snapshot/gm_demangle.c snapshot/gm_devused.c snapshot/gm_out.c snapshot/rec_path.c
+SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
+                  snapshot/analyze/gm_report.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
+                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/formats/gm_out.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
-$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/gm.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
+$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -107,11 +107,11 @@ ALL_TARGETS += $(SNAP_FUZZ)
 # preload/nvtx.c as a statically injected tool) through the recorder and the reader, all built
 # from source with the sanitizers
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
-NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/rec.c snapshot/rec_path.c snapshot/rec_ring.c \
-                  snapshot/rec_writer.c snapshot/addr_index.c snapshot/rec_rows.c $(SNAP_DIR)/rec_schema.c \
-                  snapshot/gm_export_fmt.c snapshot/gm_pickle.c \
-                  $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/rec_path.c,$(SNAP_FUZZ_SRCS))
-$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_internal.h snapshot/utf8.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
+NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
+                  snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c $(SNAP_DIR)/rec_schema.c \
+                  snapshot/formats/gm_export_fmt.c snapshot/formats/gm_pickle.c \
+                  $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/record/rec_path.c,$(SNAP_FUZZ_SRCS))
+$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/rec.h snapshot/record/rec_internal.h snapshot/read/utf8.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DGM_HAVE_REC -I$(TOP) -isystem $(CUDA_INC) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -119,9 +119,9 @@ $(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/gm.h snapshot/rec.h snapshot/rec_intern
 ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
-PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/gm_pickle.c snapshot/gm_import.c snapshot/gm_out.c snapshot/rec_path.c \
+PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
                     $(SNAP_DIR)/rec_schema.c
-$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/gm.h snapshot/gm_pickle.h snapshot/u64map.h snapshot/utf8.h | $(DEPS_STAMP)
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
@@ -136,7 +136,7 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
            tests/bench/frag_tune_bench.sh
-INSTALL_SHARE += snapshot/schema.sql
+INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
 # several ranks (#17): meta.rank from the launcher, advise --ranks (ZeRO), report of several ranks

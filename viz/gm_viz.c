@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "snapshot/gm_advise.h"
-#include "snapshot/gm_out.h"
-#include "snapshot/gm_frag.h"
-#include "snapshot/gm_tune.h"
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/formats/gm_out.h"
+#include "snapshot/analyze/gm_frag.h"
+#include "snapshot/analyze/gm_tune.h"
 #include "viz/viz.h"
 
 extern const char viz_page_html[];

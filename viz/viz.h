@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 #define VIZ_TOP_CLASSES 10 /* classes with their own layer and colour; the rest are "other" */
 

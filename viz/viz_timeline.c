@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/gm_advise.h"
-#include "snapshot/utf8.h"
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/read/utf8.h"
 #include "viz/viz.h"
 
 #define VIZ_BUCKETS 2000

@@ -38,8 +38,8 @@
  * producer of a tensor is the first op issued after its birth); gm_advise_cmd.c adds the
  * device model (--gpu) and the link model (--link).
  */
-#include "snapshot/gm_advise.h"
-#include "snapshot/rec.h"
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/record/rec.h"
 
 #include <ctype.h>
 #include <inttypes.h>

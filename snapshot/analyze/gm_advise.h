@@ -7,7 +7,7 @@
 #define GPUMEM_SNAPSHOT_GM_ADVISE_H
 
 #include "alloc/alloc.h"
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -16,7 +16,7 @@
  * offload = its traffic at the link bandwidth; bf16 = the conversions at the device bandwidth;
  * accumulation = one launch overhead (5 us) per extra op launched; set-to-none = nothing.
  */
-#include "snapshot/gm_advise.h"
+#include "snapshot/analyze/gm_advise.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +49,7 @@ static const char *const usage_advise =
     "  --try FLAGS    evaluate one combination given as trainer flags (--recompute LIST\n"
     "                 --offload LIST --accum K --grad-none --act-dtype bf16), printed as the\n"
     "                 only recommendation (with --check: re-run too)\n"
-    "  --json         one JSON object (contract in snapshot/ADVISE.md)\n"
+    "  --json         one JSON object (contract in snapshot/analyze/ADVISE.md)\n"
     "  --check        re-run the recorded command (trainer only) under gpumem record with each\n"
     "                 recommendation's flags and print predicted against measured peaks; the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"

@@ -11,7 +11,7 @@
  *
  * --check runs the recorded command again under `mpirun -np N gpumem record -o ...-%r.db`
  * with the global batch (-B times N) and --zero, and reads back every rank's measured peaks. */
-#include "snapshot/gm_advise.h"
+#include "snapshot/analyze/gm_advise.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -26,11 +26,11 @@
  *    configuration's replay; the recorded configuration's replay is checked against the
  *    recording and the difference, if any, is said.
  */
-#include "snapshot/gm_frag.h"
+#include "snapshot/analyze/gm_frag.h"
 
-#include "snapshot/gm_advise.h"
-#include "snapshot/gm_tune.h"
-#include "snapshot/rec.h"
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_tune.h"
+#include "snapshot/record/rec.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
 #define GPUMEM_SNAPSHOT_GM_FRAG_H
 
 #include "alloc/alloc.h"
-#include "snapshot/gm.h"
-#include "snapshot/gm_advise.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_advise.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* gm_frag_cmd.c — `gpumem frag`: options, the text and JSON printers of gm_frag.c's analysis,
  * and --check (re-run the recorded command under the best fix and compare). Both printers
  * print the same gm_frag, so the text and the JSON cannot disagree. */
-#include "snapshot/gm_frag.h"
+#include "snapshot/analyze/gm_frag.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -5,10 +5,10 @@
  * grouped by a string key (call site, phase) with one sort — O(n log n) in the set, never a
  * query per row.
  */
-#include "snapshot/gm.h"
-#include "snapshot/gm_devused.h"
-#include "snapshot/rec.h"
-#include "snapshot/utf8.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/read/gm_devused.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/read/utf8.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -19,9 +19,9 @@
  * reserved), or by driver time, then peak reserved (objective time); a configuration that meets
  * an OOM ranks after every one that does not.
  */
-#include "snapshot/gm_tune.h"
+#include "snapshot/analyze/gm_tune.h"
 
-#include "snapshot/gm_frag.h"
+#include "snapshot/analyze/gm_frag.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -6,7 +6,7 @@
 #define GPUMEM_SNAPSHOT_GM_TUNE_H
 
 #include "alloc/alloc.h"
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 #include <stddef.h>
 #include <stdint.h>

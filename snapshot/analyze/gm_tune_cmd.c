@@ -1,8 +1,8 @@
 /* gm_tune_cmd.c — `gpumem tune`: options, the ranked table (text) and the JSON contract of
  * gm_tune.c's search, and --check (re-run the recorded command under the recommendation). */
-#include "snapshot/gm_tune.h"
+#include "snapshot/analyze/gm_tune.h"
 
-#include "snapshot/gm_frag.h"
+#include "snapshot/analyze/gm_frag.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -23,8 +23,8 @@
  * Gaps are given in time (events.t) and in events: the difference of seq numbers, i.e. every
  * record in between (allocations, frees, launches, NVTX records).
  */
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -9,8 +9,8 @@
  * gm_lives_load together (one statement for all their uses). Text and JSON print the same
  * gm_life, so they cannot disagree.
  */
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>

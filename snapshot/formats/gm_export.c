@@ -30,9 +30,9 @@
  *   FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
  *   WHERE e.kind IN (1,2,3,4) AND (e.kind IN (1,3) OR l.birth IS NOT NULL) ORDER BY e.seq
  */
-#include "snapshot/gm.h"
-#include "snapshot/gm_out.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_out.h"
+#include "snapshot/record/rec.h"
 
 #include <inttypes.h>
 

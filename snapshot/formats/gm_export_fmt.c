@@ -26,10 +26,10 @@
  * allocation as an async slice from alloc to free (name = the tensor's name, else its size),
  * OOMs as global instant events.
  * csv: the `allocations` view, a header line, RFC 4180 quoting. */
-#include "snapshot/gm.h"
-#include "snapshot/gm_out.h"
-#include "snapshot/gm_pickle.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_out.h"
+#include "snapshot/formats/gm_pickle.h"
+#include "snapshot/record/rec.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

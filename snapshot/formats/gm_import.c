@@ -4,7 +4,7 @@
  * gpumem.
  *
  * The pickle is read by gm_pickle.c, which never executes anything and bounds its memory. The
- * database is written through the recorder's schema (snapshot/schema.sql):
+ * database is written through the recorder's schema (snapshot/record/schema.sql):
  *   - device_traces (every device, merged in time_us order) become events: alloc -> alloc (1),
  *     free_requested -> free (2), or at its free_completed when that comes later (a block used on
  *     another stream, which PyTorch does not reuse before then: it stays allocated until then),
@@ -20,11 +20,11 @@
  *     function, file and line (symbolized = 1, no module);
  *   - streams (CUstream handles) get the database's small stream numbers.
  * Frees of memory the trace never allocated are left out. */
-#include "snapshot/gm.h"
-#include "snapshot/gm_out.h"
-#include "snapshot/gm_pickle.h"
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h" /* the version and schema the recorder writes */
+#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_out.h"
+#include "snapshot/formats/gm_pickle.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 
 #include <errno.h>
 #include <inttypes.h>

@@ -8,7 +8,7 @@
  *
  * Why dev/ino and not names: "run.db", "./run.db" and a hard link are one file; comparing what
  * stat(2) says is the only test that cannot be fooled by spelling. */
-#include "snapshot/gm_out.h"
+#include "snapshot/formats/gm_out.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
 
 #define MARK(s, w) {s, sizeof s - 1, w}
 const gm_out_mark gm_out_marker[GM_OUT_KINDS] = {

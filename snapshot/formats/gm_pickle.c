@@ -1,8 +1,8 @@
 /* gm_pickle.c — the pickle writer and the non-executing pickle reader (gm_pickle.h). */
-#include "snapshot/gm_pickle.h"
+#include "snapshot/formats/gm_pickle.h"
 
-#include "snapshot/u64map.h"
-#include "snapshot/utf8.h"
+#include "snapshot/record/u64map.h"
+#include "snapshot/read/utf8.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

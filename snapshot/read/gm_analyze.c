@@ -16,10 +16,10 @@
  * Nothing read is trusted: ids that point nowhere resolve to "?", parents that do not come
  * before their child are ignored (so no cycles), kinds out of range are counted as other.
  */
-#include "snapshot/gm.h"
-#include "snapshot/gm_analyze_pages.h"
-#include "snapshot/gm_devused.h"
-#include "snapshot/rec.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/read/gm_analyze_pages.h"
+#include "snapshot/read/gm_devused.h"
+#include "snapshot/record/rec.h"
 
 #include <ctype.h>
 #include <stdlib.h>

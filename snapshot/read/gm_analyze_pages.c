@@ -24,7 +24,7 @@
  * ends. SQLite's memory map is off meanwhile: the pages are copied, a window of them at a time,
  * into one buffer, so the report does not keep the whole file mapped (resident) as the map did.
  */
-#include "snapshot/gm_analyze_pages.h"
+#include "snapshot/read/gm_analyze_pages.h"
 
 #include <stdlib.h>
 #include <string.h>

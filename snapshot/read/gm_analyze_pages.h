@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 /* One events row as the sweep's SQL would have handed it over: each value what
  * sqlite3_value_int64 gives for the cell (NULL: 0), seq the rowid, device -1 for NULL (the

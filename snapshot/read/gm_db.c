@@ -9,8 +9,8 @@
  * that treats every value as possibly wrong (ids that point nowhere, NULLs, wrong types):
  * see gm_analyze.c.
  */
-#include "snapshot/gm.h"
-#include "snapshot/rec.h" /* REC_APPLICATION_ID */
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * A report names the same few kernels thousands of times, so the demangled form is kept per
  * strings id (gm_demangler).
  */
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 #include <libiberty/demangle.h>
 #include <stdlib.h>

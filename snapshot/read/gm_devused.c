@@ -23,14 +23,14 @@
  * The program's VMM follows the driver's rule: a physical handle holds its memory from
  * cuMemCreate until it is released and no longer mapped.
  */
-#include "snapshot/gm_devused.h"
+#include "snapshot/read/gm_devused.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/u64map.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/u64map.h"
 
 #define DU_MAX_DEV 64
 

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 /* What is held outside gpumem's allocator, by what it is. */
 enum { GM_DU_VMM, GM_DU_POOL, GM_DU_PASS, GM_DU_ARRAY, GM_DU_NCAT };

@@ -1,6 +1,6 @@
 /* gm_open.c — how a command opens its database: gm_db_open, gm_model_load, gm_symbolize, with
  * the one-line error and exit code every command gives (gm.h, gm_open_model). */
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize) {
     char err[8192];

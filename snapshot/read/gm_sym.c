@@ -23,7 +23,7 @@
  * database is closed and writable, so the work is done once per database; otherwise they stay
  * in memory.
  */
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>

@@ -12,7 +12,7 @@
  * merged when they fit in one node, else their entries are shared evenly. An internal root left
  * with one child is replaced by that child, an empty leaf root by nothing.
  */
-#include "snapshot/addr_index.h"
+#include "snapshot/record/addr_index.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  * by a 64-bit hash in a lock-free open-addressing table: the common case (a stack seen before)
  * is lookup-only; a new stack takes the lock once to get an id and queue its frames.
  */
-#include "snapshot/rec_internal.h"
+#include "snapshot/record/rec_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* rec.h — the recorder API (snapshot/), used by libgpumem.so (preload/) and by tests.
  *
- * The recorder turns what the preload sees into a SQLite database (schema: snapshot/schema.sql,
+ * The recorder turns what the preload sees into a SQLite database (schema: snapshot/record/schema.sql,
  * user documentation: snapshot/README.md). It is built as $(BUILD)/snapshot/librec.a (-fPIC
  * objects; link with -lsqlite3 -lunwind -lpthread).
  *

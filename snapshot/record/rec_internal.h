@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <sqlite3.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/rec_ring.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_ring.h"
 
 /* The recorder's own record kinds in the ring (not stored in events.kind). */
 enum {

@@ -1,6 +1,6 @@
 /* rec_path.c — what the recorder and gpumem record share about the database file: expanding
  * the GPUMEM_DB template, and telling a gpumem database from a file that must not be touched. */
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* rec_ring.c — bounded lock-free MPSC ring (see rec_ring.h for the design). */
-#include "snapshot/rec_ring.h"
+#include "snapshot/record/rec_ring.h"
 
 #include <linux/futex.h>
 #include <sched.h>

@@ -10,7 +10,7 @@
  * a pointer of type "gm_rows" (sqlite3_bind_pointer, so SQL text can never forge one). It has
  * REC_ROWS_MAX_COLS columns c0 .. c12; columns past the buffer's read as NULL.
  */
-#include "snapshot/rec_rows.h"
+#include "snapshot/record/rec_rows.h"
 
 #include <stdio.h>
 #include <string.h>

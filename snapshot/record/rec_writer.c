@@ -38,10 +38,10 @@
  * Fork safety: the writer holds db_lock while it is inside SQLite; the atfork prepare handler
  * takes it, so no SQLite call is ever in flight when the process forks.
  */
-#include "snapshot/rec_internal.h"
-#include "snapshot/addr_index.h"
-#include "snapshot/rec_rows.h"
-#include "snapshot/u64map.h"
+#include "snapshot/record/rec_internal.h"
+#include "snapshot/record/addr_index.h"
+#include "snapshot/record/rec_rows.h"
+#include "snapshot/record/u64map.h"
 
 #include <elf.h>
 #include <errno.h>

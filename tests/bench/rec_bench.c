@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 
 static double now_s(void) {
     struct timespec ts;

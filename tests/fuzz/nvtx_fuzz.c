@@ -33,9 +33,9 @@
 #include <unistd.h>
 #include <wchar.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/fuzz/nvtx_fuzz.h"
 
 /* one input in RECORD_EVERY (by hash) also goes through a whole recording and its reports */

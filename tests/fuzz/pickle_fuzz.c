@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/gm_pickle.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -14,7 +14,7 @@
 
 #include <sqlite3.h>
 
-#include "snapshot/gm.h"
+#include "snapshot/read/gm.h"
 
 /* Each input is a new connection, and each connection's page cache starts with one bulk
  * allocation of 20 pages (~170 KB at gpumem's 8 KiB pages): past ASan's largest size class, so

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One output rule, every writer (snapshot/gm_out.h): every command that writes a file with -o
+# One output rule, every writer (snapshot/formats/gm_out.h): every command that writes a file with -o
 # goes through the same table of cases, and each case checks the files byte for byte (cmp):
 #   user     an existing file that is not the writer's own kind: refused (rc 2), untouched;
 #            with --force: replaced by output that reads back

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "snapshot/rec.h"
+#include "snapshot/record/rec.h"
 
 static uint64_t next_addr = 0x7f0000000000ull;
 static uint64_t next_id = 1;

@@ -22,7 +22,7 @@ check_eq() { if [[ "$2" == "$3" ]]; then pass "$1 ($2)"; else fail "$1: got '$2'
 
 M=1048576
 db=$TMP/rules.db
-sqlite3 "$db" < snapshot/schema.sql || { echo "cannot create the schema" >&2; exit 1; }
+sqlite3 "$db" < snapshot/record/schema.sql || { echo "cannot create the schema" >&2; exit 1; }
 # events(seq, t, kind, flags, device, stream, thread, addr, size, requested, alloc_id, stack, range)
 sqlite3 "$db" <<EOF
 INSERT INTO meta VALUES ('schema_major', 1), ('schema_minor', 3), ('state', 'closed'), ('mode', 'replace');

@@ -23,7 +23,7 @@ sqlite3 "$DB" "
   FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
   WHERE e.kind IN (1, 2, 3, 4) AND (e.kind IN (1, 3) OR l.birth IS NOT NULL)
   ORDER BY e.seq" > "$TMP/sql"
-# one comment line first (the output rule's marker, snapshot/gm_out.h), which the replay engine skips
+# one comment line first (the output rule's marker, snapshot/formats/gm_out.h), which the replay engine skips
 head -1 "$TMP/t1" | grep -q '^# gpumem trace' || fail "the trace does not start with its marker line"
 sed -i 1d "$TMP/t1"
 cmp -s "$TMP/t1" "$TMP/sql" || { diff "$TMP/sql" "$TMP/t1" >&2; fail "export differs from the alloc_life query"; }

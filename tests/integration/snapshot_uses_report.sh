@@ -12,7 +12,7 @@ source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 command -v sqlite3 > /dev/null || { echo "skipped: sqlite3 is not installed" >&2; exit 77; }
 command -v jq > /dev/null || { echo "skipped: jq is not installed" >&2; exit 77; }
-SCHEMA=snapshot/schema.sql
+SCHEMA=snapshot/record/schema.sql
 MiB=1048576
 
 # The recording. Seqs with no event are name records (`names`), as the recorder numbers them.

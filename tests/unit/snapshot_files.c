@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static void expand_path_placeholders(void **state) {

@@ -1,4 +1,4 @@
-/* snapshot_index.c — the writer's address index (snapshot/addr_index.h): an ordered map with
+/* snapshot_index.c — the writer's address index (snapshot/record/addr_index.h): an ordered map with
  * floor lookup, checked against a plain sorted array under random inserts, replacements and
  * deletes, with the structure's invariant checker after every operation. */
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/addr_index.h"
+#include "snapshot/record/addr_index.h"
 
 /* The reference: a sorted array of (key, val). */
 typedef struct ref {

@@ -1,4 +1,4 @@
-/* snapshot_pages.c — the sweep's page reader (snapshot/gm_analyze_pages.c) reads exactly the
+/* snapshot_pages.c — the sweep's page reader (snapshot/read/gm_analyze_pages.c) reads exactly the
  * rows SQLite reads, and gives up, never guesses, on anything else: its rows equal a query's
  * on a recorder's database; a WAL with frames, another declaration of `events`, and damaged
  * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
@@ -12,10 +12,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/gm_analyze_pages.h"
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/read/gm_analyze_pages.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static char err[8192];

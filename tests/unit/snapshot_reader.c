@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static char err[8192];

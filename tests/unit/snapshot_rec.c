@@ -1,4 +1,4 @@
-/* snapshot_rec.c — the recorder through its public API (snapshot/rec.h) with synthetic events,
+/* snapshot_rec.c — the recorder through its public API (snapshot/record/rec.h) with synthetic events,
  * checked by reading the database it writes. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,8 +9,8 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static char path[512];

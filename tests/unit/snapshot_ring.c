@@ -1,4 +1,4 @@
-/* snapshot_ring.c — the recorder's lock-free MPSC ring (snapshot/rec_ring.c).
+/* snapshot_ring.c — the recorder's lock-free MPSC ring (snapshot/record/rec_ring.c).
  * Properties: FIFO with gap-free seq numbers from 1; a full ring drops (and counts) instead of
  * blocking past its wait budget; with many producers and one consumer every record arrives
  * exactly once and each producer's records arrive in the order it pushed them. */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/rec_ring.h"
+#include "snapshot/record/rec_ring.h"
 
 static void fifo_and_seq(void **state) {
     (void)state;

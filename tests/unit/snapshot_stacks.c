@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "snapshot/gm.h"
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/read/gm.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static char path[512];

@@ -10,8 +10,8 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "snapshot/rec.h"
-#include "snapshot/rec_internal.h"
+#include "snapshot/record/rec.h"
+#include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
 
 static char path[512];
