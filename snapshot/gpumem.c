@@ -7,7 +7,8 @@
  * `record` passes the program's own exit code through (128+N when killed by signal N, 127 when
  * the program cannot be started).
  */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 #include "snapshot/analyze/gm_advise.h"

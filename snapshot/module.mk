@@ -3,7 +3,7 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
+REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_state.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
             $(SNAP_DIR)/record/addr_index.o $(SNAP_DIR)/record/rec_rows.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
@@ -25,7 +25,7 @@ $(REC_LIB): $(REC_OBJS)
 ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
-GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
+GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
            $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/formats/gm_out.o
@@ -33,7 +33,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/re
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
 GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_ranks.o \
-                  $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
+                  $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
 GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
@@ -75,7 +75,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
-                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh \
+                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh
@@ -95,7 +95,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_rou
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
                   snapshot/analyze/gm_report.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
-                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/formats/gm_out.c snapshot/record/rec_path.c
+                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -107,7 +107,7 @@ ALL_TARGETS += $(SNAP_FUZZ)
 # preload/nvtx.c as a statically injected tool) through the recorder and the reader, all built
 # from source with the sanitizers
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
-NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
+NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_state.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
                   snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/formats/gm_export_fmt.c snapshot/formats/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/record/rec_path.c,$(SNAP_FUZZ_SRCS))

@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 
 #define VIZ_TOP_CLASSES 10 /* classes with their own layer and colour; the rest are "other" */
 

@@ -7,14 +7,14 @@
 #define GPUMEM_SNAPSHOT_GM_ADVISE_H
 
 #include "alloc/alloc.h"
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
 /* The free of allocation a completed (its block reusable from here): the trace's `fc`. Only
- * frag/tune's loader (gm_frag_trace_load) adds these; adv_model_load never does. */
+ * frag/tune's loader (gm_replay_trace_load) adds these; adv_model_load never does. */
 enum { ADV_EV_FREE_DONE = 3 };
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */

@@ -5,7 +5,7 @@
  * live at each one's peak allocated moment, ranked by the size of their change.
  * --fail-if-peak-grows PCT makes it a CI gate: exit 1 when B's peak reserved exceeds A's by
  * more than PCT percent. */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 
 #include <ctype.h>
 #include <inttypes.h>

@@ -29,7 +29,7 @@
 #include "snapshot/analyze/gm_frag.h"
 
 #include "snapshot/analyze/gm_advise.h"
-#include "snapshot/analyze/gm_tune.h"
+#include "snapshot/analyze/gm_replay.h"
 #include "snapshot/record/rec.h"
 
 #include <inttypes.h>
@@ -525,94 +525,6 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
 
 /* ---------------------------------------------------------------- configurations */
 
-static int conf_same(const alloc_config_t *a, const alloc_config_t *b) {
-    char x[1024], y[1024];
-    alloc_config_format(a, x, sizeof x);
-    alloc_config_format(b, y, sizeof y);
-    return strcmp(x, y) == 0;
-}
-
-void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz) {
-    char full[1024];
-    alloc_config_format(cfg, full, sizeof full);
-    /* the keys after the preset, as the formatter writes them */
-    char *toks[64];
-    size_t nt = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(full, ",", &save); t && nt < 64; t = strtok_r(NULL, ",", &save)) {
-        /* a list value ("[256:1,512:2]") was cut at its commas: glue it back */
-        if (nt && strchr(toks[nt - 1], '[') && !strchr(toks[nt - 1], ']')) {
-            t[-1] = ',';
-            continue;
-        }
-        toks[nt++] = t;
-    }
-    char best[1024] = "";
-    for (size_t p = 0; alloc_preset_names[p]; p++) {
-        int keep[64];
-        for (size_t i = 0; i < nt; i++) keep[i] = strncmp(toks[i], "preset:", 7) != 0;
-        /* drop every key the preset already implies, one at a time */
-        for (size_t i = 0; i < nt; i++) {
-            if (!keep[i]) continue;
-            keep[i] = 0;
-            char trial[1024];
-            int n = snprintf(trial, sizeof trial, "preset:%s", alloc_preset_names[p]);
-            for (size_t j = 0; j < nt; j++)
-                if (keep[j]) n += snprintf(trial + n, sizeof trial - (size_t)n, ",%s", toks[j]);
-            alloc_config_t c;
-            alloc_config_default(&c);
-            if (alloc_config_parse(&c, trial, NULL, 0) != ALLOC_OK || !conf_same(&c, cfg)) keep[i] = 1;
-        }
-        char cand[1024];
-        int n = snprintf(cand, sizeof cand, "preset:%s", alloc_preset_names[p]);
-        for (size_t j = 0; j < nt; j++)
-            if (keep[j]) n += snprintf(cand + n, sizeof cand - (size_t)n, ",%s", toks[j]);
-        alloc_config_t c;
-        alloc_config_default(&c);
-        if (alloc_config_parse(&c, cand, NULL, 0) != ALLOC_OK || !conf_same(&c, cfg)) continue;
-        if (!best[0] || strlen(cand) < strlen(best)) snprintf(best, sizeof best, "%s", cand);
-    }
-    if (!best[0]) alloc_config_format(cfg, best, sizeof best);
-    snprintf(out, outsz, "%s", best);
-}
-
-int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
-    alloc_config_t c = *cfg;
-    c.limit = 0; /* a memory fraction in PyTorch, not a configuration key */
-    char s[1024];
-    gm_conf_short(&c, s, sizeof s);
-    const char *rest;
-    char py[1024] = "";
-    if (strncmp(s, "preset:pytorch-expandable", 25) == 0 && (s[25] == ',' || !s[25])) {
-        snprintf(py, sizeof py, "expandable_segments:True");
-        rest = s + 25;
-    } else if (strncmp(s, "preset:pytorch", 14) == 0 && (s[14] == ',' || !s[14])) {
-        rest = s + 14;
-    } else {
-        return 0;
-    }
-    static const char *const keys[] = {"expandable_segments:", "max_split_size_mb:",
-                                        "roundup_power2_divisions:", "garbage_collection_threshold:"};
-    while (*rest == ',') {
-        rest++;
-        int ok = 0;
-        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-            if (strncmp(rest, keys[k], strlen(keys[k])) == 0) ok = 1;
-        if (!ok) return 0; /* a gpumem-only key */
-        const char *e = rest;
-        int depth = 0;
-        while (*e && (*e != ',' || depth)) {
-            if (*e == '[') depth++;
-            if (*e == ']') depth--;
-            e++;
-        }
-        size_t l = strlen(py);
-        snprintf(py + l, sizeof py - l, "%s%.*s", l ? "," : "", (int)(e - rest), rest);
-        rest = e;
-    }
-    snprintf(out, outsz, "%s", py);
-    return 1;
-}
 
 /* ---------------------------------------------------------------- fixes by replay */
 
@@ -641,160 +553,17 @@ static int fix_cmp(const void *a, const void *b) {
     return strlen(x->conf) < strlen(y->conf) ? -1 : strlen(x->conf) > strlen(y->conf);
 }
 
-/* The recording's OOMs put back into the trace as the allocations they were (held to the end:
- * what the program would have done with them is unknown), so that the recorded configuration
- * replays into the same OOM and a fix is a configuration that does not. 0 or -1. */
-static int add_ooms(gm_db *d, adv_model *am) {
-    sqlite3_stmt *st;
-    if (!gm_table_exists(d, "ooms") ||
-        sqlite3_prepare_v2(d->db, "SELECT e.t, o.requested, e.stream FROM ooms o JOIN events e ON e.seq = o.seq "
-                                  "ORDER BY o.seq", -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    int rc = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        uint64_t t = (uint64_t)sqlite3_column_int64(st, 0);
-        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
-        uint32_t stream = (uint32_t)sqlite3_column_int64(st, 2);
-        if (!size) continue;
-        if (am->nallocs == am->allocs_cap) {
-            size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 16;
-            adv_alloc *n = realloc(am->allocs, nc * sizeof *n);
-            if (!n) { rc = -1; break; }
-            am->allocs = n, am->allocs_cap = nc;
-        }
-        adv_ev *evs = realloc(am->evs, (am->nevs + 1) * sizeof *evs);
-        if (!evs) { rc = -1; break; }
-        am->evs = evs;
-        uint32_t a = (uint32_t)am->nallocs++;
-        am->allocs[a] = (adv_alloc){.size = size, .stream = stream, .orig = a};
-        size_t at = 0; /* before the first event issued after the OOM */
-        while (at < am->nevs && am->evs[at].t <= t) at++;
-        memmove(&am->evs[at + 1], &am->evs[at], (am->nevs - at) * sizeof *am->evs);
-        am->evs[at] = (adv_ev){.a = a, .kind = ADV_EV_ALLOC, .step = -1, .t = t};
-        am->nevs++;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-/* The recording's free_completed events (kind 29: a free that waited for stream events landed)
- * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
- * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
- * one at the end. The model's allocation index is the rank of the allocation's event among kinds
- * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
- * allocation by device and allocator id. A free_completed goes before the first model event
- * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes. */
-static int add_free_completed(gm_db *d, adv_model *am) {
-    sqlite3_stmt *st;
-    int any = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 29 OR (kind IN (2, 4) AND (flags & 8192) != 0) LIMIT 1",
-                           -1, &st, NULL) == SQLITE_OK) {
-        any = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
-    }
-    if (!any || sqlite3_prepare_v2(d->db, "SELECT kind, device, alloc_id, t, flags FROM events "
-                                          "WHERE kind IN (1, 2, 3, 4, 29) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    u64map idx = {0};            /* (device, allocator id) -> allocation index */
-    u64map pend = {0}, early = {0}; /* frees waiting for their free_completed; ones that came first */
-    adv_ev *fc = NULL;
-    size_t nfc = 0, cap = 0, na = 0;
-    uint64_t last_t = 0;
-    int rc = 0;
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        int kind = sqlite3_column_int(st, 0);
-        uint64_t id = (uint64_t)sqlite3_column_int64(st, 2);
-        uint64_t key = id ^ ((uint64_t)(sqlite3_column_int64(st, 1) & 0xff) << 56);
-        last_t = (uint64_t)sqlite3_column_int64(st, 3);
-        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-            if (id && u64map_put(&idx, key, na) != 0) rc = -1;
-            na++;
-            continue;
-        }
-        if (!id) continue;
-        if (kind != REC_FREE_COMPLETED) {
-            if ((sqlite3_column_int64(st, 4) & REC_F_PENDING) && !u64map_del(&early, key, NULL) &&
-                u64map_put(&pend, key, 1) != 0)
-                rc = -1;
-            continue;
-        }
-        if (!u64map_del(&pend, key, NULL)) {
-            if (u64map_put(&early, key, 1) != 0) rc = -1;
-            continue; /* landed before its free was recorded: reusable at the free */
-        }
-        const uint64_t *a = u64map_get(&idx, key);
-        if (!a || *a >= am->nallocs) continue;
-        if (nfc == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            adv_ev *n = realloc(fc, nc * sizeof *n);
-            if (!n) { rc = -1; break; }
-            fc = n, cap = nc;
-        }
-        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = last_t};
-    }
-    sqlite3_finalize(st);
-    /* still waiting when the recording stopped: held to the end */
-    for (uint64_t i = 0; rc == 0 && pend.keys && i <= pend.mask; i++) {
-        if (pend.keys[i] == U64MAP_EMPTY) continue;
-        const uint64_t *a = u64map_get(&idx, pend.keys[i]);
-        if (!a || *a >= am->nallocs) continue;
-        if (nfc == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            adv_ev *n = realloc(fc, nc * sizeof *n);
-            if (!n) { rc = -1; break; }
-            fc = n, cap = nc;
-        }
-        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = UINT64_MAX};
-    }
-    u64map_free(&idx), u64map_free(&pend), u64map_free(&early);
-    if (rc == 0 && nfc) { /* merge by time: both lists are in recorded order */
-        adv_ev *evs = malloc((am->nevs + nfc) * sizeof *evs);
-        if (!evs) rc = -1;
-        for (size_t i = 0, j = 0, k = 0; evs && k < am->nevs + nfc; k++)
-            evs[k] = j < nfc && (i == am->nevs || fc[j].t < am->evs[i].t) ? fc[j++] : am->evs[i++];
-        if (evs) {
-            free(am->evs);
-            am->evs = evs;
-            am->nevs += nfc;
-        }
-    }
-    free(fc);
-    return rc;
-}
-
-int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
-    if (adv_model_load(d, am, err, errsz) != 0) return -1;
-    if (add_free_completed(d, am) != 0) {
-        adv_model_free(am);
-        snprintf(err, errsz, "out of memory");
-        return -1;
-    }
-    /* advise's model drops the limit (it predicts how much is needed); configurations are
-     * judged under the limit the program ran with */
-    alloc_config_t rc;
-    alloc_config_default(&rc);
-    char conf[1024];
-    gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
-    if (add_ooms(d, am) != 0) {
-        adv_model_free(am);
-        snprintf(err, errsz, "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
 static void find_fixes(gm_db *d, gm_frag *f) {
     char err[512];
     adv_model am;
-    if (gm_frag_trace_load(d, &am, err, sizeof err) != 0) {
+    if (gm_replay_trace_load(d, &am, err, sizeof err) != 0) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", err);
         return;
     }
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
     alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
-    gm_tune_result *res = calloc(NC + 1, sizeof *res);
+    gm_replay_result *res = calloc(NC + 1, sizeof *res);
     f->fixes = calloc(NC, sizeof *f->fixes);
     if (!trace || !res || !f->fixes) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? "out of memory" : "no allocations");
@@ -816,20 +585,20 @@ static void find_fixes(gm_db *d, gm_frag *f) {
         alloc_config_t c = recorded;
         if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) continue;
         c.limit = recorded.limit; /* a preset keeps the limit the program ran under */
-        if (conf_same(&c, &recorded)) continue;
+        if (gm_conf_same(&c, &recorded)) continue;
         res[nres].cfg = c, which[nres++] = i;
     }
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
-    gm_tune_replay_many(trace, am.nevs, cap, am.top_down, res, nres, 0);
-    const gm_tune_result *base = &res[0];
+    gm_replay_many(trace, am.nevs, cap, am.top_down, res, nres, 0);
+    const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");
     } else {
         f->replay_peak_reserved = base->peak_reserved;
         f->replay_oom = base->oom;
         for (size_t r = 1; r < nres; r++) {
-            const gm_tune_result *x = &res[r];
+            const gm_replay_result *x = &res[r];
             /* a fix reserves less; on a recording that met an OOM under its limit, a fix is one
              * that does not (the recorded replay stops at its OOM, so its peak is no baseline) */
             if (!x->ok || x->oom) continue;

@@ -9,7 +9,7 @@
 #define GPUMEM_SNAPSHOT_GM_FRAG_H
 
 #include "alloc/alloc.h"
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 #include "snapshot/analyze/gm_advise.h"
 
 #include <stddef.h>
@@ -122,17 +122,6 @@ int gm_frag_main(int argc, char **argv);
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz);
 
-/* The recorded trace as advise's model, ready to replay as the program ran: the recorded
- * configuration with its limit, and each OOM's request put back as the allocation it was (held
- * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
-int gm_frag_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
 
-/* ---- configuration strings (shared with `gpumem tune`) ---- */
-/* The shortest GPUMEM_CONF that parses to *cfg: a preset and only the keys that differ from it. */
-void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz);
-/* The PYTORCH_CUDA_ALLOC_CONF with the same effect, if there is one: 1 and out filled ("" for
- * PyTorch's defaults), else 0. The limit is left out (in PyTorch it is
- * torch.cuda.set_per_process_memory_fraction, not a configuration key). */
-int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz);
 
 #endif

@@ -13,7 +13,7 @@
  * the other ranks' at theirs, the largest differences first; the timeline aligned by step
  * number (the step ranges the trainer and frameworks push, "step N"); leaks per rank.
  * The analysis (rank_load, merge) is apart from the two printers (text, JSON). */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/record/rec.h"
 

@@ -5,55 +5,15 @@
  * grouped by a string key (call site, phase) with one sort — O(n log n) in the set, never a
  * query per row.
  */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 #include "snapshot/read/gm_devused.h"
 #include "snapshot/record/rec.h"
-#include "snapshot/read/utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-void gm_fmt_bytes(uint64_t v, char *out, size_t outsz) {
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (v < 1024) {
-        snprintf(out, outsz, "%" PRIu64 " B", v);
-        return;
-    }
-    double x = (double)v;
-    int i = 0;
-    while (x >= 1024 && i < 5) x /= 1024, i++;
-    snprintf(out, outsz, "%.2f %s", x, u[i]);
-}
-
-void gm_fmt_ns(uint64_t ns, char *out, size_t outsz) {
-    if (ns < 1000) snprintf(out, outsz, "%" PRIu64 " ns", ns);
-    else if (ns < 1000000) snprintf(out, outsz, "%.1f us", (double)ns / 1e3);
-    else if (ns < 1000000000) snprintf(out, outsz, "%.2f ms", (double)ns / 1e6);
-    else snprintf(out, outsz, "%.3f s", (double)ns / 1e9);
-}
-
-/* Names are the program's bytes: UTF-8 stays as it is (a JSON string is UTF-8 text), control
- * characters are escaped, and a byte that is not part of well-formed UTF-8 becomes U+FFFD (so
- * the output is always valid JSON, and "é" is not turned into "Ã©"). */
-void gm_json_str(FILE *out, const char *s) {
-    if (!s) {
-        fputs("null", out);
-        return;
-    }
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int n = gm_utf8_len(p);
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\u%04x", *p);
-        else if (n == 0) fputs("\\ufffd", out);
-        else fwrite(p, 1, (size_t)n, out);
-        p += n ? n : 1;
-    }
-    fputc('"', out);
-}
 
 /* ---------------------------------------------------------------- grouping */
 

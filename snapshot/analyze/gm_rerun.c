@@ -3,7 +3,7 @@
  * and/or a GPUMEM_CONF, into scratch databases whose measured peaks are read back; with ranks,
  * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
  * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,7 +21,7 @@
  */
 #include "snapshot/analyze/gm_tune.h"
 
-#include "snapshot/analyze/gm_frag.h"
+#include "snapshot/analyze/gm_replay.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,110 +31,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The virtual GPU's default costs for the calls an allocator makes (sim/sim_state.c,
- * default_costs; the figures and their sources are in sim/README.md, "Cost model"): fixed
- * microseconds per call and microseconds per MiB of the size it names. */
-typedef struct call_cost {
-    double fixed_us, per_mib_us;
-} call_cost;
-static const call_cost cost_reserve = {10.0, 0.0}, cost_free_range = {10.0, 0.0},
-                       cost_create = {20.0, 1.0}, cost_release = {10.0, 0.5}, cost_map = {10.0, 0.1},
-                       cost_unmap = {15.0, 0.5}, cost_set_access = {20.0, 0.5},
-                       cost_seg_alloc = {20.0, 0.5}, cost_seg_free = {25.0, 0.25},
-                       cost_event_record = {2.0, 0.0}, cost_event_query = {1.0, 0.0},
-                       cost_synchronize = {10.0, 0.0};
-
-static double price(call_cost c, uint64_t calls, uint64_t bytes) {
-    return c.fixed_us * (double)calls + c.per_mib_us * ((double)bytes / 1048576.0);
-}
-
-double gm_tune_driver_seconds(const alloc_mem_counters_t *c) {
-    double us = price(cost_reserve, c->reserve, 0) + price(cost_free_range, c->free_range, 0) +
-                price(cost_create, c->create, c->create_bytes) + price(cost_release, c->release, c->release_bytes) +
-                price(cost_map, c->map, c->map_bytes) + price(cost_unmap, c->unmap, c->unmap_bytes) +
-                price(cost_set_access, c->set_access, c->set_access_bytes) +
-                price(cost_seg_alloc, c->seg_alloc, c->seg_alloc_bytes) +
-                price(cost_seg_free, c->seg_free, c->seg_free_bytes) +
-                price(cost_event_record, c->event_record, 0) + price(cost_event_query, c->event_query, 0) +
-                price(cost_synchronize, c->synchronize, 0);
-    return us * 1e-6;
-}
-
-/* ---------------------------------------------------------------- parallel replays */
-
-typedef struct job {
-    const alloc_trace_event_t *trace;
-    size_t n;
-    size_t capacity;
-    bool top_down;
-    gm_tune_result *res; /* the batch */
-    size_t nres;
-    atomic_size_t next;
-} job;
-
-static void replay_one(job *j, gm_tune_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
-    alloc_replay_result_t out;
-    char err[256];
-    if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
-        r->ok = 0;
-        r->oom = 1;
-        return;
-    }
-    r->ok = 1;
-    r->oom = out.oom_index >= 0;
-    r->peak_allocated = out.peak_allocated;
-    r->peak_reserved = out.peak_reserved;
-    r->utilization = out.utilization;
-    r->driver_calls = out.driver_calls;
-    r->driver_time_s = gm_tune_driver_seconds(&out.backend);
-}
-
-static void run_batch(job *j, int threads);
-
-static void *worker(void *arg) {
-    job *j = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->nres) break;
-        replay_one(j, &j->res[i]);
-    }
-    return NULL;
-}
-
-int gm_tune_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                        gm_tune_result *res, size_t nres, int threads) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res, .nres = nres};
-    if (threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu > 0 ? (int)ncpu : 1;
-    }
-    run_batch(&j, threads);
-    return 0;
-}
-
-static void run_batch(job *j, int threads) {
-    atomic_store(&j->next, 0);
-    if (threads <= 1 || j->nres <= 1) {
-        worker(j);
-        return;
-    }
-    pthread_t tid[64];
-    int nt = threads < 64 ? threads : 64, started = 0;
-    for (int i = 0; i < nt; i++)
-        if (pthread_create(&tid[i], NULL, worker, j) == 0) started++;
-        else break;
-    if (!started) worker(j);
-    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
-}
-
 /* ---------------------------------------------------------------- the search */
 
 typedef struct search {
     gm_tune *t;
     const gm_tune_opts *o;
     size_t cap;
-    job j;
+    const alloc_trace_event_t *trace; /* the replays' input (gm_replay_many) */
+    size_t ntrace, capacity;
+    bool top_down;
     int threads;
     int streams; /* the trace uses several streams */
     uint64_t limit;
@@ -167,7 +72,7 @@ static uint64_t bucket(const rank_ctx *c, uint64_t reserved) {
 }
 
 /* 1 when a ranks before b */
-static int better(const rank_ctx *c, const gm_tune_result *a, const gm_tune_result *b) {
+static int better(const rank_ctx *c, const gm_replay_result *a, const gm_replay_result *b) {
     if (a->oom != b->oom) return !a->oom;
     if (c->objective == GM_TUNE_TIME) {
         if (a->driver_time_s != b->driver_time_s) return a->driver_time_s < b->driver_time_s;
@@ -201,19 +106,18 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
         if (find(s, &c) >= 0) continue;
         if (s->t->nresults == s->cap) {
             size_t nc = s->cap ? 2 * s->cap : 32;
-            gm_tune_result *r = realloc(s->t->results, nc * sizeof *r);
+            gm_replay_result *r = realloc(s->t->results, nc * sizeof *r);
             if (!r) return -1;
             s->t->results = r, s->cap = nc;
         }
-        gm_tune_result *r = &s->t->results[s->t->nresults++];
+        gm_replay_result *r = &s->t->results[s->t->nresults++];
         memset(r, 0, sizeof *r);
         r->cfg = c;
         gm_conf_short(&c, r->conf, sizeof r->conf);
         r->has_pytorch = gm_conf_pytorch(&c, r->pytorch, sizeof r->pytorch);
     }
-    s->j.res = s->t->results + first;
-    s->j.nres = s->t->nresults - first;
-    run_batch(&s->j, s->threads);
+    gm_replay_many(s->trace, s->ntrace, s->capacity, s->top_down, s->t->results + first,
+                   s->t->nresults - first, s->threads);
     if (s->o->progress)
         fprintf(stderr, "\rgpumem tune: %zu configurations replayed...", s->t->nresults);
     return (long)first;
@@ -262,7 +166,7 @@ static size_t best_of(const search *s, const size_t *idx, size_t n) {
 }
 
 static int rank_cmp(const void *x, const void *y, void *arg) {
-    const gm_tune_result *a = x, *b = y;
+    const gm_replay_result *a = x, *b = y;
     const rank_ctx *c = arg;
     if (better(c, a, b)) return -1;
     if (better(c, b, a)) return 1;
@@ -275,7 +179,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     adv_model am;
-    if (gm_frag_trace_load(d, &am, err, errsz) != 0) return -1;
+    if (gm_replay_trace_load(d, &am, err, errsz) != 0) return -1;
     if (!am.nevs) {
         adv_model_free(&am);
         snprintf(err, errsz, "%s: no allocation to replay", d->path);
@@ -298,7 +202,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
-    s.j = (job){.trace = trace, .n = am.nevs, .capacity = cap, .top_down = am.top_down};
+    s.trace = trace, s.ntrace = am.nevs, s.capacity = cap, s.top_down = am.top_down;
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);

@@ -47,7 +47,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     fprintf(out, "  %4s %12s %12s %6s %9s %10s %4s  %s\n", "rank", "reserved", "allocated", "util", "calls", "driver ms",
             "OOM", "GPUMEM_CONF");
     for (size_t i = 0; i < t->nresults; i++) {
-        const gm_tune_result *r = &t->results[i];
+        const gm_replay_result *r = &t->results[i];
         int show = (int)i < top || i == t->recorded || r->preset;
         if (!show) continue;
         char re[32], al[32];
@@ -61,7 +61,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "\n  no configuration avoids an OOM under the limit: the live tensors need more (gpumem advise)\n");
         return;
     }
-    const gm_tune_result *b = &t->results[t->best];
+    const gm_replay_result *b = &t->results[t->best];
     char re[32];
     bytes(b->peak_reserved, re, sizeof re);
     fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
@@ -75,7 +75,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     } else {
         /* the best that PyTorch can express, for PyTorch users */
         for (size_t i = 0; i < t->nresults; i++) {
-            const gm_tune_result *r = &t->results[i];
+            const gm_replay_result *r = &t->results[i];
             if (!r->has_pytorch || r->oom || !r->ok) continue;
             bytes(r->peak_reserved, re, sizeof re);
             fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (predicted peak reserved %s)\n",
@@ -85,7 +85,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     }
 }
 
-static void print_result_json(const gm_tune_result *r, FILE *out) {
+static void print_result_json(const gm_replay_result *r, FILE *out) {
     fputs("{\"conf\":", out);
     gm_json_str(out, r->conf);
     fputs(",\"pytorch_conf\":", out);
@@ -115,7 +115,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     if (t->best == SIZE_MAX) {
         fputs("null", out);
     } else {
-        const gm_tune_result *b = &t->results[t->best];
+        const gm_replay_result *b = &t->results[t->best];
         fputs("{\"conf\":", out);
         gm_json_str(out, b->conf);
         fputs(",\"pytorch_conf\":", out);
@@ -208,7 +208,7 @@ int gm_tune_main(int argc, char **argv) {
     } else {
         print_text(&d, &t, o.objective, (int)top, stdout);
         if (have) {
-            const gm_tune_result *b = &t.results[t.best];
+            const gm_replay_result *b = &t.results[t.best];
             char p[32], m[32];
             bytes(b->peak_reserved, p, sizeof p);
             bytes(meas[1], m, sizeof m);

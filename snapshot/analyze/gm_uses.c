@@ -23,7 +23,7 @@
  * Gaps are given in time (events.t) and in events: the difference of seq numbers, i.e. every
  * record in between (allocations, frees, launches, NVTX records).
  */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 #include "snapshot/record/rec.h"
 
 #include <inttypes.h>

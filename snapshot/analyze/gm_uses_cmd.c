@@ -9,7 +9,7 @@
  * gm_lives_load together (one statement for all their uses). Text and JSON print the same
  * gm_life, so they cannot disagree.
  */
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
 #include "snapshot/record/rec.h"
 
 #include <fnmatch.h>

@@ -30,7 +30,7 @@
  *   FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
  *   WHERE e.kind IN (1,2,3,4) AND (e.kind IN (1,3) OR l.birth IS NOT NULL) ORDER BY e.seq
  */
-#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/record/rec.h"
 

@@ -26,7 +26,7 @@
  * allocation as an async slice from alloc to free (name = the tensor's name, else its size),
  * OOMs as global instant events.
  * csv: the `allocations` view, a header line, RFC 4180 quoting. */
-#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/formats/gm_pickle.h"
 #include "snapshot/record/rec.h"

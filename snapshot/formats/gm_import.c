@@ -20,7 +20,7 @@
  *     function, file and line (symbolized = 1, no module);
  *   - streams (CUstream handles) get the database's small stream numbers.
  * Frees of memory the trace never allocated are left out. */
-#include "snapshot/read/gm.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/formats/gm_pickle.h"
 #include "snapshot/record/rec.h"

@@ -178,17 +178,7 @@ int gm_python_user_frame(const gm_frame *f);
 /* "function (file:line)" or "module+0xoff"; a Python frame: "file:line in function" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
 
-/* ---- --check (gm_rerun.c) ---- */
-/* Runs the recorded command again (exe: the recorded executable, used for argv[0] when it
- * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
- * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
- * the re-run's measured peaks. ranks 0 runs it directly; N runs it under
- * `mpirun -np N --oversubscribe`, and the peaks are the largest rank's. 0, or -1 with err
- * (exit 127 under mpirun: no mpirun). */
-int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
-             uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
-
-/* ---- access tracking (table `uses`, gm_uses.c) ---- */
+/* ---- names and numbers for people ---- */
 
 /* Kernel names as a person reads them (gm_demangle.c): the Itanium C++ ABI name demangled with
  * libiberty ("_Z6matmulPfPKfS1_ii" -> "matmul(float*, float const*, float const*, int, int)");
@@ -198,102 +188,6 @@ char *gm_demangle(const char *name);
 typedef struct gm_demangler { u64map names; } gm_demangler;
 const char *gm_demangle_id(gm_demangler *dm, const gm_model *m, uint64_t id);
 void gm_demangler_free(gm_demangler *dm);
-
-/* Whether the database has uses: meta.uses ("1", "timed"; missing or "0": tracking was off)
- * and at least one row in `uses`. */
-enum { GM_USES_OFF = 0, GM_USES_EMPTY = 1, GM_USES_ON = 2 };
-int gm_uses_state(gm_db *d, char *mode, size_t modesz);
-
-/* One allocation live at the peak and its uses around it. */
-typedef struct gm_idle_alloc {
-    size_t alloc;                      /* index into m->allocs */
-    uint64_t nuses;                    /* uses the sweep saw; 0 = never used in its life */
-    uint64_t last_seq, next_seq;       /* last use at or before the peak, first after; 0 = none */
-    uint64_t last_t, next_t;           /* their events.t */
-    uint32_t last_kernel, next_kernel; /* strings ids */
-} gm_idle_alloc;
-
-/* Gap buckets: < 1 ms, 1-10 ms, 10-100 ms, 100 ms-1 s, >= 1 s, then "none" (no use before the
- * peak / none after it). */
-enum { GM_IDLE_TIMED = 5, GM_IDLE_NONE = 5, GM_IDLE_NBUCKETS = 6 };
-extern const char *const gm_idle_bucket_name[GM_IDLE_NBUCKETS];
-extern const uint64_t gm_idle_bucket_max_ns[GM_IDLE_TIMED]; /* exclusive upper bounds */
-int gm_idle_bucket(uint64_t gap_ns);
-
-/* Idle at the peak (gm_idle_at_peak): the device allocations live at the peak allocated moment,
- * with the time since their last use and until their next one. */
-typedef struct gm_idle {
-    int state;     /* GM_USES_*: the rest is filled only for GM_USES_ON */
-    char mode[16]; /* meta.uses */
-    uint64_t peak_seq, peak_t;
-    gm_idle_alloc *allocs; /* in birth order */
-    size_t nallocs;
-    uint64_t bytes_live;
-    uint64_t since_bytes[GM_IDLE_NBUCKETS], since_count[GM_IDLE_NBUCKETS];
-    uint64_t until_bytes[GM_IDLE_NBUCKETS], until_count[GM_IDLE_NBUCKETS];
-    uint64_t never_bytes, never_count;         /* no use in their whole life */
-    uint64_t not_before_bytes, not_before_count; /* used, but only after the peak */
-    uint64_t not_again_bytes, not_again_count;   /* used before the peak, never after it */
-} gm_idle;
-/* One read of `uses` in its primary-key (launch) order, from the oldest live allocation's birth
- * until every live allocation is settled, and one lookup of the times of the uses it keeps:
- * never a query per allocation. Returns 0, or -1 with err set (damaged uses table). */
-int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *out, char *err, size_t errsz);
-void gm_idle_free(gm_idle *g);
-
-/* One tensor's life for `gpumem uses`: its birth, every use, its death. */
-typedef struct gm_use {
-    uint64_t seq, t;
-    uint32_t kernel, range; /* strings id; the launch event's NVTX range */
-    int access;             /* REC_ACC_* bits; 0 unknown (and always 0 in schema 1.1) */
-    int op;                 /* launches.op (REC_OP_*), -1 unknown */
-    int64_t start_ns, end_ns; /* on the device (GPUMEM_USES=timed), -1 when not timed */
-} gm_use;
-typedef struct gm_life {
-    size_t alloc; /* index into m->allocs */
-    uint64_t birth_t, death_t;
-    uint32_t death_range;
-    gm_use *uses;
-    size_t nuses;
-} gm_life;
-/* The lives of allocations allocs[0..n) (indices into m->allocs, distinct) into lives[0..n);
- * each life's uses in seq order. Returns 0, or -1 with err set (free the lives either way). */
-int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
-                  size_t errsz);
-void gm_life_free(gm_life *l);
-/* Index of the allocation born at seq `id` (binary search: allocs are in birth order), or -1. */
-long gm_alloc_by_id(const gm_model *m, uint64_t id);
-
-/* The `gpumem uses` command (gm_uses_cmd.c): argv[0] is "uses". Returns the exit code. */
-int gm_cmd_uses(int argc, char **argv);
-
-/* Printers. */
-typedef struct gm_opts {
-    int json;
-    int top;
-    int fail_on_leak;
-} gm_opts;
-int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
-int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);
-/* record's one-line summary (and the failure, if any). Returns 1 when its counts are the whole
- * run, 0 when events were lost (a failed recording, a full ring): then it says so. */
-int gm_summary_short(gm_db *d, gm_model *m, FILE *out);
-/* The replay engine's text trace (alloc/README): "a <birth seq> <requested> <stream id>",
- * "f <birth seq>", "fa <birth seq> <stream id>" for device allocations and their frees, in
- * seq order. Returns 0, or GM_EXIT_BADDB with a message on stderr. */
-int gm_export_trace(gm_db *d, FILE *out);
-/* `gpumem export --format torch|chrome|folded|speedscope|csv` (gm_export_fmt.c) on a loaded,
- * symbolized model. what: folded/speedscope -1 both (speedscope) / peak, 0 peak, 1 total.
- * Returns 0, GM_EXIT_BADDB with a message, GM_EXIT_USAGE for an unknown format. */
-int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *out);
-int gm_export_torch(gm_db *d, gm_model *m, FILE *out);
-/* `gpumem import` (gm_import.c) and `gpumem diff` (gm_diff.c): argv[0] is the command. */
-int gm_cmd_import(int argc, char **argv);
-/* The pickle buf[0..n) (a PyTorch memory snapshot; source names it in meta) into a new database
- * at dbpath. Returns 0 with the number of events, or -1 with a one-line reason in err. */
-int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath, uint64_t *events,
-                     char *err, size_t errsz);
-int gm_cmd_diff(int argc, char **argv);
 
 /* Formatting */
 void gm_fmt_bytes(uint64_t v, char *out, size_t outsz);

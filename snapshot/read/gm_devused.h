@@ -57,8 +57,5 @@ int gm_devused_row(gm_du_sweep *s, gm_devused *u, uint64_t seq, unsigned kind, u
                    uint32_t stack);
 void gm_devused_end(gm_du_sweep *s);
 const char *gm_devused_cat_name(int cat); /* "program_vmm", "pools", "pass_through", "arrays" */
-/* The report's block: text, or the value of the "device_used" JSON key. */
-void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, int top);
-void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, int top);
 
 #endif

@@ -35,14 +35,6 @@
 
 #define REC_TLS_DEPTH 48 /* small: initial-exec TLS must fit the static TLS surplus when libgpumem.so is dlopen()ed (PyTorch) */
 
-rec_state rec_g = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .db_lock = PTHREAD_MUTEX_INITIALIZER,
-    .gen = 1,
-    .lock_fd = -1,
-    .items_tail = &rec_g.items,
-};
-
 typedef struct rec_tls {
     uint32_t gen;    /* == rec_g.gen once registered in this process */
     uint32_t thread; /* events.thread */
@@ -53,22 +45,7 @@ typedef struct rec_tls {
 } rec_tls;
 static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
 
-uint64_t rec_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
-void rec_warn(const char *fmt, ...) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    fprintf(stderr, "gpumem: recorder: %s\n", buf);
-    rec_status("msg", buf);
-}
 
 void rec_item_push(rec_item *it) {
     it->next = NULL;

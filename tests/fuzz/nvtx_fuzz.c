@@ -33,7 +33,8 @@
 #include <unistd.h>
 #include <wchar.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"
 #include "tests/fuzz/nvtx_fuzz.h"

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

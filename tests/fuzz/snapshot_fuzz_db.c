@@ -14,7 +14,8 @@
 
 #include <sqlite3.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 
 /* Each input is a new connection, and each connection's page cache starts with one bulk
  * allocation of 20 pages (~170 KB at gpumem's 8 KiB pages): past ASan's largest size class, so

@@ -12,7 +12,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"

@@ -11,7 +11,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"

@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "snapshot/read/gm.h"
+#include "snapshot/analyze/gm_report.h"
+#include "snapshot/formats/gm_formats.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"

@@ -1,0 +1,349 @@
+/* gm_replay.c — the replay-and-compare layer that `gpumem frag` (its fixes) and `gpumem tune`
+ * (its search) both stand on: the recorded trace loaded as the program ran it (the recorded
+ * configuration and limit, each OOM's request put back, frees held until their blocks landed),
+ * replays of it under many configurations on every core, their driver time priced with the
+ * virtual GPU's cost table, and the spelling of a configuration as GPUMEM_CONF and, where
+ * PyTorch has it, PYTORCH_CUDA_ALLOC_CONF. Neither frag nor tune is called from here. */
+#include "snapshot/analyze/gm_replay.h"
+
+#include "snapshot/record/rec.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- the trace */
+
+/* The recording's OOMs put back into the trace as the allocations they were (held to the end:
+ * what the program would have done with them is unknown), so that the recorded configuration
+ * replays into the same OOM and a fix is a configuration that does not. 0 or -1. */
+static int add_ooms(gm_db *d, adv_model *am) {
+    sqlite3_stmt *st;
+    if (!gm_table_exists(d, "ooms") ||
+        sqlite3_prepare_v2(d->db, "SELECT e.t, o.requested, e.stream FROM ooms o JOIN events e ON e.seq = o.seq "
+                                  "ORDER BY o.seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    int rc = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t t = (uint64_t)sqlite3_column_int64(st, 0);
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        uint32_t stream = (uint32_t)sqlite3_column_int64(st, 2);
+        if (!size) continue;
+        if (am->nallocs == am->allocs_cap) {
+            size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 16;
+            adv_alloc *n = realloc(am->allocs, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            am->allocs = n, am->allocs_cap = nc;
+        }
+        adv_ev *evs = realloc(am->evs, (am->nevs + 1) * sizeof *evs);
+        if (!evs) { rc = -1; break; }
+        am->evs = evs;
+        uint32_t a = (uint32_t)am->nallocs++;
+        am->allocs[a] = (adv_alloc){.size = size, .stream = stream, .orig = a};
+        size_t at = 0; /* before the first event issued after the OOM */
+        while (at < am->nevs && am->evs[at].t <= t) at++;
+        memmove(&am->evs[at + 1], &am->evs[at], (am->nevs - at) * sizeof *am->evs);
+        am->evs[at] = (adv_ev){.a = a, .kind = ADV_EV_ALLOC, .step = -1, .t = t};
+        am->nevs++;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The recording's free_completed events (kind 29: a free that waited for stream events landed)
+ * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
+ * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
+ * one at the end. The model's allocation index is the rank of the allocation's event among kinds
+ * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
+ * allocation by device and allocator id. A free_completed goes before the first model event
+ * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes. */
+static int add_free_completed(gm_db *d, adv_model *am) {
+    sqlite3_stmt *st;
+    int any = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 29 OR (kind IN (2, 4) AND (flags & 8192) != 0) LIMIT 1",
+                           -1, &st, NULL) == SQLITE_OK) {
+        any = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    if (!any || sqlite3_prepare_v2(d->db, "SELECT kind, device, alloc_id, t, flags FROM events "
+                                          "WHERE kind IN (1, 2, 3, 4, 29) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    u64map idx = {0};            /* (device, allocator id) -> allocation index */
+    u64map pend = {0}, early = {0}; /* frees waiting for their free_completed; ones that came first */
+    adv_ev *fc = NULL;
+    size_t nfc = 0, cap = 0, na = 0;
+    uint64_t last_t = 0;
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 0);
+        uint64_t id = (uint64_t)sqlite3_column_int64(st, 2);
+        uint64_t key = id ^ ((uint64_t)(sqlite3_column_int64(st, 1) & 0xff) << 56);
+        last_t = (uint64_t)sqlite3_column_int64(st, 3);
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+            if (id && u64map_put(&idx, key, na) != 0) rc = -1;
+            na++;
+            continue;
+        }
+        if (!id) continue;
+        if (kind != REC_FREE_COMPLETED) {
+            if ((sqlite3_column_int64(st, 4) & REC_F_PENDING) && !u64map_del(&early, key, NULL) &&
+                u64map_put(&pend, key, 1) != 0)
+                rc = -1;
+            continue;
+        }
+        if (!u64map_del(&pend, key, NULL)) {
+            if (u64map_put(&early, key, 1) != 0) rc = -1;
+            continue; /* landed before its free was recorded: reusable at the free */
+        }
+        const uint64_t *a = u64map_get(&idx, key);
+        if (!a || *a >= am->nallocs) continue;
+        if (nfc == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            adv_ev *n = realloc(fc, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            fc = n, cap = nc;
+        }
+        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = last_t};
+    }
+    sqlite3_finalize(st);
+    /* still waiting when the recording stopped: held to the end */
+    for (uint64_t i = 0; rc == 0 && pend.keys && i <= pend.mask; i++) {
+        if (pend.keys[i] == U64MAP_EMPTY) continue;
+        const uint64_t *a = u64map_get(&idx, pend.keys[i]);
+        if (!a || *a >= am->nallocs) continue;
+        if (nfc == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            adv_ev *n = realloc(fc, nc * sizeof *n);
+            if (!n) { rc = -1; break; }
+            fc = n, cap = nc;
+        }
+        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = UINT64_MAX};
+    }
+    u64map_free(&idx), u64map_free(&pend), u64map_free(&early);
+    if (rc == 0 && nfc) { /* merge by time: both lists are in recorded order */
+        adv_ev *evs = malloc((am->nevs + nfc) * sizeof *evs);
+        if (!evs) rc = -1;
+        for (size_t i = 0, j = 0, k = 0; evs && k < am->nevs + nfc; k++)
+            evs[k] = j < nfc && (i == am->nevs || fc[j].t < am->evs[i].t) ? fc[j++] : am->evs[i++];
+        if (evs) {
+            free(am->evs);
+            am->evs = evs;
+            am->nevs += nfc;
+        }
+    }
+    free(fc);
+    return rc;
+}
+
+int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    if (adv_model_load(d, am, err, errsz) != 0) return -1;
+    if (add_free_completed(d, am) != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    /* advise's model drops the limit (it predicts how much is needed); configurations are
+     * judged under the limit the program ran with */
+    alloc_config_t rc;
+    alloc_config_default(&rc);
+    char conf[1024];
+    gm_meta_text(d, "config", conf, sizeof conf);
+    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (add_ooms(d, am) != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- configurations */
+
+int gm_conf_same(const alloc_config_t *a, const alloc_config_t *b) {
+    char x[1024], y[1024];
+    alloc_config_format(a, x, sizeof x);
+    alloc_config_format(b, y, sizeof y);
+    return strcmp(x, y) == 0;
+}
+
+void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz) {
+    char full[1024];
+    alloc_config_format(cfg, full, sizeof full);
+    /* the keys after the preset, as the formatter writes them */
+    char *toks[64];
+    size_t nt = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(full, ",", &save); t && nt < 64; t = strtok_r(NULL, ",", &save)) {
+        /* a list value ("[256:1,512:2]") was cut at its commas: glue it back */
+        if (nt && strchr(toks[nt - 1], '[') && !strchr(toks[nt - 1], ']')) {
+            t[-1] = ',';
+            continue;
+        }
+        toks[nt++] = t;
+    }
+    char best[1024] = "";
+    for (size_t p = 0; alloc_preset_names[p]; p++) {
+        int keep[64];
+        for (size_t i = 0; i < nt; i++) keep[i] = strncmp(toks[i], "preset:", 7) != 0;
+        /* drop every key the preset already implies, one at a time */
+        for (size_t i = 0; i < nt; i++) {
+            if (!keep[i]) continue;
+            keep[i] = 0;
+            char trial[1024];
+            int n = snprintf(trial, sizeof trial, "preset:%s", alloc_preset_names[p]);
+            for (size_t j = 0; j < nt; j++)
+                if (keep[j]) n += snprintf(trial + n, sizeof trial - (size_t)n, ",%s", toks[j]);
+            alloc_config_t c;
+            alloc_config_default(&c);
+            if (alloc_config_parse(&c, trial, NULL, 0) != ALLOC_OK || !gm_conf_same(&c, cfg)) keep[i] = 1;
+        }
+        char cand[1024];
+        int n = snprintf(cand, sizeof cand, "preset:%s", alloc_preset_names[p]);
+        for (size_t j = 0; j < nt; j++)
+            if (keep[j]) n += snprintf(cand + n, sizeof cand - (size_t)n, ",%s", toks[j]);
+        alloc_config_t c;
+        alloc_config_default(&c);
+        if (alloc_config_parse(&c, cand, NULL, 0) != ALLOC_OK || !gm_conf_same(&c, cfg)) continue;
+        if (!best[0] || strlen(cand) < strlen(best)) snprintf(best, sizeof best, "%s", cand);
+    }
+    if (!best[0]) alloc_config_format(cfg, best, sizeof best);
+    snprintf(out, outsz, "%s", best);
+}
+
+int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
+    alloc_config_t c = *cfg;
+    c.limit = 0; /* a memory fraction in PyTorch, not a configuration key */
+    char s[1024];
+    gm_conf_short(&c, s, sizeof s);
+    const char *rest;
+    char py[1024] = "";
+    if (strncmp(s, "preset:pytorch-expandable", 25) == 0 && (s[25] == ',' || !s[25])) {
+        snprintf(py, sizeof py, "expandable_segments:True");
+        rest = s + 25;
+    } else if (strncmp(s, "preset:pytorch", 14) == 0 && (s[14] == ',' || !s[14])) {
+        rest = s + 14;
+    } else {
+        return 0;
+    }
+    static const char *const keys[] = {"expandable_segments:", "max_split_size_mb:",
+                                        "roundup_power2_divisions:", "garbage_collection_threshold:"};
+    while (*rest == ',') {
+        rest++;
+        int ok = 0;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            if (strncmp(rest, keys[k], strlen(keys[k])) == 0) ok = 1;
+        if (!ok) return 0; /* a gpumem-only key */
+        const char *e = rest;
+        int depth = 0;
+        while (*e && (*e != ',' || depth)) {
+            if (*e == '[') depth++;
+            if (*e == ']') depth--;
+            e++;
+        }
+        size_t l = strlen(py);
+        snprintf(py + l, sizeof py - l, "%s%.*s", l ? "," : "", (int)(e - rest), rest);
+        rest = e;
+    }
+    snprintf(out, outsz, "%s", py);
+    return 1;
+}
+
+/* The virtual GPU's default costs for the calls an allocator makes (sim/sim_state.c,
+ * default_costs; the figures and their sources are in sim/README.md, "Cost model"): fixed
+ * microseconds per call and microseconds per MiB of the size it names. */
+typedef struct call_cost {
+    double fixed_us, per_mib_us;
+} call_cost;
+static const call_cost cost_reserve = {10.0, 0.0}, cost_free_range = {10.0, 0.0},
+                       cost_create = {20.0, 1.0}, cost_release = {10.0, 0.5}, cost_map = {10.0, 0.1},
+                       cost_unmap = {15.0, 0.5}, cost_set_access = {20.0, 0.5},
+                       cost_seg_alloc = {20.0, 0.5}, cost_seg_free = {25.0, 0.25},
+                       cost_event_record = {2.0, 0.0}, cost_event_query = {1.0, 0.0},
+                       cost_synchronize = {10.0, 0.0};
+
+static double price(call_cost c, uint64_t calls, uint64_t bytes) {
+    return c.fixed_us * (double)calls + c.per_mib_us * ((double)bytes / 1048576.0);
+}
+
+double gm_replay_driver_seconds(const alloc_mem_counters_t *c) {
+    double us = price(cost_reserve, c->reserve, 0) + price(cost_free_range, c->free_range, 0) +
+                price(cost_create, c->create, c->create_bytes) + price(cost_release, c->release, c->release_bytes) +
+                price(cost_map, c->map, c->map_bytes) + price(cost_unmap, c->unmap, c->unmap_bytes) +
+                price(cost_set_access, c->set_access, c->set_access_bytes) +
+                price(cost_seg_alloc, c->seg_alloc, c->seg_alloc_bytes) +
+                price(cost_seg_free, c->seg_free, c->seg_free_bytes) +
+                price(cost_event_record, c->event_record, 0) + price(cost_event_query, c->event_query, 0) +
+                price(cost_synchronize, c->synchronize, 0);
+    return us * 1e-6;
+}
+
+/* ---------------------------------------------------------------- parallel replays */
+
+typedef struct job {
+    const alloc_trace_event_t *trace;
+    size_t n;
+    size_t capacity;
+    bool top_down;
+    gm_replay_result *res; /* the batch */
+    size_t nres;
+    atomic_size_t next;
+} job;
+
+static void replay_one(job *j, gm_replay_result *r) {
+    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
+    alloc_replay_result_t out;
+    char err[256];
+    if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
+        r->ok = 0;
+        r->oom = 1;
+        return;
+    }
+    r->ok = 1;
+    r->oom = out.oom_index >= 0;
+    r->peak_allocated = out.peak_allocated;
+    r->peak_reserved = out.peak_reserved;
+    r->utilization = out.utilization;
+    r->driver_calls = out.driver_calls;
+    r->driver_time_s = gm_replay_driver_seconds(&out.backend);
+}
+
+static void run_batch(job *j, int threads);
+
+static void *worker(void *arg) {
+    job *j = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->nres) break;
+        replay_one(j, &j->res[i]);
+    }
+    return NULL;
+}
+
+int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                        gm_replay_result *res, size_t nres, int threads) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res, .nres = nres};
+    if (threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    run_batch(&j, threads);
+    return 0;
+}
+
+static void run_batch(job *j, int threads) {
+    atomic_store(&j->next, 0);
+    if (threads <= 1 || j->nres <= 1) {
+        worker(j);
+        return;
+    }
+    pthread_t tid[64];
+    int nt = threads < 64 ? threads : 64, started = 0;
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&tid[i], NULL, worker, j) == 0) started++;
+        else break;
+    if (!started) worker(j);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+}

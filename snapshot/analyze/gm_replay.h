@@ -1,0 +1,56 @@
+/* gm_replay.h — the replay-and-compare layer below `gpumem frag` and `gpumem tune`
+ * (gm_replay.c): the recorded trace as the program ran it, many replays of it at once, their
+ * driver time, and configurations spelled for people. */
+#ifndef GPUMEM_SNAPSHOT_ANALYZE_GM_REPLAY_H
+#define GPUMEM_SNAPSHOT_ANALYZE_GM_REPLAY_H
+
+#include "alloc/alloc.h"
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_report.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One configuration's replay. */
+typedef struct gm_replay_result {
+    alloc_config_t cfg;
+    char conf[512];    /* shortest GPUMEM_CONF */
+    char pytorch[256]; /* when has_pytorch */
+    int has_pytorch;
+    int preset;        /* one of the presets as they are (with the limit) */
+    uint64_t peak_allocated, peak_reserved;
+    double utilization;
+    uint64_t driver_calls;
+    double driver_time_s; /* the calls priced with the virtual GPU's cost table */
+    int oom;              /* the replay met an OOM under the limit */
+    int ok;               /* replayed (0: the replay itself failed) */
+} gm_replay_result;
+
+/* The recorded trace as advise's model, ready to replay as the program ran: the recorded
+ * configuration with its limit, and each OOM's request put back as the allocation it was (held
+ * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
+int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
+
+/* ---- configuration strings ---- */
+/* 1 when two configurations parse to the same settings. */
+int gm_conf_same(const alloc_config_t *a, const alloc_config_t *b);
+/* The shortest GPUMEM_CONF that parses to *cfg: a preset and only the keys that differ from it. */
+void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz);
+/* The PYTORCH_CUDA_ALLOC_CONF with the same effect, if there is one: 1 and out filled ("" for
+ * PyTorch's defaults), else 0. The limit is left out (in PyTorch it is
+ * torch.cuda.set_per_process_memory_fraction, not a configuration key). */
+int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz);
+
+/* The driver time of a replay's backend calls under the virtual GPU's default cost table
+ * (sim/README.md, "Cost model": fixed microseconds per call plus microseconds per MiB). */
+double gm_replay_driver_seconds(const alloc_mem_counters_t *c);
+
+/* Replays trace under each res[i].cfg (on `threads` threads, 0: every core) and fills the rest
+ * of each result (peaks, oom, calls, driver time; ok = 0 when a replay failed). capacity: the
+ * in-memory device's size; top_down: it hands out addresses downwards, as the recording's did
+ * (adv_model.top_down). Returns 0. */
+int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                        gm_replay_result *res, size_t nres, int threads);
+
+#endif

@@ -1,0 +1,109 @@
+/* gm_report.h — the analyses of analyze/ that more than one command prints: --check's re-run,
+ * access tracking (idle at the peak, one tensor's life), the report and leaks printers, the
+ * device account's block, and the commands' entry points. Built on read/gm.h (the model);
+ * nothing in read/ includes this. */
+#ifndef GPUMEM_SNAPSHOT_ANALYZE_GM_REPORT_H
+#define GPUMEM_SNAPSHOT_ANALYZE_GM_REPORT_H
+
+#include "snapshot/read/gm.h"
+#include "snapshot/read/gm_devused.h"
+
+/* ---- --check (gm_rerun.c) ---- */
+/* Runs the recorded command again (exe: the recorded executable, used for argv[0] when it
+ * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
+ * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
+ * the re-run's measured peaks. ranks 0 runs it directly; N runs it under
+ * `mpirun -np N --oversubscribe`, and the peaks are the largest rank's. 0, or -1 with err
+ * (exit 127 under mpirun: no mpirun). */
+int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
+             uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
+
+/* ---- access tracking (table `uses`, gm_uses.c) ---- */
+/* Whether the database has uses: meta.uses ("1", "timed"; missing or "0": tracking was off)
+ * and at least one row in `uses`. */
+enum { GM_USES_OFF = 0, GM_USES_EMPTY = 1, GM_USES_ON = 2 };
+int gm_uses_state(gm_db *d, char *mode, size_t modesz);
+
+/* One allocation live at the peak and its uses around it. */
+typedef struct gm_idle_alloc {
+    size_t alloc;                      /* index into m->allocs */
+    uint64_t nuses;                    /* uses the sweep saw; 0 = never used in its life */
+    uint64_t last_seq, next_seq;       /* last use at or before the peak, first after; 0 = none */
+    uint64_t last_t, next_t;           /* their events.t */
+    uint32_t last_kernel, next_kernel; /* strings ids */
+} gm_idle_alloc;
+
+/* Gap buckets: < 1 ms, 1-10 ms, 10-100 ms, 100 ms-1 s, >= 1 s, then "none" (no use before the
+ * peak / none after it). */
+enum { GM_IDLE_TIMED = 5, GM_IDLE_NONE = 5, GM_IDLE_NBUCKETS = 6 };
+extern const char *const gm_idle_bucket_name[GM_IDLE_NBUCKETS];
+extern const uint64_t gm_idle_bucket_max_ns[GM_IDLE_TIMED]; /* exclusive upper bounds */
+int gm_idle_bucket(uint64_t gap_ns);
+
+/* Idle at the peak (gm_idle_at_peak): the device allocations live at the peak allocated moment,
+ * with the time since their last use and until their next one. */
+typedef struct gm_idle {
+    int state;     /* GM_USES_*: the rest is filled only for GM_USES_ON */
+    char mode[16]; /* meta.uses */
+    uint64_t peak_seq, peak_t;
+    gm_idle_alloc *allocs; /* in birth order */
+    size_t nallocs;
+    uint64_t bytes_live;
+    uint64_t since_bytes[GM_IDLE_NBUCKETS], since_count[GM_IDLE_NBUCKETS];
+    uint64_t until_bytes[GM_IDLE_NBUCKETS], until_count[GM_IDLE_NBUCKETS];
+    uint64_t never_bytes, never_count;         /* no use in their whole life */
+    uint64_t not_before_bytes, not_before_count; /* used, but only after the peak */
+    uint64_t not_again_bytes, not_again_count;   /* used before the peak, never after it */
+} gm_idle;
+/* One read of `uses` in its primary-key (launch) order, from the oldest live allocation's birth
+ * until every live allocation is settled, and one lookup of the times of the uses it keeps:
+ * never a query per allocation. Returns 0, or -1 with err set (damaged uses table). */
+int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *out, char *err, size_t errsz);
+void gm_idle_free(gm_idle *g);
+
+/* One tensor's life for `gpumem uses`: its birth, every use, its death. */
+typedef struct gm_use {
+    uint64_t seq, t;
+    uint32_t kernel, range; /* strings id; the launch event's NVTX range */
+    int access;             /* REC_ACC_* bits; 0 unknown (and always 0 in schema 1.1) */
+    int op;                 /* launches.op (REC_OP_*), -1 unknown */
+    int64_t start_ns, end_ns; /* on the device (GPUMEM_USES=timed), -1 when not timed */
+} gm_use;
+typedef struct gm_life {
+    size_t alloc; /* index into m->allocs */
+    uint64_t birth_t, death_t;
+    uint32_t death_range;
+    gm_use *uses;
+    size_t nuses;
+} gm_life;
+/* The lives of allocations allocs[0..n) (indices into m->allocs, distinct) into lives[0..n);
+ * each life's uses in seq order. Returns 0, or -1 with err set (free the lives either way). */
+int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
+                  size_t errsz);
+void gm_life_free(gm_life *l);
+/* Index of the allocation born at seq `id` (binary search: allocs are in birth order), or -1. */
+long gm_alloc_by_id(const gm_model *m, uint64_t id);
+
+/* The `gpumem uses` command (gm_uses_cmd.c): argv[0] is "uses". Returns the exit code. */
+int gm_cmd_uses(int argc, char **argv);
+
+/* Printers. */
+typedef struct gm_opts {
+    int json;
+    int top;
+    int fail_on_leak;
+} gm_opts;
+int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
+int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);
+/* record's one-line summary (and the failure, if any). Returns 1 when its counts are the whole
+ * run, 0 when events were lost (a failed recording, a full ring): then it says so. */
+int gm_summary_short(gm_db *d, gm_model *m, FILE *out);
+int gm_cmd_diff(int argc, char **argv);
+
+
+/* The report's "device used" block (gm_devused_print.c): text, or the value of the
+ * "device_used" JSON key. */
+void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, int top);
+void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, int top);
+
+#endif

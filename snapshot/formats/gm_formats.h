@@ -1,0 +1,25 @@
+/* gm_formats.h — the recording in other tools' formats and back: exports (gm_export.c: the
+ * replay trace; gm_export_fmt.c: torch, chrome, folded, speedscope, csv) and the import of
+ * PyTorch memory snapshots (gm_import.c). Every file they write goes through gm_out.h. */
+#ifndef GPUMEM_SNAPSHOT_FORMATS_GM_FORMATS_H
+#define GPUMEM_SNAPSHOT_FORMATS_GM_FORMATS_H
+
+#include "snapshot/read/gm.h"
+
+/* The replay engine's text trace (alloc/README): "a <birth seq> <requested> <stream id>",
+ * "f <birth seq>", "fa <birth seq> <stream id>" for device allocations and their frees, in
+ * seq order. Returns 0, or GM_EXIT_BADDB with a message on stderr. */
+int gm_export_trace(gm_db *d, FILE *out);
+/* `gpumem export --format torch|chrome|folded|speedscope|csv` (gm_export_fmt.c) on a loaded,
+ * symbolized model. what: folded/speedscope -1 both (speedscope) / peak, 0 peak, 1 total.
+ * Returns 0, GM_EXIT_BADDB with a message, GM_EXIT_USAGE for an unknown format. */
+int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *out);
+int gm_export_torch(gm_db *d, gm_model *m, FILE *out);
+/* `gpumem import` (gm_import.c): argv[0] is "import". */
+int gm_cmd_import(int argc, char **argv);
+/* The pickle buf[0..n) (a PyTorch memory snapshot; source names it in meta) into a new database
+ * at dbpath. Returns 0 with the number of events, or -1 with a one-line reason in err. */
+int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, const char *dbpath, uint64_t *events,
+                     char *err, size_t errsz);
+
+#endif

@@ -1,0 +1,34 @@
+/* rec_state.c — what both sides of the recorder share: its one state (rec_g), its clock and
+ * its messages. The application side (rec.c) and the writer thread (rec_writer.c) both stand
+ * on this file and neither calls back into the other's internals through it; rec.c starts and
+ * stops the writer (rec_writer_*), the writer reads the state here. */
+#include "snapshot/record/rec_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+rec_state rec_g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .db_lock = PTHREAD_MUTEX_INITIALIZER,
+    .gen = 1,
+    .lock_fd = -1,
+    .items_tail = &rec_g.items,
+};
+
+uint64_t rec_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rec_warn(const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    fprintf(stderr, "gpumem: recorder: %s\n", buf);
+    rec_status("msg", buf);
+}
