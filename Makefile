@@ -72,8 +72,9 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
                 libiberty-dev libopenmpi-dev openmpi-bin
 # Optional packages: `make deps` installs them too, but a build never needs them; the tests
 # that use one skip (exit 77) with a message naming it when it is missing.
-# python3-torch (Debian's CPU build of PyTorch): tests/integration/python_torch.sh.
-DEB_OPTIONAL := python3-torch chromium nodejs npm
+# chromium, chromium-driver (chromedriver), python3-selenium: the browser halves of
+# tests/integration/viz_page.sh and viz_ranks.sh (viz/browser_*.py).
+DEB_OPTIONAL := chromium chromium-driver python3-selenium
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 # The stamp is also read as a makefile (an empty one). On a fresh machine make installs the
@@ -112,7 +113,6 @@ export GPUMEM_TORCH_VERSION GPUMEM_TORCH_VENV GPUMEM_TORCH_PY
 deps:
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
 	@DEB_PACKAGES="$(DEB_OPTIONAL)" DEB_OPTIONAL=1 $(SHELL) tests/deps.sh
-	@$(SHELL) viz/deps.sh
 	@$(SHELL) tests/deps_torch.sh
 $(DEPS_STAMP):
 	@DEB_PACKAGES="$(DEB_PACKAGES)" $(SHELL) tests/deps.sh
@@ -127,7 +127,7 @@ else
 RUN_UNIT := $(UNIT_TESTS)
 RUN_SCRIPTS := $(SCRIPT_TESTS)
 endif
-# test also installs the optional packages (python3-torch, chromium, node): a test that
+# test also installs the optional packages (chromium, chromedriver, selenium): a test that
 # needs one skips only where it cannot be installed (not root), saying so.
 test: deps all $(RUN_UNIT)
 	@$(SHELL) tests/run.sh --build $(BUILD) --san "$(SAN)" \

@@ -2,7 +2,7 @@
 # Installs the Debian packages gpumem needs (list in $DEB_PACKAGES, set by the Makefile).
 # Root: apt-get update once (when the package lists are missing or a package is unknown),
 # then apt-get install. Not root: prints the exact command to run and fails.
-# DEB_OPTIONAL=1 (the Makefile's optional list, e.g. python3-torch): the same, but a package
+# DEB_OPTIONAL=1 (the Makefile's optional list, e.g. chromium): the same, but a package
 # that cannot be installed is named on stderr and the build goes on (its tests skip).
 set -euo pipefail
 pkgs=${DEB_PACKAGES:?DEB_PACKAGES is set by the Makefile; run "make deps"}
@@ -10,9 +10,6 @@ missing=()
 for p in $pkgs; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ $st == "install ok installed" ]] && continue
-  # An optional tool installed another way (npm from nodesource's nodejs, which conflicts with
-  # Debian's npm package) counts as present.
-  [[ ${DEB_OPTIONAL:-0} == 1 ]] && command -v "$p" >/dev/null 2>&1 && continue
   missing+=("$p")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0

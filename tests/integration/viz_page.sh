@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpumem viz on a trainer recording: one self-contained page whose data agrees with
 # `gpumem report` (peaks formatted the same, peak bytes equal), whose segment map has the peak
-# snapshot's segments, with no URL but XML namespaces; then (when chromium and playwright-core
-# are installed) the page is opened from disk in headless chromium with the network blocked.
+# snapshot's segments, with no URL but XML namespaces; then (when chromium, chromedriver and
+# selenium are installed) the page is opened from disk in headless chromium with the network
+# blocked (viz/browser_test.py).
 source "$(dirname "$0")/e2e_common.bash"
 "$GM" record -q -o "$TMP/run.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 3 -B 2 -T 32 --leak \
   > "$TMP/rec.txt" 2>&1 || fail "trainer under gpumem: $(tail -3 "$TMP/rec.txt")"
@@ -130,11 +131,8 @@ PYEOF
 mkdir -p "$BUILD"
 jq -n --argjson p "$want" --argjson r "$wantv" --argjson q "$seq" --arg t "$top" --arg c "$topclass" --argjson s "$nseg" \
   '{peak_allocated_bytes: $p, peak_reserved_bytes: $r, peak_seq: $q, top_tensor: $t, top_class: $c, segments: $s}' > "$TMP/expect.json"
-[[ -x /usr/bin/chromium ]] || { echo "skipped: /usr/bin/chromium is missing (make deps installs it)" >&2; exit 77; }
-command -v node > /dev/null || { echo "skipped: node is missing (make deps installs it)" >&2; exit 77; }
-[[ -d viz/node_modules/playwright-core ]] \
-  || { echo "skipped: playwright-core is missing (make deps runs viz/deps.sh)" >&2; exit 77; }
-node viz/browser_test.js "$TMP/run.html" "$TMP/expect.json" "$BUILD/viz_page.png" "$TMP/clicked.json" \
+source viz/browser_env.bash
+"$VIZ_PY" -B viz/browser_test.py "$TMP/run.html" "$TMP/expect.json" "$BUILD/viz_page.png" "$TMP/clicked.json" \
   || fail "the page in chromium"
 # the tensor a click showed at a point that is not the peak was live there (the database says)
 read -r cseq cbirth < <(jq -r '"\(.seq) \(.birth)"' "$TMP/clicked.json")

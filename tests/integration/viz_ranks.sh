@@ -2,7 +2,8 @@
 # gpumem viz on several ranks' databases (files, or a directory): one lane per rank, ranked by
 # meta.rank (else in the order given), each lane's highest point its rank's peak allocated as
 # `gpumem report` computes it, and the rank that sets the job's peak in detail below; then (when
-# chromium and playwright-core are installed) the page in headless chromium, network blocked.
+# chromium, chromedriver and selenium are installed) the page in headless chromium, network
+# blocked (viz/browser_ranks.py).
 source "$(dirname "$0")/e2e_common.bash"
 mkdir -p "$TMP/runs"
 # two "ranks" of unequal size: rank 1 holds more activations (a larger batch), so it sets the peak
@@ -55,12 +56,9 @@ mkdir -p "$TMP/empty"
 [[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || fail "empty directory: not a one-line error"
 ok "one database: no lanes; an empty directory: $(cat "$TMP/err.txt")"
 
-[[ -x /usr/bin/chromium ]] || { echo "skipped: /usr/bin/chromium is missing (make deps installs it)" >&2; exit 77; }
-command -v node > /dev/null || { echo "skipped: node is missing (make deps installs it)" >&2; exit 77; }
-[[ -d viz/node_modules/playwright-core ]] \
-  || { echo "skipped: playwright-core is missing (make deps runs viz/deps.sh)" >&2; exit 77; }
+source viz/browser_env.bash
 mkdir -p "$BUILD"
 read -r -a pk <<< "$want_peaks"
 jq -n --argjson a "${pk[0]}" --argjson b "${pk[1]}" '{ranks: [0, 1], peaks: [$a, $b], detail_rank: (if $a > $b then 0 else 1 end)}' \
   > "$TMP/expect.json"
-node viz/browser_ranks.js "$TMP/ranks.html" "$TMP/expect.json" "$BUILD/viz_ranks.png" || fail "the page in chromium"
+"$VIZ_PY" -B viz/browser_ranks.py "$TMP/ranks.html" "$TMP/expect.json" "$BUILD/viz_ranks.png" || fail "the page in chromium"
