@@ -74,7 +74,7 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
 # that use one skip (exit 77) with a message naming it when it is missing.
 # chromium, chromium-driver (chromedriver), python3-selenium: the browser halves of
 # tests/integration/viz_page.sh and viz_ranks.sh (viz/browser_*.py).
-DEB_OPTIONAL := chromium chromium-driver python3-selenium
+DEB_OPTIONAL := chromium chromium-driver python3-selenium python3-venv
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 # The stamp is also read as a makefile (an empty one). On a fresh machine make installs the

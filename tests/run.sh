@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # The test driver behind `make test`: runs every cmocka binary and every script test, shows
 # each one's own output (cmocka prints its summary per binary), and ends with one line
-# "N passed, N failed" counting the programs. Exit status 1 if anything failed.
+# "N passed, N failed, N skipped" counting the programs. Exit status 1 if anything failed.
 #
 # Script tests are run with BUILD and SAN in the environment and from the repository root;
 # exit 0 = pass, 77 = skipped (with a reason on stderr), anything else = fail. Each program
 # runs under a timeout (TEST_TIMEOUT seconds, default 600).
+#
+# TEST_JOBS programs run at once (default: the number of CPUs; 1 runs them one after the
+# other, as before). Each gets its own TMPDIR, so their scratch files never meet; each one's
+# output is kept and printed whole, in list order, when it ends, so the log reads the same
+# whatever the order in which they finished. Tests that time something themselves bound it
+# generously enough for a loaded machine (they already run with every core busy in CI).
 set -uo pipefail
 build=build san= unit= scripts=
 while [[ $# -gt 0 ]]; do
@@ -21,25 +27,58 @@ export BUILD=$build SAN=$san
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:verify_asan_link_order=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1}
+jobs=${TEST_JOBS:-$(nproc 2> /dev/null || echo 1)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "tests/run.sh: TEST_JOBS=$jobs is not a number >= 1" >&2; exit 2; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpumem-tests-XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+
+names=() cmds=()
+for t in $unit; do names+=("$t"); cmds+=("$t"); done
+for s in $scripts; do names+=("$s"); cmds+=("bash $s"); done
+n=${#names[@]}
+
+# runs test i in the background: its output in $work/i.out, its exit code and wall seconds in
+# $work/i.rc
+start() {
+  local i=$1
+  mkdir -p "$work/$i.tmp"
+  (
+    t0=$SECONDS
+    # A hung test fails (exit 124) instead of stalling the whole suite.
+    TMPDIR=$work/$i.tmp timeout --kill-after=10 "${TEST_TIMEOUT:-600}" ${cmds[$i]} > "$work/$i.out" 2>&1
+    rc=$?
+    echo "$rc $((SECONDS - t0))" > "$work/$i.rc.tmp" && mv "$work/$i.rc.tmp" "$work/$i.rc"
+  ) &
+}
+
 pass=0 fail=0 skip=0 failed=() times=()
-run_one() { # name, command...
-  local name=$1; shift
-  echo "=== $name"
-  # A hung test fails (exit 124) instead of stalling the whole suite.
-  local t0=$SECONDS
-  timeout --kill-after=10 "${TEST_TIMEOUT:-600}" "$@"; local rc=$?
-  times+=("$((SECONDS - t0)) $name")
+report() { # prints test i's output and counts it
+  local i=$1 name=${names[$1]} rc secs
+  read -r rc secs < "$work/$i.rc"
+  echo "=== $name ($secs s)"
+  cat "$work/$i.out"
+  times+=("$secs $name")
   [[ $rc -eq 124 || $rc -eq 137 ]] && echo "--- timed out after ${TEST_TIMEOUT:-600} s: $name"
   if [[ $rc -eq 0 ]]; then pass=$((pass + 1))
   elif [[ $rc -eq 77 ]]; then skip=$((skip + 1)); echo "--- skipped: $name"
   else fail=$((fail + 1)); failed+=("$name (exit $rc)"); echo "--- FAILED: $name (exit $rc)"
   fi
+  rm -rf "$work/$i.tmp"
 }
-for t in $unit; do run_one "$t" "$t"; done
-for s in $scripts; do run_one "$s" bash "$s"; done
+
+next=0 shown=0 running=0
+while ((shown < n)); do
+  while ((running < jobs && next < n)); do start "$next"; next=$((next + 1)); running=$((running + 1)); done
+  # wait for any one to end, then print every finished one that is next in list order
+  wait -n 2> /dev/null || true
+  running=0
+  for ((i = shown; i < next; i++)); do [[ -e $work/$i.rc ]] || running=$((running + 1)); done
+  while ((shown < next)) && [[ -e $work/$shown.rc ]]; do report "$shown"; shown=$((shown + 1)); done
+done
+wait
 echo
 if [[ ${#failed[@]} -gt 0 ]]; then printf 'failed: %s\n' "${failed[@]}"; fi
 # where the suite's time goes (wall seconds, the five longest)
 printf '%s\n' "${times[@]}" | sort -rn | head -5 | awk '{ s = s (NR > 1 ? ", " : "") $2 " " $1 " s" } END { print "slowest: " s }'
-echo "$pass passed, $fail failed, $skip skipped"
+echo "$pass passed, $fail failed, $skip skipped ($jobs at once, ${SECONDS} s)"
 [[ $fail -eq 0 ]]
