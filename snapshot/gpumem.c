@@ -9,6 +9,7 @@
  */
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/formats/gm_formats.h"
+#include "snapshot/torch_record.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 #include "snapshot/analyze/gm_advise.h"
@@ -79,7 +80,7 @@ static const char *const usage_main =
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
 static const char *const usage_record =
-    "usage: gpumem record [-o FILE] [--force] [-q] -- CMD ARGS...\n"
+    "usage: gpumem record [-o FILE] [--force] [-q] [PYTORCH OPTIONS] -- CMD ARGS...\n"
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default gpumem-<pid>.db; %p = pid, %r = rank), then prints a\n"
@@ -90,6 +91,18 @@ static const char *const usage_record =
     "            other file is left alone (exit 2 before CMD runs)\n"
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
+    "A Python program (CMD is python*, or a script whose #! line names python) is recorded\n"
+    "tensor by tensor when it imports torch, without an edit (gpumem's sitecustomize is put\n"
+    "first on PYTHONPATH; README.md, \"PyTorch programs\"):\n"
+    "  --allocator torch   PyTorch's own caching allocator stays in place (default); its memory\n"
+    "                      history (Python stacks) is dumped at exit and at an OOM and merged\n"
+    "                      into FILE: `gpumem report` then shows PyTorch's view beside the\n"
+    "                      device's\n"
+    "  --allocator gpumem  gpumem becomes PyTorch's allocator (CUDAPluggableAllocator):\n"
+    "                      every tensor is served and recorded by gpumem\n"
+    "  --no-torch-history  PyTorch's memory history stays off (only its segments are seen)\n"
+    "  --no-torch-hooks    no module / optimizer hooks: no \"step N/fwd/<module>\" phases, no\n"
+    "                      names for parameters, gradients and optimizer state\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
@@ -561,8 +574,8 @@ static int check_record_target(const char *tmpl, int force, const char *prog) {
 }
 
 static int cmd_record(int argc, char **argv) {
-    const char *out = NULL;
-    int quiet = 0, force = 0, i = 1;
+    const char *out = NULL, *allocator = "torch";
+    int quiet = 0, force = 0, i = 1, torch_history = 1, torch_hooks = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
@@ -577,6 +590,14 @@ static int cmd_record(int argc, char **argv) {
             out = argv[++i];
         } else if (strcmp(argv[i], "-q") == 0) quiet = 1;
         else if (strcmp(argv[i], "--force") == 0) force = 1;
+        else if (strcmp(argv[i], "--no-torch-history") == 0) torch_history = 0;
+        else if (strcmp(argv[i], "--no-torch-hooks") == 0) torch_hooks = 0;
+        else if (strcmp(argv[i], "--allocator") == 0 || strncmp(argv[i], "--allocator=", 12) == 0) {
+            const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : "");
+            if (strcmp(v, "torch") != 0 && strcmp(v, "gpumem") != 0)
+                return usage_error(usage_record, "--allocator takes torch or gpumem, got '%s'", v);
+            allocator = v;
+        }
         else if (argv[i][0] == '-') return usage_error(usage_record, "unknown option '%s'", argv[i]);
         else break; /* the command, without "--" */
     }
@@ -598,6 +619,7 @@ static int cmd_record(int argc, char **argv) {
         snprintf(lib, sizeof lib, "%s", rl);
         free(rl);
     }
+    int on_sim = 0;
     if (!gpu_driver_usable()) {
         /* the virtual GPU: build tree (sim/ next to gpumem) or installed (../lib/gpumem/sim, or
          * ../lib/gpumem itself, where make install puts its libraries) */
@@ -616,12 +638,17 @@ static int cmd_record(int argc, char **argv) {
                 free(rs);
             }
             prepend_env("LD_LIBRARY_PATH", sim, ':');
+            on_sim = 1;
             if (!quiet) fprintf(stderr, "gpumem: no usable GPU driver; running on the virtual GPU (%s)\n", sim);
         } else if (!quiet) {
             fprintf(stderr, "gpumem: no usable GPU driver and no virtual GPU next to gpumem; "
                             "CUDA calls of the program will fail\n");
         }
     }
+    gm_torch_run torch;
+    if (gm_torch_prepare(&torch, argv[i], dir, on_sim ? sim : NULL, allocator, torch_history, torch_hooks,
+                         quiet) != 0)
+        return 127;
     prepend_env("LD_PRELOAD", lib, ':');
     setenv("GPUMEM_QUIET", "1", 1);
     /* the side channel (rec_status): which database this run wrote, or why none; an unlinked
@@ -646,6 +673,7 @@ static int cmd_record(int argc, char **argv) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGQUIT, &old_quit, NULL);
         setenv("GPUMEM_DB", tmpl, 1);
+        gm_torch_child(&torch);
         execvp(argv[i], argv + i);
         fprintf(stderr, "gpumem: cannot run %s: %s\n", argv[i], strerror(errno));
         _exit(127);
@@ -656,6 +684,7 @@ static int cmd_record(int argc, char **argv) {
     char path[PATH_MAX], why[1024];
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
+    gm_torch_finish(&torch, found ? path : NULL, quiet);
     if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid);
     return rc;
 }

@@ -36,9 +36,9 @@ GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_
                   $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
-GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
+GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
               $(SNAP_DIR)/analyze/gm_diff.o $(SNAP_DIR)/rec_schema.o
-$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
+$(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(SNAP_DIR)/torch_record.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
 
 ALL_TARGETS += $(BUILD)/gpumem

@@ -85,6 +85,20 @@ enum rec_kind {
     REC_KIND_MAX_ = 30
 };
 
+/* Kinds the recorder never writes: PyTorch's own allocator, tensor by tensor, merged into a
+ * recording by `gpumem record` from PyTorch's memory history (snapshot/formats/gm_torch.c).
+ * addr = the block, size = the block's bytes (PyTorch's allocated_bytes count them), requested
+ * = the tensor's bytes (requested_bytes); a segment's size is what PyTorch reserved. */
+enum rec_torch_kind {
+    REC_TORCH_ALLOC = 31,          /* a block handed to a tensor                             */
+    REC_TORCH_FREE = 32,           /* the tensor freed it (PyTorch's free_requested: the
+                                      statistics drop here)                                  */
+    REC_TORCH_FREE_COMPLETED = 33, /* the block is reusable (free_completed: after the streams
+                                      that used it caught up)                                */
+    REC_TORCH_SEG_MAP = 34,        /* PyTorch reserved memory: segment_alloc, segment_map     */
+    REC_TORCH_SEG_UNMAP = 35       /* and gave it back: segment_free, segment_unmap           */
+};
+
 /* REC_DEVICE_INFO's alloc_id: when the sample was taken. */
 enum rec_devinfo_when {
     REC_DEVINFO_START = 1, /* the first moment gpumem saw a current context */

@@ -1,0 +1,351 @@
+"""What `gpumem record` turns on inside a PyTorch program, without an edit of the script.
+
+Loaded by gpumem's sitecustomize (preload/python/site/) in the process `gpumem record` started,
+it waits for `import torch` and then, each part with its opt-out (the environment `gpumem
+record` sets, README.md "PyTorch programs"):
+
+- history (GPUMEM_TORCH_HISTORY=1, `--no-torch-history` turns it off): PyTorch's own memory
+  history (torch.cuda.memory._record_memory_history, Python stacks), queued with
+  torch.cuda._lazy_call so that CUDA is not initialized early; at exit, and at each OOM
+  (PyTorch's OOM observer), the snapshot and the tensor names below are pickled into the file
+  GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes;
+- hooks (GPUMEM_TORCH_HOOKS=1, `--no-torch-hooks`): global module and optimizer hooks that open
+  gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
+  module range open at a time, the innermost, so that the path is the module's own), and name
+  parameters, gradients and optimizer state ("<param>", "grad.<param>", "adam.exp_avg.<param>");
+- allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
+  allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
+  (a pluggable allocator has none) and names go to gpumem directly.
+
+Only the process `gpumem record` started does any of this (GPUMEM_TORCH_PID): a DataLoader
+worker or a subprocess with the same environment stays untouched. Nothing here may break the
+program: every hook swallows its own errors after one warning.
+"""
+import atexit
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import time
+import warnings
+
+import gpumem
+
+_env = os.environ.get
+_state = {"installed": False, "torch": None, "names": [], "named": {}, "warned": False,
+          "dumped": 0}
+_lock = threading.Lock()
+
+
+def _warn(what, exc):
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn("gpumem: %s failed (%s: %s); the recording goes on without it"
+                      % (what, type(exc).__name__, exc), RuntimeWarning, stacklevel=2)
+
+
+def _ours():
+    return _env("GPUMEM_TORCH_PID") == str(os.getpid())
+
+
+def install():
+    """Called by the sitecustomize: set up now if torch is already imported, else on import."""
+    if _state["installed"] or not _ours():
+        return
+    _state["installed"] = True
+    if "torch" in sys.modules and hasattr(sys.modules["torch"], "cuda"):
+        _setup(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Runs _setup right after `torch` has been imported (whoever imports it)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        orig = loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            _setup(module)
+        loader.exec_module = exec_module
+        return spec
+
+
+def _setup(torch):
+    _state["torch"] = torch
+    allocator = _env("GPUMEM_TORCH_ALLOCATOR", "torch")
+    if allocator == "gpumem":
+        try:
+            gpumem.use_as_allocator()
+        except Exception as e:  # noqa: BLE001 - never break the program
+            _warn("making gpumem PyTorch's allocator", e)
+    elif _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
+        _history(torch)
+    if _env("GPUMEM_TORCH_HOOKS", "1") == "1":
+        try:
+            _Hooks(torch, allocator == "gpumem").register()
+        except Exception as e:  # noqa: BLE001
+            _warn("the module and optimizer hooks", e)
+
+
+# ---------------------------------------------------------------- history
+
+def _history(torch):
+    entries = int(_env("GPUMEM_TORCH_MAX_ENTRIES", "10000000"))
+
+    def start():
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+            torch._C._cuda_attach_out_of_memory_observer(_on_oom)
+        except Exception as e:  # noqa: BLE001
+            _warn("PyTorch's memory history", e)
+    # _record_memory_history would initialize CUDA now (breaking forked children and a later
+    # change of allocator); queued, it runs when the program first uses CUDA
+    torch.cuda._lazy_call(start)
+    atexit.register(_dump, "exit")
+
+
+def _on_oom(device, alloc, device_allocated, device_free):
+    _dump("oom")
+
+
+def _dump(why):
+    """The snapshot, the names and why, pickled into GPUMEM_TORCH_SNAPSHOT (a private file
+    `gpumem record` made; each dump replaces the last: the one at exit sees everything)."""
+    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    torch = _state["torch"]
+    if not path or torch is None or not _ours() or not torch.cuda.is_initialized():
+        return
+    try:
+        import pickle
+        snap = torch.cuda.memory._snapshot()
+        with _lock:
+            names = list(_state["names"])
+        doc = {"gpumem_torch": 1, "why": why, "torch_version": torch.__version__,
+               "time_ns": time.time_ns(), "snapshot": snap, "names": names}
+        tmp = path + ".part"
+        with open(tmp, "wb") as f:
+            pickle.dump(doc, f, protocol=4)
+        os.replace(tmp, path)
+        _state["dumped"] += 1
+    except Exception as e:  # noqa: BLE001
+        _warn("writing PyTorch's memory snapshot", e)
+
+
+# ---------------------------------------------------------------- hooks
+
+class _Hooks:
+    """Ranges by step, pass and module, and names of parameters, gradients and optimizer state.
+
+    Module ranges are flat: the innermost module's range is the only one open, so that a phase
+    reads "step 3/fwd/transformer.h.0.attn", not the chain of its ancestors. Forward runs on the
+    program's thread; backward on autograd's own thread(s), where "step N" and "bwd" are opened
+    when the first module's backward starts and closed when the backward pass ends."""
+
+    def __init__(self, torch, direct_names):
+        self.torch = torch
+        self.direct = direct_names  # gpumem serves tensors: name them in gpumem directly
+        self.step = 1
+        self.paths = {}    # id(module) -> module path
+        self.pnames = {}   # id(param) -> parameter name
+        self.tls = threading.local()
+
+    def register(self):
+        from torch.nn.modules import module as M
+        from torch.optim import optimizer as O
+        M.register_module_forward_pre_hook(self.fwd_pre)
+        M.register_module_forward_hook(self.fwd_post)
+        O.register_optimizer_step_pre_hook(self.opt_pre)
+        O.register_optimizer_step_post_hook(self.opt_post)
+
+    # -- per-thread range stack: entries (kind, label, pushed)
+    def _stack(self):
+        st = getattr(self.tls, "st", None)
+        if st is None:
+            st = self.tls.st = []
+        return st
+
+    def _push(self, kind, label):
+        self._stack().append((kind, label, gpumem._push(label.encode())))
+
+    def _pop(self):
+        kind, label, pushed = self._stack().pop()
+        if pushed:
+            gpumem._pop()
+        return kind, label
+
+    def _top_kind(self):
+        st = self._stack()
+        return st[-1][0] if st else None
+
+    def _open_step(self, pass_label):
+        """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt")."""
+        st = self._stack()
+        if not any(k == "step" for k, _, _ in st):
+            self._push("step", "step %d" % self.step)
+        self._push("pass", pass_label)
+
+    def _close_pass(self):
+        while self._stack() and self._top_kind() != "pass":
+            self._pop()
+        if self._stack():
+            self._pop()
+
+    def _path(self, module):
+        p = self.paths.get(id(module))
+        if p is None:
+            # a root (or a module made on the fly): name it and everything under it
+            root = type(module).__name__
+            for name, sub in module.named_modules():
+                self.paths.setdefault(id(sub), name or root)
+            for name, prm in module.named_parameters():
+                self.pnames.setdefault(id(prm), name)
+            self._name_params(module)
+            p = self.paths[id(module)]
+        return p
+
+    # -- forward
+    def fwd_pre(self, module, inputs):
+        try:
+            depth = getattr(self.tls, "fwd", 0)
+            path = self._path(module)
+            if depth == 0:
+                self._open_step("fwd")
+            elif self._top_kind() == "mod":
+                self._pop()  # flat: the parent's range closes while the child runs
+            self._push("mod", path)
+            self.tls.fwd = depth + 1
+            mods = getattr(self.tls, "mods", None)
+            if mods is None:
+                mods = self.tls.mods = []
+            mods.append(path)
+        except Exception as e:  # noqa: BLE001
+            _warn("a forward hook", e)
+
+    def fwd_post(self, module, inputs, output):
+        try:
+            depth = getattr(self.tls, "fwd", 0)
+            if depth == 0:
+                return None
+            mods = self.tls.mods
+            path = mods.pop()
+            if self._top_kind() == "mod":
+                self._pop()
+            self.tls.fwd = depth - 1
+            if mods:
+                self._push("mod", mods[-1])  # back in the parent
+            else:
+                self._close_pass()
+            if self.torch.is_grad_enabled():
+                self._on_backward_of(path, output)
+        except Exception as e:  # noqa: BLE001
+            _warn("a forward hook", e)
+        return None
+
+    # -- backward
+    def _on_backward_of(self, path, output):
+        outs = [t for t in _tensors(output) if getattr(t, "requires_grad", False)]
+        if not outs:
+            return
+        started = []
+
+        def arrived(grad):
+            if not started:
+                started.append(True)
+                self._bwd_start(path)
+            return None
+        for t in outs:
+            t.register_hook(arrived)
+
+    def _bwd_start(self, path):
+        try:
+            st = self._stack()
+            if not any(k == "pass" and lab == "bwd" for k, lab, _ in st):
+                self._open_step("bwd")
+                self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
+            if self._top_kind() == "mod":
+                self._pop()
+            self._push("mod", path)
+        except Exception as e:  # noqa: BLE001
+            _warn("a backward hook", e)
+
+    def _bwd_end(self):
+        try:
+            st = self._stack()
+            while st and not (st[-1][0] == "pass" and st[-1][1] == "bwd"):
+                self._pop()
+            if st:
+                self._pop()
+            if st and st[-1][0] == "step" and not getattr(self.tls, "fwd", 0):
+                self._pop()  # opened on this (autograd) thread for the backward
+        except Exception as e:  # noqa: BLE001
+            _warn("a backward hook", e)
+
+    # -- optimizer
+    def opt_pre(self, opt, args, kwargs):
+        try:
+            self._open_step("opt")
+            prefix = "grad."
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._name(p.grad, prefix + self.pnames.get(id(p), "param"))
+        except Exception as e:  # noqa: BLE001
+            _warn("an optimizer hook", e)
+
+    def opt_post(self, opt, args, kwargs):
+        try:
+            kind = type(opt).__name__.lower()
+            kind = "adam" if kind.startswith("adam") else kind
+            for p, state in opt.state.items():
+                pn = self.pnames.get(id(p), "param")
+                for k, v in state.items():
+                    if getattr(v, "is_cuda", False) and v.numel() > 0:
+                        self._name(v, "%s.%s.%s" % (kind, k, pn))
+            self._close_pass()
+            st = self._stack()
+            if st and st[-1][0] == "step":
+                self._pop()
+            self.step += 1
+        except Exception as e:  # noqa: BLE001
+            _warn("an optimizer hook", e)
+
+    # -- names
+    def _name_params(self, module):
+        for name, p in module.named_parameters():
+            if p.is_cuda:
+                self._name(p, name)
+
+    def _name(self, t, label):
+        ptr = t.data_ptr()
+        if not ptr:
+            return
+        ident = (getattr(t, "_cdata", None), ptr)
+        if _state["named"].get(label) == ident:
+            return  # the same tensor as last time
+        _state["named"][label] = ident
+        if self.direct:
+            gpumem.name(ptr, label)
+        else:
+            with _lock:
+                _state["names"].append((time.time_ns(), ptr, label))
+
+
+def _tensors(x):
+    if hasattr(x, "grad_fn") and hasattr(x, "register_hook"):
+        yield x
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)

@@ -1,0 +1,954 @@
+/* gm_torch.c — PyTorch's memory history merged into a gpumem recording (gm_torch.h).
+ *
+ * `gpumem record -- python3 train.py` leaves PyTorch's allocator in place: gpumem records the
+ * segments it asks cudaMalloc for (and everything else on the device), while PyTorch's own
+ * history, dumped at exit by gpumem's hook, knows every tensor. This file puts the two in one
+ * database, so that a report reads a PyTorch program tensor by tensor:
+ *
+ *   1. the trace entries of every device, in time order, get their block sizes from a replay of
+ *      PyTorch's block structure (gm_tblocks: the trace carries requested sizes only);
+ *   2. each entry, and each name the hook gave a tensor, is placed after the last recorded event
+ *      at or before its time (PyTorch's clock is the wall clock in microseconds; the recording's
+ *      is nanoseconds since meta.start_unix_ns); a segment's entry goes right after the
+ *      cudaMalloc that made it and its free right before the cudaFree, whatever the clocks say;
+ *   3. every table that holds a seq is renumbered in one pass to make room (seq stays dense and
+ *      in order), and the entries are inserted as events of kinds 31-35 with their Python
+ *      frames, their stream and the NVTX range open at their time (the innermost: the one that
+ *      started last among those open, on any thread; PyTorch's entries carry no thread);
+ *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged.
+ * All in one transaction: a failure leaves the recording as it was. */
+#include "snapshot/formats/gm_torch.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "snapshot/record/rec.h"
+
+/* ---------------------------------------------------------------- PyTorch's block rules */
+
+enum { T_MIN_BLOCK = 512, T_SMALL = 1 << 20 };
+
+void gm_tsettings_read(const gpk_val *a, gm_tsettings *s)
+{
+    memset(s, 0, sizeof *s);
+    s->max_split = UINT64_MAX;
+    if (!a) return;
+    const gpk_val *e = gpk_get(a, "expandable_segments");
+    s->expandable = e && (e->type == GPK_BOOL || e->type == GPK_INT) && e->i != 0;
+    int64_t ms;
+    if (gpk_as_i64(gpk_get(a, "max_split_size"), &ms) == 0 && ms > 0) s->max_split = (uint64_t)ms;
+    const gpk_val *d = gpk_get(a, "roundup_power2_divisions");
+    if (d && d->type == GPK_DICT) {
+        for (size_t i = 0; i < d->len; i++) {
+            const char *k = gpk_as_str(d->items[2 * i]);
+            int64_t v;
+            if (!k || gpk_as_i64(d->items[2 * i + 1], &v) != 0 || v < 0) continue;
+            unsigned long mb = strtoul(k, NULL, 10);
+            for (unsigned b = 0; b < 16; b++)
+                if (mb == 1ul << b) s->divisions[b] = (unsigned)v;
+        }
+    } else if (d && d->type == GPK_INT && d->i > 0) {
+        for (unsigned b = 0; b < 16; b++) s->divisions[b] = (unsigned)d->i;
+    }
+}
+
+static unsigned log2_floor(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
+
+uint64_t gm_tround(const gm_tsettings *s, uint64_t size)
+{
+    if (size < T_MIN_BLOCK) return T_MIN_BLOCK;
+    /* the power-of-two intervals start at 1 MiB: the interval of size, the last one above */
+    unsigned lg = log2_floor(size), idx = lg > 20 ? lg - 20 : 0;
+    unsigned div = s->divisions[idx > 15 ? 15 : idx];
+    if (div > 1 && size > (uint64_t)T_MIN_BLOCK * div) {
+        if ((size & (size - 1)) == 0) return size;
+        uint64_t floor2 = (uint64_t)1 << lg, step = floor2 >> log2_floor(div);
+        if (!step) return floor2 << 1;
+        uint64_t down = size & ~(step - 1);
+        return down == size ? size : down + step;
+    }
+    return (size + T_MIN_BLOCK - 1) / T_MIN_BLOCK * T_MIN_BLOCK;
+}
+
+void gm_tblocks_init(gm_tblocks *b, const gm_tsettings *s)
+{
+    memset(b, 0, sizeof *b);
+    b->set = *s;
+}
+
+void gm_tblocks_free(gm_tblocks *b)
+{
+    free(b->nodes);
+    u64map_free(&b->by_start);
+    u64map_free(&b->by_end);
+    memset(b, 0, sizeof *b);
+}
+
+static uint32_t node_new(gm_tblocks *b, uint64_t addr, uint64_t size, int is_free)
+{
+    uint32_t i;
+    if (b->spare) {
+        i = b->spare;
+        b->spare = b->nodes[i].next;
+    } else {
+        if (b->nnodes + 1 >= b->cap) {
+            size_t nc = b->cap ? 2 * b->cap : 256;
+            gm_tnode *n = realloc(b->nodes, nc * sizeof *n);
+            if (!n) return 0;
+            b->nodes = n, b->cap = nc;
+        }
+        if (!b->nnodes) b->nnodes = 1; /* index 0: none */
+        i = (uint32_t)b->nnodes++;
+    }
+    b->nodes[i] = (gm_tnode){addr, size, 0, 0, (uint8_t)is_free};
+    if (u64map_put(&b->by_start, addr, i) != 0 || u64map_put(&b->by_end, addr + size, i) != 0)
+        return 0;
+    return i;
+}
+
+static void node_drop(gm_tblocks *b, uint32_t i)
+{
+    gm_tnode *n = &b->nodes[i];
+    u64map_del(&b->by_start, n->addr, NULL);
+    u64map_del(&b->by_end, n->addr + n->size, NULL);
+    n->next = b->spare;
+    b->spare = i;
+}
+
+static uint32_t node_at(const u64map *m, uint64_t key)
+{
+    const uint64_t *v = u64map_get(m, key);
+    return v ? (uint32_t)*v : 0;
+}
+
+/* a absorbs its right neighbour c (both free, adjacent) */
+static void node_absorb(gm_tblocks *b, uint32_t a, uint32_t c)
+{
+    uint32_t after = b->nodes[c].next;
+    uint64_t csize = b->nodes[c].size;
+    u64map_del(&b->by_end, b->nodes[a].addr + b->nodes[a].size, NULL);
+    node_drop(b, c);
+    gm_tnode *x = &b->nodes[a];
+    x->size += csize;
+    x->next = after;
+    if (after) b->nodes[after].prev = a;
+    u64map_put(&b->by_end, x->addr + x->size, a);
+}
+
+/* merges free node i with free neighbours; returns the node now holding its memory */
+static uint32_t node_coalesce(gm_tblocks *b, uint32_t i)
+{
+    if (b->nodes[i].next && b->nodes[b->nodes[i].next].free) node_absorb(b, i, b->nodes[i].next);
+    uint32_t p = b->nodes[i].prev;
+    if (p && b->nodes[p].free) {
+        node_absorb(b, p, i);
+        return p;
+    }
+    return i;
+}
+
+int gm_tblocks_map(gm_tblocks *b, uint64_t addr, uint64_t size)
+{
+    if (!size) return 0;
+    uint32_t left = node_at(&b->by_end, addr), right = node_at(&b->by_start, addr + size);
+    uint32_t i = node_new(b, addr, size, 1);
+    if (!i) return -1;
+    /* an expandable segment grows at its end: the new pages join the blocks beside them */
+    if (left) b->nodes[left].next = i, b->nodes[i].prev = left;
+    if (right) b->nodes[right].prev = i, b->nodes[i].next = right;
+    node_coalesce(b, i);
+    return 0;
+}
+
+void gm_tblocks_unmap(gm_tblocks *b, uint64_t addr, uint64_t size)
+{
+    /* the free block that holds [addr, addr + size): found from either end */
+    uint32_t i = node_at(&b->by_start, addr);
+    if (!i) {
+        i = node_at(&b->by_end, addr + size);
+        if (!i) return;
+    }
+    gm_tnode n = b->nodes[i];
+    if (!n.free || addr < n.addr || addr + size > n.addr + n.size) return;
+    uint32_t prev = n.prev, next = n.next;
+    node_drop(b, i);
+    uint32_t lo = 0, hi = 0;
+    if (addr > n.addr) lo = node_new(b, n.addr, addr - n.addr, 1);
+    if (addr + size < n.addr + n.size) hi = node_new(b, addr + size, n.addr + n.size - addr - size, 1);
+    /* what stays is cut off from what went: neighbours only on its own side */
+    if (lo) {
+        b->nodes[lo].prev = prev;
+        if (prev) b->nodes[prev].next = lo;
+    } else if (prev) {
+        b->nodes[prev].next = 0;
+    }
+    if (hi) {
+        b->nodes[hi].next = next;
+        if (next) b->nodes[next].prev = hi;
+    } else if (next) {
+        b->nodes[next].prev = 0;
+    }
+}
+
+uint64_t gm_tblocks_alloc(gm_tblocks *b, uint64_t addr, uint64_t requested)
+{
+    uint64_t size = gm_tround(&b->set, requested);
+    uint32_t i = node_at(&b->by_start, addr);
+    if (!i || !b->nodes[i].free || b->nodes[i].size < size) {
+        b->guessed++;
+        return size;
+    }
+    gm_tnode *n = &b->nodes[i];
+    uint64_t remaining = n->size - size;
+    int small = size <= T_SMALL;
+    int split = small || b->set.expandable ? remaining >= T_MIN_BLOCK
+                                           : size < b->set.max_split && remaining > T_SMALL;
+    if (split) {
+        uint32_t next = n->next;
+        u64map_del(&b->by_end, n->addr + n->size, NULL);
+        n->size = size;
+        u64map_put(&b->by_end, addr + size, i);
+        uint32_t r = node_new(b, addr + size, remaining, 1);
+        if (!r) return 0;
+        n = &b->nodes[i];
+        n->next = r;
+        b->nodes[r].prev = i;
+        b->nodes[r].next = next;
+        if (next) b->nodes[next].prev = r;
+    }
+    n->free = 0;
+    return n->size;
+}
+
+void gm_tblocks_free_block(gm_tblocks *b, uint64_t addr)
+{
+    uint32_t i = node_at(&b->by_start, addr);
+    if (!i || b->nodes[i].free) return;
+    b->nodes[i].free = 1;
+    node_coalesce(b, i);
+}
+
+/* ---------------------------------------------------------------- the merge */
+
+enum { TA_ALLOC, TA_FREE_REQ, TA_FREE_DONE, TA_SEG_ALLOC, TA_SEG_FREE, TA_SEG_MAP, TA_SEG_UNMAP,
+       TA_NAME, TA_OTHER };
+
+/* One thing to insert: a trace entry or a name. */
+typedef struct titem {
+    int64_t t;          /* ns on the recording's clock */
+    uint64_t after;     /* inserted after the recorded event with this seq (0: before all) */
+    uint64_t addr, size, requested, stream;
+    const gpk_val *frames;
+    const char *name;   /* TA_NAME */
+    int action, device;
+    size_t order;       /* PyTorch's own order, across devices by time */
+    uint64_t seq;       /* its seq in the merged recording */
+} titem;
+
+typedef struct rec_ev { uint64_t seq; int64_t t; } rec_ev;
+typedef struct addr_ev { uint64_t addr, seq; int64_t t; } addr_ev;
+
+typedef struct merge {
+    sqlite3 *db;
+    char *err;
+    size_t errsz;
+    titem *it;
+    size_t n, cap;
+    rec_ev *ev; /* the recording's events, by seq */
+    size_t nev;
+    addr_ev *allocs, *frees; /* device allocations and frees, by (addr, seq) */
+    size_t nallocs, nfrees;
+    uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
+    size_t nshift;
+    int64_t next_frame, next_stack, next_string, next_stream;
+    u64map frames, stacks, strings, streams; /* hash -> id (checked against their text) */
+} merge;
+
+static int mfail(merge *m, const char *what)
+{
+    snprintf(m->err, m->errsz, "merging PyTorch's history failed (%s): %s", what, sqlite3_errmsg(m->db));
+    return -1;
+}
+
+static int mexec(merge *m, const char *sql)
+{
+    char *e = NULL;
+    if (sqlite3_exec(m->db, sql, NULL, NULL, &e) != SQLITE_OK) {
+        snprintf(m->err, m->errsz, "merging PyTorch's history failed: %s", e ? e : "?");
+        sqlite3_free(e);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t query_i64(merge *m, const char *sql, int64_t dflt)
+{
+    sqlite3_stmt *s;
+    int64_t v = dflt;
+    if (sqlite3_prepare_v2(m->db, sql, -1, &s, NULL) != SQLITE_OK) return dflt;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static titem *item_add(merge *m)
+{
+    if (m->n == m->cap) {
+        size_t nc = m->cap ? 2 * m->cap : 1024;
+        titem *p = realloc(m->it, nc * sizeof *p);
+        if (!p) return NULL;
+        m->it = p, m->cap = nc;
+    }
+    titem *t = &m->it[m->n];
+    memset(t, 0, sizeof *t);
+    t->order = m->n++;
+    return t;
+}
+
+static int action_of(const char *a)
+{
+    static const char *const names[] = {"alloc", "free_requested", "free_completed", "segment_alloc",
+                                        "segment_free", "segment_map", "segment_unmap"};
+    for (int i = 0; i < 7; i++)
+        if (a && !strcmp(a, names[i])) return i;
+    return TA_OTHER;
+}
+
+static uint64_t u64_in(const gpk_val *d, const char *k)
+{
+    uint64_t v = 0;
+    if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
+    return v;
+}
+
+static int cmp_time(const void *a, const void *b)
+{
+    const titem *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int cmp_addr_ev(const void *a, const void *b)
+{
+    const addr_ev *x = a, *y = b;
+    if (x->addr != y->addr) return x->addr < y->addr ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The recorded events' seq and t, and the device allocations and frees by address. */
+static int load_recorded(merge *m)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(m->db, "SELECT seq, t, kind, addr FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        return mfail(m, "reading events");
+    size_t cap = 0, ca = 0, cf = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
+        int64_t t = sqlite3_column_int64(s, 1);
+        int kind = sqlite3_column_int(s, 2);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 3);
+        if (m->nev == cap) {
+            cap = cap ? 2 * cap : 4096;
+            rec_ev *p = realloc(m->ev, cap * sizeof *p);
+            if (!p) break;
+            m->ev = p;
+        }
+        m->ev[m->nev++] = (rec_ev){seq, t};
+        addr_ev **list = NULL;
+        size_t *n = NULL, *c = NULL;
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) list = &m->allocs, n = &m->nallocs, c = &ca;
+        else if (kind == REC_FREE || kind == REC_FREE_ASYNC) list = &m->frees, n = &m->nfrees, c = &cf;
+        if (!list) continue;
+        if (*n == *c) {
+            *c = *c ? 2 * *c : 256;
+            addr_ev *p = realloc(*list, *c * sizeof *p);
+            if (!p) break;
+            *list = p;
+        }
+        (*list)[(*n)++] = (addr_ev){addr, seq, t};
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_ROW) snprintf(m->err, m->errsz, "out of memory reading the recording");
+        else mfail(m, "reading events");
+        return -1;
+    }
+    qsort(m->allocs, m->nallocs, sizeof *m->allocs, cmp_addr_ev);
+    qsort(m->frees, m->nfrees, sizeof *m->frees, cmp_addr_ev);
+    return 0;
+}
+
+/* The last recorded event at or before t (its seq; 0 before all). */
+static uint64_t after_time(const merge *m, int64_t t)
+{
+    size_t lo = 0, hi = m->nev;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ev[mid].t <= t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? m->ev[lo - 1].seq : 0;
+}
+
+/* The recorded event of list at addr closest in time to t (its seq; 0 none). */
+static uint64_t nearest_at(const addr_ev *list, size_t n, uint64_t addr, int64_t t)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (list[mid].addr < addr) lo = mid + 1;
+        else hi = mid;
+    }
+    uint64_t best = 0;
+    int64_t bestd = INT64_MAX;
+    for (size_t i = lo; i < n && list[i].addr == addr; i++) {
+        int64_t d = list[i].t > t ? list[i].t - t : t - list[i].t;
+        if (d < bestd) bestd = d, best = list[i].seq;
+    }
+    return best;
+}
+
+/* the recorded event just before seq (0: none) */
+static uint64_t seq_before(const merge *m, uint64_t seq)
+{
+    size_t lo = 0, hi = m->nev;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ev[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? m->ev[lo - 1].seq : 0;
+}
+
+/* old seq -> new seq: each item placed after a seq below s moves s up by one */
+static uint64_t new_seq(const merge *m, uint64_t s)
+{
+    size_t lo = 0, hi = m->nshift;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->shift_at[mid] < s) lo = mid + 1;
+        else hi = mid;
+    }
+    return s + lo;
+}
+
+static void sql_newseq(sqlite3_context *ctx, int argc, sqlite3_value **v)
+{
+    (void)argc;
+    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
+        sqlite3_result_null(ctx);
+        return;
+    }
+    sqlite3_result_int64(ctx, (int64_t)new_seq(sqlite3_user_data(ctx), (uint64_t)sqlite3_value_int64(v[0])));
+}
+
+static uint64_t fnv64(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h == U64MAP_EMPTY ? h - 1 : h;
+}
+
+/* a frame's id (a Python frame: function, file, line), inserted once */
+static int64_t frame_of(merge *m, const gpk_val *f)
+{
+    const char *file = gpk_as_str(gpk_get(f, "filename")), *fn = gpk_as_str(gpk_get(f, "name"));
+    int64_t line = 0;
+    if (gpk_as_i64(gpk_get(f, "line"), &line) != 0) line = 0;
+    if (!file) file = "??";
+    if (!fn) fn = "??";
+    uint64_t h = fnv64(file, strlen(file) + 1, 1469598103934665603ull);
+    h = fnv64(fn, strlen(fn) + 1, h);
+    h = fnv64(&line, sizeof line, h);
+    const uint64_t *v = u64map_get(&m->frames, h);
+    if (v) return (int64_t)*v;
+    int64_t id = m->next_frame++;
+    size_t lf = strlen(file);
+    int py = lf > 3 && !strcmp(file + lf - 3, ".py");
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(m->db, "INSERT INTO frames (id, function, file, line, symbolized, python) "
+                                  "VALUES (?, ?, ?, ?, 1, ?)", -1, &s, NULL) != SQLITE_OK)
+        return mfail(m, "frames");
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_text(s, 2, fn, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, file, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, line);
+    if (py) sqlite3_bind_int(s, 5, 1);
+    else sqlite3_bind_null(s, 5);
+    int rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE || u64map_put(&m->frames, h, (uint64_t)id) != 0) return mfail(m, "frames");
+    return id;
+}
+
+/* the stack of a trace entry's frames (innermost first); 0: none */
+static int64_t stack_of(merge *m, const gpk_val *frames)
+{
+    if (!frames || frames->type != GPK_LIST || !frames->len) return 0;
+    int64_t *ids = malloc(frames->len * sizeof *ids);
+    if (!ids) return -1;
+    size_t n = 0;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < frames->len; i++) {
+        if (frames->items[i]->type != GPK_DICT) continue;
+        int64_t f = frame_of(m, frames->items[i]);
+        if (f < 0) {
+            free(ids);
+            return -1;
+        }
+        ids[n++] = f;
+        h = fnv64(&f, sizeof f, h);
+    }
+    const uint64_t *v = n ? u64map_get(&m->stacks, h) : NULL;
+    int64_t id = v ? (int64_t)*v : 0;
+    if (n && !v) {
+        id = m->next_stack++;
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(m->db, "INSERT INTO stacks VALUES (?, ?, ?)", -1, &s, NULL) != SQLITE_OK) {
+            free(ids);
+            return mfail(m, "stacks");
+        }
+        for (size_t d = 0; d < n; d++) {
+            sqlite3_bind_int64(s, 1, id);
+            sqlite3_bind_int64(s, 2, (int64_t)d);
+            sqlite3_bind_int64(s, 3, ids[d]);
+            if (sqlite3_step(s) != SQLITE_DONE) id = -1;
+            sqlite3_reset(s);
+        }
+        sqlite3_finalize(s);
+        if (id < 0 || u64map_put(&m->stacks, h, (uint64_t)id) != 0) id = mfail(m, "stacks");
+    }
+    free(ids);
+    return id;
+}
+
+static int64_t string_of(merge *m, const char *str)
+{
+    uint64_t h = fnv64(str, strlen(str), 1469598103934665603ull);
+    const uint64_t *v = u64map_get(&m->strings, h);
+    if (v) return (int64_t)*v;
+    sqlite3_stmt *s;
+    int64_t id = 0;
+    if (sqlite3_prepare_v2(m->db, "SELECT id FROM strings WHERE s = ?", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, str, -1, SQLITE_STATIC);
+        if (sqlite3_step(s) == SQLITE_ROW) id = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    if (!id) {
+        id = m->next_string++;
+        if (sqlite3_prepare_v2(m->db, "INSERT INTO strings VALUES (?, ?)", -1, &s, NULL) != SQLITE_OK)
+            return mfail(m, "strings");
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_text(s, 2, str, -1, SQLITE_STATIC);
+        int rc = sqlite3_step(s);
+        sqlite3_finalize(s);
+        if (rc != SQLITE_DONE) return mfail(m, "strings");
+    }
+    if (u64map_put(&m->strings, h, (uint64_t)id) != 0) return -1;
+    return id;
+}
+
+static int64_t stream_of(merge *m, int device, uint64_t handle)
+{
+    uint64_t key = fnv64(&handle, sizeof handle, (uint64_t)device * 0x9e3779b97f4a7c15ull + 1);
+    const uint64_t *v = u64map_get(&m->streams, key);
+    if (v) return (int64_t)*v;
+    sqlite3_stmt *s;
+    int64_t id = 0;
+    if (sqlite3_prepare_v2(m->db, "SELECT id FROM streams WHERE device = ? AND handle = ?", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int(s, 1, device);
+        sqlite3_bind_int64(s, 2, (int64_t)handle);
+        if (sqlite3_step(s) == SQLITE_ROW) id = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    if (!id) {
+        id = m->next_stream++;
+        char sql[160];
+        snprintf(sql, sizeof sql, "INSERT INTO streams VALUES (%" PRId64 ", %d, %" PRId64 ")", id, device,
+                 (int64_t)handle);
+        if (mexec(m, sql) != 0) return -1;
+    }
+    u64map_put(&m->streams, key, (uint64_t)id);
+    return id;
+}
+
+/* ranges by start, for "the innermost range open at t" */
+typedef struct trange { int64_t start, end; int64_t id; } trange;
+
+static int cmp_range_start(const void *a, const void *b)
+{
+    const trange *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Gives each item (in time order) the range that started last among those open at its time: a
+ * max-heap by start of the ranges started so far, the ended ones dropped from its top. */
+static int ranges_for(merge *m, int64_t *range_of)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(m->db, "SELECT id, start_ns, COALESCE(end_ns, 9223372036854775807) FROM ranges "
+                                  "WHERE kind = 0", -1, &s, NULL) != SQLITE_OK)
+        return 0; /* no ranges table (an old file): no phases */
+    trange *r = NULL;
+    size_t nr = 0, cr = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (nr == cr) {
+            cr = cr ? 2 * cr : 256;
+            trange *p = realloc(r, cr * sizeof *p);
+            if (!p) break;
+            r = p;
+        }
+        r[nr++] = (trange){sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 0)};
+    }
+    sqlite3_finalize(s);
+    qsort(r, nr, sizeof *r, cmp_range_start);
+    size_t *heap = malloc((nr ? nr : 1) * sizeof *heap), nh = 0, next = 0;
+    if (!heap) {
+        free(r);
+        return -1;
+    }
+    for (size_t i = 0; i < m->n; i++) {
+        int64_t t = m->it[i].t;
+        for (; next < nr && r[next].start <= t; next++) { /* push: sift up */
+            size_t k = nh++;
+            heap[k] = next;
+            while (k && r[heap[(k - 1) / 2]].start < r[heap[k]].start) {
+                size_t p = (k - 1) / 2, x = heap[p];
+                heap[p] = heap[k], heap[k] = x, k = p;
+            }
+        }
+        while (nh && r[heap[0]].end <= t) { /* pop the ended: sift down */
+            heap[0] = heap[--nh];
+            for (size_t k = 0;;) {
+                size_t c = 2 * k + 1, best = k;
+                if (c < nh && r[heap[c]].start > r[heap[best]].start) best = c;
+                if (c + 1 < nh && r[heap[c + 1]].start > r[heap[best]].start) best = c + 1;
+                if (best == k) break;
+                size_t x = heap[best];
+                heap[best] = heap[k], heap[k] = x, k = best;
+            }
+        }
+        range_of[i] = nh ? r[heap[0]].id : 0;
+    }
+    free(heap);
+    free(r);
+    return 0;
+}
+
+static const int kind_of_action[] = {
+    [TA_ALLOC] = REC_TORCH_ALLOC, [TA_FREE_REQ] = REC_TORCH_FREE, [TA_FREE_DONE] = REC_TORCH_FREE_COMPLETED,
+    [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP, [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
+    [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP};
+
+/* The trace entries of every device and the names, in time order, with block sizes. */
+static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t start_unix_ns,
+                   gm_tblocks *tb)
+{
+    const gpk_val *traces = gpk_get(snap, "device_traces");
+    if (!traces || traces->type != GPK_LIST) {
+        snprintf(m->err, m->errsz, "PyTorch's snapshot has no device_traces (was its memory history on?)");
+        return -1;
+    }
+    for (size_t dev = 0; dev < traces->len; dev++) {
+        const gpk_val *list = traces->items[dev];
+        if (list->type != GPK_LIST) continue;
+        for (size_t i = 0; i < list->len; i++) {
+            const gpk_val *e = list->items[i];
+            int a = action_of(gpk_as_str(gpk_get(e, "action")));
+            if (a == TA_OTHER) continue;
+            titem *t = item_add(m);
+            if (!t) goto oom;
+            t->action = a;
+            t->device = (int)dev;
+            t->t = (int64_t)(u64_in(e, "time_us") * 1000) - start_unix_ns;
+            t->addr = u64_in(e, "addr");
+            t->size = t->requested = u64_in(e, "size");
+            t->stream = u64_in(e, "stream");
+            t->frames = gpk_get(e, "frames");
+        }
+    }
+    for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
+        const gpk_val *r = names->items[i];
+        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || r->len != 3) continue;
+        uint64_t tns, addr;
+        const char *label = gpk_as_str(r->items[2]);
+        if (gpk_as_u64(r->items[0], &tns) != 0 || gpk_as_u64(r->items[1], &addr) != 0 || !label) continue;
+        titem *t = item_add(m);
+        if (!t) goto oom;
+        t->action = TA_NAME;
+        t->t = (int64_t)tns - start_unix_ns;
+        t->addr = addr;
+        t->name = label;
+    }
+    qsort(m->it, m->n, sizeof *m->it, cmp_time);
+    /* block sizes: the block structure replayed in PyTorch's order */
+    for (size_t i = 0; i < m->n; i++) {
+        titem *t = &m->it[i];
+        switch (t->action) {
+        case TA_SEG_ALLOC:
+        case TA_SEG_MAP:
+            if (gm_tblocks_map(tb, t->addr, t->size) != 0) goto oom;
+            break;
+        case TA_SEG_FREE:
+        case TA_SEG_UNMAP: gm_tblocks_unmap(tb, t->addr, t->size); break;
+        case TA_ALLOC:
+            if (!(t->size = gm_tblocks_alloc(tb, t->addr, t->requested))) goto oom;
+            break;
+        case TA_FREE_DONE: gm_tblocks_free_block(tb, t->addr); break;
+        default: break;
+        }
+    }
+    return 0;
+oom:
+    snprintf(m->err, m->errsz, "out of memory reading PyTorch's history");
+    return -1;
+}
+
+/* Where each item goes: after the last recorded event at or before its time; a segment's
+ * entries next to the cudaMalloc / cudaFree that served them; never before an earlier item. */
+static int place(merge *m)
+{
+    uint64_t floor = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        titem *t = &m->it[i];
+        uint64_t at = after_time(m, t->t), anchor = 0;
+        if (t->action == TA_SEG_ALLOC) {
+            anchor = nearest_at(m->allocs, m->nallocs, t->addr, t->t);
+            if (anchor) at = anchor;
+        } else if (t->action == TA_SEG_FREE) {
+            anchor = nearest_at(m->frees, m->nfrees, t->addr, t->t);
+            if (anchor) at = seq_before(m, anchor);
+        }
+        if (at < floor) at = floor;
+        t->after = floor = at;
+    }
+    m->shift_at = malloc((m->n ? m->n : 1) * sizeof *m->shift_at);
+    if (!m->shift_at) return -1;
+    for (size_t i = 0; i < m->n; i++) m->shift_at[i] = m->it[i].after;
+    m->nshift = m->n;
+    /* seq of each item: right after its anchor's new seq, in order */
+    for (size_t i = 0; i < m->n; i++) {
+        titem *t = &m->it[i];
+        uint64_t base = t->after ? new_seq(m, t->after) : 0;
+        size_t k = i; /* items before i with the same anchor come first */
+        while (k && m->it[k - 1].after == t->after) k--;
+        t->seq = base + 1 + (i - k);
+    }
+    return 0;
+}
+
+/* Every seq the recording holds, renumbered: two passes through negative numbers so that no
+ * row lands on one not yet moved. */
+static int renumber(merge *m)
+{
+    if (sqlite3_create_function(m->db, "gm_newseq", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, m, sql_newseq,
+                                NULL, NULL) != SQLITE_OK)
+        return mfail(m, "registering gm_newseq");
+    static const char *const cols[][2] = {
+        {"events", "seq"},  {"names", "seq"},      {"ooms", "seq"},     {"launches", "seq"},
+        {"uses", "seq"},    {"uses", "birth"},     {"snapshots", "seq"}, {"alloc_life", "birth"},
+        {"alloc_life", "death"}};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT 1 FROM pragma_table_info('%s') WHERE name = '%s'", cols[i][0], cols[i][1]);
+        if (query_i64(m, sql, 0) != 1) continue; /* a table an older schema lacks */
+        snprintf(sql, sizeof sql, "UPDATE %s SET %s = -gm_newseq(%s) WHERE %s > 0", cols[i][0], cols[i][1],
+                 cols[i][1], cols[i][1]);
+        if (mexec(m, sql) != 0) return -1;
+        snprintf(sql, sizeof sql, "UPDATE %s SET %s = -%s WHERE %s < 0", cols[i][0], cols[i][1], cols[i][1],
+                 cols[i][1]);
+        if (mexec(m, sql) != 0) return -1;
+    }
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "UPDATE meta SET value = gm_newseq(value) WHERE key = 'failed_after_seq' AND typeof(value) = 'integer'");
+    return mexec(m, sql);
+}
+
+typedef struct tlive { uint64_t seq; int64_t name; } tlive;
+
+static int insert_items(merge *m)
+{
+    int64_t *range_of = calloc(m->n ? m->n : 1, sizeof *range_of);
+    if (!range_of || ranges_for(m, range_of) != 0) {
+        free(range_of);
+        snprintf(m->err, m->errsz, "out of memory placing PyTorch's events in ranges");
+        return -1;
+    }
+    sqlite3_stmt *ev = NULL, *nm = NULL, *life = NULL;
+    int rc = -1;
+    if (sqlite3_prepare_v2(m->db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, "
+                                  "requested, alloc_id, stack, range) VALUES (?,?,?,0,?,?,NULL,?,?,?,NULL,?,?)",
+                           -1, &ev, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(m->db, "INSERT INTO names (seq, addr, name) VALUES (?,?,?)", -1, &nm, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(m->db, "INSERT INTO alloc_life (birth, death, name) VALUES (?,?,?)", -1, &life, NULL) !=
+            SQLITE_OK) {
+        mfail(m, "preparing the inserts");
+        goto done;
+    }
+    /* tensors live by address (one address space for every device) until their free completes:
+     * for alloc_life and names */
+    u64map live = {0};
+    tlive *lv = NULL;
+    size_t nlv = 0, clv = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        titem *t = &m->it[i];
+        if (t->action == TA_NAME) {
+            int64_t sid = string_of(m, t->name);
+            if (sid < 0) goto done_live;
+            sqlite3_bind_int64(nm, 1, (int64_t)t->seq);
+            sqlite3_bind_int64(nm, 2, (int64_t)t->addr);
+            sqlite3_bind_int64(nm, 3, sid);
+            if (sqlite3_step(nm) != SQLITE_DONE) {
+                mfail(m, "names");
+                goto done_live;
+            }
+            sqlite3_reset(nm);
+            const uint64_t *li = u64map_get(&live, t->addr);
+            if (li) lv[*li].name = sid;
+            continue;
+        }
+        int64_t stack = t->action == TA_ALLOC ? stack_of(m, t->frames) : 0;
+        int64_t stream = stream_of(m, t->device, t->stream);
+        if (stack < 0 || stream < 0) goto done_live;
+        sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
+        sqlite3_bind_int64(ev, 2, t->t);
+        sqlite3_bind_int(ev, 3, kind_of_action[t->action]);
+        sqlite3_bind_int(ev, 4, t->device);
+        sqlite3_bind_int64(ev, 5, stream);
+        sqlite3_bind_int64(ev, 6, (int64_t)t->addr);
+        sqlite3_bind_int64(ev, 7, (int64_t)t->size);
+        sqlite3_bind_int64(ev, 8, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
+        if (stack) sqlite3_bind_int64(ev, 9, stack);
+        else sqlite3_bind_null(ev, 9);
+        if (range_of[i]) sqlite3_bind_int64(ev, 10, range_of[i]);
+        else sqlite3_bind_null(ev, 10);
+        if (sqlite3_step(ev) != SQLITE_DONE) {
+            mfail(m, "events");
+            goto done_live;
+        }
+        sqlite3_reset(ev);
+        if (t->action == TA_ALLOC) {
+            if (nlv == clv) {
+                clv = clv ? 2 * clv : 256;
+                tlive *p = realloc(lv, clv * sizeof *p);
+                if (!p) goto done_live;
+                lv = p;
+            }
+            lv[nlv] = (tlive){t->seq, 0};
+            u64map_put(&live, t->addr, nlv++);
+        } else if (t->action == TA_FREE_DONE) {
+            uint64_t li;
+            if (u64map_del(&live, t->addr, &li)) {
+                sqlite3_bind_int64(life, 1, (int64_t)lv[li].seq);
+                sqlite3_bind_int64(life, 2, (int64_t)t->seq);
+                if (lv[li].name) sqlite3_bind_int64(life, 3, lv[li].name);
+                else sqlite3_bind_null(life, 3);
+                if (sqlite3_step(life) != SQLITE_DONE) {
+                    mfail(m, "alloc_life");
+                    goto done_live;
+                }
+                sqlite3_reset(life);
+            }
+        }
+    }
+    /* alive at the end */
+    for (uint64_t k = 0; live.keys && k <= live.mask; k++) {
+        if (live.keys[k] == U64MAP_EMPTY) continue;
+        tlive *x = &lv[live.vals[k]];
+        sqlite3_bind_int64(life, 1, (int64_t)x->seq);
+        sqlite3_bind_null(life, 2);
+        if (x->name) sqlite3_bind_int64(life, 3, x->name);
+        else sqlite3_bind_null(life, 3);
+        if (sqlite3_step(life) != SQLITE_DONE) {
+            mfail(m, "alloc_life");
+            goto done_live;
+        }
+        sqlite3_reset(life);
+    }
+    rc = 0;
+done_live:
+    u64map_free(&live);
+    free(lv);
+done:
+    sqlite3_finalize(ev), sqlite3_finalize(nm), sqlite3_finalize(life);
+    free(range_of);
+    return rc;
+}
+
+int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint64_t *merged, char *err,
+                   size_t errsz)
+{
+    gpk_doc doc;
+    merge m = {.err = err, .errsz = errsz};
+    gm_tblocks tb = {0};
+    int rc = -1, began = 0;
+    *merged = 0;
+    if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) goto out;
+    const gpk_val *root = doc.root, *snap = gpk_get(root, "snapshot");
+    if (!snap || !gpk_get(root, "gpumem_torch")) {
+        snprintf(err, errsz, "not a dump of gpumem's PyTorch hook (no gpumem_torch / snapshot)");
+        goto out;
+    }
+    if (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "cannot open %s: %s", dbpath, m.db ? sqlite3_errmsg(m.db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(m.db, 5000);
+    if (mexec(&m, "BEGIN IMMEDIATE") != 0) goto out;
+    began = 1;
+    if (query_i64(&m, "SELECT count(*) FROM meta WHERE key = 'torch_history'", 0)) {
+        snprintf(err, errsz, "%s already holds a merged PyTorch history", dbpath);
+        goto out;
+    }
+    int64_t start_unix_ns = query_i64(&m, "SELECT value FROM meta WHERE key = 'start_unix_ns'", -1);
+    if (start_unix_ns < 0) {
+        snprintf(err, errsz, "%s has no start time (meta.start_unix_ns): cannot place PyTorch's events", dbpath);
+        goto out;
+    }
+    gm_tsettings set;
+    gm_tsettings_read(gpk_get(snap, "allocator_settings"), &set);
+    gm_tblocks_init(&tb, &set);
+    if (load_recorded(&m) != 0 || collect(&m, snap, gpk_get(root, "names"), start_unix_ns, &tb) != 0 ||
+        place(&m) != 0 || renumber(&m) != 0)
+        goto out;
+    m.next_frame = query_i64(&m, "SELECT max(id) FROM frames", 0) + 1;
+    m.next_stack = query_i64(&m, "SELECT max(stack) FROM stacks", 0) + 1;
+    m.next_string = query_i64(&m, "SELECT max(id) FROM strings", 0) + 1;
+    m.next_stream = query_i64(&m, "SELECT max(id) FROM streams", 0) + 1;
+    if (insert_items(&m) != 0) goto out;
+    const gpk_val *as = gpk_get(snap, "allocator_settings");
+    const char *conf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
+    const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
+    uint64_t entries = 0;
+    for (size_t i = 0; i < m.n; i++) entries += m.it[i].action != TA_NAME;
+    char *sql = sqlite3_mprintf(
+        "INSERT OR IGNORE INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),"
+        "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
+        "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
+        "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), ('events', "
+        "(SELECT count(*) FROM events))",
+        (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
+        (unsigned long long)tb.guessed, why ? why : "exit");
+    int mrc = sql ? mexec(&m, sql) : -1;
+    sqlite3_free(sql);
+    if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
+    began = 0;
+    *merged = entries;
+    rc = 0;
+out:
+    if (began) sqlite3_exec(m.db, "ROLLBACK", NULL, NULL, NULL);
+    if (m.db) sqlite3_close(m.db);
+    gpk_free(&doc);
+    gm_tblocks_free(&tb);
+    free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
+    u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
+    return rc;
+}

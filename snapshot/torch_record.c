@@ -1,0 +1,198 @@
+/* torch_record.c — `gpumem record` on a Python program (torch_record.h).
+ *
+ * Nothing of the script is edited. gpumem's sitecustomize (preload/python/site/) goes first on
+ * PYTHONPATH with the gpumem module (preload/python/); when the program imports torch it turns
+ * on what GPUMEM_TORCH_* say (preload/python/gpumem/_torch.py). PyTorch's history is dumped
+ * into a private file made here (mode 0600, O_EXCL, in TMPDIR), merged into the recording
+ * after the program ends (formats/gm_torch.c), and removed. */
+#include "snapshot/torch_record.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "snapshot/formats/gm_torch.h"
+
+/* The virtual GPU's libraries a PyTorch program needs preloaded, in this order (the same list
+ * as build/sim/torch-env, sim/README.md "PyTorch on the virtual GPU"). */
+static const char *const sim_preload[] = {"libcuda.so.1", "libcudart.so.13", "libcublasLt.so.13",
+                                          "libcublas.so.13", "libnvidia-ml.so.1"};
+
+static int exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* 1 when argv0 runs Python: its name is python*, or it is a script whose #! line names python */
+static int is_python(const char *argv0)
+{
+    const char *b = strrchr(argv0, '/');
+    b = b ? b + 1 : argv0;
+    if (strncmp(b, "python", 6) == 0) {
+        const char *p = b + 6;
+        while (*p && (*p == '.' || (*p >= '0' && *p <= '9'))) p++;
+        if (!*p) return 1;
+    }
+    char path[PATH_MAX];
+    if (strchr(argv0, '/')) {
+        snprintf(path, sizeof path, "%s", argv0);
+    } else { /* found on PATH, as execvp will */
+        const char *env = getenv("PATH");
+        path[0] = 0;
+        for (const char *d = env ? env : ""; *d;) {
+            const char *e = strchr(d, ':');
+            size_t len = e ? (size_t)(e - d) : strlen(d);
+            char cand[PATH_MAX];
+            snprintf(cand, sizeof cand, "%.*s/%s", (int)len, len ? d : ".", argv0);
+            if (access(cand, X_OK) == 0) {
+                snprintf(path, sizeof path, "%s", cand);
+                break;
+            }
+            d += len + (e != NULL);
+            if (!e) break;
+        }
+        if (!path[0]) return 0;
+    }
+    char line[256];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, line, sizeof line - 1);
+    close(fd);
+    if (n < 2 || line[0] != '#' || line[1] != '!') return 0;
+    line[n] = 0;
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = 0;
+    return strstr(line, "python") != NULL;
+}
+
+static void prepend(const char *name, const char *value, char sep)
+{
+    const char *old = getenv(name);
+    if (!old || !*old) {
+        setenv(name, value, 1);
+        return;
+    }
+    size_t n = strlen(value) + strlen(old) + 2;
+    char *v = malloc(n);
+    if (!v) return;
+    snprintf(v, n, "%s%c%s", value, sep, old);
+    setenv(name, v, 1);
+    free(v);
+}
+
+/* the folder holding the gpumem module and the one holding the sitecustomize: the source tree
+ * next to the build (build/gpumem), or the installed share/gpumem */
+static int python_dirs(const char *selfdir, char *mod, char *site, size_t n)
+{
+    static const char *const where[][2] = {{"%s/../preload/python", "%s/../preload/python/site"},
+                                           {"%s/../share/gpumem/python", "%s/../share/gpumem/python-site"}};
+    for (size_t k = 0; k < sizeof where / sizeof where[0]; k++) {
+        char probe[PATH_MAX + 64];
+        snprintf(mod, n, where[k][0], selfdir);
+        snprintf(site, n, where[k][1], selfdir);
+        snprintf(probe, sizeof probe, "%s/sitecustomize.py", site);
+        if (exists(probe)) {
+            char *a = realpath(mod, NULL), *b = realpath(site, NULL);
+            if (a) snprintf(mod, n, "%s", a);
+            if (b) snprintf(site, n, "%s", b);
+            free(a), free(b);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, const char *simdir,
+                     const char *allocator, int history, int hooks, int quiet)
+{
+    memset(r, 0, sizeof *r);
+    if (!is_python(argv0)) return 0;
+    r->python = 1;
+    char mod[PATH_MAX], site[PATH_MAX];
+    if (python_dirs(selfdir, mod, site, sizeof mod) != 0) {
+        if (!quiet)
+            fprintf(stderr, "gpumem: gpumem's Python files are neither in %s/../preload/python nor in "
+                            "%s/../share/gpumem; PyTorch is recorded by its segments only\n", selfdir, selfdir);
+        r->python = 0;
+        return 0;
+    }
+    prepend("PYTHONPATH", mod, ':');
+    prepend("PYTHONPATH", site, ':');
+    setenv("GPUMEM_TORCH_ALLOCATOR", allocator, 1);
+    setenv("GPUMEM_TORCH_HOOKS", hooks ? "1" : "0", 1);
+    r->history = history && strcmp(allocator, "torch") == 0;
+    setenv("GPUMEM_TORCH_HISTORY", r->history ? "1" : "0", 1);
+    if (r->history) {
+        const char *td = getenv("TMPDIR");
+        snprintf(r->snapshot, sizeof r->snapshot, "%s/gpumem-torch-XXXXXX", td && *td ? td : "/tmp");
+        int fd = mkostemp(r->snapshot, O_CLOEXEC);
+        if (fd < 0) {
+            fprintf(stderr, "gpumem: cannot make a file for PyTorch's history in %s: %s\n",
+                    td && *td ? td : "/tmp", strerror(errno));
+            r->snapshot[0] = 0;
+            r->history = 0;
+            setenv("GPUMEM_TORCH_HISTORY", "0", 1);
+        } else {
+            close(fd);
+            setenv("GPUMEM_TORCH_SNAPSHOT", r->snapshot, 1);
+        }
+    }
+    if (simdir) {
+        /* after libgpumem.so, which the caller puts first: an interposer precedes what it wraps */
+        char list[8 * PATH_MAX] = "";
+        for (size_t k = 0; k < sizeof sim_preload / sizeof sim_preload[0]; k++) {
+            char p[PATH_MAX + 64];
+            snprintf(p, sizeof p, "%s/%s", simdir, sim_preload[k]);
+            if (!exists(p)) continue;
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", l ? ":" : "", p);
+        }
+        if (list[0]) prepend("LD_PRELOAD", list, ':');
+        if (!getenv("GPUMEM_SIM_PROFILE")) setenv("GPUMEM_SIM_PROFILE", "h100-80g", 1);
+    }
+    return 0;
+}
+
+void gm_torch_child(const gm_torch_run *r)
+{
+    if (!r->python) return;
+    char pid[32];
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    setenv("GPUMEM_TORCH_PID", pid, 1);
+}
+
+void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
+{
+    if (!r->snapshot[0]) return;
+    struct stat st;
+    int fd = open(r->snapshot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && dbpath) {
+        unsigned char *buf = malloc((size_t)st.st_size);
+        if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size) {
+            char err[1024];
+            uint64_t n = 0;
+            if (gm_torch_merge(dbpath, buf, (size_t)st.st_size, &n, err, sizeof err) != 0)
+                fprintf(stderr, "gpumem: PyTorch's history was not merged into %s: %s\n", dbpath, err);
+            else if (!quiet)
+                fprintf(stderr, "gpumem: merged PyTorch's memory history (%llu entries) into %s\n",
+                        (unsigned long long)n, dbpath);
+        } else {
+            fprintf(stderr, "gpumem: cannot read PyTorch's history from %s\n", r->snapshot);
+        }
+        free(buf);
+    } else if (!quiet && r->history && dbpath) {
+        fprintf(stderr, "gpumem: the program wrote no PyTorch history (it did not use CUDA through "
+                        "torch, or ended before its exit handlers ran)\n");
+    }
+    if (fd >= 0) close(fd);
+    unlink(r->snapshot);
+    char part[PATH_MAX + 8];
+    snprintf(part, sizeof part, "%s.part", r->snapshot);
+    unlink(part);
+    r->snapshot[0] = 0;
+}
