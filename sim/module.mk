@@ -6,8 +6,9 @@ SIM_DRIVER := $(SIM_DIR)/libcuda.so.1
 SIM_RUNTIME := $(SIM_DIR)/libcudart.so.13
 SIM_LINKS := $(SIM_DIR)/libcuda.so $(SIM_DIR)/libcudart.so
 
-SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o sim_cu_procs.o)
-SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_stubs.o)
+SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o \
+    sim_profile.o sim_func.o sim_cu_procs.o)
+SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_kernels.o sim_rt_stubs.o)
 
 ALL_TARGETS += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
 INSTALL_LIB += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
@@ -75,6 +76,7 @@ SIM_CLANG_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long
     $(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo yes)
 ifeq ($(SIM_CLANG_FUZZ),yes)
 SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_mem.c sim/sim_exec.c sim/sim_graph.c sim/sim_ptds.c \
+                 sim/sim_profile.c sim/sim_func.c \
                  $(SIM_DIR)/sim_cu_procs.c
 $(SIM_FUZZ): $(SIM_FUZZ_SRCS) $(SIM_DIR)/sim_procs.h sim/sim.h sim/sim_internal.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)

@@ -679,11 +679,17 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
         return CUDA_ERROR_INVALID_DEVICE;
-    /* Shareable handles: POSIX file descriptors only (a memfd of its own), and only where the
-     * device memory has bytes (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
-    bool shareable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if ((prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (shareable && sim.virtual_backing))
+    /* Shareable handles: POSIX file descriptors (a memfd of its own where the device memory has
+     * bytes; with virtual backing the handle is made, and exporting it is not supported). Fabric
+     * handles need an IMEX channel, which a machine without a multi-node NVLink fabric does not
+     * have: a part that supports them (the profile's CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_
+     * SUPPORTED) then refuses with CUDA_ERROR_NOT_PERMITTED, another with NOT_SUPPORTED. PyTorch's
+     * expandable segments and NCCL try fabric first and fall back to POSIX descriptors on both. */
+    if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
+        return sim.profile->fabric ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_NOT_SUPPORTED;
+    bool shareable = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) &&
+                     !sim.virtual_backing;
+    if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return sim_unsupported("cuMemCreate with this shareable handle type");
     sim_lock();
     CUresult rc = sim_charge(prop->location.id, size, true);
@@ -1549,6 +1555,12 @@ CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle ha
     sim_lock();
     sim_handle *h = handle_find(handle);
     CUresult rc = CUDA_SUCCESS;
+    bool unbacked = h && h->refs > 0 && !h->own_fd &&
+                    (h->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (unbacked) {
+        sim_unlock();
+        return sim_unsupported("cuMemExportToShareableHandle with virtual backing");
+    }
     if (!h || h->refs <= 0 || !h->own_fd)
         rc = CUDA_ERROR_INVALID_VALUE; /* unknown, or not created with the POSIX fd type */
     else {
