@@ -256,6 +256,9 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
         v = p->fabric; /* the hardware can; creating one needs an IMEX channel (sim_mem.c) */
         break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        v = dev; /* as cuDeviceGetPCIBusId writes it: 0000:<dev>:00.0 */
+        break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
         v = p->blocks_per_sm;
         break;

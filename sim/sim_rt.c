@@ -11,12 +11,14 @@
  * enums are laid out for every code the sim produces), with cudaErrorUnknown for anything else.
  */
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim_rt_kernels.h"
@@ -88,7 +90,7 @@
                                                                               4010)                        \
     X(cuFuncGetAttribute, 2020) X(cuFuncSetAttribute, 9000) X(cuFuncSetCacheConfig, 3000)                 \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000)                                          \
-    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020)
+    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020) X(cuDeviceGetPCIBusId, 4010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -450,6 +452,29 @@ RT_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer)
     RT_CALL(r);
 }
 
+RT_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
+{
+    if (!id || len <= 0) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    DRV.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(DRV.cuDeviceGetPCIBusId(id, len, (CUdevice)d));
+}
+
+/* No profiler is attached to the virtual GPU: starting and stopping collection does nothing,
+ * as with the real runtime when no profiler runs. */
+RT_EXPORT cudaError_t cudaProfilerStart(void)
+{
+    RT_BEGIN();
+    return cudaSuccess;
+}
+RT_EXPORT cudaError_t cudaProfilerStop(void)
+{
+    RT_BEGIN();
+    return cudaSuccess;
+}
+
 RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
     if (!p) return rt_ret(cudaErrorInvalidValue);
@@ -597,6 +622,22 @@ RT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPo
 {
     RT_BEGIN();
     RT_CALL(DRV.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+}
+
+/* Every virtual device can access every pool (the default pools are the only ones): the
+ * descriptors are checked and nothing changes. */
+RT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc *d,
+                                           size_t count)
+{
+    if (!pool || (count && !d)) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    DRV.cuDeviceGetCount(&n);
+    for (size_t i = 0; i < count; i++)
+        if (d[i].location.type != cudaMemLocationTypeDevice || d[i].location.id < 0 ||
+            d[i].location.id >= n || d[i].flags > cudaMemAccessFlagsProtReadWrite)
+            return rt_ret(cudaErrorInvalidValue);
+    return cudaSuccess;
 }
 
 RT_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep)
@@ -1175,6 +1216,34 @@ RT_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *smem, co
     return func_ret(DRV.cuOccupancyAvailableDynamicSMemPerBlock(smem, f, nblocks, block));
 }
 
+/* The legacy callback form: a host function in stream order that also gets the stream and a
+ * status (always cudaSuccess: work here does not fail asynchronously). */
+typedef struct {
+    cudaStreamCallback_t cb;
+    cudaStream_t stream;
+    void *user;
+} stream_callback;
+
+static void run_stream_callback(void *arg)
+{
+    stream_callback c = *(stream_callback *)arg;
+    free(arg);
+    c.cb(c.stream, cudaSuccess, c.user);
+}
+
+RT_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb, void *user,
+                                            unsigned int flags)
+{
+    if (!cb || flags) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    stream_callback *c = malloc(sizeof *c);
+    if (!c) return rt_ret(cudaErrorMemoryAllocation);
+    *c = (stream_callback){cb, s, user};
+    CUresult r = DRV.cuLaunchHostFunc((CUstream)s, run_stream_callback, c);
+    if (r != CUDA_SUCCESS) free(c);
+    RT_CALL(r);
+}
+
 RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
 {
     RT_BEGIN();
@@ -1375,6 +1444,8 @@ RT_PT(cudaLaunchKernelExC_ptsz, cudaLaunchKernelExC,
       (const cudaLaunchConfig_t *c, const void *f, void **a), (c, f, a))
 RT_PT(cudaLaunchCooperativeKernel_ptsz, cudaLaunchCooperativeKernel,
       (const void *f, dim3 g, dim3 b, void **a, size_t sh, cudaStream_t s), (f, g, b, a, sh, s))
+RT_PT(cudaStreamAddCallback_ptsz, cudaStreamAddCallback,
+      (cudaStream_t s, cudaStreamCallback_t cb, void *u, unsigned f), (s, cb, u, f))
 RT_PT(cudaLaunchHostFunc_ptsz, cudaLaunchHostFunc, (cudaStream_t s, cudaHostFn_t f, void *u),
       (s, f, u))
 RT_PT(cudaStreamGetFlags_ptsz, cudaStreamGetFlags, (cudaStream_t s, unsigned *f), (s, f))
