@@ -245,7 +245,7 @@ static void run_work(sim_work *w)
         break;
     case SIM_W_COPY:
         if (w->zero_dst)
-            memset((void *)w->dst, 0, w->n);
+            sim_zero_host(w);
         else
             memmove((void *)w->dst, (const void *)w->src, w->n);
         break;

@@ -124,6 +124,7 @@ typedef struct sim_work {
     size_t n, elem;
     unsigned value;
     bool zero_dst; /* virtual backing: a device -> host copy gives zeros */
+    bool discard;  /* ... into the sim's own anonymous host memory: by giving pages back */
     /* SIM_W_HOSTFN */
     CUhostFn hfn;
     void *user;
@@ -373,6 +374,8 @@ bool sim_capture_prohibits_unsafe(void);
  * those captures when `invalidate`. */
 bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate);
 
+/* Zeros host memory: w->discard gives whole pages back to the kernel (sim_mem.c). */
+void sim_zero_host(const sim_work *w);
 /* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */

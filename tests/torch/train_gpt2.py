@@ -98,8 +98,10 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(block_size, n_embd)  # (maxT, C)
         self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied embeddings
+        # tied embeddings: the head's own weight is never allocated (meta), the token
+        # embedding's takes its place
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, device="meta")
+        self.lm_head.weight = self.wte.weight
         self.apply(self._init)
 
     @staticmethod
@@ -158,7 +160,8 @@ def main(argv):
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
     n_layer, n_head, n_embd, vocab, block = MODELS[args.model]
-    model = GPT(n_layer, n_head, n_embd, vocab, block, checkpoint=args.checkpoint).to(dev)
+    with dev:  # parameters are made on the device (no host copy of a 1.5B model)
+        model = GPT(n_layer, n_head, n_embd, vocab, block, checkpoint=args.checkpoint)
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
