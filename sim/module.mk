@@ -6,8 +6,9 @@ SIM_DRIVER := $(SIM_DIR)/libcuda.so.1
 SIM_RUNTIME := $(SIM_DIR)/libcudart.so.13
 SIM_LINKS := $(SIM_DIR)/libcuda.so $(SIM_DIR)/libcudart.so
 
-SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o sim_cu_procs.o)
-SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_stubs.o)
+SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o \
+    sim_profile.o sim_func.o sim_cu_procs.o)
+SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_kernels.o sim_rt_stubs.o)
 
 ALL_TARGETS += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
 INSTALL_LIB += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
@@ -45,12 +46,49 @@ $(SIM_DIR)/libcuda.so: $(SIM_DRIVER)
 $(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
 	ln -sf libcudart.so.13 $@
 
+# ---- cuBLAS / cuBLASLt stand-ins (sim/README.md "PyTorch on the virtual GPU") ---------------
+# Each exports every function sim/torch_imports.txt lists for it (generated weak stubs for what
+# is not modelled) under the real library's version node, and reaches the GPU only through the
+# CUDA runtime (DT_NEEDED libcudart.so.13, found next to it through RUNPATH $ORIGIN).
+SIM_CUBLAS := $(SIM_DIR)/libcublas.so.13
+SIM_CUBLASLT := $(SIM_DIR)/libcublasLt.so.13
+SIM_CUBLAS_OBJS := $(addprefix $(SIM_DIR)/,cublas.o sim_blas.o cublas_stubs.o)
+SIM_CUBLASLT_OBJS := $(addprefix $(SIM_DIR)/,cublaslt.o sim_blas.o cublaslt_stubs.o)
+SIM_NVML := $(SIM_DIR)/libnvidia-ml.so.1
+ALL_TARGETS += $(SIM_CUBLAS) $(SIM_CUBLASLT) $(SIM_NVML) $(SIM_DIR)/torch-env
+INSTALL_LIB += $(SIM_CUBLAS) $(SIM_CUBLASLT) $(SIM_NVML)
+
+$(SIM_DIR)/cublas_stubs.c: sim/gen_blas_stubs.sh sim/torch_imports.txt
+	@mkdir -p $(@D)
+	$(SHELL) sim/gen_blas_stubs.sh libcublas.so.13 sim/torch_imports.txt $@
+$(SIM_DIR)/cublaslt_stubs.c: sim/gen_blas_stubs.sh sim/torch_imports.txt
+	@mkdir -p $(@D)
+	$(SHELL) sim/gen_blas_stubs.sh libcublasLt.so.13 sim/torch_imports.txt $@
+$(SIM_DIR)/cublas_stubs.o $(SIM_DIR)/cublaslt_stubs.o: $(SIM_DIR)/%.o: $(SIM_DIR)/%.c | $(DEPS_STAMP)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
+$(SIM_CUBLAS): $(SIM_CUBLAS_OBJS) $(SIM_RUNTIME) sim/libcublas.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcublas.so.13 -Wl,--version-script=sim/libcublas.map \
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_CUBLAS_OBJS) $(SIM_RUNTIME) -ldl -lpthread
+$(SIM_CUBLASLT): $(SIM_CUBLASLT_OBJS) $(SIM_RUNTIME) sim/libcublasLt.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcublasLt.so.13 -Wl,--version-script=sim/libcublasLt.map \
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_CUBLASLT_OBJS) $(SIM_RUNTIME) -ldl -lpthread
+# NVML: the management queries PyTorch makes (its expandable segments ask about the fabric).
+$(SIM_NVML): $(SIM_DIR)/nvml.o sim/libnvidia-ml.map | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/libnvidia-ml.map \
+	    -o $@ $(SIM_DIR)/nvml.o -ldl
+# The one way to run a program (PyTorch) on the virtual GPU: preloads the driver, the runtime and
+# the stand-ins from this folder (sim/torch-env.sh).
+$(SIM_DIR)/torch-env: sim/torch-env.sh
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
 # ---- tests ------------------------------------------------------------------------------------
 # Tests link the sim by path and find it at run time through an rpath relative to the binary
 # ($(BUILD)/tests/unit/x -> $(BUILD)/sim), so they work for every $(BUILD).
 SIM_TEST_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
 SIM_RUNTIME_TESTS := sim_runtime
-SIM_DRIVER_TESTS := $(filter-out $(SIM_RUNTIME_TESTS),$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/sim_*.c)))
+SIM_DRIVER_TESTS := $(filter-out $(SIM_RUNTIME_TESTS) sim_cublas,$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/sim_*.c)))
 $(foreach t,$(SIM_DRIVER_TESTS),$(eval $(t)_LIBS = $$(SIM_DIR)/libcuda.so) \
     $(eval $(t)_LDLIBS = $$(SIM_TEST_RPATH) -lpthread))
 # Links only the runtime: the driver must be reached through dlopen.
@@ -58,9 +96,13 @@ sim_runtime_LIBS = $(SIM_DIR)/libcudart.so
 sim_runtime_LDLIBS = $(SIM_TEST_RPATH) -ldl -lpthread
 # The runtime test also needs the driver built (it is loaded, not linked).
 $(BUILD)/tests/unit/sim_runtime: | $(SIM_DIR)/libcuda.so
+# The cuBLAS stand-ins, linked as a program links the real ones (with the runtime).
+sim_cublas_LIBS = $(SIM_CUBLAS) $(SIM_CUBLASLT) $(SIM_RUNTIME)
+sim_cublas_LDLIBS = $(SIM_TEST_RPATH) -ldl -lpthread
+$(BUILD)/tests/unit/sim_cublas: | $(SIM_DIR)/libcuda.so
 
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SIM_DRIVER_TESTS) \
-    $(if $(wildcard tests/unit/sim_runtime.c),$(SIM_RUNTIME_TESTS)))
+    $(if $(wildcard tests/unit/sim_runtime.c),$(SIM_RUNTIME_TESTS)) sim_cublas)
 TSAN_UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(filter sim_threads sim_async sim_graph,$(SIM_DRIVER_TESTS)) \
     $(if $(wildcard tests/unit/sim_runtime.c),sim_runtime))
 SCRIPT_TESTS += $(wildcard tests/unit/sim_*.sh)
@@ -75,6 +117,7 @@ SIM_CLANG_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long
     $(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo yes)
 ifeq ($(SIM_CLANG_FUZZ),yes)
 SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_mem.c sim/sim_exec.c sim/sim_graph.c sim/sim_ptds.c \
+                 sim/sim_profile.c sim/sim_func.c \
                  $(SIM_DIR)/sim_cu_procs.c
 $(SIM_FUZZ): $(SIM_FUZZ_SRCS) $(SIM_DIR)/sim_procs.h sim/sim.h sim/sim_internal.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)

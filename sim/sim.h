@@ -34,6 +34,28 @@ typedef void (*sim_host_kernel_fn)(void **kernel_params);
 CUresult sim_register_kernel(const char *name, sim_host_kernel_fn fn, unsigned nparams,
                              const size_t *param_sizes, CUfunction *out);
 
+/* ---- kernels with device code only ------------------------------------------------------ */
+
+/* Registers a kernel that has no host body (a program's real device code, which the virtual GPU
+ * cannot run) and returns a new CUfunction for it: a distinct handle per call. Its launches are
+ * checked like any other (grid, block, shared memory, stream), counted per name, and skipped:
+ * they do nothing, so device memory keeps what it held. The runtime calls this for the kernels
+ * nvcc-compiled code registers (__cudaRegisterFunction). Errors: CUDA_ERROR_INVALID_VALUE for a
+ * NULL name or out; CUDA_ERROR_NOT_FOUND under GPUMEM_SIM_KERNELS=strict (no host body, no
+ * kernel: the runtime then reports cudaErrorInvalidDeviceFunction). */
+CUresult sim_register_device_kernel(const char *name, CUfunction *out);
+/* Skipped launches of the kernels named `name` (all of them for NULL). */
+uint64_t sim_skipped_launches(const char *name);
+
+/* ---- what is not modelled ---------------------------------------------------------------- */
+
+/* Counts one call of `name`, something the virtual GPU (or a library stand-in) does not model,
+ * and names it once on stderr: "gpumem sim: <name> is not implemented by the virtual GPU; it
+ * returns <returns>". The counts are in the GPUMEM_SIM_STATS table. */
+void sim_unsupported_note(const char *name, const char *returns);
+/* Calls counted for `name` (all names for NULL). */
+uint64_t sim_unsupported_calls(const char *name);
+
 /* ---- simulated-cost counters ------------------------------------------------------------- */
 
 /* One counter per kind of driver call. Each call adds its simulated cost (see README). */

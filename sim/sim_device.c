@@ -1,8 +1,9 @@
 /* sim_device.c — initialization, the one device, the primary context, cuGetProcAddress and
  * error strings.
  *
- * The virtual GPU has GPUMEM_SIM_DEVICES devices (default 1), each modelled on an A100-80GB
- * (compute capability 8.0, 108 SMs) except for its memory size, which is GPUMEM_SIM_MEMORY. Each
+ * The virtual GPU has GPUMEM_SIM_DEVICES devices (default 1), each described by the device
+ * profile in use (GPUMEM_SIM_PROFILE, sim_profile.c; by default A100-80GB attributes under the
+ * sim's own name) with the profile's memory or GPUMEM_SIM_MEMORY. Each
  * device has one context, its primary context; cuCtxCreate is not supported. The current context
  * (per thread) decides the device of memory calls and default streams; without one they return
  * CUDA_ERROR_INVALID_CONTEXT, as the real driver does.
@@ -23,8 +24,6 @@
 static __thread CUcontext tls_ctx;
 static __thread CUcontext tls_stack[8];
 static __thread int tls_depth;
-
-#define SIM_DEVICE_NAME "gpumem virtual GPU (A100-class, host memory)"
 
 CUresult cuInit(unsigned int flags)
 {
@@ -71,7 +70,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
+    snprintf(name, (size_t)len, "%s", sim.profile->name);
     return CUDA_SUCCESS;
 }
 
@@ -111,8 +110,8 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
-    *major = 8;
-    *minor = 0;
+    *major = sim.profile->cc_major;
+    *minor = sim.profile->cc_minor;
     return CUDA_SUCCESS;
 }
 
@@ -131,6 +130,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     if (!pi || attr <= 0 || attr >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+    const sim_profile *p = sim.profile;
     int v = 0;
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
@@ -166,7 +166,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 65536;
         break;
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
-        v = 1410000;
+        v = p->clock_khz;
         break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
         v = 512;
@@ -178,7 +178,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-        v = 108;
+        v = p->sm_count;
         break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
         v = 1;
@@ -190,34 +190,34 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
-        v = 1593000;
+        v = p->mem_clock_khz;
         break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
-        v = 5120;
+        v = p->bus_width;
         break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
-        v = 40 << 20;
+        v = p->l2_bytes;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
-        v = 2048;
+        v = p->threads_per_sm;
         break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
-        v = 3;
+        v = p->copy_engines;
         break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
-        v = 8;
+        v = p->cc_major;
         break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
-        v = 0;
+        v = p->cc_minor;
         break;
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
-        v = 167936;
+        v = p->smem_per_sm;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
         v = 65536;
@@ -232,7 +232,17 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-        v = 166912;
+        v = p->smem_optin;
+        break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+        v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+        v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+        v = p->cc_major >= 9;
         break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
         v = 1;
@@ -241,10 +251,16 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 1;
         break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
-        v = !sim.virtual_backing; /* a memfd per shareable handle; nothing to share unbacked */
+        v = 1; /* under every backing: cuMemCreate accepts the type (see sim_mem.c) */
+        break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED:
+        v = p->fabric; /* the hardware can; creating one needs an IMEX channel (sim_mem.c) */
+        break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+        v = dev; /* as cuDeviceGetPCIBusId writes it: 0000:<dev>:00.0 */
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
-        v = 32;
+        v = p->blocks_per_sm;
         break;
     case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
         v = 1;

@@ -241,11 +241,11 @@ static void run_work(sim_work *w)
 {
     switch (w->kind) {
     case SIM_W_KERNEL:
-        w->fn(w->args);
+        if (w->fn) w->fn(w->args); /* NULL: device code only, skipped */
         break;
     case SIM_W_COPY:
         if (w->zero_dst)
-            memset((void *)w->dst, 0, w->n);
+            sim_zero_host(w);
         else
             memmove((void *)w->dst, (const void *)w->src, w->n);
         break;
@@ -940,6 +940,7 @@ CUresult sim_register_kernel(const char *name, sim_host_kernel_fn fn, unsigned n
     k->nparams = nparams;
     k->sizes = calloc(nparams ? nparams : 1, sizeof *k->sizes);
     k->offsets = calloc(nparams ? nparams : 1, sizeof *k->offsets);
+    sim_kernel_init_attrs(k);
     if (!k->name || !k->sizes || !k->offsets) goto oom;
     size_t off = 0;
     for (unsigned i = 0; i < nparams; i++) {
@@ -966,7 +967,7 @@ oom:
 
 static sim_kernel *kernel_of(CUfunction f)
 {
-    return sim_pset_has(sim.kernels, sim.nkernels, f) ? (sim_kernel *)(void *)f : NULL;
+    return sim_kernel_of(f);
 }
 
 CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size)
@@ -994,6 +995,31 @@ CUresult cuFuncGetName(const char **name, CUfunction f)
     return CUDA_SUCCESS;
 }
 
+/* A kernel with device code only (sim_register_device_kernel), its launch already checked: it
+ * is counted and takes its place in stream order, doing nothing. A capture records it as a
+ * kernel node with no body, so a graph replays it as a no-op too. */
+static CUresult launch_skipped(sim_kernel *k, CUstream s)
+{
+    sim_work *w = calloc(1, sizeof *w); /* SIM_W_NOP */
+    if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_lock();
+    sim_stream *st;
+    CUresult rc = sim_stream_for_work(s, &st);
+    if (rc) {
+        free(w);
+    } else {
+        k->launches++;
+        if (st->capture) {
+            w->kind = SIM_W_KERNEL;
+            rc = sim_capture_add(st, w, 0);
+        } else {
+            sim_issue(st, w, NULL);
+        }
+    }
+    sim_unlock();
+    return rc;
+}
+
 /* Every launch entry point (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and
  * their _ptsz names) ends here, through a static call: an interposer that exports the driver's
  * launch names (libgpumem.so does) must see one call per launch, never the driver calling its
@@ -1013,7 +1039,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
     if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     if ((unsigned long long)bx * by * bz > 1024 || bz > 64 || gy > 65535 || gz > 65535)
         return CUDA_ERROR_INVALID_VALUE;
-    if (shmem > 166912) return CUDA_ERROR_INVALID_VALUE;
+    if (shmem > (unsigned)sim.profile->smem_optin) return CUDA_ERROR_INVALID_VALUE;
     if (params && extra) return CUDA_ERROR_INVALID_VALUE;
     if (k->nparams && !params && !extra) return CUDA_ERROR_INVALID_VALUE;
     /* The `extra` form: one packed argument buffer laid out as cuFuncGetParamInfo says. */
@@ -1030,6 +1056,7 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         }
         if (!buf || !bufsize || *bufsize < k->args_size) return CUDA_ERROR_INVALID_VALUE;
     }
+    if (!k->fn) return launch_skipped(k, s);
     sim_lock();
     src = sim_stream_for_work(s, &st);
     bool capturing = !src && st->capture;

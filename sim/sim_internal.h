@@ -124,6 +124,7 @@ typedef struct sim_work {
     size_t n, elem;
     unsigned value;
     bool zero_dst; /* virtual backing: a device -> host copy gives zeros */
+    bool discard;  /* ... into the sim's own anonymous host memory: by giving pages back */
     /* SIM_W_HOSTFN */
     CUhostFn hfn;
     void *user;
@@ -189,12 +190,30 @@ typedef struct sim_capture {
 typedef struct sim_kernel {
     uint32_t magic;
     char *name;
-    sim_host_kernel_fn fn;
+    sim_host_kernel_fn fn; /* NULL: device code only (sim_register_device_kernel), skipped */
     unsigned nparams;
     size_t *sizes;
     size_t *offsets;
     size_t args_size;
+    uint64_t launches;    /* launches of a kernel with no host body (all skipped) */
+    int max_dyn_smem;     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;         /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
+    int cluster[3];       /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH */
+    int nonportable;      /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+    int sched_policy;     /* CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
 } sim_kernel;
+
+/* What a virtual device says it is (GPUMEM_SIM_PROFILE; sim_profile.c). */
+typedef struct sim_profile {
+    const char *key;  /* the GPUMEM_SIM_PROFILE value */
+    const char *name; /* cuDeviceGetName */
+    size_t memory;    /* cuDeviceTotalMem, unless GPUMEM_SIM_MEMORY is set */
+    int cc_major, cc_minor, sm_count, l2_bytes;
+    int clock_khz, mem_clock_khz, bus_width;
+    int smem_per_sm, smem_optin; /* shared memory per SM, and per block when opted in */
+    int threads_per_sm, blocks_per_sm, copy_engines;
+    bool fabric; /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED */
+} sim_profile;
 
 struct CUctx_st {
     uint32_t magic;
@@ -236,6 +255,8 @@ typedef struct sim_state {
     double clock_us;       /* simulated driver clock: every cost and wait, never reset */
     bool async;            /* GPUMEM_SIM_ASYNC=1: streams run their work on worker threads */
     int ndevices;          /* GPUMEM_SIM_DEVICES */
+    const sim_profile *profile; /* GPUMEM_SIM_PROFILE (every device) */
+    bool kernels_strict;        /* GPUMEM_SIM_KERNELS=strict: kernels need a host body */
     sim_device dev[SIM_MAX_DEVICES];
     pthread_cond_t cond; /* broadcast whenever a stream executes work */
     void **allstreams;   /* every live stream, default streams included (sorted set) */
@@ -259,7 +280,8 @@ typedef struct sim_state {
     uint64_t n_allocs, n_maps, faults_injected;
     sim_stats stats;
     char **noted;
-    size_t nnoted, capnoted; /* names already reported as not supported */
+    uint64_t *noted_calls;
+    size_t nnoted, capnoted; /* calls of what is not modelled, by name (noted once each) */
 } sim_state;
 
 extern sim_state sim;
@@ -288,6 +310,15 @@ double sim_now_ms(void);
 bool sim_pset_add(void ***v, size_t *n, size_t *cap, void *p);
 bool sim_pset_has(void *const *v, size_t n, const void *p);
 void sim_pset_del(void **v, size_t *n, const void *p);
+
+/* sim_profile.c */
+const sim_profile *sim_profile_find(const char *key); /* NULL/"" : the default; unknown: NULL */
+const char *sim_profile_keys(void);                   /* for messages */
+
+/* sim_func.c: functions (kernels) as objects */
+sim_kernel *sim_kernel_of(CUfunction f); /* NULL unless a registered kernel; lock held */
+void sim_kernel_init_attrs(sim_kernel *k); /* the attributes of a fresh kernel */
+void sim_kernels_print(void *f);         /* the skipped-kernel lines of GPUMEM_SIM_STATS */
 
 /* sim_mem.c */
 sim_range *sim_range_find(uintptr_t p); /* range containing p, or NULL; lock held */
@@ -343,6 +374,8 @@ bool sim_capture_prohibits_unsafe(void);
  * those captures when `invalidate`. */
 bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate);
 
+/* Zeros host memory: w->discard gives whole pages back to the kernel (sim_mem.c). */
+void sim_zero_host(const sim_work *w);
 /* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */

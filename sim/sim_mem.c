@@ -679,11 +679,17 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.id < 0 || prop->location.id >= sim.ndevices)
         return CUDA_ERROR_INVALID_DEVICE;
-    /* Shareable handles: POSIX file descriptors only (a memfd of its own), and only where the
-     * device memory has bytes (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED). */
-    bool shareable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if ((prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ||
-        (shareable && sim.virtual_backing))
+    /* Shareable handles: POSIX file descriptors (a memfd of its own where the device memory has
+     * bytes; with virtual backing the handle is made, and exporting it is not supported). Fabric
+     * handles need an IMEX channel, which a machine without a multi-node NVLink fabric does not
+     * have: a part that supports them (the profile's CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_
+     * SUPPORTED) then refuses with CUDA_ERROR_NOT_PERMITTED, another with NOT_SUPPORTED. PyTorch's
+     * expandable segments and NCCL try fabric first and fall back to POSIX descriptors on both. */
+    if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC)
+        return sim.profile->fabric ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_NOT_SUPPORTED;
+    bool shareable = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) &&
+                     !sim.virtual_backing;
+    if (prop->requestedHandleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return sim_unsupported("cuMemCreate with this shareable handle type");
     sim_lock();
     CUresult rc = sim_charge(prop->location.id, size, true);
@@ -1317,6 +1323,23 @@ static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *k
     return CUDA_SUCCESS;
 }
 
+/* The zeros a device -> host copy gives under virtual backing. Into the sim's own host
+ * allocations (cuMemHostAlloc: private anonymous mappings) the whole pages are given back to the
+ * kernel instead of written: they read as zeros and take no host memory until the program
+ * writes them, so PyTorch offloading activations to pinned memory on a virtual 80 GB device does
+ * not fill the host with zeros. The partial pages at either end are cleared. */
+void sim_zero_host(const sim_work *w)
+{
+    uintptr_t a = w->dst, end = w->dst + w->n;
+    uintptr_t pa = (a + 4095) & ~(uintptr_t)4095, pe = end & ~(uintptr_t)4095;
+    if (!w->discard || pe <= pa || madvise((void *)pa, pe - pa, MADV_DONTNEED)) {
+        memset((void *)a, 0, w->n);
+        return;
+    }
+    memset((void *)a, 0, pa - a);
+    memset((void *)pe, 0, end - pe);
+}
+
 /* Runs a copy or memset: at once (synchronous mode), or queued on st for its worker
  * (asynchronous mode; `wait`: a synchronous API, which returns once the work has run). Takes w
  * and the lock held; returns with the lock held. */
@@ -1327,7 +1350,7 @@ static CUresult issue_data_work(sim_stream *st, sim_work *w, bool wait)
         /* Issue order is execution order: run it here (the lock keeps it atomic with the check). */
         if (w->kind == SIM_W_COPY) {
             if (w->zero_dst)
-                memset((void *)w->dst, 0, w->n);
+                sim_zero_host(w);
             else
                 memmove((void *)w->dst, (const void *)w->src, w->n);
         } else if (w->elem == 1)
@@ -1379,9 +1402,11 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
         if (dskip || sskip) {
             /* Virtual backing: no bytes on the device side. A device -> host copy still defines
              * the host bytes (as zeros), so the program never reads uninitialized memory. */
-            if (!dskip && sskip)
+            if (!dskip && sskip) {
                 w->zero_dst = true;
-            else
+                sim_range *r = sim_range_find(dst);
+                w->discard = r && r->kind == SIM_R_HOST && r->map_base && dst + n <= r->base + r->size;
+            } else
                 w->kind = SIM_W_NOP;
         }
         if (w->kind == SIM_W_NOP && !st->capture) {
@@ -1549,6 +1574,12 @@ CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle ha
     sim_lock();
     sim_handle *h = handle_find(handle);
     CUresult rc = CUDA_SUCCESS;
+    bool unbacked = h && h->refs > 0 && !h->own_fd &&
+                    (h->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (unbacked) {
+        sim_unlock();
+        return sim_unsupported("cuMemExportToShareableHandle with virtual backing");
+    }
     if (!h || h->refs <= 0 || !h->own_fd)
         rc = CUDA_ERROR_INVALID_VALUE; /* unknown, or not created with the POSIX fd type */
     else {

@@ -11,14 +11,17 @@
  * enums are laid out for every code the sim produces), with cudaErrorUnknown for anything else.
  */
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "sim/sim_rt_kernels.h"
 #include "sim_rt_procs.h" /* generated: SIM_RT_ERRORS */
 
 #define RT_EXPORT __attribute__((visibility("default")))
@@ -84,7 +87,10 @@
                                                                             cuIpcOpenMemHandle,            \
                                                                             11000)                         \
                                                                             X(cuIpcCloseMemHandle,         \
-                                                                              4010)
+                                                                              4010)                        \
+    X(cuFuncGetAttribute, 2020) X(cuFuncSetAttribute, 9000) X(cuFuncSetCacheConfig, 3000)                 \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000)                                          \
+    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020) X(cuDeviceGetPCIBusId, 4010)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -108,6 +114,9 @@ static cudaError_t rt_init_error = cudaErrorInitializationError;
 #define RT_MAX_DEVICES 16
 static CUcontext rt_primary[RT_MAX_DEVICES]; /* retained on first use of each device */
 static pthread_mutex_t rt_primary_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The sim's own API in the driver (sim.h), looked up by name: NULL with another driver. */
+static CUresult (*sim_register_device_kernel_fn)(const char *, CUfunction *);
+static void (*sim_unsupported_note_fn)(const char *, const char *);
 static __thread cudaError_t tls_last_error;
 static __thread bool tls_ctx_ready;
 static __thread int tls_device;
@@ -181,6 +190,9 @@ static void rt_load(void)
     }
     DRIVER_FUNCS(X)
 #undef X
+    sim_register_device_kernel_fn =
+        (CUresult(*)(const char *, CUfunction *))dlsym(h, "sim_register_device_kernel");
+    sim_unsupported_note_fn = (void (*)(const char *, const char *))dlsym(h, "sim_unsupported_note");
     CUresult r = DRV.cuInit(0);
     if (r == CUDA_SUCCESS) r = DRV.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
     if (r != CUDA_SUCCESS) {
@@ -212,10 +224,16 @@ static cudaError_t rt_ready(void)
     } while (0)
 #define RT_CALL(expr) return rt_ret(map_error((CUresult)(expr)))
 
-/* A weak stub in sim_rt_stubs.c calls this for every runtime function not implemented here. */
+/* A weak stub in sim_rt_stubs.c calls this for every runtime function not implemented here:
+ * counted in the driver's table of what is not modelled (GPUMEM_SIM_STATS) and named once. */
 int sim_rt_unsupported(const char *name);
 int sim_rt_unsupported(const char *name)
 {
+    pthread_once(&rt_once, rt_load);
+    if (sim_unsupported_note_fn) {
+        sim_unsupported_note_fn(name, "cudaErrorNotSupported");
+        return rt_ret(cudaErrorNotSupported);
+    }
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static const char *seen[256];
     static size_t nseen;
@@ -434,6 +452,29 @@ RT_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peer)
     RT_CALL(r);
 }
 
+RT_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d)
+{
+    if (!id || len <= 0) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    DRV.cuDeviceGetCount(&n);
+    if (d < 0 || d >= n) return rt_ret(cudaErrorInvalidDevice);
+    RT_CALL(DRV.cuDeviceGetPCIBusId(id, len, (CUdevice)d));
+}
+
+/* No profiler is attached to the virtual GPU: starting and stopping collection does nothing,
+ * as with the real runtime when no profiler runs. */
+RT_EXPORT cudaError_t cudaProfilerStart(void)
+{
+    RT_BEGIN();
+    return cudaSuccess;
+}
+RT_EXPORT cudaError_t cudaProfilerStop(void)
+{
+    RT_BEGIN();
+    return cudaSuccess;
+}
+
 RT_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
     if (!p) return rt_ret(cudaErrorInvalidValue);
@@ -581,6 +622,22 @@ RT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPo
 {
     RT_BEGIN();
     RT_CALL(DRV.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
+}
+
+/* Every virtual device can access every pool (the default pools are the only ones): the
+ * descriptors are checked and nothing changes. */
+RT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc *d,
+                                           size_t count)
+{
+    if (!pool || (count && !d)) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    int n = 0;
+    DRV.cuDeviceGetCount(&n);
+    for (size_t i = 0; i < count; i++)
+        if (d[i].location.type != cudaMemLocationTypeDevice || d[i].location.id < 0 ||
+            d[i].location.id >= n || d[i].flags > cudaMemAccessFlagsProtReadWrite)
+            return rt_ret(cudaErrorInvalidValue);
+    return cudaSuccess;
 }
 
 RT_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep)
@@ -930,8 +987,38 @@ RT_EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t
 
 /* ---- launches ---------------------------------------------------------------------------- */
 
-/* The sim has no device code, so `func` must be a CUfunction from sim_register_kernel (cast to
- * const void *); anything else is cudaErrorInvalidDeviceFunction, as for an unknown stub. */
+/* A kernel is named by its host stub (nvcc-compiled code: registered with
+ * __cudaRegisterFunction; the driver's function for it is made at first use and has device code
+ * only, so its launches are skipped and counted) or, for the sim's host kernels, by its
+ * CUfunction cast to const void *. Returns the CUfunction to hand the driver: for anything not
+ * registered, the pointer itself, which the driver then checks. A registered kernel the driver
+ * refuses (GPUMEM_SIM_KERNELS=strict) is cudaErrorInvalidDeviceFunction. */
+static pthread_mutex_t rt_func_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaError_t function_of(const void *sym, CUfunction *out)
+{
+    rt_kernel *e = sym ? rt_kernel_find(sym) : NULL;
+    if (!e) {
+        *out = (CUfunction)(uintptr_t)sym;
+        return cudaSuccess;
+    }
+    pthread_mutex_lock(&rt_func_lock);
+    if (!e->f && !e->failed)
+        e->failed = !sim_register_device_kernel_fn ||
+                    sim_register_device_kernel_fn(e->name, &e->f) != CUDA_SUCCESS;
+    CUfunction f = e->f;
+    pthread_mutex_unlock(&rt_func_lock);
+    if (!f) return cudaErrorInvalidDeviceFunction;
+    *out = f;
+    return cudaSuccess;
+}
+
+#define RT_FUNCTION(f, sym)                                                                        \
+    CUfunction f;                                                                                  \
+    do {                                                                                           \
+        cudaError_t fe_ = function_of(sym, &f);                                                    \
+        if (fe_ != cudaSuccess) return rt_ret(fe_);                                                \
+    } while (0)
+
 /* The driver's launch errors as the runtime names them. */
 static cudaError_t launch_ret(CUresult r)
 {
@@ -944,9 +1031,9 @@ RT_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, 
                                        size_t shmem, cudaStream_t s)
 {
     RT_BEGIN();
-    return launch_ret(DRV.cuLaunchKernel((CUfunction)(uintptr_t)func, grid.x, grid.y, grid.z,
-                                         block.x, block.y, block.z, (unsigned)shmem, (CUstream)s,
-                                         args, NULL));
+    RT_FUNCTION(f, func);
+    return launch_ret(DRV.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                         (unsigned)shmem, (CUstream)s, args, NULL));
 }
 
 /* cudaLaunchAttribute and CUlaunchAttribute share their layout (id, padding, value union), as
@@ -958,6 +1045,7 @@ RT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, cons
 {
     if (!config) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
+    RT_FUNCTION(f, func);
     CUlaunchConfig c = {
         .gridDimX = config->gridDim.x,
         .gridDimY = config->gridDim.y,
@@ -970,29 +1058,190 @@ RT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, cons
         .attrs = (CUlaunchAttribute *)(void *)config->attrs,
         .numAttrs = config->numAttrs,
     };
-    return launch_ret(DRV.cuLaunchKernelEx(&c, (CUfunction)(uintptr_t)func, args, NULL));
+    return launch_ret(DRV.cuLaunchKernelEx(&c, f, args, NULL));
 }
 
 RT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block,
                                                   void **args, size_t shmem, cudaStream_t s)
 {
     RT_BEGIN();
-    return launch_ret(DRV.cuLaunchCooperativeKernel((CUfunction)(uintptr_t)func, grid.x, grid.y,
-                                                    grid.z, block.x, block.y, block.z,
-                                                    (unsigned)shmem, (CUstream)s, args));
+    RT_FUNCTION(f, func);
+    return launch_ret(DRV.cuLaunchCooperativeKernel(f, grid.x, grid.y, grid.z, block.x, block.y,
+                                                    block.z, (unsigned)shmem, (CUstream)s, args));
 }
 
-/* In the virtual GPU a kernel's host-side "symbol" is its CUfunction (see cudaLaunchKernel), so
- * the function behind a symbol is the symbol itself, once the driver confirms it is a kernel. */
+/* The function behind a kernel's symbol: a registered stub's, or a sim host kernel's own
+ * CUfunction, once the driver confirms it is a kernel. */
+static cudaError_t checked_function(const void *symbol, CUfunction *f)
+{
+    if (!symbol) return cudaErrorInvalidDeviceFunction;
+    cudaError_t e = function_of(symbol, f);
+    const char *name = NULL;
+    if (e == cudaSuccess && DRV.cuFuncGetName(&name, *f) != CUDA_SUCCESS)
+        e = cudaErrorInvalidDeviceFunction;
+    return e;
+}
+
 RT_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t *fn, const void *symbol)
 {
     if (!fn) return rt_ret(cudaErrorInvalidValue);
     RT_BEGIN();
-    const char *name = NULL;
-    if (!symbol || DRV.cuFuncGetName(&name, (CUfunction)(uintptr_t)symbol) != CUDA_SUCCESS)
-        return rt_ret(cudaErrorInvalidDeviceFunction);
-    *fn = (cudaFunction_t)(uintptr_t)symbol;
+    CUfunction f;
+    cudaError_t e = checked_function(symbol, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    *fn = (cudaFunction_t)f;
     return cudaSuccess;
+}
+
+/* A cudaKernel_t is the driver's CUfunction here (one handle per registered kernel). */
+RT_EXPORT cudaError_t cudaGetKernel(cudaKernel_t *k, const void *entry)
+{
+    if (!k) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(entry, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    *k = (cudaKernel_t)f;
+    return cudaSuccess;
+}
+
+RT_EXPORT cudaError_t cudaFuncGetName(const char **name, const void *func)
+{
+    if (!name) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    RT_CALL(DRV.cuFuncGetName(name, f));
+}
+
+/* ---- function attributes and occupancy ------------------------------------------------------ */
+/* The driver answers with a typical compiled kernel's figures on the device profile in use (see
+ * sim_func.c); a symbol that is no kernel is cudaErrorInvalidDeviceFunction. */
+
+static cudaError_t func_ret(CUresult r)
+{
+    if (r == CUDA_ERROR_INVALID_HANDLE) return rt_ret(cudaErrorInvalidDeviceFunction);
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *func)
+{
+    if (!a) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    memset(a, 0, sizeof *a);
+    int v = 0;
+#define FATTR(field, attr) (DRV.cuFuncGetAttribute(&v, attr, f), a->field = v)
+    FATTR(sharedSizeBytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+    FATTR(constSizeBytes, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES);
+    FATTR(localSizeBytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
+    FATTR(maxThreadsPerBlock, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    FATTR(numRegs, CU_FUNC_ATTRIBUTE_NUM_REGS);
+    FATTR(ptxVersion, CU_FUNC_ATTRIBUTE_PTX_VERSION);
+    FATTR(binaryVersion, CU_FUNC_ATTRIBUTE_BINARY_VERSION);
+    FATTR(cacheModeCA, CU_FUNC_ATTRIBUTE_CACHE_MODE_CA);
+    FATTR(maxDynamicSharedSizeBytes, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+    FATTR(preferredShmemCarveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+    FATTR(clusterDimMustBeSet, CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET);
+    FATTR(requiredClusterWidth, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH);
+    FATTR(requiredClusterHeight, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT);
+    FATTR(requiredClusterDepth, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH);
+    FATTR(clusterSchedulingPolicyPreference,
+          CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE);
+    FATTR(nonPortableClusterSizeAllowed, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED);
+#undef FATTR
+    return cudaSuccess;
+}
+
+/* cudaFuncAttribute values are the CUfunction_attribute values of the same names. */
+RT_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                           int value)
+{
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    return func_ret(DRV.cuFuncSetAttribute(f, (CUfunction_attribute)attr, value));
+}
+
+RT_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t k, enum cudaFuncAttribute attr,
+                                                      int value, int device)
+{
+    RT_BEGIN();
+    int n = 0;
+    DRV.cuDeviceGetCount(&n);
+    if (device < 0 || device >= n) return rt_ret(cudaErrorInvalidDevice);
+    return func_ret(DRV.cuFuncSetAttribute((CUfunction)k, (CUfunction_attribute)attr, value));
+}
+
+RT_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache config)
+{
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    return func_ret(DRV.cuFuncSetCacheConfig(f, (CUfunc_cache)config));
+}
+
+RT_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n,
+                                                                             const void *func,
+                                                                             int block,
+                                                                             size_t smem,
+                                                                             unsigned int flags)
+{
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    return func_ret(DRV.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, f, block, smem,
+                                                                             flags));
+}
+
+RT_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *func,
+                                                                    int block, size_t smem)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, func, block, smem, 0);
+}
+
+RT_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *smem, const void *func,
+                                                                int nblocks, int block)
+{
+    RT_BEGIN();
+    CUfunction f;
+    cudaError_t e = checked_function(func, &f);
+    if (e != cudaSuccess) return rt_ret(e);
+    return func_ret(DRV.cuOccupancyAvailableDynamicSMemPerBlock(smem, f, nblocks, block));
+}
+
+/* The legacy callback form: a host function in stream order that also gets the stream and a
+ * status (always cudaSuccess: work here does not fail asynchronously). */
+typedef struct {
+    cudaStreamCallback_t cb;
+    cudaStream_t stream;
+    void *user;
+} stream_callback;
+
+static void run_stream_callback(void *arg)
+{
+    stream_callback c = *(stream_callback *)arg;
+    free(arg);
+    c.cb(c.stream, cudaSuccess, c.user);
+}
+
+RT_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb, void *user,
+                                            unsigned int flags)
+{
+    if (!cb || flags) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    stream_callback *c = malloc(sizeof *c);
+    if (!c) return rt_ret(cudaErrorMemoryAllocation);
+    *c = (stream_callback){cb, s, user};
+    CUresult r = DRV.cuLaunchHostFunc((CUstream)s, run_stream_callback, c);
+    if (r != CUDA_SUCCESS) free(c);
+    RT_CALL(r);
 }
 
 RT_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
@@ -1195,6 +1444,8 @@ RT_PT(cudaLaunchKernelExC_ptsz, cudaLaunchKernelExC,
       (const cudaLaunchConfig_t *c, const void *f, void **a), (c, f, a))
 RT_PT(cudaLaunchCooperativeKernel_ptsz, cudaLaunchCooperativeKernel,
       (const void *f, dim3 g, dim3 b, void **a, size_t sh, cudaStream_t s), (f, g, b, a, sh, s))
+RT_PT(cudaStreamAddCallback_ptsz, cudaStreamAddCallback,
+      (cudaStream_t s, cudaStreamCallback_t cb, void *u, unsigned f), (s, cb, u, f))
 RT_PT(cudaLaunchHostFunc_ptsz, cudaLaunchHostFunc, (cudaStream_t s, cudaHostFn_t f, void *u),
       (s, f, u))
 RT_PT(cudaStreamGetFlags_ptsz, cudaStreamGetFlags, (cudaStream_t s, unsigned *f), (s, f))
@@ -1209,14 +1460,17 @@ PT_ALIAS(cudaGetDriverEntryPointByVersion_ptsz, cudaGetDriverEntryPointByVersion
 
 /* ---- what nvcc-generated host code calls ------------------------------------------------- */
 /* A program compiled by nvcc registers its fat binary and kernels at start-up. The sim cannot
- * run device code, but such a program must still load and run its host part (allocations,
- * copies); its kernel launches then fail with cudaErrorInvalidDeviceFunction. */
-static char fatbin_handle_token;
+ * run device code: each kernel becomes, at first use, a driver function with device code only,
+ * whose launches are checked, counted per name and skipped (GPUMEM_SIM_KERNELS=strict: they
+ * fail with cudaErrorInvalidDeviceFunction). The host part runs for real. Registration does no
+ * driver work: a library that registers thousands of kernels loads as fast as without the sim. */
+static char fatbin_oom_token;
 
 RT_EXPORT void **__cudaRegisterFatBinary(void *fatbin)
 {
     (void)fatbin;
-    return (void **)(void *)&fatbin_handle_token;
+    rt_module *m = rt_module_new();
+    return m ? (void **)(void *)m : (void **)(void *)&fatbin_oom_token;
 }
 RT_EXPORT void __cudaRegisterFatBinaryEnd(void **h)
 {
@@ -1224,22 +1478,21 @@ RT_EXPORT void __cudaRegisterFatBinaryEnd(void **h)
 }
 RT_EXPORT void __cudaUnregisterFatBinary(void **h)
 {
-    (void)h;
+    if (h && h != (void **)(void *)&fatbin_oom_token) rt_module_free((rt_module *)(void *)h);
 }
 RT_EXPORT void __cudaRegisterFunction(void **h, const char *host_fn, char *dev_fn,
                                       const char *dev_name, int thread_limit, void *tid, void *bid,
                                       void *bdim, void *gdim, int *wsize)
 {
-    (void)h;
-    (void)host_fn;
     (void)dev_fn;
-    (void)dev_name;
     (void)thread_limit;
     (void)tid;
     (void)bid;
     (void)bdim;
     (void)gdim;
     (void)wsize;
+    if (h && h != (void **)(void *)&fatbin_oom_token)
+        rt_kernel_add((rt_module *)(void *)h, host_fn, dev_name);
 }
 RT_EXPORT void __cudaRegisterVar(void **h, char *host_var, char *dev_addr, const char *dev_name,
                                  int ext, size_t size, int constant, int global)
@@ -1283,25 +1536,23 @@ RT_EXPORT void __cudaRegisterUnifiedTable(void **h, void *table)
     (void)h;
     (void)table;
 }
-/* nvcc 13's launch stubs resolve a kernel handle first: there is no device code to resolve. */
+/* nvcc 13's launch stubs resolve a kernel handle once (__cudaGetKernel), then launch it
+ * (__cudaLaunchKernel). The handle is the driver's function for the kernel. */
 RT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *entry)
 {
-    (void)entry;
-    if (k) *k = NULL;
-    return rt_ret(cudaErrorInvalidDeviceFunction);
+    if (!k) return rt_ret(cudaErrorInvalidValue);
+    *k = NULL;
+    return cudaGetKernel(k, entry);
 }
 RT_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args,
                                          size_t shmem, cudaStream_t s)
 {
-    (void)k;
-    (void)grid;
-    (void)block;
-    (void)args;
-    (void)shmem;
-    (void)s;
-    return rt_ret(cudaErrorInvalidDeviceFunction);
+    RT_BEGIN();
+    return launch_ret(DRV.cuLaunchKernel((CUfunction)k, grid.x, grid.y, grid.z, block.x, block.y,
+                                         block.z, (unsigned)shmem, (CUstream)s, args, NULL));
 }
-PT_ALIAS(__cudaLaunchKernel_ptsz, __cudaLaunchKernel)
+RT_PT(__cudaLaunchKernel_ptsz, __cudaLaunchKernel,
+      (cudaKernel_t k, dim3 g, dim3 b, void **a, size_t sh, cudaStream_t s), (k, g, b, a, sh, s))
 
 RT_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
                                                              enum cudaChannelFormatKind f)

@@ -374,15 +374,32 @@ static void atfork_child(void)
 static void read_config(void)
 {
     const char *v;
-    size_t capacity = (size_t)16 << 30;
+    sim.profile = sim_profile_find(NULL);
+    if ((v = getenv("GPUMEM_SIM_PROFILE")) && *v) {
+        const sim_profile *p = sim_profile_find(v);
+        if (p)
+            sim.profile = p;
+        else
+            sim_note("GPUMEM_SIM_PROFILE='%s' is not a known profile (%s); using the default", v,
+                     sim_profile_keys());
+    }
+    size_t capacity = sim.profile->memory;
     if ((v = getenv("GPUMEM_SIM_MEMORY")) && *v) {
         size_t sz;
         if (sim_parse_size(v, &sz) || sz < SIM_GRANULARITY)
             sim_note("GPUMEM_SIM_MEMORY='%s' is not a size of at least 2M (e.g. 16G, 80G); "
-                     "using the default 16G",
-                     v);
+                     "using the profile's %zu bytes",
+                     v, capacity);
         else
             capacity = sz;
+    }
+    if ((v = getenv("GPUMEM_SIM_KERNELS")) && *v) {
+        if (!strcmp(v, "strict"))
+            sim.kernels_strict = true;
+        else if (strcmp(v, "skip"))
+            sim_note("GPUMEM_SIM_KERNELS='%s' is not 'skip' (kernels with no host body are "
+                     "skipped and counted) or 'strict' (they are errors); using skip",
+                     v);
     }
     sim.ndevices = 1;
     if ((v = getenv("GPUMEM_SIM_DEVICES")) && *v) {
@@ -544,30 +561,54 @@ bool sim_fault_map(void)
 
 /* ---- not implemented --------------------------------------------------------------------- */
 
-CUresult sim_unsupported(const char *name)
+/* One call of something the virtual GPU does not model: counted by name (GPUMEM_SIM_STATS), and
+ * named on stderr the first time. The runtime and the library stand-ins report theirs here too,
+ * so one table holds them all. */
+void sim_unsupported_note(const char *name, const char *returns)
 {
+    if (!name) return;
+    sim_ensure_config();
     sim_lock();
-    bool seen = false;
-    for (size_t i = 0; i < sim.nnoted && !seen; i++)
-        seen = !strcmp(sim.noted[i], name);
-    if (!seen) {
+    size_t i = 0;
+    while (i < sim.nnoted && strcmp(sim.noted[i], name))
+        i++;
+    bool first = i == sim.nnoted;
+    if (first) {
         if (sim.nnoted == sim.capnoted) {
             size_t cap = sim.capnoted ? sim.capnoted * 2 : 16;
             char **v = realloc(sim.noted, cap * sizeof *v);
-            if (v) {
-                sim.noted = v;
-                sim.capnoted = cap;
-            }
+            if (v) sim.noted = v;
+            uint64_t *c = realloc(sim.noted_calls, cap * sizeof *c);
+            if (c) sim.noted_calls = c;
+            if (v && c) sim.capnoted = cap;
         }
-        if (sim.nnoted < sim.capnoted) {
-            char *copy = strdup(name);
-            if (copy) sim.noted[sim.nnoted++] = copy;
+        char *copy = sim.nnoted < sim.capnoted ? strdup(name) : NULL;
+        if (copy) {
+            sim.noted[sim.nnoted] = copy;
+            sim.noted_calls[sim.nnoted++] = 0;
         }
     }
+    if (i < sim.nnoted) sim.noted_calls[i]++;
     sim_unlock();
-    if (!seen)
-        sim_note("%s is not implemented by the virtual GPU; it returns CUDA_ERROR_NOT_SUPPORTED",
-                 name);
+    if (first)
+        sim_note("%s is not implemented by the virtual GPU; it returns %s", name,
+                 returns ? returns : "an error");
+}
+
+uint64_t sim_unsupported_calls(const char *name)
+{
+    sim_ensure_config();
+    uint64_t n = 0;
+    sim_lock();
+    for (size_t i = 0; i < sim.nnoted; i++)
+        if (!name || !strcmp(sim.noted[i], name)) n += sim.noted_calls[i];
+    sim_unlock();
+    return n;
+}
+
+CUresult sim_unsupported(const char *name)
+{
+    sim_unsupported_note(name, "CUDA_ERROR_NOT_SUPPORTED");
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -657,6 +698,12 @@ void sim_stats_print(void *fp)
         fprintf(f, "gpumem sim: %-22s %10llu %16llu %14.1f\n", sim_op_name(i),
                 (unsigned long long)s.op[i].calls, (unsigned long long)s.op[i].bytes, s.op[i].us);
     }
+    sim_kernels_print(f);
+    sim_lock();
+    for (size_t i = 0; i < sim.nnoted; i++)
+        fprintf(f, "gpumem sim: not modelled: %s, %llu call%s\n", sim.noted[i],
+                (unsigned long long)sim.noted_calls[i], sim.noted_calls[i] == 1 ? "" : "s");
+    sim_unlock();
 }
 
 void sim_set_event_delay(unsigned n)

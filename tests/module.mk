@@ -13,3 +13,5 @@ SCRIPT_TESTS += tests/integration/gpu_prepare.sh
 BENCHES += tests/bench/demo_bench.sh tests/bench/uses_bench.sh tests/bench/util_bench.sh
 # the differential suite: every corpus program plain and under gpumem, outputs compared
 include tests/diff/module.mk
+# PyTorch's CUDA build on the virtual GPU (tests/torch/)
+include tests/torch/module.mk

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # sim_nvcc.sh — a program built by nvcc with -cudart shared (as gpumem's CUDA trainer is) loads on
 # the virtual GPU's libcudart.so.13: its fat-binary registration is accepted, allocations,
-# memsets and copies work, and its device-kernel launch fails with
-# cudaErrorInvalidDeviceFunction (98) instead of crashing; built with nvcc's default static
+# memsets and copies work, and its device-kernel launches (nvcc 13: __cudaGetKernel, then
+# __cudaLaunchKernel) are skipped, never an error, and counted under the kernel's name in
+# GPUMEM_SIM_STATS, while function attributes and occupancy answer; under
+# GPUMEM_SIM_KERNELS=strict the launch fails with cudaErrorInvalidDeviceFunction (98) instead
+# of crashing, and so do the attribute queries. Built with nvcc's default static
 # runtime it cannot start, and the virtual GPU says once to build with -cudart shared. Skipped without nvcc, and under a
 # sanitizer (an uninstrumented nvcc program cannot load an instrumented runtime).
 set -euo pipefail
@@ -17,13 +20,29 @@ if [[ -z $nvcc ]]; then echo "sim_nvcc.sh: nvcc not found; skipped" >&2; exit 77
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$nvcc" -O1 -cudart shared -o "$tmp/app" tests/unit/sim_nvcc_app.cu
-out=$(LD_LIBRARY_PATH=$build/sim "$tmp/app")
-echo "$out"
 fail=0
 expect() { grep -qx "$1" <<<"$out" || { echo "FAIL: expected line '$1'"; fail=1; }; }
+# skipped (the default): success, memory untouched, counted by name
+out=$(GPUMEM_SIM_STATS=1 LD_LIBRARY_PATH=$build/sim "$tmp/app" 2>"$tmp/skip.err")
+echo "$out"
+expect "malloc 0"
+expect "memset 0"
+expect "launch 0 cudaSuccess"
+expect "attrs 0 1024 32"
+expect "occupancy 0 32"
+expect "setattr 0"
+expect "launch_shmem 0"
+expect "copy 0 117901063"
+expect "free 0"
+grep -q "skipped          2  _Z4add1Pi" "$tmp/skip.err" \
+  || { echo "FAIL: the two skipped launches are not counted under _Z4add1Pi"; cat "$tmp/skip.err"; fail=1; }
+# strict: the project's own programs rely on their kernels
+out=$(GPUMEM_SIM_KERNELS=strict LD_LIBRARY_PATH=$build/sim "$tmp/app")
+echo "$out"
 expect "malloc 0"
 expect "memset 0"
 expect "launch 98 cudaErrorInvalidDeviceFunction"
+expect "attrs 98 0 0"
 expect "copy 0 117901063"
 expect "free 0"
 # nvcc's default, the static runtime, cannot start on the virtual GPU (it needs the driver's

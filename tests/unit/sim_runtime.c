@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <cuda.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -264,6 +265,113 @@ static void test_launch_host_kernel_through_runtime(void **state)
         cudaErrorInvalidDeviceFunction);
     (void)cudaGetLastError();
     OK(cudaFree(d));
+}
+
+/* What nvcc-compiled code does, by hand: a fat binary registers a kernel by its host stub, and
+ * the stub then names it in every launch path. The kernel has device code only: launches are
+ * skipped and counted, never an error; attributes and occupancy answer; the last error stays
+ * clean. */
+void **__cudaRegisterFatBinary(void *fatbin);
+void __cudaUnregisterFatBinary(void **h);
+void __cudaRegisterFunction(void **h, const char *host_fn, char *dev_fn, const char *dev_name,
+                            int thread_limit, void *tid, void *bid, void *bdim, void *gdim,
+                            int *wsize);
+cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *entry);
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem,
+                               cudaStream_t s);
+static void stub_a(void) {}
+static void stub_b(void) {}
+typedef uint64_t (*launches_fn)(const char *);
+
+static void test_registered_kernels_are_skipped(void **state)
+{
+    (void)state;
+    void **mod = __cudaRegisterFatBinary(NULL);
+    char name_a[] = "_Z7kernelAv", name_b[] = "_Z7kernelBv";
+    __cudaRegisterFunction(mod, (const char *)(uintptr_t)stub_a, name_a, name_a, -1, NULL, NULL,
+                           NULL, NULL, NULL);
+    __cudaRegisterFunction(mod, (const char *)(uintptr_t)stub_b, name_b, name_b, -1, NULL, NULL,
+                           NULL, NULL, NULL);
+    cudaKernel_t ka = NULL, ka2 = NULL, kb = NULL;
+    OK(__cudaGetKernel(&ka, (const void *)(uintptr_t)stub_a));
+    OK(__cudaGetKernel(&ka2, (const void *)(uintptr_t)stub_a));
+    OK(__cudaGetKernel(&kb, (const void *)(uintptr_t)stub_b));
+    assert_true(ka && kb && ka == ka2 && ka != kb); /* one distinct handle per kernel */
+    dim3 g = {2, 1, 1}, b = {128, 1, 1};
+    OK(__cudaLaunchKernel(ka, g, b, NULL, 0, NULL));
+    OK(cudaLaunchKernel((const void *)(uintptr_t)stub_a, g, b, NULL, 0, NULL));
+    cudaLaunchConfig_t cfg = {.gridDim = g, .blockDim = b};
+    OK(cudaLaunchKernelExC(&cfg, (const void *)(uintptr_t)stub_b, NULL));
+    OK(cudaPeekAtLastError());
+    launches_fn launches = (launches_fn)dlsym(RTLD_DEFAULT, "sim_skipped_launches");
+    assert_non_null(launches);
+    assert_int_equal(launches("_Z7kernelAv"), 2);
+    assert_int_equal(launches("_Z7kernelBv"), 1);
+    const char *name = NULL;
+    OK(cudaFuncGetName(&name, (const void *)(uintptr_t)stub_b));
+    assert_string_equal(name, "_Z7kernelBv");
+    struct cudaFuncAttributes fa;
+    OK(cudaFuncGetAttributes(&fa, (const void *)(uintptr_t)stub_a));
+    assert_int_equal(fa.maxThreadsPerBlock, 1024);
+    assert_int_equal(fa.numRegs, 32);
+    assert_int_equal(fa.maxDynamicSharedSizeBytes, 48 * 1024);
+    OK(cudaFuncSetAttribute((const void *)(uintptr_t)stub_a,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+    OK(cudaFuncGetAttributes(&fa, (const void *)(uintptr_t)stub_a));
+    assert_int_equal(fa.maxDynamicSharedSizeBytes, 96 * 1024);
+    int n = 0;
+    OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)(uintptr_t)stub_a, 256, 0));
+    assert_int_equal(n, 8);
+    cudaFunction_t f;
+    OK(cudaGetFuncBySymbol(&f, (const void *)(uintptr_t)stub_a));
+    assert_ptr_equal(f, ka);
+    /* an invalid configuration is still refused, and becomes the last error */
+    dim3 zero = {0, 1, 1};
+    assert_int_equal(cudaLaunchKernel((const void *)(uintptr_t)stub_a, zero, b, NULL, 0, NULL),
+                     cudaErrorInvalidConfiguration);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    __cudaUnregisterFatBinary(mod);
+    assert_int_equal(cudaLaunchKernel((const void *)(uintptr_t)stub_a, g, b, NULL, 0, NULL),
+                     cudaErrorInvalidDeviceFunction); /* forgotten with its module */
+    (void)cudaGetLastError();
+}
+
+static int callback_calls;
+static void CUDART_CB on_stream(cudaStream_t s, cudaError_t status, void *user)
+{
+    (void)s;
+    if (status == cudaSuccess && user == &callback_calls) callback_calls++;
+}
+
+/* The runtime calls PyTorch makes besides launches: stream callbacks, PCI bus ids, the profiler
+ * switches, pool access. */
+static void test_more_runtime_calls(void **state)
+{
+    (void)state;
+    cudaStream_t s;
+    OK(cudaStreamCreate(&s));
+    OK(cudaStreamAddCallback(s, on_stream, &callback_calls, 0));
+    OK(cudaStreamSynchronize(s));
+    assert_int_equal(callback_calls, 1);
+    assert_int_equal(cudaStreamAddCallback(s, on_stream, NULL, 1), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    OK(cudaStreamDestroy(s));
+    char id[32];
+    OK(cudaDeviceGetPCIBusId(id, sizeof id, 0));
+    assert_string_equal(id, "0000:00:00.0");
+    int bus = -1;
+    OK(cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, 0));
+    assert_int_equal(bus, 0);
+    OK(cudaProfilerStart());
+    OK(cudaProfilerStop());
+    cudaMemPool_t pool;
+    OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    struct cudaMemAccessDesc d = {.location = {.type = cudaMemLocationTypeDevice, .id = 0},
+                                  .flags = cudaMemAccessFlagsProtReadWrite};
+    OK(cudaMemPoolSetAccess(pool, &d, 1));
+    d.location.id = 99;
+    assert_int_equal(cudaMemPoolSetAccess(pool, &d, 1), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
 }
 
 /* Several threads use the runtime at once; each one's last error is its own. */
@@ -561,6 +669,8 @@ int main(void)
         cmocka_unit_test(test_host_managed_and_pointer_attributes),
         cmocka_unit_test(test_driver_entry_points),
         cmocka_unit_test(test_launch_host_kernel_through_runtime),
+        cmocka_unit_test(test_registered_kernels_are_skipped),
+        cmocka_unit_test(test_more_runtime_calls),
         cmocka_unit_test(test_threads_use_the_runtime_concurrently),
         cmocka_unit_test(test_two_devices_peer_copies_and_copy_kinds),
         cmocka_unit_test(test_runtime_capture_and_graph_launch),

@@ -1,6 +1,7 @@
 /* sim_virtual.c — GPUMEM_SIM_BACKING=virtual with GPUMEM_SIM_MEMORY=80G: an 80 GB device on a
  * machine with far less memory accepts 70 GB of maps (and cuMemAlloc), refuses what exceeds
- * 80 GB, costs no host memory, and still faults on access. The environment is set in main()
+ * 80 GB, costs no host memory, and still faults on access; copies from it into pinned memory
+ * read as zeros and give host pages back. The environment is set in main()
  * before the first driver call, since the driver reads it once. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +148,30 @@ static void test_virtual_memory_has_no_bytes(void **state)
     OK(cuMemFreeHost(h));
 }
 
+/* A device -> host copy into the sim's own pinned memory reads as zeros without writing them:
+ * whole pages are given back (PyTorch's save_on_cpu offloads gigabytes this way), so the
+ * process gets smaller, not bigger; the partial pages at the ends are cleared. */
+static void test_copy_to_pinned_gives_pages_back(void **state)
+{
+    (void)state;
+    CUdeviceptr dp;
+    OK(cuMemAlloc(&dp, 64 * MiB));
+    char *h;
+    OK(cuMemHostAlloc((void **)&h, 64 * MiB, 0));
+    memset(h, 0xab, 64 * MiB);
+    size_t before = rss_bytes();
+    OK(cuMemcpyDtoH(h + 100, dp, 64 * MiB - 200));
+    size_t after = rss_bytes();
+    assert_true(after + 60 * MiB < before);
+    assert_int_equal(h[99], (char)0xab); /* outside the copy */
+    assert_int_equal(h[100], 0);
+    assert_int_equal(h[4096], 0);
+    assert_int_equal(h[64 * MiB - 101], 0);
+    assert_int_equal(h[64 * MiB - 100], (char)0xab);
+    OK(cuMemFreeHost(h));
+    OK(cuMemFree(dp));
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_BACKING", "virtual", 1);
@@ -157,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_virtual_device_is_80g),
         cmocka_unit_test(test_70g_of_maps_fit_and_more_than_80g_does_not),
         cmocka_unit_test(test_virtual_memory_has_no_bytes),
+        cmocka_unit_test(test_copy_to_pinned_gives_pages_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,33 @@
+# common.bash — sourced by the tests in tests/torch/: finds PyTorch's CUDA build and the virtual
+# GPU's environment, or skips (exit 77) saying why.
+#
+# GPUMEM_TORCH_PY names the PyTorch installation: a virtual environment's folder (its
+# bin/python is used) or a Python interpreter. Default: /root/.cache/gpumem/torch-2.14.1, where
+# `make deps` installs torch==2.14.1 (CUDA 13). Tests skip only when that has no torch.
+build=${BUILD:-build}
+torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
+[[ -d $torch_py ]] && torch_py=$torch_py/bin/python
+if [[ ! -x $torch_py ]]; then
+  echo "$(basename "$0"): no PyTorch at $torch_py (GPUMEM_TORCH_PY; make deps installs it); skipped" >&2
+  exit 77
+fi
+if [[ -n ${SAN:-} ]]; then
+  echo "$(basename "$0"): skipped under SAN=$SAN (an uninstrumented Python cannot load instrumented libraries)" >&2
+  exit 77
+fi
+torch_env=$build/sim/torch-env
+[[ -x $torch_env ]] || { echo "$(basename "$0"): $torch_env missing: run make" >&2; exit 1; }
+# The scripts' own settings only: a caller's GPUMEM_SIM_* or allocator config would change what
+# is checked.
+unset GPUMEM_SIM_PROFILE GPUMEM_SIM_MEMORY GPUMEM_SIM_BACKING GPUMEM_SIM_KERNELS GPUMEM_SIM_STATS \
+      GPUMEM_SIM_ASYNC GPUMEM_SIM_DEVICES PYTORCH_CUDA_ALLOC_CONF
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+# torch_run [ENV=VALUE...] -- ARGS...: the interpreter on the virtual GPU (build/sim/torch-env)
+torch_run() {
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$torch_env" "$torch_py" "$@"
+}

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""train_gpt2.py — GPT-2 in plain PyTorch: the program gpumem's PyTorch checks run.
+
+Written for memory analysis, not for learning: the inputs are random token ids (no data files),
+and on the virtual GPU (sim/README.md, "PyTorch on the virtual GPU") the kernels are skipped, so
+the losses are meaningless there while every allocation is PyTorch's real one.
+
+Model (GPT-2, Radford et al. 2019): token + position embeddings, n_layer blocks of
+LayerNorm -> causal self-attention (F.scaled_dot_product_attention) -> residual,
+LayerNorm -> MLP (Linear 4C, GELU tanh, Linear C) -> residual, a final LayerNorm and the
+language-model head tied to the token embedding. AdamW, cross-entropy.
+
+Techniques, one flag each: --checkpoint (torch.utils.checkpoint per block), --accum K (K
+micro-batches per optimizer step), --set-to-none (zero_grad(set_to_none=True); the default here
+keeps gradient buffers: zero_grad(set_to_none=False)), --autocast bf16, --offload
+(torch.autograd.graph.save_on_cpu: saved activations go to pinned host memory), --leak (a planted
+leak: one tensor per step is kept, at the line marked PLANTED LEAK).
+
+At exit it prints, one per line: max_memory_allocated N, max_memory_reserved N, requested_peak N
+(memory_stats()["requested_bytes.all.peak"]) — unless --no-stats: a pluggable allocator
+(gpumem's) keeps no statistics and torch throws on them.
+
+cuDNN's attention is turned off (torch.backends.cuda.enable_cudnn_sdp(False)): its workspace
+comes from the real engine, which the virtual GPU does not have; on a GPU the same flag keeps
+the two comparable.
+
+Usage: train_gpt2.py [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [-B 4] [-T 64]
+                     [--steps 3] [--seed 1337] [flags above]
+"""
+import argparse
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+# name: (n_layer, n_head, n_embd, vocab_size, block_size)
+MODELS = {
+    "tiny": (2, 2, 64, 512, 256),
+    "gpt2": (12, 12, 768, 50257, 1024),
+    "gpt2-medium": (24, 16, 1024, 50257, 1024),
+    "gpt2-large": (36, 20, 1280, 50257, 1024),
+    "gpt2-xl": (48, 25, 1600, 50257, 1024),
+}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)  # (C) -> (3C): q, k, v
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):  # x: (B, T, C)
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # each (B, T, C)
+        hs = C // self.n_head
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)  # (C) -> (4C)
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = MLP(n_embd)
+
+    def forward(self, x):  # (B, T, C) -> (B, T, C)
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, vocab_size, block_size, checkpoint=False):
+        super().__init__()
+        self.block_size = block_size
+        self.checkpoint = checkpoint
+        self.wte = nn.Embedding(vocab_size, n_embd)  # (V, C)
+        self.wpe = nn.Embedding(block_size, n_embd)  # (maxT, C)
+        self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        # tied embeddings: the head's own weight is never allocated (meta), the token
+        # embedding's takes its place
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False, device="meta")
+        self.lm_head.weight = self.wte.weight
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, idx, targets):  # idx, targets: (B, T) token ids
+        B, T = idx.shape
+        pos = torch.arange(T, device=idx.device)  # (T)
+        x = self.wte(idx) + self.wpe(pos)  # (B, T, C)
+        for block in self.h:
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    p.add_argument("-B", type=int, default=4, help="micro-batch size")
+    p.add_argument("-T", type=int, default=64, help="sequence length")
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps")
+    p.add_argument("--accum", type=int, default=1, metavar="K", help="micro-batches per step")
+    p.add_argument("--checkpoint", action="store_true", help="torch.utils.checkpoint per block")
+    p.add_argument("--set-to-none", action="store_true", help="zero_grad(set_to_none=True)")
+    p.add_argument("--autocast", choices=["bf16"], help="torch.autocast with bfloat16")
+    p.add_argument("--offload", action="store_true",
+                   help="torch.autograd.graph.save_on_cpu(pin_memory=True)")
+    p.add_argument("--leak", action="store_true", help="keep one tensor per step (a planted leak)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--no-stats", action="store_true",
+                   help="print no torch.cuda memory statistics (pluggable allocators have none)")
+    a = p.parse_args(argv)
+    if a.T > MODELS[a.model][4]:
+        p.error("-T %d is longer than the model's block size %d" % (a.T, MODELS[a.model][4]))
+    if min(a.B, a.T, a.steps, a.accum) < 1:
+        p.error("-B, -T, --steps and --accum must be at least 1")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("train_gpt2.py: no CUDA device", file=sys.stderr)
+        return 77
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    torch.manual_seed(args.seed)
+    dev = torch.device("cuda")
+    n_layer, n_head, n_embd, vocab, block = MODELS[args.model]
+    with dev:  # parameters are made on the device (no host copy of a 1.5B model)
+        model = GPT(n_layer, n_head, n_embd, vocab, block, checkpoint=args.checkpoint)
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    leaked = []
+    print("model %s: %d parameters, B %d, T %d, accum %d, %d steps on %s" % (
+        args.model, nparams, args.B, args.T, args.accum, args.steps,
+        torch.cuda.get_device_name()), flush=True)
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        for _ in range(args.accum):
+            # random token ids, made on the host and copied over as a data loader would
+            x = torch.randint(0, vocab, (args.B, args.T + 1), generator=gen).to(dev)
+            idx, targets = x[:, :-1], x[:, 1:]
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+                if args.offload:
+                    with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                        logits, loss = model(idx, targets)
+                else:
+                    logits, loss = model(idx, targets)
+            (loss / args.accum).backward()
+            if args.leak:
+                leaked.append(logits.detach())  # PLANTED LEAK: one (B, T, V) tensor kept per step
+            del logits
+        opt.step()
+        opt.zero_grad(set_to_none=args.set_to_none)
+        lossf = loss.item()  # synchronizes: the step's time is its real time
+        dt = time.perf_counter() - t0
+        print("step %d/%d loss %.4f time %.1f ms" % (step + 1, args.steps,
+              lossf if math.isfinite(lossf) else float("nan"), dt * 1e3), flush=True)
+    if not args.no_stats:
+        print("max_memory_allocated %d" % torch.cuda.max_memory_allocated())
+        print("max_memory_reserved %d" % torch.cuda.max_memory_reserved())
+        print("requested_peak %d" % torch.cuda.memory_stats()["requested_bytes.all.peak"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
