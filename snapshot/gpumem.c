@@ -257,7 +257,9 @@ static int cmd_report(int argc, char **argv, int leaks) {
     if ((rc = gm_open_model(path, &d, &m, 1)) != 0) return rc;
     m.frames_all = frames_all;
     uint64_t leaked = 0;
-    rc = leaks ? gm_leaks(&d, &m, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
+    /* a PyTorch program's leaks are its tensors: PyTorch's cached segments outlive them all */
+    gm_model tv = m.torch.present ? gm_model_torch_view(&m) : m;
+    rc = leaks ? gm_leaks(&d, &tv, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);
     gm_db_close(&d);
     fflush(stdout);

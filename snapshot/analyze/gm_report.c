@@ -114,7 +114,9 @@ static const char *site_of(const gm_model *m, labels *l, uint32_t stack, long *f
     uint64_t *si = stack ? u64map_get(&m->stack_idx, stack) : NULL;
     if (!si || !l->site) {
         if (frame) *frame = -1;
-        return stack ? "(stack not recorded)" : "(no stack: GPUMEM_STACKS=0)";
+        return stack                ? "(stack not recorded)"
+               : m->is_torch_view ? "(no Python frame: made by PyTorch's C++, e.g. autograd's backward)"
+                                  : "(no stack: GPUMEM_STACKS=0)";
     }
     if (!l->site[*si]) {
         char buf[2048];
@@ -766,6 +768,149 @@ static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out
     if (!m->devused) gm_devused_free(&u);
 }
 
+/* ---------------------------------------------------------------- PyTorch's view */
+
+/* How the device-wide peak reserved was made up, against PyTorch's own (every byte named):
+ *   device peak = PyTorch's reserve then + outside PyTorch's allocator + gpumem's cache and
+ *                 rounding + other program VMM
+ * and the difference to PyTorch's peak adds what PyTorch held less then than at its own peak. */
+typedef struct torch_diff {
+    uint64_t seq, device, torch_then, outside, cache, other;
+} torch_diff;
+
+static torch_diff torch_difference(const gm_model *m, const alloc_set *at) {
+    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, m->peak_reserved_torch, 0, 0, 0};
+    uint64_t fw = 0;
+    for (size_t i = 0; i < at->n; i++) {
+        const gm_alloc *a = &m->allocs[at->idx[i]];
+        if (a->flags & GM_ALLOC_FW_SEGMENT) fw += a->size;
+        else t.outside += a->size;
+    }
+    uint64_t gm_reserved = m->peak_reserved - m->peak_reserved_vmm;
+    t.cache = gm_reserved > fw + t.outside ? gm_reserved - fw - t.outside : 0;
+    uint64_t named = t.torch_then + t.outside + t.cache;
+    t.other = t.device > named ? t.device - named : 0;
+    return t;
+}
+
+/* The torch view's block of the report: PyTorch's peaks by its own rules, the difference to the
+ * device's named, and its tensors at its peak by phase, site and name. */
+static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
+    (void)d;
+    const gm_torch_view *tv = &m->torch;
+    if (!tv->present) {
+        if (o->json) fputs(",\"torch\":null", out);
+        return;
+    }
+    if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
+        if (o->json) {
+            fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
+                         ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
+                         ",\"peak_allocated_seq\":%" PRIu64 "}",
+                    tv->peak_requested, tv->peak_allocated, tv->peak_requested_seq, tv->peak_allocated_seq);
+        } else {
+            char q[32], a[32];
+            gm_fmt_bytes(tv->peak_requested, q, sizeof q);
+            gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
+            fprintf(out, "\nPyTorch through gpumem (its CUDAPluggableAllocator: every tensor served by gpumem)\n"
+                         "  peak requested      %s (%" PRIu64 " bytes PyTorch asked for, at event %" PRIu64
+                         "; under its own allocator, requested_bytes)\n"
+                         "  peak allocated      %s (in gpumem's blocks; the rest of the summary is the device's,\n"
+                         "                      libraries' own allocations included)\n",
+                    q, tv->peak_requested, tv->peak_requested_seq, a);
+        }
+        return;
+    }
+    gm_model v = gm_model_torch_view(m);
+    alloc_set peak = select_allocs(&v, SET_LIVE_AT, tv->peak_allocated_seq);
+    group *gp = NULL, *gs = NULL, *gn = NULL;
+    uint64_t total = 0, count = 0;
+    size_t np = group_allocs(&v, l, &peak, BY_PHASE, &gp, &total, &count);
+    size_t ns = group_allocs(&v, l, &peak, BY_SITE, &gs, &total, &count);
+    size_t nn = group_allocs(&v, l, &peak, BY_NAME, &gn, &total, &count);
+    free(peak.idx);
+    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, m->peak_reserved_seq);
+    torch_diff df = torch_difference(m, &at_dev);
+    /* outside PyTorch's allocator at the device's peak, by site */
+    alloc_set outside = {NULL, 0};
+    outside.idx = at_dev.idx;
+    for (size_t i = 0; i < at_dev.n; i++)
+        if (!(m->allocs[at_dev.idx[i]].flags & GM_ALLOC_FW_SEGMENT)) outside.idx[outside.n++] = at_dev.idx[i];
+    group *go = NULL;
+    uint64_t ot = 0, oc = 0;
+    size_t no = group_allocs(m, l, &outside, BY_SITE, &go, &ot, &oc);
+    free(at_dev.idx);
+    uint64_t gap = df.device > tv->peak_reserved ? df.device - tv->peak_reserved : 0;
+    uint64_t less = tv->peak_reserved > df.torch_then ? tv->peak_reserved - df.torch_then : 0;
+    char conf[256], ver[64];
+    gm_meta_text(d, "torch_conf", conf, sizeof conf);
+    gm_meta_text(d, "torch_version", ver, sizeof ver);
+    if (o->json) {
+        fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
+                     ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
+                     ",\"peak_reserved_seq\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
+                     ",\"tensors\":%zu,\"version\":",
+                tv->peak_allocated, tv->peak_reserved, tv->peak_requested, tv->peak_allocated_seq,
+                tv->peak_reserved_seq, tv->peak_requested_seq, tv->nallocs);
+        gm_json_str(out, ver);
+        fputs(",\"conf\":", out);
+        gm_json_str(out, conf);
+        fprintf(out, ",\"blocks_guessed\":%" PRId64, gm_meta_int(d, "torch_blocks_guessed", 0));
+        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"torch_reserved\":%" PRIu64
+                     ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
+                     ",\"torch_less_than_its_peak\":%" PRIu64 ",",
+                df.seq, df.device, df.torch_then, df.outside, df.cache, df.other, less);
+        print_groups_json(out, "outside_by_site", go, no, o->top, ot, "site");
+        fprintf(out, "},\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
+                tv->peak_allocated_seq, total, count);
+        print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
+        fputc(',', out);
+        print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
+        fputc(',', out);
+        print_groups_json(out, "by_name", gn, nn, o->top, total, "name");
+        fputs("}}", out);
+    } else {
+        char a[32], r[32], q[32], g[32];
+        gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
+        gm_fmt_bytes(tv->peak_reserved, r, sizeof r);
+        gm_fmt_bytes(tv->peak_requested, q, sizeof q);
+        fprintf(out, "\nPyTorch's allocator (its own memory history, merged: torch %s%s%s)\n", ver[0] ? ver : "?",
+                conf[0] ? ", PYTORCH_CUDA_ALLOC_CONF=" : "", conf);
+        fprintf(out, "  peak requested      %s (%" PRIu64 " bytes, at event %" PRIu64 "; memory_stats' requested_bytes)\n", q,
+                tv->peak_requested, tv->peak_requested_seq);
+        fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_allocated)\n", a,
+                tv->peak_allocated, tv->peak_allocated_seq);
+        fprintf(out, "  peak reserved       %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_reserved)\n", r,
+                tv->peak_reserved, tv->peak_reserved_seq);
+        fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(tv->peak_allocated, tv->peak_reserved),
+                tv->nallocs);
+        gm_fmt_bytes(gap, g, sizeof g);
+        char d1[32], d2[32], d3[32], d4[32], d5[32];
+        gm_fmt_bytes(df.device, d1, sizeof d1);
+        gm_fmt_bytes(df.torch_then, d2, sizeof d2);
+        gm_fmt_bytes(df.outside, d3, sizeof d3);
+        gm_fmt_bytes(df.cache, d4, sizeof d4);
+        gm_fmt_bytes(less, d5, sizeof d5);
+        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s,\n"
+                     "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
+                d1, df.seq, g, d2, d3, d4);
+        if (df.other) {
+            char d6[32];
+            gm_fmt_bytes(df.other, d6, sizeof d6);
+            fprintf(out, ", other program VMM %s", d6);
+        }
+        fprintf(out, "; PyTorch held %s less then than at its own peak\n", d5);
+        if (no) print_groups_text(out, "outside PyTorch's allocator at the device's peak, by call site", go, no,
+                                  o->top < 5 ? o->top : 5, ot);
+        gm_fmt_bytes(total, a, sizeof a);
+        fprintf(out, "  tensors live at PyTorch's peak allocated: %s in %" PRIu64 "\n", a, count);
+        print_groups_text(out, "by phase", gp, np, o->top, total);
+        print_groups_text(out, "by call site", gs, ns, o->top, total);
+        print_groups_text(out, "by tensor name (digits as *)", gn, nn, o->top, total);
+    }
+    free(gp), free(gs), free(gn), free(go);
+}
+
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
@@ -828,6 +973,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fputs("},", out);
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
+        print_torch(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
@@ -868,6 +1014,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (s.app_ns >= 0) fprintf(out, "%" PRId64 " ns/event on app threads (%.3f s total), ", s.app_ns, (double)app_total_ns / 1e9);
         if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
         fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
+        print_torch(d, m, &l, o, out);
         gm_fmt_bytes(total, a, sizeof a);
         fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
@@ -1094,6 +1241,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                      ",\"judgeable\":%s}\n", total, count, held, dropped, judgeable ? "true" : "false");
     } else {
         print_header(d, m, out, "leaks");
+        if (m->is_torch_view)
+            fprintf(out, "  view      PyTorch's tensors, from its memory history (gpumem record merged it);\n"
+                         "            its cached segments are not leaks and are not listed\n");
         fprintf(out, "\nAlive at exit, by call site\n");
         if (ns == 0) fprintf(out, "  nothing: every allocation was freed\n");
         for (size_t i = 0; i < ns && (int)i < o->top; i++) {

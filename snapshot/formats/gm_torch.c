@@ -151,13 +151,14 @@ static uint32_t node_coalesce(gm_tblocks *b, uint32_t i)
     return i;
 }
 
-int gm_tblocks_map(gm_tblocks *b, uint64_t addr, uint64_t size)
+int gm_tblocks_map(gm_tblocks *b, uint64_t addr, uint64_t size, int grow)
 {
     if (!size) return 0;
-    uint32_t left = node_at(&b->by_end, addr), right = node_at(&b->by_start, addr + size);
+    /* a new segment stands alone, even when cudaMalloc put it right after another; pages mapped
+     * into an expandable segment join the blocks beside them */
+    uint32_t left = grow ? node_at(&b->by_end, addr) : 0, right = grow ? node_at(&b->by_start, addr + size) : 0;
     uint32_t i = node_new(b, addr, size, 1);
     if (!i) return -1;
-    /* an expandable segment grows at its end: the new pages join the blocks beside them */
     if (left) b->nodes[left].next = i, b->nodes[i].prev = left;
     if (right) b->nodes[right].prev = i, b->nodes[i].next = right;
     node_coalesce(b, i);
@@ -687,23 +688,34 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->name = label;
     }
     qsort(m->it, m->n, sizeof *m->it, cmp_time);
-    /* block sizes: the block structure replayed in PyTorch's order */
+    /* block sizes: the block structure replayed in PyTorch's order; a free carries its block's */
+    u64map blk = {0};
     for (size_t i = 0; i < m->n; i++) {
         titem *t = &m->it[i];
         switch (t->action) {
         case TA_SEG_ALLOC:
         case TA_SEG_MAP:
-            if (gm_tblocks_map(tb, t->addr, t->size) != 0) goto oom;
+            if (gm_tblocks_map(tb, t->addr, t->size, t->action == TA_SEG_MAP) != 0) goto oom;
             break;
         case TA_SEG_FREE:
         case TA_SEG_UNMAP: gm_tblocks_unmap(tb, t->addr, t->size); break;
         case TA_ALLOC:
-            if (!(t->size = gm_tblocks_alloc(tb, t->addr, t->requested))) goto oom;
+            if (!(t->size = gm_tblocks_alloc(tb, t->addr, t->requested)) || u64map_put(&blk, t->addr, t->size) != 0) {
+                u64map_free(&blk);
+                goto oom;
+            }
             break;
-        case TA_FREE_DONE: gm_tblocks_free_block(tb, t->addr); break;
+        case TA_FREE_REQ:
+        case TA_FREE_DONE: {
+            const uint64_t *bs = u64map_get(&blk, t->addr);
+            if (bs) t->size = *bs;
+            if (t->action == TA_FREE_DONE) gm_tblocks_free_block(tb, t->addr);
+            break;
+        }
         default: break;
         }
     }
+    u64map_free(&blk);
     return 0;
 oom:
     snprintf(m->err, m->errsz, "out of memory reading PyTorch's history");

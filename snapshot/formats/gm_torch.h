@@ -45,9 +45,9 @@ typedef struct gm_tblocks {
 
 void gm_tblocks_init(gm_tblocks *b, const gm_tsettings *s);
 void gm_tblocks_free(gm_tblocks *b);
-/* segment_alloc / segment_map: free memory [addr, addr + size); segment_free / segment_unmap:
- * gives it back. 0, or -1 out of memory. */
-int gm_tblocks_map(gm_tblocks *b, uint64_t addr, uint64_t size);
+/* segment_alloc (grow 0) / segment_map (grow 1: joins the blocks beside it): free memory
+ * [addr, addr + size); segment_free / segment_unmap: gives it back. 0, or -1 out of memory. */
+int gm_tblocks_map(gm_tblocks *b, uint64_t addr, uint64_t size, int grow);
 void gm_tblocks_unmap(gm_tblocks *b, uint64_t addr, uint64_t size);
 /* alloc of `requested` bytes at addr: the block's size (0: out of memory). When no free block
  * starts at addr (the trace began after it was made) the rounded request is returned and

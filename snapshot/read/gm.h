@@ -82,7 +82,14 @@ typedef struct gm_alloc {
     uint32_t stack, range, name;
     uint8_t kind;
     int8_t device;
+    uint8_t flags; /* GM_ALLOC_* */
 } gm_alloc;
+/* a device allocation that is one of PyTorch's segments (its cache, not a tensor) */
+#define GM_ALLOC_FW_SEGMENT 1u
+/* (the torch view's sweep only) a tensor freed but not yet completed: out of the statistics */
+#define GM_ALLOC_FREED 2u
+/* made through the framework's allocator hook (PyTorch with gpumem as its allocator) */
+#define GM_ALLOC_FRAMEWORK 4u
 
 typedef struct gm_range {
     int64_t id, parent;
@@ -107,6 +114,22 @@ typedef struct gm_step {
     uint64_t nleaked;
 } gm_step;
 
+/* PyTorch's own view of its caching allocator, from its memory history merged into the
+ * recording (kinds 31-35; formats/gm_torch.h): its tensors, and its statistics by its rules —
+ * block sizes, allocated and requested dropping when a tensor is freed (free_requested),
+ * reserved = its segments. A tensor's death is its free_completed. */
+typedef struct gm_torch_view {
+    int present; /* 1: PyTorch's history merged; 2: gpumem served PyTorch (its allocator hook):
+                    then only the requested and allocated figures, of the hook's allocations */
+    gm_alloc *allocs; /* tensors, in birth order (kind REC_TORCH_ALLOC) */
+    size_t nallocs, allocs_cap;
+    uint64_t allocated, requested, reserved;
+    uint64_t peak_allocated, peak_allocated_seq, peak_requested, peak_requested_seq;
+    uint64_t peak_reserved, peak_reserved_seq;
+    gm_step *steps; /* per step, as the model's, over tensors */
+    size_t nsteps;
+} gm_torch_view;
+
 typedef struct gm_model {
     /* tables */
     u64map str_idx; char **strs; size_t nstrs;
@@ -124,11 +147,14 @@ typedef struct gm_model {
     int frames_all;
     /* sweep results */
     uint64_t events, max_seq, first_t, last_t;
-    uint64_t count_kind[32];
+    uint64_t count_kind[64];
     uint64_t allocated, reserved, host, managed;
     uint64_t requested; /* requested bytes of live device allocations */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq, peak_host;
     uint64_t peak_requested, peak_requested_seq; /* peak of what the program asked for */
+    /* device-wide: reserved and allocated include the program's own VMM mappings (cuMemMap:
+     * PyTorch's expandable segments, for one); at the peak reserved, how it was made up */
+    uint64_t vmm, peak_reserved_vmm, peak_reserved_torch;
     int have_segments;
     uint64_t cache_hits, cache_misses;
     uint64_t unmatched_frees;
@@ -136,7 +162,15 @@ typedef struct gm_model {
     struct gm_devused *devused; /* the device account (gm_devused.h), computed in the same
                                    sweep by gm_model_load; NULL when it could not be */
     int truncated_warning;
+    gm_torch_view torch; /* present when PyTorch's history was merged */
+    int is_torch_view;   /* made by gm_model_torch_view: its allocations are PyTorch's tensors */
 } gm_model;
+
+/* The model as PyTorch's allocator saw it: a shallow copy of m whose allocations, peaks and
+ * steps are the torch view's (tables shared; never free it, free m). Every analysis of the
+ * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
+ * device allocations. */
+gm_model gm_model_torch_view(const gm_model *m);
 
 /* Loads tables and runs the sweep. Returns 0, or -1 with err set. progress: print a progress
  * line on stderr (when it is a terminal). */

@@ -237,15 +237,19 @@ static uint64_t *sum_for(gm_model *m, unsigned kind) {
     return &m->allocated;
 }
 
-static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) {
+static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, size_t *cap) {
     uint64_t *i = u64map_get(idx, (uint64_t)step);
-    if (i) return &m->steps[*i];
-    if (grow((void **)&m->steps, cap, m->nsteps + 1, sizeof *m->steps)) return NULL;
-    gm_step *s = &m->steps[m->nsteps];
+    if (i) return &(*steps)[*i];
+    if (grow((void **)steps, cap, *n + 1, sizeof **steps)) return NULL;
+    gm_step *s = &(*steps)[*n];
     memset(s, 0, sizeof *s);
     s->step = step;
-    u64map_put(idx, (uint64_t)step, m->nsteps++);
+    u64map_put(idx, (uint64_t)step, (*n)++);
     return s;
+}
+
+static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) {
+    return step_in(&m->steps, &m->nsteps, idx, step, cap);
 }
 
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
@@ -285,11 +289,80 @@ typedef struct sweep {
     gm_du_sweep *du;
     u64map live, step_idx;
     size_t step_cap;
+    u64map tlive, tstep_idx; /* the torch view's live tensors and steps */
+    size_t tstep_cap;
     uint32_t last_range;
     int64_t last_step;
     gm_step *last_st; /* the entry of last_step (NULL: none) */
     size_t oi;        /* ooms are sorted by seq, like the events */
 } sweep;
+
+/* One event of PyTorch's view (kinds 31-35), by its allocator's rules. */
+static int torch_row(sweep *w, uint64_t seq, unsigned kind, uint64_t addr, uint64_t size, uint32_t stack,
+                     uint32_t range, int dev, uint64_t requested) {
+    gm_model *m = w->m;
+    gm_torch_view *v = &m->torch;
+    v->present = 1;
+    if (kind == REC_TORCH_ALLOC) {
+        uint64_t old;
+        if (u64map_del(&w->tlive, addr, &old)) v->allocs[old].death = seq; /* its free was not in the history */
+        if (grow((void **)&v->allocs, &v->allocs_cap, v->nallocs + 1, sizeof *v->allocs)) {
+            snprintf(w->err, w->errsz, "%s: out of memory after %zu tensors", w->d->path, v->nallocs);
+            w->oom = 1;
+            return -1;
+        }
+        v->allocs[v->nallocs] = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind,
+                                           (int8_t)(dev > 0 ? dev : 0), 0};
+        u64map_put(&w->tlive, addr, v->nallocs++);
+        v->allocated += size;
+        v->requested += requested;
+    } else if (kind == REC_TORCH_FREE || kind == REC_TORCH_FREE_COMPLETED) {
+        uint64_t *ai = u64map_get(&w->tlive, addr);
+        if (!ai) return 0;
+        gm_alloc *a = &v->allocs[*ai];
+        if (kind == REC_TORCH_FREE) {
+            /* the statistics drop when the tensor is freed; the block stays the tensor's until
+             * its free completes */
+            v->allocated -= a->size < v->allocated ? a->size : v->allocated;
+            v->requested -= a->requested < v->requested ? a->requested : v->requested;
+            a->flags |= GM_ALLOC_FREED;
+        } else {
+            if (!(a->flags & GM_ALLOC_FREED)) { /* completed without a request in the history */
+                v->allocated -= a->size < v->allocated ? a->size : v->allocated;
+                v->requested -= a->requested < v->requested ? a->requested : v->requested;
+            }
+            a->flags &= (uint8_t)~GM_ALLOC_FREED;
+            a->death = seq;
+            u64map_del(&w->tlive, addr, NULL);
+        }
+    } else if (kind == REC_TORCH_SEG_MAP) {
+        v->reserved += size;
+        uint64_t *ai = u64map_get(&w->live, addr); /* the cudaMalloc that served the segment */
+        if (ai) m->allocs[*ai].flags |= GM_ALLOC_FW_SEGMENT;
+    } else if (kind == REC_TORCH_SEG_UNMAP) {
+        v->reserved -= size < v->reserved ? size : v->reserved;
+    }
+    if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
+    if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
+    if (v->reserved > v->peak_reserved) v->peak_reserved = v->reserved, v->peak_reserved_seq = seq;
+    if (range && kind <= REC_TORCH_FREE_COMPLETED) {
+        const gm_range *r = gm_range_of(m, range);
+        gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, &w->tstep_cap) : NULL;
+        if (st) st->end_allocated = v->allocated, st->end_seq = seq;
+    }
+    return 0;
+}
+
+/* An allocation through the framework's hook (gpumem as PyTorch's allocator): PyTorch's own
+ * requests, counted apart from the libraries' (cuBLAS's handles) beside them. */
+static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t requested) {
+    gm_torch_view *v = &m->torch;
+    v->present = 2;
+    v->allocated += size;
+    v->requested += requested;
+    if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
+    if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
+}
 
 /* One events row, in seq order. */
 static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr,
@@ -305,17 +378,22 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         free(m->devused);
         m->devused = NULL;
     }
-    if (!is_alloc(kind)) requested = 0;
+    if (!is_alloc(kind) && kind != REC_TORCH_ALLOC) requested = 0;
     m->events++;
     if (seq > m->max_seq) m->max_seq = seq;
-    m->count_kind[kind < 32 ? kind : 0]++;
+    m->count_kind[kind < 64 ? kind : 0]++;
     if (flags & REC_F_CACHE_HIT) m->cache_hits++;
     if (flags & REC_F_CACHE_MISS) m->cache_misses++;
     for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) {
-        uint64_t *ai = u64map_get(&w->live, w->names[w->ni].addr);
-        if (ai) m->allocs[*ai].name = (uint32_t)w->names[w->ni].name;
+        /* a tensor first: PyTorch's first tensor in a segment starts where the segment does */
+        uint64_t *ti = u64map_get(&w->tlive, w->names[w->ni].addr);
+        uint64_t *ai = ti ? NULL : u64map_get(&w->live, w->names[w->ni].addr);
+        if (ti) m->torch.allocs[*ti].name = (uint32_t)w->names[w->ni].name;
+        else if (ai) m->allocs[*ai].name = (uint32_t)w->names[w->ni].name;
     }
-    if (is_alloc(kind)) {
+    if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
+        if (torch_row(w, seq, kind, addr, size, stack, range, dev, requested) != 0) return -1;
+    } else if (is_alloc(kind)) {
         uint64_t old;
         if (u64map_del(&w->live, addr, &old)) {
             /* handed out again without a free in between: end the old one here */
@@ -332,11 +410,14 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             return -1;
         }
         gm_alloc *a = &m->allocs[m->nallocs];
-        *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device};
+        int fw = (flags & REC_F_FRAMEWORK) != 0;
+        *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
+                        fw ? GM_ALLOC_FRAMEWORK : 0};
         u64map_put(&w->live, addr, m->nallocs++);
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;
+        if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested);
     } else if (is_free(kind)) {
         uint64_t ai;
         if (u64map_del(&w->live, addr, &ai)) {
@@ -345,6 +426,10 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
             if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
+            if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
+                m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
+                m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
+            }
         } else {
             m->unmatched_frees++;
         }
@@ -357,6 +442,16 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
         m->have_segments = 1;
         m->reserved -= size < m->reserved ? size : m->reserved;
+    } else if (kind == REC_VMM_MAP) {
+        /* the program's own virtual memory (PyTorch's expandable segments): on the device, and
+         * in the program's hands, as much as a cudaMalloc of it would be */
+        m->vmm += size, m->allocated += size, m->requested += size, m->reserved += size;
+    } else if (kind == REC_VMM_UNMAP) {
+        uint64_t s = size < m->vmm ? size : m->vmm;
+        m->vmm -= s;
+        m->allocated -= s < m->allocated ? s : m->allocated;
+        m->requested -= s < m->requested ? s : m->requested;
+        m->reserved -= s < m->reserved ? s : m->reserved;
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -369,6 +464,8 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     if (m->reserved > m->peak_reserved) {
         m->peak_reserved = m->reserved;
         m->peak_reserved_seq = seq;
+        m->peak_reserved_vmm = m->vmm;
+        m->peak_reserved_torch = m->torch.reserved;
     }
     if (m->host > m->peak_host) m->peak_host = m->host;
     if (range) {
@@ -495,6 +592,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         free(w.names);
         u64map_free(&w.live);
         u64map_free(&w.step_idx);
+        u64map_free(&w.tlive);
+        u64map_free(&w.tstep_idx);
         if (w.progress) fprintf(stderr, "\r%40s\r", "");
         return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail(d, err, errsz, "events");
     }
@@ -504,13 +603,17 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     /* names given after the last event (a tensor named right after the recording's last
      * allocation) still name what is live */
     for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) {
-        uint64_t *ai = u64map_get(&w.live, w.names[w.ni].addr);
-        if (ai) m->allocs[*ai].name = (uint32_t)w.names[w.ni].name;
+        uint64_t *ti = u64map_get(&w.tlive, w.names[w.ni].addr);
+        uint64_t *ai = ti ? NULL : u64map_get(&w.live, w.names[w.ni].addr);
+        if (ti) m->torch.allocs[*ti].name = (uint32_t)w.names[w.ni].name;
+        else if (ai) m->allocs[*ai].name = (uint32_t)w.names[w.ni].name;
     }
     free(w.names);
     if (rc != SQLITE_DONE) {
         u64map_free(&w.live);
         u64map_free(&w.step_idx);
+        u64map_free(&w.tlive);
+        u64map_free(&w.tstep_idx);
         if (rc == SQLITE_NOMEM) {
             if (!w.oom) snprintf(err, errsz, "%s: out of memory reading events", d->path);
             return -1;
@@ -538,10 +641,41 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             m->steps[*si].nleaked++;
         }
     }
+    /* the same for tensors (the torch view) */
+    for (uint64_t k = 0; w.tlive.keys && k <= w.tlive.mask; k++) {
+        if (w.tlive.keys[k] == U64MAP_EMPTY) continue;
+        gm_alloc *a = &m->torch.allocs[w.tlive.vals[k]];
+        a->flags &= (uint8_t)~GM_ALLOC_FREED;
+        if (a->death || !a->range) continue;
+        const gm_range *r = gm_range_of(m, a->range);
+        uint64_t *si = r && r->step >= 0 ? u64map_get(&w.tstep_idx, (uint64_t)r->step) : NULL;
+        if (si) {
+            m->torch.steps[*si].leaked += a->requested;
+            m->torch.steps[*si].nleaked++;
+        }
+    }
     u64map_free(&w.live);
     u64map_free(&w.step_idx);
+    u64map_free(&w.tlive);
+    u64map_free(&w.tstep_idx);
     m->derived_on_read = 1;
     return 0;
+}
+
+gm_model gm_model_torch_view(const gm_model *m) {
+    gm_model v = *m;
+    const gm_torch_view *t = &m->torch;
+    v.allocs = t->allocs, v.nallocs = t->nallocs, v.allocs_cap = t->allocs_cap;
+    v.allocated = t->allocated, v.requested = t->requested, v.reserved = t->reserved;
+    v.peak_allocated = t->peak_allocated, v.peak_allocated_seq = t->peak_allocated_seq;
+    v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;
+    v.peak_reserved = t->peak_reserved, v.peak_reserved_seq = t->peak_reserved_seq;
+    v.steps = t->steps, v.nsteps = t->nsteps;
+    v.have_segments = 1;
+    v.devused = NULL;
+    v.is_torch_view = 1;
+    memset(&v.torch, 0, sizeof v.torch);
+    return v;
 }
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
@@ -575,6 +709,8 @@ void gm_model_free(gm_model *m) {
     free(m->allocs);
     free(m->ooms);
     free(m->steps);
+    free(m->torch.allocs);
+    free(m->torch.steps);
     u64map_free(&m->str_idx);
     u64map_free(&m->frame_idx);
     u64map_free(&m->stack_idx);

@@ -183,7 +183,7 @@ def main(argv):
                     logits, loss = model(idx, targets)
             (loss / args.accum).backward()
             if args.leak:
-                leaked.append(logits.detach())  # PLANTED LEAK: one (B, T, V) tensor kept per step
+                leaked.append(logits.detach().clone())  # PLANTED LEAK: one (B, T, V) tensor kept per step
             del logits
         opt.step()
         opt.zero_grad(set_to_none=args.set_to_none)

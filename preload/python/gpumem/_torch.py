@@ -130,7 +130,7 @@ def _dump(why):
         snap = torch.cuda.memory._snapshot()
         with _lock:
             names = list(_state["names"])
-        doc = {"gpumem_torch": 1, "why": why, "torch_version": torch.__version__,
+        doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
                "time_ns": time.time_ns(), "snapshot": snap, "names": names}
         tmp = path + ".part"
         with open(tmp, "wb") as f:

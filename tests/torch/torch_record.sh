@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# torch_record.sh — `gpumem record -- python3 train_gpt2.py` records PyTorch tensor by tensor,
+# without an edit of the script (issue "Real PyTorch on the virtual GPU", deliverables 4-7):
+#   - tiny (3 steps) and gpt2 124M (-B 8 -T 1024, 2 steps, virtual backing), each with PyTorch's
+#     default configuration and with expandable_segments:True: `gpumem report --json`
+#     .torch.peak_allocated / .peak_reserved / .peak_requested equal the script's own
+#     max_memory_allocated / max_memory_reserved / memory_stats()["requested_bytes.all.peak"]
+#     (computed by gpumem from the merged history; the script prints its figures to stdout,
+#     which gpumem never reads); .summary.peak_reserved >= .torch.peak_reserved, and the
+#     difference is named to the byte (.torch.device_peak);
+#   - the report's PyTorch tables show step */fwd/..., step */bwd/... and step */opt phases,
+#     parameter names and adam.exp_avg names;
+#   - `gpumem leaks` names the script's PLANTED LEAK line (--leak), Python frames and all;
+#   - --allocator gpumem: every tensor served by gpumem, the same phase and name tables, and
+#     PyTorch's requested peak (.torch.peak_requested) equal to the default run's;
+#   - --no-torch-history: no merge; --no-torch-hooks: no step ranges.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+G=$build/gpumem
+[[ -x $G ]] || { echo "torch_record.sh: $G is not built" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+script=tests/torch/train_gpt2.py
+leak_line=$(grep -n '# PLANTED LEAK' "$script" | head -1 | cut -d: -f1)
+[[ -n $leak_line ]] || { echo "FAIL: no PLANTED LEAK line in $script"; exit 1; }
+
+# rec NAME [ENV=V...] -- RECORD-OPTIONS -- SCRIPT-ARGS: records into $tmp/NAME.db
+rec() {
+  local name=$1 envs=() ropts=()
+  shift
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  while [[ $1 != -- ]]; do ropts+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "$G" record -o "$tmp/$name.db" "${ropts[@]}" -- "$torch_py" "$script" "$@" \
+    > "$tmp/$name.out" 2> "$tmp/$name.err" || { bad "$name: recording failed"; tail -5 "$tmp/$name.err"; return 1; }
+  grep -q "merged PyTorch's memory history\|--no-torch-history\|gpumem" "$tmp/$name.err" || true
+}
+fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
+jq_() { "$G" report --json "$tmp/$1.db" | jq -r "$2"; }
+
+for size in tiny gpt2; do
+  for conf in "" "expandable_segments:True"; do
+    name=$size-${conf:+expandable}${conf:-default}
+    if [[ $size == tiny ]]; then args=(--model tiny --steps 3); envs=(GPUMEM_SIM_BACKING=memory)
+    else args=(--model gpt2 -B 8 -T 1024 --steps 2); envs=(GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G); fi
+    rec "$name" "${envs[@]}" PYTORCH_CUDA_ALLOC_CONF="$conf" -- -- "${args[@]}" || continue
+    a=$(fig "$name" max_memory_allocated) r=$(fig "$name" max_memory_reserved) q=$(fig "$name" requested_peak)
+    "$G" report --json "$tmp/$name.db" > "$tmp/$name.json" || { bad "$name: report --json failed"; continue; }
+    read -r ja jr jq sr dr dt do dc dx dl < <(jq -r '[.torch.peak_allocated, .torch.peak_reserved,
+        .torch.peak_requested, .summary.peak_reserved, .torch.device_peak.reserved,
+        .torch.device_peak.torch_reserved, .torch.device_peak.outside_torch, .torch.device_peak.gpumem_cache,
+        .torch.device_peak.other_vmm, .torch.device_peak.torch_less_than_its_peak] | @tsv' "$tmp/$name.json")
+    [[ $ja == "$a" && $jr == "$r" && $jq == "$q" ]] \
+      && ok "$name: .torch peaks = the script's (allocated $a, reserved $r, requested $q)" \
+      || bad "$name: .torch allocated $ja reserved $jr requested $jq; the script: $a $r $q"
+    [[ $sr -ge $jr && $dr == "$sr" && $((dt + do + dc + dx)) -eq $dr && $((sr - jr)) -eq $((do + dc + dx - dl)) ]] \
+      && ok "$name: device-wide peak reserved $sr >= PyTorch's $jr; the difference $((sr - jr)) named (outside PyTorch $do, gpumem's cache $dc, other VMM $dx, PyTorch then $dl below its peak)" \
+      || bad "$name: summary $sr, torch $jr, device_peak $dr = $dt + $do + $dc + $dx (less $dl)"
+    [[ $(jq -r '.torch.blocks_guessed' "$tmp/$name.json") == 0 ]] || bad "$name: block sizes were guessed"
+  done
+done
+
+# phases and names in the report's PyTorch tables (text and JSON)
+n=tiny-default
+"$G" report --top 200 "$tmp/$n.db" > "$tmp/$n.txt" 2>&1
+sed -n "/^PyTorch's allocator/,/^Peak attribution/p" "$tmp/$n.txt" > "$tmp/$n.torch.txt"
+for want in 'step \*/fwd/h\.0\.attn' 'step \*/bwd/' 'step \*/opt' 'adam\.exp_avg\.' 'grad\.' ' wte\.weight$'; do
+  grep -q "$want" "$tmp/$n.torch.txt" || bad "$n: the PyTorch section does not show '$want'"
+done
+phases=$(jq -r '[.torch.peak.by_phase[].phase] | join(" ")' "$tmp/$n.json")
+[[ $phases == *"/fwd/"* && $phases == *"/bwd/"* && $phases == *"/opt"* ]] && ok "$n: phases $(echo "$phases" | wc -w) (fwd, bwd, opt)" \
+  || bad "$n: JSON phases: $phases"
+"$G" report --json --top 1000 "$tmp/$n.db" | jq -r '.torch.peak.by_name[].name' > "$tmp/names"
+grep -q '^adam\.exp_avg\.' "$tmp/names" && grep -q '^grad\.' "$tmp/names" && grep -q '^wte\.weight$\|^h\.\*\.attn\.c_attn\.weight$' "$tmp/names" \
+  && ok "$n: parameter, grad.* and adam.* names" || bad "$n: names: $(head -c 300 "$tmp/names" | tr '\n' ' ')"
+
+# the planted leak, at its line
+rec leak GPUMEM_SIM_BACKING=memory -- -- --model tiny --steps 4 --leak || true
+"$G" leaks "$tmp/leak.db" > "$tmp/leak.txt" 2>&1
+sed -n '/what grows/,/^$/p' "$tmp/leak.txt" > "$tmp/grows.txt"
+grep -q "train_gpt2.py:$leak_line in main" "$tmp/grows.txt" \
+  && ok "leaks: what grows each step is at train_gpt2.py:$leak_line (the planted leak)" \
+  || { bad "leaks does not name train_gpt2.py:$leak_line"; cat "$tmp/leak.txt"; }
+
+# gpumem as PyTorch's allocator: the same tables, PyTorch's requested peak the default run's
+rec pluggable GPUMEM_SIM_BACKING=memory -- --allocator gpumem -- --model tiny --steps 3 --no-stats || true
+"$G" report --json "$tmp/pluggable.db" > "$tmp/pluggable.json" 2>/dev/null
+pq=$(jq -r '.torch.peak_requested' "$tmp/pluggable.json") dq=$(fig tiny-default requested_peak)
+[[ $(jq -r '.torch.allocator' "$tmp/pluggable.json") == gpumem && $pq == "$dq" ]] \
+  && ok "--allocator gpumem: PyTorch's requested peak $pq = the default run's" \
+  || bad "--allocator gpumem: requested peak $pq, the default run's $dq"
+phases=$(jq -r '[.peak.by_phase[].phase] | join(" ")' "$tmp/pluggable.json")
+"$G" report --json --top 1000 "$tmp/pluggable.db" | jq -r '.peak.by_name[].name' > "$tmp/pnames"
+[[ $phases == *"/fwd/"* && $phases == *"/bwd/"* && $phases == *"/opt"* ]] && grep -q '^adam\.exp_avg\.' "$tmp/pnames" \
+  && grep -q '^grad\.' "$tmp/pnames" && ok "--allocator gpumem: fwd/bwd/opt phases, grad.* and adam.* names" \
+  || bad "--allocator gpumem: phases '$phases', names $(head -c 200 "$tmp/pnames" | tr '\n' ' ')"
+
+# the opt-outs
+rec nohist GPUMEM_SIM_BACKING=memory -- --no-torch-history -- --model tiny --steps 2 || true
+[[ $(jq_ nohist '.torch') == null ]] && ok "--no-torch-history: nothing merged" || bad "--no-torch-history: a torch view"
+rec nohooks GPUMEM_SIM_BACKING=memory -- --no-torch-hooks -- --model tiny --steps 2 || true
+[[ $("$G" sql "$tmp/nohooks.db" -c "SELECT count(*) FROM ranges WHERE path LIKE 'step %'" | tail -1) == 0 ]] \
+  && [[ $(jq_ nohooks '.torch.peak_allocated') -gt 0 ]] && ok "--no-torch-hooks: no step ranges, the history still merged" \
+  || bad "--no-torch-hooks: step ranges recorded, or no history"
+exit $fail
