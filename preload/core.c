@@ -88,6 +88,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_NVTX_RANGES] = "nvtx_ranges",
     [GM_ST_NVTX_MARKS] = "nvtx_marks",
     [GM_ST_NAMED] = "named",
+    [GM_ST_BAD_ACCESS] = "bad_access",
 };
 
 void gm_warn(const char *fmt, ...)
@@ -353,6 +354,13 @@ void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr
 #endif
 }
 
+void gm_rec_bad_access(int which, CUstream s, uint64_t addr, size_t n,
+                       const struct gm_alloc_ref *ref)
+{
+    (void)which, (void)s, (void)addr, (void)n, (void)ref;
+    gm_stat_add(GM_ST_BAD_ACCESS, 1);
+}
+
 void gm_rec_note_device(int device, int expandable)
 {
     if (device >= 0 && device < 64)
@@ -531,9 +539,13 @@ int gm_free_sync(int host)
     unsigned v = host ? gm_alloc_config.free_host_sync : gm_alloc_config.free_sync;
     CUdevice d;
     if (v != ALLOC_SYNC_DEVICE || !gm_real.cuCtxSynchronize || !gm_real.cuCtxGetCurrent)
-        return 0;
+        return GM_SYNC_NONE;
+    if (gm_capture_underway())
+        return GM_SYNC_SKIPPED_CAPTURE;
     return gm_driver_ensure_context(&d) == CUDA_SUCCESS &&
-           gm_real.cuCtxSynchronize() == CUDA_SUCCESS;
+                   gm_real.cuCtxSynchronize() == CUDA_SUCCESS
+               ? GM_SYNC_DONE
+               : GM_SYNC_NONE;
 }
 
 /* ---- exit ---------------------------------------------------------------------------------- */

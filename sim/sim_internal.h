@@ -29,6 +29,12 @@
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
+/* The device description (an A100's figures; memory size aside): cuDeviceGetAttribute reports
+ * these and the driver's own decisions use the same values (cuMemAllocPitch pads rows to the
+ * texture alignment, as NVIDIA GPUs are observed to, and refuses pitches above the maximum). */
+#define SIM_TEXTURE_ALIGNMENT 512
+#define SIM_TEXTURE_PITCH_ALIGNMENT 32
+#define SIM_MAX_PITCH 2147483647
 /* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
 #define SIM_DEFAULT_CONTEXT_BYTES ((size_t)426 << 20)
 /* Devices smaller than this get no context charge by default (test-sized devices). */

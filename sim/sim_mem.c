@@ -262,13 +262,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     return rc;
 }
 
-/* Pitched memory: one cuMemAlloc of pitch x height, the pitch being the width rounded up to
- * the device's texture alignment (512 B, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: the multiple
- * NVIDIA GPUs are observed to return, which also meets CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
- * 32). ElementSizeBytes must be 4, 8 or 16, as CUDA documents; the pitch may not exceed
- * CU_DEVICE_ATTRIBUTE_MAX_PITCH. */
-#define SIM_PITCH_ALIGN ((size_t)512)
-#define SIM_MAX_PITCH ((size_t)2147483647)
+/* Pitched memory: one cuMemAlloc of pitch x height, the pitch being the width rounded up to the
+ * device's texture alignment (SIM_TEXTURE_ALIGNMENT, 512 B: the multiple NVIDIA GPUs are
+ * observed to return, which also meets CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32).
+ * ElementSizeBytes must be 4, 8 or 16, as CUDA documents; a pitch above
+ * CU_DEVICE_ATTRIBUTE_MAX_PITCH and a size that overflows are CUDA_ERROR_INVALID_VALUE. */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                             unsigned int elem)
 {
@@ -276,8 +274,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
     if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
     if (width > SIM_MAX_PITCH) return CUDA_ERROR_INVALID_VALUE;
-    size_t p = round_up(width, SIM_PITCH_ALIGN);
-    if (height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
+    size_t p = round_up(width, SIM_TEXTURE_ALIGNMENT);
+    if (p > SIM_MAX_PITCH || height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     int dev;
     CUresult rc = sim_current_dev(&dev);
