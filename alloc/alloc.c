@@ -453,7 +453,10 @@ sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
 
 static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
 {
-    if (!a->cfg.per_stream_pools) st = a->streams[0];
+    if (!a->cfg.per_stream_pools && !st->graph) {
+        if (!a->shared) a->shared = st; /* the first stream that allocates */
+        st = a->shared;
+    }
     return &st->pools[rs > A_SMALL_SIZE];
 }
 
@@ -1375,7 +1378,7 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
     fb_t *v = malloc(cap * sizeof(*v));
     if (!v) return NULL;
     for (size_t i = 0; i < a->nstreams; i++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && !a->streams[i]->graph; k++) {
             pool_t *p = &a->streams[i]->pools[k];
             for (seg_t *s = p->segs; s; s = s->next_in_pool)
                 for (blk_t *b = s->first; b; b = b->next) {
@@ -1483,6 +1486,7 @@ static void garbage_collect_pytorch(alloc_t *a)
     gcb_t *v = NULL;
     for (size_t i = 0; i < a->nstreams; i++) {
         pool_t *p = &a->streams[i]->pools[1];
+        if (a->streams[i]->graph) continue; /* a graph's memory: kept until its release */
         for (seg_t *s = p->segs; s; s = s->next_in_pool)
             for (blk_t *b = s->first; b; b = b->next) {
                 if (b->rb.st != B_FREE || b->prev || b->next) continue;
@@ -1541,7 +1545,7 @@ static int by_size_addr(const void *x, const void *y)
 static bool release_available_pytorch(alloc_t *a, pool_t *p, size_t rs)
 {
     size_t ms = a->cfg.max_split_size;
-    if (ms == SIZE_MAX || a->vmm) return false;
+    if (ms == SIZE_MAX || a->vmm || p->owner->graph) return false;
     size_t key = rs < ms ? ms : rs;
     blk_t *b = lower_bound_free(p, key);
     if (b) {
@@ -1962,12 +1966,14 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
     size_t pending0 = a->pending_bytes;
-    if (capture && b->stream != capture) {
+    bool nocache_graph = a->cfg.policy == ALLOC_POLICY_NOCACHE && b->seg->pool->owner->graph;
+    if ((capture && b->stream != capture) || nocache_graph) {
         /* freed inside a graph capture, allocated before it: the graph may use it at every
-         * replay, so nobody gets it until the graph is released (alloc_release_capture) */
+         * replay, so nobody gets it until the graph is released (alloc_release_capture); and
+         * under nocache a graph's own block would give its segment back at once: held too */
         fence_t *f = fence_new(a, b);
         if (f)
-            f->capture = capture;
+            f->capture = capture && b->stream != capture ? capture : b->seg->pool->owner->stream;
         else
             make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
     } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
@@ -2019,6 +2025,18 @@ int alloc_capture_end(alloc_t *a)
     return ALLOC_OK;
 }
 
+int alloc_malloc_captured(alloc_t *a, size_t size, uintptr_t capture, uint64_t *ptr,
+                          alloc_malloc_info_t *info)
+{
+    if (!a || !capture) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    sstate_t *st = stream_get(a, capture);
+    if (st) st->graph = true;
+    UNLOCK(a);
+    if (!st) return ALLOC_ERR_NOMEM;
+    return alloc_malloc_ex(a, size, capture, ptr, info);
+}
+
 int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)
 {
     if (!capture) return ALLOC_ERR_INVALID;
@@ -2041,6 +2059,7 @@ int alloc_release_capture(alloc_t *a, uintptr_t capture)
     if (st) {
         st->fenced = false;
         st->dead = true;
+        st->graph = false; /* its memory may go back now */
     }
     /* the graph's last replay may still run, on any stream: wait for the device once */
     if (held || (st && (st->pools[0].segs || st->pools[1].segs))) {
@@ -2099,7 +2118,7 @@ static void reap_dead_streams(alloc_t *a)
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         if (!st->dead || st->q_head) continue;
-        if (!a->cfg.per_stream_pools && i == 0) continue; /* the shared pools live here */
+        if (st == a->shared) continue; /* the shared pools live here */
         if (stream_pools_busy(a, st)) continue;
         bool empty = true;
         for (int k = 0; k < 2; k++) {

@@ -159,6 +159,10 @@ typedef struct sstate {
     bool fenced;     /* a free of a block never given a stream records an event here */
     bool dead;       /* alloc_forget_stream: no more events; pools released once empty */
     bool recorded;   /* named by alloc_record_stream for some block */
+    /* a graph capture's private pools (alloc_malloc_captured): a graph may use their memory at
+     * every replay, so nothing releases it (release paths, garbage collection, empty_cache)
+     * before alloc_release_capture, and shared pools never stand in for them */
+    bool graph;
     pool_t pools[2]; /* [0] small, [1] large */
     fev_t *q_head, *q_tail; /* events recorded on this stream, oldest first */
 } sstate_t;
@@ -206,6 +210,7 @@ struct alloc {
     sstate_t **streams;
     size_t nstreams, cap_streams;
     sstate_t *last_stream; /* one-entry cache for the hot path */
+    sstate_t *shared;      /* per_stream_pools:False: the stream state whose pools all share */
     blk_t *last_use;       /* alloc_use_streams: the last block found by an interior address */
 
     ptrmap_t map;

@@ -428,7 +428,8 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     uintptr_t capture;
     /* each thread's per-thread stream is its own; a capture has a key of its own */
     stream = (CUstream)heap_key(stream, &capture);
-    int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
+    int e = capture ? alloc_malloc_captured(a, size, capture, &p, &info)
+                    : alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
         if (size == 0)
