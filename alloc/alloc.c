@@ -548,6 +548,96 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
     free(s);
 }
 
+/* ---- segments: guard pages (guard:1) ------------------------------------------------------------
+ * Each allocation is a segment of its own: address space for its pages plus one granule, one
+ * physical handle mapped over the pages, the block placed at their end so that the first byte
+ * past its (512 B rounded) end is the unmapped granule. The segment is the block: nothing is
+ * split, cached or merged, and the block's free gives everything back once it lands. */
+static int guard_grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    size_t g = a->gran, mapped = round_up(rs, g);
+    if (mapped < rs || mapped > SIZE_MAX - g) return GROW_OOM;
+    if (over_limit(a, mapped)) return GROW_OOM;
+    if (pool_cover(p, rs)) return GROW_NOMEM;
+    seg_t *s = calloc(1, sizeof(*s));
+    blk_t *b = blk_new(a);
+    if (!s || !b) {
+        free(s);
+        if (b) blk_del(a, b);
+        return GROW_NOMEM;
+    }
+    uint64_t va = 0, h = 0;
+    be_count(a, ALLOC_BE_CALL_RESERVE);
+    int rc = be_rc(a, a->be.reserve(a->be.ctx, mapped + g, g, &va));
+    if (rc == ALLOC_BE_OK) {
+        be_count(a, ALLOC_BE_CALL_CREATE);
+        rc = be_rc(a, a->be.create(a->be.ctx, mapped, &h));
+        if (rc == ALLOC_BE_OK) {
+            be_count(a, ALLOC_BE_CALL_MAP);
+            rc = be_rc(a, a->be.map(a->be.ctx, va, mapped, h));
+            if (rc == ALLOC_BE_OK) {
+                be_count(a, ALLOC_BE_CALL_SET_ACCESS);
+                rc = be_rc(a, a->be.set_access(a->be.ctx, va, mapped));
+                if (rc != ALLOC_BE_OK) {
+                    be_count(a, ALLOC_BE_CALL_UNMAP);
+                    a->be.unmap(a->be.ctx, va, mapped);
+                }
+            }
+            if (rc != ALLOC_BE_OK) {
+                be_count(a, ALLOC_BE_CALL_RELEASE);
+                a->be.release(a->be.ctx, h);
+            }
+        }
+        if (rc != ALLOC_BE_OK) {
+            be_count(a, ALLOC_BE_CALL_FREE_RANGE);
+            a->be.free_range(a->be.ctx, va, mapped + g);
+        }
+    }
+    if (rc != ALLOC_BE_OK) {
+        free(s);
+        blk_del(a, b);
+        return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
+    }
+    a->st.num_device_alloc++;
+    note_va(a, va);
+    s->guard = true;
+    s->g_va = va;
+    s->g_handle = h;
+    s->g_mapped = mapped;
+    s->base = va + mapped - rs;
+    s->size = rs;
+    s->first = b;
+    seg_link(p, s);
+    b->addr = s->base;
+    b->size = rs;
+    b->seg = s;
+    stat_add(&a->st.reserved_bytes, (int64_t)mapped);
+    stat_add(&a->st.segment, 1);
+    if (a->hooks.on_segment_map) a->hooks.on_segment_map(a->hooks.user, va, mapped, p->owner->stream);
+    *out = b;
+    return GROW_OK;
+}
+
+/* The guard segment of a block that became free: unmap, release, give the address space back. */
+static void guard_release(alloc_t *a, pool_t *p, blk_t *b)
+{
+    seg_t *s = b->seg;
+    be_count(a, ALLOC_BE_CALL_UNMAP);
+    be_rc(a, a->be.unmap(a->be.ctx, s->g_va, s->g_mapped));
+    be_count(a, ALLOC_BE_CALL_RELEASE);
+    be_rc(a, a->be.release(a->be.ctx, s->g_handle));
+    be_count(a, ALLOC_BE_CALL_FREE_RANGE);
+    be_rc(a, a->be.free_range(a->be.ctx, s->g_va, s->g_mapped + a->gran));
+    a->st.num_device_free++;
+    stat_add(&a->st.reserved_bytes, -(int64_t)s->g_mapped);
+    stat_add(&a->st.segment, -1);
+    if (a->hooks.on_segment_unmap)
+        a->hooks.on_segment_unmap(a->hooks.user, s->g_va, s->g_mapped, p->owner->stream);
+    seg_unlink(p, s);
+    blk_del(a, b);
+    free(s);
+}
+
 /* ---- segments: expandable ranges ------------------------------------------------------------- */
 
 static inline bool slot_mapped(const seg_t *r, size_t i)
@@ -1058,6 +1148,11 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     stat_add(&a->st.active, -1);
     free(b->uses);
     b->uses = NULL;
+    if (b->seg->guard) { /* its work is done: its pages and guard go back */
+        if (a->last_use == b) a->last_use = NULL;
+        guard_release(a, p, b);
+        return;
+    }
     b->requested = 0;
     b->stamp = a->epoch;
     b->rb.st = B_FREE;
@@ -1762,6 +1857,18 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out, const uint
     return grow(a, p, rs, out);
 }
 
+static int guard_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    a->st.cache_misses++;
+    int rc = guard_grow(a, p, rs, out);
+    if (rc == GROW_OOM && a->fence_head) { /* frees waiting for their work give pages back */
+        a->st.num_alloc_retries++;
+        sync_and_land(a);
+        rc = guard_grow(a, p, rs, out);
+    }
+    return rc;
+}
+
 static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     a->st.cache_misses++;
@@ -1836,7 +1943,9 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         p = pool_for(a, st, rs);
         b = NULL;
         hits = a->st.cache_hits;
-        if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+        if (a->guard) {
+            rc = guard_malloc(a, p, rs, &b);
+        } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
             rc = nocache_malloc(a, p, rs, &b);
         } else {
             /* fast path; under the pytorch policy the gc clock counts searches of the large pool */
@@ -1976,7 +2085,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
             f->capture = capture && b->stream != capture ? capture : b->seg->pool->owner->stream;
         else
             make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
-    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE && !b->seg->guard) {
         nocache_free(a, b);
     } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
         make_free(a, b, true); /* no events, or the caller synchronized the device (free_sync) */
@@ -2404,6 +2513,11 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         return ALLOC_ERR_INVALID;
     }
     a->cfg.expandable_segments = a->vmm;
+    if (a->cfg.guard && !has_vmm) { /* guard pages need the virtual-memory calls */
+        free(a);
+        return ALLOC_ERR_CONFIG;
+    }
+    a->guard = a->cfg.guard;
     a->events = be->event_create && be->event_record && be->event_query && be->event_destroy;
     a->gran = has_vmm ? be->granularity(be->ctx) : A_SMALL_BUFFER;
     if (!a->gran || (a->gran & (A_MIN_BLOCK - 1))) {
@@ -2442,7 +2556,14 @@ void alloc_destroy(alloc_t *a)
                 seg_t *nx = s->next_in_pool;
                 for (blk_t *b = s->first; b; b = b->next)
                     free(b->uses);
-                if (s->expandable) {
+                if (s->guard) {
+                    a->be.unmap(a->be.ctx, s->g_va, s->g_mapped);
+                    a->be.release(a->be.ctx, s->g_handle);
+                    a->be.free_range(a->be.ctx, s->g_va, s->g_mapped + a->gran);
+                    if (a->hooks.on_segment_unmap)
+                        a->hooks.on_segment_unmap(a->hooks.user, s->g_va, s->g_mapped,
+                                                  p->owner->stream);
+                } else if (s->expandable) {
                     for (size_t j = 0; j < s->nslots; j++)
                         if (slot_mapped(s, j)) unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
                     be_count(a, ALLOC_BE_CALL_FREE_RANGE);

@@ -167,6 +167,11 @@ typedef struct alloc_config {
      * calls do; ALLOC_SYNC_NONE does not (stream order alone protects reuse). The allocator
      * itself ignores them. */
     unsigned char free_sync, free_host_sync;
+    /* guard:1 — a debugging mode: every allocation gets pages of its own, placed so that it ends
+     * where they end, with an unmapped granule (2 MiB on GPUs) after them; a kernel writing past
+     * the block's rounded end faults instead of corrupting a neighbour. Nothing is cached (each
+     * free gives its pages back once its stream work is done). Needs the virtual-memory calls. */
+    bool guard;
 } alloc_config_t;
 
 enum { ALLOC_SYNC_DEVICE = 0, ALLOC_SYNC_NONE = 1 };

@@ -116,6 +116,11 @@ typedef struct seg {
     uint64_t *mapbits; /* bit per slot: mapped */
     size_t mapped;     /* bytes mapped in this range */
     size_t runs;       /* maximal mapped runs (the "segments" of the stats) */
+    /* guard:1 only (classic-like, one block): the reservation [g_va, g_va + g_mapped + gran),
+     * its one handle mapped over [g_va, g_va + g_mapped); the block ends at g_va + g_mapped */
+    bool guard;
+    uint64_t g_va, g_handle;
+    size_t g_mapped;
 } seg_t;
 
 struct sstate;
@@ -203,6 +208,7 @@ struct alloc {
     alloc_config_t cfg;
     alloc_hooks_t hooks;
     bool vmm;    /* expandable segments in effect */
+    bool guard;  /* guard:1 in effect (alloc.h) */
     bool events; /* backend tracks events */
     size_t gran;
     size_t capacity; /* device total bytes */
