@@ -53,11 +53,8 @@ static void *capturer(void *arg)
 int main(void)
 {
     cudaFree(NULL);
+    /* the virtual GPU's delayed completion (on a GPU the memset below is simply in flight) */
     void (*delay)(unsigned) = (void (*)(unsigned))dlsym(RTLD_DEFAULT, "sim_set_event_delay");
-    if (!delay) {
-        printf("not the virtual GPU\n");
-        return 0;
-    }
     pthread_barrier_init(&bar, NULL, 2);
     pthread_t t;
     pthread_create(&t, NULL, capturer, NULL);
@@ -84,7 +81,7 @@ int main(void)
         pthread_barrier_wait(&bar);
         pthread_barrier_wait(&bar);
         printf("  begin %d\n", (int)t_begin);
-        delay(1000);
+        if (delay) delay(1000);
         cudaMemsetAsync(keep, 0x77, 1 << 20, s);
         cudaEventRecord(ev, s);
         rt_state("cudaFree", cudaFree(a));
@@ -108,7 +105,7 @@ int main(void)
         int ok = 1;
         for (int i = 0; i < 256; i++) ok &= t_host[i] == 0x5c;
         printf("  the graph ran: %s\n", ok ? "yes" : "no");
-        delay(0);
+        if (delay) delay(0);
         cudaDeviceSynchronize();
         unsigned char b[16];
         cudaMemcpy(b, keep, sizeof b, cudaMemcpyDeviceToHost);

@@ -8,7 +8,8 @@
  *  - pitched allocations are padded to the device's texture alignment (512 B, what the driver
  *    gives; cudaDevAttrTexturePitchAlignment is another figure), with the driver's limits and
  *    codes (a pitch above cudaDevAttrMaxPitch, a size that overflows, a bad element size).
- * Runs with two virtual devices (GPUMEM_SIM_DEVICES, set before the first CUDA call). */
+ * Runs with two virtual devices (GPUMEM_SIM_DEVICES, set before the first CUDA call); with one
+ * device only the device count is printed. */
 #include "tests/diff/diff.h"
 
 static void pool_figures(const char *when, cudaMemPool_t pool)
@@ -31,7 +32,7 @@ static void where(const char *what, void *p)
 
 int main(void)
 {
-    setenv("GPUMEM_SIM_DEVICES", "2", 1);
+    setenv("GPUMEM_SIM_DEVICES", "2", 0); /* unless told otherwise (tests/gpu/graphs_parity.sh) */
     int n = 0;
     rt("device count", cudaGetDeviceCount(&n));
     printf("  %d devices\n", n);
