@@ -612,13 +612,15 @@ int gm_access_refused(int which, CUstream s, uint64_t dst, uint64_t src, size_t 
         return 0;
     struct gm_alloc_ref r;
     uint64_t at = dst;
+    int access = which == GM_COPY_MEMSET ? GM_BA_MEMSET : GM_BA_WRITE;
     int bad = gm_heap_check_access(dst, n, &r);
     if (!bad && which != GM_COPY_MEMSET) {
         at = src;
+        access = GM_BA_READ;
         bad = gm_heap_check_access(src, n, &r);
     }
     if (bad)
-        gm_rec_bad_access(which, s, at, n, &r);
+        gm_rec_bad_access(access, s, at, n, &r);
     return bad;
 }
 

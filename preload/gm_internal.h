@@ -353,9 +353,11 @@ void gm_rec_peak_settle(struct alloc *a, int device);
 void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
                   uint64_t id, struct alloc *a);
 void gm_rec_note_device(int device, int expandable);
-/* A copy or memset refused by gm_access_refused: counted, and recorded with its stack. */
+/* A copy or memset refused by gm_access_refused: counted, and recorded with its stack (event
+ * kind bad_access). access: what the refused operation did to that memory. */
+enum { GM_BA_MEMSET, GM_BA_WRITE, GM_BA_READ };
 struct gm_alloc_ref;
-void gm_rec_bad_access(int which, CUstream s, uint64_t addr, size_t n,
+void gm_rec_bad_access(int access, CUstream s, uint64_t addr, size_t n,
                        const struct gm_alloc_ref *ref);
 /* Registers the exit handler again once the runtime has initialised (see core.c). */
 void gm_exit_register_late(void);
