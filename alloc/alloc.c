@@ -1149,7 +1149,8 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     free(b->uses);
     b->uses = NULL;
     if (b->seg->guard) { /* its work is done: its pages and guard go back */
-        if (a->last_use == b) a->last_use = NULL;
+        for (int i = 0; i < A_ICACHE; i++)
+            if (a->icache[i] == b) a->icache[i] = NULL;
         guard_release(a, p, b);
         return;
     }
@@ -2327,16 +2328,23 @@ int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
 /* The live block holding addr, or NULL: the start address is one hash lookup; an interior address
  * asks the last block found this way first (a kernel's arguments point into the same few blocks
  * launch after launch), then walks the containing segment. */
+/* The LIVE or PENDING block holding an interior address (not a block start), or NULL: the
+ * interior cache, else a walk of the containing segment (remembered when LIVE). */
+static blk_t *interior_block(alloc_t *a, uint64_t addr)
+{
+    blk_t **slot = &a->icache[(addr >> 16) & (A_ICACHE - 1)];
+    blk_t *c = *slot;
+    if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
+        return c;
+    blk_t *b = find_containing(a, addr);
+    if (b && b->rb.st == B_LIVE) *slot = b;
+    return b;
+}
+
 static blk_t *use_block(alloc_t *a, uint64_t addr)
 {
     blk_t *b = ptrmap_get(&a->map, addr);
-    if (!b) {
-        blk_t *c = a->last_use;
-        if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
-            b = c;
-        else if ((b = find_containing(a, addr)))
-            a->last_use = b;
-    }
+    if (!b) b = interior_block(a, addr);
     return b && b->rb.st == B_LIVE ? b : NULL;
 }
 
@@ -2359,7 +2367,7 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
 static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
 {
     blk_t *b = ptrmap_get(&a->map, ptr);
-    if (!b) b = find_containing(a, ptr);
+    if (!b) b = interior_block(a, ptr);
     if (!b) {
         *rc = ALLOC_ERR_NOT_OWNED;
         return NULL;

@@ -217,7 +217,11 @@ struct alloc {
     size_t nstreams, cap_streams;
     sstate_t *last_stream; /* one-entry cache for the hot path */
     sstate_t *shared;      /* per_stream_pools:False: the stream state whose pools all share */
-    blk_t *last_use;       /* alloc_use_streams: the last block found by an interior address */
+    /* interior addresses (alloc_use_streams, alloc_block_query: views into a block, a copy's
+     * bounds check): the blocks last found for them, direct-mapped by address (64 KiB
+     * granules); an entry is trusted only while the address map still holds that block */
+#define A_ICACHE 256
+    blk_t *icache[A_ICACHE];
 
     ptrmap_t map;
     blk_t *free_blks; /* recycled block structs */
