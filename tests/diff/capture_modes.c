@@ -108,6 +108,13 @@ static void unsafe_calls(enum cudaStreamCaptureMode m)
     rt_state("memset of it afterwards", cudaMemset(live, 1, 4096));
     rt_state("cudaFree afterwards", cudaFree(live));
 
+    /* a pointer the driver does not know: is the capture checked first? (gpumem hands a
+     * refused free of its own memory to the driver, which must answer as for this one) */
+    char local[16];
+    other_begins(m);
+    rt_state("cudaFree of an unknown pointer", cudaFree(local));
+    other_ends();
+
     CUdeviceptr dl = 0;
     dalloc(&dl, 4096);
     other_begins(m);
