@@ -183,8 +183,10 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
     cudaError_t e = rt_prepare(&dev);
     if (e != cudaSuccess)
         return e;
-    /* a stream-ordered allocation lives on its stream's device, whichever is current */
-    if (kind == GM_ALLOC_ASYNC && !gm_stream_device((CUstream)s, &dev)) {
+    /* a stream-ordered allocation lives on its stream's device, whichever is current (the
+     * default streams are the current device's: dev already) */
+    int special = s == 0 || (CUstream)s == CU_STREAM_LEGACY || (CUstream)s == CU_STREAM_PER_THREAD;
+    if (kind == GM_ALLOC_ASYNC && !special && !gm_stream_device((CUstream)s, &dev)) {
         *fail = CUDA_ERROR_INVALID_HANDLE;
         return cudaSuccess;
     }
