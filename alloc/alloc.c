@@ -453,7 +453,10 @@ sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
 
 static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
 {
-    if (!a->cfg.per_stream_pools) st = a->streams[0];
+    if (!a->cfg.per_stream_pools && !st->graph) {
+        if (!a->shared) a->shared = st; /* the first stream that allocates */
+        st = a->shared;
+    }
     return &st->pools[rs > A_SMALL_SIZE];
 }
 
@@ -540,6 +543,96 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
     stat_add(&a->st.segment, -1);
     if (a->hooks.on_segment_unmap)
         a->hooks.on_segment_unmap(a->hooks.user, s->base, s->size, p->owner->stream);
+    seg_unlink(p, s);
+    blk_del(a, b);
+    free(s);
+}
+
+/* ---- segments: guard pages (guard:1) ------------------------------------------------------------
+ * Each allocation is a segment of its own: address space for its pages plus one granule, one
+ * physical handle mapped over the pages, the block placed at their end so that the first byte
+ * past its (512 B rounded) end is the unmapped granule. The segment is the block: nothing is
+ * split, cached or merged, and the block's free gives everything back once it lands. */
+static int guard_grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    size_t g = a->gran, mapped = round_up(rs, g);
+    if (mapped < rs || mapped > SIZE_MAX - g) return GROW_OOM;
+    if (over_limit(a, mapped)) return GROW_OOM;
+    if (pool_cover(p, rs)) return GROW_NOMEM;
+    seg_t *s = calloc(1, sizeof(*s));
+    blk_t *b = blk_new(a);
+    if (!s || !b) {
+        free(s);
+        if (b) blk_del(a, b);
+        return GROW_NOMEM;
+    }
+    uint64_t va = 0, h = 0;
+    be_count(a, ALLOC_BE_CALL_RESERVE);
+    int rc = be_rc(a, a->be.reserve(a->be.ctx, mapped + g, g, &va));
+    if (rc == ALLOC_BE_OK) {
+        be_count(a, ALLOC_BE_CALL_CREATE);
+        rc = be_rc(a, a->be.create(a->be.ctx, mapped, &h));
+        if (rc == ALLOC_BE_OK) {
+            be_count(a, ALLOC_BE_CALL_MAP);
+            rc = be_rc(a, a->be.map(a->be.ctx, va, mapped, h));
+            if (rc == ALLOC_BE_OK) {
+                be_count(a, ALLOC_BE_CALL_SET_ACCESS);
+                rc = be_rc(a, a->be.set_access(a->be.ctx, va, mapped));
+                if (rc != ALLOC_BE_OK) {
+                    be_count(a, ALLOC_BE_CALL_UNMAP);
+                    a->be.unmap(a->be.ctx, va, mapped);
+                }
+            }
+            if (rc != ALLOC_BE_OK) {
+                be_count(a, ALLOC_BE_CALL_RELEASE);
+                a->be.release(a->be.ctx, h);
+            }
+        }
+        if (rc != ALLOC_BE_OK) {
+            be_count(a, ALLOC_BE_CALL_FREE_RANGE);
+            a->be.free_range(a->be.ctx, va, mapped + g);
+        }
+    }
+    if (rc != ALLOC_BE_OK) {
+        free(s);
+        blk_del(a, b);
+        return rc == ALLOC_BE_OOM ? GROW_OOM : GROW_ERR;
+    }
+    a->st.num_device_alloc++;
+    note_va(a, va);
+    s->guard = true;
+    s->g_va = va;
+    s->g_handle = h;
+    s->g_mapped = mapped;
+    s->base = va + mapped - rs;
+    s->size = rs;
+    s->first = b;
+    seg_link(p, s);
+    b->addr = s->base;
+    b->size = rs;
+    b->seg = s;
+    stat_add(&a->st.reserved_bytes, (int64_t)mapped);
+    stat_add(&a->st.segment, 1);
+    if (a->hooks.on_segment_map) a->hooks.on_segment_map(a->hooks.user, va, mapped, p->owner->stream);
+    *out = b;
+    return GROW_OK;
+}
+
+/* The guard segment of a block that became free: unmap, release, give the address space back. */
+static void guard_release(alloc_t *a, pool_t *p, blk_t *b)
+{
+    seg_t *s = b->seg;
+    be_count(a, ALLOC_BE_CALL_UNMAP);
+    be_rc(a, a->be.unmap(a->be.ctx, s->g_va, s->g_mapped));
+    be_count(a, ALLOC_BE_CALL_RELEASE);
+    be_rc(a, a->be.release(a->be.ctx, s->g_handle));
+    be_count(a, ALLOC_BE_CALL_FREE_RANGE);
+    be_rc(a, a->be.free_range(a->be.ctx, s->g_va, s->g_mapped + a->gran));
+    a->st.num_device_free++;
+    stat_add(&a->st.reserved_bytes, -(int64_t)s->g_mapped);
+    stat_add(&a->st.segment, -1);
+    if (a->hooks.on_segment_unmap)
+        a->hooks.on_segment_unmap(a->hooks.user, s->g_va, s->g_mapped, p->owner->stream);
     seg_unlink(p, s);
     blk_del(a, b);
     free(s);
@@ -1055,6 +1148,12 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     stat_add(&a->st.active, -1);
     free(b->uses);
     b->uses = NULL;
+    if (b->seg->guard) { /* its work is done: its pages and guard go back */
+        for (int i = 0; i < A_ICACHE; i++)
+            if (a->icache[i] == b) a->icache[i] = NULL;
+        guard_release(a, p, b);
+        return;
+    }
     b->requested = 0;
     b->stamp = a->epoch;
     b->rb.st = B_FREE;
@@ -1375,7 +1474,7 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
     fb_t *v = malloc(cap * sizeof(*v));
     if (!v) return NULL;
     for (size_t i = 0; i < a->nstreams; i++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && !a->streams[i]->graph; k++) {
             pool_t *p = &a->streams[i]->pools[k];
             for (seg_t *s = p->segs; s; s = s->next_in_pool)
                 for (blk_t *b = s->first; b; b = b->next) {
@@ -1483,6 +1582,7 @@ static void garbage_collect_pytorch(alloc_t *a)
     gcb_t *v = NULL;
     for (size_t i = 0; i < a->nstreams; i++) {
         pool_t *p = &a->streams[i]->pools[1];
+        if (a->streams[i]->graph) continue; /* a graph's memory: kept until its release */
         for (seg_t *s = p->segs; s; s = s->next_in_pool)
             for (blk_t *b = s->first; b; b = b->next) {
                 if (b->rb.st != B_FREE || b->prev || b->next) continue;
@@ -1541,7 +1641,7 @@ static int by_size_addr(const void *x, const void *y)
 static bool release_available_pytorch(alloc_t *a, pool_t *p, size_t rs)
 {
     size_t ms = a->cfg.max_split_size;
-    if (ms == SIZE_MAX || a->vmm) return false;
+    if (ms == SIZE_MAX || a->vmm || p->owner->graph) return false;
     size_t key = rs < ms ? ms : rs;
     blk_t *b = lower_bound_free(p, key);
     if (b) {
@@ -1758,6 +1858,18 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out, const uint
     return grow(a, p, rs, out);
 }
 
+static int guard_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
+{
+    a->st.cache_misses++;
+    int rc = guard_grow(a, p, rs, out);
+    if (rc == GROW_OOM && a->fence_head) { /* frees waiting for their work give pages back */
+        a->st.num_alloc_retries++;
+        sync_and_land(a);
+        rc = guard_grow(a, p, rs, out);
+    }
+    return rc;
+}
+
 static int nocache_malloc(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
     a->st.cache_misses++;
@@ -1832,7 +1944,9 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         p = pool_for(a, st, rs);
         b = NULL;
         hits = a->st.cache_hits;
-        if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+        if (a->guard) {
+            rc = guard_malloc(a, p, rs, &b);
+        } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
             rc = nocache_malloc(a, p, rs, &b);
         } else {
             /* fast path; under the pytorch policy the gc clock counts searches of the large pool */
@@ -1962,15 +2076,17 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     stat_add(&a->st.allocation, -1);
     a->st.num_frees++;
     size_t pending0 = a->pending_bytes;
-    if (capture && b->stream != capture) {
+    bool nocache_graph = a->cfg.policy == ALLOC_POLICY_NOCACHE && b->seg->pool->owner->graph;
+    if ((capture && b->stream != capture) || nocache_graph) {
         /* freed inside a graph capture, allocated before it: the graph may use it at every
-         * replay, so nobody gets it until the graph is released (alloc_release_capture) */
+         * replay, so nobody gets it until the graph is released (alloc_release_capture); and
+         * under nocache a graph's own block would give its segment back at once: held too */
         fence_t *f = fence_new(a, b);
         if (f)
-            f->capture = capture;
+            f->capture = capture && b->stream != capture ? capture : b->seg->pool->owner->stream;
         else
             make_free(a, b, false); /* out of host memory: cannot hold it (documented) */
-    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
+    } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE && !b->seg->guard) {
         nocache_free(a, b);
     } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
         make_free(a, b, true); /* no events, or the caller synchronized the device (free_sync) */
@@ -2019,6 +2135,18 @@ int alloc_capture_end(alloc_t *a)
     return ALLOC_OK;
 }
 
+int alloc_malloc_captured(alloc_t *a, size_t size, uintptr_t capture, uint64_t *ptr,
+                          alloc_malloc_info_t *info)
+{
+    if (!a || !capture) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    sstate_t *st = stream_get(a, capture);
+    if (st) st->graph = true;
+    UNLOCK(a);
+    if (!st) return ALLOC_ERR_NOMEM;
+    return alloc_malloc_ex(a, size, capture, ptr, info);
+}
+
 int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)
 {
     if (!capture) return ALLOC_ERR_INVALID;
@@ -2041,6 +2169,7 @@ int alloc_release_capture(alloc_t *a, uintptr_t capture)
     if (st) {
         st->fenced = false;
         st->dead = true;
+        st->graph = false; /* its memory may go back now */
     }
     /* the graph's last replay may still run, on any stream: wait for the device once */
     if (held || (st && (st->pools[0].segs || st->pools[1].segs))) {
@@ -2099,7 +2228,7 @@ static void reap_dead_streams(alloc_t *a)
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         if (!st->dead || st->q_head) continue;
-        if (!a->cfg.per_stream_pools && i == 0) continue; /* the shared pools live here */
+        if (st == a->shared) continue; /* the shared pools live here */
         if (stream_pools_busy(a, st)) continue;
         bool empty = true;
         for (int k = 0; k < 2; k++) {
@@ -2199,16 +2328,23 @@ int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
 /* The live block holding addr, or NULL: the start address is one hash lookup; an interior address
  * asks the last block found this way first (a kernel's arguments point into the same few blocks
  * launch after launch), then walks the containing segment. */
+/* The LIVE or PENDING block holding an interior address (not a block start), or NULL: the
+ * interior cache, else a walk of the containing segment (remembered when LIVE). */
+static blk_t *interior_block(alloc_t *a, uint64_t addr)
+{
+    blk_t **slot = &a->icache[(addr >> 16) & (A_ICACHE - 1)];
+    blk_t *c = *slot;
+    if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
+        return c;
+    blk_t *b = find_containing(a, addr);
+    if (b && b->rb.st == B_LIVE) *slot = b;
+    return b;
+}
+
 static blk_t *use_block(alloc_t *a, uint64_t addr)
 {
     blk_t *b = ptrmap_get(&a->map, addr);
-    if (!b) {
-        blk_t *c = a->last_use;
-        if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
-            b = c;
-        else if ((b = find_containing(a, addr)))
-            a->last_use = b;
-    }
+    if (!b) b = interior_block(a, addr);
     return b && b->rb.st == B_LIVE ? b : NULL;
 }
 
@@ -2231,7 +2367,7 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
 static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
 {
     blk_t *b = ptrmap_get(&a->map, ptr);
-    if (!b) b = find_containing(a, ptr);
+    if (!b) b = interior_block(a, ptr);
     if (!b) {
         *rc = ALLOC_ERR_NOT_OWNED;
         return NULL;
@@ -2385,6 +2521,11 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         return ALLOC_ERR_INVALID;
     }
     a->cfg.expandable_segments = a->vmm;
+    if (a->cfg.guard && !has_vmm) { /* guard pages need the virtual-memory calls */
+        free(a);
+        return ALLOC_ERR_CONFIG;
+    }
+    a->guard = a->cfg.guard;
     a->events = be->event_create && be->event_record && be->event_query && be->event_destroy;
     a->gran = has_vmm ? be->granularity(be->ctx) : A_SMALL_BUFFER;
     if (!a->gran || (a->gran & (A_MIN_BLOCK - 1))) {
@@ -2423,7 +2564,14 @@ void alloc_destroy(alloc_t *a)
                 seg_t *nx = s->next_in_pool;
                 for (blk_t *b = s->first; b; b = b->next)
                     free(b->uses);
-                if (s->expandable) {
+                if (s->guard) {
+                    a->be.unmap(a->be.ctx, s->g_va, s->g_mapped);
+                    a->be.release(a->be.ctx, s->g_handle);
+                    a->be.free_range(a->be.ctx, s->g_va, s->g_mapped + a->gran);
+                    if (a->hooks.on_segment_unmap)
+                        a->hooks.on_segment_unmap(a->hooks.user, s->g_va, s->g_mapped,
+                                                  p->owner->stream);
+                } else if (s->expandable) {
                     for (size_t j = 0; j < s->nslots; j++)
                         if (slot_mapped(s, j)) unmap_slots(a, s, s->base + j * s->hsize, s->hsize);
                     be_count(a, ALLOC_BE_CALL_FREE_RANGE);

@@ -167,6 +167,11 @@ typedef struct alloc_config {
      * calls do; ALLOC_SYNC_NONE does not (stream order alone protects reuse). The allocator
      * itself ignores them. */
     unsigned char free_sync, free_host_sync;
+    /* guard:1 — a debugging mode: every allocation gets pages of its own, placed so that it ends
+     * where they end, with an unmapped granule (2 MiB on GPUs) after them; a kernel writing past
+     * the block's rounded end faults instead of corrupting a neighbour. Nothing is cached (each
+     * free gives its pages back once its stream work is done). Needs the virtual-memory calls. */
+    bool guard;
 } alloc_config_t;
 
 enum { ALLOC_SYNC_DEVICE = 0, ALLOC_SYNC_NONE = 1 };
@@ -294,9 +299,12 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
  * allocator queries no event and never synchronizes (both would invalidate the capture), and the
  * events of frees made meanwhile are recorded when the last capture ends.
  *   - alloc_capture_begin / alloc_capture_end: a capture started / ended (any stream).
- *   - Allocations inside the capture use a stream key of their own for it (`capture`, chosen by
- *     the caller, e.g. one per capture id): their pools are private to the capture, and the
- *     graph's static addresses are never handed to anyone else.
+ *   - alloc_malloc_captured(a, size, capture, ...): an allocation inside the capture, with a
+ *     stream key of its own for it (`capture`, chosen by the caller, e.g. one per capture id):
+ *     its pools are private to the capture (also with per_stream_pools false), the graph's
+ *     static addresses are never handed to anyone else, and nothing releases their memory
+ *     (release before growth, the release threshold, garbage collection, empty_cache, the OOM
+ *     path) before alloc_release_capture: a replay writes to it whenever the graph runs.
  *   - alloc_free_captured(a, ptr, capture): a free on the capturing stream. A block allocated in
  *     the capture is reusable at once by the capture's later allocations (graph order is stream
  *     order); any other block is held (PENDING) until the capture is released.
@@ -305,6 +313,8 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
  *     pools and address space are given back. */
 int alloc_capture_begin(alloc_t *a);
 int alloc_capture_end(alloc_t *a);
+int alloc_malloc_captured(alloc_t *a, size_t size, uintptr_t capture, uint64_t *ptr,
+                          alloc_malloc_info_t *info);
 int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed);
 int alloc_release_capture(alloc_t *a, uintptr_t capture);
 

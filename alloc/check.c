@@ -326,7 +326,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             if (a_size_class(g->size) >= p->ncls)
                 return fail(err, errlen, "segment %#llx of %zu bytes, index covers %u classes",
                             (unsigned long long)g->base, g->size, p->ncls);
-            s->reserved += (int64_t)g->size;
+            s->reserved += (int64_t)(g->guard ? g->g_mapped : g->size);
             s->segments++;
         }
     }

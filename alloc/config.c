@@ -155,7 +155,7 @@ static const char ACCEPTED_KEYS[] =
     "preset, expandable_segments, max_split_size_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, backend, per_stream_pools, handle_size, handle_size_small, "
     "release_threshold, release_before_grow, limit, max_non_split_rounding_mb, "
-    "large_segment_size_mb, free_sync, free_host_sync";
+    "large_segment_size_mb, free_sync, free_host_sync, guard";
 
 /* PyTorch keys that gpumem deliberately does not implement: named as such in the error. */
 static const char *const PYTORCH_ONLY_KEYS[] = {
@@ -327,6 +327,11 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
             *dst = ALLOC_SYNC_NONE;
         else
             return errf(err, errlen, "bad value '%s' for %s (accepted: device, none)", v, k);
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "guard")) {
+        if (!parse_bool(v, &c->guard))
+            return errf(err, errlen, "bad value '%s' for guard (accepted: True, False)", v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "per_stream_pools")) {
@@ -569,10 +574,10 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
         "max_split_size_mb:%s,max_non_split_rounding_mb:%zu,"
         "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
         "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
-        "limit:%s,free_sync:%s,free_host_sync:%s",
+        "limit:%s,free_sync:%s,free_host_sync:%s,guard:%s",
         preset, c->large_segment >> 20, c->expandable_segments ? "True" : "False",
         c->per_stream_pools ? "True" : "False", ms, c->max_non_split_rounding >> 20, rp,
         c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False", lim,
         c->free_sync == ALLOC_SYNC_NONE ? "none" : "device",
-        c->free_host_sync == ALLOC_SYNC_NONE ? "none" : "device");
+        c->free_host_sync == ALLOC_SYNC_NONE ? "none" : "device", c->guard ? "True" : "False");
 }

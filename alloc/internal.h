@@ -116,6 +116,11 @@ typedef struct seg {
     uint64_t *mapbits; /* bit per slot: mapped */
     size_t mapped;     /* bytes mapped in this range */
     size_t runs;       /* maximal mapped runs (the "segments" of the stats) */
+    /* guard:1 only (classic-like, one block): the reservation [g_va, g_va + g_mapped + gran),
+     * its one handle mapped over [g_va, g_va + g_mapped); the block ends at g_va + g_mapped */
+    bool guard;
+    uint64_t g_va, g_handle;
+    size_t g_mapped;
 } seg_t;
 
 struct sstate;
@@ -159,6 +164,10 @@ typedef struct sstate {
     bool fenced;     /* a free of a block never given a stream records an event here */
     bool dead;       /* alloc_forget_stream: no more events; pools released once empty */
     bool recorded;   /* named by alloc_record_stream for some block */
+    /* a graph capture's private pools (alloc_malloc_captured): a graph may use their memory at
+     * every replay, so nothing releases it (release paths, garbage collection, empty_cache)
+     * before alloc_release_capture, and shared pools never stand in for them */
+    bool graph;
     pool_t pools[2]; /* [0] small, [1] large */
     fev_t *q_head, *q_tail; /* events recorded on this stream, oldest first */
 } sstate_t;
@@ -199,6 +208,7 @@ struct alloc {
     alloc_config_t cfg;
     alloc_hooks_t hooks;
     bool vmm;    /* expandable segments in effect */
+    bool guard;  /* guard:1 in effect (alloc.h) */
     bool events; /* backend tracks events */
     size_t gran;
     size_t capacity; /* device total bytes */
@@ -206,7 +216,12 @@ struct alloc {
     sstate_t **streams;
     size_t nstreams, cap_streams;
     sstate_t *last_stream; /* one-entry cache for the hot path */
-    blk_t *last_use;       /* alloc_use_streams: the last block found by an interior address */
+    sstate_t *shared;      /* per_stream_pools:False: the stream state whose pools all share */
+    /* interior addresses (alloc_use_streams, alloc_block_query: views into a block, a copy's
+     * bounds check): the blocks last found for them, direct-mapped by address (64 KiB
+     * granules); an entry is trusted only while the address map still holds that block */
+#define A_ICACHE 256
+    blk_t *icache[A_ICACHE];
 
     ptrmap_t map;
     blk_t *free_blks; /* recycled block structs */

@@ -88,6 +88,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_NVTX_RANGES] = "nvtx_ranges",
     [GM_ST_NVTX_MARKS] = "nvtx_marks",
     [GM_ST_NAMED] = "named",
+    [GM_ST_BAD_ACCESS] = "bad_access",
 };
 
 void gm_warn(const char *fmt, ...)
@@ -272,7 +273,8 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     /* pitched / pool: set by the hook for this allocation, consumed here either way */
     unsigned shape = 0;
     if (is_alloc_event(ev) && requested) {
-        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL | GM_EVF_FRAMEWORK);
+        shape = gm_next_alloc_flags & (GM_EVF_PITCHED | GM_EVF_POOL | GM_EVF_FRAMEWORK |
+                                       GM_EVF_GRAPH);
         gm_next_alloc_flags = 0;
     }
     /* before the pointer reaches the program: the launch pre-filter must know its range */
@@ -301,6 +303,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     _Static_assert(GM_EVF_PITCHED == REC_F_PITCHED && GM_EVF_POOL == REC_F_POOL,
                    "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_PENDING == REC_F_PENDING, "GM_EVF_* are the recorder's REC_F_* flags");
+    _Static_assert(GM_EVF_GRAPH == REC_F_GRAPH, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
@@ -350,6 +353,22 @@ void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr
         rec_event(rec_kind, device, (uint64_t)stream, addr, size, requested, id);
 #else
     (void)rec_kind, (void)device, (void)stream, (void)addr, (void)size, (void)requested, (void)id;
+#endif
+}
+
+void gm_rec_bad_access(int access, CUstream s, uint64_t addr, size_t n,
+                       const struct gm_alloc_ref *ref)
+{
+    gm_stat_add(GM_ST_BAD_ACCESS, 1);
+#ifdef GM_HAVE_REC
+    unsigned fl = access == GM_BA_MEMSET ? REC_F_BA_MEMSET
+                  : access == GM_BA_WRITE ? REC_F_BA_WRITE
+                                          : REC_F_BA_READ;
+    if (recording)
+        rec_event(REC_BAD_ACCESS | fl, ref->device, (uint64_t)(uintptr_t)s, addr, n,
+                  ref->base ? ref->size : 0, ref->base ? ref->id : 0);
+#else
+    (void)access, (void)s, (void)addr, (void)n, (void)ref;
 #endif
 }
 
@@ -531,9 +550,13 @@ int gm_free_sync(int host)
     unsigned v = host ? gm_alloc_config.free_host_sync : gm_alloc_config.free_sync;
     CUdevice d;
     if (v != ALLOC_SYNC_DEVICE || !gm_real.cuCtxSynchronize || !gm_real.cuCtxGetCurrent)
-        return 0;
+        return GM_SYNC_NONE;
+    if (gm_capture_underway())
+        return GM_SYNC_SKIPPED_CAPTURE;
     return gm_driver_ensure_context(&d) == CUDA_SUCCESS &&
-           gm_real.cuCtxSynchronize() == CUDA_SUCCESS;
+                   gm_real.cuCtxSynchronize() == CUDA_SUCCESS
+               ? GM_SYNC_DONE
+               : GM_SYNC_NONE;
 }
 
 /* ---- exit ---------------------------------------------------------------------------------- */

@@ -102,35 +102,60 @@ CUstream gm_stream_of_key(uintptr_t key)
     return (CUstream)key;
 }
 
+/* A stream-ordered allocation on a stream being captured belongs to the graph: the driver's
+ * allocation node, with an address fixed for the graph's life and memory that exists only from
+ * a launch's allocation node to its free (CUDA's graph memory semantics, which the driver keeps
+ * and gpumem's caching could not: relaunch rules, auto-free, trim, the graph memory
+ * attributes). gpumem passes it through and records it (flag GM_EVF_GRAPH); every preset
+ * behaves the same. The free of a graph allocation, in or out of a capture, goes to the driver
+ * too (a free on a capturing stream must name a graph allocation: the driver answers). */
+static int capturing(CUstream s)
+{
+    return gm_capture_underway() && gm_stream_capturing(s);
+}
+
 static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_alloc_kind kind,
                           CUresult (*real)(CUdeviceptr *, size_t, CUstream),
                           CUresult (*real_sync)(CUdeviceptr *, size_t))
 {
     gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_ALLOC_ASYNC : GM_ST_DRV_ALLOC, 1);
     CUdevice dev;
-    /* inside a graph capture too: the capture's allocations come from its private pools */
-    if (gm_mode() == GM_MODE_REPLACE) {
+    int graph = kind == GM_ALLOC_ASYNC && capturing(stream);
+    /* a cuMemAlloc the capture rules forbid now: the driver's own refusal */
+    int forbidden = kind != GM_ALLOC_ASYNC && gm_capture_prohibited();
+    if (gm_mode() == GM_MODE_REPLACE && !graph && !forbidden) {
         /* the driver's own checks, in its order: the stream, then the arguments (size 0 is
-         * CUDA_ERROR_INVALID_VALUE at the driver level; only the runtime maps it to NULL) */
-        if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
+         * CUDA_ERROR_INVALID_VALUE at the driver level; only the runtime maps it to NULL);
+         * a stream-ordered allocation lives on its stream's device */
+        if (kind == GM_ALLOC_ASYNC ? !gm_stream_device(stream, &dev) : 0)
             return CUDA_ERROR_INVALID_HANDLE;
         if (!dptr || size == 0)
             return CUDA_ERROR_INVALID_VALUE;
-        CUresult r = ctx_device(&dev);
-        if (r != CUDA_SUCCESS)
-            return r;
-        return gm_heap_alloc(dptr, size, dev, stream, kind);
+        if (kind != GM_ALLOC_ASYNC) {
+            CUresult r = ctx_device(&dev);
+            if (r != CUDA_SUCCESS)
+                return r;
+        }
+        CUresult r = gm_heap_alloc(dptr, size, dev, stream, kind);
+        if (r == CUDA_SUCCESS && kind == GM_ALLOC_ASYNC)
+            gm_heap_pool_note(dev, *dptr, size);
+        return r;
     }
-    /* record mode: the real allocation, remembered so its free is matched */
+    /* record mode, graph allocations, forbidden calls: the real allocation, remembered so its
+     * free is matched */
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real ? real(dptr, size, stream) : real_sync(dptr, size);
     if (r == CUDA_SUCCESS) {
-        ctx_device(&dev);
+        if (!(kind == GM_ALLOC_ASYNC && gm_stream_device(stream, &dev)))
+            ctx_device(&dev);
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
-        gm_pt_add(*dptr, size, kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE);
+        gm_pt_add(*dptr, size,
+                  graph ? GM_PT_GRAPH : kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE);
+        gm_next_alloc_flags = graph ? GM_EVF_GRAPH : 0;
         gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, *dptr,
                  size, size);
+        gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         gm_stat_add(GM_ST_OOM, 1);
         gm_event(GM_EV_OOM, -1, stream, 0, 0, size);
@@ -143,14 +168,20 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
 {
     gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_FREE_ASYNC : GM_ST_DRV_FREE, 1);
     CUresult res;
-    if (gm_mode() == GM_MODE_REPLACE && p) { /* a NULL pointer: the driver's own answer */
+    /* a free on a capturing stream is a free node (the driver's to take or refuse); a cuMemFree
+     * the capture rules forbid is the driver's to refuse: gpumem's block stays allocated */
+    int to_driver = kind == GM_ALLOC_ASYNC ? capturing(stream) : gm_capture_prohibited();
+    if (gm_mode() == GM_MODE_REPLACE && p && !to_driver) { /* NULL: the driver's own answer */
         if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
             return CUDA_ERROR_INVALID_HANDLE;
-        if (kind == GM_ALLOC_SYNC && gm_free_sync(0))
+        if (kind == GM_ALLOC_SYNC && gm_free_sync(0) == GM_SYNC_DONE)
             kind = GM_FREE_SYNCED;
         if (gm_heap_free(p, stream, kind, &res))
             return res;
     }
+    if (to_driver && gm_mode() == GM_MODE_REPLACE && gm_heap_lookup(p, &(CUdeviceptr){0},
+                                                                      &(size_t){0}))
+        return real ? real(p, stream) : real_sync(p); /* refused: nothing to record */
     size_t size = 0;
     enum gm_pt_kind k;
     int known = gm_pt_remove(p, &size, &k);
@@ -324,20 +355,44 @@ static CUresult (*real_cuStreamGetFlags)(CUstream, unsigned *);
 static _Atomic unsigned stream_gen = 1;
 static __thread CUstream valid_stream __attribute__((tls_model("initial-exec")));
 static __thread unsigned valid_gen __attribute__((tls_model("initial-exec")));
+static __thread CUdevice valid_dev __attribute__((tls_model("initial-exec")));
+
+/* cuStreamGetDevice (CUDA 12.8+) answers both questions; an older driver is asked the flags, and
+ * the stream is taken to be on the current context's device (-1 below). */
+int gm_stream_device(CUstream s, CUdevice *dev)
+{
+    if (s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+        (!real_cuStreamGetFlags && !gm_real.cuStreamGetDevice))
+        return ctx_device(dev), 1;
+    unsigned g = atomic_load_explicit(&stream_gen, memory_order_acquire);
+    if (s == valid_stream && g == valid_gen) {
+        if (valid_dev < 0)
+            return ctx_device(dev), 1;
+        *dev = valid_dev;
+        return 1;
+    }
+    CUdevice d = -1;
+    if (gm_real.cuStreamGetDevice) {
+        if (gm_real.cuStreamGetDevice(s, &d) == CUDA_ERROR_INVALID_HANDLE)
+            return 0;
+    } else {
+        unsigned fl;
+        if (real_cuStreamGetFlags(s, &fl) == CUDA_ERROR_INVALID_HANDLE)
+            return 0;
+    }
+    valid_stream = s;
+    valid_gen = g;
+    valid_dev = d;
+    if (d < 0)
+        ctx_device(&d);
+    *dev = d;
+    return 1;
+}
 
 int gm_stream_valid(CUstream s)
 {
-    if (s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || !real_cuStreamGetFlags)
-        return 1;
-    unsigned g = atomic_load_explicit(&stream_gen, memory_order_acquire);
-    if (s == valid_stream && g == valid_gen)
-        return 1;
-    unsigned fl;
-    if (real_cuStreamGetFlags(s, &fl) == CUDA_ERROR_INVALID_HANDLE)
-        return 0;
-    valid_stream = s;
-    valid_gen = g;
-    return 1;
+    CUdevice d;
+    return gm_stream_device(s, &d);
 }
 
 static CUresult (*real_cuDevicePrimaryCtxReset_v2)(CUdevice);
@@ -354,7 +409,9 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
 {
     if (!pp)
         return CUDA_ERROR_INVALID_VALUE;
-    if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED)) {
+    /* forbidden by the capture rules now: the driver's own refusal (below) */
+    if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED) &&
+        !gm_capture_prohibited()) {
         if (size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)))
             return CUDA_ERROR_INVALID_VALUE; /* what the driver answers (the runtime maps 0 to NULL) */
         CUresult r = gm_pinned_alloc(pp, size);
@@ -395,9 +452,10 @@ static CUresult h_cuMemFreeHost(void *p)
     if (gm_pass())
         return gm_real.cuMemFreeHost(p);
     CUresult res;
-    if (p && gm_mode() == GM_MODE_REPLACE)
-        gm_free_sync(1);
-    if (gm_pinned_free(p, &res))
+    int sync = p && gm_mode() == GM_MODE_REPLACE ? gm_free_sync(1) : GM_SYNC_NONE;
+    if (sync == GM_SYNC_DONE)
+        gm_pinned_release_deferred();
+    if (sync == GM_SYNC_SKIPPED_CAPTURE ? gm_pinned_free_deferred(p, &res) : gm_pinned_free(p, &res))
         return res;
     size_t size;
     enum gm_pt_kind k;
@@ -543,6 +601,29 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
     return launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params);
 }
 
+/* Out-of-bounds copies and memsets. The driver checks an access against the allocation it
+ * made; gpumem's blocks are parts of larger mappings, so the driver would let a copy run past a
+ * block's end into its neighbour, or into a freed block. gpumem checks the device side of every
+ * copy and memset against its live allocations (requested sizes) and refuses what the driver
+ * would refuse for its own allocation, with its code; each refusal is recorded (bad_access). */
+int gm_access_refused(int which, CUstream s, uint64_t dst, uint64_t src, size_t n)
+{
+    if (gm_forked_child || gm_mode_peek() != GM_MODE_REPLACE || !n)
+        return 0;
+    struct gm_alloc_ref r;
+    uint64_t at = dst;
+    int access = which == GM_COPY_MEMSET ? GM_BA_MEMSET : GM_BA_WRITE;
+    int bad = gm_heap_check_access(dst, n, &r);
+    if (!bad && which != GM_COPY_MEMSET) {
+        at = src;
+        access = GM_BA_READ;
+        bad = gm_heap_check_access(src, n, &r);
+    }
+    if (bad)
+        gm_rec_bad_access(access, s, at, n, &r);
+    return bad;
+}
+
 /* Copies and memsets reached through cuGetProcAddress/dlsym (not exported by name: see
  * README). One hook per real entry point; the _ptsz/_ptds ones work on the calling thread's
  * default stream. COPY_HOOK(name, real symbol, GM_COPY_*, (params), (args), dst, src, bytes,
@@ -551,9 +632,15 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
     static CUresult(*real_##name) PARAMS;                                                          \
     static CUresult h_##name PARAMS                                                                \
     {                                                                                              \
+        CUresult fail_;                                                                            \
+        if (gm_fail_take(GM_FAIL_COPY, &fail_))                                                    \
+            return fail_;                                                                          \
         if (gm_inside)                                                                             \
             return real_##name ARGS;                                                               \
         gm_stat_add(GM_ST_COPY, 1);                                                                \
+        if (gm_access_refused(which, STREAM, (uint64_t)(uintptr_t)(DST),                          \
+                              (uint64_t)(uintptr_t)(SRC), BYTES))                                  \
+            return CUDA_ERROR_INVALID_VALUE;                                                       \
         if (!gm_uses_active())                                                                     \
             return real_##name ARGS;                                                               \
         struct gm_uses_op op;                                                                      \
@@ -725,23 +812,117 @@ static void capture_release_if_done(size_t i) /* under capture_lock; releases it
 
 static int gm_capture_hooks_on(void) { return !gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE; }
 
+/* The capture sequences underway (begun, not yet ended: an invalidated one still counts), with
+ * the mode each began in and its thread: what decides whether a potentially unsafe call is
+ * allowed (gm_capture_prohibited). Under capture_lock; `nlive` is read without it. */
+#define MAX_LIVE_CAPTURES 256
+static struct live_capture {
+    cuuint64_t id;
+    CUstreamCaptureMode mode;
+    pthread_t thread;
+} live[MAX_LIVE_CAPTURES];
+static _Atomic size_t nlive;
+static size_t live_overflow; /* captures not remembered (table full): treated as global ones */
+
+static cuuint64_t capture_id(CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (!gm_real.cuStreamGetCaptureInfo_v3 ||
+        gm_real.cuStreamGetCaptureInfo_v3(s, &st, &id, NULL, NULL, NULL, NULL) != CUDA_SUCCESS ||
+        st == CU_STREAM_CAPTURE_STATUS_NONE)
+        return 0;
+    return id;
+}
+
+/* cudaStreamCaptureMode's rules (cuda_runtime_api.h, cudaThreadExchangeStreamCaptureMode): a
+ * thread in relaxed mode is never prohibited; otherwise it is when it has a capture of its own
+ * not begun relaxed, or (its mode global) when another thread has a global-mode capture. The
+ * thread's mode is read by exchanging it twice with the real driver (only while a capture is
+ * underway). */
+int gm_capture_prohibited(void)
+{
+    if (!atomic_load_explicit(&nlive, memory_order_acquire) || !gm_real.cuThreadExchangeStreamCaptureMode)
+        return 0;
+    CUstreamCaptureMode mine = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (gm_real.cuThreadExchangeStreamCaptureMode(&mine) != CUDA_SUCCESS)
+        return 0;
+    CUstreamCaptureMode back = mine;
+    gm_real.cuThreadExchangeStreamCaptureMode(&back);
+    if (mine == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return 0;
+    pthread_t self = pthread_self();
+    int hit = 0;
+    pthread_mutex_lock(&capture_lock);
+    for (size_t i = 0; i < atomic_load(&nlive) && !hit; i++) {
+        int own = pthread_equal(live[i].thread, self);
+        hit = (own && live[i].mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+              (!own && live[i].mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+               mine == CU_STREAM_CAPTURE_MODE_GLOBAL);
+    }
+    if (live_overflow && mine == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        hit = 1;
+    pthread_mutex_unlock(&capture_lock);
+    return hit;
+}
+
+int gm_capture_relax(CUstreamCaptureMode *saved)
+{
+    *saved = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return gm_capture_underway() && gm_real.cuThreadExchangeStreamCaptureMode &&
+           gm_real.cuThreadExchangeStreamCaptureMode(saved) == CUDA_SUCCESS;
+}
+
+void gm_capture_unrelax(int relaxed, CUstreamCaptureMode saved)
+{
+    if (relaxed)
+        gm_real.cuThreadExchangeStreamCaptureMode(&saved);
+}
+
 static CUresult (*real_cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
 static CUresult (*real_cuStreamBeginCapture_ptsz)(CUstream, CUstreamCaptureMode);
 static CUresult begin_capture(CUstream s, CUstreamCaptureMode mode,
-                              CUresult (*real)(CUstream, CUstreamCaptureMode))
+                              CUresult (*real)(CUstream, CUstreamCaptureMode), CUstream named)
 {
     CUresult r = real(s, mode);
-    if (r == CUDA_SUCCESS && gm_capture_hooks_on())
+    if (r == CUDA_SUCCESS && gm_capture_hooks_on()) {
         gm_heap_capture_begin();
+        cuuint64_t id = capture_id(named);
+        pthread_mutex_lock(&capture_lock);
+        size_t n = atomic_load(&nlive);
+        if (n < MAX_LIVE_CAPTURES) {
+            live[n] = (struct live_capture){id, mode, pthread_self()};
+            atomic_store_explicit(&nlive, n + 1, memory_order_release);
+        } else {
+            live_overflow++;
+        }
+        pthread_mutex_unlock(&capture_lock);
+    }
     return r;
 }
 static CUresult h_cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
 {
-    return begin_capture(s, mode, real_cuStreamBeginCapture);
+    return begin_capture(s, mode, real_cuStreamBeginCapture, s);
 }
 static CUresult h_cuStreamBeginCapture_ptsz(CUstream s, CUstreamCaptureMode mode)
 {
-    return begin_capture(s, mode, real_cuStreamBeginCapture_ptsz);
+    return begin_capture(s, mode, real_cuStreamBeginCapture_ptsz, s ? s : CU_STREAM_PER_THREAD);
+}
+
+/* The capture `id` ended (its stream no longer captures). */
+static void live_capture_end(cuuint64_t id)
+{
+    pthread_mutex_lock(&capture_lock);
+    size_t n = atomic_load(&nlive), i = 0;
+    while (i < n && live[i].id != id)
+        i++;
+    if (i < n) {
+        live[i] = live[n - 1];
+        atomic_store_explicit(&nlive, n - 1, memory_order_release);
+    } else if (live_overflow) {
+        live_overflow--;
+    }
+    pthread_mutex_unlock(&capture_lock);
 }
 
 static CUresult (*real_cuStreamEndCapture)(CUstream, CUgraph *);
@@ -752,9 +933,13 @@ static CUresult end_capture(CUstream s, CUgraph *g, CUresult (*real)(CUstream, C
     /* named: the stream as the capture calls see it (the _ptsz form's 0 is the thread's own) */
     int was = gm_capture_hooks_on() && gm_stream_capturing(named);
     uintptr_t key = was ? gm_capture_key_any(named) : 0;
+    cuuint64_t id = was ? capture_id(named) : 0;
     CUresult r = real(s, g);
     if (!was)
         return r;
+    if (gm_stream_capturing(named)) /* not ended (the wrong thread, ...): still underway */
+        return r;
+    live_capture_end(id);
     int kept = 0;
     if (key && r == CUDA_SUCCESS && g && *g) {
         pthread_mutex_lock(&capture_lock);
@@ -864,6 +1049,73 @@ static CUresult h_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
     if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_heap_ipc_refuse("cuIpcGetMemHandle", p))
         return CUDA_ERROR_NOT_SUPPORTED;
     return real_cuIpcGetMemHandle(h, p);
+}
+
+/* cudaHostUnregister / cuMemHostUnregister of memory from gpumem's pinned pool: that memory was
+ * not registered by the program (cudaMallocHost's memory is not "registered" memory), and
+ * unpinning gpumem's extent would silently make every allocation in it pageable. The driver's
+ * answer for such memory is CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED; nothing changes. */
+static CUresult h_cuMemHostUnregister(void *p)
+{
+    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_pinned_owns(p))
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    return gm_real.cuMemHostUnregister(p);
+}
+
+/* The default memory pool's attributes: the pool serves what gpumem does not (explicit
+ * cudaMallocFromPoolAsync on it), gpumem serves cudaMallocAsync; the figures a program reads
+ * (PyTorch's cudaMallocAsync backend reads them for its statistics) are the sum. gpumem keeps
+ * nothing back in the pool's name: its part of reserved is its part of used. A high-water mark
+ * is the sum of the two marks (exact when one of them serves everything, an upper bound
+ * otherwise); resetting it resets both. */
+static CUresult (*real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
+static CUresult (*real_cuMemPoolSetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
+
+/* The device whose default pool `pool` is, or -1. */
+static int default_pool_device(CUmemoryPool pool)
+{
+    if (!gm_real.cuDeviceGetDefaultMemPool || !pool)
+        return -1;
+    for (int d = 0; d < 64; d++) {
+        CUmemoryPool p = NULL;
+        if (gm_real.cuDeviceGetDefaultMemPool(&p, d) != CUDA_SUCCESS)
+            return -1;
+        if (p == pool)
+            return d;
+    }
+    return -1;
+}
+
+static int pool_figure(CUmemPool_attribute a)
+{
+    return a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ||
+           a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || a == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+}
+
+static CUresult h_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v)
+{
+    CUresult r = real_cuMemPoolGetAttribute(pool, a, v);
+    int d;
+    if (r != CUDA_SUCCESS || !v || gm_pass() || gm_mode() != GM_MODE_REPLACE || !pool_figure(a) ||
+        (d = default_pool_device(pool)) < 0)
+        return r;
+    unsigned long long used, high;
+    gm_heap_pool_figures(d, &used, &high);
+    *(cuuint64_t *)v += a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || a == CU_MEMPOOL_ATTR_USED_MEM_HIGH
+                            ? high
+                            : used;
+    return r;
+}
+
+static CUresult h_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v)
+{
+    CUresult r = real_cuMemPoolSetAttribute(pool, a, v);
+    int d;
+    if (r == CUDA_SUCCESS && !gm_pass() && gm_mode() == GM_MODE_REPLACE &&
+        (a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || a == CU_MEMPOOL_ATTR_USED_MEM_HIGH) &&
+        (d = default_pool_device(pool)) >= 0)
+        gm_heap_pool_reset_high(d);
+    return r;
 }
 
 /* ---- the table ------------------------------------------------------------------------- */
@@ -1003,7 +1255,8 @@ static struct hook_ent hooks[] = {
     {"cuIpcGetMemHandle", 0, "cuIpcGetMemHandle", (void **)(void *)&real_cuIpcGetMemHandle,
      (void *)h_cuIpcGetMemHandle},
     {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2), NULL},
-    {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister), NULL},
+    {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister),
+     (void *)h_cuMemHostUnregister},
     {"cuMemGetAllocationGranularity", 0, "cuMemGetAllocationGranularity",
      SLOT(cuMemGetAllocationGranularity), NULL},
     {"cuEventCreate", 0, "cuEventCreate", SLOT(cuEventCreate), NULL},
@@ -1029,6 +1282,15 @@ static struct hook_ent hooks[] = {
      (void *)h_cuGraphExecDestroy},
     {"cuGraphDestroy", 0, "cuGraphDestroy", (void **)(void *)&real_cuGraphDestroy,
      (void *)h_cuGraphDestroy},
+    {"cuThreadExchangeStreamCaptureMode", 0, "cuThreadExchangeStreamCaptureMode",
+     SLOT(cuThreadExchangeStreamCaptureMode), NULL},
+    {"cuStreamGetDevice", 0, "cuStreamGetDevice", SLOT(cuStreamGetDevice), NULL},
+    {"cuDeviceGetDefaultMemPool", 0, "cuDeviceGetDefaultMemPool", SLOT(cuDeviceGetDefaultMemPool),
+     NULL},
+    {"cuMemPoolGetAttribute", 0, "cuMemPoolGetAttribute",
+     (void **)(void *)&real_cuMemPoolGetAttribute, (void *)h_cuMemPoolGetAttribute},
+    {"cuMemPoolSetAttribute", 0, "cuMemPoolSetAttribute",
+     (void **)(void *)&real_cuMemPoolSetAttribute, (void *)h_cuMemPoolSetAttribute},
     {"cuFuncGetParamInfo", 0, "cuFuncGetParamInfo", SLOT(cuFuncGetParamInfo), NULL},
     {"cuFuncGetName", 0, "cuFuncGetName", SLOT(cuFuncGetName), NULL},
     {"cuEventElapsedTime", 0, "cuEventElapsedTime_v2", SLOT(cuEventElapsedTime), NULL},

@@ -97,6 +97,7 @@ enum gm_stat {
     GM_ST_NVTX_RANGES,      /* NVTX ranges pushed/started */
     GM_ST_NVTX_MARKS,       /* NVTX marks */
     GM_ST_NAMED,            /* allocations named (gpumem_name or NVTX memory extension) */
+    GM_ST_BAD_ACCESS,       /* copies and memsets refused: past an allocation's end, or freed */
     GM_ST_COUNT
 };
 extern _Atomic unsigned long long gm_stats[GM_ST_COUNT];
@@ -173,6 +174,9 @@ struct gm_real {
     CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
     CUresult (*cuFuncGetName)(const char **, CUfunction);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+    CUresult (*cuStreamGetDevice)(CUstream, CUdevice *);
+    CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 };
 extern struct gm_real gm_real;
 
@@ -196,6 +200,18 @@ uintptr_t gm_capture_key(CUstream s);
 void gm_heap_capture_begin(void);
 void gm_heap_capture_end(void);
 void gm_heap_capture_release(uintptr_t key);
+/* 1 while a graph capture is underway anywhere in the process (replace mode; one atomic load) */
+int gm_capture_underway(void);
+/* 1 when the calling thread may not make a "potentially unsafe" call (cudaMalloc, cudaFree,
+ * cudaMallocHost, cudaMallocPitch, ...) now: the capture rules of cudaStreamCaptureMode and the
+ * thread's cudaThreadExchangeStreamCaptureMode (driver.c). gpumem then hands the call to the
+ * real function, whose refusal (and invalidation of the capture) is CUDA's own. */
+int gm_capture_prohibited(void);
+/* gpumem's own driver calls that allocate or free (segments, pinned extents) run in the relaxed
+ * interaction mode while a capture is underway: relax returns 1 (mode saved) when it switched,
+ * unrelax puts the thread's mode back. */
+int gm_capture_relax(CUstreamCaptureMode *saved);
+void gm_capture_unrelax(int relaxed, CUstreamCaptureMode saved);
 /* cudaIpcGetMemHandle / cuIpcGetMemHandle on memory gpumem serves: 1 (and the one-line reason,
  * printed once) when ptr is gpumem's, 0 when the real function should answer. */
 int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr);
@@ -241,7 +257,7 @@ void gm_heap_print_stats(FILE *f);
 
 /* Record mode / pass-through bookkeeping: allocations made by the real functions that gpumem
  * saw, so their frees are matched and double frees detected. */
-enum gm_pt_kind { GM_PT_DEVICE, GM_PT_ASYNC, GM_PT_POOL, GM_PT_MANAGED, GM_PT_HOST };
+enum gm_pt_kind { GM_PT_DEVICE, GM_PT_ASYNC, GM_PT_POOL, GM_PT_MANAGED, GM_PT_HOST, GM_PT_GRAPH };
 void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind);
 /* Removes ptr; returns 1 when it was there (size/kind set). */
 int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind);
@@ -260,6 +276,13 @@ struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
 int gm_heap_stats(int dev, struct alloc_stats *st);
+/* The default memory pool's view of gpumem's stream-ordered allocations (cudaMallocAsync and
+ * cuMemAllocAsync served by gpumem, sized as the pool sizes them: 512 B multiples): note one
+ * (at its allocation), forget one (at any free of it), read and reset the figures of dev. */
+void gm_heap_pool_note(int dev, uintptr_t ptr, size_t size);
+void gm_heap_pool_forget(uintptr_t ptr);
+void gm_heap_pool_figures(int dev, unsigned long long *used, unsigned long long *high);
+void gm_heap_pool_reset_high(int dev);
 /* -1: the driver handed out the allocators' ranges and segments downwards, 1 upwards, 0 unknown */
 int gm_heap_address_order(void);
 
@@ -269,6 +292,11 @@ CUresult gm_pinned_alloc(void **out, size_t size);
 /* 1 when gpumem owned ptr (res: success or CUDA_ERROR_INVALID_VALUE for a double free),
  * 0 when foreign. */
 int gm_pinned_free(void *ptr, CUresult *res);
+/* gm_pinned_free whose memory is handed out again only after a later synchronized free
+ * (cudaFreeHost while a capture is underway, when the implied synchronization is skipped). */
+int gm_pinned_free_deferred(void *ptr, CUresult *res);
+/* A synchronized free happened: the deferred blocks are no longer in use; back to the pool. */
+void gm_pinned_release_deferred(void);
 int gm_pinned_owns(const void *ptr);
 void gm_pinned_fork_prepare(void);
 void gm_pinned_fork_parent(void);
@@ -310,6 +338,8 @@ enum gm_ev {
 #define GM_EVF_PENDING 0x2000   /* a free that waits for stream events (free_completed follows) */
 #define GM_EVF_FRAMEWORK 0x1000 /* made through the framework's allocator hook, gpumem_torch_malloc
                                    (gm_next_alloc_flags) */
+#define GM_EVF_GRAPH 0x4000     /* a graph allocation: a memory node the driver created during a
+                                   capture (passed through; gm_next_alloc_flags) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
@@ -323,6 +353,12 @@ void gm_rec_peak_settle(struct alloc *a, int device);
 void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
                   uint64_t id, struct alloc *a);
 void gm_rec_note_device(int device, int expandable);
+/* A copy or memset refused by gm_access_refused: counted, and recorded with its stack (event
+ * kind bad_access). access: what the refused operation did to that memory. */
+enum { GM_BA_MEMSET, GM_BA_WRITE, GM_BA_READ };
+struct gm_alloc_ref;
+void gm_rec_bad_access(int access, CUstream s, uint64_t addr, size_t n,
+                       const struct gm_alloc_ref *ref);
 /* Registers the exit handler again once the runtime has initialised (see core.c). */
 void gm_exit_register_late(void);
 
@@ -445,7 +481,8 @@ void gm_devused_exit(void);
  * reaches gpumem's hook, which answers the armed code without doing anything. The runtime then
  * sets its return code, its out-parameters and its last-error state itself, exactly as for its
  * own failure (see preload/README.md, "Indistinguishable"). */
-enum gm_fail_site { GM_FAIL_NONE, GM_FAIL_ALLOC, GM_FAIL_FREE, GM_FAIL_HOST_ALLOC, GM_FAIL_HOST_FREE };
+enum gm_fail_site { GM_FAIL_NONE, GM_FAIL_ALLOC, GM_FAIL_FREE, GM_FAIL_HOST_ALLOC, GM_FAIL_HOST_FREE,
+                    GM_FAIL_COPY };
 extern __thread int gm_fail_site __attribute__((tls_model("initial-exec")));
 extern __thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
 /* In a driver hook: 1 and *r set when a replayed failure is armed for this site (consumed). */
@@ -460,9 +497,18 @@ static inline int gm_fail_take(enum gm_fail_site site, CUresult *r)
 /* 1 when `s` is a stream handle the driver accepts (special handles always; others asked of the
  * real driver with cuStreamGetFlags, cached per thread until a stream is destroyed). */
 int gm_stream_valid(CUstream s);
+/* gm_stream_valid that also gives the stream's device (the current context's for the special
+ * handles): where a stream-ordered allocation on it must live. */
+int gm_stream_device(CUstream s, CUdevice *dev);
+/* What gm_free_sync did. */
+enum { GM_SYNC_NONE = 0, GM_SYNC_DONE = 1, GM_SYNC_SKIPPED_CAPTURE = 2 };
 /* cudaFree / cuMemFree (device) and cudaFreeHost / cuMemFreeHost (host): synchronize the
- * device first, as the real calls do, unless GPUMEM_CONF free_sync / free_host_sync is none. */
-int gm_free_sync(int host); /* 1 when it synchronized */
+ * device first, as the real calls do, unless GPUMEM_CONF free_sync / free_host_sync is none, or
+ * a graph capture is underway (a device synchronization would invalidate a relaxed or
+ * thread-local capture on another thread, which the real free does not: the block is then
+ * fenced with events the allocator records when the capture ends; the pinned block is held
+ * until a later synchronized free). Returns GM_SYNC_*. */
+int gm_free_sync(int host);
 /* Pointer queries for gpumem's memory (heap.c, pinned.c): 1 and the allocation the program asked
  * for (base, requested size, a process-unique id) when ptr lies inside a live one; 0 when gpumem
  * does not own the address; -1 when it lies in gpumem's memory outside any live allocation
@@ -474,6 +520,16 @@ struct gm_alloc_ref {
     int device; /* -1: pinned host memory */
 };
 int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out);
+/* A copy or memset of n bytes at p (device side): 1 when p lies in gpumem's device memory and
+ * the bytes do not all lie inside one live allocation (past its requested end, or in freed
+ * memory), with the allocation in *ref (base 0: none live there). The driver refuses such an
+ * access to its own allocations (CUDA_ERROR_INVALID_VALUE); sub-allocation must not make it
+ * silent. 0 otherwise (memory gpumem does not serve: the driver checks it). */
+int gm_heap_check_access(uint64_t p, size_t n, struct gm_alloc_ref *ref);
+/* The copy / memset hooks' check (driver.c): in replace mode, when dst (written) or src (read)
+ * is a bad access as above, record it and return 1: the call must fail with
+ * CUDA_ERROR_INVALID_VALUE without running. which: GM_COPY_*. */
+int gm_access_refused(int which, CUstream s, uint64_t dst, uint64_t src, size_t n);
 int gm_pinned_find(const void *ptr, struct gm_alloc_ref *out);
 /* cudaDeviceReset / cuDevicePrimaryCtxReset: drop the allocator of `dev` (its memory is given
  * back before the reset destroys it; live blocks are recorded as freed). */

@@ -57,19 +57,28 @@ static int be_code(CUresult r)
 typedef struct {
     CUcontext prev;
     int switched;
+    int relaxed;
+    CUstreamCaptureMode mode;
 } be_ctx_t;
 
+/* While a capture is underway, gpumem's own driver calls (a segment's cuMemAlloc, cuMemCreate,
+ * cuMemMap, ...) are made in the relaxed capture interaction mode, as PyTorch's allocator makes
+ * its cudaMalloc: they serve the program but are not its calls, so they must neither be refused
+ * nor invalidate a global-mode capture of another thread. (A call the program makes that the
+ * capture rules forbid is handed to the real function instead: gm_capture_prohibited.) */
 static be_ctx_t be_ctx_enter(struct gm_dev *d)
 {
-    be_ctx_t s = {NULL, 0};
+    be_ctx_t s = {NULL, 0, 0, CU_STREAM_CAPTURE_MODE_RELAXED};
     if (d->ctx && gm_real.cuCtxGetCurrent(&s.prev) == CUDA_SUCCESS && s.prev != d->ctx &&
         gm_real.cuCtxSetCurrent(d->ctx) == CUDA_SUCCESS)
         s.switched = 1;
+    s.relaxed = gm_capture_relax(&s.mode);
     return s;
 }
 
 static void be_ctx_leave(be_ctx_t s)
 {
+    gm_capture_unrelax(s.relaxed, s.mode);
     if (s.switched)
         gm_real.cuCtxSetCurrent(s.prev);
 }
@@ -215,8 +224,17 @@ static int be_mem_info(void *c, size_t *free_b, size_t *total_b)
 /* ---- allocator hooks: segment maps and OOM go to the recorder ------------------------- */
 
 
+/* The lowest and highest address of device memory gpumem's allocators ever mapped: a copy
+ * outside it needs no lookup (gm_heap_check_access). Only grows. */
+static _Atomic uint64_t span_lo = UINT64_MAX, span_hi;
+
 static void hk_map(void *user, uint64_t addr, size_t size, uintptr_t stream)
 {
+    uint64_t lo = atomic_load(&span_lo), hi = atomic_load(&span_hi);
+    while (addr < lo && !atomic_compare_exchange_weak(&span_lo, &lo, addr))
+        ;
+    while (addr + size > hi && !atomic_compare_exchange_weak(&span_hi, &hi, addr + size))
+        ;
     gm_rec_segment((int)(intptr_t)user, 1, addr, size, stream);
 }
 static void hk_unmap(void *user, uint64_t addr, size_t size, uintptr_t stream)
@@ -297,6 +315,11 @@ void gm_heap_capture_end(void)
     pthread_mutex_unlock(&devs_lock);
 }
 
+int gm_capture_underway(void)
+{
+    return atomic_load_explicit(&captures_underway, memory_order_relaxed) > 0;
+}
+
 /* The graph and every executable graph of the capture are destroyed. */
 void gm_heap_capture_release(uintptr_t key)
 {
@@ -327,7 +350,15 @@ static alloc_t *dev_get(CUdevice dev)
     if (!a) {
         struct gm_dev *d = &devs[dev];
         d->dev = dev;
-        gm_real.cuCtxGetCurrent(&d->ctx);
+        /* the device's own (primary) context: a stream-ordered allocation on another device's
+         * stream creates that device's allocator from a thread whose current context is not it */
+        CUdevice cur = -1;
+        CUdevice h;
+        if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == dev)
+            gm_real.cuCtxGetCurrent(&d->ctx);
+        else if (gm_real.cuDeviceGet(&h, dev) != CUDA_SUCCESS ||
+                 gm_real.cuDevicePrimaryCtxRetain(&d->ctx, h) != CUDA_SUCCESS)
+            d->ctx = NULL;
         int fd_ok = 0;
         if (gm_real.cuDeviceGetAttribute &&
             gm_real.cuDeviceGetAttribute(
@@ -397,7 +428,8 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     uintptr_t capture;
     /* each thread's per-thread stream is its own; a capture has a key of its own */
     stream = (CUstream)heap_key(stream, &capture);
-    int e = alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
+    int e = capture ? alloc_malloc_captured(a, size, capture, &p, &info)
+                    : alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
     if (e == ALLOC_OK) {
         *out = p;
         if (size == 0)
@@ -451,6 +483,7 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
         if (e == ALLOC_OK) {
+            gm_heap_pool_forget(ptr);
             gm_stat_add(GM_ST_RELEASED, 1);
             gm_event_id((enum gm_ev)((kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
                                      (q.pending ? GM_EVF_PENDING : 0)),
@@ -468,6 +501,103 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         return 1;
     }
     return 0;
+}
+
+/* ---- the default pool's view of gpumem's stream-ordered allocations ------------------------
+ * Which live blocks cudaMallocAsync / cuMemAllocAsync made (open addressing on the pointer), and
+ * per device their bytes as the pool counts them (512 B multiples) with a high-water mark. */
+struct pool_ent {
+    uintptr_t ptr; /* 0 empty, 1 tombstone */
+    size_t bytes;
+    int dev;
+};
+static struct pool_ent *pool_set;
+static size_t pool_cap, pool_used_slots;
+static _Atomic size_t pool_live;
+static unsigned long long pool_used[GM_MAX_DEVICES], pool_high[GM_MAX_DEVICES];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t pool_hash(uintptr_t p) { return (size_t)((p >> 9) * 0x9E3779B97F4A7C15ull); }
+
+static void pool_rehash(void) /* under pool_lock */
+{
+    size_t nc = pool_cap ? pool_cap * 2 : 256;
+    if (atomic_load(&pool_live) * 4 < pool_cap)
+        nc = pool_cap; /* mostly tombstones */
+    struct pool_ent *n = calloc(nc, sizeof *n);
+    if (!n)
+        return;
+    for (size_t i = 0; i < pool_cap; i++)
+        if (pool_set[i].ptr > 1) {
+            size_t j = pool_hash(pool_set[i].ptr) & (nc - 1);
+            while (n[j].ptr)
+                j = (j + 1) & (nc - 1);
+            n[j] = pool_set[i];
+        }
+    free(pool_set);
+    pool_set = n;
+    pool_cap = nc;
+    pool_used_slots = atomic_load(&pool_live);
+}
+
+void gm_heap_pool_note(int dev, uintptr_t ptr, size_t size)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES || ptr <= 1)
+        return;
+    size_t bytes = (size + 511) & ~(size_t)511;
+    pthread_mutex_lock(&pool_lock);
+    if ((pool_used_slots + 1) * 2 > pool_cap)
+        pool_rehash();
+    if (pool_cap && (pool_used_slots + 1) * 2 <= pool_cap) {
+        size_t j = pool_hash(ptr) & (pool_cap - 1);
+        while (pool_set[j].ptr > 1)
+            j = (j + 1) & (pool_cap - 1);
+        if (!pool_set[j].ptr)
+            pool_used_slots++;
+        pool_set[j] = (struct pool_ent){ptr, bytes, dev};
+        atomic_fetch_add(&pool_live, 1);
+        pool_used[dev] += bytes;
+        if (pool_used[dev] > pool_high[dev])
+            pool_high[dev] = pool_used[dev];
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void gm_heap_pool_forget(uintptr_t ptr)
+{
+    if (!atomic_load_explicit(&pool_live, memory_order_relaxed))
+        return; /* the common case: no stream-ordered allocation is live */
+    pthread_mutex_lock(&pool_lock);
+    for (size_t j = pool_cap ? pool_hash(ptr) & (pool_cap - 1) : 0; pool_cap && pool_set[j].ptr;
+         j = (j + 1) & (pool_cap - 1))
+        if (pool_set[j].ptr == ptr) {
+            int d = pool_set[j].dev;
+            pool_used[d] -= pool_set[j].bytes < pool_used[d] ? pool_set[j].bytes : pool_used[d];
+            pool_set[j].ptr = 1;
+            atomic_fetch_sub(&pool_live, 1);
+            break;
+        }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void gm_heap_pool_figures(int dev, unsigned long long *used, unsigned long long *high)
+{
+    *used = *high = 0;
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    *used = pool_used[dev];
+    *high = pool_high[dev];
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void gm_heap_pool_reset_high(int dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    pool_high[dev] = pool_used[dev];
+    pthread_mutex_unlock(&pool_lock);
 }
 
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
@@ -553,6 +683,32 @@ int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out)
     return 0;
 }
 
+int gm_heap_check_access(uint64_t p, size_t n, struct gm_alloc_ref *ref)
+{
+    memset(ref, 0, sizeof *ref);
+    if (!n || p < atomic_load_explicit(&span_lo, memory_order_relaxed) ||
+        p >= atomic_load_explicit(&span_hi, memory_order_relaxed))
+        return 0;
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+        alloc_block_query_t q;
+        int e = alloc_block_query(a, p, &q);
+        if (e == ALLOC_ERR_NOT_OWNED)
+            continue;
+        ref->device = i;
+        if (e != ALLOC_OK)
+            return 1; /* freed memory (or a free block of a segment) */
+        ref->base = q.base;
+        ref->size = q.requested;
+        ref->id = q.alloc_id;
+        uint64_t off = p - q.base;
+        return off >= q.requested || n > q.requested - off;
+    }
+    return 0;
+}
+
 static int reset_walk(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
                       size_t nb)
 {
@@ -560,6 +716,7 @@ static int reset_walk(void *user, const alloc_walk_segment_t *seg, const alloc_w
     int dev = (int)(intptr_t)user;
     for (size_t i = 0; i < nb; i++)
         if (b[i].state == ALLOC_BLOCK_LIVE) {
+            gm_heap_pool_forget(b[i].addr);
             gm_stat_add(GM_ST_RELEASED, 1);
             gm_event_id(GM_EV_FREE, dev, 0, b[i].addr, b[i].size, 0, b[i].alloc_id);
         }

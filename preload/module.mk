@@ -101,6 +101,11 @@ $(BUILD)/tests/bench/preload_bench: $(BUILD)/tests/bench/preload_bench.o $(SIM_R
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
 ALL_TARGETS += $(BUILD)/tests/bench/preload_bench
 BENCHES += tests/bench/preload_bench.sh
+# a cudaFree while another thread captures a graph, against one without (issue 37)
+$(BUILD)/tests/bench/capture_free_bench: $(BUILD)/tests/bench/capture_free_bench.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+ALL_TARGETS += $(BUILD)/tests/bench/capture_free_bench
+BENCHES += tests/bench/capture_free_bench.sh
 
 # ---- tests ----------------------------------------------------------------------------------
 # the pinned pool against a fake driver

@@ -101,11 +101,14 @@ static void *eh_alloc(gm_extent_hooks_t *h, void *new_addr, size_t size, size_t 
      * the driver's before ours (handlers run in reverse registration order), so holding
      * regs_lock across a driver call could deadlock a fork. */
     unsigned fl = atomic_load(&host_register_flags);
+    CUstreamCaptureMode saved;
+    int relaxed = gm_capture_relax(&saved); /* gpumem's call, not the program's */
     CUresult r = gm_real.cuMemHostRegister_v2((void *)p, size, fl);
     if (r == CUDA_ERROR_INVALID_VALUE && fl) {
         atomic_store(&host_register_flags, 0u); /* a driver that only takes the plain form */
         r = gm_real.cuMemHostRegister_v2((void *)p, size, 0);
     }
+    gm_capture_unrelax(relaxed, saved);
     if (r != CUDA_SUCCESS) {
         munmap((void *)p, size);
         return NULL;
@@ -377,7 +380,14 @@ int gm_pinned_find(const void *ptr, struct gm_alloc_ref *out)
     return found;
 }
 
-int gm_pinned_free(void *ptr, CUresult *res)
+/* Blocks freed while a capture was underway (no implied synchronization then): the pool hands
+ * them out again only after a later cudaFreeHost has synchronized the device. */
+static void **deferred;
+static _Atomic size_t ndeferred;
+static size_t capdeferred;
+static pthread_mutex_t deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int pinned_free(void *ptr, CUresult *res, int defer)
 {
     if (!gm_pinned_owns(ptr))
         return 0;
@@ -390,25 +400,66 @@ int gm_pinned_free(void *ptr, CUresult *res)
     }
     int fl = GM_MALLOCX_ARENA(arena) | GM_MALLOCX_TCACHE_NONE;
     size_t sz = gm_je_sallocx(ptr, fl);
-    gm_je_dallocx(ptr, fl);
+    int kept = 0;
+    if (defer) {
+        pthread_mutex_lock(&deferred_lock);
+        if (ndeferred == capdeferred) {
+            size_t nc = capdeferred ? capdeferred * 2 : 64;
+            void **n = realloc(deferred, nc * sizeof *n);
+            if (n)
+                deferred = n, capdeferred = nc;
+        }
+        if (ndeferred < capdeferred) {
+            deferred[ndeferred++] = ptr;
+            kept = 1;
+        }
+        pthread_mutex_unlock(&deferred_lock);
+    }
+    if (!kept) /* not deferred, or no room to remember it (host out of memory) */
+        gm_je_dallocx(ptr, fl);
     gm_stat_add(GM_ST_HOST_FREE, 1);
     gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)ptr, sz, 0);
     *res = CUDA_SUCCESS;
     return 1;
 }
 
+int gm_pinned_free(void *ptr, CUresult *res)
+{
+    return pinned_free(ptr, res, 0);
+}
+
+int gm_pinned_free_deferred(void *ptr, CUresult *res)
+{
+    return pinned_free(ptr, res, 1);
+}
+
+void gm_pinned_release_deferred(void)
+{
+    if (!__atomic_load_n(&ndeferred, __ATOMIC_RELAXED))
+        return;
+    int fl = GM_MALLOCX_ARENA(arena) | GM_MALLOCX_TCACHE_NONE;
+    pthread_mutex_lock(&deferred_lock);
+    for (size_t i = 0; i < ndeferred; i++)
+        gm_je_dallocx(deferred[i], fl);
+    ndeferred = 0;
+    pthread_mutex_unlock(&deferred_lock);
+}
+
 void gm_pinned_fork_prepare(void)
 {
     pthread_mutex_lock(&regs_lock);
     pthread_mutex_lock(&live_lock);
+    pthread_mutex_lock(&deferred_lock);
 }
 void gm_pinned_fork_parent(void)
 {
+    pthread_mutex_unlock(&deferred_lock);
     pthread_mutex_unlock(&live_lock);
     pthread_mutex_unlock(&regs_lock);
 }
 void gm_pinned_fork_child(void)
 {
+    pthread_mutex_init(&deferred_lock, NULL);
     pthread_mutex_init(&live_lock, NULL);
     pthread_mutex_init(&regs_lock, NULL);
 }

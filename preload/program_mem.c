@@ -275,24 +275,33 @@ CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool)
 
 /* ---- pitched allocations ------------------------------------------------------------------ */
 
-/* The pitch gpumem gives a row of `width` bytes: the device's texture pitch alignment (the
- * alignment the hardware needs for a pitched 2D access), else its texture alignment, else
- * 512 bytes (what the driver uses on every current GPU). */
+/* The pitch gpumem gives a row of `width` bytes: the width rounded up to the device's texture
+ * alignment (CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512 B on current GPUs), which is what the
+ * driver's cuMemAllocPitch gives (NVIDIA's forums, and the virtual GPU, which takes it from its
+ * device description); CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT (32 on an A100) is the
+ * hardware's minimum for a pitched texture, not the allocator's choice. 512 when the device
+ * gives no power of two. */
 static size_t pitch_align(int dev)
 {
     int v = 0;
-    if (gm_real_pm.cuDeviceGetAttribute) {
-        if (gm_real_pm.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
-                                            (CUdevice)dev) != CUDA_SUCCESS || v <= 0)
-            v = 0;
-        if (v <= 0 &&
-            (gm_real_pm.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT,
-                                             (CUdevice)dev) != CUDA_SUCCESS ||
-             v <= 0))
-            v = 0;
-    }
+    if (!gm_real_pm.cuDeviceGetAttribute ||
+        gm_real_pm.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT,
+                                        (CUdevice)dev) != CUDA_SUCCESS)
+        v = 0;
     size_t a = v > 0 ? (size_t)v : 512;
-    return (a & (a - 1)) ? 512 : a; /* a power of two, or the safe default */
+    return (a & (a - 1)) ? 512 : a;
+}
+
+/* CU_DEVICE_ATTRIBUTE_MAX_PITCH, or SIZE_MAX when the device does not say. */
+static size_t max_pitch(int dev)
+{
+    int v = 0;
+    if (!gm_real_pm.cuDeviceGetAttribute ||
+        gm_real_pm.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_PITCH, (CUdevice)dev) !=
+            CUDA_SUCCESS ||
+        v <= 0)
+        return SIZE_MAX;
+    return (size_t)v;
 }
 
 CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -306,19 +315,24 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
     /* the driver's own argument rules (element size 4, 8 or 16 bytes) */
     if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
-    if (gm_mode() == GM_MODE_REPLACE) {
-        CUdevice dev = 0;
-        if (gm_real.cuCtxGetDevice) {
-            CUresult r = gm_real.cuCtxGetDevice(&dev);
-            if (r != CUDA_SUCCESS)
-                return r;
-        }
+    /* gpumem serves what the driver would: anything it would refuse (a pitch above the
+     * device's maximum, a size that overflows) or that the capture rules forbid now goes to the
+     * driver, whose answer is the program's */
+    size_t p = 0;
+    int serve = gm_mode() == GM_MODE_REPLACE && !gm_capture_prohibited();
+    CUdevice dev = 0;
+    if (serve && gm_real.cuCtxGetDevice) {
+        CUresult r = gm_real.cuCtxGetDevice(&dev);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    if (serve) {
         size_t a = pitch_align((int)dev);
-        if (width > SIZE_MAX - a)
-            return CUDA_ERROR_INVALID_VALUE;
-        size_t p = (width + a - 1) & ~(a - 1);
-        if (height > SIZE_MAX / p)
-            return CUDA_ERROR_OUT_OF_MEMORY;
+        serve = width <= SIZE_MAX - a;
+        p = serve ? (width + a - 1) & ~(a - 1) : 0;
+        serve = serve && p <= max_pitch((int)dev) && height <= SIZE_MAX / p;
+    }
+    if (serve) {
         gm_next_alloc_flags = GM_EVF_PITCHED;
         CUresult r = gm_heap_alloc(dptr, p * height, dev, 0, GM_ALLOC_SYNC);
         gm_next_alloc_flags = 0;

@@ -183,7 +183,10 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
     cudaError_t e = rt_prepare(&dev);
     if (e != cudaSuccess)
         return e;
-    if (kind == GM_ALLOC_ASYNC && !gm_stream_valid((CUstream)s)) {
+    /* a stream-ordered allocation lives on its stream's device, whichever is current (the
+     * default streams are the current device's: dev already) */
+    int special = s == 0 || (CUstream)s == CU_STREAM_LEGACY || (CUstream)s == CU_STREAM_PER_THREAD;
+    if (kind == GM_ALLOC_ASYNC && !special && !gm_stream_device((CUstream)s, &dev)) {
         *fail = CUDA_ERROR_INVALID_HANDLE;
         return cudaSuccess;
     }
@@ -193,6 +196,8 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
         *fail = r;
         return cudaSuccess;
     }
+    if (kind == GM_ALLOC_ASYNC)
+        gm_heap_pool_note(dev, d, size);
     *p = (void *)(uintptr_t)d;
     return cudaSuccess;
 }
@@ -204,13 +209,21 @@ static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s
     if (e == cudaSuccess && p && *p) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add((uintptr_t)*p, size, k);
-        gm_next_alloc_flags = k == GM_PT_POOL ? GM_EVF_POOL : 0; /* the program's own pool */
+        gm_next_alloc_flags = k == GM_PT_POOL    ? GM_EVF_POOL /* the program's own pool */
+                              : k == GM_PT_GRAPH ? GM_EVF_GRAPH
+                                                 : 0;
         enum gm_ev ev = k == GM_PT_DEVICE    ? GM_EV_ALLOC
                         : k == GM_PT_MANAGED ? GM_EV_MANAGED
                         : k == GM_PT_HOST    ? GM_EV_HOST_ALLOC
                                              : GM_EV_ALLOC_ASYNC;
-        gm_event(ev, k == GM_PT_HOST ? -1 : current_device(), (CUstream)s, (uintptr_t)*p, size,
-                 size);
+        CUdevice sdev = -1;
+        int dev = k == GM_PT_HOST ? -1
+                  : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
+                          gm_stream_device((CUstream)s, &sdev)
+                      ? (int)sdev
+                      : current_device();
+        gm_event(ev, dev, (CUstream)s, (uintptr_t)*p, size, size);
+        gm_next_alloc_flags = 0;
     } else if (e == cudaErrorMemoryAllocation) {
         gm_stat_add(GM_ST_OOM, 1);
         gm_event(GM_EV_OOM, current_device(), (CUstream)s, 0, 0, size);
@@ -241,7 +254,11 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     gm_stat_add(GM_ST_RT_MALLOC, 1);
     malloc_fn real = real_cudaMalloc();
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && p) { /* p NULL: the runtime's own refusal, below */
+    /* p NULL: the runtime's own refusal, below; a call the capture rules forbid now: the
+     * runtime's own refusal too (900, the capture invalidated), recorded should it succeed */
+    if (m == GM_MODE_REPLACE && p && gm_capture_prohibited())
+        m = GM_MODE_RECORD;
+    if (m == GM_MODE_REPLACE && p) {
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, 0, GM_ALLOC_SYNC, &fail);
         if (fail != CUDA_SUCCESS)
@@ -262,12 +279,27 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
                            cudaError_t (*real_async)(void *, cudaStream_t))
 {
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && p) {
+    /* a free on a capturing stream is a free node, a cudaFree the capture rules forbid is
+     * refused: both are the runtime's (and driver's) to answer; gpumem's block stays allocated */
+    int to_runtime = m == GM_MODE_REPLACE && p &&
+                     (async ? gm_capture_underway() && gm_stream_capturing((CUstream)s)
+                            : gm_capture_prohibited());
+    if (to_runtime && gm_heap_lookup((CUdeviceptr)(uintptr_t)p, &(CUdeviceptr){0}, &(size_t){0})) {
+        if (async ? !real_async : !real_sync)
+            return NO_RUNTIME;
+        gm_inside_enter();
+        cudaError_t e = async ? real_async(p, s) : real_sync(p);
+        gm_inside_leave();
+        return e;
+    }
+    if (m == GM_MODE_REPLACE && p && !to_runtime) {
         CUresult res;
         if (async && !gm_stream_valid((CUstream)s))
             return rt_free_failed(GM_FAIL_FREE, CUDA_ERROR_INVALID_HANDLE, p, s, async, real_sync,
                                   real_async);
-        gm_alloc_kind kind = async ? GM_ALLOC_ASYNC : gm_free_sync(0) ? GM_FREE_SYNCED : GM_ALLOC_SYNC;
+        gm_alloc_kind kind = async                            ? GM_ALLOC_ASYNC
+                             : gm_free_sync(0) == GM_SYNC_DONE ? GM_FREE_SYNCED
+                                                               : GM_ALLOC_SYNC;
         if (gm_heap_free((CUdeviceptr)(uintptr_t)p, (CUstream)s, kind, &res))
             return res == CUDA_SUCCESS ? cudaSuccess
                                        : rt_free_failed(GM_FAIL_FREE, res, p, s, async, real_sync,
@@ -306,8 +338,9 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
 {
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
-    /* inside a graph capture too: the capture's allocations come from its private pools */
-    if (m == GM_MODE_REPLACE && p) {
+    /* on a capturing stream: the graph's allocation node, the driver's (driver.c, drv_alloc) */
+    int graph = m != GM_MODE_OFF && gm_capture_underway() && gm_stream_capturing((CUstream)s);
+    if (m == GM_MODE_REPLACE && p && !graph) {
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, s, GM_ALLOC_ASYNC, &fail);
         if (fail != CUDA_SUCCESS)
@@ -321,8 +354,8 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     gm_inside_enter();
     cudaError_t e = real(p, size, s);
     gm_inside_leave();
-    if (m == GM_MODE_RECORD)
-        rt_record_alloc(e, p, size, s, GM_PT_ASYNC);
+    if (m == GM_MODE_RECORD || graph)
+        rt_record_alloc(e, p, size, s, graph ? GM_PT_GRAPH : GM_PT_ASYNC);
     return e;
 }
 
@@ -438,7 +471,9 @@ GM_EXPORT cudaError_t cudaDeviceReset(void)
 static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_flags)
 {
     gm_mode_t m = rt_mode();
-    if (m == GM_MODE_REPLACE && p && !(flags & cudaHostAllocWriteCombined)) {
+    /* forbidden by the capture rules now: the runtime's own refusal (below) */
+    if (m == GM_MODE_REPLACE && p && !(flags & cudaHostAllocWriteCombined) &&
+        !gm_capture_prohibited()) {
         CUdevice dev;
         cudaError_t e = rt_prepare(&dev);
         if (e != cudaSuccess)
@@ -486,8 +521,11 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
     gm_mode_t m = rt_mode();
     if (m == GM_MODE_REPLACE && p) {
         CUresult res;
-        gm_free_sync(1);
-        if (gm_pinned_free(p, &res))
+        int sync = gm_free_sync(1);
+        if (sync == GM_SYNC_DONE)
+            gm_pinned_release_deferred();
+        if (sync == GM_SYNC_SKIPPED_CAPTURE ? gm_pinned_free_deferred(p, &res)
+                                            : gm_pinned_free(p, &res))
             return res == CUDA_SUCCESS
                        ? cudaSuccess
                        : rt_free_failed(GM_FAIL_HOST_FREE, res, p, 0, 0, real_cudaFreeHost(), NULL);
@@ -638,6 +676,13 @@ static int copy_which(enum cudaMemcpyKind k)
         int track_ = !gm_inside;                                                                   \
         if (track_)                                                                                \
             gm_stat_add(GM_ST_COPY, 1);                                                            \
+        if (!gm_inside && gm_access_refused((which), (stream), (uint64_t)(uintptr_t)(dst),         \
+                                            (uint64_t)(uintptr_t)(src), (n))) {                    \
+            /* the runtime's own answer to the driver's refusal (code, last error) */              \
+            fail_arm(GM_FAIL_COPY, CUDA_ERROR_INVALID_VALUE);                                      \
+            cudaError_t f_ = call;                                                                 \
+            return fail_disarm() ? f_ : gm_rt_error(CUDA_ERROR_INVALID_VALUE);                     \
+        }                                                                                          \
         struct gm_uses_op op_;                                                                     \
         track_ = track_ && gm_uses_active();                                                       \
         if (track_)                                                                                \

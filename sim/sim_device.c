@@ -160,7 +160,7 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = 32;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
-        v = 2147483647;
+        v = SIM_MAX_PITCH;
         break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
         v = 65536;
@@ -169,10 +169,10 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev)
         v = p->clock_khz;
         break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
-        v = 512;
+        v = SIM_TEXTURE_ALIGNMENT;
         break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
-        v = 32;
+        v = SIM_TEXTURE_PITCH_ALIGNMENT;
         break;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
         v = 1;

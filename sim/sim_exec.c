@@ -133,6 +133,7 @@ sim_work *sim_work_clone(const sim_work *w, size_t argbytes)
     c->target = NULL;
     c->args = NULL;
     c->argbuf = NULL;
+    if (w->kind == SIM_W_GALLOC || w->kind == SIM_W_GFREE) sim_graph_mem_ref(w->user);
     if (w->kind == SIM_W_KERNEL) {
         (void)argbytes;
         c->argbuf = malloc(w->argbytes ? w->argbytes : 1);
@@ -154,6 +155,7 @@ void sim_work_free(sim_work *w)
 {
     if (w->kind == SIM_W_WAIT && w->target) stream_unref(w->target);
     if (w->kind == SIM_W_RECORD && w->ev) w->ev->rec = NULL;
+    if (w->kind == SIM_W_GALLOC || w->kind == SIM_W_GFREE) sim_graph_mem_unref(w->user);
     free(w->args);
     free(w->argbuf);
     free(w);
@@ -262,6 +264,10 @@ static void run_work(sim_work *w)
     case SIM_W_HOSTFN:
         w->hfn(w->user);
         break;
+    case SIM_W_GALLOC: /* lock held: the worker and sim_submit call it so */
+    case SIM_W_GFREE:
+        sim_graph_mem_run(w);
+        break;
     default:
         break;
     }
@@ -284,6 +290,8 @@ static void *worker_main(void *arg)
         } else if (w->kind == SIM_W_FREE) {
             size_t freed;
             sim_device_free(w->ptr, true, &freed);
+        } else if (w->kind == SIM_W_GALLOC || w->kind == SIM_W_GFREE) {
+            sim_graph_mem_run(w);
         } else if (w->kind != SIM_W_NOP) {
             sim_unlock();
             run_work(w);

@@ -18,9 +18,22 @@
  * uncaptured work without CU_EVENT_WAIT_EXTERNAL (CUDA_ERROR_STREAM_CAPTURE_ISOLATION), merging
  * two captures (CUDA_ERROR_STREAM_CAPTURE_MERGE), and the "potentially unsafe" calls
  * (cuMemAlloc, cuMemFree, host and managed allocations) when the thread's capture interaction
- * mode prohibits them (cuThreadExchangeStreamCaptureMode). Memory nodes (cuMemAllocAsync /
- * cuMemFreeAsync on a capturing stream), child graphs and the explicit graph-building API are not
- * modelled: they return CUDA_ERROR_NOT_SUPPORTED.
+ * mode prohibits them (cuThreadExchangeStreamCaptureMode).
+ *
+ * Memory nodes, as CUDA's programming guide ("Graph Memory Nodes") and cuda.h describe them:
+ * cuMemAllocAsync on a capturing stream (or cuGraphAddMemAllocNode) creates an allocation node
+ * and returns the allocation's address, fixed from then on for every instantiation and launch;
+ * cuMemFreeAsync on a capturing stream (or cuGraphAddMemFreeNode) creates a free node and must
+ * name a graph allocation. The memory exists from the moment a launch reaches the allocation
+ * node until a free node, a cuMemFreeAsync reached on its stream or a cuMemFree ends it; an
+ * allocation its own graph frees cannot be freed anywhere else, one it does not free outlives
+ * the launch and must be freed before the graph is launched again (CUDA_ERROR_INVALID_VALUE),
+ * unless the executable graph was instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+ * whose launches free it first. Destroying the graph does not free a live allocation. A graph
+ * with memory nodes has at most one executable graph at a time. The device keeps freed graph
+ * memory reserved for graphs until cuDeviceGraphMemTrim (cuDeviceGetGraphMemAttribute reads
+ * both figures). Child graphs and the rest of the explicit graph-building API are not modelled:
+ * they return CUDA_ERROR_NOT_SUPPORTED.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +54,21 @@ static sim_graph *graph_new(void)
 
 static void graph_free(sim_graph *g)
 {
+    if (g->magic == SIM_MAGIC_EXEC && g->origin && g->origin->nexecs) g->origin->nexecs--;
+    if (g->magic == SIM_MAGIC_GRAPH)
+        for (size_t i = 0; i < sim.nexecs; i++) {
+            sim_graph *x = sim.execs[i];
+            if (x->origin == g) x->origin = NULL;
+        }
     for (size_t i = 0; i < g->n; i++)
         sim_work_free(g->nodes[i]);
     free(g->nodes);
     free(g);
+}
+
+static bool is_mem_node(const sim_work *w)
+{
+    return w->kind == SIM_W_GALLOC || w->kind == SIM_W_GFREE;
 }
 
 static bool graph_append(sim_graph *g, sim_work *w)
@@ -57,6 +81,7 @@ static bool graph_append(sim_graph *g, sim_work *w)
         g->cap = cap;
     }
     g->nodes[g->n++] = w;
+    if (is_mem_node(w)) g->nmem++;
     return true;
 }
 
@@ -75,6 +100,73 @@ CUresult sim_capture_add(sim_stream *st, sim_work *w, size_t argbytes)
     }
     st->cap_nodes++;
     return CUDA_SUCCESS;
+}
+
+/* ---- memory nodes ------------------------------------------------------------------------ */
+
+/* Does g allocate r (an allocation node of its own)? */
+static bool graph_allocates(const sim_graph *g, const sim_range *r)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i]->kind == SIM_W_GALLOC && g->nodes[i]->user == r) return true;
+    return false;
+}
+
+/* A new memory node of `kind` for r, holding a reference to it. */
+static sim_work *mem_node(int kind, sim_range *r)
+{
+    sim_work *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->kind = kind;
+    w->user = r;
+    w->ptr = (CUdeviceptr)r->base;
+    w->n = r->size;
+    sim_graph_mem_ref(r);
+    return w;
+}
+
+/* A free node for the allocation at p in g: p must start a graph allocation, freed at most once
+ * in g, and an allocation its own graph frees cannot be freed in another one (cuda.h,
+ * cuGraphAddMemFreeNode). Returns the node's range in *out. */
+static CUresult mem_free_check(sim_graph *g, CUdeviceptr p, sim_range **out)
+{
+    sim_range *r = sim_range_find((uintptr_t)p);
+    if (!r || !r->graph || r->base != (uintptr_t)p) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->nodes[i]->kind == SIM_W_GFREE && g->nodes[i]->user == r)
+            return CUDA_ERROR_INVALID_VALUE;
+    bool own = graph_allocates(g, r);
+    if (!own && r->g_freed_in_graph) return CUDA_ERROR_INVALID_VALUE;
+    *out = r;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_capture_mem_alloc(sim_stream *st, size_t size, CUdeviceptr *out)
+{
+    if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    sim_range *r = sim_graph_mem_new(st->dev, size);
+    sim_work *w = r ? mem_node(SIM_W_GALLOC, r) : NULL;
+    if (!w) {
+        if (r) sim_graph_mem_unref(r);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = sim_capture_add(st, w, 0);
+    if (!rc) *out = (CUdeviceptr)r->base;
+    return rc;
+}
+
+CUresult sim_capture_mem_free(sim_stream *st, CUdeviceptr p)
+{
+    if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    sim_range *r;
+    CUresult rc = mem_free_check(st->capture->graph, p, &r);
+    if (rc) return rc;
+    sim_work *w = mem_node(SIM_W_GFREE, r);
+    if (!w) return CUDA_ERROR_OUT_OF_MEMORY;
+    bool own = graph_allocates(st->capture->graph, r);
+    rc = sim_capture_add(st, w, 0);
+    if (!rc && own) r->g_freed_in_graph = true;
+    return rc;
 }
 
 void sim_capture_invalidate(sim_capture *c)
@@ -292,21 +384,32 @@ CUresult cuGraphDestroy(CUgraph graph)
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Flags: CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH (what PyTorch passes) and
+ * CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (accepted: nodes run in capture order whatever
+ * their priority) are modelled; CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD belongs to
+ * cuGraphInstantiateWithParams (CUDA_ERROR_INVALID_VALUE here, as in cuda.h); device launch is
+ * not supported. */
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *pexec, CUgraph graph, unsigned long long flags)
 {
     SIM_CHECK_INIT();
     if (!pexec) return CUDA_ERROR_INVALID_VALUE;
-    if (flags) return sim_unsupported("cuGraphInstantiateWithFlags (non-zero flags)");
+    const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                     CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+        return sim_unsupported("cuGraphInstantiateWithFlags (device launch)");
+    if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     CUresult rc = CUDA_SUCCESS;
-    sim_graph *x = NULL;
+    sim_graph *x = NULL, *g = (sim_graph *)(void *)graph;
     if (!sim_pset_has(sim.graphs, sim.ngraphs, graph))
         rc = CUDA_ERROR_INVALID_VALUE;
+    else if (g->nmem && g->nexecs)
+        rc = CUDA_ERROR_INVALID_VALUE; /* "at most one executable graph ... at a time" */
     else if (!(x = graph_new()))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     else {
         x->magic = SIM_MAGIC_EXEC;
-        sim_graph *g = (sim_graph *)(void *)graph;
+        x->flags = flags;
         for (size_t i = 0; i < g->n && !rc; i++) {
             sim_work *w = sim_work_clone(g->nodes[i], 0);
             if (!w || !graph_append(x, w)) {
@@ -316,10 +419,13 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *pexec, CUgraph graph, unsigned
         }
         if (!rc && !sim_pset_add(&sim.execs, &sim.nexecs, &sim.capexecs, x))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
-        if (rc)
+        if (rc) {
             graph_free(x);
-        else
+        } else {
+            x->origin = g;
+            g->nexecs++;
             *pexec = (CUgraphExec)(void *)x;
+        }
     }
     sim_unlock();
     return rc;
@@ -338,8 +444,30 @@ CUresult cuGraphExecDestroy(CUgraphExec exec)
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* The graph memory a launch of x needs at its peak (allocations and frees in node order),
+ * beyond what is live already, and what its auto-free releases first. */
+static size_t launch_mem_need(const sim_graph *x, int dev, bool auto_free, size_t *released)
+{
+    size_t cur = 0, peak = 0;
+    *released = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        sim_range *r = x->nodes[i]->user;
+        if (!is_mem_node(x->nodes[i]) || r->dev != dev) continue;
+        if (x->nodes[i]->kind == SIM_W_GALLOC) {
+            if (r->g_live && auto_free) *released += r->charged;
+            cur += r->charged;
+            if (cur > peak) peak = cur;
+        } else if (graph_allocates(x, r)) {
+            cur -= r->charged < cur ? r->charged : cur;
+        }
+    }
+    return peak;
+}
+
 /* Issues the graph's nodes on s, in capture order (each launch uses fresh copies, so kernel
- * parameters are those captured). */
+ * parameters are those captured). An allocation a previous launch made and nobody freed makes
+ * the launch fail with CUDA_ERROR_INVALID_VALUE, unless the graph was instantiated with
+ * AUTO_FREE_ON_LAUNCH: then it is freed on s first, as cuMemFreeAsync would. */
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
     SIM_CHECK_INIT();
@@ -352,16 +480,50 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
         return sim_unsupported("cuGraphLaunch into a capturing stream (child graphs)");
     }
     sim_graph *x = rc ? NULL : (sim_graph *)(void *)exec;
+    bool auto_free = x && (x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    if (x && x->nmem) {
+        for (size_t i = 0; i < x->n && !rc; i++) {
+            sim_work *w = x->nodes[i];
+            if (w->kind == SIM_W_GALLOC && ((sim_range *)w->user)->g_outstanding && !auto_free)
+                rc = CUDA_ERROR_INVALID_VALUE; /* unfreed from a previous launch */
+        }
+        for (int d = 0; d < sim.ndevices && !rc; d++) {
+            size_t released, need = launch_mem_need(x, d, auto_free, &released);
+            if (need > sim_graph_mem_avail(d) + released) rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        for (size_t i = 0; i < x->n && !rc && auto_free; i++) {
+            sim_work *w = x->nodes[i];
+            sim_range *r = w->user;
+            if (w->kind != SIM_W_GALLOC || !r->g_outstanding) continue;
+            sim_work *f = sim_work_clone(w, 0);
+            if (!f) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            f->kind = SIM_W_GFREE;
+            r->g_outstanding = false;
+            sim_submit(st, f);
+        }
+    }
     for (size_t i = 0; x && i < x->n && !rc; i++) {
         sim_work *w = sim_work_clone(x->nodes[i], 0);
         if (!w) {
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             break;
         }
-        sim_cost(w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? SIM_OP_LAUNCH
-                 : w->kind == SIM_W_MEMSET                          ? SIM_OP_MEMSET
-                                                                    : SIM_OP_MEMCPY_DTOD,
-                 w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? 0 : w->n);
+        if (is_mem_node(w)) {
+            sim_range *r = w->user;
+            /* the API-level state: what this launch leaves allocated, or frees */
+            if (w->kind == SIM_W_GALLOC)
+                r->g_outstanding = !r->g_freed_in_graph;
+            else
+                r->g_outstanding = false;
+        } else {
+            sim_cost(w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? SIM_OP_LAUNCH
+                     : w->kind == SIM_W_MEMSET                          ? SIM_OP_MEMSET
+                                                                        : SIM_OP_MEMCPY_DTOD,
+                     w->kind == SIM_W_KERNEL || w->kind == SIM_W_HOSTFN ? 0 : w->n);
+        }
         sim_submit(st, w);
         /* A launch may not destroy the executable graph it runs, but keep the check honest. */
         if (!sim_pset_has(sim.execs, sim.nexecs, exec)) break;
@@ -370,3 +532,147 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
     return rc;
 }
 
+/* ---- the explicit graph API: empty graphs and memory nodes ---------------------------------- */
+
+CUresult cuGraphCreate(CUgraph *pgraph, unsigned int flags)
+{
+    SIM_CHECK_INIT();
+    if (!pgraph || flags) return CUDA_ERROR_INVALID_VALUE;
+    sim_graph *g = graph_new();
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_lock();
+    bool ok = sim_pset_add(&sim.graphs, &sim.ngraphs, &sim.capgraphs, g);
+    sim_unlock();
+    if (!ok) {
+        free(g);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pgraph = (CUgraph)(void *)g;
+    return CUDA_SUCCESS;
+}
+
+/* The dependencies must be nodes of g, without duplicates. Nodes are kept in the order they are
+ * added, which respects every dependency (a dependency exists before its dependents). */
+static CUresult deps_check(const sim_graph *g, const CUgraphNode *deps, size_t ndeps)
+{
+    if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < ndeps; i++) {
+        bool found = false;
+        for (size_t k = 0; k < g->n && !found; k++)
+            found = (CUgraphNode)(void *)g->nodes[k] == deps[i];
+        if (!found) return CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; j < i; j++)
+            if (deps[j] == deps[i]) return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *pnode, CUgraph graph, const CUgraphNode *deps,
+                                size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    SIM_CHECK_INIT();
+    if (!pnode || !params || params->bytesize == 0 ||
+        params->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        params->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_graph *g = (sim_graph *)(void *)graph;
+    int dev = params->poolProps.location.id;
+    CUresult rc = sim_pset_has(sim.graphs, sim.ngraphs, graph) ? deps_check(g, deps, ndeps)
+                                                               : CUDA_ERROR_INVALID_VALUE;
+    if (!rc && (dev < 0 || dev >= sim.ndevices)) rc = CUDA_ERROR_INVALID_DEVICE;
+    sim_range *r = NULL;
+    sim_work *w = NULL;
+    if (!rc) {
+        r = sim_graph_mem_new(dev, params->bytesize);
+        w = r ? mem_node(SIM_W_GALLOC, r) : NULL;
+        if (!w || !graph_append(g, w)) {
+            if (w) sim_work_free(w);
+            else if (r) sim_graph_mem_unref(r);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (!rc) {
+        params->dptr = (CUdeviceptr)r->base;
+        *pnode = (CUgraphNode)(void *)w;
+    }
+    sim_unlock();
+    return rc;
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *pnode, CUgraph graph, const CUgraphNode *deps,
+                               size_t ndeps, CUdeviceptr dptr)
+{
+    SIM_CHECK_INIT();
+    if (!pnode) return CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_graph *g = (sim_graph *)(void *)graph;
+    CUresult rc = sim_pset_has(sim.graphs, sim.ngraphs, graph) ? deps_check(g, deps, ndeps)
+                                                               : CUDA_ERROR_INVALID_VALUE;
+    sim_range *r = NULL;
+    if (!rc) rc = mem_free_check(g, dptr, &r);
+    sim_work *w = NULL;
+    if (!rc) {
+        bool own = graph_allocates(g, r);
+        w = mem_node(SIM_W_GFREE, r);
+        if (!w || !graph_append(g, w)) {
+            if (w) sim_work_free(w);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if (own) {
+            r->g_freed_in_graph = true;
+        }
+    }
+    if (!rc) *pnode = (CUgraphNode)(void *)w;
+    sim_unlock();
+    return rc;
+}
+
+/* ---- graph memory of a device ------------------------------------------------------------- */
+
+CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+    SIM_CHECK_INIT();
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    sim_graph_mem_trim(dev);
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    SIM_CHECK_INIT();
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    sim_lock();
+    sim_device *d = &sim.dev[dev];
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = d->graph_used; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = d->graph_high; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = d->graph_reserved; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = d->graph_reserved_high; break;
+    default: rc = CUDA_ERROR_INVALID_VALUE; break;
+    }
+    sim_unlock();
+    return rc;
+}
+
+/* Only the high-water marks can be set, and only to 0: they restart from the current figure. */
+CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void *value)
+{
+    SIM_CHECK_INIT();
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!value || *(cuuint64_t *)value != 0) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    sim_lock();
+    sim_device *d = &sim.dev[dev];
+    if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+        d->graph_high = d->graph_used;
+    else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+        d->graph_reserved_high = d->graph_reserved;
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    sim_unlock();
+    return rc;
+}

@@ -29,6 +29,12 @@
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
 #define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
 #define SIM_MAX_FAULTS 32
+/* The device description (an A100's figures; memory size aside): cuDeviceGetAttribute reports
+ * these and the driver's own decisions use the same values (cuMemAllocPitch pads rows to the
+ * texture alignment, as NVIDIA GPUs are observed to, and refuses pitches above the maximum). */
+#define SIM_TEXTURE_ALIGNMENT 512
+#define SIM_TEXTURE_PITCH_ALIGNMENT 32
+#define SIM_MAX_PITCH 2147483647
 /* Device memory a primary context takes while active (GPUMEM_SIM_CONTEXT_BYTES); see README. */
 #define SIM_DEFAULT_CONTEXT_BYTES ((size_t)426 << 20)
 /* Devices smaller than this get no context charge by default (test-sized devices). */
@@ -77,6 +83,15 @@ typedef struct sim_range {
     bool freeing;    /* a cuMemFreeAsync is queued for it (asynchronous mode) */
     bool ipc;        /* exported (cuIpcGetMemHandle): backed by its own memfd, ipc_fd */
     bool ipc_import; /* opened with cuIpcOpenMemHandle: not charged, closed by refcount */
+    /* A graph allocation (SIM_R_DEVICE made by a memory allocation node, sim_graph.c): its
+     * address is fixed when the node is created; the memory exists (`g_live`: mapped, charged)
+     * from the moment a launch reaches the node until a free reaches it. */
+    bool graph;
+    bool g_live;        /* execution: allocated by an alloc node, not yet freed */
+    bool g_outstanding; /* API: a launch allocated it and no free was issued yet */
+    bool g_freed_in_graph; /* its own graph has a free node for it */
+    unsigned g_refs;    /* graph nodes (alloc and free, in graphs, executable graphs and
+                           queued work) that name it; the address lives while any does */
     int ipc_fd;
     int ipc_refs;
     uint64_t ipc_key[3]; /* imported: exporter pid, its fd number, the file's inode */
@@ -100,6 +115,8 @@ enum sim_work_kind {
     SIM_W_RECORD, /* an event record */
     SIM_W_WAIT,   /* wait for (target, tseq) */
     SIM_W_FREE,   /* cuMemFreeAsync */
+    SIM_W_GALLOC, /* a graph memory allocation node: user is its sim_range */
+    SIM_W_GFREE,  /* a graph memory free node (or a free of a graph allocation) */
 };
 
 typedef struct sim_work {
@@ -169,11 +186,17 @@ typedef struct sim_event {
     uint64_t cap_nodes;          /* that stream's cap_nodes at the record */
 } sim_event;
 
-/* A graph: its nodes in capture order, which is a valid execution order (sim_graph.c). */
+/* A graph: its nodes in capture order, which is a valid execution order (sim_graph.c). An
+ * executable graph is the same structure (magic SIM_MAGIC_EXEC) with its instantiation flags
+ * and the graph it came from. */
 typedef struct sim_graph {
     uint32_t magic;
     sim_work **nodes;
     size_t n, cap;
+    size_t nmem;                /* memory nodes (alloc and free) */
+    unsigned long long flags;   /* executable graph: CUDA_GRAPH_INSTANTIATE_FLAG_* */
+    struct sim_graph *origin;   /* executable graph: its graph while that exists */
+    unsigned nexecs;            /* graph: executable graphs instantiated from it, alive */
 } sim_graph;
 
 typedef struct sim_capture {
@@ -235,6 +258,9 @@ typedef struct sim_device {
         uint64_t release_threshold;
         size_t used, used_high; /* pool allocations now, and their high-water mark */
     } pool;
+    /* graph allocations: live now and the high-water mark; device memory kept for them (live
+     * plus freed, until cuDeviceGraphMemTrim) and its high-water mark */
+    size_t graph_used, graph_high, graph_reserved, graph_reserved_high;
     uint64_t peer_mask; /* devices this one has enabled peer access to */
 } sim_device;
 
@@ -376,6 +402,19 @@ bool sim_capture_on_device(int dev, bool blocking_only, bool invalidate);
 
 /* Zeros host memory: w->discard gives whole pages back to the kernel (sim_mem.c). */
 void sim_zero_host(const sim_work *w);
+/* sim_mem.c: graph allocations (lock held). A new one reserves its address (not live, no
+ * references); the node that names it takes a reference. */
+sim_range *sim_graph_mem_new(int dev, size_t size);
+void sim_graph_mem_ref(sim_range *r);
+void sim_graph_mem_unref(sim_range *r); /* the last reference of a dead allocation frees it */
+size_t sim_graph_mem_avail(int dev);    /* free device memory + memory reserved for graphs */
+void sim_graph_mem_end(sim_range *r);   /* its lifetime ends (a free) */
+void sim_graph_mem_trim(int dev);
+void sim_graph_mem_run(sim_work *w); /* an SIM_W_GALLOC / SIM_W_GFREE reached on its stream */
+/* sim_graph.c: stream-ordered allocation and free on a capturing stream (memory nodes). */
+CUresult sim_capture_mem_alloc(sim_stream *st, size_t size, CUdeviceptr *out);
+CUresult sim_capture_mem_free(sim_stream *st, CUdeviceptr p);
+
 /* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */

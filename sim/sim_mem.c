@@ -262,13 +262,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     return rc;
 }
 
-/* Pitched memory: one cuMemAlloc of pitch x height, the pitch being the width rounded up to
- * the device's texture alignment (512 B, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: the multiple
- * NVIDIA GPUs are observed to return, which also meets CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT,
- * 32). ElementSizeBytes must be 4, 8 or 16, as CUDA documents; the pitch may not exceed
- * CU_DEVICE_ATTRIBUTE_MAX_PITCH. */
-#define SIM_PITCH_ALIGN ((size_t)512)
-#define SIM_MAX_PITCH ((size_t)2147483647)
+/* Pitched memory: one cuMemAlloc of pitch x height, the pitch being the width rounded up to the
+ * device's texture alignment (SIM_TEXTURE_ALIGNMENT, 512 B: the multiple NVIDIA GPUs are
+ * observed to return, which also meets CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32).
+ * ElementSizeBytes must be 4, 8 or 16, as CUDA documents; a pitch above
+ * CU_DEVICE_ATTRIBUTE_MAX_PITCH and a size that overflows are CUDA_ERROR_INVALID_VALUE. */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                             unsigned int elem)
 {
@@ -276,8 +274,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
     if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
     if (width > SIM_MAX_PITCH) return CUDA_ERROR_INVALID_VALUE;
-    size_t p = round_up(width, SIM_PITCH_ALIGN);
-    if (height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
+    size_t p = round_up(width, SIM_TEXTURE_ALIGNMENT);
+    if (p > SIM_MAX_PITCH || height > SIZE_MAX / p) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     int dev;
     CUresult rc = sim_current_dev(&dev);
@@ -296,6 +294,7 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     if (r->kind != SIM_R_DEVICE && r->kind != SIM_R_MANAGED) return CUDA_ERROR_INVALID_VALUE;
     if (async && r->kind != SIM_R_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     if (r->ipc_import) return CUDA_ERROR_INVALID_VALUE; /* cuIpcCloseMemHandle's to release */
+    if (r->graph) return CUDA_ERROR_INVALID_VALUE;      /* graph_mem_free's */
     *freed = r->size;
     if (r->kind == SIM_R_DEVICE) {
         sim_uncharge(r->dev, r->charged);
@@ -311,6 +310,8 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     range_destroy(r);
     return CUDA_SUCCESS;
 }
+
+static CUresult graph_mem_free(sim_range *r, sim_stream *st);
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -328,6 +329,8 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
         r = sim_range_find((uintptr_t)dptr); /* the drain may have let others run */
         if (r && r->freeing)
             rc = CUDA_ERROR_INVALID_VALUE;
+        else if (r && r->graph) /* "immediately upon the freeing call to cudaFree()" */
+            rc = r->base == (uintptr_t)dptr ? graph_mem_free(r, NULL) : CUDA_ERROR_INVALID_VALUE;
         else
             rc = sim_device_free(dptr, false, &freed);
     }
@@ -337,17 +340,143 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     return rc;
 }
 
+/* ---- graph allocations (memory nodes; the graph semantics are in sim_graph.c) -------------
+ * A graph allocation's address is reserved when its allocation node is created (PROT_NONE
+ * address space, not charged) and stays fixed while any node names it (g_refs). A launch that
+ * reaches the node makes the memory exist: charged to the device and read/write (g_live); a free
+ * (a free node, cuMemFreeAsync, cuMemFree) ends that: the bytes are dropped and the address is
+ * inaccessible again, as a GPU's would fault. Like the driver, the device keeps freed graph
+ * memory reserved for later graph allocations (graph_reserved - graph_used) until
+ * cuDeviceGraphMemTrim gives it back. */
+sim_range *sim_graph_mem_new(int dev, size_t size)
+{
+    if (size == 0) return NULL;
+    void *mb;
+    size_t ms;
+    void *p = map_aligned(round_up(size, 4096), 4096, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, &mb, &ms);
+    sim_range *r = p ? range_new(SIM_R_DEVICE, (uintptr_t)p, size, mb, ms) : NULL;
+    if (!r || !range_insert(r)) {
+        if (r)
+            range_destroy(r);
+        else if (p)
+            munmap(mb, ms);
+        return NULL;
+    }
+    r->graph = true;
+    r->dev = dev;
+    r->charged = round_up(size, SIM_ALLOC_ROUND);
+    return r;
+}
+
+static void graph_mem_maybe_destroy(sim_range *r)
+{
+    if (r->g_refs || r->g_live || r->g_outstanding) return;
+    range_remove(r);
+    range_destroy(r);
+}
+
+void sim_graph_mem_ref(sim_range *r)
+{
+    r->g_refs++;
+}
+
+void sim_graph_mem_unref(sim_range *r)
+{
+    if (r->g_refs) r->g_refs--;
+    graph_mem_maybe_destroy(r);
+}
+
+/* Bytes a device can give graph allocations now: its free memory and what it keeps reserved. */
+size_t sim_graph_mem_avail(int dev)
+{
+    sim_device *d = &sim.dev[dev];
+    return sim_dev_free(dev) + (d->graph_reserved - d->graph_used);
+}
+
+/* The allocation's lifetime begins (an allocation node ran). Capacity was checked by the launch. */
+static void graph_mem_begin(sim_range *r)
+{
+    if (r->g_live) return;
+    sim_device *d = &sim.dev[r->dev];
+    size_t cached = d->graph_reserved - d->graph_used;
+    if (r->charged > cached) {
+        size_t more = r->charged - cached;
+        d->used += more;
+        if (d->used > d->peak) d->peak = d->used;
+        d->graph_reserved += more;
+        if (d->graph_reserved > d->graph_reserved_high) d->graph_reserved_high = d->graph_reserved;
+    }
+    d->graph_used += r->charged;
+    if (d->graph_used > d->graph_high) d->graph_high = d->graph_used;
+    if (!sim.virtual_backing) mprotect((void *)r->base, r->map_size, PROT_READ | PROT_WRITE);
+    r->g_live = true;
+}
+
+/* The allocation's lifetime ends: its bytes are gone, the address faults again. */
+void sim_graph_mem_end(sim_range *r)
+{
+    if (!r->g_live) return;
+    sim_device *d = &sim.dev[r->dev];
+    d->graph_used -= r->charged < d->graph_used ? r->charged : d->graph_used;
+    if (!sim.virtual_backing) {
+        madvise((void *)r->base, r->map_size, MADV_DONTNEED);
+        mprotect((void *)r->base, r->map_size, PROT_NONE);
+    }
+    r->g_live = false;
+    graph_mem_maybe_destroy(r);
+}
+
+/* cuDeviceGraphMemTrim: reserved graph memory no allocation uses goes back to the device. */
+void sim_graph_mem_trim(int dev)
+{
+    sim_device *d = &sim.dev[dev];
+    sim_uncharge(dev, d->graph_reserved - d->graph_used);
+    d->graph_reserved = d->graph_used;
+}
+
+/* Runs an allocation or free node (lock held). */
+void sim_graph_mem_run(sim_work *w)
+{
+    sim_range *r = w->user;
+    if (w->kind == SIM_W_GALLOC)
+        graph_mem_begin(r);
+    else
+        sim_graph_mem_end(r);
+}
+
+/* A free of a graph allocation outside a capture (cuMemFreeAsync on st; st NULL: cuMemFree, at
+ * once). Only an allocation a launch made and nobody freed yet can be freed this way. */
+static CUresult graph_mem_free(sim_range *r, sim_stream *st)
+{
+    if (!r->g_outstanding) return CUDA_ERROR_INVALID_VALUE;
+    r->g_outstanding = false;
+    if (!st) {
+        sim_graph_mem_end(r);
+        return CUDA_SUCCESS;
+    }
+    sim_work *w = calloc(1, sizeof *w);
+    if (!w) {
+        r->g_outstanding = true;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    w->kind = SIM_W_GFREE;
+    w->user = r;
+    sim_graph_mem_ref(r);
+    sim_submit(st, w);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
     SIM_CHECK_INIT();
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc && st->capture) {
-        sim_unlock();
-        return sim_unsupported("cuMemAllocAsync on a capturing stream (graph memory nodes)");
-    }
-    if (!rc) rc = device_alloc(st->dev, dptr, size, true);
+    if (!rc && st->capture)
+        rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
+    else if (!rc)
+        rc = device_alloc(st->dev, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -360,12 +489,10 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     int d = pool_dev(pool);
     sim_stream *st;
     CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
-    if (!rc && st->capture) {
-        sim_unlock();
-        return sim_unsupported(
-            "cuMemAllocFromPoolAsync on a capturing stream (graph memory nodes)");
-    }
-    if (!rc) rc = device_alloc(d, dptr, size, true);
+    if (!rc && st->capture)
+        rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
+    else if (!rc)
+        rc = device_alloc(d, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -381,15 +508,15 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
     size_t freed = 0;
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc && st->capture) {
-        sim_unlock();
-        return sim_unsupported("cuMemFreeAsync on a capturing stream (graph memory nodes)");
-    }
     if (!rc && !dptr) rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc) {
+    if (!rc && st->capture) {
+        rc = sim_capture_mem_free(st, dptr);
+    } else if (!rc) {
         sim_range *r = sim_range_find((uintptr_t)dptr);
         if (!r || r->base != (uintptr_t)dptr || r->kind != SIM_R_DEVICE || r->freeing)
             rc = CUDA_ERROR_INVALID_VALUE;
+        else if (r->graph)
+            rc = graph_mem_free(r, st);
         else if (sim_is_async()) {
             sim_work *w = calloc(1, sizeof *w);
             if (!w)
@@ -1122,7 +1249,8 @@ static bool extent_of(uintptr_t p, sim_range **pr, uintptr_t *base, size_t *size
 {
     sim_range *r = sim_range_find(p);
     if (pm) *pm = NULL;
-    if (!r) return false;
+    if (!r || (r->graph && !r->g_live && !r->g_outstanding))
+        return false; /* a graph allocation outside its lifetime */
     *pr = r;
     if (r->kind == SIM_R_RESERVE) {
         size_t i = map_upper(r, p);
@@ -1195,7 +1323,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(int *)data = ptr_dev(r, m);
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(int *)data = r->kind == SIM_R_DEVICE;
+        *(int *)data = r->kind == SIM_R_DEVICE && !r->graph;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = (CUdeviceptr)base;
@@ -1296,13 +1424,18 @@ enum side { SIDE_HOST, SIDE_DEVICE };
  * VMM, managed); *known: memory the device can address (device memory, or pinned/registered
  * host memory, which unified addressing makes usable as a "device" pointer); *skip: its bytes
  * do not exist (virtual backing). Lock held. */
-static CUresult check_side(uintptr_t p, size_t n, bool write, bool *dev, bool *known, bool *skip)
+static CUresult check_side(uintptr_t p, size_t n, bool write, bool capturing, bool *dev,
+                           bool *known, bool *skip)
 {
     *dev = *known = *skip = false;
     sim_range *r = sim_range_find(p);
     if (!r) return CUDA_SUCCESS;
     *known = true;
     if (n > r->base + r->size - p) return CUDA_ERROR_INVALID_VALUE;
+    /* a graph allocation exists for stream work only between a launch that allocates it and a
+     * free (as issued: in asynchronous mode the launch may not have run yet); work captured into
+     * a graph runs later, in graph order, which is the program's to get right */
+    if (r->graph && !r->g_outstanding && !capturing) return CUDA_ERROR_INVALID_VALUE;
     if (r->kind == SIM_R_HOST || r->kind == SIM_R_REGISTERED) return CUDA_SUCCESS;
     *dev = true;
     if (r->kind == SIM_R_MANAGED) return CUDA_SUCCESS; /* host memory in the sim, always real */
@@ -1384,8 +1517,8 @@ static CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, int want_dst, in
         return rc;
     }
     bool ddev = false, dknown = false, dskip = false, sdev = false, sknown = false, sskip = false;
-    if (!rc) rc = check_side(dst, n, true, &ddev, &dknown, &dskip);
-    if (!rc) rc = check_side(src, n, false, &sdev, &sknown, &sskip);
+    if (!rc) rc = check_side(dst, n, true, st->capture != NULL, &ddev, &dknown, &dskip);
+    if (!rc) rc = check_side(src, n, false, st->capture != NULL, &sdev, &sknown, &sskip);
     /* A named device side must be memory the device can address. */
     if (!rc && ((want_dst == SIDE_DEVICE && !dknown) || (want_src == SIDE_DEVICE && !sknown)))
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -1488,7 +1621,7 @@ static CUresult do_memset(uintptr_t dst, unsigned value, size_t elem, size_t cou
         return rc;
     }
     bool dev = false, known = false, skip = false;
-    if (!rc) rc = check_side(dst, n, true, &dev, &known, &skip);
+    if (!rc) rc = check_side(dst, n, true, st->capture != NULL, &dev, &known, &skip);
     if (!rc && !known) rc = CUDA_ERROR_INVALID_VALUE; /* pageable host memory is not the device's */
     if (!rc) {
         sim_work *w = skip ? NULL : calloc(1, sizeof *w);
@@ -1668,7 +1801,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *out, CUdeviceptr dptr)
     int dev;
     CUresult rc = sim_current_dev(&dev);
     sim_range *r = rc ? NULL : sim_range_find((uintptr_t)dptr);
-    if (!rc && (!r || r->kind != SIM_R_DEVICE || r->from_pool || r->ipc_import))
+    if (!rc && (!r || r->kind != SIM_R_DEVICE || r->from_pool || r->graph || r->ipc_import))
         rc = CUDA_ERROR_INVALID_VALUE; /* only cuMemAlloc memory (pools export differently) */
     if (!rc && !r->ipc) {
         size_t len = r->map_size ? r->map_size : round_up(r->size, 4096);

@@ -90,7 +90,10 @@
                                                                               4010)                        \
     X(cuFuncGetAttribute, 2020) X(cuFuncSetAttribute, 9000) X(cuFuncSetCacheConfig, 3000)                 \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000)                                          \
-    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020) X(cuDeviceGetPCIBusId, 4010)
+    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020) X(cuDeviceGetPCIBusId, 4010)                         \
+    X(cuGraphCreate, 10000) X(cuGraphAddMemAllocNode, 11040) X(cuGraphAddMemFreeNode, 11040)               \
+    X(cuDeviceGraphMemTrim, 11040) X(cuDeviceGetGraphMemAttribute, 11040)                                  \
+    X(cuDeviceSetGraphMemAttribute, 11040)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -1386,6 +1389,66 @@ RT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, s
 {
     RT_BEGIN();
     RT_CALL(DRV.cuGraphGetNodes((CUgraph)g, (CUgraphNode *)nodes, n));
+}
+
+RT_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t *g, unsigned int flags)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuGraphCreate((CUgraph *)g, flags));
+}
+
+/* The runtime's parameters, field by field into the driver's (the layouts are the same today,
+ * but only the fields are promised). */
+RT_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *node, cudaGraph_t g,
+                                               const cudaGraphNode_t *deps, size_t ndeps,
+                                               struct cudaMemAllocNodeParams *params)
+{
+    if (!params) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = (CUmemAllocationType)params->poolProps.allocType;
+    p.poolProps.handleTypes = (CUmemAllocationHandleType)params->poolProps.handleTypes;
+    p.poolProps.location.type = (CUmemLocationType)params->poolProps.location.type;
+    p.poolProps.location.id = params->poolProps.location.id;
+    p.poolProps.maxSize = params->poolProps.maxSize;
+    p.accessDescs = (const CUmemAccessDesc *)params->accessDescs;
+    p.accessDescCount = params->accessDescCount;
+    p.bytesize = params->bytesize;
+    CUresult r = DRV.cuGraphAddMemAllocNode((CUgraphNode *)node, (CUgraph)g,
+                                            (const CUgraphNode *)deps, ndeps, &p);
+    if (r == CUDA_SUCCESS) params->dptr = (void *)p.dptr;
+    RT_CALL(r);
+}
+
+RT_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t *node, cudaGraph_t g,
+                                              const cudaGraphNode_t *deps, size_t ndeps,
+                                              void *dptr)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuGraphAddMemFreeNode((CUgraphNode *)node, (CUgraph)g, (const CUgraphNode *)deps,
+                                      ndeps, (CUdeviceptr)dptr));
+}
+
+RT_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuDeviceGraphMemTrim((CUdevice)device));
+}
+
+/* cudaGraphMemAttributeType values are the driver's CUgraphMem_attribute values. */
+RT_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType a,
+                                                     void *value)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuDeviceGetGraphMemAttribute((CUdevice)device, (CUgraphMem_attribute)a, value));
+}
+
+RT_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType a,
+                                                     void *value)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuDeviceSetGraphMemAttribute((CUdevice)device, (CUgraphMem_attribute)a, value));
 }
 
 /* ---- per-thread default stream (_ptsz / _ptds) variants ----------------------------------- */

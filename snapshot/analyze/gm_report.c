@@ -750,6 +750,64 @@ static const char *oom_phase(const gm_model *m, const gm_oom *oo) {
     return r && r->path ? r->path : NULL;
 }
 
+/* Copies and memsets gpumem refused (event kind 30 bad_access, issue 37): one row per kind of
+ * access (operation, bytes, allocation size, call site), first occurrence first, with its
+ * count. Text: "out-of-bounds memset of 1001 bytes into a 1000-byte allocation" and the site;
+ * JSON key "bad_accesses". Older recordings have none. */
+static void print_bad_accesses(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
+    uint64_t total = m->count_kind[REC_BAD_ACCESS];
+    sqlite3_stmt *q = NULL;
+    if (total && sqlite3_prepare_v2(d->db,
+                                    "SELECT min(seq), count(*), flags & 1792, size, requested, stack "
+                                    "FROM events WHERE kind = 30 GROUP BY flags & 1792, size, "
+                                    "requested, stack ORDER BY min(seq) LIMIT ?",
+                                    -1, &q, NULL) != SQLITE_OK)
+        q = NULL;
+    if (q) sqlite3_bind_int(q, 1, o->top > 0 ? o->top : 10);
+    if (o->json) fprintf(out, ",\"bad_accesses\":{\"count\":%" PRIu64 ",\"groups\":[", total);
+    else if (total)
+        fprintf(out, "\nOut-of-bounds copies and memsets (refused with CUDA_ERROR_INVALID_VALUE: %" PRIu64
+                     " in all)\n", total);
+    int n = 0;
+    uint64_t shown = 0;
+    while (q && sqlite3_step(q) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0), cnt = (uint64_t)sqlite3_column_int64(q, 1);
+        unsigned fl = (unsigned)sqlite3_column_int64(q, 2);
+        uint64_t bytes = (uint64_t)sqlite3_column_int64(q, 3), alloc = (uint64_t)sqlite3_column_int64(q, 4);
+        uint32_t stack = (uint32_t)sqlite3_column_int64(q, 5);
+        const char *op = fl & REC_F_BA_MEMSET ? "memset" : fl & REC_F_BA_WRITE ? "copy_into" : "copy_from";
+        const char *site = site_of(m, l, stack, NULL);
+        shown += cnt;
+        if (o->json) {
+            fprintf(out, "%s{\"first_seq\":%" PRIu64 ",\"count\":%" PRIu64 ",\"op\":\"%s\",\"bytes\":%" PRIu64
+                         ",\"allocation_bytes\":",
+                    n ? "," : "", seq, cnt, op, bytes);
+            if (alloc) fprintf(out, "%" PRIu64, alloc);
+            else fputs("null", out);
+            fprintf(out, ",\"freed\":%s,\"site\":", alloc ? "false" : "true");
+            gm_json_str(out, site);
+            fputc('}', out);
+        } else {
+            const char *what = fl & REC_F_BA_MEMSET ? "memset of" : "copy of";
+            const char *dir = fl & REC_F_BA_READ ? "from" : "into";
+            const char *unit = bytes == 1 ? "byte" : "bytes";
+            if (alloc)
+                fprintf(out, "  out-of-bounds %s %" PRIu64 " %s %s a %" PRIu64 "-byte allocation", what, bytes,
+                        unit, dir, alloc);
+            else
+                fprintf(out, "  %s %" PRIu64 " %s %s freed memory", what, bytes, unit, dir);
+            fprintf(out, " (event %" PRIu64 "%s", seq, cnt > 1 ? ", " : ")");
+            if (cnt > 1) fprintf(out, "%" PRIu64 " times)", cnt);
+            fprintf(out, "\n    at %s\n", site);
+        }
+        n++;
+    }
+    if (q) sqlite3_finalize(q);
+    if (o->json) fputs("]}", out);
+    else if (total > shown)
+        fprintf(out, "  ... and %" PRIu64 " more (gpumem sql: kind 30)\n", total - shown);
+}
+
 /* "device used (what nvidia-smi shows)": the block and its JSON key (gm_devused.c) */
 static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     gm_devused u;
@@ -974,6 +1032,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
         print_torch(d, m, &l, o, out);
+        print_bad_accesses(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
         char a[32], b[32], c[32];
@@ -1005,6 +1064,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
         if (s.n_foreign || s.n_double)
             fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
+        if (m->count_kind[REC_BAD_ACCESS])
+            fprintf(out, "  bad accesses        %" PRIu64 " copies and memsets past an allocation's end or into "
+                         "freed memory, refused (below)\n", m->count_kind[REC_BAD_ACCESS]);
         fprintf(out, "  dropped events      %" PRId64 "%s\n", s.dropped,
                 !s.dropped                          ? ""
                 : strcmp(d->state, "failed") == 0 ? " (the recording failed: see the note above; reports undercount)"
@@ -1023,6 +1085,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (ops) print_groups_text(out, "by op (innermost op range: PyTorch's emit_nvtx(), \"ns::op\" names)", gop, nop, o->top, total);
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
+        print_bad_accesses(d, m, &l, o, out);
         fprintf(out, "\nOOM forensics\n");
         if (!m->nooms && !s.n_oom) fprintf(out, "  no out-of-memory errors\n");
     }

@@ -82,7 +82,13 @@ enum rec_kind {
      * alloc_id = the allocation's id (as on its alloc and free events), stream = the stream of
      * the allocation. Frees that are reusable at once have none. */
     REC_FREE_COMPLETED = 29,
-    REC_KIND_MAX_ = 30
+    /* 30 (issue 37): a copy or memset refused because its bytes do not all lie in one live
+     * allocation (past its end, or freed memory), as the driver refuses one on its own
+     * allocations. addr = the address accessed, size = the bytes of the access, requested = the
+     * allocation's requested size (0: no live allocation there), alloc_id = its id (0: none),
+     * flags REC_F_BA_* = the operation. */
+    REC_BAD_ACCESS = 30,
+    REC_KIND_MAX_ = 31
 };
 
 /* Kinds the recorder never writes: PyTorch's own allocator, tensor by tensor, merged into a
@@ -115,6 +121,12 @@ enum rec_devinfo_when {
                                    (gpumem_torch_malloc: PyTorch's pluggable allocator) */
 #define REC_F_PENDING 0x2000u   /* a free whose block waits for stream events: a free_completed
                                    (REC_FREE_COMPLETED) follows when it lands */
+#define REC_F_GRAPH 0x4000u     /* a graph allocation: the driver's memory node, made by a
+                                   stream-ordered allocation during a capture (passed through) */
+/* REC_BAD_ACCESS only: the operation refused */
+#define REC_F_BA_MEMSET 0x100u /* a memset into it */
+#define REC_F_BA_WRITE 0x200u  /* a copy into it */
+#define REC_F_BA_READ 0x400u   /* a copy from it */
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

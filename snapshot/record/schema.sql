@@ -169,3 +169,12 @@ CREATE VIEW stack_frames AS
 -- allocation's (as on its alloc and free events), stream = the allocation's. A free whose block
 -- was reusable at once (same stream, or after cudaFree's synchronization) has none.
 INSERT INTO kinds VALUES (29,'free_completed');
+
+-- Event kind 30 'bad_access' (added within 1.3; older files have none): a copy or memset that
+-- gpumem refused with the driver's CUDA_ERROR_INVALID_VALUE because its bytes do not all lie in
+-- one live allocation (past its end, or in freed memory). addr = the address accessed, size =
+-- the bytes of the access, requested = the allocation's requested size and alloc_id its id (both
+-- 0 when no allocation is live there), flags 256 = a memset, 512 = the destination of a copy,
+-- 1024 = its source; stack = where the program made the call. Flag 16384 on an allocation: a
+-- graph allocation (the driver's memory node, made during a stream capture).
+INSERT INTO kinds VALUES (30,'bad_access');

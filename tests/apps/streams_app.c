@@ -332,11 +332,12 @@ static void launch3(void *f, void *a0, void *a1, void *a2, cudaStream_t s)
     RT(cudaLaunchKernel(f, g, b, args, 0, s));
 }
 
-/* A graph captured with allocations inside it: a block allocated, used and freed in the capture
- * and another allocated after that free (which may reuse it: graph order is stream order), and a
- * block allocated before the capture, used and freed inside it. After the capture the program
- * allocates and scribbles on new memory between replays; none of it may be memory the graph
- * uses, so every replay adds exactly 7 + 1 + 2 to acc. */
+/* A graph captured with allocations inside it (memory nodes): a block allocated, used and freed
+ * in the capture and another allocated after that free (which may reuse it: graph order is
+ * stream order), and a block allocated before the capture and used inside it (a captured free
+ * must name a graph allocation: it is freed once the graph is gone). After the capture the
+ * program allocates and scribbles on new memory between replays; none of it may be memory the
+ * graph uses, so every replay adds exactly 7 + 1 + 2 to acc. */
 static void graph(void)
 {
     enum { N = 4096 };
@@ -365,7 +366,6 @@ static void graph(void)
     RT(cudaFreeAsync(b, s));
     launch3(kset, &old, &n, &two, s);
     launch3(kadd, &acc, &old, &n, s);
-    RT(cudaFreeAsync(old, s)); /* allocated before the capture: held until the graph goes */
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
     RT(cudaStreamEndCapture(s, &g));
@@ -397,6 +397,7 @@ static void graph(void)
     RT(cudaGraphDestroy(g));
     for (int r = 0; r < 3; r++)
         RT(cudaFree(junk[r]));
+    RT(cudaFree(old));
     RT(cudaFree(acc));
     RT(cudaStreamDestroy(s));
 }
@@ -555,11 +556,52 @@ static void uses(void)
     RT(cudaStreamDestroy(sb));
 }
 
+/* ---- guard pages ---------------------------------------------------------------------------- */
+
+/* k_write(unsigned char *p, uint64_t n): p[i] = 0xee for i < n, as a kernel that miscounts */
+static void k_write(void **a)
+{
+    unsigned char *p = *(unsigned char **)a[0];
+    uint64_t n = *(uint64_t *)a[1];
+    for (uint64_t i = 0; i < n; i++)
+        p[i] = 0xee;
+}
+
+/* A kernel writes `over` bytes past the end of a 1000-byte allocation (its block is 1024 bytes:
+ * over > 24 leaves it). With GPUMEM_CONF=guard:1 that write faults (SIGSEGV here, an illegal
+ * address on a GPU); without, it silently lands in whatever follows. Prints whether the
+ * neighbour allocated right after it changed, when it survives. */
+static void guard(int over)
+{
+    size_t sz[] = {sizeof(unsigned char *), sizeof(uint64_t)};
+    void *kw = sim_kernel("k_write", k_write, 2, sz);
+    if (bad) return;
+    unsigned char *a = NULL, *b = NULL;
+    RT(cudaMalloc((void **)&a, 1000));
+    RT(cudaMalloc((void **)&b, 1000));
+    RT(cudaMemset(b, 0x11, 1000));
+    uint64_t n = 1000 + (uint64_t)over;
+    void *args[] = {&a, &n};
+    dim3 g = {1, 1, 1}, blk = {1, 1, 1};
+    printf("guard: writing %d bytes past the end\n", over);
+    fflush(stdout);
+    RT(cudaLaunchKernel(kw, g, blk, args, 0, 0));
+    RT(cudaDeviceSynchronize());
+    unsigned char h[1000];
+    RT(cudaMemcpy(h, b, sizeof h, cudaMemcpyDeviceToHost));
+    int changed = 0;
+    for (int i = 0; i < 1000; i++)
+        changed |= h[i] != 0x11;
+    printf("guard: survived, neighbour %s\n", changed ? "changed" : "intact");
+    RT(cudaFree(a));
+    RT(cudaFree(b));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses\n");
+                "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses|guard N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
@@ -578,6 +620,8 @@ int main(int argc, char **argv)
         churn(atoi(argv[2]));
     else if (!strcmp(argv[1], "uses"))
         uses();
+    else if (!strcmp(argv[1], "guard") && argc > 2)
+        guard(atoi(argv[2]));
     else {
         fprintf(stderr, "streams_app: unknown mode '%s'\n", argv[1]);
         return 2;

@@ -132,5 +132,23 @@ if [[ -x $BUILD/gpumem ]]; then
   fi
 fi
 
+# issue 37: the out-of-bounds accesses gpumem refused are recorded and `gpumem report` lists them
+if [[ -x $BUILD/gpumem ]]; then
+  GPUMEM_DB=$TMP/oob.db LD_PRELOAD="$LIB" "$BIN/oob" >/dev/null 2>"$TMP/oob.err"
+  "$BUILD/gpumem" report --top 30 "$TMP/oob.db" >"$TMP/oob.report" 2>&1
+  site='^    at main \(oob\.c:'
+  [[ ${GPUMEM_STACKS:-} == 0 ]] && site='^    at \(no stack' # TSan runs record no stacks
+  if grep -A1 '^  out-of-bounds memset of 1001 bytes into a 1000-byte allocation' "$TMP/oob.report" |
+      grep -qE "$site" &&
+      grep -q '^  memset of 16 bytes into freed memory' "$TMP/oob.report" &&
+      grep -q '^  bad accesses  *19 ' "$TMP/oob.report"; then
+    echo "ok: gpumem report lists the refused out-of-bounds accesses with their call sites"
+  else
+    echo "FAIL: gpumem report does not list the out-of-bounds accesses"
+    sed -n '/bad accesses/p;/Out-of-bounds/,/OOM forensics/p' "$TMP/oob.report" | head -20
+    fails=$((fails + 1))
+  fi
+fi
+
 echo "diff suite: ${#progs[@]} programs x ${#configs[@]} configurations = $runs runs, $listed listed differing line(s), $fails failure(s)"
 [[ $fails -eq 0 ]]

@@ -17,7 +17,9 @@
 #   6. the CUDA trainer as 2 MPI ranks on the one GPU (tests/gpu/train_mpi.sh: NCCL if found,
 #      losses equal the 1-rank run's, the ZeRO-1 saving; skipped without mpirun);
 #   7. Python frames under PyTorch (tests/gpu/pytorch_frames.sh, issue 21: the top call sites
-#      are the script's lines, emit_nvtx() ops are the innermost phases).
+#      are the script's lines, emit_nvtx() ops are the innermost phases);
+#   8. the issue-37 differential programs on the GPU against the virtual GPU
+#      (tests/gpu/graphs_parity.sh: graph memory nodes, capture modes, 713, pitch, out-of-bounds).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -76,6 +78,7 @@ part "PyTorch under gpumem three ways" 150 tests/gpu/pytorch_three_ways.sh
 part "Python frames under PyTorch (issue 21)" 120 tests/gpu/pytorch_frames.sh
 part "pytorch presets against PyTorch" 120 tests/gpu/pytorch_parity.sh
 part "the virtual GPU against the driver" 60 tests/gpu/sim_parity.sh
+part "graphs, captures, pools, pitch, out-of-bounds: the virtual GPU against the GPU (issue 37)" 120 tests/gpu/graphs_parity.sh
 part "the CUDA trainer as 2 MPI ranks" 90 tests/gpu/train_mpi.sh
 echo "tests/gpu/run.sh: $([[ $fail -eq 0 ]] && echo passed || echo FAILED)"
 exit $fail

@@ -7,9 +7,9 @@
 #   - two devices with streams on both and peer copies: each device's memory freed while the
 #     other device is current is fenced in its own context (on the asynchronous virtual GPU a
 #     slow kernel on the block's device would otherwise see the next owner's bytes);
-#   - CUDA graphs: a capture with allocations inside it (served by gpumem from the capture's own
-#     pools; the virtual GPU has no memory nodes) is instantiated and replayed while the program
-#     allocates around it, and nothing the graph uses is handed out until the graph is destroyed;
+#   - CUDA graphs: a capture with allocations inside it (the driver's memory nodes, which gpumem
+#     passes through) is instantiated and replayed while the program allocates around it, and
+#     nothing the graph uses is handed out until the graph is destroyed;
 #   - cudaIpcGetMemHandle on gpumem memory fails with cudaErrorNotSupported and one line that
 #     says why and names the ways out (a shareable handle; GPUMEM_MODE=record); the shareable
 #     handle works: gpumem's memory is created exportable as a POSIX fd where the device says so

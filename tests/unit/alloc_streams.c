@@ -512,6 +512,66 @@ static void test_capture_private(void **state)
     done(f);
 }
 
+/* A graph's private pools (issue 37): once the capture has freed what it allocated, that memory
+ * is free in the capture's pools, and a replay writes to it whenever the graph runs. Nothing
+ * unmaps or frees it before alloc_release_capture: not empty_cache, not the release before a
+ * growth of another pool, not the OOM path, not garbage collection, under every preset; with
+ * per_stream_pools false the capture's pools are still its own; nocache holds the block. */
+static void graph_pools_kept(const char *conf)
+{
+    fake_t *f = mk_cap(conf, (size_t)64 << 20, false);
+    const uintptr_t cap = 0x2005;
+    assert_int_equal(alloc_capture_begin(f->a), ALLOC_OK);
+    uint64_t g = 0;
+    assert_int_equal(alloc_malloc_captured(f->a, 3 << 20, cap, &g, NULL), ALLOC_OK);
+    assert_int_equal(alloc_free_captured(f->a, g, cap, NULL), ALLOC_OK);
+    uint64_t g2 = 0; /* reused inside the capture (except under nocache, which holds it) */
+    assert_int_equal(alloc_malloc_captured(f->a, 4096, cap, &g2, NULL), ALLOC_OK);
+    assert_int_equal(alloc_free_captured(f->a, g2, cap, NULL), ALLOC_OK);
+    assert_int_equal(alloc_capture_end(f->a), ALLOC_OK);
+    alloc_mem_counters_t c0, c1;
+    alloc_mem_backend_counters(f->m, &c0);
+    /* other streams take the rest of the device, let it go, take it again */
+    uint64_t p[32];
+    int n = 0;
+    for (; n < 32; n++)
+        if (alloc_malloc(f->a, 4 << 20, 0x100 + (uintptr_t)(n % 2), &p[n])) break;
+    assert_true(n > 4);
+    for (int i = 0; i < 3; i++) assert_true(p[i] != g && p[i] != g2);
+    for (int i = 0; i < n; i++) assert_int_equal(alloc_free(f->a, p[i]), ALLOC_OK);
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    uint64_t big = 0;
+    (void)alloc_malloc(f->a, 48 << 20, 0x100, &big); /* may fail: the graph keeps its part */
+    if (big) assert_int_equal(alloc_free(f->a, big), ALLOC_OK);
+    assert_int_equal(alloc_empty_cache(f->a), ALLOC_OK);
+    alloc_mem_backend_counters(f->m, &c1);
+    char err[256];
+    if (alloc_check(f->a, err, sizeof(err))) fail_msg("alloc_check: %s", err);
+    /* the graph's memory is still there: its pages stayed mapped (or its segment allocated) */
+    find_t w = {g, -1};
+    alloc_walk(f->a, find_block, &w);
+    assert_true(w.state == ALLOC_BLOCK_FREE || w.state == ALLOC_BLOCK_PENDING);
+    w = (find_t){g2, -1};
+    alloc_walk(f->a, find_block, &w);
+    assert_true(w.state == ALLOC_BLOCK_FREE || w.state == ALLOC_BLOCK_PENDING ||
+                w.state == ALLOC_BLOCK_LIVE);
+    assert_int_equal(alloc_release_capture(f->a, cap), ALLOC_OK);
+    w = (find_t){g, -1};
+    alloc_walk(f->a, find_block, &w);
+    assert_int_equal(w.state, -1); /* released with the graph */
+    done(f);
+}
+
+static void test_graph_pools_kept(void **state)
+{
+    (void)state;
+    const char *confs[] = {NULL, "per_stream_pools:False", "preset:pytorch",
+                           "preset:pytorch-expandable", "preset:nocache",
+                           "garbage_collection_threshold:0.5,release_threshold:0",
+                           "per_stream_pools:False,expandable_segments:False"};
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) graph_pools_kept(confs[i]);
+}
+
 /* The replay of a recording reproduces it (issue 13): a free that waited for stream events
  * returns to the replay's allocator at its free_completed (the on_free_landed hook, which the
  * recorder turns into kind 29 and the trace into `fc`), and the allocator's state must have
@@ -657,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_forgotten_streams_return_address_space),
         cmocka_unit_test(test_forget_busy_stream_waits),
         cmocka_unit_test(test_capture_private),
+        cmocka_unit_test(test_graph_pools_kept),
         cmocka_unit_test(test_replay_lands_frees_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

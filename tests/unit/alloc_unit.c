@@ -973,6 +973,73 @@ static void test_replay(void **state)
     free(ev);
 }
 
+/* guard:1 (issue 37): each allocation has pages of its own, ends where they end, and the granule
+ * after them is not mapped; nothing is cached; a free gives pages and address space back; the
+ * mode needs the virtual-memory calls; it parses and formats back. */
+static void test_guard_pages(void **state)
+{
+    (void)state;
+    alloc_mem_opts_t mo = {0};
+    mo.capacity = 1 * GiB;
+    for (int preset = 0; preset < 3; preset++) {
+        const char *pre[] = {"gpumem", "pytorch", "nocache"};
+        fx_t f = mk(pre[preset], "guard:1", mo);
+        alloc_mem_counters_t c0, c1;
+        alloc_mem_backend_counters(f.m, &c0);
+        uint64_t p[3];
+        size_t sz[3] = {1000, 2 * MiB, 3 * MiB + 4096};
+        for (int i = 0; i < 3; i++) {
+            p[i] = must_alloc(f.a, sz[i], 0);
+            size_t rs = (sz[i] + 511) / 512 * 512;
+            assert_int_equal(block_size(f.a, p[i]), rs);
+            assert_int_equal((p[i] + rs) % (2 * MiB), 0); /* it ends where its pages end */
+        }
+        for (int i = 0; i < 3; i++) /* a granule of unmapped address space after each */
+            for (int j = 0; j < 3; j++)
+                assert_false(p[j] + 2 * MiB > p[i] + block_size(f.a, p[i]) - 1 &&
+                             p[j] < p[i] + block_size(f.a, p[i]) + 2 * MiB && i != j);
+        alloc_mem_backend_counters(f.m, &c1);
+        assert_int_equal(c1.map - c0.map, 3);
+        assert_int_equal(c1.reserve - c0.reserve, 3);
+        alloc_stats_t st = stats(f.a);
+        assert_int_equal(st.reserved_bytes.current, (2 + 2 + 4) * MiB);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(alloc_free(f.a, p[i]), ALLOC_OK);
+            OK_CHECK(f.a);
+        }
+        uint64_t again = must_alloc(f.a, 1000, 0);
+        assert_int_equal(stats(f.a).cache_hits, 0); /* nothing cached */
+        assert_int_equal(alloc_free(f.a, again), ALLOC_OK);
+        alloc_mem_backend_counters(f.m, &c1);
+        assert_int_equal(c1.unmap - c0.unmap, 4);
+        assert_int_equal(c1.free_range - c0.free_range, 4);
+        assert_int_equal(stats(f.a).reserved_bytes.current, 0);
+        OK_CHECK(f.a);
+        fx_done(&f);
+    }
+    /* without virtual-memory calls there are no guard pages to have: refused, not ignored */
+    alloc_mem_backend_t *m = alloc_mem_backend_create(&mo);
+    alloc_backend_t be = *alloc_mem_backend(m);
+    be.reserve = NULL;
+    alloc_config_t cfg;
+    alloc_config_default(&cfg);
+    char err[256];
+    assert_int_equal(alloc_config_parse(&cfg, "guard:True", err, sizeof err), ALLOC_OK);
+    alloc_t *a = NULL;
+    assert_int_equal(alloc_create(&be, &cfg, &a), ALLOC_ERR_CONFIG);
+    assert_null(a);
+    char buf[1024];
+    alloc_config_format(&cfg, buf, sizeof buf);
+    assert_non_null(strstr(buf, "guard:True"));
+    alloc_config_t back;
+    alloc_config_default(&back);
+    assert_int_equal(alloc_config_parse(&back, buf, err, sizeof err), ALLOC_OK);
+    assert_true(back.guard);
+    assert_int_equal(alloc_config_parse(&cfg, "guard:maybe", err, sizeof err), ALLOC_ERR_CONFIG);
+    assert_non_null(strstr(err, "guard"));
+    alloc_mem_backend_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1009,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_trace_parse),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

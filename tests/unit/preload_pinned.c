@@ -35,6 +35,12 @@ void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t
     (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested;
 }
 void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind) { (void)ptr, (void)size, (void)kind; }
+int gm_capture_relax(CUstreamCaptureMode *saved)
+{
+    *saved = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    return 0; /* no capture in these tests */
+}
+void gm_capture_unrelax(int relaxed, CUstreamCaptureMode saved) { (void)relaxed, (void)saved; }
 
 /* ---- fake driver: registered ranges --------------------------------------------------- */
 #define MAXR 1024
@@ -155,6 +161,34 @@ static void test_reuse_registers_nothing_new(void **state)
     assert_int_equal(unregistrations, 0); /* cached: stays pinned */
 }
 
+/* A free made while a capture is underway (no implied synchronization then) is not handed out
+ * again until a later synchronized free says the device is done with it; it is a free for the
+ * program at once (a second free is a double free). */
+static void test_deferred_free(void **state)
+{
+    (void)state;
+    void *p, *q[16];
+    CUresult r;
+    assert_int_equal(gm_pinned_alloc(&p, 8192), CUDA_SUCCESS);
+    assert_int_equal(gm_pinned_free_deferred(p, &r), 1);
+    assert_int_equal(r, CUDA_SUCCESS);
+    assert_int_equal(gm_pinned_free_deferred(p, &r), 1);
+    assert_int_equal(r, CUDA_ERROR_INVALID_VALUE);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(gm_pinned_alloc(&q[i], 8192), CUDA_SUCCESS);
+        assert_ptr_not_equal(q[i], p);
+    }
+    gm_pinned_release_deferred();
+    int seen = 0;
+    void *again;
+    assert_int_equal(gm_pinned_alloc(&again, 8192), CUDA_SUCCESS);
+    seen = again == p;
+    assert_true(seen); /* back in the pool, the first fit again */
+    assert_int_equal(gm_pinned_free(again, &r), 1);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(gm_pinned_free(q[i], &r), 1);
+}
+
 static void test_bad_frees_answered(void **state)
 {
     (void)state;
@@ -248,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_pointers_pinned_aligned_disjoint),
         cmocka_unit_test(test_reuse_registers_nothing_new),
         cmocka_unit_test(test_bad_frees_answered),
+        cmocka_unit_test(test_deferred_free),
         cmocka_unit_test(test_driver_refuses),
         cmocka_unit_test(test_threads),
     };

@@ -253,17 +253,199 @@ static void test_illegal_calls_during_capture(void **state)
     OK(cuMemsetD8Async(d, 2, 16, NULL));
     OK(cuStreamEndCapture(s, &g));
     OK(cuGraphDestroy(g));
-    /* Stream-ordered allocation inside a capture (memory nodes) is not modelled. */
-    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
-    CUdeviceptr q;
-    assert_int_equal(cuMemAllocAsync(&q, 4096, s), CUDA_ERROR_NOT_SUPPORTED);
-    OK(cuStreamEndCapture(s, &g));
-    OK(cuGraphDestroy(g));
     OK(cuMemFree(d));
     OK(cuEventDestroy(outside));
     OK(cuStreamDestroy(s));
     OK(cuStreamDestroy(other));
     OK(cuStreamDestroy(blocking));
+}
+
+static cuuint64_t graph_mem(CUgraphMem_attribute a)
+{
+    cuuint64_t v = 12345;
+    OK(cuDeviceGetGraphMemAttribute(0, a, &v));
+    return v;
+}
+
+/* Memory nodes as CUDA's programming guide describes them ("Graph Memory Nodes"): the address is
+ * fixed at capture, the memory exists from the allocation node to the free, the graph's own free
+ * node ends it at every launch, the device keeps it reserved until trimmed. */
+static void test_memory_nodes_freed_in_graph(void **state)
+{
+    (void)state;
+    CUstream s;
+    CUgraph g;
+    CUgraphExec x;
+    int *h;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemAllocHost((void **)&h, N * sizeof(int)));
+    size_t free0, total;
+    OK(cuMemGetInfo(&free0, &total));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr p = 0;
+    OK(cuMemAllocAsync(&p, N * sizeof(int), s));
+    assert_true(p != 0);
+    /* an address, not memory yet: nothing is allocated at capture (the legacy stream may be
+     * used: only a non-blocking stream captures) */
+    assert_int_equal(cuMemsetD8(p, 0, 4), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemsetD32Async(p, 3, N, s));
+    launch(k_add, s, p, 4);
+    OK(cuMemcpyDtoHAsync(h, p, N * sizeof(int), s));
+    OK(cuMemFreeAsync(p, s));
+    assert_int_equal(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE); /* twice in one graph */
+    OK(cuStreamEndCapture(s, &g));
+    size_t n = 0;
+    OK(cuGraphGetNodes(g, NULL, &n));
+    assert_int_equal(n, 5);
+    size_t f;
+    OK(cuMemGetInfo(&f, &total));
+    assert_int_equal(f, free0);
+    OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CUgraphExec x2;
+    assert_int_equal(cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_ERROR_INVALID_VALUE);
+    for (int round = 0; round < 3; round++) {
+        memset(h, 0, N * sizeof(int));
+        OK(cuGraphLaunch(x, s));
+        OK(cuStreamSynchronize(s));
+        assert_int_equal(h[0], 7);
+        assert_int_equal(h[N - 1], 7);
+        /* freed by its own graph: outside its lifetime it is no memory at all */
+        assert_int_equal(cuMemsetD8(p, 0, 4), CUDA_ERROR_INVALID_VALUE);
+        assert_int_equal(cuMemFree(p), CUDA_ERROR_INVALID_VALUE);
+        CUdeviceptr base;
+        assert_int_equal(cuMemGetAddressRange(&base, NULL, p), CUDA_ERROR_NOT_FOUND);
+    }
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 0);
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH), N * sizeof(int));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), N * sizeof(int));
+    OK(cuMemGetInfo(&f, &total));
+    assert_int_equal(f, free0 - N * sizeof(int)); /* kept for graphs */
+    OK(cuDeviceGraphMemTrim(0));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), 0);
+    OK(cuMemGetInfo(&f, &total));
+    assert_int_equal(f, free0);
+    cuuint64_t zero = 0, one = 1;
+    assert_int_equal(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &one),
+                     CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &zero),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuDeviceSetGraphMemAttribute(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH), 0);
+    OK(cuGraphExecDestroy(x));
+    OK(cuGraphInstantiateWithFlags(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
+    OK(cuGraphExecDestroy(x));
+    assert_int_equal(cuGraphInstantiateWithFlags(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphDestroy(g));
+    OK(cuMemFreeHost(h));
+    OK(cuStreamDestroy(s));
+}
+
+/* An allocation its graph does not free outlives the launch: usable by later stream work, freed
+ * by cuMemFreeAsync or cuMemFree; the graph cannot be launched again before that, unless it was
+ * instantiated with AUTO_FREE_ON_LAUNCH. Destroying the graph does not free it. */
+static void test_memory_nodes_outliving_the_launch(void **state)
+{
+    (void)state;
+    CUstream s;
+    CUgraph g;
+    CUgraphExec x;
+    int *h;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemAllocHost((void **)&h, N * sizeof(int)));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUdeviceptr p = 0;
+    OK(cuMemAllocAsync(&p, N * sizeof(int), s));
+    OK(cuMemsetD32Async(p, 5, N, s));
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    OK(cuGraphLaunch(x, s));
+    launch(k_mul, s, p, 2);
+    OK(cuMemcpyDtoHAsync(h, p, N * sizeof(int), s));
+    OK(cuStreamSynchronize(s));
+    assert_int_equal(h[N - 1], 10);
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), N * sizeof(int));
+    assert_int_equal(cuGraphLaunch(x, s), CUDA_ERROR_INVALID_VALUE); /* still allocated */
+    OK(cuMemFreeAsync(p, s));
+    assert_int_equal(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphLaunch(x, s)); /* the same address again */
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(h, p, sizeof(int)));
+    assert_int_equal(h[0], 5);
+    OK(cuMemFree(p)); /* at once */
+    assert_int_equal(cuMemsetD8(p, 0, 4), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphExecDestroy(x));
+
+    OK(cuGraphInstantiateWithFlags(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+    for (int round = 0; round < 3; round++)
+        OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), N * sizeof(int));
+    OK(cuGraphExecDestroy(x));
+    OK(cuGraphDestroy(g));
+    /* the graph is gone, its allocation is not */
+    OK(cuMemsetD32(p, 9, N));
+    OK(cuMemcpyDtoH(h, p, sizeof(int)));
+    assert_int_equal(h[0], 9);
+    OK(cuMemFree(p));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 0);
+    OK(cuDeviceGraphMemTrim(0));
+
+    /* A captured free must name a graph allocation: memory from cuMemAlloc stays allocated. */
+    CUdeviceptr d;
+    OK(cuMemAlloc(&d, 4096));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    assert_int_equal(cuMemFreeAsync(d, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamEndCapture(s, &g));
+    OK(cuGraphDestroy(g));
+    OK(cuMemsetD8(d, 1, 4096));
+    OK(cuMemFree(d));
+    OK(cuMemFreeHost(h));
+    OK(cuStreamDestroy(s));
+}
+
+/* The explicit API: cuGraphCreate, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode; another
+ * graph's free node frees an allocation a graph left live. */
+static void test_memory_nodes_explicit(void **state)
+{
+    (void)state;
+    CUstream s;
+    CUgraph g, g2;
+    CUgraphExec x, x2;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    assert_int_equal(cuGraphCreate(&g, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphCreate(&g, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.bytesize = 1 << 20;
+    CUgraphNode an, fn;
+    OK(cuGraphAddMemAllocNode(&an, g, NULL, 0, &ap));
+    assert_true(ap.dptr != 0);
+    CUgraphNode bogus = (CUgraphNode)(uintptr_t)0x10;
+    assert_int_equal(cuGraphAddMemFreeNode(&fn, g, &bogus, 1, ap.dptr), CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(cuGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr + 8), CUDA_ERROR_INVALID_VALUE);
+    ap.bytesize = 0;
+    assert_int_equal(cuGraphAddMemAllocNode(&fn, g, NULL, 0, &ap), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphCreate(&g2, 0));
+    OK(cuGraphAddMemFreeNode(&fn, g2, NULL, 0, ap.dptr));
+    OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    OK(cuGraphInstantiateWithFlags(&x2, g2, 0));
+    OK(cuGraphLaunch(x, s));
+    OK(cuMemsetD8Async(ap.dptr, 1, 1 << 20, s));
+    OK(cuGraphLaunch(x2, s)); /* frees it */
+    OK(cuStreamSynchronize(s));
+    assert_int_equal(graph_mem(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT), 0);
+    OK(cuGraphLaunch(x, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemFree(ap.dptr));
+    OK(cuGraphExecDestroy(x));
+    OK(cuGraphExecDestroy(x2));
+    OK(cuGraphDestroy(g));
+    OK(cuGraphDestroy(g2));
+    OK(cuDeviceGraphMemTrim(0));
+    OK(cuStreamDestroy(s));
 }
 
 int main(void)
@@ -272,6 +454,9 @@ int main(void)
         cmocka_unit_test(test_capture_instantiate_replay),
         cmocka_unit_test(test_fork_join_across_streams),
         cmocka_unit_test(test_illegal_calls_during_capture),
+        cmocka_unit_test(test_memory_nodes_freed_in_graph),
+        cmocka_unit_test(test_memory_nodes_outliving_the_launch),
+        cmocka_unit_test(test_memory_nodes_explicit),
     };
     pid_t pid = fork();
     if (pid == 0) {
