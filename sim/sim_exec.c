@@ -1018,8 +1018,16 @@ static CUresult launch_skipped(sim_kernel *k, CUstream s)
     } else {
         k->launches++;
         if (st->capture) {
+            /* a kernel node without a body or parameters (empty buffers, as copies expect) */
             w->kind = SIM_W_KERNEL;
-            rc = sim_capture_add(st, w, 0);
+            w->argbuf = malloc(1);
+            w->args = calloc(1, sizeof *w->args);
+            if (w->argbuf && w->args) {
+                rc = sim_capture_add(st, w, 0); /* takes w */
+            } else {
+                sim_work_free(w);
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            }
         } else {
             sim_issue(st, w, NULL);
         }
