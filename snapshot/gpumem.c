@@ -98,7 +98,7 @@ static const char *const usage_record =
     "                      history (Python stacks) is dumped at exit and at an OOM and merged\n"
     "                      into FILE: `gpumem report` then shows PyTorch's view beside the\n"
     "                      device's\n"
-    "  --allocator gpumem  gpumem becomes PyTorch's allocator (CUDAPluggableAllocator):\n"
+    "  --allocator gpumem  PyTorch's allocator is libgpumem.so (CUDAPluggableAllocator):\n"
     "                      every tensor is served and recorded by gpumem\n"
     "  --no-torch-history  PyTorch's memory history stays off (only its segments are seen)\n"
     "  --no-torch-hooks    no module / optimizer hooks: no \"step N/fwd/<module>\" phases, no\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpumem.annotate(model) with PyTorch (Debian's python3-torch, CPU build; `make deps` installs
-# it): a small nn.Module whose forward (and an autograd Function's backward) allocate device
+# gpumem.annotate(model) with PyTorch (the CUDA build `make deps` installs, its CPU ops here): a
+# small nn.Module whose forward (and an autograd Function's backward) allocate device
 # memory through ctypes. The recording has ranges fwd/<module path> and bwd/<module path>,
 # nested as the modules are, all closed; each allocation lands in the range of the module that
 # made it; the report's phase table shows the module paths; call sites are the user's lines
@@ -10,10 +10,12 @@
 # Python stack up to the user's loss.backward() line. Skips (77) when torch cannot be imported.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
-PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
-[[ -x $PY ]] || { echo "skipped: no $PY (set GPUMEM_TEST_PYTHON)" >&2; exit 77; }
+# PyTorch's CUDA build from the venv `make deps` makes (GPUMEM_TORCH_PY: its python or its folder)
+PY=${GPUMEM_TEST_PYTHON:-${GPUMEM_TORCH_PY:-$HOME/.cache/gpumem/torch-2.14.1/bin/python}}
+[[ -d $PY ]] && PY=$PY/bin/python
+[[ -x $PY ]] || { echo "skipped: no $PY (make deps installs PyTorch there; or set GPUMEM_TEST_PYTHON)" >&2; exit 77; }
 if ! "$PY" -c 'import torch' 2> /dev/null; then
-  echo "skipped: $PY cannot import torch (Debian: make deps installs python3-torch, as root)" >&2
+  echo "skipped: $PY cannot import torch (make deps installs it)" >&2
   exit 77
 fi
 # Under SAN=address, LeakSanitizer reports what libtorch_python never frees at exit (none of it

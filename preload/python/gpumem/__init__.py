@@ -79,11 +79,18 @@ def name(tensor_or_ptr, label):
     return lib.gpumem_name(ctypes.c_void_p(ptr), _bytes(label)) == 0
 
 
+# Set when the program names its own phases (gpumem.range, gpumem.annotate): the ranges that
+# `gpumem record` would add for a PyTorch program (gpumem._torch) then stay out of its way.
+_user_ranges = False
+
+
 class range(contextlib.ContextDecorator):  # noqa: A001 - the name the README documents
     """`with gpumem.range("fwd"):` or `@gpumem.range("fwd")`: a range of the calling thread,
     exactly like nvtxRangePush/nvtxRangePop (allocations inside it get it as their phase)."""
 
     def __init__(self, label):
+        global _user_ranges
+        _user_ranges = True
         self.label = _bytes(label)
         self._pushed = []
 
@@ -118,6 +125,8 @@ def annotate(model, prefix=None):
     starts, or at the end of the backward pass, whichever comes first: autograd does not tell
     every module when its backward ends (not when no input needs a gradient), and ranges must
     stay nested."""
+    global _user_ranges
+    _user_ranges = True
     if _gpumem() is None:
         return []
     import threading

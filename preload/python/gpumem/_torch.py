@@ -13,6 +13,7 @@ record` sets, README.md "PyTorch programs"):
   gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
   module range open at a time, the innermost, so that the path is the module's own), and name
   parameters, gradients and optimizer state ("<param>", "grad.<param>", "adam.exp_avg.<param>");
+  a program that names its own phases (gpumem.range, gpumem.annotate) gets no ranges from here;
 - allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
   (a pluggable allocator has none) and names go to gpumem directly.
@@ -175,7 +176,9 @@ class _Hooks:
         return st
 
     def _push(self, kind, label):
-        self._stack().append((kind, label, gpumem._push(label.encode())))
+        # a program that names its own phases (gpumem.range / annotate) keeps them alone
+        pushed = not gpumem._user_ranges and gpumem._push(label.encode())
+        self._stack().append((kind, label, pushed))
 
     def _pop(self):
         kind, label, pushed = self._stack().pop()
