@@ -122,13 +122,15 @@ TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_us
 SCRIPT_TESTS += $(wildcard tests/integration/python_*.sh)
 BENCHES += tests/bench/python_bench.sh
 # the gpumem Python module (pure Python): PREFIX/share/gpumem/python/gpumem/
-PYMOD_FILES := preload/python/gpumem/__init__.py
+PYMOD_FILES := preload/python/gpumem/__init__.py preload/python/gpumem/_torch.py
 .PHONY: install-python
 install: install-python
 install-python:
 	install -d $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem
 	install -m 0644 $(PYMOD_FILES) $(DESTDIR)$(PREFIX)/share/gpumem/python/gpumem/
 	install -m 0644 preload/python/pyproject.toml $(DESTDIR)$(PREFIX)/share/gpumem/python/
+	install -d $(DESTDIR)$(PREFIX)/share/gpumem/python-site
+	install -m 0644 preload/python/site/sitecustomize.py $(DESTDIR)$(PREFIX)/share/gpumem/python-site/
 
 # drv_sym_app: a driver-API program linked with -lcuda (the virtual GPU's), calling the driver's
 # memory functions by symbol, in the style of NVIDIA's samples

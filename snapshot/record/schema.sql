@@ -178,3 +178,16 @@ INSERT INTO kinds VALUES (29,'free_completed');
 -- 1024 = its source; stack = where the program made the call. Flag 16384 on an allocation: a
 -- graph allocation (the driver's memory node, made during a stream capture).
 INSERT INTO kinds VALUES (30,'bad_access');
+
+-- Event kinds 31-35 (added within 1.3): PyTorch's own allocator, tensor by tensor, never written
+-- by the recorder: `gpumem record` merges PyTorch's memory history into the recording after a
+-- Python program ends (snapshot/formats/gm_torch.c), renumbering seq to place each entry by time.
+-- 31 torch_alloc: addr = the block, size = the block's bytes (what PyTorch's allocated_bytes
+-- count), requested = the tensor's bytes, stack = its Python frames, range = the phase open at
+-- its time; 32 torch_free (PyTorch's free_requested: its statistics drop here); 33
+-- torch_free_completed (the block reusable again: the tensor's death in alloc_life); 34
+-- torch_segment_map / 35 torch_segment_unmap (segment_alloc / segment_map and their inverses:
+-- PyTorch's reserved). meta: torch_history (entries merged), torch_version, torch_conf,
+-- torch_expandable, torch_blocks_guessed, torch_dumped_at (exit or oom).
+INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
+  (34,'torch_segment_map'),(35,'torch_segment_unmap');

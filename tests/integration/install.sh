@@ -13,7 +13,9 @@ trap 'rm -rf "$TMP"' EXIT
 P=$TMP/prefix
 make -s install PREFIX="$P" SAN="${SAN:-}" > "$TMP/log" 2>&1 || { tail -20 "$TMP/log"; fail "make install failed"; }
 for f in bin/gpumem bin/gpumem-replay include/gpumem.h lib/pkgconfig/gpumem.pc lib/gpumem/libgpumem.so \
-         lib/gpumem/libcuda.so.1 lib/gpumem/libcudart.so.13 lib/gpumem/train_gpt2_sim share/gpumem/schema.sql; do
+         lib/gpumem/libcuda.so.1 lib/gpumem/libcudart.so.13 lib/gpumem/train_gpt2_sim share/gpumem/schema.sql \
+         lib/gpumem/libcublas.so.13 lib/gpumem/libcublasLt.so.13 lib/gpumem/libnvidia-ml.so.1 \
+         share/gpumem/python/gpumem/_torch.py share/gpumem/python-site/sitecustomize.py; do
   [[ -e $P/$f ]] || fail "$f was not installed"
 done
 for f in "$P"/bin/*; do
