@@ -913,7 +913,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         gm_json_str(out, ver);
         fputs(",\"conf\":", out);
         gm_json_str(out, conf);
-        fprintf(out, ",\"blocks_guessed\":%" PRId64, gm_meta_int(d, "torch_blocks_guessed", 0));
+        fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
+                gm_meta_int(d, "torch_blocks_guessed", 0),
+                gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
         fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"torch_reserved\":%" PRIu64
                      ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
                      ",\"torch_less_than_its_peak\":%" PRIu64 ",",
@@ -942,6 +944,13 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                 tv->peak_reserved, tv->peak_reserved_seq);
         fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(tv->peak_allocated, tv->peak_reserved),
                 tv->nallocs);
+        if (gm_meta_int(d, "torch_history_truncated", 0))
+            fprintf(out, "  note                PyTorch's history is a ring and it was full: its first entries are lost, "
+                         "so these peaks may miss the start (record again with GPUMEM_TORCH_MAX_ENTRIES raised)\n");
+        int64_t guessed = gm_meta_int(d, "torch_blocks_guessed", 0);
+        if (guessed > 0)
+            fprintf(out, "  note                %" PRId64 " block sizes were not where the history placed them "
+                         "(rounded requests instead)\n", guessed);
         gm_fmt_bytes(gap, g, sizeof g);
         char d1[32], d2[32], d3[32], d4[32], d5[32];
         gm_fmt_bytes(df.device, d1, sizeof d1);

@@ -687,6 +687,32 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->addr = addr;
         t->name = label;
     }
+    /* a ring that was full lost its first entries: the segments the snapshot still holds but
+     * the trace never made were made before it, and come first */
+    int64_t first_t = INT64_MAX;
+    u64map made = {0};
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->it[i].action != TA_NAME && m->it[i].t < first_t) first_t = m->it[i].t;
+        if ((m->it[i].action == TA_SEG_ALLOC || m->it[i].action == TA_SEG_MAP) && u64map_put(&made, m->it[i].addr, 1) != 0)
+            goto oom_made;
+    }
+    const gpk_val *segs = gpk_get(snap, "segments");
+    for (size_t i = 0; segs && segs->type == GPK_LIST && i < segs->len; i++) {
+        const gpk_val *sg = segs->items[i];
+        uint64_t addr = u64_in(sg, "address"), size = u64_in(sg, "total_size");
+        int64_t dev = 0;
+        if (!addr || !size || u64map_get(&made, addr)) continue;
+        if (gpk_as_i64(gpk_get(sg, "device"), &dev) != 0) dev = 0;
+        titem *t = item_add(m);
+        if (!t) goto oom_made;
+        t->action = TA_SEG_ALLOC;
+        t->device = (int)dev;
+        t->t = first_t == INT64_MAX ? 0 : first_t - 1;
+        t->addr = addr;
+        t->size = t->requested = size;
+        t->stream = u64_in(sg, "stream");
+    }
+    u64map_free(&made);
     qsort(m->it, m->n, sizeof *m->it, cmp_time);
     /* block sizes: the block structure replayed in PyTorch's order; a free carries its block's */
     u64map blk = {0};
@@ -717,6 +743,8 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
     }
     u64map_free(&blk);
     return 0;
+oom_made:
+    u64map_free(&made);
 oom:
     snprintf(m->err, m->errsz, "out of memory reading PyTorch's history");
     return -1;
@@ -939,16 +967,21 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     const gpk_val *as = gpk_get(snap, "allocator_settings");
     const char *conf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
     const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
-    uint64_t entries = 0;
+    uint64_t entries = 0, ring = 0, longest = 0;
     for (size_t i = 0; i < m.n; i++) entries += m.it[i].action != TA_NAME;
+    /* PyTorch's history is a ring per device: a full one has lost its first entries */
+    const gpk_val *traces = gpk_get(snap, "device_traces");
+    for (size_t d = 0; traces && traces->type == GPK_LIST && d < traces->len; d++)
+        if (traces->items[d]->len > longest) longest = traces->items[d]->len;
+    if (gpk_as_u64(gpk_get(root, "max_entries"), &ring) != 0) ring = 0;
     char *sql = sqlite3_mprintf(
         "INSERT OR IGNORE INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),"
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
-        "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), ('events', "
-        "(SELECT count(*) FROM events))",
+        "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
+        "('torch_history_truncated', %d), ('events', (SELECT count(*) FROM events))",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
-        (unsigned long long)tb.guessed, why ? why : "exit");
+        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;

@@ -101,7 +101,10 @@ def _setup(torch):
 # ---------------------------------------------------------------- history
 
 def _history(torch):
-    entries = int(_env("GPUMEM_TORCH_MAX_ENTRIES", "10000000"))
+    # PyTorch keeps its history in a ring of this many entries (with their stacks): a run that
+    # makes more loses its first ones, and the merge says so
+    entries = int(_env("GPUMEM_TORCH_MAX_ENTRIES", "2000000"))
+    _state["max_entries"] = entries
 
     def start():
         try:
@@ -132,7 +135,8 @@ def _dump(why):
         with _lock:
             names = list(_state["names"])
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
-               "time_ns": time.time_ns(), "snapshot": snap, "names": names}
+               "time_ns": time.time_ns(), "snapshot": snap, "names": names,
+               "max_entries": _state.get("max_entries", 0)}
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
