@@ -22,6 +22,7 @@
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
+#include <libiberty/demangle.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -800,6 +801,15 @@ long gm_stack_site(const gm_model *m, uint32_t stack) {
     return first;
 }
 
+/* A C++ function's name as a person reads it: "c10::cuda::CUDACachingAllocator::Native::
+ * DeviceCachingAllocator::alloc_block", not its mangled symbol (libiberty, without the
+ * parameters: a call site names a function, not its overload); malloc'ed, or NULL when the
+ * name is not a mangled one. */
+static char *readable_function(const char *fn) {
+    if (!fn || fn[0] != '_' || fn[1] != 'Z') return NULL;
+    return cplus_demangle(fn, DMGL_ANSI);
+}
+
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
     if (fi < 0 || (size_t)fi >= m->nframes) {
         snprintf(out, outsz, "(unknown)");
@@ -816,14 +826,17 @@ void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
                           ? m->mods[f->module - 1].path : "?";
     const char *mb = strrchr(mod, '/');
     mb = mb ? mb + 1 : mod;
-    if (f->function && f->file) {
+    char *dm = readable_function(f->function);
+    const char *fn = dm ? dm : f->function;
+    if (fn && f->file) {
         const char *fb = strrchr(f->file, '/');
-        snprintf(out, outsz, "%s (%s:%u)", f->function, fb ? fb + 1 : f->file, f->line);
-    } else if (f->function) {
-        snprintf(out, outsz, "%s (%s)", f->function, mb);
+        snprintf(out, outsz, "%s (%s:%u)", fn, fb ? fb + 1 : f->file, f->line);
+    } else if (fn) {
+        snprintf(out, outsz, "%s (%s)", fn, mb);
     } else {
         snprintf(out, outsz, "%s+0x%llx", mb, (unsigned long long)f->offset);
     }
+    free(dm);
 }
 
 long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
