@@ -791,7 +791,7 @@ static int renumber(merge *m)
                                 NULL, NULL) != SQLITE_OK)
         return mfail(m, "registering gm_newseq");
     static const char *const cols[][2] = {
-        {"events", "seq"},  {"names", "seq"},      {"ooms", "seq"},     {"launches", "seq"},
+        {"events", "seq"},  {"names", "seq"},      {"names", "birth"},  {"ooms", "seq"},     {"launches", "seq"},
         {"uses", "seq"},    {"uses", "birth"},     {"snapshots", "seq"}, {"alloc_life", "birth"},
         {"alloc_life", "death"}};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
