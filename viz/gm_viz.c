@@ -83,7 +83,7 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
         d->db, "SELECT idx, addr, size, mapped FROM segments WHERE snapshot = ? ORDER BY idx", -1,
         &g, NULL);
     sqlite3_prepare_v2(d->db,
-                       "SELECT addr, size, state, alloc_id FROM blocks WHERE snapshot = ? AND "
+                       "SELECT addr, size, state FROM blocks WHERE snapshot = ? AND "
                        "segment = ? ORDER BY addr",
                        -1, &b, NULL);
     int fs = 1;
@@ -93,6 +93,10 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
                 (long long)id, (long long)sqlite3_column_int64(s, 1),
                 sqlite3_column_int(s, 2) == 1 ? "peak" : "oom");
         fs = 0;
+        /* each block's allocation by identity (the allocator's id), not by address: the
+         * address was handed out again after the snapshot */
+        u64map owners = {0};
+        gm_snapshot_owners(d, id, &owners);
         sqlite3_reset(g);
         sqlite3_bind_int64(g, 1, id);
         int fg = 1;
@@ -108,7 +112,8 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
             int fb = 1;
             while (sqlite3_step(b) == SQLITE_ROW) {
                 int state = sqlite3_column_int(b, 2);
-                long ai = state == 1 ? gm_alloc_by_id(m, (uint64_t)sqlite3_column_int64(b, 3)) : -1;
+                const uint64_t *birth = state == 1 ? u64map_get(&owners, (uint64_t)sqlite3_column_int64(b, 0)) : NULL;
+                long ai = birth ? gm_alloc_by_id(m, *birth) : -1;
                 long cls = ai >= 0 && c->of[ai] != UINT32_MAX ? (long)c->of[ai] : -1;
                 fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",",
                         (long long)sqlite3_column_int64(b, 0),
@@ -118,6 +123,7 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
             fputs("]}", o);
         }
         fputs("]}", o);
+        u64map_free(&owners);
     }
     sqlite3_finalize(s);
     sqlite3_finalize(g);

@@ -67,10 +67,22 @@ static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t ad
         snprintf(out, n, "an allocation not in the events");
         return;
     }
-    /* its name: the last one given to its address while it was live */
+    /* its name: the last one given to it, by identity (names.birth); in a file without it, the
+     * last one given to its address while it lived (up to the next event at that address) */
+    int by_birth = gm_table_exists(d, "names") && gm_names_have_birth(d);
+    if (!by_birth && !death && gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE seq > ?1 AND addr = ?2 AND kind IN (1, 2, 3, 4) "
+                                  "ORDER BY seq LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)birth);
+        sqlite3_bind_int64(st, 2, (int64_t)addr);
+        if (sqlite3_step(st) == SQLITE_ROW) death = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
     if (gm_table_exists(d, "names") &&
-        sqlite3_prepare_v2(d->db, "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
-                                  "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(d->db, by_birth ? "SELECT name FROM names WHERE seq > ?2 AND (?3 = 0 OR seq < ?3) AND "
+                                             "(birth = ?2 OR (birth IS NULL AND addr = ?1)) ORDER BY seq DESC LIMIT 1"
+                                           : "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
+                                             "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, (int64_t)addr);
         sqlite3_bind_int64(st, 2, (int64_t)birth);
         sqlite3_bind_int64(st, 3, (int64_t)death);

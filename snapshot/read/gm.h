@@ -45,6 +45,10 @@ void gm_db_close(gm_db *d);
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
 int gm_table_exists(gm_db *d, const char *name);
+/* 1 when `names` has its birth column (the allocation each name names; recorders since it was
+ * added within schema 1.3): join names to allocations by it. Without it (older files, and rows
+ * whose birth is NULL) a name names the allocation live at its address at its seq. */
+int gm_names_have_birth(gm_db *d);
 
 /* ---- loaded model ---- */
 /* A function a frame's code was inlined into, with the file:line of the inlined call. */
@@ -177,6 +181,20 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz);
 int gm_python_user_frame(const gm_frame *f);
 /* "function (file:line)" or "module+0xoff"; a Python frame: "file:line in function" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
+
+/* ---- allocations by identity ---- */
+
+/* Index of the allocation born at seq `id` (its identity in the model: binary search, allocs
+ * are in birth order), or -1. */
+long gm_alloc_by_id(const gm_model *m, uint64_t id);
+/* An allocation's identity across the recording: its device and the allocator's id (the same on
+ * its alloc event, its free and its block in a snapshot); 0 when it has none (alloc_id 0). */
+uint64_t gm_alloc_key(int device, uint64_t alloc_id);
+/* Which allocation each allocated block of snapshot `snap` (snapshots.id) belongs to, by identity
+ * (gm_owners.c): owners gets block address -> birth seq of its allocation (never the address
+ * alone: it was handed out again later). One pass over the events. 0, or -1 (out of memory, a
+ * query failed: owners may hold part). */
+int gm_snapshot_owners(gm_db *d, int64_t snap, u64map *owners);
 
 /* ---- names and numbers for people ---- */
 

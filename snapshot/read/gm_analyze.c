@@ -253,7 +253,9 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
     return load_small(d, m, err, errsz);
 }
 
-typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
+/* A names row: birth is the allocation it names (0: a file from before names.birth, or no
+ * allocation was live at addr; then the one live at addr at seq is meant). */
+typedef struct name_ev { uint64_t seq, addr, name, birth; } name_ev;
 
 /* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
  * written once and never moved. Where it is large its pages are transparent huge pages: written
@@ -291,6 +293,29 @@ typedef struct sweep {
     size_t oi;        /* ooms are sorted by seq, like the events */
 } sweep;
 
+long gm_alloc_by_id(const gm_model *m, uint64_t id) {
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == id ? (long)lo : -1;
+}
+
+/* A name given at its seq, before the events after it: to the allocation it names by birth
+ * (the allocations are in birth order), else to the one live at its address then. */
+static void name_apply(sweep *w, const name_ev *n) {
+    gm_model *m = w->m;
+    if (n->birth) {
+        long i = gm_alloc_by_id(m, n->birth);
+        if (i >= 0) m->allocs[i].name = (uint32_t)n->name;
+        return;
+    }
+    uint64_t *ai = u64map_get(&w->live, n->addr);
+    if (ai) m->allocs[*ai].name = (uint32_t)n->name;
+}
+
 /* One events row, in seq order. */
 static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr,
                      uint64_t size, uint32_t stack, uint32_t range, int dev, uint64_t requested,
@@ -311,10 +336,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     m->count_kind[kind < 32 ? kind : 0]++;
     if (flags & REC_F_CACHE_HIT) m->cache_hits++;
     if (flags & REC_F_CACHE_MISS) m->cache_misses++;
-    for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) {
-        uint64_t *ai = u64map_get(&w->live, w->names[w->ni].addr);
-        if (ai) m->allocs[*ai].name = (uint32_t)w->names[w->ni].name;
-    }
+    for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
     if (is_alloc(kind)) {
         uint64_t old;
         if (u64map_del(&w->live, addr, &old)) {
@@ -452,12 +474,15 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     size_t ncap = 0;
     sqlite3_stmt *s;
     if (gm_table_exists(d, "names") &&
-        sqlite3_prepare_v2(d->db, "SELECT seq, addr, name FROM names ORDER BY seq", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(d->db, gm_names_have_birth(d) ? "SELECT seq, addr, name, birth FROM names ORDER BY seq"
+                                                         : "SELECT seq, addr, name, NULL FROM names ORDER BY seq",
+                           -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&w.names, &ncap, w.nnames + 1, sizeof *w.names)) break;
             w.names[w.nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
                                             (uint64_t)sqlite3_column_int64(s, 1),
-                                            (uint64_t)sqlite3_column_int64(s, 2)};
+                                            (uint64_t)sqlite3_column_int64(s, 2),
+                                            (uint64_t)sqlite3_column_int64(s, 3)};
         }
         sqlite3_finalize(s);
     }
@@ -503,10 +528,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     gm_devused_end(w.du);
     /* names given after the last event (a tensor named right after the recording's last
      * allocation) still name what is live */
-    for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) {
-        uint64_t *ai = u64map_get(&w.live, w.names[w.ni].addr);
-        if (ai) m->allocs[*ai].name = (uint32_t)w.names[w.ni].name;
-    }
+    for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) name_apply(&w, &w.names[w.ni]);
     free(w.names);
     if (rc != SQLITE_DONE) {
         u64map_free(&w.live);

@@ -46,6 +46,17 @@ int gm_table_exists(gm_db *d, const char *name) {
     return found;
 }
 
+int gm_names_have_birth(gm_db *d) {
+    sqlite3_stmt *s;
+    int found = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", -1, &s, NULL) !=
+        SQLITE_OK)
+        return 0;
+    found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return found;
+}
+
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
     sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     int64_t v = dflt;

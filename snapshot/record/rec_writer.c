@@ -108,7 +108,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_STACK] = "INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
     [S_RANGE] = "INSERT OR REPLACE INTO ranges VALUES (?,?,?,?,?,?,?,?,?)",
     [S_RANGE_END] = "UPDATE ranges SET end_ns = ? WHERE id = ?",
-    [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?)",
+    [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?,?)",
     [S_OOM] = "INSERT OR REPLACE INTO ooms VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
     [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
     [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
@@ -1246,17 +1246,20 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         step(w, S_RANGE_END, "closing ranges");
         uint64_t p;
         if (k == REC_R_RANGE_POP && u64map_del(&w->open_ranges, r->addr, &p)) free((void *)(uintptr_t)p);
-    } else if (k == REC_R_NAME) {
-        uint64_t *idx = u64map_get(&w->live, r->addr);
-        if (idx) w->la[*idx].name = (uint32_t)r->alloc_id;
     }
 }
 
+/* A name names the allocation live at its address now: its row carries that allocation's birth,
+ * so that readers join by identity, not by an address handed out again later. */
 static void on_name(writer *w, uint64_t seq, rec_rec *r) {
+    uint64_t *idx = u64map_get(&w->live, r->addr);
+    if (idx) w->la[*idx].name = (uint32_t)r->alloc_id;
     sqlite3_stmt *s = stmt(w, S_NAME);
     bind_i(s, 1, (int64_t)seq);
     bind_i(s, 2, (int64_t)r->addr);
     bind_i(s, 3, (int64_t)r->alloc_id);
+    if (idx) bind_i(s, 4, (int64_t)w->la[*idx].birth);
+    else sqlite3_bind_null(s, 4);
     step(w, S_NAME, "writing names");
 }
 
@@ -1276,7 +1279,7 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
             on_launch(w, seq, &r);
         } else if ((r.kind & 0xffu) >= REC_R_BASE) {
             if (r.kind == REC_R_NAME) on_name(w, seq, &r);
-            on_range(w, g, &r);
+            else on_range(w, g, &r);
         } else {
             on_event(w, seq, &r);
         }
