@@ -74,7 +74,8 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), or leaks --fail-on-leak cannot judge (events were dropped);\n"
+    "schema), it lost events and the analysis can be wrong for it (report, leaks, frag, tune,\n"
+    "advise: --lossy-ok analyses it anyway), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
@@ -98,7 +99,7 @@ static const char *const usage_record =
     "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
 static const char *const usage_report =
-    "usage: gpumem report DB [--json] [--top N] [--frames user|all]\n"
+    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
     "\n"
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
@@ -112,6 +113,9 @@ static const char *const usage_report =
     "  --frames user|all  call sites of Python programs: user (default) names the innermost\n"
     "            frame of your code and its caller, skipping Python's own library, torch and\n"
     "            gpumem; all takes every recorded frame, native ones included\n"
+    "  --lossy-ok  report a recording that lost events (dropped by a full ring in\n"
+    "            GPUMEM_RING_FULL=drop mode, or after a failure): its peaks can be wrong, so\n"
+    "            without this it is refused (exit 3); with it the first line says so\n"
     "\n"
     "gpumem report A.db B.db ... [--json] [--top N], or gpumem report DIR (its *.db files): the\n"
     "recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each rank's peak allocated and\n"
@@ -119,22 +123,24 @@ static const char *const usage_report =
     "sets the job's peak and what it holds at its peak that the others do not (top N tensor\n"
     "classes by phase, default 5); the peak allocated of every step, side by side. Ranks come\n"
     "from meta.rank, else the order of the files. JSON shape in snapshot/README.md.\n"
-    "Exit code: 0, 2 usage, 3 unreadable database.\n";
+    "Exit code: 0, 2 usage, 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static const char *const usage_leaks =
-    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
+    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--lossy-ok]\n"
     "\n"
     "Allocations still alive when the recording ended, grouped by call site (with the calling\n"
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
     "where ranges named \"step N\" exist. The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
-    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when the recording dropped events\n"
-    "                   (frees may be missing: it cannot judge; raise GPUMEM_RING)\n"
+    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
+    "                   lost events (frees may be missing) or the program did not run to its end\n"
+    "  --lossy-ok       list the leaks of a recording that lost events (without it, refused:\n"
+    "                   exit 3); the first line says so\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
     "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
-    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database (or, with\n"
-    "--fail-on-leak, events dropped: cannot judge).\n";
+    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database, events lost\n"
+    "(without --lossy-ok), or with --fail-on-leak, cannot judge.\n";
 
 static const char *const usage_sql =
     "usage: gpumem sql DB [-c QUERY] [--write]\n"
@@ -202,13 +208,14 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
 
 static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, const char **db,
                         int leaks, int *frames_all) {
-    o->json = 0, o->top = 10, o->fail_on_leak = 0;
+    o->json = 0, o->top = 10, o->fail_on_leak = 0, o->lossy_ok = 0;
     *frames_all = 0;
     *db = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) o->json = 1;
         else if (leaks && strcmp(a, "--fail-on-leak") == 0) o->fail_on_leak = 1;
+        else if (strcmp(a, "--lossy-ok") == 0) o->lossy_ok = 1;
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             char *end;
@@ -242,6 +249,12 @@ static int cmd_report(int argc, char **argv, int leaks) {
     gm_db d;
     gm_model m;
     if ((rc = gm_open_model(path, &d, &m, 1)) != 0) return rc;
+    /* events lost: refused, or (--lossy-ok) said first (on stderr under --json) */
+    if ((rc = gm_lossy_gate(&d, leaks ? "leaks" : "report", o.lossy_ok, o.json ? stderr : stdout)) != 0) {
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     m.frames_all = frames_all;
     uint64_t leaked = 0;
     rc = leaks ? gm_leaks(&d, &m, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
@@ -311,6 +324,7 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

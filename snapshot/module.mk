@@ -78,7 +78,8 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
-                tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh
+                tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh \
+                tests/integration/snapshot_lossy.sh
 
 # `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
 # (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).
@@ -135,7 +136,7 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
-           tests/bench/frag_tune_bench.sh
+           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh
 INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh

@@ -276,6 +276,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         fprintf(stderr, "gpumem viz: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_model m;
     if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem viz: %s\n", err);
@@ -317,10 +318,10 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fprintf(
         o,
         ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
-        "\"peak_reserved_seq\":%llu,\"events\":%llu},",
+        "\"peak_reserved_seq\":%llu,\"events\":%llu,\"dropped_events\":%llu},",
         (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
         (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
-        (unsigned long long)m.events);
+        (unsigned long long)m.events, (unsigned long long)gm_dropped(&d));
     int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
     write_live_at_peak(o, &m, &cls);
@@ -440,6 +441,7 @@ static int load_rank(rank_db *r)
         fprintf(stderr, "gpumem viz: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first */
     r->rank = (long)gm_meta_int(&d, "rank", -1);
     gm_model m;
     if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {

@@ -80,7 +80,7 @@ static char *class_of(const gm_model *m, uint32_t name)
     return o;
 }
 
-static int load_side(const char *path, side *s, int frames_all)
+static int load_side(const char *path, side *s, int frames_all, int json)
 {
     char err[8192];
     memset(s, 0, sizeof *s);
@@ -88,6 +88,7 @@ static int load_side(const char *path, side *s, int frames_all)
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
     if (gm_model_load(&s->d, &s->m, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
@@ -321,12 +322,12 @@ int gm_cmd_diff(int argc, char **argv)
                        usage_diff),
                GM_EXIT_USAGE;
     side A, B;
-    int rc = load_side(pa, &A, frames_all);
+    int rc = load_side(pa, &A, frames_all, json);
     if (rc) {
         free_side(&A);
         return rc;
     }
-    if ((rc = load_side(pb, &B, frames_all)) != 0) {
+    if ((rc = load_side(pb, &B, frames_all, json)) != 0) {
         free_side(&A);
         free_side(&B);
         return rc;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const usage_frag =
-    "usage: gpumem frag DB [--top N] [--json] [--check]\n"
+    "usage: gpumem frag DB [--top N] [--json] [--check] [--lossy-ok]\n"
     "\n"
     "Where the memory the allocator reserved but the program did not hold went, and which\n"
     "allocator setting gives it back:\n"
@@ -27,7 +27,10 @@ static const char *const usage_frag =
     "  --check   re-run the recorded command under `gpumem record` with the best fix's\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
     "            GPUMEM_LIMIT) and print predicted against measured peak reserved\n"
-    "Exit code: 0; 2 usage; 3 unreadable database; 1 --check could not re-run.\n";
+    "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
+    "            and gaps can be wrong); the first line says so\n"
+    "Exit code: 0; 2 usage; 3 unreadable database, or events lost (without --lossy-ok); 1 --check\n"
+    "could not re-run.\n";
 
 /* ---------------------------------------------------------------- --check */
 
@@ -402,7 +405,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0;
+    int json = 0, check = 0, lossy_ok = 0;
     long top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -413,6 +416,8 @@ int gm_frag_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--check")) {
             check = 1;
+        } else if (!strcmp(a, "--lossy-ok")) {
+            lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
             char *e = NULL;
             top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
@@ -440,6 +445,11 @@ int gm_frag_main(int argc, char **argv) {
     if (gm_db_open(db, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
+    }
+    int lossy = gm_lossy_gate(&d, "frag", lossy_ok, json ? stderr : stdout);
+    if (lossy) {
+        gm_db_close(&d);
+        return lossy;
     }
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);

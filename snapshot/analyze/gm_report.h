@@ -90,6 +90,7 @@ typedef struct gm_opts {
     int json;
     int top;
     int fail_on_leak;
+    int lossy_ok; /* --lossy-ok: analyse a recording that lost events (gm_lossy_gate) */
 } gm_opts;
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);

@@ -12,6 +12,7 @@
 
 static const char *const usage_tune =
     "usage: gpumem tune DB [--objective reserved|time] [--limit SIZE] [--top N] [--json] [--check]\n"
+    "                      [--lossy-ok]\n"
     "\n"
     "Replays the recorded allocations through gpumem's allocator under its presets (gpumem,\n"
     "pytorch, pytorch-expandable, nocache) and a search over its keys (expandable_segments,\n"
@@ -28,8 +29,10 @@ static const char *const usage_tune =
     "  --json                 one JSON object (contract in snapshot/README.md)\n"
     "  --check                re-run the recorded command under `gpumem record` with the\n"
     "                         recommended GPUMEM_CONF and print predicted against measured\n"
+    "  --lossy-ok             replay a recording that lost events (else refused, exit 3: its\n"
+    "                         trace misses allocations or frees); the first line says so\n"
     "Exit code: 0; 1 no configuration avoids an OOM under the limit, or --check could not\n"
-    "re-run; 2 usage; 3 unreadable database.\n";
+    "re-run; 2 usage; 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
 
@@ -131,7 +134,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
 
 int gm_tune_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0;
+    int json = 0, check = 0, lossy_ok = 0;
     long top = 12;
     gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
     for (int i = 1; i < argc; i++) {
@@ -143,6 +146,8 @@ int gm_tune_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--check")) {
             check = 1;
+        } else if (!strcmp(a, "--lossy-ok")) {
+            lossy_ok = 1;
         } else if (!strcmp(a, "--objective")) {
             const char *v = i + 1 < argc ? argv[++i] : "";
             if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
@@ -184,6 +189,11 @@ int gm_tune_main(int argc, char **argv) {
     if (gm_db_open(db, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
+    }
+    int lossy = gm_lossy_gate(&d, "tune", lossy_ok, json ? stderr : stdout);
+    if (lossy) {
+        gm_db_close(&d);
+        return lossy;
     }
     o.progress = isatty(2);
     gm_tune t;

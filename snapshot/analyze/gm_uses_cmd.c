@@ -233,6 +233,7 @@ int gm_cmd_uses(int argc, char **argv) {
     gm_db d;
     gm_model m;
     if ((rc = gm_open_model(o.db, &d, &m, 1)) != 0) return rc;
+    gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
     int state = gm_uses_state(&d, mode, sizeof mode);
     size_t matched = 0, shown = 0;
     for (size_t i = 0; i < m.nallocs; i++) matched += matches(&m, &m.allocs[i], &o);

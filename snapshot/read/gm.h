@@ -50,6 +50,20 @@ int gm_table_exists(gm_db *d, const char *name);
  * whose birth is NULL) a name names the allocation live at its address at its seq. */
 int gm_names_have_birth(gm_db *d);
 
+/* Recordings that lost events (meta.dropped_events: a full ring in GPUMEM_RING_FULL=drop mode,
+ * a failed disk, a stuck writer). gm_dropped: how many (0: none). gm_lossy_line: the line every
+ * analysis of such a recording prints first ("gpumem: WARNING: ... lost N events (why) ..."; ""
+ * when none were lost). gm_lossy_gate, for the analyses whose answer the lost events can change
+ * (report, leaks, frag, tune, advise; cmd is the command's name): nothing lost, 0; lost and
+ * lossy_ok (--lossy-ok), the line is printed on out and 0; else a refusal on stderr (why, and
+ * what to do) and GM_EXIT_BADDB. */
+uint64_t gm_dropped(gm_db *d);
+void gm_lossy_line(gm_db *d, char *out, size_t n);
+/* That line on out, when the recording lost events (the analyses that still answer: uses, diff,
+ * export and viz, on stderr where their output is not text for a person). */
+void gm_lossy_say(gm_db *d, FILE *out);
+int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out);
+
 /* ---- loaded model ---- */
 /* A function a frame's code was inlined into, with the file:line of the inlined call. */
 typedef struct gm_inline {

@@ -13,6 +13,7 @@
 #include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -270,4 +271,61 @@ int gm_db_allow_writes(gm_db *d, int on) {
     if (!d->writable) return on ? -1 : 0;
     return sqlite3_exec(d->db, on ? "PRAGMA query_only=0" : "PRAGMA query_only=1", NULL, NULL,
                         NULL) == SQLITE_OK ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- recordings that lost events */
+
+uint64_t gm_dropped(gm_db *d) {
+    int64_t n = gm_meta_int(d, "dropped_events", 0);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
+/* why the events were lost, for the lines below */
+static void lossy_why(gm_db *d, char *out, size_t n) {
+    char ring[16];
+    gm_meta_text(d, "ring_full", ring, sizeof ring);
+    if (strcmp(d->state, "failed") == 0)
+        snprintf(out, n, "the recording failed: %s", d->failure[0] ? d->failure : "see gpumem report");
+    else if (strcmp(ring, "drop") == 0)
+        snprintf(out, n, "the ring was full, and it was recorded with GPUMEM_RING_FULL=drop");
+    else if (strcmp(ring, "wait") == 0)
+        snprintf(out, n, "the writer was gone, stuck or parked for a fork while the ring was full");
+    else
+        snprintf(out, n, "the ring was full");
+}
+
+void gm_lossy_line(gm_db *d, char *out, size_t n) {
+    uint64_t lost = gm_dropped(d);
+    out[0] = 0;
+    if (!lost) return;
+    char why[700];
+    lossy_why(d, why, sizeof why);
+    snprintf(out, n, "gpumem: WARNING: %s lost %" PRIu64 " event%s (%s): peaks, leaks and advice from it "
+                     "can be wrong",
+             d->path, lost, lost == 1 ? "" : "s", why);
+}
+
+void gm_lossy_say(gm_db *d, FILE *out) {
+    char line[1200];
+    gm_lossy_line(d, line, sizeof line);
+    if (line[0]) fprintf(out, "%s\n", line);
+}
+
+int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out) {
+    uint64_t lost = gm_dropped(d);
+    if (!lost) return 0;
+    if (lossy_ok) {
+        char line[1200];
+        gm_lossy_line(d, line, sizeof line);
+        fprintf(out, "%s (--lossy-ok)\n", line);
+        return 0;
+    }
+    char why[700];
+    lossy_why(d, why, sizeof why);
+    fprintf(stderr, "gpumem %s: %s lost %" PRIu64 " event%s (%s), so its %s can be wrong. Record it again "
+                    "(a full ring waits for the writer by default), or give --lossy-ok to analyse what "
+                    "was kept.\n",
+            cmd, d->path, lost, lost == 1 ? "" : "s", why,
+            !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks");
+    return GM_EXIT_BADDB;
 }

@@ -281,8 +281,14 @@ static int open_now(const rec_options *opt) {
     }
 
     if (create_db_file(g) != 0) return -1;
-    /* how long a producer may wait for room before dropping (rec_ring.h: once per episode) */
-    uint64_t wait_ns = (uint64_t)env_long("GPUMEM_RING_WAIT_US", 200, 0, 1000000) * 1000;
+    /* A full ring: wait for the writer (lossless, the default), or with GPUMEM_RING_FULL=drop
+     * wait at most GPUMEM_RING_WAIT_US once per episode, then drop and count (rec_ring.h) */
+    uint64_t wait_ns = REC_RING_WAIT_FOREVER;
+    const char *full = getenv("GPUMEM_RING_FULL");
+    if (full && !strcmp(full, "drop"))
+        wait_ns = (uint64_t)env_long("GPUMEM_RING_WAIT_US", 200, 0, 1000000) * 1000;
+    else if (full && *full && strcmp(full, "wait") != 0)
+        rec_warn("GPUMEM_RING_FULL=%s: expected wait or drop; using wait (lossless)", full);
     if (!g->ring.slots && rec_ring_init(&g->ring, ring, wait_ns) != 0) {
         rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
         return -1;
@@ -865,6 +871,9 @@ static void atfork_prepare(void) {
     /* Quiesce the writer so that no SQLite call (and none of SQLite's global mutexes) is in
      * flight at the fork; the child then can open its own database safely. */
     fork_held = atomic_load(&rec_g.state) == REC_ST_OPEN;
+    /* the writer is parked until the fork is done, and a producer waiting for room may hold a
+     * lock the other fork handlers take: such producers drop instead (rec_ring.h) */
+    if (fork_held) atomic_fetch_or(&rec_g.ring.no_wait, REC_RING_FORKING);
     if (fork_held) pthread_mutex_lock(&rec_g.db_lock);
     pthread_mutex_lock(&rec_g.lock);
 }
@@ -872,6 +881,7 @@ static void atfork_prepare(void) {
 static void atfork_parent(void) {
     pthread_mutex_unlock(&rec_g.lock);
     if (fork_held) pthread_mutex_unlock(&rec_g.db_lock);
+    if (fork_held) atomic_fetch_and(&rec_g.ring.no_wait, ~REC_RING_FORKING);
 }
 
 static void atfork_child(void) {

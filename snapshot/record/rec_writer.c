@@ -513,6 +513,9 @@ int rec_writer_open_db(rec_state *g) {
     buf[255] = 0;
     meta_text(w, "hostname", buf);
     meta_int(w, "stacks", g->stacks);
+    meta_int(w, "ring", (int64_t)(g->ring.mask + 1));
+    /* what a full ring did: waited for the writer (lossless, the default) or dropped */
+    meta_text(w, "ring_full", g->ring.wait_ns == REC_RING_WAIT_FOREVER ? "wait" : "drop");
     meta_text(w, "state", "recording");
     meta_int(w, "dropped_events", 0);
     rec_rank rk; /* a launcher's rank (mpirun, torchrun, srun): gpumem report merges ranks */
@@ -1384,7 +1387,10 @@ static void *writer_main(void *arg) {
      * core's share when every core is busy): on a loaded machine it then fell seconds behind,
      * and a kill -9 lost all of that. Its wake-ups are few (a commit every 25 ms, a drain when a
      * quarter of the ring fills), so a fair share costs the program little (make bench, demo.*). */
+    rec_ring_consumer_thread(); /* a record pushed from here never waits for room */
+    atomic_fetch_and(&g->ring.no_wait, ~(REC_RING_NO_CONSUMER | REC_RING_STALLED));
     atomic_store(&g->writer_running, 1);
+    int stall_said = 0;
     for (;;) {
         int stopping = atomic_load(&g->writer_stop);
         pthread_mutex_lock(&g->db_lock);
@@ -1437,6 +1443,15 @@ static void *writer_main(void *arg) {
             break;
         }
         pthread_mutex_unlock(&g->db_lock);
+        /* producers waiting for room (the default back-pressure) go on now */
+        if (atomic_load_explicit(&g->ring.no_wait, memory_order_acquire) & REC_RING_STALLED) {
+            if (!stall_said++)
+                rec_warn("the program waited %llu s for the writer without progress; events are dropped "
+                         "(and counted) while it is that far behind",
+                         (unsigned long long)(REC_RING_STALL_NS / 1000000000u));
+            if (n) atomic_fetch_and(&g->ring.no_wait, ~REC_RING_STALLED); /* moving again */
+        }
+        rec_ring_room(&g->ring);
         if (w->failed) timing_abandon(w);
         else if (w->tl_len > w->tl_done) timing_ask(w, 0);
         /* The ring is drained (a full batch means more may wait: go on at once). Sleep until
@@ -1445,6 +1460,9 @@ static void *writer_main(void *arg) {
          * its thread can stall a parallel region of the program's. */
         if (n < BATCH) rec_ring_wait(&g->ring, WAIT_NS);
     }
+    /* nobody drains from here on: a producer that still finds the ring full drops */
+    atomic_fetch_or(&g->ring.no_wait, REC_RING_NO_CONSUMER);
+    rec_ring_room(&g->ring);
     writer_cleanup(w);
     atomic_store(&g->writer_done, 1);
     return NULL;
