@@ -508,14 +508,41 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, 
     return path[0] != 0;
 }
 
-/* The summary of this run's own database (never of a file an earlier run left there). */
-static void summarise_run(int found, const char *path, const char *why, pid_t pid) {
+/* How the program ended, for the diagnosis: "" when it exited with status 0; else "exited with
+ * status 2" or "was killed by signal 11 (Segmentation fault)". */
+static void program_end(int st, char *out, size_t n) {
+    out[0] = 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st)) snprintf(out, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+}
+
+/* A crash under GPUMEM_SIM_BACKING=virtual: that backing keeps the accounting and the addresses
+ * but no memory, so a program that computes (reads or writes device memory) faults. */
+static void virtual_backing_hint(int st) {
+    const char *b = getenv("GPUMEM_SIM_BACKING");
+    if (WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS) && b && !strcmp(b, "virtual"))
+        fprintf(stderr, "gpumem: GPUMEM_SIM_BACKING=virtual backs no device memory: a program that reads or "
+                        "writes it crashes. Use it for memory-only runs (the trainer's --dry-run), or unset "
+                        "it to compute\n");
+}
+
+/* The summary of this run's own database (never of a file an earlier run left there). st: how
+ * the program ended (waitpid's status): a program that failed is said to have failed, never to
+ * have made no allocation or to have called what gpumem does not interpose. */
+static void summarise_run(int found, const char *path, const char *why, pid_t pid, int st) {
+    char end[128];
+    program_end(st, end, sizeof end);
     if (!found) {
-        if (why[0])
+        if (end[0])
+            fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) %s before any of its CUDA "
+                            "calls reached gpumem; its own messages above say why\n", (long)pid, end);
+        else if (why[0])
             fprintf(stderr, "gpumem: nothing was recorded: %s\n", why);
         else
             fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) made no CUDA call "
                             "that reached gpumem, or libgpumem.so could not be loaded\n", (long)pid);
+        virtual_backing_hint(st);
         return;
     }
     gm_db d;
@@ -528,13 +555,24 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
     if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
         /* a recording exists because the program's CUDA calls reached gpumem: with no
          * allocation in it, the program made none through any path gpumem interposes; unless
-         * events were lost, when the counts are only what was kept (the summary says so) */
-        if (gm_summary_short(&d, &m, stderr) && !m.nallocs)
+         * events were lost, when the counts are only what was kept (the summary says so), or the
+         * program failed (then that is the news) */
+        int whole = gm_summary_short(&d, &m, stderr);
+        if (end[0] && !d.closed)
+            fprintf(stderr, "gpumem: the program %s; the recording holds what was committed before (up to "
+                            "~100 ms before the end): %zu allocations\n", end, m.nallocs);
+        else if (end[0] && !m.nallocs)
+            fprintf(stderr, "gpumem: the program %s before it made any device or pinned allocation; its own "
+                            "messages above say why\n", end);
+        else if (end[0])
+            fprintf(stderr, "gpumem: the program %s; the recording covers its run up to then\n", end);
+        else if (whole && !m.nallocs)
             fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
                             "device or pinned allocation\n");
     } else {
         fprintf(stderr, "gpumem: %s\n", err);
     }
+    virtual_backing_hint(st);
     gm_model_free(&m);
     gm_db_close(&d);
     fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
@@ -670,7 +708,7 @@ static int cmd_record(int argc, char **argv) {
     char path[PATH_MAX], why[1024];
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
-    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid);
+    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid, st);
     return rc;
 }
 
