@@ -419,16 +419,35 @@ static int cmd_sql(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     int rc = 0;
+    /* names of native frames: symbolized in memory and shown through TEMP tables that shadow
+     * frames / inlines / stack_frames (the file is never written by a reader); only when the
+     * query can see them, and not with --write (then the tables are the file's own) */
+    if (!write && (!query || strcasestr(query, "frames") || strcasestr(query, "inlines"))) {
+        gm_model m;
+        if (gm_model_load_tables(&d, &m, err, sizeof err) == 0) {
+            gm_symbolize(&d, &m);
+            gm_symbols_temp(&d, &m);
+        }
+        gm_model_free(&m);
+    }
     if (query) {
         rc = run_query(d.db, query);
     } else if (isatty(0)) {
         gm_db_close(&d);
+        fprintf(stderr, "gpumem: note: the sqlite3 shell reads the file as recorded, native frames "
+                        "unnamed; gpumem sql DB -c 'QUERY' names them\n");
         if (write) execlp("sqlite3", "sqlite3", path, (char *)NULL);
         else execlp("sqlite3", "sqlite3", "-readonly", path, (char *)NULL);
         fprintf(stderr, "gpumem: the sqlite3 shell is not installed (apt-get install sqlite3); "
                         "reading queries from standard input instead\n");
         if (gm_db_open(path, &d, err, sizeof err) != 0) return GM_EXIT_BADDB;
         if (write) gm_db_allow_writes(&d, 1);
+        gm_model m;
+        if (!write && gm_model_load_tables(&d, &m, err, sizeof err) == 0) {
+            gm_symbolize(&d, &m);
+            gm_symbols_temp(&d, &m);
+        }
+        if (!write) gm_model_free(&m);
     }
     if (!query) {
         char line[65536];

@@ -170,10 +170,13 @@ int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
 
-/* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included; writes
- * back when the database is writable and closed. Then expands inline chains into logical
- * frames (gm_expand_inlines). Returns the number of frames symbolized. */
+/* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included, in memory
+ * (readers never write the recording). Then expands inline chains into logical frames
+ * (gm_expand_inlines). Returns the number of frames symbolized. */
 size_t gm_symbolize(gm_db *d, gm_model *m);
+/* The symbolized frames as TEMP tables frames and inlines and a TEMP view stack_frames, which
+ * shadow the file's in the connection's queries (gpumem sql); the file is not written. 0 or -1. */
+int gm_symbols_temp(gm_db *d, const gm_model *m);
 /* Rewrites every stack so that each recorded frame is followed by the functions its code was
  * inlined into (new gm_frame entries with inl_depth > 0). Idempotent. Returns 0 or -1 (out of
  * memory: stacks unchanged). */
