@@ -197,10 +197,14 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
+/* One line for the error, one for where the help is (the usage text names its command first:
+ * "usage: gpumem report ..."). */
 static int usage_error(const char *usage, const char *fmt, const char *arg) {
-    fprintf(stderr, "gpumem: ");
+    char cmd[32] = "";
+    sscanf(usage, "usage: gpumem %31s", cmd);
+    fprintf(stderr, "gpumem %s: ", cmd);
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
+    fprintf(stderr, "\n(gpumem %s --help tells more)\n", cmd);
     return GM_EXIT_USAGE;
 }
 
@@ -799,7 +803,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);
     if (strcmp(c, "viz") == 0) { int gm_viz_main(int, char **); return gm_viz_main(argc - 1, argv + 1); }
     const char *near = nearest_command(c);
-    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
-    else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
+    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", c, near);
+    else fprintf(stderr, "gpumem: unknown command '%s'\n(gpumem --help lists the commands)\n", c);
     return GM_EXIT_USAGE;
 }

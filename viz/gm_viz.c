@@ -553,11 +553,18 @@ int gm_viz_main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
             goto done;
-        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--with")) && i + 1 >= argc) {
+            /* a known option without its value: say which value, never "unknown option" */
+            fprintf(stderr, "gpumem viz: %s needs %s\n%s", argv[i],
+                    argv[i][1] == 'o' ? "the page's file name (-o run.html)"
+                                      : "a list of analyses: frag, advise, tune (comma-separated)",
+                    GM_HELP("viz"));
+            rc = GM_EXIT_USAGE;
+        } else if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--force") == 0) {
             force = 1;
-        } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--with") == 0) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
@@ -567,18 +574,15 @@ int gm_viz_main(int argc, char **argv)
                 if (k == 3) {
                     fprintf(stderr,
                             "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
-                            "(comma-separated)\n",
-                            t);
+                            "(comma-separated)\n%s",
+                            t, GM_HELP("viz"));
                     rc = GM_EXIT_USAGE;
                     goto done;
                 }
                 with |= 1 << k;
             }
         } else if (argv[i][0] == '-') {
-            fprintf(stderr,
-                    "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with "
-                    "frag,advise,tune]\n",
-                    argv[i]);
+            fprintf(stderr, "gpumem viz: unknown option '%s'\n%s", argv[i], GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
         } else {
             struct stat st;
@@ -601,9 +605,8 @@ int gm_viz_main(int argc, char **argv)
     }
     if (rc) goto done;
     if (!ndb || !out) {
-        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz "
-              "--help)\n",
-              stderr);
+        fprintf(stderr, "gpumem viz: %s\n%s", !ndb ? "which database? give its path" : "where to? give -o FILE.html",
+                GM_HELP("viz"));
         rc = GM_EXIT_USAGE;
         goto done;
     }

@@ -548,8 +548,8 @@ int gm_advise_main(int argc, char **argv)
             lossy_ok = 1;
         else if (!strcmp(a, "--budget")) {
             if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
-                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             have_budget = 1, i++;
@@ -558,8 +558,8 @@ int gm_advise_main(int argc, char **argv)
             link = v ? strtod(v, &end) : 0;
             if (!v || *end || !(link > 0)) {
                 fprintf(stderr,
-                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             i++;
@@ -569,16 +569,16 @@ int gm_advise_main(int argc, char **argv)
             for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
                 ok |= !strcasecmp(gpu, gpus[k].name);
             if (!ok) {
-                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n\n%s",
-                        gpu ? gpu : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n%s",
+                        gpu ? gpu : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--try")) {
             if (!v) {
                 fprintf(stderr,
                         "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum "
-                        "2'\n\n%s",
-                        usage_advise);
+                        "2'\n%s",
+                        GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             try_flags = v, i++;
@@ -588,15 +588,15 @@ int gm_advise_main(int argc, char **argv)
             if (!v || *end || r < 1 || r > 65536) {
                 fprintf(stderr,
                         "gpumem advise: --ranks needs a number of ranks from 1 to 65536, got "
-                        "'%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "'%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             ranks = (unsigned)r, i++;
         } else if (!strcmp(a, "--zero")) {
             if (!v || (strcmp(v, "1") && strcmp(v, "2"))) {
-                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n\n%s", v ? v : "",
-                        usage_advise);
+                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n%s", v ? v : "",
+                        GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             zero = atoi(v), i++;
@@ -605,30 +605,30 @@ int gm_advise_main(int argc, char **argv)
             long t = v ? strtol(v, &end, 10) : 0;
             if (!v || *end || t < 1 || t > 1000000) {
                 fprintf(stderr,
-                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             top = (int)t, i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "gpumem advise: unknown option '%s'\n\n%s", a, usage_advise);
+            fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
         } else if (!path)
             path = a;
         else {
-            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n\n%s", a,
-                    usage_advise);
+            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n%s", a,
+                    GM_HELP("advise"));
             return GM_EXIT_USAGE;
         }
     }
     if (!path) {
-        fprintf(stderr, "gpumem advise: which database? give its path\n\n%s", usage_advise);
+        fprintf(stderr, "gpumem advise: which database? give its path\n%s", GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     if (zero > 0 && !ranks) {
         fprintf(stderr,
-                "gpumem advise: --zero goes with --ranks N (how many ranks share the state)\n\n%s",
-                usage_advise);
+                "gpumem advise: --zero goes with --ranks N (how many ranks share the state)\n%s",
+                GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     char err[8192];

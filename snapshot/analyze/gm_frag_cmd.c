@@ -422,11 +422,11 @@ int gm_frag_main(int argc, char **argv) {
             char *e = NULL;
             top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
             if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", usage_frag);
+                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", GM_HELP("frag"));
                 return GM_EXIT_USAGE;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, usage_frag);
+            fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));
             return GM_EXIT_USAGE;
         } else if (!db) {
             db = a;
@@ -436,7 +436,7 @@ int gm_frag_main(int argc, char **argv) {
         }
     }
     if (!db) {
-        fprintf(stderr, "gpumem frag: which database?\n%s", usage_frag);
+        fprintf(stderr, "gpumem frag: which database?\n%s", GM_HELP("frag"));
         return GM_EXIT_USAGE;
     }
     char err[8192];

@@ -45,8 +45,11 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
     }
-    fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s\n\n", t->nresults, t->nevents,
-            t->seconds, objective == GM_TUNE_TIME ? "driver time, then peak reserved" : "peak reserved, then driver time");
+    /* the order the rows are in, exactly (gm_tune.c, better()) */
+    fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s; those that meet an OOM last\n\n",
+            t->nresults, t->nevents, t->seconds,
+            objective == GM_TUNE_TIME ? "driver time, then peak reserved"
+                                      : "peak reserved in steps of 1% of the least (closer counts as equal), then driver time");
     fprintf(out, "  %4s %12s %12s %6s %9s %10s %4s  %s\n", "rank", "reserved", "allocated", "util", "calls", "driver ms",
             "OOM", "GPUMEM_CONF");
     for (size_t i = 0; i < t->nresults; i++) {
@@ -153,13 +156,13 @@ int gm_tune_main(int argc, char **argv) {
             if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
             else if (!strcmp(v, "time")) o.objective = GM_TUNE_TIME;
             else {
-                fprintf(stderr, "gpumem tune: --objective takes reserved or time, not '%s'\n", v);
+                fprintf(stderr, "gpumem tune: --objective takes reserved or time, not '%s'\n%s", v, GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--limit")) {
             size_t v = 0;
             if (i + 1 >= argc || alloc_parse_size(argv[++i], &v) != ALLOC_OK || !v) {
-                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n");
+                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
             o.limit = v;
@@ -167,11 +170,11 @@ int gm_tune_main(int argc, char **argv) {
             char *e = NULL;
             top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
             if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem tune: --top needs a positive number\n");
+                fprintf(stderr, "gpumem tune: --top needs a positive number\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, usage_tune);
+            fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));
             return GM_EXIT_USAGE;
         } else if (!db) {
             db = a;
@@ -181,7 +184,7 @@ int gm_tune_main(int argc, char **argv) {
         }
     }
     if (!db) {
-        fprintf(stderr, "gpumem tune: which database?\n%s", usage_tune);
+        fprintf(stderr, "gpumem tune: which database?\n%s", GM_HELP("tune"));
         return GM_EXIT_USAGE;
     }
     char err[8192];
@@ -201,6 +204,18 @@ int gm_tune_main(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_db_close(&d);
         return GM_EXIT_BADDB;
+    }
+    if (t.empty) { /* as frag and advise: nothing to change, exit 0 */
+        if (json) {
+            fputs("{\"database\":", stdout);
+            gm_json_str(stdout, d.path);
+            fputs(",\"events\":0,\"results\":[],\"recommended\":null,\"note\":\"no allocation to replay\"}\n", stdout);
+        } else {
+            printf("gpumem tune: %s\n  nothing to tune: the recording holds no allocation\n", d.path);
+        }
+        gm_tune_free(&t);
+        gm_db_close(&d);
+        return 0;
     }
     int rc = t.best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];

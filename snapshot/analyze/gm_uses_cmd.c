@@ -41,9 +41,9 @@ typedef struct uses_opts {
 } uses_opts;
 
 static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "gpumem: ");
+    fprintf(stderr, "gpumem uses: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage_uses);
+    fprintf(stderr, "\n%s", GM_HELP("uses"));
     return GM_EXIT_USAGE;
 }
 

@@ -11,6 +11,10 @@
 
 #include "snapshot/record/u64map.h"
 
+/* What a usage error ends with, after its one line: where the help is (never the whole help,
+ * which buries the error). cmd: the command's name, a string literal. */
+#define GM_HELP(cmd) "(gpumem " cmd " --help tells more)\n"
+
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
 /* leaks --fail-on-leak on a recording that dropped events: it cannot say leak or no leak */

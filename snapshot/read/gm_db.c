@@ -91,6 +91,31 @@ void gm_db_close(gm_db *d) {
 
 static int db_validate(gm_db *d, char *err, size_t errsz);
 
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A file cut short (copied while it was written, a transfer stopped, a full disk): its header
+ * says how many pages the database has (bytes 28-31, valid when the "version-valid-for" number
+ * at 92 equals the change counter at 24) and how large they are (16-17); a file smaller than
+ * that lost pages, and SQLite only notices where a query happens to read them. Cheap: the
+ * header and the file's size. 1 (err set) when cut short. */
+static int cut_short(const char *path, const unsigned char *h, size_t n, uint64_t size, char *err, size_t errsz) {
+    if (n < 100) return 0;
+    uint32_t psz = (uint32_t)h[16] << 8 | h[17];
+    if (psz == 1) psz = 65536;
+    uint32_t pages = be32(h + 28);
+    if (psz < 512 || (psz & (psz - 1)) || !pages || be32(h + 92) != be32(h + 24)) return 0;
+    uint64_t want = (uint64_t)pages * psz;
+    if (size >= want) return 0;
+    snprintf(err, errsz, "%s is cut short: its header says %" PRIu32 " pages of %" PRIu32 " bytes (%" PRIu64
+             " bytes) but the file holds %" PRIu64 " (%.1f%%); it was copied or written only in part. Copy it "
+             "again from where it was recorded; to salvage what is left: sqlite3 %s .recover | sqlite3 "
+             "salvaged.db",
+             path, pages, psz, want, size, 100.0 * (double)size / (double)want, path);
+    return 1;
+}
+
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "%s", path);
@@ -109,15 +134,17 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
                  "with gpumem record, and did it reach a CUDA allocation?)", path);
         return -1;
     }
-    char magic[16] = {0};
+    unsigned char hdr[100] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, magic, 16) != 16 || memcmp(magic, "SQLite format 3", 16) != 0) {
+    ssize_t got = fd >= 0 ? read(fd, hdr, sizeof hdr) : -1;
+    if (fd < 0 || got < 16 || memcmp(hdr, "SQLite format 3", 16) != 0) {
         if (fd >= 0) close(fd);
         snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
                  "before its first page)", path);
         return -1;
     }
     close(fd);
+    if (cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
     int rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
@@ -232,6 +259,7 @@ int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, ch
                  "before its first page)", name);
         return -1;
     }
+    if (cut_short(name, data, size, size, err, errsz)) return -1;
     if (sqlite3_open_v2(":memory:", &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         snprintf(err, errsz, "%s: out of memory", name);

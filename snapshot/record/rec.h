@@ -309,6 +309,11 @@ typedef struct rec_options {
     uint32_t ring;      /* ring capacity (power of two); 0: GPUMEM_RING, else 65536 */
     int quiet;          /* 1: no "recording to ..." line on stderr; -1: GPUMEM_QUIET */
 } rec_options;
+/* Checks the recorder's settings in the environment (GPUMEM_STACKS, GPUMEM_RING,
+ * GPUMEM_RING_WAIT_US, GPUMEM_RING_FULL, GPUMEM_FORK, GPUMEM_QUIET, GPUMEM_TSC): 0, or -1 with
+ * err naming the first that cannot be read and what it accepts. Such a setting turns recording
+ * off (rec_open returns -1), never a silent default; the preload turns gpumem off with it. */
+int rec_check_env(char *err, size_t errsz);
 /* Opens now (NULL = from environment). Returns 0 when recording, -1 when off (the reason was
  * printed). A second call while open returns 0 and changes nothing. */
 int rec_open(const rec_options *opt);

@@ -16,6 +16,7 @@
  *                               h3.attn.qkv, a copy fills h3.mlp.fc from a pinned host buffer,
  *                               then h3.mlp.fc is freed and a kernel given its stale address
  *                               uses nothing; prints "LAUNCHES n USES u"
+ *   snapshot_app empty           a recording with one NVTX range and no allocation
  *   snapshot_app reuse           one address allocated three times under three names, call sites
  *                               and kernels, with allocator snapshots (time-correct joins)
  */
@@ -239,6 +240,12 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
     if (argc >= 2 && strcmp(argv[1], "uses") == 0) return uses();
     if (argc >= 2 && strcmp(argv[1], "reuse") == 0) return reuse();
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses | reuse\n");
+    if (argc >= 2 && strcmp(argv[1], "empty") == 0) { /* a recording without one allocation */
+        rec_range_push(NULL, "step 1");
+        rec_range_pop();
+        rec_close();
+        return 0;
+    }
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses | reuse | empty\n");
     return 2;
 }
