@@ -129,6 +129,11 @@ static int read_config(void)
             return GM_MODE_OFF;
         }
     }
+    const char *py = getenv("GPUMEM_PYTHON");
+    if (py && *py && strcmp(py, "0") && strcmp(py, "1")) {
+        gm_warn("GPUMEM_PYTHON: unknown value '%s' (accepted: 0, 1); gpumem is off", py);
+        return GM_MODE_OFF;
+    }
     const char *u = getenv("GPUMEM_USES");
     if (gm_uses_parse(u, &uses_conf) != 0) {
         gm_warn("GPUMEM_USES: unknown value '%s' (accepted: 0, 1, timed); gpumem is off", u);
@@ -144,15 +149,22 @@ static int read_config(void)
     const char *lim = getenv("GPUMEM_LIMIT");
     if (lim && *lim) {
         size_t v;
-        if (alloc_parse_size(lim, &v) != ALLOC_OK || v == 0) {
+        if (alloc_parse_size(lim, &v) != ALLOC_OK) {
             gm_warn("GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
-                    "suffix, e.g. 24G); gpumem is off",
+                    "suffix, e.g. 24G; 0 for no limit); gpumem is off",
                     lim);
             return GM_MODE_OFF;
         }
-        gm_limit = v;
+        gm_limit = v; /* 0: no limit, as when unset */
         gm_alloc_config.limit = v;
     }
+#ifdef GM_HAVE_REC
+    /* the recorder's settings follow the same rule: one that cannot be read turns gpumem off */
+    if (mode != GM_MODE_OFF && rec_check_env(err, sizeof err) != 0) {
+        gm_warn("%s; gpumem is off", err);
+        return GM_MODE_OFF;
+    }
+#endif
     return mode;
 }
 

@@ -249,8 +249,7 @@ static int python_find(uintptr_t *lo, uintptr_t *hi)
 {
     const char *env = getenv("GPUMEM_PYTHON");
     if (env && strcmp(env, "0") == 0) return 0;
-    if (env && *env && strcmp(env, "1") != 0)
-        gm_warn("GPUMEM_PYTHON=%s: use 0 (no Python frames) or 1 (the default); taking 1", env);
+    /* another value turned gpumem off before this runs (core.c, read_config) */
     PY_SYM(Py_IsInitialized);
     PY_SYM(Py_GetVersion);
     if (!py.Py_IsInitialized || !py.Py_GetVersion) return 0; /* not a Python process */

@@ -14,6 +14,7 @@
  * sim implements resolve to the implementation; the others to a stub that returns
  * CUDA_ERROR_NOT_SUPPORTED with a note on stderr the first time.
  */
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -597,13 +598,30 @@ CUresult cuGetExportTable(const void **table, const CUuuid *id)
 {
     (void)id;
     if (table) *table = NULL;
-    /* The one caller that matters is a statically linked CUDA runtime (nvcc's default), which
-     * cannot start without NVIDIA's private tables: say what to do about it, once. */
+    /* The callers are CUDA runtimes linked statically: nvcc's default for a program, and the one
+     * NVIDIA's libraries embed (cuBLAS, cuBLASLt, cuDNN, NCCL). They cannot start without
+     * NVIDIA's private tables: say, once, which object asked (the caller's, by its return
+     * address) and what to do about it — never blame the program for a library's runtime. */
     static atomic_flag hinted = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&hinted))
-        sim_note("a program built with nvcc's default static CUDA runtime asks for the driver's "
-                 "private export tables, which only NVIDIA's driver has: on the virtual GPU, "
-                 "build it with -cudart shared (as PyTorch links the runtime)");
+    if (!atomic_flag_test_and_set(&hinted)) {
+        Dl_info di;
+        const char *who = dladdr(__builtin_return_address(0), &di) && di.dli_fname ? di.dli_fname : NULL;
+        const char *base = who && strrchr(who, '/') ? strrchr(who, '/') + 1 : who;
+        int is_prog = base && !strstr(base, ".so"); /* the executable, not a shared library */
+        if (!who)
+            sim_note("a statically linked CUDA runtime (nvcc's default for a program; cuBLAS, cuDNN and "
+                     "NCCL embed one) asks for the driver's private export tables, which only NVIDIA's "
+                     "driver has");
+        else if (is_prog)
+            sim_note("%s, built with nvcc's default static CUDA runtime, asks for the driver's private "
+                     "export tables, which only NVIDIA's driver has: on the virtual GPU, build it with "
+                     "-cudart shared (as PyTorch links the runtime)", who);
+        else
+            sim_note("%s embeds a static CUDA runtime that asks for the driver's private export tables, "
+                     "which only NVIDIA's driver has: it cannot run on the virtual GPU (a stand-in with "
+                     "its soname must be loaded instead, sim/README.md); the program's own runtime is "
+                     "not the cause", who);
+    }
     return sim_unsupported("cuGetExportTable");
 }
 

@@ -75,7 +75,8 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), or leaks --fail-on-leak cannot judge (events were dropped);\n"
+    "schema), it lost events and the analysis can be wrong for it (report, leaks, frag, tune,\n"
+    "advise: --lossy-ok analyses it anyway), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
@@ -111,7 +112,7 @@ static const char *const usage_record =
     "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
 
 static const char *const usage_report =
-    "usage: gpumem report DB [--json] [--top N] [--frames user|all]\n"
+    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
     "\n"
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
@@ -125,6 +126,9 @@ static const char *const usage_report =
     "  --frames user|all  call sites of Python programs: user (default) names the innermost\n"
     "            frame of your code and its caller, skipping Python's own library, torch and\n"
     "            gpumem; all takes every recorded frame, native ones included\n"
+    "  --lossy-ok  report a recording that lost events (dropped by a full ring in\n"
+    "            GPUMEM_RING_FULL=drop mode, or after a failure): its peaks can be wrong, so\n"
+    "            without this it is refused (exit 3); with it the first line says so\n"
     "\n"
     "gpumem report A.db B.db ... [--json] [--top N], or gpumem report DIR (its *.db files): the\n"
     "recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each rank's peak allocated and\n"
@@ -132,22 +136,24 @@ static const char *const usage_report =
     "sets the job's peak and what it holds at its peak that the others do not (top N tensor\n"
     "classes by phase, default 5); the peak allocated of every step, side by side. Ranks come\n"
     "from meta.rank, else the order of the files. JSON shape in snapshot/README.md.\n"
-    "Exit code: 0, 2 usage, 3 unreadable database.\n";
+    "Exit code: 0, 2 usage, 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static const char *const usage_leaks =
-    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
+    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--lossy-ok]\n"
     "\n"
     "Allocations still alive when the recording ended, grouped by call site (with the calling\n"
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
     "where ranges named \"step N\" exist. The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
-    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when the recording dropped events\n"
-    "                   (frees may be missing: it cannot judge; raise GPUMEM_RING)\n"
+    "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
+    "                   lost events (frees may be missing) or the program did not run to its end\n"
+    "  --lossy-ok       list the leaks of a recording that lost events (without it, refused:\n"
+    "                   exit 3); the first line says so\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
     "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
-    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database (or, with\n"
-    "--fail-on-leak, events dropped: cannot judge).\n";
+    "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database, events lost\n"
+    "(without --lossy-ok), or with --fail-on-leak, cannot judge.\n";
 
 static const char *const usage_sql =
     "usage: gpumem sql DB [-c QUERY] [--write]\n"
@@ -204,10 +210,14 @@ static int wants_help(int argc, char **argv) {
     return 0;
 }
 
+/* One line for the error, one for where the help is (the usage text names its command first:
+ * "usage: gpumem report ..."). */
 static int usage_error(const char *usage, const char *fmt, const char *arg) {
-    fprintf(stderr, "gpumem: ");
+    char cmd[32] = "";
+    sscanf(usage, "usage: gpumem %31s", cmd);
+    fprintf(stderr, "gpumem %s: ", cmd);
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
+    fprintf(stderr, "\n(gpumem %s --help tells more)\n", cmd);
     return GM_EXIT_USAGE;
 }
 
@@ -215,13 +225,14 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
 
 static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, const char **db,
                         int leaks, int *frames_all) {
-    o->json = 0, o->top = 10, o->fail_on_leak = 0;
+    o->json = 0, o->top = 10, o->fail_on_leak = 0, o->lossy_ok = 0;
     *frames_all = 0;
     *db = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) o->json = 1;
         else if (leaks && strcmp(a, "--fail-on-leak") == 0) o->fail_on_leak = 1;
+        else if (strcmp(a, "--lossy-ok") == 0) o->lossy_ok = 1;
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             char *end;
@@ -255,6 +266,12 @@ static int cmd_report(int argc, char **argv, int leaks) {
     gm_db d;
     gm_model m;
     if ((rc = gm_open_model(path, &d, &m, 1)) != 0) return rc;
+    /* events lost: refused, or (--lossy-ok) said first (on stderr under --json) */
+    if ((rc = gm_lossy_gate(&d, leaks ? "leaks" : "report", o.lossy_ok, o.json ? stderr : stdout)) != 0) {
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     m.frames_all = frames_all;
     uint64_t leaked = 0;
     /* a PyTorch program's leaks are its tensors: PyTorch's cached segments outlive them all */
@@ -326,6 +343,7 @@ static int cmd_export(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {
@@ -420,16 +438,35 @@ static int cmd_sql(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     int rc = 0;
+    /* names of native frames: symbolized in memory and shown through TEMP tables that shadow
+     * frames / inlines / stack_frames (the file is never written by a reader); only when the
+     * query can see them, and not with --write (then the tables are the file's own) */
+    if (!write && (!query || strcasestr(query, "frames") || strcasestr(query, "inlines"))) {
+        gm_model m;
+        if (gm_model_load_tables(&d, &m, err, sizeof err) == 0) {
+            gm_symbolize(&d, &m);
+            gm_symbols_temp(&d, &m);
+        }
+        gm_model_free(&m);
+    }
     if (query) {
         rc = run_query(d.db, query);
     } else if (isatty(0)) {
         gm_db_close(&d);
+        fprintf(stderr, "gpumem: note: the sqlite3 shell reads the file as recorded, native frames "
+                        "unnamed; gpumem sql DB -c 'QUERY' names them\n");
         if (write) execlp("sqlite3", "sqlite3", path, (char *)NULL);
         else execlp("sqlite3", "sqlite3", "-readonly", path, (char *)NULL);
         fprintf(stderr, "gpumem: the sqlite3 shell is not installed (apt-get install sqlite3); "
                         "reading queries from standard input instead\n");
         if (gm_db_open(path, &d, err, sizeof err) != 0) return GM_EXIT_BADDB;
         if (write) gm_db_allow_writes(&d, 1);
+        gm_model m;
+        if (!write && gm_model_load_tables(&d, &m, err, sizeof err) == 0) {
+            gm_symbolize(&d, &m);
+            gm_symbols_temp(&d, &m);
+        }
+        if (!write) gm_model_free(&m);
     }
     if (!query) {
         char line[65536];
@@ -509,14 +546,41 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, 
     return path[0] != 0;
 }
 
-/* The summary of this run's own database (never of a file an earlier run left there). */
-static void summarise_run(int found, const char *path, const char *why, pid_t pid) {
+/* How the program ended, for the diagnosis: "" when it exited with status 0; else "exited with
+ * status 2" or "was killed by signal 11 (Segmentation fault)". */
+static void program_end(int st, char *out, size_t n) {
+    out[0] = 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st)) snprintf(out, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+}
+
+/* A crash under GPUMEM_SIM_BACKING=virtual: that backing keeps the accounting and the addresses
+ * but no memory, so a program that computes (reads or writes device memory) faults. */
+static void virtual_backing_hint(int st) {
+    const char *b = getenv("GPUMEM_SIM_BACKING");
+    if (WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS) && b && !strcmp(b, "virtual"))
+        fprintf(stderr, "gpumem: GPUMEM_SIM_BACKING=virtual backs no device memory: a program that reads or "
+                        "writes it crashes. Use it for memory-only runs (the trainer's --dry-run), or unset "
+                        "it to compute\n");
+}
+
+/* The summary of this run's own database (never of a file an earlier run left there). st: how
+ * the program ended (waitpid's status): a program that failed is said to have failed, never to
+ * have made no allocation or to have called what gpumem does not interpose. */
+static void summarise_run(int found, const char *path, const char *why, pid_t pid, int st) {
+    char end[128];
+    program_end(st, end, sizeof end);
     if (!found) {
-        if (why[0])
+        if (end[0])
+            fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) %s before any of its CUDA "
+                            "calls reached gpumem; its own messages above say why\n", (long)pid, end);
+        else if (why[0])
             fprintf(stderr, "gpumem: nothing was recorded: %s\n", why);
         else
             fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) made no CUDA call "
                             "that reached gpumem, or libgpumem.so could not be loaded\n", (long)pid);
+        virtual_backing_hint(st);
         return;
     }
     gm_db d;
@@ -529,13 +593,24 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
     if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
         /* a recording exists because the program's CUDA calls reached gpumem: with no
          * allocation in it, the program made none through any path gpumem interposes; unless
-         * events were lost, when the counts are only what was kept (the summary says so) */
-        if (gm_summary_short(&d, &m, stderr) && !m.nallocs)
+         * events were lost, when the counts are only what was kept (the summary says so), or the
+         * program failed (then that is the news) */
+        int whole = gm_summary_short(&d, &m, stderr);
+        if (end[0] && !d.closed)
+            fprintf(stderr, "gpumem: the program %s; the recording holds what was committed before (up to "
+                            "~100 ms before the end): %zu allocations\n", end, m.nallocs);
+        else if (end[0] && !m.nallocs)
+            fprintf(stderr, "gpumem: the program %s before it made any device or pinned allocation; its own "
+                            "messages above say why\n", end);
+        else if (end[0])
+            fprintf(stderr, "gpumem: the program %s; the recording covers its run up to then\n", end);
+        else if (whole && !m.nallocs)
             fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
                             "device or pinned allocation\n");
     } else {
         fprintf(stderr, "gpumem: %s\n", err);
     }
+    virtual_backing_hint(st);
     gm_model_free(&m);
     gm_db_close(&d);
     fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
@@ -687,7 +762,7 @@ static int cmd_record(int argc, char **argv) {
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     gm_torch_finish(&torch, found ? path : NULL, quiet);
-    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid);
+    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid, st);
     return rc;
 }
 
@@ -759,7 +834,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);
     if (strcmp(c, "viz") == 0) { int gm_viz_main(int, char **); return gm_viz_main(argc - 1, argv + 1); }
     const char *near = nearest_command(c);
-    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n\n%s", c, near, usage_main);
-    else fprintf(stderr, "gpumem: unknown command '%s'\n\n%s", c, usage_main);
+    if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", c, near);
+    else fprintf(stderr, "gpumem: unknown command '%s'\n(gpumem --help lists the commands)\n", c);
     return GM_EXIT_USAGE;
 }

@@ -28,7 +28,7 @@ ALL_TARGETS += $(REC_LIB)
 GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
-           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/formats/gm_out.o
+           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
@@ -80,7 +80,8 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
-                tests/integration/e2e_advise.sh
+                tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh \
+                tests/integration/snapshot_lossy.sh
 
 # `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
 # (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).
@@ -97,7 +98,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_rou
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
                   snapshot/analyze/gm_report.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
-                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/record/rec_path.c
+                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -137,7 +138,7 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
-           tests/bench/frag_tune_bench.sh
+           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh
 INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh

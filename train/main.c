@@ -419,9 +419,13 @@ int main(int argc, char **argv)
         const double ms = now_ms() - t0;
         if (rc) break;
         if (s > 1 || o.steps == 1) total_ms += ms, total_tok += (long)B * T;
+        /* a dry run computes nothing: no loss to print (never "nan", which reads as a diverged run) */
+        char ls[32];
+        if (o.dry_run) snprintf(ls, sizeof ls, "-");
+        else snprintf(ls, sizeof ls, "%.6f", loss);
         if (out)
-            printf("step %d/%d loss %.6f ms %.2f tok/s %.0f peak %zu live %zu T %d\n", s, o.steps,
-                   loss, ms, (double)B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
+            printf("step %d/%d loss %s ms %.2f tok/s %.0f peak %zu live %zu T %d\n", s, o.steps,
+                   ls, ms, (double)B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
         fflush(stdout);
     }
     if (rc == 0 && save && rank == 0) rc = gpt2_save(m, save); /* the ranks' parameters agree */

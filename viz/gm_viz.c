@@ -83,7 +83,7 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
         d->db, "SELECT idx, addr, size, mapped FROM segments WHERE snapshot = ? ORDER BY idx", -1,
         &g, NULL);
     sqlite3_prepare_v2(d->db,
-                       "SELECT addr, size, state, alloc_id FROM blocks WHERE snapshot = ? AND "
+                       "SELECT addr, size, state FROM blocks WHERE snapshot = ? AND "
                        "segment = ? ORDER BY addr",
                        -1, &b, NULL);
     int fs = 1;
@@ -93,6 +93,10 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
                 (long long)id, (long long)sqlite3_column_int64(s, 1),
                 sqlite3_column_int(s, 2) == 1 ? "peak" : "oom");
         fs = 0;
+        /* each block's allocation by identity (the allocator's id), not by address: the
+         * address was handed out again after the snapshot */
+        u64map owners = {0};
+        gm_snapshot_owners(d, id, &owners);
         sqlite3_reset(g);
         sqlite3_bind_int64(g, 1, id);
         int fg = 1;
@@ -108,7 +112,8 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
             int fb = 1;
             while (sqlite3_step(b) == SQLITE_ROW) {
                 int state = sqlite3_column_int(b, 2);
-                long ai = state == 1 ? gm_alloc_by_id(m, (uint64_t)sqlite3_column_int64(b, 3)) : -1;
+                const uint64_t *birth = state == 1 ? u64map_get(&owners, (uint64_t)sqlite3_column_int64(b, 0)) : NULL;
+                long ai = birth ? gm_alloc_by_id(m, *birth) : -1;
                 long cls = ai >= 0 && c->of[ai] != UINT32_MAX ? (long)c->of[ai] : -1;
                 fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",",
                         (long long)sqlite3_column_int64(b, 0),
@@ -118,6 +123,7 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
             fputs("]}", o);
         }
         fputs("]}", o);
+        u64map_free(&owners);
     }
     sqlite3_finalize(s);
     sqlite3_finalize(g);
@@ -270,6 +276,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         fprintf(stderr, "gpumem viz: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_model m;
     if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem viz: %s\n", err);
@@ -311,10 +318,10 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fprintf(
         o,
         ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
-        "\"peak_reserved_seq\":%llu,\"events\":%llu},",
+        "\"peak_reserved_seq\":%llu,\"events\":%llu,\"dropped_events\":%llu},",
         (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
         (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
-        (unsigned long long)m.events);
+        (unsigned long long)m.events, (unsigned long long)gm_dropped(&d));
     int bad = viz_write_timeline(o, &d, &m, &cls);
     fputc(',', o);
     write_live_at_peak(o, &m, &cls);
@@ -434,6 +441,7 @@ static int load_rank(rank_db *r)
         fprintf(stderr, "gpumem viz: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&d, stderr); /* events lost: said first */
     r->rank = (long)gm_meta_int(&d, "rank", -1);
     gm_model m;
     if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
@@ -545,11 +553,18 @@ int gm_viz_main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
             goto done;
-        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--with")) && i + 1 >= argc) {
+            /* a known option without its value: say which value, never "unknown option" */
+            fprintf(stderr, "gpumem viz: %s needs %s\n%s", argv[i],
+                    argv[i][1] == 'o' ? "the page's file name (-o run.html)"
+                                      : "a list of analyses: frag, advise, tune (comma-separated)",
+                    GM_HELP("viz"));
+            rc = GM_EXIT_USAGE;
+        } else if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i];
         } else if (strcmp(argv[i], "--force") == 0) {
             force = 1;
-        } else if (strcmp(argv[i], "--with") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--with") == 0) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
@@ -559,18 +574,15 @@ int gm_viz_main(int argc, char **argv)
                 if (k == 3) {
                     fprintf(stderr,
                             "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
-                            "(comma-separated)\n",
-                            t);
+                            "(comma-separated)\n%s",
+                            t, GM_HELP("viz"));
                     rc = GM_EXIT_USAGE;
                     goto done;
                 }
                 with |= 1 << k;
             }
         } else if (argv[i][0] == '-') {
-            fprintf(stderr,
-                    "gpumem viz: unknown option '%s'; usage: gpumem viz DB -o run.html [--with "
-                    "frag,advise,tune]\n",
-                    argv[i]);
+            fprintf(stderr, "gpumem viz: unknown option '%s'\n%s", argv[i], GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
         } else {
             struct stat st;
@@ -593,9 +605,8 @@ int gm_viz_main(int argc, char **argv)
     }
     if (rc) goto done;
     if (!ndb || !out) {
-        fputs("gpumem viz: usage: gpumem viz DB -o run.html [--with frag,advise,tune] (gpumem viz "
-              "--help)\n",
-              stderr);
+        fprintf(stderr, "gpumem viz: %s\n%s", !ndb ? "which database? give its path" : "where to? give -o FILE.html",
+                GM_HELP("viz"));
         rc = GM_EXIT_USAGE;
         goto done;
     }

@@ -285,9 +285,32 @@ static int load_sites(gm_db *d, adv_model *m, u64map *site)
 }
 
 typedef struct name_ev {
-    uint64_t seq, addr;
+    uint64_t seq, addr, birth; /* birth: the allocation named (0: the one live at addr at seq) */
     uint32_t name;
 } name_ev;
+
+/* The allocation born at seq birth: births[] holds each allocation's, in order. */
+static long alloc_born(const uint64_t *births, size_t n, uint64_t birth) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (births[mid] < birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && births[lo] == birth ? (long)lo : -1;
+}
+
+/* A name, at its place in the event order: to the allocation it names by birth, else (older
+ * files) to the one live at its address then. */
+static void name_apply(adv_model *m, const u64map *live, const uint64_t *births, const name_ev *n) {
+    if (n->birth) {
+        long a = births ? alloc_born(births, m->nallocs, n->birth) : -1;
+        if (a >= 0) m->allocs[a].name = n->name;
+        return;
+    }
+    const uint64_t *ai = u64map_get(live, n->addr);
+    if (ai) m->allocs[*ai].name = n->name;
+}
 
 /* The use times of every recorded allocation (uses joined to their launch events), as sorted
  * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
@@ -382,13 +405,16 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     if (gm_table_exists(d, "names") &&
         sqlite3_prepare_v2(
             d->db,
-            "SELECT n.seq, n.addr, s.s FROM names n LEFT JOIN strings s ON s.id = n.name "
-            "ORDER BY n.seq",
+            gm_names_have_birth(d) ? "SELECT n.seq, n.addr, s.s, n.birth FROM names n LEFT JOIN strings s "
+                                     "ON s.id = n.name ORDER BY n.seq"
+                                   : "SELECT n.seq, n.addr, s.s, NULL FROM names n LEFT JOIN strings s "
+                                     "ON s.id = n.name ORDER BY n.seq",
             -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
             names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
                                         (uint64_t)sqlite3_column_int64(s, 1),
+                                        (uint64_t)sqlite3_column_int64(s, 3),
                                         intern(m, (const char *)sqlite3_column_text(s, 2))};
         }
         sqlite3_finalize(s);
@@ -404,7 +430,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     u64map live = {0};
     u64map seq_idx = {0}; /* birth seq -> allocation, for the uses */
     uint32_t *stacks = NULL;
-    size_t stcap = 0, evcap = 0, nstreams[8] = {0};
+    uint64_t *births = NULL; /* allocation -> its birth seq, for the names */
+    size_t stcap = 0, bcap = 0, evcap = 0, nstreams[8] = {0};
     int rc, nomem = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -413,10 +440,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         uint32_t stream = (uint32_t)sqlite3_column_int64(s, 4);
         uint64_t *ri = u64map_get(&ridx, (uint64_t)sqlite3_column_int64(s, 5));
         const rinfo *rg = ri ? &r[*ri] : NULL;
-        for (; ni < nnames && names[ni].seq < seq; ni++) {
-            uint64_t *ai = u64map_get(&live, names[ni].addr);
-            if (ai) m->allocs[*ai].name = names[ni].name;
-        }
+        for (; ni < nnames && names[ni].seq < seq; ni++) name_apply(m, &live, births, &names[ni]);
         adv_ev e = {0};
         e.step = rg ? rg->step : -1;
         e.phase = rg ? rg->phase : 0;
@@ -426,12 +450,14 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
             uint32_t a = new_alloc(m, (uint64_t)sqlite3_column_int64(s, 3), stream, 0, 0,
                                    (uint32_t)m->nallocs);
-            if (a == UINT32_MAX || grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks)) {
+            if (a == UINT32_MAX || grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks) ||
+                grow((void **)&births, &bcap, m->nallocs, sizeof *births)) {
                 nomem = 1;
                 break;
             }
             m->allocs[a].orig = a;
             stacks[a] = (uint32_t)sqlite3_column_int64(s, 7);
+            births[a] = seq;
             if (m->have_uses) u64map_put(&seq_idx, seq, a);
             if (addr != U64MAP_EMPTY) u64map_put(&live, addr, a);
             e.a = a, e.kind = ADV_EV_ALLOC;
@@ -450,11 +476,9 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         m->evs[m->nevs++] = e;
     }
     sqlite3_finalize(s);
-    for (; rc == SQLITE_DONE && ni < nnames; ni++) {
-        uint64_t *ai = u64map_get(&live, names[ni].addr);
-        if (ai) m->allocs[*ai].name = names[ni].name;
-    }
+    for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
+    free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {
         free(stacks);

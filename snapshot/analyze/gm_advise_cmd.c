@@ -30,7 +30,7 @@
 
 static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
-    "[--check]\n"
+    "[--check] [--lossy-ok]\n"
     "       gpumem advise DB --ranks N [--zero 1|2] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
@@ -50,6 +50,8 @@ static const char *const usage_advise =
     "                 --offload LIST --accum K --grad-none --act-dtype bf16), printed as the\n"
     "                 only recommendation (with --check: re-run too)\n"
     "  --json         one JSON object (contract in snapshot/analyze/ADVISE.md)\n"
+    "  --lossy-ok     advise on a recording that lost events (else refused, exit 3: its\n"
+    "                 trace misses allocations or frees); the first line says so\n"
     "  --check        re-run the recorded command (trainer only) under gpumem record with each\n"
     "                 recommendation's flags and print predicted against measured peaks; the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
@@ -59,7 +61,8 @@ static const char *const usage_advise =
     "                 predicted from a recording of ONE rank at the per-rank batch (1 rank with\n"
     "                 -B 4 has the activations of each of 2 ranks with -B 8); --zero 1|2 one\n"
     "                 stage only; --check re-runs under mpirun -np N with -B times N and --zero\n"
-    "Exit code: 0; 1 --budget cannot be met; 2 usage; 3 unreadable database.\n";
+    "Exit code: 0; 1 --budget cannot be met; 2 usage; 3 unreadable database, or events lost\n"
+    "(without --lossy-ok).\n";
 
 /* Roofline figures (dense bf16 tensor-core peak, HBM bandwidth), from NVIDIA's data sheets:
  * H100 SXM5 989 TFLOP/s, 3.35 TB/s; H200 SXM 989 TFLOP/s, 4.8 TB/s; A100 SXM4 80GB 312 TFLOP/s,
@@ -527,7 +530,7 @@ static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec 
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
-    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1;
+    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -541,10 +544,12 @@ int gm_advise_main(int argc, char **argv)
             json = 1;
         else if (!strcmp(a, "--check"))
             check = 1;
+        else if (!strcmp(a, "--lossy-ok"))
+            lossy_ok = 1;
         else if (!strcmp(a, "--budget")) {
             if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
-                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             have_budget = 1, i++;
@@ -553,8 +558,8 @@ int gm_advise_main(int argc, char **argv)
             link = v ? strtod(v, &end) : 0;
             if (!v || *end || !(link > 0)) {
                 fprintf(stderr,
-                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             i++;
@@ -564,16 +569,16 @@ int gm_advise_main(int argc, char **argv)
             for (size_t k = 0; gpu && k < sizeof gpus / sizeof *gpus; k++)
                 ok |= !strcasecmp(gpu, gpus[k].name);
             if (!ok) {
-                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n\n%s",
-                        gpu ? gpu : "", usage_advise);
+                fprintf(stderr, "gpumem advise: --gpu accepts H100, H200 or A100, got '%s'\n%s",
+                        gpu ? gpu : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--try")) {
             if (!v) {
                 fprintf(stderr,
                         "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum "
-                        "2'\n\n%s",
-                        usage_advise);
+                        "2'\n%s",
+                        GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             try_flags = v, i++;
@@ -583,15 +588,15 @@ int gm_advise_main(int argc, char **argv)
             if (!v || *end || r < 1 || r > 65536) {
                 fprintf(stderr,
                         "gpumem advise: --ranks needs a number of ranks from 1 to 65536, got "
-                        "'%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "'%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             ranks = (unsigned)r, i++;
         } else if (!strcmp(a, "--zero")) {
             if (!v || (strcmp(v, "1") && strcmp(v, "2"))) {
-                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n\n%s", v ? v : "",
-                        usage_advise);
+                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n%s", v ? v : "",
+                        GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             zero = atoi(v), i++;
@@ -600,30 +605,30 @@ int gm_advise_main(int argc, char **argv)
             long t = v ? strtol(v, &end, 10) : 0;
             if (!v || *end || t < 1 || t > 1000000) {
                 fprintf(stderr,
-                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n\n%s",
-                        v ? v : "", usage_advise);
+                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             top = (int)t, i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "gpumem advise: unknown option '%s'\n\n%s", a, usage_advise);
+            fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
         } else if (!path)
             path = a;
         else {
-            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n\n%s", a,
-                    usage_advise);
+            fprintf(stderr, "gpumem advise: one database only; '%s' is extra\n%s", a,
+                    GM_HELP("advise"));
             return GM_EXIT_USAGE;
         }
     }
     if (!path) {
-        fprintf(stderr, "gpumem advise: which database? give its path\n\n%s", usage_advise);
+        fprintf(stderr, "gpumem advise: which database? give its path\n%s", GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     if (zero > 0 && !ranks) {
         fprintf(stderr,
-                "gpumem advise: --zero goes with --ranks N (how many ranks share the state)\n\n%s",
-                usage_advise);
+                "gpumem advise: --zero goes with --ranks N (how many ranks share the state)\n%s",
+                GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     char err[8192];
@@ -631,6 +636,11 @@ int gm_advise_main(int argc, char **argv)
     if (gm_db_open(path, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
+    }
+    int lossy = gm_lossy_gate(&d, "advise", lossy_ok, json ? stderr : stdout);
+    if (lossy) {
+        gm_db_close(&d);
+        return lossy;
     }
     ctx c;
     memset(&c, 0, sizeof c);

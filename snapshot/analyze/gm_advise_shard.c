@@ -115,7 +115,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         adv_model c;
         if (adv_model_copy(m, &c) != 0 || adv_zero(&c, ranks, z, &q->st) != 0 ||
             adv_replay(&c, &q->r, err, sizeof err) != 0) {
-            fprintf(stderr, "gpumem advise: ZeRO-%d across %u ranks: %s\n", z, ranks,
+            fprintf(stderr, "gpumem advise: ZeRO-%d across %u rank%s: %s\n", z, ranks, ranks == 1 ? "" : "s",
                     err[0] ? err : "out of memory");
             adv_model_free(&c);
             return GM_EXIT_BADDB;
@@ -193,8 +193,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         return GM_EXIT_OK;
     }
     char a[32], r[32], s1[32], s2[32];
-    fprintf(out, "ZeRO across %u ranks: each rank's peak, predicted from this one-rank recording\n",
-            ranks);
+    fprintf(out, "ZeRO across %u rank%s: each rank's peak, predicted from this one-rank recording\n",
+            ranks, ranks == 1 ? "" : "s");
     if (B)
         fprintf(
             out,

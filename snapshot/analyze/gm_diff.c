@@ -22,10 +22,10 @@ static const char *const usage_diff =
     "  --json                    one JSON object: a, b, delta, classes, sites, gate\n"
     "  --top N                   rows per table (default 10)\n"
     "  --frames user|all         call sites as in `gpumem report` (default user)\n"
-    "  --fail-if-peak-grows PCT  exit 1 when B's peak reserved exceeds A's by more than PCT%%\n"
+    "  --fail-if-peak-grows PCT  exit 1 when B's peak reserved exceeds A's by more than PCT%\n"
     "                            (a memory-regression gate for CI)\n"
     "Example: gpumem diff main.db branch.db --fail-if-peak-grows 5\n"
-    "Exit code: 0, 1 the peak grew by more than PCT%%, 2 usage, 3 a database cannot be read.\n";
+    "Exit code: 0, 1 the peak grew by more than PCT%, 2 usage, 3 a database cannot be read.\n";
 
 typedef struct kv {
     char *key;
@@ -80,7 +80,7 @@ static char *class_of(const gm_model *m, uint32_t name)
     return o;
 }
 
-static int load_side(const char *path, side *s, int frames_all)
+static int load_side(const char *path, side *s, int frames_all, int json)
 {
     char err[8192];
     memset(s, 0, sizeof *s);
@@ -88,6 +88,7 @@ static int load_side(const char *path, side *s, int frames_all)
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
     if (gm_model_load(&s->d, &s->m, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
@@ -246,7 +247,16 @@ static double util(const gm_model *m)
 }
 static double per_step(const side *s)
 {
-    return s->m.nsteps ? (double)s->nallocs / (double)s->m.nsteps : (double)s->nallocs;
+    /* no "step N" ranges (an imported snapshot, a program without NVTX): no per-step figure,
+     * never the whole count as if it were one step */
+    return s->m.nsteps ? (double)s->nallocs / (double)s->m.nsteps : NAN;
+}
+
+/* a figure, or null where there is none (NAN) */
+static void json_num(FILE *out, double v)
+{
+    if (isfinite(v)) fprintf(out, "%.2f", v);
+    else fputs("null", out);
 }
 
 static void json_side(FILE *out, const side *s)
@@ -256,10 +266,11 @@ static void json_side(FILE *out, const side *s)
     fprintf(out,
             ",\"peak_requested\":%" PRIu64 ",\"peak_allocated\":%" PRIu64
             ",\"peak_reserved\":%" PRIu64 ",\"utilization_pct\":%.2f,\"allocations\":%" PRIu64
-            ",\"steps\":%zu,\"allocations_per_step\":%.2f"
-            ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64 "}",
+            ",\"steps\":%zu,\"allocations_per_step\":",
             s->m.peak_requested, s->m.peak_allocated, s->m.peak_reserved, util(&s->m), s->nallocs,
-            s->m.nsteps, per_step(s), s->leaked, s->nleaked);
+            s->m.nsteps);
+    json_num(out, per_step(s));
+    fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64 "}", s->leaked, s->nleaked);
 }
 
 int gm_cmd_diff(int argc, char **argv)
@@ -282,16 +293,16 @@ int gm_cmd_diff(int argc, char **argv)
                 if (v && !strcmp(v, "all"))
                     frames_all = 1;
                 else if (!v || strcmp(v, "user"))
-                    return fprintf(stderr, "gpumem diff: --frames takes user or all\n\n%s",
-                                   usage_diff),
+                    return fprintf(stderr, "gpumem diff: --frames takes user or all\n%s",
+                                   GM_HELP("diff")),
                            GM_EXIT_USAGE;
             } else if (!strcmp(a, "--top")) {
                 long n = v ? strtol(v, &end, 10) : 0;
                 if (!v || *end || n < 1 || n > 1000000)
                     return fprintf(stderr,
                                    "gpumem diff: --top needs a number from 1 to 1000000, got "
-                                   "'%s'\n\n%s",
-                                   v ? v : "", usage_diff),
+                                   "'%s'\n%s",
+                                   v ? v : "", GM_HELP("diff")),
                            GM_EXIT_USAGE;
                 top = (int)n;
             } else {
@@ -299,34 +310,34 @@ int gm_cmd_diff(int argc, char **argv)
                 if (!v || *end || !(p >= 0) || p > 1e6)
                     return fprintf(stderr,
                                    "gpumem diff: --fail-if-peak-grows needs a percentage (like 5 "
-                                   "or 2.5), got '%s'\n\n%s",
-                                   v ? v : "", usage_diff),
+                                   "or 2.5), got '%s'\n%s",
+                                   v ? v : "", GM_HELP("diff")),
                            GM_EXIT_USAGE;
                 gate = p;
             }
         } else if (a[0] == '-' && a[1])
-            return fprintf(stderr, "gpumem diff: unknown option '%s'\n\n%s", a, usage_diff),
+            return fprintf(stderr, "gpumem diff: unknown option '%s'\n%s", a, GM_HELP("diff")),
                    GM_EXIT_USAGE;
         else if (!pa)
             pa = a;
         else if (!pb)
             pb = a;
         else
-            return fprintf(stderr, "gpumem diff: two databases only; '%s' is extra\n\n%s", a,
-                           usage_diff),
+            return fprintf(stderr, "gpumem diff: two databases only; '%s' is extra\n%s", a,
+                           GM_HELP("diff")),
                    GM_EXIT_USAGE;
     }
     if (!pb)
-        return fprintf(stderr, "gpumem diff: give two databases, A (the baseline) and B\n\n%s",
-                       usage_diff),
+        return fprintf(stderr, "gpumem diff: give two databases, A (the baseline) and B\n%s",
+                       GM_HELP("diff")),
                GM_EXIT_USAGE;
     side A, B;
-    int rc = load_side(pa, &A, frames_all);
+    int rc = load_side(pa, &A, frames_all, json);
     if (rc) {
         free_side(&A);
         return rc;
     }
-    if ((rc = load_side(pb, &B, frames_all)) != 0) {
+    if ((rc = load_side(pb, &B, frames_all, json)) != 0) {
         free_side(&A);
         free_side(&B);
         return rc;
@@ -349,13 +360,13 @@ int gm_cmd_diff(int argc, char **argv)
                 ",\"delta\":{\"peak_requested\":%" PRId64 ",\"peak_allocated\":%" PRId64
                 ",\"peak_reserved\":%" PRId64
                 ",\"peak_reserved_pct\":%.3f,\"utilization_pts\":%.2f,\"allocations\":%" PRId64
-                ",\"allocations_per_step\":%.2f"
-                ",\"alive_at_exit\":%" PRId64 "}",
+                ",\"allocations_per_step\":",
                 (int64_t)(B.m.peak_requested - A.m.peak_requested),
                 (int64_t)(B.m.peak_allocated - A.m.peak_allocated),
                 (int64_t)(B.m.peak_reserved - A.m.peak_reserved), isfinite(growth) ? growth : 1e308,
-                util(&B.m) - util(&A.m), (int64_t)(B.nallocs - A.nallocs),
-                per_step(&B) - per_step(&A), (int64_t)(B.leaked - A.leaked));
+                util(&B.m) - util(&A.m), (int64_t)(B.nallocs - A.nallocs));
+        json_num(out, per_step(&B) - per_step(&A));
+        fprintf(out, ",\"alive_at_exit\":%" PRId64 "}", (int64_t)(B.leaked - A.leaked));
         if (rc_) json_rows(out, "classes", "class", rc_, nc, top);
         if (rs) json_rows(out, "sites", "site", rs, ns, top);
         if (gate >= 0)
@@ -372,7 +383,15 @@ int gm_cmd_diff(int argc, char **argv)
                 util(&B.m), util(&B.m) - util(&A.m));
         count_line(out, "allocations", (double)A.nallocs, (double)B.nallocs, 0);
         count_line(out, "steps", (double)A.m.nsteps, (double)B.m.nsteps, 0);
-        count_line(out, "allocations/step", per_step(&A), per_step(&B), 1);
+        if (isfinite(per_step(&A)) && isfinite(per_step(&B)))
+            count_line(out, "allocations/step", per_step(&A), per_step(&B), 1);
+        else { /* a side without steps has no per-step figure: no change to compute */
+            char a[32] = "-", b[32] = "-";
+            if (isfinite(per_step(&A))) snprintf(a, sizeof a, "%.1f", per_step(&A));
+            if (isfinite(per_step(&B))) snprintf(b, sizeof b, "%.1f", per_step(&B));
+            fprintf(out, "  %-20s %14s %14s %14s %9s\n", "allocations/step", a, b, "-", "n/a");
+        }
+
         bytes_line(out, "alive at exit", A.leaked, B.leaked);
         if (rc_) table(out, "tensor classes", rc_, nc, top);
         if (rs) table(out, "call sites", rs, ns, top);

@@ -54,6 +54,7 @@ const char *const gm_frag_hist_name[GM_FRAG_NHIST] = {
 
 typedef struct snap_seg {
     uint64_t stream, addr, size, mapped;
+    int device;
     uint32_t flags;
     uint64_t live;     /* bytes of live blocks */
     uint64_t live_end; /* end of its last live block (0: none) */
@@ -62,6 +63,7 @@ typedef struct snap_seg {
 
 typedef struct snap_block {
     uint64_t addr, size, requested;
+    uint64_t alloc_id; /* the allocator's id of its allocation (0: unknown, e.g. an import) */
     uint32_t segment, state;
     uint64_t birth; /* allocation live at addr at the snapshot (sweep), 0 unknown */
     uint64_t death; /* its free (sweep), 0 alive at the end */
@@ -97,7 +99,7 @@ static int fail_sql(gm_db *d, char *err, size_t errsz, const char *what) {
 static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
     sqlite3_stmt *st;
     size_t cap = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT idx, stream, addr, size, mapped, flags FROM segments "
+    if (sqlite3_prepare_v2(d->db, "SELECT idx, stream, addr, size, mapped, flags, device FROM segments "
                                   "WHERE snapshot = ? ORDER BY idx", -1, &st, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "segments");
     sqlite3_bind_int64(st, 1, s->id);
@@ -122,12 +124,13 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
         g->size = (uint64_t)sqlite3_column_int64(st, 3);
         g->mapped = (uint64_t)sqlite3_column_int64(st, 4);
         g->flags = (uint32_t)sqlite3_column_int64(st, 5);
+        g->device = sqlite3_column_int(st, 6);
         g->last_pin = SIZE_MAX;
         if ((size_t)idx + 1 > s->nsegs) s->nsegs = (size_t)idx + 1;
     }
     sqlite3_finalize(st);
     cap = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT addr, segment, state, size, requested FROM blocks "
+    if (sqlite3_prepare_v2(d->db, "SELECT addr, segment, state, size, requested, alloc_id FROM blocks "
                                   "WHERE snapshot = ? ORDER BY addr", -1, &st, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "blocks");
     sqlite3_bind_int64(st, 1, s->id);
@@ -148,6 +151,7 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
         b->state = (uint32_t)sqlite3_column_int64(st, 2);
         b->size = (uint64_t)sqlite3_column_int64(st, 3);
         b->requested = (uint64_t)sqlite3_column_int64(st, 4);
+        b->alloc_id = (uint64_t)sqlite3_column_int64(st, 5);
         b->birth = 0;
         if (seg < 0 || (size_t)seg >= s->nsegs) continue; /* a block of no segment: skip it */
         b->segment = (uint32_t)seg;
@@ -163,13 +167,16 @@ typedef struct sweep_live {
     uint64_t birth, size;
 } sweep_live;
 
-/* Resolves which allocation is live at each allocated block of s; their frees are watched for
- * (watch: birth -> death seq, 0 until it comes). */
-static void snap_resolve(snap *s, const u64map *live, u64map *watch) {
+/* Resolves which allocation each allocated block of s belongs to: by identity (the block's
+ * alloc_id, ids: key -> birth of the live allocations), else (no id: an import) the one live at
+ * its address now. Their frees are watched for (watch: birth -> death seq, 0 until it comes). */
+static void snap_resolve(snap *s, const u64map *live, const u64map *ids, u64map *watch) {
     for (size_t i = 0; i < s->nblocks; i++) {
         snap_block *b = &s->blocks[i];
         if (b->state != REC_BLOCK_ALLOCATED) continue;
-        const uint64_t *v = u64map_get(live, b->addr);
+        uint64_t key = gm_alloc_key(s->segs[b->segment].device, b->alloc_id);
+        const uint64_t *v = key ? u64map_get(ids, key) : NULL;
+        if (!v) v = u64map_get(live, b->addr);
         if (v) {
             b->birth = *v;
             if (!u64map_get(watch, *v)) u64map_put(watch, *v, 0);
@@ -199,10 +206,12 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         sqlite3_finalize(st);
     }
     if (!span) span = 1;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream FROM events "
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream, alloc_id FROM events "
                                   "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "events");
     u64map live = {0};  /* addr -> birth seq */
+    u64map ids = {0};   /* gm_alloc_key -> birth seq, of the live allocations */
+    u64map akey = {0};  /* addr -> gm_alloc_key of the live allocation there */
     u64map sizes = {0}; /* addr -> block size */
     u64map watch = {0}; /* birth -> death, for the allocations live at a snapshot */
     int by_step = 0;
@@ -232,7 +241,7 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
         for (; si < nsnaps && snaps[si].seq < seq; si++) {
             int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
-            snap_resolve(&snaps[si], &live, &watch);
+            snap_resolve(&snaps[si], &live, &ids, &watch);
             snap_need(&snaps[si], miss[dv], any[dv]);
         }
         unsigned kind = (unsigned)sqlite3_column_int(st, 1);
@@ -243,8 +252,9 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         int dev = sqlite3_column_int(st, 6);
         int dv = dev >= 0 && dev < NDEV ? dev : 0;
         if (is_dev_alloc(kind) || is_dev_free(kind)) {
-            uint64_t old, birth;
+            uint64_t old, birth, key;
             if (u64map_del(&sizes, addr, &old)) allocated -= old < allocated ? old : allocated;
+            if (u64map_del(&akey, addr, &key)) u64map_del(&ids, key, NULL);
             if (u64map_del(&live, addr, &birth) && watch.count) {
                 uint64_t *w = u64map_get(&watch, birth);
                 if (w && !*w) *w = seq;
@@ -252,6 +262,8 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
             if (is_dev_alloc(kind)) {
                 u64map_put(&live, addr, seq);
                 u64map_put(&sizes, addr, size);
+                key = gm_alloc_key(dev, (uint64_t)sqlite3_column_int64(st, 8));
+                if (key && u64map_put(&ids, key, seq) == 0) u64map_put(&akey, addr, key);
                 allocated += size;
                 uint64_t stream = (uint64_t)sqlite3_column_int64(st, 7);
                 uint64_t e[4] = {seq, size, stream, addr};
@@ -306,7 +318,7 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
     sqlite3_finalize(st);
     for (; si < nsnaps; si++) {
         int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
-        snap_resolve(&snaps[si], &live, &watch);
+        snap_resolve(&snaps[si], &live, &ids, &watch);
         snap_need(&snaps[si], miss[dv], any[dv]);
     }
     for (size_t i = 0; i < nsnaps; i++)
@@ -316,6 +328,8 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
             b->death = w ? *w : 0;
         }
     u64map_free(&live);
+    u64map_free(&ids);
+    u64map_free(&akey);
     u64map_free(&sizes);
     u64map_free(&watch);
     u64map_free(&step_idx);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const usage_frag =
-    "usage: gpumem frag DB [--top N] [--json] [--check]\n"
+    "usage: gpumem frag DB [--top N] [--json] [--check] [--lossy-ok]\n"
     "\n"
     "Where the memory the allocator reserved but the program did not hold went, and which\n"
     "allocator setting gives it back:\n"
@@ -27,7 +27,10 @@ static const char *const usage_frag =
     "  --check   re-run the recorded command under `gpumem record` with the best fix's\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
     "            GPUMEM_LIMIT) and print predicted against measured peak reserved\n"
-    "Exit code: 0; 2 usage; 3 unreadable database; 1 --check could not re-run.\n";
+    "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
+    "            and gaps can be wrong); the first line says so\n"
+    "Exit code: 0; 2 usage; 3 unreadable database, or events lost (without --lossy-ok); 1 --check\n"
+    "could not re-run.\n";
 
 /* ---------------------------------------------------------------- --check */
 
@@ -67,10 +70,22 @@ static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t ad
         snprintf(out, n, "an allocation not in the events");
         return;
     }
-    /* its name: the last one given to its address while it was live */
+    /* its name: the last one given to it, by identity (names.birth); in a file without it, the
+     * last one given to its address while it lived (up to the next event at that address) */
+    int by_birth = gm_table_exists(d, "names") && gm_names_have_birth(d);
+    if (!by_birth && !death && gm_table_exists(d, "names") &&
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE seq > ?1 AND addr = ?2 AND kind IN (1, 2, 3, 4) "
+                                  "ORDER BY seq LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (int64_t)birth);
+        sqlite3_bind_int64(st, 2, (int64_t)addr);
+        if (sqlite3_step(st) == SQLITE_ROW) death = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
     if (gm_table_exists(d, "names") &&
-        sqlite3_prepare_v2(d->db, "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
-                                  "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(d->db, by_birth ? "SELECT name FROM names WHERE seq > ?2 AND (?3 = 0 OR seq < ?3) AND "
+                                             "(birth = ?2 OR (birth IS NULL AND addr = ?1)) ORDER BY seq DESC LIMIT 1"
+                                           : "SELECT name FROM names WHERE addr = ?1 AND seq > ?2 AND (?3 = 0 OR seq < ?3) "
+                                             "ORDER BY seq DESC LIMIT 1", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, (int64_t)addr);
         sqlite3_bind_int64(st, 2, (int64_t)birth);
         sqlite3_bind_int64(st, 3, (int64_t)death);
@@ -390,7 +405,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0;
+    int json = 0, check = 0, lossy_ok = 0;
     long top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -401,15 +416,17 @@ int gm_frag_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--check")) {
             check = 1;
+        } else if (!strcmp(a, "--lossy-ok")) {
+            lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
             char *e = NULL;
             top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
             if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", usage_frag);
+                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", GM_HELP("frag"));
                 return GM_EXIT_USAGE;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, usage_frag);
+            fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));
             return GM_EXIT_USAGE;
         } else if (!db) {
             db = a;
@@ -419,7 +436,7 @@ int gm_frag_main(int argc, char **argv) {
         }
     }
     if (!db) {
-        fprintf(stderr, "gpumem frag: which database?\n%s", usage_frag);
+        fprintf(stderr, "gpumem frag: which database?\n%s", GM_HELP("frag"));
         return GM_EXIT_USAGE;
     }
     char err[8192];
@@ -428,6 +445,11 @@ int gm_frag_main(int argc, char **argv) {
     if (gm_db_open(db, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
+    }
+    int lossy = gm_lossy_gate(&d, "frag", lossy_ok, json ? stderr : stdout);
+    if (lossy) {
+        gm_db_close(&d);
+        return lossy;
     }
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);

@@ -193,14 +193,20 @@ nomem:
     return -1;
 }
 
-/* Loads one rank's recording and reduces it to its summary. Returns 0 or an exit code. */
-static int rank_load(const char *path, size_t index, rk_rank *r)
+/* Loads one rank's recording and reduces it to its summary. Returns 0 or an exit code (a
+ * recording that lost events: refused unless lossy_ok, and then said first, on lossy_out). */
+static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, FILE *lossy_out)
 {
     memset(r, 0, sizeof *r);
     gm_db d;
     gm_model m;
     int rc = gm_open_model(path, &d, &m, 0);
     if (rc) return rc;
+    if ((rc = gm_lossy_gate(&d, "report", lossy_ok, lossy_out)) != 0) {
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     r->path = strdup(path);
     r->meta_rank = gm_meta_int(&d, "rank", -1);
     r->world_size = gm_meta_int(&d, "world_size", -1);
@@ -380,7 +386,7 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
                      size_t nd, size_t ntop, const int64_t *steps, size_t nsteps, int file_order)
 {
     char a[32], b[32], c[32];
-    fprintf(out, "gpumem report: %zu ranks%s\n\n", n,
+    fprintf(out, "gpumem report: %zu rank%s%s\n\n", n, n == 1 ? "" : "s",
             file_order ? " (ranks in the order of the files: the databases carry no meta.rank)"
                        : "");
     fprintf(out, "  %-6s %15s %15s %6s  %-32s %14s  %s\n", "rank", "peak allocated",
@@ -481,36 +487,76 @@ static int is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The databases to merge: their paths, and whether each came from a directory (then one that
+ * is not a rank of the job is left out, where one named on the command line is refused). */
+typedef struct rk_paths {
+    char **p;
+    unsigned char *from_dir;
+    size_t n, cap;
+} rk_paths;
+
+static int add_path(rk_paths *ps, char *p, int from_dir)
+{
+    if (!p) return -1;
+    if (ps->n == ps->cap) {
+        size_t nc = ps->cap ? 2 * ps->cap : 16;
+        char **np = realloc(ps->p, nc * sizeof *np);
+        if (np) ps->p = np;
+        unsigned char *nf = np ? realloc(ps->from_dir, nc) : NULL;
+        if (!np || !nf) {
+            free(p);
+            return -1;
+        }
+        ps->from_dir = nf, ps->cap = nc;
+    }
+    ps->from_dir[ps->n] = (unsigned char)from_dir;
+    ps->p[ps->n++] = p;
+    return 0;
+}
+
 /* The databases of a directory: its *.db files, in name order. */
-static int dir_dbs(const char *dir, char ***paths, size_t *n, size_t *cap)
+static int dir_dbs(const char *dir, rk_paths *ps)
 {
     DIR *dh = opendir(dir);
     if (!dh) return -1;
     struct dirent *e;
-    size_t first = *n;
+    size_t first = ps->n;
     while ((e = readdir(dh))) {
         size_t l = strlen(e->d_name);
         if (l < 4 || strcmp(e->d_name + l - 3, ".db") || e->d_name[0] == '.') continue;
-        if (*n == *cap) {
-            *cap = *cap ? 2 * *cap : 16;
-            char **np = realloc(*paths, *cap * sizeof *np);
-            if (!np) break;
-            *paths = np;
-        }
         size_t sz = strlen(dir) + l + 2;
         char *p = malloc(sz);
-        if (!p) break;
-        snprintf(p, sz, "%s/%s", dir, e->d_name);
-        (*paths)[(*n)++] = p;
+        if (p) snprintf(p, sz, "%s/%s", dir, e->d_name);
+        if (add_path(ps, p, 1) != 0) break;
     }
     closedir(dh);
-    qsort(*paths + first, *n - first, sizeof **paths, cmp_str);
+    qsort(ps->p + first, ps->n - first, sizeof *ps->p, cmp_str);
     return 0;
+}
+
+/* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
+static int same_file_twice(const rk_paths *ps)
+{
+    struct stat *st = calloc(ps->n + 1, sizeof *st);
+    if (!st) return 0;
+    int bad = 0;
+    for (size_t i = 0; i < ps->n && !bad; i++) {
+        if (stat(ps->p[i], &st[i]) != 0) continue; /* the load says what is wrong with it */
+        for (size_t j = 0; j < i && !bad; j++)
+            if (st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino && st[i].st_ino) {
+                fprintf(stderr, "gpumem report: %s%s%s is one database given twice: each rank's recording "
+                                "once\n", ps->p[j], strcmp(ps->p[i], ps->p[j]) ? " and " : "",
+                        strcmp(ps->p[i], ps->p[j]) ? ps->p[i] : "");
+                bad = 1;
+            }
+    }
+    free(st);
+    return bad;
 }
 
 int gm_ranks_main(int argc, char **argv)
 {
-    int json = 0, npos = 0, dirs = 0;
+    int json = 0, npos = 0, dirs = 0, lossy_ok = 0;
     long ntop = 5;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1])
@@ -519,13 +565,14 @@ int gm_ranks_main(int argc, char **argv)
             i++;
     }
     if (npos < 2 && !dirs) return -1; /* one database: the single report */
-    char **paths = NULL;
-    size_t n = 0, cap = 0;
+    rk_paths ps = {0};
     int rc = 0;
     for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--lossy-ok"))
+            lossy_ok = 1;
         else if (!strcmp(a, "--top")) {
             char *end;
             ntop = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -539,35 +586,68 @@ int gm_ranks_main(int argc, char **argv)
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr,
                     "gpumem report: '%s' is not an option of the merged report of several ranks "
-                    "(--json, --top N)\n",
+                    "(--json, --top N, --lossy-ok)\n",
                     a);
             rc = GM_EXIT_USAGE;
         } else if (is_dir(a)) {
-            size_t before = n;
-            if (dir_dbs(a, &paths, &n, &cap) != 0) {
+            size_t before = ps.n;
+            if (dir_dbs(a, &ps) != 0) {
                 fprintf(stderr, "gpumem: cannot read the directory %s\n", a);
                 rc = GM_EXIT_BADDB;
-            } else if (n == before) {
+            } else if (ps.n == before) {
                 fprintf(stderr, "gpumem: %s has no *.db file: give the ranks' databases\n", a);
                 rc = GM_EXIT_BADDB;
             }
-        } else {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                char **np = realloc(paths, cap * sizeof *np);
-                if (!np) {
-                    rc = GM_EXIT_BADDB;
-                    break;
-                }
-                paths = np;
-            }
-            paths[n++] = strdup(a);
+        } else if (add_path(&ps, strdup(a), 0) != 0) {
+            rc = GM_EXIT_BADDB;
         }
     }
+    if (!rc && same_file_twice(&ps)) rc = GM_EXIT_USAGE;
+    char **paths = ps.p;
+    size_t n = ps.n;
     rk_rank *rs = rc ? NULL : calloc(n + 1, sizeof *rs);
     if (!rc && !rs) rc = GM_EXIT_BADDB;
     for (size_t i = 0; !rc && i < n; i++) {
-        rc = rank_load(paths[i], i, &rs[i]);
+        rc = rank_load(paths[i], i, &rs[i], lossy_ok, json ? stderr : stdout);
+    }
+    /* Ranks of one job: when some databases carry meta.rank (a launcher's), one without it, or
+     * of another world size, is not one of them (a demo recording left in the directory): left
+     * out of a directory with a line saying so, refused when named on the command line. */
+    if (!rc) {
+        int64_t ws = -1;
+        int any_rank = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rs[i].meta_rank >= 0) {
+                any_rank = 1;
+                if (ws < 0) ws = rs[i].world_size;
+            }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            int other = any_rank && (rs[i].meta_rank < 0 || (ws >= 0 && rs[i].world_size >= 0 && rs[i].world_size != ws));
+            if (!other) {
+                rs[k++] = rs[i];
+                continue;
+            }
+            char why[96];
+            if (rs[i].meta_rank < 0) snprintf(why, sizeof why, "it carries no meta.rank");
+            else snprintf(why, sizeof why, "it is rank %" PRId64 " of %" PRId64 " ranks, the others of %" PRId64,
+                          rs[i].meta_rank, rs[i].world_size, ws);
+            if (ps.from_dir[i]) {
+                fprintf(stderr, "gpumem report: left out %s: %s, so it is not a rank of the job the others "
+                                "recorded\n", rs[i].path, why);
+            } else {
+                fprintf(stderr, "gpumem report: %s is not a rank of the job the others recorded (%s): leave "
+                                "it out\n", rs[i].path, why);
+                rc = GM_EXIT_USAGE;
+            }
+            rank_free(&rs[i]);
+        }
+        if (!rc && k == 0) {
+            fprintf(stderr, "gpumem report: no rank left to merge\n");
+            rc = GM_EXIT_BADDB;
+        }
+        for (size_t i = k; i < n; i++) memset(&rs[i], 0, sizeof rs[i]);
+        n = k;
     }
     int file_order = 0;
     if (!rc) {
@@ -616,12 +696,13 @@ int gm_ranks_main(int argc, char **argv)
         }
         free(d), free(steps);
     }
-    for (size_t i = 0; rs && i < n; i++)
+    for (size_t i = 0; rs && i < ps.n; i++)
         rank_free(&rs[i]);
     free(rs);
-    for (size_t i = 0; i < n; i++)
-        free(paths[i]);
-    free(paths);
+    for (size_t i = 0; i < ps.n; i++)
+        free(ps.p[i]);
+    free(ps.p);
+    free(ps.from_dir);
     fflush(stdout);
     return rc;
 }

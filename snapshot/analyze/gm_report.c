@@ -1057,7 +1057,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 a, m->peak_allocated, m->peak_allocated_seq);
         if (m->peak_allocated_seq != m->peak_requested_seq)
             print_place_text(out, place_of(m, &l, m->peak_allocated_seq));
-        fprintf(out, "  peak reserved       %s%s\n", b, m->have_segments ? "" : " (no segment events: allocations went straight to the driver)");
+        fprintf(out, "  peak reserved       %s%s\n", b,
+                m->have_segments ? ""
+                : m->nallocs     ? " (no segment events: allocations went straight to the driver)"
+                                 : " (the recording holds no allocation)");
         fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",

@@ -81,8 +81,6 @@ typedef struct gm_life {
 int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, gm_life *lives, char *err,
                   size_t errsz);
 void gm_life_free(gm_life *l);
-/* Index of the allocation born at seq `id` (binary search: allocs are in birth order), or -1. */
-long gm_alloc_by_id(const gm_model *m, uint64_t id);
 
 /* The `gpumem uses` command (gm_uses_cmd.c): argv[0] is "uses". Returns the exit code. */
 int gm_cmd_uses(int argc, char **argv);
@@ -92,6 +90,7 @@ typedef struct gm_opts {
     int json;
     int top;
     int fail_on_leak;
+    int lossy_ok; /* --lossy-ok: analyse a recording that lost events (gm_lossy_gate) */
 } gm_opts;
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);

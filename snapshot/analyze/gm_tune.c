@@ -180,10 +180,10 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     clock_gettime(CLOCK_MONOTONIC, &t0);
     adv_model am;
     if (gm_replay_trace_load(d, &am, err, errsz) != 0) return -1;
-    if (!am.nevs) {
+    if (!am.nevs) { /* a recording without allocations: a valid answer (nothing to tune), not an error */
         adv_model_free(&am);
-        snprintf(err, errsz, "%s: no allocation to replay", d->path);
-        return -1;
+        t->empty = 1;
+        return 0;
     }
     alloc_trace_event_t *trace = adv_to_trace(&am);
     if (!trace) {

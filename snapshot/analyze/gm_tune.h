@@ -32,6 +32,7 @@ typedef struct gm_tune {
     size_t best;          /* index of the recommendation in results (SIZE_MAX: none fits) */
     size_t recorded;      /* index of the recorded configuration in results */
     double seconds;       /* wall time of the search */
+    int empty;            /* the recording holds no allocation: nothing to replay or rank */
 } gm_tune;
 
 /* Loads the trace (gm_replay_trace_load), replays the presets and searches the keys. 0, or -1 with

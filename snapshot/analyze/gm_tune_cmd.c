@@ -12,6 +12,7 @@
 
 static const char *const usage_tune =
     "usage: gpumem tune DB [--objective reserved|time] [--limit SIZE] [--top N] [--json] [--check]\n"
+    "                      [--lossy-ok]\n"
     "\n"
     "Replays the recorded allocations through gpumem's allocator under its presets (gpumem,\n"
     "pytorch, pytorch-expandable, nocache) and a search over its keys (expandable_segments,\n"
@@ -28,8 +29,10 @@ static const char *const usage_tune =
     "  --json                 one JSON object (contract in snapshot/README.md)\n"
     "  --check                re-run the recorded command under `gpumem record` with the\n"
     "                         recommended GPUMEM_CONF and print predicted against measured\n"
+    "  --lossy-ok             replay a recording that lost events (else refused, exit 3: its\n"
+    "                         trace misses allocations or frees); the first line says so\n"
     "Exit code: 0; 1 no configuration avoids an OOM under the limit, or --check could not\n"
-    "re-run; 2 usage; 3 unreadable database.\n";
+    "re-run; 2 usage; 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
 
@@ -42,8 +45,11 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
     }
-    fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s\n\n", t->nresults, t->nevents,
-            t->seconds, objective == GM_TUNE_TIME ? "driver time, then peak reserved" : "peak reserved, then driver time");
+    /* the order the rows are in, exactly (gm_tune.c, better()) */
+    fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s; those that meet an OOM last\n\n",
+            t->nresults, t->nevents, t->seconds,
+            objective == GM_TUNE_TIME ? "driver time, then peak reserved"
+                                      : "peak reserved in steps of 1% of the least (closer counts as equal), then driver time");
     fprintf(out, "  %4s %12s %12s %6s %9s %10s %4s  %s\n", "rank", "reserved", "allocated", "util", "calls", "driver ms",
             "OOM", "GPUMEM_CONF");
     for (size_t i = 0; i < t->nresults; i++) {
@@ -131,7 +137,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
 
 int gm_tune_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0;
+    int json = 0, check = 0, lossy_ok = 0;
     long top = 12;
     gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
     for (int i = 1; i < argc; i++) {
@@ -143,18 +149,20 @@ int gm_tune_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--check")) {
             check = 1;
+        } else if (!strcmp(a, "--lossy-ok")) {
+            lossy_ok = 1;
         } else if (!strcmp(a, "--objective")) {
             const char *v = i + 1 < argc ? argv[++i] : "";
             if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
             else if (!strcmp(v, "time")) o.objective = GM_TUNE_TIME;
             else {
-                fprintf(stderr, "gpumem tune: --objective takes reserved or time, not '%s'\n", v);
+                fprintf(stderr, "gpumem tune: --objective takes reserved or time, not '%s'\n%s", v, GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--limit")) {
             size_t v = 0;
             if (i + 1 >= argc || alloc_parse_size(argv[++i], &v) != ALLOC_OK || !v) {
-                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n");
+                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
             o.limit = v;
@@ -162,11 +170,11 @@ int gm_tune_main(int argc, char **argv) {
             char *e = NULL;
             top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
             if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem tune: --top needs a positive number\n");
+                fprintf(stderr, "gpumem tune: --top needs a positive number\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
         } else if (a[0] == '-') {
-            fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, usage_tune);
+            fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));
             return GM_EXIT_USAGE;
         } else if (!db) {
             db = a;
@@ -176,7 +184,7 @@ int gm_tune_main(int argc, char **argv) {
         }
     }
     if (!db) {
-        fprintf(stderr, "gpumem tune: which database?\n%s", usage_tune);
+        fprintf(stderr, "gpumem tune: which database?\n%s", GM_HELP("tune"));
         return GM_EXIT_USAGE;
     }
     char err[8192];
@@ -185,12 +193,29 @@ int gm_tune_main(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    int lossy = gm_lossy_gate(&d, "tune", lossy_ok, json ? stderr : stdout);
+    if (lossy) {
+        gm_db_close(&d);
+        return lossy;
+    }
     o.progress = isatty(2);
     gm_tune t;
     if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_db_close(&d);
         return GM_EXIT_BADDB;
+    }
+    if (t.empty) { /* as frag and advise: nothing to change, exit 0 */
+        if (json) {
+            fputs("{\"database\":", stdout);
+            gm_json_str(stdout, d.path);
+            fputs(",\"events\":0,\"results\":[],\"recommended\":null,\"note\":\"no allocation to replay\"}\n", stdout);
+        } else {
+            printf("gpumem tune: %s\n  nothing to tune: the recording holds no allocation\n", d.path);
+        }
+        gm_tune_free(&t);
+        gm_db_close(&d);
+        return 0;
     }
     int rc = t.best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];

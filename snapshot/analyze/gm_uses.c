@@ -257,16 +257,6 @@ void gm_idle_free(gm_idle *g) {
     memset(g, 0, sizeof *g);
 }
 
-long gm_alloc_by_id(const gm_model *m, uint64_t id) {
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < id) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nallocs && m->allocs[lo].birth == id ? (long)lo : -1;
-}
-
 static int grow_uses(gm_life *l, size_t *cap) {
     if (l->nuses < *cap) return 0;
     size_t c = *cap ? *cap * 2 : 16;

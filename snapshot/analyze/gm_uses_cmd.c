@@ -41,9 +41,9 @@ typedef struct uses_opts {
 } uses_opts;
 
 static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "gpumem: ");
+    fprintf(stderr, "gpumem uses: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage_uses);
+    fprintf(stderr, "\n%s", GM_HELP("uses"));
     return GM_EXIT_USAGE;
 }
 
@@ -233,6 +233,7 @@ int gm_cmd_uses(int argc, char **argv) {
     gm_db d;
     gm_model m;
     if ((rc = gm_open_model(o.db, &d, &m, 1)) != 0) return rc;
+    gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
     int state = gm_uses_state(&d, mode, sizeof mode);
     size_t matched = 0, shown = 0;
     for (size_t i = 0; i < m.nallocs; i++) matched += matches(&m, &m.allocs[i], &o);

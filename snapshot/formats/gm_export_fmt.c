@@ -154,7 +154,7 @@ static int snapshot_to_export(gm_db *d, int64_t *snap_id)
     return 0;
 }
 
-static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64map *live_stack)
+static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams)
 {
     int64_t snap;
     (void)streams;
@@ -164,17 +164,27 @@ static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64
         gpk_list_end(out);
         return 0;
     }
+    /* each block's frames are its own allocation's, found by identity: the last allocation at
+     * its address is another one when the snapshot is not the exit's */
+    u64map owners = {0};
+    if (gm_snapshot_owners(d, snap, &owners) != 0) {
+        u64map_free(&owners);
+        return -1;
+    }
     sqlite3_stmt *sg, *bl;
     if (sqlite3_prepare_v2(d->db,
                            "SELECT idx, device, stream, addr, mapped, flags FROM segments WHERE "
                            "snapshot = ?1 ORDER BY addr",
-                           -1, &sg, NULL) != SQLITE_OK)
+                           -1, &sg, NULL) != SQLITE_OK) {
+        u64map_free(&owners);
         return -1;
+    }
     if (sqlite3_prepare_v2(d->db,
                            "SELECT addr, state, size, requested FROM blocks WHERE snapshot = ?1 "
                            "AND segment = ?2 ORDER BY addr",
                            -1, &bl, NULL) != SQLITE_OK) {
         sqlite3_finalize(sg);
+        u64map_free(&owners);
         return -1;
     }
     sqlite3_bind_int64(sg, 1, snap);
@@ -220,10 +230,11 @@ static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64
             gpk_key(out, "state"), gpk_str(out, st == REC_BLOCK_ALLOCATED ? "active_allocated"
                                                 : st == REC_BLOCK_PENDING ? "active_pending_free"
                                                                           : "inactive");
-            const uint64_t *stk = st == REC_BLOCK_ALLOCATED ? u64map_get(live_stack, addr) : NULL;
+            const uint64_t *birth = st == REC_BLOCK_ALLOCATED ? u64map_get(&owners, addr) : NULL;
+            long ai = birth ? gm_alloc_by_id(m, *birth) : -1;
             gpk_key(out, "frames");
-            if (stk)
-                pk_frames(out, m, (uint32_t)*stk);
+            if (ai >= 0)
+                pk_frames(out, m, m->allocs[ai].stack);
             else
                 gpk_list_begin(out), gpk_list_end(out);
             gpk_dict_end(out);
@@ -234,6 +245,7 @@ static int torch_segments(gm_db *d, gm_model *m, FILE *out, u64map *streams, u64
     }
     sqlite3_finalize(sg);
     sqlite3_finalize(bl);
+    u64map_free(&owners);
     gpk_list_end(out);
     return 0;
 }
@@ -314,7 +326,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
             ndev = sqlite3_column_int(s, 0) + 1;
         sqlite3_finalize(s);
     }
-    u64map streams = {0}, live = {0}, live_stack = {0};
+    u64map streams = {0}, live = {0};
     g_memo = (pk_memo){0};
     live_alloc *la = NULL;
     size_t nla = 0, cla = 0;
@@ -358,14 +370,11 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
                 pending_land(out, m, &pend, addr, t, dev); /* handed out again: it had landed */
                 la[nla] = (live_alloc){size, (uint64_t)sqlite3_column_int64(s, 5), stack};
                 u64map_put(&live, addr, nla++);
-                u64map_put(&live_stack, addr, stack);
                 trace_entry(out, m, "alloc", addr, size, stream, t, dev, stack,
                             la[nla - 1].requested);
             } else if (is_dev_free(kind)) {
                 uint64_t i;
                 if (!u64map_del(&live, addr, &i)) continue; /* not allocated in the recording */
-                uint64_t st;
-                u64map_del(&live_stack, addr, &st);
                 trace_entry(out, m, "free_requested", addr, la[i].size, stream, t, dev, stack, 0);
                 uint64_t key = (uint64_t)sqlite3_column_int64(s, 10);
                 int waits = (sqlite3_column_int64(s, 9) & REC_F_PENDING) && !u64map_del(&pend.early, key, NULL);
@@ -412,7 +421,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
     gpk_list_end(out);
     if (rc == 0) {
         gpk_key(out, "segments");
-        if (torch_segments(d, m, out, &streams, &live_stack) != 0) rc = -1;
+        if (torch_segments(d, m, out, &streams) != 0) rc = -1;
     }
     if (rc == 0) {
         char conf[1024];
@@ -434,7 +443,6 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out)
     gpk_end(out);
     free(la);
     u64map_free(&live);
-    u64map_free(&live_stack);
     u64map_free(&streams);
     u64map_free(&g_memo.stacks);
     if (rc == -2) {

@@ -299,6 +299,52 @@ typedef struct lv {
     int device;
 } lv;
 
+/* Addresses and sizes as a device has them: an address is an integer in [0, 2^64), a size one
+ * in [0, 2^50] (a petabyte: more than any device holds). A field that is there must be one of
+ * those (a missing one reads as 0, as before); anything else — -1, 2**70, a size of -5, a
+ * string — refuses the snapshot, naming the field, instead of importing a 0 in its place. */
+#define MAX_SIZE ((uint64_t)1 << 50)
+static int bad_number(imp *im, const gpk_val *d, const char *k, int is_size, const char *where, size_t i)
+{
+    const gpk_val *v = gpk_get(d, k);
+    uint64_t x;
+    if (!v || v->type == GPK_NONE) return 0;
+    if (gpk_as_u64(v, &x) == 0 && (!is_size || x <= MAX_SIZE)) return 0;
+    char val[64];
+    if (v->type == GPK_INT && !v->big) snprintf(val, sizeof val, "%" PRId64, v->i);
+    else if (v->type == GPK_INT) snprintf(val, sizeof val, "an integer beyond 64 bits");
+    else snprintf(val, sizeof val, "not an integer");
+    snprintf(im->err, sizeof im->err, "not a memory snapshot a device can have: %s %zu has %s %s (%s %s)", where, i,
+             k, val, is_size ? "a size is an integer from 0 to" : "an address is an integer from 0 to",
+             is_size ? "2**50" : "2**64-1");
+    return 1;
+}
+
+static int check_numbers(imp *im, const gpk_val *segs, const gpk_val *traces)
+{
+    for (size_t i = 0; i < segs->len; i++) {
+        const gpk_val *sg = segs->items[i];
+        if (bad_number(im, sg, "address", 0, "segment", i) || bad_number(im, sg, "total_size", 1, "segment", i) ||
+            bad_number(im, sg, "allocated_size", 1, "segment", i) || bad_number(im, sg, "active_size", 1, "segment", i))
+            return -1;
+        const gpk_val *bl = gpk_get(sg, "blocks");
+        for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len; j++)
+            if (bad_number(im, bl->items[j], "address", 0, "a block of segment", i) ||
+                bad_number(im, bl->items[j], "size", 1, "a block of segment", i) ||
+                bad_number(im, bl->items[j], "requested_size", 1, "a block of segment", i))
+                return -1;
+    }
+    for (size_t d = 0; traces && d < traces->len; d++) {
+        const gpk_val *l = traces->items[d];
+        for (size_t i = 0; l && l->type == GPK_LIST && i < l->len; i++)
+            if (bad_number(im, l->items[i], "addr", 0, "trace entry", i) ||
+                bad_number(im, l->items[i], "size", 1, "trace entry", i) ||
+                bad_number(im, l->items[i], "requested_size", 1, "trace entry", i))
+                return -1;
+    }
+    return 0;
+}
+
 static int import_doc(imp *im, const gpk_val *root)
 {
     const gpk_val *segs = gpk_get(root, "segments");
@@ -374,6 +420,8 @@ static int import_doc(imp *im, const gpk_val *root)
                  max_visits, im->input_bytes);
         return -1;
     }
+    /* each value visited once now (above): the numbers can be checked in one pass */
+    if (check_numbers(im, segs, traces) != 0) return -1;
     /* the trace entries of every device, merged by time */
     size_t nref = 0;
     for (size_t dv = 0; traces && dv < traces->len; dv++)
@@ -730,26 +778,26 @@ int gm_cmd_import(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-o")) {
             if (i + 1 >= argc)
-                return fprintf(stderr, "gpumem import: -o needs a file name\n\n%s", usage_import),
+                return fprintf(stderr, "gpumem import: -o needs a file name\n%s", GM_HELP("import")),
                        GM_EXIT_USAGE;
             outp = argv[++i];
         } else if (!strcmp(a, "--force"))
             force = 1;
         else if (a[0] == '-' && a[1])
-            return fprintf(stderr, "gpumem import: unknown option '%s'\n\n%s", a, usage_import),
+            return fprintf(stderr, "gpumem import: unknown option '%s'\n%s", a, GM_HELP("import")),
                    GM_EXIT_USAGE;
         else if (!in)
             in = a;
         else
-            return fprintf(stderr, "gpumem import: one snapshot only; '%s' is extra\n\n%s", a,
-                           usage_import),
+            return fprintf(stderr, "gpumem import: one snapshot only; '%s' is extra\n%s", a,
+                           GM_HELP("import")),
                    GM_EXIT_USAGE;
     }
     if (!in)
-        return fprintf(stderr, "gpumem import: which snapshot? give its path\n\n%s", usage_import),
+        return fprintf(stderr, "gpumem import: which snapshot? give its path\n%s", GM_HELP("import")),
                GM_EXIT_USAGE;
     if (!outp)
-        return fprintf(stderr, "gpumem import: where to? give -o DB\n\n%s", usage_import),
+        return fprintf(stderr, "gpumem import: where to? give -o DB\n%s", GM_HELP("import")),
                GM_EXIT_USAGE;
     char err[8192];
     const char *inputs[] = {in};

@@ -827,7 +827,10 @@ static int insert_items(merge *m)
     if (sqlite3_prepare_v2(m->db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, "
                                   "requested, alloc_id, stack, range) VALUES (?,?,?,0,?,?,NULL,?,?,?,NULL,?,?)",
                            -1, &ev, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(m->db, "INSERT INTO names (seq, addr, name) VALUES (?,?,?)", -1, &nm, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(m->db, query_i64(m, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", 0)
+                                      ? "INSERT INTO names (seq, addr, name, birth) VALUES (?,?,?,?)"
+                                      : "INSERT INTO names (seq, addr, name) VALUES (?,?,?)",
+                           -1, &nm, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(m->db, "INSERT INTO alloc_life (birth, death, name) VALUES (?,?,?)", -1, &life, NULL) !=
             SQLITE_OK) {
         mfail(m, "preparing the inserts");
@@ -843,15 +846,19 @@ static int insert_items(merge *m)
         if (t->action == TA_NAME) {
             int64_t sid = string_of(m, t->name);
             if (sid < 0) goto done_live;
+            const uint64_t *li = u64map_get(&live, t->addr);
             sqlite3_bind_int64(nm, 1, (int64_t)t->seq);
             sqlite3_bind_int64(nm, 2, (int64_t)t->addr);
             sqlite3_bind_int64(nm, 3, sid);
+            if (sqlite3_bind_parameter_count(nm) == 4) { /* the tensor it names, by its birth */
+                if (li) sqlite3_bind_int64(nm, 4, (int64_t)lv[*li].seq);
+                else sqlite3_bind_null(nm, 4);
+            }
             if (sqlite3_step(nm) != SQLITE_DONE) {
                 mfail(m, "names");
                 goto done_live;
             }
             sqlite3_reset(nm);
-            const uint64_t *li = u64map_get(&live, t->addr);
             if (li) lv[*li].name = sid;
             continue;
         }

@@ -11,6 +11,10 @@
 
 #include "snapshot/record/u64map.h"
 
+/* What a usage error ends with, after its one line: where the help is (never the whole help,
+ * which buries the error). cmd: the command's name, a string literal. */
+#define GM_HELP(cmd) "(gpumem " cmd " --help tells more)\n"
+
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
 /* leaks --fail-on-leak on a recording that dropped events: it cannot say leak or no leak */
@@ -45,6 +49,24 @@ void gm_db_close(gm_db *d);
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
 int gm_table_exists(gm_db *d, const char *name);
+/* 1 when `names` has its birth column (the allocation each name names; recorders since it was
+ * added within schema 1.3): join names to allocations by it. Without it (older files, and rows
+ * whose birth is NULL) a name names the allocation live at its address at its seq. */
+int gm_names_have_birth(gm_db *d);
+
+/* Recordings that lost events (meta.dropped_events: a full ring in GPUMEM_RING_FULL=drop mode,
+ * a failed disk, a stuck writer). gm_dropped: how many (0: none). gm_lossy_line: the line every
+ * analysis of such a recording prints first ("gpumem: WARNING: ... lost N events (why) ..."; ""
+ * when none were lost). gm_lossy_gate, for the analyses whose answer the lost events can change
+ * (report, leaks, frag, tune, advise; cmd is the command's name): nothing lost, 0; lost and
+ * lossy_ok (--lossy-ok), the line is printed on out and 0; else a refusal on stderr (why, and
+ * what to do) and GM_EXIT_BADDB. */
+uint64_t gm_dropped(gm_db *d);
+void gm_lossy_line(gm_db *d, char *out, size_t n);
+/* That line on out, when the recording lost events (the analyses that still answer: uses, diff,
+ * export and viz, on stderr where their output is not text for a person). */
+void gm_lossy_say(gm_db *d, FILE *out);
+int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out);
 
 /* ---- loaded model ---- */
 /* A function a frame's code was inlined into, with the file:line of the inlined call. */
@@ -186,10 +208,13 @@ int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
 
-/* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included; writes
- * back when the database is writable and closed. Then expands inline chains into logical
- * frames (gm_expand_inlines). Returns the number of frames symbolized. */
+/* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included, in memory
+ * (readers never write the recording). Then expands inline chains into logical frames
+ * (gm_expand_inlines). Returns the number of frames symbolized. */
 size_t gm_symbolize(gm_db *d, gm_model *m);
+/* The symbolized frames as TEMP tables frames and inlines and a TEMP view stack_frames, which
+ * shadow the file's in the connection's queries (gpumem sql); the file is not written. 0 or -1. */
+int gm_symbols_temp(gm_db *d, const gm_model *m);
 /* Rewrites every stack so that each recorded frame is followed by the functions its code was
  * inlined into (new gm_frame entries with inl_depth > 0). Idempotent. Returns 0 or -1 (out of
  * memory: stacks unchanged). */
@@ -211,6 +236,20 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz);
 int gm_python_user_frame(const gm_frame *f);
 /* "function (file:line)" or "module+0xoff"; a Python frame: "file:line in function" */
 void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz);
+
+/* ---- allocations by identity ---- */
+
+/* Index of the allocation born at seq `id` (its identity in the model: binary search, allocs
+ * are in birth order), or -1. */
+long gm_alloc_by_id(const gm_model *m, uint64_t id);
+/* An allocation's identity across the recording: its device and the allocator's id (the same on
+ * its alloc event, its free and its block in a snapshot); 0 when it has none (alloc_id 0). */
+uint64_t gm_alloc_key(int device, uint64_t alloc_id);
+/* Which allocation each allocated block of snapshot `snap` (snapshots.id) belongs to, by identity
+ * (gm_owners.c): owners gets block address -> birth seq of its allocation (never the address
+ * alone: it was handed out again later). One pass over the events. 0, or -1 (out of memory, a
+ * query failed: owners may hold part). */
+int gm_snapshot_owners(gm_db *d, int64_t snap, u64map *owners);
 
 /* ---- names and numbers for people ---- */
 

@@ -258,7 +258,9 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
     return load_small(d, m, err, errsz);
 }
 
-typedef struct name_ev { uint64_t seq, addr, name; } name_ev;
+/* A names row: birth is the allocation it names (0: a file from before names.birth, or no
+ * allocation was live at addr; then the one live at addr at seq is meant). */
+typedef struct name_ev { uint64_t seq, addr, name, birth; } name_ev;
 
 /* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
  * written once and never moved. Where it is large its pages are transparent huge pages: written
@@ -365,6 +367,39 @@ static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t r
     if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
 }
 
+long gm_alloc_by_id(const gm_model *m, uint64_t id) {
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == id ? (long)lo : -1;
+}
+
+/* A name given at its seq, before the events after it: to the allocation it names by birth
+ * (the allocations are in birth order), else to the one live at its address then. */
+static void name_apply(sweep *w, const name_ev *n) {
+    gm_model *m = w->m;
+    if (n->birth) {
+        long i = gm_alloc_by_id(m, n->birth);
+        if (i >= 0) {
+            m->allocs[i].name = (uint32_t)n->name;
+        } else { /* a tensor of PyTorch's view (the merge names them by birth too) */
+            gm_model tv = gm_model_torch_view(m);
+            i = gm_alloc_by_id(&tv, n->birth);
+            if (i >= 0) m->torch.allocs[i].name = (uint32_t)n->name;
+        }
+        return;
+    }
+    /* a tensor of PyTorch's view first: its first tensor in a segment starts where the
+     * segment does (the merged history's names carry no birth) */
+    uint64_t *ti = u64map_get(&w->tlive, n->addr);
+    uint64_t *ai = ti ? NULL : u64map_get(&w->live, n->addr);
+    if (ti) m->torch.allocs[*ti].name = (uint32_t)n->name;
+    else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
+}
+
 /* One events row, in seq order. */
 static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr,
                      uint64_t size, uint32_t stack, uint32_t range, int dev, uint64_t requested,
@@ -385,13 +420,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     m->count_kind[kind < 64 ? kind : 0]++;
     if (flags & REC_F_CACHE_HIT) m->cache_hits++;
     if (flags & REC_F_CACHE_MISS) m->cache_misses++;
-    for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) {
-        /* a tensor first: PyTorch's first tensor in a segment starts where the segment does */
-        uint64_t *ti = u64map_get(&w->tlive, w->names[w->ni].addr);
-        uint64_t *ai = ti ? NULL : u64map_get(&w->live, w->names[w->ni].addr);
-        if (ti) m->torch.allocs[*ti].name = (uint32_t)w->names[w->ni].name;
-        else if (ai) m->allocs[*ai].name = (uint32_t)w->names[w->ni].name;
-    }
+    for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
         if (torch_row(w, seq, kind, addr, size, stack, range, dev, requested) != 0) return -1;
     } else if (is_alloc(kind)) {
@@ -550,12 +579,15 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     size_t ncap = 0;
     sqlite3_stmt *s;
     if (gm_table_exists(d, "names") &&
-        sqlite3_prepare_v2(d->db, "SELECT seq, addr, name FROM names ORDER BY seq", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_prepare_v2(d->db, gm_names_have_birth(d) ? "SELECT seq, addr, name, birth FROM names ORDER BY seq"
+                                                         : "SELECT seq, addr, name, NULL FROM names ORDER BY seq",
+                           -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (grow((void **)&w.names, &ncap, w.nnames + 1, sizeof *w.names)) break;
             w.names[w.nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
                                             (uint64_t)sqlite3_column_int64(s, 1),
-                                            (uint64_t)sqlite3_column_int64(s, 2)};
+                                            (uint64_t)sqlite3_column_int64(s, 2),
+                                            (uint64_t)sqlite3_column_int64(s, 3)};
         }
         sqlite3_finalize(s);
     }
@@ -603,12 +635,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     gm_devused_end(w.du);
     /* names given after the last event (a tensor named right after the recording's last
      * allocation) still name what is live */
-    for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) {
-        uint64_t *ti = u64map_get(&w.tlive, w.names[w.ni].addr);
-        uint64_t *ai = ti ? NULL : u64map_get(&w.live, w.names[w.ni].addr);
-        if (ti) m->torch.allocs[*ti].name = (uint32_t)w.names[w.ni].name;
-        else if (ai) m->allocs[*ai].name = (uint32_t)w.names[w.ni].name;
-    }
+    for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) name_apply(&w, &w.names[w.ni]);
     free(w.names);
     if (rc != SQLITE_DONE) {
         u64map_free(&w.live);

@@ -13,6 +13,7 @@
 #include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +44,17 @@ int gm_table_exists(gm_db *d, const char *name) {
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     int found = sqlite3_step(s) == SQLITE_ROW;
     lookup_done(s);
+    return found;
+}
+
+int gm_names_have_birth(gm_db *d) {
+    sqlite3_stmt *s;
+    int found = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", -1, &s, NULL) !=
+        SQLITE_OK)
+        return 0;
+    found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
     return found;
 }
 
@@ -79,6 +91,31 @@ void gm_db_close(gm_db *d) {
 
 static int db_validate(gm_db *d, char *err, size_t errsz);
 
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A file cut short (copied while it was written, a transfer stopped, a full disk): its header
+ * says how many pages the database has (bytes 28-31, valid when the "version-valid-for" number
+ * at 92 equals the change counter at 24) and how large they are (16-17); a file smaller than
+ * that lost pages, and SQLite only notices where a query happens to read them. Cheap: the
+ * header and the file's size. 1 (err set) when cut short. */
+static int cut_short(const char *path, const unsigned char *h, size_t n, uint64_t size, char *err, size_t errsz) {
+    if (n < 100) return 0;
+    uint32_t psz = (uint32_t)h[16] << 8 | h[17];
+    if (psz == 1) psz = 65536;
+    uint32_t pages = be32(h + 28);
+    if (psz < 512 || (psz & (psz - 1)) || !pages || be32(h + 92) != be32(h + 24)) return 0;
+    uint64_t want = (uint64_t)pages * psz;
+    if (size >= want) return 0;
+    snprintf(err, errsz, "%s is cut short: its header says %" PRIu32 " pages of %" PRIu32 " bytes (%" PRIu64
+             " bytes) but the file holds %" PRIu64 " (%.1f%%); it was copied or written only in part. Copy it "
+             "again from where it was recorded; to salvage what is left: sqlite3 %s .recover | sqlite3 "
+             "salvaged.db",
+             path, pages, psz, want, size, 100.0 * (double)size / (double)want, path);
+    return 1;
+}
+
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "%s", path);
@@ -97,15 +134,17 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
                  "with gpumem record, and did it reach a CUDA allocation?)", path);
         return -1;
     }
-    char magic[16] = {0};
+    unsigned char hdr[100] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, magic, 16) != 16 || memcmp(magic, "SQLite format 3", 16) != 0) {
+    ssize_t got = fd >= 0 ? read(fd, hdr, sizeof hdr) : -1;
+    if (fd < 0 || got < 16 || memcmp(hdr, "SQLite format 3", 16) != 0) {
         if (fd >= 0) close(fd);
         snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
                  "before its first page)", path);
         return -1;
     }
     close(fd);
+    if (cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
     int rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
@@ -220,6 +259,7 @@ int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, ch
                  "before its first page)", name);
         return -1;
     }
+    if (cut_short(name, data, size, size, err, errsz)) return -1;
     if (sqlite3_open_v2(":memory:", &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
         SQLITE_OK) {
         snprintf(err, errsz, "%s: out of memory", name);
@@ -259,4 +299,61 @@ int gm_db_allow_writes(gm_db *d, int on) {
     if (!d->writable) return on ? -1 : 0;
     return sqlite3_exec(d->db, on ? "PRAGMA query_only=0" : "PRAGMA query_only=1", NULL, NULL,
                         NULL) == SQLITE_OK ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- recordings that lost events */
+
+uint64_t gm_dropped(gm_db *d) {
+    int64_t n = gm_meta_int(d, "dropped_events", 0);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
+/* why the events were lost, for the lines below */
+static void lossy_why(gm_db *d, char *out, size_t n) {
+    char ring[16];
+    gm_meta_text(d, "ring_full", ring, sizeof ring);
+    if (strcmp(d->state, "failed") == 0)
+        snprintf(out, n, "the recording failed: %s", d->failure[0] ? d->failure : "see gpumem report");
+    else if (strcmp(ring, "drop") == 0)
+        snprintf(out, n, "the ring was full, and it was recorded with GPUMEM_RING_FULL=drop");
+    else if (strcmp(ring, "wait") == 0)
+        snprintf(out, n, "the writer was gone, stuck or parked for a fork while the ring was full");
+    else
+        snprintf(out, n, "the ring was full");
+}
+
+void gm_lossy_line(gm_db *d, char *out, size_t n) {
+    uint64_t lost = gm_dropped(d);
+    out[0] = 0;
+    if (!lost) return;
+    char why[700];
+    lossy_why(d, why, sizeof why);
+    snprintf(out, n, "gpumem: WARNING: %s lost %" PRIu64 " event%s (%s): peaks, leaks and advice from it "
+                     "can be wrong",
+             d->path, lost, lost == 1 ? "" : "s", why);
+}
+
+void gm_lossy_say(gm_db *d, FILE *out) {
+    char line[1200];
+    gm_lossy_line(d, line, sizeof line);
+    if (line[0]) fprintf(out, "%s\n", line);
+}
+
+int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out) {
+    uint64_t lost = gm_dropped(d);
+    if (!lost) return 0;
+    if (lossy_ok) {
+        char line[1200];
+        gm_lossy_line(d, line, sizeof line);
+        fprintf(out, "%s (--lossy-ok)\n", line);
+        return 0;
+    }
+    char why[700];
+    lossy_why(d, why, sizeof why);
+    fprintf(stderr, "gpumem %s: %s lost %" PRIu64 " event%s (%s), so its %s can be wrong. Record it again "
+                    "(a full ring waits for the writer by default), or give --lossy-ok to analyse what "
+                    "was kept.\n",
+            cmd, d->path, lost, lost == 1 ? "" : "s", why,
+            !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks");
+    return GM_EXIT_BADDB;
 }

@@ -19,9 +19,11 @@
  * gm_expand_inlines then turns each recorded frame into that chain of logical frames, which
  * is what call sites and "called from" lines are built from.
  *
- * Results go back into `frames` (function, file, line, symbolized = 1) and `inlines` when the
- * database is closed and writable, so the work is done once per database; otherwise they stay
- * in memory.
+ * Results stay in memory: readers never change a recording (a recording's bytes are the same
+ * before and after any report; its md5 is its identity). Symbolizing is redone on each read:
+ * each module's DWARF is opened once and only the recorded addresses are looked up (the demo:
+ * ~20 ms). `gpumem sql` shows the results in TEMP tables that shadow `frames` and `inlines`
+ * (gm_symbols_temp), so a query sees names without the file being written.
  */
 #include "snapshot/read/gm.h"
 
@@ -173,6 +175,7 @@ int gm_expand_inlines(gm_model *m) {
 }
 
 size_t gm_symbolize(gm_db *d, gm_model *m) {
+    (void)d; /* the recording is not written: results stay in m */
     size_t done = 0;
     for (size_t mi = 0; mi < m->nmods; mi++) {
         gm_module *mod = &m->mods[mi];
@@ -208,46 +211,65 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
         }
         dwfl_end(dwfl);
     }
-    if (done && d->closed && gm_db_allow_writes(d, 1) == 0) {
-        /* write back once, so the next report (or another machine) need not redo it */
-        sqlite3_stmt *s, *si = NULL;
-        /* a 1.0 database has no inlines table: adding it is what 1.1 means */
-        sqlite3_exec(d->db, "CREATE TABLE IF NOT EXISTS inlines (frame INTEGER, depth INTEGER, "
-                            "function TEXT, file TEXT, line INTEGER, PRIMARY KEY (frame, depth)) "
-                            "WITHOUT ROWID", NULL, NULL, NULL);
-        if (sqlite3_prepare_v2(d->db, "INSERT OR REPLACE INTO inlines VALUES (?,?,?,?,?)", -1, &si,
-                               NULL) != SQLITE_OK)
-            si = NULL;
-        if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
-            sqlite3_prepare_v2(d->db, "UPDATE frames SET function=?, file=?, line=?, symbolized=1 "
-                                      "WHERE id=?", -1, &s, NULL) == SQLITE_OK) {
-            for (size_t i = 0; i < m->nframes; i++) {
-                gm_frame *f = &m->frames[i];
-                if (!f->symbolized || !f->module || f->inl_depth) continue;
-                for (uint32_t k = 0; si && k < f->ninl; k++) {
-                    sqlite3_bind_int64(si, 1, f->id);
-                    sqlite3_bind_int64(si, 2, k + 1);
-                    sqlite3_bind_text(si, 3, f->inl[k].function, -1, SQLITE_STATIC);
-                    sqlite3_bind_text(si, 4, f->inl[k].file, -1, SQLITE_STATIC);
-                    sqlite3_bind_int64(si, 5, f->inl[k].line);
-                    sqlite3_step(si);
-                    sqlite3_reset(si);
-                }
-                sqlite3_bind_text(s, 1, f->function, -1, SQLITE_STATIC);
-                sqlite3_bind_text(s, 2, f->file, -1, SQLITE_STATIC);
-                sqlite3_bind_int64(s, 3, f->line);
-                sqlite3_bind_int64(s, 4, f->id);
-                sqlite3_step(s);
-                sqlite3_reset(s);
-            }
-            sqlite3_finalize(s);
-            sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
-        } else {
-            sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
-        }
-        sqlite3_finalize(si);
-        gm_db_allow_writes(d, 0);
-    }
     gm_expand_inlines(m);
     return done;
+}
+
+/* TEMP tables frames and inlines (and the stack_frames view over them), copies of the file's
+ * with the symbolized names in: unqualified names in a query resolve to TEMP objects first, so
+ * `gpumem sql` queries read names the file never stored. Nothing is written to the file (only
+ * the connection's own temp schema, with query_only lifted while it is built). 0 or -1. */
+int gm_symbols_temp(gm_db *d, const gm_model *m) {
+    sqlite3 *db = d->db;
+    int rc = sqlite3_exec(db, "PRAGMA query_only=0", NULL, NULL, NULL);
+    char *view = NULL;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT sql FROM main.sqlite_master WHERE type = 'view' AND name = 'stack_frames'", -1,
+                           &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(s, 0);
+        const char *v = t ? strstr(t, "VIEW") : NULL;
+        if (v) view = sqlite3_mprintf("CREATE TEMP %s", v);
+    }
+    sqlite3_finalize(s);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "BEGIN; CREATE TEMP TABLE frames AS SELECT * FROM main.frames; "
+                              "CREATE TEMP TABLE inlines (frame INTEGER, depth INTEGER, function TEXT, file TEXT, "
+                              "line INTEGER, PRIMARY KEY (frame, depth)) WITHOUT ROWID;",
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK && gm_table_exists(d, "inlines"))
+        sqlite3_exec(db, "INSERT OR REPLACE INTO temp.inlines SELECT * FROM main.inlines", NULL, NULL, NULL);
+    sqlite3_stmt *uf = NULL, *ui = NULL;
+    if (rc == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "UPDATE temp.frames SET function=?, file=?, line=?, symbolized=1 WHERE id=?", -1, &uf,
+                           NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO temp.inlines VALUES (?,?,?,?,?)", -1, &ui, NULL) == SQLITE_OK) {
+        for (size_t i = 0; i < m->nframes; i++) {
+            const gm_frame *f = &m->frames[i];
+            if (!f->symbolized || !f->module || f->inl_depth) continue;
+            for (uint32_t k = 0; k < f->ninl; k++) {
+                sqlite3_bind_int64(ui, 1, f->id);
+                sqlite3_bind_int64(ui, 2, k + 1);
+                sqlite3_bind_text(ui, 3, f->inl[k].function, -1, SQLITE_STATIC);
+                sqlite3_bind_text(ui, 4, f->inl[k].file, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(ui, 5, f->inl[k].line);
+                sqlite3_step(ui);
+                sqlite3_reset(ui);
+            }
+            sqlite3_bind_text(uf, 1, f->function, -1, SQLITE_STATIC);
+            sqlite3_bind_text(uf, 2, f->file, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(uf, 3, f->line);
+            sqlite3_bind_int64(uf, 4, f->id);
+            sqlite3_step(uf);
+            sqlite3_reset(uf);
+        }
+    } else {
+        rc = SQLITE_ERROR;
+    }
+    sqlite3_finalize(uf);
+    sqlite3_finalize(ui);
+    if (rc == SQLITE_OK && view) rc = sqlite3_exec(db, view, NULL, NULL, NULL);
+    sqlite3_free(view);
+    sqlite3_exec(db, rc == SQLITE_OK ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_exec(db, "PRAGMA query_only=1", NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : -1;
 }

@@ -158,17 +158,43 @@ static int create_db_file(rec_state *g) {
 
 /* ---------------------------------------------------------------- open / close */
 
-static long env_long(const char *name, long dflt, long lo, long hi) {
+/* A number setting: dflt when unset; *bad (with err) when it is not a number in [lo, hi]. */
+static long env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || x < lo || x > hi) {
-        rec_warn("%s=%s is not a number in [%ld, %ld]; using %ld", name, v, lo, hi, dflt);
+        if (!*bad) snprintf(err, errsz, "%s=%s is not a number from %ld to %ld", name, v, lo, hi);
+        *bad = 1;
         return dflt;
     }
     return x;
+}
+
+static long env_long(const char *name, long dflt, long lo, long hi) {
+    int bad = 0;
+    char err[256];
+    return env_num(name, dflt, lo, hi, &bad, err, sizeof err);
+}
+
+/* One rule for every setting (rec.h): a value gpumem cannot read turns it off, never a silent
+ * default. The preload checks these with its own before anything starts. */
+int rec_check_env(char *err, size_t errsz) {
+    int bad = 0;
+    env_num("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES, &bad, err, errsz);
+    env_num("GPUMEM_RING", 65536, 2, 1L << 26, &bad, err, errsz);
+    env_num("GPUMEM_RING_WAIT_US", 200, 0, 1000000, &bad, err, errsz);
+    env_num("GPUMEM_QUIET", 0, 0, 1, &bad, err, errsz);
+    env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
+    const char *f = getenv("GPUMEM_FORK");
+    if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
+        snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
+    const char *r = getenv("GPUMEM_RING_FULL");
+    if (!bad && r && *r && strcmp(r, "wait") && strcmp(r, "drop"))
+        snprintf(err, errsz, "GPUMEM_RING_FULL=%s: expected wait (lossless) or drop", r), bad = 1;
+    return bad ? -1 : 0;
 }
 
 /* The wall-clock time of the origin: read beside it (not when the database is set up, which
@@ -265,8 +291,6 @@ static int open_now(const rec_options *opt) {
         else {
             const char *f = getenv("GPUMEM_FORK");
             g->fork_record = !(f && strcmp(f, "off") == 0);
-            if (f && *f && strcmp(f, "off") != 0 && strcmp(f, "record") != 0)
-                rec_warn("GPUMEM_FORK=%s: expected record or off; using record", f);
         }
         g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
         ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
@@ -274,6 +298,11 @@ static int open_now(const rec_options *opt) {
     }
     g->reopen = 0;
     g->pid = (long)getpid();
+    char bad[512];
+    if (rec_check_env(bad, sizeof bad) != 0) {
+        rec_warn("%s; not recording (gpumem records only with settings it can read)", bad);
+        return -1;
+    }
     /* GPUMEM_DB=none (or off): recording is off on purpose, quietly (gpumem as an allocator). */
     if (!strcmp(g->tmpl, "none") || !strcmp(g->tmpl, "off")) {
         rec_status("msg", "GPUMEM_DB=none: recording is off (gpumem serves allocations only)");
@@ -281,8 +310,13 @@ static int open_now(const rec_options *opt) {
     }
 
     if (create_db_file(g) != 0) return -1;
-    /* how long a producer may wait for room before dropping (rec_ring.h: once per episode) */
-    uint64_t wait_ns = (uint64_t)env_long("GPUMEM_RING_WAIT_US", 200, 0, 1000000) * 1000;
+    /* A full ring: wait for the writer (lossless, the default), or with GPUMEM_RING_FULL=drop
+     * wait at most GPUMEM_RING_WAIT_US once per episode, then drop and count (rec_ring.h) */
+    uint64_t wait_ns = REC_RING_WAIT_FOREVER;
+    const char *full = getenv("GPUMEM_RING_FULL");
+    if (full && !strcmp(full, "drop"))
+        wait_ns = (uint64_t)env_long("GPUMEM_RING_WAIT_US", 200, 0, 1000000) * 1000;
+
     if (!g->ring.slots && rec_ring_init(&g->ring, ring, wait_ns) != 0) {
         rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
         return -1;
@@ -865,6 +899,9 @@ static void atfork_prepare(void) {
     /* Quiesce the writer so that no SQLite call (and none of SQLite's global mutexes) is in
      * flight at the fork; the child then can open its own database safely. */
     fork_held = atomic_load(&rec_g.state) == REC_ST_OPEN;
+    /* the writer is parked until the fork is done, and a producer waiting for room may hold a
+     * lock the other fork handlers take: such producers drop instead (rec_ring.h) */
+    if (fork_held) atomic_fetch_or(&rec_g.ring.no_wait, REC_RING_FORKING);
     if (fork_held) pthread_mutex_lock(&rec_g.db_lock);
     pthread_mutex_lock(&rec_g.lock);
 }
@@ -872,6 +909,7 @@ static void atfork_prepare(void) {
 static void atfork_parent(void) {
     pthread_mutex_unlock(&rec_g.lock);
     if (fork_held) pthread_mutex_unlock(&rec_g.db_lock);
+    if (fork_held) atomic_fetch_and(&rec_g.ring.no_wait, ~REC_RING_FORKING);
 }
 
 static void atfork_child(void) {

@@ -7,7 +7,7 @@
  * Contract in short
  *   - Everything is lazy and thread-safe: the first call of any rec_* function opens the
  *     database from the environment (GPUMEM_DB, GPUMEM_STACKS, GPUMEM_FORK, GPUMEM_RING,
- *     GPUMEM_QUIET, GPUMEM_TSC) unless rec_open() was called first. Nothing happens in a
+ *     GPUMEM_QUIET, GPUMEM_TSC, GPUMEM_RING_FULL) unless rec_open() was called first. Nothing happens in a
  *     constructor. Opening costs ~5 ms once (clock calibration, schema creation).
  *   - No function ever blocks the application for long, calls exit(), or crashes on a recorder
  *     error: on any failure the recorder prints ONE line to stderr ("gpumem: recorder: ...")
@@ -25,10 +25,12 @@
  *     to call twice, and if nobody calls it the recorder's own destructor does (it runs after
  *     all atexit handlers). Events after rec_close() are ignored.
  *   - Back-pressure: the ring holds GPUMEM_RING events (default 65536). When it is full the
- *     first application thread to find it so waits up to GPUMEM_RING_WAIT_US (200 us) for the
- *     writer, then drops and counts; while it stays full, later events drop at once (no wait)
- *     until a quarter is free again (rec_ring.h).
- *     The count is stored in meta (dropped_events) and printed by `gpumem report`.
+ *     application thread waits for the writer (lossless; it gives up only where the wait could
+ *     not end: no writer, a fork in preparation, a writer stuck for 10 s — rec_ring.h). With
+ *     GPUMEM_RING_FULL=drop the first thread to find it full waits up to GPUMEM_RING_WAIT_US
+ *     (200 us), then drops and counts; while it stays full, later events drop at once (no
+ *     wait) until a quarter is free again. Drops are stored in meta (dropped_events) and
+ *     every analysis says so first.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_H
 #define GPUMEM_SNAPSHOT_REC_H
@@ -333,6 +335,11 @@ typedef struct rec_options {
     uint32_t ring;      /* ring capacity (power of two); 0: GPUMEM_RING, else 65536 */
     int quiet;          /* 1: no "recording to ..." line on stderr; -1: GPUMEM_QUIET */
 } rec_options;
+/* Checks the recorder's settings in the environment (GPUMEM_STACKS, GPUMEM_RING,
+ * GPUMEM_RING_WAIT_US, GPUMEM_RING_FULL, GPUMEM_FORK, GPUMEM_QUIET, GPUMEM_TSC): 0, or -1 with
+ * err naming the first that cannot be read and what it accepts. Such a setting turns recording
+ * off (rec_open returns -1), never a silent default; the preload turns gpumem off with it. */
+int rec_check_env(char *err, size_t errsz);
 /* Opens now (NULL = from environment). Returns 0 when recording, -1 when off (the reason was
  * printed). A second call while open returns 0 and changes nothing. */
 int rec_open(const rec_options *opt);

@@ -28,9 +28,14 @@ int rec_ring_init(rec_ring *q, uint64_t cap, uint64_t wait_ns) {
     q->mask = n - 1;
     q->wake_mask = n >= 8 ? n / 4 - 1 : 0;
     q->wait_ns = wait_ns;
+    q->stall_ns = REC_RING_STALL_NS;
     rec_ring_reset(q);
     return 0;
 }
+
+/* the consumer's thread: it never waits for room */
+static __thread int ring_consumer __attribute__((tls_model("initial-exec")));
+void rec_ring_consumer_thread(void) { ring_consumer = 1; }
 
 void rec_ring_reset(rec_ring *q) {
     for (uint64_t i = 0; i <= q->mask; i++)
@@ -39,6 +44,8 @@ void rec_ring_reset(rec_ring *q) {
     q->tail = 0;
     atomic_store_explicit(&q->dropped, 0, memory_order_release);
     atomic_store_explicit(&q->dropping, 0, memory_order_relaxed);
+    atomic_store_explicit(&q->waiters, 0, memory_order_relaxed);
+    atomic_store_explicit(&q->no_wait, REC_RING_NO_CONSUMER, memory_order_release); /* until one starts */
 }
 
 void rec_ring_free(rec_ring *q) {
@@ -46,9 +53,36 @@ void rec_ring_free(rec_ring *q) {
     q->slots = NULL;
 }
 
+static void futex_wait(_Atomic uint32_t *w, uint32_t v, uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+}
+
+/* Lossless back-pressure: sleep until the consumer frees the slot at pos. Returns 0 to try
+ * again, -1 when waiting cannot end (rec_ring.h): the caller drops. */
+static int wait_for_room(rec_ring *q, uint64_t pos, uint64_t *since, uint32_t *room0) {
+    if (ring_consumer || atomic_load_explicit(&q->no_wait, memory_order_acquire)) return -1;
+    uint64_t now = ring_now_ns();
+    uint32_t room = atomic_load_explicit(&q->room_word, memory_order_acquire);
+    if (!*since || room != *room0) *since = now, *room0 = room; /* progress: the clock restarts */
+    else if (now - *since >= q->stall_ns) {
+        atomic_fetch_or_explicit(&q->no_wait, REC_RING_STALLED, memory_order_release);
+        return -1;
+    }
+    /* waiters before the last look at the slot, the consumer's pop before its look at waiters
+     * (both seq_cst): a pop this producer does not see is a pop that sees this waiter */
+    atomic_fetch_add(&q->waiters, 1);
+    rec_ring_wake(q);
+    uint64_t turn = atomic_load(&q->slots[pos & q->mask].turn);
+    if ((int64_t)(turn - pos) < 0) futex_wait(&q->room_word, room, 1000000);
+    atomic_fetch_sub(&q->waiters, 1);
+    return 0;
+}
+
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
     uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
-    uint64_t deadline = 0;
+    uint64_t deadline = 0, since = 0;
+    uint32_t room0 = 0;
     for (;;) {
         rec_slot *s = &q->slots[pos & q->mask];
         uint64_t turn = atomic_load_explicit(&s->turn, memory_order_acquire);
@@ -64,7 +98,16 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
             }
             /* lost the race: pos was reloaded by the CAS */
         } else if (dif < 0) {
-            /* Full: the writer is behind by a whole ring. Slow path: wait a little, once. */
+            /* Full: the writer is behind by a whole ring. Slow path. Lossless: wait for room. */
+            if (q->wait_ns == REC_RING_WAIT_FOREVER) {
+                if (wait_for_room(q, pos, &since, &room0) != 0) {
+                    atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+                    return 0;
+                }
+                pos = atomic_load_explicit(&q->head, memory_order_relaxed);
+                continue;
+            }
+            /* Bounded: wait a little, once. */
             if (atomic_load_explicit(&q->dropping, memory_order_relaxed)) {
                 atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
                 return 0;
@@ -91,13 +134,25 @@ uint64_t rec_ring_pop(rec_ring *q, rec_rec *out) {
     uint64_t turn = atomic_load_explicit(&s->turn, memory_order_acquire);
     if (turn != pos + 1) return 0;
     *out = s->r;
-    atomic_store_explicit(&s->turn, pos + q->mask + 1, memory_order_release);
+    atomic_store(&s->turn, pos + q->mask + 1); /* seq_cst: before the look at waiters */
     q->tail = pos + 1;
+    /* producers waiting for room: wake them each quarter of the ring (and after each drain,
+     * rec_ring_room), not at every pop (a system call each) */
+    if (((pos + 1) & q->wake_mask) == 0 && atomic_load(&q->waiters)) {
+        atomic_fetch_add_explicit(&q->room_word, 1, memory_order_release);
+        syscall(SYS_futex, &q->room_word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    }
     /* drop mode ends once a quarter of the ring is free again */
     if (atomic_load_explicit(&q->dropping, memory_order_relaxed) &&
         atomic_load_explicit(&q->head, memory_order_relaxed) - q->tail <= q->mask + 1 - (q->mask + 1) / 4)
         atomic_store_explicit(&q->dropping, 0, memory_order_relaxed);
     return pos + 1;
+}
+
+void rec_ring_room(rec_ring *q) {
+    if (!atomic_load(&q->waiters)) return;
+    atomic_fetch_add_explicit(&q->room_word, 1, memory_order_release);
+    syscall(SYS_futex, &q->room_word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
 void rec_ring_wake(rec_ring *q) {

@@ -6,12 +6,27 @@
  * The claim position + 1 is the record's global sequence number (events.seq), so seq costs
  * nothing extra and is gap-free among the records that were not dropped.
  *
- * Back-pressure, bounded: when the ring is full a producer yields for up to `wait_ns` (the
- * writer is woken at once and usually makes room within it). If it does not, the record is
- * dropped and counted in `dropped`, and the ring enters drop mode: while it stays full, every
- * producer drops at once, without waiting, until the consumer has freed a quarter of it. A
- * stalled writer therefore costs the program one wait per episode, not one per event — which
- * matters because producers may hold the allocator's lock.
+ * Back-pressure. By default a full ring makes the producer wait for the consumer: nothing is
+ * lost (as memray and heaptrack do). A waiting producer sleeps on a futex (room_word) that the
+ * consumer bumps as it frees slots (every quarter of the ring, and after each drain, but only
+ * while someone waits: a pop costs one relaxed load more), with a 1 ms timeout so no wake-up
+ * can be missed for long. It gives up and drops (counted) only when waiting cannot end:
+ *   - no_wait says so: the consumer is gone (closed, or never started), or a fork is being
+ *     prepared (the consumer is parked then, and the forking thread may need a lock this
+ *     producer holds);
+ *   - it is the consumer thread itself (rec_ring_consumer_thread);
+ *   - the consumer made no room for stall_ns (REC_RING_STALL_NS, 10 s): something holds it
+ *     (REC_RING_STALLED is set in no_wait, so later producers drop at once until the consumer
+ *     moves again; the consumer warns).
+ * A producer never waits while holding anything of the ring: it may hold its caller's locks
+ * (the allocator's), which the consumer must therefore never take.
+ *
+ * Bounded (opt-in, wait_ns != REC_RING_WAIT_FOREVER): a full ring makes the first producer
+ * yield for up to `wait_ns` (the writer is woken at once and usually makes room within it). If
+ * it does not, the record is dropped and counted in `dropped`, and the ring enters drop mode:
+ * while it stays full, every producer drops at once, without waiting, until the consumer has
+ * freed a quarter of it. A stalled writer therefore costs the program one wait per episode, not
+ * one per event.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_RING_H
 #define GPUMEM_SNAPSHOT_REC_RING_H
@@ -44,15 +59,28 @@ typedef struct rec_ring {
     alignas(64) _Atomic uint64_t dropped;
     _Atomic int dropping;       /* drop mode: full producers do not wait (see above) */
     _Atomic uint32_t wake_word; /* futex: bumped to wake the consumer (rec_ring_wake) */
+    _Atomic uint32_t room_word; /* futex: bumped by the consumer when it made room for waiters */
+    _Atomic uint32_t waiters;   /* producers asleep on room_word */
+    _Atomic int no_wait;        /* REC_RING_* bits: a full ring drops at once (see above) */
     uint64_t wake_mask;         /* producers wake the consumer every wake_mask+1 events */
     uint64_t mask;
     uint64_t wait_ns;
+    uint64_t stall_ns;          /* lossless: no room for this long gives up (REC_RING_STALL_NS) */
     rec_slot *slots;
     size_t bytes;
 } rec_ring;
 
+/* wait_ns: a full ring waits for room as long as the consumer makes progress (lossless) */
+#define REC_RING_WAIT_FOREVER UINT64_MAX
+#define REC_RING_STALL_NS (10ull * 1000000000u)
+/* no_wait bits */
+#define REC_RING_NO_CONSUMER 1 /* the consumer is gone or not started */
+#define REC_RING_FORKING 2     /* a fork is being prepared */
+#define REC_RING_STALLED 4     /* the consumer made no room for REC_RING_STALL_NS */
+
 /* cap is rounded up to a power of two (>= 2). Memory from mmap (not freed by rec_ring_free
- * callers that may still race with late producers). Returns 0 or -1. */
+ * callers that may still race with late producers). wait_ns: REC_RING_WAIT_FOREVER (lossless)
+ * or the bounded wait of drop mode. Returns 0 or -1. */
 int rec_ring_init(rec_ring *q, uint64_t cap, uint64_t wait_ns);
 /* Forget all contents (used in a forked child). */
 void rec_ring_reset(rec_ring *q);
@@ -66,6 +94,10 @@ uint64_t rec_ring_pop(rec_ring *q, rec_rec *out);
  * that sleeps long (few wake-ups: it shares the cores with the program) never lets it fill. */
 void rec_ring_wait(rec_ring *q, uint64_t timeout_ns);
 void rec_ring_wake(rec_ring *q);
+/* The consumer, after a drain: wakes the producers waiting for room, if any. */
+void rec_ring_room(rec_ring *q);
+/* Marks the calling thread as the consumer: it never waits for room (it would wait for itself). */
+void rec_ring_consumer_thread(void);
 /* Seq of the last claimed record (0 if none). */
 static inline uint64_t rec_ring_last_seq(rec_ring *q) {
     return atomic_load_explicit(&q->head, memory_order_acquire);

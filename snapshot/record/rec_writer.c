@@ -108,7 +108,7 @@ static const char *const stmt_sql[S_COUNT_] = {
     [S_STACK] = "INSERT OR REPLACE INTO stacks VALUES (?,?,?)",
     [S_RANGE] = "INSERT OR REPLACE INTO ranges VALUES (?,?,?,?,?,?,?,?,?)",
     [S_RANGE_END] = "UPDATE ranges SET end_ns = ? WHERE id = ?",
-    [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?)",
+    [S_NAME] = "INSERT OR REPLACE INTO names VALUES (?,?,?,?)",
     [S_OOM] = "INSERT OR REPLACE INTO ooms VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
     [S_SNAPSHOT] = "INSERT INTO snapshots VALUES (?,?,?,?,?)",
     [S_SEGMENT] = "INSERT OR REPLACE INTO segments VALUES (?,?,?,?,?,?,?,?)",
@@ -513,6 +513,9 @@ int rec_writer_open_db(rec_state *g) {
     buf[255] = 0;
     meta_text(w, "hostname", buf);
     meta_int(w, "stacks", g->stacks);
+    meta_int(w, "ring", (int64_t)(g->ring.mask + 1));
+    /* what a full ring did: waited for the writer (lossless, the default) or dropped */
+    meta_text(w, "ring_full", g->ring.wait_ns == REC_RING_WAIT_FOREVER ? "wait" : "drop");
     meta_text(w, "state", "recording");
     meta_int(w, "dropped_events", 0);
     rec_rank rk; /* a launcher's rank (mpirun, torchrun, srun): gpumem report merges ranks */
@@ -1246,17 +1249,20 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         step(w, S_RANGE_END, "closing ranges");
         uint64_t p;
         if (k == REC_R_RANGE_POP && u64map_del(&w->open_ranges, r->addr, &p)) free((void *)(uintptr_t)p);
-    } else if (k == REC_R_NAME) {
-        uint64_t *idx = u64map_get(&w->live, r->addr);
-        if (idx) w->la[*idx].name = (uint32_t)r->alloc_id;
     }
 }
 
+/* A name names the allocation live at its address now: its row carries that allocation's birth,
+ * so that readers join by identity, not by an address handed out again later. */
 static void on_name(writer *w, uint64_t seq, rec_rec *r) {
+    uint64_t *idx = u64map_get(&w->live, r->addr);
+    if (idx) w->la[*idx].name = (uint32_t)r->alloc_id;
     sqlite3_stmt *s = stmt(w, S_NAME);
     bind_i(s, 1, (int64_t)seq);
     bind_i(s, 2, (int64_t)r->addr);
     bind_i(s, 3, (int64_t)r->alloc_id);
+    if (idx) bind_i(s, 4, (int64_t)w->la[*idx].birth);
+    else sqlite3_bind_null(s, 4);
     step(w, S_NAME, "writing names");
 }
 
@@ -1276,7 +1282,7 @@ static size_t drain(writer *w, rec_state *g, size_t max) {
             on_launch(w, seq, &r);
         } else if ((r.kind & 0xffu) >= REC_R_BASE) {
             if (r.kind == REC_R_NAME) on_name(w, seq, &r);
-            on_range(w, g, &r);
+            else on_range(w, g, &r);
         } else {
             on_event(w, seq, &r);
         }
@@ -1381,7 +1387,10 @@ static void *writer_main(void *arg) {
      * core's share when every core is busy): on a loaded machine it then fell seconds behind,
      * and a kill -9 lost all of that. Its wake-ups are few (a commit every 25 ms, a drain when a
      * quarter of the ring fills), so a fair share costs the program little (make bench, demo.*). */
+    rec_ring_consumer_thread(); /* a record pushed from here never waits for room */
+    atomic_fetch_and(&g->ring.no_wait, ~(REC_RING_NO_CONSUMER | REC_RING_STALLED));
     atomic_store(&g->writer_running, 1);
+    int stall_said = 0;
     for (;;) {
         int stopping = atomic_load(&g->writer_stop);
         pthread_mutex_lock(&g->db_lock);
@@ -1434,6 +1443,15 @@ static void *writer_main(void *arg) {
             break;
         }
         pthread_mutex_unlock(&g->db_lock);
+        /* producers waiting for room (the default back-pressure) go on now */
+        if (atomic_load_explicit(&g->ring.no_wait, memory_order_acquire) & REC_RING_STALLED) {
+            if (!stall_said++)
+                rec_warn("the program waited %llu s for the writer without progress; events are dropped "
+                         "(and counted) while it is that far behind",
+                         (unsigned long long)(REC_RING_STALL_NS / 1000000000u));
+            if (n) atomic_fetch_and(&g->ring.no_wait, ~REC_RING_STALLED); /* moving again */
+        }
+        rec_ring_room(&g->ring);
         if (w->failed) timing_abandon(w);
         else if (w->tl_len > w->tl_done) timing_ask(w, 0);
         /* The ring is drained (a full batch means more may wait: go on at once). Sleep until
@@ -1442,6 +1460,9 @@ static void *writer_main(void *arg) {
          * its thread can stall a parallel region of the program's. */
         if (n < BATCH) rec_ring_wait(&g->ring, WAIT_NS);
     }
+    /* nobody drains from here on: a producer that still finds the ring full drops */
+    atomic_fetch_or(&g->ring.no_wait, REC_RING_NO_CONSUMER);
+    rec_ring_room(&g->ring);
     writer_cleanup(w);
     atomic_store(&g->writer_done, 1);
     return NULL;

@@ -92,8 +92,11 @@ INSERT INTO kinds VALUES (1,'alloc'),(2,'free'),(3,'alloc_async'),(4,'free_async
   (19,'driver_free'),(20,'launch'),(21,'record_stream'),(22,'vmm_create'),(23,'vmm_release'),(24,'device_info'),
   (25,'pool_create'),(26,'pool_destroy'),(27,'array_alloc'),(28,'array_free');
 
--- Names given to allocations (gpumem_name, NVTX memory naming): the allocation live at addr.
-CREATE TABLE names (seq INTEGER PRIMARY KEY, addr INTEGER, name INTEGER);
+-- Names given to allocations (gpumem_name, NVTX memory naming): the allocation live at addr
+-- when the name was given. birth (added within 1.3) = that allocation's alloc_life.birth, NULL
+-- when no allocation was live at addr: readers join a name to its allocation by birth, never by
+-- the address alone (an address is handed out again under other names).
+CREATE TABLE names (seq INTEGER PRIMARY KEY, addr INTEGER, name INTEGER, birth INTEGER);
 
 -- OOM forensics, one row per failed allocation (seq = the REC_OOM event, whose range is the
 -- OOM's NVTX phase). name (1.1): the name the program gave the allocation that failed

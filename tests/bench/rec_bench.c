@@ -204,10 +204,13 @@ static int micro(const char *dir) {
     rec_test_reset();
     unlink(path);
 
-    /* back-pressure: the app-side cost of an event while the ring is full and the writer makes
-     * no progress (held off its lock): one producer wait per episode, then drops at once */
+    /* bounded back-pressure (GPUMEM_RING_FULL=drop, opt-in): the app-side cost of an event
+     * while the ring is full and the writer makes no progress (held off its lock): one producer
+     * wait per episode, then drops at once. (By default the producer would wait for the writer.) */
     snprintf(path, sizeof path, "%s/rec_bench_full.db", dir);
+    setenv("GPUMEM_RING_FULL", "drop", 1);
     open_or_die(path, 0, 4096);
+    unsetenv("GPUMEM_RING_FULL");
     pthread_mutex_lock(&rec_g.db_lock);
     time_events(4096); /* fills the ring */
     const uint64_t nfull = 200000;

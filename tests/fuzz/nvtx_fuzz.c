@@ -277,9 +277,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gm_db_open(path, &d, err, sizeof err) != 0) abort(); /* the recorder's own file must read */
     if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
         uint64_t leaked;
-        gm_report(&d, &m, &(gm_opts){0, 5, 0}, devnull);
-        gm_report(&d, &m, &(gm_opts){1, 5, 0}, devnull);
-        gm_leaks(&d, &m, &(gm_opts){0, 5, 1}, devnull, &leaked);
+        gm_report(&d, &m, &(gm_opts){0, 5, 0, 1}, devnull);
+        gm_report(&d, &m, &(gm_opts){1, 5, 0, 1}, devnull);
+        gm_leaks(&d, &m, &(gm_opts){0, 5, 1, 1}, devnull, &leaked);
         /* the exports carry the names out in other syntaxes (JSON, pickle, folded stacks, CSV) */
         static const char *const formats[] = {"torch", "chrome", "folded", "speedscope", "csv"};
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)

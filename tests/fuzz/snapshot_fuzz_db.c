@@ -40,10 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
             uint64_t leaked;
             gm_expand_inlines(&m); /* inline chains read from the file (no libdw: no disk) */
-            gm_report(&d, &m, &(gm_opts){0, 5, 0}, devnull);
-            gm_report(&d, &m, &(gm_opts){1, 5, 0}, devnull);
-            gm_leaks(&d, &m, &(gm_opts){0, 5, 1}, devnull, &leaked);
-            gm_leaks(&d, &m, &(gm_opts){1, 5, 0}, devnull, &leaked);
+            gm_report(&d, &m, &(gm_opts){0, 5, 0, 1}, devnull);
+            gm_report(&d, &m, &(gm_opts){1, 5, 0, 1}, devnull);
+            gm_leaks(&d, &m, &(gm_opts){0, 5, 1, 1}, devnull, &leaked);
+            gm_leaks(&d, &m, &(gm_opts){1, 5, 0, 1}, devnull, &leaked);
         }
         gm_model_free(&m);
         gm_export_trace(&d, devnull);

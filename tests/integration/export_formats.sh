@@ -19,10 +19,12 @@ DB=$TMP/run.db
 peak=$(jq -r .summary.peak_allocated "$TMP/r.json")
 
 # A frame marked as Python (as the recorder writes one, schema 1.3): the exports must carry it.
+# (readers never write the recording: main's frame is found through gpumem sql's symbolized view)
+mainf=$("$GM" sql "$DB" -c "SELECT f.id FROM frames f JOIN stacks s ON s.frame = f.id JOIN events e ON e.stack = s.stack
+                           WHERE e.kind IN (1, 3) AND f.function = 'main' LIMIT 1" | tail -n +2)
+[[ -n $mainf ]] || fail "no frame of main"
 sqlite3 "$DB" "UPDATE frames SET python = 1, module = NULL, offset = NULL, file = 'train_step.py', line = 42,
-               function = 'train_step', symbolized = 1
-               WHERE id = (SELECT f.id FROM frames f JOIN stacks s ON s.frame = f.id JOIN events e ON e.stack = s.stack
-                           WHERE e.kind IN (1, 3) AND f.function = 'main' LIMIT 1)"
+               function = 'train_step', symbolized = 1 WHERE id = $mainf"
 [[ $(sqlite3 "$DB" "SELECT count(*) FROM frames WHERE python = 1") -eq 1 ]] || fail "could not mark a Python frame"
 
 # --- torch

@@ -153,9 +153,12 @@ done
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
 [[ -s $TMP/off.db.err ]] && { cat "$TMP/off.db.err"; fail "GPUMEM_PYTHON=0 printed something"; }
-record "$TMP/badenv.db" "$PY" gil GPUMEM_PYTHON=yes
-has "$TMP/badenv.db.err" "GPUMEM_PYTHON=yes: use 0 (no Python frames) or 1 (the default); taking 1" "bad GPUMEM_PYTHON"
-[[ $(q "$TMP/badenv.db" "SELECT count(*) FROM frames WHERE python = 1") -gt 0 ]] || fail "GPUMEM_PYTHON=yes turned Python frames off"
+# a value it cannot read: gpumem is off, as for every setting (one line; the program runs)
+GPUMEM_PYTHON=yes "$GPUMEM" record -o "$TMP/badenv.db" -- "$PY" "$SRC/frames_main.py" "$RT" gil \
+  > "$TMP/badenv.out" 2> "$TMP/badenv.err" || { cat "$TMP/badenv.err"; fail "GPUMEM_PYTHON=yes broke the program"; }
+grep -q "frames_main: done" "$TMP/badenv.out" || fail "frames_main.py did not finish under GPUMEM_PYTHON=yes"
+has "$TMP/badenv.err" "GPUMEM_PYTHON: unknown value 'yes' (accepted: 0, 1); gpumem is off" "bad GPUMEM_PYTHON"
+[[ ! -e $TMP/badenv.db ]] || fail "GPUMEM_PYTHON=yes still recorded"
 
 # ---- other interpreters on this machine (pyenv): 3.9-3.13 the same rows; 3.8 one line, off
 for py in "${HOME:-/root}"/.pyenv/versions/3.*/bin/python3; do

@@ -70,6 +70,24 @@ jq -e '(.ranks | map(.rank)) == [0, 1] and (.ranks | map(.rank_from)) == ["file_
   || fail "file order: $(jq -c '[.ranks[] | [.rank, .rank_from, .path]], .peak_rank' "$TMP/f.json")"
 ok "without meta.rank the ranks follow the files' order"
 
+# not ranks of the job: one file twice is one rank, not two (exit 2); a recording without
+# meta.rank among ranks that carry it is left out of a directory (a line says so) and refused
+# when named (exit 2)
+set +e
+"$GM" report "$D/run-0.db" "$D/run-0.db" > /dev/null 2> "$TMP/err.txt"; rc=$?
+[[ $rc == 2 ]] && grep -q "run-0.db is one database given twice" "$TMP/err.txt" || fail "report run.db run.db: exit $rc, $(cat "$TMP/err.txt")"
+"$GM" report "$D/run-0.db" "$D/../job/run-0.db" > /dev/null 2>&1; rc=$?
+[[ $rc == 2 ]] || fail "one database under two names: exit $rc"
+cp "$TMP/a.db" "$D/demo.db"
+"$GM" report "$D" > "$TMP/m2.txt" 2> "$TMP/err.txt"; rc=$?
+[[ $rc == 0 ]] && grep -q "^gpumem report: 2 ranks$" "$TMP/m2.txt" || fail "DIR with an unrelated recording: exit $rc, $(head -1 "$TMP/m2.txt")"
+grep -q "left out $D/demo.db: it carries no meta.rank" "$TMP/err.txt" || fail "no line about the database left out: $(cat "$TMP/err.txt")"
+"$GM" report "$D/run-0.db" "$D/run-1.db" "$D/demo.db" > /dev/null 2> "$TMP/err.txt"; rc=$?
+[[ $rc == 2 ]] && grep -q "demo.db is not a rank of the job" "$TMP/err.txt" || fail "an unrelated recording named: exit $rc, $(cat "$TMP/err.txt")"
+set -e
+rm "$D/demo.db"
+ok "one file twice is refused; a recording without meta.rank is left out of DIR, refused when named"
+
 # one database: the single report, unchanged
 "$GM" report "$D/run-0.db" > "$TMP/one.txt" || fail "single report"
 grep -q "ranks" "$TMP/one.txt" && grep -q "^gpumem report: 2 ranks" "$TMP/one.txt" && fail "one database gave the merged report"

@@ -16,6 +16,9 @@
  *                               h3.attn.qkv, a copy fills h3.mlp.fc from a pinned host buffer,
  *                               then h3.mlp.fc is freed and a kernel given its stale address
  *                               uses nothing; prints "LAUNCHES n USES u"
+ *   snapshot_app empty           a recording with one NVTX range and no allocation
+ *   snapshot_app reuse           one address allocated three times under three names, call sites
+ *                               and kernels, with allocator snapshots (time-correct joins)
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -181,6 +184,54 @@ static int uses(void) {
     return 0;
 }
 
+/* reuse: one address, three allocations, three names, three call sites (each its own noinline
+ * function), each used by its own kernel. "first" (step 1) needs the driver and grows reserved:
+ * the peak snapshot is taken while it lives; "second" (step 2) is live at a user snapshot, the
+ * last one (no exit snapshot: as a killed recording's); "third" (step 3) is never freed. The
+ * allocator's ids (1001..1003) are not event seqs, so a reader that confuses them finds nothing. */
+#define REUSE_ADDR 0x7f0000200000ull
+#define REUSE_SEG 0x7f0000000000ull
+static void reuse_snapshot(enum rec_snap_reason why, uint64_t id) {
+    rec_segment seg = {.device = 0, .stream = 0, .addr = REUSE_SEG, .size = 4 << 20, .mapped = 4 << 20,
+                       .flags = REC_SEG_F_EXPANDABLE};
+    rec_block b[3] = {{.segment = 0, .state = REC_BLOCK_FREE, .addr = REUSE_SEG, .size = 2 << 20},
+                      {.segment = 0, .state = REC_BLOCK_ALLOCATED, .addr = REUSE_ADDR, .size = 1 << 20,
+                       .requested = 1 << 20, .alloc_id = id},
+                      {.segment = 0, .state = REC_BLOCK_FREE, .addr = REUSE_ADDR + (1 << 20), .size = 1 << 20}};
+    rec_snapshot(why, &seg, 1, b, 3);
+}
+static __attribute__((noinline)) void reuse_step(int step, const char *name, uint64_t id, unsigned flags) {
+    char st[16];
+    snprintf(st, sizeof st, "step %d", step);
+    rec_range_push(NULL, st);
+    rec_range_push(NULL, "fwd");
+    rec_event(REC_ALLOC | flags, 0, 0, REUSE_ADDR, 1 << 20, 1 << 20, id);
+    rec_name(REUSE_ADDR, name);
+    char k[32];
+    snprintf(k, sizeof k, "k_%s", name);
+    const uint64_t w = REUSE_ADDR + 64;
+    launch(k, REC_OP_KERNEL, 0, &w, NULL, 1);
+    rec_range_pop();
+    rec_range_pop();
+}
+static __attribute__((noinline)) void alloc_first(void) { reuse_step(1, "first", 1001, REC_F_CACHE_MISS); }
+static __attribute__((noinline)) void alloc_second(void) { reuse_step(2, "second", 1002, REC_F_CACHE_HIT); }
+static __attribute__((noinline)) void alloc_third(void) { reuse_step(3, "third", 1003, REC_F_CACHE_HIT); }
+
+static int reuse(void) {
+    rec_event(REC_SEG_RESERVE, 0, 0, REUSE_SEG, 4 << 20, 0, 0);
+    rec_event(REC_SEG_MAP, 0, 0, REUSE_SEG, 4 << 20, 0, 0);
+    alloc_first();
+    reuse_snapshot(REC_SNAP_PEAK, 1001);
+    rec_event(REC_FREE, 0, 0, REUSE_ADDR, 1 << 20, 0, 1001);
+    alloc_second();
+    reuse_snapshot(REC_SNAP_USER, 1002);
+    rec_event(REC_FREE, 0, 0, REUSE_ADDR, 1 << 20, 0, 1002);
+    alloc_third();
+    rec_close();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2]);
@@ -188,6 +239,13 @@ int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
     if (argc >= 2 && strcmp(argv[1], "uses") == 0) return uses();
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses\n");
+    if (argc >= 2 && strcmp(argv[1], "reuse") == 0) return reuse();
+    if (argc >= 2 && strcmp(argv[1], "empty") == 0) { /* a recording without one allocation */
+        rec_range_push(NULL, "step 1");
+        rec_range_pop();
+        rec_close();
+        return 0;
+    }
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses | reuse | empty\n");
     return 2;
 }

@@ -24,16 +24,20 @@ grep -q "the recording FAILED (no space left on device" "$TMP/rec.err" || { cat 
 # the trainer allocated: a summary of what the full disk let through must not say it made none
 grep -q "made no device or pinned allocation" "$TMP/rec.err" && { cat "$TMP/rec.err"; fail "record's summary says the trainer made no allocation (the events were lost, not absent)"; }
 grep -q "the counts above are what the database kept" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "record's summary does not say its counts are only what was kept"; }
-"$GPUMEM" report "$TMP/full/run.db" > "$TMP/rep.txt" || fail "the report does not read what was written"
+# it lost events: refused (exit 3) unless --lossy-ok, whose first line says so
+"$GPUMEM" report "$TMP/full/run.db" > /dev/null 2> "$TMP/refused.txt"; rc=$?
+[[ $rc == 3 ]] && grep -q "the recording failed.*--lossy-ok" "$TMP/refused.txt" || fail "report without --lossy-ok: exit $rc, $(cat "$TMP/refused.txt")"
+"$GPUMEM" report --lossy-ok "$TMP/full/run.db" > "$TMP/rep.txt" || fail "the report does not read what was written"
+head -1 "$TMP/rep.txt" | grep -q "^gpumem: WARNING: .* lost [0-9]* events (the recording failed" || fail "first line: $(head -1 "$TMP/rep.txt")"
 grep -q "the recording FAILED: no space left on device (ENOSPC)" "$TMP/rep.txt" || { cat "$TMP/rep.txt"; fail "the report does not say the recording failed for lack of space"; }
-"$GPUMEM" report --json "$TMP/full/run.db" | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
+"$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" 2> /dev/null | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
   || fail "report --json lacks state=failed with the ENOSPC reason"
 # every event that did not make it is counted: what was committed plus the dropped count covers
 # all the events of the same run recorded where there is room (drops count ring records, ranges
 # included, so at least that many); the count is written at close, after the failure's commit
 "$GPUMEM" record -o "$TMP/room.db" -- "$TRAIN" --steps 20 > /dev/null 2>&1 || fail "the trainer recorded with room failed"
 all=$("$GPUMEM" report --json "$TMP/room.db" | jq '.summary.events')
-read -r kept dropped < <("$GPUMEM" report --json "$TMP/full/run.db" | jq -r '"\(.summary.events) \(.summary.dropped_events)"')
+read -r kept dropped < <("$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" 2> /dev/null | jq -r '"\(.summary.events) \(.summary.dropped_events)"')
 (( kept + dropped >= all && dropped > 0 )) \
   || fail "events lost without being counted: $kept committed + $dropped dropped < $all recorded with room"
 grep -qE "dropped events +$dropped \(the recording failed" "$TMP/rep.txt" \

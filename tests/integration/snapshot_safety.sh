@@ -98,6 +98,23 @@ before=$("$G" sql t.py -c "SELECT count(*) FROM events" | tail -1)
 "$G" sql --write t.py -c "UPDATE meta SET value = 'edited' WHERE key = 'hostname'" > /dev/null || fail "--write refused"
 [[ $("$G" sql t.py -c "SELECT value FROM meta WHERE key = 'hostname'" | tail -1) == edited ]] || fail "--write did not write"
 
+# readers never write a closed recording: every analysis, export and query leaves its bytes
+# as they were (the symbols of its frames are resolved in memory; gpumem sql shows them through
+# TEMP tables)
+"$G" record -q -o ro.db -- "$A" > /dev/null 2>&1 || fail "record rt_app"
+sum0=$(md5sum < ro.db)
+for c in report leaks frag tune advise; do "$G" $c ro.db > /dev/null 2>&1; "$G" $c --json ro.db > /dev/null 2>&1; done
+for f in csv chrome folded speedscope trace; do "$G" export --format $f ro.db > /dev/null 2>&1; done
+"$G" export --format torch ro.db -o ro.pickle > /dev/null 2>&1
+"$G" viz ro.db -o ro.html > /dev/null 2>&1
+"$G" diff ro.db ro.db > /dev/null 2>&1
+"$G" uses ro.db --id 1 > /dev/null 2>&1
+fn=$("$G" sql ro.db -c "SELECT count(*) FROM stack_frames WHERE function IS NOT NULL AND python IS NOT 1" | tail -1)
+[[ $(md5sum < ro.db) == "$sum0" && ! -e ro.db-wal ]] || fail "a reader changed the recording"
+(( fn > 0 )) || fail "gpumem sql shows no symbolized frame"
+[[ $(sqlite3 ro.db "SELECT count(*) FROM frames WHERE symbolized = 1 AND module IS NOT NULL") == 0 ]] \
+  || fail "symbols were written into the recording"
+
 # crash recovery: a killed recording is two files until a report folds the WAL in; then one
 # file holds everything and can be copied alone
 "$G" record -q -o killed.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 100000 > /dev/null 2>&1 &
@@ -114,3 +131,4 @@ cp killed.db elsewhere.db
 "$G" report elsewhere.db > rep2 || fail "the copied file alone does not read"
 grep -q "peak allocated" rep2 || fail "the copy has no report"
 echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, symlinks never followed"
+echo "ok: every reader left a closed recording byte-identical; gpumem sql names its frames from memory"

@@ -78,7 +78,8 @@ jq -e '.analyses.advise.recommendations | type == "array"' "$TMP/data.json" > /d
   || fail "the advise panel: $(jq -c '.analyses.advise' "$TMP/data.json" | head -c 300)"
 jq -e '.analyses | has("tune") | not' "$TMP/data.json" > /dev/null || fail "tune ran without --with tune"
 "$GM" viz "$TMP/run.db" -o "$TMP/x.html" --with frag,bogus 2> "$TMP/err.txt" && fail "--with bogus exited 0"
-[[ $(wc -l < "$TMP/err.txt") -eq 1 ]] || fail "--with bogus: not a one-line error"
+[[ $(wc -l < "$TMP/err.txt") -eq 2 ]] && tail -1 "$TMP/err.txt" | grep -qx "(gpumem viz --help tells more)" \
+  || fail "--with bogus: not the error and where the help is"
 ok "analyses: frag and advise embedded, tune opt-in, --with bogus: $(cat "$TMP/err.txt")"
 q="SELECT count(*) FROM segments WHERE snapshot = (SELECT min(id) FROM snapshots WHERE reason = 1)"
 nseg=$("$GM" sql "$TMP/run.db" -c "$q" | tail -1)
@@ -113,9 +114,11 @@ ok "missing database: $(cat "$TMP/err.txt")"
 # byte, so its data decodes as strict UTF-8 ('wte' -> "wté ✓"; every frame's function gets a
 # UTF-16 surrogate, ED A0 80, and a stray FF)
 cp "$TMP/run.db" "$TMP/u.db"
+# (the file holds frames as recorded, unnamed: each is given a name with those bytes, marked as
+# symbolized so that the reader takes it as stored)
 sqlite3 "$TMP/u.db" "UPDATE strings SET s = CAST(X'7774c3a920e29c93' AS TEXT) WHERE s = 'wte';
-                     UPDATE frames SET function = function || CAST(X'eda080ff' AS TEXT)
-                      WHERE function IS NOT NULL" || fail "could not edit the names"
+                     UPDATE frames SET function = 'f' || id || CAST(X'eda080ff' AS TEXT), symbolized = 1
+                      WHERE python IS NOT 1" || fail "could not edit the names"
 "$GM" viz "$TMP/u.db" -o "$TMP/u.html" || fail "gpumem viz with non-ASCII names exited $?"
 LC_ALL=C sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/u.html" > "$TMP/u.json"
 python3 - "$TMP/u.json" << 'PYEOF' || fail "non-ASCII names in the page"

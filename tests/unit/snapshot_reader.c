@@ -118,7 +118,7 @@ static void truncated_and_corrupted(void **state) {
         if (rc != 0) assert_true(strlen(err) > 10);
         else {
             FILE *out = fopen("/dev/null", "w");
-            gm_report(&d, &m, &(gm_opts){0, 10, 0}, out);
+            gm_report(&d, &m, &(gm_opts){0, 10, 0, 1}, out);
             fclose(out);
         }
         gm_model_free(&m);
@@ -156,7 +156,7 @@ static void killed_process(void **state) {
     FILE *out = fopen("/dev/null", "w");
     /* what was alive is listed (and counted), but a run that did not reach its end cannot be
      * judged: --fail-on-leak says so (exit 3), it does not fail a CI job as a leak */
-    assert_int_equal(gm_leaks(&d, &m, &(gm_opts){0, 10, 1}, out, &leaked), GM_EXIT_CANNOT_JUDGE);
+    assert_int_equal(gm_leaks(&d, &m, &(gm_opts){0, 10, 1, 1}, out, &leaked), GM_EXIT_CANNOT_JUDGE);
     fclose(out);
     assert_int_equal(leaked, 40 * 64);
     gm_model_free(&m);
@@ -210,8 +210,8 @@ static void inconsistent_rows(void **state) {
     assert_true(m.unmatched_frees >= 1);
     FILE *out = fopen("/dev/null", "w");
     uint64_t leaked;
-    assert_int_equal(gm_report(&d, &m, &(gm_opts){1, 10, 0}, out), 0);
-    gm_leaks(&d, &m, &(gm_opts){0, 10, 0}, out, &leaked);
+    assert_int_equal(gm_report(&d, &m, &(gm_opts){1, 10, 0, 1}, out), 0);
+    gm_leaks(&d, &m, &(gm_opts){0, 10, 0, 1}, out, &leaked);
     fclose(out);
     gm_model_free(&m);
     gm_db_close(&d);
@@ -238,7 +238,7 @@ static void oom_advice_kinds(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&buf, &len);
-    gm_report(&d, &m, &(gm_opts){0, 10, 0}, out);
+    gm_report(&d, &m, &(gm_opts){0, 10, 0, 1}, out);
     fclose(out);
     char *first = strstr(buf, "OOM 1 at"), *second = strstr(buf, "OOM 2 at");
     assert_non_null(first);

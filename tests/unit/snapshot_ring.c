@@ -1,7 +1,10 @@
 /* snapshot_ring.c — the recorder's lock-free MPSC ring (snapshot/record/rec_ring.c).
- * Properties: FIFO with gap-free seq numbers from 1; a full ring drops (and counts) instead of
- * blocking past its wait budget; with many producers and one consumer every record arrives
- * exactly once and each producer's records arrive in the order it pushed them. */
+ * Properties: FIFO with gap-free seq numbers from 1; by default (lossless) a full ring makes
+ * the producer wait until the consumer makes room, and gives up only when waiting cannot end
+ * (no consumer, a fork being prepared, the consumer itself pushing, no progress for stall_ns);
+ * in the opt-in bounded mode a full ring drops (and counts) instead of blocking past its wait
+ * budget; with many producers and one consumer every record arrives exactly once and each
+ * producer's records arrive in the order it pushed them, with no retry in lossless mode. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -130,6 +133,128 @@ static void many_producers_one_consumer(void **state) {
     rec_ring_free(&q);
 }
 
+/* ---- lossless (the recorder's default) */
+
+typedef struct pusher { rec_ring *q; int n; _Atomic int done; uint64_t last; } pusher;
+static void *push_n(void *p) {
+    pusher *a = p;
+    rec_rec r = {0};
+    for (int i = 0; i < a->n; i++) {
+        r.addr = 1000 + (uint64_t)i;
+        a->last = rec_ring_push(a->q, &r);
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* A full ring holds the producer until the consumer pops: nothing is dropped, seq has no gap. */
+static void lossless_waits_for_room(void **state) {
+    (void)state;
+    rec_ring q;
+    assert_int_equal(rec_ring_init(&q, 8, REC_RING_WAIT_FOREVER), 0);
+    atomic_store(&q.no_wait, 0); /* a consumer is there (this thread) */
+    rec_rec r = {0}, out;
+    for (int i = 0; i < 8; i++) assert_int_not_equal(rec_ring_push(&q, &r), 0);
+    pusher a = {&q, 100, 0, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, push_n, &a), 0);
+    sleep_ms(30);
+    assert_int_equal(atomic_load(&a.done), 0); /* still waiting: the ring is full */
+    uint64_t seq, expect = 1, n = 0;
+    while (n < 108) {
+        if (!(seq = rec_ring_pop(&q, &out))) continue;
+        assert_int_equal(seq, expect++);
+        if (n >= 8) assert_int_equal(out.addr, 1000 + n - 8);
+        n++;
+    }
+    pthread_join(t, NULL);
+    assert_int_equal(a.last, 108);
+    assert_int_equal(atomic_load(&q.dropped), 0);
+    rec_ring_free(&q);
+}
+
+/* Waiting that cannot end drops at once (counted): no consumer, a fork being prepared, the
+ * consumer's own thread; and a consumer that makes no room for stall_ns. */
+static void *consumer_pushes(void *p) {
+    rec_ring *q = p;
+    rec_ring_consumer_thread();
+    rec_rec r = {0};
+    return (void *)(uintptr_t)rec_ring_push(q, &r);
+}
+static void lossless_gives_up(void **state) {
+    (void)state;
+    rec_ring q;
+    assert_int_equal(rec_ring_init(&q, 4, REC_RING_WAIT_FOREVER), 0);
+    rec_rec r = {0};
+    for (int i = 0; i < 4; i++) assert_int_not_equal(rec_ring_push(&q, &r), 0);
+    assert_int_equal(rec_ring_push(&q, &r), 0); /* a new ring: no consumer yet */
+    atomic_store(&q.no_wait, REC_RING_FORKING);
+    assert_int_equal(rec_ring_push(&q, &r), 0);
+    atomic_store(&q.no_wait, 0);
+    pthread_t t;
+    void *ret;
+    assert_int_equal(pthread_create(&t, NULL, consumer_pushes, &q), 0);
+    pthread_join(t, &ret);
+    assert_int_equal((uintptr_t)ret, 0);
+    q.stall_ns = 50000000; /* 50 ms */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    assert_int_equal(rec_ring_push(&q, &r), 0); /* waits 50 ms for a consumer that never pops */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double waited = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    assert_true(waited >= 50e6);
+    assert_true(atomic_load(&q.no_wait) & REC_RING_STALLED);
+    assert_int_equal(rec_ring_push(&q, &r), 0); /* stalled: at once */
+    assert_int_equal(atomic_load(&q.dropped), 5);
+    rec_ring_free(&q);
+}
+
+static void *producer_lossless(void *p) {
+    prod_arg *a = p;
+    rec_rec r = {0};
+    r.thread = a->id;
+    for (uint64_t i = 1; i <= PER_PRODUCER; i++) {
+        r.addr = i;
+        if (rec_ring_push(a->q, &r) == 0) abort(); /* lossless: never dropped */
+    }
+    return NULL;
+}
+
+/* Many producers on a small lossless ring, one consumer: all arrive, in order, none retried. */
+static void many_producers_lossless(void **state) {
+    (void)state;
+    rec_ring q;
+    assert_int_equal(rec_ring_init(&q, 64, REC_RING_WAIT_FOREVER), 0);
+    atomic_store(&q.no_wait, 0);
+    pthread_t t[PRODUCERS];
+    prod_arg args[PRODUCERS];
+    for (uint32_t i = 0; i < PRODUCERS; i++) {
+        args[i] = (prod_arg){&q, i};
+        assert_int_equal(pthread_create(&t[i], NULL, producer_lossless, &args[i]), 0);
+    }
+    uint64_t next[PRODUCERS] = {0}, got = 0, last_seq = 0;
+    rec_rec out;
+    while (got < (uint64_t)PRODUCERS * PER_PRODUCER) {
+        uint64_t seq = rec_ring_pop(&q, &out);
+        if (!seq) {
+            rec_ring_room(&q); /* drained: as the writer does after each drain */
+            continue;
+        }
+        assert_int_equal(seq, last_seq + 1); /* gap-free: nothing dropped */
+        last_seq = seq;
+        assert_int_equal(out.addr, next[out.thread] + 1);
+        next[out.thread] = out.addr;
+        got++;
+    }
+    for (int i = 0; i < PRODUCERS; i++) pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&q.dropped), 0);
+    rec_ring_free(&q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fifo_and_seq),
@@ -137,6 +262,9 @@ int main(void) {
         cmocka_unit_test(drop_mode_waits_once),
         cmocka_unit_test(capacity_rounds_up),
         cmocka_unit_test(many_producers_one_consumer),
+        cmocka_unit_test(lossless_waits_for_room),
+        cmocka_unit_test(lossless_gives_up),
+        cmocka_unit_test(many_producers_lossless),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# "Small but wrong" (issue 38, item 11): each line a user read that was not so, checked here.
+source "$(dirname "$0")/e2e_common.bash"
+APP=$BUILD/tests/integration/snapshot_app
+[[ -x $APP ]] || { echo "skipped: $APP is not built" >&2; exit 77; }
+export GPUMEM_QUIET=1
+"$GM" record -q -o "$TMP/run.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 4 -B 2 -T 32 > /dev/null 2>&1 \
+  || fail "the trainer under gpumem failed"
+
+# tune: the rows are in the order its header states (peak reserved in steps of 1% of the least,
+# then driver time; OOMs last)
+"$GM" tune "$TMP/run.db" > "$TMP/tune.txt" || fail "tune exited $?"
+grep -q "ranked by peak reserved in steps of 1% of the least (closer counts as equal), then driver time; those that meet an OOM last" \
+  "$TMP/tune.txt" || fail "tune's header: $(grep ranked "$TMP/tune.txt")"
+"$GM" tune --json "$TMP/run.db" | jq -e '
+  (.results | map(select(.oom | not)) | map(.peak_reserved) | min) as $least | ($least / 100 | floor) as $q |
+  [.results[] | [(if .oom then 1 else 0 end), (if $q > 0 and .peak_reserved > $least then ((.peak_reserved - $least) / $q | floor) else 0 end), .driver_time_s]] as $k |
+  [range(1; $k | length) | select($k[. - 1] > $k[.])] | length == 0' > /dev/null || fail "tune's rows are not in the header's order"
+ok "tune: the header states the order the rows are in"
+
+# diff against an imported recording (no steps): no per-step change invented from 0 steps
+"$GM" export --format torch "$TMP/run.db" -o "$TMP/run.pickle" || fail "export torch"
+"$GM" import "$TMP/run.pickle" -o "$TMP/imp.db" > /dev/null || fail "import"
+"$GM" diff "$TMP/imp.db" "$TMP/run.db" > "$TMP/diff.txt" || fail "diff exited $?"
+grep -Eq '^  allocations/step +- +[0-9.]+ +- +n/a$' "$TMP/diff.txt" || fail "diff's per-step row: $(grep step "$TMP/diff.txt")"
+"$GM" diff --json "$TMP/imp.db" "$TMP/run.db" | jq -e '.a.allocations_per_step == null and .delta.allocations_per_step == null' > /dev/null \
+  || fail "diff --json per step"
+! "$GM" diff --help | grep -q '%%' || fail "diff --help prints %%"
+ok "diff: no per-step figure without steps; --help says PCT%"
+
+# export --format torch to a terminal: refused, it is binary
+if command -v script > /dev/null; then
+  script -qc "$GM export --format torch $TMP/run.db" /dev/null > "$TMP/tty.txt" 2>&1
+  grep -q "binary pickle: give -o FILE" "$TMP/tty.txt" || fail "export torch to a terminal: $(head -c 200 "$TMP/tty.txt")"
+  ok "export --format torch refuses a terminal"
+fi
+
+# a recording without allocations: said as such, and every analysis exits 0 on it
+GPUMEM_DB=$TMP/empty.db "$APP" empty || fail "snapshot_app empty"
+"$GM" report "$TMP/empty.db" > "$TMP/e.txt" || fail "report on an empty recording"
+grep -q "peak reserved       0 B (the recording holds no allocation)" "$TMP/e.txt" || fail "empty: $(grep 'peak reserved' "$TMP/e.txt")"
+! grep -q "straight to the driver" "$TMP/e.txt" || fail "an empty recording's allocations 'went straight to the driver'"
+for c in frag tune advise leaks; do
+  "$GM" $c "$TMP/empty.db" > "$TMP/e.txt" 2>&1 || fail "$c on an empty recording exited $?: $(cat "$TMP/e.txt")"
+done
+"$GM" tune "$TMP/empty.db" | grep -q "nothing to tune: the recording holds no allocation" || fail "tune on an empty recording"
+ok "an empty recording: no allocation said so; report, frag, tune, advise, leaks exit 0"
+
+# a database cut short: every reader refuses it, and says what to do
+cp "$TMP/run.db" "$TMP/cut.db"
+pages=$(( $(stat -c %s "$TMP/cut.db") / 8192 ))
+truncate -s $(( (pages * 99 / 100) * 8192 )) "$TMP/cut.db"
+for c in report frag tune advise; do
+  rc=0; "$GM" $c "$TMP/cut.db" > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 3 ]] && grep -q "is cut short: its header says .* pages .*Copy it again" "$TMP/err.txt" \
+    || fail "$c on a file cut to 99%: exit $rc, $(cat "$TMP/err.txt")"
+done
+ok "a file cut short: refused by every reader, with what to do"
+
+# import: numbers no device has are refused, nothing written
+python3 - "$TMP" <<'EOF'
+import copy, pickle, sys
+d = {"segments": [{"device": 0, "address": 1 << 40, "total_size": 2 << 20, "stream": 0, "segment_type": "large",
+                   "blocks": [{"address": 1 << 40, "size": 1 << 20, "requested_size": 1 << 20,
+                               "state": "active_allocated", "frames": []},
+                              {"address": (1 << 40) + (1 << 20), "size": 1 << 20, "state": "inactive", "frames": []}]}],
+     "device_traces": [[{"action": "alloc", "addr": 1 << 40, "size": 1 << 20, "stream": 0, "time_us": 1, "frames": []}]]}
+def w(name, f):
+    x = copy.deepcopy(d); f(x); pickle.dump(x, open(f"{sys.argv[1]}/{name}.pickle", "wb"), protocol=2)
+w("ok", lambda x: None)
+w("addr", lambda x: x["segments"][0].__setitem__("address", -1))
+w("total", lambda x: x["segments"][0].__setitem__("total_size", 2 ** 70))
+w("block", lambda x: x["segments"][0]["blocks"][0].__setitem__("size", -5))
+w("trace", lambda x: x["device_traces"][0][0].__setitem__("addr", -1))
+EOF
+"$GM" import "$TMP/ok.pickle" -o "$TMP/ok.db" > /dev/null || fail "a plain snapshot did not import"
+for b in addr total block trace; do
+  rc=0; "$GM" import "$TMP/$b.pickle" -o "$TMP/$b.db" > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 3 && ! -e $TMP/$b.db ]] && grep -q "not a memory snapshot a device can have" "$TMP/err.txt" \
+    || fail "import of $b: exit $rc, $(cat "$TMP/err.txt")"
+done
+ok "import refuses address -1, total_size 2**70, a block of size -5, a trace address -1"
+
+# the README's mpirun examples run as root too
+bad=$(grep -hE '^(mpirun|.*\| *mpirun) ' README.md train/README.md | grep -v -- '--allow-run-as-root' || true)
+[[ -z $bad ]] || fail "mpirun examples that fail as root: $bad"
+ok "README mpirun examples carry --allow-run-as-root"
+
+# settings: one rule (a value gpumem cannot read turns it off, said in one line); 0 is no limit
+for e in GPUMEM_LIMIT=lots GPUMEM_USES=often GPUMEM_STACKS=deep GPUMEM_RING=big GPUMEM_PYTHON=yes; do
+  rc=0; env "$e" "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 0 ]] || fail "$e broke the program (exit $rc)"
+  grep -q "^gpumem: nothing was recorded: ${e%%=*}.*${e#*=}.*; gpumem is off$" "$TMP/err.txt" || fail "$e: $(cat "$TMP/err.txt")"
+done
+rc=0; GPUMEM_LIMIT=0 "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 0 ]] && ! grep -q "bad size" "$TMP/err.txt" && grep -q "recorded to" "$TMP/err.txt" || fail "GPUMEM_LIMIT=0: $(cat "$TMP/err.txt")"
+ok "a bad setting turns gpumem off, whichever it is; GPUMEM_LIMIT=0 is no limit"
+
+# usage errors: the error and one line pointing at --help, never the whole help
+for c in "report --bogus" "leaks --bogus" "uses" "export $TMP/run.db" "sql" "advise --bogus" "diff $TMP/run.db" \
+         "frag --bogus" "tune --bogus" "import" "viz $TMP/run.db --bogus" "record --bogus"; do
+  rc=0; "$GM" $c > /dev/null 2> "$TMP/err.txt" || rc=$?
+  cmd=${c%% *}
+  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] && tail -1 "$TMP/err.txt" | grep -qx "(gpumem $cmd --help tells more)" \
+    || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
+done
+rc=0; "$GM" viz "$TMP/run.db" -o "$TMP/v.html" --with > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 ]] && grep -q "^gpumem viz: --with needs a list of analyses" "$TMP/err.txt" || fail "viz --with: $(cat "$TMP/err.txt")"
+ok "usage errors: two lines, the error and where the help is; viz --with without a list says so"
+
+# a dry run computes no loss: it prints none (not nan)
+"$TRAIN" --model tiny --steps 2 --dry-run > "$TMP/dry.txt" || fail "dry run"
+grep -q "^step 1/2 loss - " "$TMP/dry.txt" && ! grep -qi nan "$TMP/dry.txt" || fail "dry run: $(grep ^step "$TMP/dry.txt")"
+ok "dry runs print 'loss -'"
+
+# plurals: one rank, one segment
+mkdir -p "$TMP/one" && cp "$TMP/run.db" "$TMP/one/run.db"
+"$GM" report "$TMP/one" | head -1 | grep -q "^gpumem report: 1 rank\( \|$\)" || fail "one rank: $("$GM" report "$TMP/one" | head -1)"
+"$GM" advise "$TMP/run.db" --ranks 1 | grep -q "^ZeRO across 1 rank:" || fail "advise --ranks 1: $("$GM" advise "$TMP/run.db" --ranks 1 | grep ZeRO | head -1)"
+"$GM" viz "$TMP/run.db" -o "$TMP/v.html" || fail "viz"
+grep -q 'n == 1 ? " segment" : " segments"' "$TMP/v.html" && grep -q '"At the reserved peak (the allocator.s snapshot at seq "' "$TMP/v.html" \
+  || fail "the page's segment map heading"
+sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" | jq -e '.snapshots[0].reason == "peak" and .summary.peak_allocated_seq > 0' > /dev/null \
+  || fail "the page's data"
+ok "1 rank, 1 segment; the segment map says it is the reserved peak's snapshot, the red dot the allocated peak"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What `gpumem record` says when a run goes wrong says what happened, not a guess:
+#  - a program that fails in its argument parsing exited with its status before any CUDA call
+#    (never "its driver calls do not reach gpumem");
+#  - the CUDA trainer (-cudart shared) whose cuBLAS embeds a static runtime: the virtual GPU names
+#    libcublas as the object asking for the export tables (never the program's own runtime), and
+#    record says the program exited with status 2 before any allocation (never only "made no
+#    device or pinned allocation");
+#  - a real-compute run with GPUMEM_SIM_BACKING=virtual crashes (no memory behind the
+#    addresses): record says it was killed by SIGSEGV and what that backing is for.
+source "$(dirname "$0")/e2e_common.bash"
+rc=0; "$GM" record -o "$TMP/a.db" -- "$TRAIN" --bogus > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 1 ]] || fail "argument failure: record exited $rc, the program's 1"
+grep -q "nothing was recorded: the program (pid [0-9]*) exited with status 1 before any of its CUDA calls reached gpumem" "$TMP/err.txt" \
+  || fail "argument failure: $(cat "$TMP/err.txt")"
+! grep -q "does not interpose\|made no device" "$TMP/err.txt" || fail "argument failure blamed on gpumem: $(cat "$TMP/err.txt")"
+ok "a program failing in its arguments: its exit status, no guess about driver calls"
+
+rc=0; GPUMEM_SIM_BACKING=virtual "$GM" record -o "$TMP/v.db" -- "$TRAIN" --model tiny --steps 2 > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 139 ]] || fail "real compute on virtual backing: exit $rc (want 139, SIGSEGV)"
+grep -q "the program was killed by signal 11 (Segmentation fault)" "$TMP/err.txt" || fail "virtual backing: $(cat "$TMP/err.txt")"
+grep -q "GPUMEM_SIM_BACKING=virtual backs no device memory" "$TMP/err.txt" || fail "virtual backing: no hint: $(cat "$TMP/err.txt")"
+! grep -q "made no device or pinned allocation" "$TMP/err.txt" || fail "virtual backing: 'made no allocation' said of a crash"
+ok "real compute on GPUMEM_SIM_BACKING=virtual: killed by SIGSEGV, and what that backing is for"
+
+CUDA_TRAIN=$BUILD/train_gpt2
+if [[ -x $CUDA_TRAIN ]] && ldd "$CUDA_TRAIN" | grep -q libcublas; then
+  rc=0; "$GM" record -o "$TMP/c.db" -- "$CUDA_TRAIN" --model tiny --steps 2 > /dev/null 2> "$TMP/err.txt" || rc=$?
+  if grep -q "export tables" "$TMP/err.txt"; then
+    grep -q "libcublas[^ ]* embeds a static CUDA runtime" "$TMP/err.txt" || fail "cuBLAS: $(grep 'export tables' "$TMP/err.txt")"
+    ! grep -q "built with nvcc's default static CUDA runtime" "$TMP/err.txt" || fail "the program's runtime blamed for cuBLAS's"
+    [[ $rc == 0 ]] || grep -q "the program exited with status $rc before it made any device or pinned allocation" "$TMP/err.txt" \
+      || fail "cuBLAS failure: record's summary: $(tail -3 "$TMP/err.txt")"
+    ok "the CUDA trainer: libcublas named as the static runtime, the program's failure said as such"
+  else
+    echo "note: the CUDA trainer's cuBLAS did not ask for export tables here: nothing to check" >&2
+  fi
+else
+  echo "note: no CUDA trainer with cuBLAS ($CUDA_TRAIN): its part is skipped" >&2
+fi
