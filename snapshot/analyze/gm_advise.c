@@ -99,6 +99,8 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
     return (uint32_t)m->nallocs++;
 }
 
+static int life_index(const adv_model *m, size_t **birth, size_t **death);
+
 /* ------------------------------------------------------------------ loading */
 
 int adv_phase_of_name(const char *n)
@@ -230,6 +232,47 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
         m->opt_starts[m->nopt_starts++] = r[i].start;
     }
     if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+}
+
+/* The first OOM of the recording (table ooms, whose event carries the NVTX range it happened
+ * in): where, what and how much. */
+static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
+{
+    sqlite3_stmt *s;
+    if (!gm_table_exists(d, "ooms") ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT o.seq, o.requested, o.allocated, o.limit_bytes, e.stream, "
+                           "e.range, e.t, rg.path, n.s FROM ooms o LEFT JOIN events e ON e.seq = "
+                           "o.seq LEFT JOIN ranges rg ON rg.id = e.range LEFT JOIN strings n ON "
+                           "n.id = o.name ORDER BY o.seq LIMIT 1",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        adv_oom *o = &m->oom;
+        o->seq = (uint64_t)sqlite3_column_int64(s, 0);
+        if (!o->seq) o->seq = 1; /* seq 0 is "no OOM"; events start at 1 */
+        o->requested = (uint64_t)sqlite3_column_int64(s, 1);
+        o->allocated = (uint64_t)sqlite3_column_int64(s, 2);
+        o->limit = (uint64_t)sqlite3_column_int64(s, 3);
+        o->stream = (uint32_t)sqlite3_column_int64(s, 4);
+        uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 5));
+        o->step = ri ? r[*ri].step : -1;
+        o->t = (uint64_t)sqlite3_column_int64(s, 6);
+        o->ev = SIZE_MAX;
+        /* the path up to its phase: "step 2/fwd" of "step 2/fwd/h3/attn" */
+        const char *path = (const char *)sqlite3_column_text(s, 7);
+        snprintf(o->where, sizeof o->where, "%s", path ? path : "");
+        for (char *c = o->where;;) {
+            char *slash = strchr(c, '/');
+            if (slash) *slash = 0;
+            if (adv_phase_of_name(c) || !slash) break;
+            *slash = '/';
+            c = slash + 1;
+        }
+        const char *nm = (const char *)sqlite3_column_text(s, 8);
+        snprintf(o->name, sizeof o->name, "%s", nm ? nm : "");
+    }
+    sqlite3_finalize(s);
 }
 
 /* "h11.mlp.fc" -> "h*.mlp.fc" */
@@ -398,6 +441,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         return -1;
     }
     load_ops(d, m, r, nr, &ridx);
+    load_oom(d, m, r, &ridx);
     /* names, applied to the live allocation at their address (as gm_analyze does) */
     name_ev *names = NULL;
     size_t nnames = 0, ncap = 0, ni = 0;
@@ -436,6 +480,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         int kind = sqlite3_column_int(s, 1);
+        if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
         uint64_t addr = (uint64_t)sqlite3_column_int64(s, 2);
         uint32_t stream = (uint32_t)sqlite3_column_int64(s, 4);
         uint64_t *ri = u64map_get(&ridx, (uint64_t)sqlite3_column_int64(s, 5));
@@ -476,6 +521,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         m->evs[m->nevs++] = e;
     }
     sqlite3_finalize(s);
+    if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
     free(births);
@@ -570,6 +616,135 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
         return -1;
     }
     return 0;
+}
+
+size_t adv_oom_complete_steps(const adv_model *m)
+{
+    if (!m->oom.seq) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < m->nsteps; i++) {
+        if (m->oom.step >= 0 ? i >= (size_t)m->oom.step : m->steps[i].start_ns >= m->oom.t) break;
+        if (m->steps[i].end_ns > m->steps[i].start_ns && m->steps[i].end_ns <= m->oom.t) n++;
+    }
+    return n;
+}
+
+int adv_oom_cut(adv_model *m, int partial)
+{
+    if (!m->oom.seq) return 0;
+    size_t cut = m->oom.ev < m->nevs ? m->oom.ev : m->nevs;
+    uint64_t cut_t = m->oom.t;
+    if (!partial && m->oom.step >= 0 && (size_t)m->oom.step < m->nsteps) {
+        cut_t = m->steps[m->oom.step].start_ns;
+        for (size_t i = 0; i < cut; i++)
+            if (m->evs[i].step == m->oom.step) {
+                cut = i;
+                break;
+            }
+    }
+    m->nevs = cut;
+    size_t ns = 0;
+    while (ns < m->nsteps && (partial ? m->steps[ns].start_ns <= cut_t : m->steps[ns].start_ns < cut_t))
+        ns++;
+    m->nsteps = ns;
+    if (partial && ns && m->steps[ns - 1].end_ns <= m->steps[ns - 1].start_ns)
+        m->steps[ns - 1].end_ns = cut_t; /* the step of the OOM: it ends there */
+    while (m->nops && m->ops[m->nops - 1].t > cut_t - !partial)
+        m->nops--;
+    while (m->nopt_starts && m->opt_starts[m->nopt_starts - 1] > cut_t - !partial)
+        m->nopt_starts--;
+    if (!partial) return 0;
+    /* the request that failed, alive to the end: what the program needed at least */
+    uint32_t a = new_alloc(m, m->oom.requested, m->oom.stream, 0, 0, (uint32_t)m->nallocs);
+    adv_ev *n = a == UINT32_MAX ? NULL : realloc(m->evs, (m->nevs + 1) * sizeof *n);
+    if (!n) return -1;
+    char nm[sizeof m->oom.name + 16];
+    snprintf(nm, sizeof nm, "%s", m->oom.name[0] ? m->oom.name : "the request that failed");
+    m->allocs[a].name = intern(m, nm);
+    adv_name_class(nm, nm, sizeof nm);
+    m->allocs[a].cls = intern(m, nm);
+    const char *ph = strrchr(m->oom.where, '/');
+    m->evs = n;
+    m->evs[m->nevs++] = (adv_ev){.a = a,
+                                 .kind = ADV_EV_ALLOC,
+                                 .phase = (uint8_t)adv_phase_of_name(ph ? ph + 1 : m->oom.where),
+                                 .step = m->oom.step,
+                                 .t = m->oom.t};
+    return 0;
+}
+
+int adv_repeat_last_step(adv_model *m)
+{
+    if (!m->nsteps) return 0;
+    int32_t s = (int32_t)m->nsteps - 1;
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < m->nevs; i++)
+        if (m->evs[i].step == s) {
+            if (lo == SIZE_MAX) lo = i;
+            hi = i;
+        }
+    if (lo == SIZE_MAX) return 0;
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    const adv_step st = m->steps[s];
+    /* the copy starts after everything recorded (events are in time order) */
+    uint64_t after = st.end_ns > m->evs[m->nevs - 1].t ? st.end_ns : m->evs[m->nevs - 1].t;
+    for (size_t i = 0; i < m->nops; i++)
+        if (m->ops[i].t > after) after = m->ops[i].t;
+    uint64_t shift = after - st.start_ns + 1;
+    size_t n0 = m->nallocs;
+    uint32_t *map = malloc((n0 + 1) * sizeof *map);
+    adv_ev *ne = realloc(m->evs, (m->nevs + hi - lo + 2) * sizeof *ne);
+    adv_step *nst = realloc(m->steps, (m->nsteps + 1) * sizeof *nst);
+    if (ne) m->evs = ne;
+    if (nst) m->steps = nst;
+    int rc = -1;
+    if (!map || !ne || !nst) goto out;
+    m->steps[m->nsteps] = (adv_step){st.number + 1, st.start_ns + shift, st.end_ns + shift};
+    size_t o = m->nevs;
+    for (size_t i = lo; i <= hi; i++) {
+        adv_ev e = m->evs[i];
+        if (e.step != s) continue;
+        if (e.kind == ADV_EV_ALLOC) {
+            if (death[e.a] == SIZE_MAX || death[e.a] > hi) continue; /* outlives the step */
+            const adv_alloc x = m->allocs[e.a];
+            uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+            if (h == UINT32_MAX) goto out;
+            map[e.a] = h;
+        } else if (birth[e.a] < lo || birth[e.a] == SIZE_MAX) {
+            continue; /* born before the step: freed once, in the step copied */
+        }
+        e.a = map[e.a];
+        e.step = (int32_t)m->nsteps;
+        e.t += shift;
+        if (e.lr) e.lr |= 1ull << 62; /* new range instances */
+        m->evs[o++] = e;
+    }
+    m->nevs = o;
+    m->nsteps++;
+    /* the step's ops and optimizer ranges, at their new times */
+    size_t nops = m->nops, nopt = m->nopt_starts;
+    adv_op *nop = realloc(m->ops, (2 * nops + 1) * sizeof *nop);
+    if (nop) m->ops = nop;
+    uint64_t *nos = realloc(m->opt_starts, (2 * nopt + 1) * sizeof *nos);
+    if (nos) m->opt_starts = nos;
+    if (!nop || !nos) goto out;
+    uint64_t end = st.end_ns > st.start_ns ? st.end_ns : m->evs[hi].t;
+    for (size_t i = 0; i < nops; i++)
+        if (m->ops[i].t >= st.start_ns && m->ops[i].t <= end) {
+            adv_op op = m->ops[i];
+            op.t += shift;
+            m->ops[m->nops++] = op;
+        }
+    for (size_t i = 0; i < nopt; i++)
+        if (m->opt_starts[i] >= st.start_ns && m->opt_starts[i] <= end)
+            m->opt_starts[m->nopt_starts++] = m->opt_starts[i] + shift;
+    if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    rc = 0;
+out:
+    free(map), free(birth), free(death);
+    return rc;
 }
 
 size_t adv_steady_step(const adv_model *m)
@@ -1124,6 +1299,56 @@ done:
     u64map_free(&slot);
     rw_free(&w);
     pairs_free(&p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ bf16 storage undone */
+
+int adv_unbf16(adv_model *m, size_t *chains, size_t *broken)
+{
+    *chains = *broken = 0;
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    size_t na = m->nallocs;
+    uint32_t *src = malloc((na + 1) * sizeof *src); /* bf16 copy -> the fp32 tensor it holds */
+    uint32_t *rep = malloc((na + 1) * sizeof *rep); /* restored fp32 tensor -> the original */
+    size_t *at = malloc((na + 1) * sizeof *at);     /* bf16 copy -> its conversion's event */
+    uint8_t *done = calloc(na + 1, 1), *drop = calloc(m->nevs + 1, 1);
+    int rc = -1;
+    if (!src || !rep || !at || !done || !drop) goto out;
+    for (size_t a = 0; a < na; a++)
+        src[a] = UINT32_MAX, rep[a] = (uint32_t)a;
+    /* a conversion: an allocation named as a live tensor, that tensor freed at once after it */
+    for (size_t i = 0; i + 1 < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i], *f = &m->evs[i + 1];
+        if (e->kind != ADV_EV_ALLOC || (f->kind != ADV_EV_FREE && f->kind != ADV_EV_FREE_ASYNC))
+            continue;
+        uint32_t x = e->a, y = f->a;
+        const adv_alloc *ax = &m->allocs[x], *ay = &m->allocs[y];
+        if (x == y || !ax->name || ax->name != ay->name || birth[y] > i) continue;
+        if (ay->size == 2 * ax->size && e->phase == ADV_PH_FWD) {
+            src[x] = rep[y], at[x] = i; /* to bf16 at the stash point */
+        } else if (ax->size == 2 * ay->size && src[y] != UINT32_MAX && !done[y]) {
+            /* back to fp32 at the restore point: the fp32 tensor lives on, under x's death */
+            drop[at[y]] = drop[at[y] + 1] = drop[i] = drop[i + 1] = 1;
+            rep[x] = src[y], done[y] = 1;
+            (*chains)++;
+        }
+    }
+    for (size_t a = 0; a < na; a++)
+        if (src[a] != UINT32_MAX && !done[a]) (*broken)++;
+    rc = 0;
+    if (*broken || !*chains) goto out;
+    size_t o = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        if (drop[i]) continue;
+        adv_ev e = m->evs[i];
+        e.a = rep[e.a];
+        m->evs[o++] = e;
+    }
+    m->nevs = o;
+out:
+    free(src), free(rep), free(at), free(done), free(drop), free(birth), free(death);
     return rc;
 }
 

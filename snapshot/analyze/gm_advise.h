@@ -51,6 +51,20 @@ typedef struct adv_op {
     int phase;       /* ADV_PH_* */
 } adv_op;
 
+/* The recording's first out-of-memory error (table ooms), when it has one. */
+typedef struct adv_oom {
+    uint64_t seq;       /* its event; 0: the recording has no OOM */
+    uint64_t requested; /* the request that failed, bytes */
+    uint64_t allocated; /* allocated when it failed */
+    uint64_t limit;     /* the limit it met (GPUMEM_LIMIT), 0 none recorded */
+    uint64_t t;         /* its time (events' clock) */
+    uint32_t stream;    /* the stream of the request */
+    size_t ev;          /* index of the first loaded event after it (the cut of --oom-step) */
+    int32_t step;       /* the step it happened in (index into steps), -1 outside every step */
+    char where[256];    /* its NVTX path up to the phase ("step 2/fwd"), "" none */
+    char name[128];     /* the name the program gave the failed allocation, "" none */
+} adv_oom;
+
 typedef struct adv_model {
     adv_alloc *allocs;
     size_t nallocs, allocs_cap;
@@ -82,6 +96,7 @@ typedef struct adv_model {
     size_t nrecorded; /* allocations loaded from the recording (use_off has nrecorded + 1) */
     int owns_uses;
     int dry_run; /* no compute recorded (trainer --dry-run) */
+    adv_oom oom;
 } adv_model;
 
 /* The phase a range name stands for: ADV_PH_FWD for "fwd"/"forward", ADV_PH_BWD for
@@ -101,6 +116,21 @@ void adv_model_free(adv_model *m);
  * (warm-up: first touches, cold caches) when there are several. 0 with one step or none;
  * m->nsteps must be > 0 for m->steps[...] to be read. */
 size_t adv_steady_step(const adv_model *m);
+/* An OOM recording's trace ends where the program stopped allocating as it would have. How
+ * many of its steps ended before the step of the OOM (all of them when it happened outside
+ * every step, after the last one; 0 when the recording has no OOM: then nothing is cut). */
+size_t adv_oom_complete_steps(const adv_model *m);
+/* Cuts an OOM recording's trace. partial 0: at the start of the OOM's step (or at the OOM,
+ * outside every step): only complete steps are left, allocations alive there are never freed.
+ * partial 1: at the OOM itself, with the failed request as a last allocation that is never
+ * freed (the trace's peaks are then lower bounds of what the program needed). Steps, ops and
+ * optimizer ranges after the cut are dropped. Nothing happens without an OOM. 0 or -1. */
+int adv_oom_cut(adv_model *m, int partial);
+/* Appends the last step once more as it repeats: its events (times shifted by its span, new
+ * range instances), without the births of what outlives it (gradients, optimizer state: they
+ * exist when the next step starts) and the frees of what it did not allocate. How an OOM
+ * recording with only its first (warm-up) step complete is advised. 0 or -1 (no memory). */
+int adv_repeat_last_step(adv_model *m);
 /* A deep copy (strings shared by index: the copy owns its own table). 0 or -1 (no memory). */
 int adv_model_copy(const adv_model *src, adv_model *dst);
 const char *adv_str(const adv_model *m, uint32_t i);
@@ -146,6 +176,16 @@ typedef struct adv_stash_stats {
  * the matching forward range F ("step s/fwd/hI", the latest one before B), its restore point
  * the start of B. link_bps: host link bytes/s (for the stall estimate). */
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st);
+
+/* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
+ * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named
+ * as the tensor, then the fp32 one freed) and back at the restore point (an fp32 allocation,
+ * then the bf16 one freed). Each such chain becomes the fp32 tensor living from its birth to the
+ * restored tensor's death, which is the trace adv_stash's bf16 option rewrites; so a bf16
+ * recording is advised as its fp32 trace with bf16 applied again. *chains: the chains undone;
+ * *broken: conversions to bf16 whose tensor is not converted back by a later conversion (an
+ * offload between them, say): when it is not 0 nothing is changed. 0 or -1 (no memory). */
+int adv_unbf16(adv_model *m, size_t *chains, size_t *broken);
 
 /* Gradient accumulation by k: in each step, allocations born and freed inside the step's
  * forward/backward shrink by k (rounded up) and the forward and backward repeat k times (the

@@ -31,6 +31,7 @@
 static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
     "[--check] [--lossy-ok]\n"
+    "                        [--try FLAGS] [--oom-step]\n"
     "       gpumem advise DB --ranks N [--zero 1|2] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
@@ -39,16 +40,23 @@ static const char *const usage_advise =
     "through gpumem's allocator under the recorded configuration: rounding, caching and\n"
     "fragmentation are in every predicted peak. For a recording of the included trainer\n"
     "(train_gpt2 in the recorded command line) each recommendation is its exact flags;\n"
-    "otherwise the change in words, with the PyTorch way of doing it.\n"
+    "otherwise the change in words, with the PyTorch way of doing it. Techniques add to those\n"
+    "the recorded command uses (a flag it sets is merged: --offload activations on an\n"
+    "--offload optimizer run is --offload activations,optimizer). A run that hit an OOM is\n"
+    "advised from the steps that completed before it, else refused with the reason.\n"
     "  --budget SIZE  the cheapest combination (least extra time) whose predicted peak reserved\n"
     "                 fits SIZE (e.g. 40G); exit 1, with the shortfall and why, when none does\n"
     "  --link GB/s    host link bandwidth for offload (default: the recording's own host\n"
     "                 copies when timed, else 25 GB/s, PCIe 4 x16)\n"
     "  --gpu NAME     H100, H200 or A100: roofline costs (peak bf16 FLOP/s, HBM bandwidth)\n"
-    "  --top N        recommendations and combinations shown (default 10)\n"
+    "  --top N        recommendations and combinations shown and re-run by --check (default\n"
+    "                 10); --json lists every one\n"
     "  --try FLAGS    evaluate one combination given as trainer flags (--recompute LIST\n"
-    "                 --offload LIST --accum K --grad-none --act-dtype bf16), printed as the\n"
-    "                 only recommendation (with --check: re-run too)\n"
+    "                 --offload LIST --accum K --grad-none --act-dtype bf16|fp32), merged with\n"
+    "                 the recorded ones and printed as the only recommendation (with --check:\n"
+    "                 re-run too)\n"
+    "  --oom-step     a run that hit an OOM: advise from the partial trace up to it (else only\n"
+    "                 its complete steps are advised, or it is refused)\n"
     "  --json         one JSON object (contract in snapshot/analyze/ADVISE.md)\n"
     "  --lossy-ok     advise on a recording that lost events (else refused, exit 3: its\n"
     "                 trace misses allocations or frees); the first line says so\n"
@@ -61,8 +69,10 @@ static const char *const usage_advise =
     "                 predicted from a recording of ONE rank at the per-rank batch (1 rank with\n"
     "                 -B 4 has the activations of each of 2 ranks with -B 8); --zero 1|2 one\n"
     "                 stage only; --check re-runs under mpirun -np N with -B times N and --zero\n"
-    "Exit code: 0; 1 --budget cannot be met; 2 usage; 3 unreadable database, or events lost\n"
-    "(without --lossy-ok).\n";
+    "Exit code: 0; 1 --budget cannot be met (or is not known to be), or --check: a re-run\n"
+    "failed or the plan measured over the budget; 2 usage; 3 unreadable database, events lost\n"
+    "(without --lossy-ok), or a run that hit an OOM before any step completed (without\n"
+    "--oom-step).\n";
 
 /* Roofline figures (dense bf16 tensor-core peak, HBM bandwidth), from NVIDIA's data sheets:
  * H100 SXM5 989 TFLOP/s, 3.35 TB/s; H200 SXM 989 TFLOP/s, 4.8 TB/s; A100 SXM4 80GB 312 TFLOP/s,
@@ -89,11 +99,27 @@ static const char *const rc_classes[NRC][7] = {
     {"h*.mlp.fc", "h*.mlp.gelu"},
     {NULL}};
 
+/* The trainer's activation groups each --recompute choice drops (train/gpt2.c): a choice adds
+ * nothing to a recording whose choices already drop its groups. */
+enum { G_GELU = 1, G_LN = 2, G_ATT = 4, G_FC = 8, G_OTHER = 16 };
+static const unsigned rc_drops[NRC] = {G_GELU, G_LN, G_ATT, G_FC | G_GELU,
+                                       G_GELU | G_LN | G_ATT | G_FC | G_OTHER};
+static unsigned rc_groups(unsigned rc)
+{
+    unsigned g = 0;
+    for (int i = 0; i < NRC; i++)
+        if (rc & (1u << i)) g |= rc_drops[i];
+    return g;
+}
+
+/* A candidate: techniques added to the recording's own (the recorded command's flags stay; a
+ * flag both set is merged, see spec_flags). */
 typedef struct spec {
     unsigned rc;  /* trainer: bits of rc_choice */
     int rc_class; /* generic: index into the saved classes, -1 none */
     int bf16, off_act, off_opt, grad_none;
-    unsigned accum;
+    int fp32;       /* --try --act-dtype fp32 on a bf16 recording: its bf16 storage undone */
+    unsigned accum; /* the factor on the recorded micro-batches (the flag: recorded x this) */
     /* results */
     int ok;
     alloc_replay_result_t r;
@@ -104,13 +130,26 @@ typedef struct spec {
     int windows_from_uses;
     uint64_t meas_alloc, meas_res;
     int measured;
+    char check_err[512]; /* --check: why the re-run failed ("" when it did not) */
 } spec;
+
+/* The techniques of the recorded command (the trainer's flags; the last one of a flag wins, as
+ * in the trainer). */
+typedef struct recorded {
+    unsigned rc, accum;
+    int off_act, off_opt, grad_none, bf16;
+} recorded;
 
 typedef struct ctx {
     adv_model m;
     int trainer;
-    unsigned B;         /* trainer's -B */
-    unsigned rec_flags; /* techniques already in the recorded command */
+    unsigned B;   /* trainer's -B */
+    recorded rec; /* techniques already in the recorded command */
+    int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
+    int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
+    size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
+    char notes[6][1024]; /* what the model does not capture, or how it read the recording */
+    int nnotes;
     double link_bps;
     const char *link_src;
     const gpu_spec *gpu;
@@ -121,14 +160,6 @@ typedef struct ctx {
     size_t nclasses;
     alloc_replay_result_t base;
 } ctx;
-
-static int has_flag(const char *cmd, const char *flag)
-{
-    size_t n = strlen(flag);
-    for (const char *p = strstr(cmd, flag); p; p = strstr(p + 1, flag))
-        if ((p == cmd || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
-    return 0;
-}
 
 static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt)
 {
@@ -152,26 +183,54 @@ static unsigned spec_ntech(const spec *s)
            (s->accum > 1);
 }
 
-/* flags for the trainer, "" when nothing */
-static void spec_flags(const spec *s, char *out, size_t n)
+/* The trainer's flags for a candidate, "" when nothing: each flag the candidate sets, merged
+ * with the recorded command's value of it (lists joined, micro-batches multiplied), so that
+ * the flags replace the recorded ones (--check: rerun_cmdline). */
+static void spec_flags(const ctx *c, const spec *s, char *out, size_t n)
 {
     size_t o = 0;
     out[0] = 0;
+#define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
     if (s->rc) {
-        o += (size_t)snprintf(out + o, n - o, "--recompute ");
+        ADD("--recompute ");
         int first = 1;
         for (int i = 0; i < NRC; i++)
-            if (s->rc & (1u << i))
-                o += (size_t)snprintf(out + o, n - o, "%s%s", first ? "" : ",", rc_choice[i]),
-                    first = 0;
+            if ((s->rc | c->rec.rc) & (1u << i)) ADD("%s%s", first ? "" : ",", rc_choice[i]), first = 0;
     }
-    if (s->off_act || s->off_opt)
-        o += (size_t)snprintf(out + o, n - o, "%s--offload %s%s%s", o ? " " : "",
-                              s->off_act ? "activations" : "", s->off_act && s->off_opt ? "," : "",
-                              s->off_opt ? "optimizer" : "");
-    if (s->accum > 1) o += (size_t)snprintf(out + o, n - o, "%s--accum %u", o ? " " : "", s->accum);
-    if (s->grad_none) o += (size_t)snprintf(out + o, n - o, "%s--grad-none", o ? " " : "");
-    if (s->bf16) o += (size_t)snprintf(out + o, n - o, "%s--act-dtype bf16", o ? " " : "");
+    if (s->off_act || s->off_opt) {
+        int a = s->off_act || c->rec.off_act, p = s->off_opt || c->rec.off_opt;
+        ADD("%s--offload %s%s%s", o ? " " : "", a ? "activations" : "", a && p ? "," : "",
+            p ? "optimizer" : "");
+    }
+    if (s->accum > 1) ADD("%s--accum %u", o ? " " : "", s->accum * (c->rec.accum ? c->rec.accum : 1));
+    if (s->grad_none) ADD("%s--grad-none", o ? " " : "");
+    if (s->bf16) ADD("%s--act-dtype bf16", o ? " " : "");
+    if (s->fp32) ADD("%s--act-dtype fp32", o ? " " : "");
+#undef ADD
+}
+
+/* The recorded command line without the values the candidate's flags replace, then its
+ * flags: what --check runs. */
+static void rerun_cmdline(const ctx *c, const spec *s, char *out, size_t n)
+{
+    char buf[sizeof c->m.cmdline], flags[512];
+    snprintf(buf, sizeof buf, "%s", c->m.cmdline);
+    spec_flags(c, s, flags, sizeof flags);
+    size_t o = 0;
+    out[0] = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        int replaced = (s->rc && !strcmp(t, "--recompute")) ||
+                       ((s->off_act || s->off_opt) && !strcmp(t, "--offload")) ||
+                       (s->accum > 1 && !strcmp(t, "--accum")) ||
+                       ((s->bf16 || s->fp32) && !strcmp(t, "--act-dtype"));
+        if (replaced) {
+            strtok_r(NULL, " ", &save); /* and its value */
+            continue;
+        }
+        o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s%s", o ? " " : "", t);
+    }
+    if (flags[0]) snprintf(out + o, o < n ? n - o : 0, " %s", flags);
 }
 
 static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
@@ -192,6 +251,7 @@ static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
     if (s->accum > 1) ADD("%saccumulate %u micro-batches", o ? ", " : "", s->accum);
     if (s->grad_none) ADD("%sgradients set to none", o ? ", " : "");
     if (s->bf16) ADD("%sbf16 saved activations", o ? ", " : "");
+    if (s->fp32) ADD("%sfp32 saved activations (the recorded bf16 undone)", o ? ", " : "");
 #undef ADD
 }
 
@@ -243,7 +303,10 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
     adv_stash_stats ss = {0};
     uint32_t cls[8];
-    adv_stash_opts so = {.recompute_cls = cls, .bf16 = s->bf16, .offload = s->off_act};
+    /* a bf16 recording advised as its fp32 trace: bf16 applied again, unless undone (--try) */
+    adv_stash_opts so = {.recompute_cls = cls,
+                         .bf16 = s->bf16 || (c->bf16_undone && !s->fp32),
+                         .offload = s->off_act};
     if (s->rc_class >= 0) cls[so.nrecompute++] = c->classes[s->rc_class];
     for (int i = 0; i < NRC; i++) {
         if (!(s->rc & (1u << i))) continue;
@@ -279,7 +342,8 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     }
     extra += (double)ss.stall_ns;
     double bw = c->gpu ? c->gpu->bw : gpus[0].bw;
-    extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
+    if (s->bf16) /* (a bf16 recording's conversions are in its step time already) */
+        extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
     extra += (double)os.traffic_bytes / c->link_bps * 1e9;
     if (s->accum > 1)
         extra += (double)(s->accum - 1) * (double)c->fwdbwd_ops_per_step * LAUNCH_NS * nsteps;
@@ -296,9 +360,10 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     return 0;
 }
 
+/* extra time in % of a step; NAN when the recording gives no step time to compare with */
 static double pct(const ctx *c, double extra_s)
 {
-    return c->step_s > 0 ? 100.0 * extra_s / c->step_s : 0;
+    return c->step_s > 0 ? 100.0 * extra_s / c->step_s : NAN;
 }
 
 /* ------------------------------------------------------------------ printing */
@@ -312,17 +377,18 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
 {
     char target[512], flags[256];
     spec_target(c, s, target, sizeof target);
-    spec_flags(s, flags, sizeof flags);
+    spec_flags(c, s, flags, sizeof flags);
     const char *tech = combo                       ? "combo"
                        : s->rc || s->rc_class >= 0 ? "recompute"
                        : s->off_act || s->off_opt  ? "offload"
                        : s->accum > 1              ? "accum"
                        : s->grad_none              ? "grad_none"
-                                                   : "bf16";
+                       : s->bf16 || s->fp32        ? "bf16"
+                                                   : "none";
     fprintf(out, "{\"technique\": \"%s\", \"techniques\": [", tech);
     int first = 1;
     int on[T_NTECH] = {s->rc || s->rc_class >= 0, s->off_act || s->off_opt, s->accum > 1,
-                       s->grad_none, s->bf16};
+                       s->grad_none, s->bf16 || s->fp32};
     for (int i = 0; i < T_NTECH; i++)
         if (on[i]) fprintf(out, "%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
     fprintf(out, "], \"target\": ");
@@ -338,15 +404,19 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
         fprintf(out, ", \"how\": ");
         gm_json_str(out, words);
     }
-    fprintf(
-        out,
-        ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"saving_bytes\": "
-        "%" PRId64
-        ", \"cost\": {\"extra_time_pct\": %.3f, \"extra_time_s\": %.6f, \"host_bytes\": %" PRIu64
-        ", \"pinned_bytes\": %" PRIu64 "}",
-        s->r.peak_allocated, s->r.peak_reserved,
-        (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved, pct(c, s->extra_s),
-        s->extra_s, s->host_bytes, s->pinned_bytes);
+    fprintf(out,
+            ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
+            "\"saving_bytes\": %" PRId64 ", \"cost\": {\"extra_time_pct\": ",
+            s->r.peak_allocated, s->r.peak_reserved,
+            (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved);
+    if (isnan(pct(c, s->extra_s)))
+        fputs("null", out); /* no step time recorded */
+    else
+        fprintf(out, "%.3f", pct(c, s->extra_s));
+    fprintf(out,
+            ", \"extra_time_s\": %.6f, \"host_bytes\": %" PRIu64 ", \"pinned_bytes\": %" PRIu64
+            "}",
+            s->extra_s, s->host_bytes, s->pinned_bytes);
     if (s->off_act)
         fprintf(out, ", \"offload_feasible\": %s, \"short_windows\": %zu, \"windows_from\": \"%s\"",
                 s->feasible ? "true" : "false", s->short_windows,
@@ -363,6 +433,10 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
                 ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f}",
                 s->meas_alloc, s->meas_res, ea, er);
     }
+    if (s->check_err[0]) {
+        fputs(", \"check_error\": ", out);
+        gm_json_str(out, s->check_err);
+    }
     fprintf(out, "}");
 }
 
@@ -376,10 +450,12 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     fmt(save > 0 ? (uint64_t)save : 0, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
-    fprintf(
-        out,
-        "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step (%.1f%%)",
-        target, a, r, save < 0 ? "-" : "", sv, s->extra_s, pct(c, s->extra_s));
+    fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step",
+            target, a, r, save < 0 ? "-" : "", sv, s->extra_s);
+    if (isnan(pct(c, s->extra_s)))
+        fputs(" (no step time recorded to compare)", out);
+    else
+        fprintf(out, " (%.1f%%)", pct(c, s->extra_s));
     if (s->host_bytes) fprintf(out, ", host traffic %s/step, pinned %s", hb, pb);
     if (s->off_act)
         fprintf(out, "%s; %zu tensors idle too briefly for their copies (windows from %s)",
@@ -387,7 +463,7 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
                 s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
     fputc('\n', out);
     if (c->trainer) {
-        spec_flags(s, how, sizeof how);
+        spec_flags(c, s, how, sizeof how);
         fprintf(out, "    flags: %s\n", how);
     } else {
         spec_words(c, s, how, sizeof how);
@@ -408,48 +484,83 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
                                   (double)s->meas_res
                             : 0);
     }
+    if (s->check_err[0]) fprintf(out, "    check: FAILED: %s\n", s->check_err);
 }
 
 /* ------------------------------------------------------------------ --check */
 
-static int check_spec(const ctx *c, spec *s, const char *exe, char *err, size_t errsz)
+/* Re-runs the recorded command with the candidate's flags in place of the recorded ones. 0, or
+ * -1 with the reason in s->check_err. */
+static int check_spec(const ctx *c, spec *s, const char *exe)
 {
-    char flags[256];
-    spec_flags(s, flags, sizeof flags);
-    if (gm_rerun(exe, c->m.cmdline, flags, NULL, 0, &s->meas_alloc, &s->meas_res, err, errsz) != 0)
+    char cmd[sizeof c->m.cmdline + 512];
+    rerun_cmdline(c, s, cmd, sizeof cmd);
+    s->check_err[0] = 0;
+    if (gm_rerun(exe, cmd, NULL, NULL, 0, &s->meas_alloc, &s->meas_res, s->check_err,
+                 sizeof s->check_err) != 0) {
+        char e[sizeof s->check_err], flags[256];
+        spec_flags(c, s, flags, sizeof flags);
+        snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
+        snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e,
+                 flags[0] ? flags : "none");
         return -1;
+    }
     s->measured = 1;
     return 0;
 }
 
 /* ------------------------------------------------------------------ the command */
 
-/* trainer flags -> spec; 0, or -1 with a message */
-static int parse_try(const char *flags, spec *s, char *err, size_t errsz)
+/* The technique flags of a command line (the trainer's, the last of a flag winning), into r;
+ * --try's flags too. 0, or -1 with a message for a person (unknown flag or value). strict: every
+ * token must be a technique flag (--try); else other flags are skipped (the recorded command). */
+static int parse_techniques(const char *cmd, recorded *r, int strict, char *err, size_t errsz)
 {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", flags);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", cmd);
     char *save = NULL;
     for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
         if (!strcmp(t, "--grad-none")) {
-            s->grad_none = 1;
+            r->grad_none = 1;
             continue;
+        }
+        int known = !strcmp(t, "--accum") || !strcmp(t, "--act-dtype") ||
+                    !strcmp(t, "--offload") || !strcmp(t, "--recompute");
+        if (!known) {
+            if (!strict) continue;
+            snprintf(err, errsz,
+                     "--try: unknown flag '%s' (--recompute LIST, --offload LIST, --accum K, "
+                     "--grad-none, --act-dtype bf16|fp32)",
+                     t);
+            return -1;
         }
         char *v = strtok_r(NULL, " ", &save);
         if (!v) {
             snprintf(err, errsz, "--try: %s needs a value", t);
             return -1;
         }
-        if (!strcmp(t, "--accum"))
-            s->accum = (unsigned)strtoul(v, NULL, 10);
-        else if (!strcmp(t, "--act-dtype"))
-            s->bf16 = !strcmp(v, "bf16");
-        else if (!strcmp(t, "--offload"))
-            s->off_act = strstr(v, "activations") != NULL,
-            s->off_opt = strstr(v, "optimizer") != NULL;
-        else if (!strcmp(t, "--recompute")) {
+        if (!strcmp(t, "--accum")) {
+            char *end;
+            unsigned long k = strtoul(v, &end, 10);
+            if (*end || k < 1 || k > 65536) {
+                snprintf(err, errsz, "--try: --accum needs a number of micro-batches, got '%s'", v);
+                return -1;
+            }
+            r->accum = (unsigned)k;
+        } else if (!strcmp(t, "--act-dtype")) {
+            if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
+                snprintf(err, errsz, "--try: --act-dtype accepts fp32 or bf16, got '%s'", v);
+                return -1;
+            }
+            r->bf16 = !strcmp(v, "bf16") ? 1 : -1; /* -1: fp32 said */
+        } else if (!strcmp(t, "--offload")) {
+            r->off_act = strstr(v, "activations") != NULL;
+            r->off_opt = strstr(v, "optimizer") != NULL;
+        } else {
+            r->rc = 0;
             char *sv2 = NULL;
             for (char *c = strtok_r(v, ",", &sv2); c; c = strtok_r(NULL, ",", &sv2)) {
+                if (!strcmp(c, "none")) continue;
                 int k = 0;
                 while (k < NRC && strcmp(c, rc_choice[k]))
                     k++;
@@ -459,12 +570,46 @@ static int parse_try(const char *flags, spec *s, char *err, size_t errsz)
                              c);
                     return -1;
                 }
-                s->rc |= 1u << k;
+                r->rc |= 1u << k;
             }
-        } else {
-            snprintf(err, errsz, "--try: unknown flag '%s'", t);
+        }
+    }
+    return 0;
+}
+
+/* --try's flags -> the candidate: techniques added to the recorded ones (lists merged with the
+ * recorded lists, --accum K a multiple of the recorded micro-batches). 0, or -1 with a message:
+ * what the model cannot do (undo a recorded technique, but bf16) is said, not predicted. */
+static int parse_try(const ctx *c, const char *flags, spec *s, char *err, size_t errsz)
+{
+    recorded t = {0};
+    if (parse_techniques(flags, &t, 1, err, errsz) != 0) return -1;
+    const recorded *r = &c->rec;
+    unsigned ra = r->accum ? r->accum : 1;
+    s->rc = t.rc & ~r->rc;
+    if (rc_groups(s->rc) && !(rc_groups(s->rc) & ~rc_groups(r->rc))) s->rc = 0; /* nothing new */
+    s->off_act = t.off_act && !r->off_act;
+    s->off_opt = t.off_opt && !r->off_opt;
+    s->grad_none = t.grad_none && !r->grad_none;
+    if (t.accum) {
+        if (t.accum % ra) {
+            snprintf(err, errsz,
+                     "--try: --accum %u on a recording with --accum %u: the model splits the "
+                     "recorded micro-batches further (--accum %u, %u, ...), it does not merge them",
+                     t.accum, ra, 2 * ra, 4 * ra);
             return -1;
         }
+        s->accum = t.accum / ra;
+    }
+    if (t.bf16 == 1 && !r->bf16) s->bf16 = 1;
+    if (t.bf16 == -1 && r->bf16) {
+        if (!c->bf16_undone) {
+            snprintf(err, errsz,
+                     "--try: --act-dtype fp32 on this bf16 recording: its fp32 trace could not be "
+                     "rebuilt (see the notes); record it without --act-dtype bf16");
+            return -1;
+        }
+        s->fp32 = 1;
     }
     if (s->accum < 1) s->accum = 1;
     return 0;
@@ -505,7 +650,7 @@ static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec 
         const spec *s = i < nrecs ? &recs[i] : &front[i - nrecs];
         if (s->r.peak_reserved >= c->base.peak_reserved) continue;
         if (!best || cmp_saving(s, best) < 0) best = s;
-        if (pct(c, s->extra_s) < 1.0 && (!cheap || cmp_saving(s, cheap) < 0)) cheap = s;
+        if (pct(c, s->extra_s) < 1.0 && (!cheap || cmp_saving(s, cheap) < 0)) cheap = s; /* (NAN: no) */
     }
     if (!best) {
         printf("\nin short: nothing here lowers the peak reserved of this recording\n");
@@ -515,22 +660,80 @@ static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec 
         const spec *s = k ? cheap : best;
         if (!s || (k && s == best)) continue;
         char what[1024], r[32], sv[32];
-        if (c->trainer) spec_flags(s, what, sizeof what);
+        if (c->trainer) spec_flags(c, s, what, sizeof what);
         else spec_target(c, s, what, sizeof what);
         fmt(s->r.peak_reserved, r, sizeof r);
         fmt(c->base.peak_reserved - s->r.peak_reserved, sv, sizeof sv);
-        printf("%s%s: %s (peak reserved %s, saves %s; extra time %.1f%%)\n",
+        char et[48];
+        if (isnan(pct(c, s->extra_s)))
+            snprintf(et, sizeof et, "%.4f s/step", s->extra_s);
+        else
+            snprintf(et, sizeof et, "%.1f%%", pct(c, s->extra_s));
+        printf("%s%s: %s (peak reserved %s, saves %s; extra time %s)\n",
                k ? "          " : "\nin short: ",
                k ? "the largest saving under 1% extra time" : s == cheap ? "the largest saving, under 1% extra time"
                                                                           : "the largest saving",
-               what, r, sv, pct(c, s->extra_s));
+               what, r, sv, et);
     }
+}
+
+/* A bf16 recording (the trainer's --act-dtype bf16): its conversions undone (adv_unbf16) and
+ * bf16 applied again must replay to the recording's own peaks exactly; then every candidate is
+ * a rewrite of the fp32 trace with bf16 on, as for an fp32 recording, and --try may undo it.
+ * Otherwise the recorded trace is kept and a note says what the model does not capture. */
+static void undo_bf16(ctx *c, char *err, size_t errsz)
+{
+    adv_model u;
+    size_t chains = 0, broken = 0;
+    int bad = adv_model_copy(&c->m, &u) != 0 || adv_unbf16(&u, &chains, &broken) != 0;
+    alloc_replay_result_t r = {0};
+    adv_model t;
+    if (!bad && chains && !broken) {
+        adv_stash_opts so = {.bf16 = 1};
+        adv_stash_stats ss;
+        bad = adv_model_copy(&u, &t) != 0;
+        if (!bad) {
+            bad = adv_stash(&t, &so, c->link_bps, &ss) != 0 || adv_replay(&t, &r, err, errsz) != 0;
+            adv_model_free(&t);
+        }
+    }
+    if (!bad && chains && !broken && r.peak_allocated == c->base.peak_allocated &&
+        r.peak_reserved == c->base.peak_reserved) {
+        u.owns_uses = c->m.owns_uses; /* the uses are shared: the copy takes them over */
+        c->m.owns_uses = 0;
+        adv_model_free(&c->m);
+        c->m = u;
+        c->bf16_undone = 1;
+        snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+                 "a bf16 recording: advised as its fp32 trace with bf16 storage applied again "
+                 "(%zu conversions undone; that trace replays to the recording's peaks)",
+                 chains);
+        return;
+    }
+    if (!bad) adv_model_free(&u);
+    if (bad && !chains)
+        snprintf(c->notes[c->nnotes++], sizeof c->notes[0], "a bf16 recording: out of memory "
+                                                            "rebuilding its fp32 trace");
+    else if (!chains || broken)
+        snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+                 "a bf16 recording whose fp32 trace the model cannot rebuild (%zu tensors "
+                 "converted to bf16 and not back by a later conversion: an offload between?): "
+                 "techniques rewrite the bf16 trace as recorded, which misses a few %% (a "
+                 "recomputed layer keeps its input as bf16, recomputed tensors are bf16-sized)",
+                 broken);
+    else
+        snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+                 "a bf16 recording: its fp32 trace with bf16 applied again replays to %zu / %zu "
+                 "bytes, not the recorded %zu / %zu: techniques rewrite the bf16 trace as "
+                 "recorded, which misses a few %%",
+                 r.peak_allocated, r.peak_reserved, c->base.peak_allocated,
+                 c->base.peak_reserved);
 }
 
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
-    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0;
+    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -546,6 +749,8 @@ int gm_advise_main(int argc, char **argv)
             check = 1;
         else if (!strcmp(a, "--lossy-ok"))
             lossy_ok = 1;
+        else if (!strcmp(a, "--oom-step"))
+            oom_step = 1;
         else if (!strcmp(a, "--budget")) {
             if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
                 fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n%s",
@@ -673,6 +878,52 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     gm_db_close(&d);
+    /* A recording that hit an OOM: its trace from there on is not what the program needed.
+     * Advised from the steps that completed before it; when only the first did (a warm-up:
+     * gradients and optimizer state appear in it), with that step repeated as it would run
+     * again (adv_repeat_last_step); from the partial trace with --oom-step; else refused with
+     * the reason. */
+    if (c.m.oom.seq) {
+        size_t done = c.oom_done = adv_oom_complete_steps(&c.m);
+        char what[640], rq[32], al[32], lim[32];
+        fmt(c.m.oom.requested, rq, sizeof rq);
+        fmt(c.m.oom.allocated, al, sizeof al);
+        fmt(c.m.oom.limit, lim, sizeof lim);
+        snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s)",
+                 c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where,
+                 c.m.oom.name, c.m.oom.name[0] ? ": " : "", rq, al,
+                 c.m.oom.limit ? ", limit " : "", c.m.oom.limit ? lim : "");
+        if (oom_step) {
+            if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
+            c.partial = 1;
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "the recorded run hit %s: advised from the partial trace up to it, the "
+                     "request that failed included (--oom-step); the step that failed is "
+                     "incomplete, techniques act on it only where its backward was recorded: the "
+                     "peaks are of that trace, not of the run",
+                     what);
+        } else if (done >= 2) {
+            if (adv_oom_cut(&c.m, 0) != 0) goto oom0;
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "the recorded run hit %s: advised from the %zu steps that completed before "
+                     "it; the step that failed is not in the prediction",
+                     what, done);
+        } else if (done == 1) {
+            if (adv_oom_cut(&c.m, 0) != 0 || adv_repeat_last_step(&c.m) != 0) goto oom0;
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "the recorded run hit %s: advised from the one step that completed before "
+                     "it, repeated as it runs again (without the births of what outlives it: "
+                     "gradients, optimizer state); the step that failed is not in the prediction",
+                     what);
+        } else {
+            fprintf(stderr,
+                    "gpumem advise: the recorded run hit %s before any step completed: rerun "
+                    "with GPUMEM_LIMIT raised, or --oom-step to advise from the partial trace\n",
+                    what);
+            adv_model_free(&c.m);
+            return GM_EXIT_CANNOT_JUDGE;
+        }
+    }
     if (ranks) {
         int r = gm_advise_shard(&c.m, exe, ranks, zero, json, check, stdout);
         adv_model_free(&c.m);
@@ -685,17 +936,22 @@ int gm_advise_main(int argc, char **argv)
     c.trainer = strstr(c.m.cmdline, "train_gpt2") != NULL;
     if (c.trainer) {
         c.B = flag_int(c.m.cmdline, "-B", 4);
-        if (has_flag(c.m.cmdline, "--recompute")) c.rec_flags |= 1u << T_RECOMPUTE;
-        if (has_flag(c.m.cmdline, "--offload")) c.rec_flags |= 1u << T_OFFLOAD;
-        if (flag_int(c.m.cmdline, "--accum", 1) > 1) c.rec_flags |= 1u << T_ACCUM;
-        if (has_flag(c.m.cmdline, "--grad-none")) c.rec_flags |= 1u << T_GRAD_NONE;
-        if (strstr(c.m.cmdline, "--act-dtype bf16")) c.rec_flags |= 1u << T_BF16;
+        parse_techniques(c.m.cmdline, &c.rec, 0, err, sizeof err);
+        if (c.rec.bf16 < 0) c.rec.bf16 = 0;
+        if (c.rec.off_act || c.rec.off_opt) {
+            /* offloads share the trainer's copy stream: the recorded one, not a new one */
+            size_t cnt[16] = {0};
+            for (size_t a = 0; a < c.m.nallocs; a++)
+                if (c.m.allocs[a].stream < 16) cnt[c.m.allocs[a].stream]++;
+            for (uint32_t k = 0, best = 0; k < 16; k++)
+                if (k != c.m.compute_stream && cnt[k] > best) best = (uint32_t)cnt[k], c.m.copy_stream = k;
+        }
     }
-    /* step time and ops per step */
+    /* step time and ops per step (the steps that completed: an OOM's is left out) */
     {
         double sum = 0;
-        size_t n = 0;
-        for (size_t i = c.m.nsteps > 1 ? 1 : 0; i < c.m.nsteps; i++, n++)
+        size_t n = 0, ns = c.m.nsteps - (c.partial && c.m.nsteps);
+        for (size_t i = ns > 1 ? 1 : 0; i < ns; i++, n++)
             sum += (double)(c.m.steps[i].end_ns - c.m.steps[i].start_ns) * 1e-9;
         c.step_s = n ? sum / (double)n : 0;
         uint64_t ops = 0;
@@ -717,8 +973,11 @@ int gm_advise_main(int argc, char **argv)
         adv_model_free(&c.m);
         return GM_EXIT_BADDB;
     }
+    if (c.rec.bf16) undo_bf16(&c, err, sizeof err);
     c.classes = adv_saved_classes(&c.m, &c.nclasses);
-    /* the single techniques */
+    /* the single techniques: every one the recorded command does not use yet, and the values
+     * of a flag it uses that add something (activations to an optimizer offload, another
+     * recompute choice, more micro-batches) */
     spec *recs = NULL, *all = NULL, *front = NULL;
     size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0;
 #define PUSH(arr, n, cap, val)                                                                     \
@@ -732,51 +991,53 @@ int gm_advise_main(int argc, char **argv)
         (arr)[(n)++] = (val);                                                                      \
     } while (0)
     spec blank = {.rc_class = -1, .accum = 1};
-    unsigned accums[3] = {2, 4, 8};
-    if (!(c.rec_flags & (1u << T_RECOMPUTE))) {
-        if (c.trainer)
-            for (int i = 0; i < NRC; i++) {
-                spec s = blank;
-                s.rc = 1u << i;
-                PUSH(recs, nrecs, rcap, s);
-            }
-        else
-            for (size_t i = 0; i < c.nclasses && i < (c.m.nevs > 1000000 ? 4 : 16); i++) {
-                spec s = blank;
-                s.rc_class = (int)i;
-                PUSH(recs, nrecs, rcap, s);
-            }
+    unsigned accums[3] = {2, 4, 8}, ra = c.rec.accum > 1 ? c.rec.accum : 1;
+    unsigned have_groups = rc_groups(c.rec.rc);
+    if (c.trainer) {
+        for (int i = 0; i < NRC; i++) {
+            if (!(rc_drops[i] & ~have_groups)) continue;
+            spec s = blank;
+            s.rc = 1u << i;
+            PUSH(recs, nrecs, rcap, s);
+        }
+    } else {
+        for (size_t i = 0; i < c.nclasses && i < (c.m.nevs > 1000000 ? 4 : 16); i++) {
+            spec s = blank;
+            s.rc_class = (int)i;
+            PUSH(recs, nrecs, rcap, s);
+        }
     }
-    if (!(c.rec_flags & (1u << T_OFFLOAD))) {
+    if (!c.rec.off_act) {
         spec s = blank;
         s.off_act = 1;
         PUSH(recs, nrecs, rcap, s);
-        s = blank;
+    }
+    if (!c.rec.off_opt) {
+        spec s = blank;
         s.off_opt = 1;
         PUSH(recs, nrecs, rcap, s);
     }
     /* a trace of millions of events: accumulation by 2 only (each copy of the step is replayed) */
     int big = c.m.nevs > 2000000;
-    if (!(c.rec_flags & (1u << T_ACCUM)))
-        for (int i = 0; i < (big ? 1 : 3); i++) {
-            if (c.trainer && c.B % accums[i]) continue;
-            spec s = blank;
-            s.accum = accums[i];
-            PUSH(recs, nrecs, rcap, s);
-        }
-    if (!(c.rec_flags & (1u << T_GRAD_NONE))) {
+    for (int i = 0; i < (big ? 1 : 3); i++) {
+        if (c.trainer && c.B % (ra * accums[i])) continue;
+        spec s = blank;
+        s.accum = accums[i];
+        PUSH(recs, nrecs, rcap, s);
+    }
+    if (!c.rec.grad_none) {
         spec s = blank;
         s.grad_none = 1;
         PUSH(recs, nrecs, rcap, s);
     }
-    if (!(c.rec_flags & (1u << T_BF16))) {
+    if (!c.rec.bf16) {
         spec s = blank;
         s.bf16 = 1;
         PUSH(recs, nrecs, rcap, s);
     }
     if (try_flags) {
         spec s = blank;
-        if (parse_try(try_flags, &s, err, sizeof err) != 0) {
+        if (parse_try(&c, try_flags, &s, err, sizeof err) != 0) {
             fprintf(stderr, "gpumem advise: %s\n", err);
             rc = GM_EXIT_USAGE;
             goto done;
@@ -803,11 +1064,11 @@ int gm_advise_main(int argc, char **argv)
         unsigned rcs[16];
         size_t nrcs = 0;
         rcs[nrcs++] = 0;
-        int allow_rc = !(c.rec_flags & (1u << T_RECOMPUTE)) && c.trainer;
-        if (allow_rc) {
+        if (c.trainer) {
             for (int i = 0; i < NRC; i++)
-                rcs[nrcs++] = 1u << i;
-            rcs[nrcs++] = (1u << 1) | (1u << 2) | (1u << 3);
+                if (rc_drops[i] & ~have_groups) rcs[nrcs++] = 1u << i;
+            unsigned lam = ((1u << 1) | (1u << 2) | (1u << 3)) & ~c.rec.rc;
+            if (rc_groups(lam) & ~have_groups && (lam & (lam - 1))) rcs[nrcs++] = lam;
         }
         unsigned ks[4] = {1, 2, 4, 8};
         size_t budget_evals = c.m.nevs ? (size_t)(1e8 / (double)c.m.nevs) : 1000;
@@ -822,19 +1083,16 @@ int gm_advise_main(int argc, char **argv)
                                 spec s = blank;
                                 s.rc = rcs[r], s.bf16 = bf, s.off_act = oa, s.off_opt = oo,
                                 s.grad_none = gn, s.accum = ks[ki];
-                                if ((bf && (c.rec_flags & (1u << T_BF16))) ||
-                                    ((oa || oo) && (c.rec_flags & (1u << T_OFFLOAD))) ||
-                                    (gn && (c.rec_flags & (1u << T_GRAD_NONE))) ||
-                                    (ks[ki] > 1 && ((c.rec_flags & (1u << T_ACCUM)) ||
-                                                    (c.trainer && c.B % ks[ki]))))
+                                if ((bf && c.rec.bf16) || (oa && c.rec.off_act) ||
+                                    (oo && c.rec.off_opt) || (gn && c.rec.grad_none) ||
+                                    (ks[ki] > 1 && c.trainer && c.B % (ra * ks[ki])))
                                     continue;
                                 if (spec_ntech(&s) < 2 || try_flags) continue;
                                 if (!full && !big_ok(recs, nrecs, &s)) continue;
                                 if (big && ks[ki] > 2) continue;
                                 PUSH(all, nall, acap, s);
                             }
-        if (full && !try_flags && !c.trainer && !(c.rec_flags & (1u << T_RECOMPUTE)) &&
-            c.nclasses) {
+        if (full && !try_flags && !c.trainer && c.nclasses) {
             /* generic programs: the largest class recomputed, with the rest */
             size_t n0 = nall;
             for (size_t i = 0; i < n0; i++) {
@@ -869,17 +1127,20 @@ int gm_advise_main(int argc, char **argv)
             PUSH(front, nfront, fcap, all[i]);
     }
     if (nfront > 1) qsort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */
-    /* --budget: the cheapest that fits, singles included */
+    /* --budget: the cheapest that fits, singles included; else the nearest miss */
     spec plan = blank;
     int have_plan = 0;
     const spec *nearest = NULL;
     uint64_t shortfall = 0;
+    adv_floor fl;
+    adv_floor_bytes(&c.m, &fl);
+    char why[512] = "";
     if (have_budget) {
         for (int pass = 0; pass < 2; pass++) {
             spec *v = pass ? all : recs;
             size_t nv = pass ? nall : nrecs;
             for (size_t i = 0; i < nv; i++) {
-                if (!nearest || v[i].r.peak_reserved < nearest->r.peak_reserved) nearest = &v[i];
+                if (!nearest || cmp_saving(&v[i], nearest) < 0) nearest = &v[i];
                 if (v[i].r.peak_reserved > budget) continue;
                 if (!have_plan || v[i].extra_s < plan.extra_s ||
                     (v[i].extra_s == plan.extra_s && spec_ntech(&v[i]) < spec_ntech(&plan)) ||
@@ -890,18 +1151,61 @@ int gm_advise_main(int argc, char **argv)
         }
         if (c.base.peak_reserved <= budget)
             plan = blank, plan.r = c.base, plan.ok = 1, have_plan = 2;
-        if (!have_plan) {
-            shortfall = nearest ? nearest->r.peak_reserved - budget : c.base.peak_reserved - budget;
+        char b[32], rr[32];
+        fmt(budget, b, sizeof b);
+        fmt(c.base.peak_reserved, rr, sizeof rr);
+        if (have_plan == 2 && c.partial) {
+            /* the partial trace fits: whether the whole run does is not recorded */
+            snprintf(why, sizeof why,
+                     "not known: the partial trace up to the OOM reaches %s reserved, the rest "
+                     "of the run is not recorded: rerun with GPUMEM_LIMIT raised",
+                     rr);
+            have_plan = 0;
+            rc = 1;
+        } else if (have_plan == 2 && c.m.oom.seq &&
+                   c.m.oom.allocated + c.m.oom.requested > budget) {
+            /* the complete steps fit, the step that failed did not: it is unlike them */
+            char nd[32];
+            fmt(c.m.oom.allocated + c.m.oom.requested, nd, sizeof nd);
+            snprintf(why, sizeof why,
+                     "not known: the complete steps fit (peak reserved %s), but the step that hit "
+                     "the OOM needed at least %s (allocated + the request that failed), more than "
+                     "the budget: rerun with GPUMEM_LIMIT raised to record it whole",
+                     rr, nd);
+            have_plan = 0;
+            rc = 1;
+        } else if (!have_plan) {
+            if (!nearest || nearest->r.peak_reserved > c.base.peak_reserved) nearest = NULL;
+            uint64_t least = nearest ? nearest->r.peak_reserved : c.base.peak_reserved;
+            shortfall = least - budget;
+            char p[32], nm[32];
+            fmt(fl.params, p, sizeof p);
+            fmt(least, nm, sizeof nm);
+            /* consistent with the candidates: what no technique here moves is the parameters */
+            if (fl.params >= budget)
+                snprintf(why, sizeof why,
+                         "the parameters alone are %s, over the budget, and no technique here "
+                         "moves them off the device",
+                         p);
+            else
+                snprintf(why, sizeof why,
+                         "nothing predicted goes below %s (%s); it holds the parameters (%s), "
+                         "which no technique here moves, and what the step keeps live under %s",
+                         nm, nearest ? "the nearest miss" : "the recording itself", p,
+                         nearest ? "its techniques" : "none of them");
             rc = 1;
         }
     }
-    /* --check: re-run with each recommendation's flags */
+    /* --check: re-run with each recommendation's flags (the first --top of each list) */
+    size_t nfailed = 0;
+    uint64_t over = 0;
     if (check) {
         if (!c.trainer) {
             fprintf(stderr,
                     "gpumem advise: --check re-runs the included trainer only; this recording is "
                     "of '%s'\n",
                     c.m.cmdline);
+            rc = rc ? rc : 1;
         } else {
             size_t nf = (size_t)top < nfront ? (size_t)top : nfront;
             for (size_t pass = 0; pass < 3; pass++) {
@@ -911,18 +1215,21 @@ int gm_advise_main(int argc, char **argv)
                                         : have_plan == 1;
                 for (size_t i = 0; i < nv; i++) {
                     if (!json) fprintf(stderr, "\rgpumem advise: checking %zu/%zu...", i + 1, nv);
-                    if (check_spec(&c, &v[i], exe, err, sizeof err) != 0)
-                        fprintf(stderr, "\ngpumem advise: --check: %s\n", err);
+                    if (check_spec(&c, &v[i], exe) != 0) {
+                        nfailed++;
+                        fprintf(stderr, "\ngpumem advise: --check: %s\n", v[i].check_err);
+                    }
                 }
             }
             if (!json) fprintf(stderr, "\r%40s\r", "");
+            if (have_plan == 1 && plan.measured && plan.meas_res > budget)
+                over = plan.meas_res - budget;
+            if (nfailed || over) rc = 1;
         }
     }
-    /* print */
+    /* print: the text cut by --top; JSON lists every candidate */
     size_t nr = (size_t)top < nrecs ? (size_t)top : nrecs,
            nf = (size_t)top < nfront ? (size_t)top : nfront;
-    adv_floor fl;
-    adv_floor_bytes(&c.m, &fl);
     if (json) {
         printf("{\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": "
                "{\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
@@ -930,11 +1237,34 @@ int gm_advise_main(int argc, char **argv)
                c.base.peak_allocated, c.base.peak_reserved, c.m.rec_peak_allocated,
                c.m.rec_peak_reserved, c.trainer ? "true" : "false",
                c.m.have_uses ? "true" : "false", c.link_bps, c.step_s);
-        printf(" \"recommendations\": [");
-        for (size_t i = 0; i < nr; i++)
+        printf(" \"recorded_techniques\": [");
+        int on[T_NTECH] = {c.rec.rc != 0, c.rec.off_act || c.rec.off_opt, c.rec.accum > 1,
+                           c.rec.grad_none, c.rec.bf16};
+        for (int i = 0, first = 1; i < T_NTECH; i++)
+            if (on[i]) printf("%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
+        printf("], \"notes\": [");
+        for (int i = 0; i < c.nnotes; i++)
+            printf("%s", i ? ", " : ""), gm_json_str(stdout, c.notes[i]);
+        printf("],\n \"oom\": ");
+        if (c.m.oom.seq) {
+            printf("{\"where\": ");
+            gm_json_str(stdout, c.m.oom.where);
+            printf(", \"name\": ");
+            gm_json_str(stdout, c.m.oom.name[0] ? c.m.oom.name : NULL);
+            printf(", \"requested\": %" PRIu64 ", \"allocated\": %" PRIu64 ", \"limit\": %" PRIu64
+                   ", \"advised_from\": \"%s\", \"complete_steps\": %zu}",
+                   c.m.oom.requested, c.m.oom.allocated, c.m.oom.limit,
+                   c.partial        ? "partial_trace"
+                   : c.oom_done > 1 ? "complete_steps"
+                                    : "first_step_repeated",
+                   c.oom_done);
+        } else
+            printf("null");
+        printf(",\n \"recommendations\": [");
+        for (size_t i = 0; i < nrecs; i++)
             printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &recs[i], 0);
         printf("],\n \"combinations\": [");
-        for (size_t i = 0; i < nf; i++)
+        for (size_t i = 0; i < nfront; i++)
             printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
         printf("]");
         if (have_budget) {
@@ -952,25 +1282,38 @@ int gm_advise_main(int argc, char **argv)
             else
                 printf("null");
             printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
-            if (!have_plan)
+            if (!have_plan) {
                 printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
-                       ", \"optimizer_state\": %" PRIu64 "}",
+                       ", \"optimizer_state\": %" PRIu64 "},\n \"nearest\": ",
                        fl.params, fl.grads, fl.state);
+                if (nearest)
+                    json_rec(stdout, &c, nearest, spec_ntech(nearest) > 1);
+                else
+                    printf("null");
+                printf(",\n \"why\": ");
+                gm_json_str(stdout, why);
+            }
+            printf(",\n \"budget_known\": %s", strncmp(why, "not known", 9) ? "true" : "false");
+            if (check && have_plan == 1 && plan.measured)
+                printf(",\n \"plan_over_budget_bytes\": %" PRIu64, over);
         }
+        if (check) printf(",\n \"check_failed\": %zu", nfailed);
         printf("}\n");
     } else {
-        char a[32], r[32], ra[32], rr[32];
+        char a[32], r[32], ra_[32], rr[32];
         fmt(c.base.peak_allocated, a, sizeof a);
         fmt(c.base.peak_reserved, r, sizeof r);
-        fmt(c.m.rec_peak_allocated, ra, sizeof ra);
+        fmt(c.m.rec_peak_allocated, ra_, sizeof ra_);
         fmt(c.m.rec_peak_reserved, rr, sizeof rr);
         printf("gpumem advise: %s\n", path);
         printf("program: %s%s\n", c.m.cmdline[0] ? c.m.cmdline : "(no command line recorded)",
                c.trainer ? " (the included trainer: advice as its flags)"
                          : " (advice in words, with the PyTorch way)");
+        for (int i = 0; i < c.nnotes; i++)
+            printf("note: %s\n", c.notes[i]);
         printf("baseline (replayed under %s): peak allocated %s, peak reserved %s (recorded: %s, "
                "%s)\n",
-               c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra,
+               c.m.config[0] ? "the recorded configuration" : "the default configuration", a, r, ra_,
                rr);
         if (c.step_estimated)
             printf("time: a dry run (no compute recorded): step %.4f s estimated as 6 N B T FLOPs "
@@ -978,11 +1321,15 @@ int gm_advise_main(int argc, char **argv)
                    "%s roofline%s; link %.1f GB/s (%s)\n",
                    c.step_s, c.gpu->name, c.gpu->name,
                    c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
-        else
+        else if (c.step_s > 0)
             printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
                    c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9,
                    c.link_src, c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "",
                    c.gpu_assumed ? " (assumed: give --gpu)" : "");
+        else
+            printf("time: no step time recorded (no complete \"step N\" range): costs in s/step "
+                   "only; link %.1f GB/s (%s)\n",
+                   c.link_bps / 1e9, c.link_src);
         if (!c.m.have_uses)
             printf(
                 "uses: none recorded; recompute and offload act on births and deaths (record with "
@@ -1001,30 +1348,47 @@ int gm_advise_main(int argc, char **argv)
         if (have_budget) {
             char b[32];
             fmt(budget, b, sizeof b);
-            if (have_plan == 2)
+            if (have_plan == 2 && c.m.oom.seq) {
+                char nd[32];
+                fmt(c.m.oom.allocated + c.m.oom.requested, nd, sizeof nd);
+                printf("\nbudget %s: the complete steps fit (peak reserved %s); the step that hit "
+                       "the OOM needed at least %s, which fits too\n",
+                       b, r, nd);
+            }
+            else if (have_plan == 2)
                 printf("\nbudget %s: the recording already fits (peak reserved %s)\n", b, r);
             else if (have_plan) {
-                printf("\nbudget %s: plan\n", b);
+                printf("\nbudget %s: plan%s\n", b,
+                       c.partial ? " (from the partial trace: --check measures the run)" : "");
                 text_rec(stdout, &c, &plan);
+                if (over) {
+                    char ov[32];
+                    fmt(over, ov, sizeof ov);
+                    printf("    the plan MISSES the budget: measured %s over it\n", ov);
+                }
+            } else if (!strncmp(why, "not known", 9)) {
+                printf("\nbudget %s: %s\n", b, why);
             } else {
-                char sf[32], p[32], g[32], s[32], t[32], nm[32];
+                char sf[32], nm[32];
                 fmt(shortfall, sf, sizeof sf);
-                fmt(fl.params, p, sizeof p);
-                fmt(fl.grads, g, sizeof g);
-                fmt(fl.state, s, sizeof s);
-                fmt(fl.params + fl.grads + fl.state, t, sizeof t);
                 fmt(nearest ? nearest->r.peak_reserved : c.base.peak_reserved, nm, sizeof nm);
                 printf("\nbudget %s: nothing fits; the nearest miss needs %s (short by %s)\n", b,
                        nm, sf);
                 if (nearest) text_rec(stdout, &c, nearest);
-                printf("why: parameters %s + gradients %s + optimizer state %s alone are %s; "
-                       "parameters alone are %s\n",
-                       p, g, s, t, p);
+                printf("why: %s\n", why);
             }
         }
     }
-    if (!json && have_budget && !have_plan)
+    if (!json && have_budget && !have_plan && strncmp(why, "not known", 9))
         fprintf(stderr, "gpumem advise: no combination fits the budget\n");
+    if (over) {
+        char ov[32];
+        fmt(over, ov, sizeof ov);
+        fprintf(stderr, "gpumem advise: --check: the plan measured %s over the budget\n", ov);
+    }
+    if (nfailed)
+        fprintf(stderr, "gpumem advise: --check: %zu re-run%s failed\n", nfailed,
+                nfailed == 1 ? "" : "s");
 done:
     free(front);
     free(all);
@@ -1038,6 +1402,10 @@ oom:
     free(all);
     free(recs);
     free(c.classes);
+    adv_model_free(&c.m);
+    return GM_EXIT_BADDB;
+oom0:
+    fprintf(stderr, "gpumem advise: out of memory\n");
     adv_model_free(&c.m);
     return GM_EXIT_BADDB;
 }

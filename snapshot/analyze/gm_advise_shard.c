@@ -143,6 +143,10 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             p[i].measured = rerun_ranks(exe, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
     }
     const uint64_t base_a = p[0].r.peak_allocated, base_r = p[0].r.peak_reserved;
+    /* --check: a re-run that failed is an answer that could not be checked (exit 1) */
+    int failed = 0;
+    for (int i = 0; i < np; i++)
+        failed += p[i].measured < 0;
     if (json) {
         fprintf(out, "{\"ranks\": %u, \"recorded_batch\": ", ranks);
         if (B)
@@ -190,7 +194,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             gm_json_str(out, why_not);
         }
         fputs("}\n", out);
-        return GM_EXIT_OK;
+        if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
+        return failed ? 1 : GM_EXIT_OK;
     }
     char a[32], r[32], s1[32], s2[32];
     fprintf(out, "ZeRO across %u rank%s: each rank's peak, predicted from this one-rank recording\n",
@@ -249,5 +254,6 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     err_pct(q->r.peak_reserved, q->meas_res));
         }
     }
-    return GM_EXIT_OK;
+    if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
+    return failed ? 1 : GM_EXIT_OK;
 }

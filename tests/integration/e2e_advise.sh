@@ -3,20 +3,24 @@
 #  - the unmodified trace replays to the recorded peaks exactly (tiny real compute, gpt2 dry run);
 #  - every recommendation with flags, and at least three combinations, re-run with its flags
 #    (--check): predicted peak allocated and peak reserved each within 5% of measured;
-#  - --budget: the plan's re-run fits; an impossible budget exits 1 and says why;
+#  - --json lists every candidate whatever --top is (the text is cut by --top);
+#  - a recording already using techniques gets other values of them, merged into its flags;
+#  - --budget: the plan's re-run fits; an impossible budget exits 1 and says why, and its JSON
+#    names the nearest miss, whose shortfall it gives, and no candidate goes below it;
 #  - a recording without uses still gets recompute and accumulation advice, with the note;
 #  - a recording that is not the trainer gets words and the PyTorch way, no flags.
 source "$(dirname "$0")/e2e_common.bash"
 export GPUMEM_STACKS=0
 MAXERR=5
 
-# all measured errors of a JSON answer within MAXERR; prints the number of re-runs checked
+# all measured errors of a JSON answer within MAXERR, and no re-run failed (--check re-runs the
+# first --top of each list; JSON lists them all)
 check_errors() { # file label
-  jq -e --argjson max "$MAXERR" '[(.recommendations + .combinations + [.plan // empty])[]
-      | select(.flags != null and .flags != "") | .measured
-      | select(. == null or (.error_allocated_pct | fabs) > $max or (.error_reserved_pct | fabs) > $max)]
-      | length == 0' "$1" > /dev/null \
-    || fail "$2: a prediction off by more than $MAXERR% (or not re-run): $(jq -c '[(.recommendations + .combinations)[] | [.flags, .measured.error_allocated_pct, .measured.error_reserved_pct]]' "$1")"
+  jq -e --argjson max "$MAXERR" '(.check_failed // 0) == 0 and ([(.recommendations + .combinations + [.plan // empty])[]
+      | select(.flags != null and .flags != "" and (.measured != null or .check_error != null))
+      | select(.check_error != null or (.measured.error_allocated_pct | fabs) > $max or (.measured.error_reserved_pct | fabs) > $max)]
+      | length == 0)' "$1" > /dev/null \
+    || fail "$2: a prediction off by more than $MAXERR% (or a re-run failed): $(jq -c '[(.recommendations + .combinations)[] | select(.measured != null or .check_error != null) | [.flags, .measured.error_allocated_pct, .measured.error_reserved_pct, .check_error]]' "$1")"
 }
 
 # ---- tiny, real compute
@@ -25,8 +29,8 @@ check_errors() { # file label
 jq -e '.baseline.peak_allocated == .recorded.peak_allocated and .baseline.peak_reserved == .recorded.peak_reserved' \
   "$TMP/tiny.json" > /dev/null || fail "tiny: baseline replay $(jq -c .baseline "$TMP/tiny.json") != recorded $(jq -c .recorded "$TMP/tiny.json")"
 ok "tiny: the unmodified trace replays to the recorded peaks ($(jq -c .baseline "$TMP/tiny.json"))"
-nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/tiny.json")
-(( nrec >= 8 )) || fail "tiny: only $nrec recommendations with flags"
+nrec=$(jq '[.recommendations[] | select(.flags != null and .measured != null)] | length' "$TMP/tiny.json")
+(( nrec >= 8 )) || fail "tiny: only $nrec recommendations with flags re-run"
 # largest saving first; equal savings: the least extra time, then the lowest peak allocated
 jq -e '[.recommendations[] | [.predicted.peak_reserved, .cost.extra_time_s, .predicted.peak_allocated]] | . == sort' \
   "$TMP/tiny.json" > /dev/null || fail "tiny: recommendations out of order: $(jq -c '[.recommendations[] | [.technique, .predicted.peak_reserved, .cost.extra_time_s]]' "$TMP/tiny.json")"
@@ -63,24 +67,36 @@ jq -e '.baseline.peak_allocated == .recorded.peak_allocated and .baseline.peak_r
   "$TMP/g2.json" > /dev/null || fail "gpt2: baseline replay $(jq -c .baseline "$TMP/g2.json") != recorded $(jq -c .recorded "$TMP/g2.json")"
 ok "gpt2: the unmodified trace replays to the recorded peaks"
 check_errors "$TMP/g2.json" gpt2
-nrec=$(jq '[.recommendations[] | select(.flags != null)] | length' "$TMP/g2.json")
+nrec=$(jq '[.recommendations[] | select(.flags != null and .measured != null)] | length' "$TMP/g2.json")
 ncombo=$(jq '[.combinations[] | select(.measured != null)] | length' "$TMP/g2.json")
 (( nrec >= 10 && ncombo >= 3 )) || fail "gpt2: $nrec recommendations and $ncombo combinations re-run (want 10 and 3)"
 jq -e '(.combinations | length) as $n | [.combinations[] | select((.techniques | length) >= 2 and .technique == "combo")] | length == $n' \
   "$TMP/g2.json" > /dev/null || fail "gpt2: a combination without several techniques"
 ok "gpt2: $nrec recommendations and $ncombo combinations re-run, each within $MAXERR%"
+# --json lists every candidate, whatever --top is; the text shows --top of them
+"$GM" advise "$TMP/g2.db" --top 1 > "$TMP/top1.txt"
+"$GM" advise "$TMP/g2.db" --top 1 --json > "$TMP/top1.json"
+nr=$(sed -n 's/^recommendations (1 of \([0-9]*\),.*/\1/p' "$TMP/top1.txt")
+nc=$(sed -n 's/^combinations (.*; 1 of \([0-9]*\)):$/\1/p' "$TMP/top1.txt")
+jq -e --argjson nr "${nr:-0}" --argjson nc "${nc:-0}" '(.recommendations | length) == $nr and (.combinations | length) == $nc
+    and $nr > 1 and $nc > 1 and ([.recommendations[] | select(.technique == "grad_none")] | length) == 1' "$TMP/top1.json" > /dev/null \
+  || fail "--top 1 --json lists $(jq '.recommendations | length' "$TMP/top1.json") recommendations and $(jq '.combinations | length' "$TMP/top1.json") combinations; the text counts ${nr:-?} and ${nc:-?}"
+ok "--top 1: the text shows 1 of $nr recommendations and 1 of $nc combinations, the JSON lists them all"
 
 # ---- a recording with --seq-jitter (T drawn per step), and one already using techniques:
-# the flags are appended to the recorded ones, and techniques in use are not proposed again
+# a flag it uses is merged (other recompute choices join mlp), set-to-none is not proposed again
 "$GM" record -q -o "$TMP/jit.db" -- "$TRAIN" "${G2[@]}" --seq-jitter > "$TMP/out.txt" 2>&1 || fail "jitter run"
 "$GM" advise "$TMP/jit.db" --check --top 3 --json > "$TMP/jit.json" || fail "advise jitter"
 check_errors "$TMP/jit.json" "gpt2 --seq-jitter"
 "$GM" record -q -o "$TMP/rcm.db" -- "$TRAIN" "${G2[@]}" --recompute mlp --grad-none > "$TMP/out.txt" 2>&1 || fail "recompute run"
 "$GM" advise "$TMP/rcm.db" --check --top 2 --json > "$TMP/rcm.json" || fail "advise on a recompute recording"
 check_errors "$TMP/rcm.json" "gpt2 --recompute mlp --grad-none"
-jq -e '[(.recommendations + .combinations)[] | select(.techniques | index("recompute") or index("grad_none"))] | length == 0' \
-  "$TMP/rcm.json" > /dev/null || fail "a technique already in the recorded command was proposed again"
-ok "--seq-jitter and --recompute mlp --grad-none recordings: re-runs within $MAXERR%, nothing proposed twice"
+jq -e '([(.recommendations + .combinations)[] | select(.techniques | index("grad_none"))] | length == 0)
+    and ([(.recommendations + .combinations)[] | select(.techniques | index("recompute")) | .flags
+          | select((test("--recompute [a-z,]*mlp") | not) or test("--recompute (gelu,)?mlp( |$)"))] | length == 0)
+    and ([.recommendations[] | select(.technique == "recompute")] | length >= 2)' \
+  "$TMP/rcm.json" > /dev/null || fail "on --recompute mlp --grad-none: $(jq -c '[(.recommendations + .combinations)[] | .flags]' "$TMP/rcm.json")"
+ok "--seq-jitter and --recompute mlp --grad-none recordings: re-runs within $MAXERR%; other recompute choices merged with mlp ($(jq -r '[.recommendations[] | select(.technique == "recompute") | .flags] | join(", ")' "$TMP/rcm.json")), nothing proposed twice"
 
 # ---- --budget: a plan that fits when re-run; an impossible one exits 1 with the reason
 "$GM" advise "$TMP/g2.db" --budget 6G --check --top 1 --json > "$TMP/b.json" || fail "--budget 6G found no plan"
@@ -93,11 +109,15 @@ set +e
 rc=$?
 set -e
 (( rc == 1 )) || fail "--budget 300M exited $rc, want 1"
-grep -q "parameters .* alone are" "$TMP/b.txt" || fail "--budget 300M does not say why: $(cat "$TMP/b.txt")"
+grep -q "^why: " "$TMP/b.txt" || fail "--budget 300M does not say why: $(cat "$TMP/b.txt")"
 grep -q "short by" "$TMP/b.txt" || fail "--budget 300M gives no shortfall"
 "$GM" advise "$TMP/g2.db" --budget 300M --json > "$TMP/b.json" || true
-jq -e '.plan == null and .shortfall_bytes > 0' "$TMP/b.json" > /dev/null || fail "--budget 300M JSON: $(jq -c '{plan, shortfall_bytes}' "$TMP/b.json")"
-ok "--budget 300M exits 1: $(grep 'alone are' "$TMP/b.txt")"
+# the nearest miss: in the JSON, the smallest of every candidate, and what the shortfall is of
+jq -e '.plan == null and .shortfall_bytes > 0 and .nearest != null and (.why | length) > 0
+       and .shortfall_bytes == .nearest.predicted.peak_reserved - 300 * 1048576
+       and ([(.recommendations + .combinations)[] | .predicted.peak_reserved] | min) == .nearest.predicted.peak_reserved' \
+  "$TMP/b.json" > /dev/null || fail "--budget 300M JSON: $(jq -c '{plan, shortfall_bytes, nearest: .nearest.predicted, why}' "$TMP/b.json")"
+ok "--budget 300M exits 1: $(grep '^why: ' "$TMP/b.txt")"
 
 # ---- no uses recorded: recompute and accumulation advice all the same, with the note
 GPUMEM_USES=0 "$GM" record -q -o "$TMP/nouses.db" -- "$TRAIN" "${G2[@]}" > "$TMP/out.txt" 2>&1 || fail "gpt2 run without uses"
