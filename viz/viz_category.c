@@ -27,6 +27,8 @@ const char *const viz_cat_name[VIZ_NCATS] = {"none said",       "parameter",  "g
                                              "optimizer state", "activation", "temporary"};
 const char *const viz_src_name[VIZ_NSRCS] = {"", "name", "phases"};
 
+#define VIZ_MAX_STEP 10000000 /* step numbers the phase source keeps a slot for */
+
 static uint64_t hash_str(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -61,10 +63,12 @@ static uint8_t phase_of_range(const gm_model *m, uint32_t range)
 typedef struct cat_ctx {
     const gm_model *m;
     const uint8_t *phase;
-    u64map params;    /* hash of X for every "grad.X" name: X is a parameter */
-    u64map name_cat;  /* name string id -> VIZ_CAT_* + 1 (0: not decided yet) */
-    u64map bwd_start; /* step -> the first birth seq in that step's backward */
-    u64map step_end;  /* step -> its last seq */
+    const int32_t *step; /* per allocation: the step of its birth range; -1 none */
+    u64map params;       /* hash of X for every "grad.X" name: X is a parameter */
+    u64map name_cat;     /* name string id -> VIZ_CAT_* + 1 (0: not decided yet) */
+    uint64_t *bwd_start; /* per step number: the first birth seq in its backward (0: none) */
+    uint64_t *step_end;  /* per step number: its last seq (0: unknown) */
+    size_t nstep;        /* step numbers below this have a slot */
 } cat_ctx;
 
 static int by_name_str(const cat_ctx *x, const char *n)
@@ -90,21 +94,14 @@ static int src_name(cat_ctx *x, size_t i)
     return c;
 }
 
-static int64_t step_of(const gm_model *m, const gm_alloc *a)
-{
-    const gm_range *r = a->range ? gm_range_of(m, a->range) : NULL;
-    return r ? r->step : -1;
-}
-
 static int src_phase(cat_ctx *x, size_t i)
 {
     const gm_alloc *a = &x->m->allocs[i];
-    int64_t st = step_of(x->m, a);
-    if (st < 0 || !a->death) return VIZ_CAT_NONE;
-    uint64_t *bw = u64map_get(&x->bwd_start, (uint64_t)st);
-    if (x->phase[i] == ADV_PH_FWD && bw && a->death >= *bw) return VIZ_CAT_ACT;
-    uint64_t *end = u64map_get(&x->step_end, (uint64_t)st);
-    if (end && a->death <= *end) return VIZ_CAT_TEMP;
+    int32_t st = x->step[i];
+    if (st < 0 || (size_t)st >= x->nstep || !a->death) return VIZ_CAT_NONE;
+    uint64_t bw = x->bwd_start[st], end = x->step_end[st];
+    if (x->phase[i] == ADV_PH_FWD && bw && a->death >= bw) return VIZ_CAT_ACT;
+    if (end && a->death <= end) return VIZ_CAT_TEMP;
     return VIZ_CAT_NONE;
 }
 
@@ -118,25 +115,40 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
     memset(c, 0, sizeof *c);
     cat_ctx x = {.m = m};
     int rc = -1;
+    int32_t *step = malloc(sizeof *step * (m->nallocs + 1));
     c->phase = malloc(m->nallocs + 1);
     c->cat = calloc(m->nallocs + 1, 1);
     c->src = calloc(m->nallocs + 1, 1);
-    if (!c->phase || !c->cat || !c->src) goto out;
-    x.phase = c->phase;
-    u64map range_phase = {0};
+    if (!step || !c->phase || !c->cat || !c->src) goto out;
+    x.phase = c->phase, x.step = step;
+    /* per range once: its phase and step (phase in the low byte, step + 1 above) */
+    u64map range_info = {0};
+    int64_t maxstep = -1;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        uint64_t *ph = u64map_get(&range_phase, a->range);
-        if (!ph) {
-            if (u64map_put(&range_phase, a->range, phase_of_range(m, a->range))) {
-                u64map_free(&range_phase);
+        uint64_t *inf = u64map_get(&range_info, a->range);
+        if (!inf) {
+            const gm_range *r = a->range ? gm_range_of(m, a->range) : NULL;
+            int64_t st = r && r->step >= 0 && r->step < INT32_MAX ? r->step : -1;
+            if (st > maxstep) maxstep = st;
+            if (u64map_put(&range_info, a->range,
+                           phase_of_range(m, a->range) | (uint64_t)(st + 1) << 8)) {
+                u64map_free(&range_info);
                 goto out;
             }
-            ph = u64map_get(&range_phase, a->range);
+            inf = u64map_get(&range_info, a->range);
         }
-        c->phase[i] = (uint8_t)*ph;
+        c->phase[i] = (uint8_t)(*inf & 0xff);
+        step[i] = (int32_t)(*inf >> 8) - 1;
     }
-    u64map_free(&range_phase);
+    u64map_free(&range_info);
+    for (size_t s = 0; s < m->nsteps; s++)
+        if (m->steps[s].step > maxstep && m->steps[s].step < INT32_MAX) maxstep = m->steps[s].step;
+    if (maxstep >= VIZ_MAX_STEP) maxstep = -1; /* not step counts: the phase source says none */
+    x.nstep = (size_t)(maxstep + 1);
+    x.bwd_start = calloc(x.nstep + 1, sizeof *x.bwd_start);
+    x.step_end = calloc(x.nstep + 1, sizeof *x.step_end);
+    if (!x.bwd_start || !x.step_end) goto out;
     /* parameters: X for every "grad.X" (and "grad.shard.X") name */
     u64map seen = {0};
     for (size_t i = 0; i < m->nallocs; i++) {
@@ -156,19 +168,15 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
         }
     }
     u64map_free(&seen);
-    /* per step: the first birth in its backward, and its last seq */
-    for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
-        int64_t st;
-        if (c->phase[i] != ADV_PH_BWD || (st = step_of(m, a)) < 0) continue;
-        if (!u64map_get(&x.bwd_start, (uint64_t)st) &&
-            u64map_put(&x.bwd_start, (uint64_t)st, a->birth))
-            goto out; /* allocations are in birth order: the first one seen is the first */
-    }
+    /* per step: the first birth in its backward (allocations are in birth order: the first one
+     * seen), and its last seq */
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (c->phase[i] == ADV_PH_BWD && step[i] >= 0 && (size_t)step[i] < x.nstep &&
+            !x.bwd_start[step[i]])
+            x.bwd_start[step[i]] = m->allocs[i].birth;
     for (size_t s = 0; s < m->nsteps; s++)
-        if (m->steps[s].step >= 0 &&
-            u64map_put(&x.step_end, (uint64_t)m->steps[s].step, m->steps[s].end_seq))
-            goto out;
+        if (m->steps[s].step >= 0 && (uint64_t)m->steps[s].step < x.nstep)
+            x.step_end[m->steps[s].step] = m->steps[s].end_seq;
     uint64_t peak_total = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
@@ -190,7 +198,7 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
     rc = 0;
 out:
     u64map_free(&x.params), u64map_free(&x.name_cat);
-    u64map_free(&x.bwd_start), u64map_free(&x.step_end);
+    free(x.bwd_start), free(x.step_end), free(step);
     if (rc) viz_categories_free(c);
     return rc;
 }
