@@ -11,7 +11,9 @@
  *     gradients named;
  *   - phases (VIZ_SRC_PHASE), for what the names leave: born in a forward range and freed after
  *     its step's backward began (the first allocation born in that step's backward range) is an
- *     activation; born in a step and freed before that step ended is a temporary.
+ *     activation; born in a forward, backward or optimizer range and freed before the next phase
+ *     began (of its step, or the next step's first) is a temporary. A run that stopped in the
+ *     middle of a phase (an OOM) has no next phase: what it freed then gets no category.
  * Anything else stays without a category ("none said"), never guessed.
  *
  * A source is one function in `sources` below, asked in order; the first that answers wins.
@@ -63,12 +65,14 @@ static uint8_t phase_of_range(const gm_model *m, uint32_t range)
 typedef struct cat_ctx {
     const gm_model *m;
     const uint8_t *phase;
-    const int32_t *step; /* per allocation: the step of its birth range; -1 none */
-    u64map params;       /* hash of X for every "grad.X" name: X is a parameter */
-    u64map name_cat;     /* name string id -> VIZ_CAT_* + 1 (0: not decided yet) */
-    uint64_t *bwd_start; /* per step number: the first birth seq in its backward (0: none) */
-    uint64_t *step_end;  /* per step number: its last seq (0: unknown) */
-    size_t nstep;        /* step numbers below this have a slot */
+    const int32_t *step;  /* per allocation: the step of its birth range; -1 none */
+    u64map params;        /* hash of X for every "grad.X" name: X is a parameter */
+    u64map name_cat;      /* name string id -> VIZ_CAT_* + 1 (0: not decided yet) */
+    uint64_t *bwd_start;  /* per step number: the first birth seq in its backward (0: none) */
+    size_t nstep;         /* step numbers below this have a slot */
+    uint64_t *starts;     /* where each phase of each step began (its first birth), in order */
+    size_t nstarts, next; /* next: the first start after the birth asked last (births come in
+                             order, so it only moves on) */
 } cat_ctx;
 
 static int by_name_str(const cat_ctx *x, const char *n)
@@ -98,11 +102,22 @@ static int src_phase(cat_ctx *x, size_t i)
 {
     const gm_alloc *a = &x->m->allocs[i];
     int32_t st = x->step[i];
-    if (st < 0 || (size_t)st >= x->nstep || !a->death) return VIZ_CAT_NONE;
-    uint64_t bw = x->bwd_start[st], end = x->step_end[st];
+    while (x->next < x->nstarts && x->starts[x->next] <= a->birth)
+        x->next++;
+    if (st < 0 || (size_t)st >= x->nstep || !a->death || x->phase[i] == ADV_PH_OTHER)
+        return VIZ_CAT_NONE;
+    uint64_t bw = x->bwd_start[st];
     if (x->phase[i] == ADV_PH_FWD && bw && a->death >= bw) return VIZ_CAT_ACT;
-    if (end && a->death <= end) return VIZ_CAT_TEMP;
+    /* freed before the next phase (of this step or the next) began: a run that stopped in the
+     * middle of a phase (an OOM) has no next phase, and says nothing */
+    if (x->next < x->nstarts && a->death < x->starts[x->next]) return VIZ_CAT_TEMP;
     return VIZ_CAT_NONE;
+}
+
+static int cmp_u64(const void *p, const void *q)
+{
+    uint64_t a = *(const uint64_t *)p, b = *(const uint64_t *)q;
+    return a < b ? -1 : a > b;
 }
 
 /* Asked in this order; index + 1 is the VIZ_SRC_* the answer is credited to. */
@@ -146,9 +161,15 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
         if (m->steps[s].step > maxstep && m->steps[s].step < INT32_MAX) maxstep = m->steps[s].step;
     if (maxstep >= VIZ_MAX_STEP) maxstep = -1; /* not step counts: the phase source says none */
     x.nstep = (size_t)(maxstep + 1);
-    x.bwd_start = calloc(x.nstep + 1, sizeof *x.bwd_start);
-    x.step_end = calloc(x.nstep + 1, sizeof *x.step_end);
-    if (!x.bwd_start || !x.step_end) goto out;
+    uint64_t *first[3] = {0}; /* per phase (forward, backward, optimizer) and step: first birth */
+    for (int q = 0; q < 3; q++)
+        first[q] = calloc(x.nstep + 1, sizeof *first[q]);
+    x.bwd_start = first[1];
+    x.starts = malloc(sizeof *x.starts * (3 * x.nstep + 1));
+    if (!first[0] || !first[1] || !first[2] || !x.starts) {
+        free(first[0]), free(first[2]);
+        goto out;
+    }
     /* parameters: X for every "grad.X" (and "grad.shard.X") name */
     u64map seen = {0};
     for (size_t i = 0; i < m->nallocs; i++) {
@@ -168,15 +189,18 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
         }
     }
     u64map_free(&seen);
-    /* per step: the first birth in its backward (allocations are in birth order: the first one
-     * seen), and its last seq */
-    for (size_t i = 0; i < m->nallocs; i++)
-        if (c->phase[i] == ADV_PH_BWD && step[i] >= 0 && (size_t)step[i] < x.nstep &&
-            !x.bwd_start[step[i]])
-            x.bwd_start[step[i]] = m->allocs[i].birth;
-    for (size_t s = 0; s < m->nsteps; s++)
-        if (m->steps[s].step >= 0 && (uint64_t)m->steps[s].step < x.nstep)
-            x.step_end[m->steps[s].step] = m->steps[s].end_seq;
+    /* per step: where each phase began (its first birth: allocations are in birth order) */
+    for (size_t i = 0; i < m->nallocs; i++) {
+        int ph = c->phase[i];
+        if (ph >= ADV_PH_FWD && ph <= ADV_PH_OPT && step[i] >= 0 && (size_t)step[i] < x.nstep &&
+            !first[ph - 1][step[i]])
+            first[ph - 1][step[i]] = m->allocs[i].birth;
+    }
+    for (int q = 0; q < 3; q++)
+        for (size_t t = 0; t < x.nstep; t++)
+            if (first[q][t]) x.starts[x.nstarts++] = first[q][t];
+    free(first[0]), free(first[2]);
+    qsort(x.starts, x.nstarts, sizeof *x.starts, cmp_u64);
     uint64_t peak_total = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
@@ -198,7 +222,7 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
     rc = 0;
 out:
     u64map_free(&x.params), u64map_free(&x.name_cat);
-    free(x.bwd_start), free(x.step_end), free(step);
+    free(x.bwd_start), free(x.starts), free(step);
     if (rc) viz_categories_free(c);
     return rc;
 }
