@@ -186,6 +186,19 @@ jq -e '.analyses.tune.recommended.conf and (.analyses.advise.recommendations | t
 "$GM" viz "$TMP/run.db" -o "$TMP/none.html" --with none || fail "--with none exited $?"
 [[ $(sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/none.html" | jq -c '.analyses') == '{}' ]] || fail "--with none ran analyses"
 ok "analyses: frag, advise and tune by default on $(jq .summary.events "$TMP/dflt.json") events; --with none runs none"
+# a run that stopped at an OOM: what it freed while stopping is no temporary nor activation (no
+# phase followed), and the OOM's segment map is there, at the OOM
+GPUMEM_LIMIT=3M "$GM" record -q -o "$TMP/oom.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 3 -B 4 -T 64 \
+  > "$TMP/oom.txt" 2>&1 && fail "the run under a 3 MiB limit did not run out of memory"
+"$GM" viz "$TMP/oom.db" -o "$TMP/oom.html" || fail "gpumem viz of an OOM'd run exited $?"
+sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/oom.html" > "$TMP/oom.json"
+oseq=$(jq '.ooms[0].seq' "$TMP/oom.json")
+[[ $oseq =~ ^[0-9]+$ ]] || fail "no OOM on the OOM'd run's page"
+n=$(jq --argjson o "$oseq" '[.tensors.rows[] | select(.[4] > $o and (.[6] == 4 or .[6] == 5))] | length' "$TMP/oom.json")
+[[ $n == 0 ]] || fail "$n allocations freed after the OOM (seq $oseq) are called activations or temporaries"
+jq -e --argjson o "$oseq" '[.snapshots[] | select(.reason == "oom" and .seq <= $o + 1)] | length == 1' "$TMP/oom.json" > /dev/null \
+  || fail "the OOM's segment map: $(jq -c '[.snapshots[] | [.reason, .seq]]' "$TMP/oom.json")"
+ok "an OOM'd run (seq $oseq): nothing freed while stopping has a phase category; its segment map is the OOM's"
 # Python frames first: a Python program's stacks on the page list its Python frames before the
 # native ones (ctypes, libffi)
 PY=/usr/bin/python3
