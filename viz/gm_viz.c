@@ -25,6 +25,15 @@ extern const char viz_page_html[];
 
 #define VIZ_TOP 10
 #define VIZ_CLASS_NAMES 1000 /* class names the page can show (tensor tables, tooltips) */
+#define VIZ_TENSORS 60000    /* allocations the page describes one by one (viz_tensors.c) */
+
+/* The step number the peak allocated moment falls in; -1 none. */
+static long long peak_step(const gm_model *m)
+{
+    for (size_t i = 0; i < m->nsteps; i++)
+        if (m->steps[i].end_seq >= m->peak_allocated_seq) return (long long)m->steps[i].step;
+    return -1;
+}
 
 static int size_cmp_desc(const void *a, const void *b)
 {
@@ -33,7 +42,8 @@ static int size_cmp_desc(const void *a, const void *b)
     return x->birth < y->birth ? -1 : x->birth > y->birth; /* ties: oldest first */
 }
 
-static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c)
+static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c,
+                               const viz_categories *k, viz_tensors *t)
 {
     size_t n = 0;
     const gm_alloc **live = malloc(sizeof *live * (m->nallocs + 1));
@@ -56,19 +66,42 @@ static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c)
             fputs(",\"site\":", o);
             viz_json_str(o, site);
             fputs(",\"class\":", o);
-            uint32_t k = c->of[live[i] - m->allocs];
-            viz_json_str(o, k < c->n ? c->names[k] : "");
-            fputc('}', o);
+            size_t ai = (size_t)(live[i] - m->allocs);
+            viz_json_str(o, c->of[ai] < c->n ? c->names[c->of[ai]] : "");
+            fprintf(o, ",\"category\":\"%s\",\"tensor\":%ld}", viz_cat_name[k->cat[ai]],
+                    viz_tensor_ref(t, ai));
         }
         free(live);
     }
     fputc(']', o);
 }
 
+/* Allocations made and freed between two moments (either order): what a map taken at one moment
+ * lacks for the other. */
+static void write_between(FILE *o, const gm_model *m, uint64_t from, uint64_t to)
+{
+    uint64_t lo = from < to ? from : to, hi = from < to ? to : from;
+    size_t nb = 0, nf = 0;
+    uint64_t bb = 0, fb = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!viz_is_device(a)) continue;
+        if (a->birth > lo && a->birth <= hi) nb++, bb += a->size;
+        if (a->death > lo && a->death <= hi) nf++, fb += a->size;
+    }
+    fprintf(o, "{\"made\":%zu,\"made_bytes\":%llu,\"freed\":%zu,\"freed_bytes\":%llu}", nb,
+            (unsigned long long)bb, nf, (unsigned long long)fb);
+}
+
 /* The segment map of the peak snapshot (reason 1) and of each OOM snapshot (reason 2). Blocks:
- * [addr, size, state, class] with state as in the blocks table (0 free, 1 allocated, 2 pending,
- * 3 unmapped) and class the rank of its allocation's tensor class (-1: none or unknown). */
-static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c)
+ * [addr, size, state, class, tensor, category, phase] with state as in the blocks table (0 free,
+ * 1 allocated, 2 pending, 3 unmapped), class the rank of its allocation's tensor class, tensor its
+ * row in "tensors" (a hover shows what a band shows), category and phase its allocation's (-1:
+ * none, or no allocation known). The peak snapshot is the recorder's at the reserved peak, which
+ * need not be the peak allocated moment (the timeline's red dot): "between" says what changed
+ * from one to the other. */
+static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c,
+                           const viz_categories *k, viz_tensors *t)
 {
     fputs("\"snapshots\":[", o);
     if (!gm_table_exists(d, "snapshots")) {
@@ -89,9 +122,12 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
     int fs = 1;
     while (s && g && b && sqlite3_step(s) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(s, 0);
-        fprintf(o, "%s{\"id\":%lld,\"seq\":%lld,\"reason\":\"%s\",\"segments\":[", fs ? "" : ",",
-                (long long)id, (long long)sqlite3_column_int64(s, 1),
-                sqlite3_column_int(s, 2) == 1 ? "peak" : "oom");
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 1);
+        int peak = sqlite3_column_int(s, 2) == 1;
+        fprintf(o, "%s{\"id\":%lld,\"seq\":%llu,\"reason\":\"%s\",\"between\":", fs ? "" : ",",
+                (long long)id, (unsigned long long)seq, peak ? "peak" : "oom");
+        write_between(o, m, seq, m->peak_allocated_seq);
+        fputs(",\"segments\":[", o);
         fs = 0;
         /* each block's allocation by identity (the allocator's id), not by address: the
          * address was handed out again after the snapshot */
@@ -114,10 +150,13 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
                 int state = sqlite3_column_int(b, 2);
                 const uint64_t *birth = state == 1 ? u64map_get(&owners, (uint64_t)sqlite3_column_int64(b, 0)) : NULL;
                 long ai = birth ? gm_alloc_by_id(m, *birth) : -1;
-                long cls = ai >= 0 && c->of[ai] != UINT32_MAX ? (long)c->of[ai] : -1;
-                fprintf(o, "%s[%lld,%lld,%d,%ld]", fb ? "" : ",",
+                int dev = ai >= 0 && c->of[ai] != UINT32_MAX;
+                long cls = dev ? (long)c->of[ai] : -1;
+                long ti = dev ? viz_tensor_ref(t, (size_t)ai) : -1;
+                fprintf(o, "%s[%lld,%lld,%d,%ld,%ld,%d,%d]", fb ? "" : ",",
                         (long long)sqlite3_column_int64(b, 0),
-                        (long long)sqlite3_column_int64(b, 1), state, cls);
+                        (long long)sqlite3_column_int64(b, 1), state, cls, ti,
+                        dev ? k->cat[ai] : -1, dev ? k->phase[ai] : -1);
                 fb = 0;
             }
             fputs("]}", o);
@@ -184,16 +223,20 @@ static const char *const usage_viz =
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
     "  - peak requested, allocated and reserved, as `gpumem report` prints them;\n"
-    "  - memory over time: requested, allocated and reserved, allocated stacked by phase or by\n"
-    "    tensor class (a toggle), steps marked; zoom, pan, hover; a click anywhere lists the\n"
-    "    largest allocations live there (name, size, call site);\n"
-    "  - icicles of the bytes live at the peak by stack and of all bytes allocated by stack;\n"
-    "  - the segment map at the peak and at each OOM, blocks coloured by tensor class;\n"
+    "  - memory over time, opening on the step of the peak (one step either side): each\n"
+    "    allocation a band (hover: name, category, size, phases, stack; click pins it; arrow\n"
+    "    keys step, +/- zoom); all steps one click away as a min/max envelope; coloured by\n"
+    "    category (where names or phases say it), phase or tensor class;\n"
+    "  - icicles of the bytes live at the peak by stack and of all bytes allocated by stack,\n"
+    "    from the program's entry (start-up frames folded; a switch shows them);\n"
+    "  - the segment map at the peak and at each OOM, to scale, blocks coloured as the bands;\n"
     "  - the OOM forensics and the allocations alive at the end.\n"
-    "  --with LIST  also run these analyses and show their results in a panel (comma-separated):\n"
-    "               frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
-    "               (`gpumem tune --json`; slow on big recordings: it replays the trace many "
-    "times)\n"
+    "  --with LIST  the analyses to run and show in a panel (comma-separated), instead of the\n"
+    "               default: frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
+    "               (`gpumem tune --json`), or none. By default each runs when the recording is\n"
+    "               small enough for it to take under about 2 s: frag up to 500000 events, tune\n"
+    "               up to 200000, advise up to 10000 (the page says which did not, and how to\n"
+    "               add them)\n"
     "Several databases (or a directory: its *.db files), one per rank: a lane per rank on top\n"
     "(allocated and reserved over time, aligned by step, one scale for all), ranked by meta.rank\n"
     "(else in the order given), and the rank that sets the job's peak allocated in detail below.\n"
@@ -207,6 +250,10 @@ static const char *const usage_viz =
 
 enum { VIZ_FRAG = 1, VIZ_ADVISE = 2, VIZ_TUNE = 4 };
 static const char *const analysis_name[3] = {"frag", "advise", "tune"};
+/* By default an analysis runs when the recording has at most this many events: where it takes
+ * under about 2 s (measured on the included trainer's recordings and rec_bench's synthetic ones,
+ * on 2 busy cores). Decided by size, not by timing it, so the page does not depend on the load. */
+static const uint64_t analysis_auto_events[3] = {500000, 10000, 200000};
 
 /* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
  * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
@@ -286,8 +333,17 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_symbolize(&d, &m); /* sites as `gpumem report` names them (file:line) */
     viz_classes cls;
+    viz_categories cat;
+    viz_tensors tens = {.cap = VIZ_TENSORS};
     if (viz_classes_build(&m, &cls) != 0) {
         fprintf(stderr, "gpumem viz: out of memory reading %s\n", db);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    if (viz_categories_build(&m, &cat) != 0) {
+        fprintf(stderr, "gpumem viz: out of memory reading %s\n", db);
+        viz_classes_free(&cls);
         gm_model_free(&m);
         gm_db_close(&d);
         return GM_EXIT_BADDB;
@@ -298,6 +354,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     if (rc) {
         fprintf(stderr, "gpumem viz: %s\n", err);
         viz_classes_free(&cls);
+        viz_categories_free(&cat);
         gm_model_free(&m);
         gm_db_close(&d);
         return rc;
@@ -318,13 +375,29 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fprintf(
         o,
         ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"
-        "\"peak_reserved_seq\":%llu,\"events\":%llu,\"dropped_events\":%llu},",
+        "\"peak_reserved_seq\":%llu,\"events\":%llu,\"dropped_events\":%llu,\"peak_step\":%lld",
         (unsigned long long)m.peak_allocated, (unsigned long long)m.peak_allocated_seq,
         (unsigned long long)m.peak_reserved, (unsigned long long)m.peak_reserved_seq,
-        (unsigned long long)m.events, (unsigned long long)gm_dropped(&d));
-    int bad = viz_write_timeline(o, &d, &m, &cls);
+        (unsigned long long)m.events, (unsigned long long)gm_dropped(&d), peak_step(&m));
+    fputs(",\"program\":", o);
+    char cmd[1024];
+    gm_meta_text(&d, "cmdline", cmd, sizeof cmd);
+    viz_json_str(o, cmd);
+    fputs(",\"db\":", o);
+    viz_json_str(o, db);
+    /* categories: which sources said them, and bytes at the peak each covers */
+    fprintf(o, "},\"categories\":{\"by_default\":%s,\"names\":[",
+            cat.by_default ? "true" : "false");
+    for (int q = 0; q < VIZ_NCATS; q++)
+        fprintf(o, "%s\"%s\"", q ? "," : "", viz_cat_name[q]);
+    fputs("],\"sources\":[", o);
+    for (int q = 0; q < VIZ_NSRCS; q++)
+        fprintf(o, "%s{\"name\":\"%s\",\"peak_bytes\":%llu}", q ? "," : "", viz_src_name[q],
+                (unsigned long long)cat.peak[q]);
+    fputs("]},", o);
+    int bad = viz_write_timeline(o, &d, &m, &cls, &cat, &tens);
     fputc(',', o);
-    write_live_at_peak(o, &m, &cls);
+    write_live_at_peak(o, &m, &cls, &cat, &tens);
     fputs(",\"classes\":[", o); /* ranked; the first VIZ_TOP_CLASSES have their own colour */
     for (size_t i = 0; i < cls.n && i < VIZ_CLASS_NAMES; i++) {
         if (i) fputc(',', o);
@@ -335,19 +408,30 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fputs(",\"flame_total\":", o);
     bad |= viz_write_flame(o, &d, &m, 1);
     fputc(',', o);
-    write_segments(o, &d, &m, &cls);
+    write_segments(o, &d, &m, &cls, &cat, &tens);
     fputc(',', o);
     write_ooms(o, &m);
     fputc(',', o);
     write_leaks(o, &m);
     fputs(",\"analyses\":{", o);
+    int asked = with >= 0, skipped = 0;
+    if (!asked) /* by size: each analysis whose limit the recording is within */
+        for (int k = with = 0; k < 3; k++)
+            if (m.events <= analysis_auto_events[k]) with |= 1 << k;
     for (int k = 0, first = 1; k < 3; k++) {
         if (!(with & (1 << k))) continue;
         if (!first) fputc(',', o);
         write_analysis(o, analysis_name[k], db);
         first = 0;
     }
-    fputc('}', o);
+    fprintf(o, "},\"analyses_how\":{\"asked\":%s,\"events\":%llu,\"skipped\":[",
+            asked ? "true" : "false", (unsigned long long)m.events);
+    for (int k = 0; k < 3 && !asked; k++)
+        if (!(with & (1 << k)))
+            fprintf(o, "%s{\"name\":\"%s\",\"limit\":%llu}", skipped++ ? "," : "", analysis_name[k],
+                    (unsigned long long)analysis_auto_events[k]);
+    fputs("]},", o);
+    bad |= viz_write_tensors(o, &d, &m, &cls, &cat, &tens);
     if (lanes) fprintf(o, ",\"ranks\":%s", lanes);
     fputc('}', o);
     fputs(mark + strlen("/*GM_DATA*/"), o);
@@ -361,6 +445,8 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         fprintf(stderr, "gpumem viz: %s\n", err);
     }
     viz_classes_free(&cls);
+    viz_categories_free(&cat);
+    viz_tensors_free(&tens);
     gm_model_free(&m);
     gm_db_close(&d);
     return rc;
@@ -548,7 +634,7 @@ int gm_viz_main(int argc, char **argv)
     const char *out = NULL;
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
-    int with = 0, rc = 0, force = 0;
+    int with = -1, rc = 0, force = 0; /* with: -1 the default (by the recording's size) */
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
@@ -567,14 +653,16 @@ int gm_viz_main(int argc, char **argv)
         } else if (strcmp(argv[i], "--with") == 0) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
+            if (with < 0) with = 0;
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
+                if (!strcmp(t, "none")) continue;
                 int k = 0;
                 while (k < 3 && strcmp(t, analysis_name[k]))
                     k++;
                 if (k == 3) {
                     fprintf(stderr,
                             "gpumem viz: --with '%s': unknown analysis; use frag, advise, tune "
-                            "(comma-separated)\n%s",
+                            "(comma-separated) or none\n%s",
                             t, GM_HELP("viz"));
                     rc = GM_EXIT_USAGE;
                     goto done;

@@ -3,7 +3,17 @@
  * `gpumem export --format folded` prints: "root;...;leaf bytes"), read back into a tree here, so
  * that the page, flamegraph.pl and speedscope draw the same numbers: the root of the peak icicle
  * is the report's peak allocated. Nodes under 1/VIZ_FLAME_MIN of the root (well under a pixel)
- * are left out; their bytes stay in their parent's width. */
+ * are left out; their bytes stay in their parent's width.
+ *
+ * Start-up: every stack of a C program begins with the C library's way into main (_start,
+ * __libc_start_main, __libc_start_call_main), four rows above the program's own frames in every
+ * icicle. A node is start-up code when, on every stack through it, it lies outward of the
+ * program's entry: the outermost Python frame when the stack has Python frames (the
+ * interpreter's way in), else `main`; a stack with neither but a thread's start (start_thread,
+ * clone, clone3) has the frames up to the thread start as its start-up. The page folds the
+ * start-up nodes into one "(start-up)" bar and shows them with a switch. Entries are known from
+ * the model's frames (a Python frame; a native one named main), looked up by the name the folded
+ * line gives them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,14 +24,21 @@
 typedef struct fnode {
     uint32_t parent, name;
     uint64_t value;
+    uint8_t startup; /* 0 no, 1 yes, 2 not seen yet */
 } fnode;
+
+enum { NAME_PLAIN, NAME_ENTRY, NAME_THREAD }; /* what a frame's name says of start-up */
 
 typedef struct flame {
     fnode *nodes;
     size_t n, cap;
     char **names;
+    uint8_t *kind; /* per name: NAME_* */
     size_t nnames, names_cap;
     u64map name_idx, child_idx;
+    u64map entry_names, thread_names; /* hashes of the names entries and thread starts have */
+    uint32_t *line;                   /* the current line's name indices */
+    size_t line_cap;
 } flame;
 
 static uint64_t hash_bytes(const char *s, size_t n, uint64_t h)
@@ -39,8 +56,10 @@ static long name_of(flame *f, const char *s, size_t n)
     if (f->nnames == f->names_cap) {
         size_t nc = f->names_cap ? f->names_cap * 2 : 256;
         char **nn = realloc(f->names, nc * sizeof *nn);
-        if (!nn) return -1;
-        f->names = nn, f->names_cap = nc;
+        if (nn) f->names = nn;
+        uint8_t *nk = nn ? realloc(f->kind, nc) : NULL;
+        if (!nk) return -1;
+        f->kind = nk, f->names_cap = nc;
     }
     char *c = strndup(s, n);
     if (!c || u64map_put(&f->name_idx, h, f->nnames)) {
@@ -48,6 +67,9 @@ static long name_of(flame *f, const char *s, size_t n)
         return -1;
     }
     f->names[f->nnames] = c;
+    f->kind[f->nnames] = u64map_get(&f->entry_names, h)    ? NAME_ENTRY
+                         : u64map_get(&f->thread_names, h) ? NAME_THREAD
+                                                           : NAME_PLAIN;
     return (long)f->nnames++;
 }
 
@@ -64,27 +86,71 @@ static long child_of(flame *f, uint32_t parent, uint32_t name)
         f->nodes = nn, f->cap = nc;
     }
     if (u64map_put(&f->child_idx, key, f->n)) return -1;
-    f->nodes[f->n] = (fnode){parent, name, 0};
+    f->nodes[f->n] = (fnode){parent, name, 0, 2};
     return (long)f->n++;
 }
 
-/* One folded line: frames separated by ';', then a space and the bytes. */
+/* One folded line: frames separated by ';' (outermost first), then a space and the bytes. */
 static int add_line(flame *f, const char *line, size_t len)
 {
     const char *sp = memrchr(line, ' ', len);
     if (!sp) return 0;
     uint64_t bytes = strtoull(sp + 1, NULL, 10);
     f->nodes[0].value += bytes;
-    uint32_t at = 0;
+    size_t nf = 0;
     for (const char *p = line; p < sp;) {
         const char *e = memchr(p, ';', (size_t)(sp - p));
         if (!e) e = sp;
         long nm = name_of(f, p, (size_t)(e - p));
-        long ch = nm < 0 ? -1 : child_of(f, at, (uint32_t)nm);
+        if (nm < 0) return -1;
+        if (nf == f->line_cap) {
+            size_t nc = f->line_cap ? f->line_cap * 2 : 64;
+            uint32_t *nl = realloc(f->line, nc * sizeof *nl);
+            if (!nl) return -1;
+            f->line = nl, f->line_cap = nc;
+        }
+        f->line[nf++] = (uint32_t)nm;
+        p = e + 1;
+    }
+    /* the frames before the entry (or up to a thread's start) are start-up */
+    size_t nstart = 0, k = 0;
+    while (k < nf && f->kind[f->line[k]] != NAME_ENTRY)
+        k++;
+    if (k < nf)
+        nstart = k;
+    else
+        for (k = 0; k < nf; k++)
+            if (f->kind[f->line[k]] == NAME_THREAD) nstart = k + 1;
+    uint32_t at = 0;
+    for (k = 0; k < nf; k++) {
+        long ch = child_of(f, at, f->line[k]);
         if (ch < 0) return -1;
         at = (uint32_t)ch;
         f->nodes[at].value += bytes;
-        p = e + 1;
+        uint8_t st = k < nstart;
+        f->nodes[at].startup = f->nodes[at].startup == 2 ? st : f->nodes[at].startup & st;
+    }
+    return 0;
+}
+
+/* The names entries and thread starts have in a folded line (as gm_export_format writes them). */
+static int mark_names(flame *f, const gm_model *m)
+{
+    for (size_t i = 0; i < m->nframes; i++) {
+        const gm_frame *fr = &m->frames[i];
+        const char *fn = fr->function;
+        int entry = fr->python || (fn && !strcmp(fn, "main"));
+        int thread = !fr->python && fn &&
+                     (!strcmp(fn, "start_thread") || !strcmp(fn, "clone") ||
+                      !strcmp(fn, "clone3") || !strcmp(fn, "__clone") || !strcmp(fn, "__clone3"));
+        if (!entry && !thread) continue;
+        char name[1024];
+        gm_frame_desc(m, (long)i, name, sizeof name);
+        for (char *p = name; *p; p++)
+            if (*p == ';' || *p == '\n' || *p == '\r') *p = ',';
+        if (u64map_put(entry ? &f->entry_names : &f->thread_names,
+                       hash_bytes(name, strlen(name), 1469598103934665603ull), 1))
+            return -1;
     }
     return 0;
 }
@@ -93,8 +159,9 @@ static void flame_free(flame *f)
 {
     for (size_t i = 0; i < f->nnames; i++)
         free(f->names[i]);
-    free(f->names), free(f->nodes);
+    free(f->names), free(f->nodes), free(f->kind), free(f->line);
     u64map_free(&f->name_idx), u64map_free(&f->child_idx);
+    u64map_free(&f->entry_names), u64map_free(&f->thread_names);
 }
 
 int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)
@@ -112,7 +179,8 @@ int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)
     f.nodes = malloc(1024 * sizeof *f.nodes);
     if (!f.nodes) goto out;
     f.cap = 1024;
-    f.nodes[f.n++] = (fnode){UINT32_MAX, 0, 0};
+    f.nodes[f.n++] = (fnode){UINT32_MAX, 0, 0, 0};
+    if (mark_names(&f, m)) goto out;
     if (name_of(&f, what ? "all allocations" : "live at the peak", what ? 15 : 16) < 0) goto out;
     for (char *p = buf; p && p < buf + len;) {
         char *e = memchr(p, '\n', (size_t)(buf + len - p));
@@ -130,14 +198,14 @@ int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)
         if (i) fputc(',', o);
         viz_json_str(o, f.names[i]);
     }
-    fputs("],\"nodes\":[", o); /* [parent (-1: the root), name, bytes], parents first */
+    fputs("],\"nodes\":[", o); /* [parent (-1: the root), name, bytes, start-up], parents first */
     for (size_t i = 0; i < f.n; i++) {
         const fnode *x = &f.nodes[i];
         keep[i] = UINT32_MAX;
         if (i && (keep[x->parent] == UINT32_MAX || x->value < min || !x->value)) continue;
         keep[i] = (uint32_t)nk;
-        fprintf(o, "%s[%ld,%u,%llu]", nk ? "," : "", i ? (long)keep[x->parent] : -1L, x->name,
-                (unsigned long long)x->value);
+        fprintf(o, "%s[%ld,%u,%llu,%d]", nk ? "," : "", i ? (long)keep[x->parent] : -1L, x->name,
+                (unsigned long long)x->value, x->startup == 1);
         nk++;
     }
     fputs("]}", o);

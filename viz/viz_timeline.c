@@ -55,11 +55,6 @@ void viz_json_str(FILE *o, const char *s)
     fputc('"', o);
 }
 
-int viz_is_device(const gm_alloc *a)
-{
-    return a->device >= 0 && a->kind != 5 && a->kind != 7;
-}
-
 static int live_at(const gm_alloc *a, uint64_t seq)
 {
     return a->birth <= seq && (!a->death || a->death > seq);
@@ -178,34 +173,10 @@ void viz_classes_free(viz_classes *c)
 
 /* ---------------------------------------------------------------- the sweep */
 
-/* The phase of a range: the last component of its path that names one (advise's words). */
-static uint8_t phase_of_range(const gm_model *m, uint32_t range)
-{
-    const gm_range *r = range ? gm_range_of(m, range) : NULL;
-    if (!r || !r->path) return ADV_PH_OTHER;
-    uint8_t ph = ADV_PH_OTHER;
-    char comp[256];
-    for (const char *p = r->path; *p;) {
-        size_t n = strcspn(p, "/");
-        if (n < sizeof comp) {
-            memcpy(comp, p, n);
-            comp[n] = 0;
-            int x = adv_phase_of_name(comp);
-            if (x) ph = (uint8_t)x;
-        }
-        p += n;
-        if (*p == '/') p++;
-    }
-    return ph;
-}
-
 /* (key, allocation) pairs, sorted by key with an LSD radix sort (stable: equal keys keep the
  * allocations' birth order). Millions of them: qsort alone took about a second here. */
-typedef struct kv {
-    uint64_t key;
-    uint32_t a;
-} kv;
-static int radix_sort(kv *v, size_t n, uint64_t maxkey)
+typedef viz_kv kv;
+int viz_radix_sort(viz_kv *v, size_t n, uint64_t maxkey)
 {
     kv *tmp = malloc(sizeof *tmp * (n + 1));
     if (!tmp) return -1;
@@ -234,7 +205,7 @@ typedef struct bucket {
     uint64_t seq, at; /* first seq of the bucket; the moment allocated was highest */
     int64_t amin, amax, rqmax, rsmax;
     uint32_t at_range;
-    int64_t phase[VIZ_PHASES], cls[VIZ_LAYERS];
+    int64_t phase[VIZ_PHASES], cls[VIZ_LAYERS], cat[VIZ_NCATS];
     uint32_t live[VIZ_LIVE_TOP];
     uint32_t nlive;
 } bucket;
@@ -291,12 +262,21 @@ static int fill_live(const gm_model *m, bucket *b, size_t nb)
         free(v), free(next);
         return -1;
     }
-    for (size_t i = 0; i < m->nallocs; i++)
-        if (viz_is_device(&m->allocs[i]) && m->allocs[i].size > maxsize)
-            maxsize = m->allocs[i].size;
-    for (size_t i = 0; i < m->nallocs; i++) /* largest first; ties: oldest first */
-        if (viz_is_device(&m->allocs[i])) v[n++] = (kv){maxsize - m->allocs[i].size, (uint32_t)i};
-    if (radix_sort(v, n, maxsize)) {
+    /* only allocations live at some bucket's moment can be listed: one pass in birth order
+     * (moments are in order too) leaves out the short-lived rest before the sort */
+    for (size_t i = 0, p = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!viz_is_device(a)) continue;
+        while (p < nb && b[p].at < a->birth)
+            p++;
+        if (p == nb) break;
+        if (a->death && b[p].at >= a->death) continue;
+        v[n++] = (kv){a->size, (uint32_t)i};
+        if (a->size > maxsize) maxsize = a->size;
+    }
+    for (size_t i = 0; i < n; i++) /* largest first; ties: oldest first */
+        v[i].key = maxsize - v[i].key;
+    if (viz_radix_sort(v, n, maxsize)) {
         free(v), free(next);
         return -1;
     }
@@ -322,32 +302,6 @@ static int fill_live(const gm_model *m, bucket *b, size_t nb)
     return 0;
 }
 
-/* Interns key -> index into a list written later (tensors, sites, phases). */
-typedef struct ilist {
-    u64map idx;
-    uint64_t *keys;
-    size_t n, cap;
-} ilist;
-static long ilist_add(ilist *l, uint64_t key)
-{
-    uint64_t *hit = u64map_get(&l->idx, key);
-    if (hit) return (long)*hit;
-    if (l->n == l->cap) {
-        size_t nc = l->cap ? l->cap * 2 : 256;
-        uint64_t *nk = realloc(l->keys, nc * sizeof *nk);
-        if (!nk) return -1;
-        l->keys = nk, l->cap = nc;
-    }
-    if (u64map_put(&l->idx, key, l->n)) return -1;
-    l->keys[l->n] = key;
-    return (long)l->n++;
-}
-static void ilist_free(ilist *l)
-{
-    u64map_free(&l->idx);
-    free(l->keys);
-}
-
 static void write_values(FILE *o, const int64_t *v, size_t n)
 {
     fputc('[', o);
@@ -356,39 +310,56 @@ static void write_values(FILE *o, const int64_t *v, size_t n)
     fputc(']', o);
 }
 
-int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c)
+void viz_focus_of(const gm_model *m, viz_focus *f)
+{
+    uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
+    f->first_seq = lo, f->last_seq = hi, f->step = -1;
+    size_t n = m->nsteps, k = 0;
+    if (!n) return;
+    while (k < n && m->steps[k].end_seq < m->peak_allocated_seq)
+        k++;
+    /* step k runs from the end of step k-1 (+1) to its end; past the last step: to the end */
+    f->step = k < n ? (long)k : -1;
+    f->first_seq = k >= 2 ? m->steps[k - 2].end_seq + 1 : lo;
+    f->last_seq = k + 1 < n ? m->steps[k + 1].end_seq : hi;
+}
+
+int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c,
+                       const viz_categories *k, viz_tensors *t)
 {
     size_t nd = 0, nr = 0, nb = 0;
     kv *dv = malloc(sizeof *dv * (m->nallocs + 1));
-    uint8_t *phase = malloc(m->nallocs + 1);
+    const uint8_t *phase = k->phase;
     bucket *b = calloc(VIZ_BUCKETS + 1, sizeof *b);
     res_ev *rv = m->have_segments ? load_reserved(d, &nr) : NULL;
-    ilist tensors = {0}, sites = {0}, paths = {0};
-    u64map range_phase = {0};
+    viz_ilist paths = {0};
     int rc = -1;
-    if (!dv || !phase || !b) goto out;
+    if (!dv || !b) goto out;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!viz_is_device(a)) continue;
-        uint64_t *ph = u64map_get(&range_phase, a->range);
-        if (!ph) {
-            u64map_put(&range_phase, a->range, phase_of_range(m, a->range));
-            ph = u64map_get(&range_phase, a->range);
-        }
-        phase[i] = ph ? (uint8_t)*ph : ADV_PH_OTHER;
-        if (a->death) dv[nd++] = (kv){a->death, (uint32_t)i};
+        if (viz_is_device(a) && a->death) dv[nd++] = (kv){a->death, (uint32_t)i};
     }
-    if (radix_sort(dv, nd, m->max_seq)) goto out;
+    if (viz_radix_sort(dv, nd, m->max_seq)) goto out;
 
     uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
     double width = (double)(hi - lo + 1) / VIZ_BUCKETS;
     if (width < 1) width = 1;
-    int64_t cur = 0, rq = 0, rs = 0, ph[VIZ_PHASES] = {0}, cl[VIZ_LAYERS] = {0};
+    int64_t cur = 0, rq = 0, rs = 0, ph[VIZ_PHASES] = {0}, cl[VIZ_LAYERS] = {0},
+            ct[VIZ_NCATS] = {0};
     uint64_t last_seq = 0;
     uint32_t last_range = 0;
     size_t bi = 0, di = 0, ri = 0; /* next birth (m->allocs), death, reserved change */
     long cb = -1;
     bucket *B = NULL;
+    /* The layers at a bucket's highest moment: copied when that moment is over (at the next
+     * death, or the bucket's end), not at each new high: a ramp of births is one copy. */
+    int pending = 0;
+#define TAKE_LAYERS()                                                                              \
+    do {                                                                                           \
+        memcpy(B->phase, ph, sizeof ph), memcpy(B->cls, cl, sizeof cl);                            \
+        memcpy(B->cat, ct, sizeof ct);                                                             \
+        pending = 0;                                                                               \
+    } while (0)
     for (;;) {
         while (bi < m->nallocs && !viz_is_device(&m->allocs[bi]))
             bi++;
@@ -401,6 +372,7 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
         long bk = (long)((double)(seq - lo) / width);
         if (bk >= VIZ_BUCKETS) bk = VIZ_BUCKETS - 1;
         if (bk != cb) {
+            if (pending) TAKE_LAYERS();
             cb = bk;
             B = &b[nb++];
             B->seq = lo + (uint64_t)((double)bk * width);
@@ -408,12 +380,14 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
             B->amin = B->amax = cur, B->rqmax = rq;
             B->rsmax = m->have_segments ? rs : cur;
             memcpy(B->phase, ph, sizeof ph), memcpy(B->cls, cl, sizeof cl);
+            memcpy(B->cat, ct, sizeof ct);
         }
         if (sr == seq) {
             rs += rv[ri++].delta;
             if (rs < 0) rs = 0;
         } else {
             int born = sd != seq;
+            if (!born && pending) TAKE_LAYERS();
             uint32_t ai = born ? (uint32_t)bi++ : dv[di++].a;
             const gm_alloc *a = &m->allocs[ai];
             int64_t sgn = born ? 1 : -1;
@@ -421,18 +395,21 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
             rq += sgn * (int64_t)a->requested;
             ph[phase[ai]] += sgn * (int64_t)a->size;
             cl[c->of[ai] < VIZ_TOP_CLASSES ? c->of[ai] : VIZ_TOP_CLASSES] += sgn * (int64_t)a->size;
+            ct[k->cat[ai]] += sgn * (int64_t)a->size;
             if (born) last_range = a->range;
         }
         last_seq = seq;
         if (cur < B->amin) B->amin = cur;
         if (cur > B->amax) {
             B->amax = cur, B->at = seq, B->at_range = last_range;
-            memcpy(B->phase, ph, sizeof ph), memcpy(B->cls, cl, sizeof cl);
+            pending = 1;
         }
         if (rq > B->rqmax) B->rqmax = rq;
         int64_t r = m->have_segments ? rs : cur;
         if (r > B->rsmax) B->rsmax = r;
     }
+    if (pending) TAKE_LAYERS();
+#undef TAKE_LAYERS
     if (fill_live(m, b, nb)) goto out;
 
     /* the time of each bucket's moment (ns since the first event): one lookup per bucket */
@@ -449,7 +426,7 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
             if (sqlite3_step(ts) == SQLITE_ROW)
                 t = sqlite3_column_int64(ts, 0) - (int64_t)m->first_t;
         }
-        long pi = ilist_add(&paths, b[j].at_range);
+        long pi = viz_ilist_add(&paths, b[j].at_range);
         fprintf(o, "%s[%llu,%lld,%lld,%lld,%lld,%llu,%lld,%ld]", j ? "," : "",
                 (unsigned long long)b[j].seq, (long long)b[j].amin, (long long)b[j].amax,
                 (long long)b[j].rqmax, (long long)b[j].rsmax, (unsigned long long)b[j].at,
@@ -466,7 +443,11 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
     for (size_t i = 0; i < m->nsteps; i++)
         fprintf(o, "%s[%lld,%llu]", i ? "," : "", (long long)m->steps[i].step,
                 (unsigned long long)m->steps[i].end_seq);
-    fputs("],\"stack\":{\"phase\":{\"names\":[", o);
+    viz_focus f;
+    viz_focus_of(m, &f);
+    fprintf(o, "],\"focus\":{\"first_seq\":%llu,\"last_seq\":%llu,\"step\":%ld}",
+            (unsigned long long)f.first_seq, (unsigned long long)f.last_seq, f.step);
+    fputs(",\"stack\":{\"phase\":{\"names\":[", o);
     for (int k = 0; k < VIZ_PHASES; k++)
         fprintf(o, "%s\"%s\"", k ? "," : "", phase_label[k]);
     fputs("],\"v\":[", o);
@@ -486,39 +467,30 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
         if (j) fputc(',', o);
         write_values(o, b[j].cls, c->n > VIZ_TOP_CLASSES ? VIZ_LAYERS : ncl);
     }
+    fputs("]},\"category\":{\"names\":[", o);
+    for (int q = 0; q < VIZ_NCATS; q++)
+        fprintf(o, "%s\"%s\"", q ? "," : "", viz_cat_name[q]);
+    fputs("],\"v\":[", o);
+    for (size_t j = 0; j < nb; j++) {
+        if (j) fputc(',', o);
+        write_values(o, b[j].cat, VIZ_NCATS);
+    }
     fputs("]}},\"live\":[", o);
     for (size_t j = 0; j < nb; j++) {
         fputs(j ? ",[" : "[", o);
-        for (uint32_t k = 0; k < b[j].nlive; k++) {
-            long ti = ilist_add(&tensors, b[j].live[k]);
-            if (ti < 0) goto out;
-            fprintf(o, "%s%ld", k ? "," : "", ti);
+        for (uint32_t q = 0, w = 0; q < b[j].nlive; q++) {
+            long ti = viz_tensor_ref(t, b[j].live[q]);
+            if (ti >= 0) fprintf(o, "%s%ld", w++ ? "," : "", ti);
         }
         fputc(']', o);
     }
-    /* tensors: [name, bytes, site, birth, death (0: alive at the end), class] */
-    fputs("],\"tensors\":[", o);
-    for (size_t k = 0; k < tensors.n; k++) {
-        const gm_alloc *a = &m->allocs[tensors.keys[k]];
-        long si = ilist_add(&sites, a->stack);
-        fputs(k ? ",[" : "[", o);
-        viz_json_str(o, a->name ? gm_str(m, a->name) : "(unnamed)");
-        fprintf(o, ",%llu,%ld,%llu,%llu,%u]", (unsigned long long)a->size, si,
-                (unsigned long long)a->birth, (unsigned long long)a->death, c->of[tensors.keys[k]]);
-    }
-    fputs("],\"sites\":[", o);
-    for (size_t k = 0; k < sites.n; k++) {
-        char site[512] = "";
-        gm_site_desc(m, (uint32_t)sites.keys[k], site, sizeof site);
-        if (k) fputc(',', o);
-        viz_json_str(o, site);
-    }
-    fputs("]}", o);
+    fputs("],", o);
+    if (viz_write_bands(o, m, &f, t)) goto out;
+    fputc('}', o);
     rc = 0;
 out:
-    free(dv), free(phase), free(b), free(rv);
-    ilist_free(&tensors), ilist_free(&sites), ilist_free(&paths);
-    u64map_free(&range_phase);
+    free(dv), free(b), free(rv);
+    viz_ilist_free(&paths);
     return rc;
 }
 
@@ -535,7 +507,7 @@ int viz_write_lane(FILE *o, gm_db *d, const gm_model *m)
     for (size_t i = 0; i < m->nallocs; i++)
         if (viz_is_device(&m->allocs[i]) && m->allocs[i].death)
             dv[nd++] = (kv){m->allocs[i].death, (uint32_t)i};
-    if (radix_sort(dv, nd, m->max_seq)) goto out;
+    if (viz_radix_sort(dv, nd, m->max_seq)) goto out;
     uint64_t lo = m->max_seq ? 1 : 0, hi = m->max_seq ? m->max_seq : 1;
     double width = (double)(hi - lo + 1) / VIZ_LANE_BUCKETS;
     if (width < 1) width = 1;

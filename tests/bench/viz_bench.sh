@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `gpumem viz` on the synthetic 10-million-event database (rec_bench gen): the time to write the
-# page (viz.10m_s, bar 20 s) and its size (viz.10m_mib, bar 10 MB). The database is written
+# page (viz.10m_s, bar 5 s) and its size (viz.10m_mib, bar 10 MiB). The database is written
 # under $BUILD, not /tmp, and removed afterwards.
 set -euo pipefail
 BUILD=${BUILD:-build}

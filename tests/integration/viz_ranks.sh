@@ -61,4 +61,7 @@ mkdir -p "$BUILD"
 read -r -a pk <<< "$want_peaks"
 jq -n --argjson a "${pk[0]}" --argjson b "${pk[1]}" '{ranks: [0, 1], peaks: [$a, $b], detail_rank: (if $a > $b then 0 else 1 end)}' \
   > "$TMP/expect.json"
-"$VIZ_PY" -B viz/browser_ranks.py "$TMP/ranks.html" "$TMP/expect.json" "$BUILD/viz_ranks.png" || fail "the page in chromium"
+OUT=$BUILD/tests/viz_ranks
+mkdir -p "$OUT"
+cp "$TMP/ranks.html" "$OUT/page.html"
+"$VIZ_PY" -B viz/browser_ranks.py "$OUT/page.html" "$TMP/expect.json" "$OUT/page.png" || fail "the page in chromium"
