@@ -118,7 +118,8 @@ mkdir -p "$TMP/one" && cp "$TMP/run.db" "$TMP/one/run.db"
 "$GM" report "$TMP/one" | head -1 | grep -q "^gpumem report: 1 rank\( \|$\)" || fail "one rank: $("$GM" report "$TMP/one" | head -1)"
 "$GM" advise "$TMP/run.db" --ranks 1 | grep -q "^ZeRO across 1 rank:" || fail "advise --ranks 1: $("$GM" advise "$TMP/run.db" --ranks 1 | grep ZeRO | head -1)"
 "$GM" viz "$TMP/run.db" -o "$TMP/v.html" || fail "viz"
-grep -q 'n == 1 ? " segment" : " segments"' "$TMP/v.html" && grep -q '"At the reserved peak (the allocator.s snapshot at seq "' "$TMP/v.html" \
+# the segment map's heading: one segment singular, and its moment said against the red dot's
+grep -q 'segments.length === 1 ? "" : "s"' "$TMP/v.html" && grep -q 'not at the red dot (seq ' "$TMP/v.html" \
   || fail "the page's segment map heading"
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" | jq -e '.snapshots[0].reason == "peak" and .summary.peak_allocated_seq > 0' > /dev/null \
   || fail "the page's data"
