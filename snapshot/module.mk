@@ -120,12 +120,12 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
-                    $(SNAP_DIR)/rec_schema.c
-$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
+                    snapshot/formats/gm_torch.c $(SNAP_DIR)/rec_schema.c
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/formats/gm_torch.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3
+	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3 -lm
 ALL_TARGETS += $(PICKLE_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh

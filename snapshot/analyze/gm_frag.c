@@ -703,7 +703,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
     alloc_config_default(&cfg);
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0]) alloc_config_parse(&cfg, conf, NULL, 0);
+    if (conf[0]) alloc_config_parse_recorded(&cfg, conf, NULL, 0);
     uint64_t page = cfg.handle_size ? cfg.handle_size : PAGE_DEFAULT;
     for (size_t i = 0; i < nsnaps; i++) {
         snap *s = &snaps[i];

@@ -151,7 +151,7 @@ int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     alloc_config_default(&rc);
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
@@ -229,7 +229,9 @@ int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
         return 0;
     }
     static const char *const keys[] = {"expandable_segments:", "max_split_size_mb:",
-                                        "roundup_power2_divisions:", "garbage_collection_threshold:"};
+                                        "roundup_power2_divisions:", "garbage_collection_threshold:",
+                                        "large_segment_size_mb:", "max_non_split_rounding_mb:",
+                                        "per_process_memory_fraction:"};
     while (*rest == ',') {
         rest++;
         int ok = 0;

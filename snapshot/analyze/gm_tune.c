@@ -146,7 +146,15 @@ static size_t neighbours(const search *s, const alloc_config_t *base, alloc_conf
         if (!use[l]) continue;
         for (size_t i = 0; i < lens[l] && n < max; i++) {
             alloc_config_t c = *base;
-            if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK) continue;
+            /* PyTorch's keys have no value for "none": those three are set here */
+            if (!strcmp(lists[l][i], "max_split_size_mb:inf"))
+                c.max_split_size = SIZE_MAX;
+            else if (!strcmp(lists[l][i], "garbage_collection_threshold:0"))
+                c.gc_threshold = 0;
+            else if (!strcmp(lists[l][i], "roundup_power2_divisions:0"))
+                memset(c.rp2_div, 0, sizeof c.rp2_div);
+            else if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK)
+                continue;
             c.limit = s->limit;
             char a[1024], b[1024];
             conf_key(&c, a, sizeof a);

@@ -18,11 +18,18 @@
  *   - frames ({filename, line, name}, innermost first) become frames and stacks; a frame whose
  *     file ends in ".py" is a Python frame (frames.python = 1), others native frames with their
  *     function, file and line (symbolized = 1, no module);
- *   - streams (CUstream handles) get the database's small stream numbers.
+ *   - streams (CUstream handles) get the database's small stream numbers;
+ *   - an alloc entry's size is the REQUESTED size (PyTorch's trace records what was asked for):
+ *     the block's size, which PyTorch's allocated_bytes and max_memory_allocated count, is
+ *     replayed from the trace's addresses by PyTorch's own block rules (gm_tblocks, gm_torch.h:
+ *     rounding, splitting, merges at free_completed, the snapshot's allocator_settings). A
+ *     gpumem export says both (size = the block, requested_size = the request) and is taken
+ *     as it says.
  * Frees of memory the trace never allocated are left out. */
 #include "snapshot/formats/gm_formats.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/formats/gm_pickle.h"
+#include "snapshot/formats/gm_torch.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 
@@ -389,6 +396,11 @@ static int import_doc(imp *im, const gpk_val *root)
     }
     qsort(refs, nref, sizeof *refs, cmp_tref);
     uint64_t t0 = nref ? refs[0].time_us : 0;
+    /* PyTorch's block structure, for the block sizes its trace does not carry */
+    gm_tsettings tset;
+    gm_tsettings_read(gpk_get(root, "allocator_settings"), &tset);
+    gm_tblocks tb;
+    gm_tblocks_init(&tb, &tset);
     /* pass 1: what the trace leaves live at its end (allocations and segments by address) */
     u64map end_allocs = {0}, end_segs = {0};
     for (size_t r = 0; r < nref; r++) {
@@ -448,6 +460,12 @@ static int import_doc(imp *im, const gpk_val *root)
                 break;
             }
             reserved += ssize;
+            const gpk_val *ex = gpk_get(sg, "is_expandable");
+            if (gm_tblocks_map(&tb, saddr, ssize, ex && ex->type == GPK_BOOL && ex->i) != 0) {
+                snprintf(im->err, sizeof im->err, "out of memory");
+                rc = -1;
+                break;
+            }
         }
         const gpk_val *bl = gpk_get(sg, "blocks");
         for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && rc == 0; j++) {
@@ -463,6 +481,7 @@ static int import_doc(imp *im, const gpk_val *root)
                 break;
             }
             uint64_t sz = u64_of(b, "size");
+            gm_tblocks_alloc(&tb, baddr, sz);
             if (event(im, 0, REC_ALLOC, (int)dev, st, baddr, sz, stk,
                       u64_of(b, "requested_size"))) {
                 rc = -1;
@@ -498,7 +517,18 @@ static int import_doc(imp *im, const gpk_val *root)
             if (u64map_del(&live, addr, &old)) { /* reused without a free in the trace */
                 allocated -= lives[old].size;
             }
-            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, u64_of(e, "requested_size"))) {
+            /* PyTorch's size is the request; a gpumem export gives the block and the request */
+            uint64_t requested = u64_of(e, "requested_size"), blk = gm_tblocks_alloc(&tb, addr, size);
+            if (!requested) {
+                requested = size;
+                if (!blk) {
+                    snprintf(im->err, sizeof im->err, "out of memory");
+                    rc = -1;
+                    break;
+                }
+                size = blk;
+            }
+            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, requested)) {
                 rc = -1;
                 break;
             }
@@ -508,6 +538,7 @@ static int import_doc(imp *im, const gpk_val *root)
             allocated += size;
         } else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed")) {
             uint64_t i;
+            if (a[5] == 'c') gm_tblocks_free_block(&tb, addr); /* PyTorch merges it then */
             if (a[5] == 'r' && completes_later(traces->items[dev], refs[r].idx, addr)) continue;
             if (!u64map_del(&live, addr, &i)) continue;
             if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) {
@@ -521,6 +552,11 @@ static int import_doc(imp *im, const gpk_val *root)
             lives[i].seq = 0;
             allocated -= lives[i].size;
         } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
+            if (gm_tblocks_map(&tb, addr, size, a[8] == 'm') != 0) {
+                snprintf(im->err, sizeof im->err, "out of memory");
+                rc = -1;
+                break;
+            }
             if (event(im, t, a[8] == 'a' ? REC_DRIVER_ALLOC : REC_SEG_MAP, dev, st, addr, size, 0,
                       0)) {
                 rc = -1;
@@ -528,6 +564,7 @@ static int import_doc(imp *im, const gpk_val *root)
             }
             reserved += size;
         } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
+            gm_tblocks_unmap(&tb, addr, size);
             if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0,
                       0)) {
                 rc = -1;
@@ -642,6 +679,7 @@ static int import_doc(imp *im, const gpk_val *root)
     sqlite3_finalize(ss);
     sqlite3_finalize(bs);
 #undef ADD_LIFE
+    gm_tblocks_free(&tb);
     free(refs);
     free(lives);
     u64map_free(&live);
