@@ -120,7 +120,7 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
-                    snapshot/formats/gm_torch.c $(SNAP_DIR)/rec_schema.c
+                    snapshot/formats/gm_torch.c alloc/config.c $(SNAP_DIR)/rec_schema.c
 $(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/formats/gm_torch.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \

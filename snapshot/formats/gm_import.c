@@ -28,6 +28,7 @@
  *     as it says.
  * Frees of memory the trace never allocated are left out. */
 #include "snapshot/formats/gm_formats.h"
+#include "alloc/alloc.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/formats/gm_pickle.h"
 #include "snapshot/formats/gm_torch.h"
@@ -136,6 +137,8 @@ typedef struct imp {
     irange *open; /* the ranges open now, innermost last */
     size_t nopen, copen;
     int64_t next_range;
+    uint64_t peak_allocated, peak_reserved; /* PyTorch's, as the import sweeps them */
+    char conf[1100];                         /* its allocator configuration, as GPUMEM_CONF */
     u64map streams; /* (device << 48 ^ handle) -> id */
     uint64_t nstreams;
     uint64_t seq;
@@ -489,6 +492,15 @@ static int import_doc(imp *im, const gpk_val *root)
     /* PyTorch's block structure, for the block sizes its trace does not carry */
     gm_tsettings tset;
     gm_tsettings_read(gpk_get(root, "allocator_settings"), &tset);
+    /* the configuration it ran with, for tune, frag and advise: PyTorch's preset and its
+     * PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF reads PyTorch's keys as PyTorch does) */
+    const char *pyconf = gpk_as_str(gpk_get(gpk_get(root, "allocator_settings"), "PYTORCH_CUDA_ALLOC_CONF"));
+    alloc_config_t probe;
+    alloc_config_default(&probe);
+    snprintf(im->conf, sizeof im->conf, "preset:pytorch%s%.1000s", pyconf && *pyconf ? "," : "",
+             pyconf ? pyconf : "");
+    if (alloc_config_parse(&probe, im->conf, NULL, 0) != ALLOC_OK)
+        snprintf(im->conf, sizeof im->conf, "preset:pytorch%s", tset.expandable ? ",expandable_segments:True" : "");
     gm_tblocks tb;
     gm_tblocks_init(&tb, &tset);
     /* pass 1: the addresses whose first trace entry makes the block (alloc) or the segment
@@ -552,6 +564,8 @@ static int import_doc(imp *im, const gpk_val *root)
                 break;
             }
             reserved += ssize;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
             const gpk_val *ex = gpk_get(sg, "is_expandable");
             if (gm_tblocks_map(&tb, saddr, ssize, ex && ex->type == GPK_BOOL && ex->i) != 0) {
                 snprintf(im->err, sizeof im->err, "out of memory");
@@ -584,6 +598,8 @@ static int import_doc(imp *im, const gpk_val *root)
             if (rc) break;
             u64map_put(&live, baddr, nl++);
             allocated += sz;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
         }
     }
     /* the annotations, in time order (stable: their list's order within a microsecond) */
@@ -653,6 +669,8 @@ static int import_doc(imp *im, const gpk_val *root)
             if (rc) break;
             u64map_put(&live, addr, nl++);
             allocated += size;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
             const char *meta = gpk_as_str(gpk_get(e, "user_metadata"));
             if (meta && *meta) { /* a gpumem export's tensor name */
                 int64_t sid = string_id(im, meta);
@@ -691,6 +709,8 @@ static int import_doc(imp *im, const gpk_val *root)
                 break;
             }
             reserved += size;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
         } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
             gm_tblocks_unmap(&tb, addr, size);
             if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0,
@@ -858,18 +878,19 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
             sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1,
                                &im.life, NULL) == SQLITE_OK) {
             if (import_doc(&im, doc.root) == 0) {
-                char sql[5000], *q = sqlite3_mprintf("%q", im.path);
+                char sql[8000], *q = sqlite3_mprintf("%q", im.path), *cq = sqlite3_mprintf("%q", im.conf);
                 snprintf(sql, sizeof sql,
                          "INSERT INTO meta VALUES ('schema_major', %d), ('schema_minor', %d), "
                          "('gpumem_version', '%s'),"
                          "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', "
                          "%" PRIu64 "),"
                          "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', "
-                         "'PyTorch memory snapshot %s');"
+                         "'PyTorch memory snapshot %s'), ('config', '%s'), ('stat.peak_allocated', %" PRIu64
+                         "), ('stat.peak_reserved', %" PRIu64 ");"
                          "INSERT INTO threads VALUES (0, 0, 'main');",
                          REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR, REC_VERSION, im.seq, im.max_depth,
-                         q ? q : "", q ? q : "");
-                sqlite3_free(q);
+                         q ? q : "", q ? q : "", cq ? cq : "", im.peak_allocated, im.peak_reserved);
+                sqlite3_free(q), sqlite3_free(cq);
                 if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
             }
         } else if (!im.err[0]) {

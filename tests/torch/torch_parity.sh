@@ -15,7 +15,8 @@
 #   - each configuration changes the replay (the default preset alone gives another peak or
 #     other segments): the check can fail;
 #   - max_split_size_mb:128 with expandable_segments:True reserves more than either alone (the
-#     runaway growth of torch 2.14.1, reproduced by the preset).
+#     runaway growth of torch 2.14.1, reproduced by the preset), and `gpumem tune` and `gpumem
+#     frag` name it on the import (whose configuration is PyTorch's: preset:pytorch + its conf).
 # Prints the error of each configuration in % and `BENCH torch.preset_max_err_pct` (goal 0, bar
 # 0.5). The model is `small` (2 layers, GPT-2's vocabulary: allocations past 128 MiB for
 # max_split_size_mb and roundup_power2_divisions to act on, at tiny's cost in Python ops);
@@ -97,6 +98,13 @@ for line in "${configs[@]}"; do
   fi
 done
 m=max_split_128_expandable
+if [[ -s $tmp/$m.db ]]; then # tune and frag name it, on the import (its configuration: PyTorch's)
+  read -r rr rw < <("$G" tune --json "$tmp/$m.db" | jq -r '[.runaway_growth.peak_reserved, .runaway_growth.without_max_split] | @tsv')
+  fx=$("$G" frag --json "$tmp/$m.db" | jq -r '[.fixes[].change] | map(select(test("runaway growth"))) | length')
+  [[ $rr == "${reserved[$m]:-}" && ${rw:-0} -gt 0 && $rw -lt $rr && $fx -ge 1 ]] \
+    && ok "$m: tune names the runaway growth ($rr reserved, $rw without max_split_size_mb), and frag's fixes drop max_split_size_mb" \
+    || bad "$m: tune's runaway_growth '$rr' '$rw' (PyTorch's ${reserved[$m]:-}), frag fixes naming it: $fx"
+fi
 if [[ -n ${reserved[$m]:-} && -n ${reserved[expandable]:-} && -n ${reserved[max_split_128]:-} ]]; then
   [[ ${reserved[$m]} -gt ${reserved[expandable]} && ${reserved[$m]} -gt ${reserved[max_split_128]} ]] \
     && ok "$m: PyTorch reserves ${reserved[$m]}, more than expandable alone (${reserved[expandable]}) or max_split alone (${reserved[max_split_128]}): the runaway growth, replayed" \
