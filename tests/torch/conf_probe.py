@@ -10,6 +10,7 @@ tests/torch/torch_conf_keys.sh (run on the virtual GPU: build/sim/torch-env).
                                 lines are comments): "OK<TAB>d0,...,d15" (the 16
                                 roundup_power2_divisions torch then holds, from its snapshot's
                                 allocator_settings) or "ERR<TAB>message"
+  conf_probe.py keys+forms LIB... FILE   both, the keys, a line "--", then the forms
   conf_probe.py settings        (a child started with PYTORCH_*ALLOC_CONF in its environment)
                                 "OK<TAB>max_split_size<TAB>expandable<TAB>gc_threshold<TAB>conf" of
                                 the configuration torch took at start-up, or "ERR<TAB>message"
@@ -79,7 +80,11 @@ def settings():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "keys":
+    if len(sys.argv) >= 4 and sys.argv[1] == "keys+forms":  # one interpreter for both
+        keys(sys.argv[2:-1])
+        print("--", flush=True)
+        forms(sys.argv[-1])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "keys":
         keys(sys.argv[2:])
     elif len(sys.argv) == 3 and sys.argv[1] == "forms":
         forms(sys.argv[2])

@@ -23,8 +23,25 @@ site=$("$torch_py" -c 'import importlib.util as u, os; print(os.path.dirname(u.f
 probe() { torch_run -- tests/torch/conf_probe.py "$@" 2> "$tmp/probe.err"; }
 
 # --- the keys, from torch itself
-probe keys "$site/lib/libc10.so" "$site/lib/libc10_cuda.so" > "$tmp/torch_keys" \
-  || { bad "conf_probe.py keys failed: $(tail -2 "$tmp/probe.err")"; exit 1; }
+# (the start-up runs of torch below go on meanwhile)
+startup() { # ENV... : torch at start-up -> "OK max_split expandable gc conf" or "ERR ..."
+  env -u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF "$@" "$torch_env" "$torch_py" tests/torch/conf_probe.py settings 2>/dev/null | tail -1
+}
+cases=(
+  "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
+  "PYTORCH_ALLOC_CONF=bogus:1 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:200,expandable_segments:True"
+  "PYTORCH_ALLOC_CONF=max_split_size_mb:100"
+  "PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.5 PYTORCH_CUDA_ALLOC_CONF="
+)
+for k in "${!cases[@]}"; do
+  # shellcheck disable=SC2086
+  startup ${cases[$k]} > "$tmp/startup.$k" &
+done
+forms=tests/torch/conf_forms.txt
+probe keys+forms "$site/lib/libc10.so" "$site/lib/libc10_cuda.so" "$forms" > "$tmp/probe.out" \
+  || { bad "conf_probe.py failed: $(tail -2 "$tmp/probe.err")"; exit 1; }
+sed '/^--$/,$d' "$tmp/probe.out" > "$tmp/torch_keys"
+sed '1,/^--$/d' "$tmp/probe.out" > "$tmp/torch_forms"
 n=$(wc -l < "$tmp/torch_keys")
 [[ $n -ge 15 ]] || bad "only $n keys found in torch: the probe is broken"
 LC_ALL=C python3 - "$site/lib/libc10.so" "$site/lib/libc10_cuda.so" > "$tmp/cands" <<'EOF'
@@ -53,8 +70,6 @@ else
 fi
 
 # --- the forms
-forms=tests/torch/conf_forms.txt
-probe forms "$forms" > "$tmp/torch_forms" || { bad "conf_probe.py forms failed: $(tail -2 "$tmp/probe.err")"; exit 1; }
 i=0 agree=0
 while IFS= read -r line; do
   [[ -z $line || $line == \#* ]] && continue
@@ -75,23 +90,10 @@ done < "$forms"
 [[ $agree -eq $i ]] && ok "$i configuration strings: torch and gpumem accept and refuse alike ($(grep -c '^OK' "$tmp/torch_forms") accepted, the same divisions)"
 
 # --- start-up only, and the environment's precedence (torch at start-up, one process each)
-startup() { # ENV... : torch at start-up -> "OK max_split expandable gc conf" or "ERR ..."
-  env -u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF "$@" "$torch_env" "$torch_py" tests/torch/conf_probe.py settings 2>/dev/null | tail -1
-}
 gmcheck() { # ENV... : gpumem-replay --torch-env --check-conf; stderr in $tmp/gm.err
   env -u PYTORCH_ALLOC_CONF -u PYTORCH_CUDA_ALLOC_CONF "$@" "$R" --preset pytorch --torch-env --check-conf 2> "$tmp/gm.err"
 }
-cases=(
-  "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
-  "PYTORCH_ALLOC_CONF=bogus:1 PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:200,expandable_segments:True"
-  "PYTORCH_ALLOC_CONF=max_split_size_mb:100"
-  "PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.5 PYTORCH_CUDA_ALLOC_CONF="
-)
-for k in "${!cases[@]}"; do
-  # shellcheck disable=SC2086
-  startup ${cases[$k]} > "$tmp/startup.$k" &
-done
-wait
+wait # the start-up runs
 t=$(cat "$tmp/startup.0")
 g=$("$R" --check-conf --conf backend:cudaMallocAsync 2>&1)
 [[ $t == OK* || $t == *"cudaMallocAsync"*"not meaningful"* ]] && [[ $g == *"accepted but not modelled: backend:cudaMallocAsync"* ]] \
