@@ -140,12 +140,17 @@ static int read_config(void)
         return GM_MODE_OFF;
     }
     alloc_config_default(&gm_alloc_config);
-    char err[512];
+    char err[1024];
     const char *conf = getenv("GPUMEM_CONF");
     if (conf && *conf && alloc_config_parse(&gm_alloc_config, conf, err, sizeof err) != ALLOC_OK) {
         gm_warn("%s; gpumem is off", err);
         return GM_MODE_OFF;
     }
+    char names[512];
+    if (alloc_config_unmodelled(&gm_alloc_config, names, sizeof names))
+        gm_warn("GPUMEM_CONF: accepted but not modelled: %s (PyTorch options gpumem does not "
+                "act on)",
+                names);
     const char *lim = getenv("GPUMEM_LIMIT");
     if (lim && *lim) {
         size_t v;

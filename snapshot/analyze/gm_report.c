@@ -635,6 +635,61 @@ static uint64_t map_unit(gm_db *d) {
     return 2u << 20;
 }
 
+/* Line `line` of a source file, stripped and cut to 120 characters; 0 when it cannot be read. */
+static int source_line(const char *file, uint32_t line, char *out, size_t outsz) {
+    FILE *f = file && line ? fopen(file, "r") : NULL;
+    if (!f) return 0;
+    char buf[4096];
+    uint32_t n = 0;
+    int found = 0;
+    while (fgets(buf, sizeof buf, f) && n < 1000000)
+        if (++n == line) {
+            found = 1;
+            break;
+        }
+    fclose(f);
+    if (!found) return 0;
+    char *b = buf, *e;
+    while (*b == ' ' || *b == '\t') b++;
+    e = b + strlen(b);
+    while (e > b && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+    if (!*b) return 0;
+    for (char *c = b; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
+    snprintf(out, outsz, "%.120s%s", b, strlen(b) > 120 ? "..." : "");
+    return 1;
+}
+
+/* The Python line an OOM came from and the code on it, the tensor in the program's own words
+ * ("loss = F.cross_entropy(logits.view(-1, V), targets)"): the OOM's own Python frame, else (a
+ * request PyTorch's C++ made, autograd's backward) the line the program's main thread was on
+ * at PyTorch's first OOM (meta torch_oom_python, from gpumem's PyTorch hook). 0 when neither. */
+static int oom_python(gm_db *d, const gm_model *m, const gm_oom *oo, int first, char *where, size_t wsz,
+                      char *src, size_t ssz, int *from_main) {
+    long fi = oo->stack ? gm_stack_site(m, oo->stack) : -1;
+    *from_main = 0;
+    src[0] = 0;
+    if (fi >= 0 && m->frames[fi].python && m->frames[fi].file) {
+        const char *b = strrchr(m->frames[fi].file, '/');
+        snprintf(where, wsz, "%s:%u in %s", b ? b + 1 : m->frames[fi].file, m->frames[fi].line,
+                 m->frames[fi].function ? m->frames[fi].function : "?");
+        source_line(m->frames[fi].file, m->frames[fi].line, src, ssz);
+        return 1;
+    }
+    char v[1200] = "";
+    if (first) gm_meta_text(d, "torch_oom_python", v, sizeof v);
+    if (!v[0]) return 0;
+    char *t1 = strchr(v, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+    if (!t2) return 0;
+    *t1 = *t2 = 0;
+    const char *b = strrchr(v, '/');
+    uint32_t line = (uint32_t)strtoul(t1 + 1, NULL, 10);
+    snprintf(where, wsz, "%s:%u in %s", b ? b + 1 : v, line, t2 + 1);
+    source_line(v, line, src, ssz);
+    *from_main = 1;
+    return 1;
+}
+
 /* Why an allocation failed: the one constraint that bound it, and by how many bytes the request
  * fell short. The allocator could have served the request from its largest free block or by
  * mapping new memory up to the cap (the limit, or what the device had left), in whole mapping
@@ -1126,6 +1181,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             gm_json_str(out, oom_phase(m, oo));
             fputs(",\"site\":", out);
             gm_json_str(out, oo->stack ? site_of(m, &l, oo->stack, NULL) : NULL);
+            char where[400], src[160];
+            int main_thread, py = oom_python(d, m, oo, i == 0, where, sizeof where, src, sizeof src, &main_thread);
+            fputs(",\"python_line\":", out);
+            gm_json_str(out, py ? where : NULL);
+            fputs(",\"source\":", out);
+            gm_json_str(out, py && src[0] ? src : NULL);
             fputc(',', out);
             print_groups_json(out, "live_by_site", go, no, o->top, ot, "site");
             fputc('}', out);
@@ -1141,6 +1202,17 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     i + 1, oo->seq, oo->device, r, oo->requested, nm ? " for " : "", nm ? nm : "",
                     ph ? " in " : "", ph ? ph : "");
             if (oo->stack) fprintf(out, "    at %s\n", site_of(m, &l, oo->stack, NULL));
+            char where[400], src[160];
+            int main_thread;
+            if (oom_python(d, m, oo, i == 0, where, sizeof where, src, sizeof src, &main_thread)) {
+                if (main_thread) /* the request came from PyTorch's C++, under this line */
+                    fprintf(out, "    the Python line: %s%s%s%s (PyTorch's C++ made the request under it, e.g. "
+                                 "autograd's backward)\n",
+                            where, src[0] ? ": `" : "", src, src[0] ? "`" : "");
+                else
+                    fprintf(out, "    the tensor: %s%s%s (the Python line: %s)\n", src[0] ? "`" : "",
+                            src[0] ? src : "made", src[0] ? "`" : "", where);
+            }
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
             if (oo->limit) {
                 char li[32];

@@ -1,9 +1,11 @@
 /* gm_rerun.c — `--check` of advise, frag and tune: the recorded command run again under
  * `gpumem record` (this very gpumem program, so the same libgpumem.so), with extra arguments
- * and/or a GPUMEM_CONF, into scratch databases whose measured peaks are read back; with ranks,
+ * and/or a GPUMEM_CONF (a PYTORCH_CUDA_ALLOC_CONF for a PyTorch program on PyTorch's allocator,
+ * whose peaks are then PyTorch's own), into scratch databases whose measured peaks are read back; with ranks,
  * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
  * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
 #include "snapshot/analyze/gm_report.h"
+#include "snapshot/analyze/gm_replay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +40,41 @@ static int read_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak
     return 0;
 }
 
+/* PyTorch's own peaks of a re-run with its allocator (its merged history), then removes it */
+static int read_torch_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                            size_t errsz) {
+    gm_db r;
+    char e2[4096];
+    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    int have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
+    gm_db_close(&r);
+    if (!have) snprintf(err, errsz, "the re-run recorded no PyTorch memory history");
+    return have ? 0 : -1;
+}
+
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+                 unsigned ranks, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                 size_t errsz);
+
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
+    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, peak_allocated, peak_reserved, err, errsz);
+}
+
+int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
+                   uint64_t *peak_reserved, char *err, size_t errsz) {
+    /* PYTORCH_CUDA_ALLOC_CONF: the variable PyTorch reads first (PYTORCH_ALLOC_CONF, if this
+     * environment has one, is then not read at all: alloc_config_torch_env) */
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, peak_allocated, peak_reserved,
+                 err, errsz);
+}
+
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+                 unsigned ranks, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                 size_t errsz) {
     char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -78,6 +113,9 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
     char *save = NULL;
     int first = argc;
     for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
+        /* ... but an argv[0] that runs as recorded is kept: a virtual environment's python is a
+         * link to the system's, whose executable runs without the environment's packages */
+        if (argc == first && strchr(t, '/') && access(t, X_OK) == 0) use_exe = 0;
         argv[argc] = argc == first && use_exe ? (char *)exe : t;
         argc++;
     }
@@ -92,8 +130,8 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
         int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         if (conf) {
-            setenv("GPUMEM_CONF", conf, 1);
-            unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
+            setenv(var, conf, 1);
+            if (!torch) unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
         }
         execvp(argv[0], argv);
         _exit(127);
@@ -104,9 +142,9 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
     int rc = 0, code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (code != 0) {
         int with = extra_args && *extra_args;
-        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
+        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
                  ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
-                 conf ? " under GPUMEM_CONF=" : "", conf ? conf : "", code,
+                 conf ? " under " : "", conf ? var : "", conf ? "=" : "", conf ? conf : "", code,
                  ranks && code == 127 ? ": no mpirun" : "");
         rc = -1;
     }
@@ -117,7 +155,8 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
             snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
         else
             snprintf(path, sizeof path, "%s", dbpath);
-        if (rc == 0 && read_peaks(path, peak_allocated, peak_reserved, err, errsz) != 0) {
+        if (rc == 0 && (torch ? read_torch_peaks(path, peak_allocated, peak_reserved, err, errsz)
+                              : read_peaks(path, peak_allocated, peak_reserved, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);

@@ -18,6 +18,7 @@
  *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged.
  * All in one transaction: a failure leaves the recording as it was. */
 #include "snapshot/formats/gm_torch.h"
+#include "snapshot/formats/gm_out.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -971,6 +972,19 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     m.next_string = query_i64(&m, "SELECT max(id) FROM strings", 0) + 1;
     m.next_stream = query_i64(&m, "SELECT max(id) FROM streams", 0) + 1;
     if (insert_items(&m) != 0) goto out;
+    /* the program's own Python line at the first OOM (the hook's oom_python: the main thread's
+     * stack, innermost first): the innermost frame outside torch, gpumem and Python's library */
+    char oom_line[1200] = "";
+    const gpk_val *op = gpk_get(root, "oom_python");
+    for (size_t i = 0; op && op->type == GPK_LIST && i < op->len && !oom_line[0]; i++) {
+        const char *file = gpk_as_str(gpk_get(op->items[i], "filename"));
+        const char *fn = gpk_as_str(gpk_get(op->items[i], "name"));
+        int64_t line = 0;
+        if (!file || gpk_as_i64(gpk_get(op->items[i], "line"), &line) != 0) continue;
+        int stdlib = strstr(file, "/lib/python3.") && !strstr(file, "-packages/");
+        if (file[0] == '<' || stdlib || strstr(file, "-packages/torch") || strstr(file, "/gpumem/")) continue;
+        snprintf(oom_line, sizeof oom_line, "%.900s\t%lld\t%.200s", file, (long long)line, fn ? fn : "?");
+    }
     const gpk_val *as = gpk_get(snap, "allocator_settings");
     const char *conf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
     const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
@@ -986,9 +1000,9 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
-        "('torch_history_truncated', %d), ('events', (SELECT count(*) FROM events))",
+        "('torch_history_truncated', %d), ('events', (SELECT count(*) FROM events)), ('torch_oom_python', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
-        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring);
+        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring, oom_line);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
@@ -1003,4 +1017,44 @@ out:
     free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
     u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
     return rc;
+}
+
+/* ---------------------------------------------------------------- the snapshot at an OOM */
+
+int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, char *path,
+                       size_t pathsz, char *err, size_t errsz)
+{
+    size_t l = strlen(dbpath);
+    int db = l > 3 && !strcmp(dbpath + l - 3, ".db");
+    snprintf(path, pathsz, "%.*s.oom.pickle", (int)(db ? l - 3 : l), dbpath);
+    gpk_doc doc;
+    if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) {
+        gpk_free(&doc);
+        return -1;
+    }
+    const gpk_val *snap = gpk_get(doc.root, "snapshot");
+    if (!snap || snap->type != GPK_DICT) {
+        gpk_free(&doc);
+        snprintf(err, errsz, "the dump at the OOM holds no snapshot");
+        return -1;
+    }
+    gm_out out;
+    const char *inputs[] = {dbpath};
+    int rc = gm_out_open(&out, path, GM_OUT_TORCH, 0, inputs, 1, err, errsz);
+    if (rc == 0) {
+        gpk_begin(out.f);
+        gpk_dict_begin(out.f);
+        gpk_key(out.f, "exporter"), gpk_str(out.f, "gpumem"); /* the output rule's marker */
+        for (size_t i = 0; i < snap->len; i++) {
+            const char *k = gpk_as_str(snap->items[2 * i]);
+            if (k && !strcmp(k, "exporter")) continue;
+            gpk_write_val(out.f, snap->items[2 * i]);
+            gpk_write_val(out.f, snap->items[2 * i + 1]);
+        }
+        gpk_dict_end(out.f);
+        gpk_end(out.f);
+        rc = gm_out_commit(&out, err, errsz);
+    }
+    gpk_free(&doc);
+    return rc ? -1 : 0;
 }

@@ -8,7 +8,9 @@ record` sets, README.md "PyTorch programs"):
   history (torch.cuda.memory._record_memory_history, Python stacks), queued with
   torch.cuda._lazy_call so that CUDA is not initialized early; at exit, and at each OOM
   (PyTorch's OOM observer), the snapshot and the tensor names below are pickled into the file
-  GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes;
+  GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes (the first
+  OOM's is also kept as GPUMEM_TORCH_SNAPSHOT.oom, which `gpumem record` writes beside the
+  database as PyTorch's snapshot of that moment, then removes);
 - hooks (GPUMEM_TORCH_HOOKS=1, `--no-torch-hooks`): global module and optimizer hooks that open
   gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
   module range open at a time, the innermost, so that the path is the module's own), and name
@@ -119,6 +121,17 @@ def _history(torch):
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
+    if "oom_python" not in _state:  # the first OOM's Python stack of the program's main thread:
+        try:  # the line that called into PyTorch, also when its C++ (autograd) made the request
+            f = sys._current_frames().get(threading.main_thread().ident)
+            stack = []
+            while f is not None and len(stack) < 32:
+                stack.append({"filename": f.f_code.co_filename, "line": f.f_lineno,
+                              "name": f.f_code.co_name})
+                f = f.f_back
+            _state["oom_python"] = stack
+        except Exception as e:  # noqa: BLE001
+            _warn("reading the Python stack at the OOM", e)
     _dump("oom")
 
 
@@ -136,10 +149,13 @@ def _dump(why):
             names = list(_state["names"])
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
                "time_ns": time.time_ns(), "snapshot": snap, "names": names,
-               "max_entries": _state.get("max_entries", 0)}
+               "max_entries": _state.get("max_entries", 0),
+               "oom_python": _state.get("oom_python", [])}
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
+        if why == "oom" and not os.path.exists(path + ".oom"):
+            os.link(tmp, path + ".oom")  # the first OOM's, kept: gpumem record writes it beside the db
         os.replace(tmp, path)
         _state["dumped"] += 1
     except Exception as e:  # noqa: BLE001
