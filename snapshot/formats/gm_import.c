@@ -723,7 +723,7 @@ static int import_doc(imp *im, const gpk_val *root)
             if (meta && *meta) { /* a gpumem export's tensor name */
                 int64_t sid = string_id(im, meta);
                 char sql[160];
-                snprintf(sql, sizeof sql, "INSERT INTO names VALUES (%" PRIu64 ", %" PRIu64 ", %lld)",
+                snprintf(sql, sizeof sql, "INSERT INTO names (seq, addr, name) VALUES (%" PRIu64 ", %" PRIu64 ", %lld)",
                          im->seq, addr, (long long)sid);
                 if (!sid || exec(im, sql) != 0) {
                     rc = -1;
