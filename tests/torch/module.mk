@@ -4,4 +4,6 @@
 # (GPUMEM_TORCH_PY, default /root/.cache/gpumem/torch-2.14.1). Included from tests/module.mk.
 SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh
+# the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
+SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 BENCHES += tests/bench/torch_gpt2_bench.sh
