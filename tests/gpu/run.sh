@@ -65,7 +65,7 @@ fi
 part() { # name, seconds, script
   local rc
   echo "=== $1"
-  timeout --kill-after=5 "$2" env BUILD="$BUILD" bash "$3"; rc=$?
+  timeout --kill-after=5 "$2" env BUILD="$BUILD" GPUMEM_GPU_TARGET=gpu bash "$3"; rc=$?
   case $rc in
     0) ;;
     77) echo "note: $1 skipped (its reason above)" ;;
