@@ -9,4 +9,4 @@ SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
-BENCHES += tests/bench/torch_gpt2_bench.sh
+BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_rec_bench.sh
