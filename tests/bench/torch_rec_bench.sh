@@ -10,8 +10,11 @@
 #   torch.rec_vs_off.bare         with both (libgpumem.so   } turn
 #                                 and its Python frames only)
 #   torch.off.step_ms, torch.rec.step_ms   the step times the ratios come from
+#   torch.rec_vs_off.gpt2         the same ratio for gpt2 124M (-B 8 -T 1024, 8 steps, virtual
+#                                 backing: 13 GB of host memory otherwise), where a step has
+#                                 more host work per module and per tensor
 # Side by side in one run: ROUNDS rounds (default 3), each running every variant once in a
-# rotating order, STEPS steps each (default 120). A run's step time is the 20th percentile of its
+# rotating order, STEPS steps each (default 120; gpt2: 8). A run's step time is the 20th percentile of its
 # steps 3..STEPS (the first two create the allocator's segments and cuBLAS's handles); a
 # variant's is its best round (other work on a shared machine only ever adds time). Each round's
 # figures go to stderr.
@@ -30,17 +33,20 @@ unset GPUMEM_SIM_PROFILE GPUMEM_SIM_MEMORY GPUMEM_SIM_KERNELS GPUMEM_SIM_STATS P
 export GPUMEM_SIM_BACKING=memory
 run() { # variant: prints the run's step time (ms)
   local a=(tests/torch/train_gpt2.py --model tiny --steps "$steps")
+  local g=(tests/torch/train_gpt2.py --model gpt2 -B 8 -T 1024 --steps 8)
   case $1 in
+    gpt2_off) GPUMEM_SIM_BACKING=virtual "$env_sim" "$py" "${g[@]}" ;;
+    gpt2_rec) GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/v.db" -- "$py" "${g[@]}" ;;
     off) "$env_sim" "$py" "${a[@]}" ;;
     rec) "$G" record -q -o "$tmp/rec.db" -- "$py" "${a[@]}" ;;
     no_history) "$G" record -q -o "$tmp/v.db" --no-torch-history -- "$py" "${a[@]}" ;;
     no_hooks) "$G" record -q -o "$tmp/v.db" --no-torch-hooks -- "$py" "${a[@]}" ;;
     bare) "$G" record -q -o "$tmp/v.db" --no-torch-history --no-torch-hooks -- "$py" "${a[@]}" ;;
   esac 2> "$tmp/$1.err" | awk '/^step / { for (i = 1; i < NF; i++) if ($i == "time") print $(i + 1) }' \
-    | tail -n +3 | sort -g | awk '{ v[NR] = $1 } END { if (NR < 10) exit 1; print v[int(NR * 0.2) + 1] }' \
+    | tail -n +3 | sort -g | awk '{ v[NR] = $1 } END { if (NR < 5) exit 1; print v[int(NR * 0.2) + 1] }' \
     || { echo "torch_rec_bench: the $1 run failed" >&2; tail -5 "$tmp/$1.err" >&2; exit 1; }
 }
-vars=(off rec no_history no_hooks bare)
+vars=(off rec no_history no_hooks bare gpt2_off gpt2_rec)
 declare -A best
 for ((r = 0; r < rounds; r++)); do
   line="round $((r + 1)):"
@@ -60,5 +66,6 @@ done
 ratio() { awk -v a="${best[off]}" -v b="${best[$1]}" 'BEGIN { printf "%.3f", a / b }'; }
 echo "BENCH torch.rec_vs_off $(ratio rec) x"
 for v in no_history no_hooks bare; do echo "BENCH torch.rec_vs_off.$v $(ratio "$v") x"; done
+echo "BENCH torch.rec_vs_off.gpt2 $(awk -v a="${best[gpt2_off]}" -v b="${best[gpt2_rec]}" 'BEGIN { printf "%.3f", a / b }') x"
 echo "BENCH torch.off.step_ms ${best[off]} ms"
 echo "BENCH torch.rec.step_ms ${best[rec]} ms"
