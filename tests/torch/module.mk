@@ -9,4 +9,9 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh \
                 tests/torch/torch_parity.sh tests/torch/torch_conf_keys.sh tests/torch/torch_memviz.sh \
                 tests/torch/torch_tune.sh tests/torch/torch_oom.sh
-BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_parity_bench.sh
+# the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
+SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
+# tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
+# GPU where nvidia-smi lists one
+SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
+BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_parity_bench.sh tests/bench/torch_rec_bench.sh
