@@ -67,6 +67,8 @@ static const char *const usage_main =
     "  export --format F DB [-o FILE]    the recording as trace (gpumem-replay), torch (PyTorch's\n"
     "                                    memory_viz pickle), chrome, folded, speedscope or csv\n"
     "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
+    "  flamegraph < FOLDED > SVG         folded stacks drawn as a flame graph (answers as\n"
+    "                                    flamegraph.pl for PyTorch's memory_viz, offline)\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
