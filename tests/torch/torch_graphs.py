@@ -284,6 +284,8 @@ def main(argv):
         print("torch_graphs.py: no CUDA device", file=sys.stderr)
         return 77
     torch.backends.cuda.enable_cudnn_sdp(False)
+    # the eager copy of the model runs on two streams in turn, on purpose
+    torch.autograd.graph.set_warn_on_accumulate_grad_stream_mismatch(False)
     torch.manual_seed(1337)
     dev = torch.device("cuda")
     src = torch.zeros(max(PROBE_SIZES), dtype=torch.uint8, device=dev)
