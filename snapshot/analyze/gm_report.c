@@ -863,6 +863,100 @@ static void print_bad_accesses(gm_db *d, gm_model *m, labels *l, const gm_opts *
         fprintf(out, "  ... and %" PRIu64 " more (gpumem sql: kind 30)\n", total - shown);
 }
 
+/* ---------------------------------------------------------------- CUDA graphs' memory */
+
+static int pools_used(const gm_pools *p) { return p->allocs || p->segments; }
+
+static void print_pools_json(FILE *out, const char *key, const char *count_key, int64_t count,
+                             const gm_pools *p) {
+    fprintf(out, "\"%s\":", key);
+    if (!pools_used(p)) {
+        fputs("null", out);
+        return;
+    }
+    fprintf(out, "{\"%s\":%" PRId64 ",\"allocations\":%" PRIu64 ",\"allocation_bytes\":%" PRIu64
+                 ",\"peak_allocated\":%" PRIu64 ",\"allocated_at_end\":%" PRIu64 ",\"segments\":%" PRIu64
+                 ",\"peak_reserved\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64 ",\"reserved_at_peak\":%" PRIu64 "}",
+            count_key, count, p->allocs, p->alloc_bytes, p->peak_allocated, p->allocated, p->segments,
+            p->peak_reserved, p->reserved, p->reserved_at_peak);
+}
+
+static void print_pools_text(FILE *out, const char *title, const char *what, int64_t count,
+                             const char *peak_of, const gm_pools *p) {
+    char ab[32], pa[32], ea[32], pr[32], er[32], rp[32];
+    gm_fmt_bytes(p->alloc_bytes, ab, sizeof ab);
+    gm_fmt_bytes(p->peak_allocated, pa, sizeof pa);
+    gm_fmt_bytes(p->allocated, ea, sizeof ea);
+    gm_fmt_bytes(p->peak_reserved, pr, sizeof pr);
+    gm_fmt_bytes(p->reserved, er, sizeof er);
+    gm_fmt_bytes(p->reserved_at_peak, rp, sizeof rp);
+    fprintf(out, "  %-24s %" PRId64 " %s; %" PRIu64 " allocations made in them (%s)\n", title, count, what,
+            p->allocs, ab);
+    fprintf(out, "  %-24s reserved %s at most, %s at %s peak reserved, %s at the end (%" PRIu64 " segments)\n",
+            "", pr, rp, peak_of, er, p->segments);
+    fprintf(out, "  %-24s allocated %s at most, %s at the end (the graphs' static tensors, while they live)\n",
+            "", pa, ea);
+}
+
+/* "CUDA graphs": the memory of graph captures, when the recording has any (JSON key "graphs",
+ * null otherwise):
+ *   capture_pools  gpumem's pools of each capture (PyTorch with gpumem as its allocator: what
+ *                  it allocates while capturing; events flagged REC_F_PRIVATE_POOL); a
+ *                  capture's allocations are recorded on the stream handle 4 x id + 1 (its
+ *                  capture id), which counts the captures;
+ *   torch_pools    PyTorch's private pools (CUDA graphs' and MemPool's), from its merged
+ *                  history's pool ids (meta torch_private_pools counts them), by its rules;
+ *   memory_nodes   the driver's graph allocations (cudaMallocAsync during a capture, flag
+ *                  REC_F_GRAPH), recorded once at their capture. */
+static void print_graphs(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
+    const gm_pools *gp = &m->pools, *tp = &m->torch.pools;
+    int any = pools_used(gp) || pools_used(tp) || m->graph_nodes;
+    int64_t captures = 0;
+    if (pools_used(gp)) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(d->db, "SELECT count(*) FROM streams WHERE handle > 1 AND handle % 4 = 1", -1, &q,
+                               NULL) == SQLITE_OK) {
+            if (sqlite3_step(q) == SQLITE_ROW) captures = sqlite3_column_int64(q, 0);
+            sqlite3_finalize(q);
+        }
+    }
+    int64_t tpools = pools_used(tp) ? gm_meta_int(d, "torch_private_pools", 0) : 0;
+    if (o->json) {
+        fputs(",\"graphs\":", out);
+        if (!any) {
+            fputs("null", out);
+            return;
+        }
+        fputc('{', out);
+        print_pools_json(out, "capture_pools", "captures", captures, gp);
+        fputc(',', out);
+        print_pools_json(out, "torch_pools", "pools", tpools, tp);
+        fputs(",\"memory_nodes\":", out);
+        if (m->graph_nodes)
+            fprintf(out, "{\"allocations\":%" PRIu64 ",\"bytes\":%" PRIu64 "}", m->graph_nodes, m->graph_node_bytes);
+        else
+            fputs("null", out);
+        fputc('}', out);
+        return;
+    }
+    if (!any) return;
+    fprintf(out, "\nCUDA graphs: the memory of graph captures\n");
+    if (pools_used(gp))
+        print_pools_text(out, "gpumem's capture pools", captures == 1 ? "capture (PyTorch through gpumem)"
+                                                                       : "captures (PyTorch through gpumem)",
+                         captures, "the device's", gp);
+    if (pools_used(tp))
+        print_pools_text(out, "PyTorch's private pools", tpools == 1 ? "pool (CUDA graphs, MemPool)"
+                                                                     : "pools (CUDA graphs, MemPool)",
+                         tpools, "PyTorch's", tp);
+    if (m->graph_nodes) {
+        char b[32];
+        gm_fmt_bytes(m->graph_node_bytes, b, sizeof b);
+        fprintf(out, "  %-24s %" PRIu64 " graph allocations made by the driver (stream-ordered allocation while "
+                     "capturing), %s\n", "memory nodes", m->graph_nodes, b);
+    }
+}
+
 /* "device used (what nvidia-smi shows)": the block and its JSON key (gm_devused.c) */
 static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     gm_devused u;
@@ -1096,6 +1190,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
         print_torch(d, m, &l, o, out);
+        print_graphs(d, m, o, out);
         print_bad_accesses(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
@@ -1144,6 +1239,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
         fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
         print_torch(d, m, &l, o, out);
+        print_graphs(d, m, o, out);
         gm_fmt_bytes(total, a, sizeof a);
         fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);

@@ -247,6 +247,8 @@ typedef struct titem {
     const gpk_val *frames;
     const char *name;   /* TA_NAME */
     int action, device;
+    unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0)) */
+    uint64_t pool;      /* that pool, as one number (0: the default pool) */
     size_t order;       /* PyTorch's own order, across devices by time */
     uint64_t seq;       /* its seq in the merged recording */
 } titem;
@@ -325,6 +327,35 @@ static uint64_t u64_in(const gpk_val *d, const char *k)
     uint64_t v = 0;
     if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
     return v;
+}
+
+/* PyTorch's pool of a trace entry (pool_id) or a segment (segment_pool_id): (0, 0) is the
+ * device's default pool; any other is private — a CUDA graph's (torch.cuda.graph,
+ * make_graphed_callables) or a torch.cuda.MemPool. Histories older than the key read as
+ * default. */
+static void pool_of(titem *t, const gpk_val *v)
+{
+    uint64_t a, b;
+    if (!v || (v->type != GPK_TUPLE && v->type != GPK_LIST) || v->len != 2 ||
+        gpk_as_u64(v->items[0], &a) != 0 || gpk_as_u64(v->items[1], &b) != 0 || (!a && !b))
+        return;
+    t->flags = REC_F_PRIVATE_POOL;
+    t->pool = (a << 32 ^ b) & (U64MAP_EMPTY - 1); /* ids are small counters: distinct */
+    if (!t->pool) t->pool = 1;
+}
+
+/* How many private pools the history names (meta torch_private_pools) */
+static uint64_t private_pools(const merge *m)
+{
+    u64map seen = {0};
+    uint64_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->it[i].pool && !u64map_get(&seen, m->it[i].pool)) {
+            if (u64map_put(&seen, m->it[i].pool, 1) != 0) break;
+            n++;
+        }
+    u64map_free(&seen);
+    return n;
 }
 
 static int cmp_time(const void *a, const void *b)
@@ -673,6 +704,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
             t->size = t->requested = u64_in(e, "size");
             t->stream = u64_in(e, "stream");
             t->frames = gpk_get(e, "frames");
+            pool_of(t, gpk_get(e, "pool_id"));
         }
     }
     for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
@@ -712,6 +744,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->addr = addr;
         t->size = t->requested = size;
         t->stream = u64_in(sg, "stream");
+        pool_of(t, gpk_get(sg, "segment_pool_id"));
     }
     u64map_free(&made);
     qsort(m->it, m->n, sizeof *m->it, cmp_time);
@@ -826,7 +859,7 @@ static int insert_items(merge *m)
     sqlite3_stmt *ev = NULL, *nm = NULL, *life = NULL;
     int rc = -1;
     if (sqlite3_prepare_v2(m->db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, "
-                                  "requested, alloc_id, stack, range) VALUES (?,?,?,0,?,?,NULL,?,?,?,NULL,?,?)",
+                                  "requested, alloc_id, stack, range) VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,?,?)",
                            -1, &ev, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(m->db, query_i64(m, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", 0)
                                       ? "INSERT INTO names (seq, addr, name, birth) VALUES (?,?,?,?)"
@@ -869,15 +902,16 @@ static int insert_items(merge *m)
         sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
         sqlite3_bind_int64(ev, 2, t->t);
         sqlite3_bind_int(ev, 3, kind_of_action[t->action]);
-        sqlite3_bind_int(ev, 4, t->device);
-        sqlite3_bind_int64(ev, 5, stream);
-        sqlite3_bind_int64(ev, 6, (int64_t)t->addr);
-        sqlite3_bind_int64(ev, 7, (int64_t)t->size);
-        sqlite3_bind_int64(ev, 8, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
-        if (stack) sqlite3_bind_int64(ev, 9, stack);
-        else sqlite3_bind_null(ev, 9);
-        if (range_of[i]) sqlite3_bind_int64(ev, 10, range_of[i]);
+        sqlite3_bind_int(ev, 4, (int)t->flags);
+        sqlite3_bind_int(ev, 5, t->device);
+        sqlite3_bind_int64(ev, 6, stream);
+        sqlite3_bind_int64(ev, 7, (int64_t)t->addr);
+        sqlite3_bind_int64(ev, 8, (int64_t)t->size);
+        sqlite3_bind_int64(ev, 9, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
+        if (stack) sqlite3_bind_int64(ev, 10, stack);
         else sqlite3_bind_null(ev, 10);
+        if (range_of[i]) sqlite3_bind_int64(ev, 11, range_of[i]);
+        else sqlite3_bind_null(ev, 11);
         if (sqlite3_step(ev) != SQLITE_DONE) {
             mfail(m, "events");
             goto done_live;
@@ -1000,9 +1034,11 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
-        "('torch_history_truncated', %d), ('events', (SELECT count(*) FROM events)), ('torch_oom_python', %Q)",
+        "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
+        "('torch_oom_python', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
-        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring, oom_line);
+        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
+        (unsigned long long)private_pools(&m), oom_line);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
