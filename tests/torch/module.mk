@@ -3,5 +3,6 @@
 # configs, the kernel-skip counting. Each skips (77) when PyTorch is not installed
 # (GPUMEM_TORCH_PY, default /root/.cache/gpumem/torch-2.14.1). Included from tests/module.mk.
 SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
-                tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh
+                tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh \
+                tests/torch/torch_categories.sh
 BENCHES += tests/bench/torch_gpt2_bench.sh
