@@ -96,7 +96,8 @@ $(BUILD)/tests/apps/cat_app: tests/apps/cat_app.c $(SIM_RUNTIME) $(SIM_DRIVER) |
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/cat_app
-SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh
+SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
+                tests/integration/advise_unannotated.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
 # export to other tools' formats, import of PyTorch snapshots, diff (#14)
 SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_roundtrip.sh \
