@@ -26,6 +26,7 @@ ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
 GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
+           $(SNAP_DIR)/analyze/gm_category.o $(SNAP_DIR)/analyze/gm_category_print.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
            $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o
@@ -90,6 +91,14 @@ $(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/frag_app
+# categories from lifetimes alone: a planted training loop without names or ranges
+# (tests/apps/cat_app.c), and the trainer recorded with its names and NVTX ranges off (issue 39)
+$(BUILD)/tests/apps/cat_app: tests/apps/cat_app.c $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
+ALL_TARGETS += $(BUILD)/tests/apps/cat_app
+SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
+                tests/integration/advise_unannotated.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
 # export to other tools' formats, import of PyTorch snapshots, diff (#14)
 SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_peak.sh tests/integration/import_roundtrip.sh \
@@ -98,7 +107,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_pea
 # libFuzzer target over database files (clang; built only where clang is installed).
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
-                  snapshot/analyze/gm_report.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
+                  snapshot/analyze/gm_report.c snapshot/analyze/gm_category.c snapshot/analyze/gm_category_print.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
                   snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 $(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)

@@ -341,7 +341,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
-    if (viz_categories_build(&m, &cat) != 0) {
+    if (viz_categories_build(&d, &m, &cat) != 0) {
         fprintf(stderr, "gpumem viz: out of memory reading %s\n", db);
         viz_classes_free(&cls);
         gm_model_free(&m);

@@ -52,9 +52,10 @@ typedef struct viz_kv {
 int viz_radix_sort(viz_kv *v, size_t n, uint64_t maxkey);
 
 /* What each byte is (viz_category.c): a category per allocation, from the first source that
- * knows it. Recordings carry no category yet (issue 39); the sources today are the tensor's name
- * (the trainer's and gpumem record's PyTorch hooks' conventions) and its phases. A source is one
- * function in viz_category.c's `sources` table: a recorded category goes first there. */
+ * knows it. First gpumem's own categories (snapshot/analyze/gm_category.h, the report's "by
+ * category" table: names, phases, inference from lifetimes), then, for what they leave, the
+ * page's own reading of the tensor's name and phases. A source is one function in
+ * viz_category.c's `sources` table. */
 enum {
     VIZ_CAT_NONE,
     VIZ_CAT_PARAM,
@@ -62,9 +63,11 @@ enum {
     VIZ_CAT_OPT,
     VIZ_CAT_ACT,
     VIZ_CAT_TEMP,
+    VIZ_CAT_WORKSPACE,
+    VIZ_CAT_OTHER,
     VIZ_NCATS
 };
-enum { VIZ_SRC_NONE, VIZ_SRC_NAME, VIZ_SRC_PHASE, VIZ_NSRCS };
+enum { VIZ_SRC_NONE, VIZ_SRC_NAME, VIZ_SRC_PHASE, VIZ_SRC_INFERENCE, VIZ_NSRCS };
 extern const char *const viz_cat_name[VIZ_NCATS];
 extern const char *const viz_src_name[VIZ_NSRCS];
 typedef struct viz_categories {
@@ -73,7 +76,8 @@ typedef struct viz_categories {
     uint64_t peak[VIZ_NSRCS]; /* bytes live at the peak categorised by each source */
     int by_default;           /* 1: the page colours by category first (half the peak or more) */
 } viz_categories;
-int viz_categories_build(const gm_model *m, viz_categories *c);
+/* d: the recording (its launches place the updates of an unannotated one; NULL: without) */
+int viz_categories_build(gm_db *d, const gm_model *m, viz_categories *c);
 void viz_categories_free(viz_categories *c);
 
 /* The allocations the page shows one by one (viz_tensors.c): the rows the timeline's live lists,

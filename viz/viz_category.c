@@ -1,8 +1,11 @@
 /* viz_category.c — what each byte is: parameter, gradient, optimizer state, activation,
- * temporary, or none said.
+ * temporary, workspace, other, or none said.
  *
- * Recordings do not carry a category yet (issue 39 adds them). Until then the page says only
- * what the recording shows plainly, and names the source of every category it shows:
+ * The first source is gpumem's own (snapshot/analyze/gm_category.c, the report's "by category"
+ * table): names, phases, and for an unannotated recording inference from lifetimes, each
+ * allocation credited to the one that decided it (VIZ_SRC_NAME, VIZ_SRC_PHASE,
+ * VIZ_SRC_INFERENCE). What it leaves undecided, the page reads itself, saying only what the
+ * recording shows plainly:
  *   - names (VIZ_SRC_NAME): the included trainer and `gpumem record`'s PyTorch hooks name
  *     gradients "grad.<param>" (ZeRO shards "grad.shard.<param>") and optimizer state
  *     "<optimizer>.<state>.<param>" ("adam.m.wte", "adam.exp_avg.h.0.attn.weight"); so a name X
@@ -16,18 +19,17 @@
  *     middle of a phase (an OOM) has no next phase: what it freed then gets no category.
  * Anything else stays without a category ("none said"), never guessed.
  *
- * A source is one function in `sources` below, asked in order; the first that answers wins.
- * When the recording carries categories, its source goes first in that table (and in
- * viz_src_name), and the others only fill what it leaves. */
+ * A source is one function in `sources` below, asked in order; the first that answers wins. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_category.h"
 #include "viz/viz.h"
 
-const char *const viz_cat_name[VIZ_NCATS] = {"none said",       "parameter",  "gradient",
-                                             "optimizer state", "activation", "temporary"};
-const char *const viz_src_name[VIZ_NSRCS] = {"", "name", "phases"};
+const char *const viz_cat_name[VIZ_NCATS] = {"none said",  "parameter", "gradient",  "optimizer state",
+                                             "activation", "temporary", "workspace", "other"};
+const char *const viz_src_name[VIZ_NSRCS] = {"", "name", "phases", "inference"};
 
 #define VIZ_MAX_STEP 10000000 /* step numbers the phase source keeps a slot for */
 
@@ -64,6 +66,7 @@ static uint8_t phase_of_range(const gm_model *m, uint32_t range)
 
 typedef struct cat_ctx {
     const gm_model *m;
+    const gm_categories *gm; /* gpumem's own categories (NULL: not computed) */
     const uint8_t *phase;
     const int32_t *step;  /* per allocation: the step of its birth range; -1 none */
     u64map params;        /* hash of X for every "grad.X" name: X is a parameter */
@@ -85,6 +88,21 @@ static int by_name_str(const cat_ctx *x, const char *n)
     if (!strncmp(n, "adam.", 5) || !strncmp(n, "adamw.", 6) || strstr(n, "exp_avg"))
         return VIZ_CAT_OPT;
     return VIZ_CAT_NONE;
+}
+
+/* gpumem's own category (the report's), credited to its source; its undecided "other" is left
+ * to the sources after it */
+static int src_gpumem(cat_ctx *x, size_t i)
+{
+    static const uint8_t cat[GM_NCATS] = {VIZ_CAT_PARAM, VIZ_CAT_GRAD, VIZ_CAT_OPT,      VIZ_CAT_ACT,
+                                          VIZ_CAT_TEMP,  VIZ_CAT_WORKSPACE, VIZ_CAT_OTHER};
+    if (!x->gm || x->gm->cat[i] >= GM_NCATS || x->gm->src[i] == GM_CSRC_NONE) return VIZ_CAT_NONE;
+    return cat[x->gm->cat[i]];
+}
+static int src_gpumem_source(const cat_ctx *x, size_t i)
+{
+    static const uint8_t src[GM_NCSRCS] = {VIZ_SRC_NONE, VIZ_SRC_NAME, VIZ_SRC_PHASE, VIZ_SRC_INFERENCE};
+    return src[x->gm->src[i]];
 }
 
 static int src_name(cat_ctx *x, size_t i)
@@ -120,15 +138,20 @@ static int cmp_u64(const void *p, const void *q)
     return a < b ? -1 : a > b;
 }
 
-/* Asked in this order; index + 1 is the VIZ_SRC_* the answer is credited to. */
-static int (*const sources[])(cat_ctx *, size_t) = {src_name, src_phase};
+/* Asked in this order; each answer is credited to the VIZ_SRC_* beside it (gpumem's own: to
+ * the source that decided it there). */
+static int (*const sources[])(cat_ctx *, size_t) = {src_gpumem, src_name, src_phase};
+static const uint8_t source_id[] = {VIZ_NSRCS, VIZ_SRC_NAME, VIZ_SRC_PHASE};
 
 /* ---------------------------------------------------------------- */
 
-int viz_categories_build(const gm_model *m, viz_categories *c)
+int viz_categories_build(gm_db *d, const gm_model *m, viz_categories *c)
 {
     memset(c, 0, sizeof *c);
     cat_ctx x = {.m = m};
+    gm_categories gmc;
+    char err[256];
+    if (gm_categories_build(d, m, &gmc, err, sizeof err) == 0) x.gm = &gmc;
     int rc = -1;
     int32_t *step = malloc(sizeof *step * (m->nallocs + 1));
     c->phase = malloc(m->nallocs + 1);
@@ -208,7 +231,8 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
         for (size_t s = 0; s < sizeof sources / sizeof *sources; s++) {
             int k = sources[s](&x, i);
             if (k != VIZ_CAT_NONE) {
-                c->cat[i] = (uint8_t)k, c->src[i] = (uint8_t)(s + 1);
+                c->cat[i] = (uint8_t)k;
+                c->src[i] = source_id[s] == VIZ_NSRCS ? (uint8_t)src_gpumem_source(&x, i) : source_id[s];
                 break;
             }
         }
@@ -221,6 +245,7 @@ int viz_categories_build(const gm_model *m, viz_categories *c)
     c->by_default = peak_total && 2 * (peak_total - c->peak[VIZ_SRC_NONE]) >= peak_total;
     rc = 0;
 out:
+    if (x.gm) gm_categories_free(&gmc);
     u64map_free(&x.params), u64map_free(&x.name_cat);
     free(x.bwd_start), free(x.starts), free(step);
     if (rc) viz_categories_free(c);

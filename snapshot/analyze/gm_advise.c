@@ -39,9 +39,11 @@
  * device model (--gpu) and the link model (--link).
  */
 #include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_category.h"
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -400,6 +402,238 @@ static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, u
     }
 }
 
+/* An unannotated recording (no fwd / bwd / opt range): the steps and phases gm_category.c
+ * infers from its allocations (the recording's periodicity, the backward from the step's highest
+ * point), given to every event by its seq. When they cannot be decided m->phases_why says why and
+ * nothing is guessed. evseq: each loaded event's seq. */
+static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
+{
+    gm_model gm;
+    gm_categories c;
+    char err[256];
+    if (gm_model_load(d, &gm, 0, err, sizeof err) != 0) {
+        snprintf(m->phases_why, sizeof m->phases_why, "the recording could not be read for its phases (%s)", err);
+        return;
+    }
+    if (gm_categories_build(d, &gm, &c, err, sizeof err) != 0) {
+        snprintf(m->phases_why, sizeof m->phases_why, "%s", err);
+        gm_model_free(&gm);
+        return;
+    }
+    if (c.phases_from == GM_CSRC_NONE || !c.nsteps) {
+        snprintf(m->phases_why, sizeof m->phases_why, "%s", c.why[0] ? c.why : "no steps repeat in it");
+        goto out;
+    }
+    adv_step *st = calloc(c.nsteps, sizeof *st);
+    uint64_t *opt = calloc(c.nsteps, sizeof *opt);
+    if (!st || !opt) {
+        free(st), free(opt);
+        snprintf(m->phases_why, sizeof m->phases_why, "out of memory");
+        goto out;
+    }
+    for (size_t j = 0; j < c.nsteps; j++)
+        st[j] = (adv_step){c.steps[j].number, UINT64_MAX, 0};
+    static const uint8_t ph[] = {[GM_CPH_PRE] = ADV_PH_OTHER, [GM_CPH_FWD] = ADV_PH_FWD, [GM_CPH_BWD] = ADV_PH_BWD,
+                                 [GM_CPH_OPT] = ADV_PH_OPT, [GM_CPH_POST] = ADV_PH_OTHER};
+    for (size_t i = 0; i < m->nevs; i++) {
+        long j;
+        int p = gm_category_phase_at(&c, evseq[i], &j);
+        adv_ev *e = &m->evs[i];
+        e->phase = ph[p];
+        e->step = j >= 0 && e->phase != ADV_PH_OTHER ? (int32_t)j : -1;
+        e->lr = 0, e->lr_name = 0;
+        if (e->step < 0) continue;
+        if (e->t < st[j].start_ns) st[j].start_ns = e->t;
+        if (e->t > st[j].end_ns) st[j].end_ns = e->t;
+        if (e->phase == ADV_PH_OPT && !opt[j]) opt[j] = e->t + 1; /* + 1: 0 is "none" */
+    }
+    for (size_t j = 0; j < c.nsteps; j++)
+        if (st[j].start_ns == UINT64_MAX) st[j].start_ns = st[j].end_ns;
+    free(m->steps);
+    m->steps = st, m->nsteps = c.nsteps;
+    /* each step's update, and each kernel launched in it (an optimizer updates parameter by
+     * parameter, or list by list): where optimizer state made together is told apart, as the
+     * ranges of an annotated update do */
+    free(m->opt_starts);
+    m->opt_starts = opt, m->nopt_starts = 0;
+    for (size_t j = 0; j < c.nsteps; j++)
+        if (opt[j]) opt[m->nopt_starts++] = opt[j] - 1;
+    sqlite3_stmt *q;
+    size_t cap = c.nsteps;
+    if (gm_table_exists(d, "launches") &&
+        sqlite3_prepare_v2(d->db, "SELECT l.seq, e.t FROM launches l JOIN events e ON e.seq = l.seq "
+                                  "WHERE l.op = 0 ORDER BY l.seq", -1, &q, NULL) == SQLITE_OK) {
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            long j;
+            if (gm_category_phase_at(&c, (uint64_t)sqlite3_column_int64(q, 0), &j) != GM_CPH_OPT) continue;
+            if (grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
+            m->opt_starts[m->nopt_starts++] = (uint64_t)sqlite3_column_int64(q, 1);
+        }
+        sqlite3_finalize(q);
+    }
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    m->phases_from = GM_CSRC_INFERENCE;
+    {
+        const gm_cat_step *ss = &c.steps[c.nsteps > 1 ? c.nsteps - 2 : 0]; /* a steady step */
+        m->inferred_bwd_seq = ss->bwd != UINT64_MAX ? ss->bwd : 0;
+        m->inferred_opt_seq = ss->opt != UINT64_MAX ? ss->opt : 0;
+        m->inferred_end_seq = ss->end;
+    }
+out:
+    gm_categories_free(&c);
+    gm_model_free(&gm);
+}
+
+/* The layers of an unannotated recording, for the rewrites that stash saved activations per
+ * layer (recompute, offload, bf16): what NVTX's child ranges of fwd and bwd ("h3") give an
+ * annotated one. In each step the forward's allocations repeat with the layer's period Q (the
+ * longest run of sizes equal to those Q before them); the blocks are placed where each one's saved
+ * tensors die together in the backward, apart from its last, the layer's output, which the next
+ * layer's backward frees (its input there). Forward layer i is the forward's events from its
+ * block's first allocation on; backward layer i starts at the first backward event after the
+ * last free of layer i + 1's tensors and of layer i's output. Before the first block: "embed";
+ * after the last, and the backward before the last layer's: "head". */
+typedef struct lay_blk {
+    uint64_t dmin, dmax;  /* deaths (event indices) of the block's saved tensors but its output */
+    size_t out_death;     /* the death of its last saved tensor (its output), SIZE_MAX none */
+    size_t in_death;      /* the death of its first saved tensor */
+} lay_blk;
+
+/* The saved tensors of block [k0, k1) of the forward births fb: their deaths. */
+static void lay_block(const adv_model *m, const size_t *fb, size_t k0, size_t k1, const size_t *death, int32_t s,
+                      lay_blk *b)
+{
+    *b = (lay_blk){UINT64_MAX, 0, SIZE_MAX, SIZE_MAX};
+    for (size_t k = k0; k < k1; k++) {
+        size_t d = death[m->evs[fb[k]].a];
+        if (d == SIZE_MAX || m->evs[d].phase != ADV_PH_BWD || m->evs[d].step != s) continue;
+        if (b->in_death == SIZE_MAX) b->in_death = d;
+        if (b->out_death != SIZE_MAX) { /* the previous saved one was not the last */
+            if (b->out_death < b->dmin) b->dmin = b->out_death;
+            if (b->out_death > b->dmax) b->dmax = b->out_death;
+        }
+        b->out_death = d;
+    }
+}
+
+static void infer_layers(adv_model *m)
+{
+    size_t *death = NULL, *birth = NULL;
+    if (life_index(m, &birth, &death)) goto out;
+    uint32_t names[3] = {intern(m, "embed"), intern(m, "head"), 0};
+    for (size_t s = 0; s < m->nsteps; s++) {
+        /* this step's forward allocations, in order, and which are saved (freed in backward) */
+        size_t f0 = SIZE_MAX, f1 = 0, b0 = SIZE_MAX, b1 = 0;
+        for (size_t i = 0; i < m->nevs; i++) {
+            const adv_ev *e = &m->evs[i];
+            if (e->step != (int32_t)s) continue;
+            if (e->phase == ADV_PH_FWD) f0 = f0 == SIZE_MAX ? i : f0, f1 = i + 1;
+            if (e->phase == ADV_PH_BWD) b0 = b0 == SIZE_MAX ? i : b0, b1 = i + 1;
+        }
+        if (f0 == SIZE_MAX || b0 == SIZE_MAX) continue;
+        size_t n = 0, *fb = malloc((f1 - f0 + 1) * sizeof *fb); /* forward births: event index */
+        if (!fb) goto out;
+        for (size_t i = f0; i < f1; i++)
+            if (m->evs[i].kind == ADV_EV_ALLOC && m->evs[i].step == (int32_t)s && m->evs[i].phase == ADV_PH_FWD)
+                fb[n++] = i;
+        /* the period: the longest run of sizes equal to those Q before them */
+        size_t Q = 0, run0 = 0, cover = 0;
+        for (size_t q = 1; q <= n / 2 && n <= 65536; q++)
+            for (size_t i = 0, r = 0; i + q < n; i++) {
+                r = m->allocs[m->evs[fb[i]].a].size == m->allocs[m->evs[fb[i + q]].a].size ? r + 1 : 0;
+                if (r >= q && r + q > cover) cover = r + q, Q = q, run0 = i + 1 - r;
+            }
+        size_t nb = Q ? cover / Q : 0;
+        if (nb < 2) {
+            free(fb);
+            continue;
+        }
+        m->inferred_layers = nb, m->inferred_layer_allocs = Q;
+        /* the blocks' placement: saved tensors' deaths nested by layer, outputs in the next */
+        size_t best_o = 0;
+        long best_score = LONG_MIN;
+        lay_blk *bl = calloc(nb + 1, sizeof *bl);
+        if (!bl) {
+            free(fb);
+            goto out;
+        }
+        /* placements where the blocks' deaths overlap are wrong; of the others, a block should
+         * end with its output (its last saved tensor dies before the rest of the block's, in the
+         * next block's backward) and not start with its input (its first saved tensor dying
+         * last of the block's: the previous block's output) */
+        for (size_t o = 0; o < Q && run0 + o + nb * Q <= n; o++) {
+            for (size_t j = 0; j < nb; j++)
+                lay_block(m, fb, run0 + o + j * Q, run0 + o + (j + 1) * Q, death, (int32_t)s, &bl[j]);
+            long score = 0;
+            for (size_t j = 0; j < nb; j++) {
+                if (j + 1 < nb && bl[j].dmin != UINT64_MAX && bl[j + 1].dmax > bl[j].dmin) score -= 1000;
+                if (bl[j].out_death != SIZE_MAX && bl[j].dmin != UINT64_MAX && bl[j].out_death < bl[j].dmin) score++;
+                if (bl[j].in_death != SIZE_MAX && bl[j].dmax != 0 && bl[j].in_death == bl[j].dmax) score--;
+            }
+            if (score > best_score) best_score = score, best_o = o;
+        }
+        size_t first = run0 + best_o;
+        for (size_t j = 0; j < nb; j++)
+            lay_block(m, fb, first + j * Q, first + (j + 1) * Q, death, (int32_t)s, &bl[j]);
+        /* forward: each block's events from its first allocation to the next one's */
+        uint64_t base = ((uint64_t)s + 1) << 32; /* instance ids of this step: base + 2 slot + phase */
+        size_t *fstart = malloc((nb + 1) * sizeof *fstart), *bstart = malloc((nb + 1) * sizeof *bstart);
+        if (!fstart || !bstart) {
+            free(fstart), free(bstart), free(bl), free(fb);
+            goto out;
+        }
+        for (size_t j = 0; j < nb; j++)
+            fstart[j] = fb[first + j * Q];
+        fstart[nb] = first + nb * Q < n ? fb[first + nb * Q] : f1;
+        for (size_t i = f0; i < f1; i++) {
+            adv_ev *e = &m->evs[i];
+            if (e->step != (int32_t)s || e->phase != ADV_PH_FWD) continue;
+            if (i < fstart[0]) e->lr = base + 0, e->lr_name = names[0];
+            else if (i >= fstart[nb]) e->lr = base + 2, e->lr_name = names[1];
+            else
+                for (size_t j = 0; j < nb; j++)
+                    if (i < fstart[j + 1]) {
+                        char nm[32];
+                        snprintf(nm, sizeof nm, "layer %zu", j);
+                        e->lr = base + 2 * (j + 2), e->lr_name = intern(m, nm);
+                        break;
+                    }
+        }
+        /* backward: layer j starts after layer j + 1's frees and layer j's output's */
+        uint64_t after_head = 0; /* the head's saved tensors: born after the last block */
+        for (size_t k = first + nb * Q; k < n; k++) {
+            size_t d = death[m->evs[fb[k]].a];
+            if (d != SIZE_MAX && m->evs[d].phase == ADV_PH_BWD && m->evs[d].step == (int32_t)s && d > after_head)
+                after_head = d;
+        }
+        for (size_t j = nb; j-- > 0;) {
+            uint64_t last = j + 1 < nb ? (bl[j + 1].dmax > after_head ? bl[j + 1].dmax : after_head) : after_head;
+            if (j + 1 < nb && bl[j + 1].dmax != 0 && bl[j + 1].dmax > last) last = bl[j + 1].dmax;
+            if (bl[j].out_death != SIZE_MAX && bl[j].out_death > last) last = bl[j].out_death;
+            bstart[j] = last + 1 > b0 ? last + 1 : b0;
+        }
+        bstart[nb] = b0;
+        for (size_t i = b0; i < b1; i++) {
+            adv_ev *e = &m->evs[i];
+            if (e->step != (int32_t)s || e->phase != ADV_PH_BWD) continue;
+            if (i < bstart[nb - 1]) {
+                e->lr = base + 3, e->lr_name = names[1];
+                continue;
+            }
+            for (size_t j = nb; j-- > 0;)
+                if (i >= bstart[j] && (j == 0 || i < bstart[j - 1])) {
+                    char nm[32];
+                    snprintf(nm, sizeof nm, "layer %zu", j);
+                    e->lr = base + 2 * (j + 2) + 1, e->lr_name = intern(m, nm);
+                    break;
+                }
+        }
+        free(fstart), free(bstart), free(bl), free(fb);
+    }
+out:
+    free(birth), free(death);
+}
+
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
 {
     memset(m, 0, sizeof *m);
@@ -475,7 +709,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     u64map seq_idx = {0}; /* birth seq -> allocation, for the uses */
     uint32_t *stacks = NULL;
     uint64_t *births = NULL; /* allocation -> its birth seq, for the names */
-    size_t stcap = 0, bcap = 0, evcap = 0, nstreams[8] = {0};
+    uint64_t *evseq = NULL;  /* event -> its seq, for phases inferred from the allocations */
+    size_t stcap = 0, bcap = 0, evcap = 0, sqcap = 0, nstreams[8] = {0};
     int rc, nomem = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -514,10 +749,12 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
             e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
             e.stream = stream;
         }
-        if (grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs)) {
+        if (grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs) ||
+            grow((void **)&evseq, &sqcap, m->nevs + 1, sizeof *evseq)) {
             nomem = 1;
             break;
         }
+        evseq[m->nevs] = seq;
         m->evs[m->nevs++] = e;
     }
     sqlite3_finalize(s);
@@ -527,12 +764,12 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {
-        free(stacks);
+        free(stacks), free(evseq);
         snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
         return -1;
     }
     if (rc != SQLITE_DONE && m->nevs == 0) {
-        free(stacks);
+        free(stacks), free(evseq);
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
@@ -558,6 +795,11 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     u64map_free(&site);
     free(stacks);
     m->nrecorded = m->nallocs;
+    for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
+        if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
+    if (!m->phases_from) infer_phases(d, m, evseq);
+    if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
+    free(evseq);
     if (m->have_uses) load_uses(d, m, &seq_idx);
     u64map_free(&seq_idx);
     size_t best = 0;

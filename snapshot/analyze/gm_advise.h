@@ -97,6 +97,16 @@ typedef struct adv_model {
     int owns_uses;
     int dry_run; /* no compute recorded (trainer --dry-run) */
     adv_oom oom;
+    /* where the steps and phases came from: GM_CSRC_PHASES ("step N" > fwd / bwd / opt ranges),
+     * GM_CSRC_INFERENCE (an unannotated recording: gm_category.h's steps from its periodicity
+     * and phases from its allocations), GM_CSRC_NONE (neither: phases_why says why) */
+    int phases_from;
+    char phases_why[320];
+    /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
+     * backward and update begin and where it ends (seqs; 0 none), for saying which kernels run
+     * there */
+    size_t inferred_layers, inferred_layer_allocs;
+    uint64_t inferred_bwd_seq, inferred_opt_seq, inferred_end_seq;
 } adv_model;
 
 /* The phase a range name stands for: ADV_PH_FWD for "fwd"/"forward", ADV_PH_BWD for

@@ -17,6 +17,7 @@
  * accumulation = one launch overhead (5 us) per extra op launched; set-to-none = nothing.
  */
 #include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_category.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -287,6 +288,60 @@ static void spec_words(const ctx *c, const spec *s, char *out, size_t n)
             "dtype=torch.bfloat16))",
             o ? "; " : "");
 #undef ADD
+}
+
+/* Where the steps and phases came from, when not from NVTX ranges: inferred from the
+ * allocations (which kernels begin the backward and run the update, when launches were
+ * recorded), or not decided at all — then advise predicts nothing and says what to record. */
+static void phases_note(gm_db *d, ctx *c)
+{
+    const adv_model *m = &c->m;
+    if (m->phases_from == GM_CSRC_NONE) {
+        snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+                 "forward, backward and update cannot be told apart in this recording (%s): advise "
+                 "predicts nothing rather than guess; record it with NVTX ranges \"step N\" > fwd / bwd "
+                 "/ opt, or a PyTorch script with gpumem record's hooks (on by default)",
+                 m->phases_why[0] ? m->phases_why : "no steps");
+        return;
+    }
+    if (m->phases_from != GM_CSRC_INFERENCE) return;
+    char kb[160] = "", ku[256] = "";
+    sqlite3_stmt *s;
+    if (gm_table_exists(d, "launches") &&
+        sqlite3_prepare_v2(d->db,
+                           "SELECT l.seq, s.s FROM launches l JOIN strings s ON s.id = l.kernel "
+                           "WHERE l.seq >= ?1 AND l.seq <= ?2 AND l.op = 0 ORDER BY l.seq",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, (sqlite3_int64)m->inferred_bwd_seq);
+        sqlite3_bind_int64(s, 2, (sqlite3_int64)m->inferred_end_seq);
+        size_t nu = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
+            char *k = gm_demangle((const char *)sqlite3_column_text(s, 1));
+            if (!k) continue;
+            char *paren = strchr(k, '(');
+            if (paren) *paren = 0; /* the function's name, not its parameters */
+            if (!kb[0] && seq >= m->inferred_bwd_seq) snprintf(kb, sizeof kb, "%s", k);
+            if (m->inferred_opt_seq && seq >= m->inferred_opt_seq && nu < 3 && !strstr(ku, k)) {
+                size_t o = strlen(ku);
+                snprintf(ku + o, sizeof ku - o, "%s%s", nu++ ? ", " : "", k);
+            }
+            free(k);
+        }
+        sqlite3_finalize(s);
+    }
+    size_t o = (size_t)snprintf(c->notes[c->nnotes], sizeof c->notes[0],
+                                "no NVTX phases in this recording: its %zu steps, forward / backward / update "
+                                "and %zu layers (%zu allocations each) were inferred from its allocations "
+                                "(gpumem report's categories: activations are what a forward makes and its "
+                                "backward frees)",
+                                m->nsteps, m->inferred_layers, m->inferred_layer_allocs);
+    if (kb[0] && o < sizeof c->notes[0])
+        o += (size_t)snprintf(c->notes[c->nnotes] + o, sizeof c->notes[0] - o, "; the backward begins with kernel %s",
+                              kb);
+    if (ku[0] && o < sizeof c->notes[0])
+        snprintf(c->notes[c->nnotes] + o, sizeof c->notes[0] - o, "; the update runs %s", ku);
+    c->nnotes++;
 }
 
 static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
@@ -653,7 +708,9 @@ static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec 
         if (pct(c, s->extra_s) < 1.0 && (!cheap || cmp_saving(s, cheap) < 0)) cheap = s; /* (NAN: no) */
     }
     if (!best) {
-        printf("\nin short: nothing here lowers the peak reserved of this recording\n");
+        printf(c->m.phases_from == GM_CSRC_NONE
+                   ? "\nin short: not known: this recording's forward, backward and update cannot be told apart\n"
+                   : "\nin short: nothing here lowers the peak reserved of this recording\n");
         return;
     }
     for (int k = 0; k < 2; k++) {
@@ -877,6 +934,7 @@ int gm_advise_main(int argc, char **argv)
             sqlite3_finalize(s);
         }
     }
+    phases_note(&d, &c);
     gm_db_close(&d);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
      * Advised from the steps that completed before it; when only the first did (a warm-up:
@@ -1242,7 +1300,11 @@ int gm_advise_main(int argc, char **argv)
                            c.rec.grad_none, c.rec.bf16};
         for (int i = 0, first = 1; i < T_NTECH; i++)
             if (on[i]) printf("%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
-        printf("], \"notes\": [");
+        printf("], \"phases_from\": ");
+        gm_json_str(stdout, c.m.phases_from == GM_CSRC_PHASES      ? "phases"
+                            : c.m.phases_from == GM_CSRC_INFERENCE ? "inference"
+                                                                   : NULL);
+        printf(", \"notes\": [");
         for (int i = 0; i < c.nnotes; i++)
             printf("%s", i ? ", " : ""), gm_json_str(stdout, c.notes[i]);
         printf("],\n \"oom\": ");
@@ -1323,7 +1385,7 @@ int gm_advise_main(int argc, char **argv)
                    c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
         else if (c.step_s > 0)
             printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
-                   c.m.ops_timed ? "timed launches" : "NVTX op ranges", c.link_bps / 1e9,
+                   c.m.ops_timed ? "timed launches" : c.m.nops ? "NVTX op ranges" : "the steps' spans", c.link_bps / 1e9,
                    c.link_src, c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "",
                    c.gpu_assumed ? " (assumed: give --gpu)" : "");
         else
@@ -1336,7 +1398,10 @@ int gm_advise_main(int argc, char **argv)
                 "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
         text_short(&c, recs, nrecs, front, nfront);
         printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
-        if (!nrecs)
+        if (!nrecs && c.m.phases_from == GM_CSRC_NONE)
+            printf("  none: forward, backward and update are not known in this recording (see the note): "
+                   "record it with NVTX ranges or gpumem record's PyTorch hooks\n");
+        else if (!nrecs)
             printf("  none: no technique lowers the peak of this recording (what is live at the "
                    "peak is not "
                    "saved activations, gradients or optimizer state in a step)\n");

@@ -6,6 +6,7 @@
  * query per row.
  */
 #include "snapshot/analyze/gm_report.h"
+#include "snapshot/analyze/gm_category.h"
 #include "snapshot/read/gm_devused.h"
 #include "snapshot/record/rec.h"
 
@@ -1002,6 +1003,49 @@ static torch_diff torch_difference(const gm_model *m, const alloc_set *at) {
 
 /* The torch view's block of the report: PyTorch's peaks by its own rules, the difference to the
  * device's named, and its tensors at its peak by phase, site and name. */
+/* GPUMEM_CATEGORY_DUMP=FILE: every device allocation's category, one line each, for the checks
+ * that compare categories allocation by allocation (tests/integration/categories_trainer.sh,
+ * tests/torch/torch_categories.sh): first the steps, "VIEW step N START BWD OPT END" (seqs; -1:
+ * the step has no backward / update), then "VIEW INDEX BIRTH DEATH SIZE CATEGORY SOURCE", VIEW
+ * "device" or "torch", INDEX the allocation's place among the view's device allocations in birth
+ * order, DEATH 0 when alive at the end. */
+static void dump_categories(const gm_model *m, const gm_categories *c, const char *view) {
+    const char *path = getenv("GPUMEM_CATEGORY_DUMP");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    for (size_t j = 0; j < c->nsteps; j++) /* "VIEW step N START BWD OPT END", -1: none */
+        fprintf(f, "%s step %" PRId64 " %" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu64 "\n", view, c->steps[j].number,
+                c->steps[j].start, c->steps[j].bwd == UINT64_MAX ? -1 : (int64_t)c->steps[j].bwd,
+                c->steps[j].opt == UINT64_MAX ? -1 : (int64_t)c->steps[j].opt, c->steps[j].end);
+    size_t k = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        if (c->cat[i] >= GM_NCATS) continue;
+        fprintf(f, "%s %zu %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %s\n", view, k++, m->allocs[i].birth,
+                m->allocs[i].death, m->allocs[i].size, gm_cat_key[c->cat[i]], gm_csrc_name[c->src[i]]);
+    }
+    fclose(f);
+}
+
+/* The "by category" block of a model (the device's, or PyTorch's view): text, or the JSON
+ * members categories_at_peak, category_source and categories (the caller writes what is around). */
+static void print_categories(gm_db *d, const gm_model *m, const gm_opts *o, FILE *out, const char *title,
+                             const char *view) {
+    gm_categories c;
+    char err[256];
+    if (gm_categories_build(d, m, &c, err, sizeof err) != 0) {
+        if (o->json) fputs("\"categories_at_peak\":null,\"category_source\":null,\"categories\":null", out);
+        else fprintf(out, "\n%s: not computed (%s)\n", title, err);
+        return;
+    }
+    dump_categories(m, &c, view);
+    if (o->json) gm_categories_print_json(out, &c);
+    else {
+        gm_categories_print_text(out, &c, title);
+    }
+    gm_categories_free(&c);
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     (void)d;
     const gm_torch_view *tv = &m->torch;
@@ -1077,7 +1121,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gn, nn, o->top, total, "name");
-        fputs("}}", out);
+        fputs("},", out);
+        print_categories(d, &v, o, out, "PyTorch's tensors by category", "torch");
+        fputc('}', out);
     } else {
         char a[32], r[32], q[32], g[32];
         gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
@@ -1123,6 +1169,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         print_groups_text(out, "by phase", gp, np, o->top, total);
         print_groups_text(out, "by call site", gs, ns, o->top, total);
         print_groups_text(out, "by tensor name (digits as *)", gn, nn, o->top, total);
+        print_categories(d, &v, o, out, "  PyTorch's tensors by category", "torch");
     }
     free(gp), free(gs), free(gn), free(go);
 }
@@ -1187,6 +1234,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fputc(',', out);
         print_groups_json(out, "by_op", gop, ops ? nop : 0, o->top, total, "op");
         fputs("},", out);
+        print_categories(d, m, o, out, "By category", "device");
+        fputc(',', out);
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
         print_torch(d, m, &l, o, out);
@@ -1246,6 +1295,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_groups_text(out, "by call site", gs, ns, o->top, total);
         if (named) print_groups_text(out, "by tensor name (gpumem_name / NVTX naming; digits as *)", gn, nn, o->top, total);
         if (ops) print_groups_text(out, "by op (innermost op range: PyTorch's emit_nvtx(), \"ns::op\" names)", gop, nop, o->top, total);
+        print_categories(d, m, o, out, m->torch.present == 1 ? "By category, the device's allocations" : "By category",
+                         "device");
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
         print_bad_accesses(d, m, &l, o, out);

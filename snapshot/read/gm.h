@@ -105,6 +105,8 @@ typedef struct gm_alloc {
     uint8_t kind;
     int8_t device;
     uint8_t flags; /* GM_ALLOC_* */
+    uint32_t death_range; /* the NVTX range of its free (a tensor's: where PyTorch was asked to
+                             free it), 0 = none or alive at the end */
 } gm_alloc;
 /* a device allocation that is one of PyTorch's segments (its cache, not a tensor) */
 #define GM_ALLOC_FW_SEGMENT 1u

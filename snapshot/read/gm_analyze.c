@@ -7,8 +7,8 @@
  * pages by gm_analyze_pages.c where the file is what the recorder writes, through SQLite
  * otherwise (the two give the same rows; GPUMEM_SWEEP=sql forces SQLite) — while a hash map
  * of live allocations keyed by address pairs frees with allocations. The result is one compact
- * record per allocation (birth, death, size, requested, stack, range, name: 48 bytes) plus
- * running peaks, so
+ * record per allocation (birth, death, size, requested, stack, range, name, the range of its
+ * free: 56 bytes) plus running peaks, so
  * "what was live at the peak / at an OOM / at exit" is a filter over that array afterwards.
  * Lifetimes are therefore always derived on read, which is also what makes a database from a
  * killed process (no alloc_life rows for what was alive) report correctly.
@@ -282,7 +282,7 @@ typedef struct name_ev { uint64_t seq, addr, name, birth; } name_ev;
 
 /* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
  * written once and never moved. Where it is large its pages are transparent huge pages: written
- * into fresh 4 KiB pages, 48 bytes an allocation, it took a page fault every 85
+ * into fresh 4 KiB pages (48 bytes an allocation then), it took a page fault every 85
  * allocations, and a TLB miss on every later pass: a quarter of a long recording's report. Only the pages written become resident. Failing
  * is harmless: the sweep grows the array as it goes. */
 static void allocs_reserve(gm_model *m, uint64_t rows) {
@@ -334,7 +334,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         }
         int priv = (flags & REC_F_PRIVATE_POOL) != 0;
         v->allocs[v->nallocs] = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind,
-                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0};
+                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0};
         u64map_put(&w->tlive, addr, v->nallocs++);
         v->allocated += size;
         v->requested += requested;
@@ -346,6 +346,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         if (kind == REC_TORCH_FREE) {
             /* the statistics drop when the tensor is freed; the block stays the tensor's until
              * its free completes */
+            a->death_range = range;
             v->allocated -= a->size < v->allocated ? a->size : v->allocated;
             v->requested -= a->requested < v->requested ? a->requested : v->requested;
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
@@ -357,6 +358,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
                 if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
             }
             a->flags &= (uint8_t)~GM_ALLOC_FREED;
+            if (!a->death_range) a->death_range = range;
             a->death = seq;
             u64map_del(&w->tlive, addr, NULL);
         }
@@ -468,7 +470,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         gm_alloc *a = &m->allocs[m->nallocs];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0))};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         u64map_put(&w->live, addr, m->nallocs++);
@@ -481,6 +483,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         if (u64map_del(&w->live, addr, &ai)) {
             gm_alloc *a = &m->allocs[ai];
             a->death = seq;
+            a->death_range = range;
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);

@@ -188,6 +188,8 @@ int rec_check_env(char *err, size_t errsz) {
     env_num("GPUMEM_RING_WAIT_US", 200, 0, 1000000, &bad, err, errsz);
     env_num("GPUMEM_QUIET", 0, 0, 1, &bad, err, errsz);
     env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
+    env_num("GPUMEM_NAMES", 1, 0, 1, &bad, err, errsz);
+    env_num("GPUMEM_NVTX", 1, 0, 1, &bad, err, errsz);
     const char *f = getenv("GPUMEM_FORK");
     if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
         snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
@@ -293,6 +295,8 @@ static int open_now(const rec_options *opt) {
             g->fork_record = !(f && strcmp(f, "off") == 0);
         }
         g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
+        g->names = (int)env_long("GPUMEM_NAMES", 1, 0, 1);
+        g->ranges = (int)env_long("GPUMEM_NVTX", 1, 0, 1);
         ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
 
     }
@@ -707,8 +711,11 @@ int rec_range_push(const char *domain, const char *name) {
     rec_tls *t = my_tls();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     uint32_t parent = d ? t->ranges[d - 1] : 0;
-    uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
-    push_record(REC_R_RANGE_PUSH, id, parent, intern(domain), intern(name ? name : ""));
+    uint32_t id = 0; /* GPUMEM_NVTX=0: the level is kept (a pop answers as NVTX does), no range */
+    if (rec_g.ranges) {
+        id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
+        push_record(REC_R_RANGE_PUSH, id, parent, intern(domain), intern(name ? name : ""));
+    }
     if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
     t->depth++;
     return (int)t->depth;
@@ -720,12 +727,13 @@ int rec_range_pop(void) {
     if (t->depth == 0) return -1;
     uint32_t level = t->depth;
     t->depth--;
-    if (t->depth < REC_TLS_DEPTH) push_record(REC_R_RANGE_POP, t->ranges[t->depth], 0, 0, 0);
+    if (t->depth < REC_TLS_DEPTH && t->ranges[t->depth])
+        push_record(REC_R_RANGE_POP, t->ranges[t->depth], 0, 0, 0);
     return (int)level;
 }
 
 uint64_t rec_range_start(const char *domain, const char *name) {
-    if (!ready()) return 0;
+    if (!ready() || !rec_g.ranges) return 0;
     uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
     push_record(REC_R_RANGE_START, id, 0, intern(domain), intern(name ? name : ""));
     return id;
@@ -737,7 +745,7 @@ void rec_range_end(uint64_t id) {
 }
 
 void rec_mark(const char *domain, const char *name) {
-    if (!ready()) return;
+    if (!ready() || !rec_g.ranges) return;
     rec_tls *t = my_tls();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
@@ -758,7 +766,7 @@ void rec_thread_name(uint64_t tid, const char *name) {
 }
 
 void rec_name(uint64_t addr, const char *name) {
-    if (!ready() || !name) return;
+    if (!ready() || !name || !rec_g.names) return;
     push_record(REC_R_NAME, addr, 0, 0, intern(name));
 }
 
@@ -804,7 +812,7 @@ void rec_oom(const rec_oom_info *info) {
     *c = *info;
     /* the name travels as a string id (interned like range names); the copy keeps no pointer */
     c->name = NULL;
-    it->a = info->name ? intern(info->name) : 0;
+    it->a = info->name && rec_g.names ? intern(info->name) : 0;
     it->type = REC_I_OOM;
     it->id = seq;
     it->p = c;

@@ -73,6 +73,8 @@ typedef struct rec_state {
     int stacks;                   /* frames per stack, 0 = off */
     int fork_record;
     int quiet;
+    int names;                    /* GPUMEM_NAMES: 0 = names given by the program are not kept */
+    int ranges;                   /* GPUMEM_NVTX: 0 = NVTX and gpumem ranges are not kept */
     int reopen;                   /* a forked child reopening: keep the settings */
     _Atomic uint32_t gen;         /* bumped in a forked child: thread-local state is stale */
     _Atomic uint32_t nthreads;

@@ -513,6 +513,8 @@ int rec_writer_open_db(rec_state *g) {
     buf[255] = 0;
     meta_text(w, "hostname", buf);
     meta_int(w, "stacks", g->stacks);
+    meta_int(w, "names", g->names);
+    meta_int(w, "nvtx", g->ranges);
     meta_int(w, "ring", (int64_t)(g->ring.mask + 1));
     /* what a full ring did: waited for the writer (lossless, the default) or dropped */
     meta_text(w, "ring_full", g->ring.wait_ns == REC_RING_WAIT_FOREVER ? "wait" : "drop");

@@ -9,7 +9,8 @@
 SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh \
                 tests/torch/torch_parity.sh tests/torch/torch_conf_keys.sh tests/torch/torch_memviz.sh \
-                tests/torch/torch_tune.sh tests/torch/torch_oom.sh tests/torch/torch_graphs.sh
+                tests/torch/torch_tune.sh tests/torch/torch_oom.sh tests/torch/torch_graphs.sh \
+                tests/torch/torch_categories.sh
 # the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the

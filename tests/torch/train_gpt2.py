@@ -159,6 +159,9 @@ def parse_args(argv):
     p.add_argument("--segments", action="store_true",
                    help="print the segment sizes of torch.cuda.memory_snapshot() at the end")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--profile-categories", metavar="FILE",
+                   help="run under torch.profiler (CPU activity, profile_memory) and write its memory "
+                        "profiler's category of every CUDA allocation to FILE (JSON)")
     p.add_argument("--no-stats", action="store_true",
                    help="print no torch.cuda memory statistics (pluggable allocators have none)")
     a = p.parse_args(argv)
@@ -167,6 +170,43 @@ def parse_args(argv):
     if min(a.B, a.T, a.steps, a.accum) < 1:
         p.error("-B, -T, --steps and --accum must be at least 1")
     return a
+
+
+def write_profile_categories(prof, path):
+    """torch's memory profiler (torch/profiler/_memory_profiler.py) on this run, written for
+    tests/torch/torch_categories.sh: "allocs", every CUDA allocation event in order
+    ([time_ns, ptr, bytes (negative: a free), tensor id or null]), and "versions", each tensor
+    version's category ([time_ns, tensor id, version, category or null]) from its creation
+    (version 0) and each in-place change."""
+    import json
+    from torch._C._profiler import _EventType
+    from torch.profiler._memory_profiler import Action, TensorKey
+
+    mp = prof._memory_profile()
+    allocs = []
+    for ev in mp._op_tree.dfs():
+        if ev.typed[0] != _EventType.Allocation:
+            continue
+        f = ev.typed[1]
+        if f.device.type != "cuda":
+            continue
+        key = TensorKey.from_allocation(f)
+        allocs.append([ev.start_time_ns, f.ptr, f.alloc_size, key.id if key else None])
+    allocs.sort(key=lambda a: a[0])
+    versions = []
+    for t, action, (key, version), _ in mp.timeline:
+        if not isinstance(key, TensorKey) or key.device.type != "cuda":
+            continue
+        if action in (Action.CREATE, Action.PREEXISTING):
+            v = version
+        elif action == Action.INCREMENT_VERSION:
+            v = version + 1
+        else:
+            continue
+        c = mp._categories.get(key, v)
+        versions.append([t, key.id, v, c.name if c else None])
+    with open(path, "w") as f:
+        json.dump({"allocs": allocs, "versions": versions}, f)
 
 
 def main(argv):
@@ -182,6 +222,14 @@ def main(argv):
     if args.history:
         torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python")
     n_layer, n_head, n_embd, vocab, block = MODELS[args.model]
+    prof = None
+    if args.profile_categories:
+        # the virtual GPU has no CUPTI: the CPU activity with profile_memory sees every
+        # allocation of the caching allocator (from the model's creation on, so the parameters
+        # too), and the memory profiler categorises them from the ops
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      profile_memory=True, record_shapes=True, with_stack=True)
+        prof.__enter__()
     with dev:  # parameters are made on the device (no host copy of a 1.5B model)
         model = GPT(n_layer, n_head, n_embd, vocab, block, checkpoint=args.checkpoint)
     nparams = sum(p.numel() for p in model.parameters())
@@ -216,6 +264,9 @@ def main(argv):
         dt = time.perf_counter() - t0
         print("step %d/%d loss %.4f time %.1f ms" % (step + 1, args.steps,
               lossf if math.isfinite(lossf) else float("nan"), dt * 1e3), flush=True)
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        write_profile_categories(prof, args.profile_categories)
     if not args.no_stats:
         print("max_memory_allocated %d" % torch.cuda.max_memory_allocated())
         print("max_memory_reserved %d" % torch.cuda.max_memory_reserved())

@@ -1,0 +1,818 @@
+/* gm_category.c — what each byte is, for every recording.
+ *
+ * The story. A training program's memory is a few kinds of thing, and each kind has a life of
+ * its own shape (PyTorch's memory profiler draws the same picture from the autograd graph):
+ *   - parameters: made before the first step, alive through every step;
+ *   - gradients: made in the first step's backward and kept (or, set to none, made in each
+ *     backward and freed in the update);
+ *   - optimizer state: made in the first update and kept;
+ *   - activations: made in a forward, freed in the backward that follows;
+ *   - temporaries: made and freed inside one phase;
+ *   - workspaces: a library's buffers, made once on first need (in a forward or a backward) and
+ *     kept; unlike a gradient, the size of no parameter;
+ *   - other: what none of these shapes fits (a step's growth, the allocator's own segments).
+ * So a category needs two things: the steps and, inside each, where the forward, backward and
+ * update are. Sources, best first, and each allocation keeps the one that decided it:
+ *   1. names (GM_CSRC_NAMES): "grad.X" is a gradient and makes X a parameter; "K.S.X" with X a
+ *      parameter, and "adam.*" / "adamw.*" / "*exp_avg*", optimizer state (the included
+ *      trainer's names, and those of `gpumem record`'s PyTorch hooks); "*workspace*";
+ *   2. phases (GM_CSRC_PHASES): "step N" ranges and their fwd / bwd / opt components (NVTX, the
+ *      PyTorch hooks) give the steps and phases the shapes above are read in;
+ *   3. inference (GM_CSRC_INFERENCE), for a recording with neither:
+ *      - the steps are the recording's own period: the sizes of the allocations that do not
+ *        outlive the run (gradients and optimizer state made in the first step do, so the first
+ *        step repeats like the others), read from the end backwards, repeat with period P (the
+ *        Z-algorithm: the P whose repetition covers most of the recording, the smallest of
+ *        those); the step starts where the fewest bytes made in one step are still alive;
+ *      - in each step, the backward begins where the step's own allocations (made and freed in
+ *        it) are at their highest — activations pile up through the forward, and the backward
+ *        adds its first gradient tensor on top of them before it frees any (the gradient of the
+ *        logits on top of the logits), or, in a Python program, earlier where an allocation's
+ *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
+ *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
+ *        an allocation made before that point; the update begins at the first kernel launch or
+ *        allocation after that.
+ *      Where no period shows (one step, steps that differ) the phases are not guessed: what
+ *      names do not decide is "other", and `why` says so.
+ * The same rules then read every allocation's shape in those steps and phases, so the
+ * categories of an unannotated recording are those of the annotated one wherever its phases
+ * were found right (tests/integration/categories_trainer.sh measures it). */
+#include "snapshot/analyze/gm_category.h"
+#include "snapshot/record/rec.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const gm_cat_key[GM_NCATS] = {"parameters",  "gradients",   "optimizer_state", "activations",
+                                          "temporaries", "workspaces", "other"};
+const char *const gm_cat_word[GM_NCATS] = {"parameters",  "gradients",  "optimizer state", "activations",
+                                           "temporaries", "workspaces", "other"};
+const char *const gm_csrc_name[GM_NCSRCS] = {"none", "names", "phases", "inference"};
+
+#define NO_SEQ UINT64_MAX
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*p, c * elem);
+    if (!n) return -1;
+    *p = n, *cap = c;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h == U64MAP_EMPTY ? 0 : h;
+}
+
+/* A device allocation whose category means something: not pinned host or managed memory. */
+static int is_device(const gm_alloc *a) { return a->kind != REC_HOST_ALLOC && a->kind != REC_MANAGED_ALLOC; }
+/* ... and one the shapes are read on: not one of PyTorch's segments (its cache, not a tensor). */
+static int is_target(const gm_alloc *a) { return is_device(a) && !(a->flags & GM_ALLOC_FW_SEGMENT); }
+
+/* ------------------------------------------------------------------ phases of ranges */
+
+/* The phase a range name stands for (the words gpumem advise reads). */
+static int phase_word(const char *n, size_t len)
+{
+    char w[16];
+    if (len >= sizeof w) return 0;
+    for (size_t i = 0; i < len; i++)
+        w[i] = (char)tolower((unsigned char)n[i]);
+    w[len] = 0;
+    if (!strcmp(w, "fwd") || !strcmp(w, "forward")) return GM_CPH_FWD;
+    if (!strcmp(w, "bwd") || !strcmp(w, "backward")) return GM_CPH_BWD;
+    if (!strcmp(w, "opt") || !strcmp(w, "optim") || !strcmp(w, "optimizer") || !strcmp(w, "optimizer_step"))
+        return GM_CPH_OPT;
+    return 0;
+}
+
+/* A range's step (-1 none) and phase (0 none): the last component of its path naming one. */
+static void range_parse(const gm_model *m, uint32_t range, int64_t *step, int *phase)
+{
+    const gm_range *r = range ? gm_range_of(m, range) : NULL;
+    *step = r ? r->step : -1;
+    *phase = 0;
+    if (!r || !r->path) return;
+    for (const char *p = r->path; *p;) {
+        size_t n = strcspn(p, "/");
+        int x = phase_word(p, n);
+        if (x) *phase = x;
+        p += n;
+        if (*p == '/') p++;
+    }
+}
+
+/* The same, read once per range (a recording has few ranges and many events in each). */
+static void range_info(u64map *cache, const gm_model *m, uint32_t range, int64_t *step, int *phase)
+{
+    uint64_t *v = u64map_get(cache, range);
+    if (v) {
+        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
+        return;
+    }
+    range_parse(m, range, step, phase);
+    if (*step >= -1 && *step < (1ll << 54)) u64map_put(cache, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
+}
+
+/* A binary min-heap of (death seq, bytes): what is alive, by when it dies. */
+typedef struct heap_ent {
+    uint64_t death, bytes;
+    uint8_t cat;
+} heap_ent;
+typedef struct heap {
+    heap_ent *h;
+    size_t n, cap;
+} heap;
+static int heap_push(heap *q, heap_ent e)
+{
+    if (grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
+    size_t i = q->n++;
+    while (i && q->h[(i - 1) / 2].death > e.death) {
+        q->h[i] = q->h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->h[i] = e;
+    return 0;
+}
+static heap_ent heap_pop(heap *q)
+{
+    heap_ent top = q->h[0], last = q->h[--q->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        uint64_t md = last.death;
+        if (l < q->n && q->h[l].death < md) m = l, md = q->h[l].death;
+        if (r < q->n && q->h[r].death < md) m = r;
+        if (m == i) break;
+        q->h[i] = q->h[m];
+        i = m;
+    }
+    if (q->n) q->h[i] = last;
+    return top;
+}
+
+/* ------------------------------------------------------------------ the context */
+
+typedef struct ctx {
+    const gm_model *m;
+    gm_categories *c;
+    uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
+    size_t nt;
+    u64map ranges; /* range id -> (step + 1) << 8 | phase */
+    int python;         /* some allocation's stack has Python frames */
+    size_t segments;    /* PyTorch's segments among the device allocations */
+    uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
+    size_t nlaunches;
+} ctx;
+
+/* Seqs of the recording's launches (for where an update begins); none without a database. */
+static void load_launches(gm_db *d, ctx *x)
+{
+    sqlite3_stmt *s;
+    if (!d || !gm_table_exists(d, "launches") ||
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM launches ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        return;
+    size_t cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (grow((void **)&x->launches, &cap, x->nlaunches + 1, sizeof *x->launches)) break;
+        x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
+    }
+    sqlite3_finalize(s);
+}
+
+/* The first launch after seq, or NO_SEQ. */
+static uint64_t launch_after(const ctx *x, uint64_t seq)
+{
+    size_t lo = 0, hi = x->nlaunches;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->launches[mid] <= seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < x->nlaunches ? x->launches[lo] : NO_SEQ;
+}
+
+/* ------------------------------------------------------------------ steps and phases from ranges */
+
+static int step_slot(gm_categories *c, u64map *idx, size_t *cap, int64_t number)
+{
+    uint64_t *i = u64map_get(idx, (uint64_t)number);
+    if (i) return (int)*i;
+    if (grow((void **)&c->steps, cap, c->nsteps + 1, sizeof *c->steps)) return -1;
+    c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0};
+    if (u64map_put(idx, (uint64_t)number, c->nsteps)) return -1;
+    return (int)c->nsteps++;
+}
+
+static int cmp_step(const void *a, const void *b)
+{
+    const gm_cat_step *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* One event (a target's birth or death) in a range: its step and phase boundaries. */
+static int note_ranged(ctx *x, u64map *idx, size_t *cap, uint64_t seq, uint32_t range, int *phased)
+{
+    int64_t st;
+    int ph;
+    range_info(&x->ranges, x->m, range, &st, &ph);
+    if (st < 0) return 0;
+    int i = step_slot(x->c, idx, cap, st);
+    if (i < 0) return -1;
+    gm_cat_step *s = &x->c->steps[i];
+    if (s->start == NO_SEQ || seq < s->start) s->start = seq;
+    if (seq > s->end) s->end = seq;
+    if (ph == GM_CPH_BWD && seq < s->bwd) s->bwd = seq;
+    if (ph == GM_CPH_OPT && seq < s->opt) s->opt = seq;
+    if (ph) *phased = 1;
+    return 0;
+}
+
+/* Steps from "step N" ranges (and phases from their fwd / bwd / opt components). 1: found,
+ * 0: the recording has none, -1: out of memory. */
+static int steps_from_ranges(ctx *x, int *phased)
+{
+    gm_categories *c = x->c;
+    u64map idx = {0};
+    size_t cap = 0;
+    *phased = 0;
+    for (size_t k = 0; k < x->nt; k++) {
+        const gm_alloc *a = &x->m->allocs[x->t[k]];
+        if (note_ranged(x, &idx, &cap, a->birth, a->range, phased) ||
+            (a->death && note_ranged(x, &idx, &cap, a->death, a->death_range, phased))) {
+            u64map_free(&idx);
+            return -1;
+        }
+    }
+    u64map_free(&idx);
+    if (!c->nsteps) return 0;
+    qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
+    /* an update's range, when the backward has none before it, still ends the backward */
+    for (size_t j = 0; j < c->nsteps; j++)
+        if (c->steps[j].opt < c->steps[j].bwd && c->steps[j].bwd != NO_SEQ) c->steps[j].opt = NO_SEQ;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ steps from periodicity */
+
+/* Z-array of s[0..n): z[i] = the length of the longest common prefix of s and s[i..]. */
+static void z_array(const uint64_t *s, size_t n, uint32_t *z)
+{
+    if (!n) return;
+    z[0] = (uint32_t)n;
+    size_t l = 0, r = 0;
+    for (size_t i = 1; i < n; i++) {
+        size_t k = 0;
+        if (i < r) k = z[i - l] < r - i ? z[i - l] : r - i;
+        while (i + k < n && s[k] == s[i + k])
+            k++;
+        z[i] = (uint32_t)k;
+        if (i + k > r) l = i, r = i + k;
+    }
+}
+
+/* The token of target i: its requested size. */
+static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[x->t[i]].requested; }
+
+/* The last tokens the period is looked for in: steps far longer than this are not found. */
+#define PERIOD_WINDOW (1u << 21)
+
+/* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
+ * Every allocation's size is a token, in birth order. Steady steps allocate alike, so read from
+ * the end backwards the tokens repeat with the step's period P: the Z-array of the last tokens
+ * reversed gives, for each P, how far back the repetition holds; the P that covers most (the
+ * smallest among equals: 2P covers as much) is the step, and the repetition is then followed back
+ * through the whole recording. The first step makes what later steps reuse (gradients, optimizer
+ * state), so its tokens differ: it is found before the periodic part as the place from which a
+ * steady step's tokens are found most completely. */
+static int steps_from_period(ctx *x)
+{
+    gm_categories *c = x->c;
+    const gm_model *m = x->m;
+    size_t k = x->nt;
+    if (k < 6) {
+        if (x->segments)
+            snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
+                     "\"other\") and %zu beside them; PyTorch's tensors are categorised in its own view", k);
+        else
+            snprintf(c->why, sizeof c->why, "the recording has %zu device allocations: too few for steps to "
+                     "repeat", k);
+        return 0;
+    }
+    size_t W = k < PERIOD_WINDOW ? k : PERIOD_WINDOW;
+    uint64_t *rev = malloc(W * sizeof *rev);
+    uint32_t *z = malloc(W * sizeof *z);
+    if (!rev || !z) {
+        free(rev), free(z);
+        return -1;
+    }
+    for (size_t j = 0; j < W; j++)
+        rev[j] = tok(x, k - 1 - j);
+    z_array(rev, W, z);
+    size_t P = 0, cover = 0;
+    for (size_t p = 1; p <= W / 2; p++) {
+        if (z[p] < p) continue; /* not two whole periods at the end */
+        if (z[p] + p > cover) cover = z[p] + p, P = p;
+    }
+    free(rev), free(z);
+    if (!P) {
+        snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
+                 "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
+        return 0;
+    }
+    size_t r0 = k - cover;
+    while (r0 > 0 && tok(x, r0 - 1) == tok(x, r0 - 1 + P))
+        r0--;
+    /* the cut: the offset in the period where the fewest bytes made in the periodic part are
+     * still alive (what a step hands to the next, a loss or an input, is small). What outlives
+     * the last allocation (parameters, gradients, optimizer state, a step's growth) is alive at
+     * every cut alike and is left out. One sweep, the living in a heap by death. */
+    uint64_t last_birth = m->allocs[x->t[k - 1]].birth;
+    double *cost = calloc(P, sizeof *cost);
+    size_t *ncost = calloc(P, sizeof *ncost);
+    heap q = {0};
+    int rc = -1;
+    if (!cost || !ncost) goto out;
+    uint64_t live = 0;
+    for (size_t i = r0; i < k; i++) {
+        const gm_alloc *a = &m->allocs[x->t[i]];
+        while (q.n && q.h[0].death < a->birth)
+            live -= heap_pop(&q).bytes;
+        cost[(i - r0) % P] += (double)live;
+        ncost[(i - r0) % P]++;
+        if (a->death && a->death <= last_birth) {
+            if (heap_push(&q, (heap_ent){a->death, a->size, 0})) goto out;
+            live += a->size;
+        }
+    }
+    double lo_cost = -1, hi_cost = -1;
+    size_t hi_off = 0;
+    for (size_t o = 0; o < P; o++) {
+        cost[o] = ncost[o] ? cost[o] / (double)ncost[o] : 0;
+        if (lo_cost < 0 || cost[o] < lo_cost) lo_cost = cost[o];
+        if (cost[o] > hi_cost) hi_cost = cost[o], hi_off = o;
+    }
+    /* several places may hold about as little (within 1% of the range): an update that frees
+     * each state buffer before the next, the first inputs of a forward. The step starts in the
+     * last run of such places before the step's highest point (the forward, which piles up
+     * activations from there, has none), where it holds least, the latest of equals. */
+    double tol = (hi_cost - lo_cost) / 100;
+    size_t off, o = hi_off;
+    for (size_t n = 0; n < P && cost[o = (o + P - 1) % P] > lo_cost + tol; n++) {}
+    off = o;
+    for (size_t n = 0; n < P && cost[o = (o + P - 1) % P] <= lo_cost + tol; n++)
+        if (cost[o] < cost[off]) off = o;
+    size_t c0 = r0 + off;
+    /* the steps before the periodic part, from the last backwards. The first step makes what
+     * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
+     * so its tokens are a steady step's with more among them: a step starts at the place (one
+     * holding a steady step's first token) from which a steady step's tokens are found in order
+     * most completely, extra ones skipped; the latest of equals, and at least half of them */
+    size_t nfirst = 0, firsts[8];
+    for (size_t end = c0; nfirst < 8;) {
+        size_t first = end, best = 0, tried = 0;
+        /* the latest 64 places holding the first token: a pathological recording (every size
+         * alike) stays linear */
+        for (size_t s0 = end; s0-- > (end > 3 * P ? end - 3 * P : 0) && tried < 64;) {
+            if (tok(x, s0) != tok(x, c0)) continue;
+            tried++;
+            size_t got = 0;
+            for (size_t i = s0, j = c0; i < end && j < c0 + P && j < k; i++)
+                if (tok(x, i) == tok(x, j)) got++, j++;
+            if (got > best) best = got, first = s0; /* from the latest: the latest of equals */
+        }
+        if (first == end || best * 2 < P) break;
+        firsts[nfirst++] = first;
+        end = first;
+    }
+    size_t cap = 0;
+    c->period = P;
+    int64_t number = 1;
+    for (size_t f = nfirst; f-- > 0;) {
+        if (grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[firsts[f]]].birth, NO_SEQ, NO_SEQ, 0};
+    }
+    for (size_t i = c0; i < k; i += P) {
+        if (grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[i]].birth, NO_SEQ, NO_SEQ, 0};
+    }
+    for (size_t j = 0; j + 1 < c->nsteps; j++)
+        c->steps[j].end = c->steps[j + 1].start - 1;
+    rc = c->nsteps >= 2 ? 1 : 0;
+    if (!rc) snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
+out:
+    free(cost), free(ncost), free(q.h);
+    return rc;
+}
+
+/* What an allocation's stack says about the backward, in a Python program: PyTorch runs the
+ * backward on its autograd engine's own thread, whose allocations carry no Python frame while
+ * the forward's and the update's do, and the first gradient (of the loss) is made inside
+ * `backward` (torch/_tensor.py, torch/autograd/). 1: backward; 0: nothing said. */
+static int stack_says_backward(const gm_model *m, uint32_t stack)
+{
+    size_t n = 0;
+    gm_stack_frame(m, stack, 0, &n);
+    int python = 0;
+    for (size_t i = 0; i < n; i++) {
+        long f = gm_stack_frame(m, stack, i, NULL);
+        if (f < 0 || !m->frames[f].python) continue;
+        python = 1;
+        const gm_frame *fr = &m->frames[f];
+        if (fr->function && fr->file && !strcmp(fr->function, "backward") &&
+            (strstr(fr->file, "torch/_tensor.py") || strstr(fr->file, "torch/autograd/")))
+            return 1;
+    }
+    return !python;
+}
+
+/* The last step ends with the last free of what it made (its frees may come after its last
+ * range closed, and no next step takes them), before the teardown: the first free, after the
+ * recording's last allocation, of something made before the last step began. */
+static void end_last_step(ctx *x)
+{
+    gm_categories *c = x->c;
+    const gm_model *m = x->m;
+    if (!c->nsteps || !x->nt) return;
+    gm_cat_step *ls = &c->steps[c->nsteps - 1];
+    uint64_t last_birth = m->allocs[x->t[x->nt - 1]].birth, teardown = NO_SEQ;
+    for (size_t k = 0; k < x->nt && m->allocs[x->t[k]].birth < ls->start; k++) {
+        uint64_t d = m->allocs[x->t[k]].death;
+        if (d && d > last_birth && d < teardown) teardown = d;
+    }
+    if (ls->end < ls->start) ls->end = ls->start;
+    for (size_t k = 0; k < x->nt; k++) {
+        const gm_alloc *a = &m->allocs[x->t[k]];
+        if (a->birth < ls->start) continue;
+        if (a->birth > ls->end) ls->end = a->birth;
+        if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
+    }
+}
+
+/* Forward, backward and update of each step from its own allocations (inference). */
+static int phases_from_lifetimes(ctx *x)
+{
+    gm_categories *c = x->c;
+    const gm_model *m = x->m;
+    typedef struct { uint64_t seq; int64_t delta; uint64_t birth; } ev;
+    ev *e = NULL;
+    size_t cap = 0;
+    size_t k0 = 0; /* first target born in the current step */
+    for (size_t j = 0; j < c->nsteps; j++) {
+        gm_cat_step *s = &c->steps[j];
+        uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
+        size_t ne = 0;
+        while (k0 < x->nt && m->allocs[x->t[k0]].birth < s->start)
+            k0++;
+        size_t k = k0;
+        for (; k < x->nt && m->allocs[x->t[k]].birth < next; k++) {
+            const gm_alloc *a = &m->allocs[x->t[k]];
+            if (!a->death || a->death >= next) continue;
+            if (grow((void **)&e, &cap, ne + 2, sizeof *e)) {
+                free(e);
+                return -1;
+            }
+            e[ne++] = (ev){a->birth, (int64_t)a->size, a->birth};
+            e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
+        }
+        /* seqs are distinct events: sorting by seq is the recorded order */
+        qsort(e, ne, sizeof *e, cmp_u64);
+        int64_t live = 0, top = -1;
+        uint64_t pivot = NO_SEQ;
+        for (size_t i = 0; i < ne; i++) {
+            live += e[i].delta;
+            if (e[i].delta > 0 && live > top) top = live, pivot = e[i].seq;
+        }
+        /* a Python program's stacks can say where the backward began, before that point */
+        if (x->python && pivot != NO_SEQ)
+            for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < pivot; q++)
+                if (stack_says_backward(m, m->allocs[x->t[q]].stack)) {
+                    pivot = m->allocs[x->t[q]].birth;
+                    break;
+                }
+        s->bwd = pivot;
+        s->opt = NO_SEQ;
+        if (pivot == NO_SEQ) continue;
+        uint64_t bwd_end = pivot;
+        for (size_t i = 0; i < ne; i++)
+            if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
+        /* the update: the first launch or allocation after the backward's last free */
+        uint64_t opt = launch_after(x, bwd_end);
+        for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < next; q++)
+            if (m->allocs[x->t[q]].birth > bwd_end) {
+                if (m->allocs[x->t[q]].birth < opt) opt = m->allocs[x->t[q]].birth;
+                break;
+            }
+        if (opt < next && opt > bwd_end) s->opt = opt;
+    }
+    free(e);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ where a seq falls */
+
+int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
+{
+    *step = -1;
+    if (!c->nsteps || seq < c->steps[0].start) return GM_CPH_PRE;
+    size_t lo = 0, hi = c->nsteps;
+    while (lo < hi) { /* the last step starting at or before seq */
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->steps[mid].start <= seq) lo = mid + 1;
+        else hi = mid;
+    }
+    const gm_cat_step *s = &c->steps[lo - 1];
+    if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
+    *step = (long)(lo - 1);
+    if (s->opt != NO_SEQ && seq >= s->opt) return GM_CPH_OPT;
+    if (s->bwd != NO_SEQ && seq >= s->bwd) return GM_CPH_BWD;
+    return GM_CPH_FWD;
+}
+
+/* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
+ * ranges — a second micro-batch's forward comes after the first one's backward began — else
+ * its place in its step. */
+static int event_phase(const ctx *x, uint64_t seq, uint32_t range, int birth, long *step)
+{
+    int ph = gm_category_phase_at(x->c, seq, step);
+    /* made between two steps' ranges: the next step's input, made before its range opened */
+    if (birth && *step >= 0 && (size_t)*step + 1 < x->c->nsteps && seq > x->c->steps[*step].end) {
+        ++*step;
+        return GM_CPH_FWD;
+    }
+    if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
+    int64_t st;
+    int rp;
+    range_info(&((ctx *)x)->ranges, x->m, range, &st, &rp);
+    return rp ? rp : ph;
+}
+
+/* ------------------------------------------------------------------ the categories */
+
+static int by_name(const u64map *params, const char *n)
+{
+    if (!strncmp(n, "grad.", 5)) return GM_CAT_GRAD;
+    if (u64map_get(params, hash_str(n))) return GM_CAT_PARAM;
+    const char *d1 = strchr(n, '.'), *d2 = d1 ? strchr(d1 + 1, '.') : NULL;
+    if (d2 && d2[1] && u64map_get(params, hash_str(d2 + 1))) return GM_CAT_OPT;
+    if (!strncmp(n, "adam.", 5) || !strncmp(n, "adamw.", 6) || strstr(n, "exp_avg")) return GM_CAT_OPT;
+    if (strcasestr(n, "workspace")) return GM_CAT_WORKSPACE;
+    return GM_NCATS;
+}
+
+static int categorise(ctx *x)
+{
+    const gm_model *m = x->m;
+    gm_categories *c = x->c;
+    int rc = -1;
+    u64map params = {0}, param_sizes = {0}, repeats = {0}, seen = {0};
+    int phase_src = c->phases_from;
+    /* names: X is a parameter when some "grad.X" (or "grad.shard.X") is named */
+    for (size_t k = 0; k < x->nt; k++) {
+        const gm_alloc *a = &m->allocs[x->t[k]];
+        if (!a->name || u64map_get(&seen, a->name)) continue;
+        if (u64map_put(&seen, a->name, 1)) goto out;
+        const char *n = gm_str(m, a->name);
+        if (!n || strncmp(n, "grad.", 5)) continue;
+        n += 5;
+        if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
+        if (*n && u64map_put(&params, hash_str(n), 1)) goto out;
+    }
+    /* first pass: names; the parameters (alive from before the first step to the end); and
+     * what is made in one step and kept, made again in another step: the steps' growth (the
+     * number of steps each (phase, size) of such allocations appears in) */
+    for (size_t k = 0; k < x->nt; k++) {
+        size_t i = x->t[k];
+        const gm_alloc *a = &m->allocs[i];
+        const char *n = a->name ? gm_str(m, a->name) : NULL;
+        int cat = n ? by_name(&params, n) : GM_NCATS;
+        if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
+        if (phase_src != GM_CSRC_NONE) {
+            long bs, ds = -1;
+            int bp = event_phase(x, a->birth, a->range, 1, &bs);
+            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+            if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
+                c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
+            if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
+                uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&repeats, key);
+                /* low 32 bits: the last step seen + 1; high: the steps counted */
+                if (!v) {
+                    if (u64map_put(&repeats, key, (uint64_t)(bs + 1) | 1ull << 32)) goto out;
+                } else if ((*v & 0xffffffffu) != (uint64_t)(bs + 1)) {
+                    *v = (uint64_t)(bs + 1) | ((*v >> 32) + 1) << 32;
+                }
+            }
+        }
+        if (c->cat[i] == GM_CAT_PARAM && u64map_put(&param_sizes, a->requested, 1)) goto out;
+    }
+    if (phase_src == GM_CSRC_NONE) {
+        for (size_t k = 0; k < x->nt; k++)
+            if (c->src[x->t[k]] == GM_CSRC_NONE) c->cat[x->t[k]] = GM_CAT_OTHER;
+        rc = 0;
+        goto out;
+    }
+    for (size_t k = 0; k < x->nt; k++) {
+        size_t i = x->t[k];
+        const gm_alloc *a = &m->allocs[i];
+        if (c->src[i] != GM_CSRC_NONE) continue;
+        long bs, ds = -1;
+        int bp = event_phase(x, a->birth, a->range, 1, &bs);
+        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+        int sized = u64map_get(&param_sizes, a->requested) != NULL;
+        int cat;
+        if (bp == GM_CPH_PRE && ds >= 0) {
+            /* made before the first step and freed in one: the loop's first input, made before
+             * the step's range opened, held until the next input replaces it */
+            cat = GM_CAT_ACT;
+        } else if (bp == GM_CPH_PRE || bp == GM_CPH_POST) {
+            cat = a->death && dp == bp ? GM_CAT_TEMP : GM_CAT_OTHER;
+        } else if (dp == GM_CPH_POST || ds >= bs + 2) { /* kept across steps */
+            uint64_t *v = u64map_get(&repeats, a->requested * 8 + (uint64_t)bp);
+            if (v && (*v >> 32) >= 2) cat = GM_CAT_OTHER;
+            else if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
+            else if (bp == GM_CPH_BWD && sized) cat = GM_CAT_GRAD;
+            else cat = GM_CAT_WORKSPACE;
+        } else if (ds > bs) { /* into the next step: an input, a loss held until replaced */
+            cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+        } else if (bp == GM_CPH_FWD) {
+            cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
+        } else if (bp == GM_CPH_BWD) {
+            cat = dp == GM_CPH_OPT && sized ? GM_CAT_GRAD : GM_CAT_TEMP;
+        } else {
+            cat = GM_CAT_TEMP;
+        }
+        /* a run that stopped at an OOM unwinds: what it freed then was not freed where its phase
+         * would have freed it, so no phase says activation or temporary */
+        if ((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq) {
+            c->cat[i] = GM_CAT_OTHER;
+            continue;
+        }
+        c->cat[i] = (uint8_t)cat, c->src[i] = (uint8_t)phase_src;
+    }
+    rc = 0;
+out:
+    u64map_free(&params), u64map_free(&param_sizes), u64map_free(&repeats), u64map_free(&seen);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ tables */
+
+/* Each step's highest moment (or 24 buckets of seqs), by category: one sweep of every device
+ * allocation in birth order, the living in a heap by death. */
+static int timeline(ctx *x)
+{
+    const gm_model *m = x->m;
+    gm_categories *c = x->c;
+    size_t nb = c->nsteps ? c->nsteps : 24;
+    c->timeline = calloc(nb, sizeof *c->timeline);
+    if (!c->timeline) return -1;
+    c->ntimeline = nb;
+    uint64_t first = m->nallocs ? m->allocs[0].birth : 0, last = m->max_seq > first ? m->max_seq : first + 1;
+    for (size_t b = 0; b < nb; b++)
+        c->timeline[b].step = c->nsteps ? c->steps[b].number : -1;
+    uint64_t cur[GM_NCATS] = {0}, total = 0, before[GM_NCATS] = {0}, before_total = 0;
+    long last_b = -1;
+    size_t sc = 0;
+    heap q = {0};
+    for (size_t i = 0;;) {
+        while (i < m->nallocs && !is_device(&m->allocs[i]))
+            i++;
+        const gm_alloc *a = i < m->nallocs ? &m->allocs[i] : NULL;
+        uint64_t seq; /* the next event: a free due before the next birth, else the birth */
+        if (q.n && (!a || q.h[0].death < a->birth)) {
+            heap_ent e = heap_pop(&q);
+            cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
+            total -= e.bytes < total ? e.bytes : total;
+            seq = e.death;
+        } else if (a) {
+            uint8_t k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
+            cur[k] += a->size, total += a->size;
+            if (a->death && heap_push(&q, (heap_ent){a->death, a->size, k})) {
+                free(q.h);
+                return -1;
+            }
+            seq = a->birth;
+            i++;
+        } else {
+            break;
+        }
+        long b;
+        if (c->nsteps) { /* seqs come in order: the step moves on only */
+            while (sc + 1 < c->nsteps && c->steps[sc + 1].start <= seq)
+                sc++;
+            if (seq < c->steps[0].start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
+            b = (long)sc;
+        } else {
+            b = (long)((seq - first) * nb / (last - first + 1));
+            if (b >= (long)nb) b = (long)nb - 1;
+            /* stretches where nothing changed hold what was live when they began */
+            for (long g = last_b + 1; g < b; g++) {
+                c->timeline[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
+                c->timeline[g].total = before_total;
+                memcpy(c->timeline[g].bytes, before, sizeof before);
+            }
+            if (b > last_b) last_b = b;
+        }
+        memcpy(before, cur, sizeof cur);
+        before_total = total;
+        gm_cat_point *p = &c->timeline[b];
+        if (total > p->total || !p->seq) {
+            p->seq = seq, p->total = total;
+            memcpy(p->bytes, cur, sizeof cur);
+        }
+    }
+    free(q.h);
+    return 0;
+}
+
+static void at_peak(ctx *x)
+{
+    const gm_model *m = x->m;
+    gm_categories *c = x->c;
+    c->at_seq = m->peak_allocated_seq;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!is_device(a) || a->birth > c->at_seq || (a->death && a->death <= c->at_seq)) continue;
+        int k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
+        c->peak[k] += a->size;
+        c->peak_by_src[k][c->src[i] < GM_NCSRCS ? c->src[i] : 0] += a->size;
+        c->at_total += a->size;
+    }
+}
+
+int gm_category_source(const gm_categories *c, int cat)
+{
+    int best = GM_CSRC_NONE;
+    uint64_t most = 0;
+    for (int s = 0; s < GM_NCSRCS; s++)
+        if (c->peak_by_src[cat][s] > most) most = c->peak_by_src[cat][s], best = s;
+    return best;
+}
+
+int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
+{
+    memset(c, 0, sizeof *c);
+    ctx x = {.m = m, .c = c};
+    c->n = m->nallocs;
+    c->cat = malloc(m->nallocs + 1);
+    c->src = calloc(m->nallocs + 1, 1);
+    x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
+    if (!c->cat || !c->src || !x.t) goto nomem;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
+        if (is_target(a)) x.t[x.nt++] = (uint32_t)i;
+        else if (is_device(a)) x.segments++;
+    }
+    load_launches(d, &x);
+    for (size_t f = 0; f < m->nframes && !x.python; f++)
+        x.python = m->frames[f].python;
+    int phased = 0;
+    int r = steps_from_ranges(&x, &phased);
+    if (r < 0) goto nomem;
+    if (r > 0) {
+        c->steps_from = GM_CSRC_PHASES;
+    } else {
+        r = steps_from_period(&x);
+        if (r < 0) goto nomem;
+        if (r > 0) c->steps_from = GM_CSRC_INFERENCE;
+    }
+    end_last_step(&x);
+    if (c->steps_from != GM_CSRC_NONE) {
+        if (phased) {
+            c->phases_from = GM_CSRC_PHASES;
+        } else {
+            if (phases_from_lifetimes(&x)) goto nomem;
+            c->phases_from = GM_CSRC_INFERENCE;
+        }
+    }
+    if (categorise(&x) || timeline(&x)) goto nomem;
+    at_peak(&x);
+    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    return 0;
+nomem:
+    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    gm_categories_free(c);
+    snprintf(err, errsz, "out of memory while categorising %zu allocations", m->nallocs);
+    return -1;
+}
+
+void gm_categories_free(gm_categories *c)
+{
+    free(c->cat), free(c->src), free(c->steps), free(c->timeline);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,122 @@
+/* gm_category_print.c — the report's "by category" block (text and JSON) from gm_category.c's
+ * tables: the bytes of each category at the peak, the source that decided them, and each
+ * step's highest moment. */
+#include "snapshot/analyze/gm_category.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char *how(int from, int steps)
+{
+    if (from == GM_CSRC_PHASES) return steps ? "\"step N\" ranges (NVTX, or PyTorch's hooks)" : "fwd / bwd / opt ranges";
+    if (from == GM_CSRC_INFERENCE)
+        return steps ? "the recording's periodicity" : "lifetimes: the backward begins at the step's highest "
+                                                       "point, the update after the backward's last free";
+    return "none";
+}
+
+void gm_categories_print_text(FILE *out, const gm_categories *c, const char *title)
+{
+    char b[32];
+    gm_fmt_bytes(c->at_total, b, sizeof b);
+    fprintf(out, "\n%s (at the peak allocated moment, event %" PRIu64 ": %s)\n", title, c->at_seq, b);
+    for (int k = 0; k < GM_NCATS; k++) {
+        if (!c->peak[k]) continue;
+        gm_fmt_bytes(c->peak[k], b, sizeof b);
+        fprintf(out, "  %12s %6.1f%%  %-16s ", b,
+                c->at_total ? 100.0 * (double)c->peak[k] / (double)c->at_total : 0.0, gm_cat_word[k]);
+        int main_src = gm_category_source(c, k);
+        if (main_src == GM_CSRC_NONE) fputs("not decided", out);
+        else fprintf(out, "from %s", gm_csrc_name[main_src]);
+        for (int s = 0; s < GM_NCSRCS; s++) {
+            if (s == main_src || !c->peak_by_src[k][s]) continue;
+            gm_fmt_bytes(c->peak_by_src[k][s], b, sizeof b);
+            fprintf(out, ", %s by %s", b, s == GM_CSRC_NONE ? "nothing" : gm_csrc_name[s]);
+        }
+        fputc('\n', out);
+    }
+    fprintf(out, "  steps from %s; phases from %s", how(c->steps_from, 1), how(c->phases_from, 0));
+    if (c->steps_from == GM_CSRC_INFERENCE)
+        fprintf(out, " (%zu steps, %" PRIu64 " allocations each)", c->nsteps, c->period);
+    fputc('\n', out);
+    if (c->phases_from == GM_CSRC_NONE && c->why[0])
+        fprintf(out, "  not decided: %s; what names leave is \"other\"%s\n", c->why,
+                strstr(c->why, "PyTorch's segments") ? ""
+                : " (name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or record a "
+                  "PyTorch script with gpumem record's hooks)");
+    if (!c->ntimeline) return;
+    fprintf(out, "  over time (%s):\n    %-8s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of events",
+            c->nsteps ? "step" : "events", "total");
+    static const char *const head[GM_NCATS] = {"params", "grads", "opt state", "activations", "temporaries",
+                                               "workspaces", "other"};
+    for (int k = 0; k < GM_NCATS; k++)
+        fprintf(out, " %12s", head[k]);
+    fputc('\n', out);
+    size_t n = c->ntimeline, shown = 0;
+    for (size_t i = 0; i < n; i++) {
+        const gm_cat_point *p = &c->timeline[i];
+        /* a long run: about 24 rows, the last always */
+        if (n > 24 && i % ((n + 23) / 24) && i + 1 != n) continue;
+        char lab[24];
+        if (p->step >= 0) snprintf(lab, sizeof lab, "%" PRId64, p->step);
+        else snprintf(lab, sizeof lab, "@%" PRIu64, p->seq);
+        gm_fmt_bytes(p->total, b, sizeof b);
+        fprintf(out, "    %-8s %12s", lab, b);
+        for (int k = 0; k < GM_NCATS; k++) {
+            gm_fmt_bytes(p->bytes[k], b, sizeof b);
+            fprintf(out, " %12s", p->bytes[k] ? b : "-");
+        }
+        fputc('\n', out);
+        shown++;
+    }
+    if (shown < n) fprintf(out, "    (%zu of %zu rows: --json has every one)\n", shown, n);
+}
+
+static void json_from(FILE *out, const char *key, int from)
+{
+    fprintf(out, "\"%s\":", key);
+    if (from == GM_CSRC_NONE) fputs("null", out);
+    else fprintf(out, "\"%s\"", gm_csrc_name[from]);
+}
+
+void gm_categories_print_json(FILE *out, const gm_categories *c)
+{
+    fputs("\"categories_at_peak\":{", out);
+    for (int k = 0; k < GM_NCATS; k++)
+        fprintf(out, "%s\"%s\":%" PRIu64, k ? "," : "", gm_cat_key[k], c->peak[k]);
+    fputs("},\"category_source\":{", out);
+    for (int k = 0; k < GM_NCATS; k++) {
+        int s = gm_category_source(c, k);
+        fprintf(out, "%s\"%s\":", k ? "," : "", gm_cat_key[k]);
+        if (!c->peak[k]) fputs("null", out);
+        else fprintf(out, "\"%s\"", gm_csrc_name[s]);
+    }
+    fprintf(out, "},\"categories\":{\"seq\":%" PRIu64 ",\"total\":%" PRIu64 ",", c->at_seq, c->at_total);
+    json_from(out, "steps_from", c->steps_from);
+    fputc(',', out);
+    json_from(out, "phases_from", c->phases_from);
+    fprintf(out, ",\"steps\":%zu,\"period\":", c->nsteps);
+    if (c->steps_from == GM_CSRC_INFERENCE) fprintf(out, "%" PRIu64, c->period);
+    else fputs("null", out);
+    fputs(",\"why\":", out);
+    gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->why[0] ? c->why : NULL);
+    fputs(",\"sources_at_peak\":{", out);
+    for (int k = 0; k < GM_NCATS; k++) {
+        fprintf(out, "%s\"%s\":{", k ? "," : "", gm_cat_key[k]);
+        for (int s = 0; s < GM_NCSRCS; s++)
+            fprintf(out, "%s\"%s\":%" PRIu64, s ? "," : "", gm_csrc_name[s], c->peak_by_src[k][s]);
+        fputc('}', out);
+    }
+    fprintf(out, "},\"over_time_by\":\"%s\",\"over_time\":[", c->nsteps ? "step" : "bucket");
+    for (size_t i = 0; i < c->ntimeline; i++) {
+        const gm_cat_point *p = &c->timeline[i];
+        fprintf(out, "%s{\"step\":", i ? "," : "");
+        if (p->step >= 0) fprintf(out, "%" PRId64, p->step);
+        else fputs("null", out);
+        fprintf(out, ",\"seq\":%" PRIu64 ",\"total\":%" PRIu64, p->seq, p->total);
+        for (int k = 0; k < GM_NCATS; k++)
+            fprintf(out, ",\"%s\":%" PRIu64, gm_cat_key[k], p->bytes[k]);
+        fputc('}', out);
+    }
+    fputs("]}", out);
+}

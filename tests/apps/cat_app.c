@@ -1,0 +1,103 @@
+/* cat_app — a training loop planted in plain CUDA calls, with no names and no NVTX ranges, for
+ * the categories gpumem infers from lifetimes alone (tests/integration/categories_app.sh).
+ *
+ * It allocates what a trainer does, in the order a trainer does, and prints the category of
+ * every device allocation it makes, in allocation order ("expect INDEX CATEGORY"):
+ *   - parameters, made before the loop and kept;
+ *   - per step, a forward: the input batch, per layer an activation (kept for the backward) and
+ *     a temporary freed at once, a library's workspace made on the first step's first layer and
+ *     kept (its size is no parameter's), then the logits and probabilities (the largest);
+ *   - a backward: the logits' gradient, the logits and probabilities freed, then per layer in
+ *     reverse a gradient tensor (a temporary), the layer's activation freed, in the first step
+ *     each parameter's gradient made at its layer and kept, the input freed last;
+ *   - an update: per parameter a scratch buffer made and freed, and in the first step the two
+ *     optimizer-state buffers (Adam's) made and kept;
+ *   - a planted growth: one small buffer kept per step ("other");
+ *   - teardown: everything freed.
+ * Argument: the number of steps (default 4). */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define L 4     /* layers: one parameter each */
+#define MAXN 4096
+
+static void *ptrs[MAXN];
+static int nptr;
+
+static void *alloc(size_t bytes, const char *category)
+{
+    void *p = NULL;
+    if (nptr >= MAXN || cudaMalloc(&p, bytes) != cudaSuccess) {
+        fprintf(stderr, "cat_app: cudaMalloc(%zu) failed\n", bytes);
+        exit(1);
+    }
+    printf("expect %d %s\n", nptr, category);
+    ptrs[nptr++] = p;
+    return p;
+}
+
+static void release(void *p)
+{
+    if (cudaFree(p) != cudaSuccess) {
+        fprintf(stderr, "cat_app: cudaFree failed\n");
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int steps = argc > 1 ? atoi(argv[1]) : 4;
+    if (steps < 1 || steps > 50) return 2;
+    const size_t act = 256 << 10, tmp = 512 << 10, big = 4 << 20, batch = 16 << 10;
+    size_t psize[L];
+    void *param[L], *grad[L] = {0}, *m[L] = {0}, *v[L] = {0}, *work = NULL;
+    for (int l = 0; l < L; l++) {
+        psize[l] = (size_t)(64 + 32 * l) << 10;
+        param[l] = alloc(psize[l], "parameters");
+    }
+    void *grown[64];
+    for (int s = 0; s < steps; s++) {
+        /* forward */
+        void *input = alloc(batch, "activations");
+        void *a[L];
+        for (int l = 0; l < L; l++) {
+            if (!work) work = alloc(3 << 20, "workspaces"); /* the library's, on its first call */
+            void *t = alloc(tmp, "temporaries");
+            a[l] = alloc(act, "activations");
+            release(t);
+        }
+        void *logits = alloc(big, "activations"), *probs = alloc(big, "activations");
+        /* backward */
+        void *d = alloc(big, "temporaries");
+        release(probs);
+        release(logits);
+        for (int l = L - 1; l >= 0; l--) {
+            void *nd = alloc(act, "temporaries");
+            if (!grad[l]) grad[l] = alloc(psize[l], "gradients");
+            release(a[l]);
+            release(d);
+            d = nd;
+        }
+        release(d);
+        release(input);
+        /* update */
+        for (int l = 0; l < L; l++) {
+            if (!m[l]) {
+                m[l] = alloc(psize[l], "optimizer_state");
+                v[l] = alloc(psize[l], "optimizer_state");
+            }
+            void *scratch = alloc(psize[l], "temporaries");
+            release(scratch);
+        }
+        grown[s] = alloc(8 << 10, "other"); /* planted growth: kept every step */
+    }
+    for (int s = 0; s < steps; s++)
+        release(grown[s]);
+    for (int l = 0; l < L; l++) {
+        release(m[l]), release(v[l]), release(grad[l]), release(param[l]);
+    }
+    release(work);
+    printf("done %d allocations\n", nptr);
+    return 0;
+}
