@@ -12,6 +12,7 @@
 #   train.zero2_saving_over_adam.ranks4     the same at 4 ranks
 # Exit 77 without mpirun or an MPI build of the trainer.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim
@@ -23,7 +24,7 @@ trap 'rm -rf "$dir"' EXIT
 export GPUMEM_STACKS=0 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-if mpirun --version 2>/dev/null | grep -q 'Open MPI) [0-4]\.'; then
+if mpirun --version 2>/dev/null | grepq 'Open MPI) [0-4]\.'; then
   export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 else
   export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none

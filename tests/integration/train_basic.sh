@@ -14,6 +14,7 @@
 #      4th step of the original run computes on the same batch, and saving it again reproduces
 #      the file byte for byte; llm.c token shards load, bad shards are refused.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
 [[ -x $T ]] || { echo "train_basic: $T not built" >&2; exit 1; }
@@ -28,7 +29,7 @@ cat train/*.c train/*.h > "$tmp/text.txt"
 run() { "$T" --threads 2 "$@"; }
 
 # ---- 1. flags and files ------------------------------------------------------------------
-run --help | grep -q -- '--recompute' && ok "--help" || bad "--help"
+run --help | grepq -- '--recompute' && ok "--help" || bad "--help"
 expect_err() { # rc, pattern, args...
   local want=$1 pat=$2; shift 2
   local out rc

@@ -18,6 +18,7 @@
 #   6. tests/gpu/train_mpi.sh (the GPU check, device only) parses.
 # Skips (77) where mpirun is missing or the trainer was built without MPI (no mpicc).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
 G=$BUILD/gpumem
@@ -37,7 +38,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 # in containers). Open MPI 5 calls its shared-memory transport "sm", 4 "vader".
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-if mpirun --version 2>/dev/null | grep -q 'Open MPI) [0-4]\.'; then
+if mpirun --version 2>/dev/null | grepq 'Open MPI) [0-4]\.'; then
   export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 else
   export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
