@@ -40,6 +40,59 @@ static const struct {
     {"gpt2-xl", {.L = 48, .C = 1600, .NH = 25, .V = 50257, .Vp = 50304, .maxT = 1024}},
 };
 
+/* The padded vocabulary: V rounded up to a multiple of 128 (GPT-2's 50257 -> 50304, llm.c's
+ * rule), so the lm_head's rows stay aligned. */
+static int padded_vocab(int V) { return (V + 127) / 128 * 128; }
+
+/* A positive integer of at most `hi` at *s; advances *s past its digits. 0, or 1 if none. */
+static int model_number(const char **s, int hi, int *out)
+{
+    long v = 0;
+    const char *p = *s;
+    if (*p < '0' || *p > '9') return 1;
+    while (*p >= '0' && *p <= '9' && v <= hi) v = v * 10 + (*p++ - '0');
+    if (v < 1 || v > hi || (*p >= '0' && *p <= '9')) return 1;
+    *s = p, *out = (int)v;
+    return 0;
+}
+
+/* --model: a named size, or the free form L<layers>-C<channels>-H<heads> (each once, any
+ * order; for example L80-C8192-H64), with GPT-2's vocabulary (V 50257, Vp 50304) and maximum
+ * sequence length (1024) unless --vocab / --max-T say otherwise. 0, or 1 with a message. */
+static int parse_model(const char *s, gpt2_config *cfg)
+{
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        if (!strcmp(models[i].name, s)) {
+            *cfg = models[i].c;
+            return 0;
+        }
+    gpt2_config c = {.V = 50257, .Vp = 50304, .maxT = 1024};
+    const char *p = s;
+    int bad = !*p;
+    while (*p && !bad) {
+        const char k = *p++;
+        int *dst = k == 'L' ? &c.L : k == 'C' ? &c.C : k == 'H' ? &c.NH : NULL;
+        const int hi = k == 'L' ? 1000 : 65536;
+        bad = !dst || *dst || model_number(&p, hi, dst) || (*p && *p++ != '-') ||
+              (p[-1] == '-' && !*p);
+    }
+    if (bad || !c.L || !c.C || !c.NH) {
+        fprintf(stderr,
+                "train_gpt2: unknown model '%s': a name (tiny, gpt2, gpt2-medium, gpt2-large, "
+                "gpt2-xl) or L<layers>-C<channels>-H<heads>, for example L80-C8192-H64 "
+                "(L up to 1000, C and H up to 65536)\n",
+                s);
+        return 1;
+    }
+    if (c.C % c.NH) {
+        fprintf(stderr, "train_gpt2: model '%s': channels C %d are not divisible by heads H %d\n",
+                s, c.C, c.NH);
+        return 1;
+    }
+    *cfg = c;
+    return 0;
+}
+
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
@@ -47,6 +100,10 @@ static void usage(FILE *f, const char *prog)
             "Trains GPT-2 with one device allocation per tensor (framework lifetimes).\n"
             "  --model NAME       tiny (L2 C64 NH4 V256) | gpt2 | gpt2-medium | gpt2-large | "
             "gpt2-xl  [tiny]\n"
+            "                     or L<layers>-C<channels>-H<heads>, e.g. L80-C8192-H64 (GPT-2's\n"
+            "                     vocabulary and maximum T unless --vocab / --max-T)\n"
+            "  --vocab N          vocabulary size (padded to a multiple of 128)  [the model's]\n"
+            "  --max-T N          maximum sequence length (wpe rows)  [the model's]\n"
             "  -B N, -T N         batch size and sequence length  [4, 64]\n"
             "  --steps N          optimizer steps  [10]\n"
             "  --lr X             AdamW learning rate  [3e-4]\n"
@@ -248,7 +305,8 @@ static void prefer_passive_openmp(char **argv)
 
 /* The flags into *po and the four names; -1 to go on, else the exit status (0 after --help). */
 static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel,
-                       const char **pdata, const char **pload, const char **psave)
+                       const char **pdata, const char **pload, const char **psave, int *pvocab,
+                       int *pmax_T)
 {
     gpt2_opts o = *po;
     const char *model = *pmodel, *data = NULL, *load = NULL, *save = NULL;
@@ -264,6 +322,10 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         } else if (!strcmp(a, "--model")) {
             model = VAL();
             if (!model) bad = 1, fprintf(stderr, "train_gpt2: --model needs a name\n");
+        } else if (!strcmp(a, "--vocab")) {
+            bad = parse_int(a, VAL(), 1, 65536, pvocab); /* tokens are uint16 */
+        } else if (!strcmp(a, "--max-T")) {
+            bad = parse_int(a, VAL(), 1, 1 << 20, pmax_T);
         } else if (!strcmp(a, "-B")) {
             bad = parse_int(a, VAL(), 1, 1 << 16, &o.B);
         } else if (!strcmp(a, "-T")) {
@@ -328,7 +390,8 @@ int main(int argc, char **argv)
     if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
     gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
-    const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save);
+    int vocab = 0, max_T = 0; /* --vocab, --max-T: 0 = the model's own */
+    const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save, &vocab, &max_T);
     if (parsed >= 0) return parsed;
     /* Several ranks: MPI_Init under a launcher (train/dist.h), MPI_Finalize at exit. */
     if (dist_init(&argc, &argv)) return 1;
@@ -336,17 +399,16 @@ int main(int argc, char **argv)
     const int rank = dist_rank(), world = dist_world();
     gpt2_config cfg;
     if (load) {
-        if (gpt2_read_checkpoint_config(load, &cfg)) return 1;
-    } else {
-        size_t i;
-        for (i = 0; i < sizeof models / sizeof *models; i++)
-            if (!strcmp(models[i].name, model)) break;
-        if (i == sizeof models / sizeof *models) {
-            fprintf(stderr, "train_gpt2: unknown model '%s' (tiny, gpt2, gpt2-medium, gpt2-large, "
-                            "gpt2-xl)\n", model);
+        if (vocab || max_T) {
+            fprintf(stderr, "train_gpt2: --vocab and --max-T cannot be given with --load (the "
+                            "checkpoint sets the model)\n");
             return 1;
         }
-        cfg = models[i].c;
+        if (gpt2_read_checkpoint_config(load, &cfg)) return 1;
+    } else {
+        if (parse_model(model, &cfg)) return 1;
+        if (vocab) cfg.V = vocab, cfg.Vp = padded_vocab(vocab);
+        if (max_T) cfg.maxT = max_T;
     }
     if (o.T > cfg.maxT) {
         fprintf(stderr, "train_gpt2: -T %d exceeds the model's maximum sequence length %d\n", o.T,
