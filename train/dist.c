@@ -409,6 +409,51 @@ int dist_allgather(float *buf, size_t n)
 #endif
 }
 
+int dist_allgather_from(const float *shard, float *full, size_t n)
+{
+    size_t off, c;
+    dist_own(n, &off, &c);
+    if (n == 0) return 0;
+    if (D.world == 1) {
+        CKD(cudaMemcpyAsync(full, shard, sizeof(float) * n, cudaMemcpyDeviceToDevice, D.stream),
+            "cudaMemcpyAsync");
+        return 0;
+    }
+#ifdef TRAIN_MPI
+    fill_counts(n);
+    switch (D.transport) {
+    case T_NCCL: {
+        /* One broadcast per root, grouped: root r sends its shard into everyone's part r. */
+        int rc = D.nccl_group_start();
+        for (int r = 0; r < D.world && !rc; r++)
+            if (D.counts[r])
+                rc = D.nccl_broadcast(shard, full + D.displs[r], (size_t)D.counts[r],
+                                      NCCL_FLOAT32, r, D.nccl_comm, D.stream);
+        const int rc2 = D.nccl_group_end();
+        return nccl_check(rc ? rc : rc2, "ncclBroadcast (all-gather)");
+    }
+    case T_MPI:
+        if (host_view()) return 2;
+        MPI_Allgatherv(shard, (int)c, MPI_FLOAT, full, D.counts, D.displs, MPI_FLOAT,
+                       MPI_COMM_WORLD);
+        return 0;
+    default:
+        if (c) {
+            CKD(cudaMemcpyAsync(D.stage + off, shard, sizeof(float) * c, cudaMemcpyDeviceToHost,
+                                D.stream),
+                "cudaMemcpyAsync");
+        }
+        CKD(cudaStreamSynchronize(D.stream), "cudaStreamSynchronize");
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, D.stage, D.counts, D.displs, MPI_FLOAT,
+                       MPI_COMM_WORLD);
+        return stage_out(full, D.stage, n);
+    }
+#else
+    (void)shard, (void)full, (void)off, (void)c;
+    return 0;
+#endif
+}
+
 double dist_sum_host(double x)
 {
 #ifdef TRAIN_MPI

@@ -56,6 +56,10 @@ int dist_allreduce_sum(float *buf, size_t n);
 int dist_reduce_scatter_sum(float *full, float *shard, size_t n);
 /* In place: every rank's own part of buf (n floats) is copied to all ranks. 0 or 2. */
 int dist_allgather(float *buf, size_t n);
+/* full (n floats) is assembled from every rank's shard (count floats of dist_own each, at
+ * its offset): ZeRO-3's gather of a parameter kept as shards. shard and full are distinct
+ * device buffers. 0 or 2. */
+int dist_allgather_from(const float *shard, float *full, size_t n);
 /* Host values: the sum over ranks of x (every rank gets it); x of every rank gathered into
  * all[world] on rank 0. */
 double dist_sum_host(double x);

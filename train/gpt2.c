@@ -77,7 +77,9 @@ struct gpt2 {
     cudaStream_t stream, copy_stream;
     int np; /* number of parameter tensors */
     gpt2_tensor *params, *grads, *adam_m, *adam_v;
-    gpt2_tensor *grad_shards; /* --zero 2: grad.shard.<p>, from backward to the optimizer */
+    gpt2_tensor *grad_shards; /* --zero 2|3: grad.shard.<p>, from backward to the optimizer */
+    gpt2_tensor *gathered;    /* --zero 3: gather.<p>, the full parameter while a unit uses it */
+    unsigned char *unit_in;   /* --zero 3: units (zero3_unit) whose parameters are gathered */
     int last_micro;           /* backward of the step's last micro-batch (gradients complete) */
     gpt2_tensor encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, tokens, targets;
     gpt2_tensor *acts; /* L * A_COUNT */
@@ -99,7 +101,13 @@ static gpt2_tensor *layer_input(gpt2 *m, int l)
     return l == 0 ? &m->encoded : act(m, l - 1, A_RES3);
 }
 static int pidx(int l, int lp) { return P_GLOBAL + l * LP_COUNT + lp; }
-static float *P(gpt2 *m, int i) { return m->params[i].p; }
+/* The full parameter i as the ops read it: at --zero 3 its gathered copy (present only while
+ * a unit that uses it is gathered), else the parameter itself. */
+static float *P(gpt2 *m, int i)
+{
+    assert(m->o.zero != 3 || m->gathered[i].p);
+    return m->o.zero == 3 ? m->gathered[i].p : m->params[i].p;
+}
 
 size_t gpt2_live_bytes(const gpt2 *m) { return m->live; }
 size_t gpt2_peak_bytes(const gpt2 *m) { return m->peak; }
@@ -284,17 +292,27 @@ static int grad(gpt2 *m, int i, float **out)
     return 0;
 }
 
-/* --zero 2: parameter i's gradient is complete (backward of the last micro-batch, right after
- * the op that finished it): it is reduce-scattered into grad.shard.<p> (this rank's shard,
- * ceil(n / world) elements) and the full grad.<p> is freed at once. */
+/* --zero 2|3: parameter i's gradient is complete (right after the op that finished it; at
+ * zero 2 in the last micro-batch only, at zero 3 in every one): it is reduce-scattered into
+ * grad.shard.<p> (this rank's shard, ceil(n / world) elements, made at the first) and the
+ * full grad.<p> is freed at once. A later micro-batch (zero 3 with --accum) reduce-scatters
+ * in place, into its own part of grad.<p>, and adds that to the shard. */
 static int grad_done(gpt2 *m, int i)
 {
-    if (m->o.zero < 2 || !m->last_micro) return 0;
+    if (m->o.zero < 2 || (m->o.zero == 2 && !m->last_micro)) return 0;
     gpt2_tensor *g = &m->grads[i], *sh = &m->grad_shards[i];
-    char n[40];
-    param_name(m, i, n, sizeof n);
-    TRY(t_alloc(m, sh, dist_shard_size(g->numel), "grad.shard.%s", n));
-    COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, sh->p, g->numel));
+    if (!sh->p) {
+        char n[40];
+        param_name(m, i, n, sizeof n);
+        TRY(t_alloc(m, sh, dist_shard_size(g->numel), "grad.shard.%s", n));
+        COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, sh->p, g->numel));
+    } else {
+        size_t off, cnt;
+        dist_own(g->numel, &off, &cnt);
+        float *part = (float *)g->p + off;
+        COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, part, g->numel));
+        if (cnt) OP("grad_accum", m->be->residual_fwd(sh->p, sh->p, part, (long)cnt));
+    }
     return t_free(m, g);
 }
 #define GRADS_DONE(i, j)                                                                           \
@@ -302,6 +320,91 @@ static int grad_done(gpt2 *m, int i)
         TRY(grad_done(m, i));                                                                      \
         TRY(grad_done(m, j));                                                                      \
     } while (0)
+
+/* ---- --zero 3: gathering the parameters unit by unit --------------------------------------
+ * The parameters are kept as shards (gpt2_init_params). A unit is the set of parameters one
+ * part of the model reads: unit 0 the embedding (wte, wpe), unit 1 + l layer l's twelve, unit
+ * L + 1 the head (lnf_w, lnf_b and the tied wte). One micro-batch uses them in the order of
+ * the positions
+ *     0: unit 0 (encoder)   1..L: layers 0..L-1   L+1: head (forward)   L+2: head (backward)
+ *     L+3..2L+2: layers L-1..0 (backward)   2L+3: unit 0 (encoder backward)
+ * At the start of position s, the units of positions s..s+K (K = --prefetch) not yet gathered
+ * are gathered: each of their parameters gets a full buffer gather.<p>, all-gathered from
+ * the ranks' shards (NVTX "gather", its collectives "allgather"). At the end of position s its
+ * unit's buffers are freed, unless the unit is used again within the next max(K, 1)
+ * positions (the head from its forward to its backward; a layer whose backward is that near).
+ * A parameter two gathered units share (wte) has one buffer, freed with the last of them.
+ * Nothing is kept from one micro-batch to the next. */
+static int zero3_positions(const gpt2 *m) { return 2 * m->c.L + 4; }
+static int zero3_unit(const gpt2 *m, int pos)
+{
+    const int L = m->c.L;
+    if (pos == 0 || pos == 2 * L + 3) return 0;
+    if (pos <= L) return pos;
+    if (pos <= L + 2) return L + 1;
+    return L - (pos - (L + 3));
+}
+/* The parameters of unit u into idx (at most LP_COUNT); returns how many. */
+static int zero3_unit_params(const gpt2 *m, int u, int *idx)
+{
+    if (u == 0) return idx[0] = P_WTE, idx[1] = P_WPE, 2;
+    if (u == m->c.L + 1) return idx[0] = P_LNF_W, idx[1] = P_LNF_B, idx[2] = P_WTE, 3;
+    for (int lp = 0; lp < LP_COUNT; lp++) idx[lp] = pidx(u - 1, lp);
+    return LP_COUNT;
+}
+static int zero3_gather_unit(gpt2 *m, int u)
+{
+    int idx[LP_COUNT];
+    const int n = zero3_unit_params(m, u, idx);
+    for (int k = 0; k < n; k++) {
+        gpt2_tensor *g = &m->gathered[idx[k]], *p = &m->params[idx[k]];
+        if (g->p) continue; /* wte, gathered with the other unit that reads it */
+        TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+        if (dist_world() == 1) /* the shard is the whole parameter */
+            CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+               "cudaMemcpyAsync");
+        else
+            COMM("allgather", dist_allgather_from(p->p, g->p, p->numel));
+    }
+    m->unit_in[u] = 1;
+    return 0;
+}
+static int zero3_free_unit(gpt2 *m, int u)
+{
+    int idx[LP_COUNT];
+    const int n = zero3_unit_params(m, u, idx);
+    m->unit_in[u] = 0;
+    for (int k = 0; k < n; k++) {
+        /* wte is kept while the other unit that reads it (embedding, head) is gathered */
+        const int shared = idx[k] == P_WTE && m->unit_in[u == 0 ? m->c.L + 1 : 0];
+        if (!shared) TRY(t_free(m, &m->gathered[idx[k]]));
+    }
+    return 0;
+}
+/* Before position pos: its unit and the next K gathered. */
+static int zero3_begin(gpt2 *m, int pos)
+{
+    if (m->o.zero != 3) return 0;
+    const int end = pos + m->o.prefetch < zero3_positions(m) ? pos + m->o.prefetch
+                                                             : zero3_positions(m) - 1;
+    int any = 0;
+    for (int q = pos; q <= end; q++) any |= !m->unit_in[zero3_unit(m, q)];
+    if (!any) return 0;
+    push("gather");
+    for (int q = pos; q <= end; q++)
+        if (!m->unit_in[zero3_unit(m, q)]) TRY(zero3_gather_unit(m, zero3_unit(m, q)));
+    pop();
+    return 0;
+}
+/* After position pos: its unit freed unless used again within the next max(K, 1) positions. */
+static int zero3_end(gpt2 *m, int pos)
+{
+    if (m->o.zero != 3) return 0;
+    const int u = zero3_unit(m, pos), K = m->o.prefetch > 1 ? m->o.prefetch : 1;
+    for (int q = pos + 1; q <= pos + K && q < zero3_positions(m); q++)
+        if (zero3_unit(m, q) == u) return 0;
+    return zero3_free_unit(m, u);
+}
 
 /* ---- model creation ---------------------------------------------------------------------- */
 gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backend *be)
@@ -321,12 +424,14 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
     m->adam_m = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->adam_v = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->grad_shards = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->gathered = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->unit_in = calloc((size_t)cfg->L + 2, 1);
     m->acts = calloc((size_t)cfg->L * A_COUNT, sizeof(gpt2_tensor));
     m->leaked = calloc((size_t)(o->steps > 0 ? o->steps : 1) * (size_t)(o->accum > 0 ? o->accum : 1),
                        sizeof(gpt2_tensor));
     m->host_losses = malloc(sizeof(float) * (size_t)o->B * (size_t)o->T);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->acts ||
-        !m->leaked || !m->host_losses) {
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->gathered ||
+        !m->unit_in || !m->acts || !m->leaked || !m->host_losses) {
         gpt2_destroy(m);
         return NULL;
     }
@@ -411,6 +516,17 @@ static int ckpt_walk(gpt2 *m, FILE *f, float *stage, ckpt_visit fn)
     TRY(fn(m, P_LNF_B, f, stage));
     return 0;
 }
+/* Parameter pi from its full host values: all of it, or at --zero 3 this rank's part. */
+static int put_param(gpt2 *m, int pi, const float *full)
+{
+    gpt2_tensor *t = &m->params[pi];
+    size_t off = 0, cnt = t->numel;
+    if (m->o.zero == 3) dist_own(t->numel, &off, &cnt);
+    if (cnt)
+        CK(copy_sync(m, t->p, full + off, sizeof(float) * cnt, cudaMemcpyHostToDevice),
+           "cudaMemcpy");
+    return 0;
+}
 static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
     gpt2_tensor *t = &m->params[pi];
@@ -418,8 +534,7 @@ static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
         fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", t->name);
         return 1;
     }
-    CK(copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    return 0;
+    return put_param(m, pi, stage);
 }
 static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
@@ -465,7 +580,10 @@ int gpt2_init_params(gpt2 *m, const char *load)
         param_name(m, i, n, sizeof n);
         const size_t k = param_numel(&m->c, i);
         if (k > maxn) maxn = k;
-        TRY(t_alloc(m, &m->params[i], k, "%s", n));
+        /* --zero 3: the parameter is this rank's shard (ceil(k / ranks) elements, the rule of
+         * train/dist.h), under the parameter's own name; numel stays the full size. */
+        TRY(t_alloc(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k, "%s", n));
+        m->params[i].numel = k;
     }
     TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
@@ -500,7 +618,7 @@ int gpt2_init_params(gpt2 *m, const char *load)
                     for (size_t k = 0; k < t->numel; k++) stage[k] = 1.0f;
                 else if (i == P_LNF_B || lp == LP_LN1_B || lp == LP_LN2_B || lp == LP_QKV_B ||
                          lp == LP_ATTPROJ_B || lp == LP_FC_B || lp == LP_FCPROJ_B)
-                    memset(stage, 0, t->bytes);
+                    memset(stage, 0, sizeof(float) * t->numel);
                 else
                     fill_normal(stage, t->numel,
                                 (lp == LP_ATTPROJ_W || lp == LP_FCPROJ_W) ? proj_std : std, &s);
@@ -508,8 +626,7 @@ int gpt2_init_params(gpt2 *m, const char *load)
                     memset(stage + (size_t)m->c.V * m->c.C, 0,
                            sizeof(float) * (size_t)(m->c.Vp - m->c.V) * m->c.C);
             }
-            cudaError_t e = copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) rc = cuda_fail(e, "cudaMemcpy", t->name, t->bytes, m);
+            rc = put_param(m, i, stage);
         }
     }
     free(stage);
@@ -744,14 +861,19 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
        "cudaMemcpyAsync");
     CK(copy_async(m, m->targets.p, tgt, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
        "cudaMemcpyAsync");
+    TRY(zero3_begin(m, 0));
     TRY(t_alloc(m, &m->encoded, btc, "encoded"));
     OP("encoder", m->be->encoder_fwd(m->encoded.p, m->tokens.p, P(m, P_WTE), P(m, P_WPE), B, T, C));
+    TRY(zero3_end(m, 0));
     for (int l = 0; l < m->c.L; l++) {
         push("h%d", l);
+        TRY(zero3_begin(m, 1 + l));
         TRY(layer_forward(m, l, G_ALL));
+        TRY(zero3_end(m, 1 + l));
         TRY(stash_layer(m, l));
         pop();
     }
+    TRY(zero3_begin(m, m->c.L + 1));
     float *last = act(m, m->c.L - 1, A_RES3)->p;
     TRY(t_alloc(m, &m->lnf, btc, "lnf"));
     TRY(t_alloc(m, &m->lnf_mean, BT, "lnf.mean"));
@@ -776,6 +898,7 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
         m->leaked[m->nleaked++] = m->losses, m->losses = (gpt2_tensor){0};
     else
         TRY(t_free(m, &m->losses));
+    TRY(zero3_end(m, m->c.L + 1));
     pop();
     return 0;
 }
@@ -787,6 +910,8 @@ static int layer_backward(gpt2 *m, int l, float *d)
     const size_t btc = (size_t)BT * C;
     float *g1, *g2;
     push("h%d", l);
+    const int pos = 2 * m->c.L + 2 - l; /* zero3_unit's order: layers L-1..0 after the head */
+    TRY(zero3_begin(m, pos)); /* before restore_layer: a recompute reads the weights */
     TRY(restore_layer(m, l));
     gpt2_tensor t1 = {0}, t2 = {0}, t3 = {0};
 
@@ -852,6 +977,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(t_free(m, A(A_LN1_MEAN)));
     TRY(t_free(m, A(A_LN1_RSTD)));
     TRY(t_free(m, layer_input(m, l)));
+    TRY(zero3_end(m, pos));
     pop();
     return 0;
 #undef A
@@ -866,6 +992,7 @@ static int backward(gpt2 *m, float dloss)
     float *g1, *g2;
     gpt2_tensor dlogits = {0}, dlnf = {0}, dres = {0};
     push("bwd");
+    TRY(zero3_begin(m, m->c.L + 2));
     TRY(t_alloc(m, &dlogits, (size_t)BT * Vp, "d_logits"));
     OP("crossentropy", m->be->crossentropy_bwd(dlogits.p, m->probs.p, m->targets.p, BT, m->c.V,
                                                Vp, dloss));
@@ -888,11 +1015,14 @@ static int backward(gpt2 *m, float dloss)
     TRY(t_free(m, &m->lnf_mean));
     TRY(t_free(m, &m->lnf_rstd));
     TRY(t_free(m, last));
+    TRY(zero3_end(m, m->c.L + 2));
     for (int l = m->c.L - 1; l >= 0; l--) TRY(layer_backward(m, l, dres.p));
+    TRY(zero3_begin(m, 2 * m->c.L + 3));
     TRY(grad(m, P_WTE, &g1));
     TRY(grad(m, P_WPE, &g2));
     OP("encoder", m->be->encoder_bwd(g1, g2, dres.p, m->tokens.p, B, T, C));
     GRADS_DONE(P_WTE, P_WPE); /* wte is tied: lm_head's backward was its first half */
+    TRY(zero3_end(m, 2 * m->c.L + 3));
     TRY(t_free(m, &dres));
     TRY(t_free(m, &m->tokens));
     TRY(t_free(m, &m->targets));
@@ -912,7 +1042,8 @@ static int optimizer(gpt2 *m)
         const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
         if (lp == 0) push("h%d", (i - P_GLOBAL) / LP_COUNT); /* a layer's parameters */
         const int first = !mm->p && !mm->host;
-        /* --zero 1|2: AdamW state and the update cover this rank's shard only. */
+        /* --zero 1|2|3: AdamW state and the update cover this rank's shard only (at zero 3
+         * the parameter is that shard itself). */
         const int zero = m->o.zero, comm = zero || dist_world() > 1;
         size_t off = 0, cnt = p->numel;
         if (zero) dist_own(p->numel, &off, &cnt);
@@ -932,7 +1063,7 @@ static int optimizer(gpt2 *m)
          * place in grad.<p>), or the shard made in backward (zero 2). Every rank's gradient
          * is already divided by the global batch (gpt2_step), so the sum is the mean. */
         float *g = m->grads[i].p;
-        if (zero == 2) {
+        if (zero >= 2) {
             g = m->grad_shards[i].p;
         } else if (zero == 1) {
             COMM("reduce_scatter", dist_reduce_scatter_sum(g, g + off, p->numel));
@@ -941,21 +1072,21 @@ static int optimizer(gpt2 *m)
             COMM("allreduce", dist_allreduce_sum(g, p->numel));
         }
         if (cnt)
-            OP("adamw", m->be->adamw((float *)p->p + off, g, mm->p, vv->p, (long)cnt, m->o.lr, 0.9f,
-                                     0.999f, 1e-8f, m->o.wd, t));
+            OP("adamw", m->be->adamw((float *)p->p + (zero == 3 ? 0 : off), g, mm->p, vv->p,
+                                     (long)cnt, m->o.lr, 0.9f, 0.999f, 1e-8f, m->o.wd, t));
         if (m->o.offload_opt) {
             push("offload");
             TRY(offload(m, mm, mm->bytes));
             TRY(offload(m, vv, vv->bytes));
             pop();
         }
-        if (zero == 2)
+        if (zero >= 2)
             TRY(t_free(m, &m->grad_shards[i]));
         else if (m->o.grad_none)
             TRY(t_free(m, &m->grads[i]));
         else
             CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
-        if (zero) COMM("allgather", dist_allgather(p->p, p->numel));
+        if (zero == 1 || zero == 2) COMM("allgather", dist_allgather(p->p, p->numel));
         if (lp == LP_COUNT - 1) pop();
     }
     pop();
@@ -1005,6 +1136,7 @@ void gpt2_destroy(gpt2 *m)
             release(m, &m->adam_m[i]);
             release(m, &m->adam_v[i]);
             release(m, &m->grad_shards[i]);
+            release(m, &m->gathered[i]);
         }
         for (int i = 0; m->acts && i < m->c.L * A_COUNT; i++) release(m, &m->acts[i]);
         gpt2_tensor *g[] = {&m->encoded, &m->lnf,   &m->lnf_mean, &m->lnf_rstd, &m->logits,
@@ -1019,6 +1151,7 @@ void gpt2_destroy(gpt2 *m)
         cudaStreamDestroy(m->copy_stream);
     }
     free(m->params), free(m->grads), free(m->adam_m), free(m->adam_v), free(m->grad_shards);
+    free(m->gathered), free(m->unit_in);
     free(m->acts);
     free(m->leaked), free(m->host_losses);
     free(m);

@@ -116,8 +116,10 @@ static void usage(FILE *f, const char *prog)
             "                     build) kernel launches with their bodies skipped, no compute\n"
             "                     (use with GPUMEM_SIM_BACKING=virtual on the virtual GPU)\n"
             "  --threads N        CPU threads for the ops (cpu-sim backend)  [OpenMP default]\n"
-            "  --zero 0|1|2       several ranks (mpirun -np N; -B is the global batch): 0 data\n"
-            "                     parallel, 1 AdamW state sharded, 2 gradients too  [0]\n"
+            "  --zero 0|1|2|3     several ranks (mpirun -np N; -B is the global batch): 0 data\n"
+            "                     parallel, 1 AdamW state sharded, 2 gradients too, 3\n"
+            "                     parameters too (gathered per layer)  [0]\n"
+            "  --prefetch K       --zero 3: layers gathered ahead of the one computing  [1]\n"
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
             "memory techniques (see train/README.md for each one's effect on the peak):\n"
             "  --recompute LIST   none|gelu|ln|attn|mlp|layer, comma-separated\n"
@@ -310,6 +312,7 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
 {
     gpt2_opts o = *po;
     const char *model = *pmodel, *data = NULL, *load = NULL, *save = NULL;
+    int prefetch_set = 0;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
     static const char *const off_names[] = {"activations", "optimizer"};
     for (int i = 1; i < argc; i++) {
@@ -335,7 +338,10 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         } else if (!strcmp(a, "--accum")) {
             bad = parse_int(a, VAL(), 1, 1 << 16, &o.accum);
         } else if (!strcmp(a, "--zero")) {
-            bad = parse_int(a, VAL(), 0, 2, &o.zero);
+            bad = parse_int(a, VAL(), 0, 3, &o.zero);
+        } else if (!strcmp(a, "--prefetch")) {
+            bad = parse_int(a, VAL(), 0, 4096, &o.prefetch);
+            prefetch_set = 1;
         } else if (!strcmp(a, "--threads")) {
             bad = parse_int(a, VAL(), 1, 1024, &o.threads);
         } else if (!strcmp(a, "--seed")) {
@@ -380,6 +386,11 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         }
         if (bad) return 1;
     }
+    if (prefetch_set && o.zero != 3) {
+        fprintf(stderr, "train_gpt2: --prefetch applies to --zero 3 (the parameters gathered "
+                        "ahead), not to --zero %d\n", o.zero);
+        return 1;
+    }
     *po = o;
     *pmodel = model, *pdata = data, *pload = load, *psave = save;
     return -1;
@@ -388,7 +399,8 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
 int main(int argc, char **argv)
 {
     if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
-    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
+    gpt2_opts o = {.B = 4,   .T = 64,     .steps = 10,  .accum = 1,
+                   .lr = 3e-4f, .wd = 0.0f, .seed = 1337, .prefetch = 1};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
     int vocab = 0, max_T = 0; /* --vocab, --max-T: 0 = the model's own */
     const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save, &vocab, &max_T);
@@ -434,6 +446,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt2: --seq-jitter needs -T of at least 2\n");
         return 1;
     }
+    if (o.zero == 3 && save && world > 1) {
+        if (rank == 0)
+            fprintf(stderr, "train_gpt2: --save with --zero 3 on several ranks is not supported "
+                            "(each rank holds a shard of every parameter): save from a run "
+                            "with --zero 0, 1 or 2\n");
+        return 1;
+    }
     if (o.dry_run && save) {
         fprintf(stderr, "train_gpt2: --save has nothing to save in a --dry-run\n");
         return 1;
@@ -461,6 +480,7 @@ int main(int argc, char **argv)
                gpt2_num_params(m), B, o.T, o.dry_run ? ", dry run" : "");
         if (world > 1) printf(", %d ranks of B %d, collectives %s", world, o.B, dist_transport());
         if (o.zero) printf(", zero %d", o.zero);
+        if (o.zero == 3) printf(", prefetch %d", o.prefetch);
         printf("\n");
     }
     double total_ms = 0;
