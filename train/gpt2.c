@@ -78,8 +78,10 @@ struct gpt2 {
     int np; /* number of parameter tensors */
     gpt2_tensor *params, *grads, *adam_m, *adam_v;
     gpt2_tensor *grad_shards; /* --zero 2|3: grad.shard.<p>, from backward to the optimizer */
-    gpt2_tensor *gathered;    /* --zero 3: gather.<p>, the full parameter while a unit uses it */
-    unsigned char *unit_in;   /* --zero 3: units (zero3_unit) whose parameters are gathered */
+    gpt2_tensor *masters;     /* --param-dtype bf16: master.<p>, fp32 (a shard at zero >= 1) */
+    gpt2_tensor *gathered;    /* units: gather.<p>, the fp32 parameter while a unit uses it */
+    unsigned char *unit_in;   /* units: those (unit_of) whose parameters are gathered */
+    int units; /* --zero 3 or --param-dtype bf16: the ops read parameters gathered per unit */
     int last_micro;           /* backward of the step's last micro-batch (gradients complete) */
     gpt2_tensor encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, tokens, targets;
     gpt2_tensor *acts; /* L * A_COUNT */
@@ -101,12 +103,13 @@ static gpt2_tensor *layer_input(gpt2 *m, int l)
     return l == 0 ? &m->encoded : act(m, l - 1, A_RES3);
 }
 static int pidx(int l, int lp) { return P_GLOBAL + l * LP_COUNT + lp; }
-/* The full parameter i as the ops read it: at --zero 3 its gathered copy (present only while
- * a unit that uses it is gathered), else the parameter itself. */
+/* The full fp32 parameter i as the ops read it: with units (--zero 3, --param-dtype bf16)
+ * its gathered copy, present only while a unit that uses it is gathered; else the parameter
+ * itself. */
 static float *P(gpt2 *m, int i)
 {
-    assert(m->o.zero != 3 || m->gathered[i].p);
-    return m->o.zero == 3 ? m->gathered[i].p : m->params[i].p;
+    assert(!m->units || m->gathered[i].p);
+    return m->units ? m->gathered[i].p : m->params[i].p;
 }
 
 size_t gpt2_live_bytes(const gpt2 *m) { return m->live; }
@@ -321,8 +324,10 @@ static int grad_done(gpt2 *m, int i)
         TRY(grad_done(m, j));                                                                      \
     } while (0)
 
-/* ---- --zero 3: gathering the parameters unit by unit --------------------------------------
- * The parameters are kept as shards (gpt2_init_params). A unit is the set of parameters one
+/* ---- units: gathering the parameters unit by unit (--zero 3, --param-dtype bf16) ---------
+ * At --zero 3 the parameters are kept as shards (gpt2_init_params); with --param-dtype bf16
+ * they are stored as bf16 (a shard of it at zero 3) while the ops compute in fp32. Either way
+ * the ops read full fp32 copies, made unit by unit. A unit is the set of parameters one
  * part of the model reads: unit 0 the embedding (wte, wpe), unit 1 + l layer l's twelve, unit
  * L + 1 the head (lnf_w, lnf_b and the tied wte). One micro-batch uses them in the order of
  * the positions
@@ -335,8 +340,8 @@ static int grad_done(gpt2 *m, int i)
  * positions (the head from its forward to its backward; a layer whose backward is that near).
  * A parameter two gathered units share (wte) has one buffer, freed with the last of them.
  * Nothing is kept from one micro-batch to the next. */
-static int zero3_positions(const gpt2 *m) { return 2 * m->c.L + 4; }
-static int zero3_unit(const gpt2 *m, int pos)
+static int unit_positions(const gpt2 *m) { return 2 * m->c.L + 4; }
+static int unit_of(const gpt2 *m, int pos)
 {
     const int L = m->c.L;
     if (pos == 0 || pos == 2 * L + 3) return 0;
@@ -345,34 +350,53 @@ static int zero3_unit(const gpt2 *m, int pos)
     return L - (pos - (L + 3));
 }
 /* The parameters of unit u into idx (at most LP_COUNT); returns how many. */
-static int zero3_unit_params(const gpt2 *m, int u, int *idx)
+static int unit_params(const gpt2 *m, int u, int *idx)
 {
     if (u == 0) return idx[0] = P_WTE, idx[1] = P_WPE, 2;
     if (u == m->c.L + 1) return idx[0] = P_LNF_W, idx[1] = P_LNF_B, idx[2] = P_WTE, 3;
     for (int lp = 0; lp < LP_COUNT; lp++) idx[lp] = pidx(u - 1, lp);
     return LP_COUNT;
 }
-static int zero3_gather_unit(gpt2 *m, int u)
+static int unit_gather(gpt2 *m, int u)
 {
     int idx[LP_COUNT];
-    const int n = zero3_unit_params(m, u, idx);
+    const int n = unit_params(m, u, idx);
     for (int k = 0; k < n; k++) {
         gpt2_tensor *g = &m->gathered[idx[k]], *p = &m->params[idx[k]];
         if (g->p) continue; /* wte, gathered with the other unit that reads it */
+        if (!m->o.param_bf16) { /* zero 3, fp32: the shards gathered into gather.<p> */
+            TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+            if (dist_world() == 1) /* the shard is the whole parameter */
+                CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+                   "cudaMemcpyAsync");
+            else
+                COMM("allgather", dist_allgather_from(p->p, g->p, p->numel, 4));
+            continue;
+        }
+        /* bf16: at zero 3 the bf16 shards gathered into gather.bf16.<p> first (freed once
+         * converted); the full bf16 parameter converted into the fp32 gather.<p>. */
+        gpt2_tensor wire = {0};
+        const void *src = p->p;
+        if (m->o.zero == 3) {
+            TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.bf16.%s", p->name));
+            if (dist_world() == 1)
+                CK(copy_async(m, wire.p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+                   "cudaMemcpyAsync");
+            else
+                COMM("allgather", dist_allgather_from(p->p, wire.p, p->numel, 2));
+            src = wire.p;
+        }
         TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
-        if (dist_world() == 1) /* the shard is the whole parameter */
-            CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
-               "cudaMemcpyAsync");
-        else
-            COMM("allgather", dist_allgather_from(p->p, g->p, p->numel));
+        OP("from_bf16", m->be->from_bf16(g->p, src, (long)p->numel));
+        TRY(t_free(m, &wire));
     }
     m->unit_in[u] = 1;
     return 0;
 }
-static int zero3_free_unit(gpt2 *m, int u)
+static int unit_release(gpt2 *m, int u)
 {
     int idx[LP_COUNT];
-    const int n = zero3_unit_params(m, u, idx);
+    const int n = unit_params(m, u, idx);
     m->unit_in[u] = 0;
     for (int k = 0; k < n; k++) {
         /* wte is kept while the other unit that reads it (embedding, head) is gathered */
@@ -382,28 +406,28 @@ static int zero3_free_unit(gpt2 *m, int u)
     return 0;
 }
 /* Before position pos: its unit and the next K gathered. */
-static int zero3_begin(gpt2 *m, int pos)
+static int units_begin(gpt2 *m, int pos)
 {
-    if (m->o.zero != 3) return 0;
-    const int end = pos + m->o.prefetch < zero3_positions(m) ? pos + m->o.prefetch
-                                                             : zero3_positions(m) - 1;
+    if (!m->units) return 0;
+    const int end = pos + m->o.prefetch < unit_positions(m) ? pos + m->o.prefetch
+                                                             : unit_positions(m) - 1;
     int any = 0;
-    for (int q = pos; q <= end; q++) any |= !m->unit_in[zero3_unit(m, q)];
+    for (int q = pos; q <= end; q++) any |= !m->unit_in[unit_of(m, q)];
     if (!any) return 0;
     push("gather");
     for (int q = pos; q <= end; q++)
-        if (!m->unit_in[zero3_unit(m, q)]) TRY(zero3_gather_unit(m, zero3_unit(m, q)));
+        if (!m->unit_in[unit_of(m, q)]) TRY(unit_gather(m, unit_of(m, q)));
     pop();
     return 0;
 }
 /* After position pos: its unit freed unless used again within the next max(K, 1) positions. */
-static int zero3_end(gpt2 *m, int pos)
+static int units_end(gpt2 *m, int pos)
 {
-    if (m->o.zero != 3) return 0;
-    const int u = zero3_unit(m, pos), K = m->o.prefetch > 1 ? m->o.prefetch : 1;
-    for (int q = pos + 1; q <= pos + K && q < zero3_positions(m); q++)
-        if (zero3_unit(m, q) == u) return 0;
-    return zero3_free_unit(m, u);
+    if (!m->units) return 0;
+    const int u = unit_of(m, pos), K = m->o.prefetch > 1 ? m->o.prefetch : 1;
+    for (int q = pos + 1; q <= pos + K && q < unit_positions(m); q++)
+        if (unit_of(m, q) == u) return 0;
+    return unit_release(m, u);
 }
 
 /* ---- model creation ---------------------------------------------------------------------- */
@@ -425,12 +449,14 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
     m->adam_v = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->grad_shards = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->gathered = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->masters = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->units = o->zero == 3 || o->param_bf16;
     m->unit_in = calloc((size_t)cfg->L + 2, 1);
     m->acts = calloc((size_t)cfg->L * A_COUNT, sizeof(gpt2_tensor));
     m->leaked = calloc((size_t)(o->steps > 0 ? o->steps : 1) * (size_t)(o->accum > 0 ? o->accum : 1),
                        sizeof(gpt2_tensor));
     m->host_losses = malloc(sizeof(float) * (size_t)o->B * (size_t)o->T);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->gathered ||
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->gathered || !m->masters ||
         !m->unit_in || !m->acts || !m->leaked || !m->host_losses) {
         gpt2_destroy(m);
         return NULL;
@@ -516,15 +542,44 @@ static int ckpt_walk(gpt2 *m, FILE *f, float *stage, ckpt_visit fn)
     TRY(fn(m, P_LNF_B, f, stage));
     return 0;
 }
-/* Parameter pi from its full host values: all of it, or at --zero 3 this rank's part. */
+static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes);
+
+/* Where parameter i's fp32 values live: the master weights with --param-dtype bf16, else
+ * the parameter itself; and whether they are this rank's shard only (at offset 0): the
+ * parameter at zero 3, the master weights (sharded like the AdamW state) at zero >= 1. */
+static gpt2_tensor *fp32_values(gpt2 *m, int i)
+{
+    return m->o.param_bf16 ? &m->masters[i] : &m->params[i];
+}
+static int values_sharded(const gpt2 *m)
+{
+    return m->o.zero == 3 || (m->o.param_bf16 && m->o.zero >= 1);
+}
+
+/* Parameter pi from its full host values: all of them, or this rank's part. */
 static int put_param(gpt2 *m, int pi, const float *full)
 {
-    gpt2_tensor *t = &m->params[pi];
-    size_t off = 0, cnt = t->numel;
-    if (m->o.zero == 3) dist_own(t->numel, &off, &cnt);
+    gpt2_tensor *t = fp32_values(m, pi);
+    size_t off = 0, cnt = m->params[pi].numel;
+    if (values_sharded(m)) dist_own(m->params[pi].numel, &off, &cnt);
     if (cnt)
         CK(copy_sync(m, t->p, full + off, sizeof(float) * cnt, cudaMemcpyHostToDevice),
            "cudaMemcpy");
+    return 0;
+}
+
+/* --param-dtype bf16: the bf16 parameter from the fp32 master weights: this rank's part
+ * rounded (to_bf16), then at zero 1|2 all-gathered in bf16 so that every rank holds it all
+ * (at zero 0 every rank updates all of it, at zero 3 the parameter is the shard). */
+static int publish_param(gpt2 *m, int i)
+{
+    gpt2_tensor *p = &m->params[i], *w = &m->masters[i];
+    const int gather = m->o.zero == 1 || m->o.zero == 2;
+    size_t off = 0, cnt = p->numel;
+    if (m->o.zero) dist_own(p->numel, &off, &cnt);
+    if (cnt)
+        OP("to_bf16", m->be->to_bf16((uint16_t *)p->p + (gather ? off : 0), w->p, (long)cnt));
+    if (gather) COMM("allgather", dist_allgather(p->p, p->numel, 2));
     return 0;
 }
 static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
@@ -538,8 +593,13 @@ static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
 }
 static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
-    gpt2_tensor *t = &m->params[pi];
-    CK(copy_sync(m, stage, t->p, t->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    /* one rank, or unsharded values (main.c refuses the rest): they are the whole tensor */
+    gpt2_tensor *t = fp32_values(m, pi);
+    const size_t n = m->params[pi].numel;
+    if (!t->p && t->host) /* master weights offloaded with the optimizer state */
+        memcpy(stage, t->host, sizeof(float) * n);
+    else
+        CK(copy_sync(m, stage, t->p, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy");
     if (fwrite(stage, sizeof(float), t->numel, f) != t->numel) {
         fprintf(stderr, "train_gpt2: write error saving checkpoint: %m\n");
         return 1;
@@ -582,8 +642,12 @@ int gpt2_init_params(gpt2 *m, const char *load)
         if (k > maxn) maxn = k;
         /* --zero 3: the parameter is this rank's shard (ceil(k / ranks) elements, the rule of
          * train/dist.h), under the parameter's own name; numel stays the full size. */
-        TRY(t_alloc(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k, "%s", n));
+        TRY(t_alloc_on(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k,
+                       m->o.param_bf16, m->stream, "%s", n));
         m->params[i].numel = k;
+        /* --param-dtype bf16: fp32 master weights, sharded like the AdamW state */
+        if (m->o.param_bf16)
+            TRY(t_alloc(m, &m->masters[i], m->o.zero ? dist_shard_size(k) : k, "master.%s", n));
     }
     TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
@@ -633,6 +697,16 @@ int gpt2_init_params(gpt2 *m, const char *load)
     /* A copy from pageable memory may return before its DMA finished; the compute stream is
      * non-blocking, so wait here before the first kernel reads the parameters. */
     if (!rc) CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    /* --param-dtype bf16: the bf16 parameters from the masters, which then join the
+     * optimizer state on the host with --offload optimizer. */
+    for (int i = 0; !rc && m->o.param_bf16 && i < m->np; i++) {
+        rc = publish_param(m, i);
+        if (!rc && m->o.offload_opt) rc = offload(m, &m->masters[i], m->masters[i].bytes);
+    }
+    if (!rc && m->o.param_bf16) {
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
+        CK(cudaStreamSynchronize(m->copy_stream), "cudaStreamSynchronize");
+    }
     return rc;
 }
 
@@ -861,19 +935,19 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
        "cudaMemcpyAsync");
     CK(copy_async(m, m->targets.p, tgt, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
        "cudaMemcpyAsync");
-    TRY(zero3_begin(m, 0));
+    TRY(units_begin(m, 0));
     TRY(t_alloc(m, &m->encoded, btc, "encoded"));
     OP("encoder", m->be->encoder_fwd(m->encoded.p, m->tokens.p, P(m, P_WTE), P(m, P_WPE), B, T, C));
-    TRY(zero3_end(m, 0));
+    TRY(units_end(m, 0));
     for (int l = 0; l < m->c.L; l++) {
         push("h%d", l);
-        TRY(zero3_begin(m, 1 + l));
+        TRY(units_begin(m, 1 + l));
         TRY(layer_forward(m, l, G_ALL));
-        TRY(zero3_end(m, 1 + l));
+        TRY(units_end(m, 1 + l));
         TRY(stash_layer(m, l));
         pop();
     }
-    TRY(zero3_begin(m, m->c.L + 1));
+    TRY(units_begin(m, m->c.L + 1));
     float *last = act(m, m->c.L - 1, A_RES3)->p;
     TRY(t_alloc(m, &m->lnf, btc, "lnf"));
     TRY(t_alloc(m, &m->lnf_mean, BT, "lnf.mean"));
@@ -898,7 +972,7 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
         m->leaked[m->nleaked++] = m->losses, m->losses = (gpt2_tensor){0};
     else
         TRY(t_free(m, &m->losses));
-    TRY(zero3_end(m, m->c.L + 1));
+    TRY(units_end(m, m->c.L + 1));
     pop();
     return 0;
 }
@@ -911,7 +985,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     float *g1, *g2;
     push("h%d", l);
     const int pos = 2 * m->c.L + 2 - l; /* zero3_unit's order: layers L-1..0 after the head */
-    TRY(zero3_begin(m, pos)); /* before restore_layer: a recompute reads the weights */
+    TRY(units_begin(m, pos)); /* before restore_layer: a recompute reads the weights */
     TRY(restore_layer(m, l));
     gpt2_tensor t1 = {0}, t2 = {0}, t3 = {0};
 
@@ -977,7 +1051,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(t_free(m, A(A_LN1_MEAN)));
     TRY(t_free(m, A(A_LN1_RSTD)));
     TRY(t_free(m, layer_input(m, l)));
-    TRY(zero3_end(m, pos));
+    TRY(units_end(m, pos));
     pop();
     return 0;
 #undef A
@@ -992,7 +1066,7 @@ static int backward(gpt2 *m, float dloss)
     float *g1, *g2;
     gpt2_tensor dlogits = {0}, dlnf = {0}, dres = {0};
     push("bwd");
-    TRY(zero3_begin(m, m->c.L + 2));
+    TRY(units_begin(m, m->c.L + 2));
     TRY(t_alloc(m, &dlogits, (size_t)BT * Vp, "d_logits"));
     OP("crossentropy", m->be->crossentropy_bwd(dlogits.p, m->probs.p, m->targets.p, BT, m->c.V,
                                                Vp, dloss));
@@ -1015,14 +1089,14 @@ static int backward(gpt2 *m, float dloss)
     TRY(t_free(m, &m->lnf_mean));
     TRY(t_free(m, &m->lnf_rstd));
     TRY(t_free(m, last));
-    TRY(zero3_end(m, m->c.L + 2));
+    TRY(units_end(m, m->c.L + 2));
     for (int l = m->c.L - 1; l >= 0; l--) TRY(layer_backward(m, l, dres.p));
-    TRY(zero3_begin(m, 2 * m->c.L + 3));
+    TRY(units_begin(m, 2 * m->c.L + 3));
     TRY(grad(m, P_WTE, &g1));
     TRY(grad(m, P_WPE, &g2));
     OP("encoder", m->be->encoder_bwd(g1, g2, dres.p, m->tokens.p, B, T, C));
     GRADS_DONE(P_WTE, P_WPE); /* wte is tied: lm_head's backward was its first half */
-    TRY(zero3_end(m, 2 * m->c.L + 3));
+    TRY(units_end(m, 2 * m->c.L + 3));
     TRY(t_free(m, &dres));
     TRY(t_free(m, &m->tokens));
     TRY(t_free(m, &m->targets));
@@ -1037,6 +1111,8 @@ static int optimizer(gpt2 *m)
     push("opt");
     for (int i = 0; i < m->np; i++) {
         gpt2_tensor *p = &m->params[i], *mm = &m->adam_m[i], *vv = &m->adam_v[i];
+        gpt2_tensor *w = fp32_values(m, i); /* what AdamW updates: p, or its master weights */
+        const int bf16 = m->o.param_bf16;
         char n[40];
         param_name(m, i, n, sizeof n);
         const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
@@ -1059,6 +1135,11 @@ static int optimizer(gpt2 *m)
             TRY(prefetch(m, vv));
             pop();
         }
+        if (bf16 && m->o.offload_opt) { /* the masters are offloaded from the start */
+            push("prefetch");
+            TRY(prefetch(m, w));
+            pop();
+        }
         /* The gradient summed over ranks: all of it (zero 0), this rank's shard (zero 1, in
          * place in grad.<p>), or the shard made in backward (zero 2). Every rank's gradient
          * is already divided by the global batch (gpt2_step), so the sum is the mean. */
@@ -1072,12 +1153,14 @@ static int optimizer(gpt2 *m)
             COMM("allreduce", dist_allreduce_sum(g, p->numel));
         }
         if (cnt)
-            OP("adamw", m->be->adamw((float *)p->p + (zero == 3 ? 0 : off), g, mm->p, vv->p,
-                                     (long)cnt, m->o.lr, 0.9f, 0.999f, 1e-8f, m->o.wd, t));
+            OP("adamw", m->be->adamw((float *)w->p + (values_sharded(m) ? 0 : off), g, mm->p,
+                                     vv->p, (long)cnt, m->o.lr, 0.9f, 0.999f, 1e-8f, m->o.wd, t));
+        if (bf16) TRY(publish_param(m, i));
         if (m->o.offload_opt) {
             push("offload");
             TRY(offload(m, mm, mm->bytes));
             TRY(offload(m, vv, vv->bytes));
+            if (bf16) TRY(offload(m, w, w->bytes));
             pop();
         }
         if (zero >= 2)
@@ -1086,7 +1169,7 @@ static int optimizer(gpt2 *m)
             TRY(t_free(m, &m->grads[i]));
         else
             CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
-        if (zero == 1 || zero == 2) COMM("allgather", dist_allgather(p->p, p->numel));
+        if (!bf16 && (zero == 1 || zero == 2)) COMM("allgather", dist_allgather(p->p, p->numel, 4));
         if (lp == LP_COUNT - 1) pop();
     }
     pop();
@@ -1137,6 +1220,7 @@ void gpt2_destroy(gpt2 *m)
             release(m, &m->adam_v[i]);
             release(m, &m->grad_shards[i]);
             release(m, &m->gathered[i]);
+            release(m, &m->masters[i]);
         }
         for (int i = 0; m->acts && i < m->c.L * A_COUNT; i++) release(m, &m->acts[i]);
         gpt2_tensor *g[] = {&m->encoded, &m->lnf,   &m->lnf_mean, &m->lnf_rstd, &m->logits,
@@ -1151,7 +1235,7 @@ void gpt2_destroy(gpt2 *m)
         cudaStreamDestroy(m->copy_stream);
     }
     free(m->params), free(m->grads), free(m->adam_m), free(m->adam_v), free(m->grad_shards);
-    free(m->gathered), free(m->unit_in);
+    free(m->gathered), free(m->unit_in), free(m->masters);
     free(m->acts);
     free(m->leaked), free(m->host_losses);
     free(m);

@@ -27,6 +27,7 @@ typedef struct gpt2_opts {
         seq_jitter, trace_allocs, threads;
     int zero;     /* ZeRO stage 0, 1, 2, 3 across the ranks of train/dist.h (train/README.md) */
     int prefetch; /* --zero 3: units gathered ahead of the one in use (train/README.md) */
+    int param_bf16; /* --param-dtype bf16: parameters stored bf16, fp32 master weights */
     float lr, wd; /* AdamW learning rate and (decoupled) weight decay */
     uint64_t seed;
 } gpt2_opts;

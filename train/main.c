@@ -127,6 +127,8 @@ static void usage(FILE *f, const char *prog)
             "  --accum K          gradient accumulation over K micro-batches of B/K\n"
             "  --grad-none        free gradients after each step (set-to-none)\n"
             "  --act-dtype T      fp32|bf16 storage of saved activations  [fp32]\n"
+            "  --param-dtype T    fp32|bf16 storage of the parameters (bf16: fp32 master\n"
+            "                     weights for the update, fp32 copies per layer for the ops)\n"
             "  --leak             planted leak: keep one activation (the losses) per step\n"
             "  --seq-jitter       each step draws T uniformly in [T/2, T]\n"
             "  -h, --help         this text\n",
@@ -376,6 +378,12 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
                 o.bf16 = 1;
             else if (!s || strcmp(s, "fp32"))
                 bad = 1, fprintf(stderr, "train_gpt2: --act-dtype accepts fp32 or bf16\n");
+        } else if (!strcmp(a, "--param-dtype")) {
+            const char *s = VAL();
+            if (s && !strcmp(s, "bf16"))
+                o.param_bf16 = 1;
+            else if (!s || strcmp(s, "fp32"))
+                bad = 1, fprintf(stderr, "train_gpt2: --param-dtype accepts fp32 or bf16\n");
         } else if (!strcmp(a, "--leak")) {
             o.leak = 1;
         } else if (!strcmp(a, "--seq-jitter")) {
@@ -446,11 +454,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt2: --seq-jitter needs -T of at least 2\n");
         return 1;
     }
-    if (o.zero == 3 && save && world > 1) {
+    if (save && world > 1 && (o.zero == 3 || (o.param_bf16 && o.zero))) {
         if (rank == 0)
-            fprintf(stderr, "train_gpt2: --save with --zero 3 on several ranks is not supported "
-                            "(each rank holds a shard of every parameter): save from a run "
-                            "with --zero 0, 1 or 2\n");
+            fprintf(stderr, "train_gpt2: --save with --zero %d%s on several ranks is not "
+                            "supported (each rank holds a shard of every parameter's fp32 "
+                            "values): save from a run with --zero 0%s\n",
+                    o.zero, o.param_bf16 ? " --param-dtype bf16" : "",
+                    o.param_bf16 ? "" : ", 1 or 2");
         return 1;
     }
     if (o.dry_run && save) {
@@ -481,6 +491,7 @@ int main(int argc, char **argv)
         if (world > 1) printf(", %d ranks of B %d, collectives %s", world, o.B, dist_transport());
         if (o.zero) printf(", zero %d", o.zero);
         if (o.zero == 3) printf(", prefetch %d", o.prefetch);
+        if (o.param_bf16) printf(", param-dtype bf16");
         printf("\n");
     }
     double total_ms = 0;
