@@ -81,7 +81,8 @@ struct gpt2 {
     gpt2_tensor *masters;     /* --param-dtype bf16: master.<p>, fp32 (a shard at zero >= 1) */
     gpt2_tensor *gathered;    /* units: gather.<p>, the fp32 parameter while a unit uses it */
     unsigned char *unit_in;   /* units: those (unit_of) whose parameters are gathered */
-    int units; /* --zero 3 or --param-dtype bf16: the ops read parameters gathered per unit */
+    int units; /* --zero 3, --param-dtype bf16 or --offload params: the ops read parameters
+                * gathered per unit */
     int last_micro;           /* backward of the step's last micro-batch (gradients complete) */
     gpt2_tensor encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, tokens, targets;
     gpt2_tensor *acts; /* L * A_COUNT */
@@ -324,6 +325,10 @@ static int grad_done(gpt2 *m, int i)
         TRY(grad_done(m, j));                                                                      \
     } while (0)
 
+/* Pinned host copies (the memory techniques, below). */
+static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes);
+static int prefetch(gpt2 *m, gpt2_tensor *t);
+
 /* ---- units: gathering the parameters unit by unit (--zero 3, --param-dtype bf16) ---------
  * At --zero 3 the parameters are kept as shards (gpt2_init_params); with --param-dtype bf16
  * they are stored as bf16 (a shard of it at zero 3) while the ops compute in fp32. Either way
@@ -357,6 +362,36 @@ static int unit_params(const gpt2 *m, int u, int *idx)
     for (int lp = 0; lp < LP_COUNT; lp++) idx[lp] = pidx(u - 1, lp);
     return LP_COUNT;
 }
+/* Parameter p (device) into g, the full fp32 gather.<p> the ops read. */
+static int unit_gather_param(gpt2 *m, gpt2_tensor *g, gpt2_tensor *p)
+{
+    if (!m->o.param_bf16) { /* zero 3, fp32: the shards gathered into gather.<p> */
+        TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+        if (dist_world() == 1) /* the shard is the whole parameter */
+            CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+               "cudaMemcpyAsync");
+        else
+            COMM("allgather", dist_allgather_from(p->p, g->p, p->numel, 4));
+        return 0;
+    }
+    /* bf16: at zero 3 the bf16 shards gathered into gather.bf16.<p> first (freed once
+     * converted); the full bf16 parameter converted into the fp32 gather.<p>. */
+    gpt2_tensor wire = {0};
+    const void *src = p->p;
+    if (m->o.zero == 3) {
+        TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.bf16.%s", p->name));
+        if (dist_world() == 1)
+            CK(copy_async(m, wire.p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+               "cudaMemcpyAsync");
+        else
+            COMM("allgather", dist_allgather_from(p->p, wire.p, p->numel, 2));
+        src = wire.p;
+    }
+    TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+    OP("from_bf16", m->be->from_bf16(g->p, src, (long)p->numel));
+    return t_free(m, &wire);
+}
+
 static int unit_gather(gpt2 *m, int u)
 {
     int idx[LP_COUNT];
@@ -364,31 +399,13 @@ static int unit_gather(gpt2 *m, int u)
     for (int k = 0; k < n; k++) {
         gpt2_tensor *g = &m->gathered[idx[k]], *p = &m->params[idx[k]];
         if (g->p) continue; /* wte, gathered with the other unit that reads it */
-        if (!m->o.param_bf16) { /* zero 3, fp32: the shards gathered into gather.<p> */
-            TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
-            if (dist_world() == 1) /* the shard is the whole parameter */
-                CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
-                   "cudaMemcpyAsync");
-            else
-                COMM("allgather", dist_allgather_from(p->p, g->p, p->numel, 4));
-            continue;
+        if (m->o.offload_params) { /* the shard brought in from pinned host memory */
+            push("prefetch");
+            TRY(prefetch(m, p));
+            pop();
         }
-        /* bf16: at zero 3 the bf16 shards gathered into gather.bf16.<p> first (freed once
-         * converted); the full bf16 parameter converted into the fp32 gather.<p>. */
-        gpt2_tensor wire = {0};
-        const void *src = p->p;
-        if (m->o.zero == 3) {
-            TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.bf16.%s", p->name));
-            if (dist_world() == 1)
-                CK(copy_async(m, wire.p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
-                   "cudaMemcpyAsync");
-            else
-                COMM("allgather", dist_allgather_from(p->p, wire.p, p->numel, 2));
-            src = wire.p;
-        }
-        TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
-        OP("from_bf16", m->be->from_bf16(g->p, src, (long)p->numel));
-        TRY(t_free(m, &wire));
+        TRY(unit_gather_param(m, g, p));
+        if (m->o.offload_params) TRY(t_free(m, p)); /* unchanged: the host copy stays */
     }
     m->unit_in[u] = 1;
     return 0;
@@ -450,7 +467,7 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
     m->grad_shards = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->gathered = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->masters = calloc((size_t)m->np, sizeof(gpt2_tensor));
-    m->units = o->zero == 3 || o->param_bf16;
+    m->units = o->zero == 3 || o->param_bf16 || o->offload_params;
     m->unit_in = calloc((size_t)cfg->L + 2, 1);
     m->acts = calloc((size_t)cfg->L * A_COUNT, sizeof(gpt2_tensor));
     m->leaked = calloc((size_t)(o->steps > 0 ? o->steps : 1) * (size_t)(o->accum > 0 ? o->accum : 1),
@@ -542,8 +559,6 @@ static int ckpt_walk(gpt2 *m, FILE *f, float *stage, ckpt_visit fn)
     TRY(fn(m, P_LNF_B, f, stage));
     return 0;
 }
-static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes);
-
 /* Where parameter i's fp32 values live: the master weights with --param-dtype bf16, else
  * the parameter itself; and whether they are this rank's shard only (at offset 0): the
  * parameter at zero 3, the master weights (sharded like the AdamW state) at zero >= 1. */
@@ -556,15 +571,49 @@ static int values_sharded(const gpt2 *m)
     return m->o.zero == 3 || (m->o.param_bf16 && m->o.zero >= 1);
 }
 
+/* Parameter i's device tensors: `<p>` (this rank's shard at zero 3, full size otherwise: the
+ * rule of train/dist.h; numel stays the full size), bf16 with --param-dtype bf16, and then
+ * its fp32 master weights master.<p>, sharded like the AdamW state. */
+static int param_make(gpt2 *m, int i)
+{
+    char n[40];
+    param_name(m, i, n, sizeof n);
+    const size_t k = param_numel(&m->c, i);
+    TRY(t_alloc_on(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k, m->o.param_bf16,
+                   m->stream, "%s", n));
+    m->params[i].numel = k;
+    if (m->o.param_bf16)
+        TRY(t_alloc(m, &m->masters[i], m->o.zero ? dist_shard_size(k) : k, "master.%s", n));
+    return 0;
+}
+/* When parameters or master weights go to pinned host memory, each parameter is made,
+ * filled, rounded and offloaded before the next is made: the device never holds them all,
+ * not even at start. */
+static int one_at_a_time(const gpt2 *m)
+{
+    return m->o.offload_params || (m->o.param_bf16 && m->o.offload_opt);
+}
+static int publish_param(gpt2 *m, int i);
+
 /* Parameter pi from its full host values: all of them, or this rank's part. */
 static int put_param(gpt2 *m, int pi, const float *full)
 {
+    if (one_at_a_time(m)) {
+        TRY(param_make(m, pi));
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize"); /* made in stream order */
+    }
     gpt2_tensor *t = fp32_values(m, pi);
     size_t off = 0, cnt = m->params[pi].numel;
     if (values_sharded(m)) dist_own(m->params[pi].numel, &off, &cnt);
     if (cnt)
         CK(copy_sync(m, t->p, full + off, sizeof(float) * cnt, cudaMemcpyHostToDevice),
            "cudaMemcpy");
+    if (!one_at_a_time(m)) return 0;
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); /* the copy from pageable memory */
+    if (m->o.param_bf16) TRY(publish_param(m, pi));
+    if (m->o.param_bf16 && m->o.offload_opt)
+        TRY(offload(m, &m->masters[pi], m->masters[pi].bytes));
+    if (m->o.offload_params) TRY(offload(m, &m->params[pi], m->params[pi].bytes));
     return 0;
 }
 
@@ -584,9 +633,11 @@ static int publish_param(gpt2 *m, int i)
 }
 static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
-    gpt2_tensor *t = &m->params[pi];
-    if (fread(stage, sizeof(float), t->numel, f) != t->numel) {
-        fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", t->name);
+    const size_t n = param_numel(&m->c, pi); /* the tensor may not be made yet */
+    if (fread(stage, sizeof(float), n, f) != n) {
+        char name[40];
+        param_name(m, pi, name, sizeof name);
+        fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", name);
         return 1;
     }
     return put_param(m, pi, stage);
@@ -636,18 +687,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
     }
     size_t maxn = 0;
     for (int i = 0; i < m->np; i++) {
-        char n[40];
-        param_name(m, i, n, sizeof n);
         const size_t k = param_numel(&m->c, i);
         if (k > maxn) maxn = k;
-        /* --zero 3: the parameter is this rank's shard (ceil(k / ranks) elements, the rule of
-         * train/dist.h), under the parameter's own name; numel stays the full size. */
-        TRY(t_alloc_on(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k,
-                       m->o.param_bf16, m->stream, "%s", n));
-        m->params[i].numel = k;
-        /* --param-dtype bf16: fp32 master weights, sharded like the AdamW state */
-        if (m->o.param_bf16)
-            TRY(t_alloc(m, &m->masters[i], m->o.zero ? dist_shard_size(k) : k, "master.%s", n));
+        if (!one_at_a_time(m)) TRY(param_make(m, i)); /* else in put_param */
     }
     TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
@@ -675,16 +717,16 @@ int gpt2_init_params(gpt2 *m, const char *load)
         uint64_t s = m->o.seed * 0x2545F4914F6CDD1Dull + 1;
         const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)m->c.L);
         for (int i = 0; i < m->np && !rc; i++) {
-            gpt2_tensor *t = &m->params[i];
+            const size_t numel = param_numel(&m->c, i); /* not made yet if one at a time */
             if (!m->o.dry_run) {
                 const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
                 if (i == P_LNF_W || lp == LP_LN1_W || lp == LP_LN2_W)
-                    for (size_t k = 0; k < t->numel; k++) stage[k] = 1.0f;
+                    for (size_t k = 0; k < numel; k++) stage[k] = 1.0f;
                 else if (i == P_LNF_B || lp == LP_LN1_B || lp == LP_LN2_B || lp == LP_QKV_B ||
                          lp == LP_ATTPROJ_B || lp == LP_FC_B || lp == LP_FCPROJ_B)
-                    memset(stage, 0, sizeof(float) * t->numel);
+                    memset(stage, 0, sizeof(float) * numel);
                 else
-                    fill_normal(stage, t->numel,
+                    fill_normal(stage, numel,
                                 (lp == LP_ATTPROJ_W || lp == LP_FCPROJ_W) ? proj_std : std, &s);
                 if (i == P_WTE) /* padded vocabulary rows stay zero */
                     memset(stage + (size_t)m->c.V * m->c.C, 0,
@@ -697,13 +739,10 @@ int gpt2_init_params(gpt2 *m, const char *load)
     /* A copy from pageable memory may return before its DMA finished; the compute stream is
      * non-blocking, so wait here before the first kernel reads the parameters. */
     if (!rc) CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    /* --param-dtype bf16: the bf16 parameters from the masters, which then join the
-     * optimizer state on the host with --offload optimizer. */
-    for (int i = 0; !rc && m->o.param_bf16 && i < m->np; i++) {
+    /* --param-dtype bf16: the bf16 parameters from the masters (one at a time: done). */
+    for (int i = 0; !rc && m->o.param_bf16 && !one_at_a_time(m) && i < m->np; i++)
         rc = publish_param(m, i);
-        if (!rc && m->o.offload_opt) rc = offload(m, &m->masters[i], m->masters[i].bytes);
-    }
-    if (!rc && m->o.param_bf16) {
+    if (!rc && (m->o.param_bf16 || one_at_a_time(m))) {
         CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
         CK(cudaStreamSynchronize(m->copy_stream), "cudaStreamSynchronize");
     }
@@ -764,7 +803,10 @@ static int prefetch(gpt2 *m, gpt2_tensor *t)
 {
     char name[48];
     memcpy(name, t->name, sizeof name);
-    TRY(t_alloc_on(m, t, t->numel, t->bf16, m->copy_stream, "%s", name));
+    /* the size it had on the device (a ZeRO-3 parameter's numel is the full tensor's) */
+    const size_t numel = t->numel;
+    TRY(t_alloc_on(m, t, t->bytes / (t->bf16 ? 2 : 4), t->bf16, m->copy_stream, "%s", name));
+    t->numel = numel;
     CK(copy_async(m, t->p, t->host, t->bytes, cudaMemcpyHostToDevice, m->copy_stream),
        "cudaMemcpyAsync");
     cudaEvent_t ev;
@@ -1135,9 +1177,11 @@ static int optimizer(gpt2 *m)
             TRY(prefetch(m, vv));
             pop();
         }
-        if (bf16 && m->o.offload_opt) { /* the masters are offloaded from the start */
+        if ((bf16 && m->o.offload_opt) || m->o.offload_params) {
+            /* offloaded from the start: the masters, the parameter shard */
             push("prefetch");
-            TRY(prefetch(m, w));
+            if (bf16 && m->o.offload_opt) TRY(prefetch(m, w));
+            if (m->o.offload_params) TRY(prefetch(m, p));
             pop();
         }
         /* The gradient summed over ranks: all of it (zero 0), this rank's shard (zero 1, in
@@ -1170,6 +1214,11 @@ static int optimizer(gpt2 *m)
         else
             CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
         if (!bf16 && (zero == 1 || zero == 2)) COMM("allgather", dist_allgather(p->p, p->numel, 4));
+        if (m->o.offload_params) { /* the updated shard back to the host */
+            push("offload");
+            TRY(offload(m, p, p->bytes));
+            pop();
+        }
         if (lp == LP_COUNT - 1) pop();
     }
     pop();

@@ -123,7 +123,8 @@ static void usage(FILE *f, const char *prog)
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
             "memory techniques (see train/README.md for each one's effect on the peak):\n"
             "  --recompute LIST   none|gelu|ln|attn|mlp|layer, comma-separated\n"
-            "  --offload LIST     activations|optimizer, comma-separated (pinned host memory)\n"
+            "  --offload LIST     activations|optimizer|params, comma-separated (pinned host\n"
+            "                     memory; params: the --zero 3 shards, brought in per layer)\n"
             "  --accum K          gradient accumulation over K micro-batches of B/K\n"
             "  --grad-none        free gradients after each step (set-to-none)\n"
             "  --act-dtype T      fp32|bf16 storage of saved activations  [fp32]\n"
@@ -316,7 +317,7 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
     const char *model = *pmodel, *data = NULL, *load = NULL, *save = NULL;
     int prefetch_set = 0;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
-    static const char *const off_names[] = {"activations", "optimizer"};
+    static const char *const off_names[] = {"activations", "optimizer", "params"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -368,8 +369,9 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
             bad = parse_list(a, VAL(), rc_names, 6, &o.recompute);
         } else if (!strcmp(a, "--offload")) {
             int bits = 0;
-            bad = parse_list(a, VAL(), off_names, 2, &bits);
+            bad = parse_list(a, VAL(), off_names, 3, &bits);
             o.offload_acts = bits & 1, o.offload_opt = (bits >> 1) & 1;
+            o.offload_params = (bits >> 2) & 1;
         } else if (!strcmp(a, "--grad-none")) {
             o.grad_none = 1;
         } else if (!strcmp(a, "--act-dtype")) {
@@ -393,6 +395,12 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
             bad = 1;
         }
         if (bad) return 1;
+    }
+    if (o.offload_params && o.zero != 3) {
+        fprintf(stderr, "train_gpt2: --offload params keeps each rank's parameter shard on the "
+                        "host: it needs --zero 3 (with one rank the shard is the whole "
+                        "parameter)\n");
+        return 1;
     }
     if (prefetch_set && o.zero != 3) {
         fprintf(stderr, "train_gpt2: --prefetch applies to --zero 3 (the parameters gathered "

@@ -32,6 +32,10 @@
 #      give the 1-rank bf16 losses within 1e-5; on the gpt2 4-rank dry run zero 3 in bf16
 #      costs 2 sum(S) bytes more than in fp32 (a bf16 shard and an fp32 master shard instead
 #      of an fp32 shard: the fp32 copies gathered for the ops are the same).
+#   9. --offload params (zero 3, the shards in pinned host memory): 2 ranks alone, with
+#      --offload optimizer,activations --recompute layer --act-dtype bf16 --accum 2, and with
+#      --param-dtype bf16 --offload optimizer, and 3 ranks, give the 1-rank losses of the same
+#      flags within 1e-5.
 # Skips (77) where mpirun is missing or the trainer was built without MPI (no mpicc).
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -267,6 +271,17 @@ want=$(awk 'BEGIN { C = 768; L = 12; Vp = 50304; W = 4
 [[ -n $pz3b && -n $pz3 && $((pz3b - pz3)) == "$want" ]] &&
   ok "gpt2, 4 ranks, zero 3: --param-dtype bf16 peak $pz3b = fp32 $pz3 + 2 sum(S) = + $want" ||
   bad "gpt2, 4 ranks, zero 3: bf16 peak $pz3b vs fp32 $pz3, expected + $want"
+
+# ---- 9. parameters offloaded ---------------------------------------------------------------
+for f in "--offload params" "--offload params,optimizer,activations --recompute layer --act-dtype bf16 --accum 2" \
+         "--offload params,optimizer --param-dtype bf16"; do
+  "$T" "${ARGS[@]}" -B 4 --zero 3 $f >"$tmp/one-op.out" 2>&1 || bad "1 rank --zero 3 $f failed"
+  mpi 2 "$T" "${ARGS[@]}" -B 4 --zero 3 $f >"$tmp/two-op.out" 2>&1 || bad "2 ranks --zero 3 $f failed"
+  same_losses "$tmp/one-op.out" "$tmp/two-op.out" "2 ranks, zero 3 $f"
+done
+"$T" "${ARGS[@]}" -B 6 --zero 3 --offload params >"$tmp/one-op6.out" 2>&1 || bad "1 rank -B 6 --offload params failed"
+mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 3 --offload params >"$tmp/three-op.out" 2>&1 || bad "3 ranks --offload params failed"
+same_losses "$tmp/one-op6.out" "$tmp/three-op.out" "3 ranks, zero 3 --offload params (uneven shards)"
 
 # ---- 4. a batch the ranks cannot share ------------------------------------------------------
 mpi 2 "$T" "${ARGS[@]}" -B 3 >"$tmp/odd.out" 2>&1
