@@ -27,6 +27,12 @@
  * groups). The layer input (the previous layer's output) is stashed with layer l, because
  * only layer l's backward needs it.
  *
+ * Sharded and mixed-precision parameters (--zero 3, --param-dtype bf16, --offload params) keep
+ * the parameters in a form the ops cannot read (a shard, bf16, on the host); the ops then read
+ * full fp32 copies, gather.<p>, made per unit (the embedding, each layer, the head) just before
+ * the unit's forward and again before its backward, --prefetch K units ahead, and freed after
+ * (see "units" below). The update works on the fp32 values (the shard, or master.<p>).
+ *
  * --dry-run performs every allocation, free, copy, memset and NVTX range of a real run (one
  * exception: offload's device-to-host copies, see offload()) and, where the backend can
  * (be->dry_launch: the sim build), every kernel launch with its real arguments, only the
