@@ -57,8 +57,7 @@ enum { NCCL_INT8 = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0, NCCL_ID_BYTES = 128 };
 #if __has_include(<nccl.h>)
 #include <nccl.h>
 _Static_assert((int)NCCL_INT8 == (int)ncclInt8 && (int)NCCL_FLOAT32 == (int)ncclFloat32 &&
-                   (int)NCCL_SUM == (int)ncclSum &&
-                   NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES,
+                   (int)NCCL_SUM == (int)ncclSum && NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES,
                "NCCL constants differ from nccl.h");
 #endif
 #endif
@@ -384,7 +383,10 @@ int dist_reduce_scatter_sum(float *full, float *shard, size_t n)
 #ifdef TRAIN_MPI
 /* A gather moves elements without arithmetic: fp32 as MPI_FLOAT, bf16 as 16-bit integers; NCCL
  * moves either as bytes. */
-static MPI_Datatype mpi_type(size_t esize) { return esize == 2 ? MPI_UINT16_T : MPI_FLOAT; }
+static MPI_Datatype mpi_type(size_t esize)
+{
+    return esize == 2 ? MPI_UINT16_T : MPI_FLOAT;
+}
 #endif
 
 int dist_allgather(void *buf, size_t n, size_t esize)
@@ -406,8 +408,8 @@ int dist_allgather(void *buf, size_t n, size_t esize)
     }
     case T_MPI:
         if (host_view()) return 2;
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, D.counts, D.displs,
-                       mpi_type(esize), MPI_COMM_WORLD);
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, D.counts, D.displs, mpi_type(esize),
+                       MPI_COMM_WORLD);
         return 0;
     default:
         CKD(cudaMemcpyAsync(stage, buf, esize * n, cudaMemcpyDeviceToHost, D.stream),

@@ -25,11 +25,11 @@ enum {
 typedef struct gpt2_opts {
     int B, T, steps, accum, dry_run, recompute, offload_acts, offload_opt, grad_none, bf16, leak,
         seq_jitter, trace_allocs, threads;
-    int zero;     /* ZeRO stage 0, 1, 2, 3 across the ranks of train/dist.h (train/README.md) */
-    int prefetch; /* --zero 3: units gathered ahead of the one in use (train/README.md) */
+    int zero;       /* ZeRO stage 0, 1, 2, 3 across the ranks of train/dist.h (train/README.md) */
+    int prefetch;   /* --zero 3: units gathered ahead of the one in use (train/README.md) */
     int param_bf16; /* --param-dtype bf16: parameters stored bf16, fp32 master weights */
     int offload_params; /* --offload params: parameters (shards) in pinned host memory */
-    float lr, wd; /* AdamW learning rate and (decoupled) weight decay */
+    float lr, wd;       /* AdamW learning rate and (decoupled) weight decay */
     uint64_t seed;
 } gpt2_opts;
 
