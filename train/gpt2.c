@@ -648,16 +648,36 @@ static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
     }
     return put_param(m, pi, stage);
 }
-static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
+/* Parameter pi's fp32 values, whole, into stage (host). Sharded values on several ranks are
+ * all-gathered into a device buffer save.<p> first (every rank takes part; an offloaded
+ * shard is brought in for it). */
+static int fetch_values(gpt2 *m, int pi, float *stage)
 {
-    /* one rank, or unsharded values (main.c refuses the rest): they are the whole tensor */
     gpt2_tensor *t = fp32_values(m, pi);
     const size_t n = m->params[pi].numel;
-    if (!t->p && t->host) /* master weights offloaded with the optimizer state */
+    if (values_sharded(m) && dist_world() > 1) {
+        gpt2_tensor full = {0};
+        const int in = !t->p;
+        if (in) TRY(prefetch(m, t));
+        TRY(t_alloc(m, &full, n, "save.%s", m->params[pi].name));
+        COMM("allgather", dist_allgather_from(t->p, full.p, n, 4));
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
+        CK(copy_sync(m, stage, full.p, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        TRY(t_free(m, &full));
+        if (in) TRY(t_free(m, t)); /* unchanged: the host copy stays */
+        return 0;
+    }
+    if (!t->p && t->host) /* offloaded (parameters, or masters with the optimizer state) */
         memcpy(stage, t->host, sizeof(float) * n);
     else
         CK(copy_sync(m, stage, t->p, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    if (fwrite(stage, sizeof(float), t->numel, f) != t->numel) {
+    return 0;
+}
+static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
+{
+    const size_t n = m->params[pi].numel;
+    TRY(fetch_values(m, pi, stage));
+    if (f && fwrite(stage, sizeof(float), n, f) != n) { /* f: rank 0 writes */
         fprintf(stderr, "train_gpt2: write error saving checkpoint: %m\n");
         return 1;
     }
@@ -757,6 +777,16 @@ int gpt2_init_params(gpt2 *m, const char *load)
 
 int gpt2_save(gpt2 *m, const char *path)
 {
+    /* Rank 0 writes; with sharded values every rank calls this and takes part in gathers. */
+    if (dist_rank() != 0) {
+        size_t maxn = 0;
+        for (int i = 0; i < m->np; i++)
+            if (m->params[i].numel > maxn) maxn = m->params[i].numel;
+        float *stage = malloc(sizeof(float) * maxn);
+        int rc = stage ? ckpt_walk(m, NULL, stage, save_one) : 1;
+        free(stage);
+        return rc;
+    }
     FILE *f = fopen(path, "wb");
     if (!f) {
         fprintf(stderr, "train_gpt2: cannot create checkpoint %s: %m\n", path);

@@ -55,7 +55,9 @@ int gpt2_init_params(gpt2 *m, const char *load);
  * rank's part of the global batch). *loss gets the mean loss over all ranks' tokens (NaN in a
  * dry run). Returns 0 or 2 (CUDA error, printed). */
 int gpt2_step(gpt2 *m, const int *tok, const int *tgt, int Tstep, float *loss);
-/* Writes the parameters in llm.c's checkpoint format (v3, fp32). 0, 1 (I/O), 2 (CUDA). */
+/* Writes the parameters in llm.c's checkpoint format (v3, fp32): rank 0 writes; when the
+ * fp32 values are sharded (--zero 3, or --param-dtype bf16 with --zero >= 1) every rank must
+ * call it (the values are all-gathered). 0, 1 (I/O), 2 (CUDA). */
 int gpt2_save(gpt2 *m, const char *path);
 /* Frees everything (also after an error). */
 void gpt2_destroy(gpt2 *m);

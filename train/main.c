@@ -462,15 +462,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "train_gpt2: --seq-jitter needs -T of at least 2\n");
         return 1;
     }
-    if (save && world > 1 && (o.zero == 3 || (o.param_bf16 && o.zero))) {
-        if (rank == 0)
-            fprintf(stderr, "train_gpt2: --save with --zero %d%s on several ranks is not "
-                            "supported (each rank holds a shard of every parameter's fp32 "
-                            "values): save from a run with --zero 0%s\n",
-                    o.zero, o.param_bf16 ? " --param-dtype bf16" : "",
-                    o.param_bf16 ? "" : ", 1 or 2");
-        return 1;
-    }
     if (o.dry_run && save) {
         fprintf(stderr, "train_gpt2: --save has nothing to save in a --dry-run\n");
         return 1;
@@ -529,7 +520,9 @@ int main(int argc, char **argv)
                    ls, ms, (double)B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
         fflush(stdout);
     }
-    if (rc == 0 && save && rank == 0) rc = gpt2_save(m, save); /* the ranks' parameters agree */
+    /* Rank 0 writes (the ranks' parameters agree); sharded fp32 values are gathered by all. */
+    const int sharded = o.zero == 3 || (o.param_bf16 && o.zero);
+    if (rc == 0 && save && (rank == 0 || sharded)) rc = gpt2_save(m, save);
     if (rc == 0 && out) {
         printf("summary: %d steps, %.2f ms/step, %.0f tok/s (steps after the first), peak %zu "
                "bytes (%.1f MiB)\n",

@@ -26,7 +26,9 @@
 #      global B 8, T 1024, 4 ranks, dry run, the zero 2 peak minus the zero 3 peak equals the
 #      trainer's schedule exactly: the parameters' shard saving 4 sum(n - ceil(n/4)) less the
 #      buffers gathered at the peak (the start of backward: the head's lnf_w, lnf_b and the
-#      tied wte, and the last layer, prefetched).
+#      tied wte, and the last layer, prefetched). --save with sharded values (zero 3; bf16 at
+#      zero 2 with the masters offloaded) writes byte for byte the unsharded run's checkpoint
+#      (2 ranks), and --offload params the one of --zero 3 alone (3 ranks).
 #   8. --param-dtype bf16 (bf16 parameters, fp32 master weights sharded like the AdamW state):
 #      2 ranks at zero 0..3, 3 ranks at zero 1 and 3, and the staged path (bf16 all-gathers)
 #      give the 1-rank bf16 losses within 1e-5; on the gpt2 4-rank dry run zero 3 in bf16
@@ -238,9 +240,12 @@ want=$(awk 'BEGIN { C = 768; L = 12; Vp = 50304; W = 4
 if [[ -n $pz2 && -n $pz3 && $((pz2 - pz3)) == "$want" && $want -gt 0 ]]; then
   ok "gpt2, 4 ranks, dry run: zero 2 peak $pz2 - zero 3 peak $pz3 = $want, the shard saving less the gathered head and last layer"
 else bad "gpt2, 4 ranks: zero 2 peak $pz2, zero 3 peak $pz3, difference expected $want"; fi
-mpi 2 "$T" "${ARGS[@]}" -B 4 --zero 3 --save "$tmp/z3.ckpt" >"$tmp/z3save.out" 2>&1
-grep -q -- "--save with --zero 3 on several ranks is not supported" "$tmp/z3save.out" &&
-  ok "--save with --zero 3 on 2 ranks refused" || bad "--save with --zero 3 on 2 ranks not refused"
+# --save with sharded fp32 values: every rank takes part in the gathers, rank 0 writes; the
+# file is byte for byte the unsharded run's (2 ranks: the cross-rank sums are the same)
+mpi 2 "$T" "${ARGS[@]}" -B 4 --save "$tmp/z0.ckpt" >/dev/null 2>&1 || bad "2 ranks --save failed"
+mpi 2 "$T" "${ARGS[@]}" -B 4 --zero 3 --save "$tmp/z3.ckpt" >/dev/null 2>&1 || bad "2 ranks --zero 3 --save failed"
+cmp -s "$tmp/z0.ckpt" "$tmp/z3.ckpt" && ok "2 ranks --zero 3 --save: the checkpoint of --zero 0, byte for byte" ||
+  bad "2 ranks --zero 3 --save differs from --zero 0's checkpoint"
 
 # ---- 8. bf16 parameters with fp32 master weights ------------------------------------------
 "$T" "${ARGS[@]}" -B 4 --param-dtype bf16 >"$tmp/one-pb.out" 2>&1 || bad "1-rank --param-dtype bf16 failed"
@@ -282,6 +287,16 @@ done
 "$T" "${ARGS[@]}" -B 6 --zero 3 --offload params >"$tmp/one-op6.out" 2>&1 || bad "1 rank -B 6 --offload params failed"
 mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 3 --offload params >"$tmp/three-op.out" 2>&1 || bad "3 ranks --offload params failed"
 same_losses "$tmp/one-op6.out" "$tmp/three-op.out" "3 ranks, zero 3 --offload params (uneven shards)"
+mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 3 --save "$tmp/z3-3.ckpt" >/dev/null 2>&1 || bad "3 ranks --zero 3 --save failed"
+mpi 3 "$T" "${ARGS[@]}" -B 6 --zero 3 --offload params --save "$tmp/z3o-3.ckpt" >/dev/null 2>&1 ||
+  bad "3 ranks --zero 3 --offload params --save failed"
+cmp -s "$tmp/z3-3.ckpt" "$tmp/z3o-3.ckpt" && ok "3 ranks --save: --offload params writes the checkpoint of --zero 3 alone, byte for byte" ||
+  bad "3 ranks --save: --offload params and --zero 3 checkpoints differ"
+mpi 2 "$T" "${ARGS[@]}" -B 4 --param-dtype bf16 --save "$tmp/b0.ckpt" >/dev/null 2>&1 || bad "2 ranks bf16 --save failed"
+mpi 2 "$T" "${ARGS[@]}" -B 4 --param-dtype bf16 --zero 2 --offload optimizer --save "$tmp/b2.ckpt" >/dev/null 2>&1 ||
+  bad "2 ranks bf16 --zero 2 --offload optimizer --save failed"
+cmp -s "$tmp/b0.ckpt" "$tmp/b2.ckpt" && ok "2 ranks --param-dtype bf16 --save: sharded, offloaded masters give the --zero 0 checkpoint, byte for byte" ||
+  bad "2 ranks --param-dtype bf16: --zero 2 --offload optimizer checkpoint differs from --zero 0's"
 
 # ---- 4. a batch the ranks cannot share ------------------------------------------------------
 mpi 2 "$T" "${ARGS[@]}" -B 3 >"$tmp/odd.out" 2>&1
