@@ -353,6 +353,20 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
         for (int k = 0; k < 2 && !rc; k++)
             rc = check_pool(a, &a->streams[i]->pools[k], &s, err, errlen);
     if (rc) goto out;
+    /* the stream table finds every stream and holds no other */
+    size_t in_tab = 0;
+    for (size_t h = 0; a->stab && h <= a->stab_mask; h++) in_tab += a->stab[h] != NULL;
+    if (in_tab != a->nstreams) {
+        rc = fail(err, errlen, "stream table holds %zu streams, streams[] %zu", in_tab,
+                  a->nstreams);
+        goto out;
+    }
+    for (size_t i = 0; i < a->nstreams; i++)
+        if (a_stream_find(a, a->streams[i]->stream) != a->streams[i]) {
+            rc = fail(err, errlen, "stream %#lx is not found in the stream table",
+                      (unsigned long)a->streams[i]->stream);
+            goto out;
+        }
 #define EQ(name, have, want)                                                                       \
     if ((int64_t)(have) != (int64_t)(want)) {                                                      \
         rc = fail(err, errlen, "stat %s is %lld, blocks say %lld", name, (long long)(have),        \
