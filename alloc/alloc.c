@@ -119,14 +119,6 @@ static inline size_t round_up(size_t v, size_t m)
     return (v + m - 1) / m * m;
 }
 
-unsigned a_size_class(uint64_t size)
-{
-    uint64_t u = size >> 9;
-    if (u < A_SUB) return (unsigned)u;
-    unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
-    return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
-}
-
 bool a_block_is_split(const blk_t *b)
 {
     return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
@@ -447,10 +439,20 @@ sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
     }
 }
 
-static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
+static sstate_t *stream_get_slow(alloc_t *a, uintptr_t stream);
+
+/* The state of `stream`, made on its first use (NULL: host OOM). The hot path asks for the
+ * stream it asked for last. */
+static inline sstate_t *stream_get(alloc_t *a, uintptr_t stream)
 {
     sstate_t *st = a->last_stream;
-    if (!st || st->stream != stream) st = a_stream_find(a, stream);
+    if (st && st->stream == stream && !st->dead) return st;
+    return stream_get_slow(a, stream);
+}
+
+static sstate_t *stream_get_slow(alloc_t *a, uintptr_t stream)
+{
+    sstate_t *st = a_stream_find(a, stream);
     if (st) {
         if (st->dead) { /* a new stream with the handle of a forgotten one */
             st->dead = false;
@@ -1177,8 +1179,10 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     ptrmap_del(&a->map, b->addr);
     stat_add(&a->st.active_bytes, -(int64_t)b->size);
     stat_add(&a->st.active, -1);
-    free(b->uses);
-    b->uses = NULL;
+    if (b->uses) { /* most blocks have none: no call into the host allocator for them */
+        free(b->uses);
+        b->uses = NULL;
+    }
     if (b->seg->guard) { /* its work is done: its pages and guard go back */
         for (int i = 0; i < A_ICACHE; i++)
             if (a->icache[i] == b) a->icache[i] = NULL;

@@ -279,7 +279,14 @@ static inline size_t a_stat_counters(alloc_stats_t *st, alloc_stat_t *out[ALLOC_
 /* alloc.c internals shared with check.c */
 sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
 blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key);
-unsigned a_size_class(uint64_t size);
+/* the size class of a block of `size` bytes (inline: the hot path computes it three times) */
+static inline unsigned a_size_class(uint64_t size)
+{
+    uint64_t u = size >> 9;
+    if (u < A_SUB) return (unsigned)u;
+    unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
+    return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
+}
 bool a_block_is_split(const blk_t *b);
 
 /* config.c */
