@@ -5,9 +5,10 @@
  *                               (free in stream order on the allocating stream: the hot path)
  *   alloc.pair_vs_jemalloc      that over jemalloc mallocx + dallocx on the same size sequence,
  *                               batches interleaved with ours
- *   alloc.pair_ns_live1000/10000/100000  the same with 1,000 / 10,000 / 100,000 live blocks and as many free
- *                               holes of random sizes (the best-fit index holds ~N blocks);
- *                               measured in rotating rounds of batches, each round re-warmed
+ *   alloc.pair_ns_live<N>       the same with N = 10, 1,000, 10,000, 100,000 live blocks and as
+ *                               many free holes of random sizes (the best-fit index holds ~N
+ *                               blocks); measured in rotating rounds of batches, each round
+ *                               re-warmed
  *   alloc.scaling_10k_over_10   pair time at 10,000 live blocks over 10 live blocks (each
  *                               count's best batch: load elsewhere does not decide it)
  *   alloc.scaling_100k_over_10  the same at 100,000 live blocks
