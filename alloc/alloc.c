@@ -24,14 +24,31 @@
  * time so that any handle can be unmapped on its own later.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "alloc/internal.h"
 
-#define LOCK(a) pthread_mutex_lock(&(a)->mu)
-#define UNLOCK(a) pthread_mutex_unlock(&(a)->mu)
+#define LOCK(a) a_lock(&(a)->mu)
+#define UNLOCK(a) a_unlock(&(a)->mu)
+
+/* the lock's slow paths (internal.h): someone holds it; sleep until it is given back */
+void a_lock_wait(a_lock_t *l)
+{
+    while (atomic_exchange_explicit(&l->v, 2, memory_order_acquire) != 0)
+        syscall(SYS_futex, &l->v, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+
+/* given back while someone may wait: wake one */
+void a_lock_wake(a_lock_t *l)
+{
+    atomic_store_explicit(&l->v, 0, memory_order_release);
+    syscall(SYS_futex, &l->v, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 /* A new classic segment or expandable range at addr: counted as above or below the last one
  * (alloc_address_order). */
@@ -2605,7 +2622,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         free(a);
         return ALLOC_ERR_NOMEM;
     }
-    pthread_mutex_init(&a->mu, NULL);
+    atomic_init(&a->mu.v, 0);
     *out = a;
     return ALLOC_OK;
 }
@@ -2673,6 +2690,5 @@ void alloc_destroy(alloc_t *a)
         free(e);
     }
     UNLOCK(a);
-    pthread_mutex_destroy(&a->mu);
     free(a);
 }

@@ -62,7 +62,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
     if (!a || !fn) return ALLOC_ERR_INVALID;
     wbuf_t w = {0};
     int rc = 0;
-    pthread_mutex_lock(&a->mu);
+    a_lock(&a->mu);
     for (size_t i = 0; i < a->nstreams && !rc; i++)
         for (int k = 0; k < 2 && !rc; k++) {
             /* segments in address order: collect and sort the pool's list */
@@ -97,7 +97,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
             }
             free(v);
         }
-    pthread_mutex_unlock(&a->mu);
+    a_unlock(&a->mu);
     free(w.v);
     return rc;
 }
@@ -348,7 +348,7 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     if (err && errlen) err[0] = 0;
     sums_t s = {0};
     int rc = ALLOC_OK;
-    pthread_mutex_lock(&a->mu);
+    a_lock(&a->mu);
     for (size_t i = 0; i < a->nstreams && !rc; i++)
         for (int k = 0; k < 2 && !rc; k++)
             rc = check_pool(a, &a->streams[i]->pools[k], &s, err, errlen);
@@ -411,6 +411,6 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     }
 #undef EQ
 out:
-    pthread_mutex_unlock(&a->mu);
+    a_unlock(&a->mu);
     return rc;
 }
