@@ -14,6 +14,8 @@
  *   alloc.scaling_100k_over_10  the same at 100,000 live blocks
  *   alloc.replay_events_per_s   replay speed on a long synthetic training trace
  *   alloc.util.<preset>.<trace> peak requested / peak reserved on the synthetic traces
+ *   alloc.syncs_per_1k_allocs.<preset>  device synchronizations per 1,000 allocations replaying the
+ *                               jittered trace (the in-memory backend counts them)
  *
  * The size sequence is log-uniform from 512 B to 4 MiB, the range of tensor sizes a training
  * step allocates (the same sequence for both allocators).
@@ -259,6 +261,12 @@ int main(void)
             }
             printf("BENCH alloc.util.%s.%s %.4f x\n", alloc_preset_names[p], traces[t],
                    res.utilization);
+            /* issue 41, deliverable 5: device synchronizations on the allocation path (each
+             * one stalls the launching thread on a GPU until queued work finishes) */
+            if (t == 1)
+                printf("BENCH alloc.syncs_per_1k_allocs.%s %.2f syncs\n", alloc_preset_names[p],
+                       res.allocs ? 1000.0 * (double)res.backend.synchronize / (double)res.allocs
+                                  : 0.0);
         }
         free(ev);
     }
