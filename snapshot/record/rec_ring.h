@@ -3,6 +3,8 @@
  * Many application threads push, one writer thread pops. It is Vyukov's bounded queue: every
  * slot carries a sequence number that says whose turn it is, so a producer claims a slot with
  * one CAS on `head` and publishes it with one release store; the consumer reads in claim order.
+ * A producer with several records (a launch and its argument words) claims them together with
+ * one CAS when the ring has room for all (rec_ring_push_n).
  * The claim position + 1 is the record's global sequence number (events.seq), so seq costs
  * nothing extra and is gap-free among the records that were not dropped.
  *
