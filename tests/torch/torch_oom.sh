@@ -54,7 +54,9 @@ line=$(grep -n 'F.cross_entropy(' "$script" | head -1 | cut -d: -f1)
 [[ $cause == device && $where == "train_gpt2.py:$line in forward" && $src == *"F.cross_entropy("* ]] \
   && ok "fwd: the OOM names the tensor ($src), its Python line ($where) and the binding constraint ($cause)" \
   || bad "fwd: OOM cause '$cause', line '$where' (want train_gpt2.py:$line), source '$src'"
-"$G" report "$tmp/fwd.db" 2>/dev/null | grep -q "the tensor: \`loss = F.cross_entropy" || bad "fwd: the text names no tensor"
+# (into a file: `report | grep -q` under pipefail fails when the report writes after grep exits)
+"$G" report "$tmp/fwd.db" > "$tmp/fwd.txt" 2>/dev/null
+grep -q "the tensor: \`loss = F.cross_entropy" "$tmp/fwd.txt" || bad "fwd: the text names no tensor"
 
 # backward: the Python line the program was on; the output rule
 [[ $(cat "$tmp/bwd.rc") != 0 ]] || bad "bwd: the script did not run out of memory"
