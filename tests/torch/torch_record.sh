@@ -41,7 +41,7 @@ jq_() { "$G" report --json "$tmp/$1.db" | jq -r "$2"; }
 
 for size in tiny gpt2; do
   for conf in "" "expandable_segments:True"; do
-    name=$size-${conf:+expandable}${conf:-default}
+    name=$size-default; [[ -n $conf ]] && name=$size-expandable
     if [[ $size == tiny ]]; then args=(--model tiny --steps 3); envs=(GPUMEM_SIM_BACKING=memory)
     else args=(--model gpt2 -B 8 -T 1024 --steps 2); envs=(GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G); fi
     rec "$name" "${envs[@]}" PYTORCH_CUDA_ALLOC_CONF="$conf" -- -- "${args[@]}" || continue
