@@ -38,8 +38,54 @@ static int read_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak
     return 0;
 }
 
+/* PyTorch's own peaks of a re-run's recording (its merged memory history: the torch view), and
+ * the device's beside them. */
+static int read_torch_peaks(const char *path, gm_rerun_torch *t, char *err, size_t errsz) {
+    gm_db r;
+    gm_model m;
+    char e2[4096];
+    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    t->device_peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
+    t->device_peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+    if (gm_model_load(&r, &m, 0, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        gm_db_close(&r);
+        return -1;
+    }
+    int rc = 0;
+    if (m.torch.present == 1) {
+        t->peak_allocated = m.torch.peak_allocated, t->peak_reserved = m.torch.peak_reserved;
+    } else if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's own recorded peaks */
+        t->peak_allocated = t->device_peak_allocated, t->peak_reserved = t->device_peak_reserved;
+    } else {
+        snprintf(err, errsz, "the re-run's recording has no PyTorch memory history");
+        rc = -1;
+    }
+    gm_model_free(&m);
+    gm_db_close(&r);
+    return rc;
+}
+
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
+                 gm_rerun_torch *torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                 size_t errsz);
+
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
+    return rerun(exe, cmdline, extra_args, conf, ranks, NULL, peak_allocated, peak_reserved, err, errsz);
+}
+
+int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_torch *t, char *err, size_t errsz) {
+    uint64_t a = 0, r = 0;
+    return rerun(exe, cmdline, NULL, NULL, 0, t, &a, &r, err, errsz);
+}
+
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
+                 gm_rerun_torch *torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                 size_t errsz) {
     char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -70,6 +116,11 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
     argv[argc++] = "record";
     argv[argc++] = "-q";
     argv[argc++] = "--force";
+    if (torch && torch->allocator_gpumem) {
+        argv[argc++] = "--allocator";
+        argv[argc++] = "gpumem";
+    }
+    if (torch && !torch->hooks) argv[argc++] = "--no-torch-hooks";
     argv[argc++] = "-o";
     argv[argc++] = dbpath;
     argv[argc++] = "--";
@@ -95,6 +146,10 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
             setenv("GPUMEM_CONF", conf, 1);
             unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
         }
+        if (torch) {
+            if (torch->alloc_conf[0]) setenv("PYTORCH_CUDA_ALLOC_CONF", torch->alloc_conf, 1);
+            else unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+        }
         execvp(argv[0], argv);
         _exit(127);
     }
@@ -117,7 +172,9 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
             snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
         else
             snprintf(path, sizeof path, "%s", dbpath);
-        if (rc == 0 && read_peaks(path, peak_allocated, peak_reserved, err, errsz) != 0) {
+        if (rc == 0 && torch) {
+            if (read_torch_peaks(path, torch, err, errsz) != 0) rc = -1;
+        } else if (rc == 0 && read_peaks(path, peak_allocated, peak_reserved, err, errsz) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);
