@@ -148,7 +148,7 @@ typedef struct alloc_config {
      * sets every interval; in a list, key K MiB sets [K, 2K) MiB, the first key also covers
      * everything below it, '>' covers the intervals after the last key, and PyTorch's 16
      * intervals are clamped (below 2 MiB = [1, 2) MiB, 32 GiB and above = [32, 64) GiB). */
-    unsigned rp2_div[ALLOC_RP2_INTERVALS];
+    uint64_t rp2_div[ALLOC_RP2_INTERVALS];
     double gc_threshold;      /* garbage_collection_threshold, 0 = off, else in (0, 1) */
     size_t handle_size;       /* physical handle size (expandable); 0 = granularity */
     size_t handle_size_small; /* handle size for the small pool; 0 = granularity */
@@ -172,6 +172,13 @@ typedef struct alloc_config {
      * the block's rounded end faults instead of corrupting a neighbour. Nothing is cached (each
      * free gives its pages back once its stream work is done). Needs the virtual-memory calls. */
     bool guard;
+    /* per_process_memory_fraction (PyTorch's key; torch.cuda.set_per_process_memory_fraction):
+     * at most this share of the device's memory is reserved (the allocator's limit becomes
+     * fraction x device memory, or the limit if that is lower); < 0: not set (default) */
+    double memory_fraction;
+    /* PyTorch keys the configuration named that gpumem accepts and does not model (bits;
+     * alloc_config_unmodelled names them) */
+    unsigned unmodelled;
 } alloc_config_t;
 
 enum { ALLOC_SYNC_DEVICE = 0, ALLOC_SYNC_NONE = 1 };
@@ -192,6 +199,22 @@ extern const char *const alloc_preset_names[];
  * e.g. "GPUMEM_CONF: unknown key 'bogus_key' (accepted keys: expandable_segments, ...)".
  * NULL or empty string: no change. */
 int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen);
+
+/* A configuration alloc_config_format wrote (a recording's meta.config), by this version or an
+ * earlier one, which wrote "none" as max_split_size_mb:inf, garbage_collection_threshold:0 and
+ * roundup_power2_divisions:0 (words PyTorch's grammar, and so GPUMEM_CONF, refuses). As
+ * alloc_config_parse otherwise. */
+int alloc_config_parse_recorded(alloc_config_t *cfg, const char *conf, char *err, size_t errlen);
+
+/* The allocator configuration PyTorch 2.14.1 takes from the environment: PYTORCH_CUDA_ALLOC_CONF
+ * when it is set (even empty: PYTORCH_ALLOC_CONF is then not read at all), else
+ * PYTORCH_ALLOC_CONF; NULL when neither is set. *var (if var) names the variable. */
+const char *alloc_config_torch_env(const char **var);
+
+/* The PyTorch keys cfg named that gpumem accepts but does not model (pinned_*,
+ * release_lock_on_cudamalloc, backend:cudaMallocAsync, ...), as "a, b, c" into buf: the caller
+ * says so once. Returns how many. */
+int alloc_config_unmodelled(const alloc_config_t *cfg, char *buf, size_t len);
 
 /* The block size a request of `size` bytes gets under cfg (512 B rounding, or
  * roundup_power2_divisions): what `gpumem-replay --round` prints. 0 when it cannot exist. */
@@ -560,6 +583,10 @@ typedef struct alloc_replay_opts {
     /* the in-memory backend hands out addresses downwards: for a recording whose allocator got
      * them that way (alloc_address_order() -1, meta alloc.address_order "down") */
     bool top_down;
+    /* when set, called through alloc_walk on the allocator's state after the last event (the
+     * segments and blocks left at the end of the trace), before it is destroyed */
+    alloc_walk_fn end_walk;
+    void *end_walk_user;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

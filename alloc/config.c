@@ -34,6 +34,7 @@ void alloc_config_default(alloc_config_t *c)
     c->release_before_grow = true;
     c->max_non_split_rounding = A_LARGE_BUFFER;
     c->large_segment = A_LARGE_BUFFER;
+    c->memory_fraction = -1.0;
 }
 
 int alloc_config_preset(alloc_config_t *c, const char *name)
@@ -125,19 +126,22 @@ int alloc_parse_size(const char *s, size_t *out)
 }
 
 /* Round a request up: 512 B minimum, then either the power-of-two divisions for its interval or
- * plain 512 B multiples. PyTorch's round_size: with d > 1 divisions and a size above 512 * d, a
- * size between 2^k and 2^(k+1) rounds up to a multiple of 2^k / d (a power of two stays); d of
- * 0 or 1 means 512 B multiples. */
+ * plain 512 B multiples. PyTorch's round_size, to the letter (its size_t arithmetic included):
+ * with d > 1 divisions and a size above 512 * d, a size between 2^k and 2^(k+1) rounds up to a
+ * multiple of 2^k / d (a power of two stays; a step of 0, from a d above 2^k, gives 2^(k+1)); d
+ * of 0 or 1 means 512 B multiples. */
 size_t a_round_size(const alloc_config_t *cfg, size_t size)
 {
     if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
     unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
-    unsigned div = cfg->rp2_div[lg];
-    if (div > 1 && size > (size_t)A_MIN_BLOCK * div) {
+    uint64_t div = cfg->rp2_div[lg];
+    if (div > 1 && size > (size_t)A_MIN_BLOCK * (size_t)div) {
         if ((size & (size - 1)) == 0) return size;
-        size_t step = ((size_t)1 << lg) / div;
-        if (step < A_MIN_BLOCK) step = A_MIN_BLOCK;
-        return (size + step - 1) / step * step;
+        size_t floor2 = (size_t)1 << lg;
+        size_t step = floor2 >> (63u - (unsigned)__builtin_clzll((unsigned long long)div));
+        if (!step) return floor2 << 1;
+        size_t down = size & ~(step - 1);
+        return down == size ? size : down + step;
     }
     if (size > SIZE_MAX - A_MIN_BLOCK) return 0;
     return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
@@ -149,19 +153,45 @@ size_t alloc_round_size(const alloc_config_t *cfg, size_t size)
     return a_round_size(cfg, size);
 }
 
-/* ---- the parser ------------------------------------------------------------------------------ */
+/* ---- the parser ------------------------------------------------------------------------------
+ *
+ * PyTorch 2.14.1's grammar, read from what its own parser accepts and refuses (driven key by key
+ * and form by form in tests/torch/torch_conf_keys.sh):
+ *   - the text is cut into tokens at ',', ':', '[' and ']' (each its own token), every white-space
+ *     character dropped, also inside words ("max_split _size_mb" is max_split_size_mb);
+ *   - a key is followed by a separator and a value: the separator is only required to EXIST (any
+ *     token will do: "max_split_size_mb,128" is accepted), and so is the one after each value
+ *     ("max_split_size_mb:128:4" reads '4' as the next key); in a list the separators are not
+ *     looked at either ("[256,1]" is [256:1]);
+ *   - numbers are read as C's strtoull / strtod read them (std::stoull, std::stod): a prefix
+ *     ("128abc" is 128), a sign ("-5" wraps to 2^64 - 5), hexadecimal floats; no digits at all, or
+ *     a value out of range (ERANGE), is refused;
+ *   - large_segment_size_mb is applied before every other key, wherever it stands (the last one
+ *     wins), since it is the lower bound of max_split_size_mb and max_non_split_rounding_mb.
+ * The 20 keys PyTorch 2.14.1 knows are accepted with exactly its rules; those gpumem does not
+ * model are remembered (alloc_config_unmodelled) so that the caller says so once. gpumem's own
+ * keys (preset, per_stream_pools, handle_size, ...) follow the same token rules and keep their own
+ * values. */
 
 static const char ACCEPTED_KEYS[] =
-    "preset, expandable_segments, max_split_size_mb, roundup_power2_divisions, "
-    "garbage_collection_threshold, backend, per_stream_pools, handle_size, handle_size_small, "
-    "release_threshold, release_before_grow, limit, max_non_split_rounding_mb, "
-    "large_segment_size_mb, free_sync, free_host_sync, guard";
+    "PyTorch's: expandable_segments, max_split_size_mb, max_non_split_rounding_mb, "
+    "large_segment_size_mb, roundup_power2_divisions, garbage_collection_threshold, "
+    "per_process_memory_fraction, backend, release_lock_on_{cuda,hip}malloc, "
+    "pinned_use_{cuda,hip}_host_register, pinned_{num_register_threads, use_background_threads, "
+    "reserve_segment_size_mb, max_cached_size_mb, max_round_threshold_mb, free_catch_all}, "
+    "graph_capture_record_stream_reuse, throw_on_cudamalloc_oom; gpumem's: preset, "
+    "per_stream_pools, handle_size, handle_size_small, release_threshold, release_before_grow, "
+    "limit, free_sync, free_host_sync, guard";
 
-/* PyTorch keys that gpumem deliberately does not implement: named as such in the error. */
-static const char *const PYTORCH_ONLY_KEYS[] = {
-    "pinned_use_cuda_host_register",     "pinned_num_register_threads",
-    "release_lock_on_cudamalloc",        "pinned_use_background_threads",
-    "graph_capture_record_stream_reuse", NULL};
+/* PyTorch's keys gpumem accepts and does not model: bit i of alloc_config_t.unmodelled */
+static const char *const UNMODELLED[] = {
+    "backend:cudaMallocAsync",         "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",       "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",    "pinned_num_register_threads",
+    "pinned_use_background_threads",   "pinned_reserve_segment_size_mb",
+    "pinned_max_cached_size_mb",       "pinned_max_round_threshold_mb",
+    "pinned_free_catch_all",           "graph_capture_record_stream_reuse",
+    "throw_on_cudamalloc_oom",         NULL};
 
 static int errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -181,6 +211,7 @@ static int errf(char *err, size_t errlen, const char *fmt, ...)
     return ALLOC_ERR_CONFIG;
 }
 
+/* gpumem's own boolean keys also take true/false/1/0 */
 static bool parse_bool(const char *v, bool *out)
 {
     if (!strcmp(v, "True") || !strcmp(v, "true") || !strcmp(v, "1")) {
@@ -194,13 +225,30 @@ static bool parse_bool(const char *v, bool *out)
     return false;
 }
 
-static bool parse_u64(const char *v, unsigned long long *out)
+/* PyTorch's: exactly True or False */
+static bool torch_bool(const char *v, bool *out)
 {
-    if (!isdigit((unsigned char)*v)) return false;
-    errno = 0;
+    if (!strcmp(v, "True")) return *out = true, true;
+    if (!strcmp(v, "False")) return *out = false, true;
+    return false;
+}
+
+/* std::stoull: strtoull's prefix, sign and wrap-around; no digits or ERANGE refused */
+static bool torch_u64(const char *v, unsigned long long *out)
+{
     char *end;
+    errno = 0;
     *out = strtoull(v, &end, 10);
-    return !errno && !*end;
+    return end != v && errno != ERANGE;
+}
+
+/* std::stod: strtod's prefix (hexadecimal, inf, nan); no number or ERANGE refused */
+static bool torch_double(const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    return end != v && errno != ERANGE;
 }
 
 static bool is_pow2(unsigned long long v)
@@ -215,7 +263,7 @@ static bool is_pow2(unsigned long long v)
 #define RP2_PT_FIRST 20u /* log2(1 MiB) */
 #define RP2_PT_N 16u
 
-static void rp2_expand(unsigned *div, const unsigned pt[RP2_PT_N])
+static void rp2_expand(uint64_t *div, const uint64_t pt[RP2_PT_N])
 {
     for (unsigned lg = 0; lg < ALLOC_RP2_INTERVALS; lg++) {
         unsigned k = lg < RP2_PT_FIRST ? 0 : lg - RP2_PT_FIRST;
@@ -223,100 +271,268 @@ static void rp2_expand(unsigned *div, const unsigned pt[RP2_PT_N])
     }
 }
 
-/* `[256:1,512:2,>:8]`, as PyTorch's AllocatorConfig parses it: key K MiB (a power of two) sets
- * the interval [K, 2K) MiB; the first key also sets every interval below it; `>` sets every
- * interval after the last key; intervals no entry reaches keep their value. Keys must ascend
- * (PyTorch does not check; a descending list is always a mistake). */
-static int parse_rp2_list(const char *v, unsigned *div, char *err, size_t errlen)
+/* The tokens of a configuration string (PyTorch's ConfigTokenizer). */
+typedef struct ctoks {
+    char *buf;   /* the tokens, each NUL-terminated */
+    char **t;
+    size_t n;
+} ctoks;
+
+static int tokenize(const char *conf, ctoks *k)
 {
-    unsigned pt[RP2_PT_N];
-    for (unsigned k = 0; k < RP2_PT_N; k++)
-        pt[k] = div[RP2_PT_FIRST + k];
-    const char *p = v + 1;
-    unsigned last = 0; /* interval of the last key */
-    bool any = false;  /* a numeric key was seen */
-    unsigned long long prev_mb = 0;
-    for (;;) {
-        while (*p == ' ')
-            p++;
-        if (*p == ']') break;
-        char kbuf[32], vbuf[32];
-        size_t kn = 0, vn = 0;
-        while (*p && *p != ':' && *p != ']' && *p != ',' && kn < sizeof(kbuf) - 1)
-            kbuf[kn++] = *p++;
-        kbuf[kn] = 0;
-        if (*p != ':')
+    size_t len = strlen(conf);
+    k->n = 0;
+    k->buf = malloc(2 * len + 1);
+    k->t = malloc((len + 1) * sizeof(*k->t));
+    if (!k->buf || !k->t) return -1;
+    char *o = k->buf;
+    bool open = false; /* a word token is being written */
+    for (const char *p = conf; *p; p++) {
+        char ch = *p;
+        if (ch == ',' || ch == ':' || ch == '[' || ch == ']') {
+            if (open) *o++ = 0, open = false;
+            k->t[k->n++] = o;
+            *o++ = ch;
+            *o++ = 0;
+        } else if (!isspace((unsigned char)ch)) {
+            if (!open) k->t[k->n++] = o, open = true;
+            *o++ = ch;
+        }
+    }
+    if (open) *o++ = 0;
+    return 0;
+}
+
+static void tokens_free(ctoks *k)
+{
+    free(k->buf);
+    free(k->t);
+}
+
+/* roundup_power2_divisions as a list, tokens from t[*i] = "[": PyTorch's walk: each entry is
+ * KEY SEP VALUE (SEP any token), entries are followed by one more token unless "]" comes next;
+ * key K MiB (a power of two) sets the interval [K, 2K) MiB (clamped to PyTorch's 16), the first
+ * key also every interval below it, ">" every interval after the last key; intervals nothing
+ * reaches keep their value. *i ends on the "]". */
+static int parse_rp2_list(const ctoks *k, size_t *i, uint64_t pt[RP2_PT_N], char *err,
+                          size_t errlen)
+{
+    size_t j = *i;
+    unsigned last = 0;
+    bool first = true;
+    while (++j < k->n && strcmp(k->t[j], "]")) {
+        const char *key = k->t[j];
+        if (j + 2 >= k->n)
             return errf(err, errlen,
-                        "bad value '%s' for roundup_power2_divisions (accepted: a power of two, "
-                        "or a list like [256:1,512:2,>:8] with keys in MiB, powers of two, "
-                        "ascending, and '>' last)",
-                        v);
-        p++;
-        while (*p && *p != ',' && *p != ']' && vn < sizeof(vbuf) - 1)
-            vbuf[vn++] = *p++;
-        vbuf[vn] = 0;
-        unsigned long long dv;
-        if (!parse_u64(vbuf, &dv) || (dv != 0 && !is_pow2(dv)) || dv > 1024)
+                        "roundup_power2_divisions: the list entry '%s' has no value (write "
+                        "[256:1,512:2,>:8])",
+                        key);
+        j += 2;
+        unsigned long long dv, mb = 0;
+        bool more = strcmp(key, ">") != 0;
+        if (more && !torch_u64(key, &mb))
+            return errf(err, errlen,
+                        "bad size key '%s' in roundup_power2_divisions (accepted: MiB sizes that "
+                        "are powers of two, or '>')",
+                        key);
+        if (!torch_u64(k->t[j], &dv) || (dv != 0 && !is_pow2(dv)))
             return errf(err, errlen,
                         "bad division '%s' in roundup_power2_divisions (accepted: 0 or a power "
-                        "of two up to 1024)",
-                        vbuf);
-        if (!strcmp(kbuf, ">")) {
-            for (unsigned k = last + 1; k < RP2_PT_N; k++)
-                pt[k] = (unsigned)dv;
+                        "of two)",
+                        k->t[j]);
+        if (!more) {
+            for (unsigned x = last + 1; x < RP2_PT_N; x++)
+                pt[x] = dv;
         } else {
-            unsigned long long mb;
-            if (!parse_u64(kbuf, &mb) || !is_pow2(mb))
+            if (!is_pow2(mb))
                 return errf(err, errlen,
-                            "bad size key '%s' in roundup_power2_divisions (accepted: MiB "
-                            "sizes that are powers of two, or '>')",
-                            kbuf);
-            if (any && mb <= prev_mb)
-                return errf(err, errlen,
-                            "keys of roundup_power2_divisions must ascend ('%s' after a larger "
-                            "one)",
-                            kbuf);
-            unsigned k = (unsigned)__builtin_ctzll(mb);
-            if (k > RP2_PT_N - 1) k = RP2_PT_N - 1;
-            if (!any)
-                for (unsigned j = 0; j < k; j++)
-                    pt[j] = (unsigned)dv;
-            pt[k] = (unsigned)dv;
-            last = k;
-            prev_mb = mb;
-            any = true;
+                            "bad size key '%s' in roundup_power2_divisions (accepted: MiB sizes "
+                            "that are powers of two, or '>')",
+                            key);
+            unsigned x = (unsigned)__builtin_ctzll(mb);
+            if (x > RP2_PT_N - 1) x = RP2_PT_N - 1;
+            if (first)
+                for (unsigned y = 0; y < x; y++)
+                    pt[y] = dv;
+            first = false;
+            pt[x] = dv;
+            last = x;
         }
-        if (*p == ',')
-            p++;
-        else if (*p != ']')
-            return errf(err, errlen, "unterminated list in roundup_power2_divisions: '%s'", v);
+        if (j + 1 < k->n && strcmp(k->t[j + 1], "]")) j++;
     }
-    if (p[1])
-        return errf(err, errlen, "trailing text after ']' in roundup_power2_divisions: '%s'", v);
-    rp2_expand(div, pt);
+    if (j >= k->n)
+        return errf(err, errlen, "unterminated list in roundup_power2_divisions (missing ']')");
+    *i = j;
     return ALLOC_OK;
 }
 
-static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, size_t errlen)
+static int large_segment_key(alloc_config_t *c, const char *v, char *err, size_t errlen)
 {
+    unsigned long long mb;
+    if (!torch_u64(v, &mb) || mb <= (A_MIN_LARGE_ALLOC >> 20))
+        return errf(err, errlen,
+                    "bad value '%s' for large_segment_size_mb (accepted: an integer number of "
+                    "MiB greater than 10)",
+                    v);
+    size_t old = c->large_segment;
+    c->large_segment = mb > (SIZE_MAX >> 21) ? (SIZE_MAX >> 21) << 20 : (size_t)mb << 20;
+    /* PyTorch resets max_non_split_rounding to the large segment size */
+    if (c->max_non_split_rounding == old) c->max_non_split_rounding = c->large_segment;
+    /* ... and maps large-pool expandable segments in pages of that size */
+    if (c->policy == ALLOC_POLICY_PYTORCH) c->handle_size = c->large_segment;
+    return ALLOC_OK;
+}
+
+static int unmodelled(alloc_config_t *c, const char *name)
+{
+    for (unsigned i = 0; UNMODELLED[i]; i++)
+        if (!strcmp(UNMODELLED[i], name)) c->unmodelled |= 1u << i;
+    return ALLOC_OK;
+}
+
+static bool known_key(const char *k)
+{
+    static const char *const keys[] = {
+        "expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
+        "large_segment_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+        "per_process_memory_fraction", "backend", "release_lock_on_cudamalloc",
+        "release_lock_on_hipmalloc", "pinned_use_cuda_host_register",
+        "pinned_use_hip_host_register", "pinned_num_register_threads",
+        "pinned_use_background_threads", "pinned_reserve_segment_size_mb",
+        "pinned_max_cached_size_mb", "pinned_max_round_threshold_mb", "pinned_free_catch_all",
+        "graph_capture_record_stream_reuse", "throw_on_cudamalloc_oom", "preset",
+        "per_stream_pools", "handle_size", "handle_size_small", "release_threshold",
+        "release_before_grow", "limit", "free_sync", "free_host_sync", "guard", NULL};
+    for (unsigned i = 0; keys[i]; i++)
+        if (!strcmp(k, keys[i])) return true;
+    return false;
+}
+
+/* One key at t[*i] (its value at t[*i + 2], or a list from there); *i ends on the value's last
+ * token. */
+static int apply_key(alloc_config_t *c, const ctoks *tk, size_t *i, const char *large, char *err,
+                     size_t errlen)
+{
+    const char *k = tk->t[*i];
+    if (!known_key(k)) return errf(err, errlen, "unknown key '%s' (accepted keys: %s)", k, ACCEPTED_KEYS);
+    if (*i + 2 >= tk->n)
+        return errf(err, errlen, "key '%s' has no value (write key:value; accepted keys: %s)", k,
+                    ACCEPTED_KEYS);
+    *i += 2;
+    const char *v = tk->t[*i];
+    unsigned long long u;
+    double d;
+    bool b;
+    if (!strcmp(k, "roundup_power2_divisions")) {
+        uint64_t pt[RP2_PT_N];
+        for (unsigned x = 0; x < RP2_PT_N; x++)
+            pt[x] = c->rp2_div[RP2_PT_FIRST + x];
+        if (!strcmp(v, "[")) {
+            int rc = parse_rp2_list(tk, i, pt, err, errlen);
+            if (rc) return rc;
+        } else {
+            if (!torch_u64(v, &u) || !is_pow2(u))
+                return errf(err, errlen,
+                            "bad value '%s' for roundup_power2_divisions (accepted: a power of "
+                            "two, or a list like [256:1,512:2,>:8])",
+                            v);
+            for (unsigned x = 0; x < RP2_PT_N; x++)
+                pt[x] = u;
+        }
+        rp2_expand(c->rp2_div, pt);
+        return ALLOC_OK;
+    }
+    /* PyTorch's boolean keys */
+    static const char *const tbools[] = {"expandable_segments",
+                                         "release_lock_on_cudamalloc",
+                                         "release_lock_on_hipmalloc",
+                                         "pinned_use_cuda_host_register",
+                                         "pinned_use_hip_host_register",
+                                         "pinned_use_background_threads",
+                                         "pinned_free_catch_all",
+                                         "graph_capture_record_stream_reuse",
+                                         "throw_on_cudamalloc_oom",
+                                         NULL};
+    for (unsigned x = 0; tbools[x]; x++) {
+        if (strcmp(k, tbools[x])) continue;
+        if (!torch_bool(v, &b))
+            return errf(err, errlen, "bad value '%s' for %s (accepted: True, False)", v, k);
+        if (x == 0)
+            c->expandable_segments = b;
+        else
+            unmodelled(c, k);
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "max_split_size_mb") || !strcmp(k, "max_non_split_rounding_mb")) {
+        /* at least large_segment_size_mb; larger values are capped (PyTorch: SIZE_MAX / 1 MiB) */
+        if (!torch_u64(v, &u) || u < (c->large_segment >> 20))
+            return errf(err, errlen,
+                        "bad value '%s' for %s (accepted: an integer number of MiB of at least "
+                        "%zu, large_segment_size_mb; leave the key out for no limit)",
+                        v, k, c->large_segment >> 20);
+        size_t bytes = u > (SIZE_MAX >> 20) ? (SIZE_MAX >> 20) << 20 : (size_t)u << 20;
+        *(k[4] == 's' ? &c->max_split_size : &c->max_non_split_rounding) = bytes;
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "large_segment_size_mb")) return large_segment_key(c, v, err, errlen);
+    if (!strcmp(k, "garbage_collection_threshold")) {
+        if (!torch_double(v, &d) || !(d > 0.0 && d < 1.0))
+            return errf(err, errlen,
+                        "bad value '%s' for garbage_collection_threshold (accepted: a number "
+                        "strictly between 0 and 1, e.g. 0.8; leave the key out for none)",
+                        v);
+        c->gc_threshold = d;
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "per_process_memory_fraction")) {
+        if (!torch_double(v, &d) || !(d >= 0.0 && d <= 1.0))
+            return errf(err, errlen,
+                        "bad value '%s' for per_process_memory_fraction (accepted: a number "
+                        "from 0 to 1: the share of the device's memory that may be reserved)",
+                        v);
+        c->memory_fraction = d;
+        return ALLOC_OK;
+    }
+    if (!strcmp(k, "backend")) {
+        if (!strcmp(v, "native")) return ALLOC_OK;
+        if (!strcmp(v, "cudaMallocAsync")) return unmodelled(c, "backend:cudaMallocAsync");
+        return errf(err, errlen, "bad value '%s' for backend (accepted: native, cudaMallocAsync)",
+                    v);
+    }
+    if (!strcmp(k, "pinned_num_register_threads")) {
+        if (!torch_u64(v, &u) || !is_pow2(u) || u > 128)
+            return errf(err, errlen,
+                        "bad value '%s' for pinned_num_register_threads (accepted: a power of "
+                        "two up to 128)",
+                        v);
+        return unmodelled(c, k);
+    }
+    if (!strcmp(k, "pinned_reserve_segment_size_mb") || !strcmp(k, "pinned_max_cached_size_mb") ||
+        !strcmp(k, "pinned_max_round_threshold_mb")) {
+        if (!torch_u64(v, &u) || (u == 0 && k[7] == 'r'))
+            return errf(err, errlen, "bad value '%s' for %s (accepted: an integer number of MiB%s)",
+                        v, k, k[7] == 'r' ? " greater than 0" : "");
+        return unmodelled(c, k);
+    }
+    /* gpumem's own keys */
     if (!strcmp(k, "preset")) {
         if (alloc_config_preset(c, v) != ALLOC_OK)
             return errf(err, errlen,
                         "bad value '%s' for preset (accepted: gpumem, pytorch, "
                         "pytorch-expandable, nocache)",
                         v);
-        return ALLOC_OK;
+        /* the string's large_segment_size_mb stands before every other key, the preset too */
+        return large ? large_segment_key(c, large, err, errlen) : ALLOC_OK;
     }
-    if (!strcmp(k, "expandable_segments")) {
-        if (!parse_bool(v, &c->expandable_segments))
-            return errf(err, errlen,
-                        "bad value '%s' for expandable_segments (accepted: True, False)", v);
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "release_before_grow")) {
-        if (!parse_bool(v, &c->release_before_grow))
-            return errf(err, errlen,
-                        "bad value '%s' for release_before_grow (accepted: True, False)", v);
+    if (!strcmp(k, "release_before_grow") || !strcmp(k, "guard") || !strcmp(k, "per_stream_pools")) {
+        if (!parse_bool(v, &b))
+            return errf(err, errlen, "bad value '%s' for %s (accepted: True, False)", v, k);
+        if (k[0] == 'r')
+            c->release_before_grow = b;
+        else if (k[0] == 'g')
+            c->guard = b;
+        else
+            c->per_stream_pools = b;
         return ALLOC_OK;
     }
     if (!strcmp(k, "free_sync") || !strcmp(k, "free_host_sync")) {
@@ -327,100 +543,6 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
             *dst = ALLOC_SYNC_NONE;
         else
             return errf(err, errlen, "bad value '%s' for %s (accepted: device, none)", v, k);
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "guard")) {
-        if (!parse_bool(v, &c->guard))
-            return errf(err, errlen, "bad value '%s' for guard (accepted: True, False)", v);
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "per_stream_pools")) {
-        if (!parse_bool(v, &c->per_stream_pools))
-            return errf(err, errlen, "bad value '%s' for per_stream_pools (accepted: True, False)",
-                        v);
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "max_split_size_mb")) {
-        unsigned long long mb;
-        if (!strcmp(v, "inf") || !strcmp(v, "none")) {
-            c->max_split_size = SIZE_MAX;
-            return ALLOC_OK;
-        }
-        /* PyTorch: at least large_segment_size_mb (20); larger values are capped */
-        if (!parse_u64(v, &mb) || mb < (c->large_segment >> 20))
-            return errf(err, errlen,
-                        "bad value '%s' for max_split_size_mb (accepted: an integer number of "
-                        "MiB of at least %zu (large_segment_size_mb), or inf)",
-                        v, c->large_segment >> 20);
-        c->max_split_size = mb > (1ull << 40) ? (size_t)1 << 60 : (size_t)mb << 20;
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "max_non_split_rounding_mb")) {
-        unsigned long long mb;
-        if (!parse_u64(v, &mb) || mb < (c->large_segment >> 20))
-            return errf(err, errlen,
-                        "bad value '%s' for max_non_split_rounding_mb (accepted: an integer "
-                        "number of MiB of at least %zu (large_segment_size_mb))",
-                        v, c->large_segment >> 20);
-        c->max_non_split_rounding = mb > (1ull << 40) ? (size_t)1 << 60 : (size_t)mb << 20;
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "large_segment_size_mb")) {
-        unsigned long long mb;
-        if (!parse_u64(v, &mb) || mb <= (A_MIN_LARGE_ALLOC >> 20) || mb > (1ull << 30))
-            return errf(err, errlen,
-                        "bad value '%s' for large_segment_size_mb (accepted: an integer number "
-                        "of MiB greater than 10)",
-                        v);
-        size_t old = c->large_segment;
-        c->large_segment = (size_t)mb << 20;
-        /* PyTorch resets max_non_split_rounding to the large segment size */
-        if (c->max_non_split_rounding == old) c->max_non_split_rounding = c->large_segment;
-        /* ... and maps large-pool expandable segments in pages of that size */
-        if (c->policy == ALLOC_POLICY_PYTORCH) c->handle_size = c->large_segment;
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "roundup_power2_divisions")) {
-        unsigned div[ALLOC_RP2_INTERVALS];
-        memcpy(div, c->rp2_div, sizeof(div));
-        if (v[0] == '[') {
-            int rc = parse_rp2_list(v, div, err, errlen);
-            if (rc) return rc;
-        } else {
-            unsigned long long dv;
-            if (!parse_u64(v, &dv) || (dv != 0 && !is_pow2(dv)) || dv > 1024)
-                return errf(err, errlen,
-                            "bad value '%s' for roundup_power2_divisions (accepted: 0 or a "
-                            "power of two up to 1024, or a list like [256:1,512:2,>:8])",
-                            v);
-            for (unsigned i = 0; i < ALLOC_RP2_INTERVALS; i++)
-                div[i] = (unsigned)dv;
-        }
-        memcpy(c->rp2_div, div, sizeof(div));
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "garbage_collection_threshold")) {
-        char *end;
-        errno = 0;
-        double d = strtod(v, &end);
-        if (!strcmp(v, "0")) { /* off; what alloc_config_format writes for "off" */
-            c->gc_threshold = 0.0;
-            return ALLOC_OK;
-        }
-        if (errno || *end || end == v || !(d > 0.0 && d < 1.0))
-            return errf(err, errlen,
-                        "bad value '%s' for garbage_collection_threshold (accepted: a number "
-                        "strictly between 0 and 1, e.g. 0.8, or 0 for off)",
-                        v);
-        c->gc_threshold = d;
-        return ALLOC_OK;
-    }
-    if (!strcmp(k, "backend")) {
-        if (strcmp(v, "native"))
-            return errf(err, errlen,
-                        "bad value '%s' for backend (accepted: native; gpumem replaces the "
-                        "allocator itself, cudaMallocAsync is not used)",
-                        v);
         return ALLOC_OK;
     }
     if (!strcmp(k, "handle_size") || !strcmp(k, "handle_size_small") ||
@@ -460,13 +582,35 @@ static int apply_kv(alloc_config_t *c, const char *k, const char *v, char *err, 
             c->limit = sz;
         return ALLOC_OK;
     }
-    for (int i = 0; PYTORCH_ONLY_KEYS[i]; i++)
-        if (!strcmp(k, PYTORCH_ONLY_KEYS[i]))
-            return errf(err, errlen,
-                        "key '%s' is a PyTorch option gpumem does not implement (accepted keys: "
-                        "%s)",
-                        k, ACCEPTED_KEYS);
     return errf(err, errlen, "unknown key '%s' (accepted keys: %s)", k, ACCEPTED_KEYS);
+}
+
+/* The walk over the tokens: a key, its value, one token after it. The first pass applies only
+ * large_segment_size_mb (its last value in *large), skipping the others as PyTorch skips them;
+ * the second applies every key. */
+static int walk(alloc_config_t *c, const ctoks *tk, bool first, const char **large, char *err,
+                size_t errlen)
+{
+    for (size_t i = 0; i < tk->n; i++) {
+        if (first) {
+            bool ls = !strcmp(tk->t[i], "large_segment_size_mb");
+            if (i + 2 >= tk->n) return ALLOC_OK; /* the second pass says what is wrong */
+            i += 2;
+            if (ls) {
+                int rc = large_segment_key(c, tk->t[i], err, errlen);
+                if (rc) return rc;
+                *large = tk->t[i];
+            } else if (!strcmp(tk->t[i], "[")) {
+                while (i < tk->n && strcmp(tk->t[i], "]"))
+                    i++;
+            }
+        } else {
+            int rc = apply_key(c, tk, &i, *large, err, errlen);
+            if (rc) return rc;
+        }
+        if (i + 1 < tk->n) i++;
+    }
+    return ALLOC_OK;
 }
 
 int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t errlen)
@@ -475,45 +619,80 @@ int alloc_config_parse(alloc_config_t *cfg, const char *conf, char *err, size_t 
     if (!cfg) return ALLOC_ERR_INVALID;
     if (!conf) return ALLOC_OK;
     alloc_config_t c = *cfg;
-    const char *p = conf;
-    char key[64], val[256];
-    while (*p) {
-        while (*p == ' ' || *p == ',' || *p == '\t')
-            p++;
-        if (!*p) break;
-        size_t kn = 0;
-        while (*p && *p != ':' && *p != ',' && kn < sizeof(key) - 1)
-            key[kn++] = *p++;
-        while (kn && key[kn - 1] == ' ')
-            kn--;
-        key[kn] = 0;
-        if (*p != ':')
-            return errf(err, errlen, "key '%s' has no value (write key:value; accepted keys: %s)",
-                        key, ACCEPTED_KEYS);
-        p++;
-        while (*p == ' ')
-            p++;
-        size_t vn = 0;
-        if (*p == '[') {
-            while (*p && *p != ']' && vn < sizeof(val) - 2)
-                val[vn++] = *p++;
-            if (*p != ']')
-                return errf(err, errlen, "unterminated list value for '%s' (missing ']')", key);
-            val[vn++] = *p++;
-        } else {
-            while (*p && *p != ',' && vn < sizeof(val) - 1)
-                val[vn++] = *p++;
-        }
-        while (vn && val[vn - 1] == ' ')
-            vn--;
-        val[vn] = 0;
-        if (*p && *p != ',')
-            return errf(err, errlen, "unexpected text after the value of '%s': '%s'", key, p);
-        int rc = apply_kv(&c, key, val, err, errlen);
-        if (rc) return rc;
+    ctoks tk;
+    if (tokenize(conf, &tk) != 0) {
+        tokens_free(&tk);
+        return errf(err, errlen, "out of memory reading the configuration");
     }
+    const char *large = NULL;
+    int rc = walk(&c, &tk, true, &large, err, errlen);
+    if (!rc) rc = walk(&c, &tk, false, &large, err, errlen);
+    tokens_free(&tk);
+    if (rc) return rc;
     *cfg = c;
     return ALLOC_OK;
+}
+
+int alloc_config_parse_recorded(alloc_config_t *cfg, const char *conf, char *err, size_t errlen)
+{
+    if (!conf) return alloc_config_parse(cfg, conf, err, errlen);
+    static const char *const old[] = {"max_split_size_mb:inf", "max_split_size_mb:none",
+                                      "garbage_collection_threshold:0",
+                                      "roundup_power2_divisions:0", NULL};
+    size_t n = strlen(conf);
+    char *s = malloc(n + 1), *o = s;
+    if (!s) return errf(err, errlen, "out of memory reading the configuration");
+    const char *p = conf;
+    while (*p) {
+        const char *e = strchr(p, ','), *l = strchr(p, '[');
+        if (l && (!e || l < e)) e = strchr(l, ']') ? strchr(strchr(l, ']'), ',') : NULL;
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        bool drop = false;
+        for (unsigned i = 0; old[i]; i++)
+            drop = drop || (strlen(old[i]) == len && !strncmp(p, old[i], len));
+        if (!drop) {
+            if (o != s) *o++ = ',';
+            memcpy(o, p, len);
+            o += len;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    *o = 0;
+    int rc = alloc_config_parse(cfg, s, err, errlen);
+    free(s);
+    return rc;
+}
+
+const char *alloc_config_torch_env(const char **var)
+{
+    /* c10's CUDAAllocatorConfig reads PYTORCH_CUDA_ALLOC_CONF first and looks at
+     * PYTORCH_ALLOC_CONF only when it is absent (checked against torch in
+     * tests/torch/torch_conf_keys.sh) */
+    static const char *const vars[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
+    for (unsigned i = 0; i < 2; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v) continue;
+        if (var) *var = vars[i];
+        return v;
+    }
+    if (var) *var = NULL;
+    return NULL;
+}
+
+int alloc_config_unmodelled(const alloc_config_t *cfg, char *buf, size_t len)
+{
+    size_t o = 0;
+    int n = 0;
+    if (len) buf[0] = 0;
+    for (unsigned i = 0; UNMODELLED[i]; i++) {
+        if (!(cfg->unmodelled & (1u << i))) continue;
+        int w = snprintf(buf + o, o < len ? len - o : 0, "%s%s", n ? ", " : "", UNMODELLED[i]);
+        if (w > 0) o += (size_t)w;
+        if (o >= len) o = len ? len - 1 : 0;
+        n++;
+    }
+    return n;
 }
 
 static int fmt_size(char *b, size_t n, size_t v)
@@ -527,7 +706,7 @@ static int fmt_size(char *b, size_t n, size_t v)
 int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
 {
     static const char *pol[] = {"gpumem", "pytorch", "nocache"};
-    char hs[32], hss[32], rt[32], lim[32], ms[32], rp[512];
+    char hs[32], hss[32], rt[32], lim[32], ms[64] = "", gc[64] = "", fr[64] = "", rp[600] = "";
     fmt_size(hs, sizeof(hs), c->handle_size);
     fmt_size(hss, sizeof(hss), c->handle_size_small);
     if (c->release_threshold == SIZE_MAX)
@@ -538,46 +717,56 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
         fmt_size(lim, sizeof(lim), c->limit);
     else
         snprintf(lim, sizeof(lim), "none");
-    if (c->max_split_size == SIZE_MAX)
-        snprintf(ms, sizeof(ms), "inf");
-    else
-        snprintf(ms, sizeof(ms), "%zu", c->max_split_size >> 20);
-    /* divisions: one number when all are equal, else a list over PyTorch's 16 intervals: the
-     * first key closes the first run (it also covers what lies below), '>' the last run, and
-     * every interval between gets its own entry */
+    /* PyTorch's keys have no word for "none": left out, the preset's (none) stands */
+    if (c->max_split_size != SIZE_MAX)
+        snprintf(ms, sizeof(ms), ",max_split_size_mb:%zu", c->max_split_size >> 20);
+    if (c->gc_threshold > 0) {
+        snprintf(gc, sizeof(gc), ",garbage_collection_threshold:%g", c->gc_threshold);
+        if (strtod(gc + 30, NULL) != c->gc_threshold)
+            snprintf(gc, sizeof(gc), ",garbage_collection_threshold:%.17g", c->gc_threshold);
+    }
+    if (c->memory_fraction >= 0) {
+        snprintf(fr, sizeof(fr), ",per_process_memory_fraction:%g", c->memory_fraction);
+        if (strtod(fr + 29, NULL) != c->memory_fraction)
+            snprintf(fr, sizeof(fr), ",per_process_memory_fraction:%.17g", c->memory_fraction);
+    }
+    /* divisions: one number when all are equal (none at all when 0), else a list over PyTorch's
+     * 16 intervals: the first key closes the first run (it also covers what lies below), '>'
+     * the last run, and every interval between gets its own entry */
     size_t o = 0;
-    unsigned pt[RP2_PT_N];
+    uint64_t pt[RP2_PT_N];
     bool same = true;
     for (unsigned k = 0; k < RP2_PT_N; k++) {
         pt[k] = c->rp2_div[RP2_PT_FIRST + k];
         same = same && pt[k] == pt[0];
     }
     if (same) {
-        snprintf(rp, sizeof(rp), "%u", pt[0]);
+        if (pt[0]) snprintf(rp, sizeof(rp), ",roundup_power2_divisions:%llu", (unsigned long long)pt[0]);
     } else {
         unsigned first = 0, lastrun = RP2_PT_N - 1;
         while (first + 1 < RP2_PT_N && pt[first + 1] == pt[0])
             first++;
         while (lastrun > first + 1 && pt[lastrun - 1] == pt[RP2_PT_N - 1])
             lastrun--;
-        o += (size_t)snprintf(rp + o, sizeof(rp) - o, "[%llu:%u", 1ull << first, pt[0]);
+        o += (size_t)snprintf(rp + o, sizeof(rp) - o, ",roundup_power2_divisions:[%llu:%llu",
+                              1ull << first, (unsigned long long)pt[0]);
         for (unsigned k = first + 1; k < lastrun; k++)
-            o += (size_t)snprintf(rp + o, sizeof(rp) - o, ",%llu:%u", 1ull << k, pt[k]);
-        snprintf(rp + o, sizeof(rp) - o, ",>:%u]", pt[RP2_PT_N - 1]);
+            o += (size_t)snprintf(rp + o, sizeof(rp) - o, ",%llu:%llu", 1ull << k,
+                                  (unsigned long long)pt[k]);
+        snprintf(rp + o, sizeof(rp) - o, ",>:%llu]", (unsigned long long)pt[RP2_PT_N - 1]);
     }
     const char *policy = c->policy <= ALLOC_POLICY_NOCACHE ? pol[c->policy] : "gpumem";
     /* `preset` first resets everything, so policy-only presets come out right */
     const char *preset = !strcmp(policy, "pytorch") ? "pytorch" : policy;
     return snprintf(
         buf, len,
-        "preset:%s,large_segment_size_mb:%zu,expandable_segments:%s,per_stream_pools:%s,"
-        "max_split_size_mb:%s,max_non_split_rounding_mb:%zu,"
-        "roundup_power2_divisions:%s,garbage_collection_threshold:%g,"
+        "preset:%s,large_segment_size_mb:%zu,expandable_segments:%s,per_stream_pools:%s"
+        "%s,max_non_split_rounding_mb:%zu%s%s%s,"
         "handle_size:%s,handle_size_small:%s,release_threshold:%s,release_before_grow:%s,"
         "limit:%s,free_sync:%s,free_host_sync:%s,guard:%s",
         preset, c->large_segment >> 20, c->expandable_segments ? "True" : "False",
-        c->per_stream_pools ? "True" : "False", ms, c->max_non_split_rounding >> 20, rp,
-        c->gc_threshold, hs, hss, rt, c->release_before_grow ? "True" : "False", lim,
+        c->per_stream_pools ? "True" : "False", ms, c->max_non_split_rounding >> 20, rp, gc, fr,
+        hs, hss, rt, c->release_before_grow ? "True" : "False", lim,
         c->free_sync == ALLOC_SYNC_NONE ? "none" : "device",
         c->free_host_sync == ALLOC_SYNC_NONE ? "none" : "device", c->guard ? "True" : "False");
 }

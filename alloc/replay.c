@@ -776,6 +776,10 @@ done:
     out->cache_hits = st.cache_hits;
     out->cache_misses = st.cache_misses;
     out->num_ooms += st.num_ooms - recovered;
+    if (rc == 0 && opts && opts->end_walk) {
+        int wr = alloc_walk(a, opts->end_walk, opts->end_walk_user);
+        if (wr) rc = perr(err, errlen, "replay: the walk of the end state stopped (%d)", wr);
+    }
     free(held.v);
     free(fcv);
     alloc_mem_backend_counters(mb, &out->backend);

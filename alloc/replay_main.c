@@ -16,6 +16,13 @@
  *     --stream-lag N    allocations a record_stream'd free waits when the trace has no `fc`
  *     --top-down        hand out addresses downwards, as the recording's device did (a
  *                       recording's meta alloc.address_order "down": the virtual GPU)
+ *     --segments        add the segments left at the end of the trace: segments=N and
+ *                       segment_sizes=S,S,... (smallest first), PyTorch's memory_snapshot() view
+ *     --torch-env       apply the configuration PyTorch would read from this environment
+ *                       (PYTORCH_CUDA_ALLOC_CONF when set, else PYTORCH_ALLOC_CONF) after the
+ *                       preset and before --conf; says which variable on stderr
+ *     --divisions       print roundup_power2_divisions over PyTorch's 16 intervals ([1, 2) MiB
+ *                       and below ... [32, 64) GiB and above), comma-separated, and exit
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -31,7 +38,8 @@ static int usage(void)
     fprintf(stderr,
             "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
-            "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] "
+            "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] [--segments] "
+            "[--torch-env] [--divisions] "
             "[TRACE...]\n"
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
@@ -47,14 +55,48 @@ static int usage(void)
             "                    the trace has no 'fc' lines (default 0)\n"
             "  --top-down        addresses handed out downwards, as the recording's device did\n"
             "                    (gpumem's meta alloc.address_order = down: the virtual GPU)\n"
+            "  --segments        also print the segments left at the end: segments=N and\n"
+            "                    segment_sizes=S,S,... smallest first (memory_snapshot()'s view)\n"
+            "  --torch-env       apply what PyTorch reads from this environment\n"
+            "                    (PYTORCH_CUDA_ALLOC_CONF when set, else PYTORCH_ALLOC_CONF)\n"
+            "  --divisions       print roundup_power2_divisions over PyTorch's 16 intervals\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), f <id>, fa <id> <stream>, rs <id> <stream>, fc <id>, e (alloc/README.md).\n");
     return 2;
 }
 
+/* the sizes of the segments left at the end of a replay (--segments) */
+typedef struct seglist {
+    size_t *size;
+    size_t n, cap;
+} seglist;
+
+static int seg_add(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *blocks,
+                   size_t nblocks)
+{
+    (void)blocks, (void)nblocks;
+    seglist *l = user;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 64;
+        size_t *p = realloc(l->size, nc * sizeof(*p));
+        if (!p) return 1;
+        l->size = p, l->cap = nc;
+    }
+    l->size[l->n++] = seg->size;
+    return 0;
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool torch_env; /* --torch-env */
+
 static int make_config(const char *preset, const char *conf, size_t limit, alloc_config_t *cfg)
 {
-    char err[512];
+    char err[1024];
     if (alloc_config_preset(cfg, preset)) {
         fprintf(stderr,
                 "gpumem-replay: unknown preset '%s' (accepted: gpumem, pytorch, "
@@ -66,11 +108,31 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
         fprintf(stderr, "%s\n", err);
         return 2;
     }
+    if (torch_env) {
+        const char *var, *tc = alloc_config_torch_env(&var);
+        static int told;
+        if (!told++)
+            fprintf(stderr, "gpumem-replay: PyTorch's configuration: %s%s%s\n", var ? var : "none",
+                    var ? "=" : " set", tc ? tc : "");
+        if (alloc_config_parse(cfg, tc, err, sizeof(err))) {
+            fprintf(stderr, "%s (from %s)\n", err, var);
+            return 2;
+        }
+    }
     if (alloc_config_parse(cfg, conf, err, sizeof(err))) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }
     if (limit) cfg->limit = limit;
+    static int said; /* once per run */
+    char names[512];
+    if (!said && alloc_config_unmodelled(cfg, names, sizeof(names))) {
+        said = 1;
+        fprintf(stderr,
+                "gpumem-replay: accepted but not modelled: %s (PyTorch options gpumem does "
+                "not act on; replayed as if unset)\n",
+                names);
+    }
     return 0;
 }
 
@@ -86,7 +148,7 @@ int main(int argc, char **argv)
     size_t rounds[64];
     int nrounds = 0;
     unsigned stream_lag = 0;
-    bool top_down = false;
+    bool top_down = false, segments = false, divisions = false;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -146,6 +208,12 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--top-down")) {
             top_down = true;
+        } else if (!strcmp(a, "--segments")) {
+            segments = true;
+        } else if (!strcmp(a, "--torch-env")) {
+            torch_env = true;
+        } else if (!strcmp(a, "--divisions")) {
+            divisions = true;
         } else if (!strcmp(a, "--check-conf")) {
             check_only = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -168,6 +236,15 @@ int main(int argc, char **argv)
             printf("%zu\n", alloc_round_size(&cfg, rounds[k]));
         return 0;
     }
+    if (divisions) { /* PyTorch's interval k is [2^k, 2^(k+1)) MiB: rp2_div[20 + k] */
+        alloc_config_t cfg;
+        int rc = make_config(presets[0], conf, limit, &cfg);
+        if (rc) return rc;
+        for (unsigned k = 0; k < 16; k++)
+            printf("%s%llu", k ? "," : "", (unsigned long long)cfg.rp2_div[20 + k]);
+        printf("\n");
+        return 0;
+    }
     if (check_only) {
         alloc_config_t cfg;
         int rc = make_config(presets[0], conf, limit, &cfg);
@@ -184,7 +261,7 @@ int main(int argc, char **argv)
     for (int t = 0; t < ntraces; t++) {
         alloc_trace_event_t *ev = NULL;
         size_t n = 0;
-        char err[512];
+        char err[1024];
         const char *tname;
         if (synth && t == 0) {
             tname = synth;
@@ -218,11 +295,15 @@ int main(int argc, char **argv)
                 free(ev);
                 return rc;
             }
+            seglist segs = {0};
             alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag,
-                                     .top_down = top_down};
+                                     .top_down = top_down,
+                                     .end_walk = segments ? seg_add : NULL,
+                                     .end_walk_user = &segs};
             alloc_replay_result_t r;
             if (alloc_replay(&cfg, &o, ev, n, &r, err, sizeof(err))) {
                 fprintf(stderr, "gpumem-replay: %s\n", err);
+                free(segs.size);
                 free(ev);
                 return 2;
             }
@@ -245,6 +326,14 @@ int main(int argc, char **argv)
                        r.oom.largest_free_block, r.oom.limit);
                 status = 1;
             }
+            if (segments) {
+                qsort(segs.size, segs.n, sizeof(*segs.size), cmp_size);
+                printf(" segments=%zu segment_sizes=", segs.n);
+                for (size_t k = 0; k < segs.n; k++)
+                    printf("%s%zu", k ? "," : "", segs.size[k]);
+                if (!segs.n) printf("-");
+            }
+            free(segs.size);
             printf(" seconds=%.4f\n", r.seconds);
         }
         free(ev);

@@ -140,12 +140,17 @@ static int read_config(void)
         return GM_MODE_OFF;
     }
     alloc_config_default(&gm_alloc_config);
-    char err[512];
+    char err[1024];
     const char *conf = getenv("GPUMEM_CONF");
     if (conf && *conf && alloc_config_parse(&gm_alloc_config, conf, err, sizeof err) != ALLOC_OK) {
         gm_warn("%s; gpumem is off", err);
         return GM_MODE_OFF;
     }
+    char names[512];
+    if (alloc_config_unmodelled(&gm_alloc_config, names, sizeof names))
+        gm_warn("GPUMEM_CONF: accepted but not modelled: %s (PyTorch options gpumem does not "
+                "act on)",
+                names);
     const char *lim = getenv("GPUMEM_LIMIT");
     if (lim && *lim) {
         size_t v;
@@ -279,7 +284,8 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
                  size_t requested, uint64_t id)
 {
     /* GM_EVF_* (how the allocator served it) ride in the high bits: events.flags */
-    unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS | GM_EVF_PENDING);
+    unsigned flags = (unsigned)ev_flags & (GM_EVF_CACHE_HIT | GM_EVF_CACHE_MISS | GM_EVF_PENDING |
+                                           GM_EVF_CAPTURE);
     enum gm_ev ev = (enum gm_ev)((unsigned)ev_flags & 0xffu);
     int named = pending_name[0] && (ev == GM_EV_OOM || (is_alloc_event(ev) && requested));
     /* pitched / pool: set by the hook for this allocation, consumed here either way */
@@ -316,6 +322,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
                    "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_PENDING == REC_F_PENDING, "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_GRAPH == REC_F_GRAPH, "GM_EVF_* are the recorder's REC_F_* flags");
+    _Static_assert(GM_EVF_CAPTURE == REC_F_PRIVATE_POOL, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
@@ -348,6 +355,9 @@ void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t s
     int exp = device >= 0 && device < 64 ? atomic_load(&dev_expandable[device]) : 1;
     unsigned k = exp ? (map ? REC_SEG_MAP : REC_SEG_UNMAP) : (map ? REC_DRIVER_ALLOC
                                                                    : REC_DRIVER_FREE);
+    /* a segment of a capture's private pool (the allocator's key is the capture's) */
+    if (gm_is_capture_key(stream))
+        k |= REC_F_PRIVATE_POOL;
     rec_event(k, device, stream, addr, size, 0, 0);
     gm_devused_change(device, map ? (long long)size : -(long long)size);
 #else

@@ -778,6 +778,11 @@ uintptr_t gm_capture_key(CUstream s)
     return capture_key_of(s, 1);
 }
 
+int gm_is_capture_key(uintptr_t key)
+{
+    return key > 1 && (key & 3) == 1;
+}
+
 /* also the key of an invalidated capture, at its end */
 static uintptr_t gm_capture_key_any(CUstream s)
 {

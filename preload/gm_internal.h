@@ -197,6 +197,8 @@ CUstream gm_stream_of_key(uintptr_t key);
  * is not capturing): allocations in the capture come from pools of their own, frees on it are
  * held until the graph is released (heap.c). */
 uintptr_t gm_capture_key(CUstream s);
+/* 1 when an allocator key is a capture's private key (a gm_capture_key answer) */
+int gm_is_capture_key(uintptr_t key);
 void gm_heap_capture_begin(void);
 void gm_heap_capture_end(void);
 void gm_heap_capture_release(uintptr_t key);
@@ -340,6 +342,7 @@ enum gm_ev {
                                    (gm_next_alloc_flags) */
 #define GM_EVF_GRAPH 0x4000     /* a graph allocation: a memory node the driver created during a
                                    capture (passed through; gm_next_alloc_flags) */
+#define GM_EVF_CAPTURE 0x8000   /* served from a capture's private pool (heap.c) */
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,

@@ -438,7 +438,8 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
         /* the block's size and id, and whether the cache served it, come with the allocation:
          * no second lookup; the flag goes into events.flags (cache hit / miss) */
         int ev = (kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC) |
-                 (info.cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS);
+                 (info.cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS) |
+                 (capture ? GM_EVF_CAPTURE : 0);
         gm_rec_alloc(ev, dev, stream, p, info.size ? info.size : size, size, info.alloc_id, a);
         return CUDA_SUCCESS;
     }

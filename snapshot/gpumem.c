@@ -67,6 +67,8 @@ static const char *const usage_main =
     "  export --format F DB [-o FILE]    the recording as trace (gpumem-replay), torch (PyTorch's\n"
     "                                    memory_viz pickle), chrome, folded, speedscope or csv\n"
     "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
+    "  flamegraph < FOLDED > SVG         folded stacks drawn as a flame graph (answers as\n"
+    "                                    flamegraph.pl for PyTorch's memory_viz, offline)\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
@@ -168,6 +170,7 @@ static const char *const usage_sql =
 
 static const char *const usage_export =
     "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
+    "                     [--at peak|end|oom|SEQ]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output).\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
@@ -179,9 +182,14 @@ static const char *const usage_export =
     "                   program requested, stream = the database's stream number (streams.id).\n"
     "                   Frees of memory not allocated in the recording are left out.\n"
     "  --format torch   PyTorch's memory snapshot pickle (torch.cuda.memory._dump_snapshot's\n"
-    "                   format): segments and blocks at exit, device_traces with every alloc,\n"
-    "                   free, segment map/unmap and OOM, with their frames (Python frames too).\n"
+    "                   format): segments and blocks at the peak (--at), device_traces with\n"
+    "                   every alloc, free, segment map/unmap and OOM, with their frames (Python\n"
+    "                   frames too) and tensor names (user_metadata), NVTX ranges as\n"
+    "                   external_annotations, the allocator settings the recording ran with.\n"
+    "                   A PyTorch program recorded with PyTorch's allocator: its tensors.\n"
     "                   Opens in pytorch.org/memory_viz and torch.cuda._memory_viz. Needs -o.\n"
+    "  --at WHEN        (torch) the moment of the segments: peak (default: the peak allocated\n"
+    "                   moment), end, oom (the first OOM), or an event's seq number\n"
     "  --format chrome  Chrome trace-event JSON (Perfetto, chrome://tracing): counters per\n"
     "                   device (allocated, reserved), NVTX ranges as slices per thread,\n"
     "                   allocations as async slices (name, size), OOMs as instant events.\n"
@@ -274,8 +282,10 @@ static int cmd_report(int argc, char **argv, int leaks) {
     }
     m.frames_all = frames_all;
     uint64_t leaked = 0;
-    /* a PyTorch program's leaks are its tensors: PyTorch's cached segments outlive them all */
-    gm_model tv = m.torch.present ? gm_model_torch_view(&m) : m;
+    /* a PyTorch program's leaks are its tensors: PyTorch's cached segments outlive them all.
+     * Under --allocator gpumem (present == 2) the tensors are the recording's own allocations:
+     * the torch view holds no tensors then, only PyTorch's peaks */
+    gm_model tv = m.torch.present == 1 ? gm_model_torch_view(&m) : m;
     rc = leaks ? gm_leaks(&d, &tv, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);
     gm_db_close(&d);
@@ -290,12 +300,15 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stdout);
         return 0;
     }
-    const char *path = NULL, *format = NULL, *outpath = NULL;
+    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL;
     int what = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
             force = 1;
+        } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
+            at = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!at) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
         } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "peak") == 0) what = 0;
@@ -330,6 +343,8 @@ static int cmd_export(int argc, char **argv) {
         return usage_error(usage_export, "%s", "--format torch writes a binary pickle: give -o FILE (or redirect the output)");
     if (what >= 0 && strcmp(format, "folded") != 0 && strcmp(format, "speedscope") != 0)
         return usage_error(usage_export, "--what applies to --format folded and speedscope, not '%s'", format);
+    if (at && strcmp(format, "torch") != 0)
+        return usage_error(usage_export, "--at applies to --format torch, not '%s'", format);
     char err[8192];
     const char *inputs[] = {path};
     /* the rule is checked before the (possibly long) reading, and again when the file opens */
@@ -356,13 +371,20 @@ static int cmd_export(int argc, char **argv) {
         loaded = 1;
         gm_symbolize(&d, &m);
     }
+    uint64_t at_seq = 0;
+    if (strcmp(format, "torch") == 0 && gm_export_at_seq(&m, at, &at_seq, err, sizeof err) != 0) {
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return usage_error(usage_export, "%s", err);
+    }
     gm_out out;
     int rc = gm_out_open(&out, outpath, kinds[known], force, inputs, 1, err, sizeof err);
     if (rc) {
         fprintf(stderr, "gpumem export: %s\n", err);
     } else {
-        rc = strcmp(format, "trace") == 0 ? gm_export_trace(&d, out.f)
-                                           : gm_export_format(&d, loaded ? &m : NULL, format, what, out.f);
+        rc = strcmp(format, "trace") == 0   ? gm_export_trace(&d, out.f)
+             : strcmp(format, "torch") == 0 ? gm_export_torch(&d, &m, out.f, at_seq)
+                                            : gm_export_format(&d, loaded ? &m : NULL, format, what, out.f);
         if (rc) {
             char fate[PATH_MAX + 64];
             gm_out_discard(&out);
@@ -790,7 +812,7 @@ static int edit_distance(const char *a, const char *b) {
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
 static const char *nearest_command(const char *c) {
     static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune",
-                                       "import", "diff", "viz"};
+                                       "import", "diff", "viz", "flamegraph"};
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -803,6 +825,10 @@ static const char *nearest_command(const char *c) {
 int main(int argc, char **argv) {
     /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
     if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
+    /* linked as flamegraph.pl (where PyTorch's memory_viz runs it): the flame graph command */
+    const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
+    base = base ? base + 1 : argv[0];
+    if (base && strcmp(base, "flamegraph.pl") == 0) return gm_cmd_flamegraph(argc, argv);
     if (argc < 2) {
         fputs(usage_main, stderr);
         return GM_EXIT_USAGE;
@@ -828,6 +854,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(c, "uses") == 0) return gm_cmd_uses(argc - 1, argv + 1);
     if (strcmp(c, "import") == 0) return gm_cmd_import(argc - 1, argv + 1);
+    if (strcmp(c, "flamegraph") == 0) return gm_cmd_flamegraph(argc - 1, argv + 1);
     if (strcmp(c, "diff") == 0) return gm_cmd_diff(argc - 1, argv + 1);
     if (strcmp(c, "advise") == 0) return gm_advise_main(argc - 1, argv + 1);
     if (strcmp(c, "frag") == 0) return gm_frag_main(argc - 1, argv + 1);

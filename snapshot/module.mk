@@ -37,7 +37,7 @@ GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_
                   $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
-GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
+GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_export_torch.o $(SNAP_DIR)/formats/gm_flame.o $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
               $(SNAP_DIR)/analyze/gm_diff.o $(SNAP_DIR)/rec_schema.o
 $(BUILD)/gpumem: $(SNAP_DIR)/gpumem.o $(SNAP_DIR)/torch_record.o $(GM_OBJS) $(GM_ADVISE_OBJS) $(GM_IO_OBJS) $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ $(GM_LDLIBS) -lpthread -lm
@@ -62,7 +62,8 @@ snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_pages_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS)
-snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o
+snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
+                        $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
 SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages
@@ -100,7 +101,7 @@ SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories
                 tests/integration/advise_unannotated.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
 # export to other tools' formats, import of PyTorch snapshots, diff (#14)
-SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/import_roundtrip.sh \
+SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_peak.sh tests/integration/import_roundtrip.sh \
                 tests/integration/import_hostile.sh tests/integration/diff_gate.sh
 
 # libFuzzer target over database files (clang; built only where clang is installed).
@@ -132,12 +133,12 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
-                    $(SNAP_DIR)/rec_schema.c
-$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
+                    snapshot/formats/gm_torch.c alloc/config.c $(SNAP_DIR)/rec_schema.c
+$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/formats/gm_torch.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3
+	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3 -lm
 ALL_TARGETS += $(PICKLE_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "snapshot/formats/gm_torch.h"
@@ -176,11 +177,16 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
         if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size) {
             char err[1024];
             uint64_t n = 0;
-            if (gm_torch_merge(dbpath, buf, (size_t)st.st_size, &n, err, sizeof err) != 0)
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int mrc = gm_torch_merge(dbpath, buf, (size_t)st.st_size, &n, err, sizeof err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            if (mrc != 0)
                 fprintf(stderr, "gpumem: PyTorch's history was not merged into %s: %s\n", dbpath, err);
             else if (!quiet)
-                fprintf(stderr, "gpumem: merged PyTorch's memory history (%llu entries) into %s\n",
-                        (unsigned long long)n, dbpath);
+                fprintf(stderr, "gpumem: merged PyTorch's memory history (%llu entries, %.2f s) into %s\n",
+                        (unsigned long long)n, secs, dbpath);
         } else {
             fprintf(stderr, "gpumem: cannot read PyTorch's history from %s\n", r->snapshot);
         }
@@ -191,8 +197,27 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
     }
     if (fd >= 0) close(fd);
     unlink(r->snapshot);
-    char part[PATH_MAX + 8];
+    char part[PATH_MAX + 16];
     snprintf(part, sizeof part, "%s.part", r->snapshot);
+    unlink(part);
+    /* the hook's dump at the first OOM: PyTorch's snapshot of that moment, beside the database */
+    snprintf(part, sizeof part, "%s.oom", r->snapshot);
+    fd = open(part, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && dbpath) {
+        unsigned char *buf = malloc((size_t)st.st_size);
+        char err[1024], out[PATH_MAX + 32];
+        if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
+            gm_torch_write_oom(dbpath, buf, (size_t)st.st_size, out, sizeof out, err, sizeof err) == 0)
+            fprintf(stderr, "gpumem: PyTorch ran out of memory: its snapshot at that moment is %s "
+                            "(python -m torch.cuda._memory_viz stats %s, or gpumem import)\n", out, out);
+        else
+            fprintf(stderr, "gpumem: PyTorch's snapshot at the OOM was not written: %s\n",
+                    buf ? err : "out of memory");
+        free(buf);
+    }
+    if (fd >= 0) close(fd);
+    unlink(part);
+    snprintf(part, sizeof part, "%s.oom.part", r->snapshot);
     unlink(part);
     r->snapshot[0] = 0;
 }

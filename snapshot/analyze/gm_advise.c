@@ -701,7 +701,7 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     m->top_down = !strcmp(order, "down");
     alloc_config_default(&m->cfg);
     char cerr[512];
-    if (m->config[0] && alloc_config_parse(&m->cfg, m->config, cerr, sizeof cerr) != ALLOC_OK) {
+    if (m->config[0] && alloc_config_parse_recorded(&m->cfg, m->config, cerr, sizeof cerr) != ALLOC_OK) {
         snprintf(err, errsz, "%s: the recorded allocator configuration does not parse (%s)",
                  d->path, cerr);
         return -1;

@@ -655,7 +655,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
             s->unchecked = "the script has no flag for this change (optimizer state on the host)";
             return 0;
         }
-        gm_rerun_torch t = {.allocator_gpumem = c->torch == 2, .hooks = c->m.phases_from == GM_CSRC_PHASES};
+        gm_rerun_script t = {.allocator_gpumem = c->torch == 2, .hooks = c->m.phases_from == GM_CSRC_PHASES};
         snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s%s%s", c->m.torch_conf,
                  s->expandable && c->m.torch_conf[0] ? "," : "", s->expandable ? "expandable_segments:True" : "");
         snprintf(cmd, sizeof cmd, "%s%s%s", c->m.cmdline, flags[0] ? " " : "", flags);

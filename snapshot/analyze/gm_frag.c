@@ -559,6 +559,11 @@ static const cand cands[] = {
     {"round sizes to 4 divisions per power of two", "roundup_power2_divisions:4", 0, 0, 0, 0},
     {"garbage-collect cached blocks above 80% of the limit", "garbage_collection_threshold:0.8", 0, 0, 0, 1},
     {"one pool for every stream", "per_stream_pools:False", 0, 0, 1, 0},
+    /* PyTorch's keys have no word for "no limit": set by hand below */
+    /* a free block of max_split_size or more is never split or given to a smaller request, so the
+     * expandable segment maps new pages beside it */
+    {"drop max_split_size_mb: PyTorch's runaway growth with expandable segments",
+     "max_split_size_mb:none", 0, 1, 0, 0},
 };
 
 static int fix_cmp(const void *a, const void *b) {
@@ -596,8 +601,14 @@ static void find_fixes(gm_db *d, gm_frag *f) {
         if (k->classic_only && recorded.expandable_segments) continue;
         if (k->streams_only && !streams) continue;
         if (k->gc && !recorded.limit) continue; /* collection only means something under a limit */
+        if (k->expandable_only && !recorded.expandable_segments) continue;
         alloc_config_t c = recorded;
-        if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) continue;
+        if (!strcmp(k->conf, "max_split_size_mb:none")) {
+            if (recorded.max_split_size == SIZE_MAX) continue;
+            c.max_split_size = SIZE_MAX;
+        } else if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) {
+            continue;
+        }
         c.limit = recorded.limit; /* a preset keeps the limit the program ran under */
         if (gm_conf_same(&c, &recorded)) continue;
         res[nres].cfg = c, which[nres++] = i;
@@ -717,7 +728,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
     alloc_config_default(&cfg);
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0]) alloc_config_parse(&cfg, conf, NULL, 0);
+    if (conf[0]) alloc_config_parse_recorded(&cfg, conf, NULL, 0);
     uint64_t page = cfg.handle_size ? cfg.handle_size : PAGE_DEFAULT;
     for (size_t i = 0; i < nsnaps; i++) {
         snap *s = &snaps[i];

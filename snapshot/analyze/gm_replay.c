@@ -138,7 +138,115 @@ static int add_free_completed(gm_db *d, adv_model *am) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- PyTorch's own allocator */
+
+int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved) {
+    *peak_allocated = *peak_reserved = 0;
+    if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, size FROM events WHERE kind IN (31, 32, 34, 35) ORDER BY seq", -1,
+                           &st, NULL) != SQLITE_OK)
+        return 0;
+    uint64_t a = 0, r = 0;
+    int any = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 0);
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        any |= kind == REC_TORCH_ALLOC;
+        /* PyTorch's statistics: allocated drops at free_requested, reserved with its segments */
+        if (kind == REC_TORCH_ALLOC) a += size;
+        else if (kind == REC_TORCH_FREE) a -= size < a ? size : a;
+        else if (kind == REC_TORCH_SEG_MAP) r += size;
+        else r -= size < r ? size : r;
+        if (a > *peak_allocated) *peak_allocated = a;
+        if (r > *peak_reserved) *peak_reserved = r;
+    }
+    sqlite3_finalize(st);
+    return any;
+}
+
+/* A recording of a PyTorch program with PyTorch's own allocator (its history merged, kinds
+ * 31-35): the trace is its tensors (torch_alloc with the bytes asked for, torch_free when the
+ * tensor let go of the block, torch_free_completed when the block was reusable), replayed under
+ * preset:pytorch with the PYTORCH_CUDA_ALLOC_CONF it ran with; gpumem's own events there are
+ * PyTorch's segments, not allocations to replay. 1 loaded, 0 not such a recording, -1 error. */
+static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    uint64_t pa, pr;
+    if (!gm_torch_peaks(d, &pa, &pr)) return 0;
+    memset(am, 0, sizeof *am);
+    sqlite3_stmt *st;
+    if (!(am->strs = calloc(1, sizeof *am->strs)) || !(am->strs[0] = strdup(""))) {
+        free(am->strs);
+        am->strs = NULL;
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    am->nstrs = am->strs_cap = 1;
+    snprintf(am->mode, sizeof am->mode, "torch");
+    gm_meta_text(d, "cmdline", am->cmdline, sizeof am->cmdline);
+    gm_meta_text(d, "torch_conf", am->config, sizeof am->config);
+    alloc_config_preset(&am->cfg, "pytorch");
+    char cerr[1024];
+    if (alloc_config_parse(&am->cfg, am->config, cerr, sizeof cerr) != ALLOC_OK) {
+        adv_model_free(am);
+        snprintf(err, errsz, "%s: PyTorch's recorded configuration does not parse (%s)", d->path, cerr);
+        return -1;
+    }
+    am->rec_peak_allocated = pa, am->rec_peak_reserved = pr;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t FROM events "
+                                  "WHERE kind IN (31, 32, 33) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
+        adv_model_free(am);
+        snprintf(err, errsz, "%s: cannot read PyTorch's events: %s", d->path, sqlite3_errmsg(d->db));
+        return -1;
+    }
+    u64map live = {0}; /* address -> allocation index, until the free completes */
+    int rc = 1;
+    size_t cev = 0;
+    while (rc == 1 && sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
+        uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
+        uint32_t a;
+        if (kind == REC_TORCH_ALLOC) {
+            if (am->nallocs == am->allocs_cap) {
+                size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 1024;
+                adv_alloc *n = realloc(am->allocs, nc * sizeof *n);
+                if (!n) { rc = -1; break; }
+                am->allocs = n, am->allocs_cap = nc;
+            }
+            a = (uint32_t)am->nallocs++;
+            am->allocs[a] = (adv_alloc){.size = (uint64_t)sqlite3_column_int64(st, 3),
+                                        .stream = (uint32_t)sqlite3_column_int64(st, 4), .orig = a};
+            if (u64map_put(&live, addr, a) != 0) { rc = -1; break; }
+        } else {
+            const uint64_t *v = u64map_get(&live, addr);
+            if (!v) continue; /* before the history began */
+            a = (uint32_t)*v;
+            if (kind == REC_TORCH_FREE_COMPLETED) u64map_del(&live, addr, NULL);
+        }
+        if (am->nevs == cev) {
+            cev = cev ? 2 * cev : 4096;
+            adv_ev *n = realloc(am->evs, cev * sizeof *n);
+            if (!n) { rc = -1; break; }
+            am->evs = n;
+        }
+        am->evs[am->nevs++] = (adv_ev){.a = a, .kind = kind == REC_TORCH_ALLOC ? ADV_EV_ALLOC
+                                                    : kind == REC_TORCH_FREE   ? ADV_EV_FREE
+                                                                               : ADV_EV_FREE_DONE,
+                                      .step = -1, .t = t};
+    }
+    sqlite3_finalize(st);
+    u64map_free(&live);
+    if (rc < 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+    }
+    return rc;
+}
+
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    int torch = torch_trace_load(d, am, err, errsz);
+    if (torch != 0) return torch < 0 ? -1 : 0;
     if (adv_model_load(d, am, err, errsz) != 0) return -1;
     if (add_free_completed(d, am) != 0) {
         adv_model_free(am);
@@ -151,7 +259,7 @@ int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     alloc_config_default(&rc);
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0] && alloc_config_parse(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
@@ -229,7 +337,9 @@ int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
         return 0;
     }
     static const char *const keys[] = {"expandable_segments:", "max_split_size_mb:",
-                                        "roundup_power2_divisions:", "garbage_collection_threshold:"};
+                                        "roundup_power2_divisions:", "garbage_collection_threshold:",
+                                        "large_segment_size_mb:", "max_non_split_rounding_mb:",
+                                        "per_process_memory_fraction:"};
     while (*rest == ',') {
         rest++;
         int ok = 0;

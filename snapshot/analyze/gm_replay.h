@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* One configuration's replay. */
 typedef struct gm_replay_result {
@@ -31,6 +32,14 @@ typedef struct gm_replay_result {
  * configuration with its limit, and each OOM's request put back as the allocation it was (held
  * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
+/* A recording of a PyTorch program with PyTorch's allocator (its memory history merged):
+ * gm_replay_trace_load makes the trace of its tensors instead, under preset:pytorch and the
+ * PYTORCH_CUDA_ALLOC_CONF it ran with (am->mode "torch", am->config that string), and
+ * am->rec_peak_* are PyTorch's own (max_memory_allocated / max_memory_reserved). */
+static inline int gm_replay_is_torch(const adv_model *am) { return strcmp(am->mode, "torch") == 0; }
+/* PyTorch's peaks by its own rules (block sizes, allocated dropping at free_requested, reserved =
+ * its segments) from a merged history: 1 with them, 0 when the recording has none. */
+int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved);
 
 /* ---- configuration strings ---- */
 /* 1 when two configurations parse to the same settings. */

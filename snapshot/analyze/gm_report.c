@@ -636,6 +636,61 @@ static uint64_t map_unit(gm_db *d) {
     return 2u << 20;
 }
 
+/* Line `line` of a source file, stripped and cut to 120 characters; 0 when it cannot be read. */
+static int source_line(const char *file, uint32_t line, char *out, size_t outsz) {
+    FILE *f = file && line ? fopen(file, "r") : NULL;
+    if (!f) return 0;
+    char buf[4096];
+    uint32_t n = 0;
+    int found = 0;
+    while (fgets(buf, sizeof buf, f) && n < 1000000)
+        if (++n == line) {
+            found = 1;
+            break;
+        }
+    fclose(f);
+    if (!found) return 0;
+    char *b = buf, *e;
+    while (*b == ' ' || *b == '\t') b++;
+    e = b + strlen(b);
+    while (e > b && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+    if (!*b) return 0;
+    for (char *c = b; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';
+    snprintf(out, outsz, "%.120s%s", b, strlen(b) > 120 ? "..." : "");
+    return 1;
+}
+
+/* The Python line an OOM came from and the code on it, the tensor in the program's own words
+ * ("loss = F.cross_entropy(logits.view(-1, V), targets)"): the OOM's own Python frame, else (a
+ * request PyTorch's C++ made, autograd's backward) the line the program's main thread was on
+ * at PyTorch's first OOM (meta torch_oom_python, from gpumem's PyTorch hook). 0 when neither. */
+static int oom_python(gm_db *d, const gm_model *m, const gm_oom *oo, int first, char *where, size_t wsz,
+                      char *src, size_t ssz, int *from_main) {
+    long fi = oo->stack ? gm_stack_site(m, oo->stack) : -1;
+    *from_main = 0;
+    src[0] = 0;
+    if (fi >= 0 && m->frames[fi].python && m->frames[fi].file) {
+        const char *b = strrchr(m->frames[fi].file, '/');
+        snprintf(where, wsz, "%s:%u in %s", b ? b + 1 : m->frames[fi].file, m->frames[fi].line,
+                 m->frames[fi].function ? m->frames[fi].function : "?");
+        source_line(m->frames[fi].file, m->frames[fi].line, src, ssz);
+        return 1;
+    }
+    char v[1200] = "";
+    if (first) gm_meta_text(d, "torch_oom_python", v, sizeof v);
+    if (!v[0]) return 0;
+    char *t1 = strchr(v, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+    if (!t2) return 0;
+    *t1 = *t2 = 0;
+    const char *b = strrchr(v, '/');
+    uint32_t line = (uint32_t)strtoul(t1 + 1, NULL, 10);
+    snprintf(where, wsz, "%s:%u in %s", b ? b + 1 : v, line, t2 + 1);
+    source_line(v, line, src, ssz);
+    *from_main = 1;
+    return 1;
+}
+
 /* Why an allocation failed: the one constraint that bound it, and by how many bytes the request
  * fell short. The allocator could have served the request from its largest free block or by
  * mapping new memory up to the cap (the limit, or what the device had left), in whole mapping
@@ -807,6 +862,100 @@ static void print_bad_accesses(gm_db *d, gm_model *m, labels *l, const gm_opts *
     if (o->json) fputs("]}", out);
     else if (total > shown)
         fprintf(out, "  ... and %" PRIu64 " more (gpumem sql: kind 30)\n", total - shown);
+}
+
+/* ---------------------------------------------------------------- CUDA graphs' memory */
+
+static int pools_used(const gm_pools *p) { return p->allocs || p->segments; }
+
+static void print_pools_json(FILE *out, const char *key, const char *count_key, int64_t count,
+                             const gm_pools *p) {
+    fprintf(out, "\"%s\":", key);
+    if (!pools_used(p)) {
+        fputs("null", out);
+        return;
+    }
+    fprintf(out, "{\"%s\":%" PRId64 ",\"allocations\":%" PRIu64 ",\"allocation_bytes\":%" PRIu64
+                 ",\"peak_allocated\":%" PRIu64 ",\"allocated_at_end\":%" PRIu64 ",\"segments\":%" PRIu64
+                 ",\"peak_reserved\":%" PRIu64 ",\"reserved_at_end\":%" PRIu64 ",\"reserved_at_peak\":%" PRIu64 "}",
+            count_key, count, p->allocs, p->alloc_bytes, p->peak_allocated, p->allocated, p->segments,
+            p->peak_reserved, p->reserved, p->reserved_at_peak);
+}
+
+static void print_pools_text(FILE *out, const char *title, const char *what, int64_t count,
+                             const char *peak_of, const gm_pools *p) {
+    char ab[32], pa[32], ea[32], pr[32], er[32], rp[32];
+    gm_fmt_bytes(p->alloc_bytes, ab, sizeof ab);
+    gm_fmt_bytes(p->peak_allocated, pa, sizeof pa);
+    gm_fmt_bytes(p->allocated, ea, sizeof ea);
+    gm_fmt_bytes(p->peak_reserved, pr, sizeof pr);
+    gm_fmt_bytes(p->reserved, er, sizeof er);
+    gm_fmt_bytes(p->reserved_at_peak, rp, sizeof rp);
+    fprintf(out, "  %-24s %" PRId64 " %s; %" PRIu64 " allocations made in them (%s)\n", title, count, what,
+            p->allocs, ab);
+    fprintf(out, "  %-24s reserved %s at most, %s at %s peak reserved, %s at the end (%" PRIu64 " segments)\n",
+            "", pr, rp, peak_of, er, p->segments);
+    fprintf(out, "  %-24s allocated %s at most, %s at the end (the graphs' static tensors, while they live)\n",
+            "", pa, ea);
+}
+
+/* "CUDA graphs": the memory of graph captures, when the recording has any (JSON key "graphs",
+ * null otherwise):
+ *   capture_pools  gpumem's pools of each capture (PyTorch with gpumem as its allocator: what
+ *                  it allocates while capturing; events flagged REC_F_PRIVATE_POOL); a
+ *                  capture's allocations are recorded on the stream handle 4 x id + 1 (its
+ *                  capture id), which counts the captures;
+ *   torch_pools    PyTorch's private pools (CUDA graphs' and MemPool's), from its merged
+ *                  history's pool ids (meta torch_private_pools counts them), by its rules;
+ *   memory_nodes   the driver's graph allocations (cudaMallocAsync during a capture, flag
+ *                  REC_F_GRAPH), recorded once at their capture. */
+static void print_graphs(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
+    const gm_pools *gp = &m->pools, *tp = &m->torch.pools;
+    int any = pools_used(gp) || pools_used(tp) || m->graph_nodes;
+    int64_t captures = 0;
+    if (pools_used(gp)) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(d->db, "SELECT count(*) FROM streams WHERE handle > 1 AND handle % 4 = 1", -1, &q,
+                               NULL) == SQLITE_OK) {
+            if (sqlite3_step(q) == SQLITE_ROW) captures = sqlite3_column_int64(q, 0);
+            sqlite3_finalize(q);
+        }
+    }
+    int64_t tpools = pools_used(tp) ? gm_meta_int(d, "torch_private_pools", 0) : 0;
+    if (o->json) {
+        fputs(",\"graphs\":", out);
+        if (!any) {
+            fputs("null", out);
+            return;
+        }
+        fputc('{', out);
+        print_pools_json(out, "capture_pools", "captures", captures, gp);
+        fputc(',', out);
+        print_pools_json(out, "torch_pools", "pools", tpools, tp);
+        fputs(",\"memory_nodes\":", out);
+        if (m->graph_nodes)
+            fprintf(out, "{\"allocations\":%" PRIu64 ",\"bytes\":%" PRIu64 "}", m->graph_nodes, m->graph_node_bytes);
+        else
+            fputs("null", out);
+        fputc('}', out);
+        return;
+    }
+    if (!any) return;
+    fprintf(out, "\nCUDA graphs: the memory of graph captures\n");
+    if (pools_used(gp))
+        print_pools_text(out, "gpumem's capture pools", captures == 1 ? "capture (PyTorch through gpumem)"
+                                                                       : "captures (PyTorch through gpumem)",
+                         captures, "the device's", gp);
+    if (pools_used(tp))
+        print_pools_text(out, "PyTorch's private pools", tpools == 1 ? "pool (CUDA graphs, MemPool)"
+                                                                     : "pools (CUDA graphs, MemPool)",
+                         tpools, "PyTorch's", tp);
+    if (m->graph_nodes) {
+        char b[32];
+        gm_fmt_bytes(m->graph_node_bytes, b, sizeof b);
+        fprintf(out, "  %-24s %" PRIu64 " graph allocations made by the driver (stream-ordered allocation while "
+                     "capturing), %s\n", "memory nodes", m->graph_nodes, b);
+    }
 }
 
 /* "device used (what nvidia-smi shows)": the block and its JSON key (gm_devused.c) */
@@ -1090,6 +1239,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_idle(d, m, &l, o, out);
         print_device_used(d, m, o, out);
         print_torch(d, m, &l, o, out);
+        print_graphs(d, m, o, out);
         print_bad_accesses(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
@@ -1138,6 +1288,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
         fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
         print_torch(d, m, &l, o, out);
+        print_graphs(d, m, o, out);
         gm_fmt_bytes(total, a, sizeof a);
         fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
         print_groups_text(out, "by NVTX phase", gp, np, o->top, total);
@@ -1177,6 +1328,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             gm_json_str(out, oom_phase(m, oo));
             fputs(",\"site\":", out);
             gm_json_str(out, oo->stack ? site_of(m, &l, oo->stack, NULL) : NULL);
+            char where[400], src[160];
+            int main_thread, py = oom_python(d, m, oo, i == 0, where, sizeof where, src, sizeof src, &main_thread);
+            fputs(",\"python_line\":", out);
+            gm_json_str(out, py ? where : NULL);
+            fputs(",\"source\":", out);
+            gm_json_str(out, py && src[0] ? src : NULL);
             fputc(',', out);
             print_groups_json(out, "live_by_site", go, no, o->top, ot, "site");
             fputc('}', out);
@@ -1192,6 +1349,17 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     i + 1, oo->seq, oo->device, r, oo->requested, nm ? " for " : "", nm ? nm : "",
                     ph ? " in " : "", ph ? ph : "");
             if (oo->stack) fprintf(out, "    at %s\n", site_of(m, &l, oo->stack, NULL));
+            char where[400], src[160];
+            int main_thread;
+            if (oom_python(d, m, oo, i == 0, where, sizeof where, src, sizeof src, &main_thread)) {
+                if (main_thread) /* the request came from PyTorch's C++, under this line */
+                    fprintf(out, "    the Python line: %s%s%s%s (PyTorch's C++ made the request under it, e.g. "
+                                 "autograd's backward)\n",
+                            where, src[0] ? ": `" : "", src, src[0] ? "`" : "");
+                else
+                    fprintf(out, "    the tensor: %s%s%s (the Python line: %s)\n", src[0] ? "`" : "",
+                            src[0] ? src : "made", src[0] ? "`" : "", where);
+            }
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
             if (oo->limit) {
                 char li[32];

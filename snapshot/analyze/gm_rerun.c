@@ -1,9 +1,11 @@
 /* gm_rerun.c — `--check` of advise, frag and tune: the recorded command run again under
  * `gpumem record` (this very gpumem program, so the same libgpumem.so), with extra arguments
- * and/or a GPUMEM_CONF, into scratch databases whose measured peaks are read back; with ranks,
+ * and/or a GPUMEM_CONF (a PYTORCH_CUDA_ALLOC_CONF for a PyTorch program on PyTorch's allocator,
+ * whose peaks are then PyTorch's own), into scratch databases whose measured peaks are read back; with ranks,
  * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
  * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
 #include "snapshot/analyze/gm_report.h"
+#include "snapshot/analyze/gm_replay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,11 +40,25 @@ static int read_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak
     return 0;
 }
 
-/* PyTorch's own peaks of a re-run's recording (its merged memory history: the torch view), and
- * the device's beside them. */
-static int read_torch_peaks(const char *path, gm_rerun_torch *t, char *err, size_t errsz) {
+/* PyTorch's own peaks of a re-run with its allocator (its merged history), then removes it */
+static int read_torch_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
+                            size_t errsz) {
     gm_db r;
-    gm_model m;
+    char e2[4096];
+    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    int have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
+    gm_db_close(&r);
+    if (!have) snprintf(err, errsz, "the re-run recorded no PyTorch memory history");
+    return have ? 0 : -1;
+}
+
+/* The PyTorch script's re-run (advise --check): PyTorch's own peaks (its merged history), or
+ * gpumem's recorded ones when gpumem was its allocator, and the device's beside them. */
+static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, size_t errsz) {
+    gm_db r;
     char e2[4096];
     if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
         snprintf(err, errsz, "%.1000s", e2);
@@ -50,42 +66,44 @@ static int read_torch_peaks(const char *path, gm_rerun_torch *t, char *err, size
     }
     t->device_peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
     t->device_peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
-    if (gm_model_load(&r, &m, 0, e2, sizeof e2) != 0) {
-        snprintf(err, errsz, "%.1000s", e2);
-        gm_db_close(&r);
-        return -1;
-    }
     int rc = 0;
-    if (m.torch.present == 1) {
-        t->peak_allocated = m.torch.peak_allocated, t->peak_reserved = m.torch.peak_reserved;
-    } else if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's own recorded peaks */
+    if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's own recorded peaks */
         t->peak_allocated = t->device_peak_allocated, t->peak_reserved = t->device_peak_reserved;
-    } else {
-        snprintf(err, errsz, "the re-run's recording has no PyTorch memory history");
+    } else if (!gm_torch_peaks(&r, &t->peak_allocated, &t->peak_reserved)) {
+        snprintf(err, errsz, "the re-run recorded no PyTorch memory history");
         rc = -1;
     }
-    gm_model_free(&m);
     gm_db_close(&r);
     return rc;
 }
 
-static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
-                 gm_rerun_torch *torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                 size_t errsz);
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+                 unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
+                 uint64_t *peak_reserved, char *err, size_t errsz);
 
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
-    return rerun(exe, cmdline, extra_args, conf, ranks, NULL, peak_allocated, peak_reserved, err, errsz);
+    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, err,
+                 errsz);
 }
 
-int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_torch *t, char *err, size_t errsz) {
+int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
+                   uint64_t *peak_reserved, char *err, size_t errsz) {
+    /* PYTORCH_CUDA_ALLOC_CONF: the variable PyTorch reads first (PYTORCH_ALLOC_CONF, if this
+     * environment has one, is then not read at all: alloc_config_torch_env) */
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, NULL, peak_allocated,
+                 peak_reserved, err, errsz);
+}
+
+int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz) {
     uint64_t a = 0, r = 0;
-    return rerun(exe, cmdline, NULL, NULL, 0, t, &a, &r, err, errsz);
+    /* PYTORCH_CUDA_ALLOC_CONF as the change has it, unset when it has none */
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, err, errsz);
 }
 
-static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
-                 gm_rerun_torch *torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                 size_t errsz) {
+static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+                 unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
+                 uint64_t *peak_reserved, char *err, size_t errsz) {
     char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -116,11 +134,11 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     argv[argc++] = "record";
     argv[argc++] = "-q";
     argv[argc++] = "--force";
-    if (torch && torch->allocator_gpumem) {
+    if (script && script->allocator_gpumem) {
         argv[argc++] = "--allocator";
         argv[argc++] = "gpumem";
     }
-    if (torch && !torch->hooks) argv[argc++] = "--no-torch-hooks";
+    if (script && !script->hooks) argv[argc++] = "--no-torch-hooks";
     argv[argc++] = "-o";
     argv[argc++] = dbpath;
     argv[argc++] = "--";
@@ -129,6 +147,9 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     char *save = NULL;
     int first = argc;
     for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
+        /* ... but an argv[0] that runs as recorded is kept: a virtual environment's python is a
+         * link to the system's, whose executable runs without the environment's packages */
+        if (argc == first && strchr(t, '/') && access(t, X_OK) == 0) use_exe = 0;
         argv[argc] = argc == first && use_exe ? (char *)exe : t;
         argc++;
     }
@@ -142,13 +163,11 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     if (pid == 0) {
         int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        if (conf) {
-            setenv("GPUMEM_CONF", conf, 1);
-            unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
-        }
-        if (torch) {
-            if (torch->alloc_conf[0]) setenv("PYTORCH_CUDA_ALLOC_CONF", torch->alloc_conf, 1);
-            else unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+        if (conf && (conf[0] || !script)) {
+            setenv(var, conf, 1);
+            if (!torch) unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
+        } else if (script) {
+            unsetenv(var);
         }
         execvp(argv[0], argv);
         _exit(127);
@@ -159,9 +178,9 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     int rc = 0, code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (code != 0) {
         int with = extra_args && *extra_args;
-        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
+        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
                  ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
-                 conf ? " under GPUMEM_CONF=" : "", conf ? conf : "", code,
+                 conf ? " under " : "", conf ? var : "", conf ? "=" : "", conf ? conf : "", code,
                  ranks && code == 127 ? ": no mpirun" : "");
         rc = -1;
     }
@@ -172,9 +191,9 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
             snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
         else
             snprintf(path, sizeof path, "%s", dbpath);
-        if (rc == 0 && torch) {
-            if (read_torch_peaks(path, torch, err, errsz) != 0) rc = -1;
-        } else if (rc == 0 && read_peaks(path, peak_allocated, peak_reserved, err, errsz) != 0) {
+        if (rc == 0 && (script  ? read_script_peaks(path, script, err, errsz)
+                        : torch ? read_torch_peaks(path, peak_allocated, peak_reserved, err, errsz)
+                                : read_peaks(path, peak_allocated, peak_reserved, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);

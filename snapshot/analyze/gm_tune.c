@@ -43,6 +43,7 @@ typedef struct search {
     int threads;
     int streams; /* the trace uses several streams */
     uint64_t limit;
+    int torch;   /* PyTorch's allocator recorded: its preset's neighbours stay PyTorch's keys */
 } search;
 
 static void conf_key(const alloc_config_t *c, char *out, size_t n) { alloc_config_format(c, out, n); }
@@ -139,14 +140,23 @@ static size_t neighbours(const search *s, const alloc_config_t *base, alloc_conf
     static const char *const streams[] = {"per_stream_pools:True", "per_stream_pools:False"};
     const char *const *lists[] = {always, classic, expandable, gc, streams};
     size_t lens[] = {6, 5, 8, 4, 2};
-    int use[] = {1, !base->expandable_segments, base->expandable_segments, s->limit != 0, s->streams};
+    int pt = s->torch && base->policy == ALLOC_POLICY_PYTORCH; /* keys PyTorch has, only */
+    int use[] = {1, !base->expandable_segments, base->expandable_segments && !pt, s->limit != 0, s->streams && !pt};
     size_t n = 0;
     if (base->policy == ALLOC_POLICY_NOCACHE) return 0; /* no cache: no key changes anything */
     for (size_t l = 0; l < 5; l++) {
         if (!use[l]) continue;
         for (size_t i = 0; i < lens[l] && n < max; i++) {
             alloc_config_t c = *base;
-            if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK) continue;
+            /* PyTorch's keys have no value for "none": those three are set here */
+            if (!strcmp(lists[l][i], "max_split_size_mb:inf"))
+                c.max_split_size = SIZE_MAX;
+            else if (!strcmp(lists[l][i], "garbage_collection_threshold:0"))
+                c.gc_threshold = 0;
+            else if (!strcmp(lists[l][i], "roundup_power2_divisions:0"))
+                memset(c.rp2_div, 0, sizeof c.rp2_div);
+            else if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK)
+                continue;
             c.limit = s->limit;
             char a[1024], b[1024];
             conf_key(&c, a, sizeof a);
@@ -195,7 +205,11 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     s.limit = o->limit ? o->limit : am.cfg.limit;
     t->limit = s.limit;
     t->nevents = am.nevs;
-    t->recorded_peak_reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    t->torch = gm_replay_is_torch(&am);
+    s.torch = t->torch;
+    t->best_torch = t->best_gpumem = t->runaway = SIZE_MAX;
+    snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");
+    t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
     for (size_t i = 1; i < am.nallocs && !s.streams; i++) s.streams = am.allocs[i].stream != am.allocs[0].stream;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
@@ -216,6 +230,11 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         if (alloc_config_preset(&c, alloc_preset_names[p]) != ALLOC_OK) continue;
         batch[nb++] = c;
     }
+    /* max_split_size_mb with expandable segments: the same without it, to name the growth */
+    alloc_config_t no_split = recorded;
+    int runaway = recorded.policy == ALLOC_POLICY_PYTORCH && recorded.expandable_segments &&
+                  recorded.max_split_size != SIZE_MAX;
+    if (runaway) no_split.max_split_size = SIZE_MAX, batch[nb++] = no_split;
     int rc = -1;
     if (evaluate(&s, batch, nb) < 0) goto oom;
     long ri = find(&s, &recorded);
@@ -264,6 +283,19 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         if (!strcmp(x, rk)) t->recorded = i;
     }
     t->best = t->nresults && t->results[0].ok && !t->results[0].oom ? 0 : SIZE_MAX;
+    for (size_t i = 0; i < t->nresults; i++) {
+        const gm_replay_result *r = &t->results[i];
+        if (!r->ok || r->oom) continue;
+        if (t->best_torch == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_PYTORCH && r->has_pytorch) t->best_torch = i;
+        if (t->best_gpumem == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_GPUMEM) t->best_gpumem = i;
+    }
+    if (runaway) {
+        long k = find(&s, &no_split);
+        /* named when dropping max_split_size_mb saves at least 1% */
+        if (k >= 0 && t->recorded != SIZE_MAX && t->results[k].ok &&
+            t->results[k].peak_reserved * 100 < t->results[t->recorded].peak_reserved * 99)
+            t->runaway = (size_t)k;
+    }
     rc = 0;
 oom:
     if (rc) snprintf(err, errsz, "out of memory");

@@ -33,6 +33,17 @@ typedef struct gm_tune {
     size_t recorded;      /* index of the recorded configuration in results */
     double seconds;       /* wall time of the search */
     int empty;            /* the recording holds no allocation: nothing to replay or rank */
+    /* a PyTorch program recorded with PyTorch's allocator (its history merged): the trace is its
+     * tensors, the recorded configuration preset:pytorch + its PYTORCH_CUDA_ALLOC_CONF
+     * (torch_conf), recorded_peak_reserved its max_memory_reserved(); configurations from
+     * PyTorch's preset change only PyTorch's keys */
+    int torch;
+    char torch_conf[512];
+    size_t best_torch;  /* the best configuration PyTorch's allocator can run (SIZE_MAX: none) */
+    size_t best_gpumem; /* the best of gpumem's own allocator (SIZE_MAX: none) */
+    /* the recorded configuration has max_split_size_mb with expandable segments (PyTorch's
+     * runaway growth): index of the same without max_split_size_mb, SIZE_MAX when not so */
+    size_t runaway;
 } gm_tune;
 
 /* Loads the trace (gm_replay_trace_load), replays the presets and searches the keys. 0, or -1 with

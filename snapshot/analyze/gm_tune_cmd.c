@@ -31,16 +31,66 @@ static const char *const usage_tune =
     "                         recommended GPUMEM_CONF and print predicted against measured\n"
     "  --lossy-ok             replay a recording that lost events (else refused, exit 3: its\n"
     "                         trace misses allocations or frees); the first line says so\n"
+    "A PyTorch program recorded with PyTorch's allocator (`gpumem record -- python ...`, its\n"
+    "memory history merged): its tensors are replayed, from the PYTORCH_CUDA_ALLOC_CONF it ran\n"
+    "with; the recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's\n"
+    "allocator (only PyTorch's keys), and apart from it what gpumem's allocator would reserve\n"
+    "(gpumem record --allocator gpumem); --check re-runs the script with the recommended\n"
+    "PYTORCH_CUDA_ALLOC_CONF and prints predicted against measured max_memory_reserved().\n"
     "Exit code: 0; 1 no configuration avoids an OOM under the limit, or --check could not\n"
     "re-run; 2 usage; 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
 
+/* PyTorch's runaway growth, named: the recorded max_split_size_mb with expandable segments */
+static void print_runaway(const gm_tune *t, FILE *out) {
+    if (t->runaway == SIZE_MAX || t->recorded == SIZE_MAX) return;
+    char a[32], b[32];
+    bytes(t->results[t->recorded].peak_reserved, a, sizeof a);
+    bytes(t->results[t->runaway].peak_reserved, b, sizeof b);
+    fprintf(out, "\n  runaway growth: max_split_size_mb with expandable_segments:True reserves %s, %s without\n"
+                 "  max_split_size_mb: a free block of max_split_size or more is never split or handed to a\n"
+                 "  smaller request, so the expandable segment maps new pages beside it (PyTorch's own\n"
+                 "  behaviour, replayed); drop max_split_size_mb when expandable segments are on\n",
+            a, b);
+}
+
+/* A PyTorch program on PyTorch's allocator: the recommendation for staying there, and gpumem's. */
+static void print_torch(const gm_tune *t, FILE *out) {
+    char re[32];
+    if (t->best_torch == SIZE_MAX) {
+        fprintf(out, "\n  no PYTORCH_CUDA_ALLOC_CONF avoids an OOM under the limit\n");
+    } else {
+        const gm_replay_result *b = &t->results[t->best_torch];
+        bytes(b->peak_reserved, re, sizeof re);
+        fprintf(out, "\n  recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=%s\n", b->pytorch);
+        fprintf(out, "               predicted max_memory_reserved() %s", re);
+        if (t->recorded_peak_reserved)
+            fprintf(out, " (%+.1f%% against the recording)",
+                    100.0 * ((double)b->peak_reserved - (double)t->recorded_peak_reserved) /
+                        (double)t->recorded_peak_reserved);
+        fputc('\n', out);
+    }
+    if (t->best_gpumem != SIZE_MAX) {
+        const gm_replay_result *g = &t->results[t->best_gpumem];
+        bytes(g->peak_reserved, re, sizeof re);
+        fprintf(out, "  with gpumem as PyTorch's allocator (gpumem record --allocator gpumem): GPUMEM_CONF=%s\n"
+                     "               would reserve %s for the same tensors\n",
+                g->conf, re);
+    }
+    print_runaway(t, out);
+}
+
 static void print_text(const gm_db *d, const gm_tune *t, int objective, int top, FILE *out) {
     fprintf(out, "gpumem tune: %s\n", d->path);
     char rr[32], lim[32];
     bytes(t->recorded_peak_reserved, rr, sizeof rr);
-    fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
+    if (t->torch)
+        fprintf(out, "  recorded   PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s, max_memory_reserved() %s\n"
+                     "             (its tensors replayed from its memory history)\n",
+                t->torch_conf[0] ? t->torch_conf : "(unset)", rr);
+    else
+        fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
     if (t->limit) {
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
@@ -62,6 +112,10 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "  %4zu %12s %12s %5.1f%% %9" PRIu64 " %10.1f %4s  %s%s%s\n", i + 1, re, al, 100.0 * r->utilization,
                 r->driver_calls, r->driver_time_s * 1e3, !r->ok ? "err" : r->oom ? "yes" : "no", r->conf,
                 i == t->recorded ? "  (recorded)" : "", r->preset && i != t->recorded ? "  (preset)" : "");
+    }
+    if (t->torch) {
+        print_torch(t, out);
+        return;
     }
     if (t->best == SIZE_MAX) {
         fprintf(out, "\n  no configuration avoids an OOM under the limit: the live tensors need more (gpumem advise)\n");
@@ -89,6 +143,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
             break;
         }
     }
+    print_runaway(t, out);
 }
 
 static void print_result_json(const gm_replay_result *r, FILE *out) {
@@ -132,6 +187,43 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     if (meas)
         fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],
                 meas[1]);
+    fputs(",\"runaway_growth\":", out);
+    if (t->runaway == SIZE_MAX || t->recorded == SIZE_MAX)
+        fputs("null", out);
+    else
+        fprintf(out, "{\"peak_reserved\":%" PRIu64 ",\"without_max_split\":%" PRIu64 "}",
+                t->results[t->recorded].peak_reserved, t->results[t->runaway].peak_reserved);
+    fputs(",\"torch\":", out);
+    if (!t->torch) {
+        fputs("null", out);
+    } else {
+        fputs("{\"recorded_conf\":", out);
+        gm_json_str(out, t->torch_conf);
+        fprintf(out, ",\"max_memory_reserved\":%" PRIu64 ",\"recommended\":", t->recorded_peak_reserved);
+        if (t->best_torch == SIZE_MAX) {
+            fputs("null", out);
+        } else {
+            const gm_replay_result *b = &t->results[t->best_torch];
+            fputs("{\"pytorch_conf\":", out);
+            gm_json_str(out, b->pytorch);
+            fprintf(out, ",\"predicted\":{\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}}",
+                    b->peak_allocated, b->peak_reserved);
+        }
+        fputs(",\"gpumem\":", out);
+        if (t->best_gpumem == SIZE_MAX) {
+            fputs("null", out);
+        } else {
+            const gm_replay_result *g = &t->results[t->best_gpumem];
+            fputs("{\"conf\":", out);
+            gm_json_str(out, g->conf);
+            fprintf(out, ",\"peak_reserved\":%" PRIu64 "}", g->peak_reserved);
+        }
+        if (meas)
+            fprintf(out, ",\"check\":{\"measured\":{\"max_memory_allocated\":%" PRIu64
+                         ",\"max_memory_reserved\":%" PRIu64 "}}",
+                    meas[0], meas[1]);
+        fputc('}', out);
+    }
     fputs("}\n", out);
 }
 
@@ -217,11 +309,16 @@ int gm_tune_main(int argc, char **argv) {
         gm_db_close(&d);
         return 0;
     }
-    int rc = t.best == SIZE_MAX ? 1 : 0;
+    size_t best = t.torch ? t.best_torch : t.best;
+    int rc = best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];
     int have = 0;
-    if (check && t.best != SIZE_MAX) {
-        if (gm_frag_rerun(&d, t.results[t.best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
+    char exe[4096], cmd[8192];
+    gm_meta_text(&d, "exe", exe, sizeof exe);
+    gm_meta_text(&d, "cmdline", cmd, sizeof cmd);
+    if (check && best != SIZE_MAX) {
+        if (t.torch ? gm_rerun_torch(exe, cmd, t.results[best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
+                    : gm_frag_rerun(&d, t.results[best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
             fprintf(stderr, "gpumem tune: --check: %s\n", err);
             rc = 1;
         } else {
@@ -233,11 +330,12 @@ int gm_tune_main(int argc, char **argv) {
     } else {
         print_text(&d, &t, o.objective, (int)top, stdout);
         if (have) {
-            const gm_replay_result *b = &t.results[t.best];
+            const gm_replay_result *b = &t.results[best];
             char p[32], m[32];
             bytes(b->peak_reserved, p, sizeof p);
             bytes(meas[1], m, sizeof m);
-            printf("  check: re-run under it: peak reserved %s measured, %s predicted (error %+.2f%%)\n", m, p,
+            printf("  check: re-run under it: %s %s measured, %s predicted (error %+.2f%%)\n",
+                   t.torch ? "max_memory_reserved()" : "peak reserved", m, p,
                    b->peak_reserved ? 100.0 * ((double)meas[1] - (double)b->peak_reserved) / (double)b->peak_reserved : 0.0);
         }
     }

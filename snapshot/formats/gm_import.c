@@ -5,7 +5,8 @@
  *
  * The pickle is read by gm_pickle.c, which never executes anything and bounds its memory. The
  * database is written through the recorder's schema (snapshot/record/schema.sql):
- *   - device_traces (every device, merged in time_us order) become events: alloc -> alloc (1),
+ *   - device_traces (every device, merged in time order: time_us, or a gpumem export's time_ns)
+ *     become events: alloc -> alloc (1),
  *     free_requested -> free (2), or at its free_completed when that comes later (a block used on
  *     another stream, which PyTorch does not reuse before then: it stays allocated until then),
  *     segment_alloc / segment_free -> driver_alloc / driver_free (18, 19), segment_map /
@@ -18,11 +19,19 @@
  *   - frames ({filename, line, name}, innermost first) become frames and stacks; a frame whose
  *     file ends in ".py" is a Python frame (frames.python = 1), others native frames with their
  *     function, file and line (symbolized = 1, no module);
- *   - streams (CUstream handles) get the database's small stream numbers.
+ *   - streams (CUstream handles) get the database's small stream numbers;
+ *   - an alloc entry's size is the REQUESTED size (PyTorch's trace records what was asked for):
+ *     the block's size, which PyTorch's allocated_bytes and max_memory_allocated count, is
+ *     replayed from the trace's addresses by PyTorch's own block rules (gm_tblocks, gm_torch.h:
+ *     rounding, splitting, merges at free_completed, the snapshot's allocator_settings). A
+ *     gpumem export says both (size = the block, requested_size = the request) and is taken
+ *     as it says.
  * Frees of memory the trace never allocated are left out. */
 #include "snapshot/formats/gm_formats.h"
+#include "alloc/alloc.h"
 #include "snapshot/formats/gm_out.h"
 #include "snapshot/formats/gm_pickle.h"
+#include "snapshot/formats/gm_torch.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 
@@ -114,10 +123,22 @@ static void btab_free(btab *t)
     free(t->keys), free(t->lens), free(t->ids);
 }
 
+/* an NVTX range rebuilt from external_annotations: open while its END has not come */
+typedef struct irange {
+    int64_t id;
+    const char *name;
+    char *path;
+} irange;
+
 typedef struct imp {
     sqlite3 *db;
     sqlite3_stmt *ev, *frame, *stack, *life;
-    btab frames, stacks;
+    btab frames, stacks, strs;
+    irange *open; /* the ranges open now, innermost last */
+    size_t nopen, copen;
+    int64_t next_range;
+    uint64_t peak_allocated, peak_reserved; /* PyTorch's, as the import sweeps them */
+    char conf[1100];                         /* its allocator configuration, as GPUMEM_CONF */
     u64map streams; /* (device << 48 ^ handle) -> id */
     uint64_t nstreams;
     uint64_t seq;
@@ -242,9 +263,73 @@ static int event(imp *im, uint64_t t, int kind, int device, int64_t stream, uint
         sqlite3_bind_int64(s, 9, stack);
     else
         sqlite3_bind_null(s, 9);
+    if (t && im->nopen) /* time 0: before the trace, outside any range */
+        sqlite3_bind_int64(s, 10, im->open[im->nopen - 1].id);
+    else
+        sqlite3_bind_null(s, 10);
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     return rc == SQLITE_DONE ? 0 : sqlfail(im, "events");
+}
+
+/* strings rows, by text: the id (0 on failure) */
+static int64_t string_id(imp *im, const char *text)
+{
+    uint64_t id;
+    size_t n = strlen(text);
+    if (btab_get(&im->strs, text, n, 0, &id) != 0) return 0;
+    if (id) return (int64_t)id;
+    if (btab_get(&im->strs, text, n, 1, &id) != 0) return 0;
+    char *q = sqlite3_mprintf("INSERT INTO strings VALUES (%lld, %Q)", (long long)id, text);
+    int rc = q ? exec(im, q) : -1;
+    sqlite3_free(q);
+    return rc == 0 ? (int64_t)id : 0;
+}
+
+/* external_annotations (a gpumem export's NVTX ranges, PyTorch's record_function names):
+ * START opens a range inside the innermost open one, END closes the innermost open range of
+ * that name, writing its row (the path of names from the outermost, as the recorder writes it). */
+static int range_start(imp *im, const char *name, uint64_t t)
+{
+    if (im->nopen == im->copen) {
+        size_t nc = im->copen ? 2 * im->copen : 16;
+        irange *n = realloc(im->open, nc * sizeof *n);
+        if (!n) return snprintf(im->err, sizeof im->err, "out of memory"), -1;
+        im->open = n, im->copen = nc;
+    }
+    const char *parent = im->nopen ? im->open[im->nopen - 1].path : NULL;
+    size_t len = strlen(name) + (parent ? strlen(parent) + 1 : 0) + 1;
+    char *path = malloc(len);
+    if (!path) return snprintf(im->err, sizeof im->err, "out of memory"), -1;
+    snprintf(path, len, "%s%s%s", parent ? parent : "", parent ? "/" : "", name);
+    int64_t id = ++im->next_range, pid = im->nopen ? im->open[im->nopen - 1].id : 0;
+    im->open[im->nopen++] = (irange){id, name, path};
+    int64_t sid = string_id(im, name);
+    char pbuf[32] = "NULL";
+    if (pid) snprintf(pbuf, sizeof pbuf, "%lld", (long long)pid);
+    char *q = sqlite3_mprintf("INSERT INTO ranges (id, parent, thread, kind, domain, name, "
+                              "start_ns, end_ns, path) VALUES (%lld, %s, 0, 0, NULL, %lld, %llu, "
+                              "NULL, %Q)",
+                              (long long)id, pbuf, (long long)sid, (unsigned long long)t, path);
+    int rc = q && sid ? exec(im, q) : -1;
+    if (!q || !sid) snprintf(im->err, sizeof im->err, "out of memory");
+    sqlite3_free(q);
+    return rc;
+}
+
+static int range_end(imp *im, const char *name, uint64_t t)
+{
+    size_t k = im->nopen;
+    while (k && strcmp(im->open[k - 1].name, name)) k--;
+    if (!k) return 0; /* never opened in the snapshot */
+    irange r = im->open[k - 1];
+    memmove(&im->open[k - 1], &im->open[k], (im->nopen - k) * sizeof *im->open);
+    im->nopen--;
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE ranges SET end_ns = %llu WHERE id = %lld", (unsigned long long)t,
+             (long long)r.id);
+    free(r.path);
+    return exec(im, sql);
 }
 
 static uint64_t u64_of(const gpk_val *d, const char *k)
@@ -264,8 +349,18 @@ static const gpk_val *block_frames(const gpk_val *b)
     return NULL;
 }
 
+/* an entry's time in ns: a gpumem export's time_ns, else PyTorch's time_us */
+static uint64_t time_ns_of(const gpk_val *e)
+{
+    uint64_t ns;
+    if (gpk_as_u64(gpk_get(e, "time_ns"), &ns) == 0) return ns;
+    uint64_t us = 0;
+    if (gpk_as_u64(gpk_get(e, "time_us"), &us) != 0) us = 0;
+    return us > UINT64_MAX / 1000 ? UINT64_MAX : us * 1000;
+}
+
 typedef struct tref {
-    uint64_t time_us;
+    uint64_t t_ns; /* time_ns_of */
     int device;
     size_t idx;
 } tref;
@@ -273,7 +368,7 @@ typedef struct tref {
 static int cmp_tref(const void *a, const void *b)
 {
     const tref *x = a, *y = b;
-    if (x->time_us != y->time_us) return x->time_us < y->time_us ? -1 : 1;
+    if (x->t_ns != y->t_ns) return x->t_ns < y->t_ns ? -1 : 1;
     if (x->device != y->device) return x->device < y->device ? -1 : 1;
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
@@ -400,6 +495,11 @@ static int import_doc(imp *im, const gpk_val *root)
             visits += f && f->type == GPK_LIST ? f->len : 0;
         }
     }
+    const gpk_val *anns = gpk_get(root, "external_annotations");
+    if (anns && anns->type != GPK_LIST) anns = NULL;
+    if (anns) ONCE(anns, "the external_annotations list");
+    for (size_t i = 0; anns && i < anns->len && visits <= max_visits && !twice; i++, visits++)
+        ONCE(anns->items[i], "one annotation");
 #undef ONCE
     u64map_free(&seen);
     if (twice) {
@@ -433,25 +533,40 @@ static int import_doc(imp *im, const gpk_val *root)
         const gpk_val *l = traces->items[dv];
         if (l->type != GPK_LIST) continue;
         for (size_t i = 0; i < l->len; i++)
-            refs[nref++] = (tref){u64_of(l->items[i], "time_us"), (int)dv, i};
+            refs[nref++] = (tref){time_ns_of(l->items[i]), (int)dv, i};
     }
     qsort(refs, nref, sizeof *refs, cmp_tref);
-    uint64_t t0 = nref ? refs[0].time_us : 0;
-    /* pass 1: what the trace leaves live at its end (allocations and segments by address) */
-    u64map end_allocs = {0}, end_segs = {0};
+    uint64_t t0 = nref ? refs[0].t_ns : 0;
+    /* PyTorch's block structure, for the block sizes its trace does not carry */
+    gm_tsettings tset;
+    gm_tsettings_read(gpk_get(root, "allocator_settings"), &tset);
+    /* the configuration it ran with, for tune, frag and advise: PyTorch's preset and its
+     * PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF reads PyTorch's keys as PyTorch does) */
+    const char *pyconf = gpk_as_str(gpk_get(gpk_get(root, "allocator_settings"), "PYTORCH_CUDA_ALLOC_CONF"));
+    alloc_config_t probe;
+    alloc_config_default(&probe);
+    snprintf(im->conf, sizeof im->conf, "preset:pytorch%s%.1000s", pyconf && *pyconf ? "," : "",
+             pyconf ? pyconf : "");
+    if (alloc_config_parse(&probe, im->conf, NULL, 0) != ALLOC_OK)
+        snprintf(im->conf, sizeof im->conf, "preset:pytorch%s", tset.expandable ? ",expandable_segments:True" : "");
+    gm_tblocks tb;
+    gm_tblocks_init(&tb, &tset);
+    /* pass 1: the addresses whose first trace entry makes the block (alloc) or the segment
+     * (segment_alloc, segment_map): what the snapshot holds there is the trace's own, whenever
+     * the snapshot was taken (PyTorch's at the end, a gpumem export at its --at moment); a
+     * snapshot block at an address whose first entry frees it, or that has none, was made
+     * before the trace began */
+    u64map end_allocs = {0}, end_segs = {0}; /* addr -> 1 made by the trace, 0 freed first */
     for (size_t r = 0; r < nref; r++) {
         const gpk_val *e = traces->items[refs[r].device]->items[refs[r].idx];
         const char *a = gpk_as_str(gpk_get(e, "action"));
-        uint64_t addr = u64_of(e, "addr"), junk;
+        uint64_t addr = u64_of(e, "addr");
         if (!a || addr == U64MAP_EMPTY) continue;
-        if (!strcmp(a, "alloc"))
-            u64map_put(&end_allocs, addr, 1);
-        else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed"))
-            u64map_del(&end_allocs, addr, &junk);
-        else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"))
-            u64map_put(&end_segs, addr, 1);
-        else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap"))
-            u64map_del(&end_segs, addr, &junk);
+        int blk = !strcmp(a, "alloc") || !strcmp(a, "free_requested") || !strcmp(a, "free_completed");
+        int seg = !strncmp(a, "segment_", 8);
+        u64map *mp = blk ? &end_allocs : seg ? &end_segs : NULL;
+        if (mp && !u64map_get(mp, addr))
+            u64map_put(mp, addr, !strcmp(a, "alloc") || !strcmp(a, "segment_alloc") || !strcmp(a, "segment_map"));
     }
     int have_seg_events = 0;
     for (size_t r = 0; r < nref && !have_seg_events; r++) {
@@ -490,19 +605,29 @@ static int import_doc(imp *im, const gpk_val *root)
             break;
         }
         uint64_t saddr = u64_of(sg, "address"), ssize = u64_of(sg, "total_size");
-        if (!have_seg_events || !u64map_get(&end_segs, saddr)) {
+        const uint64_t *made = u64map_get(&end_segs, saddr);
+        if (!have_seg_events || !made || !*made) {
             if (event(im, 0, REC_DRIVER_ALLOC, (int)dev, st, saddr, ssize, 0, 0)) {
                 rc = -1;
                 break;
             }
             reserved += ssize;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
+            const gpk_val *ex = gpk_get(sg, "is_expandable");
+            if (gm_tblocks_map(&tb, saddr, ssize, ex && ex->type == GPK_BOOL && ex->i) != 0) {
+                snprintf(im->err, sizeof im->err, "out of memory");
+                rc = -1;
+                break;
+            }
         }
         const gpk_val *bl = gpk_get(sg, "blocks");
         for (size_t j = 0; bl && bl->type == GPK_LIST && j < bl->len && rc == 0; j++) {
             const gpk_val *b = bl->items[j];
             const char *state = gpk_as_str(gpk_get(b, "state"));
             uint64_t baddr = u64_of(b, "address");
-            if (!state || strncmp(state, "active_", 7) != 0 || u64map_get(&end_allocs, baddr) ||
+            const uint64_t *mine = u64map_get(&end_allocs, baddr);
+            if (!state || strncmp(state, "active_", 7) != 0 || (mine && *mine) ||
                 baddr == U64MAP_EMPTY)
                 continue;
             int64_t stk = stack_id(im, block_frames(b));
@@ -511,6 +636,7 @@ static int import_doc(imp *im, const gpk_val *root)
                 break;
             }
             uint64_t sz = u64_of(b, "size");
+            gm_tblocks_alloc(&tb, baddr, sz);
             if (event(im, 0, REC_ALLOC, (int)dev, st, baddr, sz, stk,
                       u64_of(b, "requested_size"))) {
                 rc = -1;
@@ -520,16 +646,42 @@ static int import_doc(imp *im, const gpk_val *root)
             if (rc) break;
             u64map_put(&live, baddr, nl++);
             allocated += sz;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
         }
     }
-    /* the trace */
+    /* the annotations, in time order (stable: their list's order within a microsecond) */
+    tref *ar = calloc(anns && anns->len ? anns->len : 1, sizeof *ar);
+    size_t nar = 0, ai = 0;
+    if (!ar) rc = -1, snprintf(im->err, sizeof im->err, "out of memory");
+    for (size_t i = 0; ar && anns && nref && i < anns->len; i++) {
+        const gpk_val *x = anns->items[i];
+        const char *stage = gpk_as_str(gpk_get(x, "stage")), *nm = gpk_as_str(gpk_get(x, "name"));
+        if (x->type != GPK_DICT || !stage || !nm || (strcmp(stage, "START") && strcmp(stage, "END")))
+            continue;
+        uint64_t tu = time_ns_of(x);
+        ar[nar++] = (tref){tu < t0 ? t0 : tu, 0, i};
+    }
+    if (nar) qsort(ar, nar, sizeof *ar, cmp_tref);
+#define ANNOTATE(LIMIT_NS, ENDS_TOO)                                                                 \
+    for (; rc == 0 && ai < nar && ar[ai].t_ns <= (LIMIT_NS); ai++) {                          \
+        const gpk_val *x_ = anns->items[ar[ai].idx];                                              \
+        int start_ = !strcmp(gpk_as_str(gpk_get(x_, "stage")), "START");                         \
+        if (!start_ && !(ENDS_TOO) && ar[ai].t_ns == (LIMIT_NS)) break;                        \
+        uint64_t t_ = ar[ai].t_ns - t0 + 1;                                                     \
+        const char *n_ = gpk_as_str(gpk_get(x_, "name"));                                          \
+        if ((start_ ? range_start(im, n_, t_) : range_end(im, n_, t_)) != 0) rc = -1;            \
+    }
+    /* the trace: at each entry, the ranges started by its time (ended before it) are applied */
     for (size_t r = 0; r < nref && rc == 0; r++) {
         const gpk_val *e = traces->items[refs[r].device]->items[refs[r].idx];
         const char *a = gpk_as_str(gpk_get(e, "action"));
         if (!a) continue;
+        ANNOTATE(refs[r].t_ns, 0)
+        if (rc) break;
         int dev = refs[r].device;
         uint64_t addr = u64_of(e, "addr"), size = u64_of(e, "size");
-        uint64_t t = (refs[r].time_us - t0) * 1000 + (nref ? 1 : 0);
+        uint64_t t = refs[r].t_ns - t0 + (nref ? 1 : 0);
         int64_t st = stream_id(im, dev, u64_of(e, "stream"));
         if (st < 0) {
             rc = -1;
@@ -546,7 +698,18 @@ static int import_doc(imp *im, const gpk_val *root)
             if (u64map_del(&live, addr, &old)) { /* reused without a free in the trace */
                 allocated -= lives[old].size;
             }
-            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, u64_of(e, "requested_size"))) {
+            /* PyTorch's size is the request; a gpumem export gives the block and the request */
+            uint64_t requested = u64_of(e, "requested_size"), blk = gm_tblocks_alloc(&tb, addr, size);
+            if (!requested) {
+                requested = size;
+                if (!blk) {
+                    snprintf(im->err, sizeof im->err, "out of memory");
+                    rc = -1;
+                    break;
+                }
+                size = blk;
+            }
+            if (event(im, t, REC_ALLOC, dev, st, addr, size, stk, requested)) {
                 rc = -1;
                 break;
             }
@@ -554,8 +717,22 @@ static int import_doc(imp *im, const gpk_val *root)
             if (rc) break;
             u64map_put(&live, addr, nl++);
             allocated += size;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
+            const char *meta = gpk_as_str(gpk_get(e, "user_metadata"));
+            if (meta && *meta) { /* a gpumem export's tensor name */
+                int64_t sid = string_id(im, meta);
+                char sql[160];
+                snprintf(sql, sizeof sql, "INSERT INTO names (seq, addr, name) VALUES (%" PRIu64 ", %" PRIu64 ", %lld)",
+                         im->seq, addr, (long long)sid);
+                if (!sid || exec(im, sql) != 0) {
+                    rc = -1;
+                    break;
+                }
+            }
         } else if (!strcmp(a, "free_requested") || !strcmp(a, "free_completed")) {
             uint64_t i;
+            if (a[5] == 'c') gm_tblocks_free_block(&tb, addr); /* PyTorch merges it then */
             if (a[5] == 'r' && completes_later(traces->items[dev], refs[r].idx, addr)) continue;
             if (!u64map_del(&live, addr, &i)) continue;
             if (event(im, t, REC_FREE, dev, st, addr, lives[i].size, 0, 0)) {
@@ -569,13 +746,21 @@ static int import_doc(imp *im, const gpk_val *root)
             lives[i].seq = 0;
             allocated -= lives[i].size;
         } else if (!strcmp(a, "segment_alloc") || !strcmp(a, "segment_map")) {
+            if (gm_tblocks_map(&tb, addr, size, a[8] == 'm') != 0) {
+                snprintf(im->err, sizeof im->err, "out of memory");
+                rc = -1;
+                break;
+            }
             if (event(im, t, a[8] == 'a' ? REC_DRIVER_ALLOC : REC_SEG_MAP, dev, st, addr, size, 0,
                       0)) {
                 rc = -1;
                 break;
             }
             reserved += size;
+            if (allocated > im->peak_allocated) im->peak_allocated = allocated;
+            if (reserved > im->peak_reserved) im->peak_reserved = reserved;
         } else if (!strcmp(a, "segment_free") || !strcmp(a, "segment_unmap")) {
+            gm_tblocks_unmap(&tb, addr, size);
             if (event(im, t, a[8] == 'f' ? REC_DRIVER_FREE : REC_SEG_UNMAP, dev, st, addr, size, 0,
                       0)) {
                 rc = -1;
@@ -605,6 +790,9 @@ static int import_doc(imp *im, const gpk_val *root)
             }
         }
     }
+    if (nref) ANNOTATE(UINT64_MAX, 1)
+#undef ANNOTATE
+    free(ar);
     /* alive at the end */
     for (size_t i = 0; i < nl && rc == 0; i++) {
         if (!lives[i].seq) continue;
@@ -634,7 +822,7 @@ static int import_doc(imp *im, const gpk_val *root)
             snprintf(sql, sizeof sql,
                      "INSERT INTO snapshots VALUES (%" PRId64 ", %" PRIu64 ", %" PRIu64
                      ", 3, %" PRId64 ")",
-                     nsnap, im->seq, nref ? (refs[nref - 1].time_us - t0) * 1000 + 1 : 0, dev);
+                     nsnap, im->seq, nref ? refs[nref - 1].t_ns - t0 + 1 : 0, dev);
             if (exec(im, sql)) {
                 rc = -1;
                 break;
@@ -690,6 +878,7 @@ static int import_doc(imp *im, const gpk_val *root)
     sqlite3_finalize(ss);
     sqlite3_finalize(bs);
 #undef ADD_LIFE
+    gm_tblocks_free(&tb);
     free(refs);
     free(lives);
     u64map_free(&live);
@@ -725,8 +914,8 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
             u64map_init(&im.streams, 64) == 0 &&
             sqlite3_prepare_v2(im.db,
                                "INSERT INTO events (seq, t, kind, flags, device, stream, thread, "
-                               "addr, size, requested, stack) "
-                               "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9)",
+                               "addr, size, requested, stack, range) "
+                               "VALUES (?1, ?2, ?3, 0, ?4, ?5, 0, ?6, ?7, ?8, ?9, ?10)",
                                -1, &im.ev, NULL) == SQLITE_OK &&
             sqlite3_prepare_v2(im.db,
                                "INSERT INTO frames (id, function, file, line, symbolized, python) "
@@ -737,18 +926,19 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
             sqlite3_prepare_v2(im.db, "INSERT INTO alloc_life (birth, death) VALUES (?, ?)", -1,
                                &im.life, NULL) == SQLITE_OK) {
             if (import_doc(&im, doc.root) == 0) {
-                char sql[5000], *q = sqlite3_mprintf("%q", im.path);
+                char sql[8000], *q = sqlite3_mprintf("%q", im.path), *cq = sqlite3_mprintf("%q", im.conf);
                 snprintf(sql, sizeof sql,
                          "INSERT INTO meta VALUES ('schema_major', %d), ('schema_minor', %d), "
                          "('gpumem_version', '%s'),"
                          "('state', 'closed'), ('dropped_events', 0), ('start_ns', 0), ('events', "
                          "%" PRIu64 "),"
                          "('stacks', %u), ('cmdline', 'gpumem import %s'), ('imported_from', "
-                         "'PyTorch memory snapshot %s');"
+                         "'PyTorch memory snapshot %s'), ('config', '%s'), ('stat.peak_allocated', %" PRIu64
+                         "), ('stat.peak_reserved', %" PRIu64 ");"
                          "INSERT INTO threads VALUES (0, 0, 'main');",
                          REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR, REC_VERSION, im.seq, im.max_depth,
-                         q ? q : "", q ? q : "");
-                sqlite3_free(q);
+                         q ? q : "", q ? q : "", cq ? cq : "", im.peak_allocated, im.peak_reserved);
+                sqlite3_free(q), sqlite3_free(cq);
                 if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
             }
         } else if (!im.err[0]) {
@@ -760,6 +950,9 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
     if (im.db) sqlite3_close(im.db);
     btab_free(&im.frames);
     btab_free(&im.stacks);
+    btab_free(&im.strs);
+    for (size_t i = 0; i < im.nopen; i++) free(im.open[i].path);
+    free(im.open);
     u64map_free(&im.streams);
     *events = im.seq;
     gpk_free(&doc);

@@ -136,6 +136,47 @@ void gpk_list_end(FILE *f)
     fputc('e', f);
 }
 
+void gpk_write_val(FILE *f, const gpk_val *v)
+{
+    static unsigned depth;
+    if (!v || depth > 200) { /* deeper than any snapshot: not written */
+        gpk_none(f);
+        return;
+    }
+    depth++;
+    switch (v->type) {
+    case GPK_BOOL: gpk_bool(f, (int)v->i); break;
+    case GPK_INT:
+        if (v->big == 1)
+            gpk_uint(f, v->u);
+        else if (v->big)
+            gpk_none(f);
+        else
+            gpk_int(f, v->i);
+        break;
+    case GPK_FLOAT: gpk_float(f, v->f); break;
+    case GPK_STR:
+    case GPK_BYTES: gpk_str(f, v->s); break;
+    case GPK_LIST:
+    case GPK_TUPLE:
+    case GPK_SET:
+        gpk_list_begin(f);
+        for (size_t i = 0; i < v->len; i++) gpk_write_val(f, v->items[i]);
+        gpk_list_end(f);
+        break;
+    case GPK_DICT:
+        gpk_dict_begin(f);
+        for (size_t i = 0; i < v->len; i++) {
+            gpk_write_val(f, v->items[2 * i]);
+            gpk_write_val(f, v->items[2 * i + 1]);
+        }
+        gpk_dict_end(f);
+        break;
+    default: gpk_none(f); break;
+    }
+    depth--;
+}
+
 /* ---------------------------------------------------------------- reader */
 
 typedef struct rd {

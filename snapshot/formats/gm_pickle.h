@@ -34,6 +34,10 @@ void gpk_memo_put(FILE *f, uint32_t idx);
 void gpk_memo_get(FILE *f, uint32_t idx);
 /* a key of a dict followed by its value: gpk_key(f, "size"); gpk_uint(f, 512); */
 void gpk_key(FILE *f, const char *k);
+/* a value read by the reader, written back (tuples and sets as lists, bytes as str, an int
+ * beyond 64 bits and anything nested past 200 levels as None) */
+typedef struct gpk_val gpk_val;
+void gpk_write_val(FILE *f, const gpk_val *v);
 
 /* ---- reader */
 enum gpk_type {
@@ -49,7 +53,6 @@ enum gpk_type {
     GPK_SET,
     GPK_MARK
 };
-typedef struct gpk_val gpk_val;
 struct gpk_val {
     enum gpk_type type;
     int big;    /* GPK_INT: does not fit int64 (u holds it when it fits uint64; big = 2 beyond) */

@@ -18,6 +18,7 @@
  *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged.
  * All in one transaction: a failure leaves the recording as it was. */
 #include "snapshot/formats/gm_torch.h"
+#include "snapshot/formats/gm_out.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -246,6 +247,8 @@ typedef struct titem {
     const gpk_val *frames;
     const char *name;   /* TA_NAME */
     int action, device;
+    unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0)) */
+    uint64_t pool;      /* that pool, as one number (0: the default pool) */
     size_t order;       /* PyTorch's own order, across devices by time */
     uint64_t seq;       /* its seq in the merged recording */
 } titem;
@@ -324,6 +327,35 @@ static uint64_t u64_in(const gpk_val *d, const char *k)
     uint64_t v = 0;
     if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
     return v;
+}
+
+/* PyTorch's pool of a trace entry (pool_id) or a segment (segment_pool_id): (0, 0) is the
+ * device's default pool; any other is private — a CUDA graph's (torch.cuda.graph,
+ * make_graphed_callables) or a torch.cuda.MemPool. Histories older than the key read as
+ * default. */
+static void pool_of(titem *t, const gpk_val *v)
+{
+    uint64_t a, b;
+    if (!v || (v->type != GPK_TUPLE && v->type != GPK_LIST) || v->len != 2 ||
+        gpk_as_u64(v->items[0], &a) != 0 || gpk_as_u64(v->items[1], &b) != 0 || (!a && !b))
+        return;
+    t->flags = REC_F_PRIVATE_POOL;
+    t->pool = (a << 32 ^ b) & (U64MAP_EMPTY - 1); /* ids are small counters: distinct */
+    if (!t->pool) t->pool = 1;
+}
+
+/* How many private pools the history names (meta torch_private_pools) */
+static uint64_t private_pools(const merge *m)
+{
+    u64map seen = {0};
+    uint64_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->it[i].pool && !u64map_get(&seen, m->it[i].pool)) {
+            if (u64map_put(&seen, m->it[i].pool, 1) != 0) break;
+            n++;
+        }
+    u64map_free(&seen);
+    return n;
 }
 
 static int cmp_time(const void *a, const void *b)
@@ -672,6 +704,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
             t->size = t->requested = u64_in(e, "size");
             t->stream = u64_in(e, "stream");
             t->frames = gpk_get(e, "frames");
+            pool_of(t, gpk_get(e, "pool_id"));
         }
     }
     for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
@@ -711,6 +744,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->addr = addr;
         t->size = t->requested = size;
         t->stream = u64_in(sg, "stream");
+        pool_of(t, gpk_get(sg, "segment_pool_id"));
     }
     u64map_free(&made);
     qsort(m->it, m->n, sizeof *m->it, cmp_time);
@@ -825,7 +859,7 @@ static int insert_items(merge *m)
     sqlite3_stmt *ev = NULL, *nm = NULL, *life = NULL;
     int rc = -1;
     if (sqlite3_prepare_v2(m->db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, "
-                                  "requested, alloc_id, stack, range) VALUES (?,?,?,0,?,?,NULL,?,?,?,NULL,?,?)",
+                                  "requested, alloc_id, stack, range) VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,?,?)",
                            -1, &ev, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(m->db, query_i64(m, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", 0)
                                       ? "INSERT INTO names (seq, addr, name, birth) VALUES (?,?,?,?)"
@@ -868,15 +902,16 @@ static int insert_items(merge *m)
         sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
         sqlite3_bind_int64(ev, 2, t->t);
         sqlite3_bind_int(ev, 3, kind_of_action[t->action]);
-        sqlite3_bind_int(ev, 4, t->device);
-        sqlite3_bind_int64(ev, 5, stream);
-        sqlite3_bind_int64(ev, 6, (int64_t)t->addr);
-        sqlite3_bind_int64(ev, 7, (int64_t)t->size);
-        sqlite3_bind_int64(ev, 8, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
-        if (stack) sqlite3_bind_int64(ev, 9, stack);
-        else sqlite3_bind_null(ev, 9);
-        if (range_of[i]) sqlite3_bind_int64(ev, 10, range_of[i]);
+        sqlite3_bind_int(ev, 4, (int)t->flags);
+        sqlite3_bind_int(ev, 5, t->device);
+        sqlite3_bind_int64(ev, 6, stream);
+        sqlite3_bind_int64(ev, 7, (int64_t)t->addr);
+        sqlite3_bind_int64(ev, 8, (int64_t)t->size);
+        sqlite3_bind_int64(ev, 9, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
+        if (stack) sqlite3_bind_int64(ev, 10, stack);
         else sqlite3_bind_null(ev, 10);
+        if (range_of[i]) sqlite3_bind_int64(ev, 11, range_of[i]);
+        else sqlite3_bind_null(ev, 11);
         if (sqlite3_step(ev) != SQLITE_DONE) {
             mfail(m, "events");
             goto done_live;
@@ -971,6 +1006,19 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     m.next_string = query_i64(&m, "SELECT max(id) FROM strings", 0) + 1;
     m.next_stream = query_i64(&m, "SELECT max(id) FROM streams", 0) + 1;
     if (insert_items(&m) != 0) goto out;
+    /* the program's own Python line at the first OOM (the hook's oom_python: the main thread's
+     * stack, innermost first): the innermost frame outside torch, gpumem and Python's library */
+    char oom_line[1200] = "";
+    const gpk_val *op = gpk_get(root, "oom_python");
+    for (size_t i = 0; op && op->type == GPK_LIST && i < op->len && !oom_line[0]; i++) {
+        const char *file = gpk_as_str(gpk_get(op->items[i], "filename"));
+        const char *fn = gpk_as_str(gpk_get(op->items[i], "name"));
+        int64_t line = 0;
+        if (!file || gpk_as_i64(gpk_get(op->items[i], "line"), &line) != 0) continue;
+        int stdlib = strstr(file, "/lib/python3.") && !strstr(file, "-packages/");
+        if (file[0] == '<' || stdlib || strstr(file, "-packages/torch") || strstr(file, "/gpumem/")) continue;
+        snprintf(oom_line, sizeof oom_line, "%.900s\t%lld\t%.200s", file, (long long)line, fn ? fn : "?");
+    }
     const gpk_val *as = gpk_get(snap, "allocator_settings");
     const char *conf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
     const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
@@ -986,9 +1034,11 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
-        "('torch_history_truncated', %d), ('events', (SELECT count(*) FROM events))",
+        "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
+        "('torch_oom_python', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
-        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring);
+        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
+        (unsigned long long)private_pools(&m), oom_line);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
@@ -1003,4 +1053,44 @@ out:
     free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
     u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
     return rc;
+}
+
+/* ---------------------------------------------------------------- the snapshot at an OOM */
+
+int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, char *path,
+                       size_t pathsz, char *err, size_t errsz)
+{
+    size_t l = strlen(dbpath);
+    int db = l > 3 && !strcmp(dbpath + l - 3, ".db");
+    snprintf(path, pathsz, "%.*s.oom.pickle", (int)(db ? l - 3 : l), dbpath);
+    gpk_doc doc;
+    if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) {
+        gpk_free(&doc);
+        return -1;
+    }
+    const gpk_val *snap = gpk_get(doc.root, "snapshot");
+    if (!snap || snap->type != GPK_DICT) {
+        gpk_free(&doc);
+        snprintf(err, errsz, "the dump at the OOM holds no snapshot");
+        return -1;
+    }
+    gm_out out;
+    const char *inputs[] = {dbpath};
+    int rc = gm_out_open(&out, path, GM_OUT_TORCH, 0, inputs, 1, err, errsz);
+    if (rc == 0) {
+        gpk_begin(out.f);
+        gpk_dict_begin(out.f);
+        gpk_key(out.f, "exporter"), gpk_str(out.f, "gpumem"); /* the output rule's marker */
+        for (size_t i = 0; i < snap->len; i++) {
+            const char *k = gpk_as_str(snap->items[2 * i]);
+            if (k && !strcmp(k, "exporter")) continue;
+            gpk_write_val(out.f, snap->items[2 * i]);
+            gpk_write_val(out.f, snap->items[2 * i + 1]);
+        }
+        gpk_dict_end(out.f);
+        gpk_end(out.f);
+        rc = gm_out_commit(&out, err, errsz);
+    }
+    gpk_free(&doc);
+    return rc ? -1 : 0;
 }

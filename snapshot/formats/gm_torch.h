@@ -68,4 +68,12 @@ void gm_tblocks_free_block(gm_tblocks *b, uint64_t addr);
 int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint64_t *merged,
                    char *err, size_t errsz);
 
+/* PyTorch's own snapshot at an OOM (a dump of gpumem's hook, as gm_torch_merge reads) written
+ * beside the recording at dbpath: DB.oom.pickle for DB.db (else dbpath + ".oom.pickle"), the
+ * dict of torch.cuda.memory._snapshot() with "exporter": "gpumem" first, through the output rule
+ * (gm_out.h: a file of another kind is not replaced). path receives its name. 0, or -1 with a
+ * one-line reason. */
+int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, char *path,
+                       size_t pathsz, char *err, size_t errsz);
+
 #endif

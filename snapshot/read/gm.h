@@ -114,6 +114,20 @@ typedef struct gm_alloc {
 #define GM_ALLOC_FREED 2u
 /* made through the framework's allocator hook (PyTorch with gpumem as its allocator) */
 #define GM_ALLOC_FRAMEWORK 4u
+/* made in a graph capture's private pool (events.flags REC_F_PRIVATE_POOL) */
+#define GM_ALLOC_PRIVATE 8u
+
+/* CUDA graphs' memory in one view (the device's events, or PyTorch's merged history): the
+ * allocations and segments of private pools (events flagged REC_F_PRIVATE_POOL — gpumem's pools
+ * of a capture, PyTorch's pools other than (0, 0)). Allocated follows the view's rules (the
+ * torch view drops a tensor at its free_requested). */
+typedef struct gm_pools {
+    uint64_t allocs, alloc_bytes;        /* allocations made in private pools, their bytes */
+    uint64_t allocated, peak_allocated;  /* live in them: now (at the end, after the sweep), peak */
+    uint64_t reserved, peak_reserved;    /* their segments: now, peak */
+    uint64_t segments;                   /* segment (or page) maps made for them */
+    uint64_t reserved_at_peak;           /* their segments at the view's own peak reserved */
+} gm_pools;
 
 typedef struct gm_range {
     int64_t id, parent;
@@ -152,6 +166,7 @@ typedef struct gm_torch_view {
     uint64_t peak_reserved, peak_reserved_seq;
     gm_step *steps; /* per step, as the model's, over tensors */
     size_t nsteps;
+    gm_pools pools; /* PyTorch's private pools (CUDA graphs, MemPool) */
 } gm_torch_view;
 
 typedef struct gm_model {
@@ -180,6 +195,8 @@ typedef struct gm_model {
      * PyTorch's expandable segments, for one); at the peak reserved, how it was made up */
     uint64_t vmm, peak_reserved_vmm, peak_reserved_torch;
     int have_segments;
+    gm_pools pools; /* gpumem's pools of graph captures (PyTorch with gpumem as its allocator) */
+    uint64_t graph_nodes, graph_node_bytes; /* the driver's graph memory nodes (REC_F_GRAPH) */
     uint64_t cache_hits, cache_misses;
     uint64_t unmatched_frees;
     int derived_on_read; /* alloc lifetimes rebuilt from events (always true: one sweep) */

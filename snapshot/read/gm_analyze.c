@@ -238,6 +238,24 @@ static uint64_t *sum_for(gm_model *m, unsigned kind) {
     return &m->allocated;
 }
 
+/* A private pool's allocation, free (its block's bytes) or segment change, in one view. */
+static void pools_alloc(gm_pools *p, uint64_t size) {
+    p->allocs++;
+    p->alloc_bytes += size;
+    p->allocated += size;
+    if (p->allocated > p->peak_allocated) p->peak_allocated = p->allocated;
+}
+static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->allocated ? size : p->allocated; }
+static void pools_segment(gm_pools *p, int map, uint64_t size) {
+    if (map) {
+        p->segments++;
+        p->reserved += size;
+        if (p->reserved > p->peak_reserved) p->peak_reserved = p->reserved;
+    } else {
+        p->reserved -= size < p->reserved ? size : p->reserved;
+    }
+}
+
 static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, size_t *cap) {
     uint64_t *i = u64map_get(idx, (uint64_t)step);
     if (i) return &(*steps)[*i];
@@ -301,8 +319,8 @@ typedef struct sweep {
 } sweep;
 
 /* One event of PyTorch's view (kinds 31-35), by its allocator's rules. */
-static int torch_row(sweep *w, uint64_t seq, unsigned kind, uint64_t addr, uint64_t size, uint32_t stack,
-                     uint32_t range, int dev, uint64_t requested) {
+static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr, uint64_t size,
+                     uint32_t stack, uint32_t range, int dev, uint64_t requested) {
     gm_model *m = w->m;
     gm_torch_view *v = &m->torch;
     v->present = 1;
@@ -314,11 +332,13 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, uint64_t addr, uint6
             w->oom = 1;
             return -1;
         }
+        int priv = (flags & REC_F_PRIVATE_POOL) != 0;
         v->allocs[v->nallocs] = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind,
-                                           (int8_t)(dev > 0 ? dev : 0), 0, 0};
+                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0};
         u64map_put(&w->tlive, addr, v->nallocs++);
         v->allocated += size;
         v->requested += requested;
+        if (priv) pools_alloc(&v->pools, size);
     } else if (kind == REC_TORCH_FREE || kind == REC_TORCH_FREE_COMPLETED) {
         uint64_t *ai = u64map_get(&w->tlive, addr);
         if (!ai) return 0;
@@ -329,11 +349,13 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, uint64_t addr, uint6
             a->death_range = range;
             v->allocated -= a->size < v->allocated ? a->size : v->allocated;
             v->requested -= a->requested < v->requested ? a->requested : v->requested;
+            if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
             a->flags |= GM_ALLOC_FREED;
         } else {
             if (!(a->flags & GM_ALLOC_FREED)) { /* completed without a request in the history */
                 v->allocated -= a->size < v->allocated ? a->size : v->allocated;
                 v->requested -= a->requested < v->requested ? a->requested : v->requested;
+                if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
             }
             a->flags &= (uint8_t)~GM_ALLOC_FREED;
             if (!a->death_range) a->death_range = range;
@@ -342,14 +364,17 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, uint64_t addr, uint6
         }
     } else if (kind == REC_TORCH_SEG_MAP) {
         v->reserved += size;
+        if (flags & REC_F_PRIVATE_POOL) pools_segment(&v->pools, 1, size);
         uint64_t *ai = u64map_get(&w->live, addr); /* the cudaMalloc that served the segment */
         if (ai) m->allocs[*ai].flags |= GM_ALLOC_FW_SEGMENT;
     } else if (kind == REC_TORCH_SEG_UNMAP) {
         v->reserved -= size < v->reserved ? size : v->reserved;
+        if (flags & REC_F_PRIVATE_POOL) pools_segment(&v->pools, 0, size);
     }
     if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
     if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
-    if (v->reserved > v->peak_reserved) v->peak_reserved = v->reserved, v->peak_reserved_seq = seq;
+    if (v->reserved > v->peak_reserved)
+        v->peak_reserved = v->reserved, v->peak_reserved_seq = seq, v->pools.reserved_at_peak = v->pools.reserved;
     if (range && kind <= REC_TORCH_FREE_COMPLETED) {
         const gm_range *r = gm_range_of(m, range);
         gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, &w->tstep_cap) : NULL;
@@ -424,7 +449,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     if (flags & REC_F_CACHE_MISS) m->cache_misses++;
     for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
-        if (torch_row(w, seq, kind, addr, size, stack, range, dev, requested) != 0) return -1;
+        if (torch_row(w, seq, kind, flags, addr, size, stack, range, dev, requested) != 0) return -1;
     } else if (is_alloc(kind)) {
         uint64_t old;
         if (u64map_del(&w->live, addr, &old)) {
@@ -433,6 +458,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             o->death = seq;
             uint64_t *sum = sum_for(m, o->kind);
             *sum -= o->size < *sum ? o->size : *sum;
+            if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
             if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
             m->unmatched_frees++;
         }
@@ -442,9 +468,11 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             return -1;
         }
         gm_alloc *a = &m->allocs[m->nallocs];
-        int fw = (flags & REC_F_FRAMEWORK) != 0;
+        int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        fw ? GM_ALLOC_FRAMEWORK : 0, 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
+        if (priv) pools_alloc(&m->pools, size);
+        if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         u64map_put(&w->live, addr, m->nallocs++);
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
@@ -458,6 +486,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             a->death_range = range;
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
+            if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
             if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
             if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                 m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
@@ -472,9 +501,11 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
         m->have_segments = 1;
         m->reserved += size;
+        if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 1, size);
     } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
         m->have_segments = 1;
         m->reserved -= size < m->reserved ? size : m->reserved;
+        if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 0, size);
     } else if (kind == REC_VMM_MAP) {
         /* the program's own virtual memory (PyTorch's expandable segments): on the device, and
          * in the program's hands, as much as a cudaMalloc of it would be */
@@ -499,6 +530,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         m->peak_reserved_seq = seq;
         m->peak_reserved_vmm = m->vmm;
         m->peak_reserved_torch = m->torch.reserved;
+        m->pools.reserved_at_peak = m->pools.reserved;
     }
     if (m->host > m->peak_host) m->peak_host = m->host;
     if (range) {
@@ -702,6 +734,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
     v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;
     v.peak_reserved = t->peak_reserved, v.peak_reserved_seq = t->peak_reserved_seq;
     v.steps = t->steps, v.nsteps = t->nsteps;
+    v.pools = t->pools;
     v.have_segments = 1;
     v.devused = NULL;
     v.is_torch_view = 1;

@@ -125,6 +125,11 @@ enum rec_devinfo_when {
                                    (REC_FREE_COMPLETED) follows when it lands */
 #define REC_F_GRAPH 0x4000u     /* a graph allocation: the driver's memory node, made by a
                                    stream-ordered allocation during a capture (passed through) */
+#define REC_F_PRIVATE_POOL 0x8000u /* an allocation or segment of a graph capture's private pool:
+                                   gpumem's pools of one capture (PyTorch with gpumem as its
+                                   allocator, capturing), or, in PyTorch's merged history (kinds
+                                   31-35), a pool_id other than (0, 0): its CUDA graphs' pools
+                                   and torch.cuda.MemPool */
 /* REC_BAD_ACCESS only: the operation refused */
 #define REC_F_BA_MEMSET 0x100u /* a memset into it */
 #define REC_F_BA_WRITE 0x200u  /* a copy into it */

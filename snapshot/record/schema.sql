@@ -179,7 +179,9 @@ INSERT INTO kinds VALUES (29,'free_completed');
 -- the bytes of the access, requested = the allocation's requested size and alloc_id its id (both
 -- 0 when no allocation is live there), flags 256 = a memset, 512 = the destination of a copy,
 -- 1024 = its source; stack = where the program made the call. Flag 16384 on an allocation: a
--- graph allocation (the driver's memory node, made during a stream capture).
+-- graph allocation (the driver's memory node, made during a stream capture). Flag 32768 on an
+-- allocation or segment event: in a graph capture's private pool (gpumem's pools of a capture,
+-- stream handle 4 x capture id + 1; or, kinds 31-35, a PyTorch pool other than (0, 0)).
 INSERT INTO kinds VALUES (30,'bad_access');
 
 -- Event kinds 31-35 (added within 1.3): PyTorch's own allocator, tensor by tensor, never written

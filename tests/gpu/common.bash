@@ -4,14 +4,60 @@
 # and otherwise taken as tests/gpu/prepare.sh built it on a machine that has them (that build
 # travels with the device call: `carry ["build"]`), with the shared libraries the device lacks
 # from $BUILD/gpu-libs.
+#
+# The PyTorch scripts (pytorch_three_ways, pytorch_frames, pytorch_parity) also run without a GPU,
+# on the virtual GPU, in `make test` (gpu_or_sim below).
 BUILD=${BUILD:-build}
-[[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; } # no `make deps` there
 GPU_MAKE_LOG=${GPU_MAKE_LOG:-$BUILD/gpu-make.log}
+
+# gpu_or_sim: where a PyTorch script of tests/gpu/ runs. On a machine whose `nvidia-smi -L` lists
+# a GPU: that GPU, with ${PYTHON:-python3} (TARGET=gpu), skipped (77) when it has no PyTorch.
+# Elsewhere, or with GPUMEM_GPU_TARGET=sim: the virtual GPU (TARGET=sim), through
+# $BUILD/sim/torch-env with PyTorch's CUDA build from GPUMEM_TORCH_PY (tests/torch/common.bash:
+# skipped, 77, when that is not installed or under SAN; the caller's GPUMEM_SIM_* and
+# PYTORCH_CUDA_ALLOC_CONF are dropped). Kernels are skipped there: every allocation is PyTorch's
+# real one, every value is 0. GPUMEM_GPU_TARGET=gpu skips (77) where there is no GPU.
+# Sets TARGET, PY, ON (the command prefix that puts a Python program on the target: empty on a
+# GPU) and REC_ON (the prefix for `gpumem record`, which finds the virtual GPU itself where no
+# driver is usable).
+gpu_or_sim() {
+  local me want=${GPUMEM_GPU_TARGET:-auto}
+  me=$(basename "$0")
+  case $want in auto | gpu | sim) ;; *) echo "$me: GPUMEM_GPU_TARGET=$want: use gpu, sim or auto" >&2; exit 2 ;; esac
+  if [[ $want != sim ]] && command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+    TARGET=gpu PY=${PYTHON:-python3} ON=() REC_ON=()
+    if ! "$PY" -c 'import torch' > /dev/null 2>&1; then
+      echo "$me: $PY has no PyTorch (import torch failed); skipping" >&2
+      exit 77
+    fi
+    return 0
+  fi
+  if [[ $want == gpu ]]; then
+    echo "$me: no NVIDIA GPU here (nvidia-smi -L failed) and GPUMEM_GPU_TARGET=gpu; skipping" >&2
+    exit 77
+  fi
+  TARGET=sim
+  BUILD=${BUILD:-build}
+  source tests/torch/common.bash # exits 77 without PyTorch or under SAN; sets torch_py, torch_env
+  PY=$torch_py ON=("$torch_env") REC_ON=()
+  # where a driver is usable, `gpumem record` would take it: put the virtual GPU first by hand
+  [[ -e /dev/nvidiactl ]] && REC_ON=("$torch_env")
+  echo "note: on the virtual GPU ($torch_env, $torch_py): kernels skipped, every allocation PyTorch's own"
+}
+
+# gpu_built FILE...: on the virtual GPU the tests run from `make test`'s build: 0 when each is
+# there, else one FAIL line each (no make from inside a test).
+gpu_built() {
+  local f rc=0
+  for f in "$@"; do [[ -e $f ]] || { echo "FAIL: $f is not built (make)"; rc=1; }; done
+  return $rc
+}
 
 # gpu_make TARGET...: 0 when every target is built here or was prebuilt; one note line per
 # prebuilt target used, one FAIL line per target neither.
 gpu_make() {
   local t rc=0
+  [[ -f $BUILD/.deps-ok ]] || { mkdir -p "$BUILD" && touch "$BUILD/.deps-ok"; } # no `make deps` there
   for t in "$@"; do
     if make -j"$(nproc)" "$t" >> "$GPU_MAKE_LOG" 2>&1; then continue; fi
     if [[ -f $BUILD/.gpu-prebuilt && -e $t ]]; then

@@ -4,7 +4,8 @@
 # libraries they load that are not part of the C library or CUDA into $BUILD/gpu-libs, and marks
 # the build as prebuilt ($BUILD/.gpu-prebuilt), so that on the device (CUDA toolkit and PyTorch,
 # no -dev packages, no network) a target that cannot be built there is taken from here
-# (tests/gpu/common.bash). Then, with the device tool:
+# (tests/gpu/common.bash), and records the GPT-2 script's figures on the virtual GPU's h200 profile
+# into $BUILD/gpu-twin (tests/gpu/torch_twin.sh --record). Then, with the device tool:
 #   run(command="bash tests/gpu/run.sh 2>&1 | tee $OUT/gpu.log", carry=["build"], timeout_s=580)
 # The binaries need glibc <= this machine's (Debian 12: 2.36); the device's is newer.
 set -euo pipefail
@@ -26,6 +27,11 @@ done | sort -u | while read -r lib; do
   cp -L "$lib" "$BUILD/gpu-libs/"
 done
 touch "$BUILD/.gpu-prebuilt"
+# the GPT-2 script's figures on the virtual GPU's h200, in case the device's PyTorch cannot run on
+# it there (tests/gpu/torch_twin.sh)
+rc=0
+bash tests/gpu/torch_twin.sh --record || rc=$?
+[[ $rc -eq 0 || $rc -eq 77 ]] || { echo "tests/gpu/torch_twin.sh --record failed" >&2; exit 1; }
 tree_kib=$(git ls-files -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
 build_kib=$(du -sk "$BUILD" | cut -f1)
 echo "prebuilt: $(ls "$BUILD/gpu-libs" | tr '\n' ' ')"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/pytorch_frames.sh — issue 21's GPU acceptance (not part of `make test`; about a
-# minute): the PyTorch trainer of tests/gpu/pytorch_three_ways.py (its GPT model, driven by
+# tests/gpu/pytorch_frames.sh — issue 21's acceptance (about a minute on a GPU, seconds on the
+# virtual GPU): the PyTorch trainer of tests/gpu/pytorch_three_ways.py (its GPT model, driven by
 # tests/gpu/pytorch_frames.py) recorded with `gpumem record` and PYTORCH_NO_CUDA_MEMORY_CACHING=1,
 # so every tensor is a cudaMalloc that gpumem sees, allocated by PyTorch's ops with the GIL
 # released (preload/python_nogil.c reads the Python frames then).
@@ -9,27 +9,26 @@
 #   2. under torch.autograd.profiler.emit_nvtx() the innermost phases are op names: the top row
 #      of "by op" is an aten:: op, and most allocations' innermost phase is an op.
 # Prints the top rows and BENCH gpu.pytorch.python_site_share (share of the peak's bytes whose
-# call site is a Python line). Exits 77 without a GPU or without PyTorch.
+# call site is a Python line). Where it runs (tests/gpu/common.bash, gpu_or_sim): a GPU when
+# nvidia-smi lists one (tests/gpu/run.sh), else the virtual GPU (`make test`, through
+# tests/torch/module.mk): the same checks, every one about allocations (no value is read).
+# Exits 77 without PyTorch.
 set -uo pipefail
 BUILD=${BUILD:-build}
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "tests/gpu/pytorch_frames.sh: no NVIDIA GPU here (nvidia-smi -L failed); skipping" >&2
-  exit 77
-fi
-PY=${PYTHON:-python3}
-if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-  echo "tests/gpu/pytorch_frames.sh: $PY has no PyTorch (import torch failed); skipping" >&2
-  exit 77
-fi
 source tests/gpu/common.bash
-gpu_make "$BUILD/libgpumem.so" "$BUILD/gpumem" || { echo "build failed"; exit 1; }
+gpu_or_sim
+if [[ $TARGET == gpu ]]; then
+  gpu_make "$BUILD/libgpumem.so" "$BUILD/gpumem" || { echo "build failed"; exit 1; }
+else
+  gpu_built "$BUILD/libgpumem.so" "$BUILD/gpumem" || exit 1
+fi
 GM=$BUILD/gpumem
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 for mode in plain nvtx; do
-  args=(--steps "${STEPS:-5}"); [[ $mode == nvtx ]] && args+=(--nvtx)
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$GM" record -q -o "$tmp/$mode.db" -- "$PY" tests/gpu/pytorch_frames.py "${args[@]}" \
+  args=(--steps "${STEPS:-$([[ $TARGET == gpu ]] && echo 5 || echo 3)}"); [[ $mode == nvtx ]] && args+=(--nvtx)
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 "${REC_ON[@]}" "$GM" record -q -o "$tmp/$mode.db" -- "$PY" tests/gpu/pytorch_frames.py "${args[@]}" \
     > "$tmp/$mode.out" 2>&1
   grep -q "pytorch_frames: done" "$tmp/$mode.out" || { cat "$tmp/$mode.out"; echo "FAIL: ($mode) the trainer did not finish"; fail=1; continue; }
   "$GM" report --json "$tmp/$mode.db" > "$tmp/$mode.json" || { echo "FAIL: ($mode) report failed"; fail=1; continue; }

@@ -12,8 +12,11 @@
 #   4. the `pytorch` presets against PyTorch itself (tests/gpu/pytorch_parity.sh: replayed peak
 #      reserved within 1% of torch.cuda.max_memory_reserved(); skipped without PyTorch);
 #   5. PyTorch under gpumem three ways (tests/gpu/pytorch_three_ways.sh: plain, LD_PRELOAD with
-#      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, peak requested
-#      within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written);
+#      PYTORCH_NO_CUDA_MEMORY_CACHING=1, pluggable allocator: identical losses, PyTorch's peak
+#      requested within 1% of torch.cuda.max_memory_allocated(), a torch snapshot pickle written);
+#   5b. the GPT-2 script (tests/torch/train_gpt2.py, gpt2 124M, B 8, T 1024) on the GPU against
+#      its twin, the virtual GPU's h200 profile (tests/gpu/torch_twin.sh: max_memory_allocated
+#      equal, max_memory_reserved within 1%, default config and expandable segments);
 #   6. the CUDA trainer as 2 MPI ranks on the one GPU (tests/gpu/train_mpi.sh: NCCL if found,
 #      losses equal the 1-rank run's, the ZeRO-1 saving; skipped without mpirun);
 #   7. Python frames under PyTorch (tests/gpu/pytorch_frames.sh, issue 21: the top call sites
@@ -65,7 +68,7 @@ fi
 part() { # name, seconds, script
   local rc
   echo "=== $1"
-  timeout --kill-after=5 "$2" env BUILD="$BUILD" bash "$3"; rc=$?
+  timeout --kill-after=5 "$2" env BUILD="$BUILD" GPUMEM_GPU_TARGET=gpu bash "$3"; rc=$?
   case $rc in
     0) ;;
     77) echo "note: $1 skipped (its reason above)" ;;
@@ -75,6 +78,7 @@ part() { # name, seconds, script
 }
 part "libgpumem.so on the real driver" 120 tests/gpu/preload_gpu.sh
 part "PyTorch under gpumem three ways" 150 tests/gpu/pytorch_three_ways.sh
+part "the GPT-2 script on the GPU and on its h200 twin" 150 tests/gpu/torch_twin.sh
 part "Python frames under PyTorch (issue 21)" 120 tests/gpu/pytorch_frames.sh
 part "pytorch presets against PyTorch" 120 tests/gpu/pytorch_parity.sh
 part "the virtual GPU against the driver" 60 tests/gpu/sim_parity.sh

@@ -29,7 +29,15 @@ sqlite3 "$DB" "UPDATE frames SET python = 1, module = NULL, offset = NULL, file 
 
 # --- torch
 "$GM" export --format torch "$DB" -o "$TMP/s.pickle" || fail "export torch failed"
-"$PY" tests/integration/py/torch_snapshot_check.py "$TMP/s.pickle" "$DB" train_step.py || fail "the torch pickle does not match the database"
+# the state rebuilt from the events at the moment of the recorder's own snapshots (the last peak,
+# the exit) is the one the allocator's walk wrote there
+for reason in 1 3; do
+  at=$(sqlite3 "$DB" "SELECT seq FROM snapshots WHERE reason = $reason ORDER BY seq DESC, id DESC LIMIT 1")
+  [[ -n $at ]] || fail "no snapshot of reason $reason in the recording"
+  "$GM" export --format torch "$DB" --at "$at" -o "$TMP/s$reason.pickle" || fail "export torch --at $at failed"
+  "$PY" tests/integration/py/torch_snapshot_check.py "$TMP/s$reason.pickle" "$DB" train_step.py $reason \
+    || fail "the torch pickle at the snapshot of reason $reason does not match the database"
+done
 if "$PY" -c 'import torch.cuda._memory_viz' 2> /dev/null; then
   "$PY" tests/integration/py/torch_memory_viz.py "$TMP/s.pickle" > "$TMP/viz.log" 2>&1 \
     || fail "torch.cuda._memory_viz rejected the pickle: $(tail -5 "$TMP/viz.log")"

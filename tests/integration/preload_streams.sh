@@ -9,7 +9,8 @@
 #     slow kernel on the block's device would otherwise see the next owner's bytes);
 #   - CUDA graphs: a capture with allocations inside it (the driver's memory nodes, which gpumem
 #     passes through) is instantiated and replayed while the program allocates around it, and
-#     nothing the graph uses is handed out until the graph is destroyed;
+#     nothing the graph uses is handed out until the graph is destroyed; the report's "CUDA
+#     graphs" shows the two memory nodes;
 #   - cudaIpcGetMemHandle on gpumem memory fails with cudaErrorNotSupported and one line that
 #     says why and names the ways out (a shareable handle; GPUMEM_MODE=record); the shareable
 #     handle works: gpumem's memory is created exportable as a POSIX fd where the device says so
@@ -55,10 +56,17 @@ check_eq "two devices on the asynchronous virtual GPU (a free from the other dev
 cat "$TMP/md-async.out"
 
 for async in 0 1; do
-  GPUMEM_SIM_ASYNC=$async LD_PRELOAD=$LIB "$APPS/streams_app" graph >"$TMP/graph$async.out" 2>"$TMP/graph$async.err"
+  GPUMEM_DB="$TMP/graph$async.db" GPUMEM_SIM_ASYNC=$async LD_PRELOAD=$LIB "$APPS/streams_app" graph >"$TMP/graph$async.out" 2>"$TMP/graph$async.err"
   check_eq "a graph with allocations inside, captured, instantiated, replayed (async $async): exit status" "$?" 0
   cat "$TMP/graph$async.out"
 done
+# the report's "CUDA graphs": the capture's two allocations are the driver's memory nodes (no
+# pool of gpumem's: that is the pluggable allocator's, tests/torch/torch_graphs.sh)
+check_eq "gpumem report --json .graphs: the graph's memory nodes, no capture pool" \
+  "$("$BUILD/gpumem" report --json "$TMP/graph0.db" | jq -c '[.graphs.memory_nodes, .graphs.capture_pools]')" \
+  '[{"allocations":2,"bytes":32768},null]'
+check_eq "gpumem report: the memory nodes line" \
+  "$("$BUILD/gpumem" report "$TMP/graph0.db" | grep -c '^  memory nodes  *2 graph allocations made by the driver')" 1
 
 LD_PRELOAD=$LIB "$APPS/streams_app" ipc >"$TMP/ipc.out" 2>"$TMP/ipc.err"
 check_eq "IPC: exit status" "$?" 0

@@ -63,8 +63,11 @@ done | sort | cmp -s - "$TMP/chrome.txt" || fail "chrome slices: $(tr '\n' ';' <
   || fail "trace: $(cat "$TMP/trace.txt")"
 echo "ok: export csv, chrome, trace: each allocation under its own name and id"
 
-# torch: the segments are the last snapshot's (second live): its block's frames are second's
-"$GPUMEM" export --format torch "$db" -o "$TMP/snap.pickle" || fail "export torch exited $?"
+# torch, at the moment of the recording's last snapshot (second live; by default the export holds
+# the state at the peak, when first was): its block's frames are second's, not the address's
+# last holder's
+snapseq=$("$GPUMEM" sql "$db" -c "SELECT seq FROM snapshots ORDER BY id DESC LIMIT 1" | tail -1)
+"$GPUMEM" export --format torch --at "$snapseq" "$db" -o "$TMP/snap.pickle" || fail "export torch exited $?"
 python3 - "$TMP/snap.pickle" <<'EOF' || fail "torch snapshot: the block's frames are not second's"
 import pickle, sys
 d = pickle.load(open(sys.argv[1], "rb"))

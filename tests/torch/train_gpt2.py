@@ -14,7 +14,14 @@ Techniques, one flag each: --checkpoint (torch.utils.checkpoint per block), --ac
 micro-batches per optimizer step), --set-to-none (zero_grad(set_to_none=True); the default here
 keeps gradient buffers: zero_grad(set_to_none=False)), --autocast bf16, --offload
 (torch.autograd.graph.save_on_cpu: saved activations go to pinned host memory), --leak (a planted
-leak: one tensor per step is kept, at the line marked PLANTED LEAK).
+leak: one tensor per step is kept, at the line marked PLANTED LEAK), --seq-jitter (each step draws
+its sequence length from [T/4, T] with the seed: the variable shapes that fragment a caching
+allocator).
+
+For the checks against PyTorch's own allocator: --history FILE records PyTorch's memory history
+(torch.cuda.memory._record_memory_history, Python stacks) and dumps it with _dump_snapshot at the
+end; --memory-fraction F calls torch.cuda.set_per_process_memory_fraction(F) first; --segments
+prints the segments of torch.cuda.memory_snapshot() at the end ("segments N" then their sizes).
 
 At exit it prints, one per line: max_memory_allocated N, max_memory_reserved N, requested_peak N
 (memory_stats()["requested_bytes.all.peak"]) — unless --no-stats: a pluggable allocator
@@ -24,7 +31,7 @@ cuDNN's attention is turned off (torch.backends.cuda.enable_cudnn_sdp(False)): i
 comes from the real engine, which the virtual GPU does not have; on a GPU the same flag keeps
 the two comparable.
 
-Usage: train_gpt2.py [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [-B 4] [-T 64]
+Usage: train_gpt2.py [--model tiny|small|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [-B 4] [-T 64]
                      [--steps 3] [--seed 1337] [flags above]
 """
 import argparse
@@ -40,6 +47,9 @@ import torch.utils.checkpoint
 # name: (n_layer, n_head, n_embd, vocab_size, block_size)
 MODELS = {
     "tiny": (2, 2, 64, 512, 256),
+    # two layers, GPT-2's vocabulary and context: few ops, GPT-2-sized logits (the allocations
+    # past 128 MiB that max_split_size_mb and roundup_power2_divisions act on)
+    "small": (2, 4, 256, 50257, 1024),
     "gpt2": (12, 12, 768, 50257, 1024),
     "gpt2-medium": (24, 16, 1024, 50257, 1024),
     "gpt2-large": (36, 20, 1280, 50257, 1024),
@@ -140,6 +150,14 @@ def parse_args(argv):
     p.add_argument("--offload", action="store_true",
                    help="torch.autograd.graph.save_on_cpu(pin_memory=True)")
     p.add_argument("--leak", action="store_true", help="keep one tensor per step (a planted leak)")
+    p.add_argument("--seq-jitter", action="store_true",
+                   help="a sequence length per step, drawn from [T/4, T] (seeded)")
+    p.add_argument("--history", metavar="FILE",
+                   help="record PyTorch's memory history and _dump_snapshot it to FILE at the end")
+    p.add_argument("--memory-fraction", type=float, metavar="F",
+                   help="torch.cuda.set_per_process_memory_fraction(F) before the model is made")
+    p.add_argument("--segments", action="store_true",
+                   help="print the segment sizes of torch.cuda.memory_snapshot() at the end")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--profile-categories", metavar="FILE",
                    help="run under torch.profiler (CPU activity, profile_memory) and write its memory "
@@ -199,6 +217,10 @@ def main(argv):
     torch.backends.cuda.enable_cudnn_sdp(False)
     torch.manual_seed(args.seed)
     dev = torch.device("cuda")
+    if args.memory_fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(args.memory_fraction)
+    if args.history:
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python")
     n_layer, n_head, n_embd, vocab, block = MODELS[args.model]
     prof = None
     if args.profile_categories:
@@ -219,9 +241,12 @@ def main(argv):
         torch.cuda.get_device_name()), flush=True)
     for step in range(args.steps):
         t0 = time.perf_counter()
+        T = args.T
+        if args.seq_jitter:
+            T = int(torch.randint(max(1, args.T // 4), args.T + 1, (1,), generator=gen))
         for _ in range(args.accum):
             # random token ids, made on the host and copied over as a data loader would
-            x = torch.randint(0, vocab, (args.B, args.T + 1), generator=gen).to(dev)
+            x = torch.randint(0, vocab, (args.B, T + 1), generator=gen).to(dev)
             idx, targets = x[:, :-1], x[:, 1:]
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
                 if args.offload:
@@ -246,6 +271,13 @@ def main(argv):
         print("max_memory_allocated %d" % torch.cuda.max_memory_allocated())
         print("max_memory_reserved %d" % torch.cuda.max_memory_reserved())
         print("requested_peak %d" % torch.cuda.memory_stats()["requested_bytes.all.peak"])
+    if args.segments:
+        segs = torch.cuda.memory_snapshot()
+        print("segments %d" % len(segs))
+        print("segment_sizes %s" % ",".join(str(s["total_size"]) for s in
+                                           sorted(segs, key=lambda s: s["address"])))
+    if args.history:
+        torch.cuda.memory._dump_snapshot(args.history)
     return 0
 
 

@@ -209,6 +209,75 @@ static void test_config_keys(void **state)
     fx_done(&f);
 }
 
+/* PyTorch 2.14.1's grammar (alloc/config.c, "the parser"; driven against torch's own parser in
+ * tests/torch/torch_conf_keys.sh): separators are only counted, numbers read as strtoull/strtod
+ * read them, large_segment_size_mb first wherever it stands, lists in any order, the keys
+ * gpumem does not model accepted and named, and per_process_memory_fraction a limit of that share
+ * of the device. Each case fails under gpumem's grammar before (which checked separators, wanted
+ * ascending lists, refused pinned_* keys and the fraction). */
+static void test_torch_grammar(void **state)
+{
+    (void)state;
+    char err[512], names[512];
+    alloc_config_t c = conf("preset:pytorch,max_split_size_mb,128"); /* any separator */
+    assert_int_equal(c.max_split_size, 128 * MiB);
+    c = conf("preset:pytorch,max_split _size_mb: 128abc"); /* white space dropped; a prefix */
+    assert_int_equal(c.max_split_size, 128 * MiB);
+    c = conf("preset:pytorch,max_split_size_mb:15,large_segment_size_mb:11"); /* bound: 11 */
+    assert_int_equal(c.max_split_size, 15 * MiB);
+    assert_int_equal(c.large_segment, 11 * MiB);
+    c = conf("preset:pytorch,max_split_size_mb:-5"); /* wraps: no limit in effect */
+    assert_true(c.max_split_size > ((size_t)1 << 60));
+    c = conf("preset:pytorch,garbage_collection_threshold:0x0.8p0"); /* a hexadecimal 0.5 */
+    assert_true(c.gc_threshold == 0.5);
+    /* [512:2,256:1]: 2 up to 512 MiB's interval, then 256 MiB's interval set to 1 */
+    c = conf("preset:pytorch,roundup_power2_divisions:[512:2,256:1]");
+    assert_int_equal(c.rp2_div[20], 2);
+    assert_int_equal(c.rp2_div[28], 1);
+    assert_int_equal(c.rp2_div[29], 2);
+    c = conf("preset:pytorch,roundup_power2_divisions:[256,1]"); /* the list's ':' not looked at */
+    assert_int_equal(c.rp2_div[28], 1);
+    /* 2^63 divisions: PyTorch's 512 * d wraps to 0 and every size rounds to the next power of 2 */
+    c = conf("preset:pytorch,roundup_power2_divisions:9223372036854775808");
+    assert_int_equal(alloc_round_size(&c, 3 * MiB), 4 * MiB);
+    const char *bad[] = {"max_split_size_mb:128:4", /* '4' is read as a key */
+                         "max_split_size_mb:99999999999999999999", /* ERANGE */
+                         "large_segment_size_mb:11,large_segment_size_mb:30,max_split_size_mb:15",
+                         "garbage_collection_threshold:1e-400", "roundup_power2_divisions:[256:1",
+                         "roundup_power2_divisions:[256]", "roundup_power2_divisions:[256:1,,512:2]",
+                         ",max_split_size_mb:128", "per_process_memory_fraction:1.5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        alloc_config_default(&c);
+        if (alloc_config_parse(&c, bad[i], err, sizeof(err)) == ALLOC_OK)
+            fail_msg("'%s' was accepted; PyTorch 2.14.1 refuses it", bad[i]);
+    }
+    /* accepted, not modelled, named */
+    c = conf("pinned_use_cuda_host_register:True,backend:cudaMallocAsync,throw_on_cudamalloc_oom:False");
+    assert_int_equal(alloc_config_unmodelled(&c, names, sizeof(names)), 3);
+    assert_non_null(strstr(names, "pinned_use_cuda_host_register"));
+    assert_non_null(strstr(names, "backend:cudaMallocAsync"));
+    c = conf("preset:pytorch,backend:native,expandable_segments:False");
+    assert_int_equal(alloc_config_unmodelled(&c, names, sizeof(names)), 0);
+    /* the formatter writes what the grammar reads back: no 'inf', no threshold 0 */
+    c = conf("preset:pytorch,per_process_memory_fraction:0.5");
+    char buf[1024];
+    alloc_config_format(&c, buf, sizeof(buf));
+    assert_null(strstr(buf, "inf"));
+    assert_null(strstr(buf, "garbage_collection_threshold"));
+    alloc_config_t d = conf(buf);
+    assert_true(d.memory_fraction == 0.5);
+    /* the fraction of the device (80 GiB in the in-memory backend) is the limit */
+    alloc_mem_opts_t mo = {.capacity = 4 * GiB};
+    fx_t f;
+    f.m = alloc_mem_backend_create(&mo);
+    assert_non_null(f.m);
+    assert_int_equal(alloc_create(alloc_mem_backend(f.m), &c, &f.a), ALLOC_OK);
+    take(f.a, 1900 * MiB, 0);
+    uint64_t p = 0;
+    assert_int_equal(alloc_malloc(f.a, 200 * MiB, 0, &p), ALLOC_ERR_OOM); /* 2 GiB is the limit */
+    fx_done(&f);
+}
+
 /* ---- split and oversize --------------------------------------------------------------------- */
 
 /* Classic: a large-pool block is split only when more than 1 MiB remains; with expandable
@@ -551,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_round_single),
         cmocka_unit_test(test_round_list),
         cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_torch_grammar),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_oversize),
         cmocka_unit_test(test_expandable_best_fit),

@@ -873,12 +873,16 @@ static void test_config(void **state)
         {"large_segment_size_mb:10", "greater than 10"},
         {"garbage_collection_threshold:1.5", "between 0 and 1"},
         {"roundup_power2_divisions:3", "power of two"},
-        {"roundup_power2_divisions:[512:2,256:1]", "ascend"},
+        {"roundup_power2_divisions:0", "power of two"},
         {"limit:lots", "byte size"},
-        {"backend:cudaMallocAsync", "native"},
+        {"backend:Native", "native, cudaMallocAsync"},
         {"preset:tensorflow", "pytorch-expandable"},
         {"expandable_segments", "no value"},
-        {"pinned_use_cuda_host_register:True", "does not implement"},
+        {"expandable_segments:true", "True, False"},
+        {"max_split_size_mb:inf", "leave the key out"},
+        {"garbage_collection_threshold:0", "between 0 and 1"},
+        {"pinned_num_register_threads:256", "up to 128"},
+        {"expandable_segments_reserve:10", "unknown key"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(alloc_config_parse(&c, bad[i][0], err, sizeof(err)), ALLOC_ERR_CONFIG);

@@ -8,7 +8,9 @@ record` sets, README.md "PyTorch programs"):
   history (torch.cuda.memory._record_memory_history, Python stacks), queued with
   torch.cuda._lazy_call so that CUDA is not initialized early; at exit, and at each OOM
   (PyTorch's OOM observer), the snapshot and the tensor names below are pickled into the file
-  GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes;
+  GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes (the first
+  OOM's is also kept as GPUMEM_TORCH_SNAPSHOT.oom, which `gpumem record` writes beside the
+  database as PyTorch's snapshot of that moment, then removes);
 - hooks (GPUMEM_TORCH_HOOKS=1, `--no-torch-hooks`): global module and optimizer hooks that open
   gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
   module range open at a time, the innermost, so that the path is the module's own), and name
@@ -108,7 +110,9 @@ def _history(torch):
 
     def start():
         try:
-            torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+            # stacks of allocations only: the merge reads no stack of a free
+            torch.cuda.memory._record_memory_history(max_entries=entries, context="alloc",
+                                                     stacks="python")
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
         except Exception as e:  # noqa: BLE001
             _warn("PyTorch's memory history", e)
@@ -119,6 +123,17 @@ def _history(torch):
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
+    if "oom_python" not in _state:  # the first OOM's Python stack of the program's main thread:
+        try:  # the line that called into PyTorch, also when its C++ (autograd) made the request
+            f = sys._current_frames().get(threading.main_thread().ident)
+            stack = []
+            while f is not None and len(stack) < 32:
+                stack.append({"filename": f.f_code.co_filename, "line": f.f_lineno,
+                              "name": f.f_code.co_name})
+                f = f.f_back
+            _state["oom_python"] = stack
+        except Exception as e:  # noqa: BLE001
+            _warn("reading the Python stack at the OOM", e)
     _dump("oom")
 
 
@@ -136,10 +151,13 @@ def _dump(why):
             names = list(_state["names"])
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
                "time_ns": time.time_ns(), "snapshot": snap, "names": names,
-               "max_entries": _state.get("max_entries", 0)}
+               "max_entries": _state.get("max_entries", 0),
+               "oom_python": _state.get("oom_python", [])}
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
+        if why == "oom" and not os.path.exists(path + ".oom"):
+            os.link(tmp, path + ".oom")  # the first OOM's, kept: gpumem record writes it beside the db
         os.replace(tmp, path)
         _state["dumped"] += 1
     except Exception as e:  # noqa: BLE001
@@ -161,8 +179,12 @@ class _Hooks:
         self.direct = direct_names  # gpumem serves tensors: name them in gpumem directly
         self.step = 1
         self.paths = {}    # id(module) -> module path
+        self.enc = {}      # label -> its bytes (pushed once per module and step: encode once)
         self.pnames = {}   # id(param) -> parameter name
         self.tls = threading.local()
+        lib = gpumem._gpumem()
+        self.c_push = lib.gpumem_range_push if lib is not None else None
+        self.c_pop = lib.gpumem_range_pop if lib is not None else None
 
     def register(self):
         from torch.nn.modules import module as M
@@ -172,40 +194,44 @@ class _Hooks:
         O.register_optimizer_step_pre_hook(self.opt_pre)
         O.register_optimizer_step_post_hook(self.opt_post)
 
-    # -- per-thread range stack: entries (kind, label, pushed)
-    def _stack(self):
-        st = getattr(self.tls, "st", None)
-        if st is None:
-            st = self.tls.st = []
-        return st
+    # -- per-thread state: the range stack (entries [kind, label, pushed]), the forward depth,
+    # the modules whose forward is running. Every hook runs on a hot path (23 module calls a
+    # step for the tiny model): one attribute lookup for the state, labels encoded once, the
+    # recorder's functions called directly.
+    def _t(self):
+        try:
+            return self.tls.s
+        except AttributeError:
+            t = self.tls.s = _ThreadState()
+            return t
 
-    def _push(self, kind, label):
+    def _push(self, t, kind, label):
         # a program that names its own phases (gpumem.range / annotate) keeps them alone
-        pushed = not gpumem._user_ranges and gpumem._push(label.encode())
-        self._stack().append((kind, label, pushed))
+        pushed = False
+        if self.c_push is not None and not gpumem._user_ranges:
+            b = self.enc.get(label)
+            if b is None:
+                b = self.enc[label] = label.encode("utf-8", "replace")
+            pushed = self.c_push(b) >= 0
+        t.st.append((kind, label, pushed))
 
-    def _pop(self):
-        kind, label, pushed = self._stack().pop()
+    def _pop(self, t):
+        kind, label, pushed = t.st.pop()
         if pushed:
-            gpumem._pop()
+            self.c_pop()
         return kind, label
 
-    def _top_kind(self):
-        st = self._stack()
-        return st[-1][0] if st else None
-
-    def _open_step(self, pass_label):
+    def _open_step(self, t, pass_label):
         """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt")."""
-        st = self._stack()
-        if not any(k == "step" for k, _, _ in st):
-            self._push("step", "step %d" % self.step)
-        self._push("pass", pass_label)
+        if not any(e[0] == "step" for e in t.st):
+            self._push(t, "step", "step %d" % self.step)
+        self._push(t, "pass", pass_label)
 
-    def _close_pass(self):
-        while self._stack() and self._top_kind() != "pass":
-            self._pop()
-        if self._stack():
-            self._pop()
+    def _close_pass(self, t):
+        while t.st and t.st[-1][0] != "pass":
+            self._pop(t)
+        if t.st:
+            self._pop(t)
 
     def _path(self, module):
         p = self.paths.get(id(module))
@@ -223,35 +249,29 @@ class _Hooks:
     # -- forward
     def fwd_pre(self, module, inputs):
         try:
-            depth = getattr(self.tls, "fwd", 0)
-            path = self._path(module)
-            if depth == 0:
-                self._open_step("fwd")
-            elif self._top_kind() == "mod":
-                self._pop()  # flat: the parent's range closes while the child runs
-            self._push("mod", path)
-            self.tls.fwd = depth + 1
-            mods = getattr(self.tls, "mods", None)
-            if mods is None:
-                mods = self.tls.mods = []
-            mods.append(path)
+            t = self._t()
+            path = self.paths.get(id(module)) or self._path(module)
+            if not t.mods:
+                self._open_step(t, "fwd")
+            elif t.st and t.st[-1][0] == "mod":
+                self._pop(t)  # flat: the parent's range closes while the child runs
+            self._push(t, "mod", path)
+            t.mods.append(path)
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
 
     def fwd_post(self, module, inputs, output):
         try:
-            depth = getattr(self.tls, "fwd", 0)
-            if depth == 0:
+            t = self._t()
+            if not t.mods:
                 return None
-            mods = self.tls.mods
-            path = mods.pop()
-            if self._top_kind() == "mod":
-                self._pop()
-            self.tls.fwd = depth - 1
-            if mods:
-                self._push("mod", mods[-1])  # back in the parent
+            path = t.mods.pop()
+            if t.st and t.st[-1][0] == "mod":
+                self._pop(t)
+            if t.mods:
+                self._push(t, "mod", t.mods[-1])  # back in the parent
             else:
-                self._close_pass()
+                self._close_pass(t)
             if self.torch.is_grad_enabled():
                 self._on_backward_of(path, output)
         except Exception as e:  # noqa: BLE001
@@ -260,8 +280,11 @@ class _Hooks:
 
     # -- backward
     def _on_backward_of(self, path, output):
-        outs = [t for t in _tensors(output) if getattr(t, "requires_grad", False)]
-        if not outs:
+        # the module's backward starts when the gradient of its output arrives: one output
+        # tensor that needs a gradient is enough to see it
+        out = output if getattr(output, "requires_grad", False) else next(
+            (x for x in _tensors(output) if getattr(x, "requires_grad", False)), None)
+        if out is None:
             return
         started = []
 
@@ -270,37 +293,36 @@ class _Hooks:
                 started.append(True)
                 self._bwd_start(path)
             return None
-        for t in outs:
-            t.register_hook(arrived)
+        out.register_hook(arrived)
 
     def _bwd_start(self, path):
         try:
-            st = self._stack()
-            if not any(k == "pass" and lab == "bwd" for k, lab, _ in st):
-                self._open_step("bwd")
+            t = self._t()
+            if not any(e[0] == "pass" and e[1] == "bwd" for e in t.st):
+                self._open_step(t, "bwd")
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
-            if self._top_kind() == "mod":
-                self._pop()
-            self._push("mod", path)
+            if t.st and t.st[-1][0] == "mod":
+                self._pop(t)
+            self._push(t, "mod", path)
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
     def _bwd_end(self):
         try:
-            st = self._stack()
-            while st and not (st[-1][0] == "pass" and st[-1][1] == "bwd"):
-                self._pop()
-            if st:
-                self._pop()
-            if st and st[-1][0] == "step" and not getattr(self.tls, "fwd", 0):
-                self._pop()  # opened on this (autograd) thread for the backward
+            t = self._t()
+            while t.st and not (t.st[-1][0] == "pass" and t.st[-1][1] == "bwd"):
+                self._pop(t)
+            if t.st:
+                self._pop(t)
+            if t.st and t.st[-1][0] == "step" and not t.mods:
+                self._pop(t)  # opened on this (autograd) thread for the backward
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
     # -- optimizer
     def opt_pre(self, opt, args, kwargs):
         try:
-            self._open_step("opt")
+            self._open_step(self._t(), "opt")
             prefix = "grad."
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -318,10 +340,10 @@ class _Hooks:
                 for k, v in state.items():
                     if getattr(v, "is_cuda", False) and v.numel() > 0:
                         self._name(v, "%s.%s.%s" % (kind, k, pn))
-            self._close_pass()
-            st = self._stack()
-            if st and st[-1][0] == "step":
-                self._pop()
+            t = self._t()
+            self._close_pass(t)
+            if t.st and t.st[-1][0] == "step":
+                self._pop(t)
             self.step += 1
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
@@ -345,6 +367,14 @@ class _Hooks:
         else:
             with _lock:
                 _state["names"].append((time.time_ns(), ptr, label))
+
+
+class _ThreadState:
+    __slots__ = ("st", "mods")
+
+    def __init__(self):
+        self.st = []    # the ranges this thread opened: (kind, label, pushed)
+        self.mods = []  # the modules whose forward runs on this thread, outermost first
 
 
 def _tensors(x):

@@ -1,13 +1,17 @@
 """Checks a `gpumem export --format torch` pickle field by field against its database
 (tests/integration/export_formats.sh). Loads it with the standard pickle module only.
-usage: torch_snapshot_check.py PICKLE DB PYFILE
+usage: torch_snapshot_check.py PICKLE DB PYFILE [REASON]
   PYFILE: the file name of a frame marked as Python in DB (frames.python = 1), which must appear
-  in some trace entry's frames with its line and name."""
+  in some trace entry's frames with its line and name.
+  REASON: the recorder's own snapshot the pickle was exported at (`--at` its seq; 1 the last peak,
+  3 exit, the default): the segments and blocks rebuilt from the events must be the ones the
+  allocator's own walk wrote."""
 import pickle
 import sqlite3
 import sys
 
 pk, dbp, pyfile = sys.argv[1:4]
+reason = int(sys.argv[4]) if len(sys.argv) > 4 else 3
 with open(pk, "rb") as f:
     raw = f.read()
 assert raw[0] == 0x80 and raw[1] <= 4, "protocol %d (must be <= 4)" % raw[1]
@@ -48,11 +52,12 @@ for e in traces[0]:
     elif e["action"] == "free_completed":
         assert e["addr"] in live, "free of an address not allocated"
         live.discard(e["addr"])
-# segments: those of the exit snapshot, same addresses and sizes
+# segments: those of the recorder's snapshot, same addresses and sizes
+which = "(SELECT id FROM snapshots WHERE reason = %d ORDER BY seq DESC, id DESC LIMIT 1)" % reason
 want = q("SELECT s.addr, s.mapped FROM segments s JOIN snapshots n ON n.id = s.snapshot "
-         "WHERE n.id = (SELECT id FROM snapshots ORDER BY reason = 3 DESC, seq DESC, id DESC LIMIT 1) ORDER BY s.addr")
+         "WHERE n.id = %s ORDER BY s.addr" % which)
 got = [(s["address"], s["total_size"]) for s in snap["segments"]]
-assert got == want, "segments %r != exit snapshot %r" % (got, want)
+assert got == want, "segments %r != the recorder's snapshot (reason %d) %r" % (got, reason, want)
 SEG = {"address": int, "total_size": int, "stream": int, "segment_type": str, "allocated_size": int,
        "active_size": int, "blocks": list, "device": int}
 for s in snap["segments"]:
@@ -67,8 +72,12 @@ for s in snap["segments"]:
     assert s["allocated_size"] == sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
     assert total == s["total_size"], "blocks cover %d of a segment of %d" % (total, s["total_size"])
 want_blocks = q("SELECT count(*) FROM blocks b JOIN snapshots n ON n.id = b.snapshot WHERE b.state != 3 AND "
-                "n.id = (SELECT id FROM snapshots ORDER BY reason = 3 DESC, seq DESC, id DESC LIMIT 1)")[0][0]
-assert sum(len(s["blocks"]) for s in snap["segments"]) == want_blocks
+                "n.id = %s" % which)[0][0]
+assert sum(len(s["blocks"]) for s in snap["segments"]) == want_blocks, (sum(len(s["blocks"]) for s in snap["segments"]), want_blocks)
+want_live = q("SELECT b.addr, b.size FROM blocks b JOIN snapshots n ON n.id = b.snapshot WHERE b.state = 1 AND "
+              "n.id = %s ORDER BY b.addr" % which)
+got_live = sorted((b["address"], b["size"]) for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+assert got_live == want_live, "live blocks differ from the recorder's snapshot"
 # Python frames are carried
 py = q("SELECT file, line, function FROM frames WHERE python = 1 AND file = '%s'" % pyfile)
 assert py, "no Python frame in the database"

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# torch_graphs.sh — PyTorch's CUDA graph capture on the virtual GPU (issue 37, deliverable 6):
+# tests/torch/torch_graphs.py captures the GPT-2 training step whole (torch.cuda.graph) and a
+# GPT-2 Block (torch.cuda.make_graphed_callables), relaunches both 10 times with allocations
+# between launches and checks a host-side canary after each (the script's docstring says what
+# it can and cannot catch). Run:
+#   - plain (build/sim/torch-env, PyTorch's own allocator), under `gpumem record` (PyTorch's
+#     allocator, recorded) and under `gpumem record --allocator gpumem` (gpumem serves every
+#     tensor, its capture pools), that again with GPUMEM_CONF=preset:pytorch,per_stream_pools:False
+#     (PyTorch's policy, one pool for every stream: a graph's memory leaking into it would be
+#     handed out at once): the script's checks pass (exit 0, 20 launches);
+#   - with --sabotage (the properties broken on purpose: a launch skipped, canary bytes written
+#     into a static output and into a graph temporary): every check (a)-(e) fails, exit 3;
+#   - in each recording, no allocation made outside a private pool overlaps one made in a
+#     private pool before it (the graphs' memory, kernel-written bytes included, never handed
+#     out while the graphs live): an SQL check that a planted overlap shows is not vacuous;
+#   - `gpumem report` shows the graphs' memory ("CUDA graphs", JSON .graphs): PyTorch's 2
+#     private pools (the step's; the block's forward and backward share one), their peak
+#     reserved equal to the private segments PyTorch's own snapshot lists, its history's block
+#     figures equal to the script's max_memory_* (merged with private pools); under gpumem, 3
+#     capture pools with as many allocations as PyTorch made in its private pools.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+G=$build/gpumem
+[[ -x $G ]] || { echo "torch_graphs.sh: $G is not built" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+script=tests/torch/torch_graphs.py
+export GPUMEM_SIM_BACKING=memory # the canary needs bytes behind device memory
+
+fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
+# passed NAME RC: the script's own verdict
+passed() {
+  local name=$1 rc=$2
+  if [[ $rc -eq 0 ]] && grep -q '^graphs ok: 20 launches' "$tmp/$name.out" && ! grep -q '^FAIL' "$tmp/$name.out"; then
+    ok "$name: $(grep '^graphs ok' "$tmp/$name.out" | cut -d: -f2-)"
+    return 0
+  fi
+  bad "$name: exit $rc"; grep '^FAIL' "$tmp/$name.out" | head -5; tail -5 "$tmp/$name.err"
+  return 1
+}
+# overlaps DB KINDS: allocations outside private pools born after, and overlapping, one made in a
+# private pool (flag 32768), among the events of KINDS
+overlaps() {
+  "$G" sql "$1" -c "WITH a AS (SELECT e.seq AS b, e.addr AS lo, e.addr + e.size AS hi,
+      (e.flags & 32768) != 0 AS p FROM alloc_life l JOIN events e ON e.seq = l.birth WHERE e.kind IN ($2))
+    SELECT count(*) FROM a o JOIN a c ON c.p AND NOT o.p AND o.b > c.b AND o.lo < c.hi AND c.lo < o.hi" | tail -1
+}
+# recorded NAME KINDS: the recording's overlap check, and that it finds a planted overlap
+recorded() {
+  local db=$tmp/$1.db n made
+  n=$(overlaps "$db" "$2")
+  made=$("$G" sql "$db" -c "SELECT count(*) FROM events WHERE kind IN ($2) AND (flags & 32768) != 0" | tail -1)
+  [[ $n == 0 && $made -gt 0 ]] && ok "$1: no allocation outside a private pool overlaps the graphs' memory ($made made there)" \
+    || bad "$1: $n allocations outside a private pool overlap one of the $made made in it"
+  cp "$db" "$tmp/planted.db" # the last allocation outside the pools moved onto the first in them
+  sqlite3 "$tmp/planted.db" "UPDATE events SET addr = (SELECT addr FROM events WHERE kind IN ($2)
+      AND (flags & 32768) != 0 ORDER BY seq LIMIT 1) WHERE seq = (SELECT max(l.birth) FROM alloc_life l
+      JOIN events e ON e.seq = l.birth WHERE e.kind IN ($2) AND (e.flags & 32768) = 0)"
+  n=$(overlaps "$tmp/planted.db" "$2")
+  [[ $n -ge 1 ]] && ok "$1: a planted overlap is found ($n)" || bad "$1: a planted overlap is not found"
+}
+
+# plain, PyTorch's allocator
+torch_run -- "$script" >"$tmp/plain.out" 2>"$tmp/plain.err"
+passed plain $?
+# the properties broken on purpose: every check must see it
+torch_run -- "$script" --replays 7 --sabotage 2:skip,4:static,6:temp >"$tmp/sabotage.out" 2>"$tmp/sabotage.err"
+rc=$?
+miss=""
+for c in a b c d e; do grep -q "^FAIL: replay [0-9]* ($c)" "$tmp/sabotage.out" || miss="$miss ($c)"; done
+[[ $rc -eq 3 && -z $miss ]] && ok "sabotage: checks (a)-(e) each fail ($(grep -c '^FAIL' "$tmp/sabotage.out") failures, exit 3)" \
+  || { bad "sabotage: exit $rc, checks that did not fail:${miss:- none}"; tail -3 "$tmp/sabotage.err"; }
+
+# gpumem record, PyTorch's allocator: its history merged, its private pools in the report
+"$G" record -o "$tmp/torch.db" -- "$torch_py" "$script" >"$tmp/torch.out" 2>"$tmp/torch.err"
+passed torch $?
+if [[ -s $tmp/torch.db ]]; then
+  "$G" report --json "$tmp/torch.db" >"$tmp/torch.json"
+  read -r ja jr jq pools palloc preserved cap nodes < <(jq -r '[.torch.peak_allocated, .torch.peak_reserved,
+      .torch.peak_requested, .graphs.torch_pools.pools, .graphs.torch_pools.allocations,
+      .graphs.torch_pools.peak_reserved, (.graphs.capture_pools | tojson), (.graphs.memory_nodes | tojson)] | @tsv' "$tmp/torch.json")
+  a=$(fig torch max_memory_allocated) r=$(fig torch max_memory_reserved) q=$(fig torch requested_peak)
+  [[ $ja == "$a" && $jr == "$r" && $jq == "$q" ]] \
+    && ok "torch: .torch peaks = the script's, private pools merged (allocated $a, reserved $r, requested $q)" \
+    || bad "torch: .torch allocated $ja reserved $jr requested $jq; the script: $a $r $q"
+  pr=$(fig torch private_pool_reserved)
+  [[ $pools == 2 && $palloc -gt 0 && $preserved == "$pr" && $cap == null && $nodes == null ]] \
+    && ok "torch: .graphs.torch_pools: $pools pools, $palloc allocations, peak reserved $preserved = PyTorch's private segments" \
+    || bad "torch: .graphs: pools $pools allocations $palloc peak reserved $preserved (PyTorch's private segments: $pr), capture_pools $cap, memory_nodes $nodes"
+  "$G" report "$tmp/torch.db" >"$tmp/torch.txt" 2>&1
+  grep -q "^  PyTorch's private pools  2 pools (CUDA graphs, MemPool); $palloc allocations" "$tmp/torch.txt" \
+    && ok "torch: the report's CUDA graphs block names PyTorch's private pools" \
+    || bad "torch: the report: $(sed -n '/^CUDA graphs/,/^$/p' "$tmp/torch.txt" | head -3)"
+  recorded torch 31
+fi
+
+# gpumem as PyTorch's allocator (its capture pools), and under preset:pytorch
+for conf in "" preset:pytorch,per_stream_pools:False; do
+  name=gpumem${conf:+-pytorch-shared}
+  GPUMEM_CONF=$conf "$G" record --allocator gpumem -o "$tmp/$name.db" -- "$torch_py" "$script" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
+  passed "$name" $? # the recording is checked either way: it holds the run up to its end
+  read -r caps calloc creserved < <("$G" report --json "$tmp/$name.db" | jq -r '[.graphs.capture_pools.captures,
+      .graphs.capture_pools.allocations, .graphs.capture_pools.peak_reserved] | @tsv')
+  [[ $caps == 3 && $calloc == "${palloc:-}" && $creserved -gt 0 ]] \
+    && ok "$name: .graphs.capture_pools: 3 captures (step, block forward, block backward), $calloc allocations (PyTorch's private pools: ${palloc:-}), peak reserved $creserved" \
+    || bad "$name: .graphs.capture_pools: captures $caps allocations $calloc (PyTorch's: ${palloc:-?}) peak reserved $creserved"
+  recorded "$name" 1,3
+done
+"$G" report "$tmp/gpumem.db" >"$tmp/gpumem.txt" 2>&1
+grep -q "^  gpumem's capture pools   3 captures (PyTorch through gpumem)" "$tmp/gpumem.txt" \
+  && ok "gpumem: the report's CUDA graphs block names gpumem's capture pools" \
+  || bad "gpumem: the report: $(sed -n '/^CUDA graphs/,/^$/p' "$tmp/gpumem.txt" | head -3)"
+exit $fail
