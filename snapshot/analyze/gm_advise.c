@@ -784,7 +784,7 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         m->rec_peak_allocated = m->rec_peak_reserved = 0;
     }
     if (sqlite3_prepare_v2(d->db,
-                           m->torch ? "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
+                           m->torch == 1 ? "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
                                       "WHERE kind IN (31, 32, 34, 35) ORDER BY seq"
                                     : "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
                                       "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
@@ -804,7 +804,7 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         int kind = sqlite3_column_int(s, 1);
-        if (m->torch) {
+        if (m->torch == 1) {
             uint64_t sz = (uint64_t)sqlite3_column_int64(s, 8);
             if (kind == REC_TORCH_SEG_MAP || kind == REC_TORCH_SEG_UNMAP) {
                 t_res = kind == REC_TORCH_SEG_MAP ? t_res + sz : t_res - (sz < t_res ? sz : t_res);
@@ -853,7 +853,7 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
             e.a = (uint32_t)a;
             e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
             e.stream = stream;
-            if (m->torch) {
+            if (m->torch == 1) {
                 uint64_t sz = (uint64_t)sqlite3_column_int64(s, 8);
                 t_alloc -= sz < t_alloc ? sz : t_alloc;
             }
@@ -904,6 +904,48 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     u64map_free(&site);
     free(stacks);
     m->nrecorded = m->nallocs;
+    if (m->torch == 2)
+        /* PyTorch's autograd thread allocates before the hooks open its "step N" (the loss's
+         * gradient): an event of gpumem's (ranges by thread) outside every range, inside a
+         * step's time, is that step's. (PyTorch's merged history takes the innermost range
+         * open on any thread already.) */
+        for (size_t i = 0, s = 0; i < m->nevs; i++) {
+            adv_ev *e = &m->evs[i];
+            if (e->step >= 0) continue;
+            while (s < m->nsteps && m->steps[s].end_ns < e->t)
+                s++;
+            if (s < m->nsteps && m->steps[s].start_ns <= e->t) e->step = (int32_t)s;
+        }
+    if (m->torch == 1) {
+        /* PyTorch's history keeps microseconds: a tensor made just after a module's range was
+         * reopened ("back in the parent") can read as made in the pass's or the root's range.
+         * An event outside every block, in the same step and pass as a block's events both
+         * before and after it, belongs to that block. */
+        size_t prev[4] = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+        size_t *pend = malloc((m->nevs ? m->nevs : 1) * sizeof *pend), np = 0;
+        uint8_t pend_ph = 0;
+        if (pend)
+            for (size_t i = 0; i < m->nevs; i++) {
+                adv_ev *e = &m->evs[i];
+                if (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD) continue;
+                int blk = e->lr && is_block_name(adv_str(m, e->lr_name));
+                if (!blk) {
+                    if (np && pend_ph != e->phase) np = 0;
+                    pend[np++] = i, pend_ph = e->phase;
+                    continue;
+                }
+                size_t p = prev[e->phase];
+                if (np && pend_ph == e->phase && p != SIZE_MAX && m->evs[p].step == e->step &&
+                    m->evs[p].lr_name == e->lr_name)
+                    for (size_t k = 0; k < np; k++)
+                        if (m->evs[pend[k]].step == e->step && m->evs[pend[k]].phase == e->phase &&
+                            pend[k] > p)
+                            m->evs[pend[k]].lr = e->lr, m->evs[pend[k]].lr_name = e->lr_name;
+                np = 0;
+                prev[e->phase] = i;
+            }
+        free(pend);
+    }
     if (m->torch) {
         /* one instance per block: the block's modules follow one another in its forward (and in
          * reverse in its backward), each its own range */
@@ -1580,9 +1622,21 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = set[k];
                 if (isd[a]) continue;
                 const adv_alloc x = m->allocs[holder[a]];
-                uint32_t h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
+                uint32_t h = new_alloc(m, x.size, o->offload_at_use ? x.stream : m->copy_stream, x.cls, x.name,
+                                       x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, B->first, -1, 1, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                size_t at = B->first;
+                if (o->offload_at_use && p.death[a] != SIZE_MAX) {
+                    /* the node that frees it: back from the host before the allocation (its
+                     * gradient) that precedes the free */
+                    at = p.death[a];
+                    for (size_t j = p.death[a]; j-- > B->first;)
+                        if (m->evs[j].kind == ADV_EV_ALLOC) {
+                            at = j;
+                            break;
+                        }
+                }
+                rw_add(&w, at, -1, 1, ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
                 holder[a] = h;
             }
         if (o->bf16)

@@ -176,6 +176,8 @@ typedef struct adv_stash_opts {
                              torch.utils.checkpoint around each block of a list) */
     int bf16;            /* stored as bf16 between forward and backward (statistics stay fp32) */
     int offload;         /* copied to pinned host memory between forward and backward */
+    int offload_at_use;  /* with offload: each copied back when its backward uses it (PyTorch's
+                            save_on_cpu unpacks in the node that needs it), not prefetched */
 } adv_stash_opts;
 
 /* Per-step figures a transformation reports, for the cost model. */

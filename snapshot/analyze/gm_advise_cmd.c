@@ -426,6 +426,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
         }
     }
     if (s->ckpt) so.recompute_layer = 1, so.recompute_blocks = 1;
+    so.offload_at_use = c->torch && s->off_act;
     if (s->expandable) {
         char conf[1200], cerr[256];
         const char *rest = strchr(m.config, ',');
@@ -588,7 +589,7 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     fmt(s->r.peak_allocated, a, sizeof a);
     fmt(s->r.peak_reserved, r, sizeof r);
     int64_t save = (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved;
-    fmt(save > 0 ? (uint64_t)save : 0, sv, sizeof sv);
+    fmt(save >= 0 ? (uint64_t)save : (uint64_t)-save, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
     fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step",

@@ -180,7 +180,7 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         int with = extra_args && *extra_args;
         snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
                  ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
-                 conf ? " under " : "", conf ? var : "", conf ? "=" : "", conf ? conf : "", code,
+                 conf && conf[0] ? " under " : "", conf && conf[0] ? var : "", conf && conf[0] ? "=" : "", conf && conf[0] ? conf : "", code,
                  ranks && code == 127 ? ": no mpirun" : "");
         rc = -1;
     }
