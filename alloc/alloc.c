@@ -24,14 +24,31 @@
  * time so that any handle can be unmapped on its own later.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "alloc/internal.h"
 
-#define LOCK(a) pthread_mutex_lock(&(a)->mu)
-#define UNLOCK(a) pthread_mutex_unlock(&(a)->mu)
+#define LOCK(a) a_lock(&(a)->mu)
+#define UNLOCK(a) a_unlock(&(a)->mu)
+
+/* the lock's slow paths (internal.h): someone holds it; sleep until it is given back */
+void a_lock_wait(a_lock_t *l)
+{
+    while (atomic_exchange_explicit(&l->v, 2, memory_order_acquire) != 0)
+        syscall(SYS_futex, &l->v, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+
+/* given back while someone may wait: wake one */
+void a_lock_wake(a_lock_t *l)
+{
+    atomic_store_explicit(&l->v, 0, memory_order_release);
+    syscall(SYS_futex, &l->v, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 /* A new classic segment or expandable range at addr: counted as above or below the last one
  * (alloc_address_order). */
@@ -117,14 +134,6 @@ static inline uint64_t max_u64(uint64_t x, uint64_t y)
 static inline size_t round_up(size_t v, size_t m)
 {
     return (v + m - 1) / m * m;
-}
-
-unsigned a_size_class(uint64_t size)
-{
-    uint64_t u = size >> 9;
-    if (u < A_SUB) return (unsigned)u;
-    unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
-    return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
 }
 
 bool a_block_is_split(const blk_t *b)
@@ -410,14 +419,57 @@ static void sstate_free(sstate_t *st)
     free(st);
 }
 
-static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
+static inline size_t stab_slot(const alloc_t *a, uintptr_t stream)
+{
+    return (size_t)(((uint64_t)stream * 0x9E3779B97F4A7C15ull) >> 32) & a->stab_mask;
+}
+
+/* Refill the stream table from streams[], growing it first when streams[] holds more than half
+ * its size. Returns false on host OOM (the old table, still valid for the old streams, stays). */
+static bool stab_rebuild(alloc_t *a)
+{
+    size_t cap = a->stab_mask + 1;
+    if (!a->stab || a->nstreams * 2 > cap) {
+        size_t nc = a->stab ? cap : 16;
+        while (a->nstreams * 2 > nc) nc *= 2;
+        sstate_t **t = malloc(nc * sizeof(*t));
+        if (!t) return false;
+        free(a->stab);
+        a->stab = t;
+        a->stab_mask = nc - 1;
+    }
+    memset(a->stab, 0, (a->stab_mask + 1) * sizeof(*a->stab));
+    for (size_t i = 0; i < a->nstreams; i++) {
+        size_t h = stab_slot(a, a->streams[i]->stream);
+        while (a->stab[h]) h = (h + 1) & a->stab_mask;
+        a->stab[h] = a->streams[i];
+    }
+    return true;
+}
+
+sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
+{
+    if (!a->stab) return NULL;
+    for (size_t h = stab_slot(a, stream);; h = (h + 1) & a->stab_mask) {
+        sstate_t *st = a->stab[h];
+        if (!st || st->stream == stream) return st;
+    }
+}
+
+static sstate_t *stream_get_slow(alloc_t *a, uintptr_t stream);
+
+/* The state of `stream`, made on its first use (NULL: host OOM). The hot path asks for the
+ * stream it asked for last. */
+static inline sstate_t *stream_get(alloc_t *a, uintptr_t stream)
 {
     sstate_t *st = a->last_stream;
-    if (!st || st->stream != stream) {
-        st = NULL;
-        for (size_t i = 0; i < a->nstreams && !st; i++)
-            if (a->streams[i]->stream == stream) st = a->streams[i];
-    }
+    if (st && st->stream == stream && !st->dead) return st;
+    return stream_get_slow(a, stream);
+}
+
+static sstate_t *stream_get_slow(alloc_t *a, uintptr_t stream)
+{
+    sstate_t *st = a_stream_find(a, stream);
     if (st) {
         if (st->dead) { /* a new stream with the handle of a forgotten one */
             st->dead = false;
@@ -440,15 +492,13 @@ static sstate_t *stream_get(alloc_t *a, uintptr_t stream)
     pool_init(a, &st->pools[0], st, true);
     pool_init(a, &st->pools[1], st, false);
     a->streams[a->nstreams++] = st;
+    if (!stab_rebuild(a)) {
+        a->nstreams--;
+        sstate_free(st);
+        return NULL;
+    }
     a->last_stream = st;
     return st;
-}
-
-sstate_t *a_stream_find(alloc_t *a, uintptr_t stream)
-{
-    for (size_t i = 0; i < a->nstreams; i++)
-        if (a->streams[i]->stream == stream) return a->streams[i];
-    return NULL;
 }
 
 static inline pool_t *pool_for(alloc_t *a, sstate_t *st, size_t rs)
@@ -1146,8 +1196,10 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     ptrmap_del(&a->map, b->addr);
     stat_add(&a->st.active_bytes, -(int64_t)b->size);
     stat_add(&a->st.active, -1);
-    free(b->uses);
-    b->uses = NULL;
+    if (b->uses) { /* most blocks have none: no call into the host allocator for them */
+        free(b->uses);
+        b->uses = NULL;
+    }
     if (b->seg->guard) { /* its work is done: its pages and guard go back */
         for (int i = 0; i < A_ICACHE; i++)
             if (a->icache[i] == b) a->icache[i] = NULL;
@@ -1178,6 +1230,18 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     free_insert(a, p, b);
 }
 
+static void fence_put(alloc_t *a, fence_t *f)
+{
+    f->next = a->fence_spare;
+    a->fence_spare = f;
+}
+
+static void fev_put(alloc_t *a, fev_t *e)
+{
+    e->next = a->fev_spare;
+    a->fev_spare = e;
+}
+
 static void fence_land(alloc_t *a, fence_t *f, bool synced)
 {
     if (f->prev)
@@ -1190,7 +1254,7 @@ static void fence_land(alloc_t *a, fence_t *f, bool synced)
         a->fence_tail = f->prev;
     blk_t *b = f->blk;
     a->pending_bytes -= b->size;
-    free(f);
+    fence_put(a, f);
     if (a->hooks.on_free_landed)
         a->hooks.on_free_landed(a->hooks.user, b->addr, b->size, b->stream, b->stamp);
     make_free(a, b, synced);
@@ -1225,7 +1289,7 @@ static void process_fences(alloc_t *a)
             }
             fev_t *e = fev_pop(a, st);
             fence_t *f = e->f;
-            free(e);
+            fev_put(a, e);
             if (--f->left == 0) fence_land(a, f, false);
         }
     }
@@ -1241,7 +1305,7 @@ static size_t land_upto(alloc_t *a, uint64_t seq)
         while (st->q_head && st->q_head->f->seq <= seq) {
             fev_t *e = fev_pop(a, st);
             e->f->left--;
-            free(e);
+            fev_put(a, e);
         }
     }
     for (fence_t *f = a->fence_head, *nx; f && f->seq <= seq; f = nx) {
@@ -1346,9 +1410,12 @@ static size_t fence_streams(alloc_t *a, const blk_t *b, sstate_t *freed_on, ssta
     return n;
 }
 
-static fev_t *fev_new(void)
+static fev_t *fev_new(alloc_t *a)
 {
-    return malloc(sizeof(fev_t));
+    fev_t *e = a->fev_spare;
+    if (!e) return malloc(sizeof(fev_t));
+    a->fev_spare = e->next;
+    return e;
 }
 
 /* Record one event on each of the n streams for fence f, queued on each stream. Returns false
@@ -1357,10 +1424,10 @@ static bool fence_record(alloc_t *a, fence_t *f, sstate_t **ss, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         sstate_t *st = ss[i];
-        fev_t *e = fev_new();
+        fev_t *e = fev_new(a);
         void *ev = e ? ev_get(a) : NULL;
         if (!ev) {
-            free(e);
+            if (e) fev_put(a, e);
             return false;
         }
         be_count(a, ALLOC_BE_CALL_EVENT_RECORD);
@@ -1369,7 +1436,7 @@ static bool fence_record(alloc_t *a, fence_t *f, sstate_t **ss, size_t n)
             /* the stream stays fenced: a failure now (a wrong context, a stream destroyed behind
              * our back) must not leave later frees unprotected; this one synchronizes */
             ev_put(a, ev);
-            free(e);
+            fev_put(a, e);
             return false;
         }
         a->st.num_events_recorded++;
@@ -1388,8 +1455,13 @@ static bool fence_record(alloc_t *a, fence_t *f, sstate_t **ss, size_t n)
 
 static fence_t *fence_new(alloc_t *a, blk_t *b)
 {
-    fence_t *f = calloc(1, sizeof(*f));
-    if (!f) return NULL;
+    fence_t *f = a->fence_spare;
+    if (f) {
+        a->fence_spare = f->next;
+        memset(f, 0, sizeof(*f));
+    } else if (!(f = calloc(1, sizeof(*f)))) {
+        return NULL;
+    }
     f->blk = b;
     f->seq = ++a->fence_seq;
     f->prev = a->fence_tail;
@@ -2251,6 +2323,7 @@ static void reap_dead_streams(alloc_t *a)
         if (a->last_stream == st) a->last_stream = NULL;
         a->streams[i] = a->streams[--a->nstreams];
         sstate_free(st);
+        stab_rebuild(a); /* no larger than before: cannot fail */
         i--;
     }
 }
@@ -2549,7 +2622,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         free(a);
         return ALLOC_ERR_NOMEM;
     }
-    pthread_mutex_init(&a->mu, NULL);
+    atomic_init(&a->mu.v, 0);
     *out = a;
     return ALLOC_OK;
 }
@@ -2596,6 +2669,7 @@ void alloc_destroy(alloc_t *a)
         sstate_free(a->streams[i]);
     }
     free(a->streams);
+    free(a->stab);
     for (size_t i = 0; i < a->nev_pool; i++)
         a->be.event_destroy(a->be.ctx, a->ev_pool[i]);
     free(a->ev_pool);
@@ -2605,7 +2679,16 @@ void alloc_destroy(alloc_t *a)
         free(c);
     }
     free(a->map.slots);
+    while (a->fence_spare) {
+        fence_t *f = a->fence_spare;
+        a->fence_spare = f->next;
+        free(f);
+    }
+    while (a->fev_spare) {
+        fev_t *e = a->fev_spare;
+        a->fev_spare = e->next;
+        free(e);
+    }
     UNLOCK(a);
-    pthread_mutex_destroy(&a->mu);
     free(a);
 }

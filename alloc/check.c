@@ -62,7 +62,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
     if (!a || !fn) return ALLOC_ERR_INVALID;
     wbuf_t w = {0};
     int rc = 0;
-    pthread_mutex_lock(&a->mu);
+    a_lock(&a->mu);
     for (size_t i = 0; i < a->nstreams && !rc; i++)
         for (int k = 0; k < 2 && !rc; k++) {
             /* segments in address order: collect and sort the pool's list */
@@ -97,7 +97,7 @@ int alloc_walk(alloc_t *a, alloc_walk_fn fn, void *user)
             }
             free(v);
         }
-    pthread_mutex_unlock(&a->mu);
+    a_unlock(&a->mu);
     free(w.v);
     return rc;
 }
@@ -348,11 +348,25 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     if (err && errlen) err[0] = 0;
     sums_t s = {0};
     int rc = ALLOC_OK;
-    pthread_mutex_lock(&a->mu);
+    a_lock(&a->mu);
     for (size_t i = 0; i < a->nstreams && !rc; i++)
         for (int k = 0; k < 2 && !rc; k++)
             rc = check_pool(a, &a->streams[i]->pools[k], &s, err, errlen);
     if (rc) goto out;
+    /* the stream table finds every stream and holds no other */
+    size_t in_tab = 0;
+    for (size_t h = 0; a->stab && h <= a->stab_mask; h++) in_tab += a->stab[h] != NULL;
+    if (in_tab != a->nstreams) {
+        rc = fail(err, errlen, "stream table holds %zu streams, streams[] %zu", in_tab,
+                  a->nstreams);
+        goto out;
+    }
+    for (size_t i = 0; i < a->nstreams; i++)
+        if (a_stream_find(a, a->streams[i]->stream) != a->streams[i]) {
+            rc = fail(err, errlen, "stream %#lx is not found in the stream table",
+                      (unsigned long)a->streams[i]->stream);
+            goto out;
+        }
 #define EQ(name, have, want)                                                                       \
     if ((int64_t)(have) != (int64_t)(want)) {                                                      \
         rc = fail(err, errlen, "stat %s is %lld, blocks say %lld", name, (long long)(have),        \
@@ -397,6 +411,6 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     }
 #undef EQ
 out:
-    pthread_mutex_unlock(&a->mu);
+    a_unlock(&a->mu);
     return rc;
 }

@@ -47,6 +47,33 @@ $(ALLOC_STREAMS_BENCH): $(BUILD)/tests/bench/alloc_streams_bench.o $(ALLOC_LIB) 
 ALL_TARGETS += $(ALLOC_STREAMS_BENCH)
 BENCHES += $(ALLOC_STREAMS_BENCH)
 
+# gpumem's allocator beside PyTorch's CUDACachingAllocator (tests/bench/alloc_torch_bench.cpp):
+# C++, linked with the installed wheel's libc10_cuda.so (C++20 headers, the new libstdc++ ABI,
+# which is g++'s default: _GLIBCXX_USE_CXX11_ABI=1, as the wheel's cxx11 symbols say) and the
+# virtual GPU's driver. Built only where PyTorch and a C++ compiler are installed, and not under
+# sanitizers (the wheel is not instrumented); the script skips, saying why, where it is not.
+CXX_FOUND := $(shell command -v $(CXX) 2>/dev/null)
+# the Makefile's own default (set there after the module fragments are read; same value)
+GPUMEM_TORCH_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpumem/torch-$(or $(GPUMEM_TORCH_VERSION),2.14.1)
+ALLOC_TORCH_DIR := $(patsubst %/include/c10/cuda/CUDACachingAllocator.h,%,$(firstword     $(wildcard $(GPUMEM_TORCH_VENV)/lib/python3*/site-packages/torch/include/c10/cuda/CUDACachingAllocator.h)))
+ALLOC_TORCH_BENCH := $(BUILD)/tests/bench/alloc_torch_bench
+ifneq ($(and $(CXX_FOUND),$(ALLOC_TORCH_DIR)),)
+ifeq ($(SAN),)
+$(BUILD)/tests/bench/alloc_torch_bench.o: tests/bench/alloc_torch_bench.cpp alloc/alloc.h sim/sim.h \
+                                          | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
+	    -isystem $(ALLOC_TORCH_DIR)/include -isystem $(CUDA_INC) -c -o $@ $<
+$(ALLOC_TORCH_BENCH): $(BUILD)/tests/bench/alloc_torch_bench.o $(ALLOC_LIB) \
+                      $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libcudart.so.13 | $(DEPS_STAMP)
+	$(CXX) -o $@ $(BUILD)/tests/bench/alloc_torch_bench.o $(ALLOC_LIB) \
+	    -L$(ALLOC_TORCH_DIR)/lib -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib \
+	    $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libcudart.so.13 -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+ALL_TARGETS += $(ALLOC_TORCH_BENCH)
+endif
+endif
+BENCHES += tests/bench/alloc_torch_bench.sh
+
 # ---- libFuzzer target (clang; built only where clang can link -fsanitize=fuzzer)
 ALLOC_FUZZ := $(BUILD)/tests/fuzz/alloc_fuzz
 ALLOC_CLANG_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \

@@ -79,7 +79,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
-                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh \
+                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh tests/unit/test_scripts_lint.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh \
@@ -147,7 +147,7 @@ SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/p
 $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
-BENCHES += tests/bench/rec_bench.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
+BENCHES += tests/bench/rec_bench.sh tests/bench/rec_instr.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
            tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh
 INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer

@@ -79,6 +79,6 @@ wait
 echo
 if [[ ${#failed[@]} -gt 0 ]]; then printf 'failed: %s\n' "${failed[@]}"; fi
 # where the suite's time goes (wall seconds, the five longest)
-printf '%s\n' "${times[@]}" | sort -rn | head -5 | awk '{ s = s (NR > 1 ? ", " : "") $2 " " $1 " s" } END { print "slowest: " s }'
+printf '%s\n' "${times[@]}" | sort -rn | sed -n 1,5p | awk '{ s = s (NR > 1 ? ", " : "") $2 " " $1 " s" } END { print "slowest: " s }'
 echo "$pass passed, $fail failed, $skip skipped ($jobs at once, ${SECONDS} s)"
 [[ $fail -eq 0 ]]

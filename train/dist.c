@@ -50,14 +50,14 @@ static struct {
     const char *(*nccl_error)(int);
 } D = {.world = 1};
 
-/* NCCL's values (nccl.h: ncclFloat32, ncclSum, NCCL_UNIQUE_ID_BYTES), checked against the
+/* NCCL's values (nccl.h: ncclInt8, ncclFloat32, ncclSum, NCCL_UNIQUE_ID_BYTES), checked against the
  * header where one is installed. */
-enum { NCCL_FLOAT32 = 7, NCCL_SUM = 0, NCCL_ID_BYTES = 128 };
+enum { NCCL_INT8 = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0, NCCL_ID_BYTES = 128 };
 #if defined(__has_include)
 #if __has_include(<nccl.h>)
 #include <nccl.h>
-_Static_assert((int)NCCL_FLOAT32 == (int)ncclFloat32 && (int)NCCL_SUM == (int)ncclSum &&
-                   NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES,
+_Static_assert((int)NCCL_INT8 == (int)ncclInt8 && (int)NCCL_FLOAT32 == (int)ncclFloat32 &&
+                   (int)NCCL_SUM == (int)ncclSum && NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES,
                "NCCL constants differ from nccl.h");
 #endif
 #endif
@@ -303,13 +303,16 @@ static int stage_in(const float *dev, size_t n)
     CKD(cudaStreamSynchronize(D.stream), "cudaStreamSynchronize");
     return 0;
 }
-static int stage_out(float *dev, const float *host, size_t n)
+static int stage_out_bytes(void *dev, const void *host, size_t bytes)
 {
-    CKD(cudaMemcpyAsync(dev, host, sizeof(float) * n, cudaMemcpyHostToDevice, D.stream),
-        "cudaMemcpyAsync");
+    CKD(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, D.stream), "cudaMemcpyAsync");
     /* The next collective (or the caller) may reuse the staging buffer at once. */
     CKD(cudaStreamSynchronize(D.stream), "cudaStreamSynchronize");
     return 0;
+}
+static int stage_out(float *dev, const float *host, size_t n)
+{
+    return stage_out_bytes(dev, host, sizeof(float) * n);
 }
 #endif
 
@@ -377,34 +380,93 @@ int dist_reduce_scatter_sum(float *full, float *shard, size_t n)
 #endif
 }
 
-int dist_allgather(float *buf, size_t n)
+#ifdef TRAIN_MPI
+/* A gather moves elements without arithmetic: fp32 as MPI_FLOAT, bf16 as 16-bit integers; NCCL
+ * moves either as bytes. */
+static MPI_Datatype mpi_type(size_t esize)
+{
+    return esize == 2 ? MPI_UINT16_T : MPI_FLOAT;
+}
+#endif
+
+int dist_allgather(void *buf, size_t n, size_t esize)
 {
     if (D.world == 1 || n == 0) return 0;
 #ifdef TRAIN_MPI
+    char *b = buf, *stage = (char *)D.stage;
     fill_counts(n);
     switch (D.transport) {
     case T_NCCL: {
         int rc = D.nccl_group_start();
         for (int r = 0; r < D.world && !rc; r++)
             if (D.counts[r])
-                rc = D.nccl_broadcast(buf + D.displs[r], buf + D.displs[r], (size_t)D.counts[r],
-                                      NCCL_FLOAT32, r, D.nccl_comm, D.stream);
+                rc = D.nccl_broadcast(b + D.displs[r] * esize, b + D.displs[r] * esize,
+                                      (size_t)D.counts[r] * esize, NCCL_INT8, r, D.nccl_comm,
+                                      D.stream);
         const int rc2 = D.nccl_group_end();
         return nccl_check(rc ? rc : rc2, "ncclBroadcast (all-gather)");
     }
     case T_MPI:
         if (host_view()) return 2;
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, D.counts, D.displs, MPI_FLOAT,
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, D.counts, D.displs, mpi_type(esize),
                        MPI_COMM_WORLD);
         return 0;
     default:
-        if (stage_in(buf, n)) return 2;
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, D.stage, D.counts, D.displs, MPI_FLOAT,
-                       MPI_COMM_WORLD);
-        return stage_out(buf, D.stage, n);
+        CKD(cudaMemcpyAsync(stage, buf, esize * n, cudaMemcpyDeviceToHost, D.stream),
+            "cudaMemcpyAsync");
+        CKD(cudaStreamSynchronize(D.stream), "cudaStreamSynchronize");
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, D.counts, D.displs,
+                       mpi_type(esize), MPI_COMM_WORLD);
+        return stage_out_bytes(buf, stage, esize * n);
     }
 #else
-    (void)buf;
+    (void)buf, (void)esize;
+    return 0;
+#endif
+}
+
+int dist_allgather_from(const void *shard, void *full, size_t n, size_t esize)
+{
+    size_t off, c;
+    dist_own(n, &off, &c);
+    if (n == 0) return 0;
+    if (D.world == 1) {
+        CKD(cudaMemcpyAsync(full, shard, esize * n, cudaMemcpyDeviceToDevice, D.stream),
+            "cudaMemcpyAsync");
+        return 0;
+    }
+#ifdef TRAIN_MPI
+    char *f = full, *stage = (char *)D.stage;
+    fill_counts(n);
+    switch (D.transport) {
+    case T_NCCL: {
+        /* One broadcast per root, grouped: root r sends its shard into everyone's part r. */
+        int rc = D.nccl_group_start();
+        for (int r = 0; r < D.world && !rc; r++)
+            if (D.counts[r])
+                rc = D.nccl_broadcast(shard, f + D.displs[r] * esize, (size_t)D.counts[r] * esize,
+                                      NCCL_INT8, r, D.nccl_comm, D.stream);
+        const int rc2 = D.nccl_group_end();
+        return nccl_check(rc ? rc : rc2, "ncclBroadcast (all-gather)");
+    }
+    case T_MPI:
+        if (host_view()) return 2;
+        MPI_Allgatherv(shard, (int)c, mpi_type(esize), full, D.counts, D.displs, mpi_type(esize),
+                       MPI_COMM_WORLD);
+        return 0;
+    default:
+        if (c) {
+            CKD(cudaMemcpyAsync(stage + off * esize, shard, esize * c, cudaMemcpyDeviceToHost,
+                                D.stream),
+                "cudaMemcpyAsync");
+        }
+        CKD(cudaStreamSynchronize(D.stream), "cudaStreamSynchronize");
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, stage, D.counts, D.displs,
+                       mpi_type(esize), MPI_COMM_WORLD);
+        return stage_out_bytes(full, stage, esize * n);
+    }
+#else
+    (void)shard, (void)full, (void)off, (void)c, (void)esize;
     return 0;
 #endif
 }

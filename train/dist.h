@@ -54,8 +54,13 @@ int dist_allreduce_sum(float *buf, size_t n);
  * (count floats of dist_own; shard may be full + off). full's other elements are left
  * unspecified. 0 or 2. */
 int dist_reduce_scatter_sum(float *full, float *shard, size_t n);
-/* In place: every rank's own part of buf (n floats) is copied to all ranks. 0 or 2. */
-int dist_allgather(float *buf, size_t n);
+/* In place: every rank's own part of buf (n elements of esize bytes: 4 for fp32, 2 for bf16;
+ * nothing is summed) is copied to all ranks. 0 or 2. */
+int dist_allgather(void *buf, size_t n, size_t esize);
+/* full (n elements of esize bytes) is assembled from every rank's shard (count elements of
+ * dist_own each, at its offset): ZeRO-3's gather of a parameter kept as shards. shard and
+ * full are distinct device buffers. 0 or 2. */
+int dist_allgather_from(const void *shard, void *full, size_t n, size_t esize);
 /* Host values: the sum over ranks of x (every rank gets it); x of every rank gathered into
  * all[world] on rank 0. */
 double dist_sum_host(double x);

@@ -27,6 +27,12 @@
  * groups). The layer input (the previous layer's output) is stashed with layer l, because
  * only layer l's backward needs it.
  *
+ * Sharded and mixed-precision parameters (--zero 3, --param-dtype bf16, --offload params) keep
+ * the parameters in a form the ops cannot read (a shard, bf16, on the host); the ops then read
+ * full fp32 copies, gather.<p>, made per unit (the embedding, each layer, the head) just before
+ * the unit's forward and again before its backward, --prefetch K units ahead, and freed after
+ * (see "units" below). The update works on the fp32 values (the shard, or master.<p>).
+ *
  * --dry-run performs every allocation, free, copy, memset and NVTX range of a real run (one
  * exception: offload's device-to-host copies, see offload()) and, where the backend can
  * (be->dry_launch: the sim build), every kernel launch with its real arguments, only the
@@ -77,7 +83,12 @@ struct gpt2 {
     cudaStream_t stream, copy_stream;
     int np; /* number of parameter tensors */
     gpt2_tensor *params, *grads, *adam_m, *adam_v;
-    gpt2_tensor *grad_shards; /* --zero 2: grad.shard.<p>, from backward to the optimizer */
+    gpt2_tensor *grad_shards; /* --zero 2|3: grad.shard.<p>, from backward to the optimizer */
+    gpt2_tensor *masters;     /* --param-dtype bf16: master.<p>, fp32 (a shard at zero >= 1) */
+    gpt2_tensor *gathered;    /* units: gather.<p>, the fp32 parameter while a unit uses it */
+    unsigned char *unit_in;   /* units: those (unit_of) whose parameters are gathered */
+    int units; /* --zero 3, --param-dtype bf16 or --offload params: the ops read parameters
+                * gathered per unit */
     int last_micro;           /* backward of the step's last micro-batch (gradients complete) */
     gpt2_tensor encoded, lnf, lnf_mean, lnf_rstd, logits, probs, losses, tokens, targets;
     gpt2_tensor *acts; /* L * A_COUNT */
@@ -99,7 +110,14 @@ static gpt2_tensor *layer_input(gpt2 *m, int l)
     return l == 0 ? &m->encoded : act(m, l - 1, A_RES3);
 }
 static int pidx(int l, int lp) { return P_GLOBAL + l * LP_COUNT + lp; }
-static float *P(gpt2 *m, int i) { return m->params[i].p; }
+/* The full fp32 parameter i as the ops read it: with units (--zero 3, --param-dtype bf16)
+ * its gathered copy, present only while a unit that uses it is gathered; else the parameter
+ * itself. */
+static float *P(gpt2 *m, int i)
+{
+    assert(!m->units || m->gathered[i].p);
+    return m->units ? m->gathered[i].p : m->params[i].p;
+}
 
 size_t gpt2_live_bytes(const gpt2 *m) { return m->live; }
 size_t gpt2_peak_bytes(const gpt2 *m) { return m->peak; }
@@ -284,17 +302,27 @@ static int grad(gpt2 *m, int i, float **out)
     return 0;
 }
 
-/* --zero 2: parameter i's gradient is complete (backward of the last micro-batch, right after
- * the op that finished it): it is reduce-scattered into grad.shard.<p> (this rank's shard,
- * ceil(n / world) elements) and the full grad.<p> is freed at once. */
+/* --zero 2|3: parameter i's gradient is complete (right after the op that finished it; at
+ * zero 2 in the last micro-batch only, at zero 3 in every one): it is reduce-scattered into
+ * grad.shard.<p> (this rank's shard, ceil(n / world) elements, made at the first) and the
+ * full grad.<p> is freed at once. A later micro-batch (zero 3 with --accum) reduce-scatters
+ * in place, into its own part of grad.<p>, and adds that to the shard. */
 static int grad_done(gpt2 *m, int i)
 {
-    if (m->o.zero < 2 || !m->last_micro) return 0;
+    if (m->o.zero < 2 || (m->o.zero == 2 && !m->last_micro)) return 0;
     gpt2_tensor *g = &m->grads[i], *sh = &m->grad_shards[i];
-    char n[40];
-    param_name(m, i, n, sizeof n);
-    TRY(t_alloc(m, sh, dist_shard_size(g->numel), "grad.shard.%s", n));
-    COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, sh->p, g->numel));
+    if (!sh->p) {
+        char n[40];
+        param_name(m, i, n, sizeof n);
+        TRY(t_alloc(m, sh, dist_shard_size(g->numel), "grad.shard.%s", n));
+        COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, sh->p, g->numel));
+    } else {
+        size_t off, cnt;
+        dist_own(g->numel, &off, &cnt);
+        float *part = (float *)g->p + off;
+        COMM("reduce_scatter", dist_reduce_scatter_sum(g->p, part, g->numel));
+        if (cnt) OP("grad_accum", m->be->residual_fwd(sh->p, sh->p, part, (long)cnt));
+    }
     return t_free(m, g);
 }
 #define GRADS_DONE(i, j)                                                                           \
@@ -302,6 +330,128 @@ static int grad_done(gpt2 *m, int i)
         TRY(grad_done(m, i));                                                                      \
         TRY(grad_done(m, j));                                                                      \
     } while (0)
+
+/* Pinned host copies (the memory techniques, below). */
+static int offload(gpt2 *m, gpt2_tensor *t, size_t host_bytes);
+static int prefetch(gpt2 *m, gpt2_tensor *t);
+
+/* ---- units: gathering the parameters unit by unit (--zero 3, --param-dtype bf16) ---------
+ * At --zero 3 the parameters are kept as shards (gpt2_init_params); with --param-dtype bf16
+ * they are stored as bf16 (a shard of it at zero 3) while the ops compute in fp32. Either way
+ * the ops read full fp32 copies, made unit by unit. A unit is the set of parameters one
+ * part of the model reads: unit 0 the embedding (wte, wpe), unit 1 + l layer l's twelve, unit
+ * L + 1 the head (lnf_w, lnf_b and the tied wte). One micro-batch uses them in the order of
+ * the positions
+ *     0: unit 0 (encoder)   1..L: layers 0..L-1   L+1: head (forward)   L+2: head (backward)
+ *     L+3..2L+2: layers L-1..0 (backward)   2L+3: unit 0 (encoder backward)
+ * At the start of position s, the units of positions s..s+K (K = --prefetch) not yet gathered
+ * are gathered: each of their parameters gets a full buffer gather.<p>, all-gathered from
+ * the ranks' shards (NVTX "gather", its collectives "allgather"). At the end of position s its
+ * unit's buffers are freed, unless the unit is used again within the next max(K, 1)
+ * positions (the head from its forward to its backward; a layer whose backward is that near).
+ * A parameter two gathered units share (wte) has one buffer, freed with the last of them.
+ * Nothing is kept from one micro-batch to the next. */
+static int unit_positions(const gpt2 *m) { return 2 * m->c.L + 4; }
+static int unit_of(const gpt2 *m, int pos)
+{
+    const int L = m->c.L;
+    if (pos == 0 || pos == 2 * L + 3) return 0;
+    if (pos <= L) return pos;
+    if (pos <= L + 2) return L + 1;
+    return L - (pos - (L + 3));
+}
+/* The parameters of unit u into idx (at most LP_COUNT); returns how many. */
+static int unit_params(const gpt2 *m, int u, int *idx)
+{
+    if (u == 0) return idx[0] = P_WTE, idx[1] = P_WPE, 2;
+    if (u == m->c.L + 1) return idx[0] = P_LNF_W, idx[1] = P_LNF_B, idx[2] = P_WTE, 3;
+    for (int lp = 0; lp < LP_COUNT; lp++) idx[lp] = pidx(u - 1, lp);
+    return LP_COUNT;
+}
+/* Parameter p (device) into g, the full fp32 gather.<p> the ops read. */
+static int unit_gather_param(gpt2 *m, gpt2_tensor *g, gpt2_tensor *p)
+{
+    if (!m->o.param_bf16) { /* zero 3, fp32: the shards gathered into gather.<p> */
+        TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+        if (dist_world() == 1) /* the shard is the whole parameter */
+            CK(copy_async(m, g->p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+               "cudaMemcpyAsync");
+        else
+            COMM("allgather", dist_allgather_from(p->p, g->p, p->numel, 4));
+        return 0;
+    }
+    /* bf16: at zero 3 the bf16 shards gathered into gather.bf16.<p> first (freed once
+     * converted); the full bf16 parameter converted into the fp32 gather.<p>. */
+    gpt2_tensor wire = {0};
+    const void *src = p->p;
+    if (m->o.zero == 3) {
+        TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.bf16.%s", p->name));
+        if (dist_world() == 1)
+            CK(copy_async(m, wire.p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
+               "cudaMemcpyAsync");
+        else
+            COMM("allgather", dist_allgather_from(p->p, wire.p, p->numel, 2));
+        src = wire.p;
+    }
+    TRY(t_alloc(m, g, p->numel, "gather.%s", p->name));
+    OP("from_bf16", m->be->from_bf16(g->p, src, (long)p->numel));
+    return t_free(m, &wire);
+}
+
+static int unit_gather(gpt2 *m, int u)
+{
+    int idx[LP_COUNT];
+    const int n = unit_params(m, u, idx);
+    for (int k = 0; k < n; k++) {
+        gpt2_tensor *g = &m->gathered[idx[k]], *p = &m->params[idx[k]];
+        if (g->p) continue; /* wte, gathered with the other unit that reads it */
+        if (m->o.offload_params) { /* the shard brought in from pinned host memory */
+            push("prefetch");
+            TRY(prefetch(m, p));
+            pop();
+        }
+        TRY(unit_gather_param(m, g, p));
+        if (m->o.offload_params) TRY(t_free(m, p)); /* unchanged: the host copy stays */
+    }
+    m->unit_in[u] = 1;
+    return 0;
+}
+static int unit_release(gpt2 *m, int u)
+{
+    int idx[LP_COUNT];
+    const int n = unit_params(m, u, idx);
+    m->unit_in[u] = 0;
+    for (int k = 0; k < n; k++) {
+        /* wte is kept while the other unit that reads it (embedding, head) is gathered */
+        const int shared = idx[k] == P_WTE && m->unit_in[u == 0 ? m->c.L + 1 : 0];
+        if (!shared) TRY(t_free(m, &m->gathered[idx[k]]));
+    }
+    return 0;
+}
+/* Before position pos: its unit and the next K gathered. */
+static int units_begin(gpt2 *m, int pos)
+{
+    if (!m->units) return 0;
+    const int end = pos + m->o.prefetch < unit_positions(m) ? pos + m->o.prefetch
+                                                             : unit_positions(m) - 1;
+    int any = 0;
+    for (int q = pos; q <= end; q++) any |= !m->unit_in[unit_of(m, q)];
+    if (!any) return 0;
+    push("gather");
+    for (int q = pos; q <= end; q++)
+        if (!m->unit_in[unit_of(m, q)]) TRY(unit_gather(m, unit_of(m, q)));
+    pop();
+    return 0;
+}
+/* After position pos: its unit freed unless used again within the next max(K, 1) positions. */
+static int units_end(gpt2 *m, int pos)
+{
+    if (!m->units) return 0;
+    const int u = unit_of(m, pos), K = m->o.prefetch > 1 ? m->o.prefetch : 1;
+    for (int q = pos + 1; q <= pos + K && q < unit_positions(m); q++)
+        if (unit_of(m, q) == u) return 0;
+    return unit_release(m, u);
+}
 
 /* ---- model creation ---------------------------------------------------------------------- */
 gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backend *be)
@@ -321,12 +471,16 @@ gpt2 *gpt2_create(const gpt2_config *cfg, const gpt2_opts *o, const train_backen
     m->adam_m = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->adam_v = calloc((size_t)m->np, sizeof(gpt2_tensor));
     m->grad_shards = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->gathered = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->masters = calloc((size_t)m->np, sizeof(gpt2_tensor));
+    m->units = o->zero == 3 || o->param_bf16 || o->offload_params;
+    m->unit_in = calloc((size_t)cfg->L + 2, 1);
     m->acts = calloc((size_t)cfg->L * A_COUNT, sizeof(gpt2_tensor));
     m->leaked = calloc((size_t)(o->steps > 0 ? o->steps : 1) * (size_t)(o->accum > 0 ? o->accum : 1),
                        sizeof(gpt2_tensor));
     m->host_losses = malloc(sizeof(float) * (size_t)o->B * (size_t)o->T);
-    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->acts ||
-        !m->leaked || !m->host_losses) {
+    if (!m->params || !m->grads || !m->adam_m || !m->adam_v || !m->grad_shards || !m->gathered || !m->masters ||
+        !m->unit_in || !m->acts || !m->leaked || !m->host_losses) {
         gpt2_destroy(m);
         return NULL;
     }
@@ -411,21 +565,119 @@ static int ckpt_walk(gpt2 *m, FILE *f, float *stage, ckpt_visit fn)
     TRY(fn(m, P_LNF_B, f, stage));
     return 0;
 }
+/* Where parameter i's fp32 values live: the master weights with --param-dtype bf16, else
+ * the parameter itself; and whether they are this rank's shard only (at offset 0): the
+ * parameter at zero 3, the master weights (sharded like the AdamW state) at zero >= 1. */
+static gpt2_tensor *fp32_values(gpt2 *m, int i)
+{
+    return m->o.param_bf16 ? &m->masters[i] : &m->params[i];
+}
+static int values_sharded(const gpt2 *m)
+{
+    return m->o.zero == 3 || (m->o.param_bf16 && m->o.zero >= 1);
+}
+
+/* Parameter i's device tensors: `<p>` (this rank's shard at zero 3, full size otherwise: the
+ * rule of train/dist.h; numel stays the full size), bf16 with --param-dtype bf16, and then
+ * its fp32 master weights master.<p>, sharded like the AdamW state. */
+static int param_make(gpt2 *m, int i)
+{
+    char n[40];
+    param_name(m, i, n, sizeof n);
+    const size_t k = param_numel(&m->c, i);
+    TRY(t_alloc_on(m, &m->params[i], m->o.zero == 3 ? dist_shard_size(k) : k, m->o.param_bf16,
+                   m->stream, "%s", n));
+    m->params[i].numel = k;
+    if (m->o.param_bf16)
+        TRY(t_alloc(m, &m->masters[i], m->o.zero ? dist_shard_size(k) : k, "master.%s", n));
+    return 0;
+}
+/* When parameters or master weights go to pinned host memory, each parameter is made,
+ * filled, rounded and offloaded before the next is made: the device never holds them all,
+ * not even at start. */
+static int one_at_a_time(const gpt2 *m)
+{
+    return m->o.offload_params || (m->o.param_bf16 && m->o.offload_opt);
+}
+static int publish_param(gpt2 *m, int i);
+
+/* Parameter pi from its full host values: all of them, or this rank's part. */
+static int put_param(gpt2 *m, int pi, const float *full)
+{
+    if (one_at_a_time(m)) {
+        TRY(param_make(m, pi));
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize"); /* made in stream order */
+    }
+    gpt2_tensor *t = fp32_values(m, pi);
+    size_t off = 0, cnt = m->params[pi].numel;
+    if (values_sharded(m)) dist_own(m->params[pi].numel, &off, &cnt);
+    if (cnt)
+        CK(copy_sync(m, t->p, full + off, sizeof(float) * cnt, cudaMemcpyHostToDevice),
+           "cudaMemcpy");
+    if (!one_at_a_time(m)) return 0;
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); /* the copy from pageable memory */
+    if (m->o.param_bf16) TRY(publish_param(m, pi));
+    if (m->o.param_bf16 && m->o.offload_opt)
+        TRY(offload(m, &m->masters[pi], m->masters[pi].bytes));
+    if (m->o.offload_params) TRY(offload(m, &m->params[pi], m->params[pi].bytes));
+    return 0;
+}
+
+/* --param-dtype bf16: the bf16 parameter from the fp32 master weights: this rank's part
+ * rounded (to_bf16), then at zero 1|2 all-gathered in bf16 so that every rank holds it all
+ * (at zero 0 every rank updates all of it, at zero 3 the parameter is the shard). */
+static int publish_param(gpt2 *m, int i)
+{
+    gpt2_tensor *p = &m->params[i], *w = &m->masters[i];
+    const int gather = m->o.zero == 1 || m->o.zero == 2;
+    size_t off = 0, cnt = p->numel;
+    if (m->o.zero) dist_own(p->numel, &off, &cnt);
+    if (cnt)
+        OP("to_bf16", m->be->to_bf16((uint16_t *)p->p + (gather ? off : 0), w->p, (long)cnt));
+    if (gather) COMM("allgather", dist_allgather(p->p, p->numel, 2));
+    return 0;
+}
 static int load_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
-    gpt2_tensor *t = &m->params[pi];
-    if (fread(stage, sizeof(float), t->numel, f) != t->numel) {
-        fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", t->name);
+    const size_t n = param_numel(&m->c, pi); /* the tensor may not be made yet */
+    if (fread(stage, sizeof(float), n, f) != n) {
+        char name[40];
+        param_name(m, pi, name, sizeof name);
+        fprintf(stderr, "train_gpt2: checkpoint is truncated (reading %s)\n", name);
         return 1;
     }
-    CK(copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    return put_param(m, pi, stage);
+}
+/* Parameter pi's fp32 values, whole, into stage (host). Sharded values on several ranks are
+ * all-gathered into a device buffer save.<p> first (every rank takes part; an offloaded
+ * shard is brought in for it). */
+static int fetch_values(gpt2 *m, int pi, float *stage)
+{
+    gpt2_tensor *t = fp32_values(m, pi);
+    const size_t n = m->params[pi].numel;
+    if (values_sharded(m) && dist_world() > 1) {
+        gpt2_tensor full = {0};
+        const int in = !t->p;
+        if (in) TRY(prefetch(m, t));
+        TRY(t_alloc(m, &full, n, "save.%s", m->params[pi].name));
+        COMM("allgather", dist_allgather_from(t->p, full.p, n, 4));
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
+        CK(copy_sync(m, stage, full.p, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        TRY(t_free(m, &full));
+        if (in) TRY(t_free(m, t)); /* unchanged: the host copy stays */
+        return 0;
+    }
+    if (!t->p && t->host) /* offloaded (parameters, or masters with the optimizer state) */
+        memcpy(stage, t->host, sizeof(float) * n);
+    else
+        CK(copy_sync(m, stage, t->p, sizeof(float) * n, cudaMemcpyDeviceToHost), "cudaMemcpy");
     return 0;
 }
 static int save_one(gpt2 *m, int pi, FILE *f, float *stage)
 {
-    gpt2_tensor *t = &m->params[pi];
-    CK(copy_sync(m, stage, t->p, t->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    if (fwrite(stage, sizeof(float), t->numel, f) != t->numel) {
+    const size_t n = m->params[pi].numel;
+    TRY(fetch_values(m, pi, stage));
+    if (f && fwrite(stage, sizeof(float), n, f) != n) { /* f: rank 0 writes */
         fprintf(stderr, "train_gpt2: write error saving checkpoint: %m\n");
         return 1;
     }
@@ -461,11 +713,9 @@ int gpt2_init_params(gpt2 *m, const char *load)
     }
     size_t maxn = 0;
     for (int i = 0; i < m->np; i++) {
-        char n[40];
-        param_name(m, i, n, sizeof n);
         const size_t k = param_numel(&m->c, i);
         if (k > maxn) maxn = k;
-        TRY(t_alloc(m, &m->params[i], k, "%s", n));
+        if (!one_at_a_time(m)) TRY(param_make(m, i)); /* else in put_param */
     }
     TRY(dist_setup(m->stream, m->be->host_memory, maxn, m->o.dry_run));
     /* The parameters were allocated in stream order: make them usable by the synchronous
@@ -493,34 +743,50 @@ int gpt2_init_params(gpt2 *m, const char *load)
         uint64_t s = m->o.seed * 0x2545F4914F6CDD1Dull + 1;
         const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)m->c.L);
         for (int i = 0; i < m->np && !rc; i++) {
-            gpt2_tensor *t = &m->params[i];
+            const size_t numel = param_numel(&m->c, i); /* not made yet if one at a time */
             if (!m->o.dry_run) {
                 const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
                 if (i == P_LNF_W || lp == LP_LN1_W || lp == LP_LN2_W)
-                    for (size_t k = 0; k < t->numel; k++) stage[k] = 1.0f;
+                    for (size_t k = 0; k < numel; k++) stage[k] = 1.0f;
                 else if (i == P_LNF_B || lp == LP_LN1_B || lp == LP_LN2_B || lp == LP_QKV_B ||
                          lp == LP_ATTPROJ_B || lp == LP_FC_B || lp == LP_FCPROJ_B)
-                    memset(stage, 0, t->bytes);
+                    memset(stage, 0, sizeof(float) * numel);
                 else
-                    fill_normal(stage, t->numel,
+                    fill_normal(stage, numel,
                                 (lp == LP_ATTPROJ_W || lp == LP_FCPROJ_W) ? proj_std : std, &s);
                 if (i == P_WTE) /* padded vocabulary rows stay zero */
                     memset(stage + (size_t)m->c.V * m->c.C, 0,
                            sizeof(float) * (size_t)(m->c.Vp - m->c.V) * m->c.C);
             }
-            cudaError_t e = copy_sync(m, t->p, stage, t->bytes, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) rc = cuda_fail(e, "cudaMemcpy", t->name, t->bytes, m);
+            rc = put_param(m, i, stage);
         }
     }
     free(stage);
     /* A copy from pageable memory may return before its DMA finished; the compute stream is
      * non-blocking, so wait here before the first kernel reads the parameters. */
     if (!rc) CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    /* --param-dtype bf16: the bf16 parameters from the masters (one at a time: done). */
+    for (int i = 0; !rc && m->o.param_bf16 && !one_at_a_time(m) && i < m->np; i++)
+        rc = publish_param(m, i);
+    if (!rc && (m->o.param_bf16 || one_at_a_time(m))) {
+        CK(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize");
+        CK(cudaStreamSynchronize(m->copy_stream), "cudaStreamSynchronize");
+    }
     return rc;
 }
 
 int gpt2_save(gpt2 *m, const char *path)
 {
+    /* Rank 0 writes; with sharded values every rank calls this and takes part in gathers. */
+    if (dist_rank() != 0) {
+        size_t maxn = 0;
+        for (int i = 0; i < m->np; i++)
+            if (m->params[i].numel > maxn) maxn = m->params[i].numel;
+        float *stage = malloc(sizeof(float) * maxn);
+        int rc = stage ? ckpt_walk(m, NULL, stage, save_one) : 1;
+        free(stage);
+        return rc;
+    }
     FILE *f = fopen(path, "wb");
     if (!f) {
         fprintf(stderr, "train_gpt2: cannot create checkpoint %s: %m\n", path);
@@ -573,7 +839,10 @@ static int prefetch(gpt2 *m, gpt2_tensor *t)
 {
     char name[48];
     memcpy(name, t->name, sizeof name);
-    TRY(t_alloc_on(m, t, t->numel, t->bf16, m->copy_stream, "%s", name));
+    /* the size it had on the device (a ZeRO-3 parameter's numel is the full tensor's) */
+    const size_t numel = t->numel;
+    TRY(t_alloc_on(m, t, t->bytes / (t->bf16 ? 2 : 4), t->bf16, m->copy_stream, "%s", name));
+    t->numel = numel;
     CK(copy_async(m, t->p, t->host, t->bytes, cudaMemcpyHostToDevice, m->copy_stream),
        "cudaMemcpyAsync");
     cudaEvent_t ev;
@@ -744,14 +1013,19 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
        "cudaMemcpyAsync");
     CK(copy_async(m, m->targets.p, tgt, sizeof(int) * BT, cudaMemcpyHostToDevice, m->stream),
        "cudaMemcpyAsync");
+    TRY(units_begin(m, 0));
     TRY(t_alloc(m, &m->encoded, btc, "encoded"));
     OP("encoder", m->be->encoder_fwd(m->encoded.p, m->tokens.p, P(m, P_WTE), P(m, P_WPE), B, T, C));
+    TRY(units_end(m, 0));
     for (int l = 0; l < m->c.L; l++) {
         push("h%d", l);
+        TRY(units_begin(m, 1 + l));
         TRY(layer_forward(m, l, G_ALL));
+        TRY(units_end(m, 1 + l));
         TRY(stash_layer(m, l));
         pop();
     }
+    TRY(units_begin(m, m->c.L + 1));
     float *last = act(m, m->c.L - 1, A_RES3)->p;
     TRY(t_alloc(m, &m->lnf, btc, "lnf"));
     TRY(t_alloc(m, &m->lnf_mean, BT, "lnf.mean"));
@@ -776,6 +1050,7 @@ static int forward(gpt2 *m, const int *tok, const int *tgt, float *loss)
         m->leaked[m->nleaked++] = m->losses, m->losses = (gpt2_tensor){0};
     else
         TRY(t_free(m, &m->losses));
+    TRY(units_end(m, m->c.L + 1));
     pop();
     return 0;
 }
@@ -787,6 +1062,8 @@ static int layer_backward(gpt2 *m, int l, float *d)
     const size_t btc = (size_t)BT * C;
     float *g1, *g2;
     push("h%d", l);
+    const int pos = 2 * m->c.L + 2 - l; /* zero3_unit's order: layers L-1..0 after the head */
+    TRY(units_begin(m, pos)); /* before restore_layer: a recompute reads the weights */
     TRY(restore_layer(m, l));
     gpt2_tensor t1 = {0}, t2 = {0}, t3 = {0};
 
@@ -852,6 +1129,7 @@ static int layer_backward(gpt2 *m, int l, float *d)
     TRY(t_free(m, A(A_LN1_MEAN)));
     TRY(t_free(m, A(A_LN1_RSTD)));
     TRY(t_free(m, layer_input(m, l)));
+    TRY(units_end(m, pos));
     pop();
     return 0;
 #undef A
@@ -866,6 +1144,7 @@ static int backward(gpt2 *m, float dloss)
     float *g1, *g2;
     gpt2_tensor dlogits = {0}, dlnf = {0}, dres = {0};
     push("bwd");
+    TRY(units_begin(m, m->c.L + 2));
     TRY(t_alloc(m, &dlogits, (size_t)BT * Vp, "d_logits"));
     OP("crossentropy", m->be->crossentropy_bwd(dlogits.p, m->probs.p, m->targets.p, BT, m->c.V,
                                                Vp, dloss));
@@ -888,11 +1167,14 @@ static int backward(gpt2 *m, float dloss)
     TRY(t_free(m, &m->lnf_mean));
     TRY(t_free(m, &m->lnf_rstd));
     TRY(t_free(m, last));
+    TRY(units_end(m, m->c.L + 2));
     for (int l = m->c.L - 1; l >= 0; l--) TRY(layer_backward(m, l, dres.p));
+    TRY(units_begin(m, 2 * m->c.L + 3));
     TRY(grad(m, P_WTE, &g1));
     TRY(grad(m, P_WPE, &g2));
     OP("encoder", m->be->encoder_bwd(g1, g2, dres.p, m->tokens.p, B, T, C));
     GRADS_DONE(P_WTE, P_WPE); /* wte is tied: lm_head's backward was its first half */
+    TRY(units_end(m, 2 * m->c.L + 3));
     TRY(t_free(m, &dres));
     TRY(t_free(m, &m->tokens));
     TRY(t_free(m, &m->targets));
@@ -907,12 +1189,15 @@ static int optimizer(gpt2 *m)
     push("opt");
     for (int i = 0; i < m->np; i++) {
         gpt2_tensor *p = &m->params[i], *mm = &m->adam_m[i], *vv = &m->adam_v[i];
+        gpt2_tensor *w = fp32_values(m, i); /* what AdamW updates: p, or its master weights */
+        const int bf16 = m->o.param_bf16;
         char n[40];
         param_name(m, i, n, sizeof n);
         const int lp = i < P_GLOBAL ? -1 : (i - P_GLOBAL) % LP_COUNT;
         if (lp == 0) push("h%d", (i - P_GLOBAL) / LP_COUNT); /* a layer's parameters */
         const int first = !mm->p && !mm->host;
-        /* --zero 1|2: AdamW state and the update cover this rank's shard only. */
+        /* --zero 1|2|3: AdamW state and the update cover this rank's shard only (at zero 3
+         * the parameter is that shard itself). */
         const int zero = m->o.zero, comm = zero || dist_world() > 1;
         size_t off = 0, cnt = p->numel;
         if (zero) dist_own(p->numel, &off, &cnt);
@@ -928,11 +1213,18 @@ static int optimizer(gpt2 *m)
             TRY(prefetch(m, vv));
             pop();
         }
+        if ((bf16 && m->o.offload_opt) || m->o.offload_params) {
+            /* offloaded from the start: the masters, the parameter shard */
+            push("prefetch");
+            if (bf16 && m->o.offload_opt) TRY(prefetch(m, w));
+            if (m->o.offload_params) TRY(prefetch(m, p));
+            pop();
+        }
         /* The gradient summed over ranks: all of it (zero 0), this rank's shard (zero 1, in
          * place in grad.<p>), or the shard made in backward (zero 2). Every rank's gradient
          * is already divided by the global batch (gpt2_step), so the sum is the mean. */
         float *g = m->grads[i].p;
-        if (zero == 2) {
+        if (zero >= 2) {
             g = m->grad_shards[i].p;
         } else if (zero == 1) {
             COMM("reduce_scatter", dist_reduce_scatter_sum(g, g + off, p->numel));
@@ -941,21 +1233,28 @@ static int optimizer(gpt2 *m)
             COMM("allreduce", dist_allreduce_sum(g, p->numel));
         }
         if (cnt)
-            OP("adamw", m->be->adamw((float *)p->p + off, g, mm->p, vv->p, (long)cnt, m->o.lr, 0.9f,
-                                     0.999f, 1e-8f, m->o.wd, t));
+            OP("adamw", m->be->adamw((float *)w->p + (values_sharded(m) ? 0 : off), g, mm->p,
+                                     vv->p, (long)cnt, m->o.lr, 0.9f, 0.999f, 1e-8f, m->o.wd, t));
+        if (bf16) TRY(publish_param(m, i));
         if (m->o.offload_opt) {
             push("offload");
             TRY(offload(m, mm, mm->bytes));
             TRY(offload(m, vv, vv->bytes));
+            if (bf16) TRY(offload(m, w, w->bytes));
             pop();
         }
-        if (zero == 2)
+        if (zero >= 2)
             TRY(t_free(m, &m->grad_shards[i]));
         else if (m->o.grad_none)
             TRY(t_free(m, &m->grads[i]));
         else
             CK(zero_async(m, m->grads[i].p, m->grads[i].bytes, m->stream), "cudaMemsetAsync");
-        if (zero) COMM("allgather", dist_allgather(p->p, p->numel));
+        if (!bf16 && (zero == 1 || zero == 2)) COMM("allgather", dist_allgather(p->p, p->numel, 4));
+        if (m->o.offload_params) { /* the updated shard back to the host */
+            push("offload");
+            TRY(offload(m, p, p->bytes));
+            pop();
+        }
         if (lp == LP_COUNT - 1) pop();
     }
     pop();
@@ -1005,6 +1304,8 @@ void gpt2_destroy(gpt2 *m)
             release(m, &m->adam_m[i]);
             release(m, &m->adam_v[i]);
             release(m, &m->grad_shards[i]);
+            release(m, &m->gathered[i]);
+            release(m, &m->masters[i]);
         }
         for (int i = 0; m->acts && i < m->c.L * A_COUNT; i++) release(m, &m->acts[i]);
         gpt2_tensor *g[] = {&m->encoded, &m->lnf,   &m->lnf_mean, &m->lnf_rstd, &m->logits,
@@ -1019,6 +1320,7 @@ void gpt2_destroy(gpt2 *m)
         cudaStreamDestroy(m->copy_stream);
     }
     free(m->params), free(m->grads), free(m->adam_m), free(m->adam_v), free(m->grad_shards);
+    free(m->gathered), free(m->unit_in), free(m->masters);
     free(m->acts);
     free(m->leaked), free(m->host_losses);
     free(m);

@@ -25,8 +25,11 @@ enum {
 typedef struct gpt2_opts {
     int B, T, steps, accum, dry_run, recompute, offload_acts, offload_opt, grad_none, bf16, leak,
         seq_jitter, trace_allocs, threads;
-    int zero;     /* ZeRO stage 0, 1, 2 across the ranks of train/dist.h (train/README.md) */
-    float lr, wd; /* AdamW learning rate and (decoupled) weight decay */
+    int zero;       /* ZeRO stage 0, 1, 2, 3 across the ranks of train/dist.h (train/README.md) */
+    int prefetch;   /* --zero 3: units gathered ahead of the one in use (train/README.md) */
+    int param_bf16; /* --param-dtype bf16: parameters stored bf16, fp32 master weights */
+    int offload_params; /* --offload params: parameters (shards) in pinned host memory */
+    float lr, wd;       /* AdamW learning rate and (decoupled) weight decay */
     uint64_t seed;
 } gpt2_opts;
 
@@ -52,7 +55,9 @@ int gpt2_init_params(gpt2 *m, const char *load);
  * rank's part of the global batch). *loss gets the mean loss over all ranks' tokens (NaN in a
  * dry run). Returns 0 or 2 (CUDA error, printed). */
 int gpt2_step(gpt2 *m, const int *tok, const int *tgt, int Tstep, float *loss);
-/* Writes the parameters in llm.c's checkpoint format (v3, fp32). 0, 1 (I/O), 2 (CUDA). */
+/* Writes the parameters in llm.c's checkpoint format (v3, fp32): rank 0 writes; when the
+ * fp32 values are sharded (--zero 3, or --param-dtype bf16 with --zero >= 1) every rank must
+ * call it (the values are all-gathered). 0, 1 (I/O), 2 (CUDA). */
 int gpt2_save(gpt2 *m, const char *path);
 /* Frees everything (also after an error). */
 void gpt2_destroy(gpt2 *m);

@@ -40,6 +40,59 @@ static const struct {
     {"gpt2-xl", {.L = 48, .C = 1600, .NH = 25, .V = 50257, .Vp = 50304, .maxT = 1024}},
 };
 
+/* The padded vocabulary: V rounded up to a multiple of 128 (GPT-2's 50257 -> 50304, llm.c's
+ * rule), so the lm_head's rows stay aligned. */
+static int padded_vocab(int V) { return (V + 127) / 128 * 128; }
+
+/* A positive integer of at most `hi` at *s; advances *s past its digits. 0, or 1 if none. */
+static int model_number(const char **s, int hi, int *out)
+{
+    long v = 0;
+    const char *p = *s;
+    if (*p < '0' || *p > '9') return 1;
+    while (*p >= '0' && *p <= '9' && v <= hi) v = v * 10 + (*p++ - '0');
+    if (v < 1 || v > hi || (*p >= '0' && *p <= '9')) return 1;
+    *s = p, *out = (int)v;
+    return 0;
+}
+
+/* --model: a named size, or the free form L<layers>-C<channels>-H<heads> (each once, any
+ * order; for example L80-C8192-H64), with GPT-2's vocabulary (V 50257, Vp 50304) and maximum
+ * sequence length (1024) unless --vocab / --max-T say otherwise. 0, or 1 with a message. */
+static int parse_model(const char *s, gpt2_config *cfg)
+{
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        if (!strcmp(models[i].name, s)) {
+            *cfg = models[i].c;
+            return 0;
+        }
+    gpt2_config c = {.V = 50257, .Vp = 50304, .maxT = 1024};
+    const char *p = s;
+    int bad = !*p;
+    while (*p && !bad) {
+        const char k = *p++;
+        int *dst = k == 'L' ? &c.L : k == 'C' ? &c.C : k == 'H' ? &c.NH : NULL;
+        const int hi = k == 'L' ? 1000 : 65536;
+        bad = !dst || *dst || model_number(&p, hi, dst) || (*p && *p++ != '-') ||
+              (p[-1] == '-' && !*p);
+    }
+    if (bad || !c.L || !c.C || !c.NH) {
+        fprintf(stderr,
+                "train_gpt2: unknown model '%s': a name (tiny, gpt2, gpt2-medium, gpt2-large, "
+                "gpt2-xl) or L<layers>-C<channels>-H<heads>, for example L80-C8192-H64 "
+                "(L up to 1000, C and H up to 65536)\n",
+                s);
+        return 1;
+    }
+    if (c.C % c.NH) {
+        fprintf(stderr, "train_gpt2: model '%s': channels C %d are not divisible by heads H %d\n",
+                s, c.C, c.NH);
+        return 1;
+    }
+    *cfg = c;
+    return 0;
+}
+
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
@@ -47,6 +100,10 @@ static void usage(FILE *f, const char *prog)
             "Trains GPT-2 with one device allocation per tensor (framework lifetimes).\n"
             "  --model NAME       tiny (L2 C64 NH4 V256) | gpt2 | gpt2-medium | gpt2-large | "
             "gpt2-xl  [tiny]\n"
+            "                     or L<layers>-C<channels>-H<heads>, e.g. L80-C8192-H64 (GPT-2's\n"
+            "                     vocabulary and maximum T unless --vocab / --max-T)\n"
+            "  --vocab N          vocabulary size (padded to a multiple of 128)  [the model's]\n"
+            "  --max-T N          maximum sequence length (wpe rows)  [the model's]\n"
             "  -B N, -T N         batch size and sequence length  [4, 64]\n"
             "  --steps N          optimizer steps  [10]\n"
             "  --lr X             AdamW learning rate  [3e-4]\n"
@@ -59,15 +116,20 @@ static void usage(FILE *f, const char *prog)
             "                     build) kernel launches with their bodies skipped, no compute\n"
             "                     (use with GPUMEM_SIM_BACKING=virtual on the virtual GPU)\n"
             "  --threads N        CPU threads for the ops (cpu-sim backend)  [OpenMP default]\n"
-            "  --zero 0|1|2       several ranks (mpirun -np N; -B is the global batch): 0 data\n"
-            "                     parallel, 1 AdamW state sharded, 2 gradients too  [0]\n"
+            "  --zero 0|1|2|3     several ranks (mpirun -np N; -B is the global batch): 0 data\n"
+            "                     parallel, 1 AdamW state sharded, 2 gradients too, 3\n"
+            "                     parameters too (gathered per layer)  [0]\n"
+            "  --prefetch K       --zero 3: layers gathered ahead of the one computing  [1]\n"
             "  --trace-allocs     print 'alloc|free|host-alloc NAME BYTES' lines on stderr\n"
             "memory techniques (see train/README.md for each one's effect on the peak):\n"
             "  --recompute LIST   none|gelu|ln|attn|mlp|layer, comma-separated\n"
-            "  --offload LIST     activations|optimizer, comma-separated (pinned host memory)\n"
+            "  --offload LIST     activations|optimizer|params, comma-separated (pinned host\n"
+            "                     memory; params: the --zero 3 shards, brought in per layer)\n"
             "  --accum K          gradient accumulation over K micro-batches of B/K\n"
             "  --grad-none        free gradients after each step (set-to-none)\n"
             "  --act-dtype T      fp32|bf16 storage of saved activations  [fp32]\n"
+            "  --param-dtype T    fp32|bf16 storage of the parameters (bf16: fp32 master\n"
+            "                     weights for the update, fp32 copies per layer for the ops)\n"
             "  --leak             planted leak: keep one activation (the losses) per step\n"
             "  --seq-jitter       each step draws T uniformly in [T/2, T]\n"
             "  -h, --help         this text\n",
@@ -248,12 +310,14 @@ static void prefer_passive_openmp(char **argv)
 
 /* The flags into *po and the four names; -1 to go on, else the exit status (0 after --help). */
 static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel,
-                       const char **pdata, const char **pload, const char **psave)
+                       const char **pdata, const char **pload, const char **psave, int *pvocab,
+                       int *pmax_T)
 {
     gpt2_opts o = *po;
     const char *model = *pmodel, *data = NULL, *load = NULL, *save = NULL;
+    int prefetch_set = 0;
     static const char *const rc_names[] = {"none", "gelu", "ln", "attn", "mlp", "layer"};
-    static const char *const off_names[] = {"activations", "optimizer"};
+    static const char *const off_names[] = {"activations", "optimizer", "params"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -264,6 +328,10 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         } else if (!strcmp(a, "--model")) {
             model = VAL();
             if (!model) bad = 1, fprintf(stderr, "train_gpt2: --model needs a name\n");
+        } else if (!strcmp(a, "--vocab")) {
+            bad = parse_int(a, VAL(), 1, 65536, pvocab); /* tokens are uint16 */
+        } else if (!strcmp(a, "--max-T")) {
+            bad = parse_int(a, VAL(), 1, 1 << 20, pmax_T);
         } else if (!strcmp(a, "-B")) {
             bad = parse_int(a, VAL(), 1, 1 << 16, &o.B);
         } else if (!strcmp(a, "-T")) {
@@ -273,7 +341,10 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         } else if (!strcmp(a, "--accum")) {
             bad = parse_int(a, VAL(), 1, 1 << 16, &o.accum);
         } else if (!strcmp(a, "--zero")) {
-            bad = parse_int(a, VAL(), 0, 2, &o.zero);
+            bad = parse_int(a, VAL(), 0, 3, &o.zero);
+        } else if (!strcmp(a, "--prefetch")) {
+            bad = parse_int(a, VAL(), 0, 4096, &o.prefetch);
+            prefetch_set = 1;
         } else if (!strcmp(a, "--threads")) {
             bad = parse_int(a, VAL(), 1, 1024, &o.threads);
         } else if (!strcmp(a, "--seed")) {
@@ -298,8 +369,9 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
             bad = parse_list(a, VAL(), rc_names, 6, &o.recompute);
         } else if (!strcmp(a, "--offload")) {
             int bits = 0;
-            bad = parse_list(a, VAL(), off_names, 2, &bits);
+            bad = parse_list(a, VAL(), off_names, 3, &bits);
             o.offload_acts = bits & 1, o.offload_opt = (bits >> 1) & 1;
+            o.offload_params = (bits >> 2) & 1;
         } else if (!strcmp(a, "--grad-none")) {
             o.grad_none = 1;
         } else if (!strcmp(a, "--act-dtype")) {
@@ -308,6 +380,12 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
                 o.bf16 = 1;
             else if (!s || strcmp(s, "fp32"))
                 bad = 1, fprintf(stderr, "train_gpt2: --act-dtype accepts fp32 or bf16\n");
+        } else if (!strcmp(a, "--param-dtype")) {
+            const char *s = VAL();
+            if (s && !strcmp(s, "bf16"))
+                o.param_bf16 = 1;
+            else if (!s || strcmp(s, "fp32"))
+                bad = 1, fprintf(stderr, "train_gpt2: --param-dtype accepts fp32 or bf16\n");
         } else if (!strcmp(a, "--leak")) {
             o.leak = 1;
         } else if (!strcmp(a, "--seq-jitter")) {
@@ -318,6 +396,17 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
         }
         if (bad) return 1;
     }
+    if (o.offload_params && o.zero != 3) {
+        fprintf(stderr, "train_gpt2: --offload params keeps each rank's parameter shard on the "
+                        "host: it needs --zero 3 (with one rank the shard is the whole "
+                        "parameter)\n");
+        return 1;
+    }
+    if (prefetch_set && o.zero != 3) {
+        fprintf(stderr, "train_gpt2: --prefetch applies to --zero 3 (the parameters gathered "
+                        "ahead), not to --zero %d\n", o.zero);
+        return 1;
+    }
     *po = o;
     *pmodel = model, *pdata = data, *pload = load, *psave = save;
     return -1;
@@ -326,9 +415,11 @@ static int parse_flags(int argc, char **argv, gpt2_opts *po, const char **pmodel
 int main(int argc, char **argv)
 {
     if (train_backend_get()->uses_openmp) prefer_passive_openmp(argv);
-    gpt2_opts o = {.B = 4, .T = 64, .steps = 10, .accum = 1, .lr = 3e-4f, .wd = 0.0f, .seed = 1337};
+    gpt2_opts o = {.B = 4,   .T = 64,     .steps = 10,  .accum = 1,
+                   .lr = 3e-4f, .wd = 0.0f, .seed = 1337, .prefetch = 1};
     const char *model = "tiny", *data = NULL, *load = NULL, *save = NULL;
-    const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save);
+    int vocab = 0, max_T = 0; /* --vocab, --max-T: 0 = the model's own */
+    const int parsed = parse_flags(argc, argv, &o, &model, &data, &load, &save, &vocab, &max_T);
     if (parsed >= 0) return parsed;
     /* Several ranks: MPI_Init under a launcher (train/dist.h), MPI_Finalize at exit. */
     if (dist_init(&argc, &argv)) return 1;
@@ -336,17 +427,16 @@ int main(int argc, char **argv)
     const int rank = dist_rank(), world = dist_world();
     gpt2_config cfg;
     if (load) {
-        if (gpt2_read_checkpoint_config(load, &cfg)) return 1;
-    } else {
-        size_t i;
-        for (i = 0; i < sizeof models / sizeof *models; i++)
-            if (!strcmp(models[i].name, model)) break;
-        if (i == sizeof models / sizeof *models) {
-            fprintf(stderr, "train_gpt2: unknown model '%s' (tiny, gpt2, gpt2-medium, gpt2-large, "
-                            "gpt2-xl)\n", model);
+        if (vocab || max_T) {
+            fprintf(stderr, "train_gpt2: --vocab and --max-T cannot be given with --load (the "
+                            "checkpoint sets the model)\n");
             return 1;
         }
-        cfg = models[i].c;
+        if (gpt2_read_checkpoint_config(load, &cfg)) return 1;
+    } else {
+        if (parse_model(model, &cfg)) return 1;
+        if (vocab) cfg.V = vocab, cfg.Vp = padded_vocab(vocab);
+        if (max_T) cfg.maxT = max_T;
     }
     if (o.T > cfg.maxT) {
         fprintf(stderr, "train_gpt2: -T %d exceeds the model's maximum sequence length %d\n", o.T,
@@ -399,6 +489,8 @@ int main(int argc, char **argv)
                gpt2_num_params(m), B, o.T, o.dry_run ? ", dry run" : "");
         if (world > 1) printf(", %d ranks of B %d, collectives %s", world, o.B, dist_transport());
         if (o.zero) printf(", zero %d", o.zero);
+        if (o.zero == 3) printf(", prefetch %d", o.prefetch);
+        if (o.param_bf16) printf(", param-dtype bf16");
         printf("\n");
     }
     double total_ms = 0;
@@ -428,7 +520,9 @@ int main(int argc, char **argv)
                    ls, ms, (double)B * T / (ms / 1e3), gpt2_peak_bytes(m), gpt2_live_bytes(m), T);
         fflush(stdout);
     }
-    if (rc == 0 && save && rank == 0) rc = gpt2_save(m, save); /* the ranks' parameters agree */
+    /* Rank 0 writes (the ranks' parameters agree); sharded fp32 values are gathered by all. */
+    const int sharded = o.zero == 3 || (o.param_bf16 && o.zero);
+    if (rc == 0 && save && (rank == 0 || sharded)) rc = gpt2_save(m, save);
     if (rc == 0 && out) {
         printf("summary: %d steps, %.2f ms/step, %.0f tok/s (steps after the first), peak %zu "
                "bytes (%.1f MiB)\n",

@@ -490,7 +490,7 @@ static int phases_from_lifetimes(ctx *x)
             e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
         }
         /* seqs are distinct events: sorting by seq is the recorded order */
-        qsort(e, ne, sizeof *e, cmp_u64);
+        if (ne) qsort(e, ne, sizeof *e, cmp_u64); /* e is NULL when nothing was found */
         int64_t live = 0, top = -1;
         uint64_t pivot = NO_SEQ;
         for (size_t i = 0; i < ne; i++) {

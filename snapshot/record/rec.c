@@ -514,7 +514,7 @@ void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi) 
     atomic_store_explicit(&py_fn, fn, memory_order_release);
 }
 
-static uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe *py, int npy) {
+static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe *py, int npy) {
     uint32_t id = 0;
     pthread_mutex_lock(&rec_g.lock);
     uint64_t i = key & rec_g.stab_mask;
@@ -554,13 +554,15 @@ static uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe
     return id;
 }
 
-/* Frames [0] (this function) and [1] (the rec_* entry point) are the recorder's own. */
-static __attribute__((noinline)) uint32_t capture_stack(void) {
-    void *pcs[REC_MAX_FRAMES + 2];
-    int n = unw_backtrace(pcs, rec_g.stacks + 2);
-    if (n < 2) n = 2;
-    void **f = pcs + 2;
-    n -= 2;
+/* Inlined into the rec_* entry point (rec_event, rec_oom), whose frame [0] is then the only
+ * one of the recorder's: one step of the unwinder fewer than a function of its own (~80
+ * instructions of the ~1,900 a 16-frame stack costs). */
+static inline __attribute__((always_inline)) uint32_t capture_stack(void) {
+    void *pcs[REC_MAX_FRAMES + 1];
+    int n = unw_backtrace(pcs, rec_g.stacks + 1);
+    if (n < 1) n = 1;
+    void **f = pcs + 1;
+    n -= 1;
     /* Python frames: they replace the interpreter's own native frames (rec.h) */
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;
@@ -648,37 +650,54 @@ uint64_t rec_launch(const rec_launch_info *li) {
     uint32_t tag = ++t->launch_tag;
     size_t n = li->words ? li->nwords : 0;
     if (n > REC_LAUNCH_MAX_WORDS) n = REC_LAUNCH_MAX_WORDS; /* 128 MiB of arguments: never */
-    rec_rec r;
+    /* the records go into the ring in batches of REC_LAUNCH_BATCH, one claim each: a launch of
+     * up to 35 words is one claim */
+    enum { REC_LAUNCH_BATCH = 8 };
+    rec_rec rs[REC_LAUNCH_BATCH];
+    size_t nr = 0;
+    /* the five words of a chunk are the record's five consecutive fields addr .. stream */
+    _Static_assert(offsetof(rec_rec, stream) - offsetof(rec_rec, addr) ==
+                       (REC_WORDS_PER_REC - 1) * sizeof(uint64_t),
+                   "REC_R_WORDS: the words fill addr, size, requested, alloc_id, stream");
     for (size_t i = 0, chunk = 0; i < n; i += REC_WORDS_PER_REC, chunk++) {
         size_t k = n - i < REC_WORDS_PER_REC ? n - i : REC_WORDS_PER_REC;
-        uint64_t w[REC_WORDS_PER_REC] = {0}, acc = 0;
-        for (size_t j = 0; j < k; j++) {
-            w[j] = li->words[i + j];
-            if (li->access) acc |= (uint64_t)li->access[i + j] << (8 * j);
+        rec_rec *r = &rs[nr++];
+        if (__builtin_expect(k == REC_WORDS_PER_REC, 1)) {
+            memcpy(&r->addr, li->words + i, REC_WORDS_PER_REC * sizeof(uint64_t));
+        } else {
+            uint64_t w[REC_WORDS_PER_REC] = {0};
+            memcpy(w, li->words + i, k * sizeof(uint64_t));
+            memcpy(&r->addr, w, sizeof w);
         }
-        r.t = acc;
-        r.addr = w[0], r.size = w[1], r.requested = w[2], r.alloc_id = w[3], r.stream = w[4];
-        r.kind = REC_R_WORDS;
-        r.device = (int16_t)k;
-        r.thread = t->thread;
-        r.stack = tag;
-        r.range = (uint32_t)chunk;
+        uint64_t acc = 0;
+        if (li->access)
+            for (size_t j = 0; j < k; j++) acc |= (uint64_t)li->access[i + j] << (8 * j);
+        r->t = acc;
+        r->kind = REC_R_WORDS;
+        r->device = (int16_t)k;
+        r->thread = t->thread;
+        r->stack = tag;
+        r->range = (uint32_t)chunk;
         /* a dropped chunk is noticed by the writer (gap in the chunk numbers): no check here */
-        rec_ring_push(&rec_g.ring, &r);
+        if (nr == REC_LAUNCH_BATCH) {
+            rec_ring_push_n(&rec_g.ring, rs, nr);
+            nr = 0;
+        }
     }
-    r.t = rec_ticks();
-    r.addr = li->func;
-    r.size = li->bytes;
-    r.requested = (uint64_t)(uintptr_t)li->timing;
-    r.alloc_id = (uint64_t)li->name | (uint64_t)tag << 32;
-    r.stream = li->stream;
-    r.kind = REC_LAUNCH;
-    r.device = (int16_t)li->device;
-    r.thread = t->thread;
-    r.stack = (uint32_t)n | (li->op & 0xffu) << 24;
+    rec_rec *r = &rs[nr++];
+    r->t = rec_ticks();
+    r->addr = li->func;
+    r->size = li->bytes;
+    r->requested = (uint64_t)(uintptr_t)li->timing;
+    r->alloc_id = (uint64_t)li->name | (uint64_t)tag << 32;
+    r->stream = li->stream;
+    r->kind = REC_LAUNCH;
+    r->device = (int16_t)li->device;
+    r->thread = t->thread;
+    r->stack = (uint32_t)n | (li->op & 0xffu) << 24;
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
-    r.range = d ? t->ranges[d - 1] : 0;
-    return rec_ring_push(&rec_g.ring, &r);
+    r->range = d ? t->ranges[d - 1] : 0;
+    return rec_ring_push_n(&rec_g.ring, rs, nr);
 }
 
 void rec_set_timing_resolver(rec_timing_fn fn) {

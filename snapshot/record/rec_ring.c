@@ -128,6 +128,36 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
     }
 }
 
+uint64_t rec_ring_push_n(rec_ring *q, const rec_rec *r, size_t n) {
+    if (n == 0) return 0;
+    if (n <= (q->mask + 1) / 4) {
+        uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
+        for (int tries = 0; tries < 4; tries++) {
+            /* The consumer frees slots in order, so when the last of the n is free for this lap
+             * (its turn is its position), the ones before it are free too (the acquire orders
+             * their frees before this load). */
+            rec_slot *last = &q->slots[(pos + n - 1) & q->mask];
+            if (atomic_load_explicit(&last->turn, memory_order_acquire) != pos + n - 1) break;
+            if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + n, memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                for (size_t i = 0; i < n; i++) {
+                    rec_slot *s = &q->slots[(pos + i) & q->mask];
+                    s->r = r[i];
+                    atomic_store_explicit(&s->turn, pos + i + 1, memory_order_release);
+                }
+                /* the consumer is woken as often as by single pushes: each time a claim
+                 * passes a multiple of wake_mask + 1 */
+                if ((pos & q->wake_mask) + n > q->wake_mask) rec_ring_wake(q);
+                return pos + n;
+            }
+            /* lost the race: pos was reloaded by the CAS */
+        }
+    }
+    uint64_t seq = 0;
+    for (size_t i = 0; i < n; i++) seq = rec_ring_push(q, &r[i]);
+    return seq;
+}
+
 uint64_t rec_ring_pop(rec_ring *q, rec_rec *out) {
     uint64_t pos = q->tail;
     rec_slot *s = &q->slots[pos & q->mask];

@@ -3,6 +3,8 @@
  * Many application threads push, one writer thread pops. It is Vyukov's bounded queue: every
  * slot carries a sequence number that says whose turn it is, so a producer claims a slot with
  * one CAS on `head` and publishes it with one release store; the consumer reads in claim order.
+ * A producer with several records (a launch and its argument words) claims them together with
+ * one CAS when the ring has room for all (rec_ring_push_n).
  * The claim position + 1 is the record's global sequence number (events.seq), so seq costs
  * nothing extra and is gap-free among the records that were not dropped.
  *
@@ -87,6 +89,11 @@ void rec_ring_reset(rec_ring *q);
 void rec_ring_free(rec_ring *q);
 /* Push; returns the record's seq (>= 1) or 0 when dropped. */
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r);
+/* Pushes r[0..n-1] as consecutive records with one claim (one CAS) when the ring has room for
+ * all of them; otherwise one by one (rec_ring_push, with its back-pressure), when other
+ * threads' records may come in between. Returns the last record's sequence number (0: it was
+ * dropped). */
+uint64_t rec_ring_push_n(rec_ring *q, const rec_rec *r, size_t n);
 /* Pop the next record in order; returns its seq, or 0 when the next one is not published. */
 uint64_t rec_ring_pop(rec_ring *q, rec_rec *out);
 /* The consumer sleeps in rec_ring_wait until timeout_ns pass or someone calls rec_ring_wake;

@@ -5,13 +5,17 @@
  *                               (free in stream order on the allocating stream: the hot path)
  *   alloc.pair_vs_jemalloc      that over jemalloc mallocx + dallocx on the same size sequence,
  *                               batches interleaved with ours
- *   alloc.pair_ns_live1000/10000  the same with 1,000 / 10,000 live blocks and as many free
- *                               holes of random sizes (the best-fit index holds ~N blocks);
- *                               measured in rotating rounds of batches, each round re-warmed
+ *   alloc.pair_ns_live<N>       the same with N = 10, 1,000, 10,000, 100,000 live blocks and as
+ *                               many free holes of random sizes (the best-fit index holds ~N
+ *                               blocks); measured in rotating rounds of batches, each round
+ *                               re-warmed
  *   alloc.scaling_10k_over_10   pair time at 10,000 live blocks over 10 live blocks (each
  *                               count's best batch: load elsewhere does not decide it)
+ *   alloc.scaling_100k_over_10  the same at 100,000 live blocks
  *   alloc.replay_events_per_s   replay speed on a long synthetic training trace
  *   alloc.util.<preset>.<trace> peak requested / peak reserved on the synthetic traces
+ *   alloc.syncs_per_1k_allocs.<preset>  device synchronizations per 1,000 allocations replaying the
+ *                               jittered trace (the in-memory backend counts them)
  *
  * The size sequence is log-uniform from 512 B to 4 MiB, the range of tensor sizes a training
  * step allocates (the same sequence for both allocators).
@@ -164,11 +168,12 @@ int main(void)
     printf("BENCH alloc.pair_vs_jemalloc %.2f x\n", pair / jpair);
     fflush(stdout);
 
-    /* 10, 1,000 and 10,000 live blocks, batches round-robin so all three see the same machine */
-    const int lives[3] = {10, 1000, 10000};
-    ax_t lx[3];
-    size_t lpos[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++) {
+    /* 10, 1,000, 10,000 and 100,000 live blocks, batches round-robin so all see the same machine */
+    enum { NLIVE = 4 };
+    const int lives[NLIVE] = {10, 1000, 10000, 100000};
+    ax_t lx[NLIVE];
+    size_t lpos[NLIVE] = {0, 0, 0, 0};
+    for (int k = 0; k < NLIVE; k++) {
         lx[k] = setup_live(lives[k]);
         for (int w = 0; w < 5; w++) /* warm: the pair sequence settles in the holes */
             batch_ours(lx[k].a, &lpos[k]);
@@ -178,10 +183,10 @@ int main(void)
      * scaling is the median over rounds of each round's own 10k/10 ratio, so that load changes
      * on a shared machine between rounds cancel out */
     enum { NROUND = 25, PER = 4 };
-    double lv[3][NROUND * PER], ratio[NROUND];
+    double lv[NLIVE][NROUND * PER], ratio[NROUND];
     for (int r = 0; r < NROUND; r++) {
-        double m[3];
-        for (int k = 0; k < 3; k++) {
+        double m[NLIVE];
+        for (int k = 0; k < NLIVE; k++) {
             batch_ours(lx[k].a, &lpos[k]);
             for (int i = 0; i < PER; i++)
                 lv[k][r * PER + i] = batch_ours(lx[k].a, &lpos[k]);
@@ -192,7 +197,7 @@ int main(void)
         }
         ratio[r] = m[2] / m[0];
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NLIVE; k++) {
         char err[256];
         if (alloc_check(lx[k].a, err, sizeof(err))) {
             fprintf(stderr, "alloc_bench: alloc_check: %s\n", err);
@@ -200,25 +205,24 @@ int main(void)
         }
         done(&lx[k]);
     }
-    double l10 = median(lv[0], NROUND * PER), l1k = median(lv[1], NROUND * PER),
-           l10k = median(lv[2], NROUND * PER);
-    printf("BENCH alloc.pair_ns_live10 %.1f ns\n", l10);
-    printf("BENCH alloc.pair_ns_live1000 %.1f ns\n", l1k);
-    printf("BENCH alloc.pair_ns_live10000 %.1f ns\n", l10k);
+    for (int k = 0; k < NLIVE; k++)
+        printf("BENCH alloc.pair_ns_live%d %.1f ns\n", lives[k], median(lv[k], NROUND * PER));
     /* the scaling is a property of the allocator's data structures: each count's best batch
      * (the fewest interruptions and the warmest caches this machine allowed), over all rounds;
      * the median of the rounds' own ratios, which load on a shared machine inflates (another
      * process evicting the 10k blocks' metadata between batches), goes to stderr */
-    double lbest[3];
-    for (int k = 0; k < 3; k++) {
+    double lbest[NLIVE];
+    for (int k = 0; k < NLIVE; k++) {
         lbest[k] = lv[k][0];
         for (int i = 1; i < NROUND * PER; i++)
             if (lv[k][i] < lbest[k]) lbest[k] = lv[k][i];
     }
-    fprintf(stderr, "# alloc: best pair %.1f / %.1f / %.1f ns at 10 / 1000 / 10000 live; median of "
-                    "the rounds' 10k/10 ratios %.2f\n",
-            lbest[0], lbest[1], lbest[2], median(ratio, NROUND));
+    fprintf(stderr,
+            "# alloc: best pair %.1f / %.1f / %.1f / %.1f ns at 10 / 1000 / 10000 / 100000 live; "
+            "median of the rounds' 10k/10 ratios %.2f\n",
+            lbest[0], lbest[1], lbest[2], lbest[3], median(ratio, NROUND));
     printf("BENCH alloc.scaling_10k_over_10 %.2f x\n", lbest[2] / lbest[0]);
+    printf("BENCH alloc.scaling_100k_over_10 %.2f x\n", lbest[3] / lbest[0]);
     fflush(stdout);
 
     /* replay speed: a long jitter trace, best of 3 */
@@ -257,6 +261,12 @@ int main(void)
             }
             printf("BENCH alloc.util.%s.%s %.4f x\n", alloc_preset_names[p], traces[t],
                    res.utilization);
+            /* issue 41, deliverable 5: device synchronizations on the allocation path (each
+             * one stalls the launching thread on a GPU until queued work finishes) */
+            if (t == 1)
+                printf("BENCH alloc.syncs_per_1k_allocs.%s %.2f syncs\n", alloc_preset_names[p],
+                       res.allocs ? 1000.0 * (double)res.backend.synchronize / (double)res.allocs
+                                  : 0.0);
         }
         free(ev);
     }

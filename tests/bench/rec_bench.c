@@ -7,6 +7,9 @@
  *                                 writer's cost per launch (6 words into live allocations)
  *   rec_bench writer DIR [RUNS] rec.writer_events_per_s and rec.bytes_per_event alone (RUNS
  *                                 recordings, default 3): for profiling the writer
+ *   rec_bench app DIR N WHAT      the application side alone, for callgrind (rec_instr.sh): N
+ *                                 events without stacks (WHAT nostack), with 16 frames
+ *                                 (stack16) or N launches of 8 words (launch)
  *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
  *                                 recorder itself (ranges, stacks, names, a slow leak)
  *   rec_bench report GPUMEM DB    report.10m_s (CPU seconds, best of 3) and report.10m_rss_mib:
@@ -253,6 +256,42 @@ static int micro(const char *dir) {
     return 0;
 }
 
+/* The application side alone, for instruction counts (tests/bench/rec_instr.sh runs it under
+ * callgrind with --toggle-collect=rec_event or =rec_launch): n events without stacks
+ * ("nostack"), n with a 16-frame stack above the call ("stack16"), or n launches of 8 words into
+ * live allocations ("launch"), flushed at the end (the ring holds them all). */
+static int app(const char *dir, uint64_t n, const char *what) {
+    char path[4096];
+    int stack16 = strcmp(what, "stack16") == 0, launch = strcmp(what, "launch") == 0;
+    if (!stack16 && !launch && strcmp(what, "nostack") != 0) {
+        fprintf(stderr, "rec_bench app: WHAT is nostack, stack16 or launch, not '%s'\n", what);
+        return 2;
+    }
+    if (n == 0 || n > (1u << 19)) {
+        fprintf(stderr, "rec_bench app: N must be 1 .. %u (the ring holds them all)\n", 1u << 19);
+        return 2;
+    }
+    snprintf(path, sizeof path, "%s/rec_bench_app.db", dir);
+    open_or_die(path, stack16 ? 16 : 0, 1u << 21);
+    if (launch) {
+        alloc_all();
+        time_launches(n, rec_string("bench_kernel"), 8);
+    } else if (stack16) {
+        deep(20, n);
+    } else {
+        time_events(n);
+    }
+    rec_flush();
+    uint64_t dropped = atomic_load(&rec_g.ring.dropped);
+    rec_test_reset();
+    unlink(path);
+    if (dropped) {
+        fprintf(stderr, "rec_bench app: %" PRIu64 " records dropped\n", dropped);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- synthetic training-like database ---- */
 
 static __attribute__((noinline)) void site_alloc(int which, uint64_t a, uint64_t sz, uint64_t id) {
@@ -345,8 +384,9 @@ int main(int argc, char **argv) {
         struct stat st;
         return writer_rate(argv[2], argc >= 4 ? atoi(argv[3]) : 3, &st);
     }
+    if (argc >= 5 && strcmp(argv[1], "app") == 0) return app(argv[2], strtoull(argv[3], NULL, 10), argv[4]);
     if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], strtoull(argv[3], NULL, 10));
     if (argc >= 4 && strcmp(argv[1], "report") == 0) return report(argv[2], argv[3]);
-    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | gen DB N | report GPUMEM DB\n");
+    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | app DIR N nostack|stack16|launch | gen DB N | report GPUMEM DB\n");
     return 2;
 }

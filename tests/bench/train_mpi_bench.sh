@@ -3,15 +3,21 @@
 # virtual GPU per rank, 2 and 4 ranks under mpirun, each rank recorded by gpumem
 # (`-o run-%r.db`); a rank's peak is `gpumem report --json` .summary.peak_allocated, the figure
 # printed the largest over the ranks.
-#   train.mpi.ranksN.zeroZ.peak_allocated   bytes, for N = 2, 4 and Z = 0, 1, 2
+#   train.mpi.ranksN.zeroZ.peak_allocated   bytes, for N = 2, 4 and Z = 0, 1, 2, 3
 #   train.zero1_saving_over_adam            (zero 0 peak - zero 1 peak) / AdamW state
 #                                           (2 x 4 bytes x parameters), 2 ranks (bar >= 0.4;
 #                                           the ideal is 1 - 1/N = 0.5)
 #   train.zero1_saving_over_adam.ranks4     the same at 4 ranks (ideal 0.75)
 #   train.zero2_saving_over_adam            (zero 0 peak - zero 2 peak) / AdamW state, 2 ranks
 #   train.zero2_saving_over_adam.ranks4     the same at 4 ranks
+#   train.zero3_saving_over_schedule.ranks4 (zero 2 peak - zero 3 peak) / the trainer's own
+#                                           schedule's figure: the parameters' shard saving
+#                                           4 sum(n - ceil(n/4)) less the head (wte, lnf) and
+#                                           the last layer gathered at the start of backward
+#                                           (train/README.md, ZeRO-3); 1 = as the schedule says
 # Exit 77 without mpirun or an MPI build of the trainer.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim
@@ -23,7 +29,7 @@ trap 'rm -rf "$dir"' EXIT
 export GPUMEM_STACKS=0 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
-if mpirun --version 2>/dev/null | grep -q 'Open MPI) [0-4]\.'; then
+if mpirun --version 2>/dev/null | grepq 'Open MPI) [0-4]\.'; then
   export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 else
   export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
@@ -32,7 +38,7 @@ fi
 declare -A peak
 params=
 for n in 2 4; do
-  for z in 0 1 2; do
+  for z in 0 1 2 3; do
     out=$dir/n$n-z$z
     timeout 600 mpirun -np $n "$GM" record -o "$out-%r.db" -- "$TRAIN" --model gpt2 -B 8 -T 1024 \
       --dry-run --steps 3 --zero $z > "$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
@@ -53,3 +59,12 @@ echo "BENCH train.zero1_saving_over_adam $(ratio "${peak[2,0]}" "${peak[2,1]}") 
 echo "BENCH train.zero1_saving_over_adam.ranks4 $(ratio "${peak[4,0]}" "${peak[4,1]}") x"
 echo "BENCH train.zero2_saving_over_adam $(ratio "${peak[2,0]}" "${peak[2,2]}") x"
 echo "BENCH train.zero2_saving_over_adam.ranks4 $(ratio "${peak[4,0]}" "${peak[4,2]}") x"
+sched=$(awk 'BEGIN { C = 768; L = 12; Vp = 50304; W = 4
+  split(C " " C " " 3*C*C " " 3*C " " C*C " " C " " C " " C " " 4*C*C " " 4*C " " 4*C*C " " C, lay, " ")
+  for (i = 1; i <= 12; i++) layer += lay[i]
+  n[1] = Vp * C; n[2] = 1024 * C; n[3] = C; n[4] = C; k = 4
+  for (l = 0; l < L; l++) for (i = 1; i <= 12; i++) n[++k] = lay[i]
+  for (i = 1; i <= k; i++) save += 4 * (n[i] - int((n[i] + W - 1) / W))
+  printf "%.0f", save - 4 * (Vp * C + 2 * C) - 4 * layer }')
+echo "# zero 3 saving by the trainer's schedule, 4 ranks: $sched bytes" >&2
+echo "BENCH train.zero3_saving_over_schedule.ranks4 $(awk -v a="${peak[4,2]}" -v b="${peak[4,3]}" -v s="$sched" 'BEGIN { printf "%.4f", (a - b) / s }') x"

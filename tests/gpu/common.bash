@@ -7,6 +7,7 @@
 #
 # The PyTorch scripts (pytorch_three_ways, pytorch_frames, pytorch_parity) also run without a GPU,
 # on the virtual GPU, in `make test` (gpu_or_sim below).
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GPU_MAKE_LOG=${GPU_MAKE_LOG:-$BUILD/gpu-make.log}
 

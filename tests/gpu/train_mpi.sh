@@ -6,8 +6,10 @@
 #      trainer then says so and falls back to MPI through pinned host buffers. The transport
 #      used is printed;
 #   2. `mpirun -np 2 train_gpt2 -B 4 --zero Z` gives, step by step, the losses of the 1-rank
-#      CUDA run with -B 4 within 1e-5, for Z = 0, 1, 2 (the kernels are deterministic: no
-#      atomics, so only the order of the cross-rank sum differs);
+#      CUDA run with -B 4 within 1e-5, for Z = 0, 1, 2, 3 (the kernels are deterministic: no
+#      atomics, so only the order of the cross-rank sum differs); and with --zero 3 also
+#      --param-dtype bf16 and --offload params,optimizer against the 1-rank run of the same
+#      flags (issue 43);
 #   3. zero 1 lowers the trainer's per-rank peak by the AdamW state given back, exactly.
 # Exits 77 without a GPU, without mpirun, or when the CUDA trainer was built without MPI.
 set -uo pipefail
@@ -33,7 +35,7 @@ fail=0
 ARGS=(--model tiny -B 4 -T 64 --steps 5 --lr 1e-3)
 "$T" "${ARGS[@]}" >"$tmp/one.out" 2>&1 || { echo "FAIL: 1-rank CUDA run"; cat "$tmp/one.out"; exit 1; }
 losses() { awk '/^step /{print $4}' "$1"; }
-for z in 0 1 2; do
+for z in 0 1 2 3; do
   timeout 300 mpirun -np 2 "$T" "${ARGS[@]}" --zero $z >"$tmp/two-$z.out" 2>&1 ||
     { echo "FAIL: 2 ranks, zero $z"; tail -20 "$tmp/two-$z.out"; fail=1; continue; }
   head -1 "$tmp/two-$z.out"
@@ -45,6 +47,18 @@ for z in 0 1 2; do
     echo "ok: 2 ranks on one GPU, zero $z: losses equal the 1-rank run's within 1e-5"
   else
     echo "FAIL: 2 ranks on one GPU, zero $z: losses differ from the 1-rank run's"; fail=1
+  fi
+done
+for f in "--param-dtype bf16" "--offload params,optimizer" "--param-dtype bf16 --offload params,optimizer --recompute layer"; do
+  "$T" "${ARGS[@]}" --zero 3 $f >"$tmp/one-f.out" 2>&1 || { echo "FAIL: 1 rank --zero 3 $f"; fail=1; continue; }
+  timeout 300 mpirun -np 2 "$T" "${ARGS[@]}" --zero 3 $f >"$tmp/two-f.out" 2>&1 ||
+    { echo "FAIL: 2 ranks, --zero 3 $f"; tail -20 "$tmp/two-f.out"; fail=1; continue; }
+  if paste <(losses "$tmp/one-f.out") <(losses "$tmp/two-f.out") |
+     awk 'NF != 2 { exit 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5) exit 1; n++ } END { exit n != 5 }'; then
+    echo "ok: 2 ranks on one GPU, --zero 3 $f: losses equal the 1-rank run's within 1e-5"
+  else
+    echo "FAIL: 2 ranks on one GPU, --zero 3 $f: losses differ from the 1-rank run's"; fail=1
+    paste <(losses "$tmp/one-f.out") <(losses "$tmp/two-f.out")
   fi
 done
 p0=$(awk '/^PEAK_RANK 0 /{print $3}' "$tmp/two-0.out"); p1=$(awk '/^PEAK_RANK 0 /{print $3}' "$tmp/two-1.out")

@@ -23,7 +23,7 @@ run() { # NAME ARGS...
     || fail "$name: recording without names and NVTX"
   "$GPUMEM" advise --json "$TMP/$name-off.db" > "$TMP/$name-off.json" || fail "$name: advise"
   [[ $(jq -r .phases_from "$TMP/$name-off.json") == inference ]] || fail "$name: phases_from $(jq -r .phases_from "$TMP/$name-off.json")"
-  jq -r '.notes[]' "$TMP/$name-off.json" | grep -q 'inferred from its allocations.*the backward begins with kernel train_.*the update runs train_adamw' \
+  jq -r '.notes[]' "$TMP/$name-off.json" | grepq 'inferred from its allocations.*the backward begins with kernel train_.*the update runs train_adamw' \
     || fail "$name: the note on how the recording was read: $(jq -c .notes "$TMP/$name-off.json")"
   local techs
   techs=$(jq -r '[.recommendations[].technique] | unique | join(" ")' "$TMP/$name-off.json")
@@ -59,7 +59,7 @@ echo "ok: --check --try '--recompute layer' on the unannotated recording: predic
 "$GPUMEM" advise --json "$TMP/two.db" > "$TMP/two.json" || fail "advise two"
 [[ $(jq -r '.phases_from' "$TMP/two.json") == null && $(jq '.recommendations | length' "$TMP/two.json") == 0 ]] \
   || fail "2 steps: $(jq -c '[.phases_from, (.recommendations | length)]' "$TMP/two.json")"
-jq -r '.notes[]' "$TMP/two.json" | grep -q 'cannot be told apart.*NVTX ranges.*hooks' || fail "2 steps: notes $(jq -c .notes "$TMP/two.json")"
+jq -r '.notes[]' "$TMP/two.json" | grepq 'cannot be told apart.*NVTX ranges.*hooks' || fail "2 steps: notes $(jq -c .notes "$TMP/two.json")"
 "$GPUMEM" advise "$TMP/two.db" > "$TMP/two.txt"
 grep -q 'in short: not known' "$TMP/two.txt" || fail "2 steps: the text guesses: $(head -12 "$TMP/two.txt")"
 echo "ok: phases not decidable (2 steps): no prediction, the note asks for NVTX ranges or the hooks"

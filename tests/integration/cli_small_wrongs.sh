@@ -34,7 +34,7 @@ PY
 grep -Eq '^  allocations/step +- +[0-9.]+ +- +n/a$' "$TMP/diff.txt" || fail "diff's per-step row: $(grep step "$TMP/diff.txt")"
 "$GM" diff --json "$TMP/imp.db" "$TMP/run.db" | jq -e '.a.allocations_per_step == null and .delta.allocations_per_step == null' > /dev/null \
   || fail "diff --json per step"
-! "$GM" diff --help | grep -q '%%' || fail "diff --help prints %%"
+! "$GM" diff --help | grepq '%%' || fail "diff --help prints %%"
 ok "diff: no per-step figure without steps; --help says PCT%"
 
 # export --format torch to a terminal: refused, it is binary
@@ -52,7 +52,7 @@ grep -q "peak reserved       0 B (the recording holds no allocation)" "$TMP/e.tx
 for c in frag tune advise leaks; do
   "$GM" $c "$TMP/empty.db" > "$TMP/e.txt" 2>&1 || fail "$c on an empty recording exited $?: $(cat "$TMP/e.txt")"
 done
-"$GM" tune "$TMP/empty.db" | grep -q "nothing to tune: the recording holds no allocation" || fail "tune on an empty recording"
+"$GM" tune "$TMP/empty.db" | grepq "nothing to tune: the recording holds no allocation" || fail "tune on an empty recording"
 ok "an empty recording: no allocation said so; report, frag, tune, advise, leaks exit 0"
 
 # a database cut short: every reader refuses it, and says what to do
@@ -110,7 +110,7 @@ for c in "report --bogus" "leaks --bogus" "uses" "export $TMP/run.db" "sql" "adv
          "frag --bogus" "tune --bogus" "import" "viz $TMP/run.db --bogus" "record --bogus"; do
   rc=0; "$GM" $c > /dev/null 2> "$TMP/err.txt" || rc=$?
   cmd=${c%% *}
-  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] && tail -1 "$TMP/err.txt" | grep -qx "(gpumem $cmd --help tells more)" \
+  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] && tail -1 "$TMP/err.txt" | grepq -x "(gpumem $cmd --help tells more)" \
     || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
 done
 rc=0; "$GM" viz "$TMP/run.db" -o "$TMP/v.html" --with > /dev/null 2> "$TMP/err.txt" || rc=$?
@@ -124,8 +124,8 @@ ok "dry runs print 'loss -'"
 
 # plurals: one rank, one segment
 mkdir -p "$TMP/one" && cp "$TMP/run.db" "$TMP/one/run.db"
-"$GM" report "$TMP/one" | head -1 | grep -q "^gpumem report: 1 rank\( \|$\)" || fail "one rank: $("$GM" report "$TMP/one" | head -1)"
-"$GM" advise "$TMP/run.db" --ranks 1 | grep -q "^ZeRO across 1 rank:" || fail "advise --ranks 1: $("$GM" advise "$TMP/run.db" --ranks 1 | grep ZeRO | head -1)"
+"$GM" report "$TMP/one" | sed -n 1p | grepq "^gpumem report: 1 rank\( \|$\)" || fail "one rank: $("$GM" report "$TMP/one" | head -1)"
+"$GM" advise "$TMP/run.db" --ranks 1 | grepq "^ZeRO across 1 rank:" || fail "advise --ranks 1: $("$GM" advise "$TMP/run.db" --ranks 1 | grep ZeRO | head -1)"
 "$GM" viz "$TMP/run.db" -o "$TMP/v.html" || fail "viz"
 # the segment map's heading: one segment singular, and its moment said against the red dot's
 grep -q 'segments.length === 1 ? "" : "s"' "$TMP/v.html" && grep -q 'not at the red dot (seq ' "$TMP/v.html" \

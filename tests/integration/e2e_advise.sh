@@ -140,7 +140,7 @@ jq -e '(.recommendations | length) as $n | .trainer == false and $n > 0
 ok "another program: advice in words with the PyTorch way ($(jq -r '.recommendations[0].how' "$TMP/o.json" | head -c 80)...)"
 
 # ---- usage
-"$GM" advise --help | grep -q -- "--budget SIZE" || fail "advise --help"
+"$GM" advise --help | grepq -- "--budget SIZE" || fail "advise --help"
 set +e
 "$GM" advise "$TMP/g2.db" --gpu V100 > /dev/null 2>&1; rc1=$?
 "$GM" advise > /dev/null 2>&1; rc2=$?

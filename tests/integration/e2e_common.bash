@@ -1,6 +1,7 @@
 # Shared set-up of the end-to-end tests (sourced): the trainer under gpumem on the virtual GPU.
 # Skips (exit 77) when a piece is not built, fails loudly otherwise.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim

@@ -15,7 +15,7 @@ cat "$TMP/leaks.txt"
 grep -q 'losses' "$TMP/leaks.txt" || fail "the leaked tensor's name (losses) is not in the report"
 grep -Eq 'fwd' "$TMP/leaks.txt" || fail "the fwd phase is not in the report"
 # The line in the model that allocates the loss tensor, read from the source itself.
-line=$(grep -n 't_alloc(m, &m->losses' train/gpt2.c | head -1 | cut -d: -f1)
+line=$(grep -n 't_alloc(m, &m->losses' train/gpt2.c | sed -n 1p | cut -d: -f1)
 [[ -n $line ]] || fail "cannot find the losses allocation in train/gpt2.c"
 grep -q "gpt2.c:$line" "$TMP/leaks.txt" || fail "the source line gpt2.c:$line is not in the report"
 # One loss tensor of B*T floats per step.

@@ -71,8 +71,8 @@ ok "byte counts, peaks and the OOM quoted in the text are the database's"
 # 3. the overview tells of every command there is, and --version of the schema it writes
 for c in $(grep -oE 'strcmp\(c, "[a-z]+"\) == 0' snapshot/gpumem.c | grep -oE '"[a-z]+"' | tr -d '"'); do
   [[ $c == help ]] && continue # gpumem help: the overview itself
-  "$GM" --help | grep -qE "^  $c " || fail "gpumem --help does not list '$c'"
+  "$GM" --help | grepq -E "^  $c " || fail "gpumem --help does not list '$c'"
 done
 want=$("$GM" sql "$TMP/demo.db" -c "SELECT (SELECT value FROM meta WHERE key = 'schema_major') || '.' || (SELECT value FROM meta WHERE key = 'schema_minor')" | tail -1)
-"$GM" --version | grep -qF "(database schema $want)" || fail "gpumem --version says '$("$GM" --version)', a recording says schema $want"
+"$GM" --version | grepq -F "(database schema $want)" || fail "gpumem --version says '$("$GM" --version)', a recording says schema $want"
 ok "gpumem --help lists every command; --version names schema $want, the one a recording has"

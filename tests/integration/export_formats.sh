@@ -89,7 +89,7 @@ fi
 
 # --- folded
 "$GM" export --format folded "$DB" > "$TMP/peak.folded" || fail "export folded failed"
-head -1 "$TMP/peak.folded" | grep -q '^# gpumem folded' || fail "folded: no marker line first"
+head -1 "$TMP/peak.folded" | grepq '^# gpumem folded' || fail "folded: no marker line first"
 sed -i 1d "$TMP/peak.folded"
 sum=$(awk '{ s += $NF } END { print s }' "$TMP/peak.folded")
 [[ $sum == "$peak" ]] || fail "folded --what peak sums to $sum, the report's peak allocated is $peak"

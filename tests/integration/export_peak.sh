@@ -40,7 +40,7 @@ for bad in oom bogus -1 ""; do
   rc=0
   "$GM" export --format torch "$DB" --at "$bad" -o "$TMP/x.pickle" 2> "$TMP/err" || rc=$?
   [[ $rc -eq 2 && -s $TMP/err && ! -e $TMP/x.pickle ]] || fail "--at '$bad': exit $rc: $(head -2 "$TMP/err")"
-  [[ $bad != oom ]] || grep -q "no OOM" "$TMP/err" || fail "--at oom: $(head -2 "$TMP/err")"
+  [[ $bad != oom ]] || grepq "no OOM" "$TMP/err" || fail "--at oom: $(head -2 "$TMP/err")"
 done
 rc=0
 "$GM" export --format chrome "$DB" --at peak > /dev/null 2> "$TMP/err" || rc=$?
@@ -103,7 +103,7 @@ EOF
 mkdir -p "$TMP/bin" && ln -s "$(cd "$(dirname "$GM")" && pwd)/gpumem" "$TMP/bin/flamegraph.pl"
 "$TMP/bin/flamegraph.pl" --countname bytes < "$TMP/peak.folded" > "$TMP/f2.svg" || fail "flamegraph.pl failed"
 root=$(grep -o '<title>all ([0-9]* bytes' "$TMP/f.svg" | grep -o '[0-9]*')
-[[ $root == "$peak" && $(grep -c '<rect' "$TMP/f.svg") -gt 10 ]] && cmp -s "$TMP/f.svg" "$TMP/f2.svg" && head -c 100 "$TMP/f.svg" | grep -q '<svg\|<?xml' \
+[[ $root == "$peak" && $(grep -c '<rect' "$TMP/f.svg") -gt 10 ]] && cmp -s "$TMP/f.svg" "$TMP/f2.svg" && head -c 100 "$TMP/f.svg" | grepq '<svg\|<?xml' \
   && ok "flamegraph: an SVG whose root holds the folded stacks' $root bytes; the same as flamegraph.pl" \
   || fail "flamegraph: root '$root' (peak $peak), $(grep -c '<rect' "$TMP/f.svg") frames"
 rc=0

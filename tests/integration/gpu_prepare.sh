@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ -x $BUILD/gpumem && -f $BUILD/libgpumem.so ]] || { echo "skipped: gpumem not built" >&2; exit 77; }
 bash tests/gpu/prepare.sh > /dev/null || fail "prepare.sh"
 [[ -f $BUILD/.gpu-prebuilt && -f $BUILD/gpu-libs/libsqlite3.so.0 ]] || fail "prepare.sh did not mark the build or copy libsqlite3"
-ls "$BUILD"/gpu-libs | grep -qE '^(libc|libcuda|libcudart)\.so' && fail "C or CUDA libraries were copied"
+ls "$BUILD"/gpu-libs | grepq -E '^(libc|libcuda|libcudart)\.so' && fail "C or CUDA libraries were copied"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir "$TMP/bin"

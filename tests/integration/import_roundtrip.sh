@@ -57,7 +57,7 @@ db=$TMP/s/full-p4.pickle.db
 [[ $(sqlite3 "$db" "SELECT count(*) FROM frames WHERE python = 1 AND file = 'train.py'") -eq 4 ]] \
   || fail "Python frames: $(sqlite3 "$db" 'SELECT function, file, line, python FROM frames')"
 [[ $(sqlite3 "$db" "SELECT python IS NULL FROM frames WHERE file = 'CUDACachingAllocator.cpp'") -eq 1 ]] || fail "a C++ frame was taken for Python"
-grep -q 'train.py:12 in forward' "$db.leaks" || grep -q 'train.py:20 in backward\|backward (train.py:20)' "$db.leaks" \
+grep -q 'train.py:12 in forward' "$db.leaks" || grepq 'train.py:20 in backward\|backward (train.py:20)' "$db.leaks" \
   || fail "the leaks do not name the Python call site: $(head -6 "$db.leaks")"
 [[ $(jq -r '.ooms[0].requested' "$db.json") == 67108864 ]] || fail "OOM size: $(jq -c .ooms "$db.json")"
 ok "PyTorch-style snapshots at protocols 2-5, without traces and 1.13's: the peaks, leaks and OOMs worked out by hand"

@@ -43,7 +43,7 @@ READS[export-torch]='python3 -c "import pickle,sys; d=pickle.load(open(sys.argv[
 READS[export-chrome]='python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"traceEvents\"]" OUT'
 READS[export-folded]='grep -q ";" OUT'
 READS[export-speedscope]='python3 -c "import json,sys; assert json.load(open(sys.argv[1]))[\"profiles\"]" OUT'
-READS[export-csv]='head -1 OUT | grep -q "^id,address,size"'
+READS[export-csv]='head -1 OUT | grepq "^id,address,size"'
 
 # every writer gpumem has must be in the table
 found=()
@@ -67,7 +67,7 @@ run() { # WRITER OUT [extra args]: runs the writer's command with OUT; rc in $rc
   eval "$c" > /dev/null 2> err; rc=$?
 }
 reads() { local c=${READS[$1]//OUT/\"$2\"}; eval "$c"; }
-no_temp() { ! ls -A "$1" | grep -q '\.gpumem-'; }
+no_temp() { ! ls -A "$1" | grepq '\.gpumem-'; }
 
 mkdir -p full
 full=0
@@ -125,7 +125,7 @@ for w in "${found[@]}"; do
       [[ $rc -eq 0 ]] || { cat err; fail "record on a full disk: the program's rc $rc"; }
       # the old recording's room is the new one's: the new one is whole, says FAILED and why,
       # or (no room even for its schema) the reader says what happened
-      "$G" report "$TMP/full/old" > rep 2>&1 || grep -q "stopped before its first commit" rep \
+      "$G" report "$TMP/full/old" > rep 2>&1 || grepq "stopped before its first commit" rep \
         || { cat rep; fail "record on a full disk: the recording neither reads nor says why"; }
     else
       [[ $rc -eq 3 ]] || { cat err; fail "$w on a full disk: rc $rc, expected 3"; }

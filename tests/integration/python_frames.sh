@@ -65,7 +65,7 @@ jq -e --arg f "$SRC/layers.py" '[.leaks[].stack[] | select(.python and .function
 
 # ---- --frames all: every recorded frame; the site is then native (ctypes' libffi)
 "$GPUMEM" leaks --frames all "$db" > "$TMP/all.txt" || fail "leaks --frames all failed"
-grep " at " "$TMP/all.txt" | grep -q "\.py:" && { cat "$TMP/all.txt"; fail "--frames all still chose a Python frame as the site"; }
+grep " at " "$TMP/all.txt" | grepq "\.py:" && { cat "$TMP/all.txt"; fail "--frames all still chose a Python frame as the site"; }
 "$GPUMEM" report --frames bogus "$db" > /dev/null 2> "$TMP/bad.err"; rc=$?
 [[ $rc -eq 2 ]] && grep -q "frames takes user or all, got 'bogus'" "$TMP/bad.err" || fail "--frames bogus: exit $rc, $(cat "$TMP/bad.err")"
 

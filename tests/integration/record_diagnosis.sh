@@ -24,12 +24,12 @@ grep -q "GPUMEM_SIM_BACKING=virtual backs no device memory" "$TMP/err.txt" || fa
 ok "real compute on GPUMEM_SIM_BACKING=virtual: killed by SIGSEGV, and what that backing is for"
 
 CUDA_TRAIN=$BUILD/train_gpt2
-if [[ -x $CUDA_TRAIN ]] && ldd "$CUDA_TRAIN" | grep -q libcublas; then
+if [[ -x $CUDA_TRAIN ]] && ldd "$CUDA_TRAIN" | grepq libcublas; then
   rc=0; "$GM" record -o "$TMP/c.db" -- "$CUDA_TRAIN" --model tiny --steps 2 > /dev/null 2> "$TMP/err.txt" || rc=$?
   if grep -q "export tables" "$TMP/err.txt"; then
     grep -q "libcublas[^ ]* embeds a static CUDA runtime" "$TMP/err.txt" || fail "cuBLAS: $(grep 'export tables' "$TMP/err.txt")"
     ! grep -q "built with nvcc's default static CUDA runtime" "$TMP/err.txt" || fail "the program's runtime blamed for cuBLAS's"
-    [[ $rc == 0 ]] || grep -q "the program exited with status $rc before it made any device or pinned allocation" "$TMP/err.txt" \
+    [[ $rc == 0 ]] || grepq "the program exited with status $rc before it made any device or pinned allocation" "$TMP/err.txt" \
       || fail "cuBLAS failure: record's summary: $(tail -3 "$TMP/err.txt")"
     ok "the CUDA trainer: libcublas named as the static runtime, the program's failure said as such"
   else

@@ -19,7 +19,7 @@ grep -q "not a gpumem database" "$TMP/e" || fail "junk file: message does not sa
 GPUMEM_DB=$TMP/ok.db "$APP" pairs 10 > /dev/null || fail "app failed"
 [[ $("$GPUMEM" sql "$TMP/ok.db" -c "SELECT count(*) FROM allocations" | tail -1) == 21 ]] || fail "sql -c on allocations"
 "$GPUMEM" sql "$TMP/ok.db" -c "SELECT nonsense FROM nowhere" 2> /dev/null; [[ $? -eq 3 ]] || fail "failing query: expected exit 3"
-echo "SELECT count(*) FROM events;" | "$GPUMEM" sql "$TMP/ok.db" | tail -1 | grep -qx 41 || fail "sql from stdin"
+echo "SELECT count(*) FROM events;" | "$GPUMEM" sql "$TMP/ok.db" | tail -1 | grepq -x 41 || fail "sql from stdin"
 # a typo gets the nearest command
 "$GPUMEM" reprot "$TMP/ok.db" 2> "$TMP/typo"; [[ $? -eq 2 ]] && grep -q "did you mean 'report'" "$TMP/typo" || fail "no did-you-mean for reprot"
 echo "ok"

@@ -1,5 +1,6 @@
 # Shared by the snapshot_*.sh script tests: paths, a scratch directory, and fail().
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GPUMEM=$BUILD/gpumem
 APP=$BUILD/tests/integration/snapshot_app

@@ -28,7 +28,7 @@ grep -q "the counts above are what the database kept" "$TMP/rec.err" || { cat "$
 "$GPUMEM" report "$TMP/full/run.db" > /dev/null 2> "$TMP/refused.txt"; rc=$?
 [[ $rc == 3 ]] && grep -q "the recording failed.*--lossy-ok" "$TMP/refused.txt" || fail "report without --lossy-ok: exit $rc, $(cat "$TMP/refused.txt")"
 "$GPUMEM" report --lossy-ok "$TMP/full/run.db" > "$TMP/rep.txt" || fail "the report does not read what was written"
-head -1 "$TMP/rep.txt" | grep -q "^gpumem: WARNING: .* lost [0-9]* events (the recording failed" || fail "first line: $(head -1 "$TMP/rep.txt")"
+head -1 "$TMP/rep.txt" | grepq "^gpumem: WARNING: .* lost [0-9]* events (the recording failed" || fail "first line: $(head -1 "$TMP/rep.txt")"
 grep -q "the recording FAILED: no space left on device (ENOSPC)" "$TMP/rep.txt" || { cat "$TMP/rep.txt"; fail "the report does not say the recording failed for lack of space"; }
 "$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" 2> /dev/null | jq -e '.state == "failed" and (.failure | test("ENOSPC"))' > /dev/null \
   || fail "report --json lacks state=failed with the ENOSPC reason"

@@ -24,13 +24,13 @@ sqlite3 "$DB" "
   WHERE e.kind IN (1, 2, 3, 4) AND (e.kind IN (1, 3) OR l.birth IS NOT NULL)
   ORDER BY e.seq" > "$TMP/sql"
 # one comment line first (the output rule's marker, snapshot/formats/gm_out.h), which the replay engine skips
-head -1 "$TMP/t1" | grep -q '^# gpumem trace' || fail "the trace does not start with its marker line"
+head -1 "$TMP/t1" | grepq '^# gpumem trace' || fail "the trace does not start with its marker line"
 sed -i 1d "$TMP/t1"
 cmp -s "$TMP/t1" "$TMP/sql" || { diff "$TMP/sql" "$TMP/t1" >&2; fail "export differs from the alloc_life query"; }
 # 5 allocations, 5 frees (the unknown one left out); kinds and sizes as issued
 [[ $(grep -c '^a ' "$TMP/t1") -eq 5 ]] || fail "expected 5 allocation lines: $(cat "$TMP/t1")"
 [[ $(grep -c '^fa ' "$TMP/t1") -eq 3 && $(grep -c '^f ' "$TMP/t1") -eq 1 ]] || fail "free lines: $(cat "$TMP/t1")"
-cut -d' ' -f1,3 "$TMP/t1" | grep '^a' | tr '\n' ' ' | grep -qx 'a 1000 a 4000 a 100 a 2000 a 256 ' \
+cut -d' ' -f1,3 "$TMP/t1" | grep '^a' | tr '\n' ' ' | grepq -x 'a 1000 a 4000 a 100 a 2000 a 256 ' \
   || fail "requested sizes not in order: $(cat "$TMP/t1")"
 # every free names an allocation made before it, and no id is freed twice
 awk '$1 == "a" { live[$2] = 1 } $1 ~ /^f/ { if (!($2 in live)) exit 1; delete live[$2] }' "$TMP/t1" \
@@ -78,7 +78,7 @@ sqlite3 "$TMP/old.db" "DROP VIEW stack_frames; DROP TABLE inlines; ALTER TABLE o
 echo "ok: a schema 1.0 file reads (OOM unnamed)"
 
 # --- usage
-"$GPUMEM" export --help | grep -q 'usage: gpumem export' || fail "export --help"
+"$GPUMEM" export --help | grepq 'usage: gpumem export' || fail "export --help"
 "$GPUMEM" export "$DB" > /dev/null 2>&1; [[ $? -eq 2 ]] || fail "export without --format: expected 2"
 "$GPUMEM" export --format svg "$DB" 2> "$TMP/e"; [[ $? -eq 2 ]] || fail "unknown format: expected 2"
 grep -q "unknown format 'svg'" "$TMP/e" || fail "unknown format: message"

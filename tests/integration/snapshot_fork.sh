@@ -10,7 +10,7 @@ child=${out#CHILD }
 cdb=$TMP/parent-$child.db
 [[ -f $cdb ]] || fail "the child's database $cdb was not written"
 [[ $("$GPUMEM" sql "$cdb" -c "SELECT count(*) FROM events WHERE kind=1" | tail -1) == 50 ]] || fail "child database lacks its 50 allocations"
-"$GPUMEM" leaks "$cdb" | tail -1 | grep -q "LEAK SUMMARY: 409600 bytes leaked in 50 allocations" || fail "child leaks wrong"
+"$GPUMEM" leaks "$cdb" | tail -1 | grepq "LEAK SUMMARY: 409600 bytes leaked in 50 allocations" || fail "child leaks wrong"
 GPUMEM_FORK=off GPUMEM_DB=$TMP/off.db "$APP" fork > "$TMP/off.out" || fail "fork run (off) failed"
 child=$(sed 's/CHILD //' "$TMP/off.out")
 [[ ! -e $TMP/off-$child.db ]] || fail "GPUMEM_FORK=off: the child wrote a database"

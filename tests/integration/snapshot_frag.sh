@@ -7,6 +7,7 @@
 #  2. An OOM caused by fragmentation (tests/apps/frag_app.c): frag and report both say so.
 #  3. Usage and bad input: clear errors and exit codes.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim APP=$BUILD/tests/apps/frag_app
 for f in "$GM" "$TRAIN" "$APP"; do [[ -x $f ]] || { echo "snapshot_frag: $f not built" >&2; exit 1; }; done
@@ -82,6 +83,6 @@ set +e
 "$GM" frag "$TMP/missing.db" > /dev/null 2> "$TMP/err.txt"; [[ $? == 3 ]] || fail "missing database: want exit 3"
 head -c 4096 /dev/urandom > "$TMP/junk.db"
 "$GM" frag "$TMP/junk.db" > /dev/null 2>&1; [[ $? == 3 ]] || fail "junk database: want exit 3"
-"$GM" frag --help | grep -q "usage: gpumem frag" || fail "--help"
+"$GM" frag --help | grepq "usage: gpumem frag" || fail "--help"
 set -e
 echo "snapshot_frag: ok"

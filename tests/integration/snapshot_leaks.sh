@@ -20,7 +20,7 @@ last=$(tail -1 "$TMP/leaks.txt")
 "$GPUMEM" report "$db" > "$TMP/report.txt" || fail "gpumem report failed"
 grep -q "peak allocated" "$TMP/report.txt" || fail "report has no summary"
 grep -q "step \*/fwd" "$TMP/report.txt" || fail "report has no NVTX phase attribution"
-sed -n '/by tensor name/,/^$/p' "$TMP/report.txt" | grep -q "planted" || fail "report does not attribute the peak by tensor name"
+sed -n '/by tensor name/,/^$/p' "$TMP/report.txt" | grepq "planted" || fail "report does not attribute the peak by tensor name"
 grep -q "my_alloc (snapshot_app.c:[0-9]*) < plant_leak" "$TMP/report.txt" || fail "call sites do not name the caller"
 for c in report leaks; do
   "$GPUMEM" $c "$db" --json > "$TMP/$c.json" || [[ $c == leaks ]] || fail "$c --json failed"
@@ -35,7 +35,7 @@ GPUMEM_DB=$TMP/growth.db "$APP" growth 20 || fail "growth run failed"
 grep -q "memory grows by 1.00 MiB per step" "$TMP/growth.txt" || fail "growth per step not found"
 # what grows: the 19 allocations born after the first step, at their call site in growth()
 grep -q "allocated in steps 1-19 and still alive after step 19 (what grows): 19.00 MiB in 19 allocations" "$TMP/growth.txt" || { cat "$TMP/growth.txt"; fail "allocations kept across steps not found"; }
-sed -n '/what grows/,$p' "$TMP/growth.txt" | grep -q "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
+sed -n '/what grows/,$p' "$TMP/growth.txt" | grepq "< growth (snapshot_app.c:" || fail "kept allocations lack their call site"
 # dropped events: a free may be missing: leaks refuses (exit 3) unless --lossy-ok, and then says
 # so in its first line; --fail-on-leak still cannot judge (exit 3, not 1 or 0)
 cp "$TMP/growth.db" "$TMP/dropped.db"
@@ -45,10 +45,10 @@ cp "$TMP/growth.db" "$TMP/dropped.db"
 grep -q "lost 7 events .*--lossy-ok" "$TMP/dropped.err" || fail "the refusal does not say why and what to do: $(cat "$TMP/dropped.err")"
 "$GPUMEM" leaks "$TMP/dropped.db" --lossy-ok --fail-on-leak > "$TMP/dropped.txt"; rc=$?
 [[ $rc -eq 3 ]] || fail "leaks --fail-on-leak with dropped events exited $rc, expected 3 (cannot judge)"
-head -1 "$TMP/dropped.txt" | grep -q "^gpumem: WARNING: .* lost 7 events" || fail "the first line does not say events were lost: $(head -1 "$TMP/dropped.txt")"
+head -1 "$TMP/dropped.txt" | grepq "^gpumem: WARNING: .* lost 7 events" || fail "the first line does not say events were lost: $(head -1 "$TMP/dropped.txt")"
 grep -q "warning: 7 events were dropped .*frees may be missing" "$TMP/dropped.txt" || fail "no dropped-events warning"
-"$GPUMEM" leaks "$TMP/dropped.db" --json --lossy-ok 2> /dev/null | grep -q '"dropped_events":7,"judgeable":false' || fail "JSON lacks dropped_events/judgeable"
-"$GPUMEM" leaks "$TMP/growth.db" --json | grep -q '"dropped_events":0,"judgeable":true' || fail "JSON judgeable on a complete recording"
+"$GPUMEM" leaks "$TMP/dropped.db" --json --lossy-ok 2> /dev/null | grepq '"dropped_events":7,"judgeable":false' || fail "JSON lacks dropped_events/judgeable"
+"$GPUMEM" leaks "$TMP/growth.db" --json | grepq '"dropped_events":0,"judgeable":true' || fail "JSON judgeable on a complete recording"
 "$GPUMEM" leaks "$TMP/growth.db" --fail-on-leak > /dev/null; rc=$?
 [[ $rc -eq 1 ]] || fail "a complete recording with leaks exited $rc, expected 1"
 # the call-site list does not repeat the caller already named in the site's label
@@ -56,7 +56,7 @@ GPUMEM_DB=$TMP/leak2.db "$APP" pairs 10 > /dev/null || fail "pairs run failed"
 "$GPUMEM" leaks "$TMP/leak2.db" > "$TMP/leak2.txt"
 site=$(sed -n 's/.* allocations\{0,1\} at .* < \([a-z_]*\) (.*/\1/p' "$TMP/leak2.txt" | head -1)
 if [[ -n $site ]]; then
-  sed -n '/^Alive at exit, by call site/,/phase:/p' "$TMP/leak2.txt" | grep -q "called from $site (" && { cat "$TMP/leak2.txt"; fail "the caller $site is listed twice"; }
+  sed -n '/^Alive at exit, by call site/,/phase:/p' "$TMP/leak2.txt" | grepq "called from $site (" && { cat "$TMP/leak2.txt"; fail "the caller $site is listed twice"; }
 fi
 # nothing alive: no empty "by phase" heading (the trainer frees everything)
 if [[ -f $BUILD/libgpumem.so && -x $BUILD/train_gpt2_sim ]]; then

@@ -14,7 +14,7 @@ q() { "$GPUMEM" sql "$1" -c "$2" | tail -n +2; }
 [[ $(q "$TMP/wait.db" "SELECT value FROM meta WHERE key = 'dropped_events'") == 0 ]] || fail "the default recording dropped events"
 [[ $(q "$TMP/wait.db" "SELECT value FROM meta WHERE key = 'ring_full'") == wait ]] || fail "meta.ring_full is not wait"
 [[ $(q "$TMP/wait.db" "SELECT count(*) FROM events WHERE kind IN (1, 2)") == $((4 * N + 1)) ]] || fail "events are missing"
-"$GPUMEM" report "$TMP/wait.db" | head -1 | grep -q "^gpumem report:" || fail "a complete recording's report starts otherwise"
+"$GPUMEM" report "$TMP/wait.db" | sed -n 1p | grepq "^gpumem report:" || fail "a complete recording's report starts otherwise"
 echo "ok: a ring of 8, $N pairs: no event dropped (the program waited for the writer)"
 
 # drop mode: whether a ring of 8 overflows depends on the scheduler (a writer on an idle core
@@ -42,22 +42,22 @@ for cmd in report leaks frag tune advise; do
     || fail "$cmd's refusal: $(cat "$TMP/err.txt")"
   "$GPUMEM" $cmd --lossy-ok "$db" > "$TMP/out.txt" 2> /dev/null; rc=$?
   [[ $rc != 2 && $rc != 3 ]] || fail "$cmd --lossy-ok exited $rc"
-  head -1 "$TMP/out.txt" | grep -q "$warn" || fail "$cmd --lossy-ok, first line: $(head -1 "$TMP/out.txt")"
+  head -1 "$TMP/out.txt" | grepq "$warn" || fail "$cmd --lossy-ok, first line: $(head -1 "$TMP/out.txt")"
   "$GPUMEM" $cmd --lossy-ok --json "$db" > "$TMP/out.json" 2> "$TMP/err.txt"
   jq -e . "$TMP/out.json" > /dev/null || fail "$cmd --lossy-ok --json is not JSON"
-  head -1 "$TMP/err.txt" | grep -q "$warn" || fail "$cmd --lossy-ok --json, stderr: $(head -1 "$TMP/err.txt")"
+  head -1 "$TMP/err.txt" | grepq "$warn" || fail "$cmd --lossy-ok --json, stderr: $(head -1 "$TMP/err.txt")"
 done
 echo "ok: report, leaks, frag, tune, advise: exit 3 without --lossy-ok; with it, the first line says so"
 "$GPUMEM" uses "$db" --name planted > "$TMP/out.txt" || fail "uses exited $?"
-head -1 "$TMP/out.txt" | grep -q "$warn" || fail "uses, first line: $(head -1 "$TMP/out.txt")"
+head -1 "$TMP/out.txt" | grepq "$warn" || fail "uses, first line: $(head -1 "$TMP/out.txt")"
 "$GPUMEM" diff "$TMP/wait.db" "$db" > "$TMP/out.txt"
-head -1 "$TMP/out.txt" | grep -q "$warn" || fail "diff, first line: $(head -1 "$TMP/out.txt")"
+head -1 "$TMP/out.txt" | grepq "$warn" || fail "diff, first line: $(head -1 "$TMP/out.txt")"
 for f in csv chrome folded trace; do
   "$GPUMEM" export --format $f "$db" > /dev/null 2> "$TMP/err.txt" || fail "export $f exited $?"
-  head -1 "$TMP/err.txt" | grep -q "$warn" || fail "export $f, stderr: $(head -1 "$TMP/err.txt")"
+  head -1 "$TMP/err.txt" | grepq "$warn" || fail "export $f, stderr: $(head -1 "$TMP/err.txt")"
 done
 "$GPUMEM" viz "$db" -o "$TMP/page.html" 2> "$TMP/err.txt" || fail "viz exited $?"
-head -1 "$TMP/err.txt" | grep -q "$warn" || fail "viz, stderr: $(head -1 "$TMP/err.txt")"
+head -1 "$TMP/err.txt" | grepq "$warn" || fail "viz, stderr: $(head -1 "$TMP/err.txt")"
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/page.html" | jq -e ".summary.dropped_events == $lost" > /dev/null \
   || fail "the page's summary does not carry the lost events"
 echo "ok: uses and diff say so first, export and viz on stderr, the page in its summary"

@@ -26,7 +26,7 @@ echo "ok: names.birth = the named allocation's birth ($b1, $b2, $b3)"
 for k in peak_allocated_at peak_requested_at; do
   [[ $(jq -r ".$k.name" "$TMP/report.json") == first ]] || fail "report .$k: $(jq -c ".$k" "$TMP/report.json")"
 done
-"$GPUMEM" report "$db" | grep -q "when first was allocated in step 1/fwd" || fail "report text: peak not first's"
+"$GPUMEM" report "$db" | grepq "when first was allocated in step 1/fwd" || fail "report text: peak not first's"
 echo "ok: report: the peak's allocation is first"
 
 # leaks: only third is alive at exit

@@ -9,6 +9,7 @@
 #     (too small a cap: nothing fits, exit 1, no recommendation).
 #  3. Usage and bad input.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem TRAIN=$BUILD/train_gpt2_sim
 for f in "$GM" "$TRAIN" "$BUILD/tests/apps/frag_app"; do [[ -x $f ]] || { echo "snapshot_tune: $f not built" >&2; exit 1; }; done
@@ -102,7 +103,7 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   # fit and releases are broken by address): the recording says so, tune follows it
   [[ $(sqlite3 "$TMP/x.db" "SELECT value FROM meta WHERE key = 'alloc.address_order'") == down ]] \
     || fail "$c (async): meta alloc.address_order is not 'down' on the virtual GPU"
-  "$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grep -q " peak_reserved=$rec " \
+  "$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$rec " \
     || fail "$c (async): gpumem-replay --top-down of the exported trace does not find $rec"
   [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 29") == free_completed ]] || fail "kind 29 is not named"
   # an older recording: no free_completed, no flag
@@ -148,6 +149,6 @@ echo "ok: framework allocations 'a', a library's own 'ax' in the trace"
 "$GM" tune --objective speed "$TMP/pt.db" > /dev/null 2>&1; [[ $? == 2 ]] || fail "bad objective: want exit 2"
 "$GM" tune --limit lots "$TMP/pt.db" > /dev/null 2>&1; [[ $? == 2 ]] || fail "bad limit: want exit 2"
 "$GM" tune "$TMP/missing.db" > /dev/null 2>&1; [[ $? == 3 ]] || fail "missing database: want exit 3"
-"$GM" tune --help | grep -q "usage: gpumem tune" || fail "--help"
+"$GM" tune --help | grepq "usage: gpumem tune" || fail "--help"
 set -e
 echo "snapshot_tune: ok"

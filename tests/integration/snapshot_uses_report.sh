@@ -166,7 +166,7 @@ expect '[(.idle_at_peak.classes | length), (.idle_at_peak.sites | length)]' '[6,
 make_db "$TMP/settle.db" 2 1 1
 sqlite3 "$TMP/settle.db" "DELETE FROM events WHERE seq = 7; DELETE FROM names WHERE seq = 8; DELETE FROM alloc_life WHERE birth = 7"
 "$GPUMEM" report --json "$TMP/settle.db" | jq -c '.idle_at_peak | [.bytes_live, .count_never_used, .bytes_not_used_again, [.buckets[].until_count]]' \
-  | grep -qx "\[$((27 * MiB / 4)),0,524288,\[0,1,0,3,1,1\]\]" || fail "early-settled sweep: $("$GPUMEM" report --json "$TMP/settle.db" | jq -c .idle_at_peak)"
+  | grepq -x "\[$((27 * MiB / 4)),0,524288,\[0,1,0,3,1,1\]\]" || fail "early-settled sweep: $("$GPUMEM" report --json "$TMP/settle.db" | jq -c .idle_at_peak)"
 echo "ok: idle at the peak (JSON): buckets, categories, classes and sites with their gaps"
 
 # --- the same in text
@@ -187,7 +187,7 @@ grep -qx '        last use 500.0 us / 1 event before: matmul(float\*, float cons
   || fail "h*.mlp.fc last use: $(cat "$TMP/h.txt")"
 grep -qx '        next use 200.00 ms / 10 events after: matmul_backward(float\*, float\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc next use: $(cat "$TMP/h.txt")"
-grep -A2 -E 'x  grad_buf  \(1 never used\)$' "$TMP/idle.txt" | grep -q 'next use: none' || fail "grad_buf never used: $(cat "$TMP/idle.txt")"
+grep -A2 -E 'x  grad_buf  \(1 never used\)$' "$TMP/idle.txt" | grepq 'next use: none' || fail "grad_buf never used: $(cat "$TMP/idle.txt")"
 expect '.idle_at_peak.launch_words_lost' 0
 ! grep -q 'launches lost' "$TMP/idle.txt" || fail "a note about lost launches where none was lost"
 # launches whose words the ring dropped have no uses: the report says its gaps may be too long
@@ -227,7 +227,7 @@ grep -q '^h0.mlp.fc (id 80)' "$TMP/s.txt" && ! grep -q '(id 3)' "$TMP/s.txt" || 
 grep -q 'event 10        use   write  memcpy HtoD  \[step 1/fwd\]$' "$TMP/a.txt" || fail "copy write: $(cat "$TMP/a.txt")"
 grep -q 'event 60        use   read   matmul(' "$TMP/a.txt" || fail "read use: $(cat "$TMP/a.txt")"
 grep -qx '  still alive when the recording ended' "$TMP/a.txt" || fail "alive at end: $(cat "$TMP/a.txt")"
-"$GPUMEM" uses "$DB" --name grad_buf | grep -qx '  (never used: no kernel, copy or memset touched it)' || fail "never used tensor"
+"$GPUMEM" uses "$DB" --name grad_buf | grepq -x '  (never used: no kernel, copy or memset touched it)' || fail "never used tensor"
 # JSON
 "$GPUMEM" uses "$DB" --name h0.mlp.fc --json > "$TMP/u.json" || fail "uses --json failed"
 j() { jq -c "$1" "$TMP/u.json"; }
@@ -249,16 +249,16 @@ grep -q "no allocation named 'nosuch'" "$TMP/e" && grep -q 'names in this record
 "$GPUMEM" uses "$DB" --name a --id 1 > /dev/null 2>&1; [[ $? -eq 2 ]] || fail "--name and --id: expected exit 2"
 "$GPUMEM" uses "$DB" --id x > /dev/null 2>&1; [[ $? -eq 2 ]] || fail "bad --id: expected exit 2"
 "$GPUMEM" uses "$TMP/missing.db" --id 1 > /dev/null 2>&1; [[ $? -eq 3 ]] || fail "missing database: expected exit 3"
-"$GPUMEM" uses --help | grep -q '^usage: gpumem uses DB' || fail "uses --help"
-"$GPUMEM" --help | grep -q '^  uses DB' || fail "gpumem --help lists uses"
+"$GPUMEM" uses --help | grepq '^usage: gpumem uses DB' || fail "uses --help"
+"$GPUMEM" --help | grepq '^  uses DB' || fail "gpumem --help lists uses"
 echo "ok: uses exit codes 1 (no match), 2 (usage), 3 (unreadable)"
 
 # --- no uses: tracking off (no meta.uses), on but empty, and a 1.1 file
 make_db "$TMP/off.db" 2 '' 0
-"$GPUMEM" report --json "$TMP/off.db" | jq -ce '.idle_at_peak | [.uses, .tracking]' | grep -qx '\[false,"off"\]' || fail "off: json"
-"$GPUMEM" report "$TMP/off.db" | grep -A1 '^Idle at the peak$' | grep -q 'access tracking was off: record with GPUMEM_USES=1' || fail "off: text hint"
+"$GPUMEM" report --json "$TMP/off.db" | jq -ce '.idle_at_peak | [.uses, .tracking]' | grepq -x '\[false,"off"\]' || fail "off: json"
+"$GPUMEM" report "$TMP/off.db" | grep -A1 '^Idle at the peak$' | grepq 'access tracking was off: record with GPUMEM_USES=1' || fail "off: text hint"
 make_db "$TMP/empty.db" 2 1 0
-"$GPUMEM" report --json "$TMP/empty.db" | jq -ce '.idle_at_peak | [.uses, .tracking]' | grep -qx '\[false,"empty"\]' || fail "empty: json"
+"$GPUMEM" report --json "$TMP/empty.db" | jq -ce '.idle_at_peak | [.uses, .tracking]' | grepq -x '\[false,"empty"\]' || fail "empty: json"
 make_db "$TMP/v11.db" 1 '' 0
 "$GPUMEM" report --json "$TMP/v11.db" > "$TMP/v11.json" || fail "1.1 report failed"
 [[ $(jq -c '[.schema, .idle_at_peak.uses, .summary.peak_allocated]' "$TMP/v11.json") == "[\"1.1\",false,$((43 * MiB / 4))]" ]] \
@@ -269,7 +269,7 @@ grep -q 'access tracking was off' "$TMP/v11.txt" && grep -q 'event 5         bor
 # a 1.1 file with uses rows (no access column, no launches): uses still listed, access unknown
 sqlite3 "$TMP/v11.db" "INSERT INTO uses VALUES (5, 30, 10), (5, 50, 12)"
 "$GPUMEM" uses "$TMP/v11.db" --name h1.mlp.fc --json | jq -ce '[.allocations[0].uses[] | [.seq, .access, .op]]' \
-  | grep -qx '\[\[30,"unknown",null\],\[50,"unknown",null\]\]' || fail "1.1 uses rows"
+  | grepq -x '\[\[30,"unknown",null\],\[50,"unknown",null\]\]' || fail "1.1 uses rows"
 echo "ok: without uses the report says how to turn tracking on; 1.1 files read"
 
 # --- files the recorder wrote (rec_launch through snapshot_app; the trainer under libgpumem.so)

@@ -14,6 +14,7 @@
 #      4th step of the original run computes on the same batch, and saving it again reproduces
 #      the file byte for byte; llm.c token shards load, bad shards are refused.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 T=$BUILD/train_gpt2_sim
 [[ -x $T ]] || { echo "train_basic: $T not built" >&2; exit 1; }
@@ -28,7 +29,7 @@ cat train/*.c train/*.h > "$tmp/text.txt"
 run() { "$T" --threads 2 "$@"; }
 
 # ---- 1. flags and files ------------------------------------------------------------------
-run --help | grep -q -- '--recompute' && ok "--help" || bad "--help"
+run --help | grepq -- '--recompute' && ok "--help" || bad "--help"
 expect_err() { # rc, pattern, args...
   local want=$1 pat=$2; shift 2
   local out rc
@@ -54,6 +55,32 @@ expect_err 1 "a batch needs" --data "$tmp/garbage.bin"
 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=1G expect_err 2 "cudaErrorMemoryAllocation" \
   --model gpt2 -B 8 -T 1024 --dry-run --steps 1
 GPUMEM_SIM_MEMORY=8M expect_err 2 "out of device memory" --model tiny -B 8 -T 256 --steps 1
+# --model's free form L<layers>-C<channels>-H<heads>: malformed forms are refused by name
+for bad_model in L2-C64 L2-C64-H4-L3 L0-C64-H4 L2-C64-H4- L2-C64-X4 L2C64H4 L1001-C64-H4 ''; do
+  expect_err 1 "L<layers>-C<channels>-H<heads>" --model "$bad_model"
+done
+expect_err 1 "not divisible by heads" --model L2-C63-H4
+expect_err 1 "vocab needs an integer" --vocab 0
+expect_err 1 "max-T needs an integer" --max-T x
+expect_err 1 "cannot be given with --load" --load "$tmp/garbage.bin" --vocab 300
+# the free form is the named model when the sizes agree: tiny = L2-C64-H4 --vocab 256 --max-T 256
+# (same parameters, same curve bit for bit); gpt2 = L12-C768-H12 (GPT-2's V and maxT by default)
+tiny=$(run --model tiny --steps 2 | grep '^step' | awk '{print $4}')
+free=$(run --model L2-C64-H4 --vocab 256 --max-T 256 --steps 2 | grep '^step' | awk '{print $4}')
+[[ -n $tiny && $tiny == "$free" ]] && ok "L2-C64-H4 --vocab 256 --max-T 256 trains as tiny" ||
+  bad "L2-C64-H4 --vocab 256 --max-T 256 differs from tiny: '$tiny' vs '$free'"
+n124=$(GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G run --model L12-C768-H12 --dry-run --steps 1 |
+       sed -n 's/.*), \([0-9]*\) parameters.*/\1/p')
+[[ $n124 == 124475904 ]] && ok "L12-C768-H12 has gpt2's 124475904 parameters" ||
+  bad "L12-C768-H12 has '$n124' parameters, gpt2 has 124475904"
+# a 70B-class model (L80 C8192 H64, maxT 2048) runs dry on the virtual backing: parameters
+# 12 L C^2 + 13 L C + (Vp + maxT) C + 2 C with Vp = 50304
+out=$(GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=2T run --model L80-C8192-H64 --max-T 2048 \
+      -B 1 -T 2048 --dry-run --steps 1 2>&1); rc=$?
+want=$(( 12 * 80 * 8192 * 8192 + 13 * 80 * 8192 + (50304 + 2048) * 8192 + 2 * 8192 ))
+if [[ $rc == 0 && $out == *"), $want parameters"* && $out == *"PEAK "* ]]; then
+  ok "L80-C8192-H64 dry run: $want parameters"
+else bad "L80-C8192-H64 dry run: rc $rc, expected $want parameters: $out"; fi
 
 # ---- 2. loss at init, 3. learning --------------------------------------------------------
 out=$(run --data "$tmp/text.txt" $SZ --steps "$LEARN_STEPS" --lr 1e-3 --seed 1) || bad "training run failed"

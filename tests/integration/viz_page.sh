@@ -82,7 +82,7 @@ jq -e '.analyses.advise.recommendations | type == "array"' "$TMP/data.json" > /d
   || fail "the advise panel: $(jq -c '.analyses.advise' "$TMP/data.json" | head -c 300)"
 jq -e '.analyses | has("tune") | not' "$TMP/data.json" > /dev/null || fail "tune ran without --with tune"
 "$GM" viz "$TMP/run.db" -o "$TMP/x.html" --with frag,bogus 2> "$TMP/err.txt" && fail "--with bogus exited 0"
-[[ $(wc -l < "$TMP/err.txt") -eq 2 ]] && tail -1 "$TMP/err.txt" | grep -qx "(gpumem viz --help tells more)" \
+[[ $(wc -l < "$TMP/err.txt") -eq 2 ]] && tail -1 "$TMP/err.txt" | grepq -x "(gpumem viz --help tells more)" \
   || fail "--with bogus: not the error and where the help is"
 ok "analyses: frag and advise embedded, tune opt-in, --with bogus: $(cat "$TMP/err.txt")"
 q="SELECT count(*) FROM segments WHERE snapshot = (SELECT min(id) FROM snapshots WHERE reason = 1)"

@@ -4,6 +4,7 @@
 # GPUMEM_TORCH_PY names the PyTorch installation: a virtual environment's folder (its
 # bin/python is used) or a Python interpreter. Default: /root/.cache/gpumem/torch-2.14.1, where
 # `make deps` installs torch==2.14.1 (CUDA 13). Tests skip only when that has no torch.
+source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 build=${BUILD:-build}
 torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
 [[ -d $torch_py ]] && torch_py=$torch_py/bin/python

@@ -50,17 +50,17 @@ fi
 "$G" report --json "$tmp/fwd.db" > "$tmp/fwd.json" 2>/dev/null
 read -r cause where < <(jq -r '.ooms[0] | [.cause, .python_line] | @tsv' "$tmp/fwd.json")
 src=$(jq -r '.ooms[0].source' "$tmp/fwd.json")
-line=$(grep -n 'F.cross_entropy(' "$script" | head -1 | cut -d: -f1)
+line=$(grep -n 'F.cross_entropy(' "$script" | sed -n 1p | cut -d: -f1)
 [[ $cause == device && $where == "train_gpt2.py:$line in forward" && $src == *"F.cross_entropy("* ]] \
   && ok "fwd: the OOM names the tensor ($src), its Python line ($where) and the binding constraint ($cause)" \
   || bad "fwd: OOM cause '$cause', line '$where' (want train_gpt2.py:$line), source '$src'"
-"$G" report "$tmp/fwd.db" 2>/dev/null | grep -q "the tensor: \`loss = F.cross_entropy" || bad "fwd: the text names no tensor"
+"$G" report "$tmp/fwd.db" 2>/dev/null | grepq "the tensor: \`loss = F.cross_entropy" || bad "fwd: the text names no tensor"
 
 # backward: the Python line the program was on; the output rule
 [[ $(cat "$tmp/bwd.rc") != 0 ]] || bad "bwd: the script did not run out of memory"
 "$G" report --json "$tmp/bwd.db" > "$tmp/bwd.json" 2>/dev/null
 where=$(jq -r '.ooms[0].python_line' "$tmp/bwd.json") src=$(jq -r '.ooms[0].source' "$tmp/bwd.json")
-line=$(grep -n '\.backward()' "$script" | head -1 | cut -d: -f1)
+line=$(grep -n '\.backward()' "$script" | sed -n 1p | cut -d: -f1)
 [[ $where == "train_gpt2.py:$line in main" && $src == *".backward()"* && $(jq -r '.ooms[0].cause' "$tmp/bwd.json") == device ]] \
   && ok "bwd: an OOM in autograd's C++ names the Python line the program was on ($where: $src)" \
   || bad "bwd: python_line '$where' (want train_gpt2.py:$line in main), source '$src'"

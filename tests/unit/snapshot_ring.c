@@ -255,6 +255,102 @@ static void many_producers_lossless(void **state) {
     rec_ring_free(&q);
 }
 
+/* rec_ring_push_n: batches of 1..7 records from many producers on a small lossless ring (64
+ * slots: a batch of up to 16 takes one claim when there is room, and goes one by one when there
+ * is not). Every record arrives once, gap-free, each producer's in its order; a batch that took
+ * one claim arrives unbroken (its records carry the batch's first number in `size`). */
+static void *producer_batches(void *p) {
+    prod_arg *a = p;
+    rec_rec rs[7];
+    uint64_t i = 1;
+    for (int b = 0; i <= PER_PRODUCER; b++) {
+        size_t n = 1 + (size_t)(b % 7);
+        if (n > PER_PRODUCER - i + 1) n = PER_PRODUCER - i + 1;
+        for (size_t j = 0; j < n; j++) {
+            memset(&rs[j], 0, sizeof rs[j]);
+            rs[j].thread = a->id;
+            rs[j].addr = i + j;
+            rs[j].size = i;              /* the batch's first record */
+            rs[j].requested = n;         /* the batch's length */
+        }
+        uint64_t seq = rec_ring_push_n(a->q, rs, n);
+        if (seq == 0) abort(); /* lossless: never dropped */
+        i += n;
+    }
+    return NULL;
+}
+
+static void many_producers_batches(void **state) {
+    (void)state;
+    rec_ring q;
+    assert_int_equal(rec_ring_init(&q, 64, REC_RING_WAIT_FOREVER), 0);
+    atomic_store(&q.no_wait, 0);
+    pthread_t t[PRODUCERS];
+    prod_arg args[PRODUCERS];
+    for (uint32_t i = 0; i < PRODUCERS; i++) {
+        args[i] = (prod_arg){&q, i};
+        assert_int_equal(pthread_create(&t[i], NULL, producer_batches, &args[i]), 0);
+    }
+    uint64_t next[PRODUCERS] = {0}, got = 0, last_seq = 0, whole = 0, batches = 0;
+    rec_rec out, first = {0};
+    uint64_t run = 0; /* records of the current batch seen back to back */
+    while (got < (uint64_t)PRODUCERS * PER_PRODUCER) {
+        uint64_t seq = rec_ring_pop(&q, &out);
+        if (!seq) {
+            rec_ring_room(&q);
+            continue;
+        }
+        assert_int_equal(seq, last_seq + 1);
+        last_seq = seq;
+        assert_int_equal(out.addr, next[out.thread] + 1);
+        next[out.thread] = out.addr;
+        got++;
+        if (out.addr == out.size) { /* a batch begins */
+            first = out;
+            run = 1;
+            batches++;
+        } else if (run && out.thread == first.thread && out.size == first.size) {
+            run++;
+        } else {
+            run = 0; /* another producer's record came in between: a batch pushed one by one */
+        }
+        if (run == out.requested) whole++;
+    }
+    for (int i = 0; i < PRODUCERS; i++) pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&q.dropped), 0);
+    assert_true(whole > 0 && whole <= batches);
+    rec_ring_free(&q);
+}
+
+/* One producer, nothing else in between: each batch is one claim, its records consecutive and
+ * the returned number the last one's; a batch larger than a quarter of the ring goes one by one
+ * (and still arrives whole, in order). */
+static void push_n_one_claim(void **state) {
+    (void)state;
+    rec_ring q;
+    assert_int_equal(rec_ring_init(&q, 16, 1000), 0);
+    rec_rec rs[8], out;
+    memset(rs, 0, sizeof rs);
+    for (int i = 0; i < 8; i++) rs[i].addr = 10 + (uint64_t)i;
+    assert_int_equal(rec_ring_push_n(&q, rs, 3), 3);
+    assert_int_equal(rec_ring_push_n(&q, rs, 4), 7);
+    assert_int_equal(rec_ring_push_n(&q, rs, 8), 15); /* > 16 / 4: one by one */
+    assert_int_equal(rec_ring_push_n(&q, rs, 0), 0);
+    const uint64_t want[] = {10, 11, 12, 10, 11, 12, 13, 10, 11, 12, 13, 14, 15, 16, 17};
+    for (uint64_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_int_equal(rec_ring_pop(&q, &out), i + 1);
+        assert_int_equal(out.addr, want[i]);
+    }
+    assert_int_equal(rec_ring_pop(&q, &out), 0);
+    /* wraps: a claim across the ring's end */
+    assert_int_equal(rec_ring_push_n(&q, rs, 4), 19);
+    for (uint64_t i = 0; i < 4; i++) {
+        assert_int_equal(rec_ring_pop(&q, &out), 16 + i);
+        assert_int_equal(out.addr, 10 + i);
+    }
+    rec_ring_free(&q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fifo_and_seq),
@@ -265,6 +361,8 @@ int main(void) {
         cmocka_unit_test(lossless_waits_for_room),
         cmocka_unit_test(lossless_gives_up),
         cmocka_unit_test(many_producers_lossless),
+        cmocka_unit_test(push_n_one_claim),
+        cmocka_unit_test(many_producers_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
