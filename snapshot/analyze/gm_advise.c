@@ -139,8 +139,41 @@ typedef struct rinfo {
     uint64_t start, end;
 } rinfo;
 
+/* PyTorch's hooks name a range by its module's path ("h.3.attn.c_attn"); what checkpointing and
+ * offloading act on is the repeated block the module belongs to: the path up to its first
+ * number ("h.3", "blocks.7"); a module outside every list keeps its path ("ln_f", "lm_head"). */
+static const char *block_of(const char *path, char *out, size_t outsz)
+{
+    if (!path) return path;
+    size_t n = 0;
+    for (const char *p = path; *p;) {
+        size_t len = strcspn(p, ".");
+        int num = len > 0;
+        for (size_t i = 0; i < len; i++)
+            num &= isdigit((unsigned char)p[i]) != 0;
+        n = (size_t)(p - path) + len;
+        if (num) break;
+        p += len;
+        if (*p == '.') p++;
+        if (!*p) break;
+    }
+    snprintf(out, outsz, "%.*s", (int)n, path);
+    return out;
+}
+
+/* Is a child range's name one of a repeated block's ("h.3", "blocks.7": a number last)? */
+static int is_block_name(const char *n)
+{
+    const char *dot = n ? strrchr(n, '.') : NULL;
+    if (!dot || !dot[1]) return 0;
+    for (const char *p = dot + 1; *p; p++)
+        if (!isdigit((unsigned char)*p)) return 0;
+    return 1;
+}
+
 static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
 {
+    char blk[256];
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db,
                            "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns FROM ranges r "
@@ -149,6 +182,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         return -1;
     rinfo *r = NULL;
     size_t n = 0, cap = 0, scap = 0;
+    u64map snum = {0}; /* step number -> index into m->steps */
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (grow((void **)&r, &cap, n + 1, sizeof *r)) break;
         rinfo *x = &r[n];
@@ -165,14 +199,23 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         if (p) {
             p->has_child = 1;
             x->phase = p->phase, x->step = p->step, x->lr = p->lr, x->lr_name = p->lr_name;
-            if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, name);
+            if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, m->torch ? block_of(name, blk, sizeof blk) : name);
         }
         int ph = adv_phase_of_name(name);
         if (ph) x->phase = (uint8_t)ph, x->is_phase = 1, x->lr = 0, x->lr_name = 0;
         int64_t sn = step_number(name);
         if (sn >= 0) {
-            if (!grow((void **)&m->steps, &scap, m->nsteps + 1, sizeof *m->steps)) {
+            /* one step for every range of its number: PyTorch's backward runs on its own thread,
+             * under a "step N" range of that thread */
+            uint64_t *si = u64map_get(&snum, (uint64_t)sn);
+            if (si) {
+                adv_step *st = &m->steps[*si];
+                if (x->start < st->start_ns) st->start_ns = x->start;
+                if (x->end > st->end_ns) st->end_ns = x->end;
+                x->step = (int32_t)*si;
+            } else if (!grow((void **)&m->steps, &scap, m->nsteps + 1, sizeof *m->steps)) {
                 m->steps[m->nsteps] = (adv_step){sn, x->start, x->end};
+                u64map_put(&snum, (uint64_t)sn, m->nsteps);
                 x->step = (int32_t)m->nsteps++;
             }
             x->phase = ADV_PH_OTHER, x->lr = 0, x->lr_name = 0;
@@ -181,6 +224,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         n++;
     }
     sqlite3_finalize(s);
+    u64map_free(&snum);
     *out = r;
     *nout = n;
     return 0;
@@ -636,6 +680,11 @@ out:
 
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
 {
+    return adv_model_load_as(d, m, 0, err, errsz);
+}
+
+int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
+{
     memset(m, 0, sizeof *m);
     if (grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
         snprintf(err, errsz, "out of memory");
@@ -667,6 +716,20 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         }
         m->have_uses = m->nuses > 0;
     }
+    /* a PyTorch recording: its memory history merged (its tensors, in its allocator's terms), or
+     * gpumem its allocator (tensors made through the framework's hook: gpumem's own terms) */
+    if (how & ADV_LOAD_TORCH) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 31 LIMIT 1", -1, &q, NULL) == SQLITE_OK) {
+            m->torch = sqlite3_step(q) == SQLITE_ROW;
+            sqlite3_finalize(q);
+        }
+        if (!m->torch && sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & 4096 LIMIT 1",
+                                            -1, &q, NULL) == SQLITE_OK) {
+            m->torch = sqlite3_step(q) == SQLITE_ROW ? 2 : 0;
+            sqlite3_finalize(q);
+        }
+    }
     rinfo *r = NULL;
     size_t nr = 0;
     u64map ridx = {0};
@@ -697,9 +760,34 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
         }
         sqlite3_finalize(s);
     }
+    if (m->torch == 1) {
+        gm_meta_text(d, "torch_conf", m->torch_conf, sizeof m->torch_conf);
+        char conf[1024];
+        size_t o = (size_t)snprintf(conf, sizeof conf, "preset:%s",
+                                    gm_meta_int(d, "torch_expandable", 0) ? "pytorch-expandable" : "pytorch");
+        /* PYTORCH_CUDA_ALLOC_CONF's keys are gpumem's where they overlap; expandable_segments is
+         * the preset's */
+        for (char *k = m->torch_conf, *save = NULL, *tk; (tk = strtok_r(k, ",", &save)); k = NULL)
+            if (strncmp(tk, "expandable_segments", 19) && o < sizeof conf)
+                o += (size_t)snprintf(conf + o, sizeof conf - o, ",%s", tk);
+        gm_meta_text(d, "torch_conf", m->torch_conf, sizeof m->torch_conf); /* strtok cut it */
+        alloc_config_default(&m->cfg);
+        if (alloc_config_parse(&m->cfg, conf, cerr, sizeof cerr) != ALLOC_OK) {
+            snprintf(err, errsz, "%s: PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF=%s) is not one "
+                     "gpumem can replay (%s)", d->path, m->torch_conf, cerr);
+            free(names), free(r), u64map_free(&ridx);
+            return -1;
+        }
+        m->cfg.limit = 0;
+        snprintf(m->config, sizeof m->config, "%s", conf);
+        m->device_peak_allocated = m->rec_peak_allocated, m->device_peak_reserved = m->rec_peak_reserved;
+        m->rec_peak_allocated = m->rec_peak_reserved = 0;
+    }
     if (sqlite3_prepare_v2(d->db,
-                           "SELECT seq, kind, addr, requested, stream, range, t, stack FROM events "
-                           "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
+                           m->torch == 1 ? "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
+                                      "WHERE kind IN (31, 32, 34, 35) ORDER BY seq"
+                                    : "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
+                                      "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
                            -1, &s, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         free(names), free(r), u64map_free(&ridx);
@@ -712,9 +800,26 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     uint64_t *evseq = NULL;  /* event -> its seq, for phases inferred from the allocations */
     size_t stcap = 0, bcap = 0, evcap = 0, sqcap = 0, nstreams[8] = {0};
     int rc, nomem = 0;
+    uint64_t t_alloc = 0, t_res = 0; /* PyTorch's own statistics, by its rules */
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         int kind = sqlite3_column_int(s, 1);
+        if (m->torch == 1) {
+            uint64_t sz = (uint64_t)sqlite3_column_int64(s, 8);
+            if (kind == REC_TORCH_SEG_MAP || kind == REC_TORCH_SEG_UNMAP) {
+                t_res = kind == REC_TORCH_SEG_MAP ? t_res + sz : t_res - (sz < t_res ? sz : t_res);
+                if (t_res > m->rec_peak_reserved) m->rec_peak_reserved = t_res;
+                continue;
+            }
+            /* a tensor's block is counted from its alloc to its free (free_requested) */
+            if (kind == REC_TORCH_ALLOC) {
+                t_alloc += sz;
+                if (t_alloc > m->rec_peak_allocated) m->rec_peak_allocated = t_alloc;
+                kind = REC_ALLOC_ASYNC;
+            } else {
+                kind = REC_FREE_ASYNC;
+            }
+        }
         if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
         uint64_t addr = (uint64_t)sqlite3_column_int64(s, 2);
         uint32_t stream = (uint32_t)sqlite3_column_int64(s, 4);
@@ -748,6 +853,10 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
             e.a = (uint32_t)a;
             e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
             e.stream = stream;
+            if (m->torch == 1) {
+                uint64_t sz = (uint64_t)sqlite3_column_int64(s, 8);
+                t_alloc -= sz < t_alloc ? sz : t_alloc;
+            }
         }
         if (grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs) ||
             grow((void **)&evseq, &sqcap, m->nevs + 1, sizeof *evseq)) {
@@ -795,9 +904,63 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     u64map_free(&site);
     free(stacks);
     m->nrecorded = m->nallocs;
+    if (m->torch == 2)
+        /* PyTorch's autograd thread allocates before the hooks open its "step N" (the loss's
+         * gradient): an event of gpumem's (ranges by thread) outside every range, inside a
+         * step's time, is that step's. (PyTorch's merged history takes the innermost range
+         * open on any thread already.) */
+        for (size_t i = 0, s = 0; i < m->nevs; i++) {
+            adv_ev *e = &m->evs[i];
+            if (e->step >= 0) continue;
+            while (s < m->nsteps && m->steps[s].end_ns < e->t)
+                s++;
+            if (s < m->nsteps && m->steps[s].start_ns <= e->t) e->step = (int32_t)s;
+        }
+    if (m->torch == 1) {
+        /* PyTorch's history keeps microseconds: a tensor made just after a module's range was
+         * reopened ("back in the parent") can read as made in the pass's or the root's range.
+         * An event outside every block, in the same step and pass as a block's events both
+         * before and after it, belongs to that block. */
+        size_t prev[4] = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+        size_t *pend = malloc((m->nevs ? m->nevs : 1) * sizeof *pend), np = 0;
+        uint8_t pend_ph = 0;
+        if (pend)
+            for (size_t i = 0; i < m->nevs; i++) {
+                adv_ev *e = &m->evs[i];
+                if (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD) continue;
+                int blk = e->lr && is_block_name(adv_str(m, e->lr_name));
+                if (!blk) {
+                    if (np && pend_ph != e->phase) np = 0;
+                    pend[np++] = i, pend_ph = e->phase;
+                    continue;
+                }
+                size_t p = prev[e->phase];
+                if (np && pend_ph == e->phase && p != SIZE_MAX && m->evs[p].step == e->step &&
+                    m->evs[p].lr_name == e->lr_name)
+                    for (size_t k = 0; k < np; k++)
+                        if (m->evs[pend[k]].step == e->step && m->evs[pend[k]].phase == e->phase &&
+                            pend[k] > p)
+                            m->evs[pend[k]].lr = e->lr, m->evs[pend[k]].lr_name = e->lr_name;
+                np = 0;
+                prev[e->phase] = i;
+            }
+        free(pend);
+    }
+    if (m->torch) {
+        /* one instance per block: the block's modules follow one another in its forward (and in
+         * reverse in its backward), each its own range */
+        const adv_ev *prev[4] = {0};
+        for (size_t i = 0; i < m->nevs; i++) {
+            adv_ev *e = &m->evs[i];
+            if (!e->lr || e->phase > ADV_PH_OPT) continue;
+            const adv_ev *p = prev[e->phase];
+            if (p && p->step == e->step && p->lr_name == e->lr_name) e->lr = p->lr;
+            prev[e->phase] = e;
+        }
+    }
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
-    if (!m->phases_from) infer_phases(d, m, evseq);
+    if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq);
     if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
     free(evseq);
     if (m->have_uses) load_uses(d, m, &seq_idx);
@@ -1354,7 +1517,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = p.saved[k];
                 int inF = m->evs[p.birth[a]].lr == F->lr;
                 if (inF != (pass == 0)) continue;
-                isd[a] = inF && (o->recompute_layer ||
+                isd[a] = inF && ((o->recompute_layer && (!o->recompute_blocks || is_block_name(adv_str(m, F->name)))) ||
                                  in_set(o->recompute_cls, o->nrecompute, m->allocs[a].cls));
                 big[a] = m->allocs[a].size * 16 >= maxsz;
                 if (isd[a]) nd++;
@@ -1459,9 +1622,21 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = set[k];
                 if (isd[a]) continue;
                 const adv_alloc x = m->allocs[holder[a]];
-                uint32_t h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
+                uint32_t h = new_alloc(m, x.size, o->offload_at_use ? x.stream : m->copy_stream, x.cls, x.name,
+                                       x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, B->first, -1, 1, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                size_t at = B->first;
+                if (o->offload_at_use && p.death[a] != SIZE_MAX) {
+                    /* the node that frees it: back from the host before the allocation (its
+                     * gradient) that precedes the free */
+                    at = p.death[a];
+                    for (size_t j = p.death[a]; j-- > B->first;)
+                        if (m->evs[j].kind == ADV_EV_ALLOC) {
+                            at = j;
+                            break;
+                        }
+                }
+                rw_add(&w, at, -1, 1, ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
                 holder[a] = h;
             }
         if (o->bf16)
@@ -1608,11 +1783,18 @@ int adv_accum(adv_model *m, unsigned k)
     rw w = {0};
     int rc = -1;
     if (!lo || !hi || !prop || !map || rw_init(&w, m) != 0) goto out;
+    /* each step's forward and backward: from its first forward or backward event to its update
+     * (what the step does between them without a phase of its own, a loss scaled, the logits a
+     * script deletes after its backward, is the micro-batch's too) */
+    size_t *opt0 = malloc(ns * sizeof *opt0);
+    if (!opt0) goto out;
     for (size_t s = 0; s < ns; s++)
-        lo[s] = SIZE_MAX, hi[s] = 0;
+        lo[s] = SIZE_MAX, hi[s] = 0, opt0[s] = SIZE_MAX;
     for (size_t i = 0; i < m->nevs; i++) {
         const adv_ev *e = &m->evs[i];
-        if (e->step < 0 || (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD)) continue;
+        if (e->step < 0) continue;
+        if (e->phase == ADV_PH_OPT && opt0[e->step] == SIZE_MAX) opt0[e->step] = i;
+        if (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD) continue;
         if (lo[e->step] == SIZE_MAX) lo[e->step] = i;
         hi[e->step] = i;
     }
@@ -1621,13 +1803,14 @@ int adv_accum(adv_model *m, unsigned k)
         size_t b = birth[a], d = death[a];
         if (b == SIZE_MAX || d == SIZE_MAX) continue;
         const adv_ev *eb = &m->evs[b], *ed = &m->evs[d];
-        if (eb->step < 0 || eb->step != ed->step) continue;
-        if ((eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD) ||
-            (ed->phase != ADV_PH_FWD && ed->phase != ADV_PH_BWD))
-            continue;
+        if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
+        size_t s = (size_t)eb->step;
+        if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
         prop[a] = 1;
         m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+        if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
+    free(opt0);
     for (size_t s = 0; s < m->nsteps; s++) {
         if (lo[s] == SIZE_MAX) continue;
         for (unsigned j = 1; j < k; j++)

@@ -102,6 +102,13 @@ typedef struct adv_model {
      * and phases from its allocations), GM_CSRC_NONE (neither: phases_why says why) */
     int phases_from;
     char phases_why[320];
+    /* a PyTorch recording (its memory history merged, kinds 31-35): the model is PyTorch's
+     * tensors, replayed under PyTorch's own policy (preset pytorch / pytorch-expandable with the
+     * recorded PYTORCH_CUDA_ALLOC_CONF), so predictions are in its terms (max_memory_allocated,
+     * max_memory_reserved); rec_peak_* are then its recorded peaks, and device_* the device's */
+    int torch;
+    char torch_conf[512];
+    uint64_t device_peak_allocated, device_peak_reserved;
     /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
      * backward and update begin and where it ends (seqs; 0 none), for saying which kernels run
      * there */
@@ -121,6 +128,12 @@ void adv_name_class(const char *n, char *out, size_t outsz);
  * phase and layer range, name class), steps, the op timeline, meta config/mode/cmdline and the
  * recorded peaks. Returns 0, or -1 with a message for a person in err. */
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
+/* advise's: also ADV_LOAD_TORCH, a PyTorch recording as its tensors in its allocator's terms
+ * (m->torch), and ADV_LOAD_INFER, the steps, phases and layers of an unannotated recording
+ * inferred (m->phases_from). adv_model_load is this with neither: the device's allocations as
+ * recorded (frag and tune replay those). */
+enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2 };
+int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 void adv_model_free(adv_model *m);
 /* The first step priced as steady: the second half of the steps, and never the first one
  * (warm-up: first touches, cold caches) when there are several. 0 with one step or none;
@@ -159,8 +172,12 @@ typedef struct adv_stash_opts {
     const uint32_t *recompute_cls; /* classes dropped after forward and rebuilt in backward */
     size_t nrecompute;
     int recompute_layer; /* every saved tensor born in the layer (full checkpointing) */
+    int recompute_blocks; /* with recompute_layer: only the repeated blocks' ("h.3", "blocks.7":
+                             torch.utils.checkpoint around each block of a list) */
     int bf16;            /* stored as bf16 between forward and backward (statistics stay fp32) */
     int offload;         /* copied to pinned host memory between forward and backward */
+    int offload_at_use;  /* with offload: each copied back when its backward uses it (PyTorch's
+                            save_on_cpu unpacks in the node that needs it), not prefetched */
 } adv_stash_opts;
 
 /* Per-step figures a transformation reports, for the cost model. */

@@ -61,8 +61,9 @@ static const char *const usage_advise =
     "  --json         one JSON object (contract in snapshot/analyze/ADVISE.md)\n"
     "  --lossy-ok     advise on a recording that lost events (else refused, exit 3: its\n"
     "                 trace misses allocations or frees); the first line says so\n"
-    "  --check        re-run the recorded command (trainer only) under gpumem record with each\n"
-    "                 recommendation's flags and print predicted against measured peaks; the\n"
+    "  --check        re-run the recorded command (the trainer, the PyTorch GPT-2 script) under\n"
+    "                 gpumem record with each recommendation's flags and print predicted against\n"
+    "                 measured peaks (PyTorch's own for a PyTorch recording); the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
     "                 is the re-run's\n"
     "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1 and 2 across N "
@@ -93,6 +94,7 @@ static const char *const tech_names[T_NTECH] = {"recompute", "offload", "accum",
 /* the trainer's --recompute choices and the tensor classes each drops (train/gpt2.c) */
 static const char *const rc_choice[] = {"gelu", "ln", "attn", "mlp", "layer"};
 #define NRC 5
+#define RC_CKPT (1u << 31) /* (combinations' loop) PyTorch: checkpoint every block */
 static const char *const rc_classes[NRC][7] = {
     {"h*.mlp.gelu"},
     {"h*.ln*", "h*.ln*.mean", "h*.ln*.rstd"}, /* ln1 and ln2: digits are classes too */
@@ -120,6 +122,8 @@ typedef struct spec {
     int rc_class; /* generic: index into the saved classes, -1 none */
     int bf16, off_act, off_opt, grad_none;
     int fp32;       /* --try --act-dtype fp32 on a bf16 recording: its bf16 storage undone */
+    int ckpt;       /* PyTorch: torch.utils.checkpoint around each repeated block (h.0, h.1, ...) */
+    int expandable; /* PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True */
     unsigned accum; /* the factor on the recorded micro-batches (the flag: recorded x this) */
     /* results */
     int ok;
@@ -130,8 +134,10 @@ typedef struct spec {
     size_t short_windows;
     int windows_from_uses;
     uint64_t meas_alloc, meas_res;
+    uint64_t meas_dev_alloc, meas_dev_res; /* a torch re-run: the device's peaks beside */
     int measured;
     char check_err[512]; /* --check: why the re-run failed ("" when it did not) */
+    const char *unchecked; /* --check: why this one is not re-run (no flag of the script does it) */
 } spec;
 
 /* The techniques of the recorded command (the trainer's flags; the last one of a flag wins, as
@@ -144,7 +150,11 @@ typedef struct recorded {
 typedef struct ctx {
     adv_model m;
     int trainer;
-    unsigned B;   /* trainer's -B */
+    unsigned B;   /* trainer's -B (the PyTorch script's too) */
+    int torch;    /* a PyTorch recording (adv_model.torch: 1 its history, 2 gpumem its allocator) */
+    int script;   /* ... of the project's own GPT-2 script (tests/torch/train_gpt2.py): its flags */
+    char blocks[64]; /* the repeated blocks' list ("h" for h.0, h.1, ...), "" none */
+    size_t nblocks;
     recorded rec; /* techniques already in the recorded command */
     int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
@@ -180,8 +190,8 @@ static uint32_t find_str(const adv_model *m, const char *s)
 
 static unsigned spec_ntech(const spec *s)
 {
-    return (s->rc || s->rc_class >= 0) + s->bf16 + s->off_act + s->off_opt + s->grad_none +
-           (s->accum > 1);
+    return (s->rc || s->rc_class >= 0 || s->ckpt) + s->bf16 + s->off_act + s->off_opt + s->grad_none +
+           (s->accum > 1) + s->expandable;
 }
 
 /* The trainer's flags for a candidate, "" when nothing: each flag the candidate sets, merged
@@ -192,6 +202,15 @@ static void spec_flags(const ctx *c, const spec *s, char *out, size_t n)
     size_t o = 0;
     out[0] = 0;
 #define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (c->script) { /* tests/torch/train_gpt2.py: -B is the micro-batch, the last flag wins */
+        unsigned ra = c->rec.accum ? c->rec.accum : 1;
+        if (s->ckpt) ADD("--checkpoint");
+        if (s->off_act) ADD("%s--offload", o ? " " : "");
+        if (s->accum > 1) ADD("%s-B %u --accum %u", o ? " " : "", c->B / s->accum, ra * s->accum);
+        if (s->grad_none) ADD("%s--set-to-none", o ? " " : "");
+        if (s->bf16) ADD("%s--autocast bf16", o ? " " : "");
+        return;
+    }
     if (s->rc) {
         ADD("--recompute ");
         int first = 1;
@@ -234,11 +253,20 @@ static void rerun_cmdline(const ctx *c, const spec *s, char *out, size_t n)
     if (flags[0]) snprintf(out + o, o < n ? n - o : 0, " %s", flags);
 }
 
-static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
+static void spec_target(const ctx *c, const spec *s, char *out, size_t n, int json)
 {
     size_t o = 0;
     out[0] = 0;
 #define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (c->torch && json) { /* what each change acts on: a module path, or the kind of tensor */
+        if (s->ckpt) ADD("%s.*", c->blocks);
+        if (s->off_act || s->bf16) ADD("%ssaved activations", o ? ", " : "");
+        if (s->off_opt) ADD("%soptimizer state", o ? ", " : "");
+        if (s->accum > 1) ADD("%sthe batch", o ? ", " : "");
+        if (s->grad_none) ADD("%sgradients", o ? ", " : "");
+        if (s->expandable) ADD("%sthe caching allocator", o ? ", " : "");
+        return;
+    }
     if (s->rc) {
         ADD("recompute ");
         int first = 1;
@@ -247,6 +275,8 @@ static void spec_target(const ctx *c, const spec *s, char *out, size_t n)
     }
     if (s->rc_class >= 0)
         ADD("%srecompute %s", o ? ", " : "", adv_str(&c->m, c->classes[s->rc_class]));
+    if (s->ckpt) ADD("%scheckpoint every %s.* block", o ? ", " : "", c->blocks);
+    if (s->expandable) ADD("%sexpandable segments", o ? ", " : "");
     if (s->off_act) ADD("%soffload saved activations", o ? ", " : "");
     if (s->off_opt) ADD("%soffload optimizer state", o ? ", " : "");
     if (s->accum > 1) ADD("%saccumulate %u micro-batches", o ? ", " : "", s->accum);
@@ -344,6 +374,30 @@ static void phases_note(gm_db *d, ctx *c)
     c->nnotes++;
 }
 
+/* The change to make, in PyTorch's terms (a torch recording). */
+static void spec_change(const ctx *c, const spec *s, char *out, size_t n)
+{
+    size_t o = 0;
+    out[0] = 0;
+#define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (s->ckpt)
+        ADD("torch.utils.checkpoint around every block of model.%s (%s.0 ... %s.%zu), use_reentrant=False", c->blocks,
+            c->blocks, c->blocks, c->nblocks ? c->nblocks - 1 : 0);
+    if (s->off_act) ADD("%storch.autograd.graph.save_on_cpu(pin_memory=True) around the forward", o ? "; " : "");
+    if (s->accum > 1)
+        ADD("%sgradient accumulation by %u: micro-batches of %u (1/%u of the batch), (loss / %u).backward() for "
+            "each, optimizer.step() every %u",
+            o ? "; " : "", s->accum, c->B / s->accum ? c->B / s->accum : 1, s->accum, s->accum, s->accum);
+    if (s->grad_none) ADD("%soptimizer.zero_grad(set_to_none=True)", o ? "; " : "");
+    if (s->bf16) ADD("%storch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward", o ? "; " : "");
+    if (s->off_opt)
+        ADD("%soptimizer state on the host: DeepSpeed ZeRO-Offload, or FSDP with "
+            "torch.distributed.fsdp.CPUOffload(offload_params=False)",
+            o ? "; " : "");
+    if (s->expandable) ADD("%sPYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", o ? "; " : "");
+#undef ADD
+}
+
 static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
 {
     adv_model m;
@@ -370,6 +424,16 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
             uint32_t id = find_str(&c->m, rc_classes[i][k]);
             if (id) cls[so.nrecompute++] = id;
         }
+    }
+    if (s->ckpt) so.recompute_layer = 1, so.recompute_blocks = 1;
+    so.offload_at_use = c->torch && s->off_act;
+    if (s->expandable) {
+        char conf[1200], cerr[256];
+        const char *rest = strchr(m.config, ',');
+        snprintf(conf, sizeof conf, "preset:pytorch-expandable%s", rest ? rest : "");
+        alloc_config_default(&m.cfg);
+        if (alloc_config_parse(&m.cfg, conf, cerr, sizeof cerr) != ALLOC_OK) rc = -1;
+        m.cfg.limit = 0;
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
         rc = adv_stash(&m, &so, c->link_bps, &ss);
@@ -431,38 +495,53 @@ static void fmt(uint64_t v, char *o, size_t n)
 static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
 {
     char target[512], flags[256];
-    spec_target(c, s, target, sizeof target);
+    spec_target(c, s, target, sizeof target, 1);
     spec_flags(c, s, flags, sizeof flags);
     const char *tech = combo                       ? "combo"
-                       : s->rc || s->rc_class >= 0 ? "recompute"
+                       : s->rc || s->rc_class >= 0 || s->ckpt ? "recompute"
                        : s->off_act || s->off_opt  ? "offload"
                        : s->accum > 1              ? "accum"
                        : s->grad_none              ? "grad_none"
                        : s->bf16 || s->fp32        ? "bf16"
+                       : s->expandable             ? "config"
                                                    : "none";
     fprintf(out, "{\"technique\": \"%s\", \"techniques\": [", tech);
     int first = 1;
-    int on[T_NTECH] = {s->rc || s->rc_class >= 0, s->off_act || s->off_opt, s->accum > 1,
+    int on[T_NTECH] = {s->rc || s->rc_class >= 0 || s->ckpt, s->off_act || s->off_opt, s->accum > 1,
                        s->grad_none, s->bf16 || s->fp32};
     for (int i = 0; i < T_NTECH; i++)
         if (on[i]) fprintf(out, "%s\"%s\"", first ? "" : ", ", tech_names[i]), first = 0;
+    if (s->expandable) fprintf(out, "%s\"config\"", first ? "" : ", ");
     fprintf(out, "], \"target\": ");
     gm_json_str(out, target);
     fprintf(out, ", \"flags\": ");
-    if (c->trainer)
+    if (c->trainer || (c->script && flags[0]))
         gm_json_str(out, flags);
     else
         fprintf(out, "null");
+    if (c->torch) {
+        char change[1024];
+        spec_change(c, s, change, sizeof change);
+        fprintf(out, ", \"change\": ");
+        gm_json_str(out, change);
+        if (s->expandable) fprintf(out, ", \"env\": \"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\"");
+    }
+    if (s->accum > 1) fprintf(out, ", \"k\": %u", s->accum);
+    else fprintf(out, ", \"k\": null");
     if (!c->trainer) {
         char words[1024];
         spec_words(c, s, words, sizeof words);
         fprintf(out, ", \"how\": ");
         gm_json_str(out, words);
     }
-    fprintf(out,
-            ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
-            "\"saving_bytes\": %" PRId64 ", \"cost\": {\"extra_time_pct\": ",
-            s->r.peak_allocated, s->r.peak_reserved,
+    fprintf(out, ", \"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu", s->r.peak_allocated,
+            s->r.peak_reserved);
+    if (c->torch == 1) /* the device-wide figure beside PyTorch's: what was outside its allocator */
+        fprintf(out, ", \"device_peak_reserved\": %" PRIu64,
+                (uint64_t)s->r.peak_reserved + (c->m.device_peak_reserved > c->m.rec_peak_reserved
+                                                    ? c->m.device_peak_reserved - c->m.rec_peak_reserved
+                                                    : 0));
+    fprintf(out, "}, \"saving_bytes\": %" PRId64 ", \"cost\": {\"extra_time_pct\": ",
             (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved);
     if (isnan(pct(c, s->extra_s)))
         fputs("null", out); /* no step time recorded */
@@ -485,12 +564,20 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
                                 : 0;
         fprintf(out,
                 ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
-                ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f}",
+                ", \"error_allocated_pct\": %.4f, \"error_reserved_pct\": %.4f",
                 s->meas_alloc, s->meas_res, ea, er);
+        if (c->torch)
+            fprintf(out, ", \"device_peak_allocated\": %" PRIu64 ", \"device_peak_reserved\": %" PRIu64,
+                    s->meas_dev_alloc, s->meas_dev_res);
+        fputc('}', out);
     }
     if (s->check_err[0]) {
         fputs(", \"check_error\": ", out);
         gm_json_str(out, s->check_err);
+    }
+    if (s->unchecked) {
+        fputs(", \"check_skipped\": ", out);
+        gm_json_str(out, s->unchecked);
     }
     fprintf(out, "}");
 }
@@ -498,11 +585,11 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
 static void text_rec(FILE *out, const ctx *c, const spec *s)
 {
     char target[512], a[32], r[32], sv[32], hb[32], pb[32], how[1024];
-    spec_target(c, s, target, sizeof target);
+    spec_target(c, s, target, sizeof target, 0);
     fmt(s->r.peak_allocated, a, sizeof a);
     fmt(s->r.peak_reserved, r, sizeof r);
     int64_t save = (int64_t)c->base.peak_reserved - (int64_t)s->r.peak_reserved;
-    fmt(save > 0 ? (uint64_t)save : 0, sv, sizeof sv);
+    fmt(save >= 0 ? (uint64_t)save : (uint64_t)-save, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
     fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step",
@@ -517,7 +604,12 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
                 s->feasible ? ", copies hidden" : ", copies NOT hidden by compute (stall counted)",
                 s->short_windows, s->windows_from_uses ? "uses" : "layer ranges");
     fputc('\n', out);
-    if (c->trainer) {
+    if (c->torch) {
+        spec_change(c, s, how, sizeof how);
+        fprintf(out, "    change: %s\n", how);
+        spec_flags(c, s, how, sizeof how);
+        if (c->script && how[0]) fprintf(out, "    flags: %s\n", how);
+    } else if (c->trainer) {
         spec_flags(c, s, how, sizeof how);
         fprintf(out, "    flags: %s\n", how);
     } else {
@@ -540,6 +632,7 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
                             : 0);
     }
     if (s->check_err[0]) fprintf(out, "    check: FAILED: %s\n", s->check_err);
+    if (s->unchecked) fprintf(out, "    check: not re-run: %s\n", s->unchecked);
 }
 
 /* ------------------------------------------------------------------ --check */
@@ -549,8 +642,38 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
 static int check_spec(const ctx *c, spec *s, const char *exe)
 {
     char cmd[sizeof c->m.cmdline + 512];
-    rerun_cmdline(c, s, cmd, sizeof cmd);
     s->check_err[0] = 0;
+    if (c->torch) { /* the script again with the change's flags (its last flag wins) */
+        char flags[256];
+        spec_flags(c, s, flags, sizeof flags);
+        if (!c->script) {
+            snprintf(s->check_err, sizeof s->check_err,
+                     "--check re-runs the project's own PyTorch script (tests/torch/train_gpt2.py) only");
+            return -1;
+        }
+        if (s->off_opt || (spec_ntech(s) > (unsigned)s->expandable && !flags[0])) {
+            /* not a failure: nothing to re-run it with (said beside the prediction) */
+            s->unchecked = "the script has no flag for this change (optimizer state on the host)";
+            return 0;
+        }
+        gm_rerun_script t = {.allocator_gpumem = c->torch == 2, .hooks = c->m.phases_from == GM_CSRC_PHASES};
+        snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s%s%s", c->m.torch_conf,
+                 s->expandable && c->m.torch_conf[0] ? "," : "", s->expandable ? "expandable_segments:True" : "");
+        snprintf(cmd, sizeof cmd, "%s%s%s", c->m.cmdline, flags[0] ? " " : "", flags);
+        /* argv[0] as recorded: a virtual environment's python is a link to the system one, whose
+         * path (meta.exe) would lose the environment's packages */
+        if (gm_rerun_torch_script(NULL, cmd, &t, s->check_err, sizeof s->check_err) != 0) {
+            char e[sizeof s->check_err];
+            snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
+            snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e, flags[0] ? flags : "none");
+            return -1;
+        }
+        s->meas_alloc = t.peak_allocated, s->meas_res = t.peak_reserved;
+        s->meas_dev_alloc = t.device_peak_allocated, s->meas_dev_res = t.device_peak_reserved;
+        s->measured = 1;
+        return 0;
+    }
+    rerun_cmdline(c, s, cmd, sizeof cmd);
     if (gm_rerun(exe, cmd, NULL, NULL, 0, &s->meas_alloc, &s->meas_res, s->check_err,
                  sizeof s->check_err) != 0) {
         char e[sizeof s->check_err], flags[256];
@@ -635,8 +758,50 @@ static int parse_techniques(const char *cmd, recorded *r, int strict, char *err,
 /* --try's flags -> the candidate: techniques added to the recorded ones (lists merged with the
  * recorded lists, --accum K a multiple of the recorded micro-batches). 0, or -1 with a message:
  * what the model cannot do (undo a recorded technique, but bf16) is said, not predicted. */
+/* --try on a recording of the project's PyTorch script: its own flags (-B with --accum). */
+static int parse_try_script(const ctx *c, const char *flags, spec *s, char *err, size_t errsz)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", flags);
+    unsigned ra = c->rec.accum ? c->rec.accum : 1, accum = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (!strcmp(t, "--checkpoint")) s->ckpt = !c->rec.rc;
+        else if (!strcmp(t, "--offload")) s->off_act = !c->rec.off_act;
+        else if (!strcmp(t, "--set-to-none")) s->grad_none = !c->rec.grad_none;
+        else if (!strcmp(t, "--autocast")) {
+            char *v = strtok_r(NULL, " ", &save);
+            if (!v || strcmp(v, "bf16")) {
+                snprintf(err, errsz, "--try: --autocast takes bf16");
+                return -1;
+            }
+            s->bf16 = !c->rec.bf16;
+        } else if (!strcmp(t, "--accum") || !strcmp(t, "-B")) {
+            char *v = strtok_r(NULL, " ", &save);
+            unsigned x = v ? (unsigned)strtoul(v, NULL, 10) : 0;
+            if (!x) {
+                snprintf(err, errsz, "--try: %s takes a number", t);
+                return -1;
+            }
+            if (t[1] == '-') accum = x;
+        } else {
+            snprintf(err, errsz, "--try: unknown flag '%s' (the script's: --checkpoint, --offload, --accum K "
+                     "(with -B the micro-batch), --set-to-none, --autocast bf16)", t);
+            return -1;
+        }
+    }
+    if (accum && (accum % ra || c->B % (accum / ra))) {
+        snprintf(err, errsz, "--try: --accum %u on a recording with -B %u --accum %u: the model splits the "
+                 "recorded micro-batch by a factor that divides it", accum, c->B, ra);
+        return -1;
+    }
+    s->accum = accum ? accum / ra : 1;
+    return 0;
+}
+
 static int parse_try(const ctx *c, const char *flags, spec *s, char *err, size_t errsz)
 {
+    if (c->script) return parse_try_script(c, flags, s, err, errsz);
     recorded t = {0};
     if (parse_techniques(flags, &t, 1, err, errsz) != 0) return -1;
     const recorded *r = &c->rec;
@@ -718,7 +883,7 @@ static void text_short(const ctx *c, const spec *recs, size_t nrecs, const spec 
         if (!s || (k && s == best)) continue;
         char what[1024], r[32], sv[32];
         if (c->trainer) spec_flags(c, s, what, sizeof what);
-        else spec_target(c, s, what, sizeof what);
+        else spec_target(c, s, what, sizeof what, 0);
         fmt(s->r.peak_reserved, r, sizeof r);
         fmt(c->base.peak_reserved - s->r.peak_reserved, sv, sizeof sv);
         char et[48];
@@ -906,7 +1071,7 @@ int gm_advise_main(int argc, char **argv)
     }
     ctx c;
     memset(&c, 0, sizeof c);
-    if (adv_model_load(&d, &c.m, err, sizeof err) != 0) {
+    if (adv_model_load_as(&d, &c.m, ADV_LOAD_TORCH | ADV_LOAD_INFER, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         adv_model_free(&c.m);
         gm_db_close(&d);
@@ -991,7 +1156,37 @@ int gm_advise_main(int argc, char **argv)
         if (!strcasecmp(gpu, gpus[k].name)) c.gpu = &gpus[k];
     /* a recording without compute has no op times: price it on a roofline (H100 unless --gpu) */
     if (c.m.dry_run && !c.gpu) c.gpu = &gpus[0], c.gpu_assumed = 1;
-    c.trainer = strstr(c.m.cmdline, "train_gpt2") != NULL;
+    c.torch = c.m.torch;
+    c.trainer = !c.torch && strstr(c.m.cmdline, "train_gpt2") != NULL;
+    c.script = c.torch && strstr(c.m.cmdline, "train_gpt2.py") != NULL;
+    if (c.script) {
+        c.B = flag_int(c.m.cmdline, "-B", 4);
+        c.rec.accum = flag_int(c.m.cmdline, "--accum", 1);
+        c.rec.grad_none = strstr(c.m.cmdline, "--set-to-none") != NULL;
+        c.rec.off_act = strstr(c.m.cmdline, "--offload") != NULL;
+        c.rec.bf16 = strstr(c.m.cmdline, "--autocast") != NULL;
+        c.rec.rc = strstr(c.m.cmdline, "--checkpoint") != NULL; /* (any bit: checkpointed already) */
+    }
+    if (c.torch) { /* the repeated blocks: child ranges named LIST.N */
+        for (size_t i = 1; i < c.m.nstrs; i++) {
+            const char *nm = c.m.strs[i], *dot = strrchr(nm, '.');
+            if (!dot || !dot[1] || strspn(dot + 1, "0123456789") != strlen(dot + 1)) continue;
+            size_t k = (size_t)strtoul(dot + 1, NULL, 10) + 1;
+            if (!c.blocks[0]) snprintf(c.blocks, sizeof c.blocks, "%.*s", (int)(dot - nm), nm);
+            if (!strncmp(nm, c.blocks, strlen(c.blocks)) && k > c.nblocks) c.nblocks = k;
+        }
+        if (c.m.torch == 1)
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "a PyTorch recording: predicted peaks are PyTorch's own (what torch.cuda.max_memory_allocated "
+                     "and max_memory_reserved print: its tensors replayed under its allocator's policy, %.300s); the "
+                     "device held %" PRIu64 " bytes more at its peak reserved (libraries' workspaces, gpumem's cache)",
+                     c.m.config, c.m.device_peak_reserved > c.m.rec_peak_reserved
+                                     ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
+        else
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
+                     "allocations, the libraries' beside PyTorch's tensors)");
+    }
     if (c.trainer) {
         c.B = flag_int(c.m.cmdline, "-B", 4);
         parse_techniques(c.m.cmdline, &c.rec, 0, err, sizeof err);
@@ -1051,7 +1246,18 @@ int gm_advise_main(int argc, char **argv)
     spec blank = {.rc_class = -1, .accum = 1};
     unsigned accums[3] = {2, 4, 8}, ra = c.rec.accum > 1 ? c.rec.accum : 1;
     unsigned have_groups = rc_groups(c.rec.rc);
-    if (c.trainer) {
+    if (c.torch) {
+        if (c.nblocks >= 2 && !c.rec.rc) {
+            spec s = blank;
+            s.ckpt = 1;
+            PUSH(recs, nrecs, rcap, s);
+        }
+        if (c.torch == 1 && strncmp(c.m.config, "preset:pytorch-expandable", 25)) {
+            spec s = blank;
+            s.expandable = 1;
+            PUSH(recs, nrecs, rcap, s);
+        }
+    } else if (c.trainer) {
         for (int i = 0; i < NRC; i++) {
             if (!(rc_drops[i] & ~have_groups)) continue;
             spec s = blank;
@@ -1078,7 +1284,7 @@ int gm_advise_main(int argc, char **argv)
     /* a trace of millions of events: accumulation by 2 only (each copy of the step is replayed) */
     int big = c.m.nevs > 2000000;
     for (int i = 0; i < (big ? 1 : 3); i++) {
-        if (c.trainer && c.B % (ra * accums[i])) continue;
+        if ((c.trainer && c.B % (ra * accums[i])) || (c.script && c.B % accums[i])) continue;
         spec s = blank;
         s.accum = accums[i];
         PUSH(recs, nrecs, rcap, s);
@@ -1122,6 +1328,7 @@ int gm_advise_main(int argc, char **argv)
         unsigned rcs[16];
         size_t nrcs = 0;
         rcs[nrcs++] = 0;
+        if (c.torch && c.nblocks >= 2 && !c.rec.rc) rcs[nrcs++] = RC_CKPT;
         if (c.trainer) {
             for (int i = 0; i < NRC; i++)
                 if (rc_drops[i] & ~have_groups) rcs[nrcs++] = 1u << i;
@@ -1141,16 +1348,18 @@ int gm_advise_main(int argc, char **argv)
                                 spec s = blank;
                                 s.rc = rcs[r], s.bf16 = bf, s.off_act = oa, s.off_opt = oo,
                                 s.grad_none = gn, s.accum = ks[ki];
+                                if (s.rc == RC_CKPT) s.rc = 0, s.ckpt = 1;
                                 if ((bf && c.rec.bf16) || (oa && c.rec.off_act) ||
-                                    (oo && c.rec.off_opt) || (gn && c.rec.grad_none) ||
-                                    (ks[ki] > 1 && c.trainer && c.B % (ra * ks[ki])))
+                                    (oo && (c.rec.off_opt || c.script)) || (gn && c.rec.grad_none) ||
+                                    (ks[ki] > 1 && c.trainer && c.B % (ra * ks[ki])) ||
+                                    (ks[ki] > 1 && c.script && c.B % ks[ki]))
                                     continue;
                                 if (spec_ntech(&s) < 2 || try_flags) continue;
                                 if (!full && !big_ok(recs, nrecs, &s)) continue;
                                 if (big && ks[ki] > 2) continue;
                                 PUSH(all, nall, acap, s);
                             }
-        if (full && !try_flags && !c.trainer && c.nclasses) {
+        if (full && !try_flags && !c.trainer && !c.torch && c.nclasses) {
             /* generic programs: the largest class recomputed, with the rest */
             size_t n0 = nall;
             for (size_t i = 0; i < n0; i++) {
@@ -1258,10 +1467,10 @@ int gm_advise_main(int argc, char **argv)
     size_t nfailed = 0;
     uint64_t over = 0;
     if (check) {
-        if (!c.trainer) {
+        if (!c.trainer && !c.script) {
             fprintf(stderr,
-                    "gpumem advise: --check re-runs the included trainer only; this recording is "
-                    "of '%s'\n",
+                    "gpumem advise: --check re-runs the included trainer and the project's PyTorch script "
+                    "(tests/torch/train_gpt2.py) only; this recording is of '%s'\n",
                     c.m.cmdline);
             rc = rc ? rc : 1;
         } else {

@@ -24,6 +24,7 @@ typedef struct shard_pred {
     alloc_replay_result_t r;
     adv_zero_stats st;
     char flags[128];
+    const char *change; /* a PyTorch recording: the stage in PyTorch's terms */
     int measured;                  /* --check: 1 measured, -1 failed (why in err) */
     uint64_t meas_alloc, meas_res; /* the largest rank's */
     char err[512];
@@ -102,7 +103,14 @@ static double err_pct(uint64_t pred, uint64_t meas)
 int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
                     int check, FILE *out)
 {
-    int trainer = strstr(m->cmdline, "train_gpt2") != NULL;
+    /* the included trainer (not the PyTorch script, whose name it shares: it has no --zero) */
+    int trainer = !m->torch && strstr(m->cmdline, "train_gpt2") != NULL;
+    static const char *const torch_change[3] = {
+        "DistributedDataParallel: every rank keeps the whole optimizer state and gradients",
+        "torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=<the optimizer>): "
+        "each rank keeps its shard of the optimizer state",
+        "FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP): optimizer state and gradients sharded "
+        "(ZeRO-2; FULL_SHARD would shard the parameters too, not predicted here)"};
     unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
     shard_pred p[3];
     int np = 0;
@@ -122,6 +130,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         }
         adv_model_free(&c);
         if (trainer) snprintf(q->flags, sizeof q->flags, "-B %u --zero %d", B * ranks, z);
+        if (m->torch) q->change = torch_change[z];
         np++;
     }
     if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
@@ -173,6 +182,11 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     q->st.ngrads_from_uses);
             if (q->flags[0])
                 gm_json_str(out, q->flags);
+            else
+                fputs("null", out);
+            fputs(", \"change\": ", out);
+            if (q->change)
+                gm_json_str(out, q->change);
             else
                 fputs("null", out);
             if (q->measured == 1)
@@ -238,6 +252,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         }
     }
     fputc('\n', out);
+    for (int i = 0; i < np; i++)
+        if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
     if (why_not) fprintf(out, "\n--check: %s\n", why_not);
     if (can_check) {
         fprintf(out, "\n--check (mpirun -np %u, the largest rank's measured peaks):\n", ranks);

@@ -23,6 +23,19 @@ int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const
 int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
                    uint64_t *peak_reserved, char *err, size_t errsz);
 
+/* A PyTorch script re-run (advise --check on a torch recording): under gpumem record with its
+ * hooks (or not), gpumem as PyTorch's allocator (or not), PYTORCH_CUDA_ALLOC_CONF=alloc_conf
+ * ("" unset). Measured: PyTorch's own peaks (its merged history: what max_memory_allocated /
+ * max_memory_reserved print), gpumem's recorded ones when gpumem was its allocator, and the
+ * device's beside them. */
+typedef struct gm_rerun_script {
+    int allocator_gpumem, hooks;
+    char alloc_conf[600];
+    uint64_t peak_allocated, peak_reserved;
+    uint64_t device_peak_allocated, device_peak_reserved;
+} gm_rerun_script;
+int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz);
+
 /* ---- access tracking (table `uses`, gm_uses.c) ---- */
 /* Whether the database has uses: meta.uses ("1", "timed"; missing or "0": tracking was off)
  * and at least one row in `uses`. */

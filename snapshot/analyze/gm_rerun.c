@@ -55,26 +55,55 @@ static int read_torch_peaks(const char *path, uint64_t *peak_allocated, uint64_t
     return have ? 0 : -1;
 }
 
+/* The PyTorch script's re-run (advise --check): PyTorch's own peaks (its merged history), or
+ * gpumem's recorded ones when gpumem was its allocator, and the device's beside them. */
+static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, size_t errsz) {
+    gm_db r;
+    char e2[4096];
+    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    t->device_peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
+    t->device_peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+    int rc = 0;
+    if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's own recorded peaks */
+        t->peak_allocated = t->device_peak_allocated, t->peak_reserved = t->device_peak_reserved;
+    } else if (!gm_torch_peaks(&r, &t->peak_allocated, &t->peak_reserved)) {
+        snprintf(err, errsz, "the re-run recorded no PyTorch memory history");
+        rc = -1;
+    }
+    gm_db_close(&r);
+    return rc;
+}
+
 static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
-                 unsigned ranks, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                 size_t errsz);
+                 unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
+                 uint64_t *peak_reserved, char *err, size_t errsz);
 
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
-    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, peak_allocated, peak_reserved, err, errsz);
+    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, err,
+                 errsz);
 }
 
 int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
                    uint64_t *peak_reserved, char *err, size_t errsz) {
     /* PYTORCH_CUDA_ALLOC_CONF: the variable PyTorch reads first (PYTORCH_ALLOC_CONF, if this
      * environment has one, is then not read at all: alloc_config_torch_env) */
-    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, peak_allocated, peak_reserved,
-                 err, errsz);
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, NULL, peak_allocated,
+                 peak_reserved, err, errsz);
+}
+
+int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz) {
+    uint64_t a = 0, r = 0;
+    /* PYTORCH_CUDA_ALLOC_CONF as the change has it, unset when it has none */
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, err, errsz);
 }
 
 static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
-                 unsigned ranks, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                 size_t errsz) {
+                 unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
+                 uint64_t *peak_reserved, char *err, size_t errsz) {
     char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -105,6 +134,11 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     argv[argc++] = "record";
     argv[argc++] = "-q";
     argv[argc++] = "--force";
+    if (script && script->allocator_gpumem) {
+        argv[argc++] = "--allocator";
+        argv[argc++] = "gpumem";
+    }
+    if (script && !script->hooks) argv[argc++] = "--no-torch-hooks";
     argv[argc++] = "-o";
     argv[argc++] = dbpath;
     argv[argc++] = "--";
@@ -129,9 +163,11 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     if (pid == 0) {
         int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        if (conf) {
+        if (conf && (conf[0] || !script)) {
             setenv(var, conf, 1);
             if (!torch) unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
+        } else if (script) {
+            unsetenv(var);
         }
         execvp(argv[0], argv);
         _exit(127);
@@ -144,7 +180,7 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         int with = extra_args && *extra_args;
         snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
                  ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
-                 conf ? " under " : "", conf ? var : "", conf ? "=" : "", conf ? conf : "", code,
+                 conf && conf[0] ? " under " : "", conf && conf[0] ? var : "", conf && conf[0] ? "=" : "", conf && conf[0] ? conf : "", code,
                  ranks && code == 127 ? ": no mpirun" : "");
         rc = -1;
     }
@@ -155,8 +191,9 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
             snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
         else
             snprintf(path, sizeof path, "%s", dbpath);
-        if (rc == 0 && (torch ? read_torch_peaks(path, peak_allocated, peak_reserved, err, errsz)
-                              : read_peaks(path, peak_allocated, peak_reserved, err, errsz)) != 0) {
+        if (rc == 0 && (script  ? read_script_peaks(path, script, err, errsz)
+                        : torch ? read_torch_peaks(path, peak_allocated, peak_reserved, err, errsz)
+                                : read_peaks(path, peak_allocated, peak_reserved, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);
