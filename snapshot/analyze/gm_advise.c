@@ -58,19 +58,6 @@ static uint64_t str_hash(const char *s)
     return h == U64MAP_EMPTY ? 0 : h;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *n = realloc(*p, c * elem);
-    if (!n) return -1;
-    *p = n;
-    *cap = c;
-    return 0;
-}
-
 /* Interns s; returns its index (0 for "" or on out of memory). 64-bit hashes identify strings:
  * a collision would merge two classes, which no realistic set of names produces. */
 static uint32_t intern(adv_model *m, const char *s)
@@ -79,7 +66,7 @@ static uint32_t intern(adv_model *m, const char *s)
     uint64_t h = str_hash(s);
     uint64_t *i = u64map_get(&m->str_idx, h);
     if (i) return (uint32_t)*i;
-    if (grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
+    if (gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
     char *c = strdup(s);
     if (!c) return 0;
     m->strs[m->nstrs] = c;
@@ -95,7 +82,7 @@ const char *adv_str(const adv_model *m, uint32_t i)
 static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
                           uint32_t orig)
 {
-    if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+    if (gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
@@ -184,7 +171,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     size_t n = 0, cap = 0, scap = 0;
     u64map snum = {0}; /* step number -> index into m->steps */
     while (sqlite3_step(s) == SQLITE_ROW) {
-        if (grow((void **)&r, &cap, n + 1, sizeof *r)) break;
+        if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
         rinfo *x = &r[n];
         memset(x, 0, sizeof *x);
         x->id = sqlite3_column_int64(s, 0);
@@ -213,7 +200,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
                 if (x->start < st->start_ns) st->start_ns = x->start;
                 if (x->end > st->end_ns) st->end_ns = x->end;
                 x->step = (int32_t)*si;
-            } else if (!grow((void **)&m->steps, &scap, m->nsteps + 1, sizeof *m->steps)) {
+            } else if (!gm_grow((void **)&m->steps, &scap, m->nsteps + 1, sizeof *m->steps)) {
                 m->steps[m->nsteps] = (adv_step){sn, x->start, x->end};
                 u64map_put(&snum, (uint64_t)sn, m->nsteps);
                 x->step = (int32_t)m->nsteps++;
@@ -254,7 +241,7 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
             "ORDER BY l.seq",
             -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
-            if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
             int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
             uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 3));
             m->ops[m->nops++] = (adv_op){(uint64_t)sqlite3_column_int64(s, 0),
@@ -266,7 +253,7 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
     if (!m->nops)
         for (size_t i = 0; i < nr; i++) {
             if (r[i].has_child || r[i].is_phase || !r[i].phase) continue;
-            if (grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
             m->ops[m->nops++] =
                 (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
         }
@@ -274,7 +261,7 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
     cap = 0;
     for (size_t i = 0; i < nr; i++) {
         if (r[i].phase != ADV_PH_OPT || r[i].is_phase) continue;
-        if (grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
+        if (gm_grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
         m->opt_starts[m->nopt_starts++] = r[i].start;
     }
     if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
@@ -510,7 +497,7 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
         while (sqlite3_step(q) == SQLITE_ROW) {
             long j;
             if (gm_category_phase_at(&c, (uint64_t)sqlite3_column_int64(q, 0), &j) != GM_CPH_OPT) continue;
-            if (grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
+            if (gm_grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
             m->opt_starts[m->nopt_starts++] = (uint64_t)sqlite3_column_int64(q, 1);
         }
         sqlite3_finalize(q);
@@ -686,7 +673,7 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
 {
     memset(m, 0, sizeof *m);
-    if (grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
+    if (gm_grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
         snprintf(err, errsz, "out of memory");
         return -1;
     }
@@ -752,7 +739,7 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
                                      "ON s.id = n.name ORDER BY n.seq",
             -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
-            if (grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
+            if (gm_grow((void **)&names, &ncap, nnames + 1, sizeof *names)) break;
             names[nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
                                         (uint64_t)sqlite3_column_int64(s, 1),
                                         (uint64_t)sqlite3_column_int64(s, 3),
@@ -835,8 +822,8 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
             uint32_t a = new_alloc(m, (uint64_t)sqlite3_column_int64(s, 3), stream, 0, 0,
                                    (uint32_t)m->nallocs);
-            if (a == UINT32_MAX || grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks) ||
-                grow((void **)&births, &bcap, m->nallocs, sizeof *births)) {
+            if (a == UINT32_MAX || gm_grow((void **)&stacks, &stcap, m->nallocs, sizeof *stacks) ||
+                gm_grow((void **)&births, &bcap, m->nallocs, sizeof *births)) {
                 nomem = 1;
                 break;
             }
@@ -858,8 +845,8 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
                 t_alloc -= sz < t_alloc ? sz : t_alloc;
             }
         }
-        if (grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs) ||
-            grow((void **)&evseq, &sqcap, m->nevs + 1, sizeof *evseq)) {
+        if (gm_grow((void **)&m->evs, &evcap, m->nevs + 1, sizeof *m->evs) ||
+            gm_grow((void **)&evseq, &sqcap, m->nevs + 1, sizeof *evseq)) {
             nomem = 1;
             break;
         }
@@ -1229,7 +1216,7 @@ static void rw_free(rw *w)
 
 static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev)
 {
-    if (grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
+    if (gm_grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
         w->nomem = 1;
         return;
     }
@@ -1338,7 +1325,7 @@ static int pairs_build(const adv_model *m, pairs *p)
             p->inst[*k].last = i;
             continue;
         }
-        if (grow((void **)&p->inst, &cap, p->ninst + 1, sizeof *p->inst)) return -1;
+        if (gm_grow((void **)&p->inst, &cap, p->ninst + 1, sizeof *p->inst)) return -1;
         p->inst[p->ninst] = (lrinst){e->lr, i, i, e->lr_name, e->phase};
         u64map_put(&p->idx, e->lr, p->ninst++);
     }
@@ -1419,8 +1406,8 @@ uint32_t *adv_saved_classes(const adv_model *m, size_t *n)
         uint32_t c = m->allocs[a].cls;
         uint64_t *k = u64map_get(&bytes, c);
         if (!k) {
-            if (grow((void **)&out, &cap, *n + 1, sizeof *out) ||
-                grow((void **)&sum, &scap, *n + 1, sizeof *sum))
+            if (gm_grow((void **)&out, &cap, *n + 1, sizeof *out) ||
+                gm_grow((void **)&sum, &scap, *n + 1, sizeof *sum))
                 break;
             out[*n] = c, sum[*n] = 0;
             u64map_put(&bytes, c, *n);
@@ -1926,7 +1913,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                 mirror[e->a] = nbwl[e->step];
                 continue;
             }
-            if (grow((void **)&bwl[e->step], &cbwl[e->step], nbwl[e->step] + 1, sizeof **bwl))
+            if (gm_grow((void **)&bwl[e->step], &cbwl[e->step], nbwl[e->step] + 1, sizeof **bwl))
                 goto out;
             bwl[e->step][nbwl[e->step]++] = i;
         }

@@ -52,18 +52,6 @@ const char *const gm_csrc_name[GM_NCSRCS] = {"none", "names", "phases", "inferen
 
 #define NO_SEQ UINT64_MAX
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *n = realloc(*p, c * elem);
-    if (!n) return -1;
-    *p = n, *cap = c;
-    return 0;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -139,7 +127,7 @@ typedef struct heap {
 } heap;
 static int heap_push(heap *q, heap_ent e)
 {
-    if (grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
+    if (gm_grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
     size_t i = q->n++;
     while (i && q->h[(i - 1) / 2].death > e.death) {
         q->h[i] = q->h[(i - 1) / 2];
@@ -188,7 +176,7 @@ static void load_launches(gm_db *d, ctx *x)
         return;
     size_t cap = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        if (grow((void **)&x->launches, &cap, x->nlaunches + 1, sizeof *x->launches)) break;
+        if (gm_grow((void **)&x->launches, &cap, x->nlaunches + 1, sizeof *x->launches)) break;
         x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
     }
     sqlite3_finalize(s);
@@ -212,7 +200,7 @@ static int step_slot(gm_categories *c, u64map *idx, size_t *cap, int64_t number)
 {
     uint64_t *i = u64map_get(idx, (uint64_t)number);
     if (i) return (int)*i;
-    if (grow((void **)&c->steps, cap, c->nsteps + 1, sizeof *c->steps)) return -1;
+    if (gm_grow((void **)&c->steps, cap, c->nsteps + 1, sizeof *c->steps)) return -1;
     c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0};
     if (u64map_put(idx, (uint64_t)number, c->nsteps)) return -1;
     return (int)c->nsteps++;
@@ -403,11 +391,11 @@ static int steps_from_period(ctx *x)
     c->period = P;
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
-        if (grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
+        if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
         c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[firsts[f]]].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t i = c0; i < k; i += P) {
-        if (grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
+        if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
         c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[i]].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t j = 0; j + 1 < c->nsteps; j++)
@@ -482,7 +470,7 @@ static int phases_from_lifetimes(ctx *x)
         for (; k < x->nt && m->allocs[x->t[k]].birth < next; k++) {
             const gm_alloc *a = &m->allocs[x->t[k]];
             if (!a->death || a->death >= next) continue;
-            if (grow((void **)&e, &cap, ne + 2, sizeof *e)) {
+            if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
                 free(e);
                 return -1;
             }

@@ -220,6 +220,9 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz);
  * events: for readers that sweep the events their own way (gpumem frag). 0, or -1 with err. */
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz);
 void gm_model_free(gm_model *m);
+/* Grows *p (an array of elem-byte items, *cap of them) to hold at least need, doubling from 64;
+ * 0, or -1 out of memory (*p untouched). The readers and analyses share it. */
+int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* A command's opening of its database: gm_db_open and gm_model_load (with the progress line),
  * then gm_symbolize when symbolize. A failure is printed on stderr as one "gpumem: ..." line,
  * leaves nothing open and returns GM_EXIT_BADDB; 0 otherwise. */

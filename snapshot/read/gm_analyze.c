@@ -49,7 +49,7 @@ static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
     return -1;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
@@ -80,7 +80,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     cap = 0;
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow((void **)&m->strs, &cap, m->nstrs + 1, sizeof *m->strs)) break;
+        if (gm_grow((void **)&m->strs, &cap, m->nstrs + 1, sizeof *m->strs)) break;
         char *t = dup_col(s, 1);
         m->strs[m->nstrs] = t ? t : strdup("");
         u64map_put(&m->str_idx, (uint64_t)sqlite3_column_int64(s, 0), m->nstrs);
@@ -93,7 +93,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
         return fail(d, err, errsz, "modules");
     cap = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow((void **)&m->mods, &cap, m->nmods + 1, sizeof *m->mods)) break;
+        if (gm_grow((void **)&m->mods, &cap, m->nmods + 1, sizeof *m->mods)) break;
         m->mods[m->nmods].id = sqlite3_column_int64(s, 0);
         m->mods[m->nmods].path = dup_col(s, 1);
         m->mods[m->nmods].build_id = dup_col(s, 2);
@@ -113,7 +113,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     }
     cap = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow((void **)&m->frames, &cap, m->nframes + 1, sizeof *m->frames)) break;
+        if (gm_grow((void **)&m->frames, &cap, m->nframes + 1, sizeof *m->frames)) break;
         gm_frame *f = &m->frames[m->nframes];
         memset(f, 0, sizeof *f);
         f->id = sqlite3_column_int64(s, 0);
@@ -142,14 +142,14 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
         int64_t id = sqlite3_column_int64(s, 0);
         uint64_t *fi = u64map_get(&m->frame_idx, (uint64_t)sqlite3_column_int64(s, 2));
         if (id != cur) {
-            if (grow((void **)&m->stack_off, &scap, 2 * (m->nstacks + 1), sizeof *m->stack_off)) break;
+            if (gm_grow((void **)&m->stack_off, &scap, 2 * (m->nstacks + 1), sizeof *m->stack_off)) break;
             m->stack_off[2 * m->nstacks] = m->nstack_frames;
             m->stack_off[2 * m->nstacks + 1] = 0;
             u64map_put(&m->stack_idx, (uint64_t)id, m->nstacks);
             m->nstacks++;
             cur = id;
         }
-        if (grow((void **)&m->stack_frames, &fcap, m->nstack_frames + 1, sizeof *m->stack_frames)) break;
+        if (gm_grow((void **)&m->stack_frames, &fcap, m->nstack_frames + 1, sizeof *m->stack_frames)) break;
         m->stack_frames[m->nstack_frames++] = fi ? (uint32_t)*fi : UINT32_MAX;
         m->stack_off[2 * (m->nstacks - 1) + 1]++;
     }
@@ -160,7 +160,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
         return fail(d, err, errsz, "ranges");
     cap = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow((void **)&m->ranges, &cap, m->nranges + 1, sizeof *m->ranges)) break;
+        if (gm_grow((void **)&m->ranges, &cap, m->nranges + 1, sizeof *m->ranges)) break;
         gm_range *r = &m->ranges[m->nranges];
         r->id = sqlite3_column_int64(s, 0);
         r->parent = sqlite3_column_int64(s, 1);
@@ -186,7 +186,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
                  sqlite3_prepare_v2(d->db, q[1], -1, &s, NULL) == SQLITE_OK;
         cap = 0;
         while (ok && sqlite3_step(s) == SQLITE_ROW) {
-            if (grow((void **)&m->ooms, &cap, m->nooms + 1, sizeof *m->ooms)) break;
+            if (gm_grow((void **)&m->ooms, &cap, m->nooms + 1, sizeof *m->ooms)) break;
             gm_oom *o = &m->ooms[m->nooms++];
             memset(o, 0, sizeof *o);
             o->seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -259,7 +259,7 @@ static void pools_segment(gm_pools *p, int map, uint64_t size) {
 static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, size_t *cap) {
     uint64_t *i = u64map_get(idx, (uint64_t)step);
     if (i) return &(*steps)[*i];
-    if (grow((void **)steps, cap, *n + 1, sizeof **steps)) return NULL;
+    if (gm_grow((void **)steps, cap, *n + 1, sizeof **steps)) return NULL;
     gm_step *s = &(*steps)[*n];
     memset(s, 0, sizeof *s);
     s->step = step;
@@ -327,7 +327,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     if (kind == REC_TORCH_ALLOC) {
         uint64_t old;
         if (u64map_del(&w->tlive, addr, &old)) v->allocs[old].death = seq; /* its free was not in the history */
-        if (grow((void **)&v->allocs, &v->allocs_cap, v->nallocs + 1, sizeof *v->allocs)) {
+        if (gm_grow((void **)&v->allocs, &v->allocs_cap, v->nallocs + 1, sizeof *v->allocs)) {
             snprintf(w->err, w->errsz, "%s: out of memory after %zu tensors", w->d->path, v->nallocs);
             w->oom = 1;
             return -1;
@@ -462,7 +462,7 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
             m->unmatched_frees++;
         }
-        if (grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+        if (gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
             snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
             w->oom = 1;
             return -1;
@@ -618,7 +618,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
                                                          : "SELECT seq, addr, name, NULL FROM names ORDER BY seq",
                            -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
-            if (grow((void **)&w.names, &ncap, w.nnames + 1, sizeof *w.names)) break;
+            if (gm_grow((void **)&w.names, &ncap, w.nnames + 1, sizeof *w.names)) break;
             w.names[w.nnames++] = (name_ev){(uint64_t)sqlite3_column_int64(s, 0),
                                             (uint64_t)sqlite3_column_int64(s, 1),
                                             (uint64_t)sqlite3_column_int64(s, 2),
