@@ -23,33 +23,25 @@ static void unlink_db(const char *path) {
     unlink(side);
 }
 
-/* Reads the peaks of one re-run database into the running maxima, then removes it. */
-static int read_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                      size_t errsz) {
+/* Reads the peaks of one re-run database into the running maxima: gpumem's recorded ones, or
+ * with torch PyTorch's own (its merged history; an error without one). */
+static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved,
+                      char *err, size_t errsz) {
     gm_db r;
     char e2[4096];
     if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
         snprintf(err, errsz, "%.1000s", e2);
         return -1;
     }
-    uint64_t a = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
-    uint64_t s = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
-    if (a > *peak_allocated) *peak_allocated = a;
-    if (s > *peak_reserved) *peak_reserved = s;
-    gm_db_close(&r);
-    return 0;
-}
-
-/* PyTorch's own peaks of a re-run with its allocator (its merged history), then removes it */
-static int read_torch_peaks(const char *path, uint64_t *peak_allocated, uint64_t *peak_reserved, char *err,
-                            size_t errsz) {
-    gm_db r;
-    char e2[4096];
-    if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
-        snprintf(err, errsz, "%.1000s", e2);
-        return -1;
+    int have = 1;
+    if (torch) {
+        have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
+    } else {
+        uint64_t a = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
+        uint64_t s = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+        if (a > *peak_allocated) *peak_allocated = a;
+        if (s > *peak_reserved) *peak_reserved = s;
     }
-    int have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
     gm_db_close(&r);
     if (!have) snprintf(err, errsz, "the re-run recorded no PyTorch memory history");
     return have ? 0 : -1;
@@ -192,8 +184,7 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         else
             snprintf(path, sizeof path, "%s", dbpath);
         if (rc == 0 && (script  ? read_script_peaks(path, script, err, errsz)
-                        : torch ? read_torch_peaks(path, peak_allocated, peak_reserved, err, errsz)
-                                : read_peaks(path, peak_allocated, peak_reserved, err, errsz)) != 0) {
+                        : read_peaks(path, torch, peak_allocated, peak_reserved, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);
