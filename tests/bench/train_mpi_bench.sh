@@ -59,12 +59,6 @@ echo "BENCH train.zero1_saving_over_adam $(ratio "${peak[2,0]}" "${peak[2,1]}") 
 echo "BENCH train.zero1_saving_over_adam.ranks4 $(ratio "${peak[4,0]}" "${peak[4,1]}") x"
 echo "BENCH train.zero2_saving_over_adam $(ratio "${peak[2,0]}" "${peak[2,2]}") x"
 echo "BENCH train.zero2_saving_over_adam.ranks4 $(ratio "${peak[4,0]}" "${peak[4,2]}") x"
-sched=$(awk 'BEGIN { C = 768; L = 12; Vp = 50304; W = 4
-  split(C " " C " " 3*C*C " " 3*C " " C*C " " C " " C " " C " " 4*C*C " " 4*C " " 4*C*C " " C, lay, " ")
-  for (i = 1; i <= 12; i++) layer += lay[i]
-  n[1] = Vp * C; n[2] = 1024 * C; n[3] = C; n[4] = C; k = 4
-  for (l = 0; l < L; l++) for (i = 1; i <= 12; i++) n[++k] = lay[i]
-  for (i = 1; i <= k; i++) save += 4 * (n[i] - int((n[i] + W - 1) / W))
-  printf "%.0f", save - 4 * (Vp * C + 2 * C) - 4 * layer }')
+sched=$(awk -v W=4 -f tests/integration/zero3_schedule.awk)
 echo "# zero 3 saving by the trainer's schedule, 4 ranks: $sched bytes" >&2
 echo "BENCH train.zero3_saving_over_schedule.ranks4 $(awk -v a="${peak[4,2]}" -v b="${peak[4,3]}" -v s="$sched" 'BEGIN { printf "%.4f", (a - b) / s }') x"
