@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test driver behind `make test`: runs every cmocka binary and every script test, shows
 # each one's own output (cmocka prints its summary per binary), and ends with one line
-# "N passed, N failed, N skipped" counting the programs. Exit status 1 if anything failed.
+# "N passed, N failed, N skipped" counting the programs, after the failing lines of each program
+# that failed (its FAIL lines and its last lines, so that the tail of a CI log says why). Exit
+# status 1 if anything failed.
 #
 # Script tests are run with BUILD and SAN in the environment and from the repository root;
 # exit 0 = pass, 77 = skipped (with a reason on stderr), anything else = fail. Each program
@@ -62,6 +64,9 @@ report() { # prints test i's output and counts it
   if [[ $rc -eq 0 ]]; then pass=$((pass + 1))
   elif [[ $rc -eq 77 ]]; then skip=$((skip + 1)); echo "--- skipped: $name"
   else fail=$((fail + 1)); failed+=("$name (exit $rc)"); echo "--- FAILED: $name (exit $rc)"
+    # kept for the closing summary: a CI log is often read from its tail only
+    { grep -E '^(FAIL|not ok|\[  FAILED|\[  ERROR)|[Ee]rror|Sanitizer|runtime error' "$work/$i.out" | sed -n 1,12p
+      echo "  ... its last lines:"; tail -n 6 "$work/$i.out"; } | sed 's/^/    /' > "$work/why.$i"
   fi
   rm -rf "$work/$i.tmp"
 }
@@ -77,7 +82,15 @@ while ((shown < n)); do
 done
 wait
 echo
-if [[ ${#failed[@]} -gt 0 ]]; then printf 'failed: %s\n' "${failed[@]}"; fi
+if [[ ${#failed[@]} -gt 0 ]]; then
+  # each failed program's failing lines again, so that the end of the log says why
+  for ((i = 0; i < n; i++)); do
+    [[ -e $work/why.$i ]] || continue
+    echo "why ${names[$i]} failed:"
+    cat "$work/why.$i"
+  done
+  printf 'failed: %s\n' "${failed[@]}"
+fi
 # where the suite's time goes (wall seconds, the five longest)
 printf '%s\n' "${times[@]}" | sort -rn | sed -n 1,5p | awk '{ s = s (NR > 1 ? ", " : "") $2 " " $1 " s" } END { print "slowest: " s }'
 echo "$pass passed, $fail failed, $skip skipped ($jobs at once, ${SECONDS} s)"
