@@ -94,6 +94,14 @@ include tests/harness.mk
 -include train/module.mk
 -include tests/module.mk
 
+# The libFuzzer targets are always built with AddressSanitizer + UBSan (tests/fuzz/README.md):
+# the plain build makes and runs them, and a SAN= build, which would make the same binaries
+# again, leaves them to it (`make fuzz` and the fuzz scripts use the plain build's).
+ifneq ($(SAN),)
+ALL_TARGETS := $(filter-out $(BUILD)/tests/fuzz/%,$(ALL_TARGETS))
+SCRIPT_TESTS := $(filter-out tests/fuzz/%,$(SCRIPT_TESTS))
+endif
+
 .PHONY: all deps test bench demo fuzz soak install clean check-deps
 all: $(DEPS_STAMP) $(ALL_TARGETS)
 ifeq ($(NVCC),)
@@ -141,6 +149,7 @@ bench: all $(filter-out %.sh,$(BENCHES))
 # same targets briefly with a fixed seed.
 FUZZ_SCRIPTS := $(filter tests/fuzz/%,$(SCRIPT_TESTS))
 fuzz: all
+	@if [ -n "$(SAN)" ]; then echo "make fuzz: the fuzzers carry their own sanitizers; run it without SAN=" >&2; exit 2; fi
 	@for s in $(FUZZ_SCRIPTS); do echo "=== $$s"; GPUMEM_FUZZ=long GPUMEM_FUZZ_JOBS=$${GPUMEM_FUZZ_JOBS:-$$(nproc)} \
 	    BUILD=$(BUILD) $(SHELL) $$s || exit 1; done
 

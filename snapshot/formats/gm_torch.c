@@ -8,9 +8,11 @@
  *   1. the trace entries of every device, in time order, get their block sizes from a replay of
  *      PyTorch's block structure (gm_tblocks: the trace carries requested sizes only);
  *   2. each entry, and each name the hook gave a tensor, is placed after the last recorded event
- *      at or before its time (PyTorch's clock is the wall clock in microseconds; the recording's
- *      is nanoseconds since meta.start_unix_ns); a segment's entry goes right after the
- *      cudaMalloc that made it and its free right before the cudaFree, whatever the clocks say;
+ *      at or before its time (PyTorch's clock is its approximate clock converted to wall time, in
+ *      microseconds, and is first moved onto the recording's by the median gap between its
+ *      segments' entries and their recorded cudaMalloc: meta.torch_clock_offset_ns; the
+ *      recording's is nanoseconds since meta.start_unix_ns); a segment's entry goes right after
+ *      the cudaMalloc that made it and its free right before the cudaFree, whatever the clocks say;
  *   3. every table that holds a seq is renumbered in one pass to make room (seq stays dense and
  *      in order), and the entries are inserted as events of kinds 31-35 with their Python
  *      frames, their stream and the NVTX range open at their time (the innermost: the one that
@@ -266,6 +268,7 @@ typedef struct merge {
     size_t nev;
     addr_ev *allocs, *frees; /* device allocations and frees, by (addr, seq) */
     size_t nallocs, nfrees;
+    int64_t clock_offset; /* ns added to PyTorch's times (clock_offset()) */
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
@@ -444,6 +447,51 @@ static uint64_t nearest_at(const addr_ev *list, size_t n, uint64_t addr, int64_t
         if (d < bestd) bestd = d, best = list[i].seq;
     }
     return best;
+}
+
+/* PyTorch's clock against the recording's, in ns to add to PyTorch's times: the median, over the
+ * segments the trace made with cudaMalloc, of the recorded cudaMalloc's time minus the entry's.
+ * PyTorch's time_us is its approximate clock converted to wall time, measured 0.5-1.6 ms off the
+ * wall clock the recording starts from; its passes can be that short (tiny models), so without
+ * this a tensor could land in the range after its own. 0 when no segment matches. */
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t clock_offset(const merge *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++) n += m->it[i].action == TA_SEG_ALLOC;
+    int64_t *d = n ? malloc(n * sizeof *d) : NULL;
+    if (!d) return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const titem *t = &m->it[i];
+        if (t->action != TA_SEG_ALLOC) continue;
+        /* the recorded cudaMalloc of that address nearest in time (the skew is far shorter than
+         * the time between two segments at one address) */
+        size_t lo = 0, hi = m->nallocs;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (m->allocs[mid].addr < t->addr) lo = mid + 1;
+            else hi = mid;
+        }
+        int64_t best = INT64_MAX;
+        for (size_t j = lo; j < m->nallocs && m->allocs[j].addr == t->addr; j++) {
+            int64_t dj = m->allocs[j].t - t->t;
+            if (best == INT64_MAX || llabs(dj) < llabs(best)) best = dj;
+        }
+        if (best != INT64_MAX) d[k++] = best;
+    }
+    int64_t off = 0;
+    if (k) {
+        qsort(d, k, sizeof *d, cmp_i64);
+        off = d[k / 2];
+    }
+    free(d);
+    return off;
 }
 
 /* the recorded event just before seq (0: none) */
@@ -720,6 +768,10 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->addr = addr;
         t->name = label;
     }
+    /* PyTorch's times on the recording's clock (the names' are the wall clock already) */
+    m->clock_offset = clock_offset(m);
+    for (size_t i = 0; i < m->n; i++)
+        if (m->it[i].action != TA_NAME) m->it[i].t += m->clock_offset;
     /* a ring that was full lost its first entries: the segments the snapshot still holds but
      * the trace never made were made before it, and come first */
     int64_t first_t = INT64_MAX;
@@ -1035,10 +1087,10 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
-        "('torch_oom_python', %Q)",
+        "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
         (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
-        (unsigned long long)private_pools(&m), oom_line);
+        (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;

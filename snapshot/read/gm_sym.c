@@ -174,9 +174,74 @@ int gm_expand_inlines(gm_model *m) {
     return 0;
 }
 
+/* A module's function symbols sorted by address, looked up by binary search.
+ * dwfl_module_addrname scans the whole symbol table on every call: fine for the trainer, but
+ * PyTorch's libtorch_cpu.so and libtorch_cuda.so hold hundreds of thousands of symbols, and a
+ * recording of a small torch script has a few hundred frames in them (5 s per report before,
+ * 90% of it in that scan). The table is built once per module (one pass, one sort) and answers
+ * as libdwfl does: of the sized symbols containing the address, the one starting closest below
+ * it; at one start, global before weak before local. Anything else (an address in no sized
+ * symbol) is left to dwfl_module_addrname. GPUMEM_SYM_VERIFY=1 asks libdwfl too for every
+ * frame and counts on stderr the answers that differ (tests/integration/sym_table.sh). */
+typedef struct sym_ent {
+    GElf_Addr start, end;
+    const char *name; /* in the module's ELF string table: valid until dwfl_end */
+    int rank;         /* 0 global, 1 weak, 2 local */
+} sym_ent;
+
+static int cmp_sym(const void *a, const void *b) {
+    const sym_ent *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static sym_ent *sym_table(Dwfl_Module *dm, size_t *n) {
+    *n = 0;
+    int total = dwfl_module_getsymtab(dm);
+    if (total <= 0) return NULL;
+    sym_ent *t = malloc((size_t)total * sizeof *t);
+    if (!t) return NULL;
+    for (int i = 1; i < total; i++) {
+        GElf_Sym sym;
+        GElf_Addr addr;
+        GElf_Word shndx;
+        const char *name = dwfl_module_getsym_info(dm, i, &sym, &addr, &shndx, NULL, NULL);
+        int type = GELF_ST_TYPE(sym.st_info), bind = GELF_ST_BIND(sym.st_info);
+        if (!name || !*name || sym.st_size == 0 || shndx == SHN_UNDEF) continue;
+        if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_NOTYPE) continue;
+        t[(*n)++] = (sym_ent){addr, addr + sym.st_size, name,
+                              bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2};
+    }
+    qsort(t, *n, sizeof *t, cmp_sym);
+    return t;
+}
+
+/* the name of the symbol containing addr, NULL when none does within the nearest 64 starts */
+static const char *sym_find(const sym_ent *t, size_t n, GElf_Addr addr) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first start above addr */
+        size_t mid = (lo + hi) / 2;
+        if (t[mid].start <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    for (size_t k = 0; k < 64 && lo > k; k++) {
+        const sym_ent *e = &t[lo - 1 - k];
+        if (addr >= e->end) continue;
+        /* the best-ranked symbol at that start (sorted by rank within a start) */
+        while (e > t && e[-1].start == e->start) {
+            if (addr < e[-1].end || e[-1].rank <= e->rank) e--;
+            else break;
+        }
+        return e->name;
+    }
+    return NULL;
+}
+
 size_t gm_symbolize(gm_db *d, gm_model *m) {
     (void)d; /* the recording is not written: results stay in m */
-    size_t done = 0;
+    size_t done = 0, verified = 0, differ = 0;
+    const char *ve = getenv("GPUMEM_SYM_VERIFY");
+    int verify = ve && strcmp(ve, "1") == 0;
     for (size_t mi = 0; mi < m->nmods; mi++) {
         gm_module *mod = &m->mods[mi];
         int pending = 0;
@@ -189,11 +254,23 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
         dwfl_report_end(dwfl, NULL, NULL);
         GElf_Addr bias = 0;
         if (dm && build_id_matches(dm, mod->build_id) && dwfl_module_getelf(dm, &bias)) {
+            size_t nsyms = 0;
+            sym_ent *syms = sym_table(dm, &nsyms);
             for (size_t i = 0; i < m->nframes; i++) {
                 gm_frame *f = &m->frames[i];
                 if (f->module != mi + 1 || f->symbolized) continue;
                 GElf_Addr addr = f->offset + bias - (f->offset ? 1 : 0);
-                const char *fn = dwfl_module_addrname(dm, addr);
+                const char *fn = syms ? sym_find(syms, nsyms, addr) : NULL;
+                if (!fn) fn = dwfl_module_addrname(dm, addr);
+                else if (verify) {
+                    const char *want = dwfl_module_addrname(dm, addr);
+                    verified++;
+                    if (!want || strcmp(want, fn) != 0) {
+                        differ++;
+                        fprintf(stderr, "gpumem: symbol table: %s+0x%llx: %s, libdwfl says %s\n", mod->path,
+                                (unsigned long long)f->offset, fn, want ? want : "(none)");
+                    }
+                }
                 Dwfl_Line *ln = dwfl_module_getsrc(dm, addr);
                 int line = 0;
                 const char *file = ln ? dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL) : NULL;
@@ -208,9 +285,11 @@ size_t gm_symbolize(gm_db *d, gm_model *m) {
                 inline_chain(dm, addr, fn, f);
                 done++;
             }
+            free(syms);
         }
         dwfl_end(dwfl);
     }
+    if (verify) fprintf(stderr, "gpumem: symbol table: %zu frames checked against libdwfl, %zu differ\n", verified, differ);
     gm_expand_inlines(m);
     return done;
 }

@@ -193,6 +193,7 @@ INSERT INTO kinds VALUES (30,'bad_access');
 -- torch_free_completed (the block reusable again: the tensor's death in alloc_life); 34
 -- torch_segment_map / 35 torch_segment_unmap (segment_alloc / segment_map and their inverses:
 -- PyTorch's reserved). meta: torch_history (entries merged), torch_version, torch_conf,
--- torch_expandable, torch_blocks_guessed, torch_dumped_at (exit or oom).
+-- torch_expandable, torch_blocks_guessed, torch_dumped_at (exit or oom), torch_clock_offset_ns
+-- (ns added to PyTorch's times to put them on the recording's clock).
 INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
   (34,'torch_segment_map'),(35,'torch_segment_unmap');

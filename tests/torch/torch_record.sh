@@ -71,6 +71,19 @@ done
 phases=$(jq -r '[.torch.peak.by_phase[].phase] | join(" ")' "$tmp/$n.json")
 [[ $phases == *"/fwd/"* && $phases == *"/bwd/"* && $phases == *"/opt"* ]] && ok "$n: phases $(echo "$phases" | wc -w) (fwd, bwd, opt)" \
   || bad "$n: JSON phases: $phases"
+# PyTorch's clock moved onto the recording's (gm_torch.c, clock_offset): each segment's entry
+# within 200 us of the cudaMalloc that made it (the median of the gaps; PyTorch's time_us has
+# jitter of tens of us), however far apart the two clocks started (0.5-1.6 ms measured)
+off=$(sqlite3 "$tmp/$n.db" "SELECT value FROM meta WHERE key = 'torch_clock_offset_ns'")
+gap=$(sqlite3 "$tmp/$n.db" "SELECT abs(e.t - (SELECT max(a.t) FROM events a WHERE a.kind = 1 AND a.addr = e.addr
+        AND a.seq < e.seq)) AS g FROM events e WHERE e.kind = 34 ORDER BY g" | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "" }')
+[[ -n $off && -n $gap ]] && ((gap <= 200000)) && ok "$n: PyTorch's clock moved by $off ns; segments within $gap ns of their cudaMalloc (median)" \
+  || bad "$n: PyTorch's clock: offset '$off', median gap of segments to their cudaMalloc '$gap' ns"
+# PyTorch's libraries named through gm_sym.c's sorted symbol table as libdwfl names them
+GPUMEM_SYM_VERIFY=1 "$G" report "$tmp/$n.db" 2>&1 > /dev/null | grep 'symbol table: .* frames checked' > "$tmp/verify"
+read -r checked differ < <(sed -n 's/.*: \([0-9]*\) frames checked against libdwfl, \([0-9]*\) differ/\1 \2/p' "$tmp/verify")
+[[ -n ${checked:-} ]] && ((checked >= 50 && differ == 0)) && ok "$n: $checked frames (libtorch's among them) named as libdwfl names them" \
+  || bad "$n: symbol table against libdwfl: $(cat "$tmp/verify")"
 "$G" report --json --top 1000 "$tmp/$n.db" | jq -r '.torch.peak.by_name[].name' > "$tmp/names"
 grep -q '^adam\.exp_avg\.' "$tmp/names" && grep -q '^grad\.' "$tmp/names" && grep -q '^wte\.weight$\|^h\.\*\.attn\.c_attn\.weight$' "$tmp/names" \
   && ok "$n: parameter, grad.* and adam.* names" || bad "$n: names: $(head -c 300 "$tmp/names" | tr '\n' ' ')"
