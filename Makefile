@@ -74,7 +74,8 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
 # that use one skip (exit 77) with a message naming it when it is missing.
 # chromium, chromium-driver (chromedriver), python3-selenium: the browser halves of
 # tests/integration/viz_page.sh and viz_ranks.sh (viz/browser_*.py).
-DEB_OPTIONAL := chromium chromium-driver python3-selenium python3-venv
+# ccache: the compiler cache the build uses when it is there (below).
+DEB_OPTIONAL := chromium chromium-driver python3-selenium python3-venv ccache
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 # The stamp is also read as a makefile (an empty one). On a fresh machine make installs the
@@ -93,6 +94,23 @@ include tests/harness.mk
 -include viz/module.mk
 -include train/module.mk
 -include tests/module.mk
+
+# ccache, where installed (`make deps` installs it, optional): a fresh clone on a machine that
+# built gpumem before (CI's) gets its objects from the cache instead of compiling them again.
+# Set here, after the fragments' compiler checks, so that only the rules go through it.
+# GPUMEM_CCACHE= (empty) turns it off.
+GPUMEM_CCACHE ?= $(shell command -v ccache 2>/dev/null)
+# The clone's path is kept out of the objects (-fdebug-prefix-map: DWARF's comp_dir is "."; the
+# sources are compiled by relative paths, so the file names recorded are the same) and out of
+# the cache's keys (CCACHE_BASEDIR, CCACHE_NOHASHDIR), so that a clone elsewhere hits too.
+ifneq ($(GPUMEM_CCACHE),)
+CC := $(GPUMEM_CCACHE) $(CC)
+CLANG := $(GPUMEM_CCACHE) $(CLANG)
+CXX := $(GPUMEM_CCACHE) $(CXX)
+CFLAGS_COMMON += -fdebug-prefix-map=$(TOP)=.
+export CCACHE_BASEDIR := $(TOP)
+export CCACHE_NOHASHDIR := 1
+endif
 
 # The libFuzzer targets are always built with AddressSanitizer + UBSan (tests/fuzz/README.md):
 # the plain build makes and runs them, and a SAN= build, which would make the same binaries
