@@ -46,6 +46,9 @@ CC ?= gcc
 ifeq ($(CC),cc)
 CC := gcc
 endif
+# the compiler itself, for the scripts that run it on their own (the rules' $(CC) may go through
+# ccache, below)
+CC_BARE := $(CC)
 CLANG ?= clang
 OPT ?= -O2
 CFLAGS_COMMON := -std=gnu17 $(OPT) -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE \

@@ -16,9 +16,9 @@ INSTALL_LIB += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
 # Generated from the toolkit headers: the cuGetProcAddress table with NOT_SUPPORTED stubs for
 # everything the sim does not implement, and the error-name lists.
 $(SIM_DIR)/sim_procs.h $(SIM_DIR)/sim_cu_procs.c &: sim/gen_procs.sh $(CUDA_INC)/cuda.h | $(DEPS_STAMP)
-	$(SHELL) sim/gen_procs.sh driver $(CUDA_INC) $(SIM_DIR) $(CC)
+	$(SHELL) sim/gen_procs.sh driver $(CUDA_INC) $(SIM_DIR) $(CC_BARE)
 $(SIM_DIR)/sim_rt_procs.h $(SIM_DIR)/sim_rt_stubs.c &: sim/gen_procs.sh $(CUDA_INC)/cuda_runtime_api.h $(CUDA_INC)/driver_types.h | $(DEPS_STAMP)
-	$(SHELL) sim/gen_procs.sh runtime $(CUDA_INC) $(SIM_DIR) $(CC)
+	$(SHELL) sim/gen_procs.sh runtime $(CUDA_INC) $(SIM_DIR) $(CC_BARE)
 
 $(SIM_DIR)/%.o: EXTRA_CFLAGS += -I$(SIM_DIR)
 $(SIM_DIR)/sim_device.o: $(SIM_DIR)/sim_procs.h
