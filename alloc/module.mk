@@ -86,12 +86,7 @@ ALLOC_FUZZ_FLAGS := -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TO
 $(BUILD)/tests/fuzz/alloc_fuzz_check.o: alloc/check.c alloc/alloc.h alloc/internal.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CLANG) $(ALLOC_FUZZ_FLAGS) -fsanitize=address,undefined -c -o $@ alloc/check.c
-$(ALLOC_FUZZ): tests/fuzz/alloc_fuzz.c $(filter-out alloc/check.c,$(ALLOC_SRCS)) \
-               $(BUILD)/tests/fuzz/alloc_fuzz_check.o alloc/alloc.h alloc/internal.h | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CLANG) $(ALLOC_FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ \
-	    tests/fuzz/alloc_fuzz.c $(filter-out alloc/check.c,$(ALLOC_SRCS)) \
-	    $(BUILD)/tests/fuzz/alloc_fuzz_check.o -lpthread
+$(eval $(call fuzz_target,alloc_fuzz,tests/fuzz/alloc_fuzz.c $(filter-out alloc/check.c,$(ALLOC_SRCS)),$(ALLOC_FUZZ_FLAGS),-lpthread,$(BUILD)/tests/fuzz/alloc_fuzz_check.o))
 ALL_TARGETS += $(ALLOC_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/alloc_fuzz.sh

@@ -119,11 +119,7 @@ ifeq ($(SIM_CLANG_FUZZ),yes)
 SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_mem.c sim/sim_exec.c sim/sim_graph.c sim/sim_ptds.c \
                  sim/sim_profile.c sim/sim_func.c \
                  $(SIM_DIR)/sim_cu_procs.c
-$(SIM_FUZZ): $(SIM_FUZZ_SRCS) $(SIM_DIR)/sim_procs.h sim/sim.h sim/sim_internal.h | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) -I$(SIM_DIR) \
-	    -isystem $(CUDA_INC) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(SIM_FUZZ_SRCS) -lpthread
+$(eval $(call fuzz_target,sim_fuzz,$(SIM_FUZZ_SRCS),-std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) -I$(SIM_DIR) -isystem $(CUDA_INC),-lpthread,,$(SIM_DIR)/sim_procs.h))
 ALL_TARGETS += $(SIM_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh

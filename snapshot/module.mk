@@ -110,11 +110,8 @@ SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/r
                   snapshot/analyze/gm_report.c snapshot/analyze/gm_category.c snapshot/analyze/gm_category_print.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
                   snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
-$(SNAP_FUZZ): $(SNAP_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(SNAP_FUZZ_SRCS) -lsqlite3 -ldw -lelf -liberty
+FUZZ_CFLAGS_SNAP := -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP)
+$(eval $(call fuzz_target,snapshot_fuzz_db,$(SNAP_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -ldw -lelf -liberty))
 ALL_TARGETS += $(SNAP_FUZZ)
 # NVTX strings from the program's NVTX calls (the toolkit's NVTX3 headers, gpumem's handlers in
 # preload/nvtx.c as a statically injected tool) through the recorder and the reader, all built
@@ -124,21 +121,13 @@ NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvt
                   snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/formats/gm_export_fmt.c snapshot/formats/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/record/rec_path.c,$(SNAP_FUZZ_SRCS))
-$(NVTX_FUZZ): $(NVTX_FUZZ_SRCS) snapshot/read/gm.h snapshot/record/rec.h snapshot/record/rec_internal.h snapshot/read/utf8.h preload/gm_internal.h tests/fuzz/nvtx_fuzz.h | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -DGM_HAVE_REC -I$(TOP) -isystem $(CUDA_INC) \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(NVTX_FUZZ_SRCS) -lsqlite3 -lunwind -ldw -lelf -liberty -ldl -lpthread
+$(eval $(call fuzz_target,nvtx_fuzz,$(NVTX_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP) -DGM_HAVE_REC -isystem $(CUDA_INC),-lsqlite3 -lunwind -ldw -lelf -liberty -ldl -lpthread))
 ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
                     snapshot/formats/gm_torch.c alloc/config.c $(SNAP_DIR)/rec_schema.c
-$(PICKLE_FUZZ): $(PICKLE_FUZZ_SRCS) snapshot/read/gm.h snapshot/formats/gm_pickle.h snapshot/formats/gm_torch.h snapshot/record/u64map.h snapshot/read/utf8.h | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CLANG) -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    -o $@ $(PICKLE_FUZZ_SRCS) -lsqlite3 -lm
+$(eval $(call fuzz_target,pickle_fuzz,$(PICKLE_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -lm))
 ALL_TARGETS += $(PICKLE_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh

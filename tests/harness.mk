@@ -16,4 +16,19 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 $(BUILD)/tests/unit/%: $(BUILD)/tests/unit/%.o $$($$*_LIBS) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $($*_LIBS) -lcmocka $($*_LDLIBS)
 
+# A libFuzzer target (tests/fuzz/README.md): $(eval $(call fuzz_target,NAME,SOURCES,CFLAGS,LDLIBS,
+# EXTRA_OBJECTS,FIRST)) builds $(BUILD)/tests/fuzz/NAME from one object per source, under
+# $(BUILD)/tests/fuzz/NAME.objs/ (compiled with CFLAGS, coverage, ASan and UBSan, -MMD), linked
+# with libFuzzer's main. One object per source: a change recompiles one file, the two cores
+# share the work, and ccache keeps each object (it cannot keep a compile-and-link of many
+# sources). FIRST: what the objects need made before them (generated headers).
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+define fuzz_target
+$(BUILD)/tests/fuzz/$(1): $(addprefix $(BUILD)/tests/fuzz/$(1).objs/,$(patsubst %.c,%.o,$(2))) $(5) | $(DEPS_STAMP)
+	$$(CLANG) -fsanitize=fuzzer $(FUZZ_SAN) -o $$@ $$^ $(4)
+$(BUILD)/tests/fuzz/$(1).objs/%.o: %.c $(6) | $(DEPS_STAMP)
+	@mkdir -p $$(@D)
+	$$(CLANG) $(3) -fsanitize=fuzzer-no-link $(FUZZ_SAN) -MMD -MP -c $$< -o $$@
+endef
+
 -include $(shell find $(BUILD) -path '$(BUILD)/san-*' -prune -o -name '*.d' -print 2>/dev/null)
