@@ -9,8 +9,8 @@
  *      PyTorch's block structure (gm_tblocks: the trace carries requested sizes only);
  *   2. each entry, and each name the hook gave a tensor, is placed after the last recorded event
  *      at or before its time (PyTorch's clock is its approximate clock converted to wall time, in
- *      microseconds, and is first moved onto the recording's by the median gap between its
- *      segments' entries and their recorded cudaMalloc: meta.torch_clock_offset_ns; the
+ *      microseconds, and is first moved onto the recording's by the gaps between its segments'
+ *      entries and their recorded cudaMalloc, followed through the run: clock_anchors; the
  *      recording's is nanoseconds since meta.start_unix_ns); a segment's entry goes right after
  *      the cudaMalloc that made it and its free right before the cudaFree, whatever the clocks say;
  *   3. every table that holds a seq is renumbered in one pass to make room (seq stays dense and
@@ -268,7 +268,8 @@ typedef struct merge {
     size_t nev;
     addr_ev *allocs, *frees; /* device allocations and frees, by (addr, seq) */
     size_t nallocs, nfrees;
-    int64_t clock_offset; /* ns added to PyTorch's times (clock_offset()) */
+    int64_t clock_offset, clock_drift; /* ns added to PyTorch's times (the middle anchor's), and
+                                        * how much that varied over the run (clock_anchors()) */
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
@@ -449,23 +450,40 @@ static uint64_t nearest_at(const addr_ev *list, size_t n, uint64_t addr, int64_t
     return best;
 }
 
-/* PyTorch's clock against the recording's, in ns to add to PyTorch's times: the median, over the
- * segments the trace made with cudaMalloc, of the recorded cudaMalloc's time minus the entry's.
- * PyTorch's time_us is its approximate clock converted to wall time, measured 0.5-1.6 ms off the
- * wall clock the recording starts from; its passes can be that short (tiny models), so without
- * this a tensor could land in the range after its own. 0 when no segment matches. */
+/* PyTorch's clock against the recording's. PyTorch's time_us is its approximate clock (the
+ * TSC) converted to wall time: measured 0.1-1.6 ms off the wall clock the recording starts
+ * from, and drifting within a run (on gpt2, the first segments 63 us off, the later ones 109
+ * us). Its passes can be that short (tiny models), so uncorrected a tensor could land in the
+ * range after its own. The anchors are the segments the trace made with cudaMalloc: each gives
+ * the recorded cudaMalloc's time minus the entry's. Each anchor's offset is the median of the
+ * 9 anchors around it (a slow cudaMalloc is one outlier), and an entry gets the offset
+ * interpolated between the anchors before and after it in time. */
+typedef struct clk_anchor { int64_t t, d; } clk_anchor;
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
 }
 
-static int64_t clock_offset(const merge *m)
+static int cmp_anchor(const void *a, const void *b)
+{
+    const clk_anchor *x = a, *y = b;
+    return (x->t > y->t) - (x->t < y->t);
+}
+
+/* the anchors, in time order, each with its local offset; NULL (n 0) when none */
+static clk_anchor *clock_anchors(const merge *m, size_t *nout)
 {
     size_t n = 0;
+    *nout = 0;
     for (size_t i = 0; i < m->n; i++) n += m->it[i].action == TA_SEG_ALLOC;
+    clk_anchor *a = n ? malloc(n * sizeof *a) : NULL;
     int64_t *d = n ? malloc(n * sizeof *d) : NULL;
-    if (!d) return 0;
+    if (!a || !d) {
+        free(a), free(d);
+        return NULL;
+    }
     size_t k = 0;
     for (size_t i = 0; i < m->n; i++) {
         const titem *t = &m->it[i];
@@ -483,15 +501,39 @@ static int64_t clock_offset(const merge *m)
             int64_t dj = m->allocs[j].t - t->t;
             if (best == INT64_MAX || llabs(dj) < llabs(best)) best = dj;
         }
-        if (best != INT64_MAX) d[k++] = best;
+        if (best != INT64_MAX) a[k++] = (clk_anchor){t->t, best};
     }
-    int64_t off = 0;
-    if (k) {
-        qsort(d, k, sizeof *d, cmp_i64);
-        off = d[k / 2];
+    qsort(a, k, sizeof *a, cmp_anchor);
+    for (size_t i = 0; i < k; i++) d[i] = a[i].d;
+    enum { HALF = 4 };
+    int64_t w[2 * HALF + 1];
+    for (size_t i = 0; i < k; i++) {
+        size_t from = i > HALF ? i - HALF : 0, to = i + HALF < k ? i + HALF : k - 1, nw = 0;
+        for (size_t j = from; j <= to; j++) w[nw++] = d[j];
+        qsort(w, nw, sizeof *w, cmp_i64);
+        a[i].d = w[nw / 2];
     }
     free(d);
-    return off;
+    *nout = k;
+    if (!k) free(a), a = NULL;
+    return a;
+}
+
+/* the offset at PyTorch's time t: interpolated between the anchors around it */
+static int64_t clock_at(const clk_anchor *a, size_t n, int64_t t)
+{
+    if (!n) return 0;
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first anchor after t */
+        size_t mid = (lo + hi) / 2;
+        if (a[mid].t <= t) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return a[0].d;
+    if (lo == n) return a[n - 1].d;
+    const clk_anchor *p = &a[lo - 1], *q = &a[lo];
+    if (q->t == p->t) return p->d;
+    return p->d + (int64_t)((double)(q->d - p->d) * (double)(t - p->t) / (double)(q->t - p->t));
 }
 
 /* the recorded event just before seq (0: none) */
@@ -769,9 +811,20 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->name = label;
     }
     /* PyTorch's times on the recording's clock (the names' are the wall clock already) */
-    m->clock_offset = clock_offset(m);
+    size_t nanch = 0;
+    clk_anchor *anch = clock_anchors(m, &nanch);
+    if (nanch) {
+        m->clock_offset = anch[nanch / 2].d;
+        int64_t lo = anch[0].d, hi = anch[0].d;
+        for (size_t i = 1; i < nanch; i++) {
+            if (anch[i].d < lo) lo = anch[i].d;
+            if (anch[i].d > hi) hi = anch[i].d;
+        }
+        m->clock_drift = hi - lo;
+    }
     for (size_t i = 0; i < m->n; i++)
-        if (m->it[i].action != TA_NAME) m->it[i].t += m->clock_offset;
+        if (m->it[i].action != TA_NAME) m->it[i].t += clock_at(anch, nanch, m->it[i].t);
+    free(anch);
     /* a ring that was full lost its first entries: the segments the snapshot still holds but
      * the trace never made were made before it, and come first */
     int64_t first_t = INT64_MAX;
@@ -1087,10 +1140,11 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
-        "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld)",
+        "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
         (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
-        (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset);
+        (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset,
+        (long long)m.clock_drift);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;

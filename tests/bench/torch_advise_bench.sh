@@ -6,10 +6,9 @@
 # max_memory_allocated/reserved(); gpumem's recorded peaks under its allocator).
 #   advise.torch_max_err_pct   the largest error, allocated or reserved, over every re-run, in %
 #                              (goal 0, bar 2)
-# TORCH_ADVISE_RUNS / TORCH_ADVISE_TOP narrow it. tiny under PyTorch's allocator is here and not
-# in make test: its tensors' phases come from PyTorch's clock, 0.5-1.6 ms off the recording's
-# (tests/torch/torch_advise.sh), so its figure varies from run to run. Skipped (exit 0, no BENCH line) without
-# PyTorch, as tests/torch/common.bash skips.
+# TORCH_ADVISE_RUNS / TORCH_ADVISE_TOP narrow it (make test runs gpt2 and tiny under both
+# allocators, the top 1 of each list). Skipped (exit 0, no BENCH line) without PyTorch, as
+# tests/torch/common.bash skips.
 set -uo pipefail
 BUILD=${BUILD:-build}
 all="tiny.pytorch tiny.gpumem gpt2.pytorch gpt2.gpumem gpt2-medium.pytorch gpt2-medium.gpumem"
