@@ -63,6 +63,10 @@ UNIT_TESTS :=
 SCRIPT_TESTS :=
 TSAN_UNIT_TESTS :=
 TSAN_SCRIPT_TESTS :=
+# scripts that run no C code of their own, only check text, symbols or sources (the README
+# against the commands' output, export lists, include rules, the test scripts' own lint): the
+# sanitizer stages leave them to the plain run
+NOSAN_SCRIPT_TESTS :=
 BENCHES :=
 INSTALL_BIN :=
 INSTALL_LIB :=
@@ -120,7 +124,7 @@ endif
 # again, leaves them to it (`make fuzz` and the fuzz scripts use the plain build's).
 ifneq ($(SAN),)
 ALL_TARGETS := $(filter-out $(BUILD)/tests/fuzz/%,$(ALL_TARGETS))
-SCRIPT_TESTS := $(filter-out tests/fuzz/%,$(SCRIPT_TESTS))
+SCRIPT_TESTS := $(filter-out tests/fuzz/% $(NOSAN_SCRIPT_TESTS),$(SCRIPT_TESTS))
 endif
 
 .PHONY: all deps test bench demo fuzz soak install clean check-deps

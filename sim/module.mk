@@ -123,3 +123,5 @@ $(eval $(call fuzz_target,sim_fuzz,$(SIM_FUZZ_SRCS),-std=gnu17 -O1 -g -Wall -Wex
 ALL_TARGETS += $(SIM_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh
+# the exported surface against PyTorch's imports (nm)
+NOSAN_SCRIPT_TESTS += tests/unit/sim_torch_imports.sh

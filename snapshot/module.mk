@@ -144,3 +144,5 @@ TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
 # several ranks (#17): meta.rank from the launcher, advise --ranks (ZeRO), report of several ranks
 SCRIPT_TESTS += tests/integration/advise_shard.sh
 SCRIPT_TESTS += tests/integration/ranks_report.sh tests/integration/ranks_mpi.sh
+# checks on sources and objects (include rules, call graph) and on the test scripts
+NOSAN_SCRIPT_TESTS += tests/unit/snapshot_layers.sh tests/unit/test_scripts_lint.sh
