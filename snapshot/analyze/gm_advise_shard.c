@@ -30,6 +30,35 @@ typedef struct shard_pred {
     char err[512];
 } shard_pred;
 
+/* ZeRO-3 (gm_advise_zero3.c): parameters sharded too, --prefetch K, with and without
+ * --offload params. */
+typedef struct z3_pred {
+    int offload_params;
+    alloc_replay_result_t r;
+    adv_zero3_stats st;
+    char flags[160];
+    int measured;                  /* --check: 1 measured, -1 failed (why in err) */
+    uint64_t meas_alloc, meas_res; /* the largest rank's */
+    uint64_t min_alloc, min_res;   /* the smallest rank's */
+    char err[512];
+} z3_pred;
+
+/* DeepSpeed's estimate of a rank's model-state bytes under ZeRO-3
+ * (estimate_zero3_model_states_mem_needs: formulas, not measurements; no activations, no
+ * fragmentation): 4L + 18 Psi / N with mixed-precision Adam, 4L + 2 Psi / N with the optimizer
+ * offloaded, 4L with the parameters offloaded too (L: the largest layer's parameters). */
+typedef struct ds_est {
+    uint64_t psi, largest_layer;
+    uint64_t zero3, zero3_offload_opt, zero3_offload_params;
+} ds_est;
+static void ds_estimate(const adv_zero3_stats *st, unsigned ranks, ds_est *d)
+{
+    d->psi = st->nparams_elems, d->largest_layer = st->largest_layer_params;
+    d->zero3_offload_params = 4 * d->largest_layer;
+    d->zero3_offload_opt = d->zero3_offload_params + 2 * d->psi / ranks;
+    d->zero3 = d->zero3_offload_params + 18 * d->psi / ranks;
+}
+
 static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
 {
     size_t n = strlen(flag);
@@ -100,7 +129,7 @@ static double err_pct(uint64_t pred, uint64_t meas)
     return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
 }
 
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, int json,
                     int check, FILE *out)
 {
     /* the included trainer (not the PyTorch script, whose name it shares: it has no --zero) */
@@ -110,7 +139,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         "torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=<the optimizer>): "
         "each rank keeps its shard of the optimizer state",
         "FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP): optimizer state and gradients sharded "
-        "(ZeRO-2; FULL_SHARD would shard the parameters too, not predicted here)"};
+        "(ZeRO-2; FULL_SHARD shards the parameters too: predicted for the included trainer only)"};
     unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
     shard_pred p[3];
     int np = 0;
@@ -133,6 +162,44 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         if (m->torch) q->change = torch_change[z];
         np++;
     }
+    /* ZeRO-3: the included trainer's unit schedule replayed (a recording of anything else has no
+     * schedule to replay: said, not guessed) */
+    z3_pred z3[2];
+    int nz3 = 0;
+    char z3_why[512] = "";
+    ds_est ds = {0};
+    if (zero < 0 || zero == 3) {
+        if (!trainer)
+            snprintf(z3_why, sizeof z3_why, "%s",
+                     m->torch ? "ZeRO-3 (FSDP's FULL_SHARD) is predicted for recordings of the included trainer only"
+                              : "ZeRO-3 is predicted for recordings of the included trainer only (its unit schedule)");
+        for (int off = 0; trainer && off <= 1; off++) {
+            z3_pred *q = &z3[nz3];
+            memset(q, 0, sizeof *q);
+            q->offload_params = off;
+            adv_model c;
+            if (adv_model_copy(m, &c) != 0) {
+                fprintf(stderr, "gpumem advise: ZeRO-3: out of memory\n");
+                return GM_EXIT_BADDB;
+            }
+            int rc = adv_zero3(&c, ranks, prefetch, off, &q->st, err, sizeof err);
+            if (rc == 0 && adv_replay(&c, &q->r, err, sizeof err) != 0) rc = -1;
+            adv_model_free(&c);
+            if (rc > 0) {
+                snprintf(z3_why, sizeof z3_why, "ZeRO-3 not predicted: %.480s", err);
+                break;
+            }
+            if (rc < 0) {
+                fprintf(stderr, "gpumem advise: ZeRO-3 across %u rank%s: %s\n", ranks, ranks == 1 ? "" : "s",
+                        err[0] ? err : "out of memory");
+                return GM_EXIT_BADDB;
+            }
+            snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s", B * ranks, prefetch,
+                     off ? " --offload params" : "");
+            nz3++;
+        }
+        if (nz3) ds_estimate(&z3[0].st, ranks, &ds);
+    }
     if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
         fprintf(stderr,
                 "gpumem advise: the recorded command already shards (--zero): the prediction "
@@ -150,12 +217,25 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             can_check = 1;
         for (int i = 0; can_check && i < np; i++)
             p[i].measured = rerun_ranks(exe, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
+        for (int i = 0; can_check && i < nz3; i++) {
+            z3_pred *q = &z3[i];
+            char cmd[8192], extra[96];
+            snprintf(extra, sizeof extra, "--zero 3 --prefetch %d%s", prefetch,
+                     q->offload_params ? " --offload params" : "");
+            scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+            q->measured = gm_rerun_ranks(exe, cmd, extra, ranks, &q->meas_alloc, &q->meas_res, &q->min_alloc,
+                                         &q->min_res, q->err, sizeof q->err) == 0
+                              ? 1
+                              : -1;
+        }
     }
     const uint64_t base_a = p[0].r.peak_allocated, base_r = p[0].r.peak_reserved;
     /* --check: a re-run that failed is an answer that could not be checked (exit 1) */
     int failed = 0;
     for (int i = 0; i < np; i++)
         failed += p[i].measured < 0;
+    for (int i = 0; i < nz3; i++)
+        failed += z3[i].measured < 0;
     if (json) {
         fprintf(out, "{\"ranks\": %u, \"recorded_batch\": ", ranks);
         if (B)
@@ -203,6 +283,49 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             fputc('}', out);
         }
         fputs("\n]", out);
+        fputs(", \"zero3_predictions\": [", out);
+        for (int i = 0; i < nz3; i++) {
+            const z3_pred *q = &z3[i];
+            fprintf(out,
+                    "%s\n  {\"zero\": 3, \"prefetch\": %d, \"offload_params\": %s, \"peak_allocated\": %zu, "
+                    "\"peak_reserved\": %zu, \"saving_allocated\": %" PRId64 ", \"saving_reserved\": %" PRId64
+                    ", \"parameter_bytes\": %" PRIu64 ", \"parameter_shard_bytes\": %" PRIu64
+                    ", \"optimizer_state_shard_bytes\": %" PRIu64 ", \"gradient_shard_bytes\": %" PRIu64
+                    ", \"gather_buffers\": %zu, \"largest_unit_bytes\": %" PRIu64
+                    ", \"deepspeed_estimate_bytes\": %" PRIu64 ", \"flags\": ",
+                    i ? "," : "", prefetch, q->offload_params ? "true" : "false", q->r.peak_allocated,
+                    q->r.peak_reserved, (int64_t)base_a - (int64_t)q->r.peak_allocated,
+                    (int64_t)base_r - (int64_t)q->r.peak_reserved, q->st.param_bytes, q->st.param_shard_bytes,
+                    q->st.z.state_shard_bytes, q->st.z.grad_shard_bytes, q->st.ngathers, q->st.largest_unit_bytes,
+                    q->offload_params ? ds.zero3_offload_params : ds.zero3);
+            gm_json_str(out, q->flags);
+            if (q->measured == 1)
+                fprintf(out,
+                        ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                        ", \"min_rank_peak_allocated\": %" PRIu64 ", \"min_rank_peak_reserved\": %" PRIu64
+                        ", \"error_allocated_pct\": %.3f, \"error_reserved_pct\": %.3f"
+                        ", \"error_allocated_min_rank_pct\": %.3f, \"error_reserved_min_rank_pct\": %.3f}",
+                        q->meas_alloc, q->meas_res, q->min_alloc, q->min_res, err_pct(q->r.peak_allocated, q->meas_alloc),
+                        err_pct(q->r.peak_reserved, q->meas_res), err_pct(q->r.peak_allocated, q->min_alloc),
+                        err_pct(q->r.peak_reserved, q->min_res));
+            else if (q->measured < 0) {
+                fputs(", \"measured\": null, \"check_error\": ", out);
+                gm_json_str(out, q->err);
+            }
+            fputc('}', out);
+        }
+        fputs("\n]", out);
+        if (nz3)
+            fprintf(out,
+                    ", \"deepspeed_estimate\": {\"formula\": \"DeepSpeed's estimate formula "
+                    "(estimate_zero3_model_states_mem_needs): model states only\", \"params\": %" PRIu64
+                    ", \"largest_layer_params\": %" PRIu64 ", \"ranks\": %u, \"zero3_bytes\": %" PRIu64
+                    ", \"zero3_offload_optimizer_bytes\": %" PRIu64 ", \"zero3_offload_params_bytes\": %" PRIu64 "}",
+                    ds.psi, ds.largest_layer, ranks, ds.zero3, ds.zero3_offload_opt, ds.zero3_offload_params);
+        if (z3_why[0]) {
+            fputs(", \"zero3_skipped\": ", out);
+            gm_json_str(out, z3_why);
+        }
         if (why_not) {
             fputs(", \"check_skipped\": ", out);
             gm_json_str(out, why_not);
@@ -234,6 +357,13 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
         fprintf(out, "  %-5d %15s %15s %14s %14s  %s\n", q->zero, a, r, s1, s2, q->flags);
     }
+    for (int i = 0; i < nz3; i++) {
+        const z3_pred *q = &z3[i];
+        gm_fmt_bytes(q->r.peak_allocated, a, sizeof a), gm_fmt_bytes(q->r.peak_reserved, r, sizeof r);
+        gm_fmt_bytes(base_a > q->r.peak_allocated ? base_a - q->r.peak_allocated : 0, s1, sizeof s1);
+        gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
+        fprintf(out, "  %-5s %15s %15s %14s %14s  %s\n", q->offload_params ? "3+off" : "3", a, r, s1, s2, q->flags);
+    }
     for (int i = 0; i < np; i++) {
         const shard_pred *q = &p[i];
         if (q->zero == 0) continue;
@@ -251,6 +381,28 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                       out);
         }
     }
+    if (nz3) {
+        const adv_zero3_stats *t = &z3[0].st;
+        gm_fmt_bytes(t->param_bytes, a, sizeof a), gm_fmt_bytes(t->param_shard_bytes, r, sizeof r);
+        gm_fmt_bytes(t->largest_unit_bytes, s1, sizeof s1);
+        fprintf(out,
+                "\nZeRO-3: parameters %s -> %s per rank (%zu tensors), gathered unit by unit (--prefetch %d: "
+                "the next %d unit%s early; the largest unit %s); 3+off: the shards in pinned host memory "
+                "(--offload params)",
+                a, r, t->nparams, prefetch, prefetch, prefetch == 1 ? "" : "s", s1);
+        char d0[32], d1[32], d2[32];
+        gm_fmt_bytes(ds.zero3, d0, sizeof d0), gm_fmt_bytes(ds.zero3_offload_opt, d1, sizeof d1);
+        gm_fmt_bytes(ds.zero3_offload_params, d2, sizeof d2);
+        fprintf(out,
+                "\n\nDeepSpeed's estimate formula (model states only: no activations, no gathered units "
+                "beyond one layer, no fragmentation),\n Psi %" PRIu64 " parameters, L %" PRIu64
+                " (the largest layer's), N %u:\n"
+                "  ZeRO-3, mixed-precision Adam  4L + 18 Psi/N  %15s   (gpumem: zero 3 above)\n"
+                "  optimizer offloaded           4L +  2 Psi/N  %15s\n"
+                "  parameters offloaded too      4L             %15s   (gpumem: 3+off above keeps the optimizer)\n",
+                ds.psi, ds.largest_layer, ranks, d0, d1, d2);
+    }
+    if (z3_why[0]) fprintf(out, "\n%s\n", z3_why);
     fputc('\n', out);
     for (int i = 0; i < np; i++)
         if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
@@ -268,6 +420,20 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     "  zero %d: measured %s allocated (predicted %+.2f%%), %s reserved (%+.2f%%)\n",
                     q->zero, a, err_pct(q->r.peak_allocated, q->meas_alloc), r,
                     err_pct(q->r.peak_reserved, q->meas_res));
+        }
+        for (int i = 0; i < nz3; i++) {
+            const z3_pred *q = &z3[i];
+            const char *lab = q->offload_params ? "zero 3+off" : "zero 3";
+            if (q->measured < 0) {
+                fprintf(out, "  %s: %s\n", lab, q->err);
+                continue;
+            }
+            gm_fmt_bytes(q->meas_alloc, a, sizeof a), gm_fmt_bytes(q->meas_res, r, sizeof r);
+            fprintf(out,
+                    "  %s: measured %s allocated (predicted %+.2f%%; smallest rank %+.2f%%), %s reserved (%+.2f%%; "
+                    "%+.2f%%)\n",
+                    lab, a, err_pct(q->r.peak_allocated, q->meas_alloc), err_pct(q->r.peak_allocated, q->min_alloc), r,
+                    err_pct(q->r.peak_reserved, q->meas_res), err_pct(q->r.peak_reserved, q->min_res));
         }
     }
     if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
