@@ -190,6 +190,59 @@ static void finish(z3 *z, int *cur, const adv_ev *tmpl)
     *cur = -1;
 }
 
+/* The parameter an optimizer-phase tensor belongs to (adam.m.<p>, adam.v.<p>,
+ * grad.shard.<p>, <p>), -1 none. */
+static int opt_param(const adv_model *m, uint32_t a)
+{
+    const char *n = adv_str(m, m->allocs[a].name);
+    if (!strncmp(n, "adam.m.", 7) || !strncmp(n, "adam.v.", 7)) return param_index(n + 7);
+    if (!strncmp(n, "grad.shard.", 11)) return param_index(n + 11);
+    return param_index(n);
+}
+
+typedef struct okey {
+    long key;
+    size_t i;
+} okey;
+static int cmp_okey(const void *a, const void *b)
+{
+    const okey *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The trainer updates one parameter after another (its state made at the first step, its
+ * shard brought in, its gradient shard freed, the shard sent back); the rewrites before leave
+ * a layer's state births ahead of its gradient frees. Each run of optimizer events is put in
+ * parameter order, each parameter's events in their order. 0 or -1. */
+static int opt_in_param_order(adv_model *m)
+{
+    okey *k = malloc((m->nevs + 1) * sizeof *k);
+    adv_ev *tmp = malloc((m->nevs + 1) * sizeof *tmp);
+    if (!k || !tmp) {
+        free(k), free(tmp);
+        return -1;
+    }
+    for (size_t i0 = 0; i0 < m->nevs;) {
+        if (m->evs[i0].phase != ADV_PH_OPT) {
+            i0++;
+            continue;
+        }
+        size_t i1 = i0;
+        while (i1 < m->nevs && m->evs[i1].phase == ADV_PH_OPT && m->evs[i1].step == m->evs[i0].step)
+            i1++;
+        for (size_t i = i0; i < i1; i++)
+            k[i - i0] = (okey){opt_param(m, m->evs[i].a), i};
+        qsort(k, i1 - i0, sizeof *k, cmp_okey);
+        for (size_t i = i0; i < i1; i++)
+            tmp[i - i0] = m->evs[k[i - i0].i];
+        memcpy(m->evs + i0, tmp, (i1 - i0) * sizeof *tmp);
+        i0 = i1;
+    }
+    free(k), free(tmp);
+    return 0;
+}
+
 int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, adv_zero3_stats *st, char *err,
               size_t errsz)
 {
@@ -368,6 +421,7 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
         m->evs = z.out, m->nevs = z.nout;
         z.out = NULL;
     }
+    if (opt_in_param_order(m) != 0) goto out;
     rc = 0;
 out:
     if (rc < 0) snprintf(err, errsz, "out of memory");
