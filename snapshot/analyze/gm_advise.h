@@ -287,11 +287,18 @@ typedef struct adv_zero3_stats {
 int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, adv_zero3_stats *st, char *err,
               size_t errsz);
 
+/* The included trainer updates one parameter after another (at ZeRO-2/3: its state made at the
+ * first step, its gradient shard freed; with --offload params its shard brought in and sent
+ * back): each run of optimizer-phase events put in parameter order (adam.m.<p>, adam.v.<p>,
+ * grad.shard.<p>, <p> by the trainer's parameter order), each parameter's events in their
+ * order; adv_opt's rewrite leaves a layer's state births ahead of its gradient frees. 0 or -1. */
+int adv_opt_param_order(adv_model *m);
+
 /* `gpumem advise DB --ranks N [--zero 1|2]` (gm_advise_shard.c): each rank's predicted peak
  * under ZeRO 0, 1 and 2 (or 0 and `zero`) across `ranks` ranks, text or JSON; check: re-run
  * under mpirun. Returns the exit code. */
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, int json,
-                    int check, FILE *out);
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+                    int json, int check, FILE *out);
 
 /* The `gpumem advise` command (gm_advise_cmd.c). */
 int gm_advise_main(int argc, char **argv);

@@ -33,7 +33,7 @@ static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
     "[--check] [--lossy-ok]\n"
     "                        [--try FLAGS] [--oom-step]\n"
-    "       gpumem advise DB --ranks N [--zero 1|2|3] [--prefetch K] [--json] [--check]\n"
+    "       gpumem advise DB --ranks N [--zero 1|2|3] [--prefetch K] [--budget SIZE] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
     "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
@@ -72,7 +72,10 @@ static const char *const usage_advise =
     "                 each of 2 ranks with -B 8); --zero 1|2|3 one stage only; --prefetch K the\n"
     "                 ZeRO-3 units gathered ahead (default 1, the trainer's); DeepSpeed's\n"
     "                 ZeRO-3 estimate formula is printed beside; --check re-runs under\n"
-    "                 mpirun -np N with -B times N and --zero (every rank's peak compared)\n"
+    "                 mpirun -np N with -B times N and --zero (every rank's peak compared)\n"    "                 With --budget SIZE: the cheapest plan whose predicted peak reserved per\n"
+    "                 rank fits (ZeRO 0, 1, 2, then 3 at --prefetch 2, 1, 0, then with\n"
+    "                 --offload params), its mpirun line; nothing fits: by how much, per\n"
+    "                 category; --check re-runs the plan only\n"
     "Exit code: 0; 1 --budget cannot be met (or is not known to be), or --check: a re-run\n"
     "failed or the plan measured over the budget; 2 usage; 3 unreadable database, events lost\n"
     "(without --lossy-ok), or a run that hit an OOM before any step completed (without\n"
@@ -1163,7 +1166,8 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     if (ranks) {
-        int r = gm_advise_shard(&c.m, exe, ranks, zero, prefetch < 0 ? 1 : prefetch, json, check, stdout);
+        int r = gm_advise_shard(&c.m, exe, ranks, have_budget ? -1 : zero, prefetch < 0 ? 1 : prefetch,
+                                have_budget ? budget : 0, json, check, stdout);
         adv_model_free(&c.m);
         return r;
     }

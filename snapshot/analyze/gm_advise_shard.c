@@ -33,7 +33,7 @@ typedef struct shard_pred {
 /* ZeRO-3 (gm_advise_zero3.c): parameters sharded too, --prefetch K, with and without
  * --offload params. */
 typedef struct z3_pred {
-    int offload_params;
+    int offload_params, prefetch;
     alloc_replay_result_t r;
     adv_zero3_stats st;
     char flags[160];
@@ -57,6 +57,25 @@ static void ds_estimate(const adv_zero3_stats *st, unsigned ranks, ds_est *d)
     d->zero3_offload_params = 4 * d->largest_layer;
     d->zero3_offload_opt = d->zero3_offload_params + 2 * d->psi / ranks;
     d->zero3 = d->zero3_offload_params + 18 * d->psi / ranks;
+}
+
+/* ZeRO-3 at prefetch K (with --offload params: off) replayed into q. 0; 1 not predictable
+ * (why in err); -1 error. */
+static int z3_run(const adv_model *m, unsigned ranks, int K, int off, unsigned B, z3_pred *q, char *err,
+                  size_t errsz)
+{
+    memset(q, 0, sizeof *q);
+    q->offload_params = off, q->prefetch = K;
+    adv_model c;
+    if (adv_model_copy(m, &c) != 0) {
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    int rc = adv_zero3(&c, ranks, K, off, &q->st, err, errsz);
+    if (rc == 0 && adv_replay(&c, &q->r, err, errsz) != 0) rc = -1;
+    adv_model_free(&c);
+    snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s", B * ranks, K, off ? " --offload params" : "");
+    return rc;
 }
 
 static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
@@ -129,8 +148,8 @@ static double err_pct(uint64_t pred, uint64_t meas)
     return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
 }
 
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, int json,
-                    int check, FILE *out)
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+                    int json, int check, FILE *out)
 {
     /* the included trainer (not the PyTorch script, whose name it shares: it has no --zero) */
     int trainer = !m->torch && strstr(m->cmdline, "train_gpt2") != NULL;
@@ -151,7 +170,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         q->zero = z;
         adv_model c;
         if (adv_model_copy(m, &c) != 0 || adv_zero(&c, ranks, z, &q->st) != 0 ||
-            adv_replay(&c, &q->r, err, sizeof err) != 0) {
+            (trainer && z == 2 && adv_opt_param_order(&c) != 0) || adv_replay(&c, &q->r, err, sizeof err) != 0) {
             fprintf(stderr, "gpumem advise: ZeRO-%d across %u rank%s: %s\n", z, ranks, ranks == 1 ? "" : "s",
                     err[0] ? err : "out of memory");
             adv_model_free(&c);
@@ -175,16 +194,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                               : "ZeRO-3 is predicted for recordings of the included trainer only (its unit schedule)");
         for (int off = 0; trainer && off <= 1; off++) {
             z3_pred *q = &z3[nz3];
-            memset(q, 0, sizeof *q);
-            q->offload_params = off;
-            adv_model c;
-            if (adv_model_copy(m, &c) != 0) {
-                fprintf(stderr, "gpumem advise: ZeRO-3: out of memory\n");
-                return GM_EXIT_BADDB;
-            }
-            int rc = adv_zero3(&c, ranks, prefetch, off, &q->st, err, sizeof err);
-            if (rc == 0 && adv_replay(&c, &q->r, err, sizeof err) != 0) rc = -1;
-            adv_model_free(&c);
+            int rc = z3_run(m, ranks, prefetch, off, B, q, err, sizeof err);
             if (rc > 0) {
                 snprintf(z3_why, sizeof z3_why, "ZeRO-3 not predicted: %.480s", err);
                 break;
@@ -194,11 +204,60 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                         err[0] ? err : "out of memory");
                 return GM_EXIT_BADDB;
             }
-            snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s", B * ranks, prefetch,
-                     off ? " --offload params" : "");
             nz3++;
         }
         if (nz3) ds_estimate(&z3[0].st, ranks, &ds);
+    }
+    /* --budget: the cheapest plan whose predicted peak reserved fits, from the least sharding
+     * and communication up: ZeRO-0, 1, 2, then ZeRO-3 at prefetch 2, 1, 0, then the same with
+     * the parameters offloaded */
+    int have_plan = 0, nb = 0;
+    z3_pred bz[6], plan3 = {0};
+    const shard_pred *plan_z = NULL;
+    const z3_pred *plan_q = NULL, *nearest_q = NULL;
+    const shard_pred *nearest_z = NULL;
+    uint64_t nearest_res = UINT64_MAX;
+    char plan_flags[200] = "", mpirun[8400] = "";
+    if (budget) {
+        for (int i = 0; i < np && !have_plan; i++) {
+            if (p[i].r.peak_reserved <= budget) plan_z = &p[i], have_plan = 1;
+            if (p[i].r.peak_reserved < nearest_res) nearest_res = p[i].r.peak_reserved, nearest_z = &p[i];
+        }
+        for (int off = 0; trainer && !z3_why[0] && off <= 1 && !have_plan; off++)
+            for (int K = 2; K >= 0 && !have_plan; K--) {
+                z3_pred *q = &bz[nb];
+                int rc = z3_run(m, ranks, K, off, B, q, err, sizeof err);
+                if (rc != 0) {
+                    fprintf(stderr, "gpumem advise: --budget: ZeRO-3: %s\n", err);
+                    return GM_EXIT_BADDB;
+                }
+                nb++;
+                if (q->r.peak_reserved <= budget) plan_q = q, have_plan = 1;
+                if (q->r.peak_reserved < nearest_res) nearest_res = q->r.peak_reserved, nearest_q = q, nearest_z = NULL;
+            }
+        if (have_plan) {
+            if (plan_z)
+                snprintf(plan_flags, sizeof plan_flags, "%s", plan_z->flags[0] ? plan_z->flags : "");
+            else
+                snprintf(plan_flags, sizeof plan_flags, "%s", plan_q->flags);
+            if (trainer) {
+                char cmd[8192];
+                scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+                const char *extra = strstr(plan_flags, "--zero");
+                snprintf(mpirun, sizeof mpirun, "mpirun -np %u %s %s", ranks, cmd, extra ? extra : "");
+            }
+            if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
+                plan3 = plan_q ? *plan_q : (z3_pred){0};
+                char cmd[8192];
+                scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+                const char *extra = strstr(plan_flags, "--zero");
+                plan3.measured = gm_rerun_ranks(exe, cmd, extra, ranks, &plan3.meas_alloc, &plan3.meas_res,
+                                                &plan3.min_alloc, &plan3.min_res, plan3.err, sizeof plan3.err) == 0
+                                     ? 1
+                                     : -1;
+            }
+        }
+        check = 0; /* with --budget, --check re-runs the plan only */
     }
     if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
         fprintf(stderr,
@@ -326,12 +385,60 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             fputs(", \"zero3_skipped\": ", out);
             gm_json_str(out, z3_why);
         }
+        if (budget) {
+            fprintf(out, ", \"budget\": {\"budget_bytes\": %zu, \"plan\": ", budget);
+            if (have_plan) {
+                fprintf(out, "{\"zero\": %d, \"prefetch\": %d, \"offload_params\": %s, \"peak_allocated\": %zu, "
+                             "\"peak_reserved\": %zu, \"flags\": ",
+                        plan_z ? plan_z->zero : 3, plan_q ? plan_q->prefetch : -1,
+                        plan_q && plan_q->offload_params ? "true" : "false",
+                        plan_z ? plan_z->r.peak_allocated : plan_q->r.peak_allocated,
+                        plan_z ? plan_z->r.peak_reserved : plan_q->r.peak_reserved);
+                gm_json_str(out, plan_flags);
+                fputs(", \"mpirun\": ", out);
+                if (mpirun[0])
+                    gm_json_str(out, mpirun);
+                else
+                    fputs("null", out);
+                if (plan3.measured == 1)
+                    fprintf(out,
+                            ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                            ", \"min_rank_peak_reserved\": %" PRIu64 ", \"every_rank_within_budget\": %s}",
+                            plan3.meas_alloc, plan3.meas_res, plan3.min_res, plan3.meas_res <= budget ? "true" : "false");
+                else if (plan3.measured < 0) {
+                    fputs(", \"measured\": null, \"check_error\": ", out);
+                    gm_json_str(out, plan3.err);
+                }
+                fputc('}', out);
+            } else
+                fputs("null", out);
+            if (!have_plan && nearest_res != UINT64_MAX) {
+                const adv_zero3_stats *t = nearest_q ? &nearest_q->st : NULL;
+                fprintf(out, ", \"shortfall_bytes\": %" PRIu64 ", \"nearest\": {\"flags\": ", nearest_res - budget);
+                gm_json_str(out, nearest_q ? nearest_q->flags : nearest_z->flags);
+                uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
+                uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
+                uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
+                uint64_t os = t ? t->z.state_shard_bytes : nearest_z->st.state_shard_bytes;
+                uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
+                fprintf(out,
+                        ", \"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
+                        ", \"categories\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                        ", \"optimizer_state\": %" PRIu64 ", \"activations_and_gathered\": %" PRIu64
+                        ", \"reserved_not_allocated\": %" PRIu64 "}}",
+                        nearest_res, pa, par, gr, os, rest, nearest_res - pa);
+            }
+            fputs(", \"not_searched\": \"recompute, bf16 parameters and activations, offload of optimizer "
+                  "state and activations, accumulation: not combined with --ranks yet\"}",
+                  out);
+        }
         if (why_not) {
             fputs(", \"check_skipped\": ", out);
             gm_json_str(out, why_not);
         }
         fputs("}\n", out);
         if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
+        if (budget && (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget))) return 1;
         return failed ? 1 : GM_EXIT_OK;
     }
     char a[32], r[32], s1[32], s2[32];
@@ -435,6 +542,41 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     lab, a, err_pct(q->r.peak_allocated, q->meas_alloc), err_pct(q->r.peak_allocated, q->min_alloc), r,
                     err_pct(q->r.peak_reserved, q->meas_res), err_pct(q->r.peak_reserved, q->min_res));
         }
+    }
+    if (budget) {
+        char bb[32];
+        gm_fmt_bytes(budget, bb, sizeof bb);
+        if (have_plan) {
+            gm_fmt_bytes(plan_z ? plan_z->r.peak_reserved : plan_q->r.peak_reserved, r, sizeof r);
+            fprintf(out, "\nbudget %s per rank: plan %s (predicted peak reserved %s)\n", bb, plan_flags, r);
+            if (mpirun[0]) fprintf(out, "  %s\n", mpirun);
+            if (plan3.measured == 1) {
+                gm_fmt_bytes(plan3.meas_res, r, sizeof r);
+                fprintf(out, "  --check: measured %s reserved on the largest rank: %s\n", r,
+                        plan3.meas_res <= budget ? "every rank within the budget" : "OVER the budget");
+            } else if (plan3.measured < 0)
+                fprintf(out, "  --check: %s\n", plan3.err);
+        } else if (nearest_res != UINT64_MAX) {
+            const adv_zero3_stats *t = nearest_q ? &nearest_q->st : NULL;
+            uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
+            uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
+            uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
+            uint64_t os = t ? t->z.state_shard_bytes : nearest_z->st.state_shard_bytes;
+            uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
+            char c1[32], c2[32], c3[32], c4[32], c5[32];
+            gm_fmt_bytes(nearest_res - budget, s1, sizeof s1), gm_fmt_bytes(nearest_res, r, sizeof r);
+            gm_fmt_bytes(par, c1, sizeof c1), gm_fmt_bytes(gr, c2, sizeof c2), gm_fmt_bytes(os, c3, sizeof c3);
+            gm_fmt_bytes(rest, c4, sizeof c4), gm_fmt_bytes(nearest_res - pa, c5, sizeof c5);
+            fprintf(out,
+                    "\nbudget %s per rank: nothing fits; the nearest, %s, needs %s reserved (short by %s):\n"
+                    "  parameters %s, gradients %s, optimizer state %s, activations and gathered units %s,\n"
+                    "  reserved beyond allocated %s\n",
+                    bb, nearest_q ? nearest_q->flags : nearest_z->flags, r, s1, c1, c2, c3, c4, c5);
+        }
+        fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params; recompute, bf16, optimizer offload and\n"
+              "  accumulation are not combined with --ranks yet)\n",
+              out);
+        if (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget)) return 1;
     }
     if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
     return failed ? 1 : GM_EXIT_OK;

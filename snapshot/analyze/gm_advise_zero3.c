@@ -215,7 +215,7 @@ static int cmp_okey(const void *a, const void *b)
  * shard brought in, its gradient shard freed, the shard sent back); the rewrites before leave
  * a layer's state births ahead of its gradient frees. Each run of optimizer events is put in
  * parameter order, each parameter's events in their order. 0 or -1. */
-static int opt_in_param_order(adv_model *m)
+int adv_opt_param_order(adv_model *m)
 {
     okey *k = malloc((m->nevs + 1) * sizeof *k);
     adv_ev *tmp = malloc((m->nevs + 1) * sizeof *tmp);
@@ -421,7 +421,7 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
         m->evs = z.out, m->nevs = z.nout;
         z.out = NULL;
     }
-    if (opt_in_param_order(m) != 0) goto out;
+    if (adv_opt_param_order(m) != 0) goto out;
     rc = 0;
 out:
     if (rc < 0) snprintf(err, errsz, "out of memory");

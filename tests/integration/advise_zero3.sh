@@ -79,3 +79,25 @@ ok "tiny, 2 and 3 ranks, --prefetch 0 and 3: allocated within 0.5% on every rank
 jq -e '(.zero3_predictions | length) == 0 and (.zero3_skipped | test("already shards"))' "$TMP/z.json" > /dev/null \
   || fail "a sharded recording: $(jq -c '{zero3_skipped, n: (.zero3_predictions | length)}' "$TMP/z.json")"
 ok "a recording made with --zero 3: ZeRO-3 not predicted, and said why"
+
+# --budget with --ranks: the cheapest plan that fits (ZeRO 0-3, prefetch, offload params), its
+# mpirun line, re-run (--check) within the budget on every rank; nothing fits: by how much, per
+# category, exit 1
+set +e
+"$GM" advise "$TMP/g.db" --ranks 4 --budget 2.8G --check --json > "$TMP/b.json"; rc=$?
+set -e
+[[ $rc == 0 ]] || fail "--budget 2.8G exit $rc: $(jq -c .budget "$TMP/b.json")"
+jq -e '.budget.plan as $p | $p.zero == 3 and $p.peak_reserved <= 2.8 * 1073741824 and ($p.mpirun | test("^mpirun -np 4 .*-B 8 .*--zero 3 --prefetch [0-2]"))
+       and $p.measured.every_rank_within_budget and $p.measured.peak_reserved <= 2.8 * 1073741824' "$TMP/b.json" > /dev/null \
+  || fail "--budget 2.8G: $(jq -c .budget "$TMP/b.json")"
+ok "--budget 2.8G --ranks 4: $(jq -r '.budget.plan | "\(.mpirun): predicted \(.peak_reserved), measured \(.measured.peak_reserved) reserved"' "$TMP/b.json")"
+set +e
+"$GM" advise "$TMP/g.db" --ranks 4 --budget 1G --json > "$TMP/b1.json"; rc=$?
+"$GM" advise "$TMP/g.db" --ranks 4 --budget 1G > "$TMP/b1.txt"; rc2=$?
+set -e
+[[ $rc == 1 && $rc2 == 1 ]] || fail "--budget 1G: exit $rc/$rc2, want 1"
+jq -e '.budget.plan == null and .budget.shortfall_bytes > 0 and (.budget.nearest.categories | .gradients > 0 and .optimizer_state > 0 and .activations_and_gathered > 0)
+       and .budget.nearest.peak_reserved - .budget.shortfall_bytes == 1073741824' "$TMP/b1.json" > /dev/null \
+  || fail "--budget 1G: $(jq -c .budget "$TMP/b1.json")"
+grep -q "nothing fits" "$TMP/b1.txt" || fail "--budget 1G text: $(cat "$TMP/b1.txt")"
+ok "--budget 1G: nothing fits, short by $(jq .budget.shortfall_bytes "$TMP/b1.json") bytes, per category $(jq -c .budget.nearest.categories "$TMP/b1.json")"
