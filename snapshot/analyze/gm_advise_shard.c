@@ -33,7 +33,7 @@ typedef struct shard_pred {
 /* ZeRO-3 (gm_advise_zero3.c): parameters sharded too, --prefetch K, with and without
  * --offload params. */
 typedef struct z3_pred {
-    int offload_params, prefetch;
+    int offload_params, prefetch, offload_opt, recompute_layer;
     alloc_replay_result_t r;
     adv_zero3_stats st;
     char flags[160];
@@ -61,21 +61,38 @@ static void ds_estimate(const adv_zero3_stats *st, unsigned ranks, ds_est *d)
 
 /* ZeRO-3 at prefetch K (with --offload params: off) replayed into q. 0; 1 not predictable
  * (why in err); -1 error. */
-static int z3_run(const adv_model *m, unsigned ranks, int K, int off, unsigned B, z3_pred *q, char *err,
-                  size_t errsz)
+static int z3_run_with(const adv_model *m, unsigned ranks, int K, int off, int off_opt, int rc_layer, unsigned B,
+                       z3_pred *q, char *err, size_t errsz)
 {
     memset(q, 0, sizeof *q);
-    q->offload_params = off, q->prefetch = K;
+    q->offload_params = off, q->prefetch = K, q->offload_opt = off_opt, q->recompute_layer = rc_layer;
     adv_model c;
     if (adv_model_copy(m, &c) != 0) {
         snprintf(err, errsz, "out of memory");
         return -1;
     }
-    int rc = adv_zero3(&c, ranks, K, off, &q->st, err, errsz);
+    int rc = 0;
+    if (rc_layer) { /* the layer's activations dropped after its forward, rebuilt in its backward */
+        adv_stash_opts so = {.recompute_layer = 1};
+        adv_stash_stats ss;
+        if (adv_stash(&c, &so, 25e9, &ss) != 0) rc = -1, snprintf(err, errsz, "out of memory");
+    }
+    if (rc == 0) rc = adv_zero3(&c, ranks, K, off, &q->st, err, errsz);
+    if (rc == 0 && off_opt) { /* the state shards on the host, brought in per update */
+        adv_opt_stats os;
+        if (adv_opt(&c, 0, 1, &os) != 0 || adv_opt_param_order(&c) != 0) rc = -1, snprintf(err, errsz, "out of memory");
+    }
     if (rc == 0 && adv_replay(&c, &q->r, err, errsz) != 0) rc = -1;
     adv_model_free(&c);
-    snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s", B * ranks, K, off ? " --offload params" : "");
+    const char *offl = off && off_opt ? " --offload params,optimizer" : off ? " --offload params" : off_opt ? " --offload optimizer" : "";
+    snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s%s", B * ranks, K, offl,
+             rc_layer ? " --recompute layer" : "");
     return rc;
+}
+static int z3_run(const adv_model *m, unsigned ranks, int K, int off, unsigned B, z3_pred *q, char *err,
+                  size_t errsz)
+{
+    return z3_run_with(m, ranks, K, off, 0, 0, B, q, err, errsz);
 }
 
 static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
@@ -212,7 +229,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
      * and communication up: ZeRO-0, 1, 2, then ZeRO-3 at prefetch 2, 1, 0, then the same with
      * the parameters offloaded */
     int have_plan = 0, nb = 0;
-    z3_pred bz[6], plan3 = {0};
+    z3_pred bz[12], plan3 = {0};
     const shard_pred *plan_z = NULL;
     const z3_pred *plan_q = NULL, *nearest_q = NULL;
     const shard_pred *nearest_z = NULL;
@@ -223,10 +240,16 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             if (p[i].r.peak_reserved <= budget) plan_z = &p[i], have_plan = 1;
             if (p[i].r.peak_reserved < nearest_res) nearest_res = p[i].r.peak_reserved, nearest_z = &p[i];
         }
-        for (int off = 0; trainer && !z3_why[0] && off <= 1 && !have_plan; off++)
-            for (int K = 2; K >= 0 && !have_plan; K--) {
+        /* ZeRO-3: prefetch 2, 1, 0; then parameters offloaded; then (prefetch 1) the optimizer
+         * state offloaded, with and without the parameters; then a layer's activations
+         * recomputed on top */
+        static const int ladder[][4] = {{2, 0, 0, 0}, {1, 0, 0, 0}, {0, 0, 0, 0}, {2, 1, 0, 0}, {1, 1, 0, 0},
+                                        {0, 1, 0, 0}, {1, 0, 1, 0}, {1, 1, 1, 0}, {1, 0, 0, 1}, {1, 1, 1, 1}};
+        for (size_t li = 0; trainer && !z3_why[0] && li < sizeof ladder / sizeof *ladder && !have_plan; li++) {
+            {
                 z3_pred *q = &bz[nb];
-                int rc = z3_run(m, ranks, K, off, B, q, err, sizeof err);
+                int rc = z3_run_with(m, ranks, ladder[li][0], ladder[li][1], ladder[li][2], ladder[li][3], B, q, err,
+                                     sizeof err);
                 if (rc != 0) {
                     fprintf(stderr, "gpumem advise: --budget: ZeRO-3: %s\n", err);
                     return GM_EXIT_BADDB;
@@ -235,6 +258,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 if (q->r.peak_reserved <= budget) plan_q = q, have_plan = 1;
                 if (q->r.peak_reserved < nearest_res) nearest_res = q->r.peak_reserved, nearest_q = q, nearest_z = NULL;
             }
+        }
         if (have_plan) {
             if (plan_z)
                 snprintf(plan_flags, sizeof plan_flags, "%s", plan_z->flags[0] ? plan_z->flags : "");
@@ -419,7 +443,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
                 uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
                 uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
-                uint64_t os = t ? t->z.state_shard_bytes : nearest_z->st.state_shard_bytes;
+                uint64_t os = t ? (nearest_q->offload_opt ? 0 : t->z.state_shard_bytes) : nearest_z->st.state_shard_bytes;
                 uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
                 fprintf(out,
                         ", \"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
@@ -428,8 +452,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                         ", \"reserved_not_allocated\": %" PRIu64 "}}",
                         nearest_res, pa, par, gr, os, rest, nearest_res - pa);
             }
-            fputs(", \"not_searched\": \"recompute, bf16 parameters and activations, offload of optimizer "
-                  "state and activations, accumulation: not combined with --ranks yet\"}",
+            fputs(", \"not_searched\": \"bf16 parameters and activations, offload of activations, "
+                  "accumulation, recompute other than whole layers: not combined with --ranks yet\"}",
                   out);
         }
         if (why_not) {
@@ -561,7 +585,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
             uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
             uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
-            uint64_t os = t ? t->z.state_shard_bytes : nearest_z->st.state_shard_bytes;
+            uint64_t os = t ? (nearest_q->offload_opt ? 0 : t->z.state_shard_bytes) : nearest_z->st.state_shard_bytes;
             uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
             char c1[32], c2[32], c3[32], c4[32], c5[32];
             gm_fmt_bytes(nearest_res - budget, s1, sizeof s1), gm_fmt_bytes(nearest_res, r, sizeof r);
@@ -573,8 +597,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     "  reserved beyond allocated %s\n",
                     bb, nearest_q ? nearest_q->flags : nearest_z->flags, r, s1, c1, c2, c3, c4, c5);
         }
-        fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params; recompute, bf16, optimizer offload and\n"
-              "  accumulation are not combined with --ranks yet)\n",
+        fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params, optimizer, --recompute layer; bf16,\n"
+              "  activation offload and accumulation are not combined with --ranks yet)\n",
               out);
         if (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget)) return 1;
     }

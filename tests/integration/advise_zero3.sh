@@ -80,7 +80,8 @@ jq -e '(.zero3_predictions | length) == 0 and (.zero3_skipped | test("already sh
   || fail "a sharded recording: $(jq -c '{zero3_skipped, n: (.zero3_predictions | length)}' "$TMP/z.json")"
 ok "a recording made with --zero 3: ZeRO-3 not predicted, and said why"
 
-# --budget with --ranks: the cheapest plan that fits (ZeRO 0-3, prefetch, offload params), its
+# --budget with --ranks: the cheapest plan that fits (ZeRO 0-3, prefetch, offload params and
+# optimizer, recompute layer), its
 # mpirun line, re-run (--check) within the budget on every rank; nothing fits: by how much, per
 # category, exit 1
 set +e
@@ -91,12 +92,20 @@ jq -e '.budget.plan as $p | $p.zero == 3 and $p.peak_reserved <= 2.8 * 107374182
        and $p.measured.every_rank_within_budget and $p.measured.peak_reserved <= 2.8 * 1073741824' "$TMP/b.json" > /dev/null \
   || fail "--budget 2.8G: $(jq -c .budget "$TMP/b.json")"
 ok "--budget 2.8G --ranks 4: $(jq -r '.budget.plan | "\(.mpirun): predicted \(.peak_reserved), measured \(.measured.peak_reserved) reserved"' "$TMP/b.json")"
+# ZeRO-3 with the optimizer offloaded and a layer's activations recomputed: predicted = measured
+"$GM" advise "$TMP/g.db" --ranks 4 --budget 1.7G --check --json > "$TMP/b2.json" || fail "--budget 1.7G: $(jq -c .budget "$TMP/b2.json")"
+jq -e '.budget.plan as $p | ($p.flags | test("--offload params,optimizer --recompute layer")) and $p.measured.every_rank_within_budget
+       and ((($p.peak_reserved - $p.measured.peak_reserved) / $p.measured.peak_reserved * 100) | fabs) <= 0.5
+       and ((($p.peak_allocated - $p.measured.peak_allocated) / $p.measured.peak_allocated * 100) | fabs) <= 0.5' "$TMP/b2.json" > /dev/null \
+  || fail "--budget 1.7G: $(jq -c .budget.plan "$TMP/b2.json")"
+ok "--budget 1.7G: $(jq -r '.budget.plan | "\(.flags): predicted \(.peak_allocated)/\(.peak_reserved), measured \(.measured.peak_allocated)/\(.measured.peak_reserved)"' "$TMP/b2.json")"
 set +e
 "$GM" advise "$TMP/g.db" --ranks 4 --budget 1G --json > "$TMP/b1.json"; rc=$?
 "$GM" advise "$TMP/g.db" --ranks 4 --budget 1G > "$TMP/b1.txt"; rc2=$?
 set -e
 [[ $rc == 1 && $rc2 == 1 ]] || fail "--budget 1G: exit $rc/$rc2, want 1"
-jq -e '.budget.plan == null and .budget.shortfall_bytes > 0 and (.budget.nearest.categories | .gradients > 0 and .optimizer_state > 0 and .activations_and_gathered > 0)
+jq -e '.budget.plan == null and .budget.shortfall_bytes > 0 and (.budget.nearest.categories | .gradients > 0 and .optimizer_state == 0 and .activations_and_gathered > 0)
+       and (.budget.nearest.flags | test("--offload params,optimizer --recompute layer"))
        and .budget.nearest.peak_reserved - .budget.shortfall_bytes == 1073741824' "$TMP/b1.json" > /dev/null \
   || fail "--budget 1G: $(jq -c .budget "$TMP/b1.json")"
 grep -q "nothing fits" "$TMP/b1.txt" || fail "--budget 1G text: $(cat "$TMP/b1.txt")"
