@@ -30,8 +30,9 @@
 #include <string.h>
 
 enum { P_WTE, P_WPE, P_LNF_W, P_LNF_B, P_GLOBAL, LP_COUNT = 12 };
-static const char *const lp_names[LP_COUNT] = {"ln1_w", "ln1_b", "qkv_w",     "qkv_b",    "attproj_w", "attproj_b",
-                                               "ln2_w", "ln2_b", "fc_w",      "fc_b",     "fcproj_w",  "fcproj_b"};
+static const char *const lp_names[LP_COUNT] = {"ln1_w",     "ln1_b",     "qkv_w",    "qkv_b",
+                                               "attproj_w", "attproj_b", "ln2_w",    "ln2_b",
+                                               "fc_w",      "fc_b",      "fcproj_w", "fcproj_b"};
 
 /* The trainer's parameter index of a name ("wte" 0 ... "h3.fc_w"), -1 none. */
 static int param_index(const char *n)
@@ -243,8 +244,8 @@ int adv_opt_param_order(adv_model *m)
     return 0;
 }
 
-int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, adv_zero3_stats *st, char *err,
-              size_t errsz)
+int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, adv_zero3_stats *st,
+              char *err, size_t errsz)
 {
     memset(st, 0, sizeof *st);
     err[0] = 0;
@@ -258,22 +259,27 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
         const char *n = adv_str(m, m->allocs[e->a].name);
         if (!strncmp(n, "gather.", 7) || !strncmp(n, "grad.shard.", 11)) {
             snprintf(err, errsz,
-                     "the recording already shards (%s): record one rank without --zero, --offload params "
+                     "the recording already shards (%s): record one rank without --zero, --offload "
+                     "params "
                      "or --param-dtype",
                      n);
             return 1;
         }
         int p = param_index(n);
-        if (p >= P_GLOBAL && e->step < 0 && (p - P_GLOBAL) / LP_COUNT > maxl) maxl = (p - P_GLOBAL) / LP_COUNT;
+        if (p >= P_GLOBAL && e->step < 0 && (p - P_GLOBAL) / LP_COUNT > maxl)
+            maxl = (p - P_GLOBAL) / LP_COUNT;
     }
     const char *acc = strstr(m->cmdline, "--accum ");
     if (acc && strtoul(acc + 8, NULL, 10) > 1) {
-        snprintf(err, errsz, "recorded with --accum: ZeRO-3 reduce-scatters in every micro-batch, which the "
-                             "prediction does not model; record without --accum");
+        snprintf(err, errsz,
+                 "recorded with --accum: ZeRO-3 reduce-scatters in every micro-batch, which the "
+                 "prediction does not model; record without --accum");
         return 1;
     }
     if (maxl < 0) {
-        snprintf(err, errsz, "no parameters of the included trainer (wte, hI.qkv_w, ...) made before the first step");
+        snprintf(err, errsz,
+                 "no parameters of the included trainer (wte, hI.qkv_w, ...) made before the first "
+                 "step");
         return 1;
     }
     z.L = maxl + 1, z.P = 2 * z.L + 4;
@@ -296,7 +302,9 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
     }
     for (size_t p = 0; p < np; p++)
         if (z.param[p] == UINT32_MAX) {
-            snprintf(err, errsz, "parameter %zu of %zu of a %d-layer trainer is not in the recording", p, np, z.L);
+            snprintf(err, errsz,
+                     "parameter %zu of %zu of a %d-layer trainer is not in the recording", p, np,
+                     z.L);
             rc = 1;
             goto out;
         }
@@ -328,7 +336,8 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
                  * buffers (d_residual) and the inputs are freed last */
                 if (p == 2 * z.L + 3 && e->kind != ADV_EV_ALLOC) {
                     const char *n = adv_str(m, m->allocs[e->a].name);
-                    if (!strcmp(n, "d_residual") || !strcmp(n, "tokens") || !strcmp(n, "targets")) p = z.P;
+                    if (!strcmp(n, "d_residual") || !strcmp(n, "tokens") || !strcmp(n, "targets"))
+                        p = z.P;
                 }
             }
             if (e->phase != ADV_PH_OTHER) prev = e->phase;
@@ -351,7 +360,8 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
         for (int k = 0; k < n; k++)
             b += z.full[idx[k]];
         if (b > st->largest_unit_bytes) st->largest_unit_bytes = b;
-        if (u >= 1 && u <= z.L && b / 4 > st->largest_layer_params) st->largest_layer_params = b / 4;
+        if (u >= 1 && u <= z.L && b / 4 > st->largest_layer_params)
+            st->largest_layer_params = b / 4;
     }
     st->layers = z.L;
     uint8_t *isparam = calloc(m->nallocs + 1, 1);
@@ -425,6 +435,7 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
     rc = 0;
 out:
     if (rc < 0) snprintf(err, errsz, "out of memory");
-    free(z.param), free(z.gathered), free(z.unit_in), free(z.out), free(pos), free(newmb), free(z.full);
+    free(z.param), free(z.gathered), free(z.unit_in), free(z.out), free(pos), free(newmb),
+        free(z.full);
     return rc;
 }
