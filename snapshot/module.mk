@@ -33,7 +33,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/analyz
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
-GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_ranks.o \
+GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_advise_zero3.o $(SNAP_DIR)/analyze/gm_ranks.o \
                   $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
@@ -137,12 +137,12 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/rec_instr.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
-           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh
+           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh tests/bench/advise_zero3_bench.sh
 INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
 # several ranks (#17): meta.rank from the launcher, advise --ranks (ZeRO), report of several ranks
-SCRIPT_TESTS += tests/integration/advise_shard.sh
+SCRIPT_TESTS += tests/integration/advise_shard.sh tests/integration/advise_zero3.sh
 SCRIPT_TESTS += tests/integration/ranks_report.sh tests/integration/ranks_mpi.sh
 # checks on sources and objects (include rules, call graph) and on the test scripts
 NOSAN_SCRIPT_TESTS += tests/unit/snapshot_layers.sh tests/unit/test_scripts_lint.sh

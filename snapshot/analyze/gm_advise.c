@@ -90,6 +90,15 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
 
 static int life_index(const adv_model *m, size_t **birth, size_t **death);
 
+uint32_t adv_intern(adv_model *m, const char *s)
+{
+    return intern(m, s);
+}
+uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig)
+{
+    return new_alloc(m, size, stream, cls, name, orig);
+}
+
 /* ------------------------------------------------------------------ loading */
 
 int adv_phase_of_name(const char *n)
@@ -2202,7 +2211,14 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
         } else /* the end of the backward: the last event of the step before the optimizer */
             for (size_t i = d; i > b && anchor == SIZE_MAX; i--)
                 if (m->evs[i - 1].phase != ADV_PH_OPT) anchor = i - 1;
-        if (anchor == SIZE_MAX || anchor < b) anchor = b;
+        if (anchor == SIZE_MAX || anchor < b) {
+            /* a gradient born again in this step (set to none): its op runs after the births of
+             * the gradients made with it (a weight's and its bias's), so its reduce-scatter too */
+            anchor = b;
+            while (anchor + 1 < d && m->evs[anchor + 1].kind == ADV_EV_ALLOC &&
+                   m->allocs[m->evs[anchor + 1].a].orig < na && grad[m->allocs[m->evs[anchor + 1].a].orig])
+                anchor++;
+        }
         if (anchor >= d) anchor = d - 1;
         const adv_alloc x = m->allocs[a];
         char nm[512];

@@ -157,6 +157,10 @@ int adv_repeat_last_step(adv_model *m);
 /* A deep copy (strings shared by index: the copy owns its own table). 0 or -1 (no memory). */
 int adv_model_copy(const adv_model *src, adv_model *dst);
 const char *adv_str(const adv_model *m, uint32_t i);
+/* For rewrites outside gm_advise.c (gm_advise_zero3.c): s interned (0 for "" or no memory), and
+ * a new allocation appended (its index, UINT32_MAX when out of memory). */
+uint32_t adv_intern(adv_model *m, const char *s);
+uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 
 /* Replays the model's events through alloc_replay under the recorded configuration (capacity
  * unlimited: a prediction never OOMs). Fills *out; returns 0 or -1 with err. */
@@ -261,11 +265,40 @@ typedef struct adv_zero_stats {
  * A stage below 1 changes nothing. 0 or -1 (no memory). */
 int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st);
 
+/* ZeRO-3 (the trainer's --zero 3, train/README.md "ZeRO-3"): parameters sharded too. */
+typedef struct adv_zero3_stats {
+    adv_zero_stats z;                        /* the stage-2 part (state and gradient shards) */
+    uint64_t param_bytes, param_shard_bytes; /* parameters: recorded, and per rank */
+    uint64_t largest_unit_bytes;             /* the largest unit's full parameters (a layer, or the
+                                              * embedding / head: wte) */
+    uint64_t largest_layer_params;           /* DeepSpeed's L: the largest layer's parameters */
+    uint64_t nparams_elems;                  /* DeepSpeed's Psi: parameter elements */
+    size_t nparams, ngathers;                /* parameter tensors; gather buffers made */
+    int layers;
+} adv_zero3_stats;
+/* Rewrites a one-rank (zero 0) recording of the included trainer into what one rank of `ranks`
+ * allocates under --zero 3 --prefetch K [--offload params]: each parameter a shard of
+ * ceil(n / N) elements (with offload_params: in pinned host memory, on the device only while
+ * gathered or updated), the trainer's unit schedule of gather.<p> buffers at the positions of
+ * one micro-batch (embedding | layers | head fwd | head bwd | layers reversed | embedding),
+ * then adv_zero's stage 2 (gradient and optimizer-state shards). 0; -1 no memory; 1 the
+ * recording is not one this can rewrite (why in err: not the trainer's parameters, --accum,
+ * already sharded). */
+int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, adv_zero3_stats *st, char *err,
+              size_t errsz);
+
+/* The included trainer updates one parameter after another (at ZeRO-2/3: its state made at the
+ * first step, its gradient shard freed; with --offload params its shard brought in and sent
+ * back): each run of optimizer-phase events put in parameter order (adam.m.<p>, adam.v.<p>,
+ * grad.shard.<p>, <p> by the trainer's parameter order), each parameter's events in their
+ * order; adv_opt's rewrite leaves a layer's state births ahead of its gradient frees. 0 or -1. */
+int adv_opt_param_order(adv_model *m);
+
 /* `gpumem advise DB --ranks N [--zero 1|2]` (gm_advise_shard.c): each rank's predicted peak
  * under ZeRO 0, 1 and 2 (or 0 and `zero`) across `ranks` ranks, text or JSON; check: re-run
  * under mpirun. Returns the exit code. */
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
-                    int check, FILE *out);
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+                    int json, int check, FILE *out);
 
 /* The `gpumem advise` command (gm_advise_cmd.c). */
 int gm_advise_main(int argc, char **argv);

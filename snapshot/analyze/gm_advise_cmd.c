@@ -33,7 +33,7 @@ static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
     "[--check] [--lossy-ok]\n"
     "                        [--try FLAGS] [--oom-step]\n"
-    "       gpumem advise DB --ranks N [--zero 1|2] [--json] [--check]\n"
+    "       gpumem advise DB --ranks N [--zero 1|2|3] [--prefetch K] [--budget SIZE] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
     "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
@@ -66,11 +66,16 @@ static const char *const usage_advise =
     "                 measured peaks (PyTorch's own for a PyTorch recording); the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
     "                 is the re-run's\n"
-    "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1 and 2 across N "
-    "ranks,\n"
-    "                 predicted from a recording of ONE rank at the per-rank batch (1 rank with\n"
-    "                 -B 4 has the activations of each of 2 ranks with -B 8); --zero 1|2 one\n"
-    "                 stage only; --check re-runs under mpirun -np N with -B times N and --zero\n"
+    "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1, 2 and 3 (with and\n"
+    "                 without --offload params) across N ranks, predicted from a recording of\n"
+    "                 ONE rank at the per-rank batch (1 rank with -B 4 has the activations of\n"
+    "                 each of 2 ranks with -B 8); --zero 1|2|3 one stage only; --prefetch K the\n"
+    "                 ZeRO-3 units gathered ahead (default 1, the trainer's); DeepSpeed's\n"
+    "                 ZeRO-3 estimate formula is printed beside; --check re-runs under\n"
+    "                 mpirun -np N with -B times N and --zero (every rank's peak compared)\n"    "                 With --budget SIZE: the cheapest plan whose predicted peak reserved per\n"
+    "                 rank fits (ZeRO 0, 1, 2, then 3 at --prefetch 2, 1, 0, with --offload\n"
+    "                 params, optimizer, --recompute layer), its mpirun line; nothing fits:\n"
+    "                 by how much, per category; --check re-runs the plan only\n"
     "Exit code: 0; 1 --budget cannot be met (or is not known to be), or --check: a re-run\n"
     "failed or the plan measured over the budget; 2 usage; 3 unreadable database, events lost\n"
     "(without --lossy-ok), or a run that hit an OOM before any step completed (without\n"
@@ -955,7 +960,7 @@ static void undo_bf16(ctx *c, char *err, size_t errsz)
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
-    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0;
+    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0, prefetch = -1;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -1021,12 +1026,21 @@ int gm_advise_main(int argc, char **argv)
             }
             ranks = (unsigned)r, i++;
         } else if (!strcmp(a, "--zero")) {
-            if (!v || (strcmp(v, "1") && strcmp(v, "2"))) {
-                fprintf(stderr, "gpumem advise: --zero accepts 1 or 2, got '%s'\n%s", v ? v : "",
+            if (!v || (strcmp(v, "1") && strcmp(v, "2") && strcmp(v, "3"))) {
+                fprintf(stderr, "gpumem advise: --zero accepts 1, 2 or 3, got '%s'\n%s", v ? v : "",
                         GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             zero = atoi(v), i++;
+        } else if (!strcmp(a, "--prefetch")) {
+            char *end;
+            long k = v ? strtol(v, &end, 10) : -1;
+            if (!v || *end || k < 0 || k > 4096) {
+                fprintf(stderr, "gpumem advise: --prefetch needs a number of units from 0 to 4096, got '%s'\n%s",
+                        v ? v : "", GM_HELP("advise"));
+                return GM_EXIT_USAGE;
+            }
+            prefetch = (int)k, i++;
         } else if (!strcmp(a, "--top")) {
             char *end;
             long t = v ? strtol(v, &end, 10) : 0;
@@ -1050,6 +1064,10 @@ int gm_advise_main(int argc, char **argv)
     }
     if (!path) {
         fprintf(stderr, "gpumem advise: which database? give its path\n%s", GM_HELP("advise"));
+        return GM_EXIT_USAGE;
+    }
+    if (prefetch >= 0 && (!ranks || (zero > 0 && zero < 3))) {
+        fprintf(stderr, "gpumem advise: --prefetch goes with --ranks N (ZeRO-3's gathers)\n%s", GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     if (zero > 0 && !ranks) {
@@ -1148,7 +1166,8 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     if (ranks) {
-        int r = gm_advise_shard(&c.m, exe, ranks, zero, json, check, stdout);
+        int r = gm_advise_shard(&c.m, exe, ranks, have_budget ? -1 : zero, prefetch < 0 ? 1 : prefetch,
+                                have_budget ? budget : 0, json, check, stdout);
         adv_model_free(&c.m);
         return r;
     }

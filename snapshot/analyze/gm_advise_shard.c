@@ -30,6 +30,71 @@ typedef struct shard_pred {
     char err[512];
 } shard_pred;
 
+/* ZeRO-3 (gm_advise_zero3.c): parameters sharded too, --prefetch K, with and without
+ * --offload params. */
+typedef struct z3_pred {
+    int offload_params, prefetch, offload_opt, recompute_layer;
+    alloc_replay_result_t r;
+    adv_zero3_stats st;
+    char flags[160];
+    int measured;                  /* --check: 1 measured, -1 failed (why in err) */
+    uint64_t meas_alloc, meas_res; /* the largest rank's */
+    uint64_t min_alloc, min_res;   /* the smallest rank's */
+    char err[512];
+} z3_pred;
+
+/* DeepSpeed's estimate of a rank's model-state bytes under ZeRO-3
+ * (estimate_zero3_model_states_mem_needs: formulas, not measurements; no activations, no
+ * fragmentation): 4L + 18 Psi / N with mixed-precision Adam, 4L + 2 Psi / N with the optimizer
+ * offloaded, 4L with the parameters offloaded too (L: the largest layer's parameters). */
+typedef struct ds_est {
+    uint64_t psi, largest_layer;
+    uint64_t zero3, zero3_offload_opt, zero3_offload_params;
+} ds_est;
+static void ds_estimate(const adv_zero3_stats *st, unsigned ranks, ds_est *d)
+{
+    d->psi = st->nparams_elems, d->largest_layer = st->largest_layer_params;
+    d->zero3_offload_params = 4 * d->largest_layer;
+    d->zero3_offload_opt = d->zero3_offload_params + 2 * d->psi / ranks;
+    d->zero3 = d->zero3_offload_params + 18 * d->psi / ranks;
+}
+
+/* ZeRO-3 at prefetch K (with --offload params: off) replayed into q. 0; 1 not predictable
+ * (why in err); -1 error. */
+static int z3_run_with(const adv_model *m, unsigned ranks, int K, int off, int off_opt, int rc_layer, unsigned B,
+                       z3_pred *q, char *err, size_t errsz)
+{
+    memset(q, 0, sizeof *q);
+    q->offload_params = off, q->prefetch = K, q->offload_opt = off_opt, q->recompute_layer = rc_layer;
+    adv_model c;
+    if (adv_model_copy(m, &c) != 0) {
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    if (rc_layer) { /* the layer's activations dropped after its forward, rebuilt in its backward */
+        adv_stash_opts so = {.recompute_layer = 1};
+        adv_stash_stats ss;
+        if (adv_stash(&c, &so, 25e9, &ss) != 0) rc = -1, snprintf(err, errsz, "out of memory");
+    }
+    if (rc == 0) rc = adv_zero3(&c, ranks, K, off, &q->st, err, errsz);
+    if (rc == 0 && off_opt) { /* the state shards on the host, brought in per update */
+        adv_opt_stats os;
+        if (adv_opt(&c, 0, 1, &os) != 0 || adv_opt_param_order(&c) != 0) rc = -1, snprintf(err, errsz, "out of memory");
+    }
+    if (rc == 0 && adv_replay(&c, &q->r, err, errsz) != 0) rc = -1;
+    adv_model_free(&c);
+    const char *offl = off && off_opt ? " --offload params,optimizer" : off ? " --offload params" : off_opt ? " --offload optimizer" : "";
+    snprintf(q->flags, sizeof q->flags, "-B %u --zero 3 --prefetch %d%s%s", B * ranks, K, offl,
+             rc_layer ? " --recompute layer" : "");
+    return rc;
+}
+static int z3_run(const adv_model *m, unsigned ranks, int K, int off, unsigned B, z3_pred *q, char *err,
+                  size_t errsz)
+{
+    return z3_run_with(m, ranks, K, off, 0, 0, B, q, err, errsz);
+}
+
 static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
 {
     size_t n = strlen(flag);
@@ -100,8 +165,8 @@ static double err_pct(uint64_t pred, uint64_t meas)
     return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
 }
 
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int json,
-                    int check, FILE *out)
+int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+                    int json, int check, FILE *out)
 {
     /* the included trainer (not the PyTorch script, whose name it shares: it has no --zero) */
     int trainer = !m->torch && strstr(m->cmdline, "train_gpt2") != NULL;
@@ -110,7 +175,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         "torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=<the optimizer>): "
         "each rank keeps its shard of the optimizer state",
         "FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP): optimizer state and gradients sharded "
-        "(ZeRO-2; FULL_SHARD would shard the parameters too, not predicted here)"};
+        "(ZeRO-2; FULL_SHARD shards the parameters too: predicted for the included trainer only)"};
     unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
     shard_pred p[3];
     int np = 0;
@@ -122,7 +187,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         q->zero = z;
         adv_model c;
         if (adv_model_copy(m, &c) != 0 || adv_zero(&c, ranks, z, &q->st) != 0 ||
-            adv_replay(&c, &q->r, err, sizeof err) != 0) {
+            (trainer && z == 2 && adv_opt_param_order(&c) != 0) || adv_replay(&c, &q->r, err, sizeof err) != 0) {
             fprintf(stderr, "gpumem advise: ZeRO-%d across %u rank%s: %s\n", z, ranks, ranks == 1 ? "" : "s",
                     err[0] ? err : "out of memory");
             adv_model_free(&c);
@@ -132,6 +197,91 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         if (trainer) snprintf(q->flags, sizeof q->flags, "-B %u --zero %d", B * ranks, z);
         if (m->torch) q->change = torch_change[z];
         np++;
+    }
+    /* ZeRO-3: the included trainer's unit schedule replayed (a recording of anything else has no
+     * schedule to replay: said, not guessed) */
+    z3_pred z3[2];
+    int nz3 = 0;
+    char z3_why[512] = "";
+    ds_est ds = {0};
+    if (zero < 0 || zero == 3) {
+        if (!trainer)
+            snprintf(z3_why, sizeof z3_why, "%s",
+                     m->torch ? "ZeRO-3 (FSDP's FULL_SHARD) is predicted for recordings of the included trainer only"
+                              : "ZeRO-3 is predicted for recordings of the included trainer only (its unit schedule)");
+        for (int off = 0; trainer && off <= 1; off++) {
+            z3_pred *q = &z3[nz3];
+            int rc = z3_run(m, ranks, prefetch, off, B, q, err, sizeof err);
+            if (rc > 0) {
+                snprintf(z3_why, sizeof z3_why, "ZeRO-3 not predicted: %.480s", err);
+                break;
+            }
+            if (rc < 0) {
+                fprintf(stderr, "gpumem advise: ZeRO-3 across %u rank%s: %s\n", ranks, ranks == 1 ? "" : "s",
+                        err[0] ? err : "out of memory");
+                return GM_EXIT_BADDB;
+            }
+            nz3++;
+        }
+        if (nz3) ds_estimate(&z3[0].st, ranks, &ds);
+    }
+    /* --budget: the cheapest plan whose predicted peak reserved fits, from the least sharding
+     * and communication up: ZeRO-0, 1, 2, then ZeRO-3 at prefetch 2, 1, 0, then the same with
+     * the parameters offloaded */
+    int have_plan = 0, nb = 0;
+    z3_pred bz[12], plan3 = {0};
+    const shard_pred *plan_z = NULL;
+    const z3_pred *plan_q = NULL, *nearest_q = NULL;
+    const shard_pred *nearest_z = NULL;
+    uint64_t nearest_res = UINT64_MAX;
+    char plan_flags[200] = "", mpirun[8400] = "";
+    if (budget) {
+        for (int i = 0; i < np && !have_plan; i++) {
+            if (p[i].r.peak_reserved <= budget) plan_z = &p[i], have_plan = 1;
+            if (p[i].r.peak_reserved < nearest_res) nearest_res = p[i].r.peak_reserved, nearest_z = &p[i];
+        }
+        /* ZeRO-3: prefetch 2, 1, 0; then parameters offloaded; then (prefetch 1) the optimizer
+         * state offloaded, with and without the parameters; then a layer's activations
+         * recomputed on top */
+        static const int ladder[][4] = {{2, 0, 0, 0}, {1, 0, 0, 0}, {0, 0, 0, 0}, {2, 1, 0, 0}, {1, 1, 0, 0},
+                                        {0, 1, 0, 0}, {1, 0, 1, 0}, {1, 1, 1, 0}, {1, 0, 0, 1}, {1, 1, 1, 1}};
+        for (size_t li = 0; trainer && !z3_why[0] && li < sizeof ladder / sizeof *ladder && !have_plan; li++) {
+            {
+                z3_pred *q = &bz[nb];
+                int rc = z3_run_with(m, ranks, ladder[li][0], ladder[li][1], ladder[li][2], ladder[li][3], B, q, err,
+                                     sizeof err);
+                if (rc != 0) {
+                    fprintf(stderr, "gpumem advise: --budget: ZeRO-3: %s\n", err);
+                    return GM_EXIT_BADDB;
+                }
+                nb++;
+                if (q->r.peak_reserved <= budget) plan_q = q, have_plan = 1;
+                if (q->r.peak_reserved < nearest_res) nearest_res = q->r.peak_reserved, nearest_q = q, nearest_z = NULL;
+            }
+        }
+        if (have_plan) {
+            if (plan_z)
+                snprintf(plan_flags, sizeof plan_flags, "%s", plan_z->flags[0] ? plan_z->flags : "");
+            else
+                snprintf(plan_flags, sizeof plan_flags, "%s", plan_q->flags);
+            if (trainer) {
+                char cmd[8192];
+                scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+                const char *extra = strstr(plan_flags, "--zero");
+                snprintf(mpirun, sizeof mpirun, "mpirun -np %u %s %s", ranks, cmd, extra ? extra : "");
+            }
+            if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
+                plan3 = plan_q ? *plan_q : (z3_pred){0};
+                char cmd[8192];
+                scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+                const char *extra = strstr(plan_flags, "--zero");
+                plan3.measured = gm_rerun_ranks(exe, cmd, extra, ranks, &plan3.meas_alloc, &plan3.meas_res,
+                                                &plan3.min_alloc, &plan3.min_res, plan3.err, sizeof plan3.err) == 0
+                                     ? 1
+                                     : -1;
+            }
+        }
+        check = 0; /* with --budget, --check re-runs the plan only */
     }
     if (strstr(m->cmdline, "--zero 1") || strstr(m->cmdline, "--zero 2"))
         fprintf(stderr,
@@ -150,12 +300,25 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             can_check = 1;
         for (int i = 0; can_check && i < np; i++)
             p[i].measured = rerun_ranks(exe, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
+        for (int i = 0; can_check && i < nz3; i++) {
+            z3_pred *q = &z3[i];
+            char cmd[8192], extra[96];
+            snprintf(extra, sizeof extra, "--zero 3 --prefetch %d%s", prefetch,
+                     q->offload_params ? " --offload params" : "");
+            scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
+            q->measured = gm_rerun_ranks(exe, cmd, extra, ranks, &q->meas_alloc, &q->meas_res, &q->min_alloc,
+                                         &q->min_res, q->err, sizeof q->err) == 0
+                              ? 1
+                              : -1;
+        }
     }
     const uint64_t base_a = p[0].r.peak_allocated, base_r = p[0].r.peak_reserved;
     /* --check: a re-run that failed is an answer that could not be checked (exit 1) */
     int failed = 0;
     for (int i = 0; i < np; i++)
         failed += p[i].measured < 0;
+    for (int i = 0; i < nz3; i++)
+        failed += z3[i].measured < 0;
     if (json) {
         fprintf(out, "{\"ranks\": %u, \"recorded_batch\": ", ranks);
         if (B)
@@ -203,12 +366,103 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             fputc('}', out);
         }
         fputs("\n]", out);
+        fputs(", \"zero3_predictions\": [", out);
+        for (int i = 0; i < nz3; i++) {
+            const z3_pred *q = &z3[i];
+            fprintf(out,
+                    "%s\n  {\"zero\": 3, \"prefetch\": %d, \"offload_params\": %s, \"peak_allocated\": %zu, "
+                    "\"peak_reserved\": %zu, \"saving_allocated\": %" PRId64 ", \"saving_reserved\": %" PRId64
+                    ", \"parameter_bytes\": %" PRIu64 ", \"parameter_shard_bytes\": %" PRIu64
+                    ", \"optimizer_state_shard_bytes\": %" PRIu64 ", \"gradient_shard_bytes\": %" PRIu64
+                    ", \"gather_buffers\": %zu, \"largest_unit_bytes\": %" PRIu64
+                    ", \"deepspeed_estimate_bytes\": %" PRIu64 ", \"flags\": ",
+                    i ? "," : "", prefetch, q->offload_params ? "true" : "false", q->r.peak_allocated,
+                    q->r.peak_reserved, (int64_t)base_a - (int64_t)q->r.peak_allocated,
+                    (int64_t)base_r - (int64_t)q->r.peak_reserved, q->st.param_bytes, q->st.param_shard_bytes,
+                    q->st.z.state_shard_bytes, q->st.z.grad_shard_bytes, q->st.ngathers, q->st.largest_unit_bytes,
+                    q->offload_params ? ds.zero3_offload_params : ds.zero3);
+            gm_json_str(out, q->flags);
+            if (q->measured == 1)
+                fprintf(out,
+                        ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                        ", \"min_rank_peak_allocated\": %" PRIu64 ", \"min_rank_peak_reserved\": %" PRIu64
+                        ", \"error_allocated_pct\": %.3f, \"error_reserved_pct\": %.3f"
+                        ", \"error_allocated_min_rank_pct\": %.3f, \"error_reserved_min_rank_pct\": %.3f}",
+                        q->meas_alloc, q->meas_res, q->min_alloc, q->min_res, err_pct(q->r.peak_allocated, q->meas_alloc),
+                        err_pct(q->r.peak_reserved, q->meas_res), err_pct(q->r.peak_allocated, q->min_alloc),
+                        err_pct(q->r.peak_reserved, q->min_res));
+            else if (q->measured < 0) {
+                fputs(", \"measured\": null, \"check_error\": ", out);
+                gm_json_str(out, q->err);
+            }
+            fputc('}', out);
+        }
+        fputs("\n]", out);
+        if (nz3)
+            fprintf(out,
+                    ", \"deepspeed_estimate\": {\"formula\": \"DeepSpeed's estimate formula "
+                    "(estimate_zero3_model_states_mem_needs): model states only\", \"params\": %" PRIu64
+                    ", \"largest_layer_params\": %" PRIu64 ", \"ranks\": %u, \"zero3_bytes\": %" PRIu64
+                    ", \"zero3_offload_optimizer_bytes\": %" PRIu64 ", \"zero3_offload_params_bytes\": %" PRIu64 "}",
+                    ds.psi, ds.largest_layer, ranks, ds.zero3, ds.zero3_offload_opt, ds.zero3_offload_params);
+        if (z3_why[0]) {
+            fputs(", \"zero3_skipped\": ", out);
+            gm_json_str(out, z3_why);
+        }
+        if (budget) {
+            fprintf(out, ", \"budget\": {\"budget_bytes\": %zu, \"plan\": ", budget);
+            if (have_plan) {
+                fprintf(out, "{\"zero\": %d, \"prefetch\": %d, \"offload_params\": %s, \"peak_allocated\": %zu, "
+                             "\"peak_reserved\": %zu, \"flags\": ",
+                        plan_z ? plan_z->zero : 3, plan_q ? plan_q->prefetch : -1,
+                        plan_q && plan_q->offload_params ? "true" : "false",
+                        plan_z ? plan_z->r.peak_allocated : plan_q->r.peak_allocated,
+                        plan_z ? plan_z->r.peak_reserved : plan_q->r.peak_reserved);
+                gm_json_str(out, plan_flags);
+                fputs(", \"mpirun\": ", out);
+                if (mpirun[0])
+                    gm_json_str(out, mpirun);
+                else
+                    fputs("null", out);
+                if (plan3.measured == 1)
+                    fprintf(out,
+                            ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+                            ", \"min_rank_peak_reserved\": %" PRIu64 ", \"every_rank_within_budget\": %s}",
+                            plan3.meas_alloc, plan3.meas_res, plan3.min_res, plan3.meas_res <= budget ? "true" : "false");
+                else if (plan3.measured < 0) {
+                    fputs(", \"measured\": null, \"check_error\": ", out);
+                    gm_json_str(out, plan3.err);
+                }
+                fputc('}', out);
+            } else
+                fputs("null", out);
+            if (!have_plan && nearest_res != UINT64_MAX) {
+                const adv_zero3_stats *t = nearest_q ? &nearest_q->st : NULL;
+                fprintf(out, ", \"shortfall_bytes\": %" PRIu64 ", \"nearest\": {\"flags\": ", nearest_res - budget);
+                gm_json_str(out, nearest_q ? nearest_q->flags : nearest_z->flags);
+                uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
+                uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
+                uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
+                uint64_t os = t ? (nearest_q->offload_opt ? 0 : t->z.state_shard_bytes) : nearest_z->st.state_shard_bytes;
+                uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
+                fprintf(out,
+                        ", \"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
+                        ", \"categories\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                        ", \"optimizer_state\": %" PRIu64 ", \"activations_and_gathered\": %" PRIu64
+                        ", \"reserved_not_allocated\": %" PRIu64 "}}",
+                        nearest_res, pa, par, gr, os, rest, nearest_res - pa);
+            }
+            fputs(", \"not_searched\": \"bf16 parameters and activations, offload of activations, "
+                  "accumulation, recompute other than whole layers: not combined with --ranks yet\"}",
+                  out);
+        }
         if (why_not) {
             fputs(", \"check_skipped\": ", out);
             gm_json_str(out, why_not);
         }
         fputs("}\n", out);
         if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
+        if (budget && (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget))) return 1;
         return failed ? 1 : GM_EXIT_OK;
     }
     char a[32], r[32], s1[32], s2[32];
@@ -234,6 +488,13 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
         fprintf(out, "  %-5d %15s %15s %14s %14s  %s\n", q->zero, a, r, s1, s2, q->flags);
     }
+    for (int i = 0; i < nz3; i++) {
+        const z3_pred *q = &z3[i];
+        gm_fmt_bytes(q->r.peak_allocated, a, sizeof a), gm_fmt_bytes(q->r.peak_reserved, r, sizeof r);
+        gm_fmt_bytes(base_a > q->r.peak_allocated ? base_a - q->r.peak_allocated : 0, s1, sizeof s1);
+        gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
+        fprintf(out, "  %-5s %15s %15s %14s %14s  %s\n", q->offload_params ? "3+off" : "3", a, r, s1, s2, q->flags);
+    }
     for (int i = 0; i < np; i++) {
         const shard_pred *q = &p[i];
         if (q->zero == 0) continue;
@@ -251,6 +512,28 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                       out);
         }
     }
+    if (nz3) {
+        const adv_zero3_stats *t = &z3[0].st;
+        gm_fmt_bytes(t->param_bytes, a, sizeof a), gm_fmt_bytes(t->param_shard_bytes, r, sizeof r);
+        gm_fmt_bytes(t->largest_unit_bytes, s1, sizeof s1);
+        fprintf(out,
+                "\nZeRO-3: parameters %s -> %s per rank (%zu tensors), gathered unit by unit (--prefetch %d: "
+                "the next %d unit%s early; the largest unit %s); 3+off: the shards in pinned host memory "
+                "(--offload params)",
+                a, r, t->nparams, prefetch, prefetch, prefetch == 1 ? "" : "s", s1);
+        char d0[32], d1[32], d2[32];
+        gm_fmt_bytes(ds.zero3, d0, sizeof d0), gm_fmt_bytes(ds.zero3_offload_opt, d1, sizeof d1);
+        gm_fmt_bytes(ds.zero3_offload_params, d2, sizeof d2);
+        fprintf(out,
+                "\n\nDeepSpeed's estimate formula (model states only: no activations, no gathered units "
+                "beyond one layer, no fragmentation),\n Psi %" PRIu64 " parameters, L %" PRIu64
+                " (the largest layer's), N %u:\n"
+                "  ZeRO-3, mixed-precision Adam  4L + 18 Psi/N  %15s   (gpumem: zero 3 above)\n"
+                "  optimizer offloaded           4L +  2 Psi/N  %15s\n"
+                "  parameters offloaded too      4L             %15s   (gpumem: 3+off above keeps the optimizer)\n",
+                ds.psi, ds.largest_layer, ranks, d0, d1, d2);
+    }
+    if (z3_why[0]) fprintf(out, "\n%s\n", z3_why);
     fputc('\n', out);
     for (int i = 0; i < np; i++)
         if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
@@ -269,6 +552,55 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     q->zero, a, err_pct(q->r.peak_allocated, q->meas_alloc), r,
                     err_pct(q->r.peak_reserved, q->meas_res));
         }
+        for (int i = 0; i < nz3; i++) {
+            const z3_pred *q = &z3[i];
+            const char *lab = q->offload_params ? "zero 3+off" : "zero 3";
+            if (q->measured < 0) {
+                fprintf(out, "  %s: %s\n", lab, q->err);
+                continue;
+            }
+            gm_fmt_bytes(q->meas_alloc, a, sizeof a), gm_fmt_bytes(q->meas_res, r, sizeof r);
+            fprintf(out,
+                    "  %s: measured %s allocated (predicted %+.2f%%; smallest rank %+.2f%%), %s reserved (%+.2f%%; "
+                    "%+.2f%%)\n",
+                    lab, a, err_pct(q->r.peak_allocated, q->meas_alloc), err_pct(q->r.peak_allocated, q->min_alloc), r,
+                    err_pct(q->r.peak_reserved, q->meas_res), err_pct(q->r.peak_reserved, q->min_res));
+        }
+    }
+    if (budget) {
+        char bb[32];
+        gm_fmt_bytes(budget, bb, sizeof bb);
+        if (have_plan) {
+            gm_fmt_bytes(plan_z ? plan_z->r.peak_reserved : plan_q->r.peak_reserved, r, sizeof r);
+            fprintf(out, "\nbudget %s per rank: plan %s (predicted peak reserved %s)\n", bb, plan_flags, r);
+            if (mpirun[0]) fprintf(out, "  %s\n", mpirun);
+            if (plan3.measured == 1) {
+                gm_fmt_bytes(plan3.meas_res, r, sizeof r);
+                fprintf(out, "  --check: measured %s reserved on the largest rank: %s\n", r,
+                        plan3.meas_res <= budget ? "every rank within the budget" : "OVER the budget");
+            } else if (plan3.measured < 0)
+                fprintf(out, "  --check: %s\n", plan3.err);
+        } else if (nearest_res != UINT64_MAX) {
+            const adv_zero3_stats *t = nearest_q ? &nearest_q->st : NULL;
+            uint64_t pa = nearest_q ? nearest_q->r.peak_allocated : nearest_z->r.peak_allocated;
+            uint64_t par = t ? (nearest_q->offload_params ? 0 : t->param_shard_bytes) : 0;
+            uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
+            uint64_t os = t ? (nearest_q->offload_opt ? 0 : t->z.state_shard_bytes) : nearest_z->st.state_shard_bytes;
+            uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
+            char c1[32], c2[32], c3[32], c4[32], c5[32];
+            gm_fmt_bytes(nearest_res - budget, s1, sizeof s1), gm_fmt_bytes(nearest_res, r, sizeof r);
+            gm_fmt_bytes(par, c1, sizeof c1), gm_fmt_bytes(gr, c2, sizeof c2), gm_fmt_bytes(os, c3, sizeof c3);
+            gm_fmt_bytes(rest, c4, sizeof c4), gm_fmt_bytes(nearest_res - pa, c5, sizeof c5);
+            fprintf(out,
+                    "\nbudget %s per rank: nothing fits; the nearest, %s, needs %s reserved (short by %s):\n"
+                    "  parameters %s, gradients %s, optimizer state %s, activations and gathered units %s,\n"
+                    "  reserved beyond allocated %s\n",
+                    bb, nearest_q ? nearest_q->flags : nearest_z->flags, r, s1, c1, c2, c3, c4, c5);
+        }
+        fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params, optimizer, --recompute layer; bf16,\n"
+              "  activation offload and accumulation are not combined with --ranks yet)\n",
+              out);
+        if (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget)) return 1;
     }
     if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
     return failed ? 1 : GM_EXIT_OK;

@@ -17,6 +17,11 @@
  * (exit 127 under mpirun: no mpirun). */
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
+/* gm_rerun under mpirun -np ranks (this environment's configuration), with the smallest rank's
+ * peaks too: every rank's peak lies between min and max. */
+int gm_rerun_ranks(const char *exe, const char *cmdline, const char *extra_args, unsigned ranks,
+                   uint64_t *max_allocated, uint64_t *max_reserved, uint64_t *min_allocated, uint64_t *min_reserved,
+                   char *err, size_t errsz);
 /* The same for a PyTorch program on PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=pytorch_conf
  * (the variable PyTorch reads first), and the peaks are PyTorch's own from the re-run's merged
  * history (max_memory_allocated / max_memory_reserved). 0, or -1 with err. */

@@ -71,12 +71,20 @@ static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, si
 
 static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
                  unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
-                 uint64_t *peak_reserved, char *err, size_t errsz);
+                 uint64_t *peak_reserved, uint64_t *min_allocated, uint64_t *min_reserved, char *err,
+                 size_t errsz);
 
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
-    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, err,
+    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, NULL, NULL, err,
                  errsz);
+}
+
+int gm_rerun_ranks(const char *exe, const char *cmdline, const char *extra_args, unsigned ranks,
+                   uint64_t *max_allocated, uint64_t *max_reserved, uint64_t *min_allocated, uint64_t *min_reserved,
+                   char *err, size_t errsz) {
+    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", NULL, ranks, 0, NULL, max_allocated, max_reserved,
+                 min_allocated, min_reserved, err, errsz);
 }
 
 int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
@@ -84,18 +92,19 @@ int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_con
     /* PYTORCH_CUDA_ALLOC_CONF: the variable PyTorch reads first (PYTORCH_ALLOC_CONF, if this
      * environment has one, is then not read at all: alloc_config_torch_env) */
     return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, NULL, peak_allocated,
-                 peak_reserved, err, errsz);
+                 peak_reserved, NULL, NULL, err, errsz);
 }
 
 int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz) {
     uint64_t a = 0, r = 0;
     /* PYTORCH_CUDA_ALLOC_CONF as the change has it, unset when it has none */
-    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, err, errsz);
+    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, NULL, NULL, err, errsz);
 }
 
 static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
                  unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
-                 uint64_t *peak_reserved, char *err, size_t errsz) {
+                 uint64_t *peak_reserved, uint64_t *min_allocated, uint64_t *min_reserved, char *err,
+                 size_t errsz) {
     char self[4096], cmd[8192], dbpath[96], np[16];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -183,14 +192,20 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
             snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
         else
             snprintf(path, sizeof path, "%s", dbpath);
+        uint64_t ra = 0, rs = 0; /* this rank's */
         if (rc == 0 && (script  ? read_script_peaks(path, script, err, errsz)
-                        : read_peaks(path, torch, peak_allocated, peak_reserved, err, errsz)) != 0) {
+                        : read_peaks(path, torch, &ra, &rs, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);
                 snprintf(err, errsz, "%s", why);
             }
             rc = -1;
+        } else if (rc == 0 && !script) {
+            if (ra > *peak_allocated) *peak_allocated = ra;
+            if (rs > *peak_reserved) *peak_reserved = rs;
+            if (min_allocated && (r == 0 || ra < *min_allocated)) *min_allocated = ra;
+            if (min_reserved && (r == 0 || rs < *min_reserved)) *min_reserved = rs;
         }
         unlink_db(path);
     }

@@ -67,11 +67,13 @@ jq -e '.predictions | map(.zero) == [0, 1] and (.[1].flags == "-B 8 --zero 1")' 
 "$GM" advise "$TMP/t.db" --ranks 2 > "$TMP/z.txt" || fail "text"
 grep -q -- "-B 8" "$TMP/z.txt" || fail "the text does not give the global batch: $(cat "$TMP/z.txt")"
 set +e
-"$GM" advise "$TMP/t.db" --zero 3 --ranks 2 > /dev/null 2>&1; rc1=$?
+"$GM" advise "$TMP/t.db" --zero 4 --ranks 2 > /dev/null 2>&1; rc1=$?
 "$GM" advise "$TMP/t.db" --zero 1 > /dev/null 2>&1; rc2=$?
 "$GM" advise "$TMP/t.db" --ranks 0 > /dev/null 2>&1; rc3=$?
+"$GM" advise "$TMP/t.db" --prefetch 1 > /dev/null 2>&1; rc4=$?
+"$GM" advise "$TMP/t.db" --ranks 2 --prefetch -1 > /dev/null 2>&1; rc5=$?
 set -e
-[[ $rc1 == 2 && $rc2 == 2 && $rc3 == 2 ]] || fail "bad options exit $rc1 $rc2 $rc3, want 2"
+[[ $rc1 == 2 && $rc2 == 2 && $rc3 == 2 && $rc4 == 2 && $rc5 == 2 ]] || fail "bad options exit $rc1 $rc2 $rc3 $rc4 $rc5, want 2"
 ok "--zero 1 alone, text with the global batch, bad options exit 2"
 
 # without uses the reduce-scatters fall back to the end of the backward: said, never lower
