@@ -15,6 +15,11 @@ trap 'rm -rf "$TMP"' EXIT
 TEXT=$TMP/text.txt
 cat alloc/*.c snapshot/*.c train/*.c sim/*.c preload/*.c > "$TEXT"
 export GPUMEM_SIM_MEMORY=${GPUMEM_SIM_MEMORY:-16G}
+# under_san PLAIN SAN: how many --check re-runs (or the like) to make. Under a sanitizer
+# (make test SAN=...) each re-run is the trainer again, instrumented, running the same code as
+# the one before it with other numbers: a few show the sanitizer that code; the plain run
+# checks every figure.
+under_san() { if [[ -n ${SAN:-} ]]; then echo "$2"; else echo "$1"; fi; }
 ok() { echo "ok: $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # The loss column of the trainer's step lines: "step N/M loss X ..." -> "N X".
