@@ -17,18 +17,12 @@ set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim
-command -v mpirun > /dev/null || { echo "advise_zero3_bench: skipped: mpirun not found" >&2; exit 77; }
-[[ $(ldd "$TRAIN" 2> /dev/null) == *libmpi* ]] || { echo "advise_zero3_bench: skipped: trainer built without MPI" >&2; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi.bash"
+mpi_setup advise_zero3_bench "$TRAIN"
 mkdir -p "$BUILD/tests/bench"
 dir=$(mktemp -d "$BUILD/tests/bench/advise-zero3-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 export GPUMEM_STACKS=0 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=2T
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-if [[ $(mpirun --version 2> /dev/null) =~ Open\ MPI\)\ [0-4]\. ]]; then
-  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-else
-  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
-fi
 
 max=0
 run() { # label "trainer flags of one rank" ranks...

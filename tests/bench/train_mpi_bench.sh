@@ -17,23 +17,15 @@
 #                                           (train/README.md, ZeRO-3); 1 = as the schedule says
 # Exit 77 without mpirun or an MPI build of the trainer.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
 TRAIN=$BUILD/train_gpt2_sim
-command -v mpirun >/dev/null || { echo "train_mpi_bench: skipped: mpirun not found" >&2; exit 77; }
-[[ $(ldd "$TRAIN" 2>/dev/null) == *libmpi* ]] || { echo "train_mpi_bench: skipped: trainer built without MPI" >&2; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/../mpi.bash"
+mpi_setup train_mpi_bench "$TRAIN"
 mkdir -p "$BUILD/tests/bench"
 dir=$(mktemp -d "$BUILD/tests/bench/train-mpi-XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 export GPUMEM_STACKS=0 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-if mpirun --version 2>/dev/null | grepq 'Open MPI) [0-4]\.'; then
-  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-else
-  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
-fi
 
 declare -A peak
 params=

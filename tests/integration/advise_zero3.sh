@@ -12,15 +12,9 @@
 #  - a recording that already shards is refused for ZeRO-3 with the reason.
 source "$(dirname "$0")/e2e_common.bash"
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-command -v mpirun > /dev/null || { echo "skipped: mpirun not found (make deps installs openmpi-bin)" >&2; exit 77; }
+source "$(dirname "$0")/../mpi.bash"
+mpi_setup advise_zero3 "$TRAIN"
 [[ $("$TRAIN" --help 2>&1) == *--prefetch* ]] || { echo "skipped: $TRAIN has no --zero 3" >&2; exit 77; }
-[[ $(ldd "$TRAIN" 2>&1) == *libmpi* ]] || { echo "skipped: $TRAIN was built without MPI" >&2; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-if [[ $(mpirun --version 2> /dev/null) =~ Open\ MPI\)\ [0-4]\. ]]; then
-  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-else
-  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
-fi
 export GPUMEM_STACKS=0 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G
 
 # every rank within 0.5%: the largest and the smallest rank's measured peaks, both kinds

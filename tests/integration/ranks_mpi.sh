@@ -15,17 +15,9 @@ source "$(dirname "$0")/e2e_common.bash"
 # Under SAN=address, Open MPI's own allocations are reported as leaks at exit (as train_mpi.sh says):
 # leak detection off for this test's processes, the other ASan checks on.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-command -v mpirun > /dev/null || { echo "skipped: mpirun not found (make deps installs openmpi-bin)" >&2; exit 77; }
+source "$(dirname "$0")/../mpi.bash"
+mpi_setup ranks_mpi "$TRAIN"
 [[ $("$TRAIN" --help 2>&1) == *--zero* ]] || { echo "skipped: $TRAIN has no --zero (no multi-rank mode)" >&2; exit 77; }
-[[ $(ldd "$TRAIN" 2>&1) == *libmpi* ]] || { echo "skipped: $TRAIN was built without MPI" >&2; exit 77; }
-# mpirun as root in a container, for this test only; more ranks than cores; shared memory
-# without cross-memory attach (often denied in containers); Open MPI 5 calls it sm, 4 vader
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-if [[ $(mpirun --version 2> /dev/null) =~ Open\ MPI\)\ [0-4]\. ]]; then
-  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-else
-  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
-fi
 export GPUMEM_STACKS=0
 D=$TMP/job
 mkdir -p "$D"

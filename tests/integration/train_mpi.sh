@@ -47,24 +47,14 @@ G=$BUILD/gpumem
 # The device-only check cannot run here; it must at least parse.
 bash -n tests/gpu/train_mpi.sh || { echo "FAIL: tests/gpu/train_mpi.sh does not parse"; exit 1; }
 [[ -x $T ]] || { echo "train_mpi: $T not built" >&2; exit 1; }
-command -v mpirun >/dev/null || { echo "train_mpi: skipped: mpirun not found (make deps installs openmpi-bin)"; exit 77; }
-[[ $(ldd "$T" 2>/dev/null) == *libmpi* ]] || { echo "train_mpi: skipped: $T was built without MPI (no mpicc at build time)"; exit 77; }
+source "$(dirname "$0")/../mpi.bash"
+mpi_setup train_mpi "$T"
 tmp=$(mktemp -d /tmp/train_mpi-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
-# mpirun as root in a container, for this test only: allowed explicitly, more ranks than
-# cores, shared memory between the ranks (no network), no cross-memory attach (often denied
-# in containers). Open MPI 5 calls its shared-memory transport "sm", 4 "vader".
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-if mpirun --version 2>/dev/null | grepq 'Open MPI) [0-4]\.'; then
-  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-else
-  export OMPI_MCA_btl=self,sm OMPI_MCA_btl_sm_single_copy_mechanism=none
-fi
 # Under SAN=address, Open MPI's own allocations (some in MCA components already unloaded, so
 # no suppression can name them) are reported as leaks at exit: leak detection is off for the
 # ranks only. The trainer's own frees are checked by the 1-rank runs (no MPI_Init), --zero 2
