@@ -22,6 +22,11 @@ torch_env=$build/sim/torch-env
 # is checked.
 unset GPUMEM_SIM_PROFILE GPUMEM_SIM_MEMORY GPUMEM_SIM_BACKING GPUMEM_SIM_KERNELS GPUMEM_SIM_STATS \
       GPUMEM_SIM_ASYNC GPUMEM_SIM_DEVICES PYTORCH_CUDA_ALLOC_CONF
+# every script's gpumem, and its scratch folder (removed at exit)
+G=$build/gpumem
+[[ -x $G ]] || { echo "$(basename "$0"): $G is not built: run make" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }

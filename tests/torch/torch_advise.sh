@@ -28,10 +28,6 @@
 # this prints (the largest error over every re-run).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_advise.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 BAR=${TORCH_ADVISE_BAR:-2}
 TOP=${TORCH_ADVISE_TOP:-1}

@@ -8,8 +8,6 @@
 # bindings from PyTorch's own libraries, so the check cannot pass vacuously.
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 LD_DEBUG=bindings LD_DEBUG_OUTPUT=$tmp/ld torch_run -- -c \
   'import torch; (torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")).sum().item()' \
   >/dev/null 2>"$tmp/err" || { cat "$tmp/err"; bad "the program failed"; exit 1; }

@@ -9,10 +9,6 @@
 # hooks, parameters, gradients and optimizer state come from their names.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_categories.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 BAR=95
 

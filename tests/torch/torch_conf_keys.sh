@@ -16,8 +16,6 @@ set -uo pipefail
 source "$(dirname "$0")/common.bash"
 R=$build/alloc/gpumem-replay
 [[ -x $R ]] || { echo "torch_conf_keys.sh: $R is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 site=$("$torch_py" -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("torch").origin))' 2>/dev/null)
 [[ -d $site/lib ]] || { echo "FAIL: cannot find torch's libraries"; exit 1; }
 probe() { torch_run -- tests/torch/conf_probe.py "$@" 2> "$tmp/probe.err"; }

@@ -11,8 +11,6 @@
 #     nothing was refused (no "not implemented" but the known cuLogsRegisterCallback).
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 for conf in "" "expandable_segments:True"; do
   name=${conf:-default}

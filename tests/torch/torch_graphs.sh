@@ -21,10 +21,6 @@
 #     capture pools with as many allocations as PyTorch made in its private pools.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_graphs.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/torch_graphs.py
 export GPUMEM_SIM_BACKING=memory # the canary needs bytes behind device memory
 

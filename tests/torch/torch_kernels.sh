@@ -7,8 +7,6 @@
 # first launch an error ("invalid device function").
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 prog='import torch
 x = torch.ones(1000, device="cuda")
 y = x + x

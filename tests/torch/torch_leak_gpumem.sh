@@ -8,10 +8,6 @@
 #   - the same run without --leak has no call site at that line (the check can fail).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_leak_gpumem.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 leak_line=$(grep -n '# PLANTED LEAK' "$script" | head -1 | cut -d: -f1)
 [[ -n $leak_line ]] || { echo "FAIL: no PLANTED LEAK line in $script"; exit 1; }

@@ -16,8 +16,6 @@ set -uo pipefail
 source "$(dirname "$0")/common.bash"
 G=$build/gpumem T=$build/train_gpt2_sim
 [[ -x $G && -x $T ]] || { echo "torch_memviz.sh: $G or $T is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 conf=expandable_segments:True,roundup_power2_divisions:4
 
 # the GPT-2 script under gpumem record, with its own _dump_snapshot of the same run

@@ -11,10 +11,6 @@
 #     (the output rule), and record says the snapshot was not written.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_oom.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 run() { # NAME MEMORY
   GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=$2 "$G" record -o "$tmp/$1.db" -- "$torch_py" "$script" \

@@ -25,8 +25,6 @@ set -uo pipefail
 source "$(dirname "$0")/common.bash"
 G=$build/gpumem R=$build/alloc/gpumem-replay
 [[ -x $G && -x $R ]] || { echo "torch_parity.sh: $G or $R is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 model_args=${TORCH_PARITY_ARGS:---model ${TORCH_PARITY_MODEL:-small} -B 8 -T 512}
 # the device: the memory-fraction configuration's limit is half of it, and gc acts below that
 mem=${TORCH_PARITY_MEM:-12G}

@@ -16,10 +16,6 @@
 #   - --no-torch-history: no merge; --no-torch-hooks: no step ranges.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_record.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 script=tests/torch/train_gpt2.py
 leak_line=$(grep -n '# PLANTED LEAK' "$script" | head -1 | cut -d: -f1)
 [[ -n $leak_line ]] || { echo "FAIL: no PLANTED LEAK line in $script"; exit 1; }

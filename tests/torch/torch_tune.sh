@@ -12,10 +12,6 @@
 #     max_memory_reserved() equals the predicted one, to the byte.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
-G=$build/gpumem
-[[ -x $G ]] || { echo "torch_tune.sh: $G is not built" >&2; exit 1; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/run.db" -- "$torch_py" tests/torch/train_gpt2.py \
   --model small -B 8 -T 512 --steps 4 --seq-jitter > "$tmp/run.out" 2> "$tmp/run.err" \
   || { bad "the GPT-2 script under gpumem record failed: $(tail -3 "$tmp/run.err")"; exit 1; }
