@@ -12,6 +12,7 @@
  * --check runs the recorded command again under `mpirun -np N gpumem record -o ...-%r.db`
  * with the global batch (-B times N) and --zero, and reads back every rank's measured peaks. */
 #include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_category.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@ typedef struct z3_pred {
     alloc_replay_result_t r;
     adv_zero3_stats st;
     char flags[160];
+    const char *change; /* a PyTorch recording: FSDP2's calls */
     int measured;                  /* --check: 1 measured, -1 failed (why in err) */
     uint64_t meas_alloc, meas_res; /* the largest rank's */
     uint64_t min_alloc, min_res;   /* the smallest rank's */
@@ -175,7 +177,9 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         "torch.distributed.optim.ZeroRedundancyOptimizer(model.parameters(), optimizer_class=<the optimizer>): "
         "each rank keeps its shard of the optimizer state",
         "FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP): optimizer state and gradients sharded "
-        "(ZeRO-2; FULL_SHARD shards the parameters too: predicted for the included trainer only)"};
+        "(ZeRO-2; for FULL_SHARD, the parameters sharded too, see ZeRO-3)"};
+    /* the project's PyTorch script, whose --fsdp N runs FSDP2 as one rank of N */
+    int torch_script = m->torch && strstr(m->cmdline, "train_gpt2.py") != NULL;
     unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
     shard_pred p[3];
     int np = 0;
@@ -205,10 +209,34 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     char z3_why[512] = "";
     ds_est ds = {0};
     if (zero < 0 || zero == 3) {
-        if (!trainer)
+        if (!trainer && m->torch) { /* FSDP2's schedule (gm_advise_fsdp.c) */
+            z3_pred *q = &z3[0];
+            memset(q, 0, sizeof *q);
+            adv_model c;
+            int rc = -1;
+            snprintf(err, sizeof err, "out of memory");
+            if (adv_model_copy(m, &c) == 0) {
+                rc = adv_fsdp(&c, ranks, &q->st, err, sizeof err);
+                if (rc == 0 && adv_replay(&c, &q->r, err, sizeof err) != 0) rc = -1;
+                adv_model_free(&c);
+            }
+            if (rc > 0)
+                snprintf(z3_why, sizeof z3_why, "ZeRO-3 (FSDP) not predicted: %.480s", err);
+            else if (rc < 0) {
+                fprintf(stderr, "gpumem advise: FSDP across %u rank%s: %s\n", ranks, ranks == 1 ? "" : "s",
+                        err[0] ? err : "out of memory");
+                return GM_EXIT_BADDB;
+            } else {
+                q->prefetch = 1;
+                q->change = "fully_shard(block) on every block of the repeated list, then fully_shard(model) "
+                            "(torch.distributed.fsdp, FSDP2; reshard_after_forward=True: FULL_SHARD); "
+                            "offload_policy=CPUOffloadPolicy() puts the shards on the host";
+                if (torch_script) snprintf(q->flags, sizeof q->flags, "--fsdp %u", ranks);
+                nz3 = 1;
+            }
+        } else if (!trainer)
             snprintf(z3_why, sizeof z3_why, "%s",
-                     m->torch ? "ZeRO-3 (FSDP's FULL_SHARD) is predicted for recordings of the included trainer only"
-                              : "ZeRO-3 is predicted for recordings of the included trainer only (its unit schedule)");
+                     "ZeRO-3 is predicted for recordings of the included trainer and of PyTorch programs only");
         for (int off = 0; trainer && off <= 1; off++) {
             z3_pred *q = &z3[nz3];
             int rc = z3_run(m, ranks, prefetch, off, B, q, err, sizeof err);
@@ -289,9 +317,25 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 "shards again; record one rank without --zero\n");
     int can_check = 0;
     const char *why_not = NULL;
-    if (check) {
+    if (check && torch_script) {
+        /* the script again as one rank of N under FSDP2 (--fsdp N: torch's fake process group);
+         * ZeRO-1 and 2 have no flag in it */
+        why_not = "ZeRO-1 and ZeRO-2 are not re-run for the PyTorch script (its --fsdp N is ZeRO-3's FULL_SHARD)";
+        can_check = nz3 > 0;
+        for (int i = 0; i < nz3; i++) {
+            z3_pred *q = &z3[i];
+            gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
+            snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
+            char cmd[sizeof m->cmdline + 64];
+            snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, q->flags);
+            q->measured = gm_rerun_torch_script(NULL, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
+            q->meas_alloc = q->min_alloc = t.peak_allocated, q->meas_res = q->min_res = t.peak_reserved;
+        }
+    } else if (check) {
         if (!trainer)
-            why_not = "--check re-runs recordings of the included trainer only";
+            why_not = m->torch ? "--check re-runs the included trainer and the project's PyTorch script "
+                                 "(tests/torch/train_gpt2.py) only"
+                               : "--check re-runs recordings of the included trainer only";
         else if (!exe[0] || access(exe, X_OK) != 0)
             why_not = "the recorded executable is not there to re-run";
         else if (!trainer_has_zero(exe))
@@ -382,6 +426,11 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     q->st.z.state_shard_bytes, q->st.z.grad_shard_bytes, q->st.ngathers, q->st.largest_unit_bytes,
                     q->offload_params ? ds.zero3_offload_params : ds.zero3);
             gm_json_str(out, q->flags);
+            fputs(", \"change\": ", out);
+            if (q->change)
+                gm_json_str(out, q->change);
+            else
+                fputs("null", out);
             if (q->measured == 1)
                 fprintf(out,
                         ", \"measured\": {\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
@@ -516,6 +565,13 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         const adv_zero3_stats *t = &z3[0].st;
         gm_fmt_bytes(t->param_bytes, a, sizeof a), gm_fmt_bytes(t->param_shard_bytes, r, sizeof r);
         gm_fmt_bytes(t->largest_unit_bytes, s1, sizeof s1);
+        if (m->torch)
+            fprintf(out,
+                    "\nZeRO-3 (FSDP2): parameters %s -> %s per rank (%zu tensors), each block's gathered for its "
+                    "forward and again for its backward (the next block's early in the backward; the largest "
+                    "unit %s)",
+                    a, r, t->nparams, s1);
+        else
         fprintf(out,
                 "\nZeRO-3: parameters %s -> %s per rank (%zu tensors), gathered unit by unit (--prefetch %d: "
                 "the next %d unit%s early; the largest unit %s); 3+off: the shards in pinned host memory "
@@ -530,18 +586,24 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 " (the largest layer's), N %u:\n"
                 "  ZeRO-3, mixed-precision Adam  4L + 18 Psi/N  %15s   (gpumem: zero 3 above)\n"
                 "  optimizer offloaded           4L +  2 Psi/N  %15s\n"
-                "  parameters offloaded too      4L             %15s   (gpumem: 3+off above keeps the optimizer)\n",
-                ds.psi, ds.largest_layer, ranks, d0, d1, d2);
+                "  parameters offloaded too      4L             %15s%s\n",
+                ds.psi, ds.largest_layer, ranks, d0, d1, d2, nz3 > 1 ? "   (gpumem: 3+off above keeps the optimizer)" : "");
     }
     if (z3_why[0]) fprintf(out, "\n%s\n", z3_why);
     fputc('\n', out);
     for (int i = 0; i < np; i++)
         if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
+    if (nz3 && z3[0].change) fprintf(out, "ZeRO-3 in PyTorch: %s\n", z3[0].change);
     if (why_not) fprintf(out, "\n--check: %s\n", why_not);
     if (can_check) {
-        fprintf(out, "\n--check (mpirun -np %u, the largest rank's measured peaks):\n", ranks);
+        if (torch_script)
+            fprintf(out, "\n--check (the script as rank 0 of %u: --fsdp %u over torch's fake process group):\n",
+                    ranks, ranks);
+        else
+            fprintf(out, "\n--check (mpirun -np %u, the largest rank's measured peaks):\n", ranks);
         for (int i = 0; i < np; i++) {
             const shard_pred *q = &p[i];
+            if (!q->measured) continue;
             if (q->measured < 0) {
                 fprintf(out, "  zero %d: %s\n", q->zero, q->err);
                 continue;

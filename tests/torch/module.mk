@@ -4,13 +4,14 @@
 # (torch_parity.sh), GPUMEM_CONF against PyTorch's own parser (torch_conf_keys.sh), PyTorch's
 # memory_viz on gpumem's exports (torch_memviz.sh), gpumem tune --check on the script (torch_tune.sh),
 # PyTorch's snapshot at an OOM beside the recording and the report naming it (torch_oom.sh),
-# CUDA graph capture (torch_graphs.sh), gpumem advise --check on the script (torch_advise.sh).
+# CUDA graph capture (torch_graphs.sh), gpumem advise --check on the script (torch_advise.sh), and
+# advise --ranks N on it, FSDP2 predicted and re-run with --fsdp N (torch_fsdp.sh).
 # Each skips (77) when PyTorch is not installed (GPUMEM_TORCH_PY, default /root/.cache/gpumem/torch-2.14.1). Included from tests/module.mk.
 SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_kernels.sh tests/torch/torch_gpt2.sh tests/torch/torch_record.sh \
                 tests/torch/torch_parity.sh tests/torch/torch_conf_keys.sh tests/torch/torch_memviz.sh \
                 tests/torch/torch_tune.sh tests/torch/torch_oom.sh tests/torch/torch_graphs.sh \
-                tests/torch/torch_categories.sh tests/torch/torch_advise.sh
+                tests/torch/torch_categories.sh tests/torch/torch_advise.sh tests/torch/torch_fsdp.sh
 # the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the

@@ -18,6 +18,12 @@ leak: one tensor per step is kept, at the line marked PLANTED LEAK), --seq-jitte
 its sequence length from [T/4, T] with the seed: the variable shapes that fragment a caching
 allocator).
 
+Sharding without N GPUs: --fsdp N runs FSDP2 (fully_shard on every block, then on the model) as
+rank 0 of N over torch's fake process group (torch.testing._internal.distributed.fake_pg): one
+process, every collective a no-op, every allocation the one a rank of N makes. --fsdp-reshard 0
+keeps the gathered parameters from the forward to the backward (SHARD_GRAD_OP), --fsdp-offload
+puts the shards on the host (CPUOffloadPolicy).
+
 For the checks against PyTorch's own allocator: --history FILE records PyTorch's memory history
 (torch.cuda.memory._record_memory_history, Python stacks) and dumps it with _dump_snapshot at the
 end; --memory-fraction F calls torch.cuda.set_per_process_memory_fraction(F) first; --segments
@@ -162,6 +168,16 @@ def parse_args(argv):
     p.add_argument("--profile-categories", metavar="FILE",
                    help="run under torch.profiler (CPU activity, profile_memory) and write its memory "
                         "profiler's category of every CUDA allocation to FILE (JSON)")
+    p.add_argument("--fsdp", type=int, metavar="N",
+                   help="FSDP2 (torch.distributed.fsdp.fully_shard on every block, then on the "
+                        "model) as rank 0 of N, over torch's fake process group: one process "
+                        "allocates what each of N ranks would (the collectives move nothing)")
+    p.add_argument("--fsdp-reshard", type=int, choices=[0, 1], default=1,
+                   help="reshard_after_forward: 1 FULL_SHARD (ZeRO-3, the default), "
+                        "0 SHARD_GRAD_OP (ZeRO-2)")
+    p.add_argument("--fsdp-offload", action="store_true",
+                   help="CPUOffloadPolicy(pin_memory=True): the parameter shards, their gradients "
+                        "and the optimizer state in host memory")
     p.add_argument("--no-stats", action="store_true",
                    help="print no torch.cuda memory statistics (pluggable allocators have none)")
     a = p.parse_args(argv)
@@ -169,6 +185,10 @@ def parse_args(argv):
         p.error("-T %d is longer than the model's block size %d" % (a.T, MODELS[a.model][4]))
     if min(a.B, a.T, a.steps, a.accum) < 1:
         p.error("-B, -T, --steps and --accum must be at least 1")
+    if a.fsdp is not None and a.fsdp < 1:
+        p.error("--fsdp N takes N >= 1 ranks")
+    if a.fsdp is None and (a.fsdp_offload or a.fsdp_reshard != 1):
+        p.error("--fsdp-offload and --fsdp-reshard need --fsdp N")
     return a
 
 
@@ -209,6 +229,22 @@ def write_profile_categories(prof, path):
         json.dump({"allocs": allocs, "versions": versions}, f)
 
 
+def fsdp_wrap(model, args):
+    """FSDP2 on rank 0 of args.fsdp over torch's fake process group (no other process: every
+    collective returns at once and moves nothing, while each allocation is the real one of a
+    rank of N): fully_shard on every block of model.h, then on the model (the embeddings, the
+    final LayerNorm and the tied head are the root's unit)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    dist.init_process_group("fake", rank=0, world_size=args.fsdp, store=FakeStore())
+    kw = dict(reshard_after_forward=bool(args.fsdp_reshard),
+              offload_policy=CPUOffloadPolicy(pin_memory=True) if args.fsdp_offload else OffloadPolicy())
+    for block in model.h:
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+
+
 def main(argv):
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -232,6 +268,8 @@ def main(argv):
         prof.__enter__()
     with dev:  # parameters are made on the device (no host copy of a 1.5B model)
         model = GPT(n_layer, n_head, n_embd, vocab, block, checkpoint=args.checkpoint)
+    if args.fsdp:
+        fsdp_wrap(model, args)
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     gen = torch.Generator(device="cpu").manual_seed(args.seed)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# torch_fsdp.sh — ZeRO-3 for a PyTorch recording (issue 43, deliverable 5): `gpumem advise --ranks N`
+# predicts FSDP2's FULL_SHARD (fully_shard on every block and on the model) from a one-rank
+# recording of the GPT-2 script, says it in FSDP2's terms, and --check re-runs the script with
+# --fsdp N (rank 0 of N over torch's fake process group: one process allocates what each rank
+# would) and compares PyTorch's own peaks:
+#   - tiny at 2 and 4 ranks: the prediction within BAR % (default 0.5) of the measured
+#     max_memory_allocated and max_memory_reserved;
+#   - the re-run shards: its peak allocated is below the recording's;
+#   - the flags (--fsdp N) and the change (fully_shard ...) are in the JSON.
+# gpt2 124M (-B 8 -T 1024, virtual backing) is not in the CI set: there the allocated peak comes
+# within 0.13 % and the reserved 1.6-1.9 % low (snapshot/analyze/ADVISE.md, "FSDP").
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+BAR=${TORCH_FSDP_BAR:-0.5}
+export GPUMEM_SIM_BACKING=memory
+if ! "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/train_gpt2.py --model tiny --steps 3 > "$tmp/rec.out" 2>&1; then
+  bad "recording failed: $(tail -3 "$tmp/rec.out")"
+  exit 1
+fi
+rec_alloc=$(awk '/^max_memory_allocated/ { print $2 }' "$tmp/rec.out")
+for n in 2 4; do
+  "$G" advise --json --ranks "$n" --check "$tmp/t.db" > "$tmp/a$n.json" 2> "$tmp/a$n.err"
+  j() { jq -r "$1" "$tmp/a$n.json"; }
+  [[ $(j '.zero3_predictions | length') == 1 ]] || { bad "$n ranks: no ZeRO-3 prediction: $(j .zero3_skipped) $(tail -2 "$tmp/a$n.err")"; continue; }
+  [[ $(j '.zero3_predictions[0].flags') == "--fsdp $n" ]] && ok "$n ranks: flags --fsdp $n" || bad "$n ranks: flags '$(j '.zero3_predictions[0].flags')'"
+  j '.zero3_predictions[0].change' | grepq 'fully_shard(block)' && ok "$n ranks: said as fully_shard" || bad "$n ranks: change '$(j '.zero3_predictions[0].change')'"
+  ma=$(j '.zero3_predictions[0].measured.peak_allocated')
+  [[ $ma =~ ^[0-9]+$ ]] || { bad "$n ranks: not measured: $(j '.zero3_predictions[0].check_error')"; continue; }
+  [[ $ma -lt $rec_alloc ]] && ok "$n ranks: the re-run shards ($ma < $rec_alloc allocated)" || bad "$n ranks: measured $ma, not below the recording's $rec_alloc"
+  for k in allocated reserved; do
+    e=$(j ".zero3_predictions[0].measured.error_${k}_pct")
+    awk -v e="$e" -v b="$BAR" 'BEGIN { exit !(e <= b && e >= -b) }' \
+      && ok "$n ranks: predicted peak $k within ${BAR}% of the measured (${e}%)" \
+      || bad "$n ranks: predicted peak $k off by ${e}% (bar ${BAR}%)"
+  done
+done
+exit $fail
