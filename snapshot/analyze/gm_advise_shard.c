@@ -97,6 +97,16 @@ static int z3_run(const adv_model *m, unsigned ranks, int K, int off, unsigned B
     return z3_run_with(m, ranks, K, off, 0, 0, B, q, err, errsz);
 }
 
+/* What a plan or the nearest one is called in the text: its flags, else its stage (a PyTorch
+ * recording's ZeRO-0..2 have no flags: their change is printed below the table). */
+static const char *plan_label(const shard_pred *z, const z3_pred *q, char *buf, size_t n)
+{
+    if (q && q->flags[0]) return q->flags;
+    if (!q && z && z->flags[0]) return z->flags;
+    snprintf(buf, n, "ZeRO-%d", q ? 3 : z ? z->zero : 0);
+    return buf;
+}
+
 static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
 {
     size_t n = strlen(flag);
@@ -287,6 +297,12 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 if (q->r.peak_reserved < nearest_res) nearest_res = q->r.peak_reserved, nearest_q = q, nearest_z = NULL;
             }
         }
+        if (!have_plan && !trainer && nz3) { /* a PyTorch recording: FSDP2's row */
+            if (z3[0].r.peak_reserved <= budget)
+                plan_q = &z3[0], have_plan = 1;
+            else if (z3[0].r.peak_reserved < nearest_res)
+                nearest_res = z3[0].r.peak_reserved, nearest_q = &z3[0], nearest_z = NULL;
+        }
         if (have_plan) {
             if (plan_z)
                 snprintf(plan_flags, sizeof plan_flags, "%s", plan_z->flags[0] ? plan_z->flags : "");
@@ -298,7 +314,16 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 const char *extra = strstr(plan_flags, "--zero");
                 snprintf(mpirun, sizeof mpirun, "mpirun -np %u %s %s", ranks, cmd, extra ? extra : "");
             }
-            if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
+            if (check && torch_script && plan_q) {
+                plan3 = *plan_q;
+                gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
+                snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
+                char cmd[sizeof m->cmdline + 200];
+                snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, plan_q->flags);
+                plan3.measured = gm_rerun_torch_script(NULL, cmd, &t, plan3.err, sizeof plan3.err) == 0 ? 1 : -1;
+                plan3.meas_alloc = plan3.min_alloc = t.peak_allocated;
+                plan3.meas_res = plan3.min_res = t.peak_reserved;
+            } else if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
                 plan3 = plan_q ? *plan_q : (z3_pred){0};
                 char cmd[8192];
                 scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
@@ -326,7 +351,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             z3_pred *q = &z3[i];
             gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
             snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
-            char cmd[sizeof m->cmdline + 64];
+            char cmd[sizeof m->cmdline + 200];
             snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, q->flags);
             q->measured = gm_rerun_torch_script(NULL, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
             q->meas_alloc = q->min_alloc = t.peak_allocated, q->meas_res = q->min_res = t.peak_reserved;
@@ -634,7 +659,9 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         gm_fmt_bytes(budget, bb, sizeof bb);
         if (have_plan) {
             gm_fmt_bytes(plan_z ? plan_z->r.peak_reserved : plan_q->r.peak_reserved, r, sizeof r);
-            fprintf(out, "\nbudget %s per rank: plan %s (predicted peak reserved %s)\n", bb, plan_flags, r);
+            char lab[32];
+            fprintf(out, "\nbudget %s per rank: plan %s (predicted peak reserved %s)\n", bb,
+                    plan_label(plan_z, plan_z ? NULL : plan_q, lab, sizeof lab), r);
             if (mpirun[0]) fprintf(out, "  %s\n", mpirun);
             if (plan3.measured == 1) {
                 gm_fmt_bytes(plan3.meas_res, r, sizeof r);
@@ -649,7 +676,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             uint64_t gr = t ? t->z.grad_shard_bytes : nearest_z->st.grad_shard_bytes;
             uint64_t os = t ? (nearest_q->offload_opt ? 0 : t->z.state_shard_bytes) : nearest_z->st.state_shard_bytes;
             uint64_t rest = pa > par + gr + os ? pa - par - gr - os : 0;
-            char c1[32], c2[32], c3[32], c4[32], c5[32];
+            char c1[32], c2[32], c3[32], c4[32], c5[32], lab[32];
             gm_fmt_bytes(nearest_res - budget, s1, sizeof s1), gm_fmt_bytes(nearest_res, r, sizeof r);
             gm_fmt_bytes(par, c1, sizeof c1), gm_fmt_bytes(gr, c2, sizeof c2), gm_fmt_bytes(os, c3, sizeof c3);
             gm_fmt_bytes(rest, c4, sizeof c4), gm_fmt_bytes(nearest_res - pa, c5, sizeof c5);
@@ -657,11 +684,16 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                     "\nbudget %s per rank: nothing fits; the nearest, %s, needs %s reserved (short by %s):\n"
                     "  parameters %s, gradients %s, optimizer state %s, activations and gathered units %s,\n"
                     "  reserved beyond allocated %s\n",
-                    bb, nearest_q ? nearest_q->flags : nearest_z->flags, r, s1, c1, c2, c3, c4, c5);
+                    bb, plan_label(nearest_z, nearest_q, lab, sizeof lab), r, s1, c1, c2, c3, c4, c5);
         }
-        fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params, optimizer, --recompute layer; bf16,\n"
-              "  activation offload and accumulation are not combined with --ranks yet)\n",
-              out);
+        if (trainer)
+            fputs("  (searched: ZeRO 0-3, --prefetch 0-2, --offload params, optimizer, --recompute layer; bf16,\n"
+                  "  activation offload and accumulation are not combined with --ranks yet)\n",
+                  out);
+        else
+            fputs("  (searched: ZeRO 0-2 and, for a PyTorch recording, FSDP2's FULL_SHARD; offload, recompute,\n"
+                  "  bf16 and accumulation are not combined with --ranks for it yet)\n",
+                  out);
         if (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget)) return 1;
     }
     if (failed) fprintf(stderr, "gpumem advise: --check: %d re-run%s failed\n", failed, failed == 1 ? "" : "s");
