@@ -290,9 +290,11 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
 /* FSDP2's FULL_SHARD on a PyTorch recording (m->torch; gm_advise_fsdp.c): fully_shard on every
  * block of the repeated list (parameters "h.3.*") and on the model; each parameter, gradient and
  * optimizer state its shard, every unit's full parameters all-gathered around its forward and its
- * backward (the root's from its forward to the end of the backward). 0; -1 no memory; 1 not a
+ * backward (the root's from its forward to the end of the backward); offload: CPUOffloadPolicy, the
+ * shards, gradients, optimizer state and the update on the host, each shard brought in for its
+ * gather. 0; -1 no memory; 1 not a
  * recording this can rewrite (why in err). */
-int adv_fsdp(adv_model *m, unsigned ranks, adv_zero3_stats *st, char *err, size_t errsz);
+int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, char *err, size_t errsz);
 
 /* The included trainer updates one parameter after another (at ZeRO-2/3: its state made at the
  * first step, its gradient shard freed; with --offload params its shard brought in and sent

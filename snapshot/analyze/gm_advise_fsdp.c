@@ -64,7 +64,9 @@ typedef struct fz {
     size_t nout, cap;
     uint32_t ag_pending; /* the last all-gather's output buffer, UINT32_MAX none */
     uint32_t rs_pending; /* the last reduce-scatter's input buffer, UINT32_MAX none */
-    int nomem;
+    int nomem, offload;
+    uint32_t *in; /* the shards being brought in (offload) */
+    size_t nin, incap;
     unsigned ranks;
     adv_zero3_stats *st;
 } fz;
@@ -99,7 +101,23 @@ static void gather(fz *z, size_t ui, const adv_ev *t)
         return;
     }
     m->allocs[ag].orig = ag;
+    /* CPU offload: each shard brought in on the all-gather stream first, freed once copied in */
+    size_t in0 = z->nin;
+    for (size_t k = 0; z->offload && k < u->nparams; k++) {
+        const adv_alloc *pa = &m->allocs[u->params[k]];
+        uint32_t h = adv_new_alloc(m, adv_shard_bytes(u->full[k], z->ranks), m->copy_stream, pa->cls, pa->name, 0);
+        if (h == UINT32_MAX || gm_grow((void **)&z->in, &z->incap, z->nin + 1, sizeof *z->in)) {
+            z->nomem = 1;
+            return;
+        }
+        m->allocs[h].orig = h;
+        z->in[z->nin++] = h;
+        put(z, like(t, h, ADV_EV_ALLOC, 0));
+    }
     put(z, like(t, ag, ADV_EV_ALLOC, 0));
+    for (size_t k = in0; k < z->nin; k++)
+        put(z, like(t, z->in[k], ADV_EV_FREE_ASYNC, m->copy_stream));
+    z->nin = in0;
     for (size_t k = 0; k < u->nparams; k++) {
         const adv_alloc *pa = &m->allocs[u->params[k]];
         uint32_t g = adv_new_alloc(m, u->full[k], m->compute_stream, pa->cls, pa->name, 0);
@@ -168,7 +186,7 @@ static size_t unit_of_key(const fz *z, const char *key)
     return SIZE_MAX;
 }
 
-int adv_fsdp(adv_model *m, unsigned ranks, adv_zero3_stats *st, char *err, size_t errsz)
+int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, char *err, size_t errsz)
 {
     memset(st, 0, sizeof *st);
     err[0] = 0;
@@ -177,9 +195,9 @@ int adv_fsdp(adv_model *m, unsigned ranks, adv_zero3_stats *st, char *err, size_
         snprintf(err, errsz, "FSDP is predicted for PyTorch recordings (their memory history merged)");
         return 1;
     }
-    fz z = {.m = m, .ag_pending = UINT32_MAX, .rs_pending = UINT32_MAX, .ranks = ranks, .st = st};
+    fz z = {.m = m, .ag_pending = UINT32_MAX, .rs_pending = UINT32_MAX, .ranks = ranks, .offload = offload, .st = st};
     int rc = -1;
-    uint8_t *isparam = calloc(m->nallocs + 1, 1);
+    uint8_t *isparam = calloc(m->nallocs + 1, 1), *host = NULL;
     if (!isparam) goto out;
     /* the parameters: named, born before the first step */
     for (size_t i = 0; i < m->nevs; i++) {
@@ -248,6 +266,17 @@ int adv_fsdp(adv_model *m, unsigned ranks, adv_zero3_stats *st, char *err, size_
             m->allocs[a].size = s;
         }
     }
+    /* CPU offload: what lives on the host (parameters after their first birth, gradients, and
+     * every allocation the optimizer makes: the update runs on the host) */
+    host = calloc(m->nallocs + 1, 1);
+    if (!host) goto out;
+    for (size_t i = 0; offload && i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind != ADV_EV_ALLOC || e->a >= m->nallocs) continue;
+        const char *n = adv_str(m, m->allocs[e->a].name);
+        if (isparam[e->a] || e->phase == ADV_PH_OPT || !strncmp(n, "grad.", 5) || !strncmp(n, "adam.", 5))
+            host[e->a] = 1;
+    }
     /* walk the trace */
     int prev = ADV_PH_OTHER;
     size_t cur = SIZE_MAX; /* the block whose phase is running */
@@ -281,6 +310,16 @@ int adv_fsdp(adv_model *m, unsigned ranks, adv_zero3_stats *st, char *err, size_
             }
         }
         if (ph != ADV_PH_OTHER) prev = ph;
+        if (z.offload && e.a < m->nallocs && host[e.a]) {
+            /* a parameter is made on the device, sharded and moved to the host: its shard's
+             * birth and its free at once; gradients, optimizer state and the update's
+             * temporaries live on the host */
+            if (isparam[e.a] && e.kind == ADV_EV_ALLOC) {
+                put(&z, e);
+                put(&z, like(&e, e.a, ADV_EV_FREE_ASYNC, m->allocs[e.a].stream));
+            }
+            continue;
+        }
         put(&z, e);
     }
     if (z.nomem) goto out;
@@ -295,6 +334,6 @@ out:
     if (rc < 0) snprintf(err, errsz, "out of memory");
     for (size_t ui = 0; ui < z.nu; ui++)
         free(z.u[ui].params), free(z.u[ui].storage), free(z.u[ui].full);
-    free(z.u), free(z.out), free(isparam);
+    free(z.u), free(z.out), free(z.in), free(isparam), free(host);
     return rc;
 }

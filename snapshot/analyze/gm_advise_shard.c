@@ -219,14 +219,15 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     char z3_why[512] = "";
     ds_est ds = {0};
     if (zero < 0 || zero == 3) {
-        if (!trainer && m->torch) { /* FSDP2's schedule (gm_advise_fsdp.c) */
-            z3_pred *q = &z3[0];
+        for (int off = 0; !trainer && m->torch && off <= 1 && !z3_why[0]; off++) {
+            /* FSDP2's schedule (gm_advise_fsdp.c), without and with CPUOffloadPolicy */
+            z3_pred *q = &z3[nz3];
             memset(q, 0, sizeof *q);
             adv_model c;
             int rc = -1;
             snprintf(err, sizeof err, "out of memory");
             if (adv_model_copy(m, &c) == 0) {
-                rc = adv_fsdp(&c, ranks, &q->st, err, sizeof err);
+                rc = adv_fsdp(&c, ranks, off, &q->st, err, sizeof err);
                 if (rc == 0 && adv_replay(&c, &q->r, err, sizeof err) != 0) rc = -1;
                 adv_model_free(&c);
             }
@@ -237,14 +238,18 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                         err[0] ? err : "out of memory");
                 return GM_EXIT_BADDB;
             } else {
-                q->prefetch = 1;
-                q->change = "fully_shard(block) on every block of the repeated list, then fully_shard(model) "
-                            "(torch.distributed.fsdp, FSDP2; reshard_after_forward=True: FULL_SHARD); "
-                            "offload_policy=CPUOffloadPolicy() puts the shards on the host";
-                if (torch_script) snprintf(q->flags, sizeof q->flags, "--fsdp %u", ranks);
-                nz3 = 1;
+                q->prefetch = 1, q->offload_params = off;
+                q->change = off ? "fully_shard(block, offload_policy=CPUOffloadPolicy()) on every block, then "
+                                  "fully_shard(model, offload_policy=CPUOffloadPolicy()): the shards, gradients and "
+                                  "optimizer state on the host, the update there"
+                                : "fully_shard(block) on every block of the repeated list, then fully_shard(model) "
+                                  "(torch.distributed.fsdp, FSDP2; reshard_after_forward=True: FULL_SHARD)";
+                if (torch_script)
+                    snprintf(q->flags, sizeof q->flags, "--fsdp %u%s", ranks, off ? " --fsdp-offload" : "");
+                nz3++;
             }
-        } else if (!trainer)
+        }
+        if (!trainer && !m->torch)
             snprintf(z3_why, sizeof z3_why, "%s",
                      "ZeRO-3 is predicted for recordings of the included trainer and of PyTorch programs only");
         for (int off = 0; trainer && off <= 1; off++) {
@@ -297,11 +302,11 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 if (q->r.peak_reserved < nearest_res) nearest_res = q->r.peak_reserved, nearest_q = q, nearest_z = NULL;
             }
         }
-        if (!have_plan && !trainer && nz3) { /* a PyTorch recording: FSDP2's row */
-            if (z3[0].r.peak_reserved <= budget)
-                plan_q = &z3[0], have_plan = 1;
-            else if (z3[0].r.peak_reserved < nearest_res)
-                nearest_res = z3[0].r.peak_reserved, nearest_q = &z3[0], nearest_z = NULL;
+        for (int i = 0; !have_plan && !trainer && i < nz3; i++) { /* a PyTorch recording: FSDP2's rows */
+            if (z3[i].r.peak_reserved <= budget)
+                plan_q = &z3[i], have_plan = 1;
+            else if (z3[i].r.peak_reserved < nearest_res)
+                nearest_res = z3[i].r.peak_reserved, nearest_q = &z3[i], nearest_z = NULL;
         }
         if (have_plan) {
             if (plan_z)
@@ -618,7 +623,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     fputc('\n', out);
     for (int i = 0; i < np; i++)
         if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
-    if (nz3 && z3[0].change) fprintf(out, "ZeRO-3 in PyTorch: %s\n", z3[0].change);
+    for (int i = 0; i < nz3; i++)
+        if (z3[i].change) fprintf(out, "ZeRO-3%s in PyTorch: %s\n", z3[i].offload_params ? "+off" : "", z3[i].change);
     if (why_not) fprintf(out, "\n--check: %s\n", why_not);
     if (can_check) {
         if (torch_script)
@@ -691,8 +697,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                   "  activation offload and accumulation are not combined with --ranks yet)\n",
                   out);
         else
-            fputs("  (searched: ZeRO 0-2 and, for a PyTorch recording, FSDP2's FULL_SHARD; offload, recompute,\n"
-                  "  bf16 and accumulation are not combined with --ranks for it yet)\n",
+            fputs("  (searched: ZeRO 0-2, then FSDP2's FULL_SHARD without and with CPU offload; recompute, bf16\n"
+                  "  and accumulation are not combined with --ranks for a PyTorch recording yet)\n",
                   out);
         if (!have_plan || plan3.measured < 0 || (plan3.measured == 1 && plan3.meas_res > budget)) return 1;
     }

@@ -4,8 +4,9 @@
 # recording of the GPT-2 script, says it in FSDP2's terms, and --check re-runs the script with
 # --fsdp N (rank 0 of N over torch's fake process group: one process allocates what each rank
 # would) and compares PyTorch's own peaks:
-#   - tiny at 2 and 4 ranks: the prediction within BAR % (default 0.5) of the measured
-#     max_memory_allocated and max_memory_reserved;
+#   - tiny at 2 and 4 ranks, FSDP2 alone and with CPUOffloadPolicy (--fsdp-offload: shards,
+#     gradients, optimizer state and the update on the host): the prediction within BAR %
+#     (default 0.5) of the measured max_memory_allocated and max_memory_reserved;
 #   - the re-run shards: its peak allocated is below the recording's;
 #   - the flags (--fsdp N) and the change (fully_shard ...) are in the JSON.
 # gpt2 124M (-B 8 -T 1024, virtual backing) is not in the CI set: there the allocated peak comes
@@ -22,17 +23,25 @@ rec_alloc=$(awk '/^max_memory_allocated/ { print $2 }' "$tmp/rec.out")
 for n in 2 4; do
   "$G" advise --json --ranks "$n" --check "$tmp/t.db" > "$tmp/a$n.json" 2> "$tmp/a$n.err"
   j() { jq -r "$1" "$tmp/a$n.json"; }
-  [[ $(j '.zero3_predictions | length') == 1 ]] || { bad "$n ranks: no ZeRO-3 prediction: $(j .zero3_skipped) $(tail -2 "$tmp/a$n.err")"; continue; }
-  [[ $(j '.zero3_predictions[0].flags') == "--fsdp $n" ]] && ok "$n ranks: flags --fsdp $n" || bad "$n ranks: flags '$(j '.zero3_predictions[0].flags')'"
-  j '.zero3_predictions[0].change' | grepq 'fully_shard(block)' && ok "$n ranks: said as fully_shard" || bad "$n ranks: change '$(j '.zero3_predictions[0].change')'"
-  ma=$(j '.zero3_predictions[0].measured.peak_allocated')
-  [[ $ma =~ ^[0-9]+$ ]] || { bad "$n ranks: not measured: $(j '.zero3_predictions[0].check_error')"; continue; }
-  [[ $ma -lt $rec_alloc ]] && ok "$n ranks: the re-run shards ($ma < $rec_alloc allocated)" || bad "$n ranks: measured $ma, not below the recording's $rec_alloc"
-  for k in allocated reserved; do
-    e=$(j ".zero3_predictions[0].measured.error_${k}_pct")
-    awk -v e="$e" -v b="$BAR" 'BEGIN { exit !(e <= b && e >= -b) }' \
-      && ok "$n ranks: predicted peak $k within ${BAR}% of the measured (${e}%)" \
-      || bad "$n ranks: predicted peak $k off by ${e}% (bar ${BAR}%)"
+  [[ $(j '.zero3_predictions | length') == 2 ]] || { bad "$n ranks: not two ZeRO-3 rows: $(j .zero3_skipped) $(tail -2 "$tmp/a$n.err")"; continue; }
+  for r in 0 1; do
+    q=".zero3_predictions[$r]"
+    want="--fsdp $n" lab="$n ranks"
+    [[ $r == 1 ]] && want+=" --fsdp-offload" lab+=", CPU offload"
+    [[ $(j "$q.flags") == "$want" ]] && ok "$lab: flags $want" || bad "$lab: flags '$(j "$q.flags")'"
+    j "$q.change" | grepq 'fully_shard(' && ok "$lab: said as fully_shard" || bad "$lab: change '$(j "$q.change")'"
+    ma=$(j "$q.measured.peak_allocated")
+    [[ $ma =~ ^[0-9]+$ ]] || { bad "$lab: not measured: $(j "$q.check_error")"; continue; }
+    [[ $ma -lt $rec_alloc ]] && ok "$lab: the re-run shards ($ma < $rec_alloc allocated)" || bad "$lab: measured $ma, not below the recording's $rec_alloc"
+    for k in allocated reserved; do
+      e=$(j "$q.measured.error_${k}_pct")
+      awk -v e="$e" -v b="$BAR" 'BEGIN { exit !(e <= b && e >= -b) }' \
+        && ok "$lab: predicted peak $k within ${BAR}% of the measured (${e}%)" \
+        || bad "$lab: predicted peak $k off by ${e}% (bar ${BAR}%)"
+    done
   done
+  # offloaded, the shards, gradients and optimizer state leave the device
+  [[ $(j '.zero3_predictions[1].peak_allocated') -lt $(j '.zero3_predictions[0].peak_allocated') ]] \
+    && ok "$n ranks: CPU offload predicts less than FSDP alone" || bad "$n ranks: CPU offload predicts no less"
 done
 exit $fail
