@@ -8,6 +8,7 @@
 #     gradients, optimizer state and the update on the host): the prediction within BAR %
 #     (default 0.5) of the measured max_memory_allocated and max_memory_reserved;
 #   - the re-run shards: its peak allocated is below the recording's;
+#   - the same at 2 ranks with gpumem as PyTorch's allocator (--allocator gpumem: gpumem's peaks);
 #   - the flags (--fsdp N) and the change (fully_shard ...) are in the JSON.
 # gpt2 124M (-B 8 -T 1024, virtual backing) is not in the CI set: there the allocated peak comes
 # within 0.13 % and the reserved 1.6-1.9 % low (snapshot/analyze/ADVISE.md, "FSDP").
@@ -15,24 +16,22 @@ set -uo pipefail
 source "$(dirname "$0")/common.bash"
 BAR=${TORCH_FSDP_BAR:-0.5}
 export GPUMEM_SIM_BACKING=memory
-if ! "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/train_gpt2.py --model tiny --steps 3 > "$tmp/rec.out" 2>&1; then
-  bad "recording failed: $(tail -3 "$tmp/rec.out")"
-  exit 1
-fi
-rec_alloc=$(awk '/^max_memory_allocated/ { print $2 }' "$tmp/rec.out")
-for n in 2 4; do
-  "$G" advise --json --ranks "$n" --check "$tmp/t.db" > "$tmp/a$n.json" 2> "$tmp/a$n.err"
-  j() { jq -r "$1" "$tmp/a$n.json"; }
-  [[ $(j '.zero3_predictions | length') == 2 ]] || { bad "$n ranks: not two ZeRO-3 rows: $(j .zero3_skipped) $(tail -2 "$tmp/a$n.err")"; continue; }
+# check_rows DB N LABEL: both ZeRO-3 rows of `advise --ranks N --check` on DB
+check_rows() {
+  local db=$1 n=$2 L=$3
+  "$G" advise --json --ranks "$n" --check "$db" > "$tmp/a.json" 2> "$tmp/a.err"
+  j() { jq -r "$1" "$tmp/a.json"; }
+  [[ $(j '.zero3_predictions | length') == 2 ]] || { bad "$L, $n ranks: not two ZeRO-3 rows: $(j .zero3_skipped) $(tail -2 "$tmp/a.err")"; return; }
   for r in 0 1; do
     q=".zero3_predictions[$r]"
-    want="--fsdp $n" lab="$n ranks"
+    want="--fsdp $n" lab="$L, $n ranks"
     [[ $r == 1 ]] && want+=" --fsdp-offload" lab+=", CPU offload"
     [[ $(j "$q.flags") == "$want" ]] && ok "$lab: flags $want" || bad "$lab: flags '$(j "$q.flags")'"
     j "$q.change" | grepq 'fully_shard(' && ok "$lab: said as fully_shard" || bad "$lab: change '$(j "$q.change")'"
     ma=$(j "$q.measured.peak_allocated")
     [[ $ma =~ ^[0-9]+$ ]] || { bad "$lab: not measured: $(j "$q.check_error")"; continue; }
-    [[ $ma -lt $rec_alloc ]] && ok "$lab: the re-run shards ($ma < $rec_alloc allocated)" || bad "$lab: measured $ma, not below the recording's $rec_alloc"
+    [[ $ma -lt $(j .recorded.peak_allocated) ]] && ok "$lab: the re-run shards ($ma < $(j .recorded.peak_allocated) allocated)" \
+      || bad "$lab: measured $ma, not below the recording's $(j .recorded.peak_allocated)"
     for k in allocated reserved; do
       e=$(j "$q.measured.error_${k}_pct")
       awk -v e="$e" -v b="$BAR" 'BEGIN { exit !(e <= b && e >= -b) }' \
@@ -42,6 +41,20 @@ for n in 2 4; do
   done
   # offloaded, the shards, gradients and optimizer state leave the device
   [[ $(j '.zero3_predictions[1].peak_allocated') -lt $(j '.zero3_predictions[0].peak_allocated') ]] \
-    && ok "$n ranks: CPU offload predicts less than FSDP alone" || bad "$n ranks: CPU offload predicts no less"
-done
+    && ok "$L, $n ranks: CPU offload predicts less than FSDP alone" || bad "$L, $n ranks: CPU offload predicts no less"
+}
+
+args=(tests/torch/train_gpt2.py --model tiny --steps 3)
+if "$G" record -q -o "$tmp/t.db" -- "$torch_py" "${args[@]}" > "$tmp/rec.out" 2>&1; then
+  check_rows "$tmp/t.db" 2 "PyTorch's allocator"
+  check_rows "$tmp/t.db" 4 "PyTorch's allocator"
+else
+  bad "recording failed: $(tail -3 "$tmp/rec.out")"
+fi
+# gpumem as PyTorch's allocator: gpumem's recorded peaks, predicted and re-run the same way
+if "$G" record -q -o "$tmp/g.db" --allocator gpumem -- "$torch_py" "${args[@]}" --no-stats > "$tmp/recg.out" 2>&1; then
+  check_rows "$tmp/g.db" 2 "gpumem's allocator"
+else
+  bad "recording (--allocator gpumem) failed: $(tail -3 "$tmp/recg.out")"
+fi
 exit $fail
