@@ -292,9 +292,10 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
  * optimizer state its shard, every unit's full parameters all-gathered around its forward and its
  * backward (the root's from its forward to the end of the backward); offload: CPUOffloadPolicy, the
  * shards, gradients, optimizer state and the update on the host, each shard brought in for its
- * gather. 0; -1 no memory; 1 not a
+ * gather; reshard 0: reshard_after_forward=False (SHARD_GRAD_OP), a block's parameters kept from
+ * its forward to its backward. 0; -1 no memory; 1 not a
  * recording this can rewrite (why in err). */
-int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, char *err, size_t errsz);
+int adv_fsdp(adv_model *m, unsigned ranks, int offload, int reshard, adv_zero3_stats *st, char *err, size_t errsz);
 
 /* The included trainer updates one parameter after another (at ZeRO-2/3: its state made at the
  * first step, its gradient shard freed; with --offload params its shard brought in and sent

@@ -12,7 +12,8 @@
  *     one output buffer of the unit's bytes on the all-gather stream, then every parameter's
  *     full storage on the compute stream; the buffer of the unit gathered before is freed once
  *     this copy-out is done (FSDP2 keeps the last all-gather's result until the next one);
- *   - a block's full parameters are freed after its forward (reshard_after_forward) and after
+ *   - a block's full parameters are freed after its forward (reshard_after_forward=True; with
+ *     False, SHARD_GRAD_OP, they stay gathered from the forward to the block's backward) and after
  *     its backward; the root's stay from its forward to the end of the backward;
  *   - in the backward the next block (the one before in forward order) is gathered when a
  *     block's backward begins (FSDP2's implicit backward prefetch).
@@ -186,7 +187,8 @@ static size_t unit_of_key(const fz *z, const char *key)
     return SIZE_MAX;
 }
 
-int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, char *err, size_t errsz)
+int adv_fsdp(adv_model *m, unsigned ranks, int offload, int reshard, adv_zero3_stats *st, char *err,
+             size_t errsz)
 {
     memset(st, 0, sizeof *st);
     err[0] = 0;
@@ -292,6 +294,12 @@ int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, cha
                 put(&z, like(&e, z.rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream)), z.rs_pending = UINT32_MAX;
             cur = SIZE_MAX;
         }
+        if (!reshard && ph != ADV_PH_FWD && prev == ADV_PH_FWD && z.ag_pending != UINT32_MAX) {
+            /* SHARD_GRAD_OP: the forward's end frees its last all-gather's result (FULL_SHARD's
+             * stays until the backward's first all-gather) */
+            put(&z, like(&e, z.ag_pending, ADV_EV_FREE_ASYNC, m->copy_stream));
+            z.ag_pending = UINT32_MAX;
+        }
         if (ph == ADV_PH_FWD || ph == ADV_PH_BWD) {
             if (ph == ADV_PH_FWD && prev != ADV_PH_FWD) gather(&z, 0, &e), cur = SIZE_MAX;
             char key[128] = "";
@@ -300,12 +308,12 @@ int adv_fsdp(adv_model *m, unsigned ranks, int offload, adv_zero3_stats *st, cha
             size_t ui = key[0] ? unit_of_key(&z, key) : SIZE_MAX;
             if (ui != SIZE_MAX && ui != cur) {
                 if (cur != SIZE_MAX && ph == ADV_PH_BWD) reduce_scatter(&z, cur, &e);
-                if (cur != SIZE_MAX) release(&z, cur, &e);
+                if (cur != SIZE_MAX && (ph == ADV_PH_BWD || reshard)) release(&z, cur, &e);
                 gather(&z, ui, &e);
                 if (ph == ADV_PH_BWD && ui > 1) gather(&z, ui - 1, &e); /* backward prefetch */
                 cur = ui;
             } else if (ui == SIZE_MAX && key[0] == 0 && ln[0] && cur != SIZE_MAX && ph == ADV_PH_FWD) {
-                release(&z, cur, &e); /* the head, after the last block */
+                if (reshard) release(&z, cur, &e); /* the head, after the last block */
                 cur = SIZE_MAX;
             }
         }

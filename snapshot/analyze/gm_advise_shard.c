@@ -35,6 +35,7 @@ typedef struct shard_pred {
  * --offload params. */
 typedef struct z3_pred {
     int offload_params, prefetch, offload_opt, recompute_layer;
+    int keep; /* a PyTorch recording: FSDP2's reshard_after_forward=False (SHARD_GRAD_OP) */
     alloc_replay_result_t r;
     adv_zero3_stats st;
     char flags[160];
@@ -214,20 +215,21 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     }
     /* ZeRO-3: the included trainer's unit schedule replayed (a recording of anything else has no
      * schedule to replay: said, not guessed) */
-    z3_pred z3[2];
+    z3_pred z3[3];
     int nz3 = 0;
     char z3_why[512] = "";
     ds_est ds = {0};
     if (zero < 0 || zero == 3) {
-        for (int off = 0; !trainer && m->torch && off <= 1 && !z3_why[0]; off++) {
-            /* FSDP2's schedule (gm_advise_fsdp.c), without and with CPUOffloadPolicy */
+        for (int row = 0; !trainer && m->torch && row <= 2 && !z3_why[0]; row++) {
+            /* FSDP2's schedule (gm_advise_fsdp.c): FULL_SHARD, with CPUOffloadPolicy, SHARD_GRAD_OP */
+            int off = row == 1, keep = row == 2;
             z3_pred *q = &z3[nz3];
             memset(q, 0, sizeof *q);
             adv_model c;
             int rc = -1;
             snprintf(err, sizeof err, "out of memory");
             if (adv_model_copy(m, &c) == 0) {
-                rc = adv_fsdp(&c, ranks, off, &q->st, err, sizeof err);
+                rc = adv_fsdp(&c, ranks, off, !keep, &q->st, err, sizeof err);
                 if (rc == 0 && adv_replay(&c, &q->r, err, sizeof err) != 0) rc = -1;
                 adv_model_free(&c);
             }
@@ -238,14 +240,18 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                         err[0] ? err : "out of memory");
                 return GM_EXIT_BADDB;
             } else {
-                q->prefetch = 1, q->offload_params = off;
-                q->change = off ? "fully_shard(block, offload_policy=CPUOffloadPolicy()) on every block, then "
+                q->prefetch = 1, q->offload_params = off, q->keep = keep;
+                q->change = keep ? "fully_shard(block, reshard_after_forward=False) on every block, then "
+                                   "fully_shard(model, reshard_after_forward=False) (SHARD_GRAD_OP: each block's "
+                                   "parameters stay gathered from its forward to its backward)"
+                          : off ? "fully_shard(block, offload_policy=CPUOffloadPolicy()) on every block, then "
                                   "fully_shard(model, offload_policy=CPUOffloadPolicy()): the shards, gradients and "
                                   "optimizer state on the host, the update there"
                                 : "fully_shard(block) on every block of the repeated list, then fully_shard(model) "
                                   "(torch.distributed.fsdp, FSDP2; reshard_after_forward=True: FULL_SHARD)";
                 if (torch_script)
-                    snprintf(q->flags, sizeof q->flags, "--fsdp %u%s", ranks, off ? " --fsdp-offload" : "");
+                    snprintf(q->flags, sizeof q->flags, "--fsdp %u%s", ranks,
+                             off ? " --fsdp-offload" : keep ? " --fsdp-reshard 0" : "");
                 nz3++;
             }
         }
@@ -444,13 +450,15 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         for (int i = 0; i < nz3; i++) {
             const z3_pred *q = &z3[i];
             fprintf(out,
-                    "%s\n  {\"zero\": 3, \"prefetch\": %d, \"offload_params\": %s, \"peak_allocated\": %zu, "
+                    "%s\n  {\"zero\": 3, \"prefetch\": %d, \"offload_params\": %s, \"reshard_after_forward\": %s, "
+                    "\"peak_allocated\": %zu, "
                     "\"peak_reserved\": %zu, \"saving_allocated\": %" PRId64 ", \"saving_reserved\": %" PRId64
                     ", \"parameter_bytes\": %" PRIu64 ", \"parameter_shard_bytes\": %" PRIu64
                     ", \"optimizer_state_shard_bytes\": %" PRIu64 ", \"gradient_shard_bytes\": %" PRIu64
                     ", \"gather_buffers\": %zu, \"largest_unit_bytes\": %" PRIu64
                     ", \"deepspeed_estimate_bytes\": %" PRIu64 ", \"flags\": ",
-                    i ? "," : "", prefetch, q->offload_params ? "true" : "false", q->r.peak_allocated,
+                    i ? "," : "", prefetch, q->offload_params ? "true" : "false", q->keep ? "false" : "true",
+                    q->r.peak_allocated,
                     q->r.peak_reserved, (int64_t)base_a - (int64_t)q->r.peak_allocated,
                     (int64_t)base_r - (int64_t)q->r.peak_reserved, q->st.param_bytes, q->st.param_shard_bytes,
                     q->st.z.state_shard_bytes, q->st.z.grad_shard_bytes, q->st.ngathers, q->st.largest_unit_bytes,
@@ -572,7 +580,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         gm_fmt_bytes(q->r.peak_allocated, a, sizeof a), gm_fmt_bytes(q->r.peak_reserved, r, sizeof r);
         gm_fmt_bytes(base_a > q->r.peak_allocated ? base_a - q->r.peak_allocated : 0, s1, sizeof s1);
         gm_fmt_bytes(base_r > q->r.peak_reserved ? base_r - q->r.peak_reserved : 0, s2, sizeof s2);
-        fprintf(out, "  %-5s %15s %15s %14s %14s  %s\n", q->offload_params ? "3+off" : "3", a, r, s1, s2, q->flags);
+        fprintf(out, "  %-5s %15s %15s %14s %14s  %s\n", q->offload_params ? "3+off" : q->keep ? "3keep" : "3", a, r, s1,
+                s2, q->flags);
     }
     for (int i = 0; i < np; i++) {
         const shard_pred *q = &p[i];
@@ -624,7 +633,9 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     for (int i = 0; i < np; i++)
         if (p[i].change) fprintf(out, "%sZeRO-%d in PyTorch: %s\n", i ? "" : "\n", p[i].zero, p[i].change);
     for (int i = 0; i < nz3; i++)
-        if (z3[i].change) fprintf(out, "ZeRO-3%s in PyTorch: %s\n", z3[i].offload_params ? "+off" : "", z3[i].change);
+        if (z3[i].change)
+            fprintf(out, "ZeRO-3%s in PyTorch: %s\n", z3[i].offload_params ? "+off" : z3[i].keep ? "keep" : "",
+                    z3[i].change);
     if (why_not) fprintf(out, "\n--check: %s\n", why_not);
     if (can_check) {
         if (torch_script)
@@ -647,7 +658,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         }
         for (int i = 0; i < nz3; i++) {
             const z3_pred *q = &z3[i];
-            const char *lab = q->offload_params ? "zero 3+off" : "zero 3";
+            const char *lab = q->offload_params ? "zero 3+off" : q->keep ? "zero 3keep" : "zero 3";
             if (q->measured < 0) {
                 fprintf(out, "  %s: %s\n", lab, q->err);
                 continue;

@@ -4,14 +4,16 @@
 # recording of the GPT-2 script, says it in FSDP2's terms, and --check re-runs the script with
 # --fsdp N (rank 0 of N over torch's fake process group: one process allocates what each rank
 # would) and compares PyTorch's own peaks:
-#   - tiny at 2 and 4 ranks, FSDP2 alone and with CPUOffloadPolicy (--fsdp-offload: shards,
-#     gradients, optimizer state and the update on the host): the prediction within BAR %
-#     (default 0.5) of the measured max_memory_allocated and max_memory_reserved;
+#   - tiny at 2 and 4 ranks, FSDP2 alone, with CPUOffloadPolicy (--fsdp-offload: shards,
+#     gradients, optimizer state and the update on the host) and with reshard_after_forward=False
+#     (--fsdp-reshard 0, SHARD_GRAD_OP): the prediction within BAR %
+#     (default 0.5) of the measured max_memory_allocated and max_memory_reserved (the reserved
+#     figure, made of 2 MiB pages, may also be one page off);
 #   - the re-run shards: its peak allocated is below the recording's;
 #   - the same at 2 ranks with gpumem as PyTorch's allocator (--allocator gpumem: gpumem's peaks);
 #   - the flags (--fsdp N) and the change (fully_shard ...) are in the JSON.
 # gpt2 124M (-B 8 -T 1024, virtual backing) is not in the CI set: there the allocated peak comes
-# within 0.13 % and the reserved 1.6-1.9 % low (snapshot/analyze/ADVISE.md, "FSDP").
+# within 0.02 % and the reserved 1.1-1.9 % low (snapshot/analyze/ADVISE.md, "FSDP").
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 BAR=${TORCH_FSDP_BAR:-0.5}
@@ -21,11 +23,12 @@ check_rows() {
   local db=$1 n=$2 L=$3
   "$G" advise --json --ranks "$n" --check "$db" > "$tmp/a.json" 2> "$tmp/a.err"
   j() { jq -r "$1" "$tmp/a.json"; }
-  [[ $(j '.zero3_predictions | length') == 2 ]] || { bad "$L, $n ranks: not two ZeRO-3 rows: $(j .zero3_skipped) $(tail -2 "$tmp/a.err")"; return; }
-  for r in 0 1; do
+  [[ $(j '.zero3_predictions | length') == 3 ]] || { bad "$L, $n ranks: not three ZeRO-3 rows: $(j .zero3_skipped) $(tail -2 "$tmp/a.err")"; return; }
+  for r in 0 1 2; do
     q=".zero3_predictions[$r]"
     want="--fsdp $n" lab="$L, $n ranks"
     [[ $r == 1 ]] && want+=" --fsdp-offload" lab+=", CPU offload"
+    [[ $r == 2 ]] && want+=" --fsdp-reshard 0" lab+=", SHARD_GRAD_OP"
     [[ $(j "$q.flags") == "$want" ]] && ok "$lab: flags $want" || bad "$lab: flags '$(j "$q.flags")'"
     j "$q.change" | grepq 'fully_shard(' && ok "$lab: said as fully_shard" || bad "$lab: change '$(j "$q.change")'"
     ma=$(j "$q.measured.peak_allocated")
@@ -34,9 +37,13 @@ check_rows() {
       || bad "$lab: measured $ma, not below the recording's $(j .recorded.peak_allocated)"
     for k in allocated reserved; do
       e=$(j "$q.measured.error_${k}_pct")
-      awk -v e="$e" -v b="$BAR" 'BEGIN { exit !(e <= b && e >= -b) }' \
-        && ok "$lab: predicted peak $k within ${BAR}% of the measured (${e}%)" \
-        || bad "$lab: predicted peak $k off by ${e}% (bar ${BAR}%)"
+      # reserved comes in 2 MiB pages (segments, expandable pages): one page is 1.4% of tiny's
+      # 140 MiB under gpumem's allocator, so a reserved figure one page off passes too
+      d=$(( $(j "$q.peak_$k") - $(j "$q.measured.peak_$k") ))
+      awk -v e="$e" -v b="$BAR" -v d="$d" -v k="$k" \
+        'BEGIN { exit !((e <= b && e >= -b) || (k == "reserved" && d <= 2097152 && d >= -2097152)) }' \
+        && ok "$lab: predicted peak $k within ${BAR}% (or, reserved, one 2 MiB page) of the measured (${e}%, $d bytes)" \
+        || bad "$lab: predicted peak $k off by ${e}% ($d bytes; bar ${BAR}%)"
     done
   done
   # offloaded, the shards, gradients and optimizer state leave the device
