@@ -86,7 +86,8 @@ static double page_cost_ns(size_t n)
     for (int round = 0; round < 3; round++) {
         double t0 = now_ns();
         for (size_t i = 0; i < n; i++)
-            if (cuMemCreate(&h[i], 2 * MiB, &p, 0) || cuMemMap(va + i * 2 * MiB, 2 * MiB, 0, h[i], 0))
+            if (cuMemCreate(&h[i], 2 * MiB, &p, 0) ||
+                cuMemMap(va + i * 2 * MiB, 2 * MiB, 0, h[i], 0))
                 return -1;
         for (size_t i = 0; i < n; i++)
             if (cuMemUnmap(va + i * 2 * MiB, 2 * MiB) || cuMemRelease(h[i])) return -1;
@@ -124,7 +125,8 @@ static double page_cost_ratio(void)
     int status;
     waitpid(pid, &status, 0);
     if (got != (ssize_t)sizeof r || r[0] <= 0 || r[1] <= 0) return -1;
-    fprintf(stderr, "sim_costs: %.0f ns a page at 1024 pages, %.0f at 16384 (virtual backing)\n", r[0], r[1]);
+    fprintf(stderr, "sim_costs: %.0f ns a page at 1024 pages, %.0f at 16384 (virtual backing)\n",
+            r[0], r[1]);
     return r[1] / r[0];
 }
 
@@ -170,8 +172,10 @@ int main(void)
     printf("BENCH simhost.alloc_free_ns %.0f ns\n", ns);
     printf("BENCH simhost.vmm_page_cost_16k_over_1k %.2f x\n", page_ratio);
     if (page_ratio > 3) {
-        fprintf(stderr, "sim_costs: a page costs %.2f times more among 16384 than among 1024 (bar: 3): "
-                        "the sim's page bookkeeping grows with the page count\n", page_ratio);
+        fprintf(stderr,
+                "sim_costs: a page costs %.2f times more among 16384 than among 1024 (bar: 3): "
+                "the sim's page bookkeeping grows with the page count\n",
+                page_ratio);
         return 1;
     }
     return cuMemAddressFree(va, 64 * MiB) ? 1 : 0;
