@@ -697,9 +697,10 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 /* ---- virtual memory management ----------------------------------------------------------- */
 
+/* Fibonacci hashing: the top bits of the product, as many as the table has (ids are sequential) */
 static size_t handle_bucket(uint64_t id)
 {
-    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (sim.nhandle_buckets - 1);
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll(sim.nhandle_buckets)));
 }
 
 static sim_handle *handle_find(CUmemGenericAllocationHandle id)
