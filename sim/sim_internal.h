@@ -7,7 +7,11 @@
  * Address bookkeeping: every address range the driver hands out (cuMemAlloc allocations,
  * cuMemAddressReserve reservations, host and managed allocations, cuMemHostRegister ranges)
  * is a sim_range in one array sorted by base address, so a pointer lookup is a binary search.
- * A reservation carries its mappings (sorted too). Physical handles (cuMemCreate) are slices of
+ * A reservation carries its mappings in a table with one slot per granule of its address space
+ * (allocated at its first cuMemMap), so finding the mapping of an address costs the same whatever
+ * the number of mappings; the live handles are a hash table by id. (Sorted arrays here made
+ * mapping and releasing n pages cost n^2: a terabyte-sized dry run maps ~500k 2 MiB pages.)
+ * Physical handles (cuMemCreate) are slices of
  * one sparse memfd: handle n owns [file_off, file_off + size); cuMemMap mmaps that slice with
  * MAP_SHARED|MAP_FIXED into the PROT_NONE reservation, so two mappings of one handle alias, and
  * cuMemRelease punches the slice out of the file. One file descriptor serves every handle (no
@@ -60,6 +64,7 @@ typedef struct sim_handle {
     int nmaps;         /* live mappings; the memory is freed when refs and nmaps are both 0 */
     int dev;           /* device charged (prop.location.id) */
     CUmemAllocationProp prop;
+    struct sim_handle *hnext; /* next in its bucket of sim.handle_buckets */
 } sim_handle;
 
 typedef struct sim_mapping {
@@ -96,8 +101,10 @@ typedef struct sim_range {
     int ipc_refs;
     uint64_t ipc_key[3]; /* imported: exporter pid, its fd number, the file's inode */
     int dev;             /* device charged (device memory) */
-    sim_mapping *maps;   /* SIM_R_RESERVE: sorted by va */
-    size_t nmaps, capmaps;
+    /* SIM_R_RESERVE: slot i is the mapping (malloc'd) that covers granule i of the range, or
+     * NULL; size / SIM_GRANULARITY slots, NULL until the first cuMemMap. */
+    sim_mapping **slots;
+    size_t nmaps;
 } sim_range;
 
 #define SIM_MAX_DEVICES 16
@@ -292,8 +299,8 @@ typedef struct sim_state {
     uint64_t next_id;
     sim_range **ranges;
     size_t nranges, capranges;
-    sim_handle **handles;
-    size_t nhandles, caphandles; /* sorted by id */
+    sim_handle **handle_buckets; /* the live handles by id: chained through hnext */
+    size_t nhandles, nhandle_buckets; /* nhandle_buckets: 0 or a power of two */
     void **streams;
     size_t nstreams, capstreams; /* sorted pointer sets */
     void **events;

@@ -70,6 +70,14 @@ sim_range *sim_range_find(uintptr_t p)
     return p - r->base < r->size ? r : NULL;
 }
 
+/* The mapping of reservation r that covers p, or NULL: one slot lookup, whatever the number of
+ * mappings. */
+static sim_mapping *map_at(const sim_range *r, uintptr_t p)
+{
+    if (!r->slots || p < r->base || p - r->base >= r->size) return NULL;
+    return r->slots[(p - r->base) / SIM_GRANULARITY];
+}
+
 static bool range_overlaps(uintptr_t base, size_t size)
 {
     size_t i = range_upper(base);
@@ -167,7 +175,12 @@ static void range_destroy(sim_range *r)
 {
     if (r->map_base) munmap(r->map_base, r->map_size);
     if (r->ipc) close(r->ipc_fd);
-    free(r->maps);
+    if (r->slots) /* each mapping once: from its first slot */
+        for (size_t i = 0, n = r->size / SIM_GRANULARITY; i < n; i++) {
+            sim_mapping *m = r->slots[i];
+            if (m && m->va == r->base + i * SIM_GRANULARITY) free(m);
+        }
+    free(r->slots);
     free(r);
 }
 
@@ -684,17 +697,56 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 /* ---- virtual memory management ----------------------------------------------------------- */
 
+/* Fibonacci hashing: the top bits of the product, as many as the table has (ids are sequential) */
+static size_t handle_bucket(uint64_t id)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> (64 - __builtin_ctzll(sim.nhandle_buckets)));
+}
+
 static sim_handle *handle_find(CUmemGenericAllocationHandle id)
 {
-    size_t lo = 0, hi = sim.nhandles;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sim.handles[mid]->id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (!sim.nhandle_buckets) return NULL;
+    sim_handle *h = sim.handle_buckets[handle_bucket(id)];
+    while (h && h->id != id)
+        h = h->hnext;
+    return h;
+}
+
+/* Adds h (its id set) to the table, which grows to keep about one handle a bucket. False when
+ * out of host memory (h not added). */
+static bool handle_insert(sim_handle *h)
+{
+    if (sim.nhandles >= sim.nhandle_buckets) {
+        size_t n = sim.nhandle_buckets ? sim.nhandle_buckets * 2 : 64;
+        sim_handle **v = calloc(n, sizeof *v);
+        if (!v) return false;
+        sim_handle **old = sim.handle_buckets;
+        size_t nold = sim.nhandle_buckets;
+        sim.handle_buckets = v;
+        sim.nhandle_buckets = n;
+        for (size_t i = 0; i < nold; i++)
+            for (sim_handle *x = old[i], *next; x; x = next) {
+                next = x->hnext;
+                size_t b = handle_bucket(x->id);
+                x->hnext = v[b];
+                v[b] = x;
+            }
+        free(old);
     }
-    return lo < sim.nhandles && sim.handles[lo]->id == id ? sim.handles[lo] : NULL;
+    size_t b = handle_bucket(h->id);
+    h->hnext = sim.handle_buckets[b];
+    sim.handle_buckets[b] = h;
+    sim.nhandles++;
+    return true;
+}
+
+static void handle_remove(sim_handle *h)
+{
+    sim_handle **pp = &sim.handle_buckets[handle_bucket(h->id)];
+    while (*pp != h)
+        pp = &(*pp)->hnext;
+    *pp = h->hnext;
+    sim.nhandles--;
 }
 
 /* Frees the handle's memory once nothing refers to it: no reference and no mapping. */
@@ -707,16 +759,7 @@ static void handle_maybe_destroy(sim_handle *h)
         fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)h->file_off,
                   (off_t)h->size);
     if (!h->imported) sim_uncharge(h->dev, h->size);
-    size_t lo = 0, hi = sim.nhandles;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (sim.handles[mid]->id < h->id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    memmove(sim.handles + lo, sim.handles + lo + 1, (sim.nhandles - lo - 1) * sizeof *sim.handles);
-    sim.nhandles--;
+    handle_remove(h);
     free(h);
 }
 
@@ -823,15 +866,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     sim_handle *h = NULL;
     if (!rc) {
         h = calloc(1, sizeof *h);
-        if (h && sim.nhandles == sim.caphandles) {
-            size_t cap = sim.caphandles ? sim.caphandles * 2 : 64;
-            sim_handle **v = realloc(sim.handles, cap * sizeof *v);
-            if (v) {
-                sim.handles = v;
-                sim.caphandles = cap;
-            }
-        }
-        if (!h || sim.nhandles == sim.caphandles)
+        if (h) h->id = sim.next_id++;
+        if (!h || !handle_insert(h))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else if (shareable) {
             h->fd = memfd_create("gpumem-sim-shareable", MFD_CLOEXEC);
@@ -843,13 +879,13 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         } else if (sim.memfd >= 0 && ftruncate(sim.memfd, (off_t)(sim.next_file_off + size)))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         if (rc) {
+            if (h && handle_find(h->id) == h) handle_remove(h);
             free(h);
             h = NULL;
             sim_uncharge(prop->location.id, size);
         }
     }
     if (h) {
-        h->id = sim.next_id++;
         h->size = size;
         if (!h->own_fd) {
             h->file_off = sim.next_file_off;
@@ -859,7 +895,6 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         h->refs = 1;
         h->dev = prop->location.id;
         h->prop = *prop;
-        sim.handles[sim.nhandles++] = h; /* ids only grow, so appending keeps the array sorted */
         *handle = h->id;
     }
     sim_cost(SIM_OP_MEM_CREATE, size);
@@ -894,14 +929,11 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void 
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
     sim_range *r = sim_range_find((uintptr_t)addr);
     if (r && r->kind == SIM_R_RESERVE) {
-        for (size_t i = 0; i < r->nmaps; i++) {
-            sim_mapping *m = &r->maps[i];
-            if ((uintptr_t)addr - m->va < m->size) {
-                m->h->refs++;
-                *handle = m->h->id;
-                rc = CUDA_SUCCESS;
-                break;
-            }
+        sim_mapping *m = map_at(r, (uintptr_t)addr);
+        if (m) {
+            m->h->refs++;
+            *handle = m->h->id;
+            rc = CUDA_SUCCESS;
         }
     }
     sim_unlock();
@@ -918,20 +950,6 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
     if (h) *prop = h->prop;
     sim_unlock();
     return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-/* Index of the first mapping of r whose va is > p. */
-static size_t map_upper(const sim_range *r, uintptr_t p)
-{
-    size_t lo = 0, hi = r->nmaps;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->maps[mid].va <= p)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
@@ -952,38 +970,34 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (!h || h->refs <= 0 || offset > h->size || size > h->size - offset)
         rc = CUDA_ERROR_INVALID_VALUE;
+    sim_mapping *m = NULL;
+    size_t first = 0, n = size / SIM_GRANULARITY;
     if (!rc) {
-        size_t i = map_upper(r, va);
-        if ((i > 0 && r->maps[i - 1].va + r->maps[i - 1].size > va) ||
-            (i < r->nmaps && r->maps[i].va < va + size))
-            rc = CUDA_ERROR_ALREADY_MAPPED;
-        else if (sim_fault_map())
+        first = (va - r->base) / SIM_GRANULARITY;
+        if (!r->slots) r->slots = calloc(r->size / SIM_GRANULARITY, sizeof *r->slots);
+        for (size_t k = 0; r->slots && k < n && !rc; k++)
+            if (r->slots[first + k]) rc = CUDA_ERROR_ALREADY_MAPPED;
+        if (!rc && sim_fault_map())
             rc = CUDA_ERROR_OUT_OF_MEMORY;
-        else if (r->nmaps == r->capmaps) {
-            size_t cap = r->capmaps ? r->capmaps * 2 : 8;
-            sim_mapping *v = realloc(r->maps, cap * sizeof *v);
-            if (!v)
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-            else {
-                r->maps = v;
-                r->capmaps = cap;
-            }
-        }
+        else if (!rc && (!r->slots || !(m = malloc(sizeof *m))))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
         if (!rc && h->fd >= 0) {
             void *q = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd,
                            (off_t)(h->file_off + offset));
             if (q == MAP_FAILED) rc = CUDA_ERROR_OUT_OF_MEMORY;
         }
         if (!rc) {
-            memmove(r->maps + i + 1, r->maps + i, (r->nmaps - i) * sizeof *r->maps);
-            r->maps[i] = (sim_mapping){.va = va,
-                                       .size = size,
-                                       .offset = offset,
-                                       .h = h,
-                                       .access = CU_MEM_ACCESS_FLAGS_PROT_NONE};
+            *m = (sim_mapping){.va = va,
+                               .size = size,
+                               .offset = offset,
+                               .h = h,
+                               .access = CU_MEM_ACCESS_FLAGS_PROT_NONE};
+            for (size_t k = 0; k < n; k++)
+                r->slots[first + k] = m;
             r->nmaps++;
             h->nmaps++;
-        }
+        } else
+            free(m);
     }
     sim_cost(SIM_OP_MEM_MAP, size);
     sim_unlock();
@@ -1003,29 +1017,29 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         /* The range must be exactly a run of whole, contiguous mappings. */
-        size_t first = map_upper(r, va);
-        if (first == 0 || r->maps[first - 1].va != va) rc = CUDA_ERROR_INVALID_VALUE;
-        size_t last = first - 1;
+        uintptr_t at = va;
+        sim_mapping *m;
+        while (at < end && (m = map_at(r, at)) && m->va == at)
+            at += m->size;
+        if (at != end) rc = CUDA_ERROR_INVALID_VALUE;
         if (!rc) {
-            uintptr_t at = va;
-            while (last < r->nmaps && r->maps[last].va == at && at < end)
-                at += r->maps[last++].size;
-            if (at != end) rc = CUDA_ERROR_INVALID_VALUE;
-        }
-        if (!rc) {
-            size_t from = first - 1, n = last - from;
             if (sim.memfd >= 0)
                 mmap((void *)va, size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
             else
                 mprotect((void *)va, size, PROT_NONE);
-            for (size_t k = from; k < last; k++) {
-                sim_handle *h = r->maps[k].h;
+            for (at = va; at < end;) {
+                m = map_at(r, at);
+                size_t first = (at - r->base) / SIM_GRANULARITY, n = m->size / SIM_GRANULARITY;
+                for (size_t k = 0; k < n; k++)
+                    r->slots[first + k] = NULL;
+                at += m->size;
+                r->nmaps--;
+                sim_handle *h = m->h;
+                free(m);
                 h->nmaps--;
                 handle_maybe_destroy(h);
             }
-            memmove(r->maps + from, r->maps + last, (r->nmaps - last) * sizeof *r->maps);
-            r->nmaps -= n;
         }
     }
     sim_cost(SIM_OP_MEM_UNMAP, size);
@@ -1067,22 +1081,19 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
         rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         /* Every byte of the range must be mapped. */
-        size_t i = map_upper(r, va);
-        size_t first = i > 0 ? i - 1 : 0;
         uintptr_t at = va;
-        size_t k = first;
-        while (k < r->nmaps && at < end && r->maps[k].va <= at &&
-               at < r->maps[k].va + r->maps[k].size) {
-            at = r->maps[k].va + r->maps[k].size;
-            k++;
-        }
+        sim_mapping *m;
+        while (at < end && (m = map_at(r, at)))
+            at = m->va + m->size;
         if (at < end)
             rc = CUDA_ERROR_INVALID_VALUE;
         else {
             if (sim.memfd >= 0 && mprotect((void *)va, size, prot_of(access)))
                 rc = CUDA_ERROR_UNKNOWN;
-            for (size_t j = first; j < k && !rc; j++)
-                r->maps[j].access = access;
+            for (at = va; at < end && !rc; at = m->va + m->size) {
+                m = map_at(r, at);
+                m->access = access;
+            }
         }
     }
     sim_cost(SIM_OP_MEM_SET_ACCESS, size);
@@ -1097,12 +1108,10 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUd
     sim_lock();
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
     sim_range *r = sim_range_find((uintptr_t)ptr);
-    if (r && r->kind == SIM_R_RESERVE) {
-        size_t i = map_upper(r, (uintptr_t)ptr);
-        if (i > 0 && (uintptr_t)ptr - r->maps[i - 1].va < r->maps[i - 1].size) {
-            *flags = r->maps[i - 1].access;
-            rc = CUDA_SUCCESS;
-        }
+    sim_mapping *m = r && r->kind == SIM_R_RESERVE ? map_at(r, (uintptr_t)ptr) : NULL;
+    if (m) {
+        *flags = m->access;
+        rc = CUDA_SUCCESS;
     }
     sim_unlock();
     return rc;
@@ -1253,11 +1262,11 @@ static bool extent_of(uintptr_t p, sim_range **pr, uintptr_t *base, size_t *size
         return false; /* a graph allocation outside its lifetime */
     *pr = r;
     if (r->kind == SIM_R_RESERVE) {
-        size_t i = map_upper(r, p);
-        if (i == 0 || p - r->maps[i - 1].va >= r->maps[i - 1].size) return false;
-        *base = r->maps[i - 1].va;
-        *size = r->maps[i - 1].size;
-        if (pm) *pm = &r->maps[i - 1];
+        sim_mapping *m = map_at(r, p);
+        if (!m) return false;
+        *base = m->va;
+        *size = m->size;
+        if (pm) *pm = m;
         return true;
     }
     *base = r->base;
@@ -1441,16 +1450,11 @@ static CUresult check_side(uintptr_t p, size_t n, bool write, bool capturing, bo
     if (r->kind == SIM_R_MANAGED) return CUDA_SUCCESS; /* host memory in the sim, always real */
     *skip = sim.virtual_backing;
     if (r->kind == SIM_R_RESERVE) {
-        size_t i = map_upper(r, p);
-        if (i == 0) return CUDA_ERROR_INVALID_VALUE;
-        uintptr_t at = p, end = p + n;
-        for (size_t k = i - 1; at < end; k++) {
-            if (k >= r->nmaps || r->maps[k].va > at || at - r->maps[k].va >= r->maps[k].size)
-                return CUDA_ERROR_INVALID_VALUE;
-            unsigned need =
-                write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
-            if ((r->maps[k].access & need) != need) return CUDA_ERROR_INVALID_VALUE;
-            at = r->maps[k].va + r->maps[k].size;
+        unsigned need = write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+        for (uintptr_t at = p, end = p + n; at < end;) {
+            sim_mapping *m = map_at(r, at);
+            if (!m || (m->access & need) != need) return CUDA_ERROR_INVALID_VALUE;
+            at = m->va + m->size;
         }
     }
     return CUDA_SUCCESS;
@@ -1740,15 +1744,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     sim_lock();
     CUresult rc = CUDA_SUCCESS;
     sim_handle *h = calloc(1, sizeof *h);
-    if (h && sim.nhandles == sim.caphandles) {
-        size_t cap = sim.caphandles ? sim.caphandles * 2 : 64;
-        sim_handle **v = realloc(sim.handles, cap * sizeof *v);
-        if (v) {
-            sim.handles = v;
-            sim.caphandles = cap;
-        }
-    }
-    if (!h || sim.nhandles == sim.caphandles) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!h) rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rc && (h->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) rc = CUDA_ERROR_OPERATING_SYSTEM;
     if (rc) {
         free(h);
@@ -1757,22 +1753,27 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
         h->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
         h->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         h->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        for (size_t i = 0; i < sim.nhandles; i++) {
-            struct stat o;
-            sim_handle *x = sim.handles[i];
-            if (x->own_fd && !fstat(x->fd, &o) && o.st_ino == stt.st_ino &&
-                o.st_dev == stt.st_dev) {
-                h->prop = x->prop;
-                break;
+        bool found = false;
+        for (size_t i = 0; i < sim.nhandle_buckets && !found; i++)
+            for (sim_handle *x = sim.handle_buckets[i]; x && !found; x = x->hnext) {
+                struct stat o;
+                if (x->own_fd && !fstat(x->fd, &o) && o.st_ino == stt.st_ino &&
+                    o.st_dev == stt.st_dev) {
+                    h->prop = x->prop;
+                    found = true;
+                }
             }
-        }
         h->id = sim.next_id++;
         h->size = (size_t)stt.st_size;
         h->dev = h->prop.location.id;
         h->own_fd = h->imported = true;
         h->refs = 1;
-        sim.handles[sim.nhandles++] = h;
-        *handle = h->id;
+        if (!handle_insert(h)) {
+            close(h->fd);
+            free(h);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else
+            *handle = h->id;
     }
     sim_unlock();
     return rc;

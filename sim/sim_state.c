@@ -353,8 +353,9 @@ static void atfork_child(void)
         st->stop = false;
     }
     if (sim.memfd >= 0) {
-        for (size_t i = 0; i < sim.nhandles; i++)
-            sim.handles[i]->inherited = true;
+        for (size_t i = 0; i < sim.nhandle_buckets; i++)
+            for (sim_handle *h = sim.handle_buckets[i]; h; h = h->hnext)
+                h->inherited = true;
         int fd = memfd_create("gpumem-sim-device", MFD_CLOEXEC);
         if (fd >= 0) {
             sim.memfd = fd; /* the parent's descriptor stays open: the inherited handles use it */

@@ -1,6 +1,6 @@
 /* sim_vmm.c — the virtual GPU's virtual memory management: reservations, physical handles,
  * mapping, access, aliasing, faults on unmapped space, reference counting of handles, pointer
- * queries on mapped memory, and map fault injection. */
+ * queries on mapped memory, map fault injection, and many mappings released in any order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -267,6 +267,85 @@ static void test_pointer_queries_on_mapped_memory(void **state)
     OK(cuMemAddressFree(va, 8 * MiB));
 }
 
+/* Many mappings and handles (past several growths of the handle table), each 2 MiB or 4 MiB, in
+ * one reservation, released in mixed order (every third from the front, then from the back,
+ * then the rest): every address still finds its own mapping and handle, partial runs are
+ * refused, access spans mappings from an inner address, and all device memory comes back. */
+static void test_many_mappings_released_in_any_order(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    CUmemAllocationProp p = prop();
+    size_t free0, free1, total;
+    OK(cuMemGetInfo(&free0, &total));
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h[N];
+    size_t off[N + 1], sz[N];
+    off[0] = 0;
+    for (int i = 0; i < N; i++) {
+        sz[i] = i % 5 == 4 ? 2 * G2 : G2;
+        off[i + 1] = off[i] + sz[i];
+    }
+    OK(cuMemAddressReserve(&va, off[N] + G2, 0, 0, 0));
+    for (int i = 0; i < N; i++) {
+        OK(cuMemCreate(&h[i], sz[i], &p, 0));
+        OK(cuMemMap(va + off[i], sz[i], 0, h[i], 0));
+    }
+    OK(cuMemGetInfo(&free1, &total));
+    assert_int_equal(free0 - free1, off[N]);
+    for (int i = 0; i < N; i++) { /* the last byte of each mapping: its own handle */
+        unsigned long long block = 0;
+        OK(cuPointerGetAttribute(&block, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID,
+                                 va + off[i + 1] - 1));
+        assert_int_equal(block, h[i]);
+    }
+    /* access from inside mapping 4 (4 MiB) across mappings 5 and 6 */
+    CUmemAccessDesc d = rw();
+    OK(cuMemSetAccess(va + off[4] + G2, off[7] - off[4] - G2, &d, 1));
+    unsigned long long flags = 0;
+    CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    OK(cuMemGetAccess(&flags, &loc, va + off[6] + 5));
+    assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    OK(cuMemGetAccess(&flags, &loc, va + off[7]));
+    assert_int_equal(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    ((char *)va)[off[5] + 3] = 'z';
+    assert_int_equal(((char *)va)[off[5] + 3], 'z');
+    /* access and unmapping need mapped memory: the unmapped granule past the last mapping */
+    assert_int_equal(cuMemSetAccess(va + off[N - 1], off[N] - off[N - 1] + G2, &d, 1),
+                     CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(cuMemUnmap(va + off[4] + G2, G2),
+                     CUDA_ERROR_INVALID_VALUE); /* inside a mapping */
+    assert_int_equal(cuMemUnmap(va + off[3], G2 + G2),
+                     CUDA_ERROR_INVALID_VALUE); /* ends inside one */
+    /* retain from the second granule of a 4 MiB mapping */
+    CUmemGenericAllocationHandle r;
+    OK(cuMemRetainAllocationHandle(&r, (void *)(va + off[9] + G2 + 1)));
+    assert_int_equal(r, h[9]);
+    OK(cuMemRelease(r));
+    bool gone[N] = {false};
+    for (int i = 0; i < N; i += 3) /* front-first, every third */
+        OK(cuMemUnmap(va + off[i], sz[i])), OK(cuMemRelease(h[i])), gone[i] = true;
+    for (int i = N - 1; i >= 0; i -= 3) /* back-first */
+        if (!gone[i]) OK(cuMemUnmap(va + off[i], sz[i])), OK(cuMemRelease(h[i])), gone[i] = true;
+    for (int i = 0; i < N; i++) { /* what is left still finds its own handle */
+        if (gone[i]) continue;
+        unsigned long long block = 0;
+        OK(cuPointerGetAttribute(&block, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, va + off[i]));
+        assert_int_equal(block, h[i]);
+        OK(cuMemRelease(h[i])); /* released while mapped: freed at the unmap below */
+    }
+    for (int i = 0; i < N; i++)
+        if (!gone[i]) OK(cuMemUnmap(va + off[i], sz[i]));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cuMemRelease(h[i]), CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr base;
+    size_t size;
+    assert_int_equal(cuMemGetAddressRange(&base, &size, va + off[1]), CUDA_ERROR_NOT_FOUND);
+    OK(cuMemGetInfo(&free1, &total));
+    assert_int_equal(free1, free0);
+    OK(cuMemAddressFree(va, off[N] + G2));
+}
+
 static void test_address_hint_is_honoured_when_free(void **state)
 {
     (void)state;
@@ -375,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_invalid_vmm_calls_are_rejected),
         cmocka_unit_test(test_release_while_mapped_keeps_memory_until_unmap),
         cmocka_unit_test(test_pointer_queries_on_mapped_memory),
+        cmocka_unit_test(test_many_mappings_released_in_any_order),
         cmocka_unit_test(test_address_hint_is_honoured_when_free),
         cmocka_unit_test(test_map_fault_injection),
         cmocka_unit_test(test_memory_created_after_fork_is_private),
