@@ -1845,12 +1845,24 @@ static int early_step(const adv_model *m, size_t b)
 {
     return m->evs[b].step >= 0 && m->evs[b].step <= 1;
 }
-static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
+/* Whether any allocation of the model is named "grad.<p>" (the trainer's names, PyTorch's
+ * hooks'): then those are the gradients, and a library's buffer made in the first backward and
+ * kept (cuBLAS's workspace) is not one. */
+static int has_grad_names(const adv_model *m)
+{
+    for (size_t a = 0; a < m->nallocs; a++)
+        if (m->allocs[a].name && !strncmp(adv_str(m, m->allocs[a].name), "grad.", 5)) return 1;
+    return 0;
+}
+/* named: has_grad_names(m) */
+static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a, int named)
 {
     size_t b = birth[a];
     if (b == SIZE_MAX || m->evs[b].phase != ADV_PH_BWD || !early_step(m, b)) return 0;
+    if (named && strncmp(adv_str(m, m->allocs[a].name), "grad.", 5)) return 0;
     return persists(m, b, death[a]);
 }
+
 static int is_state(const adv_model *m, const size_t *birth, const size_t *death, size_t a)
 {
     size_t b = birth[a];
@@ -1863,10 +1875,11 @@ void adv_floor_bytes(const adv_model *m, adv_floor *f)
     memset(f, 0, sizeof *f);
     size_t *birth, *death;
     if (life_index(m, &birth, &death) != 0) return;
+    int named = has_grad_names(m);
     for (size_t a = 0; a < m->nallocs; a++) {
         size_t b = birth[a], d = death[a];
         if (b == SIZE_MAX) continue;
-        if (is_grad(m, birth, death, a))
+        if (is_grad(m, birth, death, a, named))
             f->grads += m->allocs[a].size;
         else if (is_state(m, birth, death, a))
             f->state += m->allocs[a].size;
@@ -1906,9 +1919,10 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
     if (!grp || !gend || !glead || !bw_end || !st_end || !bwl || !nbwl || !cbwl || !mirror || !g ||
         rw_init(&w, m))
         goto out;
+    int named = has_grad_names(m);
     for (size_t a = 0; a < na; a++) {
         grp[a] = -1;
-        g[a] = is_grad(m, birth, death, a) ? 1 : is_state(m, birth, death, a) ? 2 : 0;
+        g[a] = is_grad(m, birth, death, a, named) ? 1 : is_state(m, birth, death, a) ? 2 : 0;
     }
     for (size_t s = 0; s <= ns; s++)
         bw_end[s] = st_end[s] = SIZE_MAX;
@@ -2162,13 +2176,14 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
         free(birth), free(death);
         return -1;
     }
+    int named = has_grad_names(m);
     for (size_t a = 0; a < na; a++) {
         size_t b = birth[a], d = death[a];
         if (is_state(m, birth, death, a)) {
             uint64_t s = adv_shard_bytes(m->allocs[a].size, ranks);
             st->state_bytes += m->allocs[a].size, st->state_shard_bytes += s, st->nstate++;
             m->allocs[a].size = s;
-        } else if (is_grad(m, birth, death, a) ||
+        } else if (is_grad(m, birth, death, a, named) ||
                    (b != SIZE_MAX && d != SIZE_MAX && m->evs[b].phase == ADV_PH_BWD &&
                     m->evs[d].phase == ADV_PH_OPT && m->evs[d].step == m->evs[b].step &&
                     !strncmp(adv_str(m, m->allocs[a].name), "grad.", 5)))
