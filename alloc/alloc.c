@@ -1700,7 +1700,8 @@ static int by_stamp(const void *x, const void *y)
     return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
 }
 
-/* Release FREE memory, oldest first, until `stop` says enough. Caller synchronized. Block
+/* Release FREE memory, oldest first, until the targets are met: only blocks no work on the
+ * device may still use (collect_free: after a synchronization, or settled by markers). Block
  * pointers stay valid across release_block of other blocks: release_block only merges a block
  * with UNMAPPED neighbours, never with FREE ones. */
 static void release_until_except(alloc_t *a, size_t reserved_target, size_t cached_target,
@@ -2449,8 +2450,8 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
          * and no event can be recorded on it afterwards: wait for it now, once, if the stream
          * holds memory or pending frees (a stream that only ran kernels costs nothing). Frees
          * whose blocks name the stream then need no event on it. */
-        bool holds = st->q_head || st->mk_head || st->pools[0].segs || st->pools[1].segs ||
-                     st->recorded;
+        bool holds =
+            st->q_head || st->mk_head || st->pools[0].segs || st->pools[1].segs || st->recorded;
         if (!holds && a->events && !a->captures) {
             /* work still queued on it may use a cudaMalloc'ed block that a later cudaFree,
              * which no longer fences this stream, would hand out: an idle stream costs one

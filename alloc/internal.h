@@ -178,8 +178,8 @@ typedef struct sstate {
      * fseq <= its tag has finished on the device (mk_done), so its pages may be unmapped
      * without waiting (see blk_settled in alloc.c). */
     fev_t *mk_head, *mk_tail;
-    unsigned mk_n;   /* markers pending */
-    bool mk_want;    /* a release found FREE blocks of this stream's pools not yet settled */
+    unsigned mk_n; /* markers pending */
+    bool mk_want;  /* a release found FREE blocks of this stream's pools not yet settled */
     uint64_t mk_done;
 } sstate_t;
 

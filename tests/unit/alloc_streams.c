@@ -609,8 +609,8 @@ static void test_release_before_grow_queued_work(void **state)
     assert_int_equal(f->unmapped_under_kernel, 0);
     assert_int_equal(st.num_device_free, 0);
     assert_int_equal(st.reserved_bytes.current, 100 * MiB);
-    assert_int_equal(pending_on(f, s), 1); /* the marker, not waited for */
-    complete_stream(f, s);                 /* the kernel finished */
+    assert_int_equal(pending_on(f, s), 1);   /* the marker, not waited for */
+    complete_stream(f, s);                   /* the kernel finished */
     uint64_t w = must_alloc(f, 50 * MiB, s); /* past the peak again */
     alloc_get_stats(f->a, &st);
     assert_int_equal(f->syncs, 0);
@@ -643,7 +643,7 @@ static void test_release_before_grow_other_streams(void **state)
         assert_int_equal(st.num_device_free, 0);
         complete_stream(f, s);
         f->idle_stream = s; /* s has nothing queued any more: its events complete at once */
-        if (shared) { /* now o is the busy one: its marker holds the shared pools back */
+        if (shared) {       /* now o is the busy one: its marker holds the shared pools back */
             f->kern_stream = o, f->kern_live = true;
             must_alloc(f, 512, o); /* work queued on o */
         }
@@ -776,8 +776,8 @@ static void record_and_replay(const char *conf, bool top_down, bool exact, bool 
         if (r.peak_reserved > (size_t)st.reserved_bytes.peak)
             fail_msg("%s: recorded peak reserved %lld, replayed %zu (more)", conf,
                      (long long)st.reserved_bytes.peak, r.peak_reserved);
-    } else if ((size_t)st.reserved_bytes.peak != r.peak_reserved ||
-               st.cache_hits != r.cache_hits || st.cache_misses != r.cache_misses)
+    } else if ((size_t)st.reserved_bytes.peak != r.peak_reserved || st.cache_hits != r.cache_hits ||
+               st.cache_misses != r.cache_misses)
         fail_msg(
             "%s: recorded peak reserved %lld, %llu hits, %llu misses; replayed %zu, %llu, %llu",
             conf, (long long)st.reserved_bytes.peak, (unsigned long long)st.cache_hits,
