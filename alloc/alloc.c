@@ -1569,8 +1569,8 @@ static void marker_pop(alloc_t *a, sstate_t *st)
 }
 
 /* Collect the markers that have completed (each stream's oldest first: they complete in order).
- * Never blocks. A failed query leaves its marker (and asks the next malloc to synchronize, which
- * completes it). */
+ * Never blocks. A failed query drops its marker (its event destroyed, not reused) and asks the
+ * next malloc to synchronize, which settles what it would have. */
 static void markers_poll(alloc_t *a)
 {
     uint64_t all = UINT64_MAX;
@@ -1582,7 +1582,13 @@ static void markers_poll(alloc_t *a)
             if (rc != ALLOC_BE_OK) {
                 be_rc(a, rc);
                 a->broken_event = true;
-                break;
+                fev_t *e = st->mk_head;
+                st->mk_head = e->next;
+                if (!st->mk_head) st->mk_tail = NULL;
+                st->mk_n--;
+                a->be.event_destroy(a->be.ctx, e->ev);
+                fev_put(a, e);
+                continue;
             }
             marker_pop(a, st);
         }

@@ -41,6 +41,8 @@ typedef struct fake {
     uintptr_t idle_stream;          /* events recorded on it are complete at once */
     bool lock_was_free;             /* set by on_sync helpers */
     bool all_idle;                  /* every event is complete at once (work keeps up) */
+    uintptr_t fail_query_stream;    /* event_query of an event on this stream fails ... */
+    unsigned fail_query_left;       /* ... this many times */
     /* a kernel queued on kern_stream that uses [kern_lo, kern_hi) until the test completes
      * that stream (or a synchronize): unmapping any of it before is a use after unmap */
     uint64_t kern_lo, kern_hi;
@@ -80,6 +82,10 @@ static int ev_query(void *c, void *ev)
     fake_t *f = c;
     f->queries++;
     tev_t *e = ev;
+    if (f->fail_query_left && e->recorded && e->stream == f->fail_query_stream) {
+        f->fail_query_left--;
+        return ALLOC_BE_ERROR;
+    }
     return !e->recorded || e->done ? ALLOC_BE_OK : ALLOC_BE_NOT_READY;
 }
 static int ev_destroy(void *c, void *ev)
@@ -621,6 +627,30 @@ static void test_release_before_grow_queued_work(void **state)
     done(f);
 }
 
+/* A marker whose query fails (a broken event) is dropped and the next allocation synchronizes
+ * once, as for a broken fence event; later growths do not synchronize again. */
+static void test_broken_marker_syncs_once(void **state)
+{
+    (void)state;
+    const uintptr_t s = 0x10;
+    fake_t *f = mk("preset:gpumem");
+    uint64_t x = must_alloc(f, 30 * MiB, s), y = must_alloc(f, 30 * MiB, s);
+    assert_int_equal(alloc_free_async(f->a, x, s), ALLOC_OK);
+    f->fail_query_stream = s, f->fail_query_left = 1;
+    must_alloc(f, 40 * MiB, s); /* the marker's first query fails */
+    assert_int_equal(f->fail_query_left, 0);
+    assert_int_equal(f->syncs, 0);
+    must_alloc(f, 512, s); /* the next allocation synchronizes */
+    assert_int_equal(f->syncs, 1);
+    uint64_t w = must_alloc(f, 50 * MiB, s); /* and x's pages were settled by it */
+    alloc_stats_t st;
+    alloc_get_stats(f->a, &st);
+    assert_int_equal(f->syncs, 1);
+    assert_int_equal(st.num_device_free, 15);
+    (void)y, (void)w;
+    done(f);
+}
+
 /* The same across streams: a block allocated on s and freed in stream order on o waits for o's
  * event before it is FREE (as before), and then for s, whose kernels may also still use it. The
  * shared pools (per_stream_pools:False) wait for every stream. */
@@ -824,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_graph_pools_kept),
         cmocka_unit_test(test_release_before_grow_queued_work),
         cmocka_unit_test(test_release_before_grow_other_streams),
+        cmocka_unit_test(test_broken_marker_syncs_once),
         cmocka_unit_test(test_replay_lands_frees_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
