@@ -1532,6 +1532,134 @@ static void fence_deferred(alloc_t *a)
     if (failed) sync_and_land(a);
 }
 
+/* ---- markers: releasing memory without synchronizing ---------------------------------------
+ *
+ * A FREE block may still be in use on the device: a block freed in stream order on its own
+ * stream is reusable there at once (stream order protects the next user), but unmapping its
+ * pages is not ordered with the kernels still queued on that stream. The sync-free releases
+ * (before growth, garbage collection) record a marker event on each stream whose pools hold
+ * such blocks, tagged with the free sequence number (a->free_seq); a marker that has completed
+ * settles every block of that stream freed before it (fseq <= tag). Markers are only queried,
+ * never waited for: what is not settled yet stays cached until a later release finds its marker
+ * complete, or a synchronization (the OOM path, empty_cache) settles everything. */
+
+enum { A_MAX_MARKERS = 8 }; /* pending markers per stream: a busy stream does not pile up events */
+
+/* May the pages of FREE block b be unmapped now? Every use of it on the device has finished: a
+ * synchronization began after it became free, or a marker recorded after that has completed.
+ * With per-stream pools a block's other streams were waited for by its fence before it became
+ * FREE, so only the pool's own stream is left; the shared pools' blocks (per_stream_pools:False)
+ * may have been used on any live stream. Without events, work completes at issue. */
+static bool blk_settled(const alloc_t *a, const blk_t *b)
+{
+    if (b->fseq <= a->synced_free_seq || !a->events) return true;
+    const sstate_t *o = b->seg->pool->owner;
+    return b->fseq <= (o != a->shared ? o->mk_done : a->mk_all_done);
+}
+
+static void marker_pop(alloc_t *a, sstate_t *st)
+{
+    fev_t *e = st->mk_head;
+    st->mk_head = e->next;
+    if (!st->mk_head) st->mk_tail = NULL;
+    st->mk_n--;
+    if (e->seq > st->mk_done) st->mk_done = e->seq;
+    ev_put(a, e->ev);
+    fev_put(a, e);
+}
+
+/* Collect the markers that have completed (each stream's oldest first: they complete in order).
+ * Never blocks. A failed query drops its marker (its event destroyed, not reused) and asks the
+ * next malloc to synchronize, which settles what it would have. */
+static void markers_poll(alloc_t *a)
+{
+    uint64_t all = UINT64_MAX;
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        while (st->mk_head) {
+            int rc = a->be.event_query(a->be.ctx, st->mk_head->ev);
+            if (rc == ALLOC_BE_NOT_READY) break;
+            if (rc != ALLOC_BE_OK) {
+                be_rc(a, rc);
+                a->broken_event = true;
+                fev_t *e = st->mk_head;
+                st->mk_head = e->next;
+                if (!st->mk_head) st->mk_tail = NULL;
+                st->mk_n--;
+                a->be.event_destroy(a->be.ctx, e->ev);
+                fev_put(a, e);
+                continue;
+            }
+            marker_pop(a, st);
+        }
+        if (!st->dead && st->mk_done < all) all = st->mk_done;
+    }
+    a->mk_all_done = all == UINT64_MAX ? a->free_seq : all;
+}
+
+/* A marker on every stream a release found unsettled blocks for (all live streams for the shared
+ * pools), unless one recorded since the newest free already covers them. */
+static void markers_record(alloc_t *a)
+{
+    bool all = a->mk_want_all;
+    a->mk_want_all = false;
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        bool want = st->mk_want || all;
+        st->mk_want = false;
+        if (!want || st->dead || st->mk_n >= A_MAX_MARKERS) continue;
+        if ((st->mk_tail ? st->mk_tail->seq : st->mk_done) >= a->free_seq) continue;
+        fev_t *e = fev_new(a);
+        void *ev = e ? ev_get(a) : NULL;
+        if (!ev) {
+            if (e) fev_put(a, e);
+            return; /* out of memory for events: what is not settled stays cached */
+        }
+        be_count(a, ALLOC_BE_CALL_EVENT_RECORD);
+        if (be_rc(a, a->be.event_record(a->be.ctx, ev, st->stream)) != ALLOC_BE_OK) {
+            ev_put(a, ev);
+            fev_put(a, e);
+            continue;
+        }
+        a->st.num_events_recorded++;
+        e->ev = ev;
+        e->f = NULL;
+        e->seq = a->free_seq;
+        e->next = NULL;
+        if (st->mk_tail)
+            st->mk_tail->next = e;
+        else
+            st->mk_head = e;
+        st->mk_tail = e;
+        st->mk_n++;
+    }
+}
+
+/* Before a release that does not synchronize: find the streams whose pools hold FREE blocks not
+ * settled yet, record a marker on each, then collect every marker that has completed (the new
+ * ones too: on an idle stream, or where work completes at issue, they are done at once and the
+ * release gives back what a synchronization would have). */
+static void settle_free(alloc_t *a)
+{
+    if (!a->events || a->captures) return; /* no event query while a graph is captured */
+    for (size_t i = 0; i < a->nstreams; i++) {
+        sstate_t *st = a->streams[i];
+        if (st->graph) continue;
+        bool found = false;
+        for (int k = 0; k < 2 && !found; k++)
+            for (seg_t *s = st->pools[k].segs; s && !found; s = s->next_in_pool)
+                for (blk_t *b = s->first; b && !found; b = b->next)
+                    found = b->rb.st == B_FREE && !blk_settled(a, b);
+        if (!found) continue;
+        if (st == a->shared)
+            a->mk_want_all = true;
+        else
+            st->mk_want = true;
+    }
+    markers_record(a);
+    markers_poll(a);
+}
+
 /* ---- release policies: everything, garbage collection, release threshold ------------------- */
 
 typedef struct {
@@ -1552,9 +1680,9 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
                 for (blk_t *b = s->first; b; b = b->next) {
                     if (b->rb.st != B_FREE) continue;
                     if (!s->expandable && (b->prev || b->next)) continue;
-                    /* freed while the lock was dropped for the last synchronization: its
-                     * stream may still use it */
-                    if (b->fseq > a->synced_free_seq) continue;
+                    /* its stream may still use it: freed after the last synchronization
+                     * began (perhaps while the lock was dropped for it) and no marker since */
+                    if (!blk_settled(a, b)) continue;
                     if (cnt == cap) {
                         fb_t *nv = realloc(v, cap * 2 * sizeof(*v));
                         if (!nv) {
@@ -1578,7 +1706,8 @@ static int by_stamp(const void *x, const void *y)
     return a->b->addr < b->b->addr ? -1 : (a->b->addr > b->b->addr);
 }
 
-/* Release FREE memory, oldest first, until `stop` says enough. Caller synchronized. Block
+/* Release FREE memory, oldest first, until the targets are met: only blocks no work on the
+ * device may still use (collect_free: after a synchronization, or settled by markers). Block
  * pointers stay valid across release_block of other blocks: release_block only merges a block
  * with UNMAPPED neighbours, never with FREE ones. */
 static void release_until_except(alloc_t *a, size_t reserved_target, size_t cached_target,
@@ -1607,20 +1736,17 @@ static void release_all(alloc_t *a)
     release_until(a, 0, 0);
 }
 
-/* From a malloc's slow path (epoch0: see malloc_slow). Returns false when the synchronization
- * landed pending frees and the request starts over: nothing released. */
-static bool garbage_collect(alloc_t *a, const uint64_t *epoch0)
+/* From a malloc's slow path: when reserved memory exceeds the threshold, give back the oldest
+ * cached memory whose frees have landed on the device (settle_free: no synchronize, as
+ * PyTorch's collection does not synchronize either) until it is under the threshold. */
+static void garbage_collect(alloc_t *a)
 {
     size_t allowed = a->cfg.limit ? a->cfg.limit : a->capacity;
     size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
-    if ((size_t)a->st.reserved_bytes.current <= target) return true;
+    if ((size_t)a->st.reserved_bytes.current <= target) return;
     a->st.num_gc_runs++;
-    if (sync_land(a, epoch0) && epoch0) {
-        a->st.num_gc_runs--; /* the new start decides again, on what landed */
-        return false;
-    }
+    settle_free(a);
     release_until(a, target, 0);
-    return true;
 }
 
 /* PyTorch's garbage_collect_cached_blocks, which runs only when a memory fraction is set (here:
@@ -1815,11 +1941,12 @@ static int grow(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
  * request: the physical memory of scattered holes is, in effect, remapped where it is needed.
  * This is what virtual memory buys over classic segments. It runs only when the growth would
  * set a new peak of reserved memory (so a steady state never churns), when enough memory is
- * cached, and it spares the free neighbours the growth itself will merge with. It costs a
- * synchronize. Returns RBG_NONE when it did nothing, RBG_RELEASED when it synchronized and
- * released, RBG_LANDED when the synchronization landed pending frees: then nothing is released
- * (what it decided no longer holds; the request starts over). */
-enum { RBG_NONE, RBG_RELEASED, RBG_LANDED };
+ * cached, and it spares the free neighbours the growth itself will merge with. It never
+ * synchronizes: only pages whose frees have landed on the device are unmapped (settle_free: a
+ * marker event per stream, queried, not waited for); the others stay cached until a later
+ * release finds their markers complete, or the OOM path synchronizes. On a GPU a synchronize
+ * here stalled the launching thread until every queued kernel had finished, at every new peak
+ * (issue 41). */
 
 /* What release_before_grow would give back for a request of rs bytes: the bytes to unmap
  * (0: nothing worth it), and the free neighbours of the range the growth will use (*keep1,
@@ -1838,23 +1965,19 @@ static size_t rbg_need(const alloc_t *a, pool_t *p, size_t rs, const blk_t **kee
     return need && a->cached_free - have >= p->hsize ? need : 0;
 }
 
-static int release_before_grow(alloc_t *a, pool_t *p, size_t rs, const uint64_t *epoch0)
+/* Returns true when it released (then a block may fit: the caller searches again). */
+static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
 {
     size_t h = p->hsize;
     size_t reserved = (size_t)a->st.reserved_bytes.current;
     if (a->cached_free < 2 * h || reserved + round_up(rs, h) <= (size_t)a->st.reserved_bytes.peak)
-        return RBG_NONE;
+        return false;
     const blk_t *keep1, *keep2;
-    if (!rbg_need(a, p, rs, &keep1, &keep2)) return RBG_NONE;
-    if (sync_land(a, epoch0) && epoch0) return RBG_LANDED;
-    /* The lock was dropped while the device synchronized: another thread's free may have merged
-     * into the neighbours chosen above (or its malloc taken them), and frees landed here when
-     * there is no new start. Choose again on what is there now. */
     size_t need = rbg_need(a, p, rs, &keep1, &keep2);
-    if (!need) return RBG_RELEASED; /* synchronized; nothing to give back any more */
-    reserved = (size_t)a->st.reserved_bytes.current;
+    if (!need) return false;
+    settle_free(a);
     release_until_except(a, reserved > need ? reserved - need : 0, SIZE_MAX, keep1, keep2);
-    return RBG_RELEASED;
+    return true;
 }
 
 /* PyTorch's malloc after get_free_block failed: garbage collection (only with a limit), then
@@ -1886,25 +2009,16 @@ static int malloc_slow(alloc_t *a, pool_t *p, size_t rs, blk_t **out, const uint
     a->st.cache_misses++;
     if (a->cfg.policy == ALLOC_POLICY_PYTORCH) return malloc_slow_pytorch(a, p, rs, out);
     if (a->cfg.gc_threshold > 0) {
-        if (!garbage_collect(a, epoch0)) {
-            a->st.cache_misses--; /* counted by the new start */
-            return GROW_AGAIN;
-        }
-        blk_t *b = find_free(a, p, rs); /* another thread may have freed one meanwhile */
+        garbage_collect(a);
+        blk_t *b = find_free(a, p, rs); /* the collection may have merged free blocks */
         if (b) {
             free_remove(a, p, b);
             *out = b;
             return GROW_OK;
         }
     }
-    int rbg =
-        a->vmm && a->cfg.release_before_grow ? release_before_grow(a, p, rs, epoch0) : RBG_NONE;
-    if (rbg == RBG_LANDED) {
-        a->st.cache_misses--;
-        return GROW_AGAIN;
-    }
-    if (rbg == RBG_RELEASED) {
-        blk_t *b = find_free(a, p, rs); /* another thread may have freed one meanwhile */
+    if (a->vmm && a->cfg.release_before_grow && release_before_grow(a, p, rs)) {
+        blk_t *b = find_free(a, p, rs); /* the release may have merged free blocks */
         if (b) {
             free_remove(a, p, b);
             *out = b;
@@ -2299,7 +2413,7 @@ static void reap_dead_streams(alloc_t *a)
 {
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
-        if (!st->dead || st->q_head) continue;
+        if (!st->dead || st->q_head || st->mk_head) continue;
         if (st == a->shared) continue; /* the shared pools live here */
         if (stream_pools_busy(a, st)) continue;
         bool empty = true;
@@ -2342,7 +2456,8 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
          * and no event can be recorded on it afterwards: wait for it now, once, if the stream
          * holds memory or pending frees (a stream that only ran kernels costs nothing). Frees
          * whose blocks name the stream then need no event on it. */
-        bool holds = st->q_head || st->pools[0].segs || st->pools[1].segs || st->recorded;
+        bool holds =
+            st->q_head || st->mk_head || st->pools[0].segs || st->pools[1].segs || st->recorded;
         if (!holds && a->events && !a->captures) {
             /* work still queued on it may use a cudaMalloc'ed block that a later cudaFree,
              * which no longer fences this stream, would hand out: an idle stream costs one
@@ -2354,6 +2469,7 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
         }
         if (holds) {
             sync_and_land(a);
+            if (st->mk_head) markers_poll(a); /* complete now: the stream's state can go */
             reap_dead_streams(a);
         }
     }
@@ -2634,6 +2750,8 @@ void alloc_destroy(alloc_t *a)
     a->destroying = true;
     sync_device_locked(a);
     land_upto(a, UINT64_MAX);
+    for (size_t i = 0; i < a->nstreams; i++)
+        while (a->streams[i]->mk_head) marker_pop(a, a->streams[i]);
     for (size_t i = 0; i < a->nstreams; i++) {
         for (int k = 0; k < 2; k++) {
             pool_t *p = &a->streams[i]->pools[k];

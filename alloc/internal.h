@@ -157,7 +157,8 @@ typedef struct pool {
 typedef struct fev {
     struct fev *next;
     void *ev;
-    struct fence *f;
+    struct fence *f; /* NULL: a marker (sstate_t.mk_head) */
+    uint64_t seq;    /* a marker: a->free_seq when it was recorded */
 } fev_t;
 
 typedef struct sstate {
@@ -171,6 +172,15 @@ typedef struct sstate {
     bool graph;
     pool_t pools[2]; /* [0] small, [1] large */
     fev_t *q_head, *q_tail; /* events recorded on this stream, oldest first */
+    /* Markers: events recorded on this stream by a release that does not synchronize (release
+     * before growth, garbage collection), oldest first, each tagged with a->free_seq at its
+     * record. Once one has completed, every use of a FREE block of this stream's pools with
+     * fseq <= its tag has finished on the device (mk_done), so its pages may be unmapped
+     * without waiting (see blk_settled in alloc.c). */
+    fev_t *mk_head, *mk_tail;
+    unsigned mk_n; /* markers pending */
+    bool mk_want;  /* a release found FREE blocks of this stream's pools not yet settled */
+    uint64_t mk_done;
 } sstate_t;
 
 /* A pending free: the block becomes FREE when its `left` events completed, or when a device
@@ -263,6 +273,10 @@ struct alloc {
     uint64_t fence_seq;  /* fences made so far */
     uint64_t free_seq;   /* blocks made FREE without waiting for the device (see blk_t.fseq) */
     uint64_t synced_free_seq; /* free_seq when the last completed synchronization started */
+    /* per_stream_pools:False: the lowest mk_done over the live streams (a block of the shared
+     * pools may have been used on any of them), and a release wants markers on all of them */
+    uint64_t mk_all_done;
+    bool mk_want_all;
     bool broken_event;   /* an event query failed: the next malloc synchronizes */
     unsigned captures;   /* graph captures underway: no event query, no synchronization */
     void **ev_pool; /* idle events for reuse */

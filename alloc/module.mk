@@ -72,7 +72,7 @@ $(ALLOC_TORCH_BENCH): $(BUILD)/tests/bench/alloc_torch_bench.o $(ALLOC_LIB) \
 ALL_TARGETS += $(ALLOC_TORCH_BENCH)
 endif
 endif
-BENCHES += tests/bench/alloc_torch_bench.sh
+BENCHES += tests/bench/alloc_torch_bench.sh tests/bench/alloc_script_syncs_bench.sh
 
 # ---- libFuzzer target (clang; built only where clang can link -fsanitize=fuzzer)
 ALLOC_FUZZ := $(BUILD)/tests/fuzz/alloc_fuzz

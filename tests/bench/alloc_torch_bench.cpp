@@ -27,6 +27,21 @@
  *   alloc.driver_us.<torch|gpumem>.<gpt2|jitter>      what those calls would cost a GPU, in
  *                                simulated µs (sim/README.md, "Cost model")
  *   alloc.peak_reserved_gib.<torch|gpumem>.<gpt2|jitter>  each allocator's peak reserved bytes
+ *   alloc.stall_ms_per_step.<preset>  issue 41: the jittered trace with queued work (below): the
+ *                                simulated ms per training step the launching thread spends in
+ *                                the synchronizations the allocator makes (cuCtxSynchronize,
+ *                                cuStreamSynchronize, cuEventSynchronize, with the time they wait
+ *                                for the queue to drain). <preset>: gpumem; pytorch (PyTorch's
+ *                                allocator, default configuration); pytorch-expandable
+ *   alloc.stall_syncs_per_1k_allocs.<preset>  those synchronizations per 1,000 allocations
+ *   alloc.queued_util.<preset>   peak allocated / peak reserved bytes in that run (what the
+ *                                stalls would have bought: the trade-off)
+ *
+ * Queued work: each allocation is followed by a "kernel", an event recorded on the stream that
+ * completes kQueueUs simulated µs after its record (GPUMEM_SIM_EVENT_DELAY's timed form), so
+ * the device always has that much work queued behind the launching thread; at each step's end
+ * the program synchronizes once (a loss.item()), which is not counted: it is the program's. The
+ * simulated clock advances only by the driver calls' costs (sim/README.md, "Cost model").
  *
  * argv[1]: a label for PyTorch's configuration ("" for the default, e.g. "expandable" when the
  * script sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); a non-empty label is appended to
@@ -40,6 +55,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -265,7 +281,9 @@ double batch_torch(size_t *pos)
 struct trace_t {
     std::vector<alloc_trace_event_t> ev;
     std::vector<uint32_t> slot;
+    std::vector<bool> step_end; /* the last event of a training step */
     size_t nslots = 0;
+    size_t steps = 0;
 };
 
 trace_t load_trace(const char *name)
@@ -277,6 +295,14 @@ trace_t load_trace(const char *name)
     t.ev.assign(ev, ev + n);
     std::free(ev);
     t.slot.resize(n);
+    /* a step ends with the gradient norm's scratch buffer: the one allocation freed at once */
+    t.step_end.assign(n, false);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (t.ev[i].kind == ALLOC_TR_ALLOC && t.ev[i + 1].kind == ALLOC_TR_FREE &&
+            t.ev[i + 1].id == t.ev[i].id) {
+            t.step_end[i + 1] = true;
+            t.steps++;
+        }
     std::unordered_map<uint64_t, uint32_t> live;
     std::vector<uint32_t> spare;
     for (size_t i = 0; i < n; i++) {
@@ -391,6 +417,124 @@ replay_t replay_gpumem(const trace_t &t)
     return r;
 }
 
+/* ---- stalls: the same replay with work queued on the device (issue 41) ----------------------- */
+
+constexpr double kQueueUs = 2000; /* each kernel completes 2 ms (simulated) after its launch */
+
+double sync_us()
+{
+    sim_stats st;
+    sim_stats_get(&st);
+    return st.op[SIM_OP_CTX_SYNC].us + st.op[SIM_OP_STREAM_SYNC].us + st.op[SIM_OP_EVENT_SYNC].us;
+}
+
+uint64_t sync_calls()
+{
+    sim_stats st;
+    sim_stats_get(&st);
+    return st.op[SIM_OP_CTX_SYNC].calls + st.op[SIM_OP_STREAM_SYNC].calls +
+           st.op[SIM_OP_EVENT_SYNC].calls;
+}
+
+struct stall_t {
+    double ms_per_step;
+    double syncs_per_1k;
+    double util;
+};
+
+/* One replay of t with queued work. alloc_fn(size, slot) / free_fn(slot) are the allocator's
+ * calls; peak_fn() gives (peak allocated, peak reserved) at the end. */
+template <class A, class F, class P>
+stall_t replay_queued(const trace_t &t, A alloc_fn, F free_fn, P peak_fn)
+{
+    std::vector<CUevent> kernels(256);
+    for (CUevent &e : kernels)
+        if (cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) die("cuEventCreate");
+    sim_set_event_delay_us(kQueueUs);
+    double own_us = 0; /* the program's own step-end synchronizations */
+    uint64_t own_calls = 0, allocs = 0;
+    double us0 = sync_us();
+    uint64_t calls0 = sync_calls();
+    size_t k = 0;
+    for (size_t i = 0; i < t.ev.size(); i++) {
+        const alloc_trace_event_t &e = t.ev[i];
+        if (e.kind == ALLOC_TR_ALLOC) {
+            alloc_fn(e.size, t.slot[i]);
+            allocs++;
+            /* the kernel that writes the new tensor */
+            if (cuEventRecord(kernels[k++ % kernels.size()], nullptr) != CUDA_SUCCESS)
+                die("cuEventRecord");
+        } else if (e.kind == ALLOC_TR_FREE || e.kind == ALLOC_TR_FREE_ASYNC) {
+            free_fn(t.slot[i]);
+        }
+        if (t.step_end[i]) {
+            double u = sync_us();
+            if (cuCtxSynchronize() != CUDA_SUCCESS) die("cuCtxSynchronize");
+            own_us += sync_us() - u;
+            own_calls++;
+        }
+    }
+    stall_t r;
+    r.ms_per_step = (sync_us() - us0 - own_us) / 1000.0 / (double)(t.steps ? t.steps : 1);
+    r.syncs_per_1k = 1000.0 * (double)(sync_calls() - calls0 - own_calls) / (double)allocs;
+    std::pair<size_t, size_t> pk = peak_fn();
+    r.util = pk.second ? (double)pk.first / (double)pk.second : 1.0;
+    sim_set_event_delay_us(0);
+    if (cuCtxSynchronize() != CUDA_SUCCESS) die("cuCtxSynchronize");
+    for (CUevent e : kernels)
+        cuEventDestroy(e);
+    return r;
+}
+
+stall_t stall_torch(const trace_t &t)
+{
+    std::vector<void *> ptr(t.nslots, nullptr);
+    torch_alloc::emptyCache();
+    torch_alloc::resetPeakStats(0);
+    stall_t r = replay_queued(
+        t, [&](size_t size, uint32_t slot) { ptr[slot] = torch_alloc::raw_alloc(size); },
+        [&](uint32_t slot) {
+            torch_alloc::raw_delete(ptr[slot]);
+            ptr[slot] = nullptr;
+        },
+        [&]() {
+            auto st = torch_alloc::getDeviceStats(0);
+            return std::make_pair((size_t)st.allocated_bytes[0].peak,
+                                  (size_t)st.reserved_bytes[0].peak);
+        });
+    for (void *p : ptr)
+        if (p) torch_alloc::raw_delete(p);
+    torch_alloc::emptyCache();
+    return r;
+}
+
+stall_t stall_gpumem(const trace_t &t)
+{
+    std::vector<uint64_t> ptr(t.nslots, 0);
+    alloc_t *a = gpumem_new();
+    stall_t r = replay_queued(
+        t,
+        [&](size_t size, uint32_t slot) {
+            if (alloc_malloc(a, size, 0, &ptr[slot])) die("gpumem: replay allocation failed");
+        },
+        [&](uint32_t slot) {
+            alloc_free_async(a, ptr[slot], 0);
+            ptr[slot] = 0;
+        },
+        [&]() {
+            alloc_stats_t st;
+            alloc_get_stats(a, &st);
+            return std::make_pair((size_t)st.allocated_bytes.peak, (size_t)st.reserved_bytes.peak);
+        });
+    char err[256];
+    if (alloc_check(a, err, sizeof(err))) {
+        std::fprintf(stderr, "alloc_torch_bench: alloc_check: %s\n", err);
+        std::exit(1);
+    }
+    alloc_destroy(a);
+    return r;
+}
+
 void print_ops(const char *who, const char *trace, const replay_t &r)
 {
     std::fprintf(stderr, "# %s on %s: %.3f s,", who, trace, r.seconds);
@@ -489,6 +633,27 @@ int main(int argc, char **argv)
         if (own)
             std::printf("BENCH alloc.peak_reserved_gib.gpumem.%s %.3f GiB\n", names[k],
                         (double)best_g.peak_reserved / (1 << 30));
+        std::fflush(stdout);
+    }
+
+    /* stalls under queued work (issue 41), on the jittered trace */
+    {
+        trace_t t = load_trace("jitter");
+        if (t.steps == 0) die("no step ends found in the jittered trace");
+        const std::string pname = own ? std::string("pytorch") : std::string("pytorch-") + argv[1];
+        const char *preset = pname.c_str();
+        stall_t rt = stall_torch(t);
+        std::printf("BENCH alloc.stall_ms_per_step.%s %.3f ms\n", preset, rt.ms_per_step);
+        std::printf("BENCH alloc.stall_syncs_per_1k_allocs.%s %.2f syncs\n", preset,
+                    rt.syncs_per_1k);
+        std::printf("BENCH alloc.queued_util.%s %.4f x\n", preset, rt.util);
+        if (own) {
+            stall_t rg = stall_gpumem(t);
+            std::printf("BENCH alloc.stall_ms_per_step.gpumem %.3f ms\n", rg.ms_per_step);
+            std::printf("BENCH alloc.stall_syncs_per_1k_allocs.gpumem %.2f syncs\n",
+                        rg.syncs_per_1k);
+            std::printf("BENCH alloc.queued_util.gpumem %.4f x\n", rg.util);
+        }
         std::fflush(stdout);
     }
     return 0;

@@ -92,8 +92,17 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
   echo "async $c: recorded peak reserved $rec, replayed $rep"
   # whatever the timing (a sanitizer's, a loaded machine's): frees that an allocation's own
-  # synchronization lands start it over, so the recorded order is the allocator's (alloc/README.md)
-  [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
+  # synchronization lands start it over, so the recorded order is the allocator's (alloc/README.md).
+  # gpumem's release before growth does not synchronize (issue 41): it unmaps only pages whose
+  # frees have landed on the device, when, the recording does not say; the replay (work done at
+  # issue) can only give back as much or more: a lower bound of the recorded peak reserved
+  if [[ $c == preset:gpumem ]]; then
+    [[ $rep -le $rec ]] || fail "$c (async): the replay reserves more than the recording ($rep > $rec)"
+    want=$rep
+  else
+    [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
+    want=$rec
+  fi
   n29=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 29")
   npend=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind IN (2, 4) AND (flags & 8192) != 0")
   [[ $n29 -gt 0 && $npend -ge $n29 ]] || fail "$c (async): $n29 free_completed events for $npend frees that waited"
@@ -103,8 +112,8 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   # fit and releases are broken by address): the recording says so, tune follows it
   [[ $(sqlite3 "$TMP/x.db" "SELECT value FROM meta WHERE key = 'alloc.address_order'") == down ]] \
     || fail "$c (async): meta alloc.address_order is not 'down' on the virtual GPU"
-  "$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$rec " \
-    || fail "$c (async): gpumem-replay --top-down of the exported trace does not find $rec"
+  "$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$want " \
+    || fail "$c (async): gpumem-replay --top-down of the exported trace does not find $want"
   [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 29") == free_completed ]] || fail "kind 29 is not named"
   # an older recording: no free_completed, no flag
   sqlite3 "$TMP/x.db" "DELETE FROM events WHERE kind = 29; UPDATE events SET flags = flags & ~8192"
@@ -120,17 +129,22 @@ done
 echo "ok: on the asynchronous virtual GPU too (free_completed), and older recordings replay as before"
 
 # the same, deterministic: on the synchronous virtual GPU with each event NOT_READY for its first
-# N queries, frees wait for several allocations, and many land in the middle of one (gpumem
-# preset: the synchronization before a growth). The allocation starts over on what landed, so the
-# trace's order is the allocator's; the replay hands out addresses downwards as the recording
-# did. Without either (issue 13) the gpumem preset missed its peak here by 2 MiB or more.
+# N queries, frees wait for several allocations. Where a synchronization lands some in the middle
+# of an allocation, the allocation starts over on what landed, so the trace's order is the
+# allocator's; the replay hands out addresses downwards as the recording did (issue 13). gpumem's
+# release before growth no longer synchronizes (issue 41): with events pending it keeps pages the
+# replay gives back, so its replay is a lower bound here.
 for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   for d in 1 3 5; do
     GPUMEM_SIM_EVENT_DELAY=$d GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 \
       || { cat "$TMP/x.txt"; fail "$c: cross-stream run (event delay $d)"; }
     "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (event delay $d)"
     read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
-    [[ $rec == "$rep" ]] || fail "$c (event delay $d): the replay finds $rep, the run reserved $rec"
+    if [[ $c == preset:gpumem ]]; then # a lower bound: see the asynchronous case above
+      [[ $rep -le $rec ]] || fail "$c (event delay $d): the replay finds $rep, more than the run's $rec"
+    else
+      [[ $rec == "$rep" ]] || fail "$c (event delay $d): the replay finds $rep, the run reserved $rec"
+    fi
     rm -f "$TMP/x.db"
   done
 done

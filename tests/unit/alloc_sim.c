@@ -9,7 +9,9 @@
  *   - expandable segments really map memory: blocks are writable and hold their contents;
  *   - classic segments (cuMemAlloc) work the same way;
  *   - at the device's capacity the allocator fails with OOM forensics instead of crashing, and
- *     recovers after frees.
+ *     recovers after frees;
+ *   - release before growth under queued work makes no synchronization and unmaps no page a
+ *     queued kernel may still use.
  * Skipped (not failed) only when the sim library was not built. */
 #include <dlfcn.h>
 #include <limits.h>
@@ -26,6 +28,7 @@
 #include <cuda.h>
 
 #include "alloc/alloc.h"
+#include "sim/sim.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -61,6 +64,7 @@ static struct {
     void (*set_event_delay)(unsigned);
     size_t (*events_pending)(void);
     CUresult (*set_capacity)(size_t);
+    void (*stats_get)(sim_stats *);
 } cu;
 
 /* ---- the backend over driver calls --------------------------------------------------------- */
@@ -264,7 +268,8 @@ static int load_sim(void **state)
     cu.set_event_delay = (void (*)(unsigned))dlsym(cu.lib, "sim_set_event_delay");
     cu.events_pending = (size_t(*)(void))dlsym(cu.lib, "sim_events_pending");
     cu.set_capacity = (CUresult(*)(size_t))dlsym(cu.lib, "sim_set_capacity");
-    if (!cu.set_event_delay || !cu.events_pending || !cu.set_capacity) return -1;
+    cu.stats_get = (void (*)(sim_stats *))dlsym(cu.lib, "sim_stats_get");
+    if (!cu.set_event_delay || !cu.events_pending || !cu.set_capacity || !cu.stats_get) return -1;
     CUcontext ctx;
     if (cu.Init(0) || cu.DeviceGet(&cu.dev, 0) || cu.PrimaryCtxRetain(&ctx, cu.dev) ||
         cu.CtxSetCurrent(ctx))
@@ -394,12 +399,63 @@ static void test_oom_at_capacity(void **state)
     assert_int_equal(cu.set_capacity(t0), CUDA_SUCCESS);
 }
 
+/* Release before growth under queued work (issue 41), on the virtual GPU: a kernel still queued
+ * on s (an event the test records there, pending until a synchronize) may read the block freed
+ * after it. The growth past the peak makes no cuCtxSynchronize (the sim's counters) and leaves
+ * that block's pages mapped: the sim maps real memory and unmapped addresses fault, so its
+ * contents are read back intact. After the program synchronizes, the next growth gives them
+ * back, still without a synchronize of its own. */
+static void test_grow_never_synchronizes(void **state)
+{
+    (void)state;
+    NEED_SIM();
+    alloc_t *a = make("gpumem");
+    CUstream s;
+    assert_int_equal(cu.StreamCreate(&s, 0), CUDA_SUCCESS);
+    uint64_t x, y, z, w;
+    assert_int_equal(alloc_malloc(a, 30 * MiB, (uintptr_t)s, &x), ALLOC_OK);
+    assert_int_equal(alloc_malloc(a, 30 * MiB, (uintptr_t)s, &y), ALLOC_OK);
+    memset((void *)(uintptr_t)x, 0x5a, 30 * MiB);
+    cu.set_event_delay(1000000); /* the work queued on s stays unfinished */
+    CUevent kernel;
+    assert_int_equal(cu.EventCreate(&kernel, 0), CUDA_SUCCESS);
+    assert_int_equal(cu.EventRecord(kernel, s), CUDA_SUCCESS);
+    assert_int_equal(alloc_free_async(a, x, (uintptr_t)s), ALLOC_OK);
+    sim_stats st0, st1;
+    cu.stats_get(&st0);
+    assert_int_equal(alloc_malloc(a, 40 * MiB, (uintptr_t)s, &z), ALLOC_OK); /* fits no hole */
+    cu.stats_get(&st1);
+    assert_int_equal(st1.op[SIM_OP_CTX_SYNC].calls, st0.op[SIM_OP_CTX_SYNC].calls);
+    assert_int_equal(st1.op[SIM_OP_STREAM_SYNC].calls, st0.op[SIM_OP_STREAM_SYNC].calls);
+    assert_int_equal(st1.op[SIM_OP_MEM_UNMAP].calls, st0.op[SIM_OP_MEM_UNMAP].calls);
+    const unsigned char *c = (const unsigned char *)(uintptr_t)x;
+    assert_true(c[0] == 0x5a && c[15 * MiB] == 0x5a && c[30 * MiB - 1] == 0x5a);
+    assert_int_equal(cu.CtxSynchronize(), CUDA_SUCCESS); /* the program waits (loss.item()) */
+    cu.set_event_delay(0);
+    cu.stats_get(&st0);
+    assert_int_equal(alloc_malloc(a, 50 * MiB, (uintptr_t)s, &w), ALLOC_OK); /* past the peak */
+    cu.stats_get(&st1);
+    assert_int_equal(st1.op[SIM_OP_CTX_SYNC].calls, st0.op[SIM_OP_CTX_SYNC].calls);
+    assert_int_equal(st1.op[SIM_OP_MEM_UNMAP].calls - st0.op[SIM_OP_MEM_UNMAP].calls, 15);
+    alloc_stats_t as;
+    alloc_get_stats(a, &as);
+    assert_int_equal(as.num_syncs, 0);
+    assert_int_equal(as.reserved_bytes.current, 120 * MiB); /* 30 + 40 + 50 */
+    check(a);
+    alloc_free(a, y);
+    alloc_free(a, z);
+    alloc_free(a, w);
+    cu.EventDestroy(kernel);
+    alloc_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_free_not_reused_while_event_pending),
         cmocka_unit_test(test_blocks_hold_data),
         cmocka_unit_test(test_oom_at_capacity),
+        cmocka_unit_test(test_grow_never_synchronizes),
     };
     return cmocka_run_group_tests(tests, load_sim, NULL);
 }

@@ -40,6 +40,15 @@ typedef struct fake {
     void (*on_sync)(struct fake *); /* runs inside synchronize */
     uintptr_t idle_stream;          /* events recorded on it are complete at once */
     bool lock_was_free;             /* set by on_sync helpers */
+    bool all_idle;                  /* every event is complete at once (work keeps up) */
+    uintptr_t fail_query_stream;    /* event_query of an event on this stream fails ... */
+    unsigned fail_query_left;       /* ... this many times */
+    /* a kernel queued on kern_stream that uses [kern_lo, kern_hi) until the test completes
+     * that stream (or a synchronize): unmapping any of it before is a use after unmap */
+    uint64_t kern_lo, kern_hi;
+    uintptr_t kern_stream;
+    bool kern_live;
+    unsigned unmapped_under_kernel;
 } fake_t;
 
 static int ev_create(void *c, void **ev)
@@ -64,7 +73,7 @@ static int ev_record(void *c, void *ev, uintptr_t stream)
     tev_t *e = ev;
     e->stream = stream;
     e->recorded = true;
-    e->done = stream == f->idle_stream;
+    e->done = stream == f->idle_stream || f->all_idle;
     f->records++;
     return ALLOC_BE_OK;
 }
@@ -73,6 +82,10 @@ static int ev_query(void *c, void *ev)
     fake_t *f = c;
     f->queries++;
     tev_t *e = ev;
+    if (f->fail_query_left && e->recorded && e->stream == f->fail_query_stream) {
+        f->fail_query_left--;
+        return ALLOC_BE_ERROR;
+    }
     return !e->recorded || e->done ? ALLOC_BE_OK : ALLOC_BE_NOT_READY;
 }
 static int ev_destroy(void *c, void *ev)
@@ -88,6 +101,7 @@ static int ev_destroy(void *c, void *ev)
 }
 static void complete_stream(fake_t *f, uintptr_t s)
 {
+    if (f->kern_stream == s) f->kern_live = false;
     for (size_t i = 0; i < f->nevs; i++)
         if (f->evs[i]->recorded && f->evs[i]->stream == s) f->evs[i]->done = true;
 }
@@ -109,6 +123,7 @@ static int be_sync(void *c)
 {
     fake_t *f = c;
     f->syncs++;
+    f->kern_live = false;
     if (f->on_sync) f->on_sync(f);
     for (size_t i = 0; i < f->nevs; i++)
         if (f->evs[i]->recorded) f->evs[i]->done = true;
@@ -132,7 +147,12 @@ FWD(create, (void *c, size_t s, uint64_t *h), (membe(f)->ctx, s, h))
 FWD(release, (void *c, uint64_t h), (membe(f)->ctx, h))
 FWD(map, (void *c, uint64_t a, size_t s, uint64_t h), (membe(f)->ctx, a, s, h))
 FWD(set_access, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
-FWD(unmap, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
+static int w_unmap(void *c, uint64_t a, size_t s)
+{
+    fake_t *f = c;
+    if (f->kern_live && a < f->kern_hi && f->kern_lo < a + s) f->unmapped_under_kernel++;
+    return membe(f)->unmap(membe(f)->ctx, a, s);
+}
 FWD(seg_alloc, (void *c, size_t s, uint64_t *a), (membe(f)->ctx, s, a))
 FWD(seg_free, (void *c, uint64_t a, size_t s), (membe(f)->ctx, a, s))
 static size_t w_granularity(void *c)
@@ -572,6 +592,108 @@ static void test_graph_pools_kept(void **state)
     for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) graph_pools_kept(confs[i]);
 }
 
+/* Release before growth under queued work (issue 41): it never synchronizes, and it never unmaps
+ * a page a kernel still queued may use. A block freed in stream order on its own stream is
+ * reusable there at once, but a kernel queued on that stream before the free may still read it:
+ * its pages are given back only once a marker event recorded on that stream has completed. The
+ * growth past the peak maps new pages instead (reserved grows: the trade-off), and a later
+ * growth, after the stream's work completed, gives the old pages back, still without waiting. */
+#define MiB ((size_t)1 << 20)
+
+static void test_release_before_grow_queued_work(void **state)
+{
+    (void)state;
+    const uintptr_t s = 0x10;
+    fake_t *f = mk("preset:gpumem");
+    uint64_t x = must_alloc(f, 30 * MiB, s), y = must_alloc(f, 30 * MiB, s);
+    f->kern_lo = x, f->kern_hi = x + 30 * MiB, f->kern_stream = s, f->kern_live = true;
+    assert_int_equal(alloc_free_async(f->a, x, s), ALLOC_OK);
+    uint64_t z = must_alloc(f, 40 * MiB, s); /* fits no hole: the range must grow */
+    alloc_stats_t st;
+    alloc_get_stats(f->a, &st);
+    assert_int_equal(f->syncs, 0);
+    assert_int_equal(f->unmapped_under_kernel, 0);
+    assert_int_equal(st.num_device_free, 0);
+    assert_int_equal(st.reserved_bytes.current, 100 * MiB);
+    assert_int_equal(pending_on(f, s), 1);   /* the marker, not waited for */
+    complete_stream(f, s);                   /* the kernel finished */
+    uint64_t w = must_alloc(f, 50 * MiB, s); /* past the peak again */
+    alloc_get_stats(f->a, &st);
+    assert_int_equal(f->syncs, 0);
+    /* x's 30 MiB were given back before the growth: 100 + 50 - 30 */
+    assert_int_equal(st.reserved_bytes.current, 120 * MiB);
+    assert_int_equal(st.num_device_free, 15);
+    (void)y, (void)z, (void)w;
+    done(f);
+}
+
+/* A marker whose query fails (a broken event) is dropped and the next allocation synchronizes
+ * once, as for a broken fence event; later growths do not synchronize again. */
+static void test_broken_marker_syncs_once(void **state)
+{
+    (void)state;
+    const uintptr_t s = 0x10;
+    fake_t *f = mk("preset:gpumem");
+    uint64_t x = must_alloc(f, 30 * MiB, s), y = must_alloc(f, 30 * MiB, s);
+    assert_int_equal(alloc_free_async(f->a, x, s), ALLOC_OK);
+    f->fail_query_stream = s, f->fail_query_left = 1;
+    must_alloc(f, 40 * MiB, s); /* the marker's first query fails */
+    assert_int_equal(f->fail_query_left, 0);
+    assert_int_equal(f->syncs, 0);
+    must_alloc(f, 512, s); /* the next allocation synchronizes */
+    assert_int_equal(f->syncs, 1);
+    uint64_t w = must_alloc(f, 50 * MiB, s); /* and x's pages were settled by it */
+    alloc_stats_t st;
+    alloc_get_stats(f->a, &st);
+    assert_int_equal(f->syncs, 1);
+    assert_int_equal(st.num_device_free, 15);
+    (void)y, (void)w;
+    done(f);
+}
+
+/* The same across streams: a block allocated on s and freed in stream order on o waits for o's
+ * event before it is FREE (as before), and then for s, whose kernels may also still use it. The
+ * shared pools (per_stream_pools:False) wait for every stream. */
+static void test_release_before_grow_other_streams(void **state)
+{
+    (void)state;
+    const uintptr_t s = 0x10, o = 0x20;
+    for (int shared = 0; shared < 2; shared++) {
+        fake_t *f = mk(shared ? "preset:gpumem,per_stream_pools:False" : "preset:gpumem");
+        uint64_t x = must_alloc(f, 30 * MiB, s), y = must_alloc(f, 30 * MiB, s);
+        must_alloc(f, 512, o); /* o exists */
+        f->kern_lo = x, f->kern_hi = x + 30 * MiB, f->kern_stream = s, f->kern_live = true;
+        assert_int_equal(alloc_free_async(f->a, x, shared ? s : o), ALLOC_OK);
+        complete_stream(f, o); /* o is done: shared, a marker there would complete at once */
+        must_alloc(f, 40 * MiB, s);
+        alloc_stats_t st;
+        alloc_get_stats(f->a, &st);
+        assert_int_equal(f->syncs, 0);
+        assert_int_equal(f->unmapped_under_kernel, 0);
+        assert_int_equal(st.num_device_free, 0);
+        complete_stream(f, s);
+        f->idle_stream = s; /* s has nothing queued any more: its events complete at once */
+        if (shared) {       /* now o is the busy one: its marker holds the shared pools back */
+            f->kern_stream = o, f->kern_live = true;
+            must_alloc(f, 512, o); /* work queued on o */
+        }
+        must_alloc(f, 50 * MiB, s);
+        alloc_get_stats(f->a, &st);
+        assert_int_equal(f->syncs, 0);
+        assert_int_equal(f->unmapped_under_kernel, 0);
+        if (shared) {
+            assert_int_equal(st.num_device_free, 0);
+            complete_stream(f, o);
+            must_alloc(f, 60 * MiB, s);
+            alloc_get_stats(f->a, &st);
+            assert_int_equal(f->syncs, 0);
+        }
+        assert_true(st.num_device_free > 0); /* x's pages went back once every stream was done */
+        (void)y;
+        done(f);
+    }
+}
+
 /* The replay of a recording reproduces it (issue 13): a free that waited for stream events
  * returns to the replay's allocator at its free_completed (the on_free_landed hook, which the
  * recorder turns into kind 29 and the trace into `fc`), and the allocator's state must have
@@ -625,11 +747,13 @@ static void rt_free(fake_t *f, rtrace_t *t, uint64_t p, uint64_t id, uintptr_t s
         }
 }
 
-static void record_and_replay(const char *conf, bool top_down, unsigned *landed_in_sync)
+static void record_and_replay(const char *conf, bool top_down, bool exact, bool idle,
+                              unsigned *landed_in_sync)
 {
     /* no OOM: the pytorch policy's OOM path does not start over (PyTorch does not search the
      * cache again there) */
     fake_t *f = mk_cap(conf, (size_t)4 << 30, top_down);
+    f->all_idle = idle;
     rtrace_t t = {0};
     alloc_hooks_t hk = {.user = &t, .on_free_landed = rt_landed};
     alloc_set_hooks(f->a, &hk);
@@ -677,8 +801,13 @@ static void record_and_replay(const char *conf, bool top_down, unsigned *landed_
     alloc_replay_result_t r;
     char err[256];
     assert_int_equal(alloc_replay(&cfg, &o, t.v, t.n, &r, err, sizeof(err)), ALLOC_OK);
-    if ((size_t)st.reserved_bytes.peak != r.peak_reserved || st.cache_hits != r.cache_hits ||
-        st.cache_misses != r.cache_misses)
+    if (!exact) {
+        /* the replay's work completes at issue: every page it could unmap is settled there */
+        if (r.peak_reserved > (size_t)st.reserved_bytes.peak)
+            fail_msg("%s: recorded peak reserved %lld, replayed %zu (more)", conf,
+                     (long long)st.reserved_bytes.peak, r.peak_reserved);
+    } else if ((size_t)st.reserved_bytes.peak != r.peak_reserved || st.cache_hits != r.cache_hits ||
+               st.cache_misses != r.cache_misses)
         fail_msg(
             "%s: recorded peak reserved %lld, %llu hits, %llu misses; replayed %zu, %llu, %llu",
             conf, (long long)st.reserved_bytes.peak, (unsigned long long)st.cache_hits,
@@ -693,16 +822,21 @@ static void test_replay_lands_frees_in_order(void **state)
 {
     (void)state;
     unsigned landed;
-    /* gpumem: releases before growing, synchronizing in the middle of an allocation; the
-     * workload must make that synchronization land frees, else this test tests nothing */
-    record_and_replay("preset:gpumem", false, &landed);
-    assert_true(landed > 0);
-    record_and_replay("preset:pytorch", false, &landed);
-    record_and_replay("preset:pytorch-expandable", false, &landed);
+    /* PyTorch's OOM-free path never synchronizes; their frees land at the trace's fc lines */
+    record_and_replay("preset:pytorch", false, true, false, &landed);
+    record_and_replay("preset:pytorch-expandable", false, true, false, &landed);
     /* a device that hands out addresses downwards (the virtual GPU's mmap), replayed so */
-    record_and_replay("preset:gpumem", true, &landed);
-    assert_true(landed > 0);
-    record_and_replay("preset:pytorch", true, &landed);
+    record_and_replay("preset:pytorch", true, true, false, &landed);
+    /* gpumem's release before growth no longer synchronizes (issue 41): it unmaps only pages
+     * whose frees have landed on the device, which the trace does not say (s[1] lags here), so
+     * the replay, where work completes at issue, is a lower bound of the recording's reserved
+     * memory; exact where the streams keep up (every event complete at its first query: the
+     * virtual GPU without delays) */
+    record_and_replay("preset:gpumem", false, false, false, &landed);
+    record_and_replay("preset:gpumem", true, false, false, &landed);
+    record_and_replay("preset:gpumem", false, true, true, &landed);
+    record_and_replay("preset:gpumem", true, true, true, &landed);
+    assert_int_equal(landed, 0); /* no synchronization landed frees mid-allocation */
 }
 
 int main(void)
@@ -718,6 +852,9 @@ int main(void)
         cmocka_unit_test(test_forget_busy_stream_waits),
         cmocka_unit_test(test_capture_private),
         cmocka_unit_test(test_graph_pools_kept),
+        cmocka_unit_test(test_release_before_grow_queued_work),
+        cmocka_unit_test(test_release_before_grow_other_streams),
+        cmocka_unit_test(test_broken_marker_syncs_once),
         cmocka_unit_test(test_replay_lands_frees_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
