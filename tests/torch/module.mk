@@ -18,4 +18,4 @@ SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
 BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_parity_bench.sh tests/bench/torch_rec_bench.sh \
-           tests/bench/torch_advise_bench.sh
+           tests/bench/torch_advise_bench.sh tests/bench/torch_fsdp_bench.sh
