@@ -569,6 +569,14 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
     rec_unw_ent *e = m && m->frames == rec_g.stacks && !rec_g.no_unw_memo
                          ? rec_unw_lookup(m, (uint64_t)(uintptr_t)fp, fp[1])
                          : NULL;
+    rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
+    const uint32_t gen = atomic_load_explicit(&rec_g.gen, memory_order_relaxed);
+    /* the same frames as last time, no Python frames: the same stack id, while the recording
+     * that gave it lasts (forget_state bumps gen when it empties the stack table) */
+    if (e && !pfn && e->id && e->id_gen == gen) {
+        m->hits++;
+        return e->id;
+    }
     if (e) {
         f = e->pcs;
         n = (int)e->npcs;
@@ -584,7 +592,6 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
     /* Python frames: they replace the interpreter's own native frames (rec.h) */
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;
-    rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
     if (pfn) {
         npy = pfn(py, REC_MAX_PY_FRAMES);
         if (npy < 0 || npy > REC_MAX_PY_FRAMES) npy = 0;
@@ -611,12 +618,20 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
     }
     uint64_t key = h | 1;
     uint64_t i = key & rec_g.stab_mask;
+    uint32_t id = 0;
+    int found = 0;
     for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
         uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
-        if (k == key) return atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+        if (k == key) {
+            id = atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+            found = 1;
+            break;
+        }
         if (k == 0) break;
     }
-    return stack_id_slow(key, f, n, py, npy);
+    if (!found) id = stack_id_slow(key, f, n, py, npy);
+    if (e && !npy && id) e->id = id, e->id_gen = gen;
+    return id;
 }
 
 /* ---------------------------------------------------------------- the hot path */

@@ -123,6 +123,7 @@ static __attribute__((noinline)) int unw_fill(rec_unw *m, rec_unw_ent *e, uint64
     memcpy(e->pcs, pcs, (size_t)n * sizeof(void *));
     e->nslots = ns;
     e->npcs = (uint32_t)n;
+    e->id = 0;
     return 0;
 }
 

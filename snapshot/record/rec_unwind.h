@@ -56,6 +56,8 @@ typedef struct rec_unw_ent {
     uint32_t state;  /* REC_UNW_* */
     uint32_t hits;   /* answers given (the entry a new key replaces has the fewest) */
     uint32_t nslots, npcs;
+    uint32_t id, id_gen; /* the stack's id in the recording of generation id_gen (rec_g.gen), 0:
+                            none yet (the capture's to fill and read) */
     rec_unw_slot *slots; /* the words the walk read (FILLED: owned, one allocation with pcs) */
     void **pcs;          /* frames of the walk, innermost caller first */
 } rec_unw_ent;

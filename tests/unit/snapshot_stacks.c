@@ -333,37 +333,49 @@ static char *memo_frames(const char *db_path) {
 /* The memo answers most stacks of a repeating program, and every event gets the frames the
  * walk gives without it: one mixed sequence (two stacks under one key, one site under two
  * callers at one stack pointer, depths, frame-pointer frames of varying size) recorded with and
- * without the memo, compared event by event. */
+ * without the memo, compared event by event. The memo keeps each stack's id for the recording
+ * that gave it: the second recording starts with a stack of its own, so that the same stacks
+ * get other ids there, and an id kept from the first would give wrong frames. */
+__attribute__((noinline)) void memo_shift(void) {
+    rec_event(REC_ALLOC, 0, 0, 0x10, 64, 64, 1);
+    __asm__ volatile("" ::: "memory");
+}
+
 static void memo_same_as_walk(void **state) {
     (void)state;
-    char p_memo[512], p_walk[512];
-    snap_path(p_memo, sizeof p_memo, "memo.db");
-    snap_path(p_walk, sizeof p_walk, "walk.db");
-    unlink(p_memo);
-    unlink(p_walk);
-    uint64_t hits = 0;
-    /* both recordings from one call site of memo_mix: the frames of this test and beyond too */
-    for (int walk = 0; walk < 2; walk++) {
-        rec_options o = {.path = walk ? p_walk : p_memo, .stacks = 16, .fork_record = 0,
-                         .ring = 1 << 16, .quiet = 1};
+    char p[3][512];
+    uint64_t hits[3] = {0};
+    /* run 0: the memo fills and answers; 1: a new recording, stacks in another order of ids;
+     * 2: the same as 1 without the memo. memo_mix from one call site: the frames of this test
+     * and beyond are the same in each. */
+    for (int run = 0; run < 3; run++) {
+        snprintf(p[run], sizeof p[run], "%s/memo%d.db", snap_tmpdir(), run);
+        unlink(p[run]);
+        rec_options o = {.path = p[run], .stacks = 16, .fork_record = 0, .ring = 1 << 16, .quiet = 1};
         assert_int_equal(rec_open(&o), 0);
-        rec_g.no_unw_memo = walk;
+        rec_g.no_unw_memo = run == 2;
+        if (run > 0) memo_shift();
         uint64_t h0 = rec_unw_tls ? rec_unw_tls->hits : 0;
         memo_mix();
         assert_non_null(rec_unw_tls);
-        if (walk) assert_int_equal(rec_unw_tls->hits, h0); /* walked every time */
-        else hits = rec_unw_tls->hits - h0;
+        hits[run] = rec_unw_tls->hits - h0;
         rec_g.no_unw_memo = 0;
         rec_test_reset();
     }
-
+    assert_int_equal(hits[2], 0); /* walked every time */
     /* ~4,000 events from 14 stacks: nearly all answered by the memo */
-    long long n = snap_q(p_memo, "SELECT count(*) FROM events");
+    long long n = snap_q(p[0], "SELECT count(*) FROM events");
     assert_true(n > 3000);
-    if (hits <= (uint64_t)n * 9 / 10) fprintf(stderr, "memo: %llu hits of %lld events\n", (unsigned long long)hits, n);
-    assert_true(hits > (uint64_t)n * 9 / 10);
-    assert_true(snap_q(p_memo, "SELECT count(DISTINCT stack) FROM events") >= 8);
-    char *a = memo_frames(p_memo), *b = memo_frames(p_walk);
+    for (int run = 0; run < 2; run++) {
+        if (hits[run] <= (uint64_t)n * 9 / 10)
+            fprintf(stderr, "memo: %llu hits of %lld events\n", (unsigned long long)hits[run], n);
+        assert_true(hits[run] > (uint64_t)n * 9 / 10);
+    }
+    assert_true(snap_q(p[0], "SELECT count(DISTINCT stack) FROM events") >= 8);
+    /* the ids moved: the first event's stack is memo_shift's now */
+    assert_true(snap_q(p[1], "SELECT stack FROM events WHERE seq = 2") !=
+                snap_q(p[0], "SELECT stack FROM events WHERE seq = 1"));
+    char *a = memo_frames(p[1]), *b = memo_frames(p[2]);
     assert_string_equal(a, b);
     free(a);
     free(b);
