@@ -4,7 +4,7 @@
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
 REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_state.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
-            $(SNAP_DIR)/record/addr_index.o $(SNAP_DIR)/record/rec_rows.o
+            $(SNAP_DIR)/record/addr_index.o $(SNAP_DIR)/record/rec_rows.o $(SNAP_DIR)/record/rec_unwind.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
 
@@ -118,7 +118,7 @@ ALL_TARGETS += $(SNAP_FUZZ)
 # from source with the sanitizers
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
 NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_state.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
-                  snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c $(SNAP_DIR)/rec_schema.c \
+                  snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c snapshot/record/rec_unwind.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/formats/gm_export_fmt.c snapshot/formats/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/record/rec_path.c,$(SNAP_FUZZ_SRCS))
 $(eval $(call fuzz_target,nvtx_fuzz,$(NVTX_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP) -DGM_HAVE_REC -isystem $(CUDA_INC),-lsqlite3 -lunwind -ldw -lelf -liberty -ldl -lpthread))

@@ -10,11 +10,13 @@
  * Per-thread state (thread number, the NVTX range stack) lives in initial-exec TLS; a fork
  * bumps a generation number so a child re-registers its thread in its own database.
  *
- * Call stacks are captured with libunwind's unw_backtrace (fast trace cache) and deduplicated
+ * Call stacks are captured with libunwind's unw_backtrace (fast trace cache), or given by the
+ * per-thread memo of walks when the same stack comes again (rec_unwind.h), and deduplicated
  * by a 64-bit hash in a lock-free open-addressing table: the common case (a stack seen before)
  * is lookup-only; a new stack takes the lock once to get an id and queue its frames.
  */
 #include "snapshot/record/rec_internal.h"
+#include "snapshot/record/rec_unwind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -554,19 +556,42 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
     return id;
 }
 
-/* Inlined into the rec_* entry point (rec_event, rec_oom), whose frame [0] is then the only
- * one of the recorder's: one step of the unwinder fewer than a function of its own (~80
- * instructions of the ~1,900 a 16-frame stack costs). */
-static inline __attribute__((always_inline)) uint32_t capture_stack(void) {
-    void *pcs[REC_MAX_FRAMES + 1];
-    int n = unw_backtrace(pcs, rec_g.stacks + 1);
-    if (n < 1) n = 1;
-    void **f = pcs + 1;
-    n -= 1;
+/* Called by the rec_* entry points (rec_event, rec_oom), so frames [0] and [1] of a walk are
+ * the recorder's. Its own frame pointer (__builtin_frame_address makes the compiler set one up
+ * here, before anything below runs) gives the memo's key: the address of this frame, whose two
+ * words above are the entry point's rbp and the return address into it (rec_unwind.h). */
+static __attribute__((noinline)) uint32_t capture_stack(void) {
+    void *pcs[REC_MAX_FRAMES + 2];
+    void **f;
+    int n;
+    const uint64_t *fp = __builtin_frame_address(0);
+    rec_unw *m = rec_unw_tls;
+    rec_unw_ent *e = m && m->frames == rec_g.stacks && !rec_g.no_unw_memo
+                         ? rec_unw_lookup(m, (uint64_t)(uintptr_t)fp, fp[1])
+                         : NULL;
+    rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
+    const uint32_t gen = atomic_load_explicit(&rec_g.gen, memory_order_relaxed);
+    /* the same frames as last time, no Python frames: the same stack id, while the recording
+     * that gave it lasts (forget_state bumps gen when it empties the stack table) */
+    if (e && !pfn && e->id && e->id_gen == gen) {
+        m->hits++;
+        return e->id;
+    }
+    if (e) {
+        f = e->pcs;
+        n = (int)e->npcs;
+        m->hits++;
+    } else {
+        n = unw_backtrace(pcs, rec_g.stacks + 2);
+        if (n < 2) n = 2;
+        f = pcs + 2;
+        n -= 2;
+        if (!rec_g.no_unw_memo)
+            rec_unw_learn(&rec_unw_tls, rec_g.stacks, (uint64_t)(uintptr_t)fp, fp[1], f, n);
+    }
     /* Python frames: they replace the interpreter's own native frames (rec.h) */
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;
-    rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
     if (pfn) {
         npy = pfn(py, REC_MAX_PY_FRAMES);
         if (npy < 0 || npy > REC_MAX_PY_FRAMES) npy = 0;
@@ -593,12 +618,20 @@ static inline __attribute__((always_inline)) uint32_t capture_stack(void) {
     }
     uint64_t key = h | 1;
     uint64_t i = key & rec_g.stab_mask;
+    uint32_t id = 0;
+    int found = 0;
     for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
         uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
-        if (k == key) return atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+        if (k == key) {
+            id = atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
+            found = 1;
+            break;
+        }
         if (k == 0) break;
     }
-    return stack_id_slow(key, f, n, py, npy);
+    if (!found) id = stack_id_slow(key, f, n, py, npy);
+    if (e && !npy && id) e->id = id, e->id_gen = gen;
+    return id;
 }
 
 /* ---------------------------------------------------------------- the hot path */

@@ -71,6 +71,7 @@ typedef struct rec_state {
     uint64_t tsc0;                /* TSC at start_ns */
     double ns_per_tick;
     int stacks;                   /* frames per stack, 0 = off */
+    int no_unw_memo;              /* tests and benchmarks: 1 = every stack walked, no memo (rec_unwind.h) */
     int fork_record;
     int quiet;
     int names;                    /* GPUMEM_NAMES: 0 = names given by the program are not kept */

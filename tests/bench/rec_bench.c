@@ -14,6 +14,8 @@
  *                                 recorder itself (ranges, stacks, names, a slow leak)
  *   rec_bench report GPUMEM DB    report.10m_s (CPU seconds, best of 3) and report.10m_rss_mib:
  *                                 runs `GPUMEM report DB`
+ *   rec_bench floor DIR N         N `events` rows whose cells are all NULL, the writer's way, for
+ *                                 callgrind (rec_instr.sh: rec.sqlite_row_floor_instr)
  *
  * Each recorder figure is a separate recording in this process (rec_test_reset between).
  */
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include "snapshot/record/rec.h"
+#include "snapshot/record/rec_rows.h"
 #include "snapshot/record/rec_internal.h"
 
 static double now_s(void) {
@@ -378,6 +381,58 @@ static int report(const char *gpumem, const char *db) {
     return 0;
 }
 
+/* SQLite's own floor for an `events` row (tests/bench/rec_instr.sh, callgrind
+ * --toggle-collect=rec_rows_insert): n rows of the recorder's schema whose 13 cells are all NULL
+ * (seq appended), inserted the writer's way (gm_rows, 256 rows per statement, every column a
+ * constant parameter, so no cell is read through xColumn; a commit every 25,600 rows), into a
+ * file with the writer's settings. No writer's code runs per row: what callgrind counts is what
+ * SQLite spends on a row that carries nothing. */
+static int row_floor(const char *dir, uint64_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rec_bench_floor.db", dir);
+    unlink(path);
+    sqlite3 *db;
+    sqlite3_stmt *st = NULL;
+    char sql[512];
+    static int64_t cells[256][13];
+    int ok = sqlite3_open(path, &db) == SQLITE_OK && rec_rows_register(db) == SQLITE_OK &&
+             sqlite3_exec(db, "PRAGMA page_size=8192; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                              "PRAGMA wal_autocheckpoint=16384; PRAGMA cache_size=-4096;",
+                          NULL, NULL, NULL) == SQLITE_OK &&
+             sqlite3_exec(db, rec_schema_sql, NULL, NULL, NULL) == SQLITE_OK &&
+             rec_rows_sql(sql, sizeof sql, "events", 13, (1u << 13) - 1) == 0 &&
+             sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+             sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
+    rec_rows r = {.cells = &cells[0][0], .cols = 13, .n = 256, .append_key = 1, .prev_key = 0,
+                  .null_cols = ((1u << 13) - 1) & ~1u, .null_value = 0,
+                  .const_cols = (1u << 13) - 1};
+    for (uint64_t done = 0; ok && done < n; done += 256) {
+        for (int i = 0; i < 256; i++) cells[i][0] = (int64_t)(done + (uint64_t)i + 1);
+        ok = rec_rows_insert(st, &r) == SQLITE_DONE;
+        if (ok && (done / 256) % 100 == 99) ok = sqlite3_exec(db, "COMMIT; BEGIN", NULL, NULL, NULL) == SQLITE_OK;
+    }
+    if (ok) ok = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok) fprintf(stderr, "rec_bench floor: %s\n", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    if (ok && sqlite3_open(path, &db) == SQLITE_OK) { /* every row went in, all NULL but seq */
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(db, "SELECT count(*), max(seq), count(t) + count(range) FROM events", -1,
+                               &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+            ok = sqlite3_column_int64(q, 0) == sqlite3_column_int64(q, 1) &&
+                 (uint64_t)sqlite3_column_int64(q, 0) >= n && sqlite3_column_int64(q, 2) == 0;
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+        if (!ok) fprintf(stderr, "rec_bench floor: the rows read back are not the ones written\n");
+    }
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rec_bench_floor.db-wal", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rec_bench_floor.db-shm", dir);
+    unlink(path);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "micro") == 0) return micro(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "writer") == 0) { /* the writer's figure alone (profiling) */
@@ -387,6 +442,7 @@ int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "app") == 0) return app(argv[2], strtoull(argv[3], NULL, 10), argv[4]);
     if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], strtoull(argv[3], NULL, 10));
     if (argc >= 4 && strcmp(argv[1], "report") == 0) return report(argv[2], argv[3]);
-    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | app DIR N nostack|stack16|launch | gen DB N | report GPUMEM DB\n");
+    if (argc >= 4 && strcmp(argv[1], "floor") == 0) return row_floor(argv[2], strtoull(argv[3], NULL, 10));
+    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | app DIR N nostack|stack16|launch | gen DB N | report GPUMEM DB | floor DIR N\n");
     return 2;
 }

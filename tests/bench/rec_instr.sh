@@ -5,6 +5,9 @@
 #                               open to close: ring, SQLite, commits, the close's index) per
 #                               event of `rec_bench writer DIR 1` (1 M events, no stacks, NVTX
 #                               steps); issue 41's bar: <= 2,000
+#   rec.sqlite_row_floor_instr  what SQLite alone spends on an `events` row whose 13 cells are all
+#                               NULL, inserted the writer's way (rec_bench floor: gm_rows, 256
+#                               rows a statement, commits): the floor under the figure above
 #   rec.app_instr_nostack       instructions inside rec_event per event without a stack
 #   rec.app_instr_stack16       the same with a 16-frame stack captured and deduplicated
 #   rec.launch_instr            instructions inside rec_launch per launch of 8 words
@@ -40,6 +43,8 @@ collected() {
 
 w=$(collected writer_main writer "$dir" 1)
 awk -v c="$w" 'BEGIN { printf "BENCH rec.writer_instr_per_event %.0f instr\n", c / 1000000 }'
+f=$(collected rec_rows_insert floor "$dir" 1024000)
+awk -v c="$f" 'BEGIN { printf "BENCH rec.sqlite_row_floor_instr %.0f instr\n", c / 1024000 }'
 
 N=10000
 margin() { # name function what
