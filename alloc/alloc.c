@@ -2468,8 +2468,10 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
             if (ev) ev_put(a, ev);
         }
         if (holds) {
+            /* the synchronization drops the lock: another thread's forget may reap this
+             * stream's state meanwhile, so st is not read after it */
             sync_and_land(a);
-            if (st->mk_head) markers_poll(a); /* complete now: the stream's state can go */
+            markers_poll(a); /* complete now: the dead streams' states can go */
             reap_dead_streams(a);
         }
     }
