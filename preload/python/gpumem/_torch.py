@@ -183,6 +183,8 @@ class _Hooks:
         self.pnames = {}   # id(param) -> parameter name
         self.bwd_cb = {}   # module path -> its backward-start callback (made once)
         self.labels = {}   # (id(param), prefix) -> "prefix<param name>" (made once)
+        self.seen_grads = {}  # id(param) -> (its gradient's _cdata, data pointer) when named
+        self.seen_state = {}  # id(param) -> {state key: (the value's _cdata, data pointer)}
         self.tls = threading.local()
         lib = gpumem._gpumem()
         self.c_push = lib.gpumem_range_push if lib is not None else None
@@ -324,26 +326,51 @@ class _Hooks:
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
-    # -- optimizer
+    # -- optimizer: every step names the gradients and the optimizer's state again, in case one
+    # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
+    # step is the one already named (_name's own test), found here before the label is made
+    # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
+    # entries a step. (Not a weak reference to the tensor: PyTorch hands the same Python object
+    # back for a new gradient of set_to_none.)
+    @staticmethod
+    def _unchanged(seen, key, v):
+        s = seen.get(key)
+        return s is not None and s[0] == getattr(v, "_cdata", None) and s[1] == v.data_ptr()
+
+    @staticmethod
+    def _seen(seen, key, v):
+        if hasattr(v, "data_ptr"):  # not a number in the state
+            seen[key] = (getattr(v, "_cdata", None), v.data_ptr())
+
     def opt_pre(self, opt, args, kwargs):
         try:
             self._open_step(self._t(), "opt")
+            seen = self.seen_grads
             for group in opt.param_groups:
                 for p in group["params"]:
                     g = p.grad
-                    if g is not None:
+                    if g is not None and not self._unchanged(seen, id(p), g):
                         self._name(g, self._label(p, "grad."))
+                        self._seen(seen, id(p), g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
     def opt_post(self, opt, args, kwargs):
         try:
-            kind = type(opt).__name__.lower()
-            kind = "adam" if kind.startswith("adam") else kind
+            kind = None
             for p, state in opt.state.items():
+                seen = self.seen_state.get(id(p))
+                if seen is None:
+                    seen = self.seen_state[id(p)] = {}
                 for k, v in state.items():
+                    if self._unchanged(seen, k, v):
+                        continue
                     if getattr(v, "is_cuda", False) and v.numel() > 0:
+                        if kind is None:
+                            kind = type(opt).__name__.lower()
+                            kind = "adam" if kind.startswith("adam") else kind
                         self._name(v, self._label(p, "%s.%s." % (kind, k)))
+                    self._seen(seen, k, v)
             t = self._t()
             self._close_pass(t)
             if t.st and t.st[-1][0] == "step":
