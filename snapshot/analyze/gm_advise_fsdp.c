@@ -88,6 +88,18 @@ static adv_ev like(const adv_ev *t, uint32_t a, uint8_t kind, uint32_t stream)
     return e;
 }
 
+/* A buffer the rewrite adds (no recorded allocation stands behind it); UINT32_MAX and nomem
+ * set when out of memory. */
+static uint32_t add_buf(fz *z, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name)
+{
+    uint32_t h = adv_new_alloc(z->m, size, stream, cls, name, 0);
+    if (h == UINT32_MAX)
+        z->nomem = 1;
+    else
+        z->m->allocs[h].orig = h;
+    return h;
+}
+
 static void gather(fz *z, size_t ui, const adv_ev *t)
 {
     funit *u = &z->u[ui];
@@ -95,23 +107,17 @@ static void gather(fz *z, size_t ui, const adv_ev *t)
     adv_model *m = z->m;
     char nm[200];
     snprintf(nm, sizeof nm, "fsdp.all_gather.%s", ui ? u->key : "root");
-    uint32_t ag = adv_new_alloc(m, u->bytes, m->copy_stream, adv_intern(m, "fsdp.all_gather.*"),
-                                adv_intern(m, nm), 0);
-    if (ag == UINT32_MAX) {
-        z->nomem = 1;
-        return;
-    }
-    m->allocs[ag].orig = ag;
+    uint32_t ag = add_buf(z, u->bytes, m->copy_stream, adv_intern(m, "fsdp.all_gather.*"), adv_intern(m, nm));
+    if (ag == UINT32_MAX) return;
     /* CPU offload: each shard brought in on the all-gather stream first, freed once copied in */
     size_t in0 = z->nin;
     for (size_t k = 0; z->offload && k < u->nparams; k++) {
         const adv_alloc *pa = &m->allocs[u->params[k]];
-        uint32_t h = adv_new_alloc(m, adv_shard_bytes(u->full[k], z->ranks), m->copy_stream, pa->cls, pa->name, 0);
+        uint32_t h = add_buf(z, adv_shard_bytes(u->full[k], z->ranks), m->copy_stream, pa->cls, pa->name);
         if (h == UINT32_MAX || gm_grow((void **)&z->in, &z->incap, z->nin + 1, sizeof *z->in)) {
             z->nomem = 1;
             return;
         }
-        m->allocs[h].orig = h;
         z->in[z->nin++] = h;
         put(z, like(t, h, ADV_EV_ALLOC, 0));
     }
@@ -121,12 +127,8 @@ static void gather(fz *z, size_t ui, const adv_ev *t)
     z->nin = in0;
     for (size_t k = 0; k < u->nparams; k++) {
         const adv_alloc *pa = &m->allocs[u->params[k]];
-        uint32_t g = adv_new_alloc(m, u->full[k], m->compute_stream, pa->cls, pa->name, 0);
-        if (g == UINT32_MAX) {
-            z->nomem = 1;
-            return;
-        }
-        m->allocs[g].orig = g;
+        uint32_t g = add_buf(z, u->full[k], m->compute_stream, pa->cls, pa->name);
+        if (g == UINT32_MAX) return;
         u->storage[k] = g;
         put(z, like(t, g, ADV_EV_ALLOC, 0));
     }
@@ -145,22 +147,13 @@ static void reduce_scatter(fz *z, size_t ui, const adv_ev *t)
     adv_model *m = z->m;
     char nm[200];
     snprintf(nm, sizeof nm, "fsdp.reduce_scatter.%s", ui ? u->key : "root");
-    uint32_t in = adv_new_alloc(m, u->bytes, m->compute_stream, adv_intern(m, "fsdp.reduce_scatter.*"),
-                                adv_intern(m, nm), 0);
-    if (in == UINT32_MAX) {
-        z->nomem = 1;
-        return;
-    }
-    m->allocs[in].orig = in;
+    uint32_t cls = adv_intern(m, "fsdp.reduce_scatter.*"), name = adv_intern(m, nm);
+    uint32_t in = add_buf(z, u->bytes, m->compute_stream, cls, name);
+    if (in == UINT32_MAX) return;
     put(z, like(t, in, ADV_EV_ALLOC, 0));
     uint32_t rs = m->copy_stream + 1; /* an unused stream id too (copy_stream is the largest + 1) */
-    uint32_t o = adv_new_alloc(m, adv_shard_bytes(u->bytes, z->ranks), rs, adv_intern(m, "fsdp.reduce_scatter.*"),
-                               adv_intern(m, nm), 0);
-    if (o == UINT32_MAX) {
-        z->nomem = 1;
-        return;
-    }
-    m->allocs[o].orig = o;
+    uint32_t o = add_buf(z, adv_shard_bytes(u->bytes, z->ranks), rs, cls, name);
+    if (o == UINT32_MAX) return;
     put(z, like(t, o, ADV_EV_ALLOC, 0));
     put(z, like(t, o, ADV_EV_FREE_ASYNC, rs));
     if (z->rs_pending != UINT32_MAX) put(z, like(t, z->rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream));
