@@ -347,6 +347,14 @@ void driver_counts(replay_t *r)
     r->driver_us = r->per_op.total_us;
 }
 
+/* PyTorch's allocator after a replay: every block still held freed, its cache emptied. */
+static void torch_give_back(const std::vector<void *> &ptr)
+{
+    for (void *p : ptr)
+        if (p) torch_alloc::raw_delete(p);
+    torch_alloc::emptyCache();
+}
+
 replay_t replay_torch(const trace_t &t)
 {
     std::vector<void *> ptr(t.nslots, nullptr);
@@ -374,9 +382,7 @@ replay_t replay_torch(const trace_t &t)
     driver_counts(&r);
     auto st = torch_alloc::getDeviceStats(0);
     r.peak_reserved = (size_t)st.reserved_bytes[0].peak; /* StatType::AGGREGATE */
-    for (void *p : ptr)
-        if (p) torch_alloc::raw_delete(p);
-    torch_alloc::emptyCache();
+    torch_give_back(ptr);
     return r;
 }
 
@@ -502,9 +508,7 @@ stall_t stall_torch(const trace_t &t)
             return std::make_pair((size_t)st.allocated_bytes[0].peak,
                                   (size_t)st.reserved_bytes[0].peak);
         });
-    for (void *p : ptr)
-        if (p) torch_alloc::raw_delete(p);
-    torch_alloc::emptyCache();
+    torch_give_back(ptr);
     return r;
 }
 
