@@ -386,6 +386,18 @@ replay_t replay_torch(const trace_t &t)
     return r;
 }
 
+/* gpumem's allocator after a replay: its invariants checked (the bench fails on a broken
+ * one), then destroyed. */
+static void gpumem_done(alloc_t *a)
+{
+    char err[256];
+    if (alloc_check(a, err, sizeof(err))) {
+        std::fprintf(stderr, "alloc_torch_bench: alloc_check: %s\n", err);
+        std::exit(1);
+    }
+    alloc_destroy(a);
+}
+
 replay_t replay_gpumem(const trace_t &t)
 {
     std::vector<uint64_t> ptr(t.nslots, 0);
@@ -414,12 +426,7 @@ replay_t replay_gpumem(const trace_t &t)
     alloc_stats_t st;
     alloc_get_stats(a, &st);
     r.peak_reserved = st.reserved_bytes.peak;
-    char err[256];
-    if (alloc_check(a, err, sizeof(err))) {
-        std::fprintf(stderr, "alloc_torch_bench: alloc_check: %s\n", err);
-        std::exit(1);
-    }
-    alloc_destroy(a);
+    gpumem_done(a);
     return r;
 }
 
@@ -530,12 +537,7 @@ stall_t stall_gpumem(const trace_t &t)
             alloc_get_stats(a, &st);
             return std::make_pair((size_t)st.allocated_bytes.peak, (size_t)st.reserved_bytes.peak);
         });
-    char err[256];
-    if (alloc_check(a, err, sizeof(err))) {
-        std::fprintf(stderr, "alloc_torch_bench: alloc_check: %s\n", err);
-        std::exit(1);
-    }
-    alloc_destroy(a);
+    gpumem_done(a);
     return r;
 }
 
