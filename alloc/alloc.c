@@ -1557,14 +1557,20 @@ static bool blk_settled(const alloc_t *a, const blk_t *b)
     return b->fseq <= (o != a->shared ? o->mk_done : a->mk_all_done);
 }
 
-static void marker_pop(alloc_t *a, sstate_t *st)
+/* The stream's oldest marker, off its list: completed (it settles what it covers; its event is
+ * reused), or broken (its event destroyed, settling nothing). */
+static void marker_pop(alloc_t *a, sstate_t *st, bool completed)
 {
     fev_t *e = st->mk_head;
     st->mk_head = e->next;
     if (!st->mk_head) st->mk_tail = NULL;
     st->mk_n--;
-    if (e->seq > st->mk_done) st->mk_done = e->seq;
-    ev_put(a, e->ev);
+    if (completed) {
+        if (e->seq > st->mk_done) st->mk_done = e->seq;
+        ev_put(a, e->ev);
+    } else {
+        a->be.event_destroy(a->be.ctx, e->ev);
+    }
     fev_put(a, e);
 }
 
@@ -1582,15 +1588,8 @@ static void markers_poll(alloc_t *a)
             if (rc != ALLOC_BE_OK) {
                 be_rc(a, rc);
                 a->broken_event = true;
-                fev_t *e = st->mk_head;
-                st->mk_head = e->next;
-                if (!st->mk_head) st->mk_tail = NULL;
-                st->mk_n--;
-                a->be.event_destroy(a->be.ctx, e->ev);
-                fev_put(a, e);
-                continue;
             }
-            marker_pop(a, st);
+            marker_pop(a, st, rc == ALLOC_BE_OK);
         }
         if (!st->dead && st->mk_done < all) all = st->mk_done;
     }
@@ -2753,7 +2752,7 @@ void alloc_destroy(alloc_t *a)
     sync_device_locked(a);
     land_upto(a, UINT64_MAX);
     for (size_t i = 0; i < a->nstreams; i++)
-        while (a->streams[i]->mk_head) marker_pop(a, a->streams[i]);
+        while (a->streams[i]->mk_head) marker_pop(a, a->streams[i], true);
     for (size_t i = 0; i < a->nstreams; i++) {
         for (int k = 0; k < 2; k++) {
             pool_t *p = &a->streams[i]->pools[k];
