@@ -173,6 +173,19 @@ static int rerun_ranks(const char *exe, const char *cmdline, unsigned ranks, sha
     return gm_rerun(exe, cmd, extra, NULL, ranks, &p->meas_alloc, &p->meas_res, p->err, sizeof p->err);
 }
 
+/* A PyTorch recording's FSDP row measured: the project's script again with the row's --fsdp
+ * flags (one process as rank 0 of N), its hooks and allocator as recorded; PyTorch's own peaks
+ * (gpumem's under --allocator gpumem) are every rank's. */
+static void rerun_fsdp(const adv_model *m, z3_pred *q)
+{
+    gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
+    snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
+    char cmd[sizeof m->cmdline + 200];
+    snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, q->flags);
+    q->measured = gm_rerun_torch_script(NULL, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
+    q->meas_alloc = q->min_alloc = t.peak_allocated, q->meas_res = q->min_res = t.peak_reserved;
+}
+
 static double err_pct(uint64_t pred, uint64_t meas)
 {
     return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
@@ -327,13 +340,7 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             }
             if (check && torch_script && plan_q) {
                 plan3 = *plan_q;
-                gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
-                snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
-                char cmd[sizeof m->cmdline + 200];
-                snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, plan_q->flags);
-                plan3.measured = gm_rerun_torch_script(NULL, cmd, &t, plan3.err, sizeof plan3.err) == 0 ? 1 : -1;
-                plan3.meas_alloc = plan3.min_alloc = t.peak_allocated;
-                plan3.meas_res = plan3.min_res = t.peak_reserved;
+                rerun_fsdp(m, &plan3);
             } else if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
                 plan3 = plan_q ? *plan_q : (z3_pred){0};
                 char cmd[8192];
@@ -358,15 +365,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
          * ZeRO-1 and 2 have no flag in it */
         why_not = "ZeRO-1 and ZeRO-2 are not re-run for the PyTorch script (its --fsdp N is ZeRO-3's FULL_SHARD)";
         can_check = nz3 > 0;
-        for (int i = 0; i < nz3; i++) {
-            z3_pred *q = &z3[i];
-            gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
-            snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
-            char cmd[sizeof m->cmdline + 200];
-            snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, q->flags);
-            q->measured = gm_rerun_torch_script(NULL, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
-            q->meas_alloc = q->min_alloc = t.peak_allocated, q->meas_res = q->min_res = t.peak_reserved;
-        }
+        for (int i = 0; i < nz3; i++)
+            rerun_fsdp(m, &z3[i]);
     } else if (check) {
         if (!trainer)
             why_not = m->torch ? "--check re-runs the included trainer and the project's PyTorch script "
