@@ -1287,13 +1287,6 @@ static int life_index(const adv_model *m, size_t **birth, size_t **death)
     return 0;
 }
 
-static adv_ev ev_like(const adv_ev *anchor, uint32_t a, uint8_t kind, uint32_t stream)
-{
-    adv_ev e = *anchor;
-    e.a = a, e.kind = kind, e.stream = stream;
-    return e;
-}
-
 /* ------------------------------------------------------------------ saved activations */
 
 /* A forward/backward pair of child ranges and the saved tensors between them. */
@@ -1563,7 +1556,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             if (!isd[a]) continue;
             const adv_ev *de = &m->evs[p.death[a]];
             rw_add(&w, F->last, +1, 1,
-                   ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC,
+                   adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC,
                            de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream));
         }
         if (o->bf16)
@@ -1573,8 +1566,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 const adv_alloc x = m->allocs[a];
                 uint32_t h = new_alloc(m, (x.size + 1) / 2, x.stream, x.cls, x.name, x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, F->last, +1, 2, ev_like(fa, h, ADV_EV_ALLOC, 0));
-                rw_add(&w, F->last, +1, 2, ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
+                rw_add(&w, F->last, +1, 2, adv_ev_like(fa, h, ADV_EV_ALLOC, 0));
+                rw_add(&w, F->last, +1, 2, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
                 holder[a] = h;
                 st->convert_bytes += 2 * x.size;
             }
@@ -1584,7 +1577,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = set[k];
                 if (isd[a]) continue;
                 rw_add(&w, F->last, +1, 3,
-                       ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                       adv_ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
                 uint64_t b = m->allocs[holder[a]].size;
                 slot_bytes += b;
                 st->offload_bytes += b;
@@ -1632,7 +1625,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                             break;
                         }
                 }
-                rw_add(&w, at, -1, 1, ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
+                rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
                 holder[a] = h;
             }
         if (o->bf16)
@@ -1642,8 +1635,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 const adv_alloc x = m->allocs[a];
                 uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, B->first, -1, 2, ev_like(ba, h, ADV_EV_ALLOC, 0));
-                rw_add(&w, B->first, -1, 2, ev_like(ba, holder[a], ADV_EV_FREE_ASYNC, x.stream));
+                rw_add(&w, B->first, -1, 2, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
+                rw_add(&w, B->first, -1, 2, adv_ev_like(ba, holder[a], ADV_EV_FREE_ASYNC, x.stream));
                 holder[a] = h;
             }
         if (nd) {
@@ -1661,7 +1654,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
                     if (h == UINT32_MAX) goto done2;
                     holder[a] = h;
-                    rw_add(&w, B->first, -1, 3, ev_like(ba, h, ADV_EV_ALLOC, 0));
+                    rw_add(&w, B->first, -1, 3, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
                     st->recompute_bytes += x.size;
                     size_t op = op_after(m, e->t);
                     /* the first steps run on memory touched for the first time, with cold
@@ -1672,7 +1665,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                         st->recompute_ns += m->ops[op].dur;
                     }
                 } else {
-                    rw_add(&w, B->first, -1, 3, ev_like(ba, holder[a], e->kind, e->stream));
+                    rw_add(&w, B->first, -1, 3, adv_ev_like(ba, holder[a], e->kind, e->stream));
                 }
             }
             /* each F's ops are counted once per F */
@@ -2043,12 +2036,12 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
             cur[a] = h;
             size_t c = mirror[a];
             if (c < nbwl[s])
-                rw_add(&w, bwl[s][c], -1, 1, ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
+                rw_add(&w, bwl[s][c], -1, 1, adv_ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
             else if (nbwl[s])
                 rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1,
-                       ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
+                       adv_ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
             else
-                rw_add(&w, st_end[s], +1, 1, ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
+                rw_add(&w, st_end[s], +1, 1, adv_ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
         }
         /* each group's update: state brought in and sent back, then its gradients freed */
         for (size_t k = 0; k < ngroups; k++) {
@@ -2067,14 +2060,14 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                         const adv_alloc x = m->allocs[a];
                         h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
                         if (h == UINT32_MAX) goto fail;
-                        rw_add(&w, anchor, +1, 5, ev_like(&ae, h, ADV_EV_ALLOC, 0));
+                        rw_add(&w, anchor, +1, 5, adv_ev_like(&ae, h, ADV_EV_ALLOC, 0));
                         st->traffic_bytes += x.size;
                     }
                     if (nh < 64) hbuf[nh++] = h;
                 }
                 for (size_t i = 0; i < nh; i++) {
                     rw_add(&w, anchor, +1, 5,
-                           ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
+                           adv_ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
                     st->traffic_bytes += m->allocs[hbuf[i]].size;
                 }
             }
@@ -2083,7 +2076,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                     size_t a = mem[i];
                     if (g[a] != 1 || m->evs[birth[a]].step > s) continue;
                     rw_add(&w, anchor, +1, 5,
-                           ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
+                           adv_ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
                 }
         }
         /* gradients of no optimizer state: freed at the end of the step */
@@ -2092,7 +2085,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                 size_t a = gl[gi];
                 if (grp[a] >= 0 || m->evs[birth[a]].step > s) continue;
                 adv_ev e =
-                    ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
+                    adv_ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
                 e.phase = ADV_PH_OPT;
                 rw_add(&w, st_end[s], +1, 9, e);
             }
@@ -2247,9 +2240,9 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
             rc = -1;
             break;
         }
-        rw_add(&w, anchor, +1, 1, ev_like(&m->evs[anchor], h, ADV_EV_ALLOC, 0));
+        rw_add(&w, anchor, +1, 1, adv_ev_like(&m->evs[anchor], h, ADV_EV_ALLOC, 0));
         rw_add(&w, anchor, +1, 1,
-               ev_like(&m->evs[anchor], (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
+               adv_ev_like(&m->evs[anchor], (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
         m->evs[d].a = h; /* the shard dies where the gradient's update ended */
         m->evs[d].kind = ADV_EV_FREE_ASYNC, m->evs[d].stream = x.stream;
         if (a == o) { /* the recorded gradient: counted once, not per step */

@@ -116,6 +116,15 @@ typedef struct adv_model {
     uint64_t inferred_bwd_seq, inferred_opt_seq, inferred_end_seq;
 } adv_model;
 
+/* An event inserted by a rewrite: the fields and time of `anchor` (the event it goes beside, so
+ * times stay in order), for allocation a, of `kind`, ordered on `stream` (frees). */
+static inline adv_ev adv_ev_like(const adv_ev *anchor, uint32_t a, uint8_t kind, uint32_t stream)
+{
+    adv_ev e = *anchor;
+    e.a = a, e.kind = kind, e.stream = stream;
+    return e;
+}
+
 /* The phase a range name stands for: ADV_PH_FWD for "fwd"/"forward", ADV_PH_BWD for
  * "bwd"/"backward", ADV_PH_OPT for "opt"/"optim"/"optimizer"/"optimizer_step", else
  * ADV_PH_OTHER (NULL too). Shared with gpumem viz (its timeline stacked by phase). */

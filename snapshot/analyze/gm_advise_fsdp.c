@@ -81,13 +81,6 @@ static void put(fz *z, adv_ev e)
     z->out[z->nout++] = e;
 }
 
-static adv_ev like(const adv_ev *t, uint32_t a, uint8_t kind, uint32_t stream)
-{
-    adv_ev e = *t;
-    e.a = a, e.kind = kind, e.stream = stream;
-    return e;
-}
-
 /* A buffer the rewrite adds (no recorded allocation stands behind it); UINT32_MAX and nomem
  * set when out of memory. */
 static uint32_t add_buf(fz *z, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name)
@@ -119,20 +112,20 @@ static void gather(fz *z, size_t ui, const adv_ev *t)
             return;
         }
         z->in[z->nin++] = h;
-        put(z, like(t, h, ADV_EV_ALLOC, 0));
+        put(z, adv_ev_like(t, h, ADV_EV_ALLOC, 0));
     }
-    put(z, like(t, ag, ADV_EV_ALLOC, 0));
+    put(z, adv_ev_like(t, ag, ADV_EV_ALLOC, 0));
     for (size_t k = in0; k < z->nin; k++)
-        put(z, like(t, z->in[k], ADV_EV_FREE_ASYNC, m->copy_stream));
+        put(z, adv_ev_like(t, z->in[k], ADV_EV_FREE_ASYNC, m->copy_stream));
     z->nin = in0;
     for (size_t k = 0; k < u->nparams; k++) {
         const adv_alloc *pa = &m->allocs[u->params[k]];
         uint32_t g = add_buf(z, u->full[k], m->compute_stream, pa->cls, pa->name);
         if (g == UINT32_MAX) return;
         u->storage[k] = g;
-        put(z, like(t, g, ADV_EV_ALLOC, 0));
+        put(z, adv_ev_like(t, g, ADV_EV_ALLOC, 0));
     }
-    if (z->ag_pending != UINT32_MAX) put(z, like(t, z->ag_pending, ADV_EV_FREE_ASYNC, m->copy_stream));
+    if (z->ag_pending != UINT32_MAX) put(z, adv_ev_like(t, z->ag_pending, ADV_EV_FREE_ASYNC, m->copy_stream));
     z->ag_pending = ag;
     u->gathered = 1;
     z->st->ngathers++;
@@ -150,13 +143,13 @@ static void reduce_scatter(fz *z, size_t ui, const adv_ev *t)
     uint32_t cls = adv_intern(m, "fsdp.reduce_scatter.*"), name = adv_intern(m, nm);
     uint32_t in = add_buf(z, u->bytes, m->compute_stream, cls, name);
     if (in == UINT32_MAX) return;
-    put(z, like(t, in, ADV_EV_ALLOC, 0));
+    put(z, adv_ev_like(t, in, ADV_EV_ALLOC, 0));
     uint32_t rs = m->copy_stream + 1; /* an unused stream id too (copy_stream is the largest + 1) */
     uint32_t o = add_buf(z, adv_shard_bytes(u->bytes, z->ranks), rs, cls, name);
     if (o == UINT32_MAX) return;
-    put(z, like(t, o, ADV_EV_ALLOC, 0));
-    put(z, like(t, o, ADV_EV_FREE_ASYNC, rs));
-    if (z->rs_pending != UINT32_MAX) put(z, like(t, z->rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream));
+    put(z, adv_ev_like(t, o, ADV_EV_ALLOC, 0));
+    put(z, adv_ev_like(t, o, ADV_EV_FREE_ASYNC, rs));
+    if (z->rs_pending != UINT32_MAX) put(z, adv_ev_like(t, z->rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream));
     z->rs_pending = in;
 }
 
@@ -166,7 +159,7 @@ static void release(fz *z, size_t ui, const adv_ev *t)
     if (!u->gathered) return;
     for (size_t k = 0; k < u->nparams; k++)
         if (u->storage[k] != UINT32_MAX) {
-            put(z, like(t, u->storage[k], ADV_EV_FREE_ASYNC, z->m->compute_stream));
+            put(z, adv_ev_like(t, u->storage[k], ADV_EV_FREE_ASYNC, z->m->compute_stream));
             u->storage[k] = UINT32_MAX;
         }
     u->gathered = 0;
@@ -284,13 +277,13 @@ int adv_fsdp(adv_model *m, unsigned ranks, int offload, int reshard, adv_zero3_s
             for (size_t ui = 0; ui < z.nu; ui++)
                 release(&z, ui, &e);
             if (z.rs_pending != UINT32_MAX)
-                put(&z, like(&e, z.rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream)), z.rs_pending = UINT32_MAX;
+                put(&z, adv_ev_like(&e, z.rs_pending, ADV_EV_FREE_ASYNC, m->compute_stream)), z.rs_pending = UINT32_MAX;
             cur = SIZE_MAX;
         }
         if (!reshard && ph != ADV_PH_FWD && prev == ADV_PH_FWD && z.ag_pending != UINT32_MAX) {
             /* SHARD_GRAD_OP: the forward's end frees its last all-gather's result (FULL_SHARD's
              * stays until the backward's first all-gather) */
-            put(&z, like(&e, z.ag_pending, ADV_EV_FREE_ASYNC, m->copy_stream));
+            put(&z, adv_ev_like(&e, z.ag_pending, ADV_EV_FREE_ASYNC, m->copy_stream));
             z.ag_pending = UINT32_MAX;
         }
         if (ph == ADV_PH_FWD || ph == ADV_PH_BWD) {
@@ -317,7 +310,7 @@ int adv_fsdp(adv_model *m, unsigned ranks, int offload, int reshard, adv_zero3_s
              * temporaries live on the host */
             if (isparam[e.a] && e.kind == ADV_EV_ALLOC) {
                 put(&z, e);
-                put(&z, like(&e, e.a, ADV_EV_FREE_ASYNC, m->allocs[e.a].stream));
+                put(&z, adv_ev_like(&e, e.a, ADV_EV_FREE_ASYNC, m->allocs[e.a].stream));
             }
             continue;
         }

@@ -100,16 +100,6 @@ static void put(z3 *z, adv_ev e)
     z->last = e, z->have_last = 1;
 }
 
-/* An inserted event: the fields and time of tmpl, the event it is inserted before (at the end
- * of the trace: the last one), so that times stay in order. */
-static adv_ev ins(const z3 *z, const adv_ev *tmpl, uint32_t a, uint8_t kind, uint32_t stream)
-{
-    (void)z;
-    adv_ev e = *tmpl;
-    e.a = a, e.kind = kind, e.stream = stream;
-    return e;
-}
-
 static uint32_t add_alloc(z3 *z, uint64_t size, uint32_t stream, const char *name)
 {
     char cls[512];
@@ -138,16 +128,16 @@ static void gather_unit(z3 *z, int u, const adv_ev *tmpl)
         if (z->offload) { /* the shard brought in from pinned host memory */
             in = add_alloc(z, adv_shard_bytes(z->full[p], z->ranks), m->copy_stream, pn);
             if (in == UINT32_MAX) return;
-            put(z, ins(z, tmpl, in, ADV_EV_ALLOC, 0));
+            put(z, adv_ev_like(tmpl, in, ADV_EV_ALLOC, 0));
         }
         char gn[600];
         snprintf(gn, sizeof gn, "gather.%s", pn);
         uint32_t g = add_alloc(z, z->full[p], m->compute_stream, gn);
         if (g == UINT32_MAX) return;
-        put(z, ins(z, tmpl, g, ADV_EV_ALLOC, 0));
+        put(z, adv_ev_like(tmpl, g, ADV_EV_ALLOC, 0));
         z->gathered[p] = g;
         z->st->ngathers++;
-        if (in != UINT32_MAX) put(z, ins(z, tmpl, in, ADV_EV_FREE_ASYNC, m->compute_stream));
+        if (in != UINT32_MAX) put(z, adv_ev_like(tmpl, in, ADV_EV_FREE_ASYNC, m->compute_stream));
     }
     z->unit_in[u] = 1;
 }
@@ -161,7 +151,7 @@ static void release_unit(z3 *z, int u, const adv_ev *tmpl)
         int p = idx[k];
         int shared = p == P_WTE && z->unit_in[u == 0 ? z->L + 1 : 0];
         if (shared || z->gathered[p] == UINT32_MAX) continue;
-        put(z, ins(z, tmpl, z->gathered[p], ADV_EV_FREE_ASYNC, z->m->compute_stream));
+        put(z, adv_ev_like(tmpl, z->gathered[p], ADV_EV_FREE_ASYNC, z->m->compute_stream));
         z->gathered[p] = UINT32_MAX;
     }
 }
@@ -422,9 +412,9 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
             const adv_alloc *pa = &m->allocs[z.param[p]];
             uint32_t h = add_alloc(&z, pa->size, m->copy_stream, adv_str(m, pa->name));
             if (h == UINT32_MAX) break;
-            put(&z, ins(&z, &e, h, ADV_EV_ALLOC, 0));
+            put(&z, adv_ev_like(&e, h, ADV_EV_ALLOC, 0));
             put(&z, e);
-            put(&z, ins(&z, &e, h, ADV_EV_FREE_ASYNC, m->copy_stream));
+            put(&z, adv_ev_like(&e, h, ADV_EV_FREE_ASYNC, m->copy_stream));
         }
         if (z.nomem) goto out;
         free(m->evs);
