@@ -43,6 +43,8 @@ void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
  * name is NULL); pop returns the level left, or -1 when no range was open. */
 int gpumem_range_push(const char *name);
 int gpumem_range_pop(void);
+/* pop then push in one call (a push when no range is open): the level of the new range */
+int gpumem_range_replace(const char *name);
 
 /* The live device allocation containing ptr is used on `stream` too, as PyTorch's
  * Tensor.record_stream says: gpumem does not reuse its memory after it is freed until the work

@@ -1,6 +1,6 @@
 /*
  * python.c — Python frames in recorded stacks, and the user API the `gpumem` Python module
- * calls (gpumem_range_push / gpumem_range_pop).
+ * calls (gpumem_range_push / gpumem_range_pop / gpumem_range_replace).
  *
  * Most people who run out of GPU memory write Python, and under PyTorch every allocation's
  * native stack ends in the framework's C++: the user's own `model.py:42 in forward` is only on
@@ -323,4 +323,14 @@ GM_EXPORT int gpumem_range_push(const char *name)
 GM_EXPORT int gpumem_range_pop(void)
 {
     return gm_nvtx_user_pop();
+}
+
+/* The innermost range closed and `name` opened in its place, in one call: the PyTorch hooks keep
+ * one module range open at a time (gpumem/_torch.py), and a call from Python through ctypes costs
+ * more than the push and the pop themselves. With no range open it is a push. */
+GM_EXPORT int gpumem_range_replace(const char *name)
+{
+    if (!name) return -1;
+    gm_nvtx_user_pop();
+    return gm_nvtx_user_push(name);
 }

@@ -25,6 +25,7 @@ worker or a subprocess with the same environment stays untouched. Nothing here m
 program: every hook swallows its own errors after one warning.
 """
 import atexit
+import ctypes
 import importlib.abc
 import importlib.machinery
 import os
@@ -186,9 +187,20 @@ class _Hooks:
         self.seen_grads = {}  # id(param) -> (its gradient's _cdata, data pointer) when named
         self.seen_state = {}  # id(param) -> {state key: (the value's _cdata, data pointer)}
         self.tls = threading.local()
-        lib = gpumem._gpumem()
-        self.c_push = lib.gpumem_range_push if lib is not None else None
-        self.c_pop = lib.gpumem_range_pop if lib is not None else None
+        self.grad_enabled = torch.is_grad_enabled
+        self.c_push = self.c_pop = self.c_replace = None
+        if gpumem._gpumem() is not None:
+            # the recorder's functions called holding the GIL (a PyDLL's): they never wait on
+            # Python, and ctypes' release and re-acquisition of the GIL around a call costs more
+            # than the call (tests/bench/README.md, torch.rec_vs_off)
+            lib = ctypes.PyDLL(None)
+            for f, res, args in (("gpumem_range_push", ctypes.c_int, [ctypes.c_char_p]),
+                                 ("gpumem_range_pop", ctypes.c_int, []),
+                                 ("gpumem_range_replace", ctypes.c_int, [ctypes.c_char_p])):
+                fn = getattr(lib, f, None)
+                if fn is not None:
+                    fn.restype, fn.argtypes = res, args
+                setattr(self, "c_" + f[len("gpumem_range_"):], fn)
 
     def register(self):
         from torch.nn.modules import module as M
@@ -198,10 +210,11 @@ class _Hooks:
         O.register_optimizer_step_pre_hook(self.opt_pre)
         O.register_optimizer_step_post_hook(self.opt_post)
 
-    # -- per-thread state: the range stack (entries [kind, label, pushed]), the forward depth,
+    # -- per-thread state: the range stack (entries (kind, label, pushed)), the forward depth,
     # the modules whose forward is running. Every hook runs on a hot path (23 module calls a
-    # step for the tiny model): one attribute lookup for the state, labels encoded once, the
-    # recorder's functions called directly.
+    # step for the tiny model, each with its backward): one attribute lookup for the state,
+    # labels encoded once, the recorder's functions called directly, and a module range that
+    # takes the place of its parent's (or a sibling's) closed and opened in one call.
     def _t(self):
         try:
             return self.tls.s
@@ -209,14 +222,17 @@ class _Hooks:
             t = self.tls.s = _ThreadState()
             return t
 
+    def _enc(self, label):
+        b = self.enc.get(label)
+        if b is None:
+            b = self.enc[label] = label.encode("utf-8", "replace")
+        return b
+
     def _push(self, t, kind, label):
         # a program that names its own phases (gpumem.range / annotate) keeps them alone
         pushed = False
         if self.c_push is not None and not gpumem._user_ranges:
-            b = self.enc.get(label)
-            if b is None:
-                b = self.enc[label] = label.encode("utf-8", "replace")
-            pushed = self.c_push(b) >= 0
+            pushed = self.c_push(self.enc.get(label) or self._enc(label)) >= 0
         t.st.append((kind, label, pushed))
 
     def _pop(self, t):
@@ -224,6 +240,23 @@ class _Hooks:
         if pushed:
             self.c_pop()
         return kind, label
+
+    def _replace(self, t, kind, label):
+        """The innermost range closed and (kind, label) opened in its place."""
+        st = t.st
+        was = st.pop()[2]
+        pushed = False
+        if self.c_push is not None and not gpumem._user_ranges:
+            b = self.enc.get(label) or self._enc(label)
+            if was and self.c_replace is not None:
+                pushed = self.c_replace(b) >= 0
+            else:
+                if was:
+                    self.c_pop()
+                pushed = self.c_push(b) >= 0
+        elif was:
+            self.c_pop()
+        st.append((kind, label, pushed))
 
     def _open_step(self, t, pass_label):
         """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt")."""
@@ -253,30 +286,44 @@ class _Hooks:
     # -- forward
     def fwd_pre(self, module, inputs):
         try:
-            t = self._t()
+            try:
+                t = self.tls.s
+            except AttributeError:
+                t = self._t()
             path = self.paths.get(id(module)) or self._path(module)
+            st = t.st
             if not t.mods:
                 self._open_step(t, "fwd")
-            elif t.st and t.st[-1][0] == "mod":
-                self._pop(t)  # flat: the parent's range closes while the child runs
-            self._push(t, "mod", path)
+                self._push(t, "mod", path)
+            elif st and st[-1][0] == "mod":
+                self._replace(t, "mod", path)  # flat: the parent's range closes while the child runs
+            else:
+                self._push(t, "mod", path)
             t.mods.append(path)
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
 
     def fwd_post(self, module, inputs, output):
         try:
-            t = self._t()
-            if not t.mods:
+            try:
+                t = self.tls.s
+            except AttributeError:
+                t = self._t()
+            mods = t.mods
+            if not mods:
                 return None
-            path = t.mods.pop()
-            if t.st and t.st[-1][0] == "mod":
-                self._pop(t)
-            if t.mods:
-                self._push(t, "mod", t.mods[-1])  # back in the parent
+            path = mods.pop()
+            st = t.st
+            if mods:  # back in the parent
+                if st and st[-1][0] == "mod":
+                    self._replace(t, "mod", mods[-1])
+                else:
+                    self._push(t, "mod", mods[-1])
             else:
+                if st and st[-1][0] == "mod":
+                    self._pop(t)
                 self._close_pass(t)
-            if self.torch.is_grad_enabled():
+            if self.grad_enabled():
                 self._on_backward_of(path, output)
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
@@ -304,19 +351,26 @@ class _Hooks:
 
     def _bwd_start(self, path):
         try:
-            t = self._t()
-            if not any(e[0] == "pass" and e[1] == "bwd" for e in t.st):
+            try:
+                t = self.tls.s
+            except AttributeError:
+                t = self._t()
+            st = t.st
+            if not t.in_bwd:  # the first module's backward of this pass: open "step N" and "bwd"
+                t.in_bwd = True
                 self._open_step(t, "bwd")
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
-            if t.st and t.st[-1][0] == "mod":
-                self._pop(t)
-            self._push(t, "mod", path)
+            if st and st[-1][0] == "mod":
+                self._replace(t, "mod", path)
+            else:
+                self._push(t, "mod", path)
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
     def _bwd_end(self):
         try:
             t = self._t()
+            t.in_bwd = False
             while t.st and not (t.st[-1][0] == "pass" and t.st[-1][1] == "bwd"):
                 self._pop(t)
             if t.st:
@@ -328,15 +382,10 @@ class _Hooks:
 
     # -- optimizer: every step names the gradients and the optimizer's state again, in case one
     # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
-    # step is the one already named (_name's own test), found here before the label is made
+    # step is the one already named (_name's own test), found here (inline, one test a value) before the label is made
     # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
     # entries a step. (Not a weak reference to the tensor: PyTorch hands the same Python object
     # back for a new gradient of set_to_none.)
-    @staticmethod
-    def _unchanged(seen, key, v):
-        s = seen.get(key)
-        return s is not None and s[0] == getattr(v, "_cdata", None) and s[1] == v.data_ptr()
-
     @staticmethod
     def _seen(seen, key, v):
         if hasattr(v, "data_ptr"):  # not a number in the state
@@ -349,9 +398,13 @@ class _Hooks:
             for group in opt.param_groups:
                 for p in group["params"]:
                     g = p.grad
-                    if g is not None and not self._unchanged(seen, id(p), g):
-                        self._name(g, self._label(p, "grad."))
-                        self._seen(seen, id(p), g)
+                    if g is None:
+                        continue
+                    k = seen.get(id(p))  # unchanged? (inline: 28 gradients a step, tiny)
+                    if k is not None and k[0] == g._cdata and k[1] == g.data_ptr():
+                        continue
+                    self._name(g, self._label(p, "grad."))
+                    self._seen(seen, id(p), g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
@@ -363,7 +416,9 @@ class _Hooks:
                 if seen is None:
                     seen = self.seen_state[id(p)] = {}
                 for k, v in state.items():
-                    if self._unchanged(seen, k, v):
+                    was = seen.get(k)  # unchanged? (inline: 84 entries a step, tiny)
+                    if was is not None and was[0] == getattr(v, "_cdata", None) \
+                            and was[1] == v.data_ptr():
                         continue
                     if getattr(v, "is_cuda", False) and v.numel() > 0:
                         if kind is None:
@@ -423,11 +478,12 @@ class _BwdStart:
 
 
 class _ThreadState:
-    __slots__ = ("st", "mods")
+    __slots__ = ("st", "mods", "in_bwd")
 
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
+        self.in_bwd = False  # a backward pass of this thread's is open (its "bwd" range)
 
 
 def _tensors(x):
