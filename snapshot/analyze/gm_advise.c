@@ -1319,6 +1319,9 @@ static int cmp_ins(const void *a, const void *b)
 static int rw_apply(adv_model *m, rw *w)
 {
     if (w->nomem) return -1;
+    /* nothing inserted, nothing dropped (a technique with nothing to act on): the events stay,
+     * not copied into a new array of the same events */
+    if (!w->n && (!m->nevs || !memchr(w->drop, 1, m->nevs))) return 0;
     int sorted = 1; /* most rewrites insert in order already */
     for (size_t i = 1; i < w->n && sorted; i++)
         sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
