@@ -140,8 +140,10 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
 /* advise's: also ADV_LOAD_TORCH, a PyTorch recording as its tensors in its allocator's terms
  * (m->torch), and ADV_LOAD_INFER, the steps, phases and layers of an unannotated recording
  * inferred (m->phases_from). adv_model_load is this with neither: the device's allocations as
- * recorded (frag and tune replay those). */
-enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2 };
+ * recorded (frag and tune replay those). ADV_LOAD_SQL: the events through SQLite, never from
+ * the table's pages (the same rows: the pages' reader is taken only where they are; the
+ * environment's GPUMEM_SWEEP=sql does the same). */
+enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 void adv_model_free(adv_model *m);
 /* The first step priced as steady: the second half of the steps, and never the first one

@@ -23,6 +23,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,6 +488,79 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     s->windows_from_uses = ss.windows_from_uses;
     s->ok = 1;
     return 0;
+}
+
+/* ------------------------------------------------------------------ every core */
+
+/* Candidates are independent: each copies the model, rewrites its copy and replays it, and
+ * nothing else is written but its own spec. A batch of them runs on every core (each thread
+ * takes the next one in list order), with the replay of the model as recorded beside them when
+ * asked. The first failure in list order is the one reported (the baseline's first), as when
+ * they ran one after the other. */
+typedef struct batch {
+    ctx *c;
+    spec *v;
+    size_t n;
+    alloc_replay_result_t *base; /* item 0 when not NULL: the baseline replay into it */
+    atomic_size_t next;
+    pthread_mutex_t mu;
+    size_t failed; /* the first item that failed in list order, SIZE_MAX none */
+    char err[600];
+} batch;
+
+static void *batch_worker(void *arg)
+{
+    batch *b = arg;
+    size_t items = b->n + (b->base != NULL);
+    for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < items;) {
+        char err[512];
+        int bad = b->base && i == 0 ? adv_replay(&b->c->m, b->base, err, sizeof err)
+                                    : evaluate(b->c, &b->v[i - (b->base != NULL)], err, sizeof err);
+        if (!bad) continue;
+        pthread_mutex_lock(&b->mu);
+        if (i < b->failed) {
+            b->failed = i;
+            snprintf(b->err, sizeof b->err, "%s%s", b->base && i == 0 ? "replay failed: " : "", err);
+        }
+        pthread_mutex_unlock(&b->mu);
+    }
+    return NULL;
+}
+
+/* As many threads as cores, and as the free memory holds candidates: each holds a copy of the
+ * model, its rewritten events and its trace at once (about three copies of the events). One
+ * with GPUMEM_ADVISE_DUMP (every replay writes that one file). */
+static int batch_threads(const ctx *c, size_t items)
+{
+    if (items < 2 || getenv("GPUMEM_ADVISE_DUMP")) return 1;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double each = 3.0 * (double)c->m.nevs * sizeof(adv_ev) + 2.0 * (double)c->m.nallocs * sizeof(adv_alloc) +
+                  (double)(64 << 20);
+    long fit = pages > 0 && psz > 0 ? (long)((double)pages * (double)psz / each) : 1;
+    long n = ncpu < fit ? ncpu : fit;
+    if (n > (long)items) n = (long)items;
+    if (n > 64) n = 64;
+    return n > 1 ? (int)n : 1;
+}
+
+/* Evaluates v[0..n) (and the baseline into *base when not NULL) on every core. 0, or -1 with
+ * the first failure's message in err. */
+static int evaluate_all(ctx *c, spec *v, size_t n, alloc_replay_result_t *base, char *err, size_t errsz)
+{
+    batch b = {.c = c, .v = v, .n = n, .base = base, .failed = SIZE_MAX};
+    atomic_init(&b.next, 0);
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_t tid[64];
+    int nt = batch_threads(c, n + (base != NULL)), started = 0;
+    for (int i = 1; i < nt; i++) /* the calling thread is one of them */
+        if (pthread_create(&tid[started], NULL, batch_worker, &b) == 0) started++;
+    batch_worker(&b);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&b.mu);
+    if (b.failed == SIZE_MAX) return 0;
+    snprintf(err, errsz, "%s", b.err);
+    return -1;
 }
 
 /* extra time in % of a step; NAN when the recording gives no step time to compare with */
@@ -1244,7 +1319,10 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     int rc = 0;
-    if (adv_replay(&c.m, &c.base, err, sizeof err) != 0) {
+    /* the recording's own replay runs beside the single techniques (evaluate_all), unless a
+     * bf16 recording's fp32 trace must be checked against it first */
+    int base_beside = !c.rec.bf16;
+    if (!base_beside && adv_replay(&c.m, &c.base, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem advise: replay failed: %s\n", err);
         adv_model_free(&c.m);
         return GM_EXIT_BADDB;
@@ -1332,17 +1410,16 @@ int gm_advise_main(int argc, char **argv)
         nrecs = 0;
         PUSH(recs, nrecs, rcap, s);
     }
+    if (evaluate_all(&c, recs, nrecs, base_beside ? &c.base : NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "gpumem advise: %s\n", err);
+        rc = GM_EXIT_BADDB;
+        goto done;
+    }
     size_t keep = 0;
-    for (size_t i = 0; i < nrecs; i++) {
-        if (evaluate(&c, &recs[i], err, sizeof err) != 0) {
-            fprintf(stderr, "gpumem advise: %s\n", err);
-            rc = GM_EXIT_BADDB;
-            goto done;
-        }
+    for (size_t i = 0; i < nrecs; i++)
         if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved ||
             recs[i].r.peak_allocated < c.base.peak_allocated)
             recs[keep++] = recs[i];
-    }
     nrecs = keep;
     if (nrecs > 1) qsort(recs, nrecs, sizeof *recs, cmp_saving); /* (NULL when empty) */
     /* combinations: every stack of the single techniques (accumulation: one k at a time;
@@ -1392,12 +1469,11 @@ int gm_advise_main(int argc, char **argv)
             }
         }
         if (nrecs < 2) nall = 0; /* nothing to stack */
-        for (size_t i = 0; i < nall; i++)
-            if (evaluate(&c, &all[i], err, sizeof err) != 0) {
-                fprintf(stderr, "gpumem advise: %s\n", err);
-                rc = GM_EXIT_BADDB;
-                goto done;
-            }
+        if (evaluate_all(&c, all, nall, NULL, err, sizeof err) != 0) {
+            fprintf(stderr, "gpumem advise: %s\n", err);
+            rc = GM_EXIT_BADDB;
+            goto done;
+        }
     }
     /* the Pareto front: no other combination is both cheaper and smaller */
     for (size_t i = 0; i < nall; i++) {

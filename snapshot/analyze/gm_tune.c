@@ -13,7 +13,9 @@
  * per-stream pools with several streams); the best of each is the start of the next round, up to
  * four rounds or until nothing improves. That is coordinate descent, a few dozen replays rather
  * than the product of every key's values, and each configuration is replayed once (results are
- * kept by their formatted string). The replays of a round run on every core.
+ * kept by their formatted string); one that differs from a replayed one only in a release
+ * threshold that replay's reserved memory never reached takes its figures (same_replay). The
+ * replays of a round run on every core.
  *
  * Ranking: by peak reserved in steps of 1% of the least one, then driver time (objective
  * reserved), or by driver time, then peak reserved (objective time); a configuration that meets
@@ -97,8 +99,29 @@ static rank_ctx ranking(const gm_tune *t, int objective) {
     return c;
 }
 
-/* Adds configurations (not yet evaluated) to the results and replays them. Returns the index of
- * the first added, nresults before the call. -1: out of memory. */
+/* A replay among the first `upto` results that c's would repeat call for call: c differs from
+ * its configuration only in release_threshold, and its reserved memory never went above either
+ * threshold. A threshold acts only when cached memory exceeds it (alloc.c, maybe_release), and
+ * cached memory never exceeds reserved, so neither fires and both replays are the same. NULL
+ * when there is none. */
+static const gm_replay_result *same_replay(const search *s, const alloc_config_t *c, size_t upto) {
+    char k[1024], x[1024];
+    conf_key(c, k, sizeof k);
+    for (size_t i = 0; i < upto; i++) {
+        const gm_replay_result *r = &s->t->results[i];
+        size_t t = r->cfg.release_threshold, least = t < c->release_threshold ? t : c->release_threshold;
+        if (!r->ok || r->oom || t == c->release_threshold || r->peak_reserved > least) continue;
+        alloc_config_t y = r->cfg;
+        y.release_threshold = c->release_threshold;
+        conf_key(&y, x, sizeof x);
+        if (!strcmp(k, x)) return r;
+    }
+    return NULL;
+}
+
+/* Adds configurations (not yet evaluated) to the results and replays them (those same_replay
+ * finds take its figures). Returns the index of the first added, nresults before the call. -1:
+ * out of memory. */
 static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
     size_t first = s->t->nresults;
     for (size_t i = 0; i < n; i++) {
@@ -117,8 +140,30 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
         gm_conf_short(&c, r->conf, sizeof r->conf);
         r->has_pytorch = gm_conf_pytorch(&c, r->pytorch, sizeof r->pytorch);
     }
-    gm_replay_many(s->trace, s->ntrace, s->capacity, s->top_down, s->t->results + first,
-                   s->t->nresults - first, s->threads);
+    /* the ones to replay, side by side in a batch of their own */
+    size_t added = s->t->nresults - first, nrun = 0;
+    gm_replay_result *run = malloc((added ? added : 1) * sizeof *run);
+    size_t *at = malloc((added ? added : 1) * sizeof *at);
+    if (!run || !at) {
+        free(run), free(at);
+        return -1;
+    }
+    for (size_t i = first; i < s->t->nresults; i++) {
+        gm_replay_result *r = &s->t->results[i];
+        const gm_replay_result *same = same_replay(s, &r->cfg, first);
+        if (same) {
+            r->ok = same->ok, r->oom = same->oom;
+            r->peak_allocated = same->peak_allocated, r->peak_reserved = same->peak_reserved;
+            r->utilization = same->utilization, r->driver_calls = same->driver_calls;
+            r->driver_time_s = same->driver_time_s;
+            continue;
+        }
+        at[nrun] = i;
+        run[nrun++] = *r;
+    }
+    gm_replay_many(s->trace, s->ntrace, s->capacity, s->top_down, run, nrun, s->threads);
+    for (size_t k = 0; k < nrun; k++) s->t->results[at[k]] = run[k];
+    free(run), free(at);
     if (s->o->progress)
         fprintf(stderr, "\rgpumem tune: %zu configurations replayed...", s->t->nresults);
     return (long)first;

@@ -1,8 +1,9 @@
 /* snapshot_pages.c — the sweep's page reader (snapshot/read/gm_analyze_pages.c) reads exactly the
  * rows SQLite reads, and gives up, never guesses, on anything else: its rows equal a query's
  * on a recorder's database; a WAL with frames, another declaration of `events`, and damaged
- * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
- * an image in memory (the fuzz target's) is read the same way. */
+ * pages all leave the loaded model (the report's, and advise's, frag's and tune's) what the
+ * SQLite sweep (GPUMEM_SWEEP=sql) makes of the file; an image in memory (the fuzz target's) is
+ * read the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/formats/gm_formats.h"
 #include "snapshot/read/gm_analyze_pages.h"
@@ -78,15 +80,16 @@ static rows rows_checked(const char *p) {
     assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_DONE);
     sqlite3_stmt *s;
     assert_int_equal(sqlite3_prepare_v2(d.db, "SELECT seq, kind, flags, addr, size, stack, range, "
-                                              "coalesce(device, -1), requested, alloc_id FROM events ORDER BY seq",
+                                              "coalesce(device, -1), requested, alloc_id, t, stream FROM events "
+                                              "ORDER BY seq",
                                         -1, &s, NULL), SQLITE_OK);
     size_t i = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
         assert_true(i < v.n);
         const gm_event_row *r = &v.r[i++];
-        int64_t want[10], got[10] = {r->seq, r->kind, r->flags, r->addr, r->size,
-                                     r->stack, r->range, r->device, r->requested, r->alloc_id};
-        for (int c = 0; c < 10; c++) want[c] = sqlite3_column_int64(s, c);
+        int64_t want[12], got[12] = {r->seq,   r->kind,  r->flags, r->addr,      r->size, r->stack,
+                                     r->range, r->device, r->requested, r->alloc_id, r->t,    r->stream};
+        for (int c = 0; c < 12; c++) want[c] = sqlite3_column_int64(s, c);
         assert_memory_equal(want, got, sizeof want);
     }
     sqlite3_finalize(s);
@@ -203,19 +206,46 @@ static int count_rows(void *ctx, const gm_event_row *r, size_t n) {
 /* what the page reader answered, by GM_PAGES_* */
 static int outcomes[4];
 
+/* advise's and tune's model (gm_advise.c reads the events through the page reader too) */
+static void assert_same_adv_model(const adv_model *a, const adv_model *b) {
+    assert_int_equal(a->nevs, b->nevs);
+    assert_int_equal(a->nallocs, b->nallocs);
+    assert_int_equal(a->nstrs, b->nstrs);
+    for (size_t i = 0; i < a->nevs; i++) { /* field by field: the padding is anything */
+        const adv_ev *x = &a->evs[i], *y = &b->evs[i];
+        assert_true(x->a == y->a && x->kind == y->kind && x->phase == y->phase && x->stream == y->stream &&
+                    x->step == y->step && x->lr_name == y->lr_name && x->lr == y->lr && x->t == y->t);
+    }
+    for (size_t i = 0; i < a->nallocs; i++) {
+        const adv_alloc *x = &a->allocs[i], *y = &b->allocs[i];
+        assert_true(x->size == y->size && x->stream == y->stream && x->cls == y->cls && x->name == y->name &&
+                    x->orig == y->orig);
+    }
+    for (size_t i = 0; i < a->nstrs; i++) assert_string_equal(a->strs[i], b->strs[i]);
+    assert_int_equal(a->compute_stream, b->compute_stream);
+    assert_int_equal(a->copy_stream, b->copy_stream);
+}
+
 /* Loads p both ways; 1 when both loaded (and agree), 0 when both refused. */
 static int load_both_ways(const char *p) {
     gm_db d;
     gm_model pages, sql;
+    adv_model apages, asql;
     if (gm_db_open(p, &d, err, sizeof err) != 0) return 0;
     size_t n = 0;
     outcomes[gm_events_pages(&d, count_rows, &n) & 3]++;
     int rp = gm_model_load(&d, &pages, 0, err, sizeof err);
+    int ap = adv_model_load(&d, &apages, err, sizeof err);
     setenv("GPUMEM_SWEEP", "sql", 1);
     int rs = gm_model_load(&d, &sql, 0, err, sizeof err);
+    int as = adv_model_load(&d, &asql, err, sizeof err);
     unsetenv("GPUMEM_SWEEP");
     assert_int_equal(rp, rs);
     if (rp == 0) assert_same_model(&pages, &sql);
+    assert_int_equal(ap, as);
+    if (ap == 0) assert_same_adv_model(&apages, &asql);
+    adv_model_free(&apages);
+    adv_model_free(&asql);
     gm_model_free(&pages);
     gm_model_free(&sql);
     gm_db_close(&d);
