@@ -122,9 +122,11 @@ static const uint8_t *page_at(reader *r, uint32_t pgno) {
 /* where each column goes in a gm_event_row (-1: not read; seq is the rowid) */
 static int64_t *slot(gm_event_row *row, int col) {
     switch (col) {
+    case 1: return &row->t;
     case 2: return &row->kind;
     case 3: return &row->flags;
     case 4: return &row->device;
+    case 5: return &row->stream;
     case 7: return &row->addr;
     case 8: return &row->size;
     case 9: return &row->requested;
@@ -199,9 +201,11 @@ static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
                 off[k + 1] = off[k] + (z & 0x0f);
             }
             if (bad || off[NCOLS] != np) return -1;
+            row->t = value_of(c + off[1], c[2], 0);
             row->kind = value_of(c + off[2], c[3], 0);
             row->flags = value_of(c + off[3], c[4], 0);
             row->device = value_of(c + off[4], c[5], -1);
+            row->stream = value_of(c + off[5], c[6], 0);
             row->addr = value_of(c + off[7], c[8], 0);
             row->size = value_of(c + off[8], c[9], 0);
             row->requested = value_of(c + off[9], c[10], 0);

@@ -78,15 +78,15 @@ static rows rows_checked(const char *p) {
     assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_DONE);
     sqlite3_stmt *s;
     assert_int_equal(sqlite3_prepare_v2(d.db, "SELECT seq, kind, flags, addr, size, stack, range, "
-                                              "coalesce(device, -1), requested, alloc_id FROM events ORDER BY seq",
+                                              "coalesce(device, -1), requested, alloc_id, stream, t FROM events ORDER BY seq",
                                         -1, &s, NULL), SQLITE_OK);
     size_t i = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
         assert_true(i < v.n);
         const gm_event_row *r = &v.r[i++];
-        int64_t want[10], got[10] = {r->seq, r->kind, r->flags, r->addr, r->size,
-                                     r->stack, r->range, r->device, r->requested, r->alloc_id};
-        for (int c = 0; c < 10; c++) want[c] = sqlite3_column_int64(s, c);
+        int64_t want[12], got[12] = {r->seq,   r->kind,   r->flags,     r->addr,     r->size,   r->stack,
+                                     r->range, r->device, r->requested, r->alloc_id, r->stream, r->t};
+        for (int c = 0; c < 12; c++) want[c] = sqlite3_column_int64(s, c);
         assert_memory_equal(want, got, sizeof want);
     }
     sqlite3_finalize(s);
