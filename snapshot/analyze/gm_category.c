@@ -104,18 +104,6 @@ static void range_parse(const gm_model *m, uint32_t range, int64_t *step, int *p
     }
 }
 
-/* The same, read once per range (a recording has few ranges and many events in each). */
-static void range_info(u64map *cache, const gm_model *m, uint32_t range, int64_t *step, int *phase)
-{
-    uint64_t *v = u64map_get(cache, range);
-    if (v) {
-        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
-        return;
-    }
-    range_parse(m, range, step, phase);
-    if (*step >= -1 && *step < (1ll << 54)) u64map_put(cache, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
-}
-
 /* A binary min-heap of (death seq, bytes): what is alive, by when it dies. */
 typedef struct heap_ent {
     uint64_t death, bytes;
@@ -161,11 +149,33 @@ typedef struct ctx {
     uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
+    uint32_t last_range; /* the range asked for last (0: none yet), and its step and phase */
+    int64_t last_step;
+    int last_phase;
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
 } ctx;
+
+/* A range's step and phase (range_parse), read once per range: a recording has few ranges and
+ * many events in each, mostly one after another in the same range. */
+static void range_info(ctx *x, uint32_t range, int64_t *step, int *phase)
+{
+    if (range && range == x->last_range) {
+        *step = x->last_step, *phase = x->last_phase;
+        return;
+    }
+    uint64_t *v = u64map_get(&x->ranges, range);
+    if (v) {
+        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
+    } else {
+        range_parse(x->m, range, step, phase);
+        if (*step >= -1 && *step < (1ll << 54))
+            u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
+    }
+    x->last_range = range, x->last_step = *step, x->last_phase = *phase;
+}
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
 static void load_launches(gm_db *d, ctx *x)
@@ -217,7 +227,7 @@ static int note_ranged(ctx *x, u64map *idx, size_t *cap, uint64_t seq, uint32_t 
 {
     int64_t st;
     int ph;
-    range_info(&x->ranges, x->m, range, &st, &ph);
+    range_info(x, range, &st, &ph);
     if (st < 0) return 0;
     int i = step_slot(x->c, idx, cap, st);
     if (i < 0) return -1;
@@ -513,16 +523,31 @@ static int phases_from_lifetimes(ctx *x)
 
 /* ------------------------------------------------------------------ where a seq falls */
 
-int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
+/* How many steps start at or before seq, looked for from step `from` on: the steps before it
+ * are known to (a caller walking seqs upwards passes the last answer). Galloping from there, so
+ * a seq in the same or the next step costs a comparison or two, not a search of every step. */
+static size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 {
-    *step = -1;
-    if (!c->nsteps || seq < c->steps[0].start) return GM_CPH_PRE;
-    size_t lo = 0, hi = c->nsteps;
-    while (lo < hi) { /* the last step starting at or before seq */
+    if (from > c->nsteps || (from && c->steps[from - 1].start > seq)) from = 0;
+    size_t lo = from, hi = from, stride = 1;
+    while (hi < c->nsteps && c->steps[hi].start <= seq) {
+        lo = hi + 1;
+        hi += stride, stride *= 2;
+    }
+    if (hi > c->nsteps) hi = c->nsteps;
+    while (lo < hi) { /* steps[lo - 1] starts at or before seq, steps[hi] after it */
         size_t mid = lo + (hi - lo) / 2;
         if (c->steps[mid].start <= seq) lo = mid + 1;
         else hi = mid;
     }
+    return lo;
+}
+
+/* gm_category_phase_at, with lo = steps_started(c, seq, ...). */
+static int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long *step)
+{
+    *step = -1;
+    if (!lo) return GM_CPH_PRE;
     const gm_cat_step *s = &c->steps[lo - 1];
     if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
     *step = (long)(lo - 1);
@@ -531,12 +556,18 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
     return GM_CPH_FWD;
 }
 
+int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
+{
+    return phase_in(c, seq, steps_started(c, seq, 0), step);
+}
+
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
- * its place in its step. */
-static int event_phase(const ctx *x, uint64_t seq, uint32_t range, int birth, long *step)
+ * its place in its step. *from: where to look for its step from (steps_started), then its own. */
+static int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
 {
-    int ph = gm_category_phase_at(x->c, seq, step);
+    *from = steps_started(x->c, seq, *from);
+    int ph = phase_in(x->c, seq, *from, step);
     /* made between two steps' ranges: the next step's input, made before its range opened */
     if (birth && *step >= 0 && (size_t)*step + 1 < x->c->nsteps && seq > x->c->steps[*step].end) {
         ++*step;
@@ -545,7 +576,7 @@ static int event_phase(const ctx *x, uint64_t seq, uint32_t range, int birth, lo
     if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
-    range_info(&((ctx *)x)->ranges, x->m, range, &st, &rp);
+    range_info(x, range, &st, &rp);
     return rp ? rp : ph;
 }
 
@@ -582,7 +613,9 @@ static int categorise(ctx *x)
     }
     /* first pass: names; the parameters (alive from before the first step to the end); and
      * what is made in one step and kept, made again in another step: the steps' growth (the
-     * number of steps each (phase, size) of such allocations appears in) */
+     * number of steps each (phase, size) of such allocations appears in). Births come in
+     * order: each one's step is looked for from the last one's, each death's from its birth's. */
+    size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
@@ -591,8 +624,9 @@ static int categorise(ctx *x)
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
-            int bp = event_phase(x, a->birth, a->range, 1, &bs);
-            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+            int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+            size_t hd = hb;
+            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
             if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
@@ -613,13 +647,15 @@ static int categorise(ctx *x)
         rc = 0;
         goto out;
     }
+    hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         if (c->src[i] != GM_CSRC_NONE) continue;
         long bs, ds = -1;
-        int bp = event_phase(x, a->birth, a->range, 1, &bs);
-        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+        int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+        size_t hd = hb;
+        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
         int sized = u64map_get(&param_sizes, a->requested) != NULL;
         int cat;
         if (bp == GM_CPH_PRE && ds >= 0) {
