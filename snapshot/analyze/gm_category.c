@@ -143,15 +143,22 @@ static heap_ent heap_pop(heap *q)
 
 /* ------------------------------------------------------------------ the context */
 
+/* The range asked for last (0: none yet): its step and phase, and (steps_from_ranges) the step's
+ * slot in c->steps (-1: not looked up). Births and deaths keep one each: each comes mostly in
+ * the same range as the one before. */
+typedef struct range_memo {
+    uint32_t range;
+    int64_t step;
+    int phase, slot;
+} range_memo;
+
 typedef struct ctx {
     const gm_model *m;
     gm_categories *c;
     uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
-    uint32_t last_range; /* the range asked for last (0: none yet), and its step and phase */
-    int64_t last_step;
-    int last_phase;
+    range_memo births, deaths;
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
@@ -160,10 +167,10 @@ typedef struct ctx {
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
-static void range_info(ctx *x, uint32_t range, int64_t *step, int *phase)
+static void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
 {
-    if (range && range == x->last_range) {
-        *step = x->last_step, *phase = x->last_phase;
+    if (range && range == mm->range) {
+        *step = mm->step, *phase = mm->phase;
         return;
     }
     uint64_t *v = u64map_get(&x->ranges, range);
@@ -174,7 +181,7 @@ static void range_info(ctx *x, uint32_t range, int64_t *step, int *phase)
         if (*step >= -1 && *step < (1ll << 54))
             u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
     }
-    x->last_range = range, x->last_step = *step, x->last_phase = *phase;
+    *mm = (range_memo){range, *step, *phase, -1};
 }
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
@@ -223,13 +230,14 @@ static int cmp_step(const void *a, const void *b)
 }
 
 /* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static int note_ranged(ctx *x, u64map *idx, size_t *cap, uint64_t seq, uint32_t range, int *phased)
+static int note_ranged(ctx *x, range_memo *mm, u64map *idx, size_t *cap, uint64_t seq, uint32_t range,
+                       int *phased)
 {
     int64_t st;
     int ph;
-    range_info(x, range, &st, &ph);
+    range_info(x, mm, range, &st, &ph);
     if (st < 0) return 0;
-    int i = step_slot(x->c, idx, cap, st);
+    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, idx, cap, st));
     if (i < 0) return -1;
     gm_cat_step *s = &x->c->steps[i];
     if (s->start == NO_SEQ || seq < s->start) s->start = seq;
@@ -250,13 +258,14 @@ static int steps_from_ranges(ctx *x, int *phased)
     *phased = 0;
     for (size_t k = 0; k < x->nt; k++) {
         const gm_alloc *a = &x->m->allocs[x->t[k]];
-        if (note_ranged(x, &idx, &cap, a->birth, a->range, phased) ||
-            (a->death && note_ranged(x, &idx, &cap, a->death, a->death_range, phased))) {
+        if (note_ranged(x, &x->births, &idx, &cap, a->birth, a->range, phased) ||
+            (a->death && note_ranged(x, &x->deaths, &idx, &cap, a->death, a->death_range, phased))) {
             u64map_free(&idx);
             return -1;
         }
     }
     u64map_free(&idx);
+    x->births.range = x->deaths.range = 0; /* their slots are the unsorted steps' */
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
     /* an update's range, when the backward has none before it, still ends the backward */
@@ -576,7 +585,7 @@ static int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *st
     if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
-    range_info(x, range, &st, &rp);
+    range_info(x, birth ? &x->births : &x->deaths, range, &st, &rp);
     return rp ? rp : ph;
 }
 
