@@ -17,18 +17,25 @@
  * SQLite as before, from the first row (GM_PAGES_RESTART when rows were already delivered). So a
  * damaged file is reported exactly as it was, and a valid one gives the same rows.
  *
- * Consistency. The pages are read through the connection's own file handle (sqlite3_file's
- * xRead: the same file, or the in-memory image of gm_db_open_mem) inside one read transaction,
- * which keeps a rollback-journal writer out of the file; in WAL mode a reader that began with an
- * empty WAL reads the file alone, and no checkpoint can write into it before the transaction
- * ends. SQLite's memory map is off meanwhile: the pages are copied, a window of them at a time,
- * into one buffer, so the report does not keep the whole file mapped (resident) as the map did.
+ * Consistency. The pages are read inside one read transaction of the connection, which keeps a
+ * rollback-journal writer out of the file; in WAL mode a reader that began with an empty WAL
+ * reads the file alone, and no checkpoint can write into it before the transaction ends. SQLite's
+ * memory map is off meanwhile, and the pages are read a window at a time, so the report does not
+ * keep the whole file mapped (resident) as the map did. A window is the file's own pages mapped
+ * (a file of SQLite's unix VFS, opened again by its name and checked to be the one the
+ * connection reads: its size and header are the connection's): copying them into a buffer with
+ * read(2) was a sixth of the report's time on a 10-million-event recording. Otherwise (an image
+ * in memory, another VFS, the window that ends the file, a map refused) the window is copied
+ * through the connection's own file handle (sqlite3_file's xRead) into one buffer.
  */
 #include "snapshot/read/gm_analyze_pages.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* the declaration of `events` in schema.sql (whitespace runs compared as one space) */
 static const char events_sql[] =
@@ -84,7 +91,12 @@ static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64
 typedef struct reader {
     sqlite3_file *f;
     uint32_t pgsz, usable, npages, lockpage;
-    uint8_t *win;             /* pages win_first .. win_first + win_n - 1 */
+    uint64_t file_pages;      /* pages in the file (npages or more) */
+    int fd;                   /* the file opened again for its maps, -1 none */
+    uint8_t *map;             /* the window's map (munmap(map, map_len)), NULL none */
+    size_t map_len;
+    uint8_t *buf;             /* the window copied through xRead, when it is not mapped */
+    uint8_t *win;             /* pages win_first .. win_first + win_n - 1: in map or buf */
     uint32_t win_first, win_n, win_cap;
     uint32_t win_used;        /* pages of the window reached so far */
     uint8_t *seen;            /* one bit a page: reached already */
@@ -94,6 +106,21 @@ typedef struct reader {
     int any_row;   /* a row was read (last_seq is set) */
     int delivered; /* rows were handed to the caller */
 } reader;
+
+/* Pages pgno .. pgno + n - 1 mapped as the window, with the page after them mapped too (the
+ * slack value_of reads past a window's last page). 0, or -1 (read them through xRead). */
+static int map_window(reader *r, uint32_t pgno, uint32_t n) {
+    if (r->map) munmap(r->map, r->map_len), r->map = NULL;
+    if (r->fd < 0 || (uint64_t)pgno + n > r->file_pages) return -1; /* the window ending the file */
+    size_t os_page = (size_t)sysconf(_SC_PAGESIZE);
+    off_t off = (off_t)(pgno - 1) * r->pgsz, at = off & ~(off_t)(os_page - 1);
+    size_t len = (size_t)(off - at) + (size_t)(n + 1) * r->pgsz;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, at);
+    if (p == MAP_FAILED) return -1;
+    r->map = p, r->map_len = len;
+    r->win = r->map + (off - at);
+    return 0;
+}
 
 /* Page pgno (2..npages, not the lock-byte page, never reached before), or NULL. A page outside
  * the window moves it there, with four times as many pages as the last window served: the whole
@@ -108,10 +135,13 @@ static const uint8_t *page_at(reader *r, uint32_t pgno) {
         if (n > r->win_cap) n = r->win_cap;
         if (n > r->npages - pgno + 1) n = r->npages - pgno + 1;
         if (n < 1) n = 1;
-        if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
-                                  (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
-            r->win_n = 0;
-            return NULL;
+        if (map_window(r, pgno, n) != 0) {
+            r->win = r->buf;
+            if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
+                                      (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
+                r->win_n = 0;
+                return NULL;
+            }
         }
         r->win_first = pgno, r->win_n = n, r->win_used = 0;
     }
@@ -303,8 +333,30 @@ static int wal_in_use(gm_db *d) {
     return wal && stat(wal, &st) == 0 && st.st_size > 0;
 }
 
-/* The file's page size, usable size and page count from its header (as SQLite reads them). */
-static int read_header(reader *r) {
+/* The connection's file opened again by its name, for maps of its pages: only a file of the unix
+ * VFS, and only when what the name opens is the file the connection reads (the same size, the
+ * same header: page size, page count, change counter). The fd, or -1 (read through xRead). */
+static int open_again(gm_db *d, const uint8_t *header, sqlite3_int64 size) {
+    sqlite3_vfs *vfs = NULL;
+    const char *name = sqlite3_db_filename(d->db, "main");
+    if (!name || !name[0] || sqlite3_file_control(d->db, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK ||
+        !vfs || !vfs->zName || strncmp(vfs->zName, "unix", 4))
+        return -1;
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    uint8_t h[100];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != size || pread(fd, h, sizeof h, 0) != sizeof h ||
+        memcmp(h, header, sizeof h)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The file's page size, usable size and page count from its header (as SQLite reads them), and
+ * the file opened again for maps where it can be (r->fd). */
+static int read_header(gm_db *d, reader *r) {
     uint8_t h[100];
     sqlite3_int64 fsz;
     if (r->f->pMethods->xFileSize(r->f, &fsz) != SQLITE_OK || fsz < 100 ||
@@ -317,12 +369,14 @@ static int read_header(reader *r) {
     r->usable = ps - h[20];
     if (r->usable < 480) return -1;
     uint64_t file_pages = (uint64_t)fsz / ps;
+    r->file_pages = file_pages;
     uint32_t n = be32(h + 28);
     /* the header's count holds when the change counter matches its version-valid-for */
     uint64_t pages = n && be32(h + 24) == be32(h + 92) ? n : file_pages;
     if (pages > file_pages || pages > UINT32_MAX - 1) return -1;
     r->npages = (uint32_t)pages;
     r->lockpage = PENDING_BYTE / ps + 1;
+    r->fd = open_again(d, h, fsz);
     return 0;
 }
 
@@ -337,29 +391,31 @@ int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {0};
+    reader r = {.fd = -1};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */
     if ((root = events_root(d)) == 0 || wal_in_use(d) ||
         sqlite3_file_control(d->db, "main", SQLITE_FCNTL_FILE_POINTER, &r.f) != SQLITE_OK || !r.f ||
-        !r.f->pMethods || read_header(&r) != 0)
+        !r.f->pMethods || read_header(d, &r) != 0)
         goto end;
     r.win_cap = WINDOW_BYTES / r.pgsz ? WINDOW_BYTES / r.pgsz : 1;
     /* never more than the file: a small recording's window is a few pages, not a megabyte
      * (under ASan a large block is an mmap and munmap per report; page_at never reads past
      * npages either) */
     if (r.win_cap > r.npages) r.win_cap = r.npages ? r.npages : 1;
-    r.win = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
+    r.buf = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
     r.seen = calloc((size_t)r.npages / 8 + 1, 1);
     r.rows = malloc(((r.pgsz - 8) / 6 + 1) * sizeof *r.rows);
-    if (!r.win || !r.seen || !r.rows) goto end;
+    if (!r.buf || !r.seen || !r.rows) goto end;
     int w = walk(&r, root, fn, ctx);
     rc = w >= 0 ? w : r.delivered ? GM_PAGES_RESTART : GM_PAGES_NO;
 end:
     sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
 out:
-    free(r.win), free(r.seen), free(r.rows);
+    if (r.map) munmap(r.map, r.map_len);
+    if (r.fd >= 0) close(r.fd);
+    free(r.buf), free(r.seen), free(r.rows);
     for (int i = 0; i < MAX_DEPTH; i++) free(r.level[i]);
     if (mmap_was > 0) {
         char q[64];

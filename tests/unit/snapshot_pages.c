@@ -248,6 +248,31 @@ static void wal_with_frames(void **state) {
     free(v.r);
 }
 
+/* The reader maps the file it opens again by name only when that is the connection's file: a
+ * file renamed over the name after the connection opened is not read in its place. */
+static void file_replaced_under_reader(void **state) {
+    (void)state;
+    char p[512], q[512];
+    snap_path(p, sizeof p, "replaced.db");
+    snap_path(q, sizeof q, "replacement.db");
+    make_db(p, 20000);
+    make_db(q, 5000);
+    gm_db d;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    assert_int_equal(rename(q, p), 0);
+    rows v = {0};
+    assert_int_equal(gm_events_pages(&d, collect, &v), GM_PAGES_DONE);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(d.db, "SELECT count(*), max(seq) FROM events", -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_true(v.n > 39000);
+    assert_int_equal(v.n, sqlite3_column_int64(s, 0));
+    assert_int_equal(v.r[v.n - 1].seq, sqlite3_column_int64(s, 1));
+    sqlite3_finalize(s);
+    gm_db_close(&d);
+    free(v.r);
+}
+
 /* A column added to events: the layout is not the schema's, SQLite reads it. */
 static void other_declaration(void **state) {
     (void)state;
@@ -547,6 +572,7 @@ int main(void) {
         cmocka_unit_test(leaves_out_of_order),
         cmocka_unit_test(wal_with_frames),
         cmocka_unit_test(other_declaration),
+        cmocka_unit_test(file_replaced_under_reader),
         cmocka_unit_test(other_file_settings),
         cmocka_unit_test(values_not_integers),
         cmocka_unit_test(column_dropped_and_added),
