@@ -172,6 +172,20 @@ static int64_t *slot(gm_event_row *row, int col) {
 static const uint8_t type_size[128] = {
     0, 1, 2, 3, 4, 6, 8, 0xff, 0, 0, 0xff, 0xff, [12 ... 127] = 0xff};
 
+/* The same for a header byte of the recorder's records (a one-byte type, 0..255): the size of
+ * an integer or NULL type; every other byte (a real, text, a blob, a reserved type, the first
+ * byte of a longer varint) weighs 2^20, more than any page holds, so thirteen of them sum to a
+ * record's body size only when each is an integer or NULL. */
+#define NOT_INT (1u << 20)
+static const uint32_t header_size[256] = {0, 1, 2, 3, 4, 6, 8, NOT_INT, 0, 0, [10 ... 255] = NOT_INT};
+
+/* The body size of a record whose header is the 14 bytes at c, or NOT_INT or more. */
+static inline uint32_t header_body(const uint8_t *c) {
+    uint32_t body = 0;
+    for (int k = 1; k <= NCOLS; k++) body += header_size[c[k]];
+    return body;
+}
+
 /* A value of serial type t at b (t an integer or NULL type): SQLite's integer, null_value for
  * NULL. Reads 8 bytes at b whatever the size: the window has slack after its last page. */
 static inline int64_t value_of(const uint8_t *b, unsigned t, int64_t null_value) {
@@ -219,29 +233,16 @@ static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
         gm_event_row *row = &r->rows[i];
         row->seq = (int64_t)rowid;
-        /* the recorder's records: a 14-byte header, 13 one-byte types */
-        if (np >= 14 && c[0] == 14 &&
-            !((c[1] | c[2] | c[3] | c[4] | c[5] | c[6] | c[7] | c[8] | c[9] | c[10] | c[11] | c[12] | c[13]) & 0x80)) {
-            unsigned off[NCOLS + 1];
-            off[0] = 14;
-            uint8_t bad = 0;
-            for (int k = 0; k < NCOLS; k++) {
-                uint8_t z = type_size[c[1 + k]];
-                bad |= z == 0xff;
-                off[k + 1] = off[k] + (z & 0x0f);
-            }
-            if (bad || off[NCOLS] != np) return -1;
-            row->t = value_of(c + off[1], c[2], 0);
-            row->kind = value_of(c + off[2], c[3], 0);
-            row->flags = value_of(c + off[3], c[4], 0);
-            row->device = value_of(c + off[4], c[5], -1);
-            row->stream = value_of(c + off[5], c[6], 0);
-            row->addr = value_of(c + off[7], c[8], 0);
-            row->size = value_of(c + off[8], c[9], 0);
-            row->requested = value_of(c + off[9], c[10], 0);
-            row->alloc_id = value_of(c + off[10], c[11], 0);
-            row->stack = value_of(c + off[11], c[12], 0);
-            row->range = value_of(c + off[12], c[13], 0);
+        /* the recorder's records: a 14-byte header, 13 one-byte integer or NULL types, the
+         * values one after another (each value's type is the header's byte k + 1) */
+        if (np >= 14 && c[0] == 14 && header_body(c) == np - 14) {
+            const uint8_t *b = c + 14 + header_size[c[1]];
+#define NEXT(field, k, null_value) (row->field = value_of(b, c[k], null_value), b += header_size[c[k]])
+            NEXT(t, 2, 0), NEXT(kind, 3, 0), NEXT(flags, 4, 0), NEXT(device, 5, -1), NEXT(stream, 6, 0);
+            b += header_size[c[7]]; /* thread */
+            NEXT(addr, 8, 0), NEXT(size, 9, 0), NEXT(requested, 10, 0), NEXT(alloc_id, 11, 0);
+            NEXT(stack, 12, 0), NEXT(range, 13, 0);
+#undef NEXT
         } else if (record_slow(c, np, row) != 0) {
             return -1;
         }
