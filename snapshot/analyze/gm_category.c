@@ -167,12 +167,8 @@ typedef struct ctx {
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
-static void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+static void range_lookup(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
 {
-    if (range && range == mm->range) {
-        *step = mm->step, *phase = mm->phase;
-        return;
-    }
     uint64_t *v = u64map_get(&x->ranges, range);
     if (v) {
         *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
@@ -182,6 +178,12 @@ static void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, in
             u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
     }
     *mm = (range_memo){range, *step, *phase, -1};
+}
+
+static inline void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+{
+    if (range && range == mm->range) *step = mm->step, *phase = mm->phase;
+    else range_lookup(x, mm, range, step, phase);
 }
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
@@ -535,7 +537,7 @@ static int phases_from_lifetimes(ctx *x)
 /* How many steps start at or before seq, looked for from step `from` on: the steps before it
  * are known to (a caller walking seqs upwards passes the last answer). Galloping from there, so
  * a seq in the same or the next step costs a comparison or two, not a search of every step. */
-static size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
+static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 {
     if (from > c->nsteps || (from && c->steps[from - 1].start > seq)) from = 0;
     size_t lo = from, hi = from, stride = 1;
@@ -553,7 +555,7 @@ static size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 }
 
 /* gm_category_phase_at, with lo = steps_started(c, seq, ...). */
-static int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long *step)
+static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long *step)
 {
     *step = -1;
     if (!lo) return GM_CPH_PRE;
@@ -573,7 +575,7 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
+static inline int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
 {
     *from = steps_started(x->c, seq, *from);
     int ph = phase_in(x->c, seq, *from, step);
