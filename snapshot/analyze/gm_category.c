@@ -459,14 +459,14 @@ static void end_last_step(ctx *x)
     if (!c->nsteps || !x->nt) return;
     gm_cat_step *ls = &c->steps[c->nsteps - 1];
     uint64_t last_birth = m->allocs[x->t[x->nt - 1]].birth, teardown = NO_SEQ;
-    for (size_t k = 0; k < x->nt && m->allocs[x->t[k]].birth < ls->start; k++) {
+    size_t k = 0;
+    for (; k < x->nt && m->allocs[x->t[k]].birth < ls->start; k++) {
         uint64_t d = m->allocs[x->t[k]].death;
         if (d && d > last_birth && d < teardown) teardown = d;
     }
     if (ls->end < ls->start) ls->end = ls->start;
-    for (size_t k = 0; k < x->nt; k++) {
+    for (; k < x->nt; k++) { /* born in the last step (births come in order) */
         const gm_alloc *a = &m->allocs[x->t[k]];
-        if (a->birth < ls->start) continue;
         if (a->birth > ls->end) ls->end = a->birth;
         if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
     }
