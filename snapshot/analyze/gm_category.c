@@ -159,6 +159,10 @@ typedef struct ctx {
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
     range_memo births, deaths;
+    u64map params, seen; /* hashes of X for every "grad.X" named; the names seen */
+    uint64_t last_birth;   /* the last target's birth */
+    uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
+    size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
@@ -458,14 +462,17 @@ static void end_last_step(ctx *x)
     const gm_model *m = x->m;
     if (!c->nsteps || !x->nt) return;
     gm_cat_step *ls = &c->steps[c->nsteps - 1];
-    uint64_t last_birth = m->allocs[x->t[x->nt - 1]].birth, teardown = NO_SEQ;
-    size_t k = 0;
-    for (; k < x->nt && m->allocs[x->t[k]].birth < ls->start; k++) {
-        uint64_t d = m->allocs[x->t[k]].death;
-        if (d && d > last_birth && d < teardown) teardown = d;
-    }
+    uint64_t teardown = NO_SEQ;
+    for (size_t j = 0; j < x->nlate && m->allocs[x->late[j]].birth < ls->start; j++)
+        if (m->allocs[x->late[j]].death < teardown) teardown = m->allocs[x->late[j]].death;
     if (ls->end < ls->start) ls->end = ls->start;
-    for (; k < x->nt; k++) { /* born in the last step (births come in order) */
+    size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
+    while (k < hi) {
+        size_t mid = k + (hi - k) / 2;
+        if (m->allocs[x->t[mid]].birth < ls->start) k = mid + 1;
+        else hi = mid;
+    }
+    for (; k < x->nt; k++) {
         const gm_alloc *a = &m->allocs[x->t[k]];
         if (a->birth > ls->end) ls->end = a->birth;
         if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
@@ -604,24 +611,25 @@ static int by_name(const u64map *params, const char *n)
     return GM_NCATS;
 }
 
+/* Names: X is a parameter when some "grad.X" (or "grad.shard.X") is named. 0, or -1 (no memory). */
+static int note_grad_name(ctx *x, uint32_t name)
+{
+    if (u64map_get(&x->seen, name)) return 0;
+    if (u64map_put(&x->seen, name, 1)) return -1;
+    const char *n = gm_str(x->m, name);
+    if (!n || strncmp(n, "grad.", 5)) return 0;
+    n += 5;
+    if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
+    return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
+}
+
 static int categorise(ctx *x)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
     int rc = -1;
-    u64map params = {0}, param_sizes = {0}, repeats = {0}, seen = {0};
+    u64map param_sizes = {0}, repeats = {0};
     int phase_src = c->phases_from;
-    /* names: X is a parameter when some "grad.X" (or "grad.shard.X") is named */
-    for (size_t k = 0; k < x->nt; k++) {
-        const gm_alloc *a = &m->allocs[x->t[k]];
-        if (!a->name || u64map_get(&seen, a->name)) continue;
-        if (u64map_put(&seen, a->name, 1)) goto out;
-        const char *n = gm_str(m, a->name);
-        if (!n || strncmp(n, "grad.", 5)) continue;
-        n += 5;
-        if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
-        if (*n && u64map_put(&params, hash_str(n), 1)) goto out;
-    }
     /* first pass: names; the parameters (alive from before the first step to the end); and
      * what is made in one step and kept, made again in another step: the steps' growth (the
      * number of steps each (phase, size) of such allocations appears in). Births come in
@@ -631,7 +639,7 @@ static int categorise(ctx *x)
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
-        int cat = n ? by_name(&params, n) : GM_NCATS;
+        int cat = n ? by_name(&x->params, n) : GM_NCATS;
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
@@ -700,7 +708,7 @@ static int categorise(ctx *x)
     }
     rc = 0;
 out:
-    u64map_free(&params), u64map_free(&param_sizes), u64map_free(&repeats), u64map_free(&seen);
+    u64map_free(&param_sizes), u64map_free(&repeats);
     return rc;
 }
 
@@ -798,6 +806,12 @@ int gm_category_source(const gm_categories *c, int cat)
     return best;
 }
 
+static void ctx_free(ctx *x)
+{
+    free(x->t), free(x->launches), free(x->late);
+    u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen);
+}
+
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
 {
     memset(c, 0, sizeof *c);
@@ -807,11 +821,26 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->src = calloc(m->nallocs + 1, 1);
     x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
     if (!c->cat || !c->src || !x.t) goto nomem;
+    /* one pass over the allocations: the targets, the names that make parameters, and the
+     * targets freed after the last one was made (end_last_step's teardown) */
+    for (size_t i = m->nallocs; i-- > 0;)
+        if (is_target(&m->allocs[i])) {
+            x.last_birth = m->allocs[i].birth;
+            break;
+        }
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
         c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
-        if (is_target(a)) x.t[x.nt++] = (uint32_t)i;
-        else if (is_device(a)) x.segments++;
+        if (!is_target(a)) {
+            if (is_device(a)) x.segments++;
+            continue;
+        }
+        x.t[x.nt++] = (uint32_t)i;
+        if (a->name && note_grad_name(&x, a->name)) goto nomem;
+        if (a->death > x.last_birth) {
+            if (gm_grow((void **)&x.late, &x.late_cap, x.nlate + 1, sizeof *x.late)) goto nomem;
+            x.late[x.nlate++] = (uint32_t)i;
+        }
     }
     load_launches(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
@@ -837,10 +866,10 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     if (categorise(&x) || timeline(&x)) goto nomem;
     at_peak(&x);
-    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    ctx_free(&x);
     return 0;
 nomem:
-    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    ctx_free(&x);
     gm_categories_free(c);
     snprintf(err, errsz, "out of memory while categorising %zu allocations", m->nallocs);
     return -1;
