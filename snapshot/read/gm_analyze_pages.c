@@ -24,7 +24,9 @@
  * keep the whole file mapped (resident) as the map did. A window is the file's own pages mapped
  * (a file of SQLite's unix VFS, opened again by its name and checked to be the one the
  * connection reads: its size and header are the connection's): copying them into a buffer with
- * read(2) was a sixth of the report's time on a 10-million-event recording. Otherwise (an image
+ * read(2) was a sixth of the report's time on a 10-million-event recording. (A file cut short by
+ * another program while its window is mapped ends the command with SIGBUS, as SQLite's own map,
+ * which the other queries read through, would.) Otherwise (an image
  * in memory, another VFS, the window that ends the file, a map refused) the window is copied
  * through the connection's own file handle (sqlite3_file's xRead) into one buffer.
  */
