@@ -115,7 +115,7 @@ typedef struct heap {
 } heap;
 static int heap_push(heap *q, heap_ent e)
 {
-    if (gm_grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
+    if (q->n == q->cap && gm_grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
     size_t i = q->n++;
     while (i && q->h[(i - 1) / 2].death > e.death) {
         q->h[i] = q->h[(i - 1) / 2];

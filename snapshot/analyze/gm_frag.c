@@ -176,7 +176,8 @@ typedef struct sweep_live {
  * alloc_id, ids: key -> birth of the live allocations), else (no id: an import) the one live at
  * its address now (live: addr -> slot of lv). Their frees are watched for (watch: birth -> death
  * seq, 0 until it comes). */
-static void snap_resolve(snap *s, const u64map *live, const sweep_live *lv, const u64map *ids, u64map *watch) {
+static void snap_resolve(snap *s, const u64map *live, const sweep_live *lv, const u64map *ids,
+                         u64map *watch) {
     for (size_t i = 0; i < s->nblocks; i++) {
         snap_block *b = &s->blocks[i];
         if (b->state != REC_BLOCK_ALLOCATED) continue;
@@ -223,7 +224,8 @@ typedef struct fsweep {
     sweep_live *lv;    /* slots; the free ones chained through birth */
     size_t nlv, lvcap;
     uint64_t lv_free;  /* first free slot, UINT64_MAX none */
-    u64map ids;        /* gm_alloc_key -> birth seq, of the live allocations (while a snapshot is ahead) */
+    u64map ids;        /* gm_alloc_key -> birth seq, of the live allocations (while a
+                        * snapshot is ahead) */
     u64map watch;      /* birth -> death, for the allocations live at a snapshot */
     int by_step;
     gm_frag_point *pts;
