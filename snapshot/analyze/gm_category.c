@@ -104,18 +104,6 @@ static void range_parse(const gm_model *m, uint32_t range, int64_t *step, int *p
     }
 }
 
-/* The same, read once per range (a recording has few ranges and many events in each). */
-static void range_info(u64map *cache, const gm_model *m, uint32_t range, int64_t *step, int *phase)
-{
-    uint64_t *v = u64map_get(cache, range);
-    if (v) {
-        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
-        return;
-    }
-    range_parse(m, range, step, phase);
-    if (*step >= -1 && *step < (1ll << 54)) u64map_put(cache, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
-}
-
 /* A binary min-heap of (death seq, bytes): what is alive, by when it dies. */
 typedef struct heap_ent {
     uint64_t death, bytes;
@@ -127,7 +115,7 @@ typedef struct heap {
 } heap;
 static int heap_push(heap *q, heap_ent e)
 {
-    if (gm_grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
+    if (q->n == q->cap && gm_grow((void **)&q->h, &q->cap, q->n + 1, sizeof *q->h)) return -1;
     size_t i = q->n++;
     while (i && q->h[(i - 1) / 2].death > e.death) {
         q->h[i] = q->h[(i - 1) / 2];
@@ -155,17 +143,52 @@ static heap_ent heap_pop(heap *q)
 
 /* ------------------------------------------------------------------ the context */
 
+/* The range asked for last (0: none yet): its step and phase, and (steps_from_ranges) the step's
+ * slot in c->steps (-1: not looked up). Births and deaths keep one each: each comes mostly in
+ * the same range as the one before. */
+typedef struct range_memo {
+    uint32_t range;
+    int64_t step;
+    int phase, slot;
+} range_memo;
+
 typedef struct ctx {
     const gm_model *m;
     gm_categories *c;
     uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
+    range_memo births, deaths;
+    u64map params, seen; /* hashes of X for every "grad.X" named; the names seen */
+    uint64_t last_birth;   /* the last target's birth */
+    uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
+    size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
 } ctx;
+
+/* A range's step and phase (range_parse), read once per range: a recording has few ranges and
+ * many events in each, mostly one after another in the same range. */
+static void range_lookup(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+{
+    uint64_t *v = u64map_get(&x->ranges, range);
+    if (v) {
+        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
+    } else {
+        range_parse(x->m, range, step, phase);
+        if (*step >= -1 && *step < (1ll << 54))
+            u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
+    }
+    *mm = (range_memo){range, *step, *phase, -1};
+}
+
+static inline void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+{
+    if (range && range == mm->range) *step = mm->step, *phase = mm->phase;
+    else range_lookup(x, mm, range, step, phase);
+}
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
 static void load_launches(gm_db *d, ctx *x)
@@ -213,13 +236,14 @@ static int cmp_step(const void *a, const void *b)
 }
 
 /* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static int note_ranged(ctx *x, u64map *idx, size_t *cap, uint64_t seq, uint32_t range, int *phased)
+static int note_ranged(ctx *x, range_memo *mm, u64map *idx, size_t *cap, uint64_t seq, uint32_t range,
+                       int *phased)
 {
     int64_t st;
     int ph;
-    range_info(&x->ranges, x->m, range, &st, &ph);
+    range_info(x, mm, range, &st, &ph);
     if (st < 0) return 0;
-    int i = step_slot(x->c, idx, cap, st);
+    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, idx, cap, st));
     if (i < 0) return -1;
     gm_cat_step *s = &x->c->steps[i];
     if (s->start == NO_SEQ || seq < s->start) s->start = seq;
@@ -240,13 +264,14 @@ static int steps_from_ranges(ctx *x, int *phased)
     *phased = 0;
     for (size_t k = 0; k < x->nt; k++) {
         const gm_alloc *a = &x->m->allocs[x->t[k]];
-        if (note_ranged(x, &idx, &cap, a->birth, a->range, phased) ||
-            (a->death && note_ranged(x, &idx, &cap, a->death, a->death_range, phased))) {
+        if (note_ranged(x, &x->births, &idx, &cap, a->birth, a->range, phased) ||
+            (a->death && note_ranged(x, &x->deaths, &idx, &cap, a->death, a->death_range, phased))) {
             u64map_free(&idx);
             return -1;
         }
     }
     u64map_free(&idx);
+    x->births.range = x->deaths.range = 0; /* their slots are the unsorted steps' */
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
     /* an update's range, when the backward has none before it, still ends the backward */
@@ -437,15 +462,18 @@ static void end_last_step(ctx *x)
     const gm_model *m = x->m;
     if (!c->nsteps || !x->nt) return;
     gm_cat_step *ls = &c->steps[c->nsteps - 1];
-    uint64_t last_birth = m->allocs[x->t[x->nt - 1]].birth, teardown = NO_SEQ;
-    for (size_t k = 0; k < x->nt && m->allocs[x->t[k]].birth < ls->start; k++) {
-        uint64_t d = m->allocs[x->t[k]].death;
-        if (d && d > last_birth && d < teardown) teardown = d;
-    }
+    uint64_t teardown = NO_SEQ;
+    for (size_t j = 0; j < x->nlate && m->allocs[x->late[j]].birth < ls->start; j++)
+        if (m->allocs[x->late[j]].death < teardown) teardown = m->allocs[x->late[j]].death;
     if (ls->end < ls->start) ls->end = ls->start;
-    for (size_t k = 0; k < x->nt; k++) {
+    size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
+    while (k < hi) {
+        size_t mid = k + (hi - k) / 2;
+        if (m->allocs[x->t[mid]].birth < ls->start) k = mid + 1;
+        else hi = mid;
+    }
+    for (; k < x->nt; k++) {
         const gm_alloc *a = &m->allocs[x->t[k]];
-        if (a->birth < ls->start) continue;
         if (a->birth > ls->end) ls->end = a->birth;
         if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
     }
@@ -513,16 +541,31 @@ static int phases_from_lifetimes(ctx *x)
 
 /* ------------------------------------------------------------------ where a seq falls */
 
-int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
+/* How many steps start at or before seq, looked for from step `from` on: the steps before it
+ * are known to (a caller walking seqs upwards passes the last answer). Galloping from there, so
+ * a seq in the same or the next step costs a comparison or two, not a search of every step. */
+static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 {
-    *step = -1;
-    if (!c->nsteps || seq < c->steps[0].start) return GM_CPH_PRE;
-    size_t lo = 0, hi = c->nsteps;
-    while (lo < hi) { /* the last step starting at or before seq */
+    if (from > c->nsteps || (from && c->steps[from - 1].start > seq)) from = 0;
+    size_t lo = from, hi = from, stride = 1;
+    while (hi < c->nsteps && c->steps[hi].start <= seq) {
+        lo = hi + 1;
+        hi += stride, stride *= 2;
+    }
+    if (hi > c->nsteps) hi = c->nsteps;
+    while (lo < hi) { /* steps[lo - 1] starts at or before seq, steps[hi] after it */
         size_t mid = lo + (hi - lo) / 2;
         if (c->steps[mid].start <= seq) lo = mid + 1;
         else hi = mid;
     }
+    return lo;
+}
+
+/* gm_category_phase_at, with lo = steps_started(c, seq, ...). */
+static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long *step)
+{
+    *step = -1;
+    if (!lo) return GM_CPH_PRE;
     const gm_cat_step *s = &c->steps[lo - 1];
     if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
     *step = (long)(lo - 1);
@@ -531,12 +574,18 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
     return GM_CPH_FWD;
 }
 
+int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
+{
+    return phase_in(c, seq, steps_started(c, seq, 0), step);
+}
+
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
- * its place in its step. */
-static int event_phase(const ctx *x, uint64_t seq, uint32_t range, int birth, long *step)
+ * its place in its step. *from: where to look for its step from (steps_started), then its own. */
+static inline int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
 {
-    int ph = gm_category_phase_at(x->c, seq, step);
+    *from = steps_started(x->c, seq, *from);
+    int ph = phase_in(x->c, seq, *from, step);
     /* made between two steps' ranges: the next step's input, made before its range opened */
     if (birth && *step >= 0 && (size_t)*step + 1 < x->c->nsteps && seq > x->c->steps[*step].end) {
         ++*step;
@@ -545,7 +594,7 @@ static int event_phase(const ctx *x, uint64_t seq, uint32_t range, int birth, lo
     if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
-    range_info(&((ctx *)x)->ranges, x->m, range, &st, &rp);
+    range_info(x, birth ? &x->births : &x->deaths, range, &st, &rp);
     return rp ? rp : ph;
 }
 
@@ -562,37 +611,41 @@ static int by_name(const u64map *params, const char *n)
     return GM_NCATS;
 }
 
+/* Names: X is a parameter when some "grad.X" (or "grad.shard.X") is named. 0, or -1 (no memory). */
+static int note_grad_name(ctx *x, uint32_t name)
+{
+    if (u64map_get(&x->seen, name)) return 0;
+    if (u64map_put(&x->seen, name, 1)) return -1;
+    const char *n = gm_str(x->m, name);
+    if (!n || strncmp(n, "grad.", 5)) return 0;
+    n += 5;
+    if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
+    return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
+}
+
 static int categorise(ctx *x)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
     int rc = -1;
-    u64map params = {0}, param_sizes = {0}, repeats = {0}, seen = {0};
+    u64map param_sizes = {0}, repeats = {0};
     int phase_src = c->phases_from;
-    /* names: X is a parameter when some "grad.X" (or "grad.shard.X") is named */
-    for (size_t k = 0; k < x->nt; k++) {
-        const gm_alloc *a = &m->allocs[x->t[k]];
-        if (!a->name || u64map_get(&seen, a->name)) continue;
-        if (u64map_put(&seen, a->name, 1)) goto out;
-        const char *n = gm_str(m, a->name);
-        if (!n || strncmp(n, "grad.", 5)) continue;
-        n += 5;
-        if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
-        if (*n && u64map_put(&params, hash_str(n), 1)) goto out;
-    }
     /* first pass: names; the parameters (alive from before the first step to the end); and
      * what is made in one step and kept, made again in another step: the steps' growth (the
-     * number of steps each (phase, size) of such allocations appears in) */
+     * number of steps each (phase, size) of such allocations appears in). Births come in
+     * order: each one's step is looked for from the last one's, each death's from its birth's. */
+    size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
-        int cat = n ? by_name(&params, n) : GM_NCATS;
+        int cat = n ? by_name(&x->params, n) : GM_NCATS;
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
-            int bp = event_phase(x, a->birth, a->range, 1, &bs);
-            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+            int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+            size_t hd = hb;
+            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
             if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
@@ -613,13 +666,15 @@ static int categorise(ctx *x)
         rc = 0;
         goto out;
     }
+    hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         if (c->src[i] != GM_CSRC_NONE) continue;
         long bs, ds = -1;
-        int bp = event_phase(x, a->birth, a->range, 1, &bs);
-        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds) : GM_CPH_POST;
+        int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+        size_t hd = hb;
+        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
         int sized = u64map_get(&param_sizes, a->requested) != NULL;
         int cat;
         if (bp == GM_CPH_PRE && ds >= 0) {
@@ -653,7 +708,7 @@ static int categorise(ctx *x)
     }
     rc = 0;
 out:
-    u64map_free(&params), u64map_free(&param_sizes), u64map_free(&repeats), u64map_free(&seen);
+    u64map_free(&param_sizes), u64map_free(&repeats);
     return rc;
 }
 
@@ -751,6 +806,12 @@ int gm_category_source(const gm_categories *c, int cat)
     return best;
 }
 
+static void ctx_free(ctx *x)
+{
+    free(x->t), free(x->launches), free(x->late);
+    u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen);
+}
+
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
 {
     memset(c, 0, sizeof *c);
@@ -760,11 +821,26 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->src = calloc(m->nallocs + 1, 1);
     x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
     if (!c->cat || !c->src || !x.t) goto nomem;
+    /* one pass over the allocations: the targets, the names that make parameters, and the
+     * targets freed after the last one was made (end_last_step's teardown) */
+    for (size_t i = m->nallocs; i-- > 0;)
+        if (is_target(&m->allocs[i])) {
+            x.last_birth = m->allocs[i].birth;
+            break;
+        }
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
         c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
-        if (is_target(a)) x.t[x.nt++] = (uint32_t)i;
-        else if (is_device(a)) x.segments++;
+        if (!is_target(a)) {
+            if (is_device(a)) x.segments++;
+            continue;
+        }
+        x.t[x.nt++] = (uint32_t)i;
+        if (a->name && note_grad_name(&x, a->name)) goto nomem;
+        if (a->death > x.last_birth) {
+            if (gm_grow((void **)&x.late, &x.late_cap, x.nlate + 1, sizeof *x.late)) goto nomem;
+            x.late[x.nlate++] = (uint32_t)i;
+        }
     }
     load_launches(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
@@ -790,10 +866,10 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     if (categorise(&x) || timeline(&x)) goto nomem;
     at_peak(&x);
-    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    ctx_free(&x);
     return 0;
 nomem:
-    free(x.t), free(x.launches), u64map_free(&x.ranges);
+    ctx_free(&x);
     gm_categories_free(c);
     snprintf(err, errsz, "out of memory while categorising %zu allocations", m->nallocs);
     return -1;

@@ -19,7 +19,9 @@
  *    allocation before the snapshot that needed the driver (events.flags 512).
  * 2. One sweep of the events: reserved and allocated over time (the timeline, per step, at the
  *    moment the gap was widest), and which allocation was live at each address at the snapshot
- *    (so a pinning block is named by its tensor and call site).
+ *    (so a pinning block is named by its tensor and call site). The rows come from the events
+ *    table's pages (read/gm_analyze_pages.c), as the report's do: through SQLite they were a
+ *    quarter of frag's time on a 10-million-event recording.
  * 3. Replays of the recorded trace (gm_advise.c's model, alloc/'s allocator on its in-memory
  *    backend, the same code that ran in the program) under the recorded configuration and under
  *    candidate changes. A change is a fix when its replayed peak reserved is below the recorded
@@ -30,6 +32,7 @@
 
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_replay.h"
+#include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/record/rec.h"
 
 #include <inttypes.h>
@@ -163,20 +166,25 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
 
 /* ---------------------------------------------------------------- the sweep */
 
+/* A live allocation of the sweep: its birth seq, block size and gm_alloc_key (0: none, or no
+ * snapshot ahead to ask for it). */
 typedef struct sweep_live {
-    uint64_t birth, size;
+    uint64_t birth, size, key;
 } sweep_live;
 
 /* Resolves which allocation each allocated block of s belongs to: by identity (the block's
  * alloc_id, ids: key -> birth of the live allocations), else (no id: an import) the one live at
- * its address now. Their frees are watched for (watch: birth -> death seq, 0 until it comes). */
-static void snap_resolve(snap *s, const u64map *live, const u64map *ids, u64map *watch) {
+ * its address now (live: addr -> slot of lv). Their frees are watched for (watch: birth -> death
+ * seq, 0 until it comes). */
+static void snap_resolve(snap *s, const u64map *live, const sweep_live *lv, const u64map *ids,
+                         u64map *watch) {
     for (size_t i = 0; i < s->nblocks; i++) {
         snap_block *b = &s->blocks[i];
         if (b->state != REC_BLOCK_ALLOCATED) continue;
         uint64_t key = gm_alloc_key(s->segs[b->segment].device, b->alloc_id);
         const uint64_t *v = key ? u64map_get(ids, key) : NULL;
-        if (!v) v = u64map_get(live, b->addr);
+        const uint64_t *slot = v ? NULL : u64map_get(live, b->addr);
+        if (slot) v = &lv[*slot].birth;
         if (v) {
             b->birth = *v;
             if (!u64map_get(watch, *v)) u64map_put(watch, *v, 0);
@@ -192,11 +200,205 @@ static void snap_need(snap *s, const uint64_t *miss, const uint64_t *any) {
     s->need_seq = w[0], s->need_size = w[1], s->need_stream_id = w[2], s->need_addr = w[3];
 }
 
+/* What the sweep wrote into s, undone (the pages gave up: SQLite sweeps again from the start). */
+static void snap_unresolve(snap *s) {
+    for (size_t i = 0; i < s->nblocks; i++) s->blocks[i].birth = 0;
+    s->resolved = 0;
+    if (s->reason != REC_SNAP_PEAK) return;
+    s->need_known = 0;
+    s->need_seq = s->need_size = s->need_stream_id = s->need_addr = 0;
+}
+
 static int is_dev_alloc(unsigned k) { return k == REC_ALLOC || k == REC_ALLOC_ASYNC; }
 static int is_dev_free(unsigned k) { return k == REC_FREE || k == REC_FREE_ASYNC; }
 
+enum { NDEV = 64 }; /* devices told apart by the request of the moment; others count as 0 */
+
+/* The sweep's state between rows. */
+typedef struct fsweep {
+    const gm_model *m;
+    snap *snaps;
+    size_t nsnaps, si; /* snaps[si..] not reached yet */
+    uint64_t span;
+    u64map live;       /* addr -> slot in lv, of the live allocation there */
+    sweep_live *lv;    /* slots; the free ones chained through birth */
+    size_t nlv, lvcap;
+    uint64_t lv_free;  /* first free slot, UINT64_MAX none */
+    u64map ids;        /* gm_alloc_key -> birth seq, of the live allocations (while a
+                        * snapshot is ahead) */
+    u64map watch;      /* birth -> death, for the allocations live at a snapshot */
+    int by_step;
+    gm_frag_point *pts;
+    size_t npoints, cap;
+    u64map step_idx;   /* step -> its point */
+    uint32_t last_range;
+    size_t last_ix;    /* the point of last_range's step, SIZE_MAX none */
+    uint64_t allocated, reserved, peak_reserved;
+    int have_segments;
+    /* last allocation that needed the driver, and last allocation, per device (snapshots are
+     * per device): seq, size, stream, addr */
+    uint64_t miss[NDEV][4], any[NDEV][4];
+} fsweep;
+
+static void fsweep_free(fsweep *w) {
+    u64map_free(&w->live);
+    u64map_free(&w->ids);
+    u64map_free(&w->watch);
+    u64map_free(&w->step_idx);
+    free(w->lv);
+    free(w->pts);
+}
+
+/* A fresh state (w->m, snaps, nsnaps and span set). 0, or -1 (out of memory). */
+static int fsweep_start(fsweep *w) {
+    w->by_step = 0;
+    for (size_t i = 0; i < w->m->nranges && !w->by_step; i++) w->by_step = w->m->ranges[i].step >= 0;
+    w->npoints = w->cap = w->by_step ? 0 : TIMELINE_BUCKETS;
+    w->pts = calloc(w->npoints ? w->npoints : 1, sizeof *w->pts);
+    if (!w->pts) return -1;
+    for (size_t i = 0; i < w->npoints; i++) w->pts[i].step = (int64_t)i;
+    w->lv_free = UINT64_MAX;
+    w->last_ix = SIZE_MAX;
+    return 0;
+}
+
+/* The point of step `step`, made when it is new. SIZE_MAX: out of memory. */
+static size_t step_point(fsweep *w, int64_t step) {
+    uint64_t *ix = u64map_get(&w->step_idx, (uint64_t)step);
+    if (ix) return (size_t)*ix;
+    if (w->npoints == w->cap) {
+        size_t nc = w->cap ? 2 * w->cap : 64;
+        gm_frag_point *n = realloc(w->pts, nc * sizeof *n);
+        if (!n) return SIZE_MAX;
+        w->pts = n, w->cap = nc;
+    }
+    memset(&w->pts[w->npoints], 0, sizeof *w->pts);
+    w->pts[w->npoints].step = step;
+    if (u64map_put(&w->step_idx, (uint64_t)step, w->npoints) != 0) return SIZE_MAX;
+    return w->npoints++;
+}
+
+/* The snapshots taken before seq (all: every one left, at the end) resolved. */
+static void snaps_reached(fsweep *w, uint64_t seq, int all) {
+    for (; w->si < w->nsnaps && (all || w->snaps[w->si].seq < seq); w->si++) {
+        snap *s = &w->snaps[w->si];
+        int dv = s->device >= 0 && s->device < NDEV ? s->device : 0;
+        snap_resolve(s, &w->live, w->lv, &w->ids, &w->watch);
+        snap_need(s, w->miss[dv], w->any[dv]);
+    }
+}
+
+/* One events row. 0, or -1 (out of memory: the sweep stops there). */
+static int fsweep_row(fsweep *w, const gm_event_row *e) {
+    uint64_t seq = (uint64_t)e->seq;
+    snaps_reached(w, seq, 0);
+    unsigned kind = (unsigned)e->kind;
+    /* NULL reads as -1 from the pages and as 0 through SQLite: the key takes it as device 0 */
+    int dev = e->device < 0 ? 0 : (int)e->device;
+    int dv = dev < NDEV ? dev : 0;
+    if (is_dev_alloc(kind) || is_dev_free(kind)) {
+        uint64_t addr = (uint64_t)e->addr, slot;
+        int ahead = w->si < w->nsnaps; /* ids are read by a snapshot still to come */
+        if (u64map_del(&w->live, addr, &slot)) {
+            sweep_live *l = &w->lv[slot];
+            w->allocated -= l->size < w->allocated ? l->size : w->allocated;
+            if (l->key) u64map_del(&w->ids, l->key, NULL);
+            if (w->watch.count) {
+                uint64_t *x = u64map_get(&w->watch, l->birth);
+                if (x && !*x) *x = seq;
+            }
+            l->birth = w->lv_free, w->lv_free = slot;
+        }
+        if (is_dev_alloc(kind)) {
+            uint64_t size = (uint64_t)e->size;
+            if (w->lv_free != UINT64_MAX) {
+                slot = w->lv_free, w->lv_free = w->lv[slot].birth;
+            } else {
+                if (w->nlv == w->lvcap) {
+                    size_t nc = w->lvcap ? 2 * w->lvcap : 1024;
+                    sweep_live *n = realloc(w->lv, nc * sizeof *n);
+                    if (!n) return -1;
+                    w->lv = n, w->lvcap = nc;
+                }
+                slot = w->nlv++;
+            }
+            uint64_t key = ahead ? gm_alloc_key(dev, (uint64_t)e->alloc_id) : 0;
+            if (key && u64map_put(&w->ids, key, seq) != 0) key = 0;
+            w->lv[slot] = (sweep_live){seq, size, key};
+            if (u64map_put(&w->live, addr, slot) != 0) return -1;
+            w->allocated += size;
+            uint64_t ev[4] = {seq, size, (uint64_t)e->stream, addr};
+            memcpy(w->any[dv], ev, sizeof ev);
+            if ((unsigned)e->flags & REC_F_CACHE_MISS) memcpy(w->miss[dv], ev, sizeof ev);
+        }
+    } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
+        w->reserved += (uint64_t)e->size, w->have_segments = 1;
+    } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+        uint64_t size = (uint64_t)e->size;
+        w->reserved -= size < w->reserved ? size : w->reserved, w->have_segments = 1;
+    } else {
+        return 0;
+    }
+    uint64_t res = w->have_segments ? w->reserved : w->allocated;
+    if (res > w->peak_reserved) w->peak_reserved = res;
+    gm_frag_point *p = NULL;
+    if (w->by_step) {
+        uint32_t range = (uint32_t)e->range;
+        if (range != w->last_range) {
+            const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
+            w->last_range = range;
+            w->last_ix = r && r->step >= 0 ? step_point(w, r->step) : SIZE_MAX;
+            if (r && r->step >= 0 && w->last_ix == SIZE_MAX) return -1;
+        }
+        if (w->last_ix != SIZE_MAX) p = &w->pts[w->last_ix];
+    } else {
+        uint64_t span = w->span;
+        size_t b = (size_t)((seq >= span ? span - 1 : seq) * TIMELINE_BUCKETS / span);
+        p = &w->pts[b < TIMELINE_BUCKETS ? b : TIMELINE_BUCKETS - 1];
+    }
+    uint64_t al = w->allocated < res ? w->allocated : res;
+    if (p && (!p->seq || res - al > p->reserved - p->allocated ||
+              (res - al == p->reserved - p->allocated && res > p->reserved))) {
+        p->seq = seq;
+        p->reserved = res;
+        p->allocated = al;
+    }
+    return 0;
+}
+
+static int fsweep_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (fsweep_row(ctx, &rows[i]) != 0) return -1;
+    return 0;
+}
+
+/* The events through SQLite, row by row (where the pages are not read). */
+static int fsweep_sql(gm_db *d, fsweep *w, char *err, size_t errsz) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream, alloc_id FROM events "
+                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "events");
+    /* a damaged tail: the timeline stops where the file does */
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        gm_event_row e = {.seq = sqlite3_column_int64(st, 0),
+                          .kind = (unsigned)sqlite3_column_int(st, 1),
+                          .flags = (unsigned)sqlite3_column_int(st, 2),
+                          .addr = sqlite3_column_int64(st, 3),
+                          .size = sqlite3_column_int64(st, 4),
+                          .range = sqlite3_column_int64(st, 5),
+                          .device = sqlite3_column_int(st, 6),
+                          .stream = sqlite3_column_int64(st, 7),
+                          .alloc_id = sqlite3_column_int64(st, 8)};
+        if (fsweep_row(w, &e) != 0) break;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
 /* One pass over the events: the timeline, reserved at its peak, and the state each snapshot
- * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq. */
+ * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq.
+ * The rows come from the table's pages (gm_analyze_pages.c) or, where the file is not what the
+ * recorder writes, through SQLite: the same rows either way. */
 static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, char *err,
                  size_t errsz) {
     sqlite3_stmt *st;
@@ -206,142 +408,46 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         sqlite3_finalize(st);
     }
     if (!span) span = 1;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream, alloc_id FROM events "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return fail_sql(d, err, errsz, "events");
-    u64map live = {0};  /* addr -> birth seq */
-    u64map ids = {0};   /* gm_alloc_key -> birth seq, of the live allocations */
-    u64map akey = {0};  /* addr -> gm_alloc_key of the live allocation there */
-    u64map sizes = {0}; /* addr -> block size */
-    u64map watch = {0}; /* birth -> death, for the allocations live at a snapshot */
-    int by_step = 0;
-    for (size_t i = 0; i < m->nranges && !by_step; i++) by_step = m->ranges[i].step >= 0;
-    size_t npoints = by_step ? 0 : TIMELINE_BUCKETS, cap = npoints;
-    gm_frag_point *pts = calloc(npoints ? npoints : 1, sizeof *pts);
-    u64map step_idx = {0};
-    if (!pts) {
-        sqlite3_finalize(st);
+    fsweep w = {.m = m, .snaps = snaps, .nsnaps = nsnaps, .span = span};
+    if (fsweep_start(&w) != 0) {
+        fsweep_free(&w);
         snprintf(err, errsz, "out of memory");
         return -1;
     }
-    for (size_t i = 0; i < npoints; i++) pts[i].step = (int64_t)i;
-    uint64_t allocated = 0, reserved = 0, peak_reserved = 0;
-    int have_segments = 0;
-    size_t si = 0;
-    /* last allocation that needed the driver, and last allocation, per device (snapshots are per
-     * device): seq, size, stream, addr */
-    enum { NDEV = 64 };
-    uint64_t miss[NDEV][4], any[NDEV][4];
-    memset(miss, 0, sizeof miss);
-    memset(any, 0, sizeof any);
-    uint32_t last_range = 0;
-    int64_t last_step = -1;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
-        for (; si < nsnaps && snaps[si].seq < seq; si++) {
-            int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
-            snap_resolve(&snaps[si], &live, &ids, &watch);
-            snap_need(&snaps[si], miss[dv], any[dv]);
-        }
-        unsigned kind = (unsigned)sqlite3_column_int(st, 1);
-        unsigned flags = (unsigned)sqlite3_column_int(st, 2);
-        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 3);
-        uint64_t size = (uint64_t)sqlite3_column_int64(st, 4);
-        uint32_t range = (uint32_t)sqlite3_column_int64(st, 5);
-        int dev = sqlite3_column_int(st, 6);
-        int dv = dev >= 0 && dev < NDEV ? dev : 0;
-        if (is_dev_alloc(kind) || is_dev_free(kind)) {
-            uint64_t old, birth, key;
-            if (u64map_del(&sizes, addr, &old)) allocated -= old < allocated ? old : allocated;
-            if (u64map_del(&akey, addr, &key)) u64map_del(&ids, key, NULL);
-            if (u64map_del(&live, addr, &birth) && watch.count) {
-                uint64_t *w = u64map_get(&watch, birth);
-                if (w && !*w) *w = seq;
-            }
-            if (is_dev_alloc(kind)) {
-                u64map_put(&live, addr, seq);
-                u64map_put(&sizes, addr, size);
-                key = gm_alloc_key(dev, (uint64_t)sqlite3_column_int64(st, 8));
-                if (key && u64map_put(&ids, key, seq) == 0) u64map_put(&akey, addr, key);
-                allocated += size;
-                uint64_t stream = (uint64_t)sqlite3_column_int64(st, 7);
-                uint64_t e[4] = {seq, size, stream, addr};
-                memcpy(any[dv], e, sizeof e);
-                if (flags & REC_F_CACHE_MISS) memcpy(miss[dv], e, sizeof e);
-            }
-        } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
-            reserved += size, have_segments = 1;
-        } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
-            reserved -= size < reserved ? size : reserved, have_segments = 1;
-        } else {
-            continue;
-        }
-        uint64_t res = have_segments ? reserved : allocated;
-        if (res > peak_reserved) peak_reserved = res;
-        gm_frag_point *p = NULL;
-        if (by_step) {
-            if (range != last_range) {
-                const gm_range *r = range ? gm_range_of(m, range) : NULL;
-                last_range = range;
-                last_step = r && r->step >= 0 ? r->step : -1;
-            }
-            if (last_step >= 0) {
-                uint64_t *ix = u64map_get(&step_idx, (uint64_t)last_step);
-                if (!ix) {
-                    if (npoints == cap) {
-                        size_t nc = cap ? 2 * cap : 64;
-                        gm_frag_point *n = realloc(pts, nc * sizeof *n);
-                        if (!n) break;
-                        pts = n, cap = nc;
-                    }
-                    memset(&pts[npoints], 0, sizeof *pts);
-                    pts[npoints].step = last_step;
-                    u64map_put(&step_idx, (uint64_t)last_step, npoints);
-                    ix = u64map_get(&step_idx, (uint64_t)last_step);
-                    npoints++;
-                }
-                p = &pts[*ix];
-            }
-        } else {
-            size_t b = (size_t)((seq >= span ? span - 1 : seq) * TIMELINE_BUCKETS / span);
-            p = &pts[b < TIMELINE_BUCKETS ? b : TIMELINE_BUCKETS - 1];
-        }
-        uint64_t al = allocated < res ? allocated : res;
-        if (p && (!p->seq || res - al > p->reserved - p->allocated ||
-                  (res - al == p->reserved - p->allocated && res > p->reserved))) {
-            p->seq = seq;
-            p->reserved = res;
-            p->allocated = al;
+    /* GPUMEM_SWEEP=sql: through SQLite only, as gm_model_load (for comparing the two) */
+    const char *how = getenv("GPUMEM_SWEEP");
+    int pr = how && !strcmp(how, "sql") ? GM_PAGES_NO : gm_events_pages(d, fsweep_rows, &w);
+    if (pr == GM_PAGES_RESTART) {
+        fsweep_free(&w);
+        for (size_t i = 0; i < nsnaps; i++) snap_unresolve(&snaps[i]);
+        w = (fsweep){.m = m, .snaps = snaps, .nsnaps = nsnaps, .span = span};
+        if (fsweep_start(&w) != 0) {
+            fsweep_free(&w);
+            snprintf(err, errsz, "out of memory");
+            return -1;
         }
     }
-    sqlite3_finalize(st);
-    for (; si < nsnaps; si++) {
-        int dv = snaps[si].device >= 0 && snaps[si].device < NDEV ? snaps[si].device : 0;
-        snap_resolve(&snaps[si], &live, &ids, &watch);
-        snap_need(&snaps[si], miss[dv], any[dv]);
+    if ((pr == GM_PAGES_NO || pr == GM_PAGES_RESTART) && fsweep_sql(d, &w, err, errsz) != 0) {
+        fsweep_free(&w);
+        return -1;
     }
+    snaps_reached(&w, 0, 1);
     for (size_t i = 0; i < nsnaps; i++)
         for (size_t k = 0; k < snaps[i].nblocks; k++) {
             snap_block *b = &snaps[i].blocks[k];
-            const uint64_t *w = b->birth ? u64map_get(&watch, b->birth) : NULL;
-            b->death = w ? *w : 0;
+            const uint64_t *x = b->birth ? u64map_get(&w.watch, b->birth) : NULL;
+            b->death = x ? *x : 0;
         }
-    u64map_free(&live);
-    u64map_free(&ids);
-    u64map_free(&akey);
-    u64map_free(&sizes);
-    u64map_free(&watch);
-    u64map_free(&step_idx);
     /* buckets never reached (a short recording) are dropped */
     size_t k = 0;
-    for (size_t i = 0; i < npoints; i++)
-        if (pts[i].seq) pts[k++] = pts[i];
-    f->timeline = pts;
+    for (size_t i = 0; i < w.npoints; i++)
+        if (w.pts[i].seq) w.pts[k++] = w.pts[i];
+    f->timeline = w.pts;
     f->ntimeline = k;
-    f->by_step = by_step;
-    f->recorded_peak_reserved = peak_reserved;
-    (void)rc; /* a damaged tail: the timeline stops where the file does */
+    f->by_step = w.by_step;
+    f->recorded_peak_reserved = w.peak_reserved;
+    w.pts = NULL;
+    fsweep_free(&w);
     return 0;
 }
 

@@ -462,7 +462,8 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
             m->unmatched_frees++;
         }
-        if (gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+        if (m->nallocs == m->allocs_cap &&
+            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
             snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
             w->oom = 1;
             return -1;

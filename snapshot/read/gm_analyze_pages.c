@@ -17,18 +17,27 @@
  * SQLite as before, from the first row (GM_PAGES_RESTART when rows were already delivered). So a
  * damaged file is reported exactly as it was, and a valid one gives the same rows.
  *
- * Consistency. The pages are read through the connection's own file handle (sqlite3_file's
- * xRead: the same file, or the in-memory image of gm_db_open_mem) inside one read transaction,
- * which keeps a rollback-journal writer out of the file; in WAL mode a reader that began with an
- * empty WAL reads the file alone, and no checkpoint can write into it before the transaction
- * ends. SQLite's memory map is off meanwhile: the pages are copied, a window of them at a time,
- * into one buffer, so the report does not keep the whole file mapped (resident) as the map did.
+ * Consistency. The pages are read inside one read transaction of the connection, which keeps a
+ * rollback-journal writer out of the file; in WAL mode a reader that began with an empty WAL
+ * reads the file alone, and no checkpoint can write into it before the transaction ends. SQLite's
+ * memory map is off meanwhile, and the pages are read a window at a time, so the report does not
+ * keep the whole file mapped (resident) as the map did. A window is the file's own pages mapped
+ * (a file of SQLite's unix VFS, opened again by its name and checked to be the one the
+ * connection reads: its size and header are the connection's): copying them into a buffer with
+ * read(2) was a sixth of the report's time on a 10-million-event recording. (A file cut short by
+ * another program while its window is mapped ends the command with SIGBUS, as SQLite's own map,
+ * which the other queries read through, would.) Otherwise (an image
+ * in memory, another VFS, the window that ends the file, a map refused) the window is copied
+ * through the connection's own file handle (sqlite3_file's xRead) into one buffer.
  */
 #include "snapshot/read/gm_analyze_pages.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* the declaration of `events` in schema.sql (whitespace runs compared as one space) */
 static const char events_sql[] =
@@ -84,7 +93,12 @@ static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64
 typedef struct reader {
     sqlite3_file *f;
     uint32_t pgsz, usable, npages, lockpage;
-    uint8_t *win;             /* pages win_first .. win_first + win_n - 1 */
+    uint64_t file_pages;      /* pages in the file (npages or more) */
+    int fd;                   /* the file opened again for its maps, -1 none */
+    uint8_t *map;             /* the window's map (munmap(map, map_len)), NULL none */
+    size_t map_len;
+    uint8_t *buf;             /* the window copied through xRead, when it is not mapped */
+    uint8_t *win;             /* pages win_first .. win_first + win_n - 1: in map or buf */
     uint32_t win_first, win_n, win_cap;
     uint32_t win_used;        /* pages of the window reached so far */
     uint8_t *seen;            /* one bit a page: reached already */
@@ -94,6 +108,21 @@ typedef struct reader {
     int any_row;   /* a row was read (last_seq is set) */
     int delivered; /* rows were handed to the caller */
 } reader;
+
+/* Pages pgno .. pgno + n - 1 mapped as the window, with the page after them mapped too (the
+ * slack value_of reads past a window's last page). 0, or -1 (read them through xRead). */
+static int map_window(reader *r, uint32_t pgno, uint32_t n) {
+    if (r->map) munmap(r->map, r->map_len), r->map = NULL;
+    if (r->fd < 0 || (uint64_t)pgno + n > r->file_pages) return -1; /* the window ending the file */
+    size_t os_page = (size_t)sysconf(_SC_PAGESIZE);
+    off_t off = (off_t)(pgno - 1) * r->pgsz, at = off & ~(off_t)(os_page - 1);
+    size_t len = (size_t)(off - at) + (size_t)(n + 1) * r->pgsz;
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, r->fd, at);
+    if (p == MAP_FAILED) return -1;
+    r->map = p, r->map_len = len;
+    r->win = r->map + (off - at);
+    return 0;
+}
 
 /* Page pgno (2..npages, not the lock-byte page, never reached before), or NULL. A page outside
  * the window moves it there, with four times as many pages as the last window served: the whole
@@ -108,10 +137,13 @@ static const uint8_t *page_at(reader *r, uint32_t pgno) {
         if (n > r->win_cap) n = r->win_cap;
         if (n > r->npages - pgno + 1) n = r->npages - pgno + 1;
         if (n < 1) n = 1;
-        if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
-                                  (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
-            r->win_n = 0;
-            return NULL;
+        if (map_window(r, pgno, n) != 0) {
+            r->win = r->buf;
+            if (r->f->pMethods->xRead(r->f, r->win, (int)(n * r->pgsz),
+                                      (sqlite3_int64)(pgno - 1) * r->pgsz) != SQLITE_OK) {
+                r->win_n = 0;
+                return NULL;
+            }
         }
         r->win_first = pgno, r->win_n = n, r->win_used = 0;
     }
@@ -141,6 +173,20 @@ static int64_t *slot(gm_event_row *row, int col) {
  * reserved type, text or blob: nothing the recorder writes) */
 static const uint8_t type_size[128] = {
     0, 1, 2, 3, 4, 6, 8, 0xff, 0, 0, 0xff, 0xff, [12 ... 127] = 0xff};
+
+/* The same for a header byte of the recorder's records (a one-byte type, 0..255): the size of
+ * an integer or NULL type; every other byte (a real, text, a blob, a reserved type, the first
+ * byte of a longer varint) weighs 2^20, more than any page holds, so thirteen of them sum to a
+ * record's body size only when each is an integer or NULL. */
+#define NOT_INT (1u << 20)
+static const uint32_t header_size[256] = {0, 1, 2, 3, 4, 6, 8, NOT_INT, 0, 0, [10 ... 255] = NOT_INT};
+
+/* The body size of a record whose header is the 14 bytes at c, or NOT_INT or more. */
+static inline uint32_t header_body(const uint8_t *c) {
+    uint32_t body = 0;
+    for (int k = 1; k <= NCOLS; k++) body += header_size[c[k]];
+    return body;
+}
 
 /* A value of serial type t at b (t an integer or NULL type): SQLite's integer, null_value for
  * NULL. Reads 8 bytes at b whatever the size: the window has slack after its last page. */
@@ -189,29 +235,16 @@ static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
         gm_event_row *row = &r->rows[i];
         row->seq = (int64_t)rowid;
-        /* the recorder's records: a 14-byte header, 13 one-byte types */
-        if (np >= 14 && c[0] == 14 &&
-            !((c[1] | c[2] | c[3] | c[4] | c[5] | c[6] | c[7] | c[8] | c[9] | c[10] | c[11] | c[12] | c[13]) & 0x80)) {
-            unsigned off[NCOLS + 1];
-            off[0] = 14;
-            uint8_t bad = 0;
-            for (int k = 0; k < NCOLS; k++) {
-                uint8_t z = type_size[c[1 + k]];
-                bad |= z == 0xff;
-                off[k + 1] = off[k] + (z & 0x0f);
-            }
-            if (bad || off[NCOLS] != np) return -1;
-            row->t = value_of(c + off[1], c[2], 0);
-            row->kind = value_of(c + off[2], c[3], 0);
-            row->flags = value_of(c + off[3], c[4], 0);
-            row->device = value_of(c + off[4], c[5], -1);
-            row->stream = value_of(c + off[5], c[6], 0);
-            row->addr = value_of(c + off[7], c[8], 0);
-            row->size = value_of(c + off[8], c[9], 0);
-            row->requested = value_of(c + off[9], c[10], 0);
-            row->alloc_id = value_of(c + off[10], c[11], 0);
-            row->stack = value_of(c + off[11], c[12], 0);
-            row->range = value_of(c + off[12], c[13], 0);
+        /* the recorder's records: a 14-byte header, 13 one-byte integer or NULL types, the
+         * values one after another (each value's type is the header's byte k + 1) */
+        if (np >= 14 && c[0] == 14 && header_body(c) == np - 14) {
+            const uint8_t *b = c + 14 + header_size[c[1]];
+#define NEXT(field, k, null_value) (row->field = value_of(b, c[k], null_value), b += header_size[c[k]])
+            NEXT(t, 2, 0), NEXT(kind, 3, 0), NEXT(flags, 4, 0), NEXT(device, 5, -1), NEXT(stream, 6, 0);
+            b += header_size[c[7]]; /* thread */
+            NEXT(addr, 8, 0), NEXT(size, 9, 0), NEXT(requested, 10, 0), NEXT(alloc_id, 11, 0);
+            NEXT(stack, 12, 0), NEXT(range, 13, 0);
+#undef NEXT
         } else if (record_slow(c, np, row) != 0) {
             return -1;
         }
@@ -303,8 +336,30 @@ static int wal_in_use(gm_db *d) {
     return wal && stat(wal, &st) == 0 && st.st_size > 0;
 }
 
-/* The file's page size, usable size and page count from its header (as SQLite reads them). */
-static int read_header(reader *r) {
+/* The connection's file opened again by its name, for maps of its pages: only a file of the unix
+ * VFS, and only when what the name opens is the file the connection reads (the same size, the
+ * same header: page size, page count, change counter). The fd, or -1 (read through xRead). */
+static int open_again(gm_db *d, const uint8_t *header, sqlite3_int64 size) {
+    sqlite3_vfs *vfs = NULL;
+    const char *name = sqlite3_db_filename(d->db, "main");
+    if (!name || !name[0] || sqlite3_file_control(d->db, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK ||
+        !vfs || !vfs->zName || strncmp(vfs->zName, "unix", 4))
+        return -1;
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    uint8_t h[100];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != size || pread(fd, h, sizeof h, 0) != sizeof h ||
+        memcmp(h, header, sizeof h)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The file's page size, usable size and page count from its header (as SQLite reads them), and
+ * the file opened again for maps where it can be (r->fd). */
+static int read_header(gm_db *d, reader *r) {
     uint8_t h[100];
     sqlite3_int64 fsz;
     if (r->f->pMethods->xFileSize(r->f, &fsz) != SQLITE_OK || fsz < 100 ||
@@ -317,12 +372,14 @@ static int read_header(reader *r) {
     r->usable = ps - h[20];
     if (r->usable < 480) return -1;
     uint64_t file_pages = (uint64_t)fsz / ps;
+    r->file_pages = file_pages;
     uint32_t n = be32(h + 28);
     /* the header's count holds when the change counter matches its version-valid-for */
     uint64_t pages = n && be32(h + 24) == be32(h + 92) ? n : file_pages;
     if (pages > file_pages || pages > UINT32_MAX - 1) return -1;
     r->npages = (uint32_t)pages;
     r->lockpage = PENDING_BYTE / ps + 1;
+    r->fd = open_again(d, h, fsz);
     return 0;
 }
 
@@ -337,29 +394,31 @@ int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {0};
+    reader r = {.fd = -1};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */
     if ((root = events_root(d)) == 0 || wal_in_use(d) ||
         sqlite3_file_control(d->db, "main", SQLITE_FCNTL_FILE_POINTER, &r.f) != SQLITE_OK || !r.f ||
-        !r.f->pMethods || read_header(&r) != 0)
+        !r.f->pMethods || read_header(d, &r) != 0)
         goto end;
     r.win_cap = WINDOW_BYTES / r.pgsz ? WINDOW_BYTES / r.pgsz : 1;
     /* never more than the file: a small recording's window is a few pages, not a megabyte
      * (under ASan a large block is an mmap and munmap per report; page_at never reads past
      * npages either) */
     if (r.win_cap > r.npages) r.win_cap = r.npages ? r.npages : 1;
-    r.win = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
+    r.buf = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
     r.seen = calloc((size_t)r.npages / 8 + 1, 1);
     r.rows = malloc(((r.pgsz - 8) / 6 + 1) * sizeof *r.rows);
-    if (!r.win || !r.seen || !r.rows) goto end;
+    if (!r.buf || !r.seen || !r.rows) goto end;
     int w = walk(&r, root, fn, ctx);
     rc = w >= 0 ? w : r.delivered ? GM_PAGES_RESTART : GM_PAGES_NO;
 end:
     sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
 out:
-    free(r.win), free(r.seen), free(r.rows);
+    if (r.map) munmap(r.map, r.map_len);
+    if (r.fd >= 0) close(r.fd);
+    free(r.buf), free(r.seen), free(r.rows);
     for (int i = 0; i < MAX_DEPTH; i++) free(r.level[i]);
     if (mmap_was > 0) {
         char q[64];

@@ -1,6 +1,6 @@
 /* gm_analyze_pages.h — the events table read from its B-tree pages (gm_analyze_pages.c), for
- * the sweep of gm_analyze.c and the model of advise, frag and tune (gm_advise.c). Internal to
- * snapshot/'s readers. */
+ * the sweeps over every event (gm_analyze.c's, frag's) and the model of advise, frag and tune
+ * (gm_advise.c). Internal to snapshot/'s readers. */
 #ifndef GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
 #define GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
 
@@ -13,8 +13,7 @@
  * sqlite3_value_int64 gives for the cell (NULL: 0), seq the rowid, device -1 for NULL (the
  * query's coalesce(device, -1)). */
 typedef struct gm_event_row {
-    int64_t seq, kind, flags, addr, size, stack, range, device, requested, alloc_id;
-    int64_t t, stream; /* advise's and tune's model (gm_advise.c) reads these too */
+    int64_t seq, kind, flags, addr, size, stack, range, device, requested, alloc_id, stream, t;
 } gm_event_row;
 
 /* Rows of one leaf page, in seq order. Returns 0, or nonzero to stop (out of memory). */
