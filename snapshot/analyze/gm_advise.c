@@ -881,13 +881,10 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         m->rec_peak_allocated = m->rec_peak_reserved = 0;
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
-     * load's time on 10 M events), else through SQLite; the same rows either way (GPUMEM_SWEEP=sql
-     * forces SQLite, as for gm_model_load) */
+     * load's time on 10 M events), else through SQLite; the same rows either way */
     ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames};
     int rc = SQLITE_DONE;
-    const char *sweep = getenv("GPUMEM_SWEEP");
-    int pr = how & ADV_LOAD_SQL || (sweep && !strcmp(sweep, "sql")) ? GM_PAGES_NO
-                                                                    : gm_events_pages(d, event_rows, &L);
+    int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     if (pr == GM_PAGES_RESTART) { /* the pages gave up after rows were read: all again */
         ev_reader_free(&L);
         free(names), free(r), u64map_free(&ridx);

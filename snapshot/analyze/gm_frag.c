@@ -414,9 +414,7 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         snprintf(err, errsz, "out of memory");
         return -1;
     }
-    /* GPUMEM_SWEEP=sql: through SQLite only, as gm_model_load (for comparing the two) */
-    const char *how = getenv("GPUMEM_SWEEP");
-    int pr = how && !strcmp(how, "sql") ? GM_PAGES_NO : gm_events_pages(d, fsweep_rows, &w);
+    int pr = gm_events_pages(d, fsweep_rows, &w);
     if (pr == GM_PAGES_RESTART) {
         fsweep_free(&w);
         for (size_t i = 0; i < nsnaps; i++) snap_unresolve(&snaps[i]);

@@ -744,10 +744,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
 }
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
-    /* GPUMEM_SWEEP=sql: the events through SQLite only, the page reader's reference (tests
-     * compare the two; a person can too) */
-    const char *how = getenv("GPUMEM_SWEEP");
-    int rc = model_load(d, m, progress, !(how && strcmp(how, "sql") == 0), err, errsz);
+    int rc = model_load(d, m, progress, 1, err, errsz);
     if (rc == LOAD_RESTART) {
         gm_model_free(m);
         rc = model_load(d, m, progress, 0, err, errsz);

@@ -28,7 +28,8 @@ enum {
 
 /* Reads every row of `events` in seq order from the table's pages, inside one read transaction
  * of d's connection. Taken only where the rows are exactly what SQLite would return; anything
- * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). */
+ * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). GPUMEM_SWEEP=sql in the
+ * environment: GM_PAGES_NO always (SQLite reads every caller's events, for comparing). */
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
 
 #endif
