@@ -18,13 +18,13 @@
  */
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_category.h"
+#include "snapshot/analyze/gm_replay.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,31 +500,25 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
 typedef struct batch {
     ctx *c;
     spec *v;
-    size_t n;
     alloc_replay_result_t *base; /* item 0 when not NULL: the baseline replay into it */
-    atomic_size_t next;
     pthread_mutex_t mu;
     size_t failed; /* the first item that failed in list order, SIZE_MAX none */
     char err[600];
 } batch;
 
-static void *batch_worker(void *arg)
+static void batch_item(void *arg, size_t i)
 {
     batch *b = arg;
-    size_t items = b->n + (b->base != NULL);
-    for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < items;) {
-        char err[512];
-        int bad = b->base && i == 0 ? adv_replay(&b->c->m, b->base, err, sizeof err)
-                                    : evaluate(b->c, &b->v[i - (b->base != NULL)], err, sizeof err);
-        if (!bad) continue;
-        pthread_mutex_lock(&b->mu);
-        if (i < b->failed) {
-            b->failed = i;
-            snprintf(b->err, sizeof b->err, "%s%s", b->base && i == 0 ? "replay failed: " : "", err);
-        }
-        pthread_mutex_unlock(&b->mu);
+    char err[512];
+    int bad = b->base && i == 0 ? adv_replay(&b->c->m, b->base, err, sizeof err)
+                                : evaluate(b->c, &b->v[i - (b->base != NULL)], err, sizeof err);
+    if (!bad) return;
+    pthread_mutex_lock(&b->mu);
+    if (i < b->failed) {
+        b->failed = i;
+        snprintf(b->err, sizeof b->err, "%s%s", b->base && i == 0 ? "replay failed: " : "", err);
     }
-    return NULL;
+    pthread_mutex_unlock(&b->mu);
 }
 
 /* As many threads as cores, and as the free memory holds candidates: each holds a copy of the
@@ -537,26 +531,18 @@ static int batch_threads(const ctx *c, size_t items)
     double each = 3.0 * (double)c->m.nevs * sizeof(adv_ev) + 2.0 * (double)c->m.nallocs * sizeof(adv_alloc) +
                   (double)(64 << 20);
     long fit = pages > 0 && psz > 0 ? (long)((double)pages * (double)psz / each) : 1;
-    long n = ncpu < fit ? ncpu : fit;
-    if (n > (long)items) n = (long)items;
-    if (n > 64) n = 64;
-    return n > 1 ? (int)n : 1;
+    long n = ncpu < fit ? ncpu : fit; /* gm_parallel_for caps it at the items and 64 */
+    return n > 1 ? (int)(n < 64 ? n : 64) : 1;
 }
 
 /* Evaluates v[0..n) (and the baseline into *base when not NULL) on every core. 0, or -1 with
  * the first failure's message in err. */
 static int evaluate_all(ctx *c, spec *v, size_t n, alloc_replay_result_t *base, char *err, size_t errsz)
 {
-    batch b = {.c = c, .v = v, .n = n, .base = base, .failed = SIZE_MAX};
-    atomic_init(&b.next, 0);
+    batch b = {.c = c, .v = v, .base = base, .failed = SIZE_MAX};
     pthread_mutex_init(&b.mu, NULL);
-    pthread_t tid[64];
-    int nt = batch_threads(c, n + (base != NULL)), started = 0;
-    for (int i = 1; i < nt; i++) /* the calling thread is one of them */
-        if (pthread_create(&tid[started], NULL, batch_worker, &b) == 0) started++;
-    batch_worker(&b);
-    for (int i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
+    size_t items = n + (base != NULL);
+    gm_parallel_for(items, batch_threads(c, items), batch_item, &b);
     pthread_mutex_destroy(&b.mu);
     if (b.failed == SIZE_MAX) return 0;
     snprintf(err, errsz, "%s", b.err);

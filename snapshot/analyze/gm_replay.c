@@ -392,14 +392,43 @@ double gm_replay_driver_seconds(const alloc_mem_counters_t *c) {
 
 /* ---------------------------------------------------------------- parallel replays */
 
+/* Each thread takes the next item in order until none is left. */
+typedef struct pfor {
+    void (*fn)(void *ctx, size_t i);
+    void *ctx;
+    size_t n;
+    atomic_size_t next;
+} pfor;
+
+static void *pfor_worker(void *arg) {
+    pfor *p = arg;
+    for (size_t i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) p->fn(p->ctx, i);
+    return NULL;
+}
+
+void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), void *ctx) {
+    pfor p = {.fn = fn, .ctx = ctx, .n = n};
+    atomic_init(&p.next, 0);
+    if (threads <= 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    if (threads > 64) threads = 64;
+    if ((size_t)threads > n) threads = (int)n;
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) /* the calling thread is one of them */
+        if (pthread_create(&tid[started], NULL, pfor_worker, &p) == 0) started++;
+    pfor_worker(&p);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+}
+
 typedef struct job {
     const alloc_trace_event_t *trace;
     size_t n;
     size_t capacity;
     bool top_down;
     gm_replay_result *res; /* the batch */
-    size_t nres;
-    atomic_size_t next;
 } job;
 
 static void replay_one(job *j, gm_replay_result *r) {
@@ -420,40 +449,14 @@ static void replay_one(job *j, gm_replay_result *r) {
     r->driver_time_s = gm_replay_driver_seconds(&out.backend);
 }
 
-static void run_batch(job *j, int threads);
-
-static void *worker(void *arg) {
-    job *j = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->nres) break;
-        replay_one(j, &j->res[i]);
-    }
-    return NULL;
+static void replay_item(void *ctx, size_t i) {
+    job *j = ctx;
+    replay_one(j, &j->res[i]);
 }
 
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                         gm_replay_result *res, size_t nres, int threads) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res, .nres = nres};
-    if (threads <= 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu > 0 ? (int)ncpu : 1;
-    }
-    run_batch(&j, threads);
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res};
+    gm_parallel_for(nres, threads, replay_item, &j);
     return 0;
-}
-
-static void run_batch(job *j, int threads) {
-    atomic_store(&j->next, 0);
-    if (threads <= 1 || j->nres <= 1) {
-        worker(j);
-        return;
-    }
-    pthread_t tid[64];
-    int nt = threads < 64 ? threads : 64, started = 0;
-    for (int i = 0; i < nt; i++)
-        if (pthread_create(&tid[i], NULL, worker, j) == 0) started++;
-        else break;
-    if (!started) worker(j);
-    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
 }

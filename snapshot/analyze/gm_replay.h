@@ -55,6 +55,10 @@ int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz);
  * (sim/README.md, "Cost model": fixed microseconds per call plus microseconds per MiB). */
 double gm_replay_driver_seconds(const alloc_mem_counters_t *c);
 
+/* fn(ctx, i) for every i in [0, n), on `threads` threads (0: every core; at most 64, the calling
+ * thread one of them), each taking the next i in order; returns when all are done. */
+void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), void *ctx);
+
 /* Replays trace under each res[i].cfg (on `threads` threads, 0: every core) and fills the rest
  * of each result (peaks, oom, calls, driver time; ok = 0 when a replay failed). capacity: the
  * in-memory device's size; top_down: it hands out addresses downwards, as the recording's did
