@@ -187,7 +187,6 @@ class _Hooks:
         self.seen_grads = {}  # id(param) -> (its gradient's _cdata, data pointer) when named
         self.seen_state = {}  # id(param) -> {state key: (the value's _cdata, data pointer)}
         self.tls = threading.local()
-        self.grad_enabled = torch.is_grad_enabled
         self.c_push = self.c_pop = self.c_replace = None
         if gpumem._gpumem() is not None:
             # the recorder's functions called holding the GIL (a PyDLL's): they never wait on
@@ -232,7 +231,7 @@ class _Hooks:
         # a program that names its own phases (gpumem.range / annotate) keeps them alone
         pushed = False
         if self.c_push is not None and not gpumem._user_ranges:
-            pushed = self.c_push(self.enc.get(label) or self._enc(label)) >= 0
+            pushed = self.c_push(self._enc(label)) >= 0
         t.st.append((kind, label, pushed))
 
     def _pop(self, t):
@@ -241,22 +240,21 @@ class _Hooks:
             self.c_pop()
         return kind, label
 
-    def _replace(self, t, kind, label):
-        """The innermost range closed and (kind, label) opened in its place."""
+    def _enter_mod(self, t, path):
+        """The module's range: in place of the innermost when that is a module's (flat: a
+        parent's range closes while its child runs, and a sibling's when the next one starts),
+        else on top of it. The replacement is one call of the recorder's."""
         st = t.st
+        if not st or st[-1][0] != "mod":
+            self._push(t, "mod", path)
+            return
         was = st.pop()[2]
-        pushed = False
-        if self.c_push is not None and not gpumem._user_ranges:
-            b = self.enc.get(label) or self._enc(label)
-            if was and self.c_replace is not None:
-                pushed = self.c_replace(b) >= 0
-            else:
-                if was:
-                    self.c_pop()
-                pushed = self.c_push(b) >= 0
-        elif was:
+        if was and self.c_replace is not None and not gpumem._user_ranges:
+            st.append(("mod", path, self.c_replace(self._enc(path)) >= 0))
+            return
+        if was:
             self.c_pop()
-        st.append((kind, label, pushed))
+        self._push(t, "mod", path)
 
     def _open_step(self, t, pass_label):
         """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt")."""
@@ -286,44 +284,29 @@ class _Hooks:
     # -- forward
     def fwd_pre(self, module, inputs):
         try:
-            try:
-                t = self.tls.s
-            except AttributeError:
-                t = self._t()
+            t = self._t()
             path = self.paths.get(id(module)) or self._path(module)
-            st = t.st
             if not t.mods:
                 self._open_step(t, "fwd")
-                self._push(t, "mod", path)
-            elif st and st[-1][0] == "mod":
-                self._replace(t, "mod", path)  # flat: the parent's range closes while the child runs
-            else:
-                self._push(t, "mod", path)
+            self._enter_mod(t, path)
             t.mods.append(path)
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
 
     def fwd_post(self, module, inputs, output):
         try:
-            try:
-                t = self.tls.s
-            except AttributeError:
-                t = self._t()
+            t = self._t()
             mods = t.mods
             if not mods:
                 return None
             path = mods.pop()
-            st = t.st
-            if mods:  # back in the parent
-                if st and st[-1][0] == "mod":
-                    self._replace(t, "mod", mods[-1])
-                else:
-                    self._push(t, "mod", mods[-1])
+            if mods:
+                self._enter_mod(t, mods[-1])  # back in the parent
             else:
-                if st and st[-1][0] == "mod":
+                if t.st and t.st[-1][0] == "mod":
                     self._pop(t)
                 self._close_pass(t)
-            if self.grad_enabled():
+            if self.torch.is_grad_enabled():
                 self._on_backward_of(path, output)
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
@@ -351,26 +334,17 @@ class _Hooks:
 
     def _bwd_start(self, path):
         try:
-            try:
-                t = self.tls.s
-            except AttributeError:
-                t = self._t()
-            st = t.st
-            if not t.in_bwd:  # the first module's backward of this pass: open "step N" and "bwd"
-                t.in_bwd = True
+            t = self._t()
+            if not any(e[0] == "pass" and e[1] == "bwd" for e in t.st):
                 self._open_step(t, "bwd")
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
-            if st and st[-1][0] == "mod":
-                self._replace(t, "mod", path)
-            else:
-                self._push(t, "mod", path)
+            self._enter_mod(t, path)
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
     def _bwd_end(self):
         try:
             t = self._t()
-            t.in_bwd = False
             while t.st and not (t.st[-1][0] == "pass" and t.st[-1][1] == "bwd"):
                 self._pop(t)
             if t.st:
@@ -382,10 +356,15 @@ class _Hooks:
 
     # -- optimizer: every step names the gradients and the optimizer's state again, in case one
     # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
-    # step is the one already named (_name's own test), found here (inline, one test a value) before the label is made
+    # step is the one already named (_name's own test), found here before the label is made
     # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
     # entries a step. (Not a weak reference to the tensor: PyTorch hands the same Python object
     # back for a new gradient of set_to_none.)
+    @staticmethod
+    def _unchanged(seen, key, v):
+        s = seen.get(key)
+        return s is not None and s[0] == getattr(v, "_cdata", None) and s[1] == v.data_ptr()
+
     @staticmethod
     def _seen(seen, key, v):
         if hasattr(v, "data_ptr"):  # not a number in the state
@@ -398,13 +377,9 @@ class _Hooks:
             for group in opt.param_groups:
                 for p in group["params"]:
                     g = p.grad
-                    if g is None:
-                        continue
-                    k = seen.get(id(p))  # unchanged? (inline: 28 gradients a step, tiny)
-                    if k is not None and k[0] == g._cdata and k[1] == g.data_ptr():
-                        continue
-                    self._name(g, self._label(p, "grad."))
-                    self._seen(seen, id(p), g)
+                    if g is not None and not self._unchanged(seen, id(p), g):
+                        self._name(g, self._label(p, "grad."))
+                        self._seen(seen, id(p), g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
@@ -416,9 +391,7 @@ class _Hooks:
                 if seen is None:
                     seen = self.seen_state[id(p)] = {}
                 for k, v in state.items():
-                    was = seen.get(k)  # unchanged? (inline: 84 entries a step, tiny)
-                    if was is not None and was[0] == getattr(v, "_cdata", None) \
-                            and was[1] == v.data_ptr():
+                    if self._unchanged(seen, k, v):
                         continue
                     if getattr(v, "is_cuda", False) and v.numel() > 0:
                         if kind is None:
@@ -478,12 +451,11 @@ class _BwdStart:
 
 
 class _ThreadState:
-    __slots__ = ("st", "mods", "in_bwd")
+    __slots__ = ("st", "mods")
 
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
-        self.in_bwd = False  # a backward pass of this thread's is open (its "bwd" range)
 
 
 def _tensors(x):
