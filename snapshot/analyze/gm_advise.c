@@ -60,6 +60,9 @@ static uint64_t str_hash(const char *s)
     return h == U64MAP_EMPTY ? 0 : h;
 }
 
+static int own_strs(adv_model *m);
+static int own_allocs(adv_model *m);
+
 /* Interns s; returns its index (0 for "" or on out of memory). 64-bit hashes identify strings:
  * a collision would merge two classes, which no realistic set of names produces. */
 static uint32_t intern(adv_model *m, const char *s)
@@ -68,7 +71,7 @@ static uint32_t intern(adv_model *m, const char *s)
     uint64_t h = str_hash(s);
     uint64_t *i = u64map_get(&m->str_idx, h);
     if (i) return (uint32_t)*i;
-    if (gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
+    if (own_strs(m) || gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
     char *c = strdup(s);
     if (!c) return 0;
     m->strs[m->nstrs] = c;
@@ -84,7 +87,7 @@ const char *adv_str(const adv_model *m, uint32_t i)
 static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
                           uint32_t orig)
 {
-    if (gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+    if (own_allocs(m) || gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
@@ -1027,11 +1030,15 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
 
 void adv_model_free(adv_model *m)
 {
-    for (size_t i = 0; i < m->nstrs; i++)
-        free(m->strs[i]);
-    free(m->strs);
-    u64map_free(&m->str_idx);
-    free(m->allocs), free(m->evs), free(m->steps), free(m->ops), free(m->opt_starts);
+    if (!(m->borrows & ADV_BORROWS_STRS)) {
+        for (size_t i = 0; i < m->nstrs; i++)
+            free(m->strs[i]);
+        free(m->strs);
+        u64map_free(&m->str_idx);
+    }
+    if (!(m->borrows & ADV_BORROWS_ALLOCS)) free(m->allocs);
+    if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
+    if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
     memset(m, 0, sizeof *m);
 }
@@ -1064,6 +1071,7 @@ static void *dup_mem(const void *p, size_t n)
 int adv_model_copy(const adv_model *src, adv_model *dst)
 {
     *dst = *src;
+    dst->borrows = 0;
     dst->allocs = dup_mem(src->allocs, src->nallocs * sizeof *src->allocs);
     dst->allocs_cap = src->nallocs;
     dst->evs = dup_mem(src->evs, src->nevs * sizeof *src->evs);
@@ -1090,6 +1098,86 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
     return 0;
 }
 
+/* ------------------------------------------------------------------ views */
+
+/* A view (adv_model_view) starts with every array borrowed; the own_* below copy one when a
+ * rewrite is about to write it. The writers are few and each one owns what it writes first:
+ * intern (strings), new_alloc (allocations), rw_apply (events: it builds a new array, so the
+ * borrowed one is only read), adv_stash (a saved tensor's recorded death renamed in place),
+ * adv_accum (sizes shrunk in place); the rewrites not used on views (adv_oom_cut,
+ * adv_repeat_last_step, adv_unbf16, adv_zero, adv_zero3, adv_fsdp, adv_opt_param_order) own
+ * the whole model first. */
+
+void adv_model_view(const adv_model *src, adv_model *dst)
+{
+    *dst = *src;
+    dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
+    dst->owns_uses = 0; /* the uses stay the original's */
+}
+
+static int own_evs(adv_model *m)
+{
+    if (!(m->borrows & ADV_BORROWS_EVS)) return 0;
+    adv_ev *e = dup_mem(m->evs, m->nevs * sizeof *m->evs);
+    if (!e) return -1;
+    m->evs = e, m->borrows &= ~(unsigned)ADV_BORROWS_EVS;
+    return 0;
+}
+
+static int own_allocs(adv_model *m)
+{
+    if (!(m->borrows & ADV_BORROWS_ALLOCS)) return 0;
+    adv_alloc *a = dup_mem(m->allocs, m->nallocs * sizeof *m->allocs);
+    if (!a) return -1;
+    m->allocs = a, m->allocs_cap = m->nallocs, m->borrows &= ~(unsigned)ADV_BORROWS_ALLOCS;
+    return 0;
+}
+
+static int own_strs(adv_model *m)
+{
+    if (!(m->borrows & ADV_BORROWS_STRS)) return 0;
+    char **v = calloc(m->nstrs ? m->nstrs : 1, sizeof *v);
+    u64map idx = {0};
+    int bad = !v;
+    for (size_t i = 0; !bad && i < m->nstrs; i++)
+        bad = !(v[i] = strdup(m->strs[i])) || u64map_put(&idx, str_hash(m->strs[i]), i) != 0;
+    if (bad) {
+        for (size_t i = 0; v && i < m->nstrs; i++)
+            free(v[i]);
+        free(v);
+        u64map_free(&idx);
+        return -1;
+    }
+    m->strs = v, m->strs_cap = m->nstrs, m->str_idx = idx, m->borrows &= ~(unsigned)ADV_BORROWS_STRS;
+    return 0;
+}
+
+static int own_times(adv_model *m)
+{
+    if (!(m->borrows & ADV_BORROWS_TIMES)) return 0;
+    adv_step *st = dup_mem(m->steps, m->nsteps * sizeof *m->steps);
+    adv_op *op = dup_mem(m->ops, m->nops * sizeof *m->ops);
+    uint64_t *os = dup_mem(m->opt_starts, m->nopt_starts * sizeof *m->opt_starts);
+    if (!st || !op || !os) {
+        free(st), free(op), free(os);
+        return -1;
+    }
+    m->steps = st, m->ops = op, m->opt_starts = os, m->borrows &= ~(unsigned)ADV_BORROWS_TIMES;
+    return 0;
+}
+
+int adv_model_own(adv_model *m)
+{
+    return own_strs(m) || own_allocs(m) || own_evs(m) || own_times(m) ? -1 : 0;
+}
+
+int adv_model_replays_as(const adv_model *view, const adv_model *base)
+{
+    return view->evs == base->evs && view->nevs == base->nevs && view->allocs == base->allocs &&
+           view->nallocs == base->nallocs && view->top_down == base->top_down &&
+           view->rec_peak_reserved == base->rec_peak_reserved && !memcmp(&view->cfg, &base->cfg, sizeof view->cfg);
+}
+
 size_t adv_oom_complete_steps(const adv_model *m)
 {
     if (!m->oom.seq) return 0;
@@ -1104,6 +1192,7 @@ size_t adv_oom_complete_steps(const adv_model *m)
 int adv_oom_cut(adv_model *m, int partial)
 {
     if (!m->oom.seq) return 0;
+    if (adv_model_own(m) != 0) return -1;
     size_t cut = m->oom.ev < m->nevs ? m->oom.ev : m->nevs;
     uint64_t cut_t = m->oom.t;
     if (!partial && m->oom.step >= 0 && (size_t)m->oom.step < m->nsteps) {
@@ -1157,7 +1246,7 @@ int adv_repeat_last_step(adv_model *m)
         }
     if (lo == SIZE_MAX) return 0;
     size_t *birth, *death;
-    if (life_index(m, &birth, &death) != 0) return -1;
+    if (adv_model_own(m) != 0 || life_index(m, &birth, &death) != 0) return -1;
     const adv_step st = m->steps[s];
     /* the copy starts after everything recorded (events are in time order) */
     uint64_t after = st.end_ns > m->evs[m->nevs - 1].t ? st.end_ns : m->evs[m->nevs - 1].t;
@@ -1325,6 +1414,7 @@ static int rw_apply(adv_model *m, rw *w)
     if (!sorted && w->n > 1) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
     adv_ev *n = big_malloc((m->nevs + w->n + 1) * sizeof *n);
     if (!n) return -1;
+    /* (a view's borrowed events are only read here: the new array is its own) */
     size_t o = 0, k = 0;
     for (size_t i = 0; i < m->nevs; i++) {
         for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++)
@@ -1335,9 +1425,10 @@ static int rw_apply(adv_model *m, rw *w)
     }
     for (; k < w->n; k++)
         n[o++] = w->v[k].ev;
-    free(m->evs);
+    if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
     m->evs = n;
     m->nevs = o;
+    m->borrows &= ~(unsigned)ADV_BORROWS_EVS;
     return 0;
 }
 
@@ -1564,6 +1655,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     if (!set || !tmps || !holder || !isd || !big || !opseen) goto done2;
     for (size_t a = 0; a < m->nallocs; a++)
         holder[a] = (uint32_t)a;
+    /* saved tensors' deaths are renamed in place below (a view's events are copied first) */
+    if (p.nsaved && own_evs(m) != 0) goto done2;
     while (i0 < p.nsaved) {
         size_t bi = p.saved_b[i0], i1 = i0;
         while (i1 < p.nsaved && p.saved_b[i1] == bi)
@@ -1788,7 +1881,7 @@ int adv_unbf16(adv_model *m, size_t *chains, size_t *broken)
 {
     *chains = *broken = 0;
     size_t *birth, *death;
-    if (life_index(m, &birth, &death) != 0) return -1;
+    if (adv_model_own(m) != 0 || life_index(m, &birth, &death) != 0) return -1;
     size_t na = m->nallocs;
     uint32_t *src = malloc((na + 1) * sizeof *src); /* bf16 copy -> the fp32 tensor it holds */
     uint32_t *rep = malloc((na + 1) * sizeof *rep); /* restored fp32 tensor -> the original */
@@ -1869,6 +1962,7 @@ int adv_accum(adv_model *m, unsigned k)
         if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
         size_t s = (size_t)eb->step;
         if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
+        if (own_allocs(m) != 0) goto out; /* (once: a view's allocations copied before the first write) */
         prop[a] = 1;
         m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
@@ -2236,7 +2330,7 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
     memset(st, 0, sizeof *st);
     if (ranks < 1 || stage < 1) return 0;
     size_t *birth, *death;
-    if (life_index(m, &birth, &death) != 0) return -1;
+    if (adv_model_own(m) != 0 || life_index(m, &birth, &death) != 0) return -1;
     size_t na = m->nallocs;
     uint8_t *grad = calloc(na + 1, 1); /* recorded allocations that are gradients */
     if (!grad) {

@@ -114,7 +114,16 @@ typedef struct adv_model {
      * there */
     size_t inferred_layers, inferred_layer_allocs;
     uint64_t inferred_bwd_seq, inferred_opt_seq, inferred_end_seq;
+    /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
+     * write or free; 0 for a loaded model or a deep copy */
+    unsigned borrows;
 } adv_model;
+enum {
+    ADV_BORROWS_EVS = 1,    /* evs */
+    ADV_BORROWS_ALLOCS = 2, /* allocs */
+    ADV_BORROWS_STRS = 4,   /* strs and str_idx */
+    ADV_BORROWS_TIMES = 8,  /* steps, ops and opt_starts */
+};
 
 /* An event inserted by a rewrite: the fields and time of `anchor` (the event it goes beside, so
  * times stay in order), for allocation a, of `kind`, ordered on `stream` (frees). */
@@ -167,6 +176,19 @@ int adv_oom_cut(adv_model *m, int partial);
 int adv_repeat_last_step(adv_model *m);
 /* A deep copy (strings shared by index: the copy owns its own table). 0 or -1 (no memory). */
 int adv_model_copy(const adv_model *src, adv_model *dst);
+/* A copy that borrows src's arrays (events, allocations, strings, steps and ops; the uses as
+ * adv_model_copy's): each one is copied when a rewrite first writes it, so a rewrite that
+ * changes little copies little, and one that changes nothing copies nothing. src must outlive
+ * dst and stay unchanged while dst lives; adv_model_free(dst) frees what dst made its own.
+ * Every function that rewrites a model takes a view as it takes a deep copy (each array is made
+ * its own before it is written, in place or by realloc). */
+void adv_model_view(const adv_model *src, adv_model *dst);
+/* Makes every array m borrows its own (copies them). 0 or -1 (no memory: m unchanged). */
+int adv_model_own(adv_model *m);
+/* 1 when view (an adv_model_view of base, rewritten) still borrows base's events and
+ * allocations and replays under base's configuration: its replay is base's (adv_replay gives
+ * the same result), and advise takes the baseline's for a rewrite that changed nothing. */
+int adv_model_replays_as(const adv_model *view, const adv_model *base);
 const char *adv_str(const adv_model *m, uint32_t i);
 /* For rewrites outside gm_advise.c (gm_advise_zero3.c): s interned (0 for "" or no memory), and
  * a new allocation appended (its index, UINT32_MAX when out of memory). */

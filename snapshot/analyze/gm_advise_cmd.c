@@ -139,6 +139,7 @@ typedef struct spec {
     /* results */
     int ok;
     alloc_replay_result_t r;
+    int r_is_base; /* the rewrite changed nothing: r is the baseline's (evaluate_all fills it) */
     double extra_s, stall_s;
     uint64_t host_bytes, pinned_bytes;
     int feasible; /* offload windows cover the copies */
@@ -181,6 +182,7 @@ typedef struct ctx {
     uint32_t *classes;
     size_t nclasses;
     alloc_replay_result_t base;
+    int base_is_m; /* base is the replay of m as it is now (not of a bf16 recording before its undo) */
 } ctx;
 
 static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt)
@@ -412,11 +414,8 @@ static void spec_change(const ctx *c, const spec *s, char *out, size_t n)
 static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
 {
     adv_model m;
-    s->ok = 0;
-    if (adv_model_copy(&c->m, &m) != 0) {
-        snprintf(err, errsz, "out of memory");
-        return -1;
-    }
+    s->ok = 0, s->r_is_base = 0;
+    adv_model_view(&c->m, &m); /* the rewrites copy what they write */
     int rc = 0;
     if (s->accum > 1) rc = adv_accum(&m, s->accum);
     adv_opt_stats os = {0};
@@ -448,9 +447,12 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
         rc = adv_stash(&m, &so, c->link_bps, &ss);
-    if (!rc)
+    /* a rewrite that changed nothing replays as the recording (GPUMEM_ADVISE_DUMP: every replay
+     * still writes its trace) */
+    if (!rc && c->base_is_m && adv_model_replays_as(&m, &c->m) && !getenv("GPUMEM_ADVISE_DUMP"))
+        s->r_is_base = 1;
+    else if (!rc)
         rc = adv_replay(&m, &s->r, err, errsz);
-
     else
         snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
@@ -492,11 +494,12 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
 
 /* ------------------------------------------------------------------ every core */
 
-/* Candidates are independent: each copies the model, rewrites its copy and replays it, and
- * nothing else is written but its own spec. A batch of them runs on every core (each thread
- * takes the next one in list order), with the replay of the model as recorded beside them when
- * asked. The first failure in list order is the one reported (the baseline's first), as when
- * they ran one after the other. */
+/* Candidates are independent: each rewrites a view of the model (adv_model_view: what it
+ * writes is copied) and replays it, and nothing else is written but its own spec. A batch of
+ * them runs on every core (each thread takes the next one in list order), with the replay of
+ * the model as recorded beside them when asked; a candidate whose rewrite changed nothing takes
+ * that replay's result once the batch is done. The first failure in list order is the one
+ * reported (the baseline's first), as when they ran one after the other. */
 typedef struct batch {
     ctx *c;
     spec *v;
@@ -521,8 +524,9 @@ static void batch_item(void *arg, size_t i)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* As many threads as cores, and as the free memory holds candidates: each holds a copy of the
- * model, its rewritten events and its trace at once (about three copies of the events). One
+/* As many threads as cores, and as the free memory holds candidates: each may hold its own
+ * copy of what it rewrites, its rewritten events and its trace at once (at most about three
+ * copies of the events). One
  * with GPUMEM_ADVISE_DUMP (every replay writes that one file). */
 static int batch_threads(const ctx *c, size_t items)
 {
@@ -544,7 +548,11 @@ static int evaluate_all(ctx *c, spec *v, size_t n, alloc_replay_result_t *base, 
     size_t items = n + (base != NULL);
     gm_parallel_for(items, batch_threads(c, items), batch_item, &b);
     pthread_mutex_destroy(&b.mu);
-    if (b.failed == SIZE_MAX) return 0;
+    if (b.failed == SIZE_MAX) {
+        for (size_t i = 0; i < n; i++)
+            if (v[i].r_is_base) v[i].r = c->base;
+        return 0;
+    }
     snprintf(err, errsz, "%s", b.err);
     return -1;
 }
@@ -1314,6 +1322,7 @@ int gm_advise_main(int argc, char **argv)
         return GM_EXIT_BADDB;
     }
     if (c.rec.bf16) undo_bf16(&c, err, sizeof err);
+    c.base_is_m = !c.bf16_undone;
     c.classes = adv_saved_classes(&c.m, &c.nclasses);
     /* the single techniques: every one the recorded command does not use yet, and the values
      * of a flag it uses that add something (activations to an optimizer offload, another

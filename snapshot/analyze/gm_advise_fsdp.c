@@ -179,6 +179,7 @@ int adv_fsdp(adv_model *m, unsigned ranks, int offload, int reshard, adv_zero3_s
     memset(st, 0, sizeof *st);
     err[0] = 0;
     if (ranks < 1) ranks = 1;
+    if (adv_model_own(m) != 0) return -1; /* (sizes and events rewritten in place) */
     if (!m->torch) {
         snprintf(err, errsz, "FSDP is predicted for PyTorch recordings (their memory history merged)");
         return 1;

@@ -208,6 +208,7 @@ static int cmp_okey(const void *a, const void *b)
  * parameter order, each parameter's events in their order. 0 or -1. */
 int adv_opt_param_order(adv_model *m)
 {
+    if (adv_model_own(m) != 0) return -1; /* (events reordered in place) */
     okey *k = malloc((m->nevs + 1) * sizeof *k);
     adv_ev *tmp = malloc((m->nevs + 1) * sizeof *tmp);
     if (!k || !tmp) {
@@ -240,6 +241,7 @@ int adv_zero3(adv_model *m, unsigned ranks, int prefetch, int offload_params, ad
     memset(st, 0, sizeof *st);
     err[0] = 0;
     if (ranks < 1) ranks = 1;
+    if (adv_model_own(m) != 0) return -1; /* (sizes and events rewritten in place) */
     z3 z = {.m = m, .K = prefetch, .offload = offload_params, .ranks = ranks, .st = st};
     /* the parameters: the trainer's names, born before the first step */
     int maxl = -1;
