@@ -700,7 +700,15 @@ typedef struct ev_reader {
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
     int nomem;
+    int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
+    int found; /* ... LOAD_AS_HISTORY or LOAD_AS_HOOKED: the row it stopped at */
 } ev_reader;
+
+/* adv_model_load_as's own restarts, when its pass over the events found a PyTorch recording
+ * (ADV_LOAD_TORCH without the two scans of the table that would say so before it): a row of
+ * PyTorch's history (kind 31), or an allocation made through the framework's hook (flag 4096;
+ * the history may still come later). Its ranges are read again as PyTorch's. */
+enum { LOAD_AS_HISTORY = 1 << 8, LOAD_AS_HOOKED = 1 << 9 };
 
 static void ev_reader_free(ev_reader *L)
 {
@@ -775,12 +783,37 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
         int64_t k = w->kind;
+        if (L->probe && (k == 31 || ((k == 1 || k == 3) && (w->flags & 4096)))) {
+            L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
+            return 1;
+        }
         if (torch ? k != 31 && k != 32 && k != 34 && k != 35 : k < 1 || k > 4) continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
                        (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size) != 0)
             return 1;
     }
     return 0;
+}
+
+/* Whether the recording has a row of PyTorch's merged history / an allocation made through the
+ * framework's hook (each a scan of the events table when it has none). */
+static int has_row(gm_db *d, const char *sql)
+{
+    sqlite3_stmt *q;
+    int yes = 0;
+    if (sqlite3_prepare_v2(d->db, sql, -1, &q, NULL) == SQLITE_OK) {
+        yes = sqlite3_step(q) == SQLITE_ROW;
+        sqlite3_finalize(q);
+    }
+    return yes;
+}
+static int has_torch_history(gm_db *d)
+{
+    return has_row(d, "SELECT 1 FROM events WHERE kind = 31 LIMIT 1");
+}
+static int has_torch_hook(gm_db *d)
+{
+    return has_row(d, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & 4096 LIMIT 1");
 }
 
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
@@ -817,19 +850,19 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         m->have_uses = m->nuses > 0;
     }
     /* a PyTorch recording: its memory history merged (its tensors, in its allocator's terms), or
-     * gpumem its allocator (tensors made through the framework's hook: gpumem's own terms) */
-    if (how & ADV_LOAD_TORCH) {
-        sqlite3_stmt *q;
-        if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 31 LIMIT 1", -1, &q, NULL) == SQLITE_OK) {
-            m->torch = sqlite3_step(q) == SQLITE_ROW;
-            sqlite3_finalize(q);
-        }
-        if (!m->torch && sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & 4096 LIMIT 1",
-                                            -1, &q, NULL) == SQLITE_OK) {
-            m->torch = sqlite3_step(q) == SQLITE_ROW ? 2 : 0;
-            sqlite3_finalize(q);
-        }
-    }
+     * gpumem its allocator (tensors made through the framework's hook: gpumem's own terms). Each
+     * is a scan of the events table when the answer is no (a second of 10 M events): the pass
+     * over the table's pages below answers it instead, and a recording it finds to be PyTorch's
+     * is loaded again as such (LOAD_AS_*); through SQLite, the scans first. */
+    int probe = 0;
+    if (how & LOAD_AS_HISTORY)
+        m->torch = 1;
+    else if (how & LOAD_AS_HOOKED)
+        m->torch = has_torch_history(d) ? 1 : 2;
+    else if ((how & ADV_LOAD_TORCH) && (how & ADV_LOAD_SQL))
+        m->torch = has_torch_history(d) ? 1 : has_torch_hook(d) ? 2 : 0;
+    else
+        probe = (how & ADV_LOAD_TORCH) != 0;
     rinfo *r = NULL;
     size_t nr = 0;
     u64map ridx = {0};
@@ -885,14 +918,17 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames};
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .probe = probe};
     int rc = SQLITE_DONE;
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
-    if (pr == GM_PAGES_RESTART) { /* the pages gave up after rows were read: all again */
+    /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
+     * recording's kind was still to be found: all again through SQLite; a PyTorch recording: all
+     * again as one */
+    if (pr == GM_PAGES_RESTART || L.found || (pr == GM_PAGES_NO && probe)) {
         ev_reader_free(&L);
         free(names), free(r), u64map_free(&ridx);
         adv_model_free(m);
-        return adv_model_load_as(d, m, how | ADV_LOAD_SQL, err, errsz);
+        return adv_model_load_as(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), err, errsz);
     }
     if (pr == GM_PAGES_NO) {
         if (sqlite3_prepare_v2(d->db,
