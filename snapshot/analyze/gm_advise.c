@@ -1437,6 +1437,14 @@ static int cmp_ins(const void *a, const void *b)
     return x->ord < y->ord ? -1 : x->ord > y->ord;
 }
 
+/* The rewritten events in place of m's (a view's borrowed ones are only let go). */
+static void set_evs(adv_model *m, adv_ev *evs, size_t n)
+{
+    if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
+    m->evs = evs, m->nevs = n;
+    m->borrows &= ~(unsigned)ADV_BORROWS_EVS;
+}
+
 /* Merges the insertions into m->evs, leaving out dropped events. */
 static int rw_apply(adv_model *m, rw *w)
 {
@@ -1461,10 +1469,7 @@ static int rw_apply(adv_model *m, rw *w)
     }
     for (; k < w->n; k++)
         n[o++] = w->v[k].ev;
-    if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
-    m->evs = n;
-    m->nevs = o;
-    m->borrows &= ~(unsigned)ADV_BORROWS_EVS;
+    set_evs(m, n, o);
     return 0;
 }
 
@@ -1963,6 +1968,16 @@ out:
 
 /* ------------------------------------------------------------------ accumulation */
 
+typedef struct step_end {
+    size_t hi, s; /* a step's last forward or backward event, the step */
+} step_end;
+
+static int cmp_step_end(const void *a, const void *b)
+{
+    const step_end *x = a, *y = b;
+    return x->hi < y->hi ? -1 : x->hi > y->hi;
+}
+
 int adv_accum(adv_model *m, unsigned k)
 {
     if (k < 2) return 0;
@@ -1970,11 +1985,12 @@ int adv_accum(adv_model *m, unsigned k)
     if (life_index(m, &birth, &death) != 0) return -1;
     size_t ns = m->nsteps + 1;
     size_t *lo = malloc(ns * sizeof *lo), *hi = malloc(ns * sizeof *hi);
+    size_t *copies = malloc(ns * sizeof *copies), *at = malloc(ns * sizeof *at);
+    step_end *by_hi = malloc(ns * sizeof *by_hi);
     uint8_t *prop = calloc(m->nallocs + 1, 1);
     uint32_t *map = malloc((m->nallocs + 1) * sizeof *map);
-    rw w = {0};
     int rc = -1;
-    if (!lo || !hi || !prop || !map || rw_init(&w, m) != 0) goto out;
+    if (!lo || !hi || !copies || !at || !by_hi || !prop || !map) goto out;
     /* each step's forward and backward: from its first forward or backward event to its update
      * (what the step does between them without a phase of its own, a loss scaled, the logits a
      * script deletes after its backward, is the micro-batch's too) */
@@ -2004,8 +2020,39 @@ int adv_accum(adv_model *m, unsigned k)
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
     free(opt0);
+    /* each step's copies go right after its last event hi[s]: its k - 1 copies of the events of
+     * [lo[s], hi[s]] that shrank, in that order. Their places in the new array, from the steps in
+     * the order of their hi (distinct: hi[s] is an event of step s), before any is made */
+    size_t nst = 0, ncopies = 0;
+    for (size_t s = 0; s < m->nsteps; s++) {
+        size_t c = 0;
+        for (size_t i = lo[s]; lo[s] != SIZE_MAX && i <= hi[s]; i++)
+            c += prop[m->evs[i].a];
+        copies[s] = c * (k - 1), ncopies += copies[s];
+        if (lo[s] != SIZE_MAX) by_hi[nst++] = (step_end){hi[s], s};
+    }
+    if (!ncopies) { /* nothing in a forward or backward: the events stay */
+        rc = 0;
+        goto out;
+    }
+    int sorted = 1;
+    for (size_t x = 1; x < nst && sorted; x++)
+        sorted = by_hi[x - 1].hi < by_hi[x].hi;
+    if (!sorted) qsort(by_hi, nst, sizeof *by_hi, cmp_step_end);
+    adv_ev *n = big_malloc((m->nevs + ncopies + 1) * sizeof *n);
+    if (!n) goto out;
+    size_t from = 0, o = 0;
+    for (size_t x = 0; x < nst; x++) {
+        size_t s = by_hi[x].s;
+        memcpy(n + o, m->evs + from, (hi[s] + 1 - from) * sizeof *n);
+        o += hi[s] + 1 - from, from = hi[s] + 1;
+        at[s] = o, o += copies[s];
+    }
+    memcpy(n + o, m->evs + from, (m->nevs - from) * sizeof *n);
+    /* the copies, made step by step (the new allocations numbered in that order) */
     for (size_t s = 0; s < m->nsteps; s++) {
         if (lo[s] == SIZE_MAX) continue;
+        adv_ev *dst = n + at[s];
         for (unsigned j = 1; j < k; j++)
             for (size_t i = lo[s]; i <= hi[s]; i++) {
                 adv_ev e = m->evs[i];
@@ -2013,18 +2060,21 @@ int adv_accum(adv_model *m, unsigned k)
                 if (e.kind == ADV_EV_ALLOC) {
                     const adv_alloc x = m->allocs[e.a];
                     uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
-                    if (h == UINT32_MAX) goto out;
+                    if (h == UINT32_MAX) {
+                        free(n);
+                        goto out;
+                    }
                     map[e.a] = h;
                 }
                 e.a = map[e.a];
                 if (e.lr) e.lr |= (uint64_t)j << 40;
-                rw_add(&w, hi[s], +1, j, e);
+                *dst++ = e;
             }
     }
-    rc = rw_apply(m, &w);
+    set_evs(m, n, m->nevs + ncopies);
+    rc = 0;
 out:
-    rw_free(&w);
-    free(lo), free(hi), free(prop), free(map), free(birth), free(death);
+    free(lo), free(hi), free(prop), free(map), free(birth), free(death), free(copies), free(at), free(by_hi);
     return rc;
 }
 
