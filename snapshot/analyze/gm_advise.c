@@ -1538,18 +1538,21 @@ static int pairs_build(const adv_model *m, pairs *p)
         u64map_put(&p->idx, e->lr, p->ninst++);
     }
     p->fwd_of = malloc((p->ninst + 1) * sizeof *p->fwd_of);
-    if (!p->fwd_of || life_index(m, &p->birth, &p->death)) return -1;
+    if (!p->fwd_of) return -1;
     u64map latest = {0};
+    size_t npairs = 0;
     for (size_t k = 0; k < p->ninst; k++) {
         p->fwd_of[k] = SIZE_MAX;
         if (p->inst[k].phase == ADV_PH_FWD)
             u64map_put(&latest, p->inst[k].name, k);
         else {
             uint64_t *f = u64map_get(&latest, p->inst[k].name);
-            if (f && p->inst[*f].last < p->inst[k].first) p->fwd_of[k] = *f;
+            if (f && p->inst[*f].last < p->inst[k].first) p->fwd_of[k] = *f, npairs++;
         }
     }
     u64map_free(&latest);
+    if (!npairs) return 0; /* no backward range has its forward one: nothing is saved across */
+    if (life_index(m, &p->birth, &p->death)) return -1;
     /* saved: born in forward (by the end of F), dead in B */
     size_t *cnt = calloc(p->ninst + 1, sizeof *cnt);
     p->saved = malloc((m->nallocs + 1) * sizeof *p->saved);
@@ -1666,7 +1669,16 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     st->window_ns_min = UINT64_MAX;
     pairs p;
     rw w = {0};
-    if (pairs_build(m, &p) != 0 || rw_init(&w, m) != 0) {
+    if (pairs_build(m, &p) != 0) {
+        pairs_free(&p);
+        return -1;
+    }
+    if (!p.nsaved) { /* no saved activations: nothing to stash */
+        pairs_free(&p);
+        st->window_ns_min = 0;
+        return 0;
+    }
+    if (rw_init(&w, m) != 0) {
         pairs_free(&p);
         return -1;
     }
@@ -2167,9 +2179,15 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
         rw_init(&w, m))
         goto out;
     int named = has_grad_names(m);
+    size_t ng = 0;
     for (size_t a = 0; a < na; a++) {
         grp[a] = -1;
         g[a] = is_grad(m, birth, death, a, named) ? 1 : is_state(m, birth, death, a) ? 2 : 0;
+        ng += g[a] != 0;
+    }
+    if (!ng) { /* no gradients, no optimizer state: nothing to rewrite, nothing moved */
+        rc = 0;
+        goto out;
     }
     for (size_t s = 0; s <= ns; s++)
         bw_end[s] = st_end[s] = SIZE_MAX;
