@@ -1083,7 +1083,7 @@ void adv_model_free(adv_model *m)
  * allocation: hundreds of MiB each on 10 M events, written once fresh from the kernel): their
  * pages transparent huge pages where the kernel allows it, so that writing them takes a page
  * fault every 2 MiB, not every 4 KiB (the faults were a quarter of advise's time on 10 M events:
- * each candidate copies the model, rewrites it and builds its trace). */
+ * each candidate copied the model, rewrote it and built its trace). */
 static void *big_malloc(size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
