@@ -71,7 +71,8 @@ static uint32_t intern(adv_model *m, const char *s)
     uint64_t h = str_hash(s);
     uint64_t *i = u64map_get(&m->str_idx, h);
     if (i) return (uint32_t)*i;
-    if (own_strs(m) || gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs)) return 0;
+    if (own_strs(m) || gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs))
+        return 0;
     char *c = strdup(s);
     if (!c) return 0;
     m->strs[m->nstrs] = c;
@@ -87,7 +88,8 @@ const char *adv_str(const adv_model *m, uint32_t i)
 static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
                           uint32_t orig)
 {
-    if (own_allocs(m) || gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+    if (own_allocs(m) ||
+        gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
@@ -1184,7 +1186,8 @@ static int own_strs(adv_model *m)
         u64map_free(&idx);
         return -1;
     }
-    m->strs = v, m->strs_cap = m->nstrs, m->str_idx = idx, m->borrows &= ~(unsigned)ADV_BORROWS_STRS;
+    m->strs = v, m->strs_cap = m->nstrs, m->str_idx = idx;
+    m->borrows &= ~(unsigned)ADV_BORROWS_STRS;
     return 0;
 }
 
@@ -1211,7 +1214,8 @@ int adv_model_replays_as(const adv_model *view, const adv_model *base)
 {
     return view->evs == base->evs && view->nevs == base->nevs && view->allocs == base->allocs &&
            view->nallocs == base->nallocs && view->top_down == base->top_down &&
-           view->rec_peak_reserved == base->rec_peak_reserved && !memcmp(&view->cfg, &base->cfg, sizeof view->cfg);
+           view->rec_peak_reserved == base->rec_peak_reserved &&
+           !memcmp(&view->cfg, &base->cfg, sizeof view->cfg);
 }
 
 size_t adv_oom_complete_steps(const adv_model *m)
@@ -1709,7 +1713,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     for (size_t a = 0; a < m->nallocs; a++)
         holder[a] = (uint32_t)a;
     /* saved tensors' deaths are renamed in place below (a view's events are copied first) */
-    if (p.nsaved && own_evs(m) != 0) goto done2;
+    if (own_evs(m) != 0) goto done2;
     while (i0 < p.nsaved) {
         size_t bi = p.saved_b[i0], i1 = i0;
         while (i1 < p.nsaved && p.saved_b[i1] == bi)
@@ -2026,7 +2030,8 @@ int adv_accum(adv_model *m, unsigned k)
         if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
         size_t s = (size_t)eb->step;
         if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
-        if (own_allocs(m) != 0) goto out; /* (once: a view's allocations copied before the first write) */
+        /* (a view's allocations are copied before the first write, once) */
+        if (own_allocs(m) != 0) goto out;
         prop[a] = 1;
         m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
@@ -2086,7 +2091,8 @@ int adv_accum(adv_model *m, unsigned k)
     set_evs(m, n, m->nevs + ncopies);
     rc = 0;
 out:
-    free(lo), free(hi), free(prop), free(map), free(birth), free(death), free(copies), free(at), free(by_hi);
+    free(lo), free(hi), free(prop), free(map), free(birth), free(death);
+    free(copies), free(at), free(by_hi);
     return rc;
 }
 

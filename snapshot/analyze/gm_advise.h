@@ -183,7 +183,8 @@ int adv_model_copy(const adv_model *src, adv_model *dst);
  * Every function that rewrites a model takes a view as it takes a deep copy (each array is made
  * its own before it is written, in place or by realloc). */
 void adv_model_view(const adv_model *src, adv_model *dst);
-/* Makes every array m borrows its own (copies them). 0 or -1 (no memory: m unchanged). */
+/* Makes every array m borrows its own (copies them). 0 or -1 (no memory: m stays whole, the
+ * arrays copied so far its own). */
 int adv_model_own(adv_model *m);
 /* 1 when view (an adv_model_view of base, rewritten) still borrows base's events and
  * allocations and replays under base's configuration: its replay is base's (adv_replay gives

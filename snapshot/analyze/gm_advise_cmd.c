@@ -182,7 +182,7 @@ typedef struct ctx {
     uint32_t *classes;
     size_t nclasses;
     alloc_replay_result_t base;
-    int base_is_m; /* base is the replay of m as it is now (not of a bf16 recording before its undo) */
+    int base_is_m; /* base replays m as it is now (not a bf16 recording before its undo) */
 } ctx;
 
 static unsigned flag_int(const char *cmd, const char *flag, unsigned dflt)
@@ -526,8 +526,7 @@ static void batch_item(void *arg, size_t i)
 
 /* As many threads as cores, and as the free memory holds candidates: each may hold its own
  * copy of what it rewrites, its rewritten events and its trace at once (at most about three
- * copies of the events). One
- * with GPUMEM_ADVISE_DUMP (every replay writes that one file). */
+ * copies of the events). One with GPUMEM_ADVISE_DUMP (every replay writes that one file). */
 static int batch_threads(const ctx *c, size_t items)
 {
     if (items < 2 || getenv("GPUMEM_ADVISE_DUMP")) return 1;
