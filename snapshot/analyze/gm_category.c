@@ -236,7 +236,7 @@ static int cmp_step(const void *a, const void *b)
 }
 
 /* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static int note_ranged(ctx *x, range_memo *mm, u64map *idx, size_t *cap, uint64_t seq, uint32_t range,
+static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, u64map *idx, size_t *cap, uint64_t seq, uint32_t range,
                        int *phased)
 {
     int64_t st;
@@ -582,7 +582,7 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static inline int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
+static inline __attribute__((always_inline)) int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
 {
     *from = steps_started(x->c, seq, *from);
     int ph = phase_in(x->c, seq, *from, step);
@@ -623,6 +623,17 @@ static int note_grad_name(ctx *x, uint32_t name)
     return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
 }
 
+/* What categorise's second pass reads of a target's birth and death (event_phase), kept from
+ * its first: the phases, and where the death's step lies from the birth's. */
+enum { SH_DEATH_STEP = 1 << 6, /* the death is in a step */
+       SH_LATER_STEP = 1 << 7, /* ... after the birth's */
+       SH_KEPT = 1 << 8 };     /* ... two or more steps after it */
+static uint16_t shape_of(int bp, int dp, long bs, long ds)
+{
+    return (uint16_t)(bp | dp << 3 | (ds >= 0 ? SH_DEATH_STEP : 0) | (ds > bs ? SH_LATER_STEP : 0) |
+                      (ds >= bs + 2 ? SH_KEPT : 0));
+}
+
 static int categorise(ctx *x)
 {
     const gm_model *m = x->m;
@@ -630,6 +641,8 @@ static int categorise(ctx *x)
     int rc = -1;
     u64map param_sizes = {0}, repeats = {0};
     int phase_src = c->phases_from;
+    uint16_t *shape = phase_src != GM_CSRC_NONE ? malloc((x->nt + 1) * sizeof *shape) : NULL;
+    if (phase_src != GM_CSRC_NONE && !shape) return -1;
     /* first pass: names; the parameters (alive from before the first step to the end); and
      * what is made in one step and kept, made again in another step: the steps' growth (the
      * number of steps each (phase, size) of such allocations appears in). Births come in
@@ -646,6 +659,7 @@ static int categorise(ctx *x)
             int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
             int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            shape[k] = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
             if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
@@ -666,35 +680,32 @@ static int categorise(ctx *x)
         rc = 0;
         goto out;
     }
-    hb = 0;
+    /* second pass: the rest, by their shape in the steps (the first pass's, kept) */
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         if (c->src[i] != GM_CSRC_NONE) continue;
-        long bs, ds = -1;
-        int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
-        size_t hd = hb;
-        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
-        int sized = u64map_get(&param_sizes, a->requested) != NULL;
+        unsigned sh = shape[k];
+        int bp = sh & 7, dp = sh >> 3 & 7;
         int cat;
-        if (bp == GM_CPH_PRE && ds >= 0) {
+        if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
             /* made before the first step and freed in one: the loop's first input, made before
              * the step's range opened, held until the next input replaces it */
             cat = GM_CAT_ACT;
         } else if (bp == GM_CPH_PRE || bp == GM_CPH_POST) {
             cat = a->death && dp == bp ? GM_CAT_TEMP : GM_CAT_OTHER;
-        } else if (dp == GM_CPH_POST || ds >= bs + 2) { /* kept across steps */
+        } else if (dp == GM_CPH_POST || (sh & SH_KEPT)) { /* kept across steps */
             uint64_t *v = u64map_get(&repeats, a->requested * 8 + (uint64_t)bp);
             if (v && (*v >> 32) >= 2) cat = GM_CAT_OTHER;
             else if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
-            else if (bp == GM_CPH_BWD && sized) cat = GM_CAT_GRAD;
+            else if (bp == GM_CPH_BWD && u64map_get(&param_sizes, a->requested)) cat = GM_CAT_GRAD;
             else cat = GM_CAT_WORKSPACE;
-        } else if (ds > bs) { /* into the next step: an input, a loss held until replaced */
+        } else if (sh & SH_LATER_STEP) { /* into the next step: an input, a loss held until replaced */
             cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
         } else if (bp == GM_CPH_FWD) {
             cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
         } else if (bp == GM_CPH_BWD) {
-            cat = dp == GM_CPH_OPT && sized ? GM_CAT_GRAD : GM_CAT_TEMP;
+            cat = dp == GM_CPH_OPT && u64map_get(&param_sizes, a->requested) ? GM_CAT_GRAD : GM_CAT_TEMP;
         } else {
             cat = GM_CAT_TEMP;
         }
@@ -708,6 +719,7 @@ static int categorise(ctx *x)
     }
     rc = 0;
 out:
+    free(shape);
     u64map_free(&param_sizes), u64map_free(&repeats);
     return rc;
 }
