@@ -781,9 +781,9 @@ static int timeline(ctx *x)
                 memcpy(c->timeline[g].bytes, before, sizeof before);
             }
             if (b > last_b) last_b = b;
+            memcpy(before, cur, sizeof cur);
+            before_total = total;
         }
-        memcpy(before, cur, sizeof cur);
-        before_total = total;
         gm_cat_point *p = &c->timeline[b];
         if (total > p->total || !p->seq) {
             p->seq = seq, p->total = total;
