@@ -624,14 +624,15 @@ static int note_grad_name(ctx *x, uint32_t name)
 }
 
 /* What categorise's second pass reads of a target's birth and death (event_phase), kept from
- * its first: the phases, and where the death's step lies from the birth's. */
-enum { SH_DEATH_STEP = 1 << 6, /* the death is in a step */
-       SH_LATER_STEP = 1 << 7, /* ... after the birth's */
-       SH_KEPT = 1 << 8 };     /* ... two or more steps after it */
-static uint16_t shape_of(int bp, int dp, long bs, long ds)
+ * its first in the target's c->cat (which the second pass then writes): the phases (GM_CPH_*:
+ * bp * 5 + dp), and where the death's step lies from the birth's. */
+enum { SH_DEATH_STEP = 1 << 5, /* the death is in a step */
+       SH_LATER_STEP = 1 << 6, /* ... after the birth's */
+       SH_KEPT = 1 << 7 };     /* ... two or more steps after it */
+static uint8_t shape_of(int bp, int dp, long bs, long ds)
 {
-    return (uint16_t)(bp | dp << 3 | (ds >= 0 ? SH_DEATH_STEP : 0) | (ds > bs ? SH_LATER_STEP : 0) |
-                      (ds >= bs + 2 ? SH_KEPT : 0));
+    return (uint8_t)((bp * 5 + dp) | (ds >= 0 ? SH_DEATH_STEP : 0) | (ds > bs ? SH_LATER_STEP : 0) |
+                     (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
 static int categorise(ctx *x)
@@ -641,8 +642,6 @@ static int categorise(ctx *x)
     int rc = -1;
     u64map param_sizes = {0}, repeats = {0};
     int phase_src = c->phases_from;
-    uint16_t *shape = phase_src != GM_CSRC_NONE ? malloc((x->nt + 1) * sizeof *shape) : NULL;
-    if (phase_src != GM_CSRC_NONE && !shape) return -1;
     /* first pass: names; the parameters (alive from before the first step to the end); and
      * what is made in one step and kept, made again in another step: the steps' growth (the
      * number of steps each (phase, size) of such allocations appears in). Births come in
@@ -653,13 +652,14 @@ static int categorise(ctx *x)
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
         int cat = n ? by_name(&x->params, n) : GM_NCATS;
+        uint8_t shape = GM_CAT_OTHER;
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
             int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
             int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
-            shape[k] = shape_of(bp, dp, bs, ds);
+            shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
             if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
@@ -673,6 +673,7 @@ static int categorise(ctx *x)
             }
         }
         if (c->cat[i] == GM_CAT_PARAM && u64map_put(&param_sizes, a->requested, 1)) goto out;
+        if (c->src[i] == GM_CSRC_NONE) c->cat[i] = shape; /* for the second pass */
     }
     if (phase_src == GM_CSRC_NONE) {
         for (size_t k = 0; k < x->nt; k++)
@@ -685,8 +686,8 @@ static int categorise(ctx *x)
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         if (c->src[i] != GM_CSRC_NONE) continue;
-        unsigned sh = shape[k];
-        int bp = sh & 7, dp = sh >> 3 & 7;
+        unsigned sh = c->cat[i];
+        int bp = (sh & 31) / 5, dp = (sh & 31) % 5;
         int cat;
         if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
             /* made before the first step and freed in one: the loop's first input, made before
@@ -719,7 +720,6 @@ static int categorise(ctx *x)
     }
     rc = 0;
 out:
-    free(shape);
     u64map_free(&param_sizes), u64map_free(&repeats);
     return rc;
 }
