@@ -452,8 +452,14 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
         if (torch_row(w, seq, kind, flags, addr, size, stack, range, dev, requested) != 0) return -1;
     } else if (is_alloc(kind)) {
+        if (m->nallocs == m->allocs_cap &&
+            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
+            w->oom = 1;
+            return -1;
+        }
         uint64_t old;
-        if (u64map_del(&w->live, addr, &old)) {
+        if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
             /* handed out again without a free in between: end the old one here */
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
@@ -463,19 +469,12 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
             m->unmatched_frees++;
         }
-        if (m->nallocs == m->allocs_cap &&
-            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
-            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
-            w->oom = 1;
-            return -1;
-        }
-        gm_alloc *a = &m->allocs[m->nallocs];
+        gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
-        u64map_put(&w->live, addr, m->nallocs++);
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;
