@@ -830,8 +830,10 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->src = calloc(m->nallocs + 1, 1);
     x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
     if (!c->cat || !c->src || !x.t) goto nomem;
-    /* one pass over the allocations: the targets, the steps of their ranges, the names that make
-     * parameters, and the targets freed after the last one was made (end_last_step's teardown) */
+    /* Three passes over the allocations (each one a stream through memory on a long recording):
+     * this one — the targets, the steps of their ranges, the names that make parameters, and the
+     * targets freed after the last one was made (end_last_step's teardown) —, categorise's and
+     * the timeline's. */
     for (size_t i = m->nallocs; i-- > 0;)
         if (is_target(&m->allocs[i])) {
             x.last_birth = m->allocs[i].birth;
