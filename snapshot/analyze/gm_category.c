@@ -107,7 +107,7 @@ static void range_parse(const gm_model *m, uint32_t range, int64_t *step, int *p
 /* A binary min-heap of (death seq, bytes): what is alive, by when it dies. */
 typedef struct heap_ent {
     uint64_t death, bytes;
-    uint8_t cat;
+    uint8_t cat, src;
 } heap_ent;
 typedef struct heap {
     heap_ent *h;
@@ -167,6 +167,10 @@ typedef struct ctx {
     size_t segments;    /* PyTorch's segments among the device allocations */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
+    u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
+    u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
+    size_t steps_cap;
+    int phased;       /* ... and some event's range names a phase */
 } ctx;
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
@@ -236,41 +240,35 @@ static int cmp_step(const void *a, const void *b)
 }
 
 /* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static int note_ranged(ctx *x, range_memo *mm, u64map *idx, size_t *cap, uint64_t seq, uint32_t range,
-                       int *phased)
+static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, uint64_t seq, uint32_t range)
 {
     int64_t st;
     int ph;
     range_info(x, mm, range, &st, &ph);
     if (st < 0) return 0;
-    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, idx, cap, st));
+    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, &x->step_idx, &x->steps_cap, st));
     if (i < 0) return -1;
     gm_cat_step *s = &x->c->steps[i];
     if (s->start == NO_SEQ || seq < s->start) s->start = seq;
     if (seq > s->end) s->end = seq;
     if (ph == GM_CPH_BWD && seq < s->bwd) s->bwd = seq;
     if (ph == GM_CPH_OPT && seq < s->opt) s->opt = seq;
-    if (ph) *phased = 1;
+    if (ph) x->phased = 1;
     return 0;
 }
 
-/* Steps from "step N" ranges (and phases from their fwd / bwd / opt components). 1: found,
- * 0: the recording has none, -1: out of memory. */
-static int steps_from_ranges(ctx *x, int *phased)
+/* Steps from "step N" ranges (and phases from their fwd / bwd / opt components): each target's
+ * birth and death noted (note_target, in gm_categories_build's pass over the allocations), then
+ * the steps put in order. 1: found, 0: the recording has none. */
+static inline int note_target(ctx *x, const gm_alloc *a)
+{
+    return note_ranged(x, &x->births, a->birth, a->range) ||
+           (a->death && note_ranged(x, &x->deaths, a->death, a->death_range));
+}
+static int steps_from_ranges(ctx *x)
 {
     gm_categories *c = x->c;
-    u64map idx = {0};
-    size_t cap = 0;
-    *phased = 0;
-    for (size_t k = 0; k < x->nt; k++) {
-        const gm_alloc *a = &x->m->allocs[x->t[k]];
-        if (note_ranged(x, &x->births, &idx, &cap, a->birth, a->range, phased) ||
-            (a->death && note_ranged(x, &x->deaths, &idx, &cap, a->death, a->death_range, phased))) {
-            u64map_free(&idx);
-            return -1;
-        }
-    }
-    u64map_free(&idx);
+    u64map_free(&x->step_idx);
     x->births.range = x->deaths.range = 0; /* their slots are the unsorted steps' */
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
@@ -368,7 +366,7 @@ static int steps_from_period(ctx *x)
         cost[(i - r0) % P] += (double)live;
         ncost[(i - r0) % P]++;
         if (a->death && a->death <= last_birth) {
-            if (heap_push(&q, (heap_ent){a->death, a->size, 0})) goto out;
+            if (heap_push(&q, (heap_ent){a->death, a->size, 0, 0})) goto out;
             live += a->size;
         }
     }
@@ -582,7 +580,7 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static inline int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
+static inline __attribute__((always_inline)) int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
 {
     *from = steps_started(x->c, seq, *from);
     int ph = phase_in(x->c, seq, *from, step);
@@ -623,99 +621,107 @@ static int note_grad_name(ctx *x, uint32_t name)
     return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
 }
 
+/* What categorise's second pass reads of a target's birth and death (event_phase), kept from
+ * its first in the target's c->cat (which the second pass then writes): the phases (GM_CPH_*:
+ * bp * 5 + dp), and where the death's step lies from the birth's. */
+enum { SH_DEATH_STEP = 1 << 5, /* the death is in a step */
+       SH_LATER_STEP = 1 << 6, /* ... after the birth's */
+       SH_KEPT = 1 << 7 };     /* ... two or more steps after it */
+static uint8_t shape_of(int bp, int dp, long bs, long ds)
+{
+    return (uint8_t)((bp * 5 + dp) | (ds >= 0 ? SH_DEATH_STEP : 0) | (ds > bs ? SH_LATER_STEP : 0) |
+                     (ds >= bs + 2 ? SH_KEPT : 0));
+}
+
+/* The categories' first pass: names; the parameters (alive from before the first step to the
+ * end); and what is made in one step and kept, made again in another step: the steps' growth
+ * (x->repeats: the number of steps each (phase, size) of such allocations appears in); the sizes
+ * of the parameters (x->param_sizes). Every other target keeps its shape (shape_of) in its
+ * c->cat for category_of, which the timeline's pass calls at its birth. Births come in order:
+ * each one's step is looked for from the last one's, each death's from its birth's. */
 static int categorise(ctx *x)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
-    int rc = -1;
-    u64map param_sizes = {0}, repeats = {0};
     int phase_src = c->phases_from;
-    /* first pass: names; the parameters (alive from before the first step to the end); and
-     * what is made in one step and kept, made again in another step: the steps' growth (the
-     * number of steps each (phase, size) of such allocations appears in). Births come in
-     * order: each one's step is looked for from the last one's, each death's from its birth's. */
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = x->t[k];
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
         int cat = n ? by_name(&x->params, n) : GM_NCATS;
+        uint8_t shape = GM_CAT_OTHER; /* no phases: what names do not decide is other */
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
             int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
             int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
             if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
-                uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&repeats, key);
+                uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&x->repeats, key);
                 /* low 32 bits: the last step seen + 1; high: the steps counted */
                 if (!v) {
-                    if (u64map_put(&repeats, key, (uint64_t)(bs + 1) | 1ull << 32)) goto out;
+                    if (u64map_put(&x->repeats, key, (uint64_t)(bs + 1) | 1ull << 32)) return -1;
                 } else if ((*v & 0xffffffffu) != (uint64_t)(bs + 1)) {
                     *v = (uint64_t)(bs + 1) | ((*v >> 32) + 1) << 32;
                 }
             }
         }
-        if (c->cat[i] == GM_CAT_PARAM && u64map_put(&param_sizes, a->requested, 1)) goto out;
+        if (c->cat[i] == GM_CAT_PARAM && u64map_put(&x->param_sizes, a->requested, 1)) return -1;
+        if (c->src[i] == GM_CSRC_NONE) c->cat[i] = shape;
     }
-    if (phase_src == GM_CSRC_NONE) {
-        for (size_t k = 0; k < x->nt; k++)
-            if (c->src[x->t[k]] == GM_CSRC_NONE) c->cat[x->t[k]] = GM_CAT_OTHER;
-        rc = 0;
-        goto out;
+    return 0;
+}
+
+/* The category of target i that neither names nor the first pass decided, by its shape in the
+ * steps (in c->cat since the first pass), into c->cat[i] and c->src[i]. */
+static void category_of(ctx *x, size_t i)
+{
+    const gm_model *m = x->m;
+    gm_categories *c = x->c;
+    const gm_alloc *a = &m->allocs[i];
+    unsigned sh = c->cat[i];
+    int bp = (sh & 31) / 5, dp = (sh & 31) % 5;
+    int cat;
+    if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
+        /* made before the first step and freed in one: the loop's first input, made before
+         * the step's range opened, held until the next input replaces it */
+        cat = GM_CAT_ACT;
+    } else if (bp == GM_CPH_PRE || bp == GM_CPH_POST) {
+        cat = a->death && dp == bp ? GM_CAT_TEMP : GM_CAT_OTHER;
+    } else if (dp == GM_CPH_POST || (sh & SH_KEPT)) { /* kept across steps */
+        uint64_t *v = u64map_get(&x->repeats, a->requested * 8 + (uint64_t)bp);
+        if (v && (*v >> 32) >= 2) cat = GM_CAT_OTHER;
+        else if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
+        else if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_GRAD;
+        else cat = GM_CAT_WORKSPACE;
+    } else if (sh & SH_LATER_STEP) { /* into the next step: an input, a loss held until replaced */
+        cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+    } else if (bp == GM_CPH_FWD) {
+        cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
+    } else if (bp == GM_CPH_BWD) {
+        cat = dp == GM_CPH_OPT && u64map_get(&x->param_sizes, a->requested) ? GM_CAT_GRAD : GM_CAT_TEMP;
+    } else {
+        cat = GM_CAT_TEMP;
     }
-    hb = 0;
-    for (size_t k = 0; k < x->nt; k++) {
-        size_t i = x->t[k];
-        const gm_alloc *a = &m->allocs[i];
-        if (c->src[i] != GM_CSRC_NONE) continue;
-        long bs, ds = -1;
-        int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
-        size_t hd = hb;
-        int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
-        int sized = u64map_get(&param_sizes, a->requested) != NULL;
-        int cat;
-        if (bp == GM_CPH_PRE && ds >= 0) {
-            /* made before the first step and freed in one: the loop's first input, made before
-             * the step's range opened, held until the next input replaces it */
-            cat = GM_CAT_ACT;
-        } else if (bp == GM_CPH_PRE || bp == GM_CPH_POST) {
-            cat = a->death && dp == bp ? GM_CAT_TEMP : GM_CAT_OTHER;
-        } else if (dp == GM_CPH_POST || ds >= bs + 2) { /* kept across steps */
-            uint64_t *v = u64map_get(&repeats, a->requested * 8 + (uint64_t)bp);
-            if (v && (*v >> 32) >= 2) cat = GM_CAT_OTHER;
-            else if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
-            else if (bp == GM_CPH_BWD && sized) cat = GM_CAT_GRAD;
-            else cat = GM_CAT_WORKSPACE;
-        } else if (ds > bs) { /* into the next step: an input, a loss held until replaced */
-            cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
-        } else if (bp == GM_CPH_FWD) {
-            cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
-        } else if (bp == GM_CPH_BWD) {
-            cat = dp == GM_CPH_OPT && sized ? GM_CAT_GRAD : GM_CAT_TEMP;
-        } else {
-            cat = GM_CAT_TEMP;
-        }
-        /* a run that stopped at an OOM unwinds: what it freed then was not freed where its phase
-         * would have freed it, so no phase says activation or temporary */
-        if ((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq) {
-            c->cat[i] = GM_CAT_OTHER;
-            continue;
-        }
-        c->cat[i] = (uint8_t)cat, c->src[i] = (uint8_t)phase_src;
+    /* a run that stopped at an OOM unwinds: what it freed then was not freed where its phase
+     * would have freed it, so no phase says activation or temporary */
+    if ((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq) {
+        c->cat[i] = GM_CAT_OTHER;
+        return;
     }
-    rc = 0;
-out:
-    u64map_free(&param_sizes), u64map_free(&repeats);
-    return rc;
+    c->cat[i] = (uint8_t)cat, c->src[i] = (uint8_t)c->phases_from;
 }
 
 /* ------------------------------------------------------------------ tables */
 
-/* Each step's highest moment (or 24 buckets of seqs), by category: one sweep of every device
- * allocation in birth order, the living in a heap by death. */
+/* The categories' last pass, one sweep of every device allocation in birth order, the living in
+ * a heap by death: the category of each target left to category_of; each step's highest moment
+ * (or 24 buckets of seqs) by category; and the bytes of each category (and source) at the peak
+ * allocated moment c->at_seq, what is live once every event up to it has been swept. */
 static int timeline(ctx *x)
 {
     const gm_model *m = x->m;
@@ -728,6 +734,10 @@ static int timeline(ctx *x)
     for (size_t b = 0; b < nb; b++)
         c->timeline[b].step = c->nsteps ? c->steps[b].number : -1;
     uint64_t cur[GM_NCATS] = {0}, total = 0, before[GM_NCATS] = {0}, before_total = 0;
+    /* the live bytes by category and source, summed as the peak's table sums them (no floor) */
+    uint64_t live[GM_NCATS][GM_NCSRCS] = {{0}};
+    int at_peak = 0; /* c->peak and the rest taken */
+    int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
     size_t sc = 0;
     heap q = {0};
@@ -735,20 +745,33 @@ static int timeline(ctx *x)
         while (i < m->nallocs && !is_device(&m->allocs[i]))
             i++;
         const gm_alloc *a = i < m->nallocs ? &m->allocs[i] : NULL;
-        uint64_t seq; /* the next event: a free due before the next birth, else the birth */
-        if (q.n && (!a || q.h[0].death < a->birth)) {
+        int death = q.n && (!a || q.h[0].death < a->birth);
+        /* the next event: a free due before the next birth, else the birth */
+        uint64_t seq = death ? q.h[0].death : a ? a->birth : 0;
+        if (!at_peak && (seq > c->at_seq || (!death && !a))) {
+            at_peak = 1;
+            for (int k = 0; k < GM_NCATS; k++)
+                for (int s = 0; s < GM_NCSRCS; s++) {
+                    c->peak_by_src[k][s] = live[k][s];
+                    c->peak[k] += live[k][s];
+                    c->at_total += live[k][s];
+                }
+        }
+        if (death) {
             heap_ent e = heap_pop(&q);
             cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
             total -= e.bytes < total ? e.bytes : total;
-            seq = e.death;
+            live[e.cat][e.src] -= e.bytes;
         } else if (a) {
+            if (decide && c->src[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
             uint8_t k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
+            uint8_t src = c->src[i] < GM_NCSRCS ? c->src[i] : 0;
             cur[k] += a->size, total += a->size;
-            if (a->death && heap_push(&q, (heap_ent){a->death, a->size, k})) {
+            live[k][src] += a->size;
+            if (a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
                 free(q.h);
                 return -1;
             }
-            seq = a->birth;
             i++;
         } else {
             break;
@@ -769,9 +792,9 @@ static int timeline(ctx *x)
                 memcpy(c->timeline[g].bytes, before, sizeof before);
             }
             if (b > last_b) last_b = b;
+            memcpy(before, cur, sizeof cur);
+            before_total = total;
         }
-        memcpy(before, cur, sizeof cur);
-        before_total = total;
         gm_cat_point *p = &c->timeline[b];
         if (total > p->total || !p->seq) {
             p->seq = seq, p->total = total;
@@ -780,21 +803,6 @@ static int timeline(ctx *x)
     }
     free(q.h);
     return 0;
-}
-
-static void at_peak(ctx *x)
-{
-    const gm_model *m = x->m;
-    gm_categories *c = x->c;
-    c->at_seq = m->peak_allocated_seq;
-    for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
-        if (!is_device(a) || a->birth > c->at_seq || (a->death && a->death <= c->at_seq)) continue;
-        int k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
-        c->peak[k] += a->size;
-        c->peak_by_src[k][c->src[i] < GM_NCSRCS ? c->src[i] : 0] += a->size;
-        c->at_total += a->size;
-    }
 }
 
 int gm_category_source(const gm_categories *c, int cat)
@@ -809,7 +817,8 @@ int gm_category_source(const gm_categories *c, int cat)
 static void ctx_free(ctx *x)
 {
     free(x->t), free(x->launches), free(x->late);
-    u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen);
+    u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
+    u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
 
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
@@ -821,8 +830,10 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->src = calloc(m->nallocs + 1, 1);
     x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
     if (!c->cat || !c->src || !x.t) goto nomem;
-    /* one pass over the allocations: the targets, the names that make parameters, and the
-     * targets freed after the last one was made (end_last_step's teardown) */
+    /* Three passes over the allocations (each one a stream through memory on a long recording):
+     * this one — the targets, the steps of their ranges, the names that make parameters, and the
+     * targets freed after the last one was made (end_last_step's teardown) —, categorise's and
+     * the timeline's. */
     for (size_t i = m->nallocs; i-- > 0;)
         if (is_target(&m->allocs[i])) {
             x.last_birth = m->allocs[i].birth;
@@ -836,6 +847,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
             continue;
         }
         x.t[x.nt++] = (uint32_t)i;
+        if (note_target(&x, a)) goto nomem;
         if (a->name && note_grad_name(&x, a->name)) goto nomem;
         if (a->death > x.last_birth) {
             if (gm_grow((void **)&x.late, &x.late_cap, x.nlate + 1, sizeof *x.late)) goto nomem;
@@ -845,9 +857,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     load_launches(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
-    int phased = 0;
-    int r = steps_from_ranges(&x, &phased);
-    if (r < 0) goto nomem;
+    int r = steps_from_ranges(&x);
     if (r > 0) {
         c->steps_from = GM_CSRC_PHASES;
     } else {
@@ -857,15 +867,15 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     end_last_step(&x);
     if (c->steps_from != GM_CSRC_NONE) {
-        if (phased) {
+        if (x.phased) {
             c->phases_from = GM_CSRC_PHASES;
         } else {
             if (phases_from_lifetimes(&x)) goto nomem;
             c->phases_from = GM_CSRC_INFERENCE;
         }
     }
+    c->at_seq = m->peak_allocated_seq;
     if (categorise(&x) || timeline(&x)) goto nomem;
-    at_peak(&x);
     ctx_free(&x);
     return 0;
 nomem:

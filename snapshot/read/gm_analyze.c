@@ -427,20 +427,13 @@ static void name_apply(sweep *w, const name_ev *n) {
     else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
 }
 
-/* One events row, in seq order. */
-static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr,
-                     uint64_t size, uint32_t stack, uint32_t range, int dev, uint64_t requested,
-                     uint64_t alloc_id) {
+/* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
+ * of ten arguments was a tenth of the sweep's instructions. */
+static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
+                                                           uint64_t addr, uint64_t size, uint32_t stack,
+                                                           uint32_t range, int dev, uint64_t requested) {
     gm_model *m = w->m;
     int device = is_alloc(kind) && dev > 0 ? dev : 0;
-    if (w->du && gm_devused_row(w->du, m->devused, seq, kind, flags, dev, addr, size, requested,
-                                alloc_id, stack) != 0) {
-        gm_devused_end(w->du); /* out of memory: report without the account */
-        w->du = NULL;
-        gm_devused_free(m->devused);
-        free(m->devused);
-        m->devused = NULL;
-    }
     if (!is_alloc(kind) && kind != REC_TORCH_ALLOC) requested = 0;
     m->events++;
     if (seq > m->max_seq) m->max_seq = seq;
@@ -451,8 +444,14 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
         if (torch_row(w, seq, kind, flags, addr, size, stack, range, dev, requested) != 0) return -1;
     } else if (is_alloc(kind)) {
+        if (m->nallocs == m->allocs_cap &&
+            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
+            w->oom = 1;
+            return -1;
+        }
         uint64_t old;
-        if (u64map_del(&w->live, addr, &old)) {
+        if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
             /* handed out again without a free in between: end the old one here */
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
@@ -462,19 +461,12 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
             m->unmatched_frees++;
         }
-        if (m->nallocs == m->allocs_cap &&
-            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
-            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
-            w->oom = 1;
-            return -1;
-        }
-        gm_alloc *a = &m->allocs[m->nallocs];
+        gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
-        u64map_put(&w->live, addr, m->nallocs++);
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;
@@ -552,33 +544,45 @@ static int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     return 0;
 }
 
+/* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
+ * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
+ * each to sweep_row, converted as SQLite's values convert. */
+static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
+    sweep *w = ctx;
+    gm_model *m = w->m;
+    if (w->du && gm_devused_rows(w->du, m->devused, r, n) != 0) {
+        gm_devused_end(w->du); /* out of memory: report without the account */
+        w->du = NULL;
+        gm_devused_free(m->devused);
+        free(m->devused);
+        m->devused = NULL;
+    }
+    for (size_t i = 0; i < n; i++, r++)
+        if (sweep_row(w, (uint64_t)r->seq, (unsigned)(int)r->kind, (unsigned)(int)r->flags,
+                      (uint64_t)r->addr, (uint64_t)r->size, (uint32_t)r->stack, (uint32_t)r->range,
+                      (int)r->device, (uint64_t)r->requested) != 0)
+            return -1;
+    return 0;
+}
+
 /* gm_sweep_row(seq, kind, ...): SQLite calls it for each row of the scan, in seq order (the
  * WHERE of the sweep's query, always false: no row is ever returned). One sqlite3_step runs
  * the whole scan; the cells arrive as values, without a sqlite3_column_* call each. */
 static void sweep_fn(sqlite3_context *ctx, int argc, sqlite3_value **v) {
-    sweep *w = sqlite3_user_data(ctx);
-    if (argc != 10 ||
-        sweep_row(w, (uint64_t)sqlite3_value_int64(v[0]), (unsigned)sqlite3_value_int(v[1]),
-                  (unsigned)sqlite3_value_int(v[2]), (uint64_t)sqlite3_value_int64(v[3]),
-                  (uint64_t)sqlite3_value_int64(v[4]), (uint32_t)sqlite3_value_int64(v[5]),
-                  (uint32_t)sqlite3_value_int64(v[6]), sqlite3_value_int(v[7]),
-                  (uint64_t)sqlite3_value_int64(v[8]), (uint64_t)sqlite3_value_int64(v[9])) != 0) {
+    if (argc != 10) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    gm_event_row r = {.seq = sqlite3_value_int64(v[0]), .kind = sqlite3_value_int(v[1]),
+                      .flags = sqlite3_value_int(v[2]), .addr = sqlite3_value_int64(v[3]),
+                      .size = sqlite3_value_int64(v[4]), .stack = sqlite3_value_int64(v[5]),
+                      .range = sqlite3_value_int64(v[6]), .device = sqlite3_value_int(v[7]),
+                      .requested = sqlite3_value_int64(v[8]), .alloc_id = sqlite3_value_int64(v[9])};
+    if (sweep_rows(sqlite3_user_data(ctx), &r, 1) != 0) {
         sqlite3_result_error_nomem(ctx);
         return;
     }
     sqlite3_result_int(ctx, 0);
-}
-
-/* The rows of one leaf page of events (gm_analyze_pages.c), converted as sweep_fn converts
- * SQLite's values: the sweep sees the same numbers either way. */
-static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
-    sweep *w = ctx;
-    for (size_t i = 0; i < n; i++, r++)
-        if (sweep_row(w, (uint64_t)r->seq, (unsigned)(int)r->kind, (unsigned)(int)r->flags,
-                      (uint64_t)r->addr, (uint64_t)r->size, (uint32_t)r->stack, (uint32_t)r->range,
-                      (int)r->device, (uint64_t)r->requested, (uint64_t)r->alloc_id) != 0)
-            return -1;
-    return 0;
 }
 
 /* The events through SQLite: one sqlite3_step over the table with sweep_fn in its WHERE.

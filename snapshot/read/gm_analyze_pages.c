@@ -75,6 +75,15 @@ static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64
         *v = *p;
         return p + 1;
     }
+    /* a rowid of up to 2^21: most of a recording's */
+    if (end - p >= 3 && p[1] < 0x80) {
+        *v = (uint64_t)(p[0] & 0x7f) << 7 | p[1];
+        return p + 2;
+    }
+    if (end - p >= 3 && p[2] < 0x80) {
+        *v = (uint64_t)(p[0] & 0x7f) << 14 | (uint64_t)(p[1] & 0x7f) << 7 | p[2];
+        return p + 3;
+    }
     uint64_t x = 0;
     for (int i = 0; i < 8; i++) {
         if (p >= end) return NULL;
@@ -104,6 +113,7 @@ typedef struct reader {
     uint8_t *seen;            /* one bit a page: reached already */
     uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
     gm_event_row *rows;       /* one leaf's rows */
+    struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
     int64_t last_seq;
     int any_row;   /* a row was read (last_seq is set) */
     int delivered; /* rows were handed to the caller */
@@ -200,6 +210,56 @@ static inline int64_t value_of(const uint8_t *b, unsigned t, int64_t null_value)
     return t == 0 ? null_value : (int64_t)t - 8; /* 8: 0, 9: 1 */
 }
 
+/* How the recorder's records of one header are read, worked out once per header: a recording
+ * has a few dozen headers (each column's value in 0, 1, 2, 3, 4 or 6 bytes, or NULL), and rows
+ * alternate between them. Each column read (everything but seq and thread) is at off bytes
+ * into the body; its value is the 8 bytes there, big-endian, shifted right (sign-extending) to
+ * its size, then `& mask | konst`: mask 0 and konst the value for a type without bytes (NULL,
+ * 0, 1). */
+enum { F_T, F_KIND, F_FLAGS, F_DEVICE, F_STREAM, F_ADDR, F_SIZE, F_REQUESTED, F_ALLOC_ID, F_STACK, F_RANGE,
+       NFIELDS };
+static const uint8_t field_col[NFIELDS] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12};
+typedef struct plan {
+    uint64_t key[2]; /* the header's 14 bytes: c[0..7], c[6..13] (0, 0: no plan; c[0] is 14) */
+    uint32_t body;   /* the body's size */
+    uint8_t off[NFIELDS], shift[NFIELDS];
+    int64_t mask[NFIELDS], konst[NFIELDS];
+} plan;
+enum { PLAN_BITS = 6 }; /* plans kept: 64, by a hash of the header */
+
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* The plan of the 14-byte header at c (c[0] is 14), or NULL when a type is not an integer or
+ * NULL (the record is read the general way). */
+static const plan *plan_of(plan *plans, const uint8_t *c) {
+    uint64_t k0 = load64(c), k1 = load64(c + 6);
+    plan *p = &plans[((k0 ^ k1 >> 16) * 0x9e3779b97f4a7c15ull) >> (64 - PLAN_BITS)];
+    if (p->key[0] == k0 && p->key[1] == k1) return p;
+    uint32_t body = header_body(c);
+    if (body >= NOT_INT) return NULL;
+    uint32_t at[NCOLS + 1] = {0};
+    for (int col = 0; col < NCOLS; col++) at[col + 1] = at[col] + header_size[c[col + 1]];
+    for (int f = 0; f < NFIELDS; f++) {
+        unsigned col = field_col[f], t = c[col + 1];
+        p->off[f] = (uint8_t)at[col];
+        p->shift[f] = (uint8_t)(t - 1 < 6 ? 64 - 8 * type_size[t] : 0);
+        p->mask[f] = t - 1 < 6 ? -1 : 0;
+        p->konst[f] = t - 1 < 6 ? 0 : value_of(c, t, f == F_DEVICE ? -1 : 0);
+    }
+    p->body = body;
+    p->key[0] = k0, p->key[1] = k1;
+    return p;
+}
+
+/* field f of the record whose body is at b, by plan p */
+static inline int64_t field(const plan *p, const uint8_t *b, int f) {
+    return ((int64_t)__builtin_bswap64(load64(b + p->off[f])) >> p->shift[f] & p->mask[f]) | p->konst[f];
+}
+
 /* One record the general way: any varint sizes. 0, or -1 (give up). */
 static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
     const uint8_t *rend = c + np, *h;
@@ -237,14 +297,14 @@ static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
         row->seq = (int64_t)rowid;
         /* the recorder's records: a 14-byte header, 13 one-byte integer or NULL types, the
          * values one after another (each value's type is the header's byte k + 1) */
-        if (np >= 14 && c[0] == 14 && header_body(c) == np - 14) {
-            const uint8_t *b = c + 14 + header_size[c[1]];
-#define NEXT(field, k, null_value) (row->field = value_of(b, c[k], null_value), b += header_size[c[k]])
-            NEXT(t, 2, 0), NEXT(kind, 3, 0), NEXT(flags, 4, 0), NEXT(device, 5, -1), NEXT(stream, 6, 0);
-            b += header_size[c[7]]; /* thread */
-            NEXT(addr, 8, 0), NEXT(size, 9, 0), NEXT(requested, 10, 0), NEXT(alloc_id, 11, 0);
-            NEXT(stack, 12, 0), NEXT(range, 13, 0);
-#undef NEXT
+        const plan *pl = np >= 14 && c[0] == 14 ? plan_of(r->plans, c) : NULL;
+        if (pl && pl->body == np - 14) {
+            const uint8_t *b = c + 14;
+            row->t = field(pl, b, F_T), row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
+            row->device = field(pl, b, F_DEVICE), row->stream = field(pl, b, F_STREAM);
+            row->addr = field(pl, b, F_ADDR), row->size = field(pl, b, F_SIZE);
+            row->requested = field(pl, b, F_REQUESTED), row->alloc_id = field(pl, b, F_ALLOC_ID);
+            row->stack = field(pl, b, F_STACK), row->range = field(pl, b, F_RANGE);
         } else if (record_slow(c, np, row) != 0) {
             return -1;
         }
@@ -414,7 +474,8 @@ int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) {
     r.buf = calloc((size_t)r.win_cap * r.pgsz + 8, 1); /* + 8: value_of's slack */
     r.seen = calloc((size_t)r.npages / 8 + 1, 1);
     r.rows = malloc(((r.pgsz - 8) / 6 + 1) * sizeof *r.rows);
-    if (!r.buf || !r.seen || !r.rows) goto end;
+    r.plans = calloc((size_t)1 << PLAN_BITS, sizeof *r.plans);
+    if (!r.buf || !r.seen || !r.rows || !r.plans) goto end;
     int w = walk(&r, root, fn, ctx);
     rc = w >= 0 ? w : r.delivered ? GM_PAGES_RESTART : GM_PAGES_NO;
 end:
@@ -422,7 +483,7 @@ end:
 out:
     if (r.map) munmap(r.map, r.map_len);
     if (r.fd >= 0) close(r.fd);
-    free(r.buf), free(r.seen), free(r.rows);
+    free(r.buf), free(r.seen), free(r.rows), free(r.plans);
     for (int i = 0; i < MAX_DEPTH; i++) free(r.level[i]);
     if (mmap_was > 0) {
         char q[64];

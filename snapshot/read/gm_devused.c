@@ -181,9 +181,11 @@ void gm_devused_free(gm_devused *u)
 
 gm_du_sweep *gm_devused_begin(void) { return calloc(1, sizeof(sweep)); }
 
-int gm_devused_row(gm_du_sweep *sw, gm_devused *u, uint64_t seq, unsigned kind, unsigned flags,
-                   int dev, uint64_t addr, uint64_t size, uint64_t requested, uint64_t id,
-                   uint32_t stack)
+/* One events row (dev -1 for a NULL device). 0, or -1 (out of memory). */
+static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devused *u, uint64_t seq,
+                                                        unsigned kind, unsigned flags, int dev, uint64_t addr,
+                                                        uint64_t size, uint64_t requested, uint64_t id,
+                                                        uint32_t stack)
 {
     sweep *s = (sweep *)sw;
     int rc = 0;
@@ -297,6 +299,18 @@ int gm_devused_row(gm_du_sweep *sw, gm_devused *u, uint64_t seq, unsigned kind, 
     return rc;
 }
 
+/* The rows converted as the sweep's SQL converts its values (gm_analyze.c's sweep_fn): a row's
+ * call here, not one per row, for the sweep's millions of events. */
+int gm_devused_rows(gm_du_sweep *sw, gm_devused *u, const gm_event_row *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++, r++)
+        if (du_row(sw, u, (uint64_t)r->seq, (unsigned)(int)r->kind, (unsigned)(int)r->flags, (int)r->device,
+                   (uint64_t)r->addr, (uint64_t)r->size, (uint64_t)r->requested, (uint64_t)r->alloc_id,
+                   (uint32_t)r->stack) != 0)
+            return -1;
+    return 0;
+}
+
 void gm_devused_end(gm_du_sweep *sw)
 {
     sweep *s = (sweep *)sw;
@@ -332,12 +346,12 @@ int gm_devused_compute(gm_db *d, gm_devused *u, char *err, size_t errsz)
     }
     int rc = 0;
     while (rc == 0 && sqlite3_step(q) == SQLITE_ROW)
-        rc = gm_devused_row(s, u, (uint64_t)sqlite3_column_int64(q, 0),
-                            (unsigned)sqlite3_column_int(q, 1), (unsigned)sqlite3_column_int(q, 2),
-                            sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 3),
-                            (uint64_t)sqlite3_column_int64(q, 4), (uint64_t)sqlite3_column_int64(q, 5),
-                            (uint64_t)sqlite3_column_int64(q, 6), (uint64_t)sqlite3_column_int64(q, 7),
-                            (uint32_t)sqlite3_column_int64(q, 8));
+        rc = du_row(s, u, (uint64_t)sqlite3_column_int64(q, 0),
+                    (unsigned)sqlite3_column_int(q, 1), (unsigned)sqlite3_column_int(q, 2),
+                    sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 3),
+                    (uint64_t)sqlite3_column_int64(q, 4), (uint64_t)sqlite3_column_int64(q, 5),
+                    (uint64_t)sqlite3_column_int64(q, 6), (uint64_t)sqlite3_column_int64(q, 7),
+                    (uint32_t)sqlite3_column_int64(q, 8));
     sqlite3_finalize(q);
     gm_devused_end(s);
     if (rc) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "snapshot/read/gm.h"
+#include "snapshot/read/gm_analyze_pages.h"
 
 /* What is held outside gpumem's allocator, by what it is. */
 enum { GM_DU_VMM, GM_DU_POOL, GM_DU_PASS, GM_DU_ARRAY, GM_DU_NCAT };
@@ -47,14 +48,13 @@ typedef struct gm_devused {
  * or no context was current), or -1 with err set. */
 int gm_devused_compute(gm_db *d, gm_devused *out, char *err, size_t errsz);
 void gm_devused_free(gm_devused *u);
-/* The same sweep driven from outside, one call per events row in seq order (gm_model_load runs
- * it inside its own sweep, so `gpumem report` reads the events once): begin (NULL: out of
- * memory), row (dev -1 for a NULL device; -1 when out of memory: stop, free u), end. */
+/* The same sweep driven from outside, the events rows handed over in seq order, a leaf page's
+ * rows at a time (gm_model_load runs it inside its own sweep, so `gpumem report` reads the
+ * events once): begin (NULL: out of memory), rows (device -1 for a NULL device; -1 when out of
+ * memory: stop, free u), end. */
 typedef struct gm_du_sweep gm_du_sweep;
 gm_du_sweep *gm_devused_begin(void);
-int gm_devused_row(gm_du_sweep *s, gm_devused *u, uint64_t seq, unsigned kind, unsigned flags,
-                   int dev, uint64_t addr, uint64_t size, uint64_t requested, uint64_t id,
-                   uint32_t stack);
+int gm_devused_rows(gm_du_sweep *s, gm_devused *u, const gm_event_row *rows, size_t n);
 void gm_devused_end(gm_du_sweep *s);
 const char *gm_devused_cat_name(int cat); /* "program_vmm", "pools", "pass_through", "arrays" */
 

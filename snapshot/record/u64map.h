@@ -85,6 +85,26 @@ static inline int u64map_put(u64map *m, uint64_t k, uint64_t v) {
     return 0;
 }
 
+/* Puts k -> v with one probe, saying what it held: 1 when k was there (its old value in *old),
+ * 0 when it was not, -1 when it could not be put (out of memory, or the reserved key). */
+static inline int u64map_swap(u64map *m, uint64_t k, uint64_t v, uint64_t *old) {
+    if (k == U64MAP_EMPTY) return -1;
+    if (!m->keys && u64map_init(m, 64) != 0) return -1;
+    uint64_t i = u64map_hash(k) & m->mask;
+    while (m->keys[i] != U64MAP_EMPTY && m->keys[i] != k) i = (i + 1) & m->mask;
+    if (m->keys[i] == k) { /* replaced: never grows, so never fails */
+        *old = m->vals[i];
+        m->vals[i] = v;
+        return 1;
+    }
+    if ((m->count + 1) * 4 > (m->mask + 1) * 3) { /* as u64map_put grows */
+        if (u64map_grow(m) != 0) return -1;
+        for (i = u64map_hash(k) & m->mask; m->keys[i] != U64MAP_EMPTY;) i = (i + 1) & m->mask;
+    }
+    m->keys[i] = k, m->vals[i] = v, m->count++;
+    return 0;
+}
+
 /* Removes k; returns 1 if it was there (value in *v when v != NULL). */
 static inline int u64map_del(u64map *m, uint64_t k, uint64_t *v) {
     if (!m->keys || k == U64MAP_EMPTY) return 0;
