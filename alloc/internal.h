@@ -60,6 +60,7 @@ typedef struct rb_node {
     uint8_t st;
     uint8_t split;
     uint8_t named; /* LIVE with uses: alloc_record_stream named one of them (see blk_t.uses) */
+    uint32_t cls;  /* FREE: the size class whose tree holds it (its removal need not recompute it) */
 } rb_node_t;
 
 typedef struct rb_tree {
@@ -324,7 +325,11 @@ static inline unsigned a_size_class(uint64_t size)
     unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
     return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
 }
-bool a_block_is_split(const blk_t *b);
+/* FREE and not a whole segment or mapped run (counted in inactive_split) */
+static inline bool a_block_is_split(const blk_t *b)
+{
+    return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
+}
 
 /* config.c */
 size_t a_round_size(const alloc_config_t *cfg, size_t size);
