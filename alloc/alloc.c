@@ -262,16 +262,29 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
 
 /* ---- free index ------------------------------------------------------------------------------ */
 
-static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
+/* The index updates are inlined into the hot path (a cached malloc and its free: make_free and
+ * alloc_malloc_ex call free_insert_fast / free_remove_fast); every other caller shares one copy. */
+#define A_INLINE static inline __attribute__((always_inline))
+
+A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     b->rb.st = B_FREE;
     unsigned c = a_size_class(b->size);
     b->rb.cls = c;
-    rb_insert(&p->cls[c].t, b);
-    p->bitmap[c >> 6] |= 1ull << (c & 63);
-    p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
-    blk_t *m = p->cls[c].min;
-    if (!m || b->size < m->size || (b->size == m->size && b->addr < m->addr)) p->cls[c].min = b;
+    struct pool_cls *k = &p->cls[c];
+    if (!k->t.root) { /* the usual case: classes are fine enough that most hold one block */
+        b->rb.parent = b->rb.left = b->rb.right = NULL;
+        b->rb.red = 0;
+        k->t.root = &b->rb;
+        k->t.count = 1;
+        k->min = b;
+        p->bitmap[c >> 6] |= 1ull << (c & 63);
+        p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+    } else {
+        rb_insert(&k->t, b);
+        blk_t *m = k->min;
+        if (b->size < m->size || (b->size == m->size && b->addr < m->addr)) k->min = b;
+    }
     p->free_bytes += b->size;
     a->cached_free += b->size;
     b->rb.split = a_block_is_split(b);
@@ -281,12 +294,19 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
     }
 }
 
-static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
+A_INLINE void free_remove_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     unsigned c = b->rb.cls;
-    if (p->cls[c].min == b) p->cls[c].min = rb_next(b);
-    rb_erase(&p->cls[c].t, b);
-    if (!p->cls[c].t.root && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
+    struct pool_cls *k = &p->cls[c];
+    if (k->t.root == &b->rb && !b->rb.left && !b->rb.right) { /* the class's only block */
+        k->t.root = NULL;
+        k->t.count = 0;
+        k->min = NULL;
+    } else {
+        if (k->min == b) k->min = rb_next(b);
+        rb_erase(&k->t, b);
+    }
+    if (!k->t.root && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
         p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
@@ -295,6 +315,16 @@ static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
         stat_sub(&a->st.inactive_split, 1);
         b->rb.split = 0;
     }
+}
+
+static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
+{
+    free_insert_fast(a, p, b);
+}
+
+static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
+{
+    free_remove_fast(a, p, b);
 }
 
 static int next_class(const pool_t *p, unsigned c)
@@ -1228,7 +1258,7 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     b->fseq = synced ? 0 : ++a->free_seq;
     if (b->prev && b->prev->rb.st == B_FREE) {
         blk_t *q = b->prev;
-        free_remove(a, p, q);
+        free_remove_fast(a, p, q);
         b->addr = q->addr;
         b->size += q->size;
         b->fseq = max_u64(b->fseq, q->fseq);
@@ -1237,13 +1267,13 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     }
     if (b->next && b->next->rb.st == B_FREE) {
         blk_t *q = b->next;
-        free_remove(a, p, q);
+        free_remove_fast(a, p, q);
         b->size += q->size;
         b->fseq = max_u64(b->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
-    free_insert(a, p, b);
+    free_insert_fast(a, p, b);
 }
 
 static void fence_put(alloc_t *a, fence_t *f)
@@ -2160,7 +2190,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                 __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
                 if (b->prev) /* the free of this block will look at it */
                     __builtin_prefetch(b->prev);
-                free_remove(a, p, b);
+                free_remove_fast(a, p, b);
                 a->st.cache_hits++;
                 rc = GROW_OK;
             } else {
@@ -2199,7 +2229,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             b->size = rs;
             b->rb.st = B_LIVE;
             link_after(b, r);
-            free_insert(a, p, r);
+            free_insert_fast(a, p, r);
         }
     }
     b->rb.st = B_LIVE;
