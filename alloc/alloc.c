@@ -278,8 +278,9 @@ A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
         k->t.root = &b->rb;
         k->t.count = 1;
         k->min = b;
-        p->bitmap[c >> 6] |= 1ull << (c & 63);
-        p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+        uint64_t *w = &p->bitmap[c >> 6];
+        if (!*w) p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+        *w |= 1ull << (c & 63);
     } else {
         rb_insert(&k->t, b);
         blk_t *m = k->min;
@@ -302,12 +303,12 @@ A_INLINE void free_remove_fast(alloc_t *a, pool_t *p, blk_t *b)
         k->t.root = NULL;
         k->t.count = 0;
         k->min = NULL;
+        if (!(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
+            p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
     } else {
         if (k->min == b) k->min = rb_next(b);
-        rb_erase(&k->t, b);
+        rb_erase(&k->t, b); /* leaves at least one block: the class stays in the bitmap */
     }
-    if (!k->t.root && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
-        p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
     if (b->rb.split) {
