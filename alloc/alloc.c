@@ -282,9 +282,16 @@ A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
         if (!*w) p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
         *w |= 1ull << (c & 63);
     } else {
-        rb_insert(&k->t, b);
         blk_t *m = k->min;
-        if (b->size < m->size || (b->size == m->size && b->addr < m->addr)) k->min = b;
+        if (b->size < m->size || (b->size == m->size && b->addr < m->addr)) {
+            /* the class's new smallest, as when best fit took the smallest and it comes back
+             * freed: the left child of the old one (which has none), the tree's cold nodes
+             * above it not read */
+            rb_insert_at(&k->t, b, m, true);
+            k->min = b;
+        } else {
+            rb_insert(&k->t, b);
+        }
     }
     p->free_bytes += b->size;
     a->cached_free += b->size;

@@ -96,6 +96,9 @@ _Static_assert(sizeof(blk_t) == 128 && offsetof(blk_t, size) + sizeof(uint64_t) 
  * inactive_split (see a_block_is_split) */
 
 void rb_insert(rb_tree_t *t, blk_t *b);
+/* b as the left (or right) child of parent, which has none there and is b's neighbour in key
+ * order (NULL: the empty tree's root): an insert without the descent, the same tree */
+void rb_insert_at(rb_tree_t *t, blk_t *b, blk_t *parent, bool left);
 void rb_erase(rb_tree_t *t, blk_t *b);
 blk_t *rb_lower_bound(const rb_tree_t *t, uint64_t size); /* smallest (size, addr) >= size */
 blk_t *rb_first(const rb_tree_t *t);
