@@ -108,7 +108,9 @@ void rb_insert_at(rb_tree_t *t, blk_t *b, blk_t *parent, bool left)
             }
         }
     }
-    t->root->red = 0;
+    /* the loop ends below a black parent, or at the root (which only then may be red): the
+     * root is not read otherwise (a cold cache line in a large tree) */
+    if (!z->parent) z->red = 0;
 }
 
 static void transplant(rb_tree_t *t, rb_node_t *u, rb_node_t *v)
