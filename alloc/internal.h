@@ -60,7 +60,7 @@ typedef struct rb_node {
     uint8_t st;
     uint8_t split;
     uint8_t named; /* LIVE with uses: alloc_record_stream named one of them (see blk_t.uses) */
-    uint32_t cls;  /* FREE: the size class whose tree holds it (its removal need not recompute it) */
+    uint32_t cls;  /* FREE: the class whose tree holds it (not recomputed to take it out) */
 } rb_node_t;
 
 typedef struct rb_tree {
