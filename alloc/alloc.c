@@ -126,6 +126,12 @@ static inline void stat_add(alloc_stat_t *s, int64_t d)
     if (s->current > s->peak) s->peak = s->current;
 }
 
+/* A decrease never makes a new peak (current <= peak always: a peak reset sets peak = current). */
+static inline void stat_sub(alloc_stat_t *s, int64_t d)
+{
+    s->current -= d;
+}
+
 static inline uint64_t max_u64(uint64_t x, uint64_t y)
 {
     return x > y ? x : y;
@@ -134,11 +140,6 @@ static inline uint64_t max_u64(uint64_t x, uint64_t y)
 static inline size_t round_up(size_t v, size_t m)
 {
     return (v + m - 1) / m * m;
-}
-
-bool a_block_is_split(const blk_t *b)
-{
-    return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
 }
 
 static int be_rc(alloc_t *a, int rc)
@@ -151,7 +152,8 @@ static int be_rc(alloc_t *a, int rc)
 
 #define CHUNK_BLOCKS 256
 
-static blk_t *blk_new(alloc_t *a)
+/* A block struct with undefined contents (blk_new zeroes it) */
+static blk_t *blk_take(alloc_t *a)
 {
     if (!a->free_blks) {
         blk_chunk_t *c = aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
@@ -165,7 +167,13 @@ static blk_t *blk_new(alloc_t *a)
     }
     blk_t *b = a->free_blks;
     a->free_blks = b->next;
-    memset(b, 0, sizeof(*b));
+    return b;
+}
+
+static blk_t *blk_new(alloc_t *a)
+{
+    blk_t *b = blk_take(a);
+    if (b) memset(b, 0, sizeof(*b));
     return b;
 }
 
@@ -254,15 +262,37 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
 
 /* ---- free index ------------------------------------------------------------------------------ */
 
-static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
+/* The index updates are inlined into the hot path (a cached malloc and its free: make_free and
+ * alloc_malloc_ex call free_insert_fast / free_remove_fast); every other caller shares one copy. */
+#define A_INLINE static inline __attribute__((always_inline))
+
+A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     b->rb.st = B_FREE;
     unsigned c = a_size_class(b->size);
-    rb_insert(&p->cls[c].t, b);
-    p->bitmap[c >> 6] |= 1ull << (c & 63);
-    p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
-    blk_t *m = p->cls[c].min;
-    if (!m || b->size < m->size || (b->size == m->size && b->addr < m->addr)) p->cls[c].min = b;
+    b->rb.cls = c;
+    struct pool_cls *k = &p->cls[c];
+    if (!k->t.root) { /* the usual case: classes are fine enough that most hold one block */
+        b->rb.parent = b->rb.left = b->rb.right = NULL;
+        b->rb.red = 0;
+        k->t.root = &b->rb;
+        k->t.count = 1;
+        k->min = b;
+        uint64_t *w = &p->bitmap[c >> 6];
+        if (!*w) p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+        *w |= 1ull << (c & 63);
+    } else {
+        blk_t *m = k->min;
+        if (b->size < m->size || (b->size == m->size && b->addr < m->addr)) {
+            /* the class's new smallest, as when best fit took the smallest and it comes back
+             * freed: the left child of the old one (which has none), the tree's cold nodes
+             * above it not read */
+            rb_insert_at(&k->t, b, m, true);
+            k->min = b;
+        } else {
+            rb_insert(&k->t, b);
+        }
+    }
     p->free_bytes += b->size;
     a->cached_free += b->size;
     b->rb.split = a_block_is_split(b);
@@ -272,20 +302,37 @@ static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
     }
 }
 
-static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
+A_INLINE void free_remove_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
-    unsigned c = a_size_class(b->size);
-    if (p->cls[c].min == b) p->cls[c].min = rb_next(b);
-    rb_erase(&p->cls[c].t, b);
-    if (!p->cls[c].t.root && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
-        p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
+    unsigned c = b->rb.cls;
+    struct pool_cls *k = &p->cls[c];
+    if (k->t.root == &b->rb && !b->rb.left && !b->rb.right) { /* the class's only block */
+        k->t.root = NULL;
+        k->t.count = 0;
+        k->min = NULL;
+        if (!(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
+            p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
+    } else {
+        if (k->min == b) k->min = rb_next(b);
+        rb_erase(&k->t, b); /* leaves at least one block: the class stays in the bitmap */
+    }
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
     if (b->rb.split) {
-        stat_add(&a->st.inactive_split_bytes, -(int64_t)b->size);
-        stat_add(&a->st.inactive_split, -1);
+        stat_sub(&a->st.inactive_split_bytes, (int64_t)b->size);
+        stat_sub(&a->st.inactive_split, 1);
         b->rb.split = 0;
     }
+}
+
+static void free_insert(alloc_t *a, pool_t *p, blk_t *b)
+{
+    free_insert_fast(a, p, b);
+}
+
+static void free_remove(alloc_t *a, pool_t *p, blk_t *b)
+{
+    free_remove_fast(a, p, b);
 }
 
 static int next_class(const pool_t *p, unsigned c)
@@ -596,8 +643,8 @@ static void release_classic_segment(alloc_t *a, pool_t *p, blk_t *b)
     be_count(a, ALLOC_BE_CALL_SEG_FREE);
     a->st.num_device_free++;
     be_rc(a, a->be.seg_free(a->be.ctx, s->base, s->size));
-    stat_add(&a->st.reserved_bytes, -(int64_t)s->size);
-    stat_add(&a->st.segment, -1);
+    stat_sub(&a->st.reserved_bytes, (int64_t)s->size);
+    stat_sub(&a->st.segment, 1);
     if (a->hooks.on_segment_unmap)
         a->hooks.on_segment_unmap(a->hooks.user, s->base, s->size, p->owner->stream);
     seg_unlink(p, s);
@@ -686,8 +733,8 @@ static void guard_release(alloc_t *a, pool_t *p, blk_t *b)
     be_count(a, ALLOC_BE_CALL_FREE_RANGE);
     be_rc(a, a->be.free_range(a->be.ctx, s->g_va, s->g_mapped + a->gran));
     a->st.num_device_free++;
-    stat_add(&a->st.reserved_bytes, -(int64_t)s->g_mapped);
-    stat_add(&a->st.segment, -1);
+    stat_sub(&a->st.reserved_bytes, (int64_t)s->g_mapped);
+    stat_sub(&a->st.segment, 1);
     if (a->hooks.on_segment_unmap)
         a->hooks.on_segment_unmap(a->hooks.user, s->g_va, s->g_mapped, p->owner->stream);
     seg_unlink(p, s);
@@ -846,7 +893,7 @@ static void unmap_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
     r->runs = r->runs + left + right - 1;
     stat_add(&a->st.segment, (int64_t)left + (int64_t)right - 1);
     r->mapped -= len;
-    stat_add(&a->st.reserved_bytes, -(int64_t)len);
+    stat_sub(&a->st.reserved_bytes, (int64_t)len);
     if (a->hooks.on_segment_unmap)
         a->hooks.on_segment_unmap(a->hooks.user, addr, len, r->pool->owner->stream);
 }
@@ -1201,8 +1248,8 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
 {
     pool_t *p = b->seg->pool;
     ptrmap_del(&a->map, b->addr);
-    stat_add(&a->st.active_bytes, -(int64_t)b->size);
-    stat_add(&a->st.active, -1);
+    stat_sub(&a->st.active_bytes, (int64_t)b->size);
+    stat_sub(&a->st.active, 1);
     if (b->uses) { /* most blocks have none: no call into the host allocator for them */
         free(b->uses);
         b->uses = NULL;
@@ -1219,7 +1266,7 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     b->fseq = synced ? 0 : ++a->free_seq;
     if (b->prev && b->prev->rb.st == B_FREE) {
         blk_t *q = b->prev;
-        free_remove(a, p, q);
+        free_remove_fast(a, p, q);
         b->addr = q->addr;
         b->size += q->size;
         b->fseq = max_u64(b->fseq, q->fseq);
@@ -1228,13 +1275,13 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     }
     if (b->next && b->next->rb.st == B_FREE) {
         blk_t *q = b->next;
-        free_remove(a, p, q);
+        free_remove_fast(a, p, q);
         b->size += q->size;
         b->fseq = max_u64(b->fseq, q->fseq);
         unlink_blk(q);
         blk_del(a, q);
     }
-    free_insert(a, p, b);
+    free_insert_fast(a, p, b);
 }
 
 static void fence_put(alloc_t *a, fence_t *f)
@@ -2151,7 +2198,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                 __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
                 if (b->prev) /* the free of this block will look at it */
                     __builtin_prefetch(b->prev);
-                free_remove(a, p, b);
+                free_remove_fast(a, p, b);
                 a->st.cache_hits++;
                 rc = GROW_OK;
             } else {
@@ -2176,15 +2223,21 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         return err;
     }
     if (b->size > rs && should_split(a, p, rs, b->size - rs)) {
-        blk_t *r = blk_new(a);
+        /* every field set here or by link_after and free_insert: no memset on the hot path */
+        blk_t *r = blk_take(a);
         if (r) {
+            r->rb.named = 0;
             r->addr = b->addr + rs;
             r->size = b->size - rs;
+            r->requested = 0;
+            r->stamp = 0;
+            r->stream = 0;
+            r->uses = NULL;
             r->fseq = b->fseq;
             b->size = rs;
             b->rb.st = B_LIVE;
             link_after(b, r);
-            free_insert(a, p, r);
+            free_insert_fast(a, p, r);
         }
     }
     b->rb.st = B_LIVE;
@@ -2234,8 +2287,8 @@ static int classify_unknown(alloc_t *a, uint64_t ptr)
 static void nocache_free(alloc_t *a, blk_t *b)
 {
     ptrmap_del(&a->map, b->addr);
-    stat_add(&a->st.active_bytes, -(int64_t)b->size);
-    stat_add(&a->st.active, -1);
+    stat_sub(&a->st.active_bytes, (int64_t)b->size);
+    stat_sub(&a->st.active, 1);
     free(b->uses);
     b->uses = NULL;
     /* cuMemFree itself waits for the device: no fence needed */
@@ -2263,9 +2316,9 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     if (freed)
         *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp, false};
     sstate_t *fs = async ? stream_get(a, stream) : NULL;
-    stat_add(&a->st.allocated_bytes, -(int64_t)b->size);
-    stat_add(&a->st.requested_bytes, -(int64_t)b->requested);
-    stat_add(&a->st.allocation, -1);
+    stat_sub(&a->st.allocated_bytes, (int64_t)b->size);
+    stat_sub(&a->st.requested_bytes, (int64_t)b->requested);
+    stat_sub(&a->st.allocation, 1);
     a->st.num_frees++;
     size_t pending0 = a->pending_bytes;
     bool nocache_graph = a->cfg.policy == ALLOC_POLICY_NOCACHE && b->seg->pool->owner->graph;

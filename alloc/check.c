@@ -272,7 +272,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 mapped_bytes += b->size;
                 break;
             case B_FREE:
-                if (a_size_class(b->size) >= p->ncls ||
+                if (a_size_class(b->size) >= p->ncls || b->rb.cls != a_size_class(b->size) ||
                     !rb_contains(&p->cls[a_size_class(b->size)].t, b))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);

@@ -60,6 +60,7 @@ typedef struct rb_node {
     uint8_t st;
     uint8_t split;
     uint8_t named; /* LIVE with uses: alloc_record_stream named one of them (see blk_t.uses) */
+    uint32_t cls;  /* FREE: the class whose tree holds it (not recomputed to take it out) */
 } rb_node_t;
 
 typedef struct rb_tree {
@@ -95,6 +96,9 @@ _Static_assert(sizeof(blk_t) == 128 && offsetof(blk_t, size) + sizeof(uint64_t) 
  * inactive_split (see a_block_is_split) */
 
 void rb_insert(rb_tree_t *t, blk_t *b);
+/* b as the left (or right) child of parent, which has none there and is b's neighbour in key
+ * order (NULL: the empty tree's root): an insert without the descent, the same tree */
+void rb_insert_at(rb_tree_t *t, blk_t *b, blk_t *parent, bool left);
 void rb_erase(rb_tree_t *t, blk_t *b);
 blk_t *rb_lower_bound(const rb_tree_t *t, uint64_t size); /* smallest (size, addr) >= size */
 blk_t *rb_first(const rb_tree_t *t);
@@ -324,7 +328,11 @@ static inline unsigned a_size_class(uint64_t size)
     unsigned e = 63u - (unsigned)__builtin_clzll(u); /* >= A_SUB_BITS */
     return A_SUB + (e - A_SUB_BITS) * A_SUB + (unsigned)((u >> (e - A_SUB_BITS)) & (A_SUB - 1));
 }
-bool a_block_is_split(const blk_t *b);
+/* FREE and not a whole segment or mapped run (counted in inactive_split) */
+static inline bool a_block_is_split(const blk_t *b)
+{
+    return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
+}
 
 /* config.c */
 size_t a_round_size(const alloc_config_t *cfg, size_t size);

@@ -7,11 +7,10 @@
  * top_down); nothing is ever reused, so an address identifies one reservation or segment for
  * the lifetime of the backend.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc/alloc.h"
+#include "alloc/internal.h"
 
 typedef struct mem_event {
     size_t index; /* in m->events */
@@ -22,7 +21,7 @@ typedef struct mem_event {
 struct alloc_mem_backend {
     alloc_backend_t be;
     alloc_mem_opts_t o;
-    pthread_mutex_t mu;
+    a_lock_t mu; /* the allocator's futex lock: a replay calls the backend ~1M times */
     uint64_t next_va;
     size_t *handle_size; /* by handle id - 1; 0 = released */
     size_t nhandles, cap_handles;
@@ -63,10 +62,10 @@ static bool phys_fails(alloc_mem_backend_t *m, size_t size)
 static int mb_reserve(void *ctx, size_t size, size_t align, uint64_t *addr)
 {
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.reserve++;
     *addr = va_take(m, size, align);
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -75,9 +74,9 @@ static int mb_free_range(void *ctx, uint64_t addr, size_t size)
     (void)addr;
     (void)size;
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.free_range++;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -85,7 +84,7 @@ static int mb_create(void *ctx, size_t size, uint64_t *handle)
 {
     alloc_mem_backend_t *m = M(ctx);
     int rc = ALLOC_BE_OK;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.create++;
     m->c.create_bytes += size;
     if (phys_fails(m, size)) {
@@ -95,7 +94,7 @@ static int mb_create(void *ctx, size_t size, uint64_t *handle)
             size_t nc = m->cap_handles ? m->cap_handles * 2 : 1024;
             size_t *n = realloc(m->handle_size, nc * sizeof(*n));
             if (!n) {
-                pthread_mutex_unlock(&m->mu);
+                a_unlock(&m->mu);
                 return ALLOC_BE_ERROR;
             }
             m->handle_size = n;
@@ -105,7 +104,7 @@ static int mb_create(void *ctx, size_t size, uint64_t *handle)
         *handle = m->nhandles;
         phys_add(m, size);
     }
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return rc;
 }
 
@@ -113,7 +112,7 @@ static int mb_release(void *ctx, uint64_t handle)
 {
     alloc_mem_backend_t *m = M(ctx);
     int rc = ALLOC_BE_OK;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.release++;
     if (!handle || handle > m->nhandles || !m->handle_size[handle - 1]) {
         rc = ALLOC_BE_ERROR;
@@ -122,7 +121,7 @@ static int mb_release(void *ctx, uint64_t handle)
         m->c.release_bytes += m->handle_size[handle - 1];
         m->handle_size[handle - 1] = 0;
     }
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return rc;
 }
 
@@ -131,11 +130,11 @@ static int mb_map(void *ctx, uint64_t addr, size_t size, uint64_t handle)
     (void)addr;
     alloc_mem_backend_t *m = M(ctx);
     int rc = ALLOC_BE_OK;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.map++;
     m->c.map_bytes += size;
     if (!handle || handle > m->nhandles || m->handle_size[handle - 1] != size) rc = ALLOC_BE_ERROR;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return rc;
 }
 
@@ -143,10 +142,10 @@ static int mb_set_access(void *ctx, uint64_t addr, size_t size)
 {
     (void)addr;
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.set_access++;
     m->c.set_access_bytes += size;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -154,10 +153,10 @@ static int mb_unmap(void *ctx, uint64_t addr, size_t size)
 {
     (void)addr;
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.unmap++;
     m->c.unmap_bytes += size;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -170,7 +169,7 @@ static int mb_seg_alloc(void *ctx, size_t size, uint64_t *addr)
 {
     alloc_mem_backend_t *m = M(ctx);
     int rc = ALLOC_BE_OK;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.seg_alloc++;
     m->c.seg_alloc_bytes += size;
     if (phys_fails(m, size)) {
@@ -179,7 +178,7 @@ static int mb_seg_alloc(void *ctx, size_t size, uint64_t *addr)
         *addr = va_take(m, size, 2u << 20);
         phys_add(m, size);
     }
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return rc;
 }
 
@@ -187,11 +186,11 @@ static int mb_seg_free(void *ctx, uint64_t addr, size_t size)
 {
     (void)addr;
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.seg_free++;
     m->c.seg_free_bytes += size;
     m->c.physical_in_use -= size;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -200,12 +199,12 @@ static int mb_event_create(void *ctx, void **event)
     alloc_mem_backend_t *m = M(ctx);
     mem_event_t *e = calloc(1, sizeof(*e));
     if (!e) return ALLOC_BE_ERROR;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     if (m->nevents == m->cap_events) {
         size_t nc = m->cap_events ? m->cap_events * 2 : 64;
         mem_event_t **n = realloc(m->events, nc * sizeof(*n));
         if (!n) {
-            pthread_mutex_unlock(&m->mu);
+            a_unlock(&m->mu);
             free(e);
             return ALLOC_BE_ERROR;
         }
@@ -214,7 +213,7 @@ static int mb_event_create(void *ctx, void **event)
     }
     e->index = m->nevents;
     m->events[m->nevents++] = e;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     *event = e;
     return ALLOC_BE_OK;
 }
@@ -224,12 +223,12 @@ static int mb_event_record(void *ctx, void *event, uintptr_t stream)
     (void)stream;
     alloc_mem_backend_t *m = M(ctx);
     mem_event_t *e = event;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.event_record++;
     e->recorded = true;
     e->complete = false;
     e->left = m->o.event_delay;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -238,7 +237,7 @@ static int mb_event_query(void *ctx, void *event)
     alloc_mem_backend_t *m = M(ctx);
     mem_event_t *e = event;
     int rc = ALLOC_BE_OK;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.event_query++;
     if (e->recorded && !e->complete) {
         if (m->o.event_delay == ALLOC_MEM_EVENT_MANUAL) {
@@ -250,7 +249,7 @@ static int mb_event_query(void *ctx, void *event)
             rc = ALLOC_BE_NOT_READY;
         }
     }
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return rc;
 }
 
@@ -258,10 +257,10 @@ static int mb_event_destroy(void *ctx, void *event)
 {
     alloc_mem_backend_t *m = M(ctx);
     mem_event_t *e = event;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->events[e->index] = m->events[--m->nevents];
     m->events[e->index]->index = e->index;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     free(e);
     return ALLOC_BE_OK;
 }
@@ -275,20 +274,20 @@ static void complete_all(alloc_mem_backend_t *m)
 static int mb_synchronize(void *ctx)
 {
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     m->c.synchronize++;
     complete_all(m);
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
 static int mb_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     alloc_mem_backend_t *m = M(ctx);
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     *total_bytes = m->o.capacity;
     *free_bytes = m->o.capacity > m->c.physical_in_use ? m->o.capacity - m->c.physical_in_use : 0;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return ALLOC_BE_OK;
 }
 
@@ -299,7 +298,6 @@ alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts)
     if (opts) m->o = *opts;
     if (!m->o.capacity) m->o.capacity = (size_t)80 << 30;
     if (!m->o.granularity) m->o.granularity = (size_t)2 << 20;
-    pthread_mutex_init(&m->mu, NULL);
     /* upwards from 1 TiB; downwards from 64 TiB (room for 63 TiB of ranges either way) */
     m->next_va = m->o.top_down ? (uint64_t)64 << 40 : (uint64_t)1 << 40;
     alloc_backend_t *b = &m->be;
@@ -334,7 +332,6 @@ void alloc_mem_backend_destroy(alloc_mem_backend_t *m)
         free(m->events[i]);
     free(m->events);
     free(m->handle_size);
-    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
@@ -345,24 +342,24 @@ const alloc_backend_t *alloc_mem_backend(alloc_mem_backend_t *m)
 
 void alloc_mem_backend_complete_events(alloc_mem_backend_t *m)
 {
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     complete_all(m);
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
 }
 
 size_t alloc_mem_backend_pending_events(alloc_mem_backend_t *m)
 {
     size_t n = 0;
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     for (size_t i = 0; i < m->nevents; i++)
         n += m->events[i]->recorded && !m->events[i]->complete;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
     return n;
 }
 
 void alloc_mem_backend_counters(alloc_mem_backend_t *m, alloc_mem_counters_t *out)
 {
-    pthread_mutex_lock(&m->mu);
+    a_lock(&m->mu);
     *out = m->c;
-    pthread_mutex_unlock(&m->mu);
+    a_unlock(&m->mu);
 }

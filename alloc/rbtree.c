@@ -46,13 +46,19 @@ static void rotate_right(rb_tree_t *t, rb_node_t *x)
 
 void rb_insert(rb_tree_t *t, blk_t *b)
 {
-    rb_node_t *z = &b->rb, *y = NULL, *x = t->root;
+    rb_node_t *y = NULL, *x = t->root;
     bool left = false;
     while (x) {
         y = x;
         left = key_less(b, (blk_t *)x);
         x = left ? x->left : x->right;
     }
+    rb_insert_at(t, b, (blk_t *)y, left);
+}
+
+void rb_insert_at(rb_tree_t *t, blk_t *b, blk_t *parent, bool left)
+{
+    rb_node_t *z = &b->rb, *y = parent ? &parent->rb : NULL;
     z->parent = y;
     z->left = z->right = NULL;
     z->red = 1;
@@ -102,7 +108,9 @@ void rb_insert(rb_tree_t *t, blk_t *b)
             }
         }
     }
-    t->root->red = 0;
+    /* the loop ends below a black parent, or at the root (which only then may be red): the
+     * root is not read otherwise (a cold cache line in a large tree) */
+    if (!z->parent) z->red = 0;
 }
 
 static void transplant(rb_tree_t *t, rb_node_t *u, rb_node_t *v)
