@@ -1686,7 +1686,11 @@ int gm_advise_main(int argc, char **argv)
             printf("time: no step time recorded (no complete \"step N\" range): costs in s/step "
                    "only; link %.1f GB/s (%s)\n",
                    c.link_bps / 1e9, c.link_src);
-        if (!c.m.have_uses)
+        if (!c.m.have_uses && c.m.uses_unread > 0)
+            printf("uses: incomplete (%" PRId64 " launches ran kernels whose arguments gpumem could not read), so "
+                   "not used; recompute and offload act on births and deaths\n",
+                   c.m.uses_unread);
+        else if (!c.m.have_uses)
             printf(
                 "uses: none recorded; recompute and offload act on births and deaths (record with "
                 "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
