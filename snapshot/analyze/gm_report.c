@@ -379,6 +379,11 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
     return n;
 }
 
+/* two steps the leaks section prints alike (one line for both) */
+static int same_step_figures(const gm_step *a, const gm_step *b) {
+    return a->end_allocated == b->end_allocated && a->leaked == b->leaked;
+}
+
 static const char *idle_off_hint(int state) {
     return state == GM_USES_EMPTY
                ? "access tracking was on but recorded no uses: no kernel, copy or memset pointed into "
@@ -1596,17 +1601,28 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         if (m->nsteps) {
             fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
-            size_t show = m->nsteps <= 12 ? m->nsteps : 12;
-            for (size_t i = 0; i < m->nsteps; i++) {
-                if (m->nsteps > 12 && i == 6) fprintf(out, "  ...\n");
-                if (m->nsteps > 12 && i >= 6 && i < m->nsteps - 6) continue;
-                char e[32], k[32];
-                gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
-                gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
-                fprintf(out, "  step %-8" PRId64 " allocated at its end %12s, still alive at exit %12s\n",
-                        m->steps[i].step, e, k);
+            /* neighbouring steps with the same figures are one line ("step 2-200"); of many
+             * distinct lines, the first and the last six */
+            size_t nruns = 0, r = 0;
+            for (size_t i = 0; i < m->nsteps; i++)
+                nruns += i == 0 || !same_step_figures(&m->steps[i - 1], &m->steps[i]);
+            for (size_t i = 0; i < m->nsteps; r++) {
+                size_t j = i + 1;
+                while (j < m->nsteps && same_step_figures(&m->steps[i], &m->steps[j]))
+                    j++;
+                if (nruns > 12 && r == 6) fprintf(out, "  ...\n");
+                if (nruns <= 12 || r < 6 || r >= nruns - 6) {
+                    char e[32], k[32], lab[48];
+                    gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
+                    gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
+                    if (j - i > 1)
+                        snprintf(lab, sizeof lab, "%" PRId64 "-%" PRId64, m->steps[i].step, m->steps[j - 1].step);
+                    else
+                        snprintf(lab, sizeof lab, "%" PRId64, m->steps[i].step);
+                    fprintf(out, "  step %-9s allocated at its end %12s, still alive at exit %12s\n", lab, e, k);
+                }
+                i = j;
             }
-            (void)show;
             char g[32];
             /* |slope| can reach 2^64 on a damaged file (sizes near 2^63): clamp, a double out of
              * uint64_t's range must never be converted */
