@@ -662,8 +662,8 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     fmt(save >= 0 ? (uint64_t)save : (uint64_t)-save, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
-    fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step",
-            target, a, r, save < 0 ? "-" : "", sv, s->extra_s);
+    fprintf(out, "  %s\n    peak allocated %s, reserved %s (%s %s%s); extra time %.4f s/step", target, a, r,
+            save < 0 ? "costs" : "saves", sv, save < 0 ? " more" : "", s->extra_s);
     if (isnan(pct(c, s->extra_s)))
         fputs(" (no step time recorded to compare)", out);
     else
@@ -677,6 +677,10 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     if (c->torch) {
         spec_change(c, s, how, sizeof how);
         fprintf(out, "    change: %s\n", how);
+        if (s->bf16)
+            fputs("    note: an estimate: the model halves the saved activations only; autocast's bf16 copies of "
+                  "the weights and its casts (ADVISE.md) are not in it, so --check measures this one\n",
+                  out);
         spec_flags(c, s, how, sizeof how);
         if (c->script && how[0]) fprintf(out, "    flags: %s\n", how);
     } else if (c->trainer) {
