@@ -65,9 +65,9 @@ int64_t gm_uses_unread(gm_db *d, char *buf, size_t n) {
     if (unread <= 0) return 0;
     snprintf(buf, n,
              "%" PRId64 " of %" PRId64 " launches (%.0f%%) ran kernels whose arguments gpumem could not read "
-             "(the driver gave no parameter layout for them: cuFuncGetParamInfo, CUDA 12.4 and later; the "
-             "virtual GPU gives none for kernels with device code only, such as PyTorch's): memory that "
-             "only they touched shows as unused",
+             "(the driver gave no parameter layout for them: cuFuncGetParamInfo, CUDA 12.4 and later, "
+             "reads it from the kernel's fat binary, which a kernel registered without one lacks): memory "
+             "that only they touched shows as unused",
              unread, launches > unread ? launches : unread,
              100.0 * (double)unread / (double)(launches > unread ? launches : unread));
     return unread;

@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
-# snapshot_uses_unread.sh — launches whose arguments gpumem cannot read are unknown uses, never
-# "unused". An nvcc-built program (tests/unit/sim_nvcc_app.cu: a kernel with device code only,
-# which the virtual GPU gives no parameter layout for, launched twice; a memset and a copy of the
-# same buffer) recorded with GPUMEM_USES=1: the recorder counts the two kernel launches in
-# meta.launches_unread, and every reader of uses says so, text and JSON:
-#   report (the "Idle at the peak" section), uses (one tensor's life), advise (its uses line).
-# Skipped without nvcc, and under a sanitizer (an uninstrumented nvcc program cannot load an
-# instrumented runtime).
+# snapshot_uses_unread.sh — kernel arguments are read through the parameter layout a fat binary
+# gives, and launches whose layout nobody gives are unknown uses, never "unused":
+#   (1) an nvcc-built program (tests/unit/sim_nvcc_app.cu: a kernel with device code only,
+#       launched twice on a buffer it memsets and copies back) recorded with GPUMEM_USES=1 on the
+#       virtual GPU, which reads the layout from the program's fat binary as a driver does: no
+#       launch unread, and each kernel launch is a use of the buffer;
+#   (2) tests/apps/unread_app.c, the same work with a kernel registered without a fat binary:
+#       the two launches are counted in meta.launches_unread, and every reader of uses says so,
+#       text and JSON: report (the "Idle at the peak" section), uses (one tensor's life),
+#       advise (its uses line).
+# (1) is skipped without nvcc; both under a sanitizer (the programs are not instrumented).
 set -euo pipefail
 build=${BUILD:-build}
 if [[ -n ${SAN:-} ]]; then echo "snapshot_uses_unread.sh: skipped under SAN=$SAN" >&2; exit 77; fi
-nvcc=
-for c in "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" "$(command -v nvcc || true)"; do
-  [[ -z $nvcc && -n $c && -x $c ]] && nvcc=$c
-done
-if [[ -z $nvcc ]]; then echo "snapshot_uses_unread.sh: nvcc not found; skipped" >&2; exit 77; fi
 command -v jq >/dev/null || { echo "FAIL: jq is missing (make deps installs it)" >&2; exit 1; }
 G=$build/gpumem
+APP=$build/tests/apps/unread_app
+[[ -x $APP ]] || { echo "snapshot_uses_unread.sh: $APP is not built: run make" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$nvcc" -O1 -cudart shared -o "$tmp/app" tests/unit/sim_nvcc_app.cu
-LD_LIBRARY_PATH=$build/sim GPUMEM_USES=1 "$G" record -q -o "$tmp/u.db" -- "$tmp/app" > "$tmp/app.out"
 fail=0
 check() { # what expected actual
   if [[ $2 == "$3" ]]; then echo "ok: $1 ($3)"; else echo "FAIL: $1: expected '$2', got '$3'"; fail=1; fi
 }
-meta() { "$G" sql "$tmp/u.db" -c "SELECT value FROM meta WHERE key = '$1'" | tail -1; }
-check "recorder: launches" 4 "$(meta launches)"
-check "recorder: the two kernel launches are unread" 2 "$(meta launches_unread)"
-check "recorder: the memset's and the copy's uses" 2 "$(meta uses_rows)"
+meta() { "$G" sql "$1" -c "SELECT value FROM meta WHERE key = '$2'" | tail -1; }
+
+# (1) the fat binary's layout
+nvcc=
+for c in "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" "$(command -v nvcc || true)"; do
+  [[ -z $nvcc && -n $c && -x $c ]] && nvcc=$c
+done
+if [[ -n $nvcc ]]; then
+  "$nvcc" -O1 -cudart shared -o "$tmp/nvapp" tests/unit/sim_nvcc_app.cu
+  LD_LIBRARY_PATH=$build/sim GPUMEM_USES=1 "$G" record -q -o "$tmp/nv.db" -- "$tmp/nvapp" > "$tmp/nvapp.out"
+  check "nvcc program: no launch unread" 0 "$(meta "$tmp/nv.db" launches_unread)"
+  check "nvcc program: the kernel's two launches use the buffer" 2 "$("$G" sql "$tmp/nv.db" -c \
+    "SELECT count(*) FROM uses u JOIN strings s ON s.id = u.kernel WHERE s.s = '_Z4add1Pi'" | tail -1)"
+else
+  echo "snapshot_uses_unread.sh: nvcc not found; the fat binary part skipped" >&2
+fi
+
+# (2) no layout: unread, and said so
+GPUMEM_USES=1 "$G" record -q -o "$tmp/u.db" -- "$APP" > "$tmp/app.out"
+check "recorder: launches" 4 "$(meta "$tmp/u.db" launches)"
+check "recorder: the two kernel launches are unread" 2 "$(meta "$tmp/u.db" launches_unread)"
+check "recorder: the memset's and the copy's uses" 2 "$(meta "$tmp/u.db" uses_rows)"
 id=$("$G" sql "$tmp/u.db" -c "SELECT id FROM allocations LIMIT 1" | tail -1)
 "$G" report --json "$tmp/u.db" > "$tmp/r.json"
 "$G" report "$tmp/u.db" > "$tmp/r.txt"
