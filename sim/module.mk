@@ -121,7 +121,10 @@ SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_
                  $(SIM_DIR)/sim_cu_procs.c
 $(eval $(call fuzz_target,sim_fuzz,$(SIM_FUZZ_SRCS),-std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) -I$(SIM_DIR) -isystem $(CUDA_INC),-lpthread,,$(SIM_DIR)/sim_procs.h))
 ALL_TARGETS += $(SIM_FUZZ)
+# the fat binary reader (sim_fatbin.c), over nvcc's own fat binaries
+$(eval $(call fuzz_target,fatbin_fuzz,tests/fuzz/fatbin_fuzz.c sim/sim_fatbin.c,-std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP),-lzstd))
+ALL_TARGETS += $(BUILD)/tests/fuzz/fatbin_fuzz
 endif
-SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh
+SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh tests/fuzz/fatbin_fuzz.sh
 # the exported surface against PyTorch's imports (nm)
 NOSAN_SCRIPT_TESTS += tests/unit/sim_torch_imports.sh

@@ -149,15 +149,26 @@ int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *nou
     const unsigned char *fb = NULL;
     memcpy(&fb, w + 8, sizeof fb);
     if (!fb || rd32(fb) != FATBIN_MAGIC) return -1;
+    /* the fat binary's extent is its header's word */
+    uint64_t total = rd64(fb + 8), hsz = rd16(fb + 6);
+    if (total > MAX_CUBIN * 64) return -1;
+    return sim_fatbin_parse(fb, hsz + total, out, nout);
+}
+
+int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    *out = NULL, *nout = 0;
+    const unsigned char *fb = data;
+    if (!fb || len < 16 || rd32(fb) != FATBIN_MAGIC) return -1;
     size_t hsz = rd16(fb + 6);
     uint64_t total = rd64(fb + 8);
-    if (hsz < 16 || total > MAX_CUBIN * 64) return -1;
+    if (hsz < 16 || hsz > len || total > len - hsz) return -1;
     const unsigned char *p = fb + hsz, *end = p + total;
-    while (p + 64 <= end) {
+    while (end - p >= 64) {
         unsigned kind = rd16(p);
         uint32_t ehsz = rd32(p + 4);
         uint64_t psz = rd64(p + 8), full = rd64(p + 56);
-        if (ehsz < 64 || psz > (uint64_t)(end - p) - ehsz) return -1;
+        if (ehsz < 64 || ehsz > (uint64_t)(end - p) || psz > (uint64_t)(end - p) - ehsz) return -1;
         const unsigned char *pay = p + ehsz;
         p += ehsz + psz;
         if (kind != KIND_ELF || psz < 4) continue;

@@ -16,6 +16,8 @@ typedef struct sim_fatbin_kernel {
  * malloc'd table (free with sim_fatbin_layouts_free), or -1 with none: not a fat binary, no
  * ELF entry, a compression it does not read. */
 int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *n);
+/* The same for the fat binary itself (its 0xba55ed50 header first), `len` bytes of it. */
+int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *n);
 void sim_fatbin_layouts_free(sim_fatbin_kernel *v, size_t n);
 
 #endif /* GPUMEM_SIM_FATBIN_H */
