@@ -64,6 +64,10 @@ $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 $(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/uses_app
+# blas_app links the cuBLAS stand-in as a program links the real library
+$(APPS_DIR)/blas_app: $(APPS_DIR)/blas_app.o $(SIM_CUBLAS) $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_CUBLAS) $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/blas_app
 # streams_app built as with nvcc --default-stream per-thread: stream 0 is each thread's own
 $(APPS_DIR)/streams_app_ptsz.o: tests/apps/streams_app.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)

@@ -109,7 +109,8 @@ static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, 
     if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 /* 64-bit */) return -1;
     uint64_t shoff = rd64(e + 0x28);
     unsigned shentsize = rd16(e + 0x3a), shnum = rd16(e + 0x3c), shstrndx = rd16(e + 0x3e);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff) return -1;
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff)
+        return -1;
     const unsigned char *sh = e + shoff, *strsh = sh + (size_t)shstrndx * shentsize;
     uint64_t stroff = rd64(strsh + 0x18), strsz = rd64(strsh + 0x20);
     if (stroff > n || strsz > n - stroff) return -1;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 typedef struct sim_fatbin_kernel {
-    char *name;        /* the kernel's device (mangled) name */
+    char *name; /* the kernel's device (mangled) name */
     unsigned nparams;
     size_t *offsets, *sizes;
 } sim_fatbin_kernel;

@@ -29,7 +29,8 @@ int main(void)
     void *args[] = {&d};
     dim3 g = {1, 1, 1}, b = {64, 1, 1};
     for (int i = 0; i < 2; i++)
-        if (cudaLaunchKernel((const void *)(uintptr_t)opaque_stub, g, b, args, 0, NULL) != cudaSuccess)
+        if (cudaLaunchKernel((const void *)(uintptr_t)opaque_stub, g, b, args, 0, NULL) !=
+            cudaSuccess)
             return 2;
     if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return 1;
     printf("unread_app: %d\n", h[3]);

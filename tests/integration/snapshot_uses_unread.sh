@@ -5,6 +5,8 @@
 #       launched twice on a buffer it memsets and copies back) recorded with GPUMEM_USES=1 on the
 #       virtual GPU, which reads the layout from the program's fat binary as a driver does: no
 #       launch unread, and each kernel launch is a use of the buffer;
+#   (1b) tests/apps/blas_app.c, one cublasSgemm through the virtual GPU's cuBLAS stand-in: its
+#       launch uses A, B and C (the stand-in passes them as the kernel's arguments);
 #   (2) tests/apps/unread_app.c, the same work with a kernel registered without a fat binary:
 #       the two launches are counted in meta.launches_unread, and every reader of uses says so,
 #       text and JSON: report (the "Idle at the peak" section), uses (one tensor's life),
@@ -39,6 +41,13 @@ if [[ -n $nvcc ]]; then
 else
   echo "snapshot_uses_unread.sh: nvcc not found; the fat binary part skipped" >&2
 fi
+
+# (1b) the cuBLAS stand-in's GEMM carries its operands as a real cuBLAS kernel does
+BLAS=$build/tests/apps/blas_app
+GPUMEM_USES=1 "$G" record -q -o "$tmp/b.db" -- "$BLAS" > "$tmp/blas.out"
+check "cuBLAS stand-in: no launch unread" 0 "$(meta "$tmp/b.db" launches_unread)"
+check "cuBLAS stand-in: the GEMM uses A, B and C" 3 "$("$G" sql "$tmp/b.db" -c \
+  "SELECT count(DISTINCT u.birth) FROM uses u JOIN strings s ON s.id = u.kernel WHERE s.s = 'cublasSgemm_v2'" | tail -1)"
 
 # (2) no layout: unread, and said so
 GPUMEM_USES=1 "$G" record -q -o "$tmp/u.db" -- "$APP" > "$tmp/app.out"
