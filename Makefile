@@ -75,7 +75,7 @@ INSTALL_INCLUDE :=
 
 # Debian packages the project needs (Makefile `deps`).
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
-                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev pkg-config binutils jq \
+                libsqlite3-dev sqlite3 libunwind-dev libdw-dev libelf-dev libzstd-dev pkg-config binutils jq \
                 libiberty-dev libopenmpi-dev openmpi-bin valgrind
 # Optional packages: `make deps` installs them too, but a build never needs them; the tests
 # that use one skip (exit 77) with a message naming it when it is missing.

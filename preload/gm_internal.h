@@ -401,6 +401,7 @@ struct gm_uses_op {
     void *timing, *tmp;
     uint64_t *w;
     size_t n, cap;
+    int unread; /* a kernel's arguments could not be read (no layout from the driver) */
     uint64_t stack[GM_USES_STACK_WORDS];
 };
 enum { GM_COPY_DEFAULT, GM_COPY_HTOD, GM_COPY_DTOH, GM_COPY_DTOD, GM_COPY_HTOH, GM_COPY_MEMSET };

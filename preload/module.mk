@@ -45,7 +45,7 @@ APPS_DIR := $(BUILD)/tests/apps
 APPS_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
 # rt_app, fork_app, stress_app link the virtual GPU's runtime; drv_app only dlopens the driver;
 # nvtx_app uses the toolkit's NVTX3 headers and nothing else.
-PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app
+PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app unread_app
 PRELOAD_APPS := $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS) drv_app nvtx_app)
 
 $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
@@ -64,6 +64,10 @@ $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 $(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/uses_app
+# blas_app links the cuBLAS stand-in as a program links the real library
+$(APPS_DIR)/blas_app: $(APPS_DIR)/blas_app.o $(SIM_CUBLAS) $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_CUBLAS) $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/blas_app
 # streams_app built as with nvcc --default-stream per-thread: stream 0 is each thread's own
 $(APPS_DIR)/streams_app_ptsz.o: tests/apps/streams_app.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)

@@ -323,6 +323,7 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
 {
     size_t bsize = 0;
     const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
+    ws->unread = 0;
     if (fi && fi->layout) {
         words_init(ws, fi->max_words);
         for (unsigned i = 0; i < fi->nparams; i++) {
@@ -336,7 +337,9 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
         return;
     }
     /* No layout: a kernelParams array cannot be walked (its length is unknown), but a packed
-     * buffer can, word by word. */
+     * buffer can, word by word. An array left unread makes the launch one whose uses are
+     * unknown (meta.launches_unread), not one that touched nothing. */
+    ws->unread = params != NULL;
     words_init(ws, buf ? bsize / 8 : 0);
     if (buf)
         scan(ws, buf, bsize);
@@ -530,6 +533,7 @@ static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint
             .words = op->w,
             .access = access,
             .nwords = op->n,
+            .unread = op->unread,
             .timing = t,
         };
         if (!rec_launch(&li) && t)
@@ -562,6 +566,7 @@ static uint32_t op_name(int which)
 void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s)
 {
     op->device = gm_uses_device();
+    op->unread = 0;
     op->f = NULL;
     op->s = s;
     op->timing = timing_begin(s);

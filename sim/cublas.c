@@ -368,7 +368,8 @@ static int64_t at_least_1(int64_t v)
  * launch (none when there is nothing to compute, as cuBLAS returns early). */
 static cublasStatus_t gemm(size_t kernel, cublasHandle_t handle, cublasOperation_t ta,
                            cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const void *alpha,
-                           const void *beta, int64_t lda, int64_t ldb, int64_t ldc, int64_t batch)
+                           const void *beta, int64_t lda, int64_t ldb, int64_t ldc, int64_t batch,
+                           const void *A, const void *B, const void *C)
 {
     HANDLE(b, handle);
     if (!op_ok(ta) || !op_ok(tb) || m < 0 || n < 0 || k < 0 || batch < 0 || !alpha || !beta)
@@ -377,20 +378,23 @@ static cublasStatus_t gemm(size_t kernel, cublasHandle_t handle, cublasOperation
         ldb < at_least_1(tb == CUBLAS_OP_N ? k : n) || ldc < at_least_1(m))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n || !batch) return CUBLAS_STATUS_SUCCESS;
-    return sim_blas_launch(kernel_names, kernel, b->stream);
+    const void *ops[SIM_BLAS_OPERANDS] = {A, B, C, NULL, NULL};
+    return sim_blas_launch(kernel_names, kernel, b->stream, ops);
 }
 
 /* y = alpha op(A) x + beta y. */
 static cublasStatus_t gemv(size_t kernel, cublasHandle_t handle, cublasOperation_t t, int64_t m,
                            int64_t n, const void *alpha, const void *beta, int64_t lda,
-                           int64_t incx, int64_t incy, int64_t batch)
+                           int64_t incx, int64_t incy, int64_t batch, const void *A, const void *x,
+                           const void *y)
 {
     HANDLE(b, handle);
     if (!op_ok(t) || m < 0 || n < 0 || batch < 0 || !alpha || !beta || lda < at_least_1(m) ||
         !incx || !incy)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n || !batch) return CUBLAS_STATUS_SUCCESS;
-    return sim_blas_launch(kernel_names, kernel, b->stream);
+    const void *ops[SIM_BLAS_OPERANDS] = {A, x, y, NULL, NULL};
+    return sim_blas_launch(kernel_names, kernel, b->stream, ops);
 }
 
 #define T_S float
@@ -404,16 +408,18 @@ static cublasStatus_t gemv(size_t kernel, cublasHandle_t handle, cublasOperation
         const T_##P *alpha, const T_##P *A, int lda, const T_##P *B, int ldb, const T_##P *beta,   \
         T_##P *C, int ldc)                                                                         \
     {                                                                                              \
-        (void)A, (void)B, (void)C;                                                                 \
-        return gemm(K_cublas##P##gemm_v2, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);      \
+                                                                                                   \
+        return gemm(K_cublas##P##gemm_v2, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1, A, B, \
+                    C);                                                                            \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemm_v2_64(                                                   \
         cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,        \
         int64_t k, const T_##P *alpha, const T_##P *A, int64_t lda, const T_##P *B, int64_t ldb,   \
         const T_##P *beta, T_##P *C, int64_t ldc)                                                  \
     {                                                                                              \
-        (void)A, (void)B, (void)C;                                                                 \
-        return gemm(K_cublas##P##gemm_v2_64, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);   \
+                                                                                                   \
+        return gemm(K_cublas##P##gemm_v2_64, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1, A, \
+                    B, C);                                                                         \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemmBatched(                                                  \
         cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,         \
@@ -422,16 +428,16 @@ static cublasStatus_t gemv(size_t kernel, cublasHandle_t handle, cublasOperation
     {                                                                                              \
         if (batch > 0 && (!A || !B || !C)) return CUBLAS_STATUS_INVALID_VALUE;                     \
         return gemm(K_cublas##P##gemmBatched, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc,      \
-                    batch);                                                                        \
+                    batch, A, B, C);                                                               \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemmStridedBatched(                                           \
         cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,         \
         const T_##P *alpha, const T_##P *A, int lda, long long sa, const T_##P *B, int ldb,        \
         long long sb, const T_##P *beta, T_##P *C, int ldc, long long sc, int batch)               \
     {                                                                                              \
-        (void)A, (void)B, (void)C, (void)sa, (void)sb, (void)sc;                                   \
+        (void)sa, (void)sb, (void)sc;                                                              \
         return gemm(K_cublas##P##gemmStridedBatched, h, ta, tb, m, n, k, alpha, beta, lda, ldb,    \
-                    ldc, batch);                                                                   \
+                    ldc, batch, A, B, C);                                                          \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemmStridedBatched_64(                                        \
         cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,        \
@@ -439,33 +445,34 @@ static cublasStatus_t gemv(size_t kernel, cublasHandle_t handle, cublasOperation
         int64_t ldb, long long sb, const T_##P *beta, T_##P *C, int64_t ldc, long long sc,         \
         int64_t batch)                                                                             \
     {                                                                                              \
-        (void)A, (void)B, (void)C, (void)sa, (void)sb, (void)sc;                                   \
+        (void)sa, (void)sb, (void)sc;                                                              \
         return gemm(K_cublas##P##gemmStridedBatched_64, h, ta, tb, m, n, k, alpha, beta, lda, ldb, \
-                    ldc, batch);                                                                   \
+                    ldc, batch, A, B, C);                                                          \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemv_v2(                                                      \
         cublasHandle_t h, cublasOperation_t t, int m, int n, const T_##P *alpha, const T_##P *A,   \
         int lda, const T_##P *x, int incx, const T_##P *beta, T_##P *y, int incy)                  \
     {                                                                                              \
-        (void)A, (void)x, (void)y;                                                                 \
-        return gemv(K_cublas##P##gemv_v2, h, t, m, n, alpha, beta, lda, incx, incy, 1);            \
+                                                                                                   \
+        return gemv(K_cublas##P##gemv_v2, h, t, m, n, alpha, beta, lda, incx, incy, 1, A, x, y);   \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemv_v2_64(cublasHandle_t h, cublasOperation_t t, int64_t m,  \
                                                 int64_t n, const T_##P *alpha, const T_##P *A,     \
                                                 int64_t lda, const T_##P *x, int64_t incx,         \
                                                 const T_##P *beta, T_##P *y, int64_t incy)         \
     {                                                                                              \
-        (void)A, (void)x, (void)y;                                                                 \
-        return gemv(K_cublas##P##gemv_v2_64, h, t, m, n, alpha, beta, lda, incx, incy, 1);         \
+                                                                                                   \
+        return gemv(K_cublas##P##gemv_v2_64, h, t, m, n, alpha, beta, lda, incx, incy, 1, A, x,    \
+                    y);                                                                            \
     }                                                                                              \
     EXPORT cublasStatus_t cublas##P##gemvStridedBatched_64(                                        \
         cublasHandle_t h, cublasOperation_t t, int64_t m, int64_t n, const T_##P *alpha,           \
         const T_##P *A, int64_t lda, long long sa, const T_##P *x, int64_t incx, long long sx,     \
         const T_##P *beta, T_##P *y, int64_t incy, long long sy, int64_t batch)                    \
     {                                                                                              \
-        (void)A, (void)x, (void)y, (void)sa, (void)sx, (void)sy;                                   \
+        (void)sa, (void)sx, (void)sy;                                                              \
         return gemv(K_cublas##P##gemvStridedBatched_64, h, t, m, n, alpha, beta, lda, incx, incy,  \
-                    batch);                                                                        \
+                    batch, A, x, y);                                                               \
     }
 
 PRECISIONS(GEMM_FUNCS, )
@@ -476,8 +483,8 @@ EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
-    (void)A, (void)B, (void)C, (void)at, (void)bt, (void)ct, (void)compute, (void)algo;
-    return gemm(K_cublasGemmEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);
+    (void)at, (void)bt, (void)ct, (void)compute, (void)algo;
+    return gemm(K_cublasGemmEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1, A, B, C);
 }
 
 EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -486,10 +493,10 @@ EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     cudaDataType bt, int ldb, long long sb, const void *beta, void *C, cudaDataType ct, int ldc,
     long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
-    (void)A, (void)B, (void)C, (void)at, (void)bt, (void)ct, (void)compute, (void)algo;
+    (void)at, (void)bt, (void)ct, (void)compute, (void)algo;
     (void)sa, (void)sb, (void)sc;
-    return gemm(K_cublasGemmStridedBatchedEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc,
-                batch);
+    return gemm(K_cublasGemmStridedBatchedEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, batch,
+                A, B, C);
 }
 
 EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
@@ -497,6 +504,6 @@ EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, cubl
                                     cudaDataType at, int lda, const void *B, cudaDataType bt,
                                     int ldb, const float *beta, void *C, cudaDataType ct, int ldc)
 {
-    (void)A, (void)B, (void)C, (void)at, (void)bt, (void)ct;
-    return gemm(K_cublasSgemmEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1);
+    (void)at, (void)bt, (void)ct;
+    return gemm(K_cublasSgemmEx, h, ta, tb, m, n, k, alpha, beta, lda, ldb, ldc, 1, A, B, C);
 }

@@ -429,12 +429,13 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
                                      cudaStream_t stream)
 {
     LT_HANDLE(bh, h);
-    (void)bh, (void)A, (void)B, (void)C, (void)D;
+    (void)bh;
     if (!shapes_ok(d, ad, bd, cd, dd) || !alpha || !beta || (ws_size && !ws))
         return CUBLAS_STATUS_INVALID_VALUE;
     algo check;
     if (g && !algo_get(g, &check)) return CUBLAS_STATUS_INVALID_VALUE;
     const layout *out = layout_of(dd);
     if (!out->rows || !out->cols) return CUBLAS_STATUS_SUCCESS;
-    return sim_blas_launch(kernel_names, K_cublasLtMatmul, stream);
+    const void *ops[SIM_BLAS_OPERANDS] = {A, B, C, D, ws_size ? ws : NULL};
+    return sim_blas_launch(kernel_names, K_cublasLtMatmul, stream, ops);
 }

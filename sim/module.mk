@@ -8,7 +8,7 @@ SIM_LINKS := $(SIM_DIR)/libcuda.so $(SIM_DIR)/libcudart.so
 
 SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o \
     sim_profile.o sim_func.o sim_cu_procs.o)
-SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_kernels.o sim_rt_stubs.o)
+SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_kernels.o sim_fatbin.o sim_rt_stubs.o)
 
 ALL_TARGETS += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
 INSTALL_LIB += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
@@ -40,7 +40,7 @@ $(SIM_DRIVER): $(SIM_DRIVER_OBJS) sim/libcuda.map | $(DEPS_STAMP)
 # sim's driver next to it (LD_LIBRARY_PATH still overrides, as for any library).
 $(SIM_RUNTIME): $(SIM_RUNTIME_OBJS) sim/libcudart.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcudart.so.13 -Wl,--version-script=sim/libcudart.map \
-	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_RUNTIME_OBJS) -ldl -lpthread
+	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_RUNTIME_OBJS) -lzstd -ldl -lpthread
 $(SIM_DIR)/libcuda.so: $(SIM_DRIVER)
 	ln -sf libcuda.so.1 $@
 $(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
@@ -121,7 +121,10 @@ SIM_FUZZ_SRCS := tests/fuzz/sim_fuzz.c sim/sim_state.c sim/sim_device.c sim/sim_
                  $(SIM_DIR)/sim_cu_procs.c
 $(eval $(call fuzz_target,sim_fuzz,$(SIM_FUZZ_SRCS),-std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP) -I$(SIM_DIR) -isystem $(CUDA_INC),-lpthread,,$(SIM_DIR)/sim_procs.h))
 ALL_TARGETS += $(SIM_FUZZ)
+# the fat binary reader (sim_fatbin.c), over nvcc's own fat binaries
+$(eval $(call fuzz_target,fatbin_fuzz,tests/fuzz/fatbin_fuzz.c sim/sim_fatbin.c,-std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP),-lzstd))
+ALL_TARGETS += $(BUILD)/tests/fuzz/fatbin_fuzz
 endif
-SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh
+SCRIPT_TESTS += tests/fuzz/sim_fuzz.sh tests/fuzz/fatbin_fuzz.sh
 # the exported surface against PyTorch's imports (nm)
 NOSAN_SCRIPT_TESTS += tests/unit/sim_torch_imports.sh

@@ -44,6 +44,11 @@ CUresult sim_register_kernel(const char *name, sim_host_kernel_fn fn, unsigned n
  * NULL name or out; CUDA_ERROR_NOT_FOUND under GPUMEM_SIM_KERNELS=strict (no host body, no
  * kernel: the runtime then reports cudaErrorInvalidDeviceFunction). */
 CUresult sim_register_device_kernel(const char *name, CUfunction *out);
+/* The same with the kernel's parameter layout (nparams >= 0: sizes[i] and offsets[i] in bytes,
+ * what cuFuncGetParamInfo then answers; the launch is still skipped). nparams < 0: unknown,
+ * as sim_register_device_kernel, and cuFuncGetParamInfo answers CUDA_ERROR_NOT_SUPPORTED. */
+CUresult sim_register_device_kernel_params(const char *name, int nparams, const size_t *sizes,
+                                           const size_t *offsets, CUfunction *out);
 /* Skipped launches of the kernels named `name` (all of them for NULL). */
 uint64_t sim_skipped_launches(const char *name);
 

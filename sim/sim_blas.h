@@ -37,12 +37,15 @@ typedef struct sim_blas_handle {
 sim_blas_handle *sim_blas_handle_of(const void *h, bool lt_ok);
 
 /* The library's skipped "kernels": one per entry point that does math, named after it. The
- * library lists them (NULL-terminated) and sim_blas_launch(names, i, stream) launches the i-th
- * on the stream through the CUDA runtime, as a kernel with device code only: the virtual GPU
- * checks the stream, puts the launch in stream order (captures and graphs included) and counts
- * it in GPUMEM_SIM_STATS under that name. CUBLAS_STATUS_EXECUTION_FAILED if the runtime
- * refuses (an invalid stream; GPUMEM_SIM_KERNELS=strict). */
-cublasStatus_t sim_blas_launch(const char *const *names, size_t i, cudaStream_t stream);
+ * library lists them (NULL-terminated) and sim_blas_launch(names, i, stream, ops) launches the
+ * i-th on the stream, as a kernel with device code only whose arguments are the call's operands
+ * (A, B, C, D, workspace; NULL where the call has none; ops NULL: none): the virtual GPU checks
+ * the stream, puts the launch in stream order (captures and graphs included) and counts it in
+ * GPUMEM_SIM_STATS under that name. CUBLAS_STATUS_EXECUTION_FAILED if the driver refuses (an
+ * invalid stream; GPUMEM_SIM_KERNELS=strict). */
+#define SIM_BLAS_OPERANDS 5
+cublasStatus_t sim_blas_launch(const char *const *names, size_t i, cudaStream_t stream,
+                               const void *const ops[SIM_BLAS_OPERANDS]);
 
 /* A function the stand-in exports but does not model: counted and named once by the virtual
  * GPU (GPUMEM_SIM_STATS), CUBLAS_STATUS_NOT_SUPPORTED. The generated stubs call it. */

@@ -985,6 +985,10 @@ CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *
     sim_kernel *k = kernel_of(f);
     sim_unlock();
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
+    /* a kernel with device code only registered without its layout (its fat binary did not
+     * give one, sim_fatbin.c): nothing to give, which is not "no parameters" (what INVALID_VALUE
+     * at index 0 says) */
+    if (k->layout_unknown) return CUDA_ERROR_NOT_SUPPORTED;
     if (index >= k->nparams || (!offset && !size)) return CUDA_ERROR_INVALID_VALUE;
     if (offset) *offset = k->offsets[index];
     if (size) *size = k->sizes[index];

@@ -39,15 +39,31 @@ void sim_kernel_init_attrs(sim_kernel *k)
 
 CUresult sim_register_device_kernel(const char *name, CUfunction *out)
 {
+    return sim_register_device_kernel_params(name, -1, NULL, NULL, out);
+}
+
+CUresult sim_register_device_kernel_params(const char *name, int nparams, const size_t *sizes,
+                                           const size_t *offsets, CUfunction *out)
+{
     sim_ensure_config();
-    if (!name || !out) return CUDA_ERROR_INVALID_VALUE;
+    if (!name || !out || (nparams > 0 && (!sizes || !offsets))) return CUDA_ERROR_INVALID_VALUE;
     if (sim.kernels_strict) return CUDA_ERROR_NOT_FOUND;
     sim_kernel *k = calloc(1, sizeof *k);
     if (!k) return CUDA_ERROR_OUT_OF_MEMORY;
     k->magic = SIM_MAGIC_KERNEL;
     k->name = strdup(name);
-    k->sizes = calloc(1, sizeof *k->sizes);
-    k->offsets = calloc(1, sizeof *k->offsets);
+    size_t n = nparams > 0 ? (size_t)nparams : 1;
+    k->sizes = calloc(n, sizeof *k->sizes);
+    k->offsets = calloc(n, sizeof *k->offsets);
+    k->layout_unknown = nparams < 0;
+    if (nparams > 0 && k->sizes && k->offsets) {
+        k->nparams = (unsigned)nparams;
+        for (unsigned i = 0; i < k->nparams; i++) {
+            k->sizes[i] = sizes[i];
+            k->offsets[i] = offsets[i];
+            if (offsets[i] + sizes[i] > k->args_size) k->args_size = offsets[i] + sizes[i];
+        }
+    }
     sim_kernel_init_attrs(k);
     sim_lock();
     bool ok = k->name && k->sizes && k->offsets &&

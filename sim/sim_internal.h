@@ -221,6 +221,7 @@ typedef struct sim_kernel {
     uint32_t magic;
     char *name;
     sim_host_kernel_fn fn; /* NULL: device code only (sim_register_device_kernel), skipped */
+    int layout_unknown;    /* device code only, and no parameter layout was given with it */
     unsigned nparams;
     size_t *sizes;
     size_t *offsets;

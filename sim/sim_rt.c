@@ -118,7 +118,8 @@ static cudaError_t rt_init_error = cudaErrorInitializationError;
 static CUcontext rt_primary[RT_MAX_DEVICES]; /* retained on first use of each device */
 static pthread_mutex_t rt_primary_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The sim's own API in the driver (sim.h), looked up by name: NULL with another driver. */
-static CUresult (*sim_register_device_kernel_fn)(const char *, CUfunction *);
+static CUresult (*sim_register_device_kernel_fn)(const char *, int, const size_t *, const size_t *,
+                                                 CUfunction *);
 static void (*sim_unsupported_note_fn)(const char *, const char *);
 static __thread cudaError_t tls_last_error;
 static __thread bool tls_ctx_ready;
@@ -193,8 +194,8 @@ static void rt_load(void)
     }
     DRIVER_FUNCS(X)
 #undef X
-    sim_register_device_kernel_fn =
-        (CUresult(*)(const char *, CUfunction *))dlsym(h, "sim_register_device_kernel");
+    sim_register_device_kernel_fn = (CUresult(*)(const char *, int, const size_t *, const size_t *, CUfunction *))dlsym(
+        h, "sim_register_device_kernel_params");
     sim_unsupported_note_fn = (void (*)(const char *, const char *))dlsym(h, "sim_unsupported_note");
     CUresult r = DRV.cuInit(0);
     if (r == CUDA_SUCCESS) r = DRV.cuDevicePrimaryCtxRetain(&rt_primary[0], 0);
@@ -1005,9 +1006,14 @@ static cudaError_t function_of(const void *sym, CUfunction *out)
         return cudaSuccess;
     }
     pthread_mutex_lock(&rt_func_lock);
-    if (!e->f && !e->failed)
+    if (!e->f && !e->failed) {
+        /* with its parameter layout from the fat binary when that gives one (the real driver's
+         * cuFuncGetParamInfo answers from it too) */
+        const sim_fatbin_kernel *l = rt_kernel_layout(e);
         e->failed = !sim_register_device_kernel_fn ||
-                    sim_register_device_kernel_fn(e->name, &e->f) != CUDA_SUCCESS;
+                    sim_register_device_kernel_fn(e->name, l ? (int)l->nparams : -1, l ? l->sizes : NULL,
+                                                  l ? l->offsets : NULL, &e->f) != CUDA_SUCCESS;
+    }
     CUfunction f = e->f;
     pthread_mutex_unlock(&rt_func_lock);
     if (!f) return cudaErrorInvalidDeviceFunction;
@@ -1531,8 +1537,7 @@ static char fatbin_oom_token;
 
 RT_EXPORT void **__cudaRegisterFatBinary(void *fatbin)
 {
-    (void)fatbin;
-    rt_module *m = rt_module_new();
+    rt_module *m = rt_module_new(fatbin);
     return m ? (void **)(void *)m : (void **)(void *)&fatbin_oom_token;
 }
 RT_EXPORT void __cudaRegisterFatBinaryEnd(void **h)

@@ -9,6 +9,10 @@
  * few hundred of them, so registering is a hash insert and the driver hears only of the kernels
  * that are used.
  *
+ * The fat binary is kept too: a kernel's parameter layout is read from it at the kernel's first
+ * use (sim_fatbin.c), once per module, and given to the driver with the function, as the real
+ * driver gives it to cuFuncGetParamInfo.
+ *
  * Names are not copied: they are string literals of the registering library, which unregisters
  * its module (__cudaUnregisterFatBinary) before it is unloaded; unregistering removes the
  * module's entries. One mutex guards the table.
@@ -16,11 +20,16 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sim/sim_rt_kernels.h"
 
 struct rt_module {
-    rt_kernel *kernels; /* this module's entries, through next_in_module */
+    rt_kernel *kernels;    /* this module's entries, through next_in_module */
+    const void *fatbin;    /* what __cudaRegisterFatBinary received (the registrant's data) */
+    int layouts_read;      /* 0 not yet, 1 read (layouts may still be none) */
+    sim_fatbin_kernel *layouts; /* sorted by name */
+    size_t nlayouts;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,9 +63,34 @@ static void grow(void)
     nbuckets = n;
 }
 
-rt_module *rt_module_new(void)
+rt_module *rt_module_new(const void *fatbin)
 {
-    return calloc(1, sizeof(rt_module));
+    rt_module *m = calloc(1, sizeof(rt_module));
+    if (m) m->fatbin = fatbin;
+    return m;
+}
+
+static int cmp_layout(const void *a, const void *b)
+{
+    return strcmp(((const sim_fatbin_kernel *)a)->name, ((const sim_fatbin_kernel *)b)->name);
+}
+
+const sim_fatbin_kernel *rt_kernel_layout(rt_kernel *e)
+{
+    rt_module *m = e->module;
+    pthread_mutex_lock(&lock);
+    if (!m->layouts_read) {
+        /* once per module, at its first kernel's first use: a library registers many fat
+         * binaries and uses few */
+        m->layouts_read = 1;
+        if (sim_fatbin_layouts(m->fatbin, &m->layouts, &m->nlayouts) == 0 && m->nlayouts)
+            qsort(m->layouts, m->nlayouts, sizeof *m->layouts, cmp_layout);
+    }
+    sim_fatbin_kernel key = {.name = (char *)e->name};
+    const sim_fatbin_kernel *k =
+        m->nlayouts ? bsearch(&key, m->layouts, m->nlayouts, sizeof *m->layouts, cmp_layout) : NULL;
+    pthread_mutex_unlock(&lock);
+    return k;
 }
 
 void rt_kernel_add(rt_module *m, const void *stub, const char *name)
@@ -110,5 +144,6 @@ void rt_module_free(rt_module *m)
         next = e->next_in_module;
         free(e);
     }
+    sim_fatbin_layouts_free(m->layouts, m->nlayouts);
     free(m);
 }

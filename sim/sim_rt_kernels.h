@@ -5,6 +5,8 @@
 
 #include <cuda.h>
 
+#include "sim/sim_fatbin.h"
+
 typedef struct rt_module rt_module; /* one __cudaRegisterFatBinary */
 
 typedef struct rt_kernel {
@@ -16,12 +18,16 @@ typedef struct rt_kernel {
     struct rt_kernel *next_in_bucket, *next_in_module;
 } rt_kernel;
 
-/* A new module (NULL when out of memory: its kernels are then not registered). */
-rt_module *rt_module_new(void);
+/* A new module for the fat binary `fatbin` (NULL when out of memory: its kernels are then not
+ * registered). */
+rt_module *rt_module_new(const void *fatbin);
 /* Registers stub -> name in module m. Out of memory leaves the kernel unknown. */
 void rt_kernel_add(rt_module *m, const void *stub, const char *name);
 /* The entry of a registered stub, or NULL. Entries live until their module is freed. */
 rt_kernel *rt_kernel_find(const void *stub);
+/* The parameter layout of e's kernel from its module's fat binary, or NULL when that does not
+ * give one (read once per module; the entry lives as long as the module). */
+const sim_fatbin_kernel *rt_kernel_layout(rt_kernel *e);
 /* Forgets the module's kernels (__cudaUnregisterFatBinary). */
 void rt_module_free(rt_module *m);
 

@@ -849,7 +849,10 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
             if (sqlite3_step(s) == SQLITE_ROW) m->nuses = (uint64_t)sqlite3_column_int64(s, 0);
             sqlite3_finalize(s);
         }
-        m->have_uses = m->nuses > 0;
+        /* uses that miss the launches whose arguments were unreadable would make a tensor look
+         * idle longer than it was: births and deaths decide then */
+        m->uses_unread = gm_meta_int(d, "launches_unread", 0);
+        m->have_uses = m->nuses > 0 && m->uses_unread <= 0;
     }
     /* a PyTorch recording: its memory history merged (its tensors, in its allocator's terms), or
      * gpumem its allocator (tensors made through the framework's hook: gpumem's own terms). Each

@@ -669,8 +669,8 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     fmt(save >= 0 ? (uint64_t)save : (uint64_t)-save, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
-    fprintf(out, "  %s\n    peak allocated %s, reserved %s (saves %s%s); extra time %.4f s/step",
-            target, a, r, save < 0 ? "-" : "", sv, s->extra_s);
+    fprintf(out, "  %s\n    peak allocated %s, reserved %s (%s %s%s); extra time %.4f s/step", target, a, r,
+            save < 0 ? "costs" : "saves", sv, save < 0 ? " more" : "", s->extra_s);
     if (isnan(pct(c, s->extra_s)))
         fputs(" (no step time recorded to compare)", out);
     else
@@ -684,6 +684,10 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     if (c->torch) {
         spec_change(c, s, how, sizeof how);
         fprintf(out, "    change: %s\n", how);
+        if (s->bf16)
+            fputs("    note: an estimate: the model halves the saved activations only; autocast's bf16 copies of "
+                  "the weights and its casts (ADVISE.md) are not in it, so --check measures this one\n",
+                  out);
         spec_flags(c, s, how, sizeof how);
         if (c->script && how[0]) fprintf(out, "    flags: %s\n", how);
     } else if (c->trainer) {
@@ -1694,7 +1698,11 @@ int gm_advise_main(int argc, char **argv)
             printf("time: no step time recorded (no complete \"step N\" range): costs in s/step "
                    "only; link %.1f GB/s (%s)\n",
                    c.link_bps / 1e9, c.link_src);
-        if (!c.m.have_uses)
+        if (!c.m.have_uses && c.m.uses_unread > 0)
+            printf("uses: incomplete (%" PRId64 " launches ran kernels whose arguments gpumem could not read), so "
+                   "not used; recompute and offload act on births and deaths\n",
+                   c.m.uses_unread);
+        else if (!c.m.have_uses)
             printf(
                 "uses: none recorded; recompute and offload act on births and deaths (record with "
                 "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");

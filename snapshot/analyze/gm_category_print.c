@@ -15,6 +15,34 @@ static const char *how(int from, int steps)
     return "none";
 }
 
+static int same_point(const gm_cat_point *a, const gm_cat_point *b)
+{
+    if (a->total != b->total) return 0;
+    for (int k = 0; k < GM_NCATS; k++)
+        if (a->bytes[k] != b->bytes[k]) return 0;
+    return 1;
+}
+
+/* one row for the points first .. last (the same figures), labelled "N" or "N-M" (steps) or
+ * "@seq" */
+static void print_point(FILE *out, const gm_cat_point *first, const gm_cat_point *last)
+{
+    char lab[48], b[32];
+    if (first->step >= 0 && last->step > first->step)
+        snprintf(lab, sizeof lab, "%" PRId64 "-%" PRId64, first->step, last->step);
+    else if (first->step >= 0)
+        snprintf(lab, sizeof lab, "%" PRId64, first->step);
+    else
+        snprintf(lab, sizeof lab, "@%" PRIu64, first->seq);
+    gm_fmt_bytes(first->total, b, sizeof b);
+    fprintf(out, "    %-11s %12s", lab, b);
+    for (int k = 0; k < GM_NCATS; k++) {
+        gm_fmt_bytes(first->bytes[k], b, sizeof b);
+        fprintf(out, " %12s", first->bytes[k] ? b : "-");
+    }
+    fputc('\n', out);
+}
+
 void gm_categories_print_text(FILE *out, const gm_categories *c, const char *title)
 {
     char b[32];
@@ -45,31 +73,32 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
                 : " (name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or record a "
                   "PyTorch script with gpumem record's hooks)");
     if (!c->ntimeline) return;
-    fprintf(out, "  over time (%s):\n    %-8s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of events",
+    fprintf(out, "  over time (%s):\n    %-11s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of events",
             c->nsteps ? "step" : "events", "total");
     static const char *const head[GM_NCATS] = {"params", "grads", "opt state", "activations", "temporaries",
                                                "workspaces", "other"};
     for (int k = 0; k < GM_NCATS; k++)
         fprintf(out, " %12s", head[k]);
     fputc('\n', out);
-    size_t n = c->ntimeline, shown = 0;
-    for (size_t i = 0; i < n; i++) {
-        const gm_cat_point *p = &c->timeline[i];
-        /* a long run: about 24 rows, the last always */
-        if (n > 24 && i % ((n + 23) / 24) && i + 1 != n) continue;
-        char lab[24];
-        if (p->step >= 0) snprintf(lab, sizeof lab, "%" PRId64, p->step);
-        else snprintf(lab, sizeof lab, "@%" PRIu64, p->seq);
-        gm_fmt_bytes(p->total, b, sizeof b);
-        fprintf(out, "    %-8s %12s", lab, b);
-        for (int k = 0; k < GM_NCATS; k++) {
-            gm_fmt_bytes(p->bytes[k], b, sizeof b);
-            fprintf(out, " %12s", p->bytes[k] ? b : "-");
+    /* consecutive rows with the same figures are one row ("10-200": a steady run reads as one
+     * line); a long run of distinct rows is sampled, about 24, the last always */
+    size_t n = c->ntimeline, nruns = 0, shown = 0;
+    for (size_t i = 0; i < n; i++)
+        nruns += i == 0 || !same_point(&c->timeline[i - 1], &c->timeline[i]);
+    size_t every = nruns > 24 ? (nruns + 23) / 24 : 1;
+    for (size_t i = 0, r = 0; i < n; r++) {
+        size_t j = i + 1;
+        while (j < n && same_point(&c->timeline[i], &c->timeline[j]))
+            j++;
+        if (r % every == 0 || j == n) {
+            print_point(out, &c->timeline[i], &c->timeline[j - 1]);
+            shown++;
         }
-        fputc('\n', out);
-        shown++;
+        i = j;
     }
-    if (shown < n) fprintf(out, "    (%zu of %zu rows: --json has every one)\n", shown, n);
+    if (shown < nruns) fprintf(out, "    (%zu of %zu distinct rows, alike neighbours merged: --json has every one)\n",
+                               shown, nruns);
+    else if (nruns < n) fprintf(out, "    (alike neighbours merged: --json has every one)\n");
 }
 
 static void json_from(FILE *out, const char *key, int from)

@@ -379,6 +379,11 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
     return n;
 }
 
+/* two steps the leaks section prints alike (one line for both) */
+static int same_step_figures(const gm_step *a, const gm_step *b) {
+    return a->end_allocated == b->end_allocated && a->leaked == b->leaked;
+}
+
 static const char *idle_off_hint(int state) {
     return state == GM_USES_EMPTY
                ? "access tracking was on but recorded no uses: no kernel, copy or memset pointed into "
@@ -410,14 +415,14 @@ static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *d
 }
 
 static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *dm, const char *title,
-                                   const idle_group *gr, size_t n, int top, uint64_t total) {
+                                   const idle_group *gr, size_t n, int top, uint64_t total, int unread) {
     fprintf(out, "  %s\n", title);
     for (size_t i = 0; i < n && (int)i < top; i++) {
         const idle_group *x = &gr[i];
         char b[32], t[32];
         gm_fmt_bytes(x->bytes, b, sizeof b);
         fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s", b, pct(x->bytes, total), x->count, x->key);
-        if (x->never) fprintf(out, "  (%" PRIu64 " never used)", x->never);
+        if (x->never) fprintf(out, "  (%" PRIu64 " %s)", x->never, unread ? "without a recorded use" : "never used");
         fputc('\n', out);
         if (x->has_since) {
             gm_fmt_ns(x->since_ns, t, sizeof t);
@@ -442,14 +447,19 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     gm_idle g;
     char err[8192];
     int ok = gm_idle_at_peak(d, m, &g, err, sizeof err) == 0;
+    char unote[512];
+    int64_t unread = gm_uses_unread(d, unote, sizeof unote);
     if (!ok || g.state != GM_USES_ON) {
+        /* no uses rows, but launches whose arguments were unreadable: unknown, not "none" */
+        int unknown = ok && g.state == GM_USES_EMPTY && unread > 0;
+        const char *hint = !ok ? err : unknown ? unote : idle_off_hint(g.state);
         if (o->json) {
             fprintf(out, "\"idle_at_peak\":{\"uses\":false,\"tracking\":\"%s\",\"hint\":",
-                    !ok ? "error" : g.state == GM_USES_EMPTY ? "empty" : "off");
-            gm_json_str(out, !ok ? err : idle_off_hint(g.state));
+                    !ok ? "error" : unknown ? "unread" : g.state == GM_USES_EMPTY ? "empty" : "off");
+            gm_json_str(out, hint);
             fputc('}', out);
         } else {
-            fprintf(out, "\nIdle at the peak\n  %s\n", !ok ? err : idle_off_hint(g.state));
+            fprintf(out, "\nIdle at the peak\n  %s%s\n", hint, unknown ? "; no launch gpumem could read touched a live allocation" : "");
         }
         gm_idle_free(&g);
         return;
@@ -465,7 +475,7 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     if (o->json) {
         fprintf(out, "\"idle_at_peak\":{\"uses\":true,\"tracking\":");
         gm_json_str(out, g.mode);
-        fprintf(out, ",\"launch_words_lost\":%" PRId64, lost > 0 ? lost : 0);
+        fprintf(out, ",\"launch_words_lost\":%" PRId64 ",\"launches_unread\":%" PRId64, lost > 0 ? lost : 0, unread);
         fprintf(out, ",\"peak_seq\":%" PRIu64 ",\"peak_t_ns\":%" PRIu64 ",\"bytes_live\":%" PRIu64
                      ",\"count_live\":%zu,\"bytes_never_used\":%" PRIu64 ",\"count_never_used\":%" PRIu64
                      ",\"bytes_not_used_before\":%" PRIu64 ",\"count_not_used_before\":%" PRIu64
@@ -494,6 +504,7 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
         if (lost > 0)
             fprintf(out, "  note: %" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING); "
                          "their uses are missing, so some gaps are longer than they were\n", lost);
+        if (unread > 0) fprintf(out, "  note: %s, so some gaps are longer than they were\n", unote);
         fprintf(out, "    %-10s %22s   %22s\n", "gap", "since last use", "until next use");
         for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
             gm_fmt_bytes(g.since_bytes[b], b1, sizeof b1);
@@ -502,8 +513,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
                     g.since_count[b], b2, g.until_count[b]);
         }
         gm_fmt_bytes(g.never_bytes, b1, sizeof b1);
-        fprintf(out, "  never used              %12s in %" PRIu64 " allocation%s (no kernel, copy or memset touched them)\n",
-                b1, g.never_count, g.never_count == 1 ? "" : "s");
+        fprintf(out, "  never used              %12s in %" PRIu64 " allocation%s (%s)\n", b1, g.never_count,
+                g.never_count == 1 ? "" : "s",
+                unread > 0 ? "no recorded use: see the note above" : "no kernel, copy or memset touched them");
         gm_fmt_bytes(g.not_before_bytes, b1, sizeof b1);
         fprintf(out, "  first used after peak   %12s in %" PRIu64 " allocation%s (allocated before they were needed)\n",
                 b1, g.not_before_count, g.not_before_count == 1 ? "" : "s");
@@ -511,8 +523,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
         fprintf(out, "  not used again          %12s in %" PRIu64 " allocation%s (held until death or the end)\n",
                 b1, g.not_again_count, g.not_again_count == 1 ? "" : "s");
         if (named)
-            print_idle_groups_text(out, m, &dm, "by tensor name (digits as *; median gaps)", gc, nc, o->top, g.bytes_live);
-        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live);
+            print_idle_groups_text(out, m, &dm, "by tensor name (digits as *; median gaps)", gc, nc, o->top, g.bytes_live,
+                                   unread > 0);
+        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live, unread > 0);
     }
     free(gc), free(gsite);
     gm_demangler_free(&dm);
@@ -1588,17 +1601,28 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         if (m->nsteps) {
             fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
-            size_t show = m->nsteps <= 12 ? m->nsteps : 12;
-            for (size_t i = 0; i < m->nsteps; i++) {
-                if (m->nsteps > 12 && i == 6) fprintf(out, "  ...\n");
-                if (m->nsteps > 12 && i >= 6 && i < m->nsteps - 6) continue;
-                char e[32], k[32];
-                gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
-                gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
-                fprintf(out, "  step %-8" PRId64 " allocated at its end %12s, still alive at exit %12s\n",
-                        m->steps[i].step, e, k);
+            /* neighbouring steps with the same figures are one line ("step 2-200"); of many
+             * distinct lines, the first and the last six */
+            size_t nruns = 0, r = 0;
+            for (size_t i = 0; i < m->nsteps; i++)
+                nruns += i == 0 || !same_step_figures(&m->steps[i - 1], &m->steps[i]);
+            for (size_t i = 0; i < m->nsteps; r++) {
+                size_t j = i + 1;
+                while (j < m->nsteps && same_step_figures(&m->steps[i], &m->steps[j]))
+                    j++;
+                if (nruns > 12 && r == 6) fprintf(out, "  ...\n");
+                if (nruns <= 12 || r < 6 || r >= nruns - 6) {
+                    char e[32], k[32], lab[48];
+                    gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
+                    gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
+                    if (j - i > 1)
+                        snprintf(lab, sizeof lab, "%" PRId64 "-%" PRId64, m->steps[i].step, m->steps[j - 1].step);
+                    else
+                        snprintf(lab, sizeof lab, "%" PRId64, m->steps[i].step);
+                    fprintf(out, "  step %-9s allocated at its end %12s, still alive at exit %12s\n", lab, e, k);
+                }
+                i = j;
             }
-            (void)show;
             char g[32];
             /* |slope| can reach 2^64 on a damaged file (sizes near 2^63): clamp, a double out of
              * uint64_t's range must never be converted */

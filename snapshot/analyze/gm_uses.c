@@ -27,6 +27,7 @@
 #include "snapshot/record/rec.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,20 @@ int gm_uses_state(gm_db *d, char *mode, size_t modesz) {
     }
     if (rows && !on) snprintf(mode, modesz, "1");
     return rows ? GM_USES_ON : on ? GM_USES_EMPTY : GM_USES_OFF;
+}
+
+int64_t gm_uses_unread(gm_db *d, char *buf, size_t n) {
+    int64_t unread = gm_meta_int(d, "launches_unread", 0), launches = gm_meta_int(d, "launches", 0);
+    if (n) buf[0] = 0;
+    if (unread <= 0) return 0;
+    snprintf(buf, n,
+             "%" PRId64 " of %" PRId64 " launches (%.0f%%) ran kernels whose arguments gpumem could not read "
+             "(the driver gave no parameter layout for them: cuFuncGetParamInfo, CUDA 12.4 and later, "
+             "reads it from the kernel's fat binary, which a kernel registered without one lacks): memory "
+             "that only they touched shows as unused",
+             unread, launches > unread ? launches : unread,
+             100.0 * (double)unread / (double)(launches > unread ? launches : unread));
+    return unread;
 }
 
 static int live_device_at(const gm_alloc *a, uint64_t at) {

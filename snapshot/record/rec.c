@@ -727,7 +727,7 @@ uint64_t rec_launch(const rec_launch_info *li) {
     r->kind = REC_LAUNCH;
     r->device = (int16_t)li->device;
     r->thread = t->thread;
-    r->stack = (uint32_t)n | (li->op & 0xffu) << 24;
+    r->stack = (uint32_t)n | (li->op & REC_LAUNCH_OP_MASK) << 24 | (li->unread ? REC_LAUNCH_UNREAD : 0u);
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     r->range = d ? t->ranges[d - 1] : 0;
     return rec_ring_push_n(&rec_g.ring, rs, nr);

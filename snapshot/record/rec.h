@@ -284,6 +284,9 @@ typedef struct rec_launch_info {
     const uint64_t *words;  /* candidate device pointers (copied before the call returns) */
     const uint8_t *access;  /* REC_ACC_* per word, or NULL: all unknown */
     size_t nwords;
+    int unread;             /* 1: a kernel whose arguments could not be read (the driver gave no
+                               parameter layout): its uses are unknown, counted in
+                               meta.launches_unread, never taken for "touched nothing" */
     void *timing;           /* NULL, or an opaque token for the timing resolver (GPUMEM_USES=timed) */
 } rec_launch_info;
 /* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped; with 0 the

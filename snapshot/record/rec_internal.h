@@ -39,6 +39,10 @@ enum {
  * record (full ring) loses that launch's uses, never gives them to another launch. */
 #define REC_WORDS_PER_REC 5
 #define REC_LAUNCH_MAX_WORDS ((1u << 24) - 1)
+/* a REC_LAUNCH record's stack: the word count (low 24 bits), the op (7 bits), and the top bit
+ * set when the kernel's arguments could not be read (rec_launch_info.unread) */
+#define REC_LAUNCH_OP_MASK 0x7fu
+#define REC_LAUNCH_UNREAD (1u << 31)
 
 #define REC_MAX_FRAMES 64
 #define REC_SCHEMA_MAJOR 1

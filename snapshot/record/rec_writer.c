@@ -220,7 +220,7 @@ typedef struct writer {
     use_hit *hits;
     uint32_t hits_cap;
     rowbuf launches, uses, retimed; /* retimed: launches rows already inserted, now with times */
-    uint64_t n_launches, n_uses, words_lost, untimed;
+    uint64_t n_launches, n_uses, words_lost, unread, untimed;
     timed_launch *tl;        /* FIFO, circular: tl_len entries from tl_head; the first tl_done */
     uint64_t tl_head, tl_len, tl_cap, tl_done; /* of them are resolved, not yet written */
 } writer;
@@ -1184,7 +1184,7 @@ static void timing_abandon(writer *w) {
 
 /* A REC_LAUNCH record: its event, its `launches` row, its uses, its timing. */
 static void on_launch(writer *w, uint64_t seq, rec_rec *r) {
-    uint32_t n = r->stack & REC_LAUNCH_MAX_WORDS, op = r->stack >> 24;
+    uint32_t n = r->stack & REC_LAUNCH_MAX_WORDS, op = r->stack >> 24 & REC_LAUNCH_OP_MASK;
     uint32_t kernel = (uint32_t)r->alloc_id, tag = (uint32_t)(r->alloc_id >> 32);
     void *token = (void *)(uintptr_t)r->requested;
     rec_rec ev = *r;
@@ -1199,6 +1199,7 @@ static void on_launch(writer *w, uint64_t seq, rec_rec *r) {
     row[3] = (int64_t)r->size;
     row[4] = row[5] = RB_NULL;
     w->n_launches++;
+    if (r->stack & REC_LAUNCH_UNREAD) w->unread++; /* its uses are unknown, not none */
     pending_words *p = r->thread < w->npw ? &w->pw[r->thread] : NULL;
     if (n > 0) {
         if (p && p->valid && p->tag == tag && p->n == n) resolve_words(w, seq, kernel, p->w, p->acc, n);
@@ -1329,6 +1330,7 @@ static void finish(writer *w, rec_state *g) {
     meta_int(w, "launches", (int64_t)w->n_launches);
     meta_int(w, "uses_rows", (int64_t)w->n_uses);
     meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
+    meta_int(w, "launches_unread", (int64_t)w->unread);
     meta_int(w, "launches_untimed", (int64_t)w->untimed);
     meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
     double app_sum = (double)atomic_load(&g->app_ns_sum) * (g->use_tsc ? g->ns_per_tick : 1.0);

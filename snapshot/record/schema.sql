@@ -19,6 +19,8 @@
 -- program and the recorder closed it, 'failed' with `failure` when writing failed), events, dropped_events, writer_cpu_ns,
 -- app_ns_per_event, uses (access tracking: 0, 1 or timed; 1.2), launches, uses_rows,
 -- launch_words_lost (launches whose argument words were partly dropped: no uses rows for them),
+-- launches_unread (kernel launches whose arguments could not be read, the driver giving no
+-- parameter layout for the kernel: no uses rows for them either; 1.3),
 -- launches_untimed (timed launches that got no time; 1.2), and the allocator's stats at exit
 -- as stat.<name> (rec_alloc_stats).
 -- Under a launcher (mpirun, torchrun, srun): rank, world_size, local_rank and rank_from (the

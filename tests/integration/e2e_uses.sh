@@ -93,6 +93,9 @@ classify() {
   > "$TMP/tiny.txt" 2>&1 || fail "trainer under gpumem with GPUMEM_USES=1: $(tail -3 "$TMP/tiny.txt")"
 [[ $("$GM" sql "$TMP/tiny.db" -c "SELECT value FROM meta WHERE key = 'uses'" | tail -1) == 1 ]] \
   || fail "meta.uses is not 1: access tracking was not on"
+# every kernel of the trainer's has a layout the (virtual) driver gives: no launch is unread
+[[ $("$GM" sql "$TMP/tiny.db" -c "SELECT value FROM meta WHERE key = 'launches_unread'" | tail -1) == 0 ]] \
+  || fail "meta.launches_unread is not 0: some of the trainer's launches were taken for unreadable"
 check_counts "$TMP/tiny.db" "$TMP/tiny.txt"
 phases "$TMP/tiny.db" | classify > "$TMP/tiny.cls"
 if grep -q '^BAD' "$TMP/tiny.cls"; then grep '^BAD' "$TMP/tiny.cls" | head -20 >&2; fail "uses out of their phases (above)"; fi

@@ -49,6 +49,10 @@ static void test_device_kernel_is_skipped_and_counted(void **state)
     const char *name = NULL;
     OK(cuFuncGetName(&name, a));
     assert_string_equal(name, "_Z3addPi");
+    /* its parameters are in device code the sim does not read: no layout, which is not "no
+     * parameter at index 0" (INVALID_VALUE), so access tracking knows its arguments are unread */
+    size_t off = 0, sz = 0;
+    assert_int_equal(cuFuncGetParamInfo(a, 0, &off, &sz), CUDA_ERROR_NOT_SUPPORTED);
     CUdeviceptr d;
     OK(cuMemAlloc(&d, 256));
     OK(cuMemsetD8(d, 7, 256));

@@ -34,8 +34,20 @@ expect "setattr 0"
 expect "launch_shmem 0"
 expect "copy 0 117901063"
 expect "free 0"
+# the kernel's parameter layout, read from the fat binary: what its C++ signature gives
+expect "param 0 0 4"
+expect "param 1 8 8"
+expect "param 2 16 16"
+expect "param 3 32 2"
+expect "param 4 40 8"
+expect "param 5 error 1"
 grep -q "skipped          2  _Z4add1Pi" "$tmp/skip.err" \
   || { echo "FAIL: the two skipped launches are not counted under _Z4add1Pi"; cat "$tmp/skip.err"; fail=1; }
+# the same with compressed cubins (zstd, as PyTorch's wheels ship them)
+"$nvcc" -O1 -cudart shared -Xfatbin=-compress-all -o "$tmp/zapp" tests/unit/sim_nvcc_app.cu
+zout=$(LD_LIBRARY_PATH=$build/sim "$tmp/zapp" 2>/dev/null)
+grep -qx "param 2 16 16" <<<"$zout" && grep -qx "param 4 40 8" <<<"$zout" \
+  || { echo "FAIL: the layout is not read from a compressed fat binary: $(grep param <<<"$zout")"; fail=1; }
 # strict: the project's own programs rely on their kernels
 out=$(GPUMEM_SIM_KERNELS=strict LD_LIBRARY_PATH=$build/sim "$tmp/app")
 echo "$out"

@@ -3,9 +3,22 @@
 // has no host body: by default the launch is skipped and counted (memory keeps what it held),
 // under GPUMEM_SIM_KERNELS=strict it fails with cudaErrorInvalidDeviceFunction.
 #include <cstdio>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 __global__ void add1(int *x) { x[threadIdx.x] += 1; }
+
+// A signature whose layout is known from the C++ rules (natural alignment): int at 0, a pointer
+// at 8, a 16-byte struct (char, float[3]; aligned 4) at 16, a short at 32, a pointer at 40. The
+// virtual GPU reads it from this program's fat binary, as the driver's cuFuncGetParamInfo does.
+struct S {
+  char c;
+  float f[3];
+};
+__global__ void layout(int a, double *p, S s, short t, const float *q) {
+  if (a) p[0] = s.f[1] + t + q[0];
+}
+typedef CUresult (*param_info_fn)(CUfunction, size_t, size_t *, size_t *);
 
 int main() {
   int *d = nullptr;
@@ -28,6 +41,21 @@ int main() {
   e = cudaGetLastError();
   printf("launch_shmem %d\n", (int)e);
   (void)cudaGetLastError();
+  // the parameter layout, through the driver entry point a runtime program can reach
+  param_info_fn info = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  cudaFunction_t fn = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuFuncGetParamInfo", (void **)&info, 12040, cudaEnableDefault, &q) == cudaSuccess && info &&
+      cudaGetFuncBySymbol(&fn, (const void *)layout) == cudaSuccess) {
+    for (size_t i = 0; i < 6; i++) {
+      size_t off = 0, size = 0;
+      CUresult r = info((CUfunction)fn, i, &off, &size);
+      if (r == CUDA_SUCCESS) printf("param %zu %zu %zu\n", i, off, size);
+      else printf("param %zu error %d\n", i, (int)r);
+    }
+  } else {
+    printf("param none\n");
+  }
   int h[64] = {0};
   e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
   printf("copy %d %d\n", (int)e, h[5]);

@@ -146,6 +146,38 @@ static void words_resolve_to_live_allocations(void **state) {
     assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='schema_minor'"), 3); /* 1.2 tables, in a 1.3 file */
 }
 
+/* A kernel whose arguments could not be read (no layout from the driver) is a launch with
+ * unknown uses: counted in meta.launches_unread, its op kept (the flag is not part of it), no
+ * uses rows; readable launches around it are not counted. */
+static void unread_launches_counted(void **state) {
+    (void)state;
+    const uint64_t A = 0x7f0000100000;
+    rec_event(REC_ALLOC, 0, 0, A, 1 << 20, 1 << 20, 1);
+    uint32_t k = rec_string("opaque_kernel"), ms = rec_string("memset");
+    rec_launch_info li = {.device = 0, .stream = 0x77, .func = 0xF00D, .name = k, .op = REC_OP_KERNEL,
+                          .unread = 1};
+    uint64_t s1 = rec_launch(&li), s2 = rec_launch(&li);
+    const uint64_t w[] = {A};
+    const uint8_t acc[] = {REC_ACC_WRITE};
+    uint64_t s3 = launch(ms, REC_OP_MEMSET, 64, w, acc, 1, NULL);
+    uint64_t s4 = launch(k, REC_OP_KERNEL, 0, w, NULL, 1, NULL);
+    assert_true(s1 && s2 > s1 && s3 > s2 && s4 > s3);
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='launches'"), 4);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='launches_unread'"), 2);
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='launch_words_lost'"), 0);
+    char q[256];
+    snprintf(q, sizeof q, "SELECT count(*) FROM uses WHERE seq IN (%llu, %llu)", (unsigned long long)s1,
+             (unsigned long long)s2);
+    assert_int_equal(snap_q(path, q), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM uses"), 2); /* the memset and s4 */
+    snprintf(q, sizeof q, "SELECT count(*) FROM launches WHERE seq IN (%llu, %llu) AND op=0",
+             (unsigned long long)s1, (unsigned long long)s2);
+    assert_int_equal(snap_q(path, q), 2);
+    snprintf(q, sizeof q, "SELECT op FROM launches WHERE seq=%llu", (unsigned long long)s3);
+    assert_int_equal(snap_q(path, q), REC_OP_MEMSET);
+}
+
 /* Copies and memsets carry their direction; flags of words hitting one allocation are OR-ed
  * (a copy inside one buffer reads and writes it). */
 static void copies_carry_access(void **state) {
@@ -416,6 +448,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(words_resolve_to_live_allocations, setup, teardown),
         cmocka_unit_test_setup_teardown(copies_carry_access, setup, teardown),
+        cmocka_unit_test_setup_teardown(unread_launches_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(long_word_lists, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_launches, setup_big, teardown),
         cmocka_unit_test_setup_teardown(drops_never_misattach, setup_tiny, teardown),

@@ -1,0 +1,199 @@
+/* sim_fatbin.c — kernel parameter layouts read from a program's fat binary (runtime only).
+ *
+ * The virtual GPU skips the device code of nvcc-compiled kernels, but their parameter layout
+ * is plain data in the fat binary that __cudaRegisterFatBinary hands over, and the real driver
+ * answers cuFuncGetParamInfo from it: gpumem's access tracking reads kernel arguments through
+ * that layout, so without it every PyTorch kernel's uses are unknown. Where it lies:
+ *
+ *   - the registration's wrapper: {int magic 0x466243b1; int version; const void *data; ...};
+ *   - data: a fat binary, a 16-byte header (magic 0xba55ed50, u16 version, u16 header size,
+ *     u64 size of the entries) followed by entries, each a header (u16 kind: 1 PTX, 2 ELF; u16
+ *     version; u32 header size; u64 payload size; ...; u64 uncompressed size at byte 56) and
+ *     its payload: an ELF cubin, raw or zstd-compressed (nvcc's -compress-mode; PyTorch's
+ *     wheels compress every cubin);
+ *   - in the cubin, a section ".nv.info.<kernel>" per kernel: records of u8 format, u8
+ *     attribute, u16 value or size (format 4: a payload of that many bytes follows). Attribute
+ *     0x17 (KPARAM_INFO) gives one parameter: u32 index, u16 ordinal, u16 offset, u32 whose
+ *     bits 18-31 are its size in bytes; attribute 0x19 (CBANK_PARAM_SIZE) the total.
+ *
+ * Every architecture's cubin has the same layout (it is the C++ signature's), so the first ELF
+ * entry that parses is used. Anything unexpected — an LZ4-compressed entry (older nvcc), a
+ * missing ordinal, a parameter past the total — leaves the layout unknown, never guessed: the
+ * driver then answers CUDA_ERROR_NOT_SUPPORTED and gpumem counts the launches as unread.
+ */
+#include "sim/sim_fatbin.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xba55ed50u
+#define KIND_ELF 2
+#define EIATTR_KPARAM_INFO 0x17
+#define EIATTR_CBANK_PARAM_SIZE 0x19
+#define EIFMT_SVAL 4
+#define MAX_PARAMS 4096
+#define MAX_CUBIN ((size_t)1 << 30)
+
+static uint16_t rd16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static uint32_t rd32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static uint64_t rd64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* One kernel's layout from its .nv.info section; 0, or -1 when it is not a complete one. */
+static int parse_info(const unsigned char *p, size_t n, sim_fatbin_kernel *k)
+{
+    uint32_t off[MAX_PARAMS], sz[MAX_PARAMS];
+    uint8_t seen[MAX_PARAMS] = {0};
+    unsigned count = 0, maxord = 0;
+    long total = -1;
+    for (size_t i = 0; i + 4 <= n;) {
+        unsigned fmt = p[i], attr = p[i + 1];
+        size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
+        if (i + 4 + len > n) return -1;
+        const unsigned char *v = p + i + 4;
+        if (attr == EIATTR_KPARAM_INFO) {
+            if (fmt != EIFMT_SVAL || len < 12) return -1;
+            unsigned ord = rd16(v + 4);
+            uint32_t o = rd16(v + 6), s = (rd32(v + 8) >> 18) & 0x3fff;
+            if (ord >= MAX_PARAMS || seen[ord] || !s) return -1;
+            seen[ord] = 1, off[ord] = o, sz[ord] = s, count++;
+            if (ord + 1 > maxord) maxord = ord + 1;
+        } else if (attr == EIATTR_CBANK_PARAM_SIZE) {
+            total = fmt == EIFMT_SVAL ? -1 : (long)rd16(p + i + 2);
+        }
+        i += 4 + len;
+    }
+    if (count != maxord) return -1; /* an ordinal missing */
+    for (unsigned i = 0; i < count; i++)
+        if (total >= 0 && (long)off[i] + (long)sz[i] > total) return -1;
+    k->nparams = count;
+    k->offsets = count ? malloc(count * sizeof *k->offsets) : NULL;
+    k->sizes = count ? malloc(count * sizeof *k->sizes) : NULL;
+    if (count && (!k->offsets || !k->sizes)) {
+        free(k->offsets), free(k->sizes);
+        return -1;
+    }
+    for (unsigned i = 0; i < count; i++)
+        k->offsets[i] = off[i], k->sizes[i] = sz[i];
+    return 0;
+}
+
+static void table_free(sim_fatbin_kernel *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].name), free(v[i].offsets), free(v[i].sizes);
+    free(v);
+}
+
+/* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. */
+static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, size_t *nout)
+{
+    static const char prefix[] = ".nv.info.";
+    if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 /* 64-bit */) return -1;
+    uint64_t shoff = rd64(e + 0x28);
+    unsigned shentsize = rd16(e + 0x3a), shnum = rd16(e + 0x3c), shstrndx = rd16(e + 0x3e);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || (uint64_t)shnum * shentsize > n - shoff)
+        return -1;
+    const unsigned char *sh = e + shoff, *strsh = sh + (size_t)shstrndx * shentsize;
+    uint64_t stroff = rd64(strsh + 0x18), strsz = rd64(strsh + 0x20);
+    if (stroff > n || strsz > n - stroff) return -1;
+    const char *names = (const char *)e + stroff;
+    sim_fatbin_kernel *v = NULL;
+    size_t nv = 0;
+    for (unsigned i = 0; i < shnum; i++) {
+        const unsigned char *s = sh + (size_t)i * shentsize;
+        uint32_t nm = rd32(s);
+        if (nm >= strsz || !memchr(names + nm, 0, strsz - nm)) continue;
+        const char *name = names + nm;
+        if (strncmp(name, prefix, sizeof prefix - 1) || !name[sizeof prefix - 1]) continue;
+        uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20);
+        if (off > n || size > n - off) continue;
+        sim_fatbin_kernel k = {0};
+        if (parse_info(e + off, size, &k)) continue;
+        k.name = strdup(name + sizeof prefix - 1);
+        sim_fatbin_kernel *nvv = k.name ? realloc(v, (nv + 1) * sizeof *v) : NULL;
+        if (!nvv) {
+            free(k.name), free(k.offsets), free(k.sizes);
+            table_free(v, nv);
+            return -1;
+        }
+        v = nvv;
+        v[nv++] = k;
+    }
+    *out = v, *nout = nv;
+    return 0;
+}
+
+int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *nout)
+{
+    *out = NULL, *nout = 0;
+    if (!wrapper) return -1;
+    const unsigned char *w = wrapper;
+    if (rd32(w) != WRAPPER_MAGIC) return -1;
+    const unsigned char *fb = NULL;
+    memcpy(&fb, w + 8, sizeof fb);
+    if (!fb || rd32(fb) != FATBIN_MAGIC) return -1;
+    /* the fat binary's extent is its header's word */
+    uint64_t total = rd64(fb + 8), hsz = rd16(fb + 6);
+    if (total > MAX_CUBIN * 64) return -1;
+    return sim_fatbin_parse(fb, hsz + total, out, nout);
+}
+
+int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    *out = NULL, *nout = 0;
+    const unsigned char *fb = data;
+    if (!fb || len < 16 || rd32(fb) != FATBIN_MAGIC) return -1;
+    size_t hsz = rd16(fb + 6);
+    uint64_t total = rd64(fb + 8);
+    if (hsz < 16 || hsz > len || total > len - hsz) return -1;
+    const unsigned char *p = fb + hsz, *end = p + total;
+    while (end - p >= 64) {
+        unsigned kind = rd16(p);
+        uint32_t ehsz = rd32(p + 4);
+        uint64_t psz = rd64(p + 8), full = rd64(p + 56);
+        if (ehsz < 64 || ehsz > (uint64_t)(end - p) || psz > (uint64_t)(end - p) - ehsz) return -1;
+        const unsigned char *pay = p + ehsz;
+        p += ehsz + psz;
+        if (kind != KIND_ELF || psz < 4) continue;
+        int rc = -1;
+        if (!memcmp(pay, "\177ELF", 4)) {
+            rc = parse_elf(pay, psz, out, nout);
+        } else if (rd32(pay) == ZSTD_MAGICNUMBER) {
+            unsigned long long n = ZSTD_getFrameContentSize(pay, psz);
+            if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) n = full;
+            if (!n || n > MAX_CUBIN) continue;
+            unsigned char *elf = malloc(n);
+            if (!elf) return -1;
+            /* the payload is padded to 8 bytes past the frame: decompress the frame alone */
+            size_t fsz = ZSTD_findFrameCompressedSize(pay, psz);
+            size_t got = ZSTD_isError(fsz) ? fsz : ZSTD_decompress(elf, n, pay, fsz);
+            if (!ZSTD_isError(got)) rc = parse_elf(elf, got, out, nout);
+            free(elf);
+        }
+        if (rc == 0) return 0; /* the first cubin that reads: every architecture's is the same */
+    }
+    return -1;
+}
+
+void sim_fatbin_layouts_free(sim_fatbin_kernel *v, size_t n)
+{
+    table_free(v, n);
+}

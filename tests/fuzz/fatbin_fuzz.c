@@ -1,0 +1,25 @@
+/* fatbin_fuzz.c — libFuzzer target for the virtual GPU's fat binary reader (sim/sim_fatbin.c):
+ * the bytes are a fat binary (header, entries, raw or zstd-compressed cubins), as a program
+ * registers it. Properties: nothing crashes, reads out of bounds or leaks; a layout it gives has
+ * a name and parameters of 1 to 16383 bytes each, at offsets below 64 KiB. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "sim/sim_fatbin.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    sim_fatbin_kernel *k = NULL;
+    size_t n = 0;
+    if (sim_fatbin_parse(data, size, &k, &n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (!k[i].name || !k[i].name[0]) abort();
+            for (unsigned j = 0; j < k[i].nparams; j++)
+                if (!k[i].sizes[j] || k[i].sizes[j] > 0x3fff || k[i].offsets[j] > 0xffff) abort();
+        }
+    }
+    sim_fatbin_layouts_free(k, n);
+    return 0;
+}
