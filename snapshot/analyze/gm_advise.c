@@ -883,7 +883,6 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
     ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames};
-    int rc = SQLITE_DONE;
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     if (pr == GM_PAGES_RESTART) { /* the pages gave up after rows were read: all again */
         ev_reader_free(&L);
@@ -891,26 +890,15 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         adv_model_free(m);
         return adv_model_load_as(d, m, how | ADV_LOAD_SQL, err, errsz);
     }
-    if (pr == GM_PAGES_NO) {
-        if (sqlite3_prepare_v2(d->db,
-                               m->torch == 1 ? "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
-                                               "WHERE kind IN (31, 32, 34, 35) ORDER BY seq"
-                                             : "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
-                                               "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
-                               -1, &s, NULL) != SQLITE_OK) {
-            snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
-            free(names), free(r), u64map_free(&ridx);
-            return -1;
-        }
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW &&
-               load_event(&L, (uint64_t)sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1),
-                          (uint64_t)sqlite3_column_int64(s, 2), (uint64_t)sqlite3_column_int64(s, 3),
-                          (uint32_t)sqlite3_column_int64(s, 4), (uint64_t)sqlite3_column_int64(s, 5),
-                          (uint64_t)sqlite3_column_int64(s, 6), (uint32_t)sqlite3_column_int64(s, 7),
-                          (uint64_t)sqlite3_column_int64(s, 8)) == 0)
-            ;
-        sqlite3_finalize(s);
+    if (pr == GM_PAGES_NO) pr = gm_events_sql(d, event_rows, &L);
+    if (pr == GM_SQL_NOQUERY) {
+        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        ev_reader_free(&L);
+        free(names), free(r), u64map_free(&ridx);
+        return -1;
     }
+    /* GM_SQL_ERROR: a damaged tail, the model is what was read before it */
+    int rc = pr == GM_PAGES_DONE ? SQLITE_DONE : SQLITE_ERROR;
     u64map live = L.live, seq_idx = L.seq_idx;
     uint32_t *stacks = L.stacks;
     uint64_t *births = L.births, *evseq = L.evseq;

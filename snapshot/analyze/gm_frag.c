@@ -372,29 +372,6 @@ static int fsweep_rows(void *ctx, const gm_event_row *rows, size_t n) {
     return 0;
 }
 
-/* The events through SQLite, row by row (where the pages are not read). */
-static int fsweep_sql(gm_db *d, fsweep *w, char *err, size_t errsz) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream, alloc_id FROM events "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return fail_sql(d, err, errsz, "events");
-    /* a damaged tail: the timeline stops where the file does */
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        gm_event_row e = {.seq = sqlite3_column_int64(st, 0),
-                          .kind = (unsigned)sqlite3_column_int(st, 1),
-                          .flags = (unsigned)sqlite3_column_int(st, 2),
-                          .addr = sqlite3_column_int64(st, 3),
-                          .size = sqlite3_column_int64(st, 4),
-                          .range = sqlite3_column_int64(st, 5),
-                          .device = sqlite3_column_int(st, 6),
-                          .stream = sqlite3_column_int64(st, 7),
-                          .alloc_id = sqlite3_column_int64(st, 8)};
-        if (fsweep_row(w, &e) != 0) break;
-    }
-    sqlite3_finalize(st);
-    return 0;
-}
-
 /* One pass over the events: the timeline, reserved at its peak, and the state each snapshot
  * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq.
  * The rows come from the table's pages (gm_analyze_pages.c) or, where the file is not what the
@@ -425,10 +402,12 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
             return -1;
         }
     }
-    if ((pr == GM_PAGES_NO || pr == GM_PAGES_RESTART) && fsweep_sql(d, &w, err, errsz) != 0) {
+    if (pr == GM_PAGES_NO || pr == GM_PAGES_RESTART) pr = gm_events_sql(d, fsweep_rows, &w);
+    if (pr == GM_SQL_NOQUERY) {
         fsweep_free(&w);
-        return -1;
+        return fail_sql(d, err, errsz, "events");
     }
+    /* GM_SQL_ERROR, a damaged tail: the timeline stops where the file does */
     snaps_reached(&w, 0, 1);
     for (size_t i = 0; i < nsnaps; i++)
         for (size_t k = 0; k < snaps[i].nblocks; k++) {
