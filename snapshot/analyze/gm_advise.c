@@ -696,6 +696,7 @@ typedef struct ev_reader {
     uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations */
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
+    const adv_tap *tap;
     int nomem;
 } ev_reader;
 
@@ -768,6 +769,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
 static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
 {
     ev_reader *L = ctx;
+    if (L->tap && L->tap->rows(L->tap->ctx, rows, n) != 0) return L->nomem = 1, 1;
     int torch = L->m->torch == 1;
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
@@ -781,6 +783,11 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
 }
 
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
+{
+    return adv_model_load_tap(d, m, how, NULL, err, errsz);
+}
+
+int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char *err, size_t errsz)
 {
     memset(m, 0, sizeof *m);
     if (gm_grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
@@ -882,13 +889,14 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames};
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     if (pr == GM_PAGES_RESTART) { /* the pages gave up after rows were read: all again */
         ev_reader_free(&L);
         free(names), free(r), u64map_free(&ridx);
         adv_model_free(m);
-        return adv_model_load_as(d, m, how | ADV_LOAD_SQL, err, errsz);
+        if (tap) tap->restart(tap->ctx);
+        return adv_model_load_tap(d, m, how | ADV_LOAD_SQL, tap, err, errsz);
     }
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, event_rows, &L);
     if (pr == GM_SQL_NOQUERY) {
