@@ -277,17 +277,41 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return rc;
 }
 
+/* The model's pass shown to the trace's own reader (the frees' landings), then to the caller's. */
+typedef struct trace_tap {
+    fc_reader fc;
+    const adv_tap *outer;
+} trace_tap;
+
+static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    trace_tap *t = ctx;
+    if (fc_rows(&t->fc, rows, n) != 0) return -1;
+    return t->outer ? t->outer->rows(t->outer->ctx, rows, n) : 0;
+}
+
+static void trace_restart(void *ctx) {
+    trace_tap *t = ctx;
+    fc_restart(&t->fc);
+    if (t->outer) t->outer->restart(t->outer->ctx);
+}
+
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    return gm_replay_trace_load_tap(d, am, NULL, NULL, err, errsz);
+}
+
+int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *tapped, char *err, size_t errsz) {
+    if (tapped) *tapped = 0;
     int torch = torch_trace_load(d, am, err, errsz);
     if (torch != 0) return torch < 0 ? -1 : 0;
-    fc_reader fr = {0};
-    adv_tap tap = {.rows = fc_rows, .restart = fc_restart, .ctx = &fr};
-    if (adv_model_load_tap(d, am, 0, &tap, err, errsz) != 0) {
-        fc_reader_free(&fr);
+    trace_tap t = {.outer = tap};
+    adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
+    if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
+        fc_reader_free(&t.fc);
         return -1;
     }
-    int fm = fc_merge(&fr, am);
-    fc_reader_free(&fr);
+    if (tapped) *tapped = 1;
+    int fm = fc_merge(&t.fc, am);
+    fc_reader_free(&t.fc);
     if (fm != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");

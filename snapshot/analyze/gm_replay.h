@@ -32,6 +32,12 @@ typedef struct gm_replay_result {
  * configuration with its limit, and each OOM's request put back as the allocation it was (held
  * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
+/* The same, with tap (adv_model_load_tap) shown every events row of the model's pass, for a
+ * caller that reads the events too (frag's timeline) and so reads them once. *tapped: 1 when
+ * tap saw the whole read, 0 when it did not (a PyTorch history's trace is read apart, or the
+ * load failed, maybe after rows were shown): the caller then reads the events itself, having
+ * dropped what it made of any rows shown. */
+int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *tapped, char *err, size_t errsz);
 /* A recording of a PyTorch program with PyTorch's allocator (its memory history merged):
  * gm_replay_trace_load makes the trace of its tensors instead, under preset:pytorch and the
  * PYTORCH_CUDA_ALLOC_CONF it ran with (am->mode "torch", am->config that string), and
