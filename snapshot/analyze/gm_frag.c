@@ -730,7 +730,9 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
     }
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
-    gm_replay_many(trace, am.nevs, cap, am.top_down, res, nres, 0);
+    /* only a configuration that reserves less than the recorded one's replay is a fix: the others
+     * stop when they reach its peak (when it met no OOM; else a fix is one that meets none) */
+    gm_replay_below(trace, am.nevs, cap, am.top_down, res, nres, 0);
     const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");

@@ -492,11 +492,21 @@ typedef struct job {
     size_t n;
     size_t capacity;
     bool top_down;
+    bool below;            /* gm_replay_below: the others stop at res[0]'s peak */
+    atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
+    size_t from;           /* item i is res[from + i] */
     gm_replay_result *res; /* the batch */
 } job;
 
+/* alloc_replay's keep_going under gm_replay_below: on while below res[0]'s peak (or not known) */
+static bool below_bar(void *user, size_t peak_reserved) {
+    size_t bar = atomic_load_explicit(&((job *)user)->bar, memory_order_relaxed);
+    return !bar || peak_reserved < bar;
+}
+
 static void replay_one(job *j, gm_replay_result *r) {
     alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
+    if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];
     if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
@@ -505,6 +515,7 @@ static void replay_one(job *j, gm_replay_result *r) {
         return;
     }
     r->ok = 1;
+    r->stopped = out.stopped;
     r->oom = out.oom_index >= 0;
     r->peak_allocated = out.peak_allocated;
     r->peak_reserved = out.peak_reserved;
@@ -515,12 +526,40 @@ static void replay_one(job *j, gm_replay_result *r) {
 
 static void replay_item(void *ctx, size_t i) {
     job *j = ctx;
+    i += j->from;
     replay_one(j, &j->res[i]);
+    /* the peak the others are to stay under, from now on */
+    if (j->below && i == 0 && j->res[0].ok && !j->res[0].oom && j->res[0].peak_reserved)
+        atomic_store_explicit(&j->bar, (size_t)j->res[0].peak_reserved, memory_order_relaxed);
+}
+
+static size_t rounds(size_t n, size_t threads) { return (n + threads - 1) / threads; }
+
+static void replay_batch(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                         gm_replay_result *res, size_t nres, int threads, bool below) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res};
+    atomic_init(&j.bar, 0);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t t = threads > 0 ? (size_t)threads : ncpu > 0 ? (size_t)ncpu : 1;
+    /* res[0] alone first where that takes no longer (3 replays on 2 cores take two rounds either
+     * way): every other replay then starts with its peak known */
+    if (below && nres > 1 && 1 + rounds(nres - 1, t) <= rounds(nres, t)) {
+        replay_item(&j, 0);
+        j.from = 1;
+        gm_parallel_for(nres - 1, threads, replay_item, &j);
+        return;
+    }
+    gm_parallel_for(nres, threads, replay_item, &j);
 }
 
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                         gm_replay_result *res, size_t nres, int threads) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res};
-    gm_parallel_for(nres, threads, replay_item, &j);
+    replay_batch(trace, n, capacity, top_down, res, nres, threads, false);
+    return 0;
+}
+
+int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                    gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, capacity, top_down, res, nres, threads, true);
     return 0;
 }
