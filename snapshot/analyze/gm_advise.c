@@ -84,7 +84,7 @@ const char *adv_str(const adv_model *m, uint32_t i)
 static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name,
                           uint32_t orig)
 {
-    if (gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+    if (gm_grow_fast((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
@@ -693,10 +693,14 @@ typedef struct ev_reader {
     u64map seq_idx;          /* birth seq -> allocation, for the uses */
     uint32_t *stacks;
     uint64_t *births;        /* allocation -> its birth seq, for the names */
-    uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations */
+    uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations (infer) */
+    int infer;               /* ADV_LOAD_INFER */
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
     const adv_tap *tap;
+    uint64_t last_range;     /* the last event's range and its rinfo (NULL none) */
+    const rinfo *last_rg;
+    int have_range;
     int nomem;
 } ev_reader;
 
@@ -727,8 +731,13 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         }
     }
     if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
-    uint64_t *ri = u64map_get(L->ridx, range);
-    const rinfo *rg = ri ? &L->r[*ri] : NULL;
+    /* consecutive events mostly share a range: the last one's look-up kept */
+    if (!L->have_range || range != L->last_range) {
+        uint64_t *ri = u64map_get(L->ridx, range);
+        L->last_rg = ri ? &L->r[*ri] : NULL;
+        L->last_range = range, L->have_range = 1;
+    }
+    const rinfo *rg = L->last_rg;
     for (; L->ni < L->nnames && L->names[L->ni].seq < seq; L->ni++)
         name_apply(m, &L->live, L->births, &L->names[L->ni]);
     adv_ev e = {0};
@@ -739,8 +748,8 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     e.t = t;
     if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
         uint32_t a = new_alloc(m, requested, stream, 0, 0, (uint32_t)m->nallocs);
-        if (a == UINT32_MAX || gm_grow((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
-            gm_grow((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
+        if (a == UINT32_MAX || gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
+            gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
             return L->nomem = 1, -1;
         m->allocs[a].orig = a;
         L->stacks[a] = stack;
@@ -757,10 +766,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         e.stream = stream;
         if (m->torch == 1) L->t_alloc -= size < L->t_alloc ? size : L->t_alloc;
     }
-    if (gm_grow((void **)&m->evs, &L->evcap, m->nevs + 1, sizeof *m->evs) ||
-        gm_grow((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq))
+    if (gm_grow_fast((void **)&m->evs, &L->evcap, m->nevs + 1, sizeof *m->evs) ||
+        (L->infer && gm_grow_fast((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq)))
         return L->nomem = 1, -1;
-    L->evseq[m->nevs] = seq;
+    if (L->infer) L->evseq[m->nevs] = seq;
     m->evs[m->nevs++] = e;
     return 0;
 }
@@ -889,7 +898,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap};
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap,
+                   .infer = (how & ADV_LOAD_INFER) != 0};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     if (pr == GM_PAGES_RESTART) { /* the pages gave up after rows were read: all again */
         ev_reader_free(&L);

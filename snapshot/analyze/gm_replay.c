@@ -115,12 +115,7 @@ static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
         /* the device as SQLite's NULL read before (0); the pages give -1 for it */
         uint64_t key = id ^ ((uint64_t)((e->device == -1 ? 0 : e->device) & 0xff) << 56);
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-            if (r->na == r->acap) {
-                size_t nc = r->acap ? 2 * r->acap : 4096;
-                uint64_t *k = realloc(r->akeys, nc * sizeof *k);
-                if (!k) return -1;
-                r->akeys = k, r->acap = nc;
-            }
+            if (gm_grow_fast((void **)&r->akeys, &r->acap, r->na + 1, sizeof *r->akeys)) return -1;
             r->bad_key |= id && key == U64MAP_EMPTY;
             r->akeys[r->na++] = id ? key : U64MAP_EMPTY;
             continue;
