@@ -592,6 +592,9 @@ typedef struct alloc_replay_opts {
      * that wants only configurations below a known peak stops one as soon as it reaches it */
     bool (*keep_going)(void *user, size_t peak_reserved);
     void *keep_going_user;
+    /* the caller knows the trace has no `fc` event (ALLOC_TR_FREE_DONE): none is looked for (a
+     * pass over the trace each replay; many replays of one trace look once) */
+    bool no_free_done;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

@@ -612,7 +612,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     bool bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
     /* the trace says when frees complete (`fc`): a free is held exactly until its `fc` */
     size_t nfc = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !o.no_free_done; i++)
         nfc += ev[i].kind == ALLOC_TR_FREE_DONE;
     bool exact = nfc > 0;
     fc_t *fcv = exact ? malloc(nfc * sizeof(*fcv)) : NULL;

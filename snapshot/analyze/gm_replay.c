@@ -490,6 +490,7 @@ typedef struct job {
     bool below;            /* gm_replay_below: the others stop at res[0]'s peak */
     atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
     size_t from;           /* item i is res[from + i] */
+    bool no_fc;            /* the trace has no ALLOC_TR_FREE_DONE: looked for once, not per replay */
     gm_replay_result *res; /* the batch */
 } job;
 
@@ -500,7 +501,7 @@ static bool below_bar(void *user, size_t peak_reserved) {
 }
 
 static void replay_one(job *j, gm_replay_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
+    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc};
     if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];
@@ -534,6 +535,8 @@ static void replay_batch(const alloc_trace_event_t *trace, size_t n, size_t capa
                          gm_replay_result *res, size_t nres, int threads, bool below) {
     job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res};
     atomic_init(&j.bar, 0);
+    j.no_fc = true;
+    for (size_t i = 0; i < n && j.no_fc; i++) j.no_fc = trace[i].kind != ALLOC_TR_FREE_DONE;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     size_t t = threads > 0 ? (size_t)threads : ncpu > 0 ? (size_t)ncpu : 1;
     /* res[0] alone first where that takes no longer (3 replays on 2 cores take two rounds either

@@ -990,6 +990,12 @@ static void test_replay_keep_going(void **state)
         alloc_replay_result_t full = {0}, r = {0};
         assert_int_equal(alloc_replay(&c, NULL, ev, n, &full, err, sizeof(err)), ALLOC_OK);
         assert_false(full.stopped);
+        /* no_free_done on a trace without fc events: the same replay */
+        alloc_replay_opts_t nf = {.no_free_done = true};
+        assert_int_equal(alloc_replay(&c, &nf, ev, n, &r, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(r.peak_reserved, full.peak_reserved);
+        assert_int_equal(r.driver_calls, full.driver_calls);
+        assert_int_equal(r.held_frees, full.held_frees);
         /* a bar above the peak: the same replay, asked once per cache miss at most */
         bar_seen b = {.bar = full.peak_reserved + 1};
         alloc_replay_opts_t o = {.keep_going = below_bar, .keep_going_user = &b};
