@@ -587,6 +587,14 @@ typedef struct alloc_replay_opts {
      * segments and blocks left at the end of the trace), before it is destroyed */
     alloc_walk_fn end_walk;
     void *end_walk_user;
+    /* when set, called after each allocation the cache did not serve (reserved may have grown)
+     * with the reserved peak so far; false stops the replay there (result.stopped): a search
+     * that wants only configurations below a known peak stops one as soon as it reaches it */
+    bool (*keep_going)(void *user, size_t peak_reserved);
+    void *keep_going_user;
+    /* the caller knows the trace has no `fc` event (ALLOC_TR_FREE_DONE): none is looked for (a
+     * pass over the trace each replay; many replays of one trace look once) */
+    bool no_free_done;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {
@@ -610,6 +618,7 @@ typedef struct alloc_replay_result {
     uint64_t other_allocs; /* `ax` allocations replayed outside the allocator (pytorch presets) */
     size_t peak_other;     /* peak bytes of those, live at once */
     uint64_t held_frees;   /* frees held back by record_stream */
+    bool stopped;          /* keep_going said stop: the figures are those of that moment */
 } alloc_replay_result_t;
 
 /* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =

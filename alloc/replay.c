@@ -608,7 +608,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     bool bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
     /* the trace says when frees complete (`fc`): a free is held exactly until its `fc` */
     size_t nfc = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !o.no_free_done; i++)
         nfc += ev[i].kind == ALLOC_TR_FREE_DONE;
     bool exact = nfc > 0;
     fc_t *fcv = exact ? malloc(nfc * sizeof(*fcv)) : NULL;
@@ -640,6 +640,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             l.requested = e->size;
             l.stream = e->stream;
             int r;
+            bool info_hit = true; /* the cache served it: reserved did not grow */
             if (e->kind == ALLOC_TR_ALLOC_OTHER && bypass) {
                 l.flags = RL_OTHER;
                 l.size = e->size;
@@ -670,6 +671,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     if (r == ALLOC_OK) recovered++;
                 }
                 l.size = info.size;
+                info_hit = info.cache_hit;
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     out->oom_index = (int64_t)i;
                     alloc_last_oom(a, &out->oom);
@@ -698,6 +700,14 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             if (idmap_put(&ids, &l) < 0) {
                 rc = ALLOC_ERR_NOMEM;
                 goto done;
+            }
+            if (o.keep_going && !info_hit) {
+                alloc_stats_t st;
+                alloc_get_stats(a, &st);
+                if (!o.keep_going(o.keep_going_user, (size_t)st.reserved_bytes.peak)) {
+                    out->stopped = true;
+                    goto done;
+                }
             }
             break;
         }

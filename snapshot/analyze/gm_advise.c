@@ -89,7 +89,7 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
                           uint32_t orig)
 {
     if (own_allocs(m) ||
-        gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+        gm_grow_fast((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return UINT32_MAX;
     m->allocs[m->nallocs] = (adv_alloc){size, stream, cls, name, orig};
     return (uint32_t)m->nallocs++;
@@ -698,9 +698,14 @@ typedef struct ev_reader {
     u64map seq_idx;          /* birth seq -> allocation, for the uses */
     uint32_t *stacks;
     uint64_t *births;        /* allocation -> its birth seq, for the names */
-    uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations */
+    uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations (infer) */
+    int infer;               /* ADV_LOAD_INFER */
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
+    const adv_tap *tap;
+    uint64_t last_range;     /* the last event's range and its rinfo (NULL none) */
+    const rinfo *last_rg;
+    int have_range;
     int nomem;
     int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
     int found; /* ... LOAD_AS_HISTORY or LOAD_AS_HOOKED: the row it stopped at */
@@ -739,8 +744,13 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         }
     }
     if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
-    uint64_t *ri = u64map_get(L->ridx, range);
-    const rinfo *rg = ri ? &L->r[*ri] : NULL;
+    /* consecutive events mostly share a range: the last one's look-up kept */
+    if (!L->have_range || range != L->last_range) {
+        uint64_t *ri = u64map_get(L->ridx, range);
+        L->last_rg = ri ? &L->r[*ri] : NULL;
+        L->last_range = range, L->have_range = 1;
+    }
+    const rinfo *rg = L->last_rg;
     for (; L->ni < L->nnames && L->names[L->ni].seq < seq; L->ni++)
         name_apply(m, &L->live, L->births, &L->names[L->ni]);
     adv_ev e = {0};
@@ -751,8 +761,8 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     e.t = t;
     if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
         uint32_t a = new_alloc(m, requested, stream, 0, 0, (uint32_t)m->nallocs);
-        if (a == UINT32_MAX || gm_grow((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
-            gm_grow((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
+        if (a == UINT32_MAX || gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
+            gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
             return L->nomem = 1, -1;
         m->allocs[a].orig = a;
         L->stacks[a] = stack;
@@ -769,10 +779,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         e.stream = stream;
         if (m->torch == 1) L->t_alloc -= size < L->t_alloc ? size : L->t_alloc;
     }
-    if (gm_grow((void **)&m->evs, &L->evcap, m->nevs + 1, sizeof *m->evs) ||
-        gm_grow((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq))
+    if (gm_grow_fast((void **)&m->evs, &L->evcap, m->nevs + 1, sizeof *m->evs) ||
+        (L->infer && gm_grow_fast((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq)))
         return L->nomem = 1, -1;
-    L->evseq[m->nevs] = seq;
+    if (L->infer) L->evseq[m->nevs] = seq;
     m->evs[m->nevs++] = e;
     return 0;
 }
@@ -781,6 +791,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
 static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
 {
     ev_reader *L = ctx;
+    if (L->tap && L->tap->rows(L->tap->ctx, rows, n) != 0) return L->nomem = 1, 1;
     int torch = L->m->torch == 1;
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
@@ -819,6 +830,11 @@ static int has_torch_hook(gm_db *d)
 }
 
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
+{
+    return adv_model_load_tap(d, m, how, NULL, err, errsz);
+}
+
+int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char *err, size_t errsz)
 {
     memset(m, 0, sizeof *m);
     if (gm_grow((void **)&m->strs, &m->strs_cap, 1, sizeof *m->strs) || !(m->strs[0] = strdup(""))) {
@@ -923,8 +939,8 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .probe = probe};
-    int rc = SQLITE_DONE;
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap,
+                   .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
      * recording's kind was still to be found: all again through SQLite; a PyTorch recording: all
@@ -933,28 +949,18 @@ int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz)
         ev_reader_free(&L);
         free(names), free(r), u64map_free(&ridx);
         adv_model_free(m);
-        return adv_model_load_as(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), err, errsz);
+        if (tap) tap->restart(tap->ctx);
+        return adv_model_load_tap(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), tap, err, errsz);
     }
-    if (pr == GM_PAGES_NO) {
-        if (sqlite3_prepare_v2(d->db,
-                               m->torch == 1 ? "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
-                                               "WHERE kind IN (31, 32, 34, 35) ORDER BY seq"
-                                             : "SELECT seq, kind, addr, requested, stream, range, t, stack, size FROM events "
-                                               "WHERE kind IN (1, 2, 3, 4) ORDER BY seq",
-                               -1, &s, NULL) != SQLITE_OK) {
-            snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
-            free(names), free(r), u64map_free(&ridx);
-            return -1;
-        }
-        while ((rc = sqlite3_step(s)) == SQLITE_ROW &&
-               load_event(&L, (uint64_t)sqlite3_column_int64(s, 0), sqlite3_column_int(s, 1),
-                          (uint64_t)sqlite3_column_int64(s, 2), (uint64_t)sqlite3_column_int64(s, 3),
-                          (uint32_t)sqlite3_column_int64(s, 4), (uint64_t)sqlite3_column_int64(s, 5),
-                          (uint64_t)sqlite3_column_int64(s, 6), (uint32_t)sqlite3_column_int64(s, 7),
-                          (uint64_t)sqlite3_column_int64(s, 8)) == 0)
-            ;
-        sqlite3_finalize(s);
+    if (pr == GM_PAGES_NO) pr = gm_events_sql(d, event_rows, &L);
+    if (pr == GM_SQL_NOQUERY) {
+        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        ev_reader_free(&L);
+        free(names), free(r), u64map_free(&ridx);
+        return -1;
     }
+    /* GM_SQL_ERROR: a damaged tail, the model is what was read before it */
+    int rc = pr == GM_PAGES_DONE ? SQLITE_DONE : SQLITE_ERROR;
     u64map live = L.live, seq_idx = L.seq_idx;
     uint32_t *stacks = L.stacks;
     uint64_t *births = L.births, *evseq = L.evseq;

@@ -8,6 +8,7 @@
 
 #include "alloc/alloc.h"
 #include "snapshot/analyze/gm_report.h"
+#include "snapshot/read/gm_analyze_pages.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -155,6 +156,18 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
  * environment's GPUMEM_SWEEP=sql does the same). */
 enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
+/* Every events row as the load reads them (all kinds, a page's rows at a time, before the model
+ * takes its own), for a loader that makes more of the same pass (gm_replay.c: the frees held
+ * until they landed) instead of reading the events again. rows returns nonzero to stop (out of
+ * memory: the load fails); restart: the rows come again from the first (the page reader gave
+ * up part way), what was made of them is to be dropped. */
+typedef struct adv_tap {
+    gm_event_rows_fn rows;
+    void (*restart)(void *ctx);
+    void *ctx;
+} adv_tap;
+/* adv_model_load_as with tap (NULL: none) shown every row. */
+int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char *err, size_t errsz);
 void adv_model_free(adv_model *m);
 /* The first step priced as steady: the second half of the steps, and never the first one
  * (warm-up: first touches, cold caches) when there are several. 0 with one step or none;

@@ -21,7 +21,8 @@
  *    moment the gap was widest), and which allocation was live at each address at the snapshot
  *    (so a pinning block is named by its tensor and call site). The rows come from the events
  *    table's pages (read/gm_analyze_pages.c), as the report's do: through SQLite they were a
- *    quarter of frag's time on a 10-million-event recording.
+ *    quarter of frag's time on a 10-million-event recording. The sweep is shown the rows of the
+ *    replays' model as it loads (gm_replay_trace_load_tap), so the events are read once.
  * 3. Replays of the recorded trace (gm_advise.c's model, alloc/'s allocator on its in-memory
  *    backend, the same code that ran in the program) under the recorded configuration and under
  *    candidate changes. A change is a fix when its replayed peak reserved is below the recorded
@@ -238,6 +239,8 @@ typedef struct fsweep {
     /* last allocation that needed the driver, and last allocation, per device (snapshots are
      * per device): seq, size, stream, addr */
     uint64_t miss[NDEV][4], any[NDEV][4];
+    int stopped;       /* out of memory: the timeline stops at that row */
+    int nomem;         /* a fresh state could not be made */
 } fsweep;
 
 static void fsweep_free(fsweep *w) {
@@ -372,34 +375,37 @@ static int fsweep_rows(void *ctx, const gm_event_row *rows, size_t n) {
     return 0;
 }
 
-/* The events through SQLite, row by row (where the pages are not read). */
-static int fsweep_sql(gm_db *d, fsweep *w, char *err, size_t errsz) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, range, device, stream, alloc_id FROM events "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return fail_sql(d, err, errsz, "events");
-    /* a damaged tail: the timeline stops where the file does */
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        gm_event_row e = {.seq = sqlite3_column_int64(st, 0),
-                          .kind = (unsigned)sqlite3_column_int(st, 1),
-                          .flags = (unsigned)sqlite3_column_int(st, 2),
-                          .addr = sqlite3_column_int64(st, 3),
-                          .size = sqlite3_column_int64(st, 4),
-                          .range = sqlite3_column_int64(st, 5),
-                          .device = sqlite3_column_int(st, 6),
-                          .stream = sqlite3_column_int64(st, 7),
-                          .alloc_id = sqlite3_column_int64(st, 8)};
-        if (fsweep_row(w, &e) != 0) break;
-    }
-    sqlite3_finalize(st);
+/* The model's rows, as the sweep's own read would hand them (a failed row stops the timeline
+ * there, as it stopped that read; the model's load goes on). */
+static int fsweep_tap_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    fsweep *w = ctx;
+    if (!w->stopped && !w->nomem && fsweep_rows(w, rows, n) != 0) w->stopped = 1;
     return 0;
 }
 
+/* What the sweep made of the rows so far, dropped (they come again from the first). */
+static void fsweep_restart(void *ctx) {
+    fsweep *w = ctx;
+    fsweep_free(w);
+    for (size_t i = 0; i < w->nsnaps; i++) snap_unresolve(&w->snaps[i]);
+    *w = (fsweep){.m = w->m, .snaps = w->snaps, .nsnaps = w->nsnaps, .span = w->span};
+    if (fsweep_start(w) != 0) w->nomem = 1;
+}
+
+/* The replays' trace model (gm_replay_trace_load), loaded in the sweep's pass. */
+typedef struct fix_model {
+    adv_model am;
+    int ok;         /* loaded */
+    char err[512];  /* else why not */
+} fix_model;
+
 /* One pass over the events: the timeline, reserved at its peak, and the state each snapshot
  * needs (who is live where and when it dies, which request grew reserved). snaps sorted by seq.
- * The rows come from the table's pages (gm_analyze_pages.c) or, where the file is not what the
- * recorder writes, through SQLite: the same rows either way. */
-static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, char *err,
+ * The rows are the replays' model's, as it loads (fm); where that load does not show them all
+ * (a PyTorch history, an error), the sweep reads them itself: from the table's pages
+ * (gm_analyze_pages.c) or, where the file is not what the recorder writes, through SQLite. The
+ * same rows every way. */
+static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, fix_model *fm, char *err,
                  size_t errsz) {
     sqlite3_stmt *st;
     uint64_t span = 1;
@@ -414,19 +420,23 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         snprintf(err, errsz, "out of memory");
         return -1;
     }
-    int pr = gm_events_pages(d, fsweep_rows, &w);
-    if (pr == GM_PAGES_RESTART) {
-        fsweep_free(&w);
-        for (size_t i = 0; i < nsnaps; i++) snap_unresolve(&snaps[i]);
-        w = (fsweep){.m = m, .snaps = snaps, .nsnaps = nsnaps, .span = span};
-        if (fsweep_start(&w) != 0) {
+    adv_tap tap = {.rows = fsweep_tap_rows, .restart = fsweep_restart, .ctx = &w};
+    int tapped;
+    fm->ok = gm_replay_trace_load_tap(d, &fm->am, &tap, &tapped, fm->err, sizeof fm->err) == 0;
+    if (!tapped) { /* read apart: whatever the tap was shown is dropped */
+        fsweep_restart(&w);
+        int pr = w.nomem ? GM_PAGES_STOPPED : gm_events_pages(d, fsweep_rows, &w);
+        if (pr == GM_PAGES_RESTART) fsweep_restart(&w);
+        if (!w.nomem && (pr == GM_PAGES_NO || pr == GM_PAGES_RESTART)) pr = gm_events_sql(d, fsweep_rows, &w);
+        if (pr == GM_SQL_NOQUERY) {
             fsweep_free(&w);
-            snprintf(err, errsz, "out of memory");
-            return -1;
+            return fail_sql(d, err, errsz, "events");
         }
+        /* GM_SQL_ERROR, a damaged tail: the timeline stops where the file does */
     }
-    if ((pr == GM_PAGES_NO || pr == GM_PAGES_RESTART) && fsweep_sql(d, &w, err, errsz) != 0) {
+    if (w.nomem) {
         fsweep_free(&w);
+        snprintf(err, errsz, "out of memory");
         return -1;
     }
     snaps_reached(&w, 0, 1);
@@ -676,13 +686,14 @@ static int fix_cmp(const void *a, const void *b) {
     return strlen(x->conf) < strlen(y->conf) ? -1 : strlen(x->conf) > strlen(y->conf);
 }
 
-static void find_fixes(gm_db *d, gm_frag *f) {
-    char err[512];
-    adv_model am;
-    if (gm_replay_trace_load(d, &am, err, sizeof err) != 0) {
-        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", err);
+/* The fixes, replayed on fm's trace (freed here). */
+static void find_fixes(gm_frag *f, fix_model *fm) {
+    if (!fm->ok) {
+        snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", fm->err);
         return;
     }
+    fm->ok = 0;
+    adv_model am = fm->am;
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
     alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
@@ -719,7 +730,9 @@ static void find_fixes(gm_db *d, gm_frag *f) {
     }
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
-    gm_replay_many(trace, am.nevs, cap, am.top_down, res, nres, 0);
+    /* only a configuration that reserves less than the recorded one's replay is a fix: the others
+     * stop when they reach its peak (when it met no OOM; else a fix is one that meets none) */
+    gm_replay_below(trace, am.nevs, cap, am.top_down, res, nres, 0);
     const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");
@@ -760,6 +773,7 @@ static int snap_cmp(const void *a, const void *b) {
 
 int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz) {
     memset(f, 0, sizeof *f);
+    fix_model fm = {.ok = 0};
     snap *snaps = NULL;
     size_t nsnaps = 0, cap = 0;
     sqlite3_stmt *st;
@@ -827,7 +841,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         }
         sqlite3_finalize(st);
     }
-    if (sweep(d, m, snaps, nsnaps, f, err, errsz) != 0) goto out;
+    if (sweep(d, m, snaps, nsnaps, f, &fm, err, errsz) != 0) goto out;
     alloc_config_t cfg;
     alloc_config_default(&cfg);
     char conf[1024];
@@ -852,9 +866,10 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
             f->ooms[f->nooms++] = o;
         }
     }
-    find_fixes(d, f);
+    find_fixes(f, &fm);
     rc = 0;
 out:
+    if (fm.ok) adv_model_free(&fm.am);
     for (size_t i = 0; i < nsnaps; i++) snap_free(&snaps[i]);
     free(snaps);
     return rc;

@@ -59,83 +59,111 @@ static int add_ooms(gm_db *d, adv_model *am) {
  * one at the end. The model's allocation index is the rank of the allocation's event among kinds
  * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
  * allocation by device and allocator id. A free_completed goes before the first model event
- * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes. */
-static int add_free_completed(gm_db *d, adv_model *am) {
-    sqlite3_stmt *st;
-    int any = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind = 29 OR (kind IN (2, 4) AND (flags & 8192) != 0) LIMIT 1",
-                           -1, &st, NULL) == SQLITE_OK) {
-        any = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
+ * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes.
+ *
+ * Read in the model's own pass over the events (adv_model_load_tap): each allocation's key is
+ * noted (8 bytes), and the map from key to allocation is made only up to where a free_completed
+ * asks, so a recording without any costs one store per allocation, not a map of them all. */
+typedef struct fc_reader {
+    uint64_t *akeys;          /* allocation index -> its key; U64MAP_EMPTY without an id */
+    size_t na, acap, nidx;    /* allocations seen; of them, entered in idx */
+    u64map idx;               /* (device, allocator id) -> allocation index */
+    u64map pend, early;       /* frees waiting for their free_completed; ones that came first */
+    adv_ev *fc;
+    size_t nfc, cap;
+    int any;                  /* a free_completed or a pending free was read */
+    int bad_key;              /* an allocator id that makes the map's reserved key */
+} fc_reader;
+
+static void fc_reader_free(fc_reader *r) {
+    free(r->akeys), free(r->fc);
+    u64map_free(&r->idx), u64map_free(&r->pend), u64map_free(&r->early);
+}
+
+static void fc_restart(void *ctx) {
+    fc_reader *r = ctx;
+    fc_reader_free(r);
+    memset(r, 0, sizeof *r);
+}
+
+/* idx brought up to the allocations seen so far (an id given again names the later one). */
+static int fc_index(fc_reader *r) {
+    for (; r->nidx < r->na; r->nidx++)
+        if (r->akeys[r->nidx] != U64MAP_EMPTY && u64map_put(&r->idx, r->akeys[r->nidx], r->nidx) != 0) return -1;
+    return 0;
+}
+
+static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
+    if (r->nfc == r->cap) {
+        size_t nc = r->cap ? 2 * r->cap : 64;
+        adv_ev *n = realloc(r->fc, nc * sizeof *n);
+        if (!n) return -1;
+        r->fc = n, r->cap = nc;
     }
-    if (!any || sqlite3_prepare_v2(d->db, "SELECT kind, device, alloc_id, t, flags FROM events "
-                                          "WHERE kind IN (1, 2, 3, 4, 29) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    u64map idx = {0};            /* (device, allocator id) -> allocation index */
-    u64map pend = {0}, early = {0}; /* frees waiting for their free_completed; ones that came first */
-    adv_ev *fc = NULL;
-    size_t nfc = 0, cap = 0, na = 0;
-    uint64_t last_t = 0;
-    int rc = 0;
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        int kind = sqlite3_column_int(st, 0);
-        uint64_t id = (uint64_t)sqlite3_column_int64(st, 2);
-        uint64_t key = id ^ ((uint64_t)(sqlite3_column_int64(st, 1) & 0xff) << 56);
-        last_t = (uint64_t)sqlite3_column_int64(st, 3);
+    /* a beyond the model's allocations is dropped at the merge */
+    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t};
+    return 0;
+}
+
+static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    fc_reader *r = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const gm_event_row *e = &rows[i];
+        if (e->kind < REC_ALLOC || (e->kind > REC_FREE_ASYNC && e->kind != REC_FREE_COMPLETED)) continue;
+        int kind = (int)e->kind;
+        uint64_t id = (uint64_t)e->alloc_id;
+        /* the device as SQLite's NULL read before (0); the pages give -1 for it */
+        uint64_t key = id ^ ((uint64_t)((e->device == -1 ? 0 : e->device) & 0xff) << 56);
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-            if (id && u64map_put(&idx, key, na) != 0) rc = -1;
-            na++;
+            if (gm_grow_fast((void **)&r->akeys, &r->acap, r->na + 1, sizeof *r->akeys)) return -1;
+            r->bad_key |= id && key == U64MAP_EMPTY;
+            r->akeys[r->na++] = id ? key : U64MAP_EMPTY;
             continue;
         }
+        if (kind == REC_FREE_COMPLETED) r->any = 1;
+        else if ((uint64_t)e->flags & REC_F_PENDING) r->any = 1;
+        else continue;
         if (!id) continue;
         if (kind != REC_FREE_COMPLETED) {
-            if ((sqlite3_column_int64(st, 4) & REC_F_PENDING) && !u64map_del(&early, key, NULL) &&
-                u64map_put(&pend, key, 1) != 0)
-                rc = -1;
+            if (!u64map_del(&r->early, key, NULL) && u64map_put(&r->pend, key, 1) != 0) return -1;
             continue;
         }
-        if (!u64map_del(&pend, key, NULL)) {
-            if (u64map_put(&early, key, 1) != 0) rc = -1;
+        if (!u64map_del(&r->pend, key, NULL)) {
+            if (u64map_put(&r->early, key, 1) != 0) return -1;
             continue; /* landed before its free was recorded: reusable at the free */
         }
-        const uint64_t *a = u64map_get(&idx, key);
-        if (!a || *a >= am->nallocs) continue;
-        if (nfc == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            adv_ev *n = realloc(fc, nc * sizeof *n);
-            if (!n) { rc = -1; break; }
-            fc = n, cap = nc;
-        }
-        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = last_t};
+        if (fc_index(r) != 0) return -1;
+        const uint64_t *a = u64map_get(&r->idx, key);
+        if (a && fc_add(r, *a, (uint64_t)e->t) != 0) return -1;
     }
-    sqlite3_finalize(st);
-    /* still waiting when the recording stopped: held to the end */
-    for (uint64_t i = 0; rc == 0 && pend.keys && i <= pend.mask; i++) {
-        if (pend.keys[i] == U64MAP_EMPTY) continue;
-        const uint64_t *a = u64map_get(&idx, pend.keys[i]);
-        if (!a || *a >= am->nallocs) continue;
-        if (nfc == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            adv_ev *n = realloc(fc, nc * sizeof *n);
-            if (!n) { rc = -1; break; }
-            fc = n, cap = nc;
-        }
-        fc[nfc++] = (adv_ev){.a = (uint32_t)*a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = UINT64_MAX};
+    return 0;
+}
+
+/* After the pass: frees still waiting when the recording stopped (held to the end), then the
+ * free_completed merged into the model's events by time. 0, or -1 out of memory. */
+static int fc_merge(fc_reader *r, adv_model *am) {
+    if (!r->any) return 0;
+    if (r->bad_key) return -1; /* the map refuses that key (as it did when it held them all) */
+    if (r->pend.count && fc_index(r) != 0) return -1;
+    for (uint64_t i = 0; r->pend.keys && i <= r->pend.mask; i++) {
+        if (r->pend.keys[i] == U64MAP_EMPTY) continue;
+        const uint64_t *a = u64map_get(&r->idx, r->pend.keys[i]);
+        if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
     }
-    u64map_free(&idx), u64map_free(&pend), u64map_free(&early);
-    if (rc == 0 && nfc) { /* merge by time: both lists are in recorded order */
-        adv_ev *evs = malloc((am->nevs + nfc) * sizeof *evs);
-        if (!evs) rc = -1;
-        for (size_t i = 0, j = 0, k = 0; evs && k < am->nevs + nfc; k++)
-            evs[k] = j < nfc && (i == am->nevs || fc[j].t < am->evs[i].t) ? fc[j++] : am->evs[i++];
-        if (evs) {
-            free(am->evs);
-            am->evs = evs;
-            am->nevs += nfc;
-        }
-    }
-    free(fc);
-    return rc;
+    size_t k = 0;
+    for (size_t j = 0; j < r->nfc; j++)
+        if (r->fc[j].a < am->nallocs) r->fc[k++] = r->fc[j];
+    r->nfc = k;
+    if (!r->nfc) return 0;
+    /* merge by time: both lists are in recorded order */
+    adv_ev *evs = malloc((am->nevs + r->nfc) * sizeof *evs);
+    if (!evs) return -1;
+    for (size_t i = 0, j = 0, o = 0; o < am->nevs + r->nfc; o++)
+        evs[o] = j < r->nfc && (i == am->nevs || r->fc[j].t < am->evs[i].t) ? r->fc[j++] : am->evs[i++];
+    free(am->evs);
+    am->evs = evs;
+    am->nevs += r->nfc;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- PyTorch's own allocator */
@@ -244,11 +272,42 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return rc;
 }
 
+/* The model's pass shown to the trace's own reader (the frees' landings), then to the caller's. */
+typedef struct trace_tap {
+    fc_reader fc;
+    const adv_tap *outer;
+} trace_tap;
+
+static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    trace_tap *t = ctx;
+    if (fc_rows(&t->fc, rows, n) != 0) return -1;
+    return t->outer ? t->outer->rows(t->outer->ctx, rows, n) : 0;
+}
+
+static void trace_restart(void *ctx) {
+    trace_tap *t = ctx;
+    fc_restart(&t->fc);
+    if (t->outer) t->outer->restart(t->outer->ctx);
+}
+
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
+    return gm_replay_trace_load_tap(d, am, NULL, NULL, err, errsz);
+}
+
+int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *tapped, char *err, size_t errsz) {
+    if (tapped) *tapped = 0;
     int torch = torch_trace_load(d, am, err, errsz);
     if (torch != 0) return torch < 0 ? -1 : 0;
-    if (adv_model_load(d, am, err, errsz) != 0) return -1;
-    if (add_free_completed(d, am) != 0) {
+    trace_tap t = {.outer = tap};
+    adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
+    if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
+        fc_reader_free(&t.fc);
+        return -1;
+    }
+    if (tapped) *tapped = 1;
+    int fm = fc_merge(&t.fc, am);
+    fc_reader_free(&t.fc);
+    if (fm != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
         return -1;
@@ -428,11 +487,22 @@ typedef struct job {
     size_t n;
     size_t capacity;
     bool top_down;
+    bool below;            /* gm_replay_below: the others stop at res[0]'s peak */
+    atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
+    size_t from;           /* item i is res[from + i] */
+    bool no_fc;            /* the trace has no ALLOC_TR_FREE_DONE: looked for once, not per replay */
     gm_replay_result *res; /* the batch */
 } job;
 
+/* alloc_replay's keep_going under gm_replay_below: on while below res[0]'s peak (or not known) */
+static bool below_bar(void *user, size_t peak_reserved) {
+    size_t bar = atomic_load_explicit(&((job *)user)->bar, memory_order_relaxed);
+    return !bar || peak_reserved < bar;
+}
+
 static void replay_one(job *j, gm_replay_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down};
+    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc};
+    if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];
     if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
@@ -441,6 +511,7 @@ static void replay_one(job *j, gm_replay_result *r) {
         return;
     }
     r->ok = 1;
+    r->stopped = out.stopped;
     r->oom = out.oom_index >= 0;
     r->peak_allocated = out.peak_allocated;
     r->peak_reserved = out.peak_reserved;
@@ -451,12 +522,42 @@ static void replay_one(job *j, gm_replay_result *r) {
 
 static void replay_item(void *ctx, size_t i) {
     job *j = ctx;
+    i += j->from;
     replay_one(j, &j->res[i]);
+    /* the peak the others are to stay under, from now on */
+    if (j->below && i == 0 && j->res[0].ok && !j->res[0].oom && j->res[0].peak_reserved)
+        atomic_store_explicit(&j->bar, (size_t)j->res[0].peak_reserved, memory_order_relaxed);
+}
+
+static size_t rounds(size_t n, size_t threads) { return (n + threads - 1) / threads; }
+
+static void replay_batch(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                         gm_replay_result *res, size_t nres, int threads, bool below) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res};
+    atomic_init(&j.bar, 0);
+    j.no_fc = true;
+    for (size_t i = 0; i < n && j.no_fc; i++) j.no_fc = trace[i].kind != ALLOC_TR_FREE_DONE;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t t = threads > 0 ? (size_t)threads : ncpu > 0 ? (size_t)ncpu : 1;
+    /* res[0] alone first where that takes no longer (3 replays on 2 cores take two rounds either
+     * way): every other replay then starts with its peak known */
+    if (below && nres > 1 && 1 + rounds(nres - 1, t) <= rounds(nres, t)) {
+        replay_item(&j, 0);
+        j.from = 1;
+        gm_parallel_for(nres - 1, threads, replay_item, &j);
+        return;
+    }
+    gm_parallel_for(nres, threads, replay_item, &j);
 }
 
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                         gm_replay_result *res, size_t nres, int threads) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .res = res};
-    gm_parallel_for(nres, threads, replay_item, &j);
+    replay_batch(trace, n, capacity, top_down, res, nres, threads, false);
+    return 0;
+}
+
+int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                    gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, capacity, top_down, res, nres, threads, true);
     return 0;
 }

@@ -26,12 +26,20 @@ typedef struct gm_replay_result {
     double driver_time_s; /* the calls priced with the virtual GPU's cost table */
     int oom;              /* the replay met an OOM under the limit */
     int ok;               /* replayed (0: the replay itself failed) */
+    int stopped;          /* gm_replay_below stopped it at res[0]'s peak: the figures are those
+                           * of that moment */
 } gm_replay_result;
 
 /* The recorded trace as advise's model, ready to replay as the program ran: the recorded
  * configuration with its limit, and each OOM's request put back as the allocation it was (held
  * to the end), so that the recorded configuration replays into the same OOM. 0, or -1 with err. */
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz);
+/* The same, with tap (adv_model_load_tap) shown every events row of the model's pass, for a
+ * caller that reads the events too (frag's timeline) and so reads them once. *tapped: 1 when
+ * tap saw the whole read, 0 when it did not (a PyTorch history's trace is read apart, or the
+ * load failed, maybe after rows were shown): the caller then reads the events itself, having
+ * dropped what it made of any rows shown. */
+int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *tapped, char *err, size_t errsz);
 /* A recording of a PyTorch program with PyTorch's allocator (its memory history merged):
  * gm_replay_trace_load makes the trace of its tensors instead, under preset:pytorch and the
  * PYTORCH_CUDA_ALLOC_CONF it ran with (am->mode "torch", am->config that string), and
@@ -65,5 +73,13 @@ void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), voi
  * (adv_model.top_down). Returns 0. */
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                         gm_replay_result *res, size_t nres, int threads);
+/* gm_replay_many for a search of the configurations that reserve less than res[0]'s (frag's
+ * fixes): res[0] is taken first (alone, where that takes no more rounds of the cores: 3 replays
+ * on 2), and once it has replayed without an OOM, any other replay stops
+ * as soon as its reserved peak reaches res[0]'s (stopped = 1, peak_reserved at least res[0]'s):
+ * what it would have done after that cannot make it reserve less. The figures of those that
+ * did not stop are gm_replay_many's. */
+int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                    gm_replay_result *res, size_t nres, int threads);
 
 #endif

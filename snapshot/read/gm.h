@@ -223,6 +223,10 @@ void gm_model_free(gm_model *m);
 /* Grows *p (an array of elem-byte items, *cap of them) to hold at least need, doubling from 64;
  * 0, or -1 out of memory (*p untouched). The readers and analyses share it. */
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* gm_grow with its check inline, for the arrays grown an item per event or allocation. */
+static inline int gm_grow_fast(void **p, size_t *cap, size_t need, size_t elem) {
+    return need <= *cap ? 0 : gm_grow(p, cap, need, elem);
+}
 /* A command's opening of its database: gm_db_open and gm_model_load (with the progress line),
  * then gm_symbolize when symbolize. A failure is printed on stderr as one "gpumem: ..." line,
  * leaves nothing open and returns GM_EXIT_BADDB; 0 otherwise. */

@@ -565,44 +565,6 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     return 0;
 }
 
-/* gm_sweep_row(seq, kind, ...): SQLite calls it for each row of the scan, in seq order (the
- * WHERE of the sweep's query, always false: no row is ever returned). One sqlite3_step runs
- * the whole scan; the cells arrive as values, without a sqlite3_column_* call each. */
-static void sweep_fn(sqlite3_context *ctx, int argc, sqlite3_value **v) {
-    if (argc != 10) {
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    gm_event_row r = {.seq = sqlite3_value_int64(v[0]), .kind = sqlite3_value_int(v[1]),
-                      .flags = sqlite3_value_int(v[2]), .addr = sqlite3_value_int64(v[3]),
-                      .size = sqlite3_value_int64(v[4]), .stack = sqlite3_value_int64(v[5]),
-                      .range = sqlite3_value_int64(v[6]), .device = sqlite3_value_int(v[7]),
-                      .requested = sqlite3_value_int64(v[8]), .alloc_id = sqlite3_value_int64(v[9])};
-    if (sweep_rows(sqlite3_user_data(ctx), &r, 1) != 0) {
-        sqlite3_result_error_nomem(ctx);
-        return;
-    }
-    sqlite3_result_int(ctx, 0);
-}
-
-/* The events through SQLite: one sqlite3_step over the table with sweep_fn in its WHERE.
- * Returns the last sqlite3_step code, or -1 when the query cannot be made. */
-static int sweep_sql(gm_db *d, sweep *w) {
-    sqlite3_stmt *s;
-    if (sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8 | SQLITE_DIRECTONLY, w,
-                                sweep_fn, NULL, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE gm_sweep_row(seq, kind, flags, "
-                                  "addr, size, stack, range, coalesce(device, -1), requested, "
-                                  "alloc_id) ORDER BY seq",
-                           -1, &s, NULL) != SQLITE_OK)
-        return -1;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sweep_fn */
-    sqlite3_finalize(s);
-    sqlite3_create_function(d->db, "gm_sweep_row", 10, SQLITE_UTF8, NULL, NULL, NULL, NULL);
-    return rc;
-}
-
 /* model_load's answer when the page reader gave up after rows were swept (not an errno, not
  * -1) */
 enum { LOAD_RESTART = 2 };
@@ -656,10 +618,11 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
     int rc, pr = pages ? gm_events_pages(d, sweep_rows, &w) : GM_PAGES_NO;
+    if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
-    else if (pr == GM_PAGES_RESTART) rc = -1;
-    else rc = sweep_sql(d, &w);
+    else if (pr == GM_SQL_ERROR) rc = SQLITE_ERROR; /* a damaged tail */
+    else rc = -1;
     if (rc == -1) { /* no query, or the page reader gave up part way */
         gm_devused_end(w.du);
         free(w.names);

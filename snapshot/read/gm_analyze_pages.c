@@ -492,3 +492,67 @@ out:
     }
     return rc;
 }
+
+/* ---------------------------------------------------------------- the same rows through SQLite */
+
+/* rows handed to fn at once: a leaf page's worth, as the pages hand them */
+enum { SQL_BATCH = 256 };
+
+typedef struct sql_rows {
+    gm_event_rows_fn fn;
+    void *ctx;
+    size_t n;
+    int stopped;
+    gm_event_row rows[SQL_BATCH];
+} sql_rows;
+
+/* gm_event_row(seq, kind, ...): SQLite calls it for each row of the scan, in seq order (the
+ * WHERE of the query, always false: no row is ever returned), each value as the pages decode
+ * it (sqlite3_value_int64; NULL 0, the device's NULL -1 by the query's coalesce). */
+static void sql_row_fn(sqlite3_context *c, int argc, sqlite3_value **v) {
+    sql_rows *b = sqlite3_user_data(c);
+    if (argc != 12) {
+        sqlite3_result_error(c, "gm_event_row: 12 values", -1);
+        return;
+    }
+    gm_event_row *r = &b->rows[b->n];
+    r->seq = sqlite3_value_int64(v[0]), r->kind = sqlite3_value_int64(v[1]);
+    r->flags = sqlite3_value_int64(v[2]), r->addr = sqlite3_value_int64(v[3]);
+    r->size = sqlite3_value_int64(v[4]), r->stack = sqlite3_value_int64(v[5]);
+    r->range = sqlite3_value_int64(v[6]), r->device = sqlite3_value_int64(v[7]);
+    r->requested = sqlite3_value_int64(v[8]), r->alloc_id = sqlite3_value_int64(v[9]);
+    r->stream = sqlite3_value_int64(v[10]), r->t = sqlite3_value_int64(v[11]);
+    if (++b->n == SQL_BATCH) {
+        b->n = 0;
+        if (b->fn(b->ctx, b->rows, SQL_BATCH) != 0) {
+            b->stopped = 1;
+            sqlite3_result_error(c, "gm_event_row: stopped", -1);
+            return;
+        }
+    }
+    sqlite3_result_int(c, 0);
+}
+
+int gm_events_sql(gm_db *d, gm_event_rows_fn fn, void *ctx) {
+    sql_rows *b = malloc(sizeof *b);
+    if (!b) return GM_PAGES_STOPPED;
+    *b = (sql_rows){.fn = fn, .ctx = ctx};
+    sqlite3_stmt *s;
+    if (sqlite3_create_function(d->db, "gm_event_row", 12, SQLITE_UTF8 | SQLITE_DIRECTONLY, b, sql_row_fn, NULL,
+                                NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT seq FROM events WHERE gm_event_row(seq, kind, flags, addr, size, stack, "
+                                  "range, coalesce(device, -1), requested, alloc_id, stream, t) ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK) {
+        free(b);
+        return GM_SQL_NOQUERY;
+    }
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sql_row_fn */
+    sqlite3_finalize(s);
+    sqlite3_create_function(d->db, "gm_event_row", 12, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+    /* the rows read before the end, or before the error (a damaged tail), still go to fn */
+    int out = b->stopped ? GM_PAGES_STOPPED : rc == SQLITE_DONE ? GM_PAGES_DONE : GM_SQL_ERROR;
+    if (!b->stopped && b->n && fn(ctx, b->rows, b->n) != 0) out = GM_PAGES_STOPPED;
+    free(b);
+    return out;
+}

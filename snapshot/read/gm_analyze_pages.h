@@ -1,6 +1,7 @@
-/* gm_analyze_pages.h — the events table read from its B-tree pages (gm_analyze_pages.c), for
- * the sweeps over every event (gm_analyze.c's, frag's) and the model of advise, frag and tune
- * (gm_advise.c). Internal to snapshot/'s readers. */
+/* gm_analyze_pages.h — the events table read from its B-tree pages (gm_analyze_pages.c), else
+ * the same rows through SQLite, for the sweeps over every event (gm_analyze.c's, frag's) and the
+ * model of advise, frag and tune (gm_advise.c). Every caller reads "pages, else SQLite, the same
+ * callback". Internal to snapshot/'s readers. */
 #ifndef GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
 #define GPUMEM_SNAPSHOT_GM_ANALYZE_PAGES_H
 
@@ -23,7 +24,10 @@ enum {
     GM_PAGES_DONE = 0,    /* every row delivered, in seq order */
     GM_PAGES_NO = 1,      /* not read this way (no row delivered): read the events through SQLite */
     GM_PAGES_RESTART = 2, /* something unexpected after rows were delivered: start again through SQLite */
-    GM_PAGES_STOPPED = 3  /* fn returned nonzero */
+    GM_PAGES_STOPPED = 3, /* fn returned nonzero */
+    GM_SQL_NOQUERY = 4,   /* gm_events_sql: the query could not be made (no row delivered) */
+    GM_SQL_ERROR = 5      /* gm_events_sql: SQLite stopped at an error (a damaged file) after the
+                           * rows before it were delivered; sqlite3_errmsg says which */
 };
 
 /* Reads every row of `events` in seq order from the table's pages, inside one read transaction
@@ -31,5 +35,11 @@ enum {
  * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). GPUMEM_SWEEP=sql in the
  * environment: GM_PAGES_NO always (SQLite reads every caller's events, for comparing). */
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
+
+/* The same rows through SQLite (one sqlite3_step over the table, each row handed to C by a
+ * function in the query's WHERE, a batch at a time): where gm_events_pages answered GM_PAGES_NO,
+ * or GM_PAGES_RESTART once the caller has dropped what it made of the rows. GM_PAGES_DONE,
+ * GM_PAGES_STOPPED, GM_SQL_NOQUERY or GM_SQL_ERROR. */
+int gm_events_sql(gm_db *d, gm_event_rows_fn fn, void *ctx);
 
 #endif

@@ -2,7 +2,9 @@
 # `gpumem frag` and `gpumem tune` on the report benchmark's synthetic 10-million-event database
 # (written through the recorder itself by rec_bench gen), and what tune finds on the trainer
 # recorded under PyTorch's policy:
-#   frag.10m_s                   gpumem frag on the 10 M-event database (bar: <= 20)
+#   frag.10m_s                   gpumem frag --json on the 10 M-event database, CPU seconds (user +
+#                                system, every thread), as report.10m_s (bar, issue 41: <= 5); its
+#                                wall time on stderr
 #   tune.10m_s                   gpumem tune, default search, on it (bar: <= 60)
 #   tune.10m_configs             configurations replayed by that search
 #   tune.gpt2_124m.pytorch_over_recommended
@@ -16,9 +18,11 @@ trap 'rm -rf "$dir"' EXIT
 "$BUILD/tests/bench/rec_bench" gen "$dir/10m.db" "${GPUMEM_BENCH_EVENTS:-10000000}" > /dev/null
 secs() { awk -v s="$1" -v e="$2" 'BEGIN { printf "%.1f", e - s }'; }
 start=$(date +%s.%N)
-"$GM" frag --json "$dir/10m.db" > "$dir/frag.json"
+TIMEFORMAT='%U %S'
+{ time "$GM" frag --json "$dir/10m.db" > "$dir/frag.json" 2> "$dir/frag.err"; } 2> "$dir/frag.cpu"
 end=$(date +%s.%N)
-echo "BENCH frag.10m_s $(secs "$start" "$end") s"
+echo "# frag on 10 M events: $(secs "$start" "$end") s wall" >&2
+echo "BENCH frag.10m_s $(awk '{ printf "%.2f", $1 + $2 }' "$dir/frag.cpu") s"
 start=$(date +%s.%N)
 "$GM" tune --json "$dir/10m.db" > "$dir/tune.json" || true
 end=$(date +%s.%N)

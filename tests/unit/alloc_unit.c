@@ -961,6 +961,68 @@ static void test_replay(void **state)
     free(ev);
 }
 
+typedef struct bar_seen {
+    size_t bar, calls, last;
+} bar_seen;
+
+static bool below_bar(void *user, size_t peak_reserved)
+{
+    bar_seen *b = user;
+    b->calls++;
+    assert_true(peak_reserved >= b->last); /* a peak so far never drops */
+    b->last = peak_reserved;
+    return peak_reserved < b->bar;
+}
+
+/* keep_going: asked only after allocations the cache did not serve, with the peak so far; a
+ * replay it never stops is the replay without it; one it stops ends there (stopped), at a peak
+ * at least the bar, and only where the whole replay's peak reaches the bar. */
+static void test_replay_keep_going(void **state)
+{
+    (void)state;
+    alloc_trace_event_t *ev;
+    size_t n;
+    assert_int_equal(alloc_trace_synth("jitter", 6, 7, &ev, &n), ALLOC_OK);
+    char err[256];
+    for (int p = 0; alloc_preset_names[p]; p++) {
+        alloc_config_t c;
+        alloc_config_preset(&c, alloc_preset_names[p]);
+        alloc_replay_result_t full = {0}, r = {0};
+        assert_int_equal(alloc_replay(&c, NULL, ev, n, &full, err, sizeof(err)), ALLOC_OK);
+        assert_false(full.stopped);
+        /* no_free_done on a trace without fc events: the same replay */
+        alloc_replay_opts_t nf = {.no_free_done = true};
+        assert_int_equal(alloc_replay(&c, &nf, ev, n, &r, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(r.peak_reserved, full.peak_reserved);
+        assert_int_equal(r.driver_calls, full.driver_calls);
+        assert_int_equal(r.held_frees, full.held_frees);
+        /* a bar above the peak: the same replay, asked once per cache miss at most */
+        bar_seen b = {.bar = full.peak_reserved + 1};
+        alloc_replay_opts_t o = {.keep_going = below_bar, .keep_going_user = &b};
+        assert_int_equal(alloc_replay(&c, &o, ev, n, &r, err, sizeof(err)), ALLOC_OK);
+        assert_false(r.stopped);
+        assert_int_equal(r.events, full.events);
+        assert_int_equal(r.peak_reserved, full.peak_reserved);
+        assert_int_equal(r.peak_allocated, full.peak_allocated);
+        assert_int_equal(r.driver_calls, full.driver_calls);
+        assert_true(b.calls > 0 && b.calls <= full.cache_misses);
+        assert_int_equal(b.last, full.peak_reserved);
+        /* a bar at the peak: stopped where it is reached, not before */
+        b = (bar_seen){.bar = full.peak_reserved};
+        assert_int_equal(alloc_replay(&c, &o, ev, n, &r, err, sizeof(err)), ALLOC_OK);
+        assert_true(r.stopped);
+        assert_int_equal(r.peak_reserved, full.peak_reserved);
+        assert_true(r.events <= full.events);
+        /* a bar at half the peak: stopped earlier, at or above it */
+        b = (bar_seen){.bar = full.peak_reserved / 2};
+        assert_int_equal(alloc_replay(&c, &o, ev, n, &r, err, sizeof(err)), ALLOC_OK);
+        assert_true(r.stopped);
+        assert_true(r.peak_reserved >= b.bar && r.peak_reserved <= full.peak_reserved);
+        assert_true(r.events < full.events);
+    }
+    free(ev);
+}
+
 /* guard:1 (issue 37): each allocation has pages of its own, ends where they end, and the granule
  * after them is not mapped; nothing is cached; a free gives pages and address space back; the
  * mode needs the virtual-memory calls; it parses and formats back. */
@@ -1064,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_trace_parse),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_replay_keep_going),
         cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * rows SQLite reads, and gives up, never guesses, on anything else: its rows equal a query's
  * on a recorder's database; a WAL with frames, another declaration of `events`, and damaged
  * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
- * an image in memory (the fuzz target's) is read the same way. */
+ * an image in memory (the fuzz target's) is read the same way. Its fall-back, gm_events_sql,
+ * hands over the same rows through SQLite, up to where SQLite stops on a damaged file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -91,6 +92,12 @@ static rows rows_checked(const char *p) {
     }
     sqlite3_finalize(s);
     assert_int_equal(i, v.n);
+    /* and gm_events_sql, the fall-back every caller takes, hands over the same rows */
+    rows q = {0};
+    assert_int_equal(gm_events_sql(&d, collect, &q), GM_PAGES_DONE);
+    assert_int_equal(q.n, v.n);
+    assert_memory_equal(q.r, v.r, v.n * sizeof *v.r);
+    free(q.r);
     gm_db_close(&d);
     return v;
 }
@@ -136,6 +143,31 @@ static void rows_equal_query(void **state) {
 }
 
 static int load_both_ways(const char *p);
+
+static int stop_after_first(void *ctx, const gm_event_row *r, size_t n) {
+    collect(ctx, r, n);
+    return 1;
+}
+
+/* A callback that answers nonzero stops the SQLite read there (GM_PAGES_STOPPED), as it stops
+ * the pages: no row is handed over after it. */
+static void sql_rows_stop(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "stop.db");
+    make_db(p, 5000);
+    gm_db d;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    rows v = {0}, w = {0};
+    assert_int_equal(gm_events_sql(&d, stop_after_first, &v), GM_PAGES_STOPPED);
+    assert_int_equal(gm_events_pages(&d, stop_after_first, &w), GM_PAGES_STOPPED);
+    assert_true(v.n > 0 && v.n < 10000 && w.n > 0);
+    /* the batch it stopped in is a prefix of the rows */
+    size_t k = v.n < w.n ? v.n : w.n;
+    assert_memory_equal(v.r, w.r, k * sizeof *v.r);
+    free(v.r), free(w.r);
+    gm_db_close(&d);
+}
 
 /* Rows inserted in shuffled seq order: the leaves lie all over the file, out of order. */
 static void leaves_out_of_order(void **state) {
@@ -203,6 +235,35 @@ static int count_rows(void *ctx, const gm_event_row *r, size_t n) {
 /* what the page reader answered, by GM_PAGES_* */
 static int outcomes[4];
 
+/* the times gm_events_sql stopped at a damaged tail */
+static int sql_errors;
+
+/* gm_events_sql on p against a plain query stepped row by row: the same rows up to where SQLite
+ * stopped, and GM_SQL_ERROR exactly when it stopped at an error (a damaged tail). */
+static void sql_rows_as_query(gm_db *d) {
+    rows v = {0};
+    int rc = gm_events_sql(d, collect, &v);
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, "
+                                               "coalesce(device, -1), requested, alloc_id, stream, t FROM events "
+                                               "ORDER BY seq", -1, &s, NULL), SQLITE_OK);
+    size_t i = 0;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        assert_true(i < v.n);
+        const gm_event_row *r = &v.r[i++];
+        int64_t want[12], got[12] = {r->seq,   r->kind,   r->flags,     r->addr,     r->size,   r->stack,
+                                     r->range, r->device, r->requested, r->alloc_id, r->stream, r->t};
+        for (int c = 0; c < 12; c++) want[c] = sqlite3_column_int64(s, c);
+        assert_memory_equal(want, got, sizeof want);
+    }
+    sqlite3_finalize(s);
+    assert_int_equal(i, v.n);
+    assert_int_equal(rc, step == SQLITE_DONE ? GM_PAGES_DONE : GM_SQL_ERROR);
+    sql_errors += rc == GM_SQL_ERROR;
+    free(v.r);
+}
+
 /* Loads p both ways; 1 when both loaded (and agree), 0 when both refused. */
 static int load_both_ways(const char *p) {
     gm_db d;
@@ -210,6 +271,7 @@ static int load_both_ways(const char *p) {
     if (gm_db_open(p, &d, err, sizeof err) != 0) return 0;
     size_t n = 0;
     outcomes[gm_events_pages(&d, count_rows, &n) & 3]++;
+    sql_rows_as_query(&d);
     int rp = gm_model_load(&d, &pages, 0, err, sizeof err);
     setenv("GPUMEM_SWEEP", "sql", 1);
     int rs = gm_model_load(&d, &sql, 0, err, sizeof err);
@@ -559,16 +621,17 @@ static void damaged_pages_same_model(void **state) {
     }
     free(clean);
     print_message("damaged files: %d loaded; the page reader read %d, gave up on %d before a row, "
-                  "%d after rows\n", loaded, outcomes[GM_PAGES_DONE], outcomes[GM_PAGES_NO],
-                  outcomes[GM_PAGES_RESTART]);
+                  "%d after rows; SQLite stopped at the damage in %d\n", loaded, outcomes[GM_PAGES_DONE],
+                  outcomes[GM_PAGES_NO], outcomes[GM_PAGES_RESTART], sql_errors);
     /* both ways of the reader were taken: damage it reads past, damage it gives up on */
-    assert_true(loaded > 0 && outcomes[GM_PAGES_DONE] > 0 && outcomes[GM_PAGES_RESTART] > 0);
+    assert_true(loaded > 0 && outcomes[GM_PAGES_DONE] > 0 && outcomes[GM_PAGES_RESTART] > 0 && sql_errors > 0);
     assert_true(load_both_ways(p));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_equal_query),
+        cmocka_unit_test(sql_rows_stop),
         cmocka_unit_test(leaves_out_of_order),
         cmocka_unit_test(wal_with_frames),
         cmocka_unit_test(other_declaration),
