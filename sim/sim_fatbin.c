@@ -14,7 +14,9 @@
  *   - in the cubin, a section ".nv.info.<kernel>" per kernel: records of u8 format, u8
  *     attribute, u16 value or size (format 4: a payload of that many bytes follows). Attribute
  *     0x17 (KPARAM_INFO) gives one parameter: u32 index, u16 ordinal, u16 offset, u32 whose
- *     bits 18-31 are its size in bytes; attribute 0x19 (CBANK_PARAM_SIZE) the total.
+ *     bits 18-31 are its size in bytes; attribute 0x45, the same with the last word the size
+ *     alone (what nvcc writes for kernels whose parameters pass 16 KiB, PyTorch's multi-tensor
+ *     kernels); attribute 0x19 (CBANK_PARAM_SIZE) the total, which the parameters must reach.
  *
  * Every architecture's cubin has the same layout (it is the C++ signature's), so the first ELF
  * entry that parses is used. Anything unexpected — an LZ4-compressed entry (older nvcc), a
@@ -32,6 +34,8 @@
 #define FATBIN_MAGIC 0xba55ed50u
 #define KIND_ELF 2
 #define EIATTR_KPARAM_INFO 0x17
+#define EIATTR_KPARAM_INFO_V2 0x45
+#define MAX_PARAM_BYTES 32764 /* the most a kernel's parameters may take (CUDA 12.1 and later) */
 #define EIATTR_CBANK_PARAM_SIZE 0x19
 #define EIFMT_SVAL 4
 #define MAX_PARAMS 4096
@@ -68,10 +72,14 @@ static int parse_info(const unsigned char *p, size_t n, sim_fatbin_kernel *k)
         size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
         if (i + 4 + len > n) return -1;
         const unsigned char *v = p + i + 4;
-        if (attr == EIATTR_KPARAM_INFO) {
+        if (attr == EIATTR_KPARAM_INFO || attr == EIATTR_KPARAM_INFO_V2) {
             if (fmt != EIFMT_SVAL || len < 12) return -1;
             unsigned ord = rd16(v + 4);
-            uint32_t o = rd16(v + 6), s = (rd32(v + 8) >> 18) & 0x3fff;
+            /* the first form keeps the size in the top 14 bits of its last word, beside flags;
+             * the second (parameters past 16 KiB: PyTorch's multi-tensor kernels) the size alone */
+            uint32_t o = rd16(v + 6),
+                     s = attr == EIATTR_KPARAM_INFO ? (rd32(v + 8) >> 18) & 0x3fff : rd32(v + 8);
+            if (s > MAX_PARAM_BYTES) return -1;
             if (ord >= MAX_PARAMS || seen[ord] || !s) return -1;
             seen[ord] = 1, off[ord] = o, sz[ord] = s, count++;
             if (ord + 1 > maxord) maxord = ord + 1;
@@ -81,8 +89,14 @@ static int parse_info(const unsigned char *p, size_t n, sim_fatbin_kernel *k)
         i += 4 + len;
     }
     if (count != maxord) return -1; /* an ordinal missing */
-    for (unsigned i = 0; i < count; i++)
+    long ends = 0;
+    for (unsigned i = 0; i < count; i++) {
         if (total >= 0 && (long)off[i] + (long)sz[i] > total) return -1;
+        if ((long)off[i] + (long)sz[i] > ends) ends = (long)off[i] + (long)sz[i];
+    }
+    /* parameters that do not reach the bank's size (bar its alignment, at most 16) are not all
+     * described: a record of a form this reader does not know; no layout rather than a short one */
+    if (total > 0 && (count == 0 || ends + 16 <= total)) return -1;
     k->nparams = count;
     k->offsets = count ? malloc(count * sizeof *k->offsets) : NULL;
     k->sizes = count ? malloc(count * sizeof *k->sizes) : NULL;

@@ -1,7 +1,7 @@
 /* fatbin_fuzz.c — libFuzzer target for the virtual GPU's fat binary reader (sim/sim_fatbin.c):
  * the bytes are a fat binary (header, entries, raw or zstd-compressed cubins), as a program
  * registers it. Properties: nothing crashes, reads out of bounds or leaks; a layout it gives has
- * a name and parameters of 1 to 16383 bytes each, at offsets below 64 KiB. */
+ * a name and parameters of 1 to 32764 bytes each (a kernel's most), at offsets below 64 KiB. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < n; i++) {
             if (!k[i].name || !k[i].name[0]) abort();
             for (unsigned j = 0; j < k[i].nparams; j++)
-                if (!k[i].sizes[j] || k[i].sizes[j] > 0x3fff || k[i].offsets[j] > 0xffff) abort();
+                if (!k[i].sizes[j] || k[i].sizes[j] > 32764 || k[i].offsets[j] > 0xffff) abort();
         }
     }
     sim_fatbin_layouts_free(k, n);

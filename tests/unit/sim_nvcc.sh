@@ -41,12 +41,15 @@ expect "param 2 16 16"
 expect "param 3 32 2"
 expect "param 4 40 8"
 expect "param 5 error 1"
+expect "big 0 0 20480"
+expect "big 1 20480 4"
+expect "big 2 error 1"
 grep -q "skipped          2  _Z4add1Pi" "$tmp/skip.err" \
   || { echo "FAIL: the two skipped launches are not counted under _Z4add1Pi"; cat "$tmp/skip.err"; fail=1; }
 # the same with compressed cubins (zstd, as PyTorch's wheels ship them)
 "$nvcc" -O1 -cudart shared -Xfatbin=-compress-all -o "$tmp/zapp" tests/unit/sim_nvcc_app.cu
 zout=$(LD_LIBRARY_PATH=$build/sim "$tmp/zapp" 2>/dev/null)
-grep -qx "param 2 16 16" <<<"$zout" && grep -qx "param 4 40 8" <<<"$zout" \
+grep -qx "param 2 16 16" <<<"$zout" && grep -qx "param 4 40 8" <<<"$zout" && grep -qx "big 1 20480 4" <<<"$zout" \
   || { echo "FAIL: the layout is not read from a compressed fat binary: $(grep param <<<"$zout")"; fail=1; }
 # strict: the project's own programs rely on their kernels
 out=$(GPUMEM_SIM_KERNELS=strict LD_LIBRARY_PATH=$build/sim "$tmp/app")

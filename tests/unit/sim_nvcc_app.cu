@@ -18,6 +18,17 @@ struct S {
 __global__ void layout(int a, double *p, S s, short t, const float *q) {
   if (a) p[0] = s.f[1] + t + q[0];
 }
+// Parameters past 16 KiB (allowed since CUDA 12.1; PyTorch's multi-tensor kernels pass ~24 KiB):
+// nvcc describes them with another record form, which the virtual GPU reads too.
+struct Big {
+  const int *p[2560];
+};
+__global__ void big(Big b, float x) {
+  if (x > 0) {
+    volatile int v = *b.p[threadIdx.x];
+    (void)v;
+  }
+}
 typedef CUresult (*param_info_fn)(CUfunction, size_t, size_t *, size_t *);
 
 int main() {
@@ -53,6 +64,13 @@ int main() {
       if (r == CUDA_SUCCESS) printf("param %zu %zu %zu\n", i, off, size);
       else printf("param %zu error %d\n", i, (int)r);
     }
+    if (cudaGetFuncBySymbol(&fn, (const void *)big) == cudaSuccess)
+      for (size_t i = 0; i < 3; i++) {
+        size_t off = 0, size = 0;
+        CUresult r = info((CUfunction)fn, i, &off, &size);
+        if (r == CUDA_SUCCESS) printf("big %zu %zu %zu\n", i, off, size);
+        else printf("big %zu error %d\n", i, (int)r);
+      }
   } else {
     printf("param none\n");
   }
