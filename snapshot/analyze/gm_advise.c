@@ -865,9 +865,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             if (sqlite3_step(s) == SQLITE_ROW) m->nuses = (uint64_t)sqlite3_column_int64(s, 0);
             sqlite3_finalize(s);
         }
-        /* uses that miss the launches whose arguments were unreadable would make a tensor look
+        /* uses that miss the launches whose arguments were unreadable or lost would make a tensor look
          * idle longer than it was: births and deaths decide then */
-        m->uses_unread = gm_meta_int(d, "launches_unread", 0);
+        m->uses_unread = gm_uses_unknown(d, NULL, NULL, NULL, 0);
         m->have_uses = m->nuses > 0 && m->uses_unread <= 0;
     }
     /* a PyTorch recording: its memory history merged (its tensors, in its allocator's terms), or

@@ -90,7 +90,7 @@ typedef struct adv_model {
     uint64_t rec_peak_allocated, rec_peak_reserved;
     bool top_down; /* meta alloc.address_order "down": the replay hands out addresses downwards */
     int have_uses; /* the uses table has rows, and no launch's arguments were unreadable */
-    int64_t uses_unread; /* meta.launches_unread: launches whose uses are unknown */
+    int64_t uses_unread; /* launches whose uses are unknown (gm_uses_unknown: unread or lost) */
     uint64_t nuses;
     /* with uses: each recorded allocation's use times (events' clock), sorted: those of
      * allocation a are use_t[use_off[a] .. use_off[a + 1]); shared by copies of the model */

@@ -1699,7 +1699,7 @@ int gm_advise_main(int argc, char **argv)
                    "only; link %.1f GB/s (%s)\n",
                    c.link_bps / 1e9, c.link_src);
         if (!c.m.have_uses && c.m.uses_unread > 0)
-            printf("uses: incomplete (%" PRId64 " launches ran kernels whose arguments gpumem could not read), so "
+            printf("uses: incomplete (%" PRId64 " launches without their arguments: unreadable or lost), so "
                    "not used; recompute and offload act on births and deaths\n",
                    c.m.uses_unread);
         else if (!c.m.have_uses)

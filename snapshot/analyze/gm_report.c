@@ -415,14 +415,14 @@ static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *d
 }
 
 static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *dm, const char *title,
-                                   const idle_group *gr, size_t n, int top, uint64_t total, int unread) {
+                                   const idle_group *gr, size_t n, int top, uint64_t total, int unknown) {
     fprintf(out, "  %s\n", title);
     for (size_t i = 0; i < n && (int)i < top; i++) {
         const idle_group *x = &gr[i];
         char b[32], t[32];
         gm_fmt_bytes(x->bytes, b, sizeof b);
         fprintf(out, "    %12s %6.1f%%  %8" PRIu64 "x  %s", b, pct(x->bytes, total), x->count, x->key);
-        if (x->never) fprintf(out, "  (%" PRIu64 " %s)", x->never, unread ? "without a recorded use" : "never used");
+        if (x->never) fprintf(out, "  (%" PRIu64 " %s)", x->never, unknown ? "without a recorded use" : "never used");
         fputc('\n', out);
         if (x->has_since) {
             gm_fmt_ns(x->since_ns, t, sizeof t);
@@ -447,19 +447,20 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     gm_idle g;
     char err[8192];
     int ok = gm_idle_at_peak(d, m, &g, err, sizeof err) == 0;
-    char unote[512];
-    int64_t unread = gm_uses_unread(d, unote, sizeof unote);
+    char unote[768];
+    int64_t unread, lost, unknown = gm_uses_unknown(d, &unread, &lost, unote, sizeof unote);
     if (!ok || g.state != GM_USES_ON) {
-        /* no uses rows, but launches whose arguments were unreadable: unknown, not "none" */
-        int unknown = ok && g.state == GM_USES_EMPTY && unread > 0;
-        const char *hint = !ok ? err : unknown ? unote : idle_off_hint(g.state);
+        /* no uses rows, but launches whose arguments were unreadable or lost: unknown, not "none" */
+        int none_read = ok && g.state == GM_USES_EMPTY && unknown > 0;
+        const char *hint = !ok ? err : none_read ? unote : idle_off_hint(g.state);
         if (o->json) {
             fprintf(out, "\"idle_at_peak\":{\"uses\":false,\"tracking\":\"%s\",\"hint\":",
-                    !ok ? "error" : unknown ? "unread" : g.state == GM_USES_EMPTY ? "empty" : "off");
+                    !ok ? "error" : none_read ? "unread" : g.state == GM_USES_EMPTY ? "empty" : "off");
             gm_json_str(out, hint);
             fputc('}', out);
         } else {
-            fprintf(out, "\nIdle at the peak\n  %s%s\n", hint, unknown ? "; no launch gpumem could read touched a live allocation" : "");
+            fprintf(out, "\nIdle at the peak\n  %s%s\n", hint,
+                    none_read ? "; no launch gpumem could read touched a live allocation" : "");
         }
         gm_idle_free(&g);
         return;
@@ -471,11 +472,10 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     int named = nc > 1 || (nc == 1 && strcmp(gc[0].key, "(unnamed)") != 0);
     /* launches whose argument words the full ring dropped have no uses rows: the tensors they
      * touched look idle longer than they were */
-    int64_t lost = gm_meta_int(d, "launch_words_lost", 0);
     if (o->json) {
         fprintf(out, "\"idle_at_peak\":{\"uses\":true,\"tracking\":");
         gm_json_str(out, g.mode);
-        fprintf(out, ",\"launch_words_lost\":%" PRId64 ",\"launches_unread\":%" PRId64, lost > 0 ? lost : 0, unread);
+        fprintf(out, ",\"launch_words_lost\":%" PRId64 ",\"launches_unread\":%" PRId64, lost, unread);
         fprintf(out, ",\"peak_seq\":%" PRIu64 ",\"peak_t_ns\":%" PRIu64 ",\"bytes_live\":%" PRIu64
                      ",\"count_live\":%zu,\"bytes_never_used\":%" PRIu64 ",\"count_never_used\":%" PRIu64
                      ",\"bytes_not_used_before\":%" PRIu64 ",\"count_not_used_before\":%" PRIu64
@@ -501,10 +501,7 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
         gm_fmt_ns(g.peak_t, t, sizeof t);
         fprintf(out, "\nIdle at the peak: %s live in %zu allocations at event %" PRIu64 " (%s), by the time since "
                      "their last use and until their next one\n", a, g.nallocs, g.peak_seq, t);
-        if (lost > 0)
-            fprintf(out, "  note: %" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING); "
-                         "their uses are missing, so some gaps are longer than they were\n", lost);
-        if (unread > 0) fprintf(out, "  note: %s, so some gaps are longer than they were\n", unote);
+        if (unknown > 0) fprintf(out, "  note: %s, so some gaps are longer than they were\n", unote);
         fprintf(out, "    %-10s %22s   %22s\n", "gap", "since last use", "until next use");
         for (int b = 0; b < GM_IDLE_NBUCKETS; b++) {
             gm_fmt_bytes(g.since_bytes[b], b1, sizeof b1);
@@ -515,7 +512,7 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
         gm_fmt_bytes(g.never_bytes, b1, sizeof b1);
         fprintf(out, "  never used              %12s in %" PRIu64 " allocation%s (%s)\n", b1, g.never_count,
                 g.never_count == 1 ? "" : "s",
-                unread > 0 ? "no recorded use: see the note above" : "no kernel, copy or memset touched them");
+                unknown > 0 ? "no recorded use: see the note above" : "no kernel, copy or memset touched them");
         gm_fmt_bytes(g.not_before_bytes, b1, sizeof b1);
         fprintf(out, "  first used after peak   %12s in %" PRIu64 " allocation%s (allocated before they were needed)\n",
                 b1, g.not_before_count, g.not_before_count == 1 ? "" : "s");
@@ -524,8 +521,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
                 b1, g.not_again_count, g.not_again_count == 1 ? "" : "s");
         if (named)
             print_idle_groups_text(out, m, &dm, "by tensor name (digits as *; median gaps)", gc, nc, o->top, g.bytes_live,
-                                   unread > 0);
-        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live, unread > 0);
+                                   unknown > 0);
+        print_idle_groups_text(out, m, &dm, "by call site (median gaps)", gsite, nsite, o->top, g.bytes_live,
+                               unknown > 0);
     }
     free(gc), free(gsite);
     gm_demangler_free(&dm);

@@ -48,10 +48,10 @@ enum { GM_USES_OFF = 0, GM_USES_EMPTY = 1, GM_USES_ON = 2 };
 int gm_uses_state(gm_db *d, char *mode, size_t modesz);
 /* Launches whose uses are unknown: meta.launches_unread (kernels whose arguments could not be
  * read: the driver gave no parameter layout) and meta.launch_words_lost (the full ring dropped
- * their words). A tensor that only such launches touched looks unused. Writes the note that
- * says so for the text outputs into buf ("" when none is missing) and returns the unread
- * count. */
-int64_t gm_uses_unread(gm_db *d, char *buf, size_t n);
+ * their words). A tensor that only such launches touched looks unused. Sets *unread and *lost
+ * (either may be NULL), writes the one note that says so for the text outputs into buf ("" when
+ * none is missing) and returns their sum: what every reader of uses asks. */
+int64_t gm_uses_unknown(gm_db *d, int64_t *unread, int64_t *lost, char *buf, size_t n);
 
 /* One allocation live at the peak and its uses around it. */
 typedef struct gm_idle_alloc {

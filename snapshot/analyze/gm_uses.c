@@ -59,18 +59,30 @@ int gm_uses_state(gm_db *d, char *mode, size_t modesz) {
     return rows ? GM_USES_ON : on ? GM_USES_EMPTY : GM_USES_OFF;
 }
 
-int64_t gm_uses_unread(gm_db *d, char *buf, size_t n) {
-    int64_t unread = gm_meta_int(d, "launches_unread", 0), launches = gm_meta_int(d, "launches", 0);
+int64_t gm_uses_unknown(gm_db *d, int64_t *unread, int64_t *lost, char *buf, size_t n) {
+    int64_t u = gm_meta_int(d, "launches_unread", 0), l = gm_meta_int(d, "launch_words_lost", 0),
+            launches = gm_meta_int(d, "launches", 0);
+    u = u > 0 ? u : 0, l = l > 0 ? l : 0;
+    if (unread) *unread = u;
+    if (lost) *lost = l;
+    size_t o = 0;
     if (n) buf[0] = 0;
-    if (unread <= 0) return 0;
-    snprintf(buf, n,
-             "%" PRId64 " of %" PRId64 " launches (%.0f%%) ran kernels whose arguments gpumem could not read "
-             "(the driver gave no parameter layout for them: cuFuncGetParamInfo, CUDA 12.4 and later, "
-             "reads it from the kernel's fat binary, which a kernel registered without one lacks): memory "
-             "that only they touched shows as unused",
-             unread, launches > unread ? launches : unread,
-             100.0 * (double)unread / (double)(launches > unread ? launches : unread));
-    return unread;
+    if (u > 0 && o < n) {
+        int64_t all = launches > u ? launches : u;
+        int k = snprintf(buf + o, n - o,
+                         "%" PRId64 " of %" PRId64 " launches (%.0f%%) ran kernels whose arguments gpumem could not read "
+                         "(the driver gave no parameter layout for them: cuFuncGetParamInfo, CUDA 12.4 and later, "
+                         "reads it from the kernel's fat binary, which a kernel registered without one lacks)",
+                         u, all, 100.0 * (double)u / (double)all);
+        o += k > 0 ? (size_t)k : 0;
+    }
+    if (l > 0 && o < n) {
+        int k = snprintf(buf + o, n - o, "%s%" PRId64 " launches lost their arguments (the ring was full: raise GPUMEM_RING)",
+                         u > 0 ? "; " : "", l);
+        o += k > 0 ? (size_t)k : 0;
+    }
+    if ((u > 0 || l > 0) && o < n) snprintf(buf + o, n - o, ": memory that only they touched shows as unused");
+    return u + l;
 }
 
 static int live_device_at(const gm_alloc *a, uint64_t at) {

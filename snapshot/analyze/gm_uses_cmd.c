@@ -141,7 +141,7 @@ static void print_names_hint(const gm_model *m, FILE *err) {
     u64map_free(&seen);
 }
 
-static void print_life_text(const gm_model *m, gm_demangler *dm, const gm_life *l, int tracking, int64_t unread,
+static void print_life_text(const gm_model *m, gm_demangler *dm, const gm_life *l, int tracking, int64_t unknown,
                             FILE *out) {
     const gm_alloc *a = &m->allocs[l->alloc];
     char sz[32], where[2048], buf[32];
@@ -168,7 +168,7 @@ static void print_life_text(const gm_model *m, gm_demangler *dm, const gm_life *
     }
     if (!l->nuses)
         fprintf(out, !tracking ? "  (uses unknown: access tracking was off; record with GPUMEM_USES=1)\n"
-                     : unread  ? "  (no use recorded; launches whose arguments gpumem could not read may have used it)\n"
+                     : unknown ? "  (no use recorded; launches whose arguments gpumem could not read may have used it)\n"
                                : "  (never used: no kernel, copy or memset touched it)\n");
     if (a->death) {
         ph = phase(m, l->death_range);
@@ -237,8 +237,8 @@ int gm_cmd_uses(int argc, char **argv) {
     if ((rc = gm_open_model(o.db, &d, &m, 1)) != 0) return rc;
     gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
     int state = gm_uses_state(&d, mode, sizeof mode);
-    char unote[512];
-    int64_t unread = state == GM_USES_OFF ? 0 : gm_uses_unread(&d, unote, sizeof unote);
+    char unote[768] = "";
+    int64_t unread = 0, unknown = state == GM_USES_OFF ? 0 : gm_uses_unknown(&d, &unread, NULL, unote, sizeof unote);
     size_t matched = 0, shown = 0;
     for (size_t i = 0; i < m.nallocs; i++) matched += matches(&m, &m.allocs[i], &o);
     if (!matched) {
@@ -260,7 +260,7 @@ int gm_cmd_uses(int argc, char **argv) {
         gm_json_str(out, d.path);
         fprintf(out, ",\"uses\":%s,\"tracking\":\"%s\",\"launches_unread\":%" PRId64 ",\"pattern\":",
                 state == GM_USES_ON ? "true" : "false",
-                state == GM_USES_OFF ? "off" : state == GM_USES_EMPTY ? (unread > 0 ? "unread" : "empty") : mode, unread);
+                state == GM_USES_OFF ? "off" : state == GM_USES_EMPTY ? (unknown > 0 ? "unread" : "empty") : mode, unread);
         gm_json_str(out, o.name);
         fputs(",\"id\":", out);
         if (o.id >= 0) fprintf(out, "%" PRId64, o.id);
@@ -274,7 +274,7 @@ int gm_cmd_uses(int argc, char **argv) {
         if (state == GM_USES_OFF)
             fprintf(out, "  note: access tracking was off in this recording: births and deaths only "
                          "(record with GPUMEM_USES=1 to see every kernel that used a tensor)\n");
-        else if (unread > 0)
+        else if (unknown > 0)
             fprintf(out, "  note: %s\n", unote);
         fprintf(out, "  %zu allocation%s", matched, matched == 1 ? " matches" : "s match");
         if (matched > (size_t)o.top && o.top == 1) fprintf(out, "; the first in birth order is shown (--top N, --step N)");
@@ -296,7 +296,7 @@ int gm_cmd_uses(int argc, char **argv) {
             if (shown) fputc(',', out);
             print_life_json(&m, &dm, &lives[k], out);
         } else {
-            print_life_text(&m, &dm, &lives[k], state != GM_USES_OFF, unread, out);
+            print_life_text(&m, &dm, &lives[k], state != GM_USES_OFF, unknown, out);
         }
     }
     for (size_t k = 0; lives && k < want; k++) gm_life_free(&lives[k]);
