@@ -279,6 +279,27 @@ static void test_tracked_uses_fence(void **state)
     done(f);
 }
 
+/* While every block was allocated on one stream, tracked uses on that stream add nothing (the
+ * shortcut alloc_use_streams takes for PyTorch's one stream); once a block is allocated on a
+ * second stream, uses from either are tracked again, the first stream's old blocks included. */
+static void test_tracked_uses_one_stream(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    uint64_t p = must_alloc(f, 1 << 20, 0x1000);
+    uint64_t w1[] = {p, p + 4096};
+    assert_int_equal(alloc_use_streams(f->a, w1, 2, 0x1000), 0);
+    uint64_t q = must_alloc(f, 1 << 20, 0x2000); /* a second allocation stream */
+    uint64_t w2[] = {p + 8, q};
+    assert_int_equal(alloc_use_streams(f->a, w2, 2, 0x2000), 1); /* p used from 0x2000 */
+    assert_int_equal(alloc_use_streams(f->a, w2, 2, 0x1000), 1); /* q used from 0x1000 */
+    unsigned before = f->records;
+    assert_int_equal(alloc_free_async(f->a, p, 0x1000), ALLOC_OK);
+    assert_int_equal(f->records - before, 1); /* waits for 0x2000's use */
+    assert_int_equal(pending_on(f, 0x2000), 1);
+    done(f);
+}
+
 /* cudaFree waits for the whole device: a block nobody named streams for (no record_stream) waits
  * for every stream, wherever it was allocated. A free in stream order on the block's own stream
  * (cudaFreeAsync, PyTorch's free) needs no event at all. */
@@ -844,6 +865,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fence_only_recorded_streams),
         cmocka_unit_test(test_tracked_uses_fence),
+        cmocka_unit_test(test_tracked_uses_one_stream),
         cmocka_unit_test(test_plain_free_fences_every_stream),
         cmocka_unit_test(test_frees_land_per_stream),
         cmocka_unit_test(test_failed_record_keeps_stream),
