@@ -115,7 +115,6 @@ struct fn_info {
     uint32_t name;      /* rec_string id of the (mangled) kernel name */
     int layout;         /* 1: params[] is the function's layout; 0: unknown */
     unsigned nparams;
-    size_t max_words;   /* sum of size / 8 */
     struct param p[];
 };
 
@@ -215,7 +214,6 @@ static struct fn_info *fn_info_build(CUfunction f)
         }
         fi->p[i].off = (uint32_t)off;
         fi->p[i].size = (uint32_t)size;
-        fi->max_words += size / 8;
     }
     fi->nparams = fi->layout ? n : 0;
     const char *name = NULL;
@@ -279,18 +277,31 @@ CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 
 /* ---- candidate words ----------------------------------------------------------------- */
 
-static void words_init(struct gm_uses_op *ws, size_t need)
+static void words_init(struct gm_uses_op *ws)
 {
     ws->n = 0;
     ws->w = ws->stack;
     ws->cap = GM_USES_STACK_WORDS;
-    if (need > GM_USES_STACK_WORDS) {
-        uint64_t *p = malloc(need * sizeof *p);
-        if (p) {
-            ws->w = p;
-            ws->cap = need;
-        }
-    }
+}
+
+/* Room for `need` more words: the buffer doubled when full (off the stack the first time), so a
+ * launch costs no malloc unless it has more candidates than the stack holds; 0 when memory
+ * ran out (the words that fit are kept). */
+static int words_room(struct gm_uses_op *ws, size_t need)
+{
+    if (ws->cap - ws->n >= need)
+        return 1;
+    size_t cap = ws->cap * 2;
+    while (cap - ws->n < need)
+        cap *= 2;
+    uint64_t *p = ws->w == ws->stack ? malloc(cap * sizeof *p) : realloc(ws->w, cap * sizeof *p);
+    if (!p)
+        return 0;
+    if (ws->w == ws->stack)
+        memcpy(p, ws->stack, ws->n * sizeof *p);
+    ws->w = p;
+    ws->cap = cap;
+    return 1;
 }
 
 static void words_free(struct gm_uses_op *ws)
@@ -323,8 +334,8 @@ static inline void spans_load(struct spans *sp)
  * words are tested at once (the unsigned "w - lo < len" as a signed comparison of both sides
  * with the sign bit flipped) and only a group with a candidate is looked at word by word; the
  * rest goes through the scalar loop, branch-free: every word stored, the count moved by the
- * test. Both write at most one word per word scanned, and the caller made room for all of
- * them (scan falls back to a checked loop when it could not). */
+ * test. Both store at most one word per word scanned: scan gives them room for a chunk of
+ * words at a time. */
 static inline int candidate(const struct spans *sp, uint64_t v)
 {
     return ((uintptr_t)v - sp->dlo < sp->dlen) | ((uintptr_t)v - sp->hlo < sp->hlen);
@@ -368,28 +379,34 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
 static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
                         size_t size)
 {
-    size_t words = size / 8, n = ws->n;
-    if (ws->cap - n < words) { /* no room for all: only the candidates, while they fit */
-        for (size_t i = 0; i < words && n < ws->cap; i++) {
-            uint64_t v;
-            memcpy(&v, base + 8 * i, 8);
-            if (candidate(sp, v))
-                ws->w[n++] = v;
-        }
-    } else {
 #if defined(__x86_64__)
-        static _Atomic int avx2 = -1; /* any thread may be first: the same answer */
-        int has = atomic_load_explicit(&avx2, memory_order_relaxed);
-        if (has < 0) {
-            has = __builtin_cpu_supports("avx2") ? 1 : 0;
-            atomic_store_explicit(&avx2, has, memory_order_relaxed);
-        }
-        n = has ? scan_avx2(ws->w, n, sp, base, words) : scan_words(ws->w, n, sp, base, words);
-#else
-        n = scan_words(ws->w, n, sp, base, words);
-#endif
+    static _Atomic int avx2 = -1; /* any thread may be first: the same answer */
+    int has = atomic_load_explicit(&avx2, memory_order_relaxed);
+    if (has < 0) {
+        has = __builtin_cpu_supports("avx2") ? 1 : 0;
+        atomic_store_explicit(&avx2, has, memory_order_relaxed);
     }
-    ws->n = n;
+#endif
+    size_t words = size / 8;
+    for (size_t i = 0; i < words;) {
+        size_t k = words - i < 64 ? words - i : 64;
+        const unsigned char *p = base + 8 * i;
+        if (!words_room(ws, k)) { /* out of memory: the candidates that still fit */
+            for (size_t j = 0; j < k && ws->n < ws->cap; j++) {
+                uint64_t v;
+                memcpy(&v, p + 8 * j, 8);
+                if (candidate(sp, v))
+                    ws->w[ws->n++] = v;
+            }
+        } else {
+#if defined(__x86_64__)
+            ws->n = has ? scan_avx2(ws->w, ws->n, sp, p, k) : scan_words(ws->w, ws->n, sp, p, k);
+#else
+            ws->n = scan_words(ws->w, ws->n, sp, p, k);
+#endif
+        }
+        i += k;
+    }
 }
 
 /* The packed buffer of the `extra` form, or NULL. */
@@ -414,7 +431,7 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
     spans_load(&sp);
     ws->unread = 0;
     if (fi && fi->layout) {
-        words_init(ws, fi->max_words);
+        words_init(ws);
         for (unsigned i = 0; i < fi->nparams; i++) {
             const unsigned char *p = params ? (const unsigned char *)params[i]
                                    : buf && fi->p[i].off + (size_t)fi->p[i].size <= bsize
@@ -429,7 +446,7 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
      * buffer can, word by word. An array left unread makes the launch one whose uses are
      * unknown (meta.launches_unread), not one that touched nothing. */
     ws->unread = params != NULL;
-    words_init(ws, buf ? bsize / 8 : 0);
+    words_init(ws);
     if (buf)
         scan(ws, &sp, buf, bsize);
 }

@@ -11,12 +11,17 @@
  *                        "k_<path>" and its own allocation "p_<path>"
  *   uses_app copies      runtime and driver copies and memsets on X, Y, Z (names below)
  *   uses_app sleep N     N launches of a kernel that sleeps 2 ms (device time is real)
+ *   uses_app wide        one launch of a kernel whose one parameter is 2,003 words (a PyTorch
+ *                        offset calculator's size): interior pointers into 280 allocations
+ *                        W000..W279, one every seventh word from the third, among sizes and
+ *                        zeros; W_unused is allocated and never passed
  * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
  * succeeded and every kernel saw the values it was given.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +264,29 @@ static void sleeper(int n)
     RT(cudaDeviceSynchronize());
 }
 
+enum { WIDE_WORDS = 2003, WIDE_ALLOCS = 280 };
+static void k_wide(void **p) { (void)p; }
+
+static void wide(void)
+{
+    static uint64_t arg[WIDE_WORDS];
+    size_t sz[] = {sizeof arg};
+    CUfunction f = kernel("k_wide", k_wide, 1, sz);
+    for (int i = 0; i < WIDE_WORDS; i++)
+        arg[i] = i % 5 ? (uint64_t)i * 3 : 0;
+    for (int k = 0; k < WIDE_ALLOCS; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "W%03d", k);
+        char *p = dev_alloc(name, 4096);
+        arg[2 + 7 * k] = (uint64_t)(uintptr_t)(p + 8 * (k % 100));
+    }
+    dev_alloc("W_unused", 4096);
+    void *args[] = {arg};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+    launches++;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "acceptance";
@@ -270,6 +298,8 @@ int main(int argc, char **argv)
         paths();
     else if (!strcmp(mode, "copies"))
         copy_ops();
+    else if (!strcmp(mode, "wide"))
+        wide();
     else if (!strcmp(mode, "sleep"))
         sleeper(argc > 2 ? atoi(argv[2]) : 3);
     else {

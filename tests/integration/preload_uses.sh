@@ -9,6 +9,9 @@
 #    cooperative, through cuGetProcAddress plain/Ex/cooperative, the `extra` buffer form) is
 #    recorded exactly once: launch events = launches the program made, each kernel once, each
 #    path's allocation used by exactly its kernel; the GPUMEM_STATS launch counter agrees;
+#  - a kernel with one parameter of 2,003 words (PyTorch's offset calculators are kilobytes)
+#    holding interior pointers into 280 allocations among sizes and zeros: exactly those 280
+#    get uses (more candidates than the hook's stack buffer holds), the unused one none;
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -55,6 +58,12 @@ for p in rt rt_ptsz rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_p
   if [[ $n == 1 && $u == "p_$p" ]]; then pass "path $p: one launch, uses p_$p"
   else fail "path $p: $n launch(es), uses '$u' (expected 1, p_$p)"; fi
 done
+
+# ---- a wide parameter: candidates past the stack buffer, every word position ---------------------
+DB=$TMP/wide.db
+run_app "$DB" "$TMP/wide.out" "$APPS/uses_app" wide || { fail "uses_app wide"; cat "$TMP/wide.out" "$TMP/wide.out.err"; }
+check_eq "wide: k_wide uses exactly W000..W279" "$(used_names "$DB" k_wide)" "$(printf 'W%03d\n' $(seq 0 279) | paste -sd ' ')"
+check_eq "wide: W_unused has no use" "$(q "$DB" "SELECT count(*) FROM uses u JOIN allocations a ON a.id = u.birth WHERE a.name = 'W_unused';")" 0
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
