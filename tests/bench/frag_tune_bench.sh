@@ -5,7 +5,8 @@
 #   frag.10m_s                   gpumem frag --json on the 10 M-event database, CPU seconds (user +
 #                                system, every thread), as report.10m_s (bar, issue 41: <= 5); its
 #                                wall time on stderr
-#   tune.10m_s                   gpumem tune, default search, on it (bar: <= 60)
+#   tune.10m_s                   gpumem tune, default search, on it: wall seconds, its replays
+#                                spread over the cores (bar, issue 41: <= 15)
 #   tune.10m_configs             configurations replayed by that search
 #   tune.gpt2_124m.pytorch_over_recommended
 #                                peak reserved under preset:pytorch over the recommendation's,

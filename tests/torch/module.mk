@@ -19,3 +19,10 @@ SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
 BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_parity_bench.sh tests/bench/torch_rec_bench.sh \
            tests/bench/torch_advise_bench.sh tests/bench/torch_fsdp_bench.sh
+# what a recorded step costs in instructions (callgrind; torch_rec_instr.sh) and the client
+# requests it needs, loaded into the Python under valgrind (no sanitizers)
+$(BUILD)/tests/bench/cg_steps.so: tests/bench/cg_steps.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -std=gnu17 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+ALL_TARGETS += $(BUILD)/tests/bench/cg_steps.so
+BENCHES += tests/bench/torch_rec_instr.sh
