@@ -376,8 +376,8 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
 }
 #endif
 
-static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
-                        size_t size)
+static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
+                      size_t words)
 {
 #if defined(__x86_64__)
     static _Atomic int avx2 = -1; /* any thread may be first: the same answer */
@@ -387,7 +387,6 @@ static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const uns
         atomic_store_explicit(&avx2, has, memory_order_relaxed);
     }
 #endif
-    size_t words = size / 8;
     for (size_t i = 0; i < words;) {
         size_t k = words - i < 64 ? words - i : 64;
         const unsigned char *p = base + 8 * i;
@@ -407,6 +406,18 @@ static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const uns
         }
         i += k;
     }
+}
+
+/* A parameter of a few words (a pointer, an int: most kernels') is tested here, inline; a wide
+ * one (a struct of kilobytes) chunk by chunk in scan_long. */
+static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
+                        size_t size)
+{
+    size_t words = size / 8;
+    if (words < 8 && ws->cap - ws->n >= words)
+        ws->n = scan_words(ws->w, ws->n, sp, base, words);
+    else
+        scan_long(ws, sp, base, words);
 }
 
 /* The packed buffer of the `extra` form, or NULL. */
