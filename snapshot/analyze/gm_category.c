@@ -718,8 +718,25 @@ static void category_of(ctx *x, size_t i)
 
 /* ------------------------------------------------------------------ tables */
 
-/* The categories' last pass, one sweep of every device allocation in birth order, the living in
- * a heap by death: the category of each target left to category_of; each step's highest moment
+/* The device allocation at *i or the first after it (*i moved there), or NULL. */
+static inline const gm_alloc *next_device(const gm_model *m, size_t *i)
+{
+    while (*i < m->nallocs && !is_device(&m->allocs[*i]))
+        ++*i;
+    return *i < m->nallocs ? &m->allocs[*i] : NULL;
+}
+
+/* The same in the model's deaths: the device allocation of m->deaths[*nd] or the first after
+ * it, or NULL. */
+static inline const gm_alloc *next_device_death(const gm_model *m, size_t *nd)
+{
+    while (*nd < m->ndeaths && !is_device(&m->allocs[m->deaths[*nd]]))
+        ++*nd;
+    return *nd < m->ndeaths ? &m->allocs[m->deaths[*nd]] : NULL;
+}
+
+/* The categories' last pass, one sweep of every device allocation in birth order merged with
+ * their deaths in order (the model's, else a heap of the living by death): the category of each target left to category_of; each step's highest moment
  * (or 24 buckets of seqs) by category; and the bytes of each category (and source) at the peak
  * allocated moment c->at_seq, what is live once every event up to it has been swept. */
 static int timeline(ctx *x)
@@ -739,15 +756,21 @@ static int timeline(ctx *x)
     int at_peak = 0; /* c->peak and the rest taken */
     int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
-    size_t sc = 0;
+    size_t sc = 0; /* the step of the last event; the next one's start */
+    uint64_t next_start = c->nsteps > 1 ? c->steps[1].start : UINT64_MAX;
+    uint64_t first_start = c->nsteps ? c->steps[0].start : 0;
+    /* the next birth (allocation i) and the next death: the model's deaths in order where it
+     * has them (a merge of two sorted lists: nd the next one's place), else a heap of the living
+     * by death */
+    const uint32_t *dies = m->deaths;
+    size_t i = 0, nd = 0;
+    const gm_alloc *a = next_device(m, &i), *d = dies ? next_device_death(m, &nd) : NULL;
     heap q = {0};
-    for (size_t i = 0;;) {
-        while (i < m->nallocs && !is_device(&m->allocs[i]))
-            i++;
-        const gm_alloc *a = i < m->nallocs ? &m->allocs[i] : NULL;
-        int death = q.n && (!a || q.h[0].death < a->birth);
+    for (;;) {
+        uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
+        int death = (dies ? d != NULL : q.n != 0) && (!a || next_death < a->birth);
         /* the next event: a free due before the next birth, else the birth */
-        uint64_t seq = death ? q.h[0].death : a ? a->birth : 0;
+        uint64_t seq = death ? next_death : a ? a->birth : 0;
         if (!at_peak && (seq > c->at_seq || (!death && !a))) {
             at_peak = 1;
             for (int k = 0; k < GM_NCATS; k++)
@@ -758,7 +781,15 @@ static int timeline(ctx *x)
                 }
         }
         if (death) {
-            heap_ent e = heap_pop(&q);
+            heap_ent e;
+            if (dies) {
+                uint32_t j = dies[nd++];
+                e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
+                               c->src[j] < GM_NCSRCS ? c->src[j] : 0};
+                d = next_device_death(m, &nd);
+            } else {
+                e = heap_pop(&q);
+            }
             cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
             total -= e.bytes < total ? e.bytes : total;
             live[e.cat][e.src] -= e.bytes;
@@ -768,19 +799,22 @@ static int timeline(ctx *x)
             uint8_t src = c->src[i] < GM_NCSRCS ? c->src[i] : 0;
             cur[k] += a->size, total += a->size;
             live[k][src] += a->size;
-            if (a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
+            if (a->death && !dies && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
                 free(q.h);
                 return -1;
             }
             i++;
+            a = next_device(m, &i);
         } else {
             break;
         }
         long b;
         if (c->nsteps) { /* seqs come in order: the step moves on only */
-            while (sc + 1 < c->nsteps && c->steps[sc + 1].start <= seq)
+            while (seq >= next_start && sc + 1 < c->nsteps) {
                 sc++;
-            if (seq < c->steps[0].start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
+                next_start = sc + 1 < c->nsteps ? c->steps[sc + 1].start : UINT64_MAX;
+            }
+            if (seq < first_start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
             b = (long)sc;
         } else {
             b = (long)((seq - first) * nb / (last - first + 1));

@@ -178,6 +178,11 @@ typedef struct gm_model {
     uint64_t *stack_off; size_t nstacks;                              /* [2*i]=start, [2*i+1]=len */
     u64map range_idx; gm_range *ranges; size_t nranges;
     gm_alloc *allocs; size_t nallocs, allocs_cap;
+    /* the allocations that died, in the order they died (the sweep meets deaths in seq order):
+     * indices into allocs, so a pass in time order merges births and deaths without sorting.
+     * NULL where the model does not have it (a view, more than 2^32 allocations, out of memory):
+     * a reader then orders the deaths itself. */
+    uint32_t *deaths; size_t ndeaths, deaths_cap;
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
     int inlines_expanded;

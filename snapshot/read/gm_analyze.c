@@ -280,17 +280,18 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
  * allocation was live at addr; then the one live at addr at seq is meant). */
 typedef struct name_ev { uint64_t seq, addr, name, birth; } name_ev;
 
-/* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
- * written once and never moved. Where it is large its pages are transparent huge pages: written
- * into fresh 4 KiB pages (48 bytes an allocation then), it took a page fault every 85
- * allocations, and a TLB miss on every later pass: a quarter of a long recording's report. Only the pages written become resident. Failing
- * is harmless: the sweep grows the array as it goes. */
-static void allocs_reserve(gm_model *m, uint64_t rows) {
-    if (rows < 4096 || rows > SIZE_MAX / sizeof *m->allocs || rows <= m->allocs_cap) return;
-    size_t bytes = (size_t)rows * sizeof *m->allocs;
-    gm_alloc *a = realloc(m->allocs, bytes);
+/* Room for up to `rows` items of an array the sweep fills an item at a time (each item is an
+ * event row at most), so it is written once and never moved. Where it is large its pages are
+ * transparent huge pages: the allocations written into fresh 4 KiB pages (48 bytes an allocation
+ * then) took a page fault every 85 allocations, and a TLB miss on every later pass: a quarter of
+ * a long recording's report. Only the pages written become resident. Failing is harmless: the
+ * sweep grows the array as it goes. */
+static void sweep_reserve(void **p, size_t *cap, uint64_t rows, size_t elem) {
+    if (rows < 4096 || rows > SIZE_MAX / elem || rows <= *cap) return;
+    size_t bytes = (size_t)rows * elem;
+    void *a = realloc(*p, bytes);
     if (!a) return;
-    m->allocs = a, m->allocs_cap = (size_t)rows;
+    *p = a, *cap = (size_t)rows;
 #ifdef MADV_HUGEPAGE
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t lo = ((uintptr_t)a + huge - 1) & ~(huge - 1), hi = ((uintptr_t)a + bytes) & ~(huge - 1);
@@ -427,6 +428,19 @@ static void name_apply(sweep *w, const name_ev *n) {
     else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
 }
 
+/* Allocation i died at the row being swept: its place in m->deaths (dropped for good, the
+ * readers ordering deaths themselves, when it cannot be kept). */
+static inline void death_note(gm_model *m, size_t i) {
+    if (!m->deaths) return;
+    if (i > UINT32_MAX ||
+        gm_grow_fast((void **)&m->deaths, &m->deaths_cap, m->ndeaths + 1, sizeof *m->deaths)) {
+        free(m->deaths);
+        m->deaths = NULL, m->ndeaths = m->deaths_cap = 0;
+        return;
+    }
+    m->deaths[m->ndeaths++] = (uint32_t)i;
+}
+
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
@@ -455,6 +469,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             /* handed out again without a free in between: end the old one here */
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
+            death_note(m, old);
             uint64_t *sum = sum_for(m, o->kind);
             *sum -= o->size < *sum ? o->size : *sum;
             if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
@@ -477,6 +492,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             gm_alloc *a = &m->allocs[ai];
             a->death = seq;
             a->death_range = range;
+            death_note(m, ai);
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
@@ -577,6 +593,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
+    m->deaths = malloc(64 * sizeof *m->deaths); /* NULL: not kept (death_note) */
+    m->deaths_cap = m->deaths ? 64 : 0;
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
@@ -594,7 +612,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         sqlite3_finalize(s);
     }
     /* first and last time apart: the sweep reads only what it needs per row; the first and
-     * last seq and the file's size bound the number of rows (allocs_reserve) */
+     * last seq and the file's size bound the number of rows (sweep_reserve) */
     if (sqlite3_prepare_v2(d->db, "SELECT (SELECT t FROM events ORDER BY seq LIMIT 1), "
                                   "(SELECT t FROM events ORDER BY seq DESC LIMIT 1), "
                                   "(SELECT seq FROM events ORDER BY seq LIMIT 1), "
@@ -609,7 +627,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             /* rowids are distinct, and a row takes at least 16 bytes of a page */
             uint64_t rows = hi >= lo ? (uint64_t)hi - (uint64_t)lo + 1 : 0;
             if (bytes > 0 && rows > (uint64_t)bytes / 16) rows = (uint64_t)bytes / 16;
-            allocs_reserve(m, rows);
+            sweep_reserve((void **)&m->allocs, &m->allocs_cap, rows, sizeof *m->allocs);
+            sweep_reserve((void **)&m->deaths, &m->deaths_cap, rows, sizeof *m->deaths);
         }
         sqlite3_finalize(s);
     }
@@ -652,6 +671,12 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         if (m->events == 0) return fail(d, err, errsz, "events");
         /* a damaged tail: report what was read, and say so */
         m->truncated_warning = 1;
+    }
+    /* deaths in seq order are in increasing order as numbers only where no seq is negative (a
+     * rowid can be; the recorder's never are): the first allocation's birth says */
+    if (m->nallocs && (int64_t)m->allocs[0].birth < 0) {
+        free(m->deaths);
+        m->deaths = NULL, m->ndeaths = m->deaths_cap = 0;
     }
     if (!m->have_segments) {
         m->peak_reserved = m->peak_allocated;
@@ -697,6 +722,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
     v.allocs = t->allocs, v.nallocs = t->nallocs, v.allocs_cap = t->allocs_cap;
+    v.deaths = NULL, v.ndeaths = v.deaths_cap = 0;
     v.allocated = t->allocated, v.requested = t->requested, v.reserved = t->reserved;
     v.peak_allocated = t->peak_allocated, v.peak_allocated_seq = t->peak_allocated_seq;
     v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;
@@ -736,6 +762,7 @@ void gm_model_free(gm_model *m) {
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);
+    free(m->deaths);
     free(m->ooms);
     free(m->steps);
     free(m->torch.allocs);
