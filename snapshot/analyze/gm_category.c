@@ -726,13 +726,13 @@ static inline const gm_alloc *next_device(const gm_model *m, size_t *i)
     return *i < m->nallocs ? &m->allocs[*i] : NULL;
 }
 
-/* The same in the model's deaths: the device allocation of m->deaths[*nd] or the first after
- * it, or NULL. */
-static inline const gm_alloc *next_device_death(const gm_model *m, size_t *nd)
+/* The same in the model's deaths in order: the device allocation *dj (index + 1) or the first to
+ * die after it (*dj moved there), or NULL. */
+static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj)
 {
-    while (*nd < m->ndeaths && !is_device(&m->allocs[m->deaths[*nd]]))
-        ++*nd;
-    return *nd < m->ndeaths ? &m->allocs[m->deaths[*nd]] : NULL;
+    while (*dj && !is_device(&m->allocs[*dj - 1]))
+        *dj = m->allocs[*dj - 1].next_death;
+    return *dj ? &m->allocs[*dj - 1] : NULL;
 }
 
 /* The categories' last pass, one sweep of every device allocation in birth order merged with
@@ -760,11 +760,11 @@ static int timeline(ctx *x)
     uint64_t next_start = c->nsteps > 1 ? c->steps[1].start : UINT64_MAX;
     uint64_t first_start = c->nsteps ? c->steps[0].start : 0;
     /* the next birth (allocation i) and the next death: the model's deaths in order where it
-     * has them (a merge of two sorted lists: nd the next one's place), else a heap of the living
-     * by death */
-    const uint32_t *dies = m->deaths;
-    size_t i = 0, nd = 0;
-    const gm_alloc *a = next_device(m, &i), *d = dies ? next_device_death(m, &nd) : NULL;
+     * links them (a merge of two sorted lists: dj the next one's index + 1), else a heap of the
+     * living by death */
+    int dies = m->deaths_linked;
+    size_t i = 0, dj = dies ? m->first_death : 0;
+    const gm_alloc *a = next_device(m, &i), *d = next_device_death(m, &dj);
     heap q = {0};
     for (;;) {
         uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
@@ -783,10 +783,11 @@ static int timeline(ctx *x)
         if (death) {
             heap_ent e;
             if (dies) {
-                uint32_t j = dies[nd++];
+                size_t j = dj - 1;
                 e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
                                c->src[j] < GM_NCSRCS ? c->src[j] : 0};
-                d = next_device_death(m, &nd);
+                dj = d->next_death;
+                d = next_device_death(m, &dj);
             } else {
                 e = heap_pop(&q);
             }

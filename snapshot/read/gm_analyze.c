@@ -317,6 +317,7 @@ typedef struct sweep {
     int64_t last_step;
     gm_step *last_st; /* the entry of last_step (NULL: none) */
     size_t oi;        /* ooms are sorted by seq, like the events */
+    size_t last_death; /* the last allocation to die, index + 1 (0: none yet) */
 } sweep;
 
 /* One event of PyTorch's view (kinds 31-35), by its allocator's rules. */
@@ -335,7 +336,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         }
         int priv = (flags & REC_F_PRIVATE_POOL) != 0;
         v->allocs[v->nallocs] = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind,
-                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0};
+                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0, 0};
         u64map_put(&w->tlive, addr, v->nallocs++);
         v->allocated += size;
         v->requested += requested;
@@ -428,17 +429,15 @@ static void name_apply(sweep *w, const name_ev *n) {
     else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
 }
 
-/* Allocation i died at the row being swept: its place in m->deaths (dropped for good, the
- * readers ordering deaths themselves, when it cannot be kept). */
-static inline void death_note(gm_model *m, size_t i) {
-    if (!m->deaths) return;
-    if (i > UINT32_MAX ||
-        gm_grow_fast((void **)&m->deaths, &m->deaths_cap, m->ndeaths + 1, sizeof *m->deaths)) {
-        free(m->deaths);
-        m->deaths = NULL, m->ndeaths = m->deaths_cap = 0;
-        return;
-    }
-    m->deaths[m->ndeaths++] = (uint32_t)i;
+/* Allocation i died at the row being swept: linked after the last one to die (the list is
+ * dropped for good, the readers ordering deaths themselves, where an index does not fit). */
+static inline void death_note(sweep *w, size_t i) {
+    gm_model *m = w->m;
+    if (i >= UINT32_MAX) m->deaths_linked = 0;
+    if (!m->deaths_linked) return;
+    if (w->last_death) m->allocs[w->last_death - 1].next_death = (uint32_t)(i + 1);
+    else m->first_death = i + 1;
+    w->last_death = i + 1;
 }
 
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
@@ -469,7 +468,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             /* handed out again without a free in between: end the old one here */
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
-            death_note(m, old);
+            death_note(w, old);
             uint64_t *sum = sum_for(m, o->kind);
             *sum -= o->size < *sum ? o->size : *sum;
             if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
@@ -479,7 +478,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0, 0};
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -492,7 +491,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             gm_alloc *a = &m->allocs[ai];
             a->death = seq;
             a->death_range = range;
-            death_note(m, ai);
+            death_note(w, ai);
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
@@ -593,8 +592,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
-    m->deaths = malloc(64 * sizeof *m->deaths); /* NULL: not kept (death_note) */
-    m->deaths_cap = m->deaths ? 64 : 0;
+    m->deaths_linked = 1; /* death_note */
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
@@ -628,7 +626,6 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             uint64_t rows = hi >= lo ? (uint64_t)hi - (uint64_t)lo + 1 : 0;
             if (bytes > 0 && rows > (uint64_t)bytes / 16) rows = (uint64_t)bytes / 16;
             sweep_reserve((void **)&m->allocs, &m->allocs_cap, rows, sizeof *m->allocs);
-            sweep_reserve((void **)&m->deaths, &m->deaths_cap, rows, sizeof *m->deaths);
         }
         sqlite3_finalize(s);
     }
@@ -674,10 +671,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     }
     /* deaths in seq order are in increasing order as numbers only where no seq is negative (a
      * rowid can be; the recorder's never are): the first allocation's birth says */
-    if (m->nallocs && (int64_t)m->allocs[0].birth < 0) {
-        free(m->deaths);
-        m->deaths = NULL, m->ndeaths = m->deaths_cap = 0;
-    }
+    if (m->nallocs && (int64_t)m->allocs[0].birth < 0) m->deaths_linked = 0;
     if (!m->have_segments) {
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
@@ -722,7 +716,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
     v.allocs = t->allocs, v.nallocs = t->nallocs, v.allocs_cap = t->allocs_cap;
-    v.deaths = NULL, v.ndeaths = v.deaths_cap = 0;
+    v.deaths_linked = 0, v.first_death = 0;
     v.allocated = t->allocated, v.requested = t->requested, v.reserved = t->reserved;
     v.peak_allocated = t->peak_allocated, v.peak_allocated_seq = t->peak_allocated_seq;
     v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;
@@ -762,7 +756,6 @@ void gm_model_free(gm_model *m) {
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);
-    free(m->deaths);
     free(m->ooms);
     free(m->steps);
     free(m->torch.allocs);
