@@ -232,6 +232,10 @@ void gm_model_free(gm_model *m);
 /* Grows *p (an array of elem-byte items, *cap of them) to hold at least need, doubling from 64;
  * 0, or -1 out of memory (*p untouched). The readers and analyses share it. */
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Advises the 2 MiB pages inside [p, p + bytes) to be transparent huge pages, for an array of
+ * an item per event or allocation not yet written: a long recording's would otherwise take a
+ * page fault every 4 KiB (advice: nothing where THP is off, or the array is small). */
+void gm_huge_pages(void *p, size_t bytes);
 /* gm_grow with its check inline, for the arrays grown an item per event or allocation. */
 static inline int gm_grow_fast(void **p, size_t *cap, size_t need, size_t elem) {
     return need <= *cap ? 0 : gm_grow(p, cap, need, elem);

@@ -60,6 +60,16 @@ int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
+void gm_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (p && hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* ignored where THP is off */
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 /* "step 12", "Step_3", "step12" -> 12; else -1 */
 static int64_t step_number(const char *name) {
     if (!name || strncasecmp(name, "step", 4) != 0) return -1;
@@ -292,11 +302,7 @@ static void sweep_reserve(void **p, size_t *cap, uint64_t rows, size_t elem) {
     void *a = realloc(*p, bytes);
     if (!a) return;
     *p = a, *cap = (size_t)rows;
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)a + huge - 1) & ~(huge - 1), hi = ((uintptr_t)a + bytes) & ~(huge - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: ignored where THP is off */
-#endif
+    gm_huge_pages(a, bytes);
 }
 
 /* The sweep's state between rows (gm_model_load). */
