@@ -736,9 +736,10 @@ static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj)
 }
 
 /* The categories' last pass, one sweep of every device allocation in birth order merged with
- * their deaths in order (the model's, else a heap of the living by death): the category of each target left to category_of; each step's highest moment
- * (or 24 buckets of seqs) by category; and the bytes of each category (and source) at the peak
- * allocated moment c->at_seq, what is live once every event up to it has been swept. */
+ * their deaths in order (the model's, else a heap of the living by death): the category of
+ * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
+ * category; and the bytes of each category (and source) at the peak allocated moment
+ * c->at_seq, what is live once every event up to it has been swept. */
 static int timeline(ctx *x)
 {
     const gm_model *m = x->m;
