@@ -327,6 +327,14 @@ static int page_kind(const reader *r, const uint8_t *p, int root, uint32_t *ncel
     return p[0];
 }
 
+/* The page after page pgno (at p) asked into the cache when the window holds it: the next leaf
+ * is mostly the next page, and its lines are then fetched while this one is decoded and swept
+ * (the first read of each line of a page was the reader's largest cost, a stall on memory). */
+static void prefetch_next(const reader *r, uint32_t pgno, const uint8_t *p) {
+    if (pgno - r->win_first + 1 >= r->win_n) return;
+    for (uint32_t o = 0; o < r->pgsz; o += 64) __builtin_prefetch(p + r->pgsz + o);
+}
+
 /* The tree under root, leaves left to right. GM_PAGES_DONE, _STOPPED, or -1 (give up). */
 static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
     uint32_t ncell[MAX_DEPTH], next[MAX_DEPTH];
@@ -338,6 +346,7 @@ static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
         int kind = p ? page_kind(r, p, pgno == root, &n) : -1;
         if (kind < 0) return -1;
         if (kind == 0x0d) {
+            prefetch_next(r, pgno, p);
             long k = leaf_rows(r, p, n);
             if (k < 0) return -1;
             if (k) {
