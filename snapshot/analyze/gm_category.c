@@ -155,7 +155,8 @@ typedef struct range_memo {
 typedef struct ctx {
     const gm_model *m;
     gm_categories *c;
-    uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
+    uint32_t *t; /* target allocations (indices into m->allocs), in birth order; NULL while
+                    every allocation is one (target k is allocation k: tgt) */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
     range_memo births, deaths;
@@ -172,6 +173,9 @@ typedef struct ctx {
     size_t steps_cap;
     int phased;       /* ... and some event's range names a phase */
 } ctx;
+
+/* Target k's index in m->allocs. */
+static inline size_t tgt(const ctx *x, size_t k) { return x->t ? x->t[k] : k; }
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
@@ -297,7 +301,7 @@ static void z_array(const uint64_t *s, size_t n, uint32_t *z)
 }
 
 /* The token of target i: its requested size. */
-static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[x->t[i]].requested; }
+static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].requested; }
 
 /* The last tokens the period is looked for in: steps far longer than this are not found. */
 #define PERIOD_WINDOW (1u << 21)
@@ -352,7 +356,7 @@ static int steps_from_period(ctx *x)
      * still alive (what a step hands to the next, a loss or an input, is small). What outlives
      * the last allocation (parameters, gradients, optimizer state, a step's growth) is alive at
      * every cut alike and is left out. One sweep, the living in a heap by death. */
-    uint64_t last_birth = m->allocs[x->t[k - 1]].birth;
+    uint64_t last_birth = m->allocs[tgt(x, k - 1)].birth;
     double *cost = calloc(P, sizeof *cost);
     size_t *ncost = calloc(P, sizeof *ncost);
     heap q = {0};
@@ -360,7 +364,7 @@ static int steps_from_period(ctx *x)
     if (!cost || !ncost) goto out;
     uint64_t live = 0;
     for (size_t i = r0; i < k; i++) {
-        const gm_alloc *a = &m->allocs[x->t[i]];
+        const gm_alloc *a = &m->allocs[tgt(x, i)];
         while (q.n && q.h[0].death < a->birth)
             live -= heap_pop(&q).bytes;
         cost[(i - r0) % P] += (double)live;
@@ -415,11 +419,11 @@ static int steps_from_period(ctx *x)
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[firsts[f]]].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t i = c0; i < k; i += P) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[i]].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
@@ -467,11 +471,11 @@ static void end_last_step(ctx *x)
     size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
     while (k < hi) {
         size_t mid = k + (hi - k) / 2;
-        if (m->allocs[x->t[mid]].birth < ls->start) k = mid + 1;
+        if (m->allocs[tgt(x, mid)].birth < ls->start) k = mid + 1;
         else hi = mid;
     }
     for (; k < x->nt; k++) {
-        const gm_alloc *a = &m->allocs[x->t[k]];
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
         if (a->birth > ls->end) ls->end = a->birth;
         if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
     }
@@ -490,11 +494,11 @@ static int phases_from_lifetimes(ctx *x)
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
         size_t ne = 0;
-        while (k0 < x->nt && m->allocs[x->t[k0]].birth < s->start)
+        while (k0 < x->nt && m->allocs[tgt(x, k0)].birth < s->start)
             k0++;
         size_t k = k0;
-        for (; k < x->nt && m->allocs[x->t[k]].birth < next; k++) {
-            const gm_alloc *a = &m->allocs[x->t[k]];
+        for (; k < x->nt && m->allocs[tgt(x, k)].birth < next; k++) {
+            const gm_alloc *a = &m->allocs[tgt(x, k)];
             if (!a->death || a->death >= next) continue;
             if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
                 free(e);
@@ -513,9 +517,9 @@ static int phases_from_lifetimes(ctx *x)
         }
         /* a Python program's stacks can say where the backward began, before that point */
         if (x->python && pivot != NO_SEQ)
-            for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < pivot; q++)
-                if (stack_says_backward(m, m->allocs[x->t[q]].stack)) {
-                    pivot = m->allocs[x->t[q]].birth;
+            for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++)
+                if (stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
+                    pivot = m->allocs[tgt(x, q)].birth;
                     break;
                 }
         s->bwd = pivot;
@@ -526,9 +530,9 @@ static int phases_from_lifetimes(ctx *x)
             if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
         /* the update: the first launch or allocation after the backward's last free */
         uint64_t opt = launch_after(x, bwd_end);
-        for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < next; q++)
-            if (m->allocs[x->t[q]].birth > bwd_end) {
-                if (m->allocs[x->t[q]].birth < opt) opt = m->allocs[x->t[q]].birth;
+        for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < next; q++)
+            if (m->allocs[tgt(x, q)].birth > bwd_end) {
+                if (m->allocs[tgt(x, q)].birth < opt) opt = m->allocs[tgt(x, q)].birth;
                 break;
             }
         if (opt < next && opt > bwd_end) s->opt = opt;
@@ -646,7 +650,7 @@ static int categorise(ctx *x)
     int phase_src = c->phases_from;
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
-        size_t i = x->t[k];
+        size_t i = tgt(x, k);
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
         int cat = n ? by_name(&x->params, n) : GM_NCATS;
@@ -864,11 +868,9 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->n = m->nallocs;
     c->cat = malloc(m->nallocs + 1);
     c->src = calloc(m->nallocs + 1, 1);
-    x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
-    if (!c->cat || !c->src || !x.t) goto nomem;
+    if (!c->cat || !c->src || m->nallocs >= UINT32_MAX) goto nomem;
     /* an item per allocation each, written in this pass: faulted in 2 MiB at a time */
     gm_huge_pages(c->cat, m->nallocs + 1), gm_huge_pages(c->src, m->nallocs + 1);
-    gm_huge_pages(x.t, (m->nallocs + 1) * sizeof *x.t);
     /* Three passes over the allocations (each one a stream through memory on a long recording):
      * this one — the targets, the steps of their ranges, the names that make parameters, and the
      * targets freed after the last one was made (end_last_step's teardown) —, categorise's and
@@ -883,9 +885,17 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
+            /* the targets are no longer the allocations one for one: listed from here on */
+            if (!x.t) {
+                if (!(x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
+                gm_huge_pages(x.t, (m->nallocs + 1) * sizeof *x.t);
+                for (size_t k = 0; k < x.nt; k++)
+                    x.t[k] = (uint32_t)k;
+            }
             continue;
         }
-        x.t[x.nt++] = (uint32_t)i;
+        if (x.t) x.t[x.nt] = (uint32_t)i;
+        x.nt++;
         if (note_target(&x, a)) goto nomem;
         if (a->name && note_grad_name(&x, a->name)) goto nomem;
         if (a->death > x.last_birth) {
