@@ -8,8 +8,9 @@
  * otherwise (the two give the same rows; GPUMEM_SWEEP=sql forces SQLite) — while a hash map
  * of live allocations keyed by address pairs frees with allocations. The result is one compact
  * record per allocation (birth, death, size, requested, stack, range, name, the range of its
- * free: 56 bytes) plus running peaks, so
- * "what was live at the peak / at an OOM / at exit" is a filter over that array afterwards.
+ * free, and the allocation that died next: 56 bytes) plus running peaks, so "what was live at
+ * the peak / at an OOM / at exit" is a filter over that array afterwards, and a pass in time
+ * order follows the deaths' links instead of sorting them.
  * Lifetimes are therefore always derived on read, which is also what makes a database from a
  * killed process (no alloc_life rows for what was alive) report correctly.
  *
