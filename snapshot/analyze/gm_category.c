@@ -155,7 +155,8 @@ typedef struct range_memo {
 typedef struct ctx {
     const gm_model *m;
     gm_categories *c;
-    uint32_t *t; /* target allocations (indices into m->allocs), in birth order */
+    uint32_t *t; /* target allocations (indices into m->allocs), in birth order; NULL while
+                    every allocation is one (target k is allocation k: tgt) */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
     range_memo births, deaths;
@@ -172,6 +173,9 @@ typedef struct ctx {
     size_t steps_cap;
     int phased;       /* ... and some event's range names a phase */
 } ctx;
+
+/* Target k's index in m->allocs. */
+static inline size_t tgt(const ctx *x, size_t k) { return x->t ? x->t[k] : k; }
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
@@ -297,7 +301,7 @@ static void z_array(const uint64_t *s, size_t n, uint32_t *z)
 }
 
 /* The token of target i: its requested size. */
-static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[x->t[i]].requested; }
+static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].requested; }
 
 /* The last tokens the period is looked for in: steps far longer than this are not found. */
 #define PERIOD_WINDOW (1u << 21)
@@ -352,7 +356,7 @@ static int steps_from_period(ctx *x)
      * still alive (what a step hands to the next, a loss or an input, is small). What outlives
      * the last allocation (parameters, gradients, optimizer state, a step's growth) is alive at
      * every cut alike and is left out. One sweep, the living in a heap by death. */
-    uint64_t last_birth = m->allocs[x->t[k - 1]].birth;
+    uint64_t last_birth = m->allocs[tgt(x, k - 1)].birth;
     double *cost = calloc(P, sizeof *cost);
     size_t *ncost = calloc(P, sizeof *ncost);
     heap q = {0};
@@ -360,7 +364,7 @@ static int steps_from_period(ctx *x)
     if (!cost || !ncost) goto out;
     uint64_t live = 0;
     for (size_t i = r0; i < k; i++) {
-        const gm_alloc *a = &m->allocs[x->t[i]];
+        const gm_alloc *a = &m->allocs[tgt(x, i)];
         while (q.n && q.h[0].death < a->birth)
             live -= heap_pop(&q).bytes;
         cost[(i - r0) % P] += (double)live;
@@ -415,11 +419,11 @@ static int steps_from_period(ctx *x)
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[firsts[f]]].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t i = c0; i < k; i += P) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[x->t[i]].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0};
     }
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
@@ -467,11 +471,11 @@ static void end_last_step(ctx *x)
     size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
     while (k < hi) {
         size_t mid = k + (hi - k) / 2;
-        if (m->allocs[x->t[mid]].birth < ls->start) k = mid + 1;
+        if (m->allocs[tgt(x, mid)].birth < ls->start) k = mid + 1;
         else hi = mid;
     }
     for (; k < x->nt; k++) {
-        const gm_alloc *a = &m->allocs[x->t[k]];
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
         if (a->birth > ls->end) ls->end = a->birth;
         if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
     }
@@ -490,11 +494,11 @@ static int phases_from_lifetimes(ctx *x)
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
         size_t ne = 0;
-        while (k0 < x->nt && m->allocs[x->t[k0]].birth < s->start)
+        while (k0 < x->nt && m->allocs[tgt(x, k0)].birth < s->start)
             k0++;
         size_t k = k0;
-        for (; k < x->nt && m->allocs[x->t[k]].birth < next; k++) {
-            const gm_alloc *a = &m->allocs[x->t[k]];
+        for (; k < x->nt && m->allocs[tgt(x, k)].birth < next; k++) {
+            const gm_alloc *a = &m->allocs[tgt(x, k)];
             if (!a->death || a->death >= next) continue;
             if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
                 free(e);
@@ -513,9 +517,9 @@ static int phases_from_lifetimes(ctx *x)
         }
         /* a Python program's stacks can say where the backward began, before that point */
         if (x->python && pivot != NO_SEQ)
-            for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < pivot; q++)
-                if (stack_says_backward(m, m->allocs[x->t[q]].stack)) {
-                    pivot = m->allocs[x->t[q]].birth;
+            for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++)
+                if (stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
+                    pivot = m->allocs[tgt(x, q)].birth;
                     break;
                 }
         s->bwd = pivot;
@@ -526,9 +530,9 @@ static int phases_from_lifetimes(ctx *x)
             if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
         /* the update: the first launch or allocation after the backward's last free */
         uint64_t opt = launch_after(x, bwd_end);
-        for (size_t q = k0; q < x->nt && m->allocs[x->t[q]].birth < next; q++)
-            if (m->allocs[x->t[q]].birth > bwd_end) {
-                if (m->allocs[x->t[q]].birth < opt) opt = m->allocs[x->t[q]].birth;
+        for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < next; q++)
+            if (m->allocs[tgt(x, q)].birth > bwd_end) {
+                if (m->allocs[tgt(x, q)].birth < opt) opt = m->allocs[tgt(x, q)].birth;
                 break;
             }
         if (opt < next && opt > bwd_end) s->opt = opt;
@@ -646,7 +650,7 @@ static int categorise(ctx *x)
     int phase_src = c->phases_from;
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
-        size_t i = x->t[k];
+        size_t i = tgt(x, k);
         const gm_alloc *a = &m->allocs[i];
         const char *n = a->name ? gm_str(m, a->name) : NULL;
         int cat = n ? by_name(&x->params, n) : GM_NCATS;
@@ -718,10 +722,28 @@ static void category_of(ctx *x, size_t i)
 
 /* ------------------------------------------------------------------ tables */
 
-/* The categories' last pass, one sweep of every device allocation in birth order, the living in
- * a heap by death: the category of each target left to category_of; each step's highest moment
- * (or 24 buckets of seqs) by category; and the bytes of each category (and source) at the peak
- * allocated moment c->at_seq, what is live once every event up to it has been swept. */
+/* The device allocation at *i or the first after it (*i moved there), or NULL. */
+static inline const gm_alloc *next_device(const gm_model *m, size_t *i)
+{
+    while (*i < m->nallocs && !is_device(&m->allocs[*i]))
+        ++*i;
+    return *i < m->nallocs ? &m->allocs[*i] : NULL;
+}
+
+/* The same in the model's deaths in order: the device allocation *dj (index + 1) or the first to
+ * die after it (*dj moved there), or NULL. */
+static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj)
+{
+    while (*dj && !is_device(&m->allocs[*dj - 1]))
+        *dj = m->allocs[*dj - 1].next_death;
+    return *dj ? &m->allocs[*dj - 1] : NULL;
+}
+
+/* The categories' last pass, one sweep of every device allocation in birth order merged with
+ * their deaths in order (the model's, else a heap of the living by death): the category of
+ * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
+ * category; and the bytes of each category (and source) at the peak allocated moment
+ * c->at_seq, what is live once every event up to it has been swept. */
 static int timeline(ctx *x)
 {
     const gm_model *m = x->m;
@@ -739,15 +761,21 @@ static int timeline(ctx *x)
     int at_peak = 0; /* c->peak and the rest taken */
     int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
-    size_t sc = 0;
+    size_t sc = 0; /* the step of the last event; the next one's start */
+    uint64_t next_start = c->nsteps > 1 ? c->steps[1].start : UINT64_MAX;
+    uint64_t first_start = c->nsteps ? c->steps[0].start : 0;
+    /* the next birth (allocation i) and the next death: the model's deaths in order where it
+     * links them (a merge of two sorted lists: dj the next one's index + 1), else a heap of the
+     * living by death */
+    int dies = m->deaths_linked;
+    size_t i = 0, dj = dies ? m->first_death : 0;
+    const gm_alloc *a = next_device(m, &i), *d = next_device_death(m, &dj);
     heap q = {0};
-    for (size_t i = 0;;) {
-        while (i < m->nallocs && !is_device(&m->allocs[i]))
-            i++;
-        const gm_alloc *a = i < m->nallocs ? &m->allocs[i] : NULL;
-        int death = q.n && (!a || q.h[0].death < a->birth);
+    for (;;) {
+        uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
+        int death = (dies ? d != NULL : q.n != 0) && (!a || next_death < a->birth);
         /* the next event: a free due before the next birth, else the birth */
-        uint64_t seq = death ? q.h[0].death : a ? a->birth : 0;
+        uint64_t seq = death ? next_death : a ? a->birth : 0;
         if (!at_peak && (seq > c->at_seq || (!death && !a))) {
             at_peak = 1;
             for (int k = 0; k < GM_NCATS; k++)
@@ -758,7 +786,16 @@ static int timeline(ctx *x)
                 }
         }
         if (death) {
-            heap_ent e = heap_pop(&q);
+            heap_ent e;
+            if (dies) {
+                size_t j = dj - 1;
+                e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
+                               c->src[j] < GM_NCSRCS ? c->src[j] : 0};
+                dj = d->next_death;
+                d = next_device_death(m, &dj);
+            } else {
+                e = heap_pop(&q);
+            }
             cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
             total -= e.bytes < total ? e.bytes : total;
             live[e.cat][e.src] -= e.bytes;
@@ -768,19 +805,22 @@ static int timeline(ctx *x)
             uint8_t src = c->src[i] < GM_NCSRCS ? c->src[i] : 0;
             cur[k] += a->size, total += a->size;
             live[k][src] += a->size;
-            if (a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
+            if (a->death && !dies && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
                 free(q.h);
                 return -1;
             }
             i++;
+            a = next_device(m, &i);
         } else {
             break;
         }
         long b;
         if (c->nsteps) { /* seqs come in order: the step moves on only */
-            while (sc + 1 < c->nsteps && c->steps[sc + 1].start <= seq)
+            while (seq >= next_start && sc + 1 < c->nsteps) {
                 sc++;
-            if (seq < c->steps[0].start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
+                next_start = sc + 1 < c->nsteps ? c->steps[sc + 1].start : UINT64_MAX;
+            }
+            if (seq < first_start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
             b = (long)sc;
         } else {
             b = (long)((seq - first) * nb / (last - first + 1));
@@ -828,8 +868,9 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->n = m->nallocs;
     c->cat = malloc(m->nallocs + 1);
     c->src = calloc(m->nallocs + 1, 1);
-    x.t = m->nallocs < UINT32_MAX ? malloc((m->nallocs + 1) * sizeof *x.t) : NULL;
-    if (!c->cat || !c->src || !x.t) goto nomem;
+    if (!c->cat || !c->src || m->nallocs >= UINT32_MAX) goto nomem;
+    /* an item per allocation each, written in this pass: faulted in 2 MiB at a time */
+    gm_huge_pages(c->cat, m->nallocs + 1), gm_huge_pages(c->src, m->nallocs + 1);
     /* Three passes over the allocations (each one a stream through memory on a long recording):
      * this one — the targets, the steps of their ranges, the names that make parameters, and the
      * targets freed after the last one was made (end_last_step's teardown) —, categorise's and
@@ -844,9 +885,17 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
+            /* the targets are no longer the allocations one for one: listed from here on */
+            if (!x.t) {
+                if (!(x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
+                gm_huge_pages(x.t, (m->nallocs + 1) * sizeof *x.t);
+                for (size_t k = 0; k < x.nt; k++)
+                    x.t[k] = (uint32_t)k;
+            }
             continue;
         }
-        x.t[x.nt++] = (uint32_t)i;
+        if (x.t) x.t[x.nt] = (uint32_t)i;
+        x.nt++;
         if (note_target(&x, a)) goto nomem;
         if (a->name && note_grad_name(&x, a->name)) goto nomem;
         if (a->death > x.last_birth) {

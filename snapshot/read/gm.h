@@ -107,6 +107,8 @@ typedef struct gm_alloc {
     uint8_t flags; /* GM_ALLOC_* */
     uint32_t death_range; /* the NVTX range of its free (a tensor's: where PyTorch was asked to
                              free it), 0 = none or alive at the end */
+    uint32_t next_death;  /* where gm_model.deaths_linked: the allocation that died next after
+                             this one, its index + 1 (0 = none); in the struct's padding */
 } gm_alloc;
 /* a device allocation that is one of PyTorch's segments (its cache, not a tensor) */
 #define GM_ALLOC_FW_SEGMENT 1u
@@ -178,6 +180,13 @@ typedef struct gm_model {
     uint64_t *stack_off; size_t nstacks;                              /* [2*i]=start, [2*i+1]=len */
     u64map range_idx; gm_range *ranges; size_t nranges;
     gm_alloc *allocs; size_t nallocs, allocs_cap;
+    /* deaths_linked: the allocations that died are linked in the order they died (the sweep
+     * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
+     * a pass in time order merges births and deaths without sorting. 0 where the model has no
+     * such list (a view, 2^32 allocations or more, a negative seq): a reader then orders the
+     * deaths itself. */
+    int deaths_linked;
+    size_t first_death;
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
     int inlines_expanded;
@@ -223,6 +232,10 @@ void gm_model_free(gm_model *m);
 /* Grows *p (an array of elem-byte items, *cap of them) to hold at least need, doubling from 64;
  * 0, or -1 out of memory (*p untouched). The readers and analyses share it. */
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Advises the 2 MiB pages inside [p, p + bytes) to be transparent huge pages, for an array of
+ * an item per event or allocation not yet written: a long recording's would otherwise take a
+ * page fault every 4 KiB (advice: nothing where THP is off, or the array is small). */
+void gm_huge_pages(void *p, size_t bytes);
 /* gm_grow with its check inline, for the arrays grown an item per event or allocation. */
 static inline int gm_grow_fast(void **p, size_t *cap, size_t need, size_t elem) {
     return need <= *cap ? 0 : gm_grow(p, cap, need, elem);

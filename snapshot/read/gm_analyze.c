@@ -8,8 +8,9 @@
  * otherwise (the two give the same rows; GPUMEM_SWEEP=sql forces SQLite) — while a hash map
  * of live allocations keyed by address pairs frees with allocations. The result is one compact
  * record per allocation (birth, death, size, requested, stack, range, name, the range of its
- * free: 56 bytes) plus running peaks, so
- * "what was live at the peak / at an OOM / at exit" is a filter over that array afterwards.
+ * free, and the allocation that died next: 56 bytes) plus running peaks, so "what was live at
+ * the peak / at an OOM / at exit" is a filter over that array afterwards, and a pass in time
+ * order follows the deaths' links instead of sorting them.
  * Lifetimes are therefore always derived on read, which is also what makes a database from a
  * killed process (no alloc_life rows for what was alive) report correctly.
  *
@@ -58,6 +59,16 @@ int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     *p = n;
     *cap = c;
     return 0;
+}
+
+void gm_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (p && hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* ignored where THP is off */
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 /* "step 12", "Step_3", "step12" -> 12; else -1 */
@@ -280,22 +291,19 @@ int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
  * allocation was live at addr; then the one live at addr at seq is meant). */
 typedef struct name_ev { uint64_t seq, addr, name, birth; } name_ev;
 
-/* Room for up to `rows` allocations before the sweep (each is an event row), so the array is
- * written once and never moved. Where it is large its pages are transparent huge pages: written
- * into fresh 4 KiB pages (48 bytes an allocation then), it took a page fault every 85
- * allocations, and a TLB miss on every later pass: a quarter of a long recording's report. Only the pages written become resident. Failing
- * is harmless: the sweep grows the array as it goes. */
-static void allocs_reserve(gm_model *m, uint64_t rows) {
-    if (rows < 4096 || rows > SIZE_MAX / sizeof *m->allocs || rows <= m->allocs_cap) return;
-    size_t bytes = (size_t)rows * sizeof *m->allocs;
-    gm_alloc *a = realloc(m->allocs, bytes);
+/* Room for up to `rows` items of an array the sweep fills an item at a time (each item is an
+ * event row at most), so it is written once and never moved. Where it is large its pages are
+ * transparent huge pages: the allocations written into fresh 4 KiB pages (48 bytes an allocation
+ * then) took a page fault every 85 allocations, and a TLB miss on every later pass: a quarter of
+ * a long recording's report. Only the pages written become resident. Failing is harmless: the
+ * sweep grows the array as it goes. */
+static void sweep_reserve(void **p, size_t *cap, uint64_t rows, size_t elem) {
+    if (rows < 4096 || rows > SIZE_MAX / elem || rows <= *cap) return;
+    size_t bytes = (size_t)rows * elem;
+    void *a = realloc(*p, bytes);
     if (!a) return;
-    m->allocs = a, m->allocs_cap = (size_t)rows;
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)a + huge - 1) & ~(huge - 1), hi = ((uintptr_t)a + bytes) & ~(huge - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: ignored where THP is off */
-#endif
+    *p = a, *cap = (size_t)rows;
+    gm_huge_pages(a, bytes);
 }
 
 /* The sweep's state between rows (gm_model_load). */
@@ -316,6 +324,7 @@ typedef struct sweep {
     int64_t last_step;
     gm_step *last_st; /* the entry of last_step (NULL: none) */
     size_t oi;        /* ooms are sorted by seq, like the events */
+    size_t last_death; /* the last allocation to die, index + 1 (0: none yet) */
 } sweep;
 
 /* One event of PyTorch's view (kinds 31-35), by its allocator's rules. */
@@ -334,7 +343,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         }
         int priv = (flags & REC_F_PRIVATE_POOL) != 0;
         v->allocs[v->nallocs] = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind,
-                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0};
+                                           (int8_t)(dev > 0 ? dev : 0), priv ? GM_ALLOC_PRIVATE : 0, 0, 0};
         u64map_put(&w->tlive, addr, v->nallocs++);
         v->allocated += size;
         v->requested += requested;
@@ -427,6 +436,17 @@ static void name_apply(sweep *w, const name_ev *n) {
     else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
 }
 
+/* Allocation i died at the row being swept: linked after the last one to die (the list is
+ * dropped for good, the readers ordering deaths themselves, where an index does not fit). */
+static inline void death_note(sweep *w, size_t i) {
+    gm_model *m = w->m;
+    if (i >= UINT32_MAX) m->deaths_linked = 0;
+    if (!m->deaths_linked) return;
+    if (w->last_death) m->allocs[w->last_death - 1].next_death = (uint32_t)(i + 1);
+    else m->first_death = i + 1;
+    w->last_death = i + 1;
+}
+
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
@@ -455,6 +475,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             /* handed out again without a free in between: end the old one here */
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
+            death_note(w, old);
             uint64_t *sum = sum_for(m, o->kind);
             *sum -= o->size < *sum ? o->size : *sum;
             if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
@@ -464,7 +485,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0, 0};
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -477,6 +498,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             gm_alloc *a = &m->allocs[ai];
             a->death = seq;
             a->death_range = range;
+            death_note(w, ai);
             uint64_t *sum = sum_for(m, a->kind);
             *sum -= a->size < *sum ? a->size : *sum;
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
@@ -577,6 +599,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
+    m->deaths_linked = 1; /* death_note */
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
@@ -594,7 +617,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         sqlite3_finalize(s);
     }
     /* first and last time apart: the sweep reads only what it needs per row; the first and
-     * last seq and the file's size bound the number of rows (allocs_reserve) */
+     * last seq and the file's size bound the number of rows (sweep_reserve) */
     if (sqlite3_prepare_v2(d->db, "SELECT (SELECT t FROM events ORDER BY seq LIMIT 1), "
                                   "(SELECT t FROM events ORDER BY seq DESC LIMIT 1), "
                                   "(SELECT seq FROM events ORDER BY seq LIMIT 1), "
@@ -609,7 +632,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             /* rowids are distinct, and a row takes at least 16 bytes of a page */
             uint64_t rows = hi >= lo ? (uint64_t)hi - (uint64_t)lo + 1 : 0;
             if (bytes > 0 && rows > (uint64_t)bytes / 16) rows = (uint64_t)bytes / 16;
-            allocs_reserve(m, rows);
+            sweep_reserve((void **)&m->allocs, &m->allocs_cap, rows, sizeof *m->allocs);
         }
         sqlite3_finalize(s);
     }
@@ -653,6 +676,9 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         /* a damaged tail: report what was read, and say so */
         m->truncated_warning = 1;
     }
+    /* deaths in seq order are in increasing order as numbers only where no seq is negative (a
+     * rowid can be; the recorder's never are): the first allocation's birth says */
+    if (m->nallocs && (int64_t)m->allocs[0].birth < 0) m->deaths_linked = 0;
     if (!m->have_segments) {
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
@@ -697,6 +723,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
     v.allocs = t->allocs, v.nallocs = t->nallocs, v.allocs_cap = t->allocs_cap;
+    v.deaths_linked = 0, v.first_death = 0;
     v.allocated = t->allocated, v.requested = t->requested, v.reserved = t->reserved;
     v.peak_allocated = t->peak_allocated, v.peak_allocated_seq = t->peak_allocated_seq;
     v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;

@@ -120,7 +120,10 @@ typedef struct reader {
 } reader;
 
 /* Pages pgno .. pgno + n - 1 mapped as the window, with the page after them mapped too (the
- * slack value_of reads past a window's last page). 0, or -1 (read them through xRead). */
+ * slack value_of reads past a window's last page). 0, or -1 (read them through xRead). Not
+ * MAP_POPULATE: it takes a third of the report's page faults away (a fault every 16 pages of
+ * the file) but costs more system time than they did (measured on 10M events: 0.10-0.14 s
+ * against 0.06-0.11 s). */
 static int map_window(reader *r, uint32_t pgno, uint32_t n) {
     if (r->map) munmap(r->map, r->map_len), r->map = NULL;
     if (r->fd < 0 || (uint64_t)pgno + n > r->file_pages) return -1; /* the window ending the file */
@@ -325,6 +328,14 @@ static int page_kind(const reader *r, const uint8_t *p, int root, uint32_t *ncel
     return p[0];
 }
 
+/* The page after page pgno (at p) asked into the cache when the window holds it: the next leaf
+ * is mostly the next page, and its lines are then fetched while this one is decoded and swept
+ * (the first read of each line of a page was the reader's largest cost, a stall on memory). */
+static void prefetch_next(const reader *r, uint32_t pgno, const uint8_t *p) {
+    if (pgno - r->win_first + 1 >= r->win_n) return;
+    for (uint32_t o = 0; o < r->pgsz; o += 64) __builtin_prefetch(p + r->pgsz + o);
+}
+
 /* The tree under root, leaves left to right. GM_PAGES_DONE, _STOPPED, or -1 (give up). */
 static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
     uint32_t ncell[MAX_DEPTH], next[MAX_DEPTH];
@@ -336,6 +347,7 @@ static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
         int kind = p ? page_kind(r, p, pgno == root, &n) : -1;
         if (kind < 0) return -1;
         if (kind == 0x0d) {
+            prefetch_next(r, pgno, p);
             long k = leaf_rows(r, p, n);
             if (k < 0) return -1;
             if (k) {
