@@ -169,6 +169,10 @@ typedef struct writer {
     uint64_t txn_start;
     uint64_t events, last_seq;
     uint64_t dropped_written;
+    /* the counts of launches whose uses are unknown, as last written to meta: kept current at
+     * each commit (as dropped_events), so that a killed recording still says its uses are
+     * incomplete (readers: gm_uses_unknown) */
+    uint64_t lost_written, unread_written;
     /* live allocations: addr -> index into la */
     u64map live;
     live_alloc *la;
@@ -1308,10 +1312,15 @@ static void commit(writer *w, rec_state *g) {
     rb_flush(w, &w->uses);
     rb_flush(w, &w->retimed);
     uint64_t dropped = atomic_load(&g->ring.dropped);
-    if (dropped != w->dropped_written) {
+    if (dropped != w->dropped_written || w->words_lost != w->lost_written ||
+        w->unread != w->unread_written) {
         if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
         meta_int(w, "dropped_events", (int64_t)dropped);
+        meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
+        meta_int(w, "launches_unread", (int64_t)w->unread);
         w->dropped_written = dropped;
+        w->lost_written = w->words_lost;
+        w->unread_written = w->unread;
     }
     if (w->in_txn) {
         exec(w, "COMMIT");

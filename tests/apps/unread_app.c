@@ -4,11 +4,14 @@
  * builds its registration by hand would), so neither the virtual GPU nor a driver knows its
  * parameters. It allocates a buffer, sets it, launches the kernel twice on it (skipped on the
  * virtual GPU) and copies it back: gpumem records the memset's and the copy's uses, and the two
- * launches as unread (tests/integration/snapshot_uses_unread.sh).
+ * launches as unread (tests/integration/snapshot_uses_unread.sh). `unread_app hang` then waits
+ * (up to a minute) to be killed, its buffer still allocated.
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 void **__cudaRegisterFatBinary(void *fatbin);
 void __cudaRegisterFunction(void **h, const char *host_fn, char *dev_fn, const char *dev_name,
@@ -17,7 +20,7 @@ void __cudaRegisterFunction(void **h, const char *host_fn, char *dev_fn, const c
 
 static void opaque_stub(void) {}
 
-int main(void)
+int main(int argc, char **argv)
 {
     char name[] = "_Z6opaquePi";
     void **mod = __cudaRegisterFatBinary(NULL);
@@ -34,5 +37,9 @@ int main(void)
             return 2;
     if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return 1;
     printf("unread_app: %d\n", h[3]);
+    if (argc > 1 && !strcmp(argv[1], "hang")) {
+        fflush(stdout);
+        sleep(60);
+    }
     return cudaFree(d) == cudaSuccess ? 0 : 1;
 }

@@ -10,7 +10,9 @@
 #   (2) tests/apps/unread_app.c, the same work with a kernel registered without a fat binary:
 #       the two launches are counted in meta.launches_unread, and every reader of uses says so,
 #       text and JSON: report (the "Idle at the peak" section), uses (one tensor's life),
-#       advise (its uses line).
+#       advise (its uses line);
+#   (3) the same program killed (SIGKILL) after its launches: the unread count is already in
+#       the database (written at the recorder's commits, not only at close).
 # (1) is skipped without nvcc; both under a sanitizer (the programs are not instrumented).
 set -euo pipefail
 build=${BUILD:-build}
@@ -66,4 +68,13 @@ check "report: no claim that nothing touched them" 0 "$(grep -c 'no kernel, copy
 check "uses --json: launches_unread" 2 "$(jq '.launches_unread' "$tmp/u.json")"
 check "uses: the note" 1 "$(grep -c '^  note: 2 of 4 launches' "$tmp/u.txt")"
 check "advise: uses incomplete, not used" 1 "$(grep -c '^uses: incomplete (2 launches' "$tmp/a.txt")"
+
+# (3) killed: meta says so already (the recorder commits every 25 ms; a kill loses <= ~100 ms)
+GPUMEM_USES=1 "$G" record -q -o "$tmp/k.db" -- "$APP" hang > "$tmp/hang.out" 2>&1 &
+rp=$!
+for _ in $(seq 200); do grep -q '^unread_app:' "$tmp/hang.out" && break; sleep 0.05; done
+sleep 0.3
+pkill -9 -P "$rp" || true
+wait "$rp" || true
+check "killed recording: the two unread launches are in meta" 2 "$(meta "$tmp/k.db" launches_unread)"
 exit $fail
