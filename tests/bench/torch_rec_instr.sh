@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # What `gpumem record` costs a PyTorch step, in instructions (issue 35, deliverable 9): the GPT-2
 # script (tests/torch/train_gpt2.py, tiny, B 4, T 64) on the virtual GPU, kernels skipped, under
-# valgrind's callgrind, counting the main thread's instructions over steps 4..13 (tests/bench/
-# cg_steps.py zeroes the counts at step 3 and dumps them at step 13). The wall-clock ratio
-# torch.rec_vs_off (torch_rec_bench.sh) moves by ±30% between runs on a shared 2-core machine;
-# these counts do not. The main thread is the one a step waits for: the recorder's writer
-# thread runs beside it (its share is not counted here).
+# valgrind's callgrind, counting the instructions of the threads a step waits for over steps
+# 4..13: the main thread and autograd's device thread, which runs the backward while the main
+# thread waits (tests/bench/cg_steps.py limits each one's counts to those steps). The wall-clock
+# ratio torch.rec_vs_off (torch_rec_bench.sh) moves by ±30% between runs on a shared 2-core
+# machine; these counts do not. The recorder's writer thread runs beside them (its share is not
+# counted here). Each thread's share goes to stderr.
 #   torch.off_instr_per_step          not recorded (build/sim/torch-env)
 #   torch.rec_instr_per_step          under `gpumem record` as a user runs it
 #   torch.rec_instr_per_step.no_hooks the same with --no-torch-hooks
 #   torch.rec_vs_off_instr            off / rec: the instruction count's speed ratio
 #   torch.hooks_instr_per_step        rec - no_hooks: the module and optimizer hooks
-# The three runs go side by side (~5 min each under valgrind). Skipped (no BENCH line, exit 0)
-# without PyTorch or valgrind.
+# The three runs go side by side (~5 min each under valgrind). TORCH_INSTR_KEEP=DIR keeps the
+# profiles there (<variant>.main, <variant>.bwd: callgrind_annotate reads them). Skipped (no
+# BENCH line, exit 0) without PyTorch or valgrind.
 set -euo pipefail
 BUILD=${BUILD:-build}
 py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
@@ -26,7 +28,7 @@ trap 'rm -rf "$tmp"' EXIT
 unset GPUMEM_SIM_PROFILE GPUMEM_SIM_KERNELS GPUMEM_SIM_STATS PYTORCH_CUDA_ALLOC_CONF
 # 4 GiB of host memory behind the device: valgrind cannot reserve the profile's 80 GiB
 export GPUMEM_SIM_BACKING=memory GPUMEM_SIM_MEMORY=4G PYTHONHASHSEED=0
-export CG_LIB=$PWD/$BUILD/tests/bench/cg_steps.so CG_FROM=3 CG_TO=13
+export CG_LIB=$(readlink -f "$BUILD/tests/bench/cg_steps.so") CG_FROM=3 CG_TO=13
 script=(tests/bench/cg_steps.py tests/torch/train_gpt2.py --model tiny --steps 14)
 run() { # variant -> $tmp/<variant>.steps: the main thread's instructions over the 10 steps
   local vg=(valgrind --tool=callgrind --trace-children=yes --trace-children-skip='*ldconfig*'
@@ -36,16 +38,24 @@ run() { # variant -> $tmp/<variant>.steps: the main thread's instructions over t
     rec) "${vg[@]}" "$G" record -q -o "$tmp/rec.db" -- "$py" "${script[@]}" ;;
     no_hooks) "${vg[@]}" "$G" record -q -o "$tmp/nh.db" --no-torch-hooks -- "$py" "${script[@]}" ;;
   esac > "$tmp/$1.log" 2>&1 || { echo "torch_rec_instr: the $1 run failed" >&2; tail -5 "$tmp/$1.log" >&2; return 1; }
-  local f
-  f=$(grep -l "^desc: Trigger: Client Request: steps" "$tmp/$1".* | grep -- '-01$' | head -1) ||
-    { echo "torch_rec_instr: the $1 run has no profile of its steps" >&2; return 1; }
-  awk '$1 == "totals:" { print $2 }' "$f" > "$tmp/$1.steps"
+  local f b
+  f=$(grep -l "^desc: Trigger: Client Request: steps" "$tmp/$1".* | head -1) &&
+    b=$(grep -l "^desc: Trigger: Client Request: backward" "$tmp/$1".* | head -1) ||
+    { echo "torch_rec_instr: the $1 run has no profile of its steps and backward passes" >&2; return 1; }
+  awk '$1 == "totals:" { print $2 }' "$f" > "$tmp/$1.main"
+  awk '$1 == "totals:" { print $2 }' "$b" > "$tmp/$1.bwd"
+  if [[ -n ${TORCH_INSTR_KEEP:-} ]]; then
+    mkdir -p "$TORCH_INSTR_KEEP" && cp "$f" "$TORCH_INSTR_KEEP/$1.main" && cp "$b" "$TORCH_INSTR_KEEP/$1.bwd"
+  fi
 }
 pids=()
 for v in off rec no_hooks; do run "$v" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p"; done
-per() { awk '{ printf "%.0f", $1 / 10 }' "$tmp/$1.steps"; }
+per() { cat "$tmp/$1.main" "$tmp/$1.bwd" | awk '{ s += $1 } END { printf "%.0f", s / 10 }'; }
 off=$(per off) rec=$(per rec) nh=$(per no_hooks)
+for v in off rec no_hooks; do
+  echo "# torch_rec_instr: $v per step: main thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$v.main"), autograd's thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$v.bwd")" >&2
+done
 echo "BENCH torch.off_instr_per_step $off instr"
 echo "BENCH torch.rec_instr_per_step $rec instr"
 echo "BENCH torch.rec_instr_per_step.no_hooks $nh instr"
