@@ -7,9 +7,10 @@
  * they cost a tiny GPT-2 step about as much as everything else gpumem does on its main thread
  * (tests/bench/README.md, torch.rec_vs_off). Here they are C functions that PyTorch calls
  * directly (vectorcall: no argument tuple, no Python frame) and that call the recorder's range
- * functions (nvtx.c) without ctypes. The range stack of each thread is kept here; the rest of
- * the hooks (naming modules, parameters, gradients and optimizer state) stays in Python, which
- * these functions call back for what happens once: a module seen for the first time, a warning.
+ * functions (nvtx.c) without ctypes. The range stack of each thread is kept here, and the
+ * optimizer hooks' scan for the gradients and state values not named yet; the rest (naming
+ * modules, parameters, gradients and optimizer state) stays in Python, which these functions call
+ * back for what happens once: a module seen for the first time, a warning.
  *
  * The behaviour is _Hooks' own, rule for rule (the Python code is the reference, and what runs
  * when this is absent): "step N/fwd|bwd|opt/<module path>" ranges, one module range open at a
@@ -18,9 +19,10 @@
  * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
- * gpumem)) returns (fwd_pre, fwd_post, opt_begin, opt_end); _torch.py calls it through
- * ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned is
- * one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
+ * gpumem)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
+ * _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt); _torch.py calls it
+ * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
+ * is one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
  * free-threaded) leaves _torch.py on its Python hooks.
  *
  * CPython is reached as python.c does: nothing links libpython, the functions are looked up with
@@ -49,6 +51,7 @@ typedef struct {
 #define PY_METH_NOARGS 0x0004
 #define PY_METH_O 0x0008
 #define PY_METH_FASTCALL 0x0080
+#define PY_EQ 2
 
 static struct {
     const char *(*Py_GetVersion)(void);
@@ -70,6 +73,15 @@ static struct {
     void (*PyErr_Clear)(void);
     void (*PyErr_SetString)(PyObject *, const char *);
     PyObject *(*PyErr_NoMemory)(void);
+    PyObject *(*PyErr_Occurred)(void);
+    PyObject *(*PyDict_GetItemWithError)(PyObject *, PyObject *);
+    PyObject *(*PyObject_GetItem)(PyObject *, PyObject *);
+    PyObject *(*PyObject_GetIter)(PyObject *);
+    PyObject *(*PyIter_Next)(PyObject *);
+    int (*PyObject_RichCompareBool)(PyObject *, PyObject *, int);
+    PyObject *(*PyLong_FromVoidPtr)(void *);
+    PyObject *(*PyList_New)(Py_ssize_t);
+    int (*PyList_Append)(PyObject *, PyObject *);
     void (*Py_IncRef)(PyObject *);
     void (*Py_DecRef)(PyObject *);
     PyObject *None;             /* &_Py_NoneStruct */
@@ -111,7 +123,7 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what;
+        *s_fwd_what, *s_bwd_what, *s_cdata, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *fns;
     long step;
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
@@ -422,7 +434,7 @@ static PyObject *bwd_end(PyObject *self, PyObject *unused)
     return none();
 }
 
-/* ---- optimizer: the ranges only (the names stay in _Hooks.opt_pre / opt_post) ---------------- */
+/* ---- optimizer: the range, and the scans (the names stay in _Hooks.opt_pre / opt_post) ------- */
 
 static PyObject *opt_begin(PyObject *self, PyObject *unused)
 {
@@ -441,6 +453,132 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
     return none();
 }
 
+/* The optimizer hooks name every gradient and state value again each step, in case one is a new
+ * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
+ * same in Python): a value with the tensor (_cdata) and data pointer it was last named with, in
+ * `seen` (key -> (_cdata, data_ptr()), _Hooks._seen's), is unchanged. 1, 0, or -1 with an
+ * exception. */
+static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
+{
+    PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
+    if (!s) return py.PyErr_Occurred() ? -1 : 0;
+    PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
+    if (!s0 || !s1) return -1;
+    PyObject *cd = py.PyObject_GetAttr(v, hk.s_cdata);
+    if (!cd) {
+        if (!py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return -1;
+        py.PyErr_Clear();
+        cd = none();
+    }
+    int eq = py.PyObject_RichCompareBool(s0, cd, PY_EQ);
+    py.Py_DecRef(cd);
+    if (eq <= 0) return eq;
+    PyObject *ptr = py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    if (!ptr) return -1;
+    eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
+    py.Py_DecRef(ptr);
+    return eq;
+}
+
+/* (param_groups, seen_grads) -> [p for each group's params whose p.grad is not None and not
+ * unchanged (key id(p))] */
+static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_grads(param_groups, seen)");
+        return NULL;
+    }
+    PyObject *out = py.PyList_New(0), *groups = py.PyObject_GetIter(args[0]), *group, *p;
+    if (!out || !groups) goto fail;
+    while ((group = py.PyIter_Next(groups))) {
+        PyObject *params = py.PyObject_GetItem(group, hk.s_params);
+        py.Py_DecRef(group);
+        PyObject *it = params ? py.PyObject_GetIter(params) : NULL;
+        if (params) py.Py_DecRef(params);
+        if (!it) goto fail;
+        while ((p = py.PyIter_Next(it))) {
+            PyObject *g = py.PyObject_GetAttr(p, hk.s_grad), *key = NULL;
+            int r = -1;
+            if (g && g == py.None) {
+                r = 1;
+            } else if (g && (key = py.PyLong_FromVoidPtr(p))) {
+                r = unchanged(args[1], key, g);
+                if (r == 0) r = py.PyList_Append(out, p) == 0 ? 1 : -1;
+            }
+            if (g) py.Py_DecRef(g);
+            if (key) py.Py_DecRef(key);
+            py.Py_DecRef(p);
+            if (r < 0) {
+                py.Py_DecRef(it);
+                goto fail;
+            }
+        }
+        py.Py_DecRef(it);
+        if (py.PyErr_Occurred()) goto fail;
+    }
+    if (py.PyErr_Occurred()) goto fail;
+    py.Py_DecRef(groups);
+    return out;
+fail:
+    if (groups) py.Py_DecRef(groups);
+    if (out) py.Py_DecRef(out);
+    return NULL;
+}
+
+/* (state, seen_state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not
+ * unchanged in seen_state.get(id(p))] */
+static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state, seen_state)");
+        return NULL;
+    }
+    PyObject *out = py.PyList_New(0), *items = NULL, *outer = NULL, *pair, *kv;
+    if (!out || !(items = py.PyObject_CallMethodObjArgs(args[0], hk.s_items, NULL)) ||
+        !(outer = py.PyObject_GetIter(items)))
+        goto fail;
+    while ((pair = py.PyIter_Next(outer))) {
+        PyObject *p = py.PyTuple_GetItem(pair, 0), *st = py.PyTuple_GetItem(pair, 1);
+        PyObject *key = p ? py.PyLong_FromVoidPtr(p) : NULL, *seen = NULL, *sitems = NULL,
+                 *it = NULL;
+        int ok = key && st;
+        if (ok) {
+            seen = py.PyDict_GetItemWithError(args[1], key); /* borrowed; NULL: none seen */
+            ok = !(!seen && py.PyErr_Occurred());
+        }
+        ok = ok && (sitems = py.PyObject_CallMethodObjArgs(st, hk.s_items, NULL)) &&
+             (it = py.PyObject_GetIter(sitems));
+        while (ok && (kv = py.PyIter_Next(it))) {
+            PyObject *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
+            int r = k && v ? unchanged(seen, k, v) : -1;
+            if (r == 0) {
+                PyObject *e = py.PyTuple_Pack(3, p, k, v);
+                r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
+                if (e) py.Py_DecRef(e);
+            }
+            py.Py_DecRef(kv);
+            ok = r >= 0;
+        }
+        ok = ok && !py.PyErr_Occurred();
+        if (it) py.Py_DecRef(it);
+        if (sitems) py.Py_DecRef(sitems);
+        if (key) py.Py_DecRef(key);
+        py.Py_DecRef(pair);
+        if (!ok) goto fail;
+    }
+    if (py.PyErr_Occurred()) goto fail;
+    py.Py_DecRef(outer);
+    py.Py_DecRef(items);
+    return out;
+fail:
+    if (outer) py.Py_DecRef(outer);
+    if (items) py.Py_DecRef(items);
+    if (out) py.Py_DecRef(out);
+    return NULL;
+}
+
 /* ---- making them ---------------------------------------------------------------------------- */
 
 static py_method_def defs[] = {
@@ -448,6 +586,10 @@ static py_method_def defs[] = {
     {"fwd_post", (void *)fwd_post, PY_METH_FASTCALL, "gpumem's forward hook"},
     {"opt_begin", (void *)opt_begin, PY_METH_NOARGS, "opens step N/opt"},
     {"opt_end", (void *)opt_end, PY_METH_NOARGS, "closes step N/opt; the next step is N+1"},
+    {"changed_grads", (void *)changed_grads, PY_METH_FASTCALL,
+     "(param_groups, seen) -> the parameters whose gradient is not the one last named"},
+    {"changed_state", (void *)changed_state, PY_METH_FASTCALL,
+     "(state, seen_state) -> the (param, key, value) not the ones last named"},
     {"bwd_end", (void *)bwd_end, PY_METH_NOARGS, "the end of the backward pass"},
 };
 
@@ -481,6 +623,15 @@ static int find_python(void)
     HK_SYM(PyErr_Clear);
     HK_SYM(PyErr_SetString);
     HK_SYM(PyErr_NoMemory);
+    HK_SYM(PyErr_Occurred);
+    HK_SYM(PyDict_GetItemWithError);
+    HK_SYM(PyObject_GetItem);
+    HK_SYM(PyObject_GetIter);
+    HK_SYM(PyIter_Next);
+    HK_SYM(PyObject_RichCompareBool);
+    HK_SYM(PyLong_FromVoidPtr);
+    HK_SYM(PyList_New);
+    HK_SYM(PyList_Append);
     HK_SYM(Py_IncRef);
     HK_SYM(Py_DecRef);
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
@@ -504,9 +655,9 @@ static PyObject *intern(const char *s, int *ok)
 }
 
 /* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem) -> (fwd_pre, fwd_post,
- * opt_begin, opt_end), a reference this file keeps (ctypes' py_object takes its own); NULL when
- * the C API is not there, or with an exception. A second call gives the same functions, calling
- * back the new objects. */
+ * opt_begin, opt_end, changed_grads, changed_state), a reference this file keeps (ctypes' py_object
+ * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
+ * same functions, calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
 {
     if (find_python() != 0) return NULL;
@@ -533,14 +684,20 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_register_hook = intern("register_hook", &ok);
     hk.s_fwd_what = intern("a forward hook", &ok);
     hk.s_bwd_what = intern("a backward hook", &ok);
+    hk.s_cdata = intern("_cdata", &ok);
+    hk.s_data_ptr = intern("data_ptr", &ok);
+    hk.s_grad = intern("grad", &ok);
+    hk.s_params = intern("params", &ok);
+    hk.s_items = intern("items", &ok);
     if (!ok || tab_grow() != 0) return NULL;
     hk.step = 1;
-    PyObject *f[5];
-    for (int i = 0; i < 5; i++)
+    enum { N = sizeof defs / sizeof defs[0] };
+    PyObject *f[N];
+    for (int i = 0; i < N; i++)
         if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
-    hk.bwd_end = f[4];
-    hk.fns = py.PyTuple_Pack(4, f[0], f[1], f[2], f[3]);
-    for (int i = 0; i < 4; i++)
+    hk.bwd_end = f[N - 1];
+    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5]);
+    for (int i = 0; i < N - 1; i++)
         py.Py_DecRef(f[i]);
     return hk.fns;
 }

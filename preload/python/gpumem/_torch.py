@@ -208,8 +208,9 @@ class _Hooks:
         from torch.nn.modules import module as M
         from torch.optim import optimizer as O
         fast = self._c_hooks()
-        if fast is not None:  # the module hooks in C; the optimizer's ranges too, names here
-            pre, post, self._begin_opt, self._end_opt = fast
+        if fast is not None:  # the module hooks in C; the optimizer's ranges and scans too
+            (pre, post, self._begin_opt, self._end_opt, self._changed_grads,
+             self._changed_state) = fast
         else:
             pre, post = self.fwd_pre, self.fwd_post
         M.register_module_forward_pre_hook(pre)
@@ -384,7 +385,7 @@ class _Hooks:
     # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
     # step is the one already named (_name's own test), found here before the label is made
     # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
-    # entries a step. (Not a weak reference to the tensor: PyTorch hands the same Python object
+    # entries a step, which _changed_grads / _changed_state scan (in C when it is there). (Not a weak reference to the tensor: PyTorch hands the same Python object
     # back for a new gradient of set_to_none.)
     @staticmethod
     def _unchanged(seen, key, v):
@@ -406,35 +407,35 @@ class _Hooks:
             self._pop(t)
         self.step += 1
 
+    def _changed_grads(self, groups, seen):
+        return [p for group in groups for p in group["params"]
+                if p.grad is not None and not self._unchanged(seen, id(p), p.grad)]
+
+    def _changed_state(self, state, seen_state):
+        return [(p, k, v) for p, st in state.items() for k, v in st.items()
+                if not self._unchanged(seen_state.get(id(p), {}), k, v)]
+
     def opt_pre(self, opt, args, kwargs):
         try:
             self._begin_opt()
             seen = self.seen_grads
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    g = p.grad
-                    if g is not None and not self._unchanged(seen, id(p), g):
-                        self._name(g, self._label(p, "grad."))
-                        self._seen(seen, id(p), g)
+            for p in self._changed_grads(opt.param_groups, seen):
+                g = p.grad
+                self._name(g, self._label(p, "grad."))
+                self._seen(seen, id(p), g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
     def opt_post(self, opt, args, kwargs):
         try:
             kind = None
-            for p, state in opt.state.items():
-                seen = self.seen_state.get(id(p))
-                if seen is None:
-                    seen = self.seen_state[id(p)] = {}
-                for k, v in state.items():
-                    if self._unchanged(seen, k, v):
-                        continue
-                    if getattr(v, "is_cuda", False) and v.numel() > 0:
-                        if kind is None:
-                            kind = type(opt).__name__.lower()
-                            kind = "adam" if kind.startswith("adam") else kind
-                        self._name(v, self._label(p, "%s.%s." % (kind, k)))
-                    self._seen(seen, k, v)
+            for p, k, v in self._changed_state(opt.state, self.seen_state):
+                if getattr(v, "is_cuda", False) and v.numel() > 0:
+                    if kind is None:
+                        kind = type(opt).__name__.lower()
+                        kind = "adam" if kind.startswith("adam") else kind
+                    self._name(v, self._label(p, "%s.%s." % (kind, k)))
+                self._seen(self.seen_state.setdefault(id(p), {}), k, v)
             self._end_opt()
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
