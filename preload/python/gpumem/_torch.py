@@ -222,8 +222,9 @@ class _Hooks:
         """libgpumem's C implementation of the hot paths (preload/torch_hooks.c): the forward
         hooks, the backward-start callbacks and the range stacks, rule for rule those below,
         calling back for a module seen the first time (_path) and for the warning. None when
-        the library has none (an older one) or it cannot serve this Python: the hooks here."""
-        if self.c_push is None:
+        the library has none (an older one) or it cannot serve this Python: the hooks here, as
+        with GPUMEM_TORCH_C_HOOKS=0 (tests/torch/torch_hooks.sh compares the two)."""
+        if self.c_push is None or _env("GPUMEM_TORCH_C_HOOKS", "1") == "0":
             return None
         fn = getattr(ctypes.PyDLL(None), "gpumem_torch_hooks", None)
         if fn is None:
