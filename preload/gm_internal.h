@@ -18,6 +18,7 @@
  *   pinned.c   the pinned-host pool on a jemalloc arena
  *   nvtx.c     NVTX injection: range stacks, domains, registered strings, memory extension
  *   core.c     configuration and modes, lazy init, stats, fork and exit handling, user API
+ *   torch_hooks.c  the PyTorch hooks' hot paths as CPython builtins (gpumem/_torch.py)
  *
  * Recursion rule: code inside gpumem never calls a hooked name. The allocator's backend and
  * every pass-through use the real pointers in gm_real. While gpumem calls into the real

@@ -4,7 +4,7 @@
 
 PRELOAD_DIR := $(BUILD)/preload
 PRELOAD_LIB := $(BUILD)/libgpumem.so
-PRELOAD_SRCS := dlsym.c driver.c driver_sym.c program_mem.c devused.c runtime.c heap.c pinned.c nvtx.c uses.c python.c python_nogil.c core.c
+PRELOAD_SRCS := dlsym.c driver.c driver_sym.c program_mem.c devused.c runtime.c heap.c pinned.c nvtx.c uses.c python.c python_nogil.c torch_hooks.c core.c
 PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
 PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
 # The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).

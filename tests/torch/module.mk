@@ -14,6 +14,8 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_categories.sh tests/torch/torch_advise.sh tests/torch/torch_fsdp.sh
 # the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
+# the PyTorch hooks in C (preload/torch_hooks.c) against their Python versions (gpumem/_torch.py)
+SCRIPT_TESTS += tests/torch/torch_hooks.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh

@@ -15,7 +15,10 @@ record` sets, README.md "PyTorch programs"):
   gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
   module range open at a time, the innermost, so that the path is the module's own), and name
   parameters, gradients and optimizer state ("<param>", "grad.<param>", "adam.exp_avg.<param>");
-  a program that names its own phases (gpumem.range, gpumem.annotate) gets no ranges from here;
+  a program that names its own phases (gpumem.range, gpumem.annotate) gets no ranges from here.
+  The hot paths (the forward hooks, the backward-start callbacks, the range stacks) run in C when
+  libgpumem.so has them (gpumem_torch_hooks, preload/torch_hooks.c: the same rules as _Hooks'
+  Python methods, which run otherwise);
 - allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
   (a pluggable allocator has none) and names go to gpumem directly.
@@ -204,10 +207,36 @@ class _Hooks:
     def register(self):
         from torch.nn.modules import module as M
         from torch.optim import optimizer as O
-        M.register_module_forward_pre_hook(self.fwd_pre)
-        M.register_module_forward_hook(self.fwd_post)
+        fast = self._c_hooks()
+        if fast is not None:  # the module hooks in C; the optimizer's ranges and scans too
+            (pre, post, self._begin_opt, self._end_opt, self._changed_grads,
+             self._changed_state) = fast
+        else:
+            pre, post = self.fwd_pre, self.fwd_post
+        M.register_module_forward_pre_hook(pre)
+        M.register_module_forward_hook(post)
         O.register_optimizer_step_pre_hook(self.opt_pre)
         O.register_optimizer_step_post_hook(self.opt_post)
+
+    def _c_hooks(self):
+        """libgpumem's C implementation of the hot paths (preload/torch_hooks.c): the forward
+        hooks, the backward-start callbacks and the range stacks, rule for rule those below,
+        calling back for a module seen the first time (_path) and for the warning. None when
+        the library has none (an older one) or it cannot serve this Python: the hooks here, as
+        with GPUMEM_TORCH_C_HOOKS=0 (tests/torch/torch_hooks.sh compares the two)."""
+        if self.c_push is None or _env("GPUMEM_TORCH_C_HOOKS", "1") == "0":
+            return None
+        fn = getattr(ctypes.PyDLL(None), "gpumem_torch_hooks", None)
+        if fn is None:
+            return None
+        fn.restype, fn.argtypes = ctypes.py_object, [ctypes.py_object]
+        torch = self.torch
+        try:
+            return fn((lambda m: self.paths.get(id(m)) or self._path(m), _warn, _first_grad,
+                       torch.is_grad_enabled,
+                       torch.autograd.Variable._execution_engine.queue_callback, gpumem))
+        except Exception:  # noqa: BLE001 - a CPython it does not serve: the Python hooks
+            return None
 
     # -- per-thread state: the range stack (entries (kind, label, pushed)), the forward depth,
     # the modules whose forward is running. Every hook runs on a hot path (23 module calls a
@@ -319,8 +348,7 @@ class _Hooks:
         # C++ with the node. A tensor hook (Tensor.register_hook) would also give the tensor a
         # Python dict of hooks and a handle, and run through its wrapper: measured ~3 us
         # against ~5 us to register, ~1 us to run (tests/bench/README.md, torch.rec_vs_off)
-        out = output if getattr(output, "requires_grad", False) else next(
-            (x for x in _tensors(output) if getattr(x, "requires_grad", False)), None)
+        out = output if getattr(output, "requires_grad", False) else _first_grad(output)
         if out is None:
             return
         cb = self.bwd_cb.get(path)
@@ -358,7 +386,7 @@ class _Hooks:
     # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
     # step is the one already named (_name's own test), found here before the label is made
     # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
-    # entries a step. (Not a weak reference to the tensor: PyTorch hands the same Python object
+    # entries a step, which _changed_grads / _changed_state scan (in C when it is there). (Not a weak reference to the tensor: PyTorch hands the same Python object
     # back for a new gradient of set_to_none.)
     @staticmethod
     def _unchanged(seen, key, v):
@@ -370,40 +398,46 @@ class _Hooks:
         if hasattr(v, "data_ptr"):  # not a number in the state
             seen[key] = (getattr(v, "_cdata", None), v.data_ptr())
 
+    def _begin_opt(self):
+        self._open_step(self._t(), "opt")
+
+    def _end_opt(self):
+        t = self._t()
+        self._close_pass(t)
+        if t.st and t.st[-1][0] == "step":
+            self._pop(t)
+        self.step += 1
+
+    def _changed_grads(self, groups, seen):
+        return [p for group in groups for p in group["params"]
+                if p.grad is not None and not self._unchanged(seen, id(p), p.grad)]
+
+    def _changed_state(self, state, seen_state):
+        return [(p, k, v) for p, st in state.items() for k, v in st.items()
+                if not self._unchanged(seen_state.get(id(p), {}), k, v)]
+
     def opt_pre(self, opt, args, kwargs):
         try:
-            self._open_step(self._t(), "opt")
+            self._begin_opt()
             seen = self.seen_grads
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    g = p.grad
-                    if g is not None and not self._unchanged(seen, id(p), g):
-                        self._name(g, self._label(p, "grad."))
-                        self._seen(seen, id(p), g)
+            for p in self._changed_grads(opt.param_groups, seen):
+                g = p.grad
+                self._name(g, self._label(p, "grad."))
+                self._seen(seen, id(p), g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
     def opt_post(self, opt, args, kwargs):
         try:
             kind = None
-            for p, state in opt.state.items():
-                seen = self.seen_state.get(id(p))
-                if seen is None:
-                    seen = self.seen_state[id(p)] = {}
-                for k, v in state.items():
-                    if self._unchanged(seen, k, v):
-                        continue
-                    if getattr(v, "is_cuda", False) and v.numel() > 0:
-                        if kind is None:
-                            kind = type(opt).__name__.lower()
-                            kind = "adam" if kind.startswith("adam") else kind
-                        self._name(v, self._label(p, "%s.%s." % (kind, k)))
-                    self._seen(seen, k, v)
-            t = self._t()
-            self._close_pass(t)
-            if t.st and t.st[-1][0] == "step":
-                self._pop(t)
-            self.step += 1
+            for p, k, v in self._changed_state(opt.state, self.seen_state):
+                if getattr(v, "is_cuda", False) and v.numel() > 0:
+                    if kind is None:
+                        kind = type(opt).__name__.lower()
+                        kind = "adam" if kind.startswith("adam") else kind
+                    self._name(v, self._label(p, "%s.%s." % (kind, k)))
+                self._seen(self.seen_state.setdefault(id(p), {}), k, v)
+            self._end_opt()
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
@@ -456,6 +490,11 @@ class _ThreadState:
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
+
+
+def _first_grad(x):
+    """The first tensor in a module's output (nested tuples, lists, dicts) that needs a gradient."""
+    return next((y for y in _tensors(x) if getattr(y, "requires_grad", False)), None)
 
 
 def _tensors(x):

@@ -1,0 +1,703 @@
+/*
+ * torch_hooks.c — the hot paths of the PyTorch hooks that `gpumem record` installs
+ * (preload/python/gpumem/_torch.py, class _Hooks) as CPython builtin functions.
+ *
+ * Every module call of a PyTorch program runs a global forward pre-hook and a forward hook, and
+ * its backward a node pre-hook; written in Python, with the recorder reached through ctypes,
+ * they cost a tiny GPT-2 step about as much as everything else gpumem does on its main thread
+ * (tests/bench/README.md, torch.rec_vs_off). Here they are C functions that PyTorch calls
+ * directly (vectorcall: no argument tuple, no Python frame) and that call the recorder's range
+ * functions (nvtx.c) without ctypes. The range stack of each thread is kept here, and the
+ * optimizer hooks' scan for the gradients and state values not named yet; the rest (naming
+ * modules, parameters, gradients and optimizer state) stays in Python, which these functions call
+ * back for what happens once: a module seen for the first time, a warning.
+ *
+ * The behaviour is _Hooks' own, rule for rule (the Python code is the reference, and what runs
+ * when this is absent): "step N/fwd|bwd|opt/<module path>" ranges, one module range open at a
+ * time, "step N" and "bwd" opened by the first backward node of a pass and closed by the
+ * engine's end-of-backward callback, no range while the program names its own phases
+ * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
+ *
+ * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
+ * gpumem)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
+ * _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt); _torch.py calls it
+ * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
+ * is one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
+ * free-threaded) leaves _torch.py on its Python hooks.
+ *
+ * CPython is reached as python.c does: nothing links libpython, the functions are looked up with
+ * dlsym(RTLD_DEFAULT), and only functions of the stable ABI and the stable PyMethodDef layout
+ * are used (no object layout is read). Every function here runs holding the GIL (PyTorch calls
+ * hooks with it), which is also the lock of this file's shared state.
+ */
+#include "preload/gm_internal.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct _object PyObject; /* opaque */
+typedef ssize_t Py_ssize_t;
+
+/* The stable layout of a builtin function's definition (Include/methodobject.h). */
+typedef struct {
+    const char *ml_name;
+    void *ml_meth;
+    int ml_flags;
+    const char *ml_doc;
+} py_method_def;
+#define PY_METH_NOARGS 0x0004
+#define PY_METH_O 0x0008
+#define PY_METH_FASTCALL 0x0080
+#define PY_EQ 2
+
+static struct {
+    const char *(*Py_GetVersion)(void);
+    PyObject *(*PyCFunction_NewEx)(py_method_def *, PyObject *, PyObject *);
+    PyObject *(*PyObject_GetAttr)(PyObject *, PyObject *);
+    PyObject *(*PyObject_CallObject)(PyObject *, PyObject *);
+    PyObject *(*PyObject_CallFunctionObjArgs)(PyObject *, ...);
+    PyObject *(*PyObject_CallMethodObjArgs)(PyObject *, PyObject *, ...);
+    int (*PyObject_IsTrue)(PyObject *);
+    PyObject *(*PyUnicode_InternFromString)(const char *);
+    PyObject *(*PyUnicode_AsEncodedString)(PyObject *, const char *, const char *);
+    char *(*PyBytes_AsString)(PyObject *);
+    PyObject *(*PyTuple_Pack)(Py_ssize_t, ...);
+    Py_ssize_t (*PyTuple_Size)(PyObject *);
+    PyObject *(*PyTuple_GetItem)(PyObject *, Py_ssize_t);
+    int (*PyErr_ExceptionMatches)(PyObject *);
+    void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
+    void (*PyErr_NormalizeException)(PyObject **, PyObject **, PyObject **);
+    void (*PyErr_Clear)(void);
+    void (*PyErr_SetString)(PyObject *, const char *);
+    PyObject *(*PyErr_NoMemory)(void);
+    PyObject *(*PyErr_Occurred)(void);
+    PyObject *(*PyDict_GetItemWithError)(PyObject *, PyObject *);
+    PyObject *(*PyObject_GetItem)(PyObject *, PyObject *);
+    PyObject *(*PyObject_GetIter)(PyObject *);
+    PyObject *(*PyIter_Next)(PyObject *);
+    int (*PyObject_RichCompareBool)(PyObject *, PyObject *, int);
+    PyObject *(*PyLong_FromVoidPtr)(void *);
+    PyObject *(*PyList_New)(Py_ssize_t);
+    int (*PyList_Append)(PyObject *, PyObject *);
+    void (*Py_IncRef)(PyObject *);
+    void (*Py_DecRef)(PyObject *);
+    PyObject *None;             /* &_Py_NoneStruct */
+    PyObject **PyExc_Exception; /* the exported variables, read when used */
+    PyObject **PyExc_AttributeError;
+    PyObject **PyExc_TypeError;
+} py;
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+enum { K_STEP, K_PASS, K_MOD };
+enum { P_FWD, P_BWD, P_OPT };
+static const char *const pass_label[] = {"fwd", "bwd", "opt"};
+
+/* A range this thread opened (_Hooks' (kind, label, pushed); a label is only needed when it is
+ * pushed, and of a pass only which one it is). */
+typedef struct {
+    unsigned char kind, pass, pushed;
+} hk_ent;
+
+/* A module seen by the forward hooks: its path encoded as _Hooks._enc does (bytes, UTF-8 with
+ * "replace"), and its backward-start callback (a builtin whose self is that path). */
+typedef struct {
+    const void *module; /* the key only, as id(module) is _Hooks.paths': never dereferenced */
+    PyObject *enc, *cb;
+} hk_mod;
+
+typedef struct {
+    hk_ent *st; /* the range stack */
+    int n, cap;
+    hk_mod *mods; /* the modules whose forward runs, outermost first (copies of cache entries) */
+    int nmods, capm;
+} hk_thread;
+
+static __thread hk_thread tls __attribute__((tls_model("initial-exec")));
+static pthread_key_t tls_key; /* frees a thread's stacks when it exits */
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static struct {
+    PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem;
+    PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
+        *s_fwd_what, *s_bwd_what, *s_cdata, *s_data_ptr, *s_grad, *s_params, *s_items;
+    PyObject *bwd_end, *fns;
+    long step;
+    hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
+    size_t mask, count;
+} hk;
+
+/* ---- the thread's stacks -------------------------------------------------------------------- */
+
+static void tls_free(void *p)
+{
+    hk_thread *t = p;
+    free(t->st), free(t->mods);
+    memset(t, 0, sizeof *t);
+}
+static void tls_key_make(void)
+{
+    pthread_key_create(&tls_key, tls_free);
+}
+
+static int grow(void **arr, int *cap, size_t size)
+{
+    int n = *cap ? *cap * 2 : 32;
+    void *a = realloc(*arr, (size_t)n * size);
+    if (!a) {
+        py.PyErr_NoMemory();
+        return -1;
+    }
+    if (!*cap) {
+        pthread_once(&tls_once, tls_key_make);
+        pthread_setspecific(tls_key, &tls);
+    }
+    *arr = a, *cap = n;
+    return 0;
+}
+
+/* The program names its own phases (gpumem.range, gpumem.annotate): 1, and no range is pushed
+ * here; -1 with an exception. */
+static int user_ranges(void)
+{
+    PyObject *v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges);
+    if (!v) return -1;
+    int r = py.PyObject_IsTrue(v);
+    py.Py_DecRef(v);
+    return r;
+}
+
+static int push(hk_thread *t, int kind, int pass, const char *label)
+{
+    if (t->n == t->cap && grow((void **)&t->st, &t->cap, sizeof *t->st) != 0) return -1;
+    int u = user_ranges();
+    if (u < 0) return -1;
+    int pushed = !u && gm_nvtx_user_push(label) >= 0;
+    t->st[t->n++] = (hk_ent){(unsigned char)kind, (unsigned char)pass, (unsigned char)pushed};
+    return 0;
+}
+
+static void pop(hk_thread *t)
+{
+    if (t->st[--t->n].pushed) gm_nvtx_user_pop();
+}
+
+/* The module's range: in place of the innermost when that is a module's (flat), else on top. */
+static int enter_mod(hk_thread *t, PyObject *enc)
+{
+    const char *label = py.PyBytes_AsString(enc);
+    if (!label) return -1;
+    if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label);
+    int was = t->st[--t->n].pushed;
+    if (was) {
+        int u = user_ranges();
+        if (u < 0) return -1;
+        if (!u) {
+            gm_nvtx_user_pop();
+            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push(label) >= 0};
+            return 0;
+        }
+        gm_nvtx_user_pop();
+    }
+    return push(t, K_MOD, 0, label);
+}
+
+/* "step N" (unless open on this thread) and the pass. */
+static int open_step(hk_thread *t, int pass)
+{
+    int i = 0;
+    while (i < t->n && t->st[i].kind != K_STEP)
+        i++;
+    if (i == t->n) {
+        char label[32];
+        snprintf(label, sizeof label, "step %ld", hk.step);
+        if (push(t, K_STEP, 0, label) != 0) return -1;
+    }
+    return push(t, K_PASS, pass, pass_label[pass]);
+}
+
+static void close_pass(hk_thread *t)
+{
+    while (t->n && t->st[t->n - 1].kind != K_PASS)
+        pop(t);
+    if (t->n) pop(t);
+}
+
+/* ---- errors --------------------------------------------------------------------------------- */
+
+static PyObject *none(void)
+{
+    py.Py_IncRef(py.None);
+    return py.None;
+}
+
+/* An Exception raised inside a hook: _torch._warn(what, exc) (one warning in all) and None, as
+ * the Python hooks' `except Exception`. Anything else (KeyboardInterrupt) goes on up. */
+static PyObject *swallow(PyObject *what)
+{
+    if (!py.PyErr_ExceptionMatches(*py.PyExc_Exception)) return NULL;
+    PyObject *type, *value, *tb;
+    py.PyErr_Fetch(&type, &value, &tb);
+    py.PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *r = py.PyObject_CallFunctionObjArgs(hk.warn, what, value ? value : py.None, NULL);
+    py.Py_DecRef(type), py.Py_DecRef(value), py.Py_DecRef(tb);
+    if (!r) return NULL;
+    py.Py_DecRef(r);
+    return none();
+}
+
+/* ---- the module cache ----------------------------------------------------------------------- */
+
+static size_t mod_hash(const void *p)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32);
+}
+
+static int tab_grow(void)
+{
+    size_t cap = hk.tab ? (hk.mask + 1) * 2 : 256;
+    hk_mod *n = calloc(cap, sizeof *n);
+    if (!n) {
+        py.PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; hk.tab && i <= hk.mask; i++) {
+        if (!hk.tab[i].module) continue;
+        size_t j = mod_hash(hk.tab[i].module) & (cap - 1);
+        while (n[j].module)
+            j = (j + 1) & (cap - 1);
+        n[j] = hk.tab[i];
+    }
+    free(hk.tab);
+    hk.tab = n, hk.mask = cap - 1;
+    return 0;
+}
+
+static PyObject *bwd_start(PyObject *enc, PyObject *arg);
+static py_method_def bwd_start_def = {"gpumem_bwd_start", (void *)bwd_start, PY_METH_O,
+                                      "a module's backward starts (gpumem/_torch.py)"};
+
+/* The module's entry; a module not seen yet gets its path from _Hooks (which names it and its
+ * parameters). A copy: the table may move. Returns 0, or -1 with an exception. */
+static int mod_lookup(PyObject *module, hk_mod *out)
+{
+    size_t i = mod_hash(module) & hk.mask;
+    for (;;) {
+        hk_mod *e = &hk.tab[i];
+        if (e->module == module) {
+            *out = *e;
+            return 0;
+        }
+        if (!e->module) break;
+        i = (i + 1) & hk.mask;
+    }
+    PyObject *path = py.PyObject_CallFunctionObjArgs(hk.resolve, module, NULL);
+    if (!path) return -1;
+    PyObject *enc = py.PyUnicode_AsEncodedString(path, "utf-8", "replace");
+    py.Py_DecRef(path);
+    if (!enc) return -1;
+    PyObject *cb = py.PyCFunction_NewEx(&bwd_start_def, enc, NULL);
+    if (!cb || ((hk.count + 1) * 2 > hk.mask + 1 && tab_grow() != 0)) {
+        py.Py_DecRef(enc);
+        if (cb) py.Py_DecRef(cb);
+        return -1;
+    }
+    i = mod_hash(module) & hk.mask;
+    while (hk.tab[i].module)
+        i = (i + 1) & hk.mask;
+    hk.tab[i] = (hk_mod){module, enc, cb};
+    hk.count++;
+    *out = hk.tab[i];
+    return 0;
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+/* register_module_forward_pre_hook's: (module, args) -> None */
+static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    hk_thread *t = &tls;
+    hk_mod m;
+    if (nargs < 1) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_pre: (module, args)");
+        return swallow(hk.s_fwd_what);
+    }
+    if (mod_lookup(args[0], &m) != 0) return swallow(hk.s_fwd_what);
+    if (!t->nmods && open_step(t, P_FWD) != 0) return swallow(hk.s_fwd_what);
+    if (enter_mod(t, m.enc) != 0) return swallow(hk.s_fwd_what);
+    if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0)
+        return swallow(hk.s_fwd_what);
+    t->mods[t->nmods++] = m;
+    return none();
+}
+
+/* The module's backward starts when autograd runs the node that made its output: a pre-hook on
+ * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
+ * a tensor hook. */
+static int on_backward_of(const hk_mod *m, PyObject *output)
+{
+    PyObject *out, *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
+    int needs = 0;
+    if (rg) {
+        needs = py.PyObject_IsTrue(rg);
+        py.Py_DecRef(rg);
+        if (needs < 0) return -1;
+    } else if (py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) {
+        py.PyErr_Clear();
+    } else {
+        return -1;
+    }
+    if (needs) {
+        out = output;
+        py.Py_IncRef(out);
+    } else if (!(out = py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL))) {
+        return -1;
+    }
+    if (out == py.None) {
+        py.Py_DecRef(out);
+        return 0;
+    }
+    PyObject *r = NULL, *node = py.PyObject_GetAttr(out, hk.s_grad_fn);
+    if (node) {
+        if (node != py.None)
+            r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
+        else
+            r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
+        py.Py_DecRef(node);
+    }
+    py.Py_DecRef(out);
+    if (!r) return -1;
+    py.Py_DecRef(r);
+    return 0;
+}
+
+/* register_module_forward_hook's: (module, args, output) -> None */
+static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    hk_thread *t = &tls;
+    if (!t->nmods) return none();
+    if (nargs < 3) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_post: (module, args, output)");
+        return swallow(hk.s_fwd_what);
+    }
+    hk_mod m = t->mods[--t->nmods];
+    if (t->nmods) {
+        if (enter_mod(t, t->mods[t->nmods - 1].enc) != 0) return swallow(hk.s_fwd_what);
+    } else {
+        if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
+        close_pass(t);
+    }
+    PyObject *g = py.PyObject_CallObject(hk.grad_enabled, NULL);
+    if (!g) return swallow(hk.s_fwd_what);
+    int on = py.PyObject_IsTrue(g);
+    py.Py_DecRef(g);
+    if (on < 0 || (on && on_backward_of(&m, args[2]) != 0)) return swallow(hk.s_fwd_what);
+    return none();
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* Node.register_prehook's (grad_outputs) and Tensor.register_hook's (grad): self is the path. */
+static PyObject *bwd_start(PyObject *enc, PyObject *arg)
+{
+    (void)arg;
+    hk_thread *t = &tls;
+    int i = 0;
+    while (i < t->n && !(t->st[i].kind == K_PASS && t->st[i].pass == P_BWD))
+        i++;
+    if (i == t->n) {
+        if (open_step(t, P_BWD) != 0) return swallow(hk.s_bwd_what);
+        PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
+        if (!r) return swallow(hk.s_bwd_what);
+        py.Py_DecRef(r);
+    }
+    if (enter_mod(t, enc) != 0) return swallow(hk.s_bwd_what);
+    return none();
+}
+
+/* The engine's callback at the end of the backward pass. */
+static PyObject *bwd_end(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    hk_thread *t = &tls;
+    while (t->n && !(t->st[t->n - 1].kind == K_PASS && t->st[t->n - 1].pass == P_BWD))
+        pop(t);
+    if (t->n) pop(t);
+    if (t->n && t->st[t->n - 1].kind == K_STEP && !t->nmods)
+        pop(t); /* opened on this (autograd) thread for the backward */
+    return none();
+}
+
+/* ---- optimizer: the range, and the scans (the names stay in _Hooks.opt_pre / opt_post) ------- */
+
+static PyObject *opt_begin(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    if (open_step(&tls, P_OPT) != 0) return NULL;
+    return none();
+}
+
+static PyObject *opt_end(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    hk_thread *t = &tls;
+    close_pass(t);
+    if (t->n && t->st[t->n - 1].kind == K_STEP) pop(t);
+    hk.step++;
+    return none();
+}
+
+/* The optimizer hooks name every gradient and state value again each step, in case one is a new
+ * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
+ * same in Python): a value with the tensor (_cdata) and data pointer it was last named with, in
+ * `seen` (key -> (_cdata, data_ptr()), _Hooks._seen's), is unchanged. 1, 0, or -1 with an
+ * exception. */
+static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
+{
+    PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
+    if (!s) return py.PyErr_Occurred() ? -1 : 0;
+    PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
+    if (!s0 || !s1) return -1;
+    PyObject *cd = py.PyObject_GetAttr(v, hk.s_cdata);
+    if (!cd) {
+        if (!py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return -1;
+        py.PyErr_Clear();
+        cd = none();
+    }
+    int eq = py.PyObject_RichCompareBool(s0, cd, PY_EQ);
+    py.Py_DecRef(cd);
+    if (eq <= 0) return eq;
+    PyObject *ptr = py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    if (!ptr) return -1;
+    eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
+    py.Py_DecRef(ptr);
+    return eq;
+}
+
+/* (param_groups, seen_grads) -> [p for each group's params whose p.grad is not None and not
+ * unchanged (key id(p))] */
+static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_grads(param_groups, seen)");
+        return NULL;
+    }
+    PyObject *out = py.PyList_New(0), *groups = py.PyObject_GetIter(args[0]), *group, *p;
+    if (!out || !groups) goto fail;
+    while ((group = py.PyIter_Next(groups))) {
+        PyObject *params = py.PyObject_GetItem(group, hk.s_params);
+        py.Py_DecRef(group);
+        PyObject *it = params ? py.PyObject_GetIter(params) : NULL;
+        if (params) py.Py_DecRef(params);
+        if (!it) goto fail;
+        while ((p = py.PyIter_Next(it))) {
+            PyObject *g = py.PyObject_GetAttr(p, hk.s_grad), *key = NULL;
+            int r = -1;
+            if (g && g == py.None) {
+                r = 1;
+            } else if (g && (key = py.PyLong_FromVoidPtr(p))) {
+                r = unchanged(args[1], key, g);
+                if (r == 0) r = py.PyList_Append(out, p) == 0 ? 1 : -1;
+            }
+            if (g) py.Py_DecRef(g);
+            if (key) py.Py_DecRef(key);
+            py.Py_DecRef(p);
+            if (r < 0) {
+                py.Py_DecRef(it);
+                goto fail;
+            }
+        }
+        py.Py_DecRef(it);
+        if (py.PyErr_Occurred()) goto fail;
+    }
+    if (py.PyErr_Occurred()) goto fail;
+    py.Py_DecRef(groups);
+    return out;
+fail:
+    if (groups) py.Py_DecRef(groups);
+    if (out) py.Py_DecRef(out);
+    return NULL;
+}
+
+/* (state, seen_state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not
+ * unchanged in seen_state.get(id(p))] */
+static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state, seen_state)");
+        return NULL;
+    }
+    PyObject *out = py.PyList_New(0), *items = NULL, *outer = NULL, *pair, *kv;
+    if (!out || !(items = py.PyObject_CallMethodObjArgs(args[0], hk.s_items, NULL)) ||
+        !(outer = py.PyObject_GetIter(items)))
+        goto fail;
+    while ((pair = py.PyIter_Next(outer))) {
+        PyObject *p = py.PyTuple_GetItem(pair, 0), *st = py.PyTuple_GetItem(pair, 1);
+        PyObject *key = p ? py.PyLong_FromVoidPtr(p) : NULL, *seen = NULL, *sitems = NULL,
+                 *it = NULL;
+        int ok = key && st;
+        if (ok) {
+            seen = py.PyDict_GetItemWithError(args[1], key); /* borrowed; NULL: none seen */
+            ok = !(!seen && py.PyErr_Occurred());
+        }
+        ok = ok && (sitems = py.PyObject_CallMethodObjArgs(st, hk.s_items, NULL)) &&
+             (it = py.PyObject_GetIter(sitems));
+        while (ok && (kv = py.PyIter_Next(it))) {
+            PyObject *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
+            int r = k && v ? unchanged(seen, k, v) : -1;
+            if (r == 0) {
+                PyObject *e = py.PyTuple_Pack(3, p, k, v);
+                r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
+                if (e) py.Py_DecRef(e);
+            }
+            py.Py_DecRef(kv);
+            ok = r >= 0;
+        }
+        ok = ok && !py.PyErr_Occurred();
+        if (it) py.Py_DecRef(it);
+        if (sitems) py.Py_DecRef(sitems);
+        if (key) py.Py_DecRef(key);
+        py.Py_DecRef(pair);
+        if (!ok) goto fail;
+    }
+    if (py.PyErr_Occurred()) goto fail;
+    py.Py_DecRef(outer);
+    py.Py_DecRef(items);
+    return out;
+fail:
+    if (outer) py.Py_DecRef(outer);
+    if (items) py.Py_DecRef(items);
+    if (out) py.Py_DecRef(out);
+    return NULL;
+}
+
+/* ---- making them ---------------------------------------------------------------------------- */
+
+static py_method_def defs[] = {
+    {"fwd_pre", (void *)fwd_pre, PY_METH_FASTCALL, "gpumem's forward pre-hook"},
+    {"fwd_post", (void *)fwd_post, PY_METH_FASTCALL, "gpumem's forward hook"},
+    {"opt_begin", (void *)opt_begin, PY_METH_NOARGS, "opens step N/opt"},
+    {"opt_end", (void *)opt_end, PY_METH_NOARGS, "closes step N/opt; the next step is N+1"},
+    {"changed_grads", (void *)changed_grads, PY_METH_FASTCALL,
+     "(param_groups, seen) -> the parameters whose gradient is not the one last named"},
+    {"changed_state", (void *)changed_state, PY_METH_FASTCALL,
+     "(state, seen_state) -> the (param, key, value) not the ones last named"},
+    {"bwd_end", (void *)bwd_end, PY_METH_NOARGS, "the end of the backward pass"},
+};
+
+#define HK_SYM(name) (*(void **)&py.name = gm_real_dlsym_fn(RTLD_DEFAULT, #name))
+
+static int find_python(void)
+{
+    if (py.PyExc_TypeError) return 0;
+    HK_SYM(Py_GetVersion);
+    if (!py.Py_GetVersion) return -1;
+    const char *v = py.Py_GetVersion();
+    int major = 0, minor = 0;
+    if (!v || sscanf(v, "%d.%d", &major, &minor) != 2 || major != 3 || minor < 9 || minor > 13 ||
+        strstr(v, "free-threading"))
+        return -1;
+    HK_SYM(PyCFunction_NewEx);
+    HK_SYM(PyObject_GetAttr);
+    HK_SYM(PyObject_CallObject);
+    HK_SYM(PyObject_CallFunctionObjArgs);
+    HK_SYM(PyObject_CallMethodObjArgs);
+    HK_SYM(PyObject_IsTrue);
+    HK_SYM(PyUnicode_InternFromString);
+    HK_SYM(PyUnicode_AsEncodedString);
+    HK_SYM(PyBytes_AsString);
+    HK_SYM(PyTuple_Pack);
+    HK_SYM(PyTuple_Size);
+    HK_SYM(PyTuple_GetItem);
+    HK_SYM(PyErr_ExceptionMatches);
+    HK_SYM(PyErr_Fetch);
+    HK_SYM(PyErr_NormalizeException);
+    HK_SYM(PyErr_Clear);
+    HK_SYM(PyErr_SetString);
+    HK_SYM(PyErr_NoMemory);
+    HK_SYM(PyErr_Occurred);
+    HK_SYM(PyDict_GetItemWithError);
+    HK_SYM(PyObject_GetItem);
+    HK_SYM(PyObject_GetIter);
+    HK_SYM(PyIter_Next);
+    HK_SYM(PyObject_RichCompareBool);
+    HK_SYM(PyLong_FromVoidPtr);
+    HK_SYM(PyList_New);
+    HK_SYM(PyList_Append);
+    HK_SYM(Py_IncRef);
+    HK_SYM(Py_DecRef);
+    py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
+    py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
+    py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");
+    py.PyExc_TypeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_TypeError");
+    void **all = (void **)&py;
+    for (size_t i = 0; i < sizeof py / sizeof(void *); i++)
+        if (!all[i]) {
+            memset(&py, 0, sizeof py);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *intern(const char *s, int *ok)
+{
+    PyObject *o = py.PyUnicode_InternFromString(s);
+    if (!o) *ok = 0;
+    return o;
+}
+
+/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem) -> (fwd_pre, fwd_post,
+ * opt_begin, opt_end, changed_grads, changed_state), a reference this file keeps (ctypes' py_object
+ * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
+ * same functions, calling back the new objects. */
+GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
+{
+    if (find_python() != 0) return NULL;
+    if (py.PyTuple_Size(args) != 6) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 6");
+        return NULL;
+    }
+    PyObject **slot[] = {&hk.resolve,      &hk.warn,           &hk.first_grad,
+                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem};
+    for (int i = 0; i < 6; i++) {
+        PyObject *o = py.PyTuple_GetItem(args, i);
+        if (!o) return NULL;
+        PyObject **s = slot[i];
+        py.Py_IncRef(o);
+        if (*s) py.Py_DecRef(*s);
+        *s = o;
+    }
+    if (hk.fns) return hk.fns;
+    int ok = 1;
+    hk.s_user_ranges = intern("_user_ranges", &ok);
+    hk.s_requires_grad = intern("requires_grad", &ok);
+    hk.s_grad_fn = intern("grad_fn", &ok);
+    hk.s_register_prehook = intern("register_prehook", &ok);
+    hk.s_register_hook = intern("register_hook", &ok);
+    hk.s_fwd_what = intern("a forward hook", &ok);
+    hk.s_bwd_what = intern("a backward hook", &ok);
+    hk.s_cdata = intern("_cdata", &ok);
+    hk.s_data_ptr = intern("data_ptr", &ok);
+    hk.s_grad = intern("grad", &ok);
+    hk.s_params = intern("params", &ok);
+    hk.s_items = intern("items", &ok);
+    if (!ok || tab_grow() != 0) return NULL;
+    hk.step = 1;
+    enum { N = sizeof defs / sizeof defs[0] };
+    PyObject *f[N];
+    for (int i = 0; i < N; i++)
+        if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
+    hk.bwd_end = f[N - 1];
+    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5]);
+    for (int i = 0; i < N - 1; i++)
+        py.Py_DecRef(f[i]);
+    return hk.fns;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# torch_hooks.sh — the PyTorch hooks in C (preload/torch_hooks.c) record what gpumem/_torch.py's
+# Python hooks record, which run when the library has none (GPUMEM_TORCH_C_HOOKS=0 forces them):
+# the same ranges (thread, kind, path, in order) and the same names, on the tiny GPT-2 script
+# (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a leaf
+# returned as is, no_grad, an output whose requires_grad raises: one warning; a program that
+# names its own phases: no ranges from the hooks). Each run says which hooks PyTorch called.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+export PYTHONHASHSEED=0
+q() { "$G" sql "$1" -c "$2" | tail -n +2; }
+# rec NAME C|PY [ENV=V...] -- SCRIPT ARGS...: $tmp/NAME.{db,log,ranges,names}
+rec() {
+  local name=$1 c=1 envs=()
+  [[ $2 == PY ]] && c=0
+  shift 2
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  env GPUMEM_TORCH_C_HOOKS=$c "${envs[@]}" "$G" record -q -o "$tmp/$name.db" -- "$torch_py" "$@" \
+    > "$tmp/$name.log" 2>&1 || bad "$name: gpumem record failed: $(tail -3 "$tmp/$name.log")"
+  q "$tmp/$name.db" "SELECT thread, kind, path FROM ranges ORDER BY id" > "$tmp/$name.ranges"
+  q "$tmp/$name.db" "SELECT s.s FROM names n JOIN strings s ON s.id = n.name ORDER BY n.seq" \
+    > "$tmp/$name.names"
+}
+same() { # same WHAT A B: identical ranges and names
+  if cmp -s "$tmp/$2.ranges" "$tmp/$3.ranges" && cmp -s "$tmp/$2.names" "$tmp/$3.names"; then
+    ok "$1: C and Python hooks: the same $(wc -l < "$tmp/$2.ranges") ranges and $(wc -l < "$tmp/$2.names") names"
+  else
+    bad "$1: C and Python hooks differ"
+    diff "$tmp/$2.ranges" "$tmp/$3.ranges" | sed -n 1,5p
+    diff "$tmp/$2.names" "$tmp/$3.names" | sed -n 1,5p
+  fi
+}
+
+gpt=(tests/torch/train_gpt2.py --model tiny --steps 3)
+for v in plain ckpt; do
+  args=("${gpt[@]}")
+  [[ $v == ckpt ]] && args+=(--checkpoint --accum 2)
+  rec "$v.c" C -- "${args[@]}"
+  rec "$v.py" PY -- "${args[@]}"
+  same "gpt2 $v" "$v.c" "$v.py"
+done
+grep -q -E '^[0-9]+[|]0[|]step 3/bwd/h[.]1[.]mlp[.]c_fc$' "$tmp/plain.c.ranges" && grep -q -x 'adam.exp_avg.h.1.mlp.c_fc.weight' "$tmp/plain.c.names" \
+  && ok "gpt2: step 3/bwd/h.1.mlp.c_fc and adam.exp_avg.h.1.mlp.c_fc.weight recorded" \
+  || bad "gpt2: the tiny run's phases or names are missing"
+
+edge=tests/torch/torch_hooks_edge.py
+for u in 0 1; do
+  rec "edge$u.c" C USER_RANGES=$u -- "$edge"
+  rec "edge$u.py" PY USER_RANGES=$u -- "$edge"
+  same "edge (USER_RANGES=$u)" "edge$u.c" "edge$u.py"
+done
+grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.c.log" && grep -q -x 'hooks method' "$tmp/edge0.py.log" \
+  && ok "the C hooks ran, and GPUMEM_TORCH_C_HOOKS=0 ran the Python ones" || bad "not the hooks expected"
+for h in c py; do
+  n=$(grep -c 'gpumem: a forward hook failed (ValueError: planted)' "$tmp/edge0.$h.log")
+  [[ $n == 1 ]] && ok "edge $h: the raising output warned once" || bad "edge $h: $n warnings"
+done
+grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -x '1|0|step 2/fwd/seq.0' "$tmp/edge0.c.ranges" \
+  && ok "edge: the leaf's backward and the nested module's forward ranges" || bad "edge: ranges missing"
+[[ ! -s $tmp/edge1.c.ranges ]] && ok "edge: a program that names its phases gets no range from the hooks" \
+  || bad "edge: ranges despite gpumem.range: $(sed -n 1,2p "$tmp/edge1.c.ranges")"
+exit $fail

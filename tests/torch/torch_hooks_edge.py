@@ -1,0 +1,60 @@
+"""torch_hooks_edge.py — the cases of gpumem's PyTorch hooks (gpumem/_torch.py) that the GPT-2
+script does not reach, for tests/torch/torch_hooks.sh: an output that is a tuple and a dict of
+tensors, a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
+output's requires_grad raises (the hook's error swallowed with one warning), and with USER_RANGES=1
+a program that names its own phases (no ranges from the hooks). Prints which hooks PyTorch calls
+("hooks builtin_function_or_method": the C ones, preload/torch_hooks.c; "hooks method": Python's).
+"""
+import os
+
+import torch
+from torch.nn.modules import module as M
+
+import gpumem
+
+
+class Raising:
+    @property
+    def requires_grad(self):
+        raise ValueError("planted")
+
+
+class Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def forward(self, x):
+        return self.seq(self.lin(x)), {"x": [x]}
+
+
+class Leaf(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4, device="cuda"))
+
+    def forward(self, x):
+        return self.w  # a leaf that needs a gradient, returned as is
+
+
+class Bad(torch.nn.Module):
+    def forward(self, x):
+        return Raising()
+
+
+if os.environ.get("USER_RANGES") == "1":
+    gpumem.range("mine")  # naming a phase is enough: the hooks stay out of the way
+inner, leaf, bad = Inner().cuda(), Leaf(), Bad()
+x = torch.randn(2, 4, device="cuda")
+opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()))
+print("hooks", type(next(iter(M._global_forward_pre_hooks.values()))).__name__)
+for step in range(3):
+    bad(x)
+    y, _ = inner(x)
+    (y.sum() + leaf(x).sum()).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=step == 1)
+    with torch.no_grad():
+        inner(x)
+print("done")
