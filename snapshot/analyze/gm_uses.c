@@ -61,13 +61,20 @@ int gm_uses_state(gm_db *d, char *mode, size_t modesz) {
 
 int64_t gm_uses_unknown(gm_db *d, int64_t *unread, int64_t *lost, char *buf, size_t n) {
     int64_t u = gm_meta_int(d, "launches_unread", 0), l = gm_meta_int(d, "launch_words_lost", 0),
-            launches = gm_meta_int(d, "launches", 0);
+            launches = gm_meta_int(d, "launches", -1);
     u = u > 0 ? u : 0, l = l > 0 ? l : 0;
     if (unread) *unread = u;
     if (lost) *lost = l;
     size_t o = 0;
     if (n) buf[0] = 0;
     if (u > 0 && o < n) {
+        /* meta.launches is written at close: a killed recording has the rows, not the count */
+        sqlite3_stmt *c;
+        if (launches < 0 && gm_table_exists(d, "launches") &&
+            sqlite3_prepare_v2(d->db, "SELECT count(*) FROM launches", -1, &c, NULL) == SQLITE_OK) {
+            if (sqlite3_step(c) == SQLITE_ROW) launches = sqlite3_column_int64(c, 0);
+            sqlite3_finalize(c);
+        }
         int64_t all = launches > u ? launches : u;
         int k = snprintf(buf + o, n - o,
                          "%" PRId64 " of %" PRId64 " launches (%.0f%%) ran kernels whose arguments gpumem could not read "

@@ -12,7 +12,8 @@
 #       text and JSON: report (the "Idle at the peak" section), uses (one tensor's life),
 #       advise (its uses line);
 #   (3) the same program killed (SIGKILL) after its launches: the unread count is already in
-#       the database (written at the recorder's commits, not only at close).
+#       the database (written at the recorder's commits, not only at close), and report's note
+#       counts all four launches (from the table: the count in meta is written at close).
 # (1) is skipped without nvcc; both under a sanitizer (the programs are not instrumented).
 set -euo pipefail
 build=${BUILD:-build}
@@ -77,4 +78,6 @@ sleep 0.3
 pkill -9 -P "$rp" || true
 wait "$rp" || true
 check "killed recording: the two unread launches are in meta" 2 "$(meta "$tmp/k.db" launches_unread)"
+"$G" report "$tmp/k.db" > "$tmp/k.txt" 2>&1 || true
+check "killed recording: report's note counts every launch" 1 "$(grep -c '2 of 4 launches (50%)' "$tmp/k.txt")"
 exit $fail
