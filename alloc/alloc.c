@@ -2243,11 +2243,10 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     b->rb.st = B_LIVE;
     b->requested = size;
     b->stream = stream;
-    if (stream != a->one_stream) {
-        if (a->have_stream) a->mixed_streams = true;
-        a->one_stream = stream;
+    if (stream != a->one_stream) { /* the first block names the stream; another one mixes */
+        if (a->next_id) a->mixed_streams = true;
+        else a->one_stream = stream;
     }
-    a->have_stream = true;
     b->stamp = ++a->next_id;
     ptrmap_put(&a->map, b->addr, b); /* cannot fail: room was made before */
     stat_add(&a->st.allocated_bytes, (int64_t)b->size);
@@ -2608,8 +2607,8 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
     if (!a || !n) return 0;
     size_t gained = 0;
     LOCK(a);
-    if (!a->mixed_streams && (!a->have_stream || a->one_stream == stream)) {
-        UNLOCK(a); /* every live block is on this stream (or none is live): nothing to add */
+    if (!a->mixed_streams && a->one_stream == stream) {
+        UNLOCK(a); /* every live block is on this stream (or there is none): nothing to add */
         return 0;
     }
     for (size_t i = 0; i < n; i++) {

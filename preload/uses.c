@@ -91,17 +91,31 @@ void gm_uses_note_range(uintptr_t addr, size_t size, int host)
         span_widen(host ? &host_span : &dev_span, addr, size);
 }
 
-/* The allocation is recorded (gm_event_id) before its pointer is returned to the program, so
- * by the time a launch can carry the pointer the span covers it: relaxed loads suffice on the
- * launching thread that received the pointer; another thread got it through some
- * synchronization of the program's, which orders the widening before too. */
-static inline int maybe_allocation(uint64_t w)
+/* The spans as a launch or a copy reads them, once. The allocation is recorded (gm_event_id)
+ * before its pointer is returned to the program, so by the time a launch can carry the pointer
+ * the span covers it: relaxed loads suffice on the launching thread that received the pointer;
+ * another thread got it through some synchronization of the program's, which orders the
+ * widening before too. */
+struct spans {
+    uintptr_t dlo, dlen, hlo, hlen; /* as offsets: [lo, lo + len); an empty span has len 0 */
+};
+
+static inline void spans_load(struct spans *sp)
 {
-    uintptr_t v = (uintptr_t)w;
-    return (v >= atomic_load_explicit(&dev_span.lo, memory_order_relaxed) &&
-            v < atomic_load_explicit(&dev_span.hi, memory_order_relaxed)) ||
-           (v >= atomic_load_explicit(&host_span.lo, memory_order_relaxed) &&
-            v < atomic_load_explicit(&host_span.hi, memory_order_relaxed));
+    uintptr_t lo = atomic_load_explicit(&dev_span.lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&dev_span.hi, memory_order_relaxed);
+    sp->dlo = lo;
+    sp->dlen = hi > lo ? hi - lo : 0;
+    lo = atomic_load_explicit(&host_span.lo, memory_order_relaxed);
+    hi = atomic_load_explicit(&host_span.hi, memory_order_relaxed);
+    sp->hlo = lo;
+    sp->hlen = hi > lo ? hi - lo : 0;
+}
+
+/* w - lo < len: one subtraction and one comparison per span, no branch */
+static inline int candidate(const struct spans *sp, uint64_t v)
+{
+    return ((uintptr_t)v - sp->dlo < sp->dlen) | ((uintptr_t)v - sp->hlo < sp->hlen);
 }
 
 #ifdef GM_HAVE_REC
@@ -310,24 +324,6 @@ static void words_free(struct gm_uses_op *ws)
         free(ws->w);
 }
 
-/* The spans read once per launch, as offsets: a word w is a candidate when w - lo < len, one
- * subtraction and one comparison per span (an empty span has len 0 and takes nothing). */
-struct spans {
-    uintptr_t dlo, dlen, hlo, hlen;
-};
-
-static inline void spans_load(struct spans *sp)
-{
-    uintptr_t lo = atomic_load_explicit(&dev_span.lo, memory_order_relaxed);
-    uintptr_t hi = atomic_load_explicit(&dev_span.hi, memory_order_relaxed);
-    sp->dlo = lo;
-    sp->dlen = hi > lo ? hi - lo : 0;
-    lo = atomic_load_explicit(&host_span.lo, memory_order_relaxed);
-    hi = atomic_load_explicit(&host_span.hi, memory_order_relaxed);
-    sp->hlo = lo;
-    sp->hlen = hi > lo ? hi - lo : 0;
-}
-
 /* A PyTorch kernel's parameters are mostly sizes, strides and zeros (a TensorIterator's offset
  * calculators: kilobytes a launch, ~2,400 instructions of a tiny GPT-2 step's launch when
  * tested a word at a time), so this loop is the launch's cost. Where the CPU has AVX2, four
@@ -336,11 +332,6 @@ static inline void spans_load(struct spans *sp)
  * rest goes through the scalar loop, branch-free: every word stored, the count moved by the
  * test. Both store at most one word per word scanned: scan gives them room for a chunk of
  * words at a time. */
-static inline int candidate(const struct spans *sp, uint64_t v)
-{
-    return ((uintptr_t)v - sp->dlo < sp->dlen) | ((uintptr_t)v - sp->hlo < sp->hlen);
-}
-
 static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
                          size_t words)
 {
@@ -380,30 +371,21 @@ static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsig
                       size_t words)
 {
 #if defined(__x86_64__)
-    static _Atomic int avx2 = -1; /* any thread may be first: the same answer */
-    int has = atomic_load_explicit(&avx2, memory_order_relaxed);
-    if (has < 0) {
-        has = __builtin_cpu_supports("avx2") ? 1 : 0;
-        atomic_store_explicit(&avx2, has, memory_order_relaxed);
-    }
+    int avx2 = __builtin_cpu_supports("avx2");
 #endif
     for (size_t i = 0; i < words;) {
         size_t k = words - i < 64 ? words - i : 64;
-        const unsigned char *p = base + 8 * i;
-        if (!words_room(ws, k)) { /* out of memory: the candidates that still fit */
-            for (size_t j = 0; j < k && ws->n < ws->cap; j++) {
-                uint64_t v;
-                memcpy(&v, p + 8 * j, 8);
-                if (candidate(sp, v))
-                    ws->w[ws->n++] = v;
-            }
-        } else {
-#if defined(__x86_64__)
-            ws->n = has ? scan_avx2(ws->w, ws->n, sp, p, k) : scan_words(ws->w, ws->n, sp, p, k);
-#else
-            ws->n = scan_words(ws->w, ws->n, sp, p, k);
-#endif
+        if (!words_room(ws, k)) { /* out of memory: as many words as the room left can take */
+            k = ws->cap - ws->n < k ? ws->cap - ws->n : k;
+            if (!k)
+                break;
         }
+        const unsigned char *p = base + 8 * i;
+#if defined(__x86_64__)
+        ws->n = avx2 ? scan_avx2(ws->w, ws->n, sp, p, k) : scan_words(ws->w, ws->n, sp, p, k);
+#else
+        ws->n = scan_words(ws->w, ws->n, sp, p, k);
+#endif
         i += k;
     }
 }
@@ -695,11 +677,13 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
     uint8_t acc[2];
     op->w = op->stack;
     op->n = 0;
-    if (maybe_allocation(dst)) {
+    struct spans sp;
+    spans_load(&sp);
+    if (candidate(&sp, dst)) {
         op->w[op->n] = dst;
         acc[op->n++] = REC_ACC_WRITE;
     }
-    if (which != GM_COPY_MEMSET && maybe_allocation(src)) {
+    if (which != GM_COPY_MEMSET && candidate(&sp, src)) {
         op->w[op->n] = src;
         acc[op->n++] = REC_ACC_READ;
     }
