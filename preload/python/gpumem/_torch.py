@@ -386,8 +386,9 @@ class _Hooks:
     # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
     # step is the one already named (_name's own test), found here before the label is made
     # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
-    # entries a step, which _changed_grads / _changed_state scan (in C when it is there). (Not a weak reference to the tensor: PyTorch hands the same Python object
-    # back for a new gradient of set_to_none.)
+    # entries a step, which _changed_grads / _changed_state scan (in C when it is there). (Not
+    # a weak reference to the tensor: PyTorch hands the same Python object back for a new
+    # gradient of set_to_none.)
     @staticmethod
     def _unchanged(seen, key, v):
         s = seen.get(key)
