@@ -250,7 +250,8 @@ typedef struct worker_arg {
     uint64_t recorded; /* launches rec_launch accepted */
 } worker_arg;
 
-static pthread_barrier_t allocated;
+static pthread_barrier_t allocated, held; /* launchers and the main thread */
+static atomic_uint_fast64_t launched; /* launches made by both threads, for the writer's hold */
 
 static void *launcher(void *p) {
     worker_arg *a = p;
@@ -260,10 +261,12 @@ static void *launcher(void *p) {
         if (a->paced) rec_flush(); /* the ring never holds more than one record per thread */
     }
     pthread_barrier_wait(&allocated); /* launches (and their drops) start once all are in */
+    pthread_barrier_wait(&held);      /* and once the main thread holds the writer, if it does */
     for (uint64_t i = 0; i < a->nl; i++) {
         uint64_t w[K];
         for (uint64_t j = 0; j < K; j++) w[j] = base + (i + j) % NA * 0x10000 + j * 8;
         if (launch(a->kernel, REC_OP_KERNEL, i, w, NULL, K, NULL)) a->recorded++;
+        atomic_fetch_add(&launched, 1);
     }
     return NULL;
 }
@@ -273,17 +276,32 @@ static const char *const bad_uses_sql =
     "WHERE ((a.requested - l.size) % 40 + 40) % 40 >= 17 OR a.thread != l.thread "
     "OR a.kind != 1 OR l.kind != 20";
 
+/* paced: the allocations are flushed one by one (a tiny ring keeps them all), and the writer is
+ * held (its db_lock, under which it drains) from after the allocations until half of the
+ * launches are made, so that the ring certainly fills and drops; the second half drops as the
+ * writer's pace decides. Without the hold, a writer as slow as its producers (ThreadSanitizer
+ * slows both) kept a ring of 8 from ever filling, and the test failed in CI. */
 static void run_launchers(int paced, uint64_t nl, worker_arg *args) {
     pthread_t th[2];
-    pthread_barrier_init(&allocated, NULL, 2);
+    atomic_store(&launched, 0);
+    pthread_barrier_init(&allocated, NULL, 3);
+    pthread_barrier_init(&held, NULL, 3);
     for (int t = 0; t < 2; t++) {
         char name[32];
         snprintf(name, sizeof name, "kernel_t%d", t);
         args[t] = (worker_arg){.t = t, .paced = paced, .nl = nl, .kernel = rec_string(name)};
-        pthread_create(&th[t], NULL, launcher, &args[t]);
+    }
+    for (int t = 0; t < 2; t++) pthread_create(&th[t], NULL, launcher, &args[t]);
+    pthread_barrier_wait(&allocated);
+    if (paced) pthread_mutex_lock(&rec_g.db_lock);
+    pthread_barrier_wait(&held);
+    if (paced) {
+        while (atomic_load(&launched) < nl) sleep_ms(1);
+        pthread_mutex_unlock(&rec_g.db_lock);
     }
     for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
     pthread_barrier_destroy(&allocated);
+    pthread_barrier_destroy(&held);
     rec_close();
 }
 
