@@ -123,7 +123,7 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what, *s_cdata, *s_data_ptr, *s_grad, *s_params, *s_items;
+        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *fns;
     long step;
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
@@ -455,27 +455,23 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
 
 /* The optimizer hooks name every gradient and state value again each step, in case one is a new
  * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
- * same in Python): a value with the tensor (_cdata) and data pointer it was last named with, in
- * `seen` (key -> (_cdata, data_ptr()), _Hooks._seen's), is unchanged. 1, 0, or -1 with an
- * exception. */
+ * same in Python): a value that is the object its weak reference in `seen` answers, with the
+ * data pointer it was last named with (key -> (weakref, data_ptr()), _Hooks._seen's), is
+ * unchanged. 1, 0, or -1 with an exception. */
 static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
 {
     PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
     if (!s) return py.PyErr_Occurred() ? -1 : 0;
     PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
     if (!s0 || !s1) return -1;
-    PyObject *cd = py.PyObject_GetAttr(v, hk.s_cdata);
-    if (!cd) {
-        if (!py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return -1;
-        py.PyErr_Clear();
-        cd = none();
-    }
-    int eq = py.PyObject_RichCompareBool(s0, cd, PY_EQ);
-    py.Py_DecRef(cd);
-    if (eq <= 0) return eq;
+    PyObject *was = py.PyObject_CallObject(s0, NULL); /* the weak reference's object, or None */
+    if (!was) return -1;
+    int same = was == v;
+    py.Py_DecRef(was);
+    if (!same) return 0;
     PyObject *ptr = py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
     if (!ptr) return -1;
-    eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
+    int eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
     py.Py_DecRef(ptr);
     return eq;
 }
@@ -684,7 +680,6 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_register_hook = intern("register_hook", &ok);
     hk.s_fwd_what = intern("a forward hook", &ok);
     hk.s_bwd_what = intern("a backward hook", &ok);
-    hk.s_cdata = intern("_cdata", &ok);
     hk.s_data_ptr = intern("data_ptr", &ok);
     hk.s_grad = intern("grad", &ok);
     hk.s_params = intern("params", &ok);

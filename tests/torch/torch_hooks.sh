@@ -4,7 +4,10 @@
 # the same ranges (thread, kind, path, in order) and the same names, on the tiny GPT-2 script
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a leaf
 # returned as is, no_grad, an output whose requires_grad raises: one warning; a program that
-# names its own phases: no ranges from the hooks). Each run says which hooks PyTorch called.
+# names its own phases: no ranges from the hooks), and which gradients and optimizer state the
+# optimizer hooks name again (torch_hooks_ident.py: a new gradient at the old one's _cdata and
+# data pointer is named; the edge program's zero_grad(set_to_none=True) renames each gradient
+# once). Each run says which hooks PyTorch called.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 export PYTHONHASHSEED=0
@@ -60,4 +63,15 @@ grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -x 
   && ok "edge: the leaf's backward and the nested module's forward ranges" || bad "edge: ranges missing"
 [[ ! -s $tmp/edge1.c.ranges ]] && ok "edge: a program that names its phases gets no range from the hooks" \
   || bad "edge: ranges despite gpumem.range: $(sed -n 1,2p "$tmp/edge1.c.ranges")"
+for h in C PY; do
+  rec "ident.$h" "$h" -- tests/torch/torch_hooks_ident.py
+  grep -q -x "scan $([[ $h == C ]] && echo builtin_function_or_method || echo method)" "$tmp/ident.$h.log" &&
+    ! grep -q FAIL "$tmp/ident.$h.log" && [[ $(grep -c '^ok:' "$tmp/ident.$h.log") == 10 ]] \
+    && ok "ident $h: new gradients and state values named, the same ones not again" \
+    || bad "ident $h: $(grep -E 'FAIL|Error' "$tmp/ident.$h.log" | head -2)"
+  # set_to_none after the second of 3 steps: each gradient named at its first and its third step
+  n=$(grep -c '^grad[.]' "$tmp/edge0.${h,,}.names"); u=$(grep '^grad[.]' "$tmp/edge0.${h,,}.names" | sort -u | wc -l)
+  [[ $u == 5 && $n == 10 ]] && ok "edge $h: 5 gradients, each named twice (new after set_to_none)" \
+    || bad "edge $h: $n gradient names for $u gradients (want 10 for 5)"
+done
 exit $fail

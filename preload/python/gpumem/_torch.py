@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 
 import gpumem
 
@@ -187,8 +188,8 @@ class _Hooks:
         self.pnames = {}   # id(param) -> parameter name
         self.bwd_cb = {}   # module path -> its backward-start callback (made once)
         self.labels = {}   # (id(param), prefix) -> "prefix<param name>" (made once)
-        self.seen_grads = {}  # id(param) -> (its gradient's _cdata, data pointer) when named
-        self.seen_state = {}  # id(param) -> {state key: (the value's _cdata, data pointer)}
+        self.seen_grads = {}  # id(param) -> (weak reference to its gradient, data pointer) when named
+        self.seen_state = {}  # id(param) -> {state key: (weak reference to the value, data pointer)}
         self.tls = threading.local()
         self.c_push = self.c_pop = self.c_replace = None
         if gpumem._gpumem() is not None:
@@ -383,21 +384,24 @@ class _Hooks:
             _warn("a backward hook", e)
 
     # -- optimizer: every step names the gradients and the optimizer's state again, in case one
-    # is a new allocation. A value with the same tensor (its _cdata) and data pointer as last
-    # step is the one already named (_name's own test), found here before the label is made
-    # and the tensor's device asked: the tiny model's AdamW has 28 gradients and 84 state
-    # entries a step, which _changed_grads / _changed_state scan (in C when it is there). (Not
-    # a weak reference to the tensor: PyTorch hands the same Python object back for a new
-    # gradient of set_to_none.)
+    # is a new allocation. A value that is the same Python object (a weak reference to it
+    # still answers it) with the same data pointer as last step is the one already named
+    # (_name's own test), found here before the label is made and the tensor's device asked:
+    # the tiny model's AdamW has 28 gradients and 84 state entries a step, which
+    # _changed_grads / _changed_state scan (in C when it is there). A tensor keeps its Python
+    # object while the tensor lives (PyTorch preserves it when only C++ holds the tensor), and
+    # a new gradient after zero_grad(set_to_none=True) is a new object even where the old
+    # tensor's memory, C++ object (_cdata) and data pointer are all reused: comparing those
+    # two numbers alone left such a gradient unnamed, as often as the heap reused them.
     @staticmethod
     def _unchanged(seen, key, v):
         s = seen.get(key)
-        return s is not None and s[0] == getattr(v, "_cdata", None) and s[1] == v.data_ptr()
+        return s is not None and s[0]() is v and s[1] == v.data_ptr()
 
     @staticmethod
     def _seen(seen, key, v):
         if hasattr(v, "data_ptr"):  # not a number in the state
-            seen[key] = (getattr(v, "_cdata", None), v.data_ptr())
+            seen[key] = (_ref(v), v.data_ptr())
 
     def _begin_opt(self):
         self._open_step(self._t(), "opt")
@@ -459,10 +463,10 @@ class _Hooks:
         ptr = t.data_ptr()
         if not ptr:
             return
-        ident = (getattr(t, "_cdata", None), ptr)
-        if _state["named"].get(label) == ident:
-            return  # the same tensor as last time
-        _state["named"][label] = ident
+        last = _state["named"].get(label)
+        if last is not None and last[0]() is t and last[1] == ptr:
+            return  # the same tensor as last time (_unchanged's test)
+        _state["named"][label] = (_ref(t), ptr)
         if self.direct:
             gpumem.name(ptr, label)
         else:
@@ -491,6 +495,19 @@ class _ThreadState:
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
+
+
+def _ref(v):
+    """A weak reference to v, or, for an object that takes none, one that is always dead (v is
+    then never taken for the one seen last)."""
+    try:
+        return weakref.ref(v)
+    except TypeError:
+        return _dead
+
+
+def _dead():
+    return None
 
 
 def _first_grad(x):
