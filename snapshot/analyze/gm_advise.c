@@ -140,6 +140,7 @@ typedef struct rinfo {
     int32_t step;
     uint8_t phase, is_phase, has_child;
     uint64_t start, end;
+    uint64_t op; /* the range as an op of every step: its path without "step N/", hashed */
 } rinfo;
 
 /* PyTorch's hooks name a range by its module's path ("h.3.attn.c_attn"); what checkpointing and
@@ -179,7 +180,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     char blk[256];
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db,
-                           "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns FROM ranges r "
+                           "SELECT r.id, r.parent, s.s, r.start_ns, r.end_ns, r.path FROM ranges r "
                            "LEFT JOIN strings s ON s.id = r.name ORDER BY r.id",
                            -1, &s, NULL) != SQLITE_OK)
         return -1;
@@ -197,6 +198,12 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start
                                                           : (uint64_t)sqlite3_column_int64(s, 4);
         x->step = -1;
+        const char *path = (const char *)sqlite3_column_text(s, 5);
+        if (path && !strncmp(path, "step ", 5)) {
+            const char *slash = strchr(path, '/');
+            path = slash ? slash + 1 : "";
+        }
+        x->op = path ? str_hash(path) : 0;
         uint64_t *pi = parent && parent < x->id ? u64map_get(idx, (uint64_t)parent) : NULL;
         rinfo *p = pi ? &r[*pi] : NULL;
         if (p) {
@@ -244,35 +251,93 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges. */
+typedef struct op_dur {
+    uint64_t key, dur;
+    size_t i;
+} op_dur;
+static int cmp_op_dur(const void *a, const void *b)
+{
+    const op_dur *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->dur < y->dur ? -1 : x->dur > y->dur;
+}
+
+/* Each op's duration becomes the median of its own recurrences: the same range path under every
+ * step (for timed launches: the same n-th launch of the same kernel in that range); an op
+ * outside every named range keeps its own. A recording on a shared machine has an op
+ * that the scheduler held off the core for milliseconds in one step; its recompute would be
+ * priced at that (advise_bench.sh under load: one GELU recorded at 20 ms against 0.4 ms in the
+ * other steps put recompute's extra time at 13% of a step, measured at 1%). The lower median
+ * of the recurrences is what the op costs when nothing else runs, or the one value there is. */
+static void ops_median(adv_model *m, const uint64_t *key)
+{
+    op_dur *d = m->nops ? malloc(m->nops * sizeof *d) : NULL;
+    if (!d) return; /* without memory: the durations as recorded */
+    for (size_t i = 0; i < m->nops; i++)
+        d[i] = (op_dur){key[i], m->ops[i].dur, i};
+    qsort(d, m->nops, sizeof *d, cmp_op_dur);
+    for (size_t a = 0, b; a < m->nops; a = b) {
+        for (b = a + 1; b < m->nops && d[b].key == d[a].key;)
+            b++;
+        if (!d[a].key) continue; /* ops outside every named range: as recorded */
+        uint64_t med = d[a + (b - a - 1) / 2].dur;
+        for (size_t k = a; k < b; k++)
+            m->ops[d[k].i].dur = med;
+    }
+    free(d);
+}
+
+/* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges;
+ * each op's duration the median of its recurrences (ops_median). */
 static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx)
 {
-    size_t cap = 0;
+    size_t cap = 0, kcap = 0;
+    uint64_t *key = NULL; /* per op, ops_median's; 0: an op of its own */
+    u64map nth = {0};     /* (range instance, kernel) -> launches so far */
     sqlite3_stmt *s;
     if (gm_table_exists(d, "launches") &&
         sqlite3_prepare_v2(
             d->db,
-            "SELECT e.t, l.start_ns, l.end_ns, e.range FROM launches l JOIN events e "
+            "SELECT e.t, l.start_ns, l.end_ns, e.range, l.kernel FROM launches l JOIN events e "
             "ON e.seq = l.seq WHERE l.start_ns IS NOT NULL AND l.end_ns IS NOT NULL "
             "ORDER BY l.seq",
             -1, &s, NULL) == SQLITE_OK) {
         while (sqlite3_step(s) == SQLITE_ROW) {
-            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops) ||
+                gm_grow((void **)&key, &kcap, m->nops + 1, sizeof *key))
+                break;
             int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
             uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 3));
+            /* the n-th launch of its kernel in its range: one op of each step */
+            uint64_t k = 0;
+            if (ri && r[*ri].op) {
+                uint64_t inst = ((uint64_t)r[*ri].id * 0x9E3779B97F4A7C15ull) ^
+                                (uint64_t)sqlite3_column_int64(s, 4);
+                inst = inst == U64MAP_EMPTY ? 0 : inst;
+                uint64_t *c = u64map_get(&nth, inst), n = c ? ++*c : 0;
+                if (!c) u64map_put(&nth, inst, 0);
+                k = ((r[*ri].op ^ (uint64_t)sqlite3_column_int64(s, 4)) * 0x9E3779B97F4A7C15ull) ^ n;
+            }
+            key[m->nops] = k;
             m->ops[m->nops++] = (adv_op){(uint64_t)sqlite3_column_int64(s, 0),
                                          en > st ? (uint64_t)(en - st) : 0, ri ? r[*ri].phase : 0};
         }
         sqlite3_finalize(s);
         m->ops_timed = m->nops > 0;
     }
+    u64map_free(&nth);
     if (!m->nops)
         for (size_t i = 0; i < nr; i++) {
             if (r[i].has_child || r[i].is_phase || !r[i].phase) continue;
-            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops)) break;
+            if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops) ||
+                gm_grow((void **)&key, &kcap, m->nops + 1, sizeof *key))
+                break;
+            key[m->nops] = r[i].op;
             m->ops[m->nops++] =
                 (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
         }
+    if (key) ops_median(m, key);
+    free(key);
     if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
     cap = 0;
     for (size_t i = 0; i < nr; i++) {
