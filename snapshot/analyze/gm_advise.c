@@ -245,12 +245,6 @@ static int cmp_op(const void *a, const void *b)
     const adv_op *x = a, *y = b;
     return x->t < y->t ? -1 : x->t > y->t;
 }
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct op_dur {
     uint64_t key, dur;
     size_t i;
@@ -345,7 +339,7 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
         if (gm_grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
         m->opt_starts[m->nopt_starts++] = r[i].start;
     }
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
 }
 
 /* The first OOM of the recording (table ooms, whose event carries the NVTX range it happened
@@ -583,7 +577,7 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
         }
         sqlite3_finalize(q);
     }
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
     m->phases_from = GM_CSRC_INFERENCE;
     {
         const gm_cat_step *ss = &c.steps[c.nsteps > 1 ? c.nsteps - 2 : 0]; /* a steady step */
@@ -1415,7 +1409,7 @@ int adv_repeat_last_step(adv_model *m)
         if (m->opt_starts[i] >= st.start_ns && m->opt_starts[i] <= end)
             m->opt_starts[m->nopt_starts++] = m->opt_starts[i] + shift;
     if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, cmp_u64);
+    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
     rc = 0;
 out:
     free(map), free(birth), free(death);

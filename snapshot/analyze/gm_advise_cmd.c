@@ -1295,13 +1295,17 @@ int gm_advise_main(int argc, char **argv)
                 if (k != c.m.compute_stream && cnt[k] > best) best = (uint32_t)cnt[k], c.m.copy_stream = k;
         }
     }
-    /* step time and ops per step (the steps that completed: an OOM's is left out) */
+    /* step time and ops per step (the steps that completed: an OOM's is left out). The step
+     * time is the lower median of the steps after the first, as each op's is (gm_advise.c,
+     * ops_median): a step the scheduler stretched on a shared machine does not set it. */
     {
-        double sum = 0;
         size_t n = 0, ns = c.m.nsteps - (c.partial && c.m.nsteps);
-        for (size_t i = ns > 1 ? 1 : 0; i < ns; i++, n++)
-            sum += (double)(c.m.steps[i].end_ns - c.m.steps[i].start_ns) * 1e-9;
-        c.step_s = n ? sum / (double)n : 0;
+        uint64_t *d = ns ? malloc(ns * sizeof *d) : NULL;
+        for (size_t i = ns > 1 ? 1 : 0; d && i < ns; i++)
+            d[n++] = c.m.steps[i].end_ns - c.m.steps[i].start_ns;
+        if (n) qsort(d, n, sizeof *d, gm_cmp_u64);
+        c.step_s = n ? (double)d[(n - 1) / 2] * 1e-9 : 0;
+        free(d);
         uint64_t ops = 0;
         for (size_t i = 0; i < c.m.nops; i++)
             ops += c.m.ops[i].phase == ADV_PH_FWD || c.m.ops[i].phase == ADV_PH_BWD;

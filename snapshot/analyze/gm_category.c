@@ -52,12 +52,6 @@ const char *const gm_csrc_name[GM_NCSRCS] = {"none", "names", "phases", "inferen
 
 #define NO_SEQ UINT64_MAX
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static uint64_t hash_str(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -508,7 +502,7 @@ static int phases_from_lifetimes(ctx *x)
             e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
         }
         /* seqs are distinct events: sorting by seq is the recorded order */
-        if (ne) qsort(e, ne, sizeof *e, cmp_u64); /* e is NULL when nothing was found */
+        if (ne) qsort(e, ne, sizeof *e, gm_cmp_u64); /* e is NULL when nothing was found */
         int64_t live = 0, top = -1;
         uint64_t pivot = NO_SEQ;
         for (size_t i = 0; i < ne; i++) {

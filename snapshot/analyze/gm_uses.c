@@ -97,11 +97,6 @@ static int live_device_at(const gm_alloc *a, uint64_t at) {
            a->kind != REC_MANAGED_ALLOC;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* events.t of each seq in seqs (sorted, distinct) into ts (0 when the event is missing). One
  * statement; where SQLite lacks json_each, one reused point lookup per seq. */
 static int times_of(gm_db *d, const uint64_t *seqs, uint64_t *ts, size_t n) {
@@ -143,7 +138,7 @@ static int times_of(gm_db *d, const uint64_t *seqs, uint64_t *ts, size_t n) {
 }
 
 static uint64_t time_at(const uint64_t *seqs, const uint64_t *ts, size_t n, uint64_t seq) {
-    const uint64_t *p = bsearch(&seq, seqs, n, sizeof *seqs, cmp_u64);
+    const uint64_t *p = bsearch(&seq, seqs, n, sizeof *seqs, gm_cmp_u64);
     return p ? ts[p - seqs] : 0;
 }
 
@@ -251,7 +246,7 @@ int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *g, char *err, size_t e
             if (g->allocs[i].last_seq) seqs[ns++] = g->allocs[i].last_seq;
             if (g->allocs[i].next_seq) seqs[ns++] = g->allocs[i].next_seq;
         }
-        qsort(seqs, ns, sizeof *seqs, cmp_u64);
+        qsort(seqs, ns, sizeof *seqs, gm_cmp_u64);
         size_t u = 0;
         for (size_t i = 0; i < ns; i++)
             if (!u || seqs[i] != seqs[u - 1]) seqs[u++] = seqs[i];

@@ -61,11 +61,6 @@ static int has_free_completed(gm_db *d) {
     return has;
 }
 
-static int cmp_u64(const void *x, const void *y) {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
 /* The allocation a free or free_completed names: device and the allocator's id. */
 static uint64_t fc_key(sqlite3_stmt *s) {
     return (uint64_t)sqlite3_column_int64(s, 7) ^ ((uint64_t)(sqlite3_column_int64(s, 6) & 0xff) << 56);
@@ -145,7 +140,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
         for (uint64_t i = 0; births && i <= pend.mask; i++)
             if (pend.keys[i] != U64MAP_EMPTY) births[nb++] = pend.vals[i];
         if (births) {
-            qsort(births, nb, sizeof *births, cmp_u64);
+            qsort(births, nb, sizeof *births, gm_cmp_u64);
             for (size_t i = 0; i < nb; i++) fprintf(out, "fc %" PRIu64 "\n", births[i]);
         }
         free(births);

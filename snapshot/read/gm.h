@@ -232,6 +232,8 @@ void gm_model_free(gm_model *m);
 /* Grows *p (an array of elem-byte items, *cap of them) to hold at least need, doubling from 64;
  * 0, or -1 out of memory (*p untouched). The readers and analyses share it. */
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* qsort's comparison of two uint64_t, ascending. */
+int gm_cmp_u64(const void *a, const void *b);
 /* Advises the 2 MiB pages inside [p, p + bytes) to be transparent huge pages, for an array of
  * an item per event or allocation not yet written: a long recording's would otherwise take a
  * page fault every 4 KiB (advice: nothing where THP is off, or the array is small). */

@@ -61,6 +61,11 @@ int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
+int gm_cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 void gm_huge_pages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
     const uintptr_t huge = (uintptr_t)2 << 20;
