@@ -274,6 +274,7 @@ struct alloc {
     ptrmap_t map;
     blk_t *free_blks; /* recycled block structs */
     blk_chunk_t *chunks;
+    size_t nchunk_blocks; /* block structs in chunks */
 
     fence_t *fence_head, *fence_tail;
     /* recycled fence and fev structs (linked through next): a fenced free takes its structs
