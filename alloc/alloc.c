@@ -167,24 +167,29 @@ static void *huge_alloc(size_t size)
     return p;
 }
 
-/* A block struct with undefined contents (blk_new zeroes it) */
-static blk_t *blk_take(alloc_t *a)
+/* One more chunk of block structs on the free list; false when out of host memory. Chunks of
+ * 256 blocks (32 KiB) until 2 MiB of them exist, then 2 MiB on huge pages. */
+static __attribute__((noinline)) bool blk_refill(alloc_t *a)
 {
-    if (!a->free_blks) {
-        /* chunks of 256 blocks (32 KiB) until 2 MiB of them exist, then 2 MiB huge pages */
-        bool huge = a->nchunk_blocks * sizeof(blk_t) >= A_HUGE;
-        size_t nb = huge ? (A_HUGE - sizeof(blk_chunk_t)) / sizeof(blk_t) : CHUNK_BLOCKS;
-        blk_chunk_t *c = huge ? huge_alloc(A_HUGE)
-                              : aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
-        if (!c) return NULL;
-        c->next = a->chunks;
-        a->chunks = c;
-        a->nchunk_blocks += nb;
-        for (size_t i = nb; i-- > 0;) {
-            c->blocks[i].next = a->free_blks;
-            a->free_blks = &c->blocks[i];
-        }
+    bool huge = a->nchunk_blocks * sizeof(blk_t) >= A_HUGE;
+    size_t nb = huge ? (A_HUGE - sizeof(blk_chunk_t)) / sizeof(blk_t) : CHUNK_BLOCKS;
+    blk_chunk_t *c = huge ? huge_alloc(A_HUGE)
+                          : aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
+    if (!c) return false;
+    c->next = a->chunks;
+    a->chunks = c;
+    a->nchunk_blocks += nb;
+    for (size_t i = nb; i-- > 0;) {
+        c->blocks[i].next = a->free_blks;
+        a->free_blks = &c->blocks[i];
     }
+    return true;
+}
+
+/* A block struct with undefined contents (blk_new zeroes it) */
+static inline blk_t *blk_take(alloc_t *a)
+{
+    if (!a->free_blks && !blk_refill(a)) return NULL;
     blk_t *b = a->free_blks;
     a->free_blks = b->next;
     return b;
