@@ -2314,7 +2314,17 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             r->fseq = b->fseq;
             b->size = rs;
             b->rb.st = B_LIVE;
-            link_after(b, r);
+            /* link_after, except that r's bits say at once that b is not FREE */
+            r->seg = b->seg;
+            r->prev = b;
+            r->next = b->next;
+            r->rb.nb = NB_AP | NB_NF | NB_AN;
+            if (b->next) {
+                b->next->prev = r;
+                b->next->rb.nb |= NB_PF | NB_AP;
+            }
+            b->next = r;
+            b->rb.nb = (uint8_t)((b->rb.nb | NB_NF) & ~NB_AN);
             free_insert_fast(a, p, r);
         }
     }
