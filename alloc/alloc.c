@@ -230,13 +230,19 @@ static int ptrmap_init(ptrmap_t *m, unsigned bits)
     return m->slots ? 0 : -1;
 }
 
-blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
+/* inline in the free's hot path; ptrmap_get is the same for check.c */
+static inline blk_t *ptrmap_find(const ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     for (size_t i = ptr_hash(m, key);; i = (i + 1) & mask) {
         if (m->slots[i].key == key) return m->slots[i].val;
         if (!m->slots[i].key) return NULL;
     }
+}
+
+blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
+{
+    return ptrmap_find(m, key);
 }
 
 static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v);
@@ -2393,7 +2399,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     if (!a) return ALLOC_ERR_INVALID;
     if (!ptr) return ALLOC_OK;
     LOCK(a);
-    blk_t *b = ptrmap_get(&a->map, ptr);
+    blk_t *b = ptrmap_find(&a->map, ptr);
     if (!b) {
         int rc = classify_unknown(a, ptr);
         UNLOCK(a);

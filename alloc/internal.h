@@ -363,7 +363,22 @@ static inline bool a_block_is_split(const blk_t *b)
     return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
 }
 
-/* config.c */
-size_t a_round_size(const alloc_config_t *cfg, size_t size);
+/* a request's block size: 512 B steps, or roundup_power2_divisions (inline: every malloc rounds) */
+static inline size_t a_round_size(const alloc_config_t *cfg, size_t size)
+{
+    if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
+    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    uint64_t div = cfg->rp2_div[lg];
+    if (div > 1 && size > (size_t)A_MIN_BLOCK * (size_t)div) {
+        if ((size & (size - 1)) == 0) return size;
+        size_t floor2 = (size_t)1 << lg;
+        size_t step = floor2 >> (63u - (unsigned)__builtin_clzll((unsigned long long)div));
+        if (!step) return floor2 << 1;
+        size_t down = size & ~(step - 1);
+        return down == size ? size : down + step;
+    }
+    if (size > SIZE_MAX - A_MIN_BLOCK) return 0;
+    return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
+}
 
 #endif
