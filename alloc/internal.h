@@ -72,8 +72,8 @@ typedef struct rb_tree {
 enum { B_LIVE = 0, B_PENDING = 1, B_FREE = 2, B_UNMAPPED = 3 };
 
 /* Neighbour bits (rb.nb): a free looks at its neighbours' states only where its own bits say
- * they may be FREE, so a cached pair between live blocks reads no line of theirs (with 100,000
- * live blocks those two lines were a third of the pair's cache misses). Each bit may be set
+ * they may be FREE, so a block freed between live blocks reads no line of theirs (with 100,000
+ * live blocks those two reads were a quarter of the pair's cache misses). Each bit may be set
  * when the fact it stands for is false (the free then reads the neighbour, and clears the bit
  * when the neighbour is LIVE or PENDING), never clear when it is true. For two neighbours
  * P (lower address) and X, P->next == X, alloc_check verifies:
