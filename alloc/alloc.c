@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -152,19 +153,43 @@ static int be_rc(alloc_t *a, int rc)
 
 #define CHUNK_BLOCKS 256
 
-/* A block struct with undefined contents (blk_new zeroes it) */
-static blk_t *blk_take(alloc_t *a)
+/* Host memory for the allocator's large arrays, `size` a multiple of A_HUGE: aligned to it and
+ * marked for transparent huge pages. With 100,000 live blocks and as many free ones the block
+ * structs (25 MB) and the address map (8 MB) span ~8,000 pages of 4 KiB, more than the TLB holds:
+ * a cached pair touching five of them at random took a page walk for most, and the pair cost
+ * 1.4x what it costs with 10 live blocks; past their first 2 MiB they are 16 TLB entries of
+ * 2 MiB (tests/bench/README.md). Small allocators never get here: their arrays stay below A_HUGE. */
+#define A_HUGE ((size_t)2 << 20)
+static void *huge_alloc(size_t size)
 {
-    if (!a->free_blks) {
-        blk_chunk_t *c = aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
-        if (!c) return NULL;
-        c->next = a->chunks;
-        a->chunks = c;
-        for (int i = CHUNK_BLOCKS - 1; i >= 0; i--) {
-            c->blocks[i].next = a->free_blks;
-            a->free_blks = &c->blocks[i];
-        }
+    void *p = aligned_alloc(A_HUGE, size);
+    if (p) madvise(p, size, MADV_HUGEPAGE); /* advice: without it, 4 KiB pages as before */
+    return p;
+}
+
+/* One more chunk of block structs on the free list; false when out of host memory. Chunks of
+ * 256 blocks (32 KiB) until 2 MiB of them exist, then 2 MiB on huge pages. */
+static __attribute__((noinline)) bool blk_refill(alloc_t *a)
+{
+    bool huge = a->nchunk_blocks * sizeof(blk_t) >= A_HUGE;
+    size_t nb = huge ? (A_HUGE - sizeof(blk_chunk_t)) / sizeof(blk_t) : CHUNK_BLOCKS;
+    blk_chunk_t *c = huge ? huge_alloc(A_HUGE)
+                          : aligned_alloc(64, sizeof(*c) + CHUNK_BLOCKS * sizeof(blk_t));
+    if (!c) return false;
+    c->next = a->chunks;
+    a->chunks = c;
+    a->nchunk_blocks += nb;
+    for (size_t i = nb; i-- > 0;) {
+        c->blocks[i].next = a->free_blks;
+        a->free_blks = &c->blocks[i];
     }
+    return true;
+}
+
+/* A block struct with undefined contents (blk_new zeroes it) */
+static inline blk_t *blk_take(alloc_t *a)
+{
+    if (!a->free_blks && !blk_refill(a)) return NULL;
     blk_t *b = a->free_blks;
     a->free_blks = b->next;
     return b;
@@ -195,17 +220,29 @@ static int ptrmap_init(ptrmap_t *m, unsigned bits)
     m->cap = (size_t)1 << bits;
     m->shift = 64 - bits;
     m->count = 0;
-    m->slots = calloc(m->cap, sizeof(*m->slots));
+    size_t bytes = m->cap * sizeof(*m->slots);
+    if (bytes >= A_HUGE) { /* 128 Ki slots and more: see huge_alloc */
+        m->slots = huge_alloc(bytes);
+        if (m->slots) memset(m->slots, 0, bytes);
+    } else {
+        m->slots = calloc(m->cap, sizeof(*m->slots));
+    }
     return m->slots ? 0 : -1;
 }
 
-blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
+/* inline in the free's hot path; ptrmap_get is the same for check.c */
+static inline blk_t *ptrmap_find(const ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     for (size_t i = ptr_hash(m, key);; i = (i + 1) & mask) {
         if (m->slots[i].key == key) return m->slots[i].val;
         if (!m->slots[i].key) return NULL;
     }
+}
+
+blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
+{
+    return ptrmap_find(m, key);
 }
 
 static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v);
@@ -266,9 +303,28 @@ static void ptrmap_del(ptrmap_t *m, uint64_t key)
  * alloc_malloc_ex call free_insert_fast / free_remove_fast); every other caller shares one copy. */
 #define A_INLINE static inline __attribute__((always_inline))
 
+/* b becomes FREE: its neighbours' bits toward it must say it may be (internal.h, NB_*); those it
+ * set before and nobody cleared are not written again */
+A_INLINE void nb_announce(blk_t *b)
+{
+    if ((b->rb.nb & (NB_AP | NB_AN)) == (NB_AP | NB_AN)) return; /* the usual case */
+    if (!(b->rb.nb & NB_AP) && b->prev) b->prev->rb.nb |= NB_NF;
+    if (!(b->rb.nb & NB_AN) && b->next) b->next->rb.nb |= NB_PF;
+    b->rb.nb |= NB_AP | NB_AN;
+}
+
+/* a_block_is_split without reading a neighbour whose bit says it is LIVE or PENDING (so not
+ * UNMAPPED) */
+A_INLINE bool blk_is_split_nb(const blk_t *b)
+{
+    if (b->prev && (!(b->rb.nb & NB_PF) || b->prev->rb.st != B_UNMAPPED)) return true;
+    return b->next && (!(b->rb.nb & NB_NF) || b->next->rb.st != B_UNMAPPED);
+}
+
 A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     b->rb.st = B_FREE;
+    nb_announce(b);
     unsigned c = a_size_class(b->size);
     b->rb.cls = c;
     struct pool_cls *k = &p->cls[c];
@@ -295,7 +351,7 @@ A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
     }
     p->free_bytes += b->size;
     a->cached_free += b->size;
-    b->rb.split = a_block_is_split(b);
+    b->rb.split = blk_is_split_nb(b);
     if (b->rb.split) {
         stat_add(&a->st.inactive_split_bytes, (int64_t)b->size);
         stat_add(&a->st.inactive_split, 1);
@@ -898,14 +954,20 @@ static void unmap_slots(alloc_t *a, seg_t *r, uint64_t addr, size_t len)
         a->hooks.on_segment_unmap(a->hooks.user, addr, len, r->pool->owner->stream);
 }
 
-/* Insert a new block after `at` in its segment's address list. */
+/* Insert a new block after `at` in its segment's address list. The edges made get every
+ * neighbour bit (internal.h, NB_*: a set bit is always true). */
 static void link_after(blk_t *at, blk_t *n)
 {
     n->seg = at->seg;
     n->prev = at;
     n->next = at->next;
-    if (at->next) at->next->prev = n;
+    n->rb.nb = NB_ALL;
+    if (at->next) {
+        at->next->prev = n;
+        at->next->rb.nb |= NB_PF | NB_AP;
+    }
     at->next = n;
+    at->rb.nb |= NB_NF | NB_AN;
 }
 
 static void link_before(blk_t *at, blk_t *n)
@@ -913,20 +975,29 @@ static void link_before(blk_t *at, blk_t *n)
     n->seg = at->seg;
     n->next = at;
     n->prev = at->prev;
-    if (at->prev)
+    n->rb.nb = NB_ALL;
+    if (at->prev) {
         at->prev->next = n;
-    else
+        at->prev->rb.nb |= NB_NF | NB_AN;
+    } else {
         at->seg->first = n;
+    }
     at->prev = n;
+    at->rb.nb |= NB_PF | NB_AP;
 }
 
 static void unlink_blk(blk_t *b)
 {
-    if (b->prev)
+    if (b->prev) {
         b->prev->next = b->next;
-    else
+        b->prev->rb.nb |= NB_NF | NB_AN;
+    } else {
         b->seg->first = b->next;
-    if (b->next) b->next->prev = b->prev;
+    }
+    if (b->next) {
+        b->next->prev = b->prev;
+        b->next->rb.nb |= NB_PF | NB_AP;
+    }
 }
 
 /* ---- expandable growth, PyTorch's way (find_expandable_block / map_block) ----------------- */
@@ -1264,22 +1335,35 @@ static void make_free(alloc_t *a, blk_t *b, bool synced)
     b->stamp = a->epoch;
     b->rb.st = B_FREE;
     b->fseq = synced ? 0 : ++a->free_seq;
-    if (b->prev && b->prev->rb.st == B_FREE) {
-        blk_t *q = b->prev;
-        free_remove_fast(a, p, q);
-        b->addr = q->addr;
-        b->size += q->size;
-        b->fseq = max_u64(b->fseq, q->fseq);
-        unlink_blk(q);
-        blk_del(a, q);
+    /* a neighbour is read only where b's bit says it may be FREE; one found LIVE or PENDING
+     * clears the bit on both sides (NB_PF here, NB_AN there), so a block freed again between
+     * the same live neighbours reads neither */
+    blk_t *q = b->prev;
+    if ((b->rb.nb & NB_PF) && q) {
+        if (q->rb.st == B_FREE) {
+            free_remove_fast(a, p, q);
+            b->addr = q->addr;
+            b->size += q->size;
+            b->fseq = max_u64(b->fseq, q->fseq);
+            unlink_blk(q);
+            blk_del(a, q);
+        } else if (q->rb.st != B_UNMAPPED) {
+            b->rb.nb &= (uint8_t)~NB_PF;
+            q->rb.nb &= (uint8_t)~NB_AN;
+        }
     }
-    if (b->next && b->next->rb.st == B_FREE) {
-        blk_t *q = b->next;
-        free_remove_fast(a, p, q);
-        b->size += q->size;
-        b->fseq = max_u64(b->fseq, q->fseq);
-        unlink_blk(q);
-        blk_del(a, q);
+    q = b->next;
+    if ((b->rb.nb & NB_NF) && q) {
+        if (q->rb.st == B_FREE) {
+            free_remove_fast(a, p, q);
+            b->size += q->size;
+            b->fseq = max_u64(b->fseq, q->fseq);
+            unlink_blk(q);
+            blk_del(a, q);
+        } else if (q->rb.st != B_UNMAPPED) {
+            b->rb.nb &= (uint8_t)~NB_NF;
+            q->rb.nb &= (uint8_t)~NB_AP;
+        }
     }
     free_insert_fast(a, p, b);
 }
@@ -2196,7 +2280,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                  * in the address map, while the index is being updated */
                 __builtin_prefetch(&b->seg, 1);
                 __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
-                if (b->prev) /* the free of this block will look at it */
+                if ((b->rb.nb & NB_PF) && b->prev) /* the free of this block will look at it */
                     __builtin_prefetch(b->prev);
                 free_remove_fast(a, p, b);
                 a->st.cache_hits++;
@@ -2236,7 +2320,17 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             r->fseq = b->fseq;
             b->size = rs;
             b->rb.st = B_LIVE;
-            link_after(b, r);
+            /* link_after, except that r's bits say at once that b is not FREE */
+            r->seg = b->seg;
+            r->prev = b;
+            r->next = b->next;
+            r->rb.nb = NB_AP | NB_NF | NB_AN;
+            if (b->next) {
+                b->next->prev = r;
+                b->next->rb.nb |= NB_PF | NB_AP;
+            }
+            b->next = r;
+            b->rb.nb = (uint8_t)((b->rb.nb | NB_NF) & ~NB_AN);
             free_insert_fast(a, p, r);
         }
     }
@@ -2305,7 +2399,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     if (!a) return ALLOC_ERR_INVALID;
     if (!ptr) return ALLOC_OK;
     LOCK(a);
-    blk_t *b = ptrmap_get(&a->map, ptr);
+    blk_t *b = ptrmap_find(&a->map, ptr);
     if (!b) {
         int rc = classify_unknown(a, ptr);
         UNLOCK(a);
@@ -2315,7 +2409,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
         UNLOCK(a);
         return ALLOC_ERR_DOUBLE_FREE;
     }
-    if (b->prev) /* make_free looks at both neighbours */
+    if ((b->rb.nb & NB_PF) && b->prev) /* make_free will look at it */
         __builtin_prefetch(b->prev);
     if (freed)
         *freed = (alloc_block_query_t){b->addr, b->size, b->requested, b->stream, b->stamp, false};

@@ -145,6 +145,18 @@ static bool rb_contains(const rb_tree_t *t, const blk_t *b)
 }
 
 /* Are slots first..last (inclusive) all mapped (val) or all unmapped (!val)? Word at a time. */
+/* The neighbour bits of P and X, P->next == X (internal.h, NB_*): a clear bit is never wrong */
+static bool nb_ok(const blk_t *P, const blk_t *X)
+{
+    bool pf = P->rb.st == B_FREE || P->rb.st == B_UNMAPPED;
+    bool xf = X->rb.st == B_FREE || X->rb.st == B_UNMAPPED;
+    if (pf && !(X->rb.nb & NB_PF)) return false;
+    if (xf && !(P->rb.nb & NB_NF)) return false;
+    if ((X->rb.nb & NB_AP) && !(P->rb.nb & NB_NF)) return false;
+    if ((P->rb.nb & NB_AN) && !(X->rb.nb & NB_PF)) return false;
+    return true;
+}
+
 static bool bits_all(const seg_t *r, size_t first, size_t last, bool val)
 {
     for (size_t w = first >> 6; w <= last >> 6; w++) {
@@ -233,6 +245,10 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 return fail(err, errlen, "block %#llx: size %llu not a positive multiple of 512",
                             (unsigned long long)b->addr, (unsigned long long)b->size);
             at += b->size;
+            if (prev && !nb_ok(prev, b))
+                return fail(err, errlen, "blocks %#llx and %#llx: neighbour bits %#x, %#x wrong",
+                            (unsigned long long)prev->addr, (unsigned long long)b->addr,
+                            prev->rb.nb, b->rb.nb);
             if (prev && prev->rb.st == b->rb.st && (b->rb.st == B_FREE || b->rb.st == B_UNMAPPED))
                 return fail(err, errlen, "blocks %#llx and %#llx: two %s neighbours",
                             (unsigned long long)prev->addr, (unsigned long long)b->addr,

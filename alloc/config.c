@@ -130,23 +130,6 @@ int alloc_parse_size(const char *s, size_t *out)
  * with d > 1 divisions and a size above 512 * d, a size between 2^k and 2^(k+1) rounds up to a
  * multiple of 2^k / d (a power of two stays; a step of 0, from a d above 2^k, gives 2^(k+1)); d
  * of 0 or 1 means 512 B multiples. */
-size_t a_round_size(const alloc_config_t *cfg, size_t size)
-{
-    if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
-    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
-    uint64_t div = cfg->rp2_div[lg];
-    if (div > 1 && size > (size_t)A_MIN_BLOCK * (size_t)div) {
-        if ((size & (size - 1)) == 0) return size;
-        size_t floor2 = (size_t)1 << lg;
-        size_t step = floor2 >> (63u - (unsigned)__builtin_clzll((unsigned long long)div));
-        if (!step) return floor2 << 1;
-        size_t down = size & ~(step - 1);
-        return down == size ? size : down + step;
-    }
-    if (size > SIZE_MAX - A_MIN_BLOCK) return 0;
-    return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
-}
-
 size_t alloc_round_size(const alloc_config_t *cfg, size_t size)
 {
     if (!cfg || size == 0) return 0;

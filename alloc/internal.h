@@ -60,7 +60,8 @@ typedef struct rb_node {
     uint8_t st;
     uint8_t split;
     uint8_t named; /* LIVE with uses: alloc_record_stream named one of them (see blk_t.uses) */
-    uint32_t cls;  /* FREE: the class whose tree holds it (not recomputed to take it out) */
+    uint16_t cls;  /* FREE: the class whose tree holds it (not recomputed to take it out) */
+    uint8_t nb;    /* what the block knows of its address neighbours: NB_* below */
 } rb_node_t;
 
 typedef struct rb_tree {
@@ -69,6 +70,26 @@ typedef struct rb_tree {
 } rb_tree_t;
 
 enum { B_LIVE = 0, B_PENDING = 1, B_FREE = 2, B_UNMAPPED = 3 };
+
+/* Neighbour bits (rb.nb): a free looks at its neighbours' states only where its own bits say
+ * they may be FREE, so a block freed between live blocks reads no line of theirs (with 100,000
+ * live blocks those two reads were a quarter of the pair's cache misses). Each bit may be set
+ * when the fact it stands for is false (the free then reads the neighbour, and clears the bit
+ * when the neighbour is LIVE or PENDING), never clear when it is true. For two neighbours
+ * P (lower address) and X, P->next == X, alloc_check verifies:
+ *   P FREE or UNMAPPED => X has NB_PF;   X FREE or UNMAPPED => P has NB_NF;
+ *   X has NB_AP => P has NB_NF;          P has NB_AN => X has NB_PF.
+ * NB_AP and NB_AN let a block that becomes FREE skip writing bits its neighbours already have
+ * (a block freed again and again between the same live neighbours writes them once). Linking
+ * and unlinking set every bit of the edges they make (always true); only a FREE insertion and a
+ * free's checks need more (alloc.c: nb_announce, make_free). */
+enum {
+    NB_PF = 1, /* prev may be FREE or UNMAPPED */
+    NB_NF = 2, /* next may be FREE or UNMAPPED */
+    NB_AP = 4, /* prev has NB_NF */
+    NB_AN = 8, /* next has NB_PF */
+    NB_ALL = 15
+};
 
 typedef struct blk {
     rb_node_t rb;            /* must be first: tree nodes cast to blocks */
@@ -92,6 +113,7 @@ typedef struct blk {
 } __attribute__((aligned(64))) blk_t; /* 128 bytes, each on its own two cache lines */
 _Static_assert(sizeof(blk_t) == 128 && offsetof(blk_t, size) + sizeof(uint64_t) <= 64,
                "blk_t: the hot fields must fill the block's first cache line");
+_Static_assert(A_NCLS <= 65536, "rb_node_t.cls holds every class");
 /* b->rb.st: B_LIVE, B_PENDING, B_FREE, B_UNMAPPED; b->rb.split: FREE and counted in
  * inactive_split (see a_block_is_split) */
 
@@ -274,6 +296,7 @@ struct alloc {
     ptrmap_t map;
     blk_t *free_blks; /* recycled block structs */
     blk_chunk_t *chunks;
+    size_t nchunk_blocks; /* block structs in chunks */
 
     fence_t *fence_head, *fence_tail;
     /* recycled fence and fev structs (linked through next): a fenced free takes its structs
@@ -340,7 +363,22 @@ static inline bool a_block_is_split(const blk_t *b)
     return (b->prev && b->prev->rb.st != B_UNMAPPED) || (b->next && b->next->rb.st != B_UNMAPPED);
 }
 
-/* config.c */
-size_t a_round_size(const alloc_config_t *cfg, size_t size);
+/* a request's block size: 512 B steps, or roundup_power2_divisions (inline: every malloc rounds) */
+static inline size_t a_round_size(const alloc_config_t *cfg, size_t size)
+{
+    if (size <= A_MIN_BLOCK) return A_MIN_BLOCK;
+    unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    uint64_t div = cfg->rp2_div[lg];
+    if (div > 1 && size > (size_t)A_MIN_BLOCK * (size_t)div) {
+        if ((size & (size - 1)) == 0) return size;
+        size_t floor2 = (size_t)1 << lg;
+        size_t step = floor2 >> (63u - (unsigned)__builtin_clzll((unsigned long long)div));
+        if (!step) return floor2 << 1;
+        size_t down = size & ~(step - 1);
+        return down == size ? size : down + step;
+    }
+    if (size > SIZE_MAX - A_MIN_BLOCK) return 0;
+    return (size + A_MIN_BLOCK - 1) / A_MIN_BLOCK * A_MIN_BLOCK;
+}
 
 #endif

@@ -46,6 +46,12 @@ $(ALLOC_STREAMS_BENCH): $(BUILD)/tests/bench/alloc_streams_bench.o $(ALLOC_LIB) 
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
 ALL_TARGETS += $(ALLOC_STREAMS_BENCH)
 BENCHES += $(ALLOC_STREAMS_BENCH)
+# alloc_bench's pairs at one live count, for valgrind's instruction and cache-miss counts (not
+# run by `make bench`: tests/bench/alloc_pairs.c)
+ALLOC_PAIRS := $(BUILD)/tests/bench/alloc_pairs
+$(ALLOC_PAIRS): $(BUILD)/tests/bench/alloc_pairs.o $(ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
+ALL_TARGETS += $(ALLOC_PAIRS)
 
 # gpumem's allocator beside PyTorch's CUDACachingAllocator (tests/bench/alloc_torch_bench.cpp):
 # C++, linked with the installed wheel's libc10_cuda.so (C++20 headers, the new libstdc++ ABI,
