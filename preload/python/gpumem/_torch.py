@@ -19,6 +19,12 @@ record` sets, README.md "PyTorch programs"):
   The hot paths (the forward hooks, the backward-start callbacks, the range stacks) run in C when
   libgpumem.so has them (gpumem_torch_hooks, preload/torch_hooks.c: the same rules as _Hooks'
   Python methods, which run otherwise);
+- ops (GPUMEM_TORCH_OPS=1, `gpumem record --torch-ops`; off by default, with the history only):
+  the forward's dataflow, op by op: a TorchDispatchMode, entered while the outermost module's
+  forward runs, logs each aten op that touches a CUDA tensor with the storages (data pointer,
+  bytes, dtype) of its outputs and of its inputs, and how many allocations PyTorch's allocator
+  had made when the op returned, which the merge turns into the allocation each storage is
+  (snapshot/README.md, torch_ops);
 - allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
   (a pluggable allocator has none) and names go to gpumem directly.
@@ -42,7 +48,7 @@ import gpumem
 
 _env = os.environ.get
 _state = {"installed": False, "torch": None, "names": [], "named": {}, "warned": False,
-          "dumped": 0}
+          "dumped": 0, "ops": None}
 _lock = threading.Lock()
 
 
@@ -98,6 +104,11 @@ def _setup(torch):
             _warn("making gpumem PyTorch's allocator", e)
     elif _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
         _history(torch)
+        if _env("GPUMEM_TORCH_OPS", "0") == "1":
+            try:
+                _ops(torch)
+            except Exception as e:  # noqa: BLE001
+                _warn("the op log (GPUMEM_TORCH_OPS)", e)
     if _env("GPUMEM_TORCH_HOOKS", "1") == "1":
         try:
             _Hooks(torch, allocator == "gpumem").register()
@@ -158,6 +169,8 @@ def _dump(why):
                "time_ns": time.time_ns(), "snapshot": snap, "names": names,
                "max_entries": _state.get("max_entries", 0),
                "oom_python": _state.get("oom_python", [])}
+        if _state["ops"] is not None:
+            doc["ops"] = list(_state["ops"])
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
@@ -167,6 +180,88 @@ def _dump(why):
         _state["dumped"] += 1
     except Exception as e:  # noqa: BLE001
         _warn("writing PyTorch's memory snapshot", e)
+
+
+# ---------------------------------------------------------------- ops
+
+def _ops(torch):
+    """The op log: (allocations made, device, op, outputs, inputs) per aten op that touches a
+    CUDA tensor inside a module's forward, each storage as (data pointer, bytes, dtype); an empty
+    storage (no allocation) is left out.
+
+    A TorchDispatchMode sees every aten op, but while one is active PyTorch treats every tensor
+    as a subclass (at::isTensorSubclassLike): autograd no longer adds the gradients that meet at
+    a tensor in place, and the backward allocates what the program's does not. So the mode is
+    entered when the outermost module's forward starts and left when it returns (global module
+    hooks, on the thread that runs it: a checkpointed block's re-run in the backward is logged
+    too), and the recording's allocations stay the program's own (tests/torch/torch_ops.sh
+    compares them with a run without the log).
+
+    "Allocations made" is PyTorch's own count (memory_stats' allocation.all.allocated) when the
+    op returned: the merge finds each storage's allocation as the last one at its address among
+    that many of the history's, exactly, where the clocks (microseconds apart from the hooks')
+    could not. The count starts with the history (the first CUDA call), so a program that
+    resets the accumulated statistics gets a log the merge cannot place (its storages are
+    unmatched, and the merge counts them: meta.torch_op_args_unmatched)."""
+    from torch.nn.modules import module as M
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    ops = _state["ops"] = []
+    stats = torch._C._cuda_memoryStats
+    Tensor = torch.Tensor
+    dtypes = {}
+    tls = threading.local()
+
+    def storages(xs):
+        got = []
+        for x in xs:
+            if isinstance(x, Tensor) and x.is_cuda:
+                st = x.untyped_storage()
+                if not st.nbytes():
+                    continue  # empty: no allocation
+                d = dtypes.get(x.dtype)
+                if d is None:
+                    d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
+                got.append((st.data_ptr(), st.nbytes(), d))
+        return got
+
+    class _OpLog(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            try:
+                outs = storages(tree_flatten(out)[0])
+                ins = storages(tree_flatten((args, kwargs))[0])
+                if outs or ins:
+                    dev = torch.cuda.current_device()
+                    n = stats(dev)["allocation"]["all"]["allocated"]
+                    ops.append((n, dev, str(func), outs, ins))
+            except Exception as e:  # noqa: BLE001
+                _warn("logging an op (GPUMEM_TORCH_OPS)", e)
+            return out
+
+    def pre(module, inputs):
+        try:
+            d = getattr(tls, "depth", 0)
+            tls.depth = d + 1
+            if d == 0:
+                tls.mode = _OpLog()
+                tls.mode.__enter__()
+        except Exception as e:  # noqa: BLE001
+            _warn("the op log's forward hook", e)
+
+    def post(module, inputs, output):
+        try:
+            d = getattr(tls, "depth", 0)
+            if d > 0:
+                tls.depth = d - 1
+                if d == 1:
+                    tls.mode.__exit__(None, None, None)
+        except Exception as e:  # noqa: BLE001
+            _warn("the op log's forward hook", e)
+        return None
+
+    M.register_module_forward_pre_hook(pre)
+    M.register_module_forward_hook(post)
 
 
 # ---------------------------------------------------------------- hooks
