@@ -1076,8 +1076,8 @@ done:
 /* ---------------------------------------------------------------- the op log
 
  * GPUMEM_TORCH_OPS (`gpumem record --torch-ops`): the hook logged, per aten op, how many
- * allocations its device's allocator had made when the op returned (n) and the storages of its
- * outputs and inputs (data pointer, bytes, dtype). A storage is the allocation made last at its
+ * allocations its device's allocator had made when the op returned (n) and the tensors of its
+ * outputs and inputs (storage data pointer and bytes, dtype, the tensor's own bytes). A storage is the allocation made last at its
  * address among the first n of that device's trace: its birth, exactly, whatever the clocks.
  * Each op is placed at the seq of its n-th allocation (the last one before it returned). */
 typedef struct opref { uint64_t n; int dev; size_t idx; } opref;
@@ -1098,9 +1098,10 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
 {
     for (size_t k = 0; list && (list->type == GPK_LIST || list->type == GPK_TUPLE) && k < list->len; k++) {
         const gpk_val *st = list->items[k];
-        uint64_t ptr, bytes;
-        const char *dt = (st->type == GPK_TUPLE || st->type == GPK_LIST) && st->len == 3 ? gpk_as_str(st->items[2]) : NULL;
+        uint64_t ptr, bytes, tbytes;
+        const char *dt = (st->type == GPK_TUPLE || st->type == GPK_LIST) && st->len >= 3 ? gpk_as_str(st->items[2]) : NULL;
         if (!dt || gpk_as_u64(st->items[0], &ptr) != 0 || gpk_as_u64(st->items[1], &bytes) != 0) continue;
+        if (st->len < 4 || gpk_as_u64(st->items[3], &tbytes) != 0) tbytes = bytes;
         int64_t sid = string_of(m, dt);
         if (sid < 0) return -1;
         const uint64_t *o = u64map_get(at, ptr);
@@ -1112,6 +1113,7 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
         sqlite3_bind_int64(ins, 5, (int64_t)ptr);
         sqlite3_bind_int64(ins, 6, (int64_t)bytes);
         sqlite3_bind_int64(ins, 7, sid);
+        sqlite3_bind_int64(ins, 8, (int64_t)tbytes);
         if (sqlite3_step(ins) != SQLITE_DONE) return mfail(m, "torch_op_args");
         sqlite3_reset(ins);
     }
@@ -1125,7 +1127,7 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
     if (mexec(m, "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
                  "op INTEGER);"
                  "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
-                 "addr INTEGER, bytes INTEGER, dtype INTEGER);") != 0)
+                 "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);") != 0)
         return -1;
     if (truncated) return 0; /* the counts no longer start where the trace does */
     /* each device's allocations by their ordinal */
@@ -1159,8 +1161,8 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
     qsort(order, nord, sizeof *order, cmp_opref);
     if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op) VALUES (?,?,?,?)", -1, &op, NULL) !=
             SQLITE_OK ||
-        sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype) "
-                                  "VALUES (?,?,?,?,?,?,?)", -1, &arg, NULL) != SQLITE_OK) {
+        sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
+                                  "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, &arg, NULL) != SQLITE_OK) {
         mfail(m, "preparing the op log's inserts");
         goto out;
     }

@@ -4,7 +4,8 @@
 #   - the log changes no allocation: PyTorch's allocations (their requested sizes, in order) and the
 #     script's max_memory_allocated/reserved() are those of the same run without it;
 #   - every storage is matched to its allocation (meta.torch_op_args_unmatched = 0), with the
-#     allocation's requested size as its bytes, born at or before the op's seq;
+#     allocation's requested size as its bytes, born at or before the op's seq; a view's own bytes
+#     (tensor_bytes) are its part of the storage;
 #   - the dataflow: each block's MLP c_fc addmm reads the parameter named h.N.mlp.c_fc.weight and
 #     writes (B, T, 4C) fp32; under --autocast bf16 it writes bf16 (half the bytes) and a
 #     _to_copy makes the weight's bf16 copy;
@@ -71,6 +72,14 @@ mm=$(q bf16 "SELECT group_concat(DISTINCT a.bytes || ' ' || d.s) FROM torch_op_a
              JOIN torch_ops o ON o.id = a.op JOIN strings s ON s.id = o.op
              WHERE a.out = 1 AND s.s = 'aten.addmm.default'")
 [[ $mm == "$((B * T * 4 * C * 2)) bfloat16" ]] && ok "bf16: the addmm reading that copy writes (B, T, 4C) bf16" || bad "bf16: '$mm'"
+
+# a view's own bytes: the embedding reads idx = x[:, :-1], (B, T) of x's (B, T + 1) int64 storage
+emb=$(q ops "SELECT DISTINCT a.tensor_bytes || '/' || a.bytes FROM torch_op_args a JOIN torch_ops o ON o.id = a.op
+             JOIN strings s ON s.id = o.op JOIN strings d ON d.id = a.dtype
+             WHERE s.s = 'aten.embedding.default' AND a.out = 0 AND d.s = 'int64' AND a.bytes = $((B * (T + 1) * 8))")
+[[ $emb == "$((B * T * 8))/$((B * (T + 1) * 8))" ]] && ok "ops: the embedding's index view: $emb bytes of its storage" || bad "ops: the embedding's index view: '$emb'"
+nt=$(q ops "SELECT count(*) FROM torch_op_args WHERE tensor_bytes > bytes OR tensor_bytes IS NULL")
+[[ $nt == 0 ]] && ok "ops: no tensor larger than its storage" || bad "ops: $nt tensors larger than their storage"
 
 # absent without --torch-ops, and the readers do without it
 [[ -z $(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") ]] && ok "plain: no op tables" || bad "plain: op tables made without --torch-ops"

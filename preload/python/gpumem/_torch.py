@@ -186,7 +186,8 @@ def _dump(why):
 
 def _ops(torch):
     """The op log: (allocations made, device, op, outputs, inputs) per aten op that touches a
-    CUDA tensor inside a module's forward, each storage as (data pointer, bytes, dtype); an empty
+    CUDA tensor inside a module's forward, each tensor as its storage (data pointer, bytes), its
+    dtype and its own bytes (a view's are fewer than its storage's); an empty
     storage (no allocation) is left out.
 
     A TorchDispatchMode sees every aten op, but while one is active PyTorch treats every tensor
@@ -222,7 +223,7 @@ def _ops(torch):
                 d = dtypes.get(x.dtype)
                 if d is None:
                     d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
-                got.append((st.data_ptr(), st.nbytes(), d))
+                got.append((st.data_ptr(), st.nbytes(), d, x.numel() * x.element_size()))
         return got
 
     class _OpLog(TorchDispatchMode):
