@@ -969,6 +969,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
+    if (m->torch == 1 && !nomem && adv_tops_load(d, m, births) != 0) nomem = 1;
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {
@@ -1087,6 +1088,7 @@ void adv_model_free(adv_model *m)
     if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
     if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
+    if (m->owns_tops) free(m->tops), free(m->targs);
     memset(m, 0, sizeof *m);
 }
 
@@ -1128,6 +1130,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
     dst->strs = calloc(src->nstrs ? src->nstrs : 1, sizeof *dst->strs);
     dst->strs_cap = src->nstrs;
     dst->owns_uses = 0; /* the uses stay the original's */
+    dst->owns_tops = 0; /* so does the op log */
     memset(&dst->str_idx, 0, sizeof dst->str_idx);
     int bad =
         !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
@@ -1160,6 +1163,7 @@ void adv_model_view(const adv_model *src, adv_model *dst)
     *dst = *src;
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
     dst->owns_uses = 0; /* the uses stay the original's */
+    dst->owns_tops = 0; /* so does the op log */
 }
 
 static int own_evs(adv_model *m)

@@ -66,6 +66,29 @@ typedef struct adv_oom {
     char name[128];     /* the name the program gave the failed allocation, "" none */
 } adv_oom;
 
+/* The forward's aten ops of a PyTorch recording made with `gpumem record --torch-ops` (tables
+ * torch_ops / torch_op_args; gm_advise_autocast.c), in the order they ran. */
+enum { ADV_DT_OTHER = 0, ADV_DT_F32 = 1, ADV_DT_LOW = 2 /* bfloat16 or float16 */ };
+/* which of torch.autocast's op lists an op is on (adv_top.kind) */
+enum { ADV_OPK_OTHER = 0, ADV_OPK_LOWP = 1, ADV_OPK_FP32 = 2 };
+typedef struct adv_targ {
+    uint64_t bytes; /* the tensor's own bytes (elements x element size) */
+    uint32_t a;     /* its storage's recorded allocation, UINT32_MAX none */
+    uint8_t out;    /* 1 written (an output), 0 read */
+    uint8_t dtype;  /* ADV_DT_* */
+} adv_targ;
+typedef struct adv_top {
+    uint32_t arg0, nargs; /* its tensors: targs[arg0 .. arg0 + nargs), outputs first */
+    uint32_t last_a;      /* the last allocation made before it returned (a backward node's: before it
+                             started), UINT32_MAX none */
+    uint32_t fwd;         /* a backward node's ("bwd:..."): the forward op it is the node of, whose
+                             outputs' gradients its arguments are (UINT32_MAX: a forward op, or none) */
+    uint8_t bwd;          /* 1: a backward node, its arguments the gradients it was given */
+    uint8_t kind;         /* ADV_OPK_* */
+    uint8_t saves_in;     /* ADV_OPK_FP32: keeps its (cast) input for its backward */
+    uint8_t saves_out;    /* keeps its output for its backward (softmax, exp, tanh...) */
+} adv_top;
+
 typedef struct adv_model {
     adv_alloc *allocs;
     size_t nallocs, allocs_cap;
@@ -110,6 +133,12 @@ typedef struct adv_model {
      * max_memory_reserved); rec_peak_* are then its recorded peaks, and device_* the device's */
     int torch;
     char torch_conf[512];
+    /* the op log (a PyTorch recording made with --torch-ops; ntops 0 otherwise): read-only,
+     * shared by copies and views, freed by the model that loaded it (owns_tops) */
+    adv_top *tops;
+    adv_targ *targs;
+    size_t ntops, ntargs;
+    int owns_tops;
     uint64_t device_peak_allocated, device_peak_reserved;
     /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
      * backward and update begin and where it ends (seqs; 0 none), for saying which kernels run
@@ -255,6 +284,20 @@ typedef struct adv_stash_stats {
  * the matching forward range F ("step s/fwd/hI", the latest one before B), its restore point
  * the start of B. link_bps: host link bytes/s (for the stall estimate). */
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st);
+
+/* torch.autocast(dtype=torch.bfloat16) around the forward of a PyTorch recording with its op log
+ * (m->ntops > 0), on the recorded (fp32) trace, before any other rewrite (gm_advise_autocast.c):
+ * the ops on autocast's lower-precision list read bf16 copies of their fp32 inputs (a weight's
+ * made once per forward pass) and write bf16, those on its fp32 list read fp32 copies of bf16
+ * inputs, the others follow their inputs; the backward as recorded. */
+typedef struct adv_autocast_stats {
+    uint64_t cast_bytes;  /* fp32 bytes cast (either way) per trace */
+    size_t copies, halved; /* cast copies made; recorded tensors made bf16 */
+} adv_autocast_stats;
+int adv_autocast(adv_model *m, adv_autocast_stats *st);
+/* The op log loaded into m (ADV_LOAD_TORCH; births: each recorded allocation's birth seq, in
+ * order). A recording without one loads none (ntops 0). 0, or -1 out of memory. */
+int adv_tops_load(gm_db *d, adv_model *m, const uint64_t *births);
 
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named

@@ -1104,12 +1104,15 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
         if (st->len < 4 || gpk_as_u64(st->items[3], &tbytes) != 0) tbytes = bytes;
         int64_t sid = string_of(m, dt);
         if (sid < 0) return -1;
-        const uint64_t *o = u64map_get(at, ptr);
+        const uint64_t *o = bytes ? u64map_get(at, ptr) : NULL;
         sqlite3_bind_int64(ins, 1, (int64_t)id);
         sqlite3_bind_int(ins, 2, out);
         sqlite3_bind_int64(ins, 3, (int64_t)k);
         if (o) sqlite3_bind_int64(ins, 4, (int64_t)by_ord[*o]->seq);
-        else sqlite3_bind_null(ins, 4), ++*unmatched;
+        else {
+            sqlite3_bind_null(ins, 4);
+            *unmatched += bytes != 0; /* an absent gradient (a backward node's) is no tensor */
+        }
         sqlite3_bind_int64(ins, 5, (int64_t)ptr);
         sqlite3_bind_int64(ins, 6, (int64_t)bytes);
         sqlite3_bind_int64(ins, 7, sid);
@@ -1125,7 +1128,7 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
     *nops = *unmatched = 0;
     if (!ops || ops->type != GPK_LIST) return 0;
     if (mexec(m, "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
-                 "op INTEGER);"
+                 "op INTEGER, node INTEGER);"
                  "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
                  "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);") != 0)
         return -1;
@@ -1153,13 +1156,13 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
         const gpk_val *o = ops->items[i];
         uint64_t n;
         int64_t dev;
-        if ((o->type != GPK_TUPLE && o->type != GPK_LIST) || o->len != 5 || gpk_as_u64(o->items[0], &n) != 0 ||
+        if ((o->type != GPK_TUPLE && o->type != GPK_LIST) || o->len < 5 || gpk_as_u64(o->items[0], &n) != 0 ||
             gpk_as_i64(o->items[1], &dev) != 0 || dev < 0 || dev >= OP_MAX_DEV || !gpk_as_str(o->items[2]))
             continue;
         order[nord++] = (opref){n, (int)dev, i};
     }
     qsort(order, nord, sizeof *order, cmp_opref);
-    if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op) VALUES (?,?,?,?)", -1, &op, NULL) !=
+    if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op, node) VALUES (?,?,?,?,?)", -1, &op, NULL) !=
             SQLITE_OK ||
         sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
                                   "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, &arg, NULL) != SQLITE_OK) {
@@ -1181,6 +1184,9 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
         else sqlite3_bind_null(op, 2);
         sqlite3_bind_int(op, 3, d);
         sqlite3_bind_int64(op, 4, sid);
+        int64_t node = -1;
+        if (o->len < 6 || gpk_as_i64(o->items[5], &node) != 0 || node < 0) sqlite3_bind_null(op, 5);
+        else sqlite3_bind_int64(op, 5, node);
         if (sqlite3_step(op) != SQLITE_DONE) {
             mfail(m, "torch_ops");
             goto out;

@@ -8,7 +8,10 @@
 #     (tensor_bytes) are its part of the storage;
 #   - the dataflow: each block's MLP c_fc addmm reads the parameter named h.N.mlp.c_fc.weight and
 #     writes (B, T, 4C) fp32; under --autocast bf16 it writes bf16 (half the bytes) and a
-#     _to_copy makes the weight's bf16 copy;
+#     _to_copy makes the weight's bf16 copy; its backward node (the same autograd node) is given
+#     its output's gradient;
+#   - advise --try '--autocast bf16' --check on the fp32 recording: predicted within 2% of the
+#     re-run (autocast op by op from the log, ADVISE.md);
 #   - without --torch-ops there is no such table, and report reads the recording as before.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -80,6 +83,24 @@ emb=$(q ops "SELECT DISTINCT a.tensor_bytes || '/' || a.bytes FROM torch_op_args
 [[ $emb == "$((B * T * 8))/$((B * (T + 1) * 8))" ]] && ok "ops: the embedding's index view: $emb bytes of its storage" || bad "ops: the embedding's index view: '$emb'"
 nt=$(q ops "SELECT count(*) FROM torch_op_args WHERE tensor_bytes > bytes OR tensor_bytes IS NULL")
 [[ $nt == 0 ]] && ok "ops: no tensor larger than its storage" || bad "ops: $nt tensors larger than their storage"
+
+# the backward, node by node: the node of each c_fc addmm is given the gradient of its output,
+# (B, T, 4C) fp32, made in the backward after the op
+bw=$(q ops "SELECT DISTINCT g.bytes || ' ' || d.s || ' ' || (g.birth > f.seq) FROM torch_ops f
+            JOIN torch_ops b ON b.node = f.node AND b.id > f.id JOIN strings bs ON bs.id = b.op
+            JOIN torch_op_args g ON g.op = b.id AND g.pos = 0 JOIN strings d ON d.id = g.dtype
+            WHERE f.id IN ($fc) AND bs.s = 'bwd:AddmmBackward0'")
+[[ $bw == "$((B * T * 4 * C * 4)) float32 1" ]] && ok "ops: c_fc's AddmmBackward0 is given its output's gradient, (B, T, 4C) fp32" \
+  || bad "ops: c_fc's backward node: '$bw'"
+
+# advise predicts torch.autocast op by op from the log: re-run with --autocast bf16, within the bar
+GPUMEM_SIM_BACKING=memory "$G" advise --json --check --try '--autocast bf16' "$tmp/ops.db" > "$tmp/ac.json" 2> "$tmp/ac.err"
+ac=$(jq -r '.recommendations[] | select(.techniques == ["bf16"]) | "\(.predicted.peak_allocated) \(.predicted.peak_reserved) \(.measured.peak_allocated) \(.measured.peak_reserved) \(.measured.error_allocated_pct) \(.measured.error_reserved_pct)"' "$tmp/ac.json")
+read -r pa pr ma mr ea er <<< "$ac"
+[[ -n $er ]] && awk -v a="$ea" -v b="$er" 'BEGIN { exit !((a < 0 ? -a : a) <= 2 && (b < 0 ? -b : b) <= 2) }' \
+  && ok "advise --try '--autocast bf16': predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
+  || bad "advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/ac.err")"
+jq -e '.notes | any(test("op log"))' "$tmp/ac.json" > /dev/null && ok "advise says it read the op log" || bad "no note on the op log"
 
 # absent without --torch-ops, and the readers do without it
 [[ -z $(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") ]] && ok "plain: no op tables" || bad "plain: op tables made without --torch-ops"

@@ -185,18 +185,22 @@ def _dump(why):
 # ---------------------------------------------------------------- ops
 
 def _ops(torch):
-    """The op log: (allocations made, device, op, outputs, inputs) per aten op that touches a
-    CUDA tensor inside a module's forward, each tensor as its storage (data pointer, bytes), its
-    dtype and its own bytes (a view's are fewer than its storage's); an empty
-    storage (no allocation) is left out.
+    """The op log: (allocations made, device, op, outputs, inputs, autograd node) per aten op that
+    touches a CUDA tensor inside a module's forward, each tensor as its storage (data pointer,
+    bytes), its dtype and its own bytes (a view's are fewer than its storage's; an empty storage,
+    no allocation, is left out); the node is the sequence number of the autograd node made for
+    the op (-1 none). Then the same per node of the backward, when it starts: ("bwd:<node name>",
+    no outputs, the gradients it is given by position (an absent one as (0, 0, "", 0)), its
+    sequence number).
 
     A TorchDispatchMode sees every aten op, but while one is active PyTorch treats every tensor
     as a subclass (at::isTensorSubclassLike): autograd no longer adds the gradients that meet at
     a tensor in place, and the backward allocates what the program's does not. So the mode is
     entered when the outermost module's forward starts and left when it returns (global module
     hooks, on the thread that runs it: a checkpointed block's re-run in the backward is logged
-    too), and the recording's allocations stay the program's own (tests/torch/torch_ops.sh
-    compares them with a run without the log).
+    too), and the backward is seen through a pre hook on each node of the forward's graph
+    (registered when the outermost forward returns), with no mode: the recording's allocations
+    stay the program's own (tests/torch/torch_ops.sh compares them with a run without the log).
 
     "Allocations made" is PyTorch's own count (memory_stats' allocation.all.allocated) when the
     op returned: the merge finds each storage's allocation as the last one at its address among
@@ -226,19 +230,71 @@ def _ops(torch):
                 got.append((st.data_ptr(), st.nbytes(), d, x.numel() * x.element_size()))
         return got
 
+    seq_nr = torch._C._autograd._get_sequence_nr
+
     class _OpLog(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # autograd made this op's node (if any) just before the op reached here: the
+            # thread's sequence number moved on since the last op returned
+            s = seq_nr()
+            node = s - 1 if s != getattr(tls, "seq", s) else -1
             out = func(*args, **(kwargs or {}))
+            tls.seq = seq_nr()
             try:
                 outs = storages(tree_flatten(out)[0])
                 ins = storages(tree_flatten((args, kwargs))[0])
                 if outs or ins:
                     dev = torch.cuda.current_device()
                     n = stats(dev)["allocation"]["all"]["allocated"]
-                    ops.append((n, dev, str(func), outs, ins))
+                    ops.append((n, dev, str(func), outs, ins, node))
             except Exception as e:  # noqa: BLE001
                 _warn("logging an op (GPUMEM_TORCH_OPS)", e)
             return out
+
+    none = (0, 0, "", 0)
+
+    def grad_of(x):
+        # not through untyped_storage(): a Python storage object kept the gradient's storage
+        # shared, and autograd then no longer added into it in place (more allocations)
+        if not (isinstance(x, Tensor) and x.is_cuda) or not x.numel():
+            return none
+        d = dtypes.get(x.dtype)
+        if d is None:
+            d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
+        nb = x.numel() * x.element_size()
+        return (x.data_ptr() - x.storage_offset() * x.element_size(), nb, d, nb)
+
+    def positional(xs):  # a node's gradients, None where it has none (positions kept)
+        return [grad_of(x) if x is not None else none for x in xs]
+
+    def node_hook(name, seq):
+        def hook(grad_outputs):
+            try:
+                dev = torch.cuda.current_device()
+                n = stats(dev)["allocation"]["all"]["allocated"]
+                ops.append((n, dev, name, [], positional(grad_outputs), seq))
+            except Exception as e:  # noqa: BLE001
+                _warn("logging a backward node (GPUMEM_TORCH_OPS)", e)
+        return hook
+
+    def hook_graph(output):
+        """A pre hook on every node of the forward's graph: the backward logged node by node
+        ("bwd:<node name>", no outputs, the gradients it is given, one per output of its forward
+        op: the gradient of each, its sequence number: the forward op's node), with no mode in the
+        backward. Not a post hook: a node with one keeps a copy of its gradients while it runs,
+        and autograd then copies what it would have taken over (more allocations)."""
+        todo = [t.grad_fn for t in tree_flatten(output)[0] if isinstance(t, Tensor) and t.grad_fn is not None]
+        seen = set()
+        while todo:
+            fn = todo.pop()
+            seq = fn._sequence_nr()
+            key = (seq, fn.name())
+            if key in seen:
+                continue
+            seen.add(key)
+            if fn.name() != "torch::autograd::AccumulateGrad":
+                fn.register_prehook(node_hook("bwd:" + fn.name(), seq))
+            todo.extend(nf for nf, _ in fn.next_functions if nf is not None)
 
     def pre(module, inputs):
         try:
@@ -257,6 +313,8 @@ def _ops(torch):
                 tls.depth = d - 1
                 if d == 1:
                     tls.mode.__exit__(None, None, None)
+                    if torch.is_grad_enabled():
+                        hook_graph(output)
         except Exception as e:  # noqa: BLE001
             _warn("the op log's forward hook", e)
         return None
