@@ -2016,7 +2016,7 @@ int adv_accum(adv_model *m, unsigned k)
     size_t *lo = malloc(ns * sizeof *lo), *hi = malloc(ns * sizeof *hi);
     size_t *copies = malloc(ns * sizeof *copies), *at = malloc(ns * sizeof *at);
     step_end *by_hi = malloc(ns * sizeof *by_hi);
-    uint8_t *prop = calloc(m->nallocs + 1, 1);
+    uint8_t *prop = calloc(m->nallocs + 1, 1); /* 1 batch-proportional, 2 made again at its size */
     uint32_t *map = malloc((m->nallocs + 1) * sizeof *map);
     int rc = -1;
     if (!lo || !hi || !copies || !at || !by_hi || !prop || !map) goto out;
@@ -2043,10 +2043,17 @@ int adv_accum(adv_model *m, unsigned k)
         if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
         size_t s = (size_t)eb->step;
         if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
-        /* (a view's allocations are copied before the first write, once) */
-        if (own_allocs(m) != 0) goto out;
-        prop[a] = 1;
-        m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+        /* a copy of a tensor made outside every step (autocast's bf16 copy of a parameter) is
+         * made again for each micro-batch, at its size */
+        uint32_t o = m->allocs[a].orig;
+        if (o != a && o < n0 && birth[o] != SIZE_MAX && m->evs[birth[o]].step < 0) {
+            prop[a] = 2;
+        } else {
+            /* (a view's allocations are copied before the first write, once) */
+            if (own_allocs(m) != 0) goto out;
+            prop[a] = 1;
+            m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+        }
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
     free(opt0);
@@ -2057,7 +2064,7 @@ int adv_accum(adv_model *m, unsigned k)
     for (size_t s = 0; s < m->nsteps; s++) {
         size_t c = 0;
         for (size_t i = lo[s]; lo[s] != SIZE_MAX && i <= hi[s]; i++)
-            c += prop[m->evs[i].a];
+            c += prop[m->evs[i].a] != 0;
         copies[s] = c * (k - 1), ncopies += copies[s];
         if (lo[s] != SIZE_MAX) by_hi[nst++] = (step_end){hi[s], s};
     }
