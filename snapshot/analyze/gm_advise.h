@@ -311,7 +311,9 @@ int adv_unbf16(adv_model *m, size_t *chains, size_t *broken);
 
 /* Gradient accumulation by k: in each step, allocations born and freed inside the step's
  * forward/backward shrink by k (rounded up) and the forward and backward repeat k times (the
- * copies after the last backward event of the step); the rest (gradients) happen once. */
+ * copies after the last backward event of the step); the rest (gradients) happen once. One made
+ * for a tensor born outside every step (adv_alloc.orig: autocast's bf16 copy of a parameter)
+ * repeats at its size. */
 int adv_accum(adv_model *m, unsigned k);
 
 typedef struct adv_opt_stats {

@@ -237,7 +237,7 @@ def _ops(torch):
             # autograd made this op's node (if any) just before the op reached here: the
             # thread's sequence number moved on since the last op returned
             s = seq_nr()
-            node = s - 1 if s != getattr(tls, "seq", s) else -1
+            node = s - 1 if s != tls.seq else -1
             out = func(*args, **(kwargs or {}))
             tls.seq = seq_nr()
             try:
@@ -301,6 +301,7 @@ def _ops(torch):
             d = getattr(tls, "depth", 0)
             tls.depth = d + 1
             if d == 0:
+                tls.seq = seq_nr()  # nodes made before the forward are not its ops'
                 tls.mode = _OpLog()
                 tls.mode.__enter__()
         except Exception as e:  # noqa: BLE001
