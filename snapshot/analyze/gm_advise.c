@@ -404,6 +404,75 @@ static void name_apply(adv_model *m, const u64map *live, const uint64_t *births,
     if (ai) m->allocs[*ai].name = n->name;
 }
 
+/* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its
+ * recorded allocation by its birth (births: each allocation's, in order). None when the
+ * recording has no such tables. 0, or -1 out of memory (no op log then). */
+static int tops_load(gm_db *d, adv_model *m, const uint64_t *births)
+{
+    sqlite3_stmt *q = NULL, *a = NULL;
+    int rc = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT o.id, s.s, o.seq, o.node FROM torch_ops o JOIN strings s ON s.id = o.op "
+                                  "ORDER BY o.id",
+                           -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s FROM torch_op_args a "
+                           "JOIN strings d ON d.id = a.dtype ORDER BY a.op, a.out DESC, a.pos",
+                           -1, &a, NULL) != SQLITE_OK)
+        goto out; /* no op log: nothing to load */
+    size_t tcap = 0, acap = 0;
+    int have_arg = sqlite3_step(a) == SQLITE_ROW;
+    u64map node_op = {0}; /* a forward op's autograd node -> the op */
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(q, 0);
+        const char *name = (const char *)sqlite3_column_text(q, 1);
+        if (gm_grow((void **)&m->tops, &tcap, m->ntops + 1, sizeof *m->tops)) goto nomem;
+        adv_top *t = &m->tops[m->ntops++];
+        memset(t, 0, sizeof *t);
+        t->name = intern(m, name ? name : "");
+        t->fwd = UINT32_MAX;
+        t->bwd = name && !strncmp(name, "bwd:", 4);
+        long la = sqlite3_column_type(q, 2) == SQLITE_NULL
+                      ? -1
+                      : alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(q, 2));
+        t->last_a = la < 0 ? UINT32_MAX : (uint32_t)la;
+        if (sqlite3_column_type(q, 3) != SQLITE_NULL) {
+            uint64_t node = (uint64_t)sqlite3_column_int64(q, 3);
+            const uint64_t *f = t->bwd ? u64map_get(&node_op, node) : NULL;
+            if (f) t->fwd = (uint32_t)*f;
+            else if (!t->bwd && u64map_put(&node_op, node, m->ntops - 1) != 0) goto nomem;
+        }
+        t->arg0 = (uint32_t)m->ntargs;
+        for (; have_arg && sqlite3_column_int64(a, 0) <= id; have_arg = sqlite3_step(a) == SQLITE_ROW) {
+            if (sqlite3_column_int64(a, 0) < id) continue;
+            if (gm_grow((void **)&m->targs, &acap, m->ntargs + 1, sizeof *m->targs)) goto nomem;
+            adv_targ *g = &m->targs[m->ntargs++];
+            const char *dt = (const char *)sqlite3_column_text(a, 4);
+            long ga = sqlite3_column_type(a, 2) == SQLITE_NULL
+                          ? -1
+                          : alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(a, 2));
+            g->out = (uint8_t)sqlite3_column_int(a, 1);
+            g->a = ga < 0 ? UINT32_MAX : (uint32_t)ga;
+            g->bytes = (uint64_t)sqlite3_column_int64(a, 3);
+            g->dtype = !dt ? ADV_DT_OTHER
+                       : !strcmp(dt, "float32") ? ADV_DT_F32
+                       : !strcmp(dt, "bfloat16") || !strcmp(dt, "float16") ? ADV_DT_LOW
+                                                                             : ADV_DT_OTHER;
+            t->nargs++;
+        }
+    }
+    m->owns_tops = 1;
+    u64map_free(&node_op);
+    goto out;
+nomem:
+    u64map_free(&node_op);
+    free(m->tops), free(m->targs);
+    m->tops = NULL, m->targs = NULL, m->ntops = m->ntargs = 0;
+    rc = -1;
+out:
+    sqlite3_finalize(q), sqlite3_finalize(a);
+    return rc;
+}
+
 /* The use times of every recorded allocation (uses joined to their launch events), as sorted
  * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
 static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx)
@@ -969,7 +1038,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
-    if (m->torch == 1 && !nomem && adv_tops_load(d, m, births) != 0) nomem = 1;
+    if (m->torch == 1 && !nomem && tops_load(d, m, births) != 0) nomem = 1;
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {

@@ -66,11 +66,10 @@ typedef struct adv_oom {
     char name[128];     /* the name the program gave the failed allocation, "" none */
 } adv_oom;
 
-/* The forward's aten ops of a PyTorch recording made with `gpumem record --torch-ops` (tables
- * torch_ops / torch_op_args; gm_advise_autocast.c), in the order they ran. */
+/* The op log of a PyTorch recording made with `gpumem record --torch-ops` (tables torch_ops /
+ * torch_op_args, loaded with ADV_LOAD_TORCH): the forward's aten ops and the backward's nodes,
+ * in the order they ran (gm_advise_autocast.c reads it). */
 enum { ADV_DT_OTHER = 0, ADV_DT_F32 = 1, ADV_DT_LOW = 2 /* bfloat16 or float16 */ };
-/* which of torch.autocast's op lists an op is on (adv_top.kind) */
-enum { ADV_OPK_OTHER = 0, ADV_OPK_LOWP = 1, ADV_OPK_FP32 = 2 };
 typedef struct adv_targ {
     uint64_t bytes; /* the tensor's own bytes (elements x element size) */
     uint32_t a;     /* its storage's recorded allocation, UINT32_MAX none */
@@ -83,10 +82,8 @@ typedef struct adv_top {
                              started), UINT32_MAX none */
     uint32_t fwd;         /* a backward node's ("bwd:..."): the forward op it is the node of, whose
                              outputs' gradients its arguments are (UINT32_MAX: a forward op, or none) */
+    uint32_t name;        /* interned: the op ("aten.addmm.default", "bwd:AddmmBackward0") */
     uint8_t bwd;          /* 1: a backward node, its arguments the gradients it was given */
-    uint8_t kind;         /* ADV_OPK_* */
-    uint8_t saves_in;     /* ADV_OPK_FP32: keeps its (cast) input for its backward */
-    uint8_t saves_out;    /* keeps its output for its backward (softmax, exp, tanh...) */
 } adv_top;
 
 typedef struct adv_model {
@@ -295,9 +292,6 @@ typedef struct adv_autocast_stats {
     size_t copies, halved; /* cast copies made; recorded tensors made bf16 */
 } adv_autocast_stats;
 int adv_autocast(adv_model *m, adv_autocast_stats *st);
-/* The op log loaded into m (ADV_LOAD_TORCH; births: each recorded allocation's birth seq, in
- * order). A recording without one loads none (ntops 0). 0, or -1 out of memory. */
-int adv_tops_load(gm_db *d, adv_model *m, const uint64_t *births);
 
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named

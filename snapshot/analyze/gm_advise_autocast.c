@@ -30,11 +30,10 @@
  */
 #include "snapshot/analyze/gm_advise.h"
 
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ loading */
+/* ------------------------------------------------------------------ the op lists */
 
 /* an aten op's base name: "aten.addmm.default" -> "addmm" (into buf) */
 static const char *base_name(const char *op, char *buf, size_t n)
@@ -78,96 +77,27 @@ static const char *const fp32_no_input[] = {"exp", "expm1", "reciprocal", "rsqrt
 static const char *const keeps_output[] = {"_softmax", "_log_softmax", "exp", "expm1", "tanh", "sigmoid",
                                            "rsqrt", "sqrt", "relu", "reciprocal", NULL};
 
-static int cmp_u64(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
+enum { OPK_OTHER = 0, OPK_LOWP = 1, OPK_FP32 = 2 };
+typedef struct opclass {
+    uint8_t kind;      /* OPK_*: which of autocast's lists the op is on */
+    uint8_t saves_in;  /* an fp32-list op that keeps its (cast) input for its backward */
+    uint8_t saves_out; /* keeps its output for its backward (softmax, exp, tanh...) */
+} opclass;
 
-/* the recorded allocation born at seq (births sorted), UINT32_MAX none */
-static uint32_t born_at(const uint64_t *births, size_t n, uint64_t seq)
+static opclass classify(const char *op)
 {
-    const uint64_t *p = bsearch(&seq, births, n, sizeof *births, cmp_u64);
-    return p ? (uint32_t)(p - births) : UINT32_MAX;
+    char nb[96];
+    const char *name = base_name(op, nb, sizeof nb);
+    opclass c = {0};
+    c.kind = in_list(name, ops_lowp) ? OPK_LOWP : in_list(name, ops_fp32) ? OPK_FP32 : OPK_OTHER;
+    c.saves_in = c.kind == OPK_FP32 && !in_list(name, fp32_no_input);
+    c.saves_out = (uint8_t)in_list(name, keeps_output);
+    return c;
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t sz)
 {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? 2 * *cap : 1024;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * sz);
-    if (!q) return -1;
-    *p = q, *cap = c;
-    return 0;
-}
-
-int adv_tops_load(gm_db *d, adv_model *m, const uint64_t *births)
-{
-    sqlite3_stmt *q = NULL, *a = NULL;
-    int rc = 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT o.id, s.s, o.seq, o.node FROM torch_ops o JOIN strings s ON s.id = o.op "
-                                  "ORDER BY o.id",
-                           -1, &q, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s FROM torch_op_args a "
-                           "JOIN strings d ON d.id = a.dtype ORDER BY a.op, a.out DESC, a.pos",
-                           -1, &a, NULL) != SQLITE_OK)
-        goto out; /* no op log: nothing to load */
-    size_t tcap = 0, acap = 0;
-    int have_arg = sqlite3_step(a) == SQLITE_ROW;
-    u64map node_op = {0}; /* a forward op's autograd node -> the op */
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(q, 0);
-        char nb[96];
-        const char *full = (const char *)sqlite3_column_text(q, 1);
-        const char *name = base_name(full ? full : "", nb, sizeof nb);
-        if (grow((void **)&m->tops, &tcap, m->ntops + 1, sizeof *m->tops)) goto nomem;
-        adv_top *t = &m->tops[m->ntops++];
-        memset(t, 0, sizeof *t);
-        t->fwd = UINT32_MAX;
-        t->bwd = full && !strncmp(full, "bwd:", 4);
-        if (sqlite3_column_type(q, 3) != SQLITE_NULL) {
-            uint64_t node = (uint64_t)sqlite3_column_int64(q, 3);
-            const uint64_t *f = t->bwd ? u64map_get(&node_op, node) : NULL;
-            if (f) t->fwd = (uint32_t)*f;
-            else if (!t->bwd && u64map_put(&node_op, node, m->ntops - 1) != 0) goto nomem;
-        }
-        t->kind = in_list(name, ops_lowp) ? ADV_OPK_LOWP : in_list(name, ops_fp32) ? ADV_OPK_FP32 : ADV_OPK_OTHER;
-        t->saves_in = t->kind == ADV_OPK_FP32 && !in_list(name, fp32_no_input);
-        t->saves_out = (uint8_t)in_list(name, keeps_output);
-        t->last_a = sqlite3_column_type(q, 2) == SQLITE_NULL
-                        ? UINT32_MAX
-                        : born_at(births, m->nrecorded ? m->nrecorded : m->nallocs, (uint64_t)sqlite3_column_int64(q, 2));
-        t->arg0 = (uint32_t)m->ntargs;
-        for (; have_arg && sqlite3_column_int64(a, 0) <= id; have_arg = sqlite3_step(a) == SQLITE_ROW) {
-            if (sqlite3_column_int64(a, 0) < id) continue;
-            if (grow((void **)&m->targs, &acap, m->ntargs + 1, sizeof *m->targs)) goto nomem;
-            adv_targ *g = &m->targs[m->ntargs++];
-            const char *dt = (const char *)sqlite3_column_text(a, 4);
-            g->out = (uint8_t)sqlite3_column_int(a, 1);
-            g->a = sqlite3_column_type(a, 2) == SQLITE_NULL
-                       ? UINT32_MAX
-                       : born_at(births, m->nallocs, (uint64_t)sqlite3_column_int64(a, 2));
-            g->bytes = (uint64_t)sqlite3_column_int64(a, 3);
-            g->dtype = !dt ? ADV_DT_OTHER
-                       : !strcmp(dt, "float32") ? ADV_DT_F32
-                       : !strcmp(dt, "bfloat16") || !strcmp(dt, "float16") ? ADV_DT_LOW
-                                                                             : ADV_DT_OTHER;
-            t->nargs++;
-        }
-    }
-    m->owns_tops = 1;
-    u64map_free(&node_op);
-    goto out;
-nomem:
-    u64map_free(&node_op);
-    free(m->tops), free(m->targs);
-    m->tops = NULL, m->targs = NULL, m->ntops = m->ntargs = 0;
-    rc = -1;
-out:
-    sqlite3_finalize(q), sqlite3_finalize(a);
-    return rc;
+    return gm_grow(p, cap, need, sz);
 }
 
 /* ------------------------------------------------------------------ the rewrite */
@@ -253,9 +183,13 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
     size_t *cache_pass = malloc((nrec + 1) * sizeof *cache_pass), *copy_death = NULL;
     size_t ncopy_cap = 0;
+    opclass *cls = malloc((nt + 1) * sizeof *cls); /* each op's place on autocast's lists */
     acw w = {0};
     int rc = -1;
-    if (!birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
+    if (cls)
+        for (size_t i = 0; i < nt; i++)
+            cls[i] = classify(adv_str(m, m->tops[i].name));
+    if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
         !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass)
         goto out;
     for (size_t a = 0; a < m->nallocs; a++)
@@ -291,12 +225,12 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             const adv_targ *g = &m->targs[t->arg0 + k];
             if (g->a < nrec) fwd_tensor[g->a] = 1;
             if (g->out && !arg_is_input_alloc(m, t, g->a)) view = 0;
-            if (g->out && t->saves_out && g->a < nrec) kept[g->a] = 1;
+            if (g->out && cls[i].saves_out && g->a < nrec) kept[g->a] = 1;
         }
         for (uint32_t k = 0; k < t->nargs; k++) {
             const adv_targ *g = &m->targs[t->arg0 + k];
             if (g->out || g->a >= nrec || g->dtype != ADV_DT_F32) continue;
-            if (t->kind == ADV_OPK_LOWP) last_lowp[g->a] = i;
+            if (cls[i].kind == OPK_LOWP) last_lowp[g->a] = i;
             else if (!view) other_reader[g->a] = 1;
         }
     }
@@ -358,7 +292,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             int is_low = g->dtype == ADV_DT_LOW || (g->a < nrec && low[g->a]);
             any_float = 1, all_low &= is_low;
             if (g->a >= nrec || birth[g->a] == SIZE_MAX) continue;
-            if (t->kind == ADV_OPK_LOWP && !is_low) {
+            if (cls[i].kind == OPK_LOWP && !is_low) {
                 /* the copies live until the op's backward node has run (a parameter's copy, cached
                  * for the pass, until its last reader's); without the node: a parameter's with the
                  * op's saved activation (after the op when it has none), an activation's with it */
@@ -387,13 +321,13 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
                 }
                 if (dies == SIZE_MAX - 1) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
                 else if (dies != SIZE_MAX && (copy_death[c] == SIZE_MAX || dies > copy_death[c])) copy_death[c] = dies;
-            } else if (t->kind == ADV_OPK_FP32 && is_low) {
+            } else if (cls[i].kind == OPK_FP32 && is_low) {
                 cast_f32[g->a] = 1;
                 uint32_t c = adv_new_alloc(m, g->bytes, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
                 if (c == UINT32_MAX || death_slot(&copy_death, &ncopy_cap, c)) goto out;
                 acw_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
-                copy_death[c] = !t->saves_in ? SIZE_MAX : node_end[i] != SIZE_MAX ? node_end[i] : death[g->a];
-                if (!t->saves_in) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                copy_death[c] = !cls[i].saves_in ? SIZE_MAX : node_end[i] != SIZE_MAX ? node_end[i] : death[g->a];
+                if (!cls[i].saves_in) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
                 st->copies++, st->cast_bytes += g->bytes;
             }
         }
@@ -405,7 +339,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             int lead = first;
             first = 0;
             if (g->a >= nrec || g->dtype != ADV_DT_F32 || low[g->a] || arg_is_input_alloc(m, t, g->a)) continue;
-            int to_low = t->kind == ADV_OPK_LOWP ? lead : t->kind == ADV_OPK_OTHER && any_float && all_low;
+            int to_low = cls[i].kind == OPK_LOWP ? lead : cls[i].kind == OPK_OTHER && any_float && all_low;
             if (to_low) {
                 low[g->a] = 1;
                 m->allocs[g->a].size = (m->allocs[g->a].size + 1) / 2;
@@ -439,6 +373,6 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
 out:
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
     free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(drop), free(cache);
-    free(cache_pass), free(copy_death), free(w.v);
+    free(cache_pass), free(copy_death), free(w.v), free(cls);
     return rc;
 }
