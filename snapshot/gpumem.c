@@ -106,6 +106,10 @@ static const char *const usage_record =
     "  --no-torch-history  PyTorch's memory history stays off (only its segments are seen)\n"
     "  --no-torch-hooks    no module / optimizer hooks: no \"step N/fwd/<module>\" phases, no\n"
     "                      names for parameters, gradients and optimizer state\n"
+    "  --torch-ops         also log every aten op's input and output tensors (a\n"
+    "                      TorchDispatchMode; slower), merged as the tables torch_ops and\n"
+    "                      torch_op_args: what `gpumem advise` needs to predict torch.autocast\n"
+    "                      (PyTorch's allocator only; GPUMEM_TORCH_OPS=1 does the same)\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
@@ -691,6 +695,7 @@ static int cmd_record(int argc, char **argv) {
         else if (strcmp(argv[i], "--force") == 0) force = 1;
         else if (strcmp(argv[i], "--no-torch-history") == 0) torch_history = 0;
         else if (strcmp(argv[i], "--no-torch-hooks") == 0) torch_hooks = 0;
+        else if (strcmp(argv[i], "--torch-ops") == 0) setenv("GPUMEM_TORCH_OPS", "1", 1);
         else if (strcmp(argv[i], "--allocator") == 0 || strncmp(argv[i], "--allocator=", 12) == 0) {
             const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : "");
             if (strcmp(v, "torch") != 0 && strcmp(v, "gpumem") != 0)

@@ -33,7 +33,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/analyz
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
-GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_advise_zero3.o $(SNAP_DIR)/analyze/gm_advise_fsdp.o $(SNAP_DIR)/analyze/gm_ranks.o \
+GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_advise_zero3.o $(SNAP_DIR)/analyze/gm_advise_fsdp.o $(SNAP_DIR)/analyze/gm_ranks.o \
                   $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
@@ -61,7 +61,7 @@ snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
 # (gm_advise.o: advise's and tune's model reads the events through the page reader too)
-snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(REC_LIB) $(ALLOC_LIB)
+snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
                         $(SNAP_DIR)/record/rec_path.o

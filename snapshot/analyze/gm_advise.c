@@ -463,6 +463,75 @@ static void name_apply(adv_model *m, const u64map *live, const uint64_t *births,
     if (ai) m->allocs[*ai].name = n->name;
 }
 
+/* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its
+ * recorded allocation by its birth (births: each allocation's, in order). None when the
+ * recording has no such tables. 0, or -1 out of memory (no op log then). */
+static int tops_load(gm_db *d, adv_model *m, const uint64_t *births)
+{
+    sqlite3_stmt *q = NULL, *a = NULL;
+    int rc = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT o.id, s.s, o.seq, o.node FROM torch_ops o JOIN strings s ON s.id = o.op "
+                                  "ORDER BY o.id",
+                           -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s FROM torch_op_args a "
+                           "JOIN strings d ON d.id = a.dtype ORDER BY a.op, a.out DESC, a.pos",
+                           -1, &a, NULL) != SQLITE_OK)
+        goto out; /* no op log: nothing to load */
+    size_t tcap = 0, acap = 0;
+    int have_arg = sqlite3_step(a) == SQLITE_ROW;
+    u64map node_op = {0}; /* a forward op's autograd node -> the op */
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(q, 0);
+        const char *name = (const char *)sqlite3_column_text(q, 1);
+        if (gm_grow((void **)&m->tops, &tcap, m->ntops + 1, sizeof *m->tops)) goto nomem;
+        adv_top *t = &m->tops[m->ntops++];
+        memset(t, 0, sizeof *t);
+        t->name = intern(m, name ? name : "");
+        t->fwd = UINT32_MAX;
+        t->bwd = name && !strncmp(name, "bwd:", 4);
+        long la = sqlite3_column_type(q, 2) == SQLITE_NULL
+                      ? -1
+                      : alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(q, 2));
+        t->last_a = la < 0 ? UINT32_MAX : (uint32_t)la;
+        if (sqlite3_column_type(q, 3) != SQLITE_NULL) {
+            uint64_t node = (uint64_t)sqlite3_column_int64(q, 3);
+            const uint64_t *f = t->bwd ? u64map_get(&node_op, node) : NULL;
+            if (f) t->fwd = (uint32_t)*f;
+            else if (!t->bwd && u64map_put(&node_op, node, m->ntops - 1) != 0) goto nomem;
+        }
+        t->arg0 = (uint32_t)m->ntargs;
+        for (; have_arg && sqlite3_column_int64(a, 0) <= id; have_arg = sqlite3_step(a) == SQLITE_ROW) {
+            if (sqlite3_column_int64(a, 0) < id) continue;
+            if (gm_grow((void **)&m->targs, &acap, m->ntargs + 1, sizeof *m->targs)) goto nomem;
+            adv_targ *g = &m->targs[m->ntargs++];
+            const char *dt = (const char *)sqlite3_column_text(a, 4);
+            long ga = sqlite3_column_type(a, 2) == SQLITE_NULL
+                          ? -1
+                          : alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(a, 2));
+            g->out = (uint8_t)sqlite3_column_int(a, 1);
+            g->a = ga < 0 ? UINT32_MAX : (uint32_t)ga;
+            g->bytes = (uint64_t)sqlite3_column_int64(a, 3);
+            g->dtype = !dt ? ADV_DT_OTHER
+                       : !strcmp(dt, "float32") ? ADV_DT_F32
+                       : !strcmp(dt, "bfloat16") || !strcmp(dt, "float16") ? ADV_DT_LOW
+                                                                             : ADV_DT_OTHER;
+            t->nargs++;
+        }
+    }
+    m->owns_tops = 1;
+    u64map_free(&node_op);
+    goto out;
+nomem:
+    u64map_free(&node_op);
+    free(m->tops), free(m->targs);
+    m->tops = NULL, m->targs = NULL, m->ntops = m->ntargs = 0;
+    rc = -1;
+out:
+    sqlite3_finalize(q), sqlite3_finalize(a);
+    return rc;
+}
+
 /* The use times of every recorded allocation (uses joined to their launch events), as sorted
  * runs per allocation. Out of memory or a damaged table: no uses, nothing else changes. */
 static void load_uses(gm_db *d, adv_model *m, const u64map *seq_idx)
@@ -1028,6 +1097,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
+    if (m->torch == 1 && !nomem && tops_load(d, m, births) != 0) nomem = 1;
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {
@@ -1146,6 +1216,7 @@ void adv_model_free(adv_model *m)
     if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
     if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
+    if (m->owns_tops) free(m->tops), free(m->targs);
     memset(m, 0, sizeof *m);
 }
 
@@ -1187,6 +1258,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
     dst->strs = calloc(src->nstrs ? src->nstrs : 1, sizeof *dst->strs);
     dst->strs_cap = src->nstrs;
     dst->owns_uses = 0; /* the uses stay the original's */
+    dst->owns_tops = 0; /* so does the op log */
     memset(&dst->str_idx, 0, sizeof dst->str_idx);
     int bad =
         !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
@@ -1219,6 +1291,7 @@ void adv_model_view(const adv_model *src, adv_model *dst)
     *dst = *src;
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
     dst->owns_uses = 0; /* the uses stay the original's */
+    dst->owns_tops = 0; /* so does the op log */
 }
 
 static int own_evs(adv_model *m)
@@ -2071,7 +2144,7 @@ int adv_accum(adv_model *m, unsigned k)
     size_t *lo = malloc(ns * sizeof *lo), *hi = malloc(ns * sizeof *hi);
     size_t *copies = malloc(ns * sizeof *copies), *at = malloc(ns * sizeof *at);
     step_end *by_hi = malloc(ns * sizeof *by_hi);
-    uint8_t *prop = calloc(m->nallocs + 1, 1);
+    uint8_t *prop = calloc(m->nallocs + 1, 1); /* 1 batch-proportional, 2 made again at its size */
     uint32_t *map = malloc((m->nallocs + 1) * sizeof *map);
     int rc = -1;
     if (!lo || !hi || !copies || !at || !by_hi || !prop || !map) goto out;
@@ -2098,10 +2171,17 @@ int adv_accum(adv_model *m, unsigned k)
         if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
         size_t s = (size_t)eb->step;
         if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
-        /* (a view's allocations are copied before the first write, once) */
-        if (own_allocs(m) != 0) goto out;
-        prop[a] = 1;
-        m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+        /* a copy of a tensor made outside every step (autocast's bf16 copy of a parameter) is
+         * made again for each micro-batch, at its size */
+        uint32_t o = m->allocs[a].orig;
+        if (o != a && o < n0 && birth[o] != SIZE_MAX && m->evs[birth[o]].step < 0) {
+            prop[a] = 2;
+        } else {
+            /* (a view's allocations are copied before the first write, once) */
+            if (own_allocs(m) != 0) goto out;
+            prop[a] = 1;
+            m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+        }
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
     free(opt0);
@@ -2112,7 +2192,7 @@ int adv_accum(adv_model *m, unsigned k)
     for (size_t s = 0; s < m->nsteps; s++) {
         size_t c = 0;
         for (size_t i = lo[s]; lo[s] != SIZE_MAX && i <= hi[s]; i++)
-            c += prop[m->evs[i].a];
+            c += prop[m->evs[i].a] != 0;
         copies[s] = c * (k - 1), ncopies += copies[s];
         if (lo[s] != SIZE_MAX) by_hi[nst++] = (step_end){hi[s], s};
     }

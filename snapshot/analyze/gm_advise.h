@@ -66,6 +66,26 @@ typedef struct adv_oom {
     char name[128];     /* the name the program gave the failed allocation, "" none */
 } adv_oom;
 
+/* The op log of a PyTorch recording made with `gpumem record --torch-ops` (tables torch_ops /
+ * torch_op_args, loaded with ADV_LOAD_TORCH): the forward's aten ops and the backward's nodes,
+ * in the order they ran (gm_advise_autocast.c reads it). */
+enum { ADV_DT_OTHER = 0, ADV_DT_F32 = 1, ADV_DT_LOW = 2 /* bfloat16 or float16 */ };
+typedef struct adv_targ {
+    uint64_t bytes; /* the tensor's own bytes (elements x element size) */
+    uint32_t a;     /* its storage's recorded allocation, UINT32_MAX none */
+    uint8_t out;    /* 1 written (an output), 0 read */
+    uint8_t dtype;  /* ADV_DT_* */
+} adv_targ;
+typedef struct adv_top {
+    uint32_t arg0, nargs; /* its tensors: targs[arg0 .. arg0 + nargs), outputs first */
+    uint32_t last_a;      /* the last allocation made before it returned (a backward node's: before it
+                             started), UINT32_MAX none */
+    uint32_t fwd;         /* a backward node's ("bwd:..."): the forward op it is the node of, whose
+                             outputs' gradients its arguments are (UINT32_MAX: a forward op, or none) */
+    uint32_t name;        /* interned: the op ("aten.addmm.default", "bwd:AddmmBackward0") */
+    uint8_t bwd;          /* 1: a backward node, its arguments the gradients it was given */
+} adv_top;
+
 typedef struct adv_model {
     adv_alloc *allocs;
     size_t nallocs, allocs_cap;
@@ -110,6 +130,12 @@ typedef struct adv_model {
      * max_memory_reserved); rec_peak_* are then its recorded peaks, and device_* the device's */
     int torch;
     char torch_conf[512];
+    /* the op log (a PyTorch recording made with --torch-ops; ntops 0 otherwise): read-only,
+     * shared by copies and views, freed by the model that loaded it (owns_tops) */
+    adv_top *tops;
+    adv_targ *targs;
+    size_t ntops, ntargs;
+    int owns_tops;
     uint64_t device_peak_allocated, device_peak_reserved;
     /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
      * backward and update begin and where it ends (seqs; 0 none), for saying which kernels run
@@ -256,6 +282,17 @@ typedef struct adv_stash_stats {
  * the start of B. link_bps: host link bytes/s (for the stall estimate). */
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st);
 
+/* torch.autocast(dtype=torch.bfloat16) around the forward of a PyTorch recording with its op log
+ * (m->ntops > 0), on the recorded (fp32) trace, before any other rewrite (gm_advise_autocast.c):
+ * the ops on autocast's lower-precision list read bf16 copies of their fp32 inputs (a weight's
+ * made once per forward pass) and write bf16, those on its fp32 list read fp32 copies of bf16
+ * inputs, the others follow their inputs; the backward as recorded. */
+typedef struct adv_autocast_stats {
+    uint64_t cast_bytes;  /* fp32 bytes cast (either way) per trace */
+    size_t copies, halved; /* cast copies made; recorded tensors made bf16 */
+} adv_autocast_stats;
+int adv_autocast(adv_model *m, adv_autocast_stats *st);
+
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named
  * as the tensor, then the fp32 one freed) and back at the restore point (an fp32 allocation,
@@ -268,7 +305,9 @@ int adv_unbf16(adv_model *m, size_t *chains, size_t *broken);
 
 /* Gradient accumulation by k: in each step, allocations born and freed inside the step's
  * forward/backward shrink by k (rounded up) and the forward and backward repeat k times (the
- * copies after the last backward event of the step); the rest (gradients) happen once. */
+ * copies after the last backward event of the step); the rest (gradients) happen once. One made
+ * for a tensor born outside every step (adv_alloc.orig: autocast's bf16 copy of a parameter)
+ * repeats at its size. */
 int adv_accum(adv_model *m, unsigned k);
 
 typedef struct adv_opt_stats {

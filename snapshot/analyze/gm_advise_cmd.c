@@ -171,7 +171,7 @@ typedef struct ctx {
     int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
-    char notes[6][1024]; /* what the model does not capture, or how it read the recording */
+    char notes[7][1024]; /* what the model does not capture, or how it read the recording */
     int nnotes;
     double link_bps;
     const char *link_src;
@@ -417,14 +417,18 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     s->ok = 0, s->r_is_base = 0;
     adv_model_view(&c->m, &m); /* the rewrites copy what they write */
     int rc = 0;
-    if (s->accum > 1) rc = adv_accum(&m, s->accum);
+    /* torch.autocast from the forward's op log: on the recorded trace, before the others */
+    int autocast = c->torch && s->bf16 && c->m.ntops > 0;
+    adv_autocast_stats as = {0};
+    if (autocast) rc = adv_autocast(&m, &as);
+    if (!rc && s->accum > 1) rc = adv_accum(&m, s->accum);
     adv_opt_stats os = {0};
     if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
     adv_stash_stats ss = {0};
     uint32_t cls[8];
     /* a bf16 recording advised as its fp32 trace: bf16 applied again, unless undone (--try) */
     adv_stash_opts so = {.recompute_cls = cls,
-                         .bf16 = s->bf16 || (c->bf16_undone && !s->fp32),
+                         .bf16 = (s->bf16 && !autocast) || (c->bf16_undone && !s->fp32),
                          .offload = s->off_act};
     if (s->rc_class >= 0) cls[so.nrecompute++] = c->classes[s->rc_class];
     for (int i = 0; i < NRC; i++) {
@@ -475,7 +479,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     extra += (double)ss.stall_ns;
     double bw = c->gpu ? c->gpu->bw : gpus[0].bw;
     if (s->bf16) /* (a bf16 recording's conversions are in its step time already) */
-        extra += 1.5 * (double)ss.convert_bytes / bw * 1e9;
+        extra += 1.5 * (double)(autocast ? as.cast_bytes : ss.convert_bytes) / bw * 1e9;
     extra += (double)os.traffic_bytes / c->link_bps * 1e9;
     if (s->accum > 1)
         extra += (double)(s->accum - 1) * (double)c->fwdbwd_ops_per_step * LAUNCH_NS * nsteps;
@@ -684,9 +688,14 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     if (c->torch) {
         spec_change(c, s, how, sizeof how);
         fprintf(out, "    change: %s\n", how);
-        if (s->bf16)
+        if (s->bf16 && c->m.ntops)
+            fputs("    note: autocast op by op from the recorded op log (casts, bf16 outputs, the weights' "
+                  "bf16 copies, the gradients' precision; ADVISE.md)\n",
+                  out);
+        else if (s->bf16)
             fputs("    note: an estimate: the model halves the saved activations only; autocast's bf16 copies of "
-                  "the weights and its casts (ADVISE.md) are not in it, so --check measures this one\n",
+                  "the weights and its casts (ADVISE.md) are not in it, so --check measures this one; record "
+                  "with `gpumem record --torch-ops` for autocast op by op\n",
                   out);
         spec_flags(c, s, how, sizeof how);
         if (c->script && how[0]) fprintf(out, "    flags: %s\n", how);
@@ -1004,6 +1013,7 @@ static void undo_bf16(ctx *c, char *err, size_t errsz)
         r.peak_reserved == c->base.peak_reserved) {
         u.owns_uses = c->m.owns_uses; /* the uses are shared: the copy takes them over */
         c->m.owns_uses = 0;
+        u.owns_tops = c->m.owns_tops, c->m.owns_tops = 0; /* and the op log */
         adv_model_free(&c->m);
         c->m = u;
         c->bf16_undone = 1;
@@ -1281,6 +1291,15 @@ int gm_advise_main(int argc, char **argv)
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
                      "allocations, the libraries' beside PyTorch's tensors)");
+        if (c.m.ntops) {
+            size_t nb = 0;
+            for (size_t i = 0; i < c.m.ntops; i++)
+                nb += c.m.tops[i].bwd;
+            snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                     "the recording has its op log (gpumem record --torch-ops: %zu forward ops, %zu backward "
+                     "nodes): torch.autocast is predicted op by op from it",
+                     c.m.ntops - nb, nb);
+        }
     }
     if (c.trainer) {
         c.B = flag_int(c.m.cmdline, "-B", 4);

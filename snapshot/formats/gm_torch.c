@@ -252,6 +252,7 @@ typedef struct titem {
     unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0)) */
     uint64_t pool;      /* that pool, as one number (0: the default pool) */
     size_t order;       /* PyTorch's own order, across devices by time */
+    uint64_t ord;       /* TA_ALLOC: how many allocations its device's trace made before it */
     uint64_t seq;       /* its seq in the merged recording */
 } titem;
 
@@ -781,6 +782,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
     for (size_t dev = 0; dev < traces->len; dev++) {
         const gpk_val *list = traces->items[dev];
         if (list->type != GPK_LIST) continue;
+        uint64_t nalloc = 0;
         for (size_t i = 0; i < list->len; i++) {
             const gpk_val *e = list->items[i];
             int a = action_of(gpk_as_str(gpk_get(e, "action")));
@@ -795,6 +797,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
             t->stream = u64_in(e, "stream");
             t->frames = gpk_get(e, "frames");
             pool_of(t, gpk_get(e, "pool_id"));
+            if (a == TA_ALLOC) t->ord = nalloc++;
         }
     }
     for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
@@ -1070,6 +1073,141 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- the op log
+
+ * GPUMEM_TORCH_OPS (`gpumem record --torch-ops`): the hook logged, per aten op, how many
+ * allocations its device's allocator had made when the op returned (n) and the tensors of its
+ * outputs and inputs (storage data pointer and bytes, dtype, the tensor's own bytes). A storage is the allocation made last at its
+ * address among the first n of that device's trace: its birth, exactly, whatever the clocks.
+ * Each op is placed at the seq of its n-th allocation (the last one before it returned). */
+typedef struct opref { uint64_t n; int dev; size_t idx; } opref;
+
+static int cmp_opref(const void *a, const void *b)
+{
+    const opref *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+enum { OP_MAX_DEV = 64 };
+
+/* One op's storages as torch_op_args rows; *unmatched counts those no allocation was found for. */
+static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const gpk_val *list,
+                          const u64map *at, const titem *const *by_ord, uint64_t *unmatched)
+{
+    for (size_t k = 0; list && (list->type == GPK_LIST || list->type == GPK_TUPLE) && k < list->len; k++) {
+        const gpk_val *st = list->items[k];
+        uint64_t ptr, bytes, tbytes;
+        const char *dt = (st->type == GPK_TUPLE || st->type == GPK_LIST) && st->len >= 3 ? gpk_as_str(st->items[2]) : NULL;
+        if (!dt || gpk_as_u64(st->items[0], &ptr) != 0 || gpk_as_u64(st->items[1], &bytes) != 0) continue;
+        if (st->len < 4 || gpk_as_u64(st->items[3], &tbytes) != 0) tbytes = bytes;
+        int64_t sid = string_of(m, dt);
+        if (sid < 0) return -1;
+        const uint64_t *o = bytes ? u64map_get(at, ptr) : NULL;
+        sqlite3_bind_int64(ins, 1, (int64_t)id);
+        sqlite3_bind_int(ins, 2, out);
+        sqlite3_bind_int64(ins, 3, (int64_t)k);
+        if (o) sqlite3_bind_int64(ins, 4, (int64_t)by_ord[*o]->seq);
+        else {
+            sqlite3_bind_null(ins, 4);
+            *unmatched += bytes != 0; /* an absent gradient (a backward node's) is no tensor */
+        }
+        sqlite3_bind_int64(ins, 5, (int64_t)ptr);
+        sqlite3_bind_int64(ins, 6, (int64_t)bytes);
+        sqlite3_bind_int64(ins, 7, sid);
+        sqlite3_bind_int64(ins, 8, (int64_t)tbytes);
+        if (sqlite3_step(ins) != SQLITE_DONE) return mfail(m, "torch_op_args");
+        sqlite3_reset(ins);
+    }
+    return 0;
+}
+
+static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nops, uint64_t *unmatched)
+{
+    *nops = *unmatched = 0;
+    if (!ops || ops->type != GPK_LIST) return 0;
+    if (mexec(m, "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
+                 "op INTEGER, node INTEGER);"
+                 "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
+                 "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);") != 0)
+        return -1;
+    if (truncated) return 0; /* the counts no longer start where the trace does */
+    /* each device's allocations by their ordinal */
+    size_t count[OP_MAX_DEV] = {0};
+    for (size_t i = 0; i < m->n; i++)
+        if (m->it[i].action == TA_ALLOC && m->it[i].device >= 0 && m->it[i].device < OP_MAX_DEV)
+            count[m->it[i].device]++;
+    const titem **by_ord[OP_MAX_DEV] = {0};
+    opref *order = malloc((ops->len ? ops->len : 1) * sizeof *order);
+    u64map at[OP_MAX_DEV] = {{0}};
+    sqlite3_stmt *op = NULL, *arg = NULL;
+    int rc = -1;
+    if (!order) goto oom;
+    for (int d = 0; d < OP_MAX_DEV; d++)
+        if (count[d] && !(by_ord[d] = calloc(count[d], sizeof *by_ord[d]))) goto oom;
+    for (size_t i = 0; i < m->n; i++) {
+        const titem *t = &m->it[i];
+        if (t->action == TA_ALLOC && t->device >= 0 && t->device < OP_MAX_DEV && t->ord < count[t->device])
+            by_ord[t->device][t->ord] = t;
+    }
+    size_t nord = 0;
+    for (size_t i = 0; i < ops->len; i++) {
+        const gpk_val *o = ops->items[i];
+        uint64_t n;
+        int64_t dev;
+        if ((o->type != GPK_TUPLE && o->type != GPK_LIST) || o->len < 5 || gpk_as_u64(o->items[0], &n) != 0 ||
+            gpk_as_i64(o->items[1], &dev) != 0 || dev < 0 || dev >= OP_MAX_DEV || !gpk_as_str(o->items[2]))
+            continue;
+        order[nord++] = (opref){n, (int)dev, i};
+    }
+    qsort(order, nord, sizeof *order, cmp_opref);
+    if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op, node) VALUES (?,?,?,?,?)", -1, &op, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
+                                  "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, &arg, NULL) != SQLITE_OK) {
+        mfail(m, "preparing the op log's inserts");
+        goto out;
+    }
+    uint64_t cursor[OP_MAX_DEV] = {0};
+    for (size_t j = 0; j < nord; j++) {
+        const opref *r = &order[j];
+        const gpk_val *o = ops->items[r->idx];
+        int d = r->dev;
+        uint64_t n = r->n < count[d] ? r->n : count[d];
+        for (; cursor[d] < n; cursor[d]++)
+            if (u64map_put(&at[d], by_ord[d][cursor[d]]->addr, cursor[d]) != 0) goto oom;
+        int64_t sid = string_of(m, gpk_as_str(o->items[2]));
+        if (sid < 0) goto out;
+        sqlite3_bind_int64(op, 1, (int64_t)r->idx + 1);
+        if (n) sqlite3_bind_int64(op, 2, (int64_t)by_ord[d][n - 1]->seq);
+        else sqlite3_bind_null(op, 2);
+        sqlite3_bind_int(op, 3, d);
+        sqlite3_bind_int64(op, 4, sid);
+        int64_t node = -1;
+        if (o->len < 6 || gpk_as_i64(o->items[5], &node) != 0 || node < 0) sqlite3_bind_null(op, 5);
+        else sqlite3_bind_int64(op, 5, node);
+        if (sqlite3_step(op) != SQLITE_DONE) {
+            mfail(m, "torch_ops");
+            goto out;
+        }
+        sqlite3_reset(op);
+        if (insert_op_args(m, arg, r->idx + 1, 1, o->items[3], &at[d], by_ord[d], unmatched) != 0 ||
+            insert_op_args(m, arg, r->idx + 1, 0, o->items[4], &at[d], by_ord[d], unmatched) != 0)
+            goto out;
+        ++*nops;
+    }
+    rc = 0;
+    goto out;
+oom:
+    snprintf(m->err, m->errsz, "out of memory merging PyTorch's op log");
+out:
+    sqlite3_finalize(op), sqlite3_finalize(arg);
+    for (int d = 0; d < OP_MAX_DEV; d++) free(by_ord[d]), u64map_free(&at[d]);
+    free(order);
+    return rc;
+}
+
 int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint64_t *merged, char *err,
                    size_t errsz)
 {
@@ -1134,6 +1272,18 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     for (size_t d = 0; traces && traces->type == GPK_LIST && d < traces->len; d++)
         if (traces->items[d]->len > longest) longest = traces->items[d]->len;
     if (gpk_as_u64(gpk_get(root, "max_entries"), &ring) != 0) ring = 0;
+    uint64_t nops = 0, unmatched = 0;
+    const gpk_val *ops = gpk_get(root, "ops");
+    if (insert_ops(&m, ops, ring && longest >= ring, &nops, &unmatched) != 0) goto out;
+    if (ops && ops->type == GPK_LIST) {
+        char *q = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('torch_ops', %llu), ('torch_ops_logged', %llu), "
+                                  "('torch_op_args_unmatched', %llu)",
+                                  (unsigned long long)nops, (unsigned long long)ops->len,
+                                  (unsigned long long)unmatched);
+        int qrc = q ? mexec(&m, q) : -1;
+        sqlite3_free(q);
+        if (qrc != 0) goto out;
+    }
     char *sql = sqlite3_mprintf(
         "INSERT OR IGNORE INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),"
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"

@@ -147,6 +147,10 @@ CREATE TABLE launches (seq INTEGER PRIMARY KEY, op INTEGER, kernel INTEGER, byte
 CREATE TABLE uses (birth INTEGER, seq INTEGER, kernel INTEGER, access INTEGER,
                    PRIMARY KEY (seq, birth)) WITHOUT ROWID;
 
+-- torch_ops and torch_op_args (within 1.3) are not made here: the merge of PyTorch's history
+-- makes them when the recording logged the forward's ops (`gpumem record --torch-ops`);
+-- snapshot/README.md documents them, and readers do without them.
+
 -- One row per allocation with everything a user usually wants.
 CREATE VIEW allocations AS
   SELECT l.birth AS id, b.addr AS address, b.size AS size, b.requested AS requested,

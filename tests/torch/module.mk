@@ -16,6 +16,8 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # the PyTorch hooks in C (preload/torch_hooks.c) against their Python versions (gpumem/_torch.py)
 SCRIPT_TESTS += tests/torch/torch_hooks.sh
+# the forward's op log (gpumem record --torch-ops): its tables, and no allocation changed by it
+SCRIPT_TESTS += tests/torch/torch_ops.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh

@@ -19,6 +19,12 @@ record` sets, README.md "PyTorch programs"):
   The hot paths (the forward hooks, the backward-start callbacks, the range stacks) run in C when
   libgpumem.so has them (gpumem_torch_hooks, preload/torch_hooks.c: the same rules as _Hooks'
   Python methods, which run otherwise);
+- ops (GPUMEM_TORCH_OPS=1, `gpumem record --torch-ops`; off by default, with the history only):
+  the forward's dataflow, op by op: a TorchDispatchMode, entered while the outermost module's
+  forward runs, logs each aten op that touches a CUDA tensor with the storages (data pointer,
+  bytes, dtype) of its outputs and of its inputs, and how many allocations PyTorch's allocator
+  had made when the op returned, which the merge turns into the allocation each storage is
+  (snapshot/README.md, torch_ops);
 - allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
   (a pluggable allocator has none) and names go to gpumem directly.
@@ -42,7 +48,7 @@ import gpumem
 
 _env = os.environ.get
 _state = {"installed": False, "torch": None, "names": [], "named": {}, "warned": False,
-          "dumped": 0}
+          "dumped": 0, "ops": None}
 _lock = threading.Lock()
 
 
@@ -98,6 +104,11 @@ def _setup(torch):
             _warn("making gpumem PyTorch's allocator", e)
     elif _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
         _history(torch)
+        if _env("GPUMEM_TORCH_OPS", "0") == "1":
+            try:
+                _ops(torch)
+            except Exception as e:  # noqa: BLE001
+                _warn("the op log (GPUMEM_TORCH_OPS)", e)
     if _env("GPUMEM_TORCH_HOOKS", "1") == "1":
         try:
             _Hooks(torch, allocator == "gpumem").register()
@@ -158,6 +169,8 @@ def _dump(why):
                "time_ns": time.time_ns(), "snapshot": snap, "names": names,
                "max_entries": _state.get("max_entries", 0),
                "oom_python": _state.get("oom_python", [])}
+        if _state["ops"] is not None:
+            doc["ops"] = list(_state["ops"])
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
@@ -167,6 +180,148 @@ def _dump(why):
         _state["dumped"] += 1
     except Exception as e:  # noqa: BLE001
         _warn("writing PyTorch's memory snapshot", e)
+
+
+# ---------------------------------------------------------------- ops
+
+def _ops(torch):
+    """The op log: (allocations made, device, op, outputs, inputs, autograd node) per aten op that
+    touches a CUDA tensor inside a module's forward, each tensor as its storage (data pointer,
+    bytes), its dtype and its own bytes (a view's are fewer than its storage's; an empty storage,
+    no allocation, is left out); the node is the sequence number of the autograd node made for
+    the op (-1 none). Then the same per node of the backward, when it starts: ("bwd:<node name>",
+    no outputs, the gradients it is given by position (an absent one as (0, 0, "", 0)), its
+    sequence number).
+
+    A TorchDispatchMode sees every aten op, but while one is active PyTorch treats every tensor
+    as a subclass (at::isTensorSubclassLike): autograd no longer adds the gradients that meet at
+    a tensor in place, and the backward allocates what the program's does not. So the mode is
+    entered when the outermost module's forward starts and left when it returns (global module
+    hooks, on the thread that runs it: a checkpointed block's re-run in the backward is logged
+    too), and the backward is seen through a pre hook on each node of the forward's graph
+    (registered when the outermost forward returns), with no mode: the recording's allocations
+    stay the program's own (tests/torch/torch_ops.sh compares them with a run without the log).
+
+    "Allocations made" is PyTorch's own count (memory_stats' allocation.all.allocated) when the
+    op returned: the merge finds each storage's allocation as the last one at its address among
+    that many of the history's, exactly, where the clocks (microseconds apart from the hooks')
+    could not. The count starts with the history (the first CUDA call), so a program that
+    resets the accumulated statistics gets a log the merge cannot place (its storages are
+    unmatched, and the merge counts them: meta.torch_op_args_unmatched)."""
+    from torch.nn.modules import module as M
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    ops = _state["ops"] = []
+    stats = torch._C._cuda_memoryStats
+    Tensor = torch.Tensor
+    dtypes = {}
+    tls = threading.local()
+
+    def storages(xs):
+        got = []
+        for x in xs:
+            if isinstance(x, Tensor) and x.is_cuda:
+                st = x.untyped_storage()
+                if not st.nbytes():
+                    continue  # empty: no allocation
+                d = dtypes.get(x.dtype)
+                if d is None:
+                    d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
+                got.append((st.data_ptr(), st.nbytes(), d, x.numel() * x.element_size()))
+        return got
+
+    seq_nr = torch._C._autograd._get_sequence_nr
+
+    class _OpLog(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # autograd made this op's node (if any) just before the op reached here: the
+            # thread's sequence number moved on since the last op returned
+            s = seq_nr()
+            node = s - 1 if s != tls.seq else -1
+            out = func(*args, **(kwargs or {}))
+            tls.seq = seq_nr()
+            try:
+                outs = storages(tree_flatten(out)[0])
+                ins = storages(tree_flatten((args, kwargs))[0])
+                if outs or ins:
+                    dev = torch.cuda.current_device()
+                    n = stats(dev)["allocation"]["all"]["allocated"]
+                    ops.append((n, dev, str(func), outs, ins, node))
+            except Exception as e:  # noqa: BLE001
+                _warn("logging an op (GPUMEM_TORCH_OPS)", e)
+            return out
+
+    none = (0, 0, "", 0)
+
+    def grad_of(x):
+        # not through untyped_storage(): a Python storage object kept the gradient's storage
+        # shared, and autograd then no longer added into it in place (more allocations)
+        if not (isinstance(x, Tensor) and x.is_cuda) or not x.numel():
+            return none
+        d = dtypes.get(x.dtype)
+        if d is None:
+            d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
+        nb = x.numel() * x.element_size()
+        return (x.data_ptr() - x.storage_offset() * x.element_size(), nb, d, nb)
+
+    def positional(xs):  # a node's gradients, None where it has none (positions kept)
+        return [grad_of(x) if x is not None else none for x in xs]
+
+    def node_hook(name, seq):
+        def hook(grad_outputs):
+            try:
+                dev = torch.cuda.current_device()
+                n = stats(dev)["allocation"]["all"]["allocated"]
+                ops.append((n, dev, name, [], positional(grad_outputs), seq))
+            except Exception as e:  # noqa: BLE001
+                _warn("logging a backward node (GPUMEM_TORCH_OPS)", e)
+        return hook
+
+    def hook_graph(output):
+        """A pre hook on every node of the forward's graph: the backward logged node by node
+        ("bwd:<node name>", no outputs, the gradients it is given, one per output of its forward
+        op: the gradient of each, its sequence number: the forward op's node), with no mode in the
+        backward. Not a post hook: a node with one keeps a copy of its gradients while it runs,
+        and autograd then copies what it would have taken over (more allocations)."""
+        todo = [t.grad_fn for t in tree_flatten(output)[0] if isinstance(t, Tensor) and t.grad_fn is not None]
+        seen = set()
+        while todo:
+            fn = todo.pop()
+            seq = fn._sequence_nr()
+            key = (seq, fn.name())
+            if key in seen:
+                continue
+            seen.add(key)
+            if fn.name() != "torch::autograd::AccumulateGrad":
+                fn.register_prehook(node_hook("bwd:" + fn.name(), seq))
+            todo.extend(nf for nf, _ in fn.next_functions if nf is not None)
+
+    def pre(module, inputs):
+        try:
+            d = getattr(tls, "depth", 0)
+            tls.depth = d + 1
+            if d == 0:
+                tls.seq = seq_nr()  # nodes made before the forward are not its ops'
+                tls.mode = _OpLog()
+                tls.mode.__enter__()
+        except Exception as e:  # noqa: BLE001
+            _warn("the op log's forward hook", e)
+
+    def post(module, inputs, output):
+        try:
+            d = getattr(tls, "depth", 0)
+            if d > 0:
+                tls.depth = d - 1
+                if d == 1:
+                    tls.mode.__exit__(None, None, None)
+                    if torch.is_grad_enabled():
+                        hook_graph(output)
+        except Exception as e:  # noqa: BLE001
+            _warn("the op log's forward hook", e)
+        return None
+
+    M.register_module_forward_pre_hook(pre)
+    M.register_module_forward_hook(post)
 
 
 # ---------------------------------------------------------------- hooks

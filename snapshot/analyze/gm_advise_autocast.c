@@ -1,0 +1,378 @@
+/* gm_advise_autocast.c — torch.autocast(dtype=torch.bfloat16) predicted op by op, from the
+ * forward's op log of a PyTorch recording (`gpumem record --torch-ops`: tables torch_ops and
+ * torch_op_args, snapshot/README.md). ADVISE.md, "PyTorch recordings", says what it models.
+ *
+ * Autocast acts per op (PyTorch's documentation, torch.amp, "Autocast Op Reference"): an op on
+ * its lower-precision list (the matmuls, convolutions, scaled_dot_product_attention) casts its
+ * fp32 inputs to bf16 and computes in bf16; one on its fp32 list (layer_norm, nll_loss, the
+ * reductions and losses) casts bf16 inputs to fp32; every other op runs in the type of its
+ * inputs (type promotion: fp32 with bf16 gives fp32). A cast of a leaf that requires a gradient
+ * (a parameter) is cached for the autocast region, one forward. The log is of aten ops, below
+ * autocast: `linear` is logged as `t` and `addmm`, `layer_norm` as `native_layer_norm`,
+ * `cross_entropy` as `_log_softmax` and `nll_loss_forward`, and the lists are read at that level
+ * (ops_lowp, ops_fp32 below). `log_softmax` and `softmax` are on the fp32 list only when called
+ * without a dtype; cross_entropy calls log_softmax with its input's dtype (it runs in bf16), and
+ * the log cannot tell the two calls apart: `_log_softmax` and `_softmax` follow their input here.
+ *
+ * On the recorded fp32 trace:
+ *   - a lower-precision op's first output is bf16 (half its bytes: an attention's log-sum-exp
+ *     and random state stay as they are), and each fp32 input it reads gets a bf16 copy, born
+ *     before the op's outputs: a parameter's once per forward pass (the cache), dying with the
+ *     op's saved activation (its backward node releases both); an activation's for each op,
+ *     taking over the activation's recorded death (the op saves the copy now), and the fp32
+ *     activation itself dies after the last op that reads it when every reader casts it (and its
+ *     producer does not keep its output: softmax, exp, tanh...);
+ *   - an fp32-list op's bf16 inputs get fp32 copies (born before its outputs; dying with the
+ *     input when the op keeps its input for the backward, else right after the op);
+ *   - any other op's new outputs are bf16 when every floating input is;
+ *   - the backward is left as recorded (fp32 gradients): the log covers the forward only (a
+ *     TorchDispatchMode in the backward makes autograd allocate otherwise: _torch.py).
+ */
+#include "snapshot/analyze/gm_advise.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the op lists */
+
+/* an aten op's base name: "aten.addmm.default" -> "addmm" (into buf) */
+static const char *base_name(const char *op, char *buf, size_t n)
+{
+    const char *p = strncmp(op, "aten.", 5) == 0 ? op + 5 : op;
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    if (len >= n) len = n - 1;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return buf;
+}
+
+static int in_list(const char *name, const char *const *list)
+{
+    for (; *list; list++)
+        if (!strcmp(name, *list)) return 1;
+    return 0;
+}
+
+/* autocast's lower-precision list (CUDA), as the aten ops it reaches */
+static const char *const ops_lowp[] = {
+    "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "mm", "mv", "matmul", "linear", "chain_matmul",
+    "linalg_multi_dot", "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "cudnn_convolution_transpose", "prelu",
+    "_prelu_kernel", "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math", "_efficient_attention_forward",
+    "_flash_attention_forward", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", NULL};
+/* its fp32 list, as the aten ops it reaches */
+static const char *const ops_fp32[] = {
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow", "softplus", "native_layer_norm", "layer_norm", "native_group_norm", "group_norm",
+    "norm", "linalg_vector_norm", "nll_loss_forward", "nll_loss2d_forward", "nll_loss", "mse_loss", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits", "kl_div", "_cdist_forward", "cdist",
+    "_pdist_forward", "pdist", "dist", "cumprod", "cumsum", "prod", "sum", "renorm", "cosine_similarity",
+    "margin_ranking_loss", "soft_margin_loss", "multilabel_margin_loss_forward", "multi_margin_loss",
+    "hinge_embedding_loss", "poisson_nll_loss", "triplet_margin_loss", "cosine_embedding_loss", NULL};
+/* fp32-list ops whose backward needs no input (the others keep it, and so its fp32 copy) */
+static const char *const fp32_no_input[] = {"exp", "expm1", "reciprocal", "rsqrt", "sum", "cumsum", NULL};
+/* ops whose backward keeps their output */
+static const char *const keeps_output[] = {"_softmax", "_log_softmax", "exp", "expm1", "tanh", "sigmoid",
+                                           "rsqrt", "sqrt", "relu", "reciprocal", NULL};
+
+enum { OPK_OTHER = 0, OPK_LOWP = 1, OPK_FP32 = 2 };
+typedef struct opclass {
+    uint8_t kind;      /* OPK_*: which of autocast's lists the op is on */
+    uint8_t saves_in;  /* an fp32-list op that keeps its (cast) input for its backward */
+    uint8_t saves_out; /* keeps its output for its backward (softmax, exp, tanh...) */
+} opclass;
+
+static opclass classify(const char *op)
+{
+    char nb[96];
+    const char *name = base_name(op, nb, sizeof nb);
+    opclass c = {0};
+    c.kind = in_list(name, ops_lowp) ? OPK_LOWP : in_list(name, ops_fp32) ? OPK_FP32 : OPK_OTHER;
+    c.saves_in = c.kind == OPK_FP32 && !in_list(name, fp32_no_input);
+    c.saves_out = (uint8_t)in_list(name, keeps_output);
+    return c;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t sz)
+{
+    return gm_grow(p, cap, need, sz);
+}
+
+/* ------------------------------------------------------------------ the rewrite */
+
+typedef struct acins {
+    size_t anchor; /* event index */
+    int where;     /* -1 before it, +1 after it */
+    size_t ord;
+    adv_ev ev;
+} acins;
+
+typedef struct acw {
+    acins *v;
+    size_t n, cap;
+    int nomem;
+} acw;
+
+static void acw_add(acw *w, const adv_model *m, size_t anchor, int where, uint32_t a, uint8_t kind)
+{
+    if (grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
+        w->nomem = 1;
+        return;
+    }
+    adv_ev e = adv_ev_like(&m->evs[anchor], a, kind, m->allocs[a].stream);
+    w->v[w->n] = (acins){anchor, where, w->n, e};
+    w->n++;
+}
+
+static int cmp_acins(const void *x, const void *y)
+{
+    const acins *a = x, *b = y;
+    if (a->anchor != b->anchor) return a->anchor < b->anchor ? -1 : 1;
+    if (a->where != b->where) return a->where < b->where ? -1 : 1;
+    return a->ord < b->ord ? -1 : a->ord > b->ord;
+}
+
+static int arg_is_input_alloc(const adv_model *m, const adv_top *t, uint32_t a)
+{
+    for (uint32_t k = 0; k < t->nargs; k++) {
+        const adv_targ *g = &m->targs[t->arg0 + k];
+        if (!g->out && g->a == a) return 1;
+    }
+    return 0;
+}
+
+/* deaths[c] for copy c, the array grown (SIZE_MAX where none is set) to hold it */
+static int death_slot(size_t **deaths, size_t *cap, size_t c)
+{
+    size_t old = *cap;
+    if (grow((void **)deaths, cap, c + 1, sizeof **deaths)) return -1;
+    for (size_t i = old; i < *cap; i++)
+        (*deaths)[i] = SIZE_MAX;
+    return 0;
+}
+
+/* a temporary of size bytes for gradient g: born before it, freed right after its birth */
+static uint32_t temp_around(adv_model *m, acw *w, size_t g_birth, uint32_t g, uint64_t bytes)
+{
+    uint32_t c = adv_new_alloc(m, bytes, m->allocs[g].stream, m->allocs[g].cls, 0, g);
+    if (c == UINT32_MAX) return c;
+    acw_add(w, m, g_birth, -1, c, ADV_EV_ALLOC);
+    acw_add(w, m, g_birth, 1, c, ADV_EV_FREE_ASYNC);
+    return c;
+}
+
+int adv_autocast(adv_model *m, adv_autocast_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!m->ntops) return 0;
+    if (adv_model_own(m) != 0) return -1;
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
+    size_t *birth = malloc((m->nallocs + 1) * sizeof *birth), *death = malloc((m->nallocs + 1) * sizeof *death);
+    size_t *bwd_before = malloc((nev + 1) * sizeof *bwd_before); /* backward events before each event */
+    /* per recorded allocation: bf16 under autocast; read by an op that does not cast it; kept by
+     * its producer for the backward; cast to bf16 by a reader / to fp32 by one; a forward tensor;
+     * a gradient already rewritten */
+    uint8_t *low = calloc(nrec + 1, 1), *other_reader = calloc(nrec + 1, 1), *kept = calloc(nrec + 1, 1);
+    uint8_t *cast_low = calloc(nrec + 1, 1), *cast_f32 = calloc(nrec + 1, 1), *fwd_tensor = calloc(nrec + 1, 1);
+    uint8_t *done = calloc(nrec + 1, 1), *cast_grad = calloc(nrec + 1, 1); /* made by a cast's node */
+    size_t *last_lowp = malloc((nrec + 1) * sizeof *last_lowp); /* the last lower-precision op reading it */
+    size_t *node_end = malloc((nt + 1) * sizeof *node_end); /* where a forward op's backward node ended */
+    uint8_t *drop = calloc(nev + 1, 1);
+    uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
+    size_t *cache_pass = malloc((nrec + 1) * sizeof *cache_pass), *copy_death = NULL;
+    size_t ncopy_cap = 0;
+    opclass *cls = malloc((nt + 1) * sizeof *cls); /* each op's place on autocast's lists */
+    acw w = {0};
+    int rc = -1;
+    if (cls)
+        for (size_t i = 0; i < nt; i++)
+            cls[i] = classify(adv_str(m, m->tops[i].name));
+    if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
+        !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass)
+        goto out;
+    for (size_t a = 0; a < m->nallocs; a++)
+        birth[a] = death[a] = SIZE_MAX;
+    for (size_t i = 0, nb = 0; i < nev; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind == ADV_EV_ALLOC) birth[e->a] = i;
+        else death[e->a] = i;
+        bwd_before[i] = nb;
+        nb += e->phase == ADV_PH_BWD;
+    }
+    for (size_t a = 0; a < nrec; a++)
+        last_lowp[a] = SIZE_MAX, cache_pass[a] = SIZE_MAX;
+    /* each forward op's backward node ends where the next node starts (its saved tensors are let
+     * go when it has run) */
+    for (size_t i = 0; i < nt; i++)
+        node_end[i] = SIZE_MAX;
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (!t->bwd || t->fwd == UINT32_MAX) continue;
+        size_t j = i + 1;
+        while (j < nt && !m->tops[j].bwd)
+            j++;
+        const adv_top *next = j < nt ? &m->tops[j] : t;
+        if (next->last_a < nrec && birth[next->last_a] != SIZE_MAX) node_end[t->fwd] = birth[next->last_a];
+    }
+    /* who reads each recorded tensor: casting readers only, or some other op too */
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (t->bwd) continue;
+        int view = 1; /* an op whose outputs are all its inputs' storages reads nothing itself */
+        for (uint32_t k = 0; k < t->nargs; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (g->a < nrec) fwd_tensor[g->a] = 1;
+            if (g->out && !arg_is_input_alloc(m, t, g->a)) view = 0;
+            if (g->out && cls[i].saves_out && g->a < nrec) kept[g->a] = 1;
+        }
+        for (uint32_t k = 0; k < t->nargs; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (g->out || g->a >= nrec || g->dtype != ADV_DT_F32) continue;
+            if (cls[i].kind == OPK_LOWP) last_lowp[g->a] = i;
+            else if (!view) other_reader[g->a] = 1;
+        }
+    }
+    size_t pass = 0, prev_bwd = SIZE_MAX;
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
+        size_t op_ev = birth[t->last_a];
+        if (t->bwd) {
+            /* the gradients of the forward op's outputs: each in its output's precision, and a
+             * temporary in the precision its reader computed in where a reader cast it (autograd's
+             * node for the cast converts the gradient back) */
+            if (t->fwd == UINT32_MAX) continue;
+            const adv_top *f = &m->tops[t->fwd];
+            uint32_t j = 0;
+            for (uint32_t k = 0; k < t->nargs; k++, j++) {
+                const adv_targ *g = &m->targs[t->arg0 + k];
+                const adv_targ *y = NULL;
+                for (uint32_t q = 0, n = 0; q < f->nargs; q++)
+                    if (m->targs[f->arg0 + q].out && n++ == j) y = &m->targs[f->arg0 + q];
+                if (!y || y->a >= nrec || g->a >= nrec || done[g->a] || fwd_tensor[g->a] ||
+                    birth[g->a] == SIZE_MAX || g->dtype != ADV_DT_F32)
+                    continue;
+                done[g->a] = 1;
+                uint64_t size = m->allocs[g->a].size;
+                cast_grad[g->a] = low[y->a] ? cast_f32[y->a] : cast_low[y->a];
+                if (cast_grad[g->a] && temp_around(m, &w, birth[g->a], g->a, low[y->a] ? size : (size + 1) / 2) == UINT32_MAX)
+                    goto out;
+                if (low[y->a]) {
+                    m->allocs[g->a].size = (size + 1) / 2;
+                    st->halved++;
+                }
+            }
+            continue;
+        }
+        if (bwd_before[op_ev] != prev_bwd) pass++, prev_bwd = bwd_before[op_ev];
+        /* where the copies are born: before the op's first new output, else after the op */
+        size_t at = SIZE_MAX;
+        for (uint32_t k = 0; k < t->nargs; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (g->out && g->a < nrec && birth[g->a] != SIZE_MAX && !arg_is_input_alloc(m, t, g->a) &&
+                (at == SIZE_MAX || birth[g->a] < at))
+                at = birth[g->a];
+        }
+        size_t anchor = at != SIZE_MAX ? at : op_ev;
+        int where = at != SIZE_MAX ? -1 : 1;
+        /* the op's saved activation: its first floating input born in a forward */
+        uint32_t act = UINT32_MAX;
+        for (uint32_t k = 0; k < t->nargs && act == UINT32_MAX; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (!g->out && g->a < nrec && g->dtype == ADV_DT_F32 && birth[g->a] != SIZE_MAX &&
+                m->evs[birth[g->a]].phase == ADV_PH_FWD)
+                act = g->a;
+        }
+        int any_float = 0, all_low = 1;
+        for (uint32_t k = 0; k < t->nargs; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (g->out || (g->dtype != ADV_DT_F32 && g->dtype != ADV_DT_LOW)) continue;
+            int is_low = g->dtype == ADV_DT_LOW || (g->a < nrec && low[g->a]);
+            any_float = 1, all_low &= is_low;
+            if (g->a >= nrec || birth[g->a] == SIZE_MAX) continue;
+            if (cls[i].kind == OPK_LOWP && !is_low) {
+                /* the copies live until the op's backward node has run (a parameter's copy, cached
+                 * for the pass, until its last reader's); without the node: a parameter's with the
+                 * op's saved activation (after the op when it has none), an activation's with it */
+                int param = m->evs[birth[g->a]].phase != ADV_PH_FWD;
+                size_t dies = node_end[i] != SIZE_MAX ? node_end[i]
+                              : !param               ? death[g->a]
+                              : act != UINT32_MAX    ? death[act]
+                                                     : SIZE_MAX - 1;
+                cast_low[g->a] = 1;
+                uint32_t c;
+                if (param && cache_pass[g->a] == pass) {
+                    c = cache[g->a];
+                } else {
+                    c = adv_new_alloc(m, (g->bytes + 1) / 2, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
+                    if (c == UINT32_MAX) goto out;
+                    if (death_slot(&copy_death, &ncopy_cap, c)) goto out;
+                    acw_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
+                    st->copies++, st->cast_bytes += g->bytes;
+                    if (param) cache[g->a] = c, cache_pass[g->a] = pass;
+                }
+                if (!param && !other_reader[g->a] && !kept[g->a] && last_lowp[g->a] == i && death[g->a] != SIZE_MAX &&
+                    !drop[death[g->a]]) {
+                    /* every reader casts it: the fp32 activation goes after this, its last one */
+                    drop[death[g->a]] = 1;
+                    acw_add(&w, m, op_ev, 1, g->a, m->evs[death[g->a]].kind);
+                }
+                if (dies == SIZE_MAX - 1) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                else if (dies != SIZE_MAX && (copy_death[c] == SIZE_MAX || dies > copy_death[c])) copy_death[c] = dies;
+            } else if (cls[i].kind == OPK_FP32 && is_low) {
+                cast_f32[g->a] = 1;
+                uint32_t c = adv_new_alloc(m, g->bytes, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
+                if (c == UINT32_MAX || death_slot(&copy_death, &ncopy_cap, c)) goto out;
+                acw_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
+                copy_death[c] = !cls[i].saves_in ? SIZE_MAX : node_end[i] != SIZE_MAX ? node_end[i] : death[g->a];
+                if (!cls[i].saves_in) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                st->copies++, st->cast_bytes += g->bytes;
+            }
+        }
+        /* the outputs' precision */
+        int first = 1;
+        for (uint32_t k = 0; k < t->nargs; k++) {
+            const adv_targ *g = &m->targs[t->arg0 + k];
+            if (!g->out) continue;
+            int lead = first;
+            first = 0;
+            if (g->a >= nrec || g->dtype != ADV_DT_F32 || low[g->a] || arg_is_input_alloc(m, t, g->a)) continue;
+            int to_low = cls[i].kind == OPK_LOWP ? lead : cls[i].kind == OPK_OTHER && any_float && all_low;
+            if (to_low) {
+                low[g->a] = 1;
+                m->allocs[g->a].size = (m->allocs[g->a].size + 1) / 2;
+                st->halved++;
+            }
+        }
+    }
+    /* the copies' deaths: after the event they die with (a node's last allocation); before it when
+     * that is a gradient a cast's node makes (the node that saved the copy ran before the cast's) */
+    for (size_t c = nrec; c < m->nallocs; c++)
+        if (c < ncopy_cap && copy_death[c] != SIZE_MAX) {
+            const adv_ev *e = &m->evs[copy_death[c]];
+            int before = e->kind == ADV_EV_ALLOC && e->a < nrec && cast_grad[e->a];
+            acw_add(&w, m, copy_death[c], before ? -1 : 1, (uint32_t)c, ADV_EV_FREE_ASYNC);
+        }
+    if (w.nomem) goto out;
+    qsort(w.v, w.n, sizeof *w.v, cmp_acins);
+    adv_ev *n = malloc((nev + w.n + 1) * sizeof *n);
+    if (!n) goto out;
+    size_t o = 0, k = 0;
+    for (size_t i = 0; i < nev; i++) {
+        for (; k < w.n && w.v[k].anchor == i && w.v[k].where < 0; k++)
+            n[o++] = w.v[k].ev;
+        if (!drop[i]) n[o++] = m->evs[i];
+        for (; k < w.n && w.v[k].anchor == i; k++)
+            n[o++] = w.v[k].ev;
+    }
+    free(m->evs);
+    m->evs = n, m->nevs = o;
+    rc = 0;
+out:
+    free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
+    free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(drop), free(cache);
+    free(cache_pass), free(copy_death), free(w.v), free(cls);
+    return rc;
+}
