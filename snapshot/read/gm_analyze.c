@@ -706,6 +706,10 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
     m->deaths_linked = 1; /* death_note */
+    /* the live map sparse from the start (a load of a few percent where a program holds a few
+     * hundred allocations): an allocation's or a free's probe then mostly ends at its first slot,
+     * and a free's backward shift at the next one */
+    u64map_init(&w.live, 4096);
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
