@@ -570,11 +570,21 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * (sweep_rows): in the model they were a load and a store each per event, which the stores
  * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
 #define HOT_SUMS(X)                                                                                \
-    X(events) X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
+    X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
     X(peak_requested) X(peak_requested_seq) X(cache_hits) X(cache_misses)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
+
+/* k more rows swept in sweep_rows (not by sweep_row): counted, with the progress line where
+ * they reach a multiple of 2^20 events, as sweep_row prints it at each. */
+static void count_rows(sweep *w, size_t k) {
+    gm_model *m = w->m;
+    uint64_t before = m->events;
+    m->events += k;
+    if (w->progress && k && (m->events >> 20) != (before >> 20))
+        fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)((m->events >> 20) << 20) / 1e6);
+}
 
 /* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
  * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
@@ -596,8 +606,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     HOT_SUMS(HOT_DECL)
     HOT_SUMS(HOT_LOAD)
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
-    /* the progress line every 2^20 events, where it is printed at all */
-    const uint64_t progress_mask = w->progress ? (1u << 20) - 1 : UINT64_MAX;
+    /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
+     * added a run at a time, not one at a time in a register the loop cannot spare */
+    size_t counted = 0;
     for (size_t i = 0; i < n; i++, r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
@@ -605,13 +616,14 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             HOT_SUMS(HOT_STORE)
+            count_rows(w, i - counted);
+            counted = i + 1;
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
             HOT_SUMS(HOT_LOAD)
             if (rc != 0) return -1;
             continue;
         }
-        events++;
         if (seq > max_seq) max_seq = seq;
         m->count_kind[kind]++;
         if (flags & REC_F_CACHE_HIT) cache_hits++;
@@ -623,6 +635,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             if (m->nallocs == m->allocs_cap &&
                 gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
                 HOT_SUMS(HOT_STORE)
+                count_rows(w, i + 1 - counted);
                 snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
                 w->oom = 1;
                 return -1;
@@ -686,10 +699,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 w->last_st->end_seq = seq;
             }
         }
-        if ((events & progress_mask) == 0)
-            fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)events / 1e6);
     }
     HOT_SUMS(HOT_STORE)
+    count_rows(w, n - counted);
     return 0;
 }
 
