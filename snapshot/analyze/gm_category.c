@@ -160,6 +160,7 @@ typedef struct ctx {
     size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
+    size_t host;        /* allocations not on the device (pinned host, managed memory) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
@@ -716,19 +717,20 @@ static void category_of(ctx *x, size_t i)
 
 /* ------------------------------------------------------------------ tables */
 
-/* The device allocation at *i or the first after it (*i moved there), or NULL. */
-static inline const gm_alloc *next_device(const gm_model *m, size_t *i)
+/* The device allocation at *i or the first after it (*i moved there), or NULL. all: every
+ * allocation is one (nothing to pass over). */
+static inline const gm_alloc *next_device(const gm_model *m, size_t *i, int all)
 {
-    while (*i < m->nallocs && !is_device(&m->allocs[*i]))
+    while (!all && *i < m->nallocs && !is_device(&m->allocs[*i]))
         ++*i;
     return *i < m->nallocs ? &m->allocs[*i] : NULL;
 }
 
 /* The same in the model's deaths in order: the device allocation *dj (index + 1) or the first to
  * die after it (*dj moved there), or NULL. */
-static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj)
+static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj, int all)
 {
-    while (*dj && !is_device(&m->allocs[*dj - 1]))
+    while (!all && *dj && !is_device(&m->allocs[*dj - 1]))
         *dj = m->allocs[*dj - 1].next_death;
     return *dj ? &m->allocs[*dj - 1] : NULL;
 }
@@ -763,7 +765,8 @@ static int timeline(ctx *x)
      * living by death */
     int dies = m->deaths_linked;
     size_t i = 0, dj = dies ? m->first_death : 0;
-    const gm_alloc *a = next_device(m, &i), *d = next_device_death(m, &dj);
+    int all = x->host == 0;
+    const gm_alloc *a = next_device(m, &i, all), *d = next_device_death(m, &dj, all);
     heap q = {0};
     for (;;) {
         uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
@@ -786,7 +789,7 @@ static int timeline(ctx *x)
                 e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
                                c->src[j] < GM_NCSRCS ? c->src[j] : 0};
                 dj = d->next_death;
-                d = next_device_death(m, &dj);
+                d = next_device_death(m, &dj, all);
             } else {
                 e = heap_pop(&q);
             }
@@ -804,7 +807,7 @@ static int timeline(ctx *x)
                 return -1;
             }
             i++;
-            a = next_device(m, &i);
+            a = next_device(m, &i, all);
         } else {
             break;
         }
@@ -879,6 +882,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
+            else x.host++;
             /* the targets are no longer the allocations one for one: listed from here on */
             if (!x.t) {
                 if (!(x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;

@@ -571,9 +571,33 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     return 0;
 }
 
+/* The running sums every device allocation and free changes, kept in locals over a leaf's rows
+ * (sweep_rows): in the model they were a load and a store each per event, which the stores
+ * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
+#define HOT_SUMS(X)                                                                                \
+    X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
+    X(peak_requested) X(peak_requested_seq) X(cache_hits) X(cache_misses)
+#define HOT_LOAD(f) f = m->f;
+#define HOT_STORE(f) m->f = f;
+#define HOT_DECL(f) uint64_t f;
+
+/* k more rows swept in sweep_rows (not by sweep_row): counted, with the progress line where
+ * they reach a multiple of 2^20 events, as sweep_row prints it at each. */
+static void count_rows(sweep *w, size_t k) {
+    gm_model *m = w->m;
+    uint64_t before = m->events;
+    m->events += k;
+    if (w->progress && k && (m->events >> 20) != (before >> 20))
+        fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)((m->events >> 20) << 20) / 1e6);
+}
+
 /* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
  * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
- * each to sweep_row, converted as SQLite's values convert. */
+ * each to sweep_row, converted as SQLite's values convert. The two kinds of almost every row,
+ * a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
+ * free, are swept here with the sums in locals, as sweep_row sweeps them: what they cannot
+ * change (reserved, host memory, their peaks) is not looked at; every other row goes to
+ * sweep_row with the sums written back. */
 static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     sweep *w = ctx;
     gm_model *m = w->m;
@@ -584,11 +608,105 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         free(m->devused);
         m->devused = NULL;
     }
-    for (size_t i = 0; i < n; i++, r++)
-        if (sweep_row(w, (uint64_t)r->seq, (unsigned)(int)r->kind, (unsigned)(int)r->flags,
-                      (uint64_t)r->addr, (uint64_t)r->size, (uint32_t)r->stack, (uint32_t)r->range,
-                      (int)r->device, (uint64_t)r->requested) != 0)
-            return -1;
+    HOT_SUMS(HOT_DECL)
+    HOT_SUMS(HOT_LOAD)
+    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
+    /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
+     * added a run at a time, not one at a time in a register the loop cannot spare */
+    size_t counted = 0;
+    for (size_t i = 0; i < n; i++, r++) {
+        uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
+        unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
+        uint32_t range = (uint32_t)r->range;
+        int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
+        if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
+            HOT_SUMS(HOT_STORE)
+            count_rows(w, i - counted);
+            counted = i + 1;
+            int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
+                               (int)r->device, (uint64_t)r->requested);
+            HOT_SUMS(HOT_LOAD)
+            if (rc != 0) return -1;
+            continue;
+        }
+        if (seq > max_seq) max_seq = seq;
+        m->count_kind[kind]++;
+        if (flags & REC_F_CACHE_HIT) cache_hits++;
+        if (flags & REC_F_CACHE_MISS) cache_misses++;
+        for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
+        if (alloc) {
+            uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
+            int dev = (int)r->device;
+            if (m->nallocs == m->allocs_cap &&
+                gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+                HOT_SUMS(HOT_STORE)
+                count_rows(w, i + 1 - counted);
+                snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
+                w->oom = 1;
+                return -1;
+            }
+            uint64_t old;
+            if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
+                /* handed out again without a free in between: end the old one here */
+                gm_alloc *o = &m->allocs[old];
+                o->death = seq;
+                death_note(w, old);
+                if (o->kind == REC_HOST_ALLOC) {
+                    m->host -= o->size < m->host ? o->size : m->host;
+                } else if (o->kind == REC_MANAGED_ALLOC) {
+                    m->managed -= o->size < m->managed ? o->size : m->managed;
+                } else {
+                    allocated -= o->size < allocated ? o->size : allocated;
+                    requested -= o->requested < requested ? o->requested : requested;
+                }
+                if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
+                m->unmatched_frees++;
+            }
+            m->allocs[m->nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
+                                                 (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
+            allocated += size;
+            requested += req;
+            if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
+            if (requested > peak_requested) peak_requested = requested, peak_requested_seq = seq;
+        } else {
+            uint64_t ai;
+            if (u64map_del(&w->live, addr, &ai)) {
+                gm_alloc *a = &m->allocs[ai];
+                a->death = seq;
+                a->death_range = range;
+                death_note(w, ai);
+                if (a->kind == REC_HOST_ALLOC) {
+                    m->host -= a->size < m->host ? a->size : m->host;
+                } else if (a->kind == REC_MANAGED_ALLOC) {
+                    m->managed -= a->size < m->managed ? a->size : m->managed;
+                } else {
+                    allocated -= a->size < allocated ? a->size : allocated;
+                    requested -= a->requested < requested ? a->requested : requested;
+                }
+                if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+                if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
+                    m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
+                    m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
+                }
+            } else {
+                m->unmatched_frees++;
+            }
+        }
+        if (range) {
+            if (range != w->last_range) {
+                const gm_range *rg = gm_range_of(m, range);
+                w->last_range = range;
+                w->last_step = rg && rg->step >= 0 ? rg->step : -1;
+                w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+            }
+            if (w->last_st) {
+                w->last_st->end_allocated = allocated;
+                w->last_st->end_seq = seq;
+            }
+        }
+    }
+    HOT_SUMS(HOT_STORE)
+    count_rows(w, n - counted);
     return 0;
 }
 
@@ -605,6 +723,10 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
     m->deaths_linked = 1; /* death_note */
+    /* the live map sparse from the start (a load of a few percent where a program holds a few
+     * hundred allocations): an allocation's or a free's probe then mostly ends at its first slot,
+     * and a free's backward shift at the next one */
+    u64map_init(&w.live, 4096);
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
@@ -645,7 +767,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc, pr = pages ? gm_events_pages(d, sweep_rows, &w) : GM_PAGES_NO;
+    int rc, pr = pages ? gm_events_pages_no_t_stream(d, sweep_rows, &w) : GM_PAGES_NO;
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
