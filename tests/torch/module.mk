@@ -29,4 +29,10 @@ $(BUILD)/tests/bench/cg_steps.so: tests/bench/cg_steps.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) -std=gnu17 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 ALL_TARGETS += $(BUILD)/tests/bench/cg_steps.so
+# every thread's stack at a SIGABRT, preloaded by tests/torch/exit_stress.sh (a manual stress check
+# for exit-time aborts; not in SCRIPT_TESTS), into the Python that runs PyTorch (no sanitizers)
+$(BUILD)/tests/torch/abort_stacks.so: tests/torch/abort_stacks.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -std=gnu17 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+ALL_TARGETS += $(BUILD)/tests/torch/abort_stacks.so
 BENCHES += tests/bench/torch_rec_instr.sh
