@@ -581,6 +581,20 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
 
+/* An allocation's end in sweep_rows: its bytes off the sums, a device one's from the caller's
+ * locals (HOT_SUMS), host and managed ones from the model's; a private pool's from the pools. */
+static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
+    if (a->kind == REC_HOST_ALLOC) {
+        m->host -= a->size < m->host ? a->size : m->host;
+    } else if (a->kind == REC_MANAGED_ALLOC) {
+        m->managed -= a->size < m->managed ? a->size : m->managed;
+    } else {
+        *allocated -= a->size < *allocated ? a->size : *allocated;
+        *requested -= a->requested < *requested ? a->requested : *requested;
+    }
+    if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+}
+
 /* k more rows swept in sweep_rows (not by sweep_row): counted, with the progress line where
  * they reach a multiple of 2^20 events, as sweep_row prints it at each. */
 static void count_rows(sweep *w, size_t k) {
@@ -651,15 +665,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 gm_alloc *o = &m->allocs[old];
                 o->death = seq;
                 death_note(w, old);
-                if (o->kind == REC_HOST_ALLOC) {
-                    m->host -= o->size < m->host ? o->size : m->host;
-                } else if (o->kind == REC_MANAGED_ALLOC) {
-                    m->managed -= o->size < m->managed ? o->size : m->managed;
-                } else {
-                    allocated -= o->size < allocated ? o->size : allocated;
-                    requested -= o->requested < requested ? o->requested : requested;
-                }
-                if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
+                hot_end(m, o, &allocated, &requested);
                 m->unmatched_frees++;
             }
             m->allocs[m->nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
@@ -675,15 +681,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 a->death = seq;
                 a->death_range = range;
                 death_note(w, ai);
-                if (a->kind == REC_HOST_ALLOC) {
-                    m->host -= a->size < m->host ? a->size : m->host;
-                } else if (a->kind == REC_MANAGED_ALLOC) {
-                    m->managed -= a->size < m->managed ? a->size : m->managed;
-                } else {
-                    allocated -= a->size < allocated ? a->size : allocated;
-                    requested -= a->requested < requested ? a->requested : requested;
-                }
-                if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+                hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                     m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
                     m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
