@@ -32,8 +32,8 @@ passed() {
     ok "$name: $(grep '^graphs ok' "$tmp/$name.out" | cut -d: -f2-)"
     return 0
   fi
-  bad "$name: exit $rc"; grep '^FAIL' "$tmp/$name.out" | head -5; grep -v '^abort_stacks: \|^/\|^\[0x' "$tmp/$name.err" | tail -5
-  sed -n '/^abort_stacks: /,$p' "$tmp/$name.err" | head -80 # every thread's stack at an abort
+  bad "$name: exit $rc"; grep '^FAIL' "$tmp/$name.out" | sed -n 1,5p; grep -v '^abort_stacks: \|^/\|^\[0x' "$tmp/$name.err" | tail -5
+  sed -n '/^abort_stacks: /,$p' "$tmp/$name.err" | sed -n 1,80p # every thread's stack at an abort
   return 1
 }
 # overlaps DB KINDS: allocations outside private pools born after, and overlapping, one made in a
@@ -72,7 +72,7 @@ miss=""
 for c in a b c d e; do grep -q "^FAIL: replay [0-9]* ($c)" "$tmp/sabotage.out" || miss="$miss ($c)"; done
 [[ $rc -eq 3 && -z $miss ]] && ok "sabotage: checks (a)-(e) each fail ($(grep -c '^FAIL' "$tmp/sabotage.out") failures, exit 3)" \
   || { bad "sabotage: exit $rc, checks that did not fail:${miss:- none}"; grep -v '^abort_stacks: \|^/\|^\[0x' "$tmp/sabotage.err" | tail -3
-       sed -n '/^abort_stacks: /,$p' "$tmp/sabotage.err" | head -80; }
+       sed -n '/^abort_stacks: /,$p' "$tmp/sabotage.err" | sed -n 1,80p; }
 
 # gpumem record, PyTorch's allocator: its history merged, its private pools in the report
 "$G" record -o "$tmp/torch.db" -- "$torch_py" "$script" >"$tmp/torch.out" 2>"$tmp/torch.err"
