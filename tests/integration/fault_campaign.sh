@@ -80,7 +80,8 @@ if (( disks > 0 )) && mkdir -p "$TMP/full" && mount -t tmpfs -o size=4m gpumem-f
       || { umount "$TMP/full"; fail "disk ${kib} KiB: the trainer failed"; }
     diff <(essence "$TMP/plain.txt") <(essence "$TMP/rec.txt") > /dev/null || { umount "$TMP/full"; fail "disk ${kib} KiB: the trainer's output changed"; }
     if [[ -s $TMP/full/run.db ]]; then
-      "$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" > "$TMP/r.json" 2> /dev/null || { umount "$TMP/full"; fail "disk ${kib} KiB: no report"; }
+      "$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" > "$TMP/r.json" 2> "$TMP/r.err" \
+        || { ls -l "$TMP/full"; umount "$TMP/full"; fail "disk ${kib} KiB: no report: $(sed -n 1,3p "$TMP/r.err")"; }
       state=$(jq -r .state "$TMP/r.json")
       if [[ $state == failed ]]; then
         failed=$((failed + 1))
