@@ -262,6 +262,22 @@ static void pools_alloc(gm_pools *p, uint64_t size) {
     if (p->allocated > p->peak_allocated) p->peak_allocated = p->allocated;
 }
 static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->allocated ? size : p->allocated; }
+
+/* An allocation's end: its bytes off the sums, a device one's from *allocated and *requested
+ * (the model's in sweep_row, sweep_rows' locals: HOT_SUMS), host and managed ones from the
+ * model's; a private pool's from the pools. */
+static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
+    if (a->kind == REC_HOST_ALLOC) {
+        m->host -= a->size < m->host ? a->size : m->host;
+    } else if (a->kind == REC_MANAGED_ALLOC) {
+        m->managed -= a->size < m->managed ? a->size : m->managed;
+    } else {
+        *allocated -= a->size < *allocated ? a->size : *allocated;
+        *requested -= a->requested < *requested ? a->requested : *requested;
+    }
+    if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+}
+
 static void pools_segment(gm_pools *p, int map, uint64_t size) {
     if (map) {
         p->segments++;
@@ -481,10 +497,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             gm_alloc *o = &m->allocs[old];
             o->death = seq;
             death_note(w, old);
-            uint64_t *sum = sum_for(m, o->kind);
-            *sum -= o->size < *sum ? o->size : *sum;
-            if (o->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, o->size);
-            if (sum == &m->allocated) m->requested -= o->requested < m->requested ? o->requested : m->requested;
+            hot_end(m, o, &m->allocated, &m->requested);
             m->unmatched_frees++;
         }
         gm_alloc *a = &m->allocs[m->nallocs++];
@@ -504,10 +517,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             a->death = seq;
             a->death_range = range;
             death_note(w, ai);
-            uint64_t *sum = sum_for(m, a->kind);
-            *sum -= a->size < *sum ? a->size : *sum;
-            if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
-            if (sum == &m->allocated) m->requested -= a->requested < m->requested ? a->requested : m->requested;
+            hot_end(m, a, &m->allocated, &m->requested);
             if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                 m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
                 m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
@@ -580,20 +590,6 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
-
-/* An allocation's end in sweep_rows: its bytes off the sums, a device one's from the caller's
- * locals (HOT_SUMS), host and managed ones from the model's; a private pool's from the pools. */
-static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
-    if (a->kind == REC_HOST_ALLOC) {
-        m->host -= a->size < m->host ? a->size : m->host;
-    } else if (a->kind == REC_MANAGED_ALLOC) {
-        m->managed -= a->size < m->managed ? a->size : m->managed;
-    } else {
-        *allocated -= a->size < *allocated ? a->size : *allocated;
-        *requested -= a->requested < *requested ? a->requested : *requested;
-    }
-    if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
-}
 
 /* k more rows swept in sweep_rows (not by sweep_row): counted, with the progress line where
  * they reach a multiple of 2^20 events, as sweep_row prints it at each. */
