@@ -4,7 +4,7 @@
 
 PRELOAD_DIR := $(BUILD)/preload
 PRELOAD_LIB := $(BUILD)/libgpumem.so
-PRELOAD_SRCS := dlsym.c driver.c driver_sym.c program_mem.c devused.c runtime.c heap.c pinned.c nvtx.c uses.c python.c python_nogil.c torch_hooks.c core.c
+PRELOAD_SRCS := dlsym.c driver.c driver_sym.c program_mem.c devused.c runtime.c heap.c pinned.c nvtx.c uses.c python.c python_nogil.c torch_hooks.c torch_trace.c core.c
 PRELOAD_OBJS := $(addprefix $(PRELOAD_DIR)/,$(PRELOAD_SRCS:.c=.o))
 PRELOAD_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
 # The recorder is linked when snapshot/ provides it (REC_LIB, REC_LDLIBS from its fragment).
@@ -38,6 +38,27 @@ $(PRELOAD_LIB): $(PRELOAD_OBJS) $(PRELOAD_ALLOC_LIB) $(PRELOAD_REC_LIB) \
 
 ALL_TARGETS += $(PRELOAD_LIB)
 INSTALL_LIB += $(PRELOAD_LIB)
+
+# libgpumem_torch.so (preload/torch_trace.cpp): PyTorch's allocator trace entries handed to
+# libgpumem.so as they happen, for the merge's exact placement. C++ against the installed wheel's
+# headers and libc10_cuda.so (ALLOC_TORCH_DIR, CXX_FOUND: alloc/module.mk, the same conditions as
+# alloc_torch_bench); not under sanitizers (the wheel is not instrumented). Where it is not built,
+# _torch.py goes on without it and the merge places PyTorch's entries by its clock.
+PRELOAD_TORCH_LIB := $(BUILD)/libgpumem_torch.so
+ifneq ($(and $(CXX_FOUND),$(ALLOC_TORCH_DIR)),)
+ifeq ($(SAN),)
+$(PRELOAD_DIR)/torch_trace_cpp.o: preload/torch_trace.cpp | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE \
+	    -isystem $(ALLOC_TORCH_DIR)/include -isystem $(CUDA_INC) -c -o $@ $<
+# gpumem_torch_trace_note stays undefined here: libgpumem.so (preloaded) provides it
+$(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o | $(DEPS_STAMP)
+	$(CXX) -shared -Wl,-soname,libgpumem_torch.so -o $@ $< \
+	    -L$(ALLOC_TORCH_DIR)/lib -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib
+ALL_TARGETS += $(PRELOAD_TORCH_LIB)
+INSTALL_LIB += $(PRELOAD_TORCH_LIB)
+endif
+endif
 INSTALL_INCLUDE += preload/gpumem.h
 
 # ---- test programs ----------------------------------------------------------------------------

@@ -7,12 +7,18 @@
  *
  *   1. the trace entries of every device, in time order, get their block sizes from a replay of
  *      PyTorch's block structure (gm_tblocks: the trace carries requested sizes only);
- *   2. each entry, and each name the hook gave a tensor, is placed after the last recorded event
- *      at or before its time (PyTorch's clock is its approximate clock converted to wall time, in
+ *   2. each entry, and each name the hook gave a tensor, is placed right after the events the
+ *      recording had when PyTorch made it: the dump carries, beside the history, the same entries
+ *      as gpumem's trace tracker saw them (preload/torch_trace.c: the recorder's last seq and
+ *      clock at each), paired with the history's entry by entry (pair_trace), and the names
+ *      carry that seq too (meta.torch_placement "exact"). Without the tracker (not built, or
+ *      its entries do not match), by time: after the last recorded event at or before the
+ *      entry's time (PyTorch's clock is its approximate clock converted to wall time, in
  *      microseconds, and is first moved onto the recording's by the gaps between its segments'
  *      entries and their recorded cudaMalloc, followed through the run: clock_anchors; the
- *      recording's is nanoseconds since meta.start_unix_ns); a segment's entry goes right after
- *      the cudaMalloc that made it and its free right before the cudaFree, whatever the clocks say;
+ *      recording's is nanoseconds since meta.start_unix_ns; meta.torch_placement "clock"). A
+ *      segment's entry goes right after the cudaMalloc that made it and its free right before
+ *      the cudaFree, whatever the clocks say;
  *   3. every table that holds a seq is renumbered in one pass to make room (seq stays dense and
  *      in order), and the entries are inserted as events of kinds 31-35 with their Python
  *      frames, their stream and the NVTX range open at their time (the innermost: the one that
@@ -254,6 +260,8 @@ typedef struct titem {
     size_t order;       /* PyTorch's own order, across devices by time */
     uint64_t ord;       /* TA_ALLOC: how many allocations its device's trace made before it */
     uint64_t seq;       /* its seq in the merged recording */
+    uint64_t xseq;      /* exact: the recorder's last seq when PyTorch recorded it */
+    int exact;          /* placed by xseq, t on the recording's clock (the tracker's pair) */
 } titem;
 
 typedef struct rec_ev { uint64_t seq; int64_t t; } rec_ev;
@@ -271,6 +279,7 @@ typedef struct merge {
     size_t nallocs, nfrees;
     int64_t clock_offset, clock_drift; /* ns added to PyTorch's times (the middle anchor's), and
                                         * how much that varied over the run (clock_anchors()) */
+    uint64_t nexact, ntrace; /* trace entries placed exactly (pair_trace()), of all entries */
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
@@ -549,6 +558,18 @@ static uint64_t seq_before(const merge *m, uint64_t seq)
     return lo ? m->ev[lo - 1].seq : 0;
 }
 
+/* The index in m->ev of the recorded event with this seq (one that exists). */
+static size_t ev_index(const merge *m, uint64_t seq)
+{
+    size_t lo = 0, hi = m->nev;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ev[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nev ? lo : m->nev - 1;
+}
+
 /* old seq -> new seq: each item placed after a seq below s moves s up by one */
 static uint64_t new_seq(const merge *m, uint64_t s)
 {
@@ -771,8 +792,64 @@ static const int kind_of_action[] = {
     [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP};
 
 /* The trace entries of every device and the names, in time order, with block sizes. */
-static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t start_unix_ns,
-                   gm_tblocks *tb)
+/* The tracker's entries (preload/torch_trace.c: 40 bytes each, little-endian) against one
+ * device's history items it[0..n-1]. PyTorch hands each entry to the trackers and then to its
+ * history in the same call, so the history is a run of the tracker's entries of that device (the
+ * history's ring may have lost the first ones; the tracker's copy, taken after the snapshot, may
+ * hold later ones). The run is found by its last item, then checked whole (action, address and
+ * size of every pair); a run that does not match leaves the items to the clocks. */
+enum { TT_SIZE = 40 };
+typedef struct tt_rec { uint64_t addr, size, seq, t_ns; int32_t action, device; } tt_rec;
+
+static tt_rec tt_at(const unsigned char *p)
+{
+    tt_rec r;
+    memcpy(&r, p, sizeof r);
+    return r;
+}
+
+static int tt_same(const tt_rec *e, const titem *t)
+{
+    return e->action == t->action && e->addr == t->addr && e->size == t->requested;
+}
+
+static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
+{
+    const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
+    if (!n || !b || b->type != GPK_BYTES || b->len % TT_SIZE) return;
+    const unsigned char *raw = (const unsigned char *)b->s;
+    size_t ne = b->len / TT_SIZE, nd = 0;
+    uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
+    if (!idx) return;
+    for (size_t i = 0; i < ne; i++) {
+        tt_rec e = tt_at(raw + i * TT_SIZE);
+        if (e.device == dev && e.action >= TA_ALLOC && e.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
+    }
+    int tries = 0;
+    for (size_t k = nd; k-- > 0 && k + 1 >= n && tries < 64;) {
+        tt_rec last = tt_at(raw + (size_t)idx[k] * TT_SIZE);
+        if (!tt_same(&last, &it[n - 1])) continue;
+        tries++;
+        size_t base = k + 1 - n, i = 0;
+        for (; i < n; i++) {
+            tt_rec e = tt_at(raw + (size_t)idx[base + i] * TT_SIZE);
+            if (!tt_same(&e, &it[i])) break;
+        }
+        if (i < n) continue;
+        for (i = 0; i < n; i++) {
+            tt_rec e = tt_at(raw + (size_t)idx[base + i] * TT_SIZE);
+            it[i].t = (int64_t)e.t_ns;
+            it[i].xseq = e.seq;
+            it[i].exact = 1;
+        }
+        m->nexact += n;
+        break;
+    }
+    free(idx);
+}
+
+static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gpk_val *trace,
+                   int64_t start_unix_ns, gm_tblocks *tb)
 {
     const gpk_val *traces = gpk_get(snap, "device_traces");
     if (!traces || traces->type != GPK_LIST) {
@@ -783,6 +860,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         const gpk_val *list = traces->items[dev];
         if (list->type != GPK_LIST) continue;
         uint64_t nalloc = 0;
+        size_t first = m->n;
         for (size_t i = 0; i < list->len; i++) {
             const gpk_val *e = list->items[i];
             int a = action_of(gpk_as_str(gpk_get(e, "action")));
@@ -799,11 +877,15 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
             pool_of(t, gpk_get(e, "pool_id"));
             if (a == TA_ALLOC) t->ord = nalloc++;
         }
+        m->ntrace += m->n - first;
+        pair_trace(m, trace, (int)dev, m->it + first, m->n - first);
     }
     for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
         const gpk_val *r = names->items[i];
-        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || r->len != 3) continue;
-        uint64_t tns, addr;
+        /* (wall ns, address, label) or, stamped with the recorder's seq (preload/torch_trace.c),
+         * (wall ns, address, label, seq) */
+        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || (r->len != 3 && r->len != 4)) continue;
+        uint64_t tns, addr, xseq = 0;
         const char *label = gpk_as_str(r->items[2]);
         if (gpk_as_u64(r->items[0], &tns) != 0 || gpk_as_u64(r->items[1], &addr) != 0 || !label) continue;
         titem *t = item_add(m);
@@ -812,6 +894,13 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         t->t = (int64_t)tns - start_unix_ns;
         t->addr = addr;
         t->name = label;
+        if (r->len == 4 && gpk_as_u64(r->items[3], &xseq) == 0 && xseq) {
+            /* exact: after the events recorded before it, at the time of the last of them */
+            uint64_t at = seq_before(m, xseq + 1);
+            t->xseq = xseq;
+            t->exact = 1;
+            t->t = at ? m->ev[ev_index(m, at)].t : 0;
+        }
     }
     /* PyTorch's times on the recording's clock (the names' are the wall clock already) */
     size_t nanch = 0;
@@ -826,7 +915,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, int64_t 
         m->clock_drift = hi - lo;
     }
     for (size_t i = 0; i < m->n; i++)
-        if (m->it[i].action != TA_NAME) m->it[i].t += clock_at(anch, nanch, m->it[i].t);
+        if (m->it[i].action != TA_NAME && !m->it[i].exact) m->it[i].t += clock_at(anch, nanch, m->it[i].t);
     free(anch);
     /* a ring that was full lost its first entries: the segments the snapshot still holds but
      * the trace never made were made before it, and come first */
@@ -899,7 +988,7 @@ static int place(merge *m)
     uint64_t floor = 0;
     for (size_t i = 0; i < m->n; i++) {
         titem *t = &m->it[i];
-        uint64_t at = after_time(m, t->t), anchor = 0;
+        uint64_t at = t->exact ? seq_before(m, t->xseq + 1) : after_time(m, t->t), anchor = 0;
         if (t->action == TA_SEG_ALLOC) {
             anchor = nearest_at(m->allocs, m->nallocs, t->addr, t->t);
             if (anchor) at = anchor;
@@ -1241,7 +1330,7 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     gm_tsettings set;
     gm_tsettings_read(gpk_get(snap, "allocator_settings"), &set);
     gm_tblocks_init(&tb, &set);
-    if (load_recorded(&m) != 0 || collect(&m, snap, gpk_get(root, "names"), start_unix_ns, &tb) != 0 ||
+    if (load_recorded(&m) != 0 || collect(&m, snap, gpk_get(root, "names"), gpk_get(root, "gm_trace"), start_unix_ns, &tb) != 0 ||
         place(&m) != 0 || renumber(&m) != 0)
         goto out;
     m.next_frame = query_i64(&m, "SELECT max(id) FROM frames", 0) + 1;
@@ -1284,17 +1373,25 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         sqlite3_free(q);
         if (qrc != 0) goto out;
     }
+    /* how the entries were placed: "exact" (every one paired with the tracker's), "clock" (none:
+     * no tracker, or its entries did not match), or "exact N of M" */
+    char placement[64];
+    if (m.nexact && m.nexact == m.ntrace) snprintf(placement, sizeof placement, "exact");
+    else if (!m.nexact) snprintf(placement, sizeof placement, "clock");
+    else snprintf(placement, sizeof placement, "exact %llu of %llu", (unsigned long long)m.nexact,
+                  (unsigned long long)m.ntrace);
     char *sql = sqlite3_mprintf(
         "INSERT OR IGNORE INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),"
         "(34,'torch_segment_map'),(35,'torch_segment_unmap');"
         "INSERT OR REPLACE INTO meta VALUES ('torch_history', %llu), ('torch_version', %Q), ('torch_conf', %Q),"
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
-        "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld)",
+        "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld), "
+        "('torch_placement', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
         (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
         (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset,
-        (long long)m.clock_drift);
+        (long long)m.clock_drift, placement);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;

@@ -742,6 +742,11 @@ uint64_t rec_time_ns(void) {
     return rec_ticks_to_ns(&rec_g, rec_ticks());
 }
 
+uint64_t rec_last_seq(void) {
+    if (!ready()) return 0;
+    return rec_ring_last_seq(&rec_g.ring);
+}
+
 /* ---------------------------------------------------------------- ranges, names */
 
 static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_t requested,

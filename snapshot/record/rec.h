@@ -315,6 +315,10 @@ typedef int (*rec_timing_fn)(void *token, int final, uint64_t *start_ns, uint64_
 void rec_set_timing_resolver(rec_timing_fn fn);
 /* The recorder's clock: ns since the recording started (the clock of events.t). */
 uint64_t rec_time_ns(void);
+/* The seq of the last record claimed so far, by any thread (0: none, or not recording): an
+ * observation made now comes after every event with this seq or below (gm_torch's exact
+ * placement of PyTorch's trace entries, preload/torch_trace.c). */
+uint64_t rec_last_seq(void);
 
 /* ---- Python frames (schema 1.3). ---------------------------------------------------------
  * The preload (preload/python.c) registers a provider when the process runs CPython. For every

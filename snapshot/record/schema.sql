@@ -201,6 +201,8 @@ INSERT INTO kinds VALUES (30,'bad_access');
 -- PyTorch's reserved). meta: torch_history (entries merged), torch_version, torch_conf,
 -- torch_expandable, torch_blocks_guessed, torch_dumped_at (exit or oom), torch_clock_offset_ns
 -- (ns added to PyTorch's times to put them on the recording's clock, mid-run) and
--- torch_clock_drift_ns (how much that correction varied over the run).
+-- torch_clock_drift_ns (how much that correction varied over the run), torch_placement (exact:
+-- every entry placed by the recorder's position when PyTorch made it, from gpumem's trace
+-- tracker; clock: by those corrected times; exact N of M: both).
 INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
   (34,'torch_segment_map'),(35,'torch_segment_unmap');

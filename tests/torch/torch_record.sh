@@ -33,6 +33,36 @@ rec() {
   grep -q "merged PyTorch's memory history\|--no-torch-history\|gpumem" "$tmp/$name.err" || true
 }
 fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
+# check_placement NAME: PyTorch's entries and the tensor names placed by gpumem's trace tracker
+# (libgpumem_torch.so, preload/torch_trace.c), not by PyTorch's drifting clock: meta says exact,
+# and every tensor allocated on a line of CausalSelfAttention.forward or MLP.forward is in that
+# module's forward range (placed by the clocks, 2-6 of the tiny run's 55 fell into a neighbour's)
+fwd_lines() {  # the lines of class $1's forward: its def to the next class
+  awk -v c="class $1(" 'index($0, c) == 1 { in_c = 1; next } in_c && /^class / { exit }
+                         in_c && /def forward/ { lo = NR } END { print lo }' "$script"
+}
+attn_lo=$(fwd_lines CausalSelfAttention) mlp_lo=$(fwd_lines MLP)
+attn_hi=$(awk -v s="$attn_lo" 'NR > s && /^class / { print NR - 1; exit }' "$script")
+mlp_hi=$(awk -v s="$mlp_lo" 'NR > s && /^class / { print NR - 1; exit }' "$script")
+check_placement() {
+  local n=$1 how counts
+  if [[ ! -f $build/libgpumem_torch.so ]]; then
+    bad "$n: $build/libgpumem_torch.so was not built although PyTorch is installed (preload/module.mk)"; return
+  fi
+  how=$(sqlite3 "$tmp/$n.db" "SELECT value FROM meta WHERE key = 'torch_placement'")
+  counts=$(sqlite3 -separator ' ' "$tmp/$n.db" "WITH f AS (
+      SELECT e.seq, e.stack, e.range, min(s.depth) AS d FROM events e JOIN stacks s ON s.stack = e.stack
+      JOIN frames fr ON fr.id = s.frame WHERE e.kind = 31 AND fr.file LIKE '%train_gpt2.py' GROUP BY e.seq),
+    g AS (SELECT fr.line, r.path FROM f JOIN stacks s ON s.stack = f.stack AND s.depth = f.d
+      JOIN frames fr ON fr.id = s.frame LEFT JOIN ranges r ON r.id = f.range
+      WHERE fr.line BETWEEN $attn_lo AND $attn_hi OR fr.line BETWEEN $mlp_lo AND $mlp_hi)
+    SELECT count(*), sum(CASE WHEN (line BETWEEN $attn_lo AND $attn_hi AND path GLOB '*/fwd/h.[0-9]*.attn*')
+      OR (line BETWEEN $mlp_lo AND $mlp_hi AND path GLOB '*/fwd/h.[0-9]*.mlp*') THEN 1 ELSE 0 END) FROM g")
+  read -r all right <<< "$counts"
+  [[ $how == exact && ${all:-0} -gt 0 && $right == "$all" ]] \
+    && ok "$n: PyTorch's entries placed exactly (meta.torch_placement $how): the $all tensors of the attention's and MLP's forward lines in their module's range" \
+    || bad "$n: placement '$how': $right of $all tensors of the attention's and MLP's forward lines in their module's range"
+}
 jq_() { "$G" report --json "$tmp/$1.db" | jq -r "$2"; }
 
 for size in tiny gpt2; do
@@ -54,8 +84,16 @@ for size in tiny gpt2; do
       && ok "$name: device-wide peak reserved $sr >= PyTorch's $jr; the difference $((sr - jr)) named (outside PyTorch $do, gpumem's cache $dc, other VMM $dx, PyTorch then $dl below its peak)" \
       || bad "$name: summary $sr, torch $jr, device_peak $dr = $dt + $do + $dc + $dx (less $dl)"
     [[ $(jq -r '.torch.blocks_guessed' "$tmp/$name.json") == 0 ]] || bad "$name: block sizes were guessed"
+    check_placement "$name"
   done
 done
+
+# a history ring that lost its first entries (PyTorch's and the tracker's keep the last N):
+# still paired, each entry placed exactly
+rec ring GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_MAX_ENTRIES=1000 -- -- --model tiny --steps 3 || true
+[[ $(jq_ ring '.torch.history_truncated') == true ]] && ok "ring: GPUMEM_TORCH_MAX_ENTRIES=1000 truncated PyTorch's history" \
+  || bad "ring: the history was not truncated ($(jq_ ring '.torch.history_truncated'))"
+check_placement ring
 
 # phases and names in the report's PyTorch tables (text and JSON)
 n=tiny-default

@@ -132,10 +132,69 @@ def _history(torch):
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
         except Exception as e:  # noqa: BLE001
             _warn("PyTorch's memory history", e)
+            return
+        _trace_attach()
     # _record_memory_history would initialize CUDA now (breaking forked children and a later
     # change of allocator); queued, it runs when the program first uses CUDA
     torch.cuda._lazy_call(start)
     atexit.register(_dump, "exit")
+
+
+def _lib_dir():
+    """The folder of the libgpumem.so this process runs with (None: none is loaded)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if path.endswith("/libgpumem.so"):
+                    return os.path.dirname(path)
+    except OSError:
+        pass
+    return None
+
+
+def _trace_attach():
+    """PyTorch's trace entries handed to libgpumem as they happen (libgpumem_torch.so, preload/
+    torch_trace.c): the merge places each history entry among the recorded events by them, not by
+    PyTorch's clock. Without the library (not built: no C++ compiler or headers), the merge
+    falls back to the clocks, and says so (meta.torch_placement)."""
+    d = _lib_dir()
+    path = os.path.join(d, "libgpumem_torch.so") if d else None
+    if not path or not os.path.exists(path):
+        return
+    try:
+        lib = ctypes.CDLL(path)
+        lib.gpumem_torch_trace_attach.restype = ctypes.c_int
+        if lib.gpumem_torch_trace_attach() != 1:
+            raise RuntimeError("PyTorch refused the trace tracker")
+        own = ctypes.CDLL(None)  # gpumem_torch_trace_copy / _seq: libgpumem.so's
+        own.gpumem_torch_trace_seq.restype = ctypes.c_uint64
+        own.gpumem_torch_trace_seq.argtypes = []
+        _state["seq"] = own.gpumem_torch_trace_seq
+        _state["trace"] = own
+    except Exception as e:  # noqa: BLE001
+        _warn("attaching gpumem's trace tracker (%s)" % path, e)
+
+
+def _trace_copy():
+    """The tracker's entries so far (bytes, 40 a piece: preload/torch_trace.c), or None."""
+    lib = _state.get("trace")
+    if lib is None:
+        return None
+    try:
+        fn = lib.gpumem_torch_trace_copy
+        fn.restype = ctypes.c_size_t
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+        seen = ctypes.c_uint64(0)
+        for _ in range(4):  # the autograd thread may add entries between sizing and copying
+            need = fn(None, 0, None)
+            buf = ctypes.create_string_buffer(need + 40 * 4096)
+            got = fn(buf, len(buf), ctypes.byref(seen))
+            if got <= len(buf):
+                return {"entries": buf.raw[:got], "seen": seen.value}
+    except Exception as e:  # noqa: BLE001
+        _warn("copying gpumem's trace entries", e)
+    return None
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
@@ -171,6 +230,9 @@ def _dump(why):
                "oom_python": _state.get("oom_python", [])}
         if _state["ops"] is not None:
             doc["ops"] = list(_state["ops"])
+        trace = _trace_copy()  # after the snapshot: it holds every entry the snapshot holds
+        if trace is not None:
+            doc["gm_trace"] = trace
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
@@ -625,8 +687,10 @@ class _Hooks:
         if self.direct:
             gpumem.name(ptr, label)
         else:
+            seq = _state.get("seq")  # the names placed as the tracker's entries are, when it runs
             with _lock:
-                _state["names"].append((time.time_ns(), ptr, label))
+                _state["names"].append((time.time_ns(), ptr, label, seq()) if seq is not None
+                                       else (time.time_ns(), ptr, label))
 
 
 class _BwdStart:
