@@ -109,7 +109,7 @@ static const char *const usage_record =
     "  --torch-ops         also log every aten op's input and output tensors (a\n"
     "                      TorchDispatchMode; slower), merged as the tables torch_ops and\n"
     "                      torch_op_args: what `gpumem advise` needs to predict torch.autocast\n"
-    "                      (PyTorch's allocator only; GPUMEM_TORCH_OPS=1 does the same)\n"
+    "                      (either allocator; GPUMEM_TORCH_OPS=1 does the same)\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"

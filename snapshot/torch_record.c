@@ -128,7 +128,10 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
     setenv("GPUMEM_TORCH_HOOKS", hooks ? "1" : "0", 1);
     r->history = history && strcmp(allocator, "torch") == 0;
     setenv("GPUMEM_TORCH_HISTORY", r->history ? "1" : "0", 1);
-    if (r->history) {
+    /* the op log alone, under gpumem as PyTorch's allocator (no history): the same private file */
+    const char *ops = getenv("GPUMEM_TORCH_OPS");
+    int ops_only = !r->history && ops && !strcmp(ops, "1") && !strcmp(allocator, "gpumem");
+    if (r->history || ops_only) {
         const char *td = getenv("TMPDIR");
         snprintf(r->snapshot, sizeof r->snapshot, "%s/gpumem-torch-XXXXXX", td && *td ? td : "/tmp");
         int fd = mkostemp(r->snapshot, O_CLOEXEC);
@@ -138,6 +141,7 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
             r->snapshot[0] = 0;
             r->history = 0;
             setenv("GPUMEM_TORCH_HISTORY", "0", 1);
+            unsetenv("GPUMEM_TORCH_OPS");
         } else {
             close(fd);
             setenv("GPUMEM_TORCH_SNAPSHOT", r->snapshot, 1);
@@ -183,12 +187,17 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
             clock_gettime(CLOCK_MONOTONIC, &t1);
             double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
             if (mrc != 0)
-                fprintf(stderr, "gpumem: PyTorch's history was not merged into %s: %s\n", dbpath, err);
-            else if (!quiet)
+                fprintf(stderr, "gpumem: PyTorch's %s was not merged into %s: %s\n",
+                        r->history ? "history" : "op log", dbpath, err);
+            else if (!quiet && r->history)
                 fprintf(stderr, "gpumem: merged PyTorch's memory history (%llu entries, %.2f s) into %s\n",
                         (unsigned long long)n, secs, dbpath);
+            else if (!quiet)
+                fprintf(stderr, "gpumem: merged PyTorch's op log (%llu ops, %.2f s) into %s\n",
+                        (unsigned long long)n, secs, dbpath);
         } else {
-            fprintf(stderr, "gpumem: cannot read PyTorch's history from %s\n", r->snapshot);
+            fprintf(stderr, "gpumem: cannot read PyTorch's %s from %s\n", r->history ? "history" : "op log",
+                    r->snapshot);
         }
         free(buf);
     } else if (!quiet && r->history && dbpath) {

@@ -1097,7 +1097,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
-    if (m->torch == 1 && !nomem && tops_load(d, m, births) != 0) nomem = 1;
+    /* the op log: under PyTorch's allocator and under gpumem as its allocator (births: seqs) */
+    if (m->torch && !nomem && tops_load(d, m, births) != 0) nomem = 1;
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {

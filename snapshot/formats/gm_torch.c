@@ -1181,9 +1181,10 @@ static int cmp_opref(const void *a, const void *b)
 
 enum { OP_MAX_DEV = 64 };
 
-/* One op's storages as torch_op_args rows; *unmatched counts those no allocation was found for. */
+/* One op's storages as torch_op_args rows (at: address -> the birth seq of the allocation live
+ * there when the op ran); *unmatched counts those no allocation was found for. */
 static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const gpk_val *list,
-                          const u64map *at, const titem *const *by_ord, uint64_t *unmatched)
+                          const u64map *at, uint64_t *unmatched)
 {
     for (size_t k = 0; list && (list->type == GPK_LIST || list->type == GPK_TUPLE) && k < list->len; k++) {
         const gpk_val *st = list->items[k];
@@ -1197,7 +1198,7 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
         sqlite3_bind_int64(ins, 1, (int64_t)id);
         sqlite3_bind_int(ins, 2, out);
         sqlite3_bind_int64(ins, 3, (int64_t)k);
-        if (o) sqlite3_bind_int64(ins, 4, (int64_t)by_ord[*o]->seq);
+        if (o) sqlite3_bind_int64(ins, 4, (int64_t)*o);
         else {
             sqlite3_bind_null(ins, 4);
             *unmatched += bytes != 0; /* an absent gradient (a backward node's) is no tensor */
@@ -1212,15 +1213,115 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
     return 0;
 }
 
+static const char OPS_DDL[] =
+    "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
+    "op INTEGER, node INTEGER);"
+    "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
+    "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);";
+
+/* One op as a torch_ops row (seq: the last allocation's made before it, 0 none) and its args. */
+static int insert_op(merge *m, sqlite3_stmt *op, sqlite3_stmt *arg, size_t idx, const gpk_val *o, int dev,
+                     uint64_t seq, const u64map *at, uint64_t *unmatched)
+{
+    int64_t sid = string_of(m, gpk_as_str(o->items[2]));
+    if (sid < 0) return -1;
+    sqlite3_bind_int64(op, 1, (int64_t)idx + 1);
+    if (seq) sqlite3_bind_int64(op, 2, (int64_t)seq);
+    else sqlite3_bind_null(op, 2);
+    sqlite3_bind_int(op, 3, dev);
+    sqlite3_bind_int64(op, 4, sid);
+    int64_t node = -1;
+    if (o->len < 6 || gpk_as_i64(o->items[5], &node) != 0 || node < 0) sqlite3_bind_null(op, 5);
+    else sqlite3_bind_int64(op, 5, node);
+    if (sqlite3_step(op) != SQLITE_DONE) return mfail(m, "torch_ops");
+    sqlite3_reset(op);
+    if (insert_op_args(m, arg, idx + 1, 1, o->items[3], at, unmatched) != 0 ||
+        insert_op_args(m, arg, idx + 1, 0, o->items[4], at, unmatched) != 0)
+        return -1;
+    return 0;
+}
+
+static int prepare_ops(merge *m, sqlite3_stmt **op, sqlite3_stmt **arg)
+{
+    if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op, node) VALUES (?,?,?,?,?)", -1, op,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
+                                  "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, arg, NULL) != SQLITE_OK)
+        return mfail(m, "preparing the op log's inserts");
+    return 0;
+}
+
+/* An op log item's (count, device), or -1 when it is not one. */
+static int op_item(const gpk_val *o, uint64_t *n, int *dev)
+{
+    int64_t d;
+    if ((o->type != GPK_TUPLE && o->type != GPK_LIST) || o->len < 5 || gpk_as_u64(o->items[0], n) != 0 ||
+        gpk_as_i64(o->items[1], &d) != 0 || d < 0 || d >= OP_MAX_DEV || !gpk_as_str(o->items[2]))
+        return -1;
+    *dev = (int)d;
+    return 0;
+}
+
+/* The op log of a recording where gpumem was PyTorch's allocator (no history: the log's counts are
+ * the recorder's last seq when each op returned, _torch.py): each storage is the last allocation
+ * recorded at its address at or before that seq. */
+static int insert_ops_by_seq(merge *m, const gpk_val *ops, uint64_t *nops, uint64_t *unmatched)
+{
+    *nops = *unmatched = 0;
+    if (mexec(m, OPS_DDL) != 0) return -1;
+    if (!ops || ops->type != GPK_LIST) return 0;
+    sqlite3_stmt *ev = NULL, *op = NULL, *arg = NULL;
+    u64map at = {0};
+    int rc = -1, erc;
+    uint64_t last = 0;
+    opref *order = malloc((ops->len ? ops->len : 1) * sizeof *order);
+    if (!order) goto oom;
+    size_t nord = 0;
+    for (size_t i = 0; i < ops->len; i++) {
+        uint64_t n;
+        int dev;
+        if (op_item(ops->items[i], &n, &dev) == 0) order[nord++] = (opref){n, 0, i};
+    }
+    qsort(order, nord, sizeof *order, cmp_opref);
+    if (sqlite3_prepare_v2(m->db, "SELECT seq, addr FROM events WHERE kind IN (1, 3) ORDER BY seq", -1, &ev, NULL) !=
+            SQLITE_OK) {
+        mfail(m, "reading the allocations");
+        goto out;
+    }
+    if (prepare_ops(m, &op, &arg) != 0) goto out;
+    erc = sqlite3_step(ev);
+    for (size_t j = 0; j < nord; j++) {
+        for (; erc == SQLITE_ROW && (uint64_t)sqlite3_column_int64(ev, 0) <= order[j].n; erc = sqlite3_step(ev)) {
+            last = (uint64_t)sqlite3_column_int64(ev, 0);
+            if (u64map_put(&at, (uint64_t)sqlite3_column_int64(ev, 1), last) != 0) goto oom;
+        }
+        const gpk_val *o = ops->items[order[j].idx];
+        uint64_t n;
+        int dev;
+        op_item(o, &n, &dev);
+        if (insert_op(m, op, arg, order[j].idx, o, dev, last, &at, unmatched) != 0) goto out;
+        ++*nops;
+    }
+    if (erc != SQLITE_ROW && erc != SQLITE_DONE) {
+        mfail(m, "reading the allocations");
+        goto out;
+    }
+    rc = 0;
+    goto out;
+oom:
+    snprintf(m->err, m->errsz, "out of memory merging PyTorch's op log");
+out:
+    sqlite3_finalize(ev), sqlite3_finalize(op), sqlite3_finalize(arg);
+    u64map_free(&at);
+    free(order);
+    return rc;
+}
+
 static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nops, uint64_t *unmatched)
 {
     *nops = *unmatched = 0;
     if (!ops || ops->type != GPK_LIST) return 0;
-    if (mexec(m, "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
-                 "op INTEGER, node INTEGER);"
-                 "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
-                 "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);") != 0)
-        return -1;
+    if (mexec(m, OPS_DDL) != 0) return -1;
     if (truncated) return 0; /* the counts no longer start where the trace does */
     /* each device's allocations by their ordinal */
     size_t count[OP_MAX_DEV] = {0};
@@ -1242,22 +1343,12 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
     }
     size_t nord = 0;
     for (size_t i = 0; i < ops->len; i++) {
-        const gpk_val *o = ops->items[i];
         uint64_t n;
-        int64_t dev;
-        if ((o->type != GPK_TUPLE && o->type != GPK_LIST) || o->len < 5 || gpk_as_u64(o->items[0], &n) != 0 ||
-            gpk_as_i64(o->items[1], &dev) != 0 || dev < 0 || dev >= OP_MAX_DEV || !gpk_as_str(o->items[2]))
-            continue;
-        order[nord++] = (opref){n, (int)dev, i};
+        int dev;
+        if (op_item(ops->items[i], &n, &dev) == 0) order[nord++] = (opref){n, dev, i};
     }
     qsort(order, nord, sizeof *order, cmp_opref);
-    if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op, node) VALUES (?,?,?,?,?)", -1, &op, NULL) !=
-            SQLITE_OK ||
-        sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
-                                  "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, &arg, NULL) != SQLITE_OK) {
-        mfail(m, "preparing the op log's inserts");
-        goto out;
-    }
+    if (prepare_ops(m, &op, &arg) != 0) goto out;
     uint64_t cursor[OP_MAX_DEV] = {0};
     for (size_t j = 0; j < nord; j++) {
         const opref *r = &order[j];
@@ -1265,25 +1356,8 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
         int d = r->dev;
         uint64_t n = r->n < count[d] ? r->n : count[d];
         for (; cursor[d] < n; cursor[d]++)
-            if (u64map_put(&at[d], by_ord[d][cursor[d]]->addr, cursor[d]) != 0) goto oom;
-        int64_t sid = string_of(m, gpk_as_str(o->items[2]));
-        if (sid < 0) goto out;
-        sqlite3_bind_int64(op, 1, (int64_t)r->idx + 1);
-        if (n) sqlite3_bind_int64(op, 2, (int64_t)by_ord[d][n - 1]->seq);
-        else sqlite3_bind_null(op, 2);
-        sqlite3_bind_int(op, 3, d);
-        sqlite3_bind_int64(op, 4, sid);
-        int64_t node = -1;
-        if (o->len < 6 || gpk_as_i64(o->items[5], &node) != 0 || node < 0) sqlite3_bind_null(op, 5);
-        else sqlite3_bind_int64(op, 5, node);
-        if (sqlite3_step(op) != SQLITE_DONE) {
-            mfail(m, "torch_ops");
-            goto out;
-        }
-        sqlite3_reset(op);
-        if (insert_op_args(m, arg, r->idx + 1, 1, o->items[3], &at[d], by_ord[d], unmatched) != 0 ||
-            insert_op_args(m, arg, r->idx + 1, 0, o->items[4], &at[d], by_ord[d], unmatched) != 0)
-            goto out;
+            if (u64map_put(&at[d], by_ord[d][cursor[d]]->addr, by_ord[d][cursor[d]]->seq) != 0) goto oom;
+        if (insert_op(m, op, arg, r->idx, o, d, n ? by_ord[d][n - 1]->seq : 0, &at[d], unmatched) != 0) goto out;
         ++*nops;
     }
     rc = 0;
@@ -1307,7 +1381,10 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     *merged = 0;
     if (gpk_parse(buf, n, 0, &doc, err, errsz) != 0) goto out;
     const gpk_val *root = doc.root, *snap = gpk_get(root, "snapshot");
-    if (!snap || !gpk_get(root, "gpumem_torch")) {
+    const char *pos = gpk_as_str(gpk_get(root, "ops_position"));
+    /* the op log alone: gpumem was PyTorch's allocator (no history; _torch.py's _dump_ops) */
+    int ops_only = !snap && pos && !strcmp(pos, "seq");
+    if ((!snap && !ops_only) || !gpk_get(root, "gpumem_torch")) {
         snprintf(err, errsz, "not a dump of gpumem's PyTorch hook (no gpumem_torch / snapshot)");
         goto out;
     }
@@ -1318,8 +1395,28 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     sqlite3_busy_timeout(m.db, 5000);
     if (mexec(&m, "BEGIN IMMEDIATE") != 0) goto out;
     began = 1;
-    if (query_i64(&m, "SELECT count(*) FROM meta WHERE key = 'torch_history'", 0)) {
-        snprintf(err, errsz, "%s already holds a merged PyTorch history", dbpath);
+    if (query_i64(&m, "SELECT count(*) FROM meta WHERE key IN ('torch_history', 'torch_ops')", 0)) {
+        snprintf(err, errsz, "%s already holds a merged PyTorch history or op log", dbpath);
+        goto out;
+    }
+    if (ops_only) {
+        m.next_string = query_i64(&m, "SELECT max(id) FROM strings", 0) + 1;
+        uint64_t nops = 0, unmatched = 0;
+        const gpk_val *ops = gpk_get(root, "ops");
+        const char *ver = gpk_as_str(gpk_get(root, "torch_version"));
+        if (insert_ops_by_seq(&m, ops, &nops, &unmatched) != 0) goto out;
+        char *q = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('torch_ops', %llu), ('torch_ops_logged', %llu), "
+                                  "('torch_op_args_unmatched', %llu), ('torch_ops_position', 'seq'), "
+                                  "('torch_version', %Q)",
+                                  (unsigned long long)nops,
+                                  (unsigned long long)(ops && ops->type == GPK_LIST ? ops->len : 0),
+                                  (unsigned long long)unmatched, ver ? ver : "");
+        int qrc = q ? mexec(&m, q) : -1;
+        sqlite3_free(q);
+        if (qrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
+        began = 0;
+        *merged = nops;
+        rc = 0;
         goto out;
     }
     int64_t start_unix_ns = query_i64(&m, "SELECT value FROM meta WHERE key = 'start_unix_ns'", -1);

@@ -9,14 +9,14 @@
 #     otherwise) and the script's own flags;
 #   - --check re-runs the script with each of the top recommendations and combinations and the
 #     measured peaks (PyTorch's; gpumem's under gpumem's allocator) are within BAR % of the
-#     predicted ones, allocated and reserved. Under PyTorch's allocator the script is recorded
-#     with --torch-ops (the op log), from which advise predicts torch.autocast (--autocast bf16)
-#     op by op (ADVISE.md): gated alone and with accumulation. Not gated: autocast with
-#     checkpointing, save_on_cpu or set-to-none (gpt2: within 2% allocated; in reserved up to 6%
-#     over with checkpointing, 3.6% under with set-to-none and accumulation by 8), and autocast
-#     under gpumem's allocator (no history, so no op log: bf16 saved activations only): those
-#     re-runs must measure a peak reserved below the baseline's (the advice saves memory), and
-#     their error is printed and counted in the BENCH figure. The same
+#     predicted ones, allocated and reserved. Under both allocators the script is recorded
+#     with --torch-ops (the op log; under gpumem's, placed by the recorder's seq), from which
+#     advise predicts torch.autocast (--autocast bf16) op by op (ADVISE.md): gated alone and
+#     with accumulation. Not gated: autocast with checkpointing, save_on_cpu or set-to-none
+#     (gpt2: within 2% allocated; in reserved up to 6% over with checkpointing, 3.6% under with
+#     set-to-none and accumulation by 8): those re-runs must measure a peak reserved below the
+#     baseline's (the advice saves memory), and their error is printed and counted in the BENCH
+#     figure. The same
 #     for save_on_cpu with accumulation under PyTorch's allocator (--offload with --accum): on gpt2
 #     its peak reserved measures above the prediction (3.3% at k = 4: save_on_cpu also packs the
 #     weights each Linear saves, through a device temporary of each, and copies them back for
@@ -50,7 +50,7 @@ for run in $RUNS; do
   {
     k=$size.$al
     rargs=(--torch-ops) extra=()
-    [[ $al == gpumem ]] && rargs=(--allocator gpumem) extra=(--no-stats)
+    [[ $al == gpumem ]] && rargs=(--allocator gpumem --torch-ops) extra=(--no-stats)
     if ! env "${envs[@]}" "$G" record -q -o "$tmp/$k.db" "${rargs[@]}" -- "$torch_py" "$script" "${args[@]}" \
          "${extra[@]}" > "$tmp/$k.out" 2>&1; then
       bad "$k: recording failed: $(tail -3 "$tmp/$k.out")"
@@ -91,7 +91,7 @@ for run in $RUNS; do
     failed=$(j .check_failed)
     [[ $failed == 0 ]] && ok "$k: every re-run ran" || bad "$k: $failed re-runs failed: $(grep -o '"check_error": "[^"]*"' "$tmp/$k.json" | head -3)"
     jq -r '.recommendations[], .combinations[] | select(.measured) |
-           "\(((.techniques | index("bf16") != null) and ($al == "gpumem" or (.techniques | index("recompute") != null)
+           "\(((.techniques | index("bf16") != null) and ((.techniques | index("recompute") != null)
               or (.techniques | index("offload") != null) or (.techniques | index("grad_none") != null))) or ($al == "pytorch" and (.techniques | index("offload") != null)
               and (.techniques | index("accum") != null)))|\(.target)|\(.flags)|\(.predicted.peak_allocated)|\(.measured.peak_allocated)|\(.predicted.peak_reserved)|\(.measured.peak_reserved)|\(.measured.error_allocated_pct)|\(.measured.error_reserved_pct)"' \
       --arg al "$al" "$tmp/$k.json" > "$tmp/$k.meas"
@@ -105,7 +105,7 @@ for run in $RUNS; do
       [[ $fl == null ]] && fl="(no flag: $tg)"
       line="$k: $fl ($tg): predicted $pa / $pr, measured $ma / $mr (errors ${ea}% / ${er}%)"
       if [[ $ac == true ]]; then
-        [[ $mr -lt $br ]] && ok "$line: not gated on the error (autocast with checkpointing, save_on_cpu or set-to-none, or under gpumem's allocator; save_on_cpu with accumulation on PyTorch's allocator); measured below the baseline's $br" \
+        [[ $mr -lt $br ]] && ok "$line: not gated on the error (autocast with checkpointing, save_on_cpu or set-to-none; save_on_cpu with accumulation on PyTorch's allocator); measured below the baseline's $br" \
           || bad "$line: measured no saving (baseline $br)"
         continue
       fi

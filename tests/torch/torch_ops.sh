@@ -12,6 +12,8 @@
 #     its output's gradient;
 #   - advise --try '--autocast bf16' --check on the fp32 recording: predicted within 2% of the
 #     re-run (autocast op by op from the log, ADVISE.md);
+#   - the same under --allocator gpumem (no history: ops placed by the recorder's seq), with its
+#     autocast prediction checked the same way;
 #   - without --torch-ops there is no such table, and report reads the recording as before.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -101,6 +103,33 @@ read -r pa pr ma mr ea er <<< "$ac"
   && ok "advise --try '--autocast bf16': predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
   || bad "advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/ac.err")"
 jq -e '.notes | any(test("op log"))' "$tmp/ac.json" > /dev/null && ok "advise says it read the op log" || bad "no note on the op log"
+
+# gpumem as PyTorch's allocator (--allocator gpumem): no history, no statistics; each op placed by
+# the recorder's seq when it returned, each storage the gpumem allocation recorded at its address
+rec gplain --allocator gpumem -- --no-stats
+rec gops --allocator gpumem --torch-ops -- --no-stats
+greqs() { q "$1" "SELECT group_concat(requested) FROM (SELECT requested FROM events WHERE kind IN (1, 3) ORDER BY seq)"; }
+[[ -n $(greqs gplain) && $(greqs gplain) == "$(greqs gops)" ]] \
+  && ok "gops: the op log changes no allocation under gpumem's allocator ($(q gops "SELECT count(*) FROM events WHERE kind IN (1, 3)"), in order)" \
+  || bad "gops: gpumem's allocations differ with the op log"
+n=$(q gops "SELECT value FROM meta WHERE key = 'torch_ops'") um=$(q gops "SELECT value FROM meta WHERE key = 'torch_op_args_unmatched'")
+pos=$(q gops "SELECT value FROM meta WHERE key = 'torch_ops_position'")
+[[ $n -gt 50 && $um == 0 && $pos == seq ]] && ok "gops: $n ops logged and placed by the recorder's seq, every storage matched" \
+  || bad "gops: $n ops, $um storages unmatched, position '$pos'"
+nb=$(q gops "SELECT count(*) FROM torch_op_args a JOIN events e ON e.seq = a.birth
+             WHERE e.kind NOT IN (1, 3) OR e.addr != a.addr OR a.bytes != e.requested OR a.birth > (SELECT seq FROM torch_ops WHERE id = a.op)")
+na=$(q gops "SELECT count(*) FROM torch_op_args")
+[[ $na -gt 0 && $nb == 0 ]] && ok "gops: each of $na storages is the gpumem allocation at its address, of its bytes, born by its op's seq" \
+  || bad "gops: $nb of $na storages are not their allocation"
+[[ $(out_of gops) == "$((B * T * 4 * C * 4)) float32;" ]] && ok "gops: every c_fc addmm reads h.N.mlp.c_fc.weight, writes (B, T, 4C) fp32" \
+  || bad "gops: c_fc's addmm outputs: '$(out_of gops)'"
+GPUMEM_SIM_BACKING=memory "$G" advise --json --check --try '--autocast bf16' "$tmp/gops.db" > "$tmp/gac.json" 2> "$tmp/gac.err"
+ac=$(jq -r '.recommendations[] | select(.techniques == ["bf16"]) | "\(.predicted.peak_allocated) \(.predicted.peak_reserved) \(.measured.peak_allocated) \(.measured.peak_reserved) \(.measured.error_allocated_pct) \(.measured.error_reserved_pct)"' "$tmp/gac.json")
+read -r pa pr ma mr ea er <<< "$ac"
+[[ -n $er ]] && awk -v a="$ea" -v b="$er" 'BEGIN { exit !((a < 0 ? -a : a) <= 2 && (b < 0 ? -b : b) <= 2) }' \
+  && ok "gops: advise --try '--autocast bf16' under gpumem's allocator: predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
+  || bad "gops: advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/gac.err")"
+jq -e '.notes | any(test("op log"))' "$tmp/gac.json" > /dev/null && ok "gops: advise says it read the op log" || bad "gops: no note on the op log"
 
 # absent without --torch-ops, and the readers do without it
 [[ -z $(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") ]] && ok "plain: no op tables" || bad "plain: op tables made without --torch-ops"

@@ -102,6 +102,15 @@ def _setup(torch):
             gpumem.use_as_allocator()
         except Exception as e:  # noqa: BLE001 - never break the program
             _warn("making gpumem PyTorch's allocator", e)
+        if _env("GPUMEM_TORCH_OPS", "0") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
+            try:  # placed by the recorder's seq: a pluggable allocator keeps no statistics
+                own = ctypes.CDLL(None)
+                own.gpumem_torch_trace_seq.restype = ctypes.c_uint64
+                own.gpumem_torch_trace_seq.argtypes = []
+                _ops(torch, position=own.gpumem_torch_trace_seq)
+                atexit.register(_dump_ops)
+            except Exception as e:  # noqa: BLE001
+                _warn("the op log (GPUMEM_TORCH_OPS)", e)
     elif _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
         _history(torch)
         if _env("GPUMEM_TORCH_OPS", "0") == "1":
@@ -246,7 +255,27 @@ def _dump(why):
 
 # ---------------------------------------------------------------- ops
 
-def _ops(torch):
+def _dump_ops():
+    """The op log alone (gpumem as PyTorch's allocator: no history), pickled into
+    GPUMEM_TORCH_SNAPSHOT for the merge (its "ops_position" says the counts are the recorder's
+    seq)."""
+    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    torch = _state["torch"]
+    if not path or torch is None or not _ours() or _state["ops"] is None:
+        return
+    try:
+        import pickle
+        doc = {"gpumem_torch": 1, "why": "exit", "torch_version": str(torch.__version__),
+               "time_ns": time.time_ns(), "ops": list(_state["ops"]), "ops_position": "seq"}
+        tmp = path + ".part"
+        with open(tmp, "wb") as f:
+            pickle.dump(doc, f, protocol=4)
+        os.replace(tmp, path)
+    except Exception as e:  # noqa: BLE001
+        _warn("writing the op log", e)
+
+
+def _ops(torch, position=None):
     """The op log: (allocations made, device, op, outputs, inputs, autograd node) per aten op that
     touches a CUDA tensor inside a module's forward, each tensor as its storage (data pointer,
     bytes), its dtype and its own bytes (a view's are fewer than its storage's; an empty storage,
@@ -269,12 +298,24 @@ def _ops(torch):
     that many of the history's, exactly, where the clocks (microseconds apart from the hooks')
     could not. The count starts with the history (the first CUDA call), so a program that
     resets the accumulated statistics gets a log the merge cannot place (its storages are
-    unmatched, and the merge counts them: meta.torch_op_args_unmatched)."""
+    unmatched, and the merge counts them: meta.torch_op_args_unmatched).
+
+    Under gpumem as PyTorch's allocator (position: libgpumem's gpumem_torch_trace_seq), PyTorch
+    keeps no statistics: the count is the recorder's last seq instead, and the merge finds each
+    storage's allocation as the last one recorded at its address at or before that seq."""
     from torch.nn.modules import module as M
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
     ops = _state["ops"] = []
     stats = torch._C._cuda_memoryStats
+    if position is None:
+        def position(dev):
+            return stats(dev)["allocation"]["all"]["allocated"]
+    else:
+        seq = position
+
+        def position(dev):  # noqa: ARG001 - the recorder's seq is the same for every device
+            return seq()
     Tensor = torch.Tensor
     dtypes = {}
     tls = threading.local()
@@ -307,7 +348,7 @@ def _ops(torch):
                 ins = storages(tree_flatten((args, kwargs))[0])
                 if outs or ins:
                     dev = torch.cuda.current_device()
-                    n = stats(dev)["allocation"]["all"]["allocated"]
+                    n = position(dev)
                     ops.append((n, dev, str(func), outs, ins, node))
             except Exception as e:  # noqa: BLE001
                 _warn("logging an op (GPUMEM_TORCH_OPS)", e)
@@ -333,7 +374,7 @@ def _ops(torch):
         def hook(grad_outputs):
             try:
                 dev = torch.cuda.current_device()
-                n = stats(dev)["allocation"]["all"]["allocated"]
+                n = position(dev)
                 ops.append((n, dev, name, [], positional(grad_outputs), seq))
             except Exception as e:  # noqa: BLE001
                 _warn("logging a backward node (GPUMEM_TORCH_OPS)", e)
