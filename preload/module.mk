@@ -47,9 +47,13 @@ INSTALL_LIB += $(PRELOAD_LIB)
 PRELOAD_TORCH_LIB := $(BUILD)/libgpumem_torch.so
 ifneq ($(and $(CXX_FOUND),$(ALLOC_TORCH_DIR)),)
 ifeq ($(SAN),)
-$(PRELOAD_DIR)/torch_trace_cpp.o: preload/torch_trace.cpp | $(DEPS_STAMP)
+# the wheel's version (torch/version.py), which _torch.py checks before attaching: TraceEntry's
+# layout is the headers' of that version, and another PyTorch must not be handed this tracker
+PRELOAD_TORCH_VERSION := $(shell sed -n "s/^__version__ = '\(.*\)'$$/\1/p" $(ALLOC_TORCH_DIR)/version.py 2>/dev/null)
+$(PRELOAD_DIR)/torch_trace_cpp.o: preload/torch_trace.cpp $(ALLOC_TORCH_DIR)/version.py | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++20 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE \
+	    -DGM_TORCH_BUILT_FOR='"$(PRELOAD_TORCH_VERSION)"' \
 	    -isystem $(ALLOC_TORCH_DIR)/include -isystem $(CUDA_INC) -c -o $@ $<
 # gpumem_torch_trace_note stays undefined here: libgpumem.so (preloaded) provides it
 $(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o | $(DEPS_STAMP)

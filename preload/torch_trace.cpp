@@ -15,6 +15,13 @@
 
 extern "C" void gpumem_torch_trace_note(int action, int device, uint64_t addr, uint64_t size);
 
+// The PyTorch version whose headers this was built with (torch.__version__ of the wheel): _torch.py
+// attaches the tracker only to that version, since TraceEntry's layout is that version's.
+extern "C" __attribute__((visibility("default"))) const char *gpumem_torch_trace_built_for(void)
+{
+    return GM_TORCH_BUILT_FOR;
+}
+
 // 1: attached; 0: PyTorch refused (its exception's text is dropped: _torch.py names the failure).
 extern "C" __attribute__((visibility("default"))) int gpumem_torch_trace_attach(void)
 {

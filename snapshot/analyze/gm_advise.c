@@ -1855,6 +1855,30 @@ static int in_set(const uint32_t *v, size_t n, uint32_t x)
     return 0;
 }
 
+/* PyTorch's checkpointing (torch.utils.checkpoint, use_reentrant=False) saves nothing in the
+ * forward: a tensor the recording kept for the backward then dies as soon as the forward holds no
+ * reference to it, when the last forward op that wrote or read it has returned (an output only
+ * saved, a LayerNorm's mean and rstd, right after the op that made it). From the op log: per
+ * recorded allocation, the last allocation made before the last forward op that touched it
+ * returned (UINT32_MAX none); NULL without an op log or out of memory. */
+static uint32_t *last_fwd_touch(const adv_model *m)
+{
+    if (!m->torch || !m->ntops || !m->nrecorded) return NULL;
+    uint32_t *lt = malloc(m->nrecorded * sizeof *lt);
+    if (!lt) return NULL;
+    for (size_t a = 0; a < m->nrecorded; a++)
+        lt[a] = UINT32_MAX;
+    for (size_t i = 0; i < m->ntops; i++) {
+        const adv_top *t = &m->tops[i];
+        if (t->bwd || t->last_a == UINT32_MAX) continue;
+        for (uint32_t k = t->arg0; k < t->arg0 + t->nargs; k++) {
+            uint32_t a = m->targs[k].a;
+            if (a < m->nrecorded && (lt[a] == UINT32_MAX || t->last_a > lt[a])) lt[a] = t->last_a;
+        }
+    }
+    return lt;
+}
+
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -1897,6 +1921,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     uint32_t *holder = malloc((m->nallocs + 1) * sizeof *holder);
     uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
     uint8_t *opseen = calloc(m->nops + 1, 1);
+    uint32_t *touch = last_fwd_touch(m); /* NULL: every dropped tensor dies at its F's end */
     if (!set || !tmps || !holder || !isd || !big || !opseen) goto done2;
     for (size_t a = 0; a < m->nallocs; a++)
         holder[a] = (uint32_t)a;
@@ -1962,14 +1987,20 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 if (take) tmps[nt++] = t;
             }
         }
-        /* stash: drop, convert, offload */
+        /* stash: drop, convert, offload. A dropped tensor of a PyTorch recording with an op
+         * log dies before the first allocation after the last forward op that touched it
+         * (last_fwd_touch), when that is inside F; otherwise at F's end */
         for (size_t k = 0; k < n; k++) {
             size_t a = set[k];
             if (!isd[a]) continue;
             const adv_ev *de = &m->evs[p.death[a]];
-            rw_add(&w, F->last, +1, 1,
-                   adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC,
-                           de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream));
+            uint32_t fs = de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream;
+            uint32_t l = touch && a < m->nrecorded ? touch[a] : UINT32_MAX;
+            size_t at = l != UINT32_MAX && (size_t)l + 1 < m->nrecorded ? p.birth[l + 1] : SIZE_MAX;
+            if (at != SIZE_MAX && at > p.birth[a] && at >= F->first && at <= F->last)
+                rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+            else
+                rw_add(&w, F->last, +1, 1, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
         }
         if (o->bf16)
             for (size_t k = 0; k < n; k++) {
@@ -2111,7 +2142,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     if (st->window_ns_min == UINT64_MAX) st->window_ns_min = 0;
     rc = 0;
 done2:
-    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen);
+    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen), free(touch);
 done:
     free(out_b), free(in_b), free(f0), free(f1), free(b0), free(b1);
     u64map_free(&slot);

@@ -88,6 +88,15 @@ for size in tiny gpt2; do
   done
 done
 
+# without the tracker (GPUMEM_TORCH_TRACE=0): placed by PyTorch's clock moved onto the recording's,
+# and the figures the same
+rec clock GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_TRACE=0 -- -- --model tiny --steps 3 || true
+how=$(sqlite3 "$tmp/clock.db" "SELECT value FROM meta WHERE key = 'torch_placement'")
+ca=$(jq_ clock '.torch.peak_allocated') cr=$(jq_ clock '.torch.peak_reserved')
+[[ $how == clock && $ca == "$(fig clock max_memory_allocated)" && $cr == "$(fig clock max_memory_reserved)" ]] \
+  && ok "clock: GPUMEM_TORCH_TRACE=0 places by the clocks (meta.torch_placement $how), .torch peaks still the script's ($ca, $cr)" \
+  || bad "clock: placement '$how', .torch $ca / $cr, the script's $(fig clock max_memory_allocated) / $(fig clock max_memory_reserved)"
+
 # a history ring that lost its first entries (PyTorch's and the tracker's keep the last N):
 # still paired, each entry placed exactly
 rec ring GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_MAX_ENTRIES=1000 -- -- --model tiny --steps 3 || true

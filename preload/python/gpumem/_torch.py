@@ -167,12 +167,19 @@ def _trace_attach():
     torch_trace.c): the merge places each history entry among the recorded events by them, not by
     PyTorch's clock. Without the library (not built: no C++ compiler or headers), the merge
     falls back to the clocks, and says so (meta.torch_placement)."""
+    if _env("GPUMEM_TORCH_TRACE", "1") == "0":
+        return  # turned off: placed by the clocks (tests/torch/torch_record.sh checks that path)
     d = _lib_dir()
     path = os.path.join(d, "libgpumem_torch.so") if d else None
     if not path or not os.path.exists(path):
         return
     try:
         lib = ctypes.CDLL(path)
+        lib.gpumem_torch_trace_built_for.restype = ctypes.c_char_p
+        built = (lib.gpumem_torch_trace_built_for() or b"").decode()
+        torch = _state["torch"]
+        if built != str(torch.__version__):
+            return  # built against another PyTorch's headers: placed by the clocks instead
         lib.gpumem_torch_trace_attach.restype = ctypes.c_int
         if lib.gpumem_torch_trace_attach() != 1:
             raise RuntimeError("PyTorch refused the trace tracker")
