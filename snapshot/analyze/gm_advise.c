@@ -2213,11 +2213,38 @@ static int cmp_step_end(const void *a, const void *b)
     return x->hi < y->hi ? -1 : x->hi > y->hi;
 }
 
+static int has_grad_names(const adv_model *m);
+static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a, int named);
+
 int adv_accum(adv_model *m, unsigned k)
 {
     if (k < 2) return 0;
     size_t *birth, *death;
     if (life_index(m, &birth, &death) != 0) return -1;
+    /* PyTorch accumulates a gradient out of place: the first micro-batch's backward makes it (the
+     * parameter's .grad), every later one makes a contribution of the parameter's size and adds
+     * it in right away (AccumulateGrad: grad += new_grad, the contribution freed). So on a
+     * PyTorch recording a backward allocation of a gradient's size is such a contribution (made
+     * again at its size in each micro-batch, not shrunk: steps whose gradients already existed),
+     * and where a gradient is born, each later micro-batch makes and frees one (gbirth). */
+    u64map gsize = {0};
+    uint8_t *gbirth = m->torch ? calloc(m->nevs + 1, 1) : NULL;
+    size_t ngb = 0;
+    if (m->torch) {
+        if (!gbirth) {
+            free(birth), free(death);
+            return -1;
+        }
+        int named = has_grad_names(m);
+        for (size_t a = 0; a < m->nallocs; a++)
+            if (is_grad(m, birth, death, a, named)) {
+                if (u64map_put(&gsize, m->allocs[a].size, 1) != 0) {
+                    free(birth), free(death), free(gbirth), u64map_free(&gsize);
+                    return -1;
+                }
+                gbirth[birth[a]] = 1, ngb++;
+            }
+    }
     size_t ns = m->nsteps + 1;
     size_t *lo = malloc(ns * sizeof *lo), *hi = malloc(ns * sizeof *hi);
     size_t *copies = malloc(ns * sizeof *copies), *at = malloc(ns * sizeof *at);
@@ -2252,7 +2279,8 @@ int adv_accum(adv_model *m, unsigned k)
         /* a copy of a tensor made outside every step (autocast's bf16 copy of a parameter) is
          * made again for each micro-batch, at its size */
         uint32_t o = m->allocs[a].orig;
-        if (o != a && o < n0 && birth[o] != SIZE_MAX && m->evs[birth[o]].step < 0) {
+        if ((o != a && o < n0 && birth[o] != SIZE_MAX && m->evs[birth[o]].step < 0) ||
+            (ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, m->allocs[a].size))) {
             prop[a] = 2;
         } else {
             /* (a view's allocations are copied before the first write, once) */
@@ -2270,7 +2298,7 @@ int adv_accum(adv_model *m, unsigned k)
     for (size_t s = 0; s < m->nsteps; s++) {
         size_t c = 0;
         for (size_t i = lo[s]; lo[s] != SIZE_MAX && i <= hi[s]; i++)
-            c += prop[m->evs[i].a] != 0;
+            c += (prop[m->evs[i].a] != 0) + (gbirth && gbirth[i] ? 2 : 0);
         copies[s] = c * (k - 1), ncopies += copies[s];
         if (lo[s] != SIZE_MAX) by_hi[nst++] = (step_end){hi[s], s};
     }
@@ -2299,6 +2327,20 @@ int adv_accum(adv_model *m, unsigned k)
         for (unsigned j = 1; j < k; j++)
             for (size_t i = lo[s]; i <= hi[s]; i++) {
                 adv_ev e = m->evs[i];
+                if (gbirth && gbirth[i]) { /* a later micro-batch's contribution to this gradient */
+                    const adv_alloc x = m->allocs[e.a];
+                    uint32_t h = new_alloc(m, x.size, x.stream, x.cls, 0, x.orig);
+                    if (h == UINT32_MAX) {
+                        free(n);
+                        goto out;
+                    }
+                    e.a = h;
+                    if (e.lr) e.lr |= (uint64_t)j << 40;
+                    *dst++ = e;
+                    e.kind = ADV_EV_FREE;
+                    *dst++ = e;
+                    continue;
+                }
                 if (!prop[e.a]) continue;
                 if (e.kind == ADV_EV_ALLOC) {
                     const adv_alloc x = m->allocs[e.a];
@@ -2318,7 +2360,8 @@ int adv_accum(adv_model *m, unsigned k)
     rc = 0;
 out:
     free(lo), free(hi), free(prop), free(map), free(birth), free(death);
-    free(copies), free(at), free(by_hi);
+    free(copies), free(at), free(by_hi), free(gbirth);
+    u64map_free(&gsize);
     return rc;
 }
 
