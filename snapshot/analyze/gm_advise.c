@@ -2582,10 +2582,27 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
             int32_t s0 = m->evs[birth[a]].step;
             if (s <= s0) continue;
             const adv_alloc x = m->allocs[a];
+            size_t c = mirror[a];
+            /* PyTorch: where the recorded step (gradients kept) made a contribution of this
+             * gradient's size and freed it after adding it in, the step with set-to-none keeps
+             * that contribution as the new gradient (AccumulateGrad steals it) */
+            int stolen = 0;
+            /* the backward makes the contributions in the order the first step made the
+             * gradients (gl is in that order): the first one of its size not taken yet */
+            for (size_t j = 0; m->torch && j < nbwl[s] && !stolen; j++) {
+                const adv_ev *e = &m->evs[bwl[s][j]];
+                size_t d = e->kind == ADV_EV_ALLOC ? death[e->a] : SIZE_MAX;
+                if (d != SIZE_MAX && m->allocs[e->a].size == x.size && m->evs[d].step == s &&
+                    m->evs[d].phase == ADV_PH_BWD && !w.drop[d]) {
+                    cur[a] = e->a;
+                    w.drop[d] = 1;
+                    stolen = 1;
+                }
+            }
+            if (stolen) continue;
             uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
             if (h == UINT32_MAX) goto fail;
             cur[a] = h;
-            size_t c = mirror[a];
             if (c < nbwl[s])
                 rw_add(&w, bwl[s][c], -1, 1, adv_ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
             else if (nbwl[s])
