@@ -39,9 +39,13 @@ version() { "$1" -c 'import torch; print(torch.__version__, torch.version.cuda)'
 
 # sim_leg PY CONF OUT: the command on the virtual GPU's h200 (no host memory behind the ~13 GiB);
 # 0 when it ran there to the end
+# (with tests/torch/abort_stacks.so preloaded where it is built: an abort prints every thread's
+# stack into the .err, which a failure shows; one such abort at exit was seen in make test)
 sim_leg() {
-  env -u GPUMEM_SIM_MEMORY -u GPUMEM_SIM_KERNELS GPUMEM_SIM_PROFILE=h200 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_STATS=1 \
-    PYTORCH_CUDA_ALLOC_CONF="$2" "$env_sim" "$1" "$script" "${args[@]}" > "$3" 2> "$3.err" || return 1
+  local stacks=$BUILD/tests/torch/abort_stacks.so pre=()
+  [[ -f $stacks && -z ${SAN:-} ]] && pre=(LD_PRELOAD="$(readlink -f "$stacks")${LD_PRELOAD:+:$LD_PRELOAD}")
+  env -u GPUMEM_SIM_MEMORY -u GPUMEM_SIM_KERNELS "${pre[@]}" GPUMEM_SIM_PROFILE=h200 GPUMEM_SIM_BACKING=virtual \
+    GPUMEM_SIM_STATS=1 PYTORCH_CUDA_ALLOC_CONF="$2" "$env_sim" "$1" "$script" "${args[@]}" > "$3" 2> "$3.err" || return 1
   grep -q ' on NVIDIA H200$' "$3" && grep -q 'kernels skipped' "$3.err" && [[ -n $(fig "$3" max_memory_reserved) ]]
 }
 
@@ -56,7 +60,12 @@ case $mode in
   mkdir -p "$figdir"
   for c in "${confs[@]}"; do
     n=$(cname "$c")
-    sim_leg "$py" "$c" "$tmp/$n.txt" || { echo "$me: the twin ($n) failed:"; tail -5 "$tmp/$n.txt.err"; exit 1; }
+    sim_leg "$py" "$c" "$tmp/$n.txt" || { # on stderr: tests/gpu/prepare.sh's callers drop its stdout
+      echo "$me: the twin ($n) failed:" >&2
+      grep -v '^abort_stacks: \|^/\|^\[0x' "$tmp/$n.txt.err" | tail -5 >&2
+      sed -n '/^abort_stacks: /,$p' "$tmp/$n.txt.err" | sed -n 1,80p >&2
+      exit 1
+    }
     { echo "torch $(version "$py")"; echo "args ${args[*]}"; cat "$tmp/$n.txt"; } > "$figdir/$n.txt"
   done
   echo "twin figures (h200 profile, $(version "$py")) in $figdir: $(cd "$figdir" && ls | tr '\n' ' ')"
