@@ -36,7 +36,7 @@ fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
 # check_placement NAME: PyTorch's entries and the tensor names placed by gpumem's trace tracker
 # (libgpumem_torch.so, preload/torch_trace.c), not by PyTorch's drifting clock: meta says exact,
 # and every tensor allocated on a line of CausalSelfAttention.forward or MLP.forward is in that
-# module's forward range (placed by the clocks, 2-6 of the tiny run's 55 fell into a neighbour's)
+# module's forward range (placed by the clocks, 7-13 of the tiny run's 55 fell into a neighbour's: the clock run below prints it)
 fwd_lines() {  # the lines of class $1's forward: its def to the next class
   awk -v c="class $1(" 'index($0, c) == 1 { in_c = 1; next } in_c && /^class / { exit }
                          in_c && /def forward/ { lo = NR } END { print lo }' "$script"
@@ -44,21 +44,23 @@ fwd_lines() {  # the lines of class $1's forward: its def to the next class
 attn_lo=$(fwd_lines CausalSelfAttention) mlp_lo=$(fwd_lines MLP)
 attn_hi=$(awk -v s="$attn_lo" 'NR > s && /^class / { print NR - 1; exit }' "$script")
 mlp_hi=$(awk -v s="$mlp_lo" 'NR > s && /^class / { print NR - 1; exit }' "$script")
-check_placement() {
-  local n=$1 how counts
-  if [[ ! -f $build/libgpumem_torch.so ]]; then
-    bad "$n: $build/libgpumem_torch.so was not built although PyTorch is installed (preload/module.mk)"; return
-  fi
-  how=$(sqlite3 "$tmp/$n.db" "SELECT value FROM meta WHERE key = 'torch_placement'")
-  counts=$(sqlite3 -separator ' ' "$tmp/$n.db" "WITH f AS (
+in_range() {  # in_range NAME: "ALL RIGHT", the tensors of those lines and those in their module's range
+  sqlite3 -separator ' ' "$tmp/$1.db" "WITH f AS (
       SELECT e.seq, e.stack, e.range, min(s.depth) AS d FROM events e JOIN stacks s ON s.stack = e.stack
       JOIN frames fr ON fr.id = s.frame WHERE e.kind = 31 AND fr.file LIKE '%train_gpt2.py' GROUP BY e.seq),
     g AS (SELECT fr.line, r.path FROM f JOIN stacks s ON s.stack = f.stack AND s.depth = f.d
       JOIN frames fr ON fr.id = s.frame LEFT JOIN ranges r ON r.id = f.range
       WHERE fr.line BETWEEN $attn_lo AND $attn_hi OR fr.line BETWEEN $mlp_lo AND $mlp_hi)
     SELECT count(*), sum(CASE WHEN (line BETWEEN $attn_lo AND $attn_hi AND path GLOB '*/fwd/h.[0-9]*.attn*')
-      OR (line BETWEEN $mlp_lo AND $mlp_hi AND path GLOB '*/fwd/h.[0-9]*.mlp*') THEN 1 ELSE 0 END) FROM g")
-  read -r all right <<< "$counts"
+      OR (line BETWEEN $mlp_lo AND $mlp_hi AND path GLOB '*/fwd/h.[0-9]*.mlp*') THEN 1 ELSE 0 END) FROM g"
+}
+check_placement() {
+  local n=$1 how all right
+  if [[ ! -f $build/libgpumem_torch.so ]]; then
+    bad "$n: $build/libgpumem_torch.so was not built although PyTorch is installed (preload/module.mk)"; return
+  fi
+  how=$(sqlite3 "$tmp/$n.db" "SELECT value FROM meta WHERE key = 'torch_placement'")
+  read -r all right <<< "$(in_range "$n")"
   [[ $how == exact && ${all:-0} -gt 0 && $right == "$all" ]] \
     && ok "$n: PyTorch's entries placed exactly (meta.torch_placement $how): the $all tensors of the attention's and MLP's forward lines in their module's range" \
     || bad "$n: placement '$how': $right of $all tensors of the attention's and MLP's forward lines in their module's range"
@@ -94,7 +96,7 @@ rec clock GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_TRACE=0 -- -- --model tiny --st
 how=$(sqlite3 "$tmp/clock.db" "SELECT value FROM meta WHERE key = 'torch_placement'")
 ca=$(jq_ clock '.torch.peak_allocated') cr=$(jq_ clock '.torch.peak_reserved')
 [[ $how == clock && $ca == "$(fig clock max_memory_allocated)" && $cr == "$(fig clock max_memory_reserved)" ]] \
-  && ok "clock: GPUMEM_TORCH_TRACE=0 places by the clocks (meta.torch_placement $how), .torch peaks still the script's ($ca, $cr)" \
+  && ok "clock: GPUMEM_TORCH_TRACE=0 places by the clocks (meta.torch_placement $how), .torch peaks still the script's ($ca, $cr); $(in_range clock | awk '{ print $2 " of " $1 }') of the attention's and MLP's tensors in their module's range" \
   || bad "clock: placement '$how', .torch $ca / $cr, the script's $(fig clock max_memory_allocated) / $(fig clock max_memory_reserved)"
 
 # a history ring that lost its first entries (PyTorch's and the tracker's keep the last N):
