@@ -416,6 +416,18 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
         PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
         if (!r) return swallow(hk.s_bwd_what);
         py.Py_DecRef(r);
+    } else {
+        /* a forward opened in this backward whose modules never returned: checkpointing's re-run
+         * stopped early once it had the tensors it needed (torch.utils.checkpoint's early stop
+         * raises out of the forward). The backward goes on here: close it */
+        int j = i + 1;
+        while (j < t->n && !(t->st[j].kind == K_PASS && t->st[j].pass == P_FWD))
+            j++;
+        if (j < t->n) {
+            while (t->n > j)
+                pop(t);
+            t->nmods = 0;
+        }
     }
     if (enter_mod(t, enc) != 0) return swallow(hk.s_bwd_what);
     return none();

@@ -7,7 +7,8 @@
 # names its own phases: no ranges from the hooks), and which gradients and optimizer state the
 # optimizer hooks name again (torch_hooks_ident.py: a new gradient at the old one's _cdata and
 # data pointer is named; the edge program's zero_grad(set_to_none=True) renames each gradient
-# once). Each run says which hooks PyTorch called.
+# once), and that checkpointing's re-run forward is placed under its own block's backward. Each run
+# says which hooks PyTorch called.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 export PYTHONHASHSEED=0
@@ -46,6 +47,18 @@ done
 grep -q -E '^[0-9]+[|]0[|]step 3/bwd/h[.]1[.]mlp[.]c_fc$' "$tmp/plain.c.ranges" && grep -q -x 'adam.exp_avg.h.1.mlp.c_fc.weight' "$tmp/plain.c.names" \
   && ok "gpt2: step 3/bwd/h.1.mlp.c_fc and adam.exp_avg.h.1.mlp.c_fc.weight recorded" \
   || bad "gpt2: the tiny run's phases or names are missing"
+
+# checkpointing's re-run forward, inside the backward, is under its own block's backward range:
+# the re-run stops early once it has what it needs (its modules never return), and the hooks close
+# that forward at the next backward node (before: every later block's re-run nested in the
+# first one's, "step 1/bwd/h.1.mlp/fwd/h.0.mlp.c_fc")
+for h in c py; do
+  nrr=$(grep -c '/bwd/h[.][0-9]*[^/]*/fwd/h[.]' "$tmp/ckpt.$h.ranges")
+  cross=$(grep -E '/bwd/h[.][0-9]+[^/]*/fwd/h[.]' "$tmp/ckpt.$h.ranges" |
+          sed -E 's|.*/bwd/h[.]([0-9]+)[^/]*/fwd/h[.]([0-9]+).*|\1 \2|' | awk '$1 != $2' | wc -l)
+  [[ $nrr -gt 0 && $cross == 0 ]] && ok "ckpt $h: each of the $nrr re-run ranges under its own block's backward" \
+    || bad "ckpt $h: $cross of $nrr re-run ranges under another block's backward: $(grep -E '/bwd/h[.]1[^/]*/fwd/h[.]0' "$tmp/ckpt.$h.ranges" | sed -n 1p)"
+done
 
 edge=tests/torch/torch_hooks_edge.py
 for u in 0 1; do

@@ -629,9 +629,20 @@ class _Hooks:
     def _bwd_start(self, path):
         try:
             t = self._t()
-            if not any(e[0] == "pass" and e[1] == "bwd" for e in t.st):
+            b = next((i for i, e in enumerate(t.st) if e[0] == "pass" and e[1] == "bwd"), None)
+            if b is None:
                 self._open_step(t, "bwd")
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
+            else:
+                # a forward opened in this backward whose modules never returned: checkpointing's
+                # re-run stopped early once it had the tensors it needed (torch.utils.checkpoint's
+                # early stop raises out of the forward). The backward goes on here: close it
+                f = next((i for i in range(b + 1, len(t.st))
+                          if t.st[i][0] == "pass" and t.st[i][1] == "fwd"), None)
+                if f is not None:
+                    while len(t.st) > f:
+                        self._pop(t)
+                    t.mods.clear()
             self._enter_mod(t, path)
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
