@@ -468,6 +468,32 @@ static inline void death_note(sweep *w, size_t i) {
     w->last_death = i + 1;
 }
 
+/* A new allocation at addr, as the next one: room for it, and the one still live at addr (handed
+ * out again without a free in between) ended here, its bytes off *allocated and *requested
+ * (hot_end). Its index is m->nallocs; the caller fills and counts it. -1: out of memory (w->err
+ * says so, w->oom set). */
+static __attribute__((noinline, cold)) int alloc_oom(sweep *w) {
+    snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, w->m->nallocs);
+    w->oom = 1;
+    return -1;
+}
+static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t addr, uint64_t seq,
+                                                            uint64_t *allocated, uint64_t *requested) {
+    gm_model *m = w->m;
+    if (m->nallocs == m->allocs_cap &&
+        gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
+        return alloc_oom(w);
+    uint64_t old;
+    if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
+        gm_alloc *o = &m->allocs[old];
+        o->death = seq;
+        death_note(w, old);
+        hot_end(m, o, allocated, requested);
+        m->unmatched_frees++;
+    }
+    return 0;
+}
+
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
@@ -485,21 +511,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
         if (torch_row(w, seq, kind, flags, addr, size, stack, range, dev, requested) != 0) return -1;
     } else if (is_alloc(kind)) {
-        if (m->nallocs == m->allocs_cap &&
-            gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
-            snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
-            w->oom = 1;
-            return -1;
-        }
-        uint64_t old;
-        if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
-            /* handed out again without a free in between: end the old one here */
-            gm_alloc *o = &m->allocs[old];
-            o->death = seq;
-            death_note(w, old);
-            hot_end(m, o, &m->allocated, &m->requested);
-            m->unmatched_frees++;
-        }
+        if (alloc_open(w, addr, seq, &m->allocated, &m->requested) != 0) return -1;
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
@@ -647,22 +659,10 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         if (alloc) {
             uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
             int dev = (int)r->device;
-            if (m->nallocs == m->allocs_cap &&
-                gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs)) {
+            if (alloc_open(w, addr, seq, &allocated, &requested) != 0) {
                 HOT_SUMS(HOT_STORE)
                 count_rows(w, i + 1 - counted);
-                snprintf(w->err, w->errsz, "%s: out of memory after %zu allocations", w->d->path, m->nallocs);
-                w->oom = 1;
                 return -1;
-            }
-            uint64_t old;
-            if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
-                /* handed out again without a free in between: end the old one here */
-                gm_alloc *o = &m->allocs[old];
-                o->death = seq;
-                death_note(w, old);
-                hot_end(m, o, &allocated, &requested);
-                m->unmatched_frees++;
             }
             m->allocs[m->nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
                                                  (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
