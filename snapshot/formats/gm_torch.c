@@ -546,28 +546,23 @@ static int64_t clock_at(const clk_anchor *a, size_t n, int64_t t)
     return p->d + (int64_t)((double)(q->d - p->d) * (double)(t - p->t) / (double)(q->t - p->t));
 }
 
+/* How many recorded events come before seq (m->ev is by seq). */
+static size_t ev_below(const merge *m, uint64_t seq)
+{
+    size_t lo = 0, hi = m->nev;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->ev[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* the recorded event just before seq (0: none) */
 static uint64_t seq_before(const merge *m, uint64_t seq)
 {
-    size_t lo = 0, hi = m->nev;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (m->ev[mid].seq < seq) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo ? m->ev[lo - 1].seq : 0;
-}
-
-/* The index in m->ev of the recorded event with this seq (one that exists). */
-static size_t ev_index(const merge *m, uint64_t seq)
-{
-    size_t lo = 0, hi = m->nev;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (m->ev[mid].seq < seq) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nev ? lo : m->nev - 1;
+    size_t k = ev_below(m, seq);
+    return k ? m->ev[k - 1].seq : 0;
 }
 
 /* old seq -> new seq: each item placed after a seq below s moves s up by one */
@@ -896,10 +891,10 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         t->name = label;
         if (r->len == 4 && gpk_as_u64(r->items[3], &xseq) == 0 && xseq) {
             /* exact: after the events recorded before it, at the time of the last of them */
-            uint64_t at = seq_before(m, xseq + 1);
+            size_t k = ev_below(m, xseq + 1);
             t->xseq = xseq;
             t->exact = 1;
-            t->t = at ? m->ev[ev_index(m, at)].t : 0;
+            t->t = k ? m->ev[k - 1].t : 0;
         }
     }
     /* PyTorch's times on the recording's clock (the names' are the wall clock already) */
