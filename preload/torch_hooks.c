@@ -403,31 +403,42 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 /* ---- backward ------------------------------------------------------------------------------- */
 
+/* The index of the backward pass on this thread's stack (t->n: none). */
+static int bwd_pass(const hk_thread *t)
+{
+    int i = 0;
+    while (i < t->n && !(t->st[i].kind == K_PASS && t->st[i].pass == P_BWD))
+        i++;
+    return i;
+}
+
+/* A forward opened in the backward (above its pass at i) whose modules never returned:
+ * checkpointing's re-run stopped early once it had the tensors it needed (torch.utils.
+ * checkpoint's early stop raises out of the forward). The backward goes on, or ends: closed. */
+static void close_abandoned_fwd(hk_thread *t, int i)
+{
+    int j = i + 1;
+    while (j < t->n && !(t->st[j].kind == K_PASS && t->st[j].pass == P_FWD))
+        j++;
+    if (j >= t->n) return;
+    while (t->n > j)
+        pop(t);
+    t->nmods = 0;
+}
+
 /* Node.register_prehook's (grad_outputs) and Tensor.register_hook's (grad): self is the path. */
 static PyObject *bwd_start(PyObject *enc, PyObject *arg)
 {
     (void)arg;
     hk_thread *t = &tls;
-    int i = 0;
-    while (i < t->n && !(t->st[i].kind == K_PASS && t->st[i].pass == P_BWD))
-        i++;
+    int i = bwd_pass(t);
     if (i == t->n) {
         if (open_step(t, P_BWD) != 0) return swallow(hk.s_bwd_what);
         PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
         if (!r) return swallow(hk.s_bwd_what);
         py.Py_DecRef(r);
     } else {
-        /* a forward opened in this backward whose modules never returned: checkpointing's re-run
-         * stopped early once it had the tensors it needed (torch.utils.checkpoint's early stop
-         * raises out of the forward). The backward goes on here: close it */
-        int j = i + 1;
-        while (j < t->n && !(t->st[j].kind == K_PASS && t->st[j].pass == P_FWD))
-            j++;
-        if (j < t->n) {
-            while (t->n > j)
-                pop(t);
-            t->nmods = 0;
-        }
+        close_abandoned_fwd(t, i);
     }
     if (enter_mod(t, enc) != 0) return swallow(hk.s_bwd_what);
     return none();
@@ -438,6 +449,7 @@ static PyObject *bwd_end(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
     hk_thread *t = &tls;
+    close_abandoned_fwd(t, bwd_pass(t));
     while (t->n && !(t->st[t->n - 1].kind == K_PASS && t->st[t->n - 1].pass == P_BWD))
         pop(t);
     if (t->n) pop(t);

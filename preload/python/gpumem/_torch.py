@@ -104,10 +104,7 @@ def _setup(torch):
             _warn("making gpumem PyTorch's allocator", e)
         if _env("GPUMEM_TORCH_OPS", "0") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
             try:  # placed by the recorder's seq: a pluggable allocator keeps no statistics
-                own = ctypes.CDLL(None)
-                own.gpumem_torch_trace_seq.restype = ctypes.c_uint64
-                own.gpumem_torch_trace_seq.argtypes = []
-                _ops(torch, position=own.gpumem_torch_trace_seq)
+                _ops(torch, position=_seq_fn(ctypes.CDLL(None)))
                 atexit.register(_dump_ops)
             except Exception as e:  # noqa: BLE001
                 _warn("the op log (GPUMEM_TORCH_OPS)", e)
@@ -149,17 +146,12 @@ def _history(torch):
     atexit.register(_dump, "exit")
 
 
-def _lib_dir():
-    """The folder of the libgpumem.so this process runs with (None: none is loaded)."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if path.endswith("/libgpumem.so"):
-                    return os.path.dirname(path)
-    except OSError:
-        pass
-    return None
+def _seq_fn(own):
+    """libgpumem.so's gpumem_torch_trace_seq (own: the process's symbols), typed."""
+    fn = own.gpumem_torch_trace_seq
+    fn.restype = ctypes.c_uint64
+    fn.argtypes = []
+    return fn
 
 
 def _trace_attach():
@@ -169,8 +161,8 @@ def _trace_attach():
     falls back to the clocks, and says so (meta.torch_placement)."""
     if _env("GPUMEM_TORCH_TRACE", "1") == "0":
         return  # turned off: placed by the clocks (tests/torch/torch_record.sh checks that path)
-    d = _lib_dir()
-    path = os.path.join(d, "libgpumem_torch.so") if d else None
+    own = gpumem._library_path()
+    path = os.path.join(os.path.dirname(own), "libgpumem_torch.so") if own else None
     if not path or not os.path.exists(path):
         return
     try:
@@ -184,9 +176,7 @@ def _trace_attach():
         if lib.gpumem_torch_trace_attach() != 1:
             raise RuntimeError("PyTorch refused the trace tracker")
         own = ctypes.CDLL(None)  # gpumem_torch_trace_copy / _seq: libgpumem.so's
-        own.gpumem_torch_trace_seq.restype = ctypes.c_uint64
-        own.gpumem_torch_trace_seq.argtypes = []
-        _state["seq"] = own.gpumem_torch_trace_seq
+        _state["seq"] = _seq_fn(own)
         _state["trace"] = own
     except Exception as e:  # noqa: BLE001
         _warn("attaching gpumem's trace tracker (%s)" % path, e)
@@ -629,27 +619,37 @@ class _Hooks:
     def _bwd_start(self, path):
         try:
             t = self._t()
-            b = next((i for i, e in enumerate(t.st) if e[0] == "pass" and e[1] == "bwd"), None)
+            b = self._bwd_pass(t)
             if b is None:
                 self._open_step(t, "bwd")
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
             else:
-                # a forward opened in this backward whose modules never returned: checkpointing's
-                # re-run stopped early once it had the tensors it needed (torch.utils.checkpoint's
-                # early stop raises out of the forward). The backward goes on here: close it
-                f = next((i for i in range(b + 1, len(t.st))
-                          if t.st[i][0] == "pass" and t.st[i][1] == "fwd"), None)
-                if f is not None:
-                    while len(t.st) > f:
-                        self._pop(t)
-                    t.mods.clear()
+                self._close_abandoned_fwd(t, b)
             self._enter_mod(t, path)
         except Exception as e:  # noqa: BLE001
             _warn("a backward hook", e)
 
+    @staticmethod
+    def _bwd_pass(t):
+        return next((i for i, e in enumerate(t.st) if e[0] == "pass" and e[1] == "bwd"), None)
+
+    def _close_abandoned_fwd(self, t, b):
+        """A forward opened in the backward (above its pass at b) whose modules never returned:
+        checkpointing's re-run stopped early once it had the tensors it needed
+        (torch.utils.checkpoint's early stop raises out of the forward). The backward goes on, or
+        ends: closed."""
+        f = next((i for i in range(b + 1, len(t.st)) if t.st[i][0] == "pass" and t.st[i][1] == "fwd"), None)
+        if f is not None:
+            while len(t.st) > f:
+                self._pop(t)
+            t.mods.clear()
+
     def _bwd_end(self):
         try:
             t = self._t()
+            b = self._bwd_pass(t)
+            if b is not None:
+                self._close_abandoned_fwd(t, b)
             while t.st and not (t.st[-1][0] == "pass" and t.st[-1][1] == "bwd"):
                 self._pop(t)
             if t.st:
