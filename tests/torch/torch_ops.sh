@@ -96,13 +96,20 @@ bw=$(q ops "SELECT DISTINCT g.bytes || ' ' || d.s || ' ' || (g.birth > f.seq) FR
   || bad "ops: c_fc's backward node: '$bw'"
 
 # advise predicts torch.autocast op by op from the log: re-run with --autocast bf16, within the bar
-GPUMEM_SIM_BACKING=memory "$G" advise --json --check --try '--autocast bf16' "$tmp/ops.db" > "$tmp/ac.json" 2> "$tmp/ac.err"
-ac=$(jq -r '.recommendations[] | select(.techniques == ["bf16"]) | "\(.predicted.peak_allocated) \(.predicted.peak_reserved) \(.measured.peak_allocated) \(.measured.peak_reserved) \(.measured.error_allocated_pct) \(.measured.error_reserved_pct)"' "$tmp/ac.json")
-read -r pa pr ma mr ea er <<< "$ac"
-[[ -n $er ]] && awk -v a="$ea" -v b="$er" 'BEGIN { exit !((a < 0 ? -a : a) <= 2 && (b < 0 ? -b : b) <= 2) }' \
-  && ok "advise --try '--autocast bf16': predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
-  || bad "advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/ac.err")"
-jq -e '.notes | any(test("op log"))' "$tmp/ac.json" > /dev/null && ok "advise says it read the op log" || bad "no note on the op log"
+# autocast_check NAME WHAT: advise --try '--autocast bf16' --check on $tmp/NAME.db within the bar, and
+# it says it read the op log (WHAT: the lines' prefix)
+autocast_check() {
+  local n=$1 what=$2 ac pa pr ma mr ea er
+  GPUMEM_SIM_BACKING=memory "$G" advise --json --check --try '--autocast bf16' "$tmp/$n.db" > "$tmp/$n.ac.json" 2> "$tmp/$n.ac.err"
+  ac=$(jq -r '.recommendations[] | select(.techniques == ["bf16"]) | "\(.predicted.peak_allocated) \(.predicted.peak_reserved) \(.measured.peak_allocated) \(.measured.peak_reserved) \(.measured.error_allocated_pct) \(.measured.error_reserved_pct)"' "$tmp/$n.ac.json")
+  read -r pa pr ma mr ea er <<< "$ac"
+  [[ -n $er ]] && awk -v a="$ea" -v b="$er" 'BEGIN { exit !((a < 0 ? -a : a) <= 2 && (b < 0 ? -b : b) <= 2) }' \
+    && ok "${what}advise --try '--autocast bf16': predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
+    || bad "${what}advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/$n.ac.err")"
+  jq -e '.notes | any(test("op log"))' "$tmp/$n.ac.json" > /dev/null && ok "${what}advise says it read the op log" \
+    || bad "${what}no note on the op log"
+}
+autocast_check ops ""
 
 # gpumem as PyTorch's allocator (--allocator gpumem): no history, no statistics; each op placed by
 # the recorder's seq when it returned, each storage the gpumem allocation recorded at its address
@@ -123,13 +130,7 @@ na=$(q gops "SELECT count(*) FROM torch_op_args")
   || bad "gops: $nb of $na storages are not their allocation"
 [[ $(out_of gops) == "$((B * T * 4 * C * 4)) float32;" ]] && ok "gops: every c_fc addmm reads h.N.mlp.c_fc.weight, writes (B, T, 4C) fp32" \
   || bad "gops: c_fc's addmm outputs: '$(out_of gops)'"
-GPUMEM_SIM_BACKING=memory "$G" advise --json --check --try '--autocast bf16' "$tmp/gops.db" > "$tmp/gac.json" 2> "$tmp/gac.err"
-ac=$(jq -r '.recommendations[] | select(.techniques == ["bf16"]) | "\(.predicted.peak_allocated) \(.predicted.peak_reserved) \(.measured.peak_allocated) \(.measured.peak_reserved) \(.measured.error_allocated_pct) \(.measured.error_reserved_pct)"' "$tmp/gac.json")
-read -r pa pr ma mr ea er <<< "$ac"
-[[ -n $er ]] && awk -v a="$ea" -v b="$er" 'BEGIN { exit !((a < 0 ? -a : a) <= 2 && (b < 0 ? -b : b) <= 2) }' \
-  && ok "gops: advise --try '--autocast bf16' under gpumem's allocator: predicted $pa / $pr, measured $ma / $mr (errors $ea% / $er%)" \
-  || bad "gops: advise --try '--autocast bf16': '$ac' $(tail -2 "$tmp/gac.err")"
-jq -e '.notes | any(test("op log"))' "$tmp/gac.json" > /dev/null && ok "gops: advise says it read the op log" || bad "gops: no note on the op log"
+autocast_check gops "gops (gpumem's allocator): "
 
 # absent without --torch-ops, and the readers do without it
 [[ -z $(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") ]] && ok "plain: no op tables" || bad "plain: op tables made without --torch-ops"
