@@ -74,7 +74,7 @@ $(ALLOC_TORCH_BENCH): $(BUILD)/tests/bench/alloc_torch_bench.o $(ALLOC_LIB) \
                       $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libcudart.so.13 | $(DEPS_STAMP)
 	$(CXX) -o $@ $(BUILD)/tests/bench/alloc_torch_bench.o $(ALLOC_LIB) \
 	    -L$(ALLOC_TORCH_DIR)/lib -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib \
-	    $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libcudart.so.13 -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+	    $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libcudart.so.13 $(SIM_RPATH) -lpthread
 ALL_TARGETS += $(ALLOC_TORCH_BENCH)
 endif
 endif

@@ -67,7 +67,7 @@ INSTALL_INCLUDE += preload/gpumem.h
 
 # ---- test programs ----------------------------------------------------------------------------
 APPS_DIR := $(BUILD)/tests/apps
-APPS_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
+APPS_RPATH = $(SIM_RPATH)
 # rt_app, fork_app, stress_app link the virtual GPU's runtime; drv_app only dlopens the driver;
 # nvtx_app uses the toolkit's NVTX3 headers and nothing else.
 PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app unread_app
@@ -79,15 +79,15 @@ $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)
 
 $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS)): $(APPS_DIR)/%: $(APPS_DIR)/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
-# DT_RPATH, not RUNPATH: under a sanitizer the dlopen call comes from the sanitizer runtime's
-# interceptor, and only the executable's old-style RPATH applies to every caller.
+# APPS_RPATH is DT_RPATH (sim/module.mk, SIM_RPATH): under a sanitizer the dlopen call comes from
+# the sanitizer runtime's interceptor, and only the executable's old-style RPATH applies to it.
 $(APPS_DIR)/drv_app: $(APPS_DIR)/drv_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(APPS_RPATH) -ldl -lpthread
 $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< -ldl -lpthread
 # uses_app links the driver as well and calls its launch names by symbol, like the trainer
 $(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/uses_app
 # blas_app links the cuBLAS stand-in as a program links the real library
 $(APPS_DIR)/blas_app: $(APPS_DIR)/blas_app.o $(SIM_CUBLAS) $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
@@ -101,7 +101,7 @@ $(APPS_DIR)/streams_app_ptsz: $(APPS_DIR)/streams_app_ptsz.o $(SIM_RUNTIME) $(SI
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/streams_app_ptsz
 $(APPS_DIR)/streams_stress: $(APPS_DIR)/streams_stress.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/streams_stress
 # a stand-in for a user's NVTX tool, to test chaining
 $(APPS_DIR)/nvtx_tool.so: $(APPS_DIR)/nvtx_tool.o | $(DEPS_STAMP)
@@ -127,12 +127,12 @@ ALL_TARGETS += $(PRELOAD_APPS)
 
 # ---- benchmark ---------------------------------------------------------------------------------
 $(BUILD)/tests/bench/preload_bench: $(BUILD)/tests/bench/preload_bench.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -lpthread
 ALL_TARGETS += $(BUILD)/tests/bench/preload_bench
 BENCHES += tests/bench/preload_bench.sh
 # a cudaFree while another thread captures a graph, against one without (issue 37)
 $(BUILD)/tests/bench/capture_free_bench: $(BUILD)/tests/bench/capture_free_bench.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -lpthread
 ALL_TARGETS += $(BUILD)/tests/bench/capture_free_bench
 BENCHES += tests/bench/capture_free_bench.sh
 
@@ -164,9 +164,9 @@ install-python:
 # drv_sym_app: a driver-API program linked with -lcuda (the virtual GPU's), calling the driver's
 # memory functions by symbol, in the style of NVIDIA's samples
 $(APPS_DIR)/drv_sym_app: $(APPS_DIR)/drv_sym_app.o $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/drv_sym_app
 # drv_mix_app: the runtime and the driver (through cuGetProcAddress and by symbol), one buffer each
 $(APPS_DIR)/drv_mix_app: $(APPS_DIR)/drv_mix_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/drv_mix_app

@@ -36,11 +36,16 @@ $(SIM_DRIVER): $(SIM_DRIVER_OBJS) sim/libcuda.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/libcuda.map \
 	    -Wl,-Bsymbolic-functions \
 	    -o $@ $(SIM_DRIVER_OBJS) -lpthread
-# The runtime finds the driver with dlopen("libcuda.so.1"); its RUNPATH $ORIGIN makes that the
-# sim's driver next to it (LD_LIBRARY_PATH still overrides, as for any library).
+# Everything linked against the virtual GPU carries DT_RPATH, not RUNPATH (SIM_DTAGS): a
+# RUNPATH is outranked by LD_LIBRARY_PATH, which on a machine with a real GPU names the real
+# driver's folder, and the real libcuda.so.1 or libcudart.so.13 would be loaded in place of the
+# virtual GPU's (tests/gpu/ on an H200 found this; tests/unit/sim_ld_path.sh checks it). The
+# runtime opens the driver next to it by path (sim_rt.c, open_driver).
+SIM_DTAGS = -Wl,--disable-new-dtags
+SIM_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim' $(SIM_DTAGS)
 $(SIM_RUNTIME): $(SIM_RUNTIME_OBJS) sim/libcudart.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcudart.so.13 -Wl,--version-script=sim/libcudart.map \
-	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_RUNTIME_OBJS) -lzstd -ldl -lpthread
+	    -Wl,-rpath,'$$ORIGIN' $(SIM_DTAGS) -o $@ $(SIM_RUNTIME_OBJS) -lzstd -ldl -lpthread
 $(SIM_DIR)/libcuda.so: $(SIM_DRIVER)
 	ln -sf libcuda.so.1 $@
 $(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
@@ -49,7 +54,7 @@ $(SIM_DIR)/libcudart.so: $(SIM_RUNTIME)
 # ---- cuBLAS / cuBLASLt stand-ins (sim/README.md "PyTorch on the virtual GPU") ---------------
 # Each exports every function sim/torch_imports.txt lists for it (generated weak stubs for what
 # is not modelled) under the real library's version node, and reaches the GPU only through the
-# CUDA runtime (DT_NEEDED libcudart.so.13, found next to it through RUNPATH $ORIGIN).
+# CUDA runtime (DT_NEEDED libcudart.so.13, found next to it through its rpath $ORIGIN).
 SIM_CUBLAS := $(SIM_DIR)/libcublas.so.13
 SIM_CUBLASLT := $(SIM_DIR)/libcublasLt.so.13
 SIM_CUBLAS_OBJS := $(addprefix $(SIM_DIR)/,cublas.o sim_blas.o cublas_stubs.o)
@@ -68,10 +73,10 @@ $(SIM_DIR)/cublas_stubs.o $(SIM_DIR)/cublaslt_stubs.o: $(SIM_DIR)/%.o: $(SIM_DIR
 	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -c $< -o $@
 $(SIM_CUBLAS): $(SIM_CUBLAS_OBJS) $(SIM_RUNTIME) sim/libcublas.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcublas.so.13 -Wl,--version-script=sim/libcublas.map \
-	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_CUBLAS_OBJS) $(SIM_RUNTIME) -ldl -lpthread
+	    -Wl,-rpath,'$$ORIGIN' $(SIM_DTAGS) -o $@ $(SIM_CUBLAS_OBJS) $(SIM_RUNTIME) -ldl -lpthread
 $(SIM_CUBLASLT): $(SIM_CUBLASLT_OBJS) $(SIM_RUNTIME) sim/libcublasLt.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcublasLt.so.13 -Wl,--version-script=sim/libcublasLt.map \
-	    -Wl,-rpath,'$$ORIGIN' -o $@ $(SIM_CUBLASLT_OBJS) $(SIM_RUNTIME) -ldl -lpthread
+	    -Wl,-rpath,'$$ORIGIN' $(SIM_DTAGS) -o $@ $(SIM_CUBLASLT_OBJS) $(SIM_RUNTIME) -ldl -lpthread
 # NVML: the management queries PyTorch makes (its expandable segments ask about the fabric).
 $(SIM_NVML): $(SIM_DIR)/nvml.o sim/libnvidia-ml.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libnvidia-ml.so.1 -Wl,--version-script=sim/libnvidia-ml.map \
@@ -86,19 +91,18 @@ $(SIM_DIR)/torch-env: sim/torch-env.sh
 # ---- tests ------------------------------------------------------------------------------------
 # Tests link the sim by path and find it at run time through an rpath relative to the binary
 # ($(BUILD)/tests/unit/x -> $(BUILD)/sim), so they work for every $(BUILD).
-SIM_TEST_RPATH = -Wl,-rpath,'$$ORIGIN/../../sim'
 SIM_RUNTIME_TESTS := sim_runtime
 SIM_DRIVER_TESTS := $(filter-out $(SIM_RUNTIME_TESTS) sim_cublas,$(patsubst tests/unit/%.c,%,$(wildcard tests/unit/sim_*.c)))
 $(foreach t,$(SIM_DRIVER_TESTS),$(eval $(t)_LIBS = $$(SIM_DIR)/libcuda.so) \
-    $(eval $(t)_LDLIBS = $$(SIM_TEST_RPATH) -lpthread))
+    $(eval $(t)_LDLIBS = $$(SIM_RPATH) -lpthread))
 # Links only the runtime: the driver must be reached through dlopen.
 sim_runtime_LIBS = $(SIM_DIR)/libcudart.so
-sim_runtime_LDLIBS = $(SIM_TEST_RPATH) -ldl -lpthread
+sim_runtime_LDLIBS = $(SIM_RPATH) -ldl -lpthread
 # The runtime test also needs the driver built (it is loaded, not linked).
 $(BUILD)/tests/unit/sim_runtime: | $(SIM_DIR)/libcuda.so
 # The cuBLAS stand-ins, linked as a program links the real ones (with the runtime).
 sim_cublas_LIBS = $(SIM_CUBLAS) $(SIM_CUBLASLT) $(SIM_RUNTIME)
-sim_cublas_LDLIBS = $(SIM_TEST_RPATH) -ldl -lpthread
+sim_cublas_LDLIBS = $(SIM_RPATH) -ldl -lpthread
 $(BUILD)/tests/unit/sim_cublas: | $(SIM_DIR)/libcuda.so
 
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SIM_DRIVER_TESTS) \
@@ -109,7 +113,7 @@ SCRIPT_TESTS += $(wildcard tests/unit/sim_*.sh)
 BENCHES += $(if $(wildcard tests/bench/sim_costs.c),$(BUILD)/tests/bench/sim_costs)
 
 $(BUILD)/tests/bench/sim_costs: $(BUILD)/tests/bench/sim_costs.o $(SIM_DIR)/libcuda.so | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DIR)/libcuda.so -Wl,-rpath,'$$ORIGIN/../../sim'
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_DIR)/libcuda.so $(SIM_RPATH)
 
 # ---- libFuzzer target over the parsers (clang; built only where clang links -fsanitize=fuzzer)
 SIM_FUZZ := $(BUILD)/tests/fuzz/sim_fuzz

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim_internal.h"
@@ -583,9 +584,26 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
             (e->since == best->since && e->suffix > best->suffix))
             best = e;
     }
+    /* A versioned name ("cuMemAlloc_v2") is answered too: the real driver (580, CUDA 13.0)
+     * returns that variant with CUDA_SUCCESS (tests/gpu/sim_parity.sh). */
+    const char *v = exists ? NULL : strrchr(symbol, '_');
+    if (v && v[1] == 'v' && v[2] >= '1' && v[2] <= '9') {
+        char *end;
+        long suffix = strtol(v + 2, &end, 10);
+        for (size_t i = 0; !*end && i < sim_cu_nprocs; i++) {
+            const sim_cu_proc *e = &sim_cu_procs[i];
+            if (e->suffix != suffix || strncmp(e->base, symbol, (size_t)(v - symbol)) ||
+                e->base[v - symbol])
+                continue;
+            exists = true;
+            if (e->since <= cudaVersion) best = e;
+        }
+    }
     if (!best) {
-        if (exists && status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-        return CUDA_ERROR_NOT_FOUND;
+        if (!exists) return CUDA_ERROR_NOT_FOUND;
+        /* the real driver: CUDA_SUCCESS, no function, the status says why */
+        if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+        return CUDA_SUCCESS;
     }
     /* The per-thread default-stream flag answers the _ptsz / _ptds variant where there is one. */
     *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? sim_ptds_variant(best->fn)

@@ -976,7 +976,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         first = (va - r->base) / SIM_GRANULARITY;
         if (!r->slots) r->slots = calloc(r->size / SIM_GRANULARITY, sizeof *r->slots);
         for (size_t k = 0; r->slots && k < n && !rc; k++)
-            if (r->slots[first + k]) rc = CUDA_ERROR_ALREADY_MAPPED;
+            if (r->slots[first + k]) rc = CUDA_ERROR_NOT_SUPPORTED; /* the real driver's code */
         if (!rc && sim_fault_map())
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else if (!rc && (!r->slots || !(m = malloc(sizeof *m))))
@@ -1281,9 +1281,12 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr 
     sim_range *r;
     uintptr_t base;
     size_t size;
-    bool ok = extent_of((uintptr_t)dptr, &r, &base, &size, NULL);
+    sim_mapping *m = NULL;
+    bool ok = extent_of((uintptr_t)dptr, &r, &base, &size, &m);
     sim_unlock();
-    if (!ok) return CUDA_ERROR_NOT_FOUND;
+    /* The real driver (580, CUDA 13.0) answers only for its own allocations: memory mapped into
+     * a reserved range with cuMemMap is CUDA_ERROR_NOT_FOUND (tests/gpu/sim_parity.sh). */
+    if (!ok || m) return CUDA_ERROR_NOT_FOUND;
     if (pbase) *pbase = (CUdeviceptr)base;
     if (psize) *psize = size;
     return CUDA_SUCCESS;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sim/sim_rt_kernels.h"
 #include "sim_rt_procs.h" /* generated: SIM_RT_ERRORS */
@@ -146,22 +147,33 @@ static cudaError_t rt_ret(cudaError_t e)
     return e;
 }
 
-/* dlopen("libcuda.so.1") finds the sim's driver through this library's RUNPATH ($ORIGIN).
- * Sanitizer runtimes intercept dlopen, which hides the caller's RUNPATH from the loader; then
- * the driver next to this library is loaded by its path, with the same soname. */
+/* The virtual GPU's driver is the libcuda.so.1 next to this library, opened by its path first.
+ * By soname, LD_LIBRARY_PATH would outrank this library's rpath, and on a machine with a real
+ * GPU (LD_LIBRARY_PATH naming the driver's folder) the real driver would be loaded under the
+ * virtual runtime; sanitizer runtimes, which intercept dlopen, also hide the caller's rpath. The
+ * soname is the fallback for a layout where the two are not side by side. */
 static void *open_driver(void)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (h) return h;
     Dl_info info;
-    if (!dladdr((void *)open_driver, &info) || !info.dli_fname) return NULL;
-    const char *slash = strrchr(info.dli_fname, '/');
-    if (!slash) return NULL;
-    char path[4096];
-    int n = snprintf(path, sizeof path, "%.*s/libcuda.so.1", (int)(slash - info.dli_fname),
-                     info.dli_fname);
-    if (n <= 0 || (size_t)n >= sizeof path) return NULL;
-    return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (dladdr((void *)open_driver, &info) && info.dli_fname) {
+        const char *slash = strrchr(info.dli_fname, '/');
+        char path[4096];
+        int n = slash ? snprintf(path, sizeof path, "%.*s/libcuda.so.1",
+                                 (int)(slash - info.dli_fname), info.dli_fname)
+                      : -1;
+        if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0) {
+            void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+            if (h) return h;
+        }
+    }
+    return dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+}
+
+/* The file a driver function comes from, for messages. */
+static const char *driver_path(get_proc_fn gpa)
+{
+    Dl_info info;
+    return dladdr((void *)gpa, &info) && info.dli_fname ? info.dli_fname : "libcuda.so.1";
 }
 
 static void rt_load(void)
@@ -188,7 +200,8 @@ static void rt_load(void)
         gpa(#name, (void **)&drv_pt.name, ver, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,      \
             &st) ||                                                                                \
         !drv_pt.name) {                                                                            \
-        fprintf(stderr, "gpumem sim runtime: the driver has no %s\n", #name);                      \
+        fprintf(stderr, "gpumem sim runtime: the driver %s has no %s; is it the virtual GPU's?\n", \
+                driver_path(gpa), #name);                                                          \
         rt_init_error = cudaErrorInsufficientDriver;                                               \
         return;                                                                                    \
     }

@@ -91,13 +91,13 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
 # (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).
 $(BUILD)/tests/apps/frag_app: tests/apps/frag_app.c $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
+	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/frag_app
 # categories from lifetimes alone: a planted training loop without names or ranges
 # (tests/apps/cat_app.c), and the trainer recorded with its names and NVTX ranges off (issue 39)
 $(BUILD)/tests/apps/cat_app: tests/apps/cat_app.c $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' -ldl -lpthread
+	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/cat_app
 SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
                 tests/integration/advise_unannotated.sh

@@ -27,7 +27,7 @@ $(TRAIN_DIR)/backend_sim.o: EXTRA_CFLAGS += -fopenmp
 
 $(TRAIN_SIM): $(TRAIN_SIM_OBJS) $(BUILD)/sim/libcuda.so $(BUILD)/sim/libcudart.so | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -fopenmp -o $@ $(TRAIN_SIM_OBJS) -L$(BUILD)/sim -lcudart -lcuda \
-	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN:$$ORIGIN/../lib/gpumem' $(TRAIN_MPI_LIBS) -lm -ldl
+	    -Wl,-rpath,'$$ORIGIN/sim:$$ORIGIN:$$ORIGIN/../lib/gpumem' $(SIM_DTAGS) $(TRAIN_MPI_LIBS) -lm -ldl
 ALL_TARGETS += $(TRAIN_SIM)
 INSTALL_LIB += $(TRAIN_SIM)
 

@@ -4,10 +4,9 @@
 # See tests/diff/README.md. Included from tests/module.mk.
 DIFF_PROGS := $(basename $(notdir $(wildcard tests/diff/*.c)))
 DIFF_BINS := $(addprefix $(BUILD)/tests/diff/,$(DIFF_PROGS))
-# DT_RPATH (not RUNPATH) so the driver's dlopen finds the virtual GPU under a sanitizer too
+# SIM_RPATH is DT_RPATH, so the driver's dlopen finds the virtual GPU under a sanitizer too
 $(DIFF_BINS): $(BUILD)/tests/diff/%: $(BUILD)/tests/diff/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) -Wl,-rpath,'$$ORIGIN/../../sim' \
-	    -Wl,--disable-new-dtags -ldl -lpthread
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
 ALL_TARGETS += $(DIFF_BINS)
 SCRIPT_TESTS += tests/diff/run.sh
 TSAN_SCRIPT_TESTS += tests/diff/run.sh

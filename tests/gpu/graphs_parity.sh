@@ -9,8 +9,10 @@
 # invalidated, the graph memory attributes), the capture-mode codes (900 / 901, memory kept after
 # a refused free, cudaFree of an unknown pointer refused first for the capture), 713 for
 # cudaHostUnregister of cudaMallocHost memory, the pitch (512), cuMemAllocPitch's codes above the
-# maximum pitch, out-of-bounds memsets and copies (1). A difference is printed with the program
+# maximum pitch, out-of-bounds memsets and copies (1), and whether a thread whose first call is
+# cudaGetDriverEntryPointByVersion has a current context (entry_ctx). A difference is printed with the program
 # and fails the check: fold it back into the sim (and gpumem follows the sim's answers).
+# GPUMEM_GPU_SAVE=DIR keeps both outputs of each program there.
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -19,7 +21,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 77
 fi
 source tests/gpu/common.bash
-progs=(graph_mem capture_modes capture_free devices_pools oob)
+progs=(graph_mem capture_modes capture_free devices_pools oob entry_ctx)
 gpu_make "${progs[@]/#/$BUILD/tests/diff/}" || { echo "build failed"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -31,6 +33,7 @@ for p in "${progs[@]}"; do
       -L"$CUDA/lib64" -lcudart -ldl -lpthread -Wl,-rpath,"$CUDA/lib64" || { echo "FAIL: $p: build"; fail=1; continue; }
   GPUMEM_SIM_DEVICES=$ndev timeout 60 "$tmp/$p" >"$tmp/$p.gpu" 2>"$tmp/$p.gpu.err" || echo "note: $p exited $? on the GPU"
   GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" >"$tmp/$p.sim" 2>/dev/null
+  [[ -n ${GPUMEM_GPU_SAVE:-} ]] && cp "$tmp/$p.gpu" "$tmp/$p.sim" "$GPUMEM_GPU_SAVE/" 2>/dev/null
   if cmp -s "$tmp/$p.gpu" "$tmp/$p.sim"; then echo "ok: $p: the virtual GPU answers as the GPU does"
   else echo "DIFF: $p (< GPU, > virtual GPU)"; diff "$tmp/$p.gpu" "$tmp/$p.sim" | head -40; fail=1; fi
 done

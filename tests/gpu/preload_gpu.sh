@@ -43,7 +43,7 @@ check_eq "real_rt_app exit status" "$?" 0
 check_eq "real_rt_app memory" "$(grep -c 'real_rt_app: memory ok' "$TMP/real.out")" 1
 check_eq "real_rt_app served by gpumem" "$(stat "$TMP/real.err" served)" 1
 
-"$TMP/rt_app" >"$TMP/rt.plain" 2>&1 || fail "rt_app failed without gpumem"
+"$TMP/rt_app" >"$TMP/rt.plain" 2>&1 || { fail "rt_app failed without gpumem"; grep -v '^rt_app: allocs' "$TMP/rt.plain" | sort | uniq -c | head -8; }
 pre "$TMP/rt_app" >"$TMP/rt.out" 2>"$TMP/rt.err" || { fail "rt_app failed under gpumem"; tail -5 "$TMP/rt.err"; }
 cmp -s "$TMP/rt.plain" "$TMP/rt.out" && echo "ok: rt_app identical output" || { fail "rt_app output differs"; diff "$TMP/rt.plain" "$TMP/rt.out"; }
 read -r allocs aallocs < <(awk '/^rt_app: allocs/ {print $3, $7}' "$TMP/rt.out")
@@ -51,7 +51,7 @@ check_eq "rt_app allocations served" "$(stat "$TMP/rt.err" served)" "$((allocs +
 check_eq "rt_app frees returned" "$(stat "$TMP/rt.err" released)" "$(stat "$TMP/rt.err" served)"
 check_eq "rt_app pinned from the pool" "$(stat "$TMP/rt.err" host_alloc)" "$(awk '/^rt_app: allocs/ {print $11}' "$TMP/rt.out")"
 
-"$TMP/drv_app" >"$TMP/drv.plain" 2>&1 || fail "drv_app failed without gpumem"
+"$TMP/drv_app" >"$TMP/drv.plain" 2>&1 || { fail "drv_app failed without gpumem"; sort "$TMP/drv.plain" | uniq -c | head -8; }
 pre "$TMP/drv_app" >"$TMP/drv.out" 2>"$TMP/drv.err" || { fail "drv_app failed under gpumem"; tail -5 "$TMP/drv.err"; }
 cmp -s "$TMP/drv.plain" "$TMP/drv.out" && echo "ok: drv_app identical output" || { fail "drv_app output differs"; diff "$TMP/drv.plain" "$TMP/drv.out"; }
 read -r dallocs daallocs < <(awk '/^drv_app: allocs/ {print $3, $7}' "$TMP/drv.out")

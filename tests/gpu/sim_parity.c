@@ -112,6 +112,22 @@ static void probes(void)
     probe("map_overlap", p_cuMemMap(va + gran, gran, 0, h, 0));
     probe("addressrange_mapped", p_cuMemGetAddressRange(&base, &size, va + 16));
     printf("probe addressrange_mapped_is_mapping %d\n", base == va && size == 2 * gran);
+    /* which rule map_overlap broke: a part of a handle mapped elsewhere, another handle over the
+     * mapping (each undone when it was accepted, so the probes below see the same state) */
+    CUresult pr1 = p_cuMemMap(va + 4 * gran, gran, 0, h, 0);
+    probe("map_part_of_handle_elsewhere", pr1);
+    if (pr1 == CUDA_SUCCESS) p_cuMemUnmap(va + 4 * gran, gran);
+    CUmemGenericAllocationHandle h2;
+    if (p_cuMemCreate(&h2, gran, &pr, 0) == CUDA_SUCCESS) {
+        CUresult pr2 = p_cuMemMap(va + gran, gran, 0, h2, 0);
+        probe("map_other_handle_over_mapping", pr2);
+        if (pr2 == CUDA_SUCCESS) p_cuMemUnmap(va + gran, gran);
+        p_cuMemRelease(h2);
+    }
+    CUdeviceptr start = 0;
+    probe("ptrattr_range_start_mapped",
+          p_cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 16));
+    printf("probe ptrattr_range_start_mapped_is_mapping %d\n", start == va);
     char buf[64] = {0};
     probe("copy_into_mapped_no_access", p_cuMemcpyHtoD(va, buf, sizeof buf));
     CUmemAccessDesc acc = rw();

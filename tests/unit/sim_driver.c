@@ -174,8 +174,17 @@ static void test_get_proc_address_answers_base_names(void **state)
     assert_ptr_equal(fn, sym("cuCtxSynchronize"));
     OK(cuGetProcAddress("cuEventElapsedTime", &fn, 12000, 0, &st));
     assert_ptr_equal(fn, sym("cuEventElapsedTime"));
-    assert_int_equal(cuGetProcAddress("cuMemCreate", &fn, 10000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    /* too old a version: success, no function, and the status says so (the real driver) */
+    fn = (void *)1;
+    OK(cuGetProcAddress("cuMemCreate", &fn, 10000, 0, &st));
+    assert_null(fn);
     assert_int_equal(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    /* a versioned name is that variant (the real driver) */
+    OK(cuGetProcAddress("cuMemAlloc_v2", &fn, 13000, 0, &st));
+    assert_ptr_equal(fn, sym("cuMemAlloc_v2"));
+    assert_int_equal(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    assert_int_equal(cuGetProcAddress("cuMemAlloc_v9", &fn, 13000, 0, &st), CUDA_ERROR_NOT_FOUND);
+    assert_int_equal(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     /* The per-thread-default-stream flag answers the _ptsz/_ptds variant where there is one. */
     OK(cuGetProcAddress("cuMemcpyAsync", &fn, CUDA_VERSION,
                         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));

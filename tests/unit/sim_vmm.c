@@ -176,7 +176,7 @@ static void test_invalid_vmm_calls_are_rejected(void **state)
     assert_int_equal(cuMemMap((CUdeviceptr)0x10000000000ull, G2, 0, h, 0),
                      CUDA_ERROR_INVALID_VALUE);
     OK(cuMemMap(va, 4 * MiB, 0, h, 0));
-    assert_int_equal(cuMemMap(va + G2, G2, 0, h, 0), CUDA_ERROR_ALREADY_MAPPED); /* overlap */
+    assert_int_equal(cuMemMap(va + G2, G2, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED); /* overlap */
     /* CUDA 13: "offset ... currently must be zero". */
     assert_int_equal(cuMemMap(va + 4 * MiB, G2, G2, h, 0), CUDA_ERROR_INVALID_VALUE);
     OK(cuMemMap(va + 4 * MiB, G2, 0, h, 0)); /* the handle's first 2 MiB, a second time */
@@ -247,9 +247,8 @@ static void test_pointer_queries_on_mapped_memory(void **state)
     OK(cuMemMap(va + G2, G2, 0, h, 0));
     CUdeviceptr base;
     size_t size;
-    OK(cuMemGetAddressRange(&base, &size, va + G2 + 5));
-    assert_int_equal(base, va + G2);
-    assert_int_equal(size, G2);
+    /* the real driver answers only for its own allocations, not for a cuMemMap mapping */
+    assert_int_equal(cuMemGetAddressRange(&base, &size, va + G2 + 5), CUDA_ERROR_NOT_FOUND);
     assert_int_equal(cuMemGetAddressRange(&base, &size, va + 5), CUDA_ERROR_NOT_FOUND);
     unsigned type;
     OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + G2));

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# tests/gpu/diff_all.sh DIR — every program of the differential suite (tests/diff/*.c) built
+# against the real CUDA runtime and run on the GPU, and the same program on the virtual GPU
+# ($BUILD/tests/diff/), both outputs kept in DIR (PROG.gpu, PROG.sim) and a summary printed:
+# what the virtual GPU still answers otherwise than the driver. tests/gpu/graphs_parity.sh gates
+# the programs whose answers must agree; the others (memory figures that depend on the card's
+# size, OOM at the sim's capacity) are read by a person. Exits 77 where no GPU is present.
+set -uo pipefail
+BUILD=${BUILD:-build}
+out=${1:?usage: diff_all.sh DIR}
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu/diff_all.sh: no NVIDIA GPU here (nvidia-smi -L failed); skipping" >&2
+  exit 77
+fi
+source tests/gpu/common.bash
+mkdir -p "$out"
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+ndev=$(nvidia-smi -L | wc -l)
+for src in tests/diff/*.c; do
+  p=$(basename "$src" .c)
+  gpu_make "$BUILD/tests/diff/$p" > /dev/null || continue
+  gcc -std=gnu17 -O2 -Wall -I. -isystem "$CUDA/include" -o "$out/$p.bin" "$src" \
+      -L"$CUDA/lib64" -lcudart -ldl -lpthread -Wl,-rpath,"$CUDA/lib64" || { echo "$p: build failed"; continue; }
+  GPUMEM_SIM_DEVICES=$ndev timeout 60 "$out/$p.bin" > "$out/$p.gpu" 2> "$out/$p.gpu.err"; g=$?
+  GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" > "$out/$p.sim" 2> "$out/$p.sim.err"; s=$?
+  rm -f "$out/$p.bin"
+  n=$(diff "$out/$p.gpu" "$out/$p.sim" | grep -c '^[<>]')
+  echo "$p: exit GPU $g virtual GPU $s, $n differing line(s) of $(wc -l < "$out/$p.gpu")"
+done
