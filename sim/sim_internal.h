@@ -31,7 +31,13 @@
 #include "sim/sim.h"
 
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
-#define SIM_ALLOC_ROUND ((size_t)512)     /* cuMemAlloc charge rounding */
+#define SIM_ALLOC_ROUND ((size_t)512)     /* pool and graph allocations: their "used" rounding */
+/* What an allocation costs the device's memory, as cudaMemGetInfo shows it on an H200 (driver
+ * 580; tests/diff/gpu-h200/meminfo.out, rt_sizes.out, reset.out): cuMemAlloc takes whole 2 MiB
+ * pages (1 B and 2 MiB: 2 MiB; 2 MiB + 1: 4 MiB), and the stream-ordered pool reserves 32 MiB
+ * chunks, given back when its allocations are freed (release threshold 0). */
+#define SIM_ALLOC_PAGE ((size_t)2 << 20)
+#define SIM_POOL_CHUNK ((size_t)32 << 20)
 #define SIM_MAX_FAULTS 32
 /* The device description (an A100's figures; memory size aside): cuDeviceGetAttribute reports
  * these and the driver's own decisions use the same values (cuMemAllocPitch pads rows to the
@@ -265,6 +271,7 @@ typedef struct sim_device {
         int dev;
         uint64_t release_threshold;
         size_t used, used_high; /* pool allocations now, and their high-water mark */
+        size_t reserved, reserved_high; /* the device memory the pool holds (SIM_POOL_CHUNK) */
     } pool;
     /* graph allocations: live now and the high-water mark; device memory kept for them (live
      * plus freed, until cuDeviceGraphMemTrim) and its high-water mark */

@@ -226,11 +226,37 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
     return true;
 }
 
+/* The pool's reservation follows its used bytes in SIM_POOL_CHUNK steps; the device is charged
+ * for the difference. Lock held. */
+static CUresult pool_reserve(int dev)
+{
+    sim_device *d = &sim.dev[dev];
+    size_t want = round_up(d->pool.used, SIM_POOL_CHUNK);
+    if (want > d->pool.reserved) {
+        CUresult rc = sim_charge(dev, want - d->pool.reserved, true);
+        if (rc) return rc;
+    } else if (want < d->pool.reserved) {
+        sim_uncharge(dev, d->pool.reserved - want);
+    }
+    d->pool.reserved = want;
+    if (want > d->pool.reserved_high) d->pool.reserved_high = want;
+    return CUDA_SUCCESS;
+}
+
 static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-    size_t charge = round_up(size, SIM_ALLOC_ROUND);
-    CUresult rc = sim_charge(dev, charge, true);
+    /* a pool allocation's charge is its share of the pool (pool_reserve charges the device) */
+    size_t charge = from_pool ? round_up(size, SIM_ALLOC_ROUND) : round_up(size, SIM_ALLOC_PAGE);
+    CUresult rc;
+    if (from_pool) {
+        sim_device *d = &sim.dev[dev];
+        d->pool.used += charge;
+        rc = pool_reserve(dev);
+        if (rc) d->pool.used -= charge;
+    } else {
+        rc = sim_charge(dev, charge, true);
+    }
     if (rc) return rc;
     int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
     size_t msize = round_up(size, 4096);
@@ -247,7 +273,12 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
             range_destroy(r);
         else if (p)
             munmap(mb, ms);
-        sim_uncharge(dev, charge);
+        if (from_pool) {
+            sim.dev[dev].pool.used -= charge;
+            pool_reserve(dev);
+        } else {
+            sim_uncharge(dev, charge);
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->charged = charge;
@@ -255,15 +286,23 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
     r->dev = dev;
     if (from_pool) {
         sim_device *d = &sim.dev[dev];
-        d->pool.used += charge;
         if (d->pool.used > d->pool.used_high) d->pool.used_high = d->pool.used;
     }
     *dptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
 
+/* Every allocation entry point clears its out-parameter first, so a refused call (a bad size,
+ * out of memory, a capture that forbids it) leaves 0 there, as the real driver does
+ * (tests/diff/gpu-h200/drv_api.out, capture_modes.out). */
+#define CLEAR_OUT(p)                                                                               \
+    do {                                                                                           \
+        if (p) *(p) = 0;                                                                           \
+    } while (0)
+
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
+    CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     sim_lock();
     int dev;
@@ -283,6 +322,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                             unsigned int elem)
 {
+    CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
@@ -309,12 +349,12 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     if (r->ipc_import) return CUDA_ERROR_INVALID_VALUE; /* cuIpcCloseMemHandle's to release */
     if (r->graph) return CUDA_ERROR_INVALID_VALUE;      /* graph_mem_free's */
     *freed = r->size;
-    if (r->kind == SIM_R_DEVICE) {
+    if (r->kind == SIM_R_DEVICE && r->from_pool) {
+        sim_device *d = &sim.dev[r->dev];
+        d->pool.used -= r->charged < d->pool.used ? r->charged : d->pool.used;
+        pool_reserve(r->dev); /* shrinking: gives chunks back, never fails */
+    } else if (r->kind == SIM_R_DEVICE) {
         sim_uncharge(r->dev, r->charged);
-        if (r->from_pool) {
-            sim_device *d = &sim.dev[r->dev];
-            d->pool.used -= r->charged < d->pool.used ? r->charged : d->pool.used;
-        }
     }
     range_remove(r);
     if (r->kind == SIM_R_DEVICE && !sim.virtual_backing && r->map_base == (void *)r->base &&
@@ -482,11 +522,15 @@ static CUresult graph_mem_free(sim_range *r, sim_stream *st)
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
+    CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc && st->capture)
+    /* size 0: success and a null pointer, as the real driver answers (drv_api.out) */
+    if (!rc && dptr && !size && !st->capture)
+        ;
+    else if (!rc && st->capture)
         rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
     else if (!rc)
         rc = device_alloc(st->dev, dptr, size, true);
@@ -497,12 +541,15 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
 {
+    CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     sim_lock();
     int d = pool_dev(pool);
     sim_stream *st;
     CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
-    if (!rc && st->capture)
+    if (!rc && dptr && !size && !st->capture)
+        ;
+    else if (!rc && st->capture)
         rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
     else if (!rc)
         rc = device_alloc(d, dptr, size, true);
@@ -521,8 +568,11 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
     size_t freed = 0;
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc && !dptr) rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc && st->capture) {
+    if (!rc && !dptr && !st->capture)
+        ; /* freeing 0 succeeds, as cuMemFree_v2(0) does (drv_api.out) */
+    else if (!rc && !dptr)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!rc && st->capture) {
         rc = sim_capture_mem_free(st, dptr);
     } else if (!rc) {
         sim_range *r = sim_range_find((uintptr_t)dptr);
@@ -574,6 +624,7 @@ static CUresult host_range_map(int kind, size_t size, unsigned flags, int mmap_f
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
 {
+    CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     if (!dptr || size == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
         return CUDA_ERROR_INVALID_VALUE;
@@ -649,6 +700,11 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
         break; /* accepted; the sim's pool has no reuse policy to tune */
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0)
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else
+            sim.dev[d].pool.reserved_high = sim.dev[d].pool.reserved;
+        break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
         if (*(cuuint64_t *)value != 0)
             rc = CUDA_ERROR_INVALID_VALUE;
@@ -670,6 +726,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     if (d < 0 || !value) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     size_t used = sim.dev[d].pool.used, high = sim.dev[d].pool.used_high;
+    size_t reserved = sim.dev[d].pool.reserved, reserved_high = sim.dev[d].pool.reserved_high;
     cuuint64_t threshold = sim.dev[d].pool.release_threshold;
     sim_unlock();
     switch (attr) {
@@ -682,10 +739,14 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
         *(int *)value = 1;
         break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        *(cuuint64_t *)value = reserved;
+        break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
         *(cuuint64_t *)value = used;
         break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        *(cuuint64_t *)value = reserved_high;
+        break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
         *(cuuint64_t *)value = high;
         break;
@@ -1121,8 +1182,12 @@ CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *loc, CUd
 
 CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
+    if (pp) *pp = NULL;
     SIM_CHECK_INIT();
-    if (!pp || size == 0 ||
+    if (pp && size == 0 && !(flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                                              CU_MEMHOSTALLOC_WRITECOMBINED)))
+        return CUDA_SUCCESS; /* size 0: success and NULL, as the real driver answers */
+    if (!pp ||
         (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
                              CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_ERROR_INVALID_VALUE;
@@ -1164,6 +1229,7 @@ static CUresult host_range_drop(void *p, int kind, CUresult missing, sim_op op)
 
 CUresult cuMemFreeHost(void *p)
 {
+    if (!p) return CUDA_SUCCESS; /* as the real driver answers (drv_api.out) */
     return host_range_drop(p, SIM_R_HOST, CUDA_ERROR_INVALID_VALUE, SIM_OP_HOST_FREE);
 }
 
