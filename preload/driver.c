@@ -118,19 +118,24 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
                           CUresult (*real)(CUdeviceptr *, size_t, CUstream),
                           CUresult (*real_sync)(CUdeviceptr *, size_t))
 {
+    if (dptr) *dptr = 0; /* a refused call leaves 0, as the real driver does (drv_api.out) */
     gm_stat_add(kind == GM_ALLOC_ASYNC ? GM_ST_DRV_ALLOC_ASYNC : GM_ST_DRV_ALLOC, 1);
     CUdevice dev;
     int graph = kind == GM_ALLOC_ASYNC && capturing(stream);
-    /* a cuMemAlloc the capture rules forbid now: the driver's own refusal */
-    int forbidden = kind != GM_ALLOC_ASYNC && gm_capture_prohibited();
+    /* an allocation the capture rules forbid now (cuMemAlloc, or cuMemAllocAsync on a stream
+     * not captured: an H200 refuses both with 900 and invalidates the capture): the driver's own
+     * refusal */
+    int forbidden = !graph && gm_capture_prohibited();
     if (gm_mode() == GM_MODE_REPLACE && !graph && !forbidden) {
         /* the driver's own checks, in its order: the stream, then the arguments (size 0 is
-         * CUDA_ERROR_INVALID_VALUE at the driver level; only the runtime maps it to NULL);
-         * a stream-ordered allocation lives on its stream's device */
+         * CUDA_ERROR_INVALID_VALUE for cuMemAlloc, success and 0 for cuMemAllocAsync, as on an
+         * H200); a stream-ordered allocation lives on its stream's device */
         if (kind == GM_ALLOC_ASYNC ? !gm_stream_device(stream, &dev) : 0)
             return CUDA_ERROR_INVALID_HANDLE;
-        if (!dptr || size == 0)
+        if (!dptr || (size == 0 && kind != GM_ALLOC_ASYNC))
             return CUDA_ERROR_INVALID_VALUE;
+        if (size == 0)
+            return CUDA_SUCCESS;
         if (kind != GM_ALLOC_ASYNC) {
             CUresult r = ctx_device(&dev);
             if (r != CUDA_SUCCESS)
@@ -170,7 +175,7 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
     CUresult res;
     /* a free on a capturing stream is a free node (the driver's to take or refuse); a cuMemFree
      * the capture rules forbid is the driver's to refuse: gpumem's block stays allocated */
-    int to_driver = kind == GM_ALLOC_ASYNC ? capturing(stream) : gm_capture_prohibited();
+    int to_driver = (kind == GM_ALLOC_ASYNC && capturing(stream)) || gm_capture_prohibited();
     if (gm_mode() == GM_MODE_REPLACE && p && !to_driver) { /* NULL: the driver's own answer */
         if (kind == GM_ALLOC_ASYNC && !gm_stream_valid(stream))
             return CUDA_ERROR_INVALID_HANDLE;
@@ -409,11 +414,14 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
 {
     if (!pp)
         return CUDA_ERROR_INVALID_VALUE;
+    *pp = NULL; /* a refused call leaves NULL, as the real driver does */
     /* forbidden by the capture rules now: the driver's own refusal (below) */
     if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED) &&
         !gm_capture_prohibited()) {
-        if (size == 0 || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)))
-            return CUDA_ERROR_INVALID_VALUE; /* what the driver answers (the runtime maps 0 to NULL) */
+        if (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP))
+            return CUDA_ERROR_INVALID_VALUE; /* what the driver answers */
+        if (size == 0)
+            return CUDA_SUCCESS; /* NULL, as the driver answers on an H200 (drv_api.out) */
         CUresult r = gm_pinned_alloc(pp, size);
         return r;
     }
@@ -428,6 +436,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
 }
 static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
 {
+    if (pp) *pp = NULL;
     CUresult fail;
     if (gm_fail_take(GM_FAIL_HOST_ALLOC, &fail))
         return fail;
@@ -437,6 +446,7 @@ static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
 }
 static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
 {
+    if (pp) *pp = NULL;
     CUresult fail;
     if (gm_fail_take(GM_FAIL_HOST_ALLOC, &fail))
         return fail;

@@ -249,8 +249,16 @@ static void rt_record_free(void *p, cudaStream_t s, int async)
     }
 }
 
+/* Every allocation entry point clears its out-parameter first, as CUDA 13 does: a refused call
+ * leaves NULL (tests/diff/gpu-h200/rt_errors.out, capture_modes.out). */
+#define RT_CLEAR_OUT(p)                                                                            \
+    do {                                                                                           \
+        if (p) *(p) = NULL;                                                                        \
+    } while (0)
+
 GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
 {
+    RT_CLEAR_OUT(p);
     gm_stat_add(GM_ST_RT_MALLOC, 1);
     malloc_fn real = real_cudaMalloc();
     gm_mode_t m = rt_mode();
@@ -282,8 +290,8 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
     /* a free on a capturing stream is a free node, a cudaFree the capture rules forbid is
      * refused: both are the runtime's (and driver's) to answer; gpumem's block stays allocated */
     int to_runtime = m == GM_MODE_REPLACE && p &&
-                     (async ? gm_capture_underway() && gm_stream_capturing((CUstream)s)
-                            : gm_capture_prohibited());
+                     ((async && gm_capture_underway() && gm_stream_capturing((CUstream)s)) ||
+                      gm_capture_prohibited());
     if (to_runtime && gm_heap_lookup((CUdeviceptr)(uintptr_t)p, &(CUdeviceptr){0}, &(size_t){0})) {
         if (async ? !real_async : !real_sync)
             return NO_RUNTIME;
@@ -336,11 +344,13 @@ GM_EXPORT cudaError_t cudaFree(void *p)
 
 static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc_async_fn real)
 {
+    RT_CLEAR_OUT(p);
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     gm_mode_t m = rt_mode();
     /* on a capturing stream: the graph's allocation node, the driver's (driver.c, drv_alloc) */
     int graph = m != GM_MODE_OFF && gm_capture_underway() && gm_stream_capturing((CUstream)s);
-    if (m == GM_MODE_REPLACE && p && !graph) {
+    /* on a stream not captured while the capture rules forbid it: the runtime's refusal (900) */
+    if (m == GM_MODE_REPLACE && p && !graph && !gm_capture_prohibited()) {
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, s, GM_ALLOC_ASYNC, &fail);
         if (fail != CUDA_SUCCESS)
@@ -470,6 +480,7 @@ GM_EXPORT cudaError_t cudaDeviceReset(void)
 
 static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_flags)
 {
+    RT_CLEAR_OUT(p);
     gm_mode_t m = rt_mode();
     /* forbidden by the capture rules now: the runtime's own refusal (below) */
     if (m == GM_MODE_REPLACE && p && !(flags & cudaHostAllocWriteCombined) &&

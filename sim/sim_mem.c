@@ -231,7 +231,7 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
 static CUresult pool_reserve(int dev)
 {
     sim_device *d = &sim.dev[dev];
-    size_t want = round_up(d->pool.used, SIM_POOL_CHUNK);
+    size_t want = d->pool.used; /* the H200 reserves SIM_POOL_CHUNK steps: not modelled yet */
     if (want > d->pool.reserved) {
         CUresult rc = sim_charge(dev, want - d->pool.reserved, true);
         if (rc) return rc;
@@ -247,7 +247,7 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     /* a pool allocation's charge is its share of the pool (pool_reserve charges the device) */
-    size_t charge = from_pool ? round_up(size, SIM_ALLOC_ROUND) : round_up(size, SIM_ALLOC_PAGE);
+    size_t charge = round_up(size, SIM_ALLOC_ROUND);
     CUresult rc;
     if (from_pool) {
         sim_device *d = &sim.dev[dev];
@@ -532,6 +532,8 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
         ;
     else if (!rc && st->capture)
         rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
+    else if (!rc && sim_capture_prohibits_unsafe())
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as an H200 (capture_modes.out) */
     else if (!rc)
         rc = device_alloc(st->dev, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
@@ -551,6 +553,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
         ;
     else if (!rc && st->capture)
         rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
+    else if (!rc && sim_capture_prohibits_unsafe())
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     else if (!rc)
         rc = device_alloc(d, dptr, size, true);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
@@ -568,7 +572,9 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
     size_t freed = 0;
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc && !dptr && !st->capture)
+    if (!rc && !st->capture && sim_capture_prohibits_unsafe())
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as an H200 (capture_modes.out) */
+    else if (!rc && !dptr && !st->capture)
         ; /* freeing 0 succeeds, as cuMemFree_v2(0) does (drv_api.out) */
     else if (!rc && !dptr)
         rc = CUDA_ERROR_INVALID_VALUE;

@@ -246,7 +246,10 @@ int main(int argc, char **argv)
         tot.host_frees += w[i].c.host_frees;
         tot.bad += w[i].c.bad;
     }
-    /* the driver through the runtime's entry-point query (what cuBLAS-style code does) */
+    /* the driver through the runtime's entry-point query (what cuBLAS-style code does). The
+     * query gives this thread no context (an H200 answered cuMemAlloc with 201 here), so the
+     * runtime initializes the thread first, as a library does before it calls the driver. */
+    cudaFree(NULL);
     CUresult (*drv_alloc)(CUdeviceptr *, size_t) = NULL;
     CUresult (*drv_free)(CUdeviceptr) = NULL;
     enum cudaDriverEntryPointQueryResult st;

@@ -38,8 +38,13 @@ static inline void cu(const char *what, CUresult r)
 {
     const char *n = NULL;
     static CUresult (*name)(CUresult, const char **);
-    if (!name)
-        name = (CUresult(*)(CUresult, const char **))dlsym(RTLD_DEFAULT, "cuGetErrorName");
+    if (!name) {
+        /* the driver the runtime loaded: the real runtime loads it privately (RTLD_LOCAL), so
+         * the global scope may not show its names */
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        name = (CUresult(*)(CUresult, const char **))(h ? dlsym(h, "cuGetErrorName")
+                                                         : dlsym(RTLD_DEFAULT, "cuGetErrorName"));
+    }
     if (!name || name(r, &n) != CUDA_SUCCESS)
         n = "?";
     printf("%s = %d %s\n", what, (int)r, n);

@@ -8,6 +8,6 @@ DIFF_BINS := $(addprefix $(BUILD)/tests/diff/,$(DIFF_PROGS))
 $(DIFF_BINS): $(BUILD)/tests/diff/%: $(BUILD)/tests/diff/%.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
 ALL_TARGETS += $(DIFF_BINS)
-SCRIPT_TESTS += tests/diff/run.sh
+SCRIPT_TESTS += tests/diff/run.sh tests/diff/gpu_truth.sh
 TSAN_SCRIPT_TESTS += tests/diff/run.sh
 BENCHES += tests/bench/free_sync_bench.sh

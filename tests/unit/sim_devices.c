@@ -184,8 +184,13 @@ static void test_pool_high_water_marks(void **state)
     assert_int_equal(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &one),
                      CUDA_ERROR_INVALID_VALUE); /* only 0 resets */
     OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
+    assert_int_equal(high, 2 * MiB); /* reset to the current reservation */
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
-    assert_int_equal(high, 2 * MiB); /* reset to the current use */
+    assert_int_equal(high, 6 * MiB); /* the two marks are reset apart */
+    OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
+    assert_int_equal(high, 2 * MiB);
     OK(cuMemFreeAsync(b, NULL));
     OK(cuStreamSynchronize(NULL));
 }
