@@ -32,10 +32,11 @@
 
 #define SIM_GRANULARITY ((size_t)2 << 20) /* VMM granularity, like current NVIDIA parts */
 #define SIM_ALLOC_ROUND ((size_t)512)     /* pool and graph allocations: their "used" rounding */
-/* What an allocation costs the device's memory on an H200 (driver 580; tests/diff/gpu-h200/
- * meminfo.out, rt_sizes.out, reset.out), not modelled yet (tests/diff/gpu-differences.txt):
- * cuMemAlloc takes whole 2 MiB pages (1 B and 2 MiB: 2 MiB; 2 MiB + 1: 4 MiB), and the
- * stream-ordered pool reserves 32 MiB chunks, given back when its allocations are freed. */
+/* What an allocation costs the device's memory, as cudaMemGetInfo shows it on an H200 (driver
+ * 580; tests/diff/gpu-h200/meminfo.out, rt_sizes.out, reset.out): cuMemAlloc takes whole 2 MiB
+ * pages (1 B and 2 MiB: 2 MiB; 2 MiB + 1: 4 MiB), and the stream-ordered pool reserves 32 MiB
+ * chunks, given back when its allocations are freed (release threshold 0). */
+#define SIM_ALLOC_PAGE ((size_t)2 << 20)
 #define SIM_POOL_CHUNK ((size_t)32 << 20)
 #define SIM_MAX_FAULTS 32
 /* The device description (an A100's figures; memory size aside): cuDeviceGetAttribute reports

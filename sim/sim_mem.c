@@ -231,7 +231,7 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
 static CUresult pool_reserve(int dev)
 {
     sim_device *d = &sim.dev[dev];
-    size_t want = d->pool.used; /* the H200 reserves SIM_POOL_CHUNK steps: not modelled yet */
+    size_t want = round_up(d->pool.used, SIM_POOL_CHUNK);
     if (want > d->pool.reserved) {
         CUresult rc = sim_charge(dev, want - d->pool.reserved, true);
         if (rc) return rc;
@@ -247,7 +247,7 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     /* a pool allocation's charge is its share of the pool (pool_reserve charges the device) */
-    size_t charge = round_up(size, SIM_ALLOC_ROUND);
+    size_t charge = from_pool ? round_up(size, SIM_ALLOC_ROUND) : round_up(size, SIM_ALLOC_PAGE);
     CUresult rc;
     if (from_pool) {
         sim_device *d = &sim.dev[dev];

@@ -77,7 +77,7 @@ static void test_accounting_is_per_device(void **state)
     OK(sim_device_info(0, &b0));
     OK(sim_device_info(1, &b1));
     assert_int_equal(b0.allocated, a0.allocated);
-    assert_int_equal(b1.allocated, a1.allocated + 7 * MiB);
+    assert_int_equal(b1.allocated, a1.allocated + 8 * MiB); /* 3 MiB takes two 2 MiB pages */
     size_t fr, tot;
     OK(cuMemGetInfo(&fr, &tot)); /* device 0 is current */
     assert_int_equal(fr, b0.free);
@@ -179,13 +179,15 @@ static void test_pool_high_water_marks(void **state)
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
     assert_int_equal(high, 6 * MiB); /* the mark, not the current use */
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
-    assert_int_equal(high, 6 * MiB);
+    assert_int_equal(high, 32 * MiB); /* the pool reserves 32 MiB chunks (an H200's) */
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v));
+    assert_int_equal(v, 32 * MiB);
     cuuint64_t one = 1;
     assert_int_equal(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &one),
                      CUDA_ERROR_INVALID_VALUE); /* only 0 resets */
     OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high));
-    assert_int_equal(high, 2 * MiB); /* reset to the current reservation */
+    assert_int_equal(high, 32 * MiB); /* reset to the current reservation */
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high));
     assert_int_equal(high, 6 * MiB); /* the two marks are reset apart */
     OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
