@@ -22,6 +22,12 @@
  *
  * The program's VMM follows the driver's rule: a physical handle holds its memory from
  * cuMemCreate until it is released and no longer mapped.
+ *
+ * Memory recorded outside gpumem is counted as the driver charges it, as an H200 (driver 580)
+ * showed (tests/diff/gpu-h200/meminfo.out, rt_sizes.out): a cuMemAlloc takes whole 2 MiB
+ * pages, and a CUDA memory pool reserves 32 MiB chunks for its allocations (the default pool,
+ * which the program's stream-ordered allocations passed through use, and the pools the program
+ * chose, each rounded on its own). So that rounding is not mistaken for unrecorded memory.
  */
 #include "snapshot/read/gm_devused.h"
 
@@ -34,8 +40,12 @@
 
 #define DU_MAX_DEV 64
 
+#define DU_PAGE ((uint64_t)2 << 20)  /* what a cuMemAlloc is charged in */
+#define DU_CHUNK ((uint64_t)32 << 20) /* what a CUDA memory pool reserves in */
+
 typedef struct du_item { /* an allocation, array or physical handle held outside gpumem */
     uint64_t size;
+    uint64_t charge; /* what the driver charges for it (0: pooled, counted with its pool) */
     uint32_t stack;
     uint8_t cat, live, released;
     int8_t dev;
@@ -47,6 +57,7 @@ typedef struct du_map {
 
 typedef struct du_state {
     uint64_t reserved, outside[GM_DU_NCAT];
+    uint64_t pooled[GM_DU_NCAT]; /* bytes of pool allocations: the pool reserves DU_CHUNK steps */
 } du_state;
 
 typedef struct sweep {
@@ -73,7 +84,10 @@ const char *gm_devused_cat_name(int cat)
 
 static int dev_index(int d) { return d >= 0 && d < DU_MAX_DEV ? d : 0; }
 
-static int64_t add_item(sweep *s, uint64_t size, uint32_t stack, int cat, int dev)
+static uint64_t round_to(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+/* charge: what the driver takes for it; 0 for a pool allocation (its pool's chunks count) */
+static int64_t add_item(sweep *s, uint64_t size, uint64_t charge, uint32_t stack, int cat, int dev)
 {
     if (s->nit == s->capit) {
         size_t c = s->capit ? s->capit * 2 : 256;
@@ -82,8 +96,11 @@ static int64_t add_item(sweep *s, uint64_t size, uint32_t stack, int cat, int de
             return -1;
         s->it = n, s->capit = c;
     }
-    s->it[s->nit] = (du_item){size, stack, (uint8_t)cat, 1, 0, (int8_t)dev_index(dev), 0};
-    s->st[dev_index(dev)].outside[cat] += size;
+    s->it[s->nit] = (du_item){size, charge, stack, (uint8_t)cat, 1, 0, (int8_t)dev_index(dev), 0};
+    if (charge)
+        s->st[dev_index(dev)].outside[cat] += charge;
+    else
+        s->st[dev_index(dev)].pooled[cat] += size;
     return (int64_t)s->nit++;
 }
 
@@ -93,8 +110,9 @@ static void drop_item(sweep *s, uint64_t i)
     if (!t->live)
         return;
     t->live = 0;
-    uint64_t *o = &s->st[(int)t->dev].outside[t->cat];
-    *o -= t->size < *o ? t->size : *o;
+    uint64_t *o = t->charge ? &s->st[(int)t->dev].outside[t->cat] : &s->st[(int)t->dev].pooled[t->cat];
+    uint64_t v = t->charge ? t->charge : t->size;
+    *o -= v < *o ? v : *o;
 }
 
 static void point_at(const sweep *s, int dev, gm_du_point *p, uint64_t seq, uint64_t free_b,
@@ -107,8 +125,8 @@ static void point_at(const sweep *s, int dev, gm_du_point *p, uint64_t seq, uint
     p->reserved = st->reserved;
     p->outside_total = 0;
     for (int c = 0; c < GM_DU_NCAT; c++) {
-        p->outside[c] = st->outside[c];
-        p->outside_total += st->outside[c];
+        p->outside[c] = st->outside[c] + round_to(st->pooled[c], DU_CHUNK);
+        p->outside_total += p->outside[c];
     }
     p->not_recorded = (int64_t)used - (int64_t)p->reserved - (int64_t)p->outside_total;
 }
@@ -208,7 +226,11 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
             break; /* served by gpumem: inside its segments */
         if (u64map_del(&s->by_addr, addr, &v))
             drop_item(s, v); /* handed out again without a free */
-        ni = add_item(s, size, stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
+        /* from a pool: the program's own (REC_F_POOL), or the default pool a stream-ordered
+         * allocation passed through comes from; else a cuMemAlloc, in whole pages */
+        ni = add_item(s, size,
+                      (flags & REC_F_POOL) || kind == REC_ALLOC_ASYNC ? 0 : round_to(size, DU_PAGE),
+                      stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
         if (ni < 0 || u64map_put(&s->by_addr, addr, (uint64_t)ni) != 0)
             rc = -1;
         s->addr_seen[addr_bit(addr) >> 6] |= 1ull << (addr_bit(addr) & 63);
@@ -219,7 +241,7 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
             drop_item(s, v);
         break;
     case REC_ARRAY_ALLOC:
-        ni = add_item(s, size, stack, GM_DU_ARRAY, dev);
+        ni = add_item(s, size, size ? size : 1, stack, GM_DU_ARRAY, dev);
         if (ni < 0 || u64map_put(&s->by_array, addr, (uint64_t)ni) != 0)
             rc = -1;
         break;
@@ -230,7 +252,7 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
     case REC_VMM_CREATE:
         if (u64map_del(&s->by_handle, addr, &v))
             drop_item(s, v); /* a handle value reused: the old one is gone */
-        ni = add_item(s, size, stack, GM_DU_VMM, dev);
+        ni = add_item(s, size, size ? size : 1, stack, GM_DU_VMM, dev);
         if (ni < 0 || u64map_put(&s->by_handle, addr, (uint64_t)ni) != 0)
             rc = -1;
         break;
