@@ -1037,13 +1037,15 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (!h || h->refs <= 0 || offset > h->size || size > h->size - offset)
         rc = CUDA_ERROR_INVALID_VALUE;
+    else if (size != h->size)
+        rc = CUDA_ERROR_NOT_SUPPORTED; /* a part of a handle: an H200's driver refuses it */
     sim_mapping *m = NULL;
     size_t first = 0, n = size / SIM_GRANULARITY;
     if (!rc) {
         first = (va - r->base) / SIM_GRANULARITY;
         if (!r->slots) r->slots = calloc(r->size / SIM_GRANULARITY, sizeof *r->slots);
         for (size_t k = 0; r->slots && k < n && !rc; k++)
-            if (r->slots[first + k]) rc = CUDA_ERROR_NOT_SUPPORTED; /* the real driver's code */
+            if (r->slots[first + k]) rc = CUDA_ERROR_INVALID_VALUE; /* over a mapping: the H200's code */
         if (!rc && sim_fault_map())
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else if (!rc && (!r->slots || !(m = malloc(sizeof *m))))
