@@ -301,10 +301,21 @@ static void attr_patch(CUpointer_attribute a, void *data, const struct gm_alloc_
     switch (a) {
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = r->base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = r->size; break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = r->id; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = r->id; break;
+    /* a number of its own, as the driver's block ids are (an H200: ptr_query.out) */
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = r->id ^ (1ull << 47); break;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(void **)data = (void *)r->base; break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = r->size; break;
+    /* a stream-ordered allocation: pool memory is not legacy-IPC capable, and gpumem refuses
+     * legacy IPC on its memory anyway (gm_heap_ipc_refuse) */
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        if (r->pooled) *(int *)data = 0;
+        break;
+    /* what the driver would have mapped for it: whole 2 MiB pages, a pool's 32 MiB chunk */
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: {
+        size_t step = r->pooled ? (size_t)32 << 20 : (size_t)2 << 20;
+        *(size_t *)data = (r->size + step - 1) / step * step;
+        break;
+    }
     default: break;
     }
 }

@@ -523,6 +523,7 @@ struct gm_alloc_ref {
     size_t size;
     unsigned long long id;
     int device; /* -1: pinned host memory */
+    int pooled; /* a stream-ordered allocation (which a CUDA pool would have served) */
 };
 int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out);
 /* A copy or memset of n bytes at p (device side): 1 when p lies in gpumem's device memory and

@@ -564,6 +564,23 @@ void gm_heap_pool_note(int dev, uintptr_t ptr, size_t size)
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* 1: ptr is a live stream-ordered allocation of gpumem's */
+static int pool_has(uintptr_t ptr)
+{
+    if (!atomic_load_explicit(&pool_live, memory_order_relaxed))
+        return 0;
+    int found = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (size_t j = pool_cap ? pool_hash(ptr) & (pool_cap - 1) : 0; pool_cap && pool_set[j].ptr;
+         j = (j + 1) & (pool_cap - 1))
+        if (pool_set[j].ptr == ptr) {
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&pool_lock);
+    return found;
+}
+
 void gm_heap_pool_forget(uintptr_t ptr)
 {
     if (!atomic_load_explicit(&pool_live, memory_order_relaxed))
@@ -679,6 +696,7 @@ int gm_heap_find(CUdeviceptr ptr, struct gm_alloc_ref *out)
         out->size = q.requested;
         out->id = (1ull << 63) | ((unsigned long long)i << 48) | q.alloc_id;
         out->device = i;
+        out->pooled = pool_has(q.base);
         return 1;
     }
     return 0;

@@ -373,6 +373,7 @@ int gm_pinned_find(const void *ptr, struct gm_alloc_ref *out)
             out->size = hit->size;
             out->id = (3ull << 62) | hit->id;
             out->device = -1;
+            out->pooled = 0;
             found = 1;
         }
     }

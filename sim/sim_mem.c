@@ -1373,6 +1373,22 @@ static int ptr_dev(const sim_range *r, const sim_mapping *m)
     return r->kind == SIM_R_DEVICE ? r->dev : 0;
 }
 
+/* The memory block ids: the driver numbers blocks apart from buffers (an H200's block id of an
+ * allocation is not its buffer id: tests/diff/gpu-h200/ptr_query.out). */
+#define SIM_BLOCK_ID_BIT (1ull << 40)
+
+/* The mapping an address lies in, as an H200 reports it: whole 2 MiB pages for cuMemAlloc,
+ * pinned and managed memory, the pool's 32 MiB chunks for a stream-ordered allocation, the
+ * mapping itself for VMM; else the allocation's size. */
+static size_t mapping_size(const sim_range *r, const sim_mapping *m, size_t size)
+{
+    if (m || r->graph) return size;
+    if (r->kind == SIM_R_DEVICE && r->from_pool) return round_up(size, SIM_POOL_CHUNK);
+    if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_HOST || r->kind == SIM_R_MANAGED)
+        return round_up(size, SIM_ALLOC_PAGE);
+    return size;
+}
+
 /* One attribute for p; lock held. Unknown pointers: CUDA_ERROR_INVALID_VALUE. */
 static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
 {
@@ -1408,8 +1424,8 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
         *(int *)data = ptr_dev(r, m);
         break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(int *)data = r->kind == SIM_R_DEVICE && !r->graph;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: /* not pool memory (an H200's answer) */
+        *(int *)data = r->kind == SIM_R_DEVICE && !r->graph && !r->from_pool;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = (CUdeviceptr)base;
@@ -1433,13 +1449,13 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL(r->dev) : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        *(size_t *)data = size;
+        *(size_t *)data = mapping_size(r, m, size);
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(void **)data = (void *)base;
         break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-        *(unsigned long long *)data = m ? m->h->id : r->id;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: /* a number of its own, not the buffer id */
+        *(unsigned long long *)data = SIM_BLOCK_ID_BIT | (m ? m->h->id : r->id);
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;
