@@ -1454,8 +1454,8 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(void **)data = (void *)base;
         break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: /* a number of its own, not the buffer id */
-        *(unsigned long long *)data = SIM_BLOCK_ID_BIT | (m ? m->h->id : r->id);
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: /* VMM: the handle; else a number of its own */
+        *(unsigned long long *)data = m ? m->h->id : SIM_BLOCK_ID_BIT | r->id;
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;

@@ -4,7 +4,10 @@
 # ($BUILD/tests/diff/), both outputs kept in DIR (PROG.gpu, PROG.sim) and a summary printed:
 # what the virtual GPU still answers otherwise than the driver. tests/gpu/graphs_parity.sh gates
 # the programs whose answers must agree; the others (memory figures that depend on the card's
-# size, OOM at the sim's capacity) are read by a person. Exits 77 where no GPU is present.
+# size, OOM at the sim's capacity) are read by a person. Each GPU output is also compared with
+# the recording tests/diff/gpu_truth.sh holds the virtual GPU to (tests/diff/gpu-h200/PROG.out):
+# a difference there is a driver that answers otherwise than the H200 of 2026-12-04 did, and
+# fails (exit 1). Exits 77 where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
 out=${1:?usage: diff_all.sh DIR}
@@ -16,6 +19,7 @@ source tests/gpu/common.bash
 mkdir -p "$out"
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 ndev=$(nvidia-smi -L | wc -l)
+fail=0
 for src in tests/diff/*.c; do
   p=$(basename "$src" .c)
   gpu_make "$BUILD/tests/diff/$p" > /dev/null || continue
@@ -25,5 +29,11 @@ for src in tests/diff/*.c; do
   GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" > "$out/$p.sim" 2> "$out/$p.sim.err"; s=$?
   rm -f "$out/$p.bin"
   n=$(diff "$out/$p.gpu" "$out/$p.sim" | grep -c '^[<>]')
-  echo "$p: exit GPU $g virtual GPU $s, $n differing line(s) of $(wc -l < "$out/$p.gpu")"
+  rec=tests/diff/gpu-h200/$p.out
+  if [[ ! -f $rec ]]; then was="no recording"
+  elif cmp -s "$rec" "$out/$p.gpu"; then was="as recorded"
+  else was="OTHERWISE than recorded"; fail=1; diff "$rec" "$out/$p.gpu" | head -10; fi
+  echo "$p: exit GPU $g virtual GPU $s, $n differing line(s) of $(wc -l < "$out/$p.gpu"); the GPU's output $was"
 done
+[[ $fail -eq 0 ]] && echo "every recorded output is what this GPU prints" || echo "FAIL: this GPU answers otherwise than the recording (tests/diff/gpu-h200)"
+exit $fail

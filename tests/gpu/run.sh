@@ -22,7 +22,10 @@
 #   7. Python frames under PyTorch (tests/gpu/pytorch_frames.sh, issue 21: the top call sites
 #      are the script's lines, emit_nvtx() ops are the innermost phases);
 #   8. the issue-37 differential programs on the GPU against the virtual GPU
-#      (tests/gpu/graphs_parity.sh: graph memory nodes, capture modes, 713, pitch, out-of-bounds).
+#      (tests/gpu/graphs_parity.sh: graph memory nodes, capture modes, 713, pitch, out-of-bounds);
+#   9. every program of the differential corpus on the GPU, its output compared with the
+#      recording tests/diff/gpu_truth.sh holds the virtual GPU to (tests/gpu/diff_all.sh; the
+#      outputs kept in $GPUMEM_GPU_SAVE/diff-all when that is set).
 # Exits 77 with a message where no GPU is present.
 set -uo pipefail
 BUILD=${BUILD:-build}
@@ -84,5 +87,8 @@ part "pytorch presets against PyTorch" 120 tests/gpu/pytorch_parity.sh
 part "the virtual GPU against the driver" 60 tests/gpu/sim_parity.sh
 part "graphs, captures, pools, pitch, out-of-bounds: the virtual GPU against the GPU (issue 37)" 120 tests/gpu/graphs_parity.sh
 part "the CUDA trainer as 2 MPI ranks" 90 tests/gpu/train_mpi.sh
+diffdir=${GPUMEM_GPU_SAVE:-$tmp}/diff-all
+echo "=== the differential corpus on the GPU, against tests/diff/gpu-h200 (tests/gpu/diff_all.sh)"
+timeout --kill-after=5 120 env BUILD="$BUILD" bash tests/gpu/diff_all.sh "$diffdir" || fail=1
 echo "tests/gpu/run.sh: $([[ $fail -eq 0 ]] && echo passed || echo FAILED)"
 exit $fail

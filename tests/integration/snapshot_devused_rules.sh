@@ -5,7 +5,8 @@
 #    left (released while mapped: still held; an unmap covering two mappings ends both);
 #  - a handle created and released without a mapping holds nothing after the release;
 #  - allocations served by gpumem (cache flag) are inside its segments, not "outside";
-#    allocations without a cache flag are pass-through, with flag 2048 from a pool;
+#    allocations without a cache flag are pass-through (counted in whole 2 MiB pages, as the
+#    driver charges a cuMemAlloc), with flag 2048 from a pool (the pool's 32 MiB chunks);
 #  - arrays are held from array_alloc to array_free;
 #  - reserved follows seg_map/seg_unmap; not recorded = used - reserved - outside;
 #  - the peak is the sample with the highest device used, not the last one.
@@ -39,7 +40,7 @@ INSERT INTO events VALUES
  (10, 95, 22, 0,    0, 0, 0, 8, 2*$M, 2*$M, 0, NULL, NULL),           -- handle 8, never mapped
  (11, 96, 23, 0,    0, 0, 0, 8, 2*$M, 0, 0, NULL, NULL),              -- released: gone
  (12, 97, 27, 0,    0, 0, 0, 4242, 3*$M, 3*$M, 0, NULL, NULL),        -- an array, 3 MiB
- (13, 100, 24, 0,   0, 0, 0, 0, 320*$M, 16384*$M, 2, NULL, NULL),     -- peak: 320 used
+ (13, 100, 24, 0,   0, 0, 0, 0, 350*$M, 16384*$M, 2, NULL, NULL),     -- peak: 350 used
  (14, 110, 12, 0,  -1, 0, 0, 900000000, 4*$M, 0, 0, NULL, NULL),      -- one unmap ends both
  (15, 120, 28, 0,  -1, 0, 0, 4242, 3*$M, 0, 0, NULL, NULL),           -- array freed
  (16, 130, 2,  0,  -1, 0, 0, 500000000, $M, 0, 0, NULL, NULL),        -- pass-through freed
@@ -64,7 +65,7 @@ EOF
 #                          seq used reserved vmm pools pass arrays not_recorded (MiB)
 check_eq "start"   "$(grep '^start ' "$TMP/fig")" "start 2 302 2 0 0 0 0 300"
 check_eq "peak: the highest sample; handle 7 held (released, mapped), handle 8 gone, served alloc inside" \
-    "$(grep '^peak ' "$TMP/fig")" "peak 13 320 2 4 3 1 3 307"
+    "$(grep '^peak ' "$TMP/fig")" "peak 13 350 2 4 32 2 3 307"
 check_eq "exit: everything outside gone, segments unmapped" "$(grep '^exit ' "$TMP/fig")" "exit 20 303 0 0 0 0 0 303"
 check_eq "context measured at start" "$(grep '^context ' "$TMP/fig")" "context 300"
 check_eq "outside at the peak, largest first" "$(grep '^sites ' "$TMP/fig")" \
