@@ -2,7 +2,7 @@
 # PyTorch but not the Debian -dev packages gpumem's recorder needs (sqlite3.h, libunwind,
 # libdw), and nothing can be installed there. So each target is built there when it can be,
 # and otherwise taken as tests/gpu/prepare.sh built it on a machine that has them (that build
-# travels with the device call: `carry ["build"]`), with the shared libraries the device lacks
+# travels with the device call: `carry ["build-gpu"]`, BUILD=build-gpu), with the shared libraries the device lacks
 # from $BUILD/gpu-libs.
 #
 # The PyTorch scripts (pytorch_three_ways, pytorch_frames, pytorch_parity) also run without a GPU,

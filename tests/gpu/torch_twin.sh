@@ -7,7 +7,7 @@
 #
 # Where the twin's figures come from, in this order:
 #   1. the same interpreter on the device, through $BUILD/sim/torch-env (the virtual GPU's
-#      libraries travel with the build: `carry ["build"]`): the same PyTorch on both sides. It
+#      libraries travel with the build: `carry ["build-gpu"]`): the same PyTorch on both sides. It
 #      counts only if it really ran on the virtual GPU (its GPUMEM_SIM_STATS lines) and saw
 #      "NVIDIA H200";
 #   2. else the figures tests/gpu/prepare.sh recorded here before the device call

@@ -4,11 +4,12 @@
 # cache), gpu_make takes the prebuilt targets, gpu_libs puts the copied libraries first on
 # LD_LIBRARY_PATH, and gpumem runs from them; a target nobody built fails.
 set -uo pipefail
+source "$(dirname "$0")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ -n ${SAN:-} ]] && { echo "skipped: packaging of the plain build only" >&2; exit 77; }
 [[ -x $BUILD/gpumem && -f $BUILD/libgpumem.so ]] || { echo "skipped: gpumem not built" >&2; exit 77; }
-bash tests/gpu/prepare.sh > /dev/null || fail "prepare.sh"
+BUILD="$BUILD" bash tests/gpu/prepare.sh > /dev/null || fail "prepare.sh"
 [[ -f $BUILD/.gpu-prebuilt && -f $BUILD/gpu-libs/libsqlite3.so.0 ]] || fail "prepare.sh did not mark the build or copy libsqlite3"
 ls "$BUILD"/gpu-libs | grepq -E '^(libc|libcuda|libcudart)\.so' && fail "C or CUDA libraries were copied"
 TMP=$(mktemp -d)

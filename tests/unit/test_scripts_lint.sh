@@ -18,8 +18,15 @@ n=0
 for f in $(grep -rlw grepq tests --include=*.sh --include=*.bash); do
   [[ $f == tests/pipe.bash || $f == tests/unit/test_scripts_lint.sh ]] && continue
   n=$((n + 1))
-  grep -qE '(pipe|common)\.bash' "$f" \
-    || { echo "FAIL: $f calls grepq but sources neither tests/pipe.bash nor a common file that does"; bad=1; }
+  # a source line of pipe.bash or a common file that sources it, before the first call (a
+  # source inside a quoted `bash -c` further down does not count for the lines above it)
+  first_src=$(awk '/^[[:space:]]*(source|\.)[[:space:]].*(pipe|common)\.bash/ {print NR; exit}' "$f")
+  first_use=$(awk '!/^[[:space:]]*#/ && /(^|[^[:alnum:]_])grepq([^[:alnum:]_]|$)/ && !/^[[:space:]]*grepq\(\)/ {print NR; exit}' "$f")
+  if [[ -z $first_src ]]; then
+    echo "FAIL: $f calls grepq but sources neither tests/pipe.bash nor a common file that does"; bad=1
+  elif [[ -n $first_use && $first_use -lt $first_src ]]; then
+    echo "FAIL: $f calls grepq on line $first_use, before it sources pipe.bash or a common file (line $first_src)"; bad=1
+  fi
 done
 for c in tests/integration/e2e_common.bash tests/integration/snapshot_common.bash tests/torch/common.bash tests/gpu/common.bash; do
   grep -q 'pipe.bash' "$c" || { echo "FAIL: $c does not source tests/pipe.bash"; bad=1; }
