@@ -1045,7 +1045,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
         first = (va - r->base) / SIM_GRANULARITY;
         if (!r->slots) r->slots = calloc(r->size / SIM_GRANULARITY, sizeof *r->slots);
         for (size_t k = 0; r->slots && k < n && !rc; k++)
-            if (r->slots[first + k]) rc = CUDA_ERROR_INVALID_VALUE; /* over a mapping: the H200's code */
+            if (r->slots[first + k])
+                rc = CUDA_ERROR_INVALID_VALUE; /* over a mapping: the H200's code */
         if (!rc && sim_fault_map())
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else if (!rc && (!r->slots || !(m = malloc(sizeof *m))))
@@ -1192,12 +1193,12 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     if (pp) *pp = NULL;
     SIM_CHECK_INIT();
-    if (pp && size == 0 && !(flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                                              CU_MEMHOSTALLOC_WRITECOMBINED)))
+    if (pp && size == 0 &&
+        !(flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                              CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_SUCCESS; /* size 0: success and NULL, as the real driver answers */
-    if (!pp ||
-        (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                             CU_MEMHOSTALLOC_WRITECOMBINED)))
+    if (!pp || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                                    CU_MEMHOSTALLOC_WRITECOMBINED)))
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     int dev;

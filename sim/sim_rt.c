@@ -1289,7 +1289,8 @@ static cudaError_t entry_point(const char *sym, void **fn, int version, unsigned
     /* A versioned name ("cuMemAlloc_v2") is not found through the runtime, though the driver's
      * own cuGetProcAddress answers it (entry_ctx.out, tests/gpu/sim_parity.sh). */
     const char *v = strrchr(sym, '_');
-    if (v && v[1] == 'v' && v[2] >= '0' && v[2] <= '9' && strspn(v + 2, "0123456789") == strlen(v + 2)) {
+    if (v && v[1] == 'v' && v[2] >= '0' && v[2] <= '9' &&
+        strspn(v + 2, "0123456789") == strlen(v + 2)) {
         *fn = NULL;
         r = CUDA_ERROR_NOT_FOUND;
     } else {

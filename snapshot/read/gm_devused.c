@@ -40,7 +40,7 @@
 
 #define DU_MAX_DEV 64
 
-#define DU_PAGE ((uint64_t)2 << 20)  /* what a cuMemAlloc is charged in */
+#define DU_PAGE ((uint64_t)2 << 20)   /* what a cuMemAlloc is charged in */
 #define DU_CHUNK ((uint64_t)32 << 20) /* what a CUDA memory pool reserves in */
 
 typedef struct du_item { /* an allocation, array or physical handle held outside gpumem */
@@ -84,7 +84,10 @@ const char *gm_devused_cat_name(int cat)
 
 static int dev_index(int d) { return d >= 0 && d < DU_MAX_DEV ? d : 0; }
 
-static uint64_t round_to(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+static uint64_t round_to(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
 
 /* charge: what the driver takes for it; 0 for a pool allocation (its pool's chunks count) */
 static int64_t add_item(sweep *s, uint64_t size, uint64_t charge, uint32_t stack, int cat, int dev)
@@ -110,7 +113,8 @@ static void drop_item(sweep *s, uint64_t i)
     if (!t->live)
         return;
     t->live = 0;
-    uint64_t *o = t->charge ? &s->st[(int)t->dev].outside[t->cat] : &s->st[(int)t->dev].pooled[t->cat];
+    uint64_t *o =
+        t->charge ? &s->st[(int)t->dev].outside[t->cat] : &s->st[(int)t->dev].pooled[t->cat];
     uint64_t v = t->charge ? t->charge : t->size;
     *o -= v < *o ? v : *o;
 }

@@ -43,7 +43,7 @@ static inline void cu(const char *what, CUresult r)
          * the global scope may not show its names */
         void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
         name = (CUresult(*)(CUresult, const char **))(h ? dlsym(h, "cuGetErrorName")
-                                                         : dlsym(RTLD_DEFAULT, "cuGetErrorName"));
+                                                        : dlsym(RTLD_DEFAULT, "cuGetErrorName"));
     }
     if (!name || name(r, &n) != CUDA_SUCCESS)
         n = "?";

@@ -302,7 +302,8 @@ static void test_memory_nodes_freed_in_graph(void **state)
     assert_int_equal(f, free0);
     OK(cuGraphInstantiateWithFlags(&x, g, 0));
     CUgraphExec x2;
-    assert_int_equal(cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_ERROR_NOT_SUPPORTED); /* 801 on an H200 */
+    assert_int_equal(cuGraphInstantiateWithFlags(&x2, g, 0),
+                     CUDA_ERROR_NOT_SUPPORTED); /* 801 on an H200 */
     for (int round = 0; round < 3; round++) {
         memset(h, 0, N * sizeof(int));
         OK(cuGraphLaunch(x, s));
