@@ -259,7 +259,7 @@ static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo 
 /* Steps from "step N" ranges (and phases from their fwd / bwd / opt components): each target's
  * birth and death noted (note_target, in gm_categories_build's pass over the allocations), then
  * the steps put in order. 1: found, 0: the recording has none. */
-static inline int note_target(ctx *x, const gm_alloc *a)
+static inline __attribute__((always_inline)) int note_target(ctx *x, const gm_alloc *a)
 {
     return note_ranged(x, &x->births, a->birth, a->range) ||
            (a->death && note_ranged(x, &x->deaths, a->death, a->death_range));
@@ -543,6 +543,11 @@ static int phases_from_lifetimes(ctx *x)
  * a seq in the same or the next step costs a comparison or two, not a search of every step. */
 static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 {
+    /* the last answer's step or the next one (the gallop's first two answers, sooner) */
+    if (from && from <= c->nsteps && c->steps[from - 1].start <= seq) {
+        if (from == c->nsteps || c->steps[from].start > seq) return from;
+        if (from + 1 == c->nsteps || c->steps[from + 1].start > seq) return from + 1;
+    }
     if (from > c->nsteps || (from && c->steps[from - 1].start > seq)) from = 0;
     size_t lo = from, hi = from, stride = 1;
     while (hi < c->nsteps && c->steps[hi].start <= seq) {
@@ -579,16 +584,17 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static inline __attribute__((always_inline)) int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
+static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_categories *c, uint64_t seq,
+                                                             uint32_t range, int birth, long *step, size_t *from)
 {
-    *from = steps_started(x->c, seq, *from);
-    int ph = phase_in(x->c, seq, *from, step);
+    *from = steps_started(c, seq, *from);
+    int ph = phase_in(c, seq, *from, step);
     /* made between two steps' ranges: the next step's input, made before its range opened */
-    if (birth && *step >= 0 && (size_t)*step + 1 < x->c->nsteps && seq > x->c->steps[*step].end) {
+    if (birth && *step >= 0 && (size_t)*step + 1 < c->nsteps && seq > c->steps[*step].end) {
         ++*step;
         return GM_CPH_FWD;
     }
-    if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
+    if (c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
     range_info(x, birth ? &x->births : &x->deaths, range, &st, &rp);
@@ -643,6 +649,9 @@ static int categorise(ctx *x)
     const gm_model *m = x->m;
     gm_categories *c = x->c;
     int phase_src = c->phases_from;
+    /* the steps event_phase reads, in a local the stores into c->cat and c->src cannot alias
+     * (through c, each of its fields was loaded again after each store) */
+    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = tgt(x, k);
@@ -653,9 +662,9 @@ static int categorise(ctx *x)
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
-            int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+            int bp = event_phase(x, &cs, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
-            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            int dp = a->death ? event_phase(x, &cs, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
             shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
@@ -677,7 +686,7 @@ static int categorise(ctx *x)
 
 /* The category of target i that neither names nor the first pass decided, by its shape in the
  * steps (in c->cat since the first pass), into c->cat[i] and c->src[i]. */
-static void category_of(ctx *x, size_t i)
+static inline __attribute__((always_inline)) void category_of(ctx *x, size_t i)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
@@ -739,8 +748,11 @@ static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj, i
  * their deaths in order (the model's, else a heap of the living by death): the category of
  * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
  * category; and the bytes of each category (and source) at the peak allocated moment
- * c->at_seq, what is live once every event up to it has been swept. */
-static int timeline(ctx *x)
+ * c->at_seq, what is live once every event up to it has been swept. dies: the model links its
+ * deaths (a constant: one copy of the loop each). What the loop reads of c and m is held in
+ * locals: its stores into the category bytes (category_of's) may alias anything to the compiler,
+ * which reloaded every field of c and m after each. */
+static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
@@ -757,23 +769,33 @@ static int timeline(ctx *x)
     int at_peak = 0; /* c->peak and the rest taken */
     int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
+    const uint64_t at_seq = c->at_seq;
+    const gm_cat_step *const steps = c->steps;
+    const size_t nsteps = c->nsteps;
+    gm_cat_point *const tl = c->timeline;
+    uint8_t *const cat = c->cat, *const src_of = c->src;
+    const gm_alloc *const allocs = m->allocs;
+    const size_t nallocs = m->nallocs;
     size_t sc = 0; /* the step of the last event; the next one's start */
-    uint64_t next_start = c->nsteps > 1 ? c->steps[1].start : UINT64_MAX;
-    uint64_t first_start = c->nsteps ? c->steps[0].start : 0;
+    uint64_t next_start = nsteps > 1 ? steps[1].start : UINT64_MAX;
+    uint64_t first_start = nsteps ? steps[0].start : 0, last_end = nsteps ? steps[nsteps - 1].end : 0;
+    /* seqs come in order: whether an event is in step sc, or in none (outside, 1), changes only
+     * at `boundary` (the first event looks) */
+    uint64_t boundary = 0;
+    int outside = 0;
     /* the next birth (allocation i) and the next death: the model's deaths in order where it
      * links them (a merge of two sorted lists: dj the next one's index + 1), else a heap of the
      * living by death */
-    int dies = m->deaths_linked;
     size_t i = 0, dj = dies ? m->first_death : 0;
     int all = x->host == 0;
-    const gm_alloc *a = next_device(m, &i, all), *d = next_device_death(m, &dj, all);
+    const gm_alloc *a = next_device(m, &i, all), *d = dies ? next_device_death(m, &dj, all) : NULL;
     heap q = {0};
     for (;;) {
         uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
         int death = (dies ? d != NULL : q.n != 0) && (!a || next_death < a->birth);
         /* the next event: a free due before the next birth, else the birth */
         uint64_t seq = death ? next_death : a ? a->birth : 0;
-        if (!at_peak && (seq > c->at_seq || (!death && !a))) {
+        if (!at_peak && (seq > at_seq || (!death && !a))) {
             at_peak = 1;
             for (int k = 0; k < GM_NCATS; k++)
                 for (int s = 0; s < GM_NCSRCS; s++) {
@@ -786,8 +808,8 @@ static int timeline(ctx *x)
             heap_ent e;
             if (dies) {
                 size_t j = dj - 1;
-                e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
-                               c->src[j] < GM_NCSRCS ? c->src[j] : 0};
+                e = (heap_ent){d->death, d->size, cat[j] < GM_NCATS ? cat[j] : GM_CAT_OTHER,
+                               src_of[j] < GM_NCSRCS ? src_of[j] : 0};
                 dj = d->next_death;
                 d = next_device_death(m, &dj, all);
             } else {
@@ -797,42 +819,52 @@ static int timeline(ctx *x)
             total -= e.bytes < total ? e.bytes : total;
             live[e.cat][e.src] -= e.bytes;
         } else if (a) {
-            if (decide && c->src[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
-            uint8_t k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
-            uint8_t src = c->src[i] < GM_NCSRCS ? c->src[i] : 0;
+            if (decide && src_of[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
+            uint8_t k = cat[i] < GM_NCATS ? cat[i] : GM_CAT_OTHER;
+            uint8_t src = src_of[i] < GM_NCSRCS ? src_of[i] : 0;
             cur[k] += a->size, total += a->size;
             live[k][src] += a->size;
-            if (a->death && !dies && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
+            if (!dies && a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
                 free(q.h);
                 return -1;
             }
             i++;
-            a = next_device(m, &i, all);
+            while (!all && i < nallocs && !is_device(&allocs[i]))
+                i++;
+            a = i < nallocs ? &allocs[i] : NULL;
         } else {
             break;
         }
         long b;
-        if (c->nsteps) { /* seqs come in order: the step moves on only */
-            while (seq >= next_start && sc + 1 < c->nsteps) {
-                sc++;
-                next_start = sc + 1 < c->nsteps ? c->steps[sc + 1].start : UINT64_MAX;
+        if (nsteps) { /* seqs come in order: the step moves on only */
+            if (seq >= boundary) {
+                while (seq >= next_start && sc + 1 < nsteps) {
+                    sc++;
+                    next_start = sc + 1 < nsteps ? steps[sc + 1].start : UINT64_MAX;
+                }
+                outside = seq < first_start || (sc + 1 == nsteps && seq > last_end);
+                /* the next seq at which either can change: the first step's start, the next
+                 * step's, the end of the last (0: every seq looks again) */
+                if (seq < first_start) boundary = first_start < next_start ? first_start : next_start;
+                else if (sc + 1 < nsteps) boundary = next_start;
+                else boundary = seq > last_end ? UINT64_MAX : last_end + 1;
             }
-            if (seq < first_start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
+            if (outside) continue;
             b = (long)sc;
         } else {
             b = (long)((seq - first) * nb / (last - first + 1));
             if (b >= (long)nb) b = (long)nb - 1;
             /* stretches where nothing changed hold what was live when they began */
             for (long g = last_b + 1; g < b; g++) {
-                c->timeline[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
-                c->timeline[g].total = before_total;
-                memcpy(c->timeline[g].bytes, before, sizeof before);
+                tl[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
+                tl[g].total = before_total;
+                memcpy(tl[g].bytes, before, sizeof before);
             }
             if (b > last_b) last_b = b;
             memcpy(before, cur, sizeof cur);
             before_total = total;
         }
-        gm_cat_point *p = &c->timeline[b];
+        gm_cat_point *p = &tl[b];
         if (total > p->total || !p->seq) {
             p->seq = seq, p->total = total;
             memcpy(p->bytes, cur, sizeof cur);
@@ -841,6 +873,8 @@ static int timeline(ctx *x)
     free(q.h);
     return 0;
 }
+
+static int timeline(ctx *x) { return x->m->deaths_linked ? timeline_as(x, 1) : timeline_as(x, 0); }
 
 int gm_category_source(const gm_categories *c, int cat)
 {
