@@ -613,13 +613,31 @@ static void count_rows(sweep *w, size_t k) {
         fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)((m->events >> 20) << 20) / 1e6);
 }
 
+/* The rest of the sweep's state the fast rows below change, in locals over a leaf's rows too,
+ * for the same reason (the allocation record's byte fields are stores that may alias anything
+ * to the compiler, which loaded every field of w and m again after each): written back before
+ * anything else reads it (sweep_row, name_apply, growing the allocations) and loaded again
+ * after. The last step's end (end_allocated, end_seq) is kept as its last row left it and
+ * written when the step changes. */
+#define SWEEP_STORE                                                                                \
+    HOT_SUMS(HOT_STORE)                                                                            \
+    m->nallocs = nallocs, w->last_death = last_death, m->deaths_linked = linked;                   \
+    w->last_range = last_range, w->last_st = last_st;                                              \
+    if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
+#define SWEEP_LOAD                                                                                 \
+    HOT_SUMS(HOT_LOAD)                                                                             \
+    allocs = m->allocs, nallocs = m->nallocs, last_death = w->last_death, linked = m->deaths_linked; \
+    last_range = w->last_range, last_st = w->last_st;                                              \
+    st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
+    name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
+
 /* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
  * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
  * each to sweep_row, converted as SQLite's values convert. The two kinds of almost every row,
  * a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
- * free, are swept here with the sums in locals, as sweep_row sweeps them: what they cannot
- * change (reserved, host memory, their peaks) is not looked at; every other row goes to
- * sweep_row with the sums written back. */
+ * free, are swept here with the sums and the sweep's state in locals, as sweep_row sweeps them:
+ * what they cannot change (reserved, host memory, their peaks) is not looked at; every other
+ * row goes to sweep_row with the state written back. */
 static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     sweep *w = ctx;
     gm_model *m = w->m;
@@ -631,7 +649,13 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         m->devused = NULL;
     }
     HOT_SUMS(HOT_DECL)
-    HOT_SUMS(HOT_LOAD)
+    gm_alloc *allocs;
+    size_t nallocs, last_death;
+    int linked;
+    uint32_t last_range;
+    gm_step *last_st;
+    uint64_t st_alloc, st_seq, name_seq;
+    SWEEP_LOAD
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
@@ -642,12 +666,12 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         uint32_t range = (uint32_t)r->range;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
-            HOT_SUMS(HOT_STORE)
+            SWEEP_STORE
             count_rows(w, i - counted);
             counted = i + 1;
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
-            HOT_SUMS(HOT_LOAD)
+            SWEEP_LOAD
             if (rc != 0) return -1;
             continue;
         }
@@ -655,17 +679,39 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         m->count_kind[kind]++;
         if (flags & REC_F_CACHE_HIT) cache_hits++;
         if (flags & REC_F_CACHE_MISS) cache_misses++;
-        for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
+        if (name_seq < seq) {
+            SWEEP_STORE
+            for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
+            SWEEP_LOAD
+        }
         if (alloc) {
             uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
             int dev = (int)r->device;
-            if (alloc_open(w, addr, seq, &allocated, &requested) != 0) {
-                HOT_SUMS(HOT_STORE)
-                count_rows(w, i + 1 - counted);
-                return -1;
+            if (nallocs == m->allocs_cap) {
+                SWEEP_STORE
+                int rc = gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
+                SWEEP_LOAD
+                if (rc != 0) {
+                    count_rows(w, i + 1 - counted);
+                    return -1;
+                }
             }
-            m->allocs[m->nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
-                                                 (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
+            /* alloc_open's, with the state in locals */
+            uint64_t old;
+            if (u64map_swap(&w->live, addr, nallocs, &old) == 1) {
+                gm_alloc *o = &allocs[old];
+                o->death = seq;
+                if (old >= UINT32_MAX) linked = 0;
+                if (linked) {
+                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(old + 1);
+                    else m->first_death = old + 1;
+                    last_death = old + 1;
+                }
+                hot_end(m, o, &allocated, &requested);
+                m->unmatched_frees++;
+            }
+            allocs[nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
+                                           (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
             allocated += size;
             requested += req;
             if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
@@ -673,10 +719,16 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         } else {
             uint64_t ai;
             if (u64map_del(&w->live, addr, &ai)) {
-                gm_alloc *a = &m->allocs[ai];
+                gm_alloc *a = &allocs[ai];
                 a->death = seq;
                 a->death_range = range;
-                death_note(w, ai);
+                /* death_note's */
+                if (ai >= UINT32_MAX) linked = 0;
+                if (linked) {
+                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(ai + 1);
+                    else m->first_death = ai + 1;
+                    last_death = ai + 1;
+                }
                 hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                     m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
@@ -687,19 +739,17 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             }
         }
         if (range) {
-            if (range != w->last_range) {
+            if (range != last_range) {
+                if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
                 const gm_range *rg = gm_range_of(m, range);
-                w->last_range = range;
+                last_range = range;
                 w->last_step = rg && rg->step >= 0 ? rg->step : -1;
-                w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
             }
-            if (w->last_st) {
-                w->last_st->end_allocated = allocated;
-                w->last_st->end_seq = seq;
-            }
+            st_alloc = allocated, st_seq = seq;
         }
     }
-    HOT_SUMS(HOT_STORE)
+    SWEEP_STORE
     count_rows(w, n - counted);
     return 0;
 }
