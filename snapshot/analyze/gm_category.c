@@ -153,7 +153,6 @@ typedef struct ctx {
                     every allocation is one (target k is allocation k: tgt) */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
-    range_memo births, deaths;
     u64map params, seen; /* hashes of X for every "grad.X" named; the names seen */
     uint64_t last_birth;   /* the last target's birth */
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
@@ -174,23 +173,26 @@ static inline size_t tgt(const ctx *x, size_t k) { return x->t ? x->t[k] : k; }
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
-static void range_lookup(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+static range_memo range_lookup(ctx *x, uint32_t range)
 {
+    int64_t step;
+    int phase;
     uint64_t *v = u64map_get(&x->ranges, range);
     if (v) {
-        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
+        step = (int64_t)(*v >> 8) - 1, phase = (int)(*v & 0xff);
     } else {
-        range_parse(x->m, range, step, phase);
-        if (*step >= -1 && *step < (1ll << 54))
-            u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
+        range_parse(x->m, range, &step, &phase);
+        if (step >= -1 && step < (1ll << 54))
+            u64map_put(&x->ranges, range, (uint64_t)(step + 1) << 8 | (uint64_t)phase);
     }
-    *mm = (range_memo){range, *step, *phase, -1};
+    return (range_memo){range, step, phase, -1};
 }
 
+/* The memo is the caller's local (the passes keep theirs in registers: no call is handed it). */
 static inline void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
 {
-    if (range && range == mm->range) *step = mm->step, *phase = mm->phase;
-    else range_lookup(x, mm, range, step, phase);
+    if (!range || range != mm->range) *mm = range_lookup(x, range);
+    *step = mm->step, *phase = mm->phase;
 }
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
@@ -238,37 +240,44 @@ static int cmp_step(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, uint64_t seq, uint32_t range)
+/* One event (a target's birth or death) in a range: its step and phase boundaries. The memo,
+ * *steps (x->c->steps, loaded again where step_slot grows it) and *phased (x->phased) are the
+ * pass's locals. */
+static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, gm_cat_step **steps,
+                                                            int *phased, uint64_t seq, uint32_t range)
 {
     int64_t st;
     int ph;
     range_info(x, mm, range, &st, &ph);
     if (st < 0) return 0;
-    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, &x->step_idx, &x->steps_cap, st));
-    if (i < 0) return -1;
-    gm_cat_step *s = &x->c->steps[i];
+    int i = mm->slot;
+    if (i < 0) {
+        i = mm->slot = step_slot(x->c, &x->step_idx, &x->steps_cap, st);
+        if (i < 0) return -1;
+        *steps = x->c->steps;
+    }
+    gm_cat_step *s = &(*steps)[i];
     if (s->start == NO_SEQ || seq < s->start) s->start = seq;
     if (seq > s->end) s->end = seq;
     if (ph == GM_CPH_BWD && seq < s->bwd) s->bwd = seq;
     if (ph == GM_CPH_OPT && seq < s->opt) s->opt = seq;
-    if (ph) x->phased = 1;
+    if (ph) *phased = 1;
     return 0;
 }
 
 /* Steps from "step N" ranges (and phases from their fwd / bwd / opt components): each target's
  * birth and death noted (note_target, in gm_categories_build's pass over the allocations), then
  * the steps put in order. 1: found, 0: the recording has none. */
-static inline __attribute__((always_inline)) int note_target(ctx *x, const gm_alloc *a)
+static inline __attribute__((always_inline)) int note_target(ctx *x, range_memo *births, range_memo *deaths,
+                                                            gm_cat_step **steps, int *phased, const gm_alloc *a)
 {
-    return note_ranged(x, &x->births, a->birth, a->range) ||
-           (a->death && note_ranged(x, &x->deaths, a->death, a->death_range));
+    return note_ranged(x, births, steps, phased, a->birth, a->range) ||
+           (a->death && note_ranged(x, deaths, steps, phased, a->death, a->death_range));
 }
 static int steps_from_ranges(ctx *x)
 {
     gm_categories *c = x->c;
     u64map_free(&x->step_idx);
-    x->births.range = x->deaths.range = 0; /* their slots are the unsorted steps' */
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
     /* an update's range, when the backward has none before it, still ends the backward */
@@ -584,8 +593,9 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_categories *c, uint64_t seq,
-                                                             uint32_t range, int birth, long *step, size_t *from)
+static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_categories *c, range_memo *mm,
+                                                             uint64_t seq, uint32_t range, int birth, long *step,
+                                                             size_t *from)
 {
     *from = steps_started(c, seq, *from);
     int ph = phase_in(c, seq, *from, step);
@@ -597,7 +607,7 @@ static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_ca
     if (c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
-    range_info(x, birth ? &x->births : &x->deaths, range, &st, &rp);
+    range_info(x, mm, range, &st, &rp);
     return rp ? rp : ph;
 }
 
@@ -652,6 +662,7 @@ static int categorise(ctx *x)
     /* the steps event_phase reads, in a local the stores into c->cat and c->src cannot alias
      * (through c, each of its fields was loaded again after each store) */
     const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
+    range_memo births = {0}, deaths = {0}; /* the ranges of the last birth and death */
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = tgt(x, k);
@@ -662,9 +673,9 @@ static int categorise(ctx *x)
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
-            int bp = event_phase(x, &cs, a->birth, a->range, 1, &bs, &hb);
+            int bp = event_phase(x, &cs, &births, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
-            int dp = a->death ? event_phase(x, &cs, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            int dp = a->death ? event_phase(x, &cs, &deaths, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
             shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
@@ -911,30 +922,41 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
             x.last_birth = m->allocs[i].birth;
             break;
         }
+    /* what the loop changes on every allocation in locals (x's fields were loaded again after
+     * each store into c->cat, which may alias anything to the compiler): the targets' list and
+     * count, the ranges of the last birth and death, c->steps as note_ranged last saw it */
+    range_memo births = {0}, deaths = {0};
+    gm_cat_step *steps = NULL;
+    int phased = 0;
+    uint32_t *t = NULL;
+    size_t nt = 0;
+    uint8_t *const cat = c->cat;
+    const uint64_t last_birth = x.last_birth;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
+        cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
             else x.host++;
             /* the targets are no longer the allocations one for one: listed from here on */
-            if (!x.t) {
-                if (!(x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
-                gm_huge_pages(x.t, (m->nallocs + 1) * sizeof *x.t);
-                for (size_t k = 0; k < x.nt; k++)
-                    x.t[k] = (uint32_t)k;
+            if (!t) {
+                if (!(t = x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
+                gm_huge_pages(t, (m->nallocs + 1) * sizeof *t);
+                for (size_t k = 0; k < nt; k++)
+                    t[k] = (uint32_t)k;
             }
             continue;
         }
-        if (x.t) x.t[x.nt] = (uint32_t)i;
-        x.nt++;
-        if (note_target(&x, a)) goto nomem;
+        if (t) t[nt] = (uint32_t)i;
+        nt++;
+        if (note_target(&x, &births, &deaths, &steps, &phased, a)) goto nomem;
         if (a->name && note_grad_name(&x, a->name)) goto nomem;
-        if (a->death > x.last_birth) {
+        if (a->death > last_birth) {
             if (gm_grow((void **)&x.late, &x.late_cap, x.nlate + 1, sizeof *x.late)) goto nomem;
             x.late[x.nlate++] = (uint32_t)i;
         }
     }
+    x.nt = nt, x.phased = phased;
     load_launches(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
