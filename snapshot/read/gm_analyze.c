@@ -811,7 +811,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc, pr = pages ? gm_events_pages_no_t_stream(d, sweep_rows, &w) : GM_PAGES_NO;
+    int rc, pr = pages ? gm_events_pages_lean(d, sweep_rows, &w) : GM_PAGES_NO;
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;

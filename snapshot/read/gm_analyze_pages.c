@@ -31,6 +31,7 @@
  * through the connection's own file handle (sqlite3_file's xRead) into one buffer.
  */
 #include "snapshot/read/gm_analyze_pages.h"
+#include "snapshot/record/rec.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -121,7 +122,8 @@ typedef struct reader {
     gm_event_row *rows;       /* one leaf's rows */
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
     int64_t last_seq;
-    int lean;      /* t and stream not decoded (left 0: rows is zeroed) */
+    int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
+                      requested, stack, device and alloc_id (0) */
     int any_row;   /* a row was read (last_seq is set) */
     int delivered; /* rows were handed to the caller */
 } reader;
@@ -288,8 +290,13 @@ static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
     return h == hend && body == rend ? 0 : -1;
 }
 
+/* A device free (REC_FREE, REC_FREE_ASYNC): what the model's sweep reads of it (gm_analyze.c's
+ * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range. */
+static inline int device_free(int64_t kind) { return kind == REC_FREE || kind == REC_FREE_ASYNC; }
+
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
- * and stream not decoded (a constant: one copy of the loop each). */
+ * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id (a
+ * constant: one copy of the loop each). */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
                                                                 int lean) {
     const uint8_t *end = p + r->usable;
@@ -312,11 +319,16 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
         const plan *pl = np >= 14 && c[0] == 14 ? plan_of(r->plans, c) : NULL;
         if (pl && pl->body == np - 14 && lean) {
             const uint8_t *b = c + 14;
-            row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
-            row->device = field(pl, b, F_DEVICE);
-            row->addr = field(pl, b, F_ADDR), row->size = field(pl, b, F_SIZE);
-            row->requested = field(pl, b, F_REQUESTED), row->alloc_id = field(pl, b, F_ALLOC_ID);
-            row->stack = field(pl, b, F_STACK), row->range = field(pl, b, F_RANGE);
+            int64_t kind = field(pl, b, F_KIND);
+            row->kind = kind, row->flags = field(pl, b, F_FLAGS);
+            row->addr = field(pl, b, F_ADDR), row->range = field(pl, b, F_RANGE);
+            if (device_free(kind)) { /* half of a recording's rows: 5 of 9 fields not decoded */
+                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            } else {
+                row->device = field(pl, b, F_DEVICE);
+                row->size = field(pl, b, F_SIZE), row->requested = field(pl, b, F_REQUESTED);
+                row->alloc_id = field(pl, b, F_ALLOC_ID), row->stack = field(pl, b, F_STACK);
+            }
         } else if (pl && pl->body == np - 14) {
             const uint8_t *b = c + 14;
             row->t = field(pl, b, F_T), row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
@@ -328,6 +340,7 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             return -1;
         } else if (lean) {
             row->t = row->stream = 0;
+            if (device_free(row->kind)) row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
         }
         if (r->any_row && row->seq <= r->last_seq) return -1;
         r->last_seq = row->seq, r->any_row = 1;
@@ -528,7 +541,7 @@ out:
 }
 
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 0, fn, ctx); }
-int gm_events_pages_no_t_stream(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 1, fn, ctx); }
+int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 1, fn, ctx); }
 
 /* ---------------------------------------------------------------- the same rows through SQLite */
 
