@@ -296,12 +296,20 @@ static inline int device_free(int64_t kind) { return kind == REC_FREE || kind ==
 
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
  * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id (a
- * constant: one copy of the loop each). */
+ * constant: one copy of the loop each). next: the page after this one where the window holds
+ * it (else NULL), asked into the cache a line a row: the next leaf is mostly the next page, and
+ * its lines are then fetched while this one is decoded and swept (the first read of each line
+ * of a page was the reader's largest cost, a stall on memory; all of a page's lines asked for at
+ * once stalled on the few the core can have in flight). From its end down: a leaf written in
+ * rowid order has its first cells last. */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
-                                                                int lean) {
+                                                                const uint8_t *next, int lean) {
     const uint8_t *end = p + r->usable;
     uint32_t first = 8 + 2 * ncell;
+    uint32_t nlines = next ? r->pgsz / 64 : 0;
+    for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
     for (uint32_t i = 0; i < ncell; i++) {
+        if (i < nlines) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
         uint32_t ptr = be16(p + 8 + 2 * i);
         if (ptr < first || ptr >= r->usable) return -1;
         const uint8_t *c = p + ptr, *cell = c;
@@ -348,8 +356,8 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
     return (long)ncell;
 }
 
-static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
-    return r->lean ? leaf_rows_as(r, p, ncell, 1) : leaf_rows_as(r, p, ncell, 0);
+static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell, const uint8_t *next) {
+    return r->lean ? leaf_rows_as(r, p, ncell, next, 1) : leaf_rows_as(r, p, ncell, next, 0);
 }
 
 /* A B-tree page's kind and cell count, checked as SQLite checks them when it enters a page. */
@@ -363,14 +371,6 @@ static int page_kind(const reader *r, const uint8_t *p, int root, uint32_t *ncel
     return p[0];
 }
 
-/* The page after page pgno (at p) asked into the cache when the window holds it: the next leaf
- * is mostly the next page, and its lines are then fetched while this one is decoded and swept
- * (the first read of each line of a page was the reader's largest cost, a stall on memory). */
-static void prefetch_next(const reader *r, uint32_t pgno, const uint8_t *p) {
-    if (pgno - r->win_first + 1 >= r->win_n) return;
-    for (uint32_t o = 0; o < r->pgsz; o += 64) __builtin_prefetch(p + r->pgsz + o);
-}
-
 /* The tree under root, leaves left to right. GM_PAGES_DONE, _STOPPED, or -1 (give up). */
 static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
     uint32_t ncell[MAX_DEPTH], next[MAX_DEPTH];
@@ -382,8 +382,7 @@ static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
         int kind = p ? page_kind(r, p, pgno == root, &n) : -1;
         if (kind < 0) return -1;
         if (kind == 0x0d) {
-            prefetch_next(r, pgno, p);
-            long k = leaf_rows(r, p, n);
+            long k = leaf_rows(r, p, n, pgno - r->win_first + 1 < r->win_n ? p + r->pgsz : NULL);
             if (k < 0) return -1;
             if (k) {
                 r->delivered = 1;
