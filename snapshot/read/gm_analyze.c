@@ -598,7 +598,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
-    X(peak_requested) X(peak_requested_seq) X(cache_hits) X(cache_misses)
+    X(peak_requested) X(peak_requested_seq)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
@@ -649,6 +649,10 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         m->devused = NULL;
     }
     HOT_SUMS(HOT_DECL)
+    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both): one count a row, added to m->cache_hits and m->cache_misses at the end
+     * (nothing reads those during the sweep; sweep_row adds its own rows' to them) */
+    _Static_assert(REC_F_CACHE_MISS == 2 * REC_F_CACHE_HIT, "the two cache flags side by side");
+    uint64_t by_cache[4] = {0};
     gm_alloc *allocs;
     size_t nallocs, last_death;
     int linked;
@@ -672,13 +676,15 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
             SWEEP_LOAD
-            if (rc != 0) return -1;
+            if (rc != 0) {
+                m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
+                return -1;
+            }
             continue;
         }
         if (seq > max_seq) max_seq = seq;
         m->count_kind[kind]++;
-        if (flags & REC_F_CACHE_HIT) cache_hits++;
-        if (flags & REC_F_CACHE_MISS) cache_misses++;
+        by_cache[flags / REC_F_CACHE_HIT & 3]++;
         if (name_seq < seq) {
             SWEEP_STORE
             for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
@@ -693,6 +699,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 SWEEP_LOAD
                 if (rc != 0) {
                     count_rows(w, i + 1 - counted);
+                    m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
                     return -1;
                 }
             }
@@ -751,6 +758,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     }
     SWEEP_STORE
     count_rows(w, n - counted);
+    m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
     return 0;
 }
 
