@@ -675,7 +675,8 @@ static int categorise(ctx *x)
             long bs, ds = -1;
             int bp = event_phase(x, &cs, &births, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
-            int dp = a->death ? event_phase(x, &cs, &deaths, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            int dp = a->death ? event_phase(x, &cs, &deaths, a->death, a->death_range, 0, &ds, &hd)
+                              : GM_CPH_POST;
             shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;

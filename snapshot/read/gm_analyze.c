@@ -626,7 +626,8 @@ static void count_rows(sweep *w, size_t k) {
     if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
 #define SWEEP_LOAD                                                                                 \
     HOT_SUMS(HOT_LOAD)                                                                             \
-    allocs = m->allocs, nallocs = m->nallocs, last_death = w->last_death, linked = m->deaths_linked; \
+    allocs = m->allocs, nallocs = m->nallocs;                                                      \
+    last_death = w->last_death, linked = m->deaths_linked;                                         \
     last_range = w->last_range, last_st = w->last_st;                                              \
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
@@ -649,8 +650,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         m->devused = NULL;
     }
     HOT_SUMS(HOT_DECL)
-    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both): one count a row, added to m->cache_hits and m->cache_misses at the end
-     * (nothing reads those during the sweep; sweep_row adds its own rows' to them) */
+    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both), one
+     * count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
+     * during the sweep; sweep_row adds its own rows' to them) */
     _Static_assert(REC_F_CACHE_MISS == 2 * REC_F_CACHE_HIT, "the two cache flags side by side");
     uint64_t by_cache[4] = {0};
     gm_alloc *allocs;
@@ -695,7 +697,8 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             int dev = (int)r->device;
             if (nallocs == m->allocs_cap) {
                 SWEEP_STORE
-                int rc = gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
+                int rc =
+                    gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
                 SWEEP_LOAD
                 if (rc != 0) {
                     count_rows(w, i + 1 - counted);

@@ -348,7 +348,8 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             return -1;
         } else if (lean) {
             row->t = row->stream = 0;
-            if (device_free(row->kind)) row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            if (device_free(row->kind))
+                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
         }
         if (r->any_row && row->seq <= r->last_seq) return -1;
         r->last_seq = row->seq, r->any_row = 1;
