@@ -153,7 +153,6 @@ typedef struct ctx {
                     every allocation is one (target k is allocation k: tgt) */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
-    range_memo births, deaths;
     u64map params, seen; /* hashes of X for every "grad.X" named; the names seen */
     uint64_t last_birth;   /* the last target's birth */
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
@@ -174,23 +173,26 @@ static inline size_t tgt(const ctx *x, size_t k) { return x->t ? x->t[k] : k; }
 
 /* A range's step and phase (range_parse), read once per range: a recording has few ranges and
  * many events in each, mostly one after another in the same range. */
-static void range_lookup(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
+static range_memo range_lookup(ctx *x, uint32_t range)
 {
+    int64_t step;
+    int phase;
     uint64_t *v = u64map_get(&x->ranges, range);
     if (v) {
-        *step = (int64_t)(*v >> 8) - 1, *phase = (int)(*v & 0xff);
+        step = (int64_t)(*v >> 8) - 1, phase = (int)(*v & 0xff);
     } else {
-        range_parse(x->m, range, step, phase);
-        if (*step >= -1 && *step < (1ll << 54))
-            u64map_put(&x->ranges, range, (uint64_t)(*step + 1) << 8 | (uint64_t)*phase);
+        range_parse(x->m, range, &step, &phase);
+        if (step >= -1 && step < (1ll << 54))
+            u64map_put(&x->ranges, range, (uint64_t)(step + 1) << 8 | (uint64_t)phase);
     }
-    *mm = (range_memo){range, *step, *phase, -1};
+    return (range_memo){range, step, phase, -1};
 }
 
+/* The memo is the caller's local (the passes keep theirs in registers: no call is handed it). */
 static inline void range_info(ctx *x, range_memo *mm, uint32_t range, int64_t *step, int *phase)
 {
-    if (range && range == mm->range) *step = mm->step, *phase = mm->phase;
-    else range_lookup(x, mm, range, step, phase);
+    if (!range || range != mm->range) *mm = range_lookup(x, range);
+    *step = mm->step, *phase = mm->phase;
 }
 
 /* Seqs of the recording's launches (for where an update begins); none without a database. */
@@ -238,37 +240,44 @@ static int cmp_step(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* One event (a target's birth or death) in a range: its step and phase boundaries. */
-static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, uint64_t seq, uint32_t range)
+/* One event (a target's birth or death) in a range: its step and phase boundaries. The memo,
+ * *steps (x->c->steps, loaded again where step_slot grows it) and *phased (x->phased) are the
+ * pass's locals. */
+static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo *mm, gm_cat_step **steps,
+                                                            int *phased, uint64_t seq, uint32_t range)
 {
     int64_t st;
     int ph;
     range_info(x, mm, range, &st, &ph);
     if (st < 0) return 0;
-    int i = mm->slot >= 0 ? mm->slot : (mm->slot = step_slot(x->c, &x->step_idx, &x->steps_cap, st));
-    if (i < 0) return -1;
-    gm_cat_step *s = &x->c->steps[i];
+    int i = mm->slot;
+    if (i < 0) {
+        i = mm->slot = step_slot(x->c, &x->step_idx, &x->steps_cap, st);
+        if (i < 0) return -1;
+        *steps = x->c->steps;
+    }
+    gm_cat_step *s = &(*steps)[i];
     if (s->start == NO_SEQ || seq < s->start) s->start = seq;
     if (seq > s->end) s->end = seq;
     if (ph == GM_CPH_BWD && seq < s->bwd) s->bwd = seq;
     if (ph == GM_CPH_OPT && seq < s->opt) s->opt = seq;
-    if (ph) x->phased = 1;
+    if (ph) *phased = 1;
     return 0;
 }
 
 /* Steps from "step N" ranges (and phases from their fwd / bwd / opt components): each target's
  * birth and death noted (note_target, in gm_categories_build's pass over the allocations), then
  * the steps put in order. 1: found, 0: the recording has none. */
-static inline int note_target(ctx *x, const gm_alloc *a)
+static inline __attribute__((always_inline)) int note_target(ctx *x, range_memo *births, range_memo *deaths,
+                                                            gm_cat_step **steps, int *phased, const gm_alloc *a)
 {
-    return note_ranged(x, &x->births, a->birth, a->range) ||
-           (a->death && note_ranged(x, &x->deaths, a->death, a->death_range));
+    return note_ranged(x, births, steps, phased, a->birth, a->range) ||
+           (a->death && note_ranged(x, deaths, steps, phased, a->death, a->death_range));
 }
 static int steps_from_ranges(ctx *x)
 {
     gm_categories *c = x->c;
     u64map_free(&x->step_idx);
-    x->births.range = x->deaths.range = 0; /* their slots are the unsorted steps' */
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
     /* an update's range, when the backward has none before it, still ends the backward */
@@ -543,6 +552,11 @@ static int phases_from_lifetimes(ctx *x)
  * a seq in the same or the next step costs a comparison or two, not a search of every step. */
 static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from)
 {
+    /* the last answer's step or the next one (the gallop's first two answers, sooner) */
+    if (from && from <= c->nsteps && c->steps[from - 1].start <= seq) {
+        if (from == c->nsteps || c->steps[from].start > seq) return from;
+        if (from + 1 == c->nsteps || c->steps[from + 1].start > seq) return from + 1;
+    }
     if (from > c->nsteps || (from && c->steps[from - 1].start > seq)) from = 0;
     size_t lo = from, hi = from, stride = 1;
     while (hi < c->nsteps && c->steps[hi].start <= seq) {
@@ -579,19 +593,21 @@ int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
 /* The phase of an event: its range's own (fwd / bwd / opt in its path) when phases come from
  * ranges — a second micro-batch's forward comes after the first one's backward began — else
  * its place in its step. *from: where to look for its step from (steps_started), then its own. */
-static inline __attribute__((always_inline)) int event_phase(ctx *x, uint64_t seq, uint32_t range, int birth, long *step, size_t *from)
+static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_categories *c, range_memo *mm,
+                                                             uint64_t seq, uint32_t range, int birth, long *step,
+                                                             size_t *from)
 {
-    *from = steps_started(x->c, seq, *from);
-    int ph = phase_in(x->c, seq, *from, step);
+    *from = steps_started(c, seq, *from);
+    int ph = phase_in(c, seq, *from, step);
     /* made between two steps' ranges: the next step's input, made before its range opened */
-    if (birth && *step >= 0 && (size_t)*step + 1 < x->c->nsteps && seq > x->c->steps[*step].end) {
+    if (birth && *step >= 0 && (size_t)*step + 1 < c->nsteps && seq > c->steps[*step].end) {
         ++*step;
         return GM_CPH_FWD;
     }
-    if (x->c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
+    if (c->phases_from != GM_CSRC_PHASES || *step < 0 || !range) return ph;
     int64_t st;
     int rp;
-    range_info(x, birth ? &x->births : &x->deaths, range, &st, &rp);
+    range_info(x, mm, range, &st, &rp);
     return rp ? rp : ph;
 }
 
@@ -643,6 +659,10 @@ static int categorise(ctx *x)
     const gm_model *m = x->m;
     gm_categories *c = x->c;
     int phase_src = c->phases_from;
+    /* the steps event_phase reads, in a local the stores into c->cat and c->src cannot alias
+     * (through c, each of its fields was loaded again after each store) */
+    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
+    range_memo births = {0}, deaths = {0}; /* the ranges of the last birth and death */
     size_t hb = 0;
     for (size_t k = 0; k < x->nt; k++) {
         size_t i = tgt(x, k);
@@ -653,9 +673,10 @@ static int categorise(ctx *x)
         if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
         if (phase_src != GM_CSRC_NONE) {
             long bs, ds = -1;
-            int bp = event_phase(x, a->birth, a->range, 1, &bs, &hb);
+            int bp = event_phase(x, &cs, &births, a->birth, a->range, 1, &bs, &hb);
             size_t hd = hb;
-            int dp = a->death ? event_phase(x, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            int dp = a->death ? event_phase(x, &cs, &deaths, a->death, a->death_range, 0, &ds, &hd)
+                              : GM_CPH_POST;
             shape = shape_of(bp, dp, bs, ds);
             if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
                 c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
@@ -677,7 +698,7 @@ static int categorise(ctx *x)
 
 /* The category of target i that neither names nor the first pass decided, by its shape in the
  * steps (in c->cat since the first pass), into c->cat[i] and c->src[i]. */
-static void category_of(ctx *x, size_t i)
+static inline __attribute__((always_inline)) void category_of(ctx *x, size_t i)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
@@ -739,8 +760,11 @@ static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj, i
  * their deaths in order (the model's, else a heap of the living by death): the category of
  * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
  * category; and the bytes of each category (and source) at the peak allocated moment
- * c->at_seq, what is live once every event up to it has been swept. */
-static int timeline(ctx *x)
+ * c->at_seq, what is live once every event up to it has been swept. dies: the model links its
+ * deaths (a constant: one copy of the loop each). What the loop reads of c and m is held in
+ * locals: its stores into the category bytes (category_of's) may alias anything to the compiler,
+ * which reloaded every field of c and m after each. */
+static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
@@ -757,23 +781,33 @@ static int timeline(ctx *x)
     int at_peak = 0; /* c->peak and the rest taken */
     int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
+    const uint64_t at_seq = c->at_seq;
+    const gm_cat_step *const steps = c->steps;
+    const size_t nsteps = c->nsteps;
+    gm_cat_point *const tl = c->timeline;
+    uint8_t *const cat = c->cat, *const src_of = c->src;
+    const gm_alloc *const allocs = m->allocs;
+    const size_t nallocs = m->nallocs;
     size_t sc = 0; /* the step of the last event; the next one's start */
-    uint64_t next_start = c->nsteps > 1 ? c->steps[1].start : UINT64_MAX;
-    uint64_t first_start = c->nsteps ? c->steps[0].start : 0;
+    uint64_t next_start = nsteps > 1 ? steps[1].start : UINT64_MAX;
+    uint64_t first_start = nsteps ? steps[0].start : 0, last_end = nsteps ? steps[nsteps - 1].end : 0;
+    /* seqs come in order: whether an event is in step sc, or in none (outside, 1), changes only
+     * at `boundary` (the first event looks) */
+    uint64_t boundary = 0;
+    int outside = 0;
     /* the next birth (allocation i) and the next death: the model's deaths in order where it
      * links them (a merge of two sorted lists: dj the next one's index + 1), else a heap of the
      * living by death */
-    int dies = m->deaths_linked;
     size_t i = 0, dj = dies ? m->first_death : 0;
     int all = x->host == 0;
-    const gm_alloc *a = next_device(m, &i, all), *d = next_device_death(m, &dj, all);
+    const gm_alloc *a = next_device(m, &i, all), *d = dies ? next_device_death(m, &dj, all) : NULL;
     heap q = {0};
     for (;;) {
         uint64_t next_death = dies ? (d ? d->death : 0) : (q.n ? q.h[0].death : 0);
         int death = (dies ? d != NULL : q.n != 0) && (!a || next_death < a->birth);
         /* the next event: a free due before the next birth, else the birth */
         uint64_t seq = death ? next_death : a ? a->birth : 0;
-        if (!at_peak && (seq > c->at_seq || (!death && !a))) {
+        if (!at_peak && (seq > at_seq || (!death && !a))) {
             at_peak = 1;
             for (int k = 0; k < GM_NCATS; k++)
                 for (int s = 0; s < GM_NCSRCS; s++) {
@@ -786,8 +820,8 @@ static int timeline(ctx *x)
             heap_ent e;
             if (dies) {
                 size_t j = dj - 1;
-                e = (heap_ent){d->death, d->size, c->cat[j] < GM_NCATS ? c->cat[j] : GM_CAT_OTHER,
-                               c->src[j] < GM_NCSRCS ? c->src[j] : 0};
+                e = (heap_ent){d->death, d->size, cat[j] < GM_NCATS ? cat[j] : GM_CAT_OTHER,
+                               src_of[j] < GM_NCSRCS ? src_of[j] : 0};
                 dj = d->next_death;
                 d = next_device_death(m, &dj, all);
             } else {
@@ -797,42 +831,52 @@ static int timeline(ctx *x)
             total -= e.bytes < total ? e.bytes : total;
             live[e.cat][e.src] -= e.bytes;
         } else if (a) {
-            if (decide && c->src[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
-            uint8_t k = c->cat[i] < GM_NCATS ? c->cat[i] : GM_CAT_OTHER;
-            uint8_t src = c->src[i] < GM_NCSRCS ? c->src[i] : 0;
+            if (decide && src_of[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
+            uint8_t k = cat[i] < GM_NCATS ? cat[i] : GM_CAT_OTHER;
+            uint8_t src = src_of[i] < GM_NCSRCS ? src_of[i] : 0;
             cur[k] += a->size, total += a->size;
             live[k][src] += a->size;
-            if (a->death && !dies && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
+            if (!dies && a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
                 free(q.h);
                 return -1;
             }
             i++;
-            a = next_device(m, &i, all);
+            while (!all && i < nallocs && !is_device(&allocs[i]))
+                i++;
+            a = i < nallocs ? &allocs[i] : NULL;
         } else {
             break;
         }
         long b;
-        if (c->nsteps) { /* seqs come in order: the step moves on only */
-            while (seq >= next_start && sc + 1 < c->nsteps) {
-                sc++;
-                next_start = sc + 1 < c->nsteps ? c->steps[sc + 1].start : UINT64_MAX;
+        if (nsteps) { /* seqs come in order: the step moves on only */
+            if (seq >= boundary) {
+                while (seq >= next_start && sc + 1 < nsteps) {
+                    sc++;
+                    next_start = sc + 1 < nsteps ? steps[sc + 1].start : UINT64_MAX;
+                }
+                outside = seq < first_start || (sc + 1 == nsteps && seq > last_end);
+                /* the next seq at which either can change: the first step's start, the next
+                 * step's, the end of the last (0: every seq looks again) */
+                if (seq < first_start) boundary = first_start < next_start ? first_start : next_start;
+                else if (sc + 1 < nsteps) boundary = next_start;
+                else boundary = seq > last_end ? UINT64_MAX : last_end + 1;
             }
-            if (seq < first_start || (sc + 1 == c->nsteps && seq > c->steps[sc].end)) continue;
+            if (outside) continue;
             b = (long)sc;
         } else {
             b = (long)((seq - first) * nb / (last - first + 1));
             if (b >= (long)nb) b = (long)nb - 1;
             /* stretches where nothing changed hold what was live when they began */
             for (long g = last_b + 1; g < b; g++) {
-                c->timeline[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
-                c->timeline[g].total = before_total;
-                memcpy(c->timeline[g].bytes, before, sizeof before);
+                tl[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
+                tl[g].total = before_total;
+                memcpy(tl[g].bytes, before, sizeof before);
             }
             if (b > last_b) last_b = b;
             memcpy(before, cur, sizeof cur);
             before_total = total;
         }
-        gm_cat_point *p = &c->timeline[b];
+        gm_cat_point *p = &tl[b];
         if (total > p->total || !p->seq) {
             p->seq = seq, p->total = total;
             memcpy(p->bytes, cur, sizeof cur);
@@ -841,6 +885,8 @@ static int timeline(ctx *x)
     free(q.h);
     return 0;
 }
+
+static int timeline(ctx *x) { return x->m->deaths_linked ? timeline_as(x, 1) : timeline_as(x, 0); }
 
 int gm_category_source(const gm_categories *c, int cat)
 {
@@ -877,30 +923,41 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
             x.last_birth = m->allocs[i].birth;
             break;
         }
+    /* what the loop changes on every allocation in locals (x's fields were loaded again after
+     * each store into c->cat, which may alias anything to the compiler): the targets' list and
+     * count, the ranges of the last birth and death, c->steps as note_ranged last saw it */
+    range_memo births = {0}, deaths = {0};
+    gm_cat_step *steps = NULL;
+    int phased = 0;
+    uint32_t *t = NULL;
+    size_t nt = 0;
+    uint8_t *const cat = c->cat;
+    const uint64_t last_birth = x.last_birth;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        c->cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
+        cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
             else x.host++;
             /* the targets are no longer the allocations one for one: listed from here on */
-            if (!x.t) {
-                if (!(x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
-                gm_huge_pages(x.t, (m->nallocs + 1) * sizeof *x.t);
-                for (size_t k = 0; k < x.nt; k++)
-                    x.t[k] = (uint32_t)k;
+            if (!t) {
+                if (!(t = x.t = malloc((m->nallocs + 1) * sizeof *x.t))) goto nomem;
+                gm_huge_pages(t, (m->nallocs + 1) * sizeof *t);
+                for (size_t k = 0; k < nt; k++)
+                    t[k] = (uint32_t)k;
             }
             continue;
         }
-        if (x.t) x.t[x.nt] = (uint32_t)i;
-        x.nt++;
-        if (note_target(&x, a)) goto nomem;
+        if (t) t[nt] = (uint32_t)i;
+        nt++;
+        if (note_target(&x, &births, &deaths, &steps, &phased, a)) goto nomem;
         if (a->name && note_grad_name(&x, a->name)) goto nomem;
-        if (a->death > x.last_birth) {
+        if (a->death > last_birth) {
             if (gm_grow((void **)&x.late, &x.late_cap, x.nlate + 1, sizeof *x.late)) goto nomem;
             x.late[x.nlate++] = (uint32_t)i;
         }
     }
+    x.nt = nt, x.phased = phased;
     load_launches(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;

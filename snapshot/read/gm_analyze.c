@@ -598,7 +598,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
-    X(peak_requested) X(peak_requested_seq) X(cache_hits) X(cache_misses)
+    X(peak_requested) X(peak_requested_seq)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
@@ -613,13 +613,32 @@ static void count_rows(sweep *w, size_t k) {
         fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)((m->events >> 20) << 20) / 1e6);
 }
 
+/* The rest of the sweep's state the fast rows below change, in locals over a leaf's rows too,
+ * for the same reason (the allocation record's byte fields are stores that may alias anything
+ * to the compiler, which loaded every field of w and m again after each): written back before
+ * anything else reads it (sweep_row, name_apply, growing the allocations) and loaded again
+ * after. The last step's end (end_allocated, end_seq) is kept as its last row left it and
+ * written when the step changes. */
+#define SWEEP_STORE                                                                                \
+    HOT_SUMS(HOT_STORE)                                                                            \
+    m->nallocs = nallocs, w->last_death = last_death, m->deaths_linked = linked;                   \
+    w->last_range = last_range, w->last_st = last_st;                                              \
+    if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
+#define SWEEP_LOAD                                                                                 \
+    HOT_SUMS(HOT_LOAD)                                                                             \
+    allocs = m->allocs, nallocs = m->nallocs;                                                      \
+    last_death = w->last_death, linked = m->deaths_linked;                                         \
+    last_range = w->last_range, last_st = w->last_st;                                              \
+    st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
+    name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
+
 /* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
  * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
  * each to sweep_row, converted as SQLite's values convert. The two kinds of almost every row,
  * a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
- * free, are swept here with the sums in locals, as sweep_row sweeps them: what they cannot
- * change (reserved, host memory, their peaks) is not looked at; every other row goes to
- * sweep_row with the sums written back. */
+ * free, are swept here with the sums and the sweep's state in locals, as sweep_row sweeps them:
+ * what they cannot change (reserved, host memory, their peaks) is not looked at; every other
+ * row goes to sweep_row with the state written back. */
 static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     sweep *w = ctx;
     gm_model *m = w->m;
@@ -631,7 +650,18 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         m->devused = NULL;
     }
     HOT_SUMS(HOT_DECL)
-    HOT_SUMS(HOT_LOAD)
+    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both), one
+     * count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
+     * during the sweep; sweep_row adds its own rows' to them) */
+    _Static_assert(REC_F_CACHE_MISS == 2 * REC_F_CACHE_HIT, "the two cache flags side by side");
+    uint64_t by_cache[4] = {0};
+    gm_alloc *allocs;
+    size_t nallocs, last_death;
+    int linked;
+    uint32_t last_range;
+    gm_step *last_st;
+    uint64_t st_alloc, st_seq, name_seq;
+    SWEEP_LOAD
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
@@ -642,30 +672,56 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         uint32_t range = (uint32_t)r->range;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
-            HOT_SUMS(HOT_STORE)
+            SWEEP_STORE
             count_rows(w, i - counted);
             counted = i + 1;
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
-            HOT_SUMS(HOT_LOAD)
-            if (rc != 0) return -1;
+            SWEEP_LOAD
+            if (rc != 0) {
+                m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
+                return -1;
+            }
             continue;
         }
         if (seq > max_seq) max_seq = seq;
         m->count_kind[kind]++;
-        if (flags & REC_F_CACHE_HIT) cache_hits++;
-        if (flags & REC_F_CACHE_MISS) cache_misses++;
-        for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
+        by_cache[flags / REC_F_CACHE_HIT & 3]++;
+        if (name_seq < seq) {
+            SWEEP_STORE
+            for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
+            SWEEP_LOAD
+        }
         if (alloc) {
             uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
             int dev = (int)r->device;
-            if (alloc_open(w, addr, seq, &allocated, &requested) != 0) {
-                HOT_SUMS(HOT_STORE)
-                count_rows(w, i + 1 - counted);
-                return -1;
+            if (nallocs == m->allocs_cap) {
+                SWEEP_STORE
+                int rc =
+                    gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
+                SWEEP_LOAD
+                if (rc != 0) {
+                    count_rows(w, i + 1 - counted);
+                    m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
+                    return -1;
+                }
             }
-            m->allocs[m->nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
-                                                 (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
+            /* alloc_open's, with the state in locals */
+            uint64_t old;
+            if (u64map_swap(&w->live, addr, nallocs, &old) == 1) {
+                gm_alloc *o = &allocs[old];
+                o->death = seq;
+                if (old >= UINT32_MAX) linked = 0;
+                if (linked) {
+                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(old + 1);
+                    else m->first_death = old + 1;
+                    last_death = old + 1;
+                }
+                hot_end(m, o, &allocated, &requested);
+                m->unmatched_frees++;
+            }
+            allocs[nallocs++] = (gm_alloc){seq, 0, size, req, (uint32_t)r->stack, range, 0, (uint8_t)kind,
+                                           (int8_t)(dev > 0 ? dev : 0), 0, 0, 0};
             allocated += size;
             requested += req;
             if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
@@ -673,10 +729,16 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         } else {
             uint64_t ai;
             if (u64map_del(&w->live, addr, &ai)) {
-                gm_alloc *a = &m->allocs[ai];
+                gm_alloc *a = &allocs[ai];
                 a->death = seq;
                 a->death_range = range;
-                death_note(w, ai);
+                /* death_note's */
+                if (ai >= UINT32_MAX) linked = 0;
+                if (linked) {
+                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(ai + 1);
+                    else m->first_death = ai + 1;
+                    last_death = ai + 1;
+                }
                 hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                     m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
@@ -687,20 +749,19 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             }
         }
         if (range) {
-            if (range != w->last_range) {
+            if (range != last_range) {
+                if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
                 const gm_range *rg = gm_range_of(m, range);
-                w->last_range = range;
+                last_range = range;
                 w->last_step = rg && rg->step >= 0 ? rg->step : -1;
-                w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
             }
-            if (w->last_st) {
-                w->last_st->end_allocated = allocated;
-                w->last_st->end_seq = seq;
-            }
+            st_alloc = allocated, st_seq = seq;
         }
     }
-    HOT_SUMS(HOT_STORE)
+    SWEEP_STORE
     count_rows(w, n - counted);
+    m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
     return 0;
 }
 
@@ -761,7 +822,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc, pr = pages ? gm_events_pages_no_t_stream(d, sweep_rows, &w) : GM_PAGES_NO;
+    int rc, pr = pages ? gm_events_pages_lean(d, sweep_rows, &w) : GM_PAGES_NO;
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;

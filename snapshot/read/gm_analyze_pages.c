@@ -31,6 +31,7 @@
  * through the connection's own file handle (sqlite3_file's xRead) into one buffer.
  */
 #include "snapshot/read/gm_analyze_pages.h"
+#include "snapshot/record/rec.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -121,7 +122,8 @@ typedef struct reader {
     gm_event_row *rows;       /* one leaf's rows */
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
     int64_t last_seq;
-    int lean;      /* t and stream not decoded (left 0: rows is zeroed) */
+    int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
+                      requested, stack, device and alloc_id (0) */
     int any_row;   /* a row was read (last_seq is set) */
     int delivered; /* rows were handed to the caller */
 } reader;
@@ -288,13 +290,26 @@ static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
     return h == hend && body == rend ? 0 : -1;
 }
 
+/* A device free (REC_FREE, REC_FREE_ASYNC): what the model's sweep reads of it (gm_analyze.c's
+ * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range. */
+static inline int device_free(int64_t kind) { return kind == REC_FREE || kind == REC_FREE_ASYNC; }
+
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
- * and stream not decoded (a constant: one copy of the loop each). */
+ * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id (a
+ * constant: one copy of the loop each). next: the page after this one where the window holds
+ * it (else NULL), asked into the cache a line a row: the next leaf is mostly the next page, and
+ * its lines are then fetched while this one is decoded and swept (the first read of each line
+ * of a page was the reader's largest cost, a stall on memory; all of a page's lines asked for at
+ * once stalled on the few the core can have in flight). From its end down: a leaf written in
+ * rowid order has its first cells last. */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
-                                                                int lean) {
+                                                                const uint8_t *next, int lean) {
     const uint8_t *end = p + r->usable;
     uint32_t first = 8 + 2 * ncell;
+    uint32_t nlines = next ? r->pgsz / 64 : 0;
+    for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
     for (uint32_t i = 0; i < ncell; i++) {
+        if (i < nlines) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
         uint32_t ptr = be16(p + 8 + 2 * i);
         if (ptr < first || ptr >= r->usable) return -1;
         const uint8_t *c = p + ptr, *cell = c;
@@ -312,11 +327,16 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
         const plan *pl = np >= 14 && c[0] == 14 ? plan_of(r->plans, c) : NULL;
         if (pl && pl->body == np - 14 && lean) {
             const uint8_t *b = c + 14;
-            row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
-            row->device = field(pl, b, F_DEVICE);
-            row->addr = field(pl, b, F_ADDR), row->size = field(pl, b, F_SIZE);
-            row->requested = field(pl, b, F_REQUESTED), row->alloc_id = field(pl, b, F_ALLOC_ID);
-            row->stack = field(pl, b, F_STACK), row->range = field(pl, b, F_RANGE);
+            int64_t kind = field(pl, b, F_KIND);
+            row->kind = kind, row->flags = field(pl, b, F_FLAGS);
+            row->addr = field(pl, b, F_ADDR), row->range = field(pl, b, F_RANGE);
+            if (device_free(kind)) { /* half of a recording's rows: 5 of 9 fields not decoded */
+                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            } else {
+                row->device = field(pl, b, F_DEVICE);
+                row->size = field(pl, b, F_SIZE), row->requested = field(pl, b, F_REQUESTED);
+                row->alloc_id = field(pl, b, F_ALLOC_ID), row->stack = field(pl, b, F_STACK);
+            }
         } else if (pl && pl->body == np - 14) {
             const uint8_t *b = c + 14;
             row->t = field(pl, b, F_T), row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
@@ -328,6 +348,8 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             return -1;
         } else if (lean) {
             row->t = row->stream = 0;
+            if (device_free(row->kind))
+                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
         }
         if (r->any_row && row->seq <= r->last_seq) return -1;
         r->last_seq = row->seq, r->any_row = 1;
@@ -335,8 +357,8 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
     return (long)ncell;
 }
 
-static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell) {
-    return r->lean ? leaf_rows_as(r, p, ncell, 1) : leaf_rows_as(r, p, ncell, 0);
+static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell, const uint8_t *next) {
+    return r->lean ? leaf_rows_as(r, p, ncell, next, 1) : leaf_rows_as(r, p, ncell, next, 0);
 }
 
 /* A B-tree page's kind and cell count, checked as SQLite checks them when it enters a page. */
@@ -350,14 +372,6 @@ static int page_kind(const reader *r, const uint8_t *p, int root, uint32_t *ncel
     return p[0];
 }
 
-/* The page after page pgno (at p) asked into the cache when the window holds it: the next leaf
- * is mostly the next page, and its lines are then fetched while this one is decoded and swept
- * (the first read of each line of a page was the reader's largest cost, a stall on memory). */
-static void prefetch_next(const reader *r, uint32_t pgno, const uint8_t *p) {
-    if (pgno - r->win_first + 1 >= r->win_n) return;
-    for (uint32_t o = 0; o < r->pgsz; o += 64) __builtin_prefetch(p + r->pgsz + o);
-}
-
 /* The tree under root, leaves left to right. GM_PAGES_DONE, _STOPPED, or -1 (give up). */
 static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
     uint32_t ncell[MAX_DEPTH], next[MAX_DEPTH];
@@ -369,8 +383,7 @@ static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
         int kind = p ? page_kind(r, p, pgno == root, &n) : -1;
         if (kind < 0) return -1;
         if (kind == 0x0d) {
-            prefetch_next(r, pgno, p);
-            long k = leaf_rows(r, p, n);
+            long k = leaf_rows(r, p, n, pgno - r->win_first + 1 < r->win_n ? p + r->pgsz : NULL);
             if (k < 0) return -1;
             if (k) {
                 r->delivered = 1;
@@ -528,7 +541,7 @@ out:
 }
 
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 0, fn, ctx); }
-int gm_events_pages_no_t_stream(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 1, fn, ctx); }
+int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 1, fn, ctx); }
 
 /* ---------------------------------------------------------------- the same rows through SQLite */
 

@@ -36,9 +36,10 @@ enum {
  * environment: GM_PAGES_NO always (SQLite reads every caller's events, for comparing). */
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
 /* The same, with the rows' t and stream left 0 where they are decoded from the pages (through
- * SQLite they are read as ever): for a sweep that reads neither (gm_model_load's), two of a
- * row's eleven columns fewer to decode. */
-int gm_events_pages_no_t_stream(gm_db *d, gm_event_rows_fn fn, void *ctx);
+ * SQLite they are read as ever), and a device free's (REC_FREE, REC_FREE_ASYNC) size,
+ * requested, stack, device and alloc_id 0 too: for a sweep that reads none of them
+ * (gm_model_load's), two of a row's eleven columns fewer to decode, seven of a free's. */
+int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx);
 
 /* The same rows through SQLite (one sqlite3_step over the table, each row handed to C by a
  * function in the query's WHERE, a batch at a time): where gm_events_pages answered GM_PAGES_NO,
