@@ -226,18 +226,24 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
     return true;
 }
 
-/* The pool's reservation follows its used bytes in SIM_POOL_CHUNK steps; the device is charged
- * for the difference. Lock held. */
-static CUresult pool_reserve(int dev)
+/* The pool's used bytes change by delta (an allocation's charge taken or given back); its
+ * reservation follows in SIM_POOL_CHUNK steps and the device is charged for the difference. A
+ * growth the device cannot hold changes nothing (CUDA_ERROR_OUT_OF_MEMORY); shrinking never
+ * fails. Lock held. */
+static CUresult pool_use(int dev, int64_t delta)
 {
     sim_device *d = &sim.dev[dev];
-    size_t want = round_up(d->pool.used, SIM_POOL_CHUNK);
+    size_t used = delta >= 0                      ? d->pool.used + (size_t)delta
+                  : (size_t)-delta < d->pool.used ? d->pool.used - (size_t)-delta
+                                                  : 0;
+    size_t want = round_up(used, SIM_POOL_CHUNK);
     if (want > d->pool.reserved) {
         CUresult rc = sim_charge(dev, want - d->pool.reserved, true);
         if (rc) return rc;
     } else if (want < d->pool.reserved) {
         sim_uncharge(dev, d->pool.reserved - want);
     }
+    d->pool.used = used;
     d->pool.reserved = want;
     if (want > d->pool.reserved_high) d->pool.reserved_high = want;
     return CUDA_SUCCESS;
@@ -246,17 +252,9 @@ static CUresult pool_reserve(int dev)
 static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-    /* a pool allocation's charge is its share of the pool (pool_reserve charges the device) */
+    /* a pool allocation's charge is its share of the pool (pool_use charges the device) */
     size_t charge = from_pool ? round_up(size, SIM_ALLOC_ROUND) : round_up(size, SIM_ALLOC_PAGE);
-    CUresult rc;
-    if (from_pool) {
-        sim_device *d = &sim.dev[dev];
-        d->pool.used += charge;
-        rc = pool_reserve(dev);
-        if (rc) d->pool.used -= charge;
-    } else {
-        rc = sim_charge(dev, charge, true);
-    }
+    CUresult rc = from_pool ? pool_use(dev, (int64_t)charge) : sim_charge(dev, charge, true);
     if (rc) return rc;
     int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
     size_t msize = round_up(size, 4096);
@@ -273,21 +271,17 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
             range_destroy(r);
         else if (p)
             munmap(mb, ms);
-        if (from_pool) {
-            sim.dev[dev].pool.used -= charge;
-            pool_reserve(dev);
-        } else {
+        if (from_pool)
+            pool_use(dev, -(int64_t)charge);
+        else
             sim_uncharge(dev, charge);
-        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->charged = charge;
     r->from_pool = from_pool;
     r->dev = dev;
-    if (from_pool) {
-        sim_device *d = &sim.dev[dev];
-        if (d->pool.used > d->pool.used_high) d->pool.used_high = d->pool.used;
-    }
+    if (from_pool && sim.dev[dev].pool.used > sim.dev[dev].pool.used_high)
+        sim.dev[dev].pool.used_high = sim.dev[dev].pool.used;
     *dptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
@@ -349,13 +343,10 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     if (r->ipc_import) return CUDA_ERROR_INVALID_VALUE; /* cuIpcCloseMemHandle's to release */
     if (r->graph) return CUDA_ERROR_INVALID_VALUE;      /* graph_mem_free's */
     *freed = r->size;
-    if (r->kind == SIM_R_DEVICE && r->from_pool) {
-        sim_device *d = &sim.dev[r->dev];
-        d->pool.used -= r->charged < d->pool.used ? r->charged : d->pool.used;
-        pool_reserve(r->dev); /* shrinking: gives chunks back, never fails */
-    } else if (r->kind == SIM_R_DEVICE) {
+    if (r->kind == SIM_R_DEVICE && r->from_pool)
+        pool_use(r->dev, -(int64_t)r->charged);
+    else if (r->kind == SIM_R_DEVICE)
         sim_uncharge(r->dev, r->charged);
-    }
     range_remove(r);
     if (r->kind == SIM_R_DEVICE && !sim.virtual_backing && r->map_base == (void *)r->base &&
         !r->ipc && backing_cache_put(r->map_base, r->map_size))
@@ -520,6 +511,17 @@ static CUresult graph_mem_free(sim_range *r, sim_stream *st)
     return CUDA_SUCCESS;
 }
 
+/* A stream-ordered allocation on st from device dev's pool (its stream checked); lock held. */
+static CUresult stream_alloc(sim_stream *st, int dev, CUdeviceptr *dptr, size_t size)
+{
+    if (st->capture)
+        return !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
+    if (dptr && !size) return CUDA_SUCCESS; /* and 0, as the real driver answers (drv_api.out) */
+    /* a stream not captured while the capture rules forbid it: 900 on an H200 (capture_modes) */
+    if (sim_capture_prohibits_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return device_alloc(dev, dptr, size, true);
+}
+
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
     CLEAR_OUT(dptr);
@@ -527,15 +529,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    /* size 0: success and a null pointer, as the real driver answers (drv_api.out) */
-    if (!rc && dptr && !size && !st->capture)
-        ;
-    else if (!rc && st->capture)
-        rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
-    else if (!rc && sim_capture_prohibits_unsafe())
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as an H200 (capture_modes.out) */
-    else if (!rc)
-        rc = device_alloc(st->dev, dptr, size, true);
+    if (!rc) rc = stream_alloc(st, st->dev, dptr, size);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -549,14 +543,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     int d = pool_dev(pool);
     sim_stream *st;
     CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
-    if (!rc && dptr && !size && !st->capture)
-        ;
-    else if (!rc && st->capture)
-        rc = !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
-    else if (!rc && sim_capture_prohibits_unsafe())
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    else if (!rc)
-        rc = device_alloc(d, dptr, size, true);
+    if (!rc) rc = stream_alloc(st, d, dptr, size);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -1193,13 +1180,10 @@ CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     if (pp) *pp = NULL;
     SIM_CHECK_INIT();
-    if (pp && size == 0 &&
-        !(flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                              CU_MEMHOSTALLOC_WRITECOMBINED)))
-        return CUDA_SUCCESS; /* size 0: success and NULL, as the real driver answers */
-    if (!pp || (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                                    CU_MEMHOSTALLOC_WRITECOMBINED)))
-        return CUDA_ERROR_INVALID_VALUE;
+    const unsigned known =
+        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    if (!pp || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
+    if (size == 0) return CUDA_SUCCESS; /* and NULL, as the real driver answers (drv_api.out) */
     sim_lock();
     int dev;
     CUresult rc = sim_current_dev(&dev);
