@@ -296,6 +296,12 @@ static int query_find(CUdeviceptr p, struct gm_alloc_ref *r)
     return k ? k : gm_pinned_find((const void *)(uintptr_t)p, r);
 }
 
+/* What the driver maps an allocation in, as an H200 (driver 580) reports it: whole 2 MiB pages
+ * for cuMemAlloc and pinned memory, 32 MiB chunks for a memory pool's allocations
+ * (tests/diff/gpu-h200/ptr_query.out; the device account's DU_PAGE / DU_CHUNK, gm_devused.c). */
+#define DRIVER_PAGE ((size_t)2 << 20)
+#define DRIVER_POOL_CHUNK ((size_t)32 << 20)
+
 static void attr_patch(CUpointer_attribute a, void *data, const struct gm_alloc_ref *r)
 {
     switch (a) {
@@ -312,7 +318,7 @@ static void attr_patch(CUpointer_attribute a, void *data, const struct gm_alloc_
         break;
     /* what the driver would have mapped for it: whole 2 MiB pages, a pool's 32 MiB chunk */
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: {
-        size_t step = r->pooled ? (size_t)32 << 20 : (size_t)2 << 20;
+        size_t step = r->pooled ? DRIVER_POOL_CHUNK : DRIVER_PAGE;
         *(size_t *)data = (r->size + step - 1) / step * step;
         break;
     }
@@ -423,9 +429,9 @@ static CUresult h_cuDevicePrimaryCtxReset_v2(CUdevice dev)
  * per allocation), so it is passed through. */
 static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags)
 {
+    /* (*pp was cleared by the entry points below: a refused call leaves NULL) */
     if (!pp)
         return CUDA_ERROR_INVALID_VALUE;
-    *pp = NULL; /* a refused call leaves NULL, as the real driver does */
     /* forbidden by the capture rules now: the driver's own refusal (below) */
     if (gm_mode() == GM_MODE_REPLACE && !(flags & CU_MEMHOSTALLOC_WRITECOMBINED) &&
         !gm_capture_prohibited()) {
@@ -447,7 +453,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
 }
 static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
 {
-    if (pp) *pp = NULL;
+    if (pp) *pp = NULL; /* a refused call leaves NULL, as the real driver does (drv_api.out) */
     CUresult fail;
     if (gm_fail_take(GM_FAIL_HOST_ALLOC, &fail))
         return fail;

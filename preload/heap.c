@@ -564,19 +564,23 @@ void gm_heap_pool_note(int dev, uintptr_t ptr, size_t size)
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* ptr's entry in the set, NULL when it is not a live stream-ordered allocation; pool_lock held */
+static struct pool_ent *pool_find(uintptr_t ptr)
+{
+    for (size_t j = pool_cap ? pool_hash(ptr) & (pool_cap - 1) : 0; pool_cap && pool_set[j].ptr;
+         j = (j + 1) & (pool_cap - 1))
+        if (pool_set[j].ptr == ptr)
+            return &pool_set[j];
+    return NULL;
+}
+
 /* 1: ptr is a live stream-ordered allocation of gpumem's */
 static int pool_has(uintptr_t ptr)
 {
     if (!atomic_load_explicit(&pool_live, memory_order_relaxed))
         return 0;
-    int found = 0;
     pthread_mutex_lock(&pool_lock);
-    for (size_t j = pool_cap ? pool_hash(ptr) & (pool_cap - 1) : 0; pool_cap && pool_set[j].ptr;
-         j = (j + 1) & (pool_cap - 1))
-        if (pool_set[j].ptr == ptr) {
-            found = 1;
-            break;
-        }
+    int found = pool_find(ptr) != NULL;
     pthread_mutex_unlock(&pool_lock);
     return found;
 }
@@ -586,15 +590,13 @@ void gm_heap_pool_forget(uintptr_t ptr)
     if (!atomic_load_explicit(&pool_live, memory_order_relaxed))
         return; /* the common case: no stream-ordered allocation is live */
     pthread_mutex_lock(&pool_lock);
-    for (size_t j = pool_cap ? pool_hash(ptr) & (pool_cap - 1) : 0; pool_cap && pool_set[j].ptr;
-         j = (j + 1) & (pool_cap - 1))
-        if (pool_set[j].ptr == ptr) {
-            int d = pool_set[j].dev;
-            pool_used[d] -= pool_set[j].bytes < pool_used[d] ? pool_set[j].bytes : pool_used[d];
-            pool_set[j].ptr = 1;
-            atomic_fetch_sub(&pool_live, 1);
-            break;
-        }
+    struct pool_ent *e = pool_find(ptr);
+    if (e) {
+        int d = e->dev;
+        pool_used[d] -= e->bytes < pool_used[d] ? e->bytes : pool_used[d];
+        e->ptr = 1;
+        atomic_fetch_sub(&pool_live, 1);
+    }
     pthread_mutex_unlock(&pool_lock);
 }
 
