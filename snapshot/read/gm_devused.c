@@ -45,9 +45,9 @@
 
 typedef struct du_item { /* an allocation, array or physical handle held outside gpumem */
     uint64_t size;
-    uint64_t charge; /* what the driver charges for it (0: pooled, counted with its pool) */
+    uint64_t charge; /* what the driver charges for it (a pooled one: counted with its pool) */
     uint32_t stack;
-    uint8_t cat, live, released;
+    uint8_t cat, live, released, pooled;
     int8_t dev;
     uint32_t nmaps; /* VMM handles: live mappings */
 } du_item;
@@ -89,8 +89,9 @@ static uint64_t round_to(uint64_t v, uint64_t to)
     return (v + to - 1) / to * to;
 }
 
-/* charge: what the driver takes for it; 0 for a pool allocation (its pool's chunks count) */
-static int64_t add_item(sweep *s, uint64_t size, uint64_t charge, uint32_t stack, int cat, int dev)
+/* charge: what the driver takes for it; a pool allocation (pooled) counts in its pool's chunks */
+static int64_t add_item(sweep *s, uint64_t size, uint64_t charge, int pooled, uint32_t stack,
+                        int cat, int dev)
 {
     if (s->nit == s->capit) {
         size_t c = s->capit ? s->capit * 2 : 256;
@@ -99,11 +100,13 @@ static int64_t add_item(sweep *s, uint64_t size, uint64_t charge, uint32_t stack
             return -1;
         s->it = n, s->capit = c;
     }
-    s->it[s->nit] = (du_item){size, charge, stack, (uint8_t)cat, 1, 0, (int8_t)dev_index(dev), 0};
-    if (charge)
-        s->st[dev_index(dev)].outside[cat] += charge;
+    s->it[s->nit] = (du_item){
+        size, charge, stack, (uint8_t)cat, 1, 0, (uint8_t)pooled, (int8_t)dev_index(dev), 0};
+    du_state *st = &s->st[dev_index(dev)];
+    if (pooled)
+        st->pooled[cat] += size;
     else
-        s->st[dev_index(dev)].pooled[cat] += size;
+        st->outside[cat] += charge;
     return (int64_t)s->nit++;
 }
 
@@ -114,8 +117,8 @@ static void drop_item(sweep *s, uint64_t i)
         return;
     t->live = 0;
     uint64_t *o =
-        t->charge ? &s->st[(int)t->dev].outside[t->cat] : &s->st[(int)t->dev].pooled[t->cat];
-    uint64_t v = t->charge ? t->charge : t->size;
+        t->pooled ? &s->st[(int)t->dev].pooled[t->cat] : &s->st[(int)t->dev].outside[t->cat];
+    uint64_t v = t->pooled ? t->size : t->charge;
     *o -= v < *o ? v : *o;
 }
 
@@ -232,9 +235,9 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
             drop_item(s, v); /* handed out again without a free */
         /* from a pool: the program's own (REC_F_POOL), or the default pool a stream-ordered
          * allocation passed through comes from; else a cuMemAlloc, in whole pages */
-        ni = add_item(s, size,
-                      (flags & REC_F_POOL) || kind == REC_ALLOC_ASYNC ? 0 : round_to(size, DU_PAGE),
-                      stack, (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
+        ni = add_item(s, size, round_to(size, DU_PAGE),
+                      (flags & REC_F_POOL) || kind == REC_ALLOC_ASYNC, stack,
+                      (flags & REC_F_POOL) ? GM_DU_POOL : GM_DU_PASS, dev);
         if (ni < 0 || u64map_put(&s->by_addr, addr, (uint64_t)ni) != 0)
             rc = -1;
         s->addr_seen[addr_bit(addr) >> 6] |= 1ull << (addr_bit(addr) & 63);
@@ -245,7 +248,7 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
             drop_item(s, v);
         break;
     case REC_ARRAY_ALLOC:
-        ni = add_item(s, size, size ? size : 1, stack, GM_DU_ARRAY, dev);
+        ni = add_item(s, size, size, 0, stack, GM_DU_ARRAY, dev);
         if (ni < 0 || u64map_put(&s->by_array, addr, (uint64_t)ni) != 0)
             rc = -1;
         break;
@@ -256,7 +259,7 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
     case REC_VMM_CREATE:
         if (u64map_del(&s->by_handle, addr, &v))
             drop_item(s, v); /* a handle value reused: the old one is gone */
-        ni = add_item(s, size, size ? size : 1, stack, GM_DU_VMM, dev);
+        ni = add_item(s, size, size, 0, stack, GM_DU_VMM, dev);
         if (ni < 0 || u64map_put(&s->by_handle, addr, (uint64_t)ni) != 0)
             rc = -1;
         break;
