@@ -13,10 +13,6 @@
 
 #include "tests/diff/diff.h"
 
-typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
-typedef CUresult (*free_fn)(CUdeviceptr);
-typedef CUresult (*ctx_fn)(CUcontext *);
-
 static void entry(const char *name, int version, void **fn)
 {
     enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
@@ -27,33 +23,45 @@ static void entry(const char *name, int version, void **fn)
     printf("  status %d, function %s\n", (int)st, *fn ? "set" : "NULL");
 }
 
+/* The three driver functions drive() calls, found through entry points in turn. */
+struct entries {
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*cur)(CUcontext *);
+};
+static struct entries entries(void)
+{
+    struct entries e;
+    entry("cuMemAlloc", 13000, (void **)&e.alloc);
+    entry("cuMemFree", 13000, (void **)&e.free);
+    entry("cuCtxGetCurrent", 13000, (void **)&e.cur);
+    return e;
+}
+
 /* The current context, a 1 MiB cuMemAlloc and its free, all through entry points. */
-static void drive(const char *when, ctx_fn cur, alloc_fn al, free_fn fr)
+static void drive(const char *when, const struct entries *e)
 {
     CUcontext c = NULL;
     printf("-- %s\n", when);
-    if (cur) {
-        cu("cuCtxGetCurrent", cur(&c));
+    if (e->cur) {
+        cu("cuCtxGetCurrent", e->cur(&c));
         printf("  current context: %s\n", c ? "set" : "NULL");
     }
-    if (!al || !fr) return;
+    if (!e->alloc || !e->free) return;
     CUdeviceptr d = 0;
-    CUresult r = al(&d, 1 << 20);
+    CUresult r = e->alloc(&d, 1 << 20);
     cu("cuMemAlloc(1 MiB)", r);
     printf("  out: %s\n", d ? "set" : "0");
-    if (r == CUDA_SUCCESS) cu("cuMemFree", fr(d));
+    if (r == CUDA_SUCCESS) cu("cuMemFree", e->free(d));
 }
 
 static void *first_entry(void *arg)
 {
     (void)arg;
-    void *al = NULL, *fr = NULL, *cur = NULL;
-    entry("cuMemAlloc", 13000, &al);
-    entry("cuMemFree", 13000, &fr);
-    entry("cuCtxGetCurrent", 13000, &cur);
-    drive("thread 1, after the entry points only", (ctx_fn)cur, (alloc_fn)al, (free_fn)fr);
+    struct entries e = entries();
+    drive("thread 1, after the entry points only", &e);
     rt("cudaFree(NULL)", cudaFree(NULL));
-    drive("thread 1, after cudaFree(NULL)", (ctx_fn)cur, (alloc_fn)al, (free_fn)fr);
+    drive("thread 1, after cudaFree(NULL)", &e);
     return NULL;
 }
 
@@ -62,11 +70,8 @@ static void *first_malloc(void *arg)
     (void)arg;
     void *p = NULL;
     rt("thread 2: cudaMalloc(4096)", cudaMalloc(&p, 4096));
-    void *al = NULL, *fr = NULL, *cur = NULL;
-    entry("cuMemAlloc", 13000, &al);
-    entry("cuMemFree", 13000, &fr);
-    entry("cuCtxGetCurrent", 13000, &cur);
-    drive("thread 2, after a cudaMalloc", (ctx_fn)cur, (alloc_fn)al, (free_fn)fr);
+    struct entries e = entries();
+    drive("thread 2, after a cudaMalloc", &e);
     rt("cudaFree", cudaFree(p));
     return NULL;
 }

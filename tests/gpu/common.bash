@@ -89,3 +89,20 @@ gpu_libs() {
   fi
   export GPU_LIBS_DIR
 }
+
+# gpu_diff_prog PROG DIR: the differential-corpus program tests/diff/PROG.c built against the real
+# CUDA runtime and run on the GPU (DIR/PROG.gpu, .gpu.err), and the same program as `make` built
+# it for the virtual GPU ($BUILD/tests/diff/PROG, DIR/PROG.sim, .sim.err), each with as many
+# devices as the GPU machine has and a 60 s bound. Sets GPU_RC and SIM_RC; 1 when it does not
+# build against the real runtime.
+gpu_diff_prog() {
+  local p=$1 dir=$2 cuda=${CUDA_HOME:-/usr/local/cuda} ndev
+  ndev=$(nvidia-smi -L | wc -l)
+  gcc -std=gnu17 -O2 -Wall -I. -isystem "$cuda/include" -o "$dir/$p.bin" "tests/diff/$p.c" \
+      -L"$cuda/lib64" -lcudart -ldl -lpthread -Wl,-rpath,"$cuda/lib64" || return 1
+  GPUMEM_SIM_DEVICES=$ndev timeout 60 "$dir/$p.bin" > "$dir/$p.gpu" 2> "$dir/$p.gpu.err"
+  GPU_RC=$?
+  GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" > "$dir/$p.sim" 2> "$dir/$p.sim.err"
+  SIM_RC=$?
+  rm -f "$dir/$p.bin"
+}

@@ -17,23 +17,17 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 source tests/gpu/common.bash
 mkdir -p "$out"
-CUDA=${CUDA_HOME:-/usr/local/cuda}
-ndev=$(nvidia-smi -L | wc -l)
 fail=0
 for src in tests/diff/*.c; do
   p=$(basename "$src" .c)
   gpu_make "$BUILD/tests/diff/$p" > /dev/null || continue
-  gcc -std=gnu17 -O2 -Wall -I. -isystem "$CUDA/include" -o "$out/$p.bin" "$src" \
-      -L"$CUDA/lib64" -lcudart -ldl -lpthread -Wl,-rpath,"$CUDA/lib64" || { echo "$p: build failed"; continue; }
-  GPUMEM_SIM_DEVICES=$ndev timeout 60 "$out/$p.bin" > "$out/$p.gpu" 2> "$out/$p.gpu.err"; g=$?
-  GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" > "$out/$p.sim" 2> "$out/$p.sim.err"; s=$?
-  rm -f "$out/$p.bin"
+  gpu_diff_prog "$p" "$out" || { echo "$p: build failed"; continue; }
   n=$(diff "$out/$p.gpu" "$out/$p.sim" | grep -c '^[<>]')
   rec=tests/diff/gpu-h200/$p.out
   if [[ ! -f $rec ]]; then was="no recording"
   elif cmp -s "$rec" "$out/$p.gpu"; then was="as recorded"
   else was="OTHERWISE than recorded"; fail=1; diff "$rec" "$out/$p.gpu" | head -10; fi
-  echo "$p: exit GPU $g virtual GPU $s, $n differing line(s) of $(wc -l < "$out/$p.gpu"); the GPU's output $was"
+  echo "$p: exit GPU $GPU_RC virtual GPU $SIM_RC, $n differing line(s) of $(wc -l < "$out/$p.gpu"); the GPU's output $was"
 done
 [[ $fail -eq 0 ]] && echo "every recorded output is what this GPU prints" || echo "FAIL: this GPU answers otherwise than the recording (tests/diff/gpu-h200)"
 exit $fail

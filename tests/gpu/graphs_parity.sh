@@ -25,14 +25,10 @@ progs=(graph_mem capture_modes capture_free devices_pools oob entry_ctx)
 gpu_make "${progs[@]/#/$BUILD/tests/diff/}" || { echo "build failed"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-CUDA=${CUDA_HOME:-/usr/local/cuda}
-ndev=$(nvidia-smi -L | wc -l)
 fail=0
 for p in "${progs[@]}"; do
-  gcc -std=gnu17 -O2 -Wall -I. -isystem "$CUDA/include" -o "$tmp/$p" "tests/diff/$p.c" \
-      -L"$CUDA/lib64" -lcudart -ldl -lpthread -Wl,-rpath,"$CUDA/lib64" || { echo "FAIL: $p: build"; fail=1; continue; }
-  GPUMEM_SIM_DEVICES=$ndev timeout 60 "$tmp/$p" >"$tmp/$p.gpu" 2>"$tmp/$p.gpu.err" || echo "note: $p exited $? on the GPU"
-  GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_MEMORY=16G timeout 60 "$BUILD/tests/diff/$p" >"$tmp/$p.sim" 2>/dev/null
+  gpu_diff_prog "$p" "$tmp" || { echo "FAIL: $p: build"; fail=1; continue; }
+  [[ $GPU_RC -eq 0 ]] || echo "note: $p exited $GPU_RC on the GPU"
   [[ -n ${GPUMEM_GPU_SAVE:-} ]] && cp "$tmp/$p.gpu" "$tmp/$p.sim" "$GPUMEM_GPU_SAVE/" 2>/dev/null
   if cmp -s "$tmp/$p.gpu" "$tmp/$p.sim"; then echo "ok: $p: the virtual GPU answers as the GPU does"
   else echo "DIFF: $p (< GPU, > virtual GPU)"; diff "$tmp/$p.gpu" "$tmp/$p.sim" | head -40; fail=1; fi
