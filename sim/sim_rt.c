@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "sim/sim_rt_kernels.h"
 #include "sim_rt_procs.h" /* generated: SIM_RT_ERRORS */
@@ -161,10 +160,8 @@ static void *open_driver(void)
         int n = slash ? snprintf(path, sizeof path, "%.*s/libcuda.so.1",
                                  (int)(slash - info.dli_fname), info.dli_fname)
                       : -1;
-        if (n > 0 && (size_t)n < sizeof path && access(path, R_OK) == 0) {
-            void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-            if (h) return h;
-        }
+        void *h = n > 0 && (size_t)n < sizeof path ? dlopen(path, RTLD_NOW | RTLD_GLOBAL) : NULL;
+        if (h) return h;
     }
     return dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 }
