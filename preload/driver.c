@@ -420,9 +420,11 @@ int gm_stream_valid(CUstream s)
 static CUresult (*real_cuDevicePrimaryCtxReset_v2)(CUdevice);
 static CUresult h_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE)
-        gm_heap_reset(dev);
-    return real_cuDevicePrimaryCtxReset_v2(dev);
+    int pass = gm_pass();
+    if (!pass && gm_mode() == GM_MODE_REPLACE) gm_heap_reset(dev);
+    CUresult r = real_cuDevicePrimaryCtxReset_v2(dev);
+    if (!pass && r == CUDA_SUCCESS) gm_pt_after_reset();
+    return r;
 }
 
 /* Pinned host memory. Write-combined memory cannot come from a shared pool (the attribute is

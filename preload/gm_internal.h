@@ -265,6 +265,8 @@ void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind);
 /* Removes ptr; returns 1 when it was there (size/kind set). */
 int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind);
 int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size);
+/* After a successful device reset: what the driver destroyed is recorded freed (heap.c). */
+void gm_pt_after_reset(void);
 
 void gm_pt_fork_prepare(void);
 void gm_pt_fork_parent(void);

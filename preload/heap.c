@@ -983,6 +983,39 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
     return found;
 }
 
+/* After a device reset the driver has destroyed that device's allocations (tests/diff/gpu-h200/
+ * reset.out): each passed-through device allocation it no longer knows (its address range is
+ * CUDA_ERROR_NOT_FOUND) leaves the table and is recorded as freed, so that a recording does not
+ * call it leaked. Which ones the reset took is the driver's answer, not gpumem's guess; managed
+ * and host memory are not asked. */
+void gm_pt_after_reset(void)
+{
+    if (!gm_real.cuMemGetAddressRange_v2) return;
+    for (;;) {
+        uintptr_t batch[64];
+        size_t n = 0;
+        pthread_mutex_lock(&pt_lock);
+        for (size_t i = 0; pt && i < pt_cap && n < 64; i++) {
+            if (pt[i].ptr <= 1 || (pt[i].kind != GM_PT_DEVICE && pt[i].kind != GM_PT_ASYNC &&
+                                   pt[i].kind != GM_PT_POOL))
+                continue;
+            CUdeviceptr base;
+            size_t size;
+            if (gm_real.cuMemGetAddressRange_v2(&base, &size, pt[i].ptr) == CUDA_ERROR_NOT_FOUND)
+                batch[n++] = pt[i].ptr; /* not an error of the query itself (no context...) */
+        }
+        pthread_mutex_unlock(&pt_lock);
+        for (size_t i = 0; i < n; i++) {
+            size_t size;
+            enum gm_pt_kind k;
+            if (gm_pt_remove(batch[i], &size, &k))
+                gm_event(k == GM_PT_DEVICE ? GM_EV_FREE : GM_EV_FREE_ASYNC, -1, 0, batch[i], size,
+                         0);
+        }
+        if (n < 64) return;
+    }
+}
+
 void gm_pt_fork_prepare(void) { pthread_mutex_lock(&pt_lock); }
 void gm_pt_fork_parent(void) { pthread_mutex_unlock(&pt_lock); }
 void gm_pt_fork_child(void) { pthread_mutex_init(&pt_lock, NULL); }

@@ -473,6 +473,7 @@ GM_EXPORT cudaError_t cudaDeviceReset(void)
     gm_inside_enter();
     cudaError_t e = real();
     gm_inside_leave();
+    if (e == cudaSuccess && rt_mode() != GM_MODE_OFF) gm_pt_after_reset();
     return e;
 }
 

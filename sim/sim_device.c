@@ -358,11 +358,14 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    /* Resetting would invalidate every allocation; the sim keeps them (documented). */
+    /* "Destroys all allocations and resets all state on the primary context": after the device
+     * has drained, its device allocations are gone (sim_device_reset_memory says which); the
+     * context itself stays usable, as the runtime expects after cudaDeviceReset. */
     CUresult rc = check_dev(dev);
     if (rc) return rc;
     sim_lock();
     double wait = sim_device_drain(dev);
+    sim_device_reset_memory(dev);
     sim_cost_wait(SIM_OP_CTX_SYNC, wait);
     sim_unlock();
     return CUDA_SUCCESS;

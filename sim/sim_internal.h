@@ -432,6 +432,7 @@ CUresult sim_capture_mem_free(sim_stream *st, CUdeviceptr p);
 
 /* Frees a cuMemAlloc'd range (lock held): sim_mem.c */
 CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed);
+void sim_device_reset_memory(int dev); /* cuDevicePrimaryCtxReset: lock held, device drained */
 /* The pre-12.8 cuEventElapsedTime, exported under its old name. */
 CUresult sim_cuEventElapsedTime_v1(float *ms, CUevent start,
                                    CUevent end) __asm__("cuEventElapsedTime");

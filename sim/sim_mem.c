@@ -355,6 +355,22 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     return CUDA_SUCCESS;
 }
 
+/* A primary context reset (cuDevicePrimaryCtxReset, cudaDeviceReset), with the lock held and the
+ * device drained: every device allocation of dev made through the context is freed, from
+ * cuMemAlloc (pitched too) and the stream-ordered pools, as an H200 frees them
+ * (tests/diff/gpu-h200/reset.out). What the context does not own stays: VMM memory (handles and
+ * mappings belong to the process), graph memory (its graphs own it), memory opened from another
+ * process (cuIpcCloseMemHandle's), and host and managed memory. */
+void sim_device_reset_memory(int dev)
+{
+    for (size_t i = sim.nranges; i > 0; i--) {
+        sim_range *r = sim.ranges[i - 1];
+        size_t freed;
+        if (r->kind == SIM_R_DEVICE && r->dev == dev && !r->graph && !r->ipc_import)
+            (void)sim_device_free((CUdeviceptr)r->base, false, &freed);
+    }
+}
+
 static CUresult graph_mem_free(sim_range *r, sim_stream *st);
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)

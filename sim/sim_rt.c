@@ -29,71 +29,83 @@
 /* The driver functions the runtime uses, resolved through cuGetProcAddress_v2, each asked for at
  * the version whose signature the header's prototype has (cuCtxSynchronize at 2.0, not 13.0's
  * cuCtxSynchronize_v2(CUcontext)), as the real runtime does. */
-#define DRIVER_FUNCS(X)                                                                                    \
-    X(cuInit, 2000)                                                                                        \
-    X(cuDriverGetVersion, 2020)                                                                            \
-    X(cuDeviceGetCount, 2000)                                                                              \
-    X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(                             \
-        cuDeviceGetAttribute, 2000) X(cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain,                  \
-                                                                7000) X(cuCtxGetCurrent, 4000)             \
-        X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(                          \
-            cuMemFree, 3020) X(cuMemAllocAsync, 11020) X(cuMemFreeAsync,                                   \
-                                                         11020) X(cuMemAllocFromPoolAsync, 11020)          \
-            X(cuDeviceGetDefaultMemPool, 11020) X(cuDeviceGetMemPool, 11020) X(                            \
-                cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(cuMemPoolTrimTo,           \
-                                                                                11020)                     \
-                X(cuMemAllocManaged, 6000) X(cuMemHostAlloc, 3020) X(cuMemFreeHost, 2000) X(               \
-                    cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000)                                  \
-                    X(cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo, 3020) X(cuMemcpy, 4000) X(          \
-                        cuMemcpyAsync, 4000) X(cuMemsetD8, 3020)                                           \
-                        X(cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050) X(                    \
-                            cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000)                            \
-                            X(cuStreamQuery, 2000) X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X( \
-                                cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)                   \
-                                X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(                          \
-                                    cuEventRecord, 2000) X(cuEventRecordWithFlags, 11010)                  \
-                                    X(cuEventQuery, 2000) X(cuEventSynchronize, 2000) X(                   \
-                                        cuEventElapsedTime,                                                \
-                                        12080) X(cuPointerGetAttributes,                                   \
-                                                 7000) X(cuLaunchKernel,                                   \
-                                                         4000) X(cuLaunchKernelEx, 11060)                  \
-                                        X(cuLaunchCooperativeKernel, 9000) X(                              \
-                                            cuFuncGetName, 12030) X(cuLaunchHostFunc, 10000)               \
-                                            X(cuGetProcAddress,                                            \
-                                              12000) X(cuCtxGetStreamPriorityRange,                        \
-                                                       5050) X(cuCtxGetDevice,                             \
-                                                               2000) X(cuMemcpyHtoD,                       \
-                                                                       3020) X(cuMemcpyDtoH, 3020)         \
-                                                X(cuMemcpyDtoD, 3020) X(cuMemcpyHtoDAsync, 3020) X(        \
-                                                    cuMemcpyDtoHAsync,                                     \
-                                                    3020) X(cuMemcpyDtoDAsync, 3020)                       \
-                                                    X(cuMemcpyPeer, 4000) X(                               \
-                                                        cuMemcpyPeerAsync,                                 \
-                                                        4000) X(cuCtxEnablePeerAccess, 4000)               \
-                                                        X(cuCtxDisablePeerAccess, 4000) X(                 \
-                                                            cuStreamBeginCapture,                          \
-                                                            10010) X(cuStreamEndCapture, 10000)            \
-                                                            X(cuStreamGetCaptureInfo, 12030) X(            \
-                                                                cuGraphInstantiateWithFlags,               \
-                                                                11040) X(cuGraphLaunch, 10000)             \
-                                                                X(cuGraphDestroy, 10000) X(                \
-                                                                    cuGraphExecDestroy,                    \
-                                                                    10000) X(cuGraphGetNodes,              \
-                                                                             10000)                        \
-                                                                    X(cuThreadExchangeStreamCaptureMode,   \
-                                                                      10010) X(cuMemAllocPitch,            \
-                                                                               3020)                       \
-                                                                        X(cuIpcGetMemHandle, 4010) X(      \
-                                                                            cuIpcOpenMemHandle,            \
-                                                                            11000)                         \
-                                                                            X(cuIpcCloseMemHandle,         \
-                                                                              4010)                        \
-    X(cuFuncGetAttribute, 2020) X(cuFuncSetAttribute, 9000) X(cuFuncSetCacheConfig, 3000)                 \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000)                                          \
-    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020) X(cuDeviceGetPCIBusId, 4010)                         \
-    X(cuGraphCreate, 10000) X(cuGraphAddMemAllocNode, 11040) X(cuGraphAddMemFreeNode, 11040)               \
-    X(cuDeviceGraphMemTrim, 11040) X(cuDeviceGetGraphMemAttribute, 11040)                                  \
-    X(cuDeviceSetGraphMemAttribute, 11040)
+#define DRIVER_FUNCS(X)                                                                                                 \
+    X(cuInit, 2000)                                                                                                     \
+    X(cuDriverGetVersion, 2020)                                                                                         \
+    X(cuDeviceGetCount, 2000)                                                                                           \
+    X(cuDeviceGet, 2000)                                                                                                \
+    X(cuDeviceGetName, 2000) X(cuDeviceTotalMem, 3020) X(cuDeviceGetAttribute, 2000) X(                                 \
+        cuDeviceGetUuid, 11040) X(cuDevicePrimaryCtxRetain, 7000) X(cuCtxGetCurrent, 4000)                              \
+        X(cuCtxSetCurrent, 4000) X(cuCtxSynchronize, 2000) X(cuMemAlloc, 3020) X(                                       \
+            cuMemFree, 3020) X(cuMemAllocAsync,                                                                         \
+                               11020) X(cuMemFreeAsync,                                                                 \
+                                        11020) X(cuMemAllocFromPoolAsync,                                               \
+                                                 11020) X(cuDeviceGetDefaultMemPool,                                    \
+                                                          11020) X(cuDeviceGetMemPool, 11020)                           \
+            X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                                          \
+                cuMemPoolTrimTo,                                                                                        \
+                11020) X(cuMemAllocManaged,                                                                             \
+                         6000) X(cuMemHostAlloc, 3020)                                                                  \
+                X(cuMemFreeHost, 2000) X(cuMemHostRegister, 6050) X(cuMemHostUnregister, 4000) X(                       \
+                    cuMemHostGetDevicePointer, 3020) X(cuMemGetInfo,                                                    \
+                                                       3020) X(cuMemcpy,                                                \
+                                                               4000) X(cuMemcpyAsync, 4000) X(cuMemsetD8,               \
+                                                                                              3020)                     \
+                    X(cuMemsetD8Async, 3020) X(cuStreamCreateWithPriority, 5050) X(                                     \
+                        cuStreamDestroy, 4000) X(cuStreamSynchronize, 2000)                                             \
+                        X(cuStreamQuery, 2000) X(cuStreamWaitEvent, 3020) X(cuStreamGetFlags, 5050) X(                  \
+                            cuStreamGetPriority, 5050) X(cuStreamIsCapturing, 10000)                                    \
+                            X(cuEventCreate, 2000) X(cuEventDestroy, 4000) X(cuEventRecord, 2000) X(                    \
+                                cuEventRecordWithFlags,                                                                 \
+                                11010) X(cuEventQuery,                                                                  \
+                                         2000) X(cuEventSynchronize,                                                    \
+                                                 2000) X(cuEventElapsedTime,                                            \
+                                                         12080) X(cuPointerGetAttributes, 7000) X(cuLaunchKernel, 4000) \
+                                X(cuLaunchKernelEx, 11060) X(cuLaunchCooperativeKernel, 9000) X(                        \
+                                    cuFuncGetName, 12030) X(cuLaunchHostFunc, 10000)                                    \
+                                    X(cuGetProcAddress,                                                                 \
+                                      12000) X(cuCtxGetStreamPriorityRange,                                             \
+                                               5050) X(cuCtxGetDevice,                                                  \
+                                                       2000) X(cuMemcpyHtoD,                                            \
+                                                               3020) X(cuMemcpyDtoH,                                    \
+                                                                       3020) X(cuMemcpyDtoD, 3020)                      \
+                                        X(cuMemcpyHtoDAsync, 3020) X(cuMemcpyDtoHAsync, 3020) X(                        \
+                                            cuMemcpyDtoDAsync, 3020) X(cuMemcpyPeer,                                    \
+                                                                       4000) X(cuMemcpyPeerAsync, 4000)                 \
+                                            X(cuCtxEnablePeerAccess, 4000) X(cuCtxDisablePeerAccess, 4000) X(           \
+                                                cuStreamBeginCapture,                                                   \
+                                                10010) X(cuStreamEndCapture,                                            \
+                                                         10000) X(cuStreamGetCaptureInfo, 12030)                        \
+                                                X(cuGraphInstantiateWithFlags, 11040) X(                                \
+                                                    cuGraphLaunch,                                                      \
+                                                    10000) X(cuGraphDestroy,                                            \
+                                                             10000) X(cuGraphExecDestroy, 10000)                        \
+                                                    X(cuGraphGetNodes, 10000) X(                                        \
+                                                        cuThreadExchangeStreamCaptureMode,                              \
+                                                        10010) X(cuMemAllocPitch,                                       \
+                                                                 3020) X(cuIpcGetMemHandle,                             \
+                                                                         4010) X(cuIpcOpenMemHandle,                    \
+                                                                                 11000)                                 \
+                                                        X(cuIpcCloseMemHandle, 4010) X(                                 \
+                                                            cuFuncGetAttribute,                                         \
+                                                            2020) X(cuFuncSetAttribute, 9000)                           \
+                                                            X(cuFuncSetCacheConfig, 3000) X(                            \
+                                                                cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,   \
+                                                                7000)                                                   \
+                                                                X(cuOccupancyAvailableDynamicSMemPerBlock,              \
+                                                                  10020) X(cuDeviceGetPCIBusId,                         \
+                                                                           4010) X(cuGraphCreate,                       \
+                                                                                   10000)                               \
+                                                                    X(cuGraphAddMemAllocNode, 11040) X(                 \
+                                                                        cuGraphAddMemFreeNode,                          \
+                                                                        11040) X(cuDeviceGraphMemTrim,                  \
+                                                                                 11040)                                 \
+                                                                        X(cuDeviceGetGraphMemAttribute,                 \
+                                                                          11040)                                        \
+                                                                            X(cuDeviceSetGraphMemAttribute,             \
+                                                                              11040)                                    \
+                                                                                X(cuDevicePrimaryCtxReset,              \
+                                                                                  11000)
 
 /* Each pointer has the exact type of the header's prototype (typeof takes no address, so no
  * symbol is referenced). */
@@ -550,8 +562,14 @@ RT_EXPORT cudaError_t cudaDeviceSynchronize(void)
 
 RT_EXPORT cudaError_t cudaDeviceReset(void)
 {
-    /* The sim keeps allocations across a reset (documented); it synchronizes. */
-    return cudaDeviceSynchronize();
+    /* The current device's primary context reset: it synchronizes the device and destroys its
+     * device allocations, as a GPU's does (tests/diff/gpu-h200/reset.out); the runtime's own
+     * state (the retained context, the thread's device) stays usable, as after the real one. */
+    RT_BEGIN();
+    int dev;
+    CUresult r = DRV.cuCtxGetDevice(&dev);
+    if (r == CUDA_SUCCESS) r = DRV.cuDevicePrimaryCtxReset(dev);
+    RT_CALL(r);
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */

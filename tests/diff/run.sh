@@ -9,7 +9,8 @@
 #
 # (program and config are shell globs). A listed line is dropped from both outputs before they
 # are compared; an entry that no difference needs any more is reported (stale), as a failure.
-# Then: the atexit program's recording has no leak (`gpumem leaks --fail-on-leak`).
+# Then: the atexit program's recording has no leak (`gpumem leaks --fail-on-leak`), nor the reset
+# program's (what a device reset destroyed is recorded freed).
 # Under SAN=address / SAN=thread the same with three configurations (see below).
 set -uo pipefail
 shopt -s extglob
@@ -130,6 +131,22 @@ if [[ -x $BUILD/gpumem ]]; then
     echo "FAIL: gpumem leaks reports a leak for frees made in an atexit handler"; head -20 "$TMP/leaks.out"
     fails=$((fails + 1))
   fi
+fi
+
+# the allocations a device reset destroyed are recorded freed (the driver's answer, heap.c
+# gm_pt_after_reset; gpumem's own blocks by gm_heap_reset): the reset program's recording has no
+# leak, with gpumem serving (its segments; preset:nocache, a cuMemAlloc per block) and recording only
+if [[ -x $BUILD/gpumem ]]; then
+  for rc in "replace|" "nocache|GPUMEM_CONF=preset:nocache" "record|GPUMEM_MODE=record"; do
+    name=${rc%%|*}
+    env ${rc#*|} GPUMEM_DB="$TMP/reset-$name.db" LD_PRELOAD="$LIB" "$BIN/reset" >/dev/null 2>"$TMP/reset-$name.err"
+    if "$BUILD/gpumem" leaks --fail-on-leak "$TMP/reset-$name.db" >"$TMP/leaks.out" 2>&1; then
+      echo "ok: reset [$name]: what the reset destroyed is recorded freed: no leak reported"
+    else
+      echo "FAIL: reset [$name]: gpumem leaks reports a leak of memory a device reset destroyed"; head -12 "$TMP/leaks.out"
+      fails=$((fails + 1))
+    fi
+  done
 fi
 
 # issue 37: the out-of-bounds accesses gpumem refused are recorded and `gpumem report` lists them

@@ -197,6 +197,59 @@ static void test_pool_high_water_marks(void **state)
     OK(cuStreamSynchronize(NULL));
 }
 
+/* A primary context reset destroys the device allocations made through that device's context
+ * (cuMemAlloc, the stream-ordered pool), as an H200's does, and nothing else: not the other
+ * device's, not VMM memory, not pinned host memory. The context stays usable. */
+static void test_reset_frees_the_device_allocations(void **state)
+{
+    (void)state;
+    sim_device_accounting a0, a1, b0, b1;
+    OK(sim_device_info(0, &a0));
+    OK(sim_device_info(1, &a1));
+    OK(cuCtxSetCurrent(ctx[0]));
+    CUdeviceptr other;
+    OK(cuMemAlloc(&other, MiB));
+    OK(cuCtxSetCurrent(ctx[1]));
+    CUdeviceptr p, q, va;
+    OK(cuMemAlloc(&p, 3 * MiB));
+    OK(cuMemAllocAsync(&q, MiB, NULL));
+    OK(cuStreamSynchronize(NULL));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 1;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemCreate(&h, 2 * MiB, &prop, 0));
+    OK(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
+    OK(cuMemMap(va, 2 * MiB, 0, h, 0));
+    void *host;
+    OK(cuMemAllocHost(&host, 4096));
+
+    OK(cuDevicePrimaryCtxReset(1));
+    OK(sim_device_info(1, &b1));
+    assert_int_equal(b1.allocated, a1.allocated + 2 * MiB); /* the VMM handle only */
+    CUdeviceptr base;
+    size_t size;
+    assert_int_equal(cuMemGetAddressRange(&base, &size, p), CUDA_ERROR_NOT_FOUND);
+    assert_int_equal(cuMemFree(p), CUDA_ERROR_INVALID_VALUE); /* already gone */
+    assert_int_equal(cuMemFree(q), CUDA_ERROR_INVALID_VALUE);
+    OK(sim_device_info(0, &b0));
+    assert_int_equal(b0.allocated, a0.allocated + 2 * MiB); /* device 0's stays */
+    OK(cuMemAlloc(&p, MiB));                                /* the context is still usable */
+    OK(cuMemFree(p));
+    OK(cuMemUnmap(va, 2 * MiB));
+    OK(cuMemAddressFree(va, 2 * MiB));
+    OK(cuMemRelease(h));
+    OK(cuMemFreeHost(host));
+    OK(cuCtxSetCurrent(ctx[0]));
+    OK(cuMemFree(other));
+    OK(sim_device_info(0, &b0));
+    OK(sim_device_info(1, &b1));
+    assert_int_equal(b0.allocated, a0.allocated);
+    assert_int_equal(b1.allocated, a1.allocated);
+}
+
 int main(void)
 {
     setenv("GPUMEM_SIM_DEVICES", "2", 1);
@@ -206,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_accounting_is_per_device),
         cmocka_unit_test(test_streams_on_both_devices_and_peer_copies),
         cmocka_unit_test(test_pool_high_water_marks),
+        cmocka_unit_test(test_reset_frees_the_device_allocations),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
