@@ -27,6 +27,17 @@ static int setup(void **state)
     return 0;
 }
 
+/* the properties of VMM device memory on device dev */
+static CUmemAllocationProp pinned_on(int dev)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    return prop;
+}
+
 static void test_two_devices_two_contexts(void **state)
 {
     (void)state;
@@ -64,11 +75,7 @@ static void test_accounting_is_per_device(void **state)
     OK(cuCtxSetCurrent(ctx[1]));
     CUdeviceptr p;
     OK(cuMemAlloc(&p, 3 * MiB));
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 1;
+    CUmemAllocationProp prop = pinned_on(1);
     CUmemGenericAllocationHandle h;
     OK(cuMemCreate(&h, 4 * MiB, &prop, 0)); /* charged to device 1 whatever is current */
     OK(cuCtxSetCurrent(ctx[0]));
@@ -214,11 +221,7 @@ static void test_reset_frees_the_device_allocations(void **state)
     OK(cuMemAlloc(&p, 3 * MiB));
     OK(cuMemAllocAsync(&q, MiB, NULL));
     OK(cuStreamSynchronize(NULL));
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 1;
+    CUmemAllocationProp prop = pinned_on(1);
     CUmemGenericAllocationHandle h;
     OK(cuMemCreate(&h, 2 * MiB, &prop, 0));
     OK(cuMemAddressReserve(&va, 2 * MiB, 0, 0, 0));
