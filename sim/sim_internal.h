@@ -250,6 +250,9 @@ typedef struct sim_profile {
     int smem_per_sm, smem_optin; /* shared memory per SM, and per block when opted in */
     int threads_per_sm, blocks_per_sm, copy_engines;
     bool fabric; /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED */
+    /* driver call costs measured on that part, in GPUMEM_SIM_COSTS syntax, applied over the
+     * default table (GPUMEM_SIM_COSTS then applies over the result); NULL: the defaults */
+    const char *costs;
 } sim_profile;
 
 struct CUctx_st {

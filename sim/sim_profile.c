@@ -108,6 +108,11 @@ static const sim_profile profiles[] = {
         .blocks_per_sm = 32,
         .copy_engines = 3,
         .fabric = true,
+        /* measured on two H200s (driver 580.159.04, tests/gpu/sim_parity.sh, 2026-12-04): the
+         * mean of the two runs' fits, sim/README.md "Cost model" */
+        .costs = "cuMemAlloc=44.2+0.117,cuMemFree=36.35+0.523,cuMemCreate=9.55+0.076,"
+                 "cuMemMap=0.68+0.0045,cuMemSetAccess=26.25+0.0995,cuMemUnmap=17.45+0.026,"
+                 "cuMemRelease=10.7+0.58",
     },
     {
         .key = "l4",

@@ -204,15 +204,23 @@ static const cost_entry default_costs[SIM_OP_COUNT] = {
     [SIM_OP_MEM_GET_INFO] = {"cuMemGetInfo", 2.0, 0.0},
 };
 
-/* The table in use: the defaults, or what GPUMEM_SIM_COSTS / sim_costs_set changed. Guarded by
- * the sim's lock (sim_cost runs under it). */
+/* The table in use: the base (the defaults, with the profile's measured costs over them), or
+ * what GPUMEM_SIM_COSTS / sim_costs_set changed over the base. Guarded by the sim's lock
+ * (sim_cost runs under it). */
 static cost_entry cost_table[SIM_OP_COUNT];
 static bool cost_table_ready;
+static cost_entry base_costs[SIM_OP_COUNT];
+static bool base_costs_ready; /* set once by the configuration (before any call is costed) */
+
+static const cost_entry *costs_base(void)
+{
+    return base_costs_ready ? base_costs : default_costs;
+}
 
 static void costs_init_locked(void)
 {
     if (cost_table_ready) return;
-    memcpy(cost_table, default_costs, sizeof cost_table);
+    memcpy(cost_table, costs_base(), sizeof cost_table);
     cost_table_ready = true;
 }
 
@@ -286,7 +294,7 @@ CUresult sim_costs_set(const char *spec)
     sim_lock();
     costs_init_locked();
     cost_entry table[SIM_OP_COUNT];
-    memcpy(table, spec && *spec ? cost_table : default_costs, sizeof table);
+    memcpy(table, spec && *spec ? cost_table : costs_base(), sizeof table);
     int rc = parse_costs(spec, table, err, sizeof err);
     if (!rc) memcpy(cost_table, table, sizeof table);
     sim_unlock();
@@ -484,12 +492,23 @@ static void read_config(void)
         else
             sim.faults = plan;
     }
+    memcpy(base_costs, default_costs, sizeof base_costs);
+    if (sim.profile->costs) {
+        char err[256];
+        if (parse_costs(sim.profile->costs, base_costs, err, sizeof err)) { /* a bad table here */
+            sim_note("profile %s: its costs: %s; the default costs are used", sim.profile->key,
+                     err);
+            memcpy(base_costs, default_costs, sizeof base_costs);
+        }
+    }
+    base_costs_ready = true;
     if ((v = getenv("GPUMEM_SIM_COSTS")) && *v) {
         char err[256];
         cost_entry table[SIM_OP_COUNT];
-        memcpy(table, default_costs, sizeof table);
+        memcpy(table, base_costs, sizeof table);
         if (parse_costs(v, table, err, sizeof err))
-            sim_note("GPUMEM_SIM_COSTS='%s': %s; the default costs are used", v, err);
+            sim_note("GPUMEM_SIM_COSTS='%s': %s; the %s costs are used", v, err,
+                     sim.profile->costs ? "profile's" : "default");
         else {
             memcpy(cost_table, table, sizeof table);
             cost_table_ready = true;

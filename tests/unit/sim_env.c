@@ -39,6 +39,7 @@ static int run_child(const char *var, const char *value, child_fn fn, char *err,
         unsetenv("GPUMEM_SIM_DEVICES");
         unsetenv("GPUMEM_SIM_ASYNC");
         unsetenv("GPUMEM_SIM_CONTEXT_BYTES");
+        unsetenv("GPUMEM_SIM_PROFILE");
         setenv(var, value, 1);
         exit(fn()); /* exit(), not _exit(): GPUMEM_SIM_STATS prints from a destructor */
     }
@@ -245,6 +246,51 @@ static void test_costs_from_env(void **state)
     assert_non_null(strstr(err, "GPUMEM_SIM_COSTS='cuMemAlloc:7'"));
 }
 
+/* a cost entry is FIXED+PER */
+static int cost_is(int op, double fixed, double per)
+{
+    double f, p;
+    if (sim_cost_get(op, &f, &p)) return 0;
+    return f > fixed - 1e-9 && f < fixed + 1e-9 && p > per - 1e-9 && p < per + 1e-9;
+}
+/* the h200 profile: the H200's measured costs over the defaults */
+static int child_h200_costs(void)
+{
+    double launch, per;
+    if (sim_test_ctx(0) || sim_cost_get(SIM_OP_LAUNCH, &launch, &per)) return 1;
+    if (!cost_is(SIM_OP_MEM_ALLOC, 44.2, 0.117) || !cost_is(SIM_OP_MEM_MAP, 0.68, 0.0045)) return 2;
+    if (launch != 5.0) return 3; /* not measured: the default's */
+    if (sim_costs_set("cuMemAlloc=1") || !cost_is(SIM_OP_MEM_ALLOC, 1, 0.117)) return 4;
+    if (sim_costs_set("") || !cost_is(SIM_OP_MEM_ALLOC, 44.2, 0.117)) return 5; /* the profile's */
+    return 0;
+}
+/* GPUMEM_SIM_COSTS applies over the profile's table */
+static int child_h200_costs_and_env(void)
+{
+    setenv("GPUMEM_SIM_COSTS", "cuMemMap=3", 1); /* read at the first driver call, below */
+    if (sim_test_ctx(0)) return 1;
+    return cost_is(SIM_OP_MEM_MAP, 3, 0.0045) && cost_is(SIM_OP_MEM_ALLOC, 44.2, 0.117) ? 0 : 2;
+}
+/* the default profile: the default table */
+static int child_default_costs(void)
+{
+    if (sim_test_ctx(0)) return 1;
+    return cost_is(SIM_OP_MEM_ALLOC, 20, 0.5) && cost_is(SIM_OP_MEM_MAP, 10, 0.1) ? 0 : 2;
+}
+
+static void test_profile_costs(void **state)
+{
+    (void)state;
+    char err[4096];
+    assert_int_equal(run_child("GPUMEM_SIM_PROFILE", "h200", child_h200_costs, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(
+        run_child("GPUMEM_SIM_PROFILE", "h200", child_h200_costs_and_env, err, sizeof err), 0);
+    assert_string_equal(err, "");
+    assert_int_equal(
+        run_child("GPUMEM_SIM_PROFILE", "default", child_default_costs, err, sizeof err), 0);
+}
+
 static int child_three_devices(void)
 {
     int n = 0;
@@ -309,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_event_delay_from_env),
         cmocka_unit_test(test_stats_printed_at_exit),
         cmocka_unit_test(test_costs_from_env),
+        cmocka_unit_test(test_profile_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
