@@ -19,7 +19,7 @@
  * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
- * gpumem)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
+ * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
  * _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt); _torch.py calls it
  * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
  * is one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
@@ -82,12 +82,20 @@ static struct {
     PyObject *(*PyLong_FromVoidPtr)(void *);
     PyObject *(*PyList_New)(Py_ssize_t);
     int (*PyList_Append)(PyObject *, PyObject *);
+    int (*PyDict_Next)(PyObject *, Py_ssize_t *, PyObject **, PyObject **);
+    PyObject *(*PyWeakref_GetObject)(PyObject *);
+    PyObject *(*PyObject_Type)(PyObject *);
+    int (*PyType_IsSubtype)(PyObject *, PyObject *);
     void (*Py_IncRef)(PyObject *);
     void (*Py_DecRef)(PyObject *);
     PyObject *None;             /* &_Py_NoneStruct */
+    PyObject *PyDict_Type;      /* &PyDict_Type */
     PyObject **PyExc_Exception; /* the exported variables, read when used */
     PyObject **PyExc_AttributeError;
     PyObject **PyExc_TypeError;
+    /* not exported by every CPython served (an inline function in the headers of some): NULL,
+     * and call1 calls PyObject_CallFunctionObjArgs instead */
+    PyObject *(*PyObject_CallOneArg)(PyObject *, PyObject *);
 } py;
 
 /* ---- state ---------------------------------------------------------------------------------- */
@@ -121,7 +129,7 @@ static pthread_key_t tls_key; /* frees a thread's stacks when it exits */
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 
 static struct {
-    PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem;
+    PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
         *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *fns;
@@ -338,10 +346,29 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /* The module's backward starts when autograd runs the node that made its output: a pre-hook on
  * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
- * a tensor hook. */
+ * a tensor hook. A torch.Tensor with a node needs a gradient (requires_grad is true wherever
+ * grad_fn is set), so for the common output, a tensor an operation made, the node is asked
+ * first and requires_grad not at all; anything else takes _Hooks' order of questions. */
 static int on_backward_of(const hk_mod *m, PyObject *output)
 {
-    PyObject *out, *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
+    PyObject *out, *r = NULL, *node = NULL, *tp = py.PyObject_Type(output);
+    if (tp == hk.tensor) {
+        if (!(node = py.PyObject_GetAttr(output, hk.s_grad_fn))) {
+            py.Py_DecRef(tp);
+            return -1;
+        }
+        if (node != py.None) {
+            r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
+            py.Py_DecRef(node), py.Py_DecRef(tp);
+            if (!r) return -1;
+            py.Py_DecRef(r);
+            return 0;
+        }
+        py.Py_DecRef(node);
+        node = NULL;
+    }
+    if (tp) py.Py_DecRef(tp);
+    PyObject *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
     int needs = 0;
     if (rg) {
         needs = py.PyObject_IsTrue(rg);
@@ -362,7 +389,7 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
         py.Py_DecRef(out);
         return 0;
     }
-    PyObject *r = NULL, *node = py.PyObject_GetAttr(out, hk.s_grad_fn);
+    node = py.PyObject_GetAttr(out, hk.s_grad_fn);
     if (node) {
         if (node != py.None)
             r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
@@ -481,19 +508,66 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
  * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
  * same in Python): a value that is the object its weak reference in `seen` answers, with the
  * data pointer it was last named with (key -> (weakref, data_ptr()), _Hooks._seen's), is
- * unchanged. 1, 0, or -1 with an exception. */
+ * unchanged. The tiny GPT-2's AdamW asks this 112 times a step, so the scan keeps to calls that
+ * make no objects where it can: the weak reference read in place, the state dictionaries walked
+ * with PyDict_Next (not items(), a view and a tuple per entry) and data_ptr() called through
+ * its type's descriptor (no method lookup, no argument list to build). */
+
+static PyObject *call1(PyObject *f, PyObject *a)
+{
+    return py.PyObject_CallOneArg ? py.PyObject_CallOneArg(f, a)
+                                  : py.PyObject_CallFunctionObjArgs(f, a, NULL);
+}
+
+/* The type whose data_ptr was last looked up and that attribute, kept while it is a method
+ * descriptor (a builtin's, as torch.Tensor's): then calling it with v is v.data_ptr() (a
+ * Python-level data_ptr, a function or anything else, goes through the method call). */
+static struct {
+    PyObject *type, *fn, *descr_type; /* descr_type: the type of dict.items, a method descriptor */
+} dp;
+
+static PyObject *data_ptr(PyObject *v)
+{
+    PyObject *tp = py.PyObject_Type(v);
+    if (!tp) return NULL;
+    if (tp != dp.type && dp.descr_type) {
+        PyObject *fn = py.PyObject_GetAttr(tp, hk.s_data_ptr), *ft = NULL;
+        if (!fn) py.PyErr_Clear(); /* the method call below raises what v.data_ptr() raises */
+        if (fn && (ft = py.PyObject_Type(fn)) == dp.descr_type) {
+            if (dp.type) py.Py_DecRef(dp.type), py.Py_DecRef(dp.fn);
+            py.Py_IncRef(tp);
+            dp.type = tp, dp.fn = fn;
+            fn = NULL;
+        }
+        if (ft) py.Py_DecRef(ft);
+        if (fn) py.Py_DecRef(fn);
+    }
+    PyObject *r = tp == dp.type ? call1(dp.fn, v) : py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    py.Py_DecRef(tp);
+    return r;
+}
+
+/* 1, 0, or -1 with an exception. */
 static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
 {
     PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
     if (!s) return py.PyErr_Occurred() ? -1 : 0;
     PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
     if (!s0 || !s1) return -1;
-    PyObject *was = py.PyObject_CallObject(s0, NULL); /* the weak reference's object, or None */
-    if (!was) return -1;
-    int same = was == v;
-    py.Py_DecRef(was);
+    /* the weak reference's object, or None; _ref's stand-in for an object that takes none is a
+     * function, called */
+    PyObject *was = py.PyWeakref_GetObject(s0); /* borrowed */
+    int same;
+    if (was) {
+        same = was == v;
+    } else {
+        py.PyErr_Clear();
+        if (!(was = py.PyObject_CallObject(s0, NULL))) return -1;
+        same = was == v;
+        py.Py_DecRef(was);
+    }
     if (!same) return 0;
-    PyObject *ptr = py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    PyObject *ptr = data_ptr(v);
     if (!ptr) return -1;
     int eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
     py.Py_DecRef(ptr);
@@ -546,6 +620,67 @@ fail:
     return NULL;
 }
 
+/* A dict whose items() is dict's (dict itself, defaultdict: not OrderedDict, whose order is its
+ * own): PyDict_Next walks it in the order items() gives. The last such subclass is kept. */
+static PyObject *dict_like, *dict_items;
+
+static int plain_dict(PyObject *o)
+{
+    PyObject *tp = py.PyObject_Type(o);
+    int r = tp == py.PyDict_Type || (tp && tp == dict_like);
+    if (!r && tp && dict_items && py.PyType_IsSubtype(tp, py.PyDict_Type)) {
+        PyObject *items = py.PyObject_GetAttr(tp, hk.s_items);
+        if (!items) py.PyErr_Clear();
+        if ((r = items == dict_items)) {
+            py.Py_IncRef(tp);
+            if (dict_like) py.Py_DecRef(dict_like);
+            dict_like = tp;
+        }
+        if (items) py.Py_DecRef(items);
+    }
+    if (tp) py.Py_DecRef(tp);
+    return r;
+}
+
+/* A mapping's (key, value) pairs in items() order, one at a time: PyDict_Next on a plain dict,
+ * items() otherwise. next() gives new references, or 0 at the end (or with an exception). */
+typedef struct {
+    PyObject *d, *it; /* it: items()' iterator, NULL for a plain dict */
+    Py_ssize_t pos;
+} pairs;
+
+static int pairs_open(pairs *w, PyObject *d)
+{
+    w->d = d, w->it = NULL, w->pos = 0;
+    if (plain_dict(d)) return 0;
+    PyObject *items = py.PyObject_CallMethodObjArgs(d, hk.s_items, NULL);
+    if (!items) return -1;
+    w->it = py.PyObject_GetIter(items);
+    py.Py_DecRef(items);
+    return w->it ? 0 : -1;
+}
+
+static int pairs_next(pairs *w, PyObject **k, PyObject **v)
+{
+    if (!w->it) {
+        if (!py.PyDict_Next(w->d, &w->pos, k, v)) return 0;
+        py.Py_IncRef(*k), py.Py_IncRef(*v);
+        return 1;
+    }
+    PyObject *kv = py.PyIter_Next(w->it);
+    if (!kv) return 0;
+    *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
+    if (*k && *v) py.Py_IncRef(*k), py.Py_IncRef(*v);
+    py.Py_DecRef(kv);
+    return *k && *v ? 1 : -1;
+}
+
+static void pairs_close(pairs *w)
+{
+    if (w->it) py.Py_DecRef(w->it);
+    w->it = NULL;
+}
+
 /* (state, seen_state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not
  * unchanged in seen_state.get(id(p))] */
 static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -555,46 +690,40 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
         py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state, seen_state)");
         return NULL;
     }
-    PyObject *out = py.PyList_New(0), *items = NULL, *outer = NULL, *pair, *kv;
-    if (!out || !(items = py.PyObject_CallMethodObjArgs(args[0], hk.s_items, NULL)) ||
-        !(outer = py.PyObject_GetIter(items)))
-        goto fail;
-    while ((pair = py.PyIter_Next(outer))) {
-        PyObject *p = py.PyTuple_GetItem(pair, 0), *st = py.PyTuple_GetItem(pair, 1);
-        PyObject *key = p ? py.PyLong_FromVoidPtr(p) : NULL, *seen = NULL, *sitems = NULL,
-                 *it = NULL;
-        int ok = key && st;
+    PyObject *out = py.PyList_New(0), *p, *st, *k, *v;
+    pairs outer = {0}, inner;
+    int ok = out && pairs_open(&outer, args[0]) == 0, n;
+    while (ok && (n = pairs_next(&outer, &p, &st)) != 0) {
+        if (n < 0) {
+            ok = 0;
+            break;
+        }
+        PyObject *key = py.PyLong_FromVoidPtr(p), *seen = NULL;
+        ok = key != NULL;
         if (ok) {
             seen = py.PyDict_GetItemWithError(args[1], key); /* borrowed; NULL: none seen */
             ok = !(!seen && py.PyErr_Occurred());
         }
-        ok = ok && (sitems = py.PyObject_CallMethodObjArgs(st, hk.s_items, NULL)) &&
-             (it = py.PyObject_GetIter(sitems));
-        while (ok && (kv = py.PyIter_Next(it))) {
-            PyObject *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
-            int r = k && v ? unchanged(seen, k, v) : -1;
+        if (seen) py.Py_IncRef(seen); /* held while the values' data_ptr() run */
+        ok = ok && pairs_open(&inner, st) == 0;
+        while (ok && (n = pairs_next(&inner, &k, &v)) != 0) {
+            int r = n > 0 ? unchanged(seen, k, v) : -1;
             if (r == 0) {
                 PyObject *e = py.PyTuple_Pack(3, p, k, v);
                 r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
                 if (e) py.Py_DecRef(e);
             }
-            py.Py_DecRef(kv);
+            if (n > 0) py.Py_DecRef(k), py.Py_DecRef(v);
             ok = r >= 0;
         }
+        pairs_close(&inner);
         ok = ok && !py.PyErr_Occurred();
-        if (it) py.Py_DecRef(it);
-        if (sitems) py.Py_DecRef(sitems);
+        if (seen) py.Py_DecRef(seen);
         if (key) py.Py_DecRef(key);
-        py.Py_DecRef(pair);
-        if (!ok) goto fail;
+        py.Py_DecRef(p), py.Py_DecRef(st);
     }
-    if (py.PyErr_Occurred()) goto fail;
-    py.Py_DecRef(outer);
-    py.Py_DecRef(items);
-    return out;
-fail:
-    if (outer) py.Py_DecRef(outer);
-    if (items) py.Py_DecRef(items);
+    pairs_close(&outer);
+    if (ok && !py.PyErr_Occurred()) return out;
     if (out) py.Py_DecRef(out);
     return NULL;
 }
@@ -652,18 +781,24 @@ static int find_python(void)
     HK_SYM(PyLong_FromVoidPtr);
     HK_SYM(PyList_New);
     HK_SYM(PyList_Append);
+    HK_SYM(PyDict_Next);
+    HK_SYM(PyWeakref_GetObject);
+    HK_SYM(PyObject_Type);
+    HK_SYM(PyType_IsSubtype);
     HK_SYM(Py_IncRef);
     HK_SYM(Py_DecRef);
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
+    py.PyDict_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyDict_Type");
     py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
     py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");
     py.PyExc_TypeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_TypeError");
     void **all = (void **)&py;
-    for (size_t i = 0; i < sizeof py / sizeof(void *); i++)
+    for (size_t i = 0; i < offsetof(__typeof__(py), PyObject_CallOneArg) / sizeof(void *); i++)
         if (!all[i]) {
             memset(&py, 0, sizeof py);
             return -1;
         }
+    HK_SYM(PyObject_CallOneArg);
     return 0;
 }
 
@@ -674,20 +809,20 @@ static PyObject *intern(const char *s, int *ok)
     return o;
 }
 
-/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem) -> (fwd_pre, fwd_post,
+/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor) -> (fwd_pre, fwd_post,
  * opt_begin, opt_end, changed_grads, changed_state), a reference this file keeps (ctypes' py_object
  * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
  * same functions, calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
 {
     if (find_python() != 0) return NULL;
-    if (py.PyTuple_Size(args) != 6) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 6");
+    if (py.PyTuple_Size(args) != 7) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 7");
         return NULL;
     }
     PyObject **slot[] = {&hk.resolve,      &hk.warn,           &hk.first_grad,
-                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem};
-    for (int i = 0; i < 6; i++) {
+                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem, &hk.tensor};
+    for (int i = 0; i < 7; i++) {
         PyObject *o = py.PyTuple_GetItem(args, i);
         if (!o) return NULL;
         PyObject **s = slot[i];
@@ -709,6 +844,11 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_params = intern("params", &ok);
     hk.s_items = intern("items", &ok);
     if (!ok || tab_grow() != 0) return NULL;
+    /* dict.items, and its type (a method descriptor's): plain_dict and data_ptr compare with
+     * them */
+    if (!(dict_items = py.PyObject_GetAttr(py.PyDict_Type, hk.s_items)) ||
+        !(dp.descr_type = py.PyObject_Type(dict_items)))
+        return NULL;
     hk.step = 1;
     enum { N = sizeof defs / sizeof defs[0] };
     PyObject *f[N];
