@@ -80,9 +80,14 @@ static struct {
     PyObject *(*PyIter_Next)(PyObject *);
     int (*PyObject_RichCompareBool)(PyObject *, PyObject *, int);
     PyObject *(*PyLong_FromVoidPtr)(void *);
+    long long (*PyLong_AsLongLong)(PyObject *);
     PyObject *(*PyList_New)(Py_ssize_t);
     int (*PyList_Append)(PyObject *, PyObject *);
     int (*PyDict_Next)(PyObject *, Py_ssize_t *, PyObject **, PyObject **);
+    Py_ssize_t (*PyList_Size)(PyObject *);
+    PyObject *(*PyList_GetItem)(PyObject *, Py_ssize_t);
+    int (*PyList_SetItem)(PyObject *, Py_ssize_t, PyObject *);
+    PyObject *(*PyWeakref_NewRef)(PyObject *, PyObject *);
     PyObject *(*PyWeakref_GetObject)(PyObject *);
     PyObject *(*PyObject_Type)(PyObject *);
     int (*PyType_IsSubtype)(PyObject *, PyObject *);
@@ -90,6 +95,8 @@ static struct {
     void (*Py_DecRef)(PyObject *);
     PyObject *None;             /* &_Py_NoneStruct */
     PyObject *PyDict_Type;      /* &PyDict_Type */
+    PyObject *PyModule_Type;    /* &PyModule_Type */
+    PyObject *(*PyModule_GetDict)(PyObject *);
     PyObject **PyExc_Exception; /* the exported variables, read when used */
     PyObject **PyExc_AttributeError;
     PyObject **PyExc_TypeError;
@@ -131,8 +138,9 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
-    PyObject *bwd_end, *fns;
+        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items, *s_id, *s_next_id;
+    PyObject *bwd_end, *out_gone, *fns;
+    PyObject *gpumem_dict; /* gpumem's __dict__ when it is a module's dict, else NULL */
     long step;
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
     size_t mask, count;
@@ -171,8 +179,12 @@ static int grow(void **arr, int *cap, size_t size)
  * here; -1 with an exception. */
 static int user_ranges(void)
 {
-    PyObject *v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges);
-    if (!v) return -1;
+    /* read in the module's dict (gpumem sets it as a global), the attribute lookup's answer for a
+     * module without its cost; the lookup raises what it raises when it is missing */
+    PyObject *v = hk.gpumem_dict ? py.PyDict_GetItemWithError(hk.gpumem_dict, hk.s_user_ranges) : NULL;
+    if (v) return py.PyObject_IsTrue(v); /* borrowed */
+    if (py.PyErr_Occurred()) return -1;
+    if (!(v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges))) return -1;
     int r = py.PyObject_IsTrue(v);
     py.Py_DecRef(v);
     return r;
@@ -288,6 +300,9 @@ static int tab_grow(void)
 static PyObject *bwd_start(PyObject *enc, PyObject *arg);
 static py_method_def bwd_start_def = {"gpumem_bwd_start", (void *)bwd_start, PY_METH_O,
                                       "a module's backward starts (gpumem/_torch.py)"};
+static PyObject *bwd_starts(PyObject *paths, PyObject *arg);
+static py_method_def bwd_starts_def = {"gpumem_bwd_starts", (void *)bwd_starts, PY_METH_O,
+                                       "the backward of modules that share an output node starts"};
 
 /* The module's entry; a module not seen yet gets its path from _Hooks (which names it and its
  * parameters). A copy: the table may move. Returns 0, or -1 with an exception. */
@@ -323,6 +338,85 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     return 0;
 }
 
+/* ---- the node hooked last ------------------------------------------------------------------ */
+
+/* One pre-hook per node, not per module: a module that returns its last child's output (the
+ * tiny GPT-2's attn and mlp return their c_proj's, the model its lm_head's) has that child's node,
+ * and registering a hook costs PyTorch a Python handle object (~9 K instructions). The hook
+ * registered is a builtin whose self is a list of paths (bwd_starts), and a module whose node is
+ * the one hooked last adds its path to that list: at the node, autograd calls the same
+ * bwd_start's in the same order as it called one hook per module, as long as no other hook was
+ * registered in between (anyone's, on that node or not: the handle's class counts them).
+ * `last` holds the node's Python object, so that while it is held the same node is the same
+ * object (and no other node can take its address), only as long as it cannot keep the node
+ * alive: until the next module's forward starts, the outermost forward returns, or the output it
+ * came from is freed (a weak reference's callback: a node of an output nobody uses goes with the
+ * output, as without gpumem). */
+static struct {
+    PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
+} last;
+
+static void last_release(void)
+{
+    PyObject *node = last.node, *paths = last.paths, *wr = last.wr, *handle = last.handle;
+    last.node = last.paths = last.wr = last.handle = NULL;
+    if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
+    if (handle) py.Py_DecRef(handle);
+    if (paths) py.Py_DecRef(paths);
+    if (node) py.Py_DecRef(node);
+}
+
+/* No hook registered since the last one (torch.utils.hooks.RemovableHandle: each handle takes
+ * the class's next_id): its path can go on the same hook. */
+static int none_since(void)
+{
+    PyObject *id = py.PyObject_GetAttr(last.handle, hk.s_id), *tp = py.PyObject_Type(last.handle);
+    PyObject *next = tp ? py.PyObject_GetAttr(tp, hk.s_next_id) : NULL;
+    long long a = id ? py.PyLong_AsLongLong(id) : -1, b = next ? py.PyLong_AsLongLong(next) : -1;
+    if (id) py.Py_DecRef(id);
+    if (next) py.Py_DecRef(next);
+    if (tp) py.Py_DecRef(tp);
+    if (py.PyErr_Occurred()) py.PyErr_Clear(); /* not a handle that says: a hook of its own */
+    return a >= 0 && b == a + 1;
+}
+
+/* The weak reference's callback: the output the held node came from is being freed. */
+static PyObject *out_gone(PyObject *self, PyObject *wr)
+{
+    (void)self;
+    if (wr == last.wr) last_release();
+    return none();
+}
+static py_method_def out_gone_def = {"gpumem_out_gone", (void *)out_gone, PY_METH_O,
+                                     "a hooked module output is freed (gpumem/_torch.py)"};
+
+/* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
+static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
+{
+    if (node == last.node && none_since()) return py.PyList_Append(last.paths, m->enc);
+    last_release();
+    PyObject *cb = NULL, *r = NULL, *paths = py.PyList_New(1);
+    if (!paths) return -1;
+    py.Py_IncRef(m->enc);
+    py.PyList_SetItem(paths, 0, m->enc); /* takes the reference */
+    if ((cb = py.PyCFunction_NewEx(&bwd_starts_def, paths, NULL)))
+        r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, cb, NULL);
+    if (cb) py.Py_DecRef(cb);
+    if (!r) {
+        py.Py_DecRef(paths);
+        return -1;
+    }
+    PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
+    if (!wr) { /* an output that takes no weak reference: its node is not held */
+        py.PyErr_Clear();
+        py.Py_DecRef(paths), py.Py_DecRef(r);
+        return 0;
+    }
+    py.Py_IncRef(node);
+    last.node = node, last.paths = paths, last.wr = wr, last.handle = r;
+    return 0;
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* register_module_forward_pre_hook's: (module, args) -> None */
@@ -335,6 +429,7 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_pre: (module, args)");
         return swallow(hk.s_fwd_what);
     }
+    last_release();
     if (mod_lookup(args[0], &m) != 0) return swallow(hk.s_fwd_what);
     if (!t->nmods && open_step(t, P_FWD) != 0) return swallow(hk.s_fwd_what);
     if (enter_mod(t, m.enc) != 0) return swallow(hk.s_fwd_what);
@@ -358,11 +453,9 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
             return -1;
         }
         if (node != py.None) {
-            r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
+            int rc = hook_node(m, node, output);
             py.Py_DecRef(node), py.Py_DecRef(tp);
-            if (!r) return -1;
-            py.Py_DecRef(r);
-            return 0;
+            return rc;
         }
         py.Py_DecRef(node);
         node = NULL;
@@ -389,18 +482,18 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
         py.Py_DecRef(out);
         return 0;
     }
+    int rc = -1;
     node = py.PyObject_GetAttr(out, hk.s_grad_fn);
-    if (node) {
-        if (node != py.None)
-            r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
-        else
-            r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
-        py.Py_DecRef(node);
+    if (node && node != py.None) {
+        rc = hook_node(m, node, out);
+    } else if (node) {
+        r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
+        rc = r ? 0 : -1;
+        if (r) py.Py_DecRef(r);
     }
+    if (node) py.Py_DecRef(node);
     py.Py_DecRef(out);
-    if (!r) return -1;
-    py.Py_DecRef(r);
-    return 0;
+    return rc;
 }
 
 /* register_module_forward_hook's: (module, args, output) -> None */
@@ -424,7 +517,9 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!g) return swallow(hk.s_fwd_what);
     int on = py.PyObject_IsTrue(g);
     py.Py_DecRef(g);
-    if (on < 0 || (on && on_backward_of(&m, args[2]) != 0)) return swallow(hk.s_fwd_what);
+    if (on > 0) on = on_backward_of(&m, args[2]);
+    if (!t->nmods) last_release(); /* the outermost module returned */
+    if (on < 0) return swallow(hk.s_fwd_what);
     return none();
 }
 
@@ -468,6 +563,18 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
         close_abandoned_fwd(t, i);
     }
     if (enter_mod(t, enc) != 0) return swallow(hk.s_bwd_what);
+    return none();
+}
+
+/* The pre-hook of a node that several modules' outputs share (hook_node): their bwd_start's. */
+static PyObject *bwd_starts(PyObject *paths, PyObject *arg)
+{
+    Py_ssize_t n = py.PyList_Size(paths);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *enc = py.PyList_GetItem(paths, i), *r = enc ? bwd_start(enc, arg) : NULL;
+        if (!r) return NULL;
+        py.Py_DecRef(r);
+    }
     return none();
 }
 
@@ -779,9 +886,14 @@ static int find_python(void)
     HK_SYM(PyIter_Next);
     HK_SYM(PyObject_RichCompareBool);
     HK_SYM(PyLong_FromVoidPtr);
+    HK_SYM(PyLong_AsLongLong);
     HK_SYM(PyList_New);
     HK_SYM(PyList_Append);
     HK_SYM(PyDict_Next);
+    HK_SYM(PyList_Size);
+    HK_SYM(PyList_GetItem);
+    HK_SYM(PyList_SetItem);
+    HK_SYM(PyWeakref_NewRef);
     HK_SYM(PyWeakref_GetObject);
     HK_SYM(PyObject_Type);
     HK_SYM(PyType_IsSubtype);
@@ -789,6 +901,8 @@ static int find_python(void)
     HK_SYM(Py_DecRef);
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
     py.PyDict_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyDict_Type");
+    py.PyModule_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyModule_Type");
+    HK_SYM(PyModule_GetDict);
     py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
     py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");
     py.PyExc_TypeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_TypeError");
@@ -830,6 +944,12 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         if (*s) py.Py_DecRef(*s);
         *s = o;
     }
+    if (hk.gpumem_dict) py.Py_DecRef(hk.gpumem_dict);
+    hk.gpumem_dict = NULL;
+    PyObject *gt = py.PyObject_Type(hk.gpumem);
+    if (gt == py.PyModule_Type && (hk.gpumem_dict = py.PyModule_GetDict(hk.gpumem)))
+        py.Py_IncRef(hk.gpumem_dict); /* a plain module's: user_ranges reads it */
+    if (gt) py.Py_DecRef(gt);
     if (hk.fns) return hk.fns;
     int ok = 1;
     hk.s_user_ranges = intern("_user_ranges", &ok);
@@ -843,6 +963,8 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_grad = intern("grad", &ok);
     hk.s_params = intern("params", &ok);
     hk.s_items = intern("items", &ok);
+    hk.s_id = intern("id", &ok);
+    hk.s_next_id = intern("next_id", &ok);
     if (!ok || tab_grow() != 0) return NULL;
     /* dict.items, and its type (a method descriptor's): plain_dict and data_ptr compare with
      * them */
@@ -855,6 +977,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     for (int i = 0; i < N; i++)
         if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
     hk.bwd_end = f[N - 1];
+    if (!(hk.out_gone = py.PyCFunction_NewEx(&out_gone_def, NULL, NULL))) return NULL;
     hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5]);
     for (int i = 0; i < N - 1; i++)
         py.Py_DecRef(f[i]);

@@ -4,7 +4,8 @@
 # the same ranges (thread, kind, path, in order) and the same names, on the tiny GPT-2 script
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a leaf
 # returned as is, no_grad, an output whose requires_grad raises: one warning; a program that
-# names its own phases: no ranges from the hooks), and which gradients and optimizer state the
+# names its own phases: no ranges from the hooks; a child's output dropped: freed at once, the C
+# hooks holding its node no longer than the output lives), and which gradients and optimizer state the
 # optimizer hooks name again (torch_hooks_ident.py: a new gradient at the old one's _cdata and
 # data pointer is named; the edge program's zero_grad(set_to_none=True) renames each gradient
 # once), and that checkpointing's re-run forward is placed under its own block's backward. Each run
@@ -71,6 +72,10 @@ grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.c.log" && grep -q -x '
 for h in c py; do
   n=$(grep -c 'gpumem: a forward hook failed (ValueError: planted)' "$tmp/edge0.$h.log")
   [[ $n == 1 ]] && ok "edge $h: the raising output warned once" || bad "edge $h: $n warnings"
+done
+for h in c py; do
+  grep -q -x 'dropped output freed True' "$tmp/edge0.$h.log" && ok "edge $h: a dropped module output is freed at once" \
+    || bad "edge $h: a dropped module output outlived its module: $(grep 'dropped output' "$tmp/edge0.$h.log")"
 done
 grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -x '1|0|step 2/fwd/seq.0' "$tmp/edge0.c.ranges" \
   && ok "edge: the leaf's backward and the nested module's forward ranges" || bad "edge: ranges missing"
