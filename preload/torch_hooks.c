@@ -96,6 +96,7 @@ static struct {
     PyObject *None;             /* &_Py_NoneStruct */
     PyObject *PyDict_Type;      /* &PyDict_Type */
     PyObject *PyModule_Type;    /* &PyModule_Type */
+    PyObject *PyTuple_Type;     /* &PyTuple_Type */
     PyObject *(*PyModule_GetDict)(PyObject *);
     PyObject **PyExc_Exception; /* the exported variables, read when used */
     PyObject **PyExc_AttributeError;
@@ -439,6 +440,34 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return none();
 }
 
+/* _torch._first_grad(output): the first tensor in it that needs a gradient, or None (new
+ * references). A tuple of torch.Tensors (a model's (logits, loss)) is answered here, as
+ * _first_grad would (a Tensor is one of its _tensors, asked for requires_grad); anything else,
+ * or an item that is not a torch.Tensor, by _first_grad itself. */
+static PyObject *first_grad(PyObject *output)
+{
+    PyObject *tp = py.PyObject_Type(output);
+    int tuple = tp == py.PyTuple_Type;
+    if (tp) py.Py_DecRef(tp);
+    Py_ssize_t n = tuple ? py.PyTuple_Size(output) : 0, i;
+    for (i = 0; tuple && i < n; i++) {
+        PyObject *y = py.PyTuple_GetItem(output, i), *yt = y ? py.PyObject_Type(y) : NULL;
+        if (yt) py.Py_DecRef(yt);
+        if (!yt || yt != hk.tensor) break;
+        PyObject *rg = py.PyObject_GetAttr(y, hk.s_requires_grad);
+        int needs = rg ? py.PyObject_IsTrue(rg) : -1;
+        if (rg) py.Py_DecRef(rg);
+        if (needs < 0) return NULL;
+        if (needs) {
+            py.Py_IncRef(y);
+            return y;
+        }
+    }
+    if (tuple && i == n) return none();
+    if (py.PyErr_Occurred()) return NULL;
+    return py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL);
+}
+
 /* The module's backward starts when autograd runs the node that made its output: a pre-hook on
  * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
  * a tensor hook. A torch.Tensor with a node needs a gradient (requires_grad is true wherever
@@ -475,7 +504,7 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
     if (needs) {
         out = output;
         py.Py_IncRef(out);
-    } else if (!(out = py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL))) {
+    } else if (!(out = first_grad(output))) {
         return -1;
     }
     if (out == py.None) {
@@ -902,6 +931,7 @@ static int find_python(void)
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
     py.PyDict_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyDict_Type");
     py.PyModule_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyModule_Type");
+    py.PyTuple_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyTuple_Type");
     HK_SYM(PyModule_GetDict);
     py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
     py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");

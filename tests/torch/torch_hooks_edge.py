@@ -1,6 +1,7 @@
 """torch_hooks_edge.py — the cases of gpumem's PyTorch hooks (gpumem/_torch.py) that the GPT-2
 script does not reach, for tests/torch/torch_hooks.sh: an output that is a tuple and a dict of
-tensors, a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
+tensors, a tuple whose first tensor needs no gradient (the second item's dict holds one that does),
+a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
 output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
 output is dropped (it is freed at once: the hooks keep nothing alive), and with USER_RANGES=1
 a program that names its own phases (no ranges from the hooks). Prints which hooks PyTorch calls
@@ -28,6 +29,15 @@ class Inner(torch.nn.Module):
 
     def forward(self, x):
         return self.seq(self.lin(x)), {"x": [x]}
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x, {"y": self.proj(x)}  # x needs no gradient: its backward starts at proj's node
 
 
 class Leaf(torch.nn.Module):
@@ -70,15 +80,15 @@ class Bad(torch.nn.Module):
 
 if os.environ.get("USER_RANGES") == "1":
     gpumem.range("mine")  # naming a phase is enough: the hooks stay out of the way
-inner, leaf, bad, waste = Inner().cuda(), Leaf(), Bad(), Waste()
+inner, leaf, bad, waste, pair = Inner().cuda(), Leaf(), Bad(), Waste(), Pair().cuda()
 x = torch.randn(2, 4, device="cuda")
-opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()))
+opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()) + list(pair.parameters()))
 print("hooks", type(next(iter(M._global_forward_pre_hooks.values()))).__name__)
 for step in range(3):
     bad(x)
     waste(x)
     y, _ = inner(x)
-    (y.sum() + leaf(x).sum()).backward()
+    (y.sum() + leaf(x).sum() + pair(x)[1]["y"].sum()).backward()
     opt.step()
     opt.zero_grad(set_to_none=step == 1)
     with torch.no_grad():
