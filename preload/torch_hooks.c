@@ -19,7 +19,7 @@
  * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
- * gpumem)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
+ * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
  * _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt); _torch.py calls it
  * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
  * is one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
@@ -80,14 +80,30 @@ static struct {
     PyObject *(*PyIter_Next)(PyObject *);
     int (*PyObject_RichCompareBool)(PyObject *, PyObject *, int);
     PyObject *(*PyLong_FromVoidPtr)(void *);
+    long long (*PyLong_AsLongLong)(PyObject *);
     PyObject *(*PyList_New)(Py_ssize_t);
     int (*PyList_Append)(PyObject *, PyObject *);
+    int (*PyDict_Next)(PyObject *, Py_ssize_t *, PyObject **, PyObject **);
+    Py_ssize_t (*PyList_Size)(PyObject *);
+    PyObject *(*PyList_GetItem)(PyObject *, Py_ssize_t);
+    int (*PyList_SetItem)(PyObject *, Py_ssize_t, PyObject *);
+    PyObject *(*PyWeakref_NewRef)(PyObject *, PyObject *);
+    PyObject *(*PyWeakref_GetObject)(PyObject *);
+    PyObject *(*PyObject_Type)(PyObject *);
+    int (*PyType_IsSubtype)(PyObject *, PyObject *);
     void (*Py_IncRef)(PyObject *);
     void (*Py_DecRef)(PyObject *);
     PyObject *None;             /* &_Py_NoneStruct */
+    PyObject *PyDict_Type;      /* &PyDict_Type */
+    PyObject *PyModule_Type;    /* &PyModule_Type */
+    PyObject *PyTuple_Type;     /* &PyTuple_Type */
+    PyObject *(*PyModule_GetDict)(PyObject *);
     PyObject **PyExc_Exception; /* the exported variables, read when used */
     PyObject **PyExc_AttributeError;
     PyObject **PyExc_TypeError;
+    /* not exported by every CPython served (an inline function in the headers of some): NULL,
+     * and call1 calls PyObject_CallFunctionObjArgs instead */
+    PyObject *(*PyObject_CallOneArg)(PyObject *, PyObject *);
 } py;
 
 /* ---- state ---------------------------------------------------------------------------------- */
@@ -121,10 +137,11 @@ static pthread_key_t tls_key; /* frees a thread's stacks when it exits */
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 
 static struct {
-    PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem;
+    PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
-    PyObject *bwd_end, *fns;
+        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items, *s_id, *s_next_id;
+    PyObject *bwd_end, *out_gone, *fns;
+    PyObject *gpumem_dict; /* gpumem's __dict__ when it is a module's dict, else NULL */
     long step;
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
     size_t mask, count;
@@ -163,8 +180,12 @@ static int grow(void **arr, int *cap, size_t size)
  * here; -1 with an exception. */
 static int user_ranges(void)
 {
-    PyObject *v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges);
-    if (!v) return -1;
+    /* read in the module's dict (gpumem sets it as a global), the attribute lookup's answer for a
+     * module without its cost; the lookup raises what it raises when it is missing */
+    PyObject *v = hk.gpumem_dict ? py.PyDict_GetItemWithError(hk.gpumem_dict, hk.s_user_ranges) : NULL;
+    if (v) return py.PyObject_IsTrue(v); /* borrowed */
+    if (py.PyErr_Occurred()) return -1;
+    if (!(v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges))) return -1;
     int r = py.PyObject_IsTrue(v);
     py.Py_DecRef(v);
     return r;
@@ -280,6 +301,9 @@ static int tab_grow(void)
 static PyObject *bwd_start(PyObject *enc, PyObject *arg);
 static py_method_def bwd_start_def = {"gpumem_bwd_start", (void *)bwd_start, PY_METH_O,
                                       "a module's backward starts (gpumem/_torch.py)"};
+static PyObject *bwd_starts(PyObject *paths, PyObject *arg);
+static py_method_def bwd_starts_def = {"gpumem_bwd_starts", (void *)bwd_starts, PY_METH_O,
+                                       "the backward of modules that share an output node starts"};
 
 /* The module's entry; a module not seen yet gets its path from _Hooks (which names it and its
  * parameters). A copy: the table may move. Returns 0, or -1 with an exception. */
@@ -315,6 +339,85 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     return 0;
 }
 
+/* ---- the node hooked last ------------------------------------------------------------------ */
+
+/* One pre-hook per node, not per module: a module that returns its last child's output (the
+ * tiny GPT-2's attn and mlp return their c_proj's, the model its lm_head's) has that child's node,
+ * and registering a hook costs PyTorch a Python handle object (~9 K instructions). The hook
+ * registered is a builtin whose self is a list of paths (bwd_starts), and a module whose node is
+ * the one hooked last adds its path to that list: at the node, autograd calls the same
+ * bwd_start's in the same order as it called one hook per module, as long as no other hook was
+ * registered in between (anyone's, on that node or not: the handle's class counts them).
+ * `last` holds the node's Python object, so that while it is held the same node is the same
+ * object (and no other node can take its address), only as long as it cannot keep the node
+ * alive: until the next module's forward starts, the outermost forward returns, or the output it
+ * came from is freed (a weak reference's callback: a node of an output nobody uses goes with the
+ * output, as without gpumem). */
+static struct {
+    PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
+} last;
+
+static void last_release(void)
+{
+    PyObject *node = last.node, *paths = last.paths, *wr = last.wr, *handle = last.handle;
+    last.node = last.paths = last.wr = last.handle = NULL;
+    if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
+    if (handle) py.Py_DecRef(handle);
+    if (paths) py.Py_DecRef(paths);
+    if (node) py.Py_DecRef(node);
+}
+
+/* No hook registered since the last one (torch.utils.hooks.RemovableHandle: each handle takes
+ * the class's next_id): its path can go on the same hook. */
+static int none_since(void)
+{
+    PyObject *id = py.PyObject_GetAttr(last.handle, hk.s_id), *tp = py.PyObject_Type(last.handle);
+    PyObject *next = tp ? py.PyObject_GetAttr(tp, hk.s_next_id) : NULL;
+    long long a = id ? py.PyLong_AsLongLong(id) : -1, b = next ? py.PyLong_AsLongLong(next) : -1;
+    if (id) py.Py_DecRef(id);
+    if (next) py.Py_DecRef(next);
+    if (tp) py.Py_DecRef(tp);
+    if (py.PyErr_Occurred()) py.PyErr_Clear(); /* not a handle that says: a hook of its own */
+    return a >= 0 && b == a + 1;
+}
+
+/* The weak reference's callback: the output the held node came from is being freed. */
+static PyObject *out_gone(PyObject *self, PyObject *wr)
+{
+    (void)self;
+    if (wr == last.wr) last_release();
+    return none();
+}
+static py_method_def out_gone_def = {"gpumem_out_gone", (void *)out_gone, PY_METH_O,
+                                     "a hooked module output is freed (gpumem/_torch.py)"};
+
+/* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
+static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
+{
+    if (node == last.node && none_since()) return py.PyList_Append(last.paths, m->enc);
+    last_release();
+    PyObject *cb = NULL, *r = NULL, *paths = py.PyList_New(1);
+    if (!paths) return -1;
+    py.Py_IncRef(m->enc);
+    py.PyList_SetItem(paths, 0, m->enc); /* takes the reference */
+    if ((cb = py.PyCFunction_NewEx(&bwd_starts_def, paths, NULL)))
+        r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, cb, NULL);
+    if (cb) py.Py_DecRef(cb);
+    if (!r) {
+        py.Py_DecRef(paths);
+        return -1;
+    }
+    PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
+    if (!wr) { /* an output that takes no weak reference: its node is not held */
+        py.PyErr_Clear();
+        py.Py_DecRef(paths), py.Py_DecRef(r);
+        return 0;
+    }
+    py.Py_IncRef(node);
+    last.node = node, last.paths = paths, last.wr = wr, last.handle = r;
+    return 0;
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* register_module_forward_pre_hook's: (module, args) -> None */
@@ -327,6 +430,7 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_pre: (module, args)");
         return swallow(hk.s_fwd_what);
     }
+    last_release();
     if (mod_lookup(args[0], &m) != 0) return swallow(hk.s_fwd_what);
     if (!t->nmods && open_step(t, P_FWD) != 0) return swallow(hk.s_fwd_what);
     if (enter_mod(t, m.enc) != 0) return swallow(hk.s_fwd_what);
@@ -336,12 +440,57 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return none();
 }
 
+/* _torch._first_grad(output): the first tensor in it that needs a gradient, or None (new
+ * references). A tuple of torch.Tensors (a model's (logits, loss)) is answered here, as
+ * _first_grad would (a Tensor is one of its _tensors, asked for requires_grad); anything else,
+ * or an item that is not a torch.Tensor, by _first_grad itself. */
+static PyObject *first_grad(PyObject *output)
+{
+    PyObject *tp = py.PyObject_Type(output);
+    int tuple = tp == py.PyTuple_Type;
+    if (tp) py.Py_DecRef(tp);
+    Py_ssize_t n = tuple ? py.PyTuple_Size(output) : 0, i;
+    for (i = 0; tuple && i < n; i++) {
+        PyObject *y = py.PyTuple_GetItem(output, i), *yt = y ? py.PyObject_Type(y) : NULL;
+        if (yt) py.Py_DecRef(yt);
+        if (!yt || yt != hk.tensor) break;
+        PyObject *rg = py.PyObject_GetAttr(y, hk.s_requires_grad);
+        int needs = rg ? py.PyObject_IsTrue(rg) : -1;
+        if (rg) py.Py_DecRef(rg);
+        if (needs < 0) return NULL;
+        if (needs) {
+            py.Py_IncRef(y);
+            return y;
+        }
+    }
+    if (tuple && i == n) return none();
+    if (py.PyErr_Occurred()) return NULL;
+    return py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL);
+}
+
 /* The module's backward starts when autograd runs the node that made its output: a pre-hook on
  * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
- * a tensor hook. */
+ * a tensor hook. A torch.Tensor with a node needs a gradient (requires_grad is true wherever
+ * grad_fn is set), so for the common output, a tensor an operation made, the node is asked
+ * first and requires_grad not at all; anything else takes _Hooks' order of questions. */
 static int on_backward_of(const hk_mod *m, PyObject *output)
 {
-    PyObject *out, *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
+    PyObject *out, *r = NULL, *node = NULL, *tp = py.PyObject_Type(output);
+    if (tp == hk.tensor) {
+        if (!(node = py.PyObject_GetAttr(output, hk.s_grad_fn))) {
+            py.Py_DecRef(tp);
+            return -1;
+        }
+        if (node != py.None) {
+            int rc = hook_node(m, node, output);
+            py.Py_DecRef(node), py.Py_DecRef(tp);
+            return rc;
+        }
+        py.Py_DecRef(node);
+        node = NULL;
+    }
+    if (tp) py.Py_DecRef(tp);
+    PyObject *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
     int needs = 0;
     if (rg) {
         needs = py.PyObject_IsTrue(rg);
@@ -355,25 +504,25 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
     if (needs) {
         out = output;
         py.Py_IncRef(out);
-    } else if (!(out = py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL))) {
+    } else if (!(out = first_grad(output))) {
         return -1;
     }
     if (out == py.None) {
         py.Py_DecRef(out);
         return 0;
     }
-    PyObject *r = NULL, *node = py.PyObject_GetAttr(out, hk.s_grad_fn);
-    if (node) {
-        if (node != py.None)
-            r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
-        else
-            r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
-        py.Py_DecRef(node);
+    int rc = -1;
+    node = py.PyObject_GetAttr(out, hk.s_grad_fn);
+    if (node && node != py.None) {
+        rc = hook_node(m, node, out);
+    } else if (node) {
+        r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
+        rc = r ? 0 : -1;
+        if (r) py.Py_DecRef(r);
     }
+    if (node) py.Py_DecRef(node);
     py.Py_DecRef(out);
-    if (!r) return -1;
-    py.Py_DecRef(r);
-    return 0;
+    return rc;
 }
 
 /* register_module_forward_hook's: (module, args, output) -> None */
@@ -397,7 +546,9 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!g) return swallow(hk.s_fwd_what);
     int on = py.PyObject_IsTrue(g);
     py.Py_DecRef(g);
-    if (on < 0 || (on && on_backward_of(&m, args[2]) != 0)) return swallow(hk.s_fwd_what);
+    if (on > 0) on = on_backward_of(&m, args[2]);
+    if (!t->nmods) last_release(); /* the outermost module returned */
+    if (on < 0) return swallow(hk.s_fwd_what);
     return none();
 }
 
@@ -444,6 +595,18 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
     return none();
 }
 
+/* The pre-hook of a node that several modules' outputs share (hook_node): their bwd_start's. */
+static PyObject *bwd_starts(PyObject *paths, PyObject *arg)
+{
+    Py_ssize_t n = py.PyList_Size(paths);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *enc = py.PyList_GetItem(paths, i), *r = enc ? bwd_start(enc, arg) : NULL;
+        if (!r) return NULL;
+        py.Py_DecRef(r);
+    }
+    return none();
+}
+
 /* The engine's callback at the end of the backward pass. */
 static PyObject *bwd_end(PyObject *self, PyObject *unused)
 {
@@ -481,19 +644,66 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
  * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
  * same in Python): a value that is the object its weak reference in `seen` answers, with the
  * data pointer it was last named with (key -> (weakref, data_ptr()), _Hooks._seen's), is
- * unchanged. 1, 0, or -1 with an exception. */
+ * unchanged. The tiny GPT-2's AdamW asks this 112 times a step, so the scan keeps to calls that
+ * make no objects where it can: the weak reference read in place, the state dictionaries walked
+ * with PyDict_Next (not items(), a view and a tuple per entry) and data_ptr() called through
+ * its type's descriptor (no method lookup, no argument list to build). */
+
+static PyObject *call1(PyObject *f, PyObject *a)
+{
+    return py.PyObject_CallOneArg ? py.PyObject_CallOneArg(f, a)
+                                  : py.PyObject_CallFunctionObjArgs(f, a, NULL);
+}
+
+/* The type whose data_ptr was last looked up and that attribute, kept while it is a method
+ * descriptor (a builtin's, as torch.Tensor's): then calling it with v is v.data_ptr() (a
+ * Python-level data_ptr, a function or anything else, goes through the method call). */
+static struct {
+    PyObject *type, *fn, *descr_type; /* descr_type: the type of dict.items, a method descriptor */
+} dp;
+
+static PyObject *data_ptr(PyObject *v)
+{
+    PyObject *tp = py.PyObject_Type(v);
+    if (!tp) return NULL;
+    if (tp != dp.type && dp.descr_type) {
+        PyObject *fn = py.PyObject_GetAttr(tp, hk.s_data_ptr), *ft = NULL;
+        if (!fn) py.PyErr_Clear(); /* the method call below raises what v.data_ptr() raises */
+        if (fn && (ft = py.PyObject_Type(fn)) == dp.descr_type) {
+            if (dp.type) py.Py_DecRef(dp.type), py.Py_DecRef(dp.fn);
+            py.Py_IncRef(tp);
+            dp.type = tp, dp.fn = fn;
+            fn = NULL;
+        }
+        if (ft) py.Py_DecRef(ft);
+        if (fn) py.Py_DecRef(fn);
+    }
+    PyObject *r = tp == dp.type ? call1(dp.fn, v) : py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    py.Py_DecRef(tp);
+    return r;
+}
+
+/* 1, 0, or -1 with an exception. */
 static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
 {
     PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
     if (!s) return py.PyErr_Occurred() ? -1 : 0;
     PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
     if (!s0 || !s1) return -1;
-    PyObject *was = py.PyObject_CallObject(s0, NULL); /* the weak reference's object, or None */
-    if (!was) return -1;
-    int same = was == v;
-    py.Py_DecRef(was);
+    /* the weak reference's object, or None; _ref's stand-in for an object that takes none is a
+     * function, called */
+    PyObject *was = py.PyWeakref_GetObject(s0); /* borrowed */
+    int same;
+    if (was) {
+        same = was == v;
+    } else {
+        py.PyErr_Clear();
+        if (!(was = py.PyObject_CallObject(s0, NULL))) return -1;
+        same = was == v;
+        py.Py_DecRef(was);
+    }
     if (!same) return 0;
-    PyObject *ptr = py.PyObject_CallMethodObjArgs(v, hk.s_data_ptr, NULL);
+    PyObject *ptr = data_ptr(v);
     if (!ptr) return -1;
     int eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
     py.Py_DecRef(ptr);
@@ -546,6 +756,67 @@ fail:
     return NULL;
 }
 
+/* A dict whose items() is dict's (dict itself, defaultdict: not OrderedDict, whose order is its
+ * own): PyDict_Next walks it in the order items() gives. The last such subclass is kept. */
+static PyObject *dict_like, *dict_items;
+
+static int plain_dict(PyObject *o)
+{
+    PyObject *tp = py.PyObject_Type(o);
+    int r = tp == py.PyDict_Type || (tp && tp == dict_like);
+    if (!r && tp && dict_items && py.PyType_IsSubtype(tp, py.PyDict_Type)) {
+        PyObject *items = py.PyObject_GetAttr(tp, hk.s_items);
+        if (!items) py.PyErr_Clear();
+        if ((r = items == dict_items)) {
+            py.Py_IncRef(tp);
+            if (dict_like) py.Py_DecRef(dict_like);
+            dict_like = tp;
+        }
+        if (items) py.Py_DecRef(items);
+    }
+    if (tp) py.Py_DecRef(tp);
+    return r;
+}
+
+/* A mapping's (key, value) pairs in items() order, one at a time: PyDict_Next on a plain dict,
+ * items() otherwise. next() gives new references, or 0 at the end (or with an exception). */
+typedef struct {
+    PyObject *d, *it; /* it: items()' iterator, NULL for a plain dict */
+    Py_ssize_t pos;
+} pairs;
+
+static int pairs_open(pairs *w, PyObject *d)
+{
+    w->d = d, w->it = NULL, w->pos = 0;
+    if (plain_dict(d)) return 0;
+    PyObject *items = py.PyObject_CallMethodObjArgs(d, hk.s_items, NULL);
+    if (!items) return -1;
+    w->it = py.PyObject_GetIter(items);
+    py.Py_DecRef(items);
+    return w->it ? 0 : -1;
+}
+
+static int pairs_next(pairs *w, PyObject **k, PyObject **v)
+{
+    if (!w->it) {
+        if (!py.PyDict_Next(w->d, &w->pos, k, v)) return 0;
+        py.Py_IncRef(*k), py.Py_IncRef(*v);
+        return 1;
+    }
+    PyObject *kv = py.PyIter_Next(w->it);
+    if (!kv) return 0;
+    *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
+    if (*k && *v) py.Py_IncRef(*k), py.Py_IncRef(*v);
+    py.Py_DecRef(kv);
+    return *k && *v ? 1 : -1;
+}
+
+static void pairs_close(pairs *w)
+{
+    if (w->it) py.Py_DecRef(w->it);
+    w->it = NULL;
+}
+
 /* (state, seen_state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not
  * unchanged in seen_state.get(id(p))] */
 static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -555,46 +826,40 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
         py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state, seen_state)");
         return NULL;
     }
-    PyObject *out = py.PyList_New(0), *items = NULL, *outer = NULL, *pair, *kv;
-    if (!out || !(items = py.PyObject_CallMethodObjArgs(args[0], hk.s_items, NULL)) ||
-        !(outer = py.PyObject_GetIter(items)))
-        goto fail;
-    while ((pair = py.PyIter_Next(outer))) {
-        PyObject *p = py.PyTuple_GetItem(pair, 0), *st = py.PyTuple_GetItem(pair, 1);
-        PyObject *key = p ? py.PyLong_FromVoidPtr(p) : NULL, *seen = NULL, *sitems = NULL,
-                 *it = NULL;
-        int ok = key && st;
+    PyObject *out = py.PyList_New(0), *p, *st, *k, *v;
+    pairs outer = {0}, inner;
+    int ok = out && pairs_open(&outer, args[0]) == 0, n;
+    while (ok && (n = pairs_next(&outer, &p, &st)) != 0) {
+        if (n < 0) {
+            ok = 0;
+            break;
+        }
+        PyObject *key = py.PyLong_FromVoidPtr(p), *seen = NULL;
+        ok = key != NULL;
         if (ok) {
             seen = py.PyDict_GetItemWithError(args[1], key); /* borrowed; NULL: none seen */
             ok = !(!seen && py.PyErr_Occurred());
         }
-        ok = ok && (sitems = py.PyObject_CallMethodObjArgs(st, hk.s_items, NULL)) &&
-             (it = py.PyObject_GetIter(sitems));
-        while (ok && (kv = py.PyIter_Next(it))) {
-            PyObject *k = py.PyTuple_GetItem(kv, 0), *v = py.PyTuple_GetItem(kv, 1);
-            int r = k && v ? unchanged(seen, k, v) : -1;
+        if (seen) py.Py_IncRef(seen); /* held while the values' data_ptr() run */
+        ok = ok && pairs_open(&inner, st) == 0;
+        while (ok && (n = pairs_next(&inner, &k, &v)) != 0) {
+            int r = n > 0 ? unchanged(seen, k, v) : -1;
             if (r == 0) {
                 PyObject *e = py.PyTuple_Pack(3, p, k, v);
                 r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
                 if (e) py.Py_DecRef(e);
             }
-            py.Py_DecRef(kv);
+            if (n > 0) py.Py_DecRef(k), py.Py_DecRef(v);
             ok = r >= 0;
         }
+        pairs_close(&inner);
         ok = ok && !py.PyErr_Occurred();
-        if (it) py.Py_DecRef(it);
-        if (sitems) py.Py_DecRef(sitems);
+        if (seen) py.Py_DecRef(seen);
         if (key) py.Py_DecRef(key);
-        py.Py_DecRef(pair);
-        if (!ok) goto fail;
+        py.Py_DecRef(p), py.Py_DecRef(st);
     }
-    if (py.PyErr_Occurred()) goto fail;
-    py.Py_DecRef(outer);
-    py.Py_DecRef(items);
-    return out;
-fail:
-    if (outer) py.Py_DecRef(outer);
-    if (items) py.Py_DecRef(items);
+    pairs_close(&outer);
+    if (ok && !py.PyErr_Occurred()) return out;
     if (out) py.Py_DecRef(out);
     return NULL;
 }
@@ -650,20 +915,34 @@ static int find_python(void)
     HK_SYM(PyIter_Next);
     HK_SYM(PyObject_RichCompareBool);
     HK_SYM(PyLong_FromVoidPtr);
+    HK_SYM(PyLong_AsLongLong);
     HK_SYM(PyList_New);
     HK_SYM(PyList_Append);
+    HK_SYM(PyDict_Next);
+    HK_SYM(PyList_Size);
+    HK_SYM(PyList_GetItem);
+    HK_SYM(PyList_SetItem);
+    HK_SYM(PyWeakref_NewRef);
+    HK_SYM(PyWeakref_GetObject);
+    HK_SYM(PyObject_Type);
+    HK_SYM(PyType_IsSubtype);
     HK_SYM(Py_IncRef);
     HK_SYM(Py_DecRef);
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
+    py.PyDict_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyDict_Type");
+    py.PyModule_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyModule_Type");
+    py.PyTuple_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyTuple_Type");
+    HK_SYM(PyModule_GetDict);
     py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
     py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");
     py.PyExc_TypeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_TypeError");
     void **all = (void **)&py;
-    for (size_t i = 0; i < sizeof py / sizeof(void *); i++)
+    for (size_t i = 0; i < offsetof(__typeof__(py), PyObject_CallOneArg) / sizeof(void *); i++)
         if (!all[i]) {
             memset(&py, 0, sizeof py);
             return -1;
         }
+    HK_SYM(PyObject_CallOneArg);
     return 0;
 }
 
@@ -674,20 +953,20 @@ static PyObject *intern(const char *s, int *ok)
     return o;
 }
 
-/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem) -> (fwd_pre, fwd_post,
+/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor) -> (fwd_pre, fwd_post,
  * opt_begin, opt_end, changed_grads, changed_state), a reference this file keeps (ctypes' py_object
  * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
  * same functions, calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
 {
     if (find_python() != 0) return NULL;
-    if (py.PyTuple_Size(args) != 6) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 6");
+    if (py.PyTuple_Size(args) != 7) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 7");
         return NULL;
     }
     PyObject **slot[] = {&hk.resolve,      &hk.warn,           &hk.first_grad,
-                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem};
-    for (int i = 0; i < 6; i++) {
+                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem, &hk.tensor};
+    for (int i = 0; i < 7; i++) {
         PyObject *o = py.PyTuple_GetItem(args, i);
         if (!o) return NULL;
         PyObject **s = slot[i];
@@ -695,6 +974,12 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         if (*s) py.Py_DecRef(*s);
         *s = o;
     }
+    if (hk.gpumem_dict) py.Py_DecRef(hk.gpumem_dict);
+    hk.gpumem_dict = NULL;
+    PyObject *gt = py.PyObject_Type(hk.gpumem);
+    if (gt == py.PyModule_Type && (hk.gpumem_dict = py.PyModule_GetDict(hk.gpumem)))
+        py.Py_IncRef(hk.gpumem_dict); /* a plain module's: user_ranges reads it */
+    if (gt) py.Py_DecRef(gt);
     if (hk.fns) return hk.fns;
     int ok = 1;
     hk.s_user_ranges = intern("_user_ranges", &ok);
@@ -708,13 +993,21 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_grad = intern("grad", &ok);
     hk.s_params = intern("params", &ok);
     hk.s_items = intern("items", &ok);
+    hk.s_id = intern("id", &ok);
+    hk.s_next_id = intern("next_id", &ok);
     if (!ok || tab_grow() != 0) return NULL;
+    /* dict.items, and its type (a method descriptor's): plain_dict and data_ptr compare with
+     * them */
+    if (!(dict_items = py.PyObject_GetAttr(py.PyDict_Type, hk.s_items)) ||
+        !(dp.descr_type = py.PyObject_Type(dict_items)))
+        return NULL;
     hk.step = 1;
     enum { N = sizeof defs / sizeof defs[0] };
     PyObject *f[N];
     for (int i = 0; i < N; i++)
         if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
     hk.bwd_end = f[N - 1];
+    if (!(hk.out_gone = py.PyCFunction_NewEx(&out_gone_def, NULL, NULL))) return NULL;
     hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5]);
     for (int i = 0; i < N - 1; i++)
         py.Py_DecRef(f[i]);

@@ -2,13 +2,15 @@
 # torch_hooks.sh — the PyTorch hooks in C (preload/torch_hooks.c) record what gpumem/_torch.py's
 # Python hooks record, which run when the library has none (GPUMEM_TORCH_C_HOOKS=0 forces them):
 # the same ranges (thread, kind, path, in order) and the same names, on the tiny GPT-2 script
-# (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a leaf
-# returned as is, no_grad, an output whose requires_grad raises: one warning; a program that
-# names its own phases: no ranges from the hooks), and which gradients and optimizer state the
-# optimizer hooks name again (torch_hooks_ident.py: a new gradient at the old one's _cdata and
-# data pointer is named; the edge program's zero_grad(set_to_none=True) renames each gradient
-# once), and that checkpointing's re-run forward is placed under its own block's backward. Each run
-# says which hooks PyTorch called.
+# (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a tuple
+# whose tensor that needs a gradient is in a dict, a leaf returned as is, no_grad, an output whose
+# requires_grad raises: one warning; a program that names its own phases: no ranges from the
+# hooks; a child's output dropped: freed at once, the C hooks holding its node no longer than the
+# output lives), and which gradients and optimizer state the optimizer hooks name again
+# (torch_hooks_ident.py: a new gradient at the old one's _cdata and data pointer is named; the
+# edge program's zero_grad(set_to_none=True) renames each gradient once), and that
+# checkpointing's re-run forward is placed under its own block's backward. Each run says which
+# hooks PyTorch called.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 export PYTHONHASHSEED=0
@@ -72,19 +74,23 @@ for h in c py; do
   n=$(grep -c 'gpumem: a forward hook failed (ValueError: planted)' "$tmp/edge0.$h.log")
   [[ $n == 1 ]] && ok "edge $h: the raising output warned once" || bad "edge $h: $n warnings"
 done
-grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -x '1|0|step 2/fwd/seq.0' "$tmp/edge0.c.ranges" \
-  && ok "edge: the leaf's backward and the nested module's forward ranges" || bad "edge: ranges missing"
+for h in c py; do
+  grep -q -x 'dropped output freed True' "$tmp/edge0.$h.log" && ok "edge $h: a dropped module output is freed at once" \
+    || bad "edge $h: a dropped module output outlived its module: $(grep 'dropped output' "$tmp/edge0.$h.log")"
+done
+grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Pair$' "$tmp/edge0.c.ranges" && grep -q -x '1|0|step 2/fwd/seq.0' "$tmp/edge0.c.ranges" \
+  && ok "edge: the leaf's and the pair's backward and the nested module's forward ranges" || bad "edge: ranges missing"
 [[ ! -s $tmp/edge1.c.ranges ]] && ok "edge: a program that names its phases gets no range from the hooks" \
   || bad "edge: ranges despite gpumem.range: $(sed -n 1,2p "$tmp/edge1.c.ranges")"
 for h in C PY; do
   rec "ident.$h" "$h" -- tests/torch/torch_hooks_ident.py
   grep -q -x "scan $([[ $h == C ]] && echo builtin_function_or_method || echo method)" "$tmp/ident.$h.log" &&
-    ! grep -q FAIL "$tmp/ident.$h.log" && [[ $(grep -c '^ok:' "$tmp/ident.$h.log") == 10 ]] \
+    ! grep -q FAIL "$tmp/ident.$h.log" && [[ $(grep -c '^ok:' "$tmp/ident.$h.log") == 11 ]] \
     && ok "ident $h: new gradients and state values named, the same ones not again" \
     || bad "ident $h: $(grep -E 'FAIL|Error' "$tmp/ident.$h.log" | head -2)"
   # set_to_none after the second of 3 steps: each gradient named at its first and its third step
   n=$(grep -c '^grad[.]' "$tmp/edge0.${h,,}.names"); u=$(grep '^grad[.]' "$tmp/edge0.${h,,}.names" | sort -u | wc -l)
-  [[ $u == 5 && $n == 10 ]] && ok "edge $h: 5 gradients, each named twice (new after set_to_none)" \
-    || bad "edge $h: $n gradient names for $u gradients (want 10 for 5)"
+  [[ $u == 7 && $n == 14 ]] && ok "edge $h: 7 gradients, each named twice (new after set_to_none)" \
+    || bad "edge $h: $n gradient names for $u gradients (want 14 for 7)"
 done
 exit $fail

@@ -1,7 +1,9 @@
 """torch_hooks_edge.py — the cases of gpumem's PyTorch hooks (gpumem/_torch.py) that the GPT-2
 script does not reach, for tests/torch/torch_hooks.sh: an output that is a tuple and a dict of
-tensors, a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
-output's requires_grad raises (the hook's error swallowed with one warning), and with USER_RANGES=1
+tensors, a tuple whose first tensor needs no gradient (the second item's dict holds one that does),
+a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
+output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
+output is dropped (it is freed at once: the hooks keep nothing alive), and with USER_RANGES=1
 a program that names its own phases (no ranges from the hooks). Prints which hooks PyTorch calls
 ("hooks builtin_function_or_method": the C ones, preload/torch_hooks.c; "hooks method": Python's).
 """
@@ -29,6 +31,15 @@ class Inner(torch.nn.Module):
         return self.seq(self.lin(x)), {"x": [x]}
 
 
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x, {"y": self.proj(x)}  # x needs no gradient: its backward starts at proj's node
+
+
 class Leaf(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -38,6 +49,30 @@ class Leaf(torch.nn.Module):
         return self.w  # a leaf that needs a gradient, returned as is
 
 
+class Dead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4, device="cuda"))
+
+    def forward(self, x):
+        return (x * self.w).exp()  # its node keeps the output's memory (exp saves its result)
+
+
+class Waste(torch.nn.Module):
+    """Drops its child's output, then asks whether that output's memory went with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.dead = Dead()
+        self.freed = []
+
+    def forward(self, x):
+        before = torch.cuda.memory_allocated()
+        self.dead(x)
+        self.freed.append(torch.cuda.memory_allocated() == before)
+        return x
+
+
 class Bad(torch.nn.Module):
     def forward(self, x):
         return Raising()
@@ -45,16 +80,18 @@ class Bad(torch.nn.Module):
 
 if os.environ.get("USER_RANGES") == "1":
     gpumem.range("mine")  # naming a phase is enough: the hooks stay out of the way
-inner, leaf, bad = Inner().cuda(), Leaf(), Bad()
+inner, leaf, bad, waste, pair = Inner().cuda(), Leaf(), Bad(), Waste(), Pair().cuda()
 x = torch.randn(2, 4, device="cuda")
-opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()))
+opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()) + list(pair.parameters()))
 print("hooks", type(next(iter(M._global_forward_pre_hooks.values()))).__name__)
 for step in range(3):
     bad(x)
+    waste(x)
     y, _ = inner(x)
-    (y.sum() + leaf(x).sum()).backward()
+    (y.sum() + leaf(x).sum() + pair(x)[1]["y"].sum()).backward()
     opt.step()
     opt.zero_grad(set_to_none=step == 1)
     with torch.no_grad():
         inner(x)
+print("dropped output freed", all(waste.freed))
 print("done")

@@ -5,6 +5,7 @@ one's C++ object address (_cdata) and data pointer: it must still be named, as a
 Stand-in tensors make that reuse certain here, where with real ones it depends on the heap.
 Prints "ok: ..." per check and exits 1 on the first that fails.
 """
+import collections
 import sys
 
 import torch  # noqa: F401 - gpumem's hooks are installed on torch's import
@@ -66,6 +67,18 @@ del v
 state[p]["exp_avg"] = Fake(0x6000, 0x7f0000003000)
 check("a new state value at the old one's _cdata and pointer is named",
       [x[1] for x in hooks._changed_state(state, seen_state)] == ["exp_avg", "step"])
+
+# the scan walks a plain dict (or defaultdict) in place and any other mapping through items(): the
+# same order either way, the one Python's scan gives (an OrderedDict moved keeps its own order)
+v, w = state[p]["exp_avg"], Fake(0x6100, 0x7f0000005000)
+hooks._seen(seen_state[id(p)], "exp_avg", v)
+inner = collections.OrderedDict([("exp_avg", v), ("max_exp_avg_sq", w), ("step", 4)])
+inner.move_to_end("exp_avg")
+state = collections.defaultdict(dict, {p: inner, Param(): {"step": 5, "exp_avg": w}})
+want = _torch._Hooks._changed_state(hooks, state, seen_state)
+check("an OrderedDict and a defaultdict of state scanned in items() order",
+      hooks._changed_state(state, seen_state) == want and
+      [x[1] for x in want] == ["max_exp_avg_sq", "step", "step", "exp_avg"])
 
 names = _torch._state["names"]
 n0 = len(names)

@@ -490,7 +490,8 @@ class _Hooks:
         try:
             return fn((lambda m: self.paths.get(id(m)) or self._path(m), _warn, _first_grad,
                        torch.is_grad_enabled,
-                       torch.autograd.Variable._execution_engine.queue_callback, gpumem))
+                       torch.autograd.Variable._execution_engine.queue_callback, gpumem,
+                       torch.Tensor))
         except Exception:  # noqa: BLE001 - a CPython it does not serve: the Python hooks
             return None
 
