@@ -10,7 +10,7 @@
 # (program and config are shell globs). A listed line is dropped from both outputs before they
 # are compared; an entry that no difference needs any more is reported (stale), as a failure.
 # Then: the atexit program's recording has no leak (`gpumem leaks --fail-on-leak`), nor the reset
-# program's (what a device reset destroyed is recorded freed).
+# programs' (reset, reset_driver: what a device reset destroyed is recorded freed).
 # Under SAN=address / SAN=thread the same with three configurations (see below).
 set -uo pipefail
 shopt -s extglob
@@ -134,18 +134,21 @@ if [[ -x $BUILD/gpumem ]]; then
 fi
 
 # the allocations a device reset destroyed are recorded freed (the driver's answer, heap.c
-# gm_pt_after_reset; gpumem's own blocks by gm_heap_reset): the reset program's recording has no
-# leak, with gpumem serving (its segments; preset:nocache, a cuMemAlloc per block) and recording only
+# gm_pt_after_reset; gpumem's own blocks by gm_heap_reset): the recordings of a reset through the
+# runtime (reset) and through the driver (reset_driver) have no leak, with gpumem serving (its
+# segments; preset:nocache, a cuMemAlloc per block) and recording only
 if [[ -x $BUILD/gpumem ]]; then
-  for rc in "replace|" "nocache|GPUMEM_CONF=preset:nocache" "record|GPUMEM_MODE=record"; do
-    name=${rc%%|*}
-    env ${rc#*|} GPUMEM_DB="$TMP/reset-$name.db" LD_PRELOAD="$LIB" "$BIN/reset" >/dev/null 2>"$TMP/reset-$name.err"
-    if "$BUILD/gpumem" leaks --fail-on-leak "$TMP/reset-$name.db" >"$TMP/leaks.out" 2>&1; then
-      echo "ok: reset [$name]: what the reset destroyed is recorded freed: no leak reported"
-    else
-      echo "FAIL: reset [$name]: gpumem leaks reports a leak of memory a device reset destroyed"; head -12 "$TMP/leaks.out"
-      fails=$((fails + 1))
-    fi
+  for prog in reset reset_driver; do
+    for rc in "replace|" "nocache|GPUMEM_CONF=preset:nocache" "record|GPUMEM_MODE=record"; do
+      name=${rc%%|*}
+      env ${rc#*|} GPUMEM_DB="$TMP/$prog-$name.db" LD_PRELOAD="$LIB" "$BIN/$prog" >/dev/null 2>"$TMP/$prog-$name.err"
+      if "$BUILD/gpumem" leaks --fail-on-leak "$TMP/$prog-$name.db" >"$TMP/leaks.out" 2>&1; then
+        echo "ok: $prog [$name]: what the reset destroyed is recorded freed: no leak reported"
+      else
+        echo "FAIL: $prog [$name]: gpumem leaks reports a leak of memory a device reset destroyed"; head -12 "$TMP/leaks.out"
+        fails=$((fails + 1))
+      fi
+    done
   done
 fi
 
