@@ -459,13 +459,19 @@ static void name_apply(sweep *w, const name_ev *n) {
 
 /* Allocation i died at the row being swept: linked after the last one to die (the list is
  * dropped for good, the readers ordering deaths themselves, where an index does not fit). */
-static inline void death_note(sweep *w, size_t i) {
-    gm_model *m = w->m;
-    if (i >= UINT32_MAX) m->deaths_linked = 0;
-    if (!m->deaths_linked) return;
-    if (w->last_death) m->allocs[w->last_death - 1].next_death = (uint32_t)(i + 1);
+/* Allocation i died next: linked after the last one to die (gm_model.deaths_linked), the list's
+ * state (linked, last_death) where the caller keeps it (sweep_rows: in locals over a leaf's rows) */
+static inline __attribute__((always_inline)) void link_death(gm_model *m, gm_alloc *allocs, int *linked,
+                                                             size_t *last_death, size_t i) {
+    if (i >= UINT32_MAX) *linked = 0;
+    if (!*linked) return;
+    if (*last_death) allocs[*last_death - 1].next_death = (uint32_t)(i + 1);
     else m->first_death = i + 1;
-    w->last_death = i + 1;
+    *last_death = i + 1;
+}
+
+static inline void death_note(sweep *w, size_t i) {
+    link_death(w->m, w->m->allocs, &w->m->deaths_linked, &w->last_death, i);
 }
 
 /* A new allocation at addr, as the next one: room for it, and the one still live at addr (handed
@@ -711,12 +717,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             if (u64map_swap(&w->live, addr, nallocs, &old) == 1) {
                 gm_alloc *o = &allocs[old];
                 o->death = seq;
-                if (old >= UINT32_MAX) linked = 0;
-                if (linked) {
-                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(old + 1);
-                    else m->first_death = old + 1;
-                    last_death = old + 1;
-                }
+                link_death(m, allocs, &linked, &last_death, old);
                 hot_end(m, o, &allocated, &requested);
                 m->unmatched_frees++;
             }
@@ -732,13 +733,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 gm_alloc *a = &allocs[ai];
                 a->death = seq;
                 a->death_range = range;
-                /* death_note's */
-                if (ai >= UINT32_MAX) linked = 0;
-                if (linked) {
-                    if (last_death) allocs[last_death - 1].next_death = (uint32_t)(ai + 1);
-                    else m->first_death = ai + 1;
-                    last_death = ai + 1;
-                }
+                link_death(m, allocs, &linked, &last_death, ai);
                 hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                     m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
