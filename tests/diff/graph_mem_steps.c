@@ -31,6 +31,13 @@ static cudaGraph_t capture(cudaStream_t s, size_t size, int freed_inside, void *
     return g;
 }
 
+/* gives the freed graph memory back to the device, then shows the attributes */
+static void trim(void)
+{
+    rt("  trim", cudaDeviceGraphMemTrim(0));
+    attrs("trimmed");
+}
+
 static void launch(cudaGraphExec_t x, cudaStream_t s)
 {
     rt("  launch", cudaGraphLaunch(x, s));
@@ -59,8 +66,7 @@ int main(void)
     attrs("exec destroyed");
     rt("  graph destroy", cudaGraphDestroy(g));
     attrs("graph destroyed");
-    rt("  trim", cudaDeviceGraphMemTrim(0));
-    attrs("trimmed");
+    trim();
 
     printf("-- 40 MiB, freed in the graph\n");
     g = capture(s, (size_t)40 << 20, 1, &p);
@@ -71,8 +77,7 @@ int main(void)
     rt("  exec destroy", cudaGraphExecDestroy(x));
     rt("  graph destroy", cudaGraphDestroy(g));
     attrs("destroyed");
-    rt("  trim", cudaDeviceGraphMemTrim(0));
-    attrs("trimmed");
+    trim();
 
     printf("-- 1000 B, freed outside the graph\n");
     g = capture(s, 1000, 0, &p);
@@ -90,8 +95,7 @@ int main(void)
     attrs("freed outside, exec destroyed");
     rt("  graph destroy", cudaGraphDestroy(g));
     attrs("graph destroyed");
-    rt("  trim", cudaDeviceGraphMemTrim(0));
-    attrs("trimmed");
+    trim();
 
     printf("-- two graphs of 1000 B each, freed in the graph\n");
     g = capture(s, 1000, 1, &p);
@@ -113,8 +117,7 @@ int main(void)
     rt("  graph destroy", cudaGraphDestroy(g));
     rt("  graph destroy the second", cudaGraphDestroy(g2));
     attrs("both destroyed");
-    rt("  trim", cudaDeviceGraphMemTrim(0));
-    attrs("trimmed");
+    trim();
     cudaStreamDestroy(s);
     return 0;
 }
