@@ -25,7 +25,7 @@ script=tests/torch/torch_graphs.py
 export GPUMEM_SIM_BACKING=memory # the canary needs bytes behind device memory
 
 fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
-# verdict NAME RC: the script's exit status. A run without gpumem that printed its verdict
+# verdict NAME RC: sets rc to the script's exit status. A run without gpumem that printed its verdict
 # ("exit N", its last line) and then aborted (SIGABRT, 134) in the interpreter's or libtorch's
 # teardown is judged by that verdict, and the abort is reported as a note with its cause and the
 # aborting thread's first frames. PyTorch 2.14 aborts so now and then ("terminate called without
