@@ -328,6 +328,10 @@ struct rec_pyframe;
 int gm_python_nogil_init(int minor);
 int gm_python_nogil_frames(struct rec_pyframe *out, int max);
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
+int gm_python_nogil_agreed(void);
+/* python.c: the calling thread's Python frames now, innermost first, for a caller outside the
+ * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none. */
+int gm_python_frames_now(struct rec_pyframe *out, int max);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {

@@ -209,6 +209,18 @@ static int python_frames(rec_pyframe *out, int max)
     return n;
 }
 
+static int python_on; /* the provider is registered (gm_python_start) */
+
+/* Frames for a caller outside the recorder's events (PyTorch's trace entries, preload/
+ * torch_trace.c). The private-structure reader once it has agreed with the C API: a dozen loads
+ * a frame, where the C API makes (3.11+) and reference-counts a frame object for each. */
+int gm_python_frames_now(rec_pyframe *out, int max)
+{
+    if (!python_on) return 0;
+    if (gm_python_nogil_agreed()) return gm_python_nogil_frames(out, max);
+    return python_frames(out, max);
+}
+
 /* A forked child records into its own database: its string ids start again. */
 static void python_fork_child(void)
 {
@@ -301,6 +313,7 @@ void gm_python_start(void)
     if (!python_find(&lo, &hi) || cache_grow() != 0) return;
     pthread_atfork(NULL, NULL, python_fork_child);
     rec_set_python(python_frames, lo, hi);
+    python_on = 1;
     /* python_nogil.c's layout is checked at the first stack read with the GIL held: now, when
      * this thread holds it (a program whose allocations all release it may never do so). */
     rec_pyframe first[REC_MAX_PY_FRAMES];
@@ -308,6 +321,11 @@ void gm_python_start(void)
 }
 #else
 void gm_python_start(void) {}
+int gm_python_frames_now(struct rec_pyframe *out, int max)
+{
+    (void)out, (void)max;
+    return 0;
+}
 #endif
 
 /* ---- ranges for the gpumem Python module -------------------------------------------------------

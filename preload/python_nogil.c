@@ -456,6 +456,12 @@ int gm_python_nogil_frames(struct rec_pyframe *out, int max)
     return n;
 }
 
+/* 1 once the tabulated layout has agreed with the C API's reading (gm_python_nogil_check). */
+int gm_python_nogil_agreed(void)
+{
+    return ng_state == 1 && ng.l;
+}
+
 /* The first stack read with the GIL held, through the C API, is read again here and must come
  * out the same: the tabulated layout is then the interpreter's. Called with the GIL held. */
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n)

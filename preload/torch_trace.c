@@ -23,6 +23,15 @@
  * GPUMEM_TORCH_MAX_ENTRIES per device seen (PyTorch's history keeps that many per device: 2,000,000
  * by default), growing by doubling; once full, the oldest entries are overwritten, as PyTorch's
  * ring does with its own.
+ *
+ * Stacks. Each allocation entry also gets the allocating thread's Python frames, read here
+ * (gm_python_frames_now: the interpreter's frame chain read in place, a dozen loads a frame),
+ * so that PyTorch's history can run without its own stacks (context=None): its
+ * CapturedTraceback::gather, a heap object per allocation, made most of what the history cost
+ * a step (tests/bench/README.md, torch.rec_vs_off). Stacks are interned: an entry holds the
+ * index (from 1) of its distinct frame sequence, and the sequences are copied out beside the
+ * entries (gpumem_torch_trace_stacks). At most TT_MAX_FRAMES frames are kept over all distinct
+ * stacks; past that, new stacks are not kept (the entry's stack is 0) and counted.
  */
 #include "preload/gm_internal.h"
 
@@ -33,17 +42,30 @@
 
 #ifdef GM_HAVE_REC
 #include "snapshot/record/rec.h"
+#else /* no recorder: no Python frames either (gm_python_frames_now answers 0) */
+typedef struct rec_pyframe { uint32_t function, file, line; } rec_pyframe;
+#define REC_MAX_PY_FRAMES 64
 #endif
 
-/* One entry; the layout gm_torch.c reads (GM_TT_* there; little-endian, 40 bytes). */
+/* One entry; the layout gm_torch.c reads (tt_rec there; little-endian, 48 bytes). */
 typedef struct tt_entry {
     uint64_t addr, size;
     uint64_t seq;   /* the recorder's last claimed seq when PyTorch recorded the entry */
     uint64_t t_ns;  /* the recorder's clock (ns since the recording started) */
     int32_t action; /* c10::CachingDeviceAllocator::TraceEntry::Action */
     int32_t device;
+    uint32_t stack; /* allocations: the index (from 1) of its Python stack; 0: none */
+    uint32_t pad;
 } tt_entry;
-_Static_assert(sizeof(tt_entry) == 40, "tt_entry: the 40-byte layout gm_torch.c reads");
+_Static_assert(sizeof(tt_entry) == 48, "tt_entry: the 48-byte layout gm_torch.c reads");
+
+/* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
+ * recorder string ids, and the line), a stack being (first frame, count); found by hash. */
+#define TT_MAX_FRAMES (1u << 24)
+typedef struct tt_stack {
+    uint64_t hash;
+    uint32_t first, n;
+} tt_stack;
 
 static struct {
     pthread_mutex_t lock;
@@ -52,6 +74,13 @@ static struct {
     size_t per_device;        /* GPUMEM_TORCH_MAX_ENTRIES: max is this times the devices seen */
     int ndev;
     uint64_t seen;            /* entries noted since the start, kept or not */
+    tt_stack *stacks;         /* by index - 1 */
+    size_t nstacks, capstacks;
+    uint32_t *slots;          /* open addressing: stack index, 0 = empty */
+    size_t nslots;            /* a power of two, at least twice nstacks */
+    rec_pyframe *frames;
+    size_t nframes, capframes;
+    uint64_t stacks_lost;     /* allocations whose new stack found no room */
 } tt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static size_t tt_max(void)
@@ -80,6 +109,72 @@ static int tt_grow(void)
     return 0;
 }
 
+static uint64_t frames_hash(const rec_pyframe *f, int n)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h = (h ^ f[i].function) * 1099511628211ull;
+        h = (h ^ f[i].file) * 1099511628211ull;
+        h = (h ^ f[i].line) * 1099511628211ull;
+    }
+    return h;
+}
+
+static int slots_grow(void)
+{
+    size_t n = tt.nslots ? tt.nslots * 2 : 1024;
+    uint32_t *s = calloc(n, sizeof *s);
+    if (!s) return -1;
+    for (size_t i = 0; i < tt.nstacks; i++) {
+        size_t j = tt.stacks[i].hash & (n - 1);
+        while (s[j]) j = (j + 1) & (n - 1);
+        s[j] = (uint32_t)(i + 1);
+    }
+    free(tt.slots);
+    tt.slots = s, tt.nslots = n;
+    return 0;
+}
+
+/* The index of frames f[0..n) among the distinct stacks, added when new; 0 when there is no
+ * room. Under tt.lock. */
+static uint32_t stack_index(const rec_pyframe *f, int n, uint64_t h)
+{
+    if (tt.nslots) {
+        for (size_t j = h & (tt.nslots - 1); tt.slots[j]; j = (j + 1) & (tt.nslots - 1)) {
+            const tt_stack *st = &tt.stacks[tt.slots[j] - 1];
+            if (st->hash == h && st->n == (uint32_t)n &&
+                !memcmp(tt.frames + st->first, f, (size_t)n * sizeof *f))
+                return tt.slots[j];
+        }
+    }
+    if (tt.nframes + (size_t)n > TT_MAX_FRAMES || tt.nstacks >= UINT32_MAX - 1) goto lost;
+    if ((tt.nstacks + 1) * 2 > tt.nslots && slots_grow() != 0) goto lost;
+    if (tt.nstacks == tt.capstacks) {
+        size_t cap = tt.capstacks ? tt.capstacks * 2 : 256;
+        tt_stack *r = realloc(tt.stacks, cap * sizeof *r);
+        if (!r) goto lost;
+        tt.stacks = r, tt.capstacks = cap;
+    }
+    if (tt.nframes + (size_t)n > tt.capframes) {
+        size_t cap = tt.capframes ? tt.capframes : 4096;
+        while (cap < tt.nframes + (size_t)n) cap *= 2;
+        rec_pyframe *r = realloc(tt.frames, cap * sizeof *r);
+        if (!r) goto lost;
+        tt.frames = r, tt.capframes = cap;
+    }
+    memcpy(tt.frames + tt.nframes, f, (size_t)n * sizeof *f);
+    tt.stacks[tt.nstacks] = (tt_stack){.hash = h, .first = (uint32_t)tt.nframes, .n = (uint32_t)n};
+    tt.nframes += (size_t)n;
+    uint32_t idx = (uint32_t)++tt.nstacks;
+    size_t j = h & (tt.nslots - 1);
+    while (tt.slots[j]) j = (j + 1) & (tt.nslots - 1);
+    tt.slots[j] = idx;
+    return idx;
+lost:
+    tt.stacks_lost++;
+    return 0;
+}
+
 GM_EXPORT void gpumem_torch_trace_note(int action, int device, uint64_t addr, uint64_t size)
 {
     /* the history's actions only (alloc .. segment_unmap: 0-6), so that this ring, as long per
@@ -92,7 +187,13 @@ GM_EXPORT void gpumem_torch_trace_note(int action, int device, uint64_t addr, ui
     e.seq = rec_last_seq();
     e.t_ns = rec_time_ns();
 #endif
+    /* the allocating thread's Python frames, read before the lock (an allocation: action 0,
+     * the only entry whose stack the merge stores) */
+    rec_pyframe f[REC_MAX_PY_FRAMES];
+    int nf = action == 0 ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
+    uint64_t h = nf > 0 ? frames_hash(f, nf) : 0;
     pthread_mutex_lock(&tt.lock);
+    if (nf > 0) e.stack = stack_index(f, nf, h);
     tt.seen++;
     if (device >= tt.ndev) { /* PyTorch keeps a ring per device: room for one more device's */
         if (!tt.per_device) tt.per_device = tt_max();
@@ -120,6 +221,29 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
         size_t first = (tt.head + tt.cap - tt.n) % tt.cap, k = tt.cap - first < tt.n ? tt.cap - first : tt.n;
         memcpy(dst, tt.ring + first, k * sizeof(tt_entry));
         memcpy((char *)dst + k * sizeof(tt_entry), tt.ring, (tt.n - k) * sizeof(tt_entry));
+    }
+    pthread_mutex_unlock(&tt.lock);
+    return need;
+}
+
+/* Copies the distinct stacks, in index order, into dst (room for cap bytes); returns the bytes
+ * they take (call with cap 0 to size dst). Each stack: its frame count n (uint32), then n frames
+ * of three uint32 (function and file: the recorder's string ids; line), innermost first;
+ * little-endian. *lost: allocations whose stack was not kept. */
+GM_EXPORT size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost)
+{
+    _Static_assert(sizeof(rec_pyframe) == 12, "rec_pyframe: three uint32, copied as they are");
+    pthread_mutex_lock(&tt.lock);
+    size_t need = tt.nstacks * sizeof(uint32_t) + tt.nframes * sizeof(rec_pyframe);
+    if (lost) *lost = tt.stacks_lost;
+    if (dst && cap >= need) {
+        char *p = dst;
+        for (size_t i = 0; i < tt.nstacks; i++) {
+            uint32_t n = tt.stacks[i].n;
+            memcpy(p, &n, sizeof n);
+            memcpy(p + sizeof n, tt.frames + tt.stacks[i].first, n * sizeof(rec_pyframe));
+            p += sizeof n + n * sizeof(rec_pyframe);
+        }
     }
     pthread_mutex_unlock(&tt.lock);
     return need;

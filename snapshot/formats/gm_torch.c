@@ -253,6 +253,9 @@ typedef struct titem {
     uint64_t after;     /* inserted after the recorded event with this seq (0: before all) */
     uint64_t addr, size, requested, stream;
     const gpk_val *frames;
+    const unsigned char *tframes; /* or the tracker's stack of it (tframes_n frames of three
+                                   * uint32: function and file string ids, line) */
+    uint32_t tframes_n;
     const char *name;   /* TA_NAME */
     int action, device;
     unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0)) */
@@ -280,6 +283,11 @@ typedef struct merge {
     int64_t clock_offset, clock_drift; /* ns added to PyTorch's times (the middle anchor's), and
                                         * how much that varied over the run (clock_anchors()) */
     uint64_t nexact, ntrace; /* trace entries placed exactly (pair_trace()), of all entries */
+    uint64_t nstack_torch, nstack_gpumem; /* allocations whose stack came from PyTorch's history,
+                                           * or from gpumem's tracker */
+    const unsigned char **tstack; /* the tracker's stacks by index - 1 (tt_stacks()) */
+    size_t ntstack;
+    sqlite3_stmt *string_text;    /* the recording's strings by id */
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
@@ -595,11 +603,8 @@ static uint64_t fnv64(const void *p, size_t n, uint64_t h)
 }
 
 /* a frame's id (a Python frame: function, file, line), inserted once */
-static int64_t frame_of(merge *m, const gpk_val *f)
+static int64_t frame_text(merge *m, const char *file, const char *fn, int64_t line)
 {
-    const char *file = gpk_as_str(gpk_get(f, "filename")), *fn = gpk_as_str(gpk_get(f, "name"));
-    int64_t line = 0;
-    if (gpk_as_i64(gpk_get(f, "line"), &line) != 0) line = 0;
     if (!file) file = "??";
     if (!fn) fn = "??";
     uint64_t h = fnv64(file, strlen(file) + 1, 1469598103934665603ull);
@@ -626,17 +631,57 @@ static int64_t frame_of(merge *m, const gpk_val *f)
     return id;
 }
 
-/* the stack of a trace entry's frames (innermost first); 0: none */
-static int64_t stack_of(merge *m, const gpk_val *frames)
+/* a frame of PyTorch's history (a dict: filename, name, line) */
+static int64_t frame_of(merge *m, const gpk_val *f)
 {
-    if (!frames || frames->type != GPK_LIST || !frames->len) return 0;
-    int64_t *ids = malloc(frames->len * sizeof *ids);
+    int64_t line = 0;
+    if (gpk_as_i64(gpk_get(f, "line"), &line) != 0) line = 0;
+    return frame_text(m, gpk_as_str(gpk_get(f, "filename")), gpk_as_str(gpk_get(f, "name")), line);
+}
+
+/* the text of the recording's string id (the tracker's frames name their function and file by
+ * the recorder's strings); NULL when there is none */
+static const char *string_text(merge *m, uint32_t id)
+{
+    if (!m->string_text &&
+        sqlite3_prepare_v2(m->db, "SELECT s FROM strings WHERE id = ?", -1, &m->string_text, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_reset(m->string_text);
+    sqlite3_bind_int64(m->string_text, 1, id);
+    return sqlite3_step(m->string_text) == SQLITE_ROW ? (const char *)sqlite3_column_text(m->string_text, 0) : NULL;
+}
+
+/* a frame of the tracker's (preload/torch_trace.c) */
+static int64_t tframe_of(merge *m, const unsigned char *p)
+{
+    uint32_t v[3];
+    memcpy(v, p, sizeof v);
+    char *fn = NULL;
+    const char *t = string_text(m, v[0]);
+    if (t && !(fn = strdup(t))) return mfail(m, "frames");
+    int64_t id = frame_text(m, string_text(m, v[1]), fn, v[2]);
+    free(fn);
+    return id;
+}
+
+/* the stack of a trace entry's frames (innermost first): the history's, else the tracker's;
+ * 0: none */
+static int64_t stack_of(merge *m, const titem *t)
+{
+    const gpk_val *frames = t->frames;
+    size_t len = frames && frames->type == GPK_LIST ? frames->len : 0;
+    int tracker = !len && t->tframes_n;
+    if (tracker) len = t->tframes_n;
+    if (!len) return 0;
+    if (tracker) m->nstack_gpumem++;
+    else m->nstack_torch++;
+    int64_t *ids = malloc(len * sizeof *ids);
     if (!ids) return -1;
     size_t n = 0;
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < frames->len; i++) {
-        if (frames->items[i]->type != GPK_DICT) continue;
-        int64_t f = frame_of(m, frames->items[i]);
+    for (size_t i = 0; i < len; i++) {
+        if (!tracker && frames->items[i]->type != GPK_DICT) continue;
+        int64_t f = tracker ? tframe_of(m, t->tframes + i * 12) : frame_of(m, frames->items[i]);
         if (f < 0) {
             free(ids);
             return -1;
@@ -786,21 +831,45 @@ static const int kind_of_action[] = {
     [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP, [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
     [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP};
 
-/* The trace entries of every device and the names, in time order, with block sizes. */
-/* The tracker's entries (preload/torch_trace.c: 40 bytes each, little-endian) against one
+/* The tracker's entries (preload/torch_trace.c: 48 bytes each, little-endian; 40 without the
+ * stack index before 2026-12-05) against one
  * device's history items it[0..n-1]. PyTorch hands each entry to the trackers and then to its
  * history in the same call, so the history is a run of the tracker's entries of that device (the
  * history's ring may have lost the first ones; the tracker's copy, taken after the snapshot, may
  * hold later ones). The run is found by its last item, then checked whole (action, address and
  * size of every pair); a run that does not match leaves the items to the clocks. */
-enum { TT_SIZE = 40 };
-typedef struct tt_rec { uint64_t addr, size, seq, t_ns; int32_t action, device; } tt_rec;
+typedef struct tt_rec { uint64_t addr, size, seq, t_ns; int32_t action, device; uint32_t stack; } tt_rec;
 
-static tt_rec tt_at(const unsigned char *p)
+/* entry p of es bytes (40: no stack) */
+static tt_rec tt_at(const unsigned char *p, size_t es)
 {
-    tt_rec r;
-    memcpy(&r, p, sizeof r);
+    tt_rec r = {0};
+    memcpy(&r, p, es == 48 ? 44 : 40);
     return r;
+}
+
+/* The tracker's stacks (gpumem_torch_trace_stacks: per stack a uint32 count, then its frames)
+ * indexed; a stack that runs past the bytes ends the index there. */
+static int tt_stacks(merge *m, const gpk_val *trace)
+{
+    const gpk_val *b = trace ? gpk_get(trace, "stacks") : NULL;
+    if (!b || b->type != GPK_BYTES) return 0;
+    const unsigned char *p = (const unsigned char *)b->s, *end = p + b->len;
+    size_t cap = 0;
+    while (end - p >= 4) {
+        uint32_t n;
+        memcpy(&n, p, sizeof n);
+        if ((size_t)(end - p - 4) / 12 < n) break;
+        if (m->ntstack == cap) {
+            cap = cap ? cap * 2 : 256;
+            const unsigned char **r = realloc(m->tstack, cap * sizeof *r);
+            if (!r) return -1;
+            m->tstack = r;
+        }
+        m->tstack[m->ntstack++] = p;
+        p += 4 + (size_t)n * 12;
+    }
+    return 0;
 }
 
 static int tt_same(const tt_rec *e, const titem *t)
@@ -811,31 +880,38 @@ static int tt_same(const tt_rec *e, const titem *t)
 static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
 {
     const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
-    if (!n || !b || b->type != GPK_BYTES || b->len % TT_SIZE) return;
+    int64_t size = 40;
+    if (trace && gpk_as_i64(gpk_get(trace, "entry_size"), &size) != 0) size = 40;
+    size_t es = (size_t)size;
+    if (!n || !b || b->type != GPK_BYTES || (es != 40 && es != 48) || b->len % es) return;
     const unsigned char *raw = (const unsigned char *)b->s;
-    size_t ne = b->len / TT_SIZE, nd = 0;
+    size_t ne = b->len / es, nd = 0;
     uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
     if (!idx) return;
     for (size_t i = 0; i < ne; i++) {
-        tt_rec e = tt_at(raw + i * TT_SIZE);
+        tt_rec e = tt_at(raw + i * es, es);
         if (e.device == dev && e.action >= TA_ALLOC && e.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
     }
     int tries = 0;
     for (size_t k = nd; k-- > 0 && k + 1 >= n && tries < 64;) {
-        tt_rec last = tt_at(raw + (size_t)idx[k] * TT_SIZE);
+        tt_rec last = tt_at(raw + (size_t)idx[k] * es, es);
         if (!tt_same(&last, &it[n - 1])) continue;
         tries++;
         size_t base = k + 1 - n, i = 0;
         for (; i < n; i++) {
-            tt_rec e = tt_at(raw + (size_t)idx[base + i] * TT_SIZE);
+            tt_rec e = tt_at(raw + (size_t)idx[base + i] * es, es);
             if (!tt_same(&e, &it[i])) break;
         }
         if (i < n) continue;
         for (i = 0; i < n; i++) {
-            tt_rec e = tt_at(raw + (size_t)idx[base + i] * TT_SIZE);
+            tt_rec e = tt_at(raw + (size_t)idx[base + i] * es, es);
             it[i].t = (int64_t)e.t_ns;
             it[i].xseq = e.seq;
             it[i].exact = 1;
+            if (e.stack && e.stack <= m->ntstack) {
+                memcpy(&it[i].tframes_n, m->tstack[e.stack - 1], 4);
+                it[i].tframes = m->tstack[e.stack - 1] + 4;
+            }
         }
         m->nexact += n;
         break;
@@ -849,6 +925,10 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
     const gpk_val *traces = gpk_get(snap, "device_traces");
     if (!traces || traces->type != GPK_LIST) {
         snprintf(m->err, m->errsz, "PyTorch's snapshot has no device_traces (was its memory history on?)");
+        return -1;
+    }
+    if (tt_stacks(m, trace) != 0) {
+        snprintf(m->err, m->errsz, "out of memory reading gpumem's trace stacks");
         return -1;
     }
     for (size_t dev = 0; dev < traces->len; dev++) {
@@ -998,13 +1078,13 @@ static int place(merge *m)
     if (!m->shift_at) return -1;
     for (size_t i = 0; i < m->n; i++) m->shift_at[i] = m->it[i].after;
     m->nshift = m->n;
-    /* seq of each item: right after its anchor's new seq, in order */
-    for (size_t i = 0; i < m->n; i++) {
+    /* seq of each item: right after its anchor's new seq, in order (anchors never decrease, so
+     * the items of one anchor are a run; run: where the current one started) */
+    for (size_t i = 0, run = 0; i < m->n; i++) {
         titem *t = &m->it[i];
         uint64_t base = t->after ? new_seq(m, t->after) : 0;
-        size_t k = i; /* items before i with the same anchor come first */
-        while (k && m->it[k - 1].after == t->after) k--;
-        t->seq = base + 1 + (i - k);
+        if (i && m->it[i - 1].after != t->after) run = i;
+        t->seq = base + 1 + (i - run);
     }
     return 0;
 }
@@ -1088,7 +1168,7 @@ static int insert_items(merge *m)
             if (li) lv[*li].name = sid;
             continue;
         }
-        int64_t stack = t->action == TA_ALLOC ? stack_of(m, t->frames) : 0;
+        int64_t stack = t->action == TA_ALLOC ? stack_of(m, t) : 0;
         int64_t stream = stream_of(m, t->device, t->stream);
         if (stack < 0 || stream < 0) goto done_live;
         sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
@@ -1479,11 +1559,12 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
         "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld), "
-        "('torch_placement', %Q)",
+        "('torch_placement', %Q), ('torch_stacks', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
         (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
         (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset,
-        (long long)m.clock_drift, placement);
+        (long long)m.clock_drift, placement,
+        m.nstack_gpumem && m.nstack_torch ? "both" : m.nstack_gpumem ? "gpumem" : m.nstack_torch ? "pytorch" : "none");
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
@@ -1491,12 +1572,14 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     *merged = entries;
     rc = 0;
 out:
+    sqlite3_finalize(m.string_text);
     if (began) sqlite3_exec(m.db, "ROLLBACK", NULL, NULL, NULL);
     if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
     gm_tblocks_free(&tb);
     free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
     u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
+    free(m.tstack);
     return rc;
 }
 

@@ -203,6 +203,8 @@ INSERT INTO kinds VALUES (30,'bad_access');
 -- (ns added to PyTorch's times to put them on the recording's clock, mid-run) and
 -- torch_clock_drift_ns (how much that correction varied over the run), torch_placement (exact:
 -- every entry placed by the recorder's position when PyTorch made it, from gpumem's trace
--- tracker; clock: by those corrected times; exact N of M: both).
+-- tracker; clock: by those corrected times; exact N of M: both), torch_stacks (where the
+-- allocations' Python frames came from: gpumem, read by its tracker; pytorch, its history's own
+-- stacks, without the tracker; both; none).
 INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
   (34,'torch_segment_map'),(35,'torch_segment_unmap');

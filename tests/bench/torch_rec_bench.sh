@@ -13,6 +13,8 @@
 #   torch.rec_vs_off.gpt2         the same ratio for gpt2 124M (-B 8 -T 1024, 8 steps, virtual
 #                                 backing: 13 GB of host memory otherwise), where a step has
 #                                 more host work per module and per tensor
+# VARS picks variants (default: all, "off rec no_history no_hooks bare gpt2_off gpt2_rec"; a
+# ratio whose variants were not run prints no BENCH line).
 # Side by side in one run: ROUNDS rounds (default 3), each running every variant once in a
 # rotating order, STEPS steps each (default 120; gpt2: 8). A run's step time is the 20th percentile of its
 # steps 3..STEPS (the first two create the allocator's segments and cuBLAS's handles); a
@@ -46,7 +48,7 @@ run() { # variant: prints the run's step time (ms)
     | tail -n +3 | sort -g | awk '{ v[NR] = $1 } END { if (NR < 5) exit 1; print v[int(NR * 0.2) + 1] }' \
     || { echo "torch_rec_bench: the $1 run failed" >&2; tail -5 "$tmp/$1.err" >&2; exit 1; }
 }
-vars=(off rec no_history no_hooks bare gpt2_off gpt2_rec)
+vars=(${VARS:-off rec no_history no_hooks bare gpt2_off gpt2_rec})
 declare -A best
 for ((r = 0; r < rounds; r++)); do
   line="round $((r + 1)):"
@@ -58,14 +60,23 @@ for ((r = 0; r < rounds; r++)); do
   done
   echo "$line" >&2
 done
+have() { [[ -n ${best[$1]:-} ]]; }
 # what was measured: the recorded run merged PyTorch's history and opened the step ranges
-[[ $("$G" report --json "$tmp/rec.db" | jq -r '.torch.peak_allocated // 0') -gt 0 ]] \
-  || { echo "torch_rec_bench: the recorded run has no PyTorch view" >&2; exit 1; }
-[[ $("$G" sql "$tmp/rec.db" -c "SELECT count(*) FROM ranges WHERE path LIKE 'step %/fwd/%'" | tail -1) -gt 0 ]] \
-  || { echo "torch_rec_bench: the recorded run has no step ranges" >&2; exit 1; }
+if have rec; then
+  [[ $("$G" report --json "$tmp/rec.db" | jq -r '.torch.peak_allocated // 0') -gt 0 ]] \
+    || { echo "torch_rec_bench: the recorded run has no PyTorch view" >&2; exit 1; }
+  [[ $("$G" sql "$tmp/rec.db" -c "SELECT count(*) FROM ranges WHERE path LIKE 'step %/fwd/%'" | tail -1) -gt 0 ]] \
+    || { echo "torch_rec_bench: the recorded run has no step ranges" >&2; exit 1; }
+fi
 ratio() { awk -v a="${best[off]}" -v b="${best[$1]}" 'BEGIN { printf "%.3f", a / b }'; }
-echo "BENCH torch.rec_vs_off $(ratio rec) x"
-for v in no_history no_hooks bare; do echo "BENCH torch.rec_vs_off.$v $(ratio "$v") x"; done
-echo "BENCH torch.rec_vs_off.gpt2 $(awk -v a="${best[gpt2_off]}" -v b="${best[gpt2_rec]}" 'BEGIN { printf "%.3f", a / b }') x"
-echo "BENCH torch.off.step_ms ${best[off]} ms"
-echo "BENCH torch.rec.step_ms ${best[rec]} ms"
+if have off; then
+  for v in rec no_history no_hooks bare; do
+    have "$v" || continue
+    [[ $v == rec ]] && echo "BENCH torch.rec_vs_off $(ratio rec) x" || echo "BENCH torch.rec_vs_off.$v $(ratio "$v") x"
+  done
+fi
+have gpt2_off && have gpt2_rec &&
+  echo "BENCH torch.rec_vs_off.gpt2 $(awk -v a="${best[gpt2_off]}" -v b="${best[gpt2_rec]}" 'BEGIN { printf "%.3f", a / b }') x"
+have off && echo "BENCH torch.off.step_ms ${best[off]} ms"
+have rec && echo "BENCH torch.rec.step_ms ${best[rec]} ms"
+exit 0

@@ -99,6 +99,18 @@ ca=$(jq_ clock '.torch.peak_allocated') cr=$(jq_ clock '.torch.peak_reserved')
   && ok "clock: GPUMEM_TORCH_TRACE=0 places by the clocks (meta.torch_placement $how), .torch peaks still the script's ($ca, $cr); $(in_range clock | awk '{ print $2 " of " $1 }') of the attention's and MLP's tensors in their module's range" \
   || bad "clock: placement '$how', .torch $ca / $cr, the script's $(fig clock max_memory_allocated) / $(fig clock max_memory_reserved)"
 
+# the allocations' Python frames: read by gpumem's tracker (the history then keeps none), or, without
+# it, PyTorch's own stacks; the same run gives the same stacks either way
+stacks_of() { sqlite3 "$tmp/$1.db" "SELECT (SELECT group_concat(f.function || '@' || f.file || ':' || f.line, ' < ')
+  FROM (SELECT frame FROM stacks s WHERE s.stack = e.stack ORDER BY depth) x JOIN frames f ON f.id = x.frame)
+  FROM events e WHERE kind = 31 ORDER BY seq"; }
+s1=$(sqlite3 "$tmp/tiny-default.db" "SELECT value FROM meta WHERE key = 'torch_stacks'")
+s0=$(sqlite3 "$tmp/clock.db" "SELECT value FROM meta WHERE key = 'torch_stacks'")
+n1=$(stacks_of tiny-default | grep -c "train_gpt2.py:") n0=$(stacks_of clock | grep -c "train_gpt2.py:")
+[[ $s1 == gpumem && $s0 == pytorch && $n1 -gt 0 ]] && cmp -s <(stacks_of tiny-default) <(stacks_of clock) \
+  && ok "stacks: gpumem's tracker read the allocations' Python frames (meta.torch_stacks $s1; $n1 in the script), the same as PyTorch's own ($s0, GPUMEM_TORCH_TRACE=0)" \
+  || bad "stacks: meta.torch_stacks '$s1' / '$s0', $n1 / $n0 allocations in the script; first difference: $(diff <(stacks_of tiny-default) <(stacks_of clock) | head -3)"
+
 # a history ring that lost its first entries (PyTorch's and the tracker's keep the last N):
 # still paired, each entry placed exactly
 rec ring GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_MAX_ENTRIES=1000 -- -- --model tiny --steps 3 || true

@@ -300,7 +300,7 @@ def main(argv):
         opt.zero_grad(set_to_none=args.set_to_none)
         lossf = loss.item()  # synchronizes: the step's time is its real time
         dt = time.perf_counter() - t0
-        print("step %d/%d loss %.4f time %.1f ms" % (step + 1, args.steps,
+        print("step %d/%d loss %.4f time %.3f ms" % (step + 1, args.steps,
               lossf if math.isfinite(lossf) else float("nan"), dt * 1e3), flush=True)
     if prof is not None:
         prof.__exit__(None, None, None)

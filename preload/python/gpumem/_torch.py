@@ -131,15 +131,17 @@ def _history(torch):
     _state["max_entries"] = entries
 
     def start():
+        # gpumem's tracker first: it reads each allocation's Python stack itself, far cheaper than
+        # PyTorch's CapturedTraceback (preload/torch_trace.c), so the history then keeps none.
+        # Without it, the history's own stacks of allocations (the merge reads none of a free).
+        _trace_attach()
         try:
-            # stacks of allocations only: the merge reads no stack of a free
-            torch.cuda.memory._record_memory_history(max_entries=entries, context="alloc",
-                                                     stacks="python")
+            torch.cuda.memory._record_memory_history(
+                max_entries=entries, context=None if _state.get("trace") else "alloc",
+                stacks="python")
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
         except Exception as e:  # noqa: BLE001
             _warn("PyTorch's memory history", e)
-            return
-        _trace_attach()
     # _record_memory_history would initialize CUDA now (breaking forked children and a later
     # change of allocator); queued, it runs when the program first uses CUDA
     torch.cuda._lazy_call(start)
@@ -182,22 +184,34 @@ def _trace_attach():
         _warn("attaching gpumem's trace tracker (%s)" % path, e)
 
 
+def _copy_out(fn):
+    """bytes from a gpumem_torch_trace_* copier (fn(dst, cap, &count) -> bytes needed) and its
+    count; None when it kept growing faster than it could be copied."""
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+    count = ctypes.c_uint64(0)
+    for _ in range(4):  # the autograd thread may add entries between sizing and copying
+        need = fn(None, 0, None)
+        buf = ctypes.create_string_buffer(need + 48 * 4096)
+        got = fn(buf, len(buf), ctypes.byref(count))
+        if got <= len(buf):
+            return buf.raw[:got], count.value
+    return None
+
+
 def _trace_copy():
-    """The tracker's entries so far (bytes, 40 a piece: preload/torch_trace.c), or None."""
+    """The tracker's entries so far (bytes, 48 a piece) and their Python stacks (preload/
+    torch_trace.c), or None. The stacks are copied after the entries, so every stack an entry
+    names is among them."""
     lib = _state.get("trace")
     if lib is None:
         return None
     try:
-        fn = lib.gpumem_torch_trace_copy
-        fn.restype = ctypes.c_size_t
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
-        seen = ctypes.c_uint64(0)
-        for _ in range(4):  # the autograd thread may add entries between sizing and copying
-            need = fn(None, 0, None)
-            buf = ctypes.create_string_buffer(need + 40 * 4096)
-            got = fn(buf, len(buf), ctypes.byref(seen))
-            if got <= len(buf):
-                return {"entries": buf.raw[:got], "seen": seen.value}
+        entries = _copy_out(lib.gpumem_torch_trace_copy)
+        stacks = _copy_out(lib.gpumem_torch_trace_stacks)
+        if entries is not None and stacks is not None:
+            return {"entries": entries[0], "seen": entries[1], "entry_size": 48,
+                    "stacks": stacks[0], "stacks_lost": stacks[1]}
     except Exception as e:  # noqa: BLE001
         _warn("copying gpumem's trace entries", e)
     return None
