@@ -348,20 +348,24 @@ static inline uint32_t addr_hash(uintptr_t p)
 static const ng_code *code_entry(uintptr_t code)
 {
     const py_layout *l = ng.l;
-    if (!aligned(code) || !readable(code, (size_t)l->co_size) ||
+    ng_code *e = &code_cache[addr_hash(code) & (CODE_SLOTS - 1)];
+    /* An address cached was seen readable, with its name and line table, and pages are never
+     * forgotten (above): for those, the readable() probes are skipped, not the identity check. */
+    int seen = e->code == code;
+    if (!aligned(code) || (!seen && !readable(code, (size_t)l->co_size)) ||
         ld_ptr(code + OB_TYPE) != ng.code_type)
         return NULL;
     uintptr_t name = ld_ptr(code + (uintptr_t)l->co_name),
               file = ld_ptr(code + (uintptr_t)l->co_filename);
     uintptr_t table = ld_ptr(code + (uintptr_t)l->co_lines);
     int32_t first = ld_i32(code + (uintptr_t)l->co_firstlineno);
-    if (!aligned(name) || !aligned(file) || !aligned(table) || !readable(name, 32) ||
-        !readable(table, 24))
+    if (!aligned(name) || !aligned(file) || !aligned(table) ||
+        ((!seen || name != e->name) && !readable(name, 32)) ||
+        ((!seen || table != e->table) && !readable(table, 24)))
         return NULL;
     int64_t name_hash = ld_i64(name + STR_HASH), name_len = ld_i64(name + STR_LENGTH);
     int64_t table_size = ld_i64(table + BYTES_SIZE);
-    ng_code *e = &code_cache[addr_hash(code) & (CODE_SLOTS - 1)];
-    if (e->code == code && e->name == name && e->file == file && e->table == table &&
+    if (seen && e->name == name && e->file == file && e->table == table &&
         e->first == first && e->name_hash == name_hash && e->name_len == name_len &&
         e->table_size == table_size)
         return e;
@@ -404,8 +408,15 @@ static int walk(rec_pyframe *out, int max)
         f = ld_ptr(f + (uintptr_t)l->cf_frame);
     }
     int n = 0;
+    uintptr_t ok_lo = 1, ok_hi = 0; /* pages already seen readable in this walk: frames sit
+                                     * side by side in the thread's data stack */
     for (int seen = 0; f && n < max && seen < MAX_VISITED; seen++) {
-        if (!aligned(f) || !readable(f, (size_t)l->fr_size)) break;
+        if (!aligned(f)) break;
+        if (f < ok_lo || f + (uintptr_t)l->fr_size > ok_hi) {
+            if (!readable(f, (size_t)l->fr_size)) break;
+            ok_lo = f & ~(uintptr_t)4095;
+            ok_hi = ((f + (uintptr_t)l->fr_size - 1) & ~(uintptr_t)4095) + 4096;
+        }
         uintptr_t back = ld_ptr(f + (uintptr_t)l->fr_back),
                   code = ld_ptr(f + (uintptr_t)l->fr_code);
         int owner = 0;
