@@ -82,7 +82,8 @@ DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev 
 # chromium, chromium-driver (chromedriver), python3-selenium: the browser halves of
 # tests/integration/viz_page.sh and viz_ranks.sh (viz/browser_*.py).
 # ccache: the compiler cache the build uses when it is there (below).
-DEB_OPTIONAL := chromium chromium-driver python3-selenium python3-venv ccache
+# python3-dev: Python's headers, for libgpumem_torch.so's C++ backward pre-hooks (preload/module.mk).
+DEB_OPTIONAL := chromium chromium-driver python3-selenium python3-venv ccache python3-dev
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 # The stamp is also read as a makefile (an empty one). On a fresh machine make installs the

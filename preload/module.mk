@@ -50,15 +50,27 @@ ifeq ($(SAN),)
 # the wheel's version (torch/version.py), which _torch.py checks before attaching: TraceEntry's
 # layout is the headers' of that version, and another PyTorch must not be handed this tracker
 PRELOAD_TORCH_VERSION := $(shell sed -n "s/^__version__ = '\(.*\)'$$/\1/p" $(ALLOC_TORCH_DIR)/version.py 2>/dev/null)
+# The module hooks' C++ backward pre-hooks (preload/torch_prehook.cpp) need Python's headers
+# (python3-dev, optional in `make deps`) and libtorch_python.so: without the headers the library
+# is built without them, and the hooks register their pre-hooks through Python as before.
+PRELOAD_TORCH_PYINC := $(shell $(GPUMEM_TORCH_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PRELOAD_TORCH_PREHOOK := $(if $(wildcard $(PRELOAD_TORCH_PYINC)/Python.h),$(PRELOAD_DIR)/torch_prehook_cpp.o)
+PRELOAD_TORCH_CXXFLAGS = -std=c++20 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE \
+    -isystem $(ALLOC_TORCH_DIR)/include -isystem $(CUDA_INC)
 $(PRELOAD_DIR)/torch_trace_cpp.o: preload/torch_trace.cpp $(ALLOC_TORCH_DIR)/version.py | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 $(OPT) -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -D_GNU_SOURCE \
-	    -DGM_TORCH_BUILT_FOR='"$(PRELOAD_TORCH_VERSION)"' \
-	    -isystem $(ALLOC_TORCH_DIR)/include -isystem $(CUDA_INC) -c -o $@ $<
-# gpumem_torch_trace_note stays undefined here: libgpumem.so (preloaded) provides it
-$(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o | $(DEPS_STAMP)
-	$(CXX) -shared -Wl,-soname,libgpumem_torch.so -o $@ $< \
-	    -L$(ALLOC_TORCH_DIR)/lib -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib
+	$(CXX) $(PRELOAD_TORCH_CXXFLAGS) -DGM_TORCH_BUILT_FOR='"$(PRELOAD_TORCH_VERSION)"' \
+	    $(if $(PRELOAD_TORCH_PREHOOK),-DGM_TORCH_PREHOOK) -c -o $@ $<
+$(PRELOAD_DIR)/torch_prehook_cpp.o: preload/torch_prehook.cpp $(ALLOC_TORCH_DIR)/version.py | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(PRELOAD_TORCH_CXXFLAGS) -isystem $(ALLOC_TORCH_DIR)/include/torch/csrc/api/include \
+	    -isystem $(PRELOAD_TORCH_PYINC) -c -o $@ $<
+# gpumem_torch_trace_note and the gpumem_torch_cpaths_* stay undefined here: libgpumem.so
+# (preloaded) provides them, and the Python process the C API
+$(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o $(PRELOAD_TORCH_PREHOOK) | $(DEPS_STAMP)
+	$(CXX) -shared -Wl,-soname,libgpumem_torch.so -o $@ $(filter %.o,$^) \
+	    -L$(ALLOC_TORCH_DIR)/lib $(if $(PRELOAD_TORCH_PREHOOK),-ltorch_python -ltorch -ltorch_cpu) \
+	    -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib
 ALL_TARGETS += $(PRELOAD_TORCH_LIB)
 INSTALL_LIB += $(PRELOAD_TORCH_LIB)
 endif

@@ -35,6 +35,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,10 @@ static struct {
     /* not exported by every CPython served (an inline function in the headers of some): NULL,
      * and call1 calls PyObject_CallFunctionObjArgs instead */
     PyObject *(*PyObject_CallOneArg)(PyObject *, PyObject *);
+    /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
+    int (*PyGILState_Ensure)(void);
+    void (*PyGILState_Release)(int);
+    void (*PyErr_WriteUnraisable)(PyObject *);
 } py;
 
 /* ---- state ---------------------------------------------------------------------------------- */
@@ -353,18 +358,63 @@ static int mod_lookup(PyObject *module, hk_mod *out)
  * alive: until the next module's forward starts, the outermost forward returns, or the output it
  * came from is freed (a weak reference's callback: a node of an output nobody uses goes with the
  * output, as without gpumem). */
+/* The paths of a C++ pre-hook (torch_prehook.cpp): the modules' path encodings (hk.tab's, which
+ * are never released), read and appended to with the GIL held; freed when its two holders, the
+ * hook and `last`, have let go (the hook lets go from wherever autograd destroys the node, GIL or
+ * not: nothing of Python is released then). */
+typedef struct {
+    _Atomic int refs;
+    int n, cap;
+    PyObject **enc;
+} cpaths;
+
 static struct {
     PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
+    cpaths *cp;                           /* or, registered in C++: its paths and its hook */
+    void *chook;
 } last;
+
+/* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
+static struct {
+    void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
+    int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
+    unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
+} cxx;
+
+static void cpaths_release(cpaths *p)
+{
+    if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
+        free(p->enc);
+        free(p);
+    }
+}
+
+static int cpaths_add(cpaths *p, PyObject *enc)
+{
+    if (p->n == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 4;
+        PyObject **e = realloc(p->enc, (size_t)cap * sizeof *e);
+        if (!e) {
+            py.PyErr_NoMemory();
+            return -1;
+        }
+        p->enc = e, p->cap = cap;
+    }
+    p->enc[p->n++] = enc;
+    return 0;
+}
 
 static void last_release(void)
 {
     PyObject *node = last.node, *paths = last.paths, *wr = last.wr, *handle = last.handle;
+    cpaths *cp = last.cp;
     last.node = last.paths = last.wr = last.handle = NULL;
+    last.cp = NULL, last.chook = NULL;
     if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
     if (handle) py.Py_DecRef(handle);
     if (paths) py.Py_DecRef(paths);
     if (node) py.Py_DecRef(node);
+    cpaths_release(cp);
 }
 
 /* No hook registered since the last one (torch.utils.hooks.RemovableHandle: each handle takes
@@ -394,8 +444,33 @@ static py_method_def out_gone_def = {"gpumem_out_gone", (void *)out_gone, PY_MET
 /* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
 static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    if (node == last.node && none_since()) return py.PyList_Append(last.paths, m->enc);
+    if (node == last.node && last.cp && cxx.is_last(node, last.chook)) return cpaths_add(last.cp, m->enc);
+    if (node == last.node && last.paths && none_since()) return py.PyList_Append(last.paths, m->enc);
     last_release();
+    if (cxx.add) { /* a C++ pre-hook: no Python handle, no Python call from autograd's thread */
+        cpaths *cp = calloc(1, sizeof *cp);
+        void *h = NULL;
+        if (!cp || cpaths_add(cp, m->enc) != 0) {
+            if (cp) free(cp);
+            else py.PyErr_NoMemory();
+            return -1;
+        }
+        atomic_store(&cp->refs, 2); /* the hook's and last's */
+        if (!(h = cxx.add(node, cp))) {
+            free(cp->enc), free(cp); /* not a node it knows: the Python pre-hook below */
+        } else {
+            cxx.added++;
+            PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
+            if (!wr) { /* an output that takes no weak reference: its node is not held */
+                py.PyErr_Clear();
+                cpaths_release(cp);
+                return 0;
+            }
+            py.Py_IncRef(node);
+            last.node = node, last.cp = cp, last.chook = h, last.wr = wr;
+            return 0;
+        }
+    }
     PyObject *cb = NULL, *r = NULL, *paths = py.PyList_New(1);
     if (!paths) return -1;
     py.Py_IncRef(m->enc);
@@ -407,6 +482,7 @@ static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
         py.Py_DecRef(paths);
         return -1;
     }
+    cxx.added_py++;
     PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
     if (!wr) { /* an output that takes no weak reference: its node is not held */
         py.PyErr_Clear();
@@ -605,6 +681,48 @@ static PyObject *bwd_starts(PyObject *paths, PyObject *arg)
         py.Py_DecRef(r);
     }
     return none();
+}
+
+/* A C++ pre-hook's call (torch_prehook.cpp: autograd's thread, without the GIL): the modules'
+ * bwd_start's, as bwd_starts. An error that is not an Exception (swallowed by bwd_start) is
+ * reported as unraisable: a C++ hook cannot raise into the backward. */
+GM_EXPORT void gpumem_torch_cpaths_run(void *paths)
+{
+    cpaths *p = paths;
+    int g = py.PyGILState_Ensure();
+    for (int i = 0; i < p->n; i++) {
+        PyObject *r = bwd_start(p->enc[i], NULL);
+        if (r) {
+            py.Py_DecRef(r);
+        } else {
+            py.PyErr_WriteUnraisable(hk.s_bwd_what);
+            break;
+        }
+    }
+    py.PyGILState_Release(g);
+}
+
+/* A C++ pre-hook let go of its paths (its node was destroyed: any thread, GIL or not). */
+GM_EXPORT void gpumem_torch_cpaths_release(void *paths)
+{
+    cpaths_release(paths);
+}
+
+/* libgpumem_torch.so hands over its pre-hook functions when it is attached (both, or NULL to
+ * stop using them). The forward hooks then add C++ pre-hooks where they can. Only with the C
+ * hooks set up and a Python that has the GIL functions. */
+GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *))
+{
+    if (!hk.fns || !py.PyGILState_Ensure || !py.PyGILState_Release || !py.PyErr_WriteUnraisable ||
+        !add != !is_last)
+        return;
+    cxx.add = add, cxx.is_last = is_last;
+}
+
+/* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */
+GM_EXPORT void gpumem_torch_prehooks(unsigned long long *in_cxx, unsigned long long *in_python)
+{
+    *in_cxx = cxx.added, *in_python = cxx.added_py;
 }
 
 /* The engine's callback at the end of the backward pass. */
@@ -943,6 +1061,9 @@ static int find_python(void)
             return -1;
         }
     HK_SYM(PyObject_CallOneArg);
+    HK_SYM(PyGILState_Ensure);
+    HK_SYM(PyGILState_Release);
+    HK_SYM(PyErr_WriteUnraisable);
     return 0;
 }
 

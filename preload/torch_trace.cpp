@@ -14,6 +14,9 @@
 #include <exception>
 
 extern "C" void gpumem_torch_trace_note(int action, int device, uint64_t addr, uint64_t size);
+#ifdef GM_TORCH_PREHOOK
+void gm_torch_prehook_register(); // torch_prehook.cpp (built where Python's headers are)
+#endif
 
 // The PyTorch version whose headers this was built with (torch.__version__ of the wheel): _torch.py
 // attaches the tracker only to that version, since TraceEntry's layout is that version's.
@@ -34,5 +37,8 @@ extern "C" __attribute__((visibility("default"))) int gpumem_torch_trace_attach(
     } catch (const std::exception &) {
         return 0;
     }
+#ifdef GM_TORCH_PREHOOK
+    gm_torch_prehook_register(); // the module hooks' backward pre-hooks in C++ from now on
+#endif
     return 1;
 }

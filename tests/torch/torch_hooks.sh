@@ -70,6 +70,15 @@ for u in 0 1; do
 done
 grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.c.log" && grep -q -x 'hooks method' "$tmp/edge0.py.log" \
   && ok "the C hooks ran, and GPUMEM_TORCH_C_HOOKS=0 ran the Python ones" || bad "not the hooks expected"
+# the C hooks add their backward pre-hooks in C++ where libgpumem_torch.so has them
+# (preload/torch_prehook.cpp, built with Python's headers): the same ranges as the Python hooks' above
+if nm -D "$build/libgpumem_torch.so" 2> /dev/null | grepq ' U gpumem_torch_hooks_cxx$'; then
+  read -r pc pp < <(sed -n 's/^node pre-hooks: C++ \([0-9]*\), Python \([0-9]*\)$/\1 \2/p' "$tmp/edge0.c.log")
+  [[ ${pc:-0} -gt 0 ]] && ok "edge c: $pc node pre-hooks added in C++ ($pp through Python), the ranges the same as the Python hooks'" \
+    || bad "edge c: no node pre-hook added in C++ ($(grep '^node pre-hooks' "$tmp/edge0.c.log"))"
+else
+  echo "note: $build/libgpumem_torch.so has no C++ pre-hooks (no Python headers when it was built): not checked"
+fi
 for h in c py; do
   n=$(grep -c 'gpumem: a forward hook failed (ValueError: planted)' "$tmp/edge0.$h.log")
   [[ $n == 1 ]] && ok "edge $h: the raising output warned once" || bad "edge $h: $n warnings"

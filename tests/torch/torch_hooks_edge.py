@@ -7,6 +7,7 @@ output is dropped (it is freed at once: the hooks keep nothing alive), and with 
 a program that names its own phases (no ranges from the hooks). Prints which hooks PyTorch calls
 ("hooks builtin_function_or_method": the C ones, preload/torch_hooks.c; "hooks method": Python's).
 """
+import ctypes
 import os
 
 import torch
@@ -94,4 +95,9 @@ for step in range(3):
     with torch.no_grad():
         inner(x)
 print("dropped output freed", all(waste.freed))
+prehooks = getattr(ctypes.PyDLL(None), "gpumem_torch_prehooks", None)  # torch_hooks.c's counts
+if prehooks is not None:
+    n_cxx, n_py = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
+    prehooks(ctypes.byref(n_cxx), ctypes.byref(n_py))
+    print("node pre-hooks: C++ %d, Python %d" % (n_cxx.value, n_py.value))
 print("done")

@@ -1,0 +1,95 @@
+// torch_prehook.cpp — the backward-start pre-hooks of `gpumem record`'s PyTorch hooks, added to
+// autograd's nodes in C++ (part of libgpumem_torch.so, beside torch_trace.cpp).
+//
+// The module hooks (preload/torch_hooks.c) open a module's backward range when autograd reaches
+// the node that made the module's output: a pre-hook on that node. Through Python
+// (Node.register_prehook) each registration makes a torch.utils.hooks.RemovableHandle (~9 K
+// instructions, 18 a tiny GPT-2 step), and at each call the engine takes the GIL and packs the
+// gradients into a tuple for a hook that reads none of them. Here the hook is a C++
+// FunctionPreHook added to the node directly: no handle, and autograd's thread calls it without
+// Python; it takes the GIL itself only to run torch_hooks.c's bwd_start for each module path
+// (gpumem_torch_cpaths_run). tests/bench/README.md (torch.rec_vs_off) has the figures.
+//
+// Nodes are reached through PyTorch's own objects for them: a C++ node's Python object
+// (THPCppFunction) and a custom autograd.Function's (THPFunction) both hold the Node. Anything
+// else is left to the Python pre-hook (gpumem_torch_node_prehook answers NULL). The layouts are
+// this wheel's headers': _torch.py attaches this library only to the PyTorch it was built for.
+//
+// The hook holds no Python object: its paths are torch_hooks.c's (module path encodings that
+// file never releases), shared by reference count, so autograd may destroy the node on any
+// thread, at any time, with or without the GIL (even while the interpreter finalizes) and the
+// destructor touches nothing of Python.
+//
+// Compiled autograd: compiled_args is a no-op, so a graph compiled by it leaves this hook out
+// (the backward's module ranges are missing there) rather than failing as a hook without it does.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/python_cpp_function.h>
+#include <torch/csrc/autograd/python_function.h>
+
+#include <exception>
+#include <memory>
+
+// libgpumem.so's (preload/torch_hooks.c)
+extern "C" void gpumem_torch_cpaths_run(void *paths);
+extern "C" void gpumem_torch_cpaths_release(void *paths);
+extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *));
+
+namespace {
+
+struct GmPreHook final : torch::autograd::FunctionPreHook {
+    void *paths;
+    bool armed = false; // holds its reference to paths once added to a node
+    explicit GmPreHook(void *p) : paths(p) {}
+    ~GmPreHook() override
+    {
+        if (armed) gpumem_torch_cpaths_release(paths);
+    }
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list &grads) override
+    {
+        gpumem_torch_cpaths_run(paths);
+        return grads;
+    }
+    void compiled_args(torch::dynamo::autograd::CompiledNodeArgs &) const override {}
+};
+
+torch::autograd::Node *node_of(PyObject *o)
+{
+    if (torch::autograd::THPCppFunction_Check(o))
+        return reinterpret_cast<torch::autograd::THPCppFunction *>(o)->cdata.get();
+    if (THPFunction_Check(o)) return reinterpret_cast<THPFunction *>(o)->cdata.get();
+    return nullptr;
+}
+
+// The hook added to the node whose Python object is node (GIL held), taking one reference to
+// paths; NULL when node is not one this file knows, or PyTorch refused.
+void *add_prehook(PyObject *node, void *paths)
+{
+    torch::autograd::Node *n = node_of(node);
+    if (!n) return nullptr;
+    try {
+        auto h = std::make_unique<GmPreHook>(paths);
+        GmPreHook *k = h.get();
+        n->add_pre_hook(std::move(h));
+        k->armed = true;
+        return k;
+    } catch (const std::exception &) {
+        return nullptr;
+    }
+}
+
+// 1 when hook is the node's last pre-hook (none was added after it, by anyone): a module whose
+// output has that node can put its path on the same hook, in the same order as a hook of its own.
+int is_last(PyObject *node, void *hook)
+{
+    torch::autograd::Node *n = node_of(node);
+    return n && !n->pre_hooks().empty() && n->pre_hooks().back().get() == hook;
+}
+
+} // namespace
+
+// Called once the library is attached (torch_trace.cpp): the forward hooks use the C++ pre-hooks.
+void gm_torch_prehook_register()
+{
+    gpumem_torch_hooks_cxx(add_prehook, is_last);
+}
