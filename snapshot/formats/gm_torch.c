@@ -872,51 +872,79 @@ static int tt_stacks(merge *m, const gpk_val *trace)
     return 0;
 }
 
-static int tt_same(const tt_rec *e, const titem *t)
+/* One history entry as pairing compares it. */
+typedef struct tt_key { int action; uint64_t addr, size; } tt_key;
+
+static int tt_same(const tt_rec *e, const tt_key *k)
 {
-    return e->action == t->action && e->addr == t->addr && e->size == t->requested;
+    return e->action == k->action && e->addr == k->addr && e->size == k->size;
 }
 
-static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
+/* The tracker's entries of device dev in trace (its "entries", es bytes each) that are the
+ * history's k[0..n-1], one for one: at[i] their index among the entries, 0 when paired, -1 not
+ * (the items then go by the clocks). */
+static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, uint32_t *at,
+                    size_t *es_out, const unsigned char **raw_out)
 {
     const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
     int64_t size = 40;
     if (trace && gpk_as_i64(gpk_get(trace, "entry_size"), &size) != 0) size = 40;
     size_t es = (size_t)size;
-    if (!n || !b || b->type != GPK_BYTES || (es != 40 && es != 48) || b->len % es) return;
+    if (!n || !b || b->type != GPK_BYTES || (es != 40 && es != 48) || b->len % es) return -1;
     const unsigned char *raw = (const unsigned char *)b->s;
     size_t ne = b->len / es, nd = 0;
     uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
-    if (!idx) return;
+    if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
         tt_rec e = tt_at(raw + i * es, es);
         if (e.device == dev && e.action >= TA_ALLOC && e.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
     }
-    int tries = 0;
-    for (size_t k = nd; k-- > 0 && k + 1 >= n && tries < 64;) {
-        tt_rec last = tt_at(raw + (size_t)idx[k] * es, es);
-        if (!tt_same(&last, &it[n - 1])) continue;
+    int tries = 0, rc = -1;
+    for (size_t k2 = nd; k2-- > 0 && k2 + 1 >= n && tries < 64;) {
+        tt_rec last = tt_at(raw + (size_t)idx[k2] * es, es);
+        if (!tt_same(&last, &k[n - 1])) continue;
         tries++;
-        size_t base = k + 1 - n, i = 0;
+        size_t base = k2 + 1 - n, i = 0;
         for (; i < n; i++) {
             tt_rec e = tt_at(raw + (size_t)idx[base + i] * es, es);
-            if (!tt_same(&e, &it[i])) break;
+            if (!tt_same(&e, &k[i])) break;
         }
         if (i < n) continue;
-        for (i = 0; i < n; i++) {
-            tt_rec e = tt_at(raw + (size_t)idx[base + i] * es, es);
-            it[i].t = (int64_t)e.t_ns;
-            it[i].xseq = e.seq;
-            it[i].exact = 1;
-            if (e.stack && e.stack <= m->ntstack) {
-                memcpy(&it[i].tframes_n, m->tstack[e.stack - 1], 4);
-                it[i].tframes = m->tstack[e.stack - 1] + 4;
-            }
-        }
-        m->nexact += n;
+        for (i = 0; i < n; i++) at[i] = idx[base + i];
+        *es_out = es, *raw_out = raw;
+        rc = 0;
         break;
     }
     free(idx);
+    return rc;
+}
+
+/* The tracker's stack (index from 1) as an item's frames. */
+static void tstack_set(const merge *m, uint32_t stack, const unsigned char **frames, uint32_t *n)
+{
+    if (!stack || stack > m->ntstack) return;
+    memcpy(n, m->tstack[stack - 1], 4);
+    *frames = m->tstack[stack - 1] + 4;
+}
+
+static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
+{
+    tt_key *k = malloc((n ? n : 1) * sizeof *k);
+    uint32_t *at = malloc((n ? n : 1) * sizeof *at);
+    const unsigned char *raw = NULL;
+    size_t es = 0;
+    for (size_t i = 0; k && i < n; i++) k[i] = (tt_key){it[i].action, it[i].addr, it[i].requested};
+    if (k && at && pair_run(trace, dev, k, n, at, &es, &raw) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            tt_rec e = tt_at(raw + (size_t)at[i] * es, es);
+            it[i].t = (int64_t)e.t_ns;
+            it[i].xseq = e.seq;
+            it[i].exact = 1;
+            tstack_set(m, e.stack, &it[i].tframes, &it[i].tframes_n);
+        }
+        m->nexact += n;
+    }
+    free(k), free(at);
 }
 
 static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gpk_val *trace,
@@ -1585,6 +1613,121 @@ out:
 
 /* ---------------------------------------------------------------- the snapshot at an OOM */
 
+/* ---------------------------------------------------------------- the snapshot at an OOM */
+
+/* The tracker's frames fr[0..n) as PyTorch writes a stack: [{filename, line, name}, ...]. */
+static void write_tframes(merge *m, FILE *f, const unsigned char *fr, uint32_t n)
+{
+    gpk_list_begin(f);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v[3];
+        memcpy(v, fr + (size_t)i * 12, sizeof v);
+        const char *t = string_text(m, v[0]);
+        char *fn = t ? strdup(t) : NULL;
+        gpk_dict_begin(f);
+        gpk_key(f, "filename"), gpk_str(f, string_text(m, v[1]));
+        gpk_key(f, "line"), gpk_int(f, v[2]);
+        gpk_key(f, "name"), gpk_str(f, fn);
+        gpk_dict_end(f);
+        free(fn);
+    }
+    gpk_list_end(f);
+}
+
+/* Dict d written again, its "frames" the tracker's stack (index from 1) where d has none (no
+ * key, or an empty list); as it is otherwise. */
+static void write_with_frames(merge *m, FILE *f, const gpk_val *d, uint32_t stack)
+{
+    const gpk_val *fr = gpk_get(d, "frames");
+    if (!stack || stack > m->ntstack || d->type != GPK_DICT || (fr && fr->type == GPK_LIST && fr->len)) {
+        gpk_write_val(f, d);
+        return;
+    }
+    gpk_dict_begin(f);
+    for (size_t i = 0; i < d->len; i++) {
+        const char *k = gpk_as_str(d->items[2 * i]);
+        if (k && !strcmp(k, "frames")) continue;
+        gpk_write_val(f, d->items[2 * i]);
+        gpk_write_val(f, d->items[2 * i + 1]);
+    }
+    uint32_t n;
+    memcpy(&n, m->tstack[stack - 1], 4);
+    gpk_key(f, "frames");
+    write_tframes(m, f, m->tstack[stack - 1] + 4, n);
+    gpk_dict_end(f);
+}
+
+/* device_traces with each allocation's frames from the tracker (paired as the merge pairs);
+ * last: address -> the stack of the last allocation there, for the blocks */
+static void write_traces(merge *m, FILE *f, const gpk_val *traces, const gpk_val *trace, u64map *last)
+{
+    gpk_list_begin(f);
+    for (size_t dev = 0; dev < traces->len; dev++) {
+        const gpk_val *list = traces->items[dev];
+        size_t n = list->type == GPK_LIST ? list->len : 0, nk = 0, es = 0;
+        tt_key *k = malloc((n ? n : 1) * sizeof *k);
+        uint32_t *at = malloc((n ? n : 1) * sizeof *at), *stack = calloc(n ? n : 1, sizeof *stack);
+        size_t *pos = malloc((n ? n : 1) * sizeof *pos);
+        const unsigned char *raw = NULL;
+        for (size_t i = 0; k && pos && i < n; i++) {
+            const gpk_val *e = list->items[i];
+            int a = action_of(gpk_as_str(gpk_get(e, "action")));
+            if (a == TA_OTHER) continue;
+            pos[nk] = i;
+            k[nk++] = (tt_key){a, u64_in(e, "addr"), u64_in(e, "size")};
+        }
+        if (k && at && stack && pos && pair_run(trace, (int)dev, k, nk, at, &es, &raw) == 0)
+            for (size_t j = 0; j < nk; j++) {
+                tt_rec e = tt_at(raw + (size_t)at[j] * es, es);
+                if (e.action != TA_ALLOC) continue;
+                stack[pos[j]] = e.stack;
+                if (e.stack) u64map_put(last, e.addr, e.stack); /* no room: that block keeps none */
+            }
+        if (!n || !stack) {
+            gpk_write_val(f, list);
+        } else {
+            gpk_list_begin(f);
+            for (size_t i = 0; i < n; i++) write_with_frames(m, f, list->items[i], stack[i]);
+            gpk_list_end(f);
+        }
+        free(k), free(at), free(stack), free(pos);
+    }
+    gpk_list_end(f);
+}
+
+/* segments with each allocated block's frames, where it has none, from the last allocation at
+ * its address */
+static void write_segments(merge *m, FILE *f, const gpk_val *segs, const u64map *last)
+{
+    gpk_list_begin(f);
+    for (size_t i = 0; i < segs->len; i++) {
+        const gpk_val *sg = segs->items[i], *blocks = gpk_get(sg, "blocks");
+        if (sg->type != GPK_DICT || !blocks || blocks->type != GPK_LIST) {
+            gpk_write_val(f, sg);
+            continue;
+        }
+        gpk_dict_begin(f);
+        for (size_t j = 0; j < sg->len; j++) {
+            const char *key = gpk_as_str(sg->items[2 * j]);
+            gpk_write_val(f, sg->items[2 * j]);
+            if (!key || strcmp(key, "blocks")) {
+                gpk_write_val(f, sg->items[2 * j + 1]);
+                continue;
+            }
+            gpk_list_begin(f);
+            for (size_t b = 0; b < blocks->len; b++) {
+                const gpk_val *bl = blocks->items[b];
+                const char *state = gpk_as_str(gpk_get(bl, "state"));
+                const uint64_t *st = state && !strcmp(state, "active_allocated") ? u64map_get(last, u64_in(bl, "address")) : NULL;
+                write_with_frames(m, f, bl, st ? (uint32_t)*st : 0);
+            }
+            gpk_list_end(f);
+        }
+        gpk_dict_end(f);
+    }
+    gpk_list_end(f);
+}
+
 int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, char *path,
                        size_t pathsz, char *err, size_t errsz)
 {
@@ -1602,6 +1745,19 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
         snprintf(err, errsz, "the dump at the OOM holds no snapshot");
         return -1;
     }
+    /* PyTorch's history keeps no stacks when gpumem's tracker reads them (preload/torch_trace.c):
+     * the frames go back in from the tracker's copy in the same dump, the strings they name from
+     * the recording, so that memory_viz and `gpumem import` see them as PyTorch would write them
+     * (opened to write, though nothing is written: a read-only last connection would leave the
+     * recording's -wal and -shm files behind) */
+    const gpk_val *trace = gpk_get(doc.root, "gm_trace");
+    merge m = {0};
+    u64map last = {0};
+    if (trace && gpk_get(trace, "stacks") &&
+        (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK || tt_stacks(&m, trace) != 0 ||
+         u64map_init(&last, 1024) != 0)) {
+        m.ntstack = 0; /* no frames added: the snapshot as PyTorch wrote it */
+    }
     gm_out out;
     const char *inputs[] = {dbpath};
     int rc = gm_out_open(&out, path, GM_OUT_TORCH, 0, inputs, 1, err, errsz);
@@ -1609,16 +1765,29 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
         gpk_begin(out.f);
         gpk_dict_begin(out.f);
         gpk_key(out.f, "exporter"), gpk_str(out.f, "gpumem"); /* the output rule's marker */
+        const gpk_val *traces = gpk_get(snap, "device_traces"), *segs = gpk_get(snap, "segments");
+        int fill = m.ntstack && traces && traces->type == GPK_LIST;
+        if (fill) { /* first: the blocks take their frames from the traces */
+            gpk_key(out.f, "device_traces");
+            write_traces(&m, out.f, traces, trace, &last);
+        }
         for (size_t i = 0; i < snap->len; i++) {
             const char *k = gpk_as_str(snap->items[2 * i]);
-            if (k && !strcmp(k, "exporter")) continue;
+            if (k && (!strcmp(k, "exporter") || (fill && !strcmp(k, "device_traces")))) continue;
             gpk_write_val(out.f, snap->items[2 * i]);
-            gpk_write_val(out.f, snap->items[2 * i + 1]);
+            if (fill && k && !strcmp(k, "segments") && segs->type == GPK_LIST)
+                write_segments(&m, out.f, segs, &last);
+            else
+                gpk_write_val(out.f, snap->items[2 * i + 1]);
         }
         gpk_dict_end(out.f);
         gpk_end(out.f);
         rc = gm_out_commit(&out, err, errsz);
     }
+    u64map_free(&last);
+    free(m.tstack);
+    sqlite3_finalize(m.string_text);
+    if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
     return rc ? -1 : 0;
 }

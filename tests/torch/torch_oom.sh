@@ -31,13 +31,23 @@ import pickle, sys
 s = pickle.load(open(sys.argv[1], "rb"))
 ooms = [e for e in s["device_traces"][0] if e["action"] == "oom"]
 assert list(s)[0] == "exporter" and s["segments"] and ooms, (list(s)[:3], len(s["segments"]), len(ooms))
-print(len(s["segments"]), sum(g["total_size"] for g in s["segments"]), ooms[0]["size"])
+# the allocations' Python frames, as PyTorch's own history would hold them (gpumem's tracker read
+# them; the history kept none): the trace's and the allocated blocks'
+allocs = [e for e in s["device_traces"][0] if e["action"] == "alloc"]
+framed = [e for e in allocs if any(f["filename"].endswith("train_gpt2.py") for f in e.get("frames", []))]
+blocks = [b for g in s["segments"] for b in g["blocks"] if b["state"] == "active_allocated"]
+bframed = [b for b in blocks if b.get("frames")]
+assert allocs and len(framed) * 2 > len(allocs) and bframed, (len(allocs), len(framed), len(blocks), len(bframed))
+print(len(s["segments"]), sum(g["total_size"] for g in s["segments"]), ooms[0]["size"],
+      "%d/%d allocations and %d/%d blocks with frames" % (len(framed), len(allocs), len(bframed), len(blocks)))
 EOF
 )
   [[ -n $out ]] && ok "fwd: beside the database, PyTorch's snapshot at the OOM ($snap: segments, bytes, the request: $out)" \
     || bad "fwd: $snap is not PyTorch's snapshot at an OOM"
   torch_run -- -m torch.cuda._memory_viz stats "$snap" > "$tmp/stats" 2>/dev/null && grep -q "^segments: " "$tmp/stats" \
     && ok "fwd: memory_viz stats reads it ($(grep '^total_reserved' "$tmp/stats"))" || bad "fwd: memory_viz stats failed"
+  [[ ! -e $tmp/fwd.db-wal && ! -e $tmp/fwd.db-shm ]] && ok "fwd: writing it left no -wal or -shm file beside the database" \
+    || bad "fwd: $(cd "$tmp" && ls fwd.db-*) left beside the database"
   "$G" import "$snap" -o "$tmp/imp.db" 2>/dev/null && [[ $("$G" report --json "$tmp/imp.db" | jq '.ooms | length') -ge 1 ]] \
     && ok "fwd: gpumem import reads it, its OOM included" || bad "fwd: gpumem import of the OOM snapshot"
 else
