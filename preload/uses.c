@@ -357,6 +357,10 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
     size_t i = 0;
     for (; i + 4 <= words; i += 4) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(base + 8 * i));
+        /* zeros first: most of an offset calculator's words are its unused dimensions' (no span
+         * starts at 0, so four zero words hold no candidate) */
+        if (_mm256_testz_si256(v, v))
+            continue;
         __m256i d = _mm256_xor_si256(_mm256_sub_epi64(v, dlo), flip);
         __m256i h = _mm256_xor_si256(_mm256_sub_epi64(v, hlo), flip);
         __m256i hit = _mm256_or_si256(_mm256_cmpgt_epi64(dlen, d), _mm256_cmpgt_epi64(hlen, h));

@@ -13,8 +13,8 @@
  *   uses_app sleep N     N launches of a kernel that sleeps 2 ms (device time is real)
  *   uses_app wide        one launch of a kernel whose one parameter is 2,003 words (a PyTorch
  *                        offset calculator's size): interior pointers into 280 allocations
- *                        W000..W279, one every seventh word from the third, among sizes and
- *                        zeros; W_unused is allocated and never passed
+ *                        W000..W279, one every seventh word from the third, among zeros
+ *                        (first half) and sizes and zeros; W_unused is allocated and never passed
  * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
  * succeeded and every kernel saw the values it was given.
  */
@@ -272,8 +272,10 @@ static void wide(void)
     static uint64_t arg[WIDE_WORDS];
     size_t sz[] = {sizeof arg};
     CUfunction f = kernel("k_wide", k_wide, 1, sz);
+    /* the first half zeros but for the pointers (the scan's groups of four zero words are
+     * skipped: those with a pointer must not be), the second sizes and zeros */
     for (int i = 0; i < WIDE_WORDS; i++)
-        arg[i] = i % 5 ? (uint64_t)i * 3 : 0;
+        arg[i] = i >= WIDE_WORDS / 2 && i % 5 ? (uint64_t)i * 3 : 0;
     for (int k = 0; k < WIDE_ALLOCS; k++) {
         char name[16];
         snprintf(name, sizeof name, "W%03d", k);
