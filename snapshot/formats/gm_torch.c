@@ -1554,7 +1554,8 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     const gpk_val *as = gpk_get(snap, "allocator_settings");
     const char *conf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
     const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
-    uint64_t entries = 0, ring = 0, longest = 0;
+    uint64_t entries = 0, ring = 0, longest = 0, stacks_lost = 0;
+    if (gpk_as_u64(gpk_get(gpk_get(root, "gm_trace"), "stacks_lost"), &stacks_lost) != 0) stacks_lost = 0;
     for (size_t i = 0; i < m.n; i++) entries += m.it[i].action != TA_NAME;
     /* PyTorch's history is a ring per device: a full one has lost its first entries */
     const gpk_val *traces = gpk_get(snap, "device_traces");
@@ -1587,12 +1588,13 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
         "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld), "
-        "('torch_placement', %Q), ('torch_stacks', %Q)",
+        "('torch_placement', %Q), ('torch_stacks', %Q), ('torch_stacks_lost', %llu)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
         (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
         (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset,
         (long long)m.clock_drift, placement,
-        m.nstack_gpumem && m.nstack_torch ? "both" : m.nstack_gpumem ? "gpumem" : m.nstack_torch ? "pytorch" : "none");
+        m.nstack_gpumem && m.nstack_torch ? "both" : m.nstack_gpumem ? "gpumem" : m.nstack_torch ? "pytorch" : "none",
+        (unsigned long long)stacks_lost);
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;

@@ -205,6 +205,7 @@ INSERT INTO kinds VALUES (30,'bad_access');
 -- every entry placed by the recorder's position when PyTorch made it, from gpumem's trace
 -- tracker; clock: by those corrected times; exact N of M: both), torch_stacks (where the
 -- allocations' Python frames came from: gpumem, read by its tracker; pytorch, its history's own
--- stacks, without the tracker; both; none).
+-- stacks, without the tracker; both; none) and torch_stacks_lost (allocations whose stack the
+-- tracker could not keep: its store of distinct stacks was full or out of memory).
 INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
   (34,'torch_segment_map'),(35,'torch_segment_unmap');
