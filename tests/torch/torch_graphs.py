@@ -60,7 +60,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_gpt2 import GPT, MODELS, Block  # noqa: E402
+from train_gpt2 import GPT, MODELS, Block, drain_autograd_thread  # noqa: E402
 
 PROBE_SIZES = (512, 4000, 65536, (1 << 20) + 512, 3 << 20)  # small and large pools
 FAILS = []
@@ -371,25 +371,6 @@ class _Alias:
         if e != 0:
             raise RuntimeError("cudaMemcpy returned %d" % e)
         return torch.tensor(list(buf), dtype=torch.uint8)
-
-
-def drain_autograd_thread():
-    """Lets autograd's CUDA device thread finish with the last backward before the interpreter
-    finalizes. PyTorch 2.14's backward() stashes a Python object (the contextvars context) in the
-    thread-local state each GraphTask copies; the device thread can drop the last reference to a
-    finished GraphTask after backward() has returned, and if the program has reached interpreter
-    finalization by then, the decref's GIL acquisition ends the thread with pthread_exit, whose
-    forced unwind through PyTorch's noexcept destructor calls std::terminate ("terminate called
-    without an active exception", exit 134; pytorch/pytorch#38228 is that class). A backward run
-    through the engine directly (no object stashed) is queued behind the device thread's current
-    work: when it returns, the earlier GraphTask is gone (its decref took the GIL this thread
-    released while waiting), and its own GraphTask holds no Python object."""
-    if not torch.cuda.is_available():
-        return
-    x = torch.zeros(1, device="cuda", requires_grad=True)
-    y = x.sum()
-    torch.autograd.Variable._execution_engine.run_backward(
-        (y,), (torch.ones_like(y),), False, False, (), allow_unreachable=True, accumulate_grad=True)
 
 
 if __name__ == "__main__":

@@ -319,5 +319,30 @@ def main(argv):
     return 0
 
 
+def drain_autograd_thread():
+    """Lets autograd's CUDA device thread finish with the last backward before the interpreter
+    finalizes. PyTorch 2.14's backward() stashes a Python object (the contextvars context) in the
+    thread-local state each GraphTask copies; the device thread can drop the last reference to a
+    finished GraphTask after backward() has returned, and if the program has reached interpreter
+    finalization by then, the decref's GIL acquisition ends the thread with pthread_exit, whose
+    forced unwind through PyTorch's noexcept destructor calls std::terminate ("terminate called
+    without an active exception", exit 134; pytorch/pytorch#38228 is that class). A backward run
+    through the engine directly (no object stashed) is queued behind the device thread's current
+    work: when it returns, the earlier GraphTask is gone (its decref took the GIL this thread
+    released while waiting), and its own GraphTask holds no Python object. Its tensors are empty
+    CUDA tensors: the backward runs on the device thread all the same, and nothing is allocated,
+    so recordings and PyTorch's own statistics see nothing of it (torch_categories.sh compares
+    the profiler's allocations with gpumem's, one for one)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    x = torch.zeros(0, device="cuda", requires_grad=True)
+    y = x * 2
+    torch.autograd.Variable._execution_engine.run_backward(
+        (y,), (torch.zeros(0, device="cuda"),), False, False, (), allow_unreachable=True,
+        accumulate_grad=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    rc = main(sys.argv[1:])
+    drain_autograd_thread()  # PyTorch's exit abort (above): struck torch_gpt2.sh's plain run once
+    sys.exit(rc)
