@@ -346,6 +346,23 @@ static int mod_lookup(PyObject *module, hk_mod *out)
 
 /* ---- the node hooked last ------------------------------------------------------------------ */
 
+/* The paths of a C++ pre-hook (torch_prehook.cpp): the modules' path encodings (hk.tab's, which
+ * are never released), read and appended to with the GIL held; freed when its two holders, the
+ * hook and `last`, have let go (the hook lets go from wherever autograd destroys the node, GIL or
+ * not: nothing of Python is released then). */
+typedef struct {
+    _Atomic int refs;
+    int n, cap;
+    PyObject **enc;
+} cpaths;
+
+/* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
+static struct {
+    void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
+    int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
+    unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
+} cxx;
+
 /* One pre-hook per node, not per module: a module that returns its last child's output (the
  * tiny GPT-2's attn and mlp return their c_proj's, the model its lm_head's) has that child's node,
  * and registering a hook costs PyTorch a Python handle object (~9 K instructions). The hook
@@ -357,29 +374,13 @@ static int mod_lookup(PyObject *module, hk_mod *out)
  * object (and no other node can take its address), only as long as it cannot keep the node
  * alive: until the next module's forward starts, the outermost forward returns, or the output it
  * came from is freed (a weak reference's callback: a node of an output nobody uses goes with the
- * output, as without gpumem). */
-/* The paths of a C++ pre-hook (torch_prehook.cpp): the modules' path encodings (hk.tab's, which
- * are never released), read and appended to with the GIL held; freed when its two holders, the
- * hook and `last`, have let go (the hook lets go from wherever autograd destroys the node, GIL or
- * not: nothing of Python is released then). */
-typedef struct {
-    _Atomic int refs;
-    int n, cap;
-    PyObject **enc;
-} cpaths;
-
+ * output, as without gpumem). A C++ pre-hook (hook_node_cxx) is shared the same way, its paths
+ * a cpaths, and "no hook in between" is then the node's own list: its last pre-hook is ours. */
 static struct {
     PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
     cpaths *cp;                           /* or, registered in C++: its paths and its hook */
     void *chook;
 } last;
-
-/* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
-static struct {
-    void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
-    int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
-    unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
-} cxx;
 
 static void cpaths_release(cpaths *p)
 {
@@ -441,36 +442,54 @@ static PyObject *out_gone(PyObject *self, PyObject *wr)
 static py_method_def out_gone_def = {"gpumem_out_gone", (void *)out_gone, PY_METH_O,
                                      "a hooked module output is freed (gpumem/_torch.py)"};
 
+/* Holds node as the one hooked last while its output out lives (the weak reference's callback
+ * lets go): 1; 0 when out takes no weak reference, and nothing is held. */
+static int hold_last(PyObject *node, PyObject *out)
+{
+    PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
+    if (!wr) {
+        py.PyErr_Clear();
+        return 0;
+    }
+    py.Py_IncRef(node);
+    last.node = node, last.wr = wr;
+    return 1;
+}
+
+/* Module m's pre-hook on node in C++ (torch_prehook.cpp): 1 added, 0 not a node it knows, -1
+ * with an exception. */
+static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
+{
+    cpaths *cp = calloc(1, sizeof *cp);
+    if (!cp) {
+        py.PyErr_NoMemory();
+        return -1;
+    }
+    if (cpaths_add(cp, m->enc) != 0) {
+        free(cp);
+        return -1;
+    }
+    atomic_store(&cp->refs, 2); /* the hook's and last's */
+    void *h = cxx.add(node, cp);
+    if (!h) {
+        free(cp->enc), free(cp);
+        return 0;
+    }
+    cxx.added++;
+    if (hold_last(node, out)) last.cp = cp, last.chook = h;
+    else cpaths_release(cp);
+    return 1;
+}
+
 /* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
 static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 {
     if (node == last.node && last.cp && cxx.is_last(node, last.chook)) return cpaths_add(last.cp, m->enc);
     if (node == last.node && last.paths && none_since()) return py.PyList_Append(last.paths, m->enc);
     last_release();
-    if (cxx.add) { /* a C++ pre-hook: no Python handle, no Python call from autograd's thread */
-        cpaths *cp = calloc(1, sizeof *cp);
-        void *h = NULL;
-        if (!cp || cpaths_add(cp, m->enc) != 0) {
-            if (cp) free(cp);
-            else py.PyErr_NoMemory();
-            return -1;
-        }
-        atomic_store(&cp->refs, 2); /* the hook's and last's */
-        if (!(h = cxx.add(node, cp))) {
-            free(cp->enc), free(cp); /* not a node it knows: the Python pre-hook below */
-        } else {
-            cxx.added++;
-            PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
-            if (!wr) { /* an output that takes no weak reference: its node is not held */
-                py.PyErr_Clear();
-                cpaths_release(cp);
-                return 0;
-            }
-            py.Py_IncRef(node);
-            last.node = node, last.cp = cp, last.chook = h, last.wr = wr;
-            return 0;
-        }
-    }
+    int c = cxx.add ? hook_node_cxx(m, node, out) : 0; /* no Python handle, no Python call from
+                                                         * autograd's thread */
+    if (c) return c < 0 ? -1 : 0;
     PyObject *cb = NULL, *r = NULL, *paths = py.PyList_New(1);
     if (!paths) return -1;
     py.Py_IncRef(m->enc);
@@ -483,14 +502,8 @@ static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
         return -1;
     }
     cxx.added_py++;
-    PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
-    if (!wr) { /* an output that takes no weak reference: its node is not held */
-        py.PyErr_Clear();
-        py.Py_DecRef(paths), py.Py_DecRef(r);
-        return 0;
-    }
-    py.Py_IncRef(node);
-    last.node = node, last.paths = paths, last.wr = wr, last.handle = r;
+    if (hold_last(node, out)) last.paths = paths, last.handle = r;
+    else py.Py_DecRef(paths), py.Py_DecRef(r);
     return 0;
 }
 

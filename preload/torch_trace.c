@@ -40,6 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snapshot/record/u64map.h"
+
 #ifdef GM_HAVE_REC
 #include "snapshot/record/rec.h"
 #else /* no recorder: no Python frames either (gm_python_frames_now answers 0) */
@@ -60,10 +62,10 @@ typedef struct tt_entry {
 _Static_assert(sizeof(tt_entry) == 48, "tt_entry: the 48-byte layout gm_torch.c reads");
 
 /* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
- * recorder string ids, and the line), a stack being (first frame, count); found by hash. */
+ * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
+ * its frames (two stacks of one hash: the second is not kept). */
 #define TT_MAX_FRAMES (1u << 24)
 typedef struct tt_stack {
-    uint64_t hash;
     uint32_t first, n;
 } tt_stack;
 
@@ -76,8 +78,7 @@ static struct {
     uint64_t seen;            /* entries noted since the start, kept or not */
     tt_stack *stacks;         /* by index - 1 */
     size_t nstacks, capstacks;
-    uint32_t *slots;          /* open addressing: stack index, 0 = empty */
-    size_t nslots;            /* a power of two, at least twice nstacks */
+    u64map by_hash;           /* frames_hash -> stack index */
     rec_pyframe *frames;
     size_t nframes, capframes;
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
@@ -117,38 +118,20 @@ static uint64_t frames_hash(const rec_pyframe *f, int n)
         h = (h ^ f[i].file) * 1099511628211ull;
         h = (h ^ f[i].line) * 1099511628211ull;
     }
-    return h;
+    return h == U64MAP_EMPTY ? h - 1 : h;
 }
 
-static int slots_grow(void)
-{
-    size_t n = tt.nslots ? tt.nslots * 2 : 1024;
-    uint32_t *s = calloc(n, sizeof *s);
-    if (!s) return -1;
-    for (size_t i = 0; i < tt.nstacks; i++) {
-        size_t j = tt.stacks[i].hash & (n - 1);
-        while (s[j]) j = (j + 1) & (n - 1);
-        s[j] = (uint32_t)(i + 1);
-    }
-    free(tt.slots);
-    tt.slots = s, tt.nslots = n;
-    return 0;
-}
-
-/* The index of frames f[0..n) among the distinct stacks, added when new; 0 when there is no
- * room. Under tt.lock. */
+/* The index of frames f[0..n) (hash h) among the distinct stacks, added when new; 0 when it
+ * cannot be kept. Under tt.lock. */
 static uint32_t stack_index(const rec_pyframe *f, int n, uint64_t h)
 {
-    if (tt.nslots) {
-        for (size_t j = h & (tt.nslots - 1); tt.slots[j]; j = (j + 1) & (tt.nslots - 1)) {
-            const tt_stack *st = &tt.stacks[tt.slots[j] - 1];
-            if (st->hash == h && st->n == (uint32_t)n &&
-                !memcmp(tt.frames + st->first, f, (size_t)n * sizeof *f))
-                return tt.slots[j];
-        }
+    const uint64_t *v = u64map_get(&tt.by_hash, h);
+    if (v) {
+        const tt_stack *st = &tt.stacks[*v - 1];
+        if (st->n == (uint32_t)n && !memcmp(tt.frames + st->first, f, (size_t)n * sizeof *f)) return (uint32_t)*v;
+        goto lost; /* another stack of the same hash */
     }
     if (tt.nframes + (size_t)n > TT_MAX_FRAMES || tt.nstacks >= UINT32_MAX - 1) goto lost;
-    if ((tt.nstacks + 1) * 2 > tt.nslots && slots_grow() != 0) goto lost;
     if (tt.nstacks == tt.capstacks) {
         size_t cap = tt.capstacks ? tt.capstacks * 2 : 256;
         tt_stack *r = realloc(tt.stacks, cap * sizeof *r);
@@ -162,14 +145,11 @@ static uint32_t stack_index(const rec_pyframe *f, int n, uint64_t h)
         if (!r) goto lost;
         tt.frames = r, tt.capframes = cap;
     }
+    if (u64map_put(&tt.by_hash, h, tt.nstacks + 1) != 0) goto lost;
     memcpy(tt.frames + tt.nframes, f, (size_t)n * sizeof *f);
-    tt.stacks[tt.nstacks] = (tt_stack){.hash = h, .first = (uint32_t)tt.nframes, .n = (uint32_t)n};
+    tt.stacks[tt.nstacks] = (tt_stack){.first = (uint32_t)tt.nframes, .n = (uint32_t)n};
     tt.nframes += (size_t)n;
-    uint32_t idx = (uint32_t)++tt.nstacks;
-    size_t j = h & (tt.nslots - 1);
-    while (tt.slots[j]) j = (j + 1) & (tt.nslots - 1);
-    tt.slots[j] = idx;
-    return idx;
+    return (uint32_t)++tt.nstacks;
 lost:
     tt.stacks_lost++;
     return 0;

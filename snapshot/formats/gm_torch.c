@@ -651,15 +651,27 @@ static const char *string_text(merge *m, uint32_t id)
     return sqlite3_step(m->string_text) == SQLITE_ROW ? (const char *)sqlite3_column_text(m->string_text, 0) : NULL;
 }
 
-/* a frame of the tracker's (preload/torch_trace.c) */
-static int64_t tframe_of(merge *m, const unsigned char *p)
+/* A frame of the tracker's (preload/torch_trace.c: function and file string ids, line) as text:
+ * *fn a copy (free it), *file valid until the next string_text. 0, or -1 out of memory. */
+static int tframe_text(merge *m, const unsigned char *p, char **fn, const char **file, uint32_t *line)
 {
     uint32_t v[3];
     memcpy(v, p, sizeof v);
-    char *fn = NULL;
     const char *t = string_text(m, v[0]);
-    if (t && !(fn = strdup(t))) return mfail(m, "frames");
-    int64_t id = frame_text(m, string_text(m, v[1]), fn, v[2]);
+    if (!(*fn = t ? strdup(t) : NULL) && t) return -1;
+    *file = string_text(m, v[1]);
+    *line = v[2];
+    return 0;
+}
+
+/* a frame of the tracker's, inserted once */
+static int64_t tframe_of(merge *m, const unsigned char *p)
+{
+    char *fn;
+    const char *file;
+    uint32_t line;
+    if (tframe_text(m, p, &fn, &file, &line) != 0) return mfail(m, "frames");
+    int64_t id = frame_text(m, file, fn, line);
     free(fn);
     return id;
 }
@@ -880,11 +892,9 @@ static int tt_same(const tt_rec *e, const tt_key *k)
     return e->action == k->action && e->addr == k->addr && e->size == k->size;
 }
 
-/* The tracker's entries of device dev in trace (its "entries", es bytes each) that are the
- * history's k[0..n-1], one for one: at[i] their index among the entries, 0 when paired, -1 not
- * (the items then go by the clocks). */
-static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, uint32_t *at,
-                    size_t *es_out, const unsigned char **raw_out)
+/* The tracker's entries of device dev in trace that are the history's k[0..n-1], one for one,
+ * into e[0..n-1]: 0, or -1 when they are not there (the items then go by the clocks). */
+static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt_rec *e)
 {
     const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
     int64_t size = 40;
@@ -896,24 +906,23 @@ static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, ui
     uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
     if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
-        tt_rec e = tt_at(raw + i * es, es);
-        if (e.device == dev && e.action >= TA_ALLOC && e.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
+        tt_rec r = tt_at(raw + i * es, es);
+        if (r.device == dev && r.action >= TA_ALLOC && r.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
     }
     int tries = 0, rc = -1;
-    for (size_t k2 = nd; k2-- > 0 && k2 + 1 >= n && tries < 64;) {
-        tt_rec last = tt_at(raw + (size_t)idx[k2] * es, es);
-        if (!tt_same(&last, &k[n - 1])) continue;
+    for (size_t last = nd; last-- > 0 && last + 1 >= n && tries < 64;) {
+        e[n - 1] = tt_at(raw + (size_t)idx[last] * es, es);
+        if (!tt_same(&e[n - 1], &k[n - 1])) continue;
         tries++;
-        size_t base = k2 + 1 - n, i = 0;
+        size_t base = last + 1 - n, i = 0;
         for (; i < n; i++) {
-            tt_rec e = tt_at(raw + (size_t)idx[base + i] * es, es);
-            if (!tt_same(&e, &k[i])) break;
+            e[i] = tt_at(raw + (size_t)idx[base + i] * es, es);
+            if (!tt_same(&e[i], &k[i])) break;
         }
-        if (i < n) continue;
-        for (i = 0; i < n; i++) at[i] = idx[base + i];
-        *es_out = es, *raw_out = raw;
-        rc = 0;
-        break;
+        if (i == n) {
+            rc = 0;
+            break;
+        }
     }
     free(idx);
     return rc;
@@ -930,23 +939,21 @@ static void tstack_set(const merge *m, uint32_t stack, const unsigned char **fra
 static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
 {
     tt_key *k = malloc((n ? n : 1) * sizeof *k);
-    uint32_t *at = malloc((n ? n : 1) * sizeof *at);
-    const unsigned char *raw = NULL;
-    size_t es = 0;
+    tt_rec *e = malloc((n ? n : 1) * sizeof *e);
     for (size_t i = 0; k && i < n; i++) k[i] = (tt_key){it[i].action, it[i].addr, it[i].requested};
-    if (k && at && pair_run(trace, dev, k, n, at, &es, &raw) == 0) {
+    if (k && e && pair_run(trace, dev, k, n, e) == 0) {
         for (size_t i = 0; i < n; i++) {
-            tt_rec e = tt_at(raw + (size_t)at[i] * es, es);
-            it[i].t = (int64_t)e.t_ns;
-            it[i].xseq = e.seq;
+            it[i].t = (int64_t)e[i].t_ns;
+            it[i].xseq = e[i].seq;
             it[i].exact = 1;
-            tstack_set(m, e.stack, &it[i].tframes, &it[i].tframes_n);
+            tstack_set(m, e[i].stack, &it[i].tframes, &it[i].tframes_n);
         }
         m->nexact += n;
     }
-    free(k), free(at);
+    free(k), free(e);
 }
 
+/* The trace entries of every device and the names, in time order, with block sizes. */
 static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gpk_val *trace,
                    int64_t start_unix_ns, gm_tblocks *tb)
 {
@@ -1622,13 +1629,13 @@ static void write_tframes(merge *m, FILE *f, const unsigned char *fr, uint32_t n
 {
     gpk_list_begin(f);
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t v[3];
-        memcpy(v, fr + (size_t)i * 12, sizeof v);
-        const char *t = string_text(m, v[0]);
-        char *fn = t ? strdup(t) : NULL;
+        char *fn = NULL;
+        const char *file = NULL;
+        uint32_t line = 0;
+        tframe_text(m, fr + (size_t)i * 12, &fn, &file, &line); /* out of memory: a nameless frame */
         gpk_dict_begin(f);
-        gpk_key(f, "filename"), gpk_str(f, string_text(m, v[1]));
-        gpk_key(f, "line"), gpk_int(f, v[2]);
+        gpk_key(f, "filename"), gpk_str(f, file);
+        gpk_key(f, "line"), gpk_int(f, line);
         gpk_key(f, "name"), gpk_str(f, fn);
         gpk_dict_end(f);
         free(fn);
@@ -1641,7 +1648,10 @@ static void write_tframes(merge *m, FILE *f, const unsigned char *fr, uint32_t n
 static void write_with_frames(merge *m, FILE *f, const gpk_val *d, uint32_t stack)
 {
     const gpk_val *fr = gpk_get(d, "frames");
-    if (!stack || stack > m->ntstack || d->type != GPK_DICT || (fr && fr->type == GPK_LIST && fr->len)) {
+    const unsigned char *tf = NULL;
+    uint32_t n = 0;
+    tstack_set(m, stack, &tf, &n);
+    if (!n || d->type != GPK_DICT || (fr && fr->type == GPK_LIST && fr->len)) {
         gpk_write_val(f, d);
         return;
     }
@@ -1652,10 +1662,8 @@ static void write_with_frames(merge *m, FILE *f, const gpk_val *d, uint32_t stac
         gpk_write_val(f, d->items[2 * i]);
         gpk_write_val(f, d->items[2 * i + 1]);
     }
-    uint32_t n;
-    memcpy(&n, m->tstack[stack - 1], 4);
     gpk_key(f, "frames");
-    write_tframes(m, f, m->tstack[stack - 1] + 4, n);
+    write_tframes(m, f, tf, n);
     gpk_dict_end(f);
 }
 
@@ -1666,24 +1674,23 @@ static void write_traces(merge *m, FILE *f, const gpk_val *traces, const gpk_val
     gpk_list_begin(f);
     for (size_t dev = 0; dev < traces->len; dev++) {
         const gpk_val *list = traces->items[dev];
-        size_t n = list->type == GPK_LIST ? list->len : 0, nk = 0, es = 0;
+        size_t n = list->type == GPK_LIST ? list->len : 0, nk = 0;
         tt_key *k = malloc((n ? n : 1) * sizeof *k);
-        uint32_t *at = malloc((n ? n : 1) * sizeof *at), *stack = calloc(n ? n : 1, sizeof *stack);
+        tt_rec *e = malloc((n ? n : 1) * sizeof *e);
+        uint32_t *stack = calloc(n ? n : 1, sizeof *stack);
         size_t *pos = malloc((n ? n : 1) * sizeof *pos);
-        const unsigned char *raw = NULL;
         for (size_t i = 0; k && pos && i < n; i++) {
-            const gpk_val *e = list->items[i];
-            int a = action_of(gpk_as_str(gpk_get(e, "action")));
+            const gpk_val *d = list->items[i];
+            int a = action_of(gpk_as_str(gpk_get(d, "action")));
             if (a == TA_OTHER) continue;
             pos[nk] = i;
-            k[nk++] = (tt_key){a, u64_in(e, "addr"), u64_in(e, "size")};
+            k[nk++] = (tt_key){a, u64_in(d, "addr"), u64_in(d, "size")};
         }
-        if (k && at && stack && pos && pair_run(trace, (int)dev, k, nk, at, &es, &raw) == 0)
+        if (k && e && stack && pos && pair_run(trace, (int)dev, k, nk, e) == 0)
             for (size_t j = 0; j < nk; j++) {
-                tt_rec e = tt_at(raw + (size_t)at[j] * es, es);
-                if (e.action != TA_ALLOC) continue;
-                stack[pos[j]] = e.stack;
-                if (e.stack) u64map_put(last, e.addr, e.stack); /* no room: that block keeps none */
+                if (e[j].action != TA_ALLOC) continue;
+                stack[pos[j]] = e[j].stack;
+                if (e[j].stack) u64map_put(last, e[j].addr, e[j].stack); /* no room: that block keeps none */
             }
         if (!n || !stack) {
             gpk_write_val(f, list);
@@ -1692,7 +1699,7 @@ static void write_traces(merge *m, FILE *f, const gpk_val *traces, const gpk_val
             for (size_t i = 0; i < n; i++) write_with_frames(m, f, list->items[i], stack[i]);
             gpk_list_end(f);
         }
-        free(k), free(at), free(stack), free(pos);
+        free(k), free(e), free(stack), free(pos);
     }
     gpk_list_end(f);
 }
@@ -1756,10 +1763,8 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
     merge m = {0};
     u64map last = {0};
     if (trace && gpk_get(trace, "stacks") &&
-        (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK || tt_stacks(&m, trace) != 0 ||
-         u64map_init(&last, 1024) != 0)) {
+        (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK || tt_stacks(&m, trace) != 0))
         m.ntstack = 0; /* no frames added: the snapshot as PyTorch wrote it */
-    }
     gm_out out;
     const char *inputs[] = {dbpath};
     int rc = gm_out_open(&out, path, GM_OUT_TORCH, 0, inputs, 1, err, errsz);

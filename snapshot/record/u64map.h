@@ -1,7 +1,8 @@
 /* u64map.h — a small open-addressing hash map from uint64_t keys to uint64_t values, with
  * linear probing and backward-shift deletion (no tombstones, so a long run of inserts and
  * deletes — allocations and frees — never degrades). Used by the writer and the readers.
- * Key UINT64_MAX is reserved (empty slot marker). Header-only, internal to snapshot/. */
+ * Key UINT64_MAX is reserved (empty slot marker). Header-only: snapshot/, and preload/torch_trace.c
+ * (which links the recorder). */
 #ifndef GPUMEM_SNAPSHOT_U64MAP_H
 #define GPUMEM_SNAPSHOT_U64MAP_H
 
