@@ -2,12 +2,14 @@
  * torch_hooks.c — the hot paths of the PyTorch hooks that `gpumem record` installs
  * (preload/python/gpumem/_torch.py, class _Hooks) as CPython builtin functions.
  *
- * Every module call of a PyTorch program runs a global forward pre-hook and a forward hook, and
- * its backward a node pre-hook; written in Python, with the recorder reached through ctypes,
- * they cost a tiny GPT-2 step about as much as everything else gpumem does on its main thread
- * (tests/bench/README.md, torch.rec_vs_off). Here they are C functions that PyTorch calls
- * directly (vectorcall: no argument tuple, no Python frame) and that call the recorder's range
- * functions (nvtx.c) without ctypes. The range stack of each thread is kept here, and the
+ * Every module call of a PyTorch program runs a forward pre-hook and a forward hook, and its
+ * backward a node pre-hook; written in Python, with the recorder reached through ctypes, they
+ * cost a tiny GPT-2 step about as much as everything else gpumem does on its main thread
+ * (tests/bench/README.md, torch.rec_vs_off). Here they are C functions that call the recorder's
+ * range functions (nvtx.c) without ctypes, run around each module call by a C
+ * torch.nn.Module.__call__ (wrap_call: no Python frame, and Module._call_impl keeps its short
+ * path, which any global hook would leave) or, where that cannot be made, by PyTorch as global
+ * hooks (vectorcall: no argument tuple). The range stack of each thread is kept here, and the
  * optimizer hooks' scan for the gradients and state values not named yet; the rest (naming
  * modules, parameters, gradients and optimizer state) stays in Python, which these functions call
  * back for what happens once: a module seen for the first time, a warning.
@@ -19,8 +21,10 @@
  * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
- * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state), the
- * _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt); _torch.py calls it
+ * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state,
+ * wrap_call), the _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt) and
+ * wrap_call(Module.__call__), the __call__ that runs fwd_pre's and fwd_post's work itself (an
+ * exception when this Python lacks the functions it needs); _torch.py calls it
  * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
  * is one this file keeps). A NULL return (no Python C API found, a CPython outside 3.9-3.13 or
  * free-threaded) leaves _torch.py on its Python hooks.
@@ -52,6 +56,7 @@ typedef struct {
 #define PY_METH_NOARGS 0x0004
 #define PY_METH_O 0x0008
 #define PY_METH_FASTCALL 0x0080
+#define PY_METH_KEYWORDS 0x0002
 #define PY_EQ 2
 
 static struct {
@@ -105,6 +110,9 @@ static struct {
     /* not exported by every CPython served (an inline function in the headers of some): NULL,
      * and call1 calls PyObject_CallFunctionObjArgs instead */
     PyObject *(*PyObject_CallOneArg)(PyObject *, PyObject *);
+    /* for wrap_call (Module.__call__ in C): without them, the global hooks */
+    PyObject *(*PyObject_Vectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
+    PyObject *(*PyInstanceMethod_New)(PyObject *);
     /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
     int (*PyGILState_Ensure)(void);
     void (*PyGILState_Release)(int);
@@ -509,24 +517,30 @@ static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
+/* Before a module's forward: its range (and "step N/fwd" when it is the outermost). 0, or -1
+ * with an exception. */
+static int pre_work(PyObject *module)
+{
+    hk_thread *t = &tls;
+    hk_mod m;
+    last_release();
+    if (mod_lookup(module, &m) != 0) return -1;
+    if (!t->nmods && open_step(t, P_FWD) != 0) return -1;
+    if (enter_mod(t, m.enc) != 0) return -1;
+    if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0) return -1;
+    t->mods[t->nmods++] = m;
+    return 0;
+}
+
 /* register_module_forward_pre_hook's: (module, args) -> None */
 static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    hk_thread *t = &tls;
-    hk_mod m;
     if (nargs < 1) {
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_pre: (module, args)");
         return swallow(hk.s_fwd_what);
     }
-    last_release();
-    if (mod_lookup(args[0], &m) != 0) return swallow(hk.s_fwd_what);
-    if (!t->nmods && open_step(t, P_FWD) != 0) return swallow(hk.s_fwd_what);
-    if (enter_mod(t, m.enc) != 0) return swallow(hk.s_fwd_what);
-    if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0)
-        return swallow(hk.s_fwd_what);
-    t->mods[t->nmods++] = m;
-    return none();
+    return pre_work(args[0]) == 0 ? none() : swallow(hk.s_fwd_what);
 }
 
 /* _torch._first_grad(output): the first tensor in it that needs a gradient, or None (new
@@ -614,31 +628,87 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
     return rc;
 }
 
-/* register_module_forward_hook's: (module, args, output) -> None */
-static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* After a module's forward returned output: the range back to its caller's module (or the
+ * forward pass closed), and its backward's start hooked. 0, or -1 with an exception. */
+static int post_work(PyObject *output)
 {
-    (void)self;
     hk_thread *t = &tls;
-    if (!t->nmods) return none();
-    if (nargs < 3) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_post: (module, args, output)");
-        return swallow(hk.s_fwd_what);
-    }
+    if (!t->nmods) return 0;
     hk_mod m = t->mods[--t->nmods];
     if (t->nmods) {
-        if (enter_mod(t, t->mods[t->nmods - 1].enc) != 0) return swallow(hk.s_fwd_what);
+        if (enter_mod(t, t->mods[t->nmods - 1].enc) != 0) return -1;
     } else {
         if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
         close_pass(t);
     }
     PyObject *g = py.PyObject_CallObject(hk.grad_enabled, NULL);
-    if (!g) return swallow(hk.s_fwd_what);
+    if (!g) return -1;
     int on = py.PyObject_IsTrue(g);
     py.Py_DecRef(g);
-    if (on > 0) on = on_backward_of(&m, args[2]);
+    if (on > 0) on = on_backward_of(&m, output);
     if (!t->nmods) last_release(); /* the outermost module returned */
-    if (on < 0) return swallow(hk.s_fwd_what);
-    return none();
+    return on < 0 ? -1 : 0;
+}
+
+/* register_module_forward_hook's: (module, args, output) -> None */
+static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (!tls.nmods) return none();
+    if (nargs < 3) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_post: (module, args, output)");
+        return swallow(hk.s_fwd_what);
+    }
+    return post_work(args[2]) == 0 ? none() : swallow(hk.s_fwd_what);
+}
+
+/* torch.nn.Module.__call__ in place of the two global hooks (wrap_call): orig is the __call__ it
+ * replaced, called with the same arguments between pre_work and post_work, which run where
+ * PyTorch would have run the hooks (not when the forward raises, as PyTorch's forward hook is
+ * not). Why: a global hook sends every module call through the long path of Module._call_impl
+ * (a closure, a set, the hook dictionaries copied into tuples: ~12,000 instructions a call, 23
+ * calls a tiny GPT-2 step; tests/bench/README.md, torch.rec_vs_off), while this keeps the
+ * short one and adds no Python frame. */
+static PyObject *module_call(PyObject *orig, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs < 1) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "Module.__call__: no module");
+        return NULL;
+    }
+    if (pre_work(args[0]) != 0) {
+        PyObject *r = swallow(hk.s_fwd_what);
+        if (!r) return NULL;
+        py.Py_DecRef(r);
+    }
+    PyObject *out = py.PyObject_Vectorcall(orig, args, (size_t)nargs, kwnames);
+    if (!out) return NULL;
+    if (post_work(out) != 0) {
+        PyObject *r = swallow(hk.s_fwd_what);
+        if (!r) {
+            py.Py_DecRef(out);
+            return NULL;
+        }
+        py.Py_DecRef(r);
+    }
+    return out;
+}
+static py_method_def module_call_def = {"__call__", (void *)module_call, PY_METH_FASTCALL | PY_METH_KEYWORDS,
+                                        "torch.nn.Module.__call__ with gpumem's forward ranges"};
+
+/* wrap_call(orig) -> the function to set as torch.nn.Module.__call__ (an instancemethod: bound to
+ * the module like a Python method). */
+static PyObject *wrap_call(PyObject *self, PyObject *orig)
+{
+    (void)self;
+    if (!py.PyObject_Vectorcall || !py.PyInstanceMethod_New) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem wrap_call: this Python lacks vectorcall");
+        return NULL;
+    }
+    PyObject *f = py.PyCFunction_NewEx(&module_call_def, orig, NULL);
+    if (!f) return NULL;
+    PyObject *m = py.PyInstanceMethod_New(f);
+    py.Py_DecRef(f);
+    return m;
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -1006,6 +1076,8 @@ static py_method_def defs[] = {
      "(param_groups, seen) -> the parameters whose gradient is not the one last named"},
     {"changed_state", (void *)changed_state, PY_METH_FASTCALL,
      "(state, seen_state) -> the (param, key, value) not the ones last named"},
+    {"wrap_call", (void *)wrap_call, PY_METH_O,
+     "(Module.__call__) -> the same with gpumem's forward ranges, in place of the global hooks"},
     {"bwd_end", (void *)bwd_end, PY_METH_NOARGS, "the end of the backward pass"},
 };
 
@@ -1074,6 +1146,8 @@ static int find_python(void)
             return -1;
         }
     HK_SYM(PyObject_CallOneArg);
+    HK_SYM(PyObject_Vectorcall);
+    HK_SYM(PyInstanceMethod_New);
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);
     HK_SYM(PyErr_WriteUnraisable);
@@ -1088,7 +1162,7 @@ static PyObject *intern(const char *s, int *ok)
 }
 
 /* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor) -> (fwd_pre, fwd_post,
- * opt_begin, opt_end, changed_grads, changed_state), a reference this file keeps (ctypes' py_object
+ * opt_begin, opt_end, changed_grads, changed_state, wrap_call), a reference this file keeps (ctypes' py_object
  * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
  * same functions, calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
@@ -1142,7 +1216,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
     hk.bwd_end = f[N - 1];
     if (!(hk.out_gone = py.PyCFunction_NewEx(&out_gone_def, NULL, NULL))) return NULL;
-    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5]);
+    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
     for (int i = 0; i < N - 1; i++)
         py.Py_DecRef(f[i]);
     return hk.fns;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # torch_hooks.sh — the PyTorch hooks in C (preload/torch_hooks.c) record what gpumem/_torch.py's
-# Python hooks record, which run when the library has none (GPUMEM_TORCH_C_HOOKS=0 forces them):
+# Python hooks record, which run when the library has none (GPUMEM_TORCH_C_HOOKS=0 forces them),
+# whether a C Module.__call__ runs them (the default) or PyTorch as global hooks
+# (GPUMEM_TORCH_GLOBAL_HOOKS=1, where the C __call__ cannot be made):
 # the same ranges (thread, kind, path, in order) and the same names, on the tiny GPT-2 script
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a tuple
 # whose tensor that needs a gradient is in a dict, a leaf returned as is, no_grad, an output whose
@@ -68,8 +70,12 @@ for u in 0 1; do
   rec "edge$u.py" PY USER_RANGES=$u -- "$edge"
   same "edge (USER_RANGES=$u)" "edge$u.c" "edge$u.py"
 done
-grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.c.log" && grep -q -x 'hooks method' "$tmp/edge0.py.log" \
-  && ok "the C hooks ran, and GPUMEM_TORCH_C_HOOKS=0 ran the Python ones" || bad "not the hooks expected"
+rec edge0.cg C GPUMEM_TORCH_GLOBAL_HOOKS=1 -- "$edge"
+same "edge (the C hooks as global hooks)" edge0.cg edge0.py
+grep -q -x 'hooks instancemethod' "$tmp/edge0.c.log" && grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.cg.log" &&
+  grep -q -x 'hooks method' "$tmp/edge0.py.log" \
+  && ok "the C hooks ran from Module.__call__ (as global hooks with GPUMEM_TORCH_GLOBAL_HOOKS=1), and GPUMEM_TORCH_C_HOOKS=0 ran the Python ones" \
+  || bad "not the hooks expected: $(grep -h '^hooks' "$tmp"/edge0.{c,cg,py}.log | tr '\n' ' ')"
 # the C hooks add their backward pre-hooks in C++ where libgpumem_torch.so has them
 # (preload/torch_prehook.cpp, built with Python's headers): the same ranges as the Python hooks' above
 if nm -D "$build/libgpumem_torch.so" 2> /dev/null | grepq ' U gpumem_torch_hooks_cxx$'; then

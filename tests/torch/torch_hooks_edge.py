@@ -4,8 +4,10 @@ tensors, a tuple whose first tensor needs no gradient (the second item's dict ho
 a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
 output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
 output is dropped (it is freed at once: the hooks keep nothing alive), and with USER_RANGES=1
-a program that names its own phases (no ranges from the hooks). Prints which hooks PyTorch calls
-("hooks builtin_function_or_method": the C ones, preload/torch_hooks.c; "hooks method": Python's).
+a program that names its own phases (no ranges from the hooks). Prints which hooks run: "hooks
+instancemethod" (the C ones run by a C Module.__call__, preload/torch_hooks.c's module_call),
+"hooks builtin_function_or_method" (the C ones as global hooks, GPUMEM_TORCH_GLOBAL_HOOKS=1),
+"hooks method" (Python's, as global hooks).
 """
 import ctypes
 import os
@@ -84,7 +86,8 @@ if os.environ.get("USER_RANGES") == "1":
 inner, leaf, bad, waste, pair = Inner().cuda(), Leaf(), Bad(), Waste(), Pair().cuda()
 x = torch.randn(2, 4, device="cuda")
 opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()) + list(pair.parameters()))
-print("hooks", type(next(iter(M._global_forward_pre_hooks.values()))).__name__)
+glob = M._global_forward_pre_hooks
+print("hooks", type(next(iter(glob.values())) if glob else vars(M.Module)["__call__"]).__name__)
 for step in range(3):
     bad(x)
     waste(x)

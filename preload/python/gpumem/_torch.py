@@ -480,11 +480,20 @@ class _Hooks:
         fast = self._c_hooks()
         if fast is not None:  # the module hooks in C; the optimizer's ranges and scans too
             (pre, post, self._begin_opt, self._end_opt, self._changed_grads,
-             self._changed_state) = fast
+             self._changed_state, wrap_call) = fast
+            # Module.__call__ running them itself: a global hook would send every module call
+            # through _call_impl's long path (torch_hooks.c, module_call)
+            if _env("GPUMEM_TORCH_GLOBAL_HOOKS", "0") != "1":
+                try:
+                    M.Module.__call__ = wrap_call(M.Module.__call__)
+                    pre = post = None
+                except Exception:  # noqa: BLE001 - a Python without vectorcall: global hooks
+                    pass
         else:
             pre, post = self.fwd_pre, self.fwd_post
-        M.register_module_forward_pre_hook(pre)
-        M.register_module_forward_hook(post)
+        if pre is not None:
+            M.register_module_forward_pre_hook(pre)
+            M.register_module_forward_hook(post)
         O.register_optimizer_step_pre_hook(self.opt_pre)
         O.register_optimizer_step_post_hook(self.opt_post)
 
