@@ -65,7 +65,7 @@ $(PRELOAD_DIR)/torch_prehook_cpp.o: preload/torch_prehook.cpp $(ALLOC_TORCH_DIR)
 	@mkdir -p $(@D)
 	$(CXX) $(PRELOAD_TORCH_CXXFLAGS) -isystem $(ALLOC_TORCH_DIR)/include/torch/csrc/api/include \
 	    -isystem $(PRELOAD_TORCH_PYINC) -c -o $@ $<
-# gpumem_torch_trace_note and the gpumem_torch_cpaths_* stay undefined here: libgpumem.so
+# gpumem_torch_trace_entry and the gpumem_torch_cpaths_* stay undefined here: libgpumem.so
 # (preloaded) provides them, and the Python process the C API
 $(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o $(PRELOAD_TORCH_PREHOOK) | $(DEPS_STAMP)
 	$(CXX) -shared -Wl,-soname,libgpumem_torch.so -o $@ $(filter %.o,$^) \

@@ -1,37 +1,39 @@
 /*
- * torch_trace.c — where each of PyTorch's allocator trace entries happened in the recording.
+ * torch_trace.c — PyTorch's allocator trace entries, each where it happened in the recording.
  *
- * `gpumem record` leaves PyTorch's allocator in place and merges PyTorch's memory history into the
- * database at the end (snapshot/formats/gm_torch.c). The history's times are PyTorch's
- * approximate clock, which drifts against the recording's by up to milliseconds over a run: an
- * entry placed by time can land in the wrong module's range (a checkpointed block's outputs in
- * the next block's backward), and advise then models the wrong tensors.
+ * `gpumem record` leaves PyTorch's allocator in place and merges its trace (every allocation,
+ * free and segment PyTorch's caching allocator makes) into the database at the end
+ * (snapshot/formats/gm_torch.c). PyTorch calls every attached AllocatorTraceTracker with each
+ * entry as it makes it (CUDACachingAllocator's record_trace: the callbacks first, then its
+ * memory history's ring, when that is on). The tracker (preload/torch_trace.cpp, a C++ library
+ * built against the installed wheel's headers, loaded by preload/python/gpumem/_torch.py) hands
+ * each entry to gpumem_torch_trace_entry, which keeps (action, device, addr, size, stream,
+ * pool, the recorder's last seq, the recorder's time). At each dump _torch.py copies them
+ * (gpumem_torch_trace_copy) into the pickle beside PyTorch's snapshot.
  *
- * PyTorch calls every attached AllocatorTraceTracker with each entry as it records it
- * (CUDACachingAllocator's record_trace: the callbacks first, then the history's ring, in one
- * call; so the i-th entry seen here is the history's i-th). The tracker (preload/
- * torch_trace.cpp, a C++ library built against the installed wheel's headers, loaded by
- * preload/python/gpumem/_torch.py) hands each entry to gpumem_torch_trace_note, which keeps
- * (action, device, addr, size, the recorder's last seq, the recorder's time). At each dump
- * _torch.py copies them (gpumem_torch_trace_copy) into the pickle beside PyTorch's snapshot,
- * and the merge places each history entry it can pair with one of these right after the events
- * recorded before it: no clock involved.
+ * These entries are the trace: PyTorch's own history stays off (_torch.py), so the merge takes
+ * every entry from here and places it right after the events recorded before it (no clock
+ * involved: PyTorch's approximate clock drifts against the recording's by up to milliseconds
+ * over a run, and an entry placed by time can land in the wrong module's range). The history
+ * cost a recorded step more than all of this (tests/bench/README.md, torch.rec_vs_off): a
+ * 136-byte entry per event in a vector that grows by doubling to its cap. With
+ * GPUMEM_TORCH_PYTORCH_HISTORY=1 it runs too, and the merge pairs its entries with these one for
+ * one (the i-th entry seen here is the history's i-th), as it did before.
  *
  * PyTorch calls the trackers holding its per-device allocator lock, with or without the GIL
  * (autograd's device threads allocate without it): this file takes only its own mutex and
  * calls nothing that could call back into PyTorch or Python. The store is a ring of
- * GPUMEM_TORCH_MAX_ENTRIES per device seen (PyTorch's history keeps that many per device: 2,000,000
- * by default), growing by doubling; once full, the oldest entries are overwritten, as PyTorch's
- * ring does with its own.
+ * GPUMEM_TORCH_MAX_ENTRIES per device seen (2,000,000 by default, as PyTorch's history keeps),
+ * growing by doubling; once full, the oldest entries are overwritten, and the merge says the
+ * trace was truncated (entries seen against entries kept).
  *
  * Stacks. Each allocation entry also gets the allocating thread's Python frames, read here
  * (gm_python_frames_now: the interpreter's frame chain read in place, a dozen loads a frame),
- * so that PyTorch's history can run without its own stacks (context=None): its
- * CapturedTraceback::gather, a heap object per allocation, made most of what the history cost
- * a step (tests/bench/README.md, torch.rec_vs_off). Stacks are interned: an entry holds the
- * index (from 1) of its distinct frame sequence, and the sequences are copied out beside the
- * entries (gpumem_torch_trace_stacks). At most TT_MAX_FRAMES frames are kept over all distinct
- * stacks; past that, new stacks are not kept (the entry's stack is 0) and counted.
+ * in place of PyTorch's CapturedTraceback::gather (a heap object per allocation). Stacks are
+ * interned: an entry holds the index (from 1) of its distinct frame sequence, and the sequences
+ * are copied out beside the entries (gpumem_torch_trace_stacks). At most TT_MAX_FRAMES frames are
+ * kept over all distinct stacks; past that, new stacks are not kept (the entry's stack is 0) and
+ * counted.
  */
 #include "preload/gm_internal.h"
 
@@ -49,17 +51,25 @@ typedef struct rec_pyframe { uint32_t function, file, line; } rec_pyframe;
 #define REC_MAX_PY_FRAMES 64
 #endif
 
-/* One entry; the layout gm_torch.c reads (tt_rec there; little-endian, 48 bytes). */
+/* One entry; the layout gm_torch.c reads (tt_rec there; little-endian, 72 bytes). */
 typedef struct tt_entry {
     uint64_t addr, size;
-    uint64_t seq;   /* the recorder's last claimed seq when PyTorch recorded the entry */
-    uint64_t t_ns;  /* the recorder's clock (ns since the recording started) */
-    int32_t action; /* c10::CachingDeviceAllocator::TraceEntry::Action */
+    uint64_t seq;     /* the recorder's last claimed seq when PyTorch recorded the entry */
+    uint64_t t_ns;    /* the recorder's clock (ns since the recording started) */
+    uint64_t stream;  /* the CUDA stream's handle (0: the legacy default stream) */
+    uint64_t pool[2]; /* PyTorch's MempoolId_t: (0, 0) the device's default pool, else a private
+                       * one (a CUDA graph's, a torch.cuda.MemPool) */
+    int32_t action;   /* c10::CachingDeviceAllocator::TraceEntry::Action */
     int32_t device;
-    uint32_t stack; /* allocations: the index (from 1) of its Python stack; 0: none */
+    uint32_t stack;   /* allocations: the index (from 1) of its Python stack; 0: none */
     uint32_t pad;
 } tt_entry;
-_Static_assert(sizeof(tt_entry) == 48, "tt_entry: the 48-byte layout gm_torch.c reads");
+_Static_assert(sizeof(tt_entry) == 72, "tt_entry: the 72-byte layout gm_torch.c reads");
+
+/* The actions kept: alloc .. segment_unmap (0-6), and oom (8: addr is the device's free bytes,
+ * size the request), which the snapshot at an OOM shows; not snapshot (7), which only marks
+ * PyTorch's own snapshots, nor annotate (9). */
+enum { TT_ACTION_OOM = 8 };
 
 /* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
  * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
@@ -155,13 +165,12 @@ lost:
     return 0;
 }
 
-GM_EXPORT void gpumem_torch_trace_note(int action, int device, uint64_t addr, uint64_t size)
+GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                                        uint64_t pool_a, uint64_t pool_b)
 {
-    /* the history's actions only (alloc .. segment_unmap: 0-6), so that this ring, as long per
-     * device as PyTorch's, holds at least what PyTorch's still holds (its snapshot and OOM
-     * entries take room in its ring, not here) */
-    if (action < 0 || action > 6 || device < 0) return;
-    tt_entry e = {.addr = addr, .size = size, .action = action, .device = device};
+    if (!((action >= 0 && action <= 6) || action == TT_ACTION_OOM) || device < 0) return;
+    tt_entry e = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b}, .action = action,
+                  .device = device};
 #ifdef GM_HAVE_REC
     /* seq before time: every event at or below seq was claimed before this moment */
     e.seq = rec_last_seq();

@@ -5,7 +5,7 @@
 // takes a std::function of a TraceEntry. Built against the installed wheel's headers and linked
 // with its libc10_cuda.so (preload/module.mk: only where PyTorch and a C++ compiler are), and
 // loaded by preload/python/gpumem/_torch.py once torch has initialised CUDA (the native
-// allocator attaches trackers to the devices it has set up). gpumem_torch_trace_note is
+// allocator attaches trackers to the devices it has set up). gpumem_torch_trace_entry is
 // libgpumem.so's: the library is loaded only where libgpumem.so is (LD_PRELOAD), and a process
 // without it fails the load, which _torch.py reports and goes on without exact placement.
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -13,7 +13,8 @@
 #include <cstdint>
 #include <exception>
 
-extern "C" void gpumem_torch_trace_note(int action, int device, uint64_t addr, uint64_t size);
+extern "C" void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                                         uint64_t pool_a, uint64_t pool_b);
 #ifdef GM_TORCH_PREHOOK
 void gm_torch_prehook_register(); // torch_prehook.cpp (built where Python's headers are)
 #endif
@@ -31,8 +32,11 @@ extern "C" __attribute__((visibility("default"))) int gpumem_torch_trace_attach(
     try {
         c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(
             [](const c10::CachingDeviceAllocator::TraceEntry &e) {
-                gpumem_torch_trace_note(static_cast<int>(e.action_), static_cast<int>(e.device_),
-                                        static_cast<uint64_t>(e.addr_), static_cast<uint64_t>(e.size_));
+                gpumem_torch_trace_entry(static_cast<int>(e.action_), static_cast<int>(e.device_),
+                                         static_cast<uint64_t>(e.addr_), static_cast<uint64_t>(e.size_),
+                                         static_cast<uint64_t>(reinterpret_cast<uintptr_t>(e.stream_)),
+                                         static_cast<uint64_t>(e.mempool_.first),
+                                         static_cast<uint64_t>(e.mempool_.second));
             });
     } catch (const std::exception &) {
         return 0;

@@ -1,18 +1,21 @@
-/* gm_torch.c — PyTorch's memory history merged into a gpumem recording (gm_torch.h).
+/* gm_torch.c — PyTorch's allocator trace merged into a gpumem recording (gm_torch.h).
  *
  * `gpumem record -- python3 train.py` leaves PyTorch's allocator in place: gpumem records the
- * segments it asks cudaMalloc for (and everything else on the device), while PyTorch's own
- * history, dumped at exit by gpumem's hook, knows every tensor. This file puts the two in one
- * database, so that a report reads a PyTorch program tensor by tensor:
+ * segments it asks cudaMalloc for (and everything else on the device), while PyTorch's trace,
+ * dumped at exit by gpumem's hook, knows every tensor. The trace is the entries gpumem's trace
+ * tracker took (preload/torch_trace.c: each with the recorder's last seq and clock, its stream,
+ * pool and Python stack; gm_trace.history in the dump) or, without the tracker, PyTorch's own
+ * memory history (device_traces). This file puts the two in one database, so that a report
+ * reads a PyTorch program tensor by tensor:
  *
  *   1. the trace entries of every device, in time order, get their block sizes from a replay of
  *      PyTorch's block structure (gm_tblocks: the trace carries requested sizes only);
  *   2. each entry, and each name the hook gave a tensor, is placed right after the events the
- *      recording had when PyTorch made it: the dump carries, beside the history, the same entries
- *      as gpumem's trace tracker saw them (preload/torch_trace.c: the recorder's last seq and
- *      clock at each), paired with the history's entry by entry (pair_trace), and the names
- *      carry that seq too (meta.torch_placement "exact"). Without the tracker (not built, or
- *      its entries do not match), by time: after the last recorded event at or before the
+ *      recording had when PyTorch made it: the tracker's entries carry that seq, and so do the
+ *      names (meta.torch_placement "exact"); PyTorch's history, when it is on too
+ *      (GPUMEM_TORCH_PYTORCH_HISTORY=1), is paired with the tracker's entries entry by entry
+ *      (pair_trace). Without the tracker (not built, or its entries do not match the history),
+ *      by time: after the last recorded event at or before the
  *      entry's time (PyTorch's clock is its approximate clock converted to wall time, in
  *      microseconds, and is first moved onto the recording's by the gaps between its segments'
  *      entries and their recorded cudaMalloc, followed through the run: clock_anchors; the
@@ -23,7 +26,8 @@
  *      in order), and the entries are inserted as events of kinds 31-35 with their Python
  *      frames, their stream and the NVTX range open at their time (the innermost: the one that
  *      started last among those open, on any thread; PyTorch's entries carry no thread);
- *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged.
+ *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged
+ *      (torch_history_from: gpumem or pytorch).
  * All in one transaction: a failure leaves the recording as it was. */
 #include "snapshot/formats/gm_torch.h"
 #include "snapshot/formats/gm_out.h"
@@ -351,19 +355,31 @@ static uint64_t u64_in(const gpk_val *d, const char *k)
     return v;
 }
 
-/* PyTorch's pool of a trace entry (pool_id) or a segment (segment_pool_id): (0, 0) is the
- * device's default pool; any other is private — a CUDA graph's (torch.cuda.graph,
+/* PyTorch's pool (a, b) of a trace entry (pool_id, or the tracker's entry's) or a segment
+ * (segment_pool_id): (0, 0) is the device's default pool; any other is private — a CUDA graph's (torch.cuda.graph,
  * make_graphed_callables) or a torch.cuda.MemPool. Histories older than the key read as
  * default. */
-static void pool_of(titem *t, const gpk_val *v)
+static void pool_set(titem *t, uint64_t a, uint64_t b)
 {
-    uint64_t a, b;
-    if (!v || (v->type != GPK_TUPLE && v->type != GPK_LIST) || v->len != 2 ||
-        gpk_as_u64(v->items[0], &a) != 0 || gpk_as_u64(v->items[1], &b) != 0 || (!a && !b))
-        return;
+    if (!a && !b) return;
     t->flags = REC_F_PRIVATE_POOL;
     t->pool = (a << 32 ^ b) & (U64MAP_EMPTY - 1); /* ids are small counters: distinct */
     if (!t->pool) t->pool = 1;
+}
+
+static void pool_of(titem *t, const gpk_val *v)
+{
+    uint64_t a, b;
+    if (v && (v->type == GPK_TUPLE || v->type == GPK_LIST) && v->len == 2 && gpk_as_u64(v->items[0], &a) == 0 &&
+        gpk_as_u64(v->items[1], &b) == 0)
+        pool_set(t, a, b);
+}
+
+/* a dump's flag (True, or an int other than 0) */
+static int flag_in(const gpk_val *d, const char *k)
+{
+    const gpk_val *v = d ? gpk_get(d, k) : NULL;
+    return v && (v->type == GPK_BOOL || v->type == GPK_INT) && v->i != 0;
 }
 
 /* How many private pools the history names (meta torch_private_pools) */
@@ -843,21 +859,61 @@ static const int kind_of_action[] = {
     [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP, [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
     [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP};
 
-/* The tracker's entries (preload/torch_trace.c: 48 bytes each, little-endian; 40 without the
- * stack index before 2026-12-05) against one
- * device's history items it[0..n-1]. PyTorch hands each entry to the trackers and then to its
- * history in the same call, so the history is a run of the tracker's entries of that device (the
- * history's ring may have lost the first ones; the tracker's copy, taken after the snapshot, may
- * hold later ones). The run is found by its last item, then checked whole (action, address and
- * size of every pair); a run that does not match leaves the items to the clocks. */
-typedef struct tt_rec { uint64_t addr, size, seq, t_ns; int32_t action, device; uint32_t stack; } tt_rec;
+/* The tracker's entries (preload/torch_trace.c), little-endian: 72 bytes each (addr, size, seq,
+ * t_ns, stream, pool[2], action, device, stack, pad); 48 before 2026-12-05 (addr, size, seq, t_ns,
+ * action, device, stack, pad) and 40 before that (no stack). Two uses:
+ *   - the trace itself (the dump's gm_trace.history: PyTorch's history was off): every entry
+ *     of actions 0-6 is an item, placed exactly (trace_items);
+ *   - paired with PyTorch's history (pair_trace), for the history's items of one device
+ *     it[0..n-1]. PyTorch hands each entry to the trackers and then to its history in the same
+ *     call, so the history is a run of the tracker's entries of that device (the history's ring
+ *     may have lost the first ones; the tracker's copy, taken after the snapshot, may hold later
+ *     ones). The run is found by its last item, then checked whole (action, address and size of
+ *     every pair); a run that does not match leaves the items to the clocks. */
+typedef struct tt_rec {
+    uint64_t addr, size, seq, t_ns, stream, pool[2];
+    int32_t action, device;
+    uint32_t stack;
+} tt_rec;
 
-/* entry p of es bytes (40: no stack) */
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* entry p of es bytes (72, 48 or 40) */
 static tt_rec tt_at(const unsigned char *p, size_t es)
 {
-    tt_rec r = {0};
-    memcpy(&r, p, es == 48 ? 44 : 40);
+    tt_rec r = {.addr = le64(p), .size = le64(p + 8), .seq = le64(p + 16), .t_ns = le64(p + 24)};
+    const unsigned char *q = p + 32;
+    if (es == 72) {
+        r.stream = le64(p + 32), r.pool[0] = le64(p + 40), r.pool[1] = le64(p + 48);
+        q = p + 56;
+    }
+    r.action = (int32_t)le32(q), r.device = (int32_t)le32(q + 4);
+    r.stack = es >= 48 ? le32(q + 8) : 0;
     return r;
+}
+
+/* The tracker's entry bytes and their size (40, 48 or 72); NULL when the dump has none usable. */
+static const unsigned char *tt_entries(const gpk_val *trace, size_t *es, size_t *n)
+{
+    const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
+    int64_t size = 40;
+    if (trace && gpk_as_i64(gpk_get(trace, "entry_size"), &size) != 0) size = 40;
+    *es = (size_t)size, *n = 0;
+    if (!b || b->type != GPK_BYTES || (size != 40 && size != 48 && size != 72) || b->len % (size_t)size) return NULL;
+    *n = b->len / (size_t)size;
+    return (const unsigned char *)b->s;
 }
 
 /* The tracker's stacks (gpumem_torch_trace_stacks: per stack a uint32 count, then its frames)
@@ -896,13 +952,10 @@ static int tt_same(const tt_rec *e, const tt_key *k)
  * into e[0..n-1]: 0, or -1 when they are not there (the items then go by the clocks). */
 static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt_rec *e)
 {
-    const gpk_val *b = trace ? gpk_get(trace, "entries") : NULL;
-    int64_t size = 40;
-    if (trace && gpk_as_i64(gpk_get(trace, "entry_size"), &size) != 0) size = 40;
-    size_t es = (size_t)size;
-    if (!n || !b || b->type != GPK_BYTES || (es != 40 && es != 48) || b->len % es) return -1;
-    const unsigned char *raw = (const unsigned char *)b->s;
-    size_t ne = b->len / es, nd = 0;
+    size_t es, ne;
+    const unsigned char *raw = tt_entries(trace, &es, &ne);
+    if (!n || !raw) return -1;
+    size_t nd = 0;
     uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
     if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
@@ -936,6 +989,35 @@ static void tstack_set(const merge *m, uint32_t stack, const unsigned char **fra
     *frames = m->tstack[stack - 1] + 4;
 }
 
+/* The trace from the tracker alone (the dump's gm_trace.history: PyTorch's history was off):
+ * each entry of actions 0-6 an item, placed exactly, with its stream, pool and stack; the
+ * allocations numbered per device as the history numbers them. */
+static int trace_items(merge *m, const gpk_val *trace)
+{
+    size_t es, ne;
+    const unsigned char *raw = tt_entries(trace, &es, &ne);
+    uint64_t nalloc[128] = {0}; /* c10::DeviceIndex is an int8_t */
+    for (size_t i = 0; raw && i < ne; i++) {
+        tt_rec r = tt_at(raw + i * es, es);
+        if (r.action < TA_ALLOC || r.action > TA_SEG_UNMAP || r.device < 0 || r.device >= 128) continue;
+        titem *t = item_add(m);
+        if (!t) return -1;
+        t->action = r.action;
+        t->device = r.device;
+        t->t = (int64_t)r.t_ns;
+        t->addr = r.addr;
+        t->size = t->requested = r.size;
+        t->stream = r.stream;
+        pool_set(t, r.pool[0], r.pool[1]);
+        t->xseq = r.seq;
+        t->exact = 1;
+        tstack_set(m, r.stack, &t->tframes, &t->tframes_n);
+        if (r.action == TA_ALLOC) t->ord = nalloc[r.device]++;
+        m->ntrace++, m->nexact++;
+    }
+    return 0;
+}
+
 static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_t n)
 {
     tt_key *k = malloc((n ? n : 1) * sizeof *k);
@@ -958,7 +1040,8 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
                    int64_t start_unix_ns, gm_tblocks *tb)
 {
     const gpk_val *traces = gpk_get(snap, "device_traces");
-    if (!traces || traces->type != GPK_LIST) {
+    int from_tracker = flag_in(trace, "history");
+    if (!from_tracker && (!traces || traces->type != GPK_LIST)) {
         snprintf(m->err, m->errsz, "PyTorch's snapshot has no device_traces (was its memory history on?)");
         return -1;
     }
@@ -966,7 +1049,8 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         snprintf(m->err, m->errsz, "out of memory reading gpumem's trace stacks");
         return -1;
     }
-    for (size_t dev = 0; dev < traces->len; dev++) {
+    if (from_tracker && trace_items(m, trace) != 0) goto oom;
+    for (size_t dev = 0; !from_tracker && dev < traces->len; dev++) {
         const gpk_val *list = traces->items[dev];
         if (list->type != GPK_LIST) continue;
         uint64_t nalloc = 0;
@@ -1012,9 +1096,10 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
             t->t = k ? m->ev[k - 1].t : 0;
         }
     }
-    /* PyTorch's times on the recording's clock (the names' are the wall clock already) */
+    /* PyTorch's times on the recording's clock (the names' are the wall clock already); the
+     * tracker's trace has none of PyTorch's times */
     size_t nanch = 0;
-    clk_anchor *anch = clock_anchors(m, &nanch);
+    clk_anchor *anch = from_tracker ? NULL : clock_anchors(m, &nanch);
     if (nanch) {
         m->clock_offset = anch[nanch / 2].d;
         int64_t lo = anch[0].d, hi = anch[0].d;
@@ -1564,14 +1649,25 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     uint64_t entries = 0, ring = 0, longest = 0, stacks_lost = 0;
     if (gpk_as_u64(gpk_get(gpk_get(root, "gm_trace"), "stacks_lost"), &stacks_lost) != 0) stacks_lost = 0;
     for (size_t i = 0; i < m.n; i++) entries += m.it[i].action != TA_NAME;
-    /* PyTorch's history is a ring per device: a full one has lost its first entries */
-    const gpk_val *traces = gpk_get(snap, "device_traces");
-    for (size_t d = 0; traces && traces->type == GPK_LIST && d < traces->len; d++)
-        if (traces->items[d]->len > longest) longest = traces->items[d]->len;
-    if (gpk_as_u64(gpk_get(root, "max_entries"), &ring) != 0) ring = 0;
+    /* PyTorch's history is a ring per device: a full one has lost its first entries; the
+     * tracker's, when it is the trace, kept fewer entries than it saw */
+    const gpk_val *gt = gpk_get(root, "gm_trace");
+    int from_tracker = flag_in(gt, "history"), truncated;
+    if (from_tracker) {
+        size_t es, kept;
+        uint64_t seen = 0;
+        tt_entries(gt, &es, &kept);
+        truncated = gpk_as_u64(gpk_get(gt, "seen"), &seen) == 0 && seen > kept;
+    } else {
+        const gpk_val *traces = gpk_get(snap, "device_traces");
+        for (size_t d = 0; traces && traces->type == GPK_LIST && d < traces->len; d++)
+            if (traces->items[d]->len > longest) longest = traces->items[d]->len;
+        if (gpk_as_u64(gpk_get(root, "max_entries"), &ring) != 0) ring = 0;
+        truncated = ring && longest >= ring;
+    }
     uint64_t nops = 0, unmatched = 0;
     const gpk_val *ops = gpk_get(root, "ops");
-    if (insert_ops(&m, ops, ring && longest >= ring, &nops, &unmatched) != 0) goto out;
+    if (insert_ops(&m, ops, truncated, &nops, &unmatched) != 0) goto out;
     if (ops && ops->type == GPK_LIST) {
         char *q = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('torch_ops', %llu), ('torch_ops_logged', %llu), "
                                   "('torch_op_args_unmatched', %llu)",
@@ -1595,13 +1691,13 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         "('torch_expandable', %d), ('torch_blocks_guessed', %llu), ('torch_dumped_at', %Q), "
         "('torch_history_truncated', %d), ('torch_private_pools', %llu), ('events', (SELECT count(*) FROM events)), "
         "('torch_oom_python', %Q), ('torch_clock_offset_ns', %lld), ('torch_clock_drift_ns', %lld), "
-        "('torch_placement', %Q), ('torch_stacks', %Q), ('torch_stacks_lost', %llu)",
+        "('torch_placement', %Q), ('torch_stacks', %Q), ('torch_stacks_lost', %llu), ('torch_history_from', %Q)",
         (unsigned long long)entries, ver ? ver : "", conf ? conf : "", set.expandable,
-        (unsigned long long)tb.guessed, why ? why : "exit", ring && longest >= ring,
+        (unsigned long long)tb.guessed, why ? why : "exit", truncated,
         (unsigned long long)private_pools(&m), oom_line, (long long)m.clock_offset,
         (long long)m.clock_drift, placement,
         m.nstack_gpumem && m.nstack_torch ? "both" : m.nstack_gpumem ? "gpumem" : m.nstack_torch ? "pytorch" : "none",
-        (unsigned long long)stacks_lost);
+        (unsigned long long)stacks_lost, from_tracker ? "gpumem" : "pytorch");
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
@@ -1704,6 +1800,55 @@ static void write_traces(merge *m, FILE *f, const gpk_val *traces, const gpk_val
     gpk_list_end(f);
 }
 
+/* device_traces made from the tracker's entries (the trace, when PyTorch's history was off) as
+ * PyTorch writes its history's: per device, each entry's action, addr, size, stream, time_us
+ * (the wall clock: start_ns, the recording's start, plus the entry's time), compile_context,
+ * user_metadata, pool_id and frames (an allocation's stack; none for the rest); ndev lists at
+ * least (PyTorch's own count). last: address -> the stack of the last allocation there, for
+ * the blocks. */
+static void write_tracker_traces(merge *m, FILE *f, const gpk_val *trace, size_t ndev, int64_t start_ns, u64map *last)
+{
+    static const char *const action[] = {"alloc",        "free_requested", "free_completed",
+                                         "segment_alloc", "segment_free",  "segment_map",
+                                         "segment_unmap", "snapshot",      "oom"};
+    size_t es, ne;
+    const unsigned char *raw = tt_entries(trace, &es, &ne);
+    for (size_t i = 0; raw && i < ne; i++) {
+        tt_rec r = tt_at(raw + i * es, es);
+        if (r.device >= 0 && r.device < 128 && (size_t)r.device >= ndev) ndev = (size_t)r.device + 1;
+    }
+    gpk_list_begin(f);
+    for (size_t dev = 0; dev < ndev; dev++) {
+        gpk_list_begin(f);
+        for (size_t i = 0; raw && i < ne; i++) {
+            tt_rec r = tt_at(raw + i * es, es);
+            if (r.device != (int32_t)dev || r.action < 0 || r.action > 8 || r.action == 7) continue;
+            gpk_dict_begin(f);
+            gpk_key(f, "action"), gpk_str(f, action[r.action]);
+            gpk_key(f, "addr"), gpk_uint(f, r.addr);
+            gpk_key(f, "size"), gpk_uint(f, r.size);
+            gpk_key(f, "stream"), gpk_uint(f, r.stream);
+            gpk_key(f, "time_us"), gpk_int(f, (start_ns + (int64_t)r.t_ns) / 1000);
+            gpk_key(f, "compile_context"), gpk_str(f, "N/A");
+            gpk_key(f, "user_metadata"), gpk_str(f, "");
+            gpk_key(f, "pool_id");
+            gpk_list_begin(f);
+            gpk_uint(f, r.pool[0]), gpk_uint(f, r.pool[1]);
+            gpk_list_end(f);
+            const unsigned char *tf = NULL;
+            uint32_t n = 0;
+            if (r.action == TA_ALLOC) tstack_set(m, r.stack, &tf, &n);
+            if (n) u64map_put(last, r.addr, r.stack); /* no room: that block keeps none */
+            else if (r.action == TA_ALLOC) u64map_del(last, r.addr, NULL);
+            gpk_key(f, "frames");
+            write_tframes(m, f, tf, n);
+            gpk_dict_end(f);
+        }
+        gpk_list_end(f);
+    }
+    gpk_list_end(f);
+}
+
 /* segments with each allocated block's frames, where it has none, from the last allocation at
  * its address */
 static void write_segments(merge *m, FILE *f, const gpk_val *segs, const u64map *last)
@@ -1760,11 +1905,14 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
      * (opened to write, though nothing is written: a read-only last connection would leave the
      * recording's -wal and -shm files behind) */
     const gpk_val *trace = gpk_get(doc.root, "gm_trace");
+    int from_tracker = flag_in(trace, "history"); /* the trace is the tracker's: device_traces made */
     merge m = {0};
     u64map last = {0};
+    int64_t start_ns = 0;
     if (trace && gpk_get(trace, "stacks") &&
         (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK || tt_stacks(&m, trace) != 0))
         m.ntstack = 0; /* no frames added: the snapshot as PyTorch wrote it */
+    if (from_tracker && m.db) start_ns = query_i64(&m, "SELECT value FROM meta WHERE key = 'start_unix_ns'", 0);
     gm_out out;
     const char *inputs[] = {dbpath};
     int rc = gm_out_open(&out, path, GM_OUT_TORCH, 0, inputs, 1, err, errsz);
@@ -1773,16 +1921,19 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
         gpk_dict_begin(out.f);
         gpk_key(out.f, "exporter"), gpk_str(out.f, "gpumem"); /* the output rule's marker */
         const gpk_val *traces = gpk_get(snap, "device_traces"), *segs = gpk_get(snap, "segments");
-        int fill = m.ntstack && traces && traces->type == GPK_LIST;
+        int listed = traces && traces->type == GPK_LIST, fill = from_tracker || (m.ntstack && listed);
         if (fill) { /* first: the blocks take their frames from the traces */
             gpk_key(out.f, "device_traces");
-            write_traces(&m, out.f, traces, trace, &last);
+            if (from_tracker)
+                write_tracker_traces(&m, out.f, trace, listed ? traces->len : 1, start_ns, &last);
+            else
+                write_traces(&m, out.f, traces, trace, &last);
         }
         for (size_t i = 0; i < snap->len; i++) {
             const char *k = gpk_as_str(snap->items[2 * i]);
             if (k && (!strcmp(k, "exporter") || (fill && !strcmp(k, "device_traces")))) continue;
             gpk_write_val(out.f, snap->items[2 * i]);
-            if (fill && k && !strcmp(k, "segments") && segs->type == GPK_LIST)
+            if (fill && m.ntstack && k && !strcmp(k, "segments") && segs->type == GPK_LIST)
                 write_segments(&m, out.f, segs, &last);
             else
                 gpk_write_val(out.f, snap->items[2 * i + 1]);

@@ -13,6 +13,8 @@
 #   - `gpumem leaks` names the script's PLANTED LEAK line (--leak), Python frames and all;
 #   - --allocator gpumem: every tensor served by gpumem, the same phase and name tables, and
 #     PyTorch's requested peak (.torch.peak_requested) equal to the default run's;
+#   - the trace taken by gpumem's tracker alone merges what PyTorch's own history, paired with
+#     it, merges;
 #   - --no-torch-history: no merge; --no-torch-hooks: no step ranges.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -112,12 +114,29 @@ n1=$(stacks_of tiny-default | grep -c "train_gpt2.py:") n0=$(stacks_of clock | g
   && ok "stacks: gpumem's tracker read the allocations' Python frames (meta.torch_stacks $s1; $n1 in the script), the same as PyTorch's own ($s0, GPUMEM_TORCH_TRACE=0)" \
   || bad "stacks: meta.torch_stacks '$s1' / '$s0' (lost '$lost'), $n1 / $n0 allocations in the script; first difference: $(diff <(stacks_of tiny-default) <(stacks_of clock) | head -3)"
 
-# a history ring that lost its first entries (PyTorch's and the tracker's keep the last N):
-# still paired, each entry placed exactly
-rec ring GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_MAX_ENTRIES=1000 -- -- --model tiny --steps 3 || true
-[[ $(jq_ ring '.torch.history_truncated') == true ]] && ok "ring: GPUMEM_TORCH_MAX_ENTRIES=1000 truncated PyTorch's history" \
-  || bad "ring: the history was not truncated ($(jq_ ring '.torch.history_truncated'))"
-check_placement ring
+# the trace is the tracker's (PyTorch's history stays off: meta.torch_history_from gpumem); with
+# PyTorch's history on too (GPUMEM_TORCH_PYTORCH_HISTORY=1), its entries paired with the tracker's,
+# the same run merges the same entries: kind, size, stream, range and stack of each, in order
+# (the addresses differ from run to run)
+rec pyhist GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_PYTORCH_HISTORY=1 -- -- --model tiny --steps 3 || true
+merged() { sqlite3 "$tmp/$1.db" "SELECT e.kind, e.size, e.stream, coalesce(r.path, ''), e.stack FROM events e
+  LEFT JOIN ranges r ON r.id = e.range WHERE e.kind BETWEEN 31 AND 35 ORDER BY e.seq"; }
+meta() { sqlite3 "$tmp/$1.db" "SELECT value FROM meta WHERE key = '$2'"; }
+f0=$(meta tiny-default torch_history_from) f1=$(meta pyhist torch_history_from) n0=$(merged tiny-default | wc -l)
+[[ $f0 == gpumem && $f1 == pytorch && $(meta pyhist torch_placement) == exact && $n0 -gt 1000 ]] &&
+  cmp -s <(merged tiny-default) <(merged pyhist) \
+  && ok "the tracker's trace (meta.torch_history_from $f0) merges the same $n0 entries as PyTorch's history paired with it ($f1)" \
+  || bad "the tracker's trace ($f0, $n0 entries) against PyTorch's history ($f1): $(diff <(merged tiny-default) <(merged pyhist) | head -3)"
+
+# a trace ring that lost its first entries (the tracker's keeps the last N, as PyTorch's history
+# does): each entry still placed exactly, and the report says the trace was truncated
+for v in ring ring-pyhist; do
+  e=(); [[ $v == ring-pyhist ]] && e=(GPUMEM_TORCH_PYTORCH_HISTORY=1)
+  rec "$v" GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_MAX_ENTRIES=1000 "${e[@]}" -- -- --model tiny --steps 3 || true
+  [[ $(jq_ "$v" '.torch.history_truncated') == true ]] && ok "$v: GPUMEM_TORCH_MAX_ENTRIES=1000 truncated the trace (from $(meta "$v" torch_history_from))" \
+    || bad "$v: the trace was not truncated ($(jq_ "$v" '.torch.history_truncated'))"
+  check_placement "$v"
+done
 
 # phases and names in the report's PyTorch tables (text and JSON)
 n=tiny-default
@@ -129,14 +148,15 @@ done
 phases=$(jq -r '[.torch.peak.by_phase[].phase] | join(" ")' "$tmp/$n.json")
 [[ $phases == *"/fwd/"* && $phases == *"/bwd/"* && $phases == *"/opt"* ]] && ok "$n: phases $(echo "$phases" | wc -w) (fwd, bwd, opt)" \
   || bad "$n: JSON phases: $phases"
-# PyTorch's clock moved onto the recording's (gm_torch.c, clock_offset): each segment's entry
-# within 200 us of the cudaMalloc that made it (the median of the gaps; PyTorch's time_us has
-# jitter of tens of us), however far apart the two clocks started (0.5-1.6 ms measured)
-off=$(sqlite3 "$tmp/$n.db" "SELECT value FROM meta WHERE key = 'torch_clock_offset_ns'")
-gap=$(sqlite3 "$tmp/$n.db" "SELECT abs(e.t - (SELECT max(a.t) FROM events a WHERE a.kind = 1 AND a.addr = e.addr
+# PyTorch's clock moved onto the recording's (gm_torch.c, clock_offset; the clock run: PyTorch's
+# history without the tracker): each segment's entry within 200 us of the cudaMalloc that made it
+# (the median of the gaps; PyTorch's time_us has jitter of tens of us), however far apart the
+# two clocks started (0.5-1.6 ms measured)
+off=$(meta clock torch_clock_offset_ns)
+gap=$(sqlite3 "$tmp/clock.db" "SELECT abs(e.t - (SELECT max(a.t) FROM events a WHERE a.kind = 1 AND a.addr = e.addr
         AND a.seq < e.seq)) AS g FROM events e WHERE e.kind = 34 ORDER BY g" | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "" }')
-[[ -n $off && -n $gap ]] && ((gap <= 200000)) && ok "$n: PyTorch's clock moved by $off ns; segments within $gap ns of their cudaMalloc (median)" \
-  || bad "$n: PyTorch's clock: offset '$off', median gap of segments to their cudaMalloc '$gap' ns"
+[[ -n $off && $off != 0 && -n $gap ]] && ((gap <= 200000)) && ok "clock: PyTorch's clock moved by $off ns; segments within $gap ns of their cudaMalloc (median)" \
+  || bad "clock: PyTorch's clock: offset '$off', median gap of segments to their cudaMalloc '$gap' ns"
 # PyTorch's libraries named through gm_sym.c's sorted symbol table as libdwfl names them
 GPUMEM_SYM_VERIFY=1 "$G" report "$tmp/$n.db" 2>&1 > /dev/null | grep 'symbol table: .* frames checked' > "$tmp/verify"
 read -r checked differ < <(sed -n 's/.*: \([0-9]*\) frames checked against libdwfl, \([0-9]*\) differ/\1 \2/p' "$tmp/verify")

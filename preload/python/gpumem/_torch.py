@@ -4,9 +4,12 @@ Loaded by gpumem's sitecustomize (preload/python/site/) in the process `gpumem r
 it waits for `import torch` and then, each part with its opt-out (the environment `gpumem
 record` sets, README.md "PyTorch programs"):
 
-- history (GPUMEM_TORCH_HISTORY=1, `--no-torch-history` turns it off): PyTorch's own memory
-  history (torch.cuda.memory._record_memory_history, Python stacks), queued with
-  torch.cuda._lazy_call so that CUDA is not initialized early; at exit, and at each OOM
+- history (GPUMEM_TORCH_HISTORY=1, `--no-torch-history` turns it off): every entry of PyTorch's
+  allocator trace, with each allocation's Python stack, taken by gpumem's trace tracker
+  (libgpumem_torch.so, preload/torch_trace.c), or, without the tracker (or with
+  GPUMEM_TORCH_PYTORCH_HISTORY=1), PyTorch's own memory history too
+  (torch.cuda.memory._record_memory_history), started with torch.cuda._lazy_call so that CUDA
+  is not initialized early; at exit, and at each OOM
   (PyTorch's OOM observer), the snapshot and the tensor names below are pickled into the file
   GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes (the first
   OOM's is also kept as GPUMEM_TORCH_SNAPSHOT.oom, which `gpumem record` writes beside the
@@ -131,14 +134,19 @@ def _history(torch):
     _state["max_entries"] = entries
 
     def start():
-        # gpumem's tracker first: it reads each allocation's Python stack itself, far cheaper than
-        # PyTorch's CapturedTraceback (preload/torch_trace.c), so the history then keeps none.
-        # Without it, the history's own stacks of allocations (the merge reads none of a free).
+        # gpumem's tracker first: its entries, with each allocation's Python stack, are the trace,
+        # and PyTorch's own history stays off (preload/torch_trace.c says why). Without the
+        # tracker, or with GPUMEM_TORCH_PYTORCH_HISTORY=1, PyTorch's history records too (its
+        # entries then paired with the tracker's), keeping its own stacks only where there is no
+        # tracker to read them.
         _trace_attach()
+        tracker = _state.get("trace") is not None
+        _state["history_from"] = ("gpumem" if tracker and _env("GPUMEM_TORCH_PYTORCH_HISTORY", "0") != "1"
+                                  else "pytorch")
         try:
-            torch.cuda.memory._record_memory_history(
-                max_entries=entries, context=None if _state.get("trace") else "alloc",
-                stacks="python")
+            if _state["history_from"] == "pytorch":
+                torch.cuda.memory._record_memory_history(
+                    max_entries=entries, context=None if tracker else "alloc", stacks="python")
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
         except Exception as e:  # noqa: BLE001
             _warn("PyTorch's memory history", e)
@@ -200,9 +208,9 @@ def _copy_out(fn):
 
 
 def _trace_copy():
-    """The tracker's entries so far (bytes, 48 a piece) and their Python stacks (preload/
-    torch_trace.c), or None. The stacks are copied after the entries, so every stack an entry
-    names is among them."""
+    """The tracker's entries so far (bytes, 72 a piece) and their Python stacks (preload/
+    torch_trace.c), or None; "history": they are the trace (PyTorch's history was off). The
+    stacks are copied after the entries, so every stack an entry names is among them."""
     lib = _state.get("trace")
     if lib is None:
         return None
@@ -210,8 +218,9 @@ def _trace_copy():
         entries = _copy_out(lib.gpumem_torch_trace_copy)
         stacks = _copy_out(lib.gpumem_torch_trace_stacks)
         if entries is not None and stacks is not None:
-            return {"entries": entries[0], "seen": entries[1], "entry_size": 48,
-                    "stacks": stacks[0], "stacks_lost": stacks[1]}
+            return {"entries": entries[0], "seen": entries[1], "entry_size": 72,
+                    "stacks": stacks[0], "stacks_lost": stacks[1],
+                    "history": _state.get("history_from") == "gpumem"}
     except Exception as e:  # noqa: BLE001
         _warn("copying gpumem's trace entries", e)
     return None
