@@ -298,9 +298,28 @@ static void words_init(struct gm_uses_op *ws)
     ws->cap = GM_USES_STACK_WORDS;
 }
 
-/* Room for `need` more words: the buffer doubled when full (off the stack the first time), so a
- * launch costs no malloc unless it has more candidates than the stack holds; 0 when memory
- * ran out (the words that fit are kept). */
+/* The thread's buffer for launches with more candidates than the stack holds (a multi-tensor
+ * kernel's: PyTorch's foreach AdamW passes four lists of up to 110 addresses), kept from launch
+ * to launch: a malloc and free per such launch cost more than its whole scan. Taken while a
+ * launch uses it (a launch inside another's hook, if any, takes memory of its own). */
+static __thread struct {
+    uint64_t *w;
+    size_t cap;
+    int taken;
+} spill;
+
+static pthread_key_t spill_key;
+static pthread_once_t spill_once = PTHREAD_ONCE_INIT;
+
+static void spill_key_make(void)
+{
+    (void)pthread_key_create(&spill_key, free);
+}
+
+/* Room for `need` more words: the buffer doubled when full (off the stack the first time, into
+ * the thread's spill buffer when it is free), so a launch costs no malloc unless it has more
+ * candidates than the stack and the spill buffer hold; 0 when memory ran out (the words that
+ * fit are kept). */
 static int words_room(struct gm_uses_op *ws, size_t need)
 {
     if (ws->cap - ws->n >= need)
@@ -308,6 +327,29 @@ static int words_room(struct gm_uses_op *ws, size_t need)
     size_t cap = ws->cap * 2;
     while (cap - ws->n < need)
         cap *= 2;
+    if (ws->w == ws->stack && !spill.taken) {
+        if (spill.cap < cap) {
+            pthread_once(&spill_once, spill_key_make);
+            uint64_t *r = realloc(spill.w, cap * sizeof *r);
+            if (!r)
+                return 0;
+            (void)pthread_setspecific(spill_key, r); /* freed when the thread exits */
+            spill.w = r, spill.cap = cap;
+        }
+        spill.taken = 1;
+        memcpy(spill.w, ws->stack, ws->n * sizeof *spill.w);
+        ws->w = spill.w;
+        ws->cap = spill.cap;
+        return 1;
+    }
+    if (ws->w == spill.w && spill.taken) { /* the spill buffer outgrown: grown in place, kept */
+        uint64_t *r = realloc(spill.w, cap * sizeof *r);
+        if (!r)
+            return 0;
+        (void)pthread_setspecific(spill_key, r);
+        spill.w = ws->w = r, spill.cap = ws->cap = cap;
+        return 1;
+    }
     uint64_t *p = ws->w == ws->stack ? malloc(cap * sizeof *p) : realloc(ws->w, cap * sizeof *p);
     if (!p)
         return 0;
@@ -320,7 +362,9 @@ static int words_room(struct gm_uses_op *ws, size_t need)
 
 static void words_free(struct gm_uses_op *ws)
 {
-    if (ws->w != ws->stack)
+    if (ws->w == spill.w && spill.taken)
+        spill.taken = 0;
+    else if (ws->w != ws->stack)
         free(ws->w);
 }
 
