@@ -113,6 +113,7 @@ static struct {
     /* for wrap_call (Module.__call__ in C): without them, the global hooks */
     PyObject *(*PyObject_Vectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
     PyObject *(*PyInstanceMethod_New)(PyObject *);
+    unsigned long long (*PyLong_AsUnsignedLongLong)(PyObject *); /* for the C++ data_ptr */
     /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
     int (*PyGILState_Ensure)(void);
     void (*PyGILState_Release)(int);
@@ -368,6 +369,7 @@ typedef struct {
 static struct {
     void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
     int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
+    int (*data_ptr)(PyObject *v, unsigned long long *out); /* v.data_ptr() read in C++: 0, else -1 */
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
@@ -794,12 +796,14 @@ GM_EXPORT void gpumem_torch_cpaths_release(void *paths)
 /* libgpumem_torch.so hands over its pre-hook functions when it is attached (both, or NULL to
  * stop using them). The forward hooks then add C++ pre-hooks where they can. Only with the C
  * hooks set up and a Python that has the GIL functions. */
-GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *))
+GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *),
+                                      int (*data_ptr)(PyObject *, unsigned long long *))
 {
     if (!hk.fns || !py.PyGILState_Ensure || !py.PyGILState_Release || !py.PyErr_WriteUnraisable ||
         !add != !is_last)
         return;
     cxx.add = add, cxx.is_last = is_last;
+    cxx.data_ptr = py.PyLong_AsUnsignedLongLong ? data_ptr : NULL;
 }
 
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */
@@ -904,6 +908,12 @@ static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
         py.Py_DecRef(was);
     }
     if (!same) return 0;
+    unsigned long long dp, named;
+    if (cxx.data_ptr && cxx.data_ptr(v, &dp) == 0) { /* a Tensor's or Parameter's, read in C++ */
+        named = py.PyLong_AsUnsignedLongLong(s1);
+        if (!(named == (unsigned long long)-1 && py.PyErr_Occurred())) return named == dp;
+        py.PyErr_Clear(); /* not an int there: compared as Python compares */
+    }
     PyObject *ptr = data_ptr(v);
     if (!ptr) return -1;
     int eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
@@ -1148,6 +1158,7 @@ static int find_python(void)
     HK_SYM(PyObject_CallOneArg);
     HK_SYM(PyObject_Vectorcall);
     HK_SYM(PyInstanceMethod_New);
+    HK_SYM(PyLong_AsUnsignedLongLong);
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);
     HK_SYM(PyErr_WriteUnraisable);

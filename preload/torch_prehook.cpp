@@ -26,14 +26,17 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
+#include <torch/csrc/autograd/python_variable.h>
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 
 // libgpumem.so's (preload/torch_hooks.c)
 extern "C" void gpumem_torch_cpaths_run(void *paths);
 extern "C" void gpumem_torch_cpaths_release(void *paths);
-extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *));
+extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *),
+                                       int (*data_ptr)(PyObject *, unsigned long long *));
 
 namespace {
 
@@ -86,10 +89,27 @@ int is_last(PyObject *node, void *hook)
     return n && !n->pre_hooks().empty() && n->pre_hooks().back().get() == hook;
 }
 
+// o.data_ptr() for a torch.Tensor or torch.nn.Parameter (their exact types: no
+// __torch_function__ to consult, which is all Python's data_ptr() does before the same call), read
+// in C++: 0, or -1 for anything else (the caller then calls o.data_ptr() through Python). The
+// optimizer hooks' scan asks this of every gradient and state value each step (torch_hooks.c,
+// unchanged): ~330 instructions a call through Python.
+int data_ptr_of(PyObject *o, unsigned long long *out)
+{
+    if (!THPVariableClass || !THPVariable_CheckExact(o)) return -1;
+    try {
+        *out = static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(THPVariable_Unpack(o).data_ptr()));
+        return 0;
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
 } // namespace
 
-// Called once the library is attached (torch_trace.cpp): the forward hooks use the C++ pre-hooks.
+// Called once the library is attached (torch_trace.cpp): the forward hooks use the C++ pre-hooks,
+// and the optimizer hooks the data pointer read here.
 void gm_torch_prehook_register()
 {
-    gpumem_torch_hooks_cxx(add_prehook, is_last);
+    gpumem_torch_hooks_cxx(add_prehook, is_last, data_ptr_of);
 }
