@@ -395,6 +395,55 @@ static int line_of(const ng_code *e, int64_t addr)
     return c->line;
 }
 
+/* What a frame gives, by (code object, raw instruction, owner): the frame kept as out, or left
+ * out (an incomplete frame). A hit still checks the code object's type and identity as
+ * code_entry does (the same fields, read where the code object lives: it is alive, since a frame
+ * runs it), so a code object freed and another made at its address is not mistaken for it; it
+ * skips code_entry's and line_of's lookups. Most of an allocation's frames are its callers',
+ * suspended where they were for the previous allocation: this is most of a stack's frames. */
+typedef struct ng_frame {
+    uintptr_t code, instr;       /* key (code 0: empty); instr: 3.11+ the instruction pointer,
+                                  * 3.9/3.10 f_lasti */
+    uintptr_t name, file, table; /* the code object's identity when cached (ng_code's fields) */
+    int64_t name_hash, name_len, table_size;
+    int32_t first;
+    uint8_t owner, skip;
+    rec_pyframe out;
+} ng_frame;
+
+#define FRAME_SLOTS 4096u
+static ng_frame frame_cache[FRAME_SLOTS];
+
+static inline ng_frame *frame_slot(uintptr_t code, uintptr_t instr)
+{
+    return &frame_cache[(addr_hash(code) ^ addr_hash(instr)) & (FRAME_SLOTS - 1)];
+}
+
+static const ng_frame *frame_hit(uintptr_t code, uintptr_t instr, int owner)
+{
+    const py_layout *l = ng.l;
+    const ng_frame *c = frame_slot(code, instr);
+    if (!c->code || c->code != code || c->instr != instr || c->owner != (uint8_t)owner ||
+        ld_ptr(code + OB_TYPE) != ng.code_type || ld_ptr(code + (uintptr_t)l->co_name) != c->name ||
+        ld_ptr(code + (uintptr_t)l->co_filename) != c->file ||
+        ld_ptr(code + (uintptr_t)l->co_lines) != c->table ||
+        ld_i32(code + (uintptr_t)l->co_firstlineno) != c->first ||
+        ld_i64(c->name + STR_HASH) != c->name_hash || ld_i64(c->name + STR_LENGTH) != c->name_len ||
+        ld_i64(c->table + BYTES_SIZE) != c->table_size)
+        return NULL;
+    return c;
+}
+
+static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code *e, int skip,
+                      const rec_pyframe *out)
+{
+    ng_frame *c = frame_slot(code, instr);
+    *c = (ng_frame){.code = code, .instr = instr, .name = e->name, .file = e->file, .table = e->table,
+                    .name_hash = e->name_hash, .name_len = e->name_len, .table_size = e->table_size,
+                    .first = e->first, .owner = (uint8_t)owner, .skip = (uint8_t)skip};
+    if (out) c->out = *out;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------- */
 
 static int walk(rec_pyframe *out, int max)
@@ -425,20 +474,32 @@ static int walk(rec_pyframe *out, int max)
         } else if ((owner = ld_u8(f + (uintptr_t)l->fr_owner)) > OWNED_BY_CSTACK) {
             break;
         }
-        const ng_code *e = owner == OWNED_BY_CSTACK ? NULL : code_entry(code);
-        if (!e) { /* an entry shim (3.12+), or unreadable: as the C API, leave it out */
+        if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
+            f = back;
+            continue;
+        }
+        uintptr_t raw = l->fr_owner < 0 ? (uintptr_t)(uint32_t)ld_i32(f + (uintptr_t)l->fr_instr)
+                                        : ld_ptr(f + (uintptr_t)l->fr_instr);
+        const ng_frame *hit = frame_hit(code, raw, owner);
+        if (hit) {
+            if (!hit->skip) out[n++] = hit->out;
+            f = back;
+            continue;
+        }
+        const ng_code *e = code_entry(code);
+        if (!e) { /* unreadable: as the C API, leave it out */
             f = back;
             continue;
         }
         int64_t addr; /* byte offset of the instruction running, < 0: not started */
         if (l->fr_owner < 0) {
-            int32_t lasti = ld_i32(f + (uintptr_t)l->fr_instr);
+            int32_t lasti = (int32_t)(uint32_t)raw;
             addr = lasti < 0 ? -1 : l->lines == LINES_310 ? (int64_t)lasti * 2 : lasti;
         } else {
-            uintptr_t base = code + (uintptr_t)l->co_code,
-                      instr = ld_ptr(f + (uintptr_t)l->fr_instr);
+            uintptr_t base = code + (uintptr_t)l->co_code, instr = raw;
             /* an incomplete frame (still copying its arguments in): the C API skips it too */
             if (owner != OWNED_BY_GENERATOR && instr < base + (uintptr_t)e->firsttraceable * 2) {
+                frame_put(code, raw, owner, e, 1, NULL);
                 f = back;
                 continue;
             }
@@ -448,6 +509,7 @@ static int walk(rec_pyframe *out, int max)
         out[n].function = e->function;
         out[n].file = e->file_id;
         out[n].line = line > 0 ? (uint32_t)line : 0;
+        frame_put(code, raw, owner, e, 0, &out[n]);
         n++;
         f = back;
     }
@@ -494,6 +556,7 @@ static void ng_fork_child(void)
 {
     pthread_mutex_init(&ng_lock, NULL);
     memset(code_cache, 0, sizeof code_cache); /* recorder string ids start again */
+    memset(frame_cache, 0, sizeof frame_cache);
 }
 
 #define NG_SYM(name) gm_real_dlsym_fn(RTLD_DEFAULT, name)
