@@ -198,7 +198,7 @@ struct tstack {
     char path[PATH_LEN];       /* "outer/inner/..." */
     long tid;
 };
-static __thread struct tstack ts;
+static __thread struct tstack ts __attribute__((tls_model("initial-exec")));
 
 static long my_tid(void)
 {

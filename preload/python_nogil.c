@@ -416,7 +416,7 @@ static ng_frame frame_cache[FRAME_SLOTS];
 
 static inline ng_frame *frame_slot(uintptr_t code, uintptr_t instr)
 {
-    return &frame_cache[(addr_hash(code) ^ addr_hash(instr)) & (FRAME_SLOTS - 1)];
+    return &frame_cache[addr_hash(code + instr * 0x9E3779B1u) & (FRAME_SLOTS - 1)];
 }
 
 static const ng_frame *frame_hit(uintptr_t code, uintptr_t instr, int owner)

@@ -60,7 +60,7 @@ REAL(cudaDeviceReset, reset_fn)
  * libcudart): the error the runtime gives when it cannot initialise. */
 #define NO_RUNTIME cudaErrorInitializationError
 
-static __thread int rt_thread_ready;
+static __thread int rt_thread_ready __attribute__((tls_model("initial-exec")));
 /* bumped by cudaDeviceReset: every thread lets the runtime re-initialise before serving again */
 static _Atomic int rt_reset_gen = 1;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;

@@ -113,7 +113,8 @@ static struct {
     /* for wrap_call (Module.__call__ in C): without them, the global hooks */
     PyObject *(*PyObject_Vectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
     PyObject *(*PyInstanceMethod_New)(PyObject *);
-    unsigned long long (*PyLong_AsUnsignedLongLong)(PyObject *); /* for the C++ data_ptr */
+    unsigned long (*PyLong_AsUnsignedLong)(PyObject *); /* for the C++ data_ptr (64 bits on LP64: the
+                                                      * digits read in a loop, not _PyLong_AsByteArray) */
     /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
     int (*PyGILState_Ensure)(void);
     void (*PyGILState_Release)(int);
@@ -803,7 +804,7 @@ GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is
         !add != !is_last)
         return;
     cxx.add = add, cxx.is_last = is_last;
-    cxx.data_ptr = py.PyLong_AsUnsignedLongLong ? data_ptr : NULL;
+    cxx.data_ptr = py.PyLong_AsUnsignedLong && sizeof(unsigned long) == 8 ? data_ptr : NULL;
 }
 
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */
@@ -910,7 +911,7 @@ static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
     if (!same) return 0;
     unsigned long long dp, named;
     if (cxx.data_ptr && cxx.data_ptr(v, &dp) == 0) { /* a Tensor's or Parameter's, read in C++ */
-        named = py.PyLong_AsUnsignedLongLong(s1);
+        named = py.PyLong_AsUnsignedLong(s1);
         if (!(named == (unsigned long long)-1 && py.PyErr_Occurred())) return named == dp;
         py.PyErr_Clear(); /* not an int there: compared as Python compares */
     }
@@ -1158,7 +1159,7 @@ static int find_python(void)
     HK_SYM(PyObject_CallOneArg);
     HK_SYM(PyObject_Vectorcall);
     HK_SYM(PyInstanceMethod_New);
-    HK_SYM(PyLong_AsUnsignedLongLong);
+    HK_SYM(PyLong_AsUnsignedLong);
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);
     HK_SYM(PyErr_WriteUnraisable);

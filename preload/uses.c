@@ -306,7 +306,7 @@ static __thread struct {
     uint64_t *w;
     size_t cap;
     int taken;
-} spill;
+} spill __attribute__((tls_model("initial-exec")));
 
 static pthread_key_t spill_key;
 static pthread_once_t spill_once = PTHREAD_ONCE_INIT;

@@ -451,10 +451,37 @@ static uint64_t str_hash(const char *s) {
     return h;
 }
 
+/* A thread's strings interned last, by their address, each with a copy of its text (the address
+ * may hold another string by the next call) and the recording's generation (ids start again in
+ * a forked child): a range pushed again (PyTorch's module hooks push the same paths every step)
+ * costs a compare instead of a hash, the lock and the table's compare. */
+#define ICACHE_SLOTS 8
+#define ICACHE_TEXT 48
+static __thread struct icache_ent {
+    const char *p;
+    uint32_t id, gen;
+    char text[ICACHE_TEXT];
+} icache[ICACHE_SLOTS] __attribute__((tls_model("initial-exec")));
+
+static uint32_t intern_slow(const char *s);
+
 /* Returns the string's id (>= 1), 0 on allocation failure. Each distinct string gets one id
  * for the whole recording (and one `strings` row, queued here for the writer). */
 static uint32_t intern(const char *s) {
     if (!s) return 0;
+    struct icache_ent *c = &icache[((uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 61];
+    uint32_t gen = atomic_load_explicit(&rec_g.gen, memory_order_relaxed);
+    if (c->p == s && c->gen == gen && c->id && strcmp(c->text, s) == 0) return c->id;
+    uint32_t id = intern_slow(s);
+    size_t n = strlen(s);
+    if (id && n < ICACHE_TEXT) {
+        c->p = s, c->id = id, c->gen = gen;
+        memcpy(c->text, s, n + 1);
+    }
+    return id;
+}
+
+static uint32_t intern_slow(const char *s) {
     uint64_t h = str_hash(s);
     pthread_mutex_lock(&rec_g.lock);
     struct rec_str_ent **b = &rec_g.strtab[h & rec_g.strtab_mask], *e;
