@@ -10,7 +10,8 @@
 #   torch.off_instr_per_step          not recorded (build/sim/torch-env)
 #   torch.rec_instr_per_step          under `gpumem record` as a user runs it
 #   torch.rec_instr_per_step.no_hooks the same with --no-torch-hooks
-#   torch.rec_vs_off_instr            off / rec: the instruction count's speed ratio
+#   torch.rec_vs_off_instr            off / rec: the instruction count's speed ratio; the script
+#                                     fails below 0.9 (issue 35's bar for torch.rec_vs_off)
 #   torch.hooks_instr_per_step        rec - no_hooks: the module and optimizer hooks
 # The three runs go side by side (~5 min each under valgrind). TORCH_INSTR_KEEP=DIR keeps the
 # profiles there (<variant>.main, <variant>.bwd: callgrind_annotate reads them). Skipped (no
@@ -61,3 +62,9 @@ echo "BENCH torch.rec_instr_per_step $rec instr"
 echo "BENCH torch.rec_instr_per_step.no_hooks $nh instr"
 echo "BENCH torch.hooks_instr_per_step $((rec - nh)) instr"
 awk -v a="$off" -v b="$rec" 'BEGIN { printf "BENCH torch.rec_vs_off_instr %.3f x\n", a / b }'
+# the bar of issue 35 (torch.rec_vs_off >= 0.9), gated here on instructions: they repeat within
+# 0.1% where the wall-clock ratio moves by ±30% on a shared machine
+if ! awk -v a="$off" -v b="$rec" 'BEGIN { exit !(a / b >= 0.9) }'; then
+  echo "torch_rec_instr: a recorded step costs more than 1/0.9 of an unrecorded one in instructions ($rec against $off)" >&2
+  exit 1
+fi
