@@ -14,7 +14,9 @@ record` sets, README.md "PyTorch programs"):
   GPUMEM_TORCH_SNAPSHOT, which `gpumem record` merges into the database and removes (the first
   OOM's is also kept as GPUMEM_TORCH_SNAPSHOT.oom, which `gpumem record` writes beside the
   database as PyTorch's snapshot of that moment, then removes);
-- hooks (GPUMEM_TORCH_HOOKS=1, `--no-torch-hooks`): global module and optimizer hooks that open
+- hooks (GPUMEM_TORCH_HOOKS=1, `--no-torch-hooks`): module hooks (run by a C Module.__call__
+  from preload/torch_hooks.c where it can be made, global module hooks otherwise; _Hooks.register)
+  and optimizer hooks that open
   gpumem ranges "step N/fwd/<module path>", "step N/bwd/<module path>" and "step N/opt" (one
   module range open at a time, the innermost, so that the path is the module's own), and name
   parameters, gradients and optimizer state ("<param>", "grad.<param>", "adam.exp_avg.<param>");
