@@ -389,9 +389,11 @@ static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const un
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
-                                                        const struct spans *sp,
-                                                        const unsigned char *base, size_t words)
+/* both: test the host span too (a program with pinned host memory); without it, the device
+ * span alone, a third fewer instructions a group (PyTorch's steps pin nothing) */
+__attribute__((target("avx2"), always_inline)) static inline size_t
+scan_avx2_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base, size_t words,
+                int both)
 {
     const __m256i flip = _mm256_set1_epi64x(INT64_MIN);
     const __m256i dlo = _mm256_set1_epi64x((long long)sp->dlo);
@@ -406,12 +408,22 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
         if (_mm256_testz_si256(v, v))
             continue;
         __m256i d = _mm256_xor_si256(_mm256_sub_epi64(v, dlo), flip);
-        __m256i h = _mm256_xor_si256(_mm256_sub_epi64(v, hlo), flip);
-        __m256i hit = _mm256_or_si256(_mm256_cmpgt_epi64(dlen, d), _mm256_cmpgt_epi64(hlen, h));
+        __m256i hit = _mm256_cmpgt_epi64(dlen, d);
+        if (both) {
+            __m256i h = _mm256_xor_si256(_mm256_sub_epi64(v, hlo), flip);
+            hit = _mm256_or_si256(hit, _mm256_cmpgt_epi64(hlen, h));
+        }
         if (!_mm256_testz_si256(hit, hit))
             n = scan_words(w, n, sp, base + 8 * i, 4);
     }
     return scan_words(w, n, sp, base + 8 * i, words - i);
+}
+
+__attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
+                                                        const struct spans *sp,
+                                                        const unsigned char *base, size_t words)
+{
+    return sp->hlen ? scan_avx2_spans(w, n, sp, base, words, 1) : scan_avx2_spans(w, n, sp, base, words, 0);
 }
 #endif
 

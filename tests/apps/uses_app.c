@@ -15,6 +15,8 @@
  *                        offset calculator's size): interior pointers into 280 allocations
  *                        W000..W279, one every seventh word from the third, among zeros
  *                        (first half) and sizes and zeros; W_unused is allocated and never passed
+ *   uses_app wide pinned the same, and a pointer into a pinned host buffer W_pinned (cudaMallocHost)
+ *                        among the sizes
  * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
  * succeeded and every kernel saw the values it was given.
  */
@@ -265,6 +267,7 @@ static void sleeper(int n)
 }
 
 enum { WIDE_WORDS = 2003, WIDE_ALLOCS = 280 };
+static int wide_pinned; /* uses_app wide pinned */
 static void k_wide(void **p) { (void)p; }
 
 static void wide(void)
@@ -283,6 +286,12 @@ static void wide(void)
         arg[2 + 7 * k] = (uint64_t)(uintptr_t)(p + 8 * (k % 100));
     }
     dev_alloc("W_unused", 4096);
+    if (wide_pinned) { /* pinned host memory among the sizes: the scan tests the host span too */
+        void *h = NULL;
+        RT(cudaMallocHost(&h, 4096));
+        if (name_fn) name_fn(h, "W_pinned");
+        arg[WIDE_WORDS - 9] = (uint64_t)(uintptr_t)h + 16;
+    }
     void *args[] = {arg};
     dim3 g = {1, 1, 1}, b = {1, 1, 1};
     RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
@@ -300,8 +309,10 @@ int main(int argc, char **argv)
         paths();
     else if (!strcmp(mode, "copies"))
         copy_ops();
-    else if (!strcmp(mode, "wide"))
+    else if (!strcmp(mode, "wide")) {
+        wide_pinned = argc > 2 && !strcmp(argv[2], "pinned");
         wide();
+    }
     else if (!strcmp(mode, "sleep"))
         sleeper(argc > 2 ? atoi(argv[2]) : 3);
     else {

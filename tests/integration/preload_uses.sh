@@ -11,7 +11,9 @@
 #    path's allocation used by exactly its kernel; the GPUMEM_STATS launch counter agrees;
 #  - a kernel with one parameter of 2,003 words (PyTorch's offset calculators are kilobytes)
 #    holding interior pointers into 280 allocations among sizes and zeros: exactly those 280
-#    get uses (more candidates than the hook's stack buffer holds), the unused one none;
+#    get uses (more candidates than the hook's stack buffer holds), the unused one none; with a
+#    pointer into pinned host memory among the sizes too, that buffer also gets its use (the
+#    scan tests the host span only where there is one);
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -64,6 +66,11 @@ DB=$TMP/wide.db
 run_app "$DB" "$TMP/wide.out" "$APPS/uses_app" wide || { fail "uses_app wide"; cat "$TMP/wide.out" "$TMP/wide.out.err"; }
 check_eq "wide: k_wide uses exactly W000..W279" "$(used_names "$DB" k_wide)" "$(printf 'W%03d\n' $(seq 0 279) | paste -sd ' ')"
 check_eq "wide: W_unused has no use" "$(q "$DB" "SELECT count(*) FROM uses u JOIN allocations a ON a.id = u.birth WHERE a.name = 'W_unused';")" 0
+# and pinned host memory among them: the scan tests the host span as well as the device span
+DB=$TMP/widep.db
+run_app "$DB" "$TMP/widep.out" "$APPS/uses_app" wide pinned || { fail "uses_app wide pinned"; cat "$TMP/widep.out" "$TMP/widep.out.err"; }
+check_eq "wide pinned: k_wide uses exactly W000..W279 and W_pinned" "$(used_names "$DB" k_wide | tr ' ' '\n' | sort | paste -sd ' ')" \
+  "$( (printf 'W%03d\n' $(seq 0 279); echo W_pinned) | sort | paste -sd ' ')"
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
