@@ -30,8 +30,9 @@
  * free-threaded) leaves _torch.py on its Python hooks.
  *
  * CPython is reached as python.c does: nothing links libpython, the functions are looked up with
- * dlsym(RTLD_DEFAULT), and only functions of the stable ABI and the stable PyMethodDef layout
- * are used (no object layout is read). Every function here runs holding the GIL (PyTorch calls
+ * dlsym(RTLD_DEFAULT), and only functions of the stable ABI and the stable PyMethodDef,
+ * PyType_Spec and PyMemberDef layouts are used (no object layout is read but the object head of
+ * the one type made here, wrap_call's). Every function here runs holding the GIL (PyTorch calls
  * hooks with it), which is also the lock of this file's shared state.
  */
 #include "preload/gm_internal.h"
@@ -56,7 +57,6 @@ typedef struct {
 #define PY_METH_NOARGS 0x0004
 #define PY_METH_O 0x0008
 #define PY_METH_FASTCALL 0x0080
-#define PY_METH_KEYWORDS 0x0002
 #define PY_EQ 2
 
 static struct {
@@ -112,7 +112,11 @@ static struct {
     PyObject *(*PyObject_CallOneArg)(PyObject *, PyObject *);
     /* for wrap_call (Module.__call__ in C): without them, the global hooks */
     PyObject *(*PyObject_Vectorcall)(PyObject *, PyObject *const *, size_t, PyObject *);
-    PyObject *(*PyInstanceMethod_New)(PyObject *);
+    PyObject *(*PyType_FromSpec)(void *);
+    PyObject *(*PyType_GenericAlloc)(PyObject *, Py_ssize_t);
+    PyObject *(*PyMethod_New)(PyObject *, PyObject *);
+    PyObject *(*PyVectorcall_Call)(PyObject *, PyObject *, PyObject *);
+    PyObject *(*PyObject_GenericGetAttr)(PyObject *, PyObject *);
     unsigned long (*PyLong_AsUnsignedLong)(PyObject *); /* for the C++ data_ptr (64 bits on LP64: the
                                                       * digits read in a loop, not _PyLong_AsByteArray) */
     /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
@@ -665,15 +669,33 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return post_work(args[2]) == 0 ? none() : swallow(hk.s_fwd_what);
 }
 
-/* torch.nn.Module.__call__ in place of the two global hooks (wrap_call): orig is the __call__ it
- * replaced, called with the same arguments between pre_work and post_work, which run where
- * PyTorch would have run the hooks (not when the forward raises, as PyTorch's forward hook is
- * not). Why: a global hook sends every module call through the long path of Module._call_impl
- * (a closure, a set, the hook dictionaries copied into tuples: ~12,000 instructions a call, 23
- * calls a tiny GPT-2 step; tests/bench/README.md, torch.rec_vs_off), while this keeps the
- * short one and adds no Python frame. */
-static PyObject *module_call(PyObject *orig, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* torch.nn.Module.__call__ in place of the two global hooks (wrap_call): an object of a small type
+ * made here (gpumem_module_call) holding orig, the __call__ it replaced, which it calls with the
+ * same arguments between pre_work and post_work, where PyTorch would have run the hooks (not
+ * when the forward raises, as PyTorch's forward hook is not). Why: a global hook sends every
+ * module call through the long path of Module._call_impl (a closure, a set, the hook
+ * dictionaries copied into tuples: ~12,000 instructions a call, 23 calls a tiny GPT-2 step;
+ * tests/bench/README.md, torch.rec_vs_off), while this keeps the short one and adds no Python
+ * frame.
+ *
+ * The type is what a Python method is to its class: a method descriptor (called through the
+ * class with the module first, bound by __get__ otherwise) called by vectorcall, whose
+ * __wrapped__ is orig, so that inspect.signature(module) reads orig's (self, *args, **kwargs) as
+ * before, and whose other attributes (__name__, __qualname__, __doc__...) are orig's. A builtin
+ * function would do the calling, but inspect refuses a builtin __call__, and a library that
+ * asks a module for its signature would fail under gpumem. */
+typedef struct {
+    Py_ssize_t refcnt;
+    PyObject *type;
+    void *vectorcall; /* module_call: the instance's vectorcall (__vectorcalloffset__) */
+    PyObject *orig;
+} call_obj;
+
+#define PY_VECTORCALL_ARGUMENTS_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
+
+static PyObject *module_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    Py_ssize_t nargs = (Py_ssize_t)(nargsf & ~PY_VECTORCALL_ARGUMENTS_OFFSET);
     if (nargs < 1) {
         py.PyErr_SetString(*py.PyExc_TypeError, "Module.__call__: no module");
         return NULL;
@@ -683,7 +705,7 @@ static PyObject *module_call(PyObject *orig, PyObject *const *args, Py_ssize_t n
         if (!r) return NULL;
         py.Py_DecRef(r);
     }
-    PyObject *out = py.PyObject_Vectorcall(orig, args, (size_t)nargs, kwnames);
+    PyObject *out = py.PyObject_Vectorcall(((call_obj *)self)->orig, args, nargsf, kwnames);
     if (!out) return NULL;
     if (post_work(out) != 0) {
         PyObject *r = swallow(hk.s_fwd_what);
@@ -695,23 +717,72 @@ static PyObject *module_call(PyObject *orig, PyObject *const *args, Py_ssize_t n
     }
     return out;
 }
-static py_method_def module_call_def = {"__call__", (void *)module_call, PY_METH_FASTCALL | PY_METH_KEYWORDS,
-                                        "torch.nn.Module.__call__ with gpumem's forward ranges"};
 
-/* wrap_call(orig) -> the function to set as torch.nn.Module.__call__ (an instancemethod: bound to
- * the module like a Python method). */
+/* __get__: through the class (no instance), itself; through a module, a method bound to it */
+static PyObject *call_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (!obj || obj == py.None) {
+        py.Py_IncRef(self);
+        return self;
+    }
+    return py.PyMethod_New(self, obj);
+}
+
+/* an attribute not its own (__name__, __qualname__, __doc__, __module__...): orig's */
+static PyObject *call_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *r = py.PyObject_GenericGetAttr(self, name);
+    if (r || !py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return r;
+    py.PyErr_Clear();
+    return py.PyObject_GetAttr(((call_obj *)self)->orig, name);
+}
+
+/* The stable ABI's type spec, slots and members (Include/object.h, typeslots.h, descrobject.h). */
+typedef struct { int slot; void *pfunc; } py_type_slot;
+typedef struct { const char *name; int basicsize, itemsize; unsigned flags; py_type_slot *slots; } py_type_spec;
+typedef struct { const char *name; int type; Py_ssize_t offset; int flags; const char *doc; } py_member_def;
+enum { PY_TP_CALL = 50, PY_TP_DESCR_GET = 54, PY_TP_GETATTRO = 58, PY_TP_MEMBERS = 72, PY_TP_DOC = 56 };
+enum { PY_T_OBJECT = 6, PY_T_PYSSIZET = 19, PY_READONLY = 1 };
+#define PY_TPFLAGS_DEFAULT (1ul << 18)           /* Py_TPFLAGS_HAVE_VERSION_TAG */
+#define PY_TPFLAGS_HAVE_VECTORCALL (1ul << 11)
+#define PY_TPFLAGS_METHOD_DESCRIPTOR (1ul << 17)
+
+static PyObject *call_type;
+
+/* wrap_call(orig) -> the object to set as torch.nn.Module.__call__ */
 static PyObject *wrap_call(PyObject *self, PyObject *orig)
 {
     (void)self;
-    if (!py.PyObject_Vectorcall || !py.PyInstanceMethod_New) {
+    if (!py.PyObject_Vectorcall || !py.PyType_FromSpec || !py.PyType_GenericAlloc || !py.PyMethod_New ||
+        !py.PyVectorcall_Call || !py.PyObject_GenericGetAttr) {
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem wrap_call: this Python lacks vectorcall");
         return NULL;
     }
-    PyObject *f = py.PyCFunction_NewEx(&module_call_def, orig, NULL);
-    if (!f) return NULL;
-    PyObject *m = py.PyInstanceMethod_New(f);
-    py.Py_DecRef(f);
-    return m;
+    if (!call_type) {
+        static py_member_def members[] = {
+            {"__vectorcalloffset__", PY_T_PYSSIZET, offsetof(call_obj, vectorcall), PY_READONLY, NULL},
+            {"__wrapped__", PY_T_OBJECT, offsetof(call_obj, orig), PY_READONLY, NULL},
+            {NULL, 0, 0, 0, NULL}};
+        static py_type_slot slots[] = {
+            {PY_TP_CALL, NULL}, /* PyVectorcall_Call, filled below */
+            {PY_TP_DESCR_GET, (void *)call_get},
+            {PY_TP_GETATTRO, (void *)call_getattro},
+            {PY_TP_MEMBERS, members},
+            {PY_TP_DOC, (void *)"torch.nn.Module.__call__ with gpumem's forward ranges (preload/torch_hooks.c)"},
+            {0, NULL}};
+        static py_type_spec spec = {"gpumem_module_call", (int)sizeof(call_obj), 0,
+                                    PY_TPFLAGS_DEFAULT | PY_TPFLAGS_HAVE_VECTORCALL | PY_TPFLAGS_METHOD_DESCRIPTOR,
+                                    slots};
+        slots[0].pfunc = (void *)py.PyVectorcall_Call;
+        if (!(call_type = py.PyType_FromSpec(&spec))) return NULL;
+    }
+    call_obj *c = (call_obj *)py.PyType_GenericAlloc(call_type, 0);
+    if (!c) return NULL;
+    c->vectorcall = (void *)module_call;
+    py.Py_IncRef(orig);
+    c->orig = orig;
+    return (PyObject *)c;
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
@@ -1158,7 +1229,11 @@ static int find_python(void)
         }
     HK_SYM(PyObject_CallOneArg);
     HK_SYM(PyObject_Vectorcall);
-    HK_SYM(PyInstanceMethod_New);
+    HK_SYM(PyType_FromSpec);
+    HK_SYM(PyType_GenericAlloc);
+    HK_SYM(PyMethod_New);
+    HK_SYM(PyVectorcall_Call);
+    HK_SYM(PyObject_GenericGetAttr);
     HK_SYM(PyLong_AsUnsignedLong);
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);

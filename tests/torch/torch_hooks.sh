@@ -12,7 +12,8 @@
 # (torch_hooks_ident.py: a new gradient at the old one's _cdata and data pointer is named; the
 # edge program's zero_grad(set_to_none=True) renames each gradient once), and that
 # checkpointing's re-run forward is placed under its own block's backward. Each run says which
-# hooks PyTorch called.
+# hooks PyTorch called, and inspect.signature of a module and of Module.__call__ is PyTorch's own
+# whichever runs them.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 export PYTHONHASHSEED=0
@@ -72,7 +73,7 @@ for u in 0 1; do
 done
 rec edge0.cg C GPUMEM_TORCH_GLOBAL_HOOKS=1 -- "$edge"
 same "edge (the C hooks as global hooks)" edge0.cg edge0.py
-grep -q -x 'hooks instancemethod' "$tmp/edge0.c.log" && grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.cg.log" &&
+grep -q -x 'hooks gpumem_module_call' "$tmp/edge0.c.log" && grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.cg.log" &&
   grep -q -x 'hooks method' "$tmp/edge0.py.log" \
   && ok "the C hooks ran from Module.__call__ (as global hooks with GPUMEM_TORCH_GLOBAL_HOOKS=1), and GPUMEM_TORCH_C_HOOKS=0 ran the Python ones" \
   || bad "not the hooks expected: $(grep -h '^hooks' "$tmp"/edge0.{c,cg,py}.log | tr '\n' ' ')"
@@ -85,6 +86,11 @@ if nm -D "$build/libgpumem_torch.so" 2> /dev/null | grepq ' U gpumem_torch_hooks
 else
   echo "note: $build/libgpumem_torch.so has no C++ pre-hooks (no Python headers when it was built): not checked"
 fi
+for h in c cg py; do
+  [[ $(grep '^signature' "$tmp/edge0.$h.log") == 'signature (*args, **kwargs) (self, *args, **kwargs)' ]] \
+    && ok "edge $h: inspect.signature of a module and of Module.__call__ as PyTorch's own" \
+    || bad "edge $h: $(grep '^signature\|Error' "$tmp/edge0.$h.log" | head -2)"
+done
 for h in c py; do
   n=$(grep -c 'gpumem: a forward hook failed (ValueError: planted)' "$tmp/edge0.$h.log")
   [[ $n == 1 ]] && ok "edge $h: the raising output warned once" || bad "edge $h: $n warnings"

@@ -5,11 +5,12 @@ a leaf returned as is (its own tensor hook), a forward under no_grad, a module w
 output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
 output is dropped (it is freed at once: the hooks keep nothing alive), and with USER_RANGES=1
 a program that names its own phases (no ranges from the hooks). Prints which hooks run: "hooks
-instancemethod" (the C ones run by a C Module.__call__, preload/torch_hooks.c's module_call),
+gpumem_module_call" (the C ones run by a C Module.__call__, preload/torch_hooks.c's module_call),
 "hooks builtin_function_or_method" (the C ones as global hooks, GPUMEM_TORCH_GLOBAL_HOOKS=1),
 "hooks method" (Python's, as global hooks).
 """
 import ctypes
+import inspect
 import os
 
 import torch
@@ -88,6 +89,8 @@ x = torch.randn(2, 4, device="cuda")
 opt = torch.optim.AdamW(list(inner.parameters()) + list(leaf.parameters()) + list(pair.parameters()))
 glob = M._global_forward_pre_hooks
 print("hooks", type(next(iter(glob.values())) if glob else vars(M.Module)["__call__"]).__name__)
+# whatever runs the hooks, a module's signature is what PyTorch's own __call__ gives
+print("signature", inspect.signature(inner), inspect.signature(torch.nn.Module.__call__))
 for step in range(3):
     bad(x)
     waste(x)
