@@ -117,6 +117,7 @@ static struct {
     PyObject *(*PyMethod_New)(PyObject *, PyObject *);
     PyObject *(*PyVectorcall_Call)(PyObject *, PyObject *, PyObject *);
     PyObject *(*PyObject_GenericGetAttr)(PyObject *, PyObject *);
+    void *(*PyVectorcall_Function)(PyObject *); /* where exported (3.11 is; an inline function in some) */
     unsigned long (*PyLong_AsUnsignedLong)(PyObject *); /* for the C++ data_ptr (64 bits on LP64: the
                                                       * digits read in a loop, not _PyLong_AsByteArray) */
     /* for the C++ pre-hooks (torch_prehook.cpp), which autograd calls without the GIL */
@@ -755,7 +756,7 @@ static PyObject *wrap_call(PyObject *self, PyObject *orig)
 {
     (void)self;
     if (!py.PyObject_Vectorcall || !py.PyType_FromSpec || !py.PyType_GenericAlloc || !py.PyMethod_New ||
-        !py.PyVectorcall_Call || !py.PyObject_GenericGetAttr) {
+        !py.PyVectorcall_Call || !py.PyObject_GenericGetAttr || !py.PyVectorcall_Function) {
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem wrap_call: this Python lacks vectorcall");
         return NULL;
     }
@@ -782,6 +783,13 @@ static PyObject *wrap_call(PyObject *self, PyObject *orig)
     c->vectorcall = (void *)module_call;
     py.Py_IncRef(orig);
     c->orig = orig;
+    /* the interpreter finds the vectorcall where __vectorcalloffset__ said (a Python whose
+     * PyType_FromSpec ignored it would call the object head): else the global hooks */
+    if (py.PyVectorcall_Function((PyObject *)c) != (void *)module_call) {
+        py.Py_DecRef((PyObject *)c);
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem wrap_call: the type's vectorcall is not where it was put");
+        return NULL;
+    }
     return (PyObject *)c;
 }
 
@@ -1234,6 +1242,7 @@ static int find_python(void)
     HK_SYM(PyMethod_New);
     HK_SYM(PyVectorcall_Call);
     HK_SYM(PyObject_GenericGetAttr);
+    HK_SYM(PyVectorcall_Function);
     HK_SYM(PyLong_AsUnsignedLong);
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);
