@@ -190,7 +190,7 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
                 fprintf(stderr, "gpumem: PyTorch's %s was not merged into %s: %s\n",
                         r->history ? "history" : "op log", dbpath, err);
             else if (!quiet && r->history)
-                fprintf(stderr, "gpumem: merged PyTorch's memory history (%llu entries, %.2f s) into %s\n",
+                fprintf(stderr, "gpumem: merged PyTorch's allocator trace (%llu entries, %.2f s) into %s\n",
                         (unsigned long long)n, secs, dbpath);
             else if (!quiet)
                 fprintf(stderr, "gpumem: merged PyTorch's op log (%llu ops, %.2f s) into %s\n",

@@ -1104,9 +1104,10 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     free(at_dev.idx);
     uint64_t gap = df.device > tv->peak_reserved ? df.device - tv->peak_reserved : 0;
     uint64_t less = tv->peak_reserved > df.torch_then ? tv->peak_reserved - df.torch_then : 0;
-    char conf[256], ver[64];
+    char conf[256], ver[64], from[16];
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
+    gm_meta_text(d, "torch_history_from", from, sizeof from); /* gpumem: its tracker's trace */
     if (o->json) {
         fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
@@ -1140,8 +1141,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
         gm_fmt_bytes(tv->peak_reserved, r, sizeof r);
         gm_fmt_bytes(tv->peak_requested, q, sizeof q);
-        fprintf(out, "\nPyTorch's allocator (its own memory history, merged: torch %s%s%s)\n", ver[0] ? ver : "?",
-                conf[0] ? ", PYTORCH_CUDA_ALLOC_CONF=" : "", conf);
+        fprintf(out, "\nPyTorch's allocator (%s, merged: torch %s%s%s)\n",
+                strcmp(from, "gpumem") ? "its own memory history" : "its trace, taken by gpumem's tracker",
+                ver[0] ? ver : "?", conf[0] ? ", PYTORCH_CUDA_ALLOC_CONF=" : "", conf);
         fprintf(out, "  peak requested      %s (%" PRIu64 " bytes, at event %" PRIu64 "; memory_stats' requested_bytes)\n", q,
                 tv->peak_requested, tv->peak_requested_seq);
         fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_allocated)\n", a,
@@ -1547,7 +1549,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     } else {
         print_header(d, m, out, "leaks");
         if (m->is_torch_view)
-            fprintf(out, "  view      PyTorch's tensors, from its memory history (gpumem record merged it);\n"
+            fprintf(out, "  view      PyTorch's tensors, from its allocator trace (gpumem record merged it);\n"
                          "            its cached segments are not leaks and are not listed\n");
         fprintf(out, "\nAlive at exit, by call site\n");
         if (ns == 0) fprintf(out, "  nothing: every allocation was freed\n");

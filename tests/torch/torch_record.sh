@@ -32,7 +32,7 @@ rec() {
   shift
   env "${envs[@]}" "$G" record -o "$tmp/$name.db" "${ropts[@]}" -- "$torch_py" "$script" "$@" \
     > "$tmp/$name.out" 2> "$tmp/$name.err" || { bad "$name: recording failed"; tail -5 "$tmp/$name.err"; return 1; }
-  grep -q "merged PyTorch's memory history\|--no-torch-history\|gpumem" "$tmp/$name.err" || true
+  grep -q "merged PyTorch's allocator trace\|--no-torch-history\|gpumem" "$tmp/$name.err" || true
 }
 fig() { awk -v k="$2" '$1 == k { print $2 }' "$tmp/$1.out"; }
 # check_placement NAME: PyTorch's entries and the tensor names placed by gpumem's trace tracker
