@@ -24,8 +24,8 @@
  * (autograd's device threads allocate without it): this file takes only its own mutex and
  * calls nothing that could call back into PyTorch or Python. The store is a ring of
  * GPUMEM_TORCH_MAX_ENTRIES per device seen (2,000,000 by default, as PyTorch's history keeps),
- * growing by doubling; once full, the oldest entries are overwritten, and the merge says the
- * trace was truncated (entries seen against entries kept).
+ * growing by doubling (mremap: nothing copied); once full, the oldest entries are overwritten,
+ * and the merge says the trace was truncated (entries seen against entries kept).
  *
  * Stacks. Each allocation entry also gets the allocating thread's Python frames, read here
  * (gm_python_frames_now: the interpreter's frame chain read in place, a dozen loads a frame),
@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "snapshot/record/u64map.h"
 
@@ -103,17 +104,17 @@ static size_t tt_max(void)
     return (size_t)v;
 }
 
-/* Grows the ring (unwrapped into the new array) up to max; 0 when there is room. */
+/* Grows the ring up to max; 0 when there is room. It is full only while not yet wrapped (held
+ * entries in slots 0..n-1), so it is mapped memory moved with mremap: the pages written stay
+ * where they are, none copied (a doubling copied every entry and faulted in its new pages). */
 static int tt_grow(void)
 {
     if (tt.cap >= tt.max) return -1;
     size_t cap = tt.cap ? tt.cap * 2 : 4096;
     if (cap > tt.max) cap = tt.max;
-    tt_entry *r = malloc(cap * sizeof *r);
-    if (!r) return -1;
-    /* held entries are in order from (head - n) mod cap; not full yet, so that is slot 0 */
-    if (tt.n) memcpy(r, tt.ring, tt.n * sizeof *r);
-    free(tt.ring);
+    void *r = tt.ring ? mremap(tt.ring, tt.cap * sizeof *tt.ring, cap * sizeof *tt.ring, MREMAP_MAYMOVE)
+                      : mmap(NULL, cap * sizeof *tt.ring, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) return -1;
     tt.ring = r;
     tt.cap = cap;
     tt.head = tt.n;
