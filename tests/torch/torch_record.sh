@@ -117,16 +117,18 @@ n1=$(stacks_of tiny-default | grep -c "train_gpt2.py:") n0=$(stacks_of clock | g
 # the trace is the tracker's (PyTorch's history stays off: meta.torch_history_from gpumem); with
 # PyTorch's history on too (GPUMEM_TORCH_PYTORCH_HISTORY=1), its entries paired with the tracker's,
 # the same run merges the same entries: kind, size, stream, range and stack of each, in order
-# (the addresses differ from run to run)
-rec pyhist GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_PYTORCH_HISTORY=1 -- -- --model tiny --steps 3 || true
+# (the addresses differ from run to run). 10 steps: more entries than the tracker's first ring
+# holds (4,096), so it has grown
+rec trk10 GPUMEM_SIM_BACKING=memory -- -- --model tiny --steps 10 || true
+rec pyhist GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_PYTORCH_HISTORY=1 -- -- --model tiny --steps 10 || true
 merged() { sqlite3 "$tmp/$1.db" "SELECT e.kind, e.size, e.stream, coalesce(r.path, ''), e.stack FROM events e
   LEFT JOIN ranges r ON r.id = e.range WHERE e.kind BETWEEN 31 AND 35 ORDER BY e.seq"; }
 meta() { sqlite3 "$tmp/$1.db" "SELECT value FROM meta WHERE key = '$2'"; }
-f0=$(meta tiny-default torch_history_from) f1=$(meta pyhist torch_history_from) n0=$(merged tiny-default | wc -l)
-[[ $f0 == gpumem && $f1 == pytorch && $(meta pyhist torch_placement) == exact && $n0 -gt 1000 ]] &&
-  cmp -s <(merged tiny-default) <(merged pyhist) \
+f0=$(meta trk10 torch_history_from) f1=$(meta pyhist torch_history_from) n0=$(merged trk10 | wc -l)
+[[ $f0 == gpumem && $f1 == pytorch && $(meta pyhist torch_placement) == exact && $n0 -gt 4096 ]] &&
+  cmp -s <(merged trk10) <(merged pyhist) \
   && ok "the tracker's trace (meta.torch_history_from $f0) merges the same $n0 entries as PyTorch's history paired with it ($f1)" \
-  || bad "the tracker's trace ($f0, $n0 entries) against PyTorch's history ($f1): $(diff <(merged tiny-default) <(merged pyhist) | head -3)"
+  || bad "the tracker's trace ($f0, $n0 entries) against PyTorch's history ($f1): $(diff <(merged trk10) <(merged pyhist) | head -3)"
 
 # a trace ring that lost its first entries (the tracker's keeps the last N, as PyTorch's history
 # does): each entry still placed exactly, and the report says the trace was truncated
