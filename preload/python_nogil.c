@@ -318,11 +318,19 @@ static int table_line(uintptr_t table, int64_t size, int first, int64_t addr)
 
 /* ---- the caches (under ng_lock) ------------------------------------------------------------- */
 
-typedef struct ng_code {
-    uintptr_t code;              /* 0: empty */
-    uintptr_t name, file, table; /* what identifies the code object at that address */
+/* What identifies the code object at an address (a code object freed and another made there
+ * differs in one of these): its name's, file's and line table's addresses, the name's hash and
+ * length, the table's size, the first line. */
+typedef struct ng_ident {
+    uintptr_t name, file, table;
     int64_t name_hash, name_len, table_size;
-    int32_t first, firsttraceable;
+    int32_t first;
+} ng_ident;
+
+typedef struct ng_code {
+    uintptr_t code; /* 0: empty */
+    ng_ident id;
+    int32_t firsttraceable;
     uint32_t function, file_id; /* recorder strings */
 } ng_code;
 
@@ -343,6 +351,20 @@ static inline uint32_t addr_hash(uintptr_t p)
     return (uint32_t)(((uint64_t)p * 0x9E3779B97F4A7C15ull) >> 32);
 }
 
+/* 1 when the code object at code, one seen before (its pages known readable, pages are never
+ * forgotten: above), is a code object with identity id. Each field is read only once the one
+ * before matched, so the name and table read through are id's, known readable. */
+static int ident_matches(uintptr_t code, const ng_ident *id)
+{
+    const py_layout *l = ng.l;
+    return ld_ptr(code + OB_TYPE) == ng.code_type && ld_ptr(code + (uintptr_t)l->co_name) == id->name &&
+           ld_ptr(code + (uintptr_t)l->co_filename) == id->file &&
+           ld_ptr(code + (uintptr_t)l->co_lines) == id->table &&
+           ld_i32(code + (uintptr_t)l->co_firstlineno) == id->first &&
+           ld_i64(id->name + STR_HASH) == id->name_hash && ld_i64(id->name + STR_LENGTH) == id->name_len &&
+           ld_i64(id->table + BYTES_SIZE) == id->table_size;
+}
+
 /* The entry of the code object at code (type and identity checked), filled on first sight;
  * NULL when it is not a readable code object. */
 static const ng_code *code_entry(uintptr_t code)
@@ -352,31 +374,25 @@ static const ng_code *code_entry(uintptr_t code)
     /* An address cached was seen readable, with its name and line table, and pages are never
      * forgotten (above): for those, the readable() probes are skipped, not the identity check. */
     int seen = e->code == code;
+    if (seen && ident_matches(code, &e->id)) return e;
     if (!aligned(code) || (!seen && !readable(code, (size_t)l->co_size)) ||
         ld_ptr(code + OB_TYPE) != ng.code_type)
         return NULL;
-    uintptr_t name = ld_ptr(code + (uintptr_t)l->co_name),
-              file = ld_ptr(code + (uintptr_t)l->co_filename);
-    uintptr_t table = ld_ptr(code + (uintptr_t)l->co_lines);
-    int32_t first = ld_i32(code + (uintptr_t)l->co_firstlineno);
-    if (!aligned(name) || !aligned(file) || !aligned(table) ||
-        ((!seen || name != e->name) && !readable(name, 32)) ||
-        ((!seen || table != e->table) && !readable(table, 24)))
+    ng_ident id = {.name = ld_ptr(code + (uintptr_t)l->co_name),
+                   .file = ld_ptr(code + (uintptr_t)l->co_filename),
+                   .table = ld_ptr(code + (uintptr_t)l->co_lines),
+                   .first = ld_i32(code + (uintptr_t)l->co_firstlineno)};
+    if (!aligned(id.name) || !aligned(id.file) || !aligned(id.table) ||
+        ((!seen || id.name != e->id.name) && !readable(id.name, 32)) ||
+        ((!seen || id.table != e->id.table) && !readable(id.table, 24)))
         return NULL;
-    int64_t name_hash = ld_i64(name + STR_HASH), name_len = ld_i64(name + STR_LENGTH);
-    int64_t table_size = ld_i64(table + BYTES_SIZE);
-    if (seen && e->name == name && e->file == file && e->table == table &&
-        e->first == first && e->name_hash == name_hash && e->name_len == name_len &&
-        e->table_size == table_size)
-        return e;
+    id.name_hash = ld_i64(id.name + STR_HASH), id.name_len = ld_i64(id.name + STR_LENGTH);
+    id.table_size = ld_i64(id.table + BYTES_SIZE);
     char fn[256], path[1024];
-    if (table_size < 0 || read_str(name, fn, sizeof fn) != 0 ||
-        read_str(file, path, sizeof path) != 0)
+    if (id.table_size < 0 || read_str(id.name, fn, sizeof fn) != 0 || read_str(id.file, path, sizeof path) != 0)
         return NULL;
     e->code = code;
-    e->name = name, e->file = file, e->table = table;
-    e->name_hash = name_hash, e->name_len = name_len, e->table_size = table_size;
-    e->first = first;
+    e->id = id;
     e->firsttraceable =
         l->co_firsttraceable >= 0 ? ld_i32(code + (uintptr_t)l->co_firsttraceable) : 0;
     e->function = rec_string(fn);
@@ -388,25 +404,23 @@ static int line_of(const ng_code *e, int64_t addr)
 {
     struct ng_line *c =
         &line_cache[(addr_hash(e->code) ^ (uint32_t)addr * 0x9E3779B1u) & (LINE_SLOTS - 1)];
-    if (c->code != e->code || c->table != e->table || c->addr != addr) {
-        c->code = e->code, c->table = e->table, c->addr = addr;
-        c->line = table_line(e->table, e->table_size, e->first, addr);
+    if (c->code != e->code || c->table != e->id.table || c->addr != addr) {
+        c->code = e->code, c->table = e->id.table, c->addr = addr;
+        c->line = table_line(e->id.table, e->id.table_size, e->id.first, addr);
     }
     return c->line;
 }
 
 /* What a frame gives, by (code object, raw instruction, owner): the frame kept as out, or left
- * out (an incomplete frame). A hit still checks the code object's type and identity as
- * code_entry does (the same fields, read where the code object lives: it is alive, since a frame
- * runs it), so a code object freed and another made at its address is not mistaken for it; it
- * skips code_entry's and line_of's lookups. Most of an allocation's frames are its callers',
+ * out (an incomplete frame). A hit still checks the code object's type and identity with
+ * code_entry's own check (ident_matches; the code object is alive, since a frame runs it), so a
+ * code object freed and another made at its address is not mistaken for it; it skips
+ * code_entry's and line_of's lookups. Most of an allocation's frames are its callers',
  * suspended where they were for the previous allocation: this is most of a stack's frames. */
 typedef struct ng_frame {
-    uintptr_t code, instr;       /* key (code 0: empty); instr: 3.11+ the instruction pointer,
-                                  * 3.9/3.10 f_lasti */
-    uintptr_t name, file, table; /* the code object's identity when cached (ng_code's fields) */
-    int64_t name_hash, name_len, table_size;
-    int32_t first;
+    uintptr_t code, instr; /* key (code 0: empty); instr: 3.11+ the instruction pointer,
+                            * 3.9/3.10 f_lasti */
+    ng_ident id;           /* the code object's identity when cached (its ng_code's) */
     uint8_t owner, skip;
     rec_pyframe out;
 } ng_frame;
@@ -421,26 +435,18 @@ static inline ng_frame *frame_slot(uintptr_t code, uintptr_t instr)
 
 static const ng_frame *frame_hit(uintptr_t code, uintptr_t instr, int owner)
 {
-    const py_layout *l = ng.l;
     const ng_frame *c = frame_slot(code, instr);
-    if (!c->code || c->code != code || c->instr != instr || c->owner != (uint8_t)owner ||
-        ld_ptr(code + OB_TYPE) != ng.code_type || ld_ptr(code + (uintptr_t)l->co_name) != c->name ||
-        ld_ptr(code + (uintptr_t)l->co_filename) != c->file ||
-        ld_ptr(code + (uintptr_t)l->co_lines) != c->table ||
-        ld_i32(code + (uintptr_t)l->co_firstlineno) != c->first ||
-        ld_i64(c->name + STR_HASH) != c->name_hash || ld_i64(c->name + STR_LENGTH) != c->name_len ||
-        ld_i64(c->table + BYTES_SIZE) != c->table_size)
-        return NULL;
-    return c;
+    return c->code && c->code == code && c->instr == instr && c->owner == (uint8_t)owner &&
+                   ident_matches(code, &c->id)
+               ? c
+               : NULL;
 }
 
 static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code *e, int skip,
                       const rec_pyframe *out)
 {
     ng_frame *c = frame_slot(code, instr);
-    *c = (ng_frame){.code = code, .instr = instr, .name = e->name, .file = e->file, .table = e->table,
-                    .name_hash = e->name_hash, .name_len = e->name_len, .table_size = e->table_size,
-                    .first = e->first, .owner = (uint8_t)owner, .skip = (uint8_t)skip};
+    *c = (ng_frame){.code = code, .instr = instr, .id = e->id, .owner = (uint8_t)owner, .skip = (uint8_t)skip};
     if (out) c->out = *out;
 }
 
