@@ -290,6 +290,16 @@ static PyObject *swallow(PyObject *what)
     return none();
 }
 
+/* swallow's, for a hook's work done inside a call that goes on: 0 when the Exception was
+ * swallowed, -1 when what was raised goes on up. */
+static int swallowed(PyObject *what)
+{
+    PyObject *r = swallow(what);
+    if (!r) return -1;
+    py.Py_DecRef(r);
+    return 0;
+}
+
 /* ---- the module cache ----------------------------------------------------------------------- */
 
 static size_t mod_hash(const void *p)
@@ -701,20 +711,11 @@ static PyObject *module_call(PyObject *self, PyObject *const *args, size_t nargs
         py.PyErr_SetString(*py.PyExc_TypeError, "Module.__call__: no module");
         return NULL;
     }
-    if (pre_work(args[0]) != 0) {
-        PyObject *r = swallow(hk.s_fwd_what);
-        if (!r) return NULL;
-        py.Py_DecRef(r);
-    }
+    if (pre_work(args[0]) != 0 && swallowed(hk.s_fwd_what) != 0) return NULL;
     PyObject *out = py.PyObject_Vectorcall(((call_obj *)self)->orig, args, nargsf, kwnames);
-    if (!out) return NULL;
-    if (post_work(out) != 0) {
-        PyObject *r = swallow(hk.s_fwd_what);
-        if (!r) {
-            py.Py_DecRef(out);
-            return NULL;
-        }
-        py.Py_DecRef(r);
+    if (out && post_work(out) != 0 && swallowed(hk.s_fwd_what) != 0) {
+        py.Py_DecRef(out);
+        return NULL;
     }
     return out;
 }

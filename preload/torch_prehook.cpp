@@ -1,5 +1,7 @@
 // torch_prehook.cpp — the backward-start pre-hooks of `gpumem record`'s PyTorch hooks, added to
-// autograd's nodes in C++ (part of libgpumem_torch.so, beside torch_trace.cpp).
+// autograd's nodes in C++ (part of libgpumem_torch.so, beside torch_trace.cpp), and the one other
+// read of PyTorch's C++ objects the hooks make: a tensor's data pointer (data_ptr_of, for the
+// optimizer hooks' scan).
 //
 // The module hooks (preload/torch_hooks.c) open a module's backward range when autograd reaches
 // the node that made the module's output: a pre-hook on that node. Through Python

@@ -925,8 +925,7 @@ static int tt_stacks(merge *m, const gpk_val *trace)
     const unsigned char *p = (const unsigned char *)b->s, *end = p + b->len;
     size_t cap = 0;
     while (end - p >= 4) {
-        uint32_t n;
-        memcpy(&n, p, sizeof n);
+        uint32_t n = le32(p);
         if ((size_t)(end - p - 4) / 12 < n) break;
         if (m->ntstack == cap) {
             cap = cap ? cap * 2 : 256;
@@ -985,8 +984,19 @@ static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt
 static void tstack_set(const merge *m, uint32_t stack, const unsigned char **frames, uint32_t *n)
 {
     if (!stack || stack > m->ntstack) return;
-    memcpy(n, m->tstack[stack - 1], 4);
+    *n = le32(m->tstack[stack - 1]);
     *frames = m->tstack[stack - 1] + 4;
+}
+
+/* Item t placed exactly by the tracker's entry e: after the events recorded before it, at the
+ * recorder's time then, with the entry's Python stack. */
+static void place_exact(merge *m, titem *t, const tt_rec *e)
+{
+    t->t = (int64_t)e->t_ns;
+    t->xseq = e->seq;
+    t->exact = 1;
+    tstack_set(m, e->stack, &t->tframes, &t->tframes_n);
+    m->nexact++;
 }
 
 /* The trace from the tracker alone (the dump's gm_trace.history: PyTorch's history was off):
@@ -1004,16 +1014,13 @@ static int trace_items(merge *m, const gpk_val *trace)
         if (!t) return -1;
         t->action = r.action;
         t->device = r.device;
-        t->t = (int64_t)r.t_ns;
         t->addr = r.addr;
         t->size = t->requested = r.size;
         t->stream = r.stream;
         pool_set(t, r.pool[0], r.pool[1]);
-        t->xseq = r.seq;
-        t->exact = 1;
-        tstack_set(m, r.stack, &t->tframes, &t->tframes_n);
+        place_exact(m, t, &r);
         if (r.action == TA_ALLOC) t->ord = nalloc[r.device]++;
-        m->ntrace++, m->nexact++;
+        m->ntrace++;
     }
     return 0;
 }
@@ -1023,15 +1030,8 @@ static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_
     tt_key *k = malloc((n ? n : 1) * sizeof *k);
     tt_rec *e = malloc((n ? n : 1) * sizeof *e);
     for (size_t i = 0; k && i < n; i++) k[i] = (tt_key){it[i].action, it[i].addr, it[i].requested};
-    if (k && e && pair_run(trace, dev, k, n, e) == 0) {
-        for (size_t i = 0; i < n; i++) {
-            it[i].t = (int64_t)e[i].t_ns;
-            it[i].xseq = e[i].seq;
-            it[i].exact = 1;
-            tstack_set(m, e[i].stack, &it[i].tframes, &it[i].tframes_n);
-        }
-        m->nexact += n;
-    }
+    if (k && e && pair_run(trace, dev, k, n, e) == 0)
+        for (size_t i = 0; i < n; i++) place_exact(m, &it[i], &e[i]);
     free(k), free(e);
 }
 
