@@ -26,6 +26,17 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 export BUILD=$build SAN=$san
+# The product's settings a user may have exported (GPUMEM_SIM_BACKING=virtual makes the virtual
+# GPU's copy tests fault and hang; GPUMEM_CONF, GPUMEM_LIMIT, PYTORCH_CUDA_ALLOC_CONF change what
+# every test measures) are not the tests': each test sets what it runs with. Kept: the harness's
+# own inputs (where PyTorch is, which Python, ccache, the fuzz, bench and GPU scripts' knobs).
+while IFS='=' read -r var _; do
+  case $var in
+    GPUMEM_TORCH_PY | GPUMEM_TORCH_VENV | GPUMEM_TORCH_VERSION | GPUMEM_TEST_PYTHON | GPUMEM_CCACHE) ;;
+    GPUMEM_FUZZ* | GPUMEM_BENCH_* | GPUMEM_DIFF_* | GPUMEM_GPU_*) ;;
+    GPUMEM_* | PYTORCH_CUDA_ALLOC_CONF | PYTORCH_ALLOC_CONF) unset "$var" ;;
+  esac
+done < <(env)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:verify_asan_link_order=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1}
