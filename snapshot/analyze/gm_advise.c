@@ -46,6 +46,7 @@
 #include <ctype.h>
 #include <limits.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -1222,6 +1223,30 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         }
     }
     if (m->torch) {
+        /* what a step does after its forward and before its backward's first range is the
+         * backward's: loss.backward() runs the nodes of the loss, computed in the root module's
+         * forward (cross_entropy's), before autograd reaches a module whose hooks open the
+         * backward's range. Those events take the backward's first range, so what the loss's
+         * nodes saved pairs with the forward that made it (save_on_cpu packs it too) */
+        size_t *pend = malloc((m->nevs ? m->nevs : 1) * sizeof *pend), np = 0;
+        int32_t fwd_step = -1; /* the step of the last forward event, -1 after a backward or update */
+        for (size_t i = 0; pend && i < m->nevs; i++) {
+            adv_ev *e = &m->evs[i];
+            if (e->phase == ADV_PH_FWD) {
+                fwd_step = e->step, np = 0;
+            } else if (e->phase == ADV_PH_BWD) {
+                for (size_t k = 0; k < np && e->step == fwd_step && e->lr; k++) {
+                    adv_ev *x = &m->evs[pend[k]];
+                    x->phase = ADV_PH_BWD, x->lr = e->lr, x->lr_name = e->lr_name;
+                }
+                fwd_step = -1, np = 0;
+            } else if (e->phase == ADV_PH_OPT || e->step != fwd_step) {
+                fwd_step = -1, np = 0;
+            } else {
+                pend[np++] = i;
+            }
+        }
+        free(pend);
         /* one instance per block: the block's modules follow one another in its forward (and in
          * reverse in its backward), each its own range */
         const adv_ev *prev[4] = {0};
@@ -1336,6 +1361,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
 void adv_model_view(const adv_model *src, adv_model *dst)
 {
     *dst = *src;
+    if (!dst->rec_allocs) dst->rec_allocs = src->allocs;
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
     dst->owns_uses = 0; /* the uses stay the original's */
     dst->owns_tops = 0; /* so does the op log */
@@ -1575,8 +1601,19 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
     size_t cap = (size_t)80 << 30;
     if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
     alloc_replay_opts_t o = {.capacity = cap, .top_down = m->top_down};
-    const char *dump = getenv("GPUMEM_ADVISE_DUMP"); /* debugging: the replayed trace */
-    if (dump && *dump) alloc_trace_write(dump, t, m->nevs);
+    /* debugging: the replayed trace; a %d in the path numbers each replay (0 the first) */
+    const char *dump = getenv("GPUMEM_ADVISE_DUMP");
+    if (dump && *dump) {
+        static _Atomic unsigned nth;
+        unsigned k = atomic_fetch_add(&nth, 1);
+        const char *pct = strstr(dump, "%d");
+        char path[4096];
+        if (pct)
+            snprintf(path, sizeof path, "%.*s%u%s", (int)(pct - dump), dump, k, pct + 2);
+        else
+            snprintf(path, sizeof path, "%s", dump);
+        alloc_trace_write(path, t, m->nevs);
+    }
     int rc = alloc_replay(&m->cfg, &o, t, m->nevs, out, err, errsz);
     free(t);
     return rc == ALLOC_OK ? 0 : -1;
@@ -1879,6 +1916,28 @@ static uint32_t *last_fwd_touch(const adv_model *m)
     return lt;
 }
 
+/* a bf16 copy of a parameter made by torch.autocast's cast cache (gm_advise_autocast.c): an
+ * allocation of the rewrite, born in a forward, standing for a recorded one born outside it */
+static int autocast_cached(const adv_model *m, const pairs *p, size_t a)
+{
+    uint32_t o = m->allocs[a].orig;
+    return a >= m->nrecorded && o < m->nrecorded && p->birth[a] != SIZE_MAX && p->birth[o] != SIZE_MAX &&
+           m->evs[p->birth[a]].phase == ADV_PH_FWD && m->evs[p->birth[o]].phase != ADV_PH_FWD;
+}
+
+/* the first event after forward event i outside the forward (the root module's forward range
+ * that holds i has returned, and an autocast region around it exits); m->nevs when there is none
+ * in i's step */
+static size_t forward_end(const adv_model *m, size_t i)
+{
+    int32_t step = m->evs[i].step;
+    for (size_t j = i + 1; j < m->nevs; j++) {
+        if (m->evs[j].step != step) break;
+        if (m->evs[j].phase != ADV_PH_FWD) return j;
+    }
+    return m->nevs;
+}
+
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -1989,7 +2048,10 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
         }
         /* stash: drop, convert, offload. A dropped tensor of a PyTorch recording with an op
          * log dies before the first allocation after the last forward op that touched it
-         * (last_fwd_touch), when that is inside F; otherwise at F's end */
+         * (last_fwd_touch), when that is inside F; otherwise at F's end. A parameter's bf16 copy
+         * (torch.autocast's cache, gm_advise_autocast.c) is held by the cache until the autocast
+         * region exits with the forward: it dies before the first event after the forward */
+        size_t fwd_end = SIZE_MAX; /* that event, found once per F */
         for (size_t k = 0; k < n; k++) {
             size_t a = set[k];
             if (!isd[a]) continue;
@@ -1997,6 +2059,13 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             uint32_t fs = de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream;
             uint32_t l = touch && a < m->nrecorded ? touch[a] : UINT32_MAX;
             size_t at = l != UINT32_MAX && (size_t)l + 1 < m->nrecorded ? p.birth[l + 1] : SIZE_MAX;
+            if (touch && autocast_cached(m, &p, a)) {
+                if (fwd_end == SIZE_MAX) fwd_end = forward_end(m, F->last);
+                if (fwd_end < m->nevs) {
+                    rw_add(&w, fwd_end, -1, 1, adv_ev_like(&m->evs[fwd_end], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+                    continue;
+                }
+            }
             if (at != SIZE_MAX && at > p.birth[a] && at >= F->first && at <= F->last)
                 rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
             else
@@ -2019,8 +2088,15 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             for (size_t k = 0; k < n; k++) {
                 size_t a = set[k];
                 if (isd[a]) continue;
-                rw_add(&w, F->last, +1, 3,
-                       adv_ev_like(fa, holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                /* packed to the host after F; autocast's cache holds a parameter's bf16 copy on
+                 * the device until its region exits */
+                size_t at = F->last;
+                int where = +1;
+                if (touch && autocast_cached(m, &p, a)) {
+                    if (fwd_end == SIZE_MAX) fwd_end = forward_end(m, F->last);
+                    if (fwd_end < m->nevs) at = fwd_end, where = -1;
+                }
+                rw_add(&w, at, where, 3, adv_ev_like(&m->evs[at], holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
                 uint64_t b = m->allocs[holder[a]].size;
                 slot_bytes += b;
                 st->offload_bytes += b;
@@ -2276,11 +2352,16 @@ int adv_accum(adv_model *m, unsigned k)
         if (eb->step < 0 || eb->step != ed->step || eb->phase == ADV_PH_OPT || ed->phase == ADV_PH_OPT) continue;
         size_t s = (size_t)eb->step;
         if (b < lo[s] || (eb->phase != ADV_PH_FWD && eb->phase != ADV_PH_BWD && b > hi[s]) || d > opt0[s]) continue;
-        /* a copy of a tensor made outside every step (autocast's bf16 copy of a parameter) is
-         * made again for each micro-batch, at its size */
+        /* an allocation autocast's rewrite made for a recorded one o (gm_advise_autocast.c: a
+         * parameter's bf16 copy, the gradient of a cast copy) is made again for each micro-batch
+         * at its size unless o shrinks with the batch (o, recorded, is decided before it) */
         uint32_t o = m->allocs[a].orig;
-        if ((o != a && o < n0 && birth[o] != SIZE_MAX && m->evs[birth[o]].step < 0) ||
-            (ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, m->allocs[a].size))) {
+        int made = o != a && o < n0 && birth[o] != SIZE_MAX;
+        /* a gradient's size as recorded (autocast halves an activation's gradient, which can
+         * then match a parameter's: gpt2-medium's 32 MiB ones, halved, c_fc's weight's) */
+        uint64_t size = a < m->nrecorded && m->rec_allocs ? m->rec_allocs[a].size : m->allocs[a].size;
+        if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1
+                 : ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, size)) {
             prop[a] = 2;
         } else {
             /* (a view's allocations are copied before the first write, once) */

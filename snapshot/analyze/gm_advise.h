@@ -116,6 +116,8 @@ typedef struct adv_model {
      * allocation a are use_t[use_off[a] .. use_off[a + 1]); shared by copies of the model */
     uint64_t *use_off, *use_t;
     size_t nrecorded; /* allocations loaded from the recording (use_off has nrecorded + 1) */
+    const adv_alloc *rec_allocs; /* a view's: its base's allocations, as recorded (the rewrites
+                                    change sizes: autocast halves tensors); NULL: allocs */
     int owns_uses;
     int dry_run; /* no compute recorded (trainer --dry-run) */
     adv_oom oom;
