@@ -176,6 +176,11 @@ static int is_block_name(const char *n)
     return 1;
 }
 
+int adv_is_block_name(const char *n)
+{
+    return is_block_name(n);
+}
+
 static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
 {
     char blk[256];

@@ -295,6 +295,18 @@ typedef struct adv_autocast_stats {
 } adv_autocast_stats;
 int adv_autocast(adv_model *m, adv_autocast_stats *st);
 
+/* torch.autograd.graph.save_on_cpu packs the parameters the forward's ops save, as it packs every
+ * saved tensor: from the op log, each op that saves a parameter (a matmul or convolution its
+ * weight, the Linear's as weight.t(); a LayerNorm its weight and bias) gets, in the forward, a
+ * device temporary of the weight's size where the saved tensor is a view that is not contiguous
+ * (weight.t(): the copy to the host goes through it), and in the backward a device copy of it
+ * made when its node starts and freed when the node ends (the unpack). autocast: the trace is
+ * autocast's (adv_autocast ran): a lower-precision op saves its weight's bf16 copy. skip_blocks:
+ * checkpointed blocks save nothing of their own (their ops are left alone). Returns the number
+ * of saved parameters packed, -1 out of memory. Run before the other rewrites. */
+long adv_pack_params(adv_model *m, int autocast, int skip_blocks);
+int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
+
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named
  * as the tensor, then the fp32 one freed) and back at the restore point (an fp32 allocation,

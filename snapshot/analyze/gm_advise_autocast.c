@@ -1,6 +1,7 @@
 /* gm_advise_autocast.c — torch.autocast(dtype=torch.bfloat16) predicted op by op, from the
  * forward's op log of a PyTorch recording (`gpumem record --torch-ops`: tables torch_ops and
  * torch_op_args, snapshot/README.md). ADVISE.md, "PyTorch recordings", says what it models.
+ * Also from the op log: the parameters save_on_cpu packs (adv_pack_params, at the end).
  *
  * Autocast acts per op (PyTorch's documentation, torch.amp, "Autocast Op Reference"): an op on
  * its lower-precision list (the matmuls, convolutions, scaled_dot_product_attention) casts its
@@ -473,4 +474,113 @@ out:
     free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(drop), free(cache);
     free(cache_pass), free(copy_death), free(w.v), free(cls), free(cast_at), free(starts);
     return rc;
+}
+
+/* ------------------------------------------------------------------ save_on_cpu's parameters */
+
+/* Which of an op's inputs its backward node saves, of those a parameter can be (gm_advise.h,
+ * adv_pack_params): 0 none; else a mask over its inputs (bit k: the k-th input). *view: the saved
+ * parameter is weight.t() (a Linear's matmul), not contiguous. */
+static unsigned saved_params(const char *op, int *view)
+{
+    char nb[96];
+    const char *n = base_name(op, nb, sizeof nb);
+    *view = 0;
+    if (!strcmp(n, "addmm") || !strcmp(n, "addmv") || !strcmp(n, "addbmm") || !strcmp(n, "baddbmm"))
+        return *view = 1, 6u; /* the two factors, not the added term (the bias) */
+    if (!strcmp(n, "mm") || !strcmp(n, "bmm") || !strcmp(n, "mv") || !strcmp(n, "matmul"))
+        return *view = 1, 3u;
+    if (strstr(n, "convolution") || !strncmp(n, "conv", 4)) return 2u; /* the weight */
+    if (!strcmp(n, "native_layer_norm") || !strcmp(n, "native_group_norm")) return 6u; /* weight, bias */
+    return 0;
+}
+
+long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
+{
+    if (!m->ntops) return 0;
+    if (adv_model_own(m) != 0) return -1;
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
+    size_t *birth = malloc((m->nallocs + 1) * sizeof *birth);
+    size_t *bwd_of = malloc((nt + 1) * sizeof *bwd_of); /* a forward op's backward node (a top) */
+    size_t *next_bwd = malloc((nt + 1) * sizeof *next_bwd); /* the node after a node */
+    acw w = {0};
+    long packed = -1;
+    if (!birth || !bwd_of || !next_bwd) goto out;
+    for (size_t a = 0; a < m->nallocs; a++)
+        birth[a] = SIZE_MAX;
+    for (size_t i = 0; i < nev; i++)
+        if (m->evs[i].kind == ADV_EV_ALLOC) birth[m->evs[i].a] = i;
+    for (size_t i = 0; i < nt; i++)
+        bwd_of[i] = next_bwd[i] = SIZE_MAX;
+    for (size_t i = 0, prev = SIZE_MAX; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (!t->bwd) continue;
+        if (t->fwd != UINT32_MAX && t->fwd < nt && bwd_of[t->fwd] == SIZE_MAX) bwd_of[t->fwd] = i;
+        if (prev != SIZE_MAX) next_bwd[prev] = i;
+        prev = i;
+    }
+    packed = 0;
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
+        int view;
+        unsigned mask = saved_params(adv_str(m, t->name), &view);
+        size_t op_ev = birth[t->last_a], b = bwd_of[i];
+        if (!mask || b == SIZE_MAX) continue;
+        if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
+        const adv_top *nb = &m->tops[b];
+        if (nb->last_a >= nrec || birth[nb->last_a] == SIZE_MAX) continue;
+        /* the node starts before the first allocation after the last one made before it, and
+         * ends after its own last allocation: the next node's last before it */
+        size_t start = SIZE_MAX, end = SIZE_MAX;
+        for (size_t j = birth[nb->last_a] + 1; j < nev && start == SIZE_MAX; j++)
+            if (m->evs[j].kind == ADV_EV_ALLOC) start = j;
+        size_t nx = next_bwd[b];
+        if (nx != SIZE_MAX && m->tops[nx].last_a < nrec) end = birth[m->tops[nx].last_a];
+        if (start == SIZE_MAX || end == SIZE_MAX || end < start) continue;
+        int lowp = autocast && classify(adv_str(m, t->name)).kind == OPK_LOWP;
+        uint32_t k = 0;
+        for (uint32_t q = 0; q < t->nargs; q++) {
+            const adv_targ *g = &m->targs[t->arg0 + q];
+            if (g->out) continue;
+            unsigned bit = 1u << (k < 31 ? k : 31);
+            k++;
+            if (!(mask & bit) || g->a >= nrec) continue;
+            size_t pb = birth[g->a];
+            if (pb != SIZE_MAX && m->evs[pb].step >= 0) continue; /* not a parameter */
+            uint64_t bytes = lowp && g->dtype == ADV_DT_F32 ? (g->bytes + 1) / 2 : g->bytes;
+            uint32_t stream = m->allocs[t->last_a].stream, cls = m->allocs[g->a].cls;
+            if (view) { /* the copy to the host through a contiguous device temporary */
+                uint32_t c = adv_new_alloc(m, bytes, stream, cls, 0, g->a);
+                if (c == UINT32_MAX) goto fail;
+                acw_add(&w, m, op_ev, 1, c, ADV_EV_ALLOC);
+                acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+            }
+            uint32_t u = adv_new_alloc(m, bytes, stream, cls, 0, g->a); /* the unpack */
+            if (u == UINT32_MAX) goto fail;
+            acw_add(&w, m, start, -1, u, ADV_EV_ALLOC);
+            acw_add(&w, m, end, 1, u, ADV_EV_FREE_ASYNC);
+            packed++;
+        }
+    }
+    if (w.nomem) goto fail;
+    qsort(w.v, w.n, sizeof *w.v, cmp_acins);
+    adv_ev *n = malloc((nev + w.n + 1) * sizeof *n);
+    if (!n) goto fail;
+    size_t o = 0, x = 0;
+    for (size_t i = 0; i < nev; i++) {
+        for (; x < w.n && w.v[x].anchor == i && w.v[x].where < 0; x++)
+            n[o++] = w.v[x].ev;
+        n[o++] = m->evs[i];
+        for (; x < w.n && w.v[x].anchor == i; x++)
+            n[o++] = w.v[x].ev;
+    }
+    free(m->evs);
+    m->evs = n, m->nevs = o;
+    goto out;
+fail:
+    packed = -1;
+out:
+    free(birth), free(bwd_of), free(next_bwd), free(w.v);
+    return packed;
 }

@@ -421,6 +421,8 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     int autocast = c->torch && s->bf16 && c->m.ntops > 0;
     adv_autocast_stats as = {0};
     if (autocast) rc = adv_autocast(&m, &as);
+    /* save_on_cpu packs the parameters the ops save too (outside checkpointed blocks) */
+    if (!rc && c->torch && s->off_act && c->m.ntops > 0 && adv_pack_params(&m, autocast, s->ckpt) < 0) rc = -1;
     if (!rc && s->accum > 1) rc = adv_accum(&m, s->accum);
     adv_opt_stats os = {0};
     if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
