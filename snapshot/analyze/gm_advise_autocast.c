@@ -173,6 +173,27 @@ static int cmp_acins(const void *x, const void *y)
     return a->ord < b->ord ? -1 : a->ord > b->ord;
 }
 
+/* the trace with w's events in their places (each event's befores, the event unless drop says
+ * so, its afters); -1 out of memory (the trace as it was) */
+static int acw_apply(acw *w, adv_model *m, const uint8_t *drop)
+{
+    if (w->nomem) return -1;
+    qsort(w->v, w->n, sizeof *w->v, cmp_acins);
+    adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
+    if (!n) return -1;
+    size_t o = 0, k = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++)
+            n[o++] = w->v[k].ev;
+        if (!drop || !drop[i]) n[o++] = m->evs[i];
+        for (; k < w->n && w->v[k].anchor == i; k++)
+            n[o++] = w->v[k].ev;
+    }
+    free(m->evs);
+    m->evs = n, m->nevs = o;
+    return 0;
+}
+
 static int cmp_size(const void *x, const void *y)
 {
     size_t a = *(const size_t *)x, b = *(const size_t *)y;
@@ -454,20 +475,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             int before = e->kind == ADV_EV_ALLOC && e->a < nrec && cast_grad[e->a];
             acw_add(&w, m, copy_death[c], before ? -1 : 1, (uint32_t)c, ADV_EV_FREE_ASYNC);
         }
-    if (w.nomem) goto out;
-    qsort(w.v, w.n, sizeof *w.v, cmp_acins);
-    adv_ev *n = malloc((nev + w.n + 1) * sizeof *n);
-    if (!n) goto out;
-    size_t o = 0, k = 0;
-    for (size_t i = 0; i < nev; i++) {
-        for (; k < w.n && w.v[k].anchor == i && w.v[k].where < 0; k++)
-            n[o++] = w.v[k].ev;
-        if (!drop[i]) n[o++] = m->evs[i];
-        for (; k < w.n && w.v[k].anchor == i; k++)
-            n[o++] = w.v[k].ev;
-    }
-    free(m->evs);
-    m->evs = n, m->nevs = o;
+    if (acw_apply(&w, m, drop) != 0) goto out;
     rc = 0;
 out:
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
@@ -563,20 +571,7 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
             packed++;
         }
     }
-    if (w.nomem) goto fail;
-    qsort(w.v, w.n, sizeof *w.v, cmp_acins);
-    adv_ev *n = malloc((nev + w.n + 1) * sizeof *n);
-    if (!n) goto fail;
-    size_t o = 0, x = 0;
-    for (size_t i = 0; i < nev; i++) {
-        for (; x < w.n && w.v[x].anchor == i && w.v[x].where < 0; x++)
-            n[o++] = w.v[x].ev;
-        n[o++] = m->evs[i];
-        for (; x < w.n && w.v[x].anchor == i; x++)
-            n[o++] = w.v[x].ev;
-    }
-    free(m->evs);
-    m->evs = n, m->nevs = o;
+    if (acw_apply(&w, m, NULL) != 0) goto fail;
     goto out;
 fail:
     packed = -1;
