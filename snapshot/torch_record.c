@@ -188,7 +188,7 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
             double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
             if (mrc != 0)
                 fprintf(stderr, "gpumem: PyTorch's %s was not merged into %s: %s\n",
-                        r->history ? "history" : "op log", dbpath, err);
+                        r->history ? "allocator trace" : "op log", dbpath, err);
             else if (!quiet && r->history)
                 fprintf(stderr, "gpumem: merged PyTorch's allocator trace (%llu entries, %.2f s) into %s\n",
                         (unsigned long long)n, secs, dbpath);
@@ -196,7 +196,7 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
                 fprintf(stderr, "gpumem: merged PyTorch's op log (%llu ops, %.2f s) into %s\n",
                         (unsigned long long)n, secs, dbpath);
         } else {
-            fprintf(stderr, "gpumem: cannot read PyTorch's %s from %s\n", r->history ? "history" : "op log",
+            fprintf(stderr, "gpumem: cannot read PyTorch's %s from %s\n", r->history ? "allocator trace" : "op log",
                     r->snapshot);
         }
         free(buf);

@@ -167,18 +167,13 @@ static const char *block_of(const char *path, char *out, size_t outsz)
 }
 
 /* Is a child range's name one of a repeated block's ("h.3", "blocks.7": a number last)? */
-static int is_block_name(const char *n)
+int adv_is_block_name(const char *n)
 {
     const char *dot = n ? strrchr(n, '.') : NULL;
     if (!dot || !dot[1]) return 0;
     for (const char *p = dot + 1; *p; p++)
         if (!isdigit((unsigned char)*p)) return 0;
     return 1;
-}
-
-int adv_is_block_name(const char *n)
-{
-    return is_block_name(n);
 }
 
 static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
@@ -1163,7 +1158,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             for (size_t i = 0; i < m->nevs; i++) {
                 adv_ev *e = &m->evs[i];
                 if (e->phase != ADV_PH_FWD && e->phase != ADV_PH_BWD) continue;
-                int blk = e->lr && is_block_name(adv_str(m, e->lr_name));
+                int blk = e->lr && adv_is_block_name(adv_str(m, e->lr_name));
                 if (!blk) {
                     if (np && pend_ph != e->phase) np = 0;
                     pend[np++] = i, pend_ph = e->phase;
@@ -1195,13 +1190,13 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             for (size_t i = 0; i < m->nevs; i++) {
                 adv_ev *e = &m->evs[i];
                 if (e->phase != ADV_PH_FWD) continue;
-                if (e->lr && is_block_name(adv_str(m, e->lr_name))) {
+                if (e->lr && adv_is_block_name(adv_str(m, e->lr_name))) {
                     prevb = i;
                     continue;
                 }
                 if (e->kind != ADV_EV_ALLOC || prevb == SIZE_MAX || m->evs[prevb].step != e->step) continue;
                 for (q = q > i ? q : i + 1; q < m->nevs && !(m->evs[q].phase == ADV_PH_FWD && m->evs[q].lr &&
-                                                         is_block_name(adv_str(m, m->evs[q].lr_name)));)
+                                                         adv_is_block_name(adv_str(m, m->evs[q].lr_name)));)
                     q++;
                 const adv_ev *X = &m->evs[prevb];
                 if (q == m->nevs || m->evs[q].step != e->step || m->evs[q].lr_name == X->lr_name) continue;
@@ -1215,7 +1210,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
                     const adv_ev *x = &m->evs[j];
                     if (x->phase != ADV_PH_FWD || x->step != e->step) break;
                     if (x->lr_name != X->lr_name) {
-                        if (x->lr && is_block_name(adv_str(m, x->lr_name))) break;
+                        if (x->lr && adv_is_block_name(adv_str(m, x->lr_name))) break;
                         continue;
                     }
                     size_t dx = x->kind == ADV_EV_ALLOC ? death[x->a] : SIZE_MAX;
@@ -1626,45 +1621,29 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
 
 /* ------------------------------------------------------------------ rewriting */
 
-typedef struct ins {
-    size_t anchor; /* event index */
-    int where;     /* -1 before it, +1 after it */
-    uint32_t prio;
-    uint64_t ord;
-    adv_ev ev;
-} ins;
-
-typedef struct rw {
-    ins *v;
-    size_t n, cap;
-    uint8_t *drop; /* per event */
-    uint64_t ord;
-    int nomem;
-} rw;
-
-static int rw_init(rw *w, const adv_model *m)
+int adv_rw_init(adv_rw *w, const adv_model *m)
 {
     memset(w, 0, sizeof *w);
     w->drop = calloc(m->nevs ? m->nevs : 1, 1);
     return w->drop ? 0 : -1;
 }
-static void rw_free(rw *w)
+void adv_rw_free(adv_rw *w)
 {
     free(w->v), free(w->drop);
 }
 
-static void rw_add(rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev)
+void adv_rw_add(adv_rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev)
 {
     if (gm_grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
         w->nomem = 1;
         return;
     }
-    w->v[w->n++] = (ins){anchor, where, prio, w->ord++, ev};
+    w->v[w->n++] = (adv_ins){anchor, where, prio, w->ord++, ev};
 }
 
 static int cmp_ins(const void *a, const void *b)
 {
-    const ins *x = a, *y = b;
+    const adv_ins *x = a, *y = b;
     if (x->anchor != y->anchor) return x->anchor < y->anchor ? -1 : 1;
     if (x->where != y->where) return x->where < y->where ? -1 : 1;
     if (x->prio != y->prio) return x->prio < y->prio ? -1 : 1;
@@ -1680,7 +1659,7 @@ static void set_evs(adv_model *m, adv_ev *evs, size_t n)
 }
 
 /* Merges the insertions into m->evs, leaving out dropped events. */
-static int rw_apply(adv_model *m, rw *w)
+int adv_rw_apply(adv_model *m, adv_rw *w)
 {
     if (w->nomem) return -1;
     /* nothing inserted, nothing dropped (a technique with nothing to act on): the events stay,
@@ -1921,26 +1900,27 @@ static uint32_t *last_fwd_touch(const adv_model *m)
     return lt;
 }
 
-/* a bf16 copy of a parameter made by torch.autocast's cast cache (gm_advise_autocast.c): an
- * allocation of the rewrite, born in a forward, standing for a recorded one born outside it */
-static int autocast_cached(const adv_model *m, const pairs *p, size_t a)
+/* Where torch.autocast's cache lets go of allocation a, stashed from F: before the first event
+ * after the forward that holds F (the root module's forward has returned and the autocast region
+ * around it exits), when a is a parameter's bf16 copy the cache made (gm_advise_autocast.c: an
+ * allocation of the rewrite, born in a forward, standing for a recorded one born outside it);
+ * SIZE_MAX otherwise, or when the step has no such event. *fwd_end caches that event per F
+ * (SIZE_MAX: not found yet). */
+static size_t cache_release(const adv_model *m, const pairs *p, size_t a, const lrinst *F, size_t *fwd_end)
 {
     uint32_t o = m->allocs[a].orig;
-    return a >= m->nrecorded && o < m->nrecorded && p->birth[a] != SIZE_MAX && p->birth[o] != SIZE_MAX &&
-           m->evs[p->birth[a]].phase == ADV_PH_FWD && m->evs[p->birth[o]].phase != ADV_PH_FWD;
-}
-
-/* the first event after forward event i outside the forward (the root module's forward range
- * that holds i has returned, and an autocast region around it exits); m->nevs when there is none
- * in i's step */
-static size_t forward_end(const adv_model *m, size_t i)
-{
-    int32_t step = m->evs[i].step;
-    for (size_t j = i + 1; j < m->nevs; j++) {
-        if (m->evs[j].step != step) break;
-        if (m->evs[j].phase != ADV_PH_FWD) return j;
+    if (a < m->nrecorded || o >= m->nrecorded || p->birth[a] == SIZE_MAX || p->birth[o] == SIZE_MAX ||
+        m->evs[p->birth[a]].phase != ADV_PH_FWD || m->evs[p->birth[o]].phase == ADV_PH_FWD)
+        return SIZE_MAX;
+    if (*fwd_end == SIZE_MAX) {
+        *fwd_end = m->nevs;
+        for (size_t j = F->last + 1; j < m->nevs && m->evs[j].step == m->evs[F->last].step; j++)
+            if (m->evs[j].phase != ADV_PH_FWD) {
+                *fwd_end = j;
+                break;
+            }
     }
-    return m->nevs;
+    return *fwd_end < m->nevs ? *fwd_end : SIZE_MAX;
 }
 
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
@@ -1948,7 +1928,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     memset(st, 0, sizeof *st);
     st->window_ns_min = UINT64_MAX;
     pairs p;
-    rw w = {0};
+    adv_rw w = {0};
     if (pairs_build(m, &p) != 0) {
         pairs_free(&p);
         return -1;
@@ -1958,7 +1938,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
         st->window_ns_min = 0;
         return 0;
     }
-    if (rw_init(&w, m) != 0) {
+    if (adv_rw_init(&w, m) != 0) {
         pairs_free(&p);
         return -1;
     }
@@ -2007,7 +1987,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = p.saved[k];
                 int inF = m->evs[p.birth[a]].lr == F->lr;
                 if (inF != (pass == 0)) continue;
-                isd[a] = inF && ((o->recompute_layer && (!o->recompute_blocks || is_block_name(adv_str(m, F->name)))) ||
+                isd[a] = inF && ((o->recompute_layer && (!o->recompute_blocks || adv_is_block_name(adv_str(m, F->name)))) ||
                                  in_set(o->recompute_cls, o->nrecompute, m->allocs[a].cls));
                 big[a] = m->allocs[a].size * 16 >= maxsz;
                 if (isd[a]) nd++;
@@ -2064,17 +2044,13 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             uint32_t fs = de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream;
             uint32_t l = touch && a < m->nrecorded ? touch[a] : UINT32_MAX;
             size_t at = l != UINT32_MAX && (size_t)l + 1 < m->nrecorded ? p.birth[l + 1] : SIZE_MAX;
-            if (touch && autocast_cached(m, &p, a)) {
-                if (fwd_end == SIZE_MAX) fwd_end = forward_end(m, F->last);
-                if (fwd_end < m->nevs) {
-                    rw_add(&w, fwd_end, -1, 1, adv_ev_like(&m->evs[fwd_end], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
-                    continue;
-                }
-            }
-            if (at != SIZE_MAX && at > p.birth[a] && at >= F->first && at <= F->last)
-                rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+            size_t x = touch ? cache_release(m, &p, a, F, &fwd_end) : SIZE_MAX;
+            if (x != SIZE_MAX)
+                adv_rw_add(&w, x, -1, 1, adv_ev_like(&m->evs[x], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+            else if (at != SIZE_MAX && at > p.birth[a] && at >= F->first && at <= F->last)
+                adv_rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
             else
-                rw_add(&w, F->last, +1, 1, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+                adv_rw_add(&w, F->last, +1, 1, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
         }
         if (o->bf16)
             for (size_t k = 0; k < n; k++) {
@@ -2083,8 +2059,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 const adv_alloc x = m->allocs[a];
                 uint32_t h = new_alloc(m, (x.size + 1) / 2, x.stream, x.cls, x.name, x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, F->last, +1, 2, adv_ev_like(fa, h, ADV_EV_ALLOC, 0));
-                rw_add(&w, F->last, +1, 2, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
+                adv_rw_add(&w, F->last, +1, 2, adv_ev_like(fa, h, ADV_EV_ALLOC, 0));
+                adv_rw_add(&w, F->last, +1, 2, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
                 holder[a] = h;
                 st->convert_bytes += 2 * x.size;
             }
@@ -2095,13 +2071,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 if (isd[a]) continue;
                 /* packed to the host after F; autocast's cache holds a parameter's bf16 copy on
                  * the device until its region exits */
-                size_t at = F->last;
-                int where = +1;
-                if (touch && autocast_cached(m, &p, a)) {
-                    if (fwd_end == SIZE_MAX) fwd_end = forward_end(m, F->last);
-                    if (fwd_end < m->nevs) at = fwd_end, where = -1;
-                }
-                rw_add(&w, at, where, 3, adv_ev_like(&m->evs[at], holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                size_t x = touch ? cache_release(m, &p, a, F, &fwd_end) : SIZE_MAX;
+                adv_rw_add(&w, x != SIZE_MAX ? x : F->last, x != SIZE_MAX ? -1 : +1, 3,
+                       adv_ev_like(&m->evs[x != SIZE_MAX ? x : F->last], holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
                 uint64_t b = m->allocs[holder[a]].size;
                 slot_bytes += b;
                 st->offload_bytes += b;
@@ -2149,7 +2121,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                             break;
                         }
                 }
-                rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
+                adv_rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
                 holder[a] = h;
             }
         if (o->bf16)
@@ -2159,8 +2131,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 const adv_alloc x = m->allocs[a];
                 uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
                 if (h == UINT32_MAX) goto done2;
-                rw_add(&w, B->first, -1, 2, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
-                rw_add(&w, B->first, -1, 2, adv_ev_like(ba, holder[a], ADV_EV_FREE_ASYNC, x.stream));
+                adv_rw_add(&w, B->first, -1, 2, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
+                adv_rw_add(&w, B->first, -1, 2, adv_ev_like(ba, holder[a], ADV_EV_FREE_ASYNC, x.stream));
                 holder[a] = h;
             }
         if (nd) {
@@ -2178,7 +2150,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     uint32_t h = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
                     if (h == UINT32_MAX) goto done2;
                     holder[a] = h;
-                    rw_add(&w, B->first, -1, 3, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
+                    adv_rw_add(&w, B->first, -1, 3, adv_ev_like(ba, h, ADV_EV_ALLOC, 0));
                     st->recompute_bytes += x.size;
                     size_t op = op_after(m, e->t);
                     /* the first steps run on memory touched for the first time, with cold
@@ -2189,7 +2161,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                         st->recompute_ns += m->ops[op].dur;
                     }
                 } else {
-                    rw_add(&w, B->first, -1, 3, adv_ev_like(ba, holder[a], e->kind, e->stream));
+                    adv_rw_add(&w, B->first, -1, 3, adv_ev_like(ba, holder[a], e->kind, e->stream));
                 }
             }
             /* each F's ops are counted once per F */
@@ -2208,7 +2180,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             holder[tmps[k]] = (uint32_t)tmps[k];
         i0 = i1;
     }
-    if (w.nomem || rw_apply(m, &w) != 0) goto done2;
+    if (w.nomem || adv_rw_apply(m, &w) != 0) goto done2;
     for (size_t i = 0; i < slot.mask + 1 && slot.keys; i++)
         if (slot.keys[i] != U64MAP_EMPTY) st->pinned_bytes += slot.vals[i];
     if (link_bps > 0)
@@ -2227,7 +2199,7 @@ done2:
 done:
     free(out_b), free(in_b), free(f0), free(f1), free(b0), free(b1);
     u64map_free(&slot);
-    rw_free(&w);
+    adv_rw_free(&w);
     pairs_free(&p);
     return rc;
 }
@@ -2533,11 +2505,11 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
     size_t *nbwl = calloc(ns + 1, sizeof *nbwl), *cbwl = calloc(ns + 1, sizeof *cbwl);
     size_t *mirror = malloc((na + 1) * sizeof *mirror); /* grad -> non-grad bwd events before */
     uint8_t *g = calloc(na + 1, 1);
-    rw w = {0};
+    adv_rw w = {0};
     int rc = -1;
     size_t ngroups = 0;
     if (!grp || !gend || !glead || !bw_end || !st_end || !bwl || !nbwl || !cbwl || !mirror || !g ||
-        rw_init(&w, m))
+        adv_rw_init(&w, m))
         goto out;
     int named = has_grad_names(m);
     size_t ng = 0;
@@ -2690,12 +2662,12 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
             if (h == UINT32_MAX) goto fail;
             cur[a] = h;
             if (c < nbwl[s])
-                rw_add(&w, bwl[s][c], -1, 1, adv_ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
+                adv_rw_add(&w, bwl[s][c], -1, 1, adv_ev_like(&m->evs[bwl[s][c]], h, ADV_EV_ALLOC, 0));
             else if (nbwl[s])
-                rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1,
+                adv_rw_add(&w, bwl[s][nbwl[s] - 1], +1, 1,
                        adv_ev_like(&m->evs[bwl[s][nbwl[s] - 1]], h, ADV_EV_ALLOC, 0));
             else
-                rw_add(&w, st_end[s], +1, 1, adv_ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
+                adv_rw_add(&w, st_end[s], +1, 1, adv_ev_like(&m->evs[st_end[s]], h, ADV_EV_ALLOC, 0));
         }
         /* each group's update: state brought in and sent back, then its gradients freed */
         for (size_t k = 0; k < ngroups; k++) {
@@ -2714,13 +2686,13 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                         const adv_alloc x = m->allocs[a];
                         h = new_alloc(m, x.size, m->copy_stream, x.cls, x.name, x.orig);
                         if (h == UINT32_MAX) goto fail;
-                        rw_add(&w, anchor, +1, 5, adv_ev_like(&ae, h, ADV_EV_ALLOC, 0));
+                        adv_rw_add(&w, anchor, +1, 5, adv_ev_like(&ae, h, ADV_EV_ALLOC, 0));
                         st->traffic_bytes += x.size;
                     }
                     if (nh < 64) hbuf[nh++] = h;
                 }
                 for (size_t i = 0; i < nh; i++) {
-                    rw_add(&w, anchor, +1, 5,
+                    adv_rw_add(&w, anchor, +1, 5,
                            adv_ev_like(&ae, hbuf[i], ADV_EV_FREE_ASYNC, m->copy_stream));
                     st->traffic_bytes += m->allocs[hbuf[i]].size;
                 }
@@ -2729,7 +2701,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                 for (size_t i = moff[k]; i < moff[k + 1]; i++) {
                     size_t a = mem[i];
                     if (g[a] != 1 || m->evs[birth[a]].step > s) continue;
-                    rw_add(&w, anchor, +1, 5,
+                    adv_rw_add(&w, anchor, +1, 5,
                            adv_ev_like(&ae, cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream));
                 }
         }
@@ -2741,7 +2713,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                 adv_ev e =
                     adv_ev_like(&m->evs[st_end[s]], cur[a], ADV_EV_FREE_ASYNC, m->allocs[a].stream);
                 e.phase = ADV_PH_OPT;
-                rw_add(&w, st_end[s], +1, 9, e);
+                adv_rw_add(&w, st_end[s], +1, 9, e);
             }
     }
     free(moff), free(mem), free(cur), free(gl);
@@ -2759,9 +2731,9 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
         free(moff), free(mem), free(cur), free(gl);
         goto out;
     }
-    rc = rw_apply(m, &w);
+    rc = adv_rw_apply(m, &w);
 out:
-    rw_free(&w);
+    adv_rw_free(&w);
     for (size_t s = 0; bwl && s <= ns; s++)
         free(bwl[s]);
     free(bwl), free(nbwl), free(cbwl), free(mirror), free(g);
@@ -2843,8 +2815,8 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
     adv_opt_stats ost;
     if ((rc = adv_opt(m, 1, 0, &ost)) != 0) goto out;
     if ((rc = life_index(m, &birth, &death)) != 0) goto out;
-    rw w;
-    if ((rc = rw_init(&w, m)) != 0) {
+    adv_rw w;
+    if ((rc = adv_rw_init(&w, m)) != 0) {
         free(birth), free(death);
         goto out;
     }
@@ -2894,8 +2866,8 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
             rc = -1;
             break;
         }
-        rw_add(&w, anchor, +1, 1, adv_ev_like(&m->evs[anchor], h, ADV_EV_ALLOC, 0));
-        rw_add(&w, anchor, +1, 1,
+        adv_rw_add(&w, anchor, +1, 1, adv_ev_like(&m->evs[anchor], h, ADV_EV_ALLOC, 0));
+        adv_rw_add(&w, anchor, +1, 1,
                adv_ev_like(&m->evs[anchor], (uint32_t)a, ADV_EV_FREE_ASYNC, x.stream));
         m->evs[d].a = h; /* the shard dies where the gradient's update ended */
         m->evs[d].kind = ADV_EV_FREE_ASYNC, m->evs[d].stream = x.stream;
@@ -2904,8 +2876,8 @@ int adv_zero(adv_model *m, unsigned ranks, int stage, adv_zero_stats *st)
             st->ngrads++;
         }
     }
-    if (rc == 0) rc = rw_apply(m, &w);
-    rw_free(&w);
+    if (rc == 0) rc = adv_rw_apply(m, &w);
+    adv_rw_free(&w);
     free(birth), free(death);
 out:
     free(grad);

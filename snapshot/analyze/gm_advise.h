@@ -295,6 +295,30 @@ typedef struct adv_autocast_stats {
 } adv_autocast_stats;
 int adv_autocast(adv_model *m, adv_autocast_stats *st);
 
+/* A trace's edit list, applied in one pass: events inserted before (where -1) or after (+1) an
+ * event of the trace (anchor), those at one place ordered by prio then by insertion, and events
+ * dropped (drop, one flag per event). adv_rw_apply puts them in m's trace; -1 out of memory. */
+typedef struct adv_ins {
+    size_t anchor; /* event index */
+    int where;     /* -1 before it, +1 after it */
+    uint32_t prio;
+    uint64_t ord;
+    adv_ev ev;
+} adv_ins;
+
+typedef struct adv_rw {
+    adv_ins *v;
+    size_t n, cap;
+    uint8_t *drop; /* per event */
+    uint64_t ord;
+    int nomem;
+} adv_rw;
+
+int adv_rw_init(adv_rw *w, const adv_model *m);
+void adv_rw_add(adv_rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev);
+int adv_rw_apply(adv_model *m, adv_rw *w);
+void adv_rw_free(adv_rw *w);
+
 /* torch.autograd.graph.save_on_cpu packs the parameters the forward's ops save, as it packs every
  * saved tensor: from the op log, each op that saves a parameter (a matmul or convolution its
  * weight, the Linear's as weight.t(); a LayerNorm its weight and bias) gets, in the forward, a

@@ -117,11 +117,14 @@ static int grow(void **p, size_t *cap, size_t need, size_t sz)
  * weight.t())`, so an add-matmul (the linear's, by far the most common) casts its first input
  * (the bias) first, then the others right to left; any other op all of them right to left. The
  * k-th input cast, of an op whose nout outputs come first among its n arguments. */
+static const char *const ops_add_mm[] = {"addmm", "addmv", "addbmm", "baddbmm", NULL}; /* added term first */
+static const char *const ops_mm[] = {"mm", "bmm", "mv", "matmul", NULL};
+static const char *const ops_norm[] = {"native_layer_norm", "native_group_norm", NULL}; /* input, weight, bias */
+
 static int add_op(const char *op)
 {
     char nb[96];
-    const char *name = base_name(op, nb, sizeof nb);
-    return !strcmp(name, "addmm") || !strcmp(name, "addmv") || !strcmp(name, "addbmm") || !strcmp(name, "baddbmm");
+    return in_list(base_name(op, nb, sizeof nb), ops_add_mm);
 }
 
 static uint32_t cast_order(uint32_t q, uint32_t nout, uint32_t n, int add_first)
@@ -134,64 +137,17 @@ static uint32_t cast_order(uint32_t q, uint32_t nout, uint32_t n, int add_first)
 
 /* ------------------------------------------------------------------ the rewrite */
 
-typedef struct acins {
-    size_t anchor; /* event index */
-    int where;     /* -1 before it, +1 after it */
-    size_t key;    /* first among those at one place: the smaller key (SIZE_MAX: after the keyed) */
-    size_t ord;
-    adv_ev ev;
-} acins;
-
-typedef struct acw {
-    acins *v;
-    size_t n, cap;
-    int nomem;
-} acw;
-
-static void acw_add_key(acw *w, const adv_model *m, size_t anchor, int where, size_t key, uint32_t a, uint8_t kind)
+/* an event for allocation a inserted at anchor (adv_rw: gm_advise.c's edit list), among those
+ * at one place after the ones with a smaller prio */
+static void ac_add_prio(adv_rw *w, const adv_model *m, size_t anchor, int where, uint32_t prio, uint32_t a,
+                        uint8_t kind)
 {
-    if (grow((void **)&w->v, &w->cap, w->n + 1, sizeof *w->v)) {
-        w->nomem = 1;
-        return;
-    }
-    adv_ev e = adv_ev_like(&m->evs[anchor], a, kind, m->allocs[a].stream);
-    w->v[w->n] = (acins){anchor, where, key, w->n, e};
-    w->n++;
+    adv_rw_add(w, anchor, where, prio, adv_ev_like(&m->evs[anchor], a, kind, m->allocs[a].stream));
 }
 
-static void acw_add(acw *w, const adv_model *m, size_t anchor, int where, uint32_t a, uint8_t kind)
+static void ac_add(adv_rw *w, const adv_model *m, size_t anchor, int where, uint32_t a, uint8_t kind)
 {
-    acw_add_key(w, m, anchor, where, SIZE_MAX, a, kind);
-}
-
-static int cmp_acins(const void *x, const void *y)
-{
-    const acins *a = x, *b = y;
-    if (a->anchor != b->anchor) return a->anchor < b->anchor ? -1 : 1;
-    if (a->where != b->where) return a->where < b->where ? -1 : 1;
-    if (a->key != b->key) return a->key < b->key ? -1 : 1;
-    return a->ord < b->ord ? -1 : a->ord > b->ord;
-}
-
-/* the trace with w's events in their places (each event's befores, the event unless drop says
- * so, its afters); -1 out of memory (the trace as it was) */
-static int acw_apply(acw *w, adv_model *m, const uint8_t *drop)
-{
-    if (w->nomem) return -1;
-    qsort(w->v, w->n, sizeof *w->v, cmp_acins);
-    adv_ev *n = malloc((m->nevs + w->n + 1) * sizeof *n);
-    if (!n) return -1;
-    size_t o = 0, k = 0;
-    for (size_t i = 0; i < m->nevs; i++) {
-        for (; k < w->n && w->v[k].anchor == i && w->v[k].where < 0; k++)
-            n[o++] = w->v[k].ev;
-        if (!drop || !drop[i]) n[o++] = m->evs[i];
-        for (; k < w->n && w->v[k].anchor == i; k++)
-            n[o++] = w->v[k].ev;
-    }
-    free(m->evs);
-    m->evs = n, m->nevs = o;
-    return 0;
+    ac_add_prio(w, m, anchor, where, UINT32_MAX, a, kind);
 }
 
 static int cmp_size(const void *x, const void *y)
@@ -251,21 +207,42 @@ static size_t made_at(const adv_model *m, const size_t *starts, size_t nstarts, 
     return at == SIZE_MAX ? d : d == SIZE_MAX || at < d ? at : d;
 }
 
-static int cast_grad_temp(adv_model *m, acw *w, uint8_t *drop, size_t g_birth, uint32_t g, uint64_t bytes, size_t at,
+static int cast_grad_temp(adv_model *m, adv_rw *w, size_t g_birth, uint32_t g, uint64_t bytes, size_t at,
                           size_t cast_at)
 {
     uint32_t c = adv_new_alloc(m, bytes, m->allocs[g].stream, m->allocs[g].cls, 0, g);
     if (c == UINT32_MAX) return -1;
-    acw_add(w, m, g_birth, -1, c, ADV_EV_ALLOC);
+    ac_add(w, m, g_birth, -1, c, ADV_EV_ALLOC);
     if (at == SIZE_MAX) {
-        acw_add(w, m, g_birth, 1, c, ADV_EV_FREE_ASYNC);
+        ac_add(w, m, g_birth, 1, c, ADV_EV_FREE_ASYNC);
         return 0;
     }
-    drop[g_birth] = 1;
-    size_t key = SIZE_MAX - 1 - (cast_at != SIZE_MAX ? cast_at : 0);
-    acw_add_key(w, m, at, -1, key, g, ADV_EV_ALLOC);
-    acw_add_key(w, m, at, -1, key, c, ADV_EV_FREE_ASYNC);
+    w->drop[g_birth] = 1;
+    uint32_t prio = UINT32_MAX - 1 - (uint32_t)(cast_at < UINT32_MAX - 1 ? cast_at : 0);
+    ac_add_prio(w, m, at, -1, prio, g, ADV_EV_ALLOC);
+    ac_add_prio(w, m, at, -1, prio, c, ADV_EV_FREE_ASYNC);
     return 0;
+}
+
+/* Each forward op's backward node, from the op log's backward tops (a node's top holds the last
+ * allocation made before it started): start[i], that allocation's event, and end[i], the node's
+ * own last allocation's (the next node's start; its start when no node follows), for forward op
+ * i; SIZE_MAX where unknown. The node lets go of what it saved when it has run: after end[i]. */
+static void node_spans(const adv_model *m, const size_t *birth, size_t nrec, size_t *start, size_t *end)
+{
+    size_t nt = m->ntops;
+    for (size_t i = 0; i < nt; i++)
+        start[i] = end[i] = SIZE_MAX;
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (!t->bwd || t->fwd >= nt) continue;
+        size_t j = i + 1;
+        while (j < nt && !m->tops[j].bwd)
+            j++;
+        const adv_top *next = j < nt ? &m->tops[j] : t;
+        if (t->last_a < nrec && birth[t->last_a] != SIZE_MAX) start[t->fwd] = birth[t->last_a];
+        if (next->last_a < nrec && birth[next->last_a] != SIZE_MAX) end[t->fwd] = birth[next->last_a];
+    }
 }
 
 int adv_autocast(adv_model *m, adv_autocast_stats *st)
@@ -284,20 +261,22 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     uint8_t *done = calloc(nrec + 1, 1), *cast_grad = calloc(nrec + 1, 1); /* made by a cast's node */
     size_t *last_lowp = malloc((nrec + 1) * sizeof *last_lowp); /* the last lower-precision op reading it */
     size_t *node_end = malloc((nt + 1) * sizeof *node_end); /* where a forward op's backward node ended */
-    uint8_t *drop = calloc(nev + 1, 1);
+    size_t *node_start = malloc((nt + 1) * sizeof *node_start); /* (node_spans) */
     uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
     size_t *cast_at = malloc((nrec + 1) * sizeof *cast_at); /* where its last cast copy was made */
     size_t *starts = malloc((nt + 1) * sizeof *starts), nstarts = 0; /* backward nodes' starts */
     size_t *cache_pass = malloc((nrec + 1) * sizeof *cache_pass), *copy_death = NULL;
     size_t ncopy_cap = 0;
     opclass *cls = malloc((nt + 1) * sizeof *cls); /* each op's place on autocast's lists */
-    acw w = {0};
+    adv_rw w; /* (its drop: the recorded events dropped; NULL when out of memory) */
     int rc = -1;
+    adv_rw_init(&w, m);
+    uint8_t *drop = w.drop;
     if (cls)
         for (size_t i = 0; i < nt; i++)
             cls[i] = classify(adv_str(m, m->tops[i].name));
     if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
-        !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass || !cast_at ||
+        !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !node_start || !drop || !cache || !cache_pass || !cast_at ||
         !starts)
         goto out;
     for (size_t a = 0; a < m->nallocs; a++)
@@ -317,17 +296,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     qsort(starts, nstarts, sizeof *starts, cmp_size);
     /* each forward op's backward node ends where the next node starts (its saved tensors are let
      * go when it has run) */
-    for (size_t i = 0; i < nt; i++)
-        node_end[i] = SIZE_MAX;
-    for (size_t i = 0; i < nt; i++) {
-        const adv_top *t = &m->tops[i];
-        if (!t->bwd || t->fwd == UINT32_MAX) continue;
-        size_t j = i + 1;
-        while (j < nt && !m->tops[j].bwd)
-            j++;
-        const adv_top *next = j < nt ? &m->tops[j] : t;
-        if (next->last_a < nrec && birth[next->last_a] != SIZE_MAX) node_end[t->fwd] = birth[next->last_a];
-    }
+    node_spans(m, birth, nrec, node_start, node_end);
     /* who reads each recorded tensor: casting readers only, or some other op too */
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
@@ -370,7 +339,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
                 uint64_t size = m->allocs[g->a].size;
                 cast_grad[g->a] = low[y->a] ? cast_f32[y->a] : cast_low[y->a];
                 if (cast_grad[g->a] &&
-                    cast_grad_temp(m, &w, drop, birth[g->a], g->a, low[y->a] ? size : (size + 1) / 2,
+                    cast_grad_temp(m, &w, birth[g->a], g->a, low[y->a] ? size : (size + 1) / 2,
                                    made_at(m, starts, nstarts, birth[g->a], death[g->a]), cast_at[y->a]) != 0)
                     goto out;
                 if (low[y->a]) {
@@ -428,7 +397,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
                     c = adv_new_alloc(m, (g->bytes + 1) / 2, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
                     if (c == UINT32_MAX) goto out;
                     if (death_slot(&copy_death, &ncopy_cap, c)) goto out;
-                    acw_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
+                    ac_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
                     st->copies++, st->cast_bytes += g->bytes;
                     if (param) cache[g->a] = c, cache_pass[g->a] = pass;
                 }
@@ -436,18 +405,18 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
                     !drop[death[g->a]]) {
                     /* every reader casts it: the fp32 activation goes after this, its last one */
                     drop[death[g->a]] = 1;
-                    acw_add(&w, m, op_ev, 1, g->a, m->evs[death[g->a]].kind);
+                    ac_add(&w, m, op_ev, 1, g->a, m->evs[death[g->a]].kind);
                 }
-                if (dies == SIZE_MAX - 1) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                if (dies == SIZE_MAX - 1) ac_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
                 else if (dies != SIZE_MAX && (copy_death[c] == SIZE_MAX || dies > copy_death[c])) copy_death[c] = dies;
             } else if (cls[i].kind == OPK_FP32 && is_low) {
                 cast_f32[g->a] = 1;
                 cast_at[g->a] = anchor;
                 uint32_t c = adv_new_alloc(m, g->bytes, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
                 if (c == UINT32_MAX || death_slot(&copy_death, &ncopy_cap, c)) goto out;
-                acw_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
+                ac_add(&w, m, anchor, where, c, ADV_EV_ALLOC);
                 copy_death[c] = !cls[i].saves_in ? SIZE_MAX : node_end[i] != SIZE_MAX ? node_end[i] : death[g->a];
-                if (!cls[i].saves_in) acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                if (!cls[i].saves_in) ac_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
                 st->copies++, st->cast_bytes += g->bytes;
             }
         }
@@ -473,14 +442,15 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
         if (c < ncopy_cap && copy_death[c] != SIZE_MAX) {
             const adv_ev *e = &m->evs[copy_death[c]];
             int before = e->kind == ADV_EV_ALLOC && e->a < nrec && cast_grad[e->a];
-            acw_add(&w, m, copy_death[c], before ? -1 : 1, (uint32_t)c, ADV_EV_FREE_ASYNC);
+            ac_add(&w, m, copy_death[c], before ? -1 : 1, (uint32_t)c, ADV_EV_FREE_ASYNC);
         }
-    if (acw_apply(&w, m, drop) != 0) goto out;
+    if (adv_rw_apply(m, &w) != 0) goto out;
     rc = 0;
 out:
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
-    free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(drop), free(cache);
-    free(cache_pass), free(copy_death), free(w.v), free(cls), free(cast_at), free(starts);
+    free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(node_start), free(cache);
+    free(cache_pass), free(copy_death), free(cls), free(cast_at), free(starts);
+    adv_rw_free(&w);
     return rc;
 }
 
@@ -494,12 +464,10 @@ static unsigned saved_params(const char *op, int *view)
     char nb[96];
     const char *n = base_name(op, nb, sizeof nb);
     *view = 0;
-    if (!strcmp(n, "addmm") || !strcmp(n, "addmv") || !strcmp(n, "addbmm") || !strcmp(n, "baddbmm"))
-        return *view = 1, 6u; /* the two factors, not the added term (the bias) */
-    if (!strcmp(n, "mm") || !strcmp(n, "bmm") || !strcmp(n, "mv") || !strcmp(n, "matmul"))
-        return *view = 1, 3u;
+    if (in_list(n, ops_add_mm)) return *view = 1, 6u; /* the two factors, not the added term (the bias) */
+    if (in_list(n, ops_mm)) return *view = 1, 3u;
     if (strstr(n, "convolution") || !strncmp(n, "conv", 4)) return 2u; /* the weight */
-    if (!strcmp(n, "native_layer_norm") || !strcmp(n, "native_group_norm")) return 6u; /* weight, bias */
+    if (in_list(n, ops_norm)) return 6u;                                /* weight, bias */
     return 0;
 }
 
@@ -509,43 +477,28 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
     if (adv_model_own(m) != 0) return -1;
     size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
     size_t *birth = malloc((m->nallocs + 1) * sizeof *birth);
-    size_t *bwd_of = malloc((nt + 1) * sizeof *bwd_of); /* a forward op's backward node (a top) */
-    size_t *next_bwd = malloc((nt + 1) * sizeof *next_bwd); /* the node after a node */
-    acw w = {0};
+    size_t *nstart = malloc((nt + 1) * sizeof *nstart), *nend = malloc((nt + 1) * sizeof *nend);
+    adv_rw w;
     long packed = -1;
-    if (!birth || !bwd_of || !next_bwd) goto out;
+    if (adv_rw_init(&w, m) != 0 || !birth || !nstart || !nend) goto out;
     for (size_t a = 0; a < m->nallocs; a++)
         birth[a] = SIZE_MAX;
     for (size_t i = 0; i < nev; i++)
         if (m->evs[i].kind == ADV_EV_ALLOC) birth[m->evs[i].a] = i;
-    for (size_t i = 0; i < nt; i++)
-        bwd_of[i] = next_bwd[i] = SIZE_MAX;
-    for (size_t i = 0, prev = SIZE_MAX; i < nt; i++) {
-        const adv_top *t = &m->tops[i];
-        if (!t->bwd) continue;
-        if (t->fwd != UINT32_MAX && t->fwd < nt && bwd_of[t->fwd] == SIZE_MAX) bwd_of[t->fwd] = i;
-        if (prev != SIZE_MAX) next_bwd[prev] = i;
-        prev = i;
-    }
+    node_spans(m, birth, nrec, nstart, nend);
     packed = 0;
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
         int view;
         unsigned mask = saved_params(adv_str(m, t->name), &view);
-        size_t op_ev = birth[t->last_a], b = bwd_of[i];
-        if (!mask || b == SIZE_MAX) continue;
+        size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i];
+        if (!mask || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
-        const adv_top *nb = &m->tops[b];
-        if (nb->last_a >= nrec || birth[nb->last_a] == SIZE_MAX) continue;
-        /* the node starts before the first allocation after the last one made before it, and
-         * ends after its own last allocation: the next node's last before it */
-        size_t start = SIZE_MAX, end = SIZE_MAX;
-        for (size_t j = birth[nb->last_a] + 1; j < nev && start == SIZE_MAX; j++)
+        /* the unpack: before the node's first allocation, freed after its last (node_spans) */
+        for (size_t j = nstart[i] + 1; j < nev && start == SIZE_MAX; j++)
             if (m->evs[j].kind == ADV_EV_ALLOC) start = j;
-        size_t nx = next_bwd[b];
-        if (nx != SIZE_MAX && m->tops[nx].last_a < nrec) end = birth[m->tops[nx].last_a];
-        if (start == SIZE_MAX || end == SIZE_MAX || end < start) continue;
+        if (start == SIZE_MAX || end < start) continue;
         int lowp = autocast && classify(adv_str(m, t->name)).kind == OPK_LOWP;
         uint32_t k = 0;
         for (uint32_t q = 0; q < t->nargs; q++) {
@@ -561,21 +514,22 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
             if (view) { /* the copy to the host through a contiguous device temporary */
                 uint32_t c = adv_new_alloc(m, bytes, stream, cls, 0, g->a);
                 if (c == UINT32_MAX) goto fail;
-                acw_add(&w, m, op_ev, 1, c, ADV_EV_ALLOC);
-                acw_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                ac_add(&w, m, op_ev, 1, c, ADV_EV_ALLOC);
+                ac_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
             }
             uint32_t u = adv_new_alloc(m, bytes, stream, cls, 0, g->a); /* the unpack */
             if (u == UINT32_MAX) goto fail;
-            acw_add(&w, m, start, -1, u, ADV_EV_ALLOC);
-            acw_add(&w, m, end, 1, u, ADV_EV_FREE_ASYNC);
+            ac_add(&w, m, start, -1, u, ADV_EV_ALLOC);
+            ac_add(&w, m, end, 1, u, ADV_EV_FREE_ASYNC);
             packed++;
         }
     }
-    if (acw_apply(&w, m, NULL) != 0) goto fail;
+    if (adv_rw_apply(m, &w) != 0) goto fail;
     goto out;
 fail:
     packed = -1;
 out:
-    free(birth), free(bwd_of), free(next_bwd), free(w.v);
+    free(birth), free(nstart), free(nend);
+    adv_rw_free(&w);
     return packed;
 }
