@@ -819,21 +819,24 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
         if (death) {
             heap_ent e;
             if (dies) {
+                /* its bytes as its birth added them: the category and source its birth left in
+                 * range, after every birth before it (a death's seq is after its birth's) */
                 size_t j = dj - 1;
-                e = (heap_ent){d->death, d->size, cat[j] < GM_NCATS ? cat[j] : GM_CAT_OTHER,
-                               src_of[j] < GM_NCSRCS ? src_of[j] : 0};
+                e = (heap_ent){d->death, d->size, cat[j], src_of[j]};
                 dj = d->next_death;
                 d = next_device_death(m, &dj, all);
+                cur[e.cat] -= e.bytes, total -= e.bytes;
             } else {
                 e = heap_pop(&q);
+                cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
+                total -= e.bytes < total ? e.bytes : total;
             }
-            cur[e.cat] -= e.bytes < cur[e.cat] ? e.bytes : cur[e.cat];
-            total -= e.bytes < total ? e.bytes : total;
             live[e.cat][e.src] -= e.bytes;
         } else if (a) {
             if (decide && src_of[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
-            uint8_t k = cat[i] < GM_NCATS ? cat[i] : GM_CAT_OTHER;
-            uint8_t src = src_of[i] < GM_NCSRCS ? src_of[i] : 0;
+            if (cat[i] >= GM_NCATS) cat[i] = GM_CAT_OTHER;
+            if (src_of[i] >= GM_NCSRCS) src_of[i] = 0;
+            uint8_t k = cat[i], src = src_of[i];
             cur[k] += a->size, total += a->size;
             live[k][src] += a->size;
             if (!dies && a->death && heap_push(&q, (heap_ent){a->death, a->size, k, src})) {
