@@ -271,8 +271,15 @@ static inline __attribute__((always_inline)) int note_ranged(ctx *x, range_memo 
 static inline __attribute__((always_inline)) int note_target(ctx *x, range_memo *births, range_memo *deaths,
                                                             gm_cat_step **steps, int *phased, const gm_alloc *a)
 {
-    return note_ranged(x, births, steps, phased, a->birth, a->range) ||
-           (a->death && note_ranged(x, deaths, steps, phased, a->death, a->death_range));
+    /* a birth in the range of the birth before it (most): births come in order, so that one
+     * already took the step's start and its phase's, and only the end can move */
+    if (a->range && a->range == births->range && births->slot >= 0) {
+        gm_cat_step *s = &(*steps)[births->slot];
+        if (a->birth > s->end) s->end = a->birth;
+    } else if (note_ranged(x, births, steps, phased, a->birth, a->range)) {
+        return -1;
+    }
+    return a->death && note_ranged(x, deaths, steps, phased, a->death, a->death_range) ? -1 : 0;
 }
 static int steps_from_ranges(ctx *x)
 {
