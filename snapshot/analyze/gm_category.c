@@ -763,6 +763,17 @@ static inline const gm_alloc *next_device_death(const gm_model *m, size_t *dj, i
     return *dj ? &m->allocs[*dj - 1] : NULL;
 }
 
+/* The bytes of each category (and source) live at the peak allocated moment, into c. */
+static void peak_take(gm_categories *c, const uint64_t live[GM_NCATS][GM_NCSRCS])
+{
+    for (int k = 0; k < GM_NCATS; k++)
+        for (int s = 0; s < GM_NCSRCS; s++) {
+            c->peak_by_src[k][s] = live[k][s];
+            c->peak[k] += live[k][s];
+            c->at_total += live[k][s];
+        }
+}
+
 /* The categories' last pass, one sweep of every device allocation in birth order merged with
  * their deaths in order (the model's, else a heap of the living by death): the category of
  * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
@@ -785,10 +796,11 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
     uint64_t cur[GM_NCATS] = {0}, total = 0, before[GM_NCATS] = {0}, before_total = 0;
     /* the live bytes by category and source, summed as the peak's table sums them (no floor) */
     uint64_t live[GM_NCATS][GM_NCSRCS] = {{0}};
-    int at_peak = 0; /* c->peak and the rest taken */
+    /* c->peak and the rest are taken at the first event after this seq, or after the last event */
+    uint64_t peak_after = c->at_seq;
+    int peak_taken = 0;
     int decide = c->phases_from != GM_CSRC_NONE;
     long last_b = -1;
-    const uint64_t at_seq = c->at_seq;
     const gm_cat_step *const steps = c->steps;
     const size_t nsteps = c->nsteps;
     gm_cat_point *const tl = c->timeline;
@@ -814,14 +826,9 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
         int death = (dies ? d != NULL : q.n != 0) && (!a || next_death < a->birth);
         /* the next event: a free due before the next birth, else the birth */
         uint64_t seq = death ? next_death : a ? a->birth : 0;
-        if (!at_peak && (seq > at_seq || (!death && !a))) {
-            at_peak = 1;
-            for (int k = 0; k < GM_NCATS; k++)
-                for (int s = 0; s < GM_NCSRCS; s++) {
-                    c->peak_by_src[k][s] = live[k][s];
-                    c->peak[k] += live[k][s];
-                    c->at_total += live[k][s];
-                }
+        if (seq > peak_after) {
+            peak_take(c, live);
+            peak_after = UINT64_MAX, peak_taken = 1;
         }
         if (death) {
             heap_ent e;
@@ -855,6 +862,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
                 i++;
             a = i < nallocs ? &allocs[i] : NULL;
         } else {
+            if (!peak_taken) peak_take(c, live); /* the peak after the last event */
             break;
         }
         long b;
