@@ -63,11 +63,14 @@ snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
 # (gm_advise.o: advise's and tune's model reads the events through the page reader too)
 snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
+# (adv_reduce_staging: gm_advise_autocast.o alone needs gm_advise.o's edit list)
+snapshot_advise_torch_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
+snapshot_advise_torch_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
                         $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
 SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
-             snapshot_pages
+             snapshot_pages snapshot_advise_torch
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
                    $(BUILD)/tests/unit/snapshot_uses

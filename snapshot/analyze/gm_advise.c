@@ -2269,7 +2269,7 @@ static int cmp_step_end(const void *a, const void *b)
 static int has_grad_names(const adv_model *m);
 static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a, int named);
 
-int adv_accum(adv_model *m, unsigned k)
+int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
 {
     if (k < 2) return 0;
     size_t *birth, *death;
@@ -2344,7 +2344,7 @@ int adv_accum(adv_model *m, unsigned k)
             /* (a view's allocations are copied before the first write, once) */
             if (own_allocs(m) != 0) goto out;
             prop[a] = 1;
-            m->allocs[a].size = (m->allocs[a].size + k - 1) / k;
+            m->allocs[a].size = size_k && size_k[a] ? size_k[a] : (m->allocs[a].size + k - 1) / k;
         }
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }

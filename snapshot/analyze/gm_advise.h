@@ -326,10 +326,22 @@ void adv_rw_free(adv_rw *w);
  * (weight.t(): the copy to the host goes through it), and in the backward a device copy of it
  * made when its node starts and freed when the node ends (the unpack). autocast: the trace is
  * autocast's (adv_autocast ran): a lower-precision op saves its weight's bf16 copy. skip_blocks:
- * checkpointed blocks save nothing of their own (their ops are left alone). Returns the number
- * of saved parameters packed, -1 out of memory. Run before the other rewrites. */
+ * checkpointed blocks save nothing of their own (their ops are left alone). Also an unpack for each
+ * input an op saves that its backward's kernels never read (nll_loss's log-probabilities, whose
+ * restore no use places). Returns the number of saved tensors packed, -1 out of memory. Run
+ * before the other rewrites. */
 long adv_pack_params(adv_model *m, int autocast, int skip_blocks);
-int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
+int adv_is_block_name(const char *n);
+/* PyTorch's sum of a Linear's bias gradient over the batch's rows (AddmmBackward0's) stages its
+ * partial sums in a device buffer and semaphores sized by the reduction kernel's launch
+ * configuration, not in proportion to the rows (adv_reduce_staging: their sizes for a sum of rows
+ * x cols fp32 values into cols, 0 and 0 where the kernel needs neither). From the op
+ * log, each such pair found in its node (both of the sizes the configuration gives the recorded
+ * rows, allocated and freed in a row) gets in size[a] (per allocation, 0 elsewhere) its size at
+ * 1/k of the rows; left out when the smaller batch needs no staging. Returns the number of pairs,
+ * -1 out of memory. */
+long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size);
+void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema); /* "h.3", "blocks.7": a repeated block's range */
 
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named
@@ -345,8 +357,9 @@ int adv_unbf16(adv_model *m, size_t *chains, size_t *broken);
  * forward/backward shrink by k (rounded up) and the forward and backward repeat k times (the
  * copies after the last backward event of the step); the rest (gradients) happen once. One made
  * for a tensor born outside every step (adv_alloc.orig: autocast's bf16 copy of a parameter)
- * repeats at its size. */
-int adv_accum(adv_model *m, unsigned k);
+ * repeats at its size. size_k (NULL: none): per allocation, its size in a micro-batch where that
+ * is not the recorded one over k (adv_reduce_bufs), 0 elsewhere. */
+int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k);
 
 typedef struct adv_opt_stats {
     uint64_t grad_bytes;    /* gradients freed after each step */

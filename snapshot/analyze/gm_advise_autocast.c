@@ -471,6 +471,17 @@ static unsigned saved_params(const char *op, int *view)
     return 0;
 }
 
+/* An op whose backward node is given a saved input its kernel never reads (so no use in the
+ * trace places its unpack): nll_loss keeps its input, the log-probabilities, for their shape
+ * (derivatives.yaml: nll_loss_backward(grad, self, target, ...)); a mask over its inputs. The
+ * node unpacks every saved tensor when it starts, whether its kernels read it or not. */
+static unsigned saved_unread(const char *op)
+{
+    char nb[96];
+    const char *n = base_name(op, nb, sizeof nb);
+    return !strcmp(n, "nll_loss_forward") || !strcmp(n, "nll_loss2d_forward") ? 1u : 0;
+}
+
 long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
 {
     if (!m->ntops) return 0;
@@ -491,9 +502,9 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
         int view;
-        unsigned mask = saved_params(adv_str(m, t->name), &view);
+        unsigned mask = saved_params(adv_str(m, t->name), &view), unread = saved_unread(adv_str(m, t->name));
         size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i];
-        if (!mask || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
+        if (!(mask | unread) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
         /* the unpack: before the node's first allocation, freed after its last (node_spans) */
         for (size_t j = nstart[i] + 1; j < nev && start == SIZE_MAX; j++)
@@ -506,16 +517,19 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
             if (g->out) continue;
             unsigned bit = 1u << (k < 31 ? k : 31);
             k++;
-            if (!(mask & bit) || g->a >= nrec) continue;
+            if (!((mask | unread) & bit) || g->a >= nrec) continue;
             size_t pb = birth[g->a];
-            if (pb != SIZE_MAX && m->evs[pb].step >= 0) continue; /* not a parameter */
+            /* a parameter where the op saves its weights; an activation where its node gets what
+             * its kernels do not read (the offload's restores follow the reads) */
+            int param = pb == SIZE_MAX || m->evs[pb].step < 0;
+            if ((mask & bit) ? !param : param) continue;
             uint64_t bytes = lowp && g->dtype == ADV_DT_F32 ? (g->bytes + 1) / 2 : g->bytes;
             uint32_t stream = m->allocs[t->last_a].stream, cls = m->allocs[g->a].cls;
-            if (view) { /* the copy to the host through a contiguous device temporary */
+            if (view && param) { /* the copy to the host through a contiguous device temporary */
                 uint32_t c = adv_new_alloc(m, bytes, stream, cls, 0, g->a);
                 if (c == UINT32_MAX) goto fail;
-                ac_add(&w, m, op_ev, 1, c, ADV_EV_ALLOC);
-                ac_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
+                ac_add(&w, m, op_ev, -1, c, ADV_EV_ALLOC);
+                ac_add(&w, m, op_ev, -1, c, ADV_EV_FREE_ASYNC);
             }
             uint32_t u = adv_new_alloc(m, bytes, stream, cls, 0, g->a); /* the unpack */
             if (u == UINT32_MAX) goto fail;
@@ -532,4 +546,97 @@ out:
     free(birth), free(nstart), free(nend);
     adv_rw_free(&w);
     return packed;
+}
+
+/* ------------------------------------------------------------------ a bias gradient's sum */
+
+/* The launch configuration of PyTorch's reduction kernel (aten/src/ATen/native/cuda/Reduce.cuh,
+ * setReduceConfig, PyTorch 2.x) summing the rows of a contiguous (rows, cols) fp32 tensor into
+ * cols outputs (the bias gradient of a Linear: AddmmBackward0's sum over the batch's tokens),
+ * on a device of REDUCE_SMS multiprocessors of 2,048 threads each. The reduced dimension is not
+ * the fastest moving one, so the outputs are vectorized (up to 4 a thread) and a block is 32
+ * lanes of outputs by up to 512 / vec threads of rows. When each thread would still sum at
+ * least 256 values, the rows are split across ctas blocks a column, which stage their partial
+ * sums in a device buffer (4 bytes x cols x ctas x the block's width x vec) and count their
+ * ends in semaphores (an int per column of blocks): both allocated for the kernel and freed
+ * when it is queued. 0 and 0 where one block a column does it all (gm_advise.h). */
+enum { REDUCE_SMS = 132 /* an H100 or H200, the virtual GPU's profile: the recording keeps no count */ };
+
+static uint64_t pow2_floor(uint64_t n)
+{
+    uint64_t p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    return p;
+}
+
+static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema)
+{
+    *staging = *sema = 0;
+    if (!rows || !cols) return;
+    uint64_t vec = cols % 4 == 0 ? 4 : cols % 2 == 0 ? 2 : 1, most = 512 / vec;
+    uint64_t d0 = cols / vec < most ? pow2_floor(cols / vec) : most, d1 = rows < most ? pow2_floor(rows) : most;
+    uint64_t width = d0 < 32 ? d0 : 32, height = d1 < most / width ? d1 : most / width;
+    width = d0 < most / height ? d0 : most / height;
+    uint64_t step_out = width, step_in = 1;
+    int split_in = rows >= (height * 16 < 256 ? height * 16 : 256);
+    if (split_in)
+        step_in = height;
+    else
+        step_out *= height;
+    uint64_t grid = div_up(cols / vec, step_out), target = REDUCE_SMS * (2048 / (width * height));
+    uint64_t per_thread = div_up(rows, step_in);
+    if (!split_in || per_thread < 256 || grid > target) return;
+    uint64_t c1 = div_up(target, grid), c2 = div_up(per_thread, 16), c3 = div_up(per_thread, 256);
+    uint64_t ctas = c1 < c2 ? c1 : c2;
+    if (ctas < c3) ctas = c3;
+    if (ctas < 2) return;
+    *staging = 4 * cols * ctas * width * vec;
+    *sema = 4 * grid;
+}
+
+long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
+{
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
+    for (size_t a = 0; a < m->nallocs; a++)
+        size[a] = 0;
+    if (!nt || k < 1) return 0;
+    size_t *birth = malloc((m->nallocs + 1) * sizeof *birth);
+    size_t *nstart = malloc((nt + 1) * sizeof *nstart), *nend = malloc((nt + 1) * sizeof *nend);
+    long found = -1;
+    if (!birth || !nstart || !nend) goto out;
+    for (size_t a = 0; a < m->nallocs; a++)
+        birth[a] = SIZE_MAX;
+    for (size_t i = 0; i < nev; i++)
+        if (m->evs[i].kind == ADV_EV_ALLOC) birth[m->evs[i].a] = i;
+    node_spans(m, birth, nrec, nstart, nend);
+    found = 0;
+    char nb[96];
+    for (size_t f = 0; f < nt; f++) {
+        const adv_top *t = &m->tops[f];
+        if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2) continue;
+        if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) continue;
+        /* addmm(bias, input, weight.t()): its output (rows x cols) and the bias (cols) */
+        const adv_targ *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
+        if (!out->out || bias->out || out->dtype != ADV_DT_F32 || bias->dtype != ADV_DT_F32 || !bias->bytes ||
+            out->bytes % bias->bytes)
+            continue;
+        uint64_t cols = bias->bytes / 4, rows = out->bytes / bias->bytes, x, s, x2, s2;
+        adv_reduce_staging(rows, cols, &x, &s);
+        adv_reduce_staging(rows / k, cols, &x2, &s2);
+        if (!x || !x2 || rows % k) continue;
+        /* in the node: the buffer, then the semaphores (both freed when the kernel is queued) */
+        for (size_t i = nstart[f] + 1; i + 1 < nev && i <= nend[f]; i++) {
+            const adv_ev *e = &m->evs[i], *e1 = e + 1;
+            if (e->kind != ADV_EV_ALLOC || e->a >= nrec || m->allocs[e->a].size != x) continue;
+            if (e1->kind != ADV_EV_ALLOC || e1->a >= nrec || m->allocs[e1->a].size != s) continue;
+            size[e->a] = x2, size[e1->a] = s2, found++;
+            break;
+        }
+    }
+out:
+    free(birth), free(nstart), free(nend);
+    return found;
 }

@@ -423,7 +423,13 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     if (autocast) rc = adv_autocast(&m, &as);
     /* save_on_cpu packs the parameters the ops save too (outside checkpointed blocks) */
     if (!rc && c->torch && s->off_act && c->m.ntops > 0 && adv_pack_params(&m, autocast, s->ckpt) < 0) rc = -1;
-    if (!rc && s->accum > 1) rc = adv_accum(&m, s->accum);
+    if (!rc && s->accum > 1) {
+        /* a bias gradient's sum stages in buffers sized by its kernel's launch, not the batch */
+        uint64_t *size_k = c->torch && c->m.ntops > 0 ? malloc((m.nallocs + 1) * sizeof *size_k) : NULL;
+        if (c->torch && c->m.ntops > 0 && (!size_k || adv_reduce_bufs(&m, s->accum, size_k) < 0)) rc = -1;
+        if (!rc) rc = adv_accum(&m, s->accum, size_k);
+        free(size_k);
+    }
     adv_opt_stats os = {0};
     if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
     adv_stash_stats ss = {0};
