@@ -277,7 +277,10 @@ static int cmd_report(int argc, char **argv, int leaks) {
     if (rc) return rc;
     gm_db d;
     gm_model m;
-    if ((rc = gm_open_model(path, &d, &m, 1)) != 0) return rc;
+    /* the report names a stack by its call site and caller only (gm_site_desc); leaks lists
+     * whole stacks */
+    if ((rc = gm_open_model(path, &d, &m, leaks)) != 0) return rc;
+    if (!leaks) gm_symbolize_sites(&d, &m);
     /* events lost: refused, or (--lossy-ok) said first (on stderr under --json) */
     if ((rc = gm_lossy_gate(&d, leaks ? "leaks" : "report", o.lossy_ok, o.json ? stderr : stdout)) != 0) {
         gm_model_free(&m);

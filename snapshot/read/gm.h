@@ -190,6 +190,9 @@ typedef struct gm_model {
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
     int inlines_expanded;
+    /* gm_symbolize_sites: frames are symbolized as a call site's description reads them
+     * (gm_sym_frame), stacks left as recorded; NULL when gm_symbolize did them all */
+    struct gm_sym_lazy *sym_lazy;
     /* call sites: 0 = the user's code (Python's own library, torch and gpumem frames skipped
      * when a stack has Python frames), 1 = every frame as recorded (--frames all) */
     int frames_all;
@@ -253,6 +256,20 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id);
  * (readers never write the recording). Then expands inline chains into logical frames
  * (gm_expand_inlines). Returns the number of frames symbolized. */
 size_t gm_symbolize(gm_db *d, gm_model *m);
+/* For a command that names stacks only by their call sites and callers (gm_site_desc,
+ * gm_stack_site: `gpumem report`): frames are symbolized when a site's description first reads
+ * them, each module opened at its first such frame. A module no printed site or caller is in is
+ * never read (a recording's libc frames under main: libdw inflates libc6-dbg's compressed
+ * DWARF whole, 0.2 G instructions). Stacks stay as recorded (no gm_expand_inlines): a site's
+ * caller is then its own inline chain's first function where it has one. Falls back to
+ * gm_symbolize under GPUMEM_SYM_VERIFY=1, on stacks already expanded, on inline chains read
+ * from the file, or out of memory. Returns 1 when lazy, 0 when every frame was symbolized. */
+int gm_symbolize_sites(gm_db *d, gm_model *m);
+/* Under gm_symbolize_sites, symbolizes frame fi if it is not yet (the model's frames are its
+ * cache, filled in through a const model); otherwise nothing. */
+void gm_sym_frame(const gm_model *m, long fi);
+/* Closes gm_symbolize_sites' modules (gm_model_free calls it). */
+void gm_sym_lazy_free(gm_model *m);
 /* The symbolized frames as TEMP tables frames and inlines and a TEMP view stack_frames, which
  * shadow the file's in the connection's queries (gpumem sql); the file is not written. 0 or -1. */
 int gm_symbols_temp(gm_db *d, const gm_model *m);

@@ -924,6 +924,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
 }
 
 void gm_model_free(gm_model *m) {
+    gm_sym_lazy_free(m);
     for (size_t i = 0; i < m->nstrs; i++) free(m->strs[i]);
     free(m->strs);
     for (size_t i = 0; i < m->nframes; i++) {
@@ -1042,12 +1043,7 @@ static char *readable_function(const char *fn) {
     return cplus_demangle(fn, DMGL_ANSI);
 }
 
-void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
-    if (fi < 0 || (size_t)fi >= m->nframes) {
-        snprintf(out, outsz, "(unknown)");
-        return;
-    }
-    const gm_frame *f = &m->frames[fi];
+static void frame_desc(const gm_model *m, const gm_frame *f, char *out, size_t outsz) {
     if (f->python) {
         const char *file = f->file ? f->file : "?";
         const char *fb = strrchr(file, '/');
@@ -1069,6 +1065,24 @@ void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
         snprintf(out, outsz, "%s+0x%llx", mb, (unsigned long long)f->offset);
     }
     free(dm);
+}
+
+void gm_frame_desc(const gm_model *m, long fi, char *out, size_t outsz) {
+    if (fi < 0 || (size_t)fi >= m->nframes) {
+        snprintf(out, outsz, "(unknown)");
+        return;
+    }
+    gm_sym_frame(m, fi);
+    frame_desc(m, &m->frames[fi], out, outsz);
+}
+
+/* " < caller" after out's text, when it fits */
+static void append_caller(const gm_model *m, long c, const gm_frame *cf, char *out, size_t outsz) {
+    size_t o = strlen(out);
+    if (o + 4 >= outsz) return;
+    snprintf(out + o, outsz - o, " < ");
+    if (cf) frame_desc(m, cf, out + o + 3, outsz - o - 3);
+    else gm_frame_desc(m, c, out + o + 3, outsz - o - 3);
 }
 
 long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
@@ -1095,13 +1109,19 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
         }
         return f;
     }
-    for (size_t d = 0; d + 1 < len; d++)
+    for (size_t d = 0; d < len; d++)
         if (gm_stack_frame(m, stack, d, NULL) == f) {
-            long c = gm_stack_frame(m, stack, d + 1, NULL);
-            size_t o = strlen(out);
-            if (c >= 0 && o + 4 < outsz) {
-                snprintf(out + o, outsz - o, " < ");
-                gm_frame_desc(m, c, out + o + 3, outsz - o - 3);
+            /* stacks as recorded (gm_symbolize_sites): the site's inline chain comes first, as
+             * gm_expand_inlines puts it after the site */
+            if (m->sym_lazy && f >= 0 && m->frames[f].ninl) {
+                const gm_frame *sf = &m->frames[f];
+                gm_frame in = {.module = sf->module, .offset = sf->offset, .symbolized = 1,
+                               .function = sf->inl[0].function, .file = sf->inl[0].file,
+                               .line = sf->inl[0].line, .inl_depth = 1};
+                append_caller(m, -1, &in, out, outsz);
+            } else if (d + 1 < len) {
+                long c = gm_stack_frame(m, stack, d + 1, NULL);
+                if (c >= 0) append_caller(m, c, NULL, out, outsz);
             }
             break;
         }

@@ -237,61 +237,144 @@ static const char *sym_find(const sym_ent *t, size_t n, GElf_Addr addr) {
     return NULL;
 }
 
+/* One module's symbolizing session: its Dwfl, the module in it (NULL: not readable, or another
+ * build than the recorded one) and its symbol table. */
+typedef struct sym_module {
+    Dwfl *dwfl;
+    Dwfl_Module *dm;
+    GElf_Addr bias;
+    sym_ent *syms;
+    size_t nsyms;
+} sym_module;
+
+static void module_open(const gm_module *mod, sym_module *sm) {
+    memset(sm, 0, sizeof *sm);
+    if (!mod->path || mod->path[0] != '/' || access(mod->path, R_OK) != 0) return;
+    sm->dwfl = dwfl_begin(&offline_callbacks);
+    if (!sm->dwfl) return;
+    Dwfl_Module *dm = dwfl_report_offline(sm->dwfl, mod->path, mod->path, -1);
+    dwfl_report_end(sm->dwfl, NULL, NULL);
+    if (!dm || !build_id_matches(dm, mod->build_id) || !dwfl_module_getelf(dm, &sm->bias)) return;
+    sm->dm = dm;
+    sm->syms = sym_table(dm, &sm->nsyms);
+}
+
+static void module_close(sym_module *sm) {
+    free(sm->syms);
+    if (sm->dwfl) dwfl_end(sm->dwfl);
+    memset(sm, 0, sizeof *sm);
+}
+
+/* GPUMEM_SYM_VERIFY=1: every name the table gives is asked of libdwfl too, the answers that
+ * differ counted */
+typedef struct sym_verify {
+    int on;
+    size_t checked, differ;
+} sym_verify;
+
+static void frame_symbolize(const sym_module *sm, const char *path, gm_frame *f, sym_verify *v) {
+    Dwfl_Module *dm = sm->dm;
+    GElf_Addr addr = f->offset + sm->bias - (f->offset ? 1 : 0);
+    const char *fn = sm->syms ? sym_find(sm->syms, sm->nsyms, addr) : NULL;
+    if (!fn) fn = dwfl_module_addrname(dm, addr);
+    else if (v && v->on) {
+        const char *want = dwfl_module_addrname(dm, addr);
+        v->checked++;
+        if (!want || strcmp(want, fn) != 0) {
+            v->differ++;
+            fprintf(stderr, "gpumem: symbol table: %s+0x%llx: %s, libdwfl says %s\n", path,
+                    (unsigned long long)f->offset, fn, want ? want : "(none)");
+        }
+    }
+    Dwfl_Line *ln = dwfl_module_getsrc(dm, addr);
+    int line = 0;
+    const char *file = ln ? dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL) : NULL;
+    free(f->function), free(f->file);
+    for (uint32_t k = 0; k < f->ninl; k++) free(f->inl[k].function), free(f->inl[k].file);
+    free(f->inl);
+    f->inl = NULL, f->ninl = 0;
+    f->function = fn ? strdup(fn) : NULL;
+    f->file = file ? strdup(file) : NULL;
+    f->line = line > 0 ? (uint32_t)line : 0;
+    f->symbolized = 1;
+    inline_chain(dm, addr, fn, f);
+}
+
+static int sym_verify_asked(void) {
+    const char *ve = getenv("GPUMEM_SYM_VERIFY");
+    return ve && strcmp(ve, "1") == 0;
+}
+
 size_t gm_symbolize(gm_db *d, gm_model *m) {
     (void)d; /* the recording is not written: results stay in m */
-    size_t done = 0, verified = 0, differ = 0;
-    const char *ve = getenv("GPUMEM_SYM_VERIFY");
-    int verify = ve && strcmp(ve, "1") == 0;
+    size_t done = 0;
+    sym_verify v = {sym_verify_asked(), 0, 0};
     for (size_t mi = 0; mi < m->nmods; mi++) {
         gm_module *mod = &m->mods[mi];
         int pending = 0;
         for (size_t i = 0; i < m->nframes && !pending; i++)
             pending = m->frames[i].module == mi + 1 && !m->frames[i].symbolized;
-        if (!pending || !mod->path || mod->path[0] != '/' || access(mod->path, R_OK) != 0) continue;
-        Dwfl *dwfl = dwfl_begin(&offline_callbacks);
-        if (!dwfl) continue;
-        Dwfl_Module *dm = dwfl_report_offline(dwfl, mod->path, mod->path, -1);
-        dwfl_report_end(dwfl, NULL, NULL);
-        GElf_Addr bias = 0;
-        if (dm && build_id_matches(dm, mod->build_id) && dwfl_module_getelf(dm, &bias)) {
-            size_t nsyms = 0;
-            sym_ent *syms = sym_table(dm, &nsyms);
-            for (size_t i = 0; i < m->nframes; i++) {
-                gm_frame *f = &m->frames[i];
-                if (f->module != mi + 1 || f->symbolized) continue;
-                GElf_Addr addr = f->offset + bias - (f->offset ? 1 : 0);
-                const char *fn = syms ? sym_find(syms, nsyms, addr) : NULL;
-                if (!fn) fn = dwfl_module_addrname(dm, addr);
-                else if (verify) {
-                    const char *want = dwfl_module_addrname(dm, addr);
-                    verified++;
-                    if (!want || strcmp(want, fn) != 0) {
-                        differ++;
-                        fprintf(stderr, "gpumem: symbol table: %s+0x%llx: %s, libdwfl says %s\n", mod->path,
-                                (unsigned long long)f->offset, fn, want ? want : "(none)");
-                    }
-                }
-                Dwfl_Line *ln = dwfl_module_getsrc(dm, addr);
-                int line = 0;
-                const char *file = ln ? dwfl_lineinfo(ln, NULL, &line, NULL, NULL, NULL) : NULL;
-                free(f->function), free(f->file);
-                for (uint32_t k = 0; k < f->ninl; k++) free(f->inl[k].function), free(f->inl[k].file);
-                free(f->inl);
-                f->inl = NULL, f->ninl = 0;
-                f->function = fn ? strdup(fn) : NULL;
-                f->file = file ? strdup(file) : NULL;
-                f->line = line > 0 ? (uint32_t)line : 0;
-                f->symbolized = 1;
-                inline_chain(dm, addr, fn, f);
-                done++;
-            }
-            free(syms);
+        if (!pending) continue;
+        sym_module sm;
+        module_open(mod, &sm);
+        for (size_t i = 0; sm.dm && i < m->nframes; i++) {
+            gm_frame *f = &m->frames[i];
+            if (f->module != mi + 1 || f->symbolized) continue;
+            frame_symbolize(&sm, mod->path, f, &v);
+            done++;
         }
-        dwfl_end(dwfl);
+        module_close(&sm);
     }
-    if (verify) fprintf(stderr, "gpumem: symbol table: %zu frames checked against libdwfl, %zu differ\n", verified, differ);
+    if (v.on) fprintf(stderr, "gpumem: symbol table: %zu frames checked against libdwfl, %zu differ\n", v.checked, v.differ);
     gm_expand_inlines(m);
     return done;
+}
+
+/* gm_symbolize_sites' state: each module's session, opened at the first frame asked of it and
+ * kept until gm_model_free */
+struct gm_sym_lazy {
+    sym_module *mods;
+    uint8_t *opened; /* by module index */
+};
+
+int gm_symbolize_sites(gm_db *d, gm_model *m) {
+    /* the verification counts every frame (tests/integration/sym_table.sh); stacks already
+     * expanded, or inline chains read from the file, are what gm_symbolize deals with */
+    int eager = sym_verify_asked() || m->inlines_expanded;
+    for (size_t i = 0; i < m->nframes && !eager; i++) eager = m->frames[i].ninl != 0;
+    struct gm_sym_lazy *z = eager ? NULL : calloc(1, sizeof *z);
+    if (z) {
+        z->mods = calloc(m->nmods ? m->nmods : 1, sizeof *z->mods);
+        z->opened = calloc(m->nmods ? m->nmods : 1, 1);
+    }
+    if (!z || !z->mods || !z->opened) {
+        if (z) free(z->mods), free(z->opened), free(z);
+        gm_symbolize(d, m);
+        return 0;
+    }
+    m->sym_lazy = z;
+    return 1;
+}
+
+void gm_sym_frame(const gm_model *m, long fi) {
+    struct gm_sym_lazy *z = m->sym_lazy;
+    if (!z || fi < 0 || (size_t)fi >= m->nframes) return;
+    gm_frame *f = &m->frames[fi]; /* a cache of the model's: its names filled in once */
+    if (f->symbolized || !f->module || f->module > m->nmods) return;
+    size_t mi = f->module - 1;
+    if (!z->opened[mi]) {
+        module_open(&m->mods[mi], &z->mods[mi]);
+        z->opened[mi] = 1;
+    }
+    if (z->mods[mi].dm) frame_symbolize(&z->mods[mi], m->mods[mi].path, f, NULL);
+}
+
+void gm_sym_lazy_free(gm_model *m) {
+    struct gm_sym_lazy *z = m->sym_lazy;
+    if (!z) return;
+    for (size_t mi = 0; mi < m->nmods; mi++) module_close(&z->mods[mi]);
+    free(z->mods), free(z->opened), free(z);
+    m->sym_lazy = NULL;
 }
 
 /* TEMP tables frames and inlines (and the stack_frames view over them), copies of the file's
