@@ -502,7 +502,10 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
         int view;
-        unsigned mask = saved_params(adv_str(m, t->name), &view), unread = saved_unread(adv_str(m, t->name));
+        unsigned mask = saved_params(adv_str(m, t->name), &view);
+        /* (under autocast nll_loss saves its own fp32 copy of its input, which the rewrite
+         * made to die in its node: the offload's restore places that one) */
+        unsigned unread = autocast ? 0 : saved_unread(adv_str(m, t->name));
         size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i];
         if (!(mask | unread) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
