@@ -2106,6 +2106,11 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             for (size_t k = 0; k < n; k++) {
                 size_t a = set[k];
                 if (isd[a]) continue;
+                uint32_t orig = m->allocs[a].orig;
+                if (o->by_views && orig < o->nby_views && o->by_views[orig]) {
+                    w.drop[p.death[a]] = 1; /* its views come back one by one: nothing of it to free */
+                    continue;
+                }
                 const adv_alloc x = m->allocs[holder[a]];
                 uint32_t h = new_alloc(m, x.size, o->offload_at_use ? x.stream : m->copy_stream, x.cls, x.name,
                                        x.orig);

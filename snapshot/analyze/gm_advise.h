@@ -258,6 +258,10 @@ typedef struct adv_stash_opts {
     int offload;         /* copied to pinned host memory between forward and backward */
     int offload_at_use;  /* with offload: each copied back when its backward uses it (PyTorch's
                             save_on_cpu unpacks in the node that needs it), not prefetched */
+    const uint8_t *by_views; /* per recorded allocation (nby_views of them), NULL none: a storage
+                                whose saved views adv_pack_params packs and unpacks one by one:
+                                offloaded, never restored whole */
+    size_t nby_views;
 } adv_stash_opts;
 
 /* Per-step figures a transformation reports, for the cost model. */
@@ -328,9 +332,12 @@ void adv_rw_free(adv_rw *w);
  * autocast's (adv_autocast ran): a lower-precision op saves its weight's bf16 copy. skip_blocks:
  * checkpointed blocks save nothing of their own (their ops are left alone). Also an unpack for each
  * input an op saves that its backward's kernels never read (nll_loss's log-probabilities, whose
- * restore no use places). Returns the number of saved tensors packed, -1 out of memory. Run
- * before the other rewrites. */
-long adv_pack_params(adv_model *m, int autocast, int skip_blocks);
+ * restore no use places), and for each view of part of an activation's storage an op saves (the
+ * attention's q, k, v), a device temporary for its pack and an unpack of its own size; by_views
+ * (per recorded allocation, NULL: not wanted) is set for those storages, which adv_stash then
+ * does not restore whole (adv_stash_opts.by_views). Returns the number of saved tensors packed,
+ * -1 out of memory. Run before the other rewrites. */
+long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views);
 int adv_is_block_name(const char *n);
 /* PyTorch's sum of a Linear's bias gradient over the batch's rows (AddmmBackward0's) stages its
  * partial sums in a device buffer and semaphores sized by the reduction kernel's launch

@@ -245,6 +245,23 @@ static void node_spans(const adv_model *m, const size_t *birth, size_t nrec, siz
     }
 }
 
+/* each allocation's event in *birth (SIZE_MAX: none) and each forward op's node in *start and
+ * *end (node_spans), in arrays made here for the caller to free (all three, also on failure:
+ * NULL where not made); -1 out of memory */
+static int births_spans(const adv_model *m, size_t nrec, size_t **birth, size_t **start, size_t **end)
+{
+    size_t nt = m->ntops;
+    *birth = malloc((m->nallocs + 1) * sizeof **birth);
+    *start = malloc((nt + 1) * sizeof **start), *end = malloc((nt + 1) * sizeof **end);
+    if (!*birth || !*start || !*end) return -1;
+    for (size_t a = 0; a < m->nallocs; a++)
+        (*birth)[a] = SIZE_MAX;
+    for (size_t i = 0; i < m->nevs; i++)
+        if (m->evs[i].kind == ADV_EV_ALLOC) (*birth)[m->evs[i].a] = i;
+    node_spans(m, *birth, nrec, *start, *end);
+    return 0;
+}
+
 int adv_autocast(adv_model *m, adv_autocast_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -482,21 +499,31 @@ static unsigned saved_unread(const char *op)
     return !strcmp(n, "nll_loss_forward") || !strcmp(n, "nll_loss2d_forward") ? 1u : 0;
 }
 
-long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
+/* An op that saves inputs which are views of part of a storage, made as a transpose of a split
+ * (the attention's q, k and v: `qkv.split(...)` then `.view(B, T, H, D).transpose(1, 2)`): a
+ * mask over its inputs. save_on_cpu packs each view alone, through a contiguous device
+ * temporary of its own size (a view that is not contiguous), and unpacks each alone; the
+ * storage itself is never restored. */
+static unsigned saved_views(const char *op)
+{
+    char nb[96];
+    const char *n = base_name(op, nb, sizeof nb);
+    static const char *const sdpa[] = {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+                                       "_scaled_dot_product_cudnn_attention", "_efficient_attention_forward",
+                                       "_flash_attention_forward", NULL};
+    return in_list(n, sdpa) ? 7u : 0;
+}
+
+long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views)
 {
     if (!m->ntops) return 0;
     if (adv_model_own(m) != 0) return -1;
     size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
-    size_t *birth = malloc((m->nallocs + 1) * sizeof *birth);
-    size_t *nstart = malloc((nt + 1) * sizeof *nstart), *nend = malloc((nt + 1) * sizeof *nend);
+    size_t *birth, *nstart, *nend;
     adv_rw w;
     long packed = -1;
-    if (adv_rw_init(&w, m) != 0 || !birth || !nstart || !nend) goto out;
-    for (size_t a = 0; a < m->nallocs; a++)
-        birth[a] = SIZE_MAX;
-    for (size_t i = 0; i < nev; i++)
-        if (m->evs[i].kind == ADV_EV_ALLOC) birth[m->evs[i].a] = i;
-    node_spans(m, birth, nrec, nstart, nend);
+    int ok = births_spans(m, nrec, &birth, &nstart, &nend) == 0;
+    if (adv_rw_init(&w, m) != 0 || !ok) goto out;
     packed = 0;
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
@@ -505,34 +532,42 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks)
         unsigned mask = saved_params(adv_str(m, t->name), &view);
         /* (under autocast nll_loss saves its own fp32 copy of its input, which the rewrite
          * made to die in its node: the offload's restore places that one) */
-        unsigned unread = autocast ? 0 : saved_unread(adv_str(m, t->name));
-        size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i];
-        if (!(mask | unread) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
+        unsigned unread = autocast ? 0 : saved_unread(adv_str(m, t->name)), views = saved_views(adv_str(m, t->name));
+        size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i], first_out = op_ev;
+        if (!(mask | unread | views) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
         /* the unpack: before the node's first allocation, freed after its last (node_spans) */
         for (size_t j = nstart[i] + 1; j < nev && start == SIZE_MAX; j++)
             if (m->evs[j].kind == ADV_EV_ALLOC) start = j;
         if (start == SIZE_MAX || end < start) continue;
         int lowp = autocast && classify(adv_str(m, t->name)).kind == OPK_LOWP;
+        for (uint32_t q = 0; q < t->nargs; q++) { /* the op's first output: its inputs are packed before */
+            const adv_targ *g = &m->targs[t->arg0 + q];
+            if (g->out && g->a < nrec && birth[g->a] < first_out) first_out = birth[g->a];
+        }
         uint32_t k = 0;
         for (uint32_t q = 0; q < t->nargs; q++) {
             const adv_targ *g = &m->targs[t->arg0 + q];
             if (g->out) continue;
             unsigned bit = 1u << (k < 31 ? k : 31);
             k++;
-            if (!((mask | unread) & bit) || g->a >= nrec) continue;
+            if (!((mask | unread | views) & bit) || g->a >= nrec) continue;
             size_t pb = birth[g->a];
             /* a parameter where the op saves its weights; an activation where its node gets what
-             * its kernels do not read (the offload's restores follow the reads) */
+             * its kernels do not read (the offload's restores follow the reads), or a view of
+             * part of an activation's storage */
             int param = pb == SIZE_MAX || m->evs[pb].step < 0;
-            if ((mask & bit) ? !param : param) continue;
+            uint64_t whole = m->rec_allocs ? m->rec_allocs[g->a].size : m->allocs[g->a].size;
+            int part = (views & bit) && !param && g->bytes < whole;
+            if (!part && ((mask & bit) ? !param : !(unread & bit) || param)) continue;
             uint64_t bytes = lowp && g->dtype == ADV_DT_F32 ? (g->bytes + 1) / 2 : g->bytes;
             uint32_t stream = m->allocs[t->last_a].stream, cls = m->allocs[g->a].cls;
-            if (view && param) { /* the copy to the host through a contiguous device temporary */
+            if ((view && param) || part) { /* the copy to the host through a contiguous device temporary */
                 uint32_t c = adv_new_alloc(m, bytes, stream, cls, 0, g->a);
                 if (c == UINT32_MAX) goto fail;
-                ac_add(&w, m, op_ev, -1, c, ADV_EV_ALLOC);
-                ac_add(&w, m, op_ev, -1, c, ADV_EV_FREE_ASYNC);
+                ac_add(&w, m, part ? first_out : op_ev, -1, c, ADV_EV_ALLOC);
+                ac_add(&w, m, part ? first_out : op_ev, -1, c, ADV_EV_FREE_ASYNC);
+                if (part && by_views) by_views[g->a] = 1;
             }
             uint32_t u = adv_new_alloc(m, bytes, stream, cls, 0, g->a); /* the unpack */
             if (u == UINT32_MAX) goto fail;
@@ -606,15 +641,9 @@ long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
     for (size_t a = 0; a < m->nallocs; a++)
         size[a] = 0;
     if (!nt || k < 1) return 0;
-    size_t *birth = malloc((m->nallocs + 1) * sizeof *birth);
-    size_t *nstart = malloc((nt + 1) * sizeof *nstart), *nend = malloc((nt + 1) * sizeof *nend);
+    size_t *birth, *nstart, *nend;
     long found = -1;
-    if (!birth || !nstart || !nend) goto out;
-    for (size_t a = 0; a < m->nallocs; a++)
-        birth[a] = SIZE_MAX;
-    for (size_t i = 0; i < nev; i++)
-        if (m->evs[i].kind == ADV_EV_ALLOC) birth[m->evs[i].a] = i;
-    node_spans(m, birth, nrec, nstart, nend);
+    if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
     found = 0;
     char nb[96];
     for (size_t f = 0; f < nt; f++) {

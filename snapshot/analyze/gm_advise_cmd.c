@@ -422,7 +422,12 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     adv_autocast_stats as = {0};
     if (autocast) rc = adv_autocast(&m, &as);
     /* save_on_cpu packs the parameters the ops save too (outside checkpointed blocks) */
-    if (!rc && c->torch && s->off_act && c->m.ntops > 0 && adv_pack_params(&m, autocast, s->ckpt) < 0) rc = -1;
+    uint8_t *by_views = NULL; /* storages whose saved views are packed one by one */
+    size_t nby_views = m.nrecorded ? m.nrecorded : m.nallocs;
+    if (!rc && c->torch && s->off_act && c->m.ntops > 0) {
+        by_views = calloc(nby_views + 1, 1);
+        if (!by_views || adv_pack_params(&m, autocast, s->ckpt, by_views) < 0) rc = -1;
+    }
     if (!rc && s->accum > 1) {
         /* a bias gradient's sum stages in buffers sized by its kernel's launch, not the batch */
         uint64_t *size_k = c->torch && c->m.ntops > 0 ? malloc((m.nallocs + 1) * sizeof *size_k) : NULL;
@@ -449,6 +454,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     }
     if (s->ckpt) so.recompute_layer = 1, so.recompute_blocks = 1;
     so.offload_at_use = c->torch && s->off_act;
+    so.by_views = by_views, so.nby_views = by_views ? nby_views : 0;
     if (s->expandable) {
         char conf[1200], cerr[256];
         const char *rest = strchr(m.config, ',');
@@ -468,6 +474,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     else
         snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
+    free(by_views);
     if (rc) return -1;
     double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
     double extra = 0;
