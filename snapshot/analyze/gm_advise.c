@@ -2657,7 +2657,20 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                 size_t d = e->kind == ADV_EV_ALLOC ? death[e->a] : SIZE_MAX;
                 if (d != SIZE_MAX && m->allocs[e->a].size == x.size && m->evs[d].step == s &&
                     m->evs[d].phase == ADV_PH_BWD && !w.drop[d]) {
-                    cur[a] = e->a;
+                    /* contributions that meet (a tied weight's: the head's and the embedding's)
+                     * are added out of place into a new one, born just before they are freed:
+                     * that sum is what AccumulateGrad takes */
+                    uint32_t take = e->a;
+                    for (size_t j2 = j + 1; j2 < nbwl[s]; j2++) {
+                        const adv_ev *y = &m->evs[bwl[s][j2]];
+                        size_t dy = y->kind == ADV_EV_ALLOC ? death[y->a] : SIZE_MAX;
+                        if (bwl[s][j2] > d) break;
+                        if (dy == SIZE_MAX || m->allocs[y->a].size != x.size || m->evs[dy].step != s ||
+                            m->evs[dy].phase != ADV_PH_BWD || w.drop[dy] || d > bwl[s][j2] + 8)
+                            continue;
+                        take = y->a, d = dy;
+                    }
+                    cur[a] = take;
                     w.drop[d] = 1;
                     stolen = 1;
                 }
