@@ -2274,6 +2274,11 @@ static int cmp_step_end(const void *a, const void *b)
 static int has_grad_names(const adv_model *m);
 static int is_grad(const adv_model *m, const size_t *birth, const size_t *death, size_t a, int named);
 
+uint64_t adv_rec_size(const adv_model *m, uint32_t a)
+{
+    return a < m->nrecorded && m->rec_allocs ? m->rec_allocs[a].size : m->allocs[a].size;
+}
+
 int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
 {
     if (k < 2) return 0;
@@ -2341,7 +2346,7 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
         int made = o != a && o < n0 && birth[o] != SIZE_MAX;
         /* a gradient's size as recorded (autocast halves an activation's gradient, which can
          * then match a parameter's: gpt2-medium's 32 MiB ones, halved, c_fc's weight's) */
-        uint64_t size = a < m->nrecorded && m->rec_allocs ? m->rec_allocs[a].size : m->allocs[a].size;
+        uint64_t size = adv_rec_size(m, (uint32_t)a);
         if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1
                  : ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, size)) {
             prop[a] = 2;
@@ -2660,13 +2665,14 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                     /* contributions that meet (a tied weight's: the head's and the embedding's)
                      * are added out of place into a new one, born just before they are freed:
                      * that sum is what AccumulateGrad takes */
+                    enum { SUM_FREES_WITHIN = 8 }; /* events from the sum's birth to its parts' frees */
                     uint32_t take = e->a;
                     for (size_t j2 = j + 1; j2 < nbwl[s]; j2++) {
                         const adv_ev *y = &m->evs[bwl[s][j2]];
                         size_t dy = y->kind == ADV_EV_ALLOC ? death[y->a] : SIZE_MAX;
                         if (bwl[s][j2] > d) break;
                         if (dy == SIZE_MAX || m->allocs[y->a].size != x.size || m->evs[dy].step != s ||
-                            m->evs[dy].phase != ADV_PH_BWD || w.drop[dy] || d > bwl[s][j2] + 8)
+                            m->evs[dy].phase != ADV_PH_BWD || w.drop[dy] || d > bwl[s][j2] + SUM_FREES_WITHIN)
                             continue;
                         take = y->a, d = dy;
                     }

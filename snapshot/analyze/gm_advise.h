@@ -259,7 +259,7 @@ typedef struct adv_stash_opts {
     int offload_at_use;  /* with offload: each copied back when its backward uses it (PyTorch's
                             save_on_cpu unpacks in the node that needs it), not prefetched */
     const uint8_t *by_views; /* per recorded allocation (nby_views of them), NULL none: a storage
-                                whose saved views adv_pack_params packs and unpacks one by one:
+                                whose saved views adv_pack_saved packs and unpacks one by one:
                                 offloaded, never restored whole */
     size_t nby_views;
 } adv_stash_opts;
@@ -323,8 +323,8 @@ void adv_rw_add(adv_rw *w, size_t anchor, int where, uint32_t prio, adv_ev ev);
 int adv_rw_apply(adv_model *m, adv_rw *w);
 void adv_rw_free(adv_rw *w);
 
-/* torch.autograd.graph.save_on_cpu packs the parameters the forward's ops save, as it packs every
- * saved tensor: from the op log, each op that saves a parameter (a matmul or convolution its
+/* torch.autograd.graph.save_on_cpu packs every tensor the forward's ops save; adv_stash packs
+ * and restores the activations' storages, this the rest: from the op log, each op that saves a parameter (a matmul or convolution its
  * weight, the Linear's as weight.t(); a LayerNorm its weight and bias) gets, in the forward, a
  * device temporary of the weight's size where the saved tensor is a view that is not contiguous
  * (weight.t(): the copy to the host goes through it), and in the backward a device copy of it
@@ -337,8 +337,11 @@ void adv_rw_free(adv_rw *w);
  * (per recorded allocation, NULL: not wanted) is set for those storages, which adv_stash then
  * does not restore whole (adv_stash_opts.by_views). Returns the number of saved tensors packed,
  * -1 out of memory. Run before the other rewrites. */
-long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views);
-int adv_is_block_name(const char *n);
+long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views);
+int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
+/* allocation a's size as recorded (the rewrites change sizes: autocast halves tensors,
+ * accumulation shrinks them) */
+uint64_t adv_rec_size(const adv_model *m, uint32_t a);
 /* PyTorch's sum of a Linear's bias gradient over the batch's rows (AddmmBackward0's) stages its
  * partial sums in a device buffer and semaphores sized by the reduction kernel's launch
  * configuration, not in proportion to the rows (adv_reduce_staging: their sizes for a sum of rows
@@ -348,7 +351,7 @@ int adv_is_block_name(const char *n);
  * 1/k of the rows; left out when the smaller batch needs no staging. Returns the number of pairs,
  * -1 out of memory. */
 long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size);
-void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema); /* "h.3", "blocks.7": a repeated block's range */
+void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema);
 
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named

@@ -1,7 +1,8 @@
 /* gm_advise_autocast.c — torch.autocast(dtype=torch.bfloat16) predicted op by op, from the
  * forward's op log of a PyTorch recording (`gpumem record --torch-ops`: tables torch_ops and
  * torch_op_args, snapshot/README.md). ADVISE.md, "PyTorch recordings", says what it models.
- * Also from the op log: the parameters save_on_cpu packs (adv_pack_params, at the end).
+ * Also from the op log: what save_on_cpu packs beyond the activations' storages (adv_pack_saved),
+ * and the staging of a bias gradient's sum (adv_reduce_bufs), at the end.
  *
  * Autocast acts per op (PyTorch's documentation, torch.amp, "Autocast Op Reference"): an op on
  * its lower-precision list (the matmuls, convolutions, scaled_dot_product_attention) casts its
@@ -106,11 +107,6 @@ static opclass classify(const char *op)
     return c;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t sz)
-{
-    return gm_grow(p, cap, need, sz);
-}
-
 /* The order autocast casts an op's inputs in: its wrapper casts the arguments of the op it wraps
  * as one call's arguments, which GCC (PyTorch's wheels) evaluates right to left. The log holds
  * the aten op below: `linear(input, weight, bias)` is logged as `t` and `addmm(bias, input,
@@ -188,17 +184,12 @@ static int arg_is_input_alloc(const adv_model *m, const adv_top *t, uint32_t a)
 static int death_slot(size_t **deaths, size_t *cap, size_t c)
 {
     size_t old = *cap;
-    if (grow((void **)deaths, cap, c + 1, sizeof **deaths)) return -1;
+    if (gm_grow((void **)deaths, cap, c + 1, sizeof **deaths)) return -1;
     for (size_t i = old; i < *cap; i++)
         (*deaths)[i] = SIZE_MAX;
     return 0;
 }
 
-/* The gradient g of a tensor a reader cast: the reader's node makes the gradient of the copy
- * (bytes, in the precision the reader computed in) where the recording made g, and the cast's
- * node (ToCopyBackward0) converts it into g after the reader's node has ended, freeing it; the
- * cast made last in the forward runs first (autograd's order). at: where the reader's node ends
- * (after_node), SIZE_MAX unknown: g is then made where recorded, the temporary around it. */
 /* where a cast's node makes the gradient recorded at event b (dying at event d): after the node
  * that made it has ended, before its own death (a node that frees it before allocating) */
 static size_t made_at(const adv_model *m, const size_t *starts, size_t nstarts, size_t b, size_t d)
@@ -207,6 +198,11 @@ static size_t made_at(const adv_model *m, const size_t *starts, size_t nstarts, 
     return at == SIZE_MAX ? d : d == SIZE_MAX || at < d ? at : d;
 }
 
+/* The gradient g of a tensor a reader cast: the reader's node makes the gradient of the copy
+ * (bytes, in the precision the reader computed in) where the recording made g, and the cast's
+ * node (ToCopyBackward0) converts it into g after the reader's node has ended, freeing it; the
+ * cast made last in the forward runs first (autograd's order). at: where the reader's node ends
+ * (made_at), SIZE_MAX unknown: g is then made where recorded, the temporary around it. */
 static int cast_grad_temp(adv_model *m, adv_rw *w, size_t g_birth, uint32_t g, uint64_t bytes, size_t at,
                           size_t cast_at)
 {
@@ -225,14 +221,17 @@ static int cast_grad_temp(adv_model *m, adv_rw *w, size_t g_birth, uint32_t g, u
 }
 
 /* Each forward op's backward node, from the op log's backward tops (a node's top holds the last
- * allocation made before it started): start[i], that allocation's event, and end[i], the node's
- * own last allocation's (the next node's start; its start when no node follows), for forward op
- * i; SIZE_MAX where unknown. The node lets go of what it saved when it has run: after end[i]. */
+ * allocation made before it started): start[i], that allocation's event (start NULL: not
+ * wanted), and end[i], the node's own last allocation's (the next node's start; its start when
+ * no node follows), for forward op i; SIZE_MAX where unknown. The node lets go of what it saved
+ * when it has run: after end[i]. */
 static void node_spans(const adv_model *m, const size_t *birth, size_t nrec, size_t *start, size_t *end)
 {
     size_t nt = m->ntops;
-    for (size_t i = 0; i < nt; i++)
-        start[i] = end[i] = SIZE_MAX;
+    for (size_t i = 0; i < nt; i++) {
+        end[i] = SIZE_MAX;
+        if (start) start[i] = SIZE_MAX;
+    }
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
         if (!t->bwd || t->fwd >= nt) continue;
@@ -240,7 +239,7 @@ static void node_spans(const adv_model *m, const size_t *birth, size_t nrec, siz
         while (j < nt && !m->tops[j].bwd)
             j++;
         const adv_top *next = j < nt ? &m->tops[j] : t;
-        if (t->last_a < nrec && birth[t->last_a] != SIZE_MAX) start[t->fwd] = birth[t->last_a];
+        if (start && t->last_a < nrec && birth[t->last_a] != SIZE_MAX) start[t->fwd] = birth[t->last_a];
         if (next->last_a < nrec && birth[next->last_a] != SIZE_MAX) end[t->fwd] = birth[next->last_a];
     }
 }
@@ -278,7 +277,6 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     uint8_t *done = calloc(nrec + 1, 1), *cast_grad = calloc(nrec + 1, 1); /* made by a cast's node */
     size_t *last_lowp = malloc((nrec + 1) * sizeof *last_lowp); /* the last lower-precision op reading it */
     size_t *node_end = malloc((nt + 1) * sizeof *node_end); /* where a forward op's backward node ended */
-    size_t *node_start = malloc((nt + 1) * sizeof *node_start); /* (node_spans) */
     uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
     size_t *cast_at = malloc((nrec + 1) * sizeof *cast_at); /* where its last cast copy was made */
     size_t *starts = malloc((nt + 1) * sizeof *starts), nstarts = 0; /* backward nodes' starts */
@@ -293,7 +291,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
         for (size_t i = 0; i < nt; i++)
             cls[i] = classify(adv_str(m, m->tops[i].name));
     if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
-        !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !node_start || !drop || !cache || !cache_pass || !cast_at ||
+        !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass || !cast_at ||
         !starts)
         goto out;
     for (size_t a = 0; a < m->nallocs; a++)
@@ -313,7 +311,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     qsort(starts, nstarts, sizeof *starts, cmp_size);
     /* each forward op's backward node ends where the next node starts (its saved tensors are let
      * go when it has run) */
-    node_spans(m, birth, nrec, node_start, node_end);
+    node_spans(m, birth, nrec, NULL, node_end);
     /* who reads each recorded tensor: casting readers only, or some other op too */
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
@@ -465,21 +463,19 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     rc = 0;
 out:
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
-    free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(node_start), free(cache);
+    free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(cache);
     free(cache_pass), free(copy_death), free(cls), free(cast_at), free(starts);
     adv_rw_free(&w);
     return rc;
 }
 
-/* ------------------------------------------------------------------ save_on_cpu's parameters */
+/* ------------------------------------------------------------------ save_on_cpu's packs */
 
-/* Which of an op's inputs its backward node saves, of those a parameter can be (gm_advise.h,
- * adv_pack_params): 0 none; else a mask over its inputs (bit k: the k-th input). *view: the saved
+/* Which of an op's inputs (n: its base name) its backward node saves, of those a parameter can
+ * be (gm_advise.h, adv_pack_saved): 0 none; else a mask over its inputs (bit k: the k-th input). *view: the saved
  * parameter is weight.t() (a Linear's matmul), not contiguous. */
-static unsigned saved_params(const char *op, int *view)
+static unsigned saved_params(const char *n, int *view)
 {
-    char nb[96];
-    const char *n = base_name(op, nb, sizeof nb);
     *view = 0;
     if (in_list(n, ops_add_mm)) return *view = 1, 6u; /* the two factors, not the added term (the bias) */
     if (in_list(n, ops_mm)) return *view = 1, 3u;
@@ -492,10 +488,8 @@ static unsigned saved_params(const char *op, int *view)
  * trace places its unpack): nll_loss keeps its input, the log-probabilities, for their shape
  * (derivatives.yaml: nll_loss_backward(grad, self, target, ...)); a mask over its inputs. The
  * node unpacks every saved tensor when it starts, whether its kernels read it or not. */
-static unsigned saved_unread(const char *op)
+static unsigned saved_unread(const char *n)
 {
-    char nb[96];
-    const char *n = base_name(op, nb, sizeof nb);
     return !strcmp(n, "nll_loss_forward") || !strcmp(n, "nll_loss2d_forward") ? 1u : 0;
 }
 
@@ -504,17 +498,15 @@ static unsigned saved_unread(const char *op)
  * mask over its inputs. save_on_cpu packs each view alone, through a contiguous device
  * temporary of its own size (a view that is not contiguous), and unpacks each alone; the
  * storage itself is never restored. */
-static unsigned saved_views(const char *op)
+static unsigned saved_views(const char *n)
 {
-    char nb[96];
-    const char *n = base_name(op, nb, sizeof nb);
     static const char *const sdpa[] = {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
                                        "_scaled_dot_product_cudnn_attention", "_efficient_attention_forward",
                                        "_flash_attention_forward", NULL};
     return in_list(n, sdpa) ? 7u : 0;
 }
 
-long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views)
+long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views)
 {
     if (!m->ntops) return 0;
     if (adv_model_own(m) != 0) return -1;
@@ -528,11 +520,13 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_vi
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
+        char nb[96];
+        const char *name = base_name(adv_str(m, t->name), nb, sizeof nb);
         int view;
-        unsigned mask = saved_params(adv_str(m, t->name), &view);
+        unsigned mask = saved_params(name, &view), views = saved_views(name);
         /* (under autocast nll_loss saves its own fp32 copy of its input, which the rewrite
          * made to die in its node: the offload's restore places that one) */
-        unsigned unread = autocast ? 0 : saved_unread(adv_str(m, t->name)), views = saved_views(adv_str(m, t->name));
+        unsigned unread = autocast ? 0 : saved_unread(name);
         size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i], first_out = op_ev;
         if (!(mask | unread | views) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
@@ -557,9 +551,8 @@ long adv_pack_params(adv_model *m, int autocast, int skip_blocks, uint8_t *by_vi
              * its kernels do not read (the offload's restores follow the reads), or a view of
              * part of an activation's storage */
             int param = pb == SIZE_MAX || m->evs[pb].step < 0;
-            uint64_t whole = m->rec_allocs ? m->rec_allocs[g->a].size : m->allocs[g->a].size;
-            int part = (views & bit) && !param && g->bytes < whole;
-            if (!part && ((mask & bit) ? !param : !(unread & bit) || param)) continue;
+            int part = (views & bit) && !param && g->bytes < adv_rec_size(m, g->a);
+            if (!part && !((mask & bit) && param) && !((unread & bit) && !param)) continue;
             uint64_t bytes = lowp && g->dtype == ADV_DT_F32 ? (g->bytes + 1) / 2 : g->bytes;
             uint32_t stream = m->allocs[t->last_a].stream, cls = m->allocs[g->a].cls;
             if ((view && param) || part) { /* the copy to the host through a contiguous device temporary */
@@ -618,15 +611,11 @@ void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_
     uint64_t d0 = cols / vec < most ? pow2_floor(cols / vec) : most, d1 = rows < most ? pow2_floor(rows) : most;
     uint64_t width = d0 < 32 ? d0 : 32, height = d1 < most / width ? d1 : most / width;
     width = d0 < most / height ? d0 : most / height;
-    uint64_t step_out = width, step_in = 1;
-    int split_in = rows >= (height * 16 < 256 ? height * 16 : 256);
-    if (split_in)
-        step_in = height;
-    else
-        step_out *= height;
-    uint64_t grid = div_up(cols / vec, step_out), target = REDUCE_SMS * (2048 / (width * height));
-    uint64_t per_thread = div_up(rows, step_in);
-    if (!split_in || per_thread < 256 || grid > target) return;
+    /* too few rows to split them across a block's warps: one block a column, no staging */
+    if (rows < (height * 16 < 256 ? height * 16 : 256)) return;
+    uint64_t grid = div_up(cols / vec, width), target = REDUCE_SMS * (2048 / (width * height));
+    uint64_t per_thread = div_up(rows, height);
+    if (per_thread < 256 || grid > target) return;
     uint64_t c1 = div_up(target, grid), c2 = div_up(per_thread, 16), c3 = div_up(per_thread, 256);
     uint64_t ctas = c1 < c2 ? c1 : c2;
     if (ctas < c3) ctas = c3;

@@ -418,20 +418,21 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     adv_model_view(&c->m, &m); /* the rewrites copy what they write */
     int rc = 0;
     /* torch.autocast from the forward's op log: on the recorded trace, before the others */
-    int autocast = c->torch && s->bf16 && c->m.ntops > 0;
+    int oplog = c->torch && c->m.ntops > 0, autocast = oplog && s->bf16;
     adv_autocast_stats as = {0};
     if (autocast) rc = adv_autocast(&m, &as);
-    /* save_on_cpu packs the parameters the ops save too (outside checkpointed blocks) */
+    /* save_on_cpu packs what the ops save beyond the activations adv_stash packs (outside
+     * checkpointed blocks) */
     uint8_t *by_views = NULL; /* storages whose saved views are packed one by one */
     size_t nby_views = m.nrecorded ? m.nrecorded : m.nallocs;
-    if (!rc && c->torch && s->off_act && c->m.ntops > 0) {
+    if (!rc && oplog && s->off_act) {
         by_views = calloc(nby_views + 1, 1);
-        if (!by_views || adv_pack_params(&m, autocast, s->ckpt, by_views) < 0) rc = -1;
+        if (!by_views || adv_pack_saved(&m, autocast, s->ckpt, by_views) < 0) rc = -1;
     }
     if (!rc && s->accum > 1) {
         /* a bias gradient's sum stages in buffers sized by its kernel's launch, not the batch */
-        uint64_t *size_k = c->torch && c->m.ntops > 0 ? malloc((m.nallocs + 1) * sizeof *size_k) : NULL;
-        if (c->torch && c->m.ntops > 0 && (!size_k || adv_reduce_bufs(&m, s->accum, size_k) < 0)) rc = -1;
+        uint64_t *size_k = oplog ? malloc((m.nallocs + 1) * sizeof *size_k) : NULL;
+        if (oplog && (!size_k || adv_reduce_bufs(&m, s->accum, size_k) < 0)) rc = -1;
         if (!rc) rc = adv_accum(&m, s->accum, size_k);
         free(size_k);
     }
