@@ -136,8 +136,8 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
         snprintf(r->snapshot, sizeof r->snapshot, "%s/gpumem-torch-XXXXXX", td && *td ? td : "/tmp");
         int fd = mkostemp(r->snapshot, O_CLOEXEC);
         if (fd < 0) {
-            fprintf(stderr, "gpumem: cannot make a file for PyTorch's history in %s: %s\n",
-                    td && *td ? td : "/tmp", strerror(errno));
+            fprintf(stderr, "gpumem: cannot make a file for PyTorch's %s in %s: %s\n",
+                    r->history ? "allocator trace" : "op log", td && *td ? td : "/tmp", strerror(errno));
             r->snapshot[0] = 0;
             r->history = 0;
             setenv("GPUMEM_TORCH_HISTORY", "0", 1);

@@ -300,7 +300,7 @@ typedef struct merge {
 
 static int mfail(merge *m, const char *what)
 {
-    snprintf(m->err, m->errsz, "merging PyTorch's history failed (%s): %s", what, sqlite3_errmsg(m->db));
+    snprintf(m->err, m->errsz, "at %s: %s", what, sqlite3_errmsg(m->db)); /* (the caller says what was merged) */
     return -1;
 }
 
@@ -308,7 +308,7 @@ static int mexec(merge *m, const char *sql)
 {
     char *e = NULL;
     if (sqlite3_exec(m->db, sql, NULL, NULL, &e) != SQLITE_OK) {
-        snprintf(m->err, m->errsz, "merging PyTorch's history failed: %s", e ? e : "?");
+        snprintf(m->err, m->errsz, "%s", e ? e : "?");
         sqlite3_free(e);
         return -1;
     }
