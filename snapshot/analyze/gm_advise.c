@@ -464,6 +464,15 @@ static void name_apply(adv_model *m, const u64map *live, const uint64_t *births,
     if (ai) m->allocs[*ai].name = n->name;
 }
 
+/* an aten op that writes its first argument in place ("aten.add_.Tensor": its base name ends in
+ * '_') */
+static int inplace_op(const char *op)
+{
+    const char *p = strncmp(op, "aten.", 5) == 0 ? op + 5 : op, *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    return len && p[len - 1] == '_';
+}
+
 /* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its
  * recorded allocation by its birth (births: each allocation's, in order). None when the
  * recording has no such tables. 0, or -1 out of memory (no op log then). */
@@ -473,18 +482,61 @@ static int tops_load(gm_db *d, adv_model *m, const uint64_t *births)
     int rc = 0;
     if (sqlite3_prepare_v2(d->db, "SELECT o.id, s.s, o.seq, o.node FROM torch_ops o JOIN strings s ON s.id = o.op "
                                   "ORDER BY o.id",
-                           -1, &q, NULL) != SQLITE_OK ||
+                           -1, &q, NULL) != SQLITE_OK)
+        goto out; /* no op log: nothing to load */
+    /* (the shapes since 2026-12-05: an older log has none) */
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s, a.shape FROM torch_op_args a "
+                           "JOIN strings d ON d.id = a.dtype ORDER BY a.op, a.out DESC, a.pos",
+                           -1, &a, NULL) != SQLITE_OK &&
         sqlite3_prepare_v2(d->db,
-                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s FROM torch_op_args a "
+                           "SELECT a.op, a.out, a.birth, coalesce(a.tensor_bytes, a.bytes), d.s, NULL FROM torch_op_args a "
                            "JOIN strings d ON d.id = a.dtype ORDER BY a.op, a.out DESC, a.pos",
                            -1, &a, NULL) != SQLITE_OK)
-        goto out; /* no op log: nothing to load */
+        goto out;
     size_t tcap = 0, acap = 0;
     int have_arg = sqlite3_step(a) == SQLITE_ROW;
     u64map node_op = {0}; /* a forward op's autograd node -> the op */
+    /* the modules' marks ("module:<class>" when a forward starts, "module_end:<class>" reading
+     * its inputs when it returns): the storages each open module's frame holds, by depth */
+    struct held { uint32_t a, depth; } *held = NULL;
+    size_t nheld = 0, hcap = 0;
+    uint32_t depth = 0;
     while (sqlite3_step(q) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(q, 0);
         const char *name = (const char *)sqlite3_column_text(q, 1);
+        int enter = name && !strncmp(name, "module:", 7), leave = name && !strncmp(name, "module_end:", 11);
+        if (enter || leave) {
+            if (!m->tholds) {
+                if (!(m->tholds = malloc((m->nallocs + 1) * sizeof *m->tholds))) goto nomem;
+                for (size_t i = 0; i < m->nallocs; i++)
+                    m->tholds[i] = UINT32_MAX;
+            }
+            long la = sqlite3_column_type(q, 2) == SQLITE_NULL
+                          ? -1
+                          : alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(q, 2));
+            /* its args: a returning module's inputs */
+            for (; have_arg && sqlite3_column_int64(a, 0) <= id; have_arg = sqlite3_step(a) == SQLITE_ROW) {
+                if (sqlite3_column_int64(a, 0) < id || sqlite3_column_type(a, 2) == SQLITE_NULL || !leave || !depth)
+                    continue;
+                long ga = alloc_born(births, m->nallocs, (uint64_t)sqlite3_column_int64(a, 2));
+                if (ga < 0) continue;
+                if (gm_grow((void **)&held, &hcap, nheld + 1, sizeof *held)) goto nomem;
+                held[nheld++] = (struct held){(uint32_t)ga, depth};
+            }
+            if (enter) {
+                depth++;
+            } else if (depth) {
+                /* returned: what its frame held lives until here */
+                for (; nheld && held[nheld - 1].depth == depth; nheld--) {
+                    uint32_t x = held[nheld - 1].a;
+                    if (la >= 0 && (m->tholds[x] == UINT32_MAX || (uint32_t)la > m->tholds[x]))
+                        m->tholds[x] = (uint32_t)la;
+                }
+                depth--;
+            }
+            continue;
+        }
         if (gm_grow((void **)&m->tops, &tcap, m->ntops + 1, sizeof *m->tops)) goto nomem;
         adv_top *t = &m->tops[m->ntops++];
         memset(t, 0, sizeof *t);
@@ -517,16 +569,45 @@ static int tops_load(gm_db *d, adv_model *m, const uint64_t *births)
                        : !strcmp(dt, "float32") ? ADV_DT_F32
                        : !strcmp(dt, "bfloat16") || !strcmp(dt, "float16") ? ADV_DT_LOW
                                                                              : ADV_DT_OTHER;
+            /* its shape, "8,12,1024,64" (0 dimensions: none logged, or more than 4) */
+            g->ndim = 0;
+            const char *sh = (const char *)sqlite3_column_text(a, 5);
+            int shape_ok = sh != NULL;
+            while (shape_ok && *sh) {
+                char *e;
+                unsigned long v = strtoul(sh, &e, 10);
+                if (e == sh || v > UINT32_MAX || g->ndim == 4 || (*e && *e != ',')) {
+                    shape_ok = 0;
+                    break;
+                }
+                g->dims[g->ndim++] = (uint32_t)v;
+                sh = *e ? e + 1 : e;
+            }
+            if (!shape_ok) g->ndim = 0;
             t->nargs++;
         }
+        /* a view (an output sharing an input's storage, not an in-place op) the module's own
+         * code made is a local of its frame: its storage is held until the module returns */
+        if (depth && !t->bwd && !inplace_op(adv_str(m, t->name)))
+            for (uint32_t i = t->arg0; i < t->arg0 + t->nargs; i++) {
+                const adv_targ *o = &m->targs[i];
+                int viewed = 0;
+                for (uint32_t j = t->arg0; o->out && o->a != UINT32_MAX && j < t->arg0 + t->nargs && !viewed; j++)
+                    viewed = !m->targs[j].out && m->targs[j].a == o->a;
+                if (!viewed) continue;
+                if (gm_grow((void **)&held, &hcap, nheld + 1, sizeof *held)) goto nomem;
+                held[nheld++] = (struct held){o->a, depth};
+            }
     }
     m->owns_tops = 1;
     u64map_free(&node_op);
+    free(held);
     goto out;
 nomem:
     u64map_free(&node_op);
-    free(m->tops), free(m->targs);
-    m->tops = NULL, m->targs = NULL, m->ntops = m->ntargs = 0;
+    free(held);
+    free(m->tops), free(m->targs), free(m->tholds);
+    m->tops = NULL, m->targs = NULL, m->tholds = NULL, m->ntops = m->ntargs = 0;
     rc = -1;
 out:
     sqlite3_finalize(q), sqlite3_finalize(a);
@@ -1288,7 +1369,7 @@ void adv_model_free(adv_model *m)
     if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
     if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
-    if (m->owns_tops) free(m->tops), free(m->targs);
+    if (m->owns_tops) free(m->tops), free(m->targs), free(m->tholds);
     memset(m, 0, sizeof *m);
 }
 
@@ -1897,6 +1978,9 @@ static uint32_t *last_fwd_touch(const adv_model *m)
             if (a < m->nrecorded && (lt[a] == UINT32_MAX || t->last_a > lt[a])) lt[a] = t->last_a;
         }
     }
+    /* ... or, when a module's frame held it, that module's return */
+    for (size_t a = 0; m->tholds && a < m->nrecorded; a++)
+        if (m->tholds[a] != UINT32_MAX && lt[a] != UINT32_MAX && m->tholds[a] > lt[a]) lt[a] = m->tholds[a];
     return lt;
 }
 
@@ -1921,6 +2005,23 @@ static size_t cache_release(const adv_model *m, const pairs *p, size_t a, const 
             }
     }
     return *fwd_end < m->nevs ? *fwd_end : SIZE_MAX;
+}
+
+/* Where the forward holds no reference to saved tensor a of F any more (the op log's last touch,
+ * last_fwd_touch): the event after which it dies, inside F; SIZE_MAX unknown, or not before F's
+ * end. An accumulation copy's is its recorded tensor's, at the copy in F of that op's last
+ * allocation; a cast copy autocast made of a recorded tensor (of another size) has none. */
+static size_t let_go(const adv_model *m, const pairs *p, const uint32_t *touch, size_t a, const lrinst *F)
+{
+    uint32_t orig = m->allocs[a].orig;
+    uint32_t l = touch && orig < m->nrecorded && m->allocs[a].size == m->allocs[orig].size ? touch[orig] : UINT32_MAX;
+    size_t at = SIZE_MAX;
+    if (l != UINT32_MAX) {
+        if (orig == a) at = p->birth[l];
+        for (size_t i = F->first; orig != a && i <= F->last && at == SIZE_MAX; i++)
+            if (m->evs[i].kind == ADV_EV_ALLOC && m->allocs[m->evs[i].a].orig == l) at = i;
+    }
+    return at != SIZE_MAX && at >= p->birth[a] && at >= F->first && at < F->last ? at : SIZE_MAX;
 }
 
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
@@ -2042,13 +2143,12 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             if (!isd[a]) continue;
             const adv_ev *de = &m->evs[p.death[a]];
             uint32_t fs = de->kind == ADV_EV_FREE_ASYNC ? de->stream : m->allocs[a].stream;
-            uint32_t l = touch && a < m->nrecorded ? touch[a] : UINT32_MAX;
-            size_t at = l != UINT32_MAX && (size_t)l + 1 < m->nrecorded ? p.birth[l + 1] : SIZE_MAX;
+            size_t at = let_go(m, &p, touch, a, F);
             size_t x = touch ? cache_release(m, &p, a, F, &fwd_end) : SIZE_MAX;
             if (x != SIZE_MAX)
                 adv_rw_add(&w, x, -1, 1, adv_ev_like(&m->evs[x], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
-            else if (at != SIZE_MAX && at > p.birth[a] && at >= F->first && at <= F->last)
-                adv_rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
+            else if (at != SIZE_MAX)
+                adv_rw_add(&w, at, +1, 1, adv_ev_like(&m->evs[at], (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
             else
                 adv_rw_add(&w, F->last, +1, 1, adv_ev_like(fa, (uint32_t)a, ADV_EV_FREE_ASYNC, fs));
         }
@@ -2070,10 +2170,13 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = set[k];
                 if (isd[a]) continue;
                 /* packed to the host after F; autocast's cache holds a parameter's bf16 copy on
-                 * the device until its region exits */
+                 * the device until its region exits; with the op log (save_on_cpu), packed when
+                 * saved, the device's copy goes when the program lets go of it (let_go) */
                 size_t x = touch ? cache_release(m, &p, a, F, &fwd_end) : SIZE_MAX;
-                adv_rw_add(&w, x != SIZE_MAX ? x : F->last, x != SIZE_MAX ? -1 : +1, 3,
-                       adv_ev_like(&m->evs[x != SIZE_MAX ? x : F->last], holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
+                size_t at = x == SIZE_MAX && holder[a] == a ? let_go(m, &p, touch, a, F) : SIZE_MAX;
+                size_t an = x != SIZE_MAX ? x : at != SIZE_MAX ? at : F->last;
+                adv_rw_add(&w, an, x != SIZE_MAX ? -1 : +1, 3,
+                           adv_ev_like(&m->evs[an], holder[a], ADV_EV_FREE_ASYNC, m->copy_stream));
                 uint64_t b = m->allocs[holder[a]].size;
                 slot_bytes += b;
                 st->offload_bytes += b;
@@ -2107,8 +2210,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 size_t a = set[k];
                 if (isd[a]) continue;
                 uint32_t orig = m->allocs[a].orig;
-                if (o->by_views && orig < o->nby_views && o->by_views[orig]) {
-                    w.drop[p.death[a]] = 1; /* its views come back one by one: nothing of it to free */
+                if (o->unpacked && orig < o->nunpacked && o->unpacked[orig]) {
+                    w.drop[p.death[a]] = 1; /* adv_pack_saved's unpacks bring it back: nothing of it to free */
                     continue;
                 }
                 const adv_alloc x = m->allocs[holder[a]];
@@ -2175,10 +2278,21 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 if (op != SIZE_MAX) opseen[op] = 0;
             }
         }
-        /* the recorded deaths now end the last holder */
+        /* the recorded deaths now end the last holder: a recomputed tensor, which its node
+         * unpacked, before the node's bias sum (adv_bias_sums) */
         for (size_t k = 0; k < n; k++) {
-            size_t a = set[k];
-            if (holder[a] != a) m->evs[p.death[a]].a = holder[a];
+            size_t a = set[k], d = p.death[a], at = SIZE_MAX;
+            uint32_t orig = m->allocs[a].orig;
+            if (holder[a] == a) continue;
+            if (isd[a] && o->sum_of && orig < o->nsum_of && o->sum_of[orig] != UINT32_MAX)
+                for (size_t j = d; j-- > 0 && d - j <= 64 && at == SIZE_MAX;)
+                    if (m->evs[j].kind == ADV_EV_ALLOC && m->allocs[m->evs[j].a].orig == o->sum_of[orig]) at = j;
+            if (at != SIZE_MAX) {
+                w.drop[d] = 1;
+                adv_rw_add(&w, at, -1, 0, adv_ev_like(&m->evs[at], holder[a], m->evs[d].kind, m->evs[d].stream));
+            } else {
+                m->evs[d].a = holder[a];
+            }
             holder[a] = (uint32_t)a;
         }
         for (size_t k = 0; k < nt; k++)
@@ -2665,14 +2779,13 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
                     /* contributions that meet (a tied weight's: the head's and the embedding's)
                      * are added out of place into a new one, born just before they are freed:
                      * that sum is what AccumulateGrad takes */
-                    enum { SUM_FREES_WITHIN = 8 }; /* events from the sum's birth to its parts' frees */
                     uint32_t take = e->a;
                     for (size_t j2 = j + 1; j2 < nbwl[s]; j2++) {
                         const adv_ev *y = &m->evs[bwl[s][j2]];
                         size_t dy = y->kind == ADV_EV_ALLOC ? death[y->a] : SIZE_MAX;
                         if (bwl[s][j2] > d) break;
                         if (dy == SIZE_MAX || m->allocs[y->a].size != x.size || m->evs[dy].step != s ||
-                            m->evs[dy].phase != ADV_PH_BWD || w.drop[dy] || d > bwl[s][j2] + SUM_FREES_WITHIN)
+                            m->evs[dy].phase != ADV_PH_BWD || w.drop[dy] || d > bwl[s][j2] + ADV_SUM_FREES_WITHIN)
                             continue;
                         take = y->a, d = dy;
                     }

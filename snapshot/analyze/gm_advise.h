@@ -75,6 +75,8 @@ typedef struct adv_targ {
     uint32_t a;     /* its storage's recorded allocation, UINT32_MAX none */
     uint8_t out;    /* 1 written (an output), 0 read */
     uint8_t dtype;  /* ADV_DT_* */
+    uint8_t ndim;   /* its shape: dims[0 .. ndim) (0: not logged, or more than 4 dimensions) */
+    uint32_t dims[4];
 } adv_targ;
 typedef struct adv_top {
     uint32_t arg0, nargs; /* its tensors: targs[arg0 .. arg0 + nargs), outputs first */
@@ -137,6 +139,11 @@ typedef struct adv_model {
     adv_top *tops;
     adv_targ *targs;
     size_t ntops, ntargs;
+    /* per recorded allocation (NULL: the log has no module marks): the last allocation made
+     * before the module whose frame held it returned (UINT32_MAX: none held it): what a module
+     * was passed, and the storage of a view its own code made (a local, as the attention's q, k,
+     * v of its qkv), live until the module's forward returns (tops_load) */
+    uint32_t *tholds;
     int owns_tops;
     uint64_t device_peak_allocated, device_peak_reserved;
     /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
@@ -258,10 +265,14 @@ typedef struct adv_stash_opts {
     int offload;         /* copied to pinned host memory between forward and backward */
     int offload_at_use;  /* with offload: each copied back when its backward uses it (PyTorch's
                             save_on_cpu unpacks in the node that needs it), not prefetched */
-    const uint8_t *by_views; /* per recorded allocation (nby_views of them), NULL none: a storage
-                                whose saved views adv_pack_saved packs and unpacks one by one:
-                                offloaded, never restored whole */
-    size_t nby_views;
+    const uint8_t *unpacked; /* per recorded allocation (nunpacked of them), NULL none: a storage
+                                adv_pack_saved unpacks itself (its saved views one by one; a
+                                parameter's bf16 copy under autocast): offloaded, never restored
+                                whole here */
+    size_t nunpacked;
+    const uint32_t *sum_of; /* per recorded allocation (nsum_of), NULL none: adv_bias_sums's; an
+                               unpacked tensor dies before that sum's result is born */
+    size_t nsum_of;
 } adv_stash_opts;
 
 /* Per-step figures a transformation reports, for the cost model. */
@@ -292,12 +303,29 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
  * (m->ntops > 0), on the recorded (fp32) trace, before any other rewrite (gm_advise_autocast.c):
  * the ops on autocast's lower-precision list read bf16 copies of their fp32 inputs (a weight's
  * made once per forward pass) and write bf16, those on its fp32 list read fp32 copies of bf16
- * inputs, the others follow their inputs; the backward as recorded. */
+ * inputs, the others follow their inputs; the backward as recorded, but for the attention's
+ * kernels (FlashAttention's in bf16, where the recording ran the memory-efficient one; its
+ * forward splits the keys by the micro-batch's size: k, the accumulation's factor, 1 none). */
 typedef struct adv_autocast_stats {
     uint64_t cast_bytes;  /* fp32 bytes cast (either way) per trace */
     size_t copies, halved; /* cast copies made; recorded tensors made bf16 */
+    size_t sums_in_place;  /* recorded sums of contributions autograd makes in the first of them
+                              under autocast (adv_sums_in_place) */
+    size_t flash;          /* attention ops whose kernels are FlashAttention's in bf16 */
 } adv_autocast_stats;
-int adv_autocast(adv_model *m, adv_autocast_stats *st);
+int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsigned k);
+/* Contributions that meet (a tied weight's: the head's and the embedding's) are summed by autograd
+ * out of place, into a sum born just before both are freed, unless the first is a tensor it may
+ * take over: under autocast, the fp32 gradient a cast's node (ToCopyBackward0) made. adv_autocast
+ * sets in_place[x] (per recorded allocation, NULL: not wanted) for such a first contribution x;
+ * this, run after accumulation made its micro-batches, makes each such sum in its first
+ * contribution (the sum not made; the contribution lives on to the sum's death, named as it).
+ * Returns the number of sums merged, -1 out of memory. */
+long adv_sums_in_place(adv_model *m, const uint8_t *in_place, size_t n);
+
+/* PyTorch adds gradient contributions that meet (a tied weight's) out of place into a sum born
+ * at most this many events before they are freed */
+enum { ADV_SUM_FREES_WITHIN = 8 };
 
 /* A trace's edit list, applied in one pass: events inserted before (where -1) or after (+1) an
  * event of the trace (anchor), those at one place ordered by prio then by insertion, and events
@@ -333,11 +361,12 @@ void adv_rw_free(adv_rw *w);
  * checkpointed blocks save nothing of their own (their ops are left alone). Also an unpack for each
  * input an op saves that its backward's kernels never read (nll_loss's log-probabilities, whose
  * restore no use places), and for each view of part of an activation's storage an op saves (the
- * attention's q, k, v), a device temporary for its pack and an unpack of its own size; by_views
- * (per recorded allocation, NULL: not wanted) is set for those storages, which adv_stash then
- * does not restore whole (adv_stash_opts.by_views). Returns the number of saved tensors packed,
+ * attention's q, k, v), a device temporary for its pack and an unpack of its own size; unpacked
+ * (per recorded allocation, NULL: not wanted) is set for those storages, and under autocast for a
+ * parameter whose bf16 copy (autocast's cache, which adv_stash packs too) this unpacks, so that
+ * adv_stash does not restore them whole as well (adv_stash_opts.unpacked). Returns the number of saved tensors packed,
  * -1 out of memory. Run before the other rewrites. */
-long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views);
+long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked);
 int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
 /* allocation a's size as recorded (the rewrites change sizes: autocast halves tensors,
  * accumulation shrinks them) */
@@ -352,6 +381,18 @@ uint64_t adv_rec_size(const adv_model *m, uint32_t a);
  * -1 out of memory. */
 long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size);
 void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema);
+/* How many splits of the keys FlashAttention's forward makes for an attention of batch x heads
+ * queries of seq x head_dim (gm_advise_autocast.c: 1, none, when its blocks fill the device) on
+ * the virtual GPU's 132 SMs, dropout off. */
+unsigned adv_flash_splits(uint64_t batch, uint64_t heads, uint64_t seq, uint64_t head_dim);
+/* A saved tensor a backward node unpacks (a checkpointed block's recomputed one, save_on_cpu's
+ * copy back) is the node's local: it dies when the node's function returns, before autograd sums
+ * the bias gradient of a Linear's addmm down to the bias's shape (the sum's result, its staging);
+ * the recording, which kept it in the node, freed it after that sum. From the op log, sum_of[a]
+ * (per recorded allocation) is the recorded allocation of that sum's result for each tensor an
+ * addmm's node lets go of after its bias sum (UINT32_MAX elsewhere). Returns the number found, -1
+ * out of memory. */
+long adv_bias_sums(const adv_model *m, uint32_t *sum_of);
 
 /* bf16 storage undone: a recording made with saved activations stored as bf16 (the trainer's
  * --act-dtype bf16) converts each one at the stash point (an allocation of half the size named

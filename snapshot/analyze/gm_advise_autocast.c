@@ -261,7 +261,101 @@ static int births_spans(const adv_model *m, size_t nrec, size_t **birth, size_t 
     return 0;
 }
 
-int adv_autocast(adv_model *m, adv_autocast_stats *st)
+/* ------------------------------------------------------------------ FlashAttention */
+
+/* In bf16, PyTorch's scaled_dot_product_attention runs FlashAttention (flash-attn 2, in
+ * aten/src/ATen/native/transformers/cuda/flash_attn), where the fp32 recording ran the
+ * memory-efficient kernel, and their temporaries differ. Forward: when the batch's blocks of 64
+ * queries (B x H x ceil(T / 64)) fill less than 0.8 of the device's 2 x SMs blocks and dropout
+ * is off, the keys are split in n (the first split count whose waves are at least 0.85 as
+ * efficient as the best's, among those that change the keys' blocks per split), with two fp32
+ * accumulators (n x B x H x T, and that x the head size rounded up to 32) made after the
+ * output and freed when the kernel is queued. Backward: an fp32 dq accumulator (B x T x H x the
+ * rounded head size, T rounded up to 128) and the softmax's row sums (B x H x T, rounded), for
+ * the efficient kernel's temporaries. */
+enum { FLASH_SMS = 132 /* the virtual GPU's H100 profile (REDUCE_SMS) */ };
+
+unsigned adv_flash_splits(uint64_t batch, uint64_t heads, uint64_t seq, uint64_t head_dim)
+{
+    uint64_t block_n = head_dim <= 64 ? 256 : head_dim <= 128 ? 128 : 64, n_blocks = (seq + block_n - 1) / block_n;
+    uint64_t blocks = batch * heads * ((seq + 63) / 64), sms = 2 * FLASH_SMS;
+    if (!blocks || (double)blocks >= 0.8 * (double)sms) return 1;
+    uint64_t top = n_blocks < 128 ? n_blocks : 128; /* at most 128 splits, one block of keys each */
+    double eff[129] = {0}, best = 0;
+    for (uint64_t n = 1; n <= top; n++) {
+        /* n splits the keys' blocks differently from n - 1 */
+        if (n > 1 && (n_blocks + n - 1) / n == (n_blocks + n - 2) / (n - 1)) continue;
+        double waves = (double)(blocks * n) / (double)sms, full = (double)(uint64_t)waves;
+        if (full < waves) full += 1;
+        eff[n] = waves / full;
+        if (eff[n] > best) best = eff[n];
+    }
+    for (uint64_t n = 1; n <= top; n++)
+        if (eff[n] > 0 && eff[n] >= 0.85 * best) return (unsigned)n;
+    return 1;
+}
+
+static uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+/* The efficient kernel of sdpa op t replaced by FlashAttention's (above), at the recorded batch,
+ * with the split decided at the micro-batch's (the recorded batch / k: accumulation shrinks what
+ * is made here with the rest). 1 done, 0 not an efficient sdpa with its query's shape logged. */
+static int flash_attention(adv_model *m, adv_rw *w, const adv_top *t, const size_t *birth, const size_t *death,
+                           size_t nstart, size_t nend, size_t nrec, unsigned k)
+{
+    char nb[96];
+    if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "_scaled_dot_product_efficient_attention")) return 0;
+    const adv_targ *out = NULL, *lse = NULL, *q = NULL;
+    for (uint32_t i = 0; i < t->nargs; i++) {
+        const adv_targ *g = &m->targs[t->arg0 + i];
+        if (g->out && !out) out = g;
+        else if (g->out && !lse) lse = g;
+        else if (!g->out && !q) q = g;
+    }
+    if (!out || !lse || !q || q->ndim != 4 || out->a >= nrec || lse->a >= nrec || birth[lse->a] == SIZE_MAX)
+        return 0;
+    uint64_t B = q->dims[0], H = q->dims[1], T = q->dims[2], D = q->dims[3];
+    if (!B || !H || !T || !D || D % 8 || D > 256) return 0; /* not a shape FlashAttention runs */
+    uint64_t Dr = round_up(D, D <= 128 ? 32 : 64), Tr = round_up(T, 128), kb = k ? k : 1;
+    /* forward: the split accumulators, after the outputs */
+    unsigned n = adv_flash_splits(B / kb ? B / kb : 1, H, T, D);
+    if (n > 1) {
+        size_t at = birth[lse->a];
+        uint32_t l = adv_new_alloc(m, (uint64_t)n * B * H * T * 4, m->allocs[lse->a].stream, m->allocs[lse->a].cls, 0,
+                                   lse->a);
+        uint32_t o = l == UINT32_MAX ? l : adv_new_alloc(m, (uint64_t)n * B * H * T * Dr * 4, m->allocs[lse->a].stream,
+                                                         m->allocs[lse->a].cls, 0, lse->a);
+        if (o == UINT32_MAX) return -1;
+        ac_add(w, m, at, 1, l, ADV_EV_ALLOC);
+        ac_add(w, m, at, 1, o, ADV_EV_ALLOC);
+        ac_add(w, m, at, 1, l, ADV_EV_FREE_ASYNC);
+        ac_add(w, m, at, 1, o, ADV_EV_FREE_ASYNC);
+    }
+    /* backward: what the node made and freed before letting go of what it saved */
+    if (nstart == SIZE_MAX || nend == SIZE_MAX) return 1;
+    uint32_t tmp[16];
+    size_t ntmp = 0; /* in the order they were made */
+    for (size_t i = nstart + 1; i <= nend && i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind != ADV_EV_ALLOC || e->a >= nrec || death[e->a] == SIZE_MAX || ntmp == 16) continue;
+        size_t d = death[e->a];
+        int inside = 1; /* freed before the node let go of anything older than it */
+        for (size_t j = i + 1; j < d && inside; j++)
+            inside = !(m->evs[j].kind != ADV_EV_ALLOC && m->evs[j].a < nrec && birth[m->evs[j].a] <= nstart);
+        if (!inside) continue;
+        tmp[ntmp++] = e->a;
+    }
+    if (ntmp < 2) return 1;
+    /* the last two made stay where they are, as the softmax's sums and the dq accumulator (the
+     * last one may be where the op log places the next node: it stays), the others go */
+    for (size_t x = 0; x + 2 < ntmp; x++)
+        w->drop[birth[tmp[x]]] = w->drop[death[tmp[x]]] = 1;
+    m->allocs[tmp[ntmp - 2]].size = B * H * Tr * 4;
+    m->allocs[tmp[ntmp - 1]].size = B * Tr * H * Dr * 4;
+    return 1;
+}
+
+int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsigned k)
 {
     memset(st, 0, sizeof *st);
     if (!m->ntops) return 0;
@@ -277,6 +371,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     uint8_t *done = calloc(nrec + 1, 1), *cast_grad = calloc(nrec + 1, 1); /* made by a cast's node */
     size_t *last_lowp = malloc((nrec + 1) * sizeof *last_lowp); /* the last lower-precision op reading it */
     size_t *node_end = malloc((nt + 1) * sizeof *node_end); /* where a forward op's backward node ended */
+    size_t *node_start = malloc((nt + 1) * sizeof *node_start); /* and started */
     uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
     size_t *cast_at = malloc((nrec + 1) * sizeof *cast_at); /* where its last cast copy was made */
     size_t *starts = malloc((nt + 1) * sizeof *starts), nstarts = 0; /* backward nodes' starts */
@@ -292,7 +387,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             cls[i] = classify(adv_str(m, m->tops[i].name));
     if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
         !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass || !cast_at ||
-        !starts)
+        !starts || !node_start)
         goto out;
     for (size_t a = 0; a < m->nallocs; a++)
         birth[a] = death[a] = SIZE_MAX;
@@ -311,7 +406,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
     qsort(starts, nstarts, sizeof *starts, cmp_size);
     /* each forward op's backward node ends where the next node starts (its saved tensors are let
      * go when it has run) */
-    node_spans(m, birth, nrec, NULL, node_end);
+    node_spans(m, birth, nrec, node_start, node_end);
     /* who reads each recorded tensor: casting readers only, or some other op too */
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
@@ -435,6 +530,29 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
                 st->copies++, st->cast_bytes += g->bytes;
             }
         }
+        /* a Linear's bias, cast: its gradient is the sum of the bf16 gradient, in bf16, which the
+         * cast's node converts (the recording summed in fp32: its first allocation of the bias's
+         * size in the op's node) */
+        char nb[96];
+        if (cls[i].kind == OPK_LOWP && t->nargs >= 2 && node_start[i] != SIZE_MAX && node_end[i] != SIZE_MAX &&
+            !strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) {
+            const adv_targ *bias = NULL;
+            for (uint32_t q = 0; q < t->nargs && !bias; q++)
+                if (!m->targs[t->arg0 + q].out) bias = &m->targs[t->arg0 + q];
+            int param = bias && bias->a < nrec && birth[bias->a] != SIZE_MAX &&
+                        m->evs[birth[bias->a]].phase != ADV_PH_FWD && bias->dtype == ADV_DT_F32 && !low[bias->a];
+            for (size_t j = node_start[i] + 1; param && j <= node_end[i] && j < nev; j++) {
+                const adv_ev *e = &m->evs[j];
+                if (e->kind != ADV_EV_ALLOC || e->a >= nrec || m->allocs[e->a].size != bias->bytes) continue;
+                if (!done[e->a]) {
+                    done[e->a] = cast_grad[e->a] = 1;
+                    if (cast_grad_temp(m, &w, j, e->a, (bias->bytes + 1) / 2,
+                                       made_at(m, starts, nstarts, j, death[e->a]), cast_at[bias->a]) != 0)
+                        goto out;
+                }
+                break;
+            }
+        }
         /* the outputs' precision */
         int first = 1;
         for (uint32_t k = 0; k < t->nargs; k++) {
@@ -459,12 +577,39 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st)
             int before = e->kind == ADV_EV_ALLOC && e->a < nrec && cast_grad[e->a];
             ac_add(&w, m, copy_death[c], before ? -1 : 1, (uint32_t)c, ADV_EV_FREE_ASYNC);
         }
+    /* the attention's kernels: FlashAttention's in bf16 */
+    for (size_t i = 0; i < nt; i++) {
+        const adv_top *t = &m->tops[i];
+        if (t->bwd || t->last_a >= nrec) continue;
+        int r = flash_attention(m, &w, t, birth, death, node_start[i], node_end[i], nrec, k);
+        if (r < 0) goto out;
+        st->flash += (size_t)r;
+    }
+    /* where two contributions meet (a tied weight's: the head's and the embedding's), autograd
+     * adds them out of place into a sum born just before both are freed; in place in the first
+     * when a cast's node made it (a new dense tensor autograd may take over; the recording's, a
+     * matmul's transposed result, it may not): adv_sums_in_place merges them, after accumulation
+     * has made its micro-batches */
+    for (size_t s = 0; in_place && s < nrec; s++) {
+        if (birth[s] == SIZE_MAX || m->evs[birth[s]].phase != ADV_PH_BWD) continue;
+        uint32_t x = UINT32_MAX, y = UINT32_MAX;
+        for (size_t j = birth[s] + 1; j < nev && j <= birth[s] + ADV_SUM_FREES_WITHIN && m->evs[j].kind != ADV_EV_ALLOC;
+             j++) {
+            uint32_t a = m->evs[j].a;
+            if (a >= nrec || a == s || m->allocs[a].size != m->allocs[s].size || birth[a] >= birth[s]) continue;
+            if (x == UINT32_MAX) x = a;
+            else if (y == UINT32_MAX) y = a;
+        }
+        if (y == UINT32_MAX) continue;
+        uint32_t first = birth[x] < birth[y] ? x : y;
+        if (cast_grad[first] && !in_place[first]) in_place[first] = 1, st->sums_in_place++;
+    }
     if (adv_rw_apply(m, &w) != 0) goto out;
     rc = 0;
 out:
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
     free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(cache);
-    free(cache_pass), free(copy_death), free(cls), free(cast_at), free(starts);
+    free(cache_pass), free(copy_death), free(cls), free(cast_at), free(starts), free(node_start);
     adv_rw_free(&w);
     return rc;
 }
@@ -506,7 +651,7 @@ static unsigned saved_views(const char *n)
     return in_list(n, sdpa) ? 7u : 0;
 }
 
-long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *by_views)
+long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked)
 {
     if (!m->ntops) return 0;
     if (adv_model_own(m) != 0) return -1;
@@ -560,8 +705,11 @@ long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *by_vie
                 if (c == UINT32_MAX) goto fail;
                 ac_add(&w, m, part ? first_out : op_ev, -1, c, ADV_EV_ALLOC);
                 ac_add(&w, m, part ? first_out : op_ev, -1, c, ADV_EV_FREE_ASYNC);
-                if (part && by_views) by_views[g->a] = 1;
+                if (part && unpacked) unpacked[g->a] = 1;
             }
+            /* under autocast the saved weight is the parameter's bf16 copy, which adv_stash
+             * offloads as an activation of the pass: this is its only unpack */
+            if (lowp && param && g->dtype == ADV_DT_F32 && unpacked && g->a < nrec) unpacked[g->a] = 1;
             uint32_t u = adv_new_alloc(m, bytes, stream, cls, 0, g->a); /* the unpack */
             if (u == UINT32_MAX) goto fail;
             ac_add(&w, m, start, -1, u, ADV_EV_ALLOC);
@@ -660,4 +808,95 @@ long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
 out:
     free(birth), free(nstart), free(nend);
     return found;
+}
+
+long adv_bias_sums(const adv_model *m, uint32_t *sum_of)
+{
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
+    for (size_t a = 0; a < nrec; a++)
+        sum_of[a] = UINT32_MAX;
+    if (!nt) return 0;
+    size_t *birth, *nstart, *nend;
+    long found = -1;
+    if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
+    found = 0;
+    char nb[96];
+    for (size_t f = 0; f < nt; f++) {
+        const adv_top *t = &m->tops[f];
+        if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2) continue;
+        if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) continue;
+        const adv_targ *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
+        if (!out->out || bias->out || !bias->bytes || out->bytes % bias->bytes) continue;
+        /* the sum's result, of the bias's size, is the node's first allocation of that size (its
+         * own gradients are matrices) */
+        uint32_t g = UINT32_MAX;
+        for (size_t i = nstart[f] + 1; i <= nend[f] && i < nev && g == UINT32_MAX; i++) {
+            const adv_ev *e = &m->evs[i];
+            if (e->kind == ADV_EV_ALLOC && e->a < nrec && adv_rec_size(m, e->a) == bias->bytes) g = e->a;
+        }
+        if (g == UINT32_MAX) continue;
+        /* what the node lets go of once it has run: the frees after its last allocation of what
+         * was born before it */
+        for (size_t i = nend[f] + 1; i < nev && m->evs[i].kind != ADV_EV_ALLOC; i++) {
+            const adv_ev *e = &m->evs[i];
+            if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && e->a < nrec &&
+                birth[e->a] != SIZE_MAX && birth[e->a] <= nstart[f]) {
+                sum_of[e->a] = g;
+                found++;
+            }
+        }
+    }
+out:
+    free(birth), free(nstart), free(nend);
+    return found;
+}
+
+long adv_sums_in_place(adv_model *m, const uint8_t *in_place, size_t n)
+{
+    if (!in_place) return 0;
+    size_t nev = m->nevs, na = m->nallocs;
+    size_t *birth = malloc((na + 1) * sizeof *birth), *death = malloc((na + 1) * sizeof *death);
+    uint8_t *drop = calloc(nev + 1, 1);
+    uint32_t *into = malloc((na + 1) * sizeof *into); /* a sum -> the contribution it is made in */
+    long merged = -1;
+    if (!birth || !death || !drop || !into || adv_model_own(m) != 0) goto out;
+    for (size_t a = 0; a < na; a++)
+        birth[a] = death[a] = SIZE_MAX, into[a] = UINT32_MAX;
+    for (size_t i = 0; i < nev; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind == ADV_EV_ALLOC) birth[e->a] = i;
+        else death[e->a] = i;
+    }
+    merged = 0;
+    for (size_t i = 0; i < nev; i++) {
+        const adv_ev *e = &m->evs[i];
+        uint32_t s = e->a;
+        if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_BWD) continue;
+        uint32_t x = UINT32_MAX, y = UINT32_MAX;
+        for (size_t j = i + 1; j < nev && j <= i + ADV_SUM_FREES_WITHIN && m->evs[j].kind != ADV_EV_ALLOC; j++) {
+            uint32_t a = m->evs[j].a;
+            if (a == s || m->allocs[a].size != m->allocs[s].size || birth[a] >= i || death[a] != j) continue;
+            if (x == UINT32_MAX) x = a;
+            else if (y == UINT32_MAX) y = a;
+        }
+        if (y == UINT32_MAX) continue;
+        uint32_t first = birth[x] < birth[y] ? x : y, o = m->allocs[first].orig;
+        if (o >= n || !in_place[o]) continue;
+        /* the sum is the first contribution: not made, and that one lives on to its death */
+        drop[i] = drop[death[first]] = 1;
+        into[s] = first;
+        m->allocs[first].name = m->allocs[s].name, m->allocs[first].cls = m->allocs[s].cls;
+        merged++;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < nev; i++) {
+        if (drop[i]) continue;
+        adv_ev e = m->evs[i];
+        if (into[e.a] != UINT32_MAX) e.a = into[e.a];
+        m->evs[o++] = e;
+    }
+    m->nevs = o;
+out:
+    free(birth), free(death), free(drop), free(into);
+    return merged;
 }

@@ -420,14 +420,21 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     /* torch.autocast from the forward's op log: on the recorded trace, before the others */
     int oplog = c->torch && c->m.ntops > 0, autocast = oplog && s->bf16;
     adv_autocast_stats as = {0};
-    if (autocast) rc = adv_autocast(&m, &as);
+    size_t nrec = m.nrecorded ? m.nrecorded : m.nallocs;
+    uint8_t *in_place = autocast ? calloc(nrec + 1, 1) : NULL; /* contributions a sum is made in */
+    if (autocast) rc = in_place ? adv_autocast(&m, &as, in_place, s->accum > 1 ? s->accum : 1) : -1;
     /* save_on_cpu packs what the ops save beyond the activations adv_stash packs (outside
      * checkpointed blocks) */
-    uint8_t *by_views = NULL; /* storages whose saved views are packed one by one */
-    size_t nby_views = m.nrecorded ? m.nrecorded : m.nallocs;
+    uint8_t *unpacked = NULL; /* storages adv_pack_saved unpacks itself */
     if (!rc && oplog && s->off_act) {
-        by_views = calloc(nby_views + 1, 1);
-        if (!by_views || adv_pack_saved(&m, autocast, s->ckpt, by_views) < 0) rc = -1;
+        unpacked = calloc(nrec + 1, 1);
+        if (!unpacked || adv_pack_saved(&m, autocast, s->ckpt, unpacked) < 0) rc = -1;
+    }
+    /* a recomputed saved tensor dies before its node's bias sum */
+    uint32_t *sum_of = NULL;
+    if (!rc && oplog && s->ckpt) {
+        sum_of = malloc((nrec + 1) * sizeof *sum_of);
+        if (!sum_of || adv_bias_sums(&m, sum_of) < 0) rc = -1;
     }
     if (!rc && s->accum > 1) {
         /* a bias gradient's sum stages in buffers sized by its kernel's launch, not the batch */
@@ -436,6 +443,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
         if (!rc) rc = adv_accum(&m, s->accum, size_k);
         free(size_k);
     }
+    if (!rc && as.sums_in_place && adv_sums_in_place(&m, in_place, nrec) < 0) rc = -1;
     adv_opt_stats os = {0};
     if (!rc && (s->grad_none || s->off_opt)) rc = adv_opt(&m, s->grad_none, s->off_opt, &os);
     adv_stash_stats ss = {0};
@@ -455,7 +463,8 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     }
     if (s->ckpt) so.recompute_layer = 1, so.recompute_blocks = 1;
     so.offload_at_use = c->torch && s->off_act;
-    so.by_views = by_views, so.nby_views = by_views ? nby_views : 0;
+    so.unpacked = unpacked, so.nunpacked = unpacked ? nrec : 0;
+    so.sum_of = sum_of, so.nsum_of = sum_of ? nrec : 0;
     if (s->expandable) {
         char conf[1200], cerr[256];
         const char *rest = strchr(m.config, ',');
@@ -475,7 +484,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     else
         snprintf(err, errsz, "out of memory transforming the trace");
     adv_model_free(&m);
-    free(by_views);
+    free(unpacked), free(sum_of), free(in_place);
     if (rc) return -1;
     double nsteps = c->m.nsteps ? (double)c->m.nsteps : 1;
     double extra = 0;

@@ -1387,6 +1387,16 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
         const char *dt = (st->type == GPK_TUPLE || st->type == GPK_LIST) && st->len >= 3 ? gpk_as_str(st->items[2]) : NULL;
         if (!dt || gpk_as_u64(st->items[0], &ptr) != 0 || gpk_as_u64(st->items[1], &bytes) != 0) continue;
         if (st->len < 4 || gpk_as_u64(st->items[3], &tbytes) != 0) tbytes = bytes;
+        /* its shape, "8,12,1024,64" (older logs have none) */
+        char shape[160];
+        size_t sl = 0;
+        const gpk_val *sh = st->len >= 5 ? st->items[4] : NULL;
+        for (size_t d = 0; sh && (sh->type == GPK_TUPLE || sh->type == GPK_LIST) && d < sh->len && sl + 24 < sizeof shape; d++) {
+            uint64_t v;
+            if (gpk_as_u64(sh->items[d], &v) != 0) break;
+            sl += (size_t)snprintf(shape + sl, sizeof shape - sl, "%s%llu", d ? "," : "", (unsigned long long)v);
+        }
+        shape[sl] = 0;
         int64_t sid = string_of(m, dt);
         if (sid < 0) return -1;
         const uint64_t *o = bytes ? u64map_get(at, ptr) : NULL;
@@ -1402,6 +1412,8 @@ static int insert_op_args(merge *m, sqlite3_stmt *ins, size_t id, int out, const
         sqlite3_bind_int64(ins, 6, (int64_t)bytes);
         sqlite3_bind_int64(ins, 7, sid);
         sqlite3_bind_int64(ins, 8, (int64_t)tbytes);
+        if (sh && (sh->type == GPK_TUPLE || sh->type == GPK_LIST)) sqlite3_bind_text(ins, 9, shape, -1, SQLITE_TRANSIENT);
+        else sqlite3_bind_null(ins, 9);
         if (sqlite3_step(ins) != SQLITE_DONE) return mfail(m, "torch_op_args");
         sqlite3_reset(ins);
     }
@@ -1412,7 +1424,7 @@ static const char OPS_DDL[] =
     "CREATE TABLE IF NOT EXISTS torch_ops (id INTEGER PRIMARY KEY, seq INTEGER, device INTEGER, "
     "op INTEGER, node INTEGER);"
     "CREATE TABLE IF NOT EXISTS torch_op_args (op INTEGER, out INTEGER, pos INTEGER, birth INTEGER, "
-    "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER);";
+    "addr INTEGER, bytes INTEGER, dtype INTEGER, tensor_bytes INTEGER, shape TEXT);";
 
 /* One op as a torch_ops row (seq: the last allocation's made before it, 0 none) and its args. */
 static int insert_op(merge *m, sqlite3_stmt *op, sqlite3_stmt *arg, size_t idx, const gpk_val *o, int dev,
@@ -1441,7 +1453,7 @@ static int prepare_ops(merge *m, sqlite3_stmt **op, sqlite3_stmt **arg)
     if (sqlite3_prepare_v2(m->db, "INSERT INTO torch_ops (id, seq, device, op, node) VALUES (?,?,?,?,?)", -1, op,
                            NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(m->db, "INSERT INTO torch_op_args (op, out, pos, birth, addr, bytes, dtype, "
-                                  "tensor_bytes) VALUES (?,?,?,?,?,?,?,?)", -1, arg, NULL) != SQLITE_OK)
+                                  "tensor_bytes, shape) VALUES (?,?,?,?,?,?,?,?,?)", -1, arg, NULL) != SQLITE_OK)
         return mfail(m, "preparing the op log's inserts");
     return 0;
 }

@@ -64,6 +64,19 @@ out_of() { q "$1" "SELECT group_concat(a.bytes || ' ' || d.s) FROM torch_op_args
   || bad "ops: c_fc's addmm outputs: '$(out_of ops)'"
 nfc=$(q ops "SELECT count(*) FROM ($fc)")
 [[ $nfc == 4 ]] && ok "ops: 4 of them (2 blocks, 2 steps)" || bad "ops: $nfc c_fc addmms found (want 4)"
+# ... with its shapes: its output (B x T, 4C), its weight's transposed view (C, 4C)
+shp=$(q ops "SELECT group_concat(a.out || ':' || a.shape, ' ') FROM torch_op_args a WHERE a.op = ($fc LIMIT 1)
+             AND (a.out = 1 OR a.pos = 2)")
+[[ $shp == "1:$((B * T)),$((4 * C)) 0:$C,$((4 * C))" ]] && ok "ops: c_fc's addmm shapes: $shp" || bad "ops: c_fc's addmm shapes: '$shp'"
+# each module's forward starting and returning, balanced; the attention returning reads what it
+# was passed (ln_1's output, B x T x C fp32: the reader keeps it until then)
+mk() { q ops "SELECT count(*) FROM torch_ops o JOIN strings s ON s.id = o.op WHERE s.s LIKE '$1%'"; }
+att=$(q ops "SELECT DISTINCT a.shape || ' ' || a.bytes FROM torch_ops o JOIN strings s ON s.id = o.op
+             JOIN torch_op_args a ON a.op = o.id WHERE s.s = 'module_end:CausalSelfAttention'")
+[[ $(mk module:) -gt 0 && $(mk module:) == "$(mk module_end:)" && $(mk module:CausalSelfAttention) == 4 &&
+   $att == "$B,$T,$C $((B * T * C * 4))" ]] \
+  && ok "ops: $(mk module:) module forwards started and as many returned; the attention's return reads its input ($att)" \
+  || bad "ops: module marks: $(mk module:) started, $(mk module_end:) returned, $(mk module:CausalSelfAttention) attentions, its input '$att'"
 # under autocast the matmul reads the weight's bf16 copy, made by _to_copy from the named weight
 cast="SELECT c.id FROM torch_ops c JOIN strings s ON s.id = c.op JOIN torch_op_args w ON w.op = c.id AND w.out = 0
       JOIN names n ON n.birth = w.birth JOIN strings ns ON ns.id = n.name

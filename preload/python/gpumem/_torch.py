@@ -300,8 +300,8 @@ def _dump_ops():
 def _ops(torch, position=None):
     """The op log: (allocations made, device, op, outputs, inputs, autograd node) per aten op that
     touches a CUDA tensor inside a module's forward, each tensor as its storage (data pointer,
-    bytes), its dtype and its own bytes (a view's are fewer than its storage's; an empty storage,
-    no allocation, is left out); the node is the sequence number of the autograd node made for
+    bytes), its dtype, its own bytes (a view's are fewer than its storage's; an empty storage,
+    no allocation, is left out) and its shape; the node is the sequence number of the autograd node made for
     the op (-1 none). Then the same per node of the backward, when it starts: ("bwd:<node name>",
     no outputs, the gradients it is given by position (an absent one as (0, 0, "", 0)), its
     sequence number).
@@ -352,7 +352,7 @@ def _ops(torch, position=None):
                 d = dtypes.get(x.dtype)
                 if d is None:
                     d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
-                got.append((st.data_ptr(), st.nbytes(), d, x.numel() * x.element_size()))
+                got.append((st.data_ptr(), st.nbytes(), d, x.numel() * x.element_size(), tuple(x.shape)))
         return got
 
     seq_nr = torch._C._autograd._get_sequence_nr
@@ -387,7 +387,7 @@ def _ops(torch, position=None):
         if d is None:
             d = dtypes[x.dtype] = str(x.dtype).replace("torch.", "")
         nb = x.numel() * x.element_size()
-        return (x.data_ptr() - x.storage_offset() * x.element_size(), nb, d, nb)
+        return (x.data_ptr() - x.storage_offset() * x.element_size(), nb, d, nb, tuple(x.shape))
 
     def positional(xs):  # a node's gradients, None where it has none (positions kept)
         return [grad_of(x) if x is not None else none for x in xs]
@@ -421,6 +421,14 @@ def _ops(torch, position=None):
                 fn.register_prehook(node_hook("bwd:" + fn.name(), seq))
             todo.extend(nf for nf, _ in fn.next_functions if nf is not None)
 
+    def mark(module, what, inputs):
+        """A module's forward starting ("module:<class>") or returning ("module_end:<class>",
+        reading its inputs, which its caller held until then), so that the reader knows which
+        module's frame each op ran in and how long Python held what it passed or made there."""
+        dev = torch.cuda.current_device()
+        ops.append((position(dev), dev, what + type(module).__name__, [],
+                    storages(tree_flatten(inputs)[0]) if inputs is not None else [], -1))
+
     def pre(module, inputs):
         try:
             d = getattr(tls, "depth", 0)
@@ -429,6 +437,7 @@ def _ops(torch, position=None):
                 tls.seq = seq_nr()  # nodes made before the forward are not its ops'
                 tls.mode = _OpLog()
                 tls.mode.__enter__()
+            mark(module, "module:", None)
         except Exception as e:  # noqa: BLE001
             _warn("the op log's forward hook", e)
 
@@ -436,6 +445,7 @@ def _ops(torch, position=None):
         try:
             d = getattr(tls, "depth", 0)
             if d > 0:
+                mark(module, "module_end:", inputs)
                 tls.depth = d - 1
                 if d == 1:
                     tls.mode.__exit__(None, None, None)
