@@ -2067,6 +2067,9 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
     uint8_t *opseen = calloc(m->nops + 1, 1);
     uint32_t *touch = last_fwd_touch(m); /* NULL: every dropped tensor dies at its F's end */
+    uint8_t *is_sum = o->sum_of ? calloc(o->nsum_of + 1, 1) : NULL; /* a bias gradient's sum */
+    for (size_t x = 0; is_sum && x < o->nsum_of; x++)
+        if (o->sum_of[x] < o->nsum_of) is_sum[o->sum_of[x]] = 1;
     if (!set || !tmps || !holder || !isd || !big || !opseen) goto done2;
     for (size_t a = 0; a < m->nallocs; a++)
         holder[a] = (uint32_t)a;
@@ -2287,6 +2290,12 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
             if (isd[a] && o->sum_of && orig < o->nsum_of && o->sum_of[orig] != UINT32_MAX)
                 for (size_t j = d; j-- > 0 && d - j <= 64 && at == SIZE_MAX;)
                     if (m->evs[j].kind == ADV_EV_ALLOC && m->allocs[m->evs[j].a].orig == o->sum_of[orig]) at = j;
+            /* (a copy autocast made, a weight's or an input's, dies with the node's release: the
+             * sum just before it) */
+            for (size_t j = d; isd[a] && is_sum && orig != a && at == SIZE_MAX && j-- > 0 && d - j <= ADV_SUM_FREES_WITHIN;) {
+                uint32_t g = m->allocs[m->evs[j].a].orig;
+                if (m->evs[j].kind == ADV_EV_ALLOC && g < o->nsum_of && is_sum[g]) at = j;
+            }
             if (at != SIZE_MAX) {
                 w.drop[d] = 1;
                 adv_rw_add(&w, at, -1, 0, adv_ev_like(&m->evs[at], holder[a], m->evs[d].kind, m->evs[d].stream));
@@ -2314,7 +2323,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     if (st->window_ns_min == UINT64_MAX) st->window_ns_min = 0;
     rc = 0;
 done2:
-    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen), free(touch);
+    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen), free(touch), free(is_sum);
 done:
     free(out_b), free(in_b), free(f0), free(f1), free(b0), free(b1);
     u64map_free(&slot);

@@ -828,11 +828,12 @@ long adv_bias_sums(const adv_model *m, uint32_t *sum_of)
         const adv_targ *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
         if (!out->out || bias->out || !bias->bytes || out->bytes % bias->bytes) continue;
         /* the sum's result, of the bias's size, is the node's first allocation of that size (its
-         * own gradients are matrices) */
+         * own gradients are matrices); under autocast, the bf16 sum made for it (its orig) */
         uint32_t g = UINT32_MAX;
         for (size_t i = nstart[f] + 1; i <= nend[f] && i < nev && g == UINT32_MAX; i++) {
             const adv_ev *e = &m->evs[i];
-            if (e->kind == ADV_EV_ALLOC && e->a < nrec && adv_rec_size(m, e->a) == bias->bytes) g = e->a;
+            uint32_t o = e->kind == ADV_EV_ALLOC ? m->allocs[e->a].orig : UINT32_MAX;
+            if (o < nrec && adv_rec_size(m, o) == bias->bytes) g = o;
         }
         if (g == UINT32_MAX) continue;
         /* what the node lets go of once it has run: the frees after its last allocation of what
