@@ -69,7 +69,7 @@ snapshot_advise_torch_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
                         $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
-SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
+SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \

@@ -17,6 +17,7 @@
  * Nothing read is trusted: ids that point nowhere resolve to "?", parents that do not come
  * before their child are ignored (so no cycles), kinds out of range are counted as other.
  */
+#include "snapshot/read/addr_map.h"
 #include "snapshot/read/gm.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/read/gm_devused.h"
@@ -337,7 +338,8 @@ typedef struct sweep {
     name_ev *names;
     size_t nnames, ni;
     gm_du_sweep *du;
-    u64map live, step_idx;
+    addr_map live; /* the live allocations by address */
+    u64map step_idx;
     size_t step_cap;
     u64map tlive, tstep_idx; /* the torch view's live tensors and steps */
     size_t tstep_cap;
@@ -395,7 +397,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     } else if (kind == REC_TORCH_SEG_MAP) {
         v->reserved += size;
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&v->pools, 1, size);
-        uint64_t *ai = u64map_get(&w->live, addr); /* the cudaMalloc that served the segment */
+        uint64_t *ai = addr_map_get(&w->live, addr); /* the cudaMalloc that served the segment */
         if (ai) m->allocs[*ai].flags |= GM_ALLOC_FW_SEGMENT;
     } else if (kind == REC_TORCH_SEG_UNMAP) {
         v->reserved -= size < v->reserved ? size : v->reserved;
@@ -452,7 +454,7 @@ static void name_apply(sweep *w, const name_ev *n) {
     /* a tensor of PyTorch's view first: its first tensor in a segment starts where the
      * segment does (the merged history's names carry no birth) */
     uint64_t *ti = u64map_get(&w->tlive, n->addr);
-    uint64_t *ai = ti ? NULL : u64map_get(&w->live, n->addr);
+    uint64_t *ai = ti ? NULL : addr_map_get(&w->live, n->addr);
     if (ti) m->torch.allocs[*ti].name = (uint32_t)n->name;
     else if (ai) m->allocs[*ai].name = (uint32_t)n->name;
 }
@@ -490,7 +492,7 @@ static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t a
         gm_grow((void **)&m->allocs, &m->allocs_cap, m->nallocs + 1, sizeof *m->allocs))
         return alloc_oom(w);
     uint64_t old;
-    if (u64map_swap(&w->live, addr, m->nallocs, &old) == 1) {
+    if (addr_map_swap(&w->live, addr, m->nallocs, &old) == 1) {
         gm_alloc *o = &m->allocs[old];
         o->death = seq;
         death_note(w, old);
@@ -530,7 +532,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested);
     } else if (is_free(kind)) {
         uint64_t ai;
-        if (u64map_del(&w->live, addr, &ai)) {
+        if (addr_map_del(&w->live, addr, &ai)) {
             gm_alloc *a = &m->allocs[ai];
             a->death = seq;
             a->death_range = range;
@@ -714,7 +716,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             }
             /* alloc_open's, with the state in locals */
             uint64_t old;
-            if (u64map_swap(&w->live, addr, nallocs, &old) == 1) {
+            if (addr_map_swap(&w->live, addr, nallocs, &old) == 1) {
                 gm_alloc *o = &allocs[old];
                 o->death = seq;
                 link_death(m, allocs, &linked, &last_death, old);
@@ -729,7 +731,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             if (requested > peak_requested) peak_requested = requested, peak_requested_seq = seq;
         } else {
             uint64_t ai;
-            if (u64map_del(&w->live, addr, &ai)) {
+            if (addr_map_del(&w->live, addr, &ai)) {
                 gm_alloc *a = &allocs[ai];
                 a->death = seq;
                 a->death_range = range;
@@ -776,7 +778,10 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     /* the live map sparse from the start (a load of a few percent where a program holds a few
      * hundred allocations): an allocation's or a free's probe then mostly ends at its first slot,
      * and a free's backward shift at the next one */
-    u64map_init(&w.live, 4096);
+    if (addr_map_init(&w.live, 4096) != 0) {
+        snprintf(err, errsz, "%s: out of memory reading events", d->path);
+        return -1;
+    }
     /* names, merged into the sweep by seq */
     size_t ncap = 0;
     sqlite3_stmt *s;
@@ -826,7 +831,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     if (rc == -1) { /* no query, or the page reader gave up part way */
         gm_devused_end(w.du);
         free(w.names);
-        u64map_free(&w.live);
+        addr_map_free(&w.live);
         u64map_free(&w.step_idx);
         u64map_free(&w.tlive);
         u64map_free(&w.tstep_idx);
@@ -841,7 +846,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     for (; rc == SQLITE_DONE && w.ni < w.nnames; w.ni++) name_apply(&w, &w.names[w.ni]);
     free(w.names);
     if (rc != SQLITE_DONE) {
-        u64map_free(&w.live);
+        addr_map_free(&w.live);
         u64map_free(&w.step_idx);
         u64map_free(&w.tlive);
         u64map_free(&w.tstep_idx);
@@ -888,7 +893,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             m->torch.steps[*si].nleaked++;
         }
     }
-    u64map_free(&w.live);
+    addr_map_free(&w.live);
     u64map_free(&w.step_idx);
     u64map_free(&w.tlive);
     u64map_free(&w.tstep_idx);
