@@ -772,6 +772,20 @@ void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_
     *sema = 4 * grid;
 }
 
+/* Forward op f when it is a Linear's addmm(bias, input, weight.t()) whose node was placed
+ * (nstart, nend: births_spans's): its output (rows x cols, *out) and its bias (cols, *bias); 1, else 0. */
+static int linear_node(const adv_model *m, size_t f, const size_t *nstart, const size_t *nend, const adv_targ **out,
+                       const adv_targ **bias)
+{
+    const adv_top *t = &m->tops[f];
+    char nb[96];
+    if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2 ||
+        strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm"))
+        return 0;
+    *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
+    return (*out)->out && !(*bias)->out && (*bias)->bytes && (*out)->bytes % (*bias)->bytes == 0;
+}
+
 long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
 {
     size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
@@ -782,15 +796,9 @@ long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
     long found = -1;
     if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
     found = 0;
-    char nb[96];
     for (size_t f = 0; f < nt; f++) {
-        const adv_top *t = &m->tops[f];
-        if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2) continue;
-        if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) continue;
-        /* addmm(bias, input, weight.t()): its output (rows x cols) and the bias (cols) */
-        const adv_targ *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
-        if (!out->out || bias->out || out->dtype != ADV_DT_F32 || bias->dtype != ADV_DT_F32 || !bias->bytes ||
-            out->bytes % bias->bytes)
+        const adv_targ *out, *bias;
+        if (!linear_node(m, f, nstart, nend, &out, &bias) || out->dtype != ADV_DT_F32 || bias->dtype != ADV_DT_F32)
             continue;
         uint64_t cols = bias->bytes / 4, rows = out->bytes / bias->bytes, x, s, x2, s2;
         adv_reduce_staging(rows, cols, &x, &s);
@@ -820,13 +828,9 @@ long adv_bias_sums(const adv_model *m, uint32_t *sum_of)
     long found = -1;
     if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
     found = 0;
-    char nb[96];
     for (size_t f = 0; f < nt; f++) {
-        const adv_top *t = &m->tops[f];
-        if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2) continue;
-        if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) continue;
-        const adv_targ *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
-        if (!out->out || bias->out || !bias->bytes || out->bytes % bias->bytes) continue;
+        const adv_targ *out, *bias;
+        if (!linear_node(m, f, nstart, nend, &out, &bias)) continue;
         /* the sum's result, of the bias's size, is the node's first allocation of that size (its
          * own gradients are matrices); under autocast, the bf16 sum made for it (its orig) */
         uint32_t g = UINT32_MAX;

@@ -28,20 +28,17 @@ static inline uint64_t addr_map_slot(const addr_map *m, uint64_t k) {
     return (k * 0x9e3779b97f4a7c15ull) >> m->shift;
 }
 
+static inline uint64_t addr_map_home(const void *m, uint64_t k) {
+    return addr_map_slot(m, k);
+}
+
 /* Room for cap keys at a load of at most a half. 0, or -1 (out of memory). Made before any
  * other call: they do not make it (one test less an allocation and a free). */
 static inline int addr_map_init(addr_map *m, uint64_t cap) {
     unsigned bits = 4;
     while ((1ull << bits) < cap * 2) bits++;
     uint64_t n = 1ull << bits;
-    m->keys = malloc(n * sizeof *m->keys);
-    m->vals = malloc(n * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys), free(m->vals);
-        m->keys = m->vals = NULL;
-        return -1;
-    }
-    memset(m->keys, 0xff, n * sizeof *m->keys);
+    if (u64map_slots(n, &m->keys, &m->vals) != 0) return -1;
     m->mask = n - 1, m->count = 0, m->limit = n / 4 * 3, m->shift = 64 - bits;
     return 0;
 }
@@ -105,19 +102,7 @@ static inline __attribute__((always_inline)) int addr_map_del(addr_map *m, uint6
         i = (i + 1) & m->mask;
     }
     *v = m->vals[i];
-    /* backward shift: later entries of the probe run move into the hole where their home is
-     * not in (i, j] cyclically */
-    for (uint64_t j = i;;) {
-        j = (j + 1) & m->mask;
-        if (m->keys[j] == U64MAP_EMPTY) break;
-        uint64_t home = addr_map_slot(m, m->keys[j]);
-        if (((j - home) & m->mask) >= ((j - i) & m->mask)) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->keys[i] = U64MAP_EMPTY;
+    u64map_unprobe(m->keys, m->vals, m->mask, i, addr_map_home, m);
     m->count--;
     return 1;
 }

@@ -26,17 +26,24 @@ static inline uint64_t u64map_hash(uint64_t k) {
     return k;
 }
 
+/* n empty slots: *keys all U64MAP_EMPTY, *vals; 0, or -1 (out of memory: both NULL). Shared with
+ * addr_map.h. */
+static inline int u64map_slots(uint64_t n, uint64_t **keys, uint64_t **vals) {
+    *keys = malloc(n * sizeof **keys);
+    *vals = malloc(n * sizeof **vals);
+    if (!*keys || !*vals) {
+        free(*keys), free(*vals);
+        *keys = *vals = NULL;
+        return -1;
+    }
+    memset(*keys, 0xff, n * sizeof **keys);
+    return 0;
+}
+
 static inline int u64map_init(u64map *m, uint64_t cap) {
     uint64_t n = 16;
     while (n < cap * 2) n <<= 1;
-    m->keys = malloc(n * sizeof *m->keys);
-    m->vals = malloc(n * sizeof *m->vals);
-    if (!m->keys || !m->vals) {
-        free(m->keys), free(m->vals);
-        m->keys = m->vals = NULL;
-        return -1;
-    }
-    memset(m->keys, 0xff, n * sizeof *m->keys);
+    if (u64map_slots(n, &m->keys, &m->vals) != 0) return -1;
     m->mask = n - 1;
     m->count = 0;
     return 0;
@@ -106,6 +113,30 @@ static inline int u64map_swap(u64map *m, uint64_t k, uint64_t v, uint64_t *old) 
     return 0;
 }
 
+/* Linear probing's deletion of the key in slot i (of mask + 1): the later entries of its probe
+ * run move back into the hole, each only where its home slot (home(ctx, key)) is not in (i, j]
+ * cyclically, and the last hole is emptied. Shared with addr_map.h, whose homes differ. */
+static inline __attribute__((always_inline)) void u64map_unprobe(uint64_t *keys, uint64_t *vals, uint64_t mask,
+                                                                 uint64_t i,
+                                                                 uint64_t (*home)(const void *, uint64_t),
+                                                                 const void *ctx) {
+    for (uint64_t j = i;;) {
+        j = (j + 1) & mask;
+        if (keys[j] == U64MAP_EMPTY) break;
+        uint64_t h = home(ctx, keys[j]);
+        if (((j - h) & mask) >= ((j - i) & mask)) {
+            keys[i] = keys[j];
+            vals[i] = vals[j];
+            i = j;
+        }
+    }
+    keys[i] = U64MAP_EMPTY;
+}
+
+static inline uint64_t u64map_home(const void *m, uint64_t k) {
+    return u64map_hash(k) & ((const u64map *)m)->mask;
+}
+
 /* Removes k; returns 1 if it was there (value in *v when v != NULL). */
 static inline int u64map_del(u64map *m, uint64_t k, uint64_t *v) {
     if (!m->keys || k == U64MAP_EMPTY) return 0;
@@ -115,20 +146,7 @@ static inline int u64map_del(u64map *m, uint64_t k, uint64_t *v) {
         i = (i + 1) & m->mask;
     }
     if (v) *v = m->vals[i];
-    /* backward shift: move later entries of the probe run into the hole */
-    uint64_t j = i;
-    for (;;) {
-        j = (j + 1) & m->mask;
-        if (m->keys[j] == U64MAP_EMPTY) break;
-        uint64_t home = u64map_hash(m->keys[j]) & m->mask;
-        /* can entry j move to i? only if its home is not in (i, j] cyclically */
-        if (((j - home) & m->mask) >= ((j - i) & m->mask)) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->keys[i] = U64MAP_EMPTY;
+    u64map_unprobe(m->keys, m->vals, m->mask, i, u64map_home, m);
     m->count--;
     return 1;
 }
