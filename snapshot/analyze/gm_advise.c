@@ -1787,6 +1787,46 @@ static int life_index(const adv_model *m, size_t **birth, size_t **death)
     return 0;
 }
 
+uint32_t adv_sum_first(const adv_model *m, const size_t *birth, size_t i)
+{
+    const adv_ev *e = &m->evs[i];
+    if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_BWD) return UINT32_MAX;
+    uint32_t s = e->a, x = UINT32_MAX, y = UINT32_MAX;
+    /* its parts: the first two of its size born before it and freed right after it */
+    for (size_t j = i + 1; j < m->nevs && j <= i + ADV_SUM_FREES_WITHIN && m->evs[j].kind != ADV_EV_ALLOC &&
+                           y == UINT32_MAX;
+         j++) {
+        uint32_t a = m->evs[j].a;
+        if (a == s || m->allocs[a].size != m->allocs[s].size || birth[a] >= i) continue;
+        if (x == UINT32_MAX) x = a;
+        else y = a;
+    }
+    return y == UINT32_MAX ? UINT32_MAX : birth[x] < birth[y] ? x : y;
+}
+
+long adv_sums_in_place(adv_model *m, const uint8_t *in_place, size_t n)
+{
+    if (!in_place) return 0;
+    size_t *birth, *death;
+    adv_rw w;
+    if (own_allocs(m) != 0 || own_evs(m) != 0 || life_index(m, &birth, &death) != 0) return -1;
+    long merged = adv_rw_init(&w, m) == 0 ? 0 : -1;
+    for (size_t i = 0; merged >= 0 && i < m->nevs; i++) {
+        uint32_t first = adv_sum_first(m, birth, i), s = m->evs[i].a;
+        if (first == UINT32_MAX || m->allocs[first].orig >= n || !in_place[m->allocs[first].orig]) continue;
+        /* the sum is the first contribution: not made, and that one lives on to the sum's death,
+         * named as it */
+        w.drop[i] = w.drop[death[first]] = 1;
+        if (death[s] != SIZE_MAX) m->evs[death[s]].a = first;
+        m->allocs[first].name = m->allocs[s].name, m->allocs[first].cls = m->allocs[s].cls;
+        merged++;
+    }
+    if (merged > 0 && adv_rw_apply(m, &w) != 0) merged = -1;
+    adv_rw_free(&w);
+    free(birth), free(death);
+    return merged;
+}
+
 /* ------------------------------------------------------------------ saved activations */
 
 /* A forward/backward pair of child ranges and the saved tensors between them. */

@@ -299,6 +299,10 @@ typedef struct adv_stash_stats {
  * the start of B. link_bps: host link bytes/s (for the stall estimate). */
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st);
 
+/* PyTorch adds gradient contributions that meet (a tied weight's) out of place into a sum born
+ * at most this many events before they are freed */
+enum { ADV_SUM_FREES_WITHIN = 8 };
+
 /* torch.autocast(dtype=torch.bfloat16) around the forward of a PyTorch recording with its op log
  * (m->ntops > 0), on the recorded (fp32) trace, before any other rewrite (gm_advise_autocast.c):
  * the ops on autocast's lower-precision list read bf16 copies of their fp32 inputs (a weight's
@@ -322,10 +326,11 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
  * contribution (the sum not made; the contribution lives on to the sum's death, named as it).
  * Returns the number of sums merged, -1 out of memory. */
 long adv_sums_in_place(adv_model *m, const uint8_t *in_place, size_t n);
-
-/* PyTorch adds gradient contributions that meet (a tied weight's) out of place into a sum born
- * at most this many events before they are freed */
-enum { ADV_SUM_FREES_WITHIN = 8 };
+/* The first contribution (by birth) of the out-of-place sum of two that event i allocates, in a
+ * backward (the two of its size born before it and freed within ADV_SUM_FREES_WITHIN events
+ * after it, nothing allocated between); UINT32_MAX when i is no such sum. birth: each
+ * allocation's event. */
+uint32_t adv_sum_first(const adv_model *m, const size_t *birth, size_t i);
 
 /* A trace's edit list, applied in one pass: events inserted before (where -1) or after (+1) an
  * event of the trace (anchor), those at one place ordered by prio then by insertion, and events

@@ -591,18 +591,8 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
      * matmul's transposed result, it may not): adv_sums_in_place merges them, after accumulation
      * has made its micro-batches */
     for (size_t s = 0; in_place && s < nrec; s++) {
-        if (birth[s] == SIZE_MAX || m->evs[birth[s]].phase != ADV_PH_BWD) continue;
-        uint32_t x = UINT32_MAX, y = UINT32_MAX;
-        for (size_t j = birth[s] + 1; j < nev && j <= birth[s] + ADV_SUM_FREES_WITHIN && m->evs[j].kind != ADV_EV_ALLOC;
-             j++) {
-            uint32_t a = m->evs[j].a;
-            if (a >= nrec || a == s || m->allocs[a].size != m->allocs[s].size || birth[a] >= birth[s]) continue;
-            if (x == UINT32_MAX) x = a;
-            else if (y == UINT32_MAX) y = a;
-        }
-        if (y == UINT32_MAX) continue;
-        uint32_t first = birth[x] < birth[y] ? x : y;
-        if (cast_grad[first] && !in_place[first]) in_place[first] = 1, st->sums_in_place++;
+        uint32_t first = birth[s] == SIZE_MAX ? UINT32_MAX : adv_sum_first(m, birth, birth[s]);
+        if (first < nrec && cast_grad[first] && !in_place[first]) in_place[first] = 1, st->sums_in_place++;
     }
     if (adv_rw_apply(m, &w) != 0) goto out;
     rc = 0;
@@ -854,54 +844,4 @@ long adv_bias_sums(const adv_model *m, uint32_t *sum_of)
 out:
     free(birth), free(nstart), free(nend);
     return found;
-}
-
-long adv_sums_in_place(adv_model *m, const uint8_t *in_place, size_t n)
-{
-    if (!in_place) return 0;
-    size_t nev = m->nevs, na = m->nallocs;
-    size_t *birth = malloc((na + 1) * sizeof *birth), *death = malloc((na + 1) * sizeof *death);
-    uint8_t *drop = calloc(nev + 1, 1);
-    uint32_t *into = malloc((na + 1) * sizeof *into); /* a sum -> the contribution it is made in */
-    long merged = -1;
-    if (!birth || !death || !drop || !into || adv_model_own(m) != 0) goto out;
-    for (size_t a = 0; a < na; a++)
-        birth[a] = death[a] = SIZE_MAX, into[a] = UINT32_MAX;
-    for (size_t i = 0; i < nev; i++) {
-        const adv_ev *e = &m->evs[i];
-        if (e->kind == ADV_EV_ALLOC) birth[e->a] = i;
-        else death[e->a] = i;
-    }
-    merged = 0;
-    for (size_t i = 0; i < nev; i++) {
-        const adv_ev *e = &m->evs[i];
-        uint32_t s = e->a;
-        if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_BWD) continue;
-        uint32_t x = UINT32_MAX, y = UINT32_MAX;
-        for (size_t j = i + 1; j < nev && j <= i + ADV_SUM_FREES_WITHIN && m->evs[j].kind != ADV_EV_ALLOC; j++) {
-            uint32_t a = m->evs[j].a;
-            if (a == s || m->allocs[a].size != m->allocs[s].size || birth[a] >= i || death[a] != j) continue;
-            if (x == UINT32_MAX) x = a;
-            else if (y == UINT32_MAX) y = a;
-        }
-        if (y == UINT32_MAX) continue;
-        uint32_t first = birth[x] < birth[y] ? x : y, o = m->allocs[first].orig;
-        if (o >= n || !in_place[o]) continue;
-        /* the sum is the first contribution: not made, and that one lives on to its death */
-        drop[i] = drop[death[first]] = 1;
-        into[s] = first;
-        m->allocs[first].name = m->allocs[s].name, m->allocs[first].cls = m->allocs[s].cls;
-        merged++;
-    }
-    size_t o = 0;
-    for (size_t i = 0; i < nev; i++) {
-        if (drop[i]) continue;
-        adv_ev e = m->evs[i];
-        if (into[e.a] != UINT32_MAX) e.a = into[e.a];
-        m->evs[o++] = e;
-    }
-    m->nevs = o;
-out:
-    free(birth), free(death), free(drop), free(into);
-    return merged;
 }
