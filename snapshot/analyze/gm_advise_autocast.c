@@ -776,72 +776,82 @@ static int linear_node(const adv_model *m, size_t f, const size_t *nstart, const
     return (*out)->out && !(*bias)->out && (*bias)->bytes && (*out)->bytes % (*bias)->bytes == 0;
 }
 
-long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
+/* Linear f's staging pair for its bias gradient's sum (adv_reduce_bufs): 1 found, else 0 */
+static int reduce_pair(const adv_model *m, size_t nrec, unsigned k, size_t start, size_t end, const adv_targ *out,
+                       const adv_targ *bias, uint64_t *size)
 {
-    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
-    for (size_t a = 0; a < m->nallocs; a++)
-        size[a] = 0;
-    if (!nt || k < 1) return 0;
+    if (out->dtype != ADV_DT_F32 || bias->dtype != ADV_DT_F32) return 0;
+    uint64_t cols = bias->bytes / 4, rows = out->bytes / bias->bytes, x, s, x2, s2;
+    adv_reduce_staging(rows, cols, &x, &s);
+    adv_reduce_staging(rows / k, cols, &x2, &s2);
+    if (!x || !x2 || rows % k) return 0;
+    /* in the node: the buffer, then the semaphores (both freed when the kernel is queued) */
+    for (size_t i = start + 1; i + 1 < m->nevs && i <= end; i++) {
+        const adv_ev *e = &m->evs[i], *e1 = e + 1;
+        if (e->kind != ADV_EV_ALLOC || e->a >= nrec || m->allocs[e->a].size != x) continue;
+        if (e1->kind != ADV_EV_ALLOC || e1->a >= nrec || m->allocs[e1->a].size != s) continue;
+        size[e->a] = x2, size[e1->a] = s2;
+        return 1;
+    }
+    return 0;
+}
+
+/* What Linear f's node lets go of after its bias sum (adv_bias_sums): the number found */
+static long released_after_sum(const adv_model *m, size_t nrec, const size_t *birth, size_t start, size_t end,
+                               const adv_targ *bias, uint32_t *sum_of)
+{
+    /* the sum's result, of the bias's size, is the node's first allocation of that size (its
+     * own gradients are matrices); under autocast, the bf16 sum made for it (its orig) */
+    uint32_t g = UINT32_MAX;
+    for (size_t i = start + 1; i <= end && i < m->nevs && g == UINT32_MAX; i++) {
+        const adv_ev *e = &m->evs[i];
+        uint32_t o = e->kind == ADV_EV_ALLOC ? m->allocs[e->a].orig : UINT32_MAX;
+        if (o < nrec && adv_rec_size(m, o) == bias->bytes) g = o;
+    }
+    long found = 0;
+    /* what the node lets go of once it has run: the frees after its last allocation of what
+     * was born before it */
+    for (size_t i = end + 1; g != UINT32_MAX && i < m->nevs && m->evs[i].kind != ADV_EV_ALLOC; i++) {
+        const adv_ev *e = &m->evs[i];
+        if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && e->a < nrec && birth[e->a] != SIZE_MAX &&
+            birth[e->a] <= start) {
+            sum_of[e->a] = g;
+            found++;
+        }
+    }
+    return found;
+}
+
+/* One pass over the op log's Linear nodes for adv_reduce_bufs (size) or adv_bias_sums (sum_of) */
+static long linear_pass(const adv_model *m, unsigned k, uint64_t *size, uint32_t *sum_of)
+{
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
     size_t *birth, *nstart, *nend;
     long found = -1;
     if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
     found = 0;
-    for (size_t f = 0; f < nt; f++) {
+    for (size_t f = 0; f < m->ntops; f++) {
         const adv_targ *out, *bias;
-        if (!linear_node(m, f, nstart, nend, &out, &bias) || out->dtype != ADV_DT_F32 || bias->dtype != ADV_DT_F32)
-            continue;
-        uint64_t cols = bias->bytes / 4, rows = out->bytes / bias->bytes, x, s, x2, s2;
-        adv_reduce_staging(rows, cols, &x, &s);
-        adv_reduce_staging(rows / k, cols, &x2, &s2);
-        if (!x || !x2 || rows % k) continue;
-        /* in the node: the buffer, then the semaphores (both freed when the kernel is queued) */
-        for (size_t i = nstart[f] + 1; i + 1 < nev && i <= nend[f]; i++) {
-            const adv_ev *e = &m->evs[i], *e1 = e + 1;
-            if (e->kind != ADV_EV_ALLOC || e->a >= nrec || m->allocs[e->a].size != x) continue;
-            if (e1->kind != ADV_EV_ALLOC || e1->a >= nrec || m->allocs[e1->a].size != s) continue;
-            size[e->a] = x2, size[e1->a] = s2, found++;
-            break;
-        }
+        if (!linear_node(m, f, nstart, nend, &out, &bias)) continue;
+        if (size) found += reduce_pair(m, nrec, k, nstart[f], nend[f], out, bias, size);
+        if (sum_of) found += released_after_sum(m, nrec, birth, nstart[f], nend[f], bias, sum_of);
     }
 out:
     free(birth), free(nstart), free(nend);
     return found;
 }
 
+long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
+{
+    for (size_t a = 0; a < m->nallocs; a++)
+        size[a] = 0;
+    return m->ntops && k >= 1 ? linear_pass(m, k, size, NULL) : 0;
+}
+
 long adv_bias_sums(const adv_model *m, uint32_t *sum_of)
 {
-    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs, nev = m->nevs, nt = m->ntops;
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
     for (size_t a = 0; a < nrec; a++)
         sum_of[a] = UINT32_MAX;
-    if (!nt) return 0;
-    size_t *birth, *nstart, *nend;
-    long found = -1;
-    if (births_spans(m, nrec, &birth, &nstart, &nend) != 0) goto out;
-    found = 0;
-    for (size_t f = 0; f < nt; f++) {
-        const adv_targ *out, *bias;
-        if (!linear_node(m, f, nstart, nend, &out, &bias)) continue;
-        /* the sum's result, of the bias's size, is the node's first allocation of that size (its
-         * own gradients are matrices); under autocast, the bf16 sum made for it (its orig) */
-        uint32_t g = UINT32_MAX;
-        for (size_t i = nstart[f] + 1; i <= nend[f] && i < nev && g == UINT32_MAX; i++) {
-            const adv_ev *e = &m->evs[i];
-            uint32_t o = e->kind == ADV_EV_ALLOC ? m->allocs[e->a].orig : UINT32_MAX;
-            if (o < nrec && adv_rec_size(m, o) == bias->bytes) g = o;
-        }
-        if (g == UINT32_MAX) continue;
-        /* what the node lets go of once it has run: the frees after its last allocation of what
-         * was born before it */
-        for (size_t i = nend[f] + 1; i < nev && m->evs[i].kind != ADV_EV_ALLOC; i++) {
-            const adv_ev *e = &m->evs[i];
-            if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && e->a < nrec &&
-                birth[e->a] != SIZE_MAX && birth[e->a] <= nstart[f]) {
-                sum_of[e->a] = g;
-                found++;
-            }
-        }
-    }
-out:
-    free(birth), free(nstart), free(nend);
-    return found;
+    return m->ntops ? linear_pass(m, 1, NULL, sum_of) : 0;
 }
