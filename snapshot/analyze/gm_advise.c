@@ -464,13 +464,24 @@ static void name_apply(adv_model *m, const u64map *live, const uint64_t *births,
     if (ai) m->allocs[*ai].name = n->name;
 }
 
+const char *adv_op_base(const char *op, char *buf, size_t n)
+{
+    const char *p = strncmp(op, "aten.", 5) == 0 ? op + 5 : op;
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    if (len >= n) len = n - 1;
+    memcpy(buf, p, len);
+    buf[len] = 0;
+    return buf;
+}
+
 /* an aten op that writes its first argument in place ("aten.add_.Tensor": its base name ends in
  * '_') */
 static int inplace_op(const char *op)
 {
-    const char *p = strncmp(op, "aten.", 5) == 0 ? op + 5 : op, *dot = strchr(p, '.');
-    size_t len = dot ? (size_t)(dot - p) : strlen(p);
-    return len && p[len - 1] == '_';
+    char nb[96];
+    const char *b = adv_op_base(op, nb, sizeof nb);
+    return b[0] && b[strlen(b) - 1] == '_';
 }
 
 /* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its

@@ -372,6 +372,8 @@ void adv_rw_free(adv_rw *w);
  * adv_stash does not restore them whole as well (adv_stash_opts.unpacked). Returns the number of saved tensors packed,
  * -1 out of memory. Run before the other rewrites. */
 long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked);
+/* an aten op's base name: "aten.addmm.default" -> "addmm" (into buf, n bytes) */
+const char *adv_op_base(const char *op, char *buf, size_t n);
 int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
 /* allocation a's size as recorded (the rewrites change sizes: autocast halves tensors,
  * accumulation shrinks them) */

@@ -47,17 +47,6 @@
 
 /* ------------------------------------------------------------------ the op lists */
 
-/* an aten op's base name: "aten.addmm.default" -> "addmm" (into buf) */
-static const char *base_name(const char *op, char *buf, size_t n)
-{
-    const char *p = strncmp(op, "aten.", 5) == 0 ? op + 5 : op;
-    const char *dot = strchr(p, '.');
-    size_t len = dot ? (size_t)(dot - p) : strlen(p);
-    if (len >= n) len = n - 1;
-    memcpy(buf, p, len);
-    buf[len] = 0;
-    return buf;
-}
 
 static int in_list(const char *name, const char *const *list)
 {
@@ -99,7 +88,7 @@ typedef struct opclass {
 static opclass classify(const char *op)
 {
     char nb[96];
-    const char *name = base_name(op, nb, sizeof nb);
+    const char *name = adv_op_base(op, nb, sizeof nb);
     opclass c = {0};
     c.kind = in_list(name, ops_lowp) ? OPK_LOWP : in_list(name, ops_fp32) ? OPK_FP32 : OPK_OTHER;
     c.saves_in = c.kind == OPK_FP32 && !in_list(name, fp32_no_input);
@@ -120,7 +109,7 @@ static const char *const ops_norm[] = {"native_layer_norm", "native_group_norm",
 static int add_op(const char *op)
 {
     char nb[96];
-    return in_list(base_name(op, nb, sizeof nb), ops_add_mm);
+    return in_list(adv_op_base(op, nb, sizeof nb), ops_add_mm);
 }
 
 static uint32_t cast_order(uint32_t q, uint32_t nout, uint32_t n, int add_first)
@@ -304,7 +293,7 @@ static int flash_attention(adv_model *m, adv_rw *w, const adv_top *t, const size
                            size_t nstart, size_t nend, size_t nrec, unsigned k)
 {
     char nb[96];
-    if (strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "_scaled_dot_product_efficient_attention")) return 0;
+    if (strcmp(adv_op_base(adv_str(m, t->name), nb, sizeof nb), "_scaled_dot_product_efficient_attention")) return 0;
     const adv_targ *out = NULL, *lse = NULL, *q = NULL;
     for (uint32_t i = 0; i < t->nargs; i++) {
         const adv_targ *g = &m->targs[t->arg0 + i];
@@ -535,7 +524,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
          * size in the op's node) */
         char nb[96];
         if (cls[i].kind == OPK_LOWP && t->nargs >= 2 && node_start[i] != SIZE_MAX && node_end[i] != SIZE_MAX &&
-            !strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm")) {
+            !strcmp(adv_op_base(adv_str(m, t->name), nb, sizeof nb), "addmm")) {
             const adv_targ *bias = NULL;
             for (uint32_t q = 0; q < t->nargs && !bias; q++)
                 if (!m->targs[t->arg0 + q].out) bias = &m->targs[t->arg0 + q];
@@ -656,7 +645,7 @@ long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpack
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
         char nb[96];
-        const char *name = base_name(adv_str(m, t->name), nb, sizeof nb);
+        const char *name = adv_op_base(adv_str(m, t->name), nb, sizeof nb);
         int view;
         unsigned mask = saved_params(name, &view), views = saved_views(name);
         /* (under autocast nll_loss saves its own fp32 copy of its input, which the rewrite
@@ -770,7 +759,7 @@ static int linear_node(const adv_model *m, size_t f, const size_t *nstart, const
     const adv_top *t = &m->tops[f];
     char nb[96];
     if (t->bwd || nstart[f] == SIZE_MAX || nend[f] == SIZE_MAX || t->nargs < 2 ||
-        strcmp(base_name(adv_str(m, t->name), nb, sizeof nb), "addmm"))
+        strcmp(adv_op_base(adv_str(m, t->name), nb, sizeof nb), "addmm"))
         return 0;
     *out = &m->targs[t->arg0], *bias = &m->targs[t->arg0 + 1];
     return (*out)->out && !(*bias)->out && (*bias)->bytes && (*out)->bytes % (*bias)->bytes == 0;
