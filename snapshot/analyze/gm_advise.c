@@ -2012,21 +2012,25 @@ static int in_set(const uint32_t *v, size_t n, uint32_t x)
  * forward: a tensor the recording kept for the backward then dies as soon as the forward holds no
  * reference to it, when the last forward op that wrote or read it has returned (an output only
  * saved, a LayerNorm's mean and rstd, right after the op that made it). From the op log: per
- * recorded allocation, the last allocation made before the last forward op that touched it
- * returned (UINT32_MAX none); NULL without an op log or out of memory. */
+ * recorded allocation a, lt[a], the last allocation made before the last forward op that touched
+ * it returned, and lt[nrecorded + a], the same for the first forward op that wrote it (UINT32_MAX
+ * none); NULL without an op log or out of memory. */
 static uint32_t *last_fwd_touch(const adv_model *m)
 {
     if (!m->torch || !m->ntops || !m->nrecorded) return NULL;
-    uint32_t *lt = malloc(m->nrecorded * sizeof *lt);
+    size_t n = m->nrecorded;
+    uint32_t *lt = malloc(2 * n * sizeof *lt);
     if (!lt) return NULL;
-    for (size_t a = 0; a < m->nrecorded; a++)
+    for (size_t a = 0; a < 2 * n; a++)
         lt[a] = UINT32_MAX;
     for (size_t i = 0; i < m->ntops; i++) {
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a == UINT32_MAX) continue;
         for (uint32_t k = t->arg0; k < t->arg0 + t->nargs; k++) {
             uint32_t a = m->targs[k].a;
-            if (a < m->nrecorded && (lt[a] == UINT32_MAX || t->last_a > lt[a])) lt[a] = t->last_a;
+            if (a >= n) continue;
+            if (lt[a] == UINT32_MAX || t->last_a > lt[a]) lt[a] = t->last_a;
+            if (m->targs[k].out && lt[n + a] == UINT32_MAX) lt[n + a] = t->last_a;
         }
     }
     /* ... or, when a module's frame held it, that module's return */
@@ -2061,11 +2065,22 @@ static size_t cache_release(const adv_model *m, const pairs *p, size_t a, const 
 /* Where the forward holds no reference to saved tensor a of F any more (the op log's last touch,
  * last_fwd_touch): the event after which it dies, inside F; SIZE_MAX unknown, or not before F's
  * end. An accumulation copy's is its recorded tensor's, at the copy in F of that op's last
- * allocation; a cast copy autocast made of a recorded tensor (of another size) has none. */
+ * allocation. A cast copy autocast made of a recorded tensor (of another size) for an op, born
+ * before the op's outputs (gm_advise_autocast.c), is the op's own: it goes when the op has
+ * returned, the op that made the next allocation that is not such a copy. */
 static size_t let_go(const adv_model *m, const pairs *p, const uint32_t *touch, size_t a, const lrinst *F)
 {
     uint32_t orig = m->allocs[a].orig;
-    uint32_t l = touch && orig < m->nrecorded && m->allocs[a].size == m->allocs[orig].size ? touch[orig] : UINT32_MAX;
+    uint32_t l = UINT32_MAX;
+    if (touch && orig < m->nrecorded && m->allocs[a].size == m->allocs[orig].size) l = touch[orig];
+    for (size_t i = p->birth[a] + 1; touch && orig < m->nrecorded && l == UINT32_MAX && i <= F->last; i++) {
+        const adv_ev *e = &m->evs[i];
+        uint32_t o = e->kind == ADV_EV_ALLOC ? m->allocs[e->a].orig : UINT32_MAX;
+        if (o < m->nrecorded && m->allocs[e->a].size == m->allocs[o].size) {
+            l = touch[m->nrecorded + o];
+            if (l == UINT32_MAX) break;
+        }
+    }
     size_t at = SIZE_MAX;
     if (l != UINT32_MAX) {
         if (orig == a) at = p->birth[l];
@@ -2521,7 +2536,7 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
         /* a gradient's size as recorded (autocast halves an activation's gradient, which can
          * then match a parameter's: gpt2-medium's 32 MiB ones, halved, c_fc's weight's) */
         uint64_t size = adv_rec_size(m, (uint32_t)a);
-        if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1
+        if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1 || (size_k && size_k[o] && size_k[o] == adv_rec_size(m, o))
                  : ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, size)) {
             prop[a] = 2;
         } else {

@@ -388,6 +388,14 @@ uint64_t adv_rec_size(const adv_model *m, uint32_t a);
  * -1 out of memory. */
 long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size);
 void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_t *sema);
+/* What does not shrink with the batch under accumulation: from the op log's shapes, each
+ * storage whose first tensor (an op's output, or a gradient a node was given) has neither the
+ * recorded batch nor its rows (batch x sequence) as its leading dimension (the positions'
+ * embedding, a causal mask) gets in size[a] its recorded size, where size[a] is 0 (the sizes
+ * adv_accum takes; the batch: batch_dims in gm_advise_autocast.c). Returns the number found,
+ * -1 out of memory. */
+long adv_batch_fixed(const adv_model *m, uint64_t *size);
+
 /* How many splits of the keys FlashAttention's forward makes for an attention of batch x heads
  * queries of seq x head_dim (gm_advise_autocast.c: 1, none, when its blocks fill the device) on
  * the virtual GPU's 132 SMs, dropout off. */

@@ -2,7 +2,8 @@
  * forward's op log of a PyTorch recording (`gpumem record --torch-ops`: tables torch_ops and
  * torch_op_args, snapshot/README.md). ADVISE.md, "PyTorch recordings", says what it models.
  * Also from the op log: what save_on_cpu packs beyond the activations' storages (adv_pack_saved),
- * and the staging of a bias gradient's sum (adv_reduce_bufs), at the end.
+ * the staging of a bias gradient's sum (adv_reduce_bufs) and what does not shrink with the batch
+ * (adv_batch_fixed), at the end.
  *
  * Autocast acts per op (PyTorch's documentation, torch.amp, "Autocast Op Reference"): an op on
  * its lower-precision list (the matmuls, convolutions, scaled_dot_product_attention) casts its
@@ -23,10 +24,13 @@
  *     op's saved activation (its backward node releases both); an activation's for each op,
  *     taking over the activation's recorded death (the op saves the copy now), and the fp32
  *     activation itself dies after the last op that reads it when every reader casts it (and its
- *     producer does not keep its output: softmax, exp, tanh...);
+ *     producer does not keep its output: softmax, exp, tanh...), or when the module whose frame
+ *     holds it returns;
  *   - an fp32-list op's bf16 inputs get fp32 copies (born before its outputs; dying with the
  *     input when the op keeps its input for the backward, else right after the op);
  *   - any other op's new outputs are bf16 when every floating input is;
+ *   - an op computing in fp32 from a bf16 input (type promotion) has its node's gradient for that
+ *     input converted to bf16, a copy the fp32 recording did not make (mixed_grad_copies);
  *   - the backward is left as recorded (fp32 gradients): the log covers the forward only (a
  *     TorchDispatchMode in the backward makes autograd allocate otherwise: _torch.py), but for
  *     the gradients of cast tensors: the reader's node makes the gradient of the copy (in the
@@ -344,6 +348,36 @@ static int flash_attention(adv_model *m, adv_rw *w, const adv_top *t, const size
     return 1;
 }
 
+/* Forward op f computed in fp32 from a bf16 input (type promotion: the residual's add of a bf16
+ * projection to the fp32 stream): its node passes its fp32 gradient on, and autograd converts the
+ * one for the bf16 input to that input's type. The fp32 recording passed one tensor to both; here
+ * a bf16 copy is made when f's node has run (after what it let go of) and let go of when the node
+ * of the op that made the input has. Measured on gpt2-medium at B 2 with checkpointing: a 4 MiB
+ * copy before each block's two projections' AddmmBackward0. 0, or -1 out of memory. */
+static int mixed_grad_copies(adv_model *m, adv_rw *w, uint32_t f, const opclass *cls, const uint8_t *low,
+                             const size_t *prod, const size_t *node_end, size_t nrec)
+{
+    const adv_top *t = &m->tops[f];
+    if (cls[f].kind != OPK_OTHER || !t->nargs || node_end[f] == SIZE_MAX) return 0;
+    const adv_targ *y = &m->targs[t->arg0];
+    if (!y->out || y->dtype != ADV_DT_F32 || (y->a < nrec && low[y->a])) return 0;
+    for (uint32_t k = 1; k < t->nargs; k++) {
+        const adv_targ *g = &m->targs[t->arg0 + k];
+        if (g->out || g->a >= nrec || (g->dtype != ADV_DT_LOW && !(g->dtype == ADV_DT_F32 && low[g->a]))) continue;
+        size_t p = prod[g->a];
+        if (p == SIZE_MAX || node_end[p] == SIZE_MAX || node_end[p] <= node_end[f]) continue;
+        uint64_t bytes = g->dtype == ADV_DT_LOW ? g->bytes : (g->bytes + 1) / 2;
+        uint32_t c = adv_new_alloc(m, bytes, m->allocs[g->a].stream, m->allocs[g->a].cls, 0, g->a);
+        if (c == UINT32_MAX) return -1;
+        size_t at = node_end[f] + 1; /* before the next allocation: after what f's node let go of */
+        while (at < node_end[p] && m->evs[at].kind != ADV_EV_ALLOC)
+            at++;
+        ac_add(w, m, at, -1, c, ADV_EV_ALLOC);
+        ac_add(w, m, node_end[p], 1, c, ADV_EV_FREE_ASYNC);
+    }
+    return 0;
+}
+
 int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsigned k)
 {
     memset(st, 0, sizeof *st);
@@ -365,6 +399,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
     size_t *cast_at = malloc((nrec + 1) * sizeof *cast_at); /* where its last cast copy was made */
     size_t *starts = malloc((nt + 1) * sizeof *starts), nstarts = 0; /* backward nodes' starts */
     size_t *cache_pass = malloc((nrec + 1) * sizeof *cache_pass), *copy_death = NULL;
+    size_t *prod = malloc((nrec + 1) * sizeof *prod); /* the forward op that made it */
     size_t ncopy_cap = 0;
     opclass *cls = malloc((nt + 1) * sizeof *cls); /* each op's place on autocast's lists */
     adv_rw w; /* (its drop: the recorded events dropped; NULL when out of memory) */
@@ -376,7 +411,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
             cls[i] = classify(adv_str(m, m->tops[i].name));
     if (!cls || !birth || !death || !bwd_before || !low || !other_reader || !kept || !cast_low || !cast_f32 ||
         !fwd_tensor || !done || !cast_grad || !last_lowp || !node_end || !drop || !cache || !cache_pass || !cast_at ||
-        !starts || !node_start)
+        !starts || !node_start || !prod)
         goto out;
     for (size_t a = 0; a < m->nallocs; a++)
         birth[a] = death[a] = SIZE_MAX;
@@ -388,7 +423,13 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
         nb += e->phase == ADV_PH_BWD;
     }
     for (size_t a = 0; a < nrec; a++)
-        last_lowp[a] = SIZE_MAX, cache_pass[a] = SIZE_MAX, cast_at[a] = SIZE_MAX;
+        last_lowp[a] = SIZE_MAX, cache_pass[a] = SIZE_MAX, cast_at[a] = SIZE_MAX, prod[a] = SIZE_MAX;
+    for (size_t i = 0; i < nt; i++)
+        for (uint32_t k = 0; !m->tops[i].bwd && k < m->tops[i].nargs; k++) {
+            const adv_targ *g = &m->targs[m->tops[i].arg0 + k];
+            if (g->out && g->a < nrec && prod[g->a] == SIZE_MAX && !arg_is_input_alloc(m, &m->tops[i], g->a))
+                prod[g->a] = i;
+        }
     for (size_t i = 0; i < nt; i++)
         if (m->tops[i].bwd && m->tops[i].last_a < nrec && birth[m->tops[i].last_a] != SIZE_MAX)
             starts[nstarts++] = birth[m->tops[i].last_a];
@@ -425,6 +466,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
              * node for the cast converts the gradient back) */
             if (t->fwd == UINT32_MAX) continue;
             const adv_top *f = &m->tops[t->fwd];
+            if (mixed_grad_copies(m, &w, t->fwd, cls, low, prod, node_end, nrec) != 0) goto out;
             uint32_t j = 0;
             for (uint32_t k = 0; k < t->nargs; k++, j++) {
                 const adv_targ *g = &m->targs[t->arg0 + k];
@@ -502,9 +544,14 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
                 }
                 if (!param && !other_reader[g->a] && !kept[g->a] && last_lowp[g->a] == i && death[g->a] != SIZE_MAX &&
                     !drop[death[g->a]]) {
-                    /* every reader casts it: the fp32 activation goes after this, its last one */
+                    /* every reader casts it: the fp32 activation goes after this, its last one,
+                     * or when the module whose frame holds it returns (tops_load's holds) */
+                    uint32_t h = m->tholds ? m->tholds[g->a] : UINT32_MAX;
+                    size_t go = h < nrec && birth[h] != SIZE_MAX && birth[h] > op_ev && birth[h] < death[g->a]
+                                    ? birth[h]
+                                    : op_ev;
                     drop[death[g->a]] = 1;
-                    ac_add(&w, m, op_ev, 1, g->a, m->evs[death[g->a]].kind);
+                    ac_add(&w, m, go, 1, g->a, m->evs[death[g->a]].kind);
                 }
                 if (dies == SIZE_MAX - 1) ac_add(&w, m, op_ev, 1, c, ADV_EV_FREE_ASYNC);
                 else if (dies != SIZE_MAX && (copy_death[c] == SIZE_MAX || dies > copy_death[c])) copy_death[c] = dies;
@@ -586,6 +633,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
     if (adv_rw_apply(m, &w) != 0) goto out;
     rc = 0;
 out:
+    free(prod);
     free(birth), free(death), free(bwd_before), free(low), free(other_reader), free(kept), free(cast_low);
     free(cast_f32), free(fwd_tensor), free(done), free(cast_grad), free(last_lowp), free(node_end), free(cache);
     free(cache_pass), free(copy_death), free(cls), free(cast_at), free(starts), free(node_start);
@@ -835,6 +883,68 @@ long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
     for (size_t a = 0; a < m->nallocs; a++)
         size[a] = 0;
     return m->ntops && k >= 1 ? linear_pass(m, k, size, NULL) : 0;
+}
+
+/* The recorded batch from the op log: the first tensor a forward op reads that no logged op made
+ * and that the program frees (the batch moved to the device, let go of for the next one; a
+ * parameter lives on) gives the batch, its leading dimension (*b), and its elements (*rows:
+ * batch x sequence, the rows of a flattened activation); 0 and 0 where none is found. */
+static void batch_dims(const adv_model *m, const uint8_t *freed, const uint8_t *made, uint64_t *b, uint64_t *rows)
+{
+    *b = *rows = 0;
+    for (size_t f = 0; f < m->ntops; f++) {
+        const adv_top *t = &m->tops[f];
+        for (uint32_t j = 0; !t->bwd && j < t->nargs; j++) {
+            const adv_targ *x = &m->targs[t->arg0 + j];
+            if (x->out || x->a >= m->nallocs || made[x->a] || !freed[x->a] || !x->ndim || !x->dims[0]) continue;
+            uint64_t n = 1;
+            for (unsigned d = 0; d < x->ndim; d++)
+                n *= x->dims[d];
+            *b = x->dims[0], *rows = n;
+            return;
+        }
+    }
+}
+
+long adv_batch_fixed(const adv_model *m, uint64_t *size)
+{
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
+    if (!m->ntops) return 0;
+    uint8_t *freed = calloc(m->nallocs + 1, 1), *seen = calloc(m->nallocs + 1, 1); /* seen: a logged op made it */
+    long found = -1;
+    if (!freed || !seen) goto out;
+    for (size_t i = 0; i < m->nevs; i++)
+        if (m->evs[i].kind == ADV_EV_FREE || m->evs[i].kind == ADV_EV_FREE_ASYNC) freed[m->evs[i].a] = 1;
+    for (size_t f = 0; f < m->ntops; f++) {
+        const adv_top *t = &m->tops[f];
+        for (uint32_t j = 0; !t->bwd && j < t->nargs; j++) {
+            const adv_targ *x = &m->targs[t->arg0 + j];
+            if (x->out && x->a < nrec && !seen[x->a]) seen[x->a] = 1;
+        }
+    }
+    uint64_t b, rows;
+    batch_dims(m, freed, seen, &b, &rows);
+    found = 0;
+    if (!b) goto out;
+    memset(seen, 0, m->nallocs + 1);
+    /* each storage by the first tensor of the log that spans it: an op's output (forward), or a
+     * gradient a node was given (backward) */
+    for (size_t f = 0; f < m->ntops; f++) {
+        const adv_top *t = &m->tops[f];
+        for (uint32_t j = 0; j < t->nargs; j++) {
+            const adv_targ *x = &m->targs[t->arg0 + j];
+            if (x->a >= nrec || seen[x->a] || (!t->bwd && !x->out)) continue;
+            seen[x->a] = 1;
+            uint64_t rec = adv_rec_size(m, x->a);
+            if (!x->ndim || x->bytes > rec || x->bytes + 512 <= rec || size[x->a]) continue;
+            if (x->dims[0] == b || x->dims[0] == rows) continue;
+            size[x->a] = rec;
+            found++;
+        }
+    }
+out:
+    free(freed), free(seen);
+    return found;
 }
 
 long adv_bias_sums(const adv_model *m, uint32_t *sum_of)

@@ -439,7 +439,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
     if (!rc && s->accum > 1) {
         /* a bias gradient's sum stages in buffers sized by its kernel's launch, not the batch */
         uint64_t *size_k = oplog ? malloc((m.nallocs + 1) * sizeof *size_k) : NULL;
-        if (oplog && (!size_k || adv_reduce_bufs(&m, s->accum, size_k) < 0)) rc = -1;
+        if (oplog && (!size_k || adv_reduce_bufs(&m, s->accum, size_k) < 0 || adv_batch_fixed(&m, size_k) < 0)) rc = -1;
         if (!rc) rc = adv_accum(&m, s->accum, size_k);
         free(size_k);
     }

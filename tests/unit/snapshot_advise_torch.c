@@ -164,6 +164,64 @@ static void sum_made_in_the_cast_contribution(void **state)
     adv_model_free(&m);
 }
 
+/* What accumulation must not shrink, from the op log's shapes (GPT-2 at B 8, T 1024): the batch
+ * moved to the device (0, [8, 1024], freed) gives the batch; the positions (2, arange's [1024])
+ * and their embedding (4, [1024, 768]) do not have it, nor the gradient a node was given for them
+ * (7); the token embedding (3), the sum (5) and a Linear's rows (6, [8192, 2304]) do. */
+static void what_the_batch_does_not_shrink(void **state)
+{
+    (void)state;
+    enum { B = 8, T = 1024, C = 768 };
+    adv_alloc allocs[] = {
+        {B * T * 8, 0, 0, 0, 0},     {50257 * C * 4, 0, 0, 0, 1}, {T * 8, 0, 0, 0, 2},
+        {B * T * C * 4, 0, 0, 0, 3}, {T * C * 4, 0, 0, 0, 4},     {B * T * C * 4, 0, 0, 0, 5},
+        {B * T * 3 * C * 4, 0, 0, 0, 6}, {T * C * 4, 0, 0, 0, 7},
+    };
+    enum { A = ADV_EV_ALLOC, F = ADV_EV_FREE };
+    adv_ev evs[] = {
+        {.a = 1, .kind = A}, {.a = 0, .kind = A}, {.a = 2, .kind = A}, {.a = 3, .kind = A}, {.a = 4, .kind = A},
+        {.a = 5, .kind = A}, {.a = 6, .kind = A}, {.a = 7, .kind = A}, {.a = 7, .kind = F}, {.a = 0, .kind = F},
+    };
+    adv_targ targs[] = {
+        {.bytes = T * 8, .a = 2, .out = 1, .ndim = 1, .dims = {T}}, /* arange */
+        {.bytes = B * T * C * 4, .a = 3, .out = 1, .ndim = 3, .dims = {B, T, C}}, /* embedding */
+        {.bytes = 50257 * C * 4, .a = 1, .ndim = 2, .dims = {50257, C}},
+        {.bytes = B * T * 8, .a = 0, .ndim = 2, .dims = {B, T}},
+        {.bytes = T * C * 4, .a = 4, .out = 1, .ndim = 2, .dims = {T, C}}, /* embedding of 2 */
+        {.bytes = T * 8, .a = 2, .ndim = 1, .dims = {T}},
+        {.bytes = B * T * C * 4, .a = 5, .out = 1, .ndim = 3, .dims = {B, T, C}}, /* add */
+        {.bytes = B * T * 3 * C * 4, .a = 6, .out = 1, .ndim = 2, .dims = {B * T, 3 * C}}, /* addmm */
+        {.bytes = T * C * 4, .a = 7, .ndim = 2, .dims = {T, C}}, /* EmbeddingBackward0's gradient */
+    };
+    adv_top tops[] = {
+        {.arg0 = 0, .nargs = 1, .last_a = 2, .fwd = UINT32_MAX, .name = 1},
+        {.arg0 = 1, .nargs = 3, .last_a = 3, .fwd = UINT32_MAX, .name = 2},
+        {.arg0 = 4, .nargs = 2, .last_a = 4, .fwd = UINT32_MAX, .name = 2},
+        {.arg0 = 6, .nargs = 1, .last_a = 5, .fwd = UINT32_MAX, .name = 3},
+        {.arg0 = 7, .nargs = 1, .last_a = 6, .fwd = UINT32_MAX, .name = 4},
+        {.arg0 = 8, .nargs = 1, .last_a = 7, .fwd = 2, .name = 5, .bwd = 1},
+    };
+    char *strs[] = {"", "aten.arange.default", "aten.embedding.default", "aten.add.Tensor", "aten.addmm.default",
+                    "bwd:EmbeddingBackward0"};
+    adv_model m = {.allocs = allocs, .nallocs = 8, .evs = evs, .nevs = sizeof evs / sizeof *evs, .strs = strs,
+                   .nstrs = 6, .nrecorded = 8, .tops = tops, .targs = targs, .ntops = 6, .ntargs = 9};
+    uint64_t size[8] = {0};
+    assert_int_equal(adv_batch_fixed(&m, size), 3);
+    const uint64_t want[8] = {0, 0, T * 8, 0, T * C * 4, 0, 0, T * C * 4};
+    for (int a = 0; a < 8; a++)
+        assert_int_equal(size[a], want[a]);
+    /* a size already set (adv_reduce_bufs's) stays */
+    uint64_t kept[8] = {0, 0, 0, 0, 123, 0, 0, 0};
+    assert_int_equal(adv_batch_fixed(&m, kept), 2);
+    assert_int_equal(kept[4], 123);
+    /* no batch (the tokens never freed: a parameter's place): nothing is decided */
+    uint64_t none[8] = {0};
+    evs[9] = (adv_ev){.a = 5, .kind = F};
+    assert_int_equal(adv_batch_fixed(&m, none), 0);
+    for (int a = 0; a < 8; a++)
+        assert_int_equal(none[a], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -172,6 +230,7 @@ int main(void)
         cmocka_unit_test(unpacked_dies_before_the_bias_sum),
         cmocka_unit_test(flash_splits_as_pytorch_made_them),
         cmocka_unit_test(sum_made_in_the_cast_contribution),
+        cmocka_unit_test(what_the_batch_does_not_shrink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
