@@ -2090,6 +2090,56 @@ static size_t let_go(const adv_model *m, const pairs *p, const uint32_t *touch, 
     return at != SIZE_MAX && at >= p->birth[a] && at >= F->first && at < F->last ? at : SIZE_MAX;
 }
 
+/* The op log's backward nodes' starts (the event of the last allocation made before each
+ * started, or of an accumulation's copy of it), in order; NULL without any, or out of memory */
+static size_t *node_starts(const adv_model *m, size_t *n)
+{
+    uint8_t *last = calloc(m->nallocs + 1, 1);
+    size_t *v = NULL, nb = 0;
+    *n = 0;
+    if (!last) return NULL;
+    for (size_t i = 0; i < m->ntops; i++)
+        if (m->tops[i].bwd && m->tops[i].last_a < m->nrecorded && !last[m->tops[i].last_a])
+            last[m->tops[i].last_a] = 1, nb++;
+    if (nb && (v = malloc(m->nevs * sizeof *v)))
+        for (size_t i = 0; i < m->nevs; i++) {
+            const adv_ev *e = &m->evs[i];
+            if (e->kind == ADV_EV_ALLOC && m->allocs[e->a].orig < m->nrecorded && last[m->allocs[e->a].orig])
+                v[(*n)++] = i;
+        }
+    free(last);
+    if (v && !*n) free(v), v = NULL;
+    return v;
+}
+
+/* Where save_on_cpu brings saved tensor a back: its node unpacks what it saved when it starts,
+ * the weights before the activations (autograd's order for a matmul's node: mat2, then self).
+ * The node that frees a is the last to start before its free: before that node's first
+ * allocation that is not a parameter's (adv_pack_saved's unpack of the weight); SIZE_MAX where
+ * the op log places no node before the free. */
+static size_t unpack_at(const adv_model *m, const pairs *p, const size_t *starts, size_t n, size_t a)
+{
+    size_t d = p->death[a], lo = 0, hi = n;
+    if (d == SIZE_MAX) return SIZE_MAX;
+    while (d > 0 && m->evs[--d].kind != ADV_EV_ALLOC) /* the node's last allocation: the next one's start */
+        ;
+    while (lo < hi) { /* the last start before it */
+        size_t mid = (lo + hi) / 2;
+        if (starts[mid] < d) lo = mid + 1;
+        else hi = mid;
+    }
+    if (!lo) return SIZE_MAX;
+    for (size_t j = starts[lo - 1] + 1; j <= d; j++) {
+        const adv_ev *e = &m->evs[j];
+        if (e->kind != ADV_EV_ALLOC) continue;
+        uint32_t o = m->allocs[e->a].orig;
+        size_t ob = o < m->nallocs ? p->birth[o] : SIZE_MAX;
+        if (ob != SIZE_MAX && m->evs[ob].step < 0) continue; /* a parameter's */
+        return j;
+    }
+    return SIZE_MAX;
+}
+
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -2133,6 +2183,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
     uint8_t *opseen = calloc(m->nops + 1, 1);
     uint32_t *touch = last_fwd_touch(m); /* NULL: every dropped tensor dies at its F's end */
+    size_t nnode = 0, *node_at = touch ? node_starts(m, &nnode) : NULL; /* backward nodes' starts */
     uint8_t *is_sum = o->sum_of ? calloc(o->nsum_of + 1, 1) : NULL; /* a bias gradient's sum */
     for (size_t x = 0; is_sum && x < o->nsum_of; x++)
         if (o->sum_of[x] < o->nsum_of) is_sum[o->sum_of[x]] = 1;
@@ -2287,8 +2338,11 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 uint32_t h = new_alloc(m, x.size, o->offload_at_use ? x.stream : m->copy_stream, x.cls, x.name,
                                        x.orig);
                 if (h == UINT32_MAX) goto done2;
-                size_t at = B->first;
-                if (o->offload_at_use && p.death[a] != SIZE_MAX) {
+                /* with the op log, when the node that frees it starts (unpack_at) */
+                size_t at = B->first, un = node_at ? unpack_at(m, &p, node_at, nnode, a) : SIZE_MAX;
+                if (un != SIZE_MAX && un >= B->first) {
+                    at = un;
+                } else if (o->offload_at_use && p.death[a] != SIZE_MAX) {
                     /* the node that frees it: back from the host before the allocation (its
                      * gradient) that precedes the free */
                     at = p.death[a];
@@ -2389,7 +2443,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     if (st->window_ns_min == UINT64_MAX) st->window_ns_min = 0;
     rc = 0;
 done2:
-    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen), free(touch), free(is_sum);
+    free(set), free(tmps), free(holder), free(isd), free(big), free(opseen), free(touch), free(is_sum), free(node_at);
 done:
     free(out_b), free(in_b), free(f0), free(f1), free(b0), free(b1);
     u64map_free(&slot);
