@@ -146,6 +146,13 @@ typedef struct range_memo {
     int phase, slot;
 } range_memo;
 
+/* A target whose category was decided on an answer that may change (category_decide's
+ * *unsure): its index and shape, to decide again once every target is categorised. */
+typedef struct unsure_ent {
+    uint32_t i;
+    uint8_t shape;
+} unsure_ent;
+
 typedef struct ctx {
     const gm_model *m;
     gm_categories *c;
@@ -166,6 +173,8 @@ typedef struct ctx {
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
     int phased;       /* ... and some event's range names a phase */
+    unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
+    size_t nunsure, unsure_cap;
 } ctx;
 
 /* Target k's index in m->allocs. */
@@ -643,9 +652,9 @@ static int note_grad_name(ctx *x, uint32_t name)
     return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
 }
 
-/* What categorise's second pass reads of a target's birth and death (event_phase), kept from
- * its first in the target's c->cat (which the second pass then writes): the phases (GM_CPH_*:
- * bp * 5 + dp), and where the death's step lies from the birth's. */
+/* What category_decide reads of a target's birth and death (event_phase), worked out by
+ * categorise: the phases (GM_CPH_*: bp * 5 + dp), and where the death's step lies from the
+ * birth's. */
 enum { SH_DEATH_STEP = 1 << 5, /* the death is in a step */
        SH_LATER_STEP = 1 << 6, /* ... after the birth's */
        SH_KEPT = 1 << 7 };     /* ... two or more steps after it */
@@ -655,62 +664,57 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds)
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
-/* The categories' first pass: names; the parameters (alive from before the first step to the
- * end); and what is made in one step and kept, made again in another step: the steps' growth
- * (x->repeats: the number of steps each (phase, size) of such allocations appears in); the sizes
- * of the parameters (x->param_sizes). Every other target keeps its shape (shape_of) in its
- * c->cat for category_of, which the timeline's pass calls at its birth. Births come in order:
- * each one's step is looked for from the last one's, each death's from its birth's. */
-static int categorise(ctx *x)
+/* The shape of target i (a) and what names and its phases decide of it: its category and source
+ * where names decide it, or it is a parameter (alive from before the first step to the end);
+ * the sizes of the parameters (x->param_sizes); what is made in one step and kept, made again in
+ * another step: the steps' growth (x->repeats: the number of steps each (phase, size) of such
+ * allocations appears in). Every other target keeps its shape (shape_of) in cat[i] for
+ * category_decide. Called at each target's birth in the timeline's pass, in birth order: its
+ * step is looked for from the last one's (*hb), its death's from its birth's; births and deaths
+ * are the ranges of the last birth and death; cs the steps (a local copy: the stores into cat
+ * and src may alias anything to the compiler). 0, or -1 (no memory). */
+static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_categories *cs, range_memo *births,
+                                                            range_memo *deaths, size_t *hb, size_t i,
+                                                            const gm_alloc *a, uint8_t *cat, uint8_t *src)
 {
     const gm_model *m = x->m;
-    gm_categories *c = x->c;
-    int phase_src = c->phases_from;
-    /* the steps event_phase reads, in a local the stores into c->cat and c->src cannot alias
-     * (through c, each of its fields was loaded again after each store) */
-    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
-    range_memo births = {0}, deaths = {0}; /* the ranges of the last birth and death */
-    size_t hb = 0;
-    for (size_t k = 0; k < x->nt; k++) {
-        size_t i = tgt(x, k);
-        const gm_alloc *a = &m->allocs[i];
-        const char *n = a->name ? gm_str(m, a->name) : NULL;
-        int cat = n ? by_name(&x->params, n) : GM_NCATS;
-        uint8_t shape = GM_CAT_OTHER; /* no phases: what names do not decide is other */
-        if (cat != GM_NCATS) c->cat[i] = (uint8_t)cat, c->src[i] = GM_CSRC_NAMES;
-        if (phase_src != GM_CSRC_NONE) {
-            long bs, ds = -1;
-            int bp = event_phase(x, &cs, &births, a->birth, a->range, 1, &bs, &hb);
-            size_t hd = hb;
-            int dp = a->death ? event_phase(x, &cs, &deaths, a->death, a->death_range, 0, &ds, &hd)
-                              : GM_CPH_POST;
-            shape = shape_of(bp, dp, bs, ds);
-            if (cat == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
-                c->cat[i] = GM_CAT_PARAM, c->src[i] = (uint8_t)phase_src;
-            if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
-                uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&x->repeats, key);
-                /* low 32 bits: the last step seen + 1; high: the steps counted */
-                if (!v) {
-                    if (u64map_put(&x->repeats, key, (uint64_t)(bs + 1) | 1ull << 32)) return -1;
-                } else if ((*v & 0xffffffffu) != (uint64_t)(bs + 1)) {
-                    *v = (uint64_t)(bs + 1) | ((*v >> 32) + 1) << 32;
-                }
+    int phase_src = cs->phases_from;
+    const char *n = a->name ? gm_str(m, a->name) : NULL;
+    int k = n ? by_name(&x->params, n) : GM_NCATS;
+    uint8_t shape = GM_CAT_OTHER; /* no phases: what names do not decide is other */
+    if (k != GM_NCATS) cat[i] = (uint8_t)k, src[i] = GM_CSRC_NAMES;
+    if (phase_src != GM_CSRC_NONE) {
+        long bs, ds = -1;
+        int bp = event_phase(x, cs, births, a->birth, a->range, 1, &bs, hb);
+        size_t hd = *hb;
+        int dp = a->death ? event_phase(x, cs, deaths, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+        shape = shape_of(bp, dp, bs, ds);
+        if (k == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
+            cat[i] = GM_CAT_PARAM, src[i] = (uint8_t)phase_src;
+        if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
+            uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&x->repeats, key);
+            /* low 32 bits: the last step seen + 1; high: the steps counted */
+            if (!v) {
+                if (u64map_put(&x->repeats, key, (uint64_t)(bs + 1) | 1ull << 32)) return -1;
+            } else if ((*v & 0xffffffffu) != (uint64_t)(bs + 1)) {
+                *v = (uint64_t)(bs + 1) | ((*v >> 32) + 1) << 32;
             }
         }
-        if (c->cat[i] == GM_CAT_PARAM && u64map_put(&x->param_sizes, a->requested, 1)) return -1;
-        if (c->src[i] == GM_CSRC_NONE) c->cat[i] = shape;
     }
+    if (cat[i] == GM_CAT_PARAM && u64map_put(&x->param_sizes, a->requested, 1)) return -1;
+    if (src[i] == GM_CSRC_NONE) cat[i] = shape;
     return 0;
 }
 
-/* The category of target i that neither names nor the first pass decided, by its shape in the
- * steps (in c->cat since the first pass), into c->cat[i] and c->src[i]. */
-static inline __attribute__((always_inline)) void category_of(ctx *x, size_t i)
+/* The category of target a that neither names nor categorise decided, by its shape in the
+ * steps. *sourced: 1 where its source is the phases' (0: a run that stopped at an OOM unwound
+ * it, "other" without one). *unsure: 1 where x->repeats or x->param_sizes answered no: both only
+ * grow as the timeline's pass categorises later births (a yes stays yes), so a no may not be
+ * the answer of the whole recording (gm_categories_build asks again at the end). */
+static inline __attribute__((always_inline)) int category_decide(const ctx *x, const gm_alloc *a, unsigned sh,
+                                                                 int *sourced, int *unsure)
 {
     const gm_model *m = x->m;
-    gm_categories *c = x->c;
-    const gm_alloc *a = &m->allocs[i];
-    unsigned sh = c->cat[i];
     int bp = (sh & 31) / 5, dp = (sh & 31) % 5;
     int cat;
     if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
@@ -721,26 +725,32 @@ static inline __attribute__((always_inline)) void category_of(ctx *x, size_t i)
         cat = a->death && dp == bp ? GM_CAT_TEMP : GM_CAT_OTHER;
     } else if (dp == GM_CPH_POST || (sh & SH_KEPT)) { /* kept across steps */
         uint64_t *v = u64map_get(&x->repeats, a->requested * 8 + (uint64_t)bp);
-        if (v && (*v >> 32) >= 2) cat = GM_CAT_OTHER;
-        else if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
-        else if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_GRAD;
-        else cat = GM_CAT_WORKSPACE;
+        if (v && (*v >> 32) >= 2) {
+            cat = GM_CAT_OTHER;
+        } else {
+            *unsure = 1;
+            if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;
+            else if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_GRAD;
+            else cat = GM_CAT_WORKSPACE;
+        }
     } else if (sh & SH_LATER_STEP) { /* into the next step: an input, a loss held until replaced */
         cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
     } else if (bp == GM_CPH_FWD) {
         cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
     } else if (bp == GM_CPH_BWD) {
-        cat = dp == GM_CPH_OPT && u64map_get(&x->param_sizes, a->requested) ? GM_CAT_GRAD : GM_CAT_TEMP;
+        if (dp == GM_CPH_OPT && u64map_get(&x->param_sizes, a->requested)) {
+            cat = GM_CAT_GRAD;
+        } else {
+            if (dp == GM_CPH_OPT) *unsure = 1;
+            cat = GM_CAT_TEMP;
+        }
     } else {
         cat = GM_CAT_TEMP;
     }
     /* a run that stopped at an OOM unwinds: what it freed then was not freed where its phase
      * would have freed it, so no phase says activation or temporary */
-    if ((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq) {
-        c->cat[i] = GM_CAT_OTHER;
-        return;
-    }
-    c->cat[i] = (uint8_t)cat, c->src[i] = (uint8_t)c->phases_from;
+    *sourced = !((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq);
+    return *sourced ? cat : GM_CAT_OTHER;
 }
 
 /* ------------------------------------------------------------------ tables */
@@ -774,15 +784,16 @@ static void peak_take(gm_categories *c, const uint64_t live[GM_NCATS][GM_NCSRCS]
         }
 }
 
-/* The categories' last pass, one sweep of every device allocation in birth order merged with
- * their deaths in order (the model's, else a heap of the living by death): the category of
- * each target left to category_of; each step's highest moment (or 24 buckets of seqs) by
- * category; and the bytes of each category (and source) at the peak allocated moment
- * c->at_seq, what is live once every event up to it has been swept. dies: the model links its
- * deaths (a constant: one copy of the loop each). What the loop reads of c and m is held in
- * locals: its stores into the category bytes (category_of's) may alias anything to the compiler,
- * which reloaded every field of c and m after each. */
-static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
+/* The categories' pass, one sweep of every device allocation in birth order merged with their
+ * deaths in order (the model's, else a heap of the living by death): each target categorised at
+ * its birth (fused: categorise, then category_decide where names and the phases left it
+ * undecided; else every category is already decided); each step's highest moment (or 24
+ * buckets of seqs) by category; and the bytes of each category (and source) at the peak
+ * allocated moment c->at_seq, what is live once every event up to it has been swept. dies: the
+ * model links its deaths. Both constants: one copy of the loop each. What the loop reads of c
+ * and m is held in locals: its stores into the category bytes may alias anything to the
+ * compiler, which reloaded every field of c and m after each. */
+static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, int fused)
 {
     const gm_model *m = x->m;
     gm_categories *c = x->c;
@@ -800,6 +811,11 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
     uint64_t peak_after = c->at_seq;
     int peak_taken = 0;
     int decide = c->phases_from != GM_CSRC_NONE;
+    /* categorise's: the steps event_phase reads, in a local the stores into the category bytes
+     * cannot alias; the ranges of the last birth and death; the last birth's step */
+    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
+    range_memo births = {0}, deaths = {0};
+    size_t hb = 0;
     long last_b = -1;
     const gm_cat_step *const steps = c->steps;
     const size_t nsteps = c->nsteps;
@@ -847,7 +863,25 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
             }
             live[e.cat][e.src] -= e.bytes;
         } else if (a) {
-            if (decide && src_of[i] == GM_CSRC_NONE && is_target(a)) category_of(x, i);
+            if (fused && is_target(a)) {
+                if (categorise(x, &cs, &births, &deaths, &hb, i, a, cat, src_of)) {
+                    free(q.h);
+                    return -1;
+                }
+                if (decide && src_of[i] == GM_CSRC_NONE) {
+                    int sourced, unsure = 0;
+                    uint8_t shape = cat[i];
+                    cat[i] = (uint8_t)category_decide(x, a, shape, &sourced, &unsure);
+                    if (sourced) src_of[i] = (uint8_t)c->phases_from;
+                    if (unsure) {
+                        if (gm_grow((void **)&x->unsure, &x->unsure_cap, x->nunsure + 1, sizeof *x->unsure)) {
+                            free(q.h);
+                            return -1;
+                        }
+                        x->unsure[x->nunsure++] = (unsure_ent){(uint32_t)i, shape};
+                    }
+                }
+            }
             if (cat[i] >= GM_NCATS) cat[i] = GM_CAT_OTHER;
             if (src_of[i] >= GM_NCSRCS) src_of[i] = 0;
             uint8_t k = cat[i], src = src_of[i];
@@ -904,7 +938,67 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies)
     return 0;
 }
 
-static int timeline(ctx *x) { return x->m->deaths_linked ? timeline_as(x, 1) : timeline_as(x, 0); }
+/* The targets category_decide was not sure of, decided again once every target is categorised
+ * (the tables' pass has grown x->repeats and x->param_sizes to the whole recording's). A target
+ * whose category (or source) changes keeps its bytes in the tables' sums under the one it had,
+ * so they move: in each step's highest moment that it was live at (which the totals chose, and
+ * the totals are the same whatever the categories) and in the peak's table. 0: done; 1: the
+ * tables are to be made again (with every category now decided): the moves would take longer
+ * than a pass, or a moment cannot say whether the target was live (its death at the seq of a
+ * birth, which the pass takes first, or a birth at seq 0, an empty step's). */
+static int unsure_decide(ctx *x)
+{
+    const gm_model *m = x->m;
+    gm_categories *c = x->c;
+    uint8_t *const cat = c->cat, *const src = c->src;
+    gm_cat_point *const tl = c->timeline;
+    uint64_t work = 0, limit = 4 * (uint64_t)m->nallocs + (1u << 20);
+    int again = !c->nsteps && x->nunsure;
+    for (size_t u = 0; u < x->nunsure; u++) {
+        size_t i = x->unsure[u].i;
+        const gm_alloc *a = &m->allocs[i];
+        int sourced, unsure = 0;
+        int k = category_decide(x, a, x->unsure[u].shape, &sourced, &unsure);
+        int s = sourced ? c->phases_from : GM_CSRC_NONE;
+        if (k == cat[i] && s == src[i]) continue;
+        int ok = cat[i], os = src[i];
+        cat[i] = (uint8_t)k, src[i] = (uint8_t)s;
+        if (again) continue;
+        size_t sb = steps_started(c, a->birth, 0), se = a->death ? steps_started(c, a->death, 0) : c->nsteps;
+        sb = sb ? sb - 1 : 0, se = se ? se - 1 : 0;
+        work += se - sb + 1;
+        if (work > limit || !a->birth) {
+            again = 1;
+            continue;
+        }
+        for (size_t b = sb; b <= se && !again; b++)
+            again = tl[b].seq == a->death;
+        if (again) continue;
+        for (size_t b = sb; b <= se; b++)
+            if (tl[b].seq >= a->birth && (!a->death || tl[b].seq < a->death))
+                tl[b].bytes[ok] -= a->size, tl[b].bytes[k] += a->size;
+        if (a->birth <= c->at_seq && (!a->death || a->death > c->at_seq)) {
+            c->peak_by_src[ok][os] -= a->size, c->peak_by_src[k][s] += a->size;
+            c->peak[ok] -= a->size, c->peak[k] += a->size;
+        }
+    }
+    return again;
+}
+
+/* The categories' pass (categorise fused into the tables' sweep: one stream through the
+ * allocations instead of two), the unsure targets decided again, and where unsure_decide asks,
+ * the tables made again with every category decided. */
+static int timeline(ctx *x)
+{
+    gm_categories *c = x->c;
+    int dies = x->m->deaths_linked;
+    if (dies ? timeline_as(x, 1, 1) : timeline_as(x, 0, 1)) return -1;
+    if (!unsure_decide(x)) return 0;
+    free(c->timeline);
+    c->timeline = NULL, c->ntimeline = 0, c->at_total = 0;
+    memset(c->peak, 0, sizeof c->peak), memset(c->peak_by_src, 0, sizeof c->peak_by_src);
+    return dies ? timeline_as(x, 1, 0) : timeline_as(x, 0, 0);
+}
 
 int gm_category_source(const gm_categories *c, int cat)
 {
@@ -917,7 +1011,7 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->late);
+    free(x->t), free(x->launches), free(x->late), free(x->unsure);
     u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
@@ -997,7 +1091,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         }
     }
     c->at_seq = m->peak_allocated_seq;
-    if (categorise(&x) || timeline(&x)) goto nomem;
+    if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;
 nomem:

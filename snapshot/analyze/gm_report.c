@@ -219,9 +219,40 @@ static size_t born_by(const gm_model *m, uint64_t seq) {
     return lo;
 }
 
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The allocations live at `at` among the first n (those born by then) from the deaths after it
+ * (the model's list, from its nearest mark) and those never freed, put in index order: where
+ * they are far fewer than n (a late moment in a long recording) a pass over the n allocations'
+ * 56 bytes each would read memory for nothing. 0, or -1 where the model cannot say so or they
+ * are not few (the caller passes over the allocations). */
+static int select_live_by_deaths(const gm_model *m, uint64_t at, size_t n, alloc_set *s) {
+    size_t j, after;
+    if (!m->alive_known || gm_first_death_after(m, at, &j, &after) != 0 || after + m->nalive > n / 8) return -1;
+    size_t cap = after + m->nalive;
+    s->idx = cap ? malloc(cap * sizeof *s->idx) : NULL;
+    if (cap && !s->idx) return -1;
+    s->n = 0;
+    for (; j && s->n < cap; j = m->allocs[j - 1].next_death)
+        if (j - 1 < n && live_at(&m->allocs[j - 1], at)) s->idx[s->n++] = j - 1;
+    for (size_t k = 0; k < m->nalive && m->alive[k] < n && s->n < cap; k++)
+        if (live_at(&m->allocs[m->alive[k]], at)) s->idx[s->n++] = m->alive[k];
+    if (s->n) qsort(s->idx, s->n, sizeof *s->idx, cmp_size);
+    return 0;
+}
+
 static alloc_set select_allocs(const gm_model *m, int which, uint64_t at) {
     alloc_set s = {NULL, 0};
     size_t cap = 0;
+    if (which == SET_ALIVE_AT_END && m->alive_known && (!m->nalive || (s.idx = malloc(m->nalive * sizeof *s.idx)))) {
+        for (; s.n < m->nalive; s.n++) /* the model keeps them */
+            s.idx[s.n] = m->alive[s.n];
+        return s;
+    }
+    if (which == SET_LIVE_AT && select_live_by_deaths(m, at, born_by(m, at), &s) == 0) return s;
     /* what is live at `at` was born by then: the pass stops there (a stream through every
      * allocation's 56 bytes, a peak early in a long recording leaves most of them unread) */
     size_t n = which == SET_LIVE_AT ? born_by(m, at) : m->nallocs;

@@ -187,6 +187,17 @@ typedef struct gm_model {
      * deaths itself. */
     int deaths_linked;
     size_t first_death;
+    /* where deaths_linked: ndeaths deaths in the list, and each GM_DEATH_MARK-th one's allocation
+     * (death_marks[k]: the index of the (k + 1) * GM_DEATH_MARK-th), so that the deaths after a
+     * moment are found from the nearest mark before it (gm_first_death_after), not from the
+     * list's start */
+    uint32_t *death_marks;
+    size_t ndeath_marks, death_marks_cap, ndeaths;
+    /* the allocations never freed (death 0), in index order, where alive_known (the sweep's live
+     * map held every one of them) */
+    uint32_t *alive;
+    size_t nalive;
+    int alive_known;
     gm_oom *ooms; size_t nooms;
     gm_step *steps; size_t nsteps;
     int inlines_expanded;
@@ -224,6 +235,14 @@ typedef struct gm_model {
  * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
  * device allocations. */
 gm_model gm_model_torch_view(const gm_model *m);
+
+/* Deaths between two marks of gm_model.death_marks. */
+#define GM_DEATH_MARK 4096u
+/* The first death after seq in m's list of deaths (deaths_linked): *first its allocation's
+ * index + 1 (0: none after seq), *after how many deaths the list holds from there on. Found from
+ * the nearest mark at or before seq, at most GM_DEATH_MARK steps along the list. 0, or -1 where
+ * m has no list or not every mark (a view, no memory for them). */
+int gm_first_death_after(const gm_model *m, uint64_t seq, size_t *first, size_t *after);
 
 /* Loads tables and runs the sweep. Returns 0, or -1 with err set. progress: print a progress
  * line on stderr (when it is a terminal). */

@@ -67,6 +67,11 @@ int gm_cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 void gm_huge_pages(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
     const uintptr_t huge = (uintptr_t)2 << 20;
@@ -463,17 +468,42 @@ static void name_apply(sweep *w, const name_ev *n) {
  * dropped for good, the readers ordering deaths themselves, where an index does not fit). */
 /* Allocation i died next: linked after the last one to die (gm_model.deaths_linked), the list's
  * state (linked, last_death) where the caller keeps it (sweep_rows: in locals over a leaf's rows) */
+/* The GM_DEATH_MARK-th death since the last mark: allocation i marked. Without memory the mark
+ * is left out, and gm_first_death_after, which counts them, uses none. */
+static __attribute__((noinline)) void death_mark(gm_model *m, size_t i) {
+    if (gm_grow((void **)&m->death_marks, &m->death_marks_cap, m->ndeath_marks + 1, sizeof *m->death_marks) == 0)
+        m->death_marks[m->ndeath_marks++] = (uint32_t)i;
+}
+
 static inline __attribute__((always_inline)) void link_death(gm_model *m, gm_alloc *allocs, int *linked,
-                                                             size_t *last_death, size_t i) {
+                                                             size_t *last_death, size_t *ndeaths, size_t i) {
     if (i >= UINT32_MAX) *linked = 0;
     if (!*linked) return;
     if (*last_death) allocs[*last_death - 1].next_death = (uint32_t)(i + 1);
     else m->first_death = i + 1;
     *last_death = i + 1;
+    if (!(++*ndeaths & (GM_DEATH_MARK - 1))) death_mark(m, i);
 }
 
 static inline void death_note(sweep *w, size_t i) {
-    link_death(w->m, w->m->allocs, &w->m->deaths_linked, &w->last_death, i);
+    link_death(w->m, w->m->allocs, &w->m->deaths_linked, &w->last_death, &w->m->ndeaths, i);
+}
+
+int gm_first_death_after(const gm_model *m, uint64_t seq, size_t *first, size_t *after) {
+    if (!m->deaths_linked || m->ndeath_marks != m->ndeaths / GM_DEATH_MARK) return -1;
+    /* the marks' deaths are in seq order, as the list's: the last at or before seq */
+    size_t lo = 0, hi = m->ndeath_marks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[m->death_marks[mid]].death <= seq) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t j = lo ? (size_t)m->death_marks[lo - 1] + 1 : m->first_death;
+    size_t n = lo ? m->ndeaths - lo * GM_DEATH_MARK + 1 : m->ndeaths;
+    for (; j && m->allocs[j - 1].death <= seq; n--)
+        j = m->allocs[j - 1].next_death;
+    *first = j, *after = j ? n : 0;
+    return 0;
 }
 
 /* A new allocation at addr, as the next one: room for it, and the one still live at addr (handed
@@ -630,12 +660,13 @@ static void count_rows(sweep *w, size_t k) {
 #define SWEEP_STORE                                                                                \
     HOT_SUMS(HOT_STORE)                                                                            \
     m->nallocs = nallocs, w->last_death = last_death, m->deaths_linked = linked;                   \
+    m->ndeaths = ndeaths;                                                                          \
     w->last_range = last_range, w->last_st = last_st;                                              \
     if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
 #define SWEEP_LOAD                                                                                 \
     HOT_SUMS(HOT_LOAD)                                                                             \
     allocs = m->allocs, nallocs = m->nallocs;                                                      \
-    last_death = w->last_death, linked = m->deaths_linked;                                         \
+    last_death = w->last_death, linked = m->deaths_linked, ndeaths = m->ndeaths;                   \
     last_range = w->last_range, last_st = w->last_st;                                              \
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
@@ -664,7 +695,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     _Static_assert(REC_F_CACHE_MISS == 2 * REC_F_CACHE_HIT, "the two cache flags side by side");
     uint64_t by_cache[4] = {0};
     gm_alloc *allocs;
-    size_t nallocs, last_death;
+    size_t nallocs, last_death, ndeaths;
     int linked;
     uint32_t last_range;
     gm_step *last_st;
@@ -719,7 +750,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             if (addr_map_swap(&w->live, addr, nallocs, &old) == 1) {
                 gm_alloc *o = &allocs[old];
                 o->death = seq;
-                link_death(m, allocs, &linked, &last_death, old);
+                link_death(m, allocs, &linked, &last_death, &ndeaths, old);
                 hot_end(m, o, &allocated, &requested);
                 m->unmatched_frees++;
             }
@@ -735,7 +766,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 gm_alloc *a = &allocs[ai];
                 a->death = seq;
                 a->death_range = range;
-                link_death(m, allocs, &linked, &last_death, ai);
+                link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
                 hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
                     m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
@@ -868,9 +899,14 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */
+    /* ... and the allocations never freed: in the map, every one of them where its count is
+     * every allocation less the deaths (an allocation the map had no room for is not) */
+    size_t nalive = 0;
+    m->alive = w.live.count && m->deaths_linked ? malloc(w.live.count * sizeof *m->alive) : NULL;
     for (uint64_t k = 0; w.live.keys && k <= w.live.mask; k++) {
         if (w.live.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->allocs[w.live.vals[k]];
+        if (m->alive && !a->death && nalive < w.live.count) m->alive[nalive++] = (uint32_t)w.live.vals[k];
         if (a->death || !a->range) continue;
         const gm_range *r = gm_range_of(m, a->range);
         if (!r || r->step < 0) continue;
@@ -893,6 +929,13 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             m->torch.steps[*si].nleaked++;
         }
     }
+    if (m->deaths_linked && (m->alive || !m->nallocs) && nalive + m->ndeaths == m->nallocs) {
+        if (nalive) qsort(m->alive, nalive, sizeof *m->alive, cmp_u32);
+        m->nalive = nalive, m->alive_known = 1;
+    } else {
+        free(m->alive);
+        m->alive = NULL;
+    }
     addr_map_free(&w.live);
     u64map_free(&w.step_idx);
     u64map_free(&w.tlive);
@@ -906,6 +949,8 @@ gm_model gm_model_torch_view(const gm_model *m) {
     const gm_torch_view *t = &m->torch;
     v.allocs = t->allocs, v.nallocs = t->nallocs, v.allocs_cap = t->allocs_cap;
     v.deaths_linked = 0, v.first_death = 0;
+    v.death_marks = NULL, v.ndeath_marks = v.death_marks_cap = v.ndeaths = 0;
+    v.alive = NULL, v.nalive = 0, v.alive_known = 0;
     v.allocated = t->allocated, v.requested = t->requested, v.reserved = t->reserved;
     v.peak_allocated = t->peak_allocated, v.peak_allocated_seq = t->peak_allocated_seq;
     v.peak_requested = t->peak_requested, v.peak_requested_seq = t->peak_requested_seq;
@@ -946,6 +991,8 @@ void gm_model_free(gm_model *m) {
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);
+    free(m->death_marks);
+    free(m->alive);
     free(m->ooms);
     free(m->steps);
     free(m->torch.allocs);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <sys/stat.h>
 
 #include "snapshot/analyze/gm_report.h"
@@ -643,8 +644,104 @@ static void damaged_pages_same_model(void **state) {
     assert_true(load_both_ways(p));
 }
 
+/* A recording of varied lives: allocations freed in random order from a pool of up to 300, one
+ * in 40 never freed (so the peak comes late), three "step N" ranges. */
+static void make_lives_db(const char *p, int n) {
+    unlink(p);
+    rec_options o = {.path = p, .stacks = 4, .fork_record = 0, .ring = 1 << 16, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    uint64_t live[300], seed = 42;
+    int nlive = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % (n / 3 + 1) == 0) {
+            if (i) rec_range_pop();
+            char name[32];
+            snprintf(name, sizeof name, "step %d", i / (n / 3 + 1));
+            rec_range_push(NULL, name);
+        }
+        uint64_t addr = (uint64_t)0x7f0000000000 + (uint64_t)i * 4096, size = 4096 + (uint64_t)(i % 64) * 512;
+        rec_event(REC_ALLOC, 0, 0, addr, size, size, (uint64_t)i + 1);
+        if (i % 40 && nlive < 300) live[nlive++] = addr;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        for (int f = (int)((seed >> 33) % 3); f > 0 && nlive > 0; f--) { /* 0-2 frees, any of the pool */
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int k = (int)((seed >> 33) % (uint64_t)nlive);
+            rec_event(REC_FREE, 0, 0, live[k], 0, 0, 0);
+            live[k] = live[--nlive];
+        }
+    }
+    rec_range_pop();
+    rec_test_reset();
+}
+
+/* The model's marks on its list of deaths find, for any moment, the first death after it and
+ * how many follow, as a search of every allocation does; its list of the allocations never
+ * freed is every one whose death is 0; and the report, which takes the allocations live at its
+ * late peak from those (and leaks from the list), prints what a pass over every allocation
+ * gives. */
+static void deaths_after_marks(void **state) {
+    (void)state;
+    char p[512];
+    snap_path(p, sizeof p, "lives.db");
+    make_lives_db(p, 40000);
+    gm_db d;
+    gm_model m;
+    assert_int_equal(gm_db_open(p, &d, err, sizeof err), 0);
+    assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+    assert_true(m.deaths_linked && m.alive_known);
+    assert_true(m.ndeath_marks >= 5 && m.ndeath_marks == m.ndeaths / GM_DEATH_MARK);
+    size_t nalive = 0;
+    for (size_t i = 0; i < m.nallocs; i++)
+        if (!m.allocs[i].death) {
+            assert_true(nalive < m.nalive);
+            assert_int_equal(m.alive[nalive++], i);
+        }
+    assert_int_equal(nalive, m.nalive);
+    for (uint64_t seq = 0; seq <= m.max_seq + 1; seq += 1 + seq % 97) {
+        size_t first, after, want = 0, wafter = 0;
+        assert_int_equal(gm_first_death_after(&m, seq, &first, &after), 0);
+        for (size_t i = 0; i < m.nallocs; i++)
+            if (m.allocs[i].death > seq) {
+                wafter++;
+                if (!want || m.allocs[i].death < m.allocs[want - 1].death) want = i + 1;
+            }
+        assert_int_equal(first, want);
+        assert_int_equal(after, wafter);
+    }
+    /* the report and leaks, from the model's lists and from a pass over every allocation: the
+     * peak late enough that the report takes the first (fewer deaths after it than an eighth
+     * of the allocations born by then) */
+    size_t first, after, born = 0;
+    assert_int_equal(gm_first_death_after(&m, m.peak_allocated_seq, &first, &after), 0);
+    while (born < m.nallocs && m.allocs[born].birth <= m.peak_allocated_seq) born++;
+    print_message("peak at seq %" PRIu64 " of %" PRIu64 ": %zu deaths after it, %zu never freed, %zu born by then\n",
+                  m.peak_allocated_seq, m.max_seq, after, m.nalive, born);
+    assert_true(after + m.nalive <= born / 8);
+    char *out[2][2] = {{NULL}};
+    size_t len[2][2];
+    gm_opts o = {.json = 1, .top = 50};
+    for (int pass = 0; pass < 2; pass++) {
+        m.alive_known = !pass;
+        FILE *f = open_memstream(&out[pass][0], &len[pass][0]);
+        assert_int_equal(gm_report(&d, &m, &o, f), 0);
+        fclose(f);
+        uint64_t leaked;
+        f = open_memstream(&out[pass][1], &len[pass][1]);
+        gm_leaks(&d, &m, &o, f, &leaked);
+        fclose(f);
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(len[0][k], len[1][k]);
+        assert_memory_equal(out[0][k], out[1][k], len[0][k]);
+        free(out[0][k]), free(out[1][k]);
+    }
+    gm_model_free(&m);
+    gm_db_close(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(deaths_after_marks),
         cmocka_unit_test(rows_equal_query),
         cmocka_unit_test(sql_rows_stop),
         cmocka_unit_test(leaves_out_of_order),
