@@ -40,6 +40,8 @@ typedef struct search {
     const gm_tune_opts *o;
     size_t cap;
     const alloc_trace_event_t *trace; /* the replays' input (gm_replay_many) */
+    const uint32_t *slots;            /* alloc_trace_slots of it, once for every batch (or NULL) */
+    uint32_t nslots;
     size_t ntrace, capacity;
     bool top_down;
     int threads;
@@ -174,7 +176,7 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
         at[nrun] = i;
         run[nrun++] = *r;
     }
-    gm_replay_many(s->trace, s->ntrace, s->capacity, s->top_down, run, nrun, s->threads);
+    gm_replay_many(s->trace, s->ntrace, s->slots, s->nslots, s->capacity, s->top_down, run, nrun, s->threads);
     for (size_t k = 0; k < nrun; k++) s->t->results[at[k]] = run[k];
     free(run), free(at);
     if (s->o->progress)
@@ -275,6 +277,8 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
     s.trace = trace, s.ntrace = am.nevs, s.capacity = cap, s.top_down = am.top_down;
+    uint32_t *slots = NULL; /* out of memory: each batch numbers them (or keeps the id table) */
+    if (alloc_trace_slots(trace, am.nevs, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);
@@ -357,6 +361,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     rc = 0;
 oom:
     if (rc) snprintf(err, errsz, "out of memory");
+    free(slots);
     free(trace);
     adv_model_free(&am);
     clock_gettime(CLOCK_MONOTONIC, &t1);
