@@ -499,6 +499,7 @@ typedef struct alloc_mem_opts {
     unsigned event_delay;
     uint64_t fail_call; /* if nonzero, the n-th create/seg_alloc call fails with OOM (1-based) */
     bool top_down;      /* hand out addresses downwards (as mmap does), not upwards */
+    bool one_thread;    /* only one thread ever calls it (a replay's): no lock per call */
 } alloc_mem_opts_t;
 #define ALLOC_MEM_EVENT_MANUAL 0xffffffffu
 

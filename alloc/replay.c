@@ -690,8 +690,9 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     out->oom_index = -1;
     alloc_replay_opts_t o = {0};
     if (opts) o = *opts;
+    /* the replay's allocator and backend are this thread's alone: neither locks */
     alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity,
-                           .top_down = o.top_down};
+                           .top_down = o.top_down, .one_thread = true};
     alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
     if (!mb) return ALLOC_ERR_NOMEM;
     const alloc_backend_t *be = alloc_mem_backend(mb);
@@ -701,6 +702,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         alloc_mem_backend_destroy(mb);
         return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
     }
+    a->mu.off = true;
     lives_t ids = {.slot = o.slots};
     if (o.slots ? !(ids.v = calloc(o.nslots ? o.nslots : 1, sizeof(*ids.v)))
                 : idmap_init(&ids.ids, 1024)) {
