@@ -597,7 +597,15 @@ static int lives_put(lives_t *m, size_t i, const live_t *l)
     if (!m->v) return idmap_put(&m->ids, l);
     live_t *x = &m->v[m->slot[i]];
     int had = x->used;
-    *x = *l;
+    /* field by field: a struct copy moves 16 bytes at a time, and a 16-byte load of what was
+     * just stored 8 (or 1) bytes at a time waits for those stores to land (an allocation is
+     * often freed at the next event) */
+    x->id = l->id;
+    x->ptr = l->ptr;
+    x->size = l->size;
+    x->requested = l->requested;
+    x->stream = l->stream;
+    x->flags = l->flags;
     x->used = 1;
     return had;
 }
@@ -614,7 +622,13 @@ static bool lives_take(lives_t *m, size_t i, uint64_t id, live_t *out)
     if (!m->v) return idmap_take(&m->ids, id, out);
     uint32_t s = m->slot[i];
     if (s == ALLOC_NO_SLOT || !m->v[s].used) return false;
-    *out = m->v[s];
+    const live_t *x = &m->v[s]; /* field by field, as in lives_put */
+    out->id = x->id;
+    out->ptr = x->ptr;
+    out->size = x->size;
+    out->requested = x->requested;
+    out->stream = x->stream;
+    out->flags = x->flags;
     m->v[s].used = 0;
     return true;
 }
@@ -737,6 +751,13 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     rc = ALLOC_OK;
     for (i = 0; i < n; i++) {
         const alloc_trace_event_t *e = &ev[i];
+        /* the trace (and its slots) stream from memory faster than the hardware fetches them
+         * ahead on its own: in a 10 M-event replay a sixth of this loop's own time (perf) was
+         * the wait for each event's line */
+        if (i + 16 < n) {
+            __builtin_prefetch(&ev[i + 16]);
+            if (ids.slot) __builtin_prefetch(&ids.slot[i + 16]);
+        }
         live_t l = {0};
         switch (e->kind) {
         case ALLOC_TR_ALLOC:
