@@ -1807,11 +1807,10 @@ typedef struct {
  * which hold every FREE block and nothing else, not from the segments' block lists: those hold
  * every live block too, and a release before growth runs at every new peak of reserved memory
  * (a replay of 10 M events spent a fifth of its time walking live blocks here). */
-static fb_t *collect_free(alloc_t *a, size_t *n)
+static fb_t *collect_free(alloc_t *a, fb_t *buf, size_t cap, size_t *n)
 {
-    size_t cnt = 0, cap = 64;
-    fb_t *v = malloc(cap * sizeof(*v));
-    if (!v) return NULL;
+    size_t cnt = 0;
+    fb_t *v = buf;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2 && !a->streams[i]->graph; k++) {
             pool_t *p = &a->streams[i]->pools[k];
@@ -1821,11 +1820,12 @@ static fb_t *collect_free(alloc_t *a, size_t *n)
                  * began (perhaps while the lock was dropped for it) and no marker since */
                 if (!blk_settled(a, b)) continue;
                 if (cnt == cap) {
-                    fb_t *nv = realloc(v, cap * 2 * sizeof(*v));
+                    fb_t *nv = v == buf ? malloc(cap * 2 * sizeof(*v)) : realloc(v, cap * 2 * sizeof(*v));
                     if (!nv) {
                         *n = cnt;
                         return v;
                     }
+                    if (v == buf) memcpy(nv, buf, cnt * sizeof(*v));
                     v = nv;
                     cap *= 2;
                 }
@@ -1850,17 +1850,31 @@ static int by_stamp(const void *x, const void *y)
 static void release_until_except(alloc_t *a, size_t reserved_target, size_t cached_target,
                                  const blk_t *keep1, const blk_t *keep2)
 {
+    /* A release before growth runs at every new peak and finds a handful of free blocks: they
+     * are collected on the stack and put in order by insertion (qsort's merge sort allocates and
+     * cost ~500 instructions for four blocks). by_stamp is a total order (addresses differ), so
+     * the order is the same whichever sort makes it. */
+    enum { FB_STACK = 64, FB_INSERTION = 32 };
+    fb_t buf[FB_STACK];
     size_t n = 0;
-    fb_t *v = collect_free(a, &n);
-    if (!v) return;
-    qsort(v, n, sizeof(*v), by_stamp);
+    fb_t *v = collect_free(a, buf, FB_STACK, &n);
+    if (n <= FB_INSERTION) {
+        for (size_t i = 1; i < n; i++) {
+            fb_t x = v[i];
+            size_t j = i;
+            for (; j > 0 && by_stamp(&x, &v[j - 1]) < 0; j--) v[j] = v[j - 1];
+            v[j] = x;
+        }
+    } else {
+        qsort(v, n, sizeof(*v), by_stamp);
+    }
     for (size_t i = 0; i < n; i++) {
         if ((size_t)a->st.reserved_bytes.current <= reserved_target &&
             a->cached_free <= cached_target)
             break;
         if (v[i].b != keep1 && v[i].b != keep2) release_block(a, v[i].p, v[i].b);
     }
-    free(v);
+    if (v != buf) free(v);
 }
 
 static void release_until(alloc_t *a, size_t reserved_target, size_t cached_target)

@@ -499,6 +499,7 @@ typedef struct alloc_mem_opts {
     unsigned event_delay;
     uint64_t fail_call; /* if nonzero, the n-th create/seg_alloc call fails with OOM (1-based) */
     bool top_down;      /* hand out addresses downwards (as mmap does), not upwards */
+    bool one_thread;    /* only one thread ever calls it (a replay's): no lock per call */
 } alloc_mem_opts_t;
 #define ALLOC_MEM_EVENT_MANUAL 0xffffffffu
 
@@ -595,6 +596,10 @@ typedef struct alloc_replay_opts {
     /* the caller knows the trace has no `fc` event (ALLOC_TR_FREE_DONE): none is looked for (a
      * pass over the trace each replay; many replays of one trace look once) */
     bool no_free_done;
+    /* alloc_trace_slots of the same events, or NULL: the live allocations are kept in an array
+     * indexed by slot instead of a table keyed by id (many replays of one trace number it once) */
+    const uint32_t *slots;
+    uint32_t nslots;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {
@@ -621,8 +626,18 @@ typedef struct alloc_replay_result {
     bool stopped;          /* keep_going said stop: the figures are those of that moment */
 } alloc_replay_result_t;
 
+/* The events' allocations numbered by slot, for alloc_replay_opts_t.slots: a slot is given at an
+ * allocation (the id's own while it is live, else the one freed last, else a new one) and free
+ * again at the id's free, so there are as many slots as allocations live at once at most.
+ * (*slots)[i] is event i's slot: an allocation's, a free's and a record_stream's of a live id;
+ * ALLOC_NO_SLOT for anything else. *slots is malloc'ed (caller frees). ALLOC_OK, or
+ * ALLOC_ERR_NOMEM (then *slots is NULL). */
+#define ALLOC_NO_SLOT UINT32_MAX
+int alloc_trace_slots(const alloc_trace_event_t *events, size_t n, uint32_t **slots,
+                      uint32_t *nslots);
+
 /* Replay `n` events on a fresh allocator over a fresh in-memory backend with config cfg (NULL =
- * defaults). Deterministic: same input, same result (except seconds). */
+ * defaults). Deterministic: same input, same result (except seconds), with or without slots. */
 int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                  const alloc_trace_event_t *events, size_t n, alloc_replay_result_t *out, char *err,
                  size_t errlen);

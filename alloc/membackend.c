@@ -298,6 +298,7 @@ alloc_mem_backend_t *alloc_mem_backend_create(const alloc_mem_opts_t *opts)
     if (opts) m->o = *opts;
     if (!m->o.capacity) m->o.capacity = (size_t)80 << 30;
     if (!m->o.granularity) m->o.granularity = (size_t)2 << 20;
+    m->mu.off = m->o.one_thread;
     /* upwards from 1 TiB; downwards from 64 TiB (room for 63 TiB of ranges either way) */
     m->next_va = m->o.top_down ? (uint64_t)64 << 40 : (uint64_t)1 << 40;
     alloc_backend_t *b = &m->be;

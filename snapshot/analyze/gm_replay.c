@@ -491,6 +491,8 @@ typedef struct job {
     atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
     size_t from;           /* item i is res[from + i] */
     bool no_fc;            /* the trace has no ALLOC_TR_FREE_DONE: looked for once, not per replay */
+    const uint32_t *slots; /* alloc_trace_slots of the trace, once for every replay; or NULL */
+    uint32_t nslots;
     gm_replay_result *res; /* the batch */
 } job;
 
@@ -501,7 +503,8 @@ static bool below_bar(void *user, size_t peak_reserved) {
 }
 
 static void replay_one(job *j, gm_replay_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc};
+    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc,
+                             .slots = j->slots, .nslots = j->nslots};
     if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];
@@ -531,12 +534,19 @@ static void replay_item(void *ctx, size_t i) {
 
 static size_t rounds(size_t n, size_t threads) { return (n + threads - 1) / threads; }
 
-static void replay_batch(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                         gm_replay_result *res, size_t nres, int threads, bool below) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res};
+static void replay_batch(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
+                         size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads,
+                         bool below) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res,
+             .slots = slots, .nslots = nslots};
     atomic_init(&j.bar, 0);
     j.no_fc = true;
     for (size_t i = 0; i < n && j.no_fc; i++) j.no_fc = trace[i].kind != ALLOC_TR_FREE_DONE;
+    /* the live allocations numbered once for the batch, unless the caller did for all of its
+     * batches: each replay then keeps them in an array by slot, not in a table keyed by id (out
+     * of memory: the table) */
+    uint32_t *own = NULL;
+    if (!slots && nres > 1 && alloc_trace_slots(trace, n, &own, &j.nslots) == ALLOC_OK) j.slots = own;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     size_t t = threads > 0 ? (size_t)threads : ncpu > 0 ? (size_t)ncpu : 1;
     /* res[0] alone first where that takes no longer (3 replays on 2 cores take two rounds either
@@ -545,19 +555,20 @@ static void replay_batch(const alloc_trace_event_t *trace, size_t n, size_t capa
         replay_item(&j, 0);
         j.from = 1;
         gm_parallel_for(nres - 1, threads, replay_item, &j);
-        return;
+    } else {
+        gm_parallel_for(nres, threads, replay_item, &j);
     }
-    gm_parallel_for(nres, threads, replay_item, &j);
+    free(own);
 }
 
-int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                        gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, capacity, top_down, res, nres, threads, false);
+int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
+                   size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, slots, nslots, capacity, top_down, res, nres, threads, false);
     return 0;
 }
 
 int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                     gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, capacity, top_down, res, nres, threads, true);
+    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, true);
     return 0;
 }

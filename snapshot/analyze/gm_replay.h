@@ -70,9 +70,10 @@ void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), voi
 /* Replays trace under each res[i].cfg (on `threads` threads, 0: every core) and fills the rest
  * of each result (peaks, oom, calls, driver time; ok = 0 when a replay failed). capacity: the
  * in-memory device's size; top_down: it hands out addresses downwards, as the recording's did
- * (adv_model.top_down). Returns 0. */
-int gm_replay_many(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                        gm_replay_result *res, size_t nres, int threads);
+ * (adv_model.top_down). slots: alloc_trace_slots of the trace, for a caller with several batches
+ * of one trace; NULL: numbered here for the batch. Returns 0. */
+int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
+                   size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads);
 /* gm_replay_many for a search of the configurations that reserve less than res[0]'s (frag's
  * fixes): res[0] is taken first (alone, where that takes no more rounds of the cores: 3 replays
  * on 2), and once it has replayed without an OOM, any other replay stops

@@ -13,9 +13,9 @@
  * per-stream pools with several streams); the best of each is the start of the next round, up to
  * four rounds or until nothing improves. That is coordinate descent, a few dozen replays rather
  * than the product of every key's values, and each configuration is replayed once (results are
- * kept by their formatted string); one that differs from a replayed one only in a release
- * threshold that replay's reserved memory never reached takes its figures (same_replay). The
- * replays of a round run on every core.
+ * kept by their formatted string); one that differs from a replayed one only in keys that
+ * replay shows to be inert takes its figures (same_replay). The replays of a round run on every
+ * core.
  *
  * Ranking: by peak reserved in steps of 1% of the least one, then driver time (objective
  * reserved), or by driver time, then peak reserved (objective time); a configuration that meets
@@ -40,6 +40,8 @@ typedef struct search {
     const gm_tune_opts *o;
     size_t cap;
     const alloc_trace_event_t *trace; /* the replays' input (gm_replay_many) */
+    const uint32_t *slots;            /* alloc_trace_slots of it, once for every batch (or NULL) */
+    uint32_t nslots;
     size_t ntrace, capacity;
     bool top_down;
     int threads;
@@ -100,19 +102,32 @@ static rank_ctx ranking(const gm_tune *t, int objective) {
 }
 
 /* A replay among the first `upto` results that c's would repeat call for call: c differs from
- * its configuration only in release_threshold, and its reserved memory never went above either
- * threshold. A threshold acts only when cached memory exceeds it (alloc.c, maybe_release), and
- * cached memory never exceeds reserved, so neither fires and both replays are the same. NULL
- * when there is none. */
+ * its configuration only in keys that are inert in that replay. NULL when there is none.
+ * - release_threshold, when its reserved memory never went above either threshold: a threshold
+ *   acts only when cached memory exceeds it (alloc.c, maybe_release), and cached memory never
+ *   exceeds reserved, so neither fires;
+ * - release_before_grow, except under gpumem's policy with expandable segments and no guard
+ *   pages: alloc.c reads it in one place, malloc_slow, past the PyTorch policy's own slow path
+ *   and only with expandable ranges (a->vmm), which classic segments and nocache do not have
+ *   and which guard pages' path never reaches;
+ * - handle_size and handle_size_small under classic segments (no guard pages) and no release
+ *   threshold: handles are what expandable ranges map, and apart from them only the release
+ *   threshold reads their sizes (alloc.c, max_hsize).
+ * Each test holds for the replay with the keys before it changed as well (the same run), so the
+ * keys may differ together. */
 static const gm_replay_result *same_replay(const search *s, const alloc_config_t *c, size_t upto) {
     char k[1024], x[1024];
     conf_key(c, k, sizeof k);
     for (size_t i = 0; i < upto; i++) {
         const gm_replay_result *r = &s->t->results[i];
-        size_t t = r->cfg.release_threshold, least = t < c->release_threshold ? t : c->release_threshold;
-        if (!r->ok || r->oom || t == c->release_threshold || r->peak_reserved > least) continue;
+        if (!r->ok || r->oom) continue;
         alloc_config_t y = r->cfg;
-        y.release_threshold = c->release_threshold;
+        size_t t = y.release_threshold, least = t < c->release_threshold ? t : c->release_threshold;
+        if (r->peak_reserved <= least) y.release_threshold = c->release_threshold;
+        int classic = !y.expandable_segments && !c->expandable_segments && !y.guard && !c->guard;
+        if (classic || y.policy != ALLOC_POLICY_GPUMEM || y.guard) y.release_before_grow = c->release_before_grow;
+        if (classic && y.release_threshold == SIZE_MAX && c->release_threshold == SIZE_MAX)
+            y.handle_size = c->handle_size, y.handle_size_small = c->handle_size_small;
         conf_key(&y, x, sizeof x);
         if (!strcmp(k, x)) return r;
     }
@@ -161,7 +176,7 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
         at[nrun] = i;
         run[nrun++] = *r;
     }
-    gm_replay_many(s->trace, s->ntrace, s->capacity, s->top_down, run, nrun, s->threads);
+    gm_replay_many(s->trace, s->ntrace, s->slots, s->nslots, s->capacity, s->top_down, run, nrun, s->threads);
     for (size_t k = 0; k < nrun; k++) s->t->results[at[k]] = run[k];
     free(run), free(at);
     if (s->o->progress)
@@ -262,6 +277,8 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
     s.trace = trace, s.ntrace = am.nevs, s.capacity = cap, s.top_down = am.top_down;
+    uint32_t *slots = NULL; /* out of memory: each batch numbers them (or keeps the id table) */
+    if (alloc_trace_slots(trace, am.nevs, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);
@@ -344,6 +361,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     rc = 0;
 oom:
     if (rc) snprintf(err, errsz, "out of memory");
+    free(slots);
     free(trace);
     adv_model_free(&am);
     clock_gettime(CLOCK_MONOTONIC, &t1);

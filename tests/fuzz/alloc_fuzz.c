@@ -51,9 +51,23 @@ static void fuzz_trace(const uint8_t *d, size_t n)
         alloc_config_preset(&c, alloc_preset_names[n % 4]);
         alloc_replay_opts_t o = {.capacity = 1ull << 32, .continue_after_oom = true};
         alloc_replay_result_t r;
-        if (alloc_replay(&c, &o, ev, ne, &r, err, sizeof(err)) == ALLOC_OK &&
-            r.peak_requested > r.peak_reserved)
+        int rc = alloc_replay(&c, &o, ev, ne, &r, err, sizeof(err));
+        if (rc == ALLOC_OK && r.peak_requested > r.peak_reserved)
             die("replay: peak requested above peak reserved", NULL);
+        /* the same replay with the live allocations kept by slot */
+        uint32_t *slots, ns;
+        if (alloc_trace_slots(ev, ne, &slots, &ns) == ALLOC_OK) {
+            alloc_replay_result_t q;
+            o.slots = slots, o.nslots = ns;
+            int qc = alloc_replay(&c, &o, ev, ne, &q, err, sizeof(err));
+            if (qc != rc || (rc == ALLOC_OK && (q.events != r.events || q.bad_frees != r.bad_frees ||
+                                                q.peak_allocated != r.peak_allocated ||
+                                                q.peak_reserved != r.peak_reserved ||
+                                                q.driver_calls != r.driver_calls ||
+                                                q.held_frees != r.held_frees || q.num_ooms != r.num_ooms)))
+                die("replay: by slot differs from by id", NULL);
+            free(slots);
+        }
     }
     free(ev);
 }

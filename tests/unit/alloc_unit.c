@@ -961,6 +961,102 @@ static void test_replay(void **state)
     free(ev);
 }
 
+static void replay_same(const alloc_replay_result_t *a, const alloc_replay_result_t *b)
+{
+    assert_int_equal(a->events, b->events);
+    assert_int_equal(a->allocs, b->allocs);
+    assert_int_equal(a->frees, b->frees);
+    assert_int_equal(a->bad_frees, b->bad_frees);
+    assert_int_equal(a->peak_requested, b->peak_requested);
+    assert_int_equal(a->peak_allocated, b->peak_allocated);
+    assert_int_equal(a->peak_reserved, b->peak_reserved);
+    assert_int_equal(a->driver_calls, b->driver_calls);
+    assert_int_equal(a->cache_hits, b->cache_hits);
+    assert_int_equal(a->cache_misses, b->cache_misses);
+    assert_int_equal(a->oom_index, b->oom_index);
+    assert_int_equal(a->num_ooms, b->num_ooms);
+    assert_int_equal(a->other_allocs, b->other_allocs);
+    assert_int_equal(a->peak_other, b->peak_other);
+    assert_int_equal(a->held_frees, b->held_frees);
+    assert_memory_equal(&a->backend, &b->backend, sizeof(a->backend));
+}
+
+/* alloc_trace_slots: as many slots as allocations live at once, an id's slot from its allocation
+ * to its free, and nothing for a free of an id not live; a replay with the slots is the replay
+ * with the id table, also where ids repeat while live, frees name no live id, an allocation fails
+ * and later ones go on (continue_after_oom), and frees wait for record_stream or fc lines. */
+static void test_replay_slots(void **state)
+{
+    (void)state;
+    const char *t = "a 10 1000\na 20 3000000\nf 10\na 30 500\nf 99\nf 20\nf 30\na 30 700\n"
+                    "a 30 900\nf 30\nf 30\n";
+    alloc_trace_event_t *ev;
+    size_t n;
+    char err[256];
+    assert_int_equal(alloc_trace_parse(t, strlen(t), &ev, &n, err, sizeof(err)), ALLOC_OK);
+    uint32_t *slots, ns;
+    assert_int_equal(alloc_trace_slots(ev, n, &slots, &ns), ALLOC_OK);
+    uint32_t want[] = {0, 1, 0, 0, ALLOC_NO_SLOT, 1, 0, 0, 0, 0, ALLOC_NO_SLOT};
+    assert_int_equal(ns, 2);
+    assert_int_equal(n, sizeof(want) / sizeof(*want));
+    for (size_t i = 0; i < n; i++) assert_int_equal(slots[i], want[i]);
+    free(slots);
+    free(ev);
+
+    /* synthetic traces, one with ids allocated again while live, stray frees, rs and ax lines
+     * (every 7th event's id repeated, every 11th a free of an id never allocated), one with fc */
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(alloc_trace_synth(k == 2 ? "fixed" : "jitter", 4, 3, &ev, &n), ALLOC_OK);
+        if (k == 1) {
+            for (size_t i = 7; i < n; i += 7)
+                if (ev[i].kind == ALLOC_TR_ALLOC && ev[i - 1].kind == ALLOC_TR_ALLOC) ev[i].id = ev[i - 1].id;
+            for (size_t i = 11; i < n; i += 11)
+                if (ev[i].kind == ALLOC_TR_FREE) ev[i].id = UINT64_MAX - i;
+            for (size_t i = 5; i < n; i += 13)
+                if (ev[i].kind == ALLOC_TR_ALLOC) ev[i].kind = ALLOC_TR_ALLOC_OTHER;
+        }
+        if (k == 2) { /* each third free waits for an fc two events later; each fifth has rs */
+            alloc_trace_event_t *m = malloc(2 * n * sizeof(*m));
+            assert_non_null(m);
+            size_t o = 0;
+            uint64_t pend = 0;
+            int late = 0;
+            for (size_t i = 0; i < n; i++) {
+                m[o++] = ev[i];
+                if (late && --late == 0) m[o++] = (alloc_trace_event_t){.id = pend, .kind = ALLOC_TR_FREE_DONE};
+                if (ev[i].kind == ALLOC_TR_ALLOC && i % 5 == 0)
+                    m[o++] = (alloc_trace_event_t){.id = ev[i].id, .stream = 7, .kind = ALLOC_TR_RECORD_STREAM};
+                if (ev[i].kind == ALLOC_TR_FREE && i % 3 == 0 && !late) pend = ev[i].id, late = 2;
+            }
+            free(ev);
+            ev = m;
+            n = o;
+        }
+        assert_int_equal(alloc_trace_slots(ev, n, &slots, &ns), ALLOC_OK);
+        for (int p = 0; alloc_preset_names[p]; p++) {
+            alloc_config_t c;
+            alloc_config_preset(&c, alloc_preset_names[p]);
+            alloc_replay_result_t r1, r2;
+            alloc_replay_opts_t o = {.continue_after_oom = true};
+            assert_int_equal(alloc_replay(&c, &o, ev, n, &r1, err, sizeof(err)), ALLOC_OK);
+            o.slots = slots, o.nslots = ns;
+            assert_int_equal(alloc_replay(&c, &o, ev, n, &r2, err, sizeof(err)), ALLOC_OK);
+            replay_same(&r1, &r2);
+            /* under a limit: allocations fail, the trace goes on */
+            c.limit = r1.peak_reserved / 2;
+            o.slots = NULL;
+            assert_int_equal(alloc_replay(&c, &o, ev, n, &r1, err, sizeof(err)), ALLOC_OK);
+            o.slots = slots;
+            assert_int_equal(alloc_replay(&c, &o, ev, n, &r2, err, sizeof(err)), ALLOC_OK);
+            replay_same(&r1, &r2);
+            if (k == 1) assert_true(r1.bad_frees > 0);
+            if (p == 0) assert_true(r1.num_ooms > 0);
+        }
+        free(slots);
+        free(ev);
+    }
+}
+
 typedef struct bar_seen {
     size_t bar, calls, last;
 } bar_seen;
@@ -1127,6 +1223,7 @@ int main(void)
         cmocka_unit_test(test_trace_parse),
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_replay_keep_going),
+        cmocka_unit_test(test_replay_slots),
         cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
