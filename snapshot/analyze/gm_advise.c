@@ -2338,9 +2338,13 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                 uint32_t h = new_alloc(m, x.size, o->offload_at_use ? x.stream : m->copy_stream, x.cls, x.name,
                                        x.orig);
                 if (h == UINT32_MAX) goto done2;
-                /* with the op log, when the node that frees it starts (unpack_at) */
-                size_t at = B->first, un = node_at ? unpack_at(m, &p, node_at, nnode, a) : SIZE_MAX;
-                if (un != SIZE_MAX && un >= B->first) {
+                /* with the op log, when the node that frees it starts (unpack_at); a recomputed
+                 * block's input when its recompute starts (checkpointing saved it: the outer
+                 * hooks packed it) */
+                size_t at = B->first, un = node_at && !nd ? unpack_at(m, &p, node_at, nnode, a) : SIZE_MAX;
+                if (nd) {
+                    at = B->first;
+                } else if (un != SIZE_MAX && un >= B->first) {
                     at = un;
                 } else if (o->offload_at_use && p.death[a] != SIZE_MAX) {
                     /* the node that frees it: back from the host before the allocation (its
