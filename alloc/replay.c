@@ -592,20 +592,25 @@ typedef struct {
     const uint32_t *slot;
 } lives_t;
 
+/* field by field: a struct copy moves 16 bytes at a time, and a 16-byte load of what was just
+ * stored 8 (or 1) bytes at a time waits for those stores to land (an allocation is often freed
+ * at the next event) */
+static inline void live_copy(live_t *to, const live_t *from)
+{
+    to->id = from->id;
+    to->ptr = from->ptr;
+    to->size = from->size;
+    to->requested = from->requested;
+    to->stream = from->stream;
+    to->flags = from->flags;
+}
+
 static int lives_put(lives_t *m, size_t i, const live_t *l)
 {
     if (!m->v) return idmap_put(&m->ids, l);
     live_t *x = &m->v[m->slot[i]];
     int had = x->used;
-    /* field by field: a struct copy moves 16 bytes at a time, and a 16-byte load of what was
-     * just stored 8 (or 1) bytes at a time waits for those stores to land (an allocation is
-     * often freed at the next event) */
-    x->id = l->id;
-    x->ptr = l->ptr;
-    x->size = l->size;
-    x->requested = l->requested;
-    x->stream = l->stream;
-    x->flags = l->flags;
+    live_copy(x, l);
     x->used = 1;
     return had;
 }
@@ -622,13 +627,7 @@ static bool lives_take(lives_t *m, size_t i, uint64_t id, live_t *out)
     if (!m->v) return idmap_take(&m->ids, id, out);
     uint32_t s = m->slot[i];
     if (s == ALLOC_NO_SLOT || !m->v[s].used) return false;
-    const live_t *x = &m->v[s]; /* field by field, as in lives_put */
-    out->id = x->id;
-    out->ptr = x->ptr;
-    out->size = x->size;
-    out->requested = x->requested;
-    out->stream = x->stream;
-    out->flags = x->flags;
+    live_copy(out, &m->v[s]);
     m->v[s].used = 0;
     return true;
 }
