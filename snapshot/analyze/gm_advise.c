@@ -2008,29 +2008,56 @@ static int in_set(const uint32_t *v, size_t n, uint32_t x)
     return 0;
 }
 
+int adv_top_reads(const adv_model *m, const adv_top *t, uint32_t a)
+{
+    for (uint32_t k = 0; k < t->nargs; k++) {
+        const adv_targ *g = &m->targs[t->arg0 + k];
+        if (!g->out && g->a == a) return 1;
+    }
+    return 0;
+}
+
+size_t *adv_op_makers(const adv_model *m)
+{
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
+    size_t *by = malloc((nrec + 1) * sizeof *by);
+    if (!by) return NULL;
+    for (size_t a = 0; a < nrec; a++)
+        by[a] = SIZE_MAX;
+    for (size_t i = 0; i < m->ntops; i++)
+        for (uint32_t k = 0; !m->tops[i].bwd && k < m->tops[i].nargs; k++) {
+            const adv_targ *g = &m->targs[m->tops[i].arg0 + k];
+            if (g->out && g->a < nrec && by[g->a] == SIZE_MAX && !adv_top_reads(m, &m->tops[i], g->a)) by[g->a] = i;
+        }
+    return by;
+}
+
 /* PyTorch's checkpointing (torch.utils.checkpoint, use_reentrant=False) saves nothing in the
  * forward: a tensor the recording kept for the backward then dies as soon as the forward holds no
  * reference to it, when the last forward op that wrote or read it has returned (an output only
  * saved, a LayerNorm's mean and rstd, right after the op that made it). From the op log: per
  * recorded allocation a, lt[a], the last allocation made before the last forward op that touched
- * it returned, and lt[nrecorded + a], the same for the first forward op that wrote it (UINT32_MAX
+ * it returned, and lt[nrecorded + a], the same for the op that made it (adv_op_makers; UINT32_MAX
  * none); NULL without an op log or out of memory. */
 static uint32_t *last_fwd_touch(const adv_model *m)
 {
     if (!m->torch || !m->ntops || !m->nrecorded) return NULL;
     size_t n = m->nrecorded;
     uint32_t *lt = malloc(2 * n * sizeof *lt);
-    if (!lt) return NULL;
-    for (size_t a = 0; a < 2 * n; a++)
-        lt[a] = UINT32_MAX;
+    size_t *maker = adv_op_makers(m);
+    if (!lt || !maker) {
+        free(lt), free(maker);
+        return NULL;
+    }
+    for (size_t a = 0; a < n; a++)
+        lt[a] = UINT32_MAX, lt[n + a] = maker[a] != SIZE_MAX ? m->tops[maker[a]].last_a : UINT32_MAX;
+    free(maker);
     for (size_t i = 0; i < m->ntops; i++) {
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a == UINT32_MAX) continue;
         for (uint32_t k = t->arg0; k < t->arg0 + t->nargs; k++) {
             uint32_t a = m->targs[k].a;
-            if (a >= n) continue;
-            if (lt[a] == UINT32_MAX || t->last_a > lt[a]) lt[a] = t->last_a;
-            if (m->targs[k].out && lt[n + a] == UINT32_MAX) lt[n + a] = t->last_a;
+            if (a < n && (lt[a] == UINT32_MAX || t->last_a > lt[a])) lt[a] = t->last_a;
         }
     }
     /* ... or, when a module's frame held it, that module's return */
@@ -2090,25 +2117,19 @@ static size_t let_go(const adv_model *m, const pairs *p, const uint32_t *touch, 
     return at != SIZE_MAX && at >= p->birth[a] && at >= F->first && at < F->last ? at : SIZE_MAX;
 }
 
-/* The op log's backward nodes' starts (the event of the last allocation made before each
- * started, or of an accumulation's copy of it), in order; NULL without any, or out of memory */
-static size_t *node_starts(const adv_model *m, size_t *n)
+size_t *adv_node_starts(const adv_model *m, size_t *n)
 {
+    size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
     uint8_t *last = calloc(m->nallocs + 1, 1);
-    size_t *v = NULL, nb = 0;
+    size_t *v = last ? malloc((m->nevs + 1) * sizeof *v) : NULL;
     *n = 0;
-    if (!last) return NULL;
-    for (size_t i = 0; i < m->ntops; i++)
-        if (m->tops[i].bwd && m->tops[i].last_a < m->nrecorded && !last[m->tops[i].last_a])
-            last[m->tops[i].last_a] = 1, nb++;
-    if (nb && (v = malloc(m->nevs * sizeof *v)))
-        for (size_t i = 0; i < m->nevs; i++) {
-            const adv_ev *e = &m->evs[i];
-            if (e->kind == ADV_EV_ALLOC && m->allocs[e->a].orig < m->nrecorded && last[m->allocs[e->a].orig])
-                v[(*n)++] = i;
-        }
+    for (size_t i = 0; v && i < m->ntops; i++)
+        if (m->tops[i].bwd && m->tops[i].last_a < nrec) last[m->tops[i].last_a] = 1;
+    for (size_t i = 0; v && i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind == ADV_EV_ALLOC && m->allocs[e->a].orig < nrec && last[m->allocs[e->a].orig]) v[(*n)++] = i;
+    }
     free(last);
-    if (v && !*n) free(v), v = NULL;
     return v;
 }
 
@@ -2183,7 +2204,7 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
     uint8_t *isd = calloc(m->nallocs + 1, 1), *big = calloc(m->nallocs + 1, 1);
     uint8_t *opseen = calloc(m->nops + 1, 1);
     uint32_t *touch = last_fwd_touch(m); /* NULL: every dropped tensor dies at its F's end */
-    size_t nnode = 0, *node_at = touch ? node_starts(m, &nnode) : NULL; /* backward nodes' starts */
+    size_t nnode = 0, *node_at = touch ? adv_node_starts(m, &nnode) : NULL; /* backward nodes' starts */
     uint8_t *is_sum = o->sum_of ? calloc(o->nsum_of + 1, 1) : NULL; /* a bias gradient's sum */
     for (size_t x = 0; is_sum && x < o->nsum_of; x++)
         if (o->sum_of[x] < o->nsum_of) is_sum[o->sum_of[x]] = 1;
@@ -2594,8 +2615,10 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
         /* a gradient's size as recorded (autocast halves an activation's gradient, which can
          * then match a parameter's: gpt2-medium's 32 MiB ones, halved, c_fc's weight's) */
         uint64_t size = adv_rec_size(m, (uint32_t)a);
-        if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1 || (size_k && size_k[o] && size_k[o] == adv_rec_size(m, o))
-                 : ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, size)) {
+        /* no batch in it (adv_batch_fixed gave its own size): made again at its size too */
+        int fixed = size_k && size_k[a] == m->allocs[a].size;
+        if (made ? m->evs[birth[o]].step < 0 || prop[o] != 1
+                 : fixed || (ngb && eb->phase == ADV_PH_BWD && u64map_get(&gsize, size))) {
             prop[a] = 2;
         } else {
             /* (a view's allocations are copied before the first write, once) */

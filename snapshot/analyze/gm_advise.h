@@ -372,6 +372,16 @@ void adv_rw_free(adv_rw *w);
  * adv_stash does not restore them whole as well (adv_stash_opts.unpacked). Returns the number of saved tensors packed,
  * -1 out of memory. Run before the other rewrites. */
 long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked);
+/* The op log's backward nodes' starts: the events, in order, of the last allocation made before
+ * each started (or of an accumulation's copy of it); *n of them. malloc'ed (the caller frees),
+ * NULL out of memory. */
+size_t *adv_node_starts(const adv_model *m, size_t *n);
+/* 1 when op t reads storage a (an input of it is on a), else 0 */
+int adv_top_reads(const adv_model *m, const adv_top *t, uint32_t a);
+/* Per recorded allocation, the forward op of the log that made its storage: the first with an
+ * output on it that does not read it (a view's output is its input's storage), SIZE_MAX none.
+ * malloc'ed (the caller frees), NULL out of memory. */
+size_t *adv_op_makers(const adv_model *m);
 /* an aten op's base name: "aten.addmm.default" -> "addmm" (into buf, n bytes) */
 const char *adv_op_base(const char *op, char *buf, size_t n);
 int adv_is_block_name(const char *n); /* "h.3", "blocks.7": a repeated block's range */
@@ -391,9 +401,10 @@ void adv_reduce_staging(uint64_t rows, uint64_t cols, uint64_t *staging, uint64_
 /* What does not shrink with the batch under accumulation: from the op log's shapes, each
  * storage whose first tensor (an op's output, or a gradient a node was given) has neither the
  * recorded batch nor its rows (batch x sequence) as its leading dimension (the positions'
- * embedding, a causal mask) gets in size[a] its recorded size, where size[a] is 0 (the sizes
- * adv_accum takes; the batch: batch_dims in gm_advise_autocast.c). Returns the number found,
- * -1 out of memory. */
+ * embedding, a causal mask) gets in size[a] its own size, where size[a] is 0 (the sizes
+ * adv_accum takes: such an allocation is made again at its size in each micro-batch, and so is
+ * what a rewrite made for it; the batch: batch_dims in gm_advise_autocast.c). Returns the number
+ * found, -1 out of memory. */
 long adv_batch_fixed(const adv_model *m, uint64_t *size);
 
 /* How many splits of the keys FlashAttention's forward makes for an attention of batch x heads

@@ -139,12 +139,6 @@ static void ac_add(adv_rw *w, const adv_model *m, size_t anchor, int where, uint
     ac_add_prio(w, m, anchor, where, UINT32_MAX, a, kind);
 }
 
-static int cmp_size(const void *x, const void *y)
-{
-    size_t a = *(const size_t *)x, b = *(const size_t *)y;
-    return a < b ? -1 : a > b;
-}
-
 /* where the backward node running at event i has ended: before the first allocation after the
  * last one it made (starts: each node's start, as the last allocation before it, sorted; its
  * frees of what it saved come between); SIZE_MAX when none follows */
@@ -164,14 +158,6 @@ static size_t after_node(const adv_model *m, const size_t *starts, size_t nstart
     return SIZE_MAX;
 }
 
-static int arg_is_input_alloc(const adv_model *m, const adv_top *t, uint32_t a)
-{
-    for (uint32_t k = 0; k < t->nargs; k++) {
-        const adv_targ *g = &m->targs[t->arg0 + k];
-        if (!g->out && g->a == a) return 1;
-    }
-    return 0;
-}
 
 /* deaths[c] for copy c, the array grown (SIZE_MAX where none is set) to hold it */
 static int death_slot(size_t **deaths, size_t *cap, size_t c)
@@ -397,9 +383,9 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
     size_t *node_start = malloc((nt + 1) * sizeof *node_start); /* and started */
     uint32_t *cache = malloc((nrec + 1) * sizeof *cache); /* a parameter's bf16 copy in this pass */
     size_t *cast_at = malloc((nrec + 1) * sizeof *cast_at); /* where its last cast copy was made */
-    size_t *starts = malloc((nt + 1) * sizeof *starts), nstarts = 0; /* backward nodes' starts */
+    size_t nstarts = 0, *starts = adv_node_starts(m, &nstarts); /* backward nodes' starts */
     size_t *cache_pass = malloc((nrec + 1) * sizeof *cache_pass), *copy_death = NULL;
-    size_t *prod = malloc((nrec + 1) * sizeof *prod); /* the forward op that made it */
+    size_t *prod = adv_op_makers(m); /* the forward op that made it */
     size_t ncopy_cap = 0;
     opclass *cls = malloc((nt + 1) * sizeof *cls); /* each op's place on autocast's lists */
     adv_rw w; /* (its drop: the recorded events dropped; NULL when out of memory) */
@@ -423,17 +409,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
         nb += e->phase == ADV_PH_BWD;
     }
     for (size_t a = 0; a < nrec; a++)
-        last_lowp[a] = SIZE_MAX, cache_pass[a] = SIZE_MAX, cast_at[a] = SIZE_MAX, prod[a] = SIZE_MAX;
-    for (size_t i = 0; i < nt; i++)
-        for (uint32_t k = 0; !m->tops[i].bwd && k < m->tops[i].nargs; k++) {
-            const adv_targ *g = &m->targs[m->tops[i].arg0 + k];
-            if (g->out && g->a < nrec && prod[g->a] == SIZE_MAX && !arg_is_input_alloc(m, &m->tops[i], g->a))
-                prod[g->a] = i;
-        }
-    for (size_t i = 0; i < nt; i++)
-        if (m->tops[i].bwd && m->tops[i].last_a < nrec && birth[m->tops[i].last_a] != SIZE_MAX)
-            starts[nstarts++] = birth[m->tops[i].last_a];
-    qsort(starts, nstarts, sizeof *starts, cmp_size);
+        last_lowp[a] = SIZE_MAX, cache_pass[a] = SIZE_MAX, cast_at[a] = SIZE_MAX;
     /* each forward op's backward node ends where the next node starts (its saved tensors are let
      * go when it has run) */
     node_spans(m, birth, nrec, node_start, node_end);
@@ -445,7 +421,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
         for (uint32_t k = 0; k < t->nargs; k++) {
             const adv_targ *g = &m->targs[t->arg0 + k];
             if (g->a < nrec) fwd_tensor[g->a] = 1;
-            if (g->out && !arg_is_input_alloc(m, t, g->a)) view = 0;
+            if (g->out && !adv_top_reads(m, t, g->a)) view = 0;
             if (g->out && cls[i].saves_out && g->a < nrec) kept[g->a] = 1;
         }
         for (uint32_t k = 0; k < t->nargs; k++) {
@@ -495,7 +471,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
         size_t at = SIZE_MAX;
         for (uint32_t k = 0; k < t->nargs; k++) {
             const adv_targ *g = &m->targs[t->arg0 + k];
-            if (g->out && g->a < nrec && birth[g->a] != SIZE_MAX && !arg_is_input_alloc(m, t, g->a) &&
+            if (g->out && g->a < nrec && birth[g->a] != SIZE_MAX && !adv_top_reads(m, t, g->a) &&
                 (at == SIZE_MAX || birth[g->a] < at))
                 at = birth[g->a];
         }
@@ -596,7 +572,7 @@ int adv_autocast(adv_model *m, adv_autocast_stats *st, uint8_t *in_place, unsign
             if (!g->out) continue;
             int lead = first;
             first = 0;
-            if (g->a >= nrec || g->dtype != ADV_DT_F32 || low[g->a] || arg_is_input_alloc(m, t, g->a)) continue;
+            if (g->a >= nrec || g->dtype != ADV_DT_F32 || low[g->a] || adv_top_reads(m, t, g->a)) continue;
             int to_low = cls[i].kind == OPK_LOWP ? lead : cls[i].kind == OPK_OTHER && any_float && all_low;
             if (to_low) {
                 low[g->a] = 1;
@@ -886,17 +862,19 @@ long adv_reduce_bufs(const adv_model *m, unsigned k, uint64_t *size)
 }
 
 /* The recorded batch from the op log: the first tensor a forward op reads that no logged op made
- * and that the program frees (the batch moved to the device, let go of for the next one; a
- * parameter lives on) gives the batch, its leading dimension (*b), and its elements (*rows:
- * batch x sequence, the rows of a flattened activation); 0 and 0 where none is found. */
-static void batch_dims(const adv_model *m, const uint8_t *freed, const uint8_t *made, uint64_t *b, uint64_t *rows)
+ * and that the program frees before its last step (the batch moved to the device, let go of for
+ * the next one; a parameter lives on) gives the batch, its leading dimension (*b), and its
+ * elements (*rows: batch x sequence, the rows of a flattened activation); 0 and 0 where none is
+ * found. */
+static void batch_dims(const adv_model *m, size_t nrec, const uint8_t *freed, const size_t *maker, uint64_t *b,
+                       uint64_t *rows)
 {
     *b = *rows = 0;
     for (size_t f = 0; f < m->ntops; f++) {
         const adv_top *t = &m->tops[f];
         for (uint32_t j = 0; !t->bwd && j < t->nargs; j++) {
             const adv_targ *x = &m->targs[t->arg0 + j];
-            if (x->out || x->a >= m->nallocs || made[x->a] || !freed[x->a] || !x->ndim || !x->dims[0]) continue;
+            if (x->out || x->a >= nrec || maker[x->a] != SIZE_MAX || !freed[x->a] || !x->ndim || !x->dims[0]) continue;
             uint64_t n = 1;
             for (unsigned d = 0; d < x->ndim; d++)
                 n *= x->dims[d];
@@ -910,23 +888,21 @@ long adv_batch_fixed(const adv_model *m, uint64_t *size)
 {
     size_t nrec = m->nrecorded ? m->nrecorded : m->nallocs;
     if (!m->ntops) return 0;
-    uint8_t *freed = calloc(m->nallocs + 1, 1), *seen = calloc(m->nallocs + 1, 1); /* seen: a logged op made it */
+    uint8_t *freed = calloc(m->nallocs + 1, 1), *seen = calloc(m->nallocs + 1, 1);
+    size_t *maker = adv_op_makers(m);
     long found = -1;
-    if (!freed || !seen) goto out;
-    for (size_t i = 0; i < m->nevs; i++)
+    if (!freed || !seen || !maker) goto out;
+    /* freed before the last step starts: a parameter lives on (to the program's exit, where a
+     * recording may free it), a batch is let go of for a later one */
+    size_t last = 0;
+    while (last < m->nevs && (m->nsteps < 1 || m->evs[last].step != (int)m->nsteps - 1))
+        last++;
+    for (size_t i = 0; i < last; i++)
         if (m->evs[i].kind == ADV_EV_FREE || m->evs[i].kind == ADV_EV_FREE_ASYNC) freed[m->evs[i].a] = 1;
-    for (size_t f = 0; f < m->ntops; f++) {
-        const adv_top *t = &m->tops[f];
-        for (uint32_t j = 0; !t->bwd && j < t->nargs; j++) {
-            const adv_targ *x = &m->targs[t->arg0 + j];
-            if (x->out && x->a < nrec && !seen[x->a]) seen[x->a] = 1;
-        }
-    }
     uint64_t b, rows;
-    batch_dims(m, freed, seen, &b, &rows);
+    batch_dims(m, nrec, freed, maker, &b, &rows);
     found = 0;
     if (!b) goto out;
-    memset(seen, 0, m->nallocs + 1);
     /* each storage by the first tensor of the log that spans it: an op's output (forward), or a
      * gradient a node was given (backward) */
     for (size_t f = 0; f < m->ntops; f++) {
@@ -938,12 +914,12 @@ long adv_batch_fixed(const adv_model *m, uint64_t *size)
             uint64_t rec = adv_rec_size(m, x->a);
             if (!x->ndim || x->bytes > rec || x->bytes + 512 <= rec || size[x->a]) continue;
             if (x->dims[0] == b || x->dims[0] == rows) continue;
-            size[x->a] = rec;
+            size[x->a] = m->allocs[x->a].size;
             found++;
         }
     }
 out:
-    free(freed), free(seen);
+    free(freed), free(seen), free(maker);
     return found;
 }
 

@@ -252,10 +252,10 @@ static alloc_set select_allocs(const gm_model *m, int which, uint64_t at) {
             s.idx[s.n] = m->alive[s.n];
         return s;
     }
-    if (which == SET_LIVE_AT && select_live_by_deaths(m, at, born_by(m, at), &s) == 0) return s;
     /* what is live at `at` was born by then: the pass stops there (a stream through every
      * allocation's 56 bytes, a peak early in a long recording leaves most of them unread) */
     size_t n = which == SET_LIVE_AT ? born_by(m, at) : m->nallocs;
+    if (which == SET_LIVE_AT && select_live_by_deaths(m, at, n, &s) == 0) return s;
     for (size_t i = 0; i < n; i++) {
         const gm_alloc *a = &m->allocs[i];
         if (which == SET_LIVE_AT ? !live_at(a, at) : !alive_at_end(a)) continue;
