@@ -220,6 +220,19 @@ static void what_the_batch_does_not_shrink(void **state)
     assert_int_equal(adv_batch_fixed(&m, none), 0);
     for (int a = 0; a < 8; a++)
         assert_int_equal(none[a], 0);
+    /* two steps, the tokens freed in the first, the embedding's weight at the program's exit,
+     * after the last: the weight (read first) is a parameter, the tokens still give the batch */
+    adv_ev two[] = {
+        {.a = 1, .kind = A, .step = -1}, {.a = 0, .kind = A, .step = -1}, {.a = 2, .kind = A},
+        {.a = 3, .kind = A},             {.a = 4, .kind = A},             {.a = 5, .kind = A},
+        {.a = 6, .kind = A},             {.a = 7, .kind = A},             {.a = 7, .kind = F},
+        {.a = 0, .kind = F},             {.a = 5, .kind = F, .step = 1},  {.a = 1, .kind = F, .step = -1},
+    };
+    m.evs = two, m.nevs = sizeof two / sizeof *two, m.nsteps = 2;
+    uint64_t again[8] = {0};
+    assert_int_equal(adv_batch_fixed(&m, again), 3);
+    for (int a = 0; a < 8; a++)
+        assert_int_equal(again[a], want[a]);
 }
 
 int main(void)
