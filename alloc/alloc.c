@@ -321,6 +321,24 @@ A_INLINE bool blk_is_split_nb(const blk_t *b)
     return b->next && (!(b->rb.nb & NB_NF) || b->next->rb.st != B_UNMAPPED);
 }
 
+/* (size, address) order: best fit's, the trees' */
+A_INLINE bool blk_before(const blk_t *x, const blk_t *y)
+{
+    return x->size < y->size || (x->size == y->size && x->addr < y->addr);
+}
+
+/* b into its class's tree (never the class's smallest: that is min's slot) */
+A_INLINE void cls_tree_put(struct pool_cls *k, blk_t *b)
+{
+    blk_t *f = k->first;
+    if (!f || blk_before(b, f)) { /* the tree's new first: the left child of the old one */
+        rb_insert_at(&k->t, b, f, true);
+        k->first = b;
+    } else {
+        rb_insert(&k->t, b);
+    }
+}
+
 A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     b->rb.st = B_FREE;
@@ -328,26 +346,24 @@ A_INLINE void free_insert_fast(alloc_t *a, pool_t *p, blk_t *b)
     unsigned c = a_size_class(b->size);
     b->rb.cls = c;
     struct pool_cls *k = &p->cls[c];
-    if (!k->t.root) { /* the usual case: classes are fine enough that most hold one block */
-        b->rb.parent = b->rb.left = b->rb.right = NULL;
-        b->rb.red = 0;
-        k->t.root = &b->rb;
-        k->t.count = 1;
-        k->min = b;
-        uint64_t *w = &p->bitmap[c >> 6];
-        if (!*w) p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
-        *w |= 1ull << (c & 63);
-    } else {
-        blk_t *m = k->min;
-        if (b->size < m->size || (b->size == m->size && b->addr < m->addr)) {
-            /* the class's new smallest, as when best fit took the smallest and it comes back
-             * freed: the left child of the old one (which has none), the tree's cold nodes
-             * above it not read */
-            rb_insert_at(&k->t, b, m, true);
+    blk_t *m = k->min;
+    if (!m) {
+        blk_t *f = k->first;
+        if (!f) { /* the usual case: classes are fine enough that most hold one block */
+            uint64_t *w = &p->bitmap[c >> 6];
+            if (!*w) p->summary[c >> 12] |= 1ull << ((c >> 6) & 63);
+            *w |= 1ull << (c & 63);
+            k->min = b;
+        } else if (blk_before(b, f)) { /* best fit's block coming back: its slot again */
             k->min = b;
         } else {
-            rb_insert(&k->t, b);
+            cls_tree_put(k, b);
         }
+    } else if (blk_before(b, m)) { /* the old smallest becomes the tree's first */
+        cls_tree_put(k, m);
+        k->min = b;
+    } else {
+        cls_tree_put(k, b);
     }
     p->free_bytes += b->size;
     a->cached_free += b->size;
@@ -362,16 +378,18 @@ A_INLINE void free_remove_fast(alloc_t *a, pool_t *p, blk_t *b)
 {
     unsigned c = b->rb.cls;
     struct pool_cls *k = &p->cls[c];
-    if (k->t.root == &b->rb && !b->rb.left && !b->rb.right) { /* the class's only block */
+    if (k->min == b) { /* the smallest: the tree is not touched */
+        k->min = NULL;
+    } else if (k->t.root == &b->rb && !b->rb.left && !b->rb.right) { /* the tree's only block */
         k->t.root = NULL;
         k->t.count = 0;
-        k->min = NULL;
-        if (!(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
-            p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
+        k->first = NULL;
     } else {
-        if (k->min == b) k->min = rb_next(b);
-        rb_erase(&k->t, b); /* leaves at least one block: the class stays in the bitmap */
+        if (k->first == b) k->first = rb_next(b);
+        rb_erase(&k->t, b);
     }
+    if (!k->min && !k->first && !(p->bitmap[c >> 6] &= ~(1ull << (c & 63))))
+        p->summary[c >> 12] &= ~(1ull << ((c >> 6) & 63));
     p->free_bytes -= b->size;
     a->cached_free -= b->size;
     if (b->rb.split) {
@@ -416,9 +434,17 @@ static blk_t *largest_free(const pool_t *p)
     for (int s = A_NCLS_SUMMARY - 1; s >= 0; s--)
         if (p->summary[s]) {
             unsigned w = (unsigned)s * 64 + 63 - (unsigned)__builtin_clzll(p->summary[s]);
-            return rb_last(&p->cls[w * 64 + 63 - (unsigned)__builtin_clzll(p->bitmap[w])].t);
+            const struct pool_cls *k =
+                &p->cls[w * 64 + 63 - (unsigned)__builtin_clzll(p->bitmap[w])];
+            return k->t.root ? rb_last(&k->t) : k->min; /* min is before the tree's blocks */
         }
     return NULL;
+}
+
+/* A non-empty class's smallest block (NULL for an empty class) */
+static inline blk_t *cls_smallest(const struct pool_cls *k)
+{
+    return k->min ? k->min : k->first;
 }
 
 /* The smallest FREE block >= size in (size, address) order, or NULL. */
@@ -426,13 +452,13 @@ static blk_t *lower_bound_free(const pool_t *p, size_t size)
 {
     unsigned c = a_size_class(size);
     if (c >= p->ncls) return NULL; /* larger than anything the pool can hold */
-    blk_t *b = p->cls[c].min;
-    if (b && b->size < size) /* the class's smallest is too small: search the class */
+    blk_t *b = cls_smallest(&p->cls[c]);
+    if (b && b->size < size) /* the class's smallest is too small: search its tree */
         b = rb_lower_bound(&p->cls[c].t, size);
     if (!b) {
         int c2 = next_class(p, c + 1);
         if (c2 < 0) return NULL;
-        b = p->cls[c2].min;
+        b = cls_smallest(&p->cls[c2]);
     }
     return b;
 }
@@ -447,10 +473,11 @@ static blk_t *first_free(const pool_t *p)
 /* The FREE block after b in (size, address) order, or NULL. */
 static blk_t *free_succ(const pool_t *p, const blk_t *b)
 {
-    blk_t *n = rb_next(b);
+    const struct pool_cls *k = &p->cls[b->rb.cls];
+    blk_t *n = k->min == b ? k->first : rb_next(b);
     if (n) return n;
-    int c2 = next_class(p, a_size_class(b->size) + 1);
-    return c2 < 0 ? NULL : p->cls[c2].min;
+    int c2 = next_class(p, b->rb.cls + 1);
+    return c2 < 0 ? NULL : cls_smallest(&p->cls[c2]);
 }
 
 /* PyTorch's "expandable size" of a free block: what it can grow to by mapping the unmapped

@@ -188,7 +188,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
         if (p->bitmap[w])
             return fail(err, errlen, "bitmap word %u: a class the index does not cover (%u)", w,
                         p->ncls);
-    /* an empty class is all zero (no root, no minimum, count 0): the 64 classes of a zero
+    /* an empty class is all zero (no smallest, no root, no first, count 0): the 64 classes of a zero
      * bitmap word are compared as one stretch of memory (most words are zero) */
     static const struct pool_cls zero[64];
     for (unsigned c = 0; c < p->ncls; c++) {
@@ -202,25 +202,39 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             c += 63;
             continue;
         }
+        const struct pool_cls *k = &p->cls[c];
         bool bit = (p->bitmap[c >> 6] >> (c & 63)) & 1;
-        if (bit != (p->cls[c].t.root != NULL))
-            return fail(err, errlen, "class %u: bitmap bit %d but tree %s", c, bit,
-                        p->cls[c].t.root ? "non-empty" : "empty");
+        if (bit != (k->min || k->t.root))
+            return fail(err, errlen, "class %u: bitmap bit %d but the class is %s", c, bit,
+                        bit ? "empty" : "not empty");
         if (!bit) { /* most classes are empty: checked inline, the walk below is for trees */
-            if (p->cls[c].min || p->cls[c].t.count)
-                return fail(err, errlen, "class %u: empty tree with a minimum or a count", c);
+            if (k->first || k->t.count)
+                return fail(err, errlen, "class %u: empty tree with a first block or a count", c);
             continue;
         }
         size_t cnt = 0;
-        if (p->cls[c].t.root && (p->cls[c].t.root->parent || p->cls[c].t.root->red))
+        if (k->t.root && (k->t.root->parent || k->t.root->red))
             return fail(err, errlen, "class %u: bad root", c);
-        if (rb_verify(p->cls[c].t.root, NULL, &cnt) < 0)
+        if (rb_verify(k->t.root, NULL, &cnt) < 0)
             return fail(err, errlen, "class %u: red-black tree broken", c);
-        if (p->cls[c].min != rb_first(&p->cls[c].t))
-            return fail(err, errlen, "class %u: cached minimum is not the tree's first block", c);
-        if (cnt != p->cls[c].t.count)
+        if (k->first != rb_first(&k->t))
+            return fail(err, errlen, "class %u: cached first is not the tree's first block", c);
+        if (cnt != k->t.count)
             return fail(err, errlen, "class %u: tree has %zu nodes, count says %zu", c, cnt,
-                        p->cls[c].t.count);
+                        k->t.count);
+        if (k->min) { /* the smallest, outside the tree */
+            const blk_t *m = k->min;
+            if (m->rb.st != B_FREE || m->rb.cls != c || rb_contains(&k->t, m))
+                return fail(err, errlen, "class %u: its smallest block %#llx is %s", c,
+                            (unsigned long long)m->addr,
+                            m->rb.st != B_FREE ? "not FREE"
+                            : m->rb.cls != c   ? "of another class"
+                                               : "also in the tree");
+            if (k->first && !less(m, k->first))
+                return fail(err, errlen, "class %u: its smallest block %#llx is not before the "
+                            "tree's first", c, (unsigned long long)m->addr);
+            cnt++;
+        }
         nfree += cnt;
     }
     size_t ucnt = 0;
@@ -289,7 +303,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
                 break;
             case B_FREE:
                 if (a_size_class(b->size) >= p->ncls || b->rb.cls != a_size_class(b->size) ||
-                    !rb_contains(&p->cls[a_size_class(b->size)].t, b))
+                    (p->cls[b->rb.cls].min != b && !rb_contains(&p->cls[b->rb.cls].t, b)))
                     return fail(err, errlen, "free block %#llx (size %llu) not in its index",
                                 (unsigned long long)b->addr, (unsigned long long)b->size);
                 if (b->rb.split != a_block_is_split(b))

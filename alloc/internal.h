@@ -42,8 +42,8 @@
  * more at 10k live blocks than at 10 (tests/bench/alloc_bench.c), against ~15% with 256 and
  * unaligned blocks and ~40% with 32; 1024 per power of two cut the 10k case no further and made
  * the 10 case slower (the class entries of the request sizes no longer fit the L1 cache). The
- * index costs 24 bytes per class and pool (~560 KiB for all classes; a pool allocates only up
- * to the largest class it can hold, see pool_t.cls: ~60 KiB for a small pool, ~240 KiB for a
+ * index costs 32 bytes per class and pool (~750 KiB for all classes; a pool allocates only up
+ * to the largest class it can hold, see pool_t.cls: ~80 KiB for a small pool, ~320 KiB for a
  * large pool mapping 140 GB). */
 #define A_SUB_BITS 9
 #define A_SUB (1u << A_SUB_BITS)
@@ -159,16 +159,22 @@ typedef struct pool {
     uint64_t bitmap[A_NCLS_WORDS];
     uint64_t summary[A_NCLS_SUMMARY]; /* the non-zero words of bitmap: a search skips empty
                                          stretches of classes 4096 at a time */
-    /* per class: its tree and its first (smallest) block, side by side (one cache line for
-     * both): best fit in a higher class, and often in the request's own, without a descent
-     * through cold nodes. Classes 0..ncls-1 only, ncls a multiple of A_SUB: the index covers
+    /* per class: its smallest block, held outside the tree, then the tree of the others and
+     * its first block, side by side (two classes a cache line). Best fit takes the smallest
+     * without touching the tree, and a block that comes back freed as the class's smallest
+     * (best fit's block, freed again) takes the slot back: with thousands of equal holes the
+     * pair reads the class entry, the block and the tree's first, and neither erases nor
+     * rebalances. `min` may be NULL while the tree is not: then the tree's first is the
+     * smallest. Best fit in a higher class needs no descent either. Classes 0..ncls-1 only,
+     * ncls a multiple of A_SUB: the index covers
      * the largest block the pool can hold (a classic segment's size, an expandable range's
      * mapped bytes), grown before the pool grows (pool_cover). A pool that never held more
      * than a few MiB has ~60 KiB of index, not the ~560 KiB of every class; a class at or
      * above ncls is empty. */
     struct pool_cls {
-        rb_tree_t t;
-        struct blk *min;
+        rb_tree_t t;        /* the class's blocks but min */
+        struct blk *min;    /* the smallest block, not in t; or NULL (then first is) */
+        struct blk *first;  /* t's first block, NULL when t is empty; after min */
     } *cls;
     unsigned ncls;
     rb_tree_t unmapped;          /* UNMAPPED blocks, expandable only */

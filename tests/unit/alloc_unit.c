@@ -157,6 +157,52 @@ static void test_best_fit(void **state)
     fx_done(&f);
 }
 
+/* One class of many holes (equal sizes and sizes 512 B apart, all in the 8 KiB-wide class above
+ * 4 MiB): its smallest in the slot, the others in the tree. Exact-size requests and frees in a
+ * fixed pseudo-random order; each request must get the lowest free hole of its size, as a
+ * list of the holes says, and alloc_check (the slot before the tree's first, the first cached)
+ * must hold after every operation. */
+static void test_class_slot(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    enum { NH = 24 };
+    uint64_t hole[NH];
+    size_t hsz[NH];
+    bool taken[NH];
+    for (int i = 0; i < NH; i++) {
+        hsz[i] = ((size_t)4 << 20) + (size_t)512 * (size_t)((i * 7) % 4); /* 4 sizes, 6 each */
+        must_alloc(f.a, (size_t)2 << 20, 0); /* a live separator in the same (large) pool */
+        hole[i] = must_alloc(f.a, hsz[i], 0);
+        taken[i] = false;
+    }
+    must_alloc(f.a, (size_t)2 << 20, 0);
+    for (int i = NH - 1; i >= 0; i--) { /* highest first: each free becomes the class's smallest */
+        assert_int_equal(alloc_free(f.a, hole[i]), ALLOC_OK);
+        OK_CHECK(f.a);
+    }
+    uint64_t s = 7;
+    for (int op = 0; op < 2000; op++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((s >> 33) % NH);
+        if (taken[i]) {
+            assert_int_equal(alloc_free(f.a, hole[i]), ALLOC_OK);
+            taken[i] = false;
+            OK_CHECK(f.a);
+            continue;
+        }
+        int want = -1; /* the lowest free hole of this size */
+        for (int j = 0; j < NH; j++)
+            if (!taken[j] && hsz[j] == hsz[i] && (want < 0 || hole[j] < hole[want])) want = j;
+        uint64_t p = must_alloc(f.a, hsz[i], 0);
+        if (p != hole[want])
+            fail_msg("op %d: %zu B at %#llx, the lowest free hole of that size is %#llx", op,
+                     hsz[i], (unsigned long long)p, (unsigned long long)hole[want]);
+        taken[want] = true;
+    }
+    fx_done(&f);
+}
+
 static int count_free(void *user, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
                       size_t n)
 {
@@ -1192,6 +1238,7 @@ int main(void)
         cmocka_unit_test(test_rounding),
         cmocka_unit_test(test_small_large_pools),
         cmocka_unit_test(test_best_fit),
+        cmocka_unit_test(test_class_slot),
         cmocka_unit_test(test_split_coalesce),
         cmocka_unit_test(test_classic_segment_sizes),
         cmocka_unit_test(test_no_merge_across_segments),
