@@ -2711,6 +2711,22 @@ static blk_t *use_block(alloc_t *a, uint64_t addr)
     return b && b->rb.st == B_LIVE ? b : NULL;
 }
 
+/* alloc_use_streams past its shortcut: the lock, a lookup per address (a function of its own,
+ * so that the shortcut saves no registers) */
+static __attribute__((noinline)) size_t use_streams_locked(alloc_t *a, const uint64_t *addrs,
+                                                           size_t n, uintptr_t stream)
+{
+    size_t gained = 0;
+    LOCK(a);
+    for (size_t i = 0; i < n; i++) {
+        blk_t *b = use_block(a, addrs[i]);
+        if (!b || b->stream == stream || stream_has(b->uses, stream)) continue;
+        if (uses_add(a, b, stream, false) == ALLOC_OK) gained++;
+    }
+    UNLOCK(a);
+    return gained;
+}
+
 size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream)
 {
     if (!a || !n) return 0;
@@ -2723,15 +2739,7 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
     if (!atomic_load_explicit(&a->mixed_streams, memory_order_relaxed) &&
         atomic_load_explicit(&a->one_stream, memory_order_relaxed) == stream)
         return 0;
-    size_t gained = 0;
-    LOCK(a);
-    for (size_t i = 0; i < n; i++) {
-        blk_t *b = use_block(a, addrs[i]);
-        if (!b || b->stream == stream || stream_has(b->uses, stream)) continue;
-        if (uses_add(a, b, stream, false) == ALLOC_OK) gained++;
-    }
-    UNLOCK(a);
-    return gained;
+    return use_streams_locked(a, addrs, n, stream);
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */
