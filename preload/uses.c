@@ -155,7 +155,9 @@ static inline unsigned slot_hash(uintptr_t k)
     return (unsigned)k & (TAB_SLOTS - 1);
 }
 
-static void *tab_get(struct slot *t, uintptr_t key, int *found)
+/* inline: two of these are a launch's (the runtime's symbol, then the function) */
+__attribute__((always_inline)) static inline void *tab_get(struct slot *t, uintptr_t key,
+                                                          int *found)
 {
     unsigned h = slot_hash(key);
     for (unsigned i = 0; i < TAB_SLOTS; i++) {
