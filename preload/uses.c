@@ -757,7 +757,8 @@ void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r)
 {
     launch_record(op, r, REC_OP_KERNEL, op->name, 0, NULL);
     words_free(op);
-    free(op->tmp);
+    if (op->tmp) /* a layout private to this launch (rare): no call into malloc otherwise */
+        free(op->tmp);
 }
 
 static uint32_t op_name(int which)
