@@ -2378,9 +2378,10 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     b->rb.st = B_LIVE;
     b->requested = size;
     b->stream = stream;
-    if (stream != a->one_stream) { /* the first block names the stream; another one mixes */
-        if (a->next_id) a->mixed_streams = true;
-        else a->one_stream = stream;
+    /* the first block names the stream; another one mixes */
+    if (stream != atomic_load_explicit(&a->one_stream, memory_order_relaxed)) {
+        if (a->next_id) atomic_store_explicit(&a->mixed_streams, true, memory_order_relaxed);
+        else atomic_store_explicit(&a->one_stream, stream, memory_order_relaxed);
     }
     b->stamp = ++a->next_id;
     ptrmap_put(&a->map, b->addr, b); /* cannot fail: room was made before */
@@ -2737,15 +2738,13 @@ static blk_t *use_block(alloc_t *a, uint64_t addr)
     return b && b->rb.st == B_LIVE ? b : NULL;
 }
 
-size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream)
+/* alloc_use_streams past its shortcut: the lock, a lookup per address (a function of its own,
+ * so that the shortcut saves no registers) */
+static __attribute__((noinline)) size_t use_streams_locked(alloc_t *a, const uint64_t *addrs,
+                                                           size_t n, uintptr_t stream)
 {
-    if (!a || !n) return 0;
     size_t gained = 0;
     LOCK(a);
-    if (!a->mixed_streams && a->one_stream == stream) {
-        UNLOCK(a); /* every live block is on this stream (or there is none): nothing to add */
-        return 0;
-    }
     for (size_t i = 0; i < n; i++) {
         blk_t *b = use_block(a, addrs[i]);
         if (!b || b->stream == stream || stream_has(b->uses, stream)) continue;
@@ -2753,6 +2752,21 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
     }
     UNLOCK(a);
     return gained;
+}
+
+size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream)
+{
+    if (!a || !n) return 0;
+    /* Every live block is on this stream (or there is none): nothing to add, and no lock taken
+     * (the usual launch: PyTorch's one stream). Without the lock a malloc running now on
+     * another thread may go unseen, but its block cannot be among addrs: the program got the
+     * address from a malloc that returned before this call, and the writes of that malloc (the
+     * first block's one_stream, a later one's mixed_streams) happen before it; both flags
+     * change at most once. */
+    if (!atomic_load_explicit(&a->mixed_streams, memory_order_relaxed) &&
+        atomic_load_explicit(&a->one_stream, memory_order_relaxed) == stream)
+        return 0;
+    return use_streams_locked(a, addrs, n, stream);
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */

@@ -288,9 +288,10 @@ struct alloc {
     /* the stream of the first block ever allocated (next_id 0: none yet), and whether any
      * block since was allocated on another (sticky): while not, every live block is on
      * one_stream, and access tracking on that stream has nothing to add (alloc_use_streams;
-     * PyTorch's single stream) */
-    uintptr_t one_stream;
-    bool mixed_streams;
+     * PyTorch's single stream). Written under the lock, each at most once; atomic because
+     * alloc_use_streams reads them without it */
+    _Atomic uintptr_t one_stream;
+    _Atomic bool mixed_streams;
     sstate_t *last_stream; /* one-entry cache for the hot path */
     /* the same streams by handle: open addressing, linear probing, a power-of-two size at least
      * twice nstreams; rebuilt whenever streams[] changes (a stream's first use, its reaping), so

@@ -128,6 +128,7 @@ struct param {
 struct fn_info {
     uint32_t name;      /* rec_string id of the (mangled) kernel name */
     int layout;         /* 1: params[] is the function's layout; 0: unknown */
+    int fits;           /* with a layout: all its words fit a launch's stack buffer (collect) */
     unsigned nparams;
     struct param p[];
 };
@@ -154,7 +155,9 @@ static inline unsigned slot_hash(uintptr_t k)
     return (unsigned)k & (TAB_SLOTS - 1);
 }
 
-static void *tab_get(struct slot *t, uintptr_t key, int *found)
+/* inline: two of these are a launch's (the runtime's symbol, then the function) */
+__attribute__((always_inline)) static inline void *tab_get(struct slot *t, uintptr_t key,
+                                                          int *found)
 {
     unsigned h = slot_hash(key);
     for (unsigned i = 0; i < TAB_SLOTS; i++) {
@@ -230,6 +233,10 @@ static struct fn_info *fn_info_build(CUfunction f)
         fi->p[i].size = (uint32_t)size;
     }
     fi->nparams = fi->layout ? n : 0;
+    size_t words = 0;
+    for (unsigned i = 0; i < fi->nparams; i++)
+        words += fi->p[i].size / 8;
+    fi->fits = fi->layout && words <= GM_USES_STACK_WORDS;
     const char *name = NULL;
     if (f && gm_real.cuFuncGetName && gm_real.cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
         fi->name = rec_string(name);
@@ -376,16 +383,23 @@ static void words_free(struct gm_uses_op *ws)
  * rest goes through the scalar loop, branch-free: every word stored, the count moved by the
  * test. Both store at most one word per word scanned: scan gives them room for a chunk of
  * words at a time. */
-static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
-                         size_t words)
+__attribute__((always_inline)) static inline size_t
+scan_words_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
+                 size_t words, int both)
 {
     for (size_t i = 0; i < words; i++) {
         uint64_t v;
         memcpy(&v, base + 8 * i, 8); /* kernel arguments need not be 8-aligned in host memory */
         w[n] = v;
-        n += candidate(sp, v);
+        n += both ? candidate(sp, v) : (uintptr_t)v - sp->dlo < sp->dlen;
     }
     return n;
+}
+
+static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
+                         size_t words)
+{
+    return scan_words_spans(w, n, sp, base, words, 1);
 }
 
 #if defined(__x86_64__)
@@ -427,12 +441,20 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
 }
 #endif
 
+/* A run of words, vectorized where the CPU can; w has room for `words` more. */
+static size_t scan_run(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
+                       size_t words)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        return scan_avx2(w, n, sp, base, words);
+#endif
+    return scan_words(w, n, sp, base, words);
+}
+
 static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
                       size_t words)
 {
-#if defined(__x86_64__)
-    int avx2 = __builtin_cpu_supports("avx2");
-#endif
     for (size_t i = 0; i < words;) {
         size_t k = words - i < 64 ? words - i : 64;
         if (!words_room(ws, k)) { /* out of memory: as many words as the room left can take */
@@ -440,12 +462,7 @@ static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsig
             if (!k)
                 break;
         }
-        const unsigned char *p = base + 8 * i;
-#if defined(__x86_64__)
-        ws->n = avx2 ? scan_avx2(ws->w, ws->n, sp, p, k) : scan_words(ws->w, ws->n, sp, p, k);
-#else
-        ws->n = scan_words(ws->w, ws->n, sp, p, k);
-#endif
+        ws->n = scan_run(ws->w, ws->n, sp, base + 8 * i, k);
         i += k;
     }
 }
@@ -476,13 +493,43 @@ static const unsigned char *extra_buffer(void **extra, size_t *size)
     return buf;
 }
 
+/* The usual launch: a kernelParams array and a layout whose words all fit the stack buffer
+ * (fi->fits: a few pointers, sizes, a small struct), so no room is checked. A parameter of one
+ * word (a pointer, a size) is tested here without a loop, against the device span alone when
+ * there is no host span (both: there is); a narrow struct word by word, a wide one by the
+ * vector scan. */
+__attribute__((always_inline)) static inline size_t
+collect_fit_spans(uint64_t *w, const struct fn_info *fi, void **params, const struct spans *sp,
+                  int both)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < fi->nparams; i++) {
+        const unsigned char *p = params[i];
+        uint32_t size = fi->p[i].size;
+        if (__builtin_expect(size == 8 && p != NULL, 1)) {
+            n = scan_words_spans(w, n, sp, p, 1, both);
+            continue;
+        }
+        size_t words = size / 8;
+        if (p && words)
+            n = words < 8 ? scan_words_spans(w, n, sp, p, words, both) : scan_run(w, n, sp, p, words);
+    }
+    return n;
+}
+
 static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **params, void **extra)
 {
-    size_t bsize = 0;
-    const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
     struct spans sp;
     spans_load(&sp);
     ws->unread = 0;
+    if (params && fi && fi->fits) {
+        words_init(ws);
+        ws->n = sp.hlen ? collect_fit_spans(ws->w, fi, params, &sp, 1)
+                        : collect_fit_spans(ws->w, fi, params, &sp, 0);
+        return;
+    }
+    size_t bsize = 0;
+    const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
     if (fi && fi->layout) {
         words_init(ws);
         for (unsigned i = 0; i < fi->nparams; i++) {
@@ -590,9 +637,9 @@ static int ref_ready(void)
     return st == 1;
 }
 
-static struct timing *timing_begin(CUstream s)
+static struct timing *timing_begin_timed(CUstream s)
 {
-    if (gm_uses_mode != GM_USES_TIMED || !ref_ready())
+    if (!ref_ready())
         return NULL;
     CUcontext ctx = NULL;
     if (gm_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
@@ -607,6 +654,12 @@ static struct timing *timing_begin(CUstream s)
         t = NULL;
     }
     return t;
+}
+
+/* untimed (GPUMEM_USES=1): one compare, inline */
+static inline struct timing *timing_begin(CUstream s)
+{
+    return gm_uses_mode == GM_USES_TIMED ? timing_begin_timed(s) : NULL;
 }
 
 static struct timing *timing_end(struct timing *t, CUstream s, CUresult launch_result)
@@ -704,7 +757,8 @@ void gm_uses_kernel_end(struct gm_uses_op *op, CUresult r)
 {
     launch_record(op, r, REC_OP_KERNEL, op->name, 0, NULL);
     words_free(op);
-    free(op->tmp);
+    if (op->tmp) /* a layout private to this launch (rare): no call into malloc otherwise */
+        free(op->tmp);
 }
 
 static uint32_t op_name(int which)

@@ -17,6 +17,13 @@
  *                        (first half) and sizes and zeros; W_unused is allocated and never passed
  *   uses_app wide pinned the same, and a pointer into a pinned host buffer W_pinned (cudaMallocHost)
  *                        among the sizes
+ *   uses_app narrow      one launch of a kernel whose parameters all fit the hook's stack buffer
+ *                        (the scan that checks no room): an int; a pointer into N0 (interior); a
+ *                        by-value struct of 41 words, sizes and zeros around pointers into N1
+ *                        (word 1), N2 (word 7) and N3 (word 40, past the last group of four);
+ *                        a struct {pointer into N4, int, pointer into N5}; a host pointer (to
+ *                        the stack). N_unused is allocated and never passed
+ *   uses_app narrow pinned  the same with the host pointer into a pinned buffer N_pinned
  * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
  * succeeded and every kernel saw the values it was given.
  */
@@ -298,6 +305,46 @@ static void wide(void)
     launches++;
 }
 
+enum { MID_WORDS = 41 };
+struct mid {
+    uint64_t w[MID_WORDS];
+};
+static void k_narrow(void **p) { (void)p; }
+
+static void narrow(int pinned)
+{
+    char *N[6];
+    for (int k = 0; k < 6; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "N%d", k);
+        N[k] = dev_alloc(name, 4096);
+    }
+    dev_alloc("N_unused", 4096);
+    size_t sz[] = {sizeof(int), sizeof(char *), sizeof(struct mid), sizeof(struct pair),
+                   sizeof(void *)};
+    CUfunction f = kernel("k_narrow", k_narrow, 5, sz);
+    int n = 3;
+    char *a = N[0] + 100;
+    struct mid m;
+    for (int i = 0; i < MID_WORDS; i++)
+        m.w[i] = i % 3 ? (uint64_t)i * 5 : 0;
+    m.w[1] = (uint64_t)(uintptr_t)N[1];
+    m.w[7] = (uint64_t)(uintptr_t)(N[2] + 4095);
+    m.w[40] = (uint64_t)(uintptr_t)(N[3] + 8);
+    struct pair pr = {(float *)(N[4] + 64), 9, (float *)N[5]};
+    int host = 0;
+    void *h = &host;
+    if (pinned) {
+        RT(cudaMallocHost(&h, 4096));
+        if (name_fn) name_fn(h, "N_pinned");
+        h = (char *)h + 16;
+    }
+    void *args[] = {&n, &a, &m, &pr, &h};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+    launches++;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "acceptance";
@@ -313,6 +360,8 @@ int main(int argc, char **argv)
         wide_pinned = argc > 2 && !strcmp(argv[2], "pinned");
         wide();
     }
+    else if (!strcmp(mode, "narrow"))
+        narrow(argc > 2 && !strcmp(argv[2], "pinned"));
     else if (!strcmp(mode, "sleep"))
         sleeper(argc > 2 ? atoi(argv[2]) : 3);
     else {

@@ -14,6 +14,11 @@
 #    get uses (more candidates than the hook's stack buffer holds), the unused one none; with a
 #    pointer into pinned host memory among the sizes too, that buffer also gets its use (the
 #    scan tests the host span only where there is one);
+#  - a kernel whose parameters all fit the hook's stack buffer (an int, a pointer, a struct of 41
+#    words, a struct of 3, a host pointer): exactly the 6 allocations its pointers point into get
+#    uses, wherever the word sits (a lone pointer, inside a struct, past the last group of four);
+#    with the host pointer into pinned memory, that buffer too (the device span alone is tested
+#    where there is no host span);
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -71,6 +76,14 @@ DB=$TMP/widep.db
 run_app "$DB" "$TMP/widep.out" "$APPS/uses_app" wide pinned || { fail "uses_app wide pinned"; cat "$TMP/widep.out" "$TMP/widep.out.err"; }
 check_eq "wide pinned: k_wide uses exactly W000..W279 and W_pinned" "$(used_names "$DB" k_wide | tr ' ' '\n' | sort | paste -sd ' ')" \
   "$( (printf 'W%03d\n' $(seq 0 279); echo W_pinned) | sort | paste -sd ' ')"
+
+# ---- parameters that fit the stack buffer: one word, a narrow struct, a 41-word struct ------------
+DB=$TMP/narrow.db
+run_app "$DB" "$TMP/narrow.out" "$APPS/uses_app" narrow || { fail "uses_app narrow"; cat "$TMP/narrow.out" "$TMP/narrow.out.err"; }
+check_eq "narrow: k_narrow uses exactly N0..N5" "$(used_names "$DB" k_narrow)" "N0 N1 N2 N3 N4 N5"
+DB=$TMP/narrowp.db
+run_app "$DB" "$TMP/narrowp.out" "$APPS/uses_app" narrow pinned || { fail "uses_app narrow pinned"; cat "$TMP/narrowp.out" "$TMP/narrowp.out.err"; }
+check_eq "narrow pinned: k_narrow uses exactly N0..N5 and N_pinned" "$(used_names "$DB" k_narrow)" "N0 N1 N2 N3 N4 N5 N_pinned"
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)

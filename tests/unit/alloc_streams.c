@@ -220,6 +220,81 @@ static uint64_t must_alloc(fake_t *f, size_t size, uintptr_t stream)
     return p;
 }
 
+/* The one-stream shortcut of alloc_use_streams takes no lock. Two threads: one allocates blocks
+ * (all on 0x1000 but one, on 0x2000, halfway) and hands each address over through a mailbox
+ * (the program's own synchronization); the other reports each block it receives as used on
+ * 0x1000, and between hand-overs keeps reporting an older block while mallocs run. Exactly the
+ * block on 0x2000 gains 0x1000: the malloc that made the allocator mixed is seen by the first
+ * launch that can carry its address, however the threads interleave (ThreadSanitizer: no race). */
+enum { HANDOVERS = 400 };
+typedef struct mailbox {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t addr; /* 0: empty */
+    bool closed;
+    fake_t *f;
+    uint64_t old; /* a block on 0x1000 allocated before the threads start */
+    size_t gained, gained_old;
+    int malloc_rc;
+} mailbox_t;
+
+static void *launcher_thread(void *arg)
+{
+    mailbox_t *mb = arg;
+    for (;;) {
+        uint64_t w[] = {mb->old, mb->old + 512};
+        mb->gained_old += alloc_use_streams(mb->f->a, w, 2, 0x1000);
+        pthread_mutex_lock(&mb->mu);
+        while (!mb->addr && !mb->closed) pthread_cond_wait(&mb->cv, &mb->mu);
+        uint64_t p = mb->addr;
+        mb->addr = 0;
+        bool closed = mb->closed;
+        pthread_cond_broadcast(&mb->cv);
+        pthread_mutex_unlock(&mb->mu);
+        if (p) {
+            uint64_t pw[] = {p + 64};
+            mb->gained += alloc_use_streams(mb->f->a, pw, 1, 0x1000);
+        }
+        if (!p && closed) return NULL;
+    }
+}
+
+static void test_tracked_uses_threads(void **state)
+{
+    (void)state;
+    fake_t *f = mk(NULL);
+    mailbox_t mb = {.f = f, .old = must_alloc(f, 4096, 0x1000)};
+    pthread_mutex_init(&mb.mu, NULL);
+    pthread_cond_init(&mb.cv, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, launcher_thread, &mb), 0);
+    uint64_t *blocks = calloc(HANDOVERS, sizeof *blocks);
+    assert_non_null(blocks);
+    for (int i = 0; i < HANDOVERS; i++) {
+        int rc = alloc_malloc(f->a, 4096, i == HANDOVERS / 2 ? 0x2000 : 0x1000, &blocks[i]);
+        if (rc) mb.malloc_rc = rc;
+        pthread_mutex_lock(&mb.mu);
+        while (mb.addr) pthread_cond_wait(&mb.cv, &mb.mu);
+        mb.addr = blocks[i];
+        pthread_cond_broadcast(&mb.cv);
+        pthread_mutex_unlock(&mb.mu);
+    }
+    pthread_mutex_lock(&mb.mu);
+    while (mb.addr) pthread_cond_wait(&mb.cv, &mb.mu);
+    mb.closed = true;
+    pthread_cond_broadcast(&mb.cv);
+    pthread_mutex_unlock(&mb.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(mb.malloc_rc, 0);
+    assert_int_equal(mb.gained, 1);     /* the block on 0x2000, and only it */
+    assert_int_equal(mb.gained_old, 0); /* the old block is on 0x1000 itself */
+    for (int i = 0; i < HANDOVERS; i++) assert_int_equal(alloc_free(f->a, blocks[i]), ALLOC_OK);
+    free(blocks);
+    pthread_cond_destroy(&mb.cv);
+    pthread_mutex_destroy(&mb.mu);
+    done(f);
+}
+
 /* A free waits only for the streams recorded for the block: 64 streams exist, the block was
  * allocated on one and used on one more (record_stream): one event, on the other one. */
 static void test_fence_only_recorded_streams(void **state)
@@ -866,6 +941,7 @@ int main(void)
         cmocka_unit_test(test_fence_only_recorded_streams),
         cmocka_unit_test(test_tracked_uses_fence),
         cmocka_unit_test(test_tracked_uses_one_stream),
+        cmocka_unit_test(test_tracked_uses_threads),
         cmocka_unit_test(test_plain_free_fences_every_stream),
         cmocka_unit_test(test_frees_land_per_stream),
         cmocka_unit_test(test_failed_record_keeps_stream),
