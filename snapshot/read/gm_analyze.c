@@ -671,23 +671,31 @@ static void count_rows(sweep *w, size_t k) {
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
 
-/* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
- * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
- * each to sweep_row, converted as SQLite's values convert. The two kinds of almost every row,
- * a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
+/* Row r to the device account (gm_devused.c, its own state). Its filter of addresses, or NULL:
+ * out of memory, the report goes on without the account. */
+static __attribute__((noinline)) const uint64_t *devused_row(sweep *w, const gm_event_row *r) {
+    if (gm_devused_rows(w->du, w->m->devused, r, 1) == 0) return gm_devused_addr_filter(w->du);
+    gm_devused_end(w->du);
+    w->du = NULL;
+    gm_devused_free(w->m->devused);
+    free(w->m->devused);
+    w->m->devused = NULL;
+    return NULL;
+}
+
+/* The rows of one leaf page of events (gm_analyze_pages.c), or a batch SQLite hands over: each
+ * to the device account where it reads the row (devused_row: not gpumem's own allocations, nor
+ * frees whose address no allocation outside gpumem had; a leaf's loop of its own was 19 instructions an
+ * event), and to sweep_row, converted as SQLite's values convert. The two kinds of almost
+ * every row, a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
  * free, are swept here with the sums and the sweep's state in locals, as sweep_row sweeps them:
  * what they cannot change (reserved, host memory, their peaks) is not looked at; every other
  * row goes to sweep_row with the state written back. */
 static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     sweep *w = ctx;
     gm_model *m = w->m;
-    if (w->du && gm_devused_rows(w->du, m->devused, r, n) != 0) {
-        gm_devused_end(w->du); /* out of memory: report without the account */
-        w->du = NULL;
-        gm_devused_free(m->devused);
-        free(m->devused);
-        m->devused = NULL;
-    }
+    /* the device account's rows: those it reads (gm_devused_addr_filter), in order */
+    const uint64_t *du_seen = w->du ? gm_devused_addr_filter(w->du) : NULL;
     HOT_SUMS(HOT_DECL)
     /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both), one
      * count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
@@ -711,6 +719,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         uint32_t range = (uint32_t)r->range;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
+            if (du_seen) du_seen = devused_row(w, r);
             SWEEP_STORE
             count_rows(w, i - counted);
             counted = i + 1;
@@ -730,6 +739,11 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             SWEEP_STORE
             for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
             SWEEP_LOAD
+        }
+        if (du_seen) {
+            uint32_t b = gm_devused_addr_bit(addr);
+            if (alloc ? !(flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) : du_seen[b >> 6] >> (b & 63) & 1)
+                du_seen = devused_row(w, r);
         }
         if (alloc) {
             uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
