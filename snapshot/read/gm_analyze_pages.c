@@ -121,10 +121,11 @@ typedef struct reader {
     uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
     gm_event_row *rows;       /* one leaf's rows */
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
-    int64_t last_seq;
+    int64_t last_seq; /* the last row's; INT64_MIN before the first (a row of that rowid, which
+                         no recorder writes, is then out of order: read through SQLite) */
     int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
-                      requested, stack, device and alloc_id (0) */
-    int any_row;   /* a row was read (last_seq is set) */
+                      requested, stack, device and alloc_id, nor a device allocation's alloc_id
+                      (0) */
     int delivered; /* rows were handed to the caller */
 } reader;
 
@@ -226,10 +227,11 @@ static inline int64_t value_of(const uint8_t *b, unsigned t, int64_t null_value)
  * has a few dozen headers (each column's value in 0, 1, 2, 3, 4 or 6 bytes, or NULL), and rows
  * alternate between them. Each column read (everything but seq and thread) is at off bytes
  * from the body; its value is the 8 bytes there, big-endian, shifted right (sign-extending) to
- * its size, then `| konst`. A type without bytes (NULL, 0, 1) reads the header's first byte
- * instead (off -14: 14, sign bit clear) shifted by 63, which is 0 whatever the row, and konst is
- * the value: one load and an `or` a field fewer than a mask for it (2 of the reader's ~9
- * instructions a field). */
+ * its size. A type without bytes reads the header instead, where its value is in the top bits:
+ * NULL and 0 the header's first byte (off -14: 14, sign bit clear) shifted by 63, which is 0;
+ * 1 (type 9, 0b00001001) its own type byte shifted by 59, which leaves 0b00001. No mask, no
+ * constant to load and OR in (3 of the reader's ~9 instructions a field), but for the device,
+ * whose NULL is -1 (device_null, OR'ed in). */
 enum { F_T, F_KIND, F_FLAGS, F_DEVICE, F_STREAM, F_ADDR, F_SIZE, F_REQUESTED, F_ALLOC_ID, F_STACK, F_RANGE,
        NFIELDS };
 static const uint8_t field_col[NFIELDS] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12};
@@ -238,7 +240,7 @@ typedef struct plan {
     uint32_t body;   /* the body's size */
     int8_t off[NFIELDS];
     uint8_t shift[NFIELDS];
-    int64_t konst[NFIELDS];
+    int64_t device_null; /* -1: the device is NULL (the query's coalesce(device, -1)); else 0 */
 } plan;
 enum { PLAN_BITS = 6 }; /* plans kept: 64, by a hash of the header */
 
@@ -260,19 +262,26 @@ static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, co
     for (int col = 0; col < NCOLS; col++) at[col + 1] = at[col] + header_size[c[col + 1]];
     for (int f = 0; f < NFIELDS; f++) {
         unsigned col = field_col[f], t = c[col + 1];
-        p->off[f] = (int8_t)(t - 1 < 6 ? (int)at[col] : -14); /* at[col] <= 12 * 8 */
-        p->shift[f] = (uint8_t)(t - 1 < 6 ? 64 - 8 * type_size[t] : 63);
-        p->konst[f] = t - 1 < 6 ? 0 : value_of(c, t, f == F_DEVICE ? -1 : 0);
+        if (t - 1 < 6) { /* at[col] <= 12 * 8 */
+            p->off[f] = (int8_t)at[col], p->shift[f] = (uint8_t)(64 - 8 * type_size[t]);
+        } else if (t == 9) {
+            p->off[f] = (int8_t)((int)col + 1 - 14), p->shift[f] = 59;
+        } else {
+            p->off[f] = -14, p->shift[f] = 63;
+        }
     }
+    p->device_null = c[field_col[F_DEVICE] + 1] == 0 ? -1 : 0;
     p->body = body;
     p->key[0] = k0, p->key[1] = k1;
     return p;
 }
 
-/* field f of the record whose body is at b (its header 14 bytes before it), by plan p */
+/* field f of the record whose body is at b (its header 14 bytes before it), by plan p; the
+ * device's with device(). */
 static inline int64_t field(const plan *p, const uint8_t *b, int f) {
-    return ((int64_t)__builtin_bswap64(load64(b + p->off[f])) >> p->shift[f]) | p->konst[f];
+    return (int64_t)__builtin_bswap64(load64(b + p->off[f])) >> p->shift[f];
 }
+static inline int64_t device(const plan *p, const uint8_t *b) { return field(p, b, F_DEVICE) | p->device_null; }
 
 /* One record the general way: any varint sizes. 0, or -1 (give up). */
 static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
@@ -293,12 +302,14 @@ static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
 }
 
 /* A device free (REC_FREE, REC_FREE_ASYNC): what the model's sweep reads of it (gm_analyze.c's
- * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range. */
+ * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range; of a device allocation
+ * (REC_ALLOC, REC_ALLOC_ASYNC) everything but its alloc_id (t and stream of no row). */
 static inline int device_free(int64_t kind) { return kind == REC_FREE || kind == REC_FREE_ASYNC; }
+static inline int device_alloc(int64_t kind) { return kind == REC_ALLOC || kind == REC_ALLOC_ASYNC; }
 
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
- * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id (a
- * constant: one copy of the loop each). next: the page after this one where the window holds
+ * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id, nor
+ * a device allocation's alloc_id (a constant: one copy of the loop each). next: the page after this one where the window holds
  * it (else NULL), asked into the cache a line a row: the next leaf is mostly the next page, and
  * its lines are then fetched while this one is decoded and swept (the first read of each line
  * of a page was the reader's largest cost, a stall on memory; all of a page's lines asked for at
@@ -310,8 +321,9 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
     uint32_t first = 8 + 2 * ncell;
     uint32_t nlines = next ? r->pgsz / 64 : 0;
     for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
+    const uint8_t *pf = next ? next + (size_t)nlines * 64 : NULL; /* above the next line asked for */
     for (uint32_t i = 0; i < ncell; i++) {
-        if (i < nlines) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
+        if (pf != next) pf -= 64, __builtin_prefetch(pf);
         uint32_t ptr = be16(p + 8 + 2 * i);
         if (ptr < first || ptr >= r->usable) return -1;
         const uint8_t *c = p + ptr, *cell = c;
@@ -335,14 +347,15 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             if (device_free(kind)) { /* half of a recording's rows: 5 of 9 fields not decoded */
                 row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
             } else {
-                row->device = field(pl, b, F_DEVICE);
+                row->device = device(pl, b);
                 row->size = field(pl, b, F_SIZE), row->requested = field(pl, b, F_REQUESTED);
-                row->alloc_id = field(pl, b, F_ALLOC_ID), row->stack = field(pl, b, F_STACK);
+                row->stack = field(pl, b, F_STACK);
+                row->alloc_id = device_alloc(kind) ? 0 : field(pl, b, F_ALLOC_ID); /* the other half */
             }
         } else if (pl && pl->body == np - 14) {
             const uint8_t *b = c + 14;
             row->t = field(pl, b, F_T), row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
-            row->device = field(pl, b, F_DEVICE), row->stream = field(pl, b, F_STREAM);
+            row->device = device(pl, b), row->stream = field(pl, b, F_STREAM);
             row->addr = field(pl, b, F_ADDR), row->size = field(pl, b, F_SIZE);
             row->requested = field(pl, b, F_REQUESTED), row->alloc_id = field(pl, b, F_ALLOC_ID);
             row->stack = field(pl, b, F_STACK), row->range = field(pl, b, F_RANGE);
@@ -352,9 +365,10 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             row->t = row->stream = 0;
             if (device_free(row->kind))
                 row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            if (device_alloc(row->kind)) row->alloc_id = 0;
         }
-        if (r->any_row && row->seq <= r->last_seq) return -1;
-        r->last_seq = row->seq, r->any_row = 1;
+        if (row->seq <= r->last_seq) return -1;
+        r->last_seq = row->seq;
     }
     return (long)ncell;
 }
@@ -507,7 +521,7 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {.fd = -1, .lean = lean};
+    reader r = {.fd = -1, .lean = lean, .last_seq = INT64_MIN};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */

@@ -4,8 +4,8 @@
  * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
  * an image in memory (the fuzz target's) is read the same way. Its fall-back, gm_events_sql,
  * hands over the same rows through SQLite, up to where SQLite stops on a damaged file; its lean
- * variant (gm_events_pages_lean) the same rows with t and stream 0, and a device free's size,
- * requested, stack, device and alloc_id 0. */
+ * variant (gm_events_pages_lean) the same rows with t and stream 0, a device free's size,
+ * requested, stack, device and alloc_id 0, and a device allocation's alloc_id. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,8 +101,8 @@ static rows rows_checked(const char *p) {
     assert_int_equal(q.n, v.n);
     assert_memory_equal(q.r, v.r, v.n * sizeof *v.r);
     free(q.r);
-    /* gm_events_pages_lean (the model's sweep): the same rows with t and stream 0, and a
-     * device free's size, requested, stack, device and alloc_id */
+    /* gm_events_pages_lean (the model's sweep): the same rows with t and stream 0, a device
+     * free's size, requested, stack, device and alloc_id, and a device allocation's alloc_id */
     rows l = {0};
     assert_int_equal(gm_events_pages_lean(&d, collect, &l), GM_PAGES_DONE);
     assert_int_equal(l.n, v.n);
@@ -111,6 +111,7 @@ static rows rows_checked(const char *p) {
         want.t = want.stream = 0;
         if (want.kind == REC_FREE || want.kind == REC_FREE_ASYNC)
             want.size = want.requested = want.stack = want.device = want.alloc_id = 0;
+        if (want.kind == REC_ALLOC || want.kind == REC_ALLOC_ASYNC) want.alloc_id = 0;
         assert_memory_equal(&l.r[k], &want, sizeof want);
     }
     free(l.r);
