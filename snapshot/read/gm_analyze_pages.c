@@ -250,12 +250,10 @@ static inline uint64_t load64(const uint8_t *p) {
     return x;
 }
 
-/* The plan of the 14-byte header at c (c[0] is 14), or NULL when a type is not an integer or
- * NULL (the record is read the general way). */
-static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, const uint8_t *c) {
-    uint64_t k0 = load64(c), k1 = load64(c + 6);
-    plan *p = &plans[((k0 ^ k1 >> 16) * 0x9e3779b97f4a7c15ull) >> (64 - PLAN_BITS)];
-    if (p->key[0] == k0 && p->key[1] == k1) return p;
+/* The plan of the 14-byte header at c (k0, k1 its bytes as plan_of loads them) made into *p, or
+ * NULL when a type is not an integer or NULL (the record is read the general way). Out of line:
+ * a recording has a few dozen headers, and the loop over rows keeps its registers. */
+static __attribute__((noinline)) const plan *plan_make(plan *p, const uint8_t *c, uint64_t k0, uint64_t k1) {
     uint32_t body = header_body(c);
     if (body >= NOT_INT) return NULL;
     uint32_t at[NCOLS + 1] = {0};
@@ -274,6 +272,14 @@ static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, co
     p->body = body;
     p->key[0] = k0, p->key[1] = k1;
     return p;
+}
+
+/* The plan of the 14-byte header at c (c[0] is 14), or NULL (plan_make). */
+static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, const uint8_t *c) {
+    uint64_t k0 = load64(c), k1 = load64(c + 6);
+    plan *p = &plans[((k0 ^ k1 >> 16) * 0x9e3779b97f4a7c15ull) >> (64 - PLAN_BITS)];
+    if (p->key[0] == k0 && p->key[1] == k1) return p;
+    return plan_make(p, c, k0, k1);
 }
 
 /* field f of the record whose body is at b (its header 14 bytes before it), by plan p; the
