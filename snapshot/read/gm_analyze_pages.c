@@ -106,6 +106,30 @@ static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64
     return p;
 }
 
+/* The rowid expected next, last_seq + 1 (a recording's rowids are consecutive), and its varint:
+ * enc is the value of its len bytes read big-endian (be32 of the cell >> shift, shift 32 - 8 *
+ * len). A cell whose rowid is that one is read without decoding the varint (a rowid past 2^21,
+ * most of a long recording's, is 4 bytes: ~30 instructions a row), and is in order. enc
+ * UINT64_MAX: none expected (before the first row; a rowid of 2^28 or more). */
+typedef struct rowid_next {
+    uint64_t seq, enc;
+    uint32_t len, shift;
+} rowid_next;
+
+/* the expectation after rowid seq - 1 (next->enc, when it was, that rowid's varint) */
+static inline void rowid_expect(rowid_next *next, uint64_t seq, int was) {
+    next->seq = seq;
+    if (was && (next->enc & 0x7f) != 0x7f) { /* only the last byte changes */
+        next->enc++;
+        return;
+    }
+    uint32_t len = seq < 1u << 7 ? 1 : seq < 1u << 14 ? 2 : seq < 1u << 21 ? 3 : seq < 1u << 28 ? 4 : 0;
+    uint64_t enc = seq & 0x7f;
+    for (uint32_t k = 1; k < len; k++) enc |= (0x80 | (seq >> 7 * k & 0x7f)) << 8 * k;
+    next->enc = len ? enc : UINT64_MAX;
+    next->len = len, next->shift = 32 - 8 * len;
+}
+
 typedef struct reader {
     sqlite3_file *f;
     uint32_t pgsz, usable, npages, lockpage;
@@ -123,6 +147,7 @@ typedef struct reader {
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
     int64_t last_seq; /* the last row's; INT64_MIN before the first (a row of that rowid, which
                          no recorder writes, is then out of order: read through SQLite) */
+    rowid_next next_rowid; /* the rowid expected next (rowid_expect) */
     int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
                       requested, stack, device and alloc_id, nor a device allocation's alloc_id
                       (0) */
@@ -328,6 +353,7 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
     uint32_t nlines = next ? r->pgsz / 64 : 0;
     for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
     const uint8_t *pf = next ? next + (size_t)nlines * 64 : NULL; /* above the next line asked for */
+    rowid_next nr = r->next_rowid;
     for (uint32_t i = 0; i < ncell; i++) {
         if (pf != next) pf -= 64, __builtin_prefetch(pf);
         uint32_t ptr = be16(p + 8 + 2 * i);
@@ -337,7 +363,13 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
         /* a payload size in 9 bytes: SQLite reads its ninth byte 7 bits too (btreeParseCellPtr),
          * where a varint's ninth byte is 8 bits, so the size can differ from varint()'s; no
          * writer makes one (a size fits in 4 bytes) */
-        if (!(c = varint(c, end, &np)) || c - cell == 9 || !(c = varint(c, end, &rowid))) return -1;
+        if (!(c = varint(c, end, &np)) || c - cell == 9) return -1;
+        int expected = end - c >= 4 && (uint64_t)be32(c) >> nr.shift == nr.enc;
+        if (expected) {
+            rowid = nr.seq, c += nr.len;
+        } else if (!(c = varint(c, end, &rowid)) || (int64_t)rowid <= r->last_seq) {
+            return -1; /* not one, or out of order */
+        }
         /* larger than a leaf keeps on its page: the rest is on overflow pages */
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
         gm_event_row *row = &r->rows[i];
@@ -373,9 +405,10 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
                 row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
             if (device_alloc(row->kind)) row->alloc_id = 0;
         }
-        if (row->seq <= r->last_seq) return -1;
-        r->last_seq = row->seq;
+        r->last_seq = (int64_t)rowid;
+        rowid_expect(&nr, rowid + 1, expected);
     }
+    r->next_rowid = nr;
     return (long)ncell;
 }
 
@@ -527,7 +560,7 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {.fd = -1, .lean = lean, .last_seq = INT64_MIN};
+    reader r = {.fd = -1, .lean = lean, .last_seq = INT64_MIN, .next_rowid = {.enc = UINT64_MAX}};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */

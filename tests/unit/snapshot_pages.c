@@ -124,10 +124,16 @@ static void rows_equal_query(void **state) {
     (void)state;
     char p[512];
     snap_path(p, sizeof p, "rows.db");
-    /* NULLs where the recorder writes none, and the largest and smallest integers */
-    make_db_edited(p, 20000, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
+    /* NULLs where the recorder writes none, and the largest and smallest integers; rowids
+     * after a gap and across the sizes of their varints (3 to 4 bytes at 2^21, 4 to 5 at 2^28,
+     * where the reader stops expecting the next one: rowid_expect) */
+    make_db_edited(p, 20000, "INSERT INTO events (seq, kind, addr) VALUES (2097151, 1, 1), (2097152, 2, 1), "
+                             "(2097153, 1, 2), (2097155, 2, 2);"
+                             "INSERT INTO events (seq, kind, addr, size, device) VALUES "
                              "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
-                             "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);");
+                             "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);"
+                             "INSERT INTO events (seq, kind, addr) VALUES (268435455, 1, 3), (268435456, 2, 3), "
+                             "(268435457, 1, 4);");
     rows v = rows_checked(p);
     gm_db d;
     assert_true(v.n > 39000);
