@@ -1087,7 +1087,9 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     uint8_t *const cat = c->cat;
     const uint64_t last_birth = x.last_birth;
     for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
+        /* a copy: the stores below may alias the allocation to the compiler, which loaded its
+         * fields again after each */
+        const gm_alloc al = m->allocs[i], *a = &al;
         cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;
