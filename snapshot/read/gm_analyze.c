@@ -633,7 +633,8 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
 
 /* The running sums every device allocation and free changes, kept in locals over a leaf's rows
  * (sweep_rows): in the model they were a load and a store each per event, which the stores
- * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
+ * into the allocations (the same type, uint64_t) kept the compiler from holding in registers.
+ * (max_seq: sweep_rows takes it once a batch, rows_max_seq.) */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
     X(peak_requested) X(peak_requested_seq)
@@ -670,6 +671,16 @@ static void count_rows(sweep *w, size_t k) {
     last_range = w->last_range, last_st = w->last_st;                                              \
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
+
+/* The largest of n rows' seqs (n > 0) taken as unsigned, as gm_model.max_seq: the rows come in
+ * seq order (signed: the table's rowids), so it is the last row's, or the last negative one's
+ * where there are both (no recorder writes a negative seq). */
+static uint64_t rows_max_seq(const gm_event_row *r, size_t n) {
+    if (r[0].seq >= 0 || r[n - 1].seq < 0) return (uint64_t)r[n - 1].seq;
+    size_t i = n - 1;
+    while (r[i].seq >= 0) i--;
+    return (uint64_t)r[i].seq;
+}
 
 /* Row r to the device account (gm_devused.c, its own state). Its filter of addresses, or NULL:
  * out of memory, the report goes on without the account. */
@@ -732,7 +743,6 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             }
             continue;
         }
-        if (seq > max_seq) max_seq = seq;
         m->count_kind[kind]++;
         by_cache[flags / REC_F_CACHE_HIT & 3]++;
         if (name_seq < seq) {
@@ -801,6 +811,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             st_alloc = allocated, st_seq = seq;
         }
     }
+    if (n && rows_max_seq(r - n, n) > max_seq) max_seq = rows_max_seq(r - n, n);
     SWEEP_STORE
     count_rows(w, n - counted);
     m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
