@@ -723,8 +723,8 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
-    size_t counted = 0;
-    for (size_t i = 0; i < n; i++, r++) {
+    const gm_event_row *const rows = r, *const end = r + n, *counted = r;
+    for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
         uint32_t range = (uint32_t)r->range;
@@ -732,8 +732,8 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);
             SWEEP_STORE
-            count_rows(w, i - counted);
-            counted = i + 1;
+            count_rows(w, (size_t)(r - counted));
+            counted = r + 1;
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
             SWEEP_LOAD
@@ -764,7 +764,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                     gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
                 SWEEP_LOAD
                 if (rc != 0) {
-                    count_rows(w, i + 1 - counted);
+                    count_rows(w, (size_t)(r + 1 - counted));
                     m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
                     return -1;
                 }
@@ -811,9 +811,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             st_alloc = allocated, st_seq = seq;
         }
     }
-    if (n && rows_max_seq(r - n, n) > max_seq) max_seq = rows_max_seq(r - n, n);
+    if (n && rows_max_seq(rows, n) > max_seq) max_seq = rows_max_seq(rows, n);
     SWEEP_STORE
-    count_rows(w, n - counted);
+    count_rows(w, (size_t)(end - counted));
     m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
     return 0;
 }
