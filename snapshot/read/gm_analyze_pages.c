@@ -354,9 +354,11 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
     for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
     const uint8_t *pf = next ? next + (size_t)nlines * 64 : NULL; /* above the next line asked for */
     rowid_next nr = r->next_rowid;
-    for (uint32_t i = 0; i < ncell; i++) {
+    /* the cell pointers and the rows walked by pointer: no index to keep */
+    gm_event_row *row = r->rows;
+    for (const uint8_t *cp = p + 8, *cend = cp + 2 * (size_t)ncell; cp < cend; cp += 2, row++) {
         if (pf != next) pf -= 64, __builtin_prefetch(pf);
-        uint32_t ptr = be16(p + 8 + 2 * i);
+        uint32_t ptr = be16(cp);
         if (ptr < first || ptr >= r->usable) return -1;
         const uint8_t *c = p + ptr, *cell = c;
         uint64_t np, rowid;
@@ -372,7 +374,6 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
         }
         /* larger than a leaf keeps on its page: the rest is on overflow pages */
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
-        gm_event_row *row = &r->rows[i];
         row->seq = (int64_t)rowid;
         /* the recorder's records: a 14-byte header, 13 one-byte integer or NULL types, the
          * values one after another (each value's type is the header's byte k + 1) */
