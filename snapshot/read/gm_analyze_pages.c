@@ -340,12 +340,12 @@ static inline int device_alloc(int64_t kind) { return kind == REC_ALLOC || kind 
 
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
  * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id, nor
- * a device allocation's alloc_id (a constant: one copy of the loop each). next: the page after this one where the window holds
- * it (else NULL), asked into the cache a line a row: the next leaf is mostly the next page, and
- * its lines are then fetched while this one is decoded and swept (the first read of each line
- * of a page was the reader's largest cost, a stall on memory; all of a page's lines asked for at
- * once stalled on the few the core can have in flight). From its end down: a leaf written in
- * rowid order has its first cells last. */
+ * a device allocation's alloc_id (a constant: one copy of the loop each). next: the page after
+ * this one where the window holds it (else NULL), asked into the cache a line a row: the next
+ * leaf is mostly the next page, and its lines are then fetched while this one is decoded and
+ * swept (the first read of each line of a page was the reader's largest cost, a stall on
+ * memory; all of a page's lines asked for at once stalled on the few the core can have in
+ * flight). From its end down: a leaf written in rowid order has its first cells last. */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
                                                                 const uint8_t *next, int lean) {
     const uint8_t *end = p + r->usable;
