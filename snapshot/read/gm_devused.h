@@ -48,10 +48,10 @@ typedef struct gm_devused {
  * or no context was current), or -1 with err set. */
 int gm_devused_compute(gm_db *d, gm_devused *out, char *err, size_t errsz);
 void gm_devused_free(gm_devused *u);
-/* The same sweep driven from outside, the events rows handed over in seq order, a leaf page's
- * rows at a time (gm_model_load runs it inside its own sweep, so `gpumem report` reads the
- * events once): begin (NULL: out of memory), rows (device -1 for a NULL device; -1 when out of
- * memory: stop, free u), end. */
+/* The same sweep driven from outside, the events rows handed over in seq order, any number at
+ * a time (gm_model_load runs it inside its own sweep, a row at a time, so `gpumem report` reads
+ * the events once): begin (NULL: out of memory), rows (device -1 for a NULL device; -1 when out
+ * of memory: stop, free u), end. */
 typedef struct gm_du_sweep gm_du_sweep;
 gm_du_sweep *gm_devused_begin(void);
 int gm_devused_rows(gm_du_sweep *s, gm_devused *u, const gm_event_row *rows, size_t n);
