@@ -60,6 +60,8 @@ snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
+snapshot_categories_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_categories_LDLIBS := $(SNAP_TEST_LDLIBS)
 # (gm_advise.o: advise's and tune's model reads the events through the page reader too)
 snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
@@ -70,7 +72,7 @@ snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_p
                         $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
 SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
-             snapshot_pages snapshot_advise_torch
+             snapshot_pages snapshot_advise_torch snapshot_categories
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \
                    $(BUILD)/tests/unit/snapshot_uses

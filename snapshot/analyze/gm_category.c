@@ -627,6 +627,45 @@ static inline __attribute__((always_inline)) int event_phase(ctx *x, const gm_ca
     return rp ? rp : ph;
 }
 
+/* event_phase's last answer for births (or deaths), and the seqs [lo, hi) of its range it holds
+ * for: none of what event_phase reads changes in between (the steps' starts; the end, backward
+ * and update of the step that holds them). Consecutive births mostly fall in the same range and
+ * the same stretch of a step, and so do the deaths of consecutive births: the answer is then a
+ * comparison or three, not a search of the steps and the phase worked out again. */
+typedef struct phase_memo {
+    uint32_t range;
+    uint64_t lo, hi; /* lo > hi: nothing yet */
+    int phase;
+    long step;
+    size_t from;
+} phase_memo;
+#define PHASE_MEMO_NONE ((phase_memo){0, 1, 0, 0, -1, 0})
+
+static inline __attribute__((always_inline)) int event_phase_memo(ctx *x, const gm_categories *c, range_memo *mm,
+                                                                  phase_memo *pm, uint64_t seq, uint32_t range,
+                                                                  int birth, long *step, size_t *from)
+{
+    if (range == pm->range && seq >= pm->lo && seq < pm->hi) {
+        *step = pm->step, *from = pm->from;
+        return pm->phase;
+    }
+    int ph = event_phase(x, c, mm, seq, range, birth, step, from);
+    /* where the answer can change: the start of the step seq is in (or 0 before the first) and
+     * the next one's, and inside the step its backward, its update and the seq after its end
+     * (NO_SEQ's wraps to 0, which bounds nothing) */
+    uint64_t lo = 0, hi = *from < c->nsteps ? c->steps[*from].start : NO_SEQ;
+    if (*from) {
+        const gm_cat_step *s = &c->steps[*from - 1];
+        uint64_t t[4] = {s->start, s->bwd, s->opt, s->end + 1};
+        for (int k = 0; k < 4; k++) {
+            if (t[k] <= seq && t[k] > lo) lo = t[k];
+            if (t[k] > seq && t[k] < hi) hi = t[k];
+        }
+    }
+    *pm = (phase_memo){range, lo, hi, ph, *step, *from};
+    return ph;
+}
+
 /* ------------------------------------------------------------------ the categories */
 
 static int by_name(const u64map *params, const char *n)
@@ -674,8 +713,9 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds)
  * are the ranges of the last birth and death; cs the steps (a local copy: the stores into cat
  * and src may alias anything to the compiler). 0, or -1 (no memory). */
 static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_categories *cs, range_memo *births,
-                                                            range_memo *deaths, size_t *hb, size_t i,
-                                                            const gm_alloc *a, uint8_t *cat, uint8_t *src)
+                                                            range_memo *deaths, phase_memo *pb, phase_memo *pd,
+                                                            size_t *hb, size_t i, const gm_alloc *a, uint8_t *cat,
+                                                            uint8_t *src)
 {
     const gm_model *m = x->m;
     int phase_src = cs->phases_from;
@@ -685,9 +725,9 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
     if (k != GM_NCATS) cat[i] = (uint8_t)k, src[i] = GM_CSRC_NAMES;
     if (phase_src != GM_CSRC_NONE) {
         long bs, ds = -1;
-        int bp = event_phase(x, cs, births, a->birth, a->range, 1, &bs, hb);
+        int bp = event_phase_memo(x, cs, births, pb, a->birth, a->range, 1, &bs, hb);
         size_t hd = *hb;
-        int dp = a->death ? event_phase(x, cs, deaths, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+        int dp = a->death ? event_phase_memo(x, cs, deaths, pd, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
         shape = shape_of(bp, dp, bs, ds);
         if (k == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
             cat[i] = GM_CAT_PARAM, src[i] = (uint8_t)phase_src;
@@ -815,6 +855,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
      * cannot alias; the ranges of the last birth and death; the last birth's step */
     const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
     range_memo births = {0}, deaths = {0};
+    phase_memo pb = PHASE_MEMO_NONE, pd = PHASE_MEMO_NONE;
     size_t hb = 0;
     long last_b = -1;
     const gm_cat_step *const steps = c->steps;
@@ -864,7 +905,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
             live[e.cat][e.src] -= e.bytes;
         } else if (a) {
             if (fused && is_target(a)) {
-                if (categorise(x, &cs, &births, &deaths, &hb, i, a, cat, src_of)) {
+                if (categorise(x, &cs, &births, &deaths, &pb, &pd, &hb, i, a, cat, src_of)) {
                     free(q.h);
                     return -1;
                 }
@@ -1046,7 +1087,9 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     uint8_t *const cat = c->cat;
     const uint64_t last_birth = x.last_birth;
     for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
+        /* a copy: the stores below may alias the allocation to the compiler, which loaded its
+         * fields again after each */
+        const gm_alloc al = m->allocs[i], *a = &al;
         cat[i] = is_device(a) ? GM_CAT_OTHER : GM_CAT_NONE;
         if (!is_target(a)) {
             if (is_device(a)) x.segments++;

@@ -633,7 +633,8 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
 
 /* The running sums every device allocation and free changes, kept in locals over a leaf's rows
  * (sweep_rows): in the model they were a load and a store each per event, which the stores
- * into the allocations (the same type, uint64_t) kept the compiler from holding in registers. */
+ * into the allocations (the same type, uint64_t) kept the compiler from holding in registers.
+ * (max_seq: sweep_rows takes it once a batch, rows_max_seq.) */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
     X(peak_requested) X(peak_requested_seq)
@@ -671,23 +672,41 @@ static void count_rows(sweep *w, size_t k) {
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
 
-/* The rows of one leaf page of events (gm_analyze_pages.c), or the one row SQLite hands
- * sweep_fn: first to the device account (gm_devused.c, its own state: a leaf at a time), then
- * each to sweep_row, converted as SQLite's values convert. The two kinds of almost every row,
- * a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
+/* The largest of n rows' seqs (n > 0) taken as unsigned, as gm_model.max_seq: the rows come in
+ * seq order (signed: the table's rowids), so it is the last row's, or the last negative one's
+ * where there are both (no recorder writes a negative seq). */
+static uint64_t rows_max_seq(const gm_event_row *r, size_t n) {
+    if (r[0].seq >= 0 || r[n - 1].seq < 0) return (uint64_t)r[n - 1].seq;
+    size_t i = n - 1;
+    while (r[i].seq >= 0) i--;
+    return (uint64_t)r[i].seq;
+}
+
+/* Row r to the device account (gm_devused.c, its own state). Its filter of addresses, or NULL:
+ * out of memory, the report goes on without the account. */
+static __attribute__((noinline)) const uint64_t *devused_row(sweep *w, const gm_event_row *r) {
+    if (gm_devused_rows(w->du, w->m->devused, r, 1) == 0) return gm_devused_addr_filter(w->du);
+    gm_devused_end(w->du);
+    w->du = NULL;
+    gm_devused_free(w->m->devused);
+    free(w->m->devused);
+    w->m->devused = NULL;
+    return NULL;
+}
+
+/* The rows of one leaf page of events (gm_analyze_pages.c), or a batch SQLite hands over: each
+ * to the device account where it reads the row (devused_row: not gpumem's own allocations, nor
+ * frees whose address no allocation outside gpumem had; a leaf's loop of its own was 19 instructions an
+ * event), and to sweep_row, converted as SQLite's values convert. The two kinds of almost
+ * every row, a device allocation (not PyTorch's hook's, not a private pool's or a graph's) and a device
  * free, are swept here with the sums and the sweep's state in locals, as sweep_row sweeps them:
  * what they cannot change (reserved, host memory, their peaks) is not looked at; every other
  * row goes to sweep_row with the state written back. */
 static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     sweep *w = ctx;
     gm_model *m = w->m;
-    if (w->du && gm_devused_rows(w->du, m->devused, r, n) != 0) {
-        gm_devused_end(w->du); /* out of memory: report without the account */
-        w->du = NULL;
-        gm_devused_free(m->devused);
-        free(m->devused);
-        m->devused = NULL;
-    }
+    /* the device account's rows: those it reads (gm_devused_addr_filter), in order */
+    const uint64_t *du_seen = w->du ? gm_devused_addr_filter(w->du) : NULL;
     HOT_SUMS(HOT_DECL)
     /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both), one
      * count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
@@ -704,16 +723,17 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
-    size_t counted = 0;
-    for (size_t i = 0; i < n; i++, r++) {
+    const gm_event_row *const rows = r, *const end = r + n, *counted = r;
+    for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
         uint32_t range = (uint32_t)r->range;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
+            if (du_seen) du_seen = devused_row(w, r);
             SWEEP_STORE
-            count_rows(w, i - counted);
-            counted = i + 1;
+            count_rows(w, (size_t)(r - counted));
+            counted = r + 1;
             int rc = sweep_row(w, seq, kind, flags, addr, (uint64_t)r->size, (uint32_t)r->stack, range,
                                (int)r->device, (uint64_t)r->requested);
             SWEEP_LOAD
@@ -723,13 +743,17 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             }
             continue;
         }
-        if (seq > max_seq) max_seq = seq;
         m->count_kind[kind]++;
         by_cache[flags / REC_F_CACHE_HIT & 3]++;
         if (name_seq < seq) {
             SWEEP_STORE
             for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
             SWEEP_LOAD
+        }
+        if (du_seen) {
+            uint32_t b = gm_devused_addr_bit(addr);
+            if (alloc ? !(flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) : du_seen[b >> 6] >> (b & 63) & 1)
+                du_seen = devused_row(w, r);
         }
         if (alloc) {
             uint64_t size = (uint64_t)r->size, req = (uint64_t)r->requested;
@@ -740,7 +764,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                     gm_grow((void **)&m->allocs, &m->allocs_cap, nallocs + 1, sizeof *m->allocs) ? alloc_oom(w) : 0;
                 SWEEP_LOAD
                 if (rc != 0) {
-                    count_rows(w, i + 1 - counted);
+                    count_rows(w, (size_t)(r + 1 - counted));
                     m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
                     return -1;
                 }
@@ -787,8 +811,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             st_alloc = allocated, st_seq = seq;
         }
     }
+    if (n && rows_max_seq(rows, n) > max_seq) max_seq = rows_max_seq(rows, n);
     SWEEP_STORE
-    count_rows(w, n - counted);
+    count_rows(w, (size_t)(end - counted));
     m->cache_hits += by_cache[1] + by_cache[3], m->cache_misses += by_cache[2] + by_cache[3];
     return 0;
 }

@@ -106,6 +106,30 @@ static inline const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64
     return p;
 }
 
+/* The rowid expected next, last_seq + 1 (a recording's rowids are consecutive), and its varint:
+ * enc is the value of its len bytes read big-endian (be32 of the cell >> shift, shift 32 - 8 *
+ * len). A cell whose rowid is that one is read without decoding the varint (a rowid past 2^21,
+ * most of a long recording's, is 4 bytes: ~30 instructions a row), and is in order. enc
+ * UINT64_MAX: none expected (before the first row; a rowid of 2^28 or more). */
+typedef struct rowid_next {
+    uint64_t seq, enc;
+    uint32_t len, shift;
+} rowid_next;
+
+/* the expectation after rowid seq - 1 (next->enc, when it was, that rowid's varint) */
+static inline void rowid_expect(rowid_next *next, uint64_t seq, int was) {
+    next->seq = seq;
+    if (was && (next->enc & 0x7f) != 0x7f) { /* only the last byte changes */
+        next->enc++;
+        return;
+    }
+    uint32_t len = seq < 1u << 7 ? 1 : seq < 1u << 14 ? 2 : seq < 1u << 21 ? 3 : seq < 1u << 28 ? 4 : 0;
+    uint64_t enc = seq & 0x7f;
+    for (uint32_t k = 1; k < len; k++) enc |= (0x80 | (seq >> 7 * k & 0x7f)) << 8 * k;
+    next->enc = len ? enc : UINT64_MAX;
+    next->len = len, next->shift = 32 - 8 * len;
+}
+
 typedef struct reader {
     sqlite3_file *f;
     uint32_t pgsz, usable, npages, lockpage;
@@ -121,10 +145,12 @@ typedef struct reader {
     uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
     gm_event_row *rows;       /* one leaf's rows */
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
-    int64_t last_seq;
+    int64_t last_seq; /* the last row's; INT64_MIN before the first (a row of that rowid, which
+                         no recorder writes, is then out of order: read through SQLite) */
+    rowid_next next_rowid; /* the rowid expected next (rowid_expect) */
     int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
-                      requested, stack, device and alloc_id (0) */
-    int any_row;   /* a row was read (last_seq is set) */
+                      requested, stack, device and alloc_id, nor a device allocation's alloc_id
+                      (0) */
     int delivered; /* rows were handed to the caller */
 } reader;
 
@@ -226,10 +252,11 @@ static inline int64_t value_of(const uint8_t *b, unsigned t, int64_t null_value)
  * has a few dozen headers (each column's value in 0, 1, 2, 3, 4 or 6 bytes, or NULL), and rows
  * alternate between them. Each column read (everything but seq and thread) is at off bytes
  * from the body; its value is the 8 bytes there, big-endian, shifted right (sign-extending) to
- * its size, then `| konst`. A type without bytes (NULL, 0, 1) reads the header's first byte
- * instead (off -14: 14, sign bit clear) shifted by 63, which is 0 whatever the row, and konst is
- * the value: one load and an `or` a field fewer than a mask for it (2 of the reader's ~9
- * instructions a field). */
+ * its size. A type without bytes reads the header instead, where its value is in the top bits:
+ * NULL and 0 the header's first byte (off -14: 14, sign bit clear) shifted by 63, which is 0;
+ * 1 (type 9, 0b00001001) its own type byte shifted by 59, which leaves 0b00001. No mask, no
+ * constant to load and OR in (3 of the reader's ~9 instructions a field), but for the device,
+ * whose NULL is -1 (device_null, OR'ed in). */
 enum { F_T, F_KIND, F_FLAGS, F_DEVICE, F_STREAM, F_ADDR, F_SIZE, F_REQUESTED, F_ALLOC_ID, F_STACK, F_RANGE,
        NFIELDS };
 static const uint8_t field_col[NFIELDS] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12};
@@ -238,7 +265,7 @@ typedef struct plan {
     uint32_t body;   /* the body's size */
     int8_t off[NFIELDS];
     uint8_t shift[NFIELDS];
-    int64_t konst[NFIELDS];
+    int64_t device_null; /* -1: the device is NULL (the query's coalesce(device, -1)); else 0 */
 } plan;
 enum { PLAN_BITS = 6 }; /* plans kept: 64, by a hash of the header */
 
@@ -248,31 +275,44 @@ static inline uint64_t load64(const uint8_t *p) {
     return x;
 }
 
-/* The plan of the 14-byte header at c (c[0] is 14), or NULL when a type is not an integer or
- * NULL (the record is read the general way). */
-static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, const uint8_t *c) {
-    uint64_t k0 = load64(c), k1 = load64(c + 6);
-    plan *p = &plans[((k0 ^ k1 >> 16) * 0x9e3779b97f4a7c15ull) >> (64 - PLAN_BITS)];
-    if (p->key[0] == k0 && p->key[1] == k1) return p;
+/* The plan of the 14-byte header at c (k0, k1 its bytes as plan_of loads them) made into *p, or
+ * NULL when a type is not an integer or NULL (the record is read the general way). Out of line:
+ * a recording has a few dozen headers, and the loop over rows keeps its registers. */
+static __attribute__((noinline)) const plan *plan_make(plan *p, const uint8_t *c, uint64_t k0, uint64_t k1) {
     uint32_t body = header_body(c);
     if (body >= NOT_INT) return NULL;
     uint32_t at[NCOLS + 1] = {0};
     for (int col = 0; col < NCOLS; col++) at[col + 1] = at[col] + header_size[c[col + 1]];
     for (int f = 0; f < NFIELDS; f++) {
         unsigned col = field_col[f], t = c[col + 1];
-        p->off[f] = (int8_t)(t - 1 < 6 ? (int)at[col] : -14); /* at[col] <= 12 * 8 */
-        p->shift[f] = (uint8_t)(t - 1 < 6 ? 64 - 8 * type_size[t] : 63);
-        p->konst[f] = t - 1 < 6 ? 0 : value_of(c, t, f == F_DEVICE ? -1 : 0);
+        if (t - 1 < 6) { /* at[col] <= 12 * 8 */
+            p->off[f] = (int8_t)at[col], p->shift[f] = (uint8_t)(64 - 8 * type_size[t]);
+        } else if (t == 9) {
+            p->off[f] = (int8_t)((int)col + 1 - 14), p->shift[f] = 59;
+        } else {
+            p->off[f] = -14, p->shift[f] = 63;
+        }
     }
+    p->device_null = c[field_col[F_DEVICE] + 1] == 0 ? -1 : 0;
     p->body = body;
     p->key[0] = k0, p->key[1] = k1;
     return p;
 }
 
-/* field f of the record whose body is at b (its header 14 bytes before it), by plan p */
-static inline int64_t field(const plan *p, const uint8_t *b, int f) {
-    return ((int64_t)__builtin_bswap64(load64(b + p->off[f])) >> p->shift[f]) | p->konst[f];
+/* The plan of the 14-byte header at c (c[0] is 14), or NULL (plan_make). */
+static inline __attribute__((always_inline)) const plan *plan_of(plan *plans, const uint8_t *c) {
+    uint64_t k0 = load64(c), k1 = load64(c + 6);
+    plan *p = &plans[((k0 ^ k1 >> 16) * 0x9e3779b97f4a7c15ull) >> (64 - PLAN_BITS)];
+    if (p->key[0] == k0 && p->key[1] == k1) return p;
+    return plan_make(p, c, k0, k1);
 }
+
+/* field f of the record whose body is at b (its header 14 bytes before it), by plan p; the
+ * device's with device(). */
+static inline int64_t field(const plan *p, const uint8_t *b, int f) {
+    return (int64_t)__builtin_bswap64(load64(b + p->off[f])) >> p->shift[f];
+}
+static inline int64_t device(const plan *p, const uint8_t *b) { return field(p, b, F_DEVICE) | p->device_null; }
 
 /* One record the general way: any varint sizes. 0, or -1 (give up). */
 static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
@@ -293,36 +333,47 @@ static int record_slow(const uint8_t *c, uint64_t np, gm_event_row *row) {
 }
 
 /* A device free (REC_FREE, REC_FREE_ASYNC): what the model's sweep reads of it (gm_analyze.c's
- * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range. */
+ * sweep_rows, gm_devused_rows) is its seq, kind, flags, addr and range; of a device allocation
+ * (REC_ALLOC, REC_ALLOC_ASYNC) everything but its alloc_id (t and stream of no row). */
 static inline int device_free(int64_t kind) { return kind == REC_FREE || kind == REC_FREE_ASYNC; }
+static inline int device_alloc(int64_t kind) { return kind == REC_ALLOC || kind == REC_ALLOC_ASYNC; }
 
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
- * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id (a
- * constant: one copy of the loop each). next: the page after this one where the window holds
- * it (else NULL), asked into the cache a line a row: the next leaf is mostly the next page, and
- * its lines are then fetched while this one is decoded and swept (the first read of each line
- * of a page was the reader's largest cost, a stall on memory; all of a page's lines asked for at
- * once stalled on the few the core can have in flight). From its end down: a leaf written in
- * rowid order has its first cells last. */
+ * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id, nor
+ * a device allocation's alloc_id (a constant: one copy of the loop each). next: the page after
+ * this one where the window holds it (else NULL), asked into the cache a line a row: the next
+ * leaf is mostly the next page, and its lines are then fetched while this one is decoded and
+ * swept (the first read of each line of a page was the reader's largest cost, a stall on
+ * memory; all of a page's lines asked for at once stalled on the few the core can have in
+ * flight). From its end down: a leaf written in rowid order has its first cells last. */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
                                                                 const uint8_t *next, int lean) {
     const uint8_t *end = p + r->usable;
     uint32_t first = 8 + 2 * ncell;
     uint32_t nlines = next ? r->pgsz / 64 : 0;
     for (uint32_t i = ncell; i < nlines; i++) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
-    for (uint32_t i = 0; i < ncell; i++) {
-        if (i < nlines) __builtin_prefetch(next + (size_t)(nlines - 1 - i) * 64);
-        uint32_t ptr = be16(p + 8 + 2 * i);
+    const uint8_t *pf = next ? next + (size_t)nlines * 64 : NULL; /* above the next line asked for */
+    rowid_next nr = r->next_rowid;
+    /* the cell pointers and the rows walked by pointer: no index to keep */
+    gm_event_row *row = r->rows;
+    for (const uint8_t *cp = p + 8, *cend = cp + 2 * (size_t)ncell; cp < cend; cp += 2, row++) {
+        if (pf != next) pf -= 64, __builtin_prefetch(pf);
+        uint32_t ptr = be16(cp);
         if (ptr < first || ptr >= r->usable) return -1;
         const uint8_t *c = p + ptr, *cell = c;
         uint64_t np, rowid;
         /* a payload size in 9 bytes: SQLite reads its ninth byte 7 bits too (btreeParseCellPtr),
          * where a varint's ninth byte is 8 bits, so the size can differ from varint()'s; no
          * writer makes one (a size fits in 4 bytes) */
-        if (!(c = varint(c, end, &np)) || c - cell == 9 || !(c = varint(c, end, &rowid))) return -1;
+        if (!(c = varint(c, end, &np)) || c - cell == 9) return -1;
+        int expected = end - c >= 4 && (uint64_t)be32(c) >> nr.shift == nr.enc;
+        if (expected) {
+            rowid = nr.seq, c += nr.len;
+        } else if (!(c = varint(c, end, &rowid)) || (int64_t)rowid <= r->last_seq) {
+            return -1; /* not one, or out of order */
+        }
         /* larger than a leaf keeps on its page: the rest is on overflow pages */
         if (np > r->usable - 35 || np > (uint64_t)(end - c)) return -1;
-        gm_event_row *row = &r->rows[i];
         row->seq = (int64_t)rowid;
         /* the recorder's records: a 14-byte header, 13 one-byte integer or NULL types, the
          * values one after another (each value's type is the header's byte k + 1) */
@@ -335,14 +386,15 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             if (device_free(kind)) { /* half of a recording's rows: 5 of 9 fields not decoded */
                 row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
             } else {
-                row->device = field(pl, b, F_DEVICE);
+                row->device = device(pl, b);
                 row->size = field(pl, b, F_SIZE), row->requested = field(pl, b, F_REQUESTED);
-                row->alloc_id = field(pl, b, F_ALLOC_ID), row->stack = field(pl, b, F_STACK);
+                row->stack = field(pl, b, F_STACK);
+                row->alloc_id = device_alloc(kind) ? 0 : field(pl, b, F_ALLOC_ID); /* the other half */
             }
         } else if (pl && pl->body == np - 14) {
             const uint8_t *b = c + 14;
             row->t = field(pl, b, F_T), row->kind = field(pl, b, F_KIND), row->flags = field(pl, b, F_FLAGS);
-            row->device = field(pl, b, F_DEVICE), row->stream = field(pl, b, F_STREAM);
+            row->device = device(pl, b), row->stream = field(pl, b, F_STREAM);
             row->addr = field(pl, b, F_ADDR), row->size = field(pl, b, F_SIZE);
             row->requested = field(pl, b, F_REQUESTED), row->alloc_id = field(pl, b, F_ALLOC_ID);
             row->stack = field(pl, b, F_STACK), row->range = field(pl, b, F_RANGE);
@@ -352,10 +404,12 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             row->t = row->stream = 0;
             if (device_free(row->kind))
                 row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            if (device_alloc(row->kind)) row->alloc_id = 0;
         }
-        if (r->any_row && row->seq <= r->last_seq) return -1;
-        r->last_seq = row->seq, r->any_row = 1;
+        r->last_seq = (int64_t)rowid;
+        rowid_expect(&nr, rowid + 1, expected);
     }
+    r->next_rowid = nr;
     return (long)ncell;
 }
 
@@ -507,7 +561,7 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {.fd = -1, .lean = lean};
+    reader r = {.fd = -1, .lean = lean, .last_seq = INT64_MIN, .next_rowid = {.enc = UINT64_MAX}};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */

@@ -36,9 +36,10 @@ enum {
  * environment: GM_PAGES_NO always (SQLite reads every caller's events, for comparing). */
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
 /* The same, with the rows' t and stream left 0 where they are decoded from the pages (through
- * SQLite they are read as ever), and a device free's (REC_FREE, REC_FREE_ASYNC) size,
- * requested, stack, device and alloc_id 0 too: for a sweep that reads none of them
- * (gm_model_load's), two of a row's eleven columns fewer to decode, seven of a free's. */
+ * SQLite they are read as ever), a device free's (REC_FREE, REC_FREE_ASYNC) size, requested,
+ * stack, device and alloc_id 0 too, and a device allocation's (REC_ALLOC, REC_ALLOC_ASYNC)
+ * alloc_id: for a sweep that reads none of them (gm_model_load's, the device account's), two of
+ * a row's eleven columns fewer to decode, seven of a free's, three of an allocation's. */
 int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx);
 
 /* The same rows through SQLite (one sqlite3_step over the table, each row handed to C by a

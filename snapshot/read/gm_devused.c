@@ -67,14 +67,14 @@ typedef struct sweep {
     du_map *maps;
     size_t nmaps, capmaps;
     du_state st[DU_MAX_DEV];
-    /* a bit for every address ever put in by_addr (by addr_bit): a free whose bit is clear is
-     * not there, without the probe. Most frees are of gpumem's own allocations, which are never
-     * put there, and a probe that finds nothing ends after a run of slots of varying length: a
-     * mispredicted branch a free. Never cleared, so never wrong. */
-    uint64_t addr_seen[1024];
+    /* a bit for every address ever put in by_addr (gm_devused_addr_bit): a free whose bit is
+     * clear is not there, without the probe. Most frees are of gpumem's own allocations, which
+     * are never put there, and a probe that finds nothing ends after a run of slots of varying
+     * length: a mispredicted branch a free. Never cleared, so never wrong. */
+    uint64_t addr_seen[GM_DU_ADDR_WORDS];
 } sweep;
 
-static inline uint32_t addr_bit(uint64_t addr) { return (uint32_t)((addr * 0x9e3779b97f4a7c15ull) >> 48); }
+static inline uint32_t addr_bit(uint64_t addr) { return gm_devused_addr_bit(addr); }
 
 const char *gm_devused_cat_name(int cat)
 {
@@ -363,6 +363,8 @@ int gm_devused_rows(gm_du_sweep *sw, gm_devused *u, const gm_event_row *r, size_
     }
     return 0;
 }
+
+const uint64_t *gm_devused_addr_filter(const gm_du_sweep *sw) { return ((const sweep *)sw)->addr_seen; }
 
 void gm_devused_end(gm_du_sweep *sw)
 {

@@ -48,14 +48,23 @@ typedef struct gm_devused {
  * or no context was current), or -1 with err set. */
 int gm_devused_compute(gm_db *d, gm_devused *out, char *err, size_t errsz);
 void gm_devused_free(gm_devused *u);
-/* The same sweep driven from outside, the events rows handed over in seq order, a leaf page's
- * rows at a time (gm_model_load runs it inside its own sweep, so `gpumem report` reads the
- * events once): begin (NULL: out of memory), rows (device -1 for a NULL device; -1 when out of
- * memory: stop, free u), end. */
+/* The same sweep driven from outside, the events rows handed over in seq order, any number at
+ * a time (gm_model_load runs it inside its own sweep, a row at a time, so `gpumem report` reads
+ * the events once): begin (NULL: out of memory), rows (device -1 for a NULL device; -1 when out
+ * of memory: stop, free u), end. */
 typedef struct gm_du_sweep gm_du_sweep;
 gm_du_sweep *gm_devused_begin(void);
 int gm_devused_rows(gm_du_sweep *s, gm_devused *u, const gm_event_row *rows, size_t n);
 void gm_devused_end(gm_du_sweep *s);
+/* Rows that change nothing in the account, which a sweep may leave out (gm_model_load's hands it
+ * the others one at a time): a device allocation gpumem served (REC_ALLOC or REC_ALLOC_ASYNC
+ * with REC_F_CACHE_HIT or REC_F_CACHE_MISS: inside its segments), and a device free (REC_FREE,
+ * REC_FREE_ASYNC) whose address's bit (gm_devused_addr_bit) is clear in the filter: no
+ * allocation outside gpumem was ever handed over at an address of that bit. The filter lives as
+ * long as s. */
+enum { GM_DU_ADDR_WORDS = 1024 };
+static inline uint32_t gm_devused_addr_bit(uint64_t addr) { return (uint32_t)((addr * 0x9e3779b97f4a7c15ull) >> 48); }
+const uint64_t *gm_devused_addr_filter(const gm_du_sweep *s); /* GM_DU_ADDR_WORDS words */
 const char *gm_devused_cat_name(int cat); /* "program_vmm", "pools", "pass_through", "arrays" */
 
 #endif

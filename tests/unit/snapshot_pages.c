@@ -4,8 +4,8 @@
  * pages all leave the loaded model what the SQLite sweep (GPUMEM_SWEEP=sql) makes of the file;
  * an image in memory (the fuzz target's) is read the same way. Its fall-back, gm_events_sql,
  * hands over the same rows through SQLite, up to where SQLite stops on a damaged file; its lean
- * variant (gm_events_pages_lean) the same rows with t and stream 0, and a device free's size,
- * requested, stack, device and alloc_id 0. */
+ * variant (gm_events_pages_lean) the same rows with t and stream 0, a device free's size,
+ * requested, stack, device and alloc_id 0, and a device allocation's alloc_id. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -101,8 +101,8 @@ static rows rows_checked(const char *p) {
     assert_int_equal(q.n, v.n);
     assert_memory_equal(q.r, v.r, v.n * sizeof *v.r);
     free(q.r);
-    /* gm_events_pages_lean (the model's sweep): the same rows with t and stream 0, and a
-     * device free's size, requested, stack, device and alloc_id */
+    /* gm_events_pages_lean (the model's sweep): the same rows with t and stream 0, a device
+     * free's size, requested, stack, device and alloc_id, and a device allocation's alloc_id */
     rows l = {0};
     assert_int_equal(gm_events_pages_lean(&d, collect, &l), GM_PAGES_DONE);
     assert_int_equal(l.n, v.n);
@@ -111,6 +111,7 @@ static rows rows_checked(const char *p) {
         want.t = want.stream = 0;
         if (want.kind == REC_FREE || want.kind == REC_FREE_ASYNC)
             want.size = want.requested = want.stack = want.device = want.alloc_id = 0;
+        if (want.kind == REC_ALLOC || want.kind == REC_ALLOC_ASYNC) want.alloc_id = 0;
         assert_memory_equal(&l.r[k], &want, sizeof want);
     }
     free(l.r);
@@ -123,10 +124,16 @@ static void rows_equal_query(void **state) {
     (void)state;
     char p[512];
     snap_path(p, sizeof p, "rows.db");
-    /* NULLs where the recorder writes none, and the largest and smallest integers */
-    make_db_edited(p, 20000, "INSERT INTO events (seq, kind, addr, size, device) VALUES "
+    /* NULLs where the recorder writes none, and the largest and smallest integers; rowids
+     * after a gap and across the sizes of their varints (3 to 4 bytes at 2^21, 4 to 5 at 2^28,
+     * where the reader stops expecting the next one: rowid_expect) */
+    make_db_edited(p, 20000, "INSERT INTO events (seq, kind, addr) VALUES (2097151, 1, 1), (2097152, 2, 1), "
+                             "(2097153, 1, 2), (2097155, 2, 2);"
+                             "INSERT INTO events (seq, kind, addr, size, device) VALUES "
                              "(100000000, 1, 9223372036854775807, -9223372036854775808, NULL);"
-                             "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);");
+                             "INSERT INTO events (seq, kind, flags) VALUES (100000001, 2, -1);"
+                             "INSERT INTO events (seq, kind, addr) VALUES (268435455, 1, 3), (268435456, 2, 3), "
+                             "(268435457, 1, 4);");
     rows v = rows_checked(p);
     gm_db d;
     assert_true(v.n > 39000);
