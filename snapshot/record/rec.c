@@ -668,20 +668,27 @@ static inline __attribute__((always_inline)) uint64_t emit(rec_tls *t, unsigned 
                                                            uint64_t size, uint64_t requested,
                                                            uint64_t alloc_id, int with_stack) {
     uint64_t t0 = rec_ticks();
-    rec_rec r;
-    r.t = t0;
-    r.addr = addr;
-    r.size = size;
-    r.requested = requested;
-    r.alloc_id = alloc_id;
-    r.stream = stream;
-    r.kind = (uint16_t)kind;
-    r.device = (int16_t)device;
-    r.thread = t->thread;
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
-    r.range = d ? t->ranges[d - 1] : 0;
-    r.stack = with_stack && rec_g.stacks ? capture_stack() : 0;
-    uint64_t seq = rec_ring_push(&rec_g.ring, &r);
+    uint32_t range = d ? t->ranges[d - 1] : 0;
+    uint32_t stack = with_stack && rec_g.stacks ? capture_stack() : 0;
+    /* the record is written into its slot (rec_ring_claim), or, when the ring is full, built
+     * here and pushed (rec_ring_push waits for room or drops) */
+    uint64_t pos, seq;
+    rec_slot *s = rec_ring_claim(&rec_g.ring, &pos);
+    rec_rec tmp, *r = s ? &s->r : &tmp;
+    r->t = t0;
+    r->addr = addr;
+    r->size = size;
+    r->requested = requested;
+    r->alloc_id = alloc_id;
+    r->stream = stream;
+    r->kind = (uint16_t)kind;
+    r->device = (int16_t)device;
+    r->thread = t->thread;
+    r->stack = stack;
+    r->range = range;
+    if (s) seq = rec_ring_publish(&rec_g.ring, s, pos);
+    else seq = rec_ring_push(&rec_g.ring, &tmp);
     if (__builtin_expect((++t->sample & 63) == 0, 0)) {
         /* in ticks; the writer converts */
         atomic_fetch_add_explicit(&rec_g.app_ns_sum, rec_ticks() - t0, memory_order_relaxed);

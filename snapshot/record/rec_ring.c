@@ -79,8 +79,6 @@ static int wait_for_room(rec_ring *q, uint64_t pos, uint64_t *since, uint32_t *r
     return 0;
 }
 
-enum { REC_RING_AHEAD = 16 }; /* slots (56 bytes each): ~14 cache lines */
-
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
     uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
     uint64_t deadline = 0, since = 0;
@@ -93,9 +91,6 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
             if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + 1,
                                                       memory_order_relaxed,
                                                       memory_order_relaxed)) {
-                /* the slots ahead are cold (the writer read them a whole ring ago): their
-                 * lines are asked for now, so the next claims' locked instruction does not
-                 * wait for this record's store to miss */
                 __builtin_prefetch(&q->slots[(pos + REC_RING_AHEAD) & q->mask], 1);
                 s->r = *r;
                 atomic_store_explicit(&s->turn, pos + 1, memory_order_release);
