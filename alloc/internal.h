@@ -169,7 +169,7 @@ typedef struct pool {
      * ncls a multiple of A_SUB: the index covers
      * the largest block the pool can hold (a classic segment's size, an expandable range's
      * mapped bytes), grown before the pool grows (pool_cover). A pool that never held more
-     * than a few MiB has ~60 KiB of index, not the ~560 KiB of every class; a class at or
+     * than a few MiB has ~80 KiB of index, not the ~750 KiB of every class; a class at or
      * above ncls is empty. */
     struct pool_cls {
         rb_tree_t t;        /* the class's blocks but min */
