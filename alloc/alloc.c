@@ -246,6 +246,25 @@ blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
 }
 
 static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v);
+static void ptrmap_del(ptrmap_t *m, uint64_t key);
+
+static inline blk_t *map_get(const alloc_t *a, uint64_t addr)
+{
+    blk_t *f = a->fresh;
+    return f && f->addr == addr ? f : ptrmap_find(&a->map, addr);
+}
+
+blk_t *a_map_get(const alloc_t *a, uint64_t addr)
+{
+    return map_get(a, addr);
+}
+
+/* b leaves the LIVE and PENDING blocks' look-up */
+static inline void map_forget(alloc_t *a, blk_t *b)
+{
+    if (a->fresh == b) a->fresh = NULL;
+    else ptrmap_del(&a->map, b->addr);
+}
 
 static int ptrmap_grow(ptrmap_t *m)
 {
@@ -1345,7 +1364,7 @@ static void ev_put(alloc_t *a, void *ev)
 static void make_free(alloc_t *a, blk_t *b, bool synced)
 {
     pool_t *p = b->seg->pool;
-    ptrmap_del(&a->map, b->addr);
+    map_forget(a, b);
     stat_sub(&a->st.active_bytes, (int64_t)b->size);
     stat_sub(&a->st.active, 1);
     if (b->uses) { /* most blocks have none: no call into the host allocator for them */
@@ -2279,8 +2298,9 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         report_oom(a); /* unlocks */
         return ALLOC_ERR_OOM;
     }
-    /* make room in the address map first, so nothing after the block surgery can fail */
-    if ((a->map.count + 1) * 2 > a->map.cap && ptrmap_grow(&a->map)) {
+    /* make room in the address map first (for the last block and this one), so nothing after
+     * the block surgery can fail */
+    if ((a->map.count + 2) * 2 > a->map.cap && ptrmap_grow(&a->map)) {
         UNLOCK(a);
         return ALLOC_ERR_NOMEM;
     }
@@ -2317,10 +2337,11 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             if (a->cfg.policy == ALLOC_POLICY_PYTORCH && !p->small) a->epoch++;
             b = find_free(a, p, rs);
             if (b) {
-                /* start the cache misses we will take anyway: the block's cold half and its slot
-                 * in the address map, while the index is being updated */
+                /* start the cache misses we will take anyway: the block's cold half, and the
+                 * address map's slot for the last block allocated, if it is still live (it goes
+                 * into the map below), while the index is being updated */
                 __builtin_prefetch(&b->seg, 1);
-                __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, b->addr)], 1);
+                if (a->fresh) __builtin_prefetch(&a->map.slots[ptr_hash(&a->map, a->fresh->addr)], 1);
                 if ((b->rb.nb & NB_PF) && b->prev) /* the free of this block will look at it */
                     __builtin_prefetch(b->prev);
                 free_remove_fast(a, p, b);
@@ -2384,7 +2405,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         else atomic_store_explicit(&a->one_stream, stream, memory_order_relaxed);
     }
     b->stamp = ++a->next_id;
-    ptrmap_put(&a->map, b->addr, b); /* cannot fail: room was made before */
+    if (a->fresh) ptrmap_put(&a->map, a->fresh->addr, a->fresh); /* room was made before */
+    a->fresh = b;
     stat_add(&a->st.allocated_bytes, (int64_t)b->size);
     stat_add(&a->st.requested_bytes, (int64_t)size);
     stat_add(&a->st.allocation, 1);
@@ -2426,7 +2448,7 @@ static int classify_unknown(alloc_t *a, uint64_t ptr)
 
 static void nocache_free(alloc_t *a, blk_t *b)
 {
-    ptrmap_del(&a->map, b->addr);
+    map_forget(a, b);
     stat_sub(&a->st.active_bytes, (int64_t)b->size);
     stat_sub(&a->st.active, 1);
     free(b->uses);
@@ -2441,7 +2463,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     if (!a) return ALLOC_ERR_INVALID;
     if (!ptr) return ALLOC_OK;
     LOCK(a);
-    blk_t *b = ptrmap_find(&a->map, ptr);
+    blk_t *b = map_get(a, ptr);
     if (!b) {
         int rc = classify_unknown(a, ptr);
         UNLOCK(a);
@@ -2724,7 +2746,7 @@ static blk_t *interior_block(alloc_t *a, uint64_t addr)
 {
     blk_t **slot = &a->icache[(addr >> 16) & (A_ICACHE - 1)];
     blk_t *c = *slot;
-    if (c && addr > c->addr && addr < c->addr + c->size && ptrmap_get(&a->map, c->addr) == c)
+    if (c && addr > c->addr && addr < c->addr + c->size && map_get(a, c->addr) == c)
         return c;
     blk_t *b = find_containing(a, addr);
     if (b && b->rb.st == B_LIVE) *slot = b;
@@ -2733,7 +2755,7 @@ static blk_t *interior_block(alloc_t *a, uint64_t addr)
 
 static blk_t *use_block(alloc_t *a, uint64_t addr)
 {
-    blk_t *b = ptrmap_get(&a->map, addr);
+    blk_t *b = map_get(a, addr);
     if (!b) b = interior_block(a, addr);
     return b && b->rb.st == B_LIVE ? b : NULL;
 }
@@ -2773,7 +2795,7 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
 
 static blk_t *live_block(alloc_t *a, uint64_t ptr, int *rc)
 {
-    blk_t *b = ptrmap_get(&a->map, ptr);
+    blk_t *b = map_get(a, ptr);
     if (!b) b = interior_block(a, ptr);
     if (!b) {
         *rc = ALLOC_ERR_NOT_OWNED;

@@ -284,7 +284,7 @@ static int check_pool(alloc_t *a, pool_t *p, sums_t *s, char *err, size_t errlen
             switch (b->rb.st) {
             case B_LIVE:
             case B_PENDING:
-                if (ptrmap_get(&a->map, b->addr) != b)
+                if (a_map_get(a, b->addr) != b)
                     return fail(err, errlen, "%s block %#llx missing from the address map",
                                 b->rb.st == B_LIVE ? "live" : "pending",
                                 (unsigned long long)b->addr);
@@ -414,7 +414,7 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
     EQ("inactive_split", a->st.inactive_split.current, s.split_count);
     EQ("cached_free", a->cached_free, s.cached);
     EQ("pending_bytes", a->pending_bytes, s.pending);
-    EQ("address map entries", a->map.count, s.live_pending_blocks);
+    EQ("address map entries", a->map.count + (a->fresh != NULL), s.live_pending_blocks);
     size_t nf = 0;
     for (fence_t *f = a->fence_head; f; f = f->next) {
         if (f->blk->rb.st != B_PENDING) {

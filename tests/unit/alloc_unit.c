@@ -650,6 +650,44 @@ static void test_free_waits_for_events(void **state)
 }
 
 /* cudaFreeAsync: reusable at once on the same stream; on another stream only after an event. */
+/* The last block allocated is held outside the address map until the next allocation
+ * (alloc_t.fresh): every look-up finds it there, a free takes it from there, and a PENDING
+ * free of it stays findable (a second free is a double free) until the next allocation moves
+ * it into the map. alloc_check counts it with the map's entries after every step. */
+static void test_last_block_outside_map(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL,
+                (alloc_mem_opts_t){.track_events = true, .event_delay = ALLOC_MEM_EVENT_MANUAL});
+    uint64_t base;
+    size_t size;
+    uint64_t x = must_alloc(f.a, 8192, 0); /* the last block: not in the map */
+    assert_int_equal(alloc_block_info(f.a, x, &base, &size), ALLOC_OK);
+    assert_int_equal(alloc_block_info(f.a, x + 100, &base, &size), ALLOC_OK);
+    assert_true(base == x && size == 8192);
+    assert_int_equal(alloc_free(f.a, x + 512), ALLOC_ERR_NOT_BASE);
+    assert_int_equal(alloc_free_async(f.a, x, 0), ALLOC_OK); /* never entered the map */
+    OK_CHECK(f.a);
+    assert_int_equal(alloc_free(f.a, x), ALLOC_ERR_DOUBLE_FREE);
+    assert_int_equal(alloc_block_info(f.a, x, &base, &size), ALLOC_ERR_DOUBLE_FREE);
+    /* a PENDING free of the last block: held back by stream 2's event */
+    uint64_t y = must_alloc(f.a, 8192, 0);
+    assert_int_equal(alloc_record_stream(f.a, y, 2), ALLOC_OK);
+    assert_int_equal(alloc_free_async(f.a, y, 0), ALLOC_OK);
+    OK_CHECK(f.a);
+    assert_int_equal(alloc_free(f.a, y), ALLOC_ERR_DOUBLE_FREE);
+    uint64_t z = must_alloc(f.a, 8192, 0); /* y, still PENDING, goes into the map */
+    assert_true(z != y);
+    assert_int_equal(alloc_free_async(f.a, y, 0), ALLOC_ERR_DOUBLE_FREE);
+    alloc_mem_backend_complete_events(f.m);
+    uint64_t w = must_alloc(f.a, 8192, 0); /* y's events done: it lands, leaves the map */
+    assert_int_equal(alloc_free_async(f.a, z, 0), ALLOC_OK); /* z from the map */
+    assert_int_equal(alloc_free_async(f.a, w, 0), ALLOC_OK); /* w the last block */
+    OK_CHECK(f.a);
+    assert_int_equal(stats(f.a).active_bytes.current, 0);
+    fx_done(&f);
+}
+
 static void test_free_async(void **state)
 {
     (void)state;
@@ -1256,6 +1294,7 @@ int main(void)
         cmocka_unit_test(test_backend_failure_retry),
         cmocka_unit_test(test_double_free_and_foreign),
         cmocka_unit_test(test_free_waits_for_events),
+        cmocka_unit_test(test_last_block_outside_map),
         cmocka_unit_test(test_free_async),
         cmocka_unit_test(test_per_stream_pools),
         cmocka_unit_test(test_ex_variants),
