@@ -80,52 +80,37 @@ static int wait_for_room(rec_ring *q, uint64_t pos, uint64_t *since, uint32_t *r
 }
 
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
-    uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
     uint64_t deadline = 0, since = 0;
     uint32_t room0 = 0;
     for (;;) {
-        rec_slot *s = &q->slots[pos & q->mask];
-        uint64_t turn = atomic_load_explicit(&s->turn, memory_order_acquire);
-        int64_t dif = (int64_t)(turn - pos);
-        if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + 1,
-                                                      memory_order_relaxed,
-                                                      memory_order_relaxed)) {
-                __builtin_prefetch(&q->slots[(pos + REC_RING_AHEAD) & q->mask], 1);
-                s->r = *r;
-                atomic_store_explicit(&s->turn, pos + 1, memory_order_release);
-                if (((pos + 1) & q->wake_mask) == 0) rec_ring_wake(q);
-                return pos + 1;
-            }
-            /* lost the race: pos was reloaded by the CAS */
-        } else if (dif < 0) {
-            /* Full: the writer is behind by a whole ring. Slow path. Lossless: wait for room. */
-            if (q->wait_ns == REC_RING_WAIT_FOREVER) {
-                if (wait_for_room(q, pos, &since, &room0) != 0) {
-                    atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-                    return 0;
-                }
-                pos = atomic_load_explicit(&q->head, memory_order_relaxed);
-                continue;
-            }
-            /* Bounded: wait a little, once. */
-            if (atomic_load_explicit(&q->dropping, memory_order_relaxed)) {
-                atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-                return 0;
-            }
-            uint64_t now = ring_now_ns();
-            if (deadline == 0) deadline = now + q->wait_ns;
-            else if (now >= deadline) {
-                atomic_store_explicit(&q->dropping, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
-                return 0;
-            }
-            rec_ring_wake(q);
-            sched_yield();
-            pos = atomic_load_explicit(&q->head, memory_order_relaxed);
-        } else {
-            pos = atomic_load_explicit(&q->head, memory_order_relaxed);
+        uint64_t pos;
+        rec_slot *s = rec_ring_claim(q, &pos);
+        if (s) {
+            s->r = *r;
+            return rec_ring_publish(q, s, pos);
         }
+        /* Full at pos: the writer is behind by a whole ring. Lossless: wait for room. */
+        if (q->wait_ns == REC_RING_WAIT_FOREVER) {
+            if (wait_for_room(q, pos, &since, &room0) != 0) {
+                atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+                return 0;
+            }
+            continue;
+        }
+        /* Bounded: wait a little, once. */
+        if (atomic_load_explicit(&q->dropping, memory_order_relaxed)) {
+            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+            return 0;
+        }
+        uint64_t now = ring_now_ns();
+        if (deadline == 0) deadline = now + q->wait_ns;
+        else if (now >= deadline) {
+            atomic_store_explicit(&q->dropping, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+            return 0;
+        }
+        rec_ring_wake(q);
+        sched_yield();
     }
 }
 

@@ -116,10 +116,10 @@ static inline uint64_t rec_ring_last_seq(rec_ring *q) {
  * for this record's store to miss. */
 #define REC_RING_AHEAD 16
 
-/* The hot path of a push, for a caller that fills the record in place: claims the next slot
- * when it is free, or returns NULL (the ring is full: build the record and rec_ring_push it,
- * which waits or drops). A claimed slot holds the consumer back until rec_ring_publish: fill
- * it with plain stores and nothing else in between. */
+/* The hot path of a push (rec_ring_push's too), for a caller that fills the record in place:
+ * claims the next slot when it is free, or returns NULL with *pos_out the position found full
+ * (build the record and rec_ring_push it, which waits or drops). A claimed slot holds the
+ * consumer back until rec_ring_publish: fill it with plain stores and nothing else between. */
 static inline rec_slot *rec_ring_claim(rec_ring *q, uint64_t *pos_out) {
     uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
     for (;;) {
@@ -134,6 +134,7 @@ static inline rec_slot *rec_ring_claim(rec_ring *q, uint64_t *pos_out) {
                 return s;
             }
         } else if (dif < 0) {
+            *pos_out = pos;
             return NULL;
         } else {
             pos = atomic_load_explicit(&q->head, memory_order_relaxed);
