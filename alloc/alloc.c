@@ -230,7 +230,7 @@ static int ptrmap_init(ptrmap_t *m, unsigned bits)
     return m->slots ? 0 : -1;
 }
 
-/* inline in the free's hot path; ptrmap_get is the same for check.c */
+/* inline in the free's hot path (through map_get; check.c calls a_map_get) */
 static inline blk_t *ptrmap_find(const ptrmap_t *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
@@ -238,11 +238,6 @@ static inline blk_t *ptrmap_find(const ptrmap_t *m, uint64_t key)
         if (m->slots[i].key == key) return m->slots[i].val;
         if (!m->slots[i].key) return NULL;
     }
-}
-
-blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key)
-{
-    return ptrmap_find(m, key);
 }
 
 static int ptrmap_put(ptrmap_t *m, uint64_t key, blk_t *v);

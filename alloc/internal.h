@@ -365,7 +365,6 @@ static inline size_t a_stat_counters(alloc_stats_t *st, alloc_stat_t *out[ALLOC_
 
 /* alloc.c internals shared with check.c */
 sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
-blk_t *ptrmap_get(const ptrmap_t *m, uint64_t key);
 /* the LIVE or PENDING block that starts at addr (alloc_t.fresh, then the map), or NULL */
 blk_t *a_map_get(const alloc_t *a, uint64_t addr);
 /* the size class of a block of `size` bytes (inline: the hot path computes it three times) */
