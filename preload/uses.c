@@ -113,9 +113,14 @@ static inline void spans_load(struct spans *sp)
 }
 
 /* w - lo < len: one subtraction and one comparison per span, no branch */
+static inline int in_device_span(const struct spans *sp, uint64_t v)
+{
+    return (uintptr_t)v - sp->dlo < sp->dlen;
+}
+
 static inline int candidate(const struct spans *sp, uint64_t v)
 {
-    return ((uintptr_t)v - sp->dlo < sp->dlen) | ((uintptr_t)v - sp->hlo < sp->hlen);
+    return in_device_span(sp, v) | ((uintptr_t)v - sp->hlo < sp->hlen);
 }
 
 #ifdef GM_HAVE_REC
@@ -391,7 +396,7 @@ scan_words_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned c
         uint64_t v;
         memcpy(&v, base + 8 * i, 8); /* kernel arguments need not be 8-aligned in host memory */
         w[n] = v;
-        n += both ? candidate(sp, v) : (uintptr_t)v - sp->dlo < sp->dlen;
+        n += both ? candidate(sp, v) : in_device_span(sp, v);
     }
     return n;
 }
