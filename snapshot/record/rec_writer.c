@@ -1502,11 +1502,10 @@ void rec_writer_promote_quietly(void) { promote(2); }
 static void *writer_main(void *arg) {
     rec_state *g = arg;
     writer *w = &W;
-    /* The writer is never below the program's share when it is behind. It once ran at nice +10
-     * (a tenth of a core's share when every core is busy): on a loaded machine it then fell
-     * seconds behind, and a kill -9 lost all of that. It is idle-class only while it keeps up
-     * (class_init, above). Its wake-ups are few (a commit every 25 ms, a drain when a quarter of
-     * the ring fills). */
+    /* The writer runs at the program's own priority. It once ran at nice +10 (a tenth of a
+     * core's share when every core is busy): on a loaded machine it then fell seconds behind,
+     * and a kill -9 lost all of that. Its wake-ups are few (a commit every 25 ms, a drain when a
+     * quarter of the ring fills), so a fair share costs the program little (make bench, demo.*). */
     rec_ring_consumer_thread(); /* a record pushed from here never waits for room */
     atomic_fetch_and(&g->ring.no_wait, ~(REC_RING_NO_CONSUMER | REC_RING_STALLED));
     class_init(w, g);
