@@ -192,7 +192,6 @@ int rec_check_env(char *err, size_t errsz) {
     env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
     env_num("GPUMEM_NAMES", 1, 0, 1, &bad, err, errsz);
     env_num("GPUMEM_NVTX", 1, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_WRITER_IDLE", 1, 0, 1, &bad, err, errsz);
     const char *f = getenv("GPUMEM_FORK");
     if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
         snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
@@ -300,7 +299,6 @@ static int open_now(const rec_options *opt) {
         g->quiet = opt && opt->quiet >= 0 ? opt->quiet : (int)env_long("GPUMEM_QUIET", 0, 0, 1);
         g->names = (int)env_long("GPUMEM_NAMES", 1, 0, 1);
         g->ranges = (int)env_long("GPUMEM_NVTX", 1, 0, 1);
-        g->writer_idle = (int)env_long("GPUMEM_WRITER_IDLE", 1, 0, 1);
         ring = opt && opt->ring ? opt->ring : (uint64_t)env_long("GPUMEM_RING", 65536, 2, 1L << 26);
 
     }
@@ -329,7 +327,6 @@ static int open_now(const rec_options *opt) {
         rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
         return -1;
     }
-    g->ring.behind = rec_writer_nudge; /* a full ring: an idle-class writer is promoted */
     if (!g->stab) {
         g->stab_mask = (1u << 18) - 1;
         void *p = mmap(NULL, (g->stab_mask + 1) * sizeof *g->stab, PROT_READ | PROT_WRITE,
@@ -417,7 +414,6 @@ void rec_flush(void) {
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
     uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
     atomic_store(&rec_g.flush_seq, target);
-    rec_writer_promote_quietly(); /* a flush does not wait on an idle-class writer */
     rec_ring_wake(&rec_g.ring);
     while (atomic_load(&rec_g.committed_seq) < target && rec_enabled() && rec_now_ns() < deadline) {
         struct timespec ts = {0, 500000};
@@ -693,7 +689,6 @@ static inline __attribute__((always_inline)) uint64_t emit(rec_tls *t, unsigned 
     r->range = range;
     if (s) seq = rec_ring_publish(&rec_g.ring, s, pos);
     else seq = rec_ring_push(&rec_g.ring, &tmp);
-    rec_writer_check(t0);
     if (__builtin_expect((++t->sample & 63) == 0, 0)) {
         /* in ticks; the writer converts */
         atomic_fetch_add_explicit(&rec_g.app_ns_sum, rec_ticks() - t0, memory_order_relaxed);
@@ -769,7 +764,6 @@ uint64_t rec_launch(const rec_launch_info *li) {
     r->stack = (uint32_t)n | (li->op & REC_LAUNCH_OP_MASK) << 24 | (li->unread ? REC_LAUNCH_UNREAD : 0u);
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     r->range = d ? t->ranges[d - 1] : 0;
-    rec_writer_check(r->t);
     return rec_ring_push_n(&rec_g.ring, rs, nr);
 }
 
@@ -800,7 +794,6 @@ static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_
     r.size = size;
     r.requested = requested;
     r.alloc_id = alloc_id;
-    rec_writer_check(r.t);
     return rec_ring_push(&rec_g.ring, &r);
 }
 

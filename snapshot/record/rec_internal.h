@@ -103,12 +103,6 @@ typedef struct rec_state {
     _Atomic int interrupted;      /* SIGINT/SIGTERM that ended the recording, 0 if none */
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
-    /* The writer's scheduling class (rec_writer.c, "The writer's class"): in SCHED_IDLE while it
-     * keeps up, promoted to the program's class by the first event later than writer_due. */
-    int writer_idle;                /* GPUMEM_WRITER_IDLE (default 1) */
-    _Atomic uint64_t writer_due;    /* ticks; UINT64_MAX while the writer is not idle-class */
-    _Atomic int writer_tid;         /* the writer's thread id, 0 when there is no writer */
-    _Atomic int writer_nudged;      /* a producer promoted it; the writer takes it back */
     int lock_fd;
     char path[4096];
     char tmpl[4096];
@@ -133,14 +127,6 @@ static inline uint64_t rec_ticks(void) { return rec_now_ns(); }
 static inline uint64_t rec_ticks_to_ns(const rec_state *g, uint64_t t) {
     if (g->use_tsc) return t > g->tsc0 ? (uint64_t)((double)(t - g->tsc0) * g->ns_per_tick) : 0;
     return t > g->start_ns ? t - g->start_ns : 0;
-}
-/* An idle-class writer that has not come round by writer_due is promoted (rec_writer.c): one
- * relaxed load and a compare on every event. */
-void rec_writer_nudge(void);
-void rec_writer_promote_quietly(void); /* the same for a flush or the close: not counted */
-static inline void rec_writer_check(uint64_t ticks) {
-    if (__builtin_expect(ticks > atomic_load_explicit(&rec_g.writer_due, memory_order_relaxed), 0))
-        rec_writer_nudge();
 }
 void rec_item_push(rec_item *it); /* caller holds rec_g.lock */
 void rec_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -77,7 +77,6 @@ static int wait_for_room(rec_ring *q, uint64_t pos, uint64_t *since, uint32_t *r
     /* waiters before the last look at the slot, the consumer's pop before its look at waiters
      * (both seq_cst): a pop this producer does not see is a pop that sees this waiter */
     atomic_fetch_add(&q->waiters, 1);
-    if (q->behind) q->behind();
     rec_ring_wake(q);
     uint64_t turn = atomic_load(&q->slots[pos & q->mask].turn);
     if ((int64_t)(turn - pos) < 0) futex_wait(&q->room_word, room, 1000000);
@@ -115,7 +114,6 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
             atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
             return 0;
         }
-        if (q->behind) q->behind();
         rec_ring_wake(q);
         sched_yield();
     }

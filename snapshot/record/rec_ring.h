@@ -70,7 +70,6 @@ typedef struct rec_ring {
     uint64_t stall_ns;          /* lossless: no room for this long gives up (REC_RING_STALL_NS) */
     rec_slot *slots;
     size_t bytes;
-    void (*behind)(void);       /* optional: called by a producer that finds the ring full */
 } rec_ring;
 
 /* wait_ns: a full ring waits for room as long as the consumer makes progress (lossless) */

@@ -14,7 +14,6 @@ rec_state rec_g = {
     .gen = 1,
     .lock_fd = -1,
     .items_tail = &rec_g.items,
-    .writer_due = UINT64_MAX,
 };
 
 uint64_t rec_now_ns(void) {

@@ -227,11 +227,6 @@ typedef struct writer {
     uint64_t n_launches, n_uses, words_lost, unread, untimed;
     timed_launch *tl;        /* FIFO, circular: tl_len entries from tl_head; the first tl_done */
     uint64_t tl_head, tl_len, tl_cap, tl_done; /* of them are resolved, not yet written */
-    /* the writer's class (below) */
-    int cls_ok, cls_idle;    /* may go idle-class (and back); is idle-class now */
-    uint64_t cls_hold;       /* promoted: stays in the program's class until then (ns) */
-    uint64_t due_ticks;      /* WRITER_DUE_NS in the recorder's ticks */
-    uint64_t promotions;
 } writer;
 
 static writer W;
@@ -1355,8 +1350,6 @@ static void finish(writer *w, rec_state *g) {
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
     meta_int(w, "writer_cpu_ns", (int64_t)cpu.tv_sec * 1000000000 + cpu.tv_nsec);
-    meta_text(w, "writer_class", w->cls_ok ? "idle" : "normal");
-    meta_int(w, "writer_promotions", (int64_t)w->promotions);
     /* the index by allocation, sorted once here rather than kept up during the run (see
      * schema.sql, table uses) */
     exec(w, "PRAGMA cache_size=-65536"); /* the sort's memory (see the open's cache_size) */
@@ -1400,105 +1393,6 @@ static void writer_cleanup(writer *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* ---- the writer's class --------------------------------------------------------------------
- *
- * Where a core is free the writer's work costs the program nothing, except when one of the
- * program's threads wakes on the core the writer is running on: it waits for the writer's turn
- * to end. A tiny PyTorch step (its main thread handing the backward to autograd's and back)
- * waited ~0.2 ms a step for a core that way (tests/bench/README.md). In SCHED_IDLE the writer
- * gives its core up at once to any thread that wants it, and takes what the program leaves.
- *
- * Where no core is free, SCHED_IDLE would starve it: the program would wait on a full ring, and
- * a kill -9 would lose more than 100 ms. So the writer is idle-class only while it keeps up:
- * - each round it sets writer_due to WRITER_DUE_NS from now; the program's first event later
- *   than that (the writer has not come round: starved) promotes it to the program's class
- *   (rec_writer_nudge, from that thread), as does a producer that finds the ring full, a flush
- *   and the close; so does the writer itself after a round that could not drain the ring;
- * - promoted, it stays in the program's class for WRITER_HOLD_NS, then goes back to idle at the
- *   end of a round that drained the ring;
- * - only where this process may leave SCHED_IDLE again (RLIMIT_NICE or CAP_SYS_NICE; tried once,
- *   on a thread of its own), and only from SCHED_OTHER (a writer started by a thread in another
- *   class, which it inherits, stays in it): elsewhere it stays in the program's class throughout.
- * GPUMEM_WRITER_IDLE=0 keeps it in the program's class. meta: writer_class (idle, normal),
- * writer_promotions. */
-#define WRITER_DUE_NS (30ull * 1000000u)
-#define WRITER_HOLD_NS (1000ull * 1000000u)
-
-static void *class_probe(void *arg) {
-    struct sched_param p = {0};
-    *(int *)arg = sched_setscheduler(0, SCHED_IDLE, &p) == 0 && sched_setscheduler(0, SCHED_OTHER, &p) == 0;
-    return NULL;
-}
-
-static void class_set(writer *w, rec_state *g, int idle) {
-    struct sched_param p = {0};
-    if (sched_setscheduler(0, idle ? SCHED_IDLE : SCHED_OTHER, &p) != 0) {
-        if (idle) return; /* stays in the program's class */
-        w->cls_ok = 0;    /* cannot leave SCHED_IDLE after all: never idle again, producers */
-        atomic_store(&g->writer_tid, 0); /* cannot help (the first round will have drained) */
-        return;
-    }
-    w->cls_idle = idle;
-    atomic_store_explicit(&g->writer_due, idle ? rec_ticks() + w->due_ticks : UINT64_MAX,
-                          memory_order_relaxed);
-}
-
-static void class_init(writer *w, rec_state *g) {
-    w->cls_ok = w->cls_idle = 0;
-    /* a program running in another class (real-time, batch, idle) keeps its writer in it */
-    if (!g->writer_idle || sched_getscheduler(0) != SCHED_OTHER) return;
-    pthread_t t;
-    int ok = 0;
-    if (pthread_create(&t, NULL, class_probe, &ok) != 0) return;
-    pthread_join(t, NULL);
-    if (!ok) return;
-    w->cls_ok = 1;
-    w->due_ticks = (uint64_t)((double)WRITER_DUE_NS / (g->use_tsc ? g->ns_per_tick : 1.0));
-    atomic_store(&g->writer_nudged, 0);
-    atomic_store(&g->writer_tid, (int)gettid());
-    class_set(w, g, 1);
-}
-
-/* The start of a round: a producer's promotion taken note of, or the due time moved on. */
-static void class_round(writer *w, rec_state *g) {
-    if (!w->cls_ok) return;
-    int why = atomic_exchange(&g->writer_nudged, 0);
-    if (why) {
-        if (w->cls_idle && why == 1) w->promotions++;
-        w->cls_idle = 0;
-        w->cls_hold = why == 1 ? rec_now_ns() + WRITER_HOLD_NS : 0; /* a flush: back when drained */
-        atomic_store_explicit(&g->writer_due, UINT64_MAX, memory_order_relaxed);
-    } else if (w->cls_idle) {
-        atomic_store_explicit(&g->writer_due, rec_ticks() + w->due_ticks, memory_order_relaxed);
-    }
-}
-
-/* The end of a round that took n records. */
-static void class_after(writer *w, rec_state *g, size_t n) {
-    if (!w->cls_ok) return;
-    if (n >= BATCH && w->cls_idle) { /* behind: the program's class until it catches up */
-        class_set(w, g, 0);
-        w->promotions++;
-        w->cls_hold = rec_now_ns() + WRITER_HOLD_NS;
-    } else if (n < BATCH && !w->cls_idle && rec_now_ns() >= w->cls_hold) {
-        class_set(w, g, 1);
-    }
-}
-
-/* why: 1 the writer is late (counted in writer_promotions), 2 a flush or the close */
-static void promote(int why) {
-    rec_state *g = &rec_g;
-    atomic_store_explicit(&g->writer_due, UINT64_MAX, memory_order_relaxed);
-    int tid = atomic_load_explicit(&g->writer_tid, memory_order_relaxed);
-    int was = 0;
-    if (tid <= 0 || !atomic_compare_exchange_strong(&g->writer_nudged, &was, why)) return;
-    struct sched_param p = {0};
-    (void)sched_setscheduler(tid, SCHED_OTHER, &p);
-}
-
-void rec_writer_nudge(void) { promote(1); }
-void rec_writer_promote_quietly(void) { promote(2); }
-
 static void *writer_main(void *arg) {
     rec_state *g = arg;
     writer *w = &W;
@@ -1508,11 +1402,9 @@ static void *writer_main(void *arg) {
      * quarter of the ring fills), so a fair share costs the program little (make bench, demo.*). */
     rec_ring_consumer_thread(); /* a record pushed from here never waits for room */
     atomic_fetch_and(&g->ring.no_wait, ~(REC_RING_NO_CONSUMER | REC_RING_STALLED));
-    class_init(w, g);
     atomic_store(&g->writer_running, 1);
     int stall_said = 0;
     for (;;) {
-        class_round(w, g);
         int stopping = atomic_load(&g->writer_stop);
         pthread_mutex_lock(&g->db_lock);
         size_t n = 0;
@@ -1579,11 +1471,8 @@ static void *writer_main(void *arg) {
          * the next commit is due, or a producer has filled a quarter of the ring, or a flush
          * or close asks: the writer shares the cores with the program, and every wake-up of
          * its thread can stall a parallel region of the program's. */
-        class_after(w, g, n);
         if (n < BATCH) rec_ring_wait(&g->ring, WAIT_NS);
     }
-    atomic_store(&g->writer_tid, 0);
-    atomic_store(&g->writer_due, UINT64_MAX);
     /* nobody drains from here on: a producer that still finds the ring full drops */
     atomic_fetch_or(&g->ring.no_wait, REC_RING_NO_CONSUMER);
     rec_ring_room(&g->ring);
@@ -1602,9 +1491,6 @@ void rec_writer_forget(void) {
     parked = W;
     parked_writer = &parked; /* volatile: the copy is kept, and kept reachable */
     memset(&W, 0, sizeof W);
-    atomic_store(&rec_g.writer_tid, 0); /* the parent's thread: never this process's to promote */
-    atomic_store(&rec_g.writer_due, UINT64_MAX);
-    atomic_store(&rec_g.writer_nudged, 0);
 }
 
 int rec_writer_start(rec_state *g) {
@@ -1614,8 +1500,6 @@ int rec_writer_start(rec_state *g) {
     atomic_store(&g->writer_stop, 0);
     atomic_store(&g->writer_running, 0);
     atomic_store(&g->writer_done, 0);
-    atomic_store(&g->writer_tid, 0);
-    atomic_store(&g->writer_due, UINT64_MAX);
     int rc = pthread_create(&g->writer, NULL, writer_main, g);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
@@ -1633,7 +1517,6 @@ int rec_writer_start(rec_state *g) {
 }
 
 void rec_writer_stop(rec_state *g) {
-    rec_writer_promote_quietly(); /* the close does not wait on an idle-class writer */
     atomic_store(&g->writer_stop, 1);
     rec_ring_wake(&g->ring);
     pthread_join(g->writer, NULL);
