@@ -649,7 +649,6 @@ static void test_free_waits_for_events(void **state)
     fx_done(&f);
 }
 
-/* cudaFreeAsync: reusable at once on the same stream; on another stream only after an event. */
 /* The last block allocated is held outside the address map until the next allocation
  * (alloc_t.fresh): every look-up finds it there, a free takes it from there, and a PENDING
  * free of it stays findable (a second free is a double free) until the next allocation moves
@@ -688,6 +687,7 @@ static void test_last_block_outside_map(void **state)
     fx_done(&f);
 }
 
+/* cudaFreeAsync: reusable at once on the same stream; on another stream only after an event. */
 static void test_free_async(void **state)
 {
     (void)state;
