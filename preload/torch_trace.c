@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "snapshot/record/rec_ring.h" /* rec_mem_advise_huge */
 #include "snapshot/record/u64map.h"
 
 #ifdef GM_HAVE_REC
@@ -115,9 +116,7 @@ static int tt_grow(void)
     void *r = tt.ring ? mremap(tt.ring, tt.cap * sizeof *tt.ring, cap * sizeof *tt.ring, MREMAP_MAYMOVE)
                       : mmap(NULL, cap * sizeof *tt.ring, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r == MAP_FAILED) return -1;
-    /* huge pages where offered, as the recorder's ring (rec_ring.c): the entries are written on
-     * PyTorch's allocating threads, ~8 fresh 4 KiB pages a tiny step */
-    if (cap * sizeof *tt.ring >= (2u << 20)) (void)madvise(r, cap * sizeof *tt.ring, MADV_HUGEPAGE);
+    rec_mem_advise_huge(r, cap * sizeof *tt.ring); /* written on PyTorch's allocating threads */
     tt.ring = r;
     tt.cap = cap;
     tt.head = tt.n;

@@ -335,6 +335,7 @@ static int open_now(const rec_options *opt) {
             rec_warn("cannot allocate the stack table; not recording");
             return -1;
         }
+        rec_mem_advise_huge(p, (g->stab_mask + 1) * sizeof *g->stab); /* 4 MiB, looked up at random */
         g->stab = p;
     }
     if (!g->strtab) {

@@ -24,11 +24,7 @@ int rec_ring_init(rec_ring *q, uint64_t cap, uint64_t wait_ns) {
      * which matters because a ring is never unmapped while producers might still race. */
     void *p = mmap(NULL, q->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return -1;
-    /* Huge pages where the kernel offers them (transparent_hugepage "madvise"): a ring fills
-     * 2 MiB at a time on the recording threads, one fault where 4 KiB pages took 512 (a tiny
-     * PyTorch step, ~36 KB of records, faulted ~9 pages). Only advice: refused, nothing
-     * changes. */
-    if (q->bytes >= (2u << 20)) (void)madvise(p, q->bytes, MADV_HUGEPAGE);
+    rec_mem_advise_huge(p, q->bytes); /* filled slot by slot on the recording threads */
     q->slots = p;
     q->mask = n - 1;
     q->wake_mask = n >= 8 ? n / 4 - 1 : 0;
