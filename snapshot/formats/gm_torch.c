@@ -22,10 +22,11 @@
  *      recording's is nanoseconds since meta.start_unix_ns; meta.torch_placement "clock"). A
  *      segment's entry goes right after the cudaMalloc that made it and its free right before
  *      the cudaFree, whatever the clocks say;
- *   3. every table that holds a seq is renumbered in one pass to make room (seq stays dense and
- *      in order), and the entries are inserted as events of kinds 31-35 with their Python
- *      frames, their stream and the NVTX range open at their time (the innermost: the one that
- *      started last among those open, on any thread; PyTorch's entries carry no thread);
+ *   3. every table that holds a seq is renumbered to make room (seq keeps its order; a table
+ *      keyed by seq is rebuilt in key order rather than updated), and the entries are inserted
+ *      as events of kinds 31-35 with their Python frames, their stream and the NVTX range open
+ *      at their time (the innermost: the one that started last among those open, on any
+ *      thread; PyTorch's entries carry no thread);
  *   4. names become `names` rows, tensors `alloc_life` rows; meta records what was merged
  *      (torch_history_from: gpumem or pytorch).
  * All in one transaction: a failure leaves the recording as it was. */
@@ -292,10 +293,15 @@ typedef struct merge {
     const unsigned char **tstack; /* the tracker's stacks by index - 1 (tt_stacks()) */
     size_t ntstack;
     sqlite3_stmt *string_text;    /* the recording's strings by id */
+    u64map string_at;             /* id -> index in stext: each string read once */
+    char **stext;
+    size_t nstext, cstext;
+    int stext_oom;                /* a string could not be kept (out of memory) */
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
     u64map frames, stacks, strings, streams; /* hash -> id (checked against their text) */
+    u64map tstack_ids; /* the tracker's stack (its frames' address in the dump) -> stack id */
 } merge;
 
 static int mfail(merge *m, const char *what)
@@ -601,11 +607,12 @@ static uint64_t new_seq(const merge *m, uint64_t s)
     return s + lo;
 }
 
+/* gm_newseq(s): a seq renumbered; NULL, 0 (none) and anything not a seq as they are */
 static void sql_newseq(sqlite3_context *ctx, int argc, sqlite3_value **v)
 {
     (void)argc;
-    if (sqlite3_value_type(v[0]) == SQLITE_NULL) {
-        sqlite3_result_null(ctx);
+    if (sqlite3_value_type(v[0]) != SQLITE_INTEGER || sqlite3_value_int64(v[0]) <= 0) {
+        sqlite3_result_value(ctx, v[0]);
         return;
     }
     sqlite3_result_int64(ctx, (int64_t)new_seq(sqlite3_user_data(ctx), (uint64_t)sqlite3_value_int64(v[0])));
@@ -656,40 +663,65 @@ static int64_t frame_of(merge *m, const gpk_val *f)
 }
 
 /* the text of the recording's string id (the tracker's frames name their function and file by
- * the recorder's strings); NULL when there is none */
+ * the recorder's strings), read from the database once and kept until merge_end; NULL when there
+ * is none */
 static const char *string_text(merge *m, uint32_t id)
 {
+    const uint64_t *v = u64map_get(&m->string_at, id);
+    if (v) return m->stext[*v];
     if (!m->string_text &&
         sqlite3_prepare_v2(m->db, "SELECT s FROM strings WHERE id = ?", -1, &m->string_text, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_reset(m->string_text);
     sqlite3_bind_int64(m->string_text, 1, id);
-    return sqlite3_step(m->string_text) == SQLITE_ROW ? (const char *)sqlite3_column_text(m->string_text, 0) : NULL;
+    const char *t = sqlite3_step(m->string_text) == SQLITE_ROW ? (const char *)sqlite3_column_text(m->string_text, 0)
+                                                                 : NULL;
+    char *copy = t ? strdup(t) : NULL;
+    char **g = m->nstext < m->cstext ? m->stext : realloc(m->stext, (2 * m->cstext + 16) * sizeof *g);
+    if (g && g != m->stext) m->stext = g, m->cstext = 2 * m->cstext + 16;
+    if ((t && !copy) || !g || u64map_put(&m->string_at, id, m->nstext) != 0) {
+        free(copy);
+        m->stext_oom = 1;
+        return NULL;
+    }
+    m->stext[m->nstext++] = copy;
+    return copy;
 }
 
-/* A frame of the tracker's (preload/torch_trace.c: function and file string ids, line) as text:
- * *fn a copy (free it), *file valid until the next string_text. 0, or -1 out of memory. */
-static int tframe_text(merge *m, const unsigned char *p, char **fn, const char **file, uint32_t *line)
+/* A frame of the tracker's (preload/torch_trace.c: function and file string ids, line) as text
+ * (NULL where a string is missing, or out of memory). */
+static void tframe_text(merge *m, const unsigned char *p, const char **fn, const char **file, uint32_t *line)
 {
     uint32_t v[3];
     memcpy(v, p, sizeof v);
-    const char *t = string_text(m, v[0]);
-    if (!(*fn = t ? strdup(t) : NULL) && t) return -1;
+    *fn = string_text(m, v[0]);
     *file = string_text(m, v[1]);
     *line = v[2];
-    return 0;
 }
 
 /* a frame of the tracker's, inserted once */
 static int64_t tframe_of(merge *m, const unsigned char *p)
 {
-    char *fn;
-    const char *file;
+    const char *fn, *file;
     uint32_t line;
-    if (tframe_text(m, p, &fn, &file, &line) != 0) return mfail(m, "frames");
-    int64_t id = frame_text(m, file, fn, line);
-    free(fn);
-    return id;
+    tframe_text(m, p, &fn, &file, &line);
+    if (m->stext_oom) {
+        snprintf(m->err, m->errsz, "out of memory reading the recording's strings");
+        return -1;
+    }
+    return frame_text(m, file, fn, line);
+}
+
+/* What a merge holds beyond its database connection. */
+static void merge_end(merge *m)
+{
+    sqlite3_finalize(m->string_text);
+    m->string_text = NULL;
+    for (size_t i = 0; i < m->nstext; i++) free(m->stext[i]);
+    free(m->stext);
+    m->stext = NULL;
+    m->nstext = m->cstext = 0;
+    u64map_free(&m->string_at);
 }
 
 /* the stack of a trace entry's frames (innermost first): the history's, else the tracker's;
@@ -703,6 +735,9 @@ static int64_t stack_of(merge *m, const titem *t)
     if (!len) return 0;
     if (tracker) m->nstack_gpumem++;
     else m->nstack_torch++;
+    /* the tracker's stacks are already one per distinct stack: each looked up once */
+    const uint64_t *known = tracker ? u64map_get(&m->tstack_ids, (uint64_t)(uintptr_t)t->tframes) : NULL;
+    if (known) return (int64_t)*known;
     int64_t *ids = malloc(len * sizeof *ids);
     if (!ids) return -1;
     size_t n = 0;
@@ -737,6 +772,8 @@ static int64_t stack_of(merge *m, const titem *t)
         if (id < 0 || u64map_put(&m->stacks, h, (uint64_t)id) != 0) id = mfail(m, "stacks");
     }
     free(ids);
+    if (tracker && id > 0 && u64map_put(&m->tstack_ids, (uint64_t)(uintptr_t)t->tframes, (uint64_t)id) != 0)
+        id = mfail(m, "stacks");
     return id;
 }
 
@@ -1209,27 +1246,69 @@ static int place(merge *m)
     return 0;
 }
 
-/* Every seq the recording holds, renumbered: two passes through negative numbers so that no
- * row lands on one not yet moved. */
+/* Every seq the recording holds, renumbered (gm_newseq: monotonic, so order is kept). A column
+ * outside any key is updated in place. A table keyed by seq is rebuilt instead: its rows copied
+ * out, the table emptied, and the rows put back renumbered in key order. Each row goes in at the
+ * b-tree's right edge, where an UPDATE of the key would delete it and insert it again in the
+ * middle (twice, through negative numbers, so that no row lands on one not yet moved). */
+static int rebuild_renumbered(merge *m, const char *table, const char *const *seqcols)
+{
+    sqlite3_stmt *ti = NULL;
+    char q[160];
+    snprintf(q, sizeof q, "SELECT name FROM pragma_table_info('%s') ORDER BY cid", table);
+    if (sqlite3_prepare_v2(m->db, q, -1, &ti, NULL) != SQLITE_OK) return mfail(m, "reading a table's columns");
+    char cols[1024] = "", vals[2048] = "";
+    size_t lc = 0, lv = 0;
+    int src;
+    while ((src = sqlite3_step(ti)) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(ti, 0);
+        int renum = 0;
+        for (const char *const *s = seqcols; *s; s++) renum |= !strcmp(*s, c);
+        lc += (size_t)snprintf(cols + lc, sizeof cols - lc, "%s\"%s\"", lc ? "," : "", c);
+        lv += (size_t)snprintf(vals + lv, sizeof vals - lv, renum ? "%sgm_newseq(\"%s\")" : "%s\"%s\"", lv ? "," : "",
+                               c);
+        if (lc >= sizeof cols || lv >= sizeof vals) break;
+    }
+    sqlite3_finalize(ti);
+    if (src != SQLITE_DONE) return mfail(m, "reading a table's columns");
+    char *sql = sqlite3_mprintf("CREATE TEMP TABLE gm_renumber AS SELECT * FROM main.\"%w\";"
+                                "DELETE FROM main.\"%w\";"
+                                "INSERT INTO main.\"%w\" (%s) SELECT %s FROM temp.gm_renumber ORDER BY rowid;"
+                                "DROP TABLE temp.gm_renumber",
+                                table, table, table, cols, vals);
+    int rc = sql ? mexec(m, sql) : -1;
+    sqlite3_free(sql);
+    return rc;
+}
+
 static int renumber(merge *m)
 {
     if (sqlite3_create_function(m->db, "gm_newseq", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, m, sql_newseq,
                                 NULL, NULL) != SQLITE_OK)
         return mfail(m, "registering gm_newseq");
-    static const char *const cols[][2] = {
-        {"events", "seq"},  {"names", "seq"},      {"names", "birth"},  {"ooms", "seq"},     {"launches", "seq"},
-        {"uses", "seq"},    {"uses", "birth"},     {"snapshots", "seq"}, {"alloc_life", "birth"},
-        {"alloc_life", "death"}};
-    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+    /* each table, whether a seq is (part of) its key, and its seq columns */
+    static const struct { const char *table; int keyed; const char *cols[3]; } tabs[] = {
+        {"events", 1, {"seq"}},           {"names", 1, {"seq", "birth"}}, {"ooms", 1, {"seq"}},
+        {"launches", 1, {"seq"}},         {"uses", 1, {"seq", "birth"}},  {"snapshots", 0, {"seq"}},
+        {"alloc_life", 0, {"birth", "death"}}};
+    for (size_t i = 0; i < sizeof tabs / sizeof tabs[0]; i++) {
+        const char *cols[3] = {0};
+        size_t n = 0;
+        for (size_t c = 0; c < 3 && tabs[i].cols[c]; c++) {
+            char sql[256];
+            snprintf(sql, sizeof sql, "SELECT 1 FROM pragma_table_info('%s') WHERE name = '%s'", tabs[i].table,
+                     tabs[i].cols[c]);
+            if (query_i64(m, sql, 0) == 1) cols[n++] = tabs[i].cols[c]; /* a column an older schema lacks */
+        }
+        if (!n) continue;
+        if (tabs[i].keyed) {
+            if (rebuild_renumbered(m, tabs[i].table, cols) != 0) return -1;
+            continue;
+        }
         char sql[256];
-        snprintf(sql, sizeof sql,
-                 "SELECT 1 FROM pragma_table_info('%s') WHERE name = '%s'", cols[i][0], cols[i][1]);
-        if (query_i64(m, sql, 0) != 1) continue; /* a table an older schema lacks */
-        snprintf(sql, sizeof sql, "UPDATE %s SET %s = -gm_newseq(%s) WHERE %s > 0", cols[i][0], cols[i][1],
-                 cols[i][1], cols[i][1]);
-        if (mexec(m, sql) != 0) return -1;
-        snprintf(sql, sizeof sql, "UPDATE %s SET %s = -%s WHERE %s < 0", cols[i][0], cols[i][1], cols[i][1],
-                 cols[i][1]);
+        size_t l = (size_t)snprintf(sql, sizeof sql, "UPDATE %s SET ", tabs[i].table);
+        for (size_t c = 0; c < n; c++)
+            l += (size_t)snprintf(sql + l, sizeof sql - l, "%s%s = gm_newseq(%s)", c ? ", " : "", cols[c], cols[c]);
         if (mexec(m, sql) != 0) return -1;
     }
     char sql[200];
@@ -1595,7 +1674,7 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         snprintf(err, errsz, "not a dump of gpumem's PyTorch hook (no gpumem_torch / snapshot)");
         goto out;
     }
-    if (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "cannot open %s: %s", dbpath, m.db ? sqlite3_errmsg(m.db) : "out of memory");
         goto out;
     }
@@ -1717,13 +1796,14 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     *merged = entries;
     rc = 0;
 out:
-    sqlite3_finalize(m.string_text);
+    merge_end(&m);
     if (began) sqlite3_exec(m.db, "ROLLBACK", NULL, NULL, NULL);
     if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
     gm_tblocks_free(&tb);
     free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
     u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
+    u64map_free(&m.tstack_ids);
     free(m.tstack);
     return rc;
 }
@@ -1737,16 +1817,14 @@ static void write_tframes(merge *m, FILE *f, const unsigned char *fr, uint32_t n
 {
     gpk_list_begin(f);
     for (uint32_t i = 0; i < n; i++) {
-        char *fn = NULL;
-        const char *file = NULL;
-        uint32_t line = 0;
+        const char *fn, *file;
+        uint32_t line;
         tframe_text(m, fr + (size_t)i * 12, &fn, &file, &line); /* out of memory: a nameless frame */
         gpk_dict_begin(f);
         gpk_key(f, "filename"), gpk_str(f, file);
         gpk_key(f, "line"), gpk_int(f, line);
         gpk_key(f, "name"), gpk_str(f, fn);
         gpk_dict_end(f);
-        free(fn);
     }
     gpk_list_end(f);
 }
@@ -1956,7 +2034,7 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
     }
     u64map_free(&last);
     free(m.tstack);
-    sqlite3_finalize(m.string_text);
+    merge_end(&m);
     if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
     return rc ? -1 : 0;

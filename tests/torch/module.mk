@@ -22,7 +22,7 @@ SCRIPT_TESTS += tests/torch/torch_ops.sh
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
 BENCHES += tests/bench/torch_gpt2_bench.sh tests/bench/torch_parity_bench.sh tests/bench/torch_rec_bench.sh \
-           tests/bench/torch_advise_bench.sh tests/bench/torch_fsdp_bench.sh
+           tests/bench/torch_advise_bench.sh tests/bench/torch_fsdp_bench.sh tests/bench/torch_merge_bench.sh
 # what a recorded step costs in instructions (callgrind; torch_rec_instr.sh) and the client
 # requests it needs, loaded into the Python under valgrind (no sanitizers)
 $(BUILD)/tests/bench/cg_steps.so: tests/bench/cg_steps.c | $(DEPS_STAMP)

@@ -130,6 +130,26 @@ f0=$(meta trk10 torch_history_from) f1=$(meta pyhist torch_history_from) n0=$(me
   && ok "the tracker's trace (meta.torch_history_from $f0) merges the same $n0 entries as PyTorch's history paired with it ($f1)" \
   || bad "the tracker's trace ($f0, $n0 entries) against PyTorch's history ($f1): $(diff <(merged trk10) <(merged pyhist) | head -3)"
 
+# the merge renumbers every seq the recording holds to make room (gm_torch.c, renumber): each
+# reference still lands on its row — a launch and its uses on a launch event, a use's birth, a
+# tensor's birth and death, a name's tensor — and no name shares a seq with an event
+refs() { sqlite3 -separator ' ' "$tmp/$1.db" "SELECT (SELECT count(*) FROM launches), (SELECT count(*) FROM uses),
+  (SELECT count(*) FROM alloc_life), (SELECT count(*) FROM names),
+  (SELECT count(*) FROM launches l LEFT JOIN events e ON e.seq = l.seq WHERE e.kind IS NOT 20) +
+  (SELECT count(*) FROM uses u LEFT JOIN events e ON e.seq = u.seq WHERE e.kind IS NOT 20) +
+  (SELECT count(*) FROM uses u LEFT JOIN events e ON e.seq = u.birth WHERE e.seq IS NULL OR e.seq > u.seq) +
+  (SELECT count(*) FROM alloc_life l LEFT JOIN events b ON b.seq = l.birth LEFT JOIN events d ON d.seq = l.death
+    WHERE b.seq IS NULL OR (l.death IS NOT NULL AND (d.seq IS NULL OR d.addr IS NOT b.addr OR d.seq <= b.seq))) +
+  (SELECT count(*) FROM names n LEFT JOIN events e ON e.seq = n.birth
+    WHERE n.birth IS NOT NULL AND (e.seq IS NULL OR e.addr IS NOT n.addr OR e.seq > n.seq)) +
+  (SELECT count(*) FROM names n JOIN events e ON e.seq = n.seq)"; }
+for v in trk10 pyhist; do
+  read -r nl nu na nn wrong <<< "$(refs "$v")"
+  [[ ${nl:-0} -gt 0 && ${nu:-0} -gt 0 && ${na:-0} -gt 0 && ${nn:-0} -gt 0 && $wrong == 0 ]] \
+    && ok "$v: after the merge's renumbering, every seq reference lands on its row ($nl launches, $nu uses, $na lifetimes, $nn names)" \
+    || bad "$v: $wrong seq references wrong after the merge ($nl launches, $nu uses, $na lifetimes, $nn names)"
+done
+
 # a trace ring that lost its first entries (the tracker's keeps the last N, as PyTorch's history
 # does): each entry still placed exactly, and the report says the trace was truncated
 for v in ring ring-pyhist; do
