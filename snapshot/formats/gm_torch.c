@@ -1270,6 +1270,10 @@ static int rebuild_renumbered(merge *m, const char *table, const char *const *se
         if (lc >= sizeof cols || lv >= sizeof vals) break;
     }
     sqlite3_finalize(ti);
+    if (src == SQLITE_ROW) {
+        snprintf(m->err, m->errsz, "table %s has more columns than the merge can renumber", table);
+        return -1;
+    }
     if (src != SQLITE_DONE) return mfail(m, "reading a table's columns");
     char *sql = sqlite3_mprintf("CREATE TEMP TABLE gm_renumber AS SELECT * FROM main.\"%w\";"
                                 "DELETE FROM main.\"%w\";"
@@ -1674,7 +1678,9 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         snprintf(err, errsz, "not a dump of gpumem's PyTorch hook (no gpumem_torch / snapshot)");
         goto out;
     }
-    if (sqlite3_open_v2(dbpath, &m.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    /* one thread uses this connection: no SQLite mutexes */
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX;
+    if (sqlite3_open_v2(dbpath, &m.db, flags, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "cannot open %s: %s", dbpath, m.db ? sqlite3_errmsg(m.db) : "out of memory");
         goto out;
     }
