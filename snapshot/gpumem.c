@@ -626,8 +626,8 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
          * program failed (then that is the news) */
         int whole = gm_summary_short(&d, &m, stderr);
         if (end[0] && !d.closed)
-            fprintf(stderr, "gpumem: the program %s; the recording holds what was committed before (up to "
-                            "~100 ms before the end): %zu allocations\n", end, m.nallocs);
+            fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
+                            "before the end (the counts above)\n", end);
         else if (end[0] && !m.nallocs)
             fprintf(stderr, "gpumem: the program %s before it made any device or pinned allocation; its own "
                             "messages above say why\n", end);

@@ -304,6 +304,14 @@ static void prefer_passive_openmp(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY")) return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
+    /* by its own path first, so that the process keeps its name (ps, top, pkill: the kernel names
+     * it after the file executed, and /proc/self/exe would make it "exe") */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     unsetenv("OMP_WAIT_POLICY"); /* exec failed: carry on with the default policy */
 }

@@ -7,7 +7,10 @@
 #    record says the program exited with status 2 before any allocation (never only "made no
 #    device or pinned allocation");
 #  - a real-compute run with GPUMEM_SIM_BACKING=virtual crashes (no memory behind the
-#    addresses): record says it was killed by SIGSEGV and what that backing is for.
+#    addresses): record says it was killed by SIGSEGV and what that backing is for;
+#  - a program killed by SIGKILL mid-run (found by its own name: the trainer, which re-executes
+#    itself once, keeps it): record says so, and gives the recording's counts once (the
+#    summary's), not a second count of something else.
 source "$(dirname "$0")/e2e_common.bash"
 rc=0; "$GM" record -o "$TMP/a.db" -- "$TRAIN" --bogus > /dev/null 2> "$TMP/err.txt" || rc=$?
 [[ $rc == 1 ]] || fail "argument failure: record exited $rc, the program's 1"
@@ -23,6 +26,23 @@ grep -q "the program was killed by signal 11 (Segmentation fault)" "$TMP/err.txt
 grep -q "GPUMEM_SIM_BACKING=virtual backs no device memory" "$TMP/err.txt" || fail "virtual backing: no hint: $(cat "$TMP/err.txt")"
 ! grep -q "made no device or pinned allocation" "$TMP/err.txt" || fail "virtual backing: 'made no allocation' said of a crash"
 ok "real compute on GPUMEM_SIM_BACKING=virtual: killed by SIGSEGV, and what that backing is for"
+
+"$GM" record -o "$TMP/k.db" -- "$TRAIN" --model tiny --steps 1000000 > /dev/null 2> "$TMP/err.txt" & rp=$!
+kid=
+for _ in $(seq 200); do kid=$(pgrep -P "$rp" -x "$(basename "$TRAIN")") && break; sleep 0.05; done
+[[ -n $kid ]] || fail "SIGKILL: no child process named $(basename "$TRAIN") under gpumem record: $(ps -o pid=,comm= --ppid "$rp")"
+for _ in $(seq 600); do  # until the writer has committed allocations
+  [[ $(sqlite3 "$TMP/k.db" "SELECT count(*) FROM events WHERE kind IN (1, 3)" 2> /dev/null || echo 0) -gt 0 ]] && break
+  sleep 0.05
+done
+kill -9 "$kid"
+rc=0; wait "$rp" || rc=$?
+[[ $rc == 137 ]] || fail "SIGKILL: record exited $rc (want 137, the program's)"
+grepq "the program was killed by signal 9 (Killed); the recording holds what was committed up to ~100 ms before the end (the counts above)" "$TMP/err.txt" \
+  || fail "SIGKILL: $(tail -3 "$TMP/err.txt")"
+[[ $(grep -c "[0-9] allocations" "$TMP/err.txt") == 1 ]] && grepq "peak allocated [1-9].* [1-9][0-9]* allocations" "$TMP/err.txt" \
+  || fail "SIGKILL: the counts: $(grep allocations "$TMP/err.txt")"
+ok "a program killed by SIGKILL mid-run: said so, the recording's counts given once"
 
 CUDA_TRAIN=$BUILD/train_gpt2
 if [[ -x $CUDA_TRAIN ]] && ldd "$CUDA_TRAIN" | grepq libcublas; then
