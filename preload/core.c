@@ -34,10 +34,12 @@
 #endif
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 __thread int gm_inside __attribute__((tls_model("initial-exec")));
@@ -703,6 +705,61 @@ void gm_exit_register_nvtx(void)
         atexit(exit_handler);
 }
 
+/* ---- a program that kills itself ------------------------------------------------------------ */
+
+/* SIGINT or SIGTERM sent by the program to itself while the signal's action is the default and
+ * this thread does not block it: the process is about to die without its exit handlers, as if
+ * the recorder's own handler had been in place (snapshot/record/rec.c, on_terminating_signal),
+ * so the recording is closed the same way first (state 'interrupted', every lifetime written).
+ * Python does this at the end of a run stopped by Ctrl-C: its own SIGINT handler raised
+ * KeyboardInterrupt, and after finalizing it sets SIGINT back to the default and kill()s
+ * itself. kill(), killpg() and raise() are the three ways in; each then does what it does
+ * without gpumem (the next definition of the symbol: libc's, or a sanitizer's). Only
+ * async-signal-safe calls: a program's signal handler may be the caller. */
+#ifdef GM_HAVE_REC
+static int dies_of(int sig)
+{
+    if (sig != SIGINT && sig != SIGTERM)
+        return 0;
+    struct sigaction cur;
+    sigset_t blocked;
+    return sigaction(sig, NULL, &cur) == 0 && cur.sa_handler == SIG_DFL && !(cur.sa_flags & SA_SIGINFO) &&
+           pthread_sigmask(SIG_BLOCK, NULL, &blocked) == 0 && !sigismember(&blocked, sig);
+}
+#endif
+
+typedef int (*gm_kill_fn)(pid_t, int);
+typedef int (*gm_raise_fn)(int);
+static gm_kill_fn next_kill, next_killpg;
+static gm_raise_fn next_raise;
+
+GM_EXPORT int kill(pid_t pid, int sig)
+{
+#ifdef GM_HAVE_REC
+    if ((pid == getpid() || pid == 0 || pid == -getpgrp()) && dies_of(sig))
+        rec_close_for_signal(sig);
+#endif
+    return next_kill ? next_kill(pid, sig) : (int)syscall(SYS_kill, pid, sig);
+}
+
+GM_EXPORT int killpg(pid_t pgrp, int sig)
+{
+#ifdef GM_HAVE_REC
+    if ((pgrp == 0 || pgrp == getpgrp()) && dies_of(sig))
+        rec_close_for_signal(sig);
+#endif
+    return next_killpg ? next_killpg(pgrp, sig) : (int)syscall(SYS_kill, -pgrp, sig);
+}
+
+GM_EXPORT int raise(int sig)
+{
+#ifdef GM_HAVE_REC
+    if (dies_of(sig))
+        rec_close_for_signal(sig);
+#endif
+    return next_raise ? next_raise(sig) : (int)syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+}
+
 /* ---- fork ---------------------------------------------------------------------------------- */
 
 static void fork_prepare(void)
@@ -735,6 +792,10 @@ static void fork_child(void)
 
 __attribute__((constructor)) static void gm_constructor(void)
 {
+    /* resolved here, not in a signal handler that may call them */
+    next_kill = (gm_kill_fn)gm_next_symbol("kill");
+    next_killpg = (gm_kill_fn)gm_next_symbol("killpg");
+    next_raise = (gm_raise_fn)gm_next_symbol("raise");
     gm_nvtx_constructor();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(final_handler);

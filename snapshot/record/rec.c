@@ -244,11 +244,16 @@ static void calibrate_clock(rec_state *g) {
  * async-signal-safe calls) stops recording, has the writer drain the ring and close with
  * state = 'interrupted', waits for it (at most 3 s: a writer blocked by a lock the interrupted
  * thread holds must not keep the process alive), then dies of the same signal as before.
- * GPUMEM_SIGNALS=0 leaves the signals alone. */
-static void on_terminating_signal(int sig) {
+ * A program that handles the signal itself and then kills itself with it (Python on Ctrl-C:
+ * its handler raises KeyboardInterrupt, and at exit it puts the default action back and sends
+ * SIGINT to itself) gets the same close from the preload's kill() (preload/core.c).
+ * GPUMEM_SIGNALS=0 leaves the signals alone, both ways. */
+static _Atomic int signals_on; /* GPUMEM_SIGNALS (1 by default), read when the recording opened */
+
+void rec_close_for_signal(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
-    if (atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
+    if (atomic_load(&signals_on) && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
         atomic_store(&g->interrupted, sig);
         atomic_store(&g->writer_stop, 1);
         rec_ring_wake(&g->ring);
@@ -257,13 +262,18 @@ static void on_terminating_signal(int sig) {
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static void on_terminating_signal(int sig) {
+    rec_close_for_signal(sig);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(sig, &dfl, NULL);
     raise(sig);
 }
 
 static void install_signal_handlers(void) {
-    if (!env_long("GPUMEM_SIGNALS", 1, 0, 1)) return;
+    atomic_store(&signals_on, (int)env_long("GPUMEM_SIGNALS", 1, 0, 1));
+    if (!atomic_load(&signals_on)) return;
     static const int sigs[] = {SIGINT, SIGTERM};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction old;

@@ -361,6 +361,11 @@ int rec_enabled(void);
 void rec_flush(void);
 /* Flush, derive the `allocations` table, write stats, close. Idempotent; safe if never opened. */
 void rec_close(void);
+/* The process is about to die of sig (SIGINT, SIGTERM): the writer drains the ring and closes
+ * with state = 'interrupted'; waits for it at most 3 s. Async-signal-safe (the recorder's own
+ * handler calls it; so does the preload's kill() when a program kills itself). A no-op unless
+ * recording. */
+void rec_close_for_signal(int sig);
 /* The path of the database being written ("" when not recording). */
 const char *rec_path(void);
 
