@@ -719,7 +719,7 @@ void gm_exit_register_nvtx(void)
 #ifdef GM_HAVE_REC
 static int dies_of(int sig)
 {
-    if (sig != SIGINT && sig != SIGTERM)
+    if ((sig != SIGINT && sig != SIGTERM) || !rec_signals_handled())
         return 0;
     struct sigaction cur;
     sigset_t blocked;
@@ -737,7 +737,7 @@ GM_EXPORT int kill(pid_t pid, int sig)
 {
 #ifdef GM_HAVE_REC
     if ((pid == getpid() || pid == 0 || pid == -getpgrp()) && dies_of(sig))
-        rec_close_for_signal(sig);
+        rec_close_ending(sig);
 #endif
     return next_kill ? next_kill(pid, sig) : (int)syscall(SYS_kill, pid, sig);
 }
@@ -746,7 +746,7 @@ GM_EXPORT int killpg(pid_t pgrp, int sig)
 {
 #ifdef GM_HAVE_REC
     if ((pgrp == 0 || pgrp == getpgrp()) && dies_of(sig))
-        rec_close_for_signal(sig);
+        rec_close_ending(sig);
 #endif
     return next_killpg ? next_killpg(pgrp, sig) : (int)syscall(SYS_kill, -pgrp, sig);
 }
@@ -755,9 +755,39 @@ GM_EXPORT int raise(int sig)
 {
 #ifdef GM_HAVE_REC
     if (dies_of(sig))
-        rec_close_for_signal(sig);
+        rec_close_ending(sig);
 #endif
     return next_raise ? next_raise(sig) : (int)syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), sig);
+}
+
+/* _exit() and _Exit() end the process at once, without its exit handlers (a SIGTERM handler that
+ * saves a checkpoint and leaves, Python's os._exit, a multiprocessing child): the recording is
+ * closed first, state 'closed', as at a normal exit less what the exit handlers would have
+ * added (the allocator's last statistics). exit() itself reaches _exit inside libc, after the
+ * handlers, which closed the recording already. */
+typedef void (*gm_exit_fn)(int);
+static gm_exit_fn next_exit, next_Exit;
+
+GM_EXPORT void _exit(int status)
+{
+#ifdef GM_HAVE_REC
+    rec_close_ending(0);
+#endif
+    if (next_exit)
+        next_exit(status);
+    syscall(SYS_exit_group, status);
+    __builtin_unreachable();
+}
+
+GM_EXPORT void _Exit(int status)
+{
+#ifdef GM_HAVE_REC
+    rec_close_ending(0);
+#endif
+    if (next_Exit)
+        next_Exit(status);
+    syscall(SYS_exit_group, status);
+    __builtin_unreachable();
 }
 
 /* ---- fork ---------------------------------------------------------------------------------- */
@@ -796,6 +826,8 @@ __attribute__((constructor)) static void gm_constructor(void)
     next_kill = (gm_kill_fn)gm_next_symbol("kill");
     next_killpg = (gm_kill_fn)gm_next_symbol("killpg");
     next_raise = (gm_raise_fn)gm_next_symbol("raise");
+    next_exit = (gm_exit_fn)gm_next_symbol("_exit");
+    next_Exit = (gm_exit_fn)gm_next_symbol("_Exit");
     gm_nvtx_constructor();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(final_handler);

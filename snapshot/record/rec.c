@@ -250,10 +250,13 @@ static void calibrate_clock(rec_state *g) {
  * GPUMEM_SIGNALS=0 leaves the signals alone, both ways. */
 static _Atomic int signals_on; /* GPUMEM_SIGNALS (1 by default), read when the recording opened */
 
-void rec_close_for_signal(int sig) {
+int rec_signals_handled(void) { return atomic_load(&signals_on); }
+
+void rec_close_ending(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
-    if (atomic_load(&signals_on) && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
+    /* the recording's own process only: a vfork child shares this memory (and may _exit) */
+    if ((long)getpid() == g->pid && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
         atomic_store(&g->interrupted, sig);
         atomic_store(&g->writer_stop, 1);
         rec_ring_wake(&g->ring);
@@ -265,7 +268,7 @@ void rec_close_for_signal(int sig) {
 }
 
 static void on_terminating_signal(int sig) {
-    rec_close_for_signal(sig);
+    rec_close_ending(sig);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(sig, &dfl, NULL);
     raise(sig);

@@ -361,11 +361,14 @@ int rec_enabled(void);
 void rec_flush(void);
 /* Flush, derive the `allocations` table, write stats, close. Idempotent; safe if never opened. */
 void rec_close(void);
-/* The process is about to die of sig (SIGINT, SIGTERM): the writer drains the ring and closes
- * with state = 'interrupted'; waits for it at most 3 s. Async-signal-safe (the recorder's own
- * handler calls it; so does the preload's kill() when a program kills itself). A no-op unless
- * recording. */
-void rec_close_for_signal(int sig);
+/* The process ends now, without its exit handlers: of signal sig (SIGINT, SIGTERM; the writer
+ * closes with state = 'interrupted' and meta.signal), or by _exit (sig 0: state = 'closed'). The
+ * writer drains the ring and closes; waits for it at most 3 s. Async-signal-safe: the
+ * recorder's own signal handler calls it, and so do the preload's kill(), raise() and _exit().
+ * A no-op unless recording, and in any process but the recording's own (a vfork child). */
+void rec_close_ending(int sig);
+/* GPUMEM_SIGNALS as read when the recording opened: 0 leaves SIGINT and SIGTERM alone. */
+int rec_signals_handled(void);
 /* The path of the database being written ("" when not recording). */
 const char *rec_path(void);
 

@@ -3,8 +3,8 @@
 # and the recording is closed first: state = interrupted, every allocation has its lifetime
 # row, leaks --fail-on-leak says it cannot judge (exit 3). GPUMEM_SIGNALS=0 leaves them alone.
 # The same when the program handles the signal itself and then kills itself with it, each way
-# in (kill, raise, killpg; Python's exit after Ctrl-C is the first): a Python program under
-# `gpumem record`, its allocation made through ctypes.
+# in (kill, raise, killpg; Python's exit after Ctrl-C is the first), and a close ('closed') when
+# it ends by _exit: a Python program under `gpumem record`, its allocations made through ctypes.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
@@ -37,41 +37,48 @@ for sig in INT TERM; do
   [[ $rc -eq 3 ]] && grep -q "did not run to its end (ended by a signal)" "$TMP/leaks.txt" \
     || fail "SIG$sig: leaks --fail-on-leak exited $rc on an interrupted run, expected 3 (cannot judge)"
 done
-# a program that handles the signal, then kills itself with it (the default action put back)
+# a program that handles the signal, then kills itself with it (the default action put back),
+# or ends by _exit; and one whose subprocess fails to start (Python's vfork child _exits in the
+# parent's memory: the parent's recording stays open)
 cat > "$TMP/self.py" <<'PY'
-import ctypes, os, signal, sys
+import ctypes, os, signal, subprocess, sys
 how, sig = sys.argv[1], getattr(signal, sys.argv[2])
 def die(*_):
     signal.signal(sig, signal.SIG_DFL)
     if how == "kill": os.kill(os.getpid(), sig)
     elif how == "raise": signal.raise_signal(sig)
     elif how == "killpg": os.setpgid(0, 0); os.killpg(0, sig)
+    elif how == "_exit": os._exit(3)
     sys.exit("still alive")
 signal.signal(sig, die)  # before the recording opens: the recorder leaves it to the program
 ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
-p = ctypes.c_void_p()
-assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+malloc = ctypes.CDLL(None).cudaMalloc
+p, q = ctypes.c_void_p(), ctypes.c_void_p()
+assert malloc(ctypes.byref(p), 1 << 20) == 0
+if how == "spawn":
+    try: subprocess.run(["/nonexistent/gpumem-test-program"])
+    except OSError: pass
+    assert malloc(ctypes.byref(q), 1 << 20) == 0
+    sys.exit(0)
 if how == "ctrl-c": raise KeyboardInterrupt  # Python's exit: SIGINT back to default, kill(getpid())
-os.kill(os.getpid(), sig)  # the program's handler runs, and kills the process
+os.kill(os.getpid(), sig)  # the program's handler runs, and ends the process
 PY
-for row in "ctrl-c SIGINT" "kill SIGTERM" "raise SIGTERM" "killpg SIGINT" "raise SIGINT off"; do
-  read -r how sig off <<< "$row"
-  db=$TMP/self-$how-$sig$off.db envs=()
-  [[ -n $off ]] && envs=(GPUMEM_SIGNALS=0)
-  env --default-signal=INT "${envs[@]}" "$GPUMEM" record -q -o "$db" -- python3 "$TMP/self.py" "$how" "$sig" \
+# how, signal, exit status, state, allocations alive at the end, environment
+for row in "ctrl-c SIGINT 130 interrupted 1" "kill SIGTERM 143 interrupted 1" "raise SIGTERM 143 interrupted 1" \
+           "killpg SIGINT 130 interrupted 1" "_exit SIGTERM 3 closed 1" "spawn SIGTERM 0 closed 2" \
+           "raise SIGINT 130 recording 0 GPUMEM_SIGNALS=0"; do
+  read -r how sig want wstate walive env1 <<< "$row"
+  db=$TMP/self-$how-$sig${env1:+-off}.db
+  env --default-signal=INT ${env1:-} "$GPUMEM" record -q -o "$db" -- python3 "$TMP/self.py" "$how" "$sig" \
     > /dev/null 2> "$TMP/self.err"; rc=$?
-  want=$(( 128 + $(kill -l "${sig#SIG}") )) state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
-  lives=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM alloc_life WHERE death IS NULL" | tail -1)
-  if [[ -n $off ]]; then
-    [[ $rc -eq $want && $state == recording ]] || fail "$how $sig, GPUMEM_SIGNALS=0: exit $rc, state '$state'"
-  else
-    [[ $rc -eq $want && $state == interrupted && $lives == 1 ]] \
-      || fail "$how $sig: exit $rc (want $want), state '$state' (want interrupted), $lives lifetimes alive (want 1): $(tail -2 "$TMP/self.err")"
-  fi
+  state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
+  alive=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM alloc_life WHERE death IS NULL" | tail -1)
+  [[ $rc -eq $want && $state == "$wstate" && $alive == "$walive" ]] \
+    || fail "$how $sig ${env1:-}: exit $rc (want $want), state '$state' (want $wstate), $alive lifetimes alive (want $walive): $(tail -2 "$TMP/self.err")"
 done
 # opted out: the signal kills the program as before, the recording stays unclosed
 run_and_signal TERM "$TMP/off.db" GPUMEM_SIGNALS=0; rc=$?
 [[ $rc -eq 143 ]] || fail "GPUMEM_SIGNALS=0: exit $rc"
 [[ $("$GPUMEM" sql "$TMP/off.db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1) == recording ]] \
   || fail "GPUMEM_SIGNALS=0: the recorder handled the signal"
-echo "ok: SIGINT/SIGTERM: exit 130/143 as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); GPUMEM_SIGNALS=0 opts out"
+echo "ok: SIGINT/SIGTERM: exit 130/143 as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); closed at _exit, not by a vfork child's; GPUMEM_SIGNALS=0 opts out"
