@@ -33,6 +33,7 @@
 #include "snapshot/record/rec.h"
 #endif
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -790,6 +791,120 @@ GM_EXPORT void _Exit(int status)
     __builtin_unreachable();
 }
 
+/* exec replaces the program: the recording's file stays (the next image, recording again, goes
+ * beside it: snapshot/record/rec.c, own_earlier_image), and everything recorded so far is
+ * committed first (rec_flush: at most ~100 ms would be lost otherwise). The variadic execl
+ * family reaches execve inside libc, so it is wrapped too. If the exec fails, recording goes
+ * on. A vfork child's exec (Python's subprocess) commits nothing: rec_flush acts only in the
+ * recording's own process. */
+typedef int (*gm_execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*gm_execv_fn)(const char *, char *const[]);
+typedef int (*gm_fexecve_fn)(int, char *const[], char *const[]);
+static gm_execve_fn next_execve, next_execvpe;
+static gm_execv_fn next_execv, next_execvp;
+static gm_fexecve_fn next_fexecve;
+
+static void before_exec(void)
+{
+#ifdef GM_HAVE_REC
+    rec_flush();
+#endif
+}
+
+static int no_next(void)
+{
+    errno = ENOSYS;
+    return -1;
+}
+
+GM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    before_exec();
+    return next_execve ? next_execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
+}
+
+GM_EXPORT int execv(const char *path, char *const argv[])
+{
+    before_exec();
+    return next_execv ? next_execv(path, argv) : no_next();
+}
+
+GM_EXPORT int execvp(const char *file, char *const argv[])
+{
+    before_exec();
+    return next_execvp ? next_execvp(file, argv) : no_next();
+}
+
+GM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    before_exec();
+    return next_execvpe ? next_execvpe(file, argv, envp) : no_next();
+}
+
+GM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    before_exec();
+    return next_fexecve ? next_fexecve(fd, argv, envp) : no_next();
+}
+
+/* execl's list (it ends with NULL; execle's environment follows it): how many arguments after
+ * the first, then those copied into argv (room for n + 2) after the first; returns what follows
+ * the NULL (execle's environment; meaningless for the others). */
+static size_t execl_count(va_list ap)
+{
+    size_t n = 0;
+    while (va_arg(ap, const char *))
+        n++;
+    return n;
+}
+
+static char *const *execl_fill(char **argv, const char *first, size_t n, va_list ap)
+{
+    argv[0] = (char *)first;
+    for (size_t i = 1; i <= n + 1; i++) /* the NULL too */
+        argv[i] = va_arg(ap, char *);
+    return va_arg(ap, char *const *);
+}
+
+GM_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = execl_count(ap);
+    va_end(ap);
+    char *argv[n + 2];
+    va_start(ap, arg);
+    execl_fill(argv, arg, n, ap);
+    va_end(ap);
+    return execv(path, argv);
+}
+
+GM_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = execl_count(ap);
+    va_end(ap);
+    char *argv[n + 2];
+    va_start(ap, arg);
+    execl_fill(argv, arg, n, ap);
+    va_end(ap);
+    return execvp(file, argv);
+}
+
+GM_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    size_t n = execl_count(ap);
+    va_end(ap);
+    char *argv[n + 2];
+    va_start(ap, arg);
+    char *const *envp = execl_fill(argv, arg, n, ap);
+    va_end(ap);
+    return execve(path, argv, envp);
+}
+
 /* ---- fork ---------------------------------------------------------------------------------- */
 
 static void fork_prepare(void)
@@ -828,6 +943,11 @@ __attribute__((constructor)) static void gm_constructor(void)
     next_raise = (gm_raise_fn)gm_next_symbol("raise");
     next_exit = (gm_exit_fn)gm_next_symbol("_exit");
     next_Exit = (gm_exit_fn)gm_next_symbol("_Exit");
+    next_execve = (gm_execve_fn)gm_next_symbol("execve");
+    next_execvpe = (gm_execve_fn)gm_next_symbol("execvpe");
+    next_execv = (gm_execv_fn)gm_next_symbol("execv");
+    next_execvp = (gm_execv_fn)gm_next_symbol("execvp");
+    next_fexecve = (gm_fexecve_fn)gm_next_symbol("fexecve");
     gm_nvtx_constructor();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(final_handler);

@@ -548,9 +548,12 @@ static const char *gm_prog = "gpumem";
 /* Reads the side channel (rec_status lines "<pid> db <path>" / "<pid> msg <text>"): the
  * database the recorded process (pid, or else the first process of the run that recorded — a
  * shell wrapper forks before the real program) wrote, or the first message saying why none.
- * Returns 1 with path set, 0 with why set ("" when nobody said anything). */
-static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, size_t whysz) {
-    path[0] = why[0] = 0;
+ * A program that exec'd wrote one database per image: path is the last one's, earlier the
+ * first one's ("" when there was one). Returns 1 with path set, 0 with why set ("" when nobody
+ * said anything). */
+static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz, char *why,
+                       size_t whysz) {
+    path[0] = earlier[0] = why[0] = 0;
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
@@ -564,7 +567,10 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *why, 
         long p = strtol(line, NULL, 10);
         const char *what = sp1 + 1, *text = sp2 + 1;
         if (strcmp(what, "db") == 0) {
-            if (p == (long)pid && !mine) snprintf(path, pathsz, "%s", text), mine = 1;
+            if (p == (long)pid) { /* the last: a program that exec'd recorded again, beside */
+                if (mine && !earlier[0]) snprintf(earlier, earliersz, "%s", path);
+                snprintf(path, pathsz, "%s", text), mine = 1;
+            }
             else if (!other[0]) snprintf(other, sizeof other, "%s", text);
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
             snprintf(why, whysz, "%s", text);
@@ -788,11 +794,15 @@ static int cmd_record(int argc, char **argv) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    char path[PATH_MAX], why[1024];
-    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, why, sizeof why);
+    char path[PATH_MAX], earlier[PATH_MAX], why[1024];
+    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, why,
+                                              sizeof why);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     gm_torch_finish(&torch, found ? path : NULL, quiet);
     if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid, st);
+    if (!quiet && found && earlier[0])
+        fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
+                        "the last one's)\n", earlier);
     return rc;
 }
 

@@ -71,6 +71,23 @@ static void insert_pid(const char *in, long pid, char *out, size_t outsz) {
 
 static int path_is_templated(const char *t) { return strstr(t, "%p") != NULL; }
 
+/* 1 when the database at path is this process's own, from before it exec'd: its meta.pid is
+ * ours, and it is unlocked because its lock's descriptor closed at the exec (O_CLOEXEC). Such a
+ * file is an earlier part of this run, never a stale one to replace. */
+static int own_earlier_image(const char *path, long pid) {
+    sqlite3 *db = NULL;
+    int own = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL) == SQLITE_OK) {
+        sqlite3_stmt *s;
+        if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'pid'", -1, &s, NULL) == SQLITE_OK) {
+            own = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 0) == pid;
+            sqlite3_finalize(s);
+        }
+    }
+    sqlite3_close(db);
+    return own;
+}
+
 /* Creates (or takes over a stale) database file: mode 0600, never through a symlink, and
  * flock()ed for as long as we record so that a second process with the same GPUMEM_DB (an
  * exec'd child, a rerun while the first still runs) picks another name instead of clobbering. */
@@ -124,6 +141,21 @@ static int create_db_file(rec_state *g) {
                              "recording", path);
                 close(fd);
                 return -1;
+            }
+            if (ours == 1 && own_earlier_image(path, g->pid)) {
+                /* the program exec'd: its earlier recording stays, this one goes beside it */
+                close(fd);
+                char alt[sizeof g->path];
+                struct stat ast;
+                int k = 1;
+                do {
+                    char ins[32];
+                    snprintf(ins, sizeof ins, "-exec%d", k);
+                    insert_before_ext(path, ins, alt, sizeof alt);
+                } while (lstat(alt, &ast) == 0 && ++k < 1000);
+                rec_warn("%s holds this process's recording from before it exec'd; recording to %s", path, alt);
+                snprintf(path, sizeof path, "%s", alt);
+                continue;
             }
             if (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0) {
                 rec_warn("cannot reuse %s: %s; not recording", path, strerror(errno));
@@ -424,7 +456,7 @@ void rec_close(void) {
 }
 
 void rec_flush(void) {
-    if (!rec_enabled()) return;
+    if (!rec_enabled() || (long)getpid() != rec_g.pid) return; /* not from a vfork child */
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
     uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
     atomic_store(&rec_g.flush_seq, target);

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A recorded program that execs (replaces itself; the same pid): each image's recording stays.
+#  - a Python program that allocates, then execs itself twice (os.execv): three databases, the
+#    first two committed up to the exec (libgpumem.so's exec wrappers flush first) and left
+#    open (state recording: the image ended at the exec), the last one closed; the next image
+#    never replaces its own process's earlier file (it was: the lock's descriptor closes at the
+#    exec, and an unlocked gpumem database counts as a stale one); `gpumem record` summarises
+#    the last and names the first;
+#  - execl, execlp and execle, which libgpumem.so wraps (libc reaches execve inside itself),
+#    pass their arguments and environment exactly.
+source "$(dirname "$0")/e2e_common.bash"
+cat > "$TMP/chain.py" <<'PY'
+import ctypes, os, sys
+ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
+p = ctypes.c_void_p()
+n = int(sys.argv[1])
+assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), (n + 1) << 20) == 0
+if n < 2:
+    os.execv(sys.executable, [sys.executable, __file__, str(n + 1)])
+PY
+rc=0; "$GM" record -o "$TMP/x.db" -- python3 "$TMP/chain.py" 0 > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 0 ]] || fail "exec chain: record exited $rc: $(tail -3 "$TMP/err.txt")"
+k=0
+for db in x x-exec1 x-exec2; do
+  [[ -f $TMP/$db.db ]] || fail "exec chain: no $db.db ($(ls "$TMP"))"
+  read -r state size < <("$GM" sql "$TMP/$db.db" -c "SELECT (SELECT value FROM meta WHERE key = 'state'),
+    (SELECT group_concat(size) FROM events WHERE kind = 1)" | tail -1 | tr '|' ' ')
+  want=recording; [[ $db == x-exec2 ]] && want=closed
+  [[ $state == "$want" && $size == $(( (k + 1) << 20 )) ]] \
+    || fail "exec chain: $db.db: state '$state' (want $want), allocations of '$size' bytes (want $(( (k + 1) << 20 )))"
+  k=$((k + 1))
+done
+grepq "recorded to $TMP/x-exec2.db" "$TMP/err.txt" && grepq "the program exec'd: its recording from before that is $TMP/x.db" "$TMP/err.txt" \
+  || fail "exec chain: record's summary: $(tail -4 "$TMP/err.txt")"
+ok "a program that execs twice: three recordings, each image's allocation committed in its own, the last summarised"
+
+CC=${CC:-cc}
+if command -v "$CC" > /dev/null; then
+  cat > "$TMP/execl.c" <<'C'
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char *env[] = {"GM_EXECL=from-execle", NULL};
+    if (argc > 1 && argv[1][0] == 'l') execl("/bin/echo", "echo", "execl", "a b", "c", (char *)NULL);
+    if (argc > 1 && argv[1][0] == 'p') execlp("echo", "echo", "execlp", (char *)NULL);
+    if (argc > 1 && argv[1][0] == 'e') execle("/bin/sh", "sh", "-c", "echo \"$GM_EXECL\"", (char *)NULL, env);
+    if (argc > 1 && argv[1][0] == 'z') execl("/bin/echo", "echo", (char *)NULL);
+    perror("exec");
+    return 1;
+}
+C
+  "$CC" -o "$TMP/execl" "$TMP/execl.c" || fail "cannot build the execl helper with $CC"
+  out=$(for m in l p e z; do "$GM" record -q -o "$TMP/e-$m.db" -- "$TMP/execl" "$m" 2> /dev/null; echo "[$?]"; done)
+  [[ $out == $'execl a b c\n[0]\nexeclp\n[0]\nfrom-execle\n[0]\n\n[0]' ]] \
+    || fail "execl family under libgpumem.so: $(printf '%q' "$out")"
+  ok "execl, execlp, execle under libgpumem.so: arguments and environment passed exactly"
+else
+  echo "note: no C compiler ($CC): the execl family's part is skipped" >&2
+fi
