@@ -71,10 +71,16 @@ static void insert_pid(const char *in, long pid, char *out, size_t outsz) {
 
 static int path_is_templated(const char *t) { return strstr(t, "%p") != NULL; }
 
+/* The last file this image created: a recording it closed and opens again is its own to
+ * replace, whatever its meta.pid says. */
+static char created_here[sizeof rec_g.path];
+
 /* 1 when the database at path is this process's own, from before it exec'd: its meta.pid is
- * ours, and it is unlocked because its lock's descriptor closed at the exec (O_CLOEXEC). Such a
- * file is an earlier part of this run, never a stale one to replace. */
+ * ours, this image did not create it, and it is unlocked because its lock's descriptor closed
+ * at the exec (O_CLOEXEC). Such a file is an earlier part of this run, never a stale one to
+ * replace. */
 static int own_earlier_image(const char *path, long pid) {
+    if (!strcmp(path, created_here)) return 0;
     sqlite3 *db = NULL;
     int own = 0;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL) == SQLITE_OK) {
@@ -184,6 +190,7 @@ static int create_db_file(rec_state *g) {
         unlink(side);
         g->lock_fd = fd;
         snprintf(g->path, sizeof g->path, "%s", path);
+        snprintf(created_here, sizeof created_here, "%s", path);
         return 0;
     }
     rec_warn("could not create a database file from GPUMEM_DB=%s; not recording", g->tmpl);
