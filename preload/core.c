@@ -847,62 +847,55 @@ GM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
     return next_fexecve ? next_fexecve(fd, argv, envp) : no_next();
 }
 
-/* execl's list (it ends with NULL; execle's environment follows it): how many arguments after
- * the first, then those copied into argv (room for n + 2) after the first; returns what follows
- * the NULL (execle's environment; meaningless for the others). */
-static size_t execl_count(va_list ap)
-{
-    size_t n = 0;
-    while (va_arg(ap, const char *))
-        n++;
-    return n;
-}
+/* execl, execlp and execle: their list (it ends with NULL; execle's environment follows it) as
+ * an argv, then execv, execvp or execve (which commit the recording first). Only returns on a
+ * failed exec, so the argv on the stack outlives every use. */
+enum { EXECL_PATH, EXECL_SEARCH, EXECL_ENV };
 
-static char *const *execl_fill(char **argv, const char *first, size_t n, va_list ap)
+static int execl_list(int kind, const char *path, const char *first, va_list ap)
 {
+    size_t n = 0; /* the arguments after first (none when first is the list's NULL) */
+    if (first) {
+        va_list count;
+        va_copy(count, ap);
+        while (va_arg(count, const char *))
+            n++;
+        va_end(count);
+    }
+    char *argv[n + 2];
     argv[0] = (char *)first;
-    for (size_t i = 1; i <= n + 1; i++) /* the NULL too */
+    for (size_t i = 1; first && i <= n + 1; i++) /* the NULL too */
         argv[i] = va_arg(ap, char *);
-    return va_arg(ap, char *const *);
+    if (kind == EXECL_ENV)
+        return execve(path, argv, va_arg(ap, char *const *));
+    return kind == EXECL_SEARCH ? execvp(path, argv) : execv(path, argv);
 }
 
 GM_EXPORT int execl(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
-    size_t n = execl_count(ap);
+    int rc = execl_list(EXECL_PATH, path, arg, ap);
     va_end(ap);
-    char *argv[n + 2];
-    va_start(ap, arg);
-    execl_fill(argv, arg, n, ap);
-    va_end(ap);
-    return execv(path, argv);
+    return rc;
 }
 
 GM_EXPORT int execlp(const char *file, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
-    size_t n = execl_count(ap);
+    int rc = execl_list(EXECL_SEARCH, file, arg, ap);
     va_end(ap);
-    char *argv[n + 2];
-    va_start(ap, arg);
-    execl_fill(argv, arg, n, ap);
-    va_end(ap);
-    return execvp(file, argv);
+    return rc;
 }
 
 GM_EXPORT int execle(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
-    size_t n = execl_count(ap);
+    int rc = execl_list(EXECL_ENV, path, arg, ap);
     va_end(ap);
-    char *argv[n + 2];
-    va_start(ap, arg);
-    char *const *envp = execl_fill(argv, arg, n, ap);
-    va_end(ap);
-    return execve(path, argv, envp);
+    return rc;
 }
 
 /* ---- fork ---------------------------------------------------------------------------------- */
