@@ -712,7 +712,8 @@ static int64_t tframe_of(merge *m, const unsigned char *p)
     return frame_text(m, file, fn, line);
 }
 
-/* What a merge holds beyond its database connection. */
+/* Everything a merge holds but its database connection (which the caller may still roll back
+ * and close): the merge and the OOM snapshot's writer end with it. */
 static void merge_end(merge *m)
 {
     sqlite3_finalize(m->string_text);
@@ -722,6 +723,10 @@ static void merge_end(merge *m)
     m->stext = NULL;
     m->nstext = m->cstext = 0;
     u64map_free(&m->string_at);
+    free(m->it), free(m->ev), free(m->allocs), free(m->frees), free(m->shift_at), free(m->tstack);
+    m->it = NULL, m->ev = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL, m->tstack = NULL;
+    u64map_free(&m->frames), u64map_free(&m->stacks), u64map_free(&m->strings), u64map_free(&m->streams);
+    u64map_free(&m->tstack_ids);
 }
 
 /* the stack of a trace entry's frames (innermost first): the history's, else the tracker's;
@@ -1807,10 +1812,6 @@ out:
     if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
     gm_tblocks_free(&tb);
-    free(m.it), free(m.ev), free(m.allocs), free(m.frees), free(m.shift_at);
-    u64map_free(&m.frames), u64map_free(&m.stacks), u64map_free(&m.strings), u64map_free(&m.streams);
-    u64map_free(&m.tstack_ids);
-    free(m.tstack);
     return rc;
 }
 
@@ -2039,7 +2040,6 @@ int gm_torch_write_oom(const char *dbpath, const unsigned char *buf, size_t n, c
         rc = gm_out_commit(&out, err, errsz);
     }
     u64map_free(&last);
-    free(m.tstack);
     merge_end(&m);
     if (m.db) sqlite3_close(m.db);
     gpk_free(&doc);
