@@ -289,13 +289,16 @@ static void calibrate_clock(rec_state *g) {
  * GPUMEM_SIGNALS=0 leaves the signals alone, both ways. */
 static _Atomic int signals_on; /* GPUMEM_SIGNALS (1 by default), read when the recording opened */
 
+/* 1 in the process that opened the recording; 0 in a vfork child, which shares this memory
+ * (and may _exit or exec) but must not close or flush the parent's recording */
+static int in_recording_process(void) { return (long)getpid() == rec_g.pid; }
+
 int rec_signals_handled(void) { return atomic_load(&signals_on); }
 
 void rec_close_ending(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
-    /* the recording's own process only: a vfork child shares this memory (and may _exit) */
-    if ((long)getpid() == g->pid && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
+    if (in_recording_process() && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
         atomic_store(&g->interrupted, sig);
         atomic_store(&g->writer_stop, 1);
         rec_ring_wake(&g->ring);
@@ -463,7 +466,7 @@ void rec_close(void) {
 }
 
 void rec_flush(void) {
-    if (!rec_enabled() || (long)getpid() != rec_g.pid) return; /* not from a vfork child */
+    if (!rec_enabled() || !in_recording_process()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
     uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
     atomic_store(&rec_g.flush_seq, target);
