@@ -793,10 +793,10 @@ GM_EXPORT void _Exit(int status)
 
 /* exec replaces the program: the recording's file stays (the next image, recording again, goes
  * beside it: snapshot/record/rec.c, own_earlier_image), and everything recorded so far is
- * committed first (rec_flush: at most ~100 ms would be lost otherwise). The variadic execl
- * family reaches execve inside libc, so it is wrapped too. If the exec fails, recording goes
- * on. A vfork child's exec (Python's subprocess) commits nothing: rec_flush acts only in the
- * recording's own process. */
+ * committed first, with state 'exec' and the program run (rec_exec_begin; at most ~100 ms would
+ * be lost otherwise). The variadic execl family reaches execve inside libc, so it is wrapped
+ * too. If the exec fails, the state is 'recording' again and recording goes on. A vfork child's exec (Python's subprocess) changes
+ * nothing: rec_exec_begin acts only in the recording's own process. */
 typedef int (*gm_execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*gm_execv_fn)(const char *, char *const[]);
 typedef int (*gm_fexecve_fn)(int, char *const[], char *const[]);
@@ -804,11 +804,24 @@ static gm_execve_fn next_execve, next_execvpe;
 static gm_execv_fn next_execv, next_execvp;
 static gm_fexecve_fn next_fexecve;
 
-static void before_exec(void)
+static void before_exec(const char *what)
 {
 #ifdef GM_HAVE_REC
-    rec_flush();
+    rec_exec_begin(what);
+#else
+    (void)what;
 #endif
+}
+
+/* the exec returned: it failed, and this image goes on recording */
+static int exec_failed(int rc)
+{
+#ifdef GM_HAVE_REC
+    int e = errno;
+    rec_exec_failed();
+    errno = e;
+#endif
+    return rc;
 }
 
 static int no_next(void)
@@ -819,32 +832,32 @@ static int no_next(void)
 
 GM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-    before_exec();
-    return next_execve ? next_execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp);
+    before_exec(path);
+    return exec_failed(next_execve ? next_execve(path, argv, envp) : (int)syscall(SYS_execve, path, argv, envp));
 }
 
 GM_EXPORT int execv(const char *path, char *const argv[])
 {
-    before_exec();
-    return next_execv ? next_execv(path, argv) : no_next();
+    before_exec(path);
+    return exec_failed(next_execv ? next_execv(path, argv) : no_next());
 }
 
 GM_EXPORT int execvp(const char *file, char *const argv[])
 {
-    before_exec();
-    return next_execvp ? next_execvp(file, argv) : no_next();
+    before_exec(file);
+    return exec_failed(next_execvp ? next_execvp(file, argv) : no_next());
 }
 
 GM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    before_exec();
-    return next_execvpe ? next_execvpe(file, argv, envp) : no_next();
+    before_exec(file);
+    return exec_failed(next_execvpe ? next_execvpe(file, argv, envp) : no_next());
 }
 
 GM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    before_exec();
-    return next_fexecve ? next_fexecve(fd, argv, envp) : no_next();
+    before_exec("(fexecve)");
+    return exec_failed(next_fexecve ? next_fexecve(fd, argv, envp) : no_next());
 }
 
 /* execl, execlp and execle: their list (it ends with NULL; execle's environment follows it) as

@@ -157,7 +157,15 @@ __attribute__((destructor)) static void gm_sym_unseen_at_exit(void)
     void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (!h)
         return; /* no driver in the process: it made no CUDA call (record says so) */
+    /* loaded is not used: the virtual GPU's driver is preloaded into every recorded Python, and
+     * a library may link the driver without calling it. A driver never initialized answers
+     * CUDA_ERROR_NOT_INITIALIZED, which says the program made no driver call at all. */
+    CUresult (*count)(int *) = (CUresult(*)(int *))dlsym(h, "cuDeviceGetCount");
+    int n = 0;
+    int unused = count && count(&n) == CUDA_ERROR_NOT_INITIALIZED;
     dlclose(h);
+    if (unused)
+        return;
     if (!gm_real.cuGetProcAddress_v2)
         rec_status("msg", "the program used the CUDA driver (libcuda.so.1 was loaded) but none "
                           "of its driver calls reached gpumem, so any allocation it made could "

@@ -171,6 +171,25 @@ void gm_torch_child(const gm_torch_run *r)
     setenv("GPUMEM_TORCH_PID", pid, 1);
 }
 
+/* No trace came back: why, from the word gpumem/_torch.py left in SNAPSHOT.state. No word: the
+ * program never imported torch, and there is nothing to say. */
+static void no_trace_line(const char *snapshot)
+{
+    char path[PATH_MAX + 16], word[16] = "";
+    snprintf(path, sizeof path, "%s.state", snapshot);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, word, sizeof word - 1);
+    close(fd);
+    word[n > 0 ? n : 0] = 0;
+    if (!strcmp(word, "no-cuda"))
+        fprintf(stderr, "gpumem: PyTorch never used CUDA in this run: it has no allocator trace to merge\n");
+    else
+        fprintf(stderr, "gpumem: the program imported PyTorch but ended before its exit handlers ran "
+                        "(os._exit, a fatal signal or a crash): PyTorch's allocator trace was not written, "
+                        "and the recording holds the driver's allocations only\n");
+}
+
 void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
 {
     if (!r->snapshot[0]) return;
@@ -201,12 +220,13 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
         }
         free(buf);
     } else if (!quiet && r->history && dbpath) {
-        fprintf(stderr, "gpumem: the program wrote no PyTorch history (it did not use CUDA through "
-                        "torch, or ended before its exit handlers ran)\n");
+        no_trace_line(r->snapshot);
     }
     if (fd >= 0) close(fd);
     unlink(r->snapshot);
     char part[PATH_MAX + 16];
+    snprintf(part, sizeof part, "%s.state", r->snapshot);
+    unlink(part);
     snprintf(part, sizeof part, "%s.part", r->snapshot);
     unlink(part);
     /* the hook's dump at the first OOM: PyTorch's snapshot of that moment, beside the database */

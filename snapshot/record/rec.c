@@ -465,16 +465,39 @@ void rec_close(void) {
     rec_g.lock_fd = -1;
 }
 
+/* Waits (at most 10 s) until every record pushed and every item queued before the call is
+ * committed: the records by seq, the items (meta, strings, ...) by the request's number, which
+ * the writer answers after a round that took them. */
 void rec_flush(void) {
     if (!rec_enabled() || !in_recording_process()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
     uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
-    atomic_store(&rec_g.flush_seq, target);
+    uint64_t want = atomic_load(&rec_g.flush_seq);
+    while (want < target && !atomic_compare_exchange_weak(&rec_g.flush_seq, &want, target)) {
+    }
+    uint64_t req = atomic_fetch_add(&rec_g.flush_req, 1) + 1;
     rec_ring_wake(&rec_g.ring);
-    while (atomic_load(&rec_g.committed_seq) < target && rec_enabled() && rec_now_ns() < deadline) {
+    while ((atomic_load(&rec_g.committed_seq) < target || atomic_load(&rec_g.flush_done) < req) &&
+           rec_enabled() && rec_now_ns() < deadline) {
         struct timespec ts = {0, 500000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* exec: the image ends if it succeeds. The file says so (state 'exec', meta.exec the program)
+ * before the flush commits it; a failed exec puts 'recording' back and the recording goes on.
+ * Only the recording's own process: a vfork child shares the parent's memory. */
+void rec_exec_begin(const char *path) {
+    if (!rec_enabled() || !in_recording_process()) return;
+    rec_meta("exec", path ? path : "?");
+    rec_meta("state", "exec");
+    rec_flush();
+}
+
+void rec_exec_failed(void) {
+    if (!rec_enabled() || !in_recording_process()) return;
+    rec_meta("state", "recording");
+    rec_meta("exec", "");
 }
 
 /* ---------------------------------------------------------------- threads, strings */
@@ -1044,6 +1067,9 @@ static void forget_state(rec_state *g) {
     atomic_store(&g->app_ns_sum, 0);
     atomic_store(&g->app_ns_samples, 0);
     atomic_store(&g->committed_seq, 0);
+    atomic_store(&g->flush_seq, 0);
+    atomic_store(&g->flush_req, 0);
+    atomic_store(&g->flush_done, 0);
     atomic_store(&g->writer_stop, 0);
     atomic_fetch_add(&g->gen, 1);
 }

@@ -359,6 +359,10 @@ int rec_open(const rec_options *opt);
 int rec_enabled(void);
 /* Blocks until every event recorded so far is committed to the file (tests, checkpoints). */
 void rec_flush(void);
+/* Around an exec of PATH (preload/core.c): the file marked state 'exec' and committed; after a
+ * failed exec, 'recording' again. */
+void rec_exec_begin(const char *path);
+void rec_exec_failed(void);
 /* Flush, derive the `allocations` table, write stats, close. Idempotent; safe if never opened. */
 void rec_close(void);
 /* The process ends now, without its exit handlers: of signal sig (SIGINT, SIGTERM; the writer

@@ -103,6 +103,8 @@ typedef struct rec_state {
     _Atomic int interrupted;      /* SIGINT/SIGTERM that ended the recording, 0 if none */
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
+    _Atomic uint64_t flush_req;     /* rec_flush()'s requests, numbered: items queued before one */
+    _Atomic uint64_t flush_done;    /* ... are committed once the writer sets this to its number */
     int lock_fd;
     char path[4096];
     char tmpl[4096];

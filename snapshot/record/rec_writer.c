@@ -1409,6 +1409,7 @@ static void *writer_main(void *arg) {
         pthread_mutex_lock(&g->db_lock);
         size_t n = 0;
         if (!w->failed) {
+            uint64_t req = atomic_load(&g->flush_req); /* before the items its caller queued */
             take_items(w, g);
             n = drain(w, g, BATCH);
             take_items(w, g);
@@ -1418,9 +1419,11 @@ static void *writer_main(void *arg) {
              * from the program's own threads on a busy machine. A waiting rec_flush() gets
              * its commit as soon as the ring is drained. */
             uint64_t want = atomic_load(&g->flush_seq);
-            int flush = want > atomic_load(&g->committed_seq) && w->last_seq >= want;
+            int flush = (want > atomic_load(&g->committed_seq) || req > atomic_load(&g->flush_done)) &&
+                        w->last_seq >= want;
             if (w->in_txn && (flush || rec_now_ns() - w->txn_start >= COMMIT_NS)) commit(w, g);
             else if (!w->in_txn) atomic_store(&g->committed_seq, w->last_seq);
+            if (flush && !w->in_txn) atomic_store(&g->flush_done, req);
         } else {
             /* SQLite failed: keep the ring moving so producers never wait on us, and hand the
              * timing tokens back to the resolver (they hold the preload's resources) */

@@ -16,7 +16,9 @@
 -- Key/value facts about the run: schema_major, schema_minor, gpumem_version, pid, ppid,
 -- cmdline, exe, start_unix_ns, start_ns, hostname, stacks (frames per stack), state
 -- ('recording', then 'closed' after a clean close, 'interrupted' when SIGINT/SIGTERM ended the
--- program and the recorder closed it, 'failed' with `failure` when writing failed), events, dropped_events, writer_cpu_ns,
+-- program and the recorder closed it, 'exec' when the program replaced itself by exec of meta
+-- `exec` (committed up to the exec; the next image records beside it), 'failed' with `failure`
+-- when writing failed), events, dropped_events, writer_cpu_ns,
 -- app_ns_per_event, uses (access tracking: 0, 1 or timed; 1.2), launches, uses_rows,
 -- launch_words_lost (launches whose argument words were partly dropped: no uses rows for them),
 -- launches_unread (kernel launches whose arguments could not be read, the driver giving no

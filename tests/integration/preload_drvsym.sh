@@ -12,7 +12,8 @@
 #  - drv_mix_app's three buffers (cudaMalloc, cuMemAlloc_v2 from cuGetProcAddress, cuMemAlloc_v2
 #    by symbol) are each recorded once, in both modes;
 #  - `gpumem record`'s end-of-run line tells "the driver was used but nothing reached gpumem"
-#    from "calls reached gpumem, no allocation", and never says "made no CUDA call" then.
+#    from "calls reached gpumem, no allocation", and never says "made no CUDA call" then; a
+#    Python program that loads the (virtual GPU's) driver but never calls it made no CUDA call.
 source tests/integration/preload_common.bash
 GPUMEM=$BUILD/gpumem
 need "$LIB" "$APPS/drv_sym_app" "$APPS/drv_mix_app" "$GPUMEM"
@@ -152,6 +153,16 @@ grep -q "made no CUDA call" "$TMP/oi1.err" && fail "record claims no CUDA call a
     > /dev/null 2> "$TMP/oi2.err"
 grep -q "reached gpumem, but it made no device or pinned allocation" "$TMP/oi2.err" \
     && pass "record: calls seen, no allocation, said so" || { fail "record: no 'no allocation' line"; cat "$TMP/oi2.err"; }
+# a Python program that never calls CUDA: `gpumem record` preloads the virtual GPU's driver into
+# it, so the driver is loaded but never initialized; that is no "driver used around gpumem"
+if command -v python3 > /dev/null; then
+  "$GPUMEM" record -o "$TMP/py.db" -- python3 -c 'print("no cuda")' > /dev/null 2> "$TMP/py.err"
+  if grep -q "none of its driver calls\|reached gpumem, but" "$TMP/py.err"; then
+    fail "record: a program that never called the driver is said to have used it"; cat "$TMP/py.err"
+  elif grep -q "made no CUDA call" "$TMP/py.err"; then pass "record: a Python program without CUDA: no CUDA call"
+  else fail "record: no 'made no CUDA call' line for a program without CUDA"; cat "$TMP/py.err"; fi
+  grep -q "PyTorch" "$TMP/py.err" && { fail "record: a PyTorch line for a program that never imported it"; cat "$TMP/py.err"; }
+fi
 ( cd "$TMP" && "$OLDPWD/$GPUMEM" record -o "$TMP/full.db" -- "$OLDPWD/$APPS/drv_sym_app" ) > /dev/null 2> "$TMP/full.err"
 grep -q "no device or pinned allocation\|reached gpumem" "$TMP/full.err" \
     && fail "record: a program that allocated is told it did not" || pass "record: a full run gets its summary only"

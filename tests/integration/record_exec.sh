@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A recorded program that execs (replaces itself; the same pid): each image's recording stays.
 #  - a Python program that allocates, then execs itself twice (os.execv): three databases, the
-#    first two committed up to the exec (libgpumem.so's exec wrappers flush first) and left
-#    open (state recording: the image ended at the exec), the last one closed; the next image
+#    first two committed up to the exec (libgpumem.so's exec wrappers flush first), with state
+#    'exec' and meta.exec the program run (`gpumem report` says so), the last one closed; a
+#    failed exec leaves the state 'recording' and the recording goes on; the next image
 #    never replaces its own process's earlier file (it was: the lock's descriptor closes at the
 #    exec, and an unlocked gpumem database counts as a stale one); `gpumem record` summarises
 #    the last and names the first;
@@ -15,6 +16,9 @@ ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
 p = ctypes.c_void_p()
 n = int(sys.argv[1])
 assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), (n + 1) << 20) == 0
+if n == 1:
+    import time
+    time.sleep(0.3)  # everything committed already: the exec's mark alone must still land
 if n < 2:
     os.execv(sys.executable, [sys.executable, __file__, str(n + 1)])
 PY
@@ -25,14 +29,36 @@ for db in x x-exec1 x-exec2; do
   [[ -f $TMP/$db.db ]] || fail "exec chain: no $db.db ($(ls "$TMP"))"
   read -r state size < <("$GM" sql "$TMP/$db.db" -c "SELECT (SELECT value FROM meta WHERE key = 'state'),
     (SELECT group_concat(size) FROM events WHERE kind = 1)" | tail -1 | tr '|' ' ')
-  want=recording; [[ $db == x-exec2 ]] && want=closed
+  want=exec; [[ $db == x-exec2 ]] && want=closed
   [[ $state == "$want" && $size == $(( (k + 1) << 20 )) ]] \
     || fail "exec chain: $db.db: state '$state' (want $want), allocations of '$size' bytes (want $(( (k + 1) << 20 )))"
   k=$((k + 1))
 done
+py=$(python3 -c 'import sys; print(sys.executable)')
+[[ $("$GM" sql "$TMP/x.db" -c "SELECT value FROM meta WHERE key = 'exec'" | tail -1) == "$py" ]] \
+  || fail "exec chain: x.db's meta.exec is not $py"
+"$GM" report "$TMP/x.db" 2> /dev/null | grepq "the program replaced itself (exec of $py).*beside this file ($TMP/x-exec1.db," \
+  || fail "exec chain: the report does not say the program exec'd: $("$GM" report "$TMP/x.db" 2>&1 | sed -n 1,4p)"
 grepq "recorded to $TMP/x-exec2.db" "$TMP/err.txt" && grepq "the program exec'd: its recording from before that is $TMP/x.db" "$TMP/err.txt" \
   || fail "exec chain: record's summary: $(tail -4 "$TMP/err.txt")"
 ok "a program that execs twice: three recordings, each image's allocation committed in its own, the last summarised"
+
+cat > "$TMP/nope.py" <<'PY'
+import ctypes, os
+ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
+p = ctypes.c_void_p()
+assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+try:
+    os.execv("/nonexistent/gpumem-no-such-program", ["x"])
+except OSError:
+    pass
+assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), 2 << 20) == 0
+PY
+"$GM" record -q -o "$TMP/n.db" -- python3 "$TMP/nope.py" > /dev/null 2>&1 || fail "failed exec: record exited $?"
+got=$("$GM" sql "$TMP/n.db" -c "SELECT (SELECT value FROM meta WHERE key = 'state') || ' ' ||
+  coalesce((SELECT value FROM meta WHERE key = 'exec'), '') || ':' || (SELECT group_concat(size) FROM events WHERE kind = 1)" | tail -1)
+[[ $got == "closed :1048576,2097152" ]] || fail "failed exec: state, exec and allocations '$got' (want 'closed :1048576,2097152')"
+ok "a failed exec: the recording goes on and closes"
 
 CC=${CC:-cc}
 if command -v "$CC" > /dev/null; then

@@ -15,7 +15,8 @@
 #     PyTorch's requested peak (.torch.peak_requested) equal to the default run's;
 #   - the trace taken by gpumem's tracker alone merges what PyTorch's own history, paired with
 #     it, merges;
-#   - --no-torch-history: no merge; --no-torch-hooks: no step ranges.
+#   - --no-torch-history: no merge; --no-torch-hooks: no step ranges;
+#   - no trace back: the end line says why (CPU only; os._exit), and nothing without torch.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/train_gpt2.py
@@ -216,4 +217,18 @@ rec nohooks GPUMEM_SIM_BACKING=memory -- --no-torch-hooks -- --model tiny --step
 [[ $("$G" sql "$tmp/nohooks.db" -c "SELECT count(*) FROM ranges WHERE path LIKE 'step %'" | tail -1) == 0 ]] \
   && [[ $(jq_ nohooks '.torch.peak_allocated') -gt 0 ]] && ok "--no-torch-hooks: no step ranges, the history still merged" \
   || bad "--no-torch-hooks: step ranges recorded, or no history"
+
+# when no trace comes back, gpumem record's line says why, and nothing when torch was never imported
+endline() {  # endline NAME PYTHON-SOURCE: record it, print its stderr's PyTorch lines
+  printf '%s\n' "$2" > "$tmp/$1.py"
+  TMPDIR=$tmp "$G" record -o "$tmp/$1.db" -- "$torch_py" "$tmp/$1.py" > /dev/null 2> "$tmp/$1.err"
+  grep "PyTorch" "$tmp/$1.err" | grep -v UserWarning
+}
+[[ -z $(endline notorch 'print("no torch")') ]] && ok "a Python program without torch: no PyTorch line" \
+  || bad "a Python program without torch: $(cat "$tmp/notorch.err")"
+endline cpuonly 'import torch; print(torch.ones(3).sum())' | grepq "PyTorch never used CUDA" \
+  && ok "torch on the CPU only: 'never used CUDA'" || bad "torch on the CPU only: $(cat "$tmp/cpuonly.err")"
+endline quick 'import torch, os; x = torch.ones(3, device="cuda"); os._exit(0)' | grepq "ended before its exit handlers ran" \
+  && ok "os._exit after CUDA: 'ended before its exit handlers ran'" || bad "os._exit: $(cat "$tmp/quick.err")"
+ls "$tmp" | grepq "gpumem-torch" && bad "a trace file or its .state was left in TMPDIR: $(ls "$tmp")"
 exit $fail

@@ -156,6 +156,21 @@ def _history(torch):
     # change of allocator); queued, it runs when the program first uses CUDA
     torch.cuda._lazy_call(start)
     atexit.register(_dump, "exit")
+    _mark("imported")
+
+
+def _mark(word):
+    """One word in GPUMEM_TORCH_SNAPSHOT.state, read by `gpumem record` when no trace came back:
+    "imported" (torch set up, then no exit handler ran: os._exit, a fatal signal, a crash), or
+    "no-cuda" (the exit came without CUDA ever initialized). No file: torch was never imported."""
+    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    if not path or not _ours():
+        return
+    try:
+        with open(path + ".state", "w") as f:
+            f.write(word)
+    except OSError:
+        pass  # only the wording of gpumem record's line depends on it
 
 
 def _seq_fn(own):
@@ -248,7 +263,11 @@ def _dump(why):
     `gpumem record` made; each dump replaces the last: the one at exit sees everything)."""
     path = _env("GPUMEM_TORCH_SNAPSHOT")
     torch = _state["torch"]
-    if not path or torch is None or not _ours() or not torch.cuda.is_initialized():
+    if not path or torch is None or not _ours():
+        return
+    if not torch.cuda.is_initialized():
+        if why == "exit":
+            _mark("no-cuda")
         return
     try:
         import pickle
