@@ -792,7 +792,7 @@ GM_EXPORT void _Exit(int status)
 }
 
 /* exec replaces the program: the recording's file stays (the next image, recording again, goes
- * beside it: snapshot/record/rec.c, own_earlier_image), and everything recorded so far is
+ * beside it: snapshot/record/rec.c, part_of_this_run), and everything recorded so far is
  * committed first, with state 'exec' and the program run (rec_exec_begin; at most ~100 ms would
  * be lost otherwise). The variadic execl family reaches execve inside libc, so it is wrapped
  * too. If the exec fails, the state is 'recording' again and recording goes on. A vfork child's exec (Python's subprocess) changes

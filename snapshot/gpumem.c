@@ -90,8 +90,10 @@ static const char *const usage_record =
     "short summary. When no GPU driver is usable (no /dev/nvidiactl, or libcuda.so.1 does not\n"
     "load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in\n"
     "LD_LIBRARY_PATH, and gpumem says so.\n"
-    "  -o FILE   the database to write; an earlier gpumem database there is replaced, any\n"
-    "            other file is left alone (exit 2 before CMD runs)\n"
+    "  -o FILE   the database to write; an earlier run's gpumem database there is replaced,\n"
+    "            any other file is left alone (exit 2 before CMD runs). Each process of this\n"
+    "            run that records (a launcher script's steps) keeps its own file: the first\n"
+    "            FILE, the next FILE-<pid>.db, all listed at the end\n"
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "A Python program (CMD is python*, or a script whose #! line names python) is recorded\n"
@@ -548,16 +550,18 @@ static const char *gm_prog = "gpumem";
 /* Reads the side channel (rec_status lines "<pid> db <path>" / "<pid> msg <text>"): the
  * database the recorded process (pid, or else the first process of the run that recorded — a
  * shell wrapper forks before the real program) wrote, or the first message saying why none.
- * A program that exec'd wrote one database per image: path is the last one's, earlier the
- * first one's ("" when there was one). Returns 1 with path set, 0 with why set ("" when nobody
- * said anything). */
-static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz, char *why,
-                       size_t whysz) {
-    path[0] = earlier[0] = why[0] = 0;
+ * A program that exec'd wrote one database per image: path is the last one's, earlier lists the
+ * ones before it ("A, B"; "" when there was one). others lists the databases of the run's other
+ * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). Returns 1
+ * with path set, 0 with why set ("" when nobody said anything). */
+static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz,
+                       char *others, size_t otherssz, char *why, size_t whysz) {
+    path[0] = earlier[0] = others[0] = why[0] = 0;
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
-    char line[1200], other[PATH_MAX] = "";
+    char line[1200], first[PATH_MAX] = "";
+    long first_pid = 0;
     int mine = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
@@ -568,16 +572,30 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
         const char *what = sp1 + 1, *text = sp2 + 1;
         if (strcmp(what, "db") == 0) {
             if (p == (long)pid) { /* the last: a program that exec'd recorded again, beside */
-                if (mine && !earlier[0]) snprintf(earlier, earliersz, "%s", path);
+                if (mine) {
+                    size_t l = strlen(earlier);
+                    snprintf(earlier + l, earliersz - l, "%s%s", l ? ", " : "", path);
+                }
                 snprintf(path, pathsz, "%s", text), mine = 1;
+            } else if (!first[0]) {
+                snprintf(first, sizeof first, "%s", text), first_pid = p;
+            } else {
+                size_t l = strlen(others);
+                snprintf(others + l, otherssz - l, "%s%s (pid %ld)", l ? ", " : "", text, p);
             }
-            else if (!other[0]) snprintf(other, sizeof other, "%s", text);
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
             snprintf(why, whysz, "%s", text);
         }
     }
     fclose(f);
-    if (!mine && other[0]) snprintf(path, pathsz, "%s", other);
+    if (!mine && first[0]) snprintf(path, pathsz, "%s", first);
+    else if (first[0]) { /* the recorded process's own is summarised: the first other is listed too */
+        char rest[4096];
+        snprintf(rest, sizeof rest, "%s", others);
+        if (snprintf(others, otherssz, "%s (pid %ld)%s%s", first, first_pid, rest[0] ? ", " : "", rest) >=
+            (int)otherssz)
+            snprintf(others + otherssz - 5, 5, "...");
+    }
     return path[0] != 0;
 }
 
@@ -771,6 +789,13 @@ static int cmd_record(int argc, char **argv) {
     snprintf(status_path, sizeof status_path, "%s/gpumem-record-XXXXXX", td && *td ? td : "/tmp");
     int status_fd = mkostemp(status_path, O_CLOEXEC);
     if (status_fd >= 0) setenv("GPUMEM_RECORD_STATUS", status_path, 1);
+    /* this run's name, in every database its processes write: none replaces another's (a
+     * launcher script's steps), as a file left by an earlier run would be */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char run_id[64];
+    snprintf(run_id, sizeof run_id, "%ld-%lld%09ld", (long)getpid(), (long long)now.tv_sec, now.tv_nsec);
+    setenv("GPUMEM_RECORD_RUN", run_id, 1);
     if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
     /* Ctrl-C is for the program: we stay to report */
     struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
@@ -794,8 +819,9 @@ static int cmd_record(int argc, char **argv) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    char path[PATH_MAX], earlier[PATH_MAX], why[1024];
-    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, why,
+    char path[PATH_MAX], earlier[4096], others[4096], why[1024];
+    int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
+                                              sizeof others, why,
                                               sizeof why);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     gm_torch_finish(&torch, found ? path : NULL, quiet);
@@ -803,6 +829,9 @@ static int cmd_record(int argc, char **argv) {
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
                         "the last one's)\n", earlier);
+    if (!quiet && found && others[0])
+        fprintf(stderr, "gpumem: other processes of this run recorded too, each in its own file: %s (the summary "
+                        "above is %s's)\n", others, path);
     return rc;
 }
 

@@ -75,23 +75,31 @@ static int path_is_templated(const char *t) { return strstr(t, "%p") != NULL; }
  * replace, whatever its meta.pid says. */
 static char created_here[sizeof rec_g.path];
 
-/* 1 when the database at path is this process's own, from before it exec'd: its meta.pid is
- * ours, this image did not create it, and it is unlocked because its lock's descriptor closed
- * at the exec (O_CLOEXEC). Such a file is an earlier part of this run, never a stale one to
- * replace. */
-static int own_earlier_image(const char *path, long pid) {
+/* What an existing, unlocked gpumem database at path is to this process:
+ *  1: its own, from before it exec'd: its meta.pid is ours and this image did not create it
+ *     (the lock's descriptor closed at the exec, O_CLOEXEC);
+ *  2: another process's of this same `gpumem record` run (meta.record_run is ours, the pid
+ *     another): a launcher script's earlier step, `bash -c "python a.py; python b.py"`;
+ *  0: a finished or abandoned database from an earlier run, to be replaced.
+ * 1 and 2 are parts of this run, never stale files: the caller records beside them. */
+static int part_of_this_run(const char *path, long pid, const char *run) {
     if (!strcmp(path, created_here)) return 0;
     sqlite3 *db = NULL;
-    int own = 0;
+    int part = 0;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL) == SQLITE_OK) {
         sqlite3_stmt *s;
-        if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'pid'", -1, &s, NULL) == SQLITE_OK) {
-            own = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 0) == pid;
+        if (sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'pid'), "
+                                   "(SELECT value FROM meta WHERE key = 'record_run')", -1, &s, NULL) == SQLITE_OK) {
+            if (sqlite3_step(s) == SQLITE_ROW) {
+                const unsigned char *theirs = sqlite3_column_text(s, 1);
+                if (sqlite3_column_int64(s, 0) == pid) part = 1;
+                else if (run && *run && theirs && !strcmp((const char *)theirs, run)) part = 2;
+            }
             sqlite3_finalize(s);
         }
     }
     sqlite3_close(db);
-    return own;
+    return part;
 }
 
 /* Creates (or takes over a stale) database file: mode 0600, never through a symlink, and
@@ -148,7 +156,17 @@ static int create_db_file(rec_state *g) {
                 close(fd);
                 return -1;
             }
-            if (ours == 1 && own_earlier_image(path, g->pid)) {
+            int part = ours == 1 ? part_of_this_run(path, g->pid, getenv("GPUMEM_RECORD_RUN")) : 0;
+            if (part == 2) {
+                /* an earlier process of this run recorded here: it stays, this one goes beside */
+                close(fd);
+                char alt[sizeof g->path];
+                insert_pid(path, g->pid, alt, sizeof alt);
+                rec_warn("%s holds the recording of another process of this run; recording to %s", path, alt);
+                snprintf(path, sizeof path, "%s", alt);
+                continue;
+            }
+            if (part == 1) {
                 /* the program exec'd: its earlier recording stays, this one goes beside it */
                 close(fd);
                 char alt[sizeof g->path];

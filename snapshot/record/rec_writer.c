@@ -506,6 +506,10 @@ int rec_writer_open_db(rec_state *g) {
     meta_text(w, "gpumem_version", REC_VERSION);
     meta_int(w, "pid", g->pid);
     meta_int(w, "ppid", (int64_t)getppid());
+    /* the `gpumem record` run this process belongs to: its other processes never replace this
+     * file (rec.c, part_of_this_run) */
+    const char *run = getenv("GPUMEM_RECORD_RUN");
+    if (run && *run) meta_text(w, "record_run", run);
     read_cmdline(buf, sizeof buf);
     meta_text(w, "cmdline", buf);
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);

@@ -7,6 +7,8 @@
 #    never replaces its own process's earlier file (it was: the lock's descriptor closes at the
 #    exec, and an unlocked gpumem database counts as a stale one); `gpumem record` summarises
 #    the last and names the first;
+#  - the processes of one run (a launcher script's steps) never replace each other's files, and
+#    `gpumem record` lists them; a later run replaces them as before;
 #  - execl, execlp and execle, which libgpumem.so wraps (libc reaches execve inside itself),
 #    pass their arguments and environment exactly.
 source "$(dirname "$0")/e2e_common.bash"
@@ -59,6 +61,30 @@ got=$("$GM" sql "$TMP/n.db" -c "SELECT (SELECT value FROM meta WHERE key = 'stat
   coalesce((SELECT value FROM meta WHERE key = 'exec'), '') || ':' || (SELECT group_concat(size) FROM events WHERE kind = 1)" | tail -1)
 [[ $got == "closed :1048576,2097152" ]] || fail "failed exec: state, exec and allocations '$got' (want 'closed :1048576,2097152')"
 ok "a failed exec: the recording goes on and closes"
+
+# a launcher script whose steps each record: `bash -c "python3 a; python3 b"` (the first
+# forked, the last exec'd by bash): each process's file kept, the second beside the first;
+# gpumem record summarises the one it started and lists the other. A second run still
+# replaces the first run's file.
+for n in 1 2; do
+  printf 'import ctypes\nctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)\np = ctypes.c_void_p()\nassert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), %d << 20) == 0\n' "$n" > "$TMP/step$n.py"
+done
+steps() {  # steps NAME: record the two steps into $TMP/NAME.db; prints every file's allocation sizes
+  "$GM" record -o "$TMP/$1.db" -- bash -c "python3 $TMP/step1.py; python3 $TMP/step2.py" > /dev/null 2> "$TMP/$1.err" \
+    || fail "launcher steps: record exited $?: $(tail -3 "$TMP/$1.err")"
+  for f in "$TMP/$1".db "$TMP/$1"-*.db; do
+    [[ -f $f ]] && "$GM" sql "$f" -c "SELECT group_concat(size) FROM events WHERE kind = 1" | tail -1
+  done | sort | tr '\n' ' '
+}
+got=$(steps st)
+[[ $got == "1048576 2097152 " ]] || fail "launcher steps: the files hold '$got' (want one 1 MiB and one 2 MiB recording)"
+grepq "other processes of this run recorded too, each in its own file: $TMP/st.db (pid [0-9]*)" "$TMP/st.err" \
+  || fail "launcher steps: record does not list the other file: $(tail -3 "$TMP/st.err")"
+rm -f "$TMP"/st-*.db
+got=$(steps st)
+[[ $got == "1048576 2097152 " && $(ls "$TMP"/st*.db | wc -l) == 2 ]] \
+  || fail "launcher steps, second run: '$got', files $(ls "$TMP"/st*.db) (the first run's $TMP/st.db must be replaced)"
+ok "a launcher script's two recorded steps: each kept in its own file within a run, replaced by the next run"
 
 CC=${CC:-cc}
 if command -v "$CC" > /dev/null; then
