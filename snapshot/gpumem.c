@@ -96,9 +96,10 @@ static const char *const usage_record =
     "            FILE, the next FILE-<pid>.db, all listed at the end\n"
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
-    "A Python program (CMD is python*, or a script whose #! line names python) is recorded\n"
-    "tensor by tensor when it imports torch, without an edit (gpumem's sitecustomize is put\n"
-    "first on PYTHONPATH; README.md, \"PyTorch programs\"):\n"
+    "A Python program is recorded tensor by tensor when it imports torch, without an edit\n"
+    "(gpumem's sitecustomize is put first on PYTHONPATH; README.md, \"PyTorch programs\"),\n"
+    "whether it is CMD or runs under it (a launcher script's step, torchrun's workers: each\n"
+    "process's trace goes into its own database):\n"
     "  --allocator torch   PyTorch's own caching allocator stays in place (default); its trace\n"
     "                      (every tensor, with Python stacks, taken by gpumem's tracker) is\n"
     "                      dumped at exit and at an OOM and merged into FILE: `gpumem report`\n"
@@ -555,8 +556,10 @@ static const char *gm_prog = "gpumem";
  * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). Returns 1
  * with path set, 0 with why set ("" when nobody said anything). */
 static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz,
-                       char *others, size_t otherssz, char *why, size_t whysz) {
+                       char *others, size_t otherssz, char *why, size_t whysz, gm_run_db *dbs, size_t maxdbs,
+                       size_t *ndbs) {
     path[0] = earlier[0] = others[0] = why[0] = 0;
+    *ndbs = 0;
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
@@ -571,6 +574,13 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
         long p = strtol(line, NULL, 10);
         const char *what = sp1 + 1, *text = sp2 + 1;
         if (strcmp(what, "db") == 0) {
+            size_t k = 0; /* each process's last database (an exec'd one records again) */
+            while (k < *ndbs && dbs[k].pid != p) k++;
+            if (k < maxdbs) {
+                dbs[k].pid = p;
+                snprintf(dbs[k].path, sizeof dbs[k].path, "%s", text);
+                if (k == *ndbs) (*ndbs)++;
+            }
             if (p == (long)pid) { /* the last: a program that exec'd recorded again, beside */
                 if (mine) {
                     size_t l = strlen(earlier);
@@ -621,7 +631,8 @@ static void virtual_backing_hint(int st) {
 /* The summary of this run's own database (never of a file an earlier run left there). st: how
  * the program ended (waitpid's status): a program that failed is said to have failed, never to
  * have made no allocation or to have called what gpumem does not interpose. */
-static void summarise_run(int found, const char *path, const char *why, pid_t pid, int st) {
+static uint64_t summarise_run(int found, const char *path, const char *why, pid_t pid, int st, int others) {
+    uint64_t nallocs = 0;
     char end[128];
     program_end(st, end, sizeof end);
     if (!found) {
@@ -634,14 +645,14 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
             fprintf(stderr, "gpumem: nothing was recorded: the program (pid %ld) made no CUDA call "
                             "that reached gpumem, or libgpumem.so could not be loaded\n", (long)pid);
         virtual_backing_hint(st);
-        return;
+        return 0;
     }
     gm_db d;
     gm_model m;
     char err[8192];
     if (gm_db_open(path, &d, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
-        return;
+        return 0;
     }
     if (gm_model_load(&d, &m, 0, err, sizeof err) == 0) {
         /* a recording exists because the program's CUDA calls reached gpumem: with no
@@ -649,6 +660,7 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
          * events were lost, when the counts are only what was kept (the summary says so), or the
          * program failed (then that is the news) */
         int whole = gm_summary_short(&d, &m, stderr);
+        nallocs = m.nallocs;
         if (end[0] && !d.closed)
             fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
                             "before the end (the counts above)\n", end);
@@ -657,7 +669,7 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
                             "messages above say why\n", end);
         else if (end[0])
             fprintf(stderr, "gpumem: the program %s; the recording covers its run up to then\n", end);
-        else if (whole && !m.nallocs)
+        else if (whole && !m.nallocs && !others) /* with others: where its allocations are, below */
             fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
                             "device or pinned allocation\n");
     } else {
@@ -667,6 +679,7 @@ static void summarise_run(int found, const char *path, const char *why, pid_t pi
     gm_model_free(&m);
     gm_db_close(&d);
     fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+    return nallocs;
 }
 
 /* Before the program runs (it may run for hours): can the database go where it was asked to?
@@ -820,16 +833,22 @@ static int cmd_record(int argc, char **argv) {
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
     char path[PATH_MAX], earlier[4096], others[4096], why[1024];
+    static gm_run_db dbs[256];
+    size_t ndbs = 0;
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
-                                              sizeof others, why,
-                                              sizeof why);
+                                              sizeof others, why, sizeof why, dbs, 256, &ndbs);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
-    gm_torch_finish(&torch, found ? path : NULL, quiet);
-    if (!quiet && !(rc == 127 && !found)) summarise_run(found, path, why, pid, st);
+    gm_torch_finish(&torch, found ? path : NULL, dbs, ndbs, quiet);
+    uint64_t nallocs = 0;
+    if (!quiet && !(rc == 127 && !found)) nallocs = summarise_run(found, path, why, pid, st, others[0] != 0);
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
                         "the last one's)\n", earlier);
-    if (!quiet && found && others[0])
+    if (!quiet && found && others[0] && !nallocs)
+        fprintf(stderr, "gpumem: %s (the summary above) holds no allocation: the run's allocations are in its other "
+                        "processes' files (a launcher's workers, a script's steps): %s; see %s report FILE, or "
+                        "%s report FILE FILE ... for ranks side by side\n", path, others, gm_prog, gm_prog);
+    else if (!quiet && found && others[0])
         fprintf(stderr, "gpumem: other processes of this run recorded too, each in its own file: %s (the summary "
                         "above is %s's)\n", others, path);
     return rc;

@@ -7,6 +7,7 @@
  * after the program ends (formats/gm_torch.c), and removed. */
 #include "snapshot/torch_record.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -112,11 +113,11 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
                      const char *allocator, int history, int hooks, int quiet)
 {
     memset(r, 0, sizeof *r);
-    if (!is_python(argv0)) return 0;
+    /* any command: a Python program, or one that runs Python (a launcher script, torchrun) */
     r->python = 1;
     char mod[PATH_MAX], site[PATH_MAX];
     if (python_dirs(selfdir, mod, site, sizeof mod) != 0) {
-        if (!quiet)
+        if (!quiet && is_python(argv0))
             fprintf(stderr, "gpumem: gpumem's Python files are neither in %s/../preload/python nor in "
                             "%s/../share/gpumem; PyTorch is recorded by its segments only\n", selfdir, selfdir);
         r->python = 0;
@@ -171,31 +172,55 @@ void gm_torch_child(const gm_torch_run *r)
     setenv("GPUMEM_TORCH_PID", pid, 1);
 }
 
-/* No trace came back: why, from the word gpumem/_torch.py left in SNAPSHOT.state. No word: the
- * program never imported torch, and there is nothing to say. */
-static void no_trace_line(const char *snapshot)
+/* No trace came back from the process whose files are at snapshot: why, from the word
+ * gpumem/_torch.py left in SNAPSHOT.state. No word: it never imported torch, and there is
+ * nothing to say; "no-cuda" is said only of the process gpumem record started (who: "" for it,
+ * else " of pid N"). */
+static void no_trace_line(const char *snapshot, const char *who)
 {
-    char path[PATH_MAX + 16], word[16] = "";
+    char path[PATH_MAX + 320], word[16] = "";
     snprintf(path, sizeof path, "%s.state", snapshot);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return;
     ssize_t n = read(fd, word, sizeof word - 1);
     close(fd);
     word[n > 0 ? n : 0] = 0;
-    if (!strcmp(word, "no-cuda"))
-        fprintf(stderr, "gpumem: PyTorch never used CUDA in this run: it has no allocator trace to merge\n");
-    else
-        fprintf(stderr, "gpumem: the program imported PyTorch but ended before its exit handlers ran "
+    if (!strcmp(word, "no-cuda")) {
+        if (!who[0])
+            fprintf(stderr, "gpumem: PyTorch never used CUDA in this program: it has no allocator trace to merge\n");
+    } else {
+        fprintf(stderr, "gpumem: the program%s imported PyTorch but ended before its exit handlers ran "
                         "(os._exit, a fatal signal or a crash): PyTorch's allocator trace was not written, "
-                        "and the recording holds the driver's allocations only\n");
+                        "and the recording holds the driver's allocations only\n", who);
+    }
 }
 
-void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
+/* Removes PATH and its side files (.part, .state, .oom, .oom.part). */
+static void remove_dump(const char *snapshot)
 {
-    if (!r->snapshot[0]) return;
+    static const char *const ext[] = {"", ".part", ".state", ".oom", ".oom.part"};
+    for (size_t k = 0; k < sizeof ext / sizeof ext[0]; k++) {
+        char p[PATH_MAX + 320];
+        snprintf(p, sizeof p, "%s%s", snapshot, ext[k]);
+        unlink(p);
+    }
+}
+
+/* One process's dump at snapshot merged into its database dbpath (NULL: it recorded none), and
+ * its OOM snapshot written beside it. who: "" for the process gpumem record started, else " of
+ * pid N". Returns 1 when a dump was there. */
+static int finish_one(const gm_torch_run *r, const char *snapshot, const char *dbpath, const char *who,
+                      int quiet)
+{
     struct stat st;
-    int fd = open(r->snapshot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && dbpath) {
+    int had = 0;
+    int fd = open(snapshot, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != geteuid())) { /* not this run's (a shared TMPDIR) */
+        close(fd);
+        return 0;
+    }
+    if (fd >= 0 && st.st_size > 0 && dbpath) {
+        had = 1;
         unsigned char *buf = malloc((size_t)st.st_size);
         if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size) {
             char err[1024];
@@ -206,47 +231,92 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, int quiet)
             clock_gettime(CLOCK_MONOTONIC, &t1);
             double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
             if (mrc != 0)
-                fprintf(stderr, "gpumem: PyTorch's %s was not merged into %s: %s\n",
-                        r->history ? "allocator trace" : "op log", dbpath, err);
+                fprintf(stderr, "gpumem: PyTorch's %s%s was not merged into %s: %s\n",
+                        r->history ? "allocator trace" : "op log", who, dbpath, err);
             else if (!quiet && r->history)
-                fprintf(stderr, "gpumem: merged PyTorch's allocator trace (%llu entries, %.2f s) into %s\n",
-                        (unsigned long long)n, secs, dbpath);
+                fprintf(stderr, "gpumem: merged PyTorch's allocator trace%s (%llu entries, %.2f s) into %s\n",
+                        who, (unsigned long long)n, secs, dbpath);
             else if (!quiet)
-                fprintf(stderr, "gpumem: merged PyTorch's op log (%llu ops, %.2f s) into %s\n",
-                        (unsigned long long)n, secs, dbpath);
+                fprintf(stderr, "gpumem: merged PyTorch's op log%s (%llu ops, %.2f s) into %s\n",
+                        who, (unsigned long long)n, secs, dbpath);
         } else {
-            fprintf(stderr, "gpumem: cannot read PyTorch's %s from %s\n", r->history ? "allocator trace" : "op log",
-                    r->snapshot);
+            fprintf(stderr, "gpumem: cannot read PyTorch's %s%s from %s\n", r->history ? "allocator trace" : "op log",
+                    who, snapshot);
         }
         free(buf);
-    } else if (!quiet && r->history && dbpath) {
-        no_trace_line(r->snapshot);
+    } else if (fd >= 0 && st.st_size > 0 && who[0]) {
+        fprintf(stderr, "gpumem: PyTorch's %s%s has no recording to merge into: that process's CUDA calls "
+                        "never reached gpumem\n", r->history ? "allocator trace" : "op log", who);
     }
     if (fd >= 0) close(fd);
-    unlink(r->snapshot);
-    char part[PATH_MAX + 16];
-    snprintf(part, sizeof part, "%s.state", r->snapshot);
-    unlink(part);
-    snprintf(part, sizeof part, "%s.part", r->snapshot);
-    unlink(part);
     /* the hook's dump at the first OOM: PyTorch's snapshot of that moment, beside the database */
-    snprintf(part, sizeof part, "%s.oom", r->snapshot);
+    char part[PATH_MAX + 320];
+    snprintf(part, sizeof part, "%s.oom", snapshot);
     fd = open(part, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 && dbpath) {
         unsigned char *buf = malloc((size_t)st.st_size);
         char err[1024], out[PATH_MAX + 32];
         if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
             gm_torch_write_oom(dbpath, buf, (size_t)st.st_size, out, sizeof out, err, sizeof err) == 0)
-            fprintf(stderr, "gpumem: PyTorch ran out of memory: its snapshot at that moment is %s "
-                            "(python -m torch.cuda._memory_viz stats %s, or gpumem import)\n", out, out);
+            fprintf(stderr, "gpumem: PyTorch%s ran out of memory: its snapshot at that moment is %s "
+                            "(python -m torch.cuda._memory_viz stats %s, or gpumem import)\n", who, out, out);
         else
-            fprintf(stderr, "gpumem: PyTorch's snapshot at the OOM was not written: %s\n",
+            fprintf(stderr, "gpumem: PyTorch's snapshot%s at the OOM was not written: %s\n", who,
                     buf ? err : "out of memory");
         free(buf);
     }
     if (fd >= 0) close(fd);
-    unlink(part);
-    snprintf(part, sizeof part, "%s.oom.part", r->snapshot);
-    unlink(part);
+    return had;
+}
+
+void gm_torch_finish(gm_torch_run *r, const char *dbpath, const gm_run_db *dbs, size_t ndbs, int quiet)
+{
+    if (!r->snapshot[0]) return;
+    /* the other Python processes' dumps first: SNAPSHOT.<pid> (gpumem/_torch.py, _path), each
+     * into the database its process recorded */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", r->snapshot);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : dir;
+    char basecopy[PATH_MAX];
+    snprintf(basecopy, sizeof basecopy, "%s", base);
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    size_t bl = strlen(basecopy);
+    /* the names first (the loop below removes files from the folder it would be reading) */
+    enum { MAXP = 1024 };
+    static long pids[MAXP];
+    static unsigned char dumped[MAXP];
+    size_t np = 0;
+    DIR *dh = opendir(dir);
+    for (struct dirent *e; dh && (e = readdir(dh)) && np < MAXP;) {
+        const char *nm = e->d_name;
+        if (strncmp(nm, basecopy, bl) != 0 || nm[bl] != '.') continue;
+        char *end;
+        long pid = strtol(nm + bl + 1, &end, 10);
+        int dump = !*end, state = !strcmp(end, ".state");
+        if (pid <= 0 || (!dump && !state)) continue; /* .part, .oom, SNAPSHOT.<pid>.oom ... */
+        size_t k = 0;
+        while (k < np && pids[k] != pid) k++;
+        if (k == np) pids[np] = pid, dumped[np++] = 0;
+        dumped[k] |= (unsigned char)dump;
+    }
+    if (dh) closedir(dh);
+    int others = 0;
+    for (size_t i = 0; i < np; i++) {
+        const char *db = NULL;
+        for (size_t k = 0; k < ndbs; k++)
+            if (dbs[k].pid == pids[i]) db = dbs[k].path;
+        char snap[PATH_MAX + 300], who[64];
+        snprintf(snap, sizeof snap, "%s/%s.%ld", dir, basecopy, pids[i]);
+        snprintf(who, sizeof who, " of pid %ld", pids[i]);
+        if (dumped[i]) others += finish_one(r, snap, db, who, quiet);
+        else if (!quiet && r->history && db) no_trace_line(snap, who); /* only its .state */
+        remove_dump(snap);
+    }
+    /* the process gpumem record started: its own file */
+    int had = finish_one(r, r->snapshot, dbpath, "", quiet);
+    if (!had && !quiet && r->history && dbpath && !others) no_trace_line(r->snapshot, "");
+    remove_dump(r->snapshot);
     r->snapshot[0] = 0;
 }

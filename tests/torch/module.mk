@@ -14,6 +14,8 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_categories.sh tests/torch/torch_advise.sh tests/torch/torch_fsdp.sh
 # the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
+# PyTorch under a launcher (a shell script's step, torchrun's workers): each process's trace in its own database
+SCRIPT_TESTS += tests/torch/torch_launchers.sh
 # the PyTorch hooks in C (preload/torch_hooks.c) against their Python versions (gpumem/_torch.py)
 SCRIPT_TESTS += tests/torch/torch_hooks.sh
 # the forward's op log (gpumem record --torch-ops): its tables, and no allocation changed by it

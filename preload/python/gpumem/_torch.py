@@ -34,8 +34,10 @@ record` sets, README.md "PyTorch programs"):
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
   (a pluggable allocator has none) and names go to gpumem directly.
 
-Only the process `gpumem record` started does any of this (GPUMEM_TORCH_PID): a DataLoader
-worker or a subprocess with the same environment stays untouched. Nothing here may break the
+Every Python interpreter `gpumem record` runs does this (the sitecustomize runs at its start:
+the program, a launcher script's steps, torchrun's workers), each dumping into its own file
+(_path) that `gpumem record` merges into that process's database; a forked child (a DataLoader
+worker) inherits the state but not the role (_ours), and dumps nothing. Nothing here may break the
 program: every hook swallows its own errors after one warning.
 """
 import atexit
@@ -65,14 +67,27 @@ def _warn(what, exc):
 
 
 def _ours():
-    return _env("GPUMEM_TORCH_PID") == str(os.getpid())
+    """This process is the one that installed (a forked child inherits the state, not the role)."""
+    return _state.get("pid") == os.getpid()
+
+
+def _path():
+    """The file this process's dump goes to: GPUMEM_TORCH_SNAPSHOT for the process `gpumem record`
+    started (GPUMEM_TORCH_PID), GPUMEM_TORCH_SNAPSHOT.<pid> for any other Python it runs (a
+    launcher script's, torchrun's workers), each merged into that process's own database."""
+    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    if not path or _env("GPUMEM_TORCH_PID") == str(os.getpid()):
+        return path
+    return "%s.%d" % (path, os.getpid())
 
 
 def install():
-    """Called by the sitecustomize: set up now if torch is already imported, else on import."""
-    if _state["installed"] or not _ours():
+    """Called by the sitecustomize of every Python interpreter `gpumem record` runs (not again
+    in a forked child): set up now if torch is already imported, else on import."""
+    if _state["installed"] or not _env("GPUMEM_TORCH_SNAPSHOT") and not _env("GPUMEM_TORCH_PID"):
         return
     _state["installed"] = True
+    _state["pid"] = os.getpid()
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "cuda"):
         _setup(sys.modules["torch"])
     else:
@@ -163,7 +178,7 @@ def _mark(word):
     """One word in GPUMEM_TORCH_SNAPSHOT.state, read by `gpumem record` when no trace came back:
     "imported" (torch set up, then no exit handler ran: os._exit, a fatal signal, a crash), or
     "no-cuda" (the exit came without CUDA ever initialized). No file: torch was never imported."""
-    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    path = _path()
     if not path or not _ours():
         return
     try:
@@ -261,7 +276,7 @@ def _on_oom(device, alloc, device_allocated, device_free):
 def _dump(why):
     """The snapshot, the names and why, pickled into GPUMEM_TORCH_SNAPSHOT (a private file
     `gpumem record` made; each dump replaces the last: the one at exit sees everything)."""
-    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    path = _path()
     torch = _state["torch"]
     if not path or torch is None or not _ours():
         return
@@ -300,7 +315,7 @@ def _dump_ops():
     """The op log alone (gpumem as PyTorch's allocator: no history), pickled into
     GPUMEM_TORCH_SNAPSHOT for the merge (its "ops_position" says the counts are the recorder's
     seq)."""
-    path = _env("GPUMEM_TORCH_SNAPSHOT")
+    path = _path()
     torch = _state["torch"]
     if not path or torch is None or not _ours() or _state["ops"] is None:
         return

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# torch_launchers.sh — PyTorch run by a launcher under `gpumem record`, not as the command itself:
+#   - a shell script whose Python step is a forked child (`bash -c "python ...; true"`): the
+#     virtual GPU reaches it (its libraries preloaded for any command), the sitecustomize hooks
+#     it, and its allocator trace is merged into its own database (.torch present, PyTorch's
+#     peak equal to the script's own max_memory_allocated);
+#   - torchrun with 2 workers: each worker's trace merged into its own rank's database, each
+#     rank's PyTorch peak equal to the one that worker printed; torchrun's agent (which records
+#     an empty file under rank 0's name) does not take the summary's word: gpumem record names
+#     the workers' files; `gpumem report` over the two ranks' files merges them.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+torchrun=$(dirname "$torch_py")/torchrun
+cat > "$tmp/rk.py" <<'PY'
+import os, torch
+r = int(os.environ.get("RANK", "0"))
+x = torch.empty((r + 1) << 20, dtype=torch.uint8, device="cuda")
+y = torch.empty(4096, device="cuda")
+del y
+print("rank", r, "max_allocated", torch.cuda.max_memory_allocated())
+PY
+tpeak() { "$G" report --json "$1" 2> /dev/null | jq -r '.torch.peak_allocated // "none"'; }
+
+# a shell script's forked Python step
+"$G" record -o "$tmp/sh.db" -- bash -c "$torch_py $tmp/rk.py; true" > "$tmp/sh.out" 2> "$tmp/sh.err" \
+  || bad "script: record failed: $(tail -3 "$tmp/sh.err")"
+want=$(awk '$1 == "rank" { print $4 }' "$tmp/sh.out")
+got=$(tpeak "$tmp/sh.db")
+[[ -n $want && $got == "$want" ]] && grepq "merged PyTorch's allocator trace of pid [0-9]* (.*) into $tmp/sh.db" "$tmp/sh.err" \
+  && ok "a script's forked Python: its trace merged into its database, PyTorch's peak $got = the script's own" \
+  || bad "a script's forked Python: peak '$got' (want '$want'): $(grep gpumem "$tmp/sh.err" | tail -4)"
+
+# torchrun, 2 workers, one database per rank
+if [[ -x $torchrun ]]; then
+  "$G" record -o "$tmp/tr-%r.db" -- "$torchrun" --standalone --nproc-per-node 2 "$tmp/rk.py" \
+    > "$tmp/tr.out" 2> "$tmp/tr.err" || bad "torchrun: record failed: $(tail -3 "$tmp/tr.err")"
+  files=()
+  for r in 0 1; do
+    want=$(awk -v r=$r '$1 == "rank" && $2 == r { print $4 }' "$tmp/tr.out")
+    f=$(for db in "$tmp"/tr-*.db; do
+          [[ $("$G" sql "$db" -c "SELECT value FROM meta WHERE key = 'rank'" 2> /dev/null | tail -1) == "$r" ]] && echo "$db"
+        done | head -1)
+    got=$([[ -n $f ]] && tpeak "$f")
+    [[ -n $want && $got == "$want" ]] && ok "torchrun rank $r: its trace merged into $(basename "$f"), PyTorch's peak $got = the worker's own" \
+      || bad "torchrun rank $r: file '$f', peak '$got' (want '$want'): $(grep gpumem "$tmp/tr.err" | tail -5)"
+    files+=("$f")
+  done
+  grepq "holds no allocation: the run's allocations are in its other processes' files" "$tmp/tr.err" \
+    && ok "torchrun: record points from the agent's empty file to the workers'" \
+    || bad "torchrun: record's end: $(grep gpumem "$tmp/tr.err" | tail -3)"
+  "$G" report "${files[@]}" 2> /dev/null | grepq "gpumem report: 2 ranks" && ok "torchrun: gpumem report merges the two ranks" \
+    || bad "torchrun: the merged report: $("$G" report "${files[@]}" 2>&1 | head -3)"
+else
+  echo "note: no torchrun next to $torch_py: its part is skipped" >&2
+fi
+ls "$tmp" | grepq "gpumem-torch" && bad "a dump was left behind: $(ls "$tmp")"
+exit $fail
