@@ -1335,18 +1335,24 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes(m->peak_allocated, a, sizeof a);
         gm_fmt_bytes(m->peak_reserved, b, sizeof b);
         gm_fmt_bytes(m->peak_requested, c, sizeof c);
-        fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
-                c, m->peak_requested, m->peak_requested_seq);
-        print_place_text(out, place_of(m, &l, m->peak_requested_seq));
-        fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes in the allocator's rounded blocks, at event %" PRIu64 ")\n",
-                a, m->peak_allocated, m->peak_allocated_seq);
-        if (m->peak_allocated_seq != m->peak_requested_seq)
-            print_place_text(out, place_of(m, &l, m->peak_allocated_seq));
+        if (!m->peak_requested && !m->peak_allocated) { /* no peak to place: nothing was allocated */
+            fprintf(out, "  peak requested      0 B (nothing was allocated)\n");
+            fprintf(out, "  peak allocated      0 B\n");
+        } else {
+            fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
+                    c, m->peak_requested, m->peak_requested_seq);
+            print_place_text(out, place_of(m, &l, m->peak_requested_seq));
+            fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes in the allocator's rounded blocks, at event %" PRIu64
+                         ")\n", a, m->peak_allocated, m->peak_allocated_seq);
+            if (m->peak_allocated_seq != m->peak_requested_seq)
+                print_place_text(out, place_of(m, &l, m->peak_allocated_seq));
+        }
         fprintf(out, "  peak reserved       %s%s\n", b,
                 m->have_segments ? ""
                 : m->nallocs     ? " (no segment events: allocations went straight to the driver)"
                                  : " (the recording holds no allocation)");
-        fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
+        if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
+        else fprintf(out, "  utilization         - (nothing was reserved)\n");
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
@@ -1481,9 +1487,13 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     gm_fmt_bytes(m->peak_allocated, a, sizeof a);
     gm_fmt_bytes(m->peak_reserved, b, sizeof b);
     gm_fmt_bytes(m->peak_requested, c, sizeof c);
-    fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
-                 " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-            a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+    if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
+        fprintf(out, "gpumem: nothing allocated: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+                     " OOMs, %" PRId64 " dropped events\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
+    else
+        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
+                     " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
+                a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
     int failed = strcmp(d->state, "failed") == 0;
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",

@@ -153,6 +153,11 @@ grep -q "made no CUDA call" "$TMP/oi1.err" && fail "record claims no CUDA call a
     > /dev/null 2> "$TMP/oi2.err"
 grep -q "reached gpumem, but it made no device or pinned allocation" "$TMP/oi2.err" \
     && pass "record: calls seen, no allocation, said so" || { fail "record: no 'no allocation' line"; cat "$TMP/oi2.err"; }
+# its report places no peak at an event that is not there, and gives no utilization of nothing
+rep=$("$GPUMEM" report "$TMP/oi2.db" 2>&1)
+grep -q "peak requested      0 B (nothing was allocated)" <<<"$rep" && grep -q "utilization         - (nothing was reserved)" <<<"$rep" \
+    && ! grep -q "at event" <<<"$rep" && pass "report of a recording without allocations: no peak event, no utilization" \
+    || { fail "report of a recording without allocations"; sed -n 3,9p <<<"$rep"; }
 # a Python program that never calls CUDA: `gpumem record` preloads the virtual GPU's driver into
 # it, so the driver is loaded but never initialized; that is no "driver used around gpumem"
 if command -v python3 > /dev/null; then
