@@ -664,6 +664,8 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
         if (end[0] && !d.closed)
             fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
                             "before the end (the counts above)\n", end);
+        else if (end[0] && !m.nallocs && others)
+            fprintf(stderr, "gpumem: the program %s; its own messages above say why\n", end);
         else if (end[0] && !m.nallocs)
             fprintf(stderr, "gpumem: the program %s before it made any device or pinned allocation; its own "
                             "messages above say why\n", end);
