@@ -258,8 +258,9 @@ static int finish_one(const gm_torch_run *r, const char *snapshot, const char *d
         char err[1024], out[PATH_MAX + 32];
         if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
             gm_torch_write_oom(dbpath, buf, (size_t)st.st_size, out, sizeof out, err, sizeof err) == 0)
-            fprintf(stderr, "gpumem: PyTorch%s ran out of memory: its snapshot at that moment is %s "
-                            "(python -m torch.cuda._memory_viz stats %s, or gpumem import)\n", who, out, out);
+            fprintf(stderr, "gpumem: PyTorch ran out of memory%s: its snapshot at that moment is %s "
+                            "(python -m torch.cuda._memory_viz stats %s, or gpumem import)\n",
+                    who[0] ? " in that process" : "", out, out);
         else
             fprintf(stderr, "gpumem: PyTorch's snapshot%s at the OOM was not written: %s\n", who,
                     buf ? err : "out of memory");
@@ -311,7 +312,10 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, const gm_run_db *dbs, 
         snprintf(snap, sizeof snap, "%s/%s.%ld", dir, basecopy, pids[i]);
         snprintf(who, sizeof who, " of pid %ld", pids[i]);
         if (dumped[i]) others += finish_one(r, snap, db, who, quiet);
-        else if (!quiet && r->history && db) no_trace_line(snap, who); /* only its .state */
+        else if (!quiet && r->history && db) { /* only its .state */
+            snprintf(who, sizeof who, " (pid %ld)", pids[i]);
+            no_trace_line(snap, who);
+        }
         remove_dump(snap);
     }
     /* the process gpumem record started: its own file */

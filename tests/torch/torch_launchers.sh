@@ -7,7 +7,9 @@
 #   - torchrun with 2 workers: each worker's trace merged into its own rank's database, each
 #     rank's PyTorch peak equal to the one that worker printed; torchrun's agent (which records
 #     an empty file under rank 0's name) does not take the summary's word: gpumem record names
-#     the workers' files; `gpumem report` over the two ranks' files merges them.
+#     the workers' files; `gpumem report` over the two ranks' files merges them;
+#   - torchrun's workers running out of memory: each one's PyTorch snapshot at its OOM (with the
+#     OOM in it: `gpumem import`) beside its own database, and record names it.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 torchrun=$(dirname "$torch_py")/torchrun
@@ -50,6 +52,29 @@ if [[ -x $torchrun ]]; then
     || bad "torchrun: record's end: $(grep gpumem "$tmp/tr.err" | tail -3)"
   "$G" report "${files[@]}" 2> /dev/null | grepq "gpumem report: 2 ranks" && ok "torchrun: gpumem report merges the two ranks" \
     || bad "torchrun: the merged report: $("$G" report "${files[@]}" 2>&1 | head -3)"
+  # each worker's OOM: PyTorch's snapshot of that moment beside that worker's own database
+  cat > "$tmp/oom.py" <<'PY'
+import torch
+xs = []
+try:
+    for i in range(100):
+        xs.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError:
+    pass
+PY
+  GPUMEM_SIM_MEMORY=2G GPUMEM_SIM_BACKING=virtual "$G" record -o "$tmp/o-%r.db" -- "$torchrun" --standalone \
+    --nproc-per-node 2 "$tmp/oom.py" > /dev/null 2> "$tmp/o.err" || bad "torchrun OOM: record failed: $(tail -3 "$tmp/o.err")"
+  n=0
+  for db in "$tmp"/o-*.db; do
+    snap=${db%.db}.oom.pickle
+    [[ $("$G" sql "$db" -c "SELECT count(*) FROM ooms" 2> /dev/null | tail -1) -ge 1 && -s $snap ]] \
+      && grepq "its snapshot at that moment is $snap" "$tmp/o.err" \
+      && "$G" import "$snap" -o "$tmp/imp.db" 2> /dev/null && [[ $("$G" report --json "$tmp/imp.db" | jq '.ooms | length') -ge 1 ]] \
+      && n=$((n + 1))
+    rm -f "$tmp/imp.db"
+  done
+  [[ $n == 2 ]] && ok "torchrun: each worker's OOM snapshot (PyTorch's, with its OOM) beside its own database" \
+    || bad "torchrun OOM: $n of 2 workers' snapshots: $(ls "$tmp"/o-*) $(grep gpumem "$tmp/o.err" | tail -4)"
 else
   echo "note: no torchrun next to $torch_py: its part is skipped" >&2
 fi
