@@ -217,6 +217,36 @@ static void timestamps_in_ns(void **state) {
     assert_true(snap_q(path, "SELECT value FROM meta WHERE key='end_ns'") >= snap_q(path, "SELECT max(t) FROM events"));
 }
 
+/* A range's row waits for its close, within a commit's window: a range still open at a flush is
+ * in the file (end_ns NULL) and its close fills its end in; one opened and closed between two
+ * flushes goes in whole, once; a range open at the close stays open. Paths, parents and
+ * kinds as pushed. */
+static void ranges_in_file_at_each_commit(void **state) {
+    (void)state;
+    assert_int_equal(rec_range_push(NULL, "outer"), 1);
+    rec_event(REC_ALLOC, 0, 0, 0x10, 16, 16, 1);
+    rec_flush();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE path = 'outer' AND end_ns IS NULL"), 1);
+    assert_int_equal(rec_range_push(NULL, "inner"), 2);
+    rec_event(REC_FREE, 0, 0, 0x10, 16, 0, 1);
+    rec_range_pop();
+    uint64_t st = rec_range_start("dom", "across"); /* start/end: kind 1, closed later */
+    rec_flush();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE path = 'outer/inner' AND parent = 1 AND "
+                                  "end_ns >= start_ns"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE kind = 1 AND end_ns IS NULL"), 1);
+    rec_range_pop();
+    rec_range_end(st);
+    assert_int_equal(rec_range_push(NULL, "left open"), 1); /* the depth */
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges"), 4);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE end_ns IS NULL"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE path = 'left open' AND end_ns IS NULL"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE path = 'outer' AND end_ns >= start_ns"), 1);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id = e.range "
+                                  "WHERE (e.kind = 1 AND r.path = 'outer') OR (e.kind = 2 AND r.path = 'outer/inner')"), 2);
+}
+
 #define THREADS 4
 #define PER_THREAD 5000
 
@@ -296,6 +326,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(timestamps_in_ns, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(start_end_cross_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(ranges_in_file_at_each_commit, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[600];
