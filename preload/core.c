@@ -795,8 +795,9 @@ GM_EXPORT void _Exit(int status)
  * beside it: snapshot/record/rec.c, part_of_this_run), and everything recorded so far is
  * committed first, with state 'exec' and the program run (rec_exec_begin; at most ~100 ms would
  * be lost otherwise). The variadic execl family reaches execve inside libc, so it is wrapped
- * too. If the exec fails, the state is 'recording' again and recording goes on. A vfork child's exec (Python's subprocess) changes
- * nothing: rec_exec_begin acts only in the recording's own process. */
+ * too. If the exec fails, the state is 'recording' again and recording goes on. A vfork
+ * child's exec (Python's subprocess) changes nothing: rec_exec_begin acts only in the
+ * recording's own process. */
 typedef int (*gm_execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*gm_execv_fn)(const char *, char *const[]);
 typedef int (*gm_fexecve_fn)(int, char *const[], char *const[]);

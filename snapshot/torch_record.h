@@ -17,8 +17,8 @@ typedef struct gm_torch_run {
 
 /* Before the fork: sets PYTHONPATH and GPUMEM_TORCH_* (for the program, or any Python it runs)
  * and, on the virtual GPU (simdir not NULL), preloads its libraries after libgpumem.so; argv0
- * (and its #! line) only decides whether missing Python files are worth a line. allocator: "torch" or "gpumem". Returns 0, or -1 with a message
- * on stderr (the program is not run). */
+ * (and its #! line) only decides whether missing Python files are worth a line. allocator:
+ * "torch" or "gpumem". Returns 0, or -1 with a message on stderr (the program is not run). */
 int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, const char *simdir,
                      const char *allocator, int history, int hooks, int quiet);
 /* In the child, before exec: names the process whose dump is SNAPSHOT itself (others' are
