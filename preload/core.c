@@ -240,6 +240,15 @@ gm_mode_t gm_mode(void)
     return gm_forked_child ? GM_MODE_OFF : mode_now;
 }
 
+int gm_mode_hooks_on(void)
+{
+    if (gm_forked_child)
+        return 0;
+    if (atomic_load_explicit(&core_done, memory_order_acquire))
+        return mode_now != GM_MODE_OFF;
+    return config_mode() != GM_MODE_OFF && gm_driver_init();
+}
+
 gm_mode_t gm_mode_peek(void)
 {
     if (!atomic_load_explicit(&core_done, memory_order_acquire))

@@ -1351,8 +1351,9 @@ void *gm_driver_hook_for(void *real_fn)
         return (void *)w_getproc_v1;
     if (real_fn == (void *)gm_real.cuGetProcAddress_v2)
         return (void *)w_getproc_v2;
-    /* gpumem off (configured, or no usable driver): hand out the real functions. */
-    if (gm_forked_child || gm_mode() == GM_MODE_OFF)
+    /* gpumem off (configured, or no usable driver): hand out the real functions. The hook
+     * itself opens the recording when it is first called (gm_mode). */
+    if (!gm_mode_hooks_on())
         return NULL;
     for (size_t i = 0; i < NHOOKS; i++)
         if (hooks[i].hook && (*hooks[i].real == real_fn || alts[i] == real_fn))

@@ -47,6 +47,11 @@ typedef enum { GM_MODE_OFF = 0, GM_MODE_RECORD = 1, GM_MODE_REPLACE = 2 } gm_mod
 gm_mode_t gm_mode(void);
 /* The mode without triggering init (GM_MODE_OFF until init ran). */
 gm_mode_t gm_mode_peek(void);
+/* 1 when a driver function looked up (dlsym, cuGetProcAddress) gets gpumem's hook: configured
+ * on and a driver that loads. Unlike gm_mode it opens no recording: a lookup is no CUDA call
+ * (cuBLAS's constructor looks cuLaunchKernel up at `import torch`), and a process that makes
+ * none writes no file. */
+int gm_mode_hooks_on(void);
 /* 1 in a child forked after gpumem was initialised in the parent: gpumem is off there. */
 extern int gm_forked_child;
 /* GPUMEM_LIMIT in bytes, 0 when unset. */

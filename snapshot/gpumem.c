@@ -563,8 +563,7 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
-    char line[1200], first[PATH_MAX] = "";
-    long first_pid = 0;
+    char line[1200];
     int mine = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
@@ -587,23 +586,23 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
                     snprintf(earlier + l, earliersz - l, "%s%s", l ? ", " : "", path);
                 }
                 snprintf(path, pathsz, "%s", text), mine = 1;
-            } else if (!first[0]) {
-                snprintf(first, sizeof first, "%s", text), first_pid = p;
-            } else {
-                size_t l = strlen(others);
-                snprintf(others + l, otherssz - l, "%s%s (pid %ld)", l ? ", " : "", text, p);
             }
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
             snprintf(why, whysz, "%s", text);
         }
     }
     fclose(f);
-    if (!mine && first[0]) snprintf(path, pathsz, "%s", first);
-    else if (first[0]) { /* the recorded process's own is summarised: the first other is listed too */
-        char rest[4096];
-        snprintf(rest, sizeof rest, "%s", others);
-        if (snprintf(others, otherssz, "%s (pid %ld)%s%s", first, first_pid, rest[0] ? ", " : "", rest) >=
-            (int)otherssz)
+    /* The recorded process's own; else (a launcher that recorded nothing itself) the first of
+     * its processes' files by name: run-0.db before run-1.db, whichever opened first */
+    long chosen = mine ? (long)pid : 0;
+    for (size_t k = 0; !mine && k < *ndbs; k++)
+        if (!path[0] || strcmp(dbs[k].path, path) < 0) snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
+    for (size_t k = 0; k < *ndbs; k++) {
+        if (dbs[k].pid == chosen) continue;
+        size_t l = strlen(others);
+        if (l + 8 >= otherssz) break;
+        if (snprintf(others + l, otherssz - l, "%s%s (pid %ld)", l ? ", " : "", dbs[k].path, dbs[k].pid) >=
+            (int)(otherssz - l))
             snprintf(others + otherssz - 5, 5, "...");
     }
     return path[0] != 0;

@@ -175,8 +175,8 @@ void gm_torch_child(const gm_torch_run *r)
 /* No trace came back from the process whose files are at snapshot: why, from the word
  * gpumem/_torch.py left in SNAPSHOT.state. No word: it never imported torch, and there is
  * nothing to say; "no-cuda" is said only of the process gpumem record started (who: "" for it,
- * else " of pid N"). */
-static void no_trace_line(const char *snapshot, const char *who)
+ * else " of pid N"), the rest only of a process that recorded. */
+static void no_trace_line(const char *snapshot, const char *who, int recorded)
 {
     char path[PATH_MAX + 320], word[16] = "";
     snprintf(path, sizeof path, "%s.state", snapshot);
@@ -188,7 +188,7 @@ static void no_trace_line(const char *snapshot, const char *who)
     if (!strcmp(word, "no-cuda")) {
         if (!who[0])
             fprintf(stderr, "gpumem: PyTorch never used CUDA in this program: it has no allocator trace to merge\n");
-    } else {
+    } else if (recorded) { /* (without a recording it never used CUDA: its own end says the rest) */
         fprintf(stderr, "gpumem: the program%s imported PyTorch but ended before its exit handlers ran "
                         "(os._exit, a fatal signal or a crash): PyTorch's allocator trace was not written, "
                         "and the recording holds the driver's allocations only\n", who);
@@ -314,13 +314,13 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, const gm_run_db *dbs, 
         if (dumped[i]) others += finish_one(r, snap, db, who, quiet);
         else if (!quiet && r->history && db) { /* only its .state */
             snprintf(who, sizeof who, " (pid %ld)", pids[i]);
-            no_trace_line(snap, who);
+            no_trace_line(snap, who, 1);
         }
         remove_dump(snap);
     }
     /* the process gpumem record started: its own file */
     int had = finish_one(r, r->snapshot, dbpath, "", quiet);
-    if (!had && !quiet && r->history && dbpath && !others) no_trace_line(r->snapshot, "");
+    if (!had && !quiet && r->history && !others) no_trace_line(r->snapshot, "", dbpath != NULL);
     remove_dump(r->snapshot);
     r->snapshot[0] = 0;
 }

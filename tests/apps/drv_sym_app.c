@@ -109,12 +109,20 @@ int main(void)
     const char *devs = getenv("DRV_SYM_DEVICE"); /* the device to use (default 0) */
     checkCudaErrors(cuDeviceGet(&dev, devs ? atoi(devs) : 0));
     /* DRV_SYM_ONLY_INIT=1: stop here (the driver used, nothing allocated); =2: also ask the
-     * driver for an entry point, which goes through gpumem's cuGetProcAddress */
+     * driver for an entry point, which goes through gpumem's cuGetProcAddress (a lookup: no
+     * recording opens); =3: also call a function gpumem hooks, cuMemGetInfo (a recording with
+     * no allocation in it) */
     const char *only = getenv("DRV_SYM_ONLY_INIT");
     if (only && *only) {
-        if (!strcmp(only, "2")) {
+        if (!strcmp(only, "2") || !strcmp(only, "3")) {
             void *fn = NULL;
             checkCudaErrors(cuGetProcAddress("cuMemAlloc", &fn, 12000, 0, NULL));
+        }
+        if (!strcmp(only, "3")) {
+            size_t fr = 0, tot = 0;
+            checkCudaErrors(cuDevicePrimaryCtxRetain(&ctx, dev));
+            checkCudaErrors(cuCtxSetCurrent(ctx));
+            checkCudaErrors(cuMemGetInfo(&fr, &tot));
         }
         printf("drv_sym_app: initialised only\n");
         return 0;

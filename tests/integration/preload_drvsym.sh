@@ -13,7 +13,8 @@
 #    by symbol) are each recorded once, in both modes;
 #  - `gpumem record`'s end-of-run line tells "the driver was used but nothing reached gpumem"
 #    from "calls reached gpumem, no allocation", and never says "made no CUDA call" then; a
-#    Python program that loads the (virtual GPU's) driver but never calls it made no CUDA call.
+#    Python program that loads the (virtual GPU's) driver but never calls it made no CUDA call;
+#    a driver lookup (cuGetProcAddress, dlsym) opens no recording, a hooked call does.
 source tests/integration/preload_common.bash
 GPUMEM=$BUILD/gpumem
 need "$LIB" "$APPS/drv_sym_app" "$APPS/drv_mix_app" "$GPUMEM"
@@ -153,8 +154,14 @@ grep -q "made no CUDA call" "$TMP/oi1.err" && fail "record claims no CUDA call a
     > /dev/null 2> "$TMP/oi2.err"
 grep -q "reached gpumem, but it made no device or pinned allocation" "$TMP/oi2.err" \
     && pass "record: calls seen, no allocation, said so" || { fail "record: no 'no allocation' line"; cat "$TMP/oi2.err"; }
-# its report places no peak at an event that is not there, and gives no utilization of nothing
-rep=$("$GPUMEM" report "$TMP/oi2.db" 2>&1)
+[[ -e $TMP/oi2.db ]] && fail "record: a lookup (cuGetProcAddress) alone opened a recording"
+# a hooked call without an allocation (cuMemGetInfo) does: its report places no peak at an event
+# that is not there, and gives no utilization of nothing
+( cd "$TMP" && DRV_SYM_ONLY_INIT=3 "$OLDPWD/$GPUMEM" record -o "$TMP/oi3.db" -- "$OLDPWD/$APPS/drv_sym_app" ) \
+    > /dev/null 2> "$TMP/oi3.err"
+grep -q "reached gpumem, but it made no device or pinned allocation" "$TMP/oi3.err" \
+    || { fail "record: no 'no allocation' line for a recording without allocations"; cat "$TMP/oi3.err"; }
+rep=$("$GPUMEM" report "$TMP/oi3.db" 2>&1)
 grep -q "peak requested      0 B (nothing was allocated)" <<<"$rep" && grep -q "utilization         - (nothing was reserved)" <<<"$rep" \
     && ! grep -q "at event" <<<"$rep" && pass "report of a recording without allocations: no peak event, no utilization" \
     || { fail "report of a recording without allocations"; sed -n 3,9p <<<"$rep"; }

@@ -5,9 +5,9 @@
 #     it, and its allocator trace is merged into its own database (.torch present, PyTorch's
 #     peak equal to the script's own max_memory_allocated);
 #   - torchrun with 2 workers: each worker's trace merged into its own rank's database, each
-#     rank's PyTorch peak equal to the one that worker printed; torchrun's agent (which records
-#     an empty file under rank 0's name) does not take the summary's word: gpumem record names
-#     the workers' files; `gpumem report` over the two ranks' files merges them;
+#     rank's PyTorch peak equal to the one that worker printed; torchrun's agent, which imports
+#     torch but makes no CUDA call, writes no file (it took rank 0's name before); gpumem record
+#     lists the files; `gpumem report` over the two ranks' files merges them;
 #   - torchrun's workers running out of memory: each one's PyTorch snapshot at its OOM (with the
 #     OOM in it: `gpumem import`) beside its own database, and record names it.
 set -uo pipefail
@@ -47,9 +47,12 @@ if [[ -x $torchrun ]]; then
       || bad "torchrun rank $r: file '$f', peak '$got' (want '$want'): $(grep gpumem "$tmp/tr.err" | tail -5)"
     files+=("$f")
   done
-  grepq "holds no allocation: the run's allocations are in its other processes' files" "$tmp/tr.err" \
-    && ok "torchrun: record points from the agent's empty file to the workers'" \
-    || bad "torchrun: record's end: $(grep gpumem "$tmp/tr.err" | tail -3)"
+  # torchrun's agent imports torch (cuBLAS's constructor looks driver functions up) but makes no
+  # CUDA call: it writes no file, so rank 0's name is rank 0's
+  [[ $(ls "$tmp"/tr-*.db | wc -l) == 2 && ${files[0]} == "$tmp/tr-0.db" && ${files[1]} == "$tmp/tr-1.db" ]] \
+    && grepq "other processes of this run recorded too, each in its own file: $tmp/tr-1.db (pid [0-9]*)" "$tmp/tr.err" \
+    && ok "torchrun: one file per worker, tr-0.db and tr-1.db by rank, none for the agent; record lists them" \
+    || bad "torchrun: files $(ls "$tmp"/tr-*.db), record's end: $(grep gpumem "$tmp/tr.err" | tail -3)"
   "$G" report "${files[@]}" 2> /dev/null | grepq "gpumem report: 2 ranks" && ok "torchrun: gpumem report merges the two ranks" \
     || bad "torchrun: the merged report: $("$G" report "${files[@]}" 2>&1 | head -3)"
   # each worker's OOM: PyTorch's snapshot of that moment beside that worker's own database
