@@ -8,6 +8,7 @@
 #     rank's PyTorch peak equal to the one that worker printed; torchrun's agent, which imports
 #     torch but makes no CUDA call, writes no file (it took rank 0's name before); gpumem record
 #     lists the files; `gpumem report` over the two ranks' files merges them;
+#   - spawned DataLoader workers, which import torch but make no CUDA call, write no database;
 #   - torchrun's workers running out of memory: each one's PyTorch snapshot at its OOM (with the
 #     OOM in it: `gpumem import`) beside its own database, and record names it.
 set -uo pipefail
@@ -81,5 +82,23 @@ PY
 else
   echo "note: no torchrun next to $torch_py: its part is skipped" >&2
 fi
+# DataLoader workers started by spawn: fresh interpreters that import torch and make no CUDA
+# call: no database of their own (each wrote an empty one before)
+cat > "$tmp/dl.py" <<'PY'
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+if __name__ == "__main__":
+    x = torch.zeros(1024, device="cuda")
+    for b in DataLoader(TensorDataset(torch.arange(32.0)), batch_size=8, num_workers=2,
+                        multiprocessing_context="spawn"):
+        x += b[0].sum().cuda()
+    print("dl", float(x[0]))
+PY
+mkdir -p "$tmp/dl"
+"$G" record -o "$tmp/dl/dl.db" -- "$torch_py" "$tmp/dl.py" > "$tmp/dl.out" 2> "$tmp/dl.err" \
+  || bad "DataLoader: record failed: $(tail -3 "$tmp/dl.err")"
+[[ $(ls "$tmp/dl") == dl.db ]] && grepq "^dl " "$tmp/dl.out" \
+  && ok "spawned DataLoader workers (no CUDA call): the program's database only" \
+  || bad "spawned DataLoader workers: files $(ls "$tmp/dl" | tr '\n' ' ')"
 ls "$tmp" | grepq "gpumem-torch" && bad "a dump was left behind: $(ls "$tmp")"
 exit $fail
