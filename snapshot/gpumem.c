@@ -670,9 +670,18 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
                             "messages above say why\n", end);
         else if (end[0])
             fprintf(stderr, "gpumem: the program %s; the recording covers its run up to then\n", end);
-        else if (whole && !m.nallocs && !others) /* with others: where its allocations are, below */
-            fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
-                            "device or pinned allocation\n");
+        else if (whole && !m.nallocs && !others) { /* with others: where its allocations are, below */
+            /* meta.mode is written when a CUDA call first reaches gpumem (preload/core.c); a
+             * recording without it was opened by a range alone (PyTorch's module hooks on the CPU) */
+            char mode[32];
+            gm_meta_text(&d, "mode", mode, sizeof mode);
+            if (mode[0])
+                fprintf(stderr, "gpumem: the program's CUDA calls reached gpumem, but it made no "
+                                "device or pinned allocation\n");
+            else
+                fprintf(stderr, "gpumem: the program made no CUDA call that reached gpumem: the recording "
+                                "holds its ranges only (PyTorch on the CPU, or NVTX without CUDA)\n");
+        }
     } else {
         fprintf(stderr, "gpumem: %s\n", err);
     }

@@ -228,6 +228,10 @@ endline() {  # endline NAME PYTHON-SOURCE: record it, print its stderr's PyTorch
   || bad "a Python program without torch: $(cat "$tmp/notorch.err")"
 endline cpuonly 'import torch; print(torch.ones(3).sum())' | grepq "PyTorch never used CUDA" \
   && ok "torch on the CPU only: 'never used CUDA'" || bad "torch on the CPU only: $(cat "$tmp/cpuonly.err")"
+endline cpumod 'import torch; print(torch.nn.Linear(2, 2)(torch.ones(2)).shape)' > /dev/null
+grepq "made no CUDA call that reached gpumem: the recording holds its ranges only" "$tmp/cpumod.err" \
+  && ! grepq "CUDA calls reached gpumem" "$tmp/cpumod.err" \
+  && ok "a module run on the CPU: its ranges recorded, and no CUDA call claimed" || bad "a module on the CPU: $(cat "$tmp/cpumod.err")"
 endline quick 'import torch, os; x = torch.ones(3, device="cuda"); os._exit(0)' | grepq "ended before its exit handlers ran" \
   && ok "os._exit after CUDA: 'ended before its exit handlers ran'" || bad "os._exit: $(cat "$tmp/quick.err")"
 ls "$tmp" | grepq "gpumem-torch" && bad "a trace file or its .state was left in TMPDIR: $(ls "$tmp")"
