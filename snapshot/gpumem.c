@@ -99,7 +99,8 @@ static const char *const usage_record =
     "A Python program is recorded tensor by tensor when it imports torch, without an edit\n"
     "(gpumem's sitecustomize is put first on PYTHONPATH; README.md, \"PyTorch programs\"),\n"
     "whether it is CMD or runs under it (a launcher script's step, torchrun's workers: each\n"
-    "process's trace goes into its own database):\n"
+    "process's trace goes into its own database; python -I, -E and -S keep the sitecustomize\n"
+    "out, and record says so):\n"
     "  --allocator torch   PyTorch's own caching allocator stays in place (default); its trace\n"
     "                      (every tensor, with Python stacks, taken by gpumem's tracker) is\n"
     "                      dumped at exit and at an OOM and merged into FILE: `gpumem report`\n"
@@ -803,6 +804,7 @@ static int cmd_record(int argc, char **argv) {
     if (gm_torch_prepare(&torch, argv[i], dir, on_sim ? sim : NULL, allocator, torch_history, torch_hooks,
                          quiet) != 0)
         return 127;
+    if (!quiet) gm_torch_warn_flags(&torch, argv + i);
     prepend_env("LD_PRELOAD", lib, ':');
     setenv("GPUMEM_QUIET", "1", 1);
     /* the side channel (rec_status): which database this run wrote, or why none; an unlinked

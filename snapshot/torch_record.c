@@ -164,6 +164,32 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
     return 0;
 }
 
+void gm_torch_warn_flags(const gm_torch_run *r, char *const *argv)
+{
+    if (!r->python || !argv[0] || !is_python(argv[0])) return;
+    /* the interpreter's own options, up to the script (or -c CMD, -m MOD, "-", "--") */
+    for (int k = 1; argv[k] && argv[k][0] == '-' && argv[k][1] && strcmp(argv[k], "--"); k++) {
+        if (argv[k][1] == '-') continue; /* --help, --version ... */
+        const char *why = NULL;
+        for (const char *c = argv[k] + 1; *c; c++) {
+            if (*c == 'I') why = "-I (isolated) ignores PYTHONPATH and the PYTHON* variables";
+            else if (*c == 'E') why = "-E ignores PYTHONPATH and the PYTHON* variables";
+            else if (*c == 'S') why = "-S imports no site module, so no sitecustomize";
+            if (why) {
+                fprintf(stderr, "gpumem: python %s: gpumem's sitecustomize cannot set PyTorch up, so PyTorch "
+                                "is recorded by its segments only (no tensors, no phases, no names); run it "
+                                "without that option to record it tensor by tensor\n", why);
+                return;
+            }
+            if (*c == 'c' || *c == 'm') return; /* the rest is the command's */
+            if (*c == 'W' || *c == 'X') { /* an option with an argument: here, or the next word */
+                if (!c[1]) k++;
+                break;
+            }
+        }
+    }
+}
+
 void gm_torch_child(const gm_torch_run *r)
 {
     if (!r->python) return;

@@ -21,6 +21,9 @@ typedef struct gm_torch_run {
  * "torch" or "gpumem". Returns 0, or -1 with a message on stderr (the program is not run). */
 int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, const char *simdir,
                      const char *allocator, int history, int hooks, int quiet);
+/* Says (on stderr) when argv runs Python with an option that keeps the sitecustomize out
+ * (-I, -E, -S): PyTorch is then recorded by its segments only. */
+void gm_torch_warn_flags(const gm_torch_run *r, char *const *argv);
 /* In the child, before exec: names the process whose dump is SNAPSHOT itself (others' are
  * SNAPSHOT.<pid>). */
 void gm_torch_child(const gm_torch_run *r);

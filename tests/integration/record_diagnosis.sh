@@ -10,8 +10,24 @@
 #    addresses): record says it was killed by SIGSEGV and what that backing is for;
 #  - a program killed by SIGKILL mid-run (found by its own name: the trainer, which re-executes
 #    itself once, keeps it): record says so, and gives the recording's counts once (the
-#    summary's), not a second count of something else.
+#    summary's), not a second count of something else;
+#  - python -I, -E or -S keeps gpumem's sitecustomize out: record says PyTorch would be
+#    recorded by its segments only; other options, and those of the command (-c '-I'), do not.
 source "$(dirname "$0")/e2e_common.bash"
+if command -v python3 > /dev/null; then
+  for a in "-I -c pass" "-u -S -c pass" "-W ignore -E -c pass" "-X dev -IS -c pass"; do
+    # shellcheck disable=SC2086 # the options, word by word
+    "$GM" record -o "$TMP/py.db" -- python3 $a > /dev/null 2> "$TMP/py.err" || true
+    grepq "cannot set PyTorch up, so PyTorch is recorded by its segments only" "$TMP/py.err" \
+      || fail "python3 $a: no line about the sitecustomize kept out"
+  done
+  for a in "-c pass" "-X dev -c pass" "-u -c pass" "-c -I"; do
+    # shellcheck disable=SC2086
+    "$GM" record -o "$TMP/py.db" -- python3 $a > /dev/null 2> "$TMP/py.err" || true
+    grepq "cannot set PyTorch up" "$TMP/py.err" && fail "python3 $a: said the sitecustomize is kept out"
+  done
+  ok "python -I/-E/-S: record says PyTorch is then recorded by its segments only; other options not"
+fi
 rc=0; "$GM" record -o "$TMP/a.db" -- "$TRAIN" --bogus > /dev/null 2> "$TMP/err.txt" || rc=$?
 [[ $rc == 1 ]] || fail "argument failure: record exited $rc, the program's 1"
 grep -q "nothing was recorded: the program (pid [0-9]*) exited with status 1 before any of its CUDA calls reached gpumem" "$TMP/err.txt" \
