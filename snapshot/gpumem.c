@@ -93,7 +93,7 @@ static const char *const usage_record =
     "  -o FILE   the database to write; an earlier run's gpumem database there is replaced,\n"
     "            any other file is left alone (exit 2 before CMD runs). Each process of this\n"
     "            run that records (a launcher script's steps) keeps its own file: the first\n"
-    "            FILE, the next FILE-<pid>.db, all listed at the end\n"
+    "            FILE, the next beside it (run.db: run-<pid>.db), all listed at the end\n"
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "A Python program is recorded tensor by tensor when it imports torch, without an edit\n"
