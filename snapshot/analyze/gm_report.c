@@ -653,23 +653,6 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->seconds = (double)(m->last_t - m->first_t) / 1e9;
 }
 
-/* The file the image after an exec records to (snapshot/record/rec.c, create_db_file): "-execN"
- * before the extension, N one past this file's own (run.db -> run-exec1.db, run-exec1.db ->
- * run-exec2.db) when free. */
-static void next_image_path(const char *path, char *out, size_t n) {
-    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    if (!dot || (slash && dot < slash)) dot = path + strlen(path);
-    const char *stem_end = dot, *mark = NULL;
-    for (const char *p = path; (p = strstr(p, "-exec")) && p < dot; p++) mark = p;
-    long k = 0;
-    if (mark) {
-        char *end;
-        long v = strtol(mark + 5, &end, 10);
-        if (end == dot && v > 0) k = v, stem_end = mark;
-    }
-    snprintf(out, n, "%.*s-exec%ld%s", (int)(stem_end - path), path, k + 1, dot);
-}
-
 static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     char cmd[512];
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
@@ -691,7 +674,7 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
     } else if (strcmp(d->state, "exec") == 0) {
         char prog[512], next[4096];
         gm_meta_text(d, "exec", prog, sizeof prog);
-        next_image_path(d->path, next, sizeof next);
+        rec_exec_next_path(d->path, next, sizeof next);
         fprintf(out, "  note      the program replaced itself (exec of %s) after this: everything up to the "
                      "exec was committed, so what was still allocated shows as alive at the end; the next "
                      "image recorded beside this file (%s, or the next free -execN)\n",

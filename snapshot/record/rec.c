@@ -55,18 +55,10 @@ void rec_item_push(rec_item *it) {
     rec_g.items_tail = &it->next;
 }
 
-/* "run.db" + "-123" -> "run-123.db": the name a forked child or a second process that finds
- * the file busy gets (and, with "-%p", the template of a forked child). */
-static void insert_before_ext(const char *in, const char *ins, char *out, size_t outsz) {
-    size_t n = strlen(in);
-    const char *dot = (n > 3 && strcmp(in + n - 3, ".db") == 0) ? in + n - 3 : in + n;
-    snprintf(out, outsz, "%.*s%s%s", (int)(dot - in), in, ins, dot);
-}
-
 static void insert_pid(const char *in, long pid, char *out, size_t outsz) {
     char ins[32];
     snprintf(ins, sizeof ins, "-%ld", pid);
-    insert_before_ext(in, ins, out, outsz);
+    rec_insert_before_ext(in, ins, out, outsz);
 }
 
 static int path_is_templated(const char *t) { return strstr(t, "%p") != NULL; }
@@ -157,27 +149,20 @@ static int create_db_file(rec_state *g) {
                 return -1;
             }
             int part = ours == 1 ? part_of_this_run(path, g->pid, getenv("GPUMEM_RECORD_RUN")) : 0;
-            if (part == 2) {
-                /* an earlier process of this run recorded here: it stays, this one goes beside */
-                close(fd);
-                char alt[sizeof g->path];
-                insert_pid(path, g->pid, alt, sizeof alt);
-                rec_warn("%s holds the recording of another process of this run; recording to %s", path, alt);
-                snprintf(path, sizeof path, "%s", alt);
-                continue;
-            }
-            if (part == 1) {
-                /* the program exec'd: its earlier recording stays, this one goes beside it */
+            if (part) {
+                /* a part of this run: it stays, this one goes beside it. After an exec, the first
+                 * free "-exec<k>" (rec_exec_image_path); after another process, "-<pid>" */
                 close(fd);
                 char alt[sizeof g->path];
                 struct stat ast;
-                int k = 1;
-                do {
-                    char ins[32];
-                    snprintf(ins, sizeof ins, "-exec%d", k);
-                    insert_before_ext(path, ins, alt, sizeof alt);
-                } while (lstat(alt, &ast) == 0 && ++k < 1000);
-                rec_warn("%s holds this process's recording from before it exec'd; recording to %s", path, alt);
+                if (part == 2) insert_pid(path, g->pid, alt, sizeof alt);
+                for (int k = 1; part == 1 && k < 1000; k++) {
+                    rec_exec_image_path(path, k, alt, sizeof alt);
+                    if (lstat(alt, &ast) != 0) break;
+                }
+                rec_warn(part == 1 ? "%s holds this process's recording from before it exec'd; recording to %s"
+                                   : "%s holds the recording of another process of this run; recording to %s",
+                         path, alt);
                 snprintf(path, sizeof path, "%s", alt);
                 continue;
             }
@@ -1126,7 +1111,7 @@ static void atfork_child(void) {
     if (g->fork_record) {
         if (!path_is_templated(g->tmpl)) {
             char t[sizeof g->tmpl];
-            insert_before_ext(g->tmpl, "-%p", t, sizeof t);
+            rec_insert_before_ext(g->tmpl, "-%p", t, sizeof t);
             snprintf(g->tmpl, sizeof g->tmpl, "%s", t);
         }
         g->reopen = 1; /* same settings as the parent, not re-read from the environment */

@@ -380,6 +380,15 @@ const char *rec_path(void);
  * Expands %p (pid), %r (rank: rec_launch_rank's, else 0) and %%.
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
+/* in with ins before its ".db" ("run.db" + "-123" -> "run-123.db"; no ".db": at its end): the
+ * name a forked child or a second process of the run gets. */
+void rec_insert_before_ext(const char *in, const char *ins, char *out, size_t outsz);
+/* The file image k (1, 2, ...) after an exec records to, beside path: "-exec<k>" before its
+ * ".db" (run.db -> run-exec1.db); the recorder takes the first k that is free. */
+void rec_exec_image_path(const char *path, int k, char *out, size_t outsz);
+/* The one the image after path's records to, the chain followed in order: k one past path's
+ * own (run.db -> run-exec1.db, run-exec1.db -> run-exec2.db); gpumem report names it. */
+void rec_exec_next_path(const char *path, char *out, size_t outsz);
 /* The process's rank as its launcher set it: the first of torchrun (RANK), Open MPI
  * (OMPI_COMM_WORLD_RANK), MVAPICH (MV2_COMM_WORLD_RANK), PMI (PMI_RANK), PMIx (PMIX_RANK) and
  * Slurm (SLURM_PROCID) that is set, with the same launcher's world size and local rank

@@ -26,6 +26,35 @@ void rec_status(const char *what, const char *text) {
     close(fd);
 }
 
+/* The ".db" a database's name ends with, if it does: names are changed before it. */
+static size_t stem_len(const char *path) {
+    size_t n = strlen(path);
+    return n > 3 && strcmp(path + n - 3, ".db") == 0 ? n - 3 : n;
+}
+
+void rec_insert_before_ext(const char *in, const char *ins, char *out, size_t outsz) {
+    size_t s = stem_len(in);
+    snprintf(out, outsz, "%.*s%s%s", (int)s, in, ins, in + s);
+}
+
+void rec_exec_image_path(const char *path, int k, char *out, size_t outsz) {
+    size_t s = stem_len(path);
+    snprintf(out, outsz, "%.*s-exec%d%s", (int)s, path, k, path + s);
+}
+
+void rec_exec_next_path(const char *path, char *out, size_t outsz) {
+    size_t s = stem_len(path), cut = s;
+    long k = 0;
+    const char *mark = NULL; /* the last "-exec" in the stem, followed by digits to its end */
+    for (const char *p = path; (p = strstr(p, "-exec")) && (size_t)(p - path) < s; p++) mark = p;
+    if (mark) {
+        char *end;
+        long v = strtol(mark + 5, &end, 10);
+        if (end == path + s && v > 0) k = v, cut = (size_t)(mark - path);
+    }
+    snprintf(out, outsz, "%.*s-exec%ld%s", (int)cut, path, k + 1, path + s);
+}
+
 int rec_db_replaceable(int fd) {
     unsigned char h[100];
     ssize_t n;
