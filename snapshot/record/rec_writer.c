@@ -181,11 +181,9 @@ typedef struct writer {
     u64map streams;
     uint64_t nstreams;
     uint64_t stream_key1, stream_id1; /* the last stream looked up, key + 1 (0: none) */
-    /* open ranges: id -> char *path */
+    /* open ranges: id -> open_range * (its row until written, its path); how many unwritten */
     u64map open_ranges;
-    /* ranges opened and not yet in the file: id -> pend_range * (written whole when they close,
-     * or with end_ns NULL at the next commit) */
-    u64map pend_ranges;
+    uint64_t ranges_unwritten;
     /* strings by id (writer's own copies, for range paths) */
     char **strs;
     uint32_t nstrs, strs_cap;
@@ -1231,45 +1229,44 @@ static void on_launch(writer *w, uint64_t seq, rec_rec *r) {
     if (token) timed_push(w, seq, token, op, kernel, r->size);
 }
 
-/* A range's row, held until it closes or the transaction commits: a module's range opens and
- * closes within one commit's window, and one INSERT with its end then replaces an INSERT and an
- * UPDATE by id (half the range's cost to the writer). */
-typedef struct pend_range {
+/* An open range: its row, held until it closes or the transaction commits (a module's range
+ * opens and closes within one commit's window, and one INSERT with its end then replaces an
+ * INSERT and an UPDATE by id: half the range's cost to the writer), and its path, which its
+ * children's paths extend. */
+typedef struct open_range {
     uint64_t id, parent, domain, name;
     uint32_t thread, kind;
     int64_t start;
-    char path[]; /* its text */
-} pend_range;
+    int written; /* in the file already (end_ns NULL): its close updates it */
+    char path[];
+} open_range;
 
-static void range_row(writer *w, uint64_t id, uint64_t parent, uint32_t thread, unsigned kind, uint64_t domain,
-                      uint64_t name, int64_t start, const int64_t *end, const char *path) {
+static void range_row(writer *w, const open_range *o, const char *path, const int64_t *end) {
     sqlite3_stmt *s = stmt(w, S_RANGE);
-    bind_i(s, 1, (int64_t)id);
-    bind_opt(s, 2, (int64_t)parent);
-    bind_i(s, 3, thread);
-    bind_i(s, 4, kind);
-    bind_opt(s, 5, (int64_t)domain);
-    bind_opt(s, 6, (int64_t)name);
-    bind_i(s, 7, start);
+    bind_i(s, 1, (int64_t)o->id);
+    bind_opt(s, 2, (int64_t)o->parent);
+    bind_i(s, 3, o->thread);
+    bind_i(s, 4, o->kind);
+    bind_opt(s, 5, (int64_t)o->domain);
+    bind_opt(s, 6, (int64_t)o->name);
+    bind_i(s, 7, o->start);
     if (end) bind_i(s, 8, *end);
     else sqlite3_bind_null(s, 8);
     bind_t(s, 9, path);
     step(w, S_RANGE, "writing ranges");
 }
 
-/* At a commit: every range still open goes in with end_ns NULL (its close will UPDATE it), so
- * that a kill loses no more of them than of the events. */
+/* At a commit: every range still open and not in the file goes in with end_ns NULL, so that a
+ * kill loses no more of them than of the events. */
 static void flush_ranges(writer *w) {
-    if (!w->pend_ranges.count) return;
+    if (!w->ranges_unwritten) return;
     if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
-    for (uint64_t i = 0; i <= w->pend_ranges.mask; i++) {
-        if (w->pend_ranges.keys[i] == U64MAP_EMPTY) continue;
-        pend_range *p = (pend_range *)(uintptr_t)w->pend_ranges.vals[i];
-        range_row(w, p->id, p->parent, p->thread, p->kind, p->domain, p->name, p->start, NULL, p->path);
-        free(p);
+    for (uint64_t i = 0; i <= w->open_ranges.mask; i++) {
+        if (w->open_ranges.keys[i] == U64MAP_EMPTY) continue;
+        open_range *o = (open_range *)(uintptr_t)w->open_ranges.vals[i];
+        if (!o->written) range_row(w, o, o->path, NULL), o->written = 1;
     }
-    memset(w->pend_ranges.keys, 0xff, (w->pend_ranges.mask + 1) * sizeof *w->pend_ranges.keys);
-    w->pend_ranges.count = 0;
+    w->ranges_unwritten = 0;
 }
 
 static void on_range(writer *w, rec_state *g, rec_rec *r) {
@@ -1280,53 +1277,44 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
             take_items(w, g); /* the string was queued before this record: fetch it */
         const char *nm = str_of(w, name);
         if (!nm) nm = "";
-        char *path = NULL;
         uint64_t *pp = k != REC_R_RANGE_START && r->size ? u64map_get(&w->open_ranges, r->size) : NULL;
-        if (pp) {
-            const char *pa = (const char *)(uintptr_t)*pp;
-            size_t a = strlen(pa), b = strlen(nm);
-            path = malloc(a + b + 2);
-            if (path) memcpy(path, pa, a), path[a] = '/', memcpy(path + a + 1, nm, b + 1);
-        } else {
-            path = strdup(nm);
+        const char *pa = pp ? ((const open_range *)(uintptr_t)*pp)->path : NULL;
+        size_t a = pa ? strlen(pa) + 1 : 0, b = strlen(nm);
+        const open_range row = {.id = r->addr, .parent = r->size, .domain = domain, .name = name,
+                                .thread = r->thread, .kind = k == REC_R_RANGE_PUSH ? 0 : k == REC_R_RANGE_START ? 1 : 2,
+                                .start = (int64_t)rec_ticks_to_ns(g, r->t)};
+        open_range *o = malloc(sizeof *o + a + b + 1);
+        if (o) {
+            *o = row;
+            if (pa) memcpy(o->path, pa, a - 1), o->path[a - 1] = '/';
+            memcpy(o->path + a, nm, b + 1);
         }
-        unsigned kind = k == REC_R_RANGE_PUSH ? 0 : k == REC_R_RANGE_START ? 1 : 2;
-        int64_t t = (int64_t)rec_ticks_to_ns(g, r->t);
-        size_t pl = path ? strlen(path) : 0;
-        pend_range *pr = k != REC_R_MARK && path ? malloc(sizeof *pr + pl + 1) : NULL;
-        if (pr) {
-            *pr = (pend_range){.id = r->addr, .parent = r->size, .domain = domain, .name = name,
-                               .thread = r->thread, .kind = kind, .start = t};
-            memcpy(pr->path, path, pl + 1);
-            uint64_t old;
-            if (u64map_del(&w->pend_ranges, r->addr, &old)) free((void *)(uintptr_t)old); /* an id again */
-            if (u64map_put(&w->pend_ranges, r->addr, (uint64_t)(uintptr_t)pr) != 0) {
-                free(pr);
-                pr = NULL;
-            }
+        uint64_t old;
+        if (k != REC_R_MARK && u64map_del(&w->open_ranges, r->addr, &old)) { /* an id again */
+            w->ranges_unwritten -= !((open_range *)(uintptr_t)old)->written;
+            free((void *)(uintptr_t)old);
         }
-        if (!pr) /* a mark (its end is its start), or no memory to hold it: written now */
-            range_row(w, r->addr, r->size, r->thread, kind, domain, name, t, k == REC_R_MARK ? &t : NULL, path);
-        if (k == REC_R_RANGE_PUSH && path) {
-            if (u64map_put(&w->open_ranges, r->addr, (uint64_t)(uintptr_t)path) != 0) free(path);
+        if (!o || k == REC_R_MARK || u64map_put(&w->open_ranges, r->addr, (uint64_t)(uintptr_t)o) != 0) {
+            /* a mark (its end is its start), or no memory to hold it: written now */
+            range_row(w, &row, o ? o->path : NULL, k == REC_R_MARK ? &row.start : NULL);
+            free(o);
         } else {
-            free(path);
+            w->ranges_unwritten++;
         }
     } else if (k == REC_R_RANGE_POP || k == REC_R_RANGE_END) {
         int64_t end = (int64_t)rec_ticks_to_ns(g, r->t);
         uint64_t held;
-        if (u64map_del(&w->pend_ranges, r->addr, &held)) { /* not in the file yet: one whole row */
-            pend_range *p = (pend_range *)(uintptr_t)held;
-            range_row(w, p->id, p->parent, p->thread, p->kind, p->domain, p->name, p->start, &end, p->path);
-            free(p);
+        open_range *o = u64map_del(&w->open_ranges, r->addr, &held) ? (open_range *)(uintptr_t)held : NULL;
+        if (o && !o->written) { /* not in the file yet: one whole row */
+            range_row(w, o, o->path, &end);
+            w->ranges_unwritten--;
         } else {
             sqlite3_stmt *s = stmt(w, S_RANGE_END);
             bind_i(s, 1, end);
             bind_i(s, 2, (int64_t)r->addr);
             step(w, S_RANGE_END, "closing ranges");
         }
-        uint64_t p;
-        if (k == REC_R_RANGE_POP && u64map_del(&w->open_ranges, r->addr, &p)) free((void *)(uintptr_t)p);
+        free(o);
     }
 }
 
@@ -1442,9 +1430,6 @@ static void writer_cleanup(writer *w) {
     for (uint64_t i = 0; w->open_ranges.keys && i <= w->open_ranges.mask; i++)
         if (w->open_ranges.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->open_ranges.vals[i]);
     u64map_free(&w->open_ranges);
-    for (uint64_t i = 0; w->pend_ranges.keys && i <= w->pend_ranges.mask; i++)
-        if (w->pend_ranges.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->pend_ranges.vals[i]);
-    u64map_free(&w->pend_ranges);
     for (uint64_t i = 0; w->tid_names.keys && i <= w->tid_names.mask; i++)
         if (w->tid_names.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->tid_names.vals[i]);
     u64map_free(&w->tid_names);
