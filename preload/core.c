@@ -201,16 +201,22 @@ int gm_nvtx_recording(void)
 #endif
 }
 
+/* The mode the configuration asks for, off when no driver loads (everything then goes to the
+ * real functions). Opens nothing: core_init and gm_mode_hooks_on both decide by it. */
+static gm_mode_t mode_decided(void)
+{
+    gm_mode_t mode = config_mode();
+    return mode != GM_MODE_OFF && !gm_driver_init() ? GM_MODE_OFF : mode;
+}
+
 static void core_init(void)
 {
     gm_in_init++;
-    gm_mode_t mode = config_mode();
-    if (mode != GM_MODE_OFF && !gm_driver_init()) {
-        mode = GM_MODE_OFF; /* no usable driver: forward everything to the real functions */
+    gm_mode_t mode = mode_decided();
 #ifdef GM_HAVE_REC
+    if (mode == GM_MODE_OFF && config_mode() != GM_MODE_OFF)
         rec_status("msg", "no CUDA driver could be loaded (libcuda.so.1): gpumem is off");
 #endif
-    }
     mode_now = mode;
 #ifdef GM_HAVE_REC
     if (mode != GM_MODE_OFF) {
@@ -246,7 +252,7 @@ int gm_mode_hooks_on(void)
         return 0;
     if (atomic_load_explicit(&core_done, memory_order_acquire))
         return mode_now != GM_MODE_OFF;
-    return config_mode() != GM_MODE_OFF && gm_driver_init();
+    return mode_decided() != GM_MODE_OFF;
 }
 
 gm_mode_t gm_mode_peek(void)
