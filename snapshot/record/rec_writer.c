@@ -92,7 +92,7 @@ enum {
     S_STRING, S_THREAD, S_STREAM, S_MODULE, S_FRAME, S_STACK, S_RANGE, S_RANGE_END,
     S_NAME, S_OOM, S_SNAPSHOT, S_SEGMENT, S_BLOCK, S_META, S_DEL_SNAP, S_DEL_SEGS,
     S_DEL_BLOCKS, S_THREAD_NAME, S_LAUNCH, S_LAUNCH_MULTI, S_USE,
-    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_PYFRAME,
+    S_USE_MULTI, S_LAUNCH_TIME, S_LAUNCH_TIME_MULTI, S_PYFRAME, S_RANGE_MULTI,
     S_EVENT, /* + variant: EV_VARIANTS statements (stmt) */
     S_LIFE = S_EVENT + EV_VARIANTS,
     S_COUNT_ = S_LIFE + LIFE_VARIANTS
@@ -125,11 +125,15 @@ static const char *const stmt_sql[S_COUNT_] = {
     /* the row again, with its times: REPLACE in batches costs a fifth of one UPDATE per row */
     [S_LAUNCH_TIME] = "INSERT OR REPLACE INTO launches VALUES (?,?,?,?,?,?)",
     [S_LAUNCH_TIME_MULTI] = NULL, /* built at open: RB_MULTI rows */
+    [S_RANGE_MULTI] = NULL,       /* built at open: RANGE_MULTI rows */
 };
 
 /* Rows of the access-tracking tables are buffered and inserted RB_MULTI per statement, like
  * events. RB_NULL in a cell is written as NULL. */
 #define RB_MULTI 64
+/* Closed ranges wait for a batch of RANGE_MULTI rows (one statement), like those: a statement
+ * per range was ~8,000 instructions of the writer, 70 ranges a step of a small PyTorch model */
+#define RANGE_MULTI 16
 #define RB_COLS 6
 #define RB_NULL INT64_MIN
 typedef struct rowbuf {
@@ -184,6 +188,9 @@ typedef struct writer {
     /* open ranges: id -> open_range * (its row until written, its path); how many unwritten */
     u64map open_ranges;
     uint64_t ranges_unwritten;
+    /* closed ranges (their rows, end_ns set) waiting for their batch: range_flush */
+    struct open_range *closed[RANGE_MULTI];
+    int nclosed;
     /* strings by id (writer's own copies, for range paths) */
     char **strs;
     uint32_t nstrs, strs_cap;
@@ -302,7 +309,8 @@ static int sql_fail(writer *w, const char *what) {
 }
 
 /* The multi-row statements' SQL, built once (multi_sql). */
-static char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64];
+static char lamulti[RB_MULTI * 16 + 64], umulti[RB_MULTI * 12 + 64], rmulti[RB_MULTI * 16 + 64],
+    rgmulti[RANGE_MULTI * 24 + 64];
 
 /* The bits of a set of columns (a subset of cols) packed in the order of cols' bits, and back:
  * the number of a rows statement's variant (S_EVENT + n) and its constant columns. */
@@ -325,7 +333,7 @@ static uint32_t bits_expand(uint32_t n, uint32_t cols) {
 static sqlite3_stmt *stmt(writer *w, int i) {
     if (!w->st[i] && w->db && !w->failed) {
         const char *sql = i == S_LAUNCH_MULTI ? lamulti : i == S_USE_MULTI ? umulti
-                        : i == S_LAUNCH_TIME_MULTI ? rmulti : stmt_sql[i];
+                        : i == S_LAUNCH_TIME_MULTI ? rmulti : i == S_RANGE_MULTI ? rgmulti : stmt_sql[i];
         char rows_sql[256];
         if (i >= S_EVENT) {
             int ev = i < S_LIFE;
@@ -401,10 +409,10 @@ static void read_cmdline(char *buf, size_t n) {
     buf[r] = 0;
 }
 
-/* "<insert> VALUES (?,..),(?,..)..." with RB_MULTI rows of cols columns. */
-static void multi_sql(char *out, size_t n, const char *insert, int cols) {
+/* "<insert> VALUES (?,..),(?,..)..." with rows rows of cols columns. */
+static void multi_sql(char *out, size_t n, const char *insert, int rows, int cols) {
     size_t o = (size_t)snprintf(out, n, "%s VALUES ", insert);
-    for (int r = 0; r < RB_MULTI; r++)
+    for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             o += (size_t)snprintf(out + o, n - o, "%s%s%s", c ? "," : r ? ",(" : "(", "?",
                                   c == cols - 1 ? ")" : "");
@@ -492,9 +500,10 @@ int rec_writer_open_db(rec_state *g) {
                             .append_key = 1, .prev_key = INT64_MIN};
     if (!lamulti[0]) {
         /* OR FAIL: no statement journal (see rec_rows_sql in rec_rows.h) */
-        multi_sql(lamulti, sizeof lamulti, "INSERT OR FAIL INTO launches", 6);
-        multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", 6);
-        multi_sql(umulti, sizeof umulti, "INSERT OR FAIL INTO uses", 4);
+        multi_sql(lamulti, sizeof lamulti, "INSERT OR FAIL INTO launches", RB_MULTI, 6);
+        multi_sql(rmulti, sizeof rmulti, "INSERT OR REPLACE INTO launches", RB_MULTI, 6);
+        multi_sql(umulti, sizeof umulti, "INSERT OR FAIL INTO uses", RB_MULTI, 4);
+        multi_sql(rgmulti, sizeof rgmulti, "INSERT OR REPLACE INTO ranges", RANGE_MULTI, 9);
     }
     w->launches = (rowbuf){.s1 = S_LAUNCH, .sn = S_LAUNCH_MULTI, .cols = 6, .what = "writing launches"};
     w->uses = (rowbuf){.s1 = S_USE, .sn = S_USE_MULTI, .cols = 4, .what = "writing uses"};
@@ -1093,12 +1102,24 @@ static void resolve_words(writer *w, uint64_t seq, uint32_t kernel, const uint64
         w->hits = h;
         w->hits_cap = n;
     }
+    /* Words that point into the allocation the word before pointed into (PyTorch's tensors are
+     * parts of a few segments, so a launch's ~20 words land in one or two allocations) take
+     * that allocation without a search, and join its hit instead of adding one: the rest are
+     * few enough to be merged without the sort. */
     uint32_t nh = 0;
+    uint64_t last_start = 0, last_size = 0, last_birth = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t start, idx;
-        if (!addr_index_floor(&w->idx, words[i], &start, &idx)) continue;
-        if (words[i] - start >= w->la[idx].size) continue; /* past its end: not inside */
-        w->hits[nh++] = (use_hit){w->la[idx].birth, acc[i]};
+        uint64_t birth;
+        if (words[i] - last_start < last_size) {
+            birth = last_birth;
+        } else {
+            uint64_t start, idx;
+            if (!addr_index_floor(&w->idx, words[i], &start, &idx)) continue;
+            if (words[i] - start >= w->la[idx].size) continue; /* past its end: not inside */
+            last_start = start, last_size = w->la[idx].size, last_birth = birth = w->la[idx].birth;
+        }
+        if (nh && w->hits[nh - 1].birth == birth) w->hits[nh - 1].acc |= acc[i];
+        else w->hits[nh++] = (use_hit){birth, acc[i]};
     }
     if (nh > 8) hits_sort(w->hits, nh);
     for (uint32_t i = 0; i < nh; i++) {
@@ -1236,29 +1257,61 @@ static void on_launch(writer *w, uint64_t seq, rec_rec *r) {
 typedef struct open_range {
     uint64_t id, parent, domain, name;
     uint32_t thread, kind;
-    int64_t start;
+    int64_t start, end; /* end: once closed (a mark's is its start) */
     int written; /* in the file already (end_ns NULL): its close updates it */
     char path[];
 } open_range;
 
+/* A range's row as parameters base+1 .. base+9 of s; path (not copied) must last until s has
+ * run. */
+static void range_bind(sqlite3_stmt *s, int base, const open_range *o, const char *path,
+                       const int64_t *end) {
+    bind_i(s, base + 1, (int64_t)o->id);
+    bind_opt(s, base + 2, (int64_t)o->parent);
+    bind_i(s, base + 3, o->thread);
+    bind_i(s, base + 4, o->kind);
+    bind_opt(s, base + 5, (int64_t)o->domain);
+    bind_opt(s, base + 6, (int64_t)o->name);
+    bind_i(s, base + 7, o->start);
+    if (end) bind_i(s, base + 8, *end);
+    else sqlite3_bind_null(s, base + 8);
+    if (path) sqlite3_bind_text(s, base + 9, path, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(s, base + 9);
+}
+
 static void range_row(writer *w, const open_range *o, const char *path, const int64_t *end) {
-    sqlite3_stmt *s = stmt(w, S_RANGE);
-    bind_i(s, 1, (int64_t)o->id);
-    bind_opt(s, 2, (int64_t)o->parent);
-    bind_i(s, 3, o->thread);
-    bind_i(s, 4, o->kind);
-    bind_opt(s, 5, (int64_t)o->domain);
-    bind_opt(s, 6, (int64_t)o->name);
-    bind_i(s, 7, o->start);
-    if (end) bind_i(s, 8, *end);
-    else sqlite3_bind_null(s, 8);
-    bind_t(s, 9, path);
+    range_bind(stmt(w, S_RANGE), 0, o, path, end);
     step(w, S_RANGE, "writing ranges");
+}
+
+/* The closed ranges waiting for their batch go in: one statement for a full batch, one each
+ * otherwise (at a commit). Before any other row of ranges is written, so that a row written
+ * later for the same id (a range id used again) replaces theirs, as it would have. */
+static void range_flush(writer *w) {
+    if (!w->nclosed) return;
+    if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
+    if (w->nclosed == RANGE_MULTI) {
+        sqlite3_stmt *s = stmt(w, S_RANGE_MULTI);
+        for (int i = 0; i < RANGE_MULTI; i++) range_bind(s, 9 * i, w->closed[i], w->closed[i]->path, &w->closed[i]->end);
+        step(w, S_RANGE_MULTI, "writing ranges");
+    } else {
+        for (int i = 0; i < w->nclosed; i++) range_row(w, w->closed[i], w->closed[i]->path, &w->closed[i]->end);
+    }
+    for (int i = 0; i < w->nclosed; i++) free(w->closed[i]);
+    w->nclosed = 0;
+}
+
+/* A closed range, not in the file yet, joins the batch (which takes it). */
+static void range_closed(writer *w, open_range *o, int64_t end) {
+    o->end = end;
+    w->closed[w->nclosed++] = o;
+    if (w->nclosed == RANGE_MULTI) range_flush(w);
 }
 
 /* At a commit: every range still open and not in the file goes in with end_ns NULL, so that a
  * kill loses no more of them than of the events. */
 static void flush_ranges(writer *w) {
+    range_flush(w);
     if (!w->ranges_unwritten) return;
     if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
     for (uint64_t i = 0; i <= w->open_ranges.mask; i++) {
@@ -1294,8 +1347,11 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
             w->ranges_unwritten -= !((open_range *)(uintptr_t)old)->written;
             free((void *)(uintptr_t)old);
         }
-        if (!o || k == REC_R_MARK || u64map_put(&w->open_ranges, r->addr, (uint64_t)(uintptr_t)o) != 0) {
-            /* a mark (its end is its start), or no memory to hold it: written now */
+        if (o && k == REC_R_MARK) {
+            range_closed(w, o, o->start); /* a mark: its end is its start */
+        } else if (!o || u64map_put(&w->open_ranges, r->addr, (uint64_t)(uintptr_t)o) != 0) {
+            /* no memory to hold it: written now (after the batch, which is older) */
+            range_flush(w);
             range_row(w, &row, o ? o->path : NULL, k == REC_R_MARK ? &row.start : NULL);
             free(o);
         } else {
@@ -1305,8 +1361,9 @@ static void on_range(writer *w, rec_state *g, rec_rec *r) {
         int64_t end = (int64_t)rec_ticks_to_ns(g, r->t);
         uint64_t held;
         open_range *o = u64map_del(&w->open_ranges, r->addr, &held) ? (open_range *)(uintptr_t)held : NULL;
-        if (o && !o->written) { /* not in the file yet: one whole row */
-            range_row(w, o, o->path, &end);
+        if (o && !o->written) { /* not in the file yet: one whole row, in the next batch */
+            range_closed(w, o, end);
+            o = NULL;
             w->ranges_unwritten--;
         } else {
             sqlite3_stmt *s = stmt(w, S_RANGE_END);
@@ -1429,6 +1486,8 @@ static void writer_cleanup(writer *w) {
     w->db = NULL;
     for (uint64_t i = 0; w->open_ranges.keys && i <= w->open_ranges.mask; i++)
         if (w->open_ranges.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->open_ranges.vals[i]);
+    for (int i = 0; i < w->nclosed; i++) free(w->closed[i]);
+    w->nclosed = 0;
     u64map_free(&w->open_ranges);
     for (uint64_t i = 0; w->tid_names.keys && i <= w->tid_names.mask; i++)
         if (w->tid_names.keys[i] != U64MAP_EMPTY) free((void *)(uintptr_t)w->tid_names.vals[i]);
