@@ -2742,6 +2742,16 @@ static int is_state(const adv_model *m, const size_t *birth, const size_t *death
     return persists(m, b, death[a]);
 }
 
+int adv_keeps_grads(const adv_model *m)
+{
+    size_t *birth, *death;
+    if (life_index(m, &birth, &death) != 0) return -1;
+    int named = has_grad_names(m), kept = 0;
+    for (size_t a = 0; a < m->nallocs && !kept; a++) kept = is_grad(m, birth, death, a, named);
+    free(birth), free(death);
+    return kept;
+}
+
 void adv_floor_bytes(const adv_model *m, adv_floor *f)
 {
     memset(f, 0, sizeof *f);

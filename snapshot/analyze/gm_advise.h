@@ -452,6 +452,11 @@ typedef struct adv_opt_stats {
  * after it. */
 int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st);
 
+/* 1 when the recording keeps gradients from one step into the next (the ones grad_none frees),
+ * 0 when it keeps none (the program sets them to None already, PyTorch's default since 2.0, or
+ * makes none), -1 out of memory. */
+int adv_keeps_grads(const adv_model *m);
+
 /* Bytes that live through every step: parameters (born before the first step, never freed in
  * one), gradients and optimizer state (as above). */
 typedef struct adv_floor {

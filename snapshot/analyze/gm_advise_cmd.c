@@ -171,7 +171,7 @@ typedef struct ctx {
     int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
-    char notes[7][1024]; /* what the model does not capture, or how it read the recording */
+    char notes[10][1024]; /* what the model does not capture, or how it read the recording */
     int nnotes;
     double link_bps;
     const char *link_src;
@@ -397,10 +397,14 @@ static void spec_change(const ctx *c, const spec *s, char *out, size_t n)
         ADD("torch.utils.checkpoint around every block of model.%s (%s.0 ... %s.%zu), use_reentrant=False", c->blocks,
             c->blocks, c->blocks, c->nblocks ? c->nblocks - 1 : 0);
     if (s->off_act) ADD("%storch.autograd.graph.save_on_cpu(pin_memory=True) around the forward", o ? "; " : "");
-    if (s->accum > 1)
+    if (s->accum > 1 && c->B)
         ADD("%sgradient accumulation by %u: micro-batches of %u (1/%u of the batch), (loss / %u).backward() for "
             "each, optimizer.step() every %u",
             o ? "; " : "", s->accum, c->B / s->accum ? c->B / s->accum : 1, s->accum, s->accum, s->accum);
+    else if (s->accum > 1) /* a script whose batch size the recording does not say */
+        ADD("%sgradient accumulation by %u: micro-batches of 1/%u of the batch, (loss / %u).backward() for "
+            "each, optimizer.step() every %u",
+            o ? "; " : "", s->accum, s->accum, s->accum, s->accum);
     if (s->grad_none) ADD("%soptimizer.zero_grad(set_to_none=True)", o ? "; " : "");
     if (s->bf16) ADD("%storch.autocast(device_type='cuda', dtype=torch.bfloat16) around the forward", o ? "; " : "");
     if (s->off_opt)
@@ -1296,6 +1300,14 @@ int gm_advise_main(int argc, char **argv)
         c.rec.off_act = strstr(c.m.cmdline, "--offload") != NULL;
         c.rec.bf16 = strstr(c.m.cmdline, "--autocast") != NULL;
         c.rec.rc = strstr(c.m.cmdline, "--checkpoint") != NULL; /* (any bit: checkpointed already) */
+    }
+    /* A PyTorch program whose gradients do not outlive their step sets them to None already
+     * (zero_grad's default since PyTorch 2.0): nothing for set_to_none to free. */
+    if (c.torch && !c.rec.grad_none && c.m.nsteps > 1 && adv_keeps_grads(&c.m) == 0) {
+        c.rec.grad_none = 1;
+        snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
+                 "no gradient outlives its step (the program sets them to None already, zero_grad's "
+                 "default since PyTorch 2.0): optimizer.zero_grad(set_to_none=True) is not proposed");
     }
     if (c.torch) { /* the repeated blocks: child ranges named LIST.N */
         for (size_t i = 1; i < c.m.nstrs; i++) {
