@@ -251,3 +251,14 @@ GM_EXPORT uint64_t gpumem_torch_trace_seq(void)
     return 0;
 #endif
 }
+
+/* The recorder's clock now, as an entry's t_ns (0: not recording): with the seq, a name made right
+ * after an allocation is placed after that allocation's entries, which carry the same seq. */
+GM_EXPORT uint64_t gpumem_torch_trace_time(void)
+{
+#ifdef GM_HAVE_REC
+    return rec_time_ns();
+#else
+    return 0;
+#endif
+}

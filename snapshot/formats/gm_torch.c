@@ -1119,8 +1119,8 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
     for (size_t i = 0; names && names->type == GPK_LIST && i < names->len; i++) {
         const gpk_val *r = names->items[i];
         /* (wall ns, address, label) or, stamped with the recorder's seq (preload/torch_trace.c),
-         * (wall ns, address, label, seq) */
-        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || (r->len != 3 && r->len != 4)) continue;
+         * (wall ns, address, label, seq), and since 2026-12-06 its clock: (..., seq, t_ns) */
+        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || r->len < 3 || r->len > 5) continue;
         uint64_t tns, addr, xseq = 0;
         const char *label = gpk_as_str(r->items[2]);
         if (gpk_as_u64(r->items[0], &tns) != 0 || gpk_as_u64(r->items[1], &addr) != 0 || !label) continue;
@@ -1130,12 +1130,15 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         t->t = (int64_t)tns - start_unix_ns;
         t->addr = addr;
         t->name = label;
-        if (r->len == 4 && gpk_as_u64(r->items[3], &xseq) == 0 && xseq) {
-            /* exact: after the events recorded before it, at the time of the last of them */
+        if (r->len >= 4 && gpk_as_u64(r->items[3], &xseq) == 0 && xseq) {
+            /* exact: after the events recorded before it, at the recorder's time of the name (the
+             * tracker's entries are ordered by it: a name made right after an allocation goes
+             * after the allocation's entries, which have its seq too), else of the last of them */
             size_t k = ev_below(m, xseq + 1);
+            uint64_t tn = 0;
             t->xseq = xseq;
             t->exact = 1;
-            t->t = k ? m->ev[k - 1].t : 0;
+            t->t = r->len == 5 && gpk_as_u64(r->items[4], &tn) == 0 && tn ? (int64_t)tn : k ? m->ev[k - 1].t : 0;
         }
     }
     /* PyTorch's times on the recording's clock (the names' are the wall clock already); the

@@ -14,6 +14,8 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
                 tests/torch/torch_categories.sh tests/torch/torch_advise.sh tests/torch/torch_fsdp.sh
 # the planted leak at its Python line with gpumem as PyTorch's allocator (torch_record.sh: PyTorch's own)
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
+# gpumem.name(tensor) under PyTorch's allocator names the tensor, not its segment
+SCRIPT_TESTS += tests/torch/torch_names.sh
 # advise on a user's own loop: no batch size made up, set_to_none read from the gradients' lives
 SCRIPT_TESTS += tests/torch/torch_advise_user.sh
 # PyTorch under a launcher (a shell script's step, torchrun's workers): each process's trace in its own database

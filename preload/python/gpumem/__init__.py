@@ -18,6 +18,7 @@ Installed by `make install` into PREFIX/share/gpumem/python; put that on the pat
 import contextlib
 import ctypes
 import os
+import sys
 import warnings
 
 __all__ = ["loaded", "name", "range", "annotate", "use_as_allocator"]
@@ -69,7 +70,12 @@ def _bytes(s):
 
 def name(tensor_or_ptr, label):
     """Names the allocation that holds a tensor (anything with data_ptr()) or a device pointer
-    (an int). True when gpumem knew the allocation; False otherwise (or without gpumem)."""
+    (an int). True when gpumem knew the allocation; False otherwise (or without gpumem).
+    A CUDA tensor of PyTorch's own allocator under `gpumem record` is named itself (in PyTorch's
+    trace, like the parameters and gradients the hooks name), not the cached segment holding it."""
+    traced = sys.modules.get("gpumem._torch")
+    if traced is not None and hasattr(tensor_or_ptr, "data_ptr") and traced.name_tensor(tensor_or_ptr, label):
+        return True
     lib = _gpumem()
     if lib is None:
         return False

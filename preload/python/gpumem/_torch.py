@@ -130,6 +130,7 @@ def _setup(torch):
                 _warn("the op log (GPUMEM_TORCH_OPS)", e)
     elif _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
         _history(torch)
+        _state["traced"] = True  # names of tensors go with the trace (name_tensor)
         if _env("GPUMEM_TORCH_OPS", "0") == "1":
             try:
                 _ops(torch)
@@ -196,6 +197,15 @@ def _seq_fn(own):
     return fn
 
 
+def _time_fn(own):
+    """libgpumem.so's gpumem_torch_trace_time: the recorder's clock, as the tracker's entries
+    carry it."""
+    fn = own.gpumem_torch_trace_time
+    fn.restype = ctypes.c_uint64
+    fn.argtypes = []
+    return fn
+
+
 def _trace_attach():
     """PyTorch's trace entries handed to libgpumem as they happen (libgpumem_torch.so, preload/
     torch_trace.c): the merge places each history entry among the recorded events by them, not by
@@ -219,6 +229,7 @@ def _trace_attach():
             raise RuntimeError("PyTorch refused the trace tracker")
         own = ctypes.CDLL(None)  # gpumem_torch_trace_copy / _seq: libgpumem.so's
         _state["seq"] = _seq_fn(own)
+        _state["time"] = _time_fn(own)
         _state["trace"] = own
     except Exception as e:  # noqa: BLE001
         _warn("attaching gpumem's trace tracker (%s)" % path, e)
@@ -815,20 +826,42 @@ class _Hooks:
                 self._name(p, name)
 
     def _name(self, t, label):
-        ptr = t.data_ptr()
-        if not ptr:
-            return
-        last = _state["named"].get(label)
-        if last is not None and last[0]() is t and last[1] == ptr:
-            return  # the same tensor as last time (_unchanged's test)
-        _state["named"][label] = (_ref(t), ptr)
-        if self.direct:
-            gpumem.name(ptr, label)
-        else:
-            seq = _state.get("seq")  # the names placed as the tracker's entries are, when it runs
-            with _lock:
-                _state["names"].append((time.time_ns(), ptr, label, seq()) if seq is not None
-                                       else (time.time_ns(), ptr, label))
+        _name_tensor(t, label, self.direct)
+
+
+def _name_tensor(t, label, direct):
+    """Names tensor t. direct: gpumem serves it (name its allocation now); otherwise PyTorch's
+    allocator does, and the name goes with the trace (placed among its entries by the tracker's
+    seq when it runs, else by the clock) for the merge to give to the tensor at that address,
+    not to the segment of PyTorch's cache that holds it."""
+    ptr = t.data_ptr()
+    if not ptr:
+        return
+    last = _state["named"].get(label)
+    if last is not None and last[0]() is t and last[1] == ptr:
+        return  # the same tensor as last time (_unchanged's test)
+    _state["named"][label] = (_ref(t), ptr)
+    if direct:
+        gpumem.name(ptr, label)
+    else:
+        seq, now = _state.get("seq"), _state.get("time")
+        with _lock:  # stamped as the tracker stamps its entries: the recorder's seq, then clock
+            _state["names"].append((time.time_ns(), ptr, label, seq(), now()) if seq is not None
+                                   else (time.time_ns(), ptr, label))
+
+
+def name_tensor(t, label):
+    """gpumem.name(tensor, label) of a CUDA tensor that PyTorch's own allocator holds while its
+    trace is recorded (gpumem record's default): named as the hooks name parameters, gradients
+    and optimizer state. False where that does not apply (no trace recorded in this process, not
+    a CUDA tensor, gpumem as PyTorch's allocator): gpumem.name names the allocation itself."""
+    torch = _state.get("torch")
+    if not _state.get("traced") or not _ours() or torch is None:
+        return False
+    if not isinstance(t, torch.Tensor) or not t.is_cuda:
+        return False
+    _name_tensor(t, label, False)
+    return True
 
 
 class _BwdStart:
