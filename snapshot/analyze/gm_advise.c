@@ -98,6 +98,15 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
 
 static int life_index(const adv_model *m, size_t **birth, size_t **death);
 
+int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
+{
+    if (m->nevs && m->evs[m->nevs - 1].kind == ADV_EV_EMPTY_CACHE) return 0;
+    uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
+    if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
+    m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_EMPTY_CACHE, .step = -1, .t = t};
+    return 1;
+}
+
 uint32_t adv_intern(adv_model *m, const char *s)
 {
     return intern(m, s);
@@ -953,6 +962,14 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         if (kind == REC_TORCH_SEG_MAP || kind == REC_TORCH_SEG_UNMAP) {
             L->t_res = kind == REC_TORCH_SEG_MAP ? L->t_res + size : L->t_res - (size < L->t_res ? size : L->t_res);
             if (L->t_res > m->rec_peak_reserved) m->rec_peak_reserved = L->t_res;
+            if (kind == REC_TORCH_SEG_MAP) return 0;
+            /* PyTorch gave memory back: the replay gives back its cache there too, once per run */
+            int added = adv_add_release(m, t, &L->evcap);
+            if (added > 0 && (gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
+                              gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births)))
+                added = -1;
+            if (added < 0) return L->nomem = 1, -1;
+            if (added) L->stacks[m->nallocs - 1] = 0, L->births[m->nallocs - 1] = 0; /* no stack, no seq */
             return 0;
         }
         /* a tensor's block is counted from its alloc to its free (free_requested) */
@@ -1669,10 +1686,11 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
         const adv_ev *e = &m->evs[i];
         const adv_alloc *a = &m->allocs[e->a];
         t[i].id = (uint64_t)e->a + 1;
-        t[i].kind = e->kind == ADV_EV_ALLOC       ? ALLOC_TR_ALLOC
-                    : e->kind == ADV_EV_FREE      ? ALLOC_TR_FREE
-                    : e->kind == ADV_EV_FREE_DONE ? ALLOC_TR_FREE_DONE
-                                                  : ALLOC_TR_FREE_ASYNC;
+        t[i].kind = e->kind == ADV_EV_ALLOC         ? ALLOC_TR_ALLOC
+                    : e->kind == ADV_EV_FREE        ? ALLOC_TR_FREE
+                    : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
+                    : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
+                                                    : ALLOC_TR_FREE_ASYNC;
         t[i].size = e->kind == ADV_EV_ALLOC ? a->size : 0;
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
                       : e->kind == ADV_EV_FREE_ASYNC ? e->stream

@@ -17,6 +17,11 @@ enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
 /* The free of allocation a completed (its block reusable from here): the trace's `fc`. Only
  * frag/tune's loader (gm_replay_trace_load) adds these; adv_model_load never does. */
 enum { ADV_EV_FREE_DONE = 3 };
+/* PyTorch released its cache here: a run of segment frees or unmaps in its merged history (kind
+ * 35: torch.cuda.empty_cache, the release before an OOM's retry, expandable segments' unmaps),
+ * replayed as the allocator's empty_cache. `a` is an allocation of its own, of 0 bytes and never
+ * allocated, so that every walk that reads an event's allocation finds one. */
+enum { ADV_EV_EMPTY_CACHE = 4 };
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
@@ -242,6 +247,10 @@ int adv_model_replays_as(const adv_model *view, const adv_model *base);
 const char *adv_str(const adv_model *m, uint32_t i);
 /* For rewrites outside gm_advise.c (gm_advise_zero3.c): s interned (0 for "" or no memory), and
  * a new allocation appended (its index, UINT32_MAX when out of memory). */
+/* ADV_EV_EMPTY_CACHE at time t appended to m->evs (grown with *evcap, gm_grow_fast's), with its
+ * own 0-byte allocation; none when the last event is one already (a run of segment frees is one
+ * release). 1 added, 0 not needed, -1 out of memory. */
+int adv_add_release(adv_model *m, uint64_t t, size_t *evcap);
 uint32_t adv_intern(adv_model *m, const char *s);
 uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 

@@ -222,7 +222,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     }
     am->rec_peak_allocated = pa, am->rec_peak_reserved = pr;
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t FROM events "
-                                  "WHERE kind IN (31, 32, 33) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
+                                  "WHERE kind IN (31, 32, 33, 35) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
         adv_model_free(am);
         snprintf(err, errsz, "%s: cannot read PyTorch's events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
@@ -235,6 +235,12 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
         uint32_t a;
+        if (kind == REC_TORCH_SEG_UNMAP) {
+            /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable
+             * segments' unmaps): the replay releases its cache there too */
+            if (adv_add_release(am, t, &cev) < 0) rc = -1;
+            continue;
+        }
         if (kind == REC_TORCH_ALLOC) {
             if (am->nallocs == am->allocs_cap) {
                 size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 1024;
@@ -252,12 +258,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
             a = (uint32_t)*v;
             if (kind == REC_TORCH_FREE_COMPLETED) u64map_del(&live, addr, NULL);
         }
-        if (am->nevs == cev) {
-            cev = cev ? 2 * cev : 4096;
-            adv_ev *n = realloc(am->evs, cev * sizeof *n);
-            if (!n) { rc = -1; break; }
-            am->evs = n;
-        }
+        if (gm_grow_fast((void **)&am->evs, &cev, am->nevs + 1, sizeof *am->evs)) { rc = -1; break; }
         am->evs[am->nevs++] = (adv_ev){.a = a, .kind = kind == REC_TORCH_ALLOC ? ADV_EV_ALLOC
                                                     : kind == REC_TORCH_FREE   ? ADV_EV_FREE
                                                                                : ADV_EV_FREE_DONE,

@@ -351,6 +351,20 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         if (t->best_torch == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_PYTORCH && r->has_pytorch) t->best_torch = i;
         if (t->best_gpumem == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_GPUMEM) t->best_gpumem = i;
     }
+    /* one recommendation, what every printer names and --check re-runs: for a PyTorch program on
+     * PyTorch's allocator the best PYTORCH_CUDA_ALLOC_CONF (gpumem's own allocator is the
+     * alternative, best_gpumem) */
+    if (t->torch) t->best = t->best_torch;
+    /* never one predicted to reserve more than the recording did (ranked by reserved): the
+     * recorded configuration stays, and is said to */
+    if (t->best != SIZE_MAX && t->recorded != SIZE_MAX && t->results[t->recorded].ok && !t->results[t->recorded].oom &&
+        (t->best == t->recorded ||
+         (o->objective == GM_TUNE_RESERVED && t->recorded_peak_reserved &&
+          t->results[t->best].peak_reserved > t->recorded_peak_reserved))) {
+        t->best = t->recorded;
+        t->recorded_best = 1;
+        if (t->torch) t->best_torch = t->recorded;
+    }
     if (runaway) {
         long k = find(&s, &no_split);
         /* named when dropping max_split_size_mb saves at least 1% */

@@ -29,7 +29,10 @@ typedef struct gm_tune {
     size_t nevents;
     gm_replay_result *results; /* ranked, best first; every configuration evaluated once */
     size_t nresults;
-    size_t best;          /* index of the recommendation in results (SIZE_MAX: none fits) */
+    size_t best;          /* index of the recommendation in results (SIZE_MAX: none fits): the
+                           * one every printer names and --check re-runs; for `torch`, best_torch */
+    int recorded_best;    /* best is the recorded configuration: no configuration tried is predicted
+                           * to reserve less than the recording did */
     size_t recorded;      /* index of the recorded configuration in results */
     double seconds;       /* wall time of the search */
     int empty;            /* the recording holds no allocation: nothing to replay or rank */

@@ -60,6 +60,10 @@ static void print_torch(const gm_tune *t, FILE *out) {
     char re[32];
     if (t->best_torch == SIZE_MAX) {
         fprintf(out, "\n  no PYTORCH_CUDA_ALLOC_CONF avoids an OOM under the limit\n");
+    } else if (t->recorded_best) {
+        bytes(t->results[t->best].peak_reserved, re, sizeof re);
+        fprintf(out, "\n  for PyTorch's allocator: the recorded configuration is already the best of those tried\n"
+                     "               (replayed: max_memory_reserved() %s)\n", re);
     } else {
         const gm_replay_result *b = &t->results[t->best_torch];
         bytes(b->peak_reserved, re, sizeof re);
@@ -124,6 +128,11 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     const gm_replay_result *b = &t->results[t->best];
     char re[32];
     bytes(b->peak_reserved, re, sizeof re);
+    if (t->recorded_best) {
+        fprintf(out, "\n  the recorded configuration is already the best of those tried (replayed: peak reserved %s)\n", re);
+        print_runaway(t, out);
+        return;
+    }
     fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
     fprintf(out, "               predicted peak reserved %s", re);
     if (t->recorded_peak_reserved)
@@ -184,6 +193,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
         fprintf(out, ",\"predicted\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", b->peak_allocated,
                 b->peak_reserved);
     }
+    fprintf(out, ",\"recorded_is_best\":%s", t->recorded_best ? "true" : "false");
     if (meas)
         fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],
                 meas[1]);
@@ -309,7 +319,7 @@ int gm_tune_main(int argc, char **argv) {
         gm_db_close(&d);
         return 0;
     }
-    size_t best = t.torch ? t.best_torch : t.best;
+    size_t best = t.best;
     int rc = best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];
     int have = 0;

@@ -39,4 +39,74 @@ e=$(torch_run -- -c 'import sys, torch; torch._C._accelerator_setAllocatorSettin
 GPUMEM_SIM_BACKING=virtual "$G" tune "$tmp/run.db" > "$tmp/t.txt" 2>&1
 grep -q "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=" "$tmp/t.txt" && grep -q "with gpumem as PyTorch's allocator" "$tmp/t.txt" \
   && ok "the text names both" || bad "text: $(tail -5 "$tmp/t.txt")"
+# the JSON recommends what the text does (one analysis, two printers): on PyTorch's allocator the
+# same PYTORCH_CUDA_ALLOC_CONF, and the recommendation's conf is one PyTorch's allocator runs
+grep -qF "PYTORCH_CUDA_ALLOC_CONF=$pconf" "$tmp/t.txt" && [[ $(j .recommended.pytorch_conf) == "$pconf" ]] \
+  && ok "text and --json recommend the same: '$pconf' ($(j .recommended.conf))" \
+  || bad "text and --json differ: json recommended $(j -c .recommended), torch.recommended '$pconf'; text: $(grep recommended "$tmp/t.txt")"
+
+# Every event of PyTorch's trace that changes its cache is replayed: programs that give memory
+# back (torch.cuda.empty_cache with per-stream pools, an OOM freed and retried under a memory
+# fraction, empty_cache with expandable segments), each recorded under PyTorch's defaults: the
+# replay of the recorded configuration is the program's max_memory_reserved(), in tune, frag and
+# advise, and tune's prediction for expandable_segments:True is what a run under it measures.
+# tune never recommends a configuration predicted to reserve more than the recording did.
+cat > "$tmp/streams.py" <<'PY'
+import torch
+MiB = 1 << 20
+a = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")
+s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+with torch.cuda.stream(s1):
+    b = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+with torch.cuda.stream(s2):
+    c = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+del b, c
+torch.cuda.empty_cache()
+d = torch.empty(32 * MiB, dtype=torch.uint8, device="cuda")
+print(torch.cuda.max_memory_reserved())
+PY
+cat > "$tmp/oom.py" <<'PY'
+import torch
+MiB = 1 << 20
+torch.cuda.set_per_process_memory_fraction(64 * MiB / torch.cuda.get_device_properties(0).total_memory)
+a = torch.empty(24 * MiB, dtype=torch.uint8, device="cuda")
+b = torch.empty(24 * MiB, dtype=torch.uint8, device="cuda")
+del a, b
+c = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")  # fits once the cache is given back
+print(torch.cuda.max_memory_reserved())
+PY
+cat > "$tmp/expand.py" <<'PY'
+import torch
+MiB = 1 << 20
+a = torch.empty(6 * MiB, dtype=torch.uint8, device="cuda")
+b = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+c = torch.empty(6 * MiB, dtype=torch.uint8, device="cuda")
+del b
+torch.cuda.empty_cache()
+d = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")
+print(torch.cuda.max_memory_reserved())
+PY
+ex=expandable_segments:True
+for prog in streams oom expand; do
+  p=$tmp/$prog.py db=$tmp/$prog.db
+  measured=$(torch_run GPUMEM_SIM_BACKING=memory -- "$p" 2>/dev/null | tail -1)
+  measured_ex=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$ex -- "$p" 2>/dev/null | tail -1)
+  GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$p" > /dev/null 2> "$tmp/$prog.err" \
+    || { bad "$prog: gpumem record failed: $(tail -3 "$tmp/$prog.err")"; continue; }
+  "$G" tune --json "$db" > "$tmp/$prog.json" || { bad "$prog: tune failed"; continue; }
+  q() { jq -r "$1" "$tmp/$prog.json"; }
+  rec=$(q .torch.max_memory_reserved)
+  pred=$(q '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
+  pred_ex=$(q ".results[] | select(.pytorch_conf == \"$ex\") | .peak_reserved")
+  frag=$("$G" frag --json "$db" | jq -r .recorded.replayed_peak_reserved)
+  adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved)
+  [[ $rec == "$measured" && $pred == "$measured" && $adv == "$measured" && $frag == "$measured" ]] \
+    && ok "$prog: the recorded configuration replays to max_memory_reserved() $measured (tune, frag, advise)" \
+    || bad "$prog: max_memory_reserved() $measured; recorded $rec, replayed by tune $pred, frag $frag, advise $adv"
+  [[ $pred_ex == "$measured_ex" ]] && ok "$prog: predicted under $ex $pred_ex = measured" \
+    || bad "$prog: predicted under $ex $pred_ex, measured $measured_ex"
+  best=$(q .recommended.predicted.peak_reserved)
+  [[ $best -le $rec ]] && ok "$prog: recommended predicts $best, not more than the recording's $rec ($(q .recorded_is_best))" \
+    || bad "$prog: recommended $(q -c .recommended) predicts more than the recording's $rec"
+done
 exit $fail
