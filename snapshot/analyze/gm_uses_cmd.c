@@ -247,7 +247,15 @@ int gm_cmd_uses(int argc, char **argv) {
         else snprintf(what, sizeof what, "born at event %" PRId64, o.id);
         if (o.step >= 0) snprintf(what + strlen(what), sizeof what - strlen(what), " in step %" PRId64, o.step);
         fprintf(stderr, "gpumem: no allocation %s in %s\n", what, o.db);
-        if (o.name) print_names_hint(&m, stderr);
+        if (m.torch.present == 1)
+            /* PyTorch's tensors are named and numbered in its view (report's tensor tables), but a
+             * launch's arguments were matched to what gpumem saw: the segments of its cache */
+            fprintf(stderr, "gpumem: this is a PyTorch recording under PyTorch's own allocator: uses "
+                            "follows the allocations gpumem saw, the segments of PyTorch's cache, not its "
+                            "tensors (a kernel's arguments were matched to the segments). Give --id N of "
+                            "a segment (gpumem report's device allocations), or record with `gpumem record "
+                            "--allocator gpumem` to follow each tensor\n");
+        else if (o.name) print_names_hint(&m, stderr);
         else fprintf(stderr, "gpumem: allocation ids are birth event numbers: gpumem sql %s -c 'SELECT id, name, size FROM allocations LIMIT 20'\n", o.db);
         gm_model_free(&m);
         gm_db_close(&d);

@@ -6,7 +6,8 @@
 #   - each of the 4 "scratch" names is on a PyTorch allocation (kind 31) of 2 MiB, each "loss"
 #     on one of 512 bytes (PyTorch's smallest block), four different ones each;
 #   - no name is on a device allocation (a segment);
-#   - report's tensor table says 4 scratch tensors, 8.00 MiB.
+#   - report's tensor table says 4 scratch tensors, 8.00 MiB;
+#   - `gpumem uses --name scratch` says that uses follows the segments here, not the tensors.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/n.db" -- "$torch_py" tests/torch/torch_names.py > "$tmp/rec" 2>&1 ||
@@ -23,4 +24,8 @@ seg=$(q "SELECT count(*) FROM names n JOIN events e ON e.seq = n.birth WHERE e.k
 "$G" report "$tmp/n.db" > "$tmp/r" 2>&1
 grep -Eq '^ +8\.00 MiB .* 4x +scratch' "$tmp/r" && ok "report: 4 scratch tensors, 8.00 MiB" \
   || bad "report: $(grep -h scratch "$tmp/r" | head -2)"
+# uses follows what gpumem saw (the segments): asked for a tensor's name, it says so
+"$G" uses "$tmp/n.db" --name scratch > "$tmp/u" 2>&1; rc=$?
+[[ $rc == 1 ]] && grep -q "follows the allocations gpumem saw, the segments of PyTorch's cache, not its tensors" "$tmp/u" \
+  && ok "uses --name of a tensor: exit 1, saying that uses follows segments here" || bad "uses --name scratch: rc $rc: $(head -3 "$tmp/u")"
 exit $fail
