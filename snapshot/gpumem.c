@@ -3,7 +3,8 @@
  * The command analyses and never records (the recording happens in libgpumem.so inside the
  * program); `record` only sets up the environment, runs the program and reads the result.
  * Exit codes (also in `gpumem --help` and snapshot/README.md): 0 ok; 1 leaks found with
- * --fail-on-leak; 2 usage error; 3 the database cannot be read; 4 libgpumem.so not found;
+ * --fail-on-leak; 2 usage error; 3 the database cannot be read, or standard output cannot be
+ * written; 4 libgpumem.so not found;
  * `record` passes the program's own exit code through (128+N when killed by signal N, 127 when
  * the program cannot be started).
  */
@@ -77,8 +78,9 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), it lost events and the analysis can be wrong for it (report, leaks, frag, tune,\n"
-    "advise: --lossy-ok analyses it anyway), or leaks --fail-on-leak cannot judge;\n"
+    "schema), standard output cannot be written (a full disk), it lost events and the\n"
+    "analysis can be wrong for it (report, leaks, frag, tune, advise: --lossy-ok analyses it\n"
+    "anyway), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
@@ -300,7 +302,6 @@ static int cmd_report(int argc, char **argv, int leaks) {
     rc = leaks ? gm_leaks(&d, &tv, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);
     gm_db_close(&d);
-    fflush(stdout);
     return rc;
 }
 
@@ -900,9 +901,7 @@ static const char *nearest_command(const char *c) {
     return best;
 }
 
-int main(int argc, char **argv) {
-    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
-    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
+static int run_command(int argc, char **argv) {
     /* linked as flamegraph.pl (where PyTorch's memory_viz runs it): the flame graph command */
     const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
     base = base ? base + 1 : argv[0];
@@ -942,4 +941,38 @@ int main(int argc, char **argv) {
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", c, near);
     else fprintf(stderr, "gpumem: unknown command '%s'\n(gpumem --help lists the commands)\n", c);
     return GM_EXIT_USAGE;
+}
+
+/* The one exit path of every command: what it printed must have reached standard output. A
+ * full disk or a closed pipe shows only here (stdio buffers, and printf's result is checked
+ * nowhere), and a report cut at 8192 bytes with exit 0 is worse than none: a script reads
+ * half a JSON object as the answer. A command that already failed with exit 3 has said why
+ * (export and viz name standard output themselves), so only the others get the line. */
+static int stdout_written(const char *cmd, int rc) {
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    int e = errno;
+    if ((flushed && !ferror(stdout)) || rc == GM_EXIT_BADDB) return rc;
+    /* a write that failed inside printf left only the stream's error flag: its errno is long
+     * gone (any later call may have set another), so no reason is guessed */
+    if (!flushed && e)
+        fprintf(stderr, "gpumem%s%s: writing standard output failed: %s\n", cmd ? " " : "", cmd ? cmd : "",
+                strerror(e));
+    else
+        fprintf(stderr, "gpumem%s%s: writing standard output failed: what was printed is cut short\n",
+                cmd ? " " : "", cmd ? cmd : "");
+    return GM_EXIT_BADDB;
+}
+
+int main(int argc, char **argv) {
+    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
+    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
+    const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
+    base = base ? base + 1 : argv[0];
+    const char *cmd = base && strcmp(base, "flamegraph.pl") == 0 ? "flamegraph"
+                      : argc >= 2 && argv[1][0] != '-' && nearest_command(argv[1]) &&
+                              !strcmp(nearest_command(argv[1]), argv[1])
+                          ? argv[1]
+                          : NULL;
+    return stdout_written(cmd, run_command(argc, argv));
 }

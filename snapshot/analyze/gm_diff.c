@@ -413,6 +413,5 @@ int gm_cmd_diff(int argc, char **argv)
     free(rs);
     free_side(&A);
     free_side(&B);
-    fflush(out);
     return failed ? 1 : 0;
 }

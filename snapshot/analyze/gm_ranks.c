@@ -703,6 +703,5 @@ int gm_ranks_main(int argc, char **argv)
         free(ps.p[i]);
     free(ps.p);
     free(ps.from_dir);
-    fflush(stdout);
     return rc;
 }

@@ -304,7 +304,6 @@ int gm_cmd_uses(int argc, char **argv) {
     if (o.json) fprintf(out, "],\"shown\":%zu}\n", shown);
     else if (matched > shown && !rc) fprintf(out, "\n... %zu more allocation%s (--top N shows more, --step N picks one step)\n",
                                              matched - shown, matched - shown == 1 ? " matches" : "s match");
-    fflush(out);
     gm_demangler_free(&dm);
     gm_model_free(&m);
     gm_db_close(&d);

@@ -133,3 +133,18 @@ grep -q 'segments.length === 1 ? "" : "s"' "$TMP/v.html" && grep -q 'not at the 
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" | jq -e '.snapshots[0].reason == "peak" and .summary.peak_allocated_seq > 0' > /dev/null \
   || fail "the page's data"
 ok "1 rank, 1 segment; the segment map says it is the reserved peak's snapshot, the red dot the allocated peak"
+
+# standard output that cannot be written (/dev/full stands for a full disk): every command that
+# prints says so and exits 3, never 0 with a cut-off report (one rule, at the dispatcher's exit)
+cp "$TMP/run.db" "$TMP/run2.db"
+printf 'a;b 10\na;c 5\n' > "$TMP/in.folded"
+for c in "report DB" "report --json DB" "leaks DB" "leaks --json --fail-on-leak DB" "frag DB" "frag --json DB" \
+         "tune DB" "tune --json DB" "advise DB" "advise --json DB" "uses DB --name *" "uses --json DB --name *" \
+         "diff DB DB2" "diff --json DB DB2" "sql DB -c SELECT*FROM(events)" "report DB DB2" "report --json DB DB2" \
+         "--help" "report --help" "advise --help" "export --format csv DB" "viz DB -o -" "flamegraph"; do
+  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+  rc=0; set -f; "$GM" $args < "$TMP/in.folded" > /dev/full 2> "$TMP/err.txt" || rc=$?; set +f
+  [[ $rc == 3 ]] && grepq "^gpumem\( [a-z]*\)\?: writing standard output failed: \(No space left on device\|what was printed is cut short\)$" "$TMP/err.txt" \
+    || fail "gpumem $c > /dev/full: exit $rc, $(tail -2 "$TMP/err.txt")"
+done
+ok "standard output full: every command says so and exits 3"
