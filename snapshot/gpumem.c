@@ -253,10 +253,8 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
         else if (strcmp(a, "--lossy-ok") == 0) o->lossy_ok = 1;
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            char *end;
-            long n = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || n < 1 || n > 1000000) return usage_error(usage, "--top needs a number from 1 to 1000000, got '%s'", v ? v : "");
-            o->top = (int)n;
+            int rc = gm_arg_top(leaks ? "leaks" : "report", v, &o->top);
+            if (rc) return rc;
         } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
             const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "all") == 0) *frames_all = 1;

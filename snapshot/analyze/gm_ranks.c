@@ -557,7 +557,7 @@ static int same_file_twice(const rk_paths *ps)
 int gm_ranks_main(int argc, char **argv)
 {
     int json = 0, npos = 0, dirs = 0, lossy_ok = 0;
-    long ntop = 5;
+    int ntop = 5;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1])
             npos++, dirs += is_dir(argv[i]);
@@ -574,12 +574,7 @@ int gm_ranks_main(int argc, char **argv)
         else if (!strcmp(a, "--lossy-ok"))
             lossy_ok = 1;
         else if (!strcmp(a, "--top")) {
-            char *end;
-            ntop = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || ntop < 1) {
-                fprintf(stderr, "gpumem report: --top needs a positive number\n");
-                rc = GM_EXIT_USAGE;
-            }
+            rc = gm_arg_top("report", i + 1 < argc ? argv[i + 1] : NULL, &ntop);
             i++;
         } else if (!strcmp(a, "--frames"))
             i++; /* call sites of unnamed allocations: user frames (the default) */

@@ -155,7 +155,7 @@ int gm_cmd_flamegraph(int argc, char **argv)
             const char *v = argv[++i];
             if (a[2] == 'c') unit = v;
             else if (a[2] == 't') title = v;
-            else if ((width = strtod(v, NULL)) < 100 || width > 100000)
+            else if (gm_arg_real(v, 100, 100000, &width) != 0)
                 return fprintf(stderr, "gpumem flamegraph: --width takes 100 to 100000 pixels, got '%s'\n", v),
                        GM_EXIT_USAGE;
         } else if (a[0] == '-' && a[1] == '-' && i + 1 < argc && argv[i + 1][0] != '-' && strchr(a, '=') == NULL &&

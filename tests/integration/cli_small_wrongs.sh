@@ -148,3 +148,31 @@ for c in "report DB" "report --json DB" "leaks DB" "leaks --json --fail-on-leak 
     || fail "gpumem $c > /dev/full: exit $rc, $(tail -2 "$TMP/err.txt")"
 done
 ok "standard output full: every command says so and exits 3"
+
+# option values: one parser (gm_args.c) for every number; what strtol/strtod would bend (a sign
+# that wraps, trailing bytes, inf, nan, 1e308, a long cut to int, 23 digits) is a usage error
+# naming the option, in every command
+for c in "frag DB --top 4294967297" "tune DB --top 2147483648" "report DB --top 1000001" "leaks DB --top 0" \
+         "advise DB --top 4294967297" "uses DB --name * --top -1" "diff DB DB2 --top 2147483648" \
+         "report DB DB2 --top 4294967297" "frag DB --top 5x" "tune DB --top ' 3'" \
+         "advise DB --link inf" "advise DB --link 1e308" "advise DB --link nan" "advise DB --link 25x" \
+         "advise DB --link -5" "advise DB --link 0x10" "advise DB --ranks -1" "advise DB --ranks 4294967298" \
+         "advise DB --ranks 2 --prefetch -1" "advise DB --budget 1.5e999G" "advise DB --try '--accum -1'" \
+         "diff DB DB2 --fail-if-peak-grows nan" "diff DB DB2 --fail-if-peak-grows inf" "diff DB DB2 --fail-if-peak-grows -1" \
+         "uses DB --id 99999999999999999999" "uses DB --id -5" "uses DB --name * --step 1e3" \
+         "export --format torch DB -o $TMP/x.pickle --at 99999999" \
+         "export --format torch DB -o $TMP/x.pickle --at 12345678901234567890123" \
+         "export --format torch DB -o $TMP/x.pickle --at -1"; do
+  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+  rc=0; set -f; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?; set +f
+  opt=$(grep -o -- '--[a-z-]*' <<< "$c" | tail -1); [[ $c == *"--try"* ]] && opt=--try
+  [[ $rc == 2 ]] && head -1 "$TMP/err.txt" | grepq -- "$opt" || fail "gpumem $c: exit $rc, $(head -2 "$TMP/err.txt")"
+done
+rc=0; "$GM" export --format torch "$TMP/run.db" -o "$TMP/x.pickle" --at 99999999 2> "$TMP/err.txt" || rc=$?
+last=$("$GM" sql "$TMP/run.db" -c 'SELECT max(seq) FROM events' | tail -1)
+grepq "past the recording's last event (seq $last)" "$TMP/err.txt" || fail "--at past the end: $(cat "$TMP/err.txt")"
+rc=0; printf 'a;b 10\n' | "$GM" flamegraph --width inf > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 ]] || fail "flamegraph --width inf: exit $rc"
+"$GM" advise "$TMP/run.db" --link 25 --json | python3 -c 'import json,sys; json.load(sys.stdin, parse_constant=lambda c: sys.exit("not JSON: " + c))' \
+  || fail "advise --link 25 --json"
+ok "numbers in options: signs, suffixes, inf, nan, overflow and truncation refused in every command"

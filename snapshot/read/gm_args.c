@@ -1,0 +1,60 @@
+/* gm_args.c — the values of the command's options, read by one set of rules in every command.
+ *
+ * strtol and friends accept what a person did not mean: a leading '-' that wraps to a huge
+ * unsigned number, spaces, a trailing "x", "inf" and "nan", 1e308 that prints as inf in JSON,
+ * and a long that a cast to int cuts (4294967297 -> 1). Each option read here is refused with
+ * one line instead, naming the option, the accepted range and what was given. */
+#include "snapshot/read/gm.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!v || !isdigit((unsigned char)v[0])) return -1; /* no sign, no space, no empty string */
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || errno == ERANGE || n < lo || n > hi) return -1;
+    *out = n;
+    return 0;
+}
+
+int gm_arg_real(const char *v, double lo, double hi, double *out) {
+    if (!v || !(isdigit((unsigned char)v[0]) || (v[0] == '.' && isdigit((unsigned char)v[1])))) return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    /* isdigit first: no "inf", "nan", "0x1p3" beyond what a person types, no sign */
+    if (*end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || strpbrk(v, "xXpP")) return -1;
+    *out = x;
+    return 0;
+}
+
+int gm_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gpumem %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(gpumem %s --help tells more)\n", cmd);
+    va_end(ap);
+    return GM_EXIT_USAGE;
+}
+
+int gm_arg_top(const char *cmd, const char *v, int *top) {
+    uint64_t n;
+    if (gm_arg_uint(v, 1, GM_TOP_MAX, &n) != 0)
+        return gm_usage(cmd, "--top needs a number from 1 to %d, got '%s'", GM_TOP_MAX, v ? v : "");
+    *top = (int)n;
+    return 0;
+}
+
+int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v) {
+    if (*slot && v && strcmp(*slot, v) != 0)
+        return gm_usage(cmd, "%s given twice, as '%s' and '%s': give it once", opt, *slot, v);
+    *slot = v;
+    return 0;
+}
