@@ -176,3 +176,14 @@ rc=0; printf 'a;b 10\n' | "$GM" flamegraph --width inf > /dev/null 2> "$TMP/err.
 "$GM" advise "$TMP/run.db" --link 25 --json | python3 -c 'import json,sys; json.load(sys.stdin, parse_constant=lambda c: sys.exit("not JSON: " + c))' \
   || fail "advise --link 25 --json"
 ok "numbers in options: signs, suffixes, inf, nan, overflow and truncation refused in every command"
+
+# flamegraph: counts strtoull would bend (a '-' wraps to 2^64-10, 26 digits saturate) and sums
+# past 2^64-1 (the root smaller than its children) are refused, naming the line
+for input in 'a;b -10' 'a;b 99999999999999999999999999' $'a;b 5\na;b 18446744073709551615' \
+             $'x 1\na;b 18446744073709551614\na;c 1'; do
+  rc=0; printf '%s\n' "$input" | "$GM" flamegraph > "$TMP/f.svg" 2> "$TMP/err.txt" || rc=$?
+  n=$(printf '%s\n' "$input" | wc -l)
+  [[ $rc == 2 ]] && grepq "^gpumem flamegraph: line $n: " "$TMP/err.txt" || fail "flamegraph on '$input': exit $rc, $(cat "$TMP/err.txt")"
+done
+printf 'a;b 18446744073709551614\na;c 1\n' | "$GM" flamegraph | grepq "total 18446744073709551615 bytes" || fail "flamegraph at 2^64-1"
+ok "flamegraph: negative, oversized and overflowing counts refused with the line's number"
