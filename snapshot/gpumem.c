@@ -310,28 +310,30 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stdout);
         return 0;
     }
-    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL;
+    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *what_arg = NULL;
     int what = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
-            at = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!at) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
+            const char *v = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
+            if (gm_arg_once("export", "--at", &at, v)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v && gm_arg_once("export", "--what", &what_arg, v)) return GM_EXIT_USAGE;
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
             else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
             if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
-            format = argv[++i];
+            if (gm_arg_once("export", "--format", &format, argv[++i])) return GM_EXIT_USAGE;
         } else if (strncmp(a, "--format=", 9) == 0) {
-            format = a + 9;
+            if (gm_arg_once("export", "--format", &format, a + 9)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "-o") == 0) {
             if (i + 1 >= argc) return usage_error(usage_export, "%s", "-o needs a file name");
-            outpath = argv[++i];
+            if (gm_arg_once("export", "-o", &outpath, argv[++i])) return GM_EXIT_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(usage_export, "unknown option '%s'", a);
         } else if (!path) {

@@ -77,7 +77,8 @@ static const char *const usage_advise =
     "                 mpirun -np N with -B times N and --zero (every rank's peak compared).\n"
     "                 A PyTorch recording: ZeRO-3 is FSDP2 (fully_shard per block), and\n"
     "                 --check re-runs the project's script with --fsdp N (one process as\n"
-    "                 rank 0 of N over torch's fake process group)\n"
+    "                 rank 0 of N over torch's fake process group). --try, --oom-step, --link\n"
+    "                 and --gpu are not part of this prediction: with --ranks they are refused\n"
     "                 With --budget SIZE: the cheapest plan whose predicted peak reserved per\n"
     "                 rank fits (ZeRO 0, 1, 2, then 3 at --prefetch 2, 1, 0, with --offload\n"
     "                 params, optimizer, --recompute layer), its mpirun line; nothing fits:\n"
@@ -1166,6 +1167,16 @@ int gm_advise_main(int argc, char **argv)
     }
     if (prefetch >= 0 && (!ranks || (zero > 0 && zero < 3))) {
         fprintf(stderr, "gpumem advise: --prefetch goes with --ranks N (ZeRO-3's gathers)\n%s", GM_HELP("advise"));
+        return GM_EXIT_USAGE;
+    }
+    /* --ranks N answers ZeRO across N ranks from the recording as it is: the single-rank
+     * what-ifs (--try, --oom-step) and the offload costs (--link, --gpu) are not part of that
+     * answer, and taking them silently would print the same output as without them */
+    if (ranks && (try_flags || oom_step || link > 0 || gpu)) {
+        fprintf(stderr, "gpumem advise: %s does not go with --ranks N (the ZeRO prediction does not use it); "
+                        "run it without --ranks\n%s",
+                try_flags ? "--try" : oom_step ? "--oom-step" : link > 0 ? "--link" : "--gpu",
+                GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     if (zero > 0 && !ranks) {

@@ -29,6 +29,9 @@ int gm_arg_real(const char *v, double lo, double hi, double *out);
 int gm_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gm_arg_top(const char *cmd, const char *v, int *top);
 int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v);
+/* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
+ * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
+int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };

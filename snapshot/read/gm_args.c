@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
     if (!v || !isdigit((unsigned char)v[0])) return -1; /* no sign, no space, no empty string */
@@ -57,4 +58,24 @@ int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char 
         return gm_usage(cmd, "%s given twice, as '%s' and '%s': give it once", opt, *slot, v);
     *slot = v;
     return 0;
+}
+
+/* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
+int gm_args_same_file(const char *cmd, const char *const *paths, size_t n) {
+    struct stat *st = calloc(n + 1, sizeof *st);
+    if (!st) return 0;
+    int bad = 0;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (stat(paths[i], &st[i]) != 0) continue; /* the load says what is wrong with it */
+        for (size_t j = 0; j < i && !bad; j++)
+            if (st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino && st[i].st_ino) {
+                fprintf(stderr, "gpumem %s: %s%s%s is one database given twice: each rank's recording once\n"
+                                "(gpumem %s --help tells more)\n",
+                        cmd, paths[j], strcmp(paths[i], paths[j]) ? " and " : "", strcmp(paths[i], paths[j]) ? paths[i] : "",
+                        cmd);
+                bad = 1;
+            }
+    }
+    free(st);
+    return bad;
 }

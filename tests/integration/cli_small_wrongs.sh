@@ -187,3 +187,20 @@ for input in 'a;b -10' 'a;b 99999999999999999999999999' $'a;b 5\na;b 18446744073
 done
 printf 'a;b 18446744073709551614\na;c 1\n' | "$GM" flamegraph | grepq "total 18446744073709551615 bytes" || fail "flamegraph at 2^64-1"
 ok "flamegraph: negative, oversized and overflowing counts refused with the line's number"
+
+# options that conflict or would be ignored are refused, never silently dropped: advise's
+# single-rank what-ifs with --ranks, one database given twice as two ranks (report and viz), an
+# empty or mixed --with, an option given twice with two values (the same value twice is fine)
+for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step" "advise DB --ranks 2 --link 5" \
+         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o $TMP/x.html" "viz DB -o $TMP/x.html --with ''" \
+         "viz DB -o $TMP/x.html --with none,frag" "viz DB -o $TMP/x.html --with , " "viz DB -o $TMP/x.html --with frag --with tune" \
+         "viz DB -o $TMP/x.html -o $TMP/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
+         "export --format csv DB -o $TMP/a.csv -o $TMP/b.csv" "export --format folded --what peak --what total DB" \
+         "export --format torch DB -o $TMP/x.pickle --at end --at peak"; do
+  args=${c//DB/$TMP/run.db}
+  rc=0; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
+done
+"$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
+"$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
+ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"
