@@ -86,6 +86,7 @@ int alloc_parse_size(const char *s, size_t *out)
         char *e2;
         frac = strtod(end, &e2);
         end = e2;
+        if (!(frac < 1)) return ALLOC_ERR_CONFIG; /* ".5e999": inf, which no size_t holds */
     }
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {

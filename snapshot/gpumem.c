@@ -3,7 +3,8 @@
  * The command analyses and never records (the recording happens in libgpumem.so inside the
  * program); `record` only sets up the environment, runs the program and reads the result.
  * Exit codes (also in `gpumem --help` and snapshot/README.md): 0 ok; 1 leaks found with
- * --fail-on-leak; 2 usage error; 3 the database cannot be read; 4 libgpumem.so not found;
+ * --fail-on-leak; 2 usage error; 3 the database cannot be read, or standard output cannot be
+ * written; 4 libgpumem.so not found;
  * `record` passes the program's own exit code through (128+N when killed by signal N, 127 when
  * the program cannot be started).
  */
@@ -77,8 +78,9 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), it lost events and the analysis can be wrong for it (report, leaks, frag, tune,\n"
-    "advise: --lossy-ok analyses it anyway), or leaks --fail-on-leak cannot judge;\n"
+    "schema), standard output cannot be written (a full disk), it lost events and the\n"
+    "analysis can be wrong for it (report, leaks, frag, tune, advise: --lossy-ok analyses it\n"
+    "anyway), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
@@ -251,10 +253,8 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
         else if (strcmp(a, "--lossy-ok") == 0) o->lossy_ok = 1;
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
-            char *end;
-            long n = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || n < 1 || n > 1000000) return usage_error(usage, "--top needs a number from 1 to 1000000, got '%s'", v ? v : "");
-            o->top = (int)n;
+            int rc = gm_arg_top(leaks ? "leaks" : "report", v, &o->top);
+            if (rc) return rc;
         } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
             const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "all") == 0) *frames_all = 1;
@@ -300,7 +300,6 @@ static int cmd_report(int argc, char **argv, int leaks) {
     rc = leaks ? gm_leaks(&d, &tv, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);
     gm_db_close(&d);
-    fflush(stdout);
     return rc;
 }
 
@@ -311,28 +310,30 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stdout);
         return 0;
     }
-    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL;
+    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *what_arg = NULL;
     int what = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
-            at = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!at) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
+            const char *v = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
+            if (gm_arg_once("export", "--at", &at, v)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            if (v && gm_arg_once("export", "--what", &what_arg, v)) return GM_EXIT_USAGE;
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
             else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
             if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
-            format = argv[++i];
+            if (gm_arg_once("export", "--format", &format, argv[++i])) return GM_EXIT_USAGE;
         } else if (strncmp(a, "--format=", 9) == 0) {
-            format = a + 9;
+            if (gm_arg_once("export", "--format", &format, a + 9)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "-o") == 0) {
             if (i + 1 >= argc) return usage_error(usage_export, "%s", "-o needs a file name");
-            outpath = argv[++i];
+            if (gm_arg_once("export", "-o", &outpath, argv[++i])) return GM_EXIT_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(usage_export, "unknown option '%s'", a);
         } else if (!path) {
@@ -900,9 +901,7 @@ static const char *nearest_command(const char *c) {
     return best;
 }
 
-int main(int argc, char **argv) {
-    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
-    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
+static int run_command(int argc, char **argv) {
     /* linked as flamegraph.pl (where PyTorch's memory_viz runs it): the flame graph command */
     const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
     base = base ? base + 1 : argv[0];
@@ -942,4 +941,38 @@ int main(int argc, char **argv) {
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", c, near);
     else fprintf(stderr, "gpumem: unknown command '%s'\n(gpumem --help lists the commands)\n", c);
     return GM_EXIT_USAGE;
+}
+
+/* The one exit path of every command: what it printed must have reached standard output. A
+ * full disk or a closed pipe shows only here (stdio buffers, and printf's result is checked
+ * nowhere), and a report cut at 8192 bytes with exit 0 is worse than none: a script reads
+ * half a JSON object as the answer. A command that already failed with exit 3 has said why
+ * (export and viz name standard output themselves), so only the others get the line. */
+static int stdout_written(const char *cmd, int rc) {
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    int e = errno;
+    if ((flushed && !ferror(stdout)) || rc == GM_EXIT_BADDB) return rc;
+    /* a write that failed inside printf left only the stream's error flag: its errno is long
+     * gone (any later call may have set another), so no reason is guessed */
+    if (!flushed && e)
+        fprintf(stderr, "gpumem%s%s: writing standard output failed: %s\n", cmd ? " " : "", cmd ? cmd : "",
+                strerror(e));
+    else
+        fprintf(stderr, "gpumem%s%s: writing standard output failed: what was printed is cut short\n",
+                cmd ? " " : "", cmd ? cmd : "");
+    return GM_EXIT_BADDB;
+}
+
+int main(int argc, char **argv) {
+    /* the hints name the command as it was typed, so they can be pasted before gpumem is on PATH */
+    if (argv[0] && strchr(argv[0], '/')) gm_prog = argv[0];
+    const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
+    base = base ? base + 1 : argv[0];
+    const char *cmd = base && strcmp(base, "flamegraph.pl") == 0 ? "flamegraph"
+                      : argc >= 2 && argv[1][0] != '-' && nearest_command(argv[1]) &&
+                              !strcmp(nearest_command(argv[1]), argv[1])
+                          ? argv[1]
+                          : NULL;
+    return stdout_written(cmd, run_command(argc, argv));
 }

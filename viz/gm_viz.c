@@ -233,7 +233,7 @@ static const char *const usage_viz =
     "  - the OOM forensics and the allocations alive at the end.\n"
     "  --with LIST  the analyses to run and show in a panel (comma-separated), instead of the\n"
     "               default: frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
-    "               (`gpumem tune --json`), or none. By default each runs when the recording is\n"
+    "               (`gpumem tune --json`), or none (alone). By default each runs when the recording is\n"
     "               small enough for it to take under about 2 s: frag up to 500000 events, tune\n"
     "               up to 200000, advise up to 10000 (the page says which did not, and how to\n"
     "               add them)\n"
@@ -635,6 +635,7 @@ int gm_viz_main(int argc, char **argv)
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
     int with = -1, rc = 0, force = 0; /* with: -1 the default (by the recording's size) */
+    const char *with_arg = NULL;
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
@@ -647,15 +648,26 @@ int gm_viz_main(int argc, char **argv)
                     GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
         } else if (strcmp(argv[i], "-o") == 0) {
-            out = argv[++i];
+            rc = gm_arg_once("viz", "-o", &out, argv[++i]);
         } else if (strcmp(argv[i], "--force") == 0) {
             force = 1;
         } else if (strcmp(argv[i], "--with") == 0) {
             char list[256];
-            snprintf(list, sizeof list, "%s", argv[++i]);
-            if (with < 0) with = 0;
+            if ((rc = gm_arg_once("viz", "--with", &with_arg, argv[++i])) != 0) goto done;
+            snprintf(list, sizeof list, "%s", argv[i]);
+            /* none is the list alone: "none,frag" says two things; "" or "," says nothing */
+            if (!strcmp(list, "none")) {
+                with = 0;
+                continue;
+            }
+            if (!list[strspn(list, ",")] || strstr(list, "none")) {
+                fprintf(stderr, "gpumem viz: --with '%s': give frag, advise, tune (comma-separated), or none alone\n%s",
+                        list, GM_HELP("viz"));
+                rc = GM_EXIT_USAGE;
+                goto done;
+            }
+            with = 0;
             for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-                if (!strcmp(t, "none")) continue;
                 int k = 0;
                 while (k < 3 && strcmp(t, analysis_name[k]))
                     k++;
@@ -691,6 +703,7 @@ int gm_viz_main(int argc, char **argv)
             }
         }
     }
+    if (!rc && gm_args_same_file("viz", (const char *const *)dbs, ndb)) rc = GM_EXIT_USAGE;
     if (rc) goto done;
     if (!ndb || !out) {
         fprintf(stderr, "gpumem viz: %s\n%s", !ndb ? "which database? give its path" : "where to? give -o FILE.html",

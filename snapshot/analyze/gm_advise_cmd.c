@@ -50,7 +50,7 @@ static const char *const usage_advise =
     "  --budget SIZE  the cheapest combination (least extra time) whose predicted peak reserved\n"
     "                 fits SIZE (e.g. 40G); exit 1, with the shortfall and why, when none does\n"
     "  --link GB/s    host link bandwidth for offload (default: the recording's own host\n"
-    "                 copies when timed, else 25 GB/s, PCIe 4 x16)\n"
+    "                 copies when timed, else 25 GB/s, PCIe 4 x16); 0.001 to 100000\n"
     "  --gpu NAME     H100, H200 or A100: roofline costs (peak bf16 FLOP/s, HBM bandwidth)\n"
     "  --top N        recommendations and combinations shown and re-run by --check (default\n"
     "                 10); --json lists every one\n"
@@ -77,7 +77,8 @@ static const char *const usage_advise =
     "                 mpirun -np N with -B times N and --zero (every rank's peak compared).\n"
     "                 A PyTorch recording: ZeRO-3 is FSDP2 (fully_shard per block), and\n"
     "                 --check re-runs the project's script with --fsdp N (one process as\n"
-    "                 rank 0 of N over torch's fake process group)\n"
+    "                 rank 0 of N over torch's fake process group). --try, --oom-step, --link\n"
+    "                 and --gpu are not part of this prediction: with --ranks they are refused\n"
     "                 With --budget SIZE: the cheapest plan whose predicted peak reserved per\n"
     "                 rank fits (ZeRO 0, 1, 2, then 3 at --prefetch 2, 1, 0, with --offload\n"
     "                 params, optimizer, --recompute layer), its mpirun line; nothing fits:\n"
@@ -837,9 +838,8 @@ static int parse_techniques(const char *cmd, recorded *r, int strict, char *err,
             return -1;
         }
         if (!strcmp(t, "--accum")) {
-            char *end;
-            unsigned long k = strtoul(v, &end, 10);
-            if (*end || k < 1 || k > 65536) {
+            uint64_t k;
+            if (gm_arg_uint(v, 1, 65536, &k) != 0) {
                 snprintf(err, errsz, "--try: --accum needs a number of micro-batches, got '%s'", v);
                 return -1;
             }
@@ -897,12 +897,12 @@ static int parse_try_script(const ctx *c, const char *flags, spec *s, char *err,
             s->bf16 = !c->rec.bf16;
         } else if (!strcmp(t, "--accum") || !strcmp(t, "-B")) {
             char *v = strtok_r(NULL, " ", &save);
-            unsigned x = v ? (unsigned)strtoul(v, NULL, 10) : 0;
-            if (!x) {
-                snprintf(err, errsz, "--try: %s takes a number", t);
+            uint64_t n = 0;
+            if (gm_arg_uint(v, 1, 65536, &n) != 0) {
+                snprintf(err, errsz, "--try: %s takes a number from 1 to 65536, got '%s'", t, v ? v : "");
                 return -1;
             }
-            if (t[1] == '-') accum = x;
+            if (t[1] == '-') accum = (unsigned)n;
         } else {
             snprintf(err, errsz, "--try: unknown flag '%s' (the script's: --checkpoint, --offload, --accum K "
                      "(with -B the micro-batch), --set-to-none, --autocast bf16)", t);
@@ -1101,14 +1101,10 @@ int gm_advise_main(int argc, char **argv)
             }
             have_budget = 1, i++;
         } else if (!strcmp(a, "--link")) {
-            char *end;
-            link = v ? strtod(v, &end) : 0;
-            if (!v || *end || !(link > 0)) {
-                fprintf(stderr,
-                        "gpumem advise: --link needs a bandwidth in GB/s (e.g. 25), got '%s'\n%s",
-                        v ? v : "", GM_HELP("advise"));
-                return GM_EXIT_USAGE;
-            }
+            /* 1 MB/s to 100 TB/s: any host link there is, and always a finite number in JSON */
+            if (gm_arg_real(v, 0.001, 1e5, &link) != 0)
+                return gm_usage("advise", "--link needs a bandwidth in GB/s from 0.001 to 100000 (e.g. 25), got '%s'",
+                                v ? v : "");
             i++;
         } else if (!strcmp(a, "--gpu")) {
             gpu = v, i++;
@@ -1130,9 +1126,8 @@ int gm_advise_main(int argc, char **argv)
             }
             try_flags = v, i++;
         } else if (!strcmp(a, "--ranks")) {
-            char *end;
-            long r = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || r < 1 || r > 65536) {
+            uint64_t r;
+            if (gm_arg_uint(v, 1, 65536, &r) != 0) {
                 fprintf(stderr,
                         "gpumem advise: --ranks needs a number of ranks from 1 to 65536, got "
                         "'%s'\n%s",
@@ -1148,24 +1143,17 @@ int gm_advise_main(int argc, char **argv)
             }
             zero = atoi(v), i++;
         } else if (!strcmp(a, "--prefetch")) {
-            char *end;
-            long k = v ? strtol(v, &end, 10) : -1;
-            if (!v || *end || k < 0 || k > 4096) {
+            uint64_t k;
+            if (gm_arg_uint(v, 0, 4096, &k) != 0) {
                 fprintf(stderr, "gpumem advise: --prefetch needs a number of units from 0 to 4096, got '%s'\n%s",
                         v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }
             prefetch = (int)k, i++;
         } else if (!strcmp(a, "--top")) {
-            char *end;
-            long t = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || t < 1 || t > 1000000) {
-                fprintf(stderr,
-                        "gpumem advise: --top needs a number from 1 to 1000000, got '%s'\n%s",
-                        v ? v : "", GM_HELP("advise"));
-                return GM_EXIT_USAGE;
-            }
-            top = (int)t, i++;
+            int rc = gm_arg_top("advise", v, &top);
+            if (rc) return rc;
+            i++;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
@@ -1183,6 +1171,16 @@ int gm_advise_main(int argc, char **argv)
     }
     if (prefetch >= 0 && (!ranks || (zero > 0 && zero < 3))) {
         fprintf(stderr, "gpumem advise: --prefetch goes with --ranks N (ZeRO-3's gathers)\n%s", GM_HELP("advise"));
+        return GM_EXIT_USAGE;
+    }
+    /* --ranks N answers ZeRO across N ranks from the recording as it is: the single-rank
+     * what-ifs (--try, --oom-step) and the offload costs (--link, --gpu) are not part of that
+     * answer, and taking them silently would print the same output as without them */
+    if (ranks && (try_flags || oom_step || link > 0 || gpu)) {
+        fprintf(stderr, "gpumem advise: %s does not go with --ranks N (the ZeRO prediction does not use it); "
+                        "run it without --ranks\n%s",
+                try_flags ? "--try" : oom_step ? "--oom-step" : link > 0 ? "--link" : "--gpu",
+                GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }
     if (zero > 0 && !ranks) {

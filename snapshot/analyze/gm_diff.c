@@ -288,7 +288,6 @@ int gm_cmd_diff(int argc, char **argv)
         else if (!strcmp(a, "--top") || !strcmp(a, "--fail-if-peak-grows") ||
                  !strcmp(a, "--frames")) {
             const char *v = i + 1 < argc ? argv[++i] : NULL;
-            char *end = NULL;
             if (!strcmp(a, "--frames")) {
                 if (v && !strcmp(v, "all"))
                     frames_all = 1;
@@ -297,17 +296,11 @@ int gm_cmd_diff(int argc, char **argv)
                                    GM_HELP("diff")),
                            GM_EXIT_USAGE;
             } else if (!strcmp(a, "--top")) {
-                long n = v ? strtol(v, &end, 10) : 0;
-                if (!v || *end || n < 1 || n > 1000000)
-                    return fprintf(stderr,
-                                   "gpumem diff: --top needs a number from 1 to 1000000, got "
-                                   "'%s'\n%s",
-                                   v ? v : "", GM_HELP("diff")),
-                           GM_EXIT_USAGE;
-                top = (int)n;
+                int rc = gm_arg_top("diff", v, &top);
+                if (rc) return rc;
             } else {
-                double p = v ? strtod(v, &end) : -1;
-                if (!v || *end || !(p >= 0) || p > 1e6)
+                double p;
+                if (gm_arg_real(v, 0, 1e6, &p) != 0)
                     return fprintf(stderr,
                                    "gpumem diff: --fail-if-peak-grows needs a percentage (like 5 "
                                    "or 2.5), got '%s'\n%s",
@@ -413,6 +406,5 @@ int gm_cmd_diff(int argc, char **argv)
     free(rs);
     free_side(&A);
     free_side(&B);
-    fflush(out);
     return failed ? 1 : 0;
 }

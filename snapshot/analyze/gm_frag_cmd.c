@@ -406,7 +406,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
     int json = 0, check = 0, lossy_ok = 0;
-    long top = 8;
+    int top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -419,12 +419,8 @@ int gm_frag_main(int argc, char **argv) {
         } else if (!strcmp(a, "--lossy-ok")) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
-            char *e = NULL;
-            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
-            if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", GM_HELP("frag"));
-                return GM_EXIT_USAGE;
-            }
+            int rc = gm_arg_top("frag", i + 1 < argc ? argv[++i] : NULL, &top);
+            if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));
             return GM_EXIT_USAGE;

@@ -534,30 +534,10 @@ static int dir_dbs(const char *dir, rk_paths *ps)
     return 0;
 }
 
-/* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
-static int same_file_twice(const rk_paths *ps)
-{
-    struct stat *st = calloc(ps->n + 1, sizeof *st);
-    if (!st) return 0;
-    int bad = 0;
-    for (size_t i = 0; i < ps->n && !bad; i++) {
-        if (stat(ps->p[i], &st[i]) != 0) continue; /* the load says what is wrong with it */
-        for (size_t j = 0; j < i && !bad; j++)
-            if (st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino && st[i].st_ino) {
-                fprintf(stderr, "gpumem report: %s%s%s is one database given twice: each rank's recording "
-                                "once\n", ps->p[j], strcmp(ps->p[i], ps->p[j]) ? " and " : "",
-                        strcmp(ps->p[i], ps->p[j]) ? ps->p[i] : "");
-                bad = 1;
-            }
-    }
-    free(st);
-    return bad;
-}
-
 int gm_ranks_main(int argc, char **argv)
 {
     int json = 0, npos = 0, dirs = 0, lossy_ok = 0;
-    long ntop = 5;
+    int ntop = 5;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1])
             npos++, dirs += is_dir(argv[i]);
@@ -574,12 +554,7 @@ int gm_ranks_main(int argc, char **argv)
         else if (!strcmp(a, "--lossy-ok"))
             lossy_ok = 1;
         else if (!strcmp(a, "--top")) {
-            char *end;
-            ntop = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || ntop < 1) {
-                fprintf(stderr, "gpumem report: --top needs a positive number\n");
-                rc = GM_EXIT_USAGE;
-            }
+            rc = gm_arg_top("report", i + 1 < argc ? argv[i + 1] : NULL, &ntop);
             i++;
         } else if (!strcmp(a, "--frames"))
             i++; /* call sites of unnamed allocations: user frames (the default) */
@@ -602,7 +577,7 @@ int gm_ranks_main(int argc, char **argv)
             rc = GM_EXIT_BADDB;
         }
     }
-    if (!rc && same_file_twice(&ps)) rc = GM_EXIT_USAGE;
+    if (!rc && gm_args_same_file("report", (const char *const *)ps.p, ps.n)) rc = GM_EXIT_USAGE;
     char **paths = ps.p;
     size_t n = ps.n;
     rk_rank *rs = rc ? NULL : calloc(n + 1, sizeof *rs);
@@ -703,6 +678,5 @@ int gm_ranks_main(int argc, char **argv)
         free(ps.p[i]);
     free(ps.p);
     free(ps.from_dir);
-    fflush(stdout);
     return rc;
 }

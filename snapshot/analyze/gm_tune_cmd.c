@@ -240,7 +240,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
 int gm_tune_main(int argc, char **argv) {
     const char *db = NULL;
     int json = 0, check = 0, lossy_ok = 0;
-    long top = 12;
+    int top = 12;
     gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -269,12 +269,8 @@ int gm_tune_main(int argc, char **argv) {
             }
             o.limit = v;
         } else if (!strcmp(a, "--top")) {
-            char *e = NULL;
-            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
-            if (!e || *e || top < 1) {
-                fprintf(stderr, "gpumem tune: --top needs a positive number\n%s", GM_HELP("tune"));
-                return GM_EXIT_USAGE;
-            }
+            int rc = gm_arg_top("tune", i + 1 < argc ? argv[++i] : NULL, &top);
+            if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));
             return GM_EXIT_USAGE;

@@ -47,11 +47,11 @@ static int usage_error(const char *fmt, const char *arg) {
     return GM_EXIT_USAGE;
 }
 
-/* a number for an option; -1 when it is not one */
+/* a number for an option, from min to INT64_MAX (event numbers are SQLite integers); -1 when
+ * it is not one */
 static int64_t number(const char *v, int64_t min) {
-    char *end;
-    long long n = v && *v ? strtoll(v, &end, 10) : -1;
-    return v && *v && !*end && n >= min ? (int64_t)n : -1;
+    uint64_t n;
+    return gm_arg_uint(v, (uint64_t)min, INT64_MAX, &n) == 0 ? (int64_t)n : -1;
 }
 
 static int parse(int argc, char **argv, uses_opts *o) {
@@ -74,9 +74,9 @@ static int parse(int argc, char **argv, uses_opts *o) {
         } else if (takes && a[2] == 's') {
             if ((o->step = number(v, 0)) < 0) return usage_error("--step needs a step number, got '%s'", v);
         } else if (takes) {
-            int64_t n = number(v, 1);
-            if (n < 1 || n > 1000000) return usage_error("--top needs a number from 1 to 1000000, got '%s'", v);
-            o->top = (long)n;
+            int top, rc = gm_arg_top("uses", v, &top);
+            if (rc) return rc;
+            o->top = top;
         } else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s'", a);
         else if (!o->db) o->db = a;
         else return usage_error("one database only; '%s' is extra", a);
@@ -312,7 +312,6 @@ int gm_cmd_uses(int argc, char **argv) {
     if (o.json) fprintf(out, "],\"shown\":%zu}\n", shown);
     else if (matched > shown && !rc) fprintf(out, "\n... %zu more allocation%s (--top N shows more, --step N picks one step)\n",
                                              matched - shown, matched - shown == 1 ? " matches" : "s match");
-    fflush(out);
     gm_demangler_free(&dm);
     gm_model_free(&m);
     gm_db_close(&d);

@@ -511,10 +511,15 @@ int gm_export_at_seq(gm_model *m, const char *at, uint64_t *seq, char *err, size
         *seq = m->ooms[0].seq;
         return 0;
     }
-    char *end;
-    unsigned long long v = strtoull(at, &end, 10);
-    if (!*at || *end || at[0] == '-') {
+    uint64_t v;
+    if (gm_arg_uint(at, 0, UINT64_MAX, &v) != 0) {
         snprintf(err, errsz, "--at takes peak, end, oom or an event's seq number, got '%s'", at);
+        return -1;
+    }
+    /* a seq past the last event would silently be --at end */
+    if (v > m->max_seq) {
+        snprintf(err, errsz, "--at %s is past the recording's last event (seq %llu): give a seq up to it, or --at end",
+                 at, (unsigned long long)m->max_seq);
         return -1;
     }
     *seq = v;

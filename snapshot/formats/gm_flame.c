@@ -14,6 +14,7 @@
  * bytes). No script: the file opens anywhere. */
 #include "snapshot/formats/gm_formats.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,7 @@ int gm_cmd_flamegraph(int argc, char **argv)
             const char *v = argv[++i];
             if (a[2] == 'c') unit = v;
             else if (a[2] == 't') title = v;
-            else if ((width = strtod(v, NULL)) < 100 || width > 100000)
+            else if (gm_arg_real(v, 100, 100000, &width) != 0)
                 return fprintf(stderr, "gpumem flamegraph: --width takes 100 to 100000 pixels, got '%s'\n", v),
                        GM_EXIT_USAGE;
         } else if (a[0] == '-' && a[1] == '-' && i + 1 < argc && argv[i + 1][0] != '-' && strchr(a, '=') == NULL &&
@@ -178,13 +179,33 @@ int gm_cmd_flamegraph(int argc, char **argv)
     size_t cap = 0;
     ssize_t n;
     int rc = 0;
+    unsigned long long lineno = 0;
     while (rc == 0 && (n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
         while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         char *sp = strrchr(line, ' ');
         if (!sp || sp == line) continue;
-        char *end;
-        unsigned long long v = strtoull(sp + 1, &end, 10);
-        if (*end || end == sp + 1 || !v) continue; /* not "stack count" */
+        const char *count = sp + 1;
+        uint64_t v;
+        /* a count that strtoull would bend (a '-' wraps to 2^64-10, 30 digits saturate) or a
+         * total past 2^64-1 (the root smaller than its children) is refused, never drawn */
+        const char *num = count + (count[0] == '-');
+        int digits = *num && strspn(num, "0123456789") == strlen(num);
+        if (digits && (num != count || gm_arg_uint(count, 0, UINT64_MAX, &v) != 0)) {
+            fprintf(stderr, "gpumem flamegraph: line %llu: the count '%s' is not a whole number from 0 to %llu; "
+                            "fix or remove that line\n", lineno, count, (unsigned long long)UINT64_MAX);
+            tree_free(root);
+            free(line);
+            return GM_EXIT_USAGE;
+        }
+        if (!digits || !v) continue; /* not "stack count" */
+        if (root->value + v < root->value) {
+            tree_free(root);
+            free(line);
+            fprintf(stderr, "gpumem flamegraph: line %llu: the counts add up past %llu (2^64-1), which no "
+                            "total holds; split the input\n", lineno, (unsigned long long)UINT64_MAX);
+            return GM_EXIT_USAGE;
+        }
         *sp = 0;
         root->value += v;
         fnode *p = root;
@@ -229,5 +250,5 @@ int gm_cmd_flamegraph(int argc, char **argv)
     printf("<text x=\"10\" y=\"%.0f\">total %llu %s</text>\n</svg>\n", h - 10,
            (unsigned long long)root->value, unit);
     tree_free(root);
-    return fflush(stdout) == 0 ? 0 : GM_EXIT_BADDB;
+    return 0; /* the dispatcher checks that standard output was written (gpumem.c) */
 }

@@ -36,6 +36,7 @@
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1000,14 +1001,22 @@ int gm_cmd_import(int argc, char **argv)
         return bad;
     }
     struct stat st;
-    FILE *f = fopen(in, "rb");
-    if (!f) {
+    /* O_NONBLOCK: a FIFO opens at once, with no writer, and is refused below by its type; a
+     * plain open would wait for a writer that may never come */
+    int fd = open(in, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         fprintf(stderr, "gpumem import: cannot open %s: %s\n", in, strerror(errno));
         return GM_EXIT_BADDB;
     }
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > ((off_t)4 << 30)) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > ((off_t)4 << 30)) {
         fprintf(stderr, "gpumem import: %s is not a regular file of at most 4 GiB\n", in);
-        fclose(f);
+        close(fd);
+        return GM_EXIT_BADDB;
+    }
+    FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        fprintf(stderr, "gpumem import: cannot open %s: %s\n", in, strerror(errno));
+        close(fd);
         return GM_EXIT_BADDB;
     }
     size_t n = (size_t)st.st_size;

@@ -263,10 +263,26 @@ static gpk_val *top(rd *r)
     return r->stack[r->sn - 1];
 }
 
+/* An opcode's fixed operand past the end: the input really stops there. */
 static int need(rd *r, size_t n)
 {
     if ((size_t)(r->end - r->p) < n)
-        return rfail(r, "the pickle ends in the middle of an opcode: it is truncated");
+        return rfail(r, "the pickle ends (at byte %zu) in the middle of an opcode: it is cut short",
+                     (size_t)(r->end - r->start));
+    return 0;
+}
+
+/* Data whose length the pickle states: a length past the end is what was found, and a byte
+ * changed in the middle of a file (a length turned into 2 GiB) reads so as well as a file cut
+ * short, so the message names the place and not a cause it cannot know. */
+static int need_data(rd *r, size_t n)
+{
+    size_t left = (size_t)(r->end - r->p);
+    if (left < n && !left) return need(r, n);
+    if (left < n)
+        return rfail(r, "a length of %zu bytes here runs past the end of the pickle (%zu bytes left): "
+                        "the pickle is damaged at byte %zu (or cut short)",
+                     n, left, (size_t)(r->p - r->start));
     return 0;
 }
 
@@ -318,7 +334,7 @@ static int pop_mark(rd *r, size_t *from)
 
 static gpk_val *mkstr(rd *r, enum gpk_type t, size_t n)
 {
-    if (need(r, n)) return NULL;
+    if (need_data(r, n)) return NULL;
     if (charge(r, n + 1)) return NULL;
     gpk_val *v = newval(r, t);
     if (!v) return NULL;
@@ -537,7 +553,7 @@ static int run(rd *r)
             n = op == 0x8a ? *r->p : (size_t)le(r->p, 4);
             r->p += op == 0x8a ? 1 : 4;
             if (n > 4096) return rfail(r, "an integer of %zu bytes: not a memory snapshot", n);
-            if (need(r, n)) return -1;
+            if (need_data(r, n)) return -1;
             if (!(v = mkint(r, r->p, n))) return -1;
             r->p += n;
             if (push(r, v)) return -1;
@@ -574,7 +590,7 @@ static int run(rd *r)
             idx = le(r->p, 8);
             r->p += 8;
             if (idx > (uint64_t)(r->end - r->p))
-                return rfail(r, "a string longer than the rest of the pickle: it is truncated");
+                return need_data(r, idx > SIZE_MAX ? SIZE_MAX : (size_t)idx);
             if (push(r, mkstr(r, op == 0x8d ? GPK_STR : GPK_BYTES, (size_t)idx))) return -1;
             break;
         case 'q':
@@ -659,7 +675,8 @@ static int run(rd *r)
         }
         }
     }
-    return rfail(r, "the pickle has no STOP opcode: it is truncated");
+    return rfail(r, "the pickle ends (at byte %zu) without its STOP opcode: it is cut short",
+                 (size_t)(r->end - r->start));
 }
 
 int gpk_parse(const unsigned char *buf, size_t n, size_t budget, gpk_doc *doc, char *err,

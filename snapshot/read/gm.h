@@ -15,6 +15,24 @@
  * which buries the error). cmd: the command's name, a string literal. */
 #define GM_HELP(cmd) "(gpumem " cmd " --help tells more)\n"
 
+/* ---- the values of options (gm_args.c): one rule in every command ----
+ * gm_arg_uint: decimal digits only (no sign, space, suffix or hex), from lo to hi, no overflow;
+ * gm_arg_real: a plain decimal number (digits first: no sign, "inf", "nan" or hex), finite,
+ * from lo to hi. Both return 0 with *out set, or -1 and leave *out alone.
+ * gm_usage: the usage error's two lines ("gpumem CMD: ...", where the help is), GM_EXIT_USAGE.
+ * gm_arg_top: --top N from 1 to GM_TOP_MAX, else a usage error (its return value).
+ * gm_arg_once: an option given again: the same value is fine, another is refused (a usage
+ * error), never the last one silently taken; *slot holds the value seen first. */
+#define GM_TOP_MAX 1000000
+int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
+int gm_arg_real(const char *v, double lo, double hi, double *out);
+int gm_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int gm_arg_top(const char *cmd, const char *v, int *top);
+int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v);
+/* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
+ * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
+int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
+
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
 /* leaks --fail-on-leak on a recording that dropped events: it cannot say leak or no leak */

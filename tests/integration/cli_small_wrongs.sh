@@ -133,3 +133,74 @@ grep -q 'segments.length === 1 ? "" : "s"' "$TMP/v.html" && grep -q 'not at the 
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" | jq -e '.snapshots[0].reason == "peak" and .summary.peak_allocated_seq > 0' > /dev/null \
   || fail "the page's data"
 ok "1 rank, 1 segment; the segment map says it is the reserved peak's snapshot, the red dot the allocated peak"
+
+# standard output that cannot be written (/dev/full stands for a full disk): every command that
+# prints says so and exits 3, never 0 with a cut-off report (one rule, at the dispatcher's exit)
+cp "$TMP/run.db" "$TMP/run2.db"
+printf 'a;b 10\na;c 5\n' > "$TMP/in.folded"
+for c in "report DB" "report --json DB" "leaks DB" "leaks --json --fail-on-leak DB" "frag DB" "frag --json DB" \
+         "tune DB" "tune --json DB" "advise DB" "advise --json DB" "uses DB --name *" "uses --json DB --name *" \
+         "diff DB DB2" "diff --json DB DB2" "sql DB -c SELECT*FROM(events)" "report DB DB2" "report --json DB DB2" \
+         "--help" "report --help" "advise --help" "export --format csv DB" "viz DB -o -" "flamegraph"; do
+  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+  rc=0; set -f; "$GM" $args < "$TMP/in.folded" > /dev/full 2> "$TMP/err.txt" || rc=$?; set +f
+  [[ $rc == 3 ]] && grepq "^gpumem\( [a-z]*\)\?: writing standard output failed: \(No space left on device\|what was printed is cut short\)$" "$TMP/err.txt" \
+    || fail "gpumem $c > /dev/full: exit $rc, $(tail -2 "$TMP/err.txt")"
+done
+ok "standard output full: every command says so and exits 3"
+
+# option values: one parser (gm_args.c) for every number; what strtol/strtod would bend (a sign
+# that wraps, trailing bytes, inf, nan, 1e308, a long cut to int, 23 digits) is a usage error
+# naming the option, in every command
+for c in "frag DB --top 4294967297" "tune DB --top 2147483648" "report DB --top 1000001" "leaks DB --top 0" \
+         "advise DB --top 4294967297" "uses DB --name * --top -1" "diff DB DB2 --top 2147483648" \
+         "report DB DB2 --top 4294967297" "frag DB --top 5x" "tune DB --top ' 3'" \
+         "advise DB --link inf" "advise DB --link 1e308" "advise DB --link nan" "advise DB --link 25x" \
+         "advise DB --link -5" "advise DB --link 0x10" "advise DB --ranks -1" "advise DB --ranks 4294967298" \
+         "advise DB --ranks 2 --prefetch -1" "advise DB --budget 1.5e999G" "advise DB --try '--accum -1'" \
+         "diff DB DB2 --fail-if-peak-grows nan" "diff DB DB2 --fail-if-peak-grows inf" "diff DB DB2 --fail-if-peak-grows -1" \
+         "uses DB --id 99999999999999999999" "uses DB --id -5" "uses DB --name * --step 1e3" \
+         "export --format torch DB -o $TMP/x.pickle --at 99999999" \
+         "export --format torch DB -o $TMP/x.pickle --at 12345678901234567890123" \
+         "export --format torch DB -o $TMP/x.pickle --at -1"; do
+  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+  rc=0; set -f; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?; set +f
+  opt=$(grep -o -- '--[a-z-]*' <<< "$c" | tail -1); [[ $c == *"--try"* ]] && opt=--try
+  [[ $rc == 2 ]] && head -1 "$TMP/err.txt" | grepq -- "$opt" || fail "gpumem $c: exit $rc, $(head -2 "$TMP/err.txt")"
+done
+rc=0; "$GM" export --format torch "$TMP/run.db" -o "$TMP/x.pickle" --at 99999999 2> "$TMP/err.txt" || rc=$?
+last=$("$GM" sql "$TMP/run.db" -c 'SELECT max(seq) FROM events' | tail -1)
+grepq "past the recording's last event (seq $last)" "$TMP/err.txt" || fail "--at past the end: $(cat "$TMP/err.txt")"
+rc=0; printf 'a;b 10\n' | "$GM" flamegraph --width inf > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 ]] || fail "flamegraph --width inf: exit $rc"
+"$GM" advise "$TMP/run.db" --link 25 --json | python3 -c 'import json,sys; json.load(sys.stdin, parse_constant=lambda c: sys.exit("not JSON: " + c))' \
+  || fail "advise --link 25 --json"
+ok "numbers in options: signs, suffixes, inf, nan, overflow and truncation refused in every command"
+
+# flamegraph: counts strtoull would bend (a '-' wraps to 2^64-10, 26 digits saturate) and sums
+# past 2^64-1 (the root smaller than its children) are refused, naming the line
+for input in 'a;b -10' 'a;b 99999999999999999999999999' $'a;b 5\na;b 18446744073709551615' \
+             $'x 1\na;b 18446744073709551614\na;c 1'; do
+  rc=0; printf '%s\n' "$input" | "$GM" flamegraph > "$TMP/f.svg" 2> "$TMP/err.txt" || rc=$?
+  n=$(printf '%s\n' "$input" | wc -l)
+  [[ $rc == 2 ]] && grepq "^gpumem flamegraph: line $n: " "$TMP/err.txt" || fail "flamegraph on '$input': exit $rc, $(cat "$TMP/err.txt")"
+done
+printf 'a;b 18446744073709551614\na;c 1\n' | "$GM" flamegraph | grepq "total 18446744073709551615 bytes" || fail "flamegraph at 2^64-1"
+ok "flamegraph: negative, oversized and overflowing counts refused with the line's number"
+
+# options that conflict or would be ignored are refused, never silently dropped: advise's
+# single-rank what-ifs with --ranks, one database given twice as two ranks (report and viz), an
+# empty or mixed --with, an option given twice with two values (the same value twice is fine)
+for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step" "advise DB --ranks 2 --link 5" \
+         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o $TMP/x.html" "viz DB -o $TMP/x.html --with ''" \
+         "viz DB -o $TMP/x.html --with none,frag" "viz DB -o $TMP/x.html --with , " "viz DB -o $TMP/x.html --with frag --with tune" \
+         "viz DB -o $TMP/x.html -o $TMP/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
+         "export --format csv DB -o $TMP/a.csv -o $TMP/b.csv" "export --format folded --what peak --what total DB" \
+         "export --format torch DB -o $TMP/x.pickle --at end --at peak"; do
+  args=${c//DB/$TMP/run.db}
+  rc=0; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
+done
+"$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
+"$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
+ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"

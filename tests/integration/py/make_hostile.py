@@ -26,6 +26,11 @@ for p in (0, 2, 4, 5):
 w("ordereddict.pickle", pickle.dumps({"segments": collections.OrderedDict(a=1)}, protocol=4))
 good = pickle.dumps({"segments": [{"address": 1, "total_size": 2, "blocks": []}], "device_traces": [[]]}, protocol=4)
 w("truncated.pickle", good[: len(good) // 2])
+# whole, but one string's length in the middle changed to 2 GiB: damaged there, not cut short
+whole = pickle.dumps({"segments": [{"address": 1, "total_size": 2, "blocks": []}],
+                      "device_traces": [[{"action": "alloc", "addr": 1, "size": 2}] * 20]}, protocol=2)
+at = whole.index(b"X\x0a\x00\x00\x00total_size")
+w("damaged.pickle", whole[: at + 1] + struct.pack("<I", 0x7F000000) + whole[at + 5:])
 w("empty.pickle", b"")
 w("text.pickle", b"this is not a pickle\n")
 w("list.pickle", pickle.dumps([1, 2, 3], protocol=2))

@@ -1,0 +1,81 @@
+/* gm_args.c — the values of the command's options, read by one set of rules in every command.
+ *
+ * strtol and friends accept what a person did not mean: a leading '-' that wraps to a huge
+ * unsigned number, spaces, a trailing "x", "inf" and "nan", 1e308 that prints as inf in JSON,
+ * and a long that a cast to int cuts (4294967297 -> 1). Each option read here is refused with
+ * one line instead, naming the option, the accepted range and what was given. */
+#include "snapshot/read/gm.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!v || !isdigit((unsigned char)v[0])) return -1; /* no sign, no space, no empty string */
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || errno == ERANGE || n < lo || n > hi) return -1;
+    *out = n;
+    return 0;
+}
+
+int gm_arg_real(const char *v, double lo, double hi, double *out) {
+    if (!v || !(isdigit((unsigned char)v[0]) || (v[0] == '.' && isdigit((unsigned char)v[1])))) return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    /* isdigit first: no "inf", "nan", "0x1p3" beyond what a person types, no sign */
+    if (*end || errno == ERANGE || !isfinite(x) || x < lo || x > hi || strpbrk(v, "xXpP")) return -1;
+    *out = x;
+    return 0;
+}
+
+int gm_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gpumem %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(gpumem %s --help tells more)\n", cmd);
+    va_end(ap);
+    return GM_EXIT_USAGE;
+}
+
+int gm_arg_top(const char *cmd, const char *v, int *top) {
+    uint64_t n;
+    if (gm_arg_uint(v, 1, GM_TOP_MAX, &n) != 0)
+        return gm_usage(cmd, "--top needs a number from 1 to %d, got '%s'", GM_TOP_MAX, v ? v : "");
+    *top = (int)n;
+    return 0;
+}
+
+int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v) {
+    if (*slot && v && strcmp(*slot, v) != 0)
+        return gm_usage(cmd, "%s given twice, as '%s' and '%s': give it once", opt, *slot, v);
+    *slot = v;
+    return 0;
+}
+
+/* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
+int gm_args_same_file(const char *cmd, const char *const *paths, size_t n) {
+    struct stat *st = calloc(n + 1, sizeof *st);
+    if (!st) return 0;
+    int bad = 0;
+    for (size_t i = 0; i < n && !bad; i++) {
+        if (stat(paths[i], &st[i]) != 0) continue; /* the load says what is wrong with it */
+        for (size_t j = 0; j < i && !bad; j++)
+            if (st[j].st_dev == st[i].st_dev && st[j].st_ino == st[i].st_ino && st[i].st_ino) {
+                fprintf(stderr, "gpumem %s: %s%s%s is one database given twice: each rank's recording once\n"
+                                "(gpumem %s --help tells more)\n",
+                        cmd, paths[j], strcmp(paths[i], paths[j]) ? " and " : "", strcmp(paths[i], paths[j]) ? paths[i] : "",
+                        cmd);
+                bad = 1;
+            }
+    }
+    free(st);
+    return bad;
+}
