@@ -1261,7 +1261,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     free(peak.idx);
     int ops = nop > 1 || (nop == 1 && strcmp(gop[0].key, "(no op)") != 0);
     double util = pct(m->peak_allocated, m->peak_reserved);
-    uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * m->events : 0;
+    /* the events the program's threads recorded: not PyTorch's merged trace (kinds 31-35) */
+    uint64_t app_events = m->events;
+    for (int k = REC_TORCH_ALLOC; k <= REC_TORCH_SEG_UNMAP; k++)
+        app_events -= m->count_kind[k] < app_events ? m->count_kind[k] : app_events;
+    uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * app_events : 0;
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
@@ -1285,9 +1289,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
-                     ",\"app_ns_per_event\":%" PRId64 ",\"writer_cpu_ns\":%" PRId64
-                     ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
-                s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double, s.app_ns,
+                     ",\"app_ns_per_event\":",
+                s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double);
+        if (s.app_ns >= 0) fprintf(out, "%" PRId64, s.app_ns);
+        else fputs("null", out); /* not measured */
+        fprintf(out, ",\"writer_cpu_ns\":%" PRId64 ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
                 s.writer_cpu_ns, s.db_bytes, s.seconds);
         print_place_json(out, "peak_requested_at", m->peak_requested_seq, place_of(m, &l, m->peak_requested_seq));
         fputc(',', out);
@@ -1360,6 +1366,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes((uint64_t)s.db_bytes, c, sizeof c);
         fprintf(out, "  recording overhead  ");
         if (s.app_ns >= 0) fprintf(out, "%" PRId64 " ns/event on app threads (%.3f s total), ", s.app_ns, (double)app_total_ns / 1e9);
+        else fputs("app threads not measured (no thread made 64 events, or the run did not end), ", out);
         if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
         fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
         print_torch(d, m, &l, o, out);

@@ -1460,7 +1460,9 @@ static void finish(writer *w, rec_state *g) {
     meta_int(w, "launches_untimed", (int64_t)w->untimed);
     meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
     double app_sum = (double)atomic_load(&g->app_ns_sum) * (g->use_tsc ? g->ns_per_tick : 1.0);
-    meta_int(w, "app_ns_per_event", samples ? (int64_t)(app_sum / (double)samples) : 0);
+    /* sampled every 64th event of a thread: a run with fewer on every thread (a PyTorch program
+     * under its own allocator makes a few segment events) has no figure, which readers say */
+    if (samples) meta_int(w, "app_ns_per_event", (int64_t)(app_sum / (double)samples));
     meta_int(w, "clock_tsc", g->use_tsc);
     meta_int(w, "stack_table_full", (int64_t)atomic_load(&g->stack_table_full));
     meta_int(w, "end_ns", (int64_t)(rec_now_ns() - g->start_ns));

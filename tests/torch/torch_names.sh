@@ -24,6 +24,11 @@ seg=$(q "SELECT count(*) FROM names n JOIN events e ON e.seq = n.birth WHERE e.k
 "$G" report "$tmp/n.db" > "$tmp/r" 2>&1
 grep -Eq '^ +8\.00 MiB .* 4x +scratch' "$tmp/r" && ok "report: 4 scratch tensors, 8.00 MiB" \
   || bad "report: $(grep -h scratch "$tmp/r" | head -2)"
+# a few segment events on each thread: the app threads' cost is not measured, and said so (it
+# read "0 ns/event on app threads (0.000 s total)")
+"$G" report --json "$tmp/n.db" 2>/dev/null | python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["summary"]["app_ns_per_event"] is not None)' \
+  && grep -q "recording overhead  app threads not measured" "$tmp/r" \
+  && ok "recording overhead: not measured (JSON null), not 0 ns/event" || bad "recording overhead: $(grep -h "recording overhead" "$tmp/r")"
 # uses follows what gpumem saw (the segments): asked for a tensor's name, it says so
 "$G" uses "$tmp/n.db" --name scratch > "$tmp/u" 2>&1; rc=$?
 [[ $rc == 1 ]] && grep -q "follows the allocations gpumem saw, the segments of PyTorch's cache, not its tensors" "$tmp/u" \
