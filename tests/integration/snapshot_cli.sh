@@ -16,6 +16,16 @@ grep -q "No such file" "$TMP/e" || fail "missing database: message does not say 
 head -c 5000 /dev/urandom > "$TMP/junk.db"
 "$GPUMEM" leaks "$TMP/junk.db" 2> "$TMP/e"; [[ $? -eq 3 ]] || fail "junk file: expected exit 3"
 grep -q "not a gpumem database" "$TMP/e" || fail "junk file: message does not say so"
+# another program's SQLite file: every reading command says why SQLite found it foreign (its
+# message as it was, not "not an error" from a later call), exit 3
+sqlite3 "$TMP/other.db" 'CREATE TABLE t(a); INSERT INTO t VALUES (42);' || fail "sqlite3 failed"
+for c in report leaks frag tune advise "uses --id 1" "export --format csv" viz diff "sql -c VALUES(1)"; do
+  read -r cmd rest <<< "$c"
+  args=("$TMP/other.db"); [[ $cmd == diff ]] && args+=("$TMP/other.db"); [[ $cmd == viz ]] && args+=(-o "$TMP/o.html")
+  "$GPUMEM" $cmd "${args[@]}" $rest > /dev/null 2> "$TMP/e"; rc=$?
+  [[ $rc -eq 3 ]] && grep -q "other.db is an SQLite file but not a gpumem database (no such table: meta)" "$TMP/e" \
+    || fail "gpumem $c on another SQLite file: rc $rc, $(head -1 "$TMP/e")"
+done
 GPUMEM_DB=$TMP/ok.db "$APP" pairs 10 > /dev/null || fail "app failed"
 [[ $("$GPUMEM" sql "$TMP/ok.db" -c "SELECT count(*) FROM allocations" | tail -1) == 21 ]] || fail "sql -c on allocations"
 "$GPUMEM" sql "$TMP/ok.db" -c "SELECT nonsense FROM nowhere" 2> /dev/null; [[ $? -eq 3 ]] || fail "failing query: expected exit 3"
