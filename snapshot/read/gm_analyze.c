@@ -222,7 +222,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
             o->device_total = (uint64_t)sqlite3_column_int64(s, 8);
             o->limit = (uint64_t)sqlite3_column_int64(s, 9);
             int64_t nm = sqlite3_column_int64(s, 10);
-            o->name = nm > 0 ? (uint64_t)nm : 0;
+            o->name = nm > 0 && gm_str(m, (uint64_t)nm) ? (uint64_t)nm : 0; /* as a name_apply's */
         }
         if (ok) sqlite3_finalize(s);
     }
@@ -445,6 +445,9 @@ long gm_alloc_by_id(const gm_model *m, uint64_t id) {
  * (the allocations are in birth order), else to the one live at its address then. */
 static void name_apply(sweep *w, const name_ev *n) {
     gm_model *m = w->m;
+    /* a name whose string is not in `strings` (a damaged or edited file) names nothing: every
+     * reader may then take a.name != 0 to mean gm_str gives a string */
+    if (n->name > UINT32_MAX || !gm_str(m, n->name)) return;
     if (n->birth) {
         long i = gm_alloc_by_id(m, n->birth);
         if (i >= 0) {
