@@ -14,6 +14,7 @@
 #include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -300,6 +301,22 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
             gm_db_close(d);
             return -1;
         }
+    /* The meta table says how the recording ended and how many events it holds: a page of it
+     * overwritten reads as a recording that "did not end cleanly", with no numbers. It is a page
+     * or two, so SQLite's own check of its B-tree (its table argument: that table alone) costs
+     * nothing against a sweep; the events are checked as they are read (gm_analyze_pages.c). */
+    if (sqlite3_prepare_v2(d->db, "PRAGMA quick_check(meta)", -1, &s, NULL) == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        const unsigned char *t = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+        if (t && !strncmp((const char *)t, "*** ", 4)) { /* "*** in database main ***": the finding follows */
+            rc = sqlite3_step(s);
+            t = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+        }
+        if (rc != SQLITE_ROW || !t || strcmp((const char *)t, "ok") != 0)
+            gm_db_damaged(d, "its meta table is damaged (SQLite: %s)",
+                          t ? (const char *)t : sqlite3_errmsg(d->db));
+        sqlite3_finalize(s);
+    }
     gm_meta_text(d, "state", d->state, sizeof d->state);
     gm_meta_text(d, "failure", d->failure, sizeof d->failure);
     /* an interrupted recording (SIGINT/SIGTERM) was closed by the recorder: complete too */
@@ -417,5 +434,31 @@ int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out) {
                     "was kept.\n",
             cmd, d->path, lost, lost == 1 ? "" : "s", why,
             !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks");
+    return GM_EXIT_BADDB;
+}
+
+/* ---------------------------------------------------------------- damaged recordings */
+
+void gm_db_damaged(gm_db *d, const char *fmt, ...) {
+    if (d->damage[0]) return; /* the first reason: what followed from it says less */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->damage, sizeof d->damage, fmt, ap);
+    va_end(ap);
+}
+
+int gm_damage_gate(gm_db *d, const char *cmd, int has_lossy_ok, int lossy_ok, FILE *out) {
+    if (!d->damage[0]) return 0;
+    if (lossy_ok) {
+        fprintf(out, "gpumem: WARNING: %s is damaged: %s; what could be read is analysed (--lossy-ok): its "
+                     "peaks, leaks and advice can be wrong\n",
+                d->path, d->damage);
+        return 0;
+    }
+    fprintf(stderr, "gpumem %s: the recording is damaged: %s: %s; its %s would be wrong. Record it again, or "
+                    "give %s--lossy-ok to analyse what can be read.\n",
+            cmd, d->path, d->damage,
+            !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks",
+            has_lossy_ok ? "" : "gpumem report ");
     return GM_EXIT_BADDB;
 }
