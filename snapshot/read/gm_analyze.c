@@ -51,6 +51,14 @@ static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
     return -1;
 }
 
+/* The events could not be read at all: the sweep's own finding where it has one (SQLite's
+ * message was reset by the calls after the scan), else SQLite's. */
+static int fail_events(gm_db *d, char *err, size_t errsz) {
+    if (!d->damage[0]) return fail(d, err, errsz, "events");
+    snprintf(err, errsz, "%s: cannot read events: the recording is damaged: %s", d->path, d->damage);
+    return -1;
+}
+
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
@@ -895,7 +903,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         u64map_free(&w.tlive);
         u64map_free(&w.tstep_idx);
         if (w.progress) fprintf(stderr, "\r%40s\r", "");
-        return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail(d, err, errsz, "events");
+        return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail_events(d, err, errsz);
     }
     if (w.oom) rc = SQLITE_NOMEM;
     if (w.progress) fprintf(stderr, "\r%40s\r", "");
@@ -913,7 +921,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             if (!w.oom) snprintf(err, errsz, "%s: out of memory reading events", d->path);
             return -1;
         }
-        if (m->events == 0) return fail(d, err, errsz, "events");
+        if (m->events == 0) return fail_events(d, err, errsz);
         /* a damaged tail: report what was read, and say so */
         m->truncated_warning = 1;
     }

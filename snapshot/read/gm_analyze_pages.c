@@ -686,9 +686,11 @@ int gm_events_sql(gm_db *d, gm_event_rows_fn fn, void *ctx) {
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sql_row_fn */
     sqlite3_finalize(s);
     /* SQLite's reason, kept before the next call (create_function) resets it */
-    if (rc != SQLITE_DONE && !b->stopped)
-        gm_db_damaged(d, "SQLite stopped reading its events after event %" PRId64 " (%s)",
-                      b->nrows ? b->last_seq : 0, sqlite3_errmsg(d->db));
+    if (rc != SQLITE_DONE && !b->stopped && b->nrows)
+        gm_db_damaged(d, "SQLite stopped reading its events after event %" PRId64 " (%s)", b->last_seq,
+                      sqlite3_errmsg(d->db));
+    else if (rc != SQLITE_DONE && !b->stopped)
+        gm_db_damaged(d, "SQLite cannot read its events (%s)", sqlite3_errmsg(d->db));
     sqlite3_create_function(d->db, "gm_event_row", 12, SQLITE_UTF8, NULL, NULL, NULL, NULL);
     if (b->backwards)
         gm_db_damaged(d, "its events go back in order (event %" PRId64 " after %" PRId64 "; %" PRIu64
