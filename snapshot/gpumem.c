@@ -78,9 +78,9 @@ static const char *const usage_main =
     "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
     "peak grew (diff --fail-if-peak-grows);\n"
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), standard output cannot be written (a full disk), it lost events and the\n"
-    "analysis can be wrong for it (report, leaks, frag, tune, advise: --lossy-ok analyses it\n"
-    "anyway), or leaks --fail-on-leak cannot judge;\n"
+    "schema), standard output cannot be written (a full disk), it lost events or pages of it\n"
+    "are damaged and the analysis can be wrong for it (report, leaks, frag, tune, advise:\n"
+    "--lossy-ok analyses what can be read), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
 
@@ -140,7 +140,8 @@ static const char *const usage_report =
     "            gpumem; all takes every recorded frame, native ones included\n"
     "  --lossy-ok  report a recording that lost events (dropped by a full ring in\n"
     "            GPUMEM_RING_FULL=drop mode, or after a failure): its peaks can be wrong, so\n"
-    "            without this it is refused (exit 3); with it the first line says so\n"
+    "            without this it is refused (exit 3); with it the first line says so. The\n"
+    "            same for a damaged recording (pages overwritten: what can be read)\n"
     "\n"
     "gpumem report A.db B.db ... [--json] [--top N], or gpumem report DIR (its *.db files): the\n"
     "recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each rank's peak allocated and\n"
@@ -148,7 +149,8 @@ static const char *const usage_report =
     "sets the job's peak and what it holds at its peak that the others do not (top N tensor\n"
     "classes by phase, default 5); the peak allocated of every step, side by side. Ranks come\n"
     "from meta.rank, else the order of the files. JSON shape in snapshot/README.md.\n"
-    "Exit code: 0, 2 usage, 3 unreadable database, or events lost (without --lossy-ok).\n";
+    "Exit code: 0, 2 usage, 3 unreadable database, or events lost or pages damaged (without\n"
+    "--lossy-ok).\n";
 
 static const char *const usage_leaks =
     "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--lossy-ok]\n"
@@ -159,8 +161,8 @@ static const char *const usage_leaks =
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
     "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
     "                   lost events (frees may be missing) or the program did not run to its end\n"
-    "  --lossy-ok       list the leaks of a recording that lost events (without it, refused:\n"
-    "                   exit 3); the first line says so\n"
+    "  --lossy-ok       list the leaks of a recording that lost events or is damaged\n"
+    "                   (without it, refused: exit 3); the first line says so\n"
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
     "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
@@ -286,7 +288,8 @@ static int cmd_report(int argc, char **argv, int leaks) {
     if ((rc = gm_open_model(path, &d, &m, leaks)) != 0) return rc;
     if (!leaks) gm_symbolize_sites(&d, &m);
     /* events lost: refused, or (--lossy-ok) said first (on stderr under --json) */
-    if ((rc = gm_lossy_gate(&d, leaks ? "leaks" : "report", o.lossy_ok, o.json ? stderr : stdout)) != 0) {
+    if ((rc = gm_lossy_gate(&d, leaks ? "leaks" : "report", o.lossy_ok, o.json ? stderr : stdout)) != 0 ||
+        (rc = gm_damage_gate(&d, leaks ? "leaks" : "report", 1, o.lossy_ok, o.json ? stderr : stdout)) != 0) {
         gm_model_free(&m);
         gm_db_close(&d);
         return rc;
@@ -382,6 +385,13 @@ static int cmd_export(int argc, char **argv) {
         }
         loaded = 1;
         gm_symbolize(&d, &m);
+    } else {
+        gm_events_check(&d); /* the checks of a sweep (gm_damage_gate), for formats that read none */
+    }
+    if (gm_damage_gate(&d, "export", 0, 0, stderr)) { /* pages overwritten: refused */
+        if (loaded) gm_model_free(&m);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
     }
     uint64_t at_seq = 0;
     if (strcmp(format, "torch") == 0 && gm_export_at_seq(&m, at, &at_seq, err, sizeof err) != 0) {

@@ -325,8 +325,9 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_model m;
-    if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem viz: %s\n", err);
+    int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
+    if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
+    if (unread || gm_damage_gate(&d, "viz", 0, 0, stderr)) { /* pages overwritten: refused */
         gm_model_free(&m);
         gm_db_close(&d);
         return GM_EXIT_BADDB;
@@ -530,8 +531,9 @@ static int load_rank(rank_db *r)
     gm_lossy_say(&d, stderr); /* events lost: said first */
     r->rank = (long)gm_meta_int(&d, "rank", -1);
     gm_model m;
-    if (gm_model_load(&d, &m, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "gpumem viz: %s\n", err);
+    int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
+    if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
+    if (unread || gm_damage_gate(&d, "viz", 0, 0, stderr)) { /* pages overwritten: refused */
         gm_model_free(&m);
         gm_db_close(&d);
         return GM_EXIT_BADDB;

@@ -1218,7 +1218,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     if (rc != SQLITE_DONE && m->nevs == 0) {
         free(stacks), free(evseq);
-        snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
+        /* the scan's own reason (gm_events_sql kept it: SQLite's message was reset since) */
+        snprintf(err, errsz, "%s: cannot read events: %s%s", d->path,
+                 d->damage[0] ? "the recording is damaged: " : "", d->damage[0] ? d->damage : sqlite3_errmsg(d->db));
         return -1;
     }
     /* classes: the name with digits as '*', else the call site */

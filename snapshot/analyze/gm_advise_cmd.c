@@ -1208,6 +1208,13 @@ int gm_advise_main(int argc, char **argv)
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
+    /* pages overwritten, found by the sweep: refused, or (--lossy-ok) said first */
+    int damaged = gm_damage_gate(&d, "advise", 1, lossy_ok, json ? stderr : stdout);
+    if (damaged) {
+        adv_model_free(&c.m);
+        gm_db_close(&d);
+        return damaged;
+    }
     char exe[4096];
     gm_meta_text(&d, "exe", exe, sizeof exe);
     /* the link: --link, else the recording's timed host copies, else PCIe 4 x16 */

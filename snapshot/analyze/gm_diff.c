@@ -93,6 +93,8 @@ static int load_side(const char *path, side *s, int frames_all, int json)
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    int damaged = gm_damage_gate(&s->d, "diff", 0, 0, stderr); /* pages overwritten: refused */
+    if (damaged) return damaged;
     gm_symbolize(&s->d, &s->m);
     s->m.frames_all = frames_all;
     const gm_model *m = &s->m;

@@ -460,6 +460,14 @@ int gm_frag_main(int argc, char **argv) {
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
+    /* pages overwritten, found by the sweep: refused, or (--lossy-ok) said first */
+    int damaged = gm_damage_gate(&d, "frag", 1, lossy_ok, json ? stderr : stdout);
+    if (damaged) {
+        gm_frag_free(&f);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return damaged;
+    }
     /* call sites are named only in the allocator states' blocks (alloc_words): without a state
      * the binaries' debug information is not read (a fixed twentieth of frag on 1 M events) */
     if (f.have_peak || f.nooms) gm_symbolize(&d, &m);

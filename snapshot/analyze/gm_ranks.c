@@ -202,7 +202,8 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, F
     gm_model m;
     int rc = gm_open_model(path, &d, &m, 0);
     if (rc) return rc;
-    if ((rc = gm_lossy_gate(&d, "report", lossy_ok, lossy_out)) != 0) {
+    if ((rc = gm_lossy_gate(&d, "report", lossy_ok, lossy_out)) != 0 ||
+        (rc = gm_damage_gate(&d, "report", 1, lossy_ok, lossy_out)) != 0) {
         gm_model_free(&m);
         gm_db_close(&d);
         return rc;
@@ -211,7 +212,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, F
     r->meta_rank = gm_meta_int(&d, "rank", -1);
     r->world_size = gm_meta_int(&d, "world_size", -1);
     r->rank = (int64_t)index;
-    r->complete = d.closed;
+    r->complete = d.closed && !d.damage[0]; /* damaged (--lossy-ok): rows are missing */
     r->peak_allocated = m.peak_allocated;
     r->peak_reserved = m.peak_reserved;
     r->peak_step = -1;

@@ -1269,8 +1269,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
-        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",", d->closed ? "true" : "false",
+        fprintf(out, ",\"complete\":%s,\"schema\":\"%d.%d\",", d->closed && !d->damage[0] ? "true" : "false",
                 d->schema_major, d->schema_minor);
+        fputs("\"damaged\":", out); /* why it is not complete, where pages of it were overwritten */
+        gm_json_str(out, d->damage[0] ? d->damage : NULL);
+        fputc(',', out);
         fputs("\"state\":", out);
         gm_json_str(out, d->state[0] ? d->state : NULL);
         fputs(",\"failure\":", out);
@@ -1557,7 +1560,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     /* leaks are what a program that ran to its end never freed: a recording cut short (a
      * signal, a kill, still being written) or with events missing cannot say */
     int ended = strcmp(d->state, "closed") == 0;
-    int judgeable = ended && !dropped;
+    int judgeable = ended && !dropped && !d->damage[0]; /* damaged (--lossy-ok): rows are missing */
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
     size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
@@ -1577,7 +1580,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
-        fprintf(out, ",\"complete\":%s,\"leaks\":[", d->closed ? "true" : "false");
+        fprintf(out, ",\"complete\":%s,\"damaged\":", d->closed && !d->damage[0] ? "true" : "false");
+        gm_json_str(out, d->damage[0] ? d->damage : NULL);
+        fputs(",\"leaks\":[", out);
         for (size_t i = 0; i < ns && (int)i < o->top; i++) {
             const gm_alloc *a = &m->allocs[gs[i].sample];
             fprintf(out, "%s{\"site\":", i ? "," : "");

@@ -303,6 +303,13 @@ int gm_tune_main(int argc, char **argv) {
         gm_db_close(&d);
         return GM_EXIT_BADDB;
     }
+    /* pages overwritten, found by the sweep: refused, or (--lossy-ok) said first */
+    int damaged = gm_damage_gate(&d, "tune", 1, lossy_ok, json ? stderr : stdout);
+    if (damaged) {
+        gm_tune_free(&t);
+        gm_db_close(&d);
+        return damaged;
+    }
     if (t.empty) { /* as frag and advise: nothing to change, exit 0 */
         if (json) {
             fputs("{\"database\":", stdout);

@@ -235,6 +235,11 @@ int gm_cmd_uses(int argc, char **argv) {
     gm_db d;
     gm_model m;
     if ((rc = gm_open_model(o.db, &d, &m, 1)) != 0) return rc;
+    if ((rc = gm_damage_gate(&d, "uses", 0, 0, stderr)) != 0) { /* pages overwritten: refused */
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
     int state = gm_uses_state(&d, mode, sizeof mode);
     char unote[768] = "";

@@ -46,6 +46,9 @@ typedef struct gm_db {
     char state[32];   /* meta.state: recording, closed, interrupted, failed ("" in old files) */
     char failure[512]; /* meta.failure: why a failed recording failed ("" otherwise) */
     char path[4096];
+    /* "" or why the recording is damaged (its first reason; gm_db_damaged): found by the checks
+     * of every sweep over the events (gm_analyze_pages.c) and of the open (the meta table) */
+    char damage[512];
     /* gm_meta_int/gm_meta_text and gm_table_exists, prepared on first use (a report asks
      * dozens of times; a fuzz input's open is mostly such lookups); finalized by gm_db_close */
     sqlite3_stmt *meta_st, *table_st;
@@ -85,6 +88,20 @@ void gm_lossy_line(gm_db *d, char *out, size_t n);
  * export and viz, on stderr where their output is not text for a person). */
 void gm_lossy_say(gm_db *d, FILE *out);
 int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out);
+
+/* Damaged recordings: pages of the file overwritten (a failing disk, a copy gone wrong), found
+ * cheaply where the events are read (their seqs must increase; a closed recording holds as many
+ * as meta.events says) and where the file opens (its meta table checked). gm_db_damaged records
+ * the first reason (printf-style). gm_damage_gate, called after a command's sweep, treats it
+ * as gm_lossy_gate treats lost events: nothing found, 0; found and lossy_ok, a warning line on
+ * out and 0; else a refusal on stderr and GM_EXIT_BADDB. has_lossy_ok: whether cmd takes
+ * --lossy-ok (else the refusal names gpumem report --lossy-ok). */
+void gm_db_damaged(gm_db *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int gm_damage_gate(gm_db *d, const char *cmd, int has_lossy_ok, int lossy_ok, FILE *out);
+/* Every event read (pages, else SQLite; gm_analyze_pages.c) and dropped: only the checks of a
+ * sweep, for a command that reads the events otherwise (export trace, csv); what they find is
+ * in d->damage. */
+void gm_events_check(gm_db *d);
 
 /* ---- loaded model ---- */
 /* A function a frame's code was inlined into, with the file:line of the inlined call. */

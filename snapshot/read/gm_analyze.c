@@ -51,6 +51,14 @@ static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
     return -1;
 }
 
+/* The events could not be read at all: the sweep's own finding where it has one (SQLite's
+ * message was reset by the calls after the scan), else SQLite's. */
+static int fail_events(gm_db *d, char *err, size_t errsz) {
+    if (!d->damage[0]) return fail(d, err, errsz, "events");
+    snprintf(err, errsz, "%s: cannot read events: the recording is damaged: %s", d->path, d->damage);
+    return -1;
+}
+
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
@@ -222,7 +230,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
             o->device_total = (uint64_t)sqlite3_column_int64(s, 8);
             o->limit = (uint64_t)sqlite3_column_int64(s, 9);
             int64_t nm = sqlite3_column_int64(s, 10);
-            o->name = nm > 0 ? (uint64_t)nm : 0;
+            o->name = nm > 0 && gm_str(m, (uint64_t)nm) ? (uint64_t)nm : 0; /* as a name_apply's */
         }
         if (ok) sqlite3_finalize(s);
     }
@@ -445,6 +453,9 @@ long gm_alloc_by_id(const gm_model *m, uint64_t id) {
  * (the allocations are in birth order), else to the one live at its address then. */
 static void name_apply(sweep *w, const name_ev *n) {
     gm_model *m = w->m;
+    /* a name whose string is not in `strings` (a damaged or edited file) names nothing: every
+     * reader may then take a.name != 0 to mean gm_str gives a string */
+    if (n->name > UINT32_MAX || !gm_str(m, n->name)) return;
     if (n->birth) {
         long i = gm_alloc_by_id(m, n->birth);
         if (i >= 0) {
@@ -892,7 +903,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         u64map_free(&w.tlive);
         u64map_free(&w.tstep_idx);
         if (w.progress) fprintf(stderr, "\r%40s\r", "");
-        return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail(d, err, errsz, "events");
+        return pr == GM_PAGES_RESTART ? LOAD_RESTART : fail_events(d, err, errsz);
     }
     if (w.oom) rc = SQLITE_NOMEM;
     if (w.progress) fprintf(stderr, "\r%40s\r", "");
@@ -910,7 +921,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
             if (!w.oom) snprintf(err, errsz, "%s: out of memory reading events", d->path);
             return -1;
         }
-        if (m->events == 0) return fail(d, err, errsz, "events");
+        if (m->events == 0) return fail_events(d, err, errsz);
         /* a damaged tail: report what was read, and say so */
         m->truncated_warning = 1;
     }

@@ -34,6 +34,7 @@
 #include "snapshot/record/rec.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -145,6 +146,7 @@ typedef struct reader {
     uint8_t *level[MAX_DEPTH]; /* copies of the interior pages on the path */
     gm_event_row *rows;       /* one leaf's rows */
     struct plan *plans;       /* 1 << PLAN_BITS, by header (plan_of) */
+    uint64_t nrows;   /* rows delivered (events_complete) */
     int64_t last_seq; /* the last row's; INT64_MIN before the first (a row of that rowid, which
                          no recorder writes, is then out of order: read through SQLite) */
     rowid_next next_rowid; /* the rowid expected next (rowid_expect) */
@@ -443,6 +445,7 @@ static int walk(reader *r, uint32_t root, gm_event_rows_fn fn, void *ctx) {
             if (k < 0) return -1;
             if (k) {
                 r->delivered = 1;
+                r->nrows += (uint64_t)k;
                 if (fn(ctx, r->rows, (size_t)k) != 0) return GM_PAGES_STOPPED;
             }
         } else {
@@ -546,6 +549,17 @@ static int read_header(gm_db *d, reader *r) {
     return 0;
 }
 
+/* A sweep read every row it could: a closed recording's rows must be as many as the recorder
+ * wrote (meta.events, written as it closed; the merge of PyTorch's history counts its rows
+ * again). Fewer or more: pages of the table were overwritten (a zeroed cell loses its rows, or
+ * SQLite reads garbage as rows), which SQLite does not notice on a plain scan. */
+static void events_complete(gm_db *d, uint64_t nrows) {
+    int64_t want = d->closed ? gm_meta_int(d, "events", -1) : -1;
+    if (want >= 0 && (uint64_t)want != nrows)
+        gm_db_damaged(d, "its events table holds %" PRIu64 " events where the recorder wrote %" PRId64, nrows,
+                      want);
+}
+
 static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     /* GPUMEM_SWEEP=sql: SQLite only, the reference of this reader (tests compare the two, for
      * every caller; a person can too) */
@@ -581,6 +595,7 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     if (!r.buf || !r.seen || !r.rows || !r.plans) goto end;
     int w = walk(&r, root, fn, ctx);
     rc = w >= 0 ? w : r.delivered ? GM_PAGES_RESTART : GM_PAGES_NO;
+    if (rc == GM_PAGES_DONE) events_complete(d, r.nrows);
 end:
     sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL);
 out:
@@ -609,6 +624,11 @@ typedef struct sql_rows {
     void *ctx;
     size_t n;
     int stopped;
+    uint64_t nrows;      /* rows delivered */
+    int64_t last_seq;    /* the last delivered row's seq (valid when nrows) */
+    uint64_t backwards;  /* rows whose seq did not follow the last one's: not delivered */
+    int64_t first_back;  /* the first such row's seq, and the seq it came after */
+    int64_t back_after;
     gm_event_row rows[SQL_BATCH];
 } sql_rows;
 
@@ -621,8 +641,18 @@ static void sql_row_fn(sqlite3_context *c, int argc, sqlite3_value **v) {
         sqlite3_result_error(c, "gm_event_row: 12 values", -1);
         return;
     }
+    /* a table scan hands rowids in increasing order; one that does not is a damaged page (a
+     * cell's rowid overwritten): the sweep's order is wrong from there, so the row is left out
+     * and the recording said damaged */
+    int64_t seq = sqlite3_value_int64(v[0]);
+    if (b->nrows && seq <= b->last_seq) {
+        if (!b->backwards++) b->first_back = seq, b->back_after = b->last_seq;
+        sqlite3_result_int(c, 0);
+        return;
+    }
+    b->nrows++, b->last_seq = seq;
     gm_event_row *r = &b->rows[b->n];
-    r->seq = sqlite3_value_int64(v[0]), r->kind = sqlite3_value_int64(v[1]);
+    r->seq = seq, r->kind = sqlite3_value_int64(v[1]);
     r->flags = sqlite3_value_int64(v[2]), r->addr = sqlite3_value_int64(v[3]);
     r->size = sqlite3_value_int64(v[4]), r->stack = sqlite3_value_int64(v[5]);
     r->range = sqlite3_value_int64(v[6]), r->device = sqlite3_value_int64(v[7]);
@@ -655,10 +685,32 @@ int gm_events_sql(gm_db *d, gm_event_rows_fn fn, void *ctx) {
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {} /* never a row: see sql_row_fn */
     sqlite3_finalize(s);
+    /* SQLite's reason, kept before the next call (create_function) resets it */
+    if (rc != SQLITE_DONE && !b->stopped && b->nrows)
+        gm_db_damaged(d, "SQLite stopped reading its events after event %" PRId64 " (%s)", b->last_seq,
+                      sqlite3_errmsg(d->db));
+    else if (rc != SQLITE_DONE && !b->stopped)
+        gm_db_damaged(d, "SQLite cannot read its events (%s)", sqlite3_errmsg(d->db));
     sqlite3_create_function(d->db, "gm_event_row", 12, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+    if (b->backwards)
+        gm_db_damaged(d, "its events go back in order (event %" PRId64 " after %" PRId64 "; %" PRIu64
+                      " row%s out of order left out)", b->first_back, b->back_after, b->backwards,
+                      b->backwards == 1 ? "" : "s");
+    else if (rc == SQLITE_DONE && !b->stopped)
+        events_complete(d, b->nrows);
     /* the rows read before the end, or before the error (a damaged tail), still go to fn */
     int out = b->stopped ? GM_PAGES_STOPPED : rc == SQLITE_DONE ? GM_PAGES_DONE : GM_SQL_ERROR;
     if (!b->stopped && b->n && fn(ctx, b->rows, b->n) != 0) out = GM_PAGES_STOPPED;
     free(b);
     return out;
+}
+
+static int no_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    (void)ctx, (void)rows, (void)n;
+    return 0;
+}
+
+void gm_events_check(gm_db *d) {
+    int pr = gm_events_pages_lean(d, no_rows, NULL);
+    if (pr == GM_PAGES_NO || pr == GM_PAGES_RESTART) gm_events_sql(d, no_rows, NULL);
 }

@@ -1,8 +1,9 @@
 /* gm_db.c — opening a gpumem database without trusting it.
  *
  * Order of checks, each with its own message: the file exists and is a regular file; it is
- * not empty; its first 16 bytes are the SQLite magic; SQLite opens it (read-write when we may,
- * so a WAL left by a killed process can be recovered; read-only otherwise); it has a `meta`
+ * not empty; its first 16 bytes are the SQLite magic; SQLite opens it (read-write when we may
+ * write the file and its directory, so a WAL left by a killed process can be recovered;
+ * immutable when we may not and no -wal or -shm is beside it; read-only otherwise); it has a `meta`
  * table with schema_major (else it is some other SQLite file); the major version is one we
  * read (a newer one is refused, an older one would be migrated — schema 1 is the first, so
  * there is nothing to migrate yet); the tables the reports need are there. Everything after
@@ -13,6 +14,7 @@
 #include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -116,6 +118,57 @@ static int cut_short(const char *path, const unsigned char *h, size_t n, uint64_
     return 1;
 }
 
+/* 1 when this process may change the file and create its -wal and -shm beside it: the file is
+ * writable by us and so is its directory (access(2) answers for the file system too: EROFS on
+ * a read-only mount). Only then is the database opened read-write, so that a WAL left by a
+ * killed recorder is folded in and its -wal and -shm are removed when the connection closes.
+ * A read-only connection cannot remove them: opened plainly in a directory it may write, it
+ * would leave both behind. */
+static int may_write(const char *path) {
+    if (access(path, R_OK | W_OK) != 0) return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    return access(dir, W_OK | X_OK) == 0;
+}
+
+/* 1 when path-wal or path-shm exists: a recorder is writing the file (in WAL mode it holds
+ * both while it runs), or one was killed and its last commits are in the -wal. */
+static int wal_files_beside(const char *path) {
+    char side[4200];
+    struct stat st;
+    snprintf(side, sizeof side, "%s-wal", path);
+    if (lstat(side, &st) == 0) return 1;
+    snprintf(side, sizeof side, "%s-shm", path);
+    return lstat(side, &st) == 0;
+}
+
+/* A WAL-mode file we may not write, with no -wal or -shm beside it: no writer has it open (a
+ * live recorder holds both) and no commit is outside the file, so the file alone is the
+ * database. SQLite would still want a -shm for its WAL index, which it cannot create in a
+ * read-only directory or mount ("attempt to write a readonly database", "unable to open
+ * database file") and would leave behind in a writable one. immutable=1 reads the file as it
+ * is, without locks or shared memory, and creates nothing. The path goes in a URI: its
+ * characters that a URI gives a meaning to are escaped. */
+static int open_immutable(const char *path, sqlite3 **db) {
+    char uri[3 * 4096 + 64];
+    /* "file://" + an absolute path: an empty authority, so a path that starts with "//" is not
+     * taken for a host */
+    size_t n = (size_t)snprintf(uri, sizeof uri, path[0] == '/' ? "file://" : "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p && n + 4 < sizeof uri; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p <= ' ' || *p >= 0x7f)
+            n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", *p);
+        else
+            uri[n++] = (char)*p;
+    }
+    snprintf(uri + n, sizeof uri - n, "?immutable=1");
+    return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
+                           NULL);
+}
+
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "%s", path);
@@ -147,11 +200,18 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     if (cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
-    int rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
-    d->writable = rc == SQLITE_OK;
-    if (rc != SQLITE_OK) {
-        sqlite3_close(d->db);
-        d->db = NULL;
+    int rc;
+    if (may_write(path)) {
+        rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
+        d->writable = rc == SQLITE_OK;
+        if (rc != SQLITE_OK) {
+            sqlite3_close(d->db);
+            d->db = NULL;
+            rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
+        }
+    } else if ((hdr[18] == 2 || hdr[19] == 2) && !wal_files_beside(path)) {
+        rc = open_immutable(path, &d->db);
+    } else {
         rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
     }
     if (rc != SQLITE_OK) {
@@ -189,18 +249,21 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
     sqlite3_stmt *s;
     rc = sqlite3_prepare_v2(d->db, "SELECT value FROM meta WHERE key = 'schema_major'", -1, &s, NULL);
     if (rc != SQLITE_OK) {
+        /* SQLite's message is the last call's: kept before application_id's statements reset
+         * it to "not an error" */
         int code = sqlite3_errcode(d->db);
+        char why[512];
+        snprintf(why, sizeof why, "%s", sqlite3_errmsg(d->db));
         if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)
             snprintf(err, errsz, "%s is damaged (SQLite: %s); it may have been truncated or "
-                     "overwritten — nothing can be read from it", path, sqlite3_errmsg(d->db));
+                     "overwritten — nothing can be read from it", path, why);
         else if (application_id(d) == REC_APPLICATION_ID)
             /* the recorder writes the id first: it stopped before its schema was committed */
             snprintf(err, errsz, "%s is a gpumem recording that stopped before its first commit "
                      "(its disk was full, or the program was killed as it started): it holds "
                      "nothing; record again where the database has room", path);
         else
-            snprintf(err, errsz, "%s is an SQLite file but not a gpumem database (%s)", path,
-                     sqlite3_errmsg(d->db));
+            snprintf(err, errsz, "%s is an SQLite file but not a gpumem database (%s)", path, why);
         gm_db_close(d);
         return -1;
     }
@@ -238,6 +301,22 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
             gm_db_close(d);
             return -1;
         }
+    /* The meta table says how the recording ended and how many events it holds: a page of it
+     * overwritten reads as a recording that "did not end cleanly", with no numbers. It is a page
+     * or two, so SQLite's own check of its B-tree (its table argument: that table alone) costs
+     * nothing against a sweep; the events are checked as they are read (gm_analyze_pages.c). */
+    if (sqlite3_prepare_v2(d->db, "PRAGMA quick_check(meta)", -1, &s, NULL) == SQLITE_OK) {
+        rc = sqlite3_step(s);
+        const unsigned char *t = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+        if (t && !strncmp((const char *)t, "*** ", 4)) { /* "*** in database main ***": the finding follows */
+            rc = sqlite3_step(s);
+            t = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+        }
+        if (rc != SQLITE_ROW || !t || strcmp((const char *)t, "ok") != 0)
+            gm_db_damaged(d, "its meta table is damaged (SQLite: %s)",
+                          t ? (const char *)t : sqlite3_errmsg(d->db));
+        sqlite3_finalize(s);
+    }
     gm_meta_text(d, "state", d->state, sizeof d->state);
     gm_meta_text(d, "failure", d->failure, sizeof d->failure);
     /* an interrupted recording (SIGINT/SIGTERM) was closed by the recorder: complete too */
@@ -355,5 +434,31 @@ int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out) {
                     "was kept.\n",
             cmd, d->path, lost, lost == 1 ? "" : "s", why,
             !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks");
+    return GM_EXIT_BADDB;
+}
+
+/* ---------------------------------------------------------------- damaged recordings */
+
+void gm_db_damaged(gm_db *d, const char *fmt, ...) {
+    if (d->damage[0]) return; /* the first reason: what followed from it says less */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->damage, sizeof d->damage, fmt, ap);
+    va_end(ap);
+}
+
+int gm_damage_gate(gm_db *d, const char *cmd, int has_lossy_ok, int lossy_ok, FILE *out) {
+    if (!d->damage[0]) return 0;
+    if (lossy_ok) {
+        fprintf(out, "gpumem: WARNING: %s is damaged: %s; what could be read is analysed (--lossy-ok): its "
+                     "peaks, leaks and advice can be wrong\n",
+                d->path, d->damage);
+        return 0;
+    }
+    fprintf(stderr, "gpumem %s: the recording is damaged: %s: %s; its %s would be wrong. Record it again, or "
+                    "give %s--lossy-ok to analyse what can be read.\n",
+            cmd, d->path, d->damage,
+            !strcmp(cmd, "leaks") ? "leaks" : !strcmp(cmd, "advise") ? "advice" : "peaks",
+            has_lossy_ok ? "" : "gpumem report ");
     return GM_EXIT_BADDB;
 }

@@ -108,7 +108,7 @@ grep -qF "likely the CUDA context (300.00 MiB at start), plus 64.00 MiB that app
 
 # a recording from before the samples existed (schema 1.2): the block says so
 cp "$TMP/replace.db" "$TMP/old.db"
-sqlite3 "$TMP/old.db" "DELETE FROM events WHERE kind >= 22; UPDATE meta SET value = 2 WHERE key = 'schema_minor';"
+sqlite3 "$TMP/old.db" "DELETE FROM events WHERE kind >= 22; UPDATE meta SET value = 2 WHERE key = 'schema_minor'; UPDATE meta SET value = (SELECT count(*) FROM events) WHERE key = 'events';"
 "$GPUMEM" report "$TMP/old.db" > "$TMP/old.txt" 2>&1 || fail "report of a 1.2 file failed"
 grep -q "not sampled" "$TMP/old.txt" && pass "1.2 file: 'not sampled'" || fail "1.2 file: no 'not sampled' line"
 "$GPUMEM" report --json "$TMP/old.db" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["device_used"]["devices"] == []' \

@@ -61,3 +61,51 @@ head -1 "$TMP/err.txt" | grepq "$warn" || fail "viz, stderr: $(head -1 "$TMP/err
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/page.html" | jq -e ".summary.dropped_events == $lost" > /dev/null \
   || fail "the page's summary does not carry the lost events"
 echo "ok: uses and diff say so first, export and viz on stderr, the page in its summary"
+
+# Damaged recordings are handled as lossy ones, by every command: pages overwritten after the
+# recording closed. Rows: a leaf of events with a cell's rowid zeroed (SQLite reads on: the
+# seqs go back), a leaf zeroed where SQLite stops reading (a damaged tail), two pages of
+# garbage, the first leaf garbage (nothing can be read), the meta page's cells zeroed. Each: every command exits 3, and says "damaged" where
+# the damage is read past; with --lossy-ok report and leaks analyse what was read and say so,
+# report --json says complete false and why, leaks --fail-on-leak still cannot judge. No message
+# is SQLite's "not an error" (its message read after a later call reset it).
+if [[ -x $BUILD/train_gpt2_sim ]]; then
+  "$GPUMEM" record -q -o "$TMP/t.db" -- "$BUILD/train_gpt2_sim" --model tiny --steps 3 -B 4 -T 64 > /dev/null 2>&1 \
+    || fail "record the trainer"
+  psz=$(sqlite3 "$TMP/t.db" "PRAGMA page_size")
+  leaf() { sqlite3 "$TMP/t.db" "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY pageno LIMIT 1 OFFSET $1"; }
+  metapg=$(sqlite3 "$TMP/t.db" "SELECT rootpage FROM sqlite_master WHERE name = 'meta'")
+  damage() { # $1 row; writes $TMP/d.db
+    cp "$TMP/t.db" "$TMP/d.db"
+    case $1 in
+      rowid) dd if=/dev/zero of="$TMP/d.db" bs=1 seek=$(( ($(leaf 3) - 1) * psz + 6000 )) count=64 conv=notrunc ;;
+      tail) dd if=/dev/zero of="$TMP/d.db" bs=1 seek=$(( ($(leaf 1) - 1) * psz + 6000 )) count=64 conv=notrunc ;;
+      garbage) head -c $((2 * psz)) /dev/urandom | dd of="$TMP/d.db" bs=$psz seek=$(( $(leaf 2) - 1 )) conv=notrunc ;;
+      first) head -c $psz /dev/urandom | dd of="$TMP/d.db" bs=$psz seek=$(( $(leaf 0) - 1 )) conv=notrunc ;;
+      meta) dd if=/dev/zero of="$TMP/d.db" bs=1 seek=$(( (metapg - 1) * psz + 100 )) count=3000 conv=notrunc ;;
+    esac 2> /dev/null
+  }
+  for row in rowid tail garbage first meta; do
+    damage $row
+    for c in "report" "report --json" "leaks" "leaks --fail-on-leak" "frag" "tune" "advise" "uses --id 13" \
+             "export --format csv" "export --format chrome" "export --format trace" "viz -o $TMP/d.html"; do
+      read -r cmd rest <<< "$c"
+      "$GPUMEM" $cmd "$TMP/d.db" $rest > "$TMP/out" 2> "$TMP/err"; rc=$?
+      [[ $rc -eq 3 ]] || fail "$row: gpumem $c on a damaged recording exited $rc: $(head -1 "$TMP/err")"
+      [[ $row == garbage ]] || grepq "damaged" "$TMP/err" || fail "$row: gpumem $c does not say damaged: $(head -1 "$TMP/err")"
+      grepq "not an error" "$TMP/err" && fail "$row: gpumem $c gives SQLite's reset message: $(head -1 "$TMP/err")"
+    done
+    "$GPUMEM" diff "$TMP/t.db" "$TMP/d.db" --fail-if-peak-grows 5 > /dev/null 2>&1; rc=$?
+    [[ $rc -eq 3 ]] || fail "$row: diff against a damaged recording exited $rc"
+    [[ $row == garbage || $row == first ]] && continue
+    "$GPUMEM" report --lossy-ok "$TMP/d.db" > "$TMP/out" 2>&1 || fail "$row: report --lossy-ok exited $?"
+    head -1 "$TMP/out" | grepq "WARNING: .* is damaged" || fail "$row: report --lossy-ok does not say so first"
+    "$GPUMEM" report --lossy-ok --json "$TMP/d.db" 2> /dev/null | jq -e '.complete == false and (.damaged | type) == "string"' \
+      > /dev/null || fail "$row: report --json does not say complete false and why"
+    "$GPUMEM" leaks --lossy-ok --fail-on-leak "$TMP/d.db" > /dev/null 2>&1; rc=$?
+    [[ $rc -eq 3 ]] || fail "$row: leaks --fail-on-leak judged a damaged recording (rc $rc)"
+  done
+  "$GPUMEM" report --json "$TMP/t.db" | jq -e '.complete == true and .damaged == null' > /dev/null \
+    || fail "the undamaged recording is not complete"
+  echo "ok: damaged recordings (a rowid zeroed, a damaged tail, garbage pages, the meta page) refused by every command"
+fi

@@ -115,6 +115,54 @@ fn=$("$G" sql ro.db -c "SELECT count(*) FROM stack_frames WHERE function IS NOT 
 [[ $(sqlite3 ro.db "SELECT count(*) FROM frames WHERE symbolized = 1 AND module IS NOT NULL") == 0 ]] \
   || fail "symbols were written into the recording"
 
+# a recording this process may not write is still read by every reading command, and nothing
+# is left beside it: a read-only directory (as nobody), a file it may not write in a directory it
+# may (as nobody: no -wal or -shm left behind), a read-only mount (as root). Each row:
+# placement, user; each command must exit 0 (leaks: 0 or 1 is its answer) and leave the
+# directory's listing as it was.
+# (in a directory of its own under /tmp: the scratch directory's parents are closed to nobody,
+# and SQLite opens a database by its absolute path)
+PUB=$(mktemp -d /tmp/gpumem-ro-XXXXXX) || fail "mktemp"
+trap 'rm -rf "$TMP" "$PUB"' EXIT
+chmod 755 "$PUB" && cp ro.db "$PUB/" && ROOT=$OLDPWD && cd "$PUB" || fail "no $PUB"
+mkdir -p outs && chmod 777 outs
+ID=$(sqlite3 ro.db "SELECT min(seq) FROM events WHERE kind = 1") # an allocation, for uses --id
+AS_NOBODY="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+place() { # $1 placement: rodir | ro400 | romount; leaves the recording in place/r.db
+  rm -rf place; mkdir place; cp ro.db place/r.db
+  case $1 in
+    rodir) chmod 444 place/r.db; chmod 555 place ;;
+    ro400) chmod 777 place; chown nobody place/r.db; chmod 400 place/r.db ;;
+  esac
+}
+readers() { # $1 the command prefix (a user), $2 the recording; one line per command that failed
+  local run=$1 db=$2 c rc
+  for c in "report $db" "report --json $db" "leaks $db" "frag $db" "tune $db" "advise $db" "uses $db --id $ID" \
+           "export --format csv $db -o outs/x.csv" "viz $db -o outs/x.html" "diff $db $db" \
+           "sql $db -c VALUES(1)" "report place"; do
+    $run "$G" $c > outs/out 2> outs/err; rc=$?
+    [[ $rc -eq 0 || ( $rc -eq 1 && $c == leaks* ) ]] || echo "gpumem $c: rc $rc: $(head -1 outs/err)"
+  done
+}
+have_setpriv=0; [[ $(id -u) -eq 0 ]] && command -v setpriv > /dev/null && $AS_NOBODY true 2> /dev/null && have_setpriv=1
+for row in "rodir nobody" "ro400 nobody" "romount root"; do
+  read -r where who <<< "$row"
+  if [[ $who == nobody && $have_setpriv == 0 ]]; then echo "skipped row '$row': needs root and setpriv" >&2; continue; fi
+  place "$where"
+  before=$(ls -a place)
+  if [[ $where == romount ]]; then
+    if ! unshare -m true 2> /dev/null; then echo "skipped row '$row': cannot mount here (unshare -m)" >&2; continue; fi
+    bad=$(unshare -m bash -c "mount --bind place place && mount -o remount,ro,bind place place && \
+          $(declare -f readers); G=$G ID=$ID; readers '' place/r.db")
+  else
+    bad=$(readers "$AS_NOBODY" place/r.db)
+  fi
+  [[ -z $bad ]] || fail "$row: a read-only recording is not read: $bad"
+  [[ $(ls -a place) == "$before" ]] || fail "$row: a reader left files beside the recording: $(ls -a place | tr '\n' ' ')"
+  chmod 755 place
+done
+cd "$TMP" && OLDPWD=$ROOT || fail "no $TMP"
+
 # crash recovery: a killed recording is two files until a report folds the WAL in; then one
 # file holds everything and can be copied alone
 "$G" record -q -o killed.db -- "$OLDPWD/$BUILD/train_gpt2_sim" --steps 100000 > /dev/null 2>&1 &

@@ -262,17 +262,26 @@ static int outcomes[4];
 static int sql_errors;
 
 /* gm_events_sql on p against a plain query stepped row by row: the same rows up to where SQLite
- * stopped, and GM_SQL_ERROR exactly when it stopped at an error (a damaged tail). */
+ * stopped, less those whose seq does not follow the last one kept (a cell's rowid overwritten:
+ * left out, and the recording said damaged), and GM_SQL_ERROR exactly when it stopped at an error
+ * (a damaged tail), which says the recording damaged too. */
 static void sql_rows_as_query(gm_db *d) {
     rows v = {0};
+    d->damage[0] = 0;
     int rc = gm_events_sql(d, collect, &v);
     sqlite3_stmt *s;
     assert_int_equal(sqlite3_prepare_v2(d->db, "SELECT seq, kind, flags, addr, size, stack, range, "
                                                "coalesce(device, -1), requested, alloc_id, stream, t FROM events "
                                                "ORDER BY seq", -1, &s, NULL), SQLITE_OK);
-    size_t i = 0;
+    size_t i = 0, back = 0;
     int step;
+    int64_t last = INT64_MIN;
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        if (i && sqlite3_column_int64(s, 0) <= last) {
+            back++;
+            continue;
+        }
+        last = sqlite3_column_int64(s, 0);
         assert_true(i < v.n);
         const gm_event_row *r = &v.r[i++];
         int64_t want[12], got[12] = {r->seq,   r->kind,   r->flags,     r->addr,     r->size,   r->stack,
@@ -283,6 +292,7 @@ static void sql_rows_as_query(gm_db *d) {
     sqlite3_finalize(s);
     assert_int_equal(i, v.n);
     assert_int_equal(rc, step == SQLITE_DONE ? GM_PAGES_DONE : GM_SQL_ERROR);
+    if (back || rc == GM_SQL_ERROR) assert_true(d->damage[0]);
     sql_errors += rc == GM_SQL_ERROR;
     free(v.r);
 }
