@@ -420,7 +420,8 @@ int gm_frag_main(int argc, char **argv) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
             char *e = NULL;
-            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
+            const char *v = gm_opt_value(argc, argv, &i);
+            top = v ? strtol(v, &e, 10) : 0;
             if (!e || *e || top < 1) {
                 fprintf(stderr, "gpumem frag: --top needs a positive number\n%s", GM_HELP("frag"));
                 return GM_EXIT_USAGE;

@@ -575,8 +575,9 @@ int gm_ranks_main(int argc, char **argv)
             lossy_ok = 1;
         else if (!strcmp(a, "--top")) {
             char *end;
-            ntop = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || ntop < 1) {
+            const char *v = gm_opt_peek(argc, argv, i);
+            ntop = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || ntop < 1) {
                 fprintf(stderr, "gpumem report: --top needs a positive number\n");
                 rc = GM_EXIT_USAGE;
             }

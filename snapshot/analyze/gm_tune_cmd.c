@@ -244,7 +244,8 @@ int gm_tune_main(int argc, char **argv) {
         } else if (!strcmp(a, "--lossy-ok")) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--objective")) {
-            const char *v = i + 1 < argc ? argv[++i] : "";
+            const char *v = gm_opt_value(argc, argv, &i);
+            if (!v) v = "";
             if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
             else if (!strcmp(v, "time")) o.objective = GM_TUNE_TIME;
             else {
@@ -253,14 +254,16 @@ int gm_tune_main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--limit")) {
             size_t v = 0;
-            if (i + 1 >= argc || alloc_parse_size(argv[++i], &v) != ALLOC_OK || !v) {
+            const char *s = gm_opt_value(argc, argv, &i);
+            if (!s || alloc_parse_size(s, &v) != ALLOC_OK || !v) {
                 fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
             o.limit = v;
         } else if (!strcmp(a, "--top")) {
             char *e = NULL;
-            top = i + 1 < argc ? strtol(argv[++i], &e, 10) : 0;
+            const char *v = gm_opt_value(argc, argv, &i);
+            top = v ? strtol(v, &e, 10) : 0;
             if (!e || *e || top < 1) {
                 fprintf(stderr, "gpumem tune: --top needs a positive number\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;

@@ -16,6 +16,7 @@
  * is lookup-only; a new stack takes the lock once to get an id and queue its frames.
  */
 #include "snapshot/record/rec_internal.h"
+#include "snapshot/record/rec_settings.h"
 #include "snapshot/record/rec_unwind.h"
 
 #include <errno.h>
@@ -202,45 +203,9 @@ static int create_db_file(rec_state *g) {
 
 /* ---------------------------------------------------------------- open / close */
 
-/* A number setting: dflt when unset; *bad (with err) when it is not a number in [lo, hi]. */
-static long env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        if (!*bad) snprintf(err, errsz, "%s=%s is not a number from %ld to %ld", name, v, lo, hi);
-        *bad = 1;
-        return dflt;
-    }
-    return x;
-}
-
+/* A number setting the preload checked already (rec_settings_read): its value, or dflt. */
 static long env_long(const char *name, long dflt, long lo, long hi) {
-    int bad = 0;
-    char err[256];
-    return env_num(name, dflt, lo, hi, &bad, err, sizeof err);
-}
-
-/* One rule for every setting (rec.h): a value gpumem cannot read turns it off, never a silent
- * default. The preload checks these with its own before anything starts. */
-int rec_check_env(char *err, size_t errsz) {
-    int bad = 0;
-    env_num("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES, &bad, err, errsz);
-    env_num("GPUMEM_RING", 65536, 2, 1L << 26, &bad, err, errsz);
-    env_num("GPUMEM_RING_WAIT_US", 200, 0, 1000000, &bad, err, errsz);
-    env_num("GPUMEM_QUIET", 0, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_NAMES", 1, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_NVTX", 1, 0, 1, &bad, err, errsz);
-    const char *f = getenv("GPUMEM_FORK");
-    if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
-        snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
-    const char *r = getenv("GPUMEM_RING_FULL");
-    if (!bad && r && *r && strcmp(r, "wait") && strcmp(r, "drop"))
-        snprintf(err, errsz, "GPUMEM_RING_FULL=%s: expected wait (lossless) or drop", r), bad = 1;
-    return bad ? -1 : 0;
+    return rec_env_num(name, dflt, lo, hi, NULL, NULL, 0);
 }
 
 /* The wall-clock time of the origin: read beside it (not when the database is set up, which
