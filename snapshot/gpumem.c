@@ -82,7 +82,7 @@ static const char *const usage_main =
     "advise: --lossy-ok analyses it anyway), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run);\n"
-    "2 before CMD runs when a GPUMEM_* setting or FILE is refused.\n";
+    "2 before CMD runs when a GPUMEM_* setting or FILE is refused; 3 when FILE could not be written.\n";
 
 static const char *const usage_record =
     "usage: gpumem record [-o FILE] [--force] [-q] [PYTORCH OPTIONS] -- CMD ARGS...\n"
@@ -123,7 +123,8 @@ static const char *const usage_record =
     "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message.\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
-    "symlink, not a gpumem database, not writable by you).\n";
+    "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
+    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said).\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
@@ -556,13 +557,15 @@ static const char *gm_prog = "gpumem";
  * shell wrapper forks before the real program) wrote, or the first message saying why none.
  * A program that exec'd wrote one database per image: path is the last one's, earlier lists the
  * ones before it ("A, B"; "" when there was one). others lists the databases of the run's other
- * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). Returns 1
- * with path set, 0 with why set ("" when nobody said anything). */
+ * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). *unwritten:
+ * a process could not write its database at all (disk full, I/O error: the recorder said so and
+ * removed the file). Returns 1 with path set, 0 with why set ("" when nobody said anything). */
 static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz,
                        char *others, size_t otherssz, char *why, size_t whysz, gm_run_db *dbs, size_t maxdbs,
-                       size_t *ndbs) {
+                       size_t *ndbs, int *unwritten) {
     path[0] = earlier[0] = others[0] = why[0] = 0;
     *ndbs = 0;
+    *unwritten = 0;
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
@@ -590,6 +593,8 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
                 }
                 snprintf(path, pathsz, "%s", text), mine = 1;
             }
+        } else if (strcmp(what, "unwritten") == 0) {
+            if (p == (long)pid || !*unwritten) *unwritten = 1; /* said on stderr by the recorder */
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
             snprintf(why, whysz, "%s", text);
         }
@@ -866,11 +871,21 @@ static int cmd_record(int argc, char **argv) {
     char path[PATH_MAX], earlier[4096], others[4096], why[1024];
     static gm_run_db dbs[256];
     size_t ndbs = 0;
+    int unwritten = 0;
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
-                                              sizeof others, why, sizeof why, dbs, 256, &ndbs);
+                                              sizeof others, why, sizeof why, dbs, 256, &ndbs, &unwritten);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     gm_torch_finish(&torch, found ? path : NULL, dbs, ndbs, quiet);
     uint64_t nallocs = 0;
+    if (unwritten && !found) {
+        /* the recorder said why (one line above); the program's own status stays visible, and
+         * the exit code says the recording could not be written, as export's does */
+        char end[128];
+        program_end(st, end, sizeof end);
+        fprintf(stderr, "gpumem: nothing was recorded; the program %s; exit %d: the recording could not be "
+                        "written\n", end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
+        return GM_EXIT_BADDB;
+    }
     if (!quiet && !(rc == 127 && !found)) nallocs = summarise_run(found, path, why, pid, st, others[0] != 0);
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
