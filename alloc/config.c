@@ -147,9 +147,10 @@ size_t alloc_round_size(const alloc_config_t *cfg, size_t size)
  *     token will do: "max_split_size_mb,128" is accepted), and so is the one after each value
  *     ("max_split_size_mb:128:4" reads '4' as the next key); in a list the separators are not
  *     looked at either ("[256,1]" is [256:1]);
- *   - numbers are read as C's strtoull / strtod read them (std::stoull, std::stod): a prefix
- *     ("128abc" is 128), a sign ("-5" wraps to 2^64 - 5), hexadecimal floats; no digits at all, or
- *     a value out of range (ERANGE), is refused;
+ *   - numbers are read as C's strtoull / strtod read them (std::stoull, std::stod): hexadecimal
+ *     floats, a '+'; no digits at all, or a value out of range (ERANGE), is refused. PyTorch also
+ *     takes a prefix ("128abc" is 128) and a '-' ("-5" wraps to 2^64 - 5: max_split_size_mb:-5 is
+ *     "no limit"): numbers the user did not write, which gpumem refuses (misread());
  *   - large_segment_size_mb is applied before every other key, wherever it stands (the last one
  *     wins), since it is the lower bound of max_split_size_mb and max_non_split_rounding_mb.
  * The 20 keys PyTorch 2.14.1 knows are accepted with exactly its rules; those gpumem does not
@@ -217,7 +218,9 @@ static bool torch_bool(const char *v, bool *out)
     return false;
 }
 
-/* std::stoull: strtoull's prefix, sign and wrap-around; no digits or ERANGE refused */
+/* std::stoull: no digits or ERANGE refused. What PyTorch takes and reads as another number
+ * (a '-' wrapped around to 2^64 - N, characters after the digits dropped) is refused too, by
+ * misread() before the value gets here. */
 static bool torch_u64(const char *v, unsigned long long *out)
 {
     char *end;
@@ -226,13 +229,40 @@ static bool torch_u64(const char *v, unsigned long long *out)
     return end != v && errno != ERANGE;
 }
 
-/* std::stod: strtod's prefix (hexadecimal, inf, nan); no number or ERANGE refused */
+/* std::stod: no number or ERANGE refused (hexadecimal floats are read whole; inf and nan fail
+ * the keys' ranges) */
 static bool torch_double(const char *v, double *out)
 {
     char *end;
     errno = 0;
     *out = strtod(v, &end);
     return end != v && errno != ERANGE;
+}
+
+/* Why PyTorch's std::stoull / std::stod would read v as a number the user did not write, or NULL:
+ * an integer with a '-' ("-5" is 2^64 - 5: max_split_size_mb:-5 is "no limit"), or a number with
+ * characters after it ("128abc" is 128, "0x80" is 0). gpumem refuses these where PyTorch takes
+ * them (the only strings the two read differently; tests/torch/torch_conf_keys.sh). */
+static const char *misread(const char *v, bool dbl)
+{
+    char *end;
+    errno = 0;
+    if (dbl)
+        (void)strtod(v, &end);
+    else
+        (void)strtoull(v, &end, 10);
+    if (end == v || errno == ERANGE) return NULL; /* not a number at all: the key's own message */
+    if (!dbl && strchr(v, '-')) return "a negative count, which PyTorch wraps around to a huge one";
+    if (*end) return "characters after the number, which PyTorch drops";
+    return NULL;
+}
+
+static int misread_err(char *err, size_t errlen, const char *k, const char *v, const char *why)
+{
+    return errf(err, errlen,
+                "bad value '%s' for %s: %s (PyTorch would misread it; gpumem refuses it): write "
+                "the number alone",
+                v, k, why);
 }
 
 static bool is_pow2(unsigned long long v)
@@ -314,6 +344,10 @@ static int parse_rp2_list(const ctoks *k, size_t *i, uint64_t pt[RP2_PT_N], char
         j += 2;
         unsigned long long dv, mb = 0;
         bool more = strcmp(key, ">") != 0;
+        const char *why = more ? misread(key, false) : NULL;
+        if (why) return misread_err(err, errlen, "roundup_power2_divisions", key, why);
+        if ((why = misread(k->t[j], false)))
+            return misread_err(err, errlen, "roundup_power2_divisions", k->t[j], why);
         if (more && !torch_u64(key, &mb))
             return errf(err, errlen,
                         "bad size key '%s' in roundup_power2_divisions (accepted: MiB sizes that "
@@ -353,6 +387,8 @@ static int parse_rp2_list(const ctoks *k, size_t *i, uint64_t pt[RP2_PT_N], char
 static int large_segment_key(alloc_config_t *c, const char *v, char *err, size_t errlen)
 {
     unsigned long long mb;
+    const char *why = misread(v, false);
+    if (why) return misread_err(err, errlen, "large_segment_size_mb", v, why);
     if (!torch_u64(v, &mb) || mb <= (A_MIN_LARGE_ALLOC >> 20))
         return errf(err, errlen,
                     "bad value '%s' for large_segment_size_mb (accepted: an integer number of "
@@ -407,6 +443,17 @@ static int apply_key(alloc_config_t *c, const ctoks *tk, size_t *i, const char *
     unsigned long long u;
     double d;
     bool b;
+    /* PyTorch's numeric keys (gpumem's own sizes go through alloc_parse_size, which is whole) */
+    static const char *const numeric[] = {"max_split_size_mb", "max_non_split_rounding_mb",
+                                          "roundup_power2_divisions", "garbage_collection_threshold",
+                                          "per_process_memory_fraction", "pinned_num_register_threads",
+                                          "pinned_reserve_segment_size_mb", "pinned_max_cached_size_mb",
+                                          "pinned_max_round_threshold_mb", NULL};
+    for (unsigned x = 0; numeric[x]; x++) {
+        if (strcmp(k, numeric[x])) continue;
+        const char *why = misread(v, k[0] == 'g' || !strcmp(k, "per_process_memory_fraction"));
+        if (why) return misread_err(err, errlen, k, v, why);
+    }
     if (!strcmp(k, "roundup_power2_divisions")) {
         uint64_t pt[RP2_PT_N];
         for (unsigned x = 0; x < RP2_PT_N; x++)

@@ -27,6 +27,10 @@
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
  */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +140,31 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
     return 0;
 }
 
+/* The value of the option at argv[i], or NULL when there is none or the next argument is itself
+ * an option ("--", "--conf", "-h"): a forgotten value must not take the next option as its
+ * value. The rule of every gpumem command (snapshot/read/gm.h, gm_opt_peek), which alloc/ does
+ * not link. "-" and "-5" are values (a number's own check refuses the sign). */
+static const char *opt_value(int argc, char **argv, int i)
+{
+    if (i + 1 >= argc) return NULL;
+    const char *a = argv[i + 1];
+    if (a[0] == '-' && ((a[1] == '-' && (!a[2] || isalpha((unsigned char)a[2]))) || isalpha((unsigned char)a[1])))
+        return NULL;
+    return a;
+}
+
+/* A whole number for --steps, --seed: digits only (strtoul took "-5" as 2^64 - 5, "5x" as 5) */
+static bool whole_number(const char *v, unsigned long long max, unsigned long long *out)
+{
+    if (!*v || v[strspn(v, "0123456789")]) return false;
+    errno = 0;
+    *out = strtoull(v, NULL, 10);
+    return errno == 0 && *out <= max;
+}
+
+static const char *const VALUED[] = {"--preset", "--conf", "--limit", "--capacity", "--synth", "--steps",
+                                     "--seed", "--write", "--round", "--stream-lag", NULL};
+
 int main(int argc, char **argv)
 {
     const char *presets[16];
@@ -153,7 +182,12 @@ int main(int argc, char **argv)
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *v = opt_value(argc, argv, i);
+        for (int k = 0; VALUED[k] && !v; k++)
+            if (!strcmp(a, VALUED[k])) {
+                fprintf(stderr, "gpumem-replay: %s needs a value\n", a);
+                return 2;
+            }
         if (!strcmp(a, "--preset") && v) {
             if (!strcmp(v, "all")) {
                 npresets = 0;
@@ -178,11 +212,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--synth") && v) {
             synth = v;
             i++;
-        } else if (!strcmp(a, "--steps") && v) {
-            steps = (unsigned)strtoul(v, NULL, 10);
-            i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            seed = strtoull(v, NULL, 10);
+        } else if ((!strcmp(a, "--steps") || !strcmp(a, "--seed")) && v) {
+            unsigned long long x;
+            if (!whole_number(v, a[3] == 't' ? UINT_MAX : UINT64_MAX, &x)) {
+                fprintf(stderr, "gpumem-replay: bad %s '%s' (a whole number, digits only)\n", a, v);
+                return 2;
+            }
+            if (a[3] == 't') steps = (unsigned)x;
+            else seed = x;
             i++;
         } else if (!strcmp(a, "--write") && v) {
             write_to = v;
@@ -197,9 +234,8 @@ int main(int argc, char **argv)
             if (nrounds < 64) rounds[nrounds++] = sz;
             i++;
         } else if (!strcmp(a, "--stream-lag") && v) {
-            char *end;
-            unsigned long x = strtoul(v, &end, 10);
-            if (*end || end == v || x > 1000000) {
+            unsigned long long x;
+            if (!whole_number(v, 1000000, &x)) {
                 fprintf(stderr, "gpumem-replay: bad --stream-lag '%s' (a number of allocations)\n",
                         v);
                 return 2;

@@ -29,6 +29,7 @@
 
 #include "alloc/alloc.h"
 #include "preload/gpumem.h"
+#include "snapshot/record/rec_settings.h" /* the settings' one parser, in every build */
 #ifdef GM_HAVE_REC
 #include "snapshot/record/rec.h"
 #endif
@@ -96,7 +97,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
 
 void gm_warn(const char *fmt, ...)
 {
-    char buf[512];
+    char buf[2048]; /* GPUMEM_CONF's message lists every key: ~900 characters */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
@@ -110,43 +111,20 @@ void gm_warn(const char *fmt, ...)
 static void exit_handler(void);
 static int uses_conf = GM_USES_DEFAULT; /* GPUMEM_USES, in force once recording */
 
+/* Every setting through the one parser `gpumem record` also checks them with
+ * (rec_settings_read): a value it cannot read turns gpumem off, with one line naming it. */
 static int read_config(void)
 {
-    const char *m = getenv("GPUMEM_MODE");
-    gm_mode_t mode = GM_MODE_REPLACE;
-    if (m && *m) {
-        if (!strcasecmp(m, "replace"))
-            mode = GM_MODE_REPLACE;
-        else if (!strcasecmp(m, "record"))
-            mode = GM_MODE_RECORD;
-        else if (!strcasecmp(m, "off")) {
-#ifdef GM_HAVE_REC
-            rec_status("msg", "GPUMEM_MODE=off: gpumem is off, nothing is recorded");
-#endif
-            return GM_MODE_OFF;
-        }
-        else {
-            gm_warn("GPUMEM_MODE: unknown mode '%s' (accepted: replace, record, off); "
-                    "gpumem is off",
-                    m);
-            return GM_MODE_OFF;
-        }
-    }
-    const char *py = getenv("GPUMEM_PYTHON");
-    if (py && *py && strcmp(py, "0") && strcmp(py, "1")) {
-        gm_warn("GPUMEM_PYTHON: unknown value '%s' (accepted: 0, 1); gpumem is off", py);
-        return GM_MODE_OFF;
-    }
-    const char *u = getenv("GPUMEM_USES");
-    if (gm_uses_parse(u, &uses_conf) != 0) {
-        gm_warn("GPUMEM_USES: unknown value '%s' (accepted: 0, 1, timed); gpumem is off", u);
-        return GM_MODE_OFF;
-    }
-    alloc_config_default(&gm_alloc_config);
+    rec_settings s;
     char err[1024];
-    const char *conf = getenv("GPUMEM_CONF");
-    if (conf && *conf && alloc_config_parse(&gm_alloc_config, conf, err, sizeof err) != ALLOC_OK) {
+    if (rec_settings_read(&s, &gm_alloc_config, err, sizeof err) != 0) {
         gm_warn("%s; gpumem is off", err);
+        return GM_MODE_OFF;
+    }
+    if (s.mode == REC_SET_OFF) {
+#ifdef GM_HAVE_REC
+        rec_status("msg", "GPUMEM_MODE=off: gpumem is off, nothing is recorded");
+#endif
         return GM_MODE_OFF;
     }
     char names[512];
@@ -154,26 +132,11 @@ static int read_config(void)
         gm_warn("GPUMEM_CONF: accepted but not modelled: %s (PyTorch options gpumem does not "
                 "act on)",
                 names);
-    const char *lim = getenv("GPUMEM_LIMIT");
-    if (lim && *lim) {
-        size_t v;
-        if (alloc_parse_size(lim, &v) != ALLOC_OK) {
-            gm_warn("GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
-                    "suffix, e.g. 24G; 0 for no limit); gpumem is off",
-                    lim);
-            return GM_MODE_OFF;
-        }
-        gm_limit = v; /* 0: no limit, as when unset */
-        gm_alloc_config.limit = v;
-    }
-#ifdef GM_HAVE_REC
-    /* the recorder's settings follow the same rule: one that cannot be read turns gpumem off */
-    if (mode != GM_MODE_OFF && rec_check_env(err, sizeof err) != 0) {
-        gm_warn("%s; gpumem is off", err);
-        return GM_MODE_OFF;
-    }
-#endif
-    return mode;
+    gm_limit = s.limit;
+    uses_conf = s.uses == REC_SET_USES_TIMED ? GM_USES_TIMED
+                : s.uses == REC_SET_USES_OFF ? GM_USES_OFF
+                                             : GM_USES_ON;
+    return s.mode == REC_SET_RECORD ? GM_MODE_RECORD : GM_MODE_REPLACE;
 }
 
 /* The configured mode, without loading the driver (NVTX handlers need only this). */

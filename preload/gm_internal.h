@@ -379,12 +379,10 @@ void gm_exit_register_late(void);
 
 /* ---- access tracking (uses.c) ---- */
 enum { GM_USES_OFF = 0, GM_USES_ON = 1, GM_USES_TIMED = 2 };
-/* GPUMEM_USES when unset: the one place the default is decided. */
+/* What is in force before the settings are read (read_config: rec_settings_read decides). */
 #define GM_USES_DEFAULT GM_USES_ON
 /* The mode in force: GPUMEM_USES when gpumem is on and records, else GM_USES_OFF. */
 extern int gm_uses_mode;
-/* Parses a GPUMEM_USES value (NULL/"" = the default): 0, or -1 for a bad value. */
-int gm_uses_parse(const char *s, int *out);
 const char *gm_uses_name(int mode); /* "0", "1", "timed" (the meta value) */
 /* Widens the pre-filter with an allocation the recorder is told about (host: pinned memory). */
 void gm_uses_note_range(uintptr_t addr, size_t size, int host);

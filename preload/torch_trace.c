@@ -44,6 +44,7 @@
 #include <sys/mman.h>
 
 #include "snapshot/record/rec_ring.h" /* rec_mem_advise_huge */
+#include "snapshot/record/rec_settings.h" /* rec_env_num */
 #include "snapshot/record/u64map.h"
 
 #ifdef GM_HAVE_REC
@@ -96,13 +97,10 @@ static struct {
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
 } tt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* GPUMEM_TORCH_MAX_ENTRIES, checked with the other settings before gpumem started */
 static size_t tt_max(void)
 {
-    const char *e = getenv("GPUMEM_TORCH_MAX_ENTRIES");
-    char *end;
-    unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
-    if (!e || !*e || *end || v == 0 || v > (1ull << 32)) return 2000000;
-    return (size_t)v;
+    return (size_t)rec_env_num("GPUMEM_TORCH_MAX_ENTRIES", 2000000, 1, 1L << 32, NULL, NULL, 0);
 }
 
 /* Grows the ring up to max; 0 when there is room. It is full only while not yet wrapped (held

@@ -43,23 +43,6 @@
 /* What the hooks do now: GPUMEM_USES once gpumem initialised and records, else off. */
 int gm_uses_mode = GM_USES_OFF;
 
-int gm_uses_parse(const char *s, int *out)
-{
-    if (!s || !*s) {
-        *out = GM_USES_DEFAULT;
-        return 0;
-    }
-    if (!strcmp(s, "0"))
-        *out = GM_USES_OFF;
-    else if (!strcmp(s, "1"))
-        *out = GM_USES_ON;
-    else if (!strcasecmp(s, "timed"))
-        *out = GM_USES_TIMED;
-    else
-        return -1;
-    return 0;
-}
-
 const char *gm_uses_name(int mode)
 {
     return mode == GM_USES_TIMED ? "timed" : mode == GM_USES_ON ? "1" : "0";

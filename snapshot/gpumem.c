@@ -17,6 +17,7 @@
 #include "snapshot/analyze/gm_frag.h"
 #include "snapshot/analyze/gm_tune.h"
 #include "snapshot/record/rec.h"
+#include "snapshot/record/rec_settings.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -82,7 +83,8 @@ static const char *const usage_main =
     "are damaged and the analysis can be wrong for it (report, leaks, frag, tune, advise:\n"
     "--lossy-ok analyses what can be read), or leaks --fail-on-leak cannot judge;\n"
     "4 libgpumem.so not found;\n"
-    "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run).\n";
+    "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run);\n"
+    "2 before CMD runs when a GPUMEM_* setting or FILE is refused; 3 when FILE could not be written.\n";
 
 static const char *const usage_record =
     "usage: gpumem record [-o FILE] [--force] [-q] [PYTORCH OPTIONS] -- CMD ARGS...\n"
@@ -119,9 +121,12 @@ static const char *const usage_record =
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
-    "device times; see gpumem uses).\n"
-    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 when\n"
-    "FILE cannot be written (missing directory, symlink, not a gpumem database).\n";
+    "device times; see gpumem uses). Each GPUMEM_* setting is checked before CMD runs, by the\n"
+    "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message.\n"
+    "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
+    "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
+    "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
+    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said).\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
@@ -254,11 +259,11 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
         else if (leaks && strcmp(a, "--fail-on-leak") == 0) o->fail_on_leak = 1;
         else if (strcmp(a, "--lossy-ok") == 0) o->lossy_ok = 1;
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
-            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            const char *v = a[5] == '=' ? a + 6 : gm_opt_value(argc, argv, &i);
             int rc = gm_arg_top(leaks ? "leaks" : "report", v, &o->top);
             if (rc) return rc;
         } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
-            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            const char *v = a[8] == '=' ? a + 9 : gm_opt_value(argc, argv, &i);
             if (v && strcmp(v, "all") == 0) *frames_all = 1;
             else if (v && strcmp(v, "user") == 0) *frames_all = 0;
             else return usage_error(usage, "--frames takes user or all, got '%s'", v ? v : "");
@@ -320,23 +325,25 @@ static int cmd_export(int argc, char **argv) {
         if (strcmp(a, "--force") == 0) {
             force = 1;
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
-            const char *v = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+            const char *v = a[4] == '=' ? a + 5 : gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
             if (gm_arg_once("export", "--at", &at, v)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
-            const char *v = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            const char *v = a[6] == '=' ? a + 7 : gm_opt_value(argc, argv, &i);
             if (v && gm_arg_once("export", "--what", &what_arg, v)) return GM_EXIT_USAGE;
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
             else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
-            if (i + 1 >= argc) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
-            if (gm_arg_once("export", "--format", &format, argv[++i])) return GM_EXIT_USAGE;
+            const char *v = gm_opt_value(argc, argv, &i);
+            if (!v) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
+            if (gm_arg_once("export", "--format", &format, v)) return GM_EXIT_USAGE;
         } else if (strncmp(a, "--format=", 9) == 0) {
             if (gm_arg_once("export", "--format", &format, a + 9)) return GM_EXIT_USAGE;
         } else if (strcmp(a, "-o") == 0) {
-            if (i + 1 >= argc) return usage_error(usage_export, "%s", "-o needs a file name");
-            if (gm_arg_once("export", "-o", &outpath, argv[++i])) return GM_EXIT_USAGE;
+            const char *v = gm_opt_value(argc, argv, &i);
+            if (!v) return usage_error(usage_export, "%s", "-o needs a file name");
+            if (gm_arg_once("export", "-o", &outpath, v)) return GM_EXIT_USAGE;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(usage_export, "unknown option '%s'", a);
         } else if (!path) {
@@ -459,8 +466,7 @@ static int cmd_sql(int argc, char **argv) {
     int write = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-c") == 0) {
-            if (i + 1 >= argc) return usage_error(usage_sql, "%s", "-c needs a query");
-            query = argv[++i];
+            if (!(query = gm_opt_value(argc, argv, &i))) return usage_error(usage_sql, "%s", "-c needs a query");
         } else if (strcmp(argv[i], "--write") == 0) write = 1;
         else if (argv[i][0] == '-') return usage_error(usage_sql, "unknown option '%s'", argv[i]);
         else if (!path) path = argv[i];
@@ -565,13 +571,15 @@ static const char *gm_prog = "gpumem";
  * shell wrapper forks before the real program) wrote, or the first message saying why none.
  * A program that exec'd wrote one database per image: path is the last one's, earlier lists the
  * ones before it ("A, B"; "" when there was one). others lists the databases of the run's other
- * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). Returns 1
- * with path set, 0 with why set ("" when nobody said anything). */
+ * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). *unwritten:
+ * a process could not write its database at all (disk full, I/O error: the recorder said so and
+ * removed the file). Returns 1 with path set, 0 with why set ("" when nobody said anything). */
 static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz,
                        char *others, size_t otherssz, char *why, size_t whysz, gm_run_db *dbs, size_t maxdbs,
-                       size_t *ndbs) {
+                       size_t *ndbs, int *unwritten) {
     path[0] = earlier[0] = others[0] = why[0] = 0;
     *ndbs = 0;
+    *unwritten = 0;
     FILE *f = fdopen(dup(fd), "r");
     if (!f) return 0;
     rewind(f);
@@ -599,6 +607,8 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
                 }
                 snprintf(path, pathsz, "%s", text), mine = 1;
             }
+        } else if (strcmp(what, "unwritten") == 0) {
+            if (p == (long)pid || !*unwritten) *unwritten = 1; /* said on stderr by the recorder */
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
             snprintf(why, whysz, "%s", text);
         }
@@ -735,6 +745,13 @@ static int check_record_target(const char *tmpl, int force, const char *prog) {
         fprintf(stderr, "gpumem: %s exists and is not a regular file; choose another -o\n", path);
         return GM_EXIT_USAGE;
     }
+    /* an earlier recording is replaced in place (the recorder opens it for writing, it does not
+     * rename a new file over it): one this user cannot write would leave the run unrecorded */
+    if (lstat(path, &st) == 0 && access(path, R_OK | W_OK) != 0) {
+        fprintf(stderr, "gpumem: -o %s: cannot write it: %s; choose another -o, or make it writable\n", path,
+                strerror(errno));
+        return GM_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -751,15 +768,16 @@ static int cmd_record(int argc, char **argv) {
             return 0;
         }
         if (strcmp(argv[i], "-o") == 0) {
-            if (i + 1 >= argc) return usage_error(usage_record, "%s", "-o needs a file name");
-            out = argv[++i];
+            if (!(out = gm_opt_value(argc, argv, &i)))
+                return usage_error(usage_record, "%s", "-o needs a file name (gpumem record -o run.db -- CMD)");
         } else if (strcmp(argv[i], "-q") == 0) quiet = 1;
         else if (strcmp(argv[i], "--force") == 0) force = 1;
         else if (strcmp(argv[i], "--no-torch-history") == 0) torch_history = 0;
         else if (strcmp(argv[i], "--no-torch-hooks") == 0) torch_hooks = 0;
         else if (strcmp(argv[i], "--torch-ops") == 0) setenv("GPUMEM_TORCH_OPS", "1", 1);
         else if (strcmp(argv[i], "--allocator") == 0 || strncmp(argv[i], "--allocator=", 12) == 0) {
-            const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : "");
+            const char *v = argv[i][11] == '=' ? argv[i] + 12 : gm_opt_value(argc, argv, &i);
+            if (!v) v = "";
             if (strcmp(v, "torch") != 0 && strcmp(v, "gpumem") != 0)
                 return usage_error(usage_record, "--allocator takes torch or gpumem, got '%s'", v);
             allocator = v;
@@ -768,6 +786,15 @@ static int cmd_record(int argc, char **argv) {
         else break; /* the command, without "--" */
     }
     if (i >= argc) return usage_error(usage_record, "%s", "which command to record? gpumem record -- ./prog args");
+    /* The settings, with the very parser libgpumem.so reads them with: one it cannot read
+     * would turn gpumem off for the whole run, which would then record nothing */
+    rec_settings set;
+    alloc_config_t conf;
+    char set_err[1024];
+    if (rec_settings_read(&set, &conf, set_err, sizeof set_err) != 0) {
+        fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
+        return GM_EXIT_USAGE;
+    }
     const char *tmpl = out ? out : "gpumem-%p.db";
     int bad = check_record_target(tmpl, force, argv[i]);
     if (bad) return bad;
@@ -858,11 +885,21 @@ static int cmd_record(int argc, char **argv) {
     char path[PATH_MAX], earlier[4096], others[4096], why[1024];
     static gm_run_db dbs[256];
     size_t ndbs = 0;
+    int unwritten = 0;
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
-                                              sizeof others, why, sizeof why, dbs, 256, &ndbs);
+                                              sizeof others, why, sizeof why, dbs, 256, &ndbs, &unwritten);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     gm_torch_finish(&torch, found ? path : NULL, dbs, ndbs, quiet);
     uint64_t nallocs = 0;
+    if (unwritten && !found) {
+        /* the recorder said why (one line above); the program's own status stays visible, and
+         * the exit code says the recording could not be written, as export's does */
+        char end[128];
+        program_end(st, end, sizeof end);
+        fprintf(stderr, "gpumem: nothing was recorded; the program %s; exit %d: the recording could not be "
+                        "written\n", end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
+        return GM_EXIT_BADDB;
+    }
     if (!quiet && !(rc == 127 && !found)) nallocs = summarise_run(found, path, why, pid, st, others[0] != 0);
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "

@@ -3,7 +3,10 @@
 
 SNAP_DIR := $(BUILD)/snapshot
 REC_LIB := $(SNAP_DIR)/librec.a
-REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_state.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
+# librec.a reads gpumem's settings with alloc's parser (record/rec_settings.c): what links it
+# links alloc's archive after it
+REC_ALLOC_LIB := $(BUILD)/alloc/libgpumem_alloc.a
+REC_OBJS := $(SNAP_DIR)/record/rec.o $(SNAP_DIR)/record/rec_state.o $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_settings.o $(SNAP_DIR)/record/rec_ring.o $(SNAP_DIR)/record/rec_writer.o $(SNAP_DIR)/rec_schema.o \
             $(SNAP_DIR)/record/addr_index.o $(SNAP_DIR)/record/rec_rows.o $(SNAP_DIR)/record/rec_unwind.o
 # What a program linking librec.a needs (libgpumem.so: add these to its link line).
 REC_LDLIBS := -lsqlite3 -lunwind -lpthread
@@ -29,7 +32,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/g
            $(SNAP_DIR)/analyze/gm_category.o $(SNAP_DIR)/analyze/gm_category_print.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
-           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o
+           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_settings.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
@@ -50,17 +53,17 @@ SNAP_TEST_LDLIBS := $(REC_LDLIBS) -lsqlite3 -ldw -lelf -ldl -liberty
 snapshot_ring_LIBS := $(SNAP_DIR)/record/rec_ring.o
 snapshot_ring_LDLIBS := -lpthread
 snapshot_index_LIBS := $(SNAP_DIR)/record/addr_index.o
-snapshot_rec_LIBS := $(REC_LIB)
-snapshot_uses_LIBS := $(REC_LIB)
+snapshot_rec_LIBS := $(REC_LIB) $(REC_ALLOC_LIB)
+snapshot_uses_LIBS := $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_uses_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_rec_LDLIBS := $(SNAP_TEST_LDLIBS)
-snapshot_files_LIBS := $(REC_LIB)
+snapshot_files_LIBS := $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_files_LDLIBS := $(SNAP_TEST_LDLIBS)
-snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_stacks_LIBS := $(GM_OBJS) $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_stacks_LDLIBS := $(SNAP_TEST_LDLIBS)
-snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_reader_LIBS := $(GM_OBJS) $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
-snapshot_categories_LIBS := $(GM_OBJS) $(REC_LIB)
+snapshot_categories_LIBS := $(GM_OBJS) $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_categories_LDLIBS := $(SNAP_TEST_LDLIBS)
 # (gm_advise.o: advise's and tune's model reads the events through the page reader too)
 snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
@@ -78,8 +81,8 @@ TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapsho
                    $(BUILD)/tests/unit/snapshot_uses
 
 # Test program driving the recorder directly (no CUDA), for the integration scripts.
-$(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
+$(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) $(REC_ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_ALLOC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
@@ -124,7 +127,7 @@ ALL_TARGETS += $(SNAP_FUZZ)
 # preload/nvtx.c as a statically injected tool) through the recorder and the reader, all built
 # from source with the sanitizers
 NVTX_FUZZ := $(BUILD)/tests/fuzz/nvtx_fuzz
-NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_state.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
+NVTX_FUZZ_SRCS := tests/fuzz/nvtx_fuzz.c tests/fuzz/nvtx_fuzz_tool.c preload/nvtx.c snapshot/record/rec.c snapshot/record/rec_settings.c alloc/config.c snapshot/record/rec_state.c snapshot/record/rec_path.c snapshot/record/rec_ring.c \
                   snapshot/record/rec_writer.c snapshot/record/addr_index.c snapshot/record/rec_rows.c snapshot/record/rec_unwind.c $(SNAP_DIR)/rec_schema.c \
                   snapshot/formats/gm_export_fmt.c snapshot/formats/gm_pickle.c \
                   $(filter-out tests/fuzz/snapshot_fuzz_db.c snapshot/record/rec_path.c,$(SNAP_FUZZ_SRCS))
@@ -133,15 +136,15 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
-                    snapshot/formats/gm_torch.c alloc/config.c $(SNAP_DIR)/rec_schema.c
+                    snapshot/formats/gm_torch.c snapshot/read/gm_fmt.c alloc/config.c $(SNAP_DIR)/rec_schema.c
 $(eval $(call fuzz_target,pickle_fuzz,$(PICKLE_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -lm))
 ALL_TARGETS += $(PICKLE_FUZZ)
 endif
 SCRIPT_TESTS += tests/fuzz/snapshot_fuzz.sh tests/fuzz/nvtx_fuzz.sh tests/fuzz/pickle_fuzz.sh
 
 # Benchmarks (make bench).
-$(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) | $(DEPS_STAMP)
-	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_LDLIBS)
+$(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) $(REC_ALLOC_LIB) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_ALLOC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/rec_instr.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
            tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh tests/bench/advise_zero3_bench.sh

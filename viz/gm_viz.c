@@ -642,7 +642,7 @@ int gm_viz_main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
             goto done;
-        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--with")) && i + 1 >= argc) {
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--with")) && !gm_opt_peek(argc, argv, i)) {
             /* a known option without its value: say which value, never "unknown option" */
             fprintf(stderr, "gpumem viz: %s needs %s\n%s", argv[i],
                     argv[i][1] == 'o' ? "the page's file name (-o run.html)"

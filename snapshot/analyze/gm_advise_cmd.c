@@ -1081,7 +1081,7 @@ int gm_advise_main(int argc, char **argv)
     double link = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *v = gm_opt_peek(argc, argv, i);
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage_advise, stdout);
             return 0;

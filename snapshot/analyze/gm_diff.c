@@ -289,7 +289,7 @@ int gm_cmd_diff(int argc, char **argv)
             json = 1;
         else if (!strcmp(a, "--top") || !strcmp(a, "--fail-if-peak-grows") ||
                  !strcmp(a, "--frames")) {
-            const char *v = i + 1 < argc ? argv[++i] : NULL;
+            const char *v = gm_opt_value(argc, argv, &i);
             if (!strcmp(a, "--frames")) {
                 if (v && !strcmp(v, "all"))
                     frames_all = 1;

@@ -419,7 +419,7 @@ int gm_frag_main(int argc, char **argv) {
         } else if (!strcmp(a, "--lossy-ok")) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
-            int rc = gm_arg_top("frag", i + 1 < argc ? argv[++i] : NULL, &top);
+            int rc = gm_arg_top("frag", gm_opt_value(argc, argv, &i), &top);
             if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));

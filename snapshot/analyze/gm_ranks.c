@@ -555,7 +555,7 @@ int gm_ranks_main(int argc, char **argv)
         else if (!strcmp(a, "--lossy-ok"))
             lossy_ok = 1;
         else if (!strcmp(a, "--top")) {
-            rc = gm_arg_top("report", i + 1 < argc ? argv[i + 1] : NULL, &ntop);
+            rc = gm_arg_top("report", gm_opt_peek(argc, argv, i), &ntop);
             i++;
         } else if (!strcmp(a, "--frames"))
             i++; /* call sites of unnamed allocations: user frames (the default) */

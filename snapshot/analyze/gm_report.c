@@ -1480,6 +1480,15 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     gm_fmt_bytes(m->peak_allocated, a, sizeof a);
     gm_fmt_bytes(m->peak_reserved, b, sizeof b);
     gm_fmt_bytes(m->peak_requested, c, sizeof c);
+    int failed = strcmp(d->state, "failed") == 0;
+    if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested && !d->closed && !failed) {
+        /* the process ended without closing the recording (kill -9): what it did in the last
+         * commit interval is not in the file, so "nothing allocated" would be a guess */
+        fprintf(out, "gpumem: %" PRIu64 " allocations committed (%" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64
+                     " dropped events); the last ~100 ms before the program ended were not: the recording was "
+                     "not closed\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
+        return 0;
+    }
     if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
         fprintf(out, "gpumem: nothing allocated: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
                      " OOMs, %" PRId64 " dropped events\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
@@ -1487,7 +1496,6 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
         fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
                 a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
-    int failed = strcmp(d->state, "failed") == 0;
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");

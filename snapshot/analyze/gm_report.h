@@ -124,7 +124,8 @@ typedef struct gm_opts {
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out);
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes);
 /* record's one-line summary (and the failure, if any). Returns 1 when its counts are the whole
- * run, 0 when events were lost (a failed recording, a full ring): then it says so. */
+ * run, 0 when events were lost (a failed recording, a full ring) or may have been (a recording
+ * never closed, with no allocation committed: never called "nothing allocated"): then it says so. */
 int gm_summary_short(gm_db *d, gm_model *m, FILE *out);
 int gm_cmd_diff(int argc, char **argv);
 

@@ -254,7 +254,8 @@ int gm_tune_main(int argc, char **argv) {
         } else if (!strcmp(a, "--lossy-ok")) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--objective")) {
-            const char *v = i + 1 < argc ? argv[++i] : "";
+            const char *v = gm_opt_value(argc, argv, &i);
+            if (!v) v = "";
             if (!strcmp(v, "reserved")) o.objective = GM_TUNE_RESERVED;
             else if (!strcmp(v, "time")) o.objective = GM_TUNE_TIME;
             else {
@@ -263,13 +264,14 @@ int gm_tune_main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--limit")) {
             size_t v = 0;
-            if (i + 1 >= argc || alloc_parse_size(argv[++i], &v) != ALLOC_OK || !v) {
+            const char *s = gm_opt_value(argc, argv, &i);
+            if (!s || alloc_parse_size(s, &v) != ALLOC_OK || !v) {
                 fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n%s", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
             o.limit = v;
         } else if (!strcmp(a, "--top")) {
-            int rc = gm_arg_top("tune", i + 1 < argc ? argv[++i] : NULL, &top);
+            int rc = gm_arg_top("tune", gm_opt_value(argc, argv, &i), &top);
             if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));

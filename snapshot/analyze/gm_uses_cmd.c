@@ -64,7 +64,7 @@ static int parse(int argc, char **argv, uses_opts *o) {
                     (klen == 6 && strncmp(a, "--step", 6) == 0) || (klen == 5 && strncmp(a, "--top", 5) == 0);
         const char *v = NULL;
         if (takes) {
-            v = eq && klen < strlen(a) ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            v = eq && klen < strlen(a) ? eq + 1 : gm_opt_value(argc, argv, &i);
             if (!v) return usage_error("%s needs a value", a);
         }
         if (strcmp(a, "--json") == 0) o->json = 1;

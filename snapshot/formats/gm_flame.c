@@ -150,10 +150,10 @@ int gm_cmd_flamegraph(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--countname") || !strcmp(a, "--title") || !strcmp(a, "--width")) {
-            if (i + 1 >= argc)
+            const char *v = gm_opt_value(argc, argv, &i);
+            if (!v)
                 return fprintf(stderr, "gpumem flamegraph: %s needs a value\n\n%s", a, usage_flame),
                        GM_EXIT_USAGE;
-            const char *v = argv[++i];
             if (a[2] == 'c') unit = v;
             else if (a[2] == 't') title = v;
             else if (gm_arg_real(v, 100, 100000, &width) != 0)

@@ -971,10 +971,9 @@ int gm_cmd_import(int argc, char **argv)
             fputs(usage_import, stdout);
             return 0;
         } else if (!strcmp(a, "-o")) {
-            if (i + 1 >= argc)
+            if (!(outp = gm_opt_value(argc, argv, &i)))
                 return fprintf(stderr, "gpumem import: -o needs a file name\n%s", GM_HELP("import")),
                        GM_EXIT_USAGE;
-            outp = argv[++i];
         } else if (!strcmp(a, "--force"))
             force = 1;
         else if (a[0] == '-' && a[1])

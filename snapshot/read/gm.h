@@ -380,4 +380,11 @@ void gm_json_str(FILE *out, const char *s);
 /* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);
 
+/* Command lines: the value of the option at argv[i], the next argument; NULL when there is none
+ * or when it is itself option-like ("--", "--json", "-o"): a forgotten value must never take the
+ * next option, or the "--" before a command, as a file name. gm_opt_value also steps *i over
+ * the value it returns; gm_opt_peek does not. Every command's parser takes its values so. */
+const char *gm_opt_peek(int argc, char **argv, int i);
+const char *gm_opt_value(int argc, char **argv, int *i);
+
 #endif

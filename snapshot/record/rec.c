@@ -16,6 +16,7 @@
  * is lookup-only; a new stack takes the lock once to get an id and queue its frames.
  */
 #include "snapshot/record/rec_internal.h"
+#include "snapshot/record/rec_settings.h"
 #include "snapshot/record/rec_unwind.h"
 
 #include <errno.h>
@@ -202,45 +203,9 @@ static int create_db_file(rec_state *g) {
 
 /* ---------------------------------------------------------------- open / close */
 
-/* A number setting: dflt when unset; *bad (with err) when it is not a number in [lo, hi]. */
-static long env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        if (!*bad) snprintf(err, errsz, "%s=%s is not a number from %ld to %ld", name, v, lo, hi);
-        *bad = 1;
-        return dflt;
-    }
-    return x;
-}
-
+/* A number setting the preload checked already (rec_settings_read): its value, or dflt. */
 static long env_long(const char *name, long dflt, long lo, long hi) {
-    int bad = 0;
-    char err[256];
-    return env_num(name, dflt, lo, hi, &bad, err, sizeof err);
-}
-
-/* One rule for every setting (rec.h): a value gpumem cannot read turns it off, never a silent
- * default. The preload checks these with its own before anything starts. */
-int rec_check_env(char *err, size_t errsz) {
-    int bad = 0;
-    env_num("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES, &bad, err, errsz);
-    env_num("GPUMEM_RING", 65536, 2, 1L << 26, &bad, err, errsz);
-    env_num("GPUMEM_RING_WAIT_US", 200, 0, 1000000, &bad, err, errsz);
-    env_num("GPUMEM_QUIET", 0, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_NAMES", 1, 0, 1, &bad, err, errsz);
-    env_num("GPUMEM_NVTX", 1, 0, 1, &bad, err, errsz);
-    const char *f = getenv("GPUMEM_FORK");
-    if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
-        snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
-    const char *r = getenv("GPUMEM_RING_FULL");
-    if (!bad && r && *r && strcmp(r, "wait") && strcmp(r, "drop"))
-        snprintf(err, errsz, "GPUMEM_RING_FULL=%s: expected wait (lossless) or drop", r), bad = 1;
-    return bad ? -1 : 0;
+    return rec_env_num(name, dflt, lo, hi, NULL, NULL, 0);
 }
 
 /* The wall-clock time of the origin: read beside it (not when the database is set up, which
@@ -319,9 +284,56 @@ static void on_terminating_signal(int sig) {
     raise(sig);
 }
 
+/* SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL: a crash. The events of the last ~100 ms are in the
+ * ring, not yet committed; without this a program that allocated and crashed at once would be
+ * told it allocated nothing. The handler commits them first. Then:
+ *   - the program's own handler (installed before the recording opened) runs, as it would have:
+ *     the recording was only flushed, not closed, since that handler may recover (a JIT's or a
+ *     garbage collector's fault handler) or be a crash reporter that re-raises;
+ *   - or, with the default action, the recording is closed (state 'interrupted', every lifetime
+ *     written, as for SIGTERM), the default action put back and the signal delivered again: a
+ *     fault recurs when the handler returns, a sent signal (abort(), kill) is raised again.
+ * A handler the program installs after the recording opened replaces this one: its choice.
+ * Only async-signal-safe work (atomics, nanosleep, bounded waits: the writer may wait for a
+ * slot the crashed thread never published). SA_ONSTACK: the program's alternate stack, if it
+ * set one, also serves a stack overflow. */
+static const int fatal_sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+#define N_FATAL (sizeof fatal_sigs / sizeof fatal_sigs[0])
+static struct sigaction fatal_prev[N_FATAL];
+
+static void on_fatal_signal(int sig, siginfo_t *info, void *ctx) {
+    size_t k = 0;
+    while (k < N_FATAL && fatal_sigs[k] != sig) k++;
+    if (k == N_FATAL) return;
+    const struct sigaction *prev = &fatal_prev[k];
+    if ((prev->sa_flags & SA_SIGINFO) && prev->sa_sigaction) {
+        rec_flush();
+        prev->sa_sigaction(sig, info, ctx);
+        return;
+    }
+    if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        rec_flush();
+        prev->sa_handler(sig);
+        return;
+    }
+    rec_close_ending(sig);
+    sigaction(sig, prev, NULL);
+    /* sent rather than caused by the instruction (si_code <= 0: kill, raise, abort's raise) */
+    if (!info || info->si_code <= 0) raise(sig);
+}
+
 static void install_signal_handlers(void) {
     atomic_store(&signals_on, (int)env_long("GPUMEM_SIGNALS", 1, 0, 1));
     if (!atomic_load(&signals_on)) return;
+    for (size_t i = 0; i < N_FATAL; i++) {
+        struct sigaction cur;
+        if (sigaction(fatal_sigs[i], NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO && cur.sa_sigaction == on_fatal_signal))
+            continue; /* already ours (a recording reopened after fork or exec) */
+        fatal_prev[i] = cur;
+        struct sigaction sa = {.sa_sigaction = on_fatal_signal, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+        sigemptyset(&sa.sa_mask);
+        sigaction(fatal_sigs[i], &sa, NULL);
+    }
     static const int sigs[] = {SIGINT, SIGTERM};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction old;

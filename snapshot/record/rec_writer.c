@@ -210,6 +210,8 @@ typedef struct writer {
     uint64_t peak_written_ns[REC_MAX_DEVICES];
     int64_t nsnapshots;
     int failed;
+    int setting_up;      /* rec_writer_open_db runs: a failure is its, said once by it */
+    char setup_why[512]; /* the first failure while setting up */
     /* Disk full or I/O error: what is committed stays, the failure is written into meta with
      * the room kept by reserve_fd (an unlinked, preallocated file: closing it frees its space
      * for that last commit), and every event popped afterwards is counted as dropped. */
@@ -284,6 +286,12 @@ static void write_failure(writer *w, const char *what) {
                  sys == EIO ? ", EIO" : "", what);
     else
         snprintf(why, sizeof why, "SQLite error while %s: %s", what, sqlite3_errmsg(w->db));
+    if (w->setting_up) { /* nothing was committed yet: the set-up says so, and removes the file */
+        snprintf(w->setup_why, sizeof w->setup_why, "%s", why);
+        if (w->in_txn) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+        w->in_txn = 0;
+        return;
+    }
     rec_warn("%s; recording stops here (what was committed stays; the program runs on)", why);
     if (w->in_txn) sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
     w->in_txn = 0;
@@ -460,12 +468,11 @@ int rec_writer_open_db(rec_state *g) {
     int rc = sqlite3_open_v2(g->path, &w->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
                              NULL);
+    w->setting_up = 1;
     if (rc != SQLITE_OK) {
-        rec_warn("cannot open %s with SQLite: %s; not recording", g->path,
+        snprintf(w->setup_why, sizeof w->setup_why, "SQLite cannot open it: %s",
                  w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
-        sqlite3_close(w->db);
-        w->db = NULL;
-        return -1;
+        goto fail;
     }
     /* A small page cache (4 MiB): the writer only appends, so it needs the right edge of each
      * b-tree, and pages recycled from a small cache are still warm in the CPU's caches (8% less
@@ -549,6 +556,7 @@ int rec_writer_open_db(rec_state *g) {
     /* after the schema: on a nearly full disk the recording still starts, and when the disk
      * fills up later this is the room for saying so */
     reserve_space(w, g->path);
+    w->setting_up = 0;
     g->db = w->db;
     return 0;
 fail:
@@ -556,7 +564,21 @@ fail:
     sqlite3_close(w->db);
     w->db = NULL;
     release_reserve(w, 1);
-    rec_warn("cannot set up %s; not recording", g->path);
+    w->setting_up = 0;
+    /* The file was made (or emptied: an earlier run's) for this recording a moment ago and no
+     * event reached it: a file that holds nothing but a header would only be reported on as "a
+     * recording that stopped before its first commit". It goes, with its side files. */
+    static const char *const sides[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
+        char side[sizeof g->path + 16];
+        snprintf(side, sizeof side, "%s%s", g->path, sides[i]);
+        unlink(side);
+    }
+    char why[1800]; /* one status line is at most 1 KiB: the path is cut, not the reason */
+    snprintf(why, sizeof why, "cannot set up %.1000s: %.600s; not recording (the file is removed: it held nothing)",
+             g->path, w->setup_why[0] ? w->setup_why : "SQLite failed");
+    rec_warn("%s", why);
+    rec_status("unwritten", why); /* gpumem record: the recording could not be written */
     return -1;
 }
 

@@ -95,15 +95,97 @@ bad=$(grep -hE '^(mpirun|.*\| *mpirun) ' README.md train/README.md | grep -v -- 
 [[ -z $bad ]] || fail "mpirun examples that fail as root: $bad"
 ok "README mpirun examples carry --allow-run-as-root"
 
-# settings: one rule (a value gpumem cannot read turns it off, said in one line); 0 is no limit
-for e in GPUMEM_LIMIT=lots GPUMEM_USES=often GPUMEM_STACKS=deep GPUMEM_RING=big GPUMEM_PYTHON=yes; do
-  rc=0; env "$e" "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
-  [[ $rc == 0 ]] || fail "$e broke the program (exit $rc)"
-  grep -q "^gpumem: nothing was recorded: ${e%%=*}.*${e#*=}.*; gpumem is off$" "$TMP/err.txt" || fail "$e: $(cat "$TMP/err.txt")"
+# settings: one rule, one parser. Every GPUMEM_* setting with a value gpumem cannot read — a
+# word, a negative number (strtoull wraps "-5" around: "no limit"), characters after a number, a
+# number too large, a number out of range — is refused by `gpumem record` before the program
+# starts (exit 2, no database, the program not run) with the very message libgpumem.so gives
+# when preloaded without `gpumem record` (then the program runs, gpumem off): the same text
+# from one parser. 0 is no limit.
+bad_settings=(
+  GPUMEM_CONF=max_split_size_mb:abc GPUMEM_CONF=garbage GPUMEM_CONF=bogus_key:1 GPUMEM_CONF=preset:nonsense
+  GPUMEM_CONF=max_split_size_mb:-5 GPUMEM_CONF=max_split_size_mb:-1 GPUMEM_CONF=max_split_size_mb:-20
+  GPUMEM_CONF=max_split_size_mb:128abc GPUMEM_CONF=max_split_size_mb:99999999999999999999
+  GPUMEM_CONF=max_non_split_rounding_mb:-5 GPUMEM_CONF=large_segment_size_mb:-1 GPUMEM_CONF=large_segment_size_mb:40x
+  GPUMEM_CONF=roundup_power2_divisions:4abc GPUMEM_CONF=roundup_power2_divisions:-4
+  "GPUMEM_CONF=roundup_power2_divisions:[256:-2]" "GPUMEM_CONF=roundup_power2_divisions:[-256:2]"
+  GPUMEM_CONF=garbage_collection_threshold:0.6abc GPUMEM_CONF=garbage_collection_threshold:-0.5
+  GPUMEM_CONF=per_process_memory_fraction:0.5x GPUMEM_CONF=pinned_num_register_threads:-4
+  GPUMEM_CONF=pinned_reserve_segment_size_mb:-1 GPUMEM_CONF=pinned_max_cached_size_mb:1x
+  GPUMEM_CONF=pinned_max_round_threshold_mb:-3 GPUMEM_CONF=handle_size:-2M GPUMEM_CONF=handle_size_small:2Mx
+  GPUMEM_CONF=release_threshold:-1 GPUMEM_CONF=limit:-1 GPUMEM_CONF=limit:99999999999999999999T
+  GPUMEM_MODE=garbage GPUMEM_USES=often GPUMEM_PYTHON=yes GPUMEM_FORK=garbage GPUMEM_RING_FULL=garbage
+  GPUMEM_LIMIT=lots GPUMEM_LIMIT=-5 GPUMEM_LIMIT=1Gx GPUMEM_LIMIT=99999999999999999999
+  GPUMEM_STACKS=deep GPUMEM_STACKS=-5 GPUMEM_STACKS=16x GPUMEM_STACKS=99999999999999999999 GPUMEM_STACKS=65
+  GPUMEM_RING=big GPUMEM_RING=-1 GPUMEM_RING_WAIT_US=-5 GPUMEM_RING_WAIT_US=5us
+  GPUMEM_QUIET=-1 GPUMEM_TSC=1x GPUMEM_NAMES=+1 GPUMEM_NVTX=" 1" GPUMEM_SIGNALS=2
+  GPUMEM_TORCH_MAX_ENTRIES=-5 GPUMEM_TORCH_MAX_ENTRIES=10k
+)
+for e in "${bad_settings[@]}"; do
+  var=${e%%=*}
+  rm -f "$TMP/set.db" "$TMP/started"
+  rc=0; env "$e" "$GM" record -o "$TMP/set.db" -- sh -c "touch '$TMP/started'" > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 2 && ! -e $TMP/set.db && ! -e $TMP/started && $(wc -l < "$TMP/err.txt") == 1 ]] \
+    || fail "gpumem record with $e: exit $rc (want 2), db $([[ -e $TMP/set.db ]] && echo left || echo none), program $([[ -e $TMP/started ]] && echo started || echo 'not started'): $(cat "$TMP/err.txt")"
+  said=$(sed -n "s/^gpumem record: \($var.*\); fix or unset it (the program was not started)\$/\1/p" "$TMP/err.txt")
+  [[ -n $said ]] || fail "gpumem record with $e: $(cat "$TMP/err.txt")"
+  # preloaded without gpumem record: the program runs, gpumem is off, the same words
+  rc=0; env "$e" GPUMEM_DB="$TMP/pre.db" LD_PRELOAD="$BUILD/libgpumem.so" "$TRAIN" --model tiny --steps 1 -B 2 -T 32 \
+    > /dev/null 2> "$TMP/pre.txt" || rc=$?
+  [[ $rc == 0 && ! -e $TMP/pre.db ]] || fail "preloaded with $e: exit $rc, $(cat "$TMP/pre.txt")"
+  grep -qxF "gpumem: $said; gpumem is off" "$TMP/pre.txt" \
+    || fail "preloaded with $e, libgpumem.so says: $(cat "$TMP/pre.txt") -- gpumem record said: $said"
 done
-rc=0; GPUMEM_LIMIT=0 "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
-[[ $rc == 0 ]] && ! grep -q "bad size" "$TMP/err.txt" && grep -q "recorded to" "$TMP/err.txt" || fail "GPUMEM_LIMIT=0: $(cat "$TMP/err.txt")"
-ok "a bad setting turns gpumem off, whichever it is; GPUMEM_LIMIT=0 is no limit"
+for e in GPUMEM_LIMIT=0 GPUMEM_CONF=max_split_size_mb:20 GPUMEM_CONF=max_split_size_mb:+40 GPUMEM_STACKS=0; do
+  rc=0; env "$e" "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 0 ]] && ! grep -q "bad \|not a number" "$TMP/err.txt" && grep -q "recorded to" "$TMP/err.txt" || fail "$e: $(cat "$TMP/err.txt")"
+done
+ok "${#bad_settings[@]} bad settings refused by gpumem record (exit 2, nothing run) with libgpumem.so's own words; GPUMEM_LIMIT=0, max_split_size_mb:20 and :+40 accepted"
+
+# -o naming a gpumem database this user cannot write: refused before the program runs (exit 2),
+# as a missing or read-only directory is
+if command -v setpriv > /dev/null && [[ $(id -u) == 0 ]]; then
+  # a directory the other user owns and reaches (the tests' own are private to root)
+  ro=$(mktemp -d /tmp/gpumem-ro.XXXXXX) && chmod 755 "$ro"
+  trap 'rm -rf "$TMP" "$ro"' EXIT
+  cp "$TMP/run.db" "$ro/ro.db" && chown -R nobody "$ro" && chmod 400 "$ro/ro.db"
+  rc=0; setpriv --reuid=nobody --regid=nogroup --clear-groups "$GM" record -o "$ro/ro.db" -- sh -c "touch '$ro/started'" \
+    > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 2 && ! -e $ro/started ]] && grep -q "^gpumem: -o $ro/ro.db: cannot write it: Permission denied" "$TMP/err.txt" \
+    || fail "-o onto a database the user cannot write: exit $rc, $(cat "$TMP/err.txt")"
+  cmp -s "$TMP/run.db" "$ro/ro.db" || fail "the database the user cannot write was changed"
+  ok "-o onto a gpumem database the user cannot write: exit 2 before the program runs"
+else
+  echo "skipped: -o onto an unwritable database (needs root and setpriv to become another user)"
+fi
+
+# every option that takes a value, in every command: a missing value, or an option in its place
+# (the "--" before the command, the next option) is a usage error that names the option, and no
+# file is made under the option's name
+cp "$TMP/run.pickle" "$TMP/in.pickle"
+value_cases=(
+  "record -o -- true" "record -o" "record --allocator -- true" "record -q -o -q -- true"
+  "report run.db --top --json" "report run.db --frames --json" "report run.db --top"
+  "leaks run.db --top --json" "leaks run.db --frames -- " "report run.db run.db --top --json"
+  "export --format trace run.db -o --force" "export --format trace run.db -o --" "export --format trace run.db -o"
+  "export --format --json run.db" "export --format folded --what --force run.db" "export --format torch run.db --at -o x"
+  "sql run.db -c --write" "sql run.db -c"
+  "uses run.db --name --json" "uses run.db --id --json" "uses run.db --name x --top --json"
+  "advise run.db --budget --json" "advise run.db --gpu --json" "advise run.db --ranks --json"
+  "diff run.db run.db --top --json" "diff run.db run.db --fail-if-peak-grows --json" "diff run.db run.db --frames --json"
+  "frag run.db --top --json" "tune run.db --objective --json" "tune run.db --limit --json" "tune run.db --top --json"
+  "viz run.db -o --with" "viz run.db -o v.html --with --force" "viz run.db -o"
+  "import in.pickle -o --force" "import in.pickle -o --"
+  "flamegraph --title --width" "flamegraph --countname"
+)
+gm_abs=$(realpath "$GM")
+for c in "${value_cases[@]}"; do
+  rc=0; (cd "$TMP" && "$gm_abs" $c < /dev/null > /dev/null 2> "$TMP/err.txt") || rc=$?
+  [[ $rc == 2 ]] && grep -q "needs\|takes\|accepts" "$TMP/err.txt" || fail "gpumem $c: exit $rc, $(head -2 "$TMP/err.txt")"
+  for made in -- --force --json --with --write -q; do
+    [[ ! -e $TMP/$made ]] || fail "gpumem $c made a file named '$made'"
+  done
+done
+ok "${#value_cases[@]} options without their value, or with an option in its place: exit 2, no file named after an option"
 
 # usage errors: the error and one line pointing at --help, never the whole help
 for c in "report --bogus" "leaks --bogus" "uses" "export $TMP/run.db" "sql" "advise --bogus" "diff $TMP/run.db" \

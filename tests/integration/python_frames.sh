@@ -153,11 +153,12 @@ done
 record "$TMP/off.db" "$PY" gil GPUMEM_PYTHON=0
 [[ $(q "$TMP/off.db" "SELECT count(*) FROM frames WHERE python = 1") -eq 0 ]] || fail "GPUMEM_PYTHON=0 still recorded Python frames"
 [[ -s $TMP/off.db.err ]] && { cat "$TMP/off.db.err"; fail "GPUMEM_PYTHON=0 printed something"; }
-# a value it cannot read: gpumem is off, as for every setting (one line; the program runs)
+# a value it cannot read: refused by gpumem record before the program runs, as every setting
+# (cli_small_wrongs.sh; preloaded by hand, gpumem is off and the program runs)
 GPUMEM_PYTHON=yes "$GPUMEM" record -o "$TMP/badenv.db" -- "$PY" "$SRC/frames_main.py" "$RT" gil \
-  > "$TMP/badenv.out" 2> "$TMP/badenv.err" || { cat "$TMP/badenv.err"; fail "GPUMEM_PYTHON=yes broke the program"; }
-grep -q "frames_main: done" "$TMP/badenv.out" || fail "frames_main.py did not finish under GPUMEM_PYTHON=yes"
-has "$TMP/badenv.err" "GPUMEM_PYTHON: unknown value 'yes' (accepted: 0, 1); gpumem is off" "bad GPUMEM_PYTHON"
+  > "$TMP/badenv.out" 2> "$TMP/badenv.err"; rc=$?
+[[ $rc -eq 2 ]] || { cat "$TMP/badenv.err"; fail "GPUMEM_PYTHON=yes: exit $rc, want 2"; }
+has "$TMP/badenv.err" "GPUMEM_PYTHON: unknown value 'yes' (accepted: 0, 1); fix or unset it" "bad GPUMEM_PYTHON"
 [[ ! -e $TMP/badenv.db ]] || fail "GPUMEM_PYTHON=yes still recorded"
 
 # ---- other interpreters on this machine (pyenv): 3.9-3.13 the same rows; 3.8 one line, off

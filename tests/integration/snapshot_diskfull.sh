@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A full disk loses nothing silently: the trainer recorded onto a 256 KiB tmpfs runs exactly as
 # without gpumem (same losses, same peak), and what was written says the recording failed for
-# lack of space (state = failed, the reason naming ENOSPC), in the report's text and JSON.
+# lack of space (state = failed, the reason naming ENOSPC), in the report's text and JSON; and a
+# disk too full for even the schema leaves no file, one message, and exit 3.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
@@ -43,4 +44,23 @@ read -r kept dropped < <("$GPUMEM" report --json --lossy-ok "$TMP/full/run.db" 2
 grep -qE "dropped events +$dropped \(the recording failed" "$TMP/rep.txt" \
   || { cat "$TMP/rep.txt"; fail "the report does not tie the dropped events to the failure"; }
 echo "ok: 256 KiB disk: $kept events committed, $dropped dropped (with room: $all events)"
+
+# A disk too full for even the schema (48 KiB): the file the recorder made holds nothing and is
+# removed; one line says the disk is full (no "recording stops here ... what was committed
+# stays" for a recording that never started); record says how the program ended (its own exit
+# status, 5 here) and exits 3: the recording could not be written
+mkdir -p "$TMP/tiny"
+mount -t tmpfs -o size=48k gpumem-tiny "$TMP/tiny" || fail "cannot mount the second tmpfs"
+trap 'umount "$TMP/full" "$TMP/tiny" 2> /dev/null; rm -rf "$TMP"' EXIT
+"$GPUMEM" record -o "$TMP/tiny/run.db" -- sh -c "\"$TRAIN\" --model tiny --steps 1 -B 2 -T 32 > /dev/null; exit 5" \
+  > /dev/null 2> "$TMP/tiny.err"; rc=$?
+[[ $rc == 3 ]] || { cat "$TMP/tiny.err"; fail "record onto a disk too full to set up: exit $rc, want 3"; }
+[[ -z $(ls -A "$TMP/tiny") ]] || fail "a file the recorder could not set up was left: $(ls -la "$TMP/tiny")"
+[[ $(grep -c "no space left on device" "$TMP/tiny.err") == 1 ]] && grep -q "^gpumem: recorder: cannot set up $TMP/tiny/run.db: no space left on device (ENOSPC)" "$TMP/tiny.err" \
+  || { cat "$TMP/tiny.err"; fail "not one line that says the disk is full"; }
+grep -q "recording stops here\|what was committed stays\|stopped before its first commit" "$TMP/tiny.err" \
+  && { cat "$TMP/tiny.err"; fail "a recording that never started is said to have committed something"; }
+grep -q "^gpumem: nothing was recorded; the program exited with status 5; exit 3: the recording could not be written$" "$TMP/tiny.err" \
+  || { cat "$TMP/tiny.err"; fail "the program's own exit status is not said"; }
+echo "ok: 48 KiB disk: no file left, one line (ENOSPC), the program's status 5 said, exit 3"
 echo "ok: 256 KiB disk: trainer output unchanged, the database says the recording failed (ENOSPC)"

@@ -6,7 +6,9 @@
 #     keys gpumem knows, less gpumem's own (preset, limit, ...), which torch refuses;
 #   - the forms: each string of tests/torch/conf_forms.txt (separators, white space, numbers as
 #     strtoull/strtod read them, lists, bounds, every key's values) is accepted by both or refused
-#     by both, and where accepted both hold the same 16 roundup_power2_divisions;
+#     by both, and where accepted both hold the same 16 roundup_power2_divisions; but for the
+#     numbers torch takes and reads as another number ('-5' wraps around, '128abc' is 128),
+#     which gpumem refuses, saying that PyTorch would misread them;
 #   - backend:cudaMallocAsync, which torch takes only at start-up, through the environment;
 #   - a key gpumem accepts and does not model says so, once (gpumem-replay, and libgpumem.so in
 #     a program);
@@ -68,7 +70,7 @@ else
 fi
 
 # --- the forms
-i=0 agree=0
+i=0 agree=0 misread=0
 while IFS= read -r line; do
   [[ -z $line || $line == \#* ]] && continue
   i=$((i + 1))
@@ -76,7 +78,11 @@ while IFS= read -r line; do
   [[ $form == "<empty>" ]] && form=""
   IFS=$'\t' read -r tv tdiv < <(sed -n "${i}p" "$tmp/torch_forms")
   if gdiv=$("$R" --divisions --conf "$form" 2> "$tmp/gm.err"); then gv=OK; else gv=ERR; fi
-  if [[ $tv != "$gv" ]]; then
+  if [[ $tv == OK && $gv == ERR ]] && grep -q "PyTorch would misread it" "$tmp/gm.err"; then
+    # the one difference, on purpose: a number torch takes and reads as another one ('-5' wraps
+    # to "no limit", '128abc' is 128) is refused by gpumem (alloc/README.md)
+    misread=$((misread + 1)) agree=$((agree + 1))
+  elif [[ $tv != "$gv" ]]; then
     bad "'$form': torch ${tv:-?} ($tdiv), gpumem $gv ($(head -c 200 "$tmp/gm.err"))"
   elif [[ $tv == OK && $tdiv != "$gdiv" ]]; then
     bad "'$form': both accept it; divisions torch [$tdiv], gpumem [$gdiv]"
@@ -85,7 +91,8 @@ while IFS= read -r line; do
   fi
 done < "$forms"
 [[ $i -gt 100 && $(wc -l < "$tmp/torch_forms") -eq $i ]] || bad "$i forms, torch answered $(wc -l < "$tmp/torch_forms")"
-[[ $agree -eq $i ]] && ok "$i configuration strings: torch and gpumem accept and refuse alike ($(grep -c '^OK' "$tmp/torch_forms") accepted, the same divisions)"
+[[ $misread -ge 8 ]] || bad "only $misread strings torch misreads were refused by gpumem: conf_forms.txt lost its signed and trailing-garbage numbers"
+[[ $agree -eq $i ]] && ok "$i configuration strings: torch and gpumem accept and refuse alike ($(grep -c '^OK' "$tmp/torch_forms") accepted, the same divisions), but for $misread numbers torch misreads, which gpumem refuses"
 
 # --- start-up only, and the environment's precedence (torch at start-up, one process each)
 gmcheck() { # ENV... : gpumem-replay --torch-env --check-conf; stderr in $tmp/gm.err

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpumem-replay from the shell: GPUMEM_CONF errors are one line naming the key and the accepted
 # keys (exit 2); --check-conf prints the effective config; a trace file replays to the expected
-# peaks; a limit reports the OOM position and forensics (exit 1); --write round-trips.
+# peaks; a limit reports the OOM position and forensics (exit 1); --write round-trips; an
+# option's missing, option-like or not-whole value is exit 2.
 set -uo pipefail
 BUILD=${BUILD:-build}
 cli=$BUILD/alloc/gpumem-replay
@@ -71,4 +72,12 @@ b=$("$cli" "$tmp/j.trace" | sed 's/ seconds=.*//; s/trace=[^ ]*//')
 printf 'a 1 100\nz 2\n' > "$tmp/bad.trace"
 out=$("$cli" "$tmp/bad.trace" 2>&1); rc=$?
 [[ $rc -eq 2 && $out == *"line 2"* ]] || fail "bad trace: exit $rc: $out"
+# every option that takes a value: missing, or an option in its place, or (numbers) not whole:
+# exit 2 naming the option, nothing replayed with a value the user did not write
+for c in "--conf --divisions" "--conf" "--preset --check-conf" "--limit --check-conf" "--steps 5x --synth fixed" \
+         "--seed -1 --synth fixed" "--seed 1x --synth fixed" "--stream-lag 3x" "--round -- 100" "--write"; do
+  # shellcheck disable=SC2086
+  out=$("$cli" $c 2>&1); rc=$?
+  [[ $rc -eq 2 && $(wc -l <<< "$out") -eq 1 && $out == "gpumem-replay: "*"${c%% *}"* ]] || fail "gpumem-replay $c: exit $rc: $out"
+done
 echo "all checks passed"

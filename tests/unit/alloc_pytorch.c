@@ -211,7 +211,7 @@ static void test_config_keys(void **state)
 
 /* PyTorch 2.14.1's grammar (alloc/config.c, "the parser"; driven against torch's own parser in
  * tests/torch/torch_conf_keys.sh): separators are only counted, numbers read as strtoull/strtod
- * read them, large_segment_size_mb first wherever it stands, lists in any order, the keys
+ * read them (but for the ones PyTorch misreads, refused), large_segment_size_mb first wherever it stands, lists in any order, the keys
  * gpumem does not model accepted and named, and per_process_memory_fraction a limit of that share
  * of the device. Each case fails under gpumem's grammar before (which checked separators, wanted
  * ascending lists, refused pinned_* keys and the fraction). */
@@ -221,13 +221,21 @@ static void test_torch_grammar(void **state)
     char err[512], names[512];
     alloc_config_t c = conf("preset:pytorch,max_split_size_mb,128"); /* any separator */
     assert_int_equal(c.max_split_size, 128 * MiB);
-    c = conf("preset:pytorch,max_split _size_mb: 128abc"); /* white space dropped; a prefix */
+    c = conf("preset:pytorch,max_split _size_mb: 128"); /* white space dropped */
     assert_int_equal(c.max_split_size, 128 * MiB);
+    /* what PyTorch reads as another number than the one written ("128abc" is 128, "-5" wraps to
+     * "no limit") is refused, saying so: the one place gpumem's grammar is stricter */
+    static const char *const misread[] = {"max_split_size_mb:128abc", "max_split_size_mb:-5",
+                                          "large_segment_size_mb:-1", "roundup_power2_divisions:[256:-2]",
+                                          "garbage_collection_threshold:0.6abc"};
+    for (size_t i = 0; i < sizeof misread / sizeof *misread; i++) {
+        alloc_config_default(&c);
+        assert_int_equal(alloc_config_parse(&c, misread[i], err, sizeof err), ALLOC_ERR_CONFIG);
+        assert_non_null(strstr(err, "PyTorch would misread it"));
+    }
     c = conf("preset:pytorch,max_split_size_mb:15,large_segment_size_mb:11"); /* bound: 11 */
     assert_int_equal(c.max_split_size, 15 * MiB);
     assert_int_equal(c.large_segment, 11 * MiB);
-    c = conf("preset:pytorch,max_split_size_mb:-5"); /* wraps: no limit in effect */
-    assert_true(c.max_split_size > ((size_t)1 << 60));
     c = conf("preset:pytorch,garbage_collection_threshold:0x0.8p0"); /* a hexadecimal 0.5 */
     assert_true(c.gc_threshold == 0.5);
     /* [512:2,256:1]: 2 up to 512 MiB's interval, then 256 MiB's interval set to 1 */

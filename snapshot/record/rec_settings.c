@@ -1,0 +1,105 @@
+/* rec_settings.c — every GPUMEM_* setting gpumem reads, checked by one parser.
+ *
+ * Two programs read these settings: libgpumem.so, at the first CUDA call of the program (a bad
+ * value turns gpumem off for the whole run, with one line naming it: the program still runs, as
+ * an LD_PRELOAD user expects), and `gpumem record`, before it starts the program (a bad value
+ * is a usage error, exit 2: a run that would record nothing is not started). Both call
+ * rec_settings_read, so they can never disagree on what is bad. It lives in record/ because
+ * both link it: the command links record/ but never preload/.
+ *
+ * Numbers are whole: digits only (GPUMEM_CONF's keys keep PyTorch's own forms, alloc/config.c).
+ * strtol and strtoull read "-5" (wrapped to 2^64 - 5 by strtoull), " 16", "16abc" and "0x10" as
+ * numbers; each of them is a value the user did not mean, so each is refused. */
+#include "snapshot/record/rec_internal.h" /* REC_MAX_FRAMES */
+#include "snapshot/record/rec_settings.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+long rec_env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    int digits = v[strspn(v, "0123456789")] == 0;
+    char *end;
+    errno = 0;
+    long x = digits ? strtol(v, &end, 10) : 0;
+    if (!digits || errno || x < lo || x > hi) {
+        if (bad && !*bad && err)
+            snprintf(err, errsz, "%s=%s is not a number from %ld to %ld (digits only)", name, v, lo, hi);
+        if (bad) *bad = 1;
+        return dflt;
+    }
+    return x;
+}
+
+int rec_check_env(char *err, size_t errsz) {
+    int bad = 0;
+    rec_env_num("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES, &bad, err, errsz);
+    rec_env_num("GPUMEM_RING", 65536, 2, 1L << 26, &bad, err, errsz);
+    rec_env_num("GPUMEM_RING_WAIT_US", 200, 0, 1000000, &bad, err, errsz);
+    rec_env_num("GPUMEM_QUIET", 0, 0, 1, &bad, err, errsz);
+    rec_env_num("GPUMEM_TSC", 1, 0, 1, &bad, err, errsz);
+    rec_env_num("GPUMEM_NAMES", 1, 0, 1, &bad, err, errsz);
+    rec_env_num("GPUMEM_NVTX", 1, 0, 1, &bad, err, errsz);
+    rec_env_num("GPUMEM_SIGNALS", 1, 0, 1, &bad, err, errsz);
+    const char *f = getenv("GPUMEM_FORK");
+    if (!bad && f && *f && strcmp(f, "off") && strcmp(f, "record"))
+        snprintf(err, errsz, "GPUMEM_FORK=%s: expected record or off", f), bad = 1;
+    const char *r = getenv("GPUMEM_RING_FULL");
+    if (!bad && r && *r && strcmp(r, "wait") && strcmp(r, "drop"))
+        snprintf(err, errsz, "GPUMEM_RING_FULL=%s: expected wait (lossless) or drop", r), bad = 1;
+    return bad ? -1 : 0;
+}
+
+int rec_settings_read(rec_settings *s, alloc_config_t *conf, char *err, size_t errsz) {
+    memset(s, 0, sizeof *s);
+    s->mode = REC_SET_REPLACE;
+    s->uses = REC_SET_USES_ON;
+    alloc_config_default(conf);
+    const char *m = getenv("GPUMEM_MODE");
+    if (m && *m) {
+        if (!strcasecmp(m, "replace")) s->mode = REC_SET_REPLACE;
+        else if (!strcasecmp(m, "record")) s->mode = REC_SET_RECORD;
+        else if (!strcasecmp(m, "off")) {
+            s->mode = REC_SET_OFF; /* on purpose: the other settings do not matter */
+            return 0;
+        } else {
+            snprintf(err, errsz, "GPUMEM_MODE: unknown mode '%s' (accepted: replace, record, off)", m);
+            return -1;
+        }
+    }
+    const char *py = getenv("GPUMEM_PYTHON");
+    if (py && *py && strcmp(py, "0") && strcmp(py, "1")) {
+        snprintf(err, errsz, "GPUMEM_PYTHON: unknown value '%s' (accepted: 0, 1)", py);
+        return -1;
+    }
+    const char *u = getenv("GPUMEM_USES");
+    if (u && *u) {
+        if (!strcmp(u, "0")) s->uses = REC_SET_USES_OFF;
+        else if (!strcmp(u, "1")) s->uses = REC_SET_USES_ON;
+        else if (!strcasecmp(u, "timed")) s->uses = REC_SET_USES_TIMED;
+        else {
+            snprintf(err, errsz, "GPUMEM_USES: unknown value '%s' (accepted: 0, 1, timed)", u);
+            return -1;
+        }
+    }
+    const char *c = getenv("GPUMEM_CONF");
+    if (c && *c && alloc_config_parse(conf, c, err, errsz) != ALLOC_OK) return -1;
+    const char *lim = getenv("GPUMEM_LIMIT");
+    if (lim && *lim) {
+        if (alloc_parse_size(lim, &s->limit) != ALLOC_OK) {
+            snprintf(err, errsz, "GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
+                                 "suffix, e.g. 24G; 0 for no limit)", lim);
+            return -1;
+        }
+        conf->limit = s->limit; /* 0: no limit, as when unset */
+    }
+    int bad = 0;
+    s->torch_max_entries =
+        (size_t)rec_env_num("GPUMEM_TORCH_MAX_ENTRIES", 2000000, 1, 1L << 32, &bad, err, errsz);
+    if (bad) return -1;
+    return rec_check_env(err, errsz);
+}
