@@ -78,7 +78,8 @@ line=$(grep -n '\.backward()' "$script" | sed -n 1p | cut -d: -f1)
 
 # Every OOM PyTorch raises reaches the ooms table, once, from its trace's oom entry (device_free in
 # it), whatever refused it; and one built from PyTorch's trace (merged or imported) says the same.
-# A table: NAME | environment | the fraction set ("-": none). The program holds two 256 MiB
+# A table: NAME | environment | the fraction set ("-": none) | the binding constraint. The
+# program holds two 256 MiB
 # tensors and a third (with no fraction: sized to leave 10 MiB of a 1 GiB device; else 1 MiB, in
 # a 2 MiB segment: PyTorch's allocated 513 MiB, reserved 514 MiB), asks for more
 # than is left, catches PyTorch's OutOfMemoryError, then allocates 1 MiB (it fits: the run goes on).
@@ -107,12 +108,15 @@ pickle.dump(s, open(sys.argv[2], "wb"), protocol=2)
 EOF
 oomline=$(grep -n 'd = torch.empty' "$tmp/oomc.py" | cut -d: -f1)
 cases=(
-  "fraction|GPUMEM_SIM_MEMORY=80G|0.01"       # never reaches cudaMalloc: PyTorch's own cap
-  "fraction-history|GPUMEM_SIM_MEMORY=80G GPUMEM_TORCH_PYTORCH_HISTORY=1|0.01" # its history, paired
-  "device|GPUMEM_SIM_MEMORY=1G|-"             # the driver refuses it too: counted once
+  "fraction|GPUMEM_SIM_MEMORY=80G|0.01|fraction" # never reaches cudaMalloc: PyTorch's own cap
+  "fraction-history|GPUMEM_SIM_MEMORY=80G GPUMEM_TORCH_PYTORCH_HISTORY=1|0.01|fraction" # its history, paired
+  "fraction-clock|GPUMEM_SIM_MEMORY=80G GPUMEM_TORCH_TRACE=0|0.01|fraction" # no tracker: its history, by time
+  "device|GPUMEM_SIM_MEMORY=1G|-|device"         # the driver refuses it too: counted once
+  "device-clock|GPUMEM_SIM_MEMORY=1G GPUMEM_TORCH_TRACE=0|-|device"
+  "limit|GPUMEM_SIM_MEMORY=80G GPUMEM_LIMIT=1G|-|limit" # gpumem's limit refuses it: counted once
 )
 for c in "${cases[@]}"; do
-  IFS='|' read -r name envs frac <<< "$c"
+  IFS='|' read -r name envs frac want_cause <<< "$c"
   env GPUMEM_SIM_BACKING=memory $envs "$G" record -o "$tmp/c-$name.db" -- "$torch_py" "$tmp/oomc.py" "$frac" \
     > /dev/null 2> "$tmp/c-$name.err" || { bad "$name: record failed: $(tail -2 "$tmp/c-$name.err")"; continue; }
   # the OOMs the recording has without PyTorch's trace: the driver's refusals
@@ -139,10 +143,13 @@ for c in "${cases[@]}"; do
       || bad "$name: $o"
     "$G" report "$tmp/c-$name.db" 2>/dev/null | grepq "binding constraint: fraction (PyTorch's per-process memory fraction allows" \
       && ok "$name: the text names the fraction" || bad "$name: the text names no fraction"
-  else
-    read -r cause free short req < <(jq -r '[.cause, .device_free, .shortfall, .requested] | @tsv' <<< "$o")
-    [[ $cause == device && $free -gt 0 && $short == $((req - free)) ]] \
-      && ok "$name: the device refused it: short by $short (the request less the $free bytes free)" || bad "$name: $o"
+  else # short by the request less the room: what the device had free, or the limit left
+    read -r cause free limit res short req < <(jq -r '[.cause, .device_free, .limit, .reserved, .shortfall,
+      .requested] | @tsv' <<< "$o")
+    room=$free
+    [[ $want_cause == limit ]] && room=$((limit - res))
+    [[ $cause == "$want_cause" && $room -gt 0 && $short == $((req - room)) ]] \
+      && ok "$name: $cause: short by $short (the request less the $room bytes of room)" || bad "$name: $o"
   fi
   "$G" export --format torch --at oom "$tmp/c-$name.db" -o "$tmp/c-$name.at.pickle" 2> "$tmp/c-$name.exp" \
     && ok "$name: export --at oom" || bad "$name: export --at oom: $(cat "$tmp/c-$name.exp")"
@@ -156,7 +163,9 @@ for c in "${cases[@]}"; do
     && ok "$name: memory_viz trace reads the snapshot's OOM" || bad "$name: memory_viz trace of $snap"
   "$torch_py" "$tmp/addr.py" "$snap" "$tmp/c-$name.addr.pickle"
   fields='[.requested, .allocated, .reserved, .device_free]'
-  [[ $frac == - ]] && fields='[.requested, .allocated, .reserved, .device_free, .shortfall]'
+  [[ $want_cause == device ]] && fields='[.requested, .allocated, .reserved, .device_free, .shortfall]'
+  # (under GPUMEM_LIMIT, PyTorch's cudaMemGetInfo is gpumem's, capped at the limit: not the driver's)
+  [[ $want_cause == limit ]] && fields='[.requested, .allocated, .reserved]'
   r=$(jq -c "$fields" <<< "$o")
   for p in "$snap" "$tmp/c-$name.addr.pickle"; do
     rm -f "$tmp/imp.db"
