@@ -1242,10 +1242,12 @@ int gm_advise_main(int argc, char **argv)
         fmt(c.m.oom.allocated, al, sizeof al);
         fmt(c.m.oom.limit, lim, sizeof lim);
         snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s%s)",
-                 c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where,
-                 c.m.oom.name, c.m.oom.name[0] ? ": " : "", rq, al,
-                 c.m.oom.limit ? ", limit " : "", c.m.oom.limit ? lim : "",
-                 c.m.oom.limit && strcmp(c.m.oom.raise, "GPUMEM_LIMIT") ? " of PyTorch's per-process memory fraction" : "");
+                 c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where, c.m.oom.name,
+                 c.m.oom.name[0] ? ": " : "", rq, al, c.m.oom.limit ? ", limit " : "",
+                 c.m.oom.limit ? lim : "",
+                 c.m.oom.limit && strcmp(c.m.oom.raise, "GPUMEM_LIMIT")
+                     ? " of PyTorch's per-process memory fraction"
+                     : "");
         if (oom_step) {
             if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
             c.partial = 1;

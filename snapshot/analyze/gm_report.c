@@ -806,12 +806,14 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
                  "allocations that pin the fragments and the setting that avoids this OOM", what, hr);
     } else if (headroom >= o->requested && mappable < o->requested) {
         c->kind = "granularity";
-        snprintf(c->advice, sizeof c->advice, "mapping granularity: %s left %s above what was "
+        snprintf(c->advice, sizeof c->advice,
+                 "mapping granularity: %s left %s above what was "
                  "reserved, but memory is mapped in %s units and only %s of it could be mapped. "
-                 "%s", what, hr, un, mp,
+                 "%s",
+                 what, hr, un, mp,
                  cap_limit > cap_dev ? "Lower the peak"
-                 : o->fraction       ? "Raise the fraction (torch.cuda.set_per_process_memory_fraction)"
-                                     : "Raise GPUMEM_LIMIT to a multiple of the unit");
+                 : o->fraction ? "Raise the fraction (torch.cuda.set_per_process_memory_fraction)"
+                               : "Raise GPUMEM_LIMIT to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
             snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
@@ -821,11 +823,15 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
         char fr[64] = "";
         if (o->device_total) /* the fraction that allows `need` on this device, rounded up */
             snprintf(fr, sizeof fr, ", a fraction of %.4f",
-                     ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) / 1e4);
-        snprintf(c->advice, sizeof c->advice, "PyTorch's per-process memory fraction allows %s "
-                 "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
-                 "request never reached the device. Raise the fraction (to allow at least %s for this "
-                 "request%s), or lower the peak (the call sites live at the OOM are below)", li, hr, need, fr);
+                     ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) /
+                         1e4);
+        snprintf(
+            c->advice, sizeof c->advice,
+            "PyTorch's per-process memory fraction allows %s "
+            "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
+            "request never reached the device. Raise the fraction (to allow at least %s for this "
+            "request%s), or lower the peak (the call sites live at the OOM are below)",
+            li, hr, need, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: GPUMEM_LIMIT left "
@@ -1407,13 +1413,17 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         size_t no = group_allocs(m, &l, &at_oom, BY_SITE, &go, &ot, &oc);
         free(at_oom.idx);
         if (o->json) {
-            fprintf(out, "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
-                         ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
-                         ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64
-                         ",\"limit_from\":%s,\"advice\":",
+            fprintf(out,
+                    "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64
+                    ",\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64
+                    ",\"largest_free\":%" PRIu64 ",\"device_free\":%" PRIu64
+                    ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64
+                    ",\"limit_from\":%s,\"advice\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
                     oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit,
-                    !oo->limit ? "null" : oo->fraction ? "\"per_process_memory_fraction\"" : "\"GPUMEM_LIMIT\"");
+                    !oo->limit     ? "null"
+                    : oo->fraction ? "\"per_process_memory_fraction\""
+                                   : "\"GPUMEM_LIMIT\"");
             gm_json_str(out, cause.advice);
             fprintf(out, ",\"cause\":\"%s\",\"shortfall\":%" PRIu64 ",\"map_unit\":%" PRIu64,
                     cause.kind, cause.shortfall, unit);
@@ -1459,20 +1469,27 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             char li[32] = "";
             if (oo->limit) {
                 gm_fmt_bytes(oo->limit, li, sizeof li);
-                fprintf(out, ", limit %s%s", li, oo->fraction ? " (PyTorch's per-process memory fraction)" : "");
+                fprintf(out, ", limit %s%s", li,
+                        oo->fraction ? " (PyTorch's per-process memory fraction)" : "");
             }
             if (oo->device_total || oo->device_free) { /* an import knows the free bytes only */
                 char df[32], dt[32];
                 gm_fmt_bytes(oo->device_free, df, sizeof df);
                 gm_fmt_bytes(oo->device_total, dt, sizeof dt);
-                fprintf(out, ", device free %s%s%s", df, oo->device_total ? " of " : "", oo->device_total ? dt : "");
+                fprintf(out, ", device free %s%s%s", df, oo->device_total ? " of " : "",
+                        oo->device_total ? dt : "");
             }
             char sf[32];
             gm_fmt_bytes(cause.shortfall, sf, sizeof sf);
-            fprintf(out, "\n    binding constraint: %s%s%s%s; the request fell short by %s (%" PRIu64 " bytes)\n",
-                    cause.kind, !strcmp(cause.kind, "fraction") ? " (PyTorch's per-process memory fraction allows " : "",
-                    !strcmp(cause.kind, "fraction") ? li : "", !strcmp(cause.kind, "fraction") ? ")" : "", sf,
-                    cause.shortfall);
+            fprintf(out,
+                    "\n    binding constraint: %s%s%s%s; the request fell short by %s (%" PRIu64
+                    " bytes)\n",
+                    cause.kind,
+                    !strcmp(cause.kind, "fraction")
+                        ? " (PyTorch's per-process memory fraction allows "
+                        : "",
+                    !strcmp(cause.kind, "fraction") ? li : "",
+                    !strcmp(cause.kind, "fraction") ? ")" : "", sf, cause.shortfall);
             fprintf(out, "    what to change: %s\n", cause.advice);
             print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
         }

@@ -778,8 +778,12 @@ static int import_doc(imp *im, const gpk_val *root)
                 rc = -1;
                 break;
             }
-            gm_toom o = {.seq = im->seq, .device = dev, .stream = st, .requested = size,
-                         .allocated = allocated, .reserved = reserved,
+            gm_toom o = {.seq = im->seq,
+                         .device = dev,
+                         .stream = st,
+                         .requested = size,
+                         .allocated = allocated,
+                         .reserved = reserved,
                          .largest_free = gm_tblocks_largest_free(&tb),
                          .device_free = gm_toom_device_free(e)};
             if (gm_toom_insert(im->db, &o, im->err, sizeof im->err) != 0) {

@@ -252,7 +252,8 @@ uint64_t gm_tblocks_largest_free(const gm_tblocks *b)
     uint64_t best = 0;
     for (size_t i = 1; i < b->nnodes; i++) {
         const gm_tnode *n = &b->nodes[i];
-        if (!n->free || n->size <= best || node_at(&b->by_start, n->addr) != i) continue; /* spare */
+        if (!n->free || n->size <= best || node_at(&b->by_start, n->addr) != i)
+            continue; /* spare */
         best = n->size;
     }
     return best;
@@ -271,20 +272,27 @@ uint64_t gm_toom_device_free(const gpk_val *entry)
 int gm_toom_insert(sqlite3 *db, const gm_toom *o, char *err, size_t errsz)
 {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(db, "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, free_cached, "
-                               "largest_free, device_free, device_total, limit_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(
+            db,
+            "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, free_cached, "
+            "largest_free, device_free, device_total, limit_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            -1, &s, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "at ooms: %s", sqlite3_errmsg(db));
         return -1;
     }
-    int64_t v[] = {(int64_t)o->seq,       o->device,
-                   o->stream,             (int64_t)o->requested,
-                   (int64_t)o->allocated, (int64_t)o->reserved,
+    int64_t v[] = {(int64_t)o->seq,
+                   o->device,
+                   o->stream,
+                   (int64_t)o->requested,
+                   (int64_t)o->allocated,
+                   (int64_t)o->reserved,
                    (int64_t)(o->reserved > o->allocated ? o->reserved - o->allocated : 0),
                    (int64_t)o->largest_free,
-                   (int64_t)o->device_free, (int64_t)o->device_total,
+                   (int64_t)o->device_free,
+                   (int64_t)o->device_total,
                    (int64_t)o->limit};
-    for (int i = 0; i < (int)(sizeof v / sizeof *v); i++) sqlite3_bind_int64(s, i + 1, v[i]);
+    for (int i = 0; i < (int)(sizeof v / sizeof *v); i++)
+        sqlite3_bind_int64(s, i + 1, v[i]);
     int rc = sqlite3_step(s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) {
@@ -297,11 +305,24 @@ int gm_toom_insert(sqlite3 *db, const gm_toom *o, char *err, size_t errsz)
 /* ---------------------------------------------------------------- the merge */
 
 /* PyTorch's TraceEntry actions (the tracker's numbers; 7, snapshot, is not kept), then ours */
-enum { TA_ALLOC, TA_FREE_REQ, TA_FREE_DONE, TA_SEG_ALLOC, TA_SEG_FREE, TA_SEG_MAP, TA_SEG_UNMAP,
-       TA_OOM = 8, TA_NAME, TA_OTHER };
+enum {
+    TA_ALLOC,
+    TA_FREE_REQ,
+    TA_FREE_DONE,
+    TA_SEG_ALLOC,
+    TA_SEG_FREE,
+    TA_SEG_MAP,
+    TA_SEG_UNMAP,
+    TA_OOM = 8,
+    TA_NAME,
+    TA_OTHER
+};
 
 /* the trace actions an item is made of: 0-6 and the OOM */
-static int ta_kept(int a) { return (a >= TA_ALLOC && a <= TA_SEG_UNMAP) || a == TA_OOM; }
+static int ta_kept(int a)
+{
+    return (a >= TA_ALLOC && a <= TA_SEG_UNMAP) || a == TA_OOM;
+}
 
 /* One thing to insert: a trace entry or a name. */
 typedef struct titem {
@@ -403,9 +424,10 @@ static titem *item_add(merge *m)
 
 static int action_of(const char *a)
 {
-    static const char *const names[] = {"alloc",       "free_requested", "free_completed", "segment_alloc",
-                                        "segment_free", "segment_map",   "segment_unmap",  "",
-                                        "oom"};
+    static const char *const names[] = {
+        "alloc",        "free_requested", "free_completed", "segment_alloc",
+        "segment_free", "segment_map",    "segment_unmap",  "",
+        "oom"};
     for (int i = 0; i < 9; i++)
         if (a && a[0] && !strcmp(a, names[i])) return i;
     return TA_OTHER;
@@ -483,8 +505,8 @@ static int cmp_addr_ev(const void *a, const void *b)
 static int load_recorded(merge *m)
 {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(m->db, "SELECT seq, t, kind, addr, device FROM events ORDER BY seq", -1, &s, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(m->db, "SELECT seq, t, kind, addr, device FROM events ORDER BY seq", -1,
+                           &s, NULL) != SQLITE_OK)
         return mfail(m, "reading events");
     size_t cap = 0, ca = 0, cf = 0, co = 0;
     int rc;
@@ -500,7 +522,8 @@ static int load_recorded(merge *m)
             m->ev = p;
         }
         m->ev[m->nev++] = (rec_ev){seq, t};
-        if (kind == REC_OOM) { /* the driver refused a request (or gpumem's allocator or limit did) */
+        if (kind ==
+            REC_OOM) { /* the driver refused a request (or gpumem's allocator or limit did) */
             if (m->nooms == co) {
                 co = co ? 2 * co : 16;
                 rec_ev *p = realloc(m->ooms, co * sizeof *p);
@@ -796,8 +819,10 @@ static void merge_end(merge *m)
     m->stext = NULL;
     m->nstext = m->cstext = 0;
     u64map_free(&m->string_at);
-    free(m->it), free(m->ev), free(m->ooms), free(m->allocs), free(m->frees), free(m->shift_at), free(m->tstack);
-    m->it = NULL, m->ev = NULL, m->ooms = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL, m->tstack = NULL;
+    free(m->it), free(m->ev), free(m->ooms), free(m->allocs), free(m->frees), free(m->shift_at),
+        free(m->tstack);
+    m->it = NULL, m->ev = NULL, m->ooms = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL,
+    m->tstack = NULL;
     u64map_free(&m->frames), u64map_free(&m->stacks), u64map_free(&m->strings), u64map_free(&m->streams);
     u64map_free(&m->tstack_ids);
 }
@@ -969,10 +994,14 @@ static int ranges_for(merge *m, int64_t *range_of)
     return 0;
 }
 
-static const int kind_of_action[] = {
-    [TA_ALLOC] = REC_TORCH_ALLOC, [TA_FREE_REQ] = REC_TORCH_FREE, [TA_FREE_DONE] = REC_TORCH_FREE_COMPLETED,
-    [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP, [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
-    [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP, [TA_OOM] = REC_OOM};
+static const int kind_of_action[] = {[TA_ALLOC] = REC_TORCH_ALLOC,
+                                     [TA_FREE_REQ] = REC_TORCH_FREE,
+                                     [TA_FREE_DONE] = REC_TORCH_FREE_COMPLETED,
+                                     [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP,
+                                     [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
+                                     [TA_SEG_MAP] = REC_TORCH_SEG_MAP,
+                                     [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP,
+                                     [TA_OOM] = REC_OOM};
 
 /* The tracker's entries (preload/torch_trace.c), little-endian: 72 bytes each (addr, size, seq,
  * t_ns, stream, pool[2], action, device, stack, pad); 48 before 2026-12-05 (addr, size, seq, t_ns,
@@ -1070,7 +1099,8 @@ static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt
     const unsigned char *raw = tt_entries(trace, &es, &ne);
     if (!n || !raw) return -1;
     size_t nd = 0;
-    uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6, 8 */
+    uint32_t *idx =
+        malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6, 8 */
     if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
         tt_rec r = tt_at(raw + i * es, es);
@@ -1115,8 +1145,8 @@ static void place_exact(merge *m, titem *t, const tt_rec *e)
 }
 
 /* The trace from the tracker alone (the dump's gm_trace.history: PyTorch's history was off):
- * each entry of actions 0-6 and 8 (OOM) an item, placed exactly, with its stream, pool and stack; the
- * allocations numbered per device as the history numbers them. */
+ * each entry of actions 0-6 and 8 (OOM) an item, placed exactly, with its stream, pool and stack;
+ * the allocations numbered per device as the history numbers them. */
 static int trace_items(merge *m, const gpk_val *trace)
 {
     size_t es, ne;
@@ -1286,7 +1316,8 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
             const uint64_t *bs = u64map_get(&blk, t->addr);
             if (bs) t->size = *bs;
             if (t->action == TA_FREE_DONE) gm_tblocks_free_block(tb, t->addr);
-            else if (bs) allocated[d] -= *bs < allocated[d] ? *bs : allocated[d];
+            else if (bs)
+                allocated[d] -= *bs < allocated[d] ? *bs : allocated[d];
             break;
         }
         case TA_OOM: /* the replay is at this moment */
@@ -1436,7 +1467,8 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
     for (size_t i = 0; l && l->type == GPK_LIST && i < l->len; i++) {
         const gpk_val *x = l->items[i];
         int64_t d;
-        if ((x->type == GPK_TUPLE || x->type == GPK_LIST) && x->len == 3 && gpk_as_i64(x->items[0], &d) == 0 && d == dev)
+        if ((x->type == GPK_TUPLE || x->type == GPK_LIST) && x->len == 3 &&
+            gpk_as_i64(x->items[0], &d) == 0 && d == dev)
             have++;
     }
     if (have < n) return 0;
@@ -1445,8 +1477,8 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
         const gpk_val *x = l->items[i];
         int64_t d;
         uint64_t cap;
-        if ((x->type != GPK_TUPLE && x->type != GPK_LIST) || x->len != 3 || gpk_as_i64(x->items[0], &d) != 0 ||
-            d != dev)
+        if ((x->type != GPK_TUPLE && x->type != GPK_LIST) || x->len != 3 ||
+            gpk_as_i64(x->items[0], &d) != 0 || d != dev)
             continue;
         if (j++ != want) continue;
         const gpk_val *f = x->items[2];
@@ -1465,12 +1497,20 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
     if (oom_recorded(m, t->device, last_req, t->after)) return 0;
     int64_t stack = stack_of(m, t), stream = stream_of(m, t->device, t->stream);
     if (stack < 0 || stream < 0) return -1;
-    gm_toom o = {.seq = t->seq, .device = t->device, .stream = stream, .requested = t->requested,
-                 .allocated = t->allocated, .reserved = t->reserved, .largest_free = t->largest,
-                 .device_free = t->addr, .limit = oom_fraction_limit(m, t->device, k, n)};
+    gm_toom o = {.seq = t->seq,
+                 .device = t->device,
+                 .stream = stream,
+                 .requested = t->requested,
+                 .allocated = t->allocated,
+                 .reserved = t->reserved,
+                 .largest_free = t->largest,
+                 .device_free = t->addr,
+                 .limit = oom_fraction_limit(m, t->device, k, n)};
     char q[160];
-    snprintf(q, sizeof q, "SELECT requested FROM events WHERE kind = %d AND device = %d ORDER BY seq DESC LIMIT 1",
-             REC_DEVICE_INFO, t->device);
+    snprintf(
+        q, sizeof q,
+        "SELECT requested FROM events WHERE kind = %d AND device = %d ORDER BY seq DESC LIMIT 1",
+        REC_DEVICE_INFO, t->device);
     o.device_total = (uint64_t)query_i64(m, q, 0);
     sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
     sqlite3_bind_int64(ev, 2, t->t);
@@ -1481,10 +1521,14 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
     sqlite3_bind_int64(ev, 7, 0);
     sqlite3_bind_int64(ev, 8, (int64_t)t->requested);
     sqlite3_bind_int64(ev, 9, (int64_t)t->requested);
-    if (stack) sqlite3_bind_int64(ev, 10, stack);
-    else sqlite3_bind_null(ev, 10);
-    if (range) sqlite3_bind_int64(ev, 11, range);
-    else sqlite3_bind_null(ev, 11);
+    if (stack)
+        sqlite3_bind_int64(ev, 10, stack);
+    else
+        sqlite3_bind_null(ev, 10);
+    if (range)
+        sqlite3_bind_int64(ev, 11, range);
+    else
+        sqlite3_bind_null(ev, 11);
     int rc = sqlite3_step(ev);
     sqlite3_reset(ev);
     if (rc != SQLITE_DONE) return mfail(m, "events");
@@ -1521,16 +1565,19 @@ static int insert_items(merge *m)
     size_t noom[128] = {0}, koom[128] = {0};
     uint64_t last_req[128] = {0}; /* per device: where its last request (alloc or OOM) was placed */
     for (size_t i = 0; i < m->n; i++)
-        if (m->it[i].action == TA_OOM && m->it[i].device >= 0 && m->it[i].device < 128) noom[m->it[i].device]++;
+        if (m->it[i].action == TA_OOM && m->it[i].device >= 0 && m->it[i].device < 128)
+            noom[m->it[i].device]++;
     for (size_t i = 0; i < m->n; i++) {
         titem *t = &m->it[i];
         if (t->action == TA_OOM) {
             int d = t->device >= 0 && t->device < 128 ? t->device : 0;
-            if (insert_oom(m, ev, t, range_of[i], koom[d]++, noom[d], last_req[d]) != 0) goto done_live;
+            if (insert_oom(m, ev, t, range_of[i], koom[d]++, noom[d], last_req[d]) != 0)
+                goto done_live;
             last_req[d] = t->after;
             continue;
         }
-        if (t->action == TA_ALLOC && t->device >= 0 && t->device < 128) last_req[t->device] = t->after;
+        if (t->action == TA_ALLOC && t->device >= 0 && t->device < 128)
+            last_req[t->device] = t->after;
         if (t->action == TA_NAME) {
             int64_t sid = string_of(m, t->name);
             if (sid < 0) goto done_live;
@@ -2112,7 +2159,8 @@ static void write_tracker_traces(merge *m, FILE *f, const gpk_val *trace, size_t
             const unsigned char *tf = NULL;
             uint32_t n = 0;
             if (r.action == TA_ALLOC || r.action == TA_OOM) tstack_set(m, r.stack, &tf, &n);
-            if (n && r.action == TA_ALLOC) u64map_put(last, r.addr, r.stack); /* no room: that block keeps none */
+            if (n && r.action == TA_ALLOC)
+                u64map_put(last, r.addr, r.stack); /* no room: that block keeps none */
             else if (r.action == TA_ALLOC) u64map_del(last, r.addr, NULL);
             gpk_key(f, "frames");
             write_tframes(m, f, tf, n);

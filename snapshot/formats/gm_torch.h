@@ -62,13 +62,13 @@ uint64_t gm_tblocks_largest_free(const gm_tblocks *b);
 /* An OOM of PyTorch's trace (an entry of action "oom": PyTorch raised OutOfMemoryError) as a
  * row of gpumem's `ooms` table, built the same way by the merge and by `gpumem import`. */
 typedef struct gm_toom {
-    uint64_t seq;          /* its oom event (kind 13) */
+    uint64_t seq; /* its oom event (kind 13) */
     int device;
-    int64_t stream;        /* the database's stream id */
-    uint64_t requested;    /* the entry's size: what the tensor asked for */
+    int64_t stream;               /* the database's stream id */
+    uint64_t requested;           /* the entry's size: what the tensor asked for */
     uint64_t allocated, reserved; /* PyTorch's bytes at that moment (its blocks, its segments) */
-    uint64_t largest_free; /* its largest free block then (gm_tblocks_largest_free) */
-    uint64_t device_free;  /* the entry's: what cudaMemGetInfo said was free (gm_toom_device_free) */
+    uint64_t largest_free;        /* its largest free block then (gm_tblocks_largest_free) */
+    uint64_t device_free; /* the entry's: what cudaMemGetInfo said was free (gm_toom_device_free) */
     uint64_t device_total; /* 0: not known */
     uint64_t limit;        /* the per-process memory fraction's bytes (0: none) */
 } gm_toom;

@@ -168,10 +168,10 @@ static void test_largest_free(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_to_512),       cmocka_unit_test(test_round_power2_divisions),
-        cmocka_unit_test(test_small_split),        cmocka_unit_test(test_large_split),
-        cmocka_unit_test(test_merge_on_free),      cmocka_unit_test(test_segments_stay_apart),
-        cmocka_unit_test(test_expandable),         cmocka_unit_test(test_guessed),
+        cmocka_unit_test(test_round_to_512),  cmocka_unit_test(test_round_power2_divisions),
+        cmocka_unit_test(test_small_split),   cmocka_unit_test(test_large_split),
+        cmocka_unit_test(test_merge_on_free), cmocka_unit_test(test_segments_stay_apart),
+        cmocka_unit_test(test_expandable),    cmocka_unit_test(test_guessed),
         cmocka_unit_test(test_largest_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
