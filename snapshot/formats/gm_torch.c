@@ -522,8 +522,8 @@ static int load_recorded(merge *m)
             m->ev = p;
         }
         m->ev[m->nev++] = (rec_ev){seq, t};
-        if (kind ==
-            REC_OOM) { /* the driver refused a request (or gpumem's allocator or limit did) */
+        /* the driver refused a request (or gpumem's allocator or GPUMEM_LIMIT did) */
+        if (kind == REC_OOM) {
             if (m->nooms == co) {
                 co = co ? 2 * co : 16;
                 rec_ev *p = realloc(m->ooms, co * sizeof *p);
@@ -1099,8 +1099,8 @@ static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt
     const unsigned char *raw = tt_entries(trace, &es, &ne);
     if (!n || !raw) return -1;
     size_t nd = 0;
-    uint32_t *idx =
-        malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6, 8 */
+    /* this device's entries of actions 0-6 and 8 */
+    uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx);
     if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
         tt_rec r = tt_at(raw + i * es, es);
