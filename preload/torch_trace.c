@@ -64,7 +64,7 @@ typedef struct tt_entry {
                        * one (a CUDA graph's, a torch.cuda.MemPool) */
     int32_t action;   /* c10::CachingDeviceAllocator::TraceEntry::Action */
     int32_t device;
-    uint32_t stack;   /* allocations: the index (from 1) of its Python stack; 0: none */
+    uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack; 0: none */
     uint32_t pad;
 } tt_entry;
 _Static_assert(sizeof(tt_entry) == 72, "tt_entry: the 72-byte layout gm_torch.c reads");
@@ -177,10 +177,11 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     e.seq = rec_last_seq();
     e.t_ns = rec_time_ns();
 #endif
-    /* the allocating thread's Python frames, read before the lock (an allocation: action 0,
-     * the only entry whose stack the merge stores) */
+    /* the requesting thread's Python frames, read before the lock (an allocation, action 0, or
+     * an OOM: the entries whose stack the merge stores; the OOM's is the line that asked) */
     rec_pyframe f[REC_MAX_PY_FRAMES];
-    int nf = action == 0 ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
+    int nf =
+        action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
     uint64_t h = nf > 0 ? frames_hash(f, nf) : 0;
     pthread_mutex_lock(&tt.lock);
     if (nf > 0) e.stack = stack_index(f, nf, h);

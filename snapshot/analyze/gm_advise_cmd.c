@@ -1250,10 +1250,13 @@ int gm_advise_main(int argc, char **argv)
         fmt(c.m.oom.requested, rq, sizeof rq);
         fmt(c.m.oom.allocated, al, sizeof al);
         fmt(c.m.oom.limit, lim, sizeof lim);
-        snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s)",
-                 c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where,
-                 c.m.oom.name, c.m.oom.name[0] ? ": " : "", rq, al,
-                 c.m.oom.limit ? ", limit " : "", c.m.oom.limit ? lim : "");
+        snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s%s)",
+                 c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where, c.m.oom.name,
+                 c.m.oom.name[0] ? ": " : "", rq, al, c.m.oom.limit ? ", limit " : "",
+                 c.m.oom.limit ? lim : "",
+                 c.m.oom.limit && strcmp(c.m.oom.raise, "GPUMEM_LIMIT")
+                     ? " of PyTorch's per-process memory fraction"
+                     : "");
         if (oom_step) {
             if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
             c.partial = 1;
@@ -1279,8 +1282,8 @@ int gm_advise_main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "gpumem advise: the recorded run hit %s before any step completed: rerun "
-                    "with GPUMEM_LIMIT raised, or --oom-step to advise from the partial trace\n",
-                    what);
+                    "with %s raised, or --oom-step to advise from the partial trace\n",
+                    what, c.m.oom.raise);
             adv_model_free(&c.m);
             return GM_EXIT_CANNOT_JUDGE;
         }
@@ -1587,8 +1590,8 @@ int gm_advise_main(int argc, char **argv)
             /* the partial trace fits: whether the whole run does is not recorded */
             snprintf(why, sizeof why,
                      "not known: the partial trace up to the OOM reaches %s reserved, the rest "
-                     "of the run is not recorded: rerun with GPUMEM_LIMIT raised",
-                     rr);
+                     "of the run is not recorded: rerun with %s raised",
+                     rr, c.m.oom.raise);
             have_plan = 0;
             rc = 1;
         } else if (have_plan == 2 && c.m.oom.seq &&
@@ -1599,8 +1602,8 @@ int gm_advise_main(int argc, char **argv)
             snprintf(why, sizeof why,
                      "not known: the complete steps fit (peak reserved %s), but the step that hit "
                      "the OOM needed at least %s (allocated + the request that failed), more than "
-                     "the budget: rerun with GPUMEM_LIMIT raised to record it whole",
-                     rr, nd);
+                     "the budget: rerun with %s raised to record it whole",
+                     rr, nd, c.m.oom.raise);
             have_plan = 0;
             rc = 1;
         } else if (!have_plan) {

@@ -763,15 +763,17 @@ static int oom_python(gm_db *d, const gm_model *m, const gm_oom *oo, int first, 
  * mapping new memory up to the cap (the limit, or what the device had left), in whole mapping
  * units; whichever gives more is what it had, and the rest is the shortfall. */
 typedef struct oom_cause {
-    const char *kind; /* limit, granularity, fragmentation, device, too_large */
+    const char *kind; /* limit, fraction, granularity, fragmentation, device, too_large */
     uint64_t shortfall;
     char advice[640];
 } oom_cause;
 
 static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
-    /* without the device's own figures the failure itself says growth was refused: no room */
-    uint64_t cap_dev = o->device_total ? o->reserved + o->device_free : o->reserved;
+    /* without the device's own figures (device_free 0) the failure itself says growth was
+     * refused: no room. An OOM imported from PyTorch's trace knows the device's free bytes but
+     * not its total: they count all the same */
+    uint64_t cap_dev = o->reserved + o->device_free;
     uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
     uint64_t mappable = headroom / unit * unit;
@@ -786,7 +788,11 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     /* the limit that would have let this request map what it needs */
     uint64_t units = (o->requested + unit - 1) / unit;
     gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
-    const char *what = cap_limit <= cap_dev ? "GPUMEM_LIMIT" : "the device";
+    const char *what = cap_limit > cap_dev ? "the device"
+                       : o->fraction       ? "PyTorch's per-process memory fraction"
+                                           : "GPUMEM_LIMIT";
+    char li[32];
+    gm_fmt_bytes(o->limit, li, sizeof li);
     if (o->device_total && o->requested > o->device_total) {
         c->kind = "too_large";
         snprintf(c->advice, sizeof c->advice, "the request alone (%s) is larger than the device: "
@@ -800,14 +806,32 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
                  "allocations that pin the fragments and the setting that avoids this OOM", what, hr);
     } else if (headroom >= o->requested && mappable < o->requested) {
         c->kind = "granularity";
-        snprintf(c->advice, sizeof c->advice, "mapping granularity: %s left %s above what was "
+        snprintf(c->advice, sizeof c->advice,
+                 "mapping granularity: %s left %s above what was "
                  "reserved, but memory is mapped in %s units and only %s of it could be mapped. "
-                 "%s", what, hr, un, mp,
-                 cap_limit <= cap_dev ? "Raise GPUMEM_LIMIT to a multiple of the unit" : "Lower the peak");
+                 "%s",
+                 what, hr, un, mp,
+                 cap_limit > cap_dev ? "Lower the peak"
+                 : o->fraction ? "Raise the fraction (torch.cuda.set_per_process_memory_fraction)"
+                               : "Raise GPUMEM_LIMIT to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
             snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
         }
+    } else if (cap_limit <= cap_dev && o->fraction) {
+        c->kind = "fraction";
+        char fr[64] = "";
+        if (o->device_total) /* the fraction that allows `need` on this device, rounded up */
+            snprintf(fr, sizeof fr, ", a fraction of %.4f",
+                     ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) /
+                         1e4);
+        snprintf(
+            c->advice, sizeof c->advice,
+            "PyTorch's per-process memory fraction allows %s "
+            "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
+            "request never reached the device. Raise the fraction (to allow at least %s for this "
+            "request%s), or lower the peak (the call sites live at the OOM are below)",
+            li, hr, need, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: GPUMEM_LIMIT left "
@@ -1399,11 +1423,17 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         size_t no = group_allocs(m, &l, &at_oom, BY_SITE, &go, &ot, &oc);
         free(at_oom.idx);
         if (o->json) {
-            fprintf(out, "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64 ",\"allocated\":%" PRIu64
-                         ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64 ",\"largest_free\":%" PRIu64
-                         ",\"device_free\":%" PRIu64 ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64 ",\"advice\":",
+            fprintf(out,
+                    "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64
+                    ",\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64
+                    ",\"largest_free\":%" PRIu64 ",\"device_free\":%" PRIu64
+                    ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64
+                    ",\"limit_from\":%s,\"advice\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
-                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
+                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit,
+                    !oo->limit     ? "null"
+                    : oo->fraction ? "\"per_process_memory_fraction\""
+                                   : "\"GPUMEM_LIMIT\"");
             gm_json_str(out, cause.advice);
             fprintf(out, ",\"cause\":\"%s\",\"shortfall\":%" PRIu64 ",\"map_unit\":%" PRIu64,
                     cause.kind, cause.shortfall, unit);
@@ -1446,21 +1476,30 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                             src[0] ? src : "made", src[0] ? "`" : "", where);
             }
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
+            char li[32] = "";
             if (oo->limit) {
-                char li[32];
                 gm_fmt_bytes(oo->limit, li, sizeof li);
-                fprintf(out, ", limit %s", li);
+                fprintf(out, ", limit %s%s", li,
+                        oo->fraction ? " (PyTorch's per-process memory fraction)" : "");
             }
-            if (oo->device_total) {
+            if (oo->device_total || oo->device_free) { /* an import knows the free bytes only */
                 char df[32], dt[32];
                 gm_fmt_bytes(oo->device_free, df, sizeof df);
                 gm_fmt_bytes(oo->device_total, dt, sizeof dt);
-                fprintf(out, ", device free %s of %s", df, dt);
+                fprintf(out, ", device free %s%s%s", df, oo->device_total ? " of " : "",
+                        oo->device_total ? dt : "");
             }
             char sf[32];
             gm_fmt_bytes(cause.shortfall, sf, sizeof sf);
-            fprintf(out, "\n    binding constraint: %s; the request fell short by %s (%" PRIu64 " bytes)\n",
-                    cause.kind, sf, cause.shortfall);
+            fprintf(out,
+                    "\n    binding constraint: %s%s%s%s; the request fell short by %s (%" PRIu64
+                    " bytes)\n",
+                    cause.kind,
+                    !strcmp(cause.kind, "fraction")
+                        ? " (PyTorch's per-process memory fraction allows "
+                        : "",
+                    !strcmp(cause.kind, "fraction") ? li : "",
+                    !strcmp(cause.kind, "fraction") ? ")" : "", sf, cause.shortfall);
             fprintf(out, "    what to change: %s\n", cause.advice);
             print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
         }

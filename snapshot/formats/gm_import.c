@@ -11,7 +11,8 @@
  *     another stream, which PyTorch does not reuse before then: it stays allocated until then),
  *     segment_alloc / segment_free -> driver_alloc / driver_free (18, 19), segment_map /
  *     segment_unmap -> seg_map / seg_unmap (14, 15), oom -> an oom event (13) and an `ooms` row
- *     (allocated and reserved at that moment, device_free from the entry);
+ *     (gm_toom_insert, as the merge of a recording's trace: allocated, reserved and the largest
+ *     free block at that moment, device_free from the entry);
  *   - the trace is a ring buffer in PyTorch: segments and active blocks of the snapshot that the
  *     trace does not account for (made before its first entry) become events at time 0, before
  *     the trace; a snapshot without traces becomes just those, so its peak is its end state;
@@ -778,14 +779,15 @@ static int import_doc(imp *im, const gpk_val *root)
                 rc = -1;
                 break;
             }
-            char sql[400];
-            snprintf(sql, sizeof sql,
-                     "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, "
-                     "device_free) "
-                     "VALUES (%" PRIu64 ", %d, %" PRId64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64
-                     ", %" PRIu64 ")",
-                     im->seq, dev, st, size, allocated, reserved, u64_of(e, "device_free"));
-            if (exec(im, sql)) {
+            gm_toom o = {.seq = im->seq,
+                         .device = dev,
+                         .stream = st,
+                         .requested = size,
+                         .allocated = allocated,
+                         .reserved = reserved,
+                         .largest_free = gm_tblocks_largest_free(&tb),
+                         .device_free = gm_toom_device_free(e)};
+            if (gm_toom_insert(im->db, &o, im->err, sizeof im->err) != 0) {
                 rc = -1;
                 break;
             }

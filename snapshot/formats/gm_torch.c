@@ -247,16 +247,90 @@ void gm_tblocks_free_block(gm_tblocks *b, uint64_t addr)
     node_coalesce(b, i);
 }
 
+uint64_t gm_tblocks_largest_free(const gm_tblocks *b)
+{
+    uint64_t best = 0;
+    for (size_t i = 1; i < b->nnodes; i++) {
+        const gm_tnode *n = &b->nodes[i];
+        if (!n->free || n->size <= best || node_at(&b->by_start, n->addr) != i)
+            continue; /* spare */
+        best = n->size;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------- PyTorch's OOMs */
+
+uint64_t gm_toom_device_free(const gpk_val *entry)
+{
+    uint64_t v = 0;
+    if (gpk_as_u64(gpk_get(entry, "device_free"), &v) == 0) return v;
+    if (gpk_as_u64(gpk_get(entry, "addr"), &v) == 0) return v;
+    return 0;
+}
+
+int gm_toom_insert(sqlite3 *db, const gm_toom *o, char *err, size_t errsz)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(
+            db,
+            "INSERT INTO ooms (seq, device, stream, requested, allocated, reserved, free_cached, "
+            "largest_free, device_free, device_total, limit_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            -1, &s, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "at ooms: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    int64_t v[] = {(int64_t)o->seq,
+                   o->device,
+                   o->stream,
+                   (int64_t)o->requested,
+                   (int64_t)o->allocated,
+                   (int64_t)o->reserved,
+                   (int64_t)(o->reserved > o->allocated ? o->reserved - o->allocated : 0),
+                   (int64_t)o->largest_free,
+                   (int64_t)o->device_free,
+                   (int64_t)o->device_total,
+                   (int64_t)o->limit};
+    for (int i = 0; i < (int)(sizeof v / sizeof *v); i++)
+        sqlite3_bind_int64(s, i + 1, v[i]);
+    int rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) {
+        snprintf(err, errsz, "at ooms: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the merge */
 
-enum { TA_ALLOC, TA_FREE_REQ, TA_FREE_DONE, TA_SEG_ALLOC, TA_SEG_FREE, TA_SEG_MAP, TA_SEG_UNMAP,
-       TA_NAME, TA_OTHER };
+/* PyTorch's TraceEntry actions (the tracker's numbers; 7, snapshot, is not kept), then ours */
+enum {
+    TA_ALLOC,
+    TA_FREE_REQ,
+    TA_FREE_DONE,
+    TA_SEG_ALLOC,
+    TA_SEG_FREE,
+    TA_SEG_MAP,
+    TA_SEG_UNMAP,
+    TA_OOM = 8,
+    TA_NAME,
+    TA_OTHER
+};
+
+/* the trace actions an item is made of: 0-6 and the OOM */
+static int ta_kept(int a)
+{
+    return (a >= TA_ALLOC && a <= TA_SEG_UNMAP) || a == TA_OOM;
+}
 
 /* One thing to insert: a trace entry or a name. */
 typedef struct titem {
     int64_t t;          /* ns on the recording's clock */
     uint64_t after;     /* inserted after the recorded event with this seq (0: before all) */
-    uint64_t addr, size, requested, stream;
+    uint64_t addr, size, requested, stream; /* TA_OOM: addr is the device's free bytes */
+    uint64_t allocated, reserved, largest;  /* TA_OOM: PyTorch's bytes on its device then, and
+                                             * its largest free block */
     const gpk_val *frames;
     const unsigned char *tframes; /* or the tracker's stack of it (tframes_n frames of three
                                    * uint32: function and file string ids, line) */
@@ -283,6 +357,9 @@ typedef struct merge {
     size_t n, cap;
     rec_ev *ev; /* the recording's events, by seq */
     size_t nev;
+    rec_ev *ooms; /* the recording's oom events (seq; t holds the device), by seq */
+    size_t nooms;
+    const gpk_val *oom_limits; /* the hook's (device, cap, fraction) per OOM, in order */
     addr_ev *allocs, *frees; /* device allocations and frees, by (addr, seq) */
     size_t nallocs, nfrees;
     int64_t clock_offset, clock_drift; /* ns added to PyTorch's times (the middle anchor's), and
@@ -347,10 +424,12 @@ static titem *item_add(merge *m)
 
 static int action_of(const char *a)
 {
-    static const char *const names[] = {"alloc", "free_requested", "free_completed", "segment_alloc",
-                                        "segment_free", "segment_map", "segment_unmap"};
-    for (int i = 0; i < 7; i++)
-        if (a && !strcmp(a, names[i])) return i;
+    static const char *const names[] = {
+        "alloc",        "free_requested", "free_completed", "segment_alloc",
+        "segment_free", "segment_map",    "segment_unmap",  "",
+        "oom"};
+    for (int i = 0; i < 9; i++)
+        if (a && a[0] && !strcmp(a, names[i])) return i;
     return TA_OTHER;
 }
 
@@ -359,6 +438,12 @@ static uint64_t u64_in(const gpk_val *d, const char *k)
     uint64_t v = 0;
     if (gpk_as_u64(gpk_get(d, k), &v) != 0) v = 0;
     return v;
+}
+
+/* a history entry's address, as the tracker keeps it: an OOM's is the device's free bytes */
+static uint64_t entry_addr(const gpk_val *d, int action)
+{
+    return action == TA_OOM ? gm_toom_device_free(d) : u64_in(d, "addr");
 }
 
 /* PyTorch's pool (a, b) of a trace entry (pool_id, or the tracker's entry's) or a segment
@@ -420,9 +505,10 @@ static int cmp_addr_ev(const void *a, const void *b)
 static int load_recorded(merge *m)
 {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(m->db, "SELECT seq, t, kind, addr FROM events ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(m->db, "SELECT seq, t, kind, addr, device FROM events ORDER BY seq", -1,
+                           &s, NULL) != SQLITE_OK)
         return mfail(m, "reading events");
-    size_t cap = 0, ca = 0, cf = 0;
+    size_t cap = 0, ca = 0, cf = 0, co = 0;
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -436,6 +522,16 @@ static int load_recorded(merge *m)
             m->ev = p;
         }
         m->ev[m->nev++] = (rec_ev){seq, t};
+        /* the driver refused a request (or gpumem's allocator or GPUMEM_LIMIT did) */
+        if (kind == REC_OOM) {
+            if (m->nooms == co) {
+                co = co ? 2 * co : 16;
+                rec_ev *p = realloc(m->ooms, co * sizeof *p);
+                if (!p) break;
+                m->ooms = p;
+            }
+            m->ooms[m->nooms++] = (rec_ev){seq, sqlite3_column_int(s, 4)};
+        }
         addr_ev **list = NULL;
         size_t *n = NULL, *c = NULL;
         if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) list = &m->allocs, n = &m->nallocs, c = &ca;
@@ -723,8 +819,10 @@ static void merge_end(merge *m)
     m->stext = NULL;
     m->nstext = m->cstext = 0;
     u64map_free(&m->string_at);
-    free(m->it), free(m->ev), free(m->allocs), free(m->frees), free(m->shift_at), free(m->tstack);
-    m->it = NULL, m->ev = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL, m->tstack = NULL;
+    free(m->it), free(m->ev), free(m->ooms), free(m->allocs), free(m->frees), free(m->shift_at),
+        free(m->tstack);
+    m->it = NULL, m->ev = NULL, m->ooms = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL,
+    m->tstack = NULL;
     u64map_free(&m->frames), u64map_free(&m->stacks), u64map_free(&m->strings), u64map_free(&m->streams);
     u64map_free(&m->tstack_ids);
 }
@@ -896,10 +994,14 @@ static int ranges_for(merge *m, int64_t *range_of)
     return 0;
 }
 
-static const int kind_of_action[] = {
-    [TA_ALLOC] = REC_TORCH_ALLOC, [TA_FREE_REQ] = REC_TORCH_FREE, [TA_FREE_DONE] = REC_TORCH_FREE_COMPLETED,
-    [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP, [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
-    [TA_SEG_MAP] = REC_TORCH_SEG_MAP, [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP};
+static const int kind_of_action[] = {[TA_ALLOC] = REC_TORCH_ALLOC,
+                                     [TA_FREE_REQ] = REC_TORCH_FREE,
+                                     [TA_FREE_DONE] = REC_TORCH_FREE_COMPLETED,
+                                     [TA_SEG_ALLOC] = REC_TORCH_SEG_MAP,
+                                     [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
+                                     [TA_SEG_MAP] = REC_TORCH_SEG_MAP,
+                                     [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP,
+                                     [TA_OOM] = REC_OOM};
 
 /* The tracker's entries (preload/torch_trace.c), little-endian: 72 bytes each (addr, size, seq,
  * t_ns, stream, pool[2], action, device, stack, pad); 48 before 2026-12-05 (addr, size, seq, t_ns,
@@ -997,11 +1099,12 @@ static int pair_run(const gpk_val *trace, int dev, const tt_key *k, size_t n, tt
     const unsigned char *raw = tt_entries(trace, &es, &ne);
     if (!n || !raw) return -1;
     size_t nd = 0;
-    uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx); /* this device's entries of actions 0-6 */
+    /* this device's entries of actions 0-6 and 8 */
+    uint32_t *idx = malloc((ne ? ne : 1) * sizeof *idx);
     if (!idx) return -1;
     for (size_t i = 0; i < ne; i++) {
         tt_rec r = tt_at(raw + i * es, es);
-        if (r.device == dev && r.action >= TA_ALLOC && r.action <= TA_SEG_UNMAP) idx[nd++] = (uint32_t)i;
+        if (r.device == dev && ta_kept(r.action)) idx[nd++] = (uint32_t)i;
     }
     int tries = 0, rc = -1;
     for (size_t last = nd; last-- > 0 && last + 1 >= n && tries < 64;) {
@@ -1042,8 +1145,8 @@ static void place_exact(merge *m, titem *t, const tt_rec *e)
 }
 
 /* The trace from the tracker alone (the dump's gm_trace.history: PyTorch's history was off):
- * each entry of actions 0-6 an item, placed exactly, with its stream, pool and stack; the
- * allocations numbered per device as the history numbers them. */
+ * each entry of actions 0-6 and 8 (OOM) an item, placed exactly, with its stream, pool and stack;
+ * the allocations numbered per device as the history numbers them. */
 static int trace_items(merge *m, const gpk_val *trace)
 {
     size_t es, ne;
@@ -1051,7 +1154,7 @@ static int trace_items(merge *m, const gpk_val *trace)
     uint64_t nalloc[128] = {0}; /* c10::DeviceIndex is an int8_t */
     for (size_t i = 0; raw && i < ne; i++) {
         tt_rec r = tt_at(raw + i * es, es);
-        if (r.action < TA_ALLOC || r.action > TA_SEG_UNMAP || r.device < 0 || r.device >= 128) continue;
+        if (!ta_kept(r.action) || r.device < 0 || r.device >= 128) continue;
         titem *t = item_add(m);
         if (!t) return -1;
         t->action = r.action;
@@ -1106,7 +1209,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
             t->action = a;
             t->device = (int)dev;
             t->t = (int64_t)(u64_in(e, "time_us") * 1000) - start_unix_ns;
-            t->addr = u64_in(e, "addr");
+            t->addr = entry_addr(e, a);
             t->size = t->requested = u64_in(e, "size");
             t->stream = u64_in(e, "stream");
             t->frames = gpk_get(e, "frames");
@@ -1185,30 +1288,45 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
     }
     u64map_free(&made);
     qsort(m->it, m->n, sizeof *m->it, cmp_time);
-    /* block sizes: the block structure replayed in PyTorch's order; a free carries its block's */
+    /* block sizes: the block structure replayed in PyTorch's order; a free carries its block's.
+     * PyTorch's allocated (blocks, dropping at free_requested) and reserved bytes per device, for
+     * its OOMs */
     u64map blk = {0};
+    uint64_t allocated[128] = {0}, reserved[128] = {0};
     for (size_t i = 0; i < m->n; i++) {
         titem *t = &m->it[i];
+        int d = t->device >= 0 && t->device < 128 ? t->device : 0;
         switch (t->action) {
         case TA_SEG_ALLOC:
         case TA_SEG_MAP:
             if (gm_tblocks_map(tb, t->addr, t->size, t->action == TA_SEG_MAP) != 0) goto oom;
+            reserved[d] += t->size;
             break;
         case TA_SEG_FREE:
-        case TA_SEG_UNMAP: gm_tblocks_unmap(tb, t->addr, t->size); break;
+        case TA_SEG_UNMAP:
+            gm_tblocks_unmap(tb, t->addr, t->size);
+            reserved[d] -= t->size < reserved[d] ? t->size : reserved[d];
+            break;
         case TA_ALLOC:
             if (!(t->size = gm_tblocks_alloc(tb, t->addr, t->requested)) || u64map_put(&blk, t->addr, t->size) != 0) {
                 u64map_free(&blk);
                 goto oom;
             }
+            allocated[d] += t->size;
             break;
         case TA_FREE_REQ:
         case TA_FREE_DONE: {
             const uint64_t *bs = u64map_get(&blk, t->addr);
             if (bs) t->size = *bs;
             if (t->action == TA_FREE_DONE) gm_tblocks_free_block(tb, t->addr);
+            else if (bs)
+                allocated[d] -= *bs < allocated[d] ? *bs : allocated[d];
             break;
         }
+        case TA_OOM: /* the replay is at this moment */
+            t->allocated = allocated[d], t->reserved = reserved[d];
+            t->largest = gm_tblocks_largest_free(tb);
+            break;
         default: break;
         }
     }
@@ -1331,6 +1449,95 @@ static int renumber(merge *m)
 
 typedef struct tlive { uint64_t seq; int64_t name; } tlive;
 
+/* Whether the recording holds a refusal of device dev's request placed after seq lo and at or
+ * before hi (old seqs): the driver, gpumem's allocator or GPUMEM_LIMIT refused it, PyTorch
+ * gave up on it, and that OOM is the recorded one. */
+static int oom_recorded(const merge *m, int dev, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < m->nooms; i++)
+        if (m->ooms[i].t == dev && m->ooms[i].seq > lo && m->ooms[i].seq <= hi) return 1;
+    return 0;
+}
+
+/* The per-process memory fraction's bytes at device dev's OOM k of n (the trace's, in order;
+ * the trace's ring may have lost the first ones, the hook's list keeps all: the two are paired
+ * from the end), or 0 where no fraction below 1 was set: the cap PyTorch's OOM observer was
+ * called with (_torch.py, _on_oom). */
+static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
+{
+    const gpk_val *l = m->oom_limits;
+    size_t have = 0;
+    for (size_t i = 0; l && l->type == GPK_LIST && i < l->len; i++) {
+        const gpk_val *x = l->items[i];
+        int64_t d;
+        if ((x->type == GPK_TUPLE || x->type == GPK_LIST) && x->len == 3 &&
+            gpk_as_i64(x->items[0], &d) == 0 && d == dev)
+            have++;
+    }
+    if (have < n) return 0;
+    size_t want = have - n + k, j = 0;
+    for (size_t i = 0; i < l->len; i++) {
+        const gpk_val *x = l->items[i];
+        int64_t d;
+        uint64_t cap;
+        if ((x->type != GPK_TUPLE && x->type != GPK_LIST) || x->len != 3 ||
+            gpk_as_i64(x->items[0], &d) != 0 || d != dev)
+            continue;
+        if (j++ != want) continue;
+        const gpk_val *f = x->items[2];
+        double frac = f->type == GPK_FLOAT ? f->f : f->type == GPK_INT ? (double)f->i : 1.0;
+        return frac < 1.0 && gpk_as_u64(x->items[1], &cap) == 0 ? cap : 0;
+    }
+    return 0;
+}
+
+/* PyTorch's OOM item t, unless the recording has it already: an oom event (kind 13, with the
+ * fraction's flag where that was the cap) and its `ooms` row. k of n: its place among its
+ * device's OOMs; last_req: the recorded seq its device's previous request was placed after. */
+static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range, size_t k, size_t n,
+                      uint64_t last_req)
+{
+    if (oom_recorded(m, t->device, last_req, t->after)) return 0;
+    int64_t stack = stack_of(m, t), stream = stream_of(m, t->device, t->stream);
+    if (stack < 0 || stream < 0) return -1;
+    gm_toom o = {.seq = t->seq,
+                 .device = t->device,
+                 .stream = stream,
+                 .requested = t->requested,
+                 .allocated = t->allocated,
+                 .reserved = t->reserved,
+                 .largest_free = t->largest,
+                 .device_free = t->addr,
+                 .limit = oom_fraction_limit(m, t->device, k, n)};
+    char q[160];
+    snprintf(
+        q, sizeof q,
+        "SELECT requested FROM events WHERE kind = %d AND device = %d ORDER BY seq DESC LIMIT 1",
+        REC_DEVICE_INFO, t->device);
+    o.device_total = (uint64_t)query_i64(m, q, 0);
+    sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
+    sqlite3_bind_int64(ev, 2, t->t);
+    sqlite3_bind_int(ev, 3, REC_OOM);
+    sqlite3_bind_int(ev, 4, (int)(t->flags | (o.limit ? REC_F_OOM_FRACTION : 0)));
+    sqlite3_bind_int(ev, 5, t->device);
+    sqlite3_bind_int64(ev, 6, stream);
+    sqlite3_bind_int64(ev, 7, 0);
+    sqlite3_bind_int64(ev, 8, (int64_t)t->requested);
+    sqlite3_bind_int64(ev, 9, (int64_t)t->requested);
+    if (stack)
+        sqlite3_bind_int64(ev, 10, stack);
+    else
+        sqlite3_bind_null(ev, 10);
+    if (range)
+        sqlite3_bind_int64(ev, 11, range);
+    else
+        sqlite3_bind_null(ev, 11);
+    int rc = sqlite3_step(ev);
+    sqlite3_reset(ev);
+    if (rc != SQLITE_DONE) return mfail(m, "events");
+    return gm_toom_insert(m->db, &o, m->err, m->errsz);
+}
+
 static int insert_items(merge *m)
 {
     int64_t *range_of = calloc(m->n ? m->n : 1, sizeof *range_of);
@@ -1358,8 +1565,22 @@ static int insert_items(merge *m)
     u64map live = {0};
     tlive *lv = NULL;
     size_t nlv = 0, clv = 0;
+    size_t noom[128] = {0}, koom[128] = {0};
+    uint64_t last_req[128] = {0}; /* per device: where its last request (alloc or OOM) was placed */
+    for (size_t i = 0; i < m->n; i++)
+        if (m->it[i].action == TA_OOM && m->it[i].device >= 0 && m->it[i].device < 128)
+            noom[m->it[i].device]++;
     for (size_t i = 0; i < m->n; i++) {
         titem *t = &m->it[i];
+        if (t->action == TA_OOM) {
+            int d = t->device >= 0 && t->device < 128 ? t->device : 0;
+            if (insert_oom(m, ev, t, range_of[i], koom[d]++, noom[d], last_req[d]) != 0)
+                goto done_live;
+            last_req[d] = t->after;
+            continue;
+        }
+        if (t->action == TA_ALLOC && t->device >= 0 && t->device < 128)
+            last_req[t->device] = t->after;
         if (t->action == TA_NAME) {
             int64_t sid = string_of(m, t->name);
             if (sid < 0) goto done_live;
@@ -1724,6 +1945,7 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         snprintf(err, errsz, "%s has no start time (meta.start_unix_ns): cannot place PyTorch's events", dbpath);
         goto out;
     }
+    m.oom_limits = gpk_get(root, "oom_limits");
     gm_tsettings set;
     gm_tsettings_read(gpk_get(snap, "allocator_settings"), &set);
     gm_tblocks_init(&tb, &set);
@@ -1880,7 +2102,7 @@ static void write_traces(merge *m, FILE *f, const gpk_val *traces, const gpk_val
             int a = action_of(gpk_as_str(gpk_get(d, "action")));
             if (a == TA_OTHER) continue;
             pos[nk] = i;
-            k[nk++] = (tt_key){a, u64_in(d, "addr"), u64_in(d, "size")};
+            k[nk++] = (tt_key){a, entry_addr(d, a), u64_in(d, "size")};
         }
         if (k && e && stack && pos && pair_run(trace, (int)dev, k, nk, e) == 0)
             for (size_t j = 0; j < nk; j++) {
@@ -1925,7 +2147,9 @@ static void write_tracker_traces(merge *m, FILE *f, const gpk_val *trace, size_t
             if (r.device != (int32_t)dev || r.action < 0 || r.action > 8 || r.action == 7) continue;
             gpk_dict_begin(f);
             gpk_key(f, "action"), gpk_str(f, action[r.action]);
-            gpk_key(f, "addr"), gpk_uint(f, r.addr);
+            /* PyTorch writes an OOM's addr_ (the device's free bytes) as device_free, which
+             * memory_viz reads */
+            gpk_key(f, r.action == TA_OOM ? "device_free" : "addr"), gpk_uint(f, r.addr);
             gpk_key(f, "size"), gpk_uint(f, r.size);
             gpk_key(f, "stream"), gpk_uint(f, r.stream);
             gpk_key(f, "time_us"), gpk_int(f, (start_ns + (int64_t)r.t_ns) / 1000);
@@ -1937,8 +2161,9 @@ static void write_tracker_traces(merge *m, FILE *f, const gpk_val *trace, size_t
             gpk_list_end(f);
             const unsigned char *tf = NULL;
             uint32_t n = 0;
-            if (r.action == TA_ALLOC) tstack_set(m, r.stack, &tf, &n);
-            if (n) u64map_put(last, r.addr, r.stack); /* no room: that block keeps none */
+            if (r.action == TA_ALLOC || r.action == TA_OOM) tstack_set(m, r.stack, &tf, &n);
+            if (n && r.action == TA_ALLOC)
+                u64map_put(last, r.addr, r.stack); /* no room: that block keeps none */
             else if (r.action == TA_ALLOC) u64map_del(last, r.addr, NULL);
             gpk_key(f, "frames");
             write_tframes(m, f, tf, n);

@@ -56,13 +56,42 @@ uint64_t gm_tblocks_alloc(gm_tblocks *b, uint64_t addr, uint64_t requested);
 /* free_completed at addr: the block is free again and merges with free neighbours. */
 void gm_tblocks_free_block(gm_tblocks *b, uint64_t addr);
 
+/* The largest free block b holds (0: none): PyTorch's biggest cached block at that moment. */
+uint64_t gm_tblocks_largest_free(const gm_tblocks *b);
+
+/* An OOM of PyTorch's trace (an entry of action "oom": PyTorch raised OutOfMemoryError) as a
+ * row of gpumem's `ooms` table, built the same way by the merge and by `gpumem import`. */
+typedef struct gm_toom {
+    uint64_t seq; /* its oom event (kind 13) */
+    int device;
+    int64_t stream;               /* the database's stream id */
+    uint64_t requested;           /* the entry's size: what the tensor asked for */
+    uint64_t allocated, reserved; /* PyTorch's bytes at that moment (its blocks, its segments) */
+    uint64_t largest_free;        /* its largest free block then (gm_tblocks_largest_free) */
+    uint64_t device_free; /* the entry's: what cudaMemGetInfo said was free (gm_toom_device_free) */
+    uint64_t device_total; /* 0: not known */
+    uint64_t limit;        /* the per-process memory fraction's bytes (0: none) */
+} gm_toom;
+
+/* device_free of a trace entry of action "oom": PyTorch's snapshots hold it as `device_free`
+ * (its TraceEntry keeps it in addr_), gpumem's snapshots at an OOM before 2026-12-06 as `addr`;
+ * 0 when neither is a number. */
+uint64_t gm_toom_device_free(const gpk_val *entry);
+
+/* Inserts o into the `ooms` table of db, free_cached = reserved - allocated (PyTorch's cached
+ * bytes). 0, or -1 with the reason in err. */
+struct sqlite3;
+int gm_toom_insert(struct sqlite3 *db, const gm_toom *o, char *err, size_t errsz);
+
 /* Merges a pickle written by gpumem's PyTorch hook (preload/python/gpumem/_torch.py: PyTorch's
  * snapshot with its trace, and the names of parameters, gradients and optimizer state) into
  * the recording at dbpath, in one transaction: the trace entries become events of kinds 31-35
  * (torch_alloc, torch_free, torch_free_completed, torch_segment_map, torch_segment_unmap),
  * placed among the recorded events by time (a segment's events right after the cudaMalloc
  * that made it), every seq renumbered to make room; their Python frames become frames and
- * stacks; each gets the NVTX range open at its time; the names become `names` rows; meta says
+ * stacks; each gets the NVTX range open at its time; its OOMs (action "oom") become oom events
+ * (kind 13) and `ooms` rows (gm_toom), except one whose request the driver already refused in
+ * the recording (that OOM is recorded); the names become `names` rows; meta says
  * what was merged (torch_history, torch_version, torch_conf, torch_blocks_guessed). Returns 0
  * with the number of trace entries merged, or -1 with a one-line reason (nothing is changed). */
 int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint64_t *merged,

@@ -179,6 +179,8 @@ typedef struct gm_oom {
     uint32_t range;  /* the OOM event's NVTX range (its phase), 0 = none */
     uint32_t stack;  /* the OOM event's stack */
     int device;
+    int fraction; /* limit is PyTorch's per-process memory fraction, not GPUMEM_LIMIT
+                   * (the OOM event's REC_F_OOM_FRACTION) */
 } gm_oom;
 
 typedef struct gm_step {

@@ -588,7 +588,10 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         }
     } else if (kind == REC_OOM) {
         for (; w->oi < m->nooms && m->ooms[w->oi].seq < seq; w->oi++) {}
-        if (w->oi < m->nooms && m->ooms[w->oi].seq == seq) m->ooms[w->oi].range = range, m->ooms[w->oi].stack = stack;
+        if (w->oi < m->nooms && m->ooms[w->oi].seq == seq) {
+            gm_oom *o = &m->ooms[w->oi];
+            o->range = range, o->stack = stack, o->fraction = (flags & REC_F_OOM_FRACTION) != 0;
+        }
     } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
         m->have_segments = 1;
         m->reserved += size;

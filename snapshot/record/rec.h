@@ -134,6 +134,10 @@ enum rec_devinfo_when {
 #define REC_F_BA_MEMSET 0x100u /* a memset into it */
 #define REC_F_BA_WRITE 0x200u  /* a copy into it */
 #define REC_F_BA_READ 0x400u   /* a copy from it */
+/* REC_OOM only: the OOM came from PyTorch's allocator trace (merged, or imported) and its ooms
+ * row's limit_bytes is PyTorch's per-process memory fraction of the device
+ * (torch.cuda.set_per_process_memory_fraction), not GPUMEM_LIMIT */
+#define REC_F_OOM_FRACTION 0x100u
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

@@ -8,7 +8,9 @@
 #   - 2 GiB: the backward runs out, in PyTorch's C++ (autograd's thread, no Python frame): the
 #     report names the Python line the program was on (the backward call) from the hook's stack of
 #     the main thread; a file of another kind already at the snapshot's path is left as it was
-#     (the output rule), and record says the snapshot was not written.
+#     (the output rule), and record says the snapshot was not written;
+#   - every OOM PyTorch raises (under its per-process memory fraction, or the device's) is in the
+#     ooms table once, from its trace, in report, export --at oom, viz and imports of its snapshot.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/train_gpt2.py
@@ -73,4 +75,104 @@ line=$(grep -n '\.backward()' "$script" | sed -n 1p | cut -d: -f1)
 [[ $(cat "$tmp/bwd.oom.pickle") == "not a snapshot" ]] && grep -q "snapshot at the OOM was not written" "$tmp/bwd.err" \
   && ok "bwd: a file of another kind at the snapshot's path is left as it was, and record says so" \
   || bad "bwd: the foreign file was replaced or nothing said: $(grep 'gpumem:' "$tmp/bwd.err" | tail -2)"
+
+# Every OOM PyTorch raises reaches the ooms table, once, from its trace's oom entry (device_free in
+# it), whatever refused it; and one built from PyTorch's trace (merged or imported) says the same.
+# A table: NAME | environment | the fraction set ("-": none) | the binding constraint. The
+# program holds two 256 MiB
+# tensors and a third (with no fraction: sized to leave 10 MiB of a 1 GiB device; else 1 MiB, in
+# a 2 MiB segment: PyTorch's allocated 513 MiB, reserved 514 MiB), asks for more
+# than is left, catches PyTorch's OutOfMemoryError, then allocates 1 MiB (it fits: the run goes on).
+cat > "$tmp/oomc.py" <<'EOF'
+import sys, torch
+MiB = 1 << 20
+if sys.argv[1] != "-":
+    torch.cuda.set_per_process_memory_fraction(float(sys.argv[1]))
+a = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+b = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+c = torch.empty(502 * MiB if sys.argv[1] == "-" else 1 * MiB, dtype=torch.uint8, device="cuda")
+try:
+    d = torch.empty((16 if sys.argv[1] == "-" else 512) * MiB, dtype=torch.uint8, device="cuda")
+except torch.cuda.OutOfMemoryError:
+    pass
+e = torch.empty(1 * MiB, dtype=torch.uint8, device="cuda")
+EOF
+cat > "$tmp/addr.py" <<'EOF'
+import pickle, sys
+s = pickle.load(open(sys.argv[1], "rb"))
+for t in s["device_traces"]:
+    for e in t:
+        if e["action"] == "oom":
+            e["addr"] = e.pop("device_free")
+pickle.dump(s, open(sys.argv[2], "wb"), protocol=2)
+EOF
+oomline=$(grep -n 'd = torch.empty' "$tmp/oomc.py" | cut -d: -f1)
+cases=(
+  "fraction|GPUMEM_SIM_MEMORY=80G|0.01|fraction" # never reaches cudaMalloc: PyTorch's own cap
+  "fraction-history|GPUMEM_SIM_MEMORY=80G GPUMEM_TORCH_PYTORCH_HISTORY=1|0.01|fraction" # its history, paired
+  "fraction-clock|GPUMEM_SIM_MEMORY=80G GPUMEM_TORCH_TRACE=0|0.01|fraction" # no tracker: its history, by time
+  "device|GPUMEM_SIM_MEMORY=1G|-|device"         # the driver refuses it too: counted once
+  "device-clock|GPUMEM_SIM_MEMORY=1G GPUMEM_TORCH_TRACE=0|-|device"
+  "limit|GPUMEM_SIM_MEMORY=80G GPUMEM_LIMIT=1G|-|limit" # gpumem's limit refuses it: counted once
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name envs frac want_cause <<< "$c"
+  env GPUMEM_SIM_BACKING=memory $envs "$G" record -o "$tmp/c-$name.db" -- "$torch_py" "$tmp/oomc.py" "$frac" \
+    > /dev/null 2> "$tmp/c-$name.err" || { bad "$name: record failed: $(tail -2 "$tmp/c-$name.err")"; continue; }
+  # the OOMs the recording has without PyTorch's trace: the driver's refusals
+  env GPUMEM_SIM_BACKING=memory $envs "$G" record --no-torch-history -o "$tmp/c-$name-plain.db" -- "$torch_py" \
+    "$tmp/oomc.py" "$frac" > /dev/null 2>&1
+  driver=$(sqlite3 "$tmp/c-$name-plain.db" "SELECT count(*) FROM ooms")
+  want=$(( driver ? driver : 1 ))
+  "$G" report --json "$tmp/c-$name.db" > "$tmp/c-$name.json" 2>/dev/null
+  n=$(jq '.ooms | length' "$tmp/c-$name.json")
+  [[ $n == "$want" && $(sqlite3 "$tmp/c-$name.db" "SELECT count(*) FROM events WHERE kind = 13") == "$want" ]] \
+    && ok "$name: $n OOM row(s) ($driver the driver's refusals), not one more" \
+    || bad "$name: $n OOMs, want $want ($driver refused by the driver)"
+  o=$(jq -c '.ooms[-1]' "$tmp/c-$name.json")
+  [[ $(jq -r .python_line <<< "$o") == "oomc.py:$oomline in <module>" ]] \
+    && ok "$name: the OOM's Python line (oomc.py:$oomline)" || bad "$name: python_line $(jq -r .python_line <<< "$o")"
+  if [[ $frac != - ]]; then
+    # the cap PyTorch met: the fraction of the device's total (as PyTorch rounds it, within 1 KiB)
+    read -r cause from limit total req alloc res short < <(jq -r '[.cause, .limit_from, .limit, .device_total,
+      .requested, .allocated, .reserved, .shortfall] | @tsv' <<< "$o")
+    cap=$(awk -v f="$frac" -v t="$total" 'BEGIN { printf "%.0f", f * t }')
+    [[ $cause == fraction && $from == per_process_memory_fraction && $((limit - cap)) -le 1024 && $((cap - limit)) -le 1024 \
+       && $req == $((512 << 20)) && $alloc == $(((512 + 1) << 20)) && $res == $(((512 + 2) << 20)) && $short -gt 0 ]] \
+      && ok "$name: cause fraction, limit $limit (the fraction of $total), requested $req, allocated $alloc, short by $short" \
+      || bad "$name: $o"
+    "$G" report "$tmp/c-$name.db" 2>/dev/null | grepq "binding constraint: fraction (PyTorch's per-process memory fraction allows" \
+      && ok "$name: the text names the fraction" || bad "$name: the text names no fraction"
+  else # short by the request less the room: what the device had free, or the limit left
+    read -r cause free limit res short req < <(jq -r '[.cause, .device_free, .limit, .reserved, .shortfall,
+      .requested] | @tsv' <<< "$o")
+    room=$free
+    [[ $want_cause == limit ]] && room=$((limit - res))
+    [[ $cause == "$want_cause" && $room -gt 0 && $short == $((req - room)) ]] \
+      && ok "$name: $cause: short by $short (the request less the $room bytes of room)" || bad "$name: $o"
+  fi
+  "$G" export --format torch --at oom "$tmp/c-$name.db" -o "$tmp/c-$name.at.pickle" 2> "$tmp/c-$name.exp" \
+    && ok "$name: export --at oom" || bad "$name: export --at oom: $(cat "$tmp/c-$name.exp")"
+  "$G" viz "$tmp/c-$name.db" -o "$tmp/c-$name.html" 2>/dev/null && grepq -F '"ooms":[{"seq"' "$tmp/c-$name.html" \
+    && ok "$name: viz shows it" || bad "$name: viz shows no OOM"
+  # PyTorch's snapshot at the OOM: memory_viz reads its oom entry (device_free, as PyTorch writes
+  # it), and an import of it (and of one with device_free in addr, as gpumem wrote it before) has
+  # the recording's OOM figures
+  snap=$tmp/c-$name.oom.pickle
+  torch_run -- -m torch.cuda._memory_viz trace "$snap" 2>/dev/null | grepq "raise OutOfMemoryError" \
+    && ok "$name: memory_viz trace reads the snapshot's OOM" || bad "$name: memory_viz trace of $snap"
+  "$torch_py" "$tmp/addr.py" "$snap" "$tmp/c-$name.addr.pickle"
+  fields='[.requested, .allocated, .reserved, .device_free]'
+  [[ $want_cause == device ]] && fields='[.requested, .allocated, .reserved, .device_free, .shortfall]'
+  # (under GPUMEM_LIMIT, PyTorch's cudaMemGetInfo is gpumem's, capped at the limit: not the driver's)
+  [[ $want_cause == limit ]] && fields='[.requested, .allocated, .reserved]'
+  r=$(jq -c "$fields" <<< "$o")
+  for p in "$snap" "$tmp/c-$name.addr.pickle"; do
+    rm -f "$tmp/imp.db"
+    "$G" import "$p" -o "$tmp/imp.db" > /dev/null 2>&1
+    i=$("$G" report --json "$tmp/imp.db" 2>/dev/null | jq -c ".ooms[-1] | $fields")
+    [[ $i == "$r" ]] && ok "$name: imported $(basename "$p"): the OOM as recorded $i" \
+      || bad "$name: imported $(basename "$p"): $i, recorded $r"
+  done
+done
 exit $fail

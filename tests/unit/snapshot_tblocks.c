@@ -140,13 +140,39 @@ static void test_guessed(void **st)
     gm_tblocks_free(&b);
 }
 
+/* the largest free block (an OOM's largest_free, built from PyTorch's trace): free blocks that
+ * merged count as one, allocated ones and blocks gone with their segment not at all */
+static void test_largest_free(void **st)
+{
+    (void)st;
+    gm_tblocks b = make(0, 0);
+    assert_int_equal(gm_tblocks_largest_free(&b), 0);
+    gm_tblocks_map(&b, S, 20 * MiB, 0);
+    gm_tblocks_map(&b, S + 32 * MiB, 2 * MiB, 0);
+    assert_int_equal(gm_tblocks_largest_free(&b), 20 * MiB);
+    assert_int_equal(gm_tblocks_alloc(&b, S, 4 * MiB), 4 * MiB);
+    assert_int_equal(gm_tblocks_alloc(&b, S + 4 * MiB, 4 * MiB), 4 * MiB);
+    assert_int_equal(gm_tblocks_alloc(&b, S + 8 * MiB, 4 * MiB), 4 * MiB);
+    assert_int_equal(gm_tblocks_largest_free(&b), 8 * MiB); /* the first segment's rest */
+    gm_tblocks_free_block(&b, S);
+    assert_int_equal(gm_tblocks_largest_free(&b), 8 * MiB);
+    gm_tblocks_free_block(&b, S + 8 * MiB); /* merges with the rest: 12 MiB */
+    assert_int_equal(gm_tblocks_largest_free(&b), 12 * MiB);
+    gm_tblocks_free_block(&b, S + 4 * MiB); /* the whole segment again */
+    assert_int_equal(gm_tblocks_largest_free(&b), 20 * MiB);
+    gm_tblocks_unmap(&b, S, 20 * MiB); /* gone: the other segment's 2 MiB is what is left */
+    assert_int_equal(gm_tblocks_largest_free(&b), 2 * MiB);
+    gm_tblocks_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_to_512),       cmocka_unit_test(test_round_power2_divisions),
-        cmocka_unit_test(test_small_split),        cmocka_unit_test(test_large_split),
-        cmocka_unit_test(test_merge_on_free),      cmocka_unit_test(test_segments_stay_apart),
-        cmocka_unit_test(test_expandable),         cmocka_unit_test(test_guessed),
+        cmocka_unit_test(test_round_to_512),  cmocka_unit_test(test_round_power2_divisions),
+        cmocka_unit_test(test_small_split),   cmocka_unit_test(test_large_split),
+        cmocka_unit_test(test_merge_on_free), cmocka_unit_test(test_segments_stay_apart),
+        cmocka_unit_test(test_expandable),    cmocka_unit_test(test_guessed),
+        cmocka_unit_test(test_largest_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,7 +55,7 @@ import gpumem
 
 _env = os.environ.get
 _state = {"installed": False, "torch": None, "names": [], "named": {}, "warned": False,
-          "dumped": 0, "ops": None}
+          "dumped": 0, "ops": None, "oom_limits": []}
 _lock = threading.Lock()
 
 
@@ -270,6 +270,15 @@ def _trace_copy():
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
+    # PyTorch calls its observers with the cap it allocated under: the per-process memory
+    # fraction's bytes where one is set, else the device's total. Its trace's OOM entry has
+    # neither (an OOM the fraction refused never reached cudaMalloc), so each OOM's is kept, in
+    # order, for the merge to tell the fraction's OOMs (gm_torch.c, oom_limits)
+    try:
+        fraction = float(_state["torch"].cuda.get_per_process_memory_fraction(device))
+    except Exception:  # noqa: BLE001  (a PyTorch without the query: the device's own cap)
+        fraction = 1.0
+    _state["oom_limits"].append((int(device), int(device_allocated), fraction))
     if "oom_python" not in _state:  # the first OOM's Python stack of the program's main thread:
         try:  # the line that called into PyTorch, also when its C++ (autograd) made the request
             f = sys._current_frames().get(threading.main_thread().ident)
@@ -303,7 +312,7 @@ def _dump(why):
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
                "time_ns": time.time_ns(), "snapshot": snap, "names": names,
                "max_entries": _state.get("max_entries", 0),
-               "oom_python": _state.get("oom_python", [])}
+               "oom_python": _state.get("oom_python", []), "oom_limits": list(_state["oom_limits"])}
         if _state["ops"] is not None:
             doc["ops"] = list(_state["ops"])
         trace = _trace_copy()  # after the snapshot: it holds every entry the snapshot holds
