@@ -92,10 +92,10 @@ static int cmp_ev(const void *a, const void *b)
     if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
     return (x->delta > y->delta) - (x->delta < y->delta); /* a free before an alloc at one seq */
 }
-static int cmp_step_end(const void *a, const void *b)
+static int cmp_step_start(const void *a, const void *b)
 {
     const gm_step *x = a, *y = b;
-    return (x->end_seq > y->end_seq) - (x->end_seq < y->end_seq);
+    return (x->start_seq > y->start_seq) - (x->start_seq < y->start_seq);
 }
 static int cmp_group(const void *a, const void *b)
 {
@@ -104,8 +104,9 @@ static int cmp_group(const void *a, const void *b)
     return c ? c : strcmp(x->phase, y->phase);
 }
 
-/* The peak allocated of every step: device allocations and frees in seq order, each event in
- * the step whose last event is the first at or after it. */
+/* The peak allocated of every step: its highest moment, from its first event to its last (of
+ * any kind: the model's steps), the bytes it began with included. A step that allocates and
+ * frees nothing (PyTorch's later steps, served from its cache) holds what it carried in. */
 static int rank_steps(const gm_model *m, rk_rank *r)
 {
     if (!m->nsteps) return 0;
@@ -117,7 +118,7 @@ static int rank_steps(const gm_model *m, rk_rank *r)
         return -1;
     }
     memcpy(st, m->steps, m->nsteps * sizeof *st);
-    qsort(st, m->nsteps, sizeof *st, cmp_step_end);
+    qsort(st, m->nsteps, sizeof *st, cmp_step_start);
     size_t n = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
@@ -129,14 +130,18 @@ static int rank_steps(const gm_model *m, rk_rank *r)
     for (size_t k = 0; k < m->nsteps; k++)
         r->steps[k].step = st[k].step;
     r->nsteps = m->nsteps;
+    /* steps begin in order; the events up to a step's start give what it carried in */
     int64_t cur = 0;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        cur += ev[i].delta;
-        for (; k < m->nsteps && st[k].end_seq < ev[i].seq; k++) {
+    size_t i = 0;
+    for (size_t k = 0; k < m->nsteps; k++) {
+        for (; i < n && ev[i].seq < st[k].start_seq; i++)
+            cur += ev[i].delta;
+        int64_t peak = cur, lvl = cur;
+        for (size_t j = i; j < n && ev[j].seq <= st[k].end_seq; j++) {
+            lvl += ev[j].delta;
+            if (lvl > peak) peak = lvl;
         }
-        if (k < m->nsteps && ev[i].delta > 0 && (uint64_t)cur > r->steps[k].peak_allocated)
-            r->steps[k].peak_allocated = (uint64_t)cur;
+        r->steps[k].peak_allocated = peak > 0 ? (uint64_t)peak : 0;
     }
     free(st), free(ev);
     return 0;

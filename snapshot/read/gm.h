@@ -149,6 +149,8 @@ typedef struct gm_oom {
 typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
+    uint64_t start_seq;     /* seq of the step's first event (of any kind: a step whose ranges
+                               hold no allocation still spans its launches, marks, tensors) */
     uint64_t end_seq;       /* seq of the step's last event */
     uint64_t leaked;        /* bytes requested in the step and alive at the end */
     uint64_t nleaked;

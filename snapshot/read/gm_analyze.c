@@ -294,19 +294,22 @@ static void pools_segment(gm_pools *p, int map, uint64_t size) {
     }
 }
 
-static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, size_t *cap) {
+/* The entry of step `step`, made at its first event (seq: the sweep meets events in seq order,
+ * so that is where the step starts). */
+static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, uint64_t seq, size_t *cap) {
     uint64_t *i = u64map_get(idx, (uint64_t)step);
     if (i) return &(*steps)[*i];
     if (gm_grow((void **)steps, cap, *n + 1, sizeof **steps)) return NULL;
     gm_step *s = &(*steps)[*n];
     memset(s, 0, sizeof *s);
     s->step = step;
+    s->start_seq = seq;
     u64map_put(idx, (uint64_t)step, (*n)++);
     return s;
 }
 
-static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) {
-    return step_in(&m->steps, &m->nsteps, idx, step, cap);
+static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, uint64_t seq, size_t *cap) {
+    return step_in(&m->steps, &m->nsteps, idx, step, seq, cap);
 }
 
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
@@ -414,7 +417,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         v->peak_reserved = v->reserved, v->peak_reserved_seq = seq, v->pools.reserved_at_peak = v->pools.reserved;
     if (range && kind <= REC_TORCH_FREE_COMPLETED) {
         const gm_range *r = gm_range_of(m, range);
-        gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, &w->tstep_cap) : NULL;
+        gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, seq, &w->tstep_cap) : NULL;
         if (st) st->end_allocated = v->allocated, st->end_seq = seq;
     }
     return 0;
@@ -619,7 +622,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             const gm_range *r = gm_range_of(m, range);
             w->last_range = range;
             w->last_step = r && r->step >= 0 ? r->step : -1;
-            w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+            w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
         }
         if (w->last_st) {
             w->last_st->end_allocated = m->allocated;
@@ -806,7 +809,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 const gm_range *rg = gm_range_of(m, range);
                 last_range = range;
                 w->last_step = rg && rg->step >= 0 ? rg->step : -1;
-                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
             }
             st_alloc = allocated, st_seq = seq;
         }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# torch_views.sh — the views of a PyTorch recording against what the database itself says, on a
+# small MLP (tests/torch/views_mlp.py: 3 Linear layers, batch 256, AdamW) recorded with PyTorch's
+# own allocator (gpumem records its segments as the device's allocations, its tensors from its
+# trace). One table each, every command that shows the property:
+#   - per-step tables: a row for every step, and where the table gives the step's highest moment,
+#     that value: report --json .categories.over_time (the device view), frag --json .timeline
+#     (one row per step, its allocated a level the step had), the ranks report's steps. Most
+#     steps of such a run make no device allocation (PyTorch's cache serves them): they hold what
+#     they carried in. Expected values from SQL over events, alloc_life and ranges.
+#   - the category table over stretches of events (no steps: --no-torch-hooks): no stretch reads
+#     less than what was live at its moment, the last one holds what is live at the end.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+script=tests/torch/views_mlp.py
+rec() { # rec NAME [RECORD-OPTIONS...] -- SCRIPT-ARGS...
+  local name=$1 ropts=()
+  shift
+  while [[ $1 != -- ]]; do ropts+=("$1"); shift; done
+  shift
+  GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/$name.db" "${ropts[@]}" -- "$torch_py" "$script" "$@" \
+    > "$tmp/$name.out" 2>&1 || { bad "$name: recording failed: $(tail -n 3 "$tmp/$name.out")"; return 1; }
+}
+rec plain -- || exit 1
+rec keep -- --keep --steps=6 || exit 1
+rec nohooks --no-torch-hooks -- || exit 1
+
+# the device's bytes live after seq AT: its allocations born at or before it, not yet freed
+level_sql="(SELECT coalesce(sum(e.size), 0) FROM events e JOIN alloc_life l ON l.birth = e.seq
+            WHERE e.kind IN (1, 3) AND e.seq <= AT AND (l.death IS NULL OR l.death > AT))"
+# "N PEAK" a line per step: its highest moment from the moment before its first event (what it
+# carried in) through each birth to its last event
+step_peaks() {
+  sqlite3 -separator ' ' "$1" "WITH st AS (SELECT CAST(substr(r.path, 6, instr(r.path || '/', '/') - 6) AS INT) AS n,
+        min(e.seq) AS lo, max(e.seq) AS hi FROM events e JOIN ranges r ON r.id = e.range
+        WHERE r.path GLOB 'step [0-9]*' GROUP BY n),
+      pts AS (SELECT n, lo - 1 AS at FROM st UNION
+              SELECT n, e.seq FROM st JOIN events e ON e.seq BETWEEN lo AND hi AND e.kind IN (1, 3))
+    SELECT n, max(${level_sql//AT/at}) FROM pts GROUP BY n ORDER BY n"
+}
+# "N LOW HIGH": the lowest and highest level of each step
+step_span() {
+  sqlite3 -separator ' ' "$1" "WITH st AS (SELECT CAST(substr(r.path, 6, instr(r.path || '/', '/') - 6) AS INT) AS n,
+        min(e.seq) AS lo, max(e.seq) AS hi FROM events e JOIN ranges r ON r.id = e.range
+        WHERE r.path GLOB 'step [0-9]*' GROUP BY n),
+      pts AS (SELECT n, lo - 1 AS at FROM st UNION
+              SELECT n, e.seq FROM st JOIN events e ON e.seq BETWEEN lo AND hi AND e.kind IN (1, 2, 3, 4))
+    SELECT n, min(${level_sql//AT/at}), max(${level_sql//AT/at}) FROM pts GROUP BY n ORDER BY n"
+}
+
+# 1. per-step tables, each printing "N VALUE" a row: the view's name, its database, the function
+# that prints its rows, and whether VALUE is the step's highest moment (exact) or a level the
+# step had (span: frag's row is the step's widest gap)
+rows_report() { "$G" report --json "$1" | jq -r '.categories.over_time[] | "\(.step) \(.total)"'; }
+rows_frag() { "$G" frag --json "$1" | jq -r '.timeline[] | "\(.step) \(.allocated)"'; }
+rows_rank0() { "$G" report --json "$1" "$tmp/keep.db" | jq -r '.ranks[0].steps[] | "\(.step) \(.peak_allocated)"'; }
+rows_rank1() { "$G" report --json "$tmp/plain.db" "$1" | jq -r '.ranks[1].steps[] | "\(.step) \(.peak_allocated)"'; }
+views="report's device view|plain|rows_report|exact
+report's device view, 6 steps|keep|rows_report|exact
+frag's timeline|plain|rows_frag|span
+the ranks report, rank 0|plain|rows_rank0|exact
+the ranks report, rank 1|keep|rows_rank1|exact"
+while IFS='|' read -r view name fn how; do
+  db=$tmp/$name.db
+  got=$("$fn" "$db" 2> "$tmp/err") || { bad "$view: $(cat "$tmp/err")"; continue; }
+  if [[ $how == exact ]]; then
+    want=$(step_peaks "$db")
+    [[ $got == "$want" ]] && ok "$view: a row per step, each its highest moment ($(echo $want | tr '\n' ' '))" \
+      || bad "$view: rows '$(echo $got)', each step's highest moment '$(echo $want)'"
+  else
+    bad_rows=$(join <(echo "$got") <(step_span "$db") -a 2 | awk 'NF != 4 || $2 < $3 || $2 > $4')
+    [[ -n $got && -z $bad_rows && $(echo "$got" | wc -l) == $(step_span "$db" | wc -l) ]] \
+      && ok "$view: a row per step ($(echo "$got" | wc -l)), each a level the step had" \
+      || bad "$view: rows '$(echo $got)'; steps and their levels '$(step_span "$db" | tr '\n' ';')'; wrong: '$bad_rows'"
+  fi
+done <<< "$views"
+
+# 2. stretches without steps: none below what was live at its moment, the last what lives at the end
+"$G" report --json "$tmp/nohooks.db" > "$tmp/nohooks.json" || bad "nohooks: report failed"
+low=0
+while read -r seq total; do
+  lvl=$(sqlite3 "$tmp/nohooks.db" "SELECT ${level_sql//AT/$seq}")
+  [[ $seq -gt 0 && $total -ge $lvl ]] || low="$low; @$seq $total < $lvl"
+done < <(jq -r '.categories.over_time[] | "\(.seq) \(.total)"' "$tmp/nohooks.json")
+end=$(sqlite3 "$tmp/nohooks.db" "SELECT ${level_sql//AT/9000000000000000000}")
+last=$(jq -r '.categories.over_time[-1].total' "$tmp/nohooks.json")
+[[ $low == 0 && $last -ge $end && $end -gt 0 ]] \
+  && ok "report's stretches (no steps): none below what was live at its moment; the last holds $last >= $end live at the end" \
+  || bad "report's stretches: ${low#0; }; the last $last, live at the end $end"
+exit $fail
