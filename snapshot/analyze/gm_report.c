@@ -1051,10 +1051,41 @@ static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out
  * and the difference to PyTorch's peak adds what PyTorch held less then than at its own peak. */
 typedef struct torch_diff {
     uint64_t seq, device, torch_then, outside, cache, other;
+    uint64_t at; /* the moment the two views are compared (seq, or where PyTorch caught up) */
 } torch_diff;
 
-static torch_diff torch_difference(const gm_model *m, const alloc_set *at) {
-    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, m->peak_reserved_torch, 0, 0, 0};
+/* The moment to compare the device's peak reserved with PyTorch's reserve: the peak is most often
+ * the mapping gpumem makes for PyTorch's new segment (its cudaMalloc), written before the
+ * allocation itself and before PyTorch records the segment; at the peak's own seq that segment is
+ * in neither view and would read as gpumem's cache. So: the first segment PyTorch records after
+ * the peak, where the device's reserve has not changed since and that segment is an allocation
+ * (or a VMM map) made from the peak on — the segment in flight, now in both views. *torch_then
+ * gets PyTorch's reserve then. Else the peak itself. */
+static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_then) {
+    uint64_t p = m->peak_reserved_seq, at = p;
+    *torch_then = m->peak_reserved_torch;
+    sqlite3_stmt *st;
+    const char *sql =
+        "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
+        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq)"
+        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1)"
+        " AND NOT EXISTS (SELECT 1 FROM events r WHERE r.seq > ?1 AND r.seq < t.seq"
+        "                 AND r.kind IN (11, 12, 14, 15, 18, 19))"
+        " AND EXISTS (SELECT 1 FROM events a WHERE a.seq >= ?1 AND a.seq < t.seq AND a.kind IN (1, 3, 11)"
+        "             AND a.addr = t.addr)";
+    if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return at;
+    sqlite3_bind_int64(st, 1, (int64_t)p);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t delta = sqlite3_column_int64(st, 1);
+        at = (uint64_t)sqlite3_column_int64(st, 0);
+        *torch_then = delta < 0 && (uint64_t)-delta > *torch_then ? 0 : *torch_then + (uint64_t)delta;
+    }
+    sqlite3_finalize(st);
+    return at;
+}
+
+static torch_diff torch_difference(const gm_model *m, const alloc_set *at, uint64_t when, uint64_t torch_then) {
+    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, torch_then, 0, 0, 0, when};
     uint64_t fw = 0;
     for (size_t i = 0; i < at->n; i++) {
         const gm_alloc *a = &m->allocs[at->idx[i]];
@@ -1147,8 +1178,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     size_t ns = group_allocs(&v, l, &peak, BY_SITE, &gs, &total, &count);
     size_t nn = group_allocs(&v, l, &peak, BY_NAME, &gn, &total, &count);
     free(peak.idx);
-    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, m->peak_reserved_seq);
-    torch_diff df = torch_difference(m, &at_dev);
+    uint64_t torch_then, when = torch_caught_up(d, m, &torch_then);
+    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, when);
+    torch_diff df = torch_difference(m, &at_dev, when, torch_then);
     /* outside PyTorch's allocator at the device's peak, by site */
     alloc_set outside = {NULL, 0};
     outside.idx = at_dev.idx;
@@ -1177,10 +1209,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
-        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"torch_reserved\":%" PRIu64
+        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
+                     ",\"torch_reserved\":%" PRIu64
                      ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
                      ",\"torch_less_than_its_peak\":%" PRIu64 ",",
-                df.seq, df.device, df.torch_then, df.outside, df.cache, df.other, less);
+                df.seq, df.at, df.device, df.torch_then, df.outside, df.cache, df.other, less);
         print_groups_json(out, "outside_by_site", go, no, o->top, ot, "site");
         fprintf(out, "},\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
                 tv->peak_allocated_seq, total, count);
@@ -1222,9 +1255,13 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         gm_fmt_bytes(df.outside, d3, sizeof d3);
         gm_fmt_bytes(df.cache, d4, sizeof d4);
         gm_fmt_bytes(less, d5, sizeof d5);
-        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s,\n"
+        char caught[96] = "";
+        if (df.at != df.seq) /* the segment mapped at the peak, once PyTorch recorded it */
+            snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
+                     df.at);
+        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
-                d1, df.seq, g, d2, d3, d4);
+                d1, df.seq, g, d2, caught, d3, d4);
         if (df.other) {
             char d6[32];
             gm_fmt_bytes(df.other, d6, sizeof d6);

@@ -87,4 +87,19 @@ last=$(jq -r '.categories.over_time[-1].total' "$tmp/nohooks.json")
 [[ $low == 0 && $last -ge $end && $end -gt 0 ]] \
   && ok "report's stretches (no steps): none below what was live at its moment; the last holds $last >= $end live at the end" \
   || bad "report's stretches: ${low#0; }; the last $last, live at the end $end"
+
+# 3. the device's peak reserved against PyTorch's reserve: gpumem's cache is what gpumem reserved
+# that no device allocation holds once the mapping at the peak has served its allocation (the
+# device's reserve unchanged up to then; these runs free no device memory); every byte named
+for name in plain keep; do
+  db=$tmp/$name.db
+  read -r seq res tr out cache other < <("$G" report --json "$db" | jq -r '.torch.device_peak |
+    "\(.seq) \(.reserved) \(.torch_reserved) \(.outside_torch) \(.gpumem_cache) \(.other_vmm)"')
+  served=$(sqlite3 "$db" "SELECT coalesce((SELECT min(seq) - 1 FROM events WHERE seq > $seq
+                           AND kind IN (11, 12, 14, 15, 18, 19)), (SELECT max(seq) FROM events))")
+  held=$(sqlite3 "$db" "SELECT ${level_sql//AT/$served}")
+  [[ $cache == $((res - held)) && $((tr + out + cache + other)) == "$res" ]] \
+    && ok "$name: device peak reserved $res = PyTorch's $tr + outside $out + gpumem's cache $cache (what no allocation holds: $((res - held)))" \
+    || bad "$name: device peak reserved $res at $seq: PyTorch's $tr, outside $out, gpumem's cache $cache, other $other; no allocation holds $((res - held)) of it (event $served)"
+done
 exit $fail
