@@ -44,7 +44,8 @@ typedef struct rk_rank {
     uint64_t peak_allocated, peak_reserved;
     int64_t peak_step; /* -1 none */
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
-    uint64_t leaked_bytes, leaked_count;
+    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view) */
+    uint64_t torch_peak_allocated;       /* PyTorch's own (max_memory_allocated); 0: no history */
     rk_group *groups;
     size_t ngroups;
     rk_step *steps;
@@ -224,8 +225,10 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, F
     const gm_range *rg = pa >= 0 ? gm_range_of(&m, m.allocs[pa].range) : NULL;
     r->peak_phase = strdup(rg && rg->path ? rg->path : "");
     if (rg) r->peak_step = rg->step;
-    for (size_t i = 0; i < m.nallocs; i++)
-        if (!m.allocs[i].death) r->leaked_bytes += m.allocs[i].requested, r->leaked_count++;
+    gm_model lv = gm_model_leak_view(&m);
+    for (size_t i = 0; i < lv.nallocs; i++)
+        if (!lv.allocs[i].death) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
+    r->torch_peak_allocated = m.torch.present ? m.torch.peak_allocated : 0;
     rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
     gm_model_free(&m);
     gm_db_close(&d);
@@ -345,6 +348,10 @@ static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
             fputs(",\"peak_step\":null", out);
         fputs(",\"peak_phase\":", out);
         gm_json_str(out, r->peak_phase);
+        if (r->torch_peak_allocated)
+            fprintf(out, ",\"torch_peak_allocated\":%" PRIu64, r->torch_peak_allocated);
+        else
+            fputs(",\"torch_peak_allocated\":null", out);
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 ",\"steps\":[",
                 r->leaked_bytes, r->leaked_count);
         for (size_t k = 0; k < r->nsteps; k++)
@@ -409,6 +416,21 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
         fprintf(out, "  %-4" PRId64 "%s %15s %15s %6s  %-32.32s %14s  %s%s\n", r->rank,
                 i == top ? " *" : "  ", a, b, step, r->peak_phase[0] ? r->peak_phase : "-", leak,
                 r->path, r->complete ? "" : " (not closed)");
+    }
+    /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
+     * program's own figure is its allocator's */
+    int torch = 0;
+    for (size_t i = 0; i < n; i++)
+        torch |= rs[i].torch_peak_allocated != 0;
+    if (torch) {
+        fputs("\nPyTorch's own peak allocated (max_memory_allocated; leaked: its tensors alive at the end, "
+              "its cached segments are not leaks):", out);
+        for (size_t i = 0; i < n; i++) {
+            if (!rs[i].torch_peak_allocated) continue;
+            gm_fmt_bytes(rs[i].torch_peak_allocated, a, sizeof a);
+            fprintf(out, "%s rank %" PRId64 " %s", i ? "," : "", rs[i].rank, a);
+        }
+        fputc('\n', out);
     }
     uint64_t mx = 0, mn = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {

@@ -237,6 +237,14 @@ typedef struct gm_model {
  * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
  * device allocations. */
 gm_model gm_model_torch_view(const gm_model *m);
+/* The one rule for "leaked" (leaks, the ranks report, viz): the allocations alive at the end of
+ * the model this returns. With PyTorch's history merged (torch.present == 1) that is the torch
+ * view: its tensors, since PyTorch's cached segments outlive them all by design and are not
+ * leaks; otherwise m itself (a shallow copy; never free it, free m). */
+gm_model gm_model_leak_view(const gm_model *m);
+/* A C++ function's name as a person reads it ("c10::cuda::...::alloc_block", without the
+ * parameters); malloc'ed, or NULL when fn is not a mangled name. */
+char *gm_readable_function(const char *fn);
 
 /* Deaths between two marks of gm_model.death_marks. */
 #define GM_DEATH_MARK 4096u

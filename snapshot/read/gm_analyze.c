@@ -972,6 +972,10 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     return 0;
 }
 
+gm_model gm_model_leak_view(const gm_model *m) {
+    return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
+}
+
 gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
@@ -1118,7 +1122,7 @@ long gm_stack_site(const gm_model *m, uint32_t stack) {
  * DeviceCachingAllocator::alloc_block", not its mangled symbol (libiberty, without the
  * parameters: a call site names a function, not its overload); malloc'ed, or NULL when the
  * name is not a mangled one. */
-static char *readable_function(const char *fn) {
+char *gm_readable_function(const char *fn) {
     if (!fn || fn[0] != '_' || fn[1] != 'Z') return NULL;
     return cplus_demangle(fn, DMGL_ANSI);
 }
@@ -1134,7 +1138,7 @@ static void frame_desc(const gm_model *m, const gm_frame *f, char *out, size_t o
                           ? m->mods[f->module - 1].path : "?";
     const char *mb = strrchr(mod, '/');
     mb = mb ? mb + 1 : mod;
-    char *dm = readable_function(f->function);
+    char *dm = gm_readable_function(f->function);
     const char *fn = dm ? dm : f->function;
     if (fn && f->file) {
         const char *fb = strrchr(f->file, '/');

@@ -9,7 +9,11 @@
 #     steps of such a run make no device allocation (PyTorch's cache serves them): they hold what
 #     they carried in. Expected values from SQL over events, alloc_life and ranges.
 #   - the category table over stretches of events (no steps: --no-torch-hooks): no stretch reads
-#     less than what was live at its moment, the last one holds what is live at the end.
+#     less than what was live at its moment, the last one holds what is live at the end;
+#   - the device's peak reserved against PyTorch's reserve: gpumem's cache is what no allocation
+#     holds, not PyTorch's segment in flight;
+#   - "leaked": leaks, the ranks report and viz by one rule (PyTorch's tensors alive at the end);
+#     the ranks report shows PyTorch's own peak; viz names C++ frames demangled.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/views_mlp.py
@@ -102,4 +106,30 @@ for name in plain keep; do
     && ok "$name: device peak reserved $res = PyTorch's $tr + outside $out + gpumem's cache $cache (what no allocation holds: $((res - held)))" \
     || bad "$name: device peak reserved $res at $seq: PyTorch's $tr, outside $out, gpumem's cache $cache, other $other; no allocation holds $((res - held)) of it (event $served)"
 done
+
+# 4. one rule for "leaked" (leaks's: a PyTorch program's tensors alive at the end, not its cached
+# segments): "COMMAND|its 'BYTES COUNT' (viz: COUNT)" for each, against gpumem leaks --json
+leaked_leaks() { "$G" leaks --json "$1" | jq -r '"\(.leaked_bytes) \(.leaked_allocations)"'; }
+leaked_rank0() { "$G" report --json "$1" "$tmp/keep.db" | jq -r '.ranks[0] | "\(.leaked_bytes) \(.leaked_allocations)"'; }
+leaked_rank1() { "$G" report --json "$tmp/plain.db" "$1" | jq -r '.ranks[1] | "\(.leaked_bytes) \(.leaked_allocations)"'; }
+leaked_viz() { "$G" viz "$1" -o "$tmp/v.html" --force > /dev/null && echo "- $(grep -o '"nleaks":[0-9]*' "$tmp/v.html" | cut -d: -f2)"; }
+for name in plain keep; do
+  want=$(leaked_leaks "$tmp/$name.db")
+  for fn in leaked_rank0 leaked_rank1 leaked_viz; do
+    [[ $fn == leaked_rank0 && $name == keep ]] && continue
+    [[ $fn == leaked_rank1 && $name == plain ]] && continue
+    got=$("$fn" "$tmp/$name.db" 2> "$tmp/err") || { bad "$name: $fn: $(cat "$tmp/err")"; continue; }
+    [[ $got == "$want" || ($fn == leaked_viz && ${got#- } == "${want#* }") ]] \
+      && ok "$name: $fn: leaked '$got' = gpumem leaks' '$want'" || bad "$name: $fn: leaked '$got', gpumem leaks says '$want'"
+  done
+done
+# the ranks report shows PyTorch's own peak beside the device's; viz names C++ frames as the report does
+tp=$("$G" report --json "$tmp/plain.db" "$tmp/keep.db" | jq -r '[.ranks[].torch_peak_allocated] | join(" ")')
+want="$(awk '$1 == "max_memory_allocated" { print $2 }' "$tmp/plain.out") $(awk '$1 == "max_memory_allocated" { print $2 }' "$tmp/keep.out")"
+[[ $tp == "$want" ]] && ok "ranks report: PyTorch's own peak allocated per rank $tp = the scripts' max_memory_allocated" \
+  || bad "ranks report: .ranks[].torch_peak_allocated '$tp', the scripts' max_memory_allocated '$want'"
+"$G" viz "$tmp/plain.db" -o "$tmp/p.html" --force > /dev/null 2>&1 || bad "viz failed"
+mangled=$(grep -o '(unnamed) in _Z[A-Za-z0-9_]*' "$tmp/p.html" | sort -u | sed -n 1p)
+[[ -z $mangled ]] && grepq '(unnamed) in c10::' "$tmp/p.html" && ok "viz: classes name C++ frames demangled" \
+  || bad "viz: a class named by a mangled symbol: $mangled"
 exit $fail
