@@ -1527,45 +1527,82 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
 
 /* ---------------------------------------------------------------- leaks */
 
-/* Allocations born in a step after the first and still alive after the last step's last
- * event: what makes memory grow step by step, even when the program frees it at teardown
- * (state created lazily in the first step is not counted). Grouped by site or by name. */
+/* What makes memory grow step by step: the allocations still alive after the last step's last
+ * event (even when the program frees them at teardown) whose group (site or name) holds ones made
+ * in half the steps between the first and the last or more (one at least): step after step made
+ * one and kept it through the next. The first step and the last do not count: the first makes
+ * state lazily (optimizer state, workspaces), the last leaves what the next step would have freed
+ * (its gradients, before a zero_grad that never came; a final pass's output). The group's
+ * allocations of those steps are listed with it. An allocation's step is gm_step_index's:
+ * one made after a step's range closed (a tensor kept after opt.step()) is that step's. *steps_lo
+ * and *steps_hi get the first and last step number of what is kept. Grouped by site or name. */
+typedef struct kept_ent {
+    group g;
+    long step; /* index into m->steps */
+} kept_ent;
+static int cmp_kept(const void *a, const void *b) {
+    const kept_ent *x = a, *y = b;
+    int c = strcmp(x->g.key, y->g.key);
+    return c ? c : (x->step > y->step) - (x->step < y->step);
+}
 static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint64_t *total,
-                         uint64_t *count) {
+                         uint64_t *count, int64_t *steps_lo, int64_t *steps_hi, alloc_set *sel) {
     *out = NULL;
+    sel->idx = NULL, sel->n = 0;
     *total = *count = 0;
+    *steps_lo = INT64_MAX, *steps_hi = INT64_MIN;
     if (m->nsteps < 2) return 0;
     uint64_t last_end = 0;
-    int64_t first = INT64_MAX;
-    for (size_t i = 0; i < m->nsteps; i++) {
+    for (size_t i = 0; i < m->nsteps; i++)
         if (m->steps[i].end_seq > last_end) last_end = m->steps[i].end_seq;
-        if (m->steps[i].step < first) first = m->steps[i].step;
-    }
     size_t n = 0, cap = 0;
-    group *g = NULL;
+    kept_ent *e = NULL;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!a->range || (a->death && a->death <= last_end)) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        if (!r || r->step < 0 || r->step == first) continue;
+        if (a->death && a->death <= last_end) continue;
+        long si = gm_step_index(m, a);
+        if (si < 0) continue;
         if (n == cap) {
             size_t c = cap ? cap * 2 : 64;
-            group *ng = realloc(g, c * sizeof *ng);
-            if (!ng) break;
-            g = ng, cap = c;
+            kept_ent *ne = realloc(e, c * sizeof *ne);
+            if (!ne) break;
+            e = ne, cap = c;
         }
-        g[n].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
-        g[n].phase = phase_of(m, l, a->range);
-        g[n].mixed = 0;
-        g[n].bytes = a->requested;
-        g[n].count = 1;
-        g[n].sample = i;
-        n++;
-        *total += a->requested;
-        (*count)++;
+        group *g = &e[n].g;
+        g->key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
+        g->phase = phase_of(m, l, a->range);
+        g->mixed = 0;
+        g->bytes = a->requested;
+        g->count = 1;
+        g->sample = i;
+        e[n++].step = si;
     }
+    /* the groups whose allocations come from two steps or more, kept */
+    if (n) qsort(e, n, sizeof *e, cmp_kept);
+    group *g = n ? malloc(n * sizeof *g) : NULL;
+    sel->idx = n ? malloc(n * sizeof *sel->idx) : NULL;
+    if (!sel->idx) free(g), g = NULL;
+    size_t k = 0;
+    for (size_t i = 0, j; g && i < n; i = j) {
+        /* the distinct steps between the first and the last that made some of them */
+        size_t made_in = 0, middle = m->nsteps - 2;
+        for (j = i; j < n && strcmp(e[j].g.key, e[i].g.key) == 0; j++)
+            made_in += e[j].step > 0 && (size_t)e[j].step + 1 < m->nsteps && (j == i || e[j].step != e[j - 1].step);
+        if (!made_in || made_in < (middle + 1) / 2) continue;
+        for (size_t x = i; x < j; x++) {
+            sel->idx[sel->n++] = e[x].g.sample;
+            g[k++] = e[x].g;
+            *total += e[x].g.bytes;
+            (*count)++;
+            int64_t st = m->steps[e[x].step].step;
+            if (st < *steps_lo) *steps_lo = st;
+            if (st > *steps_hi) *steps_hi = st;
+        }
+    }
+    free(e);
+    if (sel->n) qsort(sel->idx, sel->n, sizeof *sel->idx, cmp_size);
     *out = g;
-    return merge_groups(g, n);
+    return merge_groups(g, k);
 }
 
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
@@ -1590,8 +1627,14 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     int judgeable = ended && !dropped;
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
-    size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
-    size_t knn = group_kept(m, &l, BY_NAME, &gkn, &ktotal, &kcount);
+    int64_t klo, khi;
+    alloc_set kept;
+    /* what grows is chosen by call site (a name like "(unnamed)" spans unrelated allocations);
+     * the same allocations are then shown by name */
+    size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount, &klo, &khi, &kept);
+    uint64_t kt2, kc2;
+    size_t knn = kept.n ? group_allocs(m, &l, &kept, BY_NAME | G_REQUESTED | G_PHASE, &gkn, &kt2, &kc2) : 0;
+    free(kept.idx);
     /* growth across steps: least-squares slope of the allocated bytes at each step's end */
     double slope = 0;
     if (m->nsteps >= 2) {
@@ -1641,8 +1684,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         for (size_t i = 0; i < m->nsteps; i++)
             fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
                     i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
-        fprintf(out, "],\"growth_per_step\":%.0f,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
-                kn ? ktotal : 0);
+        fprintf(out, "],\"growth_per_step\":%.0f,\"grows\":%s,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
+                m->nsteps >= 2 && slope >= 1024 && kn ? "true" : "false", kn ? ktotal : 0);
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
@@ -1731,17 +1774,18 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
              * uint64_t's range must never be converted */
             double mag = fabs(slope);
             gm_fmt_bytes(mag >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)mag, g, sizeof g);
-            if (m->nsteps >= 2 && slope >= 1024)
+            /* growth is claimed only where something made in one step is kept through the next
+             * (the slope alone also rises with a last pass that keeps its output) */
+            if (m->nsteps >= 2 && slope >= 1024 && kn)
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
             else
                 fprintf(out, "  no steady growth across steps\n");
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 " and still alive after "
+                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 ", one step after another, and still alive after "
                              "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
-                        m->steps[1].step, m->steps[m->nsteps - 1].step, m->steps[m->nsteps - 1].step, kb,
-                        kcount, kcount == 1 ? "" : "s");
+                        klo, khi, m->steps[m->nsteps - 1].step, kb, kcount, kcount == 1 ? "" : "s");
                 print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
                 if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);

@@ -242,6 +242,11 @@ gm_model gm_model_torch_view(const gm_model *m);
  * view: its tensors, since PyTorch's cached segments outlive them all by design and are not
  * leaks; otherwise m itself (a shallow copy; never free it, free m). */
 gm_model gm_model_leak_view(const gm_model *m);
+/* The step an allocation belongs to: the last of m->steps (in the order they began, which is
+ * seq order) begun at or before its birth, so one made between two steps' ranges (a tensor kept
+ * after opt.step(), when the hook's range has closed) is the step before it's; -1 before the
+ * first step. An index into m->steps. */
+long gm_step_index(const gm_model *m, const gm_alloc *a);
 /* A C++ function's name as a person reads it ("c10::cuda::...::alloc_block", without the
  * parameters); malloc'ed, or NULL when fn is not a mangled name. */
 char *gm_readable_function(const char *fn);

@@ -935,26 +935,25 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         if (w.live.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->allocs[w.live.vals[k]];
         if (m->alive && !a->death && nalive < w.live.count) m->alive[nalive++] = (uint32_t)w.live.vals[k];
-        if (a->death || !a->range) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        if (!r || r->step < 0) continue;
-        uint64_t *si = u64map_get(&w.step_idx, (uint64_t)r->step);
-        if (si) {
-            m->steps[*si].leaked += a->requested;
-            m->steps[*si].nleaked++;
+        if (a->death) continue;
+        /* its step by gm_step_index's rule: one made between two steps is the step before it's */
+        long si = gm_step_index(m, a);
+        if (si >= 0) {
+            m->steps[si].leaked += a->requested;
+            m->steps[si].nleaked++;
         }
     }
     /* the same for tensors (the torch view) */
+    gm_model tv = gm_model_torch_view(m);
     for (uint64_t k = 0; w.tlive.keys && k <= w.tlive.mask; k++) {
         if (w.tlive.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->torch.allocs[w.tlive.vals[k]];
         a->flags &= (uint8_t)~GM_ALLOC_FREED;
-        if (a->death || !a->range) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        uint64_t *si = r && r->step >= 0 ? u64map_get(&w.tstep_idx, (uint64_t)r->step) : NULL;
-        if (si) {
-            m->torch.steps[*si].leaked += a->requested;
-            m->torch.steps[*si].nleaked++;
+        if (a->death) continue;
+        long si = gm_step_index(&tv, a);
+        if (si >= 0) {
+            m->torch.steps[si].leaked += a->requested;
+            m->torch.steps[si].nleaked++;
         }
     }
     if (m->deaths_linked && (m->alive || !m->nallocs) && nalive + m->ndeaths == m->nallocs) {
@@ -970,6 +969,16 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     u64map_free(&w.tstep_idx);
     m->derived_on_read = 1;
     return 0;
+}
+
+long gm_step_index(const gm_model *m, const gm_alloc *a) {
+    size_t lo = 0, hi = m->nsteps; /* steps[lo - 1] began at or before the birth, steps[hi] after */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->steps[mid].start_seq <= a->birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return (long)lo - 1;
 }
 
 gm_model gm_model_leak_view(const gm_model *m) {

@@ -13,7 +13,10 @@
 #   - the device's peak reserved against PyTorch's reserve: gpumem's cache is what no allocation
 #     holds, not PyTorch's segment in flight;
 #   - "leaked": leaks, the ranks report and viz by one rule (PyTorch's tensors alive at the end);
-#     the ranks report shows PyTorch's own peak; viz names C++ frames demangled.
+#     the ranks report shows PyTorch's own peak; viz names C++ frames demangled;
+#   - leaks' "memory grows" and "what grows": only where step after step kept something (not a
+#     final no_grad pass's output, not the last step's gradients), and a tensor kept after
+#     opt.step(), outside the hook's step range, is the step before it's.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/views_mlp.py
@@ -28,6 +31,7 @@ rec() { # rec NAME [RECORD-OPTIONS...] -- SCRIPT-ARGS...
 rec plain -- || exit 1
 rec keep -- --keep --steps=6 || exit 1
 rec nohooks --no-torch-hooks -- || exit 1
+rec evalp -- --eval --steps=9 || exit 1
 
 # the device's bytes live after seq AT: its allocations born at or before it, not yet freed
 level_sql="(SELECT coalesce(sum(e.size), 0) FROM events e JOIN alloc_life l ON l.birth = e.seq
@@ -132,4 +136,28 @@ want="$(awk '$1 == "max_memory_allocated" { print $2 }' "$tmp/plain.out") $(awk 
 mangled=$(grep -o '(unnamed) in _Z[A-Za-z0-9_]*' "$tmp/p.html" | sort -u | sed -n 1p)
 [[ -z $mangled ]] && grepq '(unnamed) in c10::' "$tmp/p.html" && ok "viz: classes name C++ frames demangled" \
   || bad "viz: a class named by a mangled symbol: $mangled"
+
+# 5-6. what grows (leaks): claimed only where step after step kept something, and then exactly
+# that; an allocation made after a step's range closed (the KEPT line, after opt.step()) is that
+# step's. "NAME|grows|its kept sites as 'SITE COUNT BYTES'"
+kept=$(grep -n '# KEPT' "$script" | cut -d: -f1)
+growth="plain|false|
+evalp|false|
+keep|true|views_mlp.py:$kept in <module> 6 $((6 * 4194304))"
+while IFS='|' read -r name want_grows want_sites; do
+  "$G" leaks --json "$tmp/$name.db" > "$tmp/$name.leaks.json" || { bad "$name: leaks failed"; continue; }
+  grows=$(jq -r '.grows' "$tmp/$name.leaks.json")
+  sites=$(jq -r '.kept_beyond_steps.by_site[] | "\(.site) \(.count) \(.bytes)"' "$tmp/$name.leaks.json")
+  text=$("$G" leaks "$tmp/$name.db" | grep -E 'memory grows|no steady growth')
+  said=false
+  [[ $text == "  memory grows"* ]] && said=true
+  [[ $grows == "$want_grows" && $said == "$want_grows" && $sites == "$want_sites" ]] \
+    && ok "$name: grows $grows, what grows '${sites:-nothing}' ($text)" \
+    || bad "$name: grows '$grows' (want $want_grows), what grows '$sites' (want '$want_sites'), text '$text'"
+done <<< "$growth"
+# each step's allocations alive at the end include the tensor it kept after its range closed
+short=$(jq -r '[.steps[] | select(.leaked < 4194304) | .step] | join(" ")' "$tmp/keep.leaks.json")
+n=$(jq -r '.steps | length' "$tmp/keep.leaks.json")
+[[ $n == 6 && -z $short ]] && ok "keep: each of the 6 steps' alive-at-the-end bytes hold its kept 4 MiB" \
+  || bad "keep: $n steps; steps whose alive-at-the-end bytes miss the 4 MiB kept after opt.step(): $short"
 exit $fail

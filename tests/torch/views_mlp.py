@@ -1,7 +1,7 @@
 # views_mlp.py — a small PyTorch training loop for tests/torch/torch_views.sh: an MLP of 3 Linear
 # layers, batch 256, AdamW, STEPS steps (default 4); --keep: each step keeps a 4 MiB tensor made
 # after opt.step() (a leak: the line is marked KEPT); --eval: a no_grad pass after the loop whose
-# output is kept. Prints PyTorch's own figures as "key value" lines.
+# output is kept (one step's, not a growth). Prints PyTorch's own figures as "key value" lines.
 import sys
 import torch
 import torch.nn as nn
@@ -23,9 +23,9 @@ for step in range(steps):
     opt.step()
     if keep_each_step:
         kept.append(torch.empty(1024, 1024, device=dev))  # KEPT
-if eval_pass:
+if eval_pass:  # a no_grad pass whose hidden features (2 MiB) are kept: one step's, not growth
     with torch.no_grad():
-        out = model(x)
+        features = model[:2](x)
 torch.cuda.synchronize()
 print("max_memory_allocated", torch.cuda.max_memory_allocated())
 print("memory_allocated", torch.cuda.memory_allocated())
