@@ -301,10 +301,10 @@ static int cmd_report(int argc, char **argv, int leaks) {
     }
     m.frames_all = frames_all;
     uint64_t leaked = 0;
-    /* a PyTorch program's leaks are its tensors: PyTorch's cached segments outlive them all.
-     * Under --allocator gpumem (present == 2) the tensors are the recording's own allocations:
-     * the torch view holds no tensors then, only PyTorch's peaks */
-    gm_model tv = m.torch.present == 1 ? gm_model_torch_view(&m) : m;
+    /* a PyTorch program's leaks are its tensors (gm_model_leak_view: the rule the ranks report
+     * and viz share). Under --allocator gpumem (present == 2) the tensors are the recording's
+     * own allocations: the torch view holds no tensors then, only PyTorch's peaks */
+    gm_model tv = gm_model_leak_view(&m);
     rc = leaks ? gm_leaks(&d, &tv, &o, stdout, &leaked) : gm_report(&d, &m, &o, stdout);
     gm_model_free(&m);
     gm_db_close(&d);

@@ -192,10 +192,13 @@ static void write_ooms(FILE *o, const gm_model *m)
     fputc(']', o);
 }
 
-/* Allocations alive at the end, largest first (at most VIZ_LEAKS rows; the count is all). */
+/* Allocations alive at the end, largest first (at most VIZ_LEAKS rows; the count is all), by
+ * leaks's rule (gm_model_leak_view: a PyTorch program's tensors, not its cached segments). */
 #define VIZ_LEAKS 200
-static void write_leaks(FILE *o, const gm_model *m)
+static void write_leaks(FILE *o, const gm_model *dm)
 {
+    gm_model lv = gm_model_leak_view(dm);
+    const gm_model *m = &lv;
     size_t n = 0;
     const gm_alloc **v = malloc(sizeof *v * (m->nallocs + 1));
     if (v)

@@ -77,8 +77,12 @@ static void class_of(const gm_model *m, const gm_alloc *a, char *out, size_t out
         return;
     }
     long fi = gm_stack_site(m, a->stack);
+    if (fi >= 0) gm_sym_frame(m, fi);
     const char *fn = fi >= 0 ? m->frames[fi].function : NULL;
-    snprintf(out, outsz, fn ? "(unnamed) in %s" : "(unnamed)", fn);
+    /* a C++ frame (PyTorch's allocator's) named as the report names it, not by its symbol */
+    char *dm = gm_readable_function(fn);
+    snprintf(out, outsz, fn ? "(unnamed) in %s" : "(unnamed)", dm ? dm : fn);
+    free(dm);
 }
 
 typedef struct cls_rank {

@@ -293,6 +293,19 @@ static inline __attribute__((always_inline)) int note_target(ctx *x, range_memo 
 static int steps_from_ranges(ctx *x)
 {
     gm_categories *c = x->c;
+    const gm_model *m = x->m;
+    /* The targets' births and deaths give the phases; the steps' spans come from every event in
+     * their ranges (the model's steps): a PyTorch recording's device allocations are its
+     * segments, made in the first step or two, and a step that made none still runs and holds
+     * what was live through it. */
+    for (size_t k = 0; k < m->nsteps; k++) {
+        const gm_step *ms = &m->steps[k];
+        int i = step_slot(c, &x->step_idx, &x->steps_cap, ms->step);
+        if (i < 0) return -1;
+        gm_cat_step *s = &c->steps[i];
+        if (s->start == NO_SEQ || ms->start_seq < s->start) s->start = ms->start_seq;
+        if (ms->end_seq > s->end) s->end = ms->end_seq;
+    }
     u64map_free(&x->step_idx);
     if (!c->nsteps) return 0;
     qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
@@ -871,6 +884,9 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
      * at `boundary` (the first event looks) */
     uint64_t boundary = 0;
     int outside = 0;
+    /* the steps that have started by the last event: each one's highest moment starts from what
+     * was live when it began (the bytes it carried in), whether or not it then allocates */
+    size_t started = 0;
     /* the next birth (allocation i) and the next death: the model's deaths in order where it
      * links them (a merge of two sorted lists: dj the next one's index + 1), else a heap of the
      * living by death */
@@ -886,6 +902,20 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
         if (seq > peak_after) {
             peak_take(c, live);
             peak_after = UINT64_MAX, peak_taken = 1;
+        }
+        /* what was live before this event: the level of every step that began since the last
+         * one (one comparison an event, mostly) */
+        int more = a || (dies ? d != NULL : q.n != 0); /* 0: after the last event */
+        while (started < nsteps && (!more || steps[started].start <= seq)) {
+            gm_cat_point *p = &tl[started];
+            if (!p->seq || total > p->total) {
+                /* the moment: the step's start, or, where its first event is this one, the
+                 * moment before it */
+                p->seq = !more || steps[started].start < seq ? steps[started].start : seq - 1;
+                p->total = total;
+                memcpy(p->bytes, cur, sizeof cur);
+            }
+            started++;
         }
         if (death) {
             heap_ent e;
@@ -938,6 +968,12 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
             a = i < nallocs ? &allocs[i] : NULL;
         } else {
             if (!peak_taken) peak_take(c, live); /* the peak after the last event */
+            /* the stretches after the last allocation or free hold what is live at the end */
+            for (long g = last_b + 1; !nsteps && g < (long)nb; g++) {
+                tl[g].seq = first + (uint64_t)g * (last - first + 1) / nb;
+                tl[g].total = total;
+                memcpy(tl[g].bytes, cur, sizeof cur);
+            }
             break;
         }
         long b;
@@ -1117,6 +1153,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
+    if (r < 0) goto nomem;
     if (r > 0) {
         c->steps_from = GM_CSRC_PHASES;
     } else {

@@ -299,6 +299,25 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
     /* NULL reads as -1 from the pages and as 0 through SQLite: the key takes it as device 0 */
     int dev = e->device < 0 ? 0 : (int)e->device;
     int dv = dev < NDEV ? dev : 0;
+    if (w->by_step) {
+        /* every row's step, whatever its kind: a step begins at its first event (a launch, a
+         * range, a tensor), with what was live then. Most steps of a PyTorch run allocate and
+         * free no device memory (its cache serves them), and hold what they carried in. */
+        uint32_t range = (uint32_t)e->range;
+        if (range != w->last_range) {
+            const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
+            size_t np = w->npoints;
+            w->last_range = range;
+            w->last_ix = r && r->step >= 0 ? step_point(w, r->step) : SIZE_MAX;
+            if (r && r->step >= 0 && w->last_ix == SIZE_MAX) return -1;
+            if (w->npoints > np) { /* a new step: the moment before this row */
+                uint64_t res = w->have_segments ? w->reserved : w->allocated;
+                gm_frag_point *p = &w->pts[w->last_ix];
+                p->seq = seq > 1 ? seq - 1 : 1;
+                p->reserved = res, p->allocated = w->allocated < res ? w->allocated : res;
+            }
+        }
+    }
     if (is_dev_alloc(kind) || is_dev_free(kind)) {
         uint64_t addr = (uint64_t)e->addr, slot;
         int ahead = w->si < w->nsnaps; /* ids are read by a snapshot still to come */
@@ -346,13 +365,6 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
     if (res > w->peak_reserved) w->peak_reserved = res;
     gm_frag_point *p = NULL;
     if (w->by_step) {
-        uint32_t range = (uint32_t)e->range;
-        if (range != w->last_range) {
-            const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
-            w->last_range = range;
-            w->last_ix = r && r->step >= 0 ? step_point(w, r->step) : SIZE_MAX;
-            if (r && r->step >= 0 && w->last_ix == SIZE_MAX) return -1;
-        }
         if (w->last_ix != SIZE_MAX) p = &w->pts[w->last_ix];
     } else {
         uint64_t span = w->span;

@@ -44,7 +44,8 @@ typedef struct rk_rank {
     uint64_t peak_allocated, peak_reserved;
     int64_t peak_step; /* -1 none */
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
-    uint64_t leaked_bytes, leaked_count;
+    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view) */
+    uint64_t torch_peak_allocated;       /* PyTorch's own (max_memory_allocated); 0: no history */
     rk_group *groups;
     size_t ngroups;
     rk_step *steps;
@@ -92,10 +93,10 @@ static int cmp_ev(const void *a, const void *b)
     if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
     return (x->delta > y->delta) - (x->delta < y->delta); /* a free before an alloc at one seq */
 }
-static int cmp_step_end(const void *a, const void *b)
+static int cmp_step_start(const void *a, const void *b)
 {
     const gm_step *x = a, *y = b;
-    return (x->end_seq > y->end_seq) - (x->end_seq < y->end_seq);
+    return (x->start_seq > y->start_seq) - (x->start_seq < y->start_seq);
 }
 static int cmp_group(const void *a, const void *b)
 {
@@ -104,8 +105,9 @@ static int cmp_group(const void *a, const void *b)
     return c ? c : strcmp(x->phase, y->phase);
 }
 
-/* The peak allocated of every step: device allocations and frees in seq order, each event in
- * the step whose last event is the first at or after it. */
+/* The peak allocated of every step: its highest moment, from its first event to its last (of
+ * any kind: the model's steps), the bytes it began with included. A step that allocates and
+ * frees nothing (PyTorch's later steps, served from its cache) holds what it carried in. */
 static int rank_steps(const gm_model *m, rk_rank *r)
 {
     if (!m->nsteps) return 0;
@@ -117,7 +119,7 @@ static int rank_steps(const gm_model *m, rk_rank *r)
         return -1;
     }
     memcpy(st, m->steps, m->nsteps * sizeof *st);
-    qsort(st, m->nsteps, sizeof *st, cmp_step_end);
+    qsort(st, m->nsteps, sizeof *st, cmp_step_start);
     size_t n = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
@@ -129,14 +131,18 @@ static int rank_steps(const gm_model *m, rk_rank *r)
     for (size_t k = 0; k < m->nsteps; k++)
         r->steps[k].step = st[k].step;
     r->nsteps = m->nsteps;
+    /* steps begin in order; the events up to a step's start give what it carried in */
     int64_t cur = 0;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        cur += ev[i].delta;
-        for (; k < m->nsteps && st[k].end_seq < ev[i].seq; k++) {
+    size_t i = 0;
+    for (size_t k = 0; k < m->nsteps; k++) {
+        for (; i < n && ev[i].seq < st[k].start_seq; i++)
+            cur += ev[i].delta;
+        int64_t peak = cur, lvl = cur;
+        for (size_t j = i; j < n && ev[j].seq <= st[k].end_seq; j++) {
+            lvl += ev[j].delta;
+            if (lvl > peak) peak = lvl;
         }
-        if (k < m->nsteps && ev[i].delta > 0 && (uint64_t)cur > r->steps[k].peak_allocated)
-            r->steps[k].peak_allocated = (uint64_t)cur;
+        r->steps[k].peak_allocated = peak > 0 ? (uint64_t)peak : 0;
     }
     free(st), free(ev);
     return 0;
@@ -220,8 +226,10 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, F
     const gm_range *rg = pa >= 0 ? gm_range_of(&m, m.allocs[pa].range) : NULL;
     r->peak_phase = strdup(rg && rg->path ? rg->path : "");
     if (rg) r->peak_step = rg->step;
-    for (size_t i = 0; i < m.nallocs; i++)
-        if (!m.allocs[i].death) r->leaked_bytes += m.allocs[i].requested, r->leaked_count++;
+    gm_model lv = gm_model_leak_view(&m);
+    for (size_t i = 0; i < lv.nallocs; i++)
+        if (!lv.allocs[i].death) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
+    r->torch_peak_allocated = m.torch.present ? m.torch.peak_allocated : 0;
     rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
     gm_model_free(&m);
     gm_db_close(&d);
@@ -341,6 +349,10 @@ static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
             fputs(",\"peak_step\":null", out);
         fputs(",\"peak_phase\":", out);
         gm_json_str(out, r->peak_phase);
+        if (r->torch_peak_allocated)
+            fprintf(out, ",\"torch_peak_allocated\":%" PRIu64, r->torch_peak_allocated);
+        else
+            fputs(",\"torch_peak_allocated\":null", out);
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 ",\"steps\":[",
                 r->leaked_bytes, r->leaked_count);
         for (size_t k = 0; k < r->nsteps; k++)
@@ -405,6 +417,21 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
         fprintf(out, "  %-4" PRId64 "%s %15s %15s %6s  %-32.32s %14s  %s%s\n", r->rank,
                 i == top ? " *" : "  ", a, b, step, r->peak_phase[0] ? r->peak_phase : "-", leak,
                 r->path, r->complete ? "" : " (not closed)");
+    }
+    /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
+     * program's own figure is its allocator's */
+    int torch = 0;
+    for (size_t i = 0; i < n; i++)
+        torch |= rs[i].torch_peak_allocated != 0;
+    if (torch) {
+        fputs("\nPyTorch's own peak allocated (max_memory_allocated; leaked: its tensors alive at the end, "
+              "its cached segments are not leaks):", out);
+        for (size_t i = 0; i < n; i++) {
+            if (!rs[i].torch_peak_allocated) continue;
+            gm_fmt_bytes(rs[i].torch_peak_allocated, a, sizeof a);
+            fprintf(out, "%s rank %" PRId64 " %s", i ? "," : "", rs[i].rank, a);
+        }
+        fputc('\n', out);
     }
     uint64_t mx = 0, mn = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {

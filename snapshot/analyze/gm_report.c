@@ -1075,10 +1075,41 @@ static void print_device_used(gm_db *d, gm_model *m, const gm_opts *o, FILE *out
  * and the difference to PyTorch's peak adds what PyTorch held less then than at its own peak. */
 typedef struct torch_diff {
     uint64_t seq, device, torch_then, outside, cache, other;
+    uint64_t at; /* the moment the two views are compared (seq, or where PyTorch caught up) */
 } torch_diff;
 
-static torch_diff torch_difference(const gm_model *m, const alloc_set *at) {
-    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, m->peak_reserved_torch, 0, 0, 0};
+/* The moment to compare the device's peak reserved with PyTorch's reserve: the peak is most often
+ * the mapping gpumem makes for PyTorch's new segment (its cudaMalloc), written before the
+ * allocation itself and before PyTorch records the segment; at the peak's own seq that segment is
+ * in neither view and would read as gpumem's cache. So: the first segment PyTorch records after
+ * the peak, where the device's reserve has not changed since and that segment is an allocation
+ * (or a VMM map) made from the peak on — the segment in flight, now in both views. *torch_then
+ * gets PyTorch's reserve then. Else the peak itself. */
+static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_then) {
+    uint64_t p = m->peak_reserved_seq, at = p;
+    *torch_then = m->peak_reserved_torch;
+    sqlite3_stmt *st;
+    const char *sql =
+        "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
+        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq)"
+        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1)"
+        " AND NOT EXISTS (SELECT 1 FROM events r WHERE r.seq > ?1 AND r.seq < t.seq"
+        "                 AND r.kind IN (11, 12, 14, 15, 18, 19))"
+        " AND EXISTS (SELECT 1 FROM events a WHERE a.seq >= ?1 AND a.seq < t.seq AND a.kind IN (1, 3, 11)"
+        "             AND a.addr = t.addr)";
+    if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return at;
+    sqlite3_bind_int64(st, 1, (int64_t)p);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t delta = sqlite3_column_int64(st, 1);
+        at = (uint64_t)sqlite3_column_int64(st, 0);
+        *torch_then = delta < 0 && (uint64_t)-delta > *torch_then ? 0 : *torch_then + (uint64_t)delta;
+    }
+    sqlite3_finalize(st);
+    return at;
+}
+
+static torch_diff torch_difference(const gm_model *m, const alloc_set *at, uint64_t when, uint64_t torch_then) {
+    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, torch_then, 0, 0, 0, when};
     uint64_t fw = 0;
     for (size_t i = 0; i < at->n; i++) {
         const gm_alloc *a = &m->allocs[at->idx[i]];
@@ -1171,8 +1202,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     size_t ns = group_allocs(&v, l, &peak, BY_SITE, &gs, &total, &count);
     size_t nn = group_allocs(&v, l, &peak, BY_NAME, &gn, &total, &count);
     free(peak.idx);
-    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, m->peak_reserved_seq);
-    torch_diff df = torch_difference(m, &at_dev);
+    uint64_t torch_then, when = torch_caught_up(d, m, &torch_then);
+    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, when);
+    torch_diff df = torch_difference(m, &at_dev, when, torch_then);
     /* outside PyTorch's allocator at the device's peak, by site */
     alloc_set outside = {NULL, 0};
     outside.idx = at_dev.idx;
@@ -1201,10 +1233,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
-        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"torch_reserved\":%" PRIu64
+        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
+                     ",\"torch_reserved\":%" PRIu64
                      ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
                      ",\"torch_less_than_its_peak\":%" PRIu64 ",",
-                df.seq, df.device, df.torch_then, df.outside, df.cache, df.other, less);
+                df.seq, df.at, df.device, df.torch_then, df.outside, df.cache, df.other, less);
         print_groups_json(out, "outside_by_site", go, no, o->top, ot, "site");
         fprintf(out, "},\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
                 tv->peak_allocated_seq, total, count);
@@ -1246,9 +1279,13 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         gm_fmt_bytes(df.outside, d3, sizeof d3);
         gm_fmt_bytes(df.cache, d4, sizeof d4);
         gm_fmt_bytes(less, d5, sizeof d5);
-        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s,\n"
+        char caught[96] = "";
+        if (df.at != df.seq) /* the segment mapped at the peak, once PyTorch recorded it */
+            snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
+                     df.at);
+        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
-                d1, df.seq, g, d2, d3, d4);
+                d1, df.seq, g, d2, caught, d3, d4);
         if (df.other) {
             char d6[32];
             gm_fmt_bytes(df.other, d6, sizeof d6);
@@ -1547,45 +1584,82 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
 
 /* ---------------------------------------------------------------- leaks */
 
-/* Allocations born in a step after the first and still alive after the last step's last
- * event: what makes memory grow step by step, even when the program frees it at teardown
- * (state created lazily in the first step is not counted). Grouped by site or by name. */
+/* What makes memory grow step by step: the allocations still alive after the last step's last
+ * event (even when the program frees them at teardown) whose group (site or name) holds ones made
+ * in half the steps between the first and the last or more (one at least): step after step made
+ * one and kept it through the next. The first step and the last do not count: the first makes
+ * state lazily (optimizer state, workspaces), the last leaves what the next step would have freed
+ * (its gradients, before a zero_grad that never came; a final pass's output). The group's
+ * allocations of those steps are listed with it. An allocation's step is gm_step_index's:
+ * one made after a step's range closed (a tensor kept after opt.step()) is that step's. *steps_lo
+ * and *steps_hi get the first and last step number of what is kept. Grouped by site or name. */
+typedef struct kept_ent {
+    group g;
+    long step; /* index into m->steps */
+} kept_ent;
+static int cmp_kept(const void *a, const void *b) {
+    const kept_ent *x = a, *y = b;
+    int c = strcmp(x->g.key, y->g.key);
+    return c ? c : (x->step > y->step) - (x->step < y->step);
+}
 static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint64_t *total,
-                         uint64_t *count) {
+                         uint64_t *count, int64_t *steps_lo, int64_t *steps_hi, alloc_set *sel) {
     *out = NULL;
+    sel->idx = NULL, sel->n = 0;
     *total = *count = 0;
+    *steps_lo = INT64_MAX, *steps_hi = INT64_MIN;
     if (m->nsteps < 2) return 0;
     uint64_t last_end = 0;
-    int64_t first = INT64_MAX;
-    for (size_t i = 0; i < m->nsteps; i++) {
+    for (size_t i = 0; i < m->nsteps; i++)
         if (m->steps[i].end_seq > last_end) last_end = m->steps[i].end_seq;
-        if (m->steps[i].step < first) first = m->steps[i].step;
-    }
     size_t n = 0, cap = 0;
-    group *g = NULL;
+    kept_ent *e = NULL;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!a->range || (a->death && a->death <= last_end)) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        if (!r || r->step < 0 || r->step == first) continue;
+        if (a->death && a->death <= last_end) continue;
+        long si = gm_step_index(m, a);
+        if (si < 0) continue;
         if (n == cap) {
             size_t c = cap ? cap * 2 : 64;
-            group *ng = realloc(g, c * sizeof *ng);
-            if (!ng) break;
-            g = ng, cap = c;
+            kept_ent *ne = realloc(e, c * sizeof *ne);
+            if (!ne) break;
+            e = ne, cap = c;
         }
-        g[n].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
-        g[n].phase = phase_of(m, l, a->range);
-        g[n].mixed = 0;
-        g[n].bytes = a->requested;
-        g[n].count = 1;
-        g[n].sample = i;
-        n++;
-        *total += a->requested;
-        (*count)++;
+        group *g = &e[n].g;
+        g->key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
+        g->phase = phase_of(m, l, a->range);
+        g->mixed = 0;
+        g->bytes = a->requested;
+        g->count = 1;
+        g->sample = i;
+        e[n++].step = si;
     }
+    /* the groups whose allocations come from two steps or more, kept */
+    if (n) qsort(e, n, sizeof *e, cmp_kept);
+    group *g = n ? malloc(n * sizeof *g) : NULL;
+    sel->idx = n ? malloc(n * sizeof *sel->idx) : NULL;
+    if (!sel->idx) free(g), g = NULL;
+    size_t k = 0;
+    for (size_t i = 0, j; g && i < n; i = j) {
+        /* the distinct steps between the first and the last that made some of them */
+        size_t made_in = 0, middle = m->nsteps - 2;
+        for (j = i; j < n && strcmp(e[j].g.key, e[i].g.key) == 0; j++)
+            made_in += e[j].step > 0 && (size_t)e[j].step + 1 < m->nsteps && (j == i || e[j].step != e[j - 1].step);
+        if (!made_in || made_in < (middle + 1) / 2) continue;
+        for (size_t x = i; x < j; x++) {
+            sel->idx[sel->n++] = e[x].g.sample;
+            g[k++] = e[x].g;
+            *total += e[x].g.bytes;
+            (*count)++;
+            int64_t st = m->steps[e[x].step].step;
+            if (st < *steps_lo) *steps_lo = st;
+            if (st > *steps_hi) *steps_hi = st;
+        }
+    }
+    free(e);
+    if (sel->n) qsort(sel->idx, sel->n, sizeof *sel->idx, cmp_size);
     *out = g;
-    return merge_groups(g, n);
+    return merge_groups(g, k);
 }
 
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
@@ -1610,8 +1684,14 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     int judgeable = ended && !dropped && !d->damage[0]; /* damaged (--lossy-ok): rows are missing */
     group *gk = NULL, *gkn = NULL;
     uint64_t ktotal, kcount;
-    size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount);
-    size_t knn = group_kept(m, &l, BY_NAME, &gkn, &ktotal, &kcount);
+    int64_t klo, khi;
+    alloc_set kept;
+    /* what grows is chosen by call site (a name like "(unnamed)" spans unrelated allocations);
+     * the same allocations are then shown by name */
+    size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount, &klo, &khi, &kept);
+    uint64_t kt2, kc2;
+    size_t knn = kept.n ? group_allocs(m, &l, &kept, BY_NAME | G_REQUESTED | G_PHASE, &gkn, &kt2, &kc2) : 0;
+    free(kept.idx);
     /* growth across steps: least-squares slope of the allocated bytes at each step's end */
     double slope = 0;
     if (m->nsteps >= 2) {
@@ -1663,8 +1743,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         for (size_t i = 0; i < m->nsteps; i++)
             fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
                     i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
-        fprintf(out, "],\"growth_per_step\":%.0f,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
-                kn ? ktotal : 0);
+        fprintf(out, "],\"growth_per_step\":%.0f,\"grows\":%s,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
+                m->nsteps >= 2 && slope >= 1024 && kn ? "true" : "false", kn ? ktotal : 0);
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
@@ -1753,17 +1833,18 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
              * uint64_t's range must never be converted */
             double mag = fabs(slope);
             gm_fmt_bytes(mag >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)mag, g, sizeof g);
-            if (m->nsteps >= 2 && slope >= 1024)
+            /* growth is claimed only where something made in one step is kept through the next
+             * (the slope alone also rises with a last pass that keeps its output) */
+            if (m->nsteps >= 2 && slope >= 1024 && kn)
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
             else
                 fprintf(out, "  no steady growth across steps\n");
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 " and still alive after "
+                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 ", one step after another, and still alive after "
                              "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
-                        m->steps[1].step, m->steps[m->nsteps - 1].step, m->steps[m->nsteps - 1].step, kb,
-                        kcount, kcount == 1 ? "" : "s");
+                        klo, khi, m->steps[m->nsteps - 1].step, kb, kcount, kcount == 1 ? "" : "s");
                 print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
                 if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);

@@ -186,6 +186,8 @@ typedef struct gm_oom {
 typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
+    uint64_t start_seq;     /* seq of the step's first event (of any kind: a step whose ranges
+                               hold no allocation still spans its launches, marks, tensors) */
     uint64_t end_seq;       /* seq of the step's last event */
     uint64_t leaked;        /* bytes requested in the step and alive at the end */
     uint64_t nleaked;
@@ -272,6 +274,19 @@ typedef struct gm_model {
  * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
  * device allocations. */
 gm_model gm_model_torch_view(const gm_model *m);
+/* The one rule for "leaked" (leaks, the ranks report, viz): the allocations alive at the end of
+ * the model this returns. With PyTorch's history merged (torch.present == 1) that is the torch
+ * view: its tensors, since PyTorch's cached segments outlive them all by design and are not
+ * leaks; otherwise m itself (a shallow copy; never free it, free m). */
+gm_model gm_model_leak_view(const gm_model *m);
+/* The step an allocation belongs to: the last of m->steps (in the order they began, which is
+ * seq order) begun at or before its birth, so one made between two steps' ranges (a tensor kept
+ * after opt.step(), when the hook's range has closed) is the step before it's; -1 before the
+ * first step. An index into m->steps. */
+long gm_step_index(const gm_model *m, const gm_alloc *a);
+/* A C++ function's name as a person reads it ("c10::cuda::...::alloc_block", without the
+ * parameters); malloc'ed, or NULL when fn is not a mangled name. */
+char *gm_readable_function(const char *fn);
 
 /* Deaths between two marks of gm_model.death_marks. */
 #define GM_DEATH_MARK 4096u

@@ -302,19 +302,22 @@ static void pools_segment(gm_pools *p, int map, uint64_t size) {
     }
 }
 
-static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, size_t *cap) {
+/* The entry of step `step`, made at its first event (seq: the sweep meets events in seq order,
+ * so that is where the step starts). */
+static gm_step *step_in(gm_step **steps, size_t *n, u64map *idx, int64_t step, uint64_t seq, size_t *cap) {
     uint64_t *i = u64map_get(idx, (uint64_t)step);
     if (i) return &(*steps)[*i];
     if (gm_grow((void **)steps, cap, *n + 1, sizeof **steps)) return NULL;
     gm_step *s = &(*steps)[*n];
     memset(s, 0, sizeof *s);
     s->step = step;
+    s->start_seq = seq;
     u64map_put(idx, (uint64_t)step, (*n)++);
     return s;
 }
 
-static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, size_t *cap) {
-    return step_in(&m->steps, &m->nsteps, idx, step, cap);
+static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, uint64_t seq, size_t *cap) {
+    return step_in(&m->steps, &m->nsteps, idx, step, seq, cap);
 }
 
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
@@ -422,7 +425,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         v->peak_reserved = v->reserved, v->peak_reserved_seq = seq, v->pools.reserved_at_peak = v->pools.reserved;
     if (range && kind <= REC_TORCH_FREE_COMPLETED) {
         const gm_range *r = gm_range_of(m, range);
-        gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, &w->tstep_cap) : NULL;
+        gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, seq, &w->tstep_cap) : NULL;
         if (st) st->end_allocated = v->allocated, st->end_seq = seq;
     }
     return 0;
@@ -633,7 +636,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             const gm_range *r = gm_range_of(m, range);
             w->last_range = range;
             w->last_step = r && r->step >= 0 ? r->step : -1;
-            w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+            w->last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
         }
         if (w->last_st) {
             w->last_st->end_allocated = m->allocated;
@@ -820,7 +823,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 const gm_range *rg = gm_range_of(m, range);
                 last_range = range;
                 w->last_step = rg && rg->step >= 0 ? rg->step : -1;
-                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, &w->step_cap) : NULL;
+                last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
             }
             st_alloc = allocated, st_seq = seq;
         }
@@ -946,26 +949,25 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         if (w.live.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->allocs[w.live.vals[k]];
         if (m->alive && !a->death && nalive < w.live.count) m->alive[nalive++] = (uint32_t)w.live.vals[k];
-        if (a->death || !a->range) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        if (!r || r->step < 0) continue;
-        uint64_t *si = u64map_get(&w.step_idx, (uint64_t)r->step);
-        if (si) {
-            m->steps[*si].leaked += a->requested;
-            m->steps[*si].nleaked++;
+        if (a->death) continue;
+        /* its step by gm_step_index's rule: one made between two steps is the step before it's */
+        long si = gm_step_index(m, a);
+        if (si >= 0) {
+            m->steps[si].leaked += a->requested;
+            m->steps[si].nleaked++;
         }
     }
     /* the same for tensors (the torch view) */
+    gm_model tv = gm_model_torch_view(m);
     for (uint64_t k = 0; w.tlive.keys && k <= w.tlive.mask; k++) {
         if (w.tlive.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->torch.allocs[w.tlive.vals[k]];
         a->flags &= (uint8_t)~GM_ALLOC_FREED;
-        if (a->death || !a->range) continue;
-        const gm_range *r = gm_range_of(m, a->range);
-        uint64_t *si = r && r->step >= 0 ? u64map_get(&w.tstep_idx, (uint64_t)r->step) : NULL;
-        if (si) {
-            m->torch.steps[*si].leaked += a->requested;
-            m->torch.steps[*si].nleaked++;
+        if (a->death) continue;
+        long si = gm_step_index(&tv, a);
+        if (si >= 0) {
+            m->torch.steps[si].leaked += a->requested;
+            m->torch.steps[si].nleaked++;
         }
     }
     if (m->deaths_linked && (m->alive || !m->nallocs) && nalive + m->ndeaths == m->nallocs) {
@@ -981,6 +983,20 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     u64map_free(&w.tstep_idx);
     m->derived_on_read = 1;
     return 0;
+}
+
+long gm_step_index(const gm_model *m, const gm_alloc *a) {
+    size_t lo = 0, hi = m->nsteps; /* steps[lo - 1] began at or before the birth, steps[hi] after */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->steps[mid].start_seq <= a->birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return (long)lo - 1;
+}
+
+gm_model gm_model_leak_view(const gm_model *m) {
+    return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
 }
 
 gm_model gm_model_torch_view(const gm_model *m) {
@@ -1129,7 +1145,7 @@ long gm_stack_site(const gm_model *m, uint32_t stack) {
  * DeviceCachingAllocator::alloc_block", not its mangled symbol (libiberty, without the
  * parameters: a call site names a function, not its overload); malloc'ed, or NULL when the
  * name is not a mangled one. */
-static char *readable_function(const char *fn) {
+char *gm_readable_function(const char *fn) {
     if (!fn || fn[0] != '_' || fn[1] != 'Z') return NULL;
     return cplus_demangle(fn, DMGL_ANSI);
 }
@@ -1145,7 +1161,7 @@ static void frame_desc(const gm_model *m, const gm_frame *f, char *out, size_t o
                           ? m->mods[f->module - 1].path : "?";
     const char *mb = strrchr(mod, '/');
     mb = mb ? mb + 1 : mod;
-    char *dm = readable_function(f->function);
+    char *dm = gm_readable_function(f->function);
     const char *fn = dm ? dm : f->function;
     if (fn && f->file) {
         const char *fb = strrchr(f->file, '/');

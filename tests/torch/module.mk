@@ -20,6 +20,9 @@ SCRIPT_TESTS += tests/torch/torch_names.sh
 SCRIPT_TESTS += tests/torch/torch_advise_user.sh
 # PyTorch under a launcher (a shell script's step, torchrun's workers): each process's trace in its own database
 SCRIPT_TESTS += tests/torch/torch_launchers.sh
+# the views of a PyTorch recording (device and PyTorch's) against the database: per-step tables,
+# stretches over time, the device-vs-PyTorch account, leaks and what grows (torch_views.sh)
+SCRIPT_TESTS += tests/torch/torch_views.sh
 # the PyTorch hooks in C (preload/torch_hooks.c) against their Python versions (gpumem/_torch.py)
 SCRIPT_TESTS += tests/torch/torch_hooks.sh
 # the forward's op log (gpumem record --torch-ops): its tables, and no allocation changed by it

@@ -3,7 +3,7 @@
 # as PyTorch's allocator (`gpumem record --allocator gpumem`, no PyTorch history), `gpumem leaks`
 # names the GPT-2 script's planted leak (tests/torch/train_gpt2.py --leak, the line marked
 # PLANTED LEAK) at its Python line, as torch_record.sh checks on PyTorch's own allocator:
-#   - "what grows" (allocated in steps 2..N and alive after the last step) is led by that line,
+#   - "what grows" (kept by step after step and alive after the last step) is led by that line,
 #     in the text and in --json (.kept_beyond_steps.by_site[0]);
 #   - the same run without --leak has no call site at that line (the check can fail).
 set -uo pipefail

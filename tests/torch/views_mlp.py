@@ -1,0 +1,32 @@
+# views_mlp.py — a small PyTorch training loop for tests/torch/torch_views.sh: an MLP of 3 Linear
+# layers, batch 256, AdamW, STEPS steps (default 4); --keep: each step keeps a 4 MiB tensor made
+# after opt.step() (a leak: the line is marked KEPT); --eval: a no_grad pass after the loop whose
+# output is kept (one step's, not a growth). Prints PyTorch's own figures as "key value" lines.
+import sys
+import torch
+import torch.nn as nn
+
+steps = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--steps=")), 4))
+keep_each_step = "--keep" in sys.argv
+eval_pass = "--eval" in sys.argv
+dev = "cuda"
+torch.backends.cudnn.enabled = False
+model = nn.Sequential(nn.Linear(1024, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10)).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(256, 1024, device=dev)
+y = torch.randint(0, 10, (256,), device=dev)
+kept = []
+for step in range(steps):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    if keep_each_step:
+        kept.append(torch.empty(1024, 1024, device=dev))  # KEPT
+if eval_pass:  # a no_grad pass whose hidden features (2 MiB) are kept: one step's, not growth
+    with torch.no_grad():
+        features = model[:2](x)
+torch.cuda.synchronize()
+print("max_memory_allocated", torch.cuda.max_memory_allocated())
+print("memory_allocated", torch.cuda.memory_allocated())
+print("max_memory_reserved", torch.cuda.max_memory_reserved())
