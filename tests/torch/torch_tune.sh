@@ -108,5 +108,14 @@ for prog in streams oom expand; do
   best=$(q .recommended.predicted.peak_reserved)
   [[ $best -le $rec ]] && ok "$prog: recommended predicts $best, not more than the recording's $rec ($(q .recorded_is_best))" \
     || bad "$prog: recommended $(q -c .recommended) predicts more than the recording's $rec"
+  # the other way round: recorded under expandable segments, where empty_cache gave nothing back
+  # (expand: no segment entry in PyTorch's trace) and the fraction was never reached (oom: no
+  # OOM, no release), the defaults are predicted from the program's own calls (events 36, 37)
+  [[ $prog == streams ]] && continue
+  GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$ex "$G" record -q -o "$tmp/$prog-ex.db" -- "$torch_py" "$p" \
+    > /dev/null 2> "$tmp/$prog-ex.err" || { bad "$prog: gpumem record under $ex failed: $(tail -3 "$tmp/$prog-ex.err")"; continue; }
+  pred_def=$("$G" tune --json "$tmp/$prog-ex.db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
+  [[ $pred_def == "$measured" ]] && ok "$prog recorded under $ex: predicted for the defaults $pred_def = measured" \
+    || bad "$prog recorded under $ex: predicted for the defaults $pred_def, measured $measured"
 done
 exit $fail
