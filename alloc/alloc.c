@@ -2847,6 +2847,15 @@ int alloc_empty_cache(alloc_t *a)
     return ALLOC_OK;
 }
 
+int alloc_set_limit(alloc_t *a, size_t limit)
+{
+    if (!a) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    a->cfg.limit = limit;
+    UNLOCK(a);
+    return ALLOC_OK;
+}
+
 int alloc_last_backend_error(alloc_t *a)
 {
     LOCK(a);

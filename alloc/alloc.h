@@ -363,6 +363,12 @@ int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
  * every fully free segment (classic). */
 int alloc_empty_cache(alloc_t *a);
 
+/* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
+ * is capped at limit bytes from now on (0: no cap), what is reserved already stays reserved
+ * (PyTorch frees nothing when the fraction changes; the next request over it frees the cache and
+ * retries). ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
+int alloc_set_limit(alloc_t *a, size_t limit);
+
 /* Raw code of the last backend failure (0 if none). */
 int alloc_last_backend_error(alloc_t *a);
 
@@ -543,11 +549,17 @@ typedef enum alloc_trace_kind {
     /* fc <id>: the free of id completed (PyTorch snapshots' free_completed): a block held back
      * by record_stream becomes reusable here. */
     ALLOC_TR_FREE_DONE = 6,
+    /* l <bytes>: PyTorch's per-process memory fraction set (torch.cuda.
+     * set_per_process_memory_fraction): under the pytorch presets reserved memory is capped at
+     * size bytes from here (0: no cap; alloc_set_limit), a request over it frees the cache and
+     * retries, then is an OOM. Under gpumem and nocache nothing changes: gpumem as PyTorch's
+     * allocator (CUDAPluggableAllocator) has no fraction. */
+    ALLOC_TR_LIMIT = 7,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC, ALLOC_OTHER only */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER; LIMIT: the cap in bytes */
     uint64_t stream; /* ALLOC, ALLOC_OTHER, FREE_ASYNC, RECORD_STREAM */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;

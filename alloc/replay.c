@@ -141,13 +141,16 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         } else if (WORD("e")) {
             e.kind = ALLOC_TR_EMPTY_CACHE;
             q++;
+        } else if (WORD("l")) {
+            e.kind = ALLOC_TR_LIMIT;
+            q = parse_num(q + 1, eol, &e.size, &ok);
         } else {
 #undef WORD
             free(t.v);
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>' or 'e')",
+                        "'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -156,7 +159,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> "
-                        "<stream>', 'fc <id>' or 'e')",
+                        "<stream>', 'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -230,6 +233,9 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_FREE:
             fprintf(f, "f %llu\n", (unsigned long long)ev[i].id);
+            break;
+        case ALLOC_TR_LIMIT:
+            fprintf(f, "l %llu\n", (unsigned long long)ev[i].size);
             break;
         case ALLOC_TR_FREE_ASYNC:
             fprintf(f, "fa %llu %llu\n", (unsigned long long)ev[i].id,
@@ -887,6 +893,10 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         case ALLOC_TR_EMPTY_CACHE:
             held_land_all(&held); /* PyTorch's empty_cache synchronizes first */
             alloc_empty_cache(a);
+            break;
+        case ALLOC_TR_LIMIT:
+            /* PyTorch's fraction caps PyTorch's own allocator only */
+            if (cfg && cfg->policy == ALLOC_POLICY_PYTORCH) alloc_set_limit(a, e->size);
             break;
         default:
             rc = perr(err, errlen, "replay: event %zu: unknown kind %u", i, e->kind);

@@ -107,6 +107,16 @@ int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
     return 1;
 }
 
+int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, size_t *evcap)
+{
+    if (cap >> 48) cap = ((uint64_t)1 << 48) - 1; /* 256 TiB: more than any device has */
+    uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
+    if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
+    m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_LIMIT, .step = -1, .t = t,
+                                 .stream = (uint32_t)cap, .pad = (uint16_t)(cap >> 32)};
+    return 1;
+}
+
 uint32_t adv_intern(adv_model *m, const char *s)
 {
     return intern(m, s);
@@ -958,6 +968,19 @@ static void ev_reader_free(ev_reader *L)
     free(L->stacks), free(L->births), free(L->evseq);
 }
 
+/* After adv_add_release / adv_add_limit (added: its answer): the event's 0-byte allocation has no
+ * stack and no seq. 0, or -1 out of memory. */
+static int load_cache_event(ev_reader *L, int added)
+{
+    adv_model *m = L->m;
+    if (added > 0 && (gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
+                      gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births)))
+        added = -1;
+    if (added < 0) return L->nomem = 1, -1;
+    if (added) L->stacks[m->nallocs - 1] = 0, L->births[m->nallocs - 1] = 0;
+    return 0;
+}
+
 /* One row of `events` of the kinds the model reads (columns as named). 0, or -1 out of memory. */
 static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint64_t requested, uint32_t stream,
                       uint64_t range, uint64_t t, uint32_t stack, uint64_t size)
@@ -969,14 +992,11 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             if (L->t_res > m->rec_peak_reserved) m->rec_peak_reserved = L->t_res;
             if (kind == REC_TORCH_SEG_MAP) return 0;
             /* PyTorch gave memory back: the replay gives back its cache there too, once per run */
-            int added = adv_add_release(m, t, &L->evcap);
-            if (added > 0 && (gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
-                              gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births)))
-                added = -1;
-            if (added < 0) return L->nomem = 1, -1;
-            if (added) L->stacks[m->nallocs - 1] = 0, L->births[m->nallocs - 1] = 0; /* no stack, no seq */
-            return 0;
+            return load_cache_event(L, adv_add_release(m, t, &L->evcap));
         }
+        /* the program's torch.cuda.empty_cache(), also where it gave nothing back when recorded */
+        if (kind == REC_TORCH_EMPTY_CACHE) return load_cache_event(L, adv_add_release(m, t, &L->evcap));
+        if (kind == REC_TORCH_MEMORY_FRACTION) return load_cache_event(L, adv_add_limit(m, t, size, &L->evcap));
         /* a tensor's block is counted from its alloc to its free (free_requested) */
         if (kind == REC_TORCH_ALLOC) {
             L->t_alloc += size;
@@ -1043,7 +1063,7 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
         }
-        if (torch ? k != 31 && k != 32 && k != 34 && k != 35 : k < 1 || k > 4) continue;
+        if (torch ? k < 31 || k > 37 || k == 33 : k < 1 || k > 4) continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
                        (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size) != 0)
             return 1;
@@ -1697,8 +1717,9 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
                     : e->kind == ADV_EV_FREE        ? ALLOC_TR_FREE
                     : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
                     : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
+                    : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
                                                     : ALLOC_TR_FREE_ASYNC;
-        t[i].size = e->kind == ADV_EV_ALLOC ? a->size : 0;
+        t[i].size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
                       : e->kind == ADV_EV_FREE_ASYNC ? e->stream
                                                      : 0;

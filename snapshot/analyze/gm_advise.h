@@ -22,6 +22,11 @@ enum { ADV_EV_FREE_DONE = 3 };
  * replayed as the allocator's empty_cache. `a` is an allocation of its own, of 0 bytes and never
  * allocated, so that every walk that reads an event's allocation finds one. */
 enum { ADV_EV_EMPTY_CACHE = 4 };
+/* PyTorch's per-process memory fraction set here (kind 37: torch.cuda.set_per_process_memory_
+ * fraction, or the fraction in force when the program started): PyTorch's allocator caps
+ * reserved memory at that many bytes from here (adv_ev_limit; 0: no cap), replayed as the
+ * trace's ALLOC_TR_LIMIT. `a` is a 0-byte allocation of its own, as ADV_EV_EMPTY_CACHE's. */
+enum { ADV_EV_LIMIT = 5 };
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
@@ -37,6 +42,10 @@ typedef struct adv_ev {
     uint64_t lr;      /* that child range instance (0 none); accumulation copies get new ones */
     uint64_t t;       /* ns (recorded; inserted events take their anchor's) */
 } adv_ev;
+
+/* ADV_EV_LIMIT's cap in bytes, kept in stream (low 32 bits) and pad (high 16 bits): no other
+ * event has a use for both, and a wider event would cost every model 8 bytes an event. */
+static inline uint64_t adv_ev_limit(const adv_ev *e) { return (uint64_t)e->pad << 32 | e->stream; }
 
 typedef struct adv_alloc {
     uint64_t size;   /* requested bytes */
@@ -253,6 +262,9 @@ const char *adv_str(const adv_model *m, uint32_t i);
  * own 0-byte allocation; none when the last event is one already (a run of segment frees is one
  * release). 1 added, 0 not needed, -1 out of memory. */
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap);
+/* ADV_EV_LIMIT at time t (cap: bytes, 0 none; at most 2^48 - 1) appended as adv_add_release
+ * appends its event. 1 added, -1 out of memory. */
+int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, size_t *evcap);
 uint32_t adv_intern(adv_model *m, const char *s);
 uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 

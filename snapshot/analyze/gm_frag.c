@@ -3,7 +3,8 @@
  * The question: the allocator reserved R bytes while the program held A; where did R − A go,
  * and what setting gives it back? Three sources answer it.
  *
- * 1. The allocator's own state. The recorder writes every segment and block at the reserved
+ * 1. The allocator's own state (for a PyTorch program on PyTorch's allocator: PyTorch's, rebuilt
+ *    from its merged trace, torch_snap; the timeline then counts PyTorch's too). The recorder writes every segment and block at the reserved
  *    peak and right after each OOM (tables snapshots/segments/blocks), from the same walk the
  *    allocator's invariant checker uses, so the blocks tile every mapped byte. Each free byte
  *    is given exactly one cause, the first that applies (enum gm_frag_cause, in order):
@@ -236,6 +237,7 @@ typedef struct fsweep {
     size_t last_ix;    /* the point of last_range's step, SIZE_MAX none */
     uint64_t allocated, reserved, peak_reserved;
     int have_segments;
+    int torch;         /* PyTorch's allocator (its trace merged): its tensors and segments */
     /* last allocation that needed the driver, and last allocation, per device (snapshots are
      * per device): seq, size, stream, addr */
     uint64_t miss[NDEV][4], any[NDEV][4];
@@ -318,7 +320,16 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
             }
         }
     }
-    if (is_dev_alloc(kind) || is_dev_free(kind)) {
+    if (w->torch) {
+        /* PyTorch's statistics, as its max_memory_reserved() counts: a tensor's block from its
+         * alloc to its free, its segments; gpumem's own events are those segments again */
+        uint64_t size = (uint64_t)e->size;
+        if (kind == REC_TORCH_ALLOC) w->allocated += size;
+        else if (kind == REC_TORCH_FREE) w->allocated -= size < w->allocated ? size : w->allocated;
+        else if (kind == REC_TORCH_SEG_MAP) w->reserved += size, w->have_segments = 1;
+        else if (kind == REC_TORCH_SEG_UNMAP) w->reserved -= size < w->reserved ? size : w->reserved;
+        else return 0;
+    } else if (is_dev_alloc(kind) || is_dev_free(kind)) {
         uint64_t addr = (uint64_t)e->addr, slot;
         int ahead = w->si < w->nsnaps; /* ids are read by a snapshot still to come */
         if (u64map_del(&w->live, addr, &slot)) {
@@ -400,7 +411,7 @@ static void fsweep_restart(void *ctx) {
     fsweep *w = ctx;
     fsweep_free(w);
     for (size_t i = 0; i < w->nsnaps; i++) snap_unresolve(&w->snaps[i]);
-    *w = (fsweep){.m = w->m, .snaps = w->snaps, .nsnaps = w->nsnaps, .span = w->span};
+    *w = (fsweep){.m = w->m, .snaps = w->snaps, .nsnaps = w->nsnaps, .span = w->span, .torch = w->torch};
     if (fsweep_start(w) != 0) w->nomem = 1;
 }
 
@@ -417,8 +428,8 @@ typedef struct fix_model {
  * (a PyTorch history, an error), the sweep reads them itself: from the table's pages
  * (gm_analyze_pages.c) or, where the file is not what the recorder writes, through SQLite. The
  * same rows every way. */
-static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_frag *f, fix_model *fm, char *err,
-                 size_t errsz) {
+static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, int torch, gm_frag *f, fix_model *fm,
+                 char *err, size_t errsz) {
     sqlite3_stmt *st;
     uint64_t span = 1;
     if (sqlite3_prepare_v2(d->db, "SELECT max(seq) FROM events", -1, &st, NULL) == SQLITE_OK) {
@@ -426,7 +437,7 @@ static int sweep(gm_db *d, const gm_model *m, snap *snaps, size_t nsnaps, gm_fra
         sqlite3_finalize(st);
     }
     if (!span) span = 1;
-    fsweep w = {.m = m, .snaps = snaps, .nsnaps = nsnaps, .span = span};
+    fsweep w = {.m = m, .snaps = snaps, .nsnaps = nsnaps, .span = span, .torch = torch};
     if (fsweep_start(&w) != 0) {
         fsweep_free(&w);
         snprintf(err, errsz, "out of memory");
@@ -776,6 +787,192 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
     adv_model_free(&am);
 }
 
+/* ---------------------------------------------------------------- PyTorch's own state */
+
+/* A PyTorch recording on PyTorch's allocator (kinds 31-35): gpumem's snapshots there are of
+ * gpumem serving PyTorch's segments (one expandable range, every segment a live block: nothing
+ * to say), so the state at the peak is PyTorch's, rebuilt from its trace as `gpumem export
+ * --format torch` rebuilds it: its segments (an expandable run of mapped pages one segment, as
+ * PyTorch's snapshot lists it), its tensors' blocks (pending from their free to its completion),
+ * the gaps free. The moment is PyTorch's reserved peak, right after the request that grew
+ * reserved to it (its first allocation after that segment). */
+typedef struct tp_seg { uint64_t addr, size, stream; int device; } tp_seg;
+typedef struct tp_blk { uint64_t addr, size, requested, birth, death; int pending; } tp_blk;
+
+static size_t tp_seg_at(const tp_seg *g, size_t n, uint64_t addr) { /* first ending after addr */
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (g[mid].addr + g[mid].size <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int tp_map(tp_seg **g, size_t *n, size_t *cap, uint64_t addr, uint64_t size, uint64_t stream, int dev,
+                  int expandable) {
+    size_t i = tp_seg_at(*g, *n, addr);
+    tp_seg *s = *g;
+    if (expandable && i > 0 && s[i - 1].device == dev && s[i - 1].addr + s[i - 1].size == addr) {
+        s[i - 1].size += size;
+        if (i < *n && s[i].device == dev && s[i].addr == addr + size) { /* joins the next run too */
+            s[i - 1].size += s[i].size;
+            memmove(&s[i], &s[i + 1], (*n - i - 1) * sizeof *s);
+            (*n)--;
+        }
+        return 0;
+    }
+    if (expandable && i < *n && s[i].device == dev && s[i].addr == addr + size) {
+        s[i].addr = addr, s[i].size += size;
+        return 0;
+    }
+    if (gm_grow_fast((void **)g, cap, *n + 1, sizeof **g)) return -1;
+    s = *g;
+    memmove(&s[i + 1], &s[i], (*n - i) * sizeof *s);
+    s[i] = (tp_seg){addr, size, stream, dev};
+    (*n)++;
+    return 0;
+}
+
+static int tp_unmap(tp_seg **g, size_t *n, size_t *cap, uint64_t addr, uint64_t size) {
+    size_t i = tp_seg_at(*g, *n, addr);
+    tp_seg *s = *g;
+    if (i == *n || s[i].addr > addr) return 0;
+    tp_seg x = s[i];
+    uint64_t end = addr + size < x.addr + x.size ? addr + size : x.addr + x.size;
+    memmove(&s[i], &s[i + 1], (*n - i - 1) * sizeof *s);
+    (*n)--;
+    if (addr > x.addr && tp_map(g, n, cap, x.addr, addr - x.addr, x.stream, x.device, 0) != 0) return -1;
+    if (end < x.addr + x.size && tp_map(g, n, cap, end, x.addr + x.size - end, x.stream, x.device, 0) != 0) return -1;
+    return 0;
+}
+
+static int tp_blk_cmp(const void *a, const void *b) {
+    const tp_blk *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* s made from g[0..ng) and the blocks b[0..nb) (sorted by address) live in them. */
+static int tp_fill(gm_db *d, snap *s, const tp_seg *g, size_t ng, const tp_blk *b, size_t nb, int expandable) {
+    s->segs = calloc(ng ? ng : 1, sizeof *s->segs);
+    s->blocks = calloc(2 * nb + ng + 1, sizeof *s->blocks);
+    if (!s->segs || !s->blocks) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < ng; i++) {
+        int known;
+        snap_seg *o = &s->segs[i];
+        o->stream = stream_handle(d, g[i].stream, &known);
+        o->addr = g[i].addr, o->size = o->mapped = g[i].size, o->device = g[i].device, o->last_pin = SIZE_MAX;
+        o->flags = expandable ? REC_SEG_F_EXPANDABLE : 0;
+        uint64_t at = g[i].addr, end = g[i].addr + g[i].size, largest = 0;
+        while (k < nb && b[k].addr < g[i].addr) k++;
+        for (; k < nb && b[k].addr < end; k++) {
+            if (b[k].addr > at) s->blocks[s->nblocks++] = (snap_block){.addr = at, .size = b[k].addr - at, .segment = (uint32_t)i, .state = REC_BLOCK_FREE};
+            s->blocks[s->nblocks++] = (snap_block){b[k].addr, b[k].size, b[k].requested, 0, (uint32_t)i,
+                                                   b[k].pending ? REC_BLOCK_PENDING : REC_BLOCK_ALLOCATED,
+                                                   b[k].birth, b[k].death};
+            if (b[k].size > largest) largest = b[k].size;
+            at = b[k].addr + b[k].size;
+        }
+        if (at < end) s->blocks[s->nblocks++] = (snap_block){.addr = at, .size = end - at, .segment = (uint32_t)i, .state = REC_BLOCK_FREE};
+        /* PyTorch's small pool: its 2 MiB segments, or an expandable one of small blocks */
+        if (expandable ? largest && largest <= SMALL_REQUEST : g[i].size == PAGE_DEFAULT) o->flags |= REC_SEG_F_SMALL_POOL;
+    }
+    s->nsegs = ng;
+    return 0;
+}
+
+/* The blocks b[0..*nb) live at the moment kept, by address; live then maps each one still held
+ * (not freed) to its index, for its free to be found. 0, or -1 out of memory. */
+static int tp_capture(tp_blk *b, size_t *nb, u64map *live) {
+    size_t k = 0;
+    for (size_t i = 0; i < *nb; i++)
+        if (b[i].size) b[k++] = b[i];
+    *nb = k;
+    if (k) qsort(b, k, sizeof *b, tp_blk_cmp);
+    u64map_free(live);
+    for (size_t i = 0; i < k; i++)
+        if (!b[i].pending && u64map_put(live, b[i].addr, i) != 0) return -1;
+    return 0;
+}
+
+/* PyTorch's state at its reserved peak into s (reason REC_SNAP_PEAK). 1 made, 0 no segment in the
+ * trace, -1 error. */
+static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
+    sqlite3_stmt *st;
+    uint64_t res = 0, peak = 0, peak_seq = 0;
+    memset(s, 0, sizeof *s);
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE kind IN (34, 35) ORDER BY seq", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "PyTorch's segments");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 2);
+        if (sqlite3_column_int(st, 1) == REC_TORCH_SEG_MAP) res += size;
+        else res -= size < res ? size : res;
+        if (res > peak) peak = res, peak_seq = (uint64_t)sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (!peak) return 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device FROM events "
+                                  "WHERE kind BETWEEN 31 AND 35 ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return fail_sql(d, err, errsz, "PyTorch's events");
+    int expandable = gm_meta_int(d, "torch_expandable", 0) != 0, captured = 0, rc = 0;
+    tp_seg *g = NULL;
+    tp_blk *b = NULL;
+    size_t ng = 0, gcap = 0, nb = 0, bcap = 0;
+    u64map live = {0}; /* addr -> index in b (blocks not yet completed); after the capture: the
+                        * captured blocks still to be freed */
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
+        int kind = sqlite3_column_int(st, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2), size = (uint64_t)sqlite3_column_int64(st, 3);
+        int need = !captured && seq > peak_seq && kind == REC_TORCH_ALLOC;
+        if (!captured && seq > peak_seq && !need) { /* the moment passed with no allocation in it */
+            captured = 1;
+            rc = tp_capture(b, &nb, &live);
+        }
+        if (captured) { /* the captured blocks' frees, for the pins */
+            uint64_t i;
+            if (kind == REC_TORCH_FREE && u64map_del(&live, addr, &i)) b[i].death = seq;
+            continue;
+        }
+        if (kind == REC_TORCH_ALLOC) {
+            if (gm_grow_fast((void **)&b, &bcap, nb + 1, sizeof *b) || u64map_put(&live, addr, nb) != 0) rc = -1;
+            else b[nb++] = (tp_blk){addr, size, (uint64_t)sqlite3_column_int64(st, 4), seq, 0, 0};
+        } else if (kind == REC_TORCH_FREE || kind == REC_TORCH_FREE_COMPLETED) {
+            const uint64_t *i = u64map_get(&live, addr);
+            if (i && kind == REC_TORCH_FREE) b[*i].pending = 1;
+            if (i && kind == REC_TORCH_FREE_COMPLETED) b[*i].size = 0, u64map_del(&live, addr, NULL);
+        } else if (kind == REC_TORCH_SEG_MAP) {
+            rc = tp_map(&g, &ng, &gcap, addr, size, (uint64_t)sqlite3_column_int64(st, 5), sqlite3_column_int(st, 6),
+                        expandable);
+        } else {
+            rc = tp_unmap(&g, &ng, &gcap, addr, size);
+        }
+        if (need && rc == 0) { /* the request that grew reserved to its peak: the moment */
+            s->need_known = 1;
+            s->need_seq = s->seq = seq, s->need_size = size, s->need_addr = addr;
+            s->need_stream_id = (uint64_t)sqlite3_column_int64(st, 5);
+            captured = 1;
+            rc = tp_capture(b, &nb, &live);
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc == 0 && !captured) rc = tp_capture(b, &nb, &live); /* the moment is the end */
+    if (!s->seq) s->seq = peak_seq;
+    s->reason = REC_SNAP_PEAK;
+    s->resolved = 1;
+    if (rc == 0 && tp_fill(d, s, g, ng, b, nb, expandable) != 0) rc = -1;
+    free(g), free(b);
+    u64map_free(&live);
+    if (rc != 0) {
+        snap_free(s);
+        snprintf(err, errsz, "out of memory rebuilding PyTorch's state at its peak");
+        return -1;
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- entry */
 
 static int snap_cmp(const void *a, const void *b) {
@@ -790,7 +987,21 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
     size_t nsnaps = 0, cap = 0;
     sqlite3_stmt *st;
     int rc = -1;
-    if (gm_table_exists(d, "snapshots")) {
+    uint64_t tpa, tpr;
+    int torch = gm_torch_peaks(d, &tpa, &tpr);
+    if (torch) { /* PyTorch's allocator: its own state at its peak, not gpumem's (torch_snap) */
+        snaps = calloc(1, sizeof *snaps);
+        if (!snaps) {
+            snprintf(err, errsz, "out of memory");
+            return -1;
+        }
+        int made = torch_snap(d, snaps, err, errsz);
+        if (made < 0) {
+            free(snaps);
+            return -1;
+        }
+        nsnaps = (size_t)made;
+    } else if (gm_table_exists(d, "snapshots")) {
         /* the peak snapshot with the most reserved (one per device), and every OOM snapshot */
         if (sqlite3_prepare_v2(d->db,
                                "SELECT s.id, s.seq, s.reason, s.device, "
@@ -835,7 +1046,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
     }
     if (nsnaps > 1) qsort(snaps, nsnaps, sizeof *snaps, snap_cmp);
     /* each OOM snapshot's request, from the ooms row it follows */
-    for (size_t i = 0; i < nsnaps; i++) {
+    for (size_t i = 0; i < nsnaps && !torch; i++) {
         snap *s = &snaps[i];
         if (snap_load(d, s, err, errsz) != 0) goto out;
         if (s->reason != REC_SNAP_OOM) continue;
@@ -853,7 +1064,8 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         }
         sqlite3_finalize(st);
     }
-    if (sweep(d, m, snaps, nsnaps, f, &fm, err, errsz) != 0) goto out;
+    /* the sweep resolves gpumem's snapshots; PyTorch's was resolved as it was rebuilt */
+    if (sweep(d, m, snaps, torch ? 0 : nsnaps, torch, f, &fm, err, errsz) != 0) goto out;
     alloc_config_t cfg;
     alloc_config_default(&cfg);
     char conf[1024];

@@ -206,8 +206,9 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
         if (s->npools > (size_t)top) fprintf(out, "    ... %zu more (--top N)\n", s->npools - (size_t)top);
     }
     uint64_t total = s->reserved > s->requested ? s->reserved - s->requested : 0;
-    fprintf(out, "  causes (share of reserved - requested)\n");
-    for (int c = 0; c < GM_FC_N; c++) {
+    /* nothing reserved beyond what was asked for: no cause to name, and no share of nothing */
+    if (total) fprintf(out, "  causes (share of reserved - requested)\n");
+    for (int c = 0; total && c < GM_FC_N; c++) {
         if (!s->causes[c]) continue;
         char b[32], det[2048];
         bytes(s->causes[c], b, sizeof b);
@@ -215,7 +216,8 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
         fprintf(out, "    %11s %5.1f%%  %-13s %s\n", b, total ? 100.0 * (double)s->causes[c] / (double)total : 0.0,
                 gm_frag_cause_name[c], det);
     }
-    fprintf(out, "  attributed to named causes: %.1f%% of reserved - allocated\n", attributed_pct(s));
+    if (s->reserved > s->allocated)
+        fprintf(out, "  attributed to named causes: %.1f%% of reserved - allocated\n", attributed_pct(s));
     if (s->npins) {
         fprintf(out, "  live allocations pinning classic segments (free bytes they keep)\n");
         for (size_t i = 0; i < s->npins && (int)i < top; i++) {

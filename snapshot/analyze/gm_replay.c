@@ -221,8 +221,8 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         return -1;
     }
     am->rec_peak_allocated = pa, am->rec_peak_reserved = pr;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t FROM events "
-                                  "WHERE kind IN (31, 32, 33, 35) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t, size FROM events "
+                                  "WHERE kind IN (31, 32, 33, 35, 36, 37) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
         adv_model_free(am);
         snprintf(err, errsz, "%s: cannot read PyTorch's events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
@@ -235,10 +235,16 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
         uint32_t a;
-        if (kind == REC_TORCH_SEG_UNMAP) {
+        if (kind == REC_TORCH_SEG_UNMAP || kind == REC_TORCH_EMPTY_CACHE) {
             /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable
-             * segments' unmaps): the replay releases its cache there too */
+             * segments' unmaps), or the program asked it to (an empty_cache that gave nothing
+             * back when recorded may under another configuration): the replay releases its
+             * cache there too */
             if (adv_add_release(am, t, &cev) < 0) rc = -1;
+            continue;
+        }
+        if (kind == REC_TORCH_MEMORY_FRACTION) { /* PyTorch's cap on reserved from here */
+            if (adv_add_limit(am, t, (uint64_t)sqlite3_column_int64(st, 6), &cev) < 0) rc = -1;
             continue;
         }
         if (kind == REC_TORCH_ALLOC) {

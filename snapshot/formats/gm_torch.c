@@ -315,6 +315,8 @@ enum {
     TA_SEG_UNMAP,
     TA_OOM = 8,
     TA_NAME,
+    TA_EMPTY_CACHE,
+    TA_FRACTION,
     TA_OTHER
 };
 
@@ -1001,7 +1003,9 @@ static const int kind_of_action[] = {[TA_ALLOC] = REC_TORCH_ALLOC,
                                      [TA_SEG_FREE] = REC_TORCH_SEG_UNMAP,
                                      [TA_SEG_MAP] = REC_TORCH_SEG_MAP,
                                      [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP,
-                                     [TA_OOM] = REC_OOM};
+                                     [TA_OOM] = REC_OOM,
+                                     [TA_EMPTY_CACHE] = REC_TORCH_EMPTY_CACHE,
+                                     [TA_FRACTION] = REC_TORCH_MEMORY_FRACTION};
 
 /* The tracker's entries (preload/torch_trace.c), little-endian: 72 bytes each (addr, size, seq,
  * t_ns, stream, pool[2], action, device, stack, pad); 48 before 2026-12-05 (addr, size, seq, t_ns,
@@ -1180,8 +1184,61 @@ static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_
     free(k), free(e);
 }
 
-/* The trace entries of every device and the names, in time order, with block sizes. */
-static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gpk_val *trace,
+/* An item the program's hooks made (a name, a mark), not an entry of PyTorch's trace: on the wall
+ * clock, never moved by PyTorch's. */
+static int is_hook_item(const titem *t)
+{
+    return t->action == TA_NAME || t->action == TA_EMPTY_CACHE || t->action == TA_FRACTION;
+}
+
+/* A hook's stamp on item t: wall ns w, and, where the tracker ran, the recorder's seq and clock
+ * (preload/torch_trace.c: gpumem_torch_trace_seq / _time): placed exactly, after the events
+ * recorded before it, at the recorder's time then (the tracker's entries are ordered by it). */
+static void stamp_set(merge *m, titem *t, uint64_t w, uint64_t xseq, uint64_t tn, int64_t start_unix_ns)
+{
+    t->t = (int64_t)w - start_unix_ns;
+    if (!xseq) return;
+    size_t k = ev_below(m, xseq + 1);
+    t->xseq = xseq;
+    t->exact = 1;
+    t->t = tn ? (int64_t)tn : k ? m->ev[k - 1].t : 0;
+}
+
+/* The dump's marks: the program's calls that change PyTorch's cache and are not all in its trace
+ * (preload/python/gpumem/_torch.py), each (what, wall ns, device, value, seq, t_ns) with seq and
+ * t_ns 0 where no tracker ran: ("empty_cache", ..., 0, ...) for torch.cuda.empty_cache(), whose
+ * trace entries are only the segments it gave back (none under expandable segments, where it
+ * unmapped nothing: the call itself is what another configuration's replay needs), and
+ * ("memory_fraction", ..., bytes, ..., millionths) for set_per_process_memory_fraction (or the
+ * fraction at the start): bytes PyTorch's cap on reserved. A mark of another shape is skipped. */
+static int marks_collect(merge *m, const gpk_val *marks, int64_t start_unix_ns)
+{
+    for (size_t i = 0; marks && marks->type == GPK_LIST && i < marks->len; i++) {
+        const gpk_val *r = marks->items[i];
+        if ((r->type != GPK_TUPLE && r->type != GPK_LIST) || r->len < 6) continue;
+        const char *what = gpk_as_str(r->items[0]);
+        uint64_t w, value, xseq, tn, millionths = 0;
+        int64_t dev;
+        if (!what || gpk_as_u64(r->items[1], &w) != 0 || gpk_as_i64(r->items[2], &dev) != 0 || dev < 0 || dev > 127 ||
+            gpk_as_u64(r->items[3], &value) != 0 || gpk_as_u64(r->items[4], &xseq) != 0 ||
+            gpk_as_u64(r->items[5], &tn) != 0)
+            continue;
+        int action = !strcmp(what, "empty_cache") ? TA_EMPTY_CACHE : !strcmp(what, "memory_fraction") ? TA_FRACTION : -1;
+        if (action < 0) continue;
+        if (action == TA_FRACTION && (r->len < 7 || gpk_as_u64(r->items[6], &millionths) != 0)) continue;
+        titem *t = item_add(m);
+        if (!t) return -1;
+        t->action = action;
+        t->device = (int)dev;
+        t->size = value;
+        t->requested = millionths;
+        stamp_set(m, t, w, xseq, tn, start_unix_ns);
+    }
+    return 0;
+}
+
+/* The trace entries of every device, the names and the marks, in time order, with block sizes. */
+static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gpk_val *marks, const gpk_val *trace,
                    int64_t start_unix_ns, gm_tblocks *tb)
 {
     const gpk_val *traces = gpk_get(snap, "device_traces");
@@ -1230,22 +1287,18 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         titem *t = item_add(m);
         if (!t) goto oom;
         t->action = TA_NAME;
-        t->t = (int64_t)tns - start_unix_ns;
         t->addr = addr;
         t->name = label;
-        if (r->len >= 4 && gpk_as_u64(r->items[3], &xseq) == 0 && xseq) {
-            /* exact: after the events recorded before it, at the recorder's time of the name (the
-             * tracker's entries are ordered by it: a name made right after an allocation goes
-             * after the allocation's entries, which have its seq too), else of the last of them */
-            size_t k = ev_below(m, xseq + 1);
-            uint64_t tn = 0;
-            t->xseq = xseq;
-            t->exact = 1;
-            t->t = r->len == 5 && gpk_as_u64(r->items[4], &tn) == 0 && tn ? (int64_t)tn : k ? m->ev[k - 1].t : 0;
-        }
+        /* exact where stamped: a name made right after an allocation goes after the
+         * allocation's entries, which have its seq too */
+        uint64_t tn = 0;
+        if (r->len < 4 || gpk_as_u64(r->items[3], &xseq) != 0) xseq = 0;
+        if (r->len < 5 || gpk_as_u64(r->items[4], &tn) != 0) tn = 0;
+        stamp_set(m, t, tns, xseq, tn, start_unix_ns);
     }
-    /* PyTorch's times on the recording's clock (the names' are the wall clock already); the
-     * tracker's trace has none of PyTorch's times */
+    if (marks_collect(m, marks, start_unix_ns) != 0) goto oom;
+    /* PyTorch's times on the recording's clock (the names' and the marks' are the wall clock
+     * already); the tracker's trace has none of PyTorch's times */
     size_t nanch = 0;
     clk_anchor *anch = from_tracker ? NULL : clock_anchors(m, &nanch);
     if (nanch) {
@@ -1258,14 +1311,14 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         m->clock_drift = hi - lo;
     }
     for (size_t i = 0; i < m->n; i++)
-        if (m->it[i].action != TA_NAME && !m->it[i].exact) m->it[i].t += clock_at(anch, nanch, m->it[i].t);
+        if (!is_hook_item(&m->it[i]) && !m->it[i].exact) m->it[i].t += clock_at(anch, nanch, m->it[i].t);
     free(anch);
     /* a ring that was full lost its first entries: the segments the snapshot still holds but
      * the trace never made were made before it, and come first */
     int64_t first_t = INT64_MAX;
     u64map made = {0};
     for (size_t i = 0; i < m->n; i++) {
-        if (m->it[i].action != TA_NAME && m->it[i].t < first_t) first_t = m->it[i].t;
+        if (!is_hook_item(&m->it[i]) && m->it[i].t < first_t) first_t = m->it[i].t;
         if ((m->it[i].action == TA_SEG_ALLOC || m->it[i].action == TA_SEG_MAP) && u64map_put(&made, m->it[i].addr, 1) != 0)
             goto oom_made;
     }
@@ -1611,7 +1664,9 @@ static int insert_items(merge *m)
         sqlite3_bind_int64(ev, 6, stream);
         sqlite3_bind_int64(ev, 7, (int64_t)t->addr);
         sqlite3_bind_int64(ev, 8, (int64_t)t->size);
-        sqlite3_bind_int64(ev, 9, t->action == TA_ALLOC || t->action == TA_FREE_REQ ? (int64_t)t->requested : 0);
+        sqlite3_bind_int64(ev, 9, t->action == TA_ALLOC || t->action == TA_FREE_REQ || t->action == TA_FRACTION
+                                      ? (int64_t)t->requested
+                                      : 0);
         if (stack) sqlite3_bind_int64(ev, 10, stack);
         else sqlite3_bind_null(ev, 10);
         if (range_of[i]) sqlite3_bind_int64(ev, 11, range_of[i]);
@@ -1949,7 +2004,7 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     gm_tsettings set;
     gm_tsettings_read(gpk_get(snap, "allocator_settings"), &set);
     gm_tblocks_init(&tb, &set);
-    if (load_recorded(&m) != 0 || collect(&m, snap, gpk_get(root, "names"), gpk_get(root, "gm_trace"), start_unix_ns, &tb) != 0 ||
+    if (load_recorded(&m) != 0 || collect(&m, snap, gpk_get(root, "names"), gpk_get(root, "marks"), gpk_get(root, "gm_trace"), start_unix_ns, &tb) != 0 ||
         place(&m) != 0 || renumber(&m) != 0)
         goto out;
     m.next_frame = query_i64(&m, "SELECT max(id) FROM frames", 0) + 1;
@@ -1975,7 +2030,7 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
     const char *ver = gpk_as_str(gpk_get(root, "torch_version")), *why = gpk_as_str(gpk_get(root, "why"));
     uint64_t entries = 0, ring = 0, longest = 0, stacks_lost = 0;
     if (gpk_as_u64(gpk_get(gpk_get(root, "gm_trace"), "stacks_lost"), &stacks_lost) != 0) stacks_lost = 0;
-    for (size_t i = 0; i < m.n; i++) entries += m.it[i].action != TA_NAME;
+    for (size_t i = 0; i < m.n; i++) entries += !is_hook_item(&m.it[i]);
     /* PyTorch's history is a ring per device: a full one has lost its first entries; the
      * tracker's, when it is the trace, kept fewer entries than it saw */
     const gpk_val *gt = gpk_get(root, "gm_trace");

@@ -104,7 +104,14 @@ enum rec_torch_kind {
     REC_TORCH_FREE_COMPLETED = 33, /* the block is reusable (free_completed: after the streams
                                       that used it caught up)                                */
     REC_TORCH_SEG_MAP = 34,        /* PyTorch reserved memory: segment_alloc, segment_map     */
-    REC_TORCH_SEG_UNMAP = 35       /* and gave it back: segment_free, segment_unmap           */
+    REC_TORCH_SEG_UNMAP = 35,      /* and gave it back: segment_free, segment_unmap           */
+    /* 36, 37: the program's own calls that change PyTorch's cache, from gpumem's hooks (not in
+     * PyTorch's trace: an empty_cache that frees nothing leaves no entry there) */
+    REC_TORCH_EMPTY_CACHE = 36,    /* torch.cuda.empty_cache(): device = the current device    */
+    REC_TORCH_MEMORY_FRACTION = 37 /* set_per_process_memory_fraction, or the fraction in force
+                                      at the start: size = PyTorch's cap on reserved, in bytes
+                                      (fraction x the device's total memory; 0: no cap),
+                                      requested = the fraction in millionths                  */
 };
 
 /* REC_DEVICE_INFO's alloc_id: when the sample was taken. */

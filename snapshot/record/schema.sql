@@ -211,3 +211,14 @@ INSERT INTO kinds VALUES (30,'bad_access');
 -- tracker could not keep: its store of distinct stacks was full or out of memory).
 INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_completed'),
   (34,'torch_segment_map'),(35,'torch_segment_unmap');
+
+-- Event kinds 36-37 (added within 1.3, 2026-12-06; older files have none and replay as before):
+-- the program's own calls that change PyTorch's cache, from gpumem's hooks in the program
+-- (preload/python/gpumem/_torch.py), merged with PyTorch's trace and placed as its entries are.
+-- 36 torch_empty_cache: torch.cuda.empty_cache() was called (device = the current device), also
+-- where it gave nothing back (expandable segments) and PyTorch's trace has no entry for it; 37
+-- torch_memory_fraction: torch.cuda.set_per_process_memory_fraction, or the fraction in force
+-- when CUDA started (one row a device when it is below 1): size = PyTorch's cap on reserved
+-- bytes (the fraction x the device's total memory; 0: no cap), requested = the fraction in
+-- millionths.
+INSERT INTO kinds VALUES (36,'torch_empty_cache'),(37,'torch_memory_fraction');

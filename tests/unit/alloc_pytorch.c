@@ -622,6 +622,34 @@ static void test_replay_other_allocator(void **state)
     free(ev);
 }
 
+/* l: PyTorch's per-process memory fraction, set while the trace runs. Under the pytorch presets
+ * a request over the cap frees the cache and retries (PyTorch's OOM path), and one that still does
+ * not fit is an OOM; what was reserved before the cap is kept; `l 0` lifts it. gpumem's allocator
+ * as PyTorch's pluggable one has no fraction: nothing changes under gpumem. */
+static void test_replay_limit(void **state)
+{
+    (void)state;
+    const char *body = "a 1 25165824\na 2 25165824\nf 1\nf 2\na 3 41943040\n"; /* 24, 24, then 40 MiB */
+    char t[256];
+    alloc_replay_result_t r = replay("preset:pytorch", body, 0);
+    assert_int_equal(r.peak_reserved, 88 * MiB); /* no cap: two 24 MiB segments kept, one of 40 */
+    snprintf(t, sizeof t, "l 67108864\n%s", body); /* 64 MiB */
+    r = replay("preset:pytorch", t, 0);
+    assert_int_equal(r.peak_reserved, 48 * MiB); /* the cache given back before the 40 MiB */
+    assert_int_equal(r.oom_index, -1);
+    r = replay("preset:gpumem", t, 0);
+    assert_int_equal(r.peak_reserved, replay("preset:gpumem", body, 0).peak_reserved);
+    /* set after the first two: the 48 MiB reserved stay, the next request meets the cap */
+    snprintf(t, sizeof t, "a 1 25165824\na 2 25165824\nl 67108864\nf 1\nf 2\na 3 41943040\n");
+    r = replay("preset:pytorch", t, 0);
+    assert_int_equal(r.peak_reserved, 48 * MiB);
+    snprintf(t, sizeof t, "l 67108864\nl 0\n%s", body); /* lifted */
+    assert_int_equal(replay("preset:pytorch", t, 0).peak_reserved, 88 * MiB);
+    /* live memory over the cap: an OOM */
+    r = replay("preset:pytorch", "l 33554432\na 1 25165824\na 2 25165824\n", 0);
+    assert_int_equal(r.oom_index, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -641,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_replay_record_stream),
         cmocka_unit_test(test_replay_free_completed),
         cmocka_unit_test(test_replay_other_allocator),
+        cmocka_unit_test(test_replay_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,7 +54,7 @@ import weakref
 import gpumem
 
 _env = os.environ.get
-_state = {"installed": False, "torch": None, "names": [], "named": {}, "warned": False,
+_state = {"installed": False, "torch": None, "names": [], "marks": [], "named": {}, "warned": False,
           "dumped": 0, "ops": None, "oom_limits": []}
 _lock = threading.Lock()
 
@@ -161,6 +161,7 @@ def _history(torch):
         tracker = _state.get("trace") is not None
         _state["history_from"] = ("gpumem" if tracker and _env("GPUMEM_TORCH_PYTORCH_HISTORY", "0") != "1"
                                   else "pytorch")
+        _fraction_at_start(torch)
         try:
             if _state["history_from"] == "pytorch":
                 torch.cuda.memory._record_memory_history(
@@ -168,11 +169,82 @@ def _history(torch):
             torch._C._cuda_attach_out_of_memory_observer(_on_oom)
         except Exception as e:  # noqa: BLE001
             _warn("PyTorch's memory history", e)
+    _cache_calls(torch)  # now: the program's first CUDA call may be one of them
     # _record_memory_history would initialize CUDA now (breaking forked children and a later
     # change of allocator); queued, it runs when the program first uses CUDA
     torch.cuda._lazy_call(start)
     atexit.register(_dump, "exit")
     _mark("imported")
+
+
+def _stamp():
+    """(wall ns, the recorder's seq, its clock) now: stamped as the tracker stamps its entries, so
+    that the merge places what the hooks saw among them (seq and clock 0 without the tracker: then
+    by the wall clock)."""
+    seq, now = _state.get("seq"), _state.get("time")
+    return (time.time_ns(), seq(), now()) if seq is not None else (time.time_ns(), 0, 0)
+
+
+def _note(what, device, value=0, *more):
+    w, seq, t = _stamp()
+    with _lock:
+        _state["marks"].append((what, w, device, value, seq, t) + more)
+
+
+def _note_fraction(torch, device, fraction):
+    """PyTorch's cap for a fraction, as its allocator computes it (setMemoryFraction: the fraction
+    of cudaMemGetInfo's total, truncated); 0 where the fraction is 1 or more (no cap)."""
+    total = torch.cuda.mem_get_info(device)[1]
+    cap = int(fraction * float(total)) if fraction < 1.0 else 0
+    _note("memory_fraction", device, cap, int(round(fraction * 1e6)))
+
+
+def _cache_calls(torch):
+    """The program's calls that change PyTorch's cache, as marks in the dump (the merge makes them
+    events 36 and 37, snapshot/README.md): torch.cuda.empty_cache(), noted before it runs (the
+    segments it gives back come after it in PyTorch's trace; under expandable segments it may give
+    back nothing and leave no entry there, but under another configuration its replay would), and
+    every set_per_process_memory_fraction, noted after it (a fraction PyTorch refused is not;
+    the program's first call initializes CUDA, and with it the tracker that stamps the note). Both
+    names of each (torch.cuda's and torch.cuda.memory's) are wrapped: a program calls either."""
+    mem = torch.cuda.memory
+    orig_empty, orig_fraction = mem.empty_cache, mem.set_per_process_memory_fraction
+
+    def empty_cache():
+        try:
+            _note("empty_cache", torch.cuda.current_device())
+        except Exception as e:  # noqa: BLE001
+            _warn("noting torch.cuda.empty_cache", e)
+        return orig_empty()
+
+    def set_per_process_memory_fraction(fraction, device=None):
+        r = orig_fraction(fraction, device)
+        try:
+            dev = torch.cuda._utils._get_device_index(device, optional=True)
+            _note_fraction(torch, dev, float(fraction))
+        except Exception as e:  # noqa: BLE001
+            _warn("noting set_per_process_memory_fraction", e)
+        return r
+
+    for f in (empty_cache, set_per_process_memory_fraction):
+        f.__doc__, f.__wrapped__ = getattr(mem, f.__name__).__doc__, getattr(mem, f.__name__)
+    for mod in (torch.cuda, mem):
+        if getattr(mod, "empty_cache", None) is orig_empty:
+            mod.empty_cache = empty_cache
+        if getattr(mod, "set_per_process_memory_fraction", None) is orig_fraction:
+            mod.set_per_process_memory_fraction = set_per_process_memory_fraction
+
+
+def _fraction_at_start(torch):
+    """The per-process memory fraction in force when CUDA starts (PYTORCH_CUDA_ALLOC_CONF's
+    per_process_memory_fraction), noted for each device where it caps anything."""
+    try:
+        for dev in range(torch.cuda.device_count()):
+            fraction = float(torch.cuda.memory.get_per_process_memory_fraction(dev))
+            if fraction < 1.0:
+                _note_fraction(torch, dev, fraction)
+    except Exception as e:  # noqa: BLE001
+        _warn("reading the per-process memory fraction", e)
 
 
 def _mark(word):
@@ -309,8 +381,10 @@ def _dump(why):
         snap = torch.cuda.memory._snapshot()
         with _lock:
             names = list(_state["names"])
+        with _lock:
+            marks = list(_state["marks"])
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
-               "time_ns": time.time_ns(), "snapshot": snap, "names": names,
+               "time_ns": time.time_ns(), "snapshot": snap, "names": names, "marks": marks,
                "max_entries": _state.get("max_entries", 0),
                "oom_python": _state.get("oom_python", []), "oom_limits": list(_state["oom_limits"])}
         if _state["ops"] is not None:
@@ -853,10 +927,9 @@ def _name_tensor(t, label, direct):
     if direct:
         gpumem.name(ptr, label)
     else:
-        seq, now = _state.get("seq"), _state.get("time")
-        with _lock:  # stamped as the tracker stamps its entries: the recorder's seq, then clock
-            _state["names"].append((time.time_ns(), ptr, label, seq(), now()) if seq is not None
-                                   else (time.time_ns(), ptr, label))
+        w, seq, now = _stamp()
+        with _lock:
+            _state["names"].append((w, ptr, label, seq, now) if seq else (w, ptr, label))
 
 
 def name_tensor(t, label):
