@@ -197,7 +197,14 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
         return -1;
     }
     close(fd);
-    if (cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
+    /* With a write-ahead log beside it (more than its 32-byte header) the file may be shorter
+     * than its header says: a checkpoint that stopped midway (a full disk) wrote page 1 but not
+     * all the pages after it, which the log still holds and SQLite reads from there. */
+    char wal[sizeof d->path + 8];
+    struct stat wst;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    int logged = stat(wal, &wst) == 0 && wst.st_size > 32;
+    if (!logged && cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
     int rc;
