@@ -287,9 +287,13 @@ static void on_terminating_signal(int sig) {
 /* SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL: a crash. The events of the last ~100 ms are in the
  * ring, not yet committed; without this a program that allocated and crashed at once would be
  * told it allocated nothing. The handler commits them first. Then:
- *   - the program's own handler (installed before the recording opened) runs, as it would have:
- *     the recording was only flushed, not closed, since that handler may recover (a JIT's or a
- *     garbage collector's fault handler) or be a crash reporter that re-raises;
+ *   - the program's own handler (installed before the recording opened) runs, as it would have,
+ *     the recording not closed, since that handler may recover or be a crash reporter that
+ *     re-raises. Before a handler of SIGABRT the recording is flushed; before one of the others
+ *     it is not: runtimes take SIGSEGV, SIGBUS, SIGFPE and SIGILL by design (a JIT's null checks
+ *     and safepoints, a garbage collector's barriers), thousands of times a run, and a flush per
+ *     fault (a commit, milliseconds) would slow them down; a crash through such a handler loses
+ *     the last ~100 ms, as a kill does;
  *   - or, with the default action, the recording is closed (state 'interrupted', every lifetime
  *     written, as for SIGTERM), the default action put back and the signal delivered again: a
  *     fault recurs when the handler returns, a sent signal (abort(), kill) is raised again.
@@ -307,12 +311,12 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *ctx) {
     if (k == N_FATAL) return;
     const struct sigaction *prev = &fatal_prev[k];
     if ((prev->sa_flags & SA_SIGINFO) && prev->sa_sigaction) {
-        rec_flush();
+        if (sig == SIGABRT) rec_flush();
         prev->sa_sigaction(sig, info, ctx);
         return;
     }
     if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
-        rec_flush();
+        if (sig == SIGABRT) rec_flush();
         prev->sa_handler(sig);
         return;
     }
