@@ -1117,6 +1117,9 @@ int gm_advise_main(int argc, char **argv)
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--try")) {
+            /* its value is flags, which start with "--" ('--recompute mlp --accum 2'): taken
+             * unless missing or the "--" alone; the flags' own parser refuses what is not one */
+            v = i + 1 < argc && strcmp(argv[i + 1], "--") ? argv[i + 1] : NULL;
             if (!v) {
                 fprintf(stderr,
                         "gpumem advise: --try needs trainer flags, e.g. '--recompute mlp --accum "

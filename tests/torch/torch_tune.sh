@@ -149,7 +149,7 @@ vsegs=$(torch_run -- -m torch.cuda._memory_viz stats "$tmp/cnn.pickle" 2>/dev/nu
 [[ $pres == "$want" && $tl == "$want" && $psegs == "$vsegs" && $((pal + pfree)) == "$pres" ]] \
   && ok "cnn: frag's peak is PyTorch's: reserved $pres = max_memory_reserved() = the timeline's, $psegs segments as memory_viz counts" \
   || bad "cnn: frag's peak reserved $pres (allocated $pal + free $pfree), $psegs segments; max_memory_reserved() $want, timeline $tl, memory_viz $vsegs segments"
-if grep -q '^  causes' "$tmp/cnn.txt" && ! grep -A1 '^  causes' "$tmp/cnn.txt" | grep -q '^    '; then
+if grep -q '^  causes' "$tmp/cnn.txt" && ! grep -A1 '^  causes' "$tmp/cnn.txt" | grepq '^    '; then
   bad "cnn: an empty causes list: $(grep -A2 '^  causes' "$tmp/cnn.txt")"
 else
   ok "cnn: causes listed only with one at least"
