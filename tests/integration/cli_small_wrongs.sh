@@ -315,3 +315,26 @@ done
 "$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
 "$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
 ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"
+
+# Every JSON a command writes is strict JSON (no inf, nan, or cut numbers), on a trainer's run,
+# an empty recording and an imported step-less snapshot: a ratio over nothing, a share of 0
+# bytes, a rate over no time are where a non-finite number comes from. Python's parser refuses
+# NaN and Infinity here (parse_constant).
+strict='import json, sys
+def no(c): raise ValueError("non-finite number " + c)
+json.loads(sys.stdin.read(), parse_constant=no)'
+nj=0
+for db in run empty imp; do
+  d=$TMP/$db.db o=$TMP/run.db
+  [[ $db == run ]] && o=$TMP/imp.db
+  for c in "report --json D" "leaks --json D" "frag --json D" "tune --json D" "advise --json D" "diff --json D O" \
+           "report --json D O" "export --format chrome D" "export --format speedscope D" "uses --json D --id 1"; do
+    c=${c//O/$o}
+    rc=0; out=$(eval "\"$GM\" ${c//D/$d}" 2> "$TMP/err.txt") || rc=$?
+    [[ $rc == 0 || ($c == uses* && $rc == 1) ]] || { fail "gpumem ${c//D/$db.db}: exit $rc, $(head -2 "$TMP/err.txt")"; continue; }
+    [[ -z $out && $c == uses* ]] && continue
+    python3 -c "$strict" <<< "$out" 2> "$TMP/err.txt" || fail "gpumem ${c//D/$db.db}: not strict JSON: $(tail -1 "$TMP/err.txt")"
+    nj=$((nj + 1))
+  done
+done
+ok "strict JSON from every --json command and JSON export ($nj outputs) on a run, an empty recording and an import"
