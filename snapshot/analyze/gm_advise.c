@@ -1193,6 +1193,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             snprintf(err, errsz, "%s: PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF=%s) is not one "
                      "gpumem can replay (%s)", d->path, m->torch_conf, cerr);
             free(names), free(r), u64map_free(&ridx);
+            adv_model_free(m);
             return -1;
         }
         m->cfg.limit = 0;
@@ -1220,6 +1221,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         ev_reader_free(&L);
         free(names), free(r), u64map_free(&ridx);
+        adv_model_free(m);
         return -1;
     }
     /* GM_SQL_ERROR: a damaged tail, the model is what was read before it */
@@ -1239,6 +1241,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (nomem) {
         free(stacks), free(evseq);
         snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
+        adv_model_free(m);
         return -1;
     }
     if (rc != SQLITE_DONE && m->nevs == 0) {
@@ -1246,6 +1249,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         /* the scan's own reason (gm_events_sql kept it: SQLite's message was reset since) */
         snprintf(err, errsz, "%s: cannot read events: %s%s", d->path,
                  d->damage[0] ? "the recording is damaged: " : "", d->damage[0] ? d->damage : sqlite3_errmsg(d->db));
+        adv_model_free(m); /* what was read before the events (ranges, ops, strings) */
         return -1;
     }
     /* classes: the name with digits as '*', else the call site */
