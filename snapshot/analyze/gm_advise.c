@@ -161,6 +161,7 @@ typedef struct rinfo {
     uint8_t phase, is_phase, has_child;
     uint64_t start, end;
     uint64_t op; /* the range as an op of every step: its path without "step N/", hashed */
+    uint32_t mod; /* a PyTorch recording's: the range's own name, its module's path (interned) */
 } rinfo;
 
 /* PyTorch's hooks name a range by its module's path ("h.3.attn.c_attn"); what checkpointing and
@@ -224,6 +225,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
             path = slash ? slash + 1 : "";
         }
         x->op = path ? str_hash(path) : 0;
+        x->mod = m->torch && name ? intern(m, name) : 0;
         uint64_t *pi = parent && parent < x->id ? u64map_get(idx, (uint64_t)parent) : NULL;
         rinfo *p = pi ? &r[*pi] : NULL;
         if (p) {
@@ -508,6 +510,63 @@ static int inplace_op(const char *op)
     return b[0] && b[strlen(b) - 1] == '_';
 }
 
+/* Is op t (the last of m->tops) autograd's detach of the output the op logged before it wrote:
+ * what autograd saves of an op's output (aten.detach.default of that very storage)? */
+static int autograd_detach(const adv_model *m, const adv_top *t)
+{
+    if (m->ntops < 2 || strcmp(adv_str(m, t->name), "aten.detach.default")) return 0;
+    const adv_top *p = t - 1;
+    for (uint32_t i = t->arg0; i < t->arg0 + t->nargs; i++) {
+        if (m->targs[i].out || m->targs[i].a == UINT32_MAX) continue;
+        for (uint32_t j = p->arg0; j < p->arg0 + p->nargs; j++)
+            if (m->targs[j].out && m->targs[j].a == m->targs[i].a) return 1;
+    }
+    return 0;
+}
+
+/* A PyTorch recording without the op log: which module's frame held a tensor, from the hooks'
+ * ranges (flat: an event's range is its innermost module's, named by the module's path). A
+ * tensor made in the forward whose next allocation is made inside a module called after it, a
+ * child of the module that made it (the block's ReLU output, then the block's l2: the
+ * functional chain `l2(relu(l1(x)))`), was passed to that call and lives until it returns: its
+ * tholds is the last allocation of that call (and of the modules it called). Anything else
+ * keeps none (the rewrites then let it go at its block's end). evri: each event's rinfo. 0, or
+ * -1 out of memory. */
+static int passed_to_module(adv_model *m, const rinfo *r, const uint32_t *evri)
+{
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_FWD || evri[i] == UINT32_MAX) continue;
+        const rinfo *ri = &r[evri[i]];
+        size_t j = i + 1;
+        while (j < m->nevs && m->evs[j].kind != ADV_EV_ALLOC)
+            j++;
+        if (j == m->nevs || evri[j] == UINT32_MAX || m->evs[j].step != e->step || m->evs[j].phase != ADV_PH_FWD)
+            continue;
+        const rinfo *rj = &r[evri[j]];
+        const char *made = adv_str(m, ri->mod), *call = adv_str(m, rj->mod);
+        size_t lm = strlen(made), lc = strlen(call);
+        if (rj == ri || !ri->mod || !rj->mod || lc <= lm + 1 || strncmp(call, made, lm) || call[lm] != '.')
+            continue;
+        /* the call's allocations: in its range and its children's, until another range's */
+        size_t last = j;
+        for (size_t k = j + 1; k < m->nevs; k++) {
+            if (m->evs[k].kind != ADV_EV_ALLOC) continue;
+            const char *in = evri[k] == UINT32_MAX ? "" : adv_str(m, r[evri[k]].mod);
+            if (m->evs[k].step != e->step || strncmp(in, call, lc) || (in[lc] && in[lc] != '.')) break;
+            last = k;
+        }
+        if (!m->tholds) {
+            if (!(m->tholds = malloc((m->nallocs + 1) * sizeof *m->tholds))) return -1;
+            for (size_t a = 0; a < m->nallocs; a++)
+                m->tholds[a] = UINT32_MAX;
+            m->owns_tops = 1;
+        }
+        m->tholds[e->a] = m->evs[last].a;
+    }
+    return 0;
+}
+
 /* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its
  * recorded allocation by its birth (births: each allocation's, in order). None when the
  * recording has no such tables. 0, or -1 out of memory (no op log then). */
@@ -622,8 +681,12 @@ static int tops_load(gm_db *d, adv_model *m, const uint64_t *births)
             t->nargs++;
         }
         /* a view (an output sharing an input's storage, not an in-place op) the module's own
-         * code made is a local of its frame: its storage is held until the module returns */
-        if (depth && !t->bwd && !inplace_op(adv_str(m, t->name)))
+         * code made is a local of its frame: its storage is held until the module returns.
+         * Not the detach autograd makes of an op's output that the op saves for its backward
+         * (relu's, softmax's: logged right after that op): the graph holds that one, and under
+         * checkpointing nothing does (a block's ReLU output was held to the block's end,
+         * 6% under in reserved on a user's MLP blocks) */
+        if (depth && !t->bwd && !inplace_op(adv_str(m, t->name)) && !autograd_detach(m, t))
             for (uint32_t i = t->arg0; i < t->arg0 + t->nargs; i++) {
                 const adv_targ *o = &m->targs[i];
                 int viewed = 0;
@@ -944,6 +1007,8 @@ typedef struct ev_reader {
     uint32_t *stacks;
     uint64_t *births;        /* allocation -> its birth seq, for the names */
     uint64_t *evseq;         /* event -> its seq, for phases inferred from the allocations (infer) */
+    uint32_t *evri;          /* a PyTorch recording's: event -> its range's rinfo (UINT32_MAX none) */
+    size_t ricap;
     int infer;               /* ADV_LOAD_INFER */
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
@@ -965,7 +1030,7 @@ enum { LOAD_AS_HISTORY = 1 << 8, LOAD_AS_HOOKED = 1 << 9 };
 static void ev_reader_free(ev_reader *L)
 {
     u64map_free(&L->live), u64map_free(&L->seq_idx);
-    free(L->stacks), free(L->births), free(L->evseq);
+    free(L->stacks), free(L->births), free(L->evseq), free(L->evri);
 }
 
 /* After adv_add_release / adv_add_limit (added: its answer): the event's 0-byte allocation has no
@@ -1046,6 +1111,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         (L->infer && gm_grow_fast((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq)))
         return L->nomem = 1, -1;
     if (L->infer) L->evseq[m->nevs] = seq;
+    if (m->torch) {
+        if (gm_grow_fast((void **)&L->evri, &L->ricap, m->nevs + 1, sizeof *L->evri)) return L->nomem = 1, -1;
+        L->evri[m->nevs] = rg ? (uint32_t)(rg - L->r) : UINT32_MAX;
+    }
     m->evs[m->nevs++] = e;
     return 0;
 }
@@ -1236,6 +1305,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     u64map_free(&live);
     /* the op log: under PyTorch's allocator and under gpumem as its allocator (births: seqs) */
     if (m->torch && !nomem && tops_load(d, m, births) != 0) nomem = 1;
+    /* without it, what the module calls tell */
+    if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
+    free(L.evri), L.evri = NULL;
     free(births);
     free(names), free(r), u64map_free(&ridx);
     if (nomem) {
@@ -1367,7 +1439,10 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
          * backward's: loss.backward() runs the nodes of the loss, computed in the root module's
          * forward (cross_entropy's), before autograd reaches a module whose hooks open the
          * backward's range. Those events take the backward's first range, so what the loss's
-         * nodes saved pairs with the forward that made it (save_on_cpu packs it too) */
+         * nodes saved pairs with the forward that made it (save_on_cpu packs it too); but not a
+         * repeated block's range: the loss (computed outside the model by a user's loop) is no
+         * block's, and the last block's output it saved is not that block's saved tensor
+         * (checkpointing dropped it and re-made it before the loss: 6% low in reserved) */
         size_t *pend = malloc((m->nevs ? m->nevs : 1) * sizeof *pend), np = 0;
         int32_t fwd_step = -1; /* the step of the last forward event, -1 after a backward or update */
         for (size_t i = 0; pend && i < m->nevs; i++) {
@@ -1375,9 +1450,10 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             if (e->phase == ADV_PH_FWD) {
                 fwd_step = e->step, np = 0;
             } else if (e->phase == ADV_PH_BWD) {
+                int blk = e->lr && adv_is_block_name(adv_str(m, e->lr_name));
                 for (size_t k = 0; k < np && e->step == fwd_step && e->lr; k++) {
                     adv_ev *x = &m->evs[pend[k]];
-                    x->phase = ADV_PH_BWD, x->lr = e->lr, x->lr_name = e->lr_name;
+                    x->phase = ADV_PH_BWD, x->lr = blk ? 0 : e->lr, x->lr_name = blk ? 0 : e->lr_name;
                 }
                 fwd_step = -1, np = 0;
             } else if (e->phase == ADV_PH_OPT || e->step != fwd_step) {
@@ -2091,7 +2167,7 @@ size_t *adv_op_makers(const adv_model *m)
  * none); NULL without an op log or out of memory. */
 static uint32_t *last_fwd_touch(const adv_model *m)
 {
-    if (!m->torch || !m->ntops || !m->nrecorded) return NULL;
+    if (!m->torch || (!m->ntops && !m->tholds) || !m->nrecorded) return NULL;
     size_t n = m->nrecorded;
     uint32_t *lt = malloc(2 * n * sizeof *lt);
     size_t *maker = adv_op_makers(m);
@@ -2110,9 +2186,12 @@ static uint32_t *last_fwd_touch(const adv_model *m)
             if (a < n && (lt[a] == UINT32_MAX || t->last_a > lt[a])) lt[a] = t->last_a;
         }
     }
-    /* ... or, when a module's frame held it, that module's return */
+    /* ... or, when a module's frame held it, that module's return (without the op log, the
+     * module call it was passed to: passed_to_module) */
     for (size_t a = 0; m->tholds && a < m->nrecorded; a++)
-        if (m->tholds[a] != UINT32_MAX && lt[a] != UINT32_MAX && m->tholds[a] > lt[a]) lt[a] = m->tholds[a];
+        if (m->tholds[a] != UINT32_MAX && (lt[a] != UINT32_MAX || !m->ntops) &&
+            (lt[a] == UINT32_MAX || m->tholds[a] > lt[a]))
+            lt[a] = m->tholds[a];
     return lt;
 }
 

@@ -16,7 +16,8 @@ SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \
 SCRIPT_TESTS += tests/torch/torch_leak_gpumem.sh
 # gpumem.name(tensor) under PyTorch's allocator names the tensor, not its segment
 SCRIPT_TESTS += tests/torch/torch_names.sh
-# advise on a user's own loop: no batch size made up, set_to_none read from the gradients' lives
+# advise on a user's own loop: no batch size made up, set_to_none read from the gradients' lives,
+# checkpointing a user's blocks predicted against the checkpointed run (torch_advise_ckpt.py)
 SCRIPT_TESTS += tests/torch/torch_advise_user.sh
 # PyTorch under a launcher (a shell script's step, torchrun's workers): each process's trace in its own database
 SCRIPT_TESTS += tests/torch/torch_launchers.sh
