@@ -1063,7 +1063,7 @@ static blk_t *pick_chain_pytorch(pool_t *p, size_t rs, int *nomem)
     }
     for (blk_t *u = rb_first(&p->unmapped); u && k < n; u = rb_next(u))
         v[k++] = u;
-    qsort(v, k, sizeof(*v), by_addr);
+    if (k > 1) qsort(v, k, sizeof(*v), by_addr);
     blk_t *found = NULL;
     for (size_t i = 0; i < k && !found; i++) {
         blk_t *c = v[i]->prev && v[i]->prev->rb.st == B_FREE ? v[i]->prev : v[i];
@@ -1907,7 +1907,7 @@ static void release_until_except(alloc_t *a, size_t reserved_target, size_t cach
             v[j] = x;
         }
     } else {
-        qsort(v, n, sizeof(*v), by_stamp);
+        if (n > 1) qsort(v, n, sizeof(*v), by_stamp);
     }
     for (size_t i = 0; i < n; i++) {
         if ((size_t)a->st.reserved_bytes.current <= reserved_target &&
@@ -1990,7 +1990,7 @@ static void garbage_collect_pytorch(alloc_t *a)
         free(v);
         return;
     }
-    qsort(v, n, sizeof(*v), by_stream_size_addr);
+    if (n > 1) qsort(v, n, sizeof(*v), by_stream_size_addr);
     uint64_t total_age = 0;
     size_t count = n;
     for (size_t i = 0; i < n; i++)

@@ -746,7 +746,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     }
     for (size_t i = 0, k = 0; exact && i < n; i++)
         if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
-    if (exact) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
+    if (exact && nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
     heldv_t held = {.a = a};
     size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
     uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */

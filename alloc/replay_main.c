@@ -363,7 +363,7 @@ int main(int argc, char **argv)
                 status = 1;
             }
             if (segments) {
-                qsort(segs.size, segs.n, sizeof(*segs.size), cmp_size);
+                if (segs.n > 1) qsort(segs.size, segs.n, sizeof(*segs.size), cmp_size);
                 printf(" segments=%zu segment_sizes=", segs.n);
                 for (size_t k = 0; k < segs.n; k++)
                     printf("%s%zu", k ? "," : "", segs.size[k]);

@@ -54,7 +54,7 @@ static void write_live_at_peak(FILE *o, const gm_model *m, const viz_classes *c,
             const gm_alloc *a = &m->allocs[i];
             if (viz_is_device(a) && a->birth <= p && (a->death == 0 || a->death > p)) live[n++] = a;
         }
-        qsort(live, n, sizeof *live, size_cmp_desc);
+        gm_sort(live, n, sizeof *live, size_cmp_desc);
         for (size_t i = 0; i < n && i < VIZ_TOP; i++) {
             char site[512] = "", sz[32];
             gm_site_desc(m, live[i]->stack, site, sizeof site);
@@ -204,7 +204,7 @@ static void write_leaks(FILE *o, const gm_model *dm)
     if (v)
         for (size_t i = 0; i < m->nallocs; i++)
             if (viz_is_device(&m->allocs[i]) && !m->allocs[i].death) v[n++] = &m->allocs[i];
-    if (v) qsort(v, n, sizeof *v, size_cmp_desc);
+    if (v) gm_sort(v, n, sizeof *v, size_cmp_desc);
     fprintf(o, "\"nleaks\":%zu,\"leaks\":[", n);
     for (size_t i = 0; i < n && i < VIZ_LEAKS; i++) {
         const gm_alloc *a = v[i];
@@ -512,7 +512,7 @@ static int list_dir(const char *dir, char ***paths, size_t *n)
         (*paths)[(*n)++] = p;
     }
     closedir(dd);
-    if (*n > first) qsort(*paths + first, *n - first, sizeof **paths, str_cmp);
+    if (*n > first) gm_sort(*paths + first, *n - first, sizeof **paths, str_cmp);
     if (*n == first) {
         fprintf(stderr,
                 "gpumem viz: %s holds no *.db file (one database per rank: GPUMEM_DB=run-%%r.db)\n",
@@ -588,7 +588,7 @@ static int viz_ranks(char **paths, size_t n, const viz_out *out, int with)
         for (size_t i = 0; i < n; i++)
             r[i].rank = (long)i;
     }
-    qsort(r, n, sizeof *r, rank_cmp);
+    gm_sort(r, n, sizeof *r, rank_cmp);
     size_t detail = 0;
     for (size_t i = 1; i < n; i++)
         if (r[i].peak_allocated > r[detail].peak_allocated) detail = i;

@@ -223,7 +223,7 @@ int viz_categories_build(gm_db *d, const gm_model *m, viz_categories *c)
         for (size_t t = 0; t < x.nstep; t++)
             if (first[q][t]) x.starts[x.nstarts++] = first[q][t];
     free(first[0]), free(first[2]);
-    qsort(x.starts, x.nstarts, sizeof *x.starts, cmp_u64);
+    gm_sort(x.starts, x.nstarts, sizeof *x.starts, cmp_u64);
     uint64_t peak_total = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];

@@ -291,7 +291,7 @@ static void ops_median(adv_model *m, const uint64_t *key)
     if (!d) return; /* without memory: the durations as recorded */
     for (size_t i = 0; i < m->nops; i++)
         d[i] = (op_dur){key[i], m->ops[i].dur, i};
-    qsort(d, m->nops, sizeof *d, cmp_op_dur);
+    gm_sort(d, m->nops, sizeof *d, cmp_op_dur);
     for (size_t a = 0, b; a < m->nops; a = b) {
         for (b = a + 1; b < m->nops && d[b].key == d[a].key;)
             b++;
@@ -354,14 +354,14 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
         }
     if (key) ops_median(m, key);
     free(key);
-    if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
+    if (m->nops > 1) gm_sort(m->ops, m->nops, sizeof *m->ops, cmp_op);
     cap = 0;
     for (size_t i = 0; i < nr; i++) {
         if (r[i].phase != ADV_PH_OPT || r[i].is_phase) continue;
         if (gm_grow((void **)&m->opt_starts, &cap, m->nopt_starts + 1, sizeof *m->opt_starts)) break;
         m->opt_starts[m->nopt_starts++] = r[i].start;
     }
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
+    if (m->nopt_starts > 1) gm_sort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
 }
 
 /* The first OOM of the recording (table ooms, whose event carries the NVTX range it happened
@@ -826,7 +826,7 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
         }
         sqlite3_finalize(q);
     }
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
+    if (m->nopt_starts > 1) gm_sort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
     m->phases_from = GM_CSRC_INFERENCE;
     {
         const gm_cat_step *ss = &c.steps[c.nsteps > 1 ? c.nsteps - 2 : 0]; /* a steady step */
@@ -1770,8 +1770,8 @@ int adv_repeat_last_step(adv_model *m)
     for (size_t i = 0; i < nopt; i++)
         if (m->opt_starts[i] >= st.start_ns && m->opt_starts[i] <= end)
             m->opt_starts[m->nopt_starts++] = m->opt_starts[i] + shift;
-    if (m->nops > 1) qsort(m->ops, m->nops, sizeof *m->ops, cmp_op);
-    if (m->nopt_starts > 1) qsort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
+    if (m->nops > 1) gm_sort(m->ops, m->nops, sizeof *m->ops, cmp_op);
+    if (m->nopt_starts > 1) gm_sort(m->opt_starts, m->nopt_starts, sizeof *m->opt_starts, gm_cmp_u64);
     rc = 0;
 out:
     free(map), free(birth), free(death);
@@ -1886,7 +1886,7 @@ int adv_rw_apply(adv_model *m, adv_rw *w)
     int sorted = 1; /* most rewrites insert in order already */
     for (size_t i = 1; i < w->n && sorted; i++)
         sorted = cmp_ins(&w->v[i - 1], &w->v[i]) <= 0;
-    if (!sorted && w->n > 1) qsort(w->v, w->n, sizeof *w->v, cmp_ins);
+    if (!sorted && w->n > 1) gm_sort(w->v, w->n, sizeof *w->v, cmp_ins);
     adv_ev *n = big_malloc((m->nevs + w->n + 1) * sizeof *n);
     if (!n) return -1;
     /* (a view's borrowed events are only read here: the new array is its own) */
@@ -2776,7 +2776,7 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
     int sorted = 1;
     for (size_t x = 1; x < nst && sorted; x++)
         sorted = by_hi[x - 1].hi < by_hi[x].hi;
-    if (!sorted) qsort(by_hi, nst, sizeof *by_hi, cmp_step_end);
+    if (!sorted) gm_sort(by_hi, nst, sizeof *by_hi, cmp_step_end);
     adv_ev *n = big_malloc((m->nevs + ncopies + 1) * sizeof *n);
     if (!n) goto out;
     size_t from = 0, o = 0;

@@ -1370,7 +1370,7 @@ int gm_advise_main(int argc, char **argv)
         uint64_t *d = ns ? malloc(ns * sizeof *d) : NULL;
         for (size_t i = ns > 1 ? 1 : 0; d && i < ns; i++)
             d[n++] = c.m.steps[i].end_ns - c.m.steps[i].start_ns;
-        if (n) qsort(d, n, sizeof *d, gm_cmp_u64);
+        if (n) gm_sort(d, n, sizeof *d, gm_cmp_u64);
         c.step_s = n ? (double)d[(n - 1) / 2] * 1e-9 : 0;
         free(d);
         uint64_t ops = 0;
@@ -1490,7 +1490,7 @@ int gm_advise_main(int argc, char **argv)
             recs[i].r.peak_allocated < c.base.peak_allocated)
             recs[keep++] = recs[i];
     nrecs = keep;
-    if (nrecs > 1) qsort(recs, nrecs, sizeof *recs, cmp_saving); /* (NULL when empty) */
+    if (nrecs > 1) gm_sort(recs, nrecs, sizeof *recs, cmp_saving); /* (NULL when empty) */
     /* combinations: every stack of the single techniques (accumulation: one k at a time;
      * recompute: one choice, or ln+attn+mlp), bounded so a huge trace stays quick */
     {
@@ -1561,7 +1561,7 @@ int gm_advise_main(int argc, char **argv)
         if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
             PUSH(front, nfront, fcap, all[i]);
     }
-    if (nfront > 1) qsort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */
+    if (nfront > 1) gm_sort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */
     /* --budget: the cheapest that fits, singles included; else the nearest miss */
     spec plan = blank;
     int have_plan = 0;

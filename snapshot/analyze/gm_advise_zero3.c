@@ -225,7 +225,7 @@ int adv_opt_param_order(adv_model *m)
             i1++;
         for (size_t i = i0; i < i1; i++)
             k[i - i0] = (okey){opt_param(m, m->evs[i].a), i};
-        qsort(k, i1 - i0, sizeof *k, cmp_okey);
+        gm_sort(k, i1 - i0, sizeof *k, cmp_okey);
         for (size_t i = i0; i < i1; i++)
             tmp[i - i0] = m->evs[k[i - i0].i];
         memcpy(m->evs + i0, tmp, (i1 - i0) * sizeof *tmp);

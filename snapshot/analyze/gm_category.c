@@ -308,7 +308,7 @@ static int steps_from_ranges(ctx *x)
     }
     u64map_free(&x->step_idx);
     if (!c->nsteps) return 0;
-    qsort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
+    gm_sort(c->steps, c->nsteps, sizeof *c->steps, cmp_step);
     /* an update's range, when the backward has none before it, still ends the backward */
     for (size_t j = 0; j < c->nsteps; j++)
         if (c->steps[j].opt < c->steps[j].bwd && c->steps[j].bwd != NO_SEQ) c->steps[j].opt = NO_SEQ;
@@ -541,7 +541,7 @@ static int phases_from_lifetimes(ctx *x)
             e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
         }
         /* seqs are distinct events: sorting by seq is the recorded order */
-        if (ne) qsort(e, ne, sizeof *e, gm_cmp_u64); /* e is NULL when nothing was found */
+        if (ne) gm_sort(e, ne, sizeof *e, gm_cmp_u64); /* e is NULL when nothing was found */
         int64_t live = 0, top = -1;
         uint64_t pivot = NO_SEQ;
         for (size_t i = 0; i < ne; i++) {

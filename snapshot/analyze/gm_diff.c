@@ -48,7 +48,7 @@ static int cmp_kv(const void *a, const void *b)
 /* sorts by key and sums equal keys */
 static size_t aggregate(kv *v, size_t n)
 {
-    qsort(v, n, sizeof *v, cmp_kv);
+    gm_sort(v, n, sizeof *v, cmp_kv);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (o && strcmp(v[o - 1].key, v[i].key) == 0) {
@@ -177,7 +177,7 @@ static row *merge(const kv *a, size_t na, const kv *b, size_t nb, size_t *n)
         else
             r[o++] = (row){a[i].key, a[i].bytes, b[j].bytes}, i++, j++;
     }
-    qsort(r, o, sizeof *r, cmp_row);
+    gm_sort(r, o, sizeof *r, cmp_row);
     *n = o;
     return r;
 }

@@ -668,7 +668,7 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         pins[np] = (gm_frag_pin){pb->birth, pb->addr, pb->death, pb->size, pins[i].free_bytes, s->segs[i].mapped};
         np++;
     }
-    qsort(pins, np, sizeof *pins, pin_cmp);
+    gm_sort(pins, np, sizeof *pins, pin_cmp);
     o->pins = pins;
     o->npins = np;
     return 0;
@@ -775,7 +775,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
             fx->peak_reserved = x->peak_reserved;
             fx->peak_allocated = x->peak_allocated;
         }
-        if (f->nfixes > 1) qsort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+        if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
         if (!f->nfixes)
             snprintf(f->fix_note, sizeof f->fix_note, "%s",
                      f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
@@ -889,7 +889,7 @@ static int tp_capture(tp_blk *b, size_t *nb, u64map *live) {
     for (size_t i = 0; i < *nb; i++)
         if (b[i].size) b[k++] = b[i];
     *nb = k;
-    if (k) qsort(b, k, sizeof *b, tp_blk_cmp);
+    if (k) gm_sort(b, k, sizeof *b, tp_blk_cmp);
     u64map_free(live);
     for (size_t i = 0; i < k; i++)
         if (!b[i].pending && u64map_put(live, b[i].addr, i) != 0) return -1;
@@ -1044,7 +1044,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         free(res);
         sqlite3_finalize(st);
     }
-    if (nsnaps > 1) qsort(snaps, nsnaps, sizeof *snaps, snap_cmp);
+    if (nsnaps > 1) gm_sort(snaps, nsnaps, sizeof *snaps, snap_cmp);
     /* each OOM snapshot's request, from the ooms row it follows */
     for (size_t i = 0; i < nsnaps && !torch; i++) {
         snap *s = &snaps[i];

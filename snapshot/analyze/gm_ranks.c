@@ -119,7 +119,7 @@ static int rank_steps(const gm_model *m, rk_rank *r)
         return -1;
     }
     memcpy(st, m->steps, m->nsteps * sizeof *st);
-    qsort(st, m->nsteps, sizeof *st, cmp_step_start);
+    gm_sort(st, m->nsteps, sizeof *st, cmp_step_start);
     size_t n = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
@@ -127,7 +127,7 @@ static int rank_steps(const gm_model *m, rk_rank *r)
         ev[n++] = (rk_ev){a->birth, (int64_t)a->size};
         if (a->death) ev[n++] = (rk_ev){a->death, -(int64_t)a->size};
     }
-    qsort(ev, n, sizeof *ev, cmp_ev);
+    gm_sort(ev, n, sizeof *ev, cmp_ev);
     for (size_t k = 0; k < m->nsteps; k++)
         r->steps[k].step = st[k].step;
     r->nsteps = m->nsteps;
@@ -181,7 +181,7 @@ static int rank_groups(gm_db *d, gm_model *m, rk_rank *r)
         if (!g[n].cls) goto nomem;
         n++;
     }
-    qsort(g, n, sizeof *g, cmp_group);
+    gm_sort(g, n, sizeof *g, cmp_group);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (o && !cmp_group(&g[o - 1], &g[i])) {
@@ -306,7 +306,7 @@ static rk_diff *peak_diffs(const rk_rank *rs, size_t n, size_t top, size_t *nd)
             x.excess = (double)x.bytes - x.others_mean;
             d[k++] = x;
         }
-    qsort(d, k, sizeof *d, cmp_diff);
+    gm_sort(d, k, sizeof *d, cmp_diff);
     *nd = k;
     return d;
 }
@@ -558,7 +558,7 @@ static int dir_dbs(const char *dir, rk_paths *ps)
         if (add_path(ps, p, 1) != 0) break;
     }
     closedir(dh);
-    qsort(ps->p + first, ps->n - first, sizeof *ps->p, cmp_str);
+    gm_sort(ps->p + first, ps->n - first, sizeof *ps->p, cmp_str);
     return 0;
 }
 
@@ -666,7 +666,7 @@ int gm_ranks_main(int argc, char **argv)
             if (!all) rs[i].meta_rank = -1;
         }
         file_order = !all;
-        qsort(rs, n, sizeof *rs, cmp_rank);
+        gm_sort(rs, n, sizeof *rs, cmp_rank);
         size_t top = 0;
         for (size_t i = 1; i < n; i++)
             if (rs[i].peak_allocated > rs[top].peak_allocated) top = i;

@@ -39,7 +39,7 @@ static int cmp_bytes(const void *a, const void *b) {
 /* Sorts by key, merges equal keys, sorts by bytes (descending). Returns the group count. */
 static size_t merge_groups(group *g, size_t n) {
     if (!n) return 0;
-    qsort(g, n, sizeof *g, cmp_key);
+    gm_sort(g, n, sizeof *g, cmp_key);
     size_t o = 0;
     for (size_t i = 1; i < n; i++) {
         if (strcmp(g[i].key, g[o].key) == 0) {
@@ -51,7 +51,7 @@ static size_t merge_groups(group *g, size_t n) {
             g[++o] = g[i];
         }
     }
-    qsort(g, o + 1, sizeof *g, cmp_bytes);
+    gm_sort(g, o + 1, sizeof *g, cmp_bytes);
     return o + 1;
 }
 
@@ -240,7 +240,7 @@ static int select_live_by_deaths(const gm_model *m, uint64_t at, size_t n, alloc
         if (j - 1 < n && live_at(&m->allocs[j - 1], at)) s->idx[s->n++] = j - 1;
     for (size_t k = 0; k < m->nalive && m->alive[k] < n && s->n < cap; k++)
         if (live_at(&m->allocs[m->alive[k]], at)) s->idx[s->n++] = m->alive[k];
-    if (s->n) qsort(s->idx, s->n, sizeof *s->idx, cmp_size);
+    if (s->n) gm_sort(s->idx, s->n, sizeof *s->idx, cmp_size);
     return 0;
 }
 
@@ -384,7 +384,7 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
         k[i].key = by == BY_SITE ? site_of(m, l, a->stack, NULL) : name_of(m, l, a->name);
         k[i].rec = i;
     }
-    qsort(k, g->nallocs, sizeof *k, cmp_idle_key);
+    gm_sort(k, g->nallocs, sizeof *k, cmp_idle_key);
     size_t n = 0;
     for (size_t i = 0; i < g->nallocs;) {
         size_t e = i;
@@ -401,7 +401,7 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
                     gs[ng++] = (idle_gap){ia->next_t > g->peak_t ? ia->next_t - g->peak_t : 0, k[j].rec};
             }
             if (!ng) continue;
-            qsort(gs, ng, sizeof *gs, cmp_idle_gap);
+            gm_sort(gs, ng, sizeof *gs, cmp_idle_gap);
             const idle_gap *med = &gs[(ng - 1) / 2];
             const gm_idle_alloc *ia = &g->allocs[med->rec];
             if (side == 0) {
@@ -421,7 +421,7 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
         }
         i = e;
     }
-    qsort(gr, n, sizeof *gr, cmp_idle_group);
+    gm_sort(gr, n, sizeof *gr, cmp_idle_group);
     free(k), free(gs);
     *out = gr;
     return n;
@@ -1635,7 +1635,7 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
         e[n++].step = si;
     }
     /* the groups whose allocations come from two steps or more, kept */
-    if (n) qsort(e, n, sizeof *e, cmp_kept);
+    if (n) gm_sort(e, n, sizeof *e, cmp_kept);
     group *g = n ? malloc(n * sizeof *g) : NULL;
     sel->idx = n ? malloc(n * sizeof *sel->idx) : NULL;
     if (!sel->idx) free(g), g = NULL;
@@ -1657,7 +1657,7 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
         }
     }
     free(e);
-    if (sel->n) qsort(sel->idx, sel->n, sizeof *sel->idx, cmp_size);
+    if (sel->n) gm_sort(sel->idx, sel->n, sizeof *sel->idx, cmp_size);
     *out = g;
     return merge_groups(g, k);
 }

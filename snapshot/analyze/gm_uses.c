@@ -156,7 +156,7 @@ static void sort_by_death(const gm_model *m, const gm_idle *g, size_t *order) {
         uint64_t death = m->allocs[g->allocs[i].alloc].death;
         t[i] = (death_ix){death ? death : UINT64_MAX, i};
     }
-    qsort(t, g->nallocs, sizeof *t, cmp_death);
+    gm_sort(t, g->nallocs, sizeof *t, cmp_death);
     for (size_t i = 0; i < g->nallocs; i++) order[i] = t[i].i;
     free(t);
 }
@@ -246,7 +246,7 @@ int gm_idle_at_peak(gm_db *d, const gm_model *m, gm_idle *g, char *err, size_t e
             if (g->allocs[i].last_seq) seqs[ns++] = g->allocs[i].last_seq;
             if (g->allocs[i].next_seq) seqs[ns++] = g->allocs[i].next_seq;
         }
-        qsort(seqs, ns, sizeof *seqs, gm_cmp_u64);
+        gm_sort(seqs, ns, sizeof *seqs, gm_cmp_u64);
         size_t u = 0;
         for (size_t i = 0; i < ns; i++)
             if (!u || seqs[i] != seqs[u - 1]) seqs[u++] = seqs[i];

@@ -140,7 +140,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
         for (uint64_t i = 0; births && i <= pend.mask; i++)
             if (pend.keys[i] != U64MAP_EMPTY) births[nb++] = pend.vals[i];
         if (births) {
-            qsort(births, nb, sizeof *births, gm_cmp_u64);
+            gm_sort(births, nb, sizeof *births, gm_cmp_u64);
             for (size_t i = 0; i < nb; i++) fprintf(out, "fc %" PRIu64 "\n", births[i]);
         }
         free(births);

@@ -291,7 +291,7 @@ static int capture(tstate *s, int device, int have_segs, tcapture *c)
         if (s->segs[i].device == device) c->segs[c->nsegs++] = s->segs[i];
     memcpy(c->blocks, s->blocks, s->nblocks * sizeof *c->blocks);
     c->nblocks = s->nblocks;
-    if (c->nblocks) qsort(c->blocks, c->nblocks, sizeof *c->blocks, cmp_block);
+    if (c->nblocks) gm_sort(c->blocks, c->nblocks, sizeof *c->blocks, cmp_block);
     return 0;
 }
 
@@ -473,7 +473,7 @@ static int write_annotations(tx *x)
         sqlite3_finalize(s);
     }
     if (rc == 0) {
-        if (n) qsort(v, n, sizeof *v, cmp_ann); /* v is NULL without annotations */
+        if (n) gm_sort(v, n, sizeof *v, cmp_ann); /* v is NULL without annotations */
         for (size_t i = 0; i < n; i++) {
             gpk_dict_begin(o);
             gpk_key(o, "stage"), gpk_str(o, v[i].start ? "START" : "END");

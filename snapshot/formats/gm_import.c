@@ -537,7 +537,7 @@ static int import_doc(imp *im, const gpk_val *root)
         for (size_t i = 0; i < l->len; i++)
             refs[nref++] = (tref){time_ns_of(l->items[i]), (int)dv, i};
     }
-    qsort(refs, nref, sizeof *refs, cmp_tref);
+    gm_sort(refs, nref, sizeof *refs, cmp_tref);
     uint64_t t0 = nref ? refs[0].t_ns : 0;
     /* PyTorch's block structure, for the block sizes its trace does not carry */
     gm_tsettings tset;
@@ -664,7 +664,7 @@ static int import_doc(imp *im, const gpk_val *root)
         uint64_t tu = time_ns_of(x);
         ar[nar++] = (tref){tu < t0 ? t0 : tu, 0, i};
     }
-    if (nar) qsort(ar, nar, sizeof *ar, cmp_tref);
+    if (nar) gm_sort(ar, nar, sizeof *ar, cmp_tref);
 #define ANNOTATE(LIMIT_NS, ENDS_TOO)                                                                 \
     for (; rc == 0 && ai < nar && ar[ai].t_ns <= (LIMIT_NS); ai++) {                          \
         const gpk_val *x_ = anns->items[ar[ai].idx];                                              \

@@ -553,8 +553,8 @@ static int load_recorded(merge *m)
         else mfail(m, "reading events");
         return -1;
     }
-    qsort(m->allocs, m->nallocs, sizeof *m->allocs, cmp_addr_ev);
-    qsort(m->frees, m->nfrees, sizeof *m->frees, cmp_addr_ev);
+    if (m->nallocs > 1) qsort(m->allocs, m->nallocs, sizeof *m->allocs, cmp_addr_ev);
+    if (m->nfrees > 1) qsort(m->frees, m->nfrees, sizeof *m->frees, cmp_addr_ev);
     return 0;
 }
 
@@ -641,14 +641,14 @@ static clk_anchor *clock_anchors(const merge *m, size_t *nout)
         }
         if (best != INT64_MAX) a[k++] = (clk_anchor){t->t, best};
     }
-    qsort(a, k, sizeof *a, cmp_anchor);
+    if (k > 1) qsort(a, k, sizeof *a, cmp_anchor);
     for (size_t i = 0; i < k; i++) d[i] = a[i].d;
     enum { HALF = 4 };
     int64_t w[2 * HALF + 1];
     for (size_t i = 0; i < k; i++) {
         size_t from = i > HALF ? i - HALF : 0, to = i + HALF < k ? i + HALF : k - 1, nw = 0;
         for (size_t j = from; j <= to; j++) w[nw++] = d[j];
-        qsort(w, nw, sizeof *w, cmp_i64);
+        if (nw > 1) qsort(w, nw, sizeof *w, cmp_i64);
         a[i].d = w[nw / 2];
     }
     free(d);
@@ -962,7 +962,7 @@ static int ranges_for(merge *m, int64_t *range_of)
         r[nr++] = (trange){sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 0)};
     }
     sqlite3_finalize(s);
-    qsort(r, nr, sizeof *r, cmp_range_start);
+    if (nr > 1) qsort(r, nr, sizeof *r, cmp_range_start);
     size_t *heap = malloc((nr ? nr : 1) * sizeof *heap), nh = 0, next = 0;
     if (!heap) {
         free(r);
@@ -1340,7 +1340,7 @@ static int collect(merge *m, const gpk_val *snap, const gpk_val *names, const gp
         pool_of(t, gpk_get(sg, "segment_pool_id"));
     }
     u64map_free(&made);
-    qsort(m->it, m->n, sizeof *m->it, cmp_time);
+    if (m->n > 1) qsort(m->it, m->n, sizeof *m->it, cmp_time);
     /* block sizes: the block structure replayed in PyTorch's order; a free carries its block's.
      * PyTorch's allocated (blocks, dropping at free_requested) and reserved bytes per device, for
      * its OOMs */
@@ -1856,7 +1856,7 @@ static int insert_ops_by_seq(merge *m, const gpk_val *ops, uint64_t *nops, uint6
         int dev;
         if (op_item(ops->items[i], &n, &dev) == 0) order[nord++] = (opref){n, 0, i};
     }
-    qsort(order, nord, sizeof *order, cmp_opref);
+    if (nord > 1) qsort(order, nord, sizeof *order, cmp_opref);
     if (sqlite3_prepare_v2(m->db, "SELECT seq, addr FROM events WHERE kind IN (1, 3) ORDER BY seq", -1, &ev, NULL) !=
             SQLITE_OK) {
         mfail(m, "reading the allocations");
@@ -1921,7 +1921,7 @@ static int insert_ops(merge *m, const gpk_val *ops, int truncated, uint64_t *nop
         int dev;
         if (op_item(ops->items[i], &n, &dev) == 0) order[nord++] = (opref){n, dev, i};
     }
-    qsort(order, nord, sizeof *order, cmp_opref);
+    if (nord > 1) qsort(order, nord, sizeof *order, cmp_opref);
     if (prepare_ops(m, &op, &arg) != 0) goto out;
     uint64_t cursor[OP_MAX_DEV] = {0};
     for (size_t j = 0; j < nord; j++) {

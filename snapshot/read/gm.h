@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "snapshot/record/u64map.h"
 
@@ -308,6 +309,12 @@ void gm_model_free(gm_model *m);
 int gm_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* qsort's comparison of two uint64_t, ascending. */
 int gm_cmp_u64(const void *a, const void *b);
+/* qsort of n items, nothing when there are fewer than two: an empty array is often NULL, which
+ * qsort's declaration forbids whatever n is (UBSan: "null pointer passed as argument 1"). Every
+ * sort of the reading side goes through it. */
+static inline void gm_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+    if (n > 1) qsort(base, n, size, cmp);
+}
 /* Advises the 2 MiB pages inside [p, p + bytes) to be transparent huge pages, for an array of
  * an item per event or allocation not yet written: a long recording's would otherwise take a
  * page fault every 4 KiB (advice: nothing where THP is off, or the array is small). */

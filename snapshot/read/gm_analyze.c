@@ -971,7 +971,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         }
     }
     if (m->deaths_linked && (m->alive || !m->nallocs) && nalive + m->ndeaths == m->nallocs) {
-        if (nalive) qsort(m->alive, nalive, sizeof *m->alive, cmp_u32);
+        if (nalive) gm_sort(m->alive, nalive, sizeof *m->alive, cmp_u32);
         m->nalive = nalive, m->alive_known = 1;
     } else {
         free(m->alive);

@@ -185,7 +185,7 @@ static int sites_now(const sweep *s, int dev, gm_du_device *out)
     }
     u64map_free(&idx);
     if (out->nsites)
-        qsort(out->sites, out->nsites, sizeof *out->sites, cmp_site);
+        gm_sort(out->sites, out->nsites, sizeof *out->sites, cmp_site);
     return 0;
 }
 

@@ -212,7 +212,7 @@ static sym_ent *sym_table(Dwfl_Module *dm, size_t *n) {
         t[(*n)++] = (sym_ent){addr, addr + sym.st_size, name,
                               bind == STB_GLOBAL ? 0 : bind == STB_WEAK ? 1 : 2};
     }
-    qsort(t, *n, sizeof *t, cmp_sym);
+    gm_sort(t, *n, sizeof *t, cmp_sym);
     return t;
 }
 

@@ -300,8 +300,8 @@ def _trace_attach():
         if lib.gpumem_torch_trace_attach() != 1:
             raise RuntimeError("PyTorch refused the trace tracker")
         own = ctypes.CDLL(None)  # gpumem_torch_trace_copy / _seq: libgpumem.so's
-        _state["seq"] = _seq_fn(own)
-        _state["time"] = _time_fn(own)
+        seq, now = _seq_fn(own), _time_fn(own)  # both or neither (_stamp calls both)
+        _state["seq"], _state["time"] = seq, now
         _state["trace"] = own
     except Exception as e:  # noqa: BLE001
         _warn("attaching gpumem's trace tracker (%s)" % path, e)
