@@ -90,10 +90,10 @@ static const char *const usage_record =
     "usage: gpumem record [-o FILE] [--force] [-q] [PYTORCH OPTIONS] -- CMD ARGS...\n"
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
-    "recording written to FILE (default gpumem-<pid>.db; %p = pid, %r = rank), then prints a\n"
-    "short summary. When no GPU driver is usable (no /dev/nvidiactl, or libcuda.so.1 does not\n"
-    "load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in\n"
-    "LD_LIBRARY_PATH, and gpumem says so.\n"
+    "recording written to FILE (default $GPUMEM_DB where set, else gpumem-<pid>.db; %p = pid,\n"
+    "%r = rank), then prints a short summary. When no GPU driver is usable (no /dev/nvidiactl,\n"
+    "or libcuda.so.1 does not load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or\n"
+    "../lib/gpumem) is put first in LD_LIBRARY_PATH, and gpumem says so.\n"
     "  -o FILE   the database to write; an earlier run's gpumem database there is replaced,\n"
     "            any other file is left alone (exit 2 before CMD runs). Each process of this\n"
     "            run that records (a launcher script's steps) keeps its own file: the first\n"
@@ -795,7 +795,15 @@ static int cmd_record(int argc, char **argv) {
         fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
         return GM_EXIT_USAGE;
     }
-    const char *tmpl = out ? out : "gpumem-%p.db";
+    /* -o, else the preload's own GPUMEM_DB (the setting a user of LD_PRELOAD has), else the
+     * default; GPUMEM_DB=none (record nothing) contradicts the command */
+    const char *env_db = getenv("GPUMEM_DB");
+    if (!out && env_db && (!strcmp(env_db, "none") || !strcmp(env_db, "off"))) {
+        fprintf(stderr, "gpumem record: GPUMEM_DB=%s records nothing, which gpumem record is for: "
+                        "unset it, or give -o FILE (the program was not started)\n", env_db);
+        return GM_EXIT_USAGE;
+    }
+    const char *tmpl = out ? out : env_db && *env_db ? env_db : "gpumem-%p.db";
     int bad = check_record_target(tmpl, force, argv[i]);
     if (bad) return bad;
     char dir[PATH_MAX], lib[PATH_MAX + 64], sim[PATH_MAX + 64];

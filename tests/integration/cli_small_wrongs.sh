@@ -338,3 +338,17 @@ for db in run empty imp; do
   done
 done
 ok "strict JSON from every --json command and JSON export ($nj outputs) on a run, an empty recording and an import"
+
+# gpumem record without -o writes the preload's own GPUMEM_DB where it is set (it ignored it),
+# -o wins over it, and GPUMEM_DB=none (record nothing) is refused before the program starts
+tiny=("$(readlink -f "$TRAIN")" --model tiny --data "$(readlink -f "$TEXT")" --steps 1 -B 2 -T 32)
+gm=$(readlink -f "$GM")
+( cd "$TMP" && GPUMEM_DB="$TMP/env-%p.db" "$gm" record -q -- "${tiny[@]}" > /dev/null 2>&1 ) || fail "record with GPUMEM_DB exited $?"
+envdb=$(ls "$TMP"/env-*.db 2> /dev/null | head -1)
+[[ -n $envdb && -z $(ls "$TMP"/gpumem-*.db 2> /dev/null) ]] || fail "record without -o: GPUMEM_DB not written ($(ls "$TMP"))"
+GPUMEM_DB="$TMP/envx.db" "$GM" record -q -o "$TMP/o.db" -- "${tiny[@]}" > /dev/null 2>&1 || fail "record -o with GPUMEM_DB exited $?"
+[[ -s $TMP/o.db && ! -e $TMP/envx.db ]] || fail "-o did not win over GPUMEM_DB"
+rc=0; GPUMEM_DB=none "$GM" record -q -- "${tiny[@]}" > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 && ! -s $TMP/out.txt ]] && grepq "GPUMEM_DB=none records nothing" "$TMP/err.txt" \
+  || fail "record with GPUMEM_DB=none: exit $rc, $(cat "$TMP/err.txt")"
+ok "record: GPUMEM_DB is the default -o ($(basename "$envdb")), -o wins, GPUMEM_DB=none refused (exit 2, the program not run)"
