@@ -248,12 +248,15 @@ ok "1 rank, 1 segment; the segment map says it is the reserved peak's snapshot, 
 # standard output that cannot be written (/dev/full stands for a full disk): every command that
 # prints says so and exits 3, never 0 with a cut-off report (one rule, at the dispatcher's exit)
 cp "$TMP/run.db" "$TMP/run2.db"
+# a command template's DB, DB2 and @T@ as the paths: through placeholders, since $TMP's own
+# random name may hold "DB"
+dbs() { local a=${1//DB2/@R2@}; a=${a//DB/@R@}; a=${a//@R2@/$TMP/run2.db}; a=${a//@R@/$TMP/run.db}; echo "${a//@T@/$TMP}"; }
 printf 'a;b 10\na;c 5\n' > "$TMP/in.folded"
 for c in "report DB" "report --json DB" "leaks DB" "leaks --json --fail-on-leak DB" "frag DB" "frag --json DB" \
          "tune DB" "tune --json DB" "advise DB" "advise --json DB" "uses DB --name *" "uses --json DB --name *" \
          "diff DB DB2" "diff --json DB DB2" "sql DB -c SELECT*FROM(events)" "report DB DB2" "report --json DB DB2" \
          "--help" "report --help" "advise --help" "export --format csv DB" "viz DB -o -" "flamegraph"; do
-  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+  args=$(dbs "$c")
   rc=0; set -f; "$GM" $args < "$TMP/in.folded" > /dev/full 2> "$TMP/err.txt" || rc=$?; set +f
   [[ $rc == 3 ]] && grepq "^gpumem\( [a-z]*\)\?: writing standard output failed: \(No space left on device\|what was printed is cut short\)$" "$TMP/err.txt" \
     || fail "gpumem $c > /dev/full: exit $rc, $(tail -2 "$TMP/err.txt")"
@@ -271,10 +274,10 @@ for c in "frag DB --top 4294967297" "tune DB --top 2147483648" "report DB --top 
          "advise DB --ranks 2 --prefetch -1" "advise DB --budget 1.5e999G" "advise DB --try '--accum -1'" \
          "diff DB DB2 --fail-if-peak-grows nan" "diff DB DB2 --fail-if-peak-grows inf" "diff DB DB2 --fail-if-peak-grows -1" \
          "uses DB --id 99999999999999999999" "uses DB --id -5" "uses DB --name * --step 1e3" \
-         "export --format torch DB -o $TMP/x.pickle --at 99999999" \
-         "export --format torch DB -o $TMP/x.pickle --at 12345678901234567890123" \
-         "export --format torch DB -o $TMP/x.pickle --at -1"; do
-  args=${c//DB2/$TMP/run2.db}; args=${args//DB/$TMP/run.db}
+         "export --format torch DB -o @T@/x.pickle --at 99999999" \
+         "export --format torch DB -o @T@/x.pickle --at 12345678901234567890123" \
+         "export --format torch DB -o @T@/x.pickle --at -1"; do
+  args=$(dbs "$c")
   rc=0; set -f; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?; set +f
   opt=$(grep -o -- '--[a-z-]*' <<< "$c" | tail -1); [[ $c == *"--try"* ]] && opt=--try
   [[ $rc == 2 ]] && head -1 "$TMP/err.txt" | grepq -- "$opt" || fail "gpumem $c: exit $rc, $(head -2 "$TMP/err.txt")"
@@ -303,12 +306,12 @@ ok "flamegraph: negative, oversized and overflowing counts refused with the line
 # single-rank what-ifs with --ranks, one database given twice as two ranks (report and viz), an
 # empty or mixed --with, an option given twice with two values (the same value twice is fine)
 for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step" "advise DB --ranks 2 --link 5" \
-         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o $TMP/x.html" "viz DB -o $TMP/x.html --with ''" \
-         "viz DB -o $TMP/x.html --with none,frag" "viz DB -o $TMP/x.html --with , " "viz DB -o $TMP/x.html --with frag --with tune" \
-         "viz DB -o $TMP/x.html -o $TMP/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
-         "export --format csv DB -o $TMP/a.csv -o $TMP/b.csv" "export --format folded --what peak --what total DB" \
-         "export --format torch DB -o $TMP/x.pickle --at end --at peak"; do
-  args=${c//DB/$TMP/run.db}
+         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o @T@/x.html" "viz DB -o @T@/x.html --with ''" \
+         "viz DB -o @T@/x.html --with none,frag" "viz DB -o @T@/x.html --with , " "viz DB -o @T@/x.html --with frag --with tune" \
+         "viz DB -o @T@/x.html -o @T@/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
+         "export --format csv DB -o @T@/a.csv -o @T@/b.csv" "export --format folded --what peak --what total DB" \
+         "export --format torch DB -o @T@/x.pickle --at end --at peak"; do
+  args=$(dbs "$c")
   rc=0; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?
   [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
 done
@@ -327,13 +330,14 @@ nj=0
 for db in run empty imp; do
   d=$TMP/$db.db o=$TMP/run.db
   [[ $db == run ]] && o=$TMP/imp.db
-  for c in "report --json D" "leaks --json D" "frag --json D" "tune --json D" "advise --json D" "diff --json D O" \
-           "report --json D O" "export --format chrome D" "export --format speedscope D" "uses --json D --id 1"; do
-    c=${c//O/$o}
-    rc=0; out=$(eval "\"$GM\" ${c//D/$d}" 2> "$TMP/err.txt") || rc=$?
-    [[ $rc == 0 || ($c == uses* && $rc == 1) ]] || { fail "gpumem ${c//D/$db.db}: exit $rc, $(head -2 "$TMP/err.txt")"; continue; }
+  for c in "report --json @D@" "leaks --json @D@" "frag --json @D@" "tune --json @D@" "advise --json @D@" \
+           "diff --json @D@ @O@" "report --json @D@ @O@" "export --format chrome @D@" "export --format speedscope @D@" \
+           "uses --json @D@ --id 1"; do
+    c=${c//@O@/$o}
+    rc=0; out=$(eval "\"$GM\" ${c//@D@/$d}" 2> "$TMP/err.txt") || rc=$?
+    [[ $rc == 0 || ($c == uses* && $rc == 1) ]] || { fail "gpumem ${c//@D@/$db.db}: exit $rc, $(head -2 "$TMP/err.txt")"; continue; }
     [[ -z $out && $c == uses* ]] && continue
-    python3 -c "$strict" <<< "$out" 2> "$TMP/err.txt" || fail "gpumem ${c//D/$db.db}: not strict JSON: $(tail -1 "$TMP/err.txt")"
+    python3 -c "$strict" <<< "$out" 2> "$TMP/err.txt" || fail "gpumem ${c//@D@/$db.db}: not strict JSON: $(tail -1 "$TMP/err.txt")"
     nj=$((nj + 1))
   done
 done
