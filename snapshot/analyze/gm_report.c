@@ -1322,10 +1322,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     free(peak.idx);
     int ops = nop > 1 || (nop == 1 && strcmp(gop[0].key, "(no op)") != 0);
     double util = pct(m->peak_allocated, m->peak_reserved);
-    /* the events the program's threads recorded: not PyTorch's merged trace (kinds 31-35) */
+    /* the events the program's threads recorded: not what the merge added after the run */
     uint64_t app_events = m->events;
-    for (int k = REC_TORCH_ALLOC; k <= REC_TORCH_SEG_UNMAP; k++)
-        app_events -= m->count_kind[k] < app_events ? m->count_kind[k] : app_events;
+    for (unsigned k = 0; k < sizeof m->count_kind / sizeof m->count_kind[0]; k++)
+        if (rec_kind_merged(k)) app_events -= m->count_kind[k] < app_events ? m->count_kind[k] : app_events;
     uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * app_events : 0;
     if (o->json) {
         fprintf(out, "{\"database\":");

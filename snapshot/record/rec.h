@@ -114,6 +114,11 @@ enum rec_torch_kind {
                                       requested = the fraction in millionths                  */
 };
 
+/* A kind the merge writes after the run (31-37), never the program's threads. */
+static inline int rec_kind_merged(unsigned kind) {
+    return kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_MEMORY_FRACTION;
+}
+
 /* REC_DEVICE_INFO's alloc_id: when the sample was taken. */
 enum rec_devinfo_when {
     REC_DEVINFO_START = 1, /* the first moment gpumem saw a current context */
