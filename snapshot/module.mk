@@ -136,7 +136,7 @@ ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
 PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
-                    snapshot/formats/gm_torch.c snapshot/read/gm_fmt.c alloc/config.c $(SNAP_DIR)/rec_schema.c
+                    snapshot/formats/gm_torch.c snapshot/read/gm_fmt.c snapshot/read/gm_args.c alloc/config.c $(SNAP_DIR)/rec_schema.c
 $(eval $(call fuzz_target,pickle_fuzz,$(PICKLE_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -lm))
 ALL_TARGETS += $(PICKLE_FUZZ)
 endif

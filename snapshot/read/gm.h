@@ -33,6 +33,12 @@ int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char 
 /* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
  * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
+/* (gm_args.c) Command lines: the value of the option at argv[i], the next argument; NULL when there is none
+ * or when it is itself option-like ("--", "--json", "-o"): a forgotten value must never take the
+ * next option, or the "--" before a command, as a file name. gm_opt_value also steps *i over
+ * the value it returns; gm_opt_peek does not. Every command's parser takes its values so. */
+const char *gm_opt_peek(int argc, char **argv, int i);
+const char *gm_opt_value(int argc, char **argv, int *i);
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
@@ -404,11 +410,5 @@ void gm_json_str(FILE *out, const char *s);
 /* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);
 
-/* Command lines: the value of the option at argv[i], the next argument; NULL when there is none
- * or when it is itself option-like ("--", "--json", "-o"): a forgotten value must never take the
- * next option, or the "--" before a command, as a file name. gm_opt_value also steps *i over
- * the value it returns; gm_opt_peek does not. Every command's parser takes its values so. */
-const char *gm_opt_peek(int argc, char **argv, int i);
-const char *gm_opt_value(int argc, char **argv, int *i);
 
 #endif

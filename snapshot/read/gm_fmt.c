@@ -48,21 +48,3 @@ void gm_json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-/* An option-like argument: "--" (the separator before a command), "--name", "-x". "-" (standard
- * input or output), "-5" (a number, refused by its own check) and "-- text" (an SQL comment) are
- * values. */
-static int option_like(const char *a) {
-    if (a[0] != '-') return 0;
-    if (a[1] == '-') return a[2] == 0 || isalpha((unsigned char)a[2]);
-    return isalpha((unsigned char)a[1]);
-}
-
-const char *gm_opt_peek(int argc, char **argv, int i) {
-    return i + 1 < argc && !option_like(argv[i + 1]) ? argv[i + 1] : NULL;
-}
-
-const char *gm_opt_value(int argc, char **argv, int *i) {
-    const char *v = gm_opt_peek(argc, argv, *i);
-    if (v) ++*i;
-    return v;
-}
