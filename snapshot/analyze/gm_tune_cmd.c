@@ -328,11 +328,8 @@ int gm_tune_main(int argc, char **argv) {
     int rc = best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];
     int have = 0;
-    char exe[4096], cmd[8192];
-    gm_meta_text(&d, "exe", exe, sizeof exe);
-    gm_meta_text(&d, "cmdline", cmd, sizeof cmd);
     if (check && best != SIZE_MAX) {
-        if (t.torch ? gm_rerun_torch(exe, cmd, t.results[best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
+        if (t.torch ? gm_frag_rerun_torch(&d, t.results[best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
                     : gm_frag_rerun(&d, t.results[best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
             fprintf(stderr, "gpumem tune: --check: %s\n", err);
             rc = 1;
