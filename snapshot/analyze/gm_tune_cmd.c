@@ -194,9 +194,12 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
                 b->peak_reserved);
     }
     fprintf(out, ",\"recorded_is_best\":%s", t->recorded_best ? "true" : "false");
+    /* documented keys are always there: check is null without --check */
     if (meas)
         fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],
                 meas[1]);
+    else
+        fputs(",\"check\":null", out);
     fputs(",\"runaway_growth\":", out);
     if (t->runaway == SIZE_MAX || t->recorded == SIZE_MAX)
         fputs("null", out);
