@@ -4,8 +4,15 @@
  * step, bytes alive at exit, and the tensor classes (names with digits as *) and call sites
  * live at each one's peak allocated moment, ranked by the size of their change.
  * --fail-if-peak-grows PCT makes it a CI gate: exit 1 when B's peak reserved exceeds A's by
- * more than PCT percent. */
+ * more than PCT percent.
+ *
+ * A PyTorch program recorded on PyTorch's allocator (its memory history merged) is compared in
+ * PyTorch's view, as report and leaks show it (gm_model_torch_view): its tensors with their
+ * names, its max_memory_* peaks, its tensors alive at exit. gpumem's events under it are
+ * PyTorch's cached segments (and cuBLAS's workspaces): one "(unnamed)" class whose size is the
+ * cache's, not what the program holds. Each side says which view it is in. */
 #include "snapshot/analyze/gm_report.h"
+#include "snapshot/record/rec.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -23,7 +30,10 @@ static const char *const usage_diff =
     "  --top N                   rows per table (default 10)\n"
     "  --frames user|all         call sites as in `gpumem report` (default user)\n"
     "  --fail-if-peak-grows PCT  exit 1 when B's peak reserved exceeds A's by more than PCT%\n"
-    "                            (a memory-regression gate for CI)\n"
+    "                            (a memory-regression gate for CI); JSON gate is null without it\n"
+    "A PyTorch program on PyTorch's allocator (its memory history merged) is compared in\n"
+    "PyTorch's view, as report and leaks show it: its tensors, names and max_memory_* peaks\n"
+    "(the gate on max_memory_reserved()), not the device's segments under it.\n"
     "Example: gpumem diff main.db branch.db --fail-if-peak-grows 5\n"
     "Exit code: 0, 1 the peak grew by more than PCT%, 2 usage, 3 a database cannot be read.\n";
 
@@ -34,7 +44,9 @@ typedef struct kv {
 
 typedef struct side {
     gm_db d;
+    gm_model full; /* the model loaded; m is the view compared (full itself, or its torch view) */
     gm_model m;
+    int torch;     /* m is PyTorch's view (its history merged) */
     uint64_t nallocs, leaked, nleaked;
     kv *classes, *sites;
     size_t nclasses, nsites;
@@ -80,6 +92,12 @@ static char *class_of(const gm_model *m, uint32_t name)
     return o;
 }
 
+/* device allocations (cudaMalloc and the like), or in PyTorch's view its tensors */
+static int counted(const gm_model *m, const gm_alloc *a)
+{
+    return m->is_torch_view ? a->kind == REC_TORCH_ALLOC : a->kind == 1 || a->kind == 3;
+}
+
 static int load_side(const char *path, side *s, int frames_all, int json)
 {
     char err[8192];
@@ -89,19 +107,21 @@ static int load_side(const char *path, side *s, int frames_all, int json)
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
-    if (gm_model_load(&s->d, &s->m, 1, err, sizeof err) != 0) {
+    if (gm_model_load(&s->d, &s->full, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
     }
     int damaged = gm_damage_gate(&s->d, "diff", 0, 0, stderr); /* pages overwritten: refused */
     if (damaged) return damaged;
-    gm_symbolize(&s->d, &s->m);
-    s->m.frames_all = frames_all;
+    gm_symbolize(&s->d, &s->full);
+    s->full.frames_all = frames_all;
+    s->torch = s->full.torch.present == 1;
+    s->m = s->torch ? gm_model_torch_view(&s->full) : s->full;
     const gm_model *m = &s->m;
     size_t nlive = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (a->kind != 1 && a->kind != 3) continue;
+        if (!counted(m, a)) continue;
         s->nallocs++;
         if (!a->death) s->leaked += a->size, s->nleaked++;
         if (a->birth <= m->peak_allocated_seq && (!a->death || a->death > m->peak_allocated_seq))
@@ -115,7 +135,7 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     }
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (a->kind != 1 && a->kind != 3) continue;
+        if (!counted(m, a)) continue;
         if (a->birth > m->peak_allocated_seq || (a->death && a->death <= m->peak_allocated_seq))
             continue;
         char site[2048];
@@ -142,7 +162,7 @@ static void free_side(side *s)
     for (size_t i = 0; i < s->nsites; i++)
         free(s->sites[i].key);
     free(s->classes), free(s->sites);
-    gm_model_free(&s->m);
+    gm_model_free(&s->full); /* the view shares its tables */
     gm_db_close(&s->d);
 }
 
@@ -265,6 +285,7 @@ static void json_side(FILE *out, const side *s)
 {
     fprintf(out, "{\"path\":");
     gm_json_str(out, s->d.path);
+    fprintf(out, ",\"view\":\"%s\"", s->torch ? "torch" : "device");
     fprintf(out,
             ",\"peak_requested\":%" PRIu64 ",\"peak_allocated\":%" PRIu64
             ",\"peak_reserved\":%" PRIu64 ",\"utilization_pct\":%.2f,\"allocations\":%" PRIu64
@@ -345,6 +366,9 @@ int gm_cmd_diff(int argc, char **argv)
                               (double)A.m.peak_reserved
                         : (B.m.peak_reserved ? INFINITY : 0);
     int failed = gate >= 0 && B.m.peak_reserved > A.m.peak_reserved && growth > gate;
+    /* what the gate compares: PyTorch's max_memory_reserved() where both sides are in its view */
+    const char *gate_on = A.torch && B.torch ? "max_memory_reserved" : "peak_reserved";
+    const char *gate_words = A.torch && B.torch ? "PyTorch's max_memory_reserved()" : "peak reserved";
     FILE *out = stdout;
     if (json) {
         fputs("{\"a\":", out);
@@ -364,12 +388,22 @@ int gm_cmd_diff(int argc, char **argv)
         fprintf(out, ",\"alive_at_exit\":%" PRId64 "}", (int64_t)(B.leaked - A.leaked));
         if (rc_) json_rows(out, "classes", "class", rc_, nc, top);
         if (rs) json_rows(out, "sites", "site", rs, ns, top);
+        /* documented keys are always there: gate is null without --fail-if-peak-grows */
         if (gate >= 0)
-            fprintf(out, ",\"gate\":{\"max_growth_pct\":%g,\"failed\":%s}", gate,
-                    failed ? "true" : "false");
+            fprintf(out, ",\"gate\":{\"max_growth_pct\":%g,\"on\":\"%s\",\"failed\":%s}", gate,
+                    gate_on, failed ? "true" : "false");
+        else
+            fputs(",\"gate\":null", out);
         fputs("}\n", out);
     } else {
-        fprintf(out, "gpumem diff: A = %s, B = %s\n\n", A.d.path, B.d.path);
+        fprintf(out, "gpumem diff: A = %s, B = %s\n", A.d.path, B.d.path);
+        if (A.torch || B.torch)
+            fprintf(out, "  %s\n", A.torch && B.torch
+                                       ? "PyTorch's view (its memory history): its tensors, names and peaks "
+                                         "(max_memory_allocated/_reserved), its tensors alive at exit"
+                                       : "views differ: A is in PyTorch's view (its tensors), B the device's, or the "
+                                         "other way round: the figures compare different things");
+        fputc('\n', out);
         fprintf(out, "  %-20s %14s %14s %14s %9s\n", "", "A", "B", "B - A", "change");
         bytes_line(out, "peak requested", A.m.peak_requested, B.m.peak_requested);
         bytes_line(out, "peak allocated", A.m.peak_allocated, B.m.peak_allocated);
@@ -396,12 +430,10 @@ int gm_cmd_diff(int argc, char **argv)
         gm_fmt_bytes(A.m.peak_reserved, a, sizeof a);
         gm_fmt_bytes(B.m.peak_reserved, b, sizeof b);
         if (failed)
-            fprintf(
-                stderr,
-                "gpumem diff: peak reserved grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
-                growth, a, b, gate);
+            fprintf(stderr, "gpumem diff: %s grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
+                    gate_words, growth, a, b, gate);
         else if (!json)
-            fprintf(out, "\npeak reserved %s -> %s (%+.1f%%): within the %g%% allowed\n", a, b,
+            fprintf(out, "\n%s %s -> %s (%+.1f%%): within the %g%% allowed\n", gate_words, a, b,
                     isfinite(growth) ? growth : 0.0, gate);
     }
     free(rc_);

@@ -718,6 +718,8 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
     fm->ok = 0;
     adv_model am = fm->am;
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
+    f->torch = gm_replay_is_torch(&am);
+    if (f->torch) snprintf(f->torch_conf, sizeof f->torch_conf, "%.511s", am.config);
     alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
     gm_replay_result *res = calloc(NC + 1, sizeof *res);
@@ -771,11 +773,20 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
             gm_frag_fix *fx = &f->fixes[f->nfixes++];
             gm_conf_short(&x->cfg, fx->conf, sizeof fx->conf);
             fx->has_pytorch = gm_conf_pytorch(&x->cfg, fx->pytorch, sizeof fx->pytorch);
+            fx->torch_runs = fx->has_pytorch && x->cfg.policy == ALLOC_POLICY_PYTORCH;
+            fx->gpumem_policy = x->cfg.policy == ALLOC_POLICY_GPUMEM;
             snprintf(fx->change, sizeof fx->change, "%s", cands[which[r]].change);
             fx->peak_reserved = x->peak_reserved;
             fx->peak_allocated = x->peak_allocated;
         }
         if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+        /* the recommendation: the fix that saves most, or on PyTorch's allocator the one that
+         * saves most of those PyTorch can run (tune's rule, gm_tune.c), gpumem's apart */
+        for (size_t i = 0; i < f->nfixes; i++) {
+            const gm_frag_fix *fx = &f->fixes[i];
+            if (f->best == SIZE_MAX && (!f->torch || fx->torch_runs)) f->best = i;
+            if (f->torch && f->best_gpumem == SIZE_MAX && fx->gpumem_policy) f->best_gpumem = i;
+        }
         if (!f->nfixes)
             snprintf(f->fix_note, sizeof f->fix_note, "%s",
                      f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
@@ -982,6 +993,7 @@ static int snap_cmp(const void *a, const void *b) {
 
 int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz) {
     memset(f, 0, sizeof *f);
+    f->best = f->best_gpumem = SIZE_MAX;
     fix_model fm = {.ok = 0};
     snap *snaps = NULL;
     size_t nsnaps = 0, cap = 0;

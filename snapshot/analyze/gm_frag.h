@@ -88,6 +88,8 @@ typedef struct gm_frag_fix {
     char conf[512];    /* the whole GPUMEM_CONF, shortest form */
     char pytorch[256]; /* the PYTORCH_CUDA_ALLOC_CONF that says the same, when has_pytorch */
     int has_pytorch;
+    int torch_runs;    /* PyTorch's own allocator can run it (its policy, PyTorch's keys only) */
+    int gpumem_policy; /* gpumem's own allocation policy (preset:gpumem and its keys) */
     char change[160]; /* what changes, in words */
     uint64_t peak_reserved, peak_allocated;
 } gm_frag_fix;
@@ -108,6 +110,15 @@ typedef struct gm_frag {
     gm_frag_fix *fixes; /* most saving first */
     size_t nfixes;
     char fix_note[1024]; /* why there are no fixes, when none could be computed */
+    /* The one recommendation every printer names and --check re-runs (index in fixes, SIZE_MAX:
+     * none). A PyTorch program recorded on PyTorch's allocator (torch: its history merged, the
+     * trace its tensors) can only be told a PYTORCH_CUDA_ALLOC_CONF: GPUMEM_CONF does nothing to
+     * it. So there `best` is the best fix PyTorch's allocator runs, as tune's recommendation is,
+     * and gpumem's own allocator (gpumem record --allocator gpumem) is said apart: best_gpumem. */
+    size_t best;
+    int torch;
+    char torch_conf[512]; /* torch: the PYTORCH_CUDA_ALLOC_CONF it ran with ("" its defaults) */
+    size_t best_gpumem;   /* torch: the best fix of gpumem's allocator (SIZE_MAX: none) */
 } gm_frag;
 
 /* Runs the whole analysis. m: the loaded model (gm_model_load). Returns 0, or -1 with err. */
@@ -121,7 +132,10 @@ int gm_frag_main(int argc, char **argv);
  * and reads its measured peaks. 0, or -1 with err. Shared with `gpumem tune --check`. */
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz);
-
-
+/* The same for a PyTorch program on PyTorch's allocator: re-run with PYTORCH_CUDA_ALLOC_CONF=
+ * pytorch_conf (gm_rerun_torch) and read PyTorch's own peaks (max_memory_allocated/_reserved).
+ * Shared with `gpumem tune --check`. */
+int gm_frag_rerun_torch(gm_db *d, const char *pytorch_conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
+                        char *err, size_t errsz);
 
 #endif

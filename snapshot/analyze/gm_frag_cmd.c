@@ -24,11 +24,15 @@ static const char *const usage_frag =
     "    same when there is one.\n"
     "  --top N   rows per table (default 8)\n"
     "  --json    one JSON object (contract in snapshot/README.md)\n"
-    "  --check   re-run the recorded command under `gpumem record` with the best fix's\n"
+    "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
     "            GPUMEM_LIMIT) and print predicted against measured peak reserved\n"
     "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
     "            and gaps can be wrong); the first line says so\n"
+    "A PyTorch program recorded with PyTorch's allocator (its memory history merged): the\n"
+    "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator (as\n"
+    "gpumem tune's), gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
+    "re-runs the script under that PYTORCH_CUDA_ALLOC_CONF and compares max_memory_reserved().\n"
     "Exit code: 0; 2 usage; 3 unreadable database, or events lost (without --lossy-ok); 1 --check\n"
     "could not re-run.\n";
 
@@ -40,6 +44,14 @@ int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t
     gm_meta_text(d, "exe", exe, sizeof exe);
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
     return gm_rerun(exe, cmd, NULL, conf, 0, peak_allocated, peak_reserved, err, errsz);
+}
+
+int gm_frag_rerun_torch(gm_db *d, const char *pytorch_conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
+                        char *err, size_t errsz) {
+    char exe[4096], cmd[8192];
+    gm_meta_text(d, "exe", exe, sizeof exe);
+    gm_meta_text(d, "cmdline", cmd, sizeof cmd);
+    return gm_rerun_torch(exe, cmd, pytorch_conf, peak_allocated, peak_reserved, err, errsz);
 }
 
 /* ---------------------------------------------------------------- words */
@@ -231,9 +243,48 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
     }
 }
 
+/* The one recommendation (f->best). A PyTorch program on PyTorch's allocator is told the
+ * PYTORCH_CUDA_ALLOC_CONF (what tune tells it), and gpumem's allocator apart, as tune says it. */
+static void print_recommendation(const gm_frag *f, FILE *out) {
+    char r[32];
+    if (!f->nfixes) return;
+    if (!f->torch) {
+        const gm_frag_fix *b = &f->fixes[f->best];
+        fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
+        /* PyTorch users can only set what PyTorch has: the best such fix */
+        for (size_t i = 0; i < f->nfixes; i++)
+            if (f->fixes[i].has_pytorch) {
+                bytes(f->fixes[i].peak_reserved, r, sizeof r);
+                if (i) fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (%s)\n", f->fixes[i].pytorch[0] ? f->fixes[i].pytorch : "", r);
+                break;
+            }
+        return;
+    }
+    if (f->best == SIZE_MAX) {
+        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF tried reserves less than the recorded one\n");
+    } else {
+        const gm_frag_fix *b = &f->fixes[f->best];
+        bytes(b->peak_reserved, r, sizeof r);
+        fprintf(out, "\n  recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=%s\n"
+                     "               predicted max_memory_reserved() %s\n",
+                b->pytorch[0] ? b->pytorch : "(unset: its defaults)", r);
+    }
+    if (f->best_gpumem != SIZE_MAX) {
+        const gm_frag_fix *g = &f->fixes[f->best_gpumem];
+        bytes(g->peak_reserved, r, sizeof r);
+        fprintf(out, "  with gpumem as PyTorch's allocator (gpumem record --allocator gpumem): GPUMEM_CONF=%s\n"
+                     "               would reserve %s for the same tensors\n",
+                g->conf, r);
+    }
+}
+
 static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
     fprintf(out, "gpumem frag: %s\n", d->path);
-    if (f->recorded_conf[0]) fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
+    if (f->torch)
+        fprintf(out, "  configuration  PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s (its tensors replayed from its memory history)\n",
+                f->torch_conf[0] ? f->torch_conf : "(unset)");
+    else if (f->recorded_conf[0])
+        fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
     if (f->ntimeline) {
         uint64_t maxgap = 1;
         for (size_t i = 0; i < f->ntimeline; i++) {
@@ -287,21 +338,15 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
                          : 0.0;
         if (f->replay_oom) fprintf(out, "  %11s  no OOM  GPUMEM_CONF=%s\n", r, x->conf);
         else fprintf(out, "  %11s %+6.1f%%  GPUMEM_CONF=%s\n", r, pct, x->conf);
-        fprintf(out, "  %11s %7s  %s; PyTorch: %s%s\n", "", "", x->change,
-                x->has_pytorch ? "PYTORCH_CUDA_ALLOC_CONF=" : "no equivalent",
-                x->has_pytorch ? (x->pytorch[0] ? x->pytorch : "(its defaults)") : "");
+        if (f->torch && !x->torch_runs)
+            fprintf(out, "  %11s %7s  %s; only with gpumem as PyTorch's allocator (gpumem record --allocator gpumem)\n",
+                    "", "", x->change);
+        else
+            fprintf(out, "  %11s %7s  %s; PyTorch: %s%s\n", "", "", x->change,
+                    x->has_pytorch ? "PYTORCH_CUDA_ALLOC_CONF=" : "no equivalent",
+                    x->has_pytorch ? (x->pytorch[0] ? x->pytorch : "(its defaults)") : "");
     }
-    if (f->nfixes) {
-        fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", f->fixes[0].conf);
-        /* PyTorch users can only set what PyTorch has: the best such fix */
-        for (size_t i = 0; i < f->nfixes; i++)
-            if (f->fixes[i].has_pytorch) {
-                char r[32];
-                bytes(f->fixes[i].peak_reserved, r, sizeof r);
-                if (i) fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (%s)\n", f->fixes[i].pytorch[0] ? f->fixes[i].pytorch : "", r);
-                break;
-            }
-    }
+    print_recommendation(f, out);
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -395,11 +440,47 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
         fprintf(out, ",\"predicted_peak_reserved\":%" PRIu64 ",\"predicted_peak_allocated\":%" PRIu64 "}",
                 x->peak_reserved, x->peak_allocated);
     }
-    fputs("]", out);
-    if (meas)
-        fprintf(out, ",\"check\":{\"conf\":\"%s\",\"predicted_peak_reserved\":%" PRIu64 ",\"measured_peak_reserved\":%" PRIu64
+    fputs("],\"recommended\":", out);
+    if (f->best == SIZE_MAX) {
+        fputs("null", out);
+    } else {
+        const gm_frag_fix *b = &f->fixes[f->best];
+        fputs("{\"conf\":", out);
+        gm_json_str(out, b->conf);
+        fputs(",\"pytorch_conf\":", out);
+        gm_json_str(out, b->has_pytorch ? b->pytorch : NULL);
+        fprintf(out, ",\"predicted_peak_reserved\":%" PRIu64 "}", b->peak_reserved);
+    }
+    fputs(",\"torch\":", out);
+    if (!f->torch) {
+        fputs("null", out);
+    } else {
+        fputs("{\"recorded_conf\":", out);
+        gm_json_str(out, f->torch_conf);
+        fputs(",\"gpumem\":", out);
+        if (f->best_gpumem == SIZE_MAX) {
+            fputs("null", out);
+        } else {
+            fputs("{\"conf\":", out);
+            gm_json_str(out, f->fixes[f->best_gpumem].conf);
+            fprintf(out, ",\"peak_reserved\":%" PRIu64 "}", f->fixes[f->best_gpumem].peak_reserved);
+        }
+        fputc('}', out);
+    }
+    /* documented keys are always there: check is null without --check (or when it could not run) */
+    fputs(",\"check\":", out);
+    if (meas) {
+        const gm_frag_fix *b = &f->fixes[f->best];
+        fputs("{\"conf\":", out);
+        gm_json_str(out, b->conf);
+        fputs(",\"pytorch_conf\":", out);
+        gm_json_str(out, b->has_pytorch ? b->pytorch : NULL);
+        fprintf(out, ",\"measured_by\":\"%s\",\"predicted_peak_reserved\":%" PRIu64 ",\"measured_peak_reserved\":%" PRIu64
                      ",\"measured_peak_allocated\":%" PRIu64 "}",
-                f->fixes[0].conf, f->fixes[0].peak_reserved, meas[1], meas[0]);
+                f->torch ? "pytorch" : "gpumem", b->peak_reserved, meas[1], meas[0]);
+    } else {
+        fputs("null", out);
+    }
     fputs("}\n", out);
 }
 
@@ -477,10 +558,12 @@ int gm_frag_main(int argc, char **argv) {
     uint64_t meas[2] = {0, 0};
     int have_meas = 0;
     if (check) {
-        if (!f.nfixes) {
-            fprintf(stderr, "gpumem frag: --check: no fix to check (%s)\n", f.fix_note);
+        if (f.best == SIZE_MAX) {
+            fprintf(stderr, "gpumem frag: --check: no fix to check (%s)\n",
+                    f.nfixes ? "no PYTORCH_CUDA_ALLOC_CONF tried reserves less for PyTorch's allocator" : f.fix_note);
             rc = 1;
-        } else if (gm_frag_rerun(&d, f.fixes[0].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
+        } else if (f.torch ? gm_frag_rerun_torch(&d, f.fixes[f.best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
+                           : gm_frag_rerun(&d, f.fixes[f.best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
             fprintf(stderr, "gpumem frag: --check: %s\n", err);
             rc = 1;
         } else {
@@ -492,14 +575,17 @@ int gm_frag_main(int argc, char **argv) {
     } else {
         print_text(&d, &m, &f, (int)top, stdout);
         if (have_meas) {
+            const gm_frag_fix *b = &f.fixes[f.best];
             char p[32], r[32];
-            bytes(f.fixes[0].peak_reserved, p, sizeof p);
+            bytes(b->peak_reserved, p, sizeof p);
             bytes(meas[1], r, sizeof r);
-            double e = f.fixes[0].peak_reserved
-                           ? 100.0 * ((double)meas[1] - (double)f.fixes[0].peak_reserved) / (double)f.fixes[0].peak_reserved
-                           : 0.0;
-            printf("  check: re-run under GPUMEM_CONF=%s: peak reserved %s measured, %s predicted (error %+.2f%%)\n",
-                   f.fixes[0].conf, r, p, e);
+            double e = b->peak_reserved ? 100.0 * ((double)meas[1] - (double)b->peak_reserved) / (double)b->peak_reserved : 0.0;
+            if (f.torch)
+                printf("  check: re-run under PYTORCH_CUDA_ALLOC_CONF=%s: max_memory_reserved() %s measured, %s predicted "
+                       "(error %+.2f%%)\n", b->pytorch, r, p, e);
+            else
+                printf("  check: re-run under GPUMEM_CONF=%s: peak reserved %s measured, %s predicted (error %+.2f%%)\n",
+                       b->conf, r, p, e);
         }
     }
     gm_frag_free(&f);

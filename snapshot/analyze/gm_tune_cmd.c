@@ -194,9 +194,12 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
                 b->peak_reserved);
     }
     fprintf(out, ",\"recorded_is_best\":%s", t->recorded_best ? "true" : "false");
+    /* documented keys are always there: check is null without --check */
     if (meas)
         fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],
                 meas[1]);
+    else
+        fputs(",\"check\":null", out);
     fputs(",\"runaway_growth\":", out);
     if (t->runaway == SIZE_MAX || t->recorded == SIZE_MAX)
         fputs("null", out);
@@ -328,11 +331,8 @@ int gm_tune_main(int argc, char **argv) {
     int rc = best == SIZE_MAX ? 1 : 0;
     uint64_t meas[2];
     int have = 0;
-    char exe[4096], cmd[8192];
-    gm_meta_text(&d, "exe", exe, sizeof exe);
-    gm_meta_text(&d, "cmdline", cmd, sizeof cmd);
     if (check && best != SIZE_MAX) {
-        if (t.torch ? gm_rerun_torch(exe, cmd, t.results[best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
+        if (t.torch ? gm_frag_rerun_torch(&d, t.results[best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
                     : gm_frag_rerun(&d, t.results[best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
             fprintf(stderr, "gpumem tune: --check: %s\n", err);
             rc = 1;

@@ -10,7 +10,9 @@
  * every device allocation's bytes.
  * speedscope: its file format (https://www.speedscope.app/file-format-schema.json), a "sampled"
  * profile in bytes per --what (peak and total, both when --what is not given).
- * chrome: trace-event JSON: a counter per device (allocated, reserved), NVTX push/pop and
+ * chrome: trace-event JSON: a counter per device (allocated, reserved; the device's view), and
+ * for a PyTorch program on PyTorch's allocator "PyTorch device N memory" beside it (PyTorch's own
+ * statistics, from its merged history), NVTX push/pop and
  * start/end ranges as complete slices on their thread, marks as instant events, every device
  * allocation as an async slice from alloc to free (name = the tensor's name, else its size),
  * OOMs as global instant events.
@@ -263,13 +265,18 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
             d->db,
             "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.device, e.thread, o.requested "
             "FROM events e LEFT JOIN ooms o ON o.seq = e.seq "
-            "WHERE e.kind IN (1,2,3,4,13,14,15,18,19) ORDER BY e.seq",
+            "WHERE e.kind IN (1,2,3,4,13,14,15,18,19,31,32,34,35) ORDER BY e.seq",
             -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
     uint64_t alloc_dev[64] = {0}, res_dev[64] = {0};
-    u64map live = {0};
+    /* a PyTorch program on PyTorch's allocator (its history merged): the device counter is the
+     * device's view (PyTorch's segments and the libraries' workspaces as allocations), so
+     * PyTorch's own statistics get their counter beside it, by its rules (allocated drops at
+     * free_requested, reserved = its segments): what max_memory_allocated/_reserved() read */
+    uint64_t talloc_dev[64] = {0}, tres_dev[64] = {0};
+    u64map live = {0}, tlive = {0};
     size_t ai = 0; /* m->allocs are in birth order, like this sweep */
     while (sqlite3_step(s) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -279,6 +286,22 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
         uint64_t size = (uint64_t)sqlite3_column_int64(s, 4);
         int dev = sqlite3_column_int(s, 5) & 63;
         int changed = 0;
+        if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
+            uint64_t sz;
+            if (kind == REC_TORCH_ALLOC)
+                u64map_put(&tlive, addr, size), talloc_dev[dev] += size;
+            else if (kind == REC_TORCH_FREE && u64map_del(&tlive, addr, &sz))
+                talloc_dev[dev] -= sz < talloc_dev[dev] ? sz : talloc_dev[dev];
+            else if (kind == REC_TORCH_SEG_MAP)
+                tres_dev[dev] += size;
+            else if (kind == REC_TORCH_SEG_UNMAP)
+                tres_dev[dev] -= size < tres_dev[dev] ? size : tres_dev[dev];
+            fprintf(out,
+                    "%s{\"ph\":\"C\",\"name\":\"PyTorch device %d memory\",\"pid\":0,\"ts\":%.3f,"
+                    "\"args\":{\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 "}}",
+                    SEP(), dev, ts, talloc_dev[dev], tres_dev[dev]);
+            continue;
+        }
         if (is_dev_alloc(kind)) {
             for (; ai < m->nallocs && m->allocs[ai].birth < seq; ai++) {
             }
@@ -328,6 +351,7 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
     }
     sqlite3_finalize(s);
     u64map_free(&live);
+    u64map_free(&tlive);
     /* the ends of the async slices, from the model's lifetimes (same id and name as the start) */
     if (sqlite3_prepare_v2(d->db, "SELECT t, thread FROM events WHERE seq = ?", -1, &s, NULL) ==
         SQLITE_OK) {

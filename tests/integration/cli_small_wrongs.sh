@@ -342,6 +342,17 @@ for db in run empty imp; do
   done
 done
 ok "strict JSON from every --json command and JSON export ($nj outputs) on a run, an empty recording and an import"
+# documented keys are present whatever the options: "COMMAND|keys" (null where not applicable;
+# diff's gate was left out without --fail-if-peak-grows, frag's and tune's check without --check)
+keys="diff --json @D@ @D@|a b delta classes sites gate
+diff --json @D@ @D@ --fail-if-peak-grows 5|a b delta classes sites gate
+frag --json @D@|database recorded timeline at_peak ooms fixes recommended torch check
+tune --json @D@|database recorded results recommended recorded_is_best check runaway_growth torch"
+while IFS='|' read -r c want; do
+  out=$(eval "\"$GM\" ${c//@D@/$TMP/run.db}" 2> /dev/null)
+  miss=$(for k in $want; do jq -e "has(\"$k\")" <<< "$out" > /dev/null || echo -n "$k "; done)
+  [[ -z $miss ]] && ok "gpumem ${c//@D@/run.db}: every documented key present" || fail "gpumem ${c//@D@/run.db}: missing keys $miss"
+done <<< "$keys"
 
 # gpumem record without -o writes the preload's own GPUMEM_DB where it is set (it ignored it),
 # -o wins over it, and GPUMEM_DB=none (record nothing) is refused before the program starts

@@ -45,6 +45,28 @@ grep -qF "PYTORCH_CUDA_ALLOC_CONF=$pconf" "$tmp/t.txt" && [[ $(j .recommended.py
   && ok "text and --json recommend the same: '$pconf' ($(j .recommended.conf))" \
   || bad "text and --json differ: json recommended $(j -c .recommended), torch.recommended '$pconf'; text: $(grep recommended "$tmp/t.txt")"
 
+# One recommendation for the file across frag, tune and viz: frag on the same recording recommends
+# tune's PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF does nothing to a program on PyTorch's allocator),
+# lists gpumem's allocator apart, and its --check re-runs under that PYTORCH_CUDA_ALLOC_CONF and
+# compares PyTorch's own max_memory_reserved() with the prediction (it once re-ran under
+# GPUMEM_CONF=preset:gpumem and compared the device's peak with gpumem's replay: +79%).
+GPUMEM_SIM_BACKING=virtual PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:20 "$G" frag --json --check "$tmp/run.db" \
+  > "$tmp/f.json" 2> "$tmp/f.err" || bad "frag --check failed: $(cat "$tmp/f.err")"
+fj() { jq -r "$1" "$tmp/f.json"; }
+[[ $(fj .recommended.pytorch_conf) == "$pconf" && $(fj .torch.gpumem.conf) == preset:gpumem* ]] \
+  && ok "frag recommends tune's PYTORCH_CUDA_ALLOC_CONF='$pconf', gpumem's allocator apart ($(fj .torch.gpumem.conf))" \
+  || bad "frag recommends $(fj -c .recommended), gpumem apart $(fj -c .torch.gpumem); tune '$pconf'"
+[[ $(fj .check.measured_by) == pytorch && $(fj .check.pytorch_conf) == "$pconf" &&
+   $(fj .check.measured_peak_reserved) == $(fj .check.predicted_peak_reserved) ]] \
+  && ok "frag --check: re-run under PYTORCH_CUDA_ALLOC_CONF='$pconf', max_memory_reserved() $(fj .check.measured_peak_reserved) = predicted" \
+  || bad "frag --check: $(fj -c .check)"
+"$G" frag "$tmp/run.db" > "$tmp/f.txt" 2>&1
+grep -q "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$pconf\$" "$tmp/f.txt" && ! grep -q "recommended: GPUMEM_CONF" "$tmp/f.txt" \
+  && ok "frag's text recommends the same, never a GPUMEM_CONF" || bad "frag's text: $(grep -A3 recommended "$tmp/f.txt")"
+"$G" viz "$tmp/run.db" -o "$tmp/run.html" --force > /dev/null 2>&1 || bad "viz failed"
+vrec=$(grep -o '"frag":{.*' "$tmp/run.html" | grep -o '"recommended":{[^}]*}' | head -1 | sed 's/^"recommended"://' | jq -r .pytorch_conf)
+[[ $vrec == "$pconf" ]] && ok "viz's frag panel recommends the same" || bad "viz's frag panel recommends '$vrec'"
+
 # Every event of PyTorch's trace that changes its cache is replayed: programs that give memory
 # back (torch.cuda.empty_cache with per-stream pools, an OOM freed and retried under a memory
 # fraction, empty_cache with expandable segments), each recorded under PyTorch's defaults: the

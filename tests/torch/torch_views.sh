@@ -168,4 +168,36 @@ short=$(jq -r '[.steps[] | select(.leaked < 4194304) | .step] | join(" ")' "$tmp
 n=$(jq -r '.steps | length' "$tmp/keep.leaks.json")
 [[ $n == 6 && -z $short ]] && ok "keep: each of the 6 steps' alive-at-the-end bytes hold its kept 4 MiB" \
   || bad "keep: $n steps; steps whose alive-at-the-end bytes miss the 4 MiB kept after opt.step(): $short"
+
+# 7. which view each command and export shows of a PyTorch program on PyTorch's allocator: the one
+# table. "WHAT|command printing a figure|the PyTorch figure it must equal" (R: report --json's
+# .torch, L: leaks --json), on plain.db (A) and keep.db (B, keeps 4 MiB a step: grows). The
+# device view (PyTorch's segments as allocations, cuBLAS's workspaces) reads otherwise: diff
+# once compared it, and the chrome counter had only it.
+db=$tmp/plain.db db2=$tmp/keep.db
+"$G" report --json "$db" > "$tmp/r.json" && "$G" leaks --json "$db" > "$tmp/l.json" || bad "report/leaks failed"
+"$G" diff --json "$db" "$db2" --fail-if-peak-grows 1000 > "$tmp/d.json" || bad "diff failed"
+"$G" export --format chrome "$db" -o "$tmp/c.json" || bad "export chrome failed"
+R() { jq -r "$1" "$tmp/r.json"; }
+chrome_max() { jq -r "[.traceEvents[] | select(.ph == \"C\" and .name == \"PyTorch device 0 memory\") | .args.$1] | max" "$tmp/c.json"; }
+named_classes() { jq -r '[.classes[].class | select(. != "(unnamed)")] | length > 0' "$tmp/d.json"; }
+viewtab="diff: A's peak allocated|jq -r .a.peak_allocated $tmp/d.json|$(R .torch.peak_allocated)
+diff: A's peak reserved|jq -r .a.peak_reserved $tmp/d.json|$(R .torch.peak_reserved)
+diff: A's alive at exit (leaks' tensors, in blocks)|jq -r .a.alive_at_exit $tmp/d.json|$(sqlite3 "$db" "SELECT sum(e.size) FROM events e JOIN alloc_life l ON l.birth = e.seq WHERE e.kind = 31 AND l.death IS NULL")
+diff: A's alive at exit, count|jq -r .a.alive_at_exit_count $tmp/d.json|$(jq -r .leaked_allocations "$tmp/l.json")
+diff: A's view|jq -r .a.view $tmp/d.json|torch
+diff: the gate's figure|jq -r .gate.on $tmp/d.json|max_memory_reserved
+diff: classes named as report names them|named_classes|true
+chrome: PyTorch's counter, allocated|chrome_max allocated|$(R .torch.peak_allocated)
+chrome: PyTorch's counter, reserved|chrome_max reserved|$(R .torch.peak_reserved)
+frag: reserved at the peak|$G frag --json $db|$(R .torch.peak_reserved)
+tune: the recorded max_memory_reserved()|$G tune --json $db|$(R .torch.peak_reserved)"
+while IFS='|' read -r what cmd want; do
+  case $what in
+    frag:*) got=$($cmd | jq -r .at_peak.reserved) ;;
+    tune:*) got=$($cmd | jq -r .torch.max_memory_reserved) ;;
+    *) got=$(eval "$cmd") ;;
+  esac
+  [[ $got == "$want" ]] && ok "views: $what: $got (PyTorch's view)" || bad "views: $what: $got, PyTorch's view says $want"
+done <<< "$viewtab"
 exit $fail
