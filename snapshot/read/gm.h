@@ -33,12 +33,8 @@ int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char 
 /* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
  * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
-/* (gm_args.c) Command lines: the value of the option at argv[i], the next argument; NULL when there is none
- * or when it is itself option-like ("--", "--json", "-o"): a forgotten value must never take the
- * next option, or the "--" before a command, as a file name. gm_opt_value also steps *i over
- * the value it returns; gm_opt_peek does not. Every command's parser takes its values so. */
-const char *gm_opt_peek(int argc, char **argv, int i);
-const char *gm_opt_value(int argc, char **argv, int *i);
+/* gm_opt_peek, gm_opt_value: in gm_args.h, which gpumem-replay includes too */
+#include "snapshot/read/gm_args.h"
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
