@@ -69,6 +69,9 @@ int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, ch
  * connection write (returns -1 when the file is not writable), on = 0 forbids it again. */
 int gm_db_allow_writes(gm_db *d, int on);
 void gm_db_close(gm_db *d);
+/* The bytes in path's write-ahead log (path-wal, record/rec.h's rec_db_side), 0 when it has none:
+ * commits a checkpoint has not folded into the file yet, which belong to the recording. */
+int64_t gm_db_wal_bytes(const char *path);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
