@@ -22,14 +22,18 @@
  * from lo to hi. Both return 0 with *out set, or -1 and leave *out alone.
  * gm_usage: the usage error's two lines ("gpumem CMD: ...", where the help is), GM_EXIT_USAGE.
  * gm_arg_top: --top N from 1 to GM_TOP_MAX, else a usage error (its return value).
- * gm_arg_once: an option given again: the same value is fine, another is refused (a usage
- * error), never the last one silently taken; *slot holds the value seen first. */
+ */
 #define GM_TOP_MAX 1000000
 int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
 int gm_arg_real(const char *v, double lo, double hi, double *out);
 int gm_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gm_arg_top(const char *cmd, const char *v, int *top);
-int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v);
+/* The rule of every command, checked before its own parser runs (run_command): an option that
+ * takes a value, given twice with two values ("report --top 3 --top 5", "--top=3 --top 5",
+ * "export --format csv -f torch"), is a usage error (its return value), never the last one
+ * silently taken; the same value twice, or a flag twice ("--json --json"), says one thing and
+ * is accepted. Stops at "--" (and, for record, at the command recorded). 0 when none. */
+int gm_args_repeats(const char *cmd, int argc, char **argv);
 /* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
  * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
