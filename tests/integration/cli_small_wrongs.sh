@@ -306,7 +306,7 @@ ok "flamegraph: negative, oversized and overflowing counts refused with the line
 # single-rank what-ifs with --ranks, one database given twice as two ranks (report and viz), an
 # empty or mixed --with, an option given twice with two values (the same value twice is fine)
 for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step" "advise DB --ranks 2 --link 5" \
-         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o @T@/x.html" "viz DB -o @T@/x.html --with ''" \
+         "advise DB --ranks 2 --gpu A100" "advise DB --ranks 2 --top 3" "report DB DB" "viz DB DB -o @T@/x.html" "viz DB -o @T@/x.html --with ''" \
          "viz DB -o @T@/x.html --with none,frag" "viz DB -o @T@/x.html --with , " "viz DB -o @T@/x.html --with frag --with tune" \
          "viz DB -o @T@/x.html -o @T@/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
          "export --format csv DB -o @T@/a.csv -o @T@/b.csv" "export --format folded --what peak --what total DB" \
@@ -317,7 +317,7 @@ for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step
 done
 "$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
 "$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
-ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"
+ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu/--top, a database twice, --with, repeated options"
 
 # an option given twice with two values, in every command (one rule, gm_args.c's
 # gm_args_repeats, README "User guide"): exit 2, one line naming the option and both values,
