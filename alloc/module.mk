@@ -10,7 +10,8 @@ $(ALLOC_LIB): $(ALLOC_OBJS) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(ALLOC_REPLAY): $(BUILD)/alloc/replay_main.o $(ALLOC_LIB) | $(DEPS_STAMP)
+# gm_args.o: the option rule of every gpumem command (snapshot/read/gm_args.h), libc only
+$(ALLOC_REPLAY): $(BUILD)/alloc/replay_main.o $(BUILD)/snapshot/read/gm_args.o $(ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $^ -lpthread
 
 ALL_TARGETS += $(ALLOC_LIB) $(ALLOC_REPLAY)

@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "alloc/alloc.h"
+/* the option rule of every gpumem command: a forgotten value never takes the next option */
+#include "snapshot/read/gm_args.h"
 
 static int usage(void)
 {
@@ -140,19 +142,6 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
     return 0;
 }
 
-/* The value of the option at argv[i], or NULL when there is none or the next argument is itself
- * an option ("--", "--conf", "-h"): a forgotten value must not take the next option as its
- * value. The rule of every gpumem command (snapshot/read/gm.h, gm_opt_peek), which alloc/ does
- * not link. "-" and "-5" are values (a number's own check refuses the sign). */
-static const char *opt_value(int argc, char **argv, int i)
-{
-    if (i + 1 >= argc) return NULL;
-    const char *a = argv[i + 1];
-    if (a[0] == '-' && ((a[1] == '-' && (!a[2] || isalpha((unsigned char)a[2]))) || isalpha((unsigned char)a[1])))
-        return NULL;
-    return a;
-}
-
 /* A whole number for --steps, --seed: digits only (strtoul took "-5" as 2^64 - 5, "5x" as 5) */
 static bool whole_number(const char *v, unsigned long long max, unsigned long long *out)
 {
@@ -182,7 +171,7 @@ int main(int argc, char **argv)
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = opt_value(argc, argv, i);
+        const char *v = gm_opt_peek(argc, argv, i);
         for (int k = 0; VALUED[k] && !v; k++)
             if (!strcmp(a, VALUED[k])) {
                 fprintf(stderr, "gpumem-replay: %s needs a value\n", a);

@@ -42,7 +42,7 @@ static const char *const usage_main =
     "                                    run CMD with gpumem loaded, record to FILE, print a summary\n"
     "  report DB [--json] [--top N] [--frames user|all]\n"
     "                                    summary, peak attribution, OOM forensics\n"
-    "  report A.db B.db ... | DIR [--json]\n"
+    "  report A.db B.db ... | DIR [--json] [--top N] [--frames user|all]\n"
     "                                    several ranks merged: peaks side by side, imbalance, the\n"
     "                                    rank that sets the peak and why, timeline by step, leaks\n"
     "  leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all]\n"
@@ -72,6 +72,10 @@ static const char *const usage_main =
     "  flamegraph < FOLDED > SVG         folded stacks drawn as a flame graph (answers as\n"
     "                                    flamegraph.pl for PyTorch's memory_viz, offline)\n"
     "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
+    "\n"
+    "An option that takes a value is given once: twice with two values (--top 3 --top 5) is a\n"
+    "usage error in every command, never the last one silently taken; the same value twice, or\n"
+    "a flag twice (--json --json), is accepted.\n"
     "\n"
     "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -148,11 +152,13 @@ static const char *const usage_report =
     "            without this it is refused (exit 3); with it the first line says so. The\n"
     "            same for a damaged recording (pages overwritten: what can be read)\n"
     "\n"
-    "gpumem report A.db B.db ... [--json] [--top N], or gpumem report DIR (its *.db files): the\n"
-    "recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each rank's peak allocated and\n"
-    "reserved, the step and NVTX phase of its peak and its leaks; the imbalance; the rank that\n"
-    "sets the job's peak and what it holds at its peak that the others do not (top N tensor\n"
-    "classes by phase, default 5); the peak allocated of every step, side by side. Ranks come\n"
+    "gpumem report A.db B.db ... [--json] [--top N] [--frames user|all], or gpumem report DIR\n"
+    "(its *.db files): the recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each\n"
+    "rank's peak allocated and reserved, the step and NVTX phase of its peak and its leaks;\n"
+    "the imbalance; the rank that sets the job's peak and what it holds at its peak that the\n"
+    "others do not (top N tensor\n"
+    "classes by phase, default 5; an unnamed allocation by its call site, read as --frames says,\n"
+    "as for one database); the peak allocated of every step, side by side. Ranks come\n"
     "from meta.rank, else the order of the files. JSON shape in snapshot/README.md.\n"
     "Exit code: 0, 2 usage, 3 unreadable database, or events lost or pages damaged (without\n"
     "--lossy-ok).\n";
@@ -318,7 +324,7 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stdout);
         return 0;
     }
-    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *what_arg = NULL;
+    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL;
     int what = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -327,23 +333,22 @@ static int cmd_export(int argc, char **argv) {
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
             const char *v = a[4] == '=' ? a + 5 : gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
-            if (gm_arg_once("export", "--at", &at, v)) return GM_EXIT_USAGE;
+            at = v; /* twice with two values: refused before (gm_args_repeats), as every option */
         } else if (strcmp(a, "--what") == 0 || strncmp(a, "--what=", 7) == 0) {
             const char *v = a[6] == '=' ? a + 7 : gm_opt_value(argc, argv, &i);
-            if (v && gm_arg_once("export", "--what", &what_arg, v)) return GM_EXIT_USAGE;
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
             else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
             const char *v = gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
-            if (gm_arg_once("export", "--format", &format, v)) return GM_EXIT_USAGE;
+            format = v;
         } else if (strncmp(a, "--format=", 9) == 0) {
-            if (gm_arg_once("export", "--format", &format, a + 9)) return GM_EXIT_USAGE;
+            format = a + 9;
         } else if (strcmp(a, "-o") == 0) {
             const char *v = gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s", "-o needs a file name");
-            if (gm_arg_once("export", "-o", &outpath, v)) return GM_EXIT_USAGE;
+            outpath = v;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(usage_export, "unknown option '%s'", a);
         } else if (!path) {
@@ -960,7 +965,8 @@ static int run_command(int argc, char **argv) {
     /* linked as flamegraph.pl (where PyTorch's memory_viz runs it): the flame graph command */
     const char *base = argv[0] ? strrchr(argv[0], '/') : NULL;
     base = base ? base + 1 : argv[0];
-    if (base && strcmp(base, "flamegraph.pl") == 0) return gm_cmd_flamegraph(argc, argv);
+    if (base && strcmp(base, "flamegraph.pl") == 0)
+        return gm_args_repeats("flamegraph", argc, argv) ?: gm_cmd_flamegraph(argc, argv);
     if (argc < 2) {
         fputs(usage_main, stderr);
         return GM_EXIT_USAGE;
@@ -973,6 +979,11 @@ static int run_command(int argc, char **argv) {
     if (strcmp(c, "--version") == 0) {
         printf("gpumem %s (database schema %d.%d)\n", REC_VERSION, REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR);
         return 0;
+    }
+    /* one rule for an option given twice, in every command (gm_args.c) */
+    if (!wants_help(argc - 1, argv + 1)) {
+        int rc = gm_args_repeats(c, argc - 1, argv + 1);
+        if (rc) return rc;
     }
     if (strcmp(c, "record") == 0) return cmd_record(argc - 1, argv + 1);
     if (strcmp(c, "report") == 0) {

@@ -37,7 +37,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/g
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
 GM_ADVISE_OBJS := $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_cmd.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(SNAP_DIR)/analyze/gm_advise_shard.o $(SNAP_DIR)/analyze/gm_advise_zero3.o $(SNAP_DIR)/analyze/gm_advise_fsdp.o $(SNAP_DIR)/analyze/gm_ranks.o \
-                  $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
+                  $(SNAP_DIR)/analyze/gm_frag.o $(SNAP_DIR)/analyze/gm_tstate.o $(SNAP_DIR)/analyze/gm_replay.o $(SNAP_DIR)/analyze/gm_frag_cmd.o $(SNAP_DIR)/analyze/gm_tune.o \
                   $(SNAP_DIR)/analyze/gm_tune_cmd.o $(SNAP_DIR)/analyze/gm_rerun.o
 # export to other tools' formats, import of PyTorch snapshots (the pickle reader/writer), diff
 GM_IO_OBJS := $(SNAP_DIR)/formats/gm_export_fmt.o $(SNAP_DIR)/formats/gm_export_torch.o $(SNAP_DIR)/formats/gm_flame.o $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_import.o \
@@ -74,7 +74,10 @@ snapshot_advise_torch_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
                         $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
-SNAP_UNIT := snapshot_tblocks snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
+# (gm_fmt.o: gm_sort)
+snapshot_tstate_LIBS := $(SNAP_DIR)/analyze/gm_tstate.o $(SNAP_DIR)/read/gm_fmt.o
+snapshot_tstate_LDLIBS := -lsqlite3 -lm
+SNAP_UNIT := snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch snapshot_categories
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \

@@ -640,7 +640,6 @@ int gm_viz_main(int argc, char **argv)
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
     int with = -1, rc = 0, force = 0; /* with: -1 the default (by the recording's size) */
-    const char *with_arg = NULL;
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
@@ -653,12 +652,12 @@ int gm_viz_main(int argc, char **argv)
                     GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
         } else if (strcmp(argv[i], "-o") == 0) {
-            rc = gm_arg_once("viz", "-o", &out, argv[++i]);
+            out = argv[++i]; /* given twice with two values: refused before (gm_args_repeats) */
         } else if (strcmp(argv[i], "--force") == 0) {
             force = 1;
         } else if (strcmp(argv[i], "--with") == 0) {
             char list[256];
-            if ((rc = gm_arg_once("viz", "--with", &with_arg, argv[++i])) != 0) goto done;
+            i++;
             snprintf(list, sizeof list, "%s", argv[i]);
             /* none is the list alone: "none,frag" says two things; "" or "," says nothing */
             if (!strcmp(list, "none")) {

@@ -1075,7 +1075,7 @@ static void undo_bf16(ctx *c, char *err, size_t errsz)
 int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
-    int json = 0, check = 0, top = 10, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0, prefetch = -1;
+    int json = 0, check = 0, top = 10, have_top = 0, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0, prefetch = -1;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -1156,7 +1156,7 @@ int gm_advise_main(int argc, char **argv)
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("advise", v, &top);
             if (rc) return rc;
-            i++;
+            have_top = 1, i++;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
@@ -1177,12 +1177,13 @@ int gm_advise_main(int argc, char **argv)
         return GM_EXIT_USAGE;
     }
     /* --ranks N answers ZeRO across N ranks from the recording as it is: the single-rank
-     * what-ifs (--try, --oom-step) and the offload costs (--link, --gpu) are not part of that
+     * what-ifs (--try, --oom-step), the offload costs (--link, --gpu) and the length of the
+     * ranked list (--top: the ZeRO table has a row per stage, not a top N) are not part of that
      * answer, and taking them silently would print the same output as without them */
-    if (ranks && (try_flags || oom_step || link > 0 || gpu)) {
+    if (ranks && (try_flags || oom_step || link > 0 || gpu || have_top)) {
         fprintf(stderr, "gpumem advise: %s does not go with --ranks N (the ZeRO prediction does not use it); "
                         "run it without --ranks\n%s",
-                try_flags ? "--try" : oom_step ? "--oom-step" : link > 0 ? "--link" : "--gpu",
+                try_flags ? "--try" : oom_step ? "--oom-step" : link > 0 ? "--link" : gpu ? "--gpu" : "--top",
                 GM_HELP("advise"));
         return GM_EXIT_USAGE;
     }

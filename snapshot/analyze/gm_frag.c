@@ -34,6 +34,7 @@
 
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_replay.h"
+#include "snapshot/analyze/gm_tstate.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/record/rec.h"
 
@@ -807,64 +808,11 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
  * PyTorch's snapshot lists it), its tensors' blocks (pending from their free to its completion),
  * the gaps free. The moment is PyTorch's reserved peak, right after the request that grew
  * reserved to it (its first allocation after that segment). */
-typedef struct tp_seg { uint64_t addr, size, stream; int device; } tp_seg;
-typedef struct tp_blk { uint64_t addr, size, requested, birth, death; int pending; } tp_blk;
-
-static size_t tp_seg_at(const tp_seg *g, size_t n, uint64_t addr) { /* first ending after addr */
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (g[mid].addr + g[mid].size <= addr) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-static int tp_map(tp_seg **g, size_t *n, size_t *cap, uint64_t addr, uint64_t size, uint64_t stream, int dev,
-                  int expandable) {
-    size_t i = tp_seg_at(*g, *n, addr);
-    tp_seg *s = *g;
-    if (expandable && i > 0 && s[i - 1].device == dev && s[i - 1].addr + s[i - 1].size == addr) {
-        s[i - 1].size += size;
-        if (i < *n && s[i].device == dev && s[i].addr == addr + size) { /* joins the next run too */
-            s[i - 1].size += s[i].size;
-            memmove(&s[i], &s[i + 1], (*n - i - 1) * sizeof *s);
-            (*n)--;
-        }
-        return 0;
-    }
-    if (expandable && i < *n && s[i].device == dev && s[i].addr == addr + size) {
-        s[i].addr = addr, s[i].size += size;
-        return 0;
-    }
-    if (gm_grow_fast((void **)g, cap, *n + 1, sizeof **g)) return -1;
-    s = *g;
-    memmove(&s[i + 1], &s[i], (*n - i) * sizeof *s);
-    s[i] = (tp_seg){addr, size, stream, dev};
-    (*n)++;
-    return 0;
-}
-
-static int tp_unmap(tp_seg **g, size_t *n, size_t *cap, uint64_t addr, uint64_t size) {
-    size_t i = tp_seg_at(*g, *n, addr);
-    tp_seg *s = *g;
-    if (i == *n || s[i].addr > addr) return 0;
-    tp_seg x = s[i];
-    uint64_t end = addr + size < x.addr + x.size ? addr + size : x.addr + x.size;
-    memmove(&s[i], &s[i + 1], (*n - i - 1) * sizeof *s);
-    (*n)--;
-    if (addr > x.addr && tp_map(g, n, cap, x.addr, addr - x.addr, x.stream, x.device, 0) != 0) return -1;
-    if (end < x.addr + x.size && tp_map(g, n, cap, end, x.addr + x.size - end, x.stream, x.device, 0) != 0) return -1;
-    return 0;
-}
-
-static int tp_blk_cmp(const void *a, const void *b) {
-    const tp_blk *x = a, *y = b;
-    return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-/* s made from g[0..ng) and the blocks b[0..nb) (sorted by address) live in them. */
-static int tp_fill(gm_db *d, snap *s, const tp_seg *g, size_t ng, const tp_blk *b, size_t nb, int expandable) {
+/* s made from the captured segments and the blocks (sorted by address) live in them. */
+static int tp_fill(gm_db *d, snap *s, const gm_tcapture *c, int expandable) {
+    const gm_tseg *g = c->segs;
+    const gm_tblk *b = c->blocks;
+    size_t ng = c->nsegs, nb = c->nblocks;
     s->segs = calloc(ng ? ng : 1, sizeof *s->segs);
     s->blocks = calloc(2 * nb + ng + 1, sizeof *s->blocks);
     if (!s->segs || !s->blocks) return -1;
@@ -893,88 +841,83 @@ static int tp_fill(gm_db *d, snap *s, const tp_seg *g, size_t ng, const tp_blk *
     return 0;
 }
 
-/* The blocks b[0..*nb) live at the moment kept, by address; live then maps each one still held
- * (not freed) to its index, for its free to be found. 0, or -1 out of memory. */
-static int tp_capture(tp_blk *b, size_t *nb, u64map *live) {
-    size_t k = 0;
-    for (size_t i = 0; i < *nb; i++)
-        if (b[i].size) b[k++] = b[i];
-    *nb = k;
-    if (k) gm_sort(b, k, sizeof *b, tp_blk_cmp);
+/* The state at the moment kept (every device's segments: frag's state is of the whole
+ * recording); live then maps each captured block still held (not freed) to its index, for its
+ * free to be found. 0, or -1 out of memory. */
+static int tp_capture(gm_tstate *st, gm_tcapture *c, u64map *live) {
+    if (gm_tstate_capture(st, -1, 0, c) != 0) return -1;
     u64map_free(live);
-    for (size_t i = 0; i < k; i++)
-        if (!b[i].pending && u64map_put(live, b[i].addr, i) != 0) return -1;
+    for (size_t i = 0; i < c->nblocks; i++)
+        if (!c->blocks[i].pending && u64map_put(live, c->blocks[i].addr, i) != 0) return -1;
     return 0;
 }
 
 /* PyTorch's state at its reserved peak into s (reason REC_SNAP_PEAK). 1 made, 0 no segment in the
  * trace, -1 error. */
 static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
-    sqlite3_stmt *st;
+    sqlite3_stmt *q;
     uint64_t res = 0, peak = 0, peak_seq = 0;
     memset(s, 0, sizeof *s);
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE kind IN (34, 35) ORDER BY seq", -1, &st,
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE kind IN (34, 35) ORDER BY seq", -1, &q,
                            NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "PyTorch's segments");
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        uint64_t size = (uint64_t)sqlite3_column_int64(st, 2);
-        if (sqlite3_column_int(st, 1) == REC_TORCH_SEG_MAP) res += size;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        uint64_t size = (uint64_t)sqlite3_column_int64(q, 2);
+        if (sqlite3_column_int(q, 1) == REC_TORCH_SEG_MAP) res += size;
         else res -= size < res ? size : res;
-        if (res > peak) peak = res, peak_seq = (uint64_t)sqlite3_column_int64(st, 0);
+        if (res > peak) peak = res, peak_seq = (uint64_t)sqlite3_column_int64(q, 0);
     }
-    sqlite3_finalize(st);
+    sqlite3_finalize(q);
     if (!peak) return 0;
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device FROM events "
-                                  "WHERE kind BETWEEN 31 AND 35 ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+                                  "WHERE kind BETWEEN 31 AND 35 ORDER BY seq", -1, &q, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "PyTorch's events");
     int expandable = gm_meta_int(d, "torch_expandable", 0) != 0, captured = 0, rc = 0;
-    tp_seg *g = NULL;
-    tp_blk *b = NULL;
-    size_t ng = 0, gcap = 0, nb = 0, bcap = 0;
-    u64map live = {0}; /* addr -> index in b (blocks not yet completed); after the capture: the
-                        * captured blocks still to be freed */
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0);
-        int kind = sqlite3_column_int(st, 1);
-        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2), size = (uint64_t)sqlite3_column_int64(st, 3);
+    gm_tstate st = {0};
+    gm_tcapture c = {0};
+    u64map live = {0}; /* after the capture: the captured blocks still to be freed */
+    while (rc == 0 && sqlite3_step(q) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0);
+        int kind = sqlite3_column_int(q, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(q, 2), size = (uint64_t)sqlite3_column_int64(q, 3);
         int need = !captured && seq > peak_seq && kind == REC_TORCH_ALLOC;
         if (!captured && seq > peak_seq && !need) { /* the moment passed with no allocation in it */
             captured = 1;
-            rc = tp_capture(b, &nb, &live);
+            rc = tp_capture(&st, &c, &live);
         }
         if (captured) { /* the captured blocks' frees, for the pins */
             uint64_t i;
-            if (kind == REC_TORCH_FREE && u64map_del(&live, addr, &i)) b[i].death = seq;
+            if (kind == REC_TORCH_FREE && u64map_del(&live, addr, &i)) c.blocks[i].death = seq;
             continue;
         }
         if (kind == REC_TORCH_ALLOC) {
-            if (gm_grow_fast((void **)&b, &bcap, nb + 1, sizeof *b) || u64map_put(&live, addr, nb) != 0) rc = -1;
-            else b[nb++] = (tp_blk){addr, size, (uint64_t)sqlite3_column_int64(st, 4), seq, 0, 0};
+            gm_tblk b = {.addr = addr, .size = size, .requested = (uint64_t)sqlite3_column_int64(q, 4), .birth = seq};
+            rc = gm_tstate_block_add(&st, &b);
         } else if (kind == REC_TORCH_FREE || kind == REC_TORCH_FREE_COMPLETED) {
-            const uint64_t *i = u64map_get(&live, addr);
-            if (i && kind == REC_TORCH_FREE) b[*i].pending = 1;
-            if (i && kind == REC_TORCH_FREE_COMPLETED) b[*i].size = 0, u64map_del(&live, addr, NULL);
+            gm_tblk *b = gm_tstate_block_at(&st, addr);
+            if (b && kind == REC_TORCH_FREE) b->pending = 1;
+            if (b && kind == REC_TORCH_FREE_COMPLETED) gm_tstate_block_drop(&st, addr);
         } else if (kind == REC_TORCH_SEG_MAP) {
-            rc = tp_map(&g, &ng, &gcap, addr, size, (uint64_t)sqlite3_column_int64(st, 5), sqlite3_column_int(st, 6),
-                        expandable);
+            rc = gm_tstate_map(&st, addr, size, expandable, sqlite3_column_int(q, 6), (uint64_t)sqlite3_column_int64(q, 5));
         } else {
-            rc = tp_unmap(&g, &ng, &gcap, addr, size);
+            rc = gm_tstate_unmap(&st, addr, size);
         }
         if (need && rc == 0) { /* the request that grew reserved to its peak: the moment */
             s->need_known = 1;
             s->need_seq = s->seq = seq, s->need_size = size, s->need_addr = addr;
-            s->need_stream_id = (uint64_t)sqlite3_column_int64(st, 5);
+            s->need_stream_id = (uint64_t)sqlite3_column_int64(q, 5);
             captured = 1;
-            rc = tp_capture(b, &nb, &live);
+            rc = tp_capture(&st, &c, &live);
         }
     }
-    sqlite3_finalize(st);
-    if (rc == 0 && !captured) rc = tp_capture(b, &nb, &live); /* the moment is the end */
+    sqlite3_finalize(q);
+    if (rc == 0 && !captured) rc = tp_capture(&st, &c, &live); /* the moment is the end */
     if (!s->seq) s->seq = peak_seq;
     s->reason = REC_SNAP_PEAK;
     s->resolved = 1;
-    if (rc == 0 && tp_fill(d, s, g, ng, b, nb, expandable) != 0) rc = -1;
-    free(g), free(b);
+    if (rc == 0 && tp_fill(d, s, &c, expandable) != 0) rc = -1;
+    gm_tstate_free(&st);
+    gm_tcapture_free(&c);
     u64map_free(&live);
     if (rc != 0) {
         snap_free(s);

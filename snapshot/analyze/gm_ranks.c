@@ -201,7 +201,7 @@ nomem:
 
 /* Loads one rank's recording and reduces it to its summary. Returns 0 or an exit code (a
  * recording that lost events: refused unless lossy_ok, and then said first, on lossy_out). */
-static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, FILE *lossy_out)
+static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, int frames_all, FILE *lossy_out)
 {
     memset(r, 0, sizeof *r);
     gm_db d;
@@ -214,6 +214,8 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, F
         gm_db_close(&d);
         return rc;
     }
+    /* --frames: the call site an unnamed allocation is grouped under, as in one rank's report */
+    m.frames_all = frames_all;
     r->path = strdup(path);
     r->meta_rank = gm_meta_int(&d, "rank", -1);
     r->world_size = gm_meta_int(&d, "world_size", -1);
@@ -564,12 +566,12 @@ static int dir_dbs(const char *dir, rk_paths *ps)
 
 int gm_ranks_main(int argc, char **argv)
 {
-    int json = 0, npos = 0, dirs = 0, lossy_ok = 0;
+    int json = 0, npos = 0, dirs = 0, lossy_ok = 0, frames_all = 0;
     int ntop = 5;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1])
             npos++, dirs += is_dir(argv[i]);
-        else if (!strcmp(argv[i], "--top") || !strcmp(argv[i], "--frames"))
+        else if ((!strcmp(argv[i], "--top") || !strcmp(argv[i], "--frames")) && gm_opt_peek(argc, argv, i))
             i++;
     }
     if (npos < 2 && !dirs) return -1; /* one database: the single report */
@@ -584,12 +586,18 @@ int gm_ranks_main(int argc, char **argv)
         else if (!strcmp(a, "--top")) {
             rc = gm_arg_top("report", gm_opt_peek(argc, argv, i), &ntop);
             i++;
-        } else if (!strcmp(a, "--frames"))
-            i++; /* call sites of unnamed allocations: user frames (the default) */
-        else if (a[0] == '-' && a[1]) {
+        } else if (!strcmp(a, "--frames") || !strncmp(a, "--frames=", 9)) {
+            /* the call sites of unnamed allocations, as the single report reads them */
+            const char *v = a[8] == '=' ? a + 9 : gm_opt_value(argc, argv, &i);
+            if (v && !strcmp(v, "all")) frames_all = 1;
+            else if (v && !strcmp(v, "user")) frames_all = 0;
+            else rc = gm_usage("report", "--frames takes user or all, got '%s'", v ? v : "");
+        } else if (!strncmp(a, "--top=", 6)) {
+            rc = gm_arg_top("report", a + 6, &ntop);
+        } else if (a[0] == '-' && a[1]) {
             fprintf(stderr,
                     "gpumem report: '%s' is not an option of the merged report of several ranks "
-                    "(--json, --top N, --lossy-ok)\n",
+                    "(--json, --top N, --frames user|all, --lossy-ok)\n",
                     a);
             rc = GM_EXIT_USAGE;
         } else if (is_dir(a)) {
@@ -611,7 +619,7 @@ int gm_ranks_main(int argc, char **argv)
     rk_rank *rs = rc ? NULL : calloc(n + 1, sizeof *rs);
     if (!rc && !rs) rc = GM_EXIT_BADDB;
     for (size_t i = 0; !rc && i < n; i++) {
-        rc = rank_load(paths[i], i, &rs[i], lossy_ok, json ? stderr : stdout);
+        rc = rank_load(paths[i], i, &rs[i], lossy_ok, frames_all, json ? stderr : stdout);
     }
     /* Ranks of one job: when some databases carry meta.rank (a launcher's), one without it, or
      * of another world size, is not one of them (a demo recording left in the directory): left

@@ -646,10 +646,7 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->stat_peak_allocated = gm_meta_int(d, "stat.peak_allocated", -1);
     struct stat st;
     /* the recording is the file and, until a checkpoint folds it in, its WAL */
-    s->db_bytes = stat(d->path, &st) == 0 ? st.st_size : 0;
-    char wal[sizeof d->path + 8];
-    snprintf(wal, sizeof wal, "%s-wal", d->path);
-    if (stat(wal, &st) == 0) s->db_bytes += st.st_size;
+    s->db_bytes = (stat(d->path, &st) == 0 ? st.st_size : 0) + gm_db_wal_bytes(d->path);
     s->seconds = (double)(m->last_t - m->first_t) / 1e9;
 }
 

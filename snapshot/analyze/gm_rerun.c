@@ -6,6 +6,7 @@
  * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/analyze/gm_replay.h"
+#include "snapshot/record/rec.h" /* rec_db_unlink_sides */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,12 +16,8 @@
 #include <unistd.h>
 
 static void unlink_db(const char *path) {
-    char side[200];
     unlink(path);
-    snprintf(side, sizeof side, "%s-wal", path);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", path);
-    unlink(side);
+    rec_db_unlink_sides(path);
 }
 
 /* Reads the peaks of one re-run database into the running maxima: gpumem's recorded ones, or

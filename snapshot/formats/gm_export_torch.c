@@ -23,6 +23,7 @@
  * external_annotations ({stage START/END, name, device, time_us}). allocator_settings say the
  * configuration the recording ran with, in PyTorch's fields. */
 #include "snapshot/formats/gm_formats.h"
+#include "snapshot/analyze/gm_tstate.h"
 #include "snapshot/formats/gm_pickle.h"
 #include "snapshot/record/rec.h"
 
@@ -123,193 +124,24 @@ static void entry(tx *x, const char *action, uint64_t addr, uint64_t size, uint6
 
 /* ---------------------------------------------------------------- the allocator's state */
 
-typedef struct tseg {
-    uint64_t addr, size, stream, largest; /* largest: the largest block it held so far */
-    int device;
-    uint8_t expandable;
-} tseg;
+/* The state itself (segments, blocks, the copy at the moment) is analyze/gm_tstate.c's, which
+ * frag rebuilds PyTorch's state with too. */
 
-typedef struct tblock {
-    uint64_t addr, size, requested, birth;
-    uint32_t stack, name;
-    uint8_t pending; /* freed, waiting for stream events (active_pending_free) */
-} tblock;
-
-typedef struct tstate {
-    tseg *segs; /* sorted by address */
-    size_t nsegs, csegs;
-    tblock *blocks;
-    size_t nblocks, cblocks;
-    u64map at; /* addr -> index into blocks */
-    uint32_t spare_head;
-} tstate;
-
-static size_t seg_find(const tstate *s, uint64_t addr) /* first segment ending after addr */
-{
-    size_t lo = 0, hi = s->nsegs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->segs[mid].addr + s->segs[mid].size <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static int seg_add(tstate *s, uint64_t addr, uint64_t size, int expandable, int device,
-                   uint64_t stream)
-{
-    if (!size) return 0;
-    size_t i = seg_find(s, addr);
-    if (expandable) { /* joins an expandable neighbour of the same device: one mapped run */
-        tseg *l = i > 0 ? &s->segs[i - 1] : NULL, *r = i < s->nsegs ? &s->segs[i] : NULL;
-        int jl = l && l->expandable && l->device == device && l->addr + l->size == addr;
-        int jr = r && r->expandable && r->device == device && r->addr == addr + size;
-        if (jl && jr) {
-            l->size += size + r->size;
-            if (r->largest > l->largest) l->largest = r->largest;
-            memmove(r, r + 1, (s->nsegs - i - 1) * sizeof *r);
-            s->nsegs--;
-            return 0;
-        }
-        if (jl) return l->size += size, 0;
-        if (jr) return r->addr = addr, r->size += size, 0;
-    }
-    if (s->nsegs == s->csegs) {
-        size_t nc = s->csegs ? 2 * s->csegs : 64;
-        tseg *n = realloc(s->segs, nc * sizeof *n);
-        if (!n) return -1;
-        s->segs = n, s->csegs = nc;
-    }
-    memmove(&s->segs[i + 1], &s->segs[i], (s->nsegs - i) * sizeof *s->segs);
-    s->segs[i] = (tseg){addr, size, stream, 0, device, (uint8_t)(expandable != 0)};
-    s->nsegs++;
-    return 0;
-}
-
-/* [addr, addr + size) given back: a whole segment, or pages cut out of a mapped run */
-static int seg_remove(tstate *s, uint64_t addr, uint64_t size)
-{
-    size_t i = seg_find(s, addr);
-    if (i == s->nsegs || s->segs[i].addr > addr) return 0;
-    tseg g = s->segs[i];
-    uint64_t end = addr + size, gend = g.addr + g.size;
-    if (end > gend) end = gend;
-    if (addr == g.addr && end == gend) {
-        memmove(&s->segs[i], &s->segs[i + 1], (s->nsegs - i - 1) * sizeof *s->segs);
-        s->nsegs--;
-    } else if (addr == g.addr) {
-        s->segs[i].addr = end, s->segs[i].size = gend - end;
-    } else if (end == gend) {
-        s->segs[i].size = addr - g.addr;
-    } else { /* a hole in the middle: two runs */
-        s->segs[i].size = addr - g.addr;
-        if (seg_add(s, end, gend - end, 0, g.device, g.stream) != 0) return -1;
-        tseg *t = &s->segs[seg_find(s, end)];
-        t->expandable = 1, t->largest = g.largest;
-    }
-    return 0;
-}
-
-static int block_add(tstate *s, const tblock *b)
-{
-    uint64_t old;
-    if (u64map_del(&s->at, b->addr, &old)) s->blocks[old].size = 0; /* reused unseen */
-    if (s->nblocks == s->cblocks) {
-        size_t nc = s->cblocks ? 2 * s->cblocks : 256;
-        tblock *n = realloc(s->blocks, nc * sizeof *n);
-        if (!n) return -1;
-        s->blocks = n, s->cblocks = nc;
-    }
-    s->blocks[s->nblocks] = *b;
-    if (u64map_put(&s->at, b->addr, s->nblocks) != 0) return -1;
-    s->nblocks++;
-    size_t i = seg_find(s, b->addr);
-    if (i < s->nsegs && s->segs[i].addr <= b->addr && b->size > s->segs[i].largest)
-        s->segs[i].largest = b->size;
-    return 0;
-}
-
-static tblock *block_at(tstate *s, uint64_t addr)
-{
-    const uint64_t *i = u64map_get(&s->at, addr);
-    return i ? &s->blocks[*i] : NULL;
-}
-
-static void block_drop(tstate *s, uint64_t addr)
-{
-    uint64_t i;
-    if (u64map_del(&s->at, addr, &i)) s->blocks[i].size = 0;
-}
-
-/* The blocks array keeps dropped entries (size 0) until it is compacted here. */
-static void blocks_compact(tstate *s)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < s->nblocks; i++)
-        if (s->blocks[i].size) s->blocks[o++] = s->blocks[i];
-    s->nblocks = o;
-    u64map_free(&s->at);
-    for (size_t i = 0; i < s->nblocks; i++)
-        u64map_put(&s->at, s->blocks[i].addr, i);
-}
-
-static void state_free(tstate *s)
-{
-    free(s->segs), free(s->blocks);
-    u64map_free(&s->at);
-    memset(s, 0, sizeof *s);
-}
-
-/* A copy of one device's state at the chosen moment. */
-typedef struct tcapture {
-    tseg *segs;
-    size_t nsegs;
-    tblock *blocks; /* sorted by address */
-    size_t nblocks;
-} tcapture;
-
-static int cmp_block(const void *a, const void *b)
-{
-    const tblock *x = a, *y = b;
-    return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-/* A recording without segment events (gpumem in record mode, an old file): each live block is
- * a segment of its own, as PyTorch's own profile_plot shows allocations it has no segment for. */
-static int capture(tstate *s, int device, int have_segs, tcapture *c)
-{
-    blocks_compact(s);
-    for (size_t i = 0; !have_segs && i < s->nblocks; i++)
-        if (seg_add(s, s->blocks[i].addr, s->blocks[i].size, 0, device, 0) != 0) return -1;
-    c->segs = malloc((s->nsegs ? s->nsegs : 1) * sizeof *c->segs);
-    c->blocks = malloc((s->nblocks ? s->nblocks : 1) * sizeof *c->blocks);
-    if (!c->segs || !c->blocks) return -1;
-    c->nsegs = c->nblocks = 0;
-    for (size_t i = 0; i < s->nsegs; i++)
-        if (s->segs[i].device == device) c->segs[c->nsegs++] = s->segs[i];
-    memcpy(c->blocks, s->blocks, s->nblocks * sizeof *c->blocks);
-    c->nblocks = s->nblocks;
-    if (c->nblocks) gm_sort(c->blocks, c->nblocks, sizeof *c->blocks, cmp_block);
-    return 0;
-}
-
-static void write_segments(tx *x, const tcapture *caps, int ndev)
+static void write_segments(tx *x, const gm_tcapture *caps, int ndev)
 {
     FILE *o = x->out;
     gpk_list_begin(o);
     for (int dev = 0; dev < ndev; dev++) {
-        const tcapture *c = &caps[dev];
+        const gm_tcapture *c = &caps[dev];
         size_t b = 0;
         for (size_t i = 0; i < c->nsegs; i++) {
-            const tseg *g = &c->segs[i];
+            const gm_tseg *g = &c->segs[i];
             uint64_t end = g->addr + g->size;
             while (b < c->nblocks && c->blocks[b].addr < g->addr)
                 b++;
             uint64_t allocated = 0, active = 0, requested = 0;
             for (size_t k = b; k < c->nblocks && c->blocks[k].addr < end; k++) {
-                const tblock *bl = &c->blocks[k];
+                const gm_tblk *bl = &c->blocks[k];
                 if (!bl->pending) allocated += bl->size, requested += bl->requested;
                 active += bl->size;
             }
@@ -332,7 +164,7 @@ static void write_segments(tx *x, const tcapture *caps, int ndev)
             gpk_list_begin(o);
             uint64_t at = g->addr;
             for (; b < c->nblocks && c->blocks[b].addr < end; b++) {
-                const tblock *bl = &c->blocks[b];
+                const gm_tblk *bl = &c->blocks[b];
                 if (bl->addr < at) continue; /* overlaps what is written: not PyTorch's */
                 uint64_t bend = bl->addr + bl->size > end ? end : bl->addr + bl->size;
                 if (bl->addr > at) { /* a gap: free memory */
@@ -557,7 +389,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
             ndev = sqlite3_column_int(s, 0) + 1;
         sqlite3_finalize(s);
     }
-    tcapture caps[64];
+    gm_tcapture caps[64];
     memset(caps, 0, sizeof caps);
     gpk_begin(out);
     gpk_dict_begin(out);
@@ -575,7 +407,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                             "ooms o ON o.seq = e.seq WHERE e.device = ?1 AND e.kind IN "
                             "(1,2,3,4,13,14,15,18,19,29) ORDER BY e.seq";
     for (int dev = 0; dev < ndev && rc == 0; dev++) {
-        tstate st = {0};
+        gm_tstate st = {0};
         u64map pend_key = {0}, early = {0}; /* gpumem's pending frees: addr -> allocator id */
         int captured = 0, have_segs = 0;
         gpk_list_begin(out);
@@ -587,7 +419,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
         while (rc == 0 && sqlite3_step(s) == SQLITE_ROW) {
             uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
             if (!captured && seq > at) {
-                if (capture(&st, dev, have_segs, &caps[dev]) != 0) rc = -2;
+                if (gm_tstate_capture(&st, dev, !have_segs, &caps[dev]) != 0) rc = -2;
                 captured = 1;
             }
             uint64_t t = (uint64_t)sqlite3_column_int64(s, 1);
@@ -599,30 +431,30 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
             uint32_t stack = (uint32_t)sqlite3_column_int64(s, 7);
             uint64_t key = (uint64_t)sqlite3_column_int64(s, 10);
             if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC || kind == REC_TORCH_ALLOC) {
-                tblock *old = block_at(&st, addr);
+                gm_tblk *old = gm_tstate_block_at(&st, addr);
                 if (old && old->pending) { /* handed out again: its free had landed */
                     entry(&x, "free_completed", addr, old->size, 0, stream, t, dev, old->stack, NULL);
                     u64map_del(&pend_key, addr, NULL);
                 }
                 const char *nm = name_at(m, names, nnames, seq);
-                tblock b = {addr, size, req ? req : size, seq, stack, 0, 0};
-                if (block_add(&st, &b) != 0) rc = -2;
+                gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack};
+                if (gm_tstate_block_add(&st, &b) != 0) rc = -2;
                 entry(&x, "alloc", addr, size, req, stream, t, dev, stack, nm);
             } else if (kind == REC_FREE || kind == REC_FREE_ASYNC || kind == REC_TORCH_FREE) {
-                tblock *b = block_at(&st, addr);
+                gm_tblk *b = gm_tstate_block_at(&st, addr);
                 if (!b || b->pending) continue; /* not allocated in the recording */
                 entry(&x, "free_requested", addr, b->size, 0, stream, t, dev, b->stack, NULL);
                 int waits = kind == REC_TORCH_FREE ||
                             ((sqlite3_column_int64(s, 9) & REC_F_PENDING) && !u64map_del(&early, key, NULL));
                 if (!waits) {
                     entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
-                    block_drop(&st, addr);
+                    gm_tstate_block_drop(&st, addr);
                 } else {
                     b->pending = 1;
                     if (kind != REC_TORCH_FREE && u64map_put(&pend_key, addr, key) != 0) rc = -2;
                 }
             } else if (kind == REC_TORCH_FREE_COMPLETED || kind == REC_FREE_COMPLETED) {
-                tblock *b = block_at(&st, addr);
+                gm_tblk *b = gm_tstate_block_at(&st, addr);
                 if (kind == REC_FREE_COMPLETED) { /* gpumem's: matched by the allocator's id */
                     const uint64_t *k = u64map_get(&pend_key, addr);
                     if (!b || !b->pending || !k || *k != key) {
@@ -633,7 +465,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 }
                 if (!b || !b->pending) continue;
                 entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
-                block_drop(&st, addr);
+                gm_tstate_block_drop(&st, addr);
             } else if (kind == REC_OOM) {
                 gpk_dict_begin(out);
                 gpk_key(out, "action"), gpk_str(out, "oom");
@@ -653,14 +485,14 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 have_segs = 1;
                 const char *a = grow ? (exp ? "segment_map" : "segment_alloc")
                                      : (exp ? "segment_unmap" : "segment_free");
-                if ((grow ? seg_add(&st, addr, size, exp, dev, stream) : seg_remove(&st, addr, size)) != 0)
+                if ((grow ? gm_tstate_map(&st, addr, size, exp, dev, stream) : gm_tstate_unmap(&st, addr, size)) != 0)
                     rc = -2;
                 entry(&x, a, addr, size, 0, stream, t, dev, 0, NULL);
             }
         }
         sqlite3_finalize(s);
-        if (rc == 0 && !captured && capture(&st, dev, have_segs, &caps[dev]) != 0) rc = -2;
-        state_free(&st);
+        if (rc == 0 && !captured && gm_tstate_capture(&st, dev, !have_segs, &caps[dev]) != 0) rc = -2;
+        gm_tstate_free(&st);
         u64map_free(&pend_key), u64map_free(&early);
         gpk_list_end(out);
     }
@@ -675,7 +507,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
     }
     gpk_dict_end(out);
     gpk_end(out);
-    for (int i = 0; i < 64; i++) free(caps[i].segs), free(caps[i].blocks);
+    for (int i = 0; i < 64; i++) gm_tcapture_free(&caps[i]);
     u64map_free(&x.memo), u64map_free(&x.streams);
     if (rc == -2) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);

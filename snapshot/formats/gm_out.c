@@ -58,11 +58,11 @@ int gm_out_is_own(int fd, gm_out_kind kind)
 /* 1 when the file described by out is INPUT or one of its SQLite side files. */
 static int is_input(const struct stat *out, const char *input)
 {
-    static const char *const side[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+    struct stat st;
+    if (stat(input, &st) == 0 && st.st_dev == out->st_dev && st.st_ino == out->st_ino) return 1;
+    for (int k = 0; k < REC_SIDES; k++) {
         char p[PATH_MAX + 16];
-        struct stat st;
-        if ((size_t)snprintf(p, sizeof p, "%s%s", input, side[i]) >= sizeof p) continue;
+        if (rec_db_side(input, k, p, sizeof p) != 0) continue;
         if (stat(p, &st) == 0 && st.st_dev == out->st_dev && st.st_ino == out->st_ino) return 1;
     }
     return 0;

@@ -22,23 +22,23 @@
  * from lo to hi. Both return 0 with *out set, or -1 and leave *out alone.
  * gm_usage: the usage error's two lines ("gpumem CMD: ...", where the help is), GM_EXIT_USAGE.
  * gm_arg_top: --top N from 1 to GM_TOP_MAX, else a usage error (its return value).
- * gm_arg_once: an option given again: the same value is fine, another is refused (a usage
- * error), never the last one silently taken; *slot holds the value seen first. */
+ */
 #define GM_TOP_MAX 1000000
 int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
 int gm_arg_real(const char *v, double lo, double hi, double *out);
 int gm_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gm_arg_top(const char *cmd, const char *v, int *top);
-int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v);
+/* The rule of every command, checked before its own parser runs (run_command): an option that
+ * takes a value, given twice with two values ("report --top 3 --top 5", "--top=3 --top 5",
+ * "export --format csv -f torch"), is a usage error (its return value), never the last one
+ * silently taken; the same value twice, or a flag twice ("--json --json"), says one thing and
+ * is accepted. Stops at "--" (and, for record, at the command recorded). 0 when none. */
+int gm_args_repeats(const char *cmd, int argc, char **argv);
 /* 1, with the error on stderr, when two of the paths are one file (by device and inode: "a.db
  * ./a.db", a hard link), which a command reading one database per rank must not take as two. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n);
-/* (gm_args.c) Command lines: the value of the option at argv[i], the next argument; NULL when there is none
- * or when it is itself option-like ("--", "--json", "-o"): a forgotten value must never take the
- * next option, or the "--" before a command, as a file name. gm_opt_value also steps *i over
- * the value it returns; gm_opt_peek does not. Every command's parser takes its values so. */
-const char *gm_opt_peek(int argc, char **argv, int i);
-const char *gm_opt_value(int argc, char **argv, int *i);
+/* gm_opt_peek, gm_opt_value: in gm_args.h, which gpumem-replay includes too */
+#include "snapshot/read/gm_args.h"
 
 /* Exit codes of the gpumem command (documented in snapshot/README.md). */
 enum { GM_EXIT_OK = 0, GM_EXIT_LEAKS = 1, GM_EXIT_USAGE = 2, GM_EXIT_BADDB = 3, GM_EXIT_NOLIB = 4 };
@@ -73,6 +73,9 @@ int gm_db_open_mem(const char *name, const void *data, size_t size, gm_db *d, ch
  * connection write (returns -1 when the file is not writable), on = 0 forbids it again. */
 int gm_db_allow_writes(gm_db *d, int on);
 void gm_db_close(gm_db *d);
+/* The bytes in path's write-ahead log (path-wal, record/rec.h's rec_db_side), 0 when it has none:
+ * commits a checkpoint has not folded into the file yet, which belong to the recording. */
+int64_t gm_db_wal_bytes(const char *path);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);

@@ -53,13 +53,6 @@ int gm_arg_top(const char *cmd, const char *v, int *top) {
     return 0;
 }
 
-int gm_arg_once(const char *cmd, const char *opt, const char **slot, const char *v) {
-    if (*slot && v && strcmp(*slot, v) != 0)
-        return gm_usage(cmd, "%s given twice, as '%s' and '%s': give it once", opt, *slot, v);
-    *slot = v;
-    return 0;
-}
-
 /* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n) {
     struct stat *st = calloc(n + 1, sizeof *st);
@@ -87,6 +80,81 @@ static int option_like(const char *a) {
     if (a[0] != '-') return 0;
     if (a[1] == '-') return a[2] == 0 || isalpha((unsigned char)a[2]);
     return isalpha((unsigned char)a[1]);
+}
+
+/* The options of each command that take a value. "--format|-f": one option spelled two ways; a
+ * leading '!': the next argument is the value even when it looks like an option (advise --try
+ * '--recompute mlp'). What is not listed is a flag, or unknown (the command refuses it). A
+ * command that gains an option with a value adds it here; cli_small_wrongs.sh's table gives
+ * every option here twice. */
+static const struct {
+    const char *cmd;
+    int operands_end; /* the first operand starts what is not gpumem's: record's command */
+    const char *valued[16];
+} valued_options[] = {
+    {"record", 1, {"-o", "--allocator"}},
+    {"report", 0, {"--top", "--frames"}},
+    {"leaks", 0, {"--top", "--frames"}},
+    {"sql", 0, {"-c"}},
+    {"export", 0, {"--format|-f", "--at", "--what", "-o"}},
+    {"uses", 0, {"--name", "--id", "--step", "--top"}},
+    {"import", 0, {"-o"}},
+    {"flamegraph", 0, {"--countname", "--title", "--width"}},
+    {"diff", 0, {"--top", "--frames", "--fail-if-peak-grows"}},
+    {"advise", 0, {"--budget", "--link", "--gpu", "!--try", "--ranks", "--zero", "--prefetch", "--top"}},
+    {"frag", 0, {"--top"}},
+    {"tune", 0, {"--objective", "--limit", "--top"}},
+    {"viz", 0, {"-o", "--with"}},
+};
+
+/* The option spelled a[0..len) in the list: its first spelling (what the error names), and
+ * whether it takes the next argument whatever it looks like. NULL when not listed. */
+static const char *valued_name(const char *const *valued, const char *a, size_t len, int *raw, size_t *namelen) {
+    for (size_t k = 0; k < 16 && valued[k]; k++) {
+        const char *s = valued[k];
+        *raw = s[0] == '!';
+        const char *first = s + *raw;
+        for (const char *p = first; *p;) {
+            size_t n = strcspn(p, "|");
+            if (n == len && strncmp(p, a, len) == 0) {
+                *namelen = strcspn(first, "|");
+                return first;
+            }
+            p += n + (p[n] == '|');
+        }
+    }
+    return NULL;
+}
+
+int gm_args_repeats(const char *cmd, int argc, char **argv) {
+    size_t c = 0;
+    while (c < sizeof valued_options / sizeof valued_options[0] && strcmp(valued_options[c].cmd, cmd) != 0) c++;
+    if (c == sizeof valued_options / sizeof valued_options[0]) return 0;
+    const char *name[64], *value[64];
+    size_t n = 0;
+    for (int i = 1; i < argc && n < 64; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) break; /* what follows is a command's, or a value of --try's */
+        if (!option_like(a)) {
+            if (valued_options[c].operands_end) break;
+            continue;
+        }
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        int raw;
+        size_t nl;
+        const char *opt = valued_name(valued_options[c].valued, a, eq ? (size_t)(eq - a) : strlen(a), &raw, &nl);
+        if (!opt) continue; /* a flag: given twice, it says the same thing twice */
+        const char *v = eq ? eq + 1
+                        : raw ? (i + 1 < argc && strcmp(argv[i + 1], "--") != 0 ? argv[i + 1] : NULL)
+                              : gm_opt_peek(argc, argv, i);
+        if (!v) continue; /* the command says the value is missing */
+        if (!eq) i++;
+        for (size_t k = 0; k < n; k++)
+            if (name[k] == opt && strcmp(value[k], v) != 0)
+                return gm_usage(cmd, "%.*s given twice, as '%s' and '%s': give it once", (int)nl, opt, value[k], v);
+        name[n] = opt, value[n++] = v;
+    }
+    return 0;
 }
 
 const char *gm_opt_peek(int argc, char **argv, int i) {

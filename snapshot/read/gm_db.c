@@ -11,7 +11,7 @@
  * see gm_analyze.c.
  */
 #include "snapshot/read/gm.h"
-#include "snapshot/record/rec.h" /* REC_APPLICATION_ID */
+#include "snapshot/record/rec.h" /* REC_APPLICATION_ID, rec_db_side */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -140,10 +140,15 @@ static int may_write(const char *path) {
 static int wal_files_beside(const char *path) {
     char side[4200];
     struct stat st;
-    snprintf(side, sizeof side, "%s-wal", path);
-    if (lstat(side, &st) == 0) return 1;
-    snprintf(side, sizeof side, "%s-shm", path);
-    return lstat(side, &st) == 0;
+    if (rec_db_side(path, REC_SIDE_WAL, side, sizeof side) == 0 && lstat(side, &st) == 0) return 1;
+    return rec_db_side(path, REC_SIDE_SHM, side, sizeof side) == 0 && lstat(side, &st) == 0;
+}
+
+int64_t gm_db_wal_bytes(const char *path) {
+    char wal[4200];
+    struct stat st;
+    if (rec_db_side(path, REC_SIDE_WAL, wal, sizeof wal) != 0 || stat(wal, &st) != 0) return 0;
+    return st.st_size;
 }
 
 /* A WAL-mode file we may not write, with no -wal or -shm beside it: no writer has it open (a
@@ -200,10 +205,7 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     /* With a write-ahead log beside it (more than its 32-byte header) the file may be shorter
      * than its header says: a checkpoint that stopped midway (a full disk) wrote page 1 but not
      * all the pages after it, which the log still holds and SQLite reads from there. */
-    char wal[sizeof d->path + 8];
-    struct stat wst;
-    snprintf(wal, sizeof wal, "%s-wal", path);
-    int logged = stat(wal, &wst) == 0 && wst.st_size > 32;
+    int logged = gm_db_wal_bytes(path) > 32;
     if (!logged && cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */

@@ -185,13 +185,7 @@ static int create_db_file(rec_state *g) {
             }
         }
         /* stale side files of an earlier run would be replayed into ours */
-        char side[sizeof path + 8];
-        snprintf(side, sizeof side, "%s-wal", path);
-        unlink(side);
-        snprintf(side, sizeof side, "%s-shm", path);
-        unlink(side);
-        snprintf(side, sizeof side, "%s-journal", path); /* killed while the file was created */
-        unlink(side);
+        rec_db_unlink_sides(path); /* -journal too: killed while the file was created */
         g->lock_fd = fd;
         snprintf(g->path, sizeof g->path, "%s", path);
         snprintf(created_here, sizeof created_here, "%s", path);

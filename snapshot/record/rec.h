@@ -405,6 +405,15 @@ void rec_exec_image_path(const char *path, int k, char *out, size_t outsz);
 /* The one the image after path's records to, the chain followed in order: k one past path's
  * own (run.db -> run-exec1.db, run-exec1.db -> run-exec2.db); gpumem report names it. */
 void rec_exec_next_path(const char *path, char *out, size_t outsz);
+/* SQLite's side files of a database: its write-ahead log, the log's shared-memory index, and the
+ * rollback journal of a file killed while it was created. One place names them, for the
+ * recorder, the command's reader, its re-runs and its output rule alike.
+ * rec_db_side: path's side file `which` (run.db -> run.db-wal); 0, or -1 (out "") when it
+ * does not fit: a cut name could be another file's, never to be stat'ed or removed.
+ * rec_db_unlink_sides: removes all of path's side files (not path itself). */
+enum { REC_SIDE_WAL, REC_SIDE_SHM, REC_SIDE_JOURNAL, REC_SIDES };
+int rec_db_side(const char *path, int which, char *out, size_t outsz);
+void rec_db_unlink_sides(const char *path);
 /* The process's rank as its launcher set it: the first of torchrun (RANK), Open MPI
  * (OMPI_COMM_WORLD_RANK), MVAPICH (MV2_COMM_WORLD_RANK), PMI (PMI_RANK), PMIx (PMIX_RANK) and
  * Slurm (SLURM_PROCID) that is set, with the same launcher's world size and local rank

@@ -55,6 +55,22 @@ void rec_exec_next_path(const char *path, char *out, size_t outsz) {
     snprintf(out, outsz, "%.*s-exec%ld%s", (int)cut, path, k + 1, path + s);
 }
 
+int rec_db_side(const char *path, int which, char *out, size_t outsz) {
+    static const char *const suffix[REC_SIDES] = {"-wal", "-shm", "-journal"};
+    if (which < 0 || which >= REC_SIDES || (size_t)snprintf(out, outsz, "%s%s", path, suffix[which]) >= outsz) {
+        if (outsz) out[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void rec_db_unlink_sides(const char *path) {
+    for (int k = 0; k < REC_SIDES; k++) {
+        char side[4200];
+        if (rec_db_side(path, k, side, sizeof side) == 0) unlink(side);
+    }
+}
+
 int rec_db_replaceable(int fd) {
     unsigned char h[100];
     ssize_t n;

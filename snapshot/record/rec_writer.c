@@ -568,12 +568,8 @@ fail:
     /* The file was made (or emptied: an earlier run's) for this recording a moment ago and no
      * event reached it: a file that holds nothing but a header would only be reported on as "a
      * recording that stopped before its first commit". It goes, with its side files. */
-    static const char *const sides[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
-        char side[sizeof g->path + 16];
-        snprintf(side, sizeof side, "%s%s", g->path, sides[i]);
-        unlink(side);
-    }
+    unlink(g->path);
+    rec_db_unlink_sides(g->path);
     char why[1800]; /* one status line is at most 1 KiB: the path is cut, not the reason */
     snprintf(why, sizeof why, "cannot set up %.1000s: %.600s; not recording (the file is removed: it held nothing)",
              g->path, w->setup_why[0] ? w->setup_why : "SQLite failed");

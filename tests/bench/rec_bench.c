@@ -426,10 +426,7 @@ static int row_floor(const char *dir, uint64_t n) {
         if (!ok) fprintf(stderr, "rec_bench floor: the rows read back are not the ones written\n");
     }
     unlink(path);
-    snprintf(path, sizeof path, "%s/rec_bench_floor.db-wal", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/rec_bench_floor.db-shm", dir);
-    unlink(path);
+    rec_db_unlink_sides(path);
     return ok ? 0 : 1;
 }
 

@@ -306,7 +306,7 @@ ok "flamegraph: negative, oversized and overflowing counts refused with the line
 # single-rank what-ifs with --ranks, one database given twice as two ranks (report and viz), an
 # empty or mixed --with, an option given twice with two values (the same value twice is fine)
 for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step" "advise DB --ranks 2 --link 5" \
-         "advise DB --ranks 2 --gpu A100" "report DB DB" "viz DB DB -o @T@/x.html" "viz DB -o @T@/x.html --with ''" \
+         "advise DB --ranks 2 --gpu A100" "advise DB --ranks 2 --top 3" "report DB DB" "viz DB DB -o @T@/x.html" "viz DB -o @T@/x.html --with ''" \
          "viz DB -o @T@/x.html --with none,frag" "viz DB -o @T@/x.html --with , " "viz DB -o @T@/x.html --with frag --with tune" \
          "viz DB -o @T@/x.html -o @T@/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
          "export --format csv DB -o @T@/a.csv -o @T@/b.csv" "export --format folded --what peak --what total DB" \
@@ -317,7 +317,43 @@ for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step
 done
 "$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
 "$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
-ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"
+ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu/--top, a database twice, --with, repeated options"
+
+# an option given twice with two values, in every command (one rule, gm_args.c's
+# gm_args_repeats, README "User guide"): exit 2, one line naming the option and both values,
+# nothing run or written; every option that takes a value, each spelling (--top=3, -f) included.
+# The same value twice, or a flag twice, is accepted.
+for c in "record -o @T@/r1.db -o @T@/r2.db -- touch @T@/ran" "record --allocator torch --allocator=gpumem -- touch @T@/ran" \
+         "report DB --top 3 --top 5" "report DB --top=3 --top 5" "report DB --frames user --frames all" \
+         "report DB DB2 --top 3 --top 5" "report DB DB2 --frames all --frames=user" \
+         "leaks DB --top 3 --top 5" "leaks DB --frames all --frames user" \
+         "sql DB -c 'SELECT 1' -c 'SELECT 2'" \
+         "export --format csv -f trace DB" "export --format csv DB --what peak --what=total" \
+         "export --format torch DB -o @T@/x1.pickle -o @T@/x2.pickle" "export --format torch DB -o @T@/x1.pickle --at end --at=peak" \
+         "uses DB --name a --name b" "uses DB --id 1 --id 2" "uses DB --name * --step 1 --step 2" "uses DB --name * --top 1 --top=2" \
+         "import @T@/run.pickle -o @T@/i1.db -o @T@/i2.db" \
+         "flamegraph --countname bytes --countname B" "flamegraph --title a --title b" "flamegraph --width 800 --width 900" \
+         "diff DB DB2 --top 3 --top 5" "diff DB DB2 --frames user --frames all" "diff DB DB2 --fail-if-peak-grows 5 --fail-if-peak-grows 10" \
+         "advise DB --budget 1G --budget 2G" "advise DB --link 5 --link 25" "advise DB --gpu H100 --gpu A100" \
+         "advise DB --try '--accum 2' --try '--accum 4'" "advise DB --ranks 2 --ranks 4" "advise DB --ranks 2 --zero 1 --zero 2" \
+         "advise DB --ranks 2 --prefetch 1 --prefetch 2" "advise DB --top 3 --top 5" \
+         "frag DB --top 3 --top 5" "tune DB --objective reserved --objective time" "tune DB --limit 1G --limit 2G" \
+         "tune DB --top 3 --top 5" "viz DB -o @T@/v1.html -o @T@/v2.html" "viz DB -o @T@/v1.html --with frag --with tune"; do
+  args=$(dbs "$c")
+  rc=0; set -f; eval "\"$GM\" $args" < "$TMP/in.folded" > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?; set +f
+  opt=$(sed -n 's/^gpumem [a-z]*: \(-[-a-z]*\) given twice, as .* and .*: give it once$/\1/p' "$TMP/err.txt")
+  [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 && -n $opt && $c == *" $opt"* && ! -s $TMP/out.txt ]] \
+    || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
+done
+left=$(cd "$TMP" && ls ran r1.db r2.db x1.pickle x2.pickle i1.db i2.db v1.html v2.html 2> /dev/null || true)
+[[ -z $left ]] || fail "an option given twice still ran or wrote: $left"
+for c in "report DB --top 3 --top=3" "leaks --json --json DB" "frag DB --json --json --top 2 --top 2" \
+         "export --format csv -f csv DB" "uses DB --name * --name *"; do
+  args=$(dbs "$c")
+  rc=0; set -f; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?; set +f
+  [[ $rc == 0 ]] || fail "gpumem $c (the same thing twice): exit $rc, $(cat "$TMP/err.txt")"
+done
+ok "an option given twice with two values: refused in every command (exit 2, nothing run or written); the same value or a flag twice accepted"
 
 # Every JSON a command writes is strict JSON (no inf, nan, or cut numbers), on a trainer's run,
 # an empty recording and an imported step-less snapshot: a ratio over nothing, a share of 0

@@ -33,6 +33,16 @@ rec keep -- --keep --steps=6 || exit 1
 rec nohooks --no-torch-hooks -- || exit 1
 rec evalp -- --eval --steps=9 || exit 1
 
+# the merged report of several ranks reads --frames as one rank's report does (it took the
+# option and ignored it): what the peak rank holds more, an unnamed allocation by its call site,
+# is the script's line with user frames (the default) and PyTorch's own frame with all
+"$G" report "$tmp/plain.db" "$tmp/keep.db" > "$tmp/ranks_user.txt" && "$G" report "$tmp/plain.db" "$tmp/keep.db" --frames all > "$tmp/ranks_all.txt" \
+  || bad "report of two ranks exited $?"
+su=$(grep -A3 "What it holds at its peak" "$tmp/ranks_user.txt" | grep -c "^  +.*views_mlp.py:")
+sa=$(grep -A3 "What it holds at its peak" "$tmp/ranks_all.txt" | grep -c "^  +.*(lib")
+[[ $su -ge 1 && $sa -ge 1 ]] && ok "report of ranks --frames: user names the script's line, all PyTorch's frame" \
+  || bad "report of ranks --frames user/all: $(grep -A2 'What it holds' "$tmp/ranks_user.txt" "$tmp/ranks_all.txt")"
+
 # the device's bytes live after seq AT: its allocations born at or before it, not yet freed
 level_sql="(SELECT coalesce(sum(e.size), 0) FROM events e JOIN alloc_life l ON l.birth = e.seq
             WHERE e.kind IN (1, 3) AND e.seq <= AT AND (l.death IS NULL OR l.death > AT))"

@@ -80,4 +80,7 @@ for c in "--conf --divisions" "--conf" "--preset --check-conf" "--limit --check-
   out=$("$cli" $c 2>&1); rc=$?
   [[ $rc -eq 2 && $(wc -l <<< "$out") -eq 1 && $out == "gpumem-replay: "*"${c%% *}"* ]] || fail "gpumem-replay $c: exit $rc: $out"
 done
+# ... by the rule of every gpumem command: gpumem-replay calls gm_args.c's gm_opt_peek (a copy of
+# the rule, kept by hand beside it, could drift: "-" and "-5" values, "--" and "-x" options)
+grep -q ' T gm_opt_peek$' < <(nm "$cli") || fail "gpumem-replay does not take its values by gm_args.c's rule (gm_opt_peek)"
 echo "all checks passed"

@@ -135,7 +135,7 @@ static void created_0600_with_pid(void **state) {
     assert_int_equal(stat(expect, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
     char wal[700];
-    snprintf(wal, sizeof wal, "%s-wal", expect);
+    assert_int_equal(rec_db_side(expect, REC_SIDE_WAL, wal, sizeof wal), 0);
     assert_int_equal(stat(wal, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
     rec_test_reset();

@@ -2,7 +2,8 @@
 # snapshot/'s rooms keep their boundary (snapshot/README.md, "Rooms"):
 #  1. includes: record/ (linked into libgpumem.so, runs inside the user's program) includes only
 #     record/ and alloc/'s public header; read/ includes only record/ and read/; nothing outside
-#     snapshot/ but the preload (and tests) includes record/ — checked on the sources;
+#     snapshot/ but the preload (and tests) includes record/ — checked on the sources (and 3.
+#     below: one place names the side files);
 #  2. no circle between the files of snapshot/: the graph "file A calls a function file B
 #     defines", read from the built objects (nm), has no cycle — checked on $BUILD.
 set -uo pipefail
@@ -21,6 +22,14 @@ for f in snapshot/read/*.[ch]; do
   done < <(includes "$f")
 done
 ((bad)) && fail "an include crosses a room's boundary (see above)"
+#  3. one place names a database's SQLite side files (-wal, -shm, -journal): record/rec_path.c's
+#     rec_db_side, which the recorder, the reader (gm_db_wal_bytes), the report's size, --check's
+#     re-runs and the output rule all use; a second spelling of a name is a second place to get
+#     it wrong (a 200-byte buffer that cut a long path's name, one list without -journal)
+sides=$(grep -rnE '"[^"]*-(wal|shm|journal)"' --include='*.[ch]' snapshot preload viz alloc train sim tests/unit tests/bench |
+  grep -v '^snapshot/record/rec_path\.c:')
+[[ -z $sides ]] || fail "a side file's name built outside rec_db_side (record/rec_path.c):
+$sides"
 objs=$(find "$BUILD/snapshot" -name '*.o' -path "$BUILD/snapshot/*/*" 2> /dev/null)
 [[ -n $objs ]] || fail "no objects under $BUILD/snapshot/<room>/: build first"
 python3 - $objs << 'PY' || fail "a circle between files of snapshot/ (see above)"
@@ -70,4 +79,4 @@ for c in sccs:
 sys.exit(1 if sccs else 0)
 PY
 n=$(echo "$objs" | wc -w)
-echo "ok: record/ and read/ include nothing above them; no circle between the $n files of snapshot/"
+echo "ok: record/ and read/ include nothing above them; side files named in rec_path.c only; no circle between the $n files of snapshot/"
