@@ -2453,8 +2453,10 @@ static void nocache_free(alloc_t *a, blk_t *b)
 }
 
 static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintptr_t capture,
-                   alloc_block_query_t *freed)
+                   alloc_block_query_t *freed, alloc_freed_fn fn, void *arg)
 {
+    alloc_block_query_t local;
+    if (fn && !freed) freed = &local;
     if (!a) return ALLOC_ERR_INVALID;
     if (!ptr) return ALLOC_OK;
     LOCK(a);
@@ -2478,6 +2480,7 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     stat_sub(&a->st.allocation, 1);
     a->st.num_frees++;
     size_t pending0 = a->pending_bytes;
+    bool must_sync = false;
     bool nocache_graph = a->cfg.policy == ALLOC_POLICY_NOCACHE && b->seg->pool->owner->graph;
     if ((capture && b->stream != capture) || nocache_graph) {
         /* freed inside a graph capture, allocated before it: the graph may use it at every
@@ -2493,9 +2496,13 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
         make_free(a, b, true); /* no events, or the caller synchronized the device (free_sync) */
     } else if (!fence_block(a, b, fs)) {
-        sync_and_land(a); /* could not record events: wait as cudaFree does, lock dropped */
+        must_sync = true; /* could not record events: wait as cudaFree does, below */
     }
     if (freed) freed->pending = a->pending_bytes > pending0;
+    /* the caller hears of the free while nobody can have the block yet: its record takes its
+     * place in the order before any reuse (and before the landing the sync below may bring) */
+    if (fn) fn(arg, freed);
+    if (must_sync) sync_and_land(a); /* lock dropped while it waits */
     maybe_release(a);
     UNLOCK(a);
     return ALLOC_OK;
@@ -2503,18 +2510,25 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
 
 int alloc_free(alloc_t *a, uint64_t ptr)
 {
-    return do_free(a, ptr, false, 0, 0, NULL);
+    return do_free(a, ptr, false, 0, 0, NULL, NULL, NULL);
 }
 
 int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
-    return do_free(a, ptr, true, stream, 0, NULL);
+    return do_free(a, ptr, true, stream, 0, NULL, NULL, NULL);
 }
 
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed)
 {
-    return do_free(a, ptr, async, stream, 0, freed);
+    return do_free(a, ptr, async, stream, 0, freed, NULL, NULL);
+}
+
+int alloc_free_notify(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintptr_t capture,
+                      alloc_block_query_t *freed, alloc_freed_fn fn, void *arg)
+{
+    if (capture) return do_free(a, ptr, true, capture, capture, freed, fn, arg);
+    return do_free(a, ptr, async, stream, 0, freed, fn, arg);
 }
 
 /* ---- CUDA graphs ----------------------------------------------------------------------------- */
@@ -2552,7 +2566,7 @@ int alloc_malloc_captured(alloc_t *a, size_t size, uintptr_t capture, uint64_t *
 int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)
 {
     if (!capture) return ALLOC_ERR_INVALID;
-    return do_free(a, ptr, true, capture, capture, freed);
+    return do_free(a, ptr, true, capture, capture, freed, NULL, NULL);
 }
 
 static void reap_dead_streams(alloc_t *a);

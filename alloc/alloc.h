@@ -295,6 +295,15 @@ int alloc_free_async(alloc_t *a, uint64_t ptr, uintptr_t stream);
 int alloc_free_ex(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream,
                   alloc_block_query_t *freed);
 
+/* alloc_free_ex (capture 0) or alloc_free_captured (capture != 0) that also calls fn(arg, freed)
+ * with the allocator lock held, once the block has left the live state and before any other
+ * call can hand it out again or land its fence (on_free_landed) or give its segment back: a
+ * recorder that writes its free event there orders it before every reuse of the block, whatever
+ * the scheduler does to the freeing thread afterwards. fn must not call alloc_* on `a`. */
+typedef void (*alloc_freed_fn)(void *arg, const alloc_block_query_t *freed);
+int alloc_free_notify(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintptr_t capture,
+                      alloc_block_query_t *freed, alloc_freed_fn fn, void *arg);
+
 /* Tell the allocator a stream exists (so alloc_free fences it) / is being destroyed. Call forget
  * before cuStreamDestroy: no event is recorded on the stream after it. When the stream holds
  * memory, pending frees or is named by record_stream, forget waits for the device once (lock

@@ -181,6 +181,8 @@ static void core_init(void)
         rec_status("msg", "no CUDA driver could be loaded (libcuda.so.1): gpumem is off");
 #endif
     mode_now = mode;
+    const char *y = getenv("GPUMEM_TEST_FREE_YIELD");
+    gm_test_yield_on = y && strcmp(y, "1") == 0;
 #ifdef GM_HAVE_REC
     if (mode != GM_MODE_OFF) {
         recording = rec_open(NULL) == 0; /* fails quietly for GPUMEM_DB=none */
@@ -343,6 +345,23 @@ void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t s
     gm_devused_change(device, map ? (long long)size : -(long long)size);
 #else
     (void)device, (void)map, (void)addr, (void)size, (void)stream;
+#endif
+}
+
+int gm_test_yield_on;
+
+/* A free refused because ptr lies inside a live allocation without being its start (cudaFree
+ * (p + 16)): a foreign free (no allocation starts there) flagged interior, addr = the pointer
+ * freed, alloc_id = the allocation it points into (0: not known, record mode). The allocation
+ * stays live: the driver refuses such a free too. */
+void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t alloc_id)
+{
+#ifdef GM_HAVE_REC
+    if (recording)
+        rec_event(REC_FOREIGN_FREE | REC_F_INTERIOR, device, (uint64_t)(uintptr_t)stream, ptr, 0,
+                  0, alloc_id);
+#else
+    (void)device, (void)stream, (void)ptr, (void)alloc_id;
 #endif
 }
 
@@ -1044,9 +1063,8 @@ GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stre
         gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
         gm_event(GM_EV_FREE, device, (CUstream)stream, p, sz, 0);
     } else if (m != GM_MODE_OFF) {
-        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
-        gm_event(GM_EV_FOREIGN_FREE, device, (CUstream)stream, p, 0, 0);
+        gm_pt_bad_free(p, device, (CUstream)stream);
     }
     if (gm_driver_init())
-        gm_real.cuMemFree_v2(p);
+        gm_real.cuMemFree_v2(p); /* after its event: see rt_record_free */
 }

@@ -187,17 +187,21 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
     if (to_driver && gm_mode() == GM_MODE_REPLACE && gm_heap_lookup(p, &(CUdeviceptr){0},
                                                                       &(size_t){0}))
         return real ? real(p, stream) : real_sync(p); /* refused: nothing to record */
+    /* recorded before the real free: once it ran, another thread may be handed the same
+     * address, and its allocation must come after this free in the recording */
     size_t size = 0;
     enum gm_pt_kind k;
-    int known = gm_pt_remove(p, &size, &k);
-    CUresult r = real ? real(p, stream) : real_sync(p);
-    if (known) {
+    if (gm_pt_remove(p, &size, &k)) {
         gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
-        gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE, -1, stream, p, size, 0);
+        gm_event(k == GM_PT_MANAGED          ? GM_EV_MANAGED
+                 : kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC
+                                          : GM_EV_FREE,
+                 -1, stream, p, size, 0);
     } else if (p) {
-        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
-        gm_event(GM_EV_FOREIGN_FREE, -1, stream, p, 0, 0);
+        gm_pt_bad_free(p, -1, stream);
     }
+    CUresult r = real ? real(p, stream) : real_sync(p);
+    gm_test_free_yield();
     return r;
 }
 
@@ -490,11 +494,11 @@ static CUresult h_cuMemFreeHost(void *p)
     enum gm_pt_kind k;
     if (gm_pt_remove((uintptr_t)p, &size, &k))
         gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)p, size, 0);
-    else if (p) {
-        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
-        gm_event(GM_EV_FOREIGN_FREE, -1, 0, (uintptr_t)p, 0, 0);
-    }
-    return gm_real.cuMemFreeHost(p);
+    else if (p)
+        gm_pt_bad_free((uintptr_t)p, -1, 0);
+    CUresult r = gm_real.cuMemFreeHost(p); /* after its event: see drv_free */
+    gm_test_free_yield();
+    return r;
 }
 
 static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)

@@ -31,6 +31,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -270,6 +271,9 @@ void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind);
 /* Removes ptr; returns 1 when it was there (size/kind set). */
 int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind);
 int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size);
+/* A free no live passed-through allocation starts at: counted and recorded as a double,
+ * interior or foreign free (heap.c). */
+void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream);
 /* After a successful device reset: what the driver destroyed is recorded freed (heap.c). */
 void gm_pt_after_reset(void);
 
@@ -359,6 +363,18 @@ void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t
               size_t requested);
 void gm_event_id(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
                  size_t requested, uint64_t id);
+/* A free of a pointer inside a live allocation, not its start: refused, recorded (core.c). */
+void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t alloc_id);
+/* GPUMEM_TEST_FREE_YIELD=1 (tests only): every free path yields the CPU right after the memory
+ * went back to its allocator (gpumem's, the pinned pool, the real driver), the moment another
+ * thread may be handed the same address. It makes a free recorded after that reuse (the order
+ * bug tests/integration/preload_order.sh looks for) near certain instead of rare. */
+extern int gm_test_yield_on;
+static inline void gm_test_free_yield(void)
+{
+    if (__builtin_expect(gm_test_yield_on, 0))
+        sched_yield();
+}
 /* Allocator callbacks and snapshots for the recorder (no-ops when not recording). */
 void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t stream);
 void gm_rec_oom(int device, const struct alloc_oom_info *info);

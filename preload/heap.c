@@ -455,6 +455,29 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     return e == ALLOC_ERR_NOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_UNKNOWN;
 }
 
+/* What heap_freed needs to write a free's event from inside the allocator's lock. */
+struct heap_free_note {
+    int dev;
+    CUstream stream;
+    gm_alloc_kind kind;
+};
+
+/* Called by the allocator with its lock held, the block just out of the live state: the free's
+ * event (and the pool's view) take their place here, before any other thread can be handed the
+ * block, land its fence or give its segment back. Written after the allocator returned, a free
+ * descheduled in between was ordered after another thread's reuse of the same address, and every
+ * reader (which pairs allocations and frees by address in seq order) saw two allocations live at
+ * once and a free that never came. The stack is captured here too: gpumem's own frames at the
+ * top are skipped by the readers, and the unwinder's memo makes a repeated call site cheap. */
+static void heap_freed(void *arg, const alloc_block_query_t *q)
+{
+    const struct heap_free_note *n = arg;
+    gm_heap_pool_forget(q->base);
+    gm_event_id((enum gm_ev)((n->kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
+                             (q->pending ? GM_EVF_PENDING : 0)),
+                n->dev, n->stream, q->base, q->size, 0, q->alloc_id);
+}
+
 int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
 {
     if (!ptr) {
@@ -477,26 +500,30 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         /* free_sync synchronized the current context's device: that covers the block only
          * when it lives there (a cudaFree of another device's memory is fenced instead) */
         int synced = kind == GM_FREE_SYNCED && synced_device == i;
+        struct heap_free_note note = {i, stream, kind};
         /* freed on a capturing stream: the graph may use the block at every replay */
-        int e = capture ? alloc_free_captured(a, ptr, capture, &q)
-                        : alloc_free_ex(a, ptr, kind == GM_ALLOC_ASYNC,
-                                        synced ? ALLOC_FREE_SYNCED : (uintptr_t)stream, &q);
+        int e = alloc_free_notify(a, ptr, kind == GM_ALLOC_ASYNC,
+                                  synced ? ALLOC_FREE_SYNCED : (uintptr_t)stream, capture, &q,
+                                  heap_freed, &note);
         if (e == ALLOC_ERR_NOT_OWNED)
             continue;
+        gm_test_free_yield(); /* test hook: another thread may reuse the block now */
         if (e == ALLOC_OK) {
-            gm_heap_pool_forget(ptr);
             gm_stat_add(GM_ST_RELEASED, 1);
-            gm_event_id((enum gm_ev)((kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
-                                     (q.pending ? GM_EVF_PENDING : 0)),
-                        i, stream, ptr, q.size, 0, q.alloc_id);
             *res = CUDA_SUCCESS;
         } else if (e == ALLOC_ERR_DOUBLE_FREE) {
             gm_stat_add(GM_ST_DOUBLE_FREE, 1);
             gm_event(GM_EV_DOUBLE_FREE, i, stream, ptr, 0, 0);
             *res = CUDA_ERROR_INVALID_VALUE;
-        } else {
-            /* an interior pointer or a backend failure: the real driver also refuses it */
+        } else if (e == ALLOC_ERR_NOT_BASE) {
+            /* an interior pointer of a live allocation: the real driver refuses it too */
             gm_stat_add(GM_ST_FAILED, 1);
+            alloc_block_query_t in;
+            gm_rec_interior_free(i, stream, ptr,
+                                 alloc_block_query(a, ptr, &in) == ALLOC_OK ? in.alloc_id : 0);
+            *res = CUDA_ERROR_INVALID_VALUE;
+        } else {
+            gm_stat_add(GM_ST_FAILED, 1); /* a backend failure */
             *res = CUDA_ERROR_INVALID_VALUE;
         }
         return 1;
@@ -887,29 +914,38 @@ int gm_heap_address_order(void)
     return sum < 0 ? -1 : sum > 0;
 }
 
-/* ---- pass-through table: open addressing on the pointer, one lock ---------------------- */
+/* ---- pass-through table: open addressing on the pointer, one lock ----------------------
+ * What the real functions handed out (record mode, pools, managed, ...), and what they took back:
+ * a freed entry stays, marked dead, until its address is handed out again, so that a second free
+ * of it is told apart from a pointer gpumem never saw (a double free, not a foreign one, as in
+ * replace mode). Dead entries are bounded: past PT_DEAD_MAX, a rehash forgets them all (a double
+ * free of an address freed long ago is then a foreign free). */
 
 struct pt_ent {
     uintptr_t ptr; /* 0 empty, 1 tombstone */
     size_t size;
     enum gm_pt_kind kind;
+    int dead; /* freed: kept to classify a later free of the same address */
 };
 static struct pt_ent *pt;
-static size_t pt_cap, pt_used, pt_live;
+static size_t pt_cap, pt_used, pt_live, pt_dead;
 static pthread_mutex_t pt_lock = PTHREAD_MUTEX_INITIALIZER;
+#define PT_DEAD_MAX (1u << 16)
 
 static size_t pt_hash(uintptr_t p) { return (size_t)((p >> 8) * 0x9E3779B97F4A7C15ull); }
 
 static void pt_grow(void)
 {
-    size_t ncap = pt_cap ? pt_cap * 2 : 1024;
-    if (pt_live * 4 < pt_cap)
-        ncap = pt_cap; /* mostly tombstones: rehash in place size */
+    int keep_dead = pt_dead <= PT_DEAD_MAX;
+    size_t kept = pt_live + (keep_dead ? pt_dead : 0);
+    size_t ncap = 1024;
+    while (ncap < kept * 4)
+        ncap *= 2;
     struct pt_ent *n = calloc(ncap, sizeof *n);
     if (!n)
         return;
     for (size_t i = 0; i < pt_cap; i++) {
-        if (pt[i].ptr <= 1)
+        if (pt[i].ptr <= 1 || (pt[i].dead && !keep_dead))
             continue;
         size_t j = pt_hash(pt[i].ptr) & (ncap - 1);
         while (n[j].ptr)
@@ -919,7 +955,20 @@ static void pt_grow(void)
     free(pt);
     pt = n;
     pt_cap = ncap;
-    pt_used = pt_live;
+    if (!keep_dead)
+        pt_dead = 0;
+    pt_used = pt_live + pt_dead;
+}
+
+/* ptr's entry, live or dead, or NULL; pt_lock held */
+static struct pt_ent *pt_find(uintptr_t ptr)
+{
+    if (!pt || ptr <= 1)
+        return NULL;
+    for (size_t j = pt_hash(ptr) & (pt_cap - 1); pt[j].ptr; j = (j + 1) & (pt_cap - 1))
+        if (pt[j].ptr == ptr)
+            return &pt[j];
+    return NULL;
 }
 
 void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
@@ -927,19 +976,30 @@ void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
     if (ptr <= 1)
         return;
     pthread_mutex_lock(&pt_lock);
-    if ((pt_used + 1) * 2 > pt_cap)
-        pt_grow();
-    if (pt) {
-        size_t j = pt_hash(ptr) & (pt_cap - 1);
-        while (pt[j].ptr > 1 && pt[j].ptr != ptr)
-            j = (j + 1) & (pt_cap - 1);
-        if (pt[j].ptr == 0)
-            pt_used++;
-        if (pt[j].ptr != ptr)
+    struct pt_ent *e = pt_find(ptr);
+    if (!e) {
+        if ((pt_used + 1) * 2 > pt_cap)
+            pt_grow();
+        if (pt) {
+            size_t j = pt_hash(ptr) & (pt_cap - 1);
+            while (pt[j].ptr > 1)
+                j = (j + 1) & (pt_cap - 1);
+            if (pt[j].ptr == 0)
+                pt_used++;
+            e = &pt[j];
+            e->ptr = ptr;
+            e->dead = 1; /* counted live below */
+            pt_dead++;
+        }
+    }
+    if (e) {
+        if (e->dead) {
+            e->dead = 0;
+            pt_dead--;
             pt_live++;
-        pt[j].ptr = ptr;
-        pt[j].size = size;
-        pt[j].kind = kind;
+        }
+        e->size = size;
+        e->kind = kind;
     }
     pthread_mutex_unlock(&pt_lock);
 }
@@ -948,31 +1008,27 @@ int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
-    if (pt && ptr > 1) {
-        size_t j = pt_hash(ptr) & (pt_cap - 1);
-        while (pt[j].ptr) {
-            if (pt[j].ptr == ptr) {
-                *size = pt[j].size;
-                *kind = pt[j].kind;
-                pt[j].ptr = 1;
-                pt_live--;
-                found = 1;
-                break;
-            }
-            j = (j + 1) & (pt_cap - 1);
-        }
+    struct pt_ent *e = pt_find(ptr);
+    if (e && !e->dead) {
+        *size = e->size;
+        *kind = e->kind;
+        e->dead = 1;
+        pt_live--;
+        pt_dead++;
+        found = 1;
     }
     pthread_mutex_unlock(&pt_lock);
     return found;
 }
 
-/* Interior lookups scan the table: only used for naming, which is rare. */
+/* Interior lookups scan the table: only used for naming and refused frees, which are rare. */
 int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
     for (size_t i = 0; pt && i < pt_cap; i++) {
-        if (pt[i].ptr > 1 && ptr >= pt[i].ptr && ptr < pt[i].ptr + (pt[i].size ? pt[i].size : 1)) {
+        if (pt[i].ptr > 1 && !pt[i].dead && ptr >= pt[i].ptr &&
+            ptr < pt[i].ptr + (pt[i].size ? pt[i].size : 1)) {
             *base = pt[i].ptr;
             *size = pt[i].size;
             found = 1;
@@ -981,6 +1037,30 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
     }
     pthread_mutex_unlock(&pt_lock);
     return found;
+}
+
+/* A free of ptr that no live passed-through allocation starts at, recorded as what it is, as
+ * replace mode tells them: a double free (an allocation the real functions handed out started
+ * there and was freed), an interior free (inside a live one), or a foreign free (an address
+ * gpumem never saw). The real function answers it afterwards. */
+void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream)
+{
+    pthread_mutex_lock(&pt_lock);
+    struct pt_ent *e = pt_find(ptr);
+    int twice = e && e->dead;
+    pthread_mutex_unlock(&pt_lock);
+    uintptr_t base;
+    size_t size;
+    if (twice) {
+        gm_stat_add(GM_ST_DOUBLE_FREE, 1);
+        gm_event(GM_EV_DOUBLE_FREE, device, stream, ptr, 0, 0);
+    } else if (gm_pt_lookup(ptr, &base, &size)) {
+        gm_stat_add(GM_ST_FAILED, 1);
+        gm_rec_interior_free(device, stream, ptr, 0);
+    } else {
+        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
+        gm_event(GM_EV_FOREIGN_FREE, device, stream, ptr, 0, 0);
+    }
 }
 
 /* After a device reset the driver has destroyed that device's allocations (tests/diff/gpu-h200/
@@ -996,7 +1076,7 @@ void gm_pt_after_reset(void)
         size_t n = 0;
         pthread_mutex_lock(&pt_lock);
         for (size_t i = 0; pt && i < pt_cap && n < 64; i++) {
-            if (pt[i].ptr <= 1 || (pt[i].kind != GM_PT_DEVICE && pt[i].kind != GM_PT_ASYNC &&
+            if (pt[i].ptr <= 1 || pt[i].dead || (pt[i].kind != GM_PT_DEVICE && pt[i].kind != GM_PT_ASYNC &&
                                    pt[i].kind != GM_PT_POOL))
                 continue;
             CUdeviceptr base;

@@ -182,3 +182,7 @@ ALL_TARGETS += $(APPS_DIR)/drv_sym_app
 $(APPS_DIR)/drv_mix_app: $(APPS_DIR)/drv_mix_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/drv_mix_app
+# order_app: 8 threads reusing the same addresses on the four free paths (preload_order.sh)
+$(APPS_DIR)/order_app: $(APPS_DIR)/order_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/order_app

@@ -393,14 +393,26 @@ static int pinned_free(void *ptr, CUresult *res, int defer)
     if (!gm_pinned_owns(ptr))
         return 0;
     if (!live_remove((uintptr_t)ptr)) {
-        /* inside the pool but not a live allocation: freed twice, or an interior pointer */
-        gm_stat_add(GM_ST_DOUBLE_FREE, 1);
-        gm_event(GM_EV_DOUBLE_FREE, -1, 0, (uintptr_t)ptr, 0, 0);
+        /* inside the pool but not a live allocation's start: inside one (interior), or freed
+         * twice */
+        struct gm_alloc_ref in;
+        if (gm_pinned_find(ptr, &in) == 1) {
+            gm_stat_add(GM_ST_FAILED, 1);
+            gm_rec_interior_free(-1, 0, (uintptr_t)ptr, 0); /* host events carry no id */
+        } else {
+            gm_stat_add(GM_ST_DOUBLE_FREE, 1);
+            gm_event(GM_EV_DOUBLE_FREE, -1, 0, (uintptr_t)ptr, 0, 0);
+        }
         *res = CUDA_ERROR_INVALID_VALUE;
         return 1;
     }
     int fl = GM_MALLOCX_ARENA(arena) | GM_MALLOCX_TCACHE_NONE;
     size_t sz = gm_je_sallocx(ptr, fl);
+    /* the event before the block goes back to the arena: once it has, another thread's
+     * cudaMallocHost may get the same address and record it, and a free written after that
+     * would pair with the wrong allocation */
+    gm_stat_add(GM_ST_HOST_FREE, 1);
+    gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)ptr, sz, 0);
     int kept = 0;
     if (defer) {
         pthread_mutex_lock(&deferred_lock);
@@ -418,8 +430,7 @@ static int pinned_free(void *ptr, CUresult *res, int defer)
     }
     if (!kept) /* not deferred, or no room to remember it (host out of memory) */
         gm_je_dallocx(ptr, fl);
-    gm_stat_add(GM_ST_HOST_FREE, 1);
-    gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)ptr, sz, 0);
+    gm_test_free_yield();
     *res = CUDA_SUCCESS;
     return 1;
 }

@@ -84,11 +84,23 @@ static void handle_drop(struct pm_handle *p)
     *p = hs[--nhs];
 }
 
-/* Not held across fork: the lock is only taken after gpumem initialised, and a child forked
- * after that runs with gpumem off (pm_pass), so it never takes it; a fresh one is enough. */
-void gm_pm_fork_child(void) { pthread_mutex_init(&pm_lock, NULL); }
+/* The order of the program's VMM, pool and array calls in the recording. Handles, pools and
+ * arrays are values the driver hands out again once released, and a mapping's address is free
+ * for another mapping once unmapped: a release recorded after the real call returned could come
+ * after another thread's creation of the same value (the two recorded the wrong way round,
+ * and the reading side pairs them by value). Each recorded call runs, real call and event,
+ * under this lock; these calls are rare and cost tens of microseconds in the driver. */
+static pthread_mutex_t pm_order = PTHREAD_MUTEX_INITIALIZER;
 
-CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+/* Not held across fork: the locks are only taken after gpumem initialised, and a child forked
+ * after that runs with gpumem off (pm_pass), so it never takes them; fresh ones are enough. */
+void gm_pm_fork_child(void)
+{
+    pthread_mutex_init(&pm_lock, NULL);
+    pthread_mutex_init(&pm_order, NULL);
+}
+
+static CUresult pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
     CUresult r = gm_real.cuMemCreate(h, size, prop, flags);
@@ -114,7 +126,7 @@ CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     return r;
 }
 
-CUresult gm_pm_cuMemRelease(CUmemGenericAllocationHandle h)
+static CUresult pm_cuMemRelease(CUmemGenericAllocationHandle h)
 {
     CUresult r = gm_real.cuMemRelease(h);
     if (pm_pass())
@@ -140,7 +152,7 @@ CUresult gm_pm_cuMemRelease(CUmemGenericAllocationHandle h)
     return r;
 }
 
-CUresult gm_pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h,
+static CUresult pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h,
                         unsigned long long flags)
 {
     CUresult r = gm_real.cuMemMap(va, size, off, h, flags);
@@ -169,7 +181,7 @@ CUresult gm_pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAll
     return r;
 }
 
-CUresult gm_pm_cuMemUnmap(CUdeviceptr va, size_t size)
+static CUresult pm_cuMemUnmap(CUdeviceptr va, size_t size)
 {
     CUresult r = gm_real.cuMemUnmap(va, size);
     if (pm_pass())
@@ -250,7 +262,7 @@ CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPo
                                                            : gm_real.cuMemAllocFromPoolAsync);
 }
 
-CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+static CUresult pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     if (!gm_real_pm.cuMemPoolCreate)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -263,7 +275,7 @@ CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
     }
     return r;
 }
-CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool)
+static CUresult pm_cuMemPoolDestroy(CUmemoryPool pool)
 {
     if (!gm_real_pm.cuMemPoolDestroy)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -397,7 +409,7 @@ static void array_record(CUresult r, CUarray *a, size_t bytes)
         ms[nms++] = (struct pm_map){(uint64_t)(uintptr_t)*a, bytes, 0, 1};
     pthread_mutex_unlock(&pm_lock);
 }
-CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+static CUresult pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
 {
     if (!gm_real_pm.cuArrayCreate_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -406,7 +418,7 @@ CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
         array_record(r, a, array_bytes(d->Width, d->Height, 1, d->NumChannels, d->Format));
     return r;
 }
-CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+static CUresult pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     if (!gm_real_pm.cuArray3DCreate_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -416,7 +428,7 @@ CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
                      array_bytes(d->Width, d->Height, d->Depth, d->NumChannels, d->Format));
     return r;
 }
-CUresult gm_pm_cuArrayDestroy(CUarray a)
+static CUresult pm_cuArrayDestroy(CUarray a)
 {
     if (!gm_real_pm.cuArrayDestroy)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -436,5 +448,97 @@ CUresult gm_pm_cuArrayDestroy(CUarray a)
     gm_event_raw(REC_ARRAY_FREE, -1, 0, (uint64_t)(uintptr_t)a, bytes, 0, 0);
     if (found)
         gm_devused_change(-1, -(long long)bytes);
+    return r;
+}
+
+/* ---- the entry points: each recorded call under pm_order (above) ---- */
+
+CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    if (pm_pass())
+        return pm_cuMemCreate(h, size, prop, flags);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemCreate(h, size, prop, flags);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    if (pm_pass())
+        return pm_cuMemRelease(h);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemRelease(h);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+    if (pm_pass())
+        return pm_cuMemMap(va, size, off, h, flags);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemMap(va, size, off, h, flags);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuMemUnmap(CUdeviceptr va, size_t size)
+{
+    if (pm_pass())
+        return pm_cuMemUnmap(va, size);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemUnmap(va, size);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (pm_pass())
+        return pm_cuMemPoolCreate(pool, props);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemPoolCreate(pool, props);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool)
+{
+    if (pm_pass())
+        return pm_cuMemPoolDestroy(pool);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuMemPoolDestroy(pool);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    if (pm_pass())
+        return pm_cuArrayCreate_v2(a, d);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuArrayCreate_v2(a, d);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    if (pm_pass())
+        return pm_cuArray3DCreate_v2(a, d);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuArray3DCreate_v2(a, d);
+    pthread_mutex_unlock(&pm_order);
+    return r;
+}
+
+CUresult gm_pm_cuArrayDestroy(CUarray a)
+{
+    if (pm_pass())
+        return pm_cuArrayDestroy(a);
+    pthread_mutex_lock(&pm_order);
+    CUresult r = pm_cuArrayDestroy(a);
+    pthread_mutex_unlock(&pm_order);
     return r;
 }

@@ -231,7 +231,10 @@ static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s
     gm_exit_register_late();
 }
 
-/* A free that gpumem's allocator did not own: a passed-through allocation or a foreign one. */
+/* A free that gpumem's allocator did not own: a passed-through allocation, or a double,
+ * interior or foreign free (gm_pt_bad_free). Recorded before the real function runs: once it
+ * has, another thread may be handed the same address, and its allocation must come after this
+ * free in the recording. */
 static void rt_record_free(void *p, cudaStream_t s, int async)
 {
     size_t size;
@@ -244,8 +247,7 @@ static void rt_record_free(void *p, cudaStream_t s, int async)
                                            : GM_EV_FREE;
         gm_event(ev, -1, (CUstream)s, (uintptr_t)p, size, 0);
     } else {
-        gm_stat_add(GM_ST_FOREIGN_FREE, 1);
-        gm_event(GM_EV_FOREIGN_FREE, -1, (CUstream)s, (uintptr_t)p, 0, 0);
+        gm_pt_bad_free((uintptr_t)p, -1, (CUstream)s);
     }
 }
 
@@ -320,6 +322,7 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
     gm_inside_enter();
     cudaError_t e = async ? real_async(p, s) : real_sync(p);
     gm_inside_leave();
+    gm_test_free_yield();
     return e;
 }
 
@@ -550,6 +553,7 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
     gm_inside_enter();
     cudaError_t e = real(p);
     gm_inside_leave();
+    gm_test_free_yield();
     return e;
 }
 

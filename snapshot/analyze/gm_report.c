@@ -582,6 +582,7 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
 
 typedef struct summary {
     uint64_t n_alloc, n_free, n_async, n_host, n_managed, n_oom, n_foreign, n_double;
+    uint64_t n_interior; /* of n_foreign: a pointer inside a live allocation (REC_F_INTERIOR) */
     uint64_t driver_calls;
     int driver_calls_counted;  /* 1: the allocator's own count per function (meta stat.driver.*);
                                   0: only the segment events (a killed or older recording) */
@@ -603,6 +604,14 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->n_oom = k[REC_OOM];
     s->n_foreign = k[REC_FOREIGN_FREE];
     s->n_double = k[REC_DOUBLE_FREE];
+    s->n_interior = 0;
+    sqlite3_stmt *iq;
+    if (s->n_foreign &&
+        sqlite3_prepare_v2(d->db, "SELECT count(*) FROM events WHERE kind = 9 AND flags & 256", -1,
+                           &iq, NULL) == SQLITE_OK) {
+        if (sqlite3_step(iq) == SQLITE_ROW) s->n_interior = (uint64_t)sqlite3_column_int64(iq, 0);
+        sqlite3_finalize(iq);
+    }
     /* the allocator's own count of every driver call, by function, written at exit; else (a
      * killed or older recording) the segment events, each of which stands for one or more
      * calls (a map is cuMemCreate + cuMemMap per handle, plus cuMemSetAccess) */
@@ -1349,9 +1358,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         else fputs("null", out);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
-                     ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
-                     ",\"app_ns_per_event\":",
-                s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_double);
+                     ",\"foreign_frees\":%" PRIu64 ",\"interior_frees\":%" PRIu64
+                     ",\"double_frees\":%" PRIu64 ",\"app_ns_per_event\":",
+                s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_interior, s.n_double);
         if (s.app_ns >= 0) fprintf(out, "%" PRId64, s.app_ns);
         else fputs("null", out); /* not measured */
         fprintf(out, ",\"writer_cpu_ns\":%" PRId64 ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
@@ -1416,7 +1425,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                          "more calls\n", s.driver_calls);
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
         if (s.n_foreign || s.n_double)
-            fprintf(out, "  bad frees           %" PRIu64 " foreign, %" PRIu64 " double\n", s.n_foreign, s.n_double);
+        {
+            char in[48] = "";
+            if (s.n_interior)
+                snprintf(in, sizeof in, " (%" PRIu64 " interior)", s.n_interior);
+            fprintf(out, "  bad frees           %" PRIu64 " foreign%s, %" PRIu64 " double\n", s.n_foreign, in, s.n_double);
+        }
         if (m->count_kind[REC_BAD_ACCESS])
             fprintf(out, "  bad accesses        %" PRIu64 " copies and memsets past an allocation's end or into "
                          "freed memory, refused (below)\n", m->count_kind[REC_BAD_ACCESS]);

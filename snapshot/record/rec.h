@@ -142,6 +142,10 @@ enum rec_devinfo_when {
                                    allocator, capturing), or, in PyTorch's merged history (kinds
                                    31-35), a pool_id other than (0, 0): its CUDA graphs' pools
                                    and torch.cuda.MemPool */
+/* REC_FOREIGN_FREE only: the pointer freed lies inside a live allocation without being its
+ * start (cudaFree(p + 16)); alloc_id = that allocation's (0: not known). Refused, as the
+ * driver refuses it; the allocation stays live. */
+#define REC_F_INTERIOR 0x100u
 /* REC_BAD_ACCESS only: the operation refused */
 #define REC_F_BA_MEMSET 0x100u /* a memset into it */
 #define REC_F_BA_WRITE 0x200u  /* a copy into it */
