@@ -373,7 +373,8 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
         sqlite3_prepare_v2(
             d->db,
             "SELECT o.seq, o.requested, o.allocated, o.limit_bytes, e.stream, "
-            "e.range, e.t, rg.path, n.s, e.flags FROM ooms o LEFT JOIN events e ON e.seq = "
+            "e.range, e.t, rg.path, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
+            "JOIN events e ON e.seq = "
             "o.seq LEFT JOIN ranges rg ON rg.id = e.range LEFT JOIN strings n ON "
             "n.id = o.name ORDER BY o.seq LIMIT 1",
             -1, &s, NULL) != SQLITE_OK)
@@ -385,10 +386,9 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
         o->requested = (uint64_t)sqlite3_column_int64(s, 1);
         o->allocated = (uint64_t)sqlite3_column_int64(s, 2);
         o->limit = (uint64_t)sqlite3_column_int64(s, 3);
-        o->raise = sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION
-                       ? "PyTorch's per-process memory fraction "
-                         "(torch.cuda.set_per_process_memory_fraction)"
-                       : "GPUMEM_LIMIT";
+        o->bound = gm_oom_binding(d, o->limit, (uint64_t)sqlite3_column_int64(s, 10),
+                                  (uint64_t)sqlite3_column_int64(s, 11),
+                                  (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);
         o->stream = (uint32_t)sqlite3_column_int64(s, 4);
         uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 5));
         o->step = ri ? r[*ri].step : -1;

@@ -1234,3 +1234,63 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
         }
     return f;
 }
+
+/* ---------------------------------------------------------------- the limit an OOM met */
+
+gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction) {
+    if (!limit) return GM_OOM_DEVICE;
+    if (fraction) return GM_OOM_FRACTION;
+    /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the recorded config, so the config
+     * alone cannot say which one the program ran with: the recorder writes it down */
+    char from[32];
+    gm_meta_text(d, "limit_from", from, sizeof from);
+    return !strcmp(from, "GPUMEM_LIMIT")  ? GM_OOM_LIMIT_ENV
+           : !strcmp(from, "GPUMEM_CONF") ? GM_OOM_LIMIT_CONF
+                                          : GM_OOM_LIMIT;
+}
+
+gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_t device_free,
+                            int fraction) {
+    /* the same comparison as report's binding constraint: a limit binds where it left no more
+     * room than the device did */
+    if (!limit || limit > reserved + device_free) return GM_OOM_DEVICE;
+    return gm_oom_limit_from(d, limit, fraction);
+}
+
+const char *gm_oom_knob(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV: return "GPUMEM_LIMIT";
+    case GM_OOM_LIMIT_CONF: return "the limit key of GPUMEM_CONF";
+    case GM_OOM_LIMIT: return "GPUMEM_LIMIT (or the limit key of GPUMEM_CONF)";
+    case GM_OOM_FRACTION:
+        return "PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_DEVICE: break;
+    }
+    return NULL;
+}
+
+const char *gm_oom_rerun(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV: return "rerun with GPUMEM_LIMIT raised";
+    case GM_OOM_LIMIT_CONF: return "rerun with the limit key of GPUMEM_CONF raised";
+    case GM_OOM_LIMIT: return "rerun with GPUMEM_LIMIT (or the limit key of GPUMEM_CONF) raised";
+    case GM_OOM_FRACTION:
+        return "rerun with PyTorch's per-process memory fraction raised "
+               "(torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_DEVICE: break;
+    }
+    /* no knob of the run's raises the device: a smaller run or a larger device does */
+    return "the device was full: rerun with a lower peak (a smaller batch or sequence) or on a "
+           "device with more memory (GPUMEM_SIM_MEMORY on the virtual GPU)";
+}
+
+const char *gm_oom_json(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV:
+    case GM_OOM_LIMIT: return "GPUMEM_LIMIT";
+    case GM_OOM_LIMIT_CONF: return "GPUMEM_CONF";
+    case GM_OOM_FRACTION: return "per_process_memory_fraction";
+    case GM_OOM_DEVICE: break;
+    }
+    return NULL;
+}
