@@ -426,12 +426,15 @@ void adv_name_class(const char *n, char *out, size_t outsz)
     out[o] = 0;
 }
 
-/* The call site of each stack: the first frame outside gpumem and the CUDA libraries. */
+/* The call site of each stack: the first frame outside gpumem, the CUDA libraries and CUDA's
+ * headers (gm_frame_internal's rule; a header wrapper inlined into the program's code is named
+ * by its own function here: the file's frames are read without their inline chains). */
 static int load_sites(gm_db *d, adv_model *m, u64map *site)
 {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db,
-                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset "
+                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset, "
+                           "EXISTS (SELECT 1 FROM inlines i WHERE i.frame = f.id) "
                            "FROM stacks st JOIN frames f ON f.id = st.frame "
                            "LEFT JOIN modules md ON md.id = f.module ORDER BY st.stack, st.depth",
                            -1, &s, NULL) != SQLITE_OK)
@@ -445,7 +448,8 @@ static int load_sites(gm_db *d, adv_model *m, u64map *site)
         const char *mb = mod ? strrchr(mod, '/') : NULL;
         mb = mb ? mb + 1 : mod ? mod : "?";
         if (!strncmp(mb, "libgpumem", 9) || !strncmp(mb, "libcudart", 9) ||
-            !strncmp(mb, "libcuda.", 8))
+            !strncmp(mb, "libcuda.", 8) || !strncmp(mb, "libcuda-", 8) ||
+            (gm_cuda_header(file) && !sqlite3_column_int(s, 6)))
             continue;
         char buf[512];
         if (fn && file) {

@@ -394,8 +394,16 @@ int gm_expand_inlines(gm_model *m);
 /* The call site of a stack (index into m->frames, or -1). A stack with Python frames: the
  * innermost Python frame of the user's code (not Python's own library, torch or gpumem:
  * gm_python_user_frame), else its innermost Python frame. Otherwise, and with m->frames_all:
- * the first frame outside gpumem and the CUDA libraries. */
+ * the first frame outside gpumem, the CUDA libraries and CUDA's headers (gm_frame_internal). */
 long gm_stack_site(const gm_model *m, uint32_t stack);
+/* Whether frame fi is gpumem's or CUDA's, never the program's call site: in libgpumem, the CUDA
+ * runtime or driver, or wholly in CUDA's headers (gm_cuda_header: the template wrappers
+ * cudaMalloc<T> and the like, inlined into the caller or not). The one rule every command that
+ * names "where the program allocated" follows (sites, exports' stacks). */
+int gm_frame_internal(const gm_model *m, long fi);
+/* Whether a source file is one of the CUDA toolkit's headers (cuda_runtime.h,
+ * cuda_runtime_api.h, anything under the toolkit's include folder). */
+int gm_cuda_header(const char *file);
 /* Frame i of a stack (index into m->frames) or -1. */
 long gm_stack_frame(const gm_model *m, uint32_t stack, size_t depth, size_t *len);
 /* The call site of a stack with its caller, "t_alloc (gpt2.c:200) < layer_forward (gpt2.c:634)";
