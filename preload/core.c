@@ -192,6 +192,9 @@ static void core_init(void)
             char conf[1024];
             alloc_config_format(&gm_alloc_config, conf, sizeof conf);
             rec_meta("config", conf);
+            /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the config above: which one the
+             * program ran with is what an OOM's advice tells the user to raise */
+            if (gm_alloc_config.limit) rec_meta("limit_from", gm_limit ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
             rec_meta("uses", gm_uses_name(uses_conf));
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();

@@ -124,6 +124,14 @@ $(APPS_DIR)/next_shim.so: $(APPS_DIR)/next_shim.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $< -ldl
 PRELOAD_APPS += $(APPS_DIR)/next_shim.so
 
+# cxx_wrap_app: C++ through CUDA's header templates (cudaMalloc<T>), inlined at -O2, on the
+# virtual runtime: call sites skip the header wrapper (tests/integration/snapshot_cli.sh)
+$(APPS_DIR)/cxx_wrap_app: tests/apps/cxx_wrap_app.cc $(SIM_RUNTIME) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) -O2 -g -Wall -Wextra -Werror -isystem $(CUDA_HOME)/include -fdebug-prefix-map=$(TOP)=. \
+	    -o $@ $< $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/cxx_wrap_app
+
 # real_rt_app: the real CUDA runtime (nvcc -cudart shared), only where nvcc exists and only in
 # the plain build (an nvcc-built program cannot take an ASan/TSan-built libgpumem.so).
 ifneq ($(NVCC),)

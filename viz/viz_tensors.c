@@ -50,24 +50,13 @@ void viz_tensors_free(viz_tensors *t)
     viz_ilist_free(&t->rows);
 }
 
-/* gpumem's own frames and the CUDA libraries' (as the exports leave them out) */
-static int internal_frame(const gm_model *m, long fi)
-{
-    if (fi < 0) return 0;
-    const gm_frame *f = &m->frames[fi];
-    if (f->python || !f->module || f->module > m->nmods || !m->mods[f->module - 1].path) return 0;
-    const char *p = m->mods[f->module - 1].path, *b = strrchr(p, '/');
-    b = b ? b + 1 : p;
-    return strncmp(b, "libgpumem", 9) == 0 || strncmp(b, "libcudart", 9) == 0 ||
-           strncmp(b, "libcuda.", 8) == 0 || strncmp(b, "libcuda-", 8) == 0;
-}
-
 /* One stack: [[frame, ...], start-up count]; frames index the "frames" list. */
 static int write_stack(FILE *o, const gm_model *m, uint32_t stack, viz_ilist *frames)
 {
     size_t len = 0, k0 = 0;
     gm_stack_frame(m, stack, 0, &len);
-    while (k0 < len && internal_frame(m, gm_stack_frame(m, stack, k0, NULL)))
+    /* gpumem's own frames and CUDA's (libraries, header wrappers), as the exports leave them out */
+    while (k0 < len && gm_frame_internal(m, gm_stack_frame(m, stack, k0, NULL)))
         k0++;
     if (k0 == len) k0 = 0;
     /* native start-up: the frames outward of the outermost native `main` */

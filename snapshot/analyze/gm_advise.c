@@ -373,7 +373,8 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
         sqlite3_prepare_v2(
             d->db,
             "SELECT o.seq, o.requested, o.allocated, o.limit_bytes, e.stream, "
-            "e.range, e.t, rg.path, n.s, e.flags FROM ooms o LEFT JOIN events e ON e.seq = "
+            "e.range, e.t, rg.path, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
+            "JOIN events e ON e.seq = "
             "o.seq LEFT JOIN ranges rg ON rg.id = e.range LEFT JOIN strings n ON "
             "n.id = o.name ORDER BY o.seq LIMIT 1",
             -1, &s, NULL) != SQLITE_OK)
@@ -385,10 +386,9 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
         o->requested = (uint64_t)sqlite3_column_int64(s, 1);
         o->allocated = (uint64_t)sqlite3_column_int64(s, 2);
         o->limit = (uint64_t)sqlite3_column_int64(s, 3);
-        o->raise = sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION
-                       ? "PyTorch's per-process memory fraction "
-                         "(torch.cuda.set_per_process_memory_fraction)"
-                       : "GPUMEM_LIMIT";
+        o->bound = gm_oom_binding(d, o->limit, (uint64_t)sqlite3_column_int64(s, 10),
+                                  (uint64_t)sqlite3_column_int64(s, 11),
+                                  (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);
         o->stream = (uint32_t)sqlite3_column_int64(s, 4);
         uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 5));
         o->step = ri ? r[*ri].step : -1;
@@ -426,12 +426,15 @@ void adv_name_class(const char *n, char *out, size_t outsz)
     out[o] = 0;
 }
 
-/* The call site of each stack: the first frame outside gpumem and the CUDA libraries. */
+/* The call site of each stack: the first frame outside gpumem, the CUDA libraries and CUDA's
+ * headers (gm_frame_internal's rule; a header wrapper inlined into the program's code is named
+ * by its own function here: the file's frames are read without their inline chains). */
 static int load_sites(gm_db *d, adv_model *m, u64map *site)
 {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db,
-                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset "
+                           "SELECT st.stack, f.function, f.file, f.line, md.path, f.offset, "
+                           "EXISTS (SELECT 1 FROM inlines i WHERE i.frame = f.id) "
                            "FROM stacks st JOIN frames f ON f.id = st.frame "
                            "LEFT JOIN modules md ON md.id = f.module ORDER BY st.stack, st.depth",
                            -1, &s, NULL) != SQLITE_OK)
@@ -445,7 +448,8 @@ static int load_sites(gm_db *d, adv_model *m, u64map *site)
         const char *mb = mod ? strrchr(mod, '/') : NULL;
         mb = mb ? mb + 1 : mod ? mod : "?";
         if (!strncmp(mb, "libgpumem", 9) || !strncmp(mb, "libcudart", 9) ||
-            !strncmp(mb, "libcuda.", 8))
+            !strncmp(mb, "libcuda.", 8) || !strncmp(mb, "libcuda-", 8) ||
+            (gm_cuda_header(file) && !sqlite3_column_int(s, 6)))
             continue;
         char buf[512];
         if (fn && file) {

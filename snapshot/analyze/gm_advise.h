@@ -72,8 +72,8 @@ typedef struct adv_oom {
     uint64_t requested; /* the request that failed, bytes */
     uint64_t allocated; /* allocated when it failed */
     uint64_t limit;     /* the limit it met (GPUMEM_LIMIT), 0 none recorded */
-    const char *raise;  /* the knob that sets that limit: "GPUMEM_LIMIT", or PyTorch's
-                         * per-process memory fraction (the event's REC_F_OOM_FRACTION) */
+    gm_oom_bound bound; /* what it met: the device, or the limit and who set it (GPUMEM_LIMIT,
+                         * GPUMEM_CONF, PyTorch's per-process memory fraction) */
     uint64_t t;         /* its time (events' clock) */
     uint32_t stream;    /* the stream of the request */
     size_t ev;          /* index of the first loaded event after it (the cut of --oom-step) */

@@ -1258,9 +1258,9 @@ int gm_advise_main(int argc, char **argv)
                  c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where, c.m.oom.name,
                  c.m.oom.name[0] ? ": " : "", rq, al, c.m.oom.limit ? ", limit " : "",
                  c.m.oom.limit ? lim : "",
-                 c.m.oom.limit && strcmp(c.m.oom.raise, "GPUMEM_LIMIT")
-                     ? " of PyTorch's per-process memory fraction"
-                     : "");
+                 c.m.oom.bound == GM_OOM_FRACTION ? " of PyTorch's per-process memory fraction"
+                 : c.m.oom.bound == GM_OOM_DEVICE && c.m.oom.limit ? ", not reached: the device was full"
+                                                                   : "");
         if (oom_step) {
             if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
             c.partial = 1;
@@ -1285,9 +1285,9 @@ int gm_advise_main(int argc, char **argv)
                      what);
         } else {
             fprintf(stderr,
-                    "gpumem advise: the recorded run hit %s before any step completed: rerun "
-                    "with %s raised, or --oom-step to advise from the partial trace\n",
-                    what, c.m.oom.raise);
+                    "gpumem advise: the recorded run hit %s before any step completed: %s, or "
+                    "--oom-step to advise from the partial trace\n",
+                    what, gm_oom_rerun(c.m.oom.bound));
             adv_model_free(&c.m);
             return GM_EXIT_CANNOT_JUDGE;
         }
@@ -1594,8 +1594,8 @@ int gm_advise_main(int argc, char **argv)
             /* the partial trace fits: whether the whole run does is not recorded */
             snprintf(why, sizeof why,
                      "not known: the partial trace up to the OOM reaches %s reserved, the rest "
-                     "of the run is not recorded: rerun with %s raised",
-                     rr, c.m.oom.raise);
+                     "of the run is not recorded: %s",
+                     rr, gm_oom_rerun(c.m.oom.bound));
             have_plan = 0;
             rc = 1;
         } else if (have_plan == 2 && c.m.oom.seq &&
@@ -1606,8 +1606,8 @@ int gm_advise_main(int argc, char **argv)
             snprintf(why, sizeof why,
                      "not known: the complete steps fit (peak reserved %s), but the step that hit "
                      "the OOM needed at least %s (allocated + the request that failed), more than "
-                     "the budget: rerun with %s raised to record it whole",
-                     rr, nd, c.m.oom.raise);
+                     "the budget: %s to record it whole",
+                     rr, nd, gm_oom_rerun(c.m.oom.bound));
             have_plan = 0;
             rc = 1;
         } else if (!have_plan) {

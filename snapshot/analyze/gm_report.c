@@ -774,7 +774,8 @@ typedef struct oom_cause {
     char advice[640];
 } oom_cause;
 
-static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
+/* from: who set the recorded limit (gm_oom_limit_from) */
+static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_cause *c) {
     uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
     /* without the device's own figures (device_free 0) the failure itself says growth was
      * refused: no room. An OOM imported from PyTorch's trace knows the device's free bytes but
@@ -796,7 +797,7 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
     gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
     const char *what = cap_limit > cap_dev ? "the device"
                        : o->fraction       ? "PyTorch's per-process memory fraction"
-                                           : "GPUMEM_LIMIT";
+                                           : gm_oom_knob(from);
     char li[32];
     gm_fmt_bytes(o->limit, li, sizeof li);
     if (o->device_total && o->requested > o->device_total) {
@@ -819,7 +820,7 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
                  what, hr, un, mp,
                  cap_limit > cap_dev ? "Lower the peak"
                  : o->fraction ? "Raise the fraction (torch.cuda.set_per_process_memory_fraction)"
-                               : "Raise GPUMEM_LIMIT to a multiple of the unit");
+                               : "Raise it to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
             snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
@@ -840,9 +841,9 @@ static void oom_explain(const gm_oom *o, uint64_t unit, oom_cause *c) {
             li, hr, need, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
-        snprintf(c->advice, sizeof c->advice, "the configured limit was reached: GPUMEM_LIMIT left "
+        snprintf(c->advice, sizeof c->advice, "the configured limit was reached: %s left "
                  "%s above what was reserved. Raise it (to at least %s for this request), or lower "
-                 "the peak (the call sites live at the OOM are below)", hr, need);
+                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, need);
     } else {
         c->kind = "device";
         snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "
@@ -1464,7 +1465,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *oo = &m->ooms[i];
         oom_cause cause;
-        oom_explain(oo, unit, &cause);
+        gm_oom_bound from = gm_oom_limit_from(d, oo->limit, oo->fraction);
+        oom_explain(oo, from, unit, &cause);
         group *go = NULL;
         uint64_t ot, oc;
         alloc_set at_oom = select_allocs(m, SET_LIVE_AT, oo->seq);
@@ -1476,12 +1478,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     ",\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64
                     ",\"largest_free\":%" PRIu64 ",\"device_free\":%" PRIu64
                     ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64
-                    ",\"limit_from\":%s,\"advice\":",
+                    ",\"limit_from\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
-                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit,
-                    !oo->limit     ? "null"
-                    : oo->fraction ? "\"per_process_memory_fraction\""
-                                   : "\"GPUMEM_LIMIT\"");
+                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
+            gm_json_str(out, gm_oom_json(from));
+            fputs(",\"advice\":", out);
             gm_json_str(out, cause.advice);
             fprintf(out, ",\"cause\":\"%s\",\"shortfall\":%" PRIu64 ",\"map_unit\":%" PRIu64,
                     cause.kind, cause.shortfall, unit);

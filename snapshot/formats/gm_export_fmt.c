@@ -35,23 +35,13 @@ static int is_dev_free(int k)
     return k == REC_FREE || k == REC_FREE_ASYNC;
 }
 
-/* gpumem's own frames and the CUDA libraries' at the innermost end of a stack are left out of
- * the exports (as in the report's call sites): a stack starts where the program called */
-static int internal_frame(const gm_model *m, long fi)
-{
-    if (fi < 0) return 0;
-    const gm_frame *f = &m->frames[fi];
-    if (!f->module || f->module > m->nmods || !m->mods[f->module - 1].path) return 0;
-    const char *p = m->mods[f->module - 1].path, *b = strrchr(p, '/');
-    b = b ? b + 1 : p;
-    return strncmp(b, "libgpumem", 9) == 0 || strncmp(b, "libcudart", 9) == 0 ||
-           strncmp(b, "libcuda.", 8) == 0 || strncmp(b, "libcuda-", 8) == 0;
-}
-
+/* gpumem's own frames and CUDA's (libraries and header wrappers) at the innermost end of a
+ * stack are left out of the exports, by the report's rule (gm_frame_internal): a stack starts
+ * where the program called */
 size_t gm_export_first_depth(const gm_model *m, uint32_t stack, size_t len)
 {
     size_t k = 0;
-    while (k < len && internal_frame(m, gm_stack_frame(m, stack, k, NULL)))
+    while (k < len && gm_frame_internal(m, gm_stack_frame(m, stack, k, NULL)))
         k++;
     return k == len ? 0 : k;
 }

@@ -193,6 +193,35 @@ typedef struct gm_oom {
                    * (the OOM event's REC_F_OOM_FRACTION) */
 } gm_oom;
 
+/* The limit an out-of-memory error met: whichever of the device's memory and the configured
+ * cap left the allocator less room above what it had reserved. Every command that tells a
+ * person what to raise after an OOM asks this, so none names a knob the run never set. */
+typedef enum gm_oom_bound {
+    GM_OOM_DEVICE,     /* the device was full (a limit, if any, was above what it had) */
+    GM_OOM_LIMIT_ENV,  /* GPUMEM_LIMIT */
+    GM_OOM_LIMIT_CONF, /* the limit key of GPUMEM_CONF */
+    GM_OOM_LIMIT,      /* gpumem's limit, set by either (recordings without meta.limit_from) */
+    GM_OOM_FRACTION,   /* PyTorch's per-process memory fraction */
+} gm_oom_bound;
+
+/* Who set the limit an OOM recorded (limit: table ooms' limit_bytes, fraction: the event's
+ * REC_F_OOM_FRACTION), told apart by meta.limit_from; GM_OOM_DEVICE where there was none. */
+gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction);
+/* The bound: the limit's source, or GM_OOM_DEVICE where the device left less room than the
+ * limit (reserved + device_free; without the device's figures, device_free 0, the failure
+ * itself says the device had no room). */
+gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_t device_free,
+                            int fraction);
+/* The knob that sets the bound, for a person ("GPUMEM_LIMIT", "the limit key of GPUMEM_CONF",
+ * ...), NULL for the device. */
+const char *gm_oom_knob(gm_oom_bound b);
+/* What lets a rerun get past the OOM: "rerun with GPUMEM_LIMIT raised", or for the device
+ * "rerun on a device with more memory (GPUMEM_SIM_MEMORY on the virtual GPU)". */
+const char *gm_oom_rerun(gm_oom_bound b);
+/* The JSON word for a limit's source (report's .limit_from): "GPUMEM_LIMIT", "GPUMEM_CONF",
+ * "per_process_memory_fraction"; NULL for GM_OOM_DEVICE (no limit). */
+const char *gm_oom_json(gm_oom_bound b);
+
 typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
@@ -368,8 +397,16 @@ int gm_expand_inlines(gm_model *m);
 /* The call site of a stack (index into m->frames, or -1). A stack with Python frames: the
  * innermost Python frame of the user's code (not Python's own library, torch or gpumem:
  * gm_python_user_frame), else its innermost Python frame. Otherwise, and with m->frames_all:
- * the first frame outside gpumem and the CUDA libraries. */
+ * the first frame outside gpumem, the CUDA libraries and CUDA's headers (gm_frame_internal). */
 long gm_stack_site(const gm_model *m, uint32_t stack);
+/* Whether frame fi is gpumem's or CUDA's, never the program's call site: in libgpumem, the CUDA
+ * runtime or driver, or wholly in CUDA's headers (gm_cuda_header: the template wrappers
+ * cudaMalloc<T> and the like, inlined into the caller or not). The one rule every command that
+ * names "where the program allocated" follows (sites, exports' stacks). */
+int gm_frame_internal(const gm_model *m, long fi);
+/* Whether a source file is one of the CUDA toolkit's headers (cuda_runtime.h,
+ * cuda_runtime_api.h, anything under the toolkit's include folder). */
+int gm_cuda_header(const char *file);
 /* Frame i of a stack (index into m->frames) or -1. */
 long gm_stack_frame(const gm_model *m, uint32_t stack, size_t depth, size_t *len);
 /* The call site of a stack with its caller, "t_alloc (gpt2.c:200) < layer_forward (gpt2.c:634)";

@@ -1084,6 +1084,46 @@ static int internal_module(const gm_model *m, const gm_frame *f) {
            strncmp(b, "libcuda.", 8) == 0 || strncmp(b, "libcuda-", 8) == 0;
 }
 
+int gm_cuda_header(const char *file) {
+    if (!file) return 0;
+    const char *b = strrchr(file, '/');
+    b = b ? b + 1 : file;
+    if (!strcmp(b, "cuda_runtime.h") || !strcmp(b, "cuda_runtime_api.h")) return 1;
+    /* the toolkit's include folder, however the compiler spelled it: /usr/local/cuda/include,
+     * /usr/local/cuda-13.0/include, /usr/local/cuda/bin/../targets/x86_64-linux/include */
+    for (const char *p = strstr(file, "/cuda"); p; p = strstr(p + 1, "/cuda")) {
+        const char *q = p + 5;
+        if (*q != '/' && *q != '-') continue;
+        q = strchr(q, '/');
+        if (!q) return 0;
+        if (!strncmp(q, "/include/", 9)) return 1;
+        if (!strncmp(q, "/bin/../", 8)) q += 7;
+        if (!strncmp(q, "/targets/", 9) && (q = strchr(q + 9, '/')) && !strncmp(q, "/include/", 9))
+            return 1;
+    }
+    return 0;
+}
+
+/* How many of a frame's functions, innermost first (its own, then the functions it was inlined
+ * into: inl[]), are CUDA's header wrappers (cudaMalloc<float> from cuda_runtime.h, inlined into
+ * the program's code); 1 + ninl when all are. A frame of gm_expand_inlines is one function. */
+static uint32_t cuda_header_functions(const gm_model *m, const gm_frame *f) {
+    if (!gm_cuda_header(f->file)) return 0;
+    /* stacks expanded (gm_expand_inlines): the chain's functions follow as frames of their own */
+    uint32_t n = m->sym_lazy ? f->ninl : 0, k = 1;
+    while (k <= n && gm_cuda_header(f->inl[k - 1].file)) k++;
+    return k;
+}
+
+int gm_frame_internal(const gm_model *m, long fi) {
+    if (fi < 0 || (size_t)fi >= m->nframes) return 0;
+    const gm_frame *f = &m->frames[fi];
+    if (f->python) return 0;
+    if (internal_module(m, f)) return 1;
+    gm_sym_frame(m, fi); /* the file is known once symbolized */
+    return cuda_header_functions(m, f) == 1 + (m->sym_lazy ? f->ninl : 0);
+}
+
 /* the directory component after "site-packages/" or "dist-packages/", if the path has one */
 static const char *package_of(const char *file) {
     const char *p = strstr(file, "-packages/");
@@ -1136,7 +1176,7 @@ long gm_stack_site(const gm_model *m, uint32_t stack) {
     }
     for (size_t i = 0; i < n; i++) {
         long f = gm_stack_frame(m, stack, i, NULL);
-        if (f >= 0 && !internal_module(m, &m->frames[f])) return f;
+        if (f >= 0 && !gm_frame_internal(m, f)) return f;
     }
     return first;
 }
@@ -1161,11 +1201,17 @@ static void frame_desc(const gm_model *m, const gm_frame *f, char *out, size_t o
                           ? m->mods[f->module - 1].path : "?";
     const char *mb = strrchr(mod, '/');
     mb = mb ? mb + 1 : mod;
-    char *dm = gm_readable_function(f->function);
-    const char *fn = dm ? dm : f->function;
-    if (fn && f->file) {
-        const char *fb = strrchr(f->file, '/');
-        snprintf(out, outsz, "%s (%s:%u)", fn, fb ? fb + 1 : f->file, f->line);
+    /* a recorded frame whose code is a CUDA header wrapper inlined into the program's: named by
+     * the program's function, as gm_expand_inlines' frames are once the wrapper's is skipped */
+    uint32_t h = cuda_header_functions(m, f);
+    const char *func = f->function, *file = f->file;
+    unsigned line = f->line;
+    if (h && m->sym_lazy && h <= f->ninl) func = f->inl[h - 1].function, file = f->inl[h - 1].file, line = f->inl[h - 1].line;
+    char *dm = gm_readable_function(func);
+    const char *fn = dm ? dm : func;
+    if (fn && file) {
+        const char *fb = strrchr(file, '/');
+        snprintf(out, outsz, "%s (%s:%u)", fn, fb ? fb + 1 : file, line);
     } else if (fn) {
         snprintf(out, outsz, "%s (%s)", fn, mb);
     } else {
@@ -1220,11 +1266,12 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
         if (gm_stack_frame(m, stack, d, NULL) == f) {
             /* stacks as recorded (gm_symbolize_sites): the site's inline chain comes first, as
              * gm_expand_inlines puts it after the site */
-            if (m->sym_lazy && f >= 0 && m->frames[f].ninl) {
-                const gm_frame *sf = &m->frames[f];
+            const gm_frame *sf = f >= 0 ? &m->frames[f] : NULL;
+            uint32_t h = sf ? cuda_header_functions(m, sf) : 0; /* named by inl[h - 1] */
+            if (m->sym_lazy && sf && sf->ninl > h) {
                 gm_frame in = {.module = sf->module, .offset = sf->offset, .symbolized = 1,
-                               .function = sf->inl[0].function, .file = sf->inl[0].file,
-                               .line = sf->inl[0].line, .inl_depth = 1};
+                               .function = sf->inl[h].function, .file = sf->inl[h].file,
+                               .line = sf->inl[h].line, .inl_depth = h + 1};
                 append_caller(m, -1, &in, out, outsz);
             } else if (d + 1 < len) {
                 long c = gm_stack_frame(m, stack, d + 1, NULL);
@@ -1233,4 +1280,64 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
             break;
         }
     return f;
+}
+
+/* ---------------------------------------------------------------- the limit an OOM met */
+
+gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction) {
+    if (!limit) return GM_OOM_DEVICE;
+    if (fraction) return GM_OOM_FRACTION;
+    /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the recorded config, so the config
+     * alone cannot say which one the program ran with: the recorder writes it down */
+    char from[32];
+    gm_meta_text(d, "limit_from", from, sizeof from);
+    return !strcmp(from, "GPUMEM_LIMIT")  ? GM_OOM_LIMIT_ENV
+           : !strcmp(from, "GPUMEM_CONF") ? GM_OOM_LIMIT_CONF
+                                          : GM_OOM_LIMIT;
+}
+
+gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_t device_free,
+                            int fraction) {
+    /* the same comparison as report's binding constraint: a limit binds where it left no more
+     * room than the device did */
+    if (!limit || limit > reserved + device_free) return GM_OOM_DEVICE;
+    return gm_oom_limit_from(d, limit, fraction);
+}
+
+const char *gm_oom_knob(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV: return "GPUMEM_LIMIT";
+    case GM_OOM_LIMIT_CONF: return "the limit key of GPUMEM_CONF";
+    case GM_OOM_LIMIT: return "GPUMEM_LIMIT (or the limit key of GPUMEM_CONF)";
+    case GM_OOM_FRACTION:
+        return "PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_DEVICE: break;
+    }
+    return NULL;
+}
+
+const char *gm_oom_rerun(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV: return "rerun with GPUMEM_LIMIT raised";
+    case GM_OOM_LIMIT_CONF: return "rerun with the limit key of GPUMEM_CONF raised";
+    case GM_OOM_LIMIT: return "rerun with GPUMEM_LIMIT (or the limit key of GPUMEM_CONF) raised";
+    case GM_OOM_FRACTION:
+        return "rerun with PyTorch's per-process memory fraction raised "
+               "(torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_DEVICE: break;
+    }
+    /* no knob of the run's raises the device: a smaller run or a larger device does */
+    return "the device was full: rerun with a lower peak (a smaller batch or sequence) or on a "
+           "device with more memory (GPUMEM_SIM_MEMORY on the virtual GPU)";
+}
+
+const char *gm_oom_json(gm_oom_bound b) {
+    switch (b) {
+    case GM_OOM_LIMIT_ENV:
+    case GM_OOM_LIMIT: return "GPUMEM_LIMIT";
+    case GM_OOM_LIMIT_CONF: return "GPUMEM_CONF";
+    case GM_OOM_FRACTION: return "per_process_memory_fraction";
+    case GM_OOM_DEVICE: break;
+    }
+    return NULL;
 }

@@ -30,3 +30,53 @@ sed -n '/^OOM forensics/,/^$/p' "$TMP/r.txt"
 grep -q "$tensor" "$TMP/r.txt" || fail "the text report does not name $tensor"
 grep -Eq 'largest free block' "$TMP/r.txt" || fail "the text report lacks the forensics"
 ok "report shows the OOM of $tensor ($bytes bytes) with forensics"
+
+# What each command tells the user to raise after an OOM follows the constraint that bound it:
+# the device, GPUMEM_LIMIT, or the limit key of GPUMEM_CONF (PyTorch's per-process memory
+# fraction: tests/torch/torch_oom.sh). A table: NAME | environment | report's cause |
+# report's .limit_from | the phrase advise (refusing: no step completed; and --oom-step
+# --budget: the rest of the run is not recorded) and viz (advise's word on its page) give |
+# report's what-to-change. Every command's output names no other constraint's knob.
+unset GPUMEM_LIMIT
+knobs=("GPUMEM_LIMIT raised" "GPUMEM_LIMIT left" "limit key of GPUMEM_CONF"
+       "per-process memory fraction" "the device was full")
+cases=(
+  "device|GPUMEM_SIM_MEMORY=8G|device|null|the device was full: rerun with a lower peak|the live tensors need more than the device has"
+  "device-under-limit|GPUMEM_SIM_MEMORY=8G GPUMEM_LIMIT=16G|device|GPUMEM_LIMIT|the device was full: rerun with a lower peak|the live tensors need more than the device has"
+  "GPUMEM_LIMIT|GPUMEM_SIM_MEMORY=80G GPUMEM_LIMIT=8G|limit|GPUMEM_LIMIT|rerun with GPUMEM_LIMIT raised|GPUMEM_LIMIT left"
+  "GPUMEM_CONF|GPUMEM_SIM_MEMORY=80G GPUMEM_CONF=limit:8G|limit|GPUMEM_CONF|rerun with the limit key of GPUMEM_CONF raised|the limit key of GPUMEM_CONF left"
+  "both|GPUMEM_SIM_MEMORY=80G GPUMEM_CONF=limit:4G GPUMEM_LIMIT=8G|limit|GPUMEM_LIMIT|rerun with GPUMEM_LIMIT raised|GPUMEM_LIMIT left"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name envs cause from rerun change <<< "$c"
+  db=$TMP/b-$name.db
+  env $envs "$GM" record -q -o "$db" -- "$TRAIN" --model gpt2-medium -B 8 -T 1024 --dry-run --steps 2 \
+    > /dev/null 2>&1 && fail "$name: the trainer did not run out of memory"
+  "$GM" report --json "$db" > "$TMP/b.json" || fail "$name: report failed"
+  got=$(jq -r '.ooms[0] | "\(.cause) \(.limit_from)"' "$TMP/b.json")
+  [[ $got == "$cause $from" ]] || fail "$name: report's cause and limit_from are '$got', want '$cause $from'"
+  "$GM" report "$db" > "$TMP/b-report.txt"
+  grepq -F "what to change: " "$TMP/b-report.txt" && grepq -F "$change" "$TMP/b-report.txt" \
+    || fail "$name: report does not say '$change': $(grep 'what to change' "$TMP/b-report.txt")"
+  set +e
+  "$GM" advise "$db" > "$TMP/b-advise.txt" 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 3 ]] && grepq -F "before any step completed: $rerun" "$TMP/b-advise.txt" \
+    || fail "$name: advise (exit $rc) does not say '$rerun': $(cat "$TMP/b-advise.txt")"
+  "$GM" advise --oom-step --budget 100G "$db" > "$TMP/b-advise-step.txt" 2>&1 || true
+  grepq -F "the rest of the run is not recorded: $rerun" "$TMP/b-advise-step.txt" \
+    || fail "$name: advise --oom-step does not say '$rerun': $(grep -F 'not known' "$TMP/b-advise-step.txt")"
+  "$GM" viz "$db" -o "$TMP/b.html" > /dev/null 2>&1 || fail "$name: viz failed"
+  grepq -F "$rerun" "$TMP/b.html" || fail "$name: the page does not say '$rerun'"
+  "$GM" frag "$db" > "$TMP/b-frag.txt" 2>&1 || true
+  "$GM" tune "$db" > "$TMP/b-tune.txt" 2>&1 || true
+  "$GM" leaks "$db" > "$TMP/b-leaks.txt" 2>&1 || true
+  for out in report advise advise-step frag tune leaks; do
+    for k in "${knobs[@]}"; do
+      [[ $rerun$change == *"$k"* ]] && continue
+      ! grepq -F "$k" "$TMP/b-$out.txt" || fail "$name: $out names '$k', a constraint this run did not meet: $(grep -F "$k" "$TMP/b-$out.txt" | head -1)"
+    done
+  done
+  ok "$name: report ($cause, $from), advise, advise --oom-step, viz say '$rerun'; report, advise, frag, tune, leaks name no other knob"
+done

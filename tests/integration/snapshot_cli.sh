@@ -51,6 +51,35 @@ if [[ -x $BUILD/train_gpt2_sim ]]; then
     "$GPUMEM" diff "$TMP/tr.db" "$TMP/h.db" > /dev/null 2>&1; [[ $? -le 3 ]] || fail "gpumem diff on '$q' crashed"
   done
 fi
+# CUDA's header wrappers (cudaMalloc<T> from cuda_runtime.h, inlined into the program's helper)
+# are never the program's call site: every command that names where the program allocated
+# names the helper's line and its caller, so the helper's two callers stay two sites. A table:
+# the command | what its output must hold (the site of make_b's allocation).
+CXX_APP=$BUILD/tests/apps/cxx_wrap_app
+need "$CXX_APP"
+"$GPUMEM" record -q -o "$TMP/cxx.db" -- "$CXX_APP" > /dev/null || fail "cxx_wrap_app failed"
+site_b="alloc_floats (cxx_wrap_app.cc:12) < make_b (cxx_wrap_app.cc:19)"
+id_b=$("$GPUMEM" sql "$TMP/cxx.db" -c "SELECT id FROM allocations WHERE size = 8388608" | tail -1)
+sites=(
+  "report|$site_b"
+  "leaks|at $site_b"
+  "diff $TMP/cxx.db|$site_b"
+  "uses --id $id_b|$site_b"
+  "export --format folded -o -|;make_b (cxx_wrap_app.cc:19);alloc_floats (cxx_wrap_app.cc:12) 8388608"
+  "export --format speedscope -o -|\"alloc_floats (cxx_wrap_app.cc:12)\""
+  "viz -o $TMP/cxx.html|alloc_floats (cxx_wrap_app.cc:12)"
+)
+for c in "${sites[@]}"; do
+  IFS='|' read -r cmd want <<< "$c"
+  read -r verb rest <<< "$cmd"
+  "$GPUMEM" $verb "$TMP/cxx.db" $rest > "$TMP/cxx.out" 2>&1
+  [[ $verb == viz ]] && cp "$TMP/cxx.html" "$TMP/cxx.out"
+  grepq -F -- "$want" "$TMP/cxx.out" || fail "gpumem $cmd does not name '$want'"
+  # speedscope lists every frame of the recording; its samples are what it draws
+  [[ $verb == export && $rest == *speedscope* ]] && jq -r '.shared.frames as $f | [.profiles[].samples[][]]
+    | unique | map($f[.].name) | .[]' "$TMP/cxx.out" > "$TMP/cxx.out"
+  ! grepq -F "cuda_runtime" "$TMP/cxx.out" || fail "gpumem $cmd names CUDA's header: $(grep -m1 -F cuda_runtime "$TMP/cxx.out")"
+done
 # a typo gets the nearest command
 "$GPUMEM" reprot "$TMP/ok.db" 2> "$TMP/typo"; [[ $? -eq 2 ]] && grep -q "did you mean 'report'" "$TMP/typo" || fail "no did-you-mean for reprot"
 echo "ok"
