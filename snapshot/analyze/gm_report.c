@@ -1598,21 +1598,35 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
 
 /* What makes memory grow step by step: the allocations still alive after the last step's last
  * event (even when the program frees them at teardown) whose group (site or name) holds ones made
- * in half the steps between the first and the last or more (one at least): step after step made
- * one and kept it through the next. The first step and the last do not count: the first makes
- * state lazily (optimizer state, workspaces), the last leaves what the next step would have freed
- * (its gradients, before a zero_grad that never came; a final pass's output). The group's
- * allocations of those steps are listed with it. An allocation's step is gm_step_index's:
- * one made after a step's range closed (a tensor kept after opt.step()) is that step's. *steps_lo
- * and *steps_hi get the first and last step number of what is kept. Grouped by site or name. */
+ * in two steps or more, among them half the steps between the first and the last or more (one at
+ * least): step after step made one and kept it through the next. Only the allocations that step
+ * after step makes count, not every survivor of the group: an allocation of a step between the
+ * first and the last does; one of the first step or the last only where a step between made and
+ * kept one of the same size at the same group. The first step makes state lazily (optimizer state,
+ * workspaces: PyTorch's first matmul at a line makes cuBLAS's 32 MiB workspace there, at the line
+ * whose outputs a loop may leak, and it is not what grows), the last leaves what the next step
+ * would have freed (its gradients, before a zero_grad that never came; a final pass's output). A
+ * single step's survivor is not growth either (a loop's last input, made before the hooks opened
+ * the last step, is the step before it's). An allocation's step is gm_step_index's: one made after
+ * a step's range closed (a tensor kept after opt.step()) is that step's. *steps_lo and *steps_hi
+ * get the first and last step number of what is kept. Grouped by site or name. */
 typedef struct kept_ent {
     group g;
-    long step; /* index into m->steps */
+    long step;     /* index into m->steps */
+    int counts;    /* made by the per-step pattern (see above) */
 } kept_ent;
 static int cmp_kept(const void *a, const void *b) {
     const kept_ent *x = a, *y = b;
     int c = strcmp(x->g.key, y->g.key);
     return c ? c : (x->step > y->step) - (x->step < y->step);
+}
+/* by group, then size: a first or last step's allocation is matched with a step between's */
+static int cmp_kept_size(const void *a, const void *b) {
+    const kept_ent *x = a, *y = b;
+    int c = strcmp(x->g.key, y->g.key);
+    if (c) return c;
+    if (x->g.bytes != y->g.bytes) return x->g.bytes < y->g.bytes ? -1 : 1;
+    return (x->step > y->step) - (x->step < y->step);
 }
 static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint64_t *total,
                          uint64_t *count, int64_t *steps_lo, int64_t *steps_hi, alloc_set *sel) {
@@ -1644,7 +1658,17 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
         g->bytes = a->requested;
         g->count = 1;
         g->sample = i;
-        e[n++].step = si;
+        e[n].step = si;
+        e[n++].counts = si > 0 && (size_t)si + 1 < m->nsteps;
+    }
+    /* a first or last step's allocation counts where a step between kept one of its group and size */
+    if (n) gm_sort(e, n, sizeof *e, cmp_kept_size);
+    for (size_t i = 0, j; i < n; i = j) {
+        int between = 0;
+        for (j = i; j < n && strcmp(e[j].g.key, e[i].g.key) == 0 && e[j].g.bytes == e[i].g.bytes; j++)
+            between |= e[j].counts;
+        for (size_t x = i; x < j; x++)
+            e[x].counts |= between;
     }
     /* the groups whose allocations come from two steps or more, kept */
     if (n) gm_sort(e, n, sizeof *e, cmp_kept);
@@ -1653,12 +1677,17 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
     if (!sel->idx) free(g), g = NULL;
     size_t k = 0;
     for (size_t i = 0, j; g && i < n; i = j) {
-        /* the distinct steps between the first and the last that made some of them */
-        size_t made_in = 0, middle = m->nsteps - 2;
-        for (j = i; j < n && strcmp(e[j].g.key, e[i].g.key) == 0; j++)
-            made_in += e[j].step > 0 && (size_t)e[j].step + 1 < m->nsteps && (j == i || e[j].step != e[j - 1].step);
-        if (!made_in || made_in < (middle + 1) / 2) continue;
+        /* the distinct steps that made some of them, and those between the first and the last */
+        size_t made_in = 0, steps = 0, middle = m->nsteps - 2;
+        long prev = -1;
+        for (j = i; j < n && strcmp(e[j].g.key, e[i].g.key) == 0; j++) {
+            if (!e[j].counts || e[j].step == prev) continue;
+            prev = e[j].step, steps++;
+            made_in += e[j].step > 0 && (size_t)e[j].step + 1 < m->nsteps;
+        }
+        if (steps < 2 || !made_in || made_in < (middle + 1) / 2) continue;
         for (size_t x = i; x < j; x++) {
+            if (!e[x].counts) continue;
             sel->idx[sel->n++] = e[x].g.sample;
             g[k++] = e[x].g;
             *total += e[x].g.bytes;

@@ -15,8 +15,9 @@
 #   - "leaked": leaks, the ranks report and viz by one rule (PyTorch's tensors alive at the end);
 #     the ranks report shows PyTorch's own peak; viz names C++ frames demangled;
 #   - leaks' "memory grows" and "what grows": only where step after step kept something (not a
-#     final no_grad pass's output, not the last step's gradients), and a tensor kept after
-#     opt.step(), outside the hook's step range, is the step before it's.
+#     final no_grad pass's output, not the last step's gradients, not a loop's last input), and
+#     only what each step made (not the first step's cuBLAS workspace at the line of a leak), and
+#     a tensor kept after opt.step(), outside the hook's step range, is the step before it's.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/views_mlp.py
@@ -32,6 +33,8 @@ rec plain -- || exit 1
 rec keep -- --keep --steps=6 || exit 1
 rec nohooks --no-torch-hooks -- || exit 1
 rec evalp -- --eval --steps=9 || exit 1
+rec keepout -- --keep-out || exit 1
+rec fresh -- --fresh-input || exit 1
 
 # the merged report of several ranks reads --frames as one rank's report does (it took the
 # option and ignored it): what the peak rank holds more, an unnamed allocation by its call site,
@@ -157,10 +160,16 @@ mangled=$(grep -o '(unnamed) in _Z[A-Za-z0-9_]*' "$tmp/p.html" | sort -u | sed -
 
 # 5-6. what grows (leaks): claimed only where step after step kept something, and then exactly
 # that; an allocation made after a step's range closed (the KEPT line, after opt.step()) is that
-# step's. "NAME|grows|its kept sites as 'SITE COUNT BYTES'"
+# step's. Only what step after step made counts, not every survivor of a site: keepout's outputs
+# (10 KiB each, the first step's too) without cuBLAS's 32 MiB workspace, made once in step 1 at the
+# same line; fresh's last input, alive at the end and the step before the last's, is one step's.
+# "NAME|grows|its kept sites as 'SITE COUNT BYTES'"
 kept=$(grep -n '# KEPT' "$script" | cut -d: -f1)
+outl=$(grep -n '  # OUT$' "$script" | cut -d: -f1)
 growth="plain|false|
 evalp|false|
+fresh|false|
+keepout|true|views_mlp.py:$outl in <module> 4 $((4 * 256 * 10 * 4))
 keep|true|views_mlp.py:$kept in <module> 6 $((6 * 4194304))"
 while IFS='|' read -r name want_grows want_sites; do
   "$G" leaks --json "$tmp/$name.db" > "$tmp/$name.leaks.json" || { bad "$name: leaks failed"; continue; }
