@@ -34,6 +34,11 @@ void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t
 {
     (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested;
 }
+int gm_test_yield_on; /* GPUMEM_TEST_FREE_YIELD: off here */
+void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t alloc_id)
+{
+    (void)device, (void)stream, (void)ptr, (void)alloc_id;
+}
 void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind) { (void)ptr, (void)size, (void)kind; }
 int gm_capture_relax(CUstreamCaptureMode *saved)
 {
