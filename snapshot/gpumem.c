@@ -190,6 +190,10 @@ static const char *const usage_sql =
     "sqlite3 program is not installed). With -c, runs QUERY and prints the rows, columns\n"
     "separated by '|', with a header line. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
+    "Where an allocation came from is its stack's call site, as report names it (the table\n"
+    "stack_sites, made by gpumem sql; stack_frames lists gpumem's own frames first):\n"
+    "  gpumem sql run.db -c 'SELECT a.size, s.function, s.file, s.line FROM allocations a\n"
+    "    LEFT JOIN stack_sites s ON s.stack = a.stack ORDER BY a.size DESC LIMIT 10'\n"
     "The database is read-only unless --write is given (a mistaken DELETE cannot destroy a\n"
     "recording).\n"
     "Exit code: 0, 2 usage, 3 unreadable database or failed query.\n";
@@ -497,9 +501,11 @@ static int cmd_sql(int argc, char **argv) {
     }
     int rc = 0;
     /* names of native frames: symbolized in memory and shown through TEMP tables that shadow
-     * frames / inlines / stack_frames (the file is never written by a reader); only when the
-     * query can see them, and not with --write (then the tables are the file's own) */
-    if (!write && (!query || strcasestr(query, "frames") || strcasestr(query, "inlines"))) {
+     * frames / inlines / stack_frames, with stack_sites beside them (the file is never written
+     * by a reader); only when the query can see them, and not with --write (then the tables are
+     * the file's own) */
+    if (!write && (!query || strcasestr(query, "frames") || strcasestr(query, "inlines") ||
+                   strcasestr(query, "stack_sites"))) {
         gm_model m;
         if (gm_model_load_tables(&d, &m, err, sizeof err) == 0) {
             gm_symbolize(&d, &m);

@@ -57,7 +57,8 @@ static const char *const usage_advise =
     "  --try FLAGS    evaluate one combination given as trainer flags (--recompute LIST\n"
     "                 --offload LIST --accum K --grad-none --act-dtype bf16|fp32), merged with\n"
     "                 the recorded ones and printed as the only recommendation (with --check:\n"
-    "                 re-run too)\n"
+    "                 re-run too); what advise does not predict for the recording (its notes,\n"
+    "                 JSON not_predicted: accumulation on a user's script) is refused, exit 2\n"
     "  --oom-step     a run that hit an OOM: advise from the partial trace up to it (else only\n"
     "                 its complete steps are advised, or it is refused)\n"
     "  --json         one JSON object (contract in snapshot/analyze/ADVISE.md)\n"
@@ -374,6 +375,19 @@ static void unpredicted(ctx *c, const char *technique, const char *why)
     snprintf(c->notes[c->nnotes], sizeof c->notes[0], "%s", why);
     c->unpredicted[c->nunpredicted].technique = technique;
     c->unpredicted[c->nunpredicted++].note = c->nnotes++;
+}
+
+/* The note of a technique of s that is not predicted for this recording (unpredicted), or -1:
+ * one rule for the single rows, the combinations and --try, so that a prediction withheld from
+ * the table cannot be had by asking for it (--try '--accum 4' on a user's script). */
+static int spec_withheld(const ctx *c, const spec *s)
+{
+    for (int i = 0; i < c->nunpredicted; i++) {
+        const char *t = c->unpredicted[i].technique;
+        if ((!strcmp(t, "accum") && s->accum > 1) || (!strcmp(t, "bf16") && s->bf16))
+            return c->unpredicted[i].note;
+    }
+    return -1;
 }
 
 static void phases_note(gm_db *d, ctx *c)
@@ -1525,10 +1539,11 @@ int gm_advise_main(int argc, char **argv)
     }
     /* a trace of millions of events: accumulation by 2 only (each copy of the step is replayed) */
     int big = c.m.nevs > 2000000;
-    for (int i = 0; i < (user_script ? 0 : big ? 1 : 3); i++) {
+    for (int i = 0; i < (big ? 1 : 3); i++) {
         if ((c.trainer && c.B % (ra * accums[i])) || (c.script && c.B % accums[i])) continue;
         spec s = blank;
         s.accum = accums[i];
+        if (spec_withheld(&c, &s) >= 0) continue;
         PUSH(recs, nrecs, rcap, s);
     }
     if (!c.rec.grad_none) {
@@ -1536,15 +1551,23 @@ int gm_advise_main(int argc, char **argv)
         s.grad_none = 1;
         PUSH(recs, nrecs, rcap, s);
     }
-    if (!c.rec.bf16 && !(user_script && !c.m.ntops)) {
+    if (!c.rec.bf16) {
         spec s = blank;
         s.bf16 = 1;
-        PUSH(recs, nrecs, rcap, s);
+        if (spec_withheld(&c, &s) < 0) PUSH(recs, nrecs, rcap, s);
     }
     if (try_flags) {
         spec s = blank;
         if (parse_try(&c, try_flags, &s, err, sizeof err) != 0) {
             fprintf(stderr, "gpumem advise: %s\n", err);
+            rc = GM_EXIT_USAGE;
+            goto done;
+        }
+        /* not a figure that does not hold: what --try asks is said, as parse_try says what the
+         * model cannot do (exit 2) */
+        int w = spec_withheld(&c, &s);
+        if (w >= 0) {
+            fprintf(stderr, "gpumem advise: --try '%s' is not predicted: %s\n", try_flags, c.notes[w]);
             rc = GM_EXIT_USAGE;
             goto done;
         }
@@ -1593,10 +1616,9 @@ int gm_advise_main(int argc, char **argv)
                                 if ((bf && c.rec.bf16) || (oa && c.rec.off_act) ||
                                     (oo && (c.rec.off_opt || c.script)) || (gn && c.rec.grad_none) ||
                                     (ks[ki] > 1 && c.trainer && c.B % (ra * ks[ki])) ||
-                                    (ks[ki] > 1 && c.script && c.B % ks[ki]) ||
-                                    (user_script && (ks[ki] > 1 || (bf && !c.m.ntops))))
-                                    continue; /* (not predicted for a user's script: above) */
-                                if (spec_ntech(&s) < 2 || try_flags) continue;
+                                    (ks[ki] > 1 && c.script && c.B % ks[ki]))
+                                    continue;
+                                if (spec_ntech(&s) < 2 || try_flags || spec_withheld(&c, &s) >= 0) continue;
                                 if (!full && !big_ok(recs, nrecs, &s)) continue;
                                 if (big && ks[ki] > 2) continue;
                                 PUSH(all, nall, acap, s);

@@ -387,7 +387,9 @@ void gm_sym_frame(const gm_model *m, long fi);
 /* Closes gm_symbolize_sites' modules (gm_model_free calls it). */
 void gm_sym_lazy_free(gm_model *m);
 /* The symbolized frames as TEMP tables frames and inlines and a TEMP view stack_frames, which
- * shadow the file's in the connection's queries (gpumem sql); the file is not written. 0 or -1. */
+ * shadow the file's in the connection's queries (gpumem sql), and a TEMP table stack_sites (each
+ * stack's call site, gm_stack_site); the file is not written. m must be symbolized eagerly
+ * (gm_symbolize). 0 or -1. */
 int gm_symbols_temp(gm_db *d, const gm_model *m);
 /* Rewrites every stack so that each recorded frame is followed by the functions its code was
  * inlined into (new gm_frame entries with inl_depth > 0). Idempotent. Returns 0 or -1 (out of

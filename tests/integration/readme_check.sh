@@ -9,6 +9,8 @@
 #  - in both, "..." inside a line stands for text left out, and what no two runs print alike is
 #    compared as a placeholder: durations (392 ns, 0.118 s, 73.22 ms) and pids. Every other
 #    number — bytes, counts, event numbers, source line numbers — must be the program's.
+# Then every SQL example of the docs (READMEs, --help texts) is run on two recordings and must
+# name the program's frames (at the end of this file).
 # Cheap enough for make test: the demo's recording (tiny GPT-2, 200 steps), a drv_sym_app run,
 # and a 20-step GPT-2 124M dry run (a second each on the virtual GPU).
 source "$(dirname "$0")/e2e_common.bash"
@@ -116,3 +118,84 @@ EOF
 ! python3 "$TMP/compare.py" "$TMP/edited.md" "$OUT" > "$TMP/edited.out" || fail "a README with an edited demo line passed the check"
 grep -q "the program no longer prints this line" "$TMP/edited.out" || fail "the edited line was not named: $(cat "$TMP/edited.out")"
 ok "and a README with one demo number edited fails it"
+
+# ---- every SQL example of the docs runs, and names the program's frames ----------------------
+# The queries are read from where a person reads them — the ```sql blocks and `gpumem sql ... -c
+# '...'` lines of every README.md, every command's --help, the hint `gpumem uses` prints — so the
+# docs and this test cannot drift. Each runs on two recordings: the trainer (a planted leak, access
+# tracking on, so the leak and uses examples have rows) and cxx_wrap_app, whose allocations are
+# known (8 MiB alive at exit, allocated at alloc_floats, cxx_wrap_app.cc:12, through CUDA's
+# cudaMalloc<float> inlined there). A column `function` or `file` must name the program's code,
+# never gpumem's own frames (gm_rec_alloc in preload/core.c) or CUDA's headers; a query whose
+# comment says "gpumem's own frames included" lists whole stacks and is only run.
+CXX_APP=$BUILD/tests/apps/cxx_wrap_app
+[[ -x $CXX_APP ]] || fail "$CXX_APP is not built"
+"$GM" record -q -o "$TMP/sql_cxx.db" -- "$CXX_APP" > /dev/null 2>&1 || fail "cxx_wrap_app under gpumem record failed"
+GPUMEM_USES=1 GPUMEM_SIM_BACKING=virtual "$GM" record -q -o "$TMP/sql_train.db" -- "$TRAIN" --model gpt2 --dry-run \
+  --steps 3 -B 1 -T 64 --leak > /dev/null 2>&1 || fail "the trainer's dry run with --leak under gpumem record failed"
+{
+  for c in $("$GM" --help | sed -n 's/^  \([a-z]\+\) .*/\1/p' | sort -u); do "$GM" "$c" --help 2>&1 || true; done
+  ! "$GM" uses "$TMP/sql_cxx.db" --id 999999999 2>&1 # its hint on a wrong id
+} > "$TMP/sql_help.txt"
+find . -name README.md -not -path './build*' -not -path './.git/*' | sort > "$TMP/sql_docs.txt"
+python3 - "$GM" "$TMP" "$TMP/sql_help.txt" "$TMP/sql_docs.txt" <<'EOF' \
+  || fail "an SQL example of the docs does not run, or names gpumem's frames instead of the program's"
+import re, subprocess, sys
+gm, tmp, helptxt, docs = sys.argv[1:5]
+queries = []  # (where, comment, sql)
+def inline(where, text):
+    # gpumem sql DB -c '...', the quoted query possibly over several lines (help texts wrap it)
+    for m in re.finditer(r"gpumem sql \S+ -c '([^']*)'", text):
+        if "..." not in m.group(1) and "QUERY" not in m.group(1):
+            queries.append((where, "", " ".join(m.group(1).split())))
+for path in open(docs).read().split():
+    text = open(path, encoding="utf-8").read()
+    for b in re.finditer(r"```sql\n(.*?)```", text, re.S):
+        comment, stmt = "", []
+        for line in b.group(1).split("\n"):
+            if line.startswith("--"):
+                comment += line
+            elif line.strip():
+                stmt.append(line)
+                if line.rstrip().endswith(";"):
+                    queries.append((path, comment, " ".join(stmt))); comment, stmt = "", []
+    inline(path, text)
+inline("--help", open(helptxt, encoding="utf-8").read())
+where_seen = {w for w, _, _ in queries}
+for need in ("./snapshot/README.md", "./README.md", "--help"):
+    if need not in where_seen: print(f"no SQL example found in {need}: is the extraction still right?"); sys.exit(1)
+bad = 0
+def rows(db, q):
+    r = subprocess.run([gm, "sql", db, "-c", q], capture_output=True, text=True)
+    if r.returncode != 0: return None, r.stderr.strip()
+    lines = r.stdout.rstrip("\n").split("\n") if r.stdout.strip() else []
+    return [l.split("|") for l in lines], ""
+for where, comment, q in queries:
+    whole_stacks = "gpumem's own frames included" in comment
+    for db, own in ((f"{tmp}/sql_train.db", r"^train/"), (f"{tmp}/sql_cxx.db", r"^tests/apps/cxx_wrap_app\.cc$")):
+        out, err = rows(db, q)
+        if re.match(r"(?i)\s*(delete|insert|update|drop)\b", q):
+            # the docs show it refused: readers never change a recording without --write
+            if out is not None or "read-only" not in err:
+                print(f"{where}: the writing example was not refused on {db}\n    {q}"); bad += 1
+            continue
+        if out is None:
+            print(f"{where}: the example does not run on {db}: {err}\n    {q}"); bad += 1; continue
+        if not out: continue
+        head, body = out[0], out[1:]
+        cols = [i for i, h in enumerate(head) if h in ("function", "file")]
+        if not cols or whole_stacks: continue
+        if not body:
+            print(f"{where}: the example names frames but gives no row on {db}\n    {q}"); bad += 1; continue
+        for r in body:
+            f = dict(zip(head, r))
+            if not re.search(own, f.get("file", "")) or not f.get("function"):
+                print(f"{where}: on {db} the example names a frame that is not the program's: "
+                      f"{f.get('function')} in {f.get('file')}\n    {q}"); bad += 1; break
+            if "cxx" in db and f.get("size") == "8388608" and (f.get("function"), f.get("line", "12")) != ("alloc_floats", "12"):
+                print(f"{where}: cxx_wrap_app's 8 MiB came from alloc_floats (cxx_wrap_app.cc:12), "
+                      f"the example says {f.get('function')}:{f.get('line')}\n    {q}"); bad += 1; break
+print(f"{len(queries)} SQL examples run on 2 recordings, {bad} wrong")
+sys.exit(1 if bad else 0)
+EOF
+ok "every SQL example of the READMEs and --help texts runs and names the program's frames"

@@ -4,6 +4,7 @@
 #   - accumulation (and autocast without the op log) is not predicted for a user's script: no
 #     row, a note that says why (and that a loop accumulating already does), JSON .not_predicted;
 #     never a micro-batch size the recording does not hold (it said "micro-batches of 1");
+#     nor by --try (it printed `--try '--accum K'` with no warning): refused, exit 2, the note;
 #   - a loop whose gradients do not outlive their step (zero_grad's default) is told that
 #     set_to_none is in effect: no recommendation or combination proposes it, the JSON lists
 #     grad_none among the recorded techniques;
@@ -46,6 +47,30 @@ done <<EOT
 none|||accum bf16|:
 ops|--torch-ops|none|accum|:
 accum||accum|accum bf16| (this loop runs 4 forward passes a step: it accumulates already)
+EOT
+# --try follows the same rule (spec_withheld): a technique advise does not predict for the
+# recording is refused (exit 2) with the row's own note, never printed as a prediction; the
+# others are predicted. "DB|TRY|withheld technique, or - when predicted"
+while IFS='|' read -r db try want; do
+  "$G" advise "$tmp/$db.db" --try "$try" > "$tmp/try.out" 2> "$tmp/try.err"; rc=$?
+  if [[ $want == - ]]; then
+    [[ $rc == 0 ]] && grep -q "peak allocated .*reserved" "$tmp/try.out" && ! grep -q "not predicted:" "$tmp/try.err" \
+      && ok "$db: --try '$try' predicted" || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | head -2)"
+    continue
+  fi
+  why=$(jq -r --arg t "$want" '.not_predicted[] | select(.technique == $t) | .why' "$tmp/$db.json")
+  [[ $rc == 2 && -n $why ]] && grep -qxF "gpumem advise: --try '$try' is not predicted: $why" "$tmp/try.err" \
+    && ! grep -q "peak allocated" "$tmp/try.out" \
+    && ok "$db: --try '$try' not predicted ($want), exit 2 with the row's note" \
+    || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | head -1 | cut -c1-120); $(grep -m1 'peak allocated' "$tmp/try.out")"
+done <<'EOT'
+none|--accum 2|accum
+none|--accum 4 --offload activations|accum
+none|--act-dtype bf16|bf16
+ops|--accum 8|accum
+accum|--accum 2 --act-dtype bf16|accum
+ops|--act-dtype bf16|-
+none|--offload activations|-
 EOT
 grep -q "note: no gradient outlives its step" "$tmp/none.txt" && ! grep -q "set_to_none=True)$\|set_to_none=True);" "$tmp/none.txt" \
   && ! grep -q "gradients set to none" "$tmp/none.txt" \
