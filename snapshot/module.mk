@@ -28,7 +28,7 @@ $(REC_LIB): $(REC_OBJS)
 ALL_TARGETS += $(REC_LIB)
 
 # The gpumem command: reads databases (gm_*.c), symbolizes with libdw.
-GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/gm_args.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/analyze/gm_report.o \
+GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/gm_args.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/read/gm_sql_temp.o $(SNAP_DIR)/analyze/gm_report.o \
            $(SNAP_DIR)/analyze/gm_category.o $(SNAP_DIR)/analyze/gm_category_print.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \

@@ -62,7 +62,7 @@ while IFS='|' read -r db try want; do
   [[ $rc == 2 && -n $why ]] && grep -qxF "gpumem advise: --try '$try' is not predicted: $why" "$tmp/try.err" \
     && ! grep -q "peak allocated" "$tmp/try.out" \
     && ok "$db: --try '$try' not predicted ($want), exit 2 with the row's note" \
-    || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | head -1 | cut -c1-120); $(grep -m1 'peak allocated' "$tmp/try.out")"
+    || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | sed -n 1p | cut -c1-120); $(grep -m1 'peak allocated' "$tmp/try.out")"
 done <<'EOT'
 none|--accum 2|accum
 none|--accum 4 --offload activations|accum

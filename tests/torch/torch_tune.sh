@@ -64,7 +64,7 @@ fj() { jq -r "$1" "$tmp/f.json"; }
 grep -q "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$pconf\$" "$tmp/f.txt" && ! grep -q "recommended: GPUMEM_CONF" "$tmp/f.txt" \
   && ok "frag's text recommends the same, never a GPUMEM_CONF" || bad "frag's text: $(grep -A3 recommended "$tmp/f.txt")"
 "$G" viz "$tmp/run.db" -o "$tmp/run.html" --force > /dev/null 2>&1 || bad "viz failed"
-vrec=$(grep -o '"frag":{.*' "$tmp/run.html" | grep -o '"recommended":{[^}]*}' | head -1 | sed 's/^"recommended"://' | jq -r .pytorch_conf)
+vrec=$(grep -o '"frag":{.*' "$tmp/run.html" | grep -o '"recommended":{[^}]*}' | sed -n 1p | sed 's/^"recommended"://' | jq -r .pytorch_conf)
 [[ $vrec == "$pconf" ]] && ok "viz's frag panel recommends the same" || bad "viz's frag panel recommends '$vrec'"
 
 # Every event of PyTorch's trace that changes its cache is replayed: programs that give memory
