@@ -34,13 +34,29 @@ start_trainer() { # db [env...]: the trainer recording into db, in the backgroun
 
 # ---- kill -9 at random moments
 worst=0 lost_all=()
-for i in $(seq "$kills"); do
+retries=0
+i=0
+while (( i < kills )); do
+  i=$((i + 1))
   db=$TMP/kill$i.db
+  rm -f "$db" "$db-wal" "$db-shm"
   start_trainer "$db"
   sleep "$(rnd "$i" 0.1 1.5)"
+  before_us=${EPOCHREALTIME/[.,]/}
   kill -9 "$pid"
   kill_us=${EPOCHREALTIME/[.,]/} # bash's clock: no date process to wait for on a loaded machine
   wait "$pid" 2> /dev/null
+  # the shell itself was held off the CPU around the kill (a loaded machine): the moment of the
+  # kill is not known to better than that, so this kill measures nothing; it is made again
+  # (at most 3 times in the campaign), never counted with a bound looser than 100 ms
+  if (( kill_us - before_us > 20000 && retries < 3 )); then
+    retries=$((retries + 1))
+    echo "note: kill $i: the shell took $(( (kill_us - before_us) / 1000 )) ms around the kill; made again" >&2
+    redo=1
+  else
+    redo=0
+  fi
+  if (( redo )); then i=$((i - 1)); continue; fi
   "$GPUMEM" report "$db" > "$TMP/rep.txt" 2>&1 || { cat "$TMP/rep.txt"; fail "kill $i: the database does not report"; }
   last_ns=$(q "$db" "SELECT (SELECT value FROM meta WHERE key = 'start_unix_ns') + coalesce(max(t), 0) FROM events")
   lost_ms=$(( (kill_us * 1000 - last_ns) / 1000000 ))
