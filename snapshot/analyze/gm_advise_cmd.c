@@ -150,7 +150,7 @@ typedef struct spec {
     uint64_t meas_alloc, meas_res;
     uint64_t meas_dev_alloc, meas_dev_res; /* a torch re-run: the device's peaks beside */
     int measured;
-    char check_err[512]; /* --check: why the re-run failed ("" when it did not) */
+    char check_err[2048]; /* --check: why the re-run failed ("" when it did not) */
     const char *unchecked; /* --check: why this one is not re-run (no flag of the script does it) */
 } spec;
 
@@ -838,7 +838,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         if (gm_rerun_torch_script(NULL, cmd, &t, s->check_err, sizeof s->check_err) != 0) {
             char e[sizeof s->check_err];
             snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
-            snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e, flags[0] ? flags : "none");
+            snprintf(s->check_err, sizeof s->check_err, "%.1700s (flags: %.200s)", e, flags[0] ? flags : "none");
             return -1;
         }
         s->meas_alloc = t.peak_allocated, s->meas_res = t.peak_reserved;
@@ -852,7 +852,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         char e[sizeof s->check_err], flags[256];
         spec_flags(c, s, flags, sizeof flags);
         snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
-        snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e,
+        snprintf(s->check_err, sizeof s->check_err, "%.1700s (flags: %.200s)", e,
                  flags[0] ? flags : "none");
         return -1;
     }
