@@ -113,6 +113,8 @@ ALL_TARGETS += $(BUILD)/tests/apps/cat_app
 SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
                 tests/integration/advise_unannotated.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
+# every --check re-run (tune, frag, advise, advise --ranks, PyTorch's) made to fail: its reason quoted
+SCRIPT_TESTS += tests/integration/snapshot_rerun.sh
 # export to other tools' formats, import of PyTorch snapshots, diff (#14)
 SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_peak.sh tests/integration/import_roundtrip.sh \
                 tests/integration/import_hostile.sh tests/integration/diff_gate.sh

@@ -68,14 +68,16 @@ static const char *const usage_advise =
     "                 gpumem record with each recommendation's flags and print predicted against\n"
     "                 measured peaks (PyTorch's own for a PyTorch recording); the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
-    "                 is the re-run's\n"
+    "                 is the re-run's; a failed re-run is said with the last lines of its\n"
+    "                 stderr and the command to run by hand\n"
     "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1, 2 and 3 (with and\n"
     "                 without --offload params) across N ranks, predicted from a recording of\n"
     "                 ONE rank at the per-rank batch (1 rank with -B 4 has the activations of\n"
     "                 each of 2 ranks with -B 8); --zero 1|2|3 one stage only; --prefetch K the\n"
     "                 ZeRO-3 units gathered ahead (default 1, the trainer's); DeepSpeed's\n"
     "                 ZeRO-3 estimate formula is printed beside; --check re-runs under\n"
-    "                 mpirun -np N with -B times N and --zero (every rank's peak compared).\n"
+    "                 mpirun -np N with -B times N and --zero (every rank's peak compared;\n"
+    "                 as root under Open MPI with --allow-run-as-root, in the plan's line too).\n"
     "                 A PyTorch recording: ZeRO-3 is FSDP2 (fully_shard per block), and\n"
     "                 --check re-runs the project's script with --fsdp N (one process as\n"
     "                 rank 0 of N over torch's fake process group). --try, --oom-step, --link\n"
@@ -150,7 +152,7 @@ typedef struct spec {
     uint64_t meas_alloc, meas_res;
     uint64_t meas_dev_alloc, meas_dev_res; /* a torch re-run: the device's peaks beside */
     int measured;
-    char check_err[512]; /* --check: why the re-run failed ("" when it did not) */
+    char check_err[2048]; /* --check: why the re-run failed ("" when it did not) */
     const char *unchecked; /* --check: why this one is not re-run (no flag of the script does it) */
 } spec;
 
@@ -838,7 +840,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         if (gm_rerun_torch_script(NULL, cmd, &t, s->check_err, sizeof s->check_err) != 0) {
             char e[sizeof s->check_err];
             snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
-            snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e, flags[0] ? flags : "none");
+            snprintf(s->check_err, sizeof s->check_err, "%.1700s (flags: %.200s)", e, flags[0] ? flags : "none");
             return -1;
         }
         s->meas_alloc = t.peak_allocated, s->meas_res = t.peak_reserved;
@@ -852,7 +854,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         char e[sizeof s->check_err], flags[256];
         spec_flags(c, s, flags, sizeof flags);
         snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
-        snprintf(s->check_err, sizeof s->check_err, "%.300s (flags: %.200s)", e,
+        snprintf(s->check_err, sizeof s->check_err, "%.1700s (flags: %.200s)", e,
                  flags[0] ? flags : "none");
         return -1;
     }

@@ -28,7 +28,7 @@ typedef struct shard_pred {
     const char *change; /* a PyTorch recording: the stage in PyTorch's terms */
     int measured;                  /* --check: 1 measured, -1 failed (why in err) */
     uint64_t meas_alloc, meas_res; /* the largest rank's */
-    char err[512];
+    char err[2048];
 } shard_pred;
 
 /* ZeRO-3 (gm_advise_zero3.c): parameters sharded too, --prefetch K, with and without
@@ -43,7 +43,7 @@ typedef struct z3_pred {
     int measured;                  /* --check: 1 measured, -1 failed (why in err) */
     uint64_t meas_alloc, meas_res; /* the largest rank's */
     uint64_t min_alloc, min_res;   /* the smallest rank's */
-    char err[512];
+    char err[2048];
 } z3_pred;
 
 /* DeepSpeed's estimate of a rank's model-state bytes under ZeRO-3
@@ -336,7 +336,9 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 char cmd[8192];
                 scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
                 const char *extra = strstr(plan_flags, "--zero");
-                snprintf(mpirun, sizeof mpirun, "mpirun -np %u %s %s", ranks, cmd, extra ? extra : "");
+                const char *root = gm_mpirun_root_flag(); /* the line must run where it is printed */
+                snprintf(mpirun, sizeof mpirun, "mpirun %s%s-np %u %s %s", root, root[0] ? " " : "", ranks, cmd,
+                         extra ? extra : "");
             }
             if (check && torch_script && plan_q) {
                 plan3 = *plan_q;

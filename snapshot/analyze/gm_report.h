@@ -13,10 +13,14 @@
  * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
  * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
  * the re-run's measured peaks. ranks 0 runs it directly; N runs it under
- * `mpirun -np N --oversubscribe`, and the peaks are the largest rank's. 0, or -1 with err
- * (exit 127 under mpirun: no mpirun). */
+ * `mpirun -np N --oversubscribe` (with gm_mpirun_root_flag), and the peaks are the largest
+ * rank's. 0, or -1 with err: how the re-run ended, the last lines of its stderr and the command
+ * to run by hand (err should hold 2 KiB). */
 int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
+/* "--allow-run-as-root" when this process is root and `mpirun` is Open MPI's (which refuses
+ * root without it), else "": for the re-runs and for every mpirun line printed for the user. */
+const char *gm_mpirun_root_flag(void);
 /* gm_rerun under mpirun -np ranks (this environment's configuration), with the smallest rank's
  * peaks too: every rank's peak lies between min and max. */
 int gm_rerun_ranks(const char *exe, const char *cmdline, const char *extra_args, unsigned ranks,

@@ -3,17 +3,151 @@
  * and/or a GPUMEM_CONF (a PYTORCH_CUDA_ALLOC_CONF for a PyTorch program on PyTorch's allocator,
  * whose peaks are then PyTorch's own), into scratch databases whose measured peaks are read back; with ranks,
  * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
- * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's. */
+ * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's.
+ *
+ * Every re-run (tune, frag, advise, advise --ranks, the PyTorch ones) goes through rerun()
+ * below, so one rule holds for all: the child's stdout is dropped (step lines), its stderr goes
+ * to an unlinked temporary file, and a failure quotes that stderr's last lines (rerun_stderr_tail)
+ * and the command to run by hand to see all of it. A re-run that fails for a reason its own
+ * stderr states (Open MPI refusing root, a missing library, a trainer's bad flag) is then said,
+ * not reduced to an exit code. As root under Open MPI the re-run passes --allow-run-as-root,
+ * which the user had to pass to launch anything there. */
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/analyze/gm_replay.h"
 #include "snapshot/record/rec.h" /* rec_db_unlink_sides */
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* How much of the re-run's stderr is read back, and how much of it a message quotes: the end is
+ * where a program says why it stopped; the rest is for the command run by hand. */
+enum { RERUN_TAIL_READ = 4096, RERUN_TAIL_QUOTE = 480, RERUN_TAIL_LINES = 3 };
+
+/* -1 not asked yet, 0 no, 1 yes: whether `mpirun` is Open MPI's (asked once per command). */
+static int mpirun_is_open_mpi = -1;
+
+const char *gm_mpirun_root_flag(void) {
+    if (geteuid() != 0) return "";
+    if (mpirun_is_open_mpi < 0) {
+        mpirun_is_open_mpi = 0;
+        FILE *p = popen("mpirun --version 2>/dev/null", "r");
+        if (p) {
+            char line[256];
+            while (fgets(line, sizeof line, p))
+                if (strstr(line, "Open MPI") || strstr(line, "OpenRTE")) mpirun_is_open_mpi = 1;
+            pclose(p);
+        }
+    }
+    return mpirun_is_open_mpi ? "--allow-run-as-root" : "";
+}
+
+static int is_rule(const char *line, size_t n) { /* Open MPI frames its help messages in dashes */
+    if (n < 10) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (line[i] != '-') return 0;
+    return 1;
+}
+
+/* The quotable end of a stderr text (buf, n bytes; partial: it begins mid-file): its last
+ * RERUN_TAIL_LINES non-blank lines joined by " | ", at most RERUN_TAIL_QUOTE characters kept
+ * from the end. Lines inside blocks framed by dashed lines (Open MPI's help messages: "a process
+ * returned a non-zero exit code") are passed over, since under mpirun they come after the rank's
+ * own last words and say only that it failed; a text of nothing but such blocks (mpirun itself
+ * refused to start) is quoted from the top of its last block, where it says what happened. The
+ * blocks are found from the end, where the text is known to be outside of one. */
+static void rerun_stderr_tail(const char *buf, size_t n, int partial, char *out, size_t outsz) {
+    enum { MAXL = 128 };
+    const char *ls[MAXL];
+    size_t ln[MAXL], nl = 0;
+    size_t i = 0;
+    if (partial) { /* the first line read is a piece of one */
+        while (i < n && buf[i] != '\n') i++;
+        if (i < n) i++;
+    }
+    while (i < n) {
+        size_t b = i;
+        while (i < n && buf[i] != '\n') i++;
+        size_t e = i;
+        if (i < n) i++;
+        while (b < e && isspace((unsigned char)buf[b])) b++;
+        while (e > b && isspace((unsigned char)buf[e - 1])) e--;
+        if (e == b) continue;
+        if (nl == MAXL) { /* keep the last MAXL */
+            memmove(ls, ls + 1, sizeof ls - sizeof *ls);
+            memmove(ln, ln + 1, sizeof ln - sizeof *ln);
+            nl--;
+        }
+        ls[nl] = buf + b, ln[nl] = e - b, nl++;
+    }
+    size_t own[RERUN_TAIL_LINES], nown = 0, banner_top = nl, banner_end = nl;
+    int inside = 0;
+    for (size_t k = nl; k-- > 0 && nown < RERUN_TAIL_LINES;) {
+        if (is_rule(ls[k], ln[k])) {
+            if (!inside && banner_end == nl) banner_end = k; /* the last block's closing rule */
+            if (inside && banner_top == nl) banner_top = k + 1;
+            inside = !inside;
+        } else if (!inside && !(nown && ln[own[nown - 1]] == ln[k] && !memcmp(ls[own[nown - 1]], ls[k], ln[k]))) {
+            own[nown++] = k; /* each rank saying the same thing is said once */
+        }
+    }
+    char q[RERUN_TAIL_READ + 256];
+    size_t o = 0;
+    int from_top = 0;
+    q[0] = 0;
+    for (size_t j = nown; j-- > 0 && o < sizeof q - 1;) { /* own[] runs backwards */
+        int w = snprintf(q + o, sizeof q - o, "%s%.*s", j + 1 < nown ? " | " : "", (int)ln[own[j]], ls[own[j]]);
+        if (w < 0) break;
+        o += (size_t)w < sizeof q - o ? (size_t)w : sizeof q - o - 1;
+    }
+    if (!nown && banner_end < nl) {
+        if (banner_top == nl) banner_top = 0; /* its opening rule was before what was read */
+        from_top = 1;
+        for (size_t k = banner_top; k < banner_end && o < sizeof q - 1; k++) {
+            int w = snprintf(q + o, sizeof q - o, "%s%.*s", k > banner_top ? " " : "", (int)ln[k], ls[k]);
+            if (w < 0) break;
+            o += (size_t)w < sizeof q - o ? (size_t)w : sizeof q - o - 1;
+        }
+    }
+    if (o <= RERUN_TAIL_QUOTE)
+        snprintf(out, outsz, "%.*s", (int)o, q);
+    else if (from_top)
+        snprintf(out, outsz, "%.*s...", RERUN_TAIL_QUOTE, q);
+    else
+        snprintf(out, outsz, "...%.*s", RERUN_TAIL_QUOTE, q + o - RERUN_TAIL_QUOTE);
+}
+
+/* The last RERUN_TAIL_READ bytes of the file open at fd, quoted (rerun_stderr_tail). */
+static void read_stderr_tail(int fd, char *out, size_t outsz) {
+    char buf[RERUN_TAIL_READ];
+    struct stat st;
+    out[0] = 0;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0) return;
+    off_t from = st.st_size > (off_t)sizeof buf ? st.st_size - (off_t)sizeof buf : 0;
+    ssize_t got = pread(fd, buf, (size_t)(st.st_size - from), from);
+    if (got > 0) rerun_stderr_tail(buf, (size_t)got, from > 0, out, outsz);
+}
+
+/* argv as one shell line for a person to paste: words with spaces or quotes are single-quoted. */
+static void shell_line(char *const *argv, const char *var, const char *conf, char *out, size_t outsz) {
+    size_t o = 0;
+    out[0] = 0;
+    if (conf && conf[0]) {
+        int w = snprintf(out, outsz, "%s='%s' ", var, conf);
+        if (w > 0) o = (size_t)w < outsz ? (size_t)w : outsz - 1;
+    }
+    for (int k = 0; argv[k] && o < outsz - 1; k++) {
+        int quote = strpbrk(argv[k], " \t'\"$`\\|&;<>()*?") != NULL || !argv[k][0];
+        int w = snprintf(out + o, outsz - o, quote ? "%s'%s'" : "%s%s", k ? " " : "", argv[k]);
+        if (w < 0) break;
+        o += (size_t)w < outsz - o ? (size_t)w : outsz - o - 1;
+    }
+}
 
 static void unlink_db(const char *path) {
     unlink(path);
@@ -124,6 +258,9 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     if (ranks) {
         snprintf(np, sizeof np, "%u", ranks);
         argv[argc++] = "mpirun";
+        /* Open MPI refuses to start as root without it (a container, a CI job) */
+        const char *root_flag = gm_mpirun_root_flag();
+        if (root_flag[0]) argv[argc++] = (char *)root_flag;
         argv[argc++] = "-np";
         argv[argc++] = np;
         argv[argc++] = "--oversubscribe";
@@ -152,15 +289,21 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         argc++;
     }
     argv[argc] = NULL;
+    /* the child's stderr, read back when it fails (unlinked at once: nothing left behind) */
+    char errpath[] = "/tmp/gpumem-check-stderr-XXXXXX";
+    int errfd = mkstemp(errpath);
+    if (errfd >= 0) unlink(errpath);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(err, errsz, "cannot fork: %s", strerror(errno));
+        if (errfd >= 0) close(errfd);
         return -1;
     }
     if (pid == 0) {
         int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        if (fd >= 0) dup2(fd, 1);
+        if (errfd >= 0) dup2(errfd, 2), close(errfd);
         if (conf && (conf[0] || !script)) {
             setenv(var, conf, 1);
             if (!torch) unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
@@ -168,6 +311,7 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
             unsetenv(var);
         }
         execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
     int st = 0;
@@ -175,13 +319,23 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     }
     int rc = 0, code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (code != 0) {
-        int with = extra_args && *extra_args;
-        snprintf(err, errsz, "the re-run%s%s%s%s%s%s%s%s%s failed (exit %d%s)", ranks ? " under mpirun -np " : "",
-                 ranks ? np : "", with ? " with '" : "", with ? extra_args : "", with ? "'" : "",
-                 conf && conf[0] ? " under " : "", conf && conf[0] ? var : "", conf && conf[0] ? "=" : "", conf && conf[0] ? conf : "", code,
-                 ranks && code == 127 ? ": no mpirun" : "");
+        int with = extra_args && *extra_args, conf_set = conf && conf[0];
+        char how[64], tail[RERUN_TAIL_QUOTE + 8], line[2048];
+        if (WIFSIGNALED(st))
+            snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
+        else
+            snprintf(how, sizeof how, "exit %d", code);
+        read_stderr_tail(errfd, tail, sizeof tail);
+        shell_line(argv, var, conf_set ? conf : NULL, line, sizeof line);
+        snprintf(err, errsz,
+                 "the re-run%s%s%s%s%s%s%s%s%s failed (%s)%s%s%s; to see all of its output, run: %s",
+                 ranks ? " under mpirun -np " : "", ranks ? np : "", with ? " with '" : "", with ? extra_args : "",
+                 with ? "'" : "", conf_set ? " under " : "", conf_set ? var : "", conf_set ? "=" : "",
+                 conf_set ? conf : "", how, tail[0] ? ": its stderr ends: \"" : " and wrote nothing on stderr",
+                 tail, tail[0] ? "\"" : "", line);
         rc = -1;
     }
+    if (errfd >= 0) close(errfd);
     *peak_allocated = *peak_reserved = 0;
     for (unsigned r = 0; r < (ranks ? ranks : 1); r++) {
         char path[128];

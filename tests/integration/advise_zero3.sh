@@ -85,7 +85,7 @@ set +e
 "$GM" advise "$TMP/g.db" --ranks 4 --budget 2.8G --check --json > "$TMP/b.json"; rc=$?
 set -e
 [[ $rc == 0 ]] || fail "--budget 2.8G exit $rc: $(jq -c .budget "$TMP/b.json")"
-jq -e '.budget.plan as $p | $p.zero == 3 and $p.peak_reserved <= 2.8 * 1073741824 and ($p.mpirun | test("^mpirun -np 4 .*-B 8 .*--zero 3 --prefetch [0-2]"))
+jq -e '.budget.plan as $p | $p.zero == 3 and $p.peak_reserved <= 2.8 * 1073741824 and ($p.mpirun | test("^mpirun (--allow-run-as-root )?-np 4 .*-B 8 .*--zero 3 --prefetch [0-2]"))
        and $p.measured.every_rank_within_budget and $p.measured.peak_reserved <= 2.8 * 1073741824' "$TMP/b.json" > /dev/null \
   || fail "--budget 2.8G: $(jq -c .budget "$TMP/b.json")"
 ok "--budget 2.8G --ranks 4: $(jq -r '.budget.plan | "\(.mpirun): predicted \(.peak_reserved), measured \(.measured.peak_reserved) reserved"' "$TMP/b.json")"
@@ -118,7 +118,7 @@ GPUMEM_SIM_MEMORY=48G timeout 300 "$GM" advise "$TMP/l80.db" --ranks 8 --budget 
   || fail "L80 --ranks 8 --budget 48G --check: $(jq -c .budget "$TMP/l80b.json")"
 G48=$((48 * 1073741824))
 jq -e --argjson b $G48 '.budget.plan as $p | $p.zero == 3 and $p.peak_reserved <= $b
-       and ($p.mpirun | test("^mpirun -np 8 .*--model L80-C8192-H64 .*-B 8 .*--zero 3"))
+       and ($p.mpirun | test("^mpirun (--allow-run-as-root )?-np 8 .*--model L80-C8192-H64 .*-B 8 .*--zero 3"))
        and $p.measured.every_rank_within_budget and $p.measured.peak_reserved <= $b and $p.measured.min_rank_peak_reserved <= $b
        and ((($p.peak_reserved - $p.measured.peak_reserved) / $p.measured.peak_reserved * 100) | fabs) <= 0.5
        and ((($p.peak_allocated - $p.measured.peak_allocated) / $p.measured.peak_allocated * 100) | fabs) <= 0.5' \

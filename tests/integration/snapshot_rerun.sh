@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# --check's re-run (snapshot/analyze/gm_rerun.c), the one path of every command that re-runs the
+# recorded program: tune, frag, advise, advise --ranks (under mpirun) and the PyTorch re-runs.
+#  1. A table: each re-run made to fail on purpose (the recorded program, or mpirun, replaced by
+#     one that says a known reason on stderr and exits non-zero, or no mpirun at all). Every
+#     command exits 1 and its message quotes that reason (the re-run's own stderr, not just an
+#     exit code) and the command to run by hand. Open MPI's framing of a rank's failure is passed
+#     over for the rank's own words; a refusal by mpirun itself is quoted from its top.
+#  2. As root, under Open MPI: `advise --ranks N --check` re-runs without the user's
+#     OMPI_ALLOW_RUN_AS_ROOT variables (the re-run passes --allow-run-as-root itself), and the
+#     --budget plan's mpirun line carries the flag, so that it runs where it is printed.
+source "$(dirname "$0")/e2e_common.bash"
+export GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G GPUMEM_STACKS=0
+WHY="planted failure 7431: cannot open the data shard"
+nbad=0 # every row is run and said: a FAIL per row, the exit at the end
+bad() { echo "FAIL: $*" >&2; nbad=$((nbad + 1)); }
+
+# the trainer recorded through a link that is then replaced by a program failing with $WHY (the
+# re-run runs the recorded argv[0]); gpt2 with a sequence length per step under PyTorch's policy,
+# so that frag and tune both have a fix to re-run
+mkdir -p "$TMP/bin" "$TMP/mpi" "$TMP/refuse" "$TMP/nompi"
+ln -s "$(realpath "$TRAIN")" "$TMP/bin/train_gpt2_sim"
+GPUMEM_CONF=preset:pytorch "$GM" record -q -o "$TMP/f.db" -- "$TMP/bin/train_gpt2_sim" --model gpt2 -B 2 -T 256 \
+  --steps 6 --seq-jitter --seed 5 --dry-run > "$TMP/rec.txt" 2>&1 || fail "recording: $(tail -3 "$TMP/rec.txt")"
+rm "$TMP/bin/train_gpt2_sim"
+printf '#!/bin/sh\necho "step 1/6 loss -"\necho "%s" >&2\nexit 3\n' "$WHY" > "$TMP/bin/train_gpt2_sim"
+# an mpirun that fails for a reason of its own, and one that refuses as Open MPI does as root
+printf '#!/bin/sh\necho "mpirun 7431: no route to the node n7" >&2\nexit 5\n' > "$TMP/mpi/mpirun"
+cat > "$TMP/refuse/mpirun" << 'EOF'
+#!/bin/sh
+cat >&2 << 'MSG'
+--------------------------------------------------------------------------
+mpirun has detected an attempt to run as root.
+
+Running as root is *strongly* discouraged as any mistake (e.g., in
+defining TMPDIR) or bug can result in catastrophic damage to the OS
+file system, leaving your system in an unusable state.
+
+You can override this protection by adding the --allow-run-as-root option
+to the cmd line or by setting two environment variables in the following way:
+We reiterate our advice against doing so - please proceed at your own risk.
+--------------------------------------------------------------------------
+MSG
+exit 1
+EOF
+chmod +x "$TMP/bin/train_gpt2_sim" "$TMP/mpi/mpirun" "$TMP/refuse/mpirun"
+NOMPI=$TMP/nompi # a PATH without mpirun: the re-run's exec fails
+# row: NAME | PATH prefix ("-": none; "nompi": no mpirun at all) | gpumem arguments | the reason to be quoted
+rows=(
+  "tune|-|tune --check $TMP/f.db|$WHY"
+  "frag|-|frag --check $TMP/f.db|$WHY"
+  "advise|-|advise --check $TMP/f.db|$WHY"
+  "advise --ranks, a rank fails|-|advise --ranks 2 --zero 1 --check $TMP/f.db|$WHY"
+  "advise --ranks, mpirun fails|$TMP/mpi|advise --ranks 2 --zero 1 --check $TMP/f.db|mpirun 7431: no route to the node n7"
+  "advise --ranks, mpirun refuses|$TMP/refuse|advise --ranks 2 --zero 1 --check $TMP/f.db|mpirun has detected an attempt to run as root"
+  "advise --ranks, no mpirun|nompi|advise --ranks 2 --zero 1 --check $TMP/f.db|cannot run mpirun: No such file or directory"
+)
+have_mpirun=$(command -v mpirun || true)
+for row in "${rows[@]}"; do
+  IFS='|' read -r name pre args reason <<< "$row"
+  if [[ $name == "advise --ranks, a rank fails" && -z $have_mpirun ]]; then
+    echo "skipped: $name (no mpirun)"
+    continue
+  fi
+  path=$PATH
+  [[ $pre == nompi ]] && path=$NOMPI
+  [[ $pre != - && $pre != nompi ]] && path=$pre:$PATH
+  rc=0
+  # shellcheck disable=SC2086 # the row's arguments are words
+  PATH=$path "$GM" $args > "$TMP/out.txt" 2>&1 || rc=$?
+  if [[ $rc != 1 ]]; then
+    bad "$name: exit $rc, not 1: $(tail -3 "$TMP/out.txt")"
+  elif ! grep -F "$reason" "$TMP/out.txt" | grep -F "failed" | grepq -F "; to see all of its output, run: "; then
+    bad "$name: the message does not quote the re-run's reason '$reason': $(grep -m1 -F failed "$TMP/out.txt" || true)"
+  else
+    ok "$name --check: '$reason' quoted from the re-run's stderr"
+  fi
+done
+# Open MPI's help text after a rank's failure is not what is quoted
+grepq -F "$WHY" < <(PATH=$PATH "$GM" advise --ranks 2 --zero 1 --check "$TMP/f.db" 2>&1 | grep -F "zero 1:" | grep -v "mpirun detected") \
+  || [[ -z $have_mpirun ]] || bad "advise --ranks: the rank's own reason is not quoted"
+
+# the PyTorch re-runs (tune's under PYTORCH_CUDA_ALLOC_CONF, advise's of the project's script)
+torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
+[[ -d $torch_py ]] && torch_py=$torch_py/bin/python
+if [[ -x $torch_py && -z ${SAN:-} ]]; then
+  mkdir -p "$TMP/tp"
+  cp tests/torch/train_gpt2.py "$TMP/tp/train_gpt2.py"
+  GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/tp.db" -- "$torch_py" "$TMP/tp/train_gpt2.py" --model tiny -B 2 \
+    -T 32 --steps 3 --seq-jitter > "$TMP/tp.txt" 2>&1 || fail "the PyTorch script under gpumem record: $(tail -3 "$TMP/tp.txt")"
+  printf 'import sys\nsys.stderr.write("%s\\n")\nsys.exit(3)\n' "$WHY" > "$TMP/tp/train_gpt2.py"
+  for args in "tune --check" "advise --check"; do
+    rc=0
+    # shellcheck disable=SC2086
+    GPUMEM_SIM_BACKING=memory "$GM" $args "$TMP/tp.db" > "$TMP/out.txt" 2>&1 || rc=$?
+    if [[ $rc != 1 ]]; then
+      bad "PyTorch $args: exit $rc, not 1"
+    elif ! grep -F "$WHY" "$TMP/out.txt" | grepq -F "; to see all of its output, run: "; then
+      bad "PyTorch $args: the re-run's reason is not quoted: $(grep -m1 -F failed "$TMP/out.txt" || true)"
+    else
+      ok "PyTorch $args: the reason quoted from the re-run's stderr"
+    fi
+  done
+else
+  echo "skipped: the PyTorch re-runs (no PyTorch at $torch_py, or under a sanitizer)"
+fi
+
+# 2. root under Open MPI: the re-run and the printed plan pass what Open MPI needs
+if [[ $(id -u) == 0 && -n $have_mpirun ]] && mpirun --version 2>/dev/null | grepq "Open MPI"; then
+  "$GM" record -q -o "$TMP/t.db" -- "$TRAIN" --model tiny -B 2 -T 32 --steps 2 --dry-run > /dev/null 2>&1 \
+    || fail "recording the tiny trainer"
+  rc=0
+  env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "$GM" advise "$TMP/t.db" --ranks 2 --zero 1 --check \
+    > "$TMP/root.txt" 2>&1 || rc=$?
+  if [[ $rc == 0 ]] && grepq -E '^  zero 1: measured' < "$TMP/root.txt"; then
+    ok "as root under Open MPI: the re-run starts without OMPI_ALLOW_RUN_AS_ROOT"
+  else
+    bad "as root, advise --ranks --check: exit $rc: $(grep -m1 -F 'zero 1:' "$TMP/root.txt" || true)"
+  fi
+  if "$GM" advise "$TMP/t.db" --ranks 2 --budget 1T --json \
+    | jq -e '.budget.plan.mpirun | startswith("mpirun --allow-run-as-root -np 2 ")' > /dev/null; then
+    ok "as root under Open MPI: the --budget plan's mpirun line has --allow-run-as-root"
+  else
+    bad "as root, the plan's mpirun line lacks --allow-run-as-root"
+  fi
+else
+  echo "skipped: root under Open MPI (not root, or no Open MPI mpirun)"
+fi
+(( nbad == 0 )) || fail "$nbad of the checks above failed"
