@@ -564,12 +564,24 @@ typedef enum alloc_trace_kind {
      * retries, then is an OOM. Under gpumem and nocache nothing changes: gpumem as PyTorch's
      * allocator (CUDAPluggableAllocator) has no fraction. */
     ALLOC_TR_LIMIT = 7,
+    /* ag <id> <size> [stream]: a device allocation made outside the framework's allocator that
+     * the recording's own allocator served from its pool (gpumem as PyTorch's pluggable
+     * allocator takes every cudaMalloc of the process, cuBLAS's workspaces included): an
+     * allocation like `a` under every preset, so the replay reproduces the recording. With
+     * alloc_replay_opts_t.framework_only it is an `ax` instead (what PyTorch's own allocator
+     * would do: it never sees a library's cudaMalloc). */
+    ALLOC_TR_ALLOC_SERVED = 8,
+    /* ao <id> <size> [stream]: a request that failed with out-of-memory in the recording. The
+     * replay tries it as an `a`: where it fails again that is the replay's OOM (oom_index);
+     * where it succeeds the allocation stays live to the end of the trace (what the program did
+     * after its failure is unknown; gpumem tune and frag hold it the same way). */
+    ALLOC_TR_ALLOC_FAILED = 9,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC, ALLOC_OTHER; LIMIT: the cap in bytes */
-    uint64_t stream; /* ALLOC, ALLOC_OTHER, FREE_ASYNC, RECORD_STREAM */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED; LIMIT: the cap in bytes */
+    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 
@@ -621,6 +633,10 @@ typedef struct alloc_replay_opts {
      * indexed by slot instead of a table keyed by id (many replays of one trace number it once) */
     const uint32_t *slots;
     uint32_t nslots;
+    /* the replay is the framework's own allocator: under the pytorch presets an `ag` allocation
+     * (a library's cudaMalloc that the recording's allocator served) goes to the device as an
+     * `ax` does. False: it is served as recorded (the recording reproduced) */
+    bool framework_only;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

@@ -128,8 +128,11 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         } else if (WORD("fc")) {
             e.kind = ALLOC_TR_FREE_DONE;
             q = parse_num(q + 2, eol, &e.id, &ok);
-        } else if (WORD("a") || WORD("ax")) {
-            e.kind = wl == 1 ? ALLOC_TR_ALLOC : ALLOC_TR_ALLOC_OTHER;
+        } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao")) {
+            e.kind = wl == 1         ? ALLOC_TR_ALLOC
+                     : q[1] == 'x' ? ALLOC_TR_ALLOC_OTHER
+                     : q[1] == 'g' ? ALLOC_TR_ALLOC_SERVED
+                                   : ALLOC_TR_ALLOC_FAILED;
             q = parse_num(q + wl, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.size, &ok2);
             ok = ok && ok2;
@@ -149,8 +152,9 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             free(t.v);
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
-                        "<size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>', 'e' or 'l <bytes>')",
+                        "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
+                        "'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', 'e' or "
+                        "'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -158,8 +162,9 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             free(t.v);
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
-                        "'ax <id> <size> [stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> "
-                        "<stream>', 'fc <id>', 'e' or 'l <bytes>')",
+                        "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
+                        "[stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', "
+                        "'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -214,8 +219,13 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
     for (size_t i = 0; i < n; i++) {
         switch (ev[i].kind) {
         case ALLOC_TR_ALLOC:
-        case ALLOC_TR_ALLOC_OTHER: {
-            const char *w = ev[i].kind == ALLOC_TR_ALLOC ? "a" : "ax";
+        case ALLOC_TR_ALLOC_OTHER:
+        case ALLOC_TR_ALLOC_SERVED:
+        case ALLOC_TR_ALLOC_FAILED: {
+            const char *w = ev[i].kind == ALLOC_TR_ALLOC         ? "a"
+                            : ev[i].kind == ALLOC_TR_ALLOC_OTHER  ? "ax"
+                            : ev[i].kind == ALLOC_TR_ALLOC_SERVED ? "ag"
+                                                                  : "ao";
             if (ev[i].stream)
                 fprintf(f, "%s %llu %llu %llu\n", w, (unsigned long long)ev[i].id,
                         (unsigned long long)ev[i].size, (unsigned long long)ev[i].stream);
@@ -551,7 +561,9 @@ int alloc_trace_slots(const alloc_trace_event_t *ev, size_t n, uint32_t **slots,
         s[i] = ALLOC_NO_SLOT;
         switch (e->kind) {
         case ALLOC_TR_ALLOC:
-        case ALLOC_TR_ALLOC_OTHER: {
+        case ALLOC_TR_ALLOC_OTHER:
+        case ALLOC_TR_ALLOC_SERVED:
+        case ALLOC_TR_ALLOC_FAILED: {
             const live_t *x = idmap_get(&ids, e->id);
             /* an id allocated again while live keeps its slot, as the table keeps its key */
             if (x) {
@@ -766,7 +778,9 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         live_t l = {0};
         switch (e->kind) {
         case ALLOC_TR_ALLOC:
-        case ALLOC_TR_ALLOC_OTHER: {
+        case ALLOC_TR_ALLOC_OTHER:
+        case ALLOC_TR_ALLOC_SERVED:
+        case ALLOC_TR_ALLOC_FAILED: {
             if (!exact)
                 for (size_t k = held.n; k-- > 0;)
                     if (held.v[k].waited++ >= o.stream_lag) held_land(&held, k);
@@ -774,7 +788,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             l.stream = e->stream;
             int r;
             bool info_hit = true; /* the cache served it: reserved did not grow */
-            if (e->kind == ALLOC_TR_ALLOC_OTHER && bypass) {
+            if (bypass && (e->kind == ALLOC_TR_ALLOC_OTHER ||
+                           (e->kind == ALLOC_TR_ALLOC_SERVED && o.framework_only))) {
                 l.flags = RL_OTHER;
                 l.size = e->size;
                 r = e->size

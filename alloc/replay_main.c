@@ -23,6 +23,9 @@
  *                       preset and before --conf; says which variable on stderr
  *     --divisions       print roundup_power2_divisions over PyTorch's 16 intervals ([1, 2) MiB
  *                       and below ... [32, 64) GiB and above), comma-separated, and exit
+ *     --framework-only  under the pytorch presets, `ag` lines (a library's cudaMalloc that the
+ *                       recording's allocator served) go to the device as `ax` lines do: what
+ *                       PyTorch's own allocator would reserve
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -45,7 +48,7 @@ static int usage(void)
             "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
             "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] [--segments] "
-            "[--torch-env] [--divisions] "
+            "[--torch-env] [--divisions] [--framework-only] "
             "[TRACE...]\n"
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
@@ -66,8 +69,13 @@ static int usage(void)
             "  --torch-env       apply what PyTorch reads from this environment\n"
             "                    (PYTORCH_CUDA_ALLOC_CONF when set, else PYTORCH_ALLOC_CONF)\n"
             "  --divisions       print roundup_power2_divisions over PyTorch's 16 intervals\n"
+            "  --framework-only  under the pytorch presets, replay 'ag' lines as 'ax': what\n"
+            "                    PyTorch's own allocator would reserve (it never sees a library's\n"
+            "                    cudaMalloc)\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
-            "allocator), f <id>, fa <id> <stream>, rs <id> <stream>, fc <id>, e (alloc/README.md).\n");
+            "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
+            "ao <id> <size> [stream] (a request that failed: out of memory), f <id>, fa <id> <stream>,\n"
+            "rs <id> <stream>, fc <id>, e, l <bytes> (alloc/README.md).\n");
     return 2;
 }
 
@@ -166,7 +174,7 @@ int main(int argc, char **argv)
     size_t rounds[64];
     int nrounds = 0;
     unsigned stream_lag = 0;
-    bool top_down = false, segments = false, divisions = false;
+    bool top_down = false, segments = false, divisions = false, framework_only = false;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -235,6 +243,8 @@ int main(int argc, char **argv)
             top_down = true;
         } else if (!strcmp(a, "--segments")) {
             segments = true;
+        } else if (!strcmp(a, "--framework-only")) {
+            framework_only = true;
         } else if (!strcmp(a, "--torch-env")) {
             torch_env = true;
         } else if (!strcmp(a, "--divisions")) {
@@ -322,7 +332,7 @@ int main(int argc, char **argv)
             }
             seglist segs = {0};
             alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag,
-                                     .top_down = top_down,
+                                     .top_down = top_down, .framework_only = framework_only,
                                      .end_walk = segments ? seg_add : NULL,
                                      .end_walk_user = &segs};
             alloc_replay_result_t r;

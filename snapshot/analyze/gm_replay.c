@@ -498,6 +498,7 @@ typedef struct job {
     atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
     size_t from;           /* item i is res[from + i] */
     bool no_fc;            /* the trace has no ALLOC_TR_FREE_DONE: looked for once, not per replay */
+    bool own;              /* gm_replay_framework_only: into the own_* figures */
     const uint32_t *slots; /* alloc_trace_slots of the trace, once for every replay; or NULL */
     uint32_t nslots;
     gm_replay_result *res; /* the batch */
@@ -511,10 +512,18 @@ static bool below_bar(void *user, size_t peak_reserved) {
 
 static void replay_one(job *j, gm_replay_result *r) {
     alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc,
-                             .slots = j->slots, .nslots = j->nslots};
+                             .slots = j->slots, .nslots = j->nslots, .framework_only = j->own};
     if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];
+    if (j->own) {
+        int ok = alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) == ALLOC_OK;
+        r->own_ok = ok;
+        r->own_oom = !ok || out.oom_index >= 0;
+        r->own_peak_allocated = ok ? out.peak_allocated : 0;
+        r->own_peak_reserved = ok ? out.peak_reserved : 0;
+        return;
+    }
     if (alloc_replay(&r->cfg, &o, j->trace, j->n, &out, err, sizeof err) != ALLOC_OK) {
         r->ok = 0;
         r->oom = 1;
@@ -543,9 +552,9 @@ static size_t rounds(size_t n, size_t threads) { return (n + threads - 1) / thre
 
 static void replay_batch(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
                          size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads,
-                         bool below) {
+                         bool below, bool framework_only) {
     job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res,
-             .slots = slots, .nslots = nslots};
+             .slots = slots, .nslots = nslots, .own = framework_only};
     atomic_init(&j.bar, 0);
     j.no_fc = true;
     for (size_t i = 0; i < n && j.no_fc; i++) j.no_fc = trace[i].kind != ALLOC_TR_FREE_DONE;
@@ -570,12 +579,51 @@ static void replay_batch(const alloc_trace_event_t *trace, size_t n, const uint3
 
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
                    size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, slots, nslots, capacity, top_down, res, nres, threads, false);
+    replay_batch(trace, n, slots, nslots, capacity, top_down, res, nres, threads, false, false);
     return 0;
+}
+
+int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                             gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, false, true);
+    return 0;
+}
+
+long gm_replay_mark_served(gm_db *d, alloc_trace_event_t *trace, size_t n) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind IN (1, 3) AND (flags & 4096) != 0 LIMIT 1", -1,
+                           &st, NULL) != SQLITE_OK)
+        return -1;
+    int hooked = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (!hooked) return 0; /* no framework allocator in the recording: every allocation is its */
+    if (sqlite3_prepare_v2(d->db, "SELECT flags FROM events WHERE kind IN (1, 3) ORDER BY seq", -1, &st, NULL) !=
+        SQLITE_OK)
+        return -1;
+    /* by rank: 1 where the allocation came through the framework's hook */
+    unsigned char *fw = NULL;
+    size_t na = 0, cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (gm_grow_fast((void **)&fw, &cap, na + 1, 1)) {
+            sqlite3_finalize(st);
+            free(fw);
+            return -1;
+        }
+        fw[na++] = (sqlite3_column_int64(st, 0) & REC_F_FRAMEWORK) != 0;
+    }
+    sqlite3_finalize(st);
+    long marked = 0;
+    for (size_t i = 0; i < n; i++)
+        if (trace[i].kind == ALLOC_TR_ALLOC && trace[i].id >= 1 && trace[i].id <= na && !fw[trace[i].id - 1]) {
+            trace[i].kind = ALLOC_TR_ALLOC_SERVED;
+            marked++;
+        }
+    free(fw);
+    return marked;
 }
 
 int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                     gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, true);
+    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, true, false);
     return 0;
 }

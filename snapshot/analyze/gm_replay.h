@@ -28,6 +28,11 @@ typedef struct gm_replay_result {
     int ok;               /* replayed (0: the replay itself failed) */
     int stopped;          /* gm_replay_below stopped it at res[0]'s peak: the figures are those
                            * of that moment */
+    /* gm_replay_framework_only's: the same configuration as PyTorch's own allocator, which
+     * leaves a library's cudaMalloc (cuBLAS's workspaces) outside its pool: its
+     * max_memory_allocated() / max_memory_reserved() */
+    uint64_t own_peak_allocated, own_peak_reserved;
+    int own_oom, own_ok;
 } gm_replay_result;
 
 /* The recorded trace as advise's model, ready to replay as the program ran: the recorded
@@ -82,5 +87,15 @@ int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *s
  * did not stop are gm_replay_many's. */
 int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
                     gm_replay_result *res, size_t nres, int threads);
+/* gm_replay_many with alloc_replay_opts_t.framework_only: fills each result's own_* figures. */
+int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
+                             gm_replay_result *res, size_t nres, int threads);
+/* In a recording through the framework's allocator hook (gpumem as PyTorch's allocator), the
+ * trace's allocations that did not come through it (a library's cudaMalloc, which gpumem's pool
+ * served) become ALLOC_TR_ALLOC_SERVED: replayed as recorded, or outside the pool under the
+ * pytorch presets with framework_only. trace is adv_to_trace of the model gm_replay_trace_load
+ * made of d (id - 1: the allocation's rank among the recorded ones). Returns how many, or -1
+ * (the events could not be read). */
+long gm_replay_mark_served(gm_db *d, alloc_trace_event_t *trace, size_t n);
 
 #endif

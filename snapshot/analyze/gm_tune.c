@@ -261,13 +261,18 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);
         return -1;
     }
+    /* gpumem as PyTorch's allocator served cuBLAS's workspaces from its pool; PyTorch's own
+     * allocator never sees them: the rows replay the recording, the "under PyTorch" figure
+     * replays them outside (below) */
+    long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, trace, am.nevs);
+    t->served_outside = served > 0 ? (int)served : 0;
     search s = {.t = t, .o = o};
     s.limit = o->limit ? o->limit : am.cfg.limit;
     t->limit = s.limit;
     t->nevents = am.nevs;
     t->torch = gm_replay_is_torch(&am);
     s.torch = t->torch;
-    t->best_torch = t->best_gpumem = t->runaway = SIZE_MAX;
+    t->best_torch = t->best_gpumem = t->runaway = t->under_pytorch = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");
     t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
     for (size_t i = 1; i < am.nallocs && !s.streams; i++) s.streams = am.allocs[i].stream != am.allocs[0].stream;
@@ -350,6 +355,34 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         if (!r->ok || r->oom) continue;
         if (t->best_torch == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_PYTORCH && r->has_pytorch) t->best_torch = i;
         if (t->best_gpumem == SIZE_MAX && r->cfg.policy == ALLOC_POLICY_GPUMEM) t->best_gpumem = i;
+    }
+    /* the "under PyTorch" prediction: PyTorch's own allocator, cuBLAS's workspaces outside */
+    for (size_t i = 0; i < t->nresults; i++) {
+        gm_replay_result *r = &t->results[i];
+        r->own_ok = r->ok, r->own_oom = r->oom;
+        r->own_peak_allocated = r->peak_allocated, r->own_peak_reserved = r->peak_reserved;
+    }
+    if (t->served_outside) {
+        size_t np = 0;
+        for (size_t i = 0; i < t->nresults; i++)
+            if (t->results[i].has_pytorch && t->results[i].cfg.policy == ALLOC_POLICY_PYTORCH) np++;
+        gm_replay_result *own = np ? malloc(np * sizeof *own) : NULL;
+        if (np && !own) goto oom;
+        for (size_t i = 0, k = 0; i < t->nresults; i++)
+            if (t->results[i].has_pytorch && t->results[i].cfg.policy == ALLOC_POLICY_PYTORCH) own[k++] = t->results[i];
+        gm_replay_framework_only(trace, am.nevs, cap, am.top_down, own, np, s.threads);
+        for (size_t i = 0, k = 0; i < t->nresults; i++) {
+            gm_replay_result *r = &t->results[i];
+            if (!(r->has_pytorch && r->cfg.policy == ALLOC_POLICY_PYTORCH)) continue;
+            r->own_ok = own[k].own_ok, r->own_oom = own[k].own_oom;
+            r->own_peak_allocated = own[k].own_peak_allocated, r->own_peak_reserved = own[k].own_peak_reserved;
+            k++;
+            /* ranked by what PyTorch would reserve; ties keep the search's order */
+            if (r->own_ok && !r->own_oom &&
+                (t->under_pytorch == SIZE_MAX || r->own_peak_reserved < t->results[t->under_pytorch].own_peak_reserved))
+                t->under_pytorch = i;
+        }
+        free(own);
     }
     /* one recommendation, what every printer names and --check re-runs: for a PyTorch program on
      * PyTorch's allocator the best PYTORCH_CUDA_ALLOC_CONF (gpumem's own allocator is the

@@ -44,6 +44,11 @@ typedef struct gm_tune {
     char torch_conf[512];
     size_t best_torch;  /* the best configuration PyTorch's allocator can run (SIZE_MAX: none) */
     size_t best_gpumem; /* the best of gpumem's own allocator (SIZE_MAX: none) */
+    /* the best configuration PyTorch's allocator can run, judged as PyTorch's own allocator
+     * (results' own_*: a library's cudaMalloc outside its pool, where gpumem's pool served it in
+     * a recording through the framework's hook): the "under PyTorch" line (SIZE_MAX: none) */
+    size_t under_pytorch;
+    int served_outside; /* such allocations: how many the trace has (own_* differ from peak_*) */
     /* the recorded configuration has max_split_size_mb with expandable segments (PyTorch's
      * runaway growth): index of the same without max_split_size_mb, SIZE_MAX when not so */
     size_t runaway;

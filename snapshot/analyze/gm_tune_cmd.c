@@ -140,7 +140,16 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, " (%+.1f%% against the recording)",
                 100.0 * ((double)b->peak_reserved - (double)t->recorded_peak_reserved) / (double)t->recorded_peak_reserved);
     fputc('\n', out);
-    if (b->has_pytorch) {
+    if (t->served_outside) {
+        /* gpumem's pool held the libraries' allocations; PyTorch's own allocator would not */
+        if (t->under_pytorch != SIZE_MAX) {
+            const gm_replay_result *r = &t->results[t->under_pytorch];
+            bytes(r->own_peak_reserved, re, sizeof re);
+            fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (predicted max_memory_reserved() %s; "
+                         "cuBLAS's and other libraries' own allocations outside it)\n",
+                    r->pytorch[0] ? r->pytorch : "(unset: its defaults)", re);
+        }
+    } else if (b->has_pytorch) {
         fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s\n", b->pytorch[0] ? b->pytorch : "(unset: its defaults)");
     } else {
         /* the best that PyTorch can express, for PyTorch users */
@@ -195,6 +204,22 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
                 b->peak_reserved);
     }
     fprintf(out, ",\"recorded_is_best\":%s", t->recorded_best ? "true" : "false");
+    /* the best PYTORCH_CUDA_ALLOC_CONF as PyTorch's own allocator would run it (a recording
+     * through gpumem as PyTorch's allocator: libraries' allocations outside its pool) */
+    fputs(",\"under_pytorch\":", out);
+    size_t up = t->served_outside ? t->under_pytorch : t->torch ? t->best_torch : SIZE_MAX;
+    if (!t->served_outside && !t->torch)
+        for (size_t i = 0; i < t->nresults && up == SIZE_MAX; i++)
+            if (t->results[i].has_pytorch && t->results[i].ok && !t->results[i].oom) up = i;
+    if (up == SIZE_MAX) {
+        fputs("null", out);
+    } else {
+        const gm_replay_result *r = &t->results[up];
+        fputs("{\"pytorch_conf\":", out);
+        gm_json_str(out, r->pytorch);
+        fprintf(out, ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                r->own_peak_allocated, r->own_peak_reserved);
+    }
     /* documented keys are always there: check is null without --check */
     if (meas)
         fprintf(out, ",\"check\":{\"measured\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 "}}", meas[0],

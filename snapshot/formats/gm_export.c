@@ -12,7 +12,13 @@
  * replay then holds its free back as PyTorch does (alloc/README.md, trace format). In a recording
  * made through PyTorch's pluggable allocator (some allocation carries REC_F_FRAMEWORK, from
  * gpumem_torch_malloc), the other device allocations — libraries' own cudaMalloc calls — are
- * "ax <id> <requested> <stream>": the pytorch presets replay them outside their cache. A free that
+ * "ag <id> <requested> <stream>" where gpumem served them (GPUMEM_MODE=replace: it takes every
+ * cudaMalloc of the process, so its pool held cuBLAS's workspaces and a replay under the same
+ * preset must put them there too), "ax" where the driver did (record mode): the pytorch presets
+ * replay "ax" outside their cache, and "ag" too with --framework-only (what PyTorch's own
+ * allocator would do). A request that failed with out-of-memory (kind 13, its `ooms` row) is
+ * "ao <seq> <requested> <stream>": the replay tries it again, so an OOM run replayed under its
+ * own limit or memory fraction meets the same OOM. A free that
  * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
  * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
  * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
@@ -71,8 +77,12 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* a recording through PyTorch's pluggable allocator: what did not come through it (cuBLAS
      * workspaces, NCCL buffers) is "ax", which the pytorch presets do not cache */
     int framework = has_framework_allocs(d), fcs = has_free_completed(d);
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+    char mode[32] = "";
+    gm_meta_text(d, "mode", mode, sizeof mode);
+    /* the recording's allocator served the libraries' allocations too (replace is the default) */
+    const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
@@ -100,8 +110,13 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 u64map_del(&pend_key, addr, NULL);
             }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
-            fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? "ax" : "a", seq,
+            fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
                     (int64_t)sqlite3_column_int64(s, 3), stream);
+        } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
+            int64_t req = (int64_t)sqlite3_column_int64(s, 3);
+            if (!req) req = (int64_t)sqlite3_column_int64(s, 8);
+            if (!req) continue;
+            fprintf(out, "ao %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, req, stream);
         } else if (kind == 21) { /* record_stream (the streams work's REC_RECORD_STREAM) */
             const uint64_t *birth = u64map_get(&live, addr);
             if (!birth) continue;

@@ -18,10 +18,11 @@ GPUMEM_DB=$DB GPUMEM_STACKS=0 "$APP" mixed || fail "snapshot_app mixed failed"
 cmp -s "$TMP/t1" "$TMP/t2" || fail "export to stdout and with -o differ"
 sqlite3 "$DB" "
   SELECT CASE WHEN e.kind IN (1, 3) THEN printf('a %d %d %d', e.seq, e.requested, e.stream)
+              WHEN e.kind = 13 THEN printf('ao %d %d %d', e.seq, e.requested, e.stream)
               WHEN e.kind = 2 THEN printf('f %d', l.birth)
               ELSE printf('fa %d %d', l.birth, e.stream) END
   FROM events e LEFT JOIN alloc_life l ON l.death = e.seq
-  WHERE e.kind IN (1, 2, 3, 4) AND (e.kind IN (1, 3) OR l.birth IS NOT NULL)
+  WHERE e.kind IN (1, 2, 3, 4, 13) AND (e.kind IN (1, 3, 13) OR l.birth IS NOT NULL)
   ORDER BY e.seq" > "$TMP/sql"
 # one comment line first (the output rule's marker, snapshot/formats/gm_out.h), which the replay engine skips
 head -1 "$TMP/t1" | grepq '^# gpumem trace' || fail "the trace does not start with its marker line"
@@ -30,7 +31,7 @@ cmp -s "$TMP/t1" "$TMP/sql" || { diff "$TMP/sql" "$TMP/t1" >&2; fail "export dif
 # 5 allocations, 5 frees (the unknown one left out); kinds and sizes as issued
 [[ $(grep -c '^a ' "$TMP/t1") -eq 5 ]] || fail "expected 5 allocation lines: $(cat "$TMP/t1")"
 [[ $(grep -c '^fa ' "$TMP/t1") -eq 3 && $(grep -c '^f ' "$TMP/t1") -eq 1 ]] || fail "free lines: $(cat "$TMP/t1")"
-cut -d' ' -f1,3 "$TMP/t1" | grep '^a' | tr '\n' ' ' | grepq -x 'a 1000 a 4000 a 100 a 2000 a 256 ' \
+cut -d' ' -f1,3 "$TMP/t1" | grep '^a ' | tr '\n' ' ' | grepq -x 'a 1000 a 4000 a 100 a 2000 a 256 ' \
   || fail "requested sizes not in order: $(cat "$TMP/t1")"
 # every free names an allocation made before it, and no id is freed twice
 awk '$1 == "a" { live[$2] = 1 } $1 ~ /^f/ { if (!($2 in live)) exit 1; delete live[$2] }' "$TMP/t1" \
@@ -38,12 +39,51 @@ awk '$1 == "a" { live[$2] = 1 } $1 ~ /^f/ { if (!($2 in live)) exit 1; delete li
 echo "ok: export --format trace equals the alloc_life query ($(wc -l < "$TMP/t1") lines)"
 REPLAY=$BUILD/alloc/gpumem-replay
 if [[ -x $REPLAY ]]; then
-  "$REPLAY" --preset gpumem "$TMP/t1" > "$TMP/replay" 2>&1 || fail "replay rejected the trace: $(cat "$TMP/replay")"
+  "$REPLAY" --preset gpumem "$TMP/t1" > /dev/null 2>&1 || fail "replay rejected the trace"
+  # without its limit the failed request ("ao") succeeds and stays: the program's peak without it
+  grep -v '^ao ' "$TMP/t1" > "$TMP/t1.ok"
+  "$REPLAY" --preset gpumem "$TMP/t1.ok" > "$TMP/replay" 2>&1 || fail "replay rejected the trace: $(cat "$TMP/replay")"
   want=$("$GPUMEM" report --json "$DB" | jq -r '.summary.peak_requested')
   got=$(sed -n 's/.* peak_requested=\([0-9]*\).*/\1/p' "$TMP/replay" | head -1)
   [[ -n $got && $got == "$want" ]] || fail "replay peak requested $got != report's $want"
   echo "ok: gpumem-replay reads the trace (peak requested $got, as the report)"
 fi
+
+# --- export -> gpumem-replay under the recorded settings reproduces the recording, one row per
+# case: an OOM under a limit and under a memory fraction (the failed request is an "ao" line, which
+# the replay tries: it fails again where it failed), and a library's cudaMalloc that gpumem's pool
+# served in a recording through the framework's hook ("ag": served by the pool under the PyTorch
+# presets too; with --framework-only it goes outside, as under PyTorch's own allocator)
+FRAG=$BUILD/tests/apps/frag_app
+need "$FRAG" "$REPLAY"
+#    name        GPUMEM_CONF                                  app arg  want
+rows=("limit      preset:pytorch,limit:64M                     -      oom"
+      "fraction   preset:pytorch,per_process_memory_fraction:0 -      oom"
+      "hooked     preset:pytorch                               torch  same"
+      "hookedx    preset:pytorch-expandable                    torch  same")
+for row in "${rows[@]}"; do
+  read -r name conf arg want <<< "$row"
+  [[ $arg == - ]] && arg=
+  GPUMEM_CONF=$conf "$GPUMEM" record -q -o "$TMP/$name.db" -- "$FRAG" $arg > "$TMP/$name.out" 2>&1
+  "$GPUMEM" export --format trace "$TMP/$name.db" -o "$TMP/$name.trace" || fail "$name: export"
+  st() { sqlite3 "$TMP/$name.db" "SELECT value FROM meta WHERE key = 'stat.$1'"; }
+  rep=$("$REPLAY" --top-down --conf "$conf" "$TMP/$name.trace" 2>&1)
+  rv() { sed -n "s/.* $1=\([-0-9]*\).*/\1/p" <<< "$rep"; }
+  if [[ $want == oom ]]; then
+    # the replay meets the OOM at the failed request's line (comment lines are not events)
+    at=$(grep -v '^#' "$TMP/$name.trace" | grep -n '^ao ' | sed -n 1p | cut -d: -f1)
+    [[ $(st n_oom) -ge 1 && -n $at && $(rv oom_at) == $((at - 1)) ]] \
+      || fail "$name: recorded n_oom=$(st n_oom); the replay of its export: oom_at=$(rv oom_at), the 'ao' line is event $((at - 1)): $rep"
+  else
+    [[ $(rv peak_reserved) == $(st peak_reserved) && $(rv cache_hits) == $(st cache_hits) &&
+       $(rv device_allocs) == $(st driver_alloc_calls) && $(grep -c '^ag ' "$TMP/$name.trace") == 1 ]] \
+      || fail "$name: recorded peak_reserved=$(st peak_reserved) cache_hits=$(st cache_hits) driver_alloc_calls=$(st driver_alloc_calls), replayed: $rep"
+    own=$("$REPLAY" --top-down --framework-only --conf "$conf" "$TMP/$name.trace")
+    [[ $(sed -n 's/.* peak_reserved=\([0-9]*\).*/\1/p' <<< "$own") -lt $(st peak_reserved) && $own == *peak_other=8388608* ]] \
+      || fail "$name: --framework-only should leave the 8 MiB workspace outside PyTorch's pool: $own"
+  fi
+done
+echo "ok: export -> gpumem-replay under the recorded settings: OOM under a limit and a fraction, a library's allocation in gpumem's pool"
 
 # --- OOM naming and phase
 "$GPUMEM" report --json "$DB" > "$TMP/r.json" || fail "report --json failed"

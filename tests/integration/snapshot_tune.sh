@@ -151,12 +151,12 @@ done
 echo "ok: with delayed events too (GPUMEM_SIM_EVENT_DELAY 1, 3, 5)"
 
 # a recording through the pluggable-allocator entry points: the trace tells the framework's
-# allocations ("a") from a library's own ("ax", which the pytorch presets do not cache)
+# allocations ("a") from a library's own ("ag": gpumem's pool served it, snapshot_export.sh)
 "$GM" record -q -o "$TMP/t.db" -- "$APP" torch > "$TMP/t.txt" 2>&1 || { cat "$TMP/t.txt"; fail "torch-style run"; }
 "$GM" export --format trace "$TMP/t.db" > "$TMP/t.trace" || fail "export of the torch-style run"
-[[ $(grep -c '^a ' "$TMP/t.trace") == 8 && $(grep -c '^ax ' "$TMP/t.trace") == 1 ]] \
-  || { cat "$TMP/t.trace"; fail "want 8 'a' lines (gpumem_torch_malloc) and 1 'ax' (cudaMalloc)"; }
-echo "ok: framework allocations 'a', a library's own 'ax' in the trace"
+[[ $(grep -c '^a ' "$TMP/t.trace") == 8 && $(grep -c '^ag ' "$TMP/t.trace") == 1 ]] \
+  || { cat "$TMP/t.trace"; fail "want 8 'a' lines (gpumem_torch_malloc) and 1 'ag' (cudaMalloc, served by gpumem)"; }
+echo "ok: framework allocations 'a', a library's own 'ag' in the trace"
 
 # 3. usage
 "$GM" tune > /dev/null 2>&1; [[ $? == 2 ]] || fail "no database: want exit 2"
