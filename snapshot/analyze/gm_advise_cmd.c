@@ -904,8 +904,17 @@ static int parse_techniques(const char *cmd, recorded *r, int strict, char *err,
             }
             r->bf16 = !strcmp(v, "bf16") ? 1 : -1; /* -1: fp32 said */
         } else if (!strcmp(t, "--offload")) {
-            r->off_act = strstr(v, "activations") != NULL;
-            r->off_opt = strstr(v, "optimizer") != NULL;
+            r->off_act = r->off_opt = 0;
+            char *sv2 = NULL;
+            for (char *o = strtok_r(v, ",", &sv2); o; o = strtok_r(NULL, ",", &sv2)) {
+                if (!strcmp(o, "activations")) r->off_act = 1;
+                else if (!strcmp(o, "optimizer")) r->off_opt = 1;
+                else if (strict) { /* the trainer's own "params" (ZeRO-3) is --ranks' business */
+                    snprintf(err, errsz, "--try: --offload takes activations and/or optimizer, got '%s'%s", o,
+                             !strcmp(o, "params") ? " (parameters are offloaded with ZeRO-3: --ranks N)" : "");
+                    return -1;
+                }
+            }
         } else {
             r->rc = 0;
             char *sv2 = NULL;
@@ -1565,6 +1574,13 @@ int gm_advise_main(int argc, char **argv)
         }
         /* not a figure that does not hold: what --try asks is said, as parse_try says what the
          * model cannot do (exit 2) */
+        if (spec_ntech(&s) == 0 && !s.fp32) { /* an empty row: nothing to title, nothing to predict */
+            fprintf(stderr, "gpumem advise: --try '%s' asks for nothing this recording does not do already "
+                            "(its command: %s): name a technique it lacks\n",
+                    try_flags, c.m.cmdline[0] ? c.m.cmdline : "not recorded");
+            rc = GM_EXIT_USAGE;
+            goto done;
+        }
         int w = spec_withheld(&c, &s);
         if (w >= 0) {
             fprintf(stderr, "gpumem advise: --try '%s' is not predicted: %s\n", try_flags, c.notes[w]);
