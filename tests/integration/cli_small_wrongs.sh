@@ -310,12 +310,20 @@ for c in "advise DB --ranks 2 --try '--accum 2'" "advise DB --ranks 2 --oom-step
          "viz DB -o @T@/x.html --with none,frag" "viz DB -o @T@/x.html --with , " "viz DB -o @T@/x.html --with frag --with tune" \
          "viz DB -o @T@/x.html -o @T@/y.html" "export --format csv --format trace DB" "export --format=csv --format trace DB" \
          "export --format csv DB -o @T@/a.csv -o @T@/b.csv" "export --format folded --what peak --what total DB" \
-         "export --format torch DB -o @T@/x.pickle --at end --at peak"; do
+         "export --format torch DB -o @T@/x.pickle --at end --at peak" "export --format folded --view torch --view device DB" \
+         "export --format folded --view tensors DB" "export --format trace --view device DB" "export --format torch --view torch DB -o @T@/x.pickle"; do
   args=$(dbs "$c")
   rc=0; eval "\"$GM\" $args" > /dev/null 2> "$TMP/err.txt" || rc=$?
   [[ $rc == 2 && $(wc -l < "$TMP/err.txt") == 2 ]] || fail "gpumem $c: exit $rc, $(cat "$TMP/err.txt")"
 done
 "$GM" export --format csv --format csv "$TMP/run.db" > /dev/null || fail "the same --format twice"
+# --view torch of a recording without PyTorch's history: what is wrong, then that the file was
+# kept; exit 2
+echo keep > "$TMP/v.folded"
+rc=0; "$GM" export --format folded --view torch "$TMP/run.db" -o "$TMP/v.folded" --force 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 && $(cat "$TMP/v.folded") == keep ]] && grepq "^gpumem export: --view torch: .* has no PyTorch memory history" "$TMP/err.txt" \
+  && grepq "^gpumem export: .*v.folded is left as it was$" "$TMP/err.txt" \
+  || fail "export --view torch of the trainer's run: exit $rc, $(cat "$TMP/err.txt")"
 "$GM" advise "$TMP/run.db" --ranks 2 --budget 1T > /dev/null || fail "advise --ranks 2 --budget (ZeRO's budget search) exited $?"
 ok "conflicting and ignored options refused: advise --ranks with --try/--oom-step/--link/--gpu, a database twice, --with, repeated options"
 
