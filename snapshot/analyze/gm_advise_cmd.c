@@ -1823,37 +1823,49 @@ int gm_advise_main(int argc, char **argv)
         for (size_t i = 0; i < nfront; i++)
             printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
         printf("]");
-        if (have_budget) {
-            printf(",\n \"plan\": ");
-            if (have_plan == 1)
-                json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
-            else if (have_plan == 2)
-                printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
-                       "recording fits\", \"flags\": \"\", "
-                       "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
-                       "\"saving_bytes\": 0, \"cost\": "
-                       "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
-                       "\"pinned_bytes\": 0}}",
-                       c.base.peak_allocated, c.base.peak_reserved);
+        /* every documented key is there whatever the options: null where it does not apply
+         * (the budget's keys without --budget, floor/nearest/why when a plan fits, the check's
+         * without --check) */
+        printf(",\n \"plan\": ");
+        if (have_budget && have_plan == 1)
+            json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
+        else if (have_budget && have_plan == 2)
+            printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
+                   "recording fits\", \"flags\": \"\", "
+                   "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
+                   "\"saving_bytes\": 0, \"cost\": "
+                   "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
+                   "\"pinned_bytes\": 0}}",
+                   c.base.peak_allocated, c.base.peak_reserved);
+        else
+            printf("null");
+        if (have_budget)
+            printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
+        else
+            printf(",\n \"shortfall_bytes\": null");
+        if (have_budget && !have_plan) {
+            printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                   ", \"optimizer_state\": %" PRIu64 "},\n \"nearest\": ",
+                   fl.params, fl.grads, fl.state);
+            if (nearest)
+                json_rec(stdout, &c, nearest, spec_ntech(nearest) > 1);
             else
                 printf("null");
-            printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
-            if (!have_plan) {
-                printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
-                       ", \"optimizer_state\": %" PRIu64 "},\n \"nearest\": ",
-                       fl.params, fl.grads, fl.state);
-                if (nearest)
-                    json_rec(stdout, &c, nearest, spec_ntech(nearest) > 1);
-                else
-                    printf("null");
-                printf(",\n \"why\": ");
-                gm_json_str(stdout, why);
-            }
-            printf(",\n \"budget_known\": %s", strncmp(why, "not known", 9) ? "true" : "false");
-            if (check && have_plan == 1 && plan.measured)
-                printf(",\n \"plan_over_budget_bytes\": %" PRIu64, over);
+            printf(",\n \"why\": ");
+            gm_json_str(stdout, why);
+        } else {
+            printf(",\n \"floor\": null,\n \"nearest\": null,\n \"why\": null");
         }
-        if (check) printf(",\n \"check_failed\": %zu", nfailed);
+        printf(",\n \"budget_known\": %s",
+               !have_budget ? "null" : strncmp(why, "not known", 9) ? "true" : "false");
+        if (have_budget && check && have_plan == 1 && plan.measured)
+            printf(",\n \"plan_over_budget_bytes\": %" PRIu64, over);
+        else
+            printf(",\n \"plan_over_budget_bytes\": null");
+        if (check)
+            printf(",\n \"check_failed\": %zu", nfailed);
+        else
+            printf(",\n \"check_failed\": null");
         printf("}\n");
     } else {
         char a[32], r[32], ra_[32], rr[32];

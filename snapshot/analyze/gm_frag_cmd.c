@@ -377,7 +377,8 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
                 s->need_pool_largest);
     else
         fputs("null", out);
-    if (s->oom) fprintf(out, ",\"fragmentation\":%s", s->fragmentation ? "true" : "false");
+    /* a documented key is always there: null at the peak (fragmentation is an OOM's verdict) */
+    fprintf(out, ",\"fragmentation\":%s", !s->oom ? "null" : s->fragmentation ? "true" : "false");
     fputs(",\"histogram\":[", out);
     first = 1;
     for (int h = 0; h < GM_FRAG_NHIST; h++) {

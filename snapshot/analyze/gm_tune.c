@@ -251,6 +251,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     adv_model am;
     if (gm_replay_trace_load(d, &am, err, errsz) != 0) return -1;
     if (!am.nevs) { /* a recording without allocations: a valid answer (nothing to tune), not an error */
+        t->limit = o->limit ? o->limit : am.cfg.limit; /* its JSON has every key, limit included */
         adv_model_free(&am);
         t->empty = 1;
         return 0;

@@ -313,6 +313,10 @@ typedef struct gm_model {
  * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
  * device allocations. */
 gm_model gm_model_torch_view(const gm_model *m);
+/* The allocations a reading of the model counts, one rule for diff and the exports: in PyTorch's
+ * view (is_torch_view) its tensors (kind REC_TORCH_ALLOC), else the device allocations
+ * (cudaMalloc and cudaMallocAsync: PyTorch's segments, on a PyTorch program on its allocator). */
+int gm_alloc_in_view(const gm_model *m, const gm_alloc *a);
 /* The one rule for "leaked" (leaks, the ranks report, viz): the allocations alive at the end of
  * the model this returns. With PyTorch's history merged (torch.present == 1) that is the torch
  * view: its tensors, since PyTorch's cached segments outlive them all by design and are not

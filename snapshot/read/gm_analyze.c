@@ -999,6 +999,10 @@ gm_model gm_model_leak_view(const gm_model *m) {
     return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
 }
 
+int gm_alloc_in_view(const gm_model *m, const gm_alloc *a) {
+    return m->is_torch_view ? a->kind == REC_TORCH_ALLOC : a->kind == REC_ALLOC || a->kind == REC_ALLOC_ASYNC;
+}
+
 gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
