@@ -69,11 +69,11 @@ static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t ad
     uint32_t stack = 0, range = 0;
     uint64_t name = 0;
     int found = 0;
-    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
+    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range, t FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, (int64_t)birth);
         if (sqlite3_step(st) == SQLITE_ROW) {
             stack = (uint32_t)sqlite3_column_int64(st, 0);
-            range = (uint32_t)sqlite3_column_int64(st, 1);
+            range = gm_event_range(m, (uint32_t)sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
             found = 1;
         }
         sqlite3_finalize(st);

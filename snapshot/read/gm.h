@@ -257,6 +257,10 @@ typedef struct gm_model {
     u64map stack_idx; uint32_t *stack_frames; size_t nstack_frames; /* stack id -> start in stack_off */
     uint64_t *stack_off; size_t nstacks;                              /* [2*i]=start, [2*i+1]=len */
     u64map range_idx; gm_range *ranges; size_t nranges;
+    /* NVTX start/end ranges (ranges.kind 1) as spans of time, for gm_event_range: span i begins
+     * at span_at[i] (ns, the events' clock) and lasts until span_at[i + 1] (the last one, for
+     * ever); span_range[i] is the start/end range that holds it (0: none) */
+    int64_t *span_at; uint32_t *span_range; size_t nspans;
     gm_alloc *allocs; size_t nallocs, allocs_cap;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
@@ -371,6 +375,14 @@ static inline int gm_grow_fast(void **p, size_t *cap, size_t need, size_t elem) 
 int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
+/* The NVTX range that is an event's phase: range (events.range, the innermost push/pop range of
+ * the event's thread) where it is one; else the start/end range open at the event's time t_ns
+ * (events.t) — the one begun last of those open then, since start/end ranges belong to the
+ * process, not to a thread, and need not nest; else 0 (outside every range). Every reader that
+ * names an event's phase asks this (the model's sweep for allocations, frees, OOMs and steps;
+ * uses, frag, advise and viz for the events they read themselves), so none calls an event inside
+ * a start/end range "outside any NVTX range". */
+uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns);
 
 /* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included, in memory
  * (readers never write the recording). Then expands inline chains into logical frames

@@ -45,6 +45,93 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id) {
     return i ? &m->ranges[*i] : NULL;
 }
 
+uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns) {
+    if (range || !m->nspans || t_ns < m->span_at[0]) return range;
+    size_t lo = 0, hi = m->nspans; /* the last span begun at or before t_ns */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->span_at[mid] <= t_ns) lo = mid;
+        else hi = mid;
+    }
+    return m->span_range[lo];
+}
+
+typedef struct se_range {
+    int64_t start, end; /* end INT64_MAX: still open when the recording stopped */
+    uint32_t id;
+} se_range;
+
+static int se_by_start(const void *a, const void *b) {
+    const se_range *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int span_add(gm_model *m, size_t *cap, int64_t at, uint32_t range) {
+    if (m->nspans ? m->span_range[m->nspans - 1] == range : range == 0) return 0;
+    if (m->nspans == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        int64_t *a = realloc(m->span_at, c * sizeof *a);
+        if (!a) return -1;
+        m->span_at = a;
+        uint32_t *r = realloc(m->span_range, c * sizeof *r);
+        if (!r) return -1;
+        m->span_range = r;
+        *cap = c;
+    }
+    m->span_at[m->nspans] = at, m->span_range[m->nspans++] = range;
+    return 0;
+}
+
+/* The start/end ranges as spans of time (gm_model.span_at): at each time a range starts or ends,
+ * the range that holds what follows is the one begun last among those open. Ranges taken in the
+ * order they began go onto a stack, so its top is always the one begun last; one that ended is
+ * dropped when it comes to the top (below the top it hides nothing). A file without the kind
+ * column, or out of memory: no spans (phases as the push/pop ranges give them). */
+static void load_spans(gm_db *d, gm_model *m) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT id, start_ns, COALESCE(end_ns, 9223372036854775807) FROM ranges "
+                                  "WHERE kind = 1 AND start_ns IS NOT NULL", -1, &s, NULL) != SQLITE_OK)
+        return;
+    se_range *r = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0), a = sqlite3_column_int64(s, 1), b = sqlite3_column_int64(s, 2);
+        if (id <= 0 || id > UINT32_MAX || b <= a) continue; /* not an id events can name; empty */
+        if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
+        r[n++] = (se_range){a, b, (uint32_t)id};
+    }
+    sqlite3_finalize(s);
+    int64_t *at = n ? malloc(2 * n * sizeof *at) : NULL;
+    size_t *open = n ? malloc(n * sizeof *open) : NULL;
+    if (!at || !open) goto out;
+    gm_sort(r, n, sizeof *r, se_by_start);
+    size_t nat = 0;
+    for (size_t i = 0; i < n; i++) {
+        at[nat++] = r[i].start;
+        if (r[i].end != INT64_MAX) at[nat++] = r[i].end;
+    }
+    gm_sort(at, nat, sizeof *at, cmp_i64);
+    size_t next = 0, nopen = 0, scap = 0;
+    for (size_t k = 0; k < nat; k++) {
+        if (k && at[k] == at[k - 1]) continue;
+        for (; next < n && r[next].start <= at[k]; next++) open[nopen++] = next;
+        while (nopen && r[open[nopen - 1]].end <= at[k]) nopen--;
+        if (span_add(m, &scap, at[k], nopen ? r[open[nopen - 1]].id : 0) != 0) {
+            free(m->span_at), free(m->span_range);
+            m->span_at = NULL, m->span_range = NULL, m->nspans = 0;
+            break;
+        }
+    }
+out:
+    free(r), free(at), free(open);
+}
+
 static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
     snprintf(err, errsz, "%s: cannot read %s: %s (the file is damaged or not a complete gpumem "
              "database)", d->path, what, sqlite3_errmsg(d->db));
@@ -205,6 +292,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "ranges");
+    load_spans(d, m);
     /* ooms (optional table; its name column is new in 1.1) */
     if (gm_table_exists(d, "ooms")) {
         static const char *const q[2] = {
@@ -738,13 +826,18 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     uint64_t st_alloc, st_seq, name_seq;
     SWEEP_LOAD
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
+    /* an event outside every push/pop range of its thread is in the start/end range open at its
+     * time, if one is (gm_event_range): the rows then carry t (not the lean reader) */
+    const int spans = m->nspans != 0;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;
     for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
-        uint32_t range = (uint32_t)r->range;
+        /* NULL (none) reads as -1 from the pages, 0 through SQLite */
+        uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
+        if (!range && spans) range = gm_event_range(m, 0, r->t);
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);
@@ -895,7 +988,9 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc, pr = pages ? gm_events_pages_lean(d, sweep_rows, &w) : GM_PAGES_NO;
+    /* the lean reader leaves t out, which start/end ranges need (gm_event_range) */
+    int rc, pr = !pages ? GM_PAGES_NO
+                        : m->nspans ? gm_events_pages(d, sweep_rows, &w) : gm_events_pages_lean(d, sweep_rows, &w);
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
@@ -1047,6 +1142,8 @@ void gm_model_free(gm_model *m) {
     free(m->mods);
     for (size_t i = 0; i < m->nranges; i++) free(m->ranges[i].path);
     free(m->ranges);
+    free(m->span_at);
+    free(m->span_range);
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);
