@@ -1086,8 +1086,8 @@ typedef struct torch_diff {
  * (or a VMM map) made from the peak on — the segment in flight, now in both views. *torch_then
  * gets PyTorch's reserve then. Else the peak itself. */
 static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_then) {
-    uint64_t p = m->peak_reserved_seq, at = p;
-    *torch_then = m->peak_reserved_torch;
+    uint64_t p = m->peak_device_seq, at = p;
+    *torch_then = m->peak_device_torch;
     sqlite3_stmt *st;
     const char *sql =
         "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
@@ -1109,14 +1109,14 @@ static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_the
 }
 
 static torch_diff torch_difference(const gm_model *m, const alloc_set *at, uint64_t when, uint64_t torch_then) {
-    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, torch_then, 0, 0, 0, when};
+    torch_diff t = {m->peak_device_seq, m->peak_device, torch_then, 0, 0, 0, when};
     uint64_t fw = 0;
     for (size_t i = 0; i < at->n; i++) {
         const gm_alloc *a = &m->allocs[at->idx[i]];
         if (a->flags & GM_ALLOC_FW_SEGMENT) fw += a->size;
         else t.outside += a->size;
     }
-    uint64_t gm_reserved = m->peak_reserved - m->peak_reserved_vmm;
+    uint64_t gm_reserved = m->peak_device - m->peak_device_vmm;
     t.cache = gm_reserved > fw + t.outside ? gm_reserved - fw - t.outside : 0;
     uint64_t named = t.torch_then + t.outside + t.cache;
     t.other = t.device > named ? t.device - named : 0;
@@ -1350,6 +1350,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
+        /* the program's own VMM: held outside the allocator, in none of the peaks above */
+        fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"foreign_frees\":%" PRIu64 ",\"double_frees\":%" PRIu64
@@ -1406,6 +1408,13 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                                  : " (the recording holds no allocation)");
         if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         else fprintf(out, "  utilization         - (nothing was reserved)\n");
+        if (m->peak_vmm) {
+            char v[32], dv[32];
+            gm_fmt_bytes(m->peak_vmm, v, sizeof v);
+            gm_fmt_bytes(m->peak_device, dv, sizeof dv);
+            fprintf(out, "  program VMM         %s at its peak (cuMemMap: held outside gpumem's allocator, in none "
+                         "of the peaks above; device-wide peak %s)\n", v, dv);
+        }
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);

@@ -260,9 +260,15 @@ typedef struct gm_model {
     uint64_t requested; /* requested bytes of live device allocations */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq, peak_host;
     uint64_t peak_requested, peak_requested_seq; /* peak of what the program asked for */
-    /* device-wide: reserved and allocated include the program's own VMM mappings (cuMemMap:
-     * PyTorch's expandable segments, for one); at the peak reserved, how it was made up */
-    uint64_t vmm, peak_reserved_vmm, peak_reserved_torch;
+    /* The program's own VMM mappings (cuMemMap: PyTorch's expandable segments, for one): held
+     * outside gpumem's allocator, so in none of the figures above (README, "What each figure
+     * counts"); vmm now, peak_vmm their high. The device-wide peak adds them to gpumem's reserved
+     * (to the allocations where no segment was recorded): peak_device at peak_device_seq, with
+     * the VMM and PyTorch's reserve then (PyTorch's view names every byte of it).
+     * peak_held*: the same of allocated + vmm, which is the device-wide one without segments. */
+    uint64_t vmm, peak_vmm;
+    uint64_t peak_device, peak_device_seq, peak_device_vmm, peak_device_torch;
+    uint64_t peak_held, peak_held_seq, peak_held_vmm, peak_held_torch;
     int have_segments;
     gm_pools pools; /* gpumem's pools of graph captures (PyTorch with gpumem as its allocator) */
     uint64_t graph_nodes, graph_node_bytes; /* the driver's graph memory nodes (REC_F_GRAPH) */

@@ -604,15 +604,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         m->reserved -= size < m->reserved ? size : m->reserved;
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 0, size);
     } else if (kind == REC_VMM_MAP) {
-        /* the program's own virtual memory (PyTorch's expandable segments): on the device, and
-         * in the program's hands, as much as a cudaMalloc of it would be */
-        m->vmm += size, m->allocated += size, m->requested += size, m->reserved += size;
+        /* the program's own virtual memory (PyTorch's expandable segments): on the device, but
+         * not one of the allocator's blocks, nor an allocation with a life the views can show:
+         * held outside the allocator, as the device account has it, and in the device-wide peak
+         * only (it was in allocated, requested and reserved once, and the summary's peaks then
+         * disagreed with every view built from the allocations) */
+        m->vmm += size;
+        if (m->vmm > m->peak_vmm) m->peak_vmm = m->vmm;
     } else if (kind == REC_VMM_UNMAP) {
-        uint64_t s = size < m->vmm ? size : m->vmm;
-        m->vmm -= s;
-        m->allocated -= s < m->allocated ? s : m->allocated;
-        m->requested -= s < m->requested ? s : m->requested;
-        m->reserved -= s < m->reserved ? s : m->reserved;
+        m->vmm -= size < m->vmm ? size : m->vmm;
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -625,9 +625,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     if (m->reserved > m->peak_reserved) {
         m->peak_reserved = m->reserved;
         m->peak_reserved_seq = seq;
-        m->peak_reserved_vmm = m->vmm;
-        m->peak_reserved_torch = m->torch.reserved;
         m->pools.reserved_at_peak = m->pools.reserved;
+    }
+    if (m->reserved + m->vmm > m->peak_device) {
+        m->peak_device = m->reserved + m->vmm, m->peak_device_seq = seq;
+        m->peak_device_vmm = m->vmm, m->peak_device_torch = m->torch.reserved;
+    }
+    if (m->allocated + m->vmm > m->peak_held) {
+        m->peak_held = m->allocated + m->vmm, m->peak_held_seq = seq;
+        m->peak_held_vmm = m->vmm, m->peak_held_torch = m->torch.reserved;
     }
     if (m->host > m->peak_host) m->peak_host = m->host;
     if (range) {
@@ -654,7 +660,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * (max_seq: sweep_rows takes it once a batch, rows_max_seq.) */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
-    X(peak_requested) X(peak_requested_seq)
+    X(peak_requested) X(peak_requested_seq) X(vmm) X(peak_held) X(peak_held_seq)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
@@ -801,6 +807,11 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             requested += req;
             if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
             if (requested > peak_requested) peak_requested = requested, peak_requested_seq = seq;
+            /* the device-wide peak without segments (vmm: no fast row changes it) */
+            if (allocated + vmm > peak_held) {
+                peak_held = allocated + vmm, peak_held_seq = seq;
+                m->peak_held_vmm = vmm, m->peak_held_torch = m->torch.reserved;
+            }
         } else {
             uint64_t ai;
             if (addr_map_del(&w->live, addr, &ai)) {
@@ -938,6 +949,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
         m->reserved = m->allocated;
+        m->peak_device = m->peak_held, m->peak_device_seq = m->peak_held_seq;
+        m->peak_device_vmm = m->peak_held_vmm, m->peak_device_torch = m->peak_held_torch;
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */
