@@ -92,7 +92,7 @@ while read -r kind counted vmm; do
   folded=$(awk '{s += $NF} END {print s + 0}' "$TMP/$kind.folded")
   "$GM" viz "$db" -o "$TMP/$kind.html" 2> /dev/null
   viz=$(grep -o '"peak_allocated_bytes":[0-9]*,"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":[0-9]*' "$TMP/$kind.html" \
-    | head -1 | sed 's/"peak_allocated_bytes":\([0-9]*\),"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":\([0-9]*\)/\1 \2/')
+    | sed -n 1p | sed 's/"peak_allocated_bytes":\([0-9]*\),"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":\([0-9]*\)/\1 \2/')
   "$GM" export --format torch "$db" -o "$TMP/$kind.pickle" 2> /dev/null
   "$GM" import "$TMP/$kind.pickle" -o "$TMP/$kind-imp.db" > /dev/null 2>&1
   imp=$("$GM" report --json "$TMP/$kind-imp.db" 2> /dev/null | jq -r '.summary | "\(.peak_requested) \(.peak_allocated)"')
