@@ -790,7 +790,7 @@ int gm_heap_name(CUdeviceptr ptr, uintptr_t *start)
         *start = base;
         return 0;
     }
-    if (gm_pt_lookup(ptr, &pbase, &size)) {
+    if (gm_pt_lookup(ptr, &pbase, &size, NULL)) {
         *start = pbase;
         return 0;
     }
@@ -893,6 +893,7 @@ struct pt_ent {
     uintptr_t ptr; /* 0 empty, 1 tombstone */
     size_t size;
     enum gm_pt_kind kind;
+    int device; /* its free is recorded on it: where it is freed, the current device is unknown */
 };
 static struct pt_ent *pt;
 static size_t pt_cap, pt_used, pt_live;
@@ -922,7 +923,7 @@ static void pt_grow(void)
     pt_used = pt_live;
 }
 
-void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind, int device)
 {
     if (ptr <= 1)
         return;
@@ -940,11 +941,12 @@ void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
         pt[j].ptr = ptr;
         pt[j].size = size;
         pt[j].kind = kind;
+        pt[j].device = device;
     }
     pthread_mutex_unlock(&pt_lock);
 }
 
-int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
+int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind, int *device)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
@@ -954,6 +956,7 @@ int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
             if (pt[j].ptr == ptr) {
                 *size = pt[j].size;
                 *kind = pt[j].kind;
+                *device = pt[j].device;
                 pt[j].ptr = 1;
                 pt_live--;
                 found = 1;
@@ -967,7 +970,7 @@ int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
 }
 
 /* Interior lookups scan the table: only used for naming, which is rare. */
-int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
+int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size, int *device)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
@@ -975,6 +978,8 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
         if (pt[i].ptr > 1 && ptr >= pt[i].ptr && ptr < pt[i].ptr + (pt[i].size ? pt[i].size : 1)) {
             *base = pt[i].ptr;
             *size = pt[i].size;
+            if (device)
+                *device = pt[i].device;
             found = 1;
             break;
         }
@@ -1008,8 +1013,9 @@ void gm_pt_after_reset(void)
         for (size_t i = 0; i < n; i++) {
             size_t size;
             enum gm_pt_kind k;
-            if (gm_pt_remove(batch[i], &size, &k))
-                gm_event(k == GM_PT_DEVICE ? GM_EV_FREE : GM_EV_FREE_ASYNC, -1, 0, batch[i], size,
+            int dev;
+            if (gm_pt_remove(batch[i], &size, &k, &dev))
+                gm_event(k == GM_PT_DEVICE ? GM_EV_FREE : GM_EV_FREE_ASYNC, dev, 0, batch[i], size,
                          0);
         }
         if (n < 64) return;

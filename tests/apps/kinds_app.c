@@ -11,6 +11,8 @@
  *   vmm      the program's own cuMemCreate + cuMemMap (4 x 2 MiB handles)
  *   pool     an allocation from a pool the program chose (cuMemAllocFromPoolAsync on the device's
  *            default pool: passed through to the driver)
+ *   graph    a graph's memory node: cudaMallocAsync and cudaFreeAsync captured on a stream of its
+ *            own, the graph launched once (passed through to the driver)
  * (CUDA arrays: the virtual GPU has none; the test writes their rows itself)
  *   host     pinned host memory (cudaMallocHost)
  *   managed  managed memory (cudaMallocManaged)
@@ -86,6 +88,21 @@ static int kind(const char *k) {
         CHECK_DRV(cuMemAllocFromPoolAsync(&d, KIND_BYTES, pool, 0));
         CHECK_DRV(cuMemFreeAsync(d, 0));
         CHECK_RT(cudaStreamSynchronize(0));
+    } else if (!strcmp(k, "graph")) {
+        cudaStream_t s;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK_RT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CHECK_RT(cudaMallocAsync(&p, KIND_BYTES, s));
+        CHECK_RT(cudaFreeAsync(p, s));
+        CHECK_RT(cudaStreamEndCapture(s, &g));
+        CHECK_RT(cudaGraphInstantiate(&ge, g, 0));
+        CHECK_RT(cudaGraphLaunch(ge, s));
+        CHECK_RT(cudaStreamSynchronize(s));
+        CHECK_RT(cudaGraphExecDestroy(ge));
+        CHECK_RT(cudaGraphDestroy(g));
+        CHECK_RT(cudaStreamDestroy(s));
     } else if (!strcmp(k, "host")) {
         CHECK_RT(cudaMallocHost(&p, KIND_BYTES));
         CHECK_RT(cudaFreeHost(p));
@@ -93,7 +110,7 @@ static int kind(const char *k) {
         CHECK_RT(cudaMallocManaged(&p, KIND_BYTES, cudaMemAttachGlobal));
         CHECK_RT(cudaFree(p));
     } else {
-        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, host, managed)\n", k);
+        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, graph, host, managed)\n", k);
         return 2;
     }
     return 0;
@@ -101,7 +118,7 @@ static int kind(const char *k) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|host|managed\n");
+        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|graph|host|managed\n");
         return 2;
     }
     void *a, *b, *c;

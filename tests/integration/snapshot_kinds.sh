@@ -9,8 +9,11 @@
 #   - the same figures in report --json, the summary line of `gpumem record`, export --format
 #     folded (sums to the peak allocated), viz's page, export torch -> import, frag, tune,
 #     advise, diff;
-#   - the kind is in the allocations' peaks exactly where the table says (device, pool: yes;
-#     vmm, array, host, managed: no), and the program's VMM is shown as held outside.
+#   - the kind is in the allocations' peaks exactly where the table says (device, pool, graph:
+#     yes; vmm, array, host, managed: no), and the program's VMM is shown as held outside.
+# And, in gpumem's allocator (replace) and passed through (GPUMEM_MODE=record), every event of
+# device memory is on a device (a free or unmap on its allocation's, where the freeing thread's
+# current device is unknown: a graph's free node, the driver API) and each stream is one row.
 set -uo pipefail
 BUILD=${BUILD:-build}
 GM=$PWD/$BUILD/gpumem
@@ -44,6 +47,7 @@ table="none no 0
 device yes 0
 vmm no 8388608
 pool yes 0
+graph yes 0
 host no 0
 managed no 0
 array no 0"
@@ -102,7 +106,7 @@ while read -r kind counted vmm; do
   dif=$("$GM" diff --json "$db" "$db" 2> /dev/null | jq -r '.a | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
   got="folded $folded viz $viz import $imp frag $frag tune $tune advise $adv diff $dif"
   exp="folded $salloc viz $salloc $sres import $sreq $salloc frag $sres tune $sres advise $salloc $sres diff $sreq $salloc $sres"
-  if [[ $kind == pool ]]; then
+  if [[ $kind == pool || $kind == graph ]]; then
     # left (see the branch's report): advise's "recorded" is the allocator's own statistics,
     # which a pool allocation passed through is not in, and export torch frees it late
     got=${got/import * frag/frag} exp=${exp/import * frag/frag}
@@ -110,6 +114,26 @@ while read -r kind counted vmm; do
   fi
   [[ $got == "$exp" ]] && ok "$kind: folded, viz, export torch -> import, frag, tune, advise, diff agree" \
     || fail "$kind: got      $got"$'\n'"      expected $exp"
+done <<< "$table"
+
+# Every event of device memory on its device, each stream one row: host memory (5, 6) and managed
+# memory (7, 8) alone have no device, and the one stream row of device -1 is theirs (schema.sql).
+while read -r kind _; do
+  [[ $kind == array ]] && continue
+  for mode in replace record; do
+    db=$TMP/$kind-$mode-dev.db
+    GPUMEM_MODE=$mode "$GM" record -o "$db" -- "$APP" "$kind" > /dev/null 2>&1 \
+      || { fail "$kind ($mode): record failed"; continue; }
+    got=$(sqlite3 -separator ' ' "$db" "
+      SELECT (SELECT coalesce(group_concat(seq || ':' || kind), '-') FROM events
+              WHERE device < 0 AND kind NOT IN (5, 6, 7, 8)),
+             (SELECT coalesce(group_concat(handle), '-') FROM (SELECT handle FROM streams
+              WHERE device >= 0 GROUP BY handle HAVING count(*) > 1)),
+             (SELECT coalesce(group_concat(DISTINCT e.kind), '-') FROM events e JOIN streams s ON s.id = e.stream
+              WHERE s.device < 0 AND e.kind NOT IN (5, 6, 7, 8))")
+    [[ $got == "- - -" ]] && ok "$kind ($mode): every device event on its device, each stream one row" \
+      || fail "$kind ($mode): events with no device (seq:kind), streams twice (handle), device -1 stream used by (kind): $got"
+  done
 done <<< "$table"
 
 [[ $fails -eq 0 ]] || { echo "$fails failures"; exit 1; }

@@ -34,7 +34,7 @@ void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t
 {
     (void)ev, (void)device, (void)stream, (void)addr, (void)size, (void)requested;
 }
-void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind) { (void)ptr, (void)size, (void)kind; }
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind, int device) { (void)ptr, (void)size, (void)kind, (void)device; }
 int gm_capture_relax(CUstreamCaptureMode *saved)
 {
     *saved = CU_STREAM_CAPTURE_MODE_GLOBAL;
