@@ -284,9 +284,12 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
             }
             const gm_alloc *a =
                 ai < m->nallocs && m->allocs[ai].birth == seq ? &m->allocs[ai] : NULL;
+            /* passed through as its own segment: in reserved to its free, as the model has it */
+            uint64_t own = a && (a->flags & GM_ALLOC_OWN_SEGMENT);
             alloc_dev[dev] += size;
+            if (own) res_dev[dev] += size;
             changed = 1;
-            u64map_put(&live, addr, size);
+            u64map_put(&live, addr, size << 1 | own);
             char nm[256];
             const char *given = a && a->name ? gm_str(m, a->name) : NULL;
             if (given)
@@ -303,9 +306,11 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
                     size, addr, dev);
             /* remember the name under the async id: the end event needs the same name and id */
         } else if (is_dev_free(kind)) {
-            uint64_t sz;
-            if (!u64map_del(&live, addr, &sz)) continue;
+            uint64_t v;
+            if (!u64map_del(&live, addr, &v)) continue;
+            uint64_t sz = v >> 1;
             alloc_dev[dev] -= sz < alloc_dev[dev] ? sz : alloc_dev[dev];
+            if (v & 1) res_dev[dev] -= sz < res_dev[dev] ? sz : res_dev[dev];
             changed = 1;
         } else if (kind == REC_OOM) {
             fprintf(out,

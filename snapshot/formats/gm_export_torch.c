@@ -133,6 +133,9 @@ typedef struct tblock {
     uint64_t addr, size, requested, birth;
     uint32_t stack, name;
     uint8_t pending; /* freed, waiting for stream events (active_pending_free) */
+    uint8_t own;     /* passed through as its own segment (GM_ALLOC_OWN_SEGMENT): a segment_alloc
+                      * before it, a segment_free after it, as PyTorch shows a cudaMalloc of one
+                      * block, so an import counts it in reserved as the report does */
 } tblock;
 
 typedef struct tstate {
@@ -235,6 +238,15 @@ static tblock *block_at(tstate *s, uint64_t addr)
 {
     const uint64_t *i = u64map_get(&s->at, addr);
     return i ? &s->blocks[*i] : NULL;
+}
+
+/* The end of a block that was its own segment: the segment goes with it. */
+static int own_segment_end(tx *x, tstate *s, const tblock *b, uint64_t stream, uint64_t t, int dev)
+{
+    uint64_t addr = b->addr, size = b->size;
+    if (seg_remove(s, addr, size) != 0) return -1;
+    entry(x, "segment_free", addr, size, 0, stream, t, dev, 0, NULL);
+    return 0;
 }
 
 static void block_drop(tstate *s, uint64_t addr)
@@ -603,9 +615,16 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 if (old && old->pending) { /* handed out again: its free had landed */
                     entry(&x, "free_completed", addr, old->size, 0, stream, t, dev, old->stack, NULL);
                     u64map_del(&pend_key, addr, NULL);
+                    if (old->own && own_segment_end(&x, &st, old, stream, t, dev) != 0) rc = -2;
                 }
                 const char *nm = name_at(m, names, nnames, seq);
-                tblock b = {addr, size, req ? req : size, seq, stack, 0, 0};
+                uint8_t own = kind != REC_TORCH_ALLOC && (sqlite3_column_int64(s, 9) & GM_OWN_SEGMENT_FLAGS);
+                tblock b = {addr, size, req ? req : size, seq, stack, 0, 0, own};
+                if (own) {
+                    have_segs = 1;
+                    if (seg_add(&st, addr, size, 0, dev, stream) != 0) rc = -2;
+                    entry(&x, "segment_alloc", addr, size, 0, stream, t, dev, 0, NULL);
+                }
                 if (block_add(&st, &b) != 0) rc = -2;
                 entry(&x, "alloc", addr, size, req, stream, t, dev, stack, nm);
             } else if (kind == REC_FREE || kind == REC_FREE_ASYNC || kind == REC_TORCH_FREE) {
@@ -616,6 +635,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                             ((sqlite3_column_int64(s, 9) & REC_F_PENDING) && !u64map_del(&early, key, NULL));
                 if (!waits) {
                     entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
+                    if (b->own && own_segment_end(&x, &st, b, stream, t, dev) != 0) rc = -2;
                     block_drop(&st, addr);
                 } else {
                     b->pending = 1;
@@ -633,6 +653,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 }
                 if (!b || !b->pending) continue;
                 entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
+                if (b->own && own_segment_end(&x, &st, b, stream, t, dev) != 0) rc = -2;
                 block_drop(&st, addr);
             } else if (kind == REC_OOM) {
                 gpk_dict_begin(out);

@@ -76,6 +76,12 @@ void gm_db_close(gm_db *d);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
+/* The recorded peaks allocated and reserved of a recording of gpumem's allocator, as the model
+ * counts them (README, "What each figure counts"): the allocator's statistics (meta
+ * stat.peak_*), which leave out what was passed through as its own segment (a pool the program
+ * chose, a graph's memory node) — so where there is such an allocation, the running sums over
+ * the events. */
+void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved);
 int gm_table_exists(gm_db *d, const char *name);
 /* 1 when `names` has its birth column (the allocation each name names; recorders since it was
  * added within schema 1.3): join names to allocations by it. Without it (older files, and rows
@@ -160,6 +166,12 @@ typedef struct gm_alloc {
 #define GM_ALLOC_FRAMEWORK 4u
 /* made in a graph capture's private pool (events.flags REC_F_PRIVATE_POOL) */
 #define GM_ALLOC_PRIVATE 8u
+/* passed through to the driver from a pool the program chose or as a graph's memory node
+ * (REC_F_POOL, REC_F_GRAPH): memory the driver gave for exactly this block, its own segment, so
+ * in reserved from its allocation to its free (README, "What each figure counts") */
+#define GM_ALLOC_OWN_SEGMENT 16u
+/* the events.flags of such an allocation (kinds 1 and 3) */
+#define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)
 
 /* CUDA graphs' memory in one view (the device's events, or PyTorch's merged history): the
  * allocations and segments of private pools (events flagged REC_F_PRIVATE_POOL — gpumem's pools

@@ -280,6 +280,11 @@ static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->a
 /* An allocation's end: its bytes off the sums, a device one's from *allocated and *requested
  * (the model's in sweep_row, sweep_rows' locals: HOT_SUMS), host and managed ones from the
  * model's; a private pool's from the pools. */
+/* A device allocation passed through as its own segment (GM_ALLOC_OWN_SEGMENT). */
+static inline int is_own_segment(unsigned kind, unsigned flags) {
+    return (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS);
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -290,6 +295,7 @@ static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, 
         *requested -= a->requested < *requested ? a->requested : *requested;
     }
     if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+    if (a->flags & GM_ALLOC_OWN_SEGMENT) m->reserved -= a->size < m->reserved ? a->size : m->reserved;
 }
 
 static void pools_segment(gm_pools *p, int map, uint64_t size) {
@@ -566,8 +572,12 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         if (alloc_open(w, addr, seq, &m->allocated, &m->requested) != 0) return -1;
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
+        int own = is_own_segment(kind, flags);
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0, 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
+                                  (own ? GM_ALLOC_OWN_SEGMENT : 0)),
+                        0, 0};
+        if (own) m->reserved += size;
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -743,7 +753,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     gm_step *last_st;
     uint64_t st_alloc, st_seq, name_seq;
     SWEEP_LOAD
-    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
+    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;

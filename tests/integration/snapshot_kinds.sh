@@ -5,9 +5,10 @@
 # cannot make), every command's peak figures agree with SQL over the events and with each other:
 #   - peak requested and allocated: the running sum of the device allocations and their frees
 #     (kinds 1 and 3, frees matched by alloc_id: the reviewer's peak.sql), at the same event;
-#   - peak reserved: the running sum of gpumem's segments (kinds 14/18 up, 15/19 down);
+#   - peak reserved: the running sum of gpumem's segments (kinds 14/18 up, 15/19 down) and of
+#     the allocations passed through as their own segments (flag 2048 or 16384, to their free);
 #   - the same figures in report --json, the summary line of `gpumem record`, export --format
-#     folded (sums to the peak allocated), viz's page, export torch -> import, frag, tune,
+#     folded (sums to the peak allocated), chrome's reserved counter, viz's page, export torch -> import, frag, tune,
 #     advise, diff;
 #   - the kind is in the allocations' peaks exactly where the table says (device, pool, graph:
 #     yes; vmm, array, host, managed: no), and the program's VMM is shown as held outside.
@@ -37,8 +38,11 @@ sql_peaks() {
            FROM events e LEFT JOIN a ON a.alloc_id = e.alloc_id AND e.kind IN (2, 4)
            WHERE e.kind IN (1, 3) OR (e.kind IN (2, 4) AND a.alloc_id IS NOT NULL)),
     run AS (SELECT sum(dreq) OVER (ORDER BY seq) r, sum(dsz) OVER (ORDER BY seq) s FROM ev),
-    seg AS (SELECT sum(CASE WHEN kind IN (14, 18) THEN size ELSE -size END) OVER (ORDER BY seq) v
-            FROM events WHERE kind IN (14, 15, 18, 19))
+    own AS (SELECT alloc_id, size FROM events WHERE kind IN (1, 3) AND flags & (2048 | 16384)),
+    seg AS (SELECT sum(CASE WHEN e.kind IN (14, 18) OR (e.kind IN (1, 3) AND own.alloc_id IS NOT NULL) THEN e.size
+                            WHEN e.kind IN (2, 4) THEN -own.size ELSE -e.size END) OVER (ORDER BY e.seq) v
+            FROM events e LEFT JOIN own ON own.alloc_id = e.alloc_id AND e.kind IN (1, 2, 3, 4)
+            WHERE e.kind IN (14, 15, 18, 19) OR (e.kind IN (1, 2, 3, 4) AND own.alloc_id IS NOT NULL))
     SELECT (SELECT max(r) FROM run), (SELECT max(s) FROM run), (SELECT coalesce(max(v), 0) FROM seg)"
 }
 
@@ -94,24 +98,20 @@ while read -r kind counted vmm; do
   # every other command's figures
   "$GM" export --format folded "$db" -o "$TMP/$kind.folded" 2> /dev/null
   folded=$(awk '{s += $NF} END {print s + 0}' "$TMP/$kind.folded")
+  "$GM" export --format chrome "$db" -o "$TMP/$kind.chrome" 2> /dev/null
+  chrome=$(jq '[.traceEvents[] | select(.ph == "C") | .args.reserved] | max // 0' "$TMP/$kind.chrome")
   "$GM" viz "$db" -o "$TMP/$kind.html" 2> /dev/null
   viz=$(grep -o '"peak_allocated_bytes":[0-9]*,"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":[0-9]*' "$TMP/$kind.html" \
     | sed -n 1p | sed 's/"peak_allocated_bytes":\([0-9]*\),"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":\([0-9]*\)/\1 \2/')
   "$GM" export --format torch "$db" -o "$TMP/$kind.pickle" 2> /dev/null
   "$GM" import "$TMP/$kind.pickle" -o "$TMP/$kind-imp.db" > /dev/null 2>&1
-  imp=$("$GM" report --json "$TMP/$kind-imp.db" 2> /dev/null | jq -r '.summary | "\(.peak_requested) \(.peak_allocated)"')
+  imp=$("$GM" report --json "$TMP/$kind-imp.db" 2> /dev/null | jq -r '.summary | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
   frag=$("$GM" frag --json "$db" 2> /dev/null | jq -r .recorded.peak_reserved)
   tune=$("$GM" tune --json "$db" 2> /dev/null | jq -r .recorded.peak_reserved)
   adv=$("$GM" advise --json "$db" 2> /dev/null | jq -r '.recorded | "\(.peak_allocated) \(.peak_reserved)"')
   dif=$("$GM" diff --json "$db" "$db" 2> /dev/null | jq -r '.a | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
-  got="folded $folded viz $viz import $imp frag $frag tune $tune advise $adv diff $dif"
-  exp="folded $salloc viz $salloc $sres import $sreq $salloc frag $sres tune $sres advise $salloc $sres diff $sreq $salloc $sres"
-  if [[ $kind == pool || $kind == graph ]]; then
-    # left (see the branch's report): advise's "recorded" is the allocator's own statistics,
-    # which a pool allocation passed through is not in, and export torch frees it late
-    got=${got/import * frag/frag} exp=${exp/import * frag/frag}
-    got=${got/advise * diff/diff} exp=${exp/advise * diff/diff}
-  fi
+  got="folded $folded chrome $chrome viz $viz import $imp frag $frag tune $tune advise $adv diff $dif"
+  exp="folded $salloc chrome $sres viz $salloc $sres import $sreq $salloc $sres frag $sres tune $sres advise $salloc $sres diff $sreq $salloc $sres"
   [[ $got == "$exp" ]] && ok "$kind: folded, viz, export torch -> import, frag, tune, advise, diff agree" \
     || fail "$kind: got      $got"$'\n'"      expected $exp"
 done <<< "$table"
@@ -133,6 +133,14 @@ while read -r kind _; do
               WHERE s.device < 0 AND e.kind NOT IN (5, 6, 7, 8))")
     [[ $got == "- - -" ]] && ok "$kind ($mode): every device event on its device, each stream one row" \
       || fail "$kind ($mode): events with no device (seq:kind), streams twice (handle), device -1 stream used by (kind): $got"
+    if [[ $mode == record ]]; then # everything passed through: each allocation its own segment
+      # (passed through, every allocation has alloc_id 0: a free's size is its allocation's)
+      salloc=$(sqlite3 "$db" "SELECT max(s) FROM (SELECT sum(CASE WHEN kind IN (1, 3) THEN size ELSE -size END)
+                                OVER (ORDER BY seq) s FROM events WHERE kind IN (1, 2, 3, 4))")
+      rep=$("$GM" report --json "$db" 2> /dev/null | jq -r '.summary | "\(.peak_allocated) \(.peak_reserved)"')
+      [[ $rep == "$salloc $salloc" ]] && ok "$kind (record): peak reserved = peak allocated ($salloc)" \
+        || fail "$kind (record): peaks allocated/reserved $rep, SQL's allocated $salloc"
+    fi
   done
 done <<< "$table"
 
