@@ -1391,7 +1391,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes(m->peak_reserved, b, sizeof b);
         gm_fmt_bytes(m->peak_requested, c, sizeof c);
         if (!m->peak_requested && !m->peak_allocated) { /* no peak to place: nothing was allocated */
-            fprintf(out, "  peak requested      0 B (nothing was allocated)\n");
+            /* a program that maps its own memory (PyTorch with expandable segments) allocated, but
+             * none of it through an allocation: said so, not "nothing" */
+            fprintf(out, "  peak requested      0 B (%s)\n",
+                    m->peak_vmm ? "no device allocation: the program's device memory was its own VMM, below"
+                                : "nothing was allocated");
             fprintf(out, "  peak allocated      0 B\n");
         } else {
             fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
@@ -1405,6 +1409,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "  peak reserved       %s%s\n", b,
                 m->have_segments ? ""
                 : m->nallocs     ? " (no segment events: allocations went straight to the driver)"
+                : m->peak_vmm    ? " (gpumem's allocator reserved nothing: see program VMM)"
                                  : " (the recording holds no allocation)");
         if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         else fprintf(out, "  utilization         - (nothing was reserved)\n");
@@ -1574,13 +1579,21 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
                      "not closed\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
         return 0;
     }
+    /* the program's own VMM (PyTorch's expandable segments): in none of the peaks, said apart */
+    char v[96] = "";
+    if (m->peak_vmm) {
+        char vb[32];
+        gm_fmt_bytes(m->peak_vmm, vb, sizeof vb);
+        snprintf(v, sizeof v, "program VMM %s at its peak (held outside gpumem's allocator), ", vb);
+    }
     if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
-        fprintf(out, "gpumem: nothing allocated: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-                     " OOMs, %" PRId64 " dropped events\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
+        fprintf(out, "gpumem: %s: %s%" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+                     " OOMs, %" PRId64 " dropped events\n", m->peak_vmm ? "no device allocation" : "nothing allocated",
+                v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     else
-        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
+        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %s%" PRIu64
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-                a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+                a, c, b, pct(m->peak_allocated, m->peak_reserved), v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");

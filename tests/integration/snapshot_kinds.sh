@@ -110,6 +110,15 @@ while read -r kind counted vmm; do
   tune=$("$GM" tune --json "$db" 2> /dev/null | jq -r .recorded.peak_reserved)
   adv=$("$GM" advise --json "$db" 2> /dev/null | jq -r '.recorded | "\(.peak_allocated) \(.peak_reserved)"')
   dif=$("$GM" diff --json "$db" "$db" 2> /dev/null | jq -r '.a | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
+  # the program's VMM said where the peaks leave it out: viz's summary, record's line
+  pvz=$(grep -o '"peak_program_vmm_bytes":[0-9]*' "$TMP/$kind.html" | sed -n 1p | cut -d: -f2)
+  [[ $pvz == "$vmm" ]] && ok "$kind: viz's program VMM at its peak: $pvz" || fail "$kind: viz's peak_program_vmm_bytes '$pvz', expected $vmm"
+  if [[ -s $TMP/$kind.rec ]]; then
+    said=0
+    grep -q "program VMM $(awk -v b="$vmm" 'BEGIN {printf "%.2f MiB", b / 1048576}') at its peak" "$TMP/$kind.rec" && said=$vmm
+    [[ $said == "$vmm" ]] && ok "$kind: gpumem record's summary says the program VMM where there is one" \
+      || fail "$kind: record's summary on the program VMM ($vmm): $(grep '^gpumem: ' "$TMP/$kind.rec" | sed -n 1p)"
+  fi
   got="folded $folded chrome $chrome viz $viz import $imp frag $frag tune $tune advise $adv diff $dif"
   exp="folded $salloc chrome $sres viz $salloc $sres import $sreq $salloc $sres frag $sres tune $sres advise $salloc $sres diff $sreq $salloc $sres"
   [[ $got == "$exp" ]] && ok "$kind: folded, viz, export torch -> import, frag, tune, advise, diff agree" \
