@@ -206,6 +206,15 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
 static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s,
                             enum gm_pt_kind k)
 {
+    CUdevice sdev = -1;
+    /* a stream-ordered allocation is on its stream's device (the current one may be another, or
+     * none on this thread); pinned host and managed memory are on no device (as the driver API
+     * hooks record them) */
+    int dev = k == GM_PT_HOST || k == GM_PT_MANAGED ? -1
+              : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
+                      gm_stream_device((CUstream)s, &sdev)
+                  ? (int)sdev
+                  : current_device();
     if (e == cudaSuccess && p && *p) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_next_alloc_flags = k == GM_PT_POOL    ? GM_EVF_POOL /* the program's own pool */
@@ -215,19 +224,12 @@ static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s
                         : k == GM_PT_MANAGED ? GM_EV_MANAGED
                         : k == GM_PT_HOST    ? GM_EV_HOST_ALLOC
                                              : GM_EV_ALLOC_ASYNC;
-        CUdevice sdev = -1;
-        /* pinned host and managed memory are on no device (as the driver API hooks record them) */
-        int dev = k == GM_PT_HOST || k == GM_PT_MANAGED ? -1
-                  : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
-                          gm_stream_device((CUstream)s, &sdev)
-                      ? (int)sdev
-                      : current_device();
         gm_pt_add((uintptr_t)*p, size, k, dev);
         gm_event(ev, dev, (CUstream)s, (uintptr_t)*p, size, size);
         gm_next_alloc_flags = 0;
     } else if (e == cudaErrorMemoryAllocation) {
         gm_stat_add(GM_ST_OOM, 1);
-        gm_event(GM_EV_OOM, current_device(), (CUstream)s, 0, 0, size);
+        gm_event(GM_EV_OOM, dev, (CUstream)s, 0, 0, size);
     }
     gm_exit_register_late();
 }
