@@ -112,7 +112,7 @@ $(BUILD)/tests/apps/cat_app: tests/apps/cat_app.c $(SIM_RUNTIME) $(SIM_DRIVER) |
 ALL_TARGETS += $(BUILD)/tests/apps/cat_app
 SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
                 tests/integration/advise_unannotated.sh
-SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh
+SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh tests/integration/snapshot_kinds.sh
 # export to other tools' formats, import of PyTorch snapshots, diff (#14)
 SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_peak.sh tests/integration/import_roundtrip.sh \
                 tests/integration/import_hostile.sh tests/integration/diff_gate.sh

@@ -270,7 +270,9 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     s.torch = t->torch;
     t->best_torch = t->best_gpumem = t->runaway = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");
-    t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    uint64_t rec_allocated, rec_reserved;
+    if (!t->torch) gm_recorded_peaks(d, &rec_allocated, &rec_reserved);
+    t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : rec_reserved;
     for (size_t i = 1; i < am.nallocs && !s.streams; i++) s.streams = am.allocs[i].stream != am.allocs[0].stream;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;

@@ -298,7 +298,7 @@ static int write_chrome(gm_db *d, gm_model *m, const gm_model *v, FILE *out)
     /* counters, allocations, OOMs: one sweep */
     if (sqlite3_prepare_v2(
             d->db,
-            "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.device, e.thread, o.requested "
+            "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.device, e.thread, o.requested, e.flags "
             "FROM events e LEFT JOIN ooms o ON o.seq = e.seq "
             "WHERE e.kind IN (1,2,3,4,13,14,15,18,19,31,32,34,35) ORDER BY e.seq",
             -1, &s, NULL) != SQLITE_OK) {
@@ -340,15 +340,21 @@ static int write_chrome(gm_db *d, gm_model *m, const gm_model *v, FILE *out)
             continue;
         }
         if (is_dev_alloc(kind)) {
+            /* passed through as its own segment: in reserved to its free, as the model has it
+             * (GM_ALLOC_OWN_SEGMENT; from the row, since the slices may be another view's) */
+            uint64_t own = ((uint64_t)sqlite3_column_int64(s, 8) & GM_OWN_SEGMENT_FLAGS) != 0;
             alloc_dev[dev] += size;
+            if (own) res_dev[dev] += size;
             changed = 1;
-            u64map_put(&live, addr, size);
+            u64map_put(&live, addr, size << 1 | own);
             if (!v->is_torch_view)
                 slice_begin(out, SEP(), v, &ai, seq, sqlite3_column_int(s, 6), ts, size, addr, dev);
         } else if (is_dev_free(kind)) {
-            uint64_t sz;
-            if (!u64map_del(&live, addr, &sz)) continue;
+            uint64_t packed; /* size << 1 | own */
+            if (!u64map_del(&live, addr, &packed)) continue;
+            uint64_t sz = packed >> 1;
             alloc_dev[dev] -= sz < alloc_dev[dev] ? sz : alloc_dev[dev];
+            if (packed & 1) res_dev[dev] -= sz < res_dev[dev] ? sz : res_dev[dev];
             changed = 1;
         } else if (kind == REC_OOM) {
             fprintf(out,

@@ -368,6 +368,11 @@ static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->a
 /* An allocation's end: its bytes off the sums, a device one's from *allocated and *requested
  * (the model's in sweep_row, sweep_rows' locals: HOT_SUMS), host and managed ones from the
  * model's; a private pool's from the pools. */
+/* A device allocation passed through as its own segment (GM_ALLOC_OWN_SEGMENT). */
+static inline int is_own_segment(unsigned kind, unsigned flags) {
+    return (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS);
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -378,6 +383,7 @@ static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, 
         *requested -= a->requested < *requested ? a->requested : *requested;
     }
     if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+    if (a->flags & GM_ALLOC_OWN_SEGMENT) m->reserved -= a->size < m->reserved ? a->size : m->reserved;
 }
 
 static void pools_segment(gm_pools *p, int map, uint64_t size) {
@@ -654,8 +660,12 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         if (alloc_open(w, addr, seq, &m->allocated, &m->requested) != 0) return -1;
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
+        int own = is_own_segment(kind, flags);
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0, 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
+                                  (own ? GM_ALLOC_OWN_SEGMENT : 0)),
+                        0, 0};
+        if (own) m->reserved += size;
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -692,15 +702,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         m->reserved -= size < m->reserved ? size : m->reserved;
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 0, size);
     } else if (kind == REC_VMM_MAP) {
-        /* the program's own virtual memory (PyTorch's expandable segments): on the device, and
-         * in the program's hands, as much as a cudaMalloc of it would be */
-        m->vmm += size, m->allocated += size, m->requested += size, m->reserved += size;
+        /* the program's own virtual memory (PyTorch's expandable segments): on the device, but
+         * not one of the allocator's blocks, nor an allocation with a life the views can show:
+         * held outside the allocator, as the device account has it, and in the device-wide peak
+         * only (it was in allocated, requested and reserved once, and the summary's peaks then
+         * disagreed with every view built from the allocations) */
+        m->vmm += size;
+        if (m->vmm > m->peak_vmm) m->peak_vmm = m->vmm;
     } else if (kind == REC_VMM_UNMAP) {
-        uint64_t s = size < m->vmm ? size : m->vmm;
-        m->vmm -= s;
-        m->allocated -= s < m->allocated ? s : m->allocated;
-        m->requested -= s < m->requested ? s : m->requested;
-        m->reserved -= s < m->reserved ? s : m->reserved;
+        m->vmm -= size < m->vmm ? size : m->vmm;
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -713,9 +723,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     if (m->reserved > m->peak_reserved) {
         m->peak_reserved = m->reserved;
         m->peak_reserved_seq = seq;
-        m->peak_reserved_vmm = m->vmm;
-        m->peak_reserved_torch = m->torch.reserved;
         m->pools.reserved_at_peak = m->pools.reserved;
+    }
+    if (m->reserved + m->vmm > m->peak_device) {
+        m->peak_device = m->reserved + m->vmm, m->peak_device_seq = seq;
+        m->peak_device_vmm = m->vmm, m->peak_device_torch = m->torch.reserved;
+    }
+    if (m->allocated + m->vmm > m->peak_held) {
+        m->peak_held = m->allocated + m->vmm, m->peak_held_seq = seq;
+        m->peak_held_vmm = m->vmm, m->peak_held_torch = m->torch.reserved;
     }
     if (m->host > m->peak_host) m->peak_host = m->host;
     if (range) {
@@ -742,7 +758,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * (max_seq: sweep_rows takes it once a batch, rows_max_seq.) */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
-    X(peak_requested) X(peak_requested_seq)
+    X(peak_requested) X(peak_requested_seq) X(vmm) X(peak_held) X(peak_held_seq)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
@@ -825,7 +841,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     gm_step *last_st;
     uint64_t st_alloc, st_seq, name_seq;
     SWEEP_LOAD
-    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
+    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
     /* an event outside every push/pop range of its thread is in the start/end range open at its
      * time, if one is (gm_event_range): the rows then carry t (not the lean reader) */
     const int spans = m->nspans != 0;
@@ -894,6 +910,11 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             requested += req;
             if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
             if (requested > peak_requested) peak_requested = requested, peak_requested_seq = seq;
+            /* the device-wide peak without segments (vmm: no fast row changes it) */
+            if (allocated + vmm > peak_held) {
+                peak_held = allocated + vmm, peak_held_seq = seq;
+                m->peak_held_vmm = vmm, m->peak_held_torch = m->torch.reserved;
+            }
         } else {
             uint64_t ai;
             if (addr_map_del(&w->live, addr, &ai)) {
@@ -1033,6 +1054,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
         m->reserved = m->allocated;
+        m->peak_device = m->peak_held, m->peak_device_seq = m->peak_held_seq;
+        m->peak_device_vmm = m->peak_held_vmm, m->peak_device_torch = m->peak_held_torch;
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */
