@@ -1047,19 +1047,23 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size, int *device)
 /* A free of ptr that no live passed-through allocation starts at, recorded as what it is, as
  * replace mode tells them: a double free (an allocation the real functions handed out started
  * there and was freed), an interior free (inside a live one), or a foreign free (an address
- * gpumem never saw). The real function answers it afterwards. */
+ * gpumem never saw). The real function answers it afterwards. device: the caller's answer for
+ * an address gpumem never saw; a double or interior free is on the device of the allocation it
+ * names, which the table kept (the driver no longer knows a freed address). */
 void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream)
 {
     pthread_mutex_lock(&pt_lock);
     struct pt_ent *e = pt_find(ptr);
     int twice = e && e->dead;
+    if (twice)
+        device = e->device;
     pthread_mutex_unlock(&pt_lock);
     uintptr_t base;
     size_t size;
     if (twice) {
         gm_stat_add(GM_ST_DOUBLE_FREE, 1);
         gm_event(GM_EV_DOUBLE_FREE, device, stream, ptr, 0, 0);
-    } else if (gm_pt_lookup(ptr, &base, &size, NULL)) {
+    } else if (gm_pt_lookup(ptr, &base, &size, &device)) {
         gm_stat_add(GM_ST_FAILED, 1);
         gm_rec_interior_free(device, stream, ptr, 0);
     } else {
