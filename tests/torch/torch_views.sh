@@ -215,7 +215,7 @@ named_classes() { jq -r '[.classes[].class | select(. != "(unnamed)")] | length 
 "$G" advise --json "$db" > "$tmp/a.json" || bad "advise failed"
 ntensors=$(sqlite3 "$db" "SELECT count(*) FROM events WHERE kind = 31")
 folded_sum() { "$G" export --format folded "$@" "$db" | awk '!/^#/ { s += $NF } END { print s + 0 }'; }
-folded_head() { "$G" export --format folded "$@" "$db" | head -n 1 | grep -o "PyTorch's view" || echo "the device's"; }
+folded_head() { "$G" export --format folded "$@" "$db" | sed -n 1p | grep -o "PyTorch's view" || echo "the device's"; }
 # every stack names the script (its Python call site) or says it has no Python frame (autograd's
 # backward, PyTorch's C++), none ends in the cache's alloc_block
 folded_py() { "$G" export --format folded "$db" | awk '!/^#/ { n++; if (/views_mlp\.py/) py++; if ((/views_mlp\.py/ || /^\[no Python frame/) && !/alloc_block/) p++ } END { print (py > 0 && n == p) }'; }
