@@ -1003,9 +1003,10 @@ GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
          * replay when gpumem knows the allocation */
         uintptr_t base;
         size_t sz;
-        if (!gm_pt_lookup(p, &base, &sz))
+        int dev;
+        if (!gm_pt_lookup(p, &base, &sz, &dev))
             return -1;
-        gm_event(GM_EV_RECORD_STREAM, -1, (CUstream)gm_stream_key(stream), p, 0, 0);
+        gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
         return 0;
     }
     int dev = gm_heap_record_stream(p, stream);
@@ -1043,7 +1044,7 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
         return NULL;
     }
     gm_stat_add(GM_ST_PASSTHROUGH, 1);
-    gm_pt_add(p, (size_t)size, GM_PT_DEVICE);
+    gm_pt_add(p, (size_t)size, GM_PT_DEVICE, device);
     gm_event(GM_EV_ALLOC, device, (CUstream)stream, p, (size_t)size, (size_t)size);
     gm_next_alloc_flags = 0;
     return (void *)(uintptr_t)p;
@@ -1062,9 +1063,10 @@ GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stre
         return;
     size_t sz;
     enum gm_pt_kind k;
-    if (gm_pt_remove(p, &sz, &k)) {
+    int dev;
+    if (gm_pt_remove(p, &sz, &k, &dev)) {
         gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
-        gm_event(GM_EV_FREE, device, (CUstream)stream, p, sz, 0);
+        gm_event(GM_EV_FREE, dev, (CUstream)stream, p, sz, 0);
     } else if (m != GM_MODE_OFF) {
         gm_pt_bad_free(p, device, (CUstream)stream);
     }

@@ -151,19 +151,20 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real ? real(dptr, size, stream) : real_sync(dptr, size);
+    /* a stream-ordered allocation is on its stream's device, a plain one on the context's */
+    if (!(kind == GM_ALLOC_ASYNC && gm_stream_device(stream, &dev)) && ctx_device(&dev) != CUDA_SUCCESS)
+        dev = -1;
     if (r == CUDA_SUCCESS) {
-        if (!(kind == GM_ALLOC_ASYNC && gm_stream_device(stream, &dev)))
-            ctx_device(&dev);
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, size,
-                  graph ? GM_PT_GRAPH : kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE);
+                  graph ? GM_PT_GRAPH : kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE, dev);
         gm_next_alloc_flags = graph ? GM_EVF_GRAPH : 0;
         gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, *dptr,
                  size, size);
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         gm_stat_add(GM_ST_OOM, 1);
-        gm_event(GM_EV_OOM, -1, stream, 0, 0, size);
+        gm_event(GM_EV_OOM, dev, stream, 0, 0, size);
     }
     return r;
 }
@@ -191,14 +192,15 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
      * address, and its allocation must come after this free in the recording */
     size_t size = 0;
     enum gm_pt_kind k;
-    if (gm_pt_remove(p, &size, &k)) {
+    int dev = -1;
+    if (gm_pt_remove(p, &size, &k, &dev)) {
         gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
         gm_event(k == GM_PT_MANAGED          ? GM_EV_MANAGED
                  : kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC
                                           : GM_EV_FREE,
-                 -1, stream, p, size, 0);
+                 dev, stream, p, size, 0);
     } else if (p) {
-        gm_pt_bad_free(p, -1, stream);
+        gm_pt_bad_free(p, gm_addr_device(p, stream), stream); /* the driver still knows p */
     }
     CUresult r = real ? real(p, stream) : real_sync(p);
     gm_test_free_yield();
@@ -415,6 +417,17 @@ int gm_stream_device(CUstream s, CUdevice *dev)
     return 1;
 }
 
+int gm_addr_device(CUdeviceptr p, CUstream s)
+{
+    int ord = -1;
+    if (real_cuPointerGetAttribute &&
+        real_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS &&
+        ord >= 0)
+        return ord;
+    CUdevice d;
+    return gm_stream_device(s, &d) ? (int)d : -1;
+}
+
 int gm_stream_valid(CUstream s)
 {
     CUdevice d;
@@ -452,7 +465,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
                            : gm_real.cuMemAllocHost_v2(pp, size);
     if (r == CUDA_SUCCESS) {
         gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
-        gm_pt_add((uintptr_t)*pp, size, GM_PT_HOST);
+        gm_pt_add((uintptr_t)*pp, size, GM_PT_HOST, -1);
         gm_event(GM_EV_HOST_ALLOC, -1, 0, (uintptr_t)*pp, size, size);
     }
     return r;
@@ -492,7 +505,8 @@ static CUresult h_cuMemFreeHost(void *p)
         return res;
     size_t size;
     enum gm_pt_kind k;
-    if (gm_pt_remove((uintptr_t)p, &size, &k))
+    int dev;
+    if (gm_pt_remove((uintptr_t)p, &size, &k, &dev))
         gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)p, size, 0);
     else if (p)
         gm_pt_bad_free((uintptr_t)p, -1, 0);
@@ -506,7 +520,7 @@ static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
     CUresult r = gm_real.cuMemAllocManaged(d, size, flags);
     if (!gm_pass() && r == CUDA_SUCCESS) {
         gm_stat_add(GM_ST_MANAGED, 1);
-        gm_pt_add(*d, size, GM_PT_MANAGED);
+        gm_pt_add(*d, size, GM_PT_MANAGED, -1);
         gm_event(GM_EV_MANAGED, -1, 0, *d, size, size);
     }
     return r;

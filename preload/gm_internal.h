@@ -267,10 +267,14 @@ void gm_heap_print_stats(FILE *f);
 /* Record mode / pass-through bookkeeping: allocations made by the real functions that gpumem
  * saw, so their frees are matched and double frees detected. */
 enum gm_pt_kind { GM_PT_DEVICE, GM_PT_ASYNC, GM_PT_POOL, GM_PT_MANAGED, GM_PT_HOST, GM_PT_GRAPH };
-void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind);
-/* Removes ptr; returns 1 when it was there (size/kind set). */
-int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind);
-int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size);
+/* device: the allocation's (-1 for host memory); its free, record_stream and a reset's free are
+ * recorded on it, since the thread that frees may have no current device, or another one (a
+ * graph's free node, a worker thread, a foreign context). */
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind, int device);
+/* Removes ptr; returns 1 when it was there (size/kind/device set). */
+int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind, int *device);
+/* device may be NULL */
+int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size, int *device);
 /* A free no live passed-through allocation starts at: counted and recorded as a double,
  * interior or foreign free (heap.c). */
 void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream);
@@ -530,6 +534,9 @@ int gm_stream_valid(CUstream s);
 /* gm_stream_valid that also gives the stream's device (the current context's for the special
  * handles): where a stream-ordered allocation on it must live. */
 int gm_stream_device(CUstream s, CUdevice *dev);
+/* The device of memory gpumem did not see allocated (a foreign free), asked before it is freed:
+ * the driver's answer, else the stream's device, else -1. */
+int gm_addr_device(CUdeviceptr p, CUstream s);
 /* What gm_free_sync did. */
 enum { GM_SYNC_NONE = 0, GM_SYNC_DONE = 1, GM_SYNC_SKIPPED_CAPTURE = 2 };
 /* cudaFree / cuMemFree (device) and cudaFreeHost / cuMemFreeHost (host): synchronize the

@@ -817,7 +817,7 @@ int gm_heap_name(CUdeviceptr ptr, uintptr_t *start)
         *start = base;
         return 0;
     }
-    if (gm_pt_lookup(ptr, &pbase, &size)) {
+    if (gm_pt_lookup(ptr, &pbase, &size, NULL)) {
         *start = pbase;
         return 0;
     }
@@ -926,6 +926,7 @@ struct pt_ent {
     size_t size;
     enum gm_pt_kind kind;
     int dead; /* freed: kept to classify a later free of the same address */
+    int device; /* its free is recorded on it: where it is freed, the current device is unknown */
 };
 static struct pt_ent *pt;
 static size_t pt_cap, pt_used, pt_live, pt_dead;
@@ -971,7 +972,7 @@ static struct pt_ent *pt_find(uintptr_t ptr)
     return NULL;
 }
 
-void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind, int device)
 {
     if (ptr <= 1)
         return;
@@ -1000,11 +1001,12 @@ void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind)
         }
         e->size = size;
         e->kind = kind;
+        e->device = device;
     }
     pthread_mutex_unlock(&pt_lock);
 }
 
-int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
+int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind, int *device)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
@@ -1012,6 +1014,7 @@ int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
     if (e && !e->dead) {
         *size = e->size;
         *kind = e->kind;
+        *device = e->device;
         e->dead = 1;
         pt_live--;
         pt_dead++;
@@ -1022,7 +1025,7 @@ int gm_pt_remove(uintptr_t ptr, size_t *size, enum gm_pt_kind *kind)
 }
 
 /* Interior lookups scan the table: only used for naming and refused frees, which are rare. */
-int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
+int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size, int *device)
 {
     int found = 0;
     pthread_mutex_lock(&pt_lock);
@@ -1031,6 +1034,8 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
             ptr < pt[i].ptr + (pt[i].size ? pt[i].size : 1)) {
             *base = pt[i].ptr;
             *size = pt[i].size;
+            if (device)
+                *device = pt[i].device;
             found = 1;
             break;
         }
@@ -1042,19 +1047,23 @@ int gm_pt_lookup(uintptr_t ptr, uintptr_t *base, size_t *size)
 /* A free of ptr that no live passed-through allocation starts at, recorded as what it is, as
  * replace mode tells them: a double free (an allocation the real functions handed out started
  * there and was freed), an interior free (inside a live one), or a foreign free (an address
- * gpumem never saw). The real function answers it afterwards. */
+ * gpumem never saw). The real function answers it afterwards. device: the caller's answer for
+ * an address gpumem never saw; a double or interior free is on the device of the allocation it
+ * names, which the table kept (the driver no longer knows a freed address). */
 void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream)
 {
     pthread_mutex_lock(&pt_lock);
     struct pt_ent *e = pt_find(ptr);
     int twice = e && e->dead;
+    if (twice)
+        device = e->device;
     pthread_mutex_unlock(&pt_lock);
     uintptr_t base;
     size_t size;
     if (twice) {
         gm_stat_add(GM_ST_DOUBLE_FREE, 1);
         gm_event(GM_EV_DOUBLE_FREE, device, stream, ptr, 0, 0);
-    } else if (gm_pt_lookup(ptr, &base, &size)) {
+    } else if (gm_pt_lookup(ptr, &base, &size, &device)) {
         gm_stat_add(GM_ST_FAILED, 1);
         gm_rec_interior_free(device, stream, ptr, 0);
     } else {
@@ -1088,8 +1097,9 @@ void gm_pt_after_reset(void)
         for (size_t i = 0; i < n; i++) {
             size_t size;
             enum gm_pt_kind k;
-            if (gm_pt_remove(batch[i], &size, &k))
-                gm_event(k == GM_PT_DEVICE ? GM_EV_FREE : GM_EV_FREE_ASYNC, -1, 0, batch[i], size,
+            int dev;
+            if (gm_pt_remove(batch[i], &size, &k, &dev))
+                gm_event(k == GM_PT_DEVICE ? GM_EV_FREE : GM_EV_FREE_ASYNC, dev, 0, batch[i], size,
                          0);
         }
         if (n < 64) return;

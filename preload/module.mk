@@ -194,3 +194,7 @@ ALL_TARGETS += $(APPS_DIR)/drv_mix_app
 $(APPS_DIR)/order_app: $(APPS_DIR)/order_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/order_app
+# kinds_app: one kind of memory (VMM, array, pool, host, managed) beside device allocations
+$(APPS_DIR)/kinds_app: $(APPS_DIR)/kinds_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/kinds_app

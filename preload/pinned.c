@@ -317,7 +317,7 @@ CUresult gm_pinned_alloc(void **out, size_t size)
         CUresult r = gm_real.cuMemAllocHost_v2(out, size);
         if (r == CUDA_SUCCESS) {
             gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
-            gm_pt_add((uintptr_t)*out, size, GM_PT_HOST);
+            gm_pt_add((uintptr_t)*out, size, GM_PT_HOST, -1);
             gm_event(GM_EV_HOST_ALLOC, -1, 0, (uintptr_t)*out, size, size);
         }
         return r;

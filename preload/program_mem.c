@@ -61,6 +61,8 @@ struct pm_map {
     size_t size;
     uint64_t h;  /* the handle mapped there (mappings) */
     int array;   /* 1: a CUarray's entry, not a mapping */
+    int device;  /* the unmap or destroy is recorded on it: the thread that makes it may have no
+                  * current device, or another one */
 };
 static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pm_handle *hs;
@@ -175,7 +177,7 @@ static CUresult pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGeneri
             ms = n, capms = c;
     }
     if (nms < capms)
-        ms[nms++] = (struct pm_map){(uint64_t)va, size, (uint64_t)h, 0};
+        ms[nms++] = (struct pm_map){(uint64_t)va, size, (uint64_t)h, 0, dev};
     pthread_mutex_unlock(&pm_lock);
     gm_event_id(GM_EV_VMM, dev, 0, va, size, size, (uint64_t)h);
     return r;
@@ -189,7 +191,13 @@ static CUresult pm_cuMemUnmap(CUdeviceptr va, size_t size)
     gm_stat_add(GM_ST_VMM, 1);
     if (r != CUDA_SUCCESS)
         return r;
-    gm_event(GM_EV_VMM, -1, 0, va, size, 0);
+    int dev = -1;
+    pthread_mutex_lock(&pm_lock);
+    for (size_t i = 0; i < nms && dev < 0; i++)
+        if (!ms[i].array && ms[i].va >= (uint64_t)va && ms[i].va - (uint64_t)va < size)
+            dev = ms[i].device;
+    pthread_mutex_unlock(&pm_lock);
+    gm_event(GM_EV_VMM, dev, 0, va, size, 0);
     /* every mapping inside [va, va + size) is gone; a released handle with no mapping left
      * gives its memory back */
     pthread_mutex_lock(&pm_lock);
@@ -229,7 +237,39 @@ CUresult gm_pm_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc 
 
 /* ---- the program's own pools ---------------------------------------------------------------
  * An allocation from an explicit pool is the program's choice of allocator: passed through,
- * recorded with REC_F_POOL (its free is matched through the pass-through table). */
+ * recorded with REC_F_POOL (its free is matched through the pass-through table). It is on the
+ * pool's device (a pool the program created: its location; another, the device's default pool:
+ * the stream's device), whatever the calling thread's current device is. */
+struct pm_pool {
+    uint64_t pool;
+    int device;
+};
+static struct pm_pool *pools;
+static size_t npools, cappools;
+
+/* The device of a pool the program created, or -1 (and *i its index, when found). */
+static int pool_device(uint64_t pool, size_t *i)
+{
+    for (size_t j = 0; j < npools; j++)
+        if (pools[j].pool == pool) {
+            if (i)
+                *i = j;
+            return pools[j].device;
+        }
+    return -1;
+}
+
+static int pool_alloc_device(CUmemoryPool pool, CUstream s)
+{
+    pthread_mutex_lock(&pm_lock);
+    int dev = pool_device((uint64_t)(uintptr_t)pool, NULL);
+    pthread_mutex_unlock(&pm_lock);
+    CUdevice d;
+    if (dev < 0 && gm_stream_device(s, &d))
+        dev = (int)d;
+    return dev >= 0 ? dev : ctx_dev();
+}
+
 static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
                            CUresult (*real)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))
 {
@@ -240,14 +280,15 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
     gm_stat_add(GM_ST_DRV_ALLOC_ASYNC, 1);
     CUresult r = real(dptr, size, pool, s);
     if (r == CUDA_SUCCESS) {
+        int dev = pool_alloc_device(pool, s);
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
-        gm_pt_add(*dptr, size, GM_PT_POOL);
+        gm_pt_add(*dptr, size, GM_PT_POOL, dev);
         gm_next_alloc_flags = GM_EVF_POOL;
-        gm_event(GM_EV_ALLOC_ASYNC, ctx_dev(), s, *dptr, size, size);
+        gm_event(GM_EV_ALLOC_ASYNC, dev, s, *dptr, size, size);
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         gm_stat_add(GM_ST_OOM, 1);
-        gm_event(GM_EV_OOM, ctx_dev(), s, 0, 0, size);
+        gm_event(GM_EV_OOM, pool_alloc_device(pool, s), s, 0, 0, size);
     }
     return r;
 }
@@ -271,6 +312,16 @@ static CUresult pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
         int dev = props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                       ? props->location.id
                       : -1;
+        pthread_mutex_lock(&pm_lock);
+        if (npools == cappools) {
+            size_t c = cappools ? cappools * 2 : 16;
+            struct pm_pool *n = realloc(pools, c * sizeof *n);
+            if (n)
+                pools = n, cappools = c;
+        }
+        if (npools < cappools)
+            pools[npools++] = (struct pm_pool){(uint64_t)(uintptr_t)*pool, dev};
+        pthread_mutex_unlock(&pm_lock);
         gm_event_raw(REC_POOL_CREATE, dev, 0, (uint64_t)(uintptr_t)*pool, 0, 0, 0);
     }
     return r;
@@ -280,8 +331,15 @@ static CUresult pm_cuMemPoolDestroy(CUmemoryPool pool)
     if (!gm_real_pm.cuMemPoolDestroy)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUresult r = gm_real_pm.cuMemPoolDestroy(pool);
-    if (!pm_pass() && r == CUDA_SUCCESS)
-        gm_event_raw(REC_POOL_DESTROY, -1, 0, (uint64_t)(uintptr_t)pool, 0, 0, 0);
+    if (!pm_pass() && r == CUDA_SUCCESS) {
+        size_t i = 0;
+        pthread_mutex_lock(&pm_lock);
+        int dev = pool_device((uint64_t)(uintptr_t)pool, &i);
+        if (npools && pools[i].pool == (uint64_t)(uintptr_t)pool)
+            pools[i] = pools[--npools];
+        pthread_mutex_unlock(&pm_lock);
+        gm_event_raw(REC_POOL_DESTROY, dev, 0, (uint64_t)(uintptr_t)pool, 0, 0, 0);
+    }
     return r;
 }
 
@@ -357,10 +415,11 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
     CUresult r = real(dptr, pitch, width, height, elem);
     if (r == CUDA_SUCCESS) {
         size_t bytes = *pitch * height;
+        int d = ctx_dev();
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
-        gm_pt_add(*dptr, bytes, GM_PT_DEVICE);
+        gm_pt_add(*dptr, bytes, GM_PT_DEVICE, d);
         gm_next_alloc_flags = GM_EVF_PITCHED;
-        gm_event(GM_EV_ALLOC, ctx_dev(), 0, *dptr, bytes, width * height);
+        gm_event(GM_EV_ALLOC, d, 0, *dptr, bytes, width * height);
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         gm_stat_add(GM_ST_OOM, 1);
@@ -406,7 +465,7 @@ static void array_record(CUresult r, CUarray *a, size_t bytes)
             ms = n, capms = c;
     }
     if (nms < capms) /* arrays share the mapping table, marked */
-        ms[nms++] = (struct pm_map){(uint64_t)(uintptr_t)*a, bytes, 0, 1};
+        ms[nms++] = (struct pm_map){(uint64_t)(uintptr_t)*a, bytes, 0, 1, dev};
     pthread_mutex_unlock(&pm_lock);
 }
 static CUresult pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
@@ -436,18 +495,18 @@ static CUresult pm_cuArrayDestroy(CUarray a)
     if (pm_pass() || r != CUDA_SUCCESS)
         return r;
     size_t bytes = 0;
-    int found = 0;
+    int found = 0, dev = -1;
     pthread_mutex_lock(&pm_lock);
     for (size_t i = 0; i < nms; i++)
         if (ms[i].array && ms[i].va == (uint64_t)(uintptr_t)a) {
-            bytes = ms[i].size, found = 1;
+            bytes = ms[i].size, found = 1, dev = ms[i].device;
             ms[i] = ms[--nms];
             break;
         }
     pthread_mutex_unlock(&pm_lock);
-    gm_event_raw(REC_ARRAY_FREE, -1, 0, (uint64_t)(uintptr_t)a, bytes, 0, 0);
+    gm_event_raw(REC_ARRAY_FREE, dev, 0, (uint64_t)(uintptr_t)a, bytes, 0, 0);
     if (found)
-        gm_devused_change(-1, -(long long)bytes);
+        gm_devused_change(dev, -(long long)bytes);
     return r;
 }
 

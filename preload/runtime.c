@@ -206,9 +206,17 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
 static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s,
                             enum gm_pt_kind k)
 {
+    CUdevice sdev = -1;
+    /* a stream-ordered allocation is on its stream's device (the current one may be another, or
+     * none on this thread); pinned host and managed memory are on no device (as the driver API
+     * hooks record them) */
+    int dev = k == GM_PT_HOST || k == GM_PT_MANAGED ? -1
+              : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
+                      gm_stream_device((CUstream)s, &sdev)
+                  ? (int)sdev
+                  : current_device();
     if (e == cudaSuccess && p && *p) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
-        gm_pt_add((uintptr_t)*p, size, k);
         gm_next_alloc_flags = k == GM_PT_POOL    ? GM_EVF_POOL /* the program's own pool */
                               : k == GM_PT_GRAPH ? GM_EVF_GRAPH
                                                  : 0;
@@ -216,38 +224,36 @@ static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s
                         : k == GM_PT_MANAGED ? GM_EV_MANAGED
                         : k == GM_PT_HOST    ? GM_EV_HOST_ALLOC
                                              : GM_EV_ALLOC_ASYNC;
-        CUdevice sdev = -1;
-        int dev = k == GM_PT_HOST ? -1
-                  : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
-                          gm_stream_device((CUstream)s, &sdev)
-                      ? (int)sdev
-                      : current_device();
+        gm_pt_add((uintptr_t)*p, size, k, dev);
         gm_event(ev, dev, (CUstream)s, (uintptr_t)*p, size, size);
         gm_next_alloc_flags = 0;
     } else if (e == cudaErrorMemoryAllocation) {
         gm_stat_add(GM_ST_OOM, 1);
-        gm_event(GM_EV_OOM, current_device(), (CUstream)s, 0, 0, size);
+        gm_event(GM_EV_OOM, dev, (CUstream)s, 0, 0, size);
     }
     gm_exit_register_late();
 }
 
 /* A free that gpumem's allocator did not own: a passed-through allocation, or a double,
- * interior or foreign free (gm_pt_bad_free). Recorded before the real function runs: once it
- * has, another thread may be handed the same address, and its allocation must come after this
- * free in the recording. */
-static void rt_record_free(void *p, cudaStream_t s, int async)
+ * interior or foreign free (gm_pt_bad_free; host: cudaFreeHost's, no device). Recorded before
+ * the real function runs: once it has, another thread may be handed the same address, and its
+ * allocation must come after this free in the recording; and a foreign pointer's device is asked
+ * of the driver while it still knows it. */
+static void rt_record_free(void *p, cudaStream_t s, int async, int host)
 {
     size_t size;
     enum gm_pt_kind k;
-    if (gm_pt_remove((uintptr_t)p, &size, &k)) {
+    int dev;
+    if (gm_pt_remove((uintptr_t)p, &size, &k, &dev)) {
         gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
         enum gm_ev ev = k == GM_PT_MANAGED ? GM_EV_MANAGED
                         : k == GM_PT_HOST  ? GM_EV_HOST_FREE
                         : async            ? GM_EV_FREE_ASYNC
                                            : GM_EV_FREE;
-        gm_event(ev, -1, (CUstream)s, (uintptr_t)p, size, 0);
+        gm_event(ev, dev, (CUstream)s, (uintptr_t)p, size, 0);
     } else {
-        gm_pt_bad_free((uintptr_t)p, -1, (CUstream)s);
+        dev = host ? -1 : gm_addr_device((CUdeviceptr)(uintptr_t)p, (CUstream)s);
+        gm_pt_bad_free((uintptr_t)p, dev, (CUstream)s);
     }
 }
 
@@ -316,7 +322,7 @@ static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*rea
                                                         real_async);
     }
     if (m != GM_MODE_OFF && p)
-        rt_record_free(p, s, async);
+        rt_record_free(p, s, async, 0);
     if (async ? !real_async : !real_sync)
         return NO_RUNTIME;
     gm_inside_enter();
@@ -546,7 +552,7 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
                        : rt_free_failed(GM_FAIL_HOST_FREE, res, p, 0, 0, real_cudaFreeHost(), NULL);
     }
     if (m != GM_MODE_OFF && p)
-        rt_record_free(p, 0, 0);
+        rt_record_free(p, 0, 0, 1);
     free_fn real = real_cudaFreeHost();
     if (!real)
         return NO_RUNTIME;

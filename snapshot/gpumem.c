@@ -200,7 +200,7 @@ static const char *const usage_sql =
 
 static const char *const usage_export =
     "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
-    "                     [--at peak|end|oom|SEQ]\n"
+    "                     [--at peak|end|oom|SEQ] [--view torch|device]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output).\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
@@ -230,6 +230,13 @@ static const char *const usage_export =
     "  --format speedscope  speedscope's JSON file format: the peak and total profiles (or the\n"
     "                   one --what names).\n"
     "  --format csv     the `allocations` view (snapshot/README.md), with a header line.\n"
+    "  --view torch|device  (chrome, folded, speedscope, csv) of a PyTorch program recorded on\n"
+    "                   PyTorch's allocator: torch (the default there) its tensors, with their\n"
+    "                   names and Python call sites, as report, leaks and diff show them (folded\n"
+    "                   at the peak sums to max_memory_allocated()); device every device\n"
+    "                   allocation (PyTorch's cached segments, cuBLAS's workspaces, unnamed).\n"
+    "                   Other recordings have only the device's view. The output says which: the\n"
+    "                   folded comment line, \"view\" in chrome and speedscope, csv's kind column.\n"
     "  -o FILE          write to FILE instead of standard output ('-': standard output). An\n"
     "                   existing FILE is replaced only when it is an export of the same format\n"
     "                   (or empty); never through a symbolic link, never onto DB. FILE is\n"
@@ -331,8 +338,8 @@ static int cmd_export(int argc, char **argv) {
         fputs(usage_export, stdout);
         return 0;
     }
-    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL;
-    int what = -1, force = 0;
+    const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *view_arg = NULL;
+    int what = -1, force = 0, view = GM_VIEW_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
@@ -346,6 +353,12 @@ static int cmd_export(int argc, char **argv) {
             if (v && strcmp(v, "peak") == 0) what = 0;
             else if (v && strcmp(v, "total") == 0) what = 1;
             else return usage_error(usage_export, "--what takes peak or total, got '%s'", v ? v : "");
+        } else if (strcmp(a, "--view") == 0 || strncmp(a, "--view=", 7) == 0) {
+            const char *v = a[6] == '=' ? a + 7 : gm_opt_value(argc, argv, &i);
+            view_arg = v; /* twice with two values: refused before (gm_args_repeats) */
+            if (v && strcmp(v, "torch") == 0) view = GM_VIEW_TORCH;
+            else if (v && strcmp(v, "device") == 0) view = GM_VIEW_DEVICE;
+            else return usage_error(usage_export, "--view takes torch or device, got '%s'", v ? v : "");
         } else if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
             const char *v = gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s needs a format (trace, torch, chrome, folded, speedscope, csv)", a);
@@ -377,6 +390,8 @@ static int cmd_export(int argc, char **argv) {
         return usage_error(usage_export, "%s", "--format torch writes a binary pickle: give -o FILE (or redirect the output)");
     if (what >= 0 && strcmp(format, "folded") != 0 && strcmp(format, "speedscope") != 0)
         return usage_error(usage_export, "--what applies to --format folded and speedscope, not '%s'", format);
+    if (view_arg && (strcmp(format, "trace") == 0 || strcmp(format, "torch") == 0))
+        return usage_error(usage_export, "--view applies to --format chrome, folded, speedscope and csv, not '%s'", format);
     if (at && strcmp(format, "torch") != 0)
         return usage_error(usage_export, "--at applies to --format torch, not '%s'", format);
     char err[8192];
@@ -425,7 +440,7 @@ static int cmd_export(int argc, char **argv) {
     } else {
         rc = strcmp(format, "trace") == 0   ? gm_export_trace(&d, out.f)
              : strcmp(format, "torch") == 0 ? gm_export_torch(&d, &m, out.f, at_seq)
-                                            : gm_export_format(&d, loaded ? &m : NULL, format, what, out.f);
+                                            : gm_export_format(&d, loaded ? &m : NULL, format, what, view, out.f);
         if (rc) {
             char fate[PATH_MAX + 64];
             gm_out_discard(&out);

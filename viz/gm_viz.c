@@ -376,6 +376,13 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     viz_json_str(o, pa);
     fputs(",\"peak_reserved\":", o);
     viz_json_str(o, pv);
+    /* the program's own VMM (PyTorch's expandable segments): in none of the peaks above, so a
+     * run that only mapped its own memory does not read as one that held nothing */
+    char pm[32];
+    gm_fmt_bytes(m.peak_vmm, pm, sizeof pm);
+    fputs(",\"program_vmm\":", o);
+    viz_json_str(o, pm);
+    fprintf(o, ",\"peak_program_vmm_bytes\":%llu", (unsigned long long)m.peak_vmm);
     fprintf(
         o,
         ",\"peak_allocated_bytes\":%llu,\"peak_allocated_seq\":%llu,\"peak_reserved_bytes\":%llu,"

@@ -170,7 +170,8 @@ int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)
     size_t len = 0;
     FILE *ms = open_memstream(&buf, &len);
     if (!ms) return -1;
-    int erc = gm_export_format(d, m, "folded", what, ms);
+    /* the device's view, as the rest of the page (its timeline, segments and summary) */
+    int erc = gm_export_format(d, m, "folded", what, GM_VIEW_DEVICE, ms);
     fclose(ms);
     flame f = {0};
     int rc = -1;

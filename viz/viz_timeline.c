@@ -214,8 +214,15 @@ typedef struct bucket {
     uint32_t nlive;
 } bucket;
 
-/* Reserved changes (segment map / unmap, driver alloc / free), as gm_model_load sweeps them. */
-static res_ev *load_reserved(gm_db *d, size_t *n)
+static int res_ev_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const res_ev *)a)->seq, y = ((const res_ev *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+/* Reserved changes (segment map / unmap, driver alloc / free; an allocation passed through as
+ * its own segment, from its birth to its death), as gm_model_load sweeps them. */
+static res_ev *load_reserved(gm_db *d, const gm_model *m, size_t *n)
 {
     sqlite3_stmt *s;
     res_ev *v = NULL;
@@ -238,6 +245,21 @@ static res_ev *load_reserved(gm_db *d, size_t *n)
             (res_ev){(uint64_t)sqlite3_column_int64(s, 0), kind == 14 || kind == 18 ? sz : -sz};
     }
     sqlite3_finalize(s);
+    size_t nseg = nv;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!(a->flags & GM_ALLOC_OWN_SEGMENT)) continue;
+        for (int end = 0; end < (a->death ? 2 : 1); end++) {
+            if (nv == cap) {
+                size_t nc = cap ? cap * 2 : 1024;
+                res_ev *nn = realloc(v, nc * sizeof *nn);
+                if (!nn) break;
+                v = nn, cap = nc;
+            }
+            v[nv++] = (res_ev){end ? a->death : a->birth, end ? -(int64_t)a->size : (int64_t)a->size};
+        }
+    }
+    if (nv > nseg) qsort(v, nv, sizeof *v, res_ev_cmp);
     *n = nv;
     return v;
 }
@@ -335,7 +357,7 @@ int viz_write_timeline(FILE *o, gm_db *d, const gm_model *m, const viz_classes *
     kv *dv = malloc(sizeof *dv * (m->nallocs + 1));
     const uint8_t *phase = k->phase;
     bucket *b = calloc(VIZ_BUCKETS + 1, sizeof *b);
-    res_ev *rv = m->have_segments ? load_reserved(d, &nr) : NULL;
+    res_ev *rv = m->have_segments ? load_reserved(d, m, &nr) : NULL;
     viz_ilist paths = {0};
     int rc = -1;
     if (!dv || !b) goto out;
@@ -504,7 +526,7 @@ int viz_write_lane(FILE *o, gm_db *d, const gm_model *m)
 {
     size_t nd = 0, nr = 0, nb = 0;
     kv *dv = malloc(sizeof *dv * (m->nallocs + 1));
-    res_ev *rv = m->have_segments ? load_reserved(d, &nr) : NULL;
+    res_ev *rv = m->have_segments ? load_reserved(d, m, &nr) : NULL;
     int64_t(*b)[3] = calloc(VIZ_LANE_BUCKETS + 1, sizeof *b); /* first seq, allocated, reserved */
     int rc = -1;
     if (!dv || !b) goto out;

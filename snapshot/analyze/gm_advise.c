@@ -1181,8 +1181,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     gm_meta_text(d, "config", m->config, sizeof m->config);
     gm_meta_text(d, "mode", m->mode, sizeof m->mode);
     gm_meta_text(d, "cmdline", m->cmdline, sizeof m->cmdline);
-    m->rec_peak_allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
-    m->rec_peak_reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    gm_recorded_peaks(d, &m->rec_peak_allocated, &m->rec_peak_reserved);
     char order[8] = "";
     gm_meta_text(d, "alloc.address_order", order, sizeof order);
     m->top_down = !strcmp(order, "down");

@@ -906,8 +906,17 @@ static int parse_techniques(const char *cmd, recorded *r, int strict, char *err,
             }
             r->bf16 = !strcmp(v, "bf16") ? 1 : -1; /* -1: fp32 said */
         } else if (!strcmp(t, "--offload")) {
-            r->off_act = strstr(v, "activations") != NULL;
-            r->off_opt = strstr(v, "optimizer") != NULL;
+            r->off_act = r->off_opt = 0;
+            char *sv2 = NULL;
+            for (char *o = strtok_r(v, ",", &sv2); o; o = strtok_r(NULL, ",", &sv2)) {
+                if (!strcmp(o, "activations")) r->off_act = 1;
+                else if (!strcmp(o, "optimizer")) r->off_opt = 1;
+                else if (strict) { /* the trainer's own "params" (ZeRO-3) is --ranks' business */
+                    snprintf(err, errsz, "--try: --offload takes activations and/or optimizer, got '%s'%s", o,
+                             !strcmp(o, "params") ? " (parameters are offloaded with ZeRO-3: --ranks N)" : "");
+                    return -1;
+                }
+            }
         } else {
             r->rc = 0;
             char *sv2 = NULL;
@@ -1567,6 +1576,13 @@ int gm_advise_main(int argc, char **argv)
         }
         /* not a figure that does not hold: what --try asks is said, as parse_try says what the
          * model cannot do (exit 2) */
+        if (spec_ntech(&s) == 0 && !s.fp32) { /* an empty row: nothing to title, nothing to predict */
+            fprintf(stderr, "gpumem advise: --try '%s' asks for nothing this recording does not do already "
+                            "(its command: %s): name a technique it lacks\n",
+                    try_flags, c.m.cmdline[0] ? c.m.cmdline : "not recorded");
+            rc = GM_EXIT_USAGE;
+            goto done;
+        }
         int w = spec_withheld(&c, &s);
         if (w >= 0) {
             fprintf(stderr, "gpumem advise: --try '%s' is not predicted: %s\n", try_flags, c.notes[w]);
@@ -1809,37 +1825,49 @@ int gm_advise_main(int argc, char **argv)
         for (size_t i = 0; i < nfront; i++)
             printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
         printf("]");
-        if (have_budget) {
-            printf(",\n \"plan\": ");
-            if (have_plan == 1)
-                json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
-            else if (have_plan == 2)
-                printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
-                       "recording fits\", \"flags\": \"\", "
-                       "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
-                       "\"saving_bytes\": 0, \"cost\": "
-                       "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
-                       "\"pinned_bytes\": 0}}",
-                       c.base.peak_allocated, c.base.peak_reserved);
+        /* every documented key is there whatever the options: null where it does not apply
+         * (the budget's keys without --budget, floor/nearest/why when a plan fits, the check's
+         * without --check) */
+        printf(",\n \"plan\": ");
+        if (have_budget && have_plan == 1)
+            json_rec(stdout, &c, &plan, spec_ntech(&plan) > 1);
+        else if (have_budget && have_plan == 2)
+            printf("{\"technique\": \"combo\", \"techniques\": [], \"target\": \"nothing: the "
+                   "recording fits\", \"flags\": \"\", "
+                   "\"predicted\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, "
+                   "\"saving_bytes\": 0, \"cost\": "
+                   "{\"extra_time_pct\": 0, \"extra_time_s\": 0, \"host_bytes\": 0, "
+                   "\"pinned_bytes\": 0}}",
+                   c.base.peak_allocated, c.base.peak_reserved);
+        else
+            printf("null");
+        if (have_budget)
+            printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
+        else
+            printf(",\n \"shortfall_bytes\": null");
+        if (have_budget && !have_plan) {
+            printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
+                   ", \"optimizer_state\": %" PRIu64 "},\n \"nearest\": ",
+                   fl.params, fl.grads, fl.state);
+            if (nearest)
+                json_rec(stdout, &c, nearest, spec_ntech(nearest) > 1);
             else
                 printf("null");
-            printf(",\n \"shortfall_bytes\": %" PRIu64, shortfall);
-            if (!have_plan) {
-                printf(",\n \"floor\": {\"parameters\": %" PRIu64 ", \"gradients\": %" PRIu64
-                       ", \"optimizer_state\": %" PRIu64 "},\n \"nearest\": ",
-                       fl.params, fl.grads, fl.state);
-                if (nearest)
-                    json_rec(stdout, &c, nearest, spec_ntech(nearest) > 1);
-                else
-                    printf("null");
-                printf(",\n \"why\": ");
-                gm_json_str(stdout, why);
-            }
-            printf(",\n \"budget_known\": %s", strncmp(why, "not known", 9) ? "true" : "false");
-            if (check && have_plan == 1 && plan.measured)
-                printf(",\n \"plan_over_budget_bytes\": %" PRIu64, over);
+            printf(",\n \"why\": ");
+            gm_json_str(stdout, why);
+        } else {
+            printf(",\n \"floor\": null,\n \"nearest\": null,\n \"why\": null");
         }
-        if (check) printf(",\n \"check_failed\": %zu", nfailed);
+        printf(",\n \"budget_known\": %s",
+               !have_budget ? "null" : strncmp(why, "not known", 9) ? "true" : "false");
+        if (have_budget && check && have_plan == 1 && plan.measured)
+            printf(",\n \"plan_over_budget_bytes\": %" PRIu64, over);
+        else
+            printf(",\n \"plan_over_budget_bytes\": null");
+        if (check)
+            printf(",\n \"check_failed\": %zu", nfailed);
+        else
+            printf(",\n \"check_failed\": null");
         printf("}\n");
     } else {
         char a[32], r[32], ra_[32], rr[32];

@@ -12,7 +12,6 @@
  * PyTorch's cached segments (and cuBLAS's workspaces): one "(unnamed)" class whose size is the
  * cache's, not what the program holds. Each side says which view it is in. */
 #include "snapshot/analyze/gm_report.h"
-#include "snapshot/record/rec.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -92,12 +91,6 @@ static char *class_of(const gm_model *m, uint32_t name)
     return o;
 }
 
-/* device allocations (cudaMalloc and the like), or in PyTorch's view its tensors */
-static int counted(const gm_model *m, const gm_alloc *a)
-{
-    return m->is_torch_view ? a->kind == REC_TORCH_ALLOC : a->kind == 1 || a->kind == 3;
-}
-
 static int load_side(const char *path, side *s, int frames_all, int json)
 {
     char err[8192];
@@ -121,7 +114,7 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     size_t nlive = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!counted(m, a)) continue;
+        if (!gm_alloc_in_view(m, a)) continue;
         s->nallocs++;
         if (!a->death) s->leaked += a->size, s->nleaked++;
         if (a->birth <= m->peak_allocated_seq && (!a->death || a->death > m->peak_allocated_seq))
@@ -135,7 +128,7 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     }
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!counted(m, a)) continue;
+        if (!gm_alloc_in_view(m, a)) continue;
         if (a->birth > m->peak_allocated_seq || (a->death && a->death <= m->peak_allocated_seq))
             continue;
         char site[2048];

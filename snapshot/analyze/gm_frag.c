@@ -173,6 +173,7 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
  * snapshot ahead to ask for it). */
 typedef struct sweep_live {
     uint64_t birth, size, key;
+    int own; /* its own segment (GM_ALLOC_OWN_SEGMENT): in reserved until its free */
 } sweep_live;
 
 /* Resolves which allocation each allocated block of s belongs to: by identity (the block's
@@ -336,6 +337,7 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
         if (u64map_del(&w->live, addr, &slot)) {
             sweep_live *l = &w->lv[slot];
             w->allocated -= l->size < w->allocated ? l->size : w->allocated;
+            if (l->own) w->reserved -= l->size < w->reserved ? l->size : w->reserved;
             if (l->key) u64map_del(&w->ids, l->key, NULL);
             if (w->watch.count) {
                 uint64_t *x = u64map_get(&w->watch, l->birth);
@@ -358,9 +360,11 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
             }
             uint64_t key = ahead ? gm_alloc_key(dev, (uint64_t)e->alloc_id) : 0;
             if (key && u64map_put(&w->ids, key, seq) != 0) key = 0;
-            w->lv[slot] = (sweep_live){seq, size, key};
+            int own = ((unsigned)e->flags & GM_OWN_SEGMENT_FLAGS) != 0;
+            w->lv[slot] = (sweep_live){seq, size, key, own};
             if (u64map_put(&w->live, addr, slot) != 0) return -1;
             w->allocated += size;
+            if (own) w->reserved += size;
             uint64_t ev[4] = {seq, size, (uint64_t)e->stream, addr};
             memcpy(w->any[dv], ev, sizeof ev);
             if ((unsigned)e->flags & REC_F_CACHE_MISS) memcpy(w->miss[dv], ev, sizeof ev);

@@ -70,11 +70,11 @@ static void alloc_words(gm_db *d, const gm_model *m, uint64_t birth, uint64_t ad
     uint32_t stack = 0, range = 0;
     uint64_t name = 0;
     int found = 0;
-    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
+    if (birth && sqlite3_prepare_v2(d->db, "SELECT stack, range, t FROM events WHERE seq = ?", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, (int64_t)birth);
         if (sqlite3_step(st) == SQLITE_ROW) {
             stack = (uint32_t)sqlite3_column_int64(st, 0);
-            range = (uint32_t)sqlite3_column_int64(st, 1);
+            range = gm_event_range(m, (uint32_t)sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2));
             found = 1;
         }
         sqlite3_finalize(st);
@@ -378,7 +378,8 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
                 s->need_pool_largest);
     else
         fputs("null", out);
-    if (s->oom) fprintf(out, ",\"fragmentation\":%s", s->fragmentation ? "true" : "false");
+    /* a documented key is always there: null at the peak (fragmentation is an OOM's verdict) */
+    fprintf(out, ",\"fragmentation\":%s", !s->oom ? "null" : s->fragmentation ? "true" : "false");
     fputs(",\"histogram\":[", out);
     first = 1;
     for (int h = 0; h < GM_FRAG_NHIST; h++) {

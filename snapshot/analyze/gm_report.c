@@ -1093,8 +1093,8 @@ typedef struct torch_diff {
  * (or a VMM map) made from the peak on — the segment in flight, now in both views. *torch_then
  * gets PyTorch's reserve then. Else the peak itself. */
 static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_then) {
-    uint64_t p = m->peak_reserved_seq, at = p;
-    *torch_then = m->peak_reserved_torch;
+    uint64_t p = m->peak_device_seq, at = p;
+    *torch_then = m->peak_device_torch;
     sqlite3_stmt *st;
     const char *sql =
         "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
@@ -1116,14 +1116,14 @@ static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_the
 }
 
 static torch_diff torch_difference(const gm_model *m, const alloc_set *at, uint64_t when, uint64_t torch_then) {
-    torch_diff t = {m->peak_reserved_seq, m->peak_reserved, torch_then, 0, 0, 0, when};
+    torch_diff t = {m->peak_device_seq, m->peak_device, torch_then, 0, 0, 0, when};
     uint64_t fw = 0;
     for (size_t i = 0; i < at->n; i++) {
         const gm_alloc *a = &m->allocs[at->idx[i]];
         if (a->flags & GM_ALLOC_FW_SEGMENT) fw += a->size;
         else t.outside += a->size;
     }
-    uint64_t gm_reserved = m->peak_reserved - m->peak_reserved_vmm;
+    uint64_t gm_reserved = m->peak_device - m->peak_device_vmm;
     t.cache = gm_reserved > fw + t.outside ? gm_reserved - fw - t.outside : 0;
     uint64_t named = t.torch_then + t.outside + t.cache;
     t.other = t.device > named ? t.device - named : 0;
@@ -1357,6 +1357,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
+        /* the program's own VMM: held outside the allocator, in none of the peaks above */
+        fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
         fprintf(out, ",\"driver_calls\":%" PRIu64 ",\"ooms\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"foreign_frees\":%" PRIu64 ",\"interior_frees\":%" PRIu64
@@ -1396,7 +1398,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_fmt_bytes(m->peak_reserved, b, sizeof b);
         gm_fmt_bytes(m->peak_requested, c, sizeof c);
         if (!m->peak_requested && !m->peak_allocated) { /* no peak to place: nothing was allocated */
-            fprintf(out, "  peak requested      0 B (nothing was allocated)\n");
+            /* a program that maps its own memory (PyTorch with expandable segments) allocated, but
+             * none of it through an allocation: said so, not "nothing" */
+            fprintf(out, "  peak requested      0 B (%s)\n",
+                    m->peak_vmm ? "no device allocation: the program's device memory was its own VMM, below"
+                                : "nothing was allocated");
             fprintf(out, "  peak allocated      0 B\n");
         } else {
             fprintf(out, "  peak requested      %s (%" PRIu64 " bytes asked for by the program, at event %" PRIu64 ")\n",
@@ -1410,9 +1416,17 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "  peak reserved       %s%s\n", b,
                 m->have_segments ? ""
                 : m->nallocs     ? " (no segment events: allocations went straight to the driver)"
+                : m->peak_vmm    ? " (gpumem's allocator reserved nothing: see program VMM)"
                                  : " (the recording holds no allocation)");
         if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         else fprintf(out, "  utilization         - (nothing was reserved)\n");
+        if (m->peak_vmm) {
+            char v[32], dv[32];
+            gm_fmt_bytes(m->peak_vmm, v, sizeof v);
+            gm_fmt_bytes(m->peak_device, dv, sizeof dv);
+            fprintf(out, "  program VMM         %s at its peak (cuMemMap: held outside gpumem's allocator, in none "
+                         "of the peaks above; device-wide peak %s)\n", v, dv);
+        }
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
@@ -1577,13 +1591,21 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
                      "not closed\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
         return 0;
     }
+    /* the program's own VMM (PyTorch's expandable segments): in none of the peaks, said apart */
+    char v[96] = "";
+    if (m->peak_vmm) {
+        char vb[32];
+        gm_fmt_bytes(m->peak_vmm, vb, sizeof vb);
+        snprintf(v, sizeof v, "program VMM %s at its peak (held outside gpumem's allocator), ", vb);
+    }
     if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
-        fprintf(out, "gpumem: nothing allocated: %" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-                     " OOMs, %" PRId64 " dropped events\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
+        fprintf(out, "gpumem: %s: %s%" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+                     " OOMs, %" PRId64 " dropped events\n", m->peak_vmm ? "no device allocation" : "nothing allocated",
+                v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     else
-        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %" PRIu64
+        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %s%" PRIu64
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-                a, c, b, pct(m->peak_allocated, m->peak_reserved), s.n_alloc, s.n_free, s.n_oom, s.dropped);
+                a, c, b, pct(m->peak_allocated, m->peak_reserved), v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");

@@ -33,6 +33,8 @@ typedef struct gm_tblk {
     uint64_t birth, death; /* seqs; death is the caller's (0 while unknown) */
     uint32_t stack;
     uint8_t pending; /* freed, waiting for stream events (PyTorch's active_pending_free) */
+    uint8_t own_segment; /* the caller's mark, kept with the block: it is a segment of its own (an
+                          * allocation passed through from a program's pool or a graph node) */
 } gm_tblk;
 
 typedef struct gm_tstate {

@@ -251,6 +251,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     adv_model am;
     if (gm_replay_trace_load(d, &am, err, errsz) != 0) return -1;
     if (!am.nevs) { /* a recording without allocations: a valid answer (nothing to tune), not an error */
+        t->limit = o->limit ? o->limit : am.cfg.limit; /* its JSON has every key, limit included */
         adv_model_free(&am);
         t->empty = 1;
         return 0;
@@ -274,7 +275,9 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     s.torch = t->torch;
     t->best_torch = t->best_gpumem = t->runaway = t->under_pytorch = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");
-    t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    uint64_t rec_allocated, rec_reserved;
+    if (!t->torch) gm_recorded_peaks(d, &rec_allocated, &rec_reserved);
+    t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : rec_reserved;
     for (size_t i = 1; i < am.nallocs && !s.streams; i++) s.streams = am.allocs[i].stream != am.allocs[0].stream;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     s.threads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;

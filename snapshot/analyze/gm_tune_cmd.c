@@ -177,6 +177,8 @@ static void print_result_json(const gm_replay_result *r, FILE *out) {
             r->oom ? "true" : "false", r->preset ? "true" : "false");
 }
 
+/* Every documented key, whatever the options and the recording (null where it does not apply):
+ * an empty recording gets the same object, with a note saying why nothing was tuned. */
 static void print_json(const gm_db *d, const gm_tune *t, int objective, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
@@ -261,8 +263,12 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
             fprintf(out, ",\"check\":{\"measured\":{\"max_memory_allocated\":%" PRIu64
                          ",\"max_memory_reserved\":%" PRIu64 "}}",
                     meas[0], meas[1]);
+        else
+            fputs(",\"check\":null", out);
         fputc('}', out);
     }
+    fputs(",\"note\":", out);
+    gm_json_str(out, t->empty ? "no allocation to replay" : NULL);
     fputs("}\n", out);
 }
 
@@ -343,9 +349,7 @@ int gm_tune_main(int argc, char **argv) {
     }
     if (t.empty) { /* as frag and advise: nothing to change, exit 0 */
         if (json) {
-            fputs("{\"database\":", stdout);
-            gm_json_str(stdout, d.path);
-            fputs(",\"events\":0,\"results\":[],\"recommended\":null,\"note\":\"no allocation to replay\"}\n", stdout);
+            print_json(&d, &t, o.objective, NULL, stdout);
         } else {
             printf("gpumem tune: %s\n  nothing to tune: the recording holds no allocation\n", d.path);
         }

@@ -313,7 +313,9 @@ int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, g
         while (sqlite3_step(s) == SQLITE_ROW) {
             uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0), t = (uint64_t)sqlite3_column_int64(s, 1);
             if (seq == a->birth) lives[i].birth_t = t;
-            else lives[i].death_t = t, lives[i].death_range = (uint32_t)sqlite3_column_int64(s, 2);
+            else
+                lives[i].death_t = t,
+                lives[i].death_range = gm_event_range(m, (uint32_t)sqlite3_column_int64(s, 2), (int64_t)t);
         }
         sqlite3_reset(s);
         if (u64map_put(&by_birth, a->birth, i) != 0) {
@@ -368,7 +370,7 @@ int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, g
         u->kernel = (uint32_t)sqlite3_column_int64(s, 2);
         u->access = sqlite3_column_int(s, 3) & (int)(REC_ACC_READ | REC_ACC_WRITE);
         u->t = (uint64_t)sqlite3_column_int64(s, 4);
-        u->range = (uint32_t)sqlite3_column_int64(s, 5);
+        u->range = gm_event_range(m, (uint32_t)sqlite3_column_int64(s, 5), (int64_t)u->t);
         u->op = sqlite3_column_type(s, 6) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 6);
         int timed = sqlite3_column_type(s, 7) != SQLITE_NULL && sqlite3_column_type(s, 8) != SQLITE_NULL;
         u->start_ns = timed ? sqlite3_column_int64(s, 7) : -1;

@@ -5,6 +5,15 @@
  * pass over `events` in seq order with a map of live allocations by address, like the report,
  * so a database from a killed process exports the same way.
  *
+ * The view (--view, GM_VIEW_*): a PyTorch program recorded on PyTorch's allocator is exported as
+ * report, leaks and diff show it, in PyTorch's view (gm_model_torch_view): its tensors with their
+ * names and Python call sites, its peak allocated (max_memory_allocated()). Its device
+ * allocations are PyTorch's cached segments and cuBLAS's workspaces, unnamed, made wherever the
+ * cache happened to grow: a flame graph of those says where the cache grew, not what holds the
+ * memory. --view device keeps that picture. Each output says which view it is in where its
+ * format has room: folded's comment line, a "view" key in chrome's and speedscope's JSON; csv's
+ * rows carry their kind (31, torch_alloc: a tensor).
+ *
  * folded: "root;...;leaf bytes" lines (flamegraph.pl, inferno, speedscope): --what peak = the
  * device bytes live at the report's peak allocated moment (the lines sum to it), --what total =
  * every device allocation's bytes.
@@ -61,7 +70,7 @@ static stack_bytes *bytes_by_stack(const gm_model *m, int what, size_t *n)
     size_t nv = 0, cv = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
-        if (!is_dev_alloc(a->kind)) continue;
+        if (!gm_alloc_in_view(m, a)) continue;
         if (what == 0 &&
             (a->birth > m->peak_allocated_seq || (a->death && a->death <= m->peak_allocated_seq)))
             continue;
@@ -99,6 +108,13 @@ static void folded_name(const gm_model *m, long fi, char *out, size_t outsz)
         if (*p == ';' || *p == '\n' || *p == '\r') *p = ',';
 }
 
+/* An allocation without a stack; in PyTorch's view a tensor without a Python frame: PyTorch's
+ * C++ made it (autograd's backward), as the report says of it. */
+static const char *no_stack(const gm_model *m)
+{
+    return m->is_torch_view ? "[no Python frame: made by PyTorch's C++, e.g. autograd's backward]" : "[no stack]";
+}
+
 static int write_folded(const gm_model *m, int what, FILE *out)
 {
     size_t n;
@@ -107,13 +123,16 @@ static int write_folded(const gm_model *m, int what, FILE *out)
     /* one comment line, the output rule's marker (gm_out.h); flamegraph.pl, inferno and
      * speedscope skip a line without a count */
     fprintf(out, "%s: %s\n", gm_out_marker[GM_OUT_FOLDED].bytes,
-            what ? "every device allocation's bytes by stack"
-                 : "device bytes live at the peak allocated moment by stack");
+            m->is_torch_view ? (what ? "PyTorch's view: every tensor's bytes by stack"
+                                     : "PyTorch's view: tensor bytes live at its peak allocated moment "
+                                       "(max_memory_allocated()) by stack")
+            : what           ? "every device allocation's bytes by stack"
+                             : "device bytes live at the peak allocated moment by stack");
     for (size_t i = 0; i < n; i++) {
         size_t len = 0;
         gm_stack_frame(m, v[i].stack, 0, &len);
         size_t k0 = gm_export_first_depth(m, v[i].stack, len);
-        if (len == 0) fputs("[no stack]", out);
+        if (len == 0) fputs(no_stack(m), out);
         for (size_t k = len; k-- > k0;) {
             char name[1024];
             folded_name(m, gm_stack_frame(m, v[i].stack, k, NULL), name, sizeof name);
@@ -135,7 +154,10 @@ static void speedscope_profile(const gm_model *m, int what, FILE *out, u64map *f
     fprintf(out,
             "{\"type\":\"sampled\",\"name\":\"%s\",\"unit\":\"bytes\",\"startValue\":0,"
             "\"endValue\":%" PRIu64 ",\"samples\":[",
-            what == 0 ? "device bytes live at the peak" : "device bytes allocated in total", total);
+            m->is_torch_view ? (what == 0 ? "PyTorch's tensor bytes live at its peak" : "PyTorch's tensor bytes allocated in total")
+            : what == 0      ? "device bytes live at the peak"
+                             : "device bytes allocated in total",
+            total);
     for (size_t i = 0; i < n; i++) {
         size_t len = 0;
         gm_stack_frame(m, v[i].stack, 0, &len);
@@ -161,7 +183,8 @@ static void speedscope_profile(const gm_model *m, int what, FILE *out, u64map *f
 static void write_speedscope(const gm_model *m, int what, const char *dbname, FILE *out)
 {
     fwrite(gm_out_marker[GM_OUT_SPEEDSCOPE].bytes, 1, gm_out_marker[GM_OUT_SPEEDSCOPE].len, out);
-    fputs(",\"name\":", out);
+    /* which view (speedscope reads only the keys it knows) */
+    fprintf(out, ",\"view\":\"%s\",\"name\":", m->is_torch_view ? "torch" : "device");
     gm_json_str(out, dbname);
     fputs(",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
     for (size_t i = 0; i < m->nframes; i++) {
@@ -177,8 +200,7 @@ static void write_speedscope(const gm_model *m, int what, const char *dbname, FI
         }
         fputc('}', out);
     }
-    fprintf(out, "%s{\"name\":\"[no stack]\"},{\"name\":\"??\"}]},\"profiles\":[",
-            m->nframes ? "," : "");
+    fprintf(out, "%s{\"name\":\"%s\"},{\"name\":\"??\"}]},\"profiles\":[", m->nframes ? "," : "", no_stack(m));
     if (what != 1) speedscope_profile(m, 0, out, NULL);
     if (what == -1) fputc(',', out);
     if (what != 0) speedscope_profile(m, 1, out, NULL);
@@ -187,10 +209,33 @@ static void write_speedscope(const gm_model *m, int what, const char *dbname, FI
 
 /* ---------------------------------------------------------------- chrome */
 
-static int write_chrome(gm_db *d, gm_model *m, FILE *out)
+/* The start of an allocation's async slice (id = its birth seq; name = its name, else its size).
+ * *ai walks v->allocs, in birth order like the sweep, to the one born at seq. */
+static void slice_begin(FILE *out, const char *sep, const gm_model *v, size_t *ai, uint64_t seq, int tid,
+                        double ts, uint64_t size, uint64_t addr, int dev)
+{
+    while (*ai < v->nallocs && v->allocs[*ai].birth < seq)
+        ++*ai;
+    const gm_alloc *a = *ai < v->nallocs && v->allocs[*ai].birth == seq ? &v->allocs[*ai] : NULL;
+    char nm[256];
+    const char *given = a && a->name ? gm_str(v, a->name) : NULL;
+    if (given)
+        snprintf(nm, sizeof nm, "%s", given);
+    else
+        gm_fmt_bytes(size, nm, sizeof nm);
+    fprintf(out,
+            "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"id\":\"0x%" PRIx64 "\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"name\":",
+            sep, seq, tid, ts);
+    gm_json_str(out, nm);
+    fprintf(out, ",\"args\":{\"size\":%" PRIu64 ",\"addr\":\"0x%" PRIx64 "\",\"device\":%d}}", size, addr, dev);
+}
+
+/* m: the model (the counters are the device's, and PyTorch's beside them); v: the view whose
+ * allocations are the async slices (m itself, or its torch view: PyTorch's tensors) */
+static int write_chrome(gm_db *d, gm_model *m, const gm_model *v, FILE *out)
 {
     fwrite(gm_out_marker[GM_OUT_CHROME].bytes, 1, gm_out_marker[GM_OUT_CHROME].len, out);
-    fputs(",\"traceEvents\":[\n", out);
+    fprintf(out, ",\"view\":\"%s\",\"traceEvents\":[\n", v->is_torch_view ? "torch" : "device");
     int first = 1;
 #define SEP() (first ? (first = 0, "") : ",\n")
     sqlite3_stmt *s;
@@ -253,7 +298,7 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
     /* counters, allocations, OOMs: one sweep */
     if (sqlite3_prepare_v2(
             d->db,
-            "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.device, e.thread, o.requested "
+            "SELECT e.seq, e.t, e.kind, e.addr, e.size, e.device, e.thread, o.requested, e.flags "
             "FROM events e LEFT JOIN ooms o ON o.seq = e.seq "
             "WHERE e.kind IN (1,2,3,4,13,14,15,18,19,31,32,34,35) ORDER BY e.seq",
             -1, &s, NULL) != SQLITE_OK) {
@@ -267,7 +312,7 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
      * free_requested, reserved = its segments): what max_memory_allocated/_reserved() read */
     uint64_t talloc_dev[64] = {0}, tres_dev[64] = {0};
     u64map live = {0}, tlive = {0};
-    size_t ai = 0; /* m->allocs are in birth order, like this sweep */
+    size_t ai = 0; /* v->allocs are in birth order, like this sweep */
     while (sqlite3_step(s) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         double ts = (double)sqlite3_column_int64(s, 1) / 1000.0;
@@ -290,35 +335,26 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
                     "%s{\"ph\":\"C\",\"name\":\"PyTorch device %d memory\",\"pid\":0,\"ts\":%.3f,"
                     "\"args\":{\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 "}}",
                     SEP(), dev, ts, talloc_dev[dev], tres_dev[dev]);
+            if (kind == REC_TORCH_ALLOC && v->is_torch_view)
+                slice_begin(out, SEP(), v, &ai, seq, sqlite3_column_int(s, 6), ts, size, addr, dev);
             continue;
         }
         if (is_dev_alloc(kind)) {
-            for (; ai < m->nallocs && m->allocs[ai].birth < seq; ai++) {
-            }
-            const gm_alloc *a =
-                ai < m->nallocs && m->allocs[ai].birth == seq ? &m->allocs[ai] : NULL;
+            /* passed through as its own segment: in reserved to its free, as the model has it
+             * (GM_ALLOC_OWN_SEGMENT; from the row, since the slices may be another view's) */
+            uint64_t own = ((uint64_t)sqlite3_column_int64(s, 8) & GM_OWN_SEGMENT_FLAGS) != 0;
             alloc_dev[dev] += size;
+            if (own) res_dev[dev] += size;
             changed = 1;
-            u64map_put(&live, addr, size);
-            char nm[256];
-            const char *given = a && a->name ? gm_str(m, a->name) : NULL;
-            if (given)
-                snprintf(nm, sizeof nm, "%s", given);
-            else
-                gm_fmt_bytes(size, nm, sizeof nm);
-            fprintf(out,
-                    "%s{\"ph\":\"b\",\"cat\":\"alloc\",\"id\":\"0x%" PRIx64
-                    "\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"name\":",
-                    SEP(), seq, sqlite3_column_int(s, 6), ts);
-            gm_json_str(out, nm);
-            fprintf(out,
-                    ",\"args\":{\"size\":%" PRIu64 ",\"addr\":\"0x%" PRIx64 "\",\"device\":%d}}",
-                    size, addr, dev);
-            /* remember the name under the async id: the end event needs the same name and id */
+            u64map_put(&live, addr, size << 1 | own);
+            if (!v->is_torch_view)
+                slice_begin(out, SEP(), v, &ai, seq, sqlite3_column_int(s, 6), ts, size, addr, dev);
         } else if (is_dev_free(kind)) {
-            uint64_t sz;
-            if (!u64map_del(&live, addr, &sz)) continue;
+            uint64_t packed; /* size << 1 | own */
+            if (!u64map_del(&live, addr, &packed)) continue;
+            uint64_t sz = packed >> 1;
             alloc_dev[dev] -= sz < alloc_dev[dev] ? sz : alloc_dev[dev];
+            if (packed & 1) res_dev[dev] -= sz < res_dev[dev] ? sz : res_dev[dev];
             changed = 1;
         } else if (kind == REC_OOM) {
             fprintf(out,
@@ -345,9 +381,9 @@ static int write_chrome(gm_db *d, gm_model *m, FILE *out)
     /* the ends of the async slices, from the model's lifetimes (same id and name as the start) */
     if (sqlite3_prepare_v2(d->db, "SELECT t, thread FROM events WHERE seq = ?", -1, &s, NULL) ==
         SQLITE_OK) {
-        for (size_t i = 0; i < m->nallocs; i++) {
-            const gm_alloc *a = &m->allocs[i];
-            if (!is_dev_alloc(a->kind)) continue;
+        for (size_t i = 0; i < v->nallocs; i++) {
+            const gm_alloc *a = &v->allocs[i];
+            if (!gm_alloc_in_view(v, a)) continue;
             uint64_t t = m->last_t;
             int tid = 0;
             /* a free ends the slice on the freeing thread; a leak at the end, on the thread that
@@ -395,11 +431,15 @@ static void csv_field(FILE *out, const char *v)
     fputc('"', out);
 }
 
-static int write_csv(gm_db *d, FILE *out)
+/* torch: PyTorch's view, its tensors (kind 31); else every other row of the view (the device's
+ * allocations, pinned host memory...): the two never mix, so that a column's sum means one thing */
+static int write_csv(gm_db *d, int torch, FILE *out)
 {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(d->db, "SELECT * FROM allocations ORDER BY id", -1, &s, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db,
+                           torch ? "SELECT * FROM allocations WHERE kind = 31 ORDER BY id"
+                                 : "SELECT * FROM allocations WHERE kind != 31 ORDER BY id",
+                           -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read the allocations view: %s\n", d->path,
                 sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -427,11 +467,39 @@ static int write_csv(gm_db *d, FILE *out)
     return 0;
 }
 
-int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *out)
+/* PyTorch's memory history merged (kinds 31-35): the model's rule (torch.present == 1), asked of
+ * the database where no model was loaded (csv) */
+static int has_torch_history(gm_db *d, const gm_model *m)
 {
-    if (strcmp(format, "chrome") == 0) return write_chrome(d, m, out);
+    if (m) return m->torch.present == 1;
+    sqlite3_stmt *s;
+    int has = 0;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE kind BETWEEN 31 AND 35 LIMIT 1", -1, &s, NULL) ==
+        SQLITE_OK) {
+        has = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_finalize(s);
+    }
+    return has;
+}
+
+int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, int view, FILE *out)
+{
+    int torch = has_torch_history(d, m);
+    if (view == GM_VIEW_TORCH && !torch) {
+        fprintf(stderr,
+                "gpumem export: --view torch: %s has no PyTorch memory history (a PyTorch program "
+                "recorded by `gpumem record` on PyTorch's allocator has it); leave --view out for the "
+                "device's view\n",
+                d->path);
+        return GM_EXIT_USAGE;
+    }
+    torch = torch && view != GM_VIEW_DEVICE;
+    if (strcmp(format, "csv") == 0) return write_csv(d, torch, out);
+    if (!m) return GM_EXIT_USAGE;
+    gm_model v = torch ? gm_model_torch_view(m) : *m; /* shares m's tables: never freed */
+    if (strcmp(format, "chrome") == 0) return write_chrome(d, m, &v, out);
     if (strcmp(format, "folded") == 0) {
-        if (write_folded(m, what == 1, out) != 0) {
+        if (write_folded(&v, what == 1, out) != 0) {
             fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
             return GM_EXIT_BADDB;
         }
@@ -439,9 +507,8 @@ int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *
     }
     if (strcmp(format, "speedscope") == 0) {
         const char *b = strrchr(d->path, '/');
-        write_speedscope(m, what, b ? b + 1 : d->path, out);
+        write_speedscope(&v, what, b ? b + 1 : d->path, out);
         return 0;
     }
-    if (strcmp(format, "csv") == 0) return write_csv(d, out);
     return GM_EXIT_USAGE;
 }

@@ -127,6 +127,16 @@ static void entry(tx *x, const char *action, uint64_t addr, uint64_t size, uint6
 /* The state itself (segments, blocks, the copy at the moment) is analyze/gm_tstate.c's, which
  * frag rebuilds PyTorch's state with too. */
 
+/* The end of a block that was its own segment (gm_tblk.own_segment): the segment goes with it,
+ * a segment_free after its free, as PyTorch shows a cudaFree of a one-block segment. */
+static int own_segment_end(tx *x, gm_tstate *s, const gm_tblk *b, uint64_t stream, uint64_t t, int dev)
+{
+    uint64_t addr = b->addr, size = b->size;
+    if (gm_tstate_unmap(s, addr, size) != 0) return -1;
+    entry(x, "segment_free", addr, size, 0, stream, t, dev, 0, NULL);
+    return 0;
+}
+
 static void write_segments(tx *x, const gm_tcapture *caps, int ndev)
 {
     FILE *o = x->out;
@@ -435,9 +445,19 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 if (old && old->pending) { /* handed out again: its free had landed */
                     entry(&x, "free_completed", addr, old->size, 0, stream, t, dev, old->stack, NULL);
                     u64map_del(&pend_key, addr, NULL);
+                    if (old->own_segment && own_segment_end(&x, &st, old, stream, t, dev) != 0) rc = -2;
                 }
                 const char *nm = name_at(m, names, nnames, seq);
-                gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack};
+                /* passed through as its own segment (GM_ALLOC_OWN_SEGMENT): a segment_alloc before
+                 * it, so that an import counts it in reserved as the report does */
+                uint8_t own = kind != REC_TORCH_ALLOC && (sqlite3_column_int64(s, 9) & GM_OWN_SEGMENT_FLAGS);
+                gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
+                             .own_segment = own};
+                if (own) {
+                    have_segs = 1;
+                    if (gm_tstate_map(&st, addr, size, 0, dev, stream) != 0) rc = -2;
+                    entry(&x, "segment_alloc", addr, size, 0, stream, t, dev, 0, NULL);
+                }
                 if (gm_tstate_block_add(&st, &b) != 0) rc = -2;
                 entry(&x, "alloc", addr, size, req, stream, t, dev, stack, nm);
             } else if (kind == REC_FREE || kind == REC_FREE_ASYNC || kind == REC_TORCH_FREE) {
@@ -448,6 +468,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                             ((sqlite3_column_int64(s, 9) & REC_F_PENDING) && !u64map_del(&early, key, NULL));
                 if (!waits) {
                     entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
+                    if (b->own_segment && own_segment_end(&x, &st, b, stream, t, dev) != 0) rc = -2;
                     gm_tstate_block_drop(&st, addr);
                 } else {
                     b->pending = 1;
@@ -465,6 +486,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 }
                 if (!b || !b->pending) continue;
                 entry(&x, "free_completed", addr, b->size, 0, stream, t, dev, b->stack, NULL);
+                if (b->own_segment && own_segment_end(&x, &st, b, stream, t, dev) != 0) rc = -2;
                 gm_tstate_block_drop(&st, addr);
             } else if (kind == REC_OOM) {
                 gpk_dict_begin(out);

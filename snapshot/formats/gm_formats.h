@@ -10,10 +10,17 @@
  * "f <birth seq>", "fa <birth seq> <stream id>" for device allocations and their frees, in
  * seq order. Returns 0, or GM_EXIT_BADDB with a message on stderr. */
 int gm_export_trace(gm_db *d, FILE *out);
-/* `gpumem export --format torch|chrome|folded|speedscope|csv` (gm_export_fmt.c) on a loaded,
- * symbolized model. what: folded/speedscope -1 both (speedscope) / peak, 0 peak, 1 total.
- * Returns 0, GM_EXIT_BADDB with a message, GM_EXIT_USAGE for an unknown format. */
-int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, FILE *out);
+/* The view an export shows (--view): of a PyTorch program recorded on PyTorch's allocator (its
+ * memory history merged), PyTorch's (its tensors, names, Python call sites: what report, leaks
+ * and diff show) or the device's (every device allocation: PyTorch's cached segments, the
+ * libraries' workspaces). AUTO: PyTorch's where its history was merged, else the device's. */
+enum { GM_VIEW_AUTO = -1, GM_VIEW_DEVICE = 0, GM_VIEW_TORCH = 1 };
+/* `gpumem export --format chrome|folded|speedscope|csv` (gm_export_fmt.c) on a loaded,
+ * symbolized model (csv: m may be NULL; it reads the database). what: folded/speedscope -1 both
+ * (speedscope) / peak, 0 peak, 1 total. view: GM_VIEW_*. Returns 0, GM_EXIT_BADDB with a
+ * message, GM_EXIT_USAGE for an unknown format or GM_VIEW_TORCH of a recording without
+ * PyTorch's history (with a message). */
+int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, int view, FILE *out);
 /* `--format torch` (gm_export_torch.c): PyTorch's memory snapshot with its segments and blocks as
  * they were after event `at` (UINT64_MAX: at the end). 0, or GM_EXIT_BADDB with a message. */
 int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at);

@@ -79,6 +79,12 @@ int64_t gm_db_wal_bytes(const char *path);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
+/* The recorded peaks allocated and reserved of a recording of gpumem's allocator, as the model
+ * counts them (README, "What each figure counts"): the allocator's statistics (meta
+ * stat.peak_*), which leave out what was passed through as its own segment (a pool the program
+ * chose, a graph's memory node) — so where there is such an allocation, the running sums over
+ * the events. */
+void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved);
 int gm_table_exists(gm_db *d, const char *name);
 /* 1 when `names` has its birth column (the allocation each name names; recorders since it was
  * added within schema 1.3): join names to allocations by it. Without it (older files, and rows
@@ -163,6 +169,12 @@ typedef struct gm_alloc {
 #define GM_ALLOC_FRAMEWORK 4u
 /* made in a graph capture's private pool (events.flags REC_F_PRIVATE_POOL) */
 #define GM_ALLOC_PRIVATE 8u
+/* passed through to the driver from a pool the program chose or as a graph's memory node
+ * (REC_F_POOL, REC_F_GRAPH): memory the driver gave for exactly this block, its own segment, so
+ * in reserved from its allocation to its free (README, "What each figure counts") */
+#define GM_ALLOC_OWN_SEGMENT 16u
+/* the events.flags of such an allocation (kinds 1 and 3) */
+#define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)
 
 /* CUDA graphs' memory in one view (the device's events, or PyTorch's merged history): the
  * allocations and segments of private pools (events flagged REC_F_PRIVATE_POOL — gpumem's pools
@@ -257,6 +269,10 @@ typedef struct gm_model {
     u64map stack_idx; uint32_t *stack_frames; size_t nstack_frames; /* stack id -> start in stack_off */
     uint64_t *stack_off; size_t nstacks;                              /* [2*i]=start, [2*i+1]=len */
     u64map range_idx; gm_range *ranges; size_t nranges;
+    /* NVTX start/end ranges (ranges.kind 1) as spans of time, for gm_event_range: span i begins
+     * at span_at[i] (ns, the events' clock) and lasts until span_at[i + 1] (the last one, for
+     * ever); span_range[i] is the start/end range that holds it (0: none) */
+    int64_t *span_at; uint32_t *span_range; size_t nspans;
     gm_alloc *allocs; size_t nallocs, allocs_cap;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
@@ -292,9 +308,15 @@ typedef struct gm_model {
     uint64_t requested; /* requested bytes of live device allocations */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq, peak_host;
     uint64_t peak_requested, peak_requested_seq; /* peak of what the program asked for */
-    /* device-wide: reserved and allocated include the program's own VMM mappings (cuMemMap:
-     * PyTorch's expandable segments, for one); at the peak reserved, how it was made up */
-    uint64_t vmm, peak_reserved_vmm, peak_reserved_torch;
+    /* The program's own VMM mappings (cuMemMap: PyTorch's expandable segments, for one): held
+     * outside gpumem's allocator, so in none of the figures above (README, "What each figure
+     * counts"); vmm now, peak_vmm their high. The device-wide peak adds them to gpumem's reserved
+     * (to the allocations where no segment was recorded): peak_device at peak_device_seq, with
+     * the VMM and PyTorch's reserve then (PyTorch's view names every byte of it).
+     * peak_held*: the same of allocated + vmm, which is the device-wide one without segments. */
+    uint64_t vmm, peak_vmm;
+    uint64_t peak_device, peak_device_seq, peak_device_vmm, peak_device_torch;
+    uint64_t peak_held, peak_held_seq, peak_held_vmm, peak_held_torch;
     int have_segments;
     gm_pools pools; /* gpumem's pools of graph captures (PyTorch with gpumem as its allocator) */
     uint64_t graph_nodes, graph_node_bytes; /* the driver's graph memory nodes (REC_F_GRAPH) */
@@ -313,6 +335,10 @@ typedef struct gm_model {
  * model runs on it unchanged: the report's tables of tensors are the same code as its tables of
  * device allocations. */
 gm_model gm_model_torch_view(const gm_model *m);
+/* The allocations a reading of the model counts, one rule for diff and the exports: in PyTorch's
+ * view (is_torch_view) its tensors (kind REC_TORCH_ALLOC), else the device allocations
+ * (cudaMalloc and cudaMallocAsync: PyTorch's segments, on a PyTorch program on its allocator). */
+int gm_alloc_in_view(const gm_model *m, const gm_alloc *a);
 /* The one rule for "leaked" (leaks, the ranks report, viz): the allocations alive at the end of
  * the model this returns. With PyTorch's history merged (torch.present == 1) that is the torch
  * view: its tensors, since PyTorch's cached segments outlive them all by design and are not
@@ -367,6 +393,14 @@ static inline int gm_grow_fast(void **p, size_t *cap, size_t need, size_t elem) 
 int gm_open_model(const char *path, gm_db *d, gm_model *m, int symbolize);
 const char *gm_str(const gm_model *m, uint64_t id);
 const gm_range *gm_range_of(const gm_model *m, uint64_t id);
+/* The NVTX range that is an event's phase: range (events.range, the innermost push/pop range of
+ * the event's thread) where it is one; else the start/end range open at the event's time t_ns
+ * (events.t) — the one begun last of those open then, since start/end ranges belong to the
+ * process, not to a thread, and need not nest; else 0 (outside every range). Every reader that
+ * names an event's phase asks this (the model's sweep for allocations, frees, OOMs and steps;
+ * uses, frag, advise and viz for the events they read themselves), so none calls an event inside
+ * a start/end range "outside any NVTX range". */
+uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns);
 
 /* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included, in memory
  * (readers never write the recording). Then expands inline chains into logical frames

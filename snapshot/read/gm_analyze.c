@@ -45,6 +45,93 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id) {
     return i ? &m->ranges[*i] : NULL;
 }
 
+uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns) {
+    if (range || !m->nspans || t_ns < m->span_at[0]) return range;
+    size_t lo = 0, hi = m->nspans; /* the last span begun at or before t_ns */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->span_at[mid] <= t_ns) lo = mid;
+        else hi = mid;
+    }
+    return m->span_range[lo];
+}
+
+typedef struct se_range {
+    int64_t start, end; /* end INT64_MAX: still open when the recording stopped */
+    uint32_t id;
+} se_range;
+
+static int se_by_start(const void *a, const void *b) {
+    const se_range *x = a, *y = b;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int span_add(gm_model *m, size_t *cap, int64_t at, uint32_t range) {
+    if (m->nspans ? m->span_range[m->nspans - 1] == range : range == 0) return 0;
+    if (m->nspans == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        int64_t *a = realloc(m->span_at, c * sizeof *a);
+        if (!a) return -1;
+        m->span_at = a;
+        uint32_t *r = realloc(m->span_range, c * sizeof *r);
+        if (!r) return -1;
+        m->span_range = r;
+        *cap = c;
+    }
+    m->span_at[m->nspans] = at, m->span_range[m->nspans++] = range;
+    return 0;
+}
+
+/* The start/end ranges as spans of time (gm_model.span_at): at each time a range starts or ends,
+ * the range that holds what follows is the one begun last among those open. Ranges taken in the
+ * order they began go onto a stack, so its top is always the one begun last; one that ended is
+ * dropped when it comes to the top (below the top it hides nothing). A file without the kind
+ * column, or out of memory: no spans (phases as the push/pop ranges give them). */
+static void load_spans(gm_db *d, gm_model *m) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT id, start_ns, COALESCE(end_ns, 9223372036854775807) FROM ranges "
+                                  "WHERE kind = 1 AND start_ns IS NOT NULL", -1, &s, NULL) != SQLITE_OK)
+        return;
+    se_range *r = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(s, 0), a = sqlite3_column_int64(s, 1), b = sqlite3_column_int64(s, 2);
+        if (id <= 0 || id > UINT32_MAX || b <= a) continue; /* not an id events can name; empty */
+        if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
+        r[n++] = (se_range){a, b, (uint32_t)id};
+    }
+    sqlite3_finalize(s);
+    int64_t *at = n ? malloc(2 * n * sizeof *at) : NULL;
+    size_t *open = n ? malloc(n * sizeof *open) : NULL;
+    if (!at || !open) goto out;
+    gm_sort(r, n, sizeof *r, se_by_start);
+    size_t nat = 0;
+    for (size_t i = 0; i < n; i++) {
+        at[nat++] = r[i].start;
+        if (r[i].end != INT64_MAX) at[nat++] = r[i].end;
+    }
+    gm_sort(at, nat, sizeof *at, cmp_i64);
+    size_t next = 0, nopen = 0, scap = 0;
+    for (size_t k = 0; k < nat; k++) {
+        if (k && at[k] == at[k - 1]) continue;
+        for (; next < n && r[next].start <= at[k]; next++) open[nopen++] = next;
+        while (nopen && r[open[nopen - 1]].end <= at[k]) nopen--;
+        if (span_add(m, &scap, at[k], nopen ? r[open[nopen - 1]].id : 0) != 0) {
+            free(m->span_at), free(m->span_range);
+            m->span_at = NULL, m->span_range = NULL, m->nspans = 0;
+            break;
+        }
+    }
+out:
+    free(r), free(at), free(open);
+}
+
 static int fail(gm_db *d, char *err, size_t errsz, const char *what) {
     snprintf(err, errsz, "%s: cannot read %s: %s (the file is damaged or not a complete gpumem "
              "database)", d->path, what, sqlite3_errmsg(d->db));
@@ -205,6 +292,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "ranges");
+    load_spans(d, m);
     /* ooms (optional table; its name column is new in 1.1) */
     if (gm_table_exists(d, "ooms")) {
         static const char *const q[2] = {
@@ -280,6 +368,11 @@ static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->a
 /* An allocation's end: its bytes off the sums, a device one's from *allocated and *requested
  * (the model's in sweep_row, sweep_rows' locals: HOT_SUMS), host and managed ones from the
  * model's; a private pool's from the pools. */
+/* A device allocation passed through as its own segment (GM_ALLOC_OWN_SEGMENT). */
+static inline int is_own_segment(unsigned kind, unsigned flags) {
+    return (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS);
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -290,6 +383,7 @@ static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, 
         *requested -= a->requested < *requested ? a->requested : *requested;
     }
     if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
+    if (a->flags & GM_ALLOC_OWN_SEGMENT) m->reserved -= a->size < m->reserved ? a->size : m->reserved;
 }
 
 static void pools_segment(gm_pools *p, int map, uint64_t size) {
@@ -566,8 +660,12 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         if (alloc_open(w, addr, seq, &m->allocated, &m->requested) != 0) return -1;
         gm_alloc *a = &m->allocs[m->nallocs++];
         int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
+        int own = is_own_segment(kind, flags);
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
-                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0)), 0, 0};
+                        (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
+                                  (own ? GM_ALLOC_OWN_SEGMENT : 0)),
+                        0, 0};
+        if (own) m->reserved += size;
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -604,15 +702,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         m->reserved -= size < m->reserved ? size : m->reserved;
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 0, size);
     } else if (kind == REC_VMM_MAP) {
-        /* the program's own virtual memory (PyTorch's expandable segments): on the device, and
-         * in the program's hands, as much as a cudaMalloc of it would be */
-        m->vmm += size, m->allocated += size, m->requested += size, m->reserved += size;
+        /* the program's own virtual memory (PyTorch's expandable segments): on the device, but
+         * not one of the allocator's blocks, nor an allocation with a life the views can show:
+         * held outside the allocator, as the device account has it, and in the device-wide peak
+         * only (it was in allocated, requested and reserved once, and the summary's peaks then
+         * disagreed with every view built from the allocations) */
+        m->vmm += size;
+        if (m->vmm > m->peak_vmm) m->peak_vmm = m->vmm;
     } else if (kind == REC_VMM_UNMAP) {
-        uint64_t s = size < m->vmm ? size : m->vmm;
-        m->vmm -= s;
-        m->allocated -= s < m->allocated ? s : m->allocated;
-        m->requested -= s < m->requested ? s : m->requested;
-        m->reserved -= s < m->reserved ? s : m->reserved;
+        m->vmm -= size < m->vmm ? size : m->vmm;
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -625,9 +723,15 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     if (m->reserved > m->peak_reserved) {
         m->peak_reserved = m->reserved;
         m->peak_reserved_seq = seq;
-        m->peak_reserved_vmm = m->vmm;
-        m->peak_reserved_torch = m->torch.reserved;
         m->pools.reserved_at_peak = m->pools.reserved;
+    }
+    if (m->reserved + m->vmm > m->peak_device) {
+        m->peak_device = m->reserved + m->vmm, m->peak_device_seq = seq;
+        m->peak_device_vmm = m->vmm, m->peak_device_torch = m->torch.reserved;
+    }
+    if (m->allocated + m->vmm > m->peak_held) {
+        m->peak_held = m->allocated + m->vmm, m->peak_held_seq = seq;
+        m->peak_held_vmm = m->vmm, m->peak_held_torch = m->torch.reserved;
     }
     if (m->host > m->peak_host) m->peak_host = m->host;
     if (range) {
@@ -654,7 +758,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
  * (max_seq: sweep_rows takes it once a batch, rows_max_seq.) */
 #define HOT_SUMS(X)                                                                                \
     X(max_seq) X(allocated) X(requested) X(peak_allocated) X(peak_allocated_seq)           \
-    X(peak_requested) X(peak_requested_seq)
+    X(peak_requested) X(peak_requested_seq) X(vmm) X(peak_held) X(peak_held_seq)
 #define HOT_LOAD(f) f = m->f;
 #define HOT_STORE(f) m->f = f;
 #define HOT_DECL(f) uint64_t f;
@@ -737,14 +841,19 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     gm_step *last_st;
     uint64_t st_alloc, st_seq, name_seq;
     SWEEP_LOAD
-    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | REC_F_GRAPH;
+    const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
+    /* an event outside every push/pop range of its thread is in the start/end range open at its
+     * time, if one is (gm_event_range): the rows then carry t (not the lean reader) */
+    const int spans = m->nspans != 0;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;
     for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
-        uint32_t range = (uint32_t)r->range;
+        /* NULL (none) reads as -1 from the pages, 0 through SQLite */
+        uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
+        if (!range && spans) range = gm_event_range(m, 0, r->t);
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);
@@ -801,6 +910,11 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             requested += req;
             if (allocated > peak_allocated) peak_allocated = allocated, peak_allocated_seq = seq;
             if (requested > peak_requested) peak_requested = requested, peak_requested_seq = seq;
+            /* the device-wide peak without segments (vmm: no fast row changes it) */
+            if (allocated + vmm > peak_held) {
+                peak_held = allocated + vmm, peak_held_seq = seq;
+                m->peak_held_vmm = vmm, m->peak_held_torch = m->torch.reserved;
+            }
         } else {
             uint64_t ai;
             if (addr_map_del(&w->live, addr, &ai)) {
@@ -895,7 +1009,9 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
      * once; schema 1.3 recorded its samples, older files have none (an empty account) */
     m->devused = calloc(1, sizeof *m->devused);
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
-    int rc, pr = pages ? gm_events_pages_lean(d, sweep_rows, &w) : GM_PAGES_NO;
+    /* the lean reader leaves t out, which start/end ranges need (gm_event_range) */
+    int rc, pr = !pages ? GM_PAGES_NO
+                        : m->nspans ? gm_events_pages(d, sweep_rows, &w) : gm_events_pages_lean(d, sweep_rows, &w);
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
@@ -938,6 +1054,8 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
         m->reserved = m->allocated;
+        m->peak_device = m->peak_held, m->peak_device_seq = m->peak_held_seq;
+        m->peak_device_vmm = m->peak_held_vmm, m->peak_device_torch = m->peak_held_torch;
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */
@@ -999,6 +1117,10 @@ gm_model gm_model_leak_view(const gm_model *m) {
     return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
 }
 
+int gm_alloc_in_view(const gm_model *m, const gm_alloc *a) {
+    return m->is_torch_view ? a->kind == REC_TORCH_ALLOC : a->kind == REC_ALLOC || a->kind == REC_ALLOC_ASYNC;
+}
+
 gm_model gm_model_torch_view(const gm_model *m) {
     gm_model v = *m;
     const gm_torch_view *t = &m->torch;
@@ -1043,6 +1165,8 @@ void gm_model_free(gm_model *m) {
     free(m->mods);
     for (size_t i = 0; i < m->nranges; i++) free(m->ranges[i].path);
     free(m->ranges);
+    free(m->span_at);
+    free(m->span_range);
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);

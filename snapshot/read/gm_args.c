@@ -96,7 +96,7 @@ static const struct {
     {"report", 0, {"--top", "--frames"}},
     {"leaks", 0, {"--top", "--frames"}},
     {"sql", 0, {"-c"}},
-    {"export", 0, {"--format|-f", "--at", "--what", "-o"}},
+    {"export", 0, {"--format|-f", "--at", "--what", "--view", "-o"}},
     {"uses", 0, {"--name", "--id", "--step", "--top"}},
     {"import", 0, {"-o"}},
     {"flamegraph", 0, {"--countname", "--title", "--width"}},

@@ -71,6 +71,58 @@ int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
     return v;
 }
 
+void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
+    *allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
+    *reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    sqlite3_stmt *s;
+    /* the allocator's statistics are exact where it saw every allocation: a scan when none was
+     * passed through as its own segment (as the advice's checks for PyTorch's rows are) */
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & %u LIMIT 1",
+             (unsigned)GM_OWN_SEGMENT_FLAGS);
+    if (sqlite3_prepare_v2(d->db, sql, -1, &s, NULL) != SQLITE_OK) return;
+    int any = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    if (!any) return;
+    /* the model's running sums (gm_analyze.c's sweep_row): device allocations and their frees
+     * matched by address; segments, and each such allocation as one */
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, flags, addr, size FROM events WHERE kind IN "
+                                  "(1, 2, 3, 4, 14, 15, 18, 19) ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        return;
+    u64map live = {0}; /* address -> size << 1 | own segment */
+    uint64_t a = 0, r = 0, pa = 0, pr = 0;
+    int segments = 0, nomem = 0, rc;
+    while (!nomem && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(s, 0);
+        unsigned flags = (unsigned)sqlite3_column_int64(s, 1);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(s, 2), size = (uint64_t)sqlite3_column_int64(s, 3), v;
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC || kind == REC_FREE || kind == REC_FREE_ASYNC) {
+            if (u64map_del(&live, addr, &v)) {
+                a -= v >> 1 < a ? v >> 1 : a;
+                if (v & 1) r -= v >> 1 < r ? v >> 1 : r;
+            }
+            if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+                int own = (flags & GM_OWN_SEGMENT_FLAGS) != 0;
+                nomem = u64map_put(&live, addr, size << 1 | (uint64_t)own) != 0;
+                a += size;
+                if (own) r += size;
+            }
+        } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
+            r += size, segments = 1;
+        } else {
+            r -= size < r ? size : r, segments = 1;
+        }
+        if (a > pa) pa = a;
+        if (r > pr) pr = r;
+    }
+    int done = !nomem && rc == SQLITE_DONE;
+    sqlite3_finalize(s);
+    u64map_free(&live);
+    if (nomem || !done) return; /* the statistics, as before */
+    *allocated = pa;
+    *reserved = segments ? pr : pa;
+}
+
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {
     sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     out[0] = 0;

@@ -35,6 +35,11 @@ CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);
 CREATE TABLE threads (id INTEGER PRIMARY KEY, tid INTEGER, name TEXT);
 
 -- id is the small stream number used by events.stream; handle the CUstream value (0 = legacy).
+-- One row per stream: an event of device memory is on its memory's device (a free, unmap or
+-- destroy on its allocation's, whichever thread or context makes it; a refused free (kinds 9,
+-- 10) on the allocation's it names, a foreign one's on the driver's answer for the pointer,
+-- else its stream's); device -1 is pinned host
+-- and managed memory's (kinds 5-8), which have no device, and their row (-1, 0) no stream.
 CREATE TABLE streams (id INTEGER PRIMARY KEY, device INTEGER, handle INTEGER);
 
 -- Loaded objects that appear in stacks. build_id is hex (NULL when the object has none).

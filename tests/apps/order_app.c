@@ -8,12 +8,15 @@
  * is soon handed to another thread. With a digit as argument, every thread takes that path
  * (0 sync, 1 async, 2 host, 3 driver). With `bad` as argument it then makes one double free and
  * one interior free on each path (sync, async, host, driver), in this order, and prints each
- * return code (for the bad-free table of the same script).
+ * return code (for the bad-free table of the same script). `bad DEV` allocates on device DEV
+ * and makes the refused frees with device 0 current (GPUMEM_SIM_DEVICES=2): a refused free of
+ * memory gpumem knows is recorded on that memory's device, not on the caller's.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NTHREADS 8
@@ -74,35 +77,42 @@ static void *work(void *arg)
     return NULL;
 }
 
-/* One double free and one interior free on each path; the codes go to stdout. */
-static void bad_frees(void)
+/* One double free and one interior free on each path; the codes go to stdout. The memory is
+ * on device dev; the refused frees are made with device 0 current. */
+static void bad_frees(int dev)
 {
     const char *names[4] = {"sync", "async", "host", "driver"};
     for (int path = 0; path < 4; path++) {
         void *p = NULL, *q = NULL;
         CUdeviceptr d = 0, dq = 0;
         int e1, e2;
+        cudaSetDevice(dev);
         switch (path) {
         case 0:
             cudaMalloc(&p, 4096), cudaMalloc(&q, 4096);
             cudaFree(p);
+            cudaSetDevice(0);
             e1 = cudaFree(p);
             e2 = cudaFree((char *)q + 16);
             cudaGetLastError();
+            cudaSetDevice(dev);
             cudaFree(q);
             break;
         case 1:
             cudaMallocAsync(&p, 4096, 0), cudaMallocAsync(&q, 4096, 0);
             cudaFreeAsync(p, 0);
+            cudaSetDevice(0);
             e1 = cudaFreeAsync(p, 0);
             e2 = cudaFreeAsync((char *)q + 16, 0);
             cudaGetLastError();
+            cudaSetDevice(dev);
             cudaFreeAsync(q, 0);
             cudaStreamSynchronize(0);
             break;
         case 2:
             cudaMallocHost(&p, 4096), cudaMallocHost(&q, 4096);
             cudaFreeHost(p);
+            cudaSetDevice(0);
             e1 = cudaFreeHost(p);
             e2 = cudaFreeHost((char *)q + 16);
             cudaGetLastError();
@@ -111,8 +121,10 @@ static void bad_frees(void)
         default:
             cuMemAlloc_v2(&d, 4096), cuMemAlloc_v2(&dq, 4096);
             cuMemFree_v2(d);
+            cudaSetDevice(0);
             e1 = cuMemFree_v2(d);
             e2 = cuMemFree_v2(dq + 16);
+            cudaSetDevice(dev);
             cuMemFree_v2(dq);
             break;
         }
@@ -124,7 +136,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "bad") == 0) {
         cudaFree(NULL);
-        bad_frees();
+        bad_frees(argc > 2 ? atoi(argv[2]) : 0);
         return 0;
     }
     if (argc > 1)

@@ -24,12 +24,22 @@
  *                        a struct {pointer into N4, int, pointer into N5}; a host pointer (to
  *                        the stack). N_unused is allocated and never passed
  *   uses_app narrow pinned  the same with the host pointer into a pinned buffer N_pinned
+ *   uses_app phases      NVTX phases of every kind (tests/integration/preload_nvtx.sh's table):
+ *                        per case an allocation K_<case> kept to the end (its size says the
+ *                        case: 1..6 MiB) and one T_<case> memset and freed inside the case —
+ *                        pp: in a push/pop range "pp"; se: in a start/end range "se"; xt: in a
+ *                        start/end range "xt" started on the main thread, allocated, used, freed
+ *                        and ended on another; nest: a push/pop range "nest pp" inside a
+ *                        start/end range "nest se"; nest_out: in "nest se" after that pop; none:
+ *                        outside every range
  * Prints "uses_app: <mode> launches <n> copies <m>" (what it made) and exits 0 when every call
  * succeeded and every kernel saw the values it was given.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +355,53 @@ static void narrow(int pinned)
     launches++;
 }
 
+/* ---- NVTX phases -------------------------------------------------------------------------- */
+
+/* K_<c> (mib MiB, kept to the end) and T_<c> (4 KiB, memset and freed here) */
+static void phase_case(const char *c, size_t mib)
+{
+    char k[32], t[32];
+    snprintf(k, sizeof k, "K_%s", c);
+    snprintf(t, sizeof t, "T_%s", c);
+    (void)dev_alloc(k, mib << 20);
+    void *p = dev_alloc(t, 4096);
+    RT(cudaMemset(p, 0, 4096));
+    copies++;
+    RT(cudaFree(p));
+}
+
+static void *cross_thread(void *arg)
+{
+    phase_case("xt", 3);
+    nvtxRangeEnd(*(nvtxRangeId_t *)arg); /* a start/end range may end on any thread */
+    return NULL;
+}
+
+static void phases(void)
+{
+    nvtxRangePushA("pp");
+    phase_case("pp", 1);
+    nvtxRangePop();
+
+    nvtxRangeId_t se = nvtxRangeStartA("se");
+    phase_case("se", 2);
+    nvtxRangeEnd(se);
+
+    nvtxRangeId_t xt = nvtxRangeStartA("xt");
+    pthread_t th;
+    check(pthread_create(&th, NULL, cross_thread, &xt) == 0, "pthread_create");
+    pthread_join(th, NULL);
+
+    nvtxRangeId_t nest = nvtxRangeStartA("nest se");
+    nvtxRangePushA("nest pp");
+    phase_case("nest", 4);
+    nvtxRangePop();
+    phase_case("nest_out", 5);
+    nvtxRangeEnd(nest);
+
+    phase_case("none", 6);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "acceptance";
@@ -362,6 +419,8 @@ int main(int argc, char **argv)
     }
     else if (!strcmp(mode, "narrow"))
         narrow(argc > 2 && !strcmp(argv[2], "pinned"));
+    else if (!strcmp(mode, "phases"))
+        phases();
     else if (!strcmp(mode, "sleep"))
         sleeper(argc > 2 ? atoi(argv[2]) : 3);
     else {

@@ -283,7 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* the exports carry the names out in other syntaxes (JSON, pickle, folded stacks, CSV) */
         static const char *const formats[] = {"torch", "chrome", "folded", "speedscope", "csv"};
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
-            gm_export_format(&d, &m, formats[i], i == 3 ? -1 : 0, devnull);
+            gm_export_format(&d, &m, formats[i], i == 3 ? -1 : 0, GM_VIEW_AUTO, devnull);
     }
     gm_model_free(&m);
     gm_db_close(&d);

@@ -7,8 +7,13 @@
 # gpumem. Recorded, the threads carry the names nvtxNameOsThreadA gave them, and a wide-string
 # range (nvtxRangePushW) is named in UTF-8, with '?' for each value that is no character. With
 # another tool in NVTX_INJECTION64_PATH, gpumem chains to it: both receive.
+# Phases: an allocation, a use and a free inside an NVTX range have that range as their phase
+# in every command that shows phases (report, leaks, uses, viz), whatever the kind of range:
+# push/pop, start/end (process-wide), start/end started on one thread and used and ended on
+# another, push/pop inside start/end (the push/pop range, the thread's innermost); only an event
+# outside every range is "(outside any NVTX range)" (uses_app phases, the table below).
 source tests/integration/preload_common.bash
-need "$LIB" "$APPS/nvtx_app"
+need "$LIB" "$APPS/nvtx_app" "$APPS/uses_app" "$BUILD/gpumem"
 "$APPS/nvtx_app" >"$TMP/plain.out" || fail "nvtx_app failed without the preload"
 GPUMEM_DEBUG_RANGES=$TMP/ranges LD_PRELOAD=$LIB "$APPS/nvtx_app" >"$TMP/pre.out" 2>"$TMP/pre.err" ||
     fail "nvtx_app failed under the preload"
@@ -58,4 +63,43 @@ if [[ -e $APPS/nvtx_tool.so ]]; then
       "$(grep -c '^expect push' "$TMP/chain.out")"
   check_eq "chained tool's domain handle resolved" "$(awk '/^nvtx_tool: domain pushes/ {print $4}' "$TMP/chain.err")" 6
 fi
+
+# phases of every kind of range, in every command that shows them
+GM=$BUILD/gpumem
+PDB=$TMP/phases.db
+"$GM" record -o "$PDB" -- "$APPS/uses_app" phases >"$TMP/phases.out" 2>&1 || { fail "uses_app phases"; cat "$TMP/phases.out"; }
+"$GM" report --json "$PDB" >"$TMP/ph.report" || fail "report --json on the phases recording"
+"$GM" report "$PDB" >"$TMP/ph.report.txt" || fail "report on the phases recording"
+"$GM" leaks --json "$PDB" >"$TMP/ph.leaks" || fail "leaks --json on the phases recording"
+"$GM" viz "$PDB" -o "$TMP/ph.html" || fail "viz on the phases recording"
+sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/ph.html" >"$TMP/ph.viz"
+outside="(outside any NVTX range)"
+# case  MiB kept  the phase of K_case and of T_case's birth, use and free
+while read -r c mib phase; do
+  phase=${phase//_/ }
+  [[ $phase == - ]] && phase=$outside
+  bytes=$((mib << 20))
+  check_eq "$c: report's peak by phase" \
+    "$(jq -r --argjson b "$bytes" '[.peak.by_phase[] | select(.bytes == $b or .bytes == $b + 4096) | .phase] | join(",")' "$TMP/ph.report")" "$phase"
+  check_eq "$c: leaks by phase" \
+    "$(jq -r --argjson b "$bytes" '[.by_phase[] | select(.bytes == $b) | .phase] | join(",")' "$TMP/ph.leaks")" "$phase"
+  "$GM" uses --json --name "T_$c" "$PDB" >"$TMP/ph.uses.$c" || fail "$c: uses --name T_$c"
+  want=$phase; [[ $want == "$outside" ]] && want=null
+  check_eq "$c: uses' birth, use and free phases" \
+    "$(jq -r '.allocations[0] | [.birth.phase, (.uses[] | .phase), .death.phase] | map(. // "null") | join(",")' "$TMP/ph.uses.$c")" \
+    "$want,$want,$want"
+  want=$phase; [[ $want == "$outside" ]] && want=""
+  check_eq "$c: viz's tensor phases (K born, T born, T freed)" \
+    "$(jq -r --arg k "K_$c" --arg t "T_$c" '.tensors.paths as $p | [(.tensors.rows[] | select(.[0] == $k) | $p[.[8]]),
+        (.tensors.rows[] | select(.[0] == $t) | $p[.[8]], $p[.[9]])] | join(",")' "$TMP/ph.viz")" "$want,$want,$want"
+done <<'TABLE'
+pp        1  pp
+se        2  se
+xt        3  xt
+nest      4  nest_pp
+nest_out  5  nest_se
+none      6  -
+TABLE
+check_eq "report's text calls no allocation inside a range outside" \
+  "$(grep -c -F "$outside" "$TMP/ph.report.txt")" 1
 finish

@@ -10,6 +10,10 @@
 # 2. Every refused free is recorded with its kind, on every path and in both modes: a double
 #    free as double (kind 10), an interior pointer (cudaFree(p + 16)) as a foreign free flagged
 #    interior (kind 9, flag 0x100); GPUMEM_MODE=record tells them apart as replace mode does.
+# 3. A refused free is recorded on the device of the memory it names, not on the caller's current
+#    device (the driver no longer knows a freed address: the pass-through table keeps its
+#    device, dead entries included): with 2 devices, the memory on device 1 and the refused frees
+#    made with device 0 current, each is on device 1 (host memory: -1), in both modes.
 source tests/integration/preload_common.bash
 need "$LIB" "$APPS/order_app" "$BUILD/gpumem"
 GM=$BUILD/gpumem
@@ -55,5 +59,17 @@ for mode in replace record; do
     "$(awk '$3 == "double" && $4 != 0 && $6 != 0 {n++} END {print n+0}' "$TMP/bad.out")" 4
   check_eq "$mode: report's bad frees" "$("$GM" report "$db" | awk '/bad frees/ {$1 = $1; print}')" \
     "bad frees 4 foreign (4 interior), 4 double"
+done
+
+# 3: the same table's devices, memory on device 1, refused with device 0 current
+for mode in replace record; do
+  db=$TMP/bad-dev-$mode.db
+  GPUMEM_SIM_DEVICES=2 GPUMEM_MODE=$mode "$GM" record -q -o "$db" --force -- "$APPS/order_app" bad 1 \
+    >"$TMP/bad.out" 2>"$TMP/bad.err"
+  check_eq "$mode: order_app bad 1 exit status" "$?" 0
+  got=$(sqlite3 "$db" "select group_concat(k, ' ') from (select kind || case when flags & 256 then 'i' else '' end
+    || '@' || device k from events where kind in (9, 10) order by seq)")
+  check_eq "$mode: refused frees' devices (sync, async, host, driver: double, interior)" "$got" \
+    "10@1 9i@1 10@1 9i@1 10@-1 9i@-1 10@1 9i@1"
 done
 finish

@@ -6,8 +6,10 @@
 #     .torch.peak_allocated / .peak_reserved / .peak_requested equal the script's own
 #     max_memory_allocated / max_memory_reserved / memory_stats()["requested_bytes.all.peak"]
 #     (computed by gpumem from the merged history; the script prints its figures to stdout,
-#     which gpumem never reads); .summary.peak_reserved >= .torch.peak_reserved, and the
-#     difference is named to the byte (.torch.device_peak);
+#     which gpumem never reads); the device-wide peak .summary.peak_device (gpumem's reserved
+#     plus the program's own VMM: PyTorch's expandable segments are the latter, in none of the
+#     allocations' peaks) >= .torch.peak_reserved, and the difference is named to the byte
+#     (.torch.device_peak);
 #   - the report's PyTorch tables show step */fwd/..., step */bwd/... and step */opt phases,
 #     parameter names and adam.exp_avg names;
 #   - `gpumem leaks` names the script's PLANTED LEAK line (--leak), Python frames and all;
@@ -79,7 +81,7 @@ for size in tiny gpt2; do
     a=$(fig "$name" max_memory_allocated) r=$(fig "$name" max_memory_reserved) q=$(fig "$name" requested_peak)
     "$G" report --json "$tmp/$name.db" > "$tmp/$name.json" || { bad "$name: report --json failed"; continue; }
     read -r ja jr jq sr dr dt do dc dx dl < <(jq -r '[.torch.peak_allocated, .torch.peak_reserved,
-        .torch.peak_requested, .summary.peak_reserved, .torch.device_peak.reserved,
+        .torch.peak_requested, .summary.peak_device, .torch.device_peak.reserved,
         .torch.device_peak.torch_reserved, .torch.device_peak.outside_torch, .torch.device_peak.gpumem_cache,
         .torch.device_peak.other_vmm, .torch.device_peak.torch_less_than_its_peak] | @tsv' "$tmp/$name.json")
     [[ $ja == "$a" && $jr == "$r" && $jq == "$q" ]] \

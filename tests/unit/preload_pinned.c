@@ -39,7 +39,7 @@ void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t a
 {
     (void)device, (void)stream, (void)ptr, (void)alloc_id;
 }
-void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind) { (void)ptr, (void)size, (void)kind; }
+void gm_pt_add(uintptr_t ptr, size_t size, enum gm_pt_kind kind, int device) { (void)ptr, (void)size, (void)kind, (void)device; }
 int gm_capture_relax(CUstreamCaptureMode *saved)
 {
     *saved = CU_STREAM_CAPTURE_MODE_GLOBAL;

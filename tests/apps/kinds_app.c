@@ -1,0 +1,134 @@
+/*
+ * kinds_app KIND — one kind of memory beside plain device allocations, so that a test can check
+ * which of gpumem's peak figures that kind belongs to (tests/integration/snapshot_kinds.sh).
+ *
+ * Every run: A = cudaMalloc(3 MiB + 100) stays live; B = cudaMalloc(1 MiB) is freed at once (so
+ * A + B is the device allocations' peak so far); then, with A live, 8 MiB of KIND, held and given
+ * back; then C = cudaMalloc(256 KiB) and A freed. 8 MiB is more than B: a figure that counts KIND
+ * wrongly has its peak there, a figure that counts it rightly where the table says.
+ *   none     nothing more (the base a test adds rows of its own to)
+ *   device   a cudaMalloc (the control: it is a device allocation, the peak moves)
+ *   vmm      the program's own cuMemCreate + cuMemMap (4 x 2 MiB handles)
+ *   pool     an allocation from a pool the program chose (cuMemAllocFromPoolAsync on the device's
+ *            default pool: passed through to the driver)
+ *   graph    a graph's memory node: cudaMallocAsync and cudaFreeAsync captured on a stream of its
+ *            own, the graph launched once (passed through to the driver)
+ * (CUDA arrays: the virtual GPU has none; the test writes their rows itself)
+ *   host     pinned host memory (cudaMallocHost)
+ *   managed  managed memory (cudaMallocManaged)
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MIB ((size_t)1 << 20)
+#define KIND_BYTES (8 * MIB)
+
+#define CHECK_RT(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "kinds_app: %s failed: %d\n", #call, (int)e_);                         \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define CHECK_DRV(call)                                                                            \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "kinds_app: %s failed: %d\n", #call, (int)r_);                         \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int vmm(void) {
+    CUdevice dev;
+    CHECK_DRV(cuDeviceGet(&dev, 0));
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran;
+    CHECK_DRV(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t n = KIND_BYTES / gran;
+    CUdeviceptr va;
+    CHECK_DRV(cuMemAddressReserve(&va, KIND_BYTES, 0, 0, 0));
+    CUmemGenericAllocationHandle h[16];
+    if (n > 16) return 1;
+    for (size_t i = 0; i < n; i++) {
+        CHECK_DRV(cuMemCreate(&h[i], gran, &prop, 0));
+        CHECK_DRV(cuMemMap(va + i * gran, gran, 0, h[i], 0));
+    }
+    CUmemAccessDesc ad = {0};
+    ad.location = prop.location;
+    ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CHECK_DRV(cuMemSetAccess(va, KIND_BYTES, &ad, 1));
+    for (size_t i = 0; i < n; i++) {
+        CHECK_DRV(cuMemUnmap(va + i * gran, gran));
+        CHECK_DRV(cuMemRelease(h[i]));
+    }
+    CHECK_DRV(cuMemAddressFree(va, KIND_BYTES));
+    return 0;
+}
+
+static int kind(const char *k) {
+    void *p;
+    if (!strcmp(k, "none")) {
+        return 0;
+    } else if (!strcmp(k, "device")) {
+        CHECK_RT(cudaMalloc(&p, KIND_BYTES));
+        CHECK_RT(cudaFree(p));
+    } else if (!strcmp(k, "vmm")) {
+        return vmm();
+    } else if (!strcmp(k, "pool")) {
+        CUmemoryPool pool;
+        CUdeviceptr d;
+        CHECK_DRV(cuDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_DRV(cuMemAllocFromPoolAsync(&d, KIND_BYTES, pool, 0));
+        CHECK_DRV(cuMemFreeAsync(d, 0));
+        CHECK_RT(cudaStreamSynchronize(0));
+    } else if (!strcmp(k, "graph")) {
+        cudaStream_t s;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK_RT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        CHECK_RT(cudaMallocAsync(&p, KIND_BYTES, s));
+        CHECK_RT(cudaFreeAsync(p, s));
+        CHECK_RT(cudaStreamEndCapture(s, &g));
+        CHECK_RT(cudaGraphInstantiate(&ge, g, 0));
+        CHECK_RT(cudaGraphLaunch(ge, s));
+        CHECK_RT(cudaStreamSynchronize(s));
+        CHECK_RT(cudaGraphExecDestroy(ge));
+        CHECK_RT(cudaGraphDestroy(g));
+        CHECK_RT(cudaStreamDestroy(s));
+    } else if (!strcmp(k, "host")) {
+        CHECK_RT(cudaMallocHost(&p, KIND_BYTES));
+        CHECK_RT(cudaFreeHost(p));
+    } else if (!strcmp(k, "managed")) {
+        CHECK_RT(cudaMallocManaged(&p, KIND_BYTES, cudaMemAttachGlobal));
+        CHECK_RT(cudaFree(p));
+    } else {
+        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, graph, host, managed)\n", k);
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|graph|host|managed\n");
+        return 2;
+    }
+    void *a, *b, *c;
+    CHECK_RT(cudaMalloc(&a, 3 * MIB + 100));
+    CHECK_RT(cudaMalloc(&b, MIB));
+    CHECK_RT(cudaFree(b));
+    int rc = kind(argv[1]);
+    if (rc) return rc;
+    CHECK_RT(cudaMalloc(&c, 256 << 10));
+    CHECK_RT(cudaFree(c));
+    CHECK_RT(cudaFree(a));
+    return 0;
+}

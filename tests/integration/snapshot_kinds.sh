@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One definition of the peaks, whatever kind of memory the program holds (README, "What each
+# figure counts"): for each kind (tests/apps/kinds_app: device, the program's own VMM, a pool
+# allocation passed through, pinned host, managed; CUDA arrays as rows, which the virtual GPU
+# cannot make), every command's peak figures agree with SQL over the events and with each other:
+#   - peak requested and allocated: the running sum of the device allocations and their frees
+#     (kinds 1 and 3, frees matched by alloc_id: the reviewer's peak.sql), at the same event;
+#   - peak reserved: the running sum of gpumem's segments (kinds 14/18 up, 15/19 down) and of
+#     the allocations passed through as their own segments (flag 2048 or 16384, to their free);
+#   - the same figures in report --json, the summary line of `gpumem record`, export --format
+#     folded (sums to the peak allocated), chrome's reserved counter, viz's page, export torch -> import, frag, tune,
+#     advise, diff;
+#   - the kind is in the allocations' peaks exactly where the table says (device, pool, graph:
+#     yes; vmm, array, host, managed: no), and the program's VMM is shown as held outside.
+# And, in gpumem's allocator (replace) and passed through (GPUMEM_MODE=record), every event of
+# device memory is on a device (a free or unmap on its allocation's, where the freeing thread's
+# current device is unknown: a graph's free node, the driver API) and each stream is one row.
+set -uo pipefail
+BUILD=${BUILD:-build}
+GM=$PWD/$BUILD/gpumem
+APP=$PWD/$BUILD/tests/apps/kinds_app
+for f in "$GM" "$APP" "$BUILD/libgpumem.so"; do [[ -e $f ]] || { echo "missing $f (run make)" >&2; exit 1; }; done
+command -v jq > /dev/null || { echo "FAIL: jq is missing (make deps installs it)" >&2; exit 1; }
+TMP=$(mktemp -d /tmp/gpumem-kinds.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+unset GPUMEM_MODE GPUMEM_LIMIT GPUMEM_CONF GPUMEM_DB
+export GPUMEM_QUIET=1
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+# SQL's peaks: "requested allocated reserved" (peak.sql's running sums)
+sql_peaks() {
+  sqlite3 -separator ' ' "$1" "
+    WITH a AS (SELECT alloc_id, requested, size FROM events WHERE kind IN (1, 3)),
+    ev AS (SELECT e.seq, CASE WHEN e.kind IN (1, 3) THEN e.requested ELSE -a.requested END dreq,
+                         CASE WHEN e.kind IN (1, 3) THEN e.size ELSE -a.size END dsz
+           FROM events e LEFT JOIN a ON a.alloc_id = e.alloc_id AND e.kind IN (2, 4)
+           WHERE e.kind IN (1, 3) OR (e.kind IN (2, 4) AND a.alloc_id IS NOT NULL)),
+    run AS (SELECT sum(dreq) OVER (ORDER BY seq) r, sum(dsz) OVER (ORDER BY seq) s FROM ev),
+    own AS (SELECT alloc_id, size FROM events WHERE kind IN (1, 3) AND flags & (2048 | 16384)),
+    seg AS (SELECT sum(CASE WHEN e.kind IN (14, 18) OR (e.kind IN (1, 3) AND own.alloc_id IS NOT NULL) THEN e.size
+                            WHEN e.kind IN (2, 4) THEN -own.size ELSE -e.size END) OVER (ORDER BY e.seq) v
+            FROM events e LEFT JOIN own ON own.alloc_id = e.alloc_id AND e.kind IN (1, 2, 3, 4)
+            WHERE e.kind IN (14, 15, 18, 19) OR (e.kind IN (1, 2, 3, 4) AND own.alloc_id IS NOT NULL))
+    SELECT (SELECT max(r) FROM run), (SELECT max(s) FROM run), (SELECT coalesce(max(v), 0) FROM seg)"
+}
+
+# kind | in the allocations' peaks | program VMM at its peak
+table="none no 0
+device yes 0
+vmm no 8388608
+pool yes 0
+graph yes 0
+host no 0
+managed no 0
+array no 0"
+
+while read -r kind counted vmm; do
+  db=$TMP/$kind.db
+  if [[ $kind == array ]]; then
+    # the virtual GPU has no arrays: the run of nothing more with an 8 MiB array's rows (kinds 27, 28,
+    # as the recorder writes them) after its last event, where nothing else is live
+    cp "$TMP/none.db" "$db"
+    sqlite3 "$db" "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, alloc_id, stack, range)
+        SELECT seq + 1, t + 1, 27, 0, 0, 0, thread, 4096, 8388608, 8388608, 0, stack, range FROM events WHERE seq = (SELECT max(seq) FROM events);
+      INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, alloc_id, stack, range)
+        SELECT seq + 1, t + 1, 28, 0, 0, 0, thread, 4096, 0, 0, 0, stack, range FROM events WHERE seq = (SELECT max(seq) FROM events);
+      UPDATE meta SET value = value + 2 WHERE key = 'events';" || { fail "array: could not write its rows"; continue; }
+    printf '' > "$TMP/$kind.rec"
+  else
+    "$GM" record -o "$db" -- "$APP" "$kind" > "$TMP/$kind.out" 2> "$TMP/$kind.rec" \
+      || { fail "$kind: record failed: $(tail -2 "$TMP/$kind.rec")"; continue; }
+  fi
+  read -r sreq salloc sres < <(sql_peaks "$db")
+  "$GM" report --json "$db" > "$TMP/$kind.json" 2> /dev/null || { fail "$kind: report --json failed"; continue; }
+  rep=$(jq -r '.summary | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"' "$TMP/$kind.json")
+  want="$sreq $salloc $sres"
+  [[ $rep == "$want" ]] && ok "$kind: report's peaks requested/allocated/reserved = SQL's ($want)" \
+    || fail "$kind: report's peaks $rep, SQL's $want"
+  # the kind in the allocations' peaks where the table says: a device allocation of it moves the
+  # peak above A + B (4 MiB + 100 B), the others leave it there
+  moved=no
+  (( salloc > 5 << 20 )) && moved=yes
+  rmoved=no
+  (( $(jq .summary.peak_allocated "$TMP/$kind.json") > 5 << 20 )) && rmoved=yes
+  [[ $moved == "$counted" && $rmoved == "$counted" ]] && ok "$kind: in the allocations' peaks: $counted" \
+    || fail "$kind: in the allocations' peaks: SQL $moved, report $rmoved, the table $counted"
+  pv=$(jq .summary.peak_program_vmm "$TMP/$kind.json")
+  [[ $pv == "$vmm" ]] && ok "$kind: program VMM held outside at its peak: $pv" || fail "$kind: peak_program_vmm $pv, expected $vmm"
+  if [[ -s $TMP/$kind.rec ]]; then # gpumem record's summary line: the same peaks
+    line=$(grep '^gpumem: peak allocated' "$TMP/$kind.rec")
+    a=$(jq -r .summary.peak_allocated "$TMP/$kind.json") r=$(jq -r .summary.peak_reserved "$TMP/$kind.json")
+    grep -q "reserved $(printf '%s' "$r" | awk '{printf "%.2f MiB", $1 / 1048576}')" <<< "$line" \
+      && grep -q "allocated $(printf '%s' "$a" | awk '{printf "%.2f MiB", $1 / 1048576}')" <<< "$line" \
+      && ok "$kind: gpumem record's summary line says the same" || fail "$kind: record's line: $line (allocated $a, reserved $r)"
+  fi
+  # every other command's figures
+  "$GM" export --format folded "$db" -o "$TMP/$kind.folded" 2> /dev/null
+  folded=$(awk '{s += $NF} END {print s + 0}' "$TMP/$kind.folded")
+  "$GM" export --format chrome "$db" -o "$TMP/$kind.chrome" 2> /dev/null
+  chrome=$(jq '[.traceEvents[] | select(.ph == "C") | .args.reserved] | max // 0' "$TMP/$kind.chrome")
+  "$GM" viz "$db" -o "$TMP/$kind.html" 2> /dev/null
+  viz=$(grep -o '"peak_allocated_bytes":[0-9]*,"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":[0-9]*' "$TMP/$kind.html" \
+    | sed -n 1p | sed 's/"peak_allocated_bytes":\([0-9]*\),"peak_allocated_seq":[0-9]*,"peak_reserved_bytes":\([0-9]*\)/\1 \2/')
+  "$GM" export --format torch "$db" -o "$TMP/$kind.pickle" 2> /dev/null
+  "$GM" import "$TMP/$kind.pickle" -o "$TMP/$kind-imp.db" > /dev/null 2>&1
+  imp=$("$GM" report --json "$TMP/$kind-imp.db" 2> /dev/null | jq -r '.summary | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
+  frag=$("$GM" frag --json "$db" 2> /dev/null | jq -r .recorded.peak_reserved)
+  tune=$("$GM" tune --json "$db" 2> /dev/null | jq -r .recorded.peak_reserved)
+  adv=$("$GM" advise --json "$db" 2> /dev/null | jq -r '.recorded | "\(.peak_allocated) \(.peak_reserved)"')
+  dif=$("$GM" diff --json "$db" "$db" 2> /dev/null | jq -r '.a | "\(.peak_requested) \(.peak_allocated) \(.peak_reserved)"')
+  # the program's VMM said where the peaks leave it out: viz's summary, record's line
+  pvz=$(grep -o '"peak_program_vmm_bytes":[0-9]*' "$TMP/$kind.html" | sed -n 1p | cut -d: -f2)
+  [[ $pvz == "$vmm" ]] && ok "$kind: viz's program VMM at its peak: $pvz" || fail "$kind: viz's peak_program_vmm_bytes '$pvz', expected $vmm"
+  if [[ -s $TMP/$kind.rec ]]; then
+    said=0
+    grep -q "program VMM $(awk -v b="$vmm" 'BEGIN {printf "%.2f MiB", b / 1048576}') at its peak" "$TMP/$kind.rec" && said=$vmm
+    [[ $said == "$vmm" ]] && ok "$kind: gpumem record's summary says the program VMM where there is one" \
+      || fail "$kind: record's summary on the program VMM ($vmm): $(grep '^gpumem: ' "$TMP/$kind.rec" | sed -n 1p)"
+  fi
+  got="folded $folded chrome $chrome viz $viz import $imp frag $frag tune $tune advise $adv diff $dif"
+  exp="folded $salloc chrome $sres viz $salloc $sres import $sreq $salloc $sres frag $sres tune $sres advise $salloc $sres diff $sreq $salloc $sres"
+  [[ $got == "$exp" ]] && ok "$kind: folded, viz, export torch -> import, frag, tune, advise, diff agree" \
+    || fail "$kind: got      $got"$'\n'"      expected $exp"
+done <<< "$table"
+
+# Every event of device memory on its device, each stream one row: host memory (5, 6) and managed
+# memory (7, 8) alone have no device, and the one stream row of device -1 is theirs (schema.sql).
+while read -r kind _; do
+  [[ $kind == array ]] && continue
+  for mode in replace record; do
+    db=$TMP/$kind-$mode-dev.db
+    GPUMEM_MODE=$mode "$GM" record -o "$db" -- "$APP" "$kind" > /dev/null 2>&1 \
+      || { fail "$kind ($mode): record failed"; continue; }
+    got=$(sqlite3 -separator ' ' "$db" "
+      SELECT (SELECT coalesce(group_concat(seq || ':' || kind), '-') FROM events
+              WHERE device < 0 AND kind NOT IN (5, 6, 7, 8)),
+             (SELECT coalesce(group_concat(handle), '-') FROM (SELECT handle FROM streams
+              WHERE device >= 0 GROUP BY handle HAVING count(*) > 1)),
+             (SELECT coalesce(group_concat(DISTINCT e.kind), '-') FROM events e JOIN streams s ON s.id = e.stream
+              WHERE s.device < 0 AND e.kind NOT IN (5, 6, 7, 8))")
+    [[ $got == "- - -" ]] && ok "$kind ($mode): every device event on its device, each stream one row" \
+      || fail "$kind ($mode): events with no device (seq:kind), streams twice (handle), device -1 stream used by (kind): $got"
+    if [[ $mode == record ]]; then # everything passed through: each allocation its own segment
+      # (passed through, every allocation has alloc_id 0: a free's size is its allocation's)
+      salloc=$(sqlite3 "$db" "SELECT max(s) FROM (SELECT sum(CASE WHEN kind IN (1, 3) THEN size ELSE -size END)
+                                OVER (ORDER BY seq) s FROM events WHERE kind IN (1, 2, 3, 4))")
+      rep=$("$GM" report --json "$db" 2> /dev/null | jq -r '.summary | "\(.peak_allocated) \(.peak_reserved)"')
+      [[ $rep == "$salloc $salloc" ]] && ok "$kind (record): peak reserved = peak allocated ($salloc)" \
+        || fail "$kind (record): peaks allocated/reserved $rep, SQL's allocated $salloc"
+    fi
+  done
+done <<< "$table"
+
+[[ $fails -eq 0 ]] || { echo "$fails failures"; exit 1; }
+echo "all kinds: one definition of the peaks"
