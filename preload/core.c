@@ -49,7 +49,7 @@ __thread int gm_in_init __attribute__((tls_model("initial-exec")));
 __thread int gm_fail_site __attribute__((tls_model("initial-exec")));
 __thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
-size_t gm_limit;
+size_t gm_limit = ALLOC_NO_LIMIT; /* GPUMEM_LIMIT (rec_settings) */
 alloc_config_t gm_alloc_config;
 _Atomic unsigned long long gm_stats[GM_ST_COUNT];
 
@@ -194,7 +194,8 @@ static void core_init(void)
             rec_meta("config", conf);
             /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the config above: which one the
              * program ran with is what an OOM's advice tells the user to raise */
-            if (gm_alloc_config.limit) rec_meta("limit_from", gm_limit ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
+            if (gm_alloc_config.limit != ALLOC_NO_LIMIT)
+                rec_meta("limit_from", gm_limit != ALLOC_NO_LIMIT ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
             rec_meta("uses", gm_uses_name(uses_conf));
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();
@@ -296,7 +297,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
         o.device = device;
         o.stream = (uint64_t)(uintptr_t)stream;
         o.requested = requested;
-        o.limit = gm_limit;
+        o.limit = gm_limit == ALLOC_NO_LIMIT ? 0 : gm_limit; /* the recording's 0: none */
         o.name = named ? pending_name : NULL;
         rec_oom(&o);
         pending_name[0] = 0;
