@@ -2639,13 +2639,16 @@ static void range_destroy(alloc_t *a, pool_t *p, seg_t *r)
 /* Release the pools of forgotten streams that hold nothing any more: free pages, classic
  * segments, the reserved address ranges, then the stream's state. Caller synchronized (every
  * FREE block to release has fseq <= synced_free_seq). Without this, each stream created and
- * destroyed would keep a device-sized address range reserved for good. */
+ * destroyed would keep a device-sized address range reserved for good. The shared pools of
+ * per_stream_pools:False live on the stream that allocated first: when that stream is gone and
+ * they hold nothing in use, they go the same way (the next allocation, on any stream, starts
+ * new ones), or a program that destroys its streams before it exits would keep every page it
+ * ever cached mapped under this mode alone. */
 static void reap_dead_streams(alloc_t *a)
 {
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         if (!st->dead || st->q_head || st->mk_head) continue;
-        if (st == a->shared) continue; /* the shared pools live here */
         if (stream_pools_busy(a, st)) continue;
         bool empty = true;
         for (int k = 0; k < 2; k++) {
@@ -2666,6 +2669,7 @@ static void reap_dead_streams(alloc_t *a)
         }
         if (!empty) continue;
         if (a->last_stream == st) a->last_stream = NULL;
+        if (a->shared == st) a->shared = NULL;
         a->streams[i] = a->streams[--a->nstreams];
         sstate_free(st);
         stab_rebuild(a); /* no larger than before: cannot fail */
