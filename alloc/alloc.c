@@ -694,7 +694,8 @@ static size_t classic_seg_size(const alloc_t *a, size_t rs)
 
 static bool over_limit(const alloc_t *a, size_t more)
 {
-    return a->cfg.limit && (size_t)a->st.reserved_bytes.current + more > a->cfg.limit;
+    return a->cfg.limit != ALLOC_NO_LIMIT &&
+           (size_t)a->st.reserved_bytes.current + more > a->cfg.limit;
 }
 
 static int grow_classic(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
@@ -1933,7 +1934,7 @@ static void release_all(alloc_t *a)
  * PyTorch's collection does not synchronize either) until it is under the threshold. */
 static void garbage_collect(alloc_t *a)
 {
-    size_t allowed = a->cfg.limit ? a->cfg.limit : a->capacity;
+    size_t allowed = a->cfg.limit != ALLOC_NO_LIMIT ? a->cfg.limit : a->capacity;
     size_t target = (size_t)(a->cfg.gc_threshold * (double)allowed);
     if ((size_t)a->st.reserved_bytes.current <= target) return;
     a->st.num_gc_runs++;
@@ -2109,7 +2110,7 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     o->reserved = (size_t)a->st.reserved_bytes.current;
     o->free_cached = a->cached_free;
     o->pending = a->pending_bytes;
-    o->limit = a->cfg.limit;
+    o->limit = a->cfg.limit == ALLOC_NO_LIMIT ? 0 : a->cfg.limit;
     o->backend_error = be_err;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {
@@ -2179,7 +2180,7 @@ static bool release_before_grow(alloc_t *a, pool_t *p, size_t rs)
  * PyTorch does not. */
 static int malloc_slow_pytorch(alloc_t *a, pool_t *p, size_t rs, blk_t **out)
 {
-    if (a->cfg.gc_threshold > 0 && a->cfg.limit) garbage_collect_pytorch(a);
+    if (a->cfg.gc_threshold > 0 && a->cfg.limit != ALLOC_NO_LIMIT) garbage_collect_pytorch(a);
     int rc = grow(a, p, rs, out);
     if (rc != GROW_OOM) return rc;
     if (release_available_pytorch(a, p, rs)) {
@@ -2638,13 +2639,16 @@ static void range_destroy(alloc_t *a, pool_t *p, seg_t *r)
 /* Release the pools of forgotten streams that hold nothing any more: free pages, classic
  * segments, the reserved address ranges, then the stream's state. Caller synchronized (every
  * FREE block to release has fseq <= synced_free_seq). Without this, each stream created and
- * destroyed would keep a device-sized address range reserved for good. */
+ * destroyed would keep a device-sized address range reserved for good. The shared pools of
+ * per_stream_pools:False live on the stream that allocated first: when that stream is gone and
+ * they hold nothing in use, they go the same way (the next allocation, on any stream, starts
+ * new ones), or a program that destroys its streams before it exits would keep every page it
+ * ever cached mapped under this mode alone. */
 static void reap_dead_streams(alloc_t *a)
 {
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         if (!st->dead || st->q_head || st->mk_head) continue;
-        if (st == a->shared) continue; /* the shared pools live here */
         if (stream_pools_busy(a, st)) continue;
         bool empty = true;
         for (int k = 0; k < 2; k++) {
@@ -2665,6 +2669,7 @@ static void reap_dead_streams(alloc_t *a)
         }
         if (!empty) continue;
         if (a->last_stream == st) a->last_stream = NULL;
+        if (a->shared == st) a->shared = NULL;
         a->streams[i] = a->streams[--a->nstreams];
         sstate_free(st);
         stab_rebuild(a); /* no larger than before: cannot fail */
@@ -2920,7 +2925,7 @@ void alloc_mem_info(alloc_t *a, size_t *free_bytes, size_t *total_bytes)
     size_t dfree, dtotal;
     device_info(a, &dfree, &dtotal);
     size_t total = dtotal;
-    if (a->cfg.limit && a->cfg.limit < total) total = a->cfg.limit;
+    if (a->cfg.limit < total) total = a->cfg.limit; /* ALLOC_NO_LIMIT is never below */
     size_t reserved = (size_t)a->st.reserved_bytes.current;
     size_t fr = (total > reserved ? total - reserved : 0) + a->cached_free;
     if (a->be.mem_info && dfree + a->cached_free < fr) fr = dfree + a->cached_free;
@@ -2986,8 +2991,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         a->capacity = (size_t)1 << 40;
     if (a->cfg.memory_fraction >= 0) { /* PyTorch: fraction x the device's total memory */
         size_t cap = (size_t)(a->cfg.memory_fraction * (double)a->capacity);
-        if (!cap) cap = 1; /* 0: nothing may be reserved (0 would mean no limit) */
-        if (!a->cfg.limit || cap < a->cfg.limit) a->cfg.limit = cap;
+        if (cap < a->cfg.limit) a->cfg.limit = cap; /* 0: nothing may be reserved */
     }
     a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
     a->cfg.handle_size_small =

@@ -138,6 +138,9 @@ typedef enum alloc_policy {
     ALLOC_POLICY_NOCACHE = 2, /* every request is one backend allocation, freed at free */
 } alloc_policy_t;
 
+/* alloc_config_t.limit when there is none (limit:none, GPUMEM_LIMIT unset) */
+#define ALLOC_NO_LIMIT SIZE_MAX
+
 typedef struct alloc_config {
     alloc_policy_t policy;
     bool expandable_segments; /* default true (falls back to classic without VMM calls) */
@@ -153,7 +156,9 @@ typedef struct alloc_config {
     size_t handle_size;       /* physical handle size (expandable); 0 = granularity */
     size_t handle_size_small; /* handle size for the small pool; 0 = granularity */
     size_t release_threshold; /* unmap free pages when cached bytes exceed it; SIZE_MAX off */
-    size_t limit;             /* cap on reserved bytes; 0 = none (GPUMEM_LIMIT) */
+    /* cap on reserved bytes (GPUMEM_LIMIT); ALLOC_NO_LIMIT = none. 0 is a cap of 0 bytes: every
+     * value of a size key means what it says, none of them is a hidden "off" */
+    size_t limit;
     bool release_before_grow; /* expandable: unmap free pages before mapping new ones */
     /* max_non_split_rounding_mb: a free block >= max_split_size serves a request >=
      * max_split_size only if it is less than this much larger; default = large_segment */
@@ -373,7 +378,7 @@ int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
 int alloc_empty_cache(alloc_t *a);
 
 /* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
- * is capped at limit bytes from now on (0: no cap), what is reserved already stays reserved
+ * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
  * (PyTorch frees nothing when the fraction changes; the next request over it frees the cache and
  * retries). ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
 int alloc_set_limit(alloc_t *a, size_t limit);
@@ -447,7 +452,8 @@ struct alloc_oom_info {
     size_t free_cached;        /* free bytes inside reserved memory ("free in fragments") */
     size_t largest_free_block; /* largest free block of any pool */
     size_t pending;            /* bytes freed but waiting for events */
-    size_t limit;              /* cap on reserved (0 = none) */
+    size_t limit;              /* cap on reserved (0 = none: ALLOC_NO_LIMIT reads as 0 here, the
+                                  recording's and the reports' word for none) */
     size_t device_free;        /* backend's free memory at failure */
     size_t device_total;
     int backend_error; /* raw backend code if the failure was not a plain OOM */
@@ -560,7 +566,7 @@ typedef enum alloc_trace_kind {
     ALLOC_TR_FREE_DONE = 6,
     /* l <bytes>: PyTorch's per-process memory fraction set (torch.cuda.
      * set_per_process_memory_fraction): under the pytorch presets reserved memory is capped at
-     * size bytes from here (0: no cap; alloc_set_limit), a request over it frees the cache and
+     * size bytes from here (0 bytes too: PyTorch's fraction 0; alloc_set_limit), a request over it frees the cache and
      * retries, then is an OOM. Under gpumem and nocache nothing changes: gpumem as PyTorch's
      * allocator (CUDAPluggableAllocator) has no fraction. */
     ALLOC_TR_LIMIT = 7,

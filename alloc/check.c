@@ -434,7 +434,7 @@ int alloc_check(alloc_t *a, char *err, size_t errlen)
                 goto out;
             }
     }
-    if (a->cfg.limit && (size_t)a->st.reserved_bytes.current > a->cfg.limit) {
+    if ((size_t)a->st.reserved_bytes.current > a->cfg.limit) { /* ALLOC_NO_LIMIT: never */
         rc = fail(err, errlen, "reserved %lld over the limit %zu",
                   (long long)a->st.reserved_bytes.current, a->cfg.limit);
         goto out;

@@ -30,7 +30,7 @@ void alloc_config_default(alloc_config_t *c)
     c->handle_size = 0;
     c->handle_size_small = 0;
     c->release_threshold = SIZE_MAX;
-    c->limit = 0;
+    c->limit = ALLOC_NO_LIMIT;
     c->release_before_grow = true;
     c->max_non_split_rounding = A_LARGE_BUFFER;
     c->large_segment = A_LARGE_BUFFER;
@@ -578,31 +578,22 @@ static int apply_key(alloc_config_t *c, const ctoks *tk, size_t *i, const char *
     }
     if (!strcmp(k, "handle_size") || !strcmp(k, "handle_size_small") ||
         !strcmp(k, "release_threshold") || !strcmp(k, "limit")) {
+        /* One rule for 0 in every size key: it is 0 bytes. release_threshold:0 keeps nothing
+         * cached (cudaMemPoolAttrReleaseThreshold's 0), limit:0 lets nothing be reserved (as
+         * per_process_memory_fraction:0 does), handle_size:0 rounds up to the granularity as
+         * every handle size does. "No threshold" / "no limit" is the word none, never 0. */
         size_t sz;
-        bool off = !strcmp(v, "0") || !strcmp(v, "none") || !strcmp(v, "off");
-        if (off && !strcmp(k, "release_threshold")) {
-            c->release_threshold = SIZE_MAX;
+        if (!strcmp(v, "none") && k[0] != 'h') {
+            *(k[0] == 'r' ? &c->release_threshold : &c->limit) = SIZE_MAX;
             return ALLOC_OK;
         }
-        if (off && !strcmp(k, "limit")) {
-            c->limit = 0;
-            return ALLOC_OK;
-        }
-        if (!strcmp(v, "0") && !strncmp(k, "handle_size", 11)) { /* 0 = the granularity */
-            if (!strcmp(k, "handle_size"))
-                c->handle_size = 0;
-            else
-                c->handle_size_small = 0;
-            return ALLOC_OK;
-        }
-        if (alloc_parse_size(v, &sz) != ALLOC_OK || (sz == 0 && strcmp(k, "release_threshold")))
+        if (alloc_parse_size(v, &sz) != ALLOC_OK || (k[0] != 'h' && sz == SIZE_MAX))
             return errf(err, errlen,
                         "bad value '%s' for %s (accepted: a byte size such as 2M, 20MiB, 1G, "
                         "24G%s)",
                         v, k,
-                        !strcmp(k, "release_threshold") ? ", or none"
-                        : !strcmp(k, "limit")           ? ", or none"
-                                                        : "");
+                        k[0] == 'h' ? "; 0 is the granularity"
+                                    : ", 0 for 0 bytes, or none for no limit at all");
         if (!strcmp(k, "handle_size"))
             c->handle_size = sz;
         else if (!strcmp(k, "handle_size_small"))
@@ -744,7 +735,7 @@ int alloc_config_format(const alloc_config_t *c, char *buf, size_t len)
         snprintf(rt, sizeof(rt), "none");
     else
         fmt_size(rt, sizeof(rt), c->release_threshold);
-    if (c->limit)
+    if (c->limit != ALLOC_NO_LIMIT)
         fmt_size(lim, sizeof(lim), c->limit);
     else
         snprintf(lim, sizeof(lim), "none");

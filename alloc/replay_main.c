@@ -5,7 +5,8 @@
  *                       repeatable
  *     --conf STRING     GPUMEM_CONF-syntax keys applied after the preset (and after the
  *                       GPUMEM_CONF environment variable, which is read too)
- *     --limit SIZE      cap reserved memory (e.g. 24G); reports where the trace would OOM
+ *     --limit SIZE      cap reserved memory (e.g. 24G; 0 is 0 bytes, none: no limit); reports where
+ *                       the trace would OOM
  *     --capacity SIZE   device memory of the simulated device (default 80G)
  *     --synth NAME      use the synthetic trace NAME (fixed, jitter) instead of/besides files
  *     --steps N --seed N  for --synth
@@ -53,6 +54,7 @@ static int usage(void)
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
             "  --limit SIZE      cap reserved memory (e.g. 24G): where would the trace OOM?\n"
+            "                    (0 is a cap of 0 bytes; none: no limit, whatever --conf says)\n"
             "  --capacity SIZE   device memory of the simulated device (default 80G)\n"
             "  --synth NAME      a synthetic GPT-2 training trace (fixed, jitter)\n"
             "  --write FILE      write the (first) trace in the text format and exit\n"
@@ -108,6 +110,8 @@ static int cmp_size(const void *a, const void *b)
 
 static bool torch_env; /* --torch-env */
 
+static bool limit_given; /* --limit, which overrides the configuration's limit key */
+
 static int make_config(const char *preset, const char *conf, size_t limit, alloc_config_t *cfg)
 {
     char err[1024];
@@ -137,7 +141,7 @@ static int make_config(const char *preset, const char *conf, size_t limit, alloc
         fprintf(stderr, "%s\n", err);
         return 2;
     }
-    if (limit) cfg->limit = limit;
+    if (limit_given) cfg->limit = limit;
     static int said; /* once per run */
     char names[512];
     if (!said && alloc_config_unmodelled(cfg, names, sizeof(names))) {
@@ -199,11 +203,21 @@ int main(int argc, char **argv)
             conf = v;
             i++;
         } else if ((!strcmp(a, "--limit") || !strcmp(a, "--capacity")) && v) {
-            size_t sz;
-            if (alloc_parse_size(v, &sz)) {
-                fprintf(stderr, "gpumem-replay: bad size '%s' for %s (e.g. 24G, 512M)\n", v, a);
+            size_t sz = ALLOC_NO_LIMIT;
+            bool none = a[2] == 'l' && !strcmp(v, "none");
+            if (!none && alloc_parse_size(v, &sz)) {
+                fprintf(stderr, "gpumem-replay: bad size '%s' for %s (e.g. 24G, 512M%s)\n", v, a,
+                        a[2] == 'l' ? "; none for no limit" : "");
                 return 2;
             }
+            /* 0 means 0 bytes, as in every size key: a limit of 0 lets nothing be reserved; a
+             * device of 0 bytes is no device, and 0 must not quietly mean the default 80G */
+            if (a[2] == 'c' && !sz) {
+                fprintf(stderr, "gpumem-replay: --capacity 0: a device of 0 bytes holds nothing (e.g. 80G; leave "
+                                "the option out for the default 80G)\n");
+                return 2;
+            }
+            if (a[2] == 'l') limit_given = true;
             *(a[2] == 'l' ? &limit : &capacity) = sz;
             i++;
         } else if (!strcmp(a, "--synth") && v) {

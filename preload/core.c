@@ -49,9 +49,10 @@ __thread int gm_in_init __attribute__((tls_model("initial-exec")));
 __thread int gm_fail_site __attribute__((tls_model("initial-exec")));
 __thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
-size_t gm_limit;
+size_t gm_limit = ALLOC_NO_LIMIT; /* GPUMEM_LIMIT (rec_settings) */
 alloc_config_t gm_alloc_config;
 _Atomic unsigned long long gm_stats[GM_ST_COUNT];
+_Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT];
 
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 static _Atomic int core_done;
@@ -194,7 +195,8 @@ static void core_init(void)
             rec_meta("config", conf);
             /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the config above: which one the
              * program ran with is what an OOM's advice tells the user to raise */
-            if (gm_alloc_config.limit) rec_meta("limit_from", gm_limit ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
+            if (gm_alloc_config.limit != ALLOC_NO_LIMIT)
+                rec_meta("limit_from", gm_limit != ALLOC_NO_LIMIT ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
             rec_meta("uses", gm_uses_name(uses_conf));
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();
@@ -296,7 +298,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
         o.device = device;
         o.stream = (uint64_t)(uintptr_t)stream;
         o.requested = requested;
-        o.limit = gm_limit;
+        o.limit = gm_limit == ALLOC_NO_LIMIT ? 0 : gm_limit; /* the recording's 0: none */
         o.name = named ? pending_name : NULL;
         rec_oom(&o);
         pending_name[0] = 0;
@@ -579,7 +581,7 @@ int gm_free_sync(int host)
     if (gm_capture_underway())
         return GM_SYNC_SKIPPED_CAPTURE;
     return gm_driver_ensure_context(&d) == CUDA_SUCCESS &&
-                   gm_real.cuCtxSynchronize() == CUDA_SUCCESS
+                   GM_DRV(GM_DRV_CTX_SYNC, gm_real.cuCtxSynchronize()) == CUDA_SUCCESS
                ? GM_SYNC_DONE
                : GM_SYNC_NONE;
 }
@@ -609,6 +611,8 @@ static void print_stats(void)
 static void write_stats(void)
 {
     {
+        /* the exit sample first: its cuMemGetInfo is one of the driver calls counted below */
+        gm_devused_exit();
         alloc_stats_t st;
         rec_alloc_stats rs;
         memset(&rs, 0, sizeof rs);
@@ -623,6 +627,22 @@ static void write_stats(void)
         };
         for (int k = 0; k < ALLOC_BE_NCALLS; k++)
             rs.driver_call_names[k] = cuda_name[k];
+        /* gpumem's own calls outside the backend: into the backend's entry of the same function,
+         * or one entry more */
+        static const char *const own_name[GM_DRV_COUNT] = {
+            [GM_DRV_CTX_SYNC] = "cuCtxSynchronize",     [GM_DRV_EVENT_RECORD] = "cuEventRecord",
+            [GM_DRV_EVENT_QUERY] = "cuEventQuery",       [GM_DRV_EVENT_SYNC] = "cuEventSynchronize",
+            [GM_DRV_MEM_GET_INFO] = "cuMemGetInfo",      [GM_DRV_HOST_ALLOC] = "cuMemHostAlloc",
+            [GM_DRV_HOST_REGISTER] = "cuMemHostRegister", [GM_DRV_HOST_UNREGISTER] = "cuMemHostUnregister",
+        };
+        int own_at[GM_DRV_COUNT], nnames = ALLOC_BE_NCALLS;
+        for (int j = 0; j < GM_DRV_COUNT; j++) {
+            own_at[j] = -1;
+            for (int k = 0; k < nnames; k++)
+                if (!strcmp(rs.driver_call_names[k], own_name[j])) own_at[j] = k;
+            if (own_at[j] < 0) rs.driver_call_names[own_at[j] = nnames++] = own_name[j];
+            rs.driver_calls[own_at[j]] += atomic_load(&gm_drv_calls[j]);
+        }
         for (int d = 0; d < 64; d++) {
             if (gm_heap_stats(d, &st))
                 continue;
@@ -645,7 +665,6 @@ static void write_stats(void)
         rs.n_oom = atomic_load(&gm_stats[GM_ST_OOM]);
         rs.foreign_frees = atomic_load(&gm_stats[GM_ST_FOREIGN_FREE]);
         rs.double_frees = atomic_load(&gm_stats[GM_ST_DOUBLE_FREE]);
-        gm_devused_exit();
         rec_stats(&rs);
         /* the replay hands out addresses the same way round (ties in best fit and releases
          * are broken by address): "down" on the virtual GPU (mmap), "up" on a GPU */

@@ -44,7 +44,8 @@ static int current_device(void)
 static int sample(int device, unsigned when)
 {
     size_t free_b = 0, total_b = 0;
-    if (!gm_real.cuMemGetInfo_v2 || gm_real.cuMemGetInfo_v2(&free_b, &total_b) != CUDA_SUCCESS ||
+    if (!gm_real.cuMemGetInfo_v2 ||
+        GM_DRV(GM_DRV_MEM_GET_INFO, gm_real.cuMemGetInfo_v2(&free_b, &total_b)) != CUDA_SUCCESS ||
         free_b > total_b)
         return -1;
     gm_event_raw(REC_DEVICE_INFO, device, 0, free_b, total_b - free_b, total_b, when);
@@ -90,7 +91,10 @@ void gm_devused_event(int ev, unsigned flags, int device, size_t size, uint64_t 
 
 void gm_devused_exit(void)
 {
-    if (!gm_rec_opened() || gm_forked_child)
+    /* once: the final handler's second write of the stats comes after the main one has been
+     * flushed, and a second exit sample there was a driver call no recording counted */
+    static _Atomic int done;
+    if (!gm_rec_opened() || gm_forked_child || atomic_exchange(&done, 1))
         return;
     int cur = current_device();
     if (cur >= 0 && cur < DU_MAX) {

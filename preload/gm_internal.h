@@ -70,6 +70,27 @@ static inline void gm_inside_leave(void) { gm_inside--; }
  * handed the cuGetProcAddress wrapper, so its later driver calls reach the hooks. */
 extern __thread int gm_in_init __attribute__((tls_model("initial-exec")));
 
+/* ---- driver calls gpumem makes itself, beside its allocator's backend calls (which alloc/
+ * counts): the synchronizations cudaFree and cudaFreeHost imply, cudaMemGetInfo's answer and the
+ * device-used samples, the pinned pool's pins, access tracking's timing events, the backend's
+ * event queries and memory queries. Stored with the backend's as stat.driver.<name> (core.c), in
+ * the virtual GPU's names, so a recording's counts can be held to GPUMEM_SIM_STATS's. A call the
+ * program made and gpumem only forwarded is the program's, not counted. ---- */
+enum gm_drv {
+    GM_DRV_CTX_SYNC,       /* cuCtxSynchronize */
+    GM_DRV_EVENT_RECORD,   /* cuEventRecord */
+    GM_DRV_EVENT_QUERY,    /* cuEventQuery */
+    GM_DRV_EVENT_SYNC,     /* cuEventSynchronize */
+    GM_DRV_MEM_GET_INFO,   /* cuMemGetInfo */
+    GM_DRV_HOST_ALLOC,     /* cuMemHostAlloc (cuMemAllocHost_v2 too) */
+    GM_DRV_HOST_REGISTER,  /* cuMemHostRegister */
+    GM_DRV_HOST_UNREGISTER, /* cuMemHostUnregister */
+    GM_DRV_COUNT
+};
+extern _Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT];
+/* GM_DRV(GM_DRV_CTX_SYNC, gm_real.cuCtxSynchronize()): counts the call, then makes it */
+#define GM_DRV(k, call) (atomic_fetch_add_explicit(&gm_drv_calls[k], 1, memory_order_relaxed), (call))
+
 /* ---- statistics (core.c): plain atomic counters, dumped with GPUMEM_STATS=1 ---- */
 enum gm_stat {
     GM_ST_RT_MALLOC,        /* cudaMalloc calls seen by gpumem */

@@ -199,7 +199,7 @@ static int be_event_record(void *c, void *ev, uintptr_t stream)
 static int be_event_query(void *c, void *ev)
 {
     int r;
-    IN_CTX(c, r = be_code(gm_real.cuEventQuery((CUevent)ev)));
+    IN_CTX(c, r = be_code(GM_DRV(GM_DRV_EVENT_QUERY, gm_real.cuEventQuery((CUevent)ev))));
     return r;
 }
 static int be_event_destroy(void *c, void *ev)
@@ -217,7 +217,7 @@ static int be_synchronize(void *c)
 static int be_mem_info(void *c, size_t *free_b, size_t *total_b)
 {
     int r;
-    IN_CTX(c, r = be_code(gm_real.cuMemGetInfo_v2(free_b, total_b)));
+    IN_CTX(c, r = be_code(GM_DRV(GM_DRV_MEM_GET_INFO, gm_real.cuMemGetInfo_v2(free_b, total_b))));
     return r;
 }
 

@@ -103,10 +103,10 @@ static void *eh_alloc(gm_extent_hooks_t *h, void *new_addr, size_t size, size_t 
     unsigned fl = atomic_load(&host_register_flags);
     CUstreamCaptureMode saved;
     int relaxed = gm_capture_relax(&saved); /* gpumem's call, not the program's */
-    CUresult r = gm_real.cuMemHostRegister_v2((void *)p, size, fl);
+    CUresult r = GM_DRV(GM_DRV_HOST_REGISTER, gm_real.cuMemHostRegister_v2((void *)p, size, fl));
     if (r == CUDA_ERROR_INVALID_VALUE && fl) {
         atomic_store(&host_register_flags, 0u); /* a driver that only takes the plain form */
-        r = gm_real.cuMemHostRegister_v2((void *)p, size, 0);
+        r = GM_DRV(GM_DRV_HOST_REGISTER, gm_real.cuMemHostRegister_v2((void *)p, size, 0));
     }
     gm_capture_unrelax(relaxed, saved);
     if (r != CUDA_SUCCESS) {
@@ -116,7 +116,7 @@ static void *eh_alloc(gm_extent_hooks_t *h, void *new_addr, size_t size, size_t 
     pthread_mutex_lock(&regs_lock);
     if (nregs == MAX_REGS) {
         pthread_mutex_unlock(&regs_lock);
-        gm_real.cuMemHostUnregister((void *)p);
+        GM_DRV(GM_DRV_HOST_UNREGISTER, gm_real.cuMemHostUnregister((void *)p));
         munmap((void *)p, size);
         return NULL;
     }
@@ -140,7 +140,7 @@ static bool unpin_whole(void *addr, size_t size)
     }
     regs[i] = regs[--nregs];
     pthread_mutex_unlock(&regs_lock);
-    gm_real.cuMemHostUnregister(addr);
+    GM_DRV(GM_DRV_HOST_UNREGISTER, gm_real.cuMemHostUnregister(addr));
     gm_stat_add(GM_ST_HOST_UNREGISTER, 1);
     munmap(addr, size);
     return true;
@@ -314,7 +314,7 @@ CUresult gm_pinned_alloc(void **out, size_t size)
     }
     pthread_once(&arena_once, arena_create);
     if (!arena_ok) {
-        CUresult r = gm_real.cuMemAllocHost_v2(out, size);
+        CUresult r = GM_DRV(GM_DRV_HOST_ALLOC, gm_real.cuMemAllocHost_v2(out, size));
         if (r == CUDA_SUCCESS) {
             gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
             gm_pt_add((uintptr_t)*out, size, GM_PT_HOST, -1);

@@ -610,8 +610,8 @@ static int ref_ready(void)
         if (gm_real.cuEventCreate && gm_real.cuEventElapsedTime &&
             gm_driver_private_stream(&rs) == CUDA_SUCCESS &&
             gm_real.cuEventCreate(&ref_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-            if (gm_real.cuEventRecord(ref_event, rs) == CUDA_SUCCESS &&
-                gm_real.cuEventSynchronize(ref_event) == CUDA_SUCCESS) {
+            if (GM_DRV(GM_DRV_EVENT_RECORD, gm_real.cuEventRecord(ref_event, rs)) == CUDA_SUCCESS &&
+                GM_DRV(GM_DRV_EVENT_SYNC, gm_real.cuEventSynchronize(ref_event)) == CUDA_SUCCESS) {
                 ref_ns = rec_time_ns();
                 st = 1;
             }
@@ -637,7 +637,7 @@ static struct timing *timing_begin_timed(CUstream s)
     if (gm_stream_capturing(s))
         return NULL;
     struct timing *t = pool_take(ctx);
-    if (t && gm_real.cuEventRecord(t->a, s) != CUDA_SUCCESS) {
+    if (t && GM_DRV(GM_DRV_EVENT_RECORD, gm_real.cuEventRecord(t->a, s)) != CUDA_SUCCESS) {
         pool_put(t);
         t = NULL;
     }
@@ -654,7 +654,7 @@ static struct timing *timing_end(struct timing *t, CUstream s, CUresult launch_r
 {
     if (!t)
         return NULL;
-    if (launch_result != CUDA_SUCCESS || gm_real.cuEventRecord(t->b, s) != CUDA_SUCCESS) {
+    if (launch_result != CUDA_SUCCESS || GM_DRV(GM_DRV_EVENT_RECORD, gm_real.cuEventRecord(t->b, s)) != CUDA_SUCCESS) {
         pool_put(t);
         return NULL;
     }
@@ -670,11 +670,11 @@ static int uses_timing_resolve(void *token, int final, uint64_t *start_ns, uint6
     CUcontext cur = NULL;
     if (t->ctx && (gm_real.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != t->ctx))
         gm_real.cuCtxSetCurrent(t->ctx);
-    CUresult q = gm_real.cuEventQuery(t->b);
+    CUresult q = GM_DRV(GM_DRV_EVENT_QUERY, gm_real.cuEventQuery(t->b));
     if (q == CUDA_ERROR_NOT_READY) {
         if (!final)
             return 0;
-        q = gm_real.cuEventSynchronize(t->b);
+        q = GM_DRV(GM_DRV_EVENT_SYNC, gm_real.cuEventSynchronize(t->b));
     }
     float ms_start = 0, ms_len = 0;
     int ok = q == CUDA_SUCCESS &&

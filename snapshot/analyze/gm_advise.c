@@ -107,8 +107,11 @@ int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
     return 1;
 }
 
-int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, size_t *evcap)
+int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, size_t *evcap)
 {
+    /* a fraction of 1 caps nothing PyTorch could reserve; recordings before 0 meant 0 bytes
+     * (alloc/README.md) noted it as cap 0, which now reads as "nothing may be reserved" */
+    if (millionths >= 1000000) cap = UINT64_MAX;
     if (cap >> 48) cap = ((uint64_t)1 << 48) - 1; /* 256 TiB: more than any device has */
     uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
@@ -1065,7 +1068,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         }
         /* the program's torch.cuda.empty_cache(), also where it gave nothing back when recorded */
         if (kind == REC_TORCH_EMPTY_CACHE) return load_cache_event(L, adv_add_release(m, t, &L->evcap));
-        if (kind == REC_TORCH_MEMORY_FRACTION) return load_cache_event(L, adv_add_limit(m, t, size, &L->evcap));
+        if (kind == REC_TORCH_MEMORY_FRACTION) return load_cache_event(L, adv_add_limit(m, t, size, requested, &L->evcap));
         /* a tensor's block is counted from its alloc to its free (free_requested) */
         if (kind == REC_TORCH_ALLOC) {
             L->t_alloc += size;
@@ -1192,7 +1195,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
                  d->path, cerr);
         return -1;
     }
-    m->cfg.limit = 0; /* a prediction says how much is needed; the limit is compared afterwards */
+    m->cfg.limit = ALLOC_NO_LIMIT; /* a prediction says how much is needed; the limit is compared afterwards */
     m->dry_run = strstr(m->cmdline, "--dry-run") != NULL;
     if (gm_table_exists(d, "uses")) {
         sqlite3_stmt *s;
@@ -1268,7 +1271,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             adv_model_free(m);
             return -1;
         }
-        m->cfg.limit = 0;
+        m->cfg.limit = ALLOC_NO_LIMIT;
         snprintf(m->config, sizeof m->config, "%s", conf);
         m->device_peak_allocated = m->rec_peak_allocated, m->device_peak_reserved = m->rec_peak_reserved;
         m->rec_peak_allocated = m->rec_peak_reserved = 0;

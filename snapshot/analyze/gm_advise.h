@@ -24,7 +24,7 @@ enum { ADV_EV_FREE_DONE = 3 };
 enum { ADV_EV_EMPTY_CACHE = 4 };
 /* PyTorch's per-process memory fraction set here (kind 37: torch.cuda.set_per_process_memory_
  * fraction, or the fraction in force when the program started): PyTorch's allocator caps
- * reserved memory at that many bytes from here (adv_ev_limit; 0: no cap), replayed as the
+ * reserved memory at that many bytes from here (adv_ev_limit; 0: nothing may be reserved, PyTorch's fraction 0), replayed as the
  * trace's ALLOC_TR_LIMIT. `a` is a 0-byte allocation of its own, as ADV_EV_EMPTY_CACHE's. */
 enum { ADV_EV_LIMIT = 5 };
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
@@ -262,9 +262,10 @@ const char *adv_str(const adv_model *m, uint32_t i);
  * own 0-byte allocation; none when the last event is one already (a run of segment frees is one
  * release). 1 added, 0 not needed, -1 out of memory. */
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap);
-/* ADV_EV_LIMIT at time t (cap: bytes, 0 none; at most 2^48 - 1) appended as adv_add_release
- * appends its event. 1 added, -1 out of memory. */
-int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, size_t *evcap);
+/* ADV_EV_LIMIT at time t (cap: bytes, 0 is 0 bytes; at most 2^48 - 1) appended as adv_add_release
+ * appends its event; a fraction (millionths, the event's requested) of 1 or more caps nothing.
+ * 1 added, -1 out of memory. */
+int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, size_t *evcap);
 uint32_t adv_intern(adv_model *m, const char *s);
 uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 

@@ -531,7 +531,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
         snprintf(conf, sizeof conf, "preset:pytorch-expandable%s", rest ? rest : "");
         alloc_config_default(&m.cfg);
         if (alloc_config_parse(&m.cfg, conf, cerr, sizeof cerr) != ALLOC_OK) rc = -1;
-        m.cfg.limit = 0;
+        m.cfg.limit = ALLOC_NO_LIMIT;
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
         rc = adv_stash(&m, &so, c->link_bps, &ss);

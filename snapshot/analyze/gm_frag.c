@@ -745,7 +745,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
         const cand *k = &cands[i];
         if (k->classic_only && recorded.expandable_segments) continue;
         if (k->streams_only && !streams) continue;
-        if (k->gc && !recorded.limit) continue; /* collection only means something under a limit */
+        if (k->gc && recorded.limit == ALLOC_NO_LIMIT) continue; /* collection only means something under a limit */
         if (k->expandable_only && !recorded.expandable_segments) continue;
         alloc_config_t c = recorded;
         if (!strcmp(k->conf, "max_split_size_mb:none")) {

@@ -244,7 +244,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
             continue;
         }
         if (kind == REC_TORCH_MEMORY_FRACTION) { /* PyTorch's cap on reserved from here */
-            if (adv_add_limit(am, t, (uint64_t)sqlite3_column_int64(st, 6), &cev) < 0) rc = -1;
+            if (adv_add_limit(am, t, (uint64_t)sqlite3_column_int64(st, 6), (uint64_t)sqlite3_column_int64(st, 3), &cev) < 0) rc = -1;
             continue;
         }
         if (kind == REC_TORCH_ALLOC) {
@@ -389,7 +389,7 @@ void gm_conf_short(const alloc_config_t *cfg, char *out, size_t outsz) {
 
 int gm_conf_pytorch(const alloc_config_t *cfg, char *out, size_t outsz) {
     alloc_config_t c = *cfg;
-    c.limit = 0; /* a memory fraction in PyTorch, not a configuration key */
+    c.limit = ALLOC_NO_LIMIT; /* a memory fraction in PyTorch, not a configuration key */
     char s[1024];
     gm_conf_short(&c, s, sizeof s);
     const char *rest;

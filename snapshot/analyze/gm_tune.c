@@ -201,7 +201,7 @@ static size_t neighbours(const search *s, const alloc_config_t *base, alloc_conf
     const char *const *lists[] = {always, classic, expandable, gc, streams};
     size_t lens[] = {6, 5, 8, 4, 2};
     int pt = s->torch && base->policy == ALLOC_POLICY_PYTORCH; /* keys PyTorch has, only */
-    int use[] = {1, !base->expandable_segments, base->expandable_segments && !pt, s->limit != 0, s->streams && !pt};
+    int use[] = {1, !base->expandable_segments, base->expandable_segments && !pt, s->limit != ALLOC_NO_LIMIT, s->streams && !pt};
     size_t n = 0;
     if (base->policy == ALLOC_POLICY_NOCACHE) return 0; /* no cache: no key changes anything */
     for (size_t l = 0; l < 5; l++) {
@@ -268,7 +268,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, trace, am.nevs);
     t->served_outside = served > 0 ? (int)served : 0;
     search s = {.t = t, .o = o};
-    s.limit = o->limit ? o->limit : am.cfg.limit;
+    s.limit = o->limit_set ? o->limit : am.cfg.limit;
     t->limit = s.limit;
     t->nevents = am.nevs;
     t->torch = gm_replay_is_torch(&am);
@@ -283,7 +283,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     s.threads = o->threads > 0 ? o->threads : ncpu > 0 ? (int)ncpu : 1;
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
-    if (s.limit && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
+    if (s.limit != ALLOC_NO_LIMIT && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
     s.trace = trace, s.ntrace = am.nevs, s.capacity = cap, s.top_down = am.top_down;
     uint32_t *slots = NULL; /* out of memory: each batch numbers them (or keeps the id table) */
     if (alloc_trace_slots(trace, am.nevs, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;

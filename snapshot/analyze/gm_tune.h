@@ -17,7 +17,8 @@ enum { GM_TUNE_RESERVED = 0, GM_TUNE_TIME = 1 };
 
 typedef struct gm_tune_opts {
     int objective;    /* GM_TUNE_RESERVED or GM_TUNE_TIME */
-    uint64_t limit;   /* judge every configuration under this cap on reserved (0: the recorded one) */
+    uint64_t limit;   /* judge every configuration under this cap on reserved (0 is 0 bytes; ALLOC_NO_LIMIT: none) */
+    int limit_set;    /* limit was given; else the recorded one */
     int threads;      /* replays at once (0: every core) */
     int progress;     /* a progress line on stderr */
 } gm_tune_opts;
@@ -25,7 +26,7 @@ typedef struct gm_tune_opts {
 typedef struct gm_tune {
     char recorded_conf[512];
     uint64_t recorded_peak_reserved; /* measured by the recording */
-    uint64_t limit;                  /* the cap the results were judged under (0 none) */
+    uint64_t limit;                  /* the cap the results were judged under (ALLOC_NO_LIMIT none) */
     size_t nevents;
     gm_replay_result *results; /* ranked, best first; every configuration evaluated once */
     size_t nresults;

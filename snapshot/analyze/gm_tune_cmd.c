@@ -24,7 +24,8 @@ static const char *const usage_tune =
     "  --objective reserved   least peak reserved first, then least driver time (default)\n"
     "  --objective time       least driver time first, then least peak reserved\n"
     "  --limit SIZE           judge every configuration under this cap on reserved memory\n"
-    "                         (e.g. 24G; default: the limit the program ran with, if any)\n"
+    "                         (e.g. 24G; 0 is 0 bytes; none: no limit; default: the limit\n"
+    "                         the program ran with, if any)\n"
     "  --top N                rows of the table (default 12)\n"
     "  --json                 one JSON object (contract in snapshot/README.md)\n"
     "  --check                re-run the recorded command under `gpumem record` with the\n"
@@ -96,7 +97,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
                 t->torch_conf[0] ? t->torch_conf : "(unset)", rr);
     else
         fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
-    if (t->limit) {
+    if (t->limit != ALLOC_NO_LIMIT) {
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
     }
@@ -186,7 +187,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     gm_json_str(out, t->recorded_conf);
     fprintf(out, ",\"peak_reserved\":%" PRIu64 "},\"objective\":\"%s\",\"limit\":", t->recorded_peak_reserved,
             objective == GM_TUNE_TIME ? "time" : "reserved");
-    if (t->limit) fprintf(out, "%" PRIu64, t->limit);
+    if (t->limit != ALLOC_NO_LIMIT) fprintf(out, "%" PRIu64, t->limit);
     else fputs("null", out);
     fprintf(out, ",\"events\":%zu,\"seconds\":%.3f,\"results\":[", t->nevents, t->seconds);
     for (size_t i = 0; i < t->nresults; i++) {
@@ -298,13 +299,16 @@ int gm_tune_main(int argc, char **argv) {
                 return GM_EXIT_USAGE;
             }
         } else if (!strcmp(a, "--limit")) {
-            size_t v = 0;
+            /* read as the limit key reads it: 0 is 0 bytes (every configuration meets an OOM),
+             * none judges without the recorded limit */
+            size_t v = ALLOC_NO_LIMIT;
             const char *s = gm_opt_value(argc, argv, &i);
-            if (!s || alloc_parse_size(s, &v) != ALLOC_OK || !v) {
-                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M\n%s", GM_HELP("tune"));
+            if (!s || (strcmp(s, "none") && (alloc_parse_size(s, &v) != ALLOC_OK || v == ALLOC_NO_LIMIT))) {
+                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M (0 is 0 bytes), or none "
+                                "for no limit, not '%s'\n%s", s ? s : "", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }
-            o.limit = v;
+            o.limit = v, o.limit_set = 1;
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("tune", gm_opt_value(argc, argv, &i), &top);
             if (rc) return rc;

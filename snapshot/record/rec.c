@@ -1043,7 +1043,7 @@ void rec_stats(const rec_alloc_stats *st) {
         meta_item(kv[i].k, v, 1);
     }
     uint64_t total = 0;
-    for (size_t i = 0; i < 16 && st->driver_call_names[i]; i++) {
+    for (size_t i = 0; i < 32 && st->driver_call_names[i]; i++) {
         char k[80], v[32];
         snprintf(k, sizeof k, "stat.driver.%s", st->driver_call_names[i]);
         snprintf(v, sizeof v, "%llu", (unsigned long long)st->driver_calls[i]);

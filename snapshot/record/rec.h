@@ -263,10 +263,12 @@ typedef struct rec_alloc_stats {
     uint64_t driver_alloc_calls, driver_free_calls; /* cuMemAlloc + cuMemCreate / cuMemFree + cuMemRelease */
     uint64_t driver_map_calls, driver_unmap_calls;  /* cuMemMap / cuMemUnmap */
     uint64_t n_oom, foreign_frees, double_frees;
-    /* every driver call the allocator made, by function (stored as stat.driver.<name>, with
-     * their sum as stat.driver_calls): names[i] is e.g. "cuMemCreate", NULL ends the list */
-    const char *driver_call_names[16];
-    uint64_t driver_calls[16];
+    /* every driver call gpumem made itself, by function: its allocator's backend calls, and
+     * beside them the implied synchronizations, memory queries, pinned-pool pins and timing
+     * events (preload/gm_internal.h, enum gm_drv); stored as stat.driver.<name>, with their sum
+     * as stat.driver_calls: names[i] is e.g. "cuMemCreate", NULL ends the list */
+    const char *driver_call_names[32];
+    uint64_t driver_calls[32];
 } rec_alloc_stats;
 void rec_stats(const rec_alloc_stats *st);
 

@@ -56,6 +56,7 @@ int rec_check_env(char *err, size_t errsz) {
 
 int rec_settings_read(rec_settings *s, alloc_config_t *conf, char *err, size_t errsz) {
     memset(s, 0, sizeof *s);
+    s->limit = ALLOC_NO_LIMIT;
     s->mode = REC_SET_REPLACE;
     s->uses = REC_SET_USES_ON;
     alloc_config_default(conf);
@@ -90,12 +91,14 @@ int rec_settings_read(rec_settings *s, alloc_config_t *conf, char *err, size_t e
     if (c && *c && alloc_config_parse(conf, c, err, errsz) != ALLOC_OK) return -1;
     const char *lim = getenv("GPUMEM_LIMIT");
     if (lim && *lim) {
-        if (alloc_parse_size(lim, &s->limit) != ALLOC_OK) {
+        /* read as GPUMEM_CONF's limit key reads it: 0 is 0 bytes, none is no limit */
+        if (strcmp(lim, "none") && (alloc_parse_size(lim, &s->limit) != ALLOC_OK || s->limit == ALLOC_NO_LIMIT)) {
             snprintf(err, errsz, "GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
-                                 "suffix, e.g. 24G; 0 for no limit)", lim);
+                                 "suffix, e.g. 24G; 0 is 0 bytes; none, or unset, for no limit)", lim);
             return -1;
         }
-        conf->limit = s->limit; /* 0: no limit, as when unset */
+        s->limit_set = 1;
+        conf->limit = s->limit;
     }
     int bad = 0;
     s->torch_max_entries =

@@ -14,7 +14,10 @@ enum { REC_SET_USES_OFF = 0, REC_SET_USES_ON = 1, REC_SET_USES_TIMED = 2 }; /* G
 typedef struct rec_settings {
     int mode;                 /* REC_SET_*: REC_SET_OFF only when GPUMEM_MODE=off says so */
     int uses;                 /* REC_SET_USES_* */
-    size_t limit;             /* GPUMEM_LIMIT in bytes; 0: none */
+    /* GPUMEM_LIMIT in bytes (0: a cap of 0 bytes, as the limit key reads it); ALLOC_NO_LIMIT
+     * when unset or none */
+    size_t limit;
+    int limit_set;            /* GPUMEM_LIMIT was set (none too): it overrides GPUMEM_CONF's key */
     size_t torch_max_entries; /* GPUMEM_TORCH_MAX_ENTRIES */
 } rec_settings;
 

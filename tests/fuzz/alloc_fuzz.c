@@ -114,7 +114,7 @@ static void quick_check(alloc_t *a, const alloc_config_t *cfg, const live_t *liv
     if (st.active.current < st.allocation.current || st.active_bytes.current < st.allocated_bytes.current ||
         st.reserved_bytes.current < st.active_bytes.current)
         die("active below allocated, or reserved below active", NULL);
-    if (cfg->limit && (size_t)st.reserved_bytes.current > cfg->limit) die("reserved over the limit", NULL);
+    if (cfg->limit != ALLOC_NO_LIMIT && (size_t)st.reserved_bytes.current > cfg->limit) die("reserved over the limit", NULL);
 }
 
 static void fuzz_ops(const uint8_t *d, size_t n)
@@ -126,7 +126,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
     if (d[0] & 8) cfg.release_threshold = (size_t)(d[1] >> 4) * MiB;
     if (d[0] & 16) cfg.max_split_size = 32 * MiB;
     if (d[0] & 32) cfg.rp2_div[20] = cfg.rp2_div[21] = cfg.rp2_div[22] = 4;
-    if ((d[0] & 64) && cfg.limit) cfg.gc_threshold = 0.5;
+    if ((d[0] & 64) && cfg.limit != ALLOC_NO_LIMIT) cfg.gc_threshold = 0.5;
     if (d[0] & 128) cfg.handle_size = 4 * MiB;
     alloc_mem_opts_t mo = {.capacity = (32 + (size_t)d[2]) * MiB,
                            .no_vmm = (d[1] & 3) == 3,

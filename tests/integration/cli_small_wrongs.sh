@@ -164,11 +164,11 @@ for e in "${bad_settings[@]}"; do
   grep -qxF "gpumem: $said; gpumem is off" "$TMP/pre.txt" \
     || fail "preloaded with $e, libgpumem.so says: $(cat "$TMP/pre.txt") -- gpumem record said: $said"
 done
-for e in GPUMEM_LIMIT=0 GPUMEM_CONF=max_split_size_mb:20 GPUMEM_CONF=max_split_size_mb:+40 GPUMEM_STACKS=0; do
+for e in GPUMEM_LIMIT=none GPUMEM_CONF=max_split_size_mb:20 GPUMEM_CONF=max_split_size_mb:+40 GPUMEM_STACKS=0; do
   rc=0; env "$e" "$GM" record -o "$TMP/set.db" --force -- "$TRAIN" --model tiny --steps 1 > /dev/null 2> "$TMP/err.txt" || rc=$?
   [[ $rc == 0 ]] && ! grep -q "bad \|not a number" "$TMP/err.txt" && grep -q "recorded to" "$TMP/err.txt" || fail "$e: $(cat "$TMP/err.txt")"
 done
-ok "${#bad_settings[@]} bad settings refused by gpumem record (exit 2, nothing run) with libgpumem.so's own words; GPUMEM_LIMIT=0, max_split_size_mb:20 and :+40 accepted"
+ok "${#bad_settings[@]} bad settings refused by gpumem record (exit 2, nothing run) with libgpumem.so's own words; GPUMEM_LIMIT=none, max_split_size_mb:20 and :+40 accepted"
 
 # -o naming a gpumem database this user cannot write: refused before the program runs (exit 2),
 # as a missing or read-only directory is

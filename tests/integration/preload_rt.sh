@@ -12,7 +12,9 @@
 #    cudaErrorInvalidValue 1, as CUDA 13 does on an H200), never a crash;
 #  - a bad GPUMEM_CONF / GPUMEM_MODE prints one line naming the problem and gpumem goes off;
 #  - allocations named through the NVTX memory extension and through gpumem_name (found with
-#    dlsym) reach the recording; naming an unknown pointer is refused.
+#    dlsym) reach the recording; naming an unknown pointer is refused;
+#  - the recording's stat.driver.* counts every driver call gpumem made, call by call against
+#    the virtual GPU's own counts (GPUMEM_SIM_STATS).
 source tests/integration/preload_common.bash
 need "$LIB" "$APPS/rt_app"
 
@@ -124,4 +126,31 @@ if command -v sqlite3 >/dev/null; then
     "$(sed -n '/by tensor name/,/^$/p' "$TMP/empty-name.txt" | awk 'NR > 1 && NF {print $NF}' | sort | tr '\n' ' ')" \
     "(unnamed) activations "
 fi
+
+# Every driver call gpumem makes on the program's behalf is in the recording's stat.driver.*
+# counts (the synchronization each cudaFree implies, cudaMemGetInfo's answer and the device-used
+# samples, the pinned pool's pins, event queries), checked against the virtual GPU's own counts,
+# call by call: under the preload the driver sees gpumem's calls plus the program's own forwarded
+# ones (those of the same run without gpumem), except the calls gpumem answers itself
+# (cuMemAlloc/cuMemFree, cuMemGetInfo, pinned host memory), which are gpumem's alone.
+# cuEventCreate has no cost in the virtual GPU's table, so it is not in its counts.
+# (The free's cuCtxSynchronize, cuMemGetInfo and cuEventQuery were left out: 9002 syncs against
+# 2 recorded for order_app.)
+for app in rt_app frag_app order_app; do
+  [[ -x $APPS/$app ]] || continue
+  GPUMEM_DB="$TMP/drv-$app.db" run_pre "$TMP/drv-$app.out" "$TMP/drv-$app.err" "$APPS/$app" || fail "$app under the preload"
+  run_plain "$TMP/drvp-$app.out" "$TMP/drvp-$app.err" "$APPS/$app" || fail "$app without the preload"
+  names=$( { awk '$1=="gpumem" && $2=="sim:" && $3 ~ /^cu/ && $4 ~ /^[0-9]+$/ {print $3}' "$TMP/drv-$app.err"
+             sqlite3 "$TMP/drv-$app.db" "select substr(key, 13) from meta where key like 'stat.driver.%'"; } |
+           grep -vx cuEventCreate | sort -u)
+  bad=""
+  for c in $names; do
+    rec=$(sqlite3 "$TMP/drv-$app.db" "select value from meta where key = 'stat.driver.$c'"); rec=${rec:-0}
+    own=$(simcount "$TMP/drvp-$app.err" "$c")
+    case $c in cuMemAlloc|cuMemFree|cuMemGetInfo|cuMemHostAlloc|cuMemFreeHost) own=0 ;; esac
+    [[ $(simcount "$TMP/drv-$app.err" "$c") == $((rec + own)) ]] ||
+      bad+=" $c: virtual GPU $(simcount "$TMP/drv-$app.err" "$c"), recorded $rec + the program's own $own;"
+  done
+  check_eq "$app: the recording counts every driver call gpumem made (against the virtual GPU's counts)" "${bad:-none}" none
+done
 finish

@@ -2,7 +2,8 @@
 # gpumem-replay from the shell: GPUMEM_CONF errors are one line naming the key and the accepted
 # keys (exit 2); --check-conf prints the effective config; a trace file replays to the expected
 # peaks; a limit reports the OOM position and forensics (exit 1); --write round-trips; an
-# option's missing, option-like or not-whole value is exit 2.
+# option's missing, option-like or not-whole value is exit 2; 0 in every size, limit and
+# fraction key and option is 0 bytes (GPUMEM_LIMIT and gpumem tune --limit too).
 set -uo pipefail
 BUILD=${BUILD:-build}
 cli=$BUILD/alloc/gpumem-replay
@@ -45,6 +46,63 @@ out=$("$cli" --preset pytorch "$tmp/t.trace") || fail "replay: $out"
 out=$("$cli" --preset gpumem --limit 24M "$tmp/t.trace"); rc=$?
 [[ $rc -eq 1 && $out == *"oom_at=2 "* && $out == *"oom_requested=10485760 "* && $out == *"oom_limit=25165824"* ]] ||
   fail "limit: exit $rc: $out"
+
+# 0 in every size / limit / fraction key and option means 0 bytes (the one rule, alloc/README.md),
+# never a silent "none": release_threshold:0 gives back every free page, a limit of 0 lets nothing
+# be reserved as per_process_memory_fraction:0 does, handle sizes round 0 up to the granularity;
+# a device of 0 bytes is refused; "no limit" is spelled none. Each row: how the 0 is given, then
+# what must follow. (0 used to mean "no limit" / "no threshold" in all but the fraction.)
+printf 'a 1 104857600\nf 1\na 2 10485760\nf 2\na 3 52428800\nf 3\n' > "$tmp/zero.trace"
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< "$2"; }
+gran=$("$cli" --conf handle_size:2M,handle_size_small:2M "$tmp/zero.trace")
+while IFS='|' read -r how want; do
+  # shellcheck disable=SC2086
+  out=$("$cli" $how "$tmp/zero.trace" 2>&1); rc=$?
+  case $want in
+    released) [[ $rc -eq 0 && $(field device_frees "$out") -gt 0 &&
+                 $(field device_frees "$out") == "$(field device_allocs "$out")" ]] ;;
+    kept) [[ $rc -eq 0 && $(field device_frees "$out") == 0 ]] ;;
+    oom) [[ $rc -eq 1 && $out == *" oom_at=0 "* && $out == *" peak_reserved=0 "* ]] ;;
+    fits) [[ $rc -eq 0 && $out == *" oom_at=-1 "* ]] ;;
+    granularity) [[ $rc -eq 0 && ${out#* } == "${gran#* }" ]] ;;
+    refused) [[ $rc -eq 2 && $(wc -l <<< "$out") -eq 1 && $out == *" 0 "*bytes* ]] ;;
+  esac || fail "gpumem-replay $how: want $want, exit $rc: $out"
+done <<'ROWS'
+--conf release_threshold:0|released
+--conf release_threshold:0B|released
+--conf release_threshold:none|kept
+--conf limit:0|oom
+--conf limit:0M|oom
+--conf per_process_memory_fraction:0|oom
+--limit 0|oom
+--conf limit:1G --limit 0|oom
+--conf limit:0 --limit none|fits
+--conf limit:none|fits
+--conf handle_size:0|granularity
+--conf handle_size_small:0|granularity
+--capacity 0|refused
+--conf limit:off|refused
+--conf release_threshold:off|refused
+ROWS
+out=$("$cli" --check-conf --conf release_threshold:0,limit:0 2>&1)
+[[ $out == *release_threshold:0,* && $out == *limit:0,* ]] || fail "--check-conf of the 0s: $out"
+# the same rule where libgpumem.so reads GPUMEM_LIMIT and where gpumem tune reads --limit
+if [[ -x $BUILD/tests/apps/rt_app && -x $BUILD/gpumem ]]; then
+  rt() { GPUMEM_QUIET=1 GPUMEM_DB="$tmp/rt-%p.db" LD_PRELOAD="$PWD/$BUILD/libgpumem.so" "$@" "$BUILD/tests/apps/rt_app" big 2>&1; }
+  out=$(rt env GPUMEM_LIMIT=0)
+  grep -qxF "rt_app: then cudaMalloc(1 MiB) = 2" <<< "$out" && grep -qxF "rt_app: cudaMemGetInfo total 0" <<< "$out" ||
+    fail "GPUMEM_LIMIT=0: a 1 MiB cudaMalloc is not refused, or the total not 0: $out"
+  out=$(rt env GPUMEM_CONF=limit:1M GPUMEM_LIMIT=none)
+  grep -qxF "rt_app: then cudaMalloc(1 MiB) = 0" <<< "$out" && ! grep -qxF "rt_app: cudaMemGetInfo total 0" <<< "$out" ||
+    fail "GPUMEM_LIMIT=none over GPUMEM_CONF's limit:1M: $out"
+  "$BUILD/gpumem" record -q -o "$tmp/t.db" -- "$BUILD/tests/apps/rt_app" > /dev/null 2>&1 || fail "gpumem record rt_app"
+  "$BUILD/gpumem" tune --json --limit 0 "$tmp/t.db" > "$tmp/t0.json"; rc=$?
+  [[ $rc -eq 1 ]] && jq -e '.limit == 0 and .recommended == null and (.results | length > 0 and all(.oom))' \
+    "$tmp/t0.json" > /dev/null || fail "gpumem tune --limit 0: exit $rc, $(head -c 300 "$tmp/t0.json")"
+  "$BUILD/gpumem" tune --json --limit none "$tmp/t.db" | jq -e '.limit == null and (.results | any(.oom | not))' \
+    > /dev/null || fail "gpumem tune --limit none"
+fi
+echo "ok: 0 is 0 bytes in every size, limit and fraction key and option"
 
 # --round: the issue's acceptance figures for the list form of roundup_power2_divisions
 out=$("$cli" --conf 'preset:pytorch,roundup_power2_divisions:[256:1,512:2,>:8]' \

@@ -624,7 +624,8 @@ static void test_replay_other_allocator(void **state)
 
 /* l: PyTorch's per-process memory fraction, set while the trace runs. Under the pytorch presets
  * a request over the cap frees the cache and retries (PyTorch's OOM path), and one that still does
- * not fit is an OOM; what was reserved before the cap is kept; `l 0` lifts it. gpumem's allocator
+ * not fit is an OOM; what was reserved before the cap is kept; a cap of the device's size lifts it,
+ * and `l 0` is a cap of 0 bytes (PyTorch's fraction 0), never "no cap". gpumem's allocator
  * as PyTorch's pluggable one has no fraction: nothing changes under gpumem. */
 static void test_replay_limit(void **state)
 {
@@ -643,8 +644,12 @@ static void test_replay_limit(void **state)
     snprintf(t, sizeof t, "a 1 25165824\na 2 25165824\nl 67108864\nf 1\nf 2\na 3 41943040\n");
     r = replay("preset:pytorch", t, 0);
     assert_int_equal(r.peak_reserved, 48 * MiB);
-    snprintf(t, sizeof t, "l 67108864\nl 0\n%s", body); /* lifted */
+    snprintf(t, sizeof t, "l 67108864\nl 85899345920\n%s", body); /* lifted: 80 GiB */
     assert_int_equal(replay("preset:pytorch", t, 0).peak_reserved, 88 * MiB);
+    snprintf(t, sizeof t, "l 67108864\nl 0\n%s", body); /* fraction 0: nothing may be reserved */
+    r = replay("preset:pytorch", t, 0);
+    assert_int_equal(r.oom_index, 2);
+    assert_int_equal(r.peak_reserved, 0);
     /* live memory over the cap: an OOM */
     r = replay("preset:pytorch", "l 33554432\na 1 25165824\na 2 25165824\n", 0);
     assert_int_equal(r.oom_index, 2);

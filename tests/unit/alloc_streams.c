@@ -537,6 +537,60 @@ static void test_forgotten_streams_return_address_space(void **state)
     done(f);
 }
 
+/* Teardown under every preset and pool mode: a program allocates on two streams it created
+ * (small and large blocks, plain and stream-ordered frees), frees everything and destroys both
+ * streams. Then nothing is reserved and every backend acquisition has its release: maps =
+ * unmaps, creates = releases, classic segments freed, address ranges given back. The shared
+ * pools of per_stream_pools:False live on the first stream that allocated; forgetting it left
+ * them mapped (3.9 GB on GPT-2 124M) while per-stream pools went back. Both orders of the
+ * destroys: the host stream first and last. */
+static void test_teardown_every_pool_mode(void **state)
+{
+    (void)state;
+    static const char *const presets[] = {"preset:gpumem", "preset:pytorch", "preset:pytorch-expandable",
+                                          "preset:nocache", "preset:gpumem,expandable_segments:False"};
+    static const char *const pools[] = {"per_stream_pools:True", "per_stream_pools:False"};
+    static const size_t sizes[] = {4096, 700 << 10, 3u << 20, 25u << 20, 100u << 20};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        for (int k = 0; k < 2; k++)
+            for (int host_last = 0; host_last < 2; host_last++) {
+                char conf[160];
+                snprintf(conf, sizeof conf, "%s,%s", presets[i], pools[k]);
+                fake_t *f = mk_cap(conf, (size_t)8 << 30, false);
+                const uintptr_t s1 = 0x5100, s2 = 0x5200; /* s1 allocates first: the host */
+                alloc_note_stream(f->a, s1);
+                alloc_note_stream(f->a, s2);
+                uint64_t p[2][5];
+                for (size_t j = 0; j < 5; j++) {
+                    p[0][j] = must_alloc(f, sizes[j], s1);
+                    p[1][j] = must_alloc(f, sizes[j], s2);
+                }
+                for (size_t j = 0; j < 5; j++) {
+                    assert_int_equal(alloc_free(f->a, p[0][j]), ALLOC_OK);
+                    assert_int_equal(alloc_free_async(f->a, p[1][j], s2), ALLOC_OK);
+                }
+                alloc_mem_backend_complete_events(f->m);
+                assert_int_equal(alloc_forget_stream(f->a, host_last ? s2 : s1), ALLOC_OK);
+                assert_int_equal(alloc_forget_stream(f->a, host_last ? s1 : s2), ALLOC_OK);
+                alloc_stats_t st;
+                alloc_get_stats(f->a, &st);
+                alloc_mem_counters_t c;
+                alloc_mem_backend_counters(f->m, &c);
+                if (st.reserved_bytes.current != 0 || c.map != c.unmap || c.create != c.release ||
+                    c.seg_alloc != c.seg_free || c.reserve != c.free_range)
+                    fail_msg("%s, host stream destroyed %s: reserved %lld at teardown; maps %llu "
+                             "unmaps %llu, creates %llu releases %llu, segments %llu freed %llu, "
+                             "ranges %llu freed %llu",
+                             conf, host_last ? "last" : "first", (long long)st.reserved_bytes.current,
+                             (unsigned long long)c.map, (unsigned long long)c.unmap,
+                             (unsigned long long)c.create, (unsigned long long)c.release,
+                             (unsigned long long)c.seg_alloc, (unsigned long long)c.seg_free,
+                             (unsigned long long)c.reserve, (unsigned long long)c.free_range);
+                assert_true(c.map + c.seg_alloc > 0);
+                done(f);
+            }
+}
+
 /* Forgetting a stream that holds no memory: one event tells whether it is idle; work still
  * queued on it (which may use a cudaMalloc'ed block that later cudaFrees no longer fence it
  * for) makes the forget wait for the device. */
@@ -947,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_failed_record_keeps_stream),
         cmocka_unit_test(test_no_sync_under_lock),
         cmocka_unit_test(test_forgotten_streams_return_address_space),
+        cmocka_unit_test(test_teardown_every_pool_mode),
         cmocka_unit_test(test_forget_busy_stream_waits),
         cmocka_unit_test(test_capture_private),
         cmocka_unit_test(test_graph_pools_kept),

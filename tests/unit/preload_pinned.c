@@ -28,6 +28,7 @@
 /* ---- the pieces of libgpumem.so pinned.c uses, stubbed --------------------------------- */
 struct gm_real gm_real;
 _Atomic unsigned long long gm_stats[GM_ST_COUNT];
+_Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT]; /* core.c's, counted by pinned.c's pins */
 void gm_warn(const char *fmt, ...) { (void)fmt; }
 void gm_event(enum gm_ev ev, int device, CUstream stream, uintptr_t addr, size_t size,
               size_t requested)

@@ -193,9 +193,10 @@ def _note(what, device, value=0, *more):
 
 def _note_fraction(torch, device, fraction):
     """PyTorch's cap for a fraction, as its allocator computes it (setMemoryFraction: the fraction
-    of cudaMemGetInfo's total, truncated); 0 where the fraction is 1 or more (no cap)."""
+    of cudaMemGetInfo's total, truncated): the whole device for a fraction of 1, and 0 bytes for a
+    fraction of 0, which PyTorch reads as "nothing may be reserved" (0 is never "no cap")."""
     total = torch.cuda.mem_get_info(device)[1]
-    cap = int(fraction * float(total)) if fraction < 1.0 else 0
+    cap = int(fraction * float(total))
     _note("memory_fraction", device, cap, int(round(fraction * 1e6)))
 
 
