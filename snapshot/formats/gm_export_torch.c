@@ -419,6 +419,9 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
     for (int dev = 0; dev < ndev && rc == 0; dev++) {
         gm_tstate st = {0};
         u64map pend_key = {0}, early = {0}; /* gpumem's pending frees: addr -> allocator id */
+        /* have_segs: an allocator's segments were seen (maps, driver allocations); a segment of
+         * one allocation passed through is not one, so that without them the capture still makes
+         * the other live blocks segments of their own */
         int captured = 0, have_segs = 0;
         gpk_list_begin(out);
         if (sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK) {
@@ -454,7 +457,6 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
                              .own_segment = own};
                 if (own) {
-                    have_segs = 1;
                     if (gm_tstate_map(&st, addr, size, 0, dev, stream) != 0) rc = -2;
                     entry(&x, "segment_alloc", addr, size, 0, stream, t, dev, 0, NULL);
                 }
