@@ -118,6 +118,8 @@ typedef struct gm_frag {
     size_t best;
     int torch;
     char torch_conf[512]; /* torch: the PYTORCH_CUDA_ALLOC_CONF it ran with ("" its defaults) */
+    int pytorch_recorded; /* PyTorch's allocator ran it, its trace gpumem's events (an imported
+                           * snapshot): torch_conf is its setting, recorded_conf only replays it */
     size_t best_gpumem;   /* torch: the best fix of gpumem's allocator (SIZE_MAX: none) */
 } gm_frag;
 

@@ -34,6 +34,8 @@ static const char *const usage_frag =
     "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator (as\n"
     "gpumem tune's), gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
     "re-runs the script under that PYTORCH_CUDA_ALLOC_CONF and compares max_memory_reserved().\n"
+    "An imported PyTorch snapshot (gpumem import): the configuration line names its\n"
+    "PYTORCH_CUDA_ALLOC_CONF, replayed under the GPUMEM_CONF preset:pytorch with those keys.\n"
     "Exit code: 0; 2 usage; 3 unreadable database, or events lost (without --lossy-ok); 1 --check\n"
     "could not re-run.\n";
 
@@ -284,6 +286,9 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
     if (f->torch)
         fprintf(out, "  configuration  PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s (its tensors replayed from its memory history)\n",
                 f->torch_conf[0] ? f->torch_conf : "(unset)");
+    else if (f->pytorch_recorded)
+        fprintf(out, "  configuration  PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s (replayed as GPUMEM_CONF=%s)\n",
+                f->torch_conf[0] ? f->torch_conf : "(unset)", f->recorded_conf);
     else if (f->recorded_conf[0])
         fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
     if (f->ntimeline) {
@@ -414,6 +419,8 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
     gm_json_str(out, d->path);
     fputs(",\"recorded\":{\"conf\":", out);
     gm_json_str(out, f->recorded_conf[0] ? f->recorded_conf : NULL);
+    fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
+    gm_json_str(out, f->torch || f->pytorch_recorded ? f->torch_conf : NULL);
     fprintf(out, ",\"peak_reserved\":%" PRIu64 ",\"replayed_peak_reserved\":%" PRIu64 ",\"replay_oom\":%s}",
             f->recorded_peak_reserved, f->replay_peak_reserved, f->replay_oom ? "true" : "false");
     fprintf(out, ",\"timeline_by\":\"%s\",\"timeline\":[", f->by_step ? "step" : "bucket");

@@ -135,8 +135,14 @@ int gm_tstate_capture(gm_tstate *s, int device, int blocks_as_segments, gm_tcapt
 {
     memset(c, 0, sizeof *c);
     if (blocks_compact(s) != 0) return -1;
-    for (size_t i = 0; blocks_as_segments && i < s->nblocks; i++)
+    /* only the blocks no segment holds: a recording passed through (record mode) has segments
+     * for a pool's or a graph's allocations alone, and its plain allocations, live beside
+     * them, are segments of their own too */
+    for (size_t i = 0; blocks_as_segments && i < s->nblocks; i++) {
+        size_t j = seg_find(s, s->blocks[i].addr);
+        if (j < s->nsegs && s->segs[j].addr <= s->blocks[i].addr) continue;
         if (gm_tstate_map(s, s->blocks[i].addr, s->blocks[i].size, 0, device, 0) != 0) return -1;
+    }
     c->segs = malloc((s->nsegs ? s->nsegs : 1) * sizeof *c->segs);
     c->blocks = malloc((s->nblocks ? s->nblocks : 1) * sizeof *c->blocks);
     if (!c->segs || !c->blocks) return -1;

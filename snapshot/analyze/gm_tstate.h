@@ -67,9 +67,10 @@ typedef struct gm_tcapture {
     gm_tblk *blocks;
     size_t nblocks;
 } gm_tcapture;
-/* blocks_as_segments: a recording without segment events (gpumem in record mode, an old file):
- * each live block becomes a segment of its own, as PyTorch's profile_plot shows allocations it
- * has no segment for. 0, -1 out of memory (c then holds what the caller frees). */
+/* blocks_as_segments: a recording without segment events of an allocator (gpumem in record
+ * mode, an old file): each live block that no segment holds (a pool's or a graph's allocation
+ * passed through is one already) becomes a segment of its own, as PyTorch's profile_plot shows
+ * allocations it has no segment for. 0, -1 out of memory (c then holds what the caller frees). */
 int gm_tstate_capture(gm_tstate *s, int device, int blocks_as_segments, gm_tcapture *c);
 void gm_tcapture_free(gm_tcapture *c);
 

@@ -275,6 +275,7 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
     s.torch = t->torch;
     t->best_torch = t->best_gpumem = t->runaway = t->under_pytorch = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");
+    if (!t->torch) t->pytorch_recorded = gm_meta_pytorch_conf(d, t->torch_conf, sizeof t->torch_conf);
     uint64_t rec_allocated, rec_reserved;
     if (!t->torch) gm_recorded_peaks(d, &rec_allocated, &rec_reserved);
     t->recorded_peak_reserved = t->torch ? am.rec_peak_reserved : rec_reserved;

@@ -42,7 +42,11 @@ typedef struct gm_tune {
      * (torch_conf), recorded_peak_reserved its max_memory_reserved(); configurations from
      * PyTorch's preset change only PyTorch's keys */
     int torch;
-    char torch_conf[512];
+    char torch_conf[512]; /* also for pytorch_recorded */
+    /* PyTorch's allocator ran it though its trace is gpumem's events (an imported snapshot):
+     * the recorded configuration is PyTorch's PYTORCH_CUDA_ALLOC_CONF (torch_conf), which
+     * recorded_conf (a GPUMEM_CONF) only replays */
+    int pytorch_recorded;
     size_t best_torch;  /* the best configuration PyTorch's allocator can run (SIZE_MAX: none) */
     size_t best_gpumem; /* the best of gpumem's own allocator (SIZE_MAX: none) */
     /* the best configuration PyTorch's allocator can run, judged as PyTorch's own allocator

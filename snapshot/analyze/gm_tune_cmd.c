@@ -39,6 +39,8 @@ static const char *const usage_tune =
     "allocator (only PyTorch's keys), and apart from it what gpumem's allocator would reserve\n"
     "(gpumem record --allocator gpumem); --check re-runs the script with the recommended\n"
     "PYTORCH_CUDA_ALLOC_CONF and prints predicted against measured max_memory_reserved().\n"
+    "An imported PyTorch snapshot (gpumem import): the recorded line names its\n"
+    "PYTORCH_CUDA_ALLOC_CONF, replayed under the GPUMEM_CONF preset:pytorch with those keys.\n"
     "Exit code: 0; 1 no configuration avoids an OOM under the limit, or --check could not\n"
     "re-run; 2 usage; 3 unreadable database, or events lost (without --lossy-ok).\n";
 
@@ -95,6 +97,10 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "  recorded   PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s, max_memory_reserved() %s\n"
                      "             (its tensors replayed from its memory history)\n",
                 t->torch_conf[0] ? t->torch_conf : "(unset)", rr);
+    else if (t->pytorch_recorded)
+        fprintf(out, "  recorded   PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s, peak reserved %s\n"
+                     "             (replayed as GPUMEM_CONF=%s)\n",
+                t->torch_conf[0] ? t->torch_conf : "(unset)", rr, t->recorded_conf);
     else
         fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
     if (t->limit != ALLOC_NO_LIMIT) {
@@ -185,6 +191,8 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     gm_json_str(out, d->path);
     fputs(",\"recorded\":{\"conf\":", out);
     gm_json_str(out, t->recorded_conf);
+    fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
+    gm_json_str(out, t->torch || t->pytorch_recorded ? t->torch_conf : NULL);
     fprintf(out, ",\"peak_reserved\":%" PRIu64 "},\"objective\":\"%s\",\"limit\":", t->recorded_peak_reserved,
             objective == GM_TUNE_TIME ? "time" : "reserved");
     if (t->limit != ALLOC_NO_LIMIT) fprintf(out, "%" PRIu64, t->limit);

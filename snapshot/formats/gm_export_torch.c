@@ -23,6 +23,7 @@
  * external_annotations ({stage START/END, name, device, time_us}). allocator_settings say the
  * configuration the recording ran with, in PyTorch's fields. */
 #include "snapshot/formats/gm_formats.h"
+#include "snapshot/analyze/gm_replay.h" /* gm_conf_pytorch */
 #include "snapshot/analyze/gm_tstate.h"
 #include "snapshot/formats/gm_pickle.h"
 #include "snapshot/record/rec.h"
@@ -216,12 +217,40 @@ static void write_segments(tx *x, const gm_tcapture *caps, int ndev)
 
 /* ---------------------------------------------------------------- settings and annotations */
 
-/* The configuration the recording ran with, in PyTorch's fields: PyTorch's own (from its merged
- * history: meta torch_conf) or gpumem's (meta config); expandable_segments as the events say it
- * was used (pages mapped), not as asked. */
+/* PyTorch's own allocator_settings, kept as it wrote them (an imported snapshot, a merged
+ * history: meta torch_allocator_settings, gm_torch.h), written back field for field. 1 written,
+ * 0 none kept (or not readable: the settings are then rebuilt). */
+static int write_kept_settings(tx *x)
+{
+    sqlite3_stmt *s;
+    int done = 0;
+    if (sqlite3_prepare_v2(x->d->db, "SELECT value FROM meta WHERE key = 'torch_allocator_settings'", -1, &s,
+                           NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_BLOB) {
+        gpk_doc doc = {0};
+        char err[256];
+        const unsigned char *b = sqlite3_column_blob(s, 0);
+        if (gpk_parse(b, (size_t)sqlite3_column_bytes(s, 0), 0, &doc, err, sizeof err) == 0 && doc.root &&
+            doc.root->type == GPK_DICT) {
+            gpk_write_val(x->out, doc.root);
+            done = 1;
+        }
+        gpk_free(&doc);
+    }
+    sqlite3_finalize(s);
+    return done;
+}
+
+/* The configuration the recording ran with, in PyTorch's fields: PyTorch's own (kept as it
+ * wrote them, else from its merged history: meta torch_conf) or, for gpumem's allocator, the
+ * PYTORCH_CUDA_ALLOC_CONF with the same effect ("" where none has: meta.config is a GPUMEM_CONF,
+ * which PyTorch refuses) and gpumem's own in GPUMEM_CONF; expandable_segments as the events say
+ * it was used (pages mapped), not as asked. */
 static void write_settings(tx *x, int torch, int mapped)
 {
     FILE *o = x->out;
+    if (write_kept_settings(x)) return;
     char conf[1024] = "", pyconf[1024] = "";
     alloc_config_t c;
     alloc_config_default(&c);
@@ -232,10 +261,11 @@ static void write_settings(tx *x, int torch, int mapped)
     } else {
         gm_meta_text(x->d, "config", conf, sizeof conf);
         if (conf[0]) alloc_config_parse_recorded(&c, conf, NULL, 0);
-        snprintf(pyconf, sizeof pyconf, "%s", conf);
+        if (!gm_conf_pytorch(&c, pyconf, sizeof pyconf)) pyconf[0] = 0;
     }
     gpk_dict_begin(o);
     gpk_key(o, "PYTORCH_CUDA_ALLOC_CONF"), gpk_str(o, pyconf);
+    if (!torch) gpk_key(o, "GPUMEM_CONF"), gpk_str(o, conf);
     gpk_key(o, "max_split_size"),
         gpk_int(o, c.max_split_size == SIZE_MAX ? -1 : (int64_t)c.max_split_size);
     gpk_key(o, "garbage_collection_threshold"), gpk_float(o, c.gc_threshold);
@@ -419,6 +449,9 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
     for (int dev = 0; dev < ndev && rc == 0; dev++) {
         gm_tstate st = {0};
         u64map pend_key = {0}, early = {0}; /* gpumem's pending frees: addr -> allocator id */
+        /* have_segs: an allocator's segments were seen (maps, driver allocations); a segment of
+         * one allocation passed through is not one, so that without them the capture still makes
+         * the other live blocks segments of their own */
         int captured = 0, have_segs = 0;
         gpk_list_begin(out);
         if (sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK) {
@@ -454,7 +487,6 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
                              .own_segment = own};
                 if (own) {
-                    have_segs = 1;
                     if (gm_tstate_map(&st, addr, size, 0, dev, stream) != 0) rc = -2;
                     entry(&x, "segment_alloc", addr, size, 0, stream, t, dev, 0, NULL);
                 }

@@ -141,6 +141,7 @@ typedef struct imp {
     int64_t next_range;
     uint64_t peak_allocated, peak_reserved; /* PyTorch's, as the import sweeps them */
     char conf[1100];                         /* its allocator configuration, as GPUMEM_CONF */
+    const char *pyconf; /* its PYTORCH_CUDA_ALLOC_CONF (meta torch_conf); NULL: not PyTorch's */
     u64map streams; /* (device << 48 ^ handle) -> id */
     uint64_t nstreams;
     uint64_t seq;
@@ -544,13 +545,23 @@ static int import_doc(imp *im, const gpk_val *root)
     gm_tsettings_read(gpk_get(root, "allocator_settings"), &tset);
     /* the configuration it ran with, for tune, frag and advise: PyTorch's preset and its
      * PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF reads PyTorch's keys as PyTorch does) */
-    const char *pyconf = gpk_as_str(gpk_get(gpk_get(root, "allocator_settings"), "PYTORCH_CUDA_ALLOC_CONF"));
+    const gpk_val *as = gpk_get(root, "allocator_settings");
+    const char *pyconf = gpk_as_str(gpk_get(as, "PYTORCH_CUDA_ALLOC_CONF"));
+    /* a gpumem export of a recording under gpumem's allocator says its GPUMEM_CONF beside
+     * PyTorch's fields: that allocator ran, not PyTorch's */
+    const char *gconf = gpk_as_str(gpk_get(as, "GPUMEM_CONF"));
     alloc_config_t probe;
     alloc_config_default(&probe);
-    snprintf(im->conf, sizeof im->conf, "preset:pytorch%s%.1000s", pyconf && *pyconf ? "," : "",
-             pyconf ? pyconf : "");
-    if (alloc_config_parse(&probe, im->conf, NULL, 0) != ALLOC_OK)
-        snprintf(im->conf, sizeof im->conf, "preset:pytorch%s", tset.expandable ? ",expandable_segments:True" : "");
+    if (gconf && strlen(gconf) < sizeof im->conf && alloc_config_parse_recorded(&probe, gconf, NULL, 0) == ALLOC_OK) {
+        snprintf(im->conf, sizeof im->conf, "%s", gconf);
+    } else {
+        im->pyconf = pyconf ? pyconf : "";
+        snprintf(im->conf, sizeof im->conf, "preset:pytorch%s%.1000s", pyconf && *pyconf ? "," : "",
+                 pyconf ? pyconf : "");
+        alloc_config_default(&probe);
+        if (alloc_config_parse(&probe, im->conf, NULL, 0) != ALLOC_OK)
+            snprintf(im->conf, sizeof im->conf, "preset:pytorch%s", tset.expandable ? ",expandable_segments:True" : "");
+    }
     gm_tblocks tb;
     gm_tblocks_init(&tb, &tset);
     /* pass 1: the addresses whose first trace entry makes the block (alloc) or the segment
@@ -942,7 +953,17 @@ int gm_import_pickle(const unsigned char *buf, size_t n, const char *source, con
                          REC_SCHEMA_MAJOR, REC_SCHEMA_MINOR, REC_VERSION, im.seq, im.max_depth,
                          q ? q : "", q ? q : "", cq ? cq : "", im.peak_allocated, im.peak_reserved);
                 sqlite3_free(q), sqlite3_free(cq);
-                if (exec(&im, sql) == 0 && exec(&im, "COMMIT") == 0) rc = 0;
+                /* PyTorch's own words for its configuration, kept apart from meta.config (the
+                 * GPUMEM_CONF that replays it): what tune and frag name as recorded, and what an
+                 * export writes back */
+                char *tq = im.pyconf ? sqlite3_mprintf("INSERT INTO meta VALUES ('torch_conf', %Q)", im.pyconf) : NULL;
+                int ok = exec(&im, sql) == 0 && (!tq || exec(&im, tq) == 0);
+                sqlite3_free(tq);
+                if (ok && gm_tsettings_store(im.db, gpk_get(doc.root, "allocator_settings")) != 0) {
+                    sqlfail(&im, "keeping the snapshot's allocator_settings");
+                    ok = 0;
+                }
+                if (ok && exec(&im, "COMMIT") == 0) rc = 0;
             }
         } else if (!im.err[0]) {
             sqlfail(&im, "creating the schema");

@@ -70,6 +70,30 @@ void gm_tsettings_read(const gpk_val *a, gm_tsettings *s)
     }
 }
 
+int gm_tsettings_store(sqlite3 *db, const gpk_val *a)
+{
+    if (!a || a->type != GPK_DICT) return 0;
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return -1;
+    gpk_begin(f);
+    gpk_write_val(f, a);
+    gpk_end(f);
+    int bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) return free(buf), -1;
+    sqlite3_stmt *st;
+    int rc = -1;
+    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta VALUES ('torch_allocator_settings', ?)", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, buf, (int)n, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
+        sqlite3_finalize(st);
+    }
+    free(buf);
+    return rc;
+}
+
 static unsigned log2_floor(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
 
 uint64_t gm_tround(const gm_tsettings *s, uint64_t size)
@@ -2082,6 +2106,10 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         (unsigned long long)stacks_lost, from_tracker ? "gpumem" : "pytorch");
     int mrc = sql ? mexec(&m, sql) : -1;
     sqlite3_free(sql);
+    if (mrc == 0 && gm_tsettings_store(m.db, as) != 0) {
+        snprintf(err, errsz, "%s: cannot keep PyTorch's allocator_settings: %s", dbpath, sqlite3_errmsg(m.db));
+        goto out;
+    }
     if (mrc != 0 || mexec(&m, "COMMIT") != 0) goto out;
     began = 0;
     *merged = entries;

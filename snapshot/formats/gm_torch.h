@@ -12,6 +12,7 @@
 #ifndef GPUMEM_SNAPSHOT_FORMATS_GM_TORCH_H
 #define GPUMEM_SNAPSHOT_FORMATS_GM_TORCH_H
 
+#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,11 @@ typedef struct gm_tsettings {
     unsigned divisions[16];     /* roundup_power2_divisions per power-of-two MiB interval */
 } gm_tsettings;
 void gm_tsettings_read(const gpk_val *allocator_settings, gm_tsettings *s);
+/* The snapshot's allocator_settings dict kept as it was (pickled, protocol 2) in meta
+ * torch_allocator_settings, so that an export writes back every field PyTorch wrote, those
+ * gpumem does not read included (max_round_threshold, max_cached_size, ...). Nothing when it is
+ * not a dict. 0, -1 out of memory or a failed write. */
+int gm_tsettings_store(sqlite3 *db, const gpk_val *allocator_settings);
 /* PyTorch's round_size: a request's size before the split decision. */
 uint64_t gm_tround(const gm_tsettings *s, uint64_t size);
 

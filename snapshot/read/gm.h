@@ -79,6 +79,10 @@ int64_t gm_db_wal_bytes(const char *path);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);
+/* 1 when the recording ran under PyTorch's allocator (its memory history merged, or an imported
+ * PyTorch snapshot: meta torch_conf), with its PYTORCH_CUDA_ALLOC_CONF in out ("" unset); 0 when
+ * gpumem's allocator or the driver served it (meta.config, a GPUMEM_CONF, says how). */
+int gm_meta_pytorch_conf(gm_db *d, char *out, size_t outsz);
 /* The recorded peaks allocated and reserved of a recording of gpumem's allocator, as the model
  * counts them (README, "What each figure counts"): the allocator's statistics (meta
  * stat.peak_*), which leave out what was passed through as its own segment (a pool the program

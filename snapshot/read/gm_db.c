@@ -135,6 +135,21 @@ void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {
     lookup_done(s);
 }
 
+int gm_meta_pytorch_conf(gm_db *d, char *out, size_t outsz) {
+    sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
+    int has = 0;
+    out[0] = 0;
+    if (!s) return 0;
+    sqlite3_bind_text(s, 1, "torch_conf", -1, SQLITE_STATIC);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(s, 0);
+        if (t) snprintf(out, outsz, "%s", (const char *)t);
+        has = 1;
+    }
+    lookup_done(s);
+    return has;
+}
+
 void gm_db_close(gm_db *d) {
     sqlite3_finalize(d->meta_st);
     sqlite3_finalize(d->table_st);

@@ -27,6 +27,11 @@
 -- as stat.<name> (rec_alloc_stats).
 -- Under a launcher (mpirun, torchrun, srun): rank, world_size, local_rank and rank_from (the
 -- variable the rank came from; rec_launch_rank in rec.h); absent otherwise.
+-- config is gpumem's configuration as GPUMEM_CONF (for an imported PyTorch snapshot: the one
+-- that replays PyTorch's allocator); where PyTorch's allocator ran (its history merged, or
+-- `gpumem import`) torch_conf is its own PYTORCH_CUDA_ALLOC_CONF ('' unset) and
+-- torch_allocator_settings its snapshot's allocator_settings dict as PyTorch wrote it (a BLOB:
+-- a protocol-2 pickle), which `export --format torch` writes back field for field.
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 
 CREATE TABLE strings (id INTEGER PRIMARY KEY, s TEXT NOT NULL);

@@ -70,6 +70,65 @@ if [[ -x $REPLAY ]]; then
   ok "import -> export --format trace -> gpumem-replay (as tests/gpu/pytorch_parity.py does)"
 fi
 
+# --- (2b) the recorded configuration: PyTorch's words stay PyTorch's. An import keeps the
+# snapshot's allocator_settings (meta torch_conf, torch_allocator_settings), an export writes every
+# field back as it was (types too: repr), and tune and frag call the recorded configuration what
+# it was: PyTorch's PYTORCH_CUDA_ALLOC_CONF for a PyTorch snapshot (never the GPUMEM_CONF that
+# replays it, which PyTorch refuses), gpumem's GPUMEM_CONF for a gpumem recording, whose export
+# has no GPUMEM_CONF value in PYTORCH_CUDA_ALLOC_CONF. Each row: name | the recorded
+# PYTORCH_CUDA_ALLOC_CONF tune and frag say ("-": none, gpumem's allocator ran it).
+"$PY" - "$TMP/s" << 'EOF'
+import pickle, sys
+d = sys.argv[1]
+snap = pickle.load(open(d + "/full-p4.pickle", "rb"))
+common = {"max_split_size": -1, "garbage_collection_threshold": 0.0, "expandable_segments": False,
+          "pinned_num_register_threads": 1, "release_lock_on_cudamalloc": False,
+          "pinned_use_cuda_host_register": False, "graph_capture_record_stream_reuse": False,
+          "max_round_threshold": -1, "max_cached_size": -1,
+          "roundup_power2_divisions": {str(1 << k): 0 for k in range(16)}}
+unset = dict(common, PYTORCH_CUDA_ALLOC_CONF="")  # PyTorch 2.14's fields, as pt_snap.py dumps them
+conf = dict(common, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True,max_split_size_mb:256,garbage_collection_threshold:0.6",
+            max_split_size=256 << 20, garbage_collection_threshold=0.6, expandable_segments=True, max_cached_size=1 << 30)
+for name, settings in (("pt-unset", unset), ("pt-conf", conf)):
+    pickle.dump(dict(snap, allocator_settings=settings), open("%s/%s.pickle" % (d, name), "wb"), protocol=2)
+EOF
+cp "$TMP/a.pickle" "$TMP/s/gm-rec.pickle" # the trainer under gpumem's allocator (part 1)
+settings() { "$PY" -c 'import pickle, sys; print(repr(pickle.load(open(sys.argv[1], "rb"))["allocator_settings"]))' "$1"; }
+bad=""
+while read -r name want; do
+  p=$TMP/s/$name.pickle db=$TMP/s/$name-conf.db
+  "$GM" import "$p" -o "$db" 2> /dev/null || { bad+=" $name: import failed;"; continue; }
+  "$GM" export --format torch "$db" -o "$TMP/s/$name-back.pickle" 2> /dev/null || { bad+=" $name: export failed;"; continue; }
+  a=$(settings "$p") b=$(settings "$TMP/s/$name-back.pickle")
+  [[ -n $a && $a == "$b" ]] || bad+=" $name: allocator_settings $a came back as $b;"
+  for c in tune frag; do
+    "$GM" $c --json "$db" > "$db.$c.json" 2> /dev/null && "$GM" $c "$db" > "$db.$c.txt" 2> /dev/null \
+      || { bad+=" $name: $c failed;"; continue; }
+    jc=$(jq -r '.recorded.pytorch_conf // "-"' "$db.$c.json")
+    line=$(grep -m1 -E '^  (recorded|configuration) ' "$db.$c.txt")
+    if [[ $want == - ]]; then
+      [[ $jc == - && $line == *"GPUMEM_CONF="* && $line != *PYTORCH_CUDA_ALLOC_CONF* ]] \
+        || bad+=" $name: $c says the recorded configuration was PyTorch's: '$line' (pytorch_conf $jc);"
+    else
+      w=$want said=$want; [[ $want == '""' ]] && w= said="(unset)"
+      [[ $jc == "$w" && $line == *"PyTorch's allocator"*"PYTORCH_CUDA_ALLOC_CONF=$said"[,\ ]* ]] \
+        || bad+=" $name: $c says '$line' (pytorch_conf '$jc'), not PYTORCH_CUDA_ALLOC_CONF=$said;"
+    fi
+  done
+done << 'TABLE'
+pt-unset ""
+pt-conf expandable_segments:True,max_split_size_mb:256,garbage_collection_threshold:0.6
+gm-rec -
+TABLE
+# gpumem's own recording: PyTorch's field has no GPUMEM_CONF in it, gpumem's field says its own
+"$PY" -c 'import pickle, sys
+s = pickle.load(open(sys.argv[1], "rb"))["allocator_settings"]
+assert s["PYTORCH_CUDA_ALLOC_CONF"] == "" and s.get("GPUMEM_CONF") == sys.argv[2], s' "$TMP/a.pickle" \
+  "$(sqlite3 "$TMP/a.db" "SELECT value FROM meta WHERE key = 'config'")" 2> "$TMP/s/gm.err" \
+  || bad+=" gpumem's export: $(tail -1 "$TMP/s/gm.err");"
+[[ -z $bad ]] || fail "the recorded configuration:$bad"
+ok "the recorded configuration: allocator_settings round-trip field for field; tune and frag say PyTorch's PYTORCH_CUDA_ALLOC_CONF for its snapshots, gpumem's GPUMEM_CONF for its recordings"
+
 # --- (3) usage
 set +e
 echo 'not a database' > "$TMP/user.txt"

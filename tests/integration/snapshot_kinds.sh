@@ -142,6 +142,17 @@ while read -r kind _; do
               WHERE s.device < 0 AND e.kind NOT IN (5, 6, 7, 8))")
     [[ $got == "- - -" ]] && ok "$kind ($mode): every device event on its device, each stream one row" \
       || fail "$kind ($mode): events with no device (seq:kind), streams twice (handle), device -1 stream used by (kind): $got"
+    # export --format torch at the peak: the blocks active there are the report's peak allocated,
+    # whatever segments hold them (passed through, a pool's or a graph's allocation is a segment of
+    # its own; the plain allocations live beside it once were left out of every segment)
+    "$GM" export --format torch "$db" -o "$TMP/$kind-$mode.pickle" --at peak 2> /dev/null
+    held=$(python3 -c 'import pickle, sys
+s = pickle.load(open(sys.argv[1], "rb"))
+print(sum(b["size"] for g in s["segments"] for b in g["blocks"] if b["state"] == "active_allocated"))' \
+      "$TMP/$kind-$mode.pickle" 2> /dev/null)
+    pa=$("$GM" report --json "$db" 2> /dev/null | jq -r .summary.peak_allocated)
+    [[ -n $held && $held == "$pa" ]] && ok "$kind ($mode): export torch's active blocks at the peak = report's peak allocated ($pa)" \
+      || fail "$kind ($mode): export torch's active blocks at the peak sum to '$held', report's peak allocated $pa"
     if [[ $mode == record ]]; then # everything passed through: each allocation its own segment
       # (passed through, every allocation has alloc_id 0: a free's size is its allocation's)
       salloc=$(sqlite3 "$db" "SELECT max(s) FROM (SELECT sum(CASE WHEN kind IN (1, 3) THEN size ELSE -size END)
