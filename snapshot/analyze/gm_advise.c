@@ -808,8 +808,24 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
     }
     for (size_t j = 0; j < c.nsteps; j++)
         if (st[j].start_ns == UINT64_MAX) st[j].start_ns = st[j].end_ns;
+    if (c.steps_from == GM_CSRC_PHASES) {
+        /* the steps are the program's "step N" ranges: their recorded spans, not those of their
+         * first and last allocation (a step that computes after its last free, or before its first
+         * allocation, lasts longer than its allocations: churn's "step N" 1.47 ms against 0.8) */
+        u64map num = {0};
+        for (size_t k = 0; k < m->nsteps; k++)
+            u64map_put(&num, (uint64_t)m->steps[k].number, k);
+        for (size_t j = 0; j < c.nsteps; j++) {
+            uint64_t *k = u64map_get(&num, (uint64_t)c.steps[j].number);
+            if (k) st[j].start_ns = m->steps[*k].start_ns, st[j].end_ns = m->steps[*k].end_ns;
+        }
+        u64map_free(&num);
+    }
     free(m->steps);
     m->steps = st, m->nsteps = c.nsteps;
+    m->steps_from = c.steps_from;
+    for (size_t i = 0; i < c.n; i++)
+        m->inferred_grads += c.cat[i] == GM_CAT_GRAD;
     /* each step's update, and each kernel launched in it (an optimizer updates parameter by
      * parameter, or list by list): where optimizer state made together is told apart, as the
      * ranges of an annotated update do */
@@ -1572,6 +1588,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
+    m->steps_from = m->nsteps ? GM_CSRC_PHASES : GM_CSRC_NONE;
     if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq);
     if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
     free(evseq);
