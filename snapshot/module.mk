@@ -110,6 +110,12 @@ $(BUILD)/tests/apps/cat_app: tests/apps/cat_app.c $(SIM_RUNTIME) $(SIM_DRIVER) |
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
 ALL_TARGETS += $(BUILD)/tests/apps/cat_app
+# a loop that is no training loop (no backward, no gradient), with and without NVTX steps, for
+# what advise offers it (tests/apps/churn_app.c)
+$(BUILD)/tests/apps/churn_app: tests/apps/churn_app.c $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_RPATH) -ldl -lpthread
+ALL_TARGETS += $(BUILD)/tests/apps/churn_app
 SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
                 tests/integration/advise_unannotated.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh tests/integration/snapshot_kinds.sh

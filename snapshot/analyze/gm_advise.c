@@ -811,8 +811,24 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
     }
     for (size_t j = 0; j < c.nsteps; j++)
         if (st[j].start_ns == UINT64_MAX) st[j].start_ns = st[j].end_ns;
+    if (c.steps_from == GM_CSRC_PHASES) {
+        /* the steps are the program's "step N" ranges: their recorded spans, not those of their
+         * first and last allocation (a step that computes after its last free, or before its first
+         * allocation, lasts longer than its allocations: churn's "step N" 1.47 ms against 0.8) */
+        u64map num = {0};
+        for (size_t k = 0; k < m->nsteps; k++)
+            u64map_put(&num, (uint64_t)m->steps[k].number, k);
+        for (size_t j = 0; j < c.nsteps; j++) {
+            uint64_t *k = u64map_get(&num, (uint64_t)c.steps[j].number);
+            if (k) st[j].start_ns = m->steps[*k].start_ns, st[j].end_ns = m->steps[*k].end_ns;
+        }
+        u64map_free(&num);
+    }
     free(m->steps);
     m->steps = st, m->nsteps = c.nsteps;
+    m->steps_from = c.steps_from;
+    for (size_t i = 0; i < c.n; i++)
+        m->inferred_grads += c.cat[i] == GM_CAT_GRAD;
     /* each step's update, and each kernel launched in it (an optimizer updates parameter by
      * parameter, or list by list): where optimizer state made together is told apart, as the
      * ranges of an annotated update do */
@@ -878,122 +894,215 @@ static void lay_block(const adv_model *m, const size_t *fb, size_t k0, size_t k1
     }
 }
 
-static void infer_layers(adv_model *m)
+/* Each step's forward and backward: the first and one past the last of their events. */
+typedef struct lay_span {
+    size_t f0, f1, b0, b1;
+} lay_span;
+
+/* The forward births of step s (event indices, in order) into fb; their number. */
+static size_t lay_births(const adv_model *m, const lay_span *sp, int32_t s, size_t *fb)
 {
-    size_t *death = NULL, *birth = NULL;
-    if (life_index(m, &birth, &death)) goto out;
-    uint32_t names[3] = {intern(m, "embed"), intern(m, "head"), 0};
-    for (size_t s = 0; s < m->nsteps; s++) {
-        /* this step's forward allocations, in order, and which are saved (freed in backward) */
-        size_t f0 = SIZE_MAX, f1 = 0, b0 = SIZE_MAX, b1 = 0;
-        for (size_t i = 0; i < m->nevs; i++) {
-            const adv_ev *e = &m->evs[i];
-            if (e->step != (int32_t)s) continue;
-            if (e->phase == ADV_PH_FWD) f0 = f0 == SIZE_MAX ? i : f0, f1 = i + 1;
-            if (e->phase == ADV_PH_BWD) b0 = b0 == SIZE_MAX ? i : b0, b1 = i + 1;
+    size_t n = 0;
+    for (size_t i = sp->f0; i < sp->f1; i++)
+        if (m->evs[i].kind == ADV_EV_ALLOC && m->evs[i].step == s && m->evs[i].phase == ADV_PH_FWD) fb[n++] = i;
+    return n;
+}
+
+static uint64_t lay_size(const adv_model *m, const size_t *fb, size_t k) { return m->allocs[m->evs[fb[k]].a].size; }
+
+/* With period q: the longest run of sizes equal to those q before them, if it is at least q long
+ * (*cover: the run and the q it repeats, 0 none; *run0 where the repetition starts). O(n). */
+static void lay_cover(const adv_model *m, const size_t *fb, size_t n, size_t q, size_t *run0, size_t *cover)
+{
+    *run0 = 0, *cover = 0;
+    for (size_t i = 0, r = 0; i + q < n; i++) {
+        r = lay_size(m, fb, i) == lay_size(m, fb, i + q) ? r + 1 : 0;
+        if (r >= q && r + q > *cover) *cover = r + q, *run0 = i + 1 - r;
+    }
+}
+
+/* The period of one step's forward births: the q whose repetition covers most of them (the
+ * smallest of those). Quadratic in n, so read in one step only (infer_layers); none above 65,536
+ * births. */
+static void lay_period(const adv_model *m, const size_t *fb, size_t n, size_t *Q, size_t *run0, size_t *cover)
+{
+    *Q = 0, *run0 = 0, *cover = 0;
+    for (size_t q = 1; q <= n / 2 && n <= 65536; q++)
+        for (size_t i = 0, r = 0; i + q < n; i++) {
+            r = lay_size(m, fb, i) == lay_size(m, fb, i + q) ? r + 1 : 0;
+            if (r >= q && r + q > *cover) *cover = r + q, *Q = q, *run0 = i + 1 - r;
         }
-        if (f0 == SIZE_MAX || b0 == SIZE_MAX) continue;
-        size_t n = 0, *fb = malloc((f1 - f0 + 1) * sizeof *fb); /* forward births: event index */
-        if (!fb) goto out;
-        for (size_t i = f0; i < f1; i++)
-            if (m->evs[i].kind == ADV_EV_ALLOC && m->evs[i].step == (int32_t)s && m->evs[i].phase == ADV_PH_FWD)
-                fb[n++] = i;
-        /* the period: the longest run of sizes equal to those Q before them */
-        size_t Q = 0, run0 = 0, cover = 0;
-        for (size_t q = 1; q <= n / 2 && n <= 65536; q++)
-            for (size_t i = 0, r = 0; i + q < n; i++) {
-                r = m->allocs[m->evs[fb[i]].a].size == m->allocs[m->evs[fb[i + q]].a].size ? r + 1 : 0;
-                if (r >= q && r + q > cover) cover = r + q, Q = q, run0 = i + 1 - r;
-            }
-        size_t nb = Q ? cover / Q : 0;
-        if (nb < 2) {
-            free(fb);
-            continue;
+}
+
+/* The blocks' placement in step s, its nb blocks of Q births from run0 on: the first birth of
+ * the first block. Placements where the blocks' deaths overlap are wrong; of the others, a block
+ * should end with its output (its last saved tensor dies before the rest of the block's, in the
+ * next block's backward) and not start with its input (its first saved tensor dying last of the
+ * block's: the previous block's output). bl: nb entries of scratch. O(Q n). */
+static size_t lay_place(const adv_model *m, const size_t *fb, size_t n, size_t Q, size_t run0, size_t nb,
+                        const size_t *death, int32_t s, lay_blk *bl)
+{
+    size_t best_o = 0;
+    long best_score = LONG_MIN;
+    for (size_t o = 0; o < Q && run0 + o + nb * Q <= n; o++) {
+        for (size_t j = 0; j < nb; j++)
+            lay_block(m, fb, run0 + o + j * Q, run0 + o + (j + 1) * Q, death, s, &bl[j]);
+        long score = 0;
+        for (size_t j = 0; j < nb; j++) {
+            if (j + 1 < nb && bl[j].dmin != UINT64_MAX && bl[j + 1].dmax > bl[j].dmin) score -= 1000;
+            if (bl[j].out_death != SIZE_MAX && bl[j].dmin != UINT64_MAX && bl[j].out_death < bl[j].dmin) score++;
+            if (bl[j].in_death != SIZE_MAX && bl[j].dmax != 0 && bl[j].in_death == bl[j].dmax) score--;
         }
-        m->inferred_layers = nb, m->inferred_layer_allocs = Q;
-        /* the blocks' placement: saved tensors' deaths nested by layer, outputs in the next */
-        size_t best_o = 0;
-        long best_score = LONG_MIN;
-        lay_blk *bl = calloc(nb + 1, sizeof *bl);
-        if (!bl) {
-            free(fb);
-            goto out;
-        }
-        /* placements where the blocks' deaths overlap are wrong; of the others, a block should
-         * end with its output (its last saved tensor dies before the rest of the block's, in the
-         * next block's backward) and not start with its input (its first saved tensor dying
-         * last of the block's: the previous block's output) */
-        for (size_t o = 0; o < Q && run0 + o + nb * Q <= n; o++) {
+        if (score > best_score) best_score = score, best_o = o;
+    }
+    return run0 + best_o;
+}
+
+/* Step s's events given their layer instances: nb blocks of Q forward births from fb[first]. */
+static int lay_apply(adv_model *m, const lay_span *sp, int32_t s, const size_t *fb, size_t n, size_t first,
+                     size_t Q, size_t nb, const size_t *death, lay_blk *bl, const uint32_t names[2])
+{
+    for (size_t j = 0; j < nb; j++)
+        lay_block(m, fb, first + j * Q, first + (j + 1) * Q, death, s, &bl[j]);
+    /* forward: each block's events from its first allocation to the next one's */
+    uint64_t base = ((uint64_t)s + 1) << 32; /* instance ids of this step: base + 2 slot + phase */
+    size_t *fstart = malloc((nb + 1) * sizeof *fstart), *bstart = malloc((nb + 1) * sizeof *bstart);
+    if (!fstart || !bstart) {
+        free(fstart), free(bstart);
+        return -1;
+    }
+    for (size_t j = 0; j < nb; j++)
+        fstart[j] = fb[first + j * Q];
+    fstart[nb] = first + nb * Q < n ? fb[first + nb * Q] : sp->f1;
+    for (size_t i = sp->f0; i < sp->f1; i++) {
+        adv_ev *e = &m->evs[i];
+        if (e->step != s || e->phase != ADV_PH_FWD) continue;
+        if (i < fstart[0]) e->lr = base + 0, e->lr_name = names[0];
+        else if (i >= fstart[nb]) e->lr = base + 2, e->lr_name = names[1];
+        else
             for (size_t j = 0; j < nb; j++)
-                lay_block(m, fb, run0 + o + j * Q, run0 + o + (j + 1) * Q, death, (int32_t)s, &bl[j]);
-            long score = 0;
-            for (size_t j = 0; j < nb; j++) {
-                if (j + 1 < nb && bl[j].dmin != UINT64_MAX && bl[j + 1].dmax > bl[j].dmin) score -= 1000;
-                if (bl[j].out_death != SIZE_MAX && bl[j].dmin != UINT64_MAX && bl[j].out_death < bl[j].dmin) score++;
-                if (bl[j].in_death != SIZE_MAX && bl[j].dmax != 0 && bl[j].in_death == bl[j].dmax) score--;
-            }
-            if (score > best_score) best_score = score, best_o = o;
-        }
-        size_t first = run0 + best_o;
-        for (size_t j = 0; j < nb; j++)
-            lay_block(m, fb, first + j * Q, first + (j + 1) * Q, death, (int32_t)s, &bl[j]);
-        /* forward: each block's events from its first allocation to the next one's */
-        uint64_t base = ((uint64_t)s + 1) << 32; /* instance ids of this step: base + 2 slot + phase */
-        size_t *fstart = malloc((nb + 1) * sizeof *fstart), *bstart = malloc((nb + 1) * sizeof *bstart);
-        if (!fstart || !bstart) {
-            free(fstart), free(bstart), free(bl), free(fb);
-            goto out;
-        }
-        for (size_t j = 0; j < nb; j++)
-            fstart[j] = fb[first + j * Q];
-        fstart[nb] = first + nb * Q < n ? fb[first + nb * Q] : f1;
-        for (size_t i = f0; i < f1; i++) {
-            adv_ev *e = &m->evs[i];
-            if (e->step != (int32_t)s || e->phase != ADV_PH_FWD) continue;
-            if (i < fstart[0]) e->lr = base + 0, e->lr_name = names[0];
-            else if (i >= fstart[nb]) e->lr = base + 2, e->lr_name = names[1];
-            else
-                for (size_t j = 0; j < nb; j++)
-                    if (i < fstart[j + 1]) {
-                        char nm[32];
-                        snprintf(nm, sizeof nm, "layer %zu", j);
-                        e->lr = base + 2 * (j + 2), e->lr_name = intern(m, nm);
-                        break;
-                    }
-        }
-        /* backward: layer j starts after layer j + 1's frees and layer j's output's */
-        uint64_t after_head = 0; /* the head's saved tensors: born after the last block */
-        for (size_t k = first + nb * Q; k < n; k++) {
-            size_t d = death[m->evs[fb[k]].a];
-            if (d != SIZE_MAX && m->evs[d].phase == ADV_PH_BWD && m->evs[d].step == (int32_t)s && d > after_head)
-                after_head = d;
-        }
-        for (size_t j = nb; j-- > 0;) {
-            uint64_t last = j + 1 < nb ? (bl[j + 1].dmax > after_head ? bl[j + 1].dmax : after_head) : after_head;
-            if (j + 1 < nb && bl[j + 1].dmax != 0 && bl[j + 1].dmax > last) last = bl[j + 1].dmax;
-            if (bl[j].out_death != SIZE_MAX && bl[j].out_death > last) last = bl[j].out_death;
-            bstart[j] = last + 1 > b0 ? last + 1 : b0;
-        }
-        bstart[nb] = b0;
-        for (size_t i = b0; i < b1; i++) {
-            adv_ev *e = &m->evs[i];
-            if (e->step != (int32_t)s || e->phase != ADV_PH_BWD) continue;
-            if (i < bstart[nb - 1]) {
-                e->lr = base + 3, e->lr_name = names[1];
-                continue;
-            }
-            for (size_t j = nb; j-- > 0;)
-                if (i >= bstart[j] && (j == 0 || i < bstart[j - 1])) {
+                if (i < fstart[j + 1]) {
                     char nm[32];
                     snprintf(nm, sizeof nm, "layer %zu", j);
-                    e->lr = base + 2 * (j + 2) + 1, e->lr_name = intern(m, nm);
+                    e->lr = base + 2 * (j + 2), e->lr_name = intern(m, nm);
                     break;
                 }
+    }
+    /* backward: layer j starts after layer j + 1's frees and layer j's output's */
+    uint64_t after_head = 0; /* the head's saved tensors: born after the last block */
+    for (size_t k = first + nb * Q; k < n; k++) {
+        size_t d = death[m->evs[fb[k]].a];
+        if (d != SIZE_MAX && m->evs[d].phase == ADV_PH_BWD && m->evs[d].step == s && d > after_head) after_head = d;
+    }
+    for (size_t j = nb; j-- > 0;) {
+        uint64_t last = j + 1 < nb ? (bl[j + 1].dmax > after_head ? bl[j + 1].dmax : after_head) : after_head;
+        if (j + 1 < nb && bl[j + 1].dmax != 0 && bl[j + 1].dmax > last) last = bl[j + 1].dmax;
+        if (bl[j].out_death != SIZE_MAX && bl[j].out_death > last) last = bl[j].out_death;
+        bstart[j] = last + 1 > sp->b0 ? last + 1 : sp->b0;
+    }
+    bstart[nb] = sp->b0;
+    for (size_t i = sp->b0; i < sp->b1; i++) {
+        adv_ev *e = &m->evs[i];
+        if (e->step != s || e->phase != ADV_PH_BWD) continue;
+        if (i < bstart[nb - 1]) {
+            e->lr = base + 3, e->lr_name = names[1];
+            continue;
         }
-        free(fstart), free(bstart), free(bl), free(fb);
+        for (size_t j = nb; j-- > 0;)
+            if (i >= bstart[j] && (j == 0 || i < bstart[j - 1])) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "layer %zu", j);
+                e->lr = base + 2 * (j + 2) + 1, e->lr_name = intern(m, nm);
+                break;
+            }
+    }
+    free(fstart), free(bstart);
+    return 0;
+}
+
+/* One rule for every step, so that what is found does not depend on how many steps were
+ * recorded: the period is searched in one steady step (the last but one with a forward and a
+ * backward: the last may be cut short, the first is a warm-up), and taken only when the step
+ * before it repeats with the same period and as many blocks (the steps agree: a program whose
+ * allocations repeat by chance, not by layers, has none). Every step whose forward repeats with
+ * that period then gets its own blocks: those of the steady step where its forward's sizes are
+ * the same, else placed by its own deaths (a jittered sequence length: other sizes, the same
+ * layers). The search is quadratic in one step's forward births; the rest is linear in the
+ * events (a step's events are read where they are, never by scanning the whole recording). */
+static void infer_layers(adv_model *m)
+{
+    size_t *death = NULL, *birth = NULL, *fb = NULL, *fs = NULL;
+    lay_span *sp = NULL;
+    lay_blk *bl = NULL;
+    if (!m->nsteps || life_index(m, &birth, &death)) goto out;
+    uint32_t names[2] = {intern(m, "embed"), intern(m, "head")};
+    sp = malloc(m->nsteps * sizeof *sp);
+    if (!sp) goto out;
+    for (size_t s = 0; s < m->nsteps; s++)
+        sp[s] = (lay_span){SIZE_MAX, 0, SIZE_MAX, 0};
+    size_t maxf = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        if (e->step < 0 || (size_t)e->step >= m->nsteps) continue;
+        lay_span *p = &sp[e->step];
+        if (e->phase == ADV_PH_FWD) p->f0 = p->f0 == SIZE_MAX ? i : p->f0, p->f1 = i + 1;
+        if (e->phase == ADV_PH_BWD) p->b0 = p->b0 == SIZE_MAX ? i : p->b0, p->b1 = i + 1;
+    }
+    /* the steady step and the one that must agree with it */
+    size_t S = SIZE_MAX, R = SIZE_MAX, nfull = 0;
+    for (size_t s = 0; s < m->nsteps; s++) {
+        if (sp[s].f0 == SIZE_MAX || sp[s].b0 == SIZE_MAX) continue;
+        if (sp[s].f1 - sp[s].f0 > maxf) maxf = sp[s].f1 - sp[s].f0;
+        nfull++;
+    }
+    for (size_t s = m->nsteps, k = 0; s-- > 0;) {
+        if (sp[s].f0 == SIZE_MAX || sp[s].b0 == SIZE_MAX) continue;
+        k++;
+        if (k == (nfull > 1 ? 2 : 1)) S = s;
+        else if (S != SIZE_MAX && R == SIZE_MAX) R = s;
+    }
+    if (S == SIZE_MAX) goto out;
+    if (R == SIZE_MAX) /* two steps: the last one agrees, or not */
+        for (size_t s = S + 1; s < m->nsteps && R == SIZE_MAX; s++)
+            if (sp[s].f0 != SIZE_MAX && sp[s].b0 != SIZE_MAX) R = s;
+    fb = malloc((maxf + 1) * sizeof *fb), fs = malloc((maxf + 1) * sizeof *fs);
+    if (!fb || !fs) goto out;
+    size_t ns = lay_births(m, &sp[S], (int32_t)S, fs), Q, run0, cover;
+    lay_period(m, fs, ns, &Q, &run0, &cover);
+    size_t nb = Q ? cover / Q : 0;
+    if (nb < 2) goto out;
+    if (R != SIZE_MAX) {
+        size_t nr = lay_births(m, &sp[R], (int32_t)R, fb), r0, rc;
+        lay_cover(m, fb, nr, Q, &r0, &rc);
+        if (rc / Q != nb) goto out;
+    }
+    if (!(bl = calloc(nb + 1, sizeof *bl))) goto out;
+    size_t sfirst = lay_place(m, fs, ns, Q, run0, nb, death, (int32_t)S, bl);
+    m->inferred_layers = nb, m->inferred_layer_allocs = Q;
+    size_t blcap = nb + 1;
+    for (size_t s = 0; s < m->nsteps; s++) {
+        if (sp[s].f0 == SIZE_MAX || sp[s].b0 == SIZE_MAX) continue;
+        size_t n = lay_births(m, &sp[s], (int32_t)s, fb), first, snb = nb;
+        int same = n == ns;
+        for (size_t k = 0; k < n && same; k++)
+            same = lay_size(m, fb, k) == lay_size(m, fs, k);
+        if (same) {
+            first = sfirst;
+        } else {
+            size_t r0, rc;
+            lay_cover(m, fb, n, Q, &r0, &rc);
+            if ((snb = rc / Q) < 2) continue; /* this step does not repeat with the layers' period */
+            if (snb + 1 > blcap) {
+                lay_blk *nbl = realloc(bl, (snb + 1) * sizeof *bl);
+                if (!nbl) goto out;
+                bl = nbl, blcap = snb + 1;
+            }
+            first = lay_place(m, fb, n, Q, r0, snb, death, (int32_t)s, bl);
+        }
+        if (lay_apply(m, &sp[s], (int32_t)s, fb, n, first, Q, snb, death, bl, names)) goto out;
     }
 out:
-    free(birth), free(death);
+    free(birth), free(death), free(fb), free(fs), free(sp), free(bl);
 }
 
 int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
@@ -1482,6 +1591,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
+    m->steps_from = m->nsteps ? GM_CSRC_PHASES : GM_CSRC_NONE;
     if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq);
     if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
     free(evseq);

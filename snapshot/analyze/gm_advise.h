@@ -144,6 +144,12 @@ typedef struct adv_model {
      * and phases from its allocations), GM_CSRC_NONE (neither: phases_why says why) */
     int phases_from;
     char phases_why[320];
+    /* where the steps alone came from: GM_CSRC_PHASES ("step N" ranges, also when the phases in
+     * them were inferred), GM_CSRC_INFERENCE (the periodicity), GM_CSRC_NONE (no steps) */
+    int steps_from;
+    /* inferred phases: the allocations gm_category.c calls gradients (0: no backward made one,
+     * what follows each step's highest point is frees, not a backward) */
+    size_t inferred_grads;
     /* a PyTorch recording (its memory history merged, kinds 31-35): the model is PyTorch's
      * tensors, replayed under PyTorch's own policy (preset pytorch / pytorch-expandable with the
      * recorded PYTORCH_CUDA_ALLOC_CONF), so predictions are in its terms (max_memory_allocated,

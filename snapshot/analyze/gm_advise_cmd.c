@@ -374,9 +374,14 @@ static void unpredicted(ctx *c, const char *technique, const char *why)
     if (c->nnotes >= (int)(sizeof c->notes / sizeof c->notes[0]) ||
         c->nunpredicted >= (int)(sizeof c->unpredicted / sizeof c->unpredicted[0]))
         return;
-    snprintf(c->notes[c->nnotes], sizeof c->notes[0], "%s", why);
+    for (int i = 0; i < c->nunpredicted; i++)
+        if (!strcmp(c->unpredicted[i].technique, technique)) return; /* the first reason stands */
+    int note = 0; /* one note for the techniques one reason withholds */
+    while (note < c->nnotes && strcmp(c->notes[note], why))
+        note++;
+    if (note == c->nnotes) snprintf(c->notes[c->nnotes++], sizeof c->notes[0], "%s", why);
     c->unpredicted[c->nunpredicted].technique = technique;
-    c->unpredicted[c->nunpredicted++].note = c->nnotes++;
+    c->unpredicted[c->nunpredicted++].note = note;
 }
 
 /* The note of a technique of s that is not predicted for this recording (unpredicted), or -1:
@@ -386,7 +391,8 @@ static int spec_withheld(const ctx *c, const spec *s)
 {
     for (int i = 0; i < c->nunpredicted; i++) {
         const char *t = c->unpredicted[i].technique;
-        if ((!strcmp(t, "accum") && s->accum > 1) || (!strcmp(t, "bf16") && s->bf16))
+        if ((!strcmp(t, "accum") && s->accum > 1) || (!strcmp(t, "bf16") && s->bf16) ||
+            (!strcmp(t, "grad_none") && s->grad_none))
             return c->unpredicted[i].note;
     }
     return -1;
@@ -429,18 +435,58 @@ static void phases_note(gm_db *d, ctx *c)
         }
         sqlite3_finalize(s);
     }
-    size_t o = (size_t)snprintf(c->notes[c->nnotes], sizeof c->notes[0],
-                                "no NVTX phases in this recording: its %zu steps, forward / backward / update "
-                                "and %zu layers (%zu allocations each) were inferred from its allocations "
-                                "(gpumem report's categories: activations are what a forward makes and its "
-                                "backward frees)",
-                                m->nsteps, m->inferred_layers, m->inferred_layer_allocs);
+    /* what came from the program and what was inferred: a loop with "step N" ranges and no
+     * phases in them has its steps from NVTX */
+    size_t o = m->steps_from == GM_CSRC_PHASES
+                   ? (size_t)snprintf(c->notes[c->nnotes], sizeof c->notes[0],
+                                      "no NVTX phases in this recording: its %zu steps are its NVTX \"step N\" "
+                                      "ranges; forward / backward / update and %zu layers (%zu allocations each) "
+                                      "were inferred from its allocations (gpumem report's categories: "
+                                      "activations are what a forward makes and its backward frees)",
+                                      m->nsteps, m->inferred_layers, m->inferred_layer_allocs)
+                   : (size_t)snprintf(c->notes[c->nnotes], sizeof c->notes[0],
+                                      "no NVTX \"step N\" ranges or phases in this recording: its %zu steps, "
+                                      "forward / backward / update and %zu layers (%zu allocations each) were inferred from its "
+                                      "allocations (gpumem report's categories: activations are what a forward "
+                                      "makes and its backward frees)",
+                                      m->nsteps, m->inferred_layers, m->inferred_layer_allocs);
     if (kb[0] && o < sizeof c->notes[0])
         o += (size_t)snprintf(c->notes[c->nnotes] + o, sizeof c->notes[0] - o, "; the backward begins with kernel %s",
                               kb);
     if (ku[0] && o < sizeof c->notes[0])
         snprintf(c->notes[c->nnotes] + o, sizeof c->notes[0] - o, "; the update runs %s", ku);
     c->nnotes++;
+}
+
+/* Gradient accumulation and set-to-none act on a backward: its gradients, and the loss it
+ * starts from. A recording with none (a loop that only allocates and frees, a forward-only
+ * program) gets neither, and a note that says why (withheld as unpredicted: no row, no
+ * combination, no --try). A backward is found in a bwd / backward range, or, with inferred
+ * phases, where gm_category.c found a gradient: the inference calls what follows each step's
+ * highest point a backward, which in a loop that makes and frees a batch of buffers is its
+ * frees. */
+static void backward_note(ctx *c)
+{
+    const adv_model *m = &c->m;
+    if (m->phases_from == GM_CSRC_NONE) return; /* nothing is predicted anyway */
+    int found = 0;
+    if (m->phases_from == GM_CSRC_INFERENCE)
+        found = m->inferred_grads > 0;
+    else
+        for (size_t i = 0; i < m->nevs && !found; i++)
+            found = m->evs[i].phase == ADV_PH_BWD;
+    if (found) return;
+    const char *why =
+        m->phases_from == GM_CSRC_INFERENCE
+            ? "no backward was found in this recording: none of its allocations is a gradient (made in a "
+              "backward and kept to the update, or made in each backward and freed in it), so what follows "
+              "each step's highest point is its frees, not a backward: gradient accumulation and "
+              "set-to-none gradients are not proposed (they need a loss, a backward and an optimizer step)"
+            : "no backward was found in this recording: no allocation or free happens in a bwd / backward "
+              "range: gradient accumulation and set-to-none gradients are not proposed (they need a loss, "
+              "a backward and an optimizer step)";
+    unpredicted(c, "accum", why);
+    unpredicted(c, "grad_none", why);
 }
 
 /* The change to make, in PyTorch's terms (a torch recording). */
@@ -1307,6 +1353,7 @@ int gm_advise_main(int argc, char **argv)
     }
     phases_note(&d, &c);
     gm_db_close(&d);
+    backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
      * Advised from the steps that completed before it; when only the first did (a warm-up:
      * gradients and optimizer state appear in it), with that step repeated as it would run
@@ -1428,8 +1475,11 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     /* step time and ops per step (the steps that completed: an OOM's is left out). The step
-     * time is the lower median of the steps after the first, as each op's is (gm_advise.c,
-     * ops_median): a step the scheduler stretched on a shared machine does not set it. */
+     * time is read from the steps after the first, without the longest and shortest tenth of
+     * them: a step the scheduler stretched on a shared machine does not set it. Under ten
+     * steps it is their lower median, as each op's is (gm_advise.c, ops_median); from ten on
+     * the mean of the rest, since steps of two kinds (churn's steps alternate between 0.2 and
+     * 1.3 ms) have a median that is one kind's and a mean that is the loop's. */
     {
         size_t n = 0, ns = c.m.nsteps - (c.partial && c.m.nsteps);
         uint64_t *d = ns ? malloc(ns * sizeof *d) : NULL;
@@ -1437,6 +1487,12 @@ int gm_advise_main(int argc, char **argv)
             d[n++] = c.m.steps[i].end_ns - c.m.steps[i].start_ns;
         if (n) gm_sort(d, n, sizeof *d, gm_cmp_u64);
         c.step_s = n ? (double)d[(n - 1) / 2] * 1e-9 : 0;
+        if (n >= 10) {
+            double sum = 0;
+            for (size_t i = n / 10; i < n - n / 10; i++)
+                sum += (double)d[i];
+            c.step_s = sum / (double)(n - 2 * (n / 10)) * 1e-9;
+        }
         free(d);
         uint64_t ops = 0;
         for (size_t i = 0; i < c.m.nops; i++)
@@ -1560,7 +1616,7 @@ int gm_advise_main(int argc, char **argv)
     if (!c.rec.grad_none) {
         spec s = blank;
         s.grad_none = 1;
-        PUSH(recs, nrecs, rcap, s);
+        if (spec_withheld(&c, &s) < 0) PUSH(recs, nrecs, rcap, s);
     }
     if (!c.rec.bf16) {
         spec s = blank;
@@ -1794,6 +1850,10 @@ int gm_advise_main(int argc, char **argv)
         gm_json_str(stdout, c.m.phases_from == GM_CSRC_PHASES      ? "phases"
                             : c.m.phases_from == GM_CSRC_INFERENCE ? "inference"
                                                                    : NULL);
+        printf(", \"steps_from\": ");
+        gm_json_str(stdout, c.m.steps_from == GM_CSRC_PHASES      ? "phases"
+                            : c.m.steps_from == GM_CSRC_INFERENCE ? "inference"
+                                                                  : NULL);
         printf(", \"notes\": [");
         for (int i = 0; i < c.nnotes; i++)
             printf("%s", i ? ", " : ""), gm_json_str(stdout, c.notes[i]);
@@ -1893,7 +1953,11 @@ int gm_advise_main(int argc, char **argv)
                    c.gpu_assumed ? " (assumed: give --gpu)" : "", c.link_bps / 1e9, c.link_src);
         else if (c.step_s > 0)
             printf("time: %.4f s/step from %s; link %.1f GB/s (%s)%s%s%s\n", c.step_s,
-                   c.m.ops_timed ? "timed launches" : c.m.nops ? "NVTX op ranges" : "the steps' spans", c.link_bps / 1e9,
+                   c.m.ops_timed                       ? "timed launches"
+                   : c.m.nops                          ? "NVTX op ranges"
+                   : c.m.steps_from == GM_CSRC_PHASES ? "the \"step N\" ranges' spans"
+                                                       : "the inferred steps' spans (first to last allocation)",
+                   c.link_bps / 1e9,
                    c.link_src, c.gpu ? "; roofline " : "", c.gpu ? c.gpu->name : "",
                    c.gpu_assumed ? " (assumed: give --gpu)" : "");
         else

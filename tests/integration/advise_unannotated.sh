@@ -7,10 +7,18 @@
 # B 8 T 1024 dry run); --check re-runs one and measures it. A recording whose phases cannot be
 # decided (2 steps of a loop whose first differs) gets no prediction and a note saying what to
 # record, never a guess.
+# Then a table of loops, training or not (tests/apps/churn_app.c: buffers made and freed, no
+# backward), with and without NVTX "step N" ranges: the note says which parts came from NVTX
+# and which were inferred; the step time is read from the "step N" ranges where they exist (the
+# same figure as SQL over the ranges: after the first step, the lower median under 10 steps,
+# else the mean without the longest and shortest tenth); accumulation and set-to-none are
+# offered only where a backward was found; and the layers found do not depend on how many
+# steps were recorded (the same loop, 50 and 400 steps: churn's sizes repeat by chance in one
+# step of a hundred, never in every step).
 set -uo pipefail
 source "$(dirname "$0")/snapshot_common.bash"
 TRAIN=$BUILD/train_gpt2_sim
-need "$GPUMEM" "$TRAIN" "$BUILD/tests/apps/cat_app"
+need "$GPUMEM" "$TRAIN" "$BUILD/tests/apps/cat_app" "$BUILD/tests/apps/churn_app"
 BAR=2
 tries=("--recompute layer" "--offload activations" "--accum 2" "--accum 4" "--grad-none" "--offload optimizer"
        "--act-dtype bf16" "--recompute layer --accum 2" "--offload activations --grad-none" "--accum 2 --grad-none --act-dtype bf16")
@@ -63,3 +71,72 @@ jq -r '.notes[]' "$TMP/two.json" | grepq 'cannot be told apart.*NVTX ranges.*hoo
 "$GPUMEM" advise "$TMP/two.db" > "$TMP/two.txt"
 grep -q 'in short: not known' "$TMP/two.txt" || fail "2 steps: the text guesses: $(head -12 "$TMP/two.txt")"
 echo "ok: phases not decidable (2 steps): no prediction, the note asks for NVTX ranges or the hooks"
+
+# ---- the table: loops training or not, steps from NVTX or inferred
+CHURN=$BUILD/tests/apps/churn_app
+# the step time as advise reads it, from SQL over the "step N" ranges
+range_step_s() { # db
+  sqlite3 "$1" "SELECT max(r.end_ns) - min(r.start_ns) FROM ranges r JOIN strings s ON s.id = r.name
+                WHERE s.s GLOB 'step [0-9]*' GROUP BY s.s ORDER BY min(r.start_ns) LIMIT -1 OFFSET 1" | sort -n |
+    awk '{ d[NR] = $1 } END { n = NR; if (n < 10) { printf "%.6f", d[int((n + 1) / 2)] / 1e9; exit }
+                              t = int(n / 10); s = 0; for (i = t + 1; i <= n - t; i++) s += d[i]
+                              printf "%.6f", s / (n - 2 * t) / 1e9 }'
+}
+# name | how it is recorded | steps from | backward found | layers: same as row
+table="churn-nvtx|$CHURN 50 100 nw|phases|no|
+churn-nvtx-long|$CHURN 400 100 n|phases|no|churn-nvtx
+churn-same|$CHURN 8 100 r|inference|no|
+churn-same-long|$CHURN 24 100 r|inference|no|churn-same
+trainer|env GPUMEM_NAMES=0 GPUMEM_NVTX=0 $TRAIN --model tiny -B 4 -T 64 --steps 4|inference|yes|
+trainer-long|env GPUMEM_NAMES=0 GPUMEM_NVTX=0 $TRAIN --model tiny -B 4 -T 64 --steps 7|inference|yes|trainer
+trainer-annotated|$TRAIN --model tiny -B 4 -T 64 --steps 12|phases|yes|"
+declare -A layers
+while IFS='|' read -r name cmd from bwd same; do
+  db=$TMP/t-$name.db
+  # shellcheck disable=SC2086 # the command's words
+  "$GPUMEM" record -q -o "$db" -- $cmd > /dev/null 2>&1 || fail "$name: recording $cmd"
+  "$GPUMEM" advise --json "$db" > "$TMP/t-$name.json" || fail "$name: advise exited $?"
+  j=$TMP/t-$name.json
+  [[ $(jq -r .steps_from "$j") == "$from" ]] || fail "$name: steps_from $(jq -r .steps_from "$j"), want $from"
+  note=$(jq -r '.notes[0]' "$j")
+  if [[ $(jq -r .phases_from "$j") == inference ]]; then
+    if [[ $from == phases ]]; then
+      grepq 'steps are its NVTX "step N" ranges; forward / backward / update and [0-9]* layers .* were inferred' <<< "$note" \
+        || fail "$name: the note does not say the steps came from NVTX and the phases were inferred: $note"
+    else
+      grepq 'no NVTX "step N" ranges or phases in this recording: its [0-9]* steps, forward / backward' <<< "$note" \
+        || fail "$name: the note does not say the steps were inferred: $note"
+    fi
+    layers[$name]=$(grep -o '[0-9]* layers ([0-9]* allocations each)' <<< "$note")
+    if [[ -n $same ]]; then
+      [[ ${layers[$name]} == "${layers[$same]}" ]] \
+        || fail "$name: layers depend on the steps recorded: '${layers[$name]}' here, '${layers[$same]}' in $same"
+    fi
+  fi
+  if [[ $from == phases ]]; then
+    want=$(range_step_s "$db")
+    got=$(jq -r '.step_s' "$j")
+    awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 0.0000015 && d > -0.0000015) }' \
+      || fail "$name: step_s $got, the \"step N\" ranges give $want"
+    if [[ $bwd == no ]]; then
+      "$GPUMEM" advise "$db" | grepq "^time: $(printf '%.4f' "$want") s/step from the \"step N\" ranges' spans" \
+        || fail "$name: the text's time line: $("$GPUMEM" advise "$db" | grep '^time')"
+    fi
+  fi
+  offered=$(jq -r '[(.recommendations + .combinations)[].techniques[]] | unique | join(" ")' "$j")
+  withheld=$(jq -r '[.not_predicted[].technique] | join(" ")' "$j")
+  if [[ $bwd == no ]]; then
+    [[ " $offered " != *" accum "* && " $offered " != *" grad_none "* ]] \
+      || fail "$name: no backward, yet advise offers $offered"
+    [[ $withheld == "accum grad_none" ]] || fail "$name: not_predicted '$withheld', want accum grad_none"
+    jq -r '.notes[]' "$j" | grepq 'no backward was found in this recording.*accumulation and set-to-none gradients are not proposed' \
+      || fail "$name: no note on the missing backward: $(jq -c .notes "$j")"
+    rc=0
+    err=$("$GPUMEM" advise "$db" --try '--accum 2' 2>&1 > /dev/null) || rc=$?
+    [[ $rc == 2 ]] && grepq 'is not predicted: no backward was found' <<< "$err" || fail "$name: --try '--accum 2': exit $rc: $err"
+  else
+    [[ " $offered " == *" accum "* && " $offered " == *" grad_none "* ]] || fail "$name: a training loop, advise offers only: $offered"
+    [[ -z $withheld ]] || fail "$name: a training loop, yet not predicted: $withheld"
+  fi
+  echo "ok: $name: steps from $from, ${layers[$name]:-phases from NVTX}, step $(jq -r .step_s "$j") s, offers: ${offered:-nothing}${withheld:+, withholds $withheld}"
+done <<< "$table"

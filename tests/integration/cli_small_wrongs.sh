@@ -407,9 +407,9 @@ frag --json @D@|.|database recorded timeline_by timeline at_peak ooms fixes reco
 frag --json @D@|.at_peak|seq device requested allocated reserved free_cached largest_free segments free_blocks attributed_pct causes request fragmentation histogram pools pinned_by|$R
 tune --json @D@|.|database recorded objective limit events seconds results recommended recorded_is_best check runaway_growth torch note|$R
 tune --json @D@ --limit 1G|.|database recorded objective limit events seconds results recommended recorded_is_best check runaway_growth torch note|$R
-advise --json @D@|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A
-advise --json @D@ --budget 1M|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A
-advise --json @D@ --budget 1T|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A"
+advise --json @D@|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from steps_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A
+advise --json @D@ --budget 1M|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from steps_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A
+advise --json @D@ --budget 1T|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from steps_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A"
 nk=0
 while IFS='|' read -r c obj want doc; do
   undoc=$(for k in $want; do grep -q "\"$k\"\|\b$k\b" "$doc" || echo -n "$k "; done)
