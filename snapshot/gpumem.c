@@ -897,10 +897,13 @@ static int cmd_record(int argc, char **argv) {
     snprintf(run_id, sizeof run_id, "%ld-%lld%09ld", (long)getpid(), (long long)now.tv_sec, now.tv_nsec);
     setenv("GPUMEM_RECORD_RUN", run_id, 1);
     if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
-    /* Ctrl-C is for the program: we stay to report */
-    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
+    /* Ctrl-C is for the program: we stay to report. So is a hangup (the terminal or ssh
+     * session closed; it reaches the program too): we stay to merge PyTorch's history and
+     * summarise, which a closed terminal may not show but the database keeps. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit, old_hup;
     sigaction(SIGINT, &ign, &old_int);
     sigaction(SIGQUIT, &ign, &old_quit);
+    sigaction(SIGHUP, &ign, &old_hup);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -910,6 +913,7 @@ static int cmd_record(int argc, char **argv) {
     if (pid == 0) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGQUIT, &old_quit, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
         setenv("GPUMEM_DB", tmpl, 1);
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
