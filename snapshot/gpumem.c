@@ -408,6 +408,7 @@ static int cmd_export(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
+    gm_ending_say(&d, stderr); /* cut short: said too (and inside the formats that have room) */
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

@@ -327,6 +327,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
+    gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
@@ -396,6 +397,16 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     viz_json_str(o, cmd);
     fputs(",\"db\":", o);
     viz_json_str(o, db);
+    /* a program that did not run to its end (killed, still running, ended by a signal): what it
+     * held then is in the file as alive at the end; the page says so beside the summary and the
+     * leaks, in the words report and leaks use (gm_ending_line) */
+    char ending[256];
+    gm_ending_line(&d, ending, sizeof ending);
+    fputs(",\"state\":", o);
+    viz_json_str(o, d.state[0] ? d.state : NULL);
+    fputs(",\"ending\":", o);
+    if (ending[0]) viz_json_str(o, ending);
+    else fputs("null", o);
     /* categories: which sources said them, and bytes at the peak each covers */
     fprintf(o, "},\"categories\":{\"by_default\":%s,\"names\":[",
             cat.by_default ? "true" : "false");

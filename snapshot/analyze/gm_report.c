@@ -1344,6 +1344,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fputc(',', out);
         fputs("\"state\":", out);
         gm_json_str(out, d->state[0] ? d->state : NULL);
+        char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+        gm_ending_line(d, ending, sizeof ending);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"failure\":", out);
         gm_json_str(out, d->failure[0] ? d->failure : NULL);
         fputs(",\"summary\":{", out);
@@ -1772,6 +1776,11 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         gm_json_str(out, d->path);
         fprintf(out, ",\"complete\":%s,\"damaged\":", d->closed && !d->damage[0] ? "true" : "false");
         gm_json_str(out, d->damage[0] ? d->damage : NULL);
+        char ending[256]; /* null, or why the program did not run to its end: then these are not
+                           * necessarily leaks (gm_ending_line) */
+        gm_ending_line(d, ending, sizeof ending);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"leaks\":[", out);
         for (size_t i = 0; i < ns && (int)i < o->top; i++) {
             const gm_alloc *a = &m->allocs[gs[i].sample];
