@@ -727,7 +727,8 @@ void gm_exit_register_nvtx(void)
 
 /* ---- a program that kills itself ------------------------------------------------------------ */
 
-/* SIGINT or SIGTERM sent by the program to itself while the signal's action is the default and
+/* SIGINT, SIGTERM, SIGHUP or another of the ending signals (rec_signal_ends: those whose
+ * default action ends the process) sent by the program to itself while the signal's action is the default and
  * this thread does not block it: the process is about to die without its exit handlers, as if
  * the recorder's own handler had been in place (snapshot/record/rec.c, on_terminating_signal),
  * so the recording is closed the same way first (state 'interrupted', every lifetime written).
@@ -739,7 +740,7 @@ void gm_exit_register_nvtx(void)
 #ifdef GM_HAVE_REC
 static int dies_of(int sig)
 {
-    if ((sig != SIGINT && sig != SIGTERM) || !rec_signals_handled())
+    if (!rec_signal_ends(sig) || !rec_signals_handled())
         return 0;
     struct sigaction cur;
     sigset_t blocked;

@@ -85,7 +85,9 @@ static const char *const usage_main =
     "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
     "schema), standard output cannot be written (a full disk), it lost events or pages of it\n"
     "are damaged and the analysis can be wrong for it (report, leaks, frag, tune, advise:\n"
-    "--lossy-ok analyses what can be read), or leaks --fail-on-leak cannot judge;\n"
+    "--lossy-ok analyses what can be read), or it cannot judge: leaks --fail-on-leak (events\n"
+    "lost, or the program did not run to its end), diff --fail-if-peak-grows (a side whose\n"
+    "program did not run to its end);\n"
     "4 libgpumem.so not found;\n"
     "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run);\n"
     "2 before CMD runs when a GPUMEM_* setting or FILE is refused; 3 when FILE could not be written.\n";
@@ -127,6 +129,9 @@ static const char *const usage_record =
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
     "device times; see gpumem uses). Each GPUMEM_* setting is checked before CMD runs, by the\n"
     "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message.\n"
+    "A signal that ends CMD by default (SIGINT, SIGTERM, SIGHUP: a closed terminal, SIGQUIT, ...)\n"
+    "closes the recording first, complete (GPUMEM_SIGNALS=0: not); record itself stays through\n"
+    "SIGINT, SIGQUIT and SIGHUP to summarise.\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
     "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
@@ -408,6 +413,7 @@ static int cmd_export(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
+    gm_ending_say(&d, stderr); /* cut short: said too (and inside the formats that have room) */
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {
@@ -897,10 +903,13 @@ static int cmd_record(int argc, char **argv) {
     snprintf(run_id, sizeof run_id, "%ld-%lld%09ld", (long)getpid(), (long long)now.tv_sec, now.tv_nsec);
     setenv("GPUMEM_RECORD_RUN", run_id, 1);
     if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
-    /* Ctrl-C is for the program: we stay to report */
-    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
+    /* Ctrl-C is for the program: we stay to report. So is a hangup (the terminal or ssh
+     * session closed; it reaches the program too): we stay to merge PyTorch's history and
+     * summarise, which a closed terminal may not show but the database keeps. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit, old_hup;
     sigaction(SIGINT, &ign, &old_int);
     sigaction(SIGQUIT, &ign, &old_quit);
+    sigaction(SIGHUP, &ign, &old_hup);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -910,6 +919,7 @@ static int cmd_record(int argc, char **argv) {
     if (pid == 0) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGQUIT, &old_quit, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
         setenv("GPUMEM_DB", tmpl, 1);
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);

@@ -233,7 +233,9 @@ static const char *const usage_viz =
     "  - icicles of the bytes live at the peak by stack and of all bytes allocated by stack,\n"
     "    from the program's entry (start-up frames folded; a switch shows them);\n"
     "  - the segment map at the peak and at each OOM, to scale, blocks coloured as the bands;\n"
-    "  - the OOM forensics and the allocations alive at the end.\n"
+    "  - the OOM forensics and the allocations alive at the end; for a program that did not\n"
+    "    run to its end (killed, still running, ended by a signal) the note report and leaks\n"
+    "    give, in the summary and over those allocations: alive then, not necessarily leaked.\n"
     "  --with LIST  the analyses to run and show in a panel (comma-separated), instead of the\n"
     "               default: frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
     "               (`gpumem tune --json`), or none (alone). By default each runs when the recording is\n"
@@ -327,6 +329,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
+    gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
@@ -396,6 +399,16 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     viz_json_str(o, cmd);
     fputs(",\"db\":", o);
     viz_json_str(o, db);
+    /* a program that did not run to its end (killed, still running, ended by a signal): what it
+     * held then is in the file as alive at the end; the page says so beside the summary and the
+     * leaks, in the words report and leaks use (gm_ending_line) */
+    char ending[256];
+    gm_ending_line(&d, ending, sizeof ending);
+    fputs(",\"state\":", o);
+    viz_json_str(o, d.state[0] ? d.state : NULL);
+    fputs(",\"ending\":", o);
+    if (ending[0]) viz_json_str(o, ending);
+    else fputs("null", o);
     /* categories: which sources said them, and bytes at the peak each covers */
     fprintf(o, "},\"categories\":{\"by_default\":%s,\"names\":[",
             cat.by_default ? "true" : "false");

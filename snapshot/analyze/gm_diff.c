@@ -33,8 +33,13 @@ static const char *const usage_diff =
     "A PyTorch program on PyTorch's allocator (its memory history merged) is compared in\n"
     "PyTorch's view, as report and leaks show it: its tensors, names and max_memory_* peaks\n"
     "(the gate on max_memory_reserved()), not the device's segments under it.\n"
+    "A side whose program did not run to its end (killed, still running, ended by a signal) is\n"
+    "said so: its bytes alive at exit are what it held then, not necessarily leaked, and its\n"
+    "peak may not have been reached: the gate cannot pass it (exit 3; it fails when B, complete\n"
+    "or not, already grew past a complete A).\n"
     "Example: gpumem diff main.db branch.db --fail-if-peak-grows 5\n"
-    "Exit code: 0, 1 the peak grew by more than PCT%, 2 usage, 3 a database cannot be read.\n";
+    "Exit code: 0, 1 the peak grew by more than PCT%, 2 usage, 3 a database cannot be read or\n"
+    "the gate cannot judge (a side that did not run to its end).\n";
 
 typedef struct kv {
     char *key;
@@ -100,6 +105,7 @@ static int load_side(const char *path, side *s, int frames_all, int json)
         return GM_EXIT_BADDB;
     }
     gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
+    gm_ending_say(&s->d, json ? stderr : stdout); /* cut short: its "alive at exit" is not leaks */
     if (gm_model_load(&s->d, &s->full, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
@@ -286,7 +292,12 @@ static void json_side(FILE *out, const side *s)
             s->m.peak_requested, s->m.peak_allocated, s->m.peak_reserved, util(&s->m), s->nallocs,
             s->m.nsteps);
     json_num(out, per_step(s));
-    fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64 "}", s->leaked, s->nleaked);
+    fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64, s->leaked, s->nleaked);
+    char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+    gm_ending_line((gm_db *)&s->d, ending, sizeof ending);
+    fputs(",\"ending\":", out);
+    gm_json_str(out, ending[0] ? ending : NULL);
+    fputc('}', out);
 }
 
 int gm_cmd_diff(int argc, char **argv)
@@ -359,6 +370,12 @@ int gm_cmd_diff(int argc, char **argv)
                               (double)A.m.peak_reserved
                         : (B.m.peak_reserved ? INFINITY : 0);
     int failed = gate >= 0 && B.m.peak_reserved > A.m.peak_reserved && growth > gate;
+    /* a side cut short may not have reached its peak: a pass (or a failure against a cut-short
+     * A, whose peak may be too low) says nothing. B's growth past a complete A is real: a peak
+     * reached stays reached. */
+    char why_a[128], why_b[128];
+    int a_cut = gm_ending(&A.d, why_a, sizeof why_a) != NULL, b_cut = gm_ending(&B.d, why_b, sizeof why_b) != NULL;
+    int unjudged = gate >= 0 && (a_cut || b_cut) && !(failed && !a_cut);
     /* what the gate compares: PyTorch's max_memory_reserved() where both sides are in its view */
     const char *gate_on = A.torch && B.torch ? "max_memory_reserved" : "peak_reserved";
     const char *gate_words = A.torch && B.torch ? "PyTorch's max_memory_reserved()" : "peak reserved";
@@ -383,8 +400,8 @@ int gm_cmd_diff(int argc, char **argv)
         if (rs) json_rows(out, "sites", "site", rs, ns, top);
         /* documented keys are always there: gate is null without --fail-if-peak-grows */
         if (gate >= 0)
-            fprintf(out, ",\"gate\":{\"max_growth_pct\":%g,\"on\":\"%s\",\"failed\":%s}", gate,
-                    gate_on, failed ? "true" : "false");
+            fprintf(out, ",\"gate\":{\"max_growth_pct\":%g,\"on\":\"%s\",\"failed\":%s,\"judged\":%s}", gate,
+                    gate_on, failed ? "true" : "false", unjudged ? "false" : "true");
         else
             fputs(",\"gate\":null", out);
         fputs("}\n", out);
@@ -422,7 +439,11 @@ int gm_cmd_diff(int argc, char **argv)
         char a[64], b[64];
         gm_fmt_bytes(A.m.peak_reserved, a, sizeof a);
         gm_fmt_bytes(B.m.peak_reserved, b, sizeof b);
-        if (failed)
+        if (unjudged)
+            fprintf(stderr, "gpumem diff: the gate cannot judge: the program of %s did not run to its end "
+                            "(%s), so its %s may not have been reached. Record it again to its end\n",
+                    a_cut ? A.d.path : B.d.path, a_cut ? why_a : why_b, gate_words);
+        else if (failed)
             fprintf(stderr, "gpumem diff: %s grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
                     gate_words, growth, a, b, gate);
         else if (!json)
@@ -433,5 +454,5 @@ int gm_cmd_diff(int argc, char **argv)
     free(rs);
     free_side(&A);
     free_side(&B);
-    return failed ? 1 : 0;
+    return unjudged ? GM_EXIT_CANNOT_JUDGE : failed ? 1 : 0;
 }

@@ -417,6 +417,10 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
 static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
+    char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+    gm_ending_line(d, ending, sizeof ending);
+    fputs(",\"ending\":", out);
+    gm_json_str(out, ending[0] ? ending : NULL);
     fputs(",\"recorded\":{\"conf\":", out);
     gm_json_str(out, f->recorded_conf[0] ? f->recorded_conf : NULL);
     fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
@@ -539,6 +543,7 @@ int gm_frag_main(int argc, char **argv) {
         gm_db_close(&d);
         return lossy;
     }
+    gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_model_free(&m);

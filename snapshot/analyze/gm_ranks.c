@@ -41,6 +41,7 @@ typedef struct rk_rank {
     int64_t meta_rank;  /* -1 none */
     int64_t world_size; /* -1 none */
     int complete;       /* closed by the recorder */
+    char *ending;       /* why its program did not run to its end (gm_ending_line), NULL if it did */
     uint64_t peak_allocated, peak_reserved;
     int64_t peak_step; /* -1 none */
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
@@ -56,7 +57,7 @@ static void rank_free(rk_rank *r)
 {
     for (size_t i = 0; i < r->ngroups; i++)
         free(r->groups[i].cls);
-    free(r->groups), free(r->steps), free(r->path), free(r->peak_phase);
+    free(r->groups), free(r->steps), free(r->path), free(r->peak_phase), free(r->ending);
 }
 
 static const char *phase_name(const char *path)
@@ -221,6 +222,9 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     r->world_size = gm_meta_int(&d, "world_size", -1);
     r->rank = (int64_t)index;
     r->complete = d.closed && !d.damage[0]; /* damaged (--lossy-ok): rows are missing */
+    char ending[256];
+    gm_ending_line(&d, ending, sizeof ending);
+    r->ending = ending[0] ? strdup(ending) : NULL;
     r->peak_allocated = m.peak_allocated;
     r->peak_reserved = m.peak_reserved;
     r->peak_step = -1;
@@ -345,6 +349,8 @@ static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
             fputs(",\"world_size\":null", out);
         fprintf(out, ",\"complete\":%s,\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64,
                 r->complete ? "true" : "false", r->peak_allocated, r->peak_reserved);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, r->ending);
         if (r->peak_step >= 0)
             fprintf(out, ",\"peak_step\":%" PRId64, r->peak_step);
         else
@@ -420,6 +426,9 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
                 i == top ? " *" : "  ", a, b, step, r->peak_phase[0] ? r->peak_phase : "-", leak,
                 r->path, r->complete ? "" : " (not closed)");
     }
+    /* a rank cut short: its "leaked" is what it held then */
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].ending) fprintf(out, "  note: rank %" PRId64 " (%s): %s\n", rs[i].rank, rs[i].path, rs[i].ending);
     /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
      * program's own figure is its allocator's */
     int torch = 0;

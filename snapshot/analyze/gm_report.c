@@ -673,10 +673,10 @@ static void print_header(gm_db *d, gm_model *m, FILE *out, const char *what) {
         fprintf(out, "; the program itself ran on. This is what was committed, %" PRIu64
                      " events: record again where the database has room\n", m->events);
     } else if (strcmp(d->state, "interrupted") == 0) {
-        int64_t sig = gm_meta_int(d, "signal", 0);
+        char sig[96];
+        gm_signal_name((int)gm_meta_int(d, "signal", 0), 1, sig, sizeof sig);
         fprintf(out, "  note      the program was ended by %s: the recording was closed then, so what "
-                     "was still allocated shows as alive at the end\n",
-                sig == 2 ? "SIGINT (Ctrl-C)" : sig == 15 ? "SIGTERM" : "a signal");
+                     "was still allocated shows as alive at the end\n", sig);
     } else if (strcmp(d->state, "exec") == 0) {
         char prog[512], next[4096];
         gm_meta_text(d, "exec", prog, sizeof prog);
@@ -1344,6 +1344,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fputc(',', out);
         fputs("\"state\":", out);
         gm_json_str(out, d->state[0] ? d->state : NULL);
+        char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+        gm_ending_line(d, ending, sizeof ending);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"failure\":", out);
         gm_json_str(out, d->failure[0] ? d->failure : NULL);
         fputs(",\"summary\":{", out);
@@ -1772,6 +1776,11 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         gm_json_str(out, d->path);
         fprintf(out, ",\"complete\":%s,\"damaged\":", d->closed && !d->damage[0] ? "true" : "false");
         gm_json_str(out, d->damage[0] ? d->damage : NULL);
+        char ending[256]; /* null, or why the program did not run to its end: then these are not
+                           * necessarily leaks (gm_ending_line) */
+        gm_ending_line(d, ending, sizeof ending);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"leaks\":[", out);
         for (size_t i = 0; i < ns && (int)i < o->top; i++) {
             const gm_alloc *a = &m->allocs[gs[i].sample];
@@ -1920,13 +1929,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             fprintf(out, "\nwarning: %" PRId64 " events were dropped while recording (the ring was "
                          "full): frees may be missing, so some of these allocations may have been "
                          "freed. Record again with a larger GPUMEM_RING to judge.\n", dropped);
-        if (!ended)
-            fprintf(out, "\nwarning: the program did not run to its end (%s): what it held then is "
-                         "listed as alive, not necessarily leaked.\n",
-                    strcmp(d->state, "interrupted") == 0 ? "ended by a signal"
-                    : strcmp(d->state, "exec") == 0      ? "it replaced itself by exec"
-                    : strcmp(d->state, "failed") == 0    ? "the recording failed"
-                                                       : "killed, or still running");
+        char note[256];
+        gm_ending_line(d, note, sizeof note);
+        if (note[0]) fprintf(out, "\nwarning: %s.\n", note);
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
     }
     free(gs), free(gp), free(gn), free(gk), free(gkn);

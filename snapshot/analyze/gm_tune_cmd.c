@@ -189,6 +189,10 @@ static void print_result_json(const gm_replay_result *r, FILE *out) {
 static void print_json(const gm_db *d, const gm_tune *t, int objective, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
+    char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+    gm_ending_line((gm_db *)d, ending, sizeof ending);
+    fputs(",\"ending\":", out);
+    gm_json_str(out, ending[0] ? ending : NULL);
     fputs(",\"recorded\":{\"conf\":", out);
     gm_json_str(out, t->recorded_conf);
     fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
@@ -345,6 +349,7 @@ int gm_tune_main(int argc, char **argv) {
         gm_db_close(&d);
         return lossy;
     }
+    gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
     o.progress = isatty(2);
     gm_tune t;
     if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {

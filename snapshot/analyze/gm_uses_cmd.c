@@ -241,6 +241,7 @@ int gm_cmd_uses(int argc, char **argv) {
         return rc;
     }
     gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
+    gm_ending_say(&d, o.json ? stderr : stdout); /* cut short: "still alive" is when it ended */
     int state = gm_uses_state(&d, mode, sizeof mode);
     char unote[768] = "";
     int64_t unread = 0, unknown = state == GM_USES_OFF ? 0 : gm_uses_unknown(&d, &unread, NULL, unote, sizeof unote);
@@ -271,6 +272,10 @@ int gm_cmd_uses(int argc, char **argv) {
     if (o.json) {
         fputs("{\"database\":", out);
         gm_json_str(out, d.path);
+        char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
+        gm_ending_line(&d, ending, sizeof ending);
+        fputs(",\"ending\":", out);
+        gm_json_str(out, ending[0] ? ending : NULL);
         fprintf(out, ",\"uses\":%s,\"tracking\":\"%s\",\"launches_unread\":%" PRId64 ",\"pattern\":",
                 state == GM_USES_ON ? "true" : "false",
                 state == GM_USES_OFF ? "off" : state == GM_USES_EMPTY ? (unknown > 0 ? "unread" : "empty") : mode, unread);

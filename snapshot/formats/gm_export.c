@@ -89,6 +89,9 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the output rule's marker (gm_out.h); the replay engine reads '#' lines as comments */
     fprintf(out, "%s: one line per event, the replay engine's format (alloc/README.md)\n",
             gm_out_marker[GM_OUT_TRACE].bytes);
+    char ending[256]; /* a comment the replay engine skips: what is alive at the end is not leaks */
+    gm_ending_line(d, ending, sizeof ending);
+    if (ending[0]) fprintf(out, "# note: %s\n", ending);
     u64map live = {0};
     /* freed blocks whose free_completed may follow: address -> birth, address -> allocation key;
      * allocation keys whose free_completed came before their free */

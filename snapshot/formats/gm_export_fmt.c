@@ -180,11 +180,23 @@ static void speedscope_profile(const gm_model *m, int what, FILE *out, u64map *f
     (void)fidx;
 }
 
-static void write_speedscope(const gm_model *m, int what, const char *dbname, FILE *out)
+/* "ending": null, or why the recorded program did not run to its end (gm_ending_line: what it
+ * held then is in the export as alive at the end, not necessarily leaked). A key the viewers
+ * ignore (Perfetto, chrome://tracing and speedscope read only the keys they know). */
+static void write_ending(gm_db *d, FILE *out)
+{
+    char ending[256];
+    gm_ending_line(d, ending, sizeof ending);
+    gm_json_str(out, ending[0] ? ending : NULL);
+}
+
+static void write_speedscope(gm_db *d, const gm_model *m, int what, const char *dbname, FILE *out)
 {
     fwrite(gm_out_marker[GM_OUT_SPEEDSCOPE].bytes, 1, gm_out_marker[GM_OUT_SPEEDSCOPE].len, out);
     /* which view (speedscope reads only the keys it knows) */
-    fprintf(out, ",\"view\":\"%s\",\"name\":", m->is_torch_view ? "torch" : "device");
+    fprintf(out, ",\"view\":\"%s\",\"ending\":", m->is_torch_view ? "torch" : "device");
+    write_ending(d, out);
+    fputs(",\"name\":", out);
     gm_json_str(out, dbname);
     fputs(",\"activeProfileIndex\":0,\"shared\":{\"frames\":[", out);
     for (size_t i = 0; i < m->nframes; i++) {
@@ -235,7 +247,9 @@ static void slice_begin(FILE *out, const char *sep, const gm_model *v, size_t *a
 static int write_chrome(gm_db *d, gm_model *m, const gm_model *v, FILE *out)
 {
     fwrite(gm_out_marker[GM_OUT_CHROME].bytes, 1, gm_out_marker[GM_OUT_CHROME].len, out);
-    fprintf(out, ",\"view\":\"%s\",\"traceEvents\":[\n", v->is_torch_view ? "torch" : "device");
+    fprintf(out, ",\"view\":\"%s\",\"ending\":", v->is_torch_view ? "torch" : "device");
+    write_ending(d, out);
+    fputs(",\"traceEvents\":[\n", out);
     int first = 1;
 #define SEP() (first ? (first = 0, "") : ",\n")
     sqlite3_stmt *s;
@@ -507,7 +521,7 @@ int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, int vi
     }
     if (strcmp(format, "speedscope") == 0) {
         const char *b = strrchr(d->path, '/');
-        write_speedscope(&v, what, b ? b + 1 : d->path, out);
+        write_speedscope(d, &v, what, b ? b + 1 : d->path, out);
         return 0;
     }
     return GM_EXIT_USAGE;

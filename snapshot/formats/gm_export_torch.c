@@ -435,6 +435,11 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
     gpk_dict_begin(out);
     /* first, so that the output rule knows the file as ours (gm_out.h: GM_OUT_TORCH's marker) */
     gpk_key(out, "exporter"), gpk_str(out, "gpumem");
+    /* None, or why the program did not run to its end: what it held then is in device_traces and
+     * segments as alive, not necessarily leaked (a key PyTorch's viewers ignore) */
+    char ending[256];
+    gm_ending_line(d, ending, sizeof ending);
+    gpk_key(out, "gpumem_ending"), gpk_str(out, ending[0] ? ending : NULL);
     gpk_key(out, "device_traces");
     gpk_list_begin(out);
     int rc = 0, mapped = 0;

@@ -109,6 +109,24 @@ void gm_lossy_line(gm_db *d, char *out, size_t n);
 void gm_lossy_say(gm_db *d, FILE *out);
 int gm_lossy_gate(gm_db *d, const char *cmd, int lossy_ok, FILE *out);
 
+/* Recordings of a program that did not run to its end: ended by a signal (meta.state
+ * 'interrupted', meta.signal), replaced by an exec, a failed recording, or one killed or still
+ * being written ('recording'). What it held then is in the file as alive at the end, which no
+ * output may call a leak without saying so. gm_ending: why, in the words every output uses
+ * ("ended by SIGHUP", "it replaced itself by exec", "the recording failed", "killed, or still
+ * running"), written into buf; NULL when the program ran to its end (state 'closed').
+ * gm_ending_line: the one sentence every output built from the recording carries (viz's page and
+ * D.summary.ending, diff, the exports, frag, tune, advise, uses, the ranks report, leaks): "the
+ * program did not run to its end (WHY): what it held then shows as alive, not necessarily
+ * leaked"; "" when it did. gm_ending_say: "gpumem: note: PATH: " and that sentence on out. */
+const char *gm_ending(gm_db *d, char *buf, size_t n);
+void gm_ending_line(gm_db *d, char *out, size_t n);
+void gm_ending_say(gm_db *d, FILE *out);
+/* SIGHUP as "SIGHUP" (the real-time ones as kill -l names them: "SIGRTMIN+3"); with hint, what
+ * usually sends the common ones ("SIGINT (Ctrl-C)", "SIGHUP (its terminal or session closed)");
+ * "a signal" for 0. */
+void gm_signal_name(int sig, int hint, char *out, size_t n);
+
 /* Damaged recordings: pages of the file overwritten (a failing disk, a copy gone wrong), found
  * cheaply where the events are read (their seqs must increase; a closed recording holds as many
  * as meta.events says) and where the file opens (its meta table checked). gm_db_damaged records

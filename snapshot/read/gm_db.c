@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -395,7 +396,7 @@ static int db_validate(gm_db *d, char *err, size_t errsz) {
     }
     gm_meta_text(d, "state", d->state, sizeof d->state);
     gm_meta_text(d, "failure", d->failure, sizeof d->failure);
-    /* an interrupted recording (SIGINT/SIGTERM) was closed by the recorder: complete too */
+    /* an interrupted recording (an ending signal: SIGINT, SIGHUP, ...) was closed by the recorder: complete too */
     d->closed = strcmp(d->state, "closed") == 0 || strcmp(d->state, "interrupted") == 0;
     /* Readers never change a recording: every statement after this is refused by SQLite if it
      * writes, until gm_db_allow_writes (symbol write-back, gpumem sql --write). Opening
@@ -486,6 +487,45 @@ void gm_lossy_line(gm_db *d, char *out, size_t n) {
     snprintf(out, n, "gpumem: WARNING: %s lost %" PRIu64 " event%s (%s): peaks, leaks and advice from it "
                      "can be wrong",
              d->path, lost, lost == 1 ? "" : "s", why);
+}
+
+void gm_signal_name(int sig, int hint, char *out, size_t n) {
+    /* SIGIO rather than glibc's SIGPOLL (the same number): the name kill -l and signal(7) use */
+    const char *abbrev = sig == SIGIO ? "IO" : sig > 0 ? sigabbrev_np(sig) : NULL;
+    const char *why = !hint ? "" : sig == SIGINT ? " (Ctrl-C)" : sig == SIGHUP ? " (its terminal or session closed)" : "";
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX) /* glibc names no real-time signal; kill -l's names */
+        snprintf(out, n, sig == SIGRTMIN ? "SIGRTMIN" : sig == SIGRTMAX ? "SIGRTMAX" : "SIGRTMIN+%d", sig - SIGRTMIN);
+    else if (abbrev) snprintf(out, n, "SIG%s%s", abbrev, why);
+    else if (sig > 0) snprintf(out, n, "signal %d", sig);
+    else snprintf(out, n, "a signal");
+}
+
+const char *gm_ending(gm_db *d, char *buf, size_t n) {
+    if (strcmp(d->state, "closed") == 0) return NULL;
+    if (strcmp(d->state, "interrupted") == 0) {
+        char sig[96];
+        gm_signal_name((int)gm_meta_int(d, "signal", 0), 0, sig, sizeof sig);
+        snprintf(buf, n, "ended by %s", sig);
+    } else
+        snprintf(buf, n, "%s", strcmp(d->state, "exec") == 0     ? "it replaced itself by exec"
+                               : strcmp(d->state, "failed") == 0 ? "the recording failed"
+                                                                 : "killed, or still running");
+    return buf;
+}
+
+void gm_ending_line(gm_db *d, char *out, size_t n) {
+    char why[128];
+    out[0] = 0;
+    if (gm_ending(d, why, sizeof why))
+        snprintf(out, n, "the program did not run to its end (%s): what it held then shows as alive, not "
+                         "necessarily leaked",
+                 why);
+}
+
+void gm_ending_say(gm_db *d, FILE *out) {
+    char line[256];
+    gm_ending_line(d, line, sizeof line);
+    if (line[0]) fprintf(out, "gpumem: note: %s: %s\n", d->path, line);
 }
 
 void gm_lossy_say(gm_db *d, FILE *out) {

@@ -239,8 +239,10 @@ static void calibrate_clock(rec_state *g) {
 #endif
 }
 
-/* SIGINT / SIGTERM (Ctrl-C, kill, a batch system's time limit) would end the program without
- * its exit handlers, leaving a database without the lifetimes of what was alive. Where the
+/* SIGINT / SIGTERM (Ctrl-C, kill, a batch system's time limit), SIGHUP (the terminal or ssh
+ * session closed: how long interactive runs usually die) and every other signal whose default
+ * action ends the process would end the program without its exit handlers, leaving a database
+ * without the lifetimes of what was alive and without the last ~100 ms of events. Where the
  * program kept the default action, the recorder closes the recording first: the handler (only
  * async-signal-safe calls) stops recording, has the writer drain the ring and close with
  * state = 'interrupted', waits for it (at most 3 s: a writer blocked by a lock the interrupted
@@ -256,6 +258,22 @@ static _Atomic int signals_on; /* GPUMEM_SIGNALS (1 by default), read when the r
 static int in_recording_process(void) { return (long)getpid() == rec_g.pid; }
 
 int rec_signals_handled(void) { return atomic_load(&signals_on); }
+
+/* The signals whose default action ends the process (signal(7): "Term" and "Core"), less the
+ * crashes (fatal_sigs below: a fault may recur, and runtimes take them by design) and SIGTRAP
+ * and SIGSYS (a debugger's breakpoints, a seccomp filter's traps: the program's machinery, not
+ * a request to end). SIGKILL and SIGSTOP cannot be caught. The real-time signals end the
+ * process too, by default, and are in (SIGRTMIN..SIGRTMAX: those glibc keeps for itself are
+ * below SIGRTMIN). */
+static const int ending_sigs[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE,
+                                  SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,  SIGSTKFLT};
+#define N_ENDING (sizeof ending_sigs / sizeof ending_sigs[0])
+
+int rec_signal_ends(int sig) {
+    for (size_t i = 0; i < N_ENDING; i++)
+        if (ending_sigs[i] == sig) return 1;
+    return sig >= SIGRTMIN && sig <= SIGRTMAX;
+}
 
 void rec_close_ending(int sig) {
     rec_state *g = &rec_g;
@@ -332,14 +350,14 @@ static void install_signal_handlers(void) {
         sigemptyset(&sa.sa_mask);
         sigaction(fatal_sigs[i], &sa, NULL);
     }
-    static const int sigs[] = {SIGINT, SIGTERM};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    for (int sig = 1; sig <= SIGRTMAX; sig++) {
         struct sigaction old;
-        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
-            continue; /* the program handles it: its choice */
+        if (!rec_signal_ends(sig) || sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+            (old.sa_flags & SA_SIGINFO))
+            continue; /* the program handles it, or ignores it: its choice */
         struct sigaction sa = {.sa_handler = on_terminating_signal};
         sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
+        sigaction(sig, &sa, NULL);
     }
 }
 

@@ -387,14 +387,19 @@ void rec_exec_begin(const char *path);
 void rec_exec_failed(void);
 /* Flush, derive the `allocations` table, write stats, close. Idempotent; safe if never opened. */
 void rec_close(void);
-/* The process ends now, without its exit handlers: of signal sig (SIGINT, SIGTERM; the writer
+/* The process ends now, without its exit handlers: of signal sig (one of rec_signal_ends'; the writer
  * closes with state = 'interrupted' and meta.signal), or by _exit (sig 0: state = 'closed'). The
  * writer drains the ring and closes; waits for it at most 3 s. Async-signal-safe: the
  * recorder's own signal handler calls it, and so do the preload's kill(), raise() and _exit().
  * A no-op unless recording, and in any process but the recording's own (a vfork child). */
 void rec_close_ending(int sig);
-/* GPUMEM_SIGNALS as read when the recording opened: 0 leaves SIGINT and SIGTERM alone. */
+/* GPUMEM_SIGNALS as read when the recording opened: 0 leaves the ending signals alone. */
 int rec_signals_handled(void);
+/* 1 when sig's default action ends the process and the recorder closes the recording on it
+ * (where the program keeps that default): SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+ * SIGALRM, SIGPIPE, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT and the
+ * real-time signals. Not the crashes (their own handler), SIGTRAP, SIGSYS. Async-signal-safe. */
+int rec_signal_ends(int sig);
 /* The path of the database being written ("" when not recording). */
 const char *rec_path(void);
 

@@ -100,7 +100,7 @@ typedef struct rec_state {
     _Atomic int writer_stop;
     _Atomic int writer_running;   /* the writer thread has started its loop (see rec_writer_start) */
     _Atomic int writer_done;      /* ... and has closed the database (the signal handler waits) */
-    _Atomic int interrupted;      /* SIGINT/SIGTERM that ended the recording, 0 if none */
+    _Atomic int interrupted;      /* the ending signal (rec_signal_ends) that closed the recording, 0 if none */
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
     _Atomic uint64_t flush_req;     /* rec_flush()'s requests, numbered: items queued before one */

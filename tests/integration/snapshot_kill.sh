@@ -2,12 +2,90 @@
 # A program killed with SIGKILL mid-run leaves a database that `gpumem report` reads, missing
 # at most the last ~100 ms of events (commits every 25 ms; 150 ms allowed for a loaded machine: this estimate
 # assumes a steady event rate).
+# Every output built from a recording whose program did not run to its end (still running, then
+# killed) says so in one wording, as leaks does: viz's page (D.summary.ending), diff (each side,
+# and its gate cannot pass: exit 3), every export format (a key or a comment where the format has
+# room, stderr always), frag, tune, advise, uses, the ranks report, report and leaks --json; and
+# a recording that ran to its end carries none of it.
 source tests/integration/snapshot_common.bash
+source tests/pipe.bash # grepq
 need "$GPUMEM" "$APP"
+ending="the program did not run to its end (killed, or still running): what it held then shows as alive, not necessarily leaked"
+done_db=$TMP/done.db done2_db=$TMP/done2.db
+GPUMEM_STACKS=0 GPUMEM_DB=$done_db "$APP" growth 4 > /dev/null 2>&1
+GPUMEM_STACKS=0 GPUMEM_DB=$done2_db "$APP" growth 4 > /dev/null 2>&1
+# name | gpumem arguments (@DB@: the recording; @DONE@: a complete one; @OUT@: a file written; @ID@:
+# an allocation) | where the sentence must be:
+# out/err (stdout/stderr), file (@OUT@), key (@OUT@ or stdout's JSON: "ending":"<sentence>"),
+# pickle (@OUT@'s gpumem_ending), page (the page as headless chromium draws it, where installed:
+# the summary's note and the leaks section's caveat)
+rows=(
+  "viz|viz @DB@ -o @OUT@.html|key"
+  "viz page|viz @DB@ -o @OUT@.html|page"
+  "export chrome|export @DB@ --format chrome -o @OUT@.json|key"
+  "export speedscope|export @DB@ --format speedscope -o @OUT@.json|key"
+  "export torch|export @DB@ --format torch -o @OUT@.pickle|pickle"
+  "export trace|export @DB@ --format trace -o @OUT@.trace|file"
+  "export csv|export @DB@ --format csv -o @OUT@.csv|err"
+  "export folded|export @DB@ --format folded -o @OUT@.folded|err"
+  "frag|frag @DB@|out"
+  "frag --json|frag --json @DB@|key"
+  "tune|tune @DB@|out"
+  "tune --json|tune --json @DB@|key"
+  "advise|advise @DB@|out"
+  "advise --json|advise --json @DB@|err"
+  "uses|uses --id @ID@ @DB@|out"
+  "uses --json|uses --json --id @ID@ @DB@|key"
+  "diff|diff @DB@ @DONE@|out"
+  "diff --json|diff --json @DB@ @DONE@|key"
+  "ranks|report @DB@ @DONE@|out"
+  "ranks --json|report --json @DB@ @DONE@|key"
+  "report --json|report --json @DB@|key"
+  "leaks|leaks @DB@|out"
+  "leaks --json|leaks --json @DB@|key"
+)
+check_ending() { # how db other want: every row says the program of db did not run to its end
+  # (want 1) or none does (want 0); other: a complete recording to compare with
+  local how=$1 db=$2 other=$3 want=$4 row name args where n=0 id
+  id=$("$GPUMEM" sql "$db" -c "SELECT min(seq) FROM events WHERE kind = 1" | tail -1) # one allocation
+  for row in "${rows[@]}"; do
+    IFS='|' read -r name args where <<< "$row"
+    local out=$TMP/end-$how-$((n++))
+    args=${args//@DB@/$db}; args=${args//@DONE@/$other}; args=${args//@ID@/$id}; args=${args//@OUT@/$out}
+    # shellcheck disable=SC2086 # the row's arguments, split as written
+    "$GPUMEM" $args > "$out.stdout" 2> "$out.stderr"; local rc=$?
+    [[ $rc -eq 0 ]] || { cat "$out.stderr"; fail "$how: gpumem $args exited $rc"; }
+    local said=0 f
+    case $where in
+      out) grep -qF "$ending" "$out.stdout" && said=1 ;;
+      err) grep -qF "$ending" "$out.stderr" && said=1 ;;
+      file) grep -qF "# note: $ending" "$out.trace" && said=1 ;;
+      key) f=$out.stdout; for g in "$out".html "$out".json; do [[ -f $g ]] && f=$g; done
+           grep -qF "\"ending\":\"$ending\"" "$f" && said=1 ;;
+      page) if [[ -x /usr/bin/chromium ]]; then
+              timeout 120 /usr/bin/chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$out.html" \
+                > "$out.dom" 2> /dev/null
+              grep -o '<td id="ending"[^<]*<' "$out.dom" | grepq -F "$ending" &&
+                grep -o '<p id="leaks-caveat"[^<]*<' "$out.dom" | grepq -F "$ending" && said=1
+            else # the data the page draws it from
+              grep -qF "\"ending\":\"$ending\"" "$out.html" && said=1
+            fi ;;
+      pickle) [[ $(python3 -c 'import pickle, sys; print(pickle.load(open(sys.argv[1], "rb"))["gpumem_ending"])' \
+                 "$out.pickle") == "$ending" ]] && said=1 ;;
+    esac
+    [[ $said == "$want" ]] || fail "$how: gpumem $args: the note that the program did not run to its end is $([[ $want == 1 ]] && echo missing || echo there) ($where)"
+  done
+}
+check_ending complete "$done_db" "$done2_db" 0
 db=$TMP/killed.db
 GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count" &
 pid=$!
 sleep 1.5
+check_ending running "$db" "$done_db" 1
+# the gate of diff cannot pass a side cut short (its peak may not have been reached)
+"$GPUMEM" diff "$db" "$done_db" --fail-if-peak-grows 1000 > /dev/null 2> "$TMP/gate.err"; rc=$?
+[[ $rc -eq 3 ]] && grep -q "the gate cannot judge: the program of $db did not run to its end" "$TMP/gate.err" \
+  || fail "diff --fail-if-peak-grows with a side still running exited $rc: $(cat "$TMP/gate.err")"
 kill -9 $pid
 wait $pid 2>/dev/null
 issued=$(od -An -t u8 -N 8 "$TMP/count" | tr -d ' ')
@@ -20,3 +98,5 @@ read -r got t_last < <("$GPUMEM" sql "$db" -c "SELECT max(requested), max(t) FRO
 missing_ms=$(( (issued - got) * t_last / got / 1000000 ))
 echo "issued $issued, in the database $got, missing ~${missing_ms} ms"
 (( missing_ms <= 150 )) || fail "lost ${missing_ms} ms of events (bar ~100 ms)"
+check_ending killed "$db" "$done_db" 1
+echo "ok: a recording still running, then killed: every output says the program did not run to its end"

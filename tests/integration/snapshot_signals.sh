@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# SIGINT and SIGTERM end a recorded program as they would without gpumem (same exit status),
-# and the recording is closed first: state = interrupted, every allocation has its lifetime
-# row, leaks --fail-on-leak says it cannot judge (exit 3). GPUMEM_SIGNALS=0 leaves them alone.
+# Every signal whose default action ends the process (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
+# SIGUSR2, SIGALRM, SIGPIPE, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, the
+# real-time ones) ends a recorded program as it would without gpumem (same exit status), and
+# the recording is closed first: state = interrupted, every allocation has its lifetime row,
+# report names the signal, leaks --fail-on-leak says it cannot judge (exit 3). GPUMEM_SIGNALS=0
+# leaves them alone.
 # The same when the program handles the signal itself and then kills itself with it, each way
 # in (kill, raise, killpg; Python's exit after Ctrl-C is the first), and a close ('closed') when
 # it ends by _exit: a Python program under `gpumem record`, its allocations made through ctypes.
@@ -13,10 +16,12 @@ source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
 [[ -f $BUILD/libgpumem.so && -x $TRAIN ]] || { echo "skipped: libgpumem.so or the trainer not built" >&2; exit 77; }
-# a background job of a script ignores SIGINT: give the program the default action back
+# a background job of a script ignores SIGINT and SIGQUIT, a harness may ignore others (nohup):
+# give the program every default action back; no core files from SIGQUIT, SIGXCPU, SIGXFSZ
+ulimit -c 0
 run_and_signal() { # sig db [env...]
   local sig=$1 db=$2; shift 2
-  env --default-signal=INT "$@" GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
+  env --default-signal "$@" GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
     "$TRAIN" --steps 100000 > /dev/null 2>&1 &
   local pid=$!
   for _ in $(seq 400); do [[ -s $db ]] && break; sleep 0.01; done
@@ -24,7 +29,7 @@ run_and_signal() { # sig db [env...]
   kill "-$sig" "$pid"
   wait "$pid"
 }
-for sig in INT TERM; do
+for sig in HUP INT QUIT TERM USR1 USR2 ALRM PIPE XCPU XFSZ VTALRM PROF IO PWR STKFLT RTMIN RTMAX; do
   db=$TMP/$sig.db
   run_and_signal "$sig" "$db"; rc=$?
   want=$(( 128 + $(kill -l "$sig") ))
@@ -38,7 +43,7 @@ for sig in INT TERM; do
   "$GPUMEM" report "$db" > "$TMP/rep.txt" || fail "SIG$sig: report failed"
   grep -q "the program was ended by SIG$sig" "$TMP/rep.txt" || fail "SIG$sig: the report does not say how the program ended"
   "$GPUMEM" leaks --fail-on-leak "$db" > "$TMP/leaks.txt"; rc=$?
-  [[ $rc -eq 3 ]] && grep -q "did not run to its end (ended by a signal)" "$TMP/leaks.txt" \
+  [[ $rc -eq 3 ]] && grep -q "did not run to its end (ended by SIG$sig" "$TMP/leaks.txt" \
     || fail "SIG$sig: leaks --fail-on-leak exited $rc on an interrupted run, expected 3 (cannot judge)"
 done
 # a program that handles the signal, then kills itself with it (the default action put back),
@@ -70,10 +75,11 @@ PY
 # how, signal, exit status, state, allocations alive at the end, environment
 for row in "ctrl-c SIGINT 130 interrupted 1" "kill SIGTERM 143 interrupted 1" "raise SIGTERM 143 interrupted 1" \
            "killpg SIGINT 130 interrupted 1" "_exit SIGTERM 3 closed 1" "spawn SIGTERM 0 closed 2" \
+           "kill SIGHUP 129 interrupted 1" "raise SIGQUIT 131 interrupted 1" "killpg SIGUSR1 138 interrupted 1" \
            "raise SIGINT 130 recording 0 GPUMEM_SIGNALS=0"; do
   read -r how sig want wstate walive env1 <<< "$row"
   db=$TMP/self-$how-$sig${env1:+-off}.db
-  env --default-signal=INT ${env1:-} "$GPUMEM" record -q -o "$db" -- python3 "$TMP/self.py" "$how" "$sig" \
+  env --default-signal ${env1:-} "$GPUMEM" record -q -o "$db" -- python3 "$TMP/self.py" "$how" "$sig" \
     > /dev/null 2> "$TMP/self.err"; rc=$?
   state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
   alive=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM alloc_life WHERE death IS NULL" | tail -1)
@@ -115,4 +121,4 @@ else
     || { cat "$TMP/crash.err"; fail "crash_app kill9: exit $rc, or summarised as nothing allocated"; }
   echo "ok: abort, SIGSEGV (and the program's own handler, chained): 100 allocations and 50 frees committed before the end; kill -9: '0 allocations committed', never 'nothing allocated'"
 fi
-echo "ok: SIGINT/SIGTERM: exit 130/143 as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); closed at _exit, not by a vfork child's; GPUMEM_SIGNALS=0 opts out"
+echo "ok: SIGHUP, SIGINT, SIGTERM and every other ending signal: exit 128+N as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); closed at _exit, not by a vfork child's; GPUMEM_SIGNALS=0 opts out"
