@@ -71,7 +71,8 @@ static const char *const usage_main =
     "  import SNAPSHOT.pickle -o DB      a PyTorch memory snapshot into a gpumem database\n"
     "  flamegraph < FOLDED > SVG         folded stacks drawn as a flame graph (answers as\n"
     "                                    flamegraph.pl for PyTorch's memory_viz, offline)\n"
-    "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query\n"
+    "  sql DB [-c QUERY]                 the sqlite3 shell on DB, or run one query (SQL, or\n"
+    "                                    a dot-command of the shell: -c '.tables')\n"
     "\n"
     "An option that takes a value is given once: twice with two values (--top 3 --top 5) is a\n"
     "usage error in every command, never the last one silently taken; the same value twice, or\n"
@@ -193,7 +194,9 @@ static const char *const usage_sql =
     "\n"
     "Without -c, opens the sqlite3 shell on DB (or reads queries from standard input when the\n"
     "sqlite3 program is not installed). With -c, runs QUERY and prints the rows, columns\n"
-    "separated by '|', with a header line. The schema is in snapshot/README.md; start with\n"
+    "separated by '|', with a header line; a QUERY that is a dot-command of the sqlite3 shell\n"
+    "(-c '.tables', -c '.schema events') is run by that shell (native frames unnamed there).\n"
+    "Queries read from standard input are SQL. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
     "Where an allocation came from is its stack's call site, as report names it (the table\n"
     "stack_sites, made by gpumem sql; stack_frames lists gpumem's own frames first):\n"
@@ -515,6 +518,20 @@ static int cmd_sql(int argc, char **argv) {
         fprintf(stderr, "gpumem: %s\n", err);
         return GM_EXIT_BADDB;
     }
+    /* a dot-command (.tables, .schema) is the sqlite3 shell's, not SQL: the shell runs it, on the
+     * database checked to be gpumem's as every query's is */
+    if (query && query[strspn(query, " \t\r\n")] == '.') {
+        const char *dot = query + strspn(query, " \t\r\n");
+        gm_db_close(&d);
+        fflush(NULL);
+        if (write) execlp("sqlite3", "sqlite3", "-bail", path, dot, (char *)NULL);
+        else execlp("sqlite3", "sqlite3", "-bail", "-readonly", path, dot, (char *)NULL);
+        return usage_error(usage_sql,
+                           "-c '%s' is a dot-command of the sqlite3 shell, which is not installed "
+                           "(apt-get install sqlite3); without it -c takes SQL, e.g. -c \"SELECT name FROM "
+                           "sqlite_master WHERE type = 'table'\"",
+                           dot);
+    }
     if (write && gm_db_allow_writes(&d, 1) != 0) {
         fprintf(stderr, "gpumem: %s cannot be written (file permissions)\n", path);
         gm_db_close(&d);
@@ -555,8 +572,21 @@ static int cmd_sql(int argc, char **argv) {
     }
     if (!query) {
         char line[65536];
-        while (fgets(line, sizeof line, stdin))
-            if (line[strspn(line, " \t\r\n")] && run_query(d.db, line) != 0) rc = GM_EXIT_BADDB;
+        unsigned ln = 0;
+        while (fgets(line, sizeof line, stdin)) {
+            const char *q = line + strspn(line, " \t\r\n");
+            ln++;
+            if (*q == '.') { /* the shell's, not SQL: said, and the lines after it still run */
+                q = strtok(line, "\r\n");
+                fprintf(stderr, "gpumem sql: line %u: '%s' is a dot-command of the sqlite3 shell; queries "
+                                "on standard input are SQL: give a dot-command with -c '%s', or pipe "
+                                "the lines to sqlite3 -readonly %s (native frames unnamed there)\n",
+                        ln, q + strspn(q, " \t"), q + strspn(q, " \t"), path);
+                if (!rc) rc = GM_EXIT_USAGE;
+            } else if (*q && run_query(d.db, line) != 0) {
+                rc = GM_EXIT_BADDB;
+            }
+        }
     }
     gm_db_close(&d);
     return rc;

@@ -556,8 +556,8 @@ int adv_opt_param_order(adv_model *m);
 
 /* `gpumem advise DB --ranks N [--zero 1|2]` (gm_advise_shard.c): each rank's predicted peak
  * under ZeRO 0, 1 and 2 (or 0 and `zero`) across `ranks` ranks, text or JSON; check: re-run
- * under mpirun. Returns the exit code. */
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+ * under mpirun (o: where and through which path the command ran). Returns the exit code. */
+int gm_advise_shard(const adv_model *m, const gm_rerun_origin *o, unsigned ranks, int zero, int prefetch, size_t budget,
                     int json, int check, FILE *out);
 
 /* The `gpumem advise` command (gm_advise_cmd.c). */

@@ -68,7 +68,9 @@ static const char *const usage_advise =
     "                 gpumem record with each recommendation's flags and print predicted against\n"
     "                 measured peaks (PyTorch's own for a PyTorch recording); the\n"
     "                 environment of this command (GPUMEM_SIM_*, GPUMEM_CONF, GPUMEM_LIMIT)\n"
-    "                 is the re-run's; a failed re-run is said with the last lines of its\n"
+    "                 is the re-run's; it runs in the recorded directory, argv[0] by the\n"
+    "                 path PATH found it at (a virtual environment's python keeps its\n"
+    "                 environment); a failed re-run is said with the last lines of its\n"
     "                 stderr and the command to run by hand\n"
     "  --ranks N      ZeRO sharding instead: each rank's peak under ZeRO-0, 1, 2 and 3 (with and\n"
     "                 without --offload params) across N ranks, predicted from a recording of\n"
@@ -860,7 +862,7 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
 
 /* Re-runs the recorded command with the candidate's flags in place of the recorded ones. 0, or
  * -1 with the reason in s->check_err. */
-static int check_spec(const ctx *c, spec *s, const char *exe)
+static int check_spec(const ctx *c, spec *s, const gm_rerun_origin *o)
 {
     char cmd[sizeof c->m.cmdline + 512];
     s->check_err[0] = 0;
@@ -881,9 +883,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s%s%s", c->m.torch_conf,
                  s->expandable && c->m.torch_conf[0] ? "," : "", s->expandable ? "expandable_segments:True" : "");
         snprintf(cmd, sizeof cmd, "%s%s%s", c->m.cmdline, flags[0] ? " " : "", flags);
-        /* argv[0] as recorded: a virtual environment's python is a link to the system one, whose
-         * path (meta.exe) would lose the environment's packages */
-        if (gm_rerun_torch_script(NULL, cmd, &t, s->check_err, sizeof s->check_err) != 0) {
+        if (gm_rerun_torch_script(o, cmd, &t, s->check_err, sizeof s->check_err) != 0) {
             char e[sizeof s->check_err];
             snprintf(e, sizeof e, "%s", s->check_err[0] ? s->check_err : "the re-run failed");
             snprintf(s->check_err, sizeof s->check_err, "%.1700s (flags: %.200s)", e, flags[0] ? flags : "none");
@@ -895,7 +895,7 @@ static int check_spec(const ctx *c, spec *s, const char *exe)
         return 0;
     }
     rerun_cmdline(c, s, cmd, sizeof cmd);
-    if (gm_rerun(exe, cmd, NULL, NULL, 0, &s->meas_alloc, &s->meas_res, s->check_err,
+    if (gm_rerun(o, cmd, NULL, NULL, 0, &s->meas_alloc, &s->meas_res, s->check_err,
                  sizeof s->check_err) != 0) {
         char e[sizeof s->check_err], flags[256];
         spec_flags(c, s, flags, sizeof flags);
@@ -1331,8 +1331,8 @@ int gm_advise_main(int argc, char **argv)
         gm_db_close(&d);
         return damaged;
     }
-    char exe[4096];
-    gm_meta_text(&d, "exe", exe, sizeof exe);
+    static gm_rerun_origin origin; /* 12 KiB: off the stack */
+    gm_rerun_origin_read(&d, &origin);
     /* the link: --link, else the recording's timed host copies, else PCIe 4 x16 */
     c.link_bps = 25e9, c.link_src = "PCIe 4 x16 default";
     if (link > 0)
@@ -1406,7 +1406,7 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     if (ranks) {
-        int r = gm_advise_shard(&c.m, exe, ranks, have_budget ? -1 : zero, prefetch < 0 ? 1 : prefetch,
+        int r = gm_advise_shard(&c.m, &origin, ranks, have_budget ? -1 : zero, prefetch < 0 ? 1 : prefetch,
                                 have_budget ? budget : 0, json, check, stdout);
         adv_model_free(&c.m);
         return r;
@@ -1821,7 +1821,7 @@ int gm_advise_main(int argc, char **argv)
                                         : have_plan == 1;
                 for (size_t i = 0; i < nv; i++) {
                     if (!json) fprintf(stderr, "\rgpumem advise: checking %zu/%zu...", i + 1, nv);
-                    if (check_spec(&c, &v[i], exe) != 0) {
+                    if (check_spec(&c, &v[i], &origin) != 0) {
                         nfailed++;
                         fprintf(stderr, "\ngpumem advise: --check: %s\n", v[i].check_err);
                     }

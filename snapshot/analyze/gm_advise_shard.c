@@ -148,7 +148,8 @@ static void scaled_cmdline(const char *cmd, unsigned ranks, const char *extra, c
     if (extra && *extra) snprintf(out + o, outsz - o, " %s", extra);
 }
 
-/* 1 when `exe --help` mentions --zero (a trainer with the multi-rank mode). */
+/* 1 when `exe --help` mentions --zero (a trainer with the multi-rank mode), 0 when it answers
+ * without it, -1 when it does not answer (it fails: the re-run is then what says why). */
 static int trainer_has_zero(const char *exe)
 {
     char cmd[4200];
@@ -159,30 +160,30 @@ static int trainer_has_zero(const char *exe)
     int found = 0;
     while (fgets(line, sizeof line, p))
         found |= strstr(line, "--zero") != NULL;
-    pclose(p);
-    return found;
+    int st = pclose(p);
+    return found ? 1 : st != 0 ? -1 : 0;
 }
 
 /* The recorded command at N ranks (global batch scaled, --zero of the prediction) under
  * `mpirun -np N gpumem record`; the largest rank's measured peaks. 0 or -1 with err. */
-static int rerun_ranks(const char *exe, const char *cmdline, unsigned ranks, shard_pred *p)
+static int rerun_ranks(const gm_rerun_origin *o, const char *cmdline, unsigned ranks, shard_pred *p)
 {
     char cmd[8192], extra[64];
     snprintf(extra, sizeof extra, "--zero %d", p->zero);
     scaled_cmdline(cmdline, ranks, NULL, cmd, sizeof cmd);
-    return gm_rerun(exe, cmd, extra, NULL, ranks, &p->meas_alloc, &p->meas_res, p->err, sizeof p->err);
+    return gm_rerun(o, cmd, extra, NULL, ranks, &p->meas_alloc, &p->meas_res, p->err, sizeof p->err);
 }
 
 /* A PyTorch recording's FSDP row measured: the project's script again with the row's --fsdp
  * flags (one process as rank 0 of N), its hooks and allocator as recorded; PyTorch's own peaks
  * (gpumem's under --allocator gpumem) are every rank's. */
-static void rerun_fsdp(const adv_model *m, z3_pred *q)
+static void rerun_fsdp(const adv_model *m, const gm_rerun_origin *o, z3_pred *q)
 {
     gm_rerun_script t = {.allocator_gpumem = m->torch == 2, .hooks = m->phases_from == GM_CSRC_PHASES};
     snprintf(t.alloc_conf, sizeof t.alloc_conf, "%s", m->torch_conf);
     char cmd[sizeof m->cmdline + 200];
     snprintf(cmd, sizeof cmd, "%s %s", m->cmdline, q->flags);
-    q->measured = gm_rerun_torch_script(NULL, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
+    q->measured = gm_rerun_torch_script(o, cmd, &t, q->err, sizeof q->err) == 0 ? 1 : -1;
     q->meas_alloc = q->min_alloc = t.peak_allocated, q->meas_res = q->min_res = t.peak_reserved;
 }
 
@@ -191,7 +192,7 @@ static double err_pct(uint64_t pred, uint64_t meas)
     return meas ? 100.0 * ((double)pred - (double)meas) / (double)meas : 0;
 }
 
-int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zero, int prefetch, size_t budget,
+int gm_advise_shard(const adv_model *m, const gm_rerun_origin *o, unsigned ranks, int zero, int prefetch, size_t budget,
                     int json, int check, FILE *out)
 {
     /* the included trainer (not the PyTorch script, whose name it shares: it has no --zero) */
@@ -205,6 +206,8 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
     /* the project's PyTorch script, whose --fsdp N runs FSDP2 as one rank of N */
     int torch_script = m->torch && strstr(m->cmdline, "train_gpt2.py") != NULL;
     unsigned B = trainer ? cmd_flag_int(m->cmdline, "-B", 4) : 0;
+    char prog[4096]; /* what the re-runs run: the recorded argv[0] through the path it ran by */
+    gm_rerun_program(o, m->cmdline, prog, sizeof prog);
     shard_pred p[3];
     int np = 0;
     char err[1024];
@@ -342,13 +345,13 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             }
             if (check && torch_script && plan_q) {
                 plan3 = *plan_q;
-                rerun_fsdp(m, &plan3);
-            } else if (check && trainer && exe[0] && access(exe, X_OK) == 0) {
+                rerun_fsdp(m, o, &plan3);
+            } else if (check && trainer && access(prog, X_OK) == 0) {
                 plan3 = plan_q ? *plan_q : (z3_pred){0};
                 char cmd[8192];
                 scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
                 const char *extra = strstr(plan_flags, "--zero");
-                plan3.measured = gm_rerun_ranks(exe, cmd, extra, ranks, &plan3.meas_alloc, &plan3.meas_res,
+                plan3.measured = gm_rerun_ranks(o, cmd, extra, ranks, &plan3.meas_alloc, &plan3.meas_res,
                                                 &plan3.min_alloc, &plan3.min_res, plan3.err, sizeof plan3.err) == 0
                                      ? 1
                                      : -1;
@@ -368,27 +371,27 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
         why_not = "ZeRO-1 and ZeRO-2 are not re-run for the PyTorch script (its --fsdp N is ZeRO-3's FULL_SHARD)";
         can_check = nz3 > 0;
         for (int i = 0; i < nz3; i++)
-            rerun_fsdp(m, &z3[i]);
+            rerun_fsdp(m, o, &z3[i]);
     } else if (check) {
         if (!trainer)
             why_not = m->torch ? "--check re-runs the included trainer and the project's PyTorch script "
                                  "(tests/torch/train_gpt2.py) only"
                                : "--check re-runs recordings of the included trainer only";
-        else if (!exe[0] || access(exe, X_OK) != 0)
+        else if (access(prog, X_OK) != 0)
             why_not = "the recorded executable is not there to re-run";
-        else if (!trainer_has_zero(exe))
+        else if (trainer_has_zero(prog) == 0)
             why_not = "the recorded trainer has no --zero (no multi-rank mode): nothing to re-run";
         else
             can_check = 1;
         for (int i = 0; can_check && i < np; i++)
-            p[i].measured = rerun_ranks(exe, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
+            p[i].measured = rerun_ranks(o, m->cmdline, ranks, &p[i]) == 0 ? 1 : -1;
         for (int i = 0; can_check && i < nz3; i++) {
             z3_pred *q = &z3[i];
             char cmd[8192], extra[96];
             snprintf(extra, sizeof extra, "--zero 3 --prefetch %d%s", prefetch,
                      q->offload_params ? " --offload params" : "");
             scaled_cmdline(m->cmdline, ranks, NULL, cmd, sizeof cmd);
-            q->measured = gm_rerun_ranks(exe, cmd, extra, ranks, &q->meas_alloc, &q->meas_res, &q->min_alloc,
+            q->measured = gm_rerun_ranks(o, cmd, extra, ranks, &q->meas_alloc, &q->meas_res, &q->min_alloc,
                                          &q->min_res, q->err, sizeof q->err) == 0
                               ? 1
                               : -1;
@@ -511,6 +514,11 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
                 fputs(", \"mpirun\": ", out);
                 if (mpirun[0])
                     gm_json_str(out, mpirun);
+                else
+                    fputs("null", out);
+                fputs(", \"cwd\": ", out); /* where the line runs: its paths are the recording's */
+                if (mpirun[0] && o && o->cwd[0])
+                    gm_json_str(out, o->cwd);
                 else
                     fputs("null", out);
                 if (plan3.measured == 1)
@@ -681,7 +689,12 @@ int gm_advise_shard(const adv_model *m, const char *exe, unsigned ranks, int zer
             char lab[32];
             fprintf(out, "\nbudget %s per rank: plan %s (predicted peak reserved %s)\n", bb,
                     plan_label(plan_z, plan_z ? NULL : plan_q, lab, sizeof lab), r);
-            if (mpirun[0]) fprintf(out, "  %s\n", mpirun);
+            if (mpirun[0]) {
+                /* run from elsewhere, the recorded command's relative paths need its directory */
+                char here[4096];
+                int away = o && o->cwd[0] && !(getcwd(here, sizeof here) && !strcmp(here, o->cwd));
+                fprintf(out, "  %s%s%s%s\n", away ? "cd '" : "", away ? o->cwd : "", away ? "' && " : "", mpirun);
+            }
             if (plan3.measured == 1) {
                 gm_fmt_bytes(plan3.meas_res, r, sizeof r);
                 fprintf(out, "  --check: measured %s reserved on the largest rank: %s\n", r,

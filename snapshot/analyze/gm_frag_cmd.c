@@ -27,7 +27,8 @@ static const char *const usage_frag =
     "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
     "            GPUMEM_LIMIT) and print predicted against measured peak reserved; a\n"
-    "            failed re-run is said with the last lines of its stderr\n"
+    "            failed re-run is said with the last lines of its stderr; it runs in the\n"
+    "            recorded directory, argv[0] by the path PATH found it at when recorded\n"
     "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
     "            and gaps can be wrong); the first line says so\n"
     "A PyTorch program recorded with PyTorch's allocator (its memory history merged): the\n"
@@ -43,18 +44,20 @@ static const char *const usage_frag =
 
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz) {
-    char exe[4096], cmd[8192];
-    gm_meta_text(d, "exe", exe, sizeof exe);
+    gm_rerun_origin o;
+    char cmd[8192];
+    gm_rerun_origin_read(d, &o);
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
-    return gm_rerun(exe, cmd, NULL, conf, 0, peak_allocated, peak_reserved, err, errsz);
+    return gm_rerun(&o, cmd, NULL, conf, 0, peak_allocated, peak_reserved, err, errsz);
 }
 
 int gm_frag_rerun_torch(gm_db *d, const char *pytorch_conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                         char *err, size_t errsz) {
-    char exe[4096], cmd[8192];
-    gm_meta_text(d, "exe", exe, sizeof exe);
+    gm_rerun_origin o;
+    char cmd[8192];
+    gm_rerun_origin_read(d, &o);
     gm_meta_text(d, "cmdline", cmd, sizeof cmd);
-    return gm_rerun_torch(exe, cmd, pytorch_conf, peak_allocated, peak_reserved, err, errsz);
+    return gm_rerun_torch(&o, cmd, pytorch_conf, peak_allocated, peak_reserved, err, errsz);
 }
 
 /* ---------------------------------------------------------------- words */

@@ -9,27 +9,42 @@
 #include "snapshot/read/gm_devused.h"
 
 /* ---- --check (gm_rerun.c) ---- */
-/* Runs the recorded command again (exe: the recorded executable, used for argv[0] when it
- * exists; cmdline: the recorded command line, space-separated) under `gpumem record`, with
+/* Where and through which path the recorded command ran: what a re-run needs besides its
+ * arguments to run as it ran. */
+typedef struct gm_rerun_origin {
+    char argv0_path[4096]; /* meta.argv0_path: argv[0] as the exec found it (PATH), links kept;
+                              "" in recordings made before gpumem wrote it */
+    char exe[4096];        /* meta.exe: the executable, links resolved */
+    char cwd[4096];        /* meta.cwd: the working directory; "" in older recordings */
+} gm_rerun_origin;
+void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o);
+/* The program a re-run of cmdline runs (into buf, returned): meta.argv0_path; without it (an
+ * older recording), the recorded argv[0] when it is a path that runs, else the program PATH
+ * finds for it now when its links lead to meta.exe, else meta.exe, else argv[0] itself. */
+const char *gm_rerun_program(const gm_rerun_origin *o, const char *cmdline, char *buf, size_t n);
+
+/* Runs the recorded command again (o: where and through which path it ran, gm_rerun_program;
+ * cmdline: the recorded command line, space-separated) under `gpumem record` in the recorded
+ * working directory, with
  * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
  * the re-run's measured peaks. ranks 0 runs it directly; N runs it under
  * `mpirun -np N --oversubscribe` (with gm_mpirun_root_flag), and the peaks are the largest
  * rank's. 0, or -1 with err: how the re-run ended, the last lines of its stderr and the command
  * to run by hand (err should hold 2 KiB). */
-int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
+int gm_rerun(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz);
 /* "--allow-run-as-root" when this process is root and `mpirun` is Open MPI's (which refuses
  * root without it), else "": for the re-runs and for every mpirun line printed for the user. */
 const char *gm_mpirun_root_flag(void);
 /* gm_rerun under mpirun -np ranks (this environment's configuration), with the smallest rank's
  * peaks too: every rank's peak lies between min and max. */
-int gm_rerun_ranks(const char *exe, const char *cmdline, const char *extra_args, unsigned ranks,
+int gm_rerun_ranks(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, unsigned ranks,
                    uint64_t *max_allocated, uint64_t *max_reserved, uint64_t *min_allocated, uint64_t *min_reserved,
                    char *err, size_t errsz);
 /* The same for a PyTorch program on PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=pytorch_conf
  * (the variable PyTorch reads first), and the peaks are PyTorch's own from the re-run's merged
  * history (max_memory_allocated / max_memory_reserved). 0, or -1 with err. */
-int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
+int gm_rerun_torch(const gm_rerun_origin *o, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
                    uint64_t *peak_reserved, char *err, size_t errsz);
 
 /* A PyTorch script re-run (advise --check on a torch recording): under gpumem record with its
@@ -43,7 +58,7 @@ typedef struct gm_rerun_script {
     uint64_t peak_allocated, peak_reserved;
     uint64_t device_peak_allocated, device_peak_reserved;
 } gm_rerun_script;
-int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz);
+int gm_rerun_torch_script(const gm_rerun_origin *o, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz);
 
 /* ---- access tracking (table `uses`, gm_uses.c) ---- */
 /* Whether the database has uses: meta.uses ("1", "timed"; missing or "0": tracking was off)

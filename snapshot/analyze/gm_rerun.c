@@ -3,7 +3,11 @@
  * and/or a GPUMEM_CONF (a PYTORCH_CUDA_ALLOC_CONF for a PyTorch program on PyTorch's allocator,
  * whose peaks are then PyTorch's own), into scratch databases whose measured peaks are read back; with ranks,
  * under `mpirun -np N --oversubscribe`, one database per rank. The rest of the environment
- * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's.
+ * (GPUMEM_SIM_*, GPUMEM_CONF when none is given) is the re-run's; where it runs is the
+ * recording's: its working directory (meta.cwd: the command's relative paths), and argv[0] by the
+ * path the exec found it at (meta.argv0_path), not the executable its links lead to (meta.exe):
+ * a virtual environment's bin/python is a link to the system's python, which finds the
+ * environment (pyvenv.cfg) through the path it was run by.
  *
  * Every re-run (tune, frag, advise, advise --ranks, the PyTorch ones) goes through rerun()
  * below, so one rule holds for all: the child's stdout is dropped (step lines), its stderr goes
@@ -134,12 +138,17 @@ static void read_stderr_tail(int fd, char *out, size_t outsz) {
 }
 
 /* argv as one shell line for a person to paste: words with spaces or quotes are single-quoted. */
-static void shell_line(char *const *argv, const char *var, const char *conf, char *out, size_t outsz) {
+static void shell_line(char *const *argv, const char *cwd, const char *var, const char *conf, char *out,
+                       size_t outsz) {
     size_t o = 0;
     out[0] = 0;
-    if (conf && conf[0]) {
-        int w = snprintf(out, outsz, "%s='%s' ", var, conf);
+    if (cwd) { /* the re-run runs there: so must the line */
+        int w = snprintf(out, outsz, "cd '%s' && ", cwd);
         if (w > 0) o = (size_t)w < outsz ? (size_t)w : outsz - 1;
+    }
+    if (conf && conf[0]) {
+        int w = snprintf(out + o, outsz - o, "%s='%s' ", var, conf);
+        if (w > 0) o += (size_t)w < outsz - o ? (size_t)w : outsz - o - 1;
     }
     for (int k = 0; argv[k] && o < outsz - 1; k++) {
         int quote = strpbrk(argv[k], " \t'\"$`\\|&;<>()*?") != NULL || !argv[k][0];
@@ -200,39 +209,84 @@ static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, si
     return rc;
 }
 
-static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o) {
+    gm_meta_text(d, "argv0_path", o->argv0_path, sizeof o->argv0_path);
+    gm_meta_text(d, "exe", o->exe, sizeof o->exe);
+    gm_meta_text(d, "cwd", o->cwd, sizeof o->cwd);
+}
+
+/* The program execvp would run for name (no '/') in this PATH, into buf; "" when none. */
+static void path_lookup(const char *name, char *buf, size_t n) {
+    const char *path = getenv("PATH");
+    buf[0] = 0;
+    for (const char *dir = path ? path : "/usr/local/bin:/usr/bin:/bin";;) {
+        const char *end = strchr(dir, ':');
+        size_t dl = end ? (size_t)(end - dir) : strlen(dir);
+        int w = snprintf(buf, n, "%.*s%s%s", (int)dl, dir, dl ? "/" : "", name);
+        if (w > 0 && (size_t)w < n && access(buf, X_OK) == 0) return;
+        buf[0] = 0;
+        if (!end) return;
+        dir = end + 1;
+    }
+}
+
+const char *gm_rerun_program(const gm_rerun_origin *o, const char *cmdline, char *buf, size_t n) {
+    char a0[1024];
+    size_t l = strcspn(cmdline ? cmdline : "", " ");
+    snprintf(a0, sizeof a0, "%.*s", (int)l, cmdline ? cmdline : "");
+    if (o && o->argv0_path[0]) {
+        snprintf(buf, n, "%s", o->argv0_path);
+    } else if (strchr(a0, '/') && access(a0, X_OK) == 0) {
+        snprintf(buf, n, "%s", a0); /* runs as recorded (from here: the recording has no cwd) */
+    } else {
+        char found[4096], real[4096];
+        /* a name that PATH finds now, the very program recorded: run through the path found
+         * (a virtual environment's python, active again, keeps its environment) */
+        if (!strchr(a0, '/') && a0[0]) path_lookup(a0, found, sizeof found);
+        else found[0] = 0;
+        if (found[0] && o && o->exe[0] && realpath(found, real) && !strcmp(real, o->exe))
+            snprintf(buf, n, "%s", found);
+        else if (o && o->exe[0] && access(o->exe, X_OK) == 0)
+            snprintf(buf, n, "%s", o->exe); /* argv[0] may have been relative to where it ran */
+        else
+            snprintf(buf, n, "%s", a0);
+    }
+    return buf;
+}
+
+static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, const char *var, const char *conf,
                  unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
                  uint64_t *peak_reserved, uint64_t *min_allocated, uint64_t *min_reserved, char *err,
                  size_t errsz);
 
-int gm_rerun(const char *exe, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
+int gm_rerun(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, const char *conf, unsigned ranks,
              uint64_t *peak_allocated, uint64_t *peak_reserved, char *err, size_t errsz) {
-    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, NULL, NULL, err,
+    return rerun(o, cmdline, extra_args, "GPUMEM_CONF", conf, ranks, 0, NULL, peak_allocated, peak_reserved, NULL, NULL, err,
                  errsz);
 }
 
-int gm_rerun_ranks(const char *exe, const char *cmdline, const char *extra_args, unsigned ranks,
+int gm_rerun_ranks(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, unsigned ranks,
                    uint64_t *max_allocated, uint64_t *max_reserved, uint64_t *min_allocated, uint64_t *min_reserved,
                    char *err, size_t errsz) {
-    return rerun(exe, cmdline, extra_args, "GPUMEM_CONF", NULL, ranks, 0, NULL, max_allocated, max_reserved,
+    return rerun(o, cmdline, extra_args, "GPUMEM_CONF", NULL, ranks, 0, NULL, max_allocated, max_reserved,
                  min_allocated, min_reserved, err, errsz);
 }
 
-int gm_rerun_torch(const char *exe, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
+int gm_rerun_torch(const gm_rerun_origin *o, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
                    uint64_t *peak_reserved, char *err, size_t errsz) {
     /* PYTORCH_CUDA_ALLOC_CONF: the variable PyTorch reads first (PYTORCH_ALLOC_CONF, if this
      * environment has one, is then not read at all: alloc_config_torch_env) */
-    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, NULL, peak_allocated,
+    return rerun(o, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", pytorch_conf, 0, 1, NULL, peak_allocated,
                  peak_reserved, NULL, NULL, err, errsz);
 }
 
-int gm_rerun_torch_script(const char *exe, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz) {
+int gm_rerun_torch_script(const gm_rerun_origin *o, const char *cmdline, gm_rerun_script *t, char *err, size_t errsz) {
     uint64_t a = 0, r = 0;
     /* PYTORCH_CUDA_ALLOC_CONF as the change has it, unset when it has none */
-    return rerun(exe, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, NULL, NULL, err, errsz);
+    return rerun(o, cmdline, NULL, "PYTORCH_CUDA_ALLOC_CONF", t->alloc_conf, 0, 1, t, &a, &r, NULL, NULL, err, errsz);
 }
 
-static int rerun(const char *exe, const char *cmdline, const char *extra_args, const char *var, const char *conf,
+static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extra_args, const char *var, const char *conf,
                  unsigned ranks, int torch, gm_rerun_script *script, uint64_t *peak_allocated,
                  uint64_t *peak_reserved, uint64_t *min_allocated, uint64_t *min_reserved, char *err,
                  size_t errsz) {
@@ -277,15 +331,31 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
     argv[argc++] = "-o";
     argv[argc++] = dbpath;
     argv[argc++] = "--";
-    /* the recorded argv[0] may be relative to where it ran: the recorded executable instead */
-    int use_exe = exe && exe[0] && access(exe, X_OK) == 0;
+    /* argv[0] through the path it was found at when recorded, not the executable its links lead
+     * to: a virtual environment's python is a link to the system's, which run by its own path
+     * has none of the environment's packages */
+    char prog[4096];
+    gm_rerun_program(o, cmd, prog, sizeof prog);
+    /* an older recording names only the executable: a failure says what that may have cost */
+    int resolved = !(o && o->argv0_path[0]) && o && !strcmp(prog, o->exe);
+    const char *cwd = o && o->cwd[0] ? o->cwd : NULL;
+    struct stat cst;
+    int e = 0;
+    if (cwd && stat(cwd, &cst) != 0)
+        e = errno;
+    else if (cwd && !S_ISDIR(cst.st_mode))
+        e = ENOTDIR;
+    if (e) {
+        snprintf(err, errsz,
+                 "the recorded working directory %.1000s (meta.cwd) is not there (%s): the command's relative "
+                 "paths are from it; create it again, or record the command again",
+                 cwd, strerror(e));
+        return -1;
+    }
     char *save = NULL;
     int first = argc;
     for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
-        /* ... but an argv[0] that runs as recorded is kept: a virtual environment's python is a
-         * link to the system's, whose executable runs without the environment's packages */
-        if (argc == first && strchr(t, '/') && access(t, X_OK) == 0) use_exe = 0;
-        argv[argc] = argc == first && use_exe ? (char *)exe : t;
+        argv[argc] = argc == first ? prog : t;
         argc++;
     }
     argv[argc] = NULL;
@@ -304,6 +374,11 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) dup2(fd, 1);
         if (errfd >= 0) dup2(errfd, 2), close(errfd);
+        /* the recorded command's relative paths are from where it ran */
+        if (cwd && chdir(cwd) != 0) {
+            fprintf(stderr, "cannot enter the recorded working directory %s: %s\n", cwd, strerror(errno));
+            _exit(127);
+        }
         if (conf && (conf[0] || !script)) {
             setenv(var, conf, 1);
             if (!torch) unsetenv("GPUMEM_LIMIT"); /* the configuration carries the recorded limit */
@@ -326,13 +401,23 @@ static int rerun(const char *exe, const char *cmdline, const char *extra_args, c
         else
             snprintf(how, sizeof how, "exit %d", code);
         read_stderr_tail(errfd, tail, sizeof tail);
-        shell_line(argv, var, conf_set ? conf : NULL, line, sizeof line);
+        shell_line(argv, cwd, var, conf_set ? conf : NULL, line, sizeof line);
+        char why[1600] = "";
+        const char *a0 = argv[first];
+        size_t l0 = strcspn(cmdline, " ");
+        if (resolved && (strlen(a0) != l0 || strncmp(a0, cmdline, l0)))
+            snprintf(why, sizeof why,
+                     "; the recording does not say through which path its '%.*s' ran (meta.argv0_path, written "
+                     "by newer recorders), so it ran %.900s, where its links lead: a program that finds its "
+                     "files through its own path (a virtual environment's python) may fail so; put the "
+                     "program's directory first in PATH (activate the environment), or record again",
+                     (int)(l0 < 200 ? l0 : 200), cmdline, a0);
         snprintf(err, errsz,
-                 "the re-run%s%s%s%s%s%s%s%s%s failed (%s)%s%s%s; to see all of its output, run: %s",
+                 "the re-run%s%s%s%s%s%s%s%s%s failed (%s)%s%s%s%s; to see all of its output, run: %s",
                  ranks ? " under mpirun -np " : "", ranks ? np : "", with ? " with '" : "", with ? extra_args : "",
                  with ? "'" : "", conf_set ? " under " : "", conf_set ? var : "", conf_set ? "=" : "",
                  conf_set ? conf : "", how, tail[0] ? ": its stderr ends: \"" : " and wrote nothing on stderr",
-                 tail, tail[0] ? "\"" : "", line);
+                 tail, tail[0] ? "\"" : "", why, line);
         rc = -1;
     }
     if (errfd >= 0) close(errfd);

@@ -417,6 +417,48 @@ static void read_cmdline(char *buf, size_t n) {
     buf[r] = 0;
 }
 
+/* The path the program was run through (meta.argv0_path): its argv[0] as the exec found it, a
+ * name without '/' looked up in PATH, made absolute with the working directory but with its
+ * links kept, since a program may find its surroundings through the path it was run by and
+ * not through /proc/self/exe (a virtual environment's python finds pyvenv.cfg beside
+ * bin/python, a link to the system's python, whose resolved path runs without the
+ * environment). Kept only when its links lead to exe (the program did not rewrite its
+ * argv[0]); "" otherwise. cwd: this process's working directory. */
+static void argv0_path(const char *exe, const char *cwd, char *out, size_t n) {
+    char argv0[1024], cand[4096], real[4096];
+    out[0] = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t r = read(fd, argv0, sizeof argv0 - 1);
+    close(fd);
+    if (r <= 0) return;
+    argv0[r] = 0; /* the first NUL ends argv[0] */
+    if (!argv0[0] || !exe[0]) return;
+    const char *path = strchr(argv0, '/') ? "" : getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin"; /* execvp's default without PATH */
+    for (const char *dir = path;;) {
+        const char *end = strchr(dir, ':');
+        size_t dl = end ? (size_t)(end - dir) : strlen(dir);
+        int w;
+        if (strchr(argv0, '/')) /* run by its path: relative to the working directory */
+            w = argv0[0] == '/' ? snprintf(cand, sizeof cand, "%s", argv0)
+                                : snprintf(cand, sizeof cand, "%s/%s", cwd, argv0);
+        else if (dl == 0) /* an empty PATH entry is the working directory */
+            w = snprintf(cand, sizeof cand, "%s/%s", cwd, argv0);
+        else if (dir[0] == '/')
+            w = snprintf(cand, sizeof cand, "%.*s/%s", (int)dl, dir, argv0);
+        else
+            w = snprintf(cand, sizeof cand, "%s/%.*s/%s", cwd, (int)dl, dir, argv0);
+        if (w > 0 && (size_t)w < sizeof cand && access(cand, X_OK) == 0 && realpath(cand, real) &&
+            !strcmp(real, exe)) {
+            snprintf(out, n, "%s", cand);
+            return;
+        }
+        if (!end || strchr(argv0, '/')) return;
+        dir = end + 1;
+    }
+}
+
 /* "<insert> VALUES (?,..),(?,..)..." with rows rows of cols columns. */
 static void multi_sql(char *out, size_t n, const char *insert, int rows, int cols) {
     size_t o = (size_t)snprintf(out, n, "%s VALUES ", insert);
@@ -532,6 +574,15 @@ int rec_writer_open_db(rec_state *g) {
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     buf[n > 0 ? n : 0] = 0;
     meta_text(w, "exe", buf);
+    {
+        /* what `--check` needs to run the command again as it ran here: the working directory
+         * its relative paths are from, and the path argv[0] was found at */
+        char cwd[4096], a0[4096];
+        if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+        meta_text(w, "cwd", cwd);
+        argv0_path(buf, cwd, a0, sizeof a0);
+        meta_text(w, "argv0_path", a0);
+    }
     meta_int(w, "start_unix_ns", g->start_unix_ns);
     meta_int(w, "start_ns", (int64_t)g->start_ns);
     if (gethostname(buf, 256) != 0) buf[0] = 0;

@@ -443,3 +443,36 @@ rc=0; GPUMEM_DB=none "$GM" record -q -- "${tiny[@]}" > "$TMP/out.txt" 2> "$TMP/e
 [[ $rc == 2 && ! -s $TMP/out.txt ]] && grepq "GPUMEM_DB=none records nothing" "$TMP/err.txt" \
   || fail "record with GPUMEM_DB=none: exit $rc, $(cat "$TMP/err.txt")"
 ok "record: GPUMEM_DB is the default -o ($(basename "$envdb")), -o wins, GPUMEM_DB=none refused (exit 2, the program not run)"
+
+# gpumem sql and the sqlite3 shell's dot-commands (--help: "the sqlite3 shell on DB, or run one
+# query"): -c with a dot-command is run by that shell (it was sent to SQLite as SQL: "near '.':
+# syntax error"); a dot-command on standard input, which takes SQL, is said by its line with
+# what to do, and the SQL around it still runs; without the shell, -c '.tables' says so and how
+# to ask in SQL.
+# row: NAME | PATH ("-": this one) | -c argument ("-": the lines on stdin) | exit | what the output must have
+stdin_sql=$'SELECT 41 + 1 AS answer;\n.mode csv\nSELECT 7 * 6 AS again;'
+sql_rows=(
+  "-c .tables|-|.tables|0|allocations"
+  "-c .schema TABLE|-| .schema meta|0|CREATE TABLE meta"
+  "a dot-command on stdin|-|-|2|line 2: '.mode csv' is a dot-command of the sqlite3 shell; queries on standard input are SQL"
+  "the SQL around it on stdin|-|-|2|again"
+  "-c .tables, no sqlite3 shell|$TMP/noshell|.tables|2|which is not installed (apt-get install sqlite3); without it -c takes SQL"
+)
+mkdir -p "$TMP/noshell"
+for row in "${sql_rows[@]}"; do
+  IFS='|' read -r name path arg want_rc want <<< "$row"
+  [[ $path == - ]] && path=$PATH
+  if [[ $path == "$PATH" ]] && ! command -v sqlite3 > /dev/null && [[ $arg != - ]]; then
+    echo "skipped: gpumem sql $name (no sqlite3 shell)"
+    continue
+  fi
+  rc=0
+  if [[ $arg == - ]]; then
+    PATH=$path "$gm" sql "$TMP/run.db" <<< "$stdin_sql" > "$TMP/out.txt" 2>&1 || rc=$?
+  else
+    PATH=$path "$gm" sql "$TMP/run.db" -c "$arg" > "$TMP/out.txt" 2>&1 || rc=$?
+  fi
+  [[ $rc == "$want_rc" ]] && grepq -F -- "$want" < "$TMP/out.txt" \
+    || fail "gpumem sql $name: exit $rc (not $want_rc), or no '$want': $(head -3 "$TMP/out.txt")"
+done
+ok "gpumem sql: a dot-command with -c runs in the sqlite3 shell; on standard input it is said by its line; without the shell, -c says it takes SQL"

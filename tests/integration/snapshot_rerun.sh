@@ -6,6 +6,9 @@
 #     command exits 1 and its message quotes that reason (the re-run's own stderr, not just an
 #     exit code) and the command to run by hand. Open MPI's framing of a rank's failure is passed
 #     over for the rank's own words; a refusal by mpirun itself is quoted from its top.
+#  3. (below 1) The re-run runs the command as it ran, from another directory and PATH: argv[0]
+#     through the path PATH found it at (a virtual environment's python keeps its environment),
+#     in the recorded working directory; an older recording's failure says what it lacked.
 #  2. As root, under Open MPI: `advise --ranks N --check` re-runs without the user's
 #     OMPI_ALLOW_RUN_AS_ROOT variables (the re-run passes --allow-run-as-root itself), and the
 #     --budget plan's mpirun line carries the flag, so that it runs where it is printed.
@@ -80,14 +83,105 @@ done
 grepq -F "$WHY" < <(PATH=$PATH "$GM" advise --ranks 2 --zero 1 --check "$TMP/f.db" 2>&1 | grep -F "zero 1:" | grep -v "mpirun detected") \
   || [[ -z $have_mpirun ]] || bad "advise --ranks: the rank's own reason is not quoted"
 
+# 3. The re-run runs the command as it ran: argv[0] through the path PATH found it at (not the
+# executable its links lead to: a virtual environment's python is a link to the system's, which
+# run by its resolved path has none of the environment's packages), from the recorded working
+# directory (its relative paths), whatever this command's directory and PATH. The trainer is
+# found in PATH through a link into an "environment" and reads a relative --data file; then the
+# executable its links led to is replaced by a program that fails as python does outside its
+# environment (the environment's link goes on to the trainer), and every re-run is made from
+# another directory with a PATH that does not have the environment.
+GMA=$(realpath "$GM")
+ENVWHY="7431: No module named 'torch' (run outside its environment)"
+mkdir -p "$TMP/venv/bin" "$TMP/real" "$TMP/moved" "$TMP/work" "$TMP/elsewhere"
+cp "$(realpath "$TRAIN")" "$TMP/moved/train_gpt2_sim"
+ln -s "$(realpath "$BUILD/sim")" "$TMP/moved/sim" # the trainer's libraries, by its $ORIGIN
+ln -s "$TMP/moved/sim" "$TMP/real/sim"
+ln "$TMP/moved/train_gpt2_sim" "$TMP/real/train_gpt2_sim" 2> /dev/null || cp "$TMP/moved/train_gpt2_sim" "$TMP/real/"
+ln -s "$TMP/real/train_gpt2_sim" "$TMP/venv/bin/train_gpt2_sim"
+head -c 50000 "$TEXT" > "$TMP/work/data.txt"
+(cd "$TMP/work" && GPUMEM_CONF=preset:pytorch PATH=$TMP/venv/bin:$PATH "$GMA" record -q -o "$TMP/v.db" -- \
+  train_gpt2_sim --model gpt2 -B 2 -T 256 --steps 6 --seq-jitter --seed 5 --dry-run --data data.txt) \
+  > "$TMP/rec.txt" 2>&1 || fail "recording through the environment's link: $(tail -3 "$TMP/rec.txt")"
+ln -sfn "$TMP/moved/train_gpt2_sim" "$TMP/venv/bin/train_gpt2_sim"
+rm "$TMP/real/train_gpt2_sim"
+printf '#!/bin/sh\necho "%s" >&2\nexit 3\n' "$ENVWHY" > "$TMP/real/train_gpt2_sim"
+chmod +x "$TMP/real/train_gpt2_sim"
+# row: NAME | gpumem arguments | what its output must have when the re-run ran as recorded
+rows=(
+  "tune|tune --check $TMP/v.db|check: re-run under"
+  "frag|frag --check $TMP/v.db|check: re-run under"
+  "advise|advise --check --top 1 $TMP/v.db|measured"
+)
+if [[ -n $have_mpirun ]]; then
+  rows+=("advise --ranks|advise --ranks 2 --zero 1 --check $TMP/v.db|zero 1: measured"
+    "advise --ranks --budget plan|advise --ranks 2 --budget 1T --check $TMP/v.db|--check: measured")
+else
+  echo "skipped: advise --ranks re-runs through the environment (no mpirun)"
+fi
+for row in "${rows[@]}"; do
+  IFS='|' read -r name args want <<< "$row"
+  rc=0
+  # shellcheck disable=SC2086 # the row's arguments are words
+  (cd "$TMP/elsewhere" && "$GMA" $args) > "$TMP/out.txt" 2>&1 || rc=$?
+  if [[ $rc != 0 ]] || ! grepq -F -- "$want" < "$TMP/out.txt"; then
+    bad "$name --check from another directory: exit $rc: $(grep -m1 -F failed "$TMP/out.txt" || tail -2 "$TMP/out.txt")"
+  else
+    ok "$name --check: re-ran through the path the program was found at, in the recorded directory"
+  fi
+done
+# the plan's mpirun line runs where it is printed: from the recorded directory
+if [[ -n $have_mpirun ]]; then
+  (cd "$TMP/elsewhere" && "$GMA" advise --ranks 2 --budget 1T --json "$TMP/v.db") > "$TMP/plan.json" 2> /dev/null || true
+  if jq -e --arg d "$TMP/work" '.budget.plan.cwd == $d' "$TMP/plan.json" > /dev/null; then
+    ok "the --budget plan names the directory its mpirun line runs from"
+  else
+    bad "the --budget plan does not name the recorded directory: $(jq -c '.budget.plan' "$TMP/plan.json" 2>&1 | head -c 300)"
+  fi
+fi
+# An older recording (no meta.argv0_path, no meta.cwd) re-runs the executable the links led to:
+# its failure says why it may have failed and what to do; a recorded directory that is gone is
+# said before anything runs
+sqlite3 "$TMP/v.db" ".backup '$TMP/old.db'"
+sqlite3 "$TMP/old.db" "DELETE FROM meta WHERE key IN ('argv0_path', 'cwd')"
+sqlite3 "$TMP/v.db" ".backup '$TMP/gone.db'"
+sqlite3 "$TMP/gone.db" "UPDATE meta SET value = '$TMP/work-gone' WHERE key = 'cwd'"
+rows=(
+  "an older recording|$TMP/old.db|does not say through which path its 'train_gpt2_sim' ran"
+  "a recorded directory that is gone|$TMP/gone.db|the recorded working directory $TMP/work-gone (meta.cwd) is not there"
+)
+for row in "${rows[@]}"; do
+  IFS='|' read -r name db want <<< "$row"
+  rc=0
+  (cd "$TMP/elsewhere" && "$GMA" tune --check "$db") > "$TMP/out.txt" 2>&1 || rc=$?
+  if [[ $rc != 1 ]] || ! grepq -F -- "$want" < "$TMP/out.txt"; then
+    bad "$name: exit $rc, or no '$want': $(grep -m1 -F failed "$TMP/out.txt" || tail -2 "$TMP/out.txt")"
+  else
+    ok "$name: tune --check says '$want'"
+  fi
+done
+
 # the PyTorch re-runs (tune's under PYTORCH_CUDA_ALLOC_CONF, advise's of the project's script)
 torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
 [[ -d $torch_py ]] && torch_py=$torch_py/bin/python
 if [[ -x $torch_py && -z ${SAN:-} ]]; then
   mkdir -p "$TMP/tp"
   cp tests/torch/train_gpt2.py "$TMP/tp/train_gpt2.py"
-  GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/tp.db" -- "$torch_py" "$TMP/tp/train_gpt2.py" --model tiny -B 2 \
-    -T 32 --steps 3 --seq-jitter > "$TMP/tp.txt" 2>&1 || fail "the PyTorch script under gpumem record: $(tail -3 "$TMP/tp.txt")"
+  # as a user of a virtual environment runs it: `python` found in PATH (the environment's
+  # bin/python, a link to the system's python), the script's path relative to its directory
+  venv_bin=$(dirname "$torch_py")
+  (cd "$TMP/tp" && GPUMEM_SIM_BACKING=memory PATH=$venv_bin:$PATH "$GMA" record -q -o "$TMP/tp.db" -- python \
+    train_gpt2.py --model tiny -B 2 -T 32 --steps 3 --seq-jitter) > "$TMP/tp.txt" 2>&1 \
+    || fail "the PyTorch script under gpumem record: $(tail -3 "$TMP/tp.txt")"
+  # re-run from elsewhere with a PATH without the environment: still the environment's python
+  nov=$(tr ':' '\n' <<< "$PATH" | grep -vxF "$venv_bin" | paste -sd: -)
+  rc=0
+  (cd "$TMP/elsewhere" && GPUMEM_SIM_BACKING=memory PATH=$nov "$GMA" tune --check "$TMP/tp.db") > "$TMP/out.txt" 2>&1 || rc=$?
+  if [[ $rc == 0 ]] && grepq -F "check: re-run under" < "$TMP/out.txt"; then
+    ok "PyTorch in a virtual environment: tune --check re-runs its python from another directory"
+  else
+    bad "PyTorch in a virtual environment: tune --check: exit $rc: $(grep -m1 -F failed "$TMP/out.txt" || tail -2 "$TMP/out.txt")"
+  fi
   printf 'import sys\nsys.stderr.write("%s\\n")\nsys.exit(3)\n' "$WHY" > "$TMP/tp/train_gpt2.py"
   for args in "tune --check" "advise --check"; do
     rc=0
