@@ -325,6 +325,7 @@ static int cmd_report(int argc, char **argv, int leaks) {
         return rc;
     }
     m.frames_all = frames_all;
+    if (leaks) gm_devices_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
     uint64_t leaked = 0;
     /* a PyTorch program's leaks are its tensors (gm_model_leak_view: the rule the ranks report
      * and viz share). Under --allocator gpumem (present == 2) the tensors are the recording's
@@ -414,6 +415,7 @@ static int cmd_export(int argc, char **argv) {
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
     gm_ending_say(&d, stderr); /* cut short: said too (and inside the formats that have room) */
+    gm_devices_say(&d, "the export's running totals", stderr);
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {
