@@ -146,6 +146,8 @@ static const char *const usage_report =
     "name (top N, default 10), what of it sat idle (time since its last use and until its next,\n"
     "by tensor name and call site; needs GPUMEM_USES=1 when recording), and OOM forensics: the\n"
     "binding constraint, the shortfall and what to change.\n"
+    "A program on several devices: the peaks and the tables are the busiest device's (named),\n"
+    "each device's peaks listed, and an OOM's tables its own device's; never a sum of devices.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
