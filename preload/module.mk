@@ -82,7 +82,7 @@ APPS_DIR := $(BUILD)/tests/apps
 APPS_RPATH = $(SIM_RPATH)
 # rt_app, fork_app, stress_app link the virtual GPU's runtime; drv_app only dlopens the driver;
 # nvtx_app uses the toolkit's NVTX3 headers and nothing else.
-PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app unread_app crash_app
+PRELOAD_RT_APPS := rt_app fork_app stress_app streams_app unread_app crash_app devices_app
 PRELOAD_APPS := $(addprefix $(APPS_DIR)/,$(PRELOAD_RT_APPS) drv_app nvtx_app)
 
 $(APPS_DIR)/%.o: tests/apps/%.c | $(DEPS_STAMP)

@@ -147,6 +147,8 @@ static const char *const usage_report =
     "name (top N, default 10), what of it sat idle (time since its last use and until its next,\n"
     "by tensor name and call site; needs GPUMEM_USES=1 when recording), and OOM forensics: the\n"
     "binding constraint, the shortfall and what to change.\n"
+    "A program on several devices: the peaks and the tables are the busiest device's (named),\n"
+    "each device's peaks listed, and an OOM's tables its own device's; never a sum of devices.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -328,6 +330,7 @@ static int cmd_report(int argc, char **argv, int leaks) {
         return rc;
     }
     m.frames_all = frames_all;
+    if (leaks) gm_devices_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
     uint64_t leaked = 0;
     /* a PyTorch program's leaks are its tensors (gm_model_leak_view: the rule the ranks report
      * and viz share). Under --allocator gpumem (present == 2) the tensors are the recording's
@@ -417,6 +420,7 @@ static int cmd_export(int argc, char **argv) {
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
     gm_ending_say(&d, stderr); /* cut short: said too (and inside the formats that have room) */
+    gm_devices_say(&d, "the export's running totals", stderr);
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

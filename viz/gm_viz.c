@@ -330,6 +330,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
+    gm_devices_say(&d, "the page's timeline and peaks", stderr);
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);

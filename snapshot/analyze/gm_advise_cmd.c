@@ -1316,6 +1316,7 @@ int gm_advise_main(int argc, char **argv)
     }
     /* cut short: said first, as lost events are (its JSON takes several shapes: on stderr) */
     gm_ending_say(&d, json ? stderr : stdout);
+    gm_devices_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;
     memset(&c, 0, sizeof c);
     if (adv_model_load_as(&d, &c.m, ADV_LOAD_TORCH | ADV_LOAD_INFER, err, sizeof err) != 0) {

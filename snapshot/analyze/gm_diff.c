@@ -106,6 +106,7 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     }
     gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
     gm_ending_say(&s->d, json ? stderr : stdout); /* cut short: its "alive at exit" is not leaks */
+    gm_devices_say(&s->d, "its peaks", json ? stderr : stdout);
     if (gm_model_load(&s->d, &s->full, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;

@@ -547,6 +547,7 @@ int gm_frag_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
+    gm_devices_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_model_free(&m);

@@ -1175,6 +1175,45 @@ static void print_categories(gm_db *d, const gm_model *m, const gm_opts *o, FILE
     gm_categories_free(&c);
 }
 
+/* A recording's devices, each with its peaks in the view m (gm_dev_figs): JSON members "device" (the
+ * one whose figures the view's top-level keys are: busy, null with a single device) and "devices"
+ * (an entry per device that held memory). */
+static void print_devices_json(FILE *out, const gm_model *m, int busy) {
+    if (busy >= 0) fprintf(out, "\"device\":%d,\"devices\":[", busy);
+    else fputs("\"device\":null,\"devices\":[", out);
+    int first = 1;
+    for (int i = 0; m->devs && i < GM_DEVICES; i++) {
+        const gm_dev_figs *f = &m->devs[i];
+        if (!f->peak_allocated && !f->peak_reserved) continue;
+        fprintf(out, "%s{\"device\":%d,\"peak_allocated\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
+                     ",\"peak_reserved\":%" PRIu64 ",\"peak_reserved_seq\":%" PRIu64 ",\"peak_requested\":%" PRIu64
+                     ",\"peak_requested_seq\":%" PRIu64 "}",
+                first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_reserved,
+                f->peak_reserved_seq, f->peak_requested, f->peak_requested_seq);
+        first = 0;
+    }
+    fputc(']', out);
+}
+
+/* The same in text, where there are several (busy >= 0): which device the figures above are, then
+ * each device's peaks. */
+static void print_devices_text(FILE *out, const gm_model *m, int busy, const char *what) {
+    if (busy < 0) return;
+    int lo, hi, n = gm_model_devices(m, &lo, &hi);
+    fprintf(out, "  devices             %d (%d to %d): the figures above are device %d's (the highest peak "
+                 "reserved), not a sum; each device's (%s):\n", n, lo, hi, busy, what);
+    for (int i = 0; i < GM_DEVICES; i++) {
+        const gm_dev_figs *f = &m->devs[i];
+        if (!f->peak_allocated && !f->peak_reserved) continue;
+        char a[32], r[32];
+        gm_fmt_bytes(f->peak_allocated, a, sizeof a);
+        gm_fmt_bytes(f->peak_reserved, r, sizeof r);
+        fprintf(out, "    device %-3d        peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 "), peak reserved %s (%" PRIu64
+                     " bytes, event %" PRIu64 ")\n", i, a, f->peak_allocated, f->peak_allocated_seq, r, f->peak_reserved,
+                f->peak_reserved_seq);
+    }
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     (void)d;
     const gm_torch_view *tv = &m->torch;
@@ -1201,8 +1240,14 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         }
         return;
     }
-    gm_model v = gm_model_torch_view(m);
-    alloc_set peak = select_allocs(&v, SET_LIVE_AT, tv->peak_allocated_seq);
+    gm_model whole = gm_model_torch_view(m), v = whole;
+    /* several devices: PyTorch's statistics are per device (max_memory_allocated(d)); the
+     * busiest device's lead, as the device's view does (gm_report) */
+    int busy = -1;
+    if (gm_model_devices(&whole, NULL, NULL) > 1 && gm_model_device_view(&whole, gm_busiest_device(&whole), &v) == 0)
+        busy = v.device_only - 1;
+    const gm_model *pv = &v;
+    alloc_set peak = select_allocs(&v, SET_LIVE_AT, pv->peak_allocated_seq);
     group *gp = NULL, *gs = NULL, *gn = NULL;
     uint64_t total = 0, count = 0;
     size_t np = group_allocs(&v, l, &peak, BY_PHASE, &gp, &total, &count);
@@ -1221,6 +1266,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     uint64_t ot = 0, oc = 0;
     size_t no = group_allocs(m, l, &outside, BY_SITE, &go, &ot, &oc);
     free(at_dev.idx);
+    /* the device-wide comparison adds the devices together (the device's peak is the sum's):
+     * PyTorch's sum beside it */
     uint64_t gap = df.device > tv->peak_reserved ? df.device - tv->peak_reserved : 0;
     uint64_t less = tv->peak_reserved > df.torch_then ? tv->peak_reserved - df.torch_then : 0;
     char conf[256], ver[64], from[16];
@@ -1231,9 +1278,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
                      ",\"peak_reserved_seq\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
-                     ",\"tensors\":%zu,\"version\":",
-                tv->peak_allocated, tv->peak_reserved, tv->peak_requested, tv->peak_allocated_seq,
-                tv->peak_reserved_seq, tv->peak_requested_seq, tv->nallocs);
+                     ",\"tensors\":%zu,",
+                pv->peak_allocated, pv->peak_reserved, pv->peak_requested, pv->peak_allocated_seq,
+                pv->peak_reserved_seq, pv->peak_requested_seq, tv->nallocs);
+        print_devices_json(out, &whole, busy);
+        fputs(",\"version\":", out);
         gm_json_str(out, ver);
         fputs(",\"conf\":", out);
         gm_json_str(out, conf);
@@ -1247,7 +1296,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                 df.seq, df.at, df.device, df.torch_then, df.outside, df.cache, df.other, less);
         print_groups_json(out, "outside_by_site", go, no, o->top, ot, "site");
         fprintf(out, "},\"peak\":{\"seq\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"live_count\":%" PRIu64 ",",
-                tv->peak_allocated_seq, total, count);
+                pv->peak_allocated_seq, total, count);
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
         fputc(',', out);
         print_groups_json(out, "by_site", gs, ns, o->top, total, "site");
@@ -1258,20 +1307,21 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fputc('}', out);
     } else {
         char a[32], r[32], q[32], g[32];
-        gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
-        gm_fmt_bytes(tv->peak_reserved, r, sizeof r);
-        gm_fmt_bytes(tv->peak_requested, q, sizeof q);
+        gm_fmt_bytes(pv->peak_allocated, a, sizeof a);
+        gm_fmt_bytes(pv->peak_reserved, r, sizeof r);
+        gm_fmt_bytes(pv->peak_requested, q, sizeof q);
         fprintf(out, "\nPyTorch's allocator (%s, merged: torch %s%s%s)\n",
                 strcmp(from, "gpumem") ? "its own memory history" : "its trace, taken by gpumem's tracker",
                 ver[0] ? ver : "?", conf[0] ? ", PYTORCH_CUDA_ALLOC_CONF=" : "", conf);
         fprintf(out, "  peak requested      %s (%" PRIu64 " bytes, at event %" PRIu64 "; memory_stats' requested_bytes)\n", q,
-                tv->peak_requested, tv->peak_requested_seq);
+                pv->peak_requested, pv->peak_requested_seq);
         fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_allocated)\n", a,
-                tv->peak_allocated, tv->peak_allocated_seq);
+                pv->peak_allocated, pv->peak_allocated_seq);
         fprintf(out, "  peak reserved       %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_reserved)\n", r,
-                tv->peak_reserved, tv->peak_reserved_seq);
-        fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(tv->peak_allocated, tv->peak_reserved),
+                pv->peak_reserved, pv->peak_reserved_seq);
+        fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(pv->peak_allocated, pv->peak_reserved),
                 tv->nallocs);
+        print_devices_text(out, &whole, busy, "max_memory_allocated(d), max_memory_reserved(d)");
         if (gm_meta_int(d, "torch_history_truncated", 0))
             fprintf(out, "  note                PyTorch's history is a ring and it was full: its first entries are lost, "
                          "so these peaks may miss the start (record again with GPUMEM_TORCH_MAX_ENTRIES raised)\n");
@@ -1290,6 +1340,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         if (df.at != df.seq) /* the segment mapped at the peak, once PyTorch recorded it */
             snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
                      df.at);
+        if (busy >= 0) fputs("  all devices together:\n", out);
         fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
                 d1, df.seq, g, d2, caught, d3, d4);
@@ -1309,11 +1360,19 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         print_categories(d, &v, o, out, "  PyTorch's tensors by category", "torch");
     }
     free(gp), free(gs), free(gn), free(go);
+    if (busy >= 0) gm_model_device_view_free(&v);
 }
 
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
+    /* several devices: the peaks, attribution, categories and idle memory are the busiest
+     * device's (a sum of devices is a figure no device had), each device's peaks listed, and an
+     * OOM's tables its own device's */
+    gm_model *whole = m, dv;
+    int busy = -1;
+    if (gm_model_devices(m, NULL, NULL) > 1 && gm_model_device_view(m, gm_busiest_device(m), &dv) == 0)
+        busy = dv.device_only - 1, m = &dv;
     labels l;
     labels_make(m, &l, 1); /* "step N" grouped as "step *": one row per phase, not per step */
     group *gs = NULL, *gp = NULL;
@@ -1370,8 +1429,10 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.driver_calls, s.n_oom, s.dropped, s.n_foreign, s.n_interior, s.n_double);
         if (s.app_ns >= 0) fprintf(out, "%" PRId64, s.app_ns);
         else fputs("null", out); /* not measured */
-        fprintf(out, ",\"writer_cpu_ns\":%" PRId64 ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f},",
+        fprintf(out, ",\"writer_cpu_ns\":%" PRId64 ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f,",
                 s.writer_cpu_ns, s.db_bytes, s.seconds);
+        print_devices_json(out, whole, busy);
+        fputs("},", out);
         print_place_json(out, "peak_requested_at", m->peak_requested_seq, place_of(m, &l, m->peak_requested_seq));
         fputc(',', out);
         print_place_json(out, "peak_allocated_at", m->peak_allocated_seq, place_of(m, &l, m->peak_allocated_seq));
@@ -1424,6 +1485,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                                  : " (the recording holds no allocation)");
         if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         else fprintf(out, "  utilization         - (nothing was reserved)\n");
+        print_devices_text(out, whole, busy, "allocated and reserved by gpumem's account");
         if (m->peak_vmm) {
             char v[32], dv[32];
             gm_fmt_bytes(m->peak_vmm, v, sizeof v);
@@ -1487,8 +1549,13 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         oom_explain(oo, from, unit, &cause);
         group *go = NULL;
         uint64_t ot, oc;
-        alloc_set at_oom = select_allocs(m, SET_LIVE_AT, oo->seq);
-        size_t no = group_allocs(m, &l, &at_oom, BY_SITE, &go, &ot, &oc);
+        alloc_set at_oom = select_allocs(whole, SET_LIVE_AT, oo->seq);
+        /* memory on another device cannot help this one: the OOM's device's allocations only */
+        size_t kept = 0;
+        for (size_t k = 0; k < at_oom.n; k++)
+            if (whole->allocs[at_oom.idx[k]].device == oo->device) at_oom.idx[kept++] = at_oom.idx[k];
+        at_oom.n = kept;
+        size_t no = group_allocs(whole, &l, &at_oom, BY_SITE, &go, &ot, &oc);
         free(at_oom.idx);
         if (o->json) {
             fprintf(out,
@@ -1575,12 +1642,25 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     if (o->json) fputs("]}\n", out);
     free(gs), free(gp), free(gn), free(gop);
     labels_free(m, &l);
+    if (busy >= 0) gm_model_device_view_free(&dv);
     return 0;
 }
 
 int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     summary s;
     make_summary(d, m, &s);
+    /* several devices: the busiest device's peaks, named (as the report leads with them) */
+    gm_model one = *m;
+    char on[64] = "";
+    int lo, hi, ndev = gm_model_devices(m, &lo, &hi);
+    if (ndev > 1) {
+        int busy = gm_busiest_device(m);
+        const gm_dev_figs *f = &m->devs[busy];
+        one.peak_allocated = f->peak_allocated, one.peak_reserved = f->peak_reserved;
+        one.peak_requested = f->peak_requested;
+        snprintf(on, sizeof on, " on device %d (the busiest of %d)", busy, ndev);
+    }
+    m = &one;
     char a[32], b[32];
     char c[32];
     gm_fmt_bytes(m->peak_allocated, a, sizeof a);
@@ -1607,9 +1687,9 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
                      " OOMs, %" PRId64 " dropped events\n", m->peak_vmm ? "no device allocation" : "nothing allocated",
                 v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     else
-        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization), %s%" PRIu64
+        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization)%s, %s%" PRIu64
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-                a, c, b, pct(m->peak_allocated, m->peak_reserved), v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
+                a, c, b, pct(m->peak_allocated, m->peak_reserved), on, v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");

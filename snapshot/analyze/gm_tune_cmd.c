@@ -352,6 +352,7 @@ int gm_tune_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
+    gm_devices_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);
     gm_tune t;
     if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {

@@ -256,6 +256,19 @@ const char *gm_oom_rerun(gm_oom_bound b);
  * "per_process_memory_fraction"; NULL for GM_OOM_DEVICE (no limit). */
 const char *gm_oom_json(gm_oom_bound b);
 
+/* One device's figures in one view (gm_model.devs, gm_torch_view.devs), each as its view's
+ * model-wide one counts them but over that device's allocations and segments only: on a
+ * recording with several devices the model-wide figures add the devices together (a moment's
+ * sum, which no device held), so every output that names a peak takes it from here
+ * (gm_busiest_device) or says that it sums them (gm_devices_say). */
+typedef struct gm_dev_figs {
+    uint64_t allocated, reserved, requested; /* at the end */
+    uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq;
+    uint64_t peak_requested, peak_requested_seq;
+} gm_dev_figs;
+/* devices a model keeps figures of: events.device 0..GM_DEVICES-1 (an allocation's is an int8_t) */
+#define GM_DEVICES 128
+
 typedef struct gm_step {
     int64_t step;
     uint64_t end_allocated; /* allocated bytes after the step's last event */
@@ -281,6 +294,7 @@ typedef struct gm_torch_view {
     gm_step *steps; /* per step, as the model's, over tensors */
     size_t nsteps;
     gm_pools pools; /* PyTorch's private pools (CUDA graphs, MemPool) */
+    gm_dev_figs *devs; /* per device (GM_DEVICES of them), NULL when out of memory */
 } gm_torch_view;
 
 typedef struct gm_model {
@@ -350,7 +364,31 @@ typedef struct gm_model {
     int truncated_warning;
     gm_torch_view torch; /* present when PyTorch's history was merged */
     int is_torch_view;   /* made by gm_model_torch_view: its allocations are PyTorch's tensors */
+    /* the view's figures per device (GM_DEVICES of them; the torch view's are m->torch.devs),
+     * NULL when out of memory; device_only: made by gm_model_device_view, device_only - 1 the
+     * device (its allocs its own array) */
+    gm_dev_figs *devs;
+    int device_only;
 } gm_model;
+
+/* How many devices the model's view holds memory on (allocated or reserved at some moment), and
+ * the lowest and highest of them in *lo, *hi (either may be NULL); 0 on an empty recording. */
+int gm_model_devices(const gm_model *m, int *lo, int *hi);
+/* The device whose peak reserved is highest in the model's view (then its peak allocated, then the
+ * lowest number): the one whose figures a multi-device report leads with. 0 without figures. */
+int gm_busiest_device(const gm_model *m);
+/* The model (or a view of it) restricted to device dev: its allocations that device's (a new
+ * array), its figures that device's; ooms, steps and tables shared. 0, or -1 out of memory (*v
+ * untouched). Free it with gm_model_device_view_free, never gm_model_free. */
+int gm_model_device_view(const gm_model *m, int dev, gm_model *v);
+void gm_model_device_view_free(gm_model *v);
+/* How many devices the program's events were on (the streams table: every event's stream is a
+ * row with its device; a cheap read, no sweep), lowest and highest in *lo, *hi. 0 when unknown. */
+int gm_db_devices(gm_db *d, int *lo, int *hi);
+/* For a command whose figures add the devices together (frag, tune, advise, diff, viz, export,
+ * leaks): "gpumem: note: PATH: the program used N devices (lo to hi): FIGURES add them together
+ * ..." on out where gm_db_devices says more than one; nothing otherwise. */
+void gm_devices_say(gm_db *d, const char *figures, FILE *out);
 
 /* The model as PyTorch's allocator saw it: a shallow copy of m whose allocations, peaks and
  * steps are the torch view's (tables shared; never free it, free m). Every analysis of the

@@ -373,6 +373,19 @@ static inline int is_own_segment(unsigned kind, unsigned flags) {
     return (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS);
 }
 
+/* A device's reserved bytes grown (map) or shrunk by size at seq, in figures devs (NULL: none
+ * kept). Only segment rows and allocations that are their own segment come here: the slow rows. */
+static void dev_reserved(gm_dev_figs *devs, int dev, int map, uint64_t size, uint64_t seq) {
+    if (!devs || dev < 0 || dev >= GM_DEVICES) return;
+    gm_dev_figs *f = &devs[dev];
+    if (!map) {
+        f->reserved -= size < f->reserved ? size : f->reserved;
+        return;
+    }
+    f->reserved += size;
+    if (f->reserved > f->peak_reserved) f->peak_reserved = f->reserved, f->peak_reserved_seq = seq;
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -383,7 +396,10 @@ static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, 
         *requested -= a->requested < *requested ? a->requested : *requested;
     }
     if (a->flags & GM_ALLOC_PRIVATE) pools_free(&m->pools, a->size);
-    if (a->flags & GM_ALLOC_OWN_SEGMENT) m->reserved -= a->size < m->reserved ? a->size : m->reserved;
+    if (a->flags & GM_ALLOC_OWN_SEGMENT) {
+        m->reserved -= a->size < m->reserved ? a->size : m->reserved;
+        dev_reserved(m->devs, a->device, 0, a->size, 0);
+    }
 }
 
 static void pools_segment(gm_pools *p, int map, uint64_t size) {
@@ -460,12 +476,22 @@ typedef struct sweep {
     size_t last_death; /* the last allocation to die, index + 1 (0: none yet) */
 } sweep;
 
+/* A tensor's bytes off its device's figures (its free, or its completion without one). */
+static void torch_dev_free(gm_torch_view *v, const gm_alloc *a) {
+    if (!v->devs || a->device < 0) return;
+    gm_dev_figs *f = &v->devs[a->device];
+    f->allocated -= a->size < f->allocated ? a->size : f->allocated;
+    f->requested -= a->requested < f->requested ? a->requested : f->requested;
+}
+
 /* One event of PyTorch's view (kinds 31-35), by its allocator's rules. */
 static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint64_t addr, uint64_t size,
                      uint32_t stack, uint32_t range, int dev, uint64_t requested) {
     gm_model *m = w->m;
     gm_torch_view *v = &m->torch;
     v->present = 1;
+    /* PyTorch's statistics are per device (memory_stats(d)): the same counts on its own figures */
+    gm_dev_figs *f = v->devs && dev >= 0 && dev < GM_DEVICES ? &v->devs[dev] : NULL;
     if (kind == REC_TORCH_ALLOC) {
         uint64_t old;
         if (u64map_del(&w->tlive, addr, &old)) v->allocs[old].death = seq; /* its free was not in the history */
@@ -480,6 +506,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         u64map_put(&w->tlive, addr, v->nallocs++);
         v->allocated += size;
         v->requested += requested;
+        if (f) f->allocated += size, f->requested += requested;
         if (priv) pools_alloc(&v->pools, size);
     } else if (kind == REC_TORCH_FREE || kind == REC_TORCH_FREE_COMPLETED) {
         uint64_t *ai = u64map_get(&w->tlive, addr);
@@ -491,12 +518,14 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
             a->death_range = range;
             v->allocated -= a->size < v->allocated ? a->size : v->allocated;
             v->requested -= a->requested < v->requested ? a->requested : v->requested;
+            torch_dev_free(v, a);
             if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
             a->flags |= GM_ALLOC_FREED;
         } else {
             if (!(a->flags & GM_ALLOC_FREED)) { /* completed without a request in the history */
                 v->allocated -= a->size < v->allocated ? a->size : v->allocated;
                 v->requested -= a->requested < v->requested ? a->requested : v->requested;
+                torch_dev_free(v, a);
                 if (a->flags & GM_ALLOC_PRIVATE) pools_free(&v->pools, a->size);
             }
             a->flags &= (uint8_t)~GM_ALLOC_FREED;
@@ -506,17 +535,21 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         }
     } else if (kind == REC_TORCH_SEG_MAP) {
         v->reserved += size;
+        dev_reserved(v->devs, dev, 1, size, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&v->pools, 1, size);
         uint64_t *ai = addr_map_get(&w->live, addr); /* the cudaMalloc that served the segment */
         if (ai) m->allocs[*ai].flags |= GM_ALLOC_FW_SEGMENT;
     } else if (kind == REC_TORCH_SEG_UNMAP) {
         v->reserved -= size < v->reserved ? size : v->reserved;
+        dev_reserved(v->devs, dev, 0, size, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&v->pools, 0, size);
     }
     if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
     if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
     if (v->reserved > v->peak_reserved)
         v->peak_reserved = v->reserved, v->peak_reserved_seq = seq, v->pools.reserved_at_peak = v->pools.reserved;
+    if (f && f->allocated > f->peak_allocated) f->peak_allocated = f->allocated, f->peak_allocated_seq = seq;
+    if (f && f->requested > f->peak_requested) f->peak_requested = f->requested, f->peak_requested_seq = seq;
     if (range && kind <= REC_TORCH_FREE_COMPLETED) {
         const gm_range *r = gm_range_of(m, range);
         gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, seq, &w->tstep_cap) : NULL;
@@ -665,7 +698,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
                                   (own ? GM_ALLOC_OWN_SEGMENT : 0)),
                         0, 0};
-        if (own) m->reserved += size;
+        if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq);
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -696,10 +729,12 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
         m->have_segments = 1;
         m->reserved += size;
+        dev_reserved(m->devs, dev, 1, size, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 1, size);
     } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
         m->have_segments = 1;
         m->reserved -= size < m->reserved ? size : m->reserved;
+        dev_reserved(m->devs, dev, 0, size, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 0, size);
     } else if (kind == REC_VMM_MAP) {
         /* the program's own virtual memory (PyTorch's expandable segments): on the device, but
@@ -949,6 +984,129 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     return 0;
 }
 
+/* death order of two allocations' indexes (dev_allocated) */
+static const gm_alloc *g_death_allocs;
+static int cmp_death(const void *a, const void *b) {
+    uint64_t x = g_death_allocs[*(const uint32_t *)a].death, y = g_death_allocs[*(const uint32_t *)b].death;
+    return x < y ? -1 : x > y;
+}
+
+/* The device allocations' figures per device (m->devs), from the allocations' lives once the
+ * sweep is over: the sweep's fast rows keep one sum (a per-device one there cost every event of
+ * every recording), and a recording of one device needs none (its figures are the model's).
+ * Births in birth order merged with deaths in death order; a death at a birth's seq (its address
+ * handed out again without a free) comes first, as in the sweep. Reserved is counted in the sweep
+ * (segment rows are slow rows); without segments it is allocated, as the model's. */
+static void dev_allocated(gm_model *m) {
+    if (!m->devs) return;
+    int several = 0;
+    for (size_t i = 1; i < m->nallocs && !several; i++) several = m->allocs[i].device != m->allocs[0].device;
+    gm_dev_figs *f0 = m->nallocs ? &m->devs[m->allocs[0].device < 0 ? 0 : m->allocs[0].device] : NULL;
+    if (!several) { /* one device: the model's own sums are its */
+        if (f0) {
+            f0->allocated = m->allocated, f0->requested = m->requested;
+            f0->peak_allocated = m->peak_allocated, f0->peak_allocated_seq = m->peak_allocated_seq;
+            f0->peak_requested = m->peak_requested, f0->peak_requested_seq = m->peak_requested_seq;
+        }
+    } else {
+        size_t nd = 0;
+        uint32_t *deaths = m->nallocs < UINT32_MAX ? malloc(m->nallocs * sizeof *deaths) : NULL;
+        if (!deaths) { /* out of memory: no figures per device rather than wrong ones */
+            free(m->devs);
+            m->devs = NULL;
+            return;
+        }
+        for (size_t i = 0; i < m->nallocs; i++)
+            if (m->allocs[i].death) deaths[nd++] = (uint32_t)i;
+        g_death_allocs = m->allocs;
+        gm_sort(deaths, nd, sizeof *deaths, cmp_death);
+        size_t di = 0;
+        for (size_t i = 0; i < m->nallocs; i++) {
+            const gm_alloc *a = &m->allocs[i];
+            for (; di < nd && m->allocs[deaths[di]].death <= a->birth; di++) {
+                const gm_alloc *e = &m->allocs[deaths[di]];
+                if (e->kind != REC_ALLOC && e->kind != REC_ALLOC_ASYNC) continue;
+                gm_dev_figs *f = &m->devs[e->device < 0 ? 0 : e->device];
+                f->allocated -= e->size < f->allocated ? e->size : f->allocated;
+                f->requested -= e->requested < f->requested ? e->requested : f->requested;
+            }
+            if (a->kind != REC_ALLOC && a->kind != REC_ALLOC_ASYNC) continue;
+            gm_dev_figs *f = &m->devs[a->device < 0 ? 0 : a->device];
+            f->allocated += a->size, f->requested += a->requested;
+            if (f->allocated > f->peak_allocated) f->peak_allocated = f->allocated, f->peak_allocated_seq = a->birth;
+            if (f->requested > f->peak_requested) f->peak_requested = f->requested, f->peak_requested_seq = a->birth;
+        }
+        for (; di < nd; di++) {
+            const gm_alloc *e = &m->allocs[deaths[di]];
+            if (e->kind != REC_ALLOC && e->kind != REC_ALLOC_ASYNC) continue;
+            gm_dev_figs *f = &m->devs[e->device < 0 ? 0 : e->device];
+            f->allocated -= e->size < f->allocated ? e->size : f->allocated;
+            f->requested -= e->requested < f->requested ? e->requested : f->requested;
+        }
+        free(deaths);
+    }
+    if (!m->have_segments)
+        for (int i = 0; i < GM_DEVICES; i++) {
+            gm_dev_figs *f = &m->devs[i];
+            f->reserved = f->allocated, f->peak_reserved = f->peak_allocated;
+            f->peak_reserved_seq = f->peak_allocated_seq;
+        }
+}
+
+int gm_model_devices(const gm_model *m, int *lo, int *hi) {
+    int n = 0;
+    if (lo) *lo = 0;
+    if (hi) *hi = 0;
+    for (int i = 0; m->devs && i < GM_DEVICES; i++) {
+        if (!m->devs[i].peak_allocated && !m->devs[i].peak_reserved) continue;
+        if (lo && !n) *lo = i;
+        if (hi) *hi = i;
+        n++;
+    }
+    return n;
+}
+
+int gm_busiest_device(const gm_model *m) {
+    int best = 0;
+    for (int i = 1; m->devs && i < GM_DEVICES; i++) {
+        const gm_dev_figs *f = &m->devs[i], *b = &m->devs[best];
+        if (f->peak_reserved > b->peak_reserved ||
+            (f->peak_reserved == b->peak_reserved && f->peak_allocated > b->peak_allocated))
+            best = i;
+    }
+    return best;
+}
+
+int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
+    if (!m->devs || dev < 0 || dev >= GM_DEVICES) return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < m->nallocs; i++) n += m->allocs[i].device == dev;
+    gm_alloc *a = malloc((n ? n : 1) * sizeof *a);
+    if (!a) return -1;
+    n = 0;
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (m->allocs[i].device == dev) a[n++] = m->allocs[i];
+    *v = *m;
+    v->allocs = a, v->nallocs = v->allocs_cap = n;
+    /* the indexes of the whole model's lists mean nothing in this array */
+    v->deaths_linked = 0, v->first_death = 0;
+    v->death_marks = NULL, v->ndeath_marks = v->death_marks_cap = v->ndeaths = 0;
+    v->alive = NULL, v->nalive = 0, v->alive_known = 0;
+    const gm_dev_figs *f = &m->devs[dev];
+    v->allocated = f->allocated, v->requested = f->requested, v->reserved = f->reserved;
+    v->peak_allocated = f->peak_allocated, v->peak_allocated_seq = f->peak_allocated_seq;
+    v->peak_requested = f->peak_requested, v->peak_requested_seq = f->peak_requested_seq;
+    v->peak_reserved = f->peak_reserved, v->peak_reserved_seq = f->peak_reserved_seq;
+    v->device_only = dev + 1;
+    return 0;
+}
+
+void gm_model_device_view_free(gm_model *v) {
+    if (v->device_only) free(v->allocs);
+    v->allocs = NULL, v->nallocs = 0;
+}
+
+
 /* model_load's answer when the page reader gave up after rows were swept (not an errno, not
  * -1) */
 enum { LOAD_RESTART = 2 };
@@ -961,6 +1119,9 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
                .last_step = -1};
+    /* figures per device (gm_dev_figs): without memory for them the report has only the sums */
+    m->devs = calloc(GM_DEVICES, sizeof *m->devs);
+    m->torch.devs = calloc(GM_DEVICES, sizeof *m->torch.devs);
     m->deaths_linked = 1; /* death_note */
     /* the live map sparse from the start (a load of a few percent where a program holds a few
      * hundred allocations): an allocation's or a free's probe then mostly ends at its first slot,
@@ -1050,6 +1211,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     /* deaths in seq order are in increasing order as numbers only where no seq is negative (a
      * rowid can be; the recorder's never are): the first allocation's birth says */
     if (m->nallocs && (int64_t)m->allocs[0].birth < 0) m->deaths_linked = 0;
+    dev_allocated(m);
     if (!m->have_segments) {
         m->peak_reserved = m->peak_allocated;
         m->peak_reserved_seq = m->peak_allocated_seq;
@@ -1137,6 +1299,7 @@ gm_model gm_model_torch_view(const gm_model *m) {
     v.have_segments = 1;
     v.devused = NULL;
     v.is_torch_view = 1;
+    v.devs = t->devs;
     memset(&v.torch, 0, sizeof v.torch);
     return v;
 }
@@ -1176,6 +1339,8 @@ void gm_model_free(gm_model *m) {
     free(m->steps);
     free(m->torch.allocs);
     free(m->torch.steps);
+    free(m->devs);
+    free(m->torch.devs);
     u64map_free(&m->str_idx);
     u64map_free(&m->frame_idx);
     u64map_free(&m->stack_idx);

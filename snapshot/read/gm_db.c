@@ -528,6 +528,30 @@ void gm_ending_say(gm_db *d, FILE *out) {
     if (line[0]) fprintf(out, "gpumem: note: %s: %s\n", d->path, line);
 }
 
+int gm_db_devices(gm_db *d, int *lo, int *hi) {
+    int n = 0;
+    *lo = *hi = 0;
+    sqlite3_stmt *s;
+    if (!gm_table_exists(d, "streams") ||
+        sqlite3_prepare_v2(d->db, "SELECT count(DISTINCT device), min(device), max(device) FROM streams "
+                                  "WHERE device >= 0", -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        n = sqlite3_column_int(s, 0);
+        *lo = sqlite3_column_int(s, 1), *hi = sqlite3_column_int(s, 2);
+    }
+    sqlite3_finalize(s);
+    return n;
+}
+
+void gm_devices_say(gm_db *d, const char *figures, FILE *out) {
+    int lo, hi, n = gm_db_devices(d, &lo, &hi);
+    if (n > 1)
+        fprintf(out, "gpumem: note: %s: the program used %d devices (%d to %d): %s add them together "
+                     "(no device held that much at once); gpumem report gives each device's peaks\n",
+                d->path, n, lo, hi, figures);
+}
+
 void gm_lossy_say(gm_db *d, FILE *out) {
     char line[1200];
     gm_lossy_line(d, line, sizeof line);

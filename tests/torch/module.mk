@@ -28,6 +28,9 @@ SCRIPT_TESTS += tests/torch/torch_views.sh
 SCRIPT_TESTS += tests/torch/torch_hooks.sh
 # the forward's op log (gpumem record --torch-ops): its tables, and no allocation changed by it
 SCRIPT_TESTS += tests/torch/torch_ops.sh
+# two devices in one process (PyTorch's view and a C program's): each device's peaks, never their
+# sum; an OOM's tables its own device's; every other command says where it adds devices
+SCRIPT_TESTS += tests/torch/torch_devices.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh

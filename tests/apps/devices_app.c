@@ -1,0 +1,57 @@
+/*
+ * devices_app — memory on two devices of one process (GPUMEM_SIM_DEVICES=2), for the checks that
+ * every figure of a recording with several devices is one device's, never their sum
+ * (tests/torch/torch_devices.sh, the device view):
+ *
+ *   device 0: 64 MiB (dev0_alloc), kept;   device 1: 48 MiB (dev1_alloc), kept
+ *   device 0: 16 MiB freed at once          (device 0's peak stays 64 MiB + 16 MiB = 80 MiB)
+ *   device 1: a request larger than the device (dev1_huge): an out-of-memory error on device 1
+ *
+ * Each device's peak allocated is then 80 MiB and 48 MiB; the two together held 128 MiB, which no
+ * device did. The sites differ per device, so "live at the OOM" shows which device's memory it
+ * lists. Prints "devices_app ok" and exits 0, or names what went wrong and exits 1.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+static int bad;
+static void check(int ok, const char *what) {
+    if (!ok) printf("devices_app: %s failed\n", what), bad++;
+}
+
+/* one function per device: the call sites the report names */
+static __attribute__((noinline)) void *dev0_alloc(size_t n) {
+    void *p = NULL;
+    check(cudaSetDevice(0) == cudaSuccess && cudaMalloc(&p, n) == cudaSuccess, "cudaMalloc on device 0");
+    return p;
+}
+static __attribute__((noinline)) void *dev1_alloc(size_t n) {
+    void *p = NULL;
+    check(cudaSetDevice(1) == cudaSuccess && cudaMalloc(&p, n) == cudaSuccess, "cudaMalloc on device 1");
+    return p;
+}
+static __attribute__((noinline)) int dev1_huge(size_t n) {
+    void *p = NULL;
+    cudaSetDevice(1);
+    cudaError_t e = cudaMalloc(&p, n);
+    cudaGetLastError();
+    return e;
+}
+
+int main(void) {
+    int n = 0;
+    check(cudaGetDeviceCount(&n) == cudaSuccess && n >= 2, "two devices (GPUMEM_SIM_DEVICES=2)");
+    if (bad) return 1;
+    void *a = dev0_alloc(64u << 20);
+    void *b = dev1_alloc(48u << 20);
+    void *c = dev0_alloc(16u << 20);
+    cudaSetDevice(0);
+    check(cudaFree(c) == cudaSuccess, "cudaFree on device 0");
+    check(dev1_huge((size_t)1 << 40) == cudaErrorMemoryAllocation, "an out-of-memory error on device 1");
+    cudaSetDevice(1);
+    check(cudaFree(b) == cudaSuccess, "cudaFree on device 1");
+    cudaSetDevice(0);
+    check(cudaFree(a) == cudaSuccess, "cudaFree on device 0");
+    if (!bad) printf("devices_app ok\n");
+    return bad ? 1 : 0;
+}
