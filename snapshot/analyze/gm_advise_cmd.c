@@ -217,6 +217,33 @@ static unsigned spec_ntech(const spec *s)
            (s->accum > 1) + s->expandable;
 }
 
+/* Whether x's techniques are some of y's, fewer of them (x is a part of the combination y). */
+static int spec_part_of(const spec *x, const spec *y)
+{
+    if (spec_ntech(x) >= spec_ntech(y)) return 0;
+    if (x->rc & ~y->rc) return 0;
+    if (x->rc_class >= 0 && x->rc_class != y->rc_class) return 0;
+    if ((x->ckpt && !y->ckpt) || (x->bf16 && !y->bf16) || (x->off_act && !y->off_act) ||
+        (x->off_opt && !y->off_opt) || (x->grad_none && !y->grad_none) || (x->expandable && !y->expandable))
+        return 0;
+    return x->accum <= 1 || x->accum == y->accum;
+}
+
+/* A combination is worth its extra changes only when it lowers the peak below every one of its
+ * parts (the singles and the smaller stacks, all replayed): one that a part beats (set_to_none
+ * stacked on an offload that it made worse) would tell the user to make a change that costs
+ * memory. */
+static int beaten_by_part(const spec *y, const spec *recs, size_t nrecs, const spec *all, size_t nall)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const spec *v = pass ? all : recs;
+        size_t nv = pass ? nall : nrecs;
+        for (size_t i = 0; i < nv; i++)
+            if (v[i].ok && spec_part_of(&v[i], y) && v[i].r.peak_reserved <= y->r.peak_reserved) return 1;
+    }
+    return 0;
+}
+
 /* The trainer's flags for a candidate, "" when nothing: each flag the candidate sets, merged
  * with the recorded command's value of it (lists joined, micro-batches multiplied), so that
  * the flags replace the recorded ones (--check: rerun_cmdline). */
@@ -1729,7 +1756,8 @@ int gm_advise_main(int argc, char **argv)
                       spec_ntech(x) == spec_ntech(y) && j < i);
             dominated = le && lt;
         }
-        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
+        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved &&
+            !beaten_by_part(&all[i], recs, nrecs, all, nall))
             PUSH(front, nfront, fcap, all[i]);
     }
     if (nfront > 1) gm_sort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */
