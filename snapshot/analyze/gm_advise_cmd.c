@@ -176,6 +176,7 @@ typedef struct ctx {
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
     char notes[14][1024]; /* what the model does not capture, or how it read the recording */
+    gm_torch_reset reset; /* where the program reset PyTorch's peak stats (its max_memory_*()) */
     int nnotes;
     /* techniques not predicted for this recording (JSON not_predicted): the note that says why */
     struct {
@@ -1381,6 +1382,7 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     phases_note(&d, &c);
+    gm_torch_peak_reset(&d, &c.reset);
     gm_db_close(&d);
     backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
@@ -1469,13 +1471,19 @@ int gm_advise_main(int argc, char **argv)
             if (!c.blocks[0]) snprintf(c.blocks, sizeof c.blocks, "%.*s", (int)(dot - nm), nm);
             if (!strncmp(nm, c.blocks, strlen(c.blocks)) && k > c.nblocks) c.nblocks = k;
         }
+        const gm_torch_reset reset = c.reset;
         if (c.m.torch == 1)
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
-                     "a PyTorch recording: predicted peaks are PyTorch's own (what torch.cuda.max_memory_allocated "
-                     "and max_memory_reserved print: its tensors replayed under its allocator's policy, %.300s); the "
-                     "device held %" PRIu64 " bytes more at its peak reserved (libraries' workspaces, gpumem's cache)",
+                     "a PyTorch recording: predicted peaks are PyTorch's own (%s: its tensors replayed under its "
+                     "allocator's policy, %.300s); the device held %" PRIu64 " bytes more at its peak reserved "
+                     "(libraries' workspaces, gpumem's cache)",
+                     reset.count ? "the whole run's, not its max_memory_allocated/_reserved() after its reset"
+                                 : "what torch.cuda.max_memory_allocated and max_memory_reserved print",
                      c.m.config, c.m.device_peak_reserved > c.m.rec_peak_reserved
                                      ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
+        /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
+        if (c.m.torch == 1 && reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
+            gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
         else
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
