@@ -2950,11 +2950,25 @@ out:
 
 /* ------------------------------------------------------------------ gradients and optimizer */
 
+/* The step an event outside every step stands at: the first step that starts after it (freed
+ * between two steps is freed before the later one, as if at its start), or nsteps after the
+ * last one (teardown). */
+static size_t step_after(const adv_model *m, size_t e)
+{
+    size_t k = 0;
+    for (size_t s = 0; s < m->nsteps; s++) k += m->steps[s].start_ns <= m->evs[e].t;
+    return k;
+}
+
 /* Persistent across steps: never freed, freed after every step (teardown), or alive through
- * the whole next step. (A tensor handed from one step's end to the next one's start is not.) */
+ * the whole next step. (A tensor handed from one step's end to the next one's start is not; nor
+ * one freed between the steps, a zero_grad(set_to_none=True) after optimizer.step(), outside
+ * the hooks' "step N" ranges.) */
 static int persists(const adv_model *m, size_t b, size_t d)
 {
-    return d == SIZE_MAX || m->evs[d].step < 0 || m->evs[d].step >= m->evs[b].step + 2;
+    if (d == SIZE_MAX) return 1;
+    size_t at = m->evs[d].step >= 0 ? (size_t)m->evs[d].step : step_after(m, d);
+    return at >= m->nsteps || at >= (size_t)m->evs[b].step + 2;
 }
 /* Gradients and optimizer state are created in the first step (or the second, when the first
  * is a warm-up); something born later and kept is a leak or a cache, not a technique's target. */

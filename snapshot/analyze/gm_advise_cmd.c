@@ -178,6 +178,7 @@ typedef struct ctx {
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
     char notes[14][1024]; /* what the model does not capture, or how it read the recording */
+    gm_torch_reset reset; /* where the program reset PyTorch's peak stats (its max_memory_*()) */
     int nnotes;
     /* techniques not predicted for this recording (JSON not_predicted): the note that says why */
     struct {
@@ -217,6 +218,33 @@ static unsigned spec_ntech(const spec *s)
 {
     return (s->rc || s->rc_class >= 0 || s->ckpt) + s->bf16 + s->off_act + s->off_opt + s->grad_none +
            (s->accum > 1) + s->expandable;
+}
+
+/* Whether x's techniques are some of y's, fewer of them (x is a part of the combination y). */
+static int spec_part_of(const spec *x, const spec *y)
+{
+    if (spec_ntech(x) >= spec_ntech(y)) return 0;
+    if (x->rc & ~y->rc) return 0;
+    if (x->rc_class >= 0 && x->rc_class != y->rc_class) return 0;
+    if ((x->ckpt && !y->ckpt) || (x->bf16 && !y->bf16) || (x->off_act && !y->off_act) ||
+        (x->off_opt && !y->off_opt) || (x->grad_none && !y->grad_none) || (x->expandable && !y->expandable))
+        return 0;
+    return x->accum <= 1 || x->accum == y->accum;
+}
+
+/* A combination is worth its extra changes only when it lowers the peak below every one of its
+ * parts (the singles and the smaller stacks, all replayed): one that a part beats (set_to_none
+ * stacked on an offload that it made worse) would tell the user to make a change that costs
+ * memory. */
+static int beaten_by_part(const spec *y, const spec *recs, size_t nrecs, const spec *all, size_t nall)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const spec *v = pass ? all : recs;
+        size_t nv = pass ? nall : nrecs;
+        for (size_t i = 0; i < nv; i++)
+            if (v[i].ok && spec_part_of(&v[i], y) && v[i].r.peak_reserved <= y->r.peak_reserved) return 1;
+    }
+    return 0;
 }
 
 /* The trainer's flags for a candidate, "" when nothing: each flag the candidate sets, merged
@@ -1355,6 +1383,7 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     phases_note(&d, &c);
+    gm_torch_peak_reset(&d, &c.reset);
     gm_db_close(&d);
     backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
@@ -1443,13 +1472,19 @@ int gm_advise_main(int argc, char **argv)
             if (!c.blocks[0]) snprintf(c.blocks, sizeof c.blocks, "%.*s", (int)(dot - nm), nm);
             if (!strncmp(nm, c.blocks, strlen(c.blocks)) && k > c.nblocks) c.nblocks = k;
         }
+        const gm_torch_reset reset = c.reset;
         if (c.m.torch == 1)
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
-                     "a PyTorch recording: predicted peaks are PyTorch's own (what torch.cuda.max_memory_allocated "
-                     "and max_memory_reserved print: its tensors replayed under its allocator's policy, %.300s); the "
-                     "device held %" PRIu64 " bytes more at its peak reserved (libraries' workspaces, gpumem's cache)",
+                     "a PyTorch recording: predicted peaks are PyTorch's own (%s: its tensors replayed under its "
+                     "allocator's policy, %.300s); the device held %" PRIu64 " bytes more at its peak reserved "
+                     "(libraries' workspaces, gpumem's cache)",
+                     reset.count ? "the whole run's, not its max_memory_allocated/_reserved() after its reset"
+                                 : "what torch.cuda.max_memory_allocated and max_memory_reserved print",
                      c.m.config, c.m.device_peak_reserved > c.m.rec_peak_reserved
                                      ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
+        /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
+        if (c.m.torch == 1 && reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
+            gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
         else
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
@@ -1730,7 +1765,8 @@ int gm_advise_main(int argc, char **argv)
                       spec_ntech(x) == spec_ntech(y) && j < i);
             dominated = le && lt;
         }
-        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved)
+        if (!dominated && all[i].r.peak_reserved < c.base.peak_reserved &&
+            !beaten_by_part(&all[i], recs, nrecs, all, nall))
             PUSH(front, nfront, fcap, all[i]);
     }
     if (nfront > 1) gm_sort(front, nfront, sizeof *front, cmp_saving); /* (NULL when empty) */

@@ -272,8 +272,8 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
         const gm_frag_fix *b = &f->fixes[f->best];
         bytes(b->peak_reserved, r, sizeof r);
         fprintf(out, "\n  recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=%s\n"
-                     "               predicted max_memory_reserved() %s\n",
-                b->pytorch[0] ? b->pytorch : "(unset: its defaults)", r);
+                     "               predicted %s %s\n",
+                b->pytorch[0] ? b->pytorch : "(unset: its defaults)", gm_torch_peak_name(&f->reset, 1), r);
     }
     if (f->best_gpumem != SIZE_MAX) {
         const gm_frag_fix *g = &f->fixes[f->best_gpumem];
@@ -286,9 +286,11 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
 
 static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
     fprintf(out, "gpumem frag: %s\n", d->path);
+    char note[512];
+    gm_torch_reset_note(&f->reset, note, sizeof note);
     if (f->torch)
-        fprintf(out, "  configuration  PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s (its tensors replayed from its memory history)\n",
-                f->torch_conf[0] ? f->torch_conf : "(unset)");
+        fprintf(out, "  configuration  PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s (its tensors replayed from its memory history)\n%s%s%s",
+                f->torch_conf[0] ? f->torch_conf : "(unset)", note[0] ? "  note           " : "", note, note[0] ? "\n" : "");
     else if (f->pytorch_recorded)
         fprintf(out, "  configuration  PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s (replayed as GPUMEM_CONF=%s)\n",
                 f->torch_conf[0] ? f->torch_conf : "(unset)", f->recorded_conf);
@@ -473,6 +475,12 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
     } else {
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, f->torch_conf);
+        if (f->reset.count)
+            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
+                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                    f->reset.count, f->reset.seq, f->reset.t_ns, f->reset.max_allocated, f->reset.max_reserved);
+        else
+            fputs(",\"peak_reset\":null", out);
         fputs(",\"gpumem\":", out);
         if (f->best_gpumem == SIZE_MAX) {
             fputs("null", out);
@@ -599,8 +607,8 @@ int gm_frag_main(int argc, char **argv) {
             bytes(meas[1], r, sizeof r);
             double e = b->peak_reserved ? 100.0 * ((double)meas[1] - (double)b->peak_reserved) / (double)b->peak_reserved : 0.0;
             if (f.torch)
-                printf("  check: re-run under PYTORCH_CUDA_ALLOC_CONF=%s: max_memory_reserved() %s measured, %s predicted "
-                       "(error %+.2f%%)\n", b->pytorch, r, p, e);
+                printf("  check: re-run under PYTORCH_CUDA_ALLOC_CONF=%s: %s %s measured, %s predicted "
+                       "(error %+.2f%%)\n", b->pytorch, gm_torch_peak_name(&f.reset, 1), r, p, e);
             else
                 printf("  check: re-run under GPUMEM_CONF=%s: peak reserved %s measured, %s predicted (error %+.2f%%)\n",
                        b->conf, r, p, e);

@@ -168,31 +168,6 @@ static int fc_merge(fc_reader *r, adv_model *am) {
 
 /* ---------------------------------------------------------------- PyTorch's own allocator */
 
-int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved) {
-    *peak_allocated = *peak_reserved = 0;
-    if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT kind, size FROM events WHERE kind IN (31, 32, 34, 35) ORDER BY seq", -1,
-                           &st, NULL) != SQLITE_OK)
-        return 0;
-    uint64_t a = 0, r = 0;
-    int any = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int kind = sqlite3_column_int(st, 0);
-        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
-        any |= kind == REC_TORCH_ALLOC;
-        /* PyTorch's statistics: allocated drops at free_requested, reserved with its segments */
-        if (kind == REC_TORCH_ALLOC) a += size;
-        else if (kind == REC_TORCH_FREE) a -= size < a ? size : a;
-        else if (kind == REC_TORCH_SEG_MAP) r += size;
-        else r -= size < r ? size : r;
-        if (a > *peak_allocated) *peak_allocated = a;
-        if (r > *peak_reserved) *peak_reserved = r;
-    }
-    sqlite3_finalize(st);
-    return any;
-}
-
 /* A recording of a PyTorch program with PyTorch's own allocator (its history merged, kinds
  * 31-35): the trace is its tensors (torch_alloc with the bytes asked for, torch_free when the
  * tensor let go of the block, torch_free_completed when the block was reusable), replayed under

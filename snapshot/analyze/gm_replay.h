@@ -50,9 +50,7 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
  * PYTORCH_CUDA_ALLOC_CONF it ran with (am->mode "torch", am->config that string), and
  * am->rec_peak_* are PyTorch's own (max_memory_allocated / max_memory_reserved). */
 static inline int gm_replay_is_torch(const adv_model *am) { return strcmp(am->mode, "torch") == 0; }
-/* PyTorch's peaks by its own rules (block sizes, allocated dropping at free_requested, reserved =
- * its segments) from a merged history: 1 with them, 0 when the recording has none. */
-int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved);
+/* gm_torch_peaks, gm_torch_peak_reset: gm_report.h */
 
 /* ---- configuration strings ---- */
 /* 1 when two configurations parse to the same settings. */

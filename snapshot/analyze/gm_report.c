@@ -1274,6 +1274,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
     gm_meta_text(d, "torch_history_from", from, sizeof from); /* gpumem: its tracker's trace */
+    gm_torch_reset reset; /* the whole run's peaks are not max_memory_*() after a reset */
+    gm_torch_peak_reset(d, &reset);
     if (o->json) {
         fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
@@ -1286,6 +1288,12 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         gm_json_str(out, ver);
         fputs(",\"conf\":", out);
         gm_json_str(out, conf);
+        if (reset.count)
+            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
+                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                    reset.count, reset.seq, reset.t_ns, reset.max_allocated, reset.max_reserved);
+        else
+            fputs(",\"peak_reset\":null", out);
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
@@ -1313,12 +1321,22 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, "\nPyTorch's allocator (%s, merged: torch %s%s%s)\n",
                 strcmp(from, "gpumem") ? "its own memory history" : "its trace, taken by gpumem's tracker",
                 ver[0] ? ver : "?", conf[0] ? ", PYTORCH_CUDA_ALLOC_CONF=" : "", conf);
-        fprintf(out, "  peak requested      %s (%" PRIu64 " bytes, at event %" PRIu64 "; memory_stats' requested_bytes)\n", q,
-                pv->peak_requested, pv->peak_requested_seq);
-        fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_allocated)\n", a,
-                pv->peak_allocated, pv->peak_allocated_seq);
-        fprintf(out, "  peak reserved       %s (%" PRIu64 " bytes, at event %" PRIu64 "; max_memory_reserved)\n", r,
-                pv->peak_reserved, pv->peak_reserved_seq);
+        fprintf(out, "  peak requested      %s (%" PRIu64 " bytes, at event %" PRIu64 "; %s)\n", q,
+                pv->peak_requested, pv->peak_requested_seq, reset.count ? "the whole run" : "memory_stats' requested_bytes");
+        fprintf(out, "  peak allocated      %s (%" PRIu64 " bytes, at event %" PRIu64 "; %s)\n", a,
+                pv->peak_allocated, pv->peak_allocated_seq, reset.count ? "the whole run" : "max_memory_allocated");
+        fprintf(out, "  peak reserved       %s (%" PRIu64 " bytes, at event %" PRIu64 "; %s)\n", r,
+                pv->peak_reserved, pv->peak_reserved_seq, reset.count ? "the whole run" : "max_memory_reserved");
+        if (reset.count) {
+            char ra[32], rr[32];
+            gm_fmt_bytes(reset.max_allocated, ra, sizeof ra);
+            gm_fmt_bytes(reset.max_reserved, rr, sizeof rr);
+            fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated), %s reserved (%" PRIu64
+                         " bytes; max_memory_reserved): the program reset its peak stats (reset_peak_memory_stats%s) "
+                         "last at event %" PRIu64 ", %.3f s\n",
+                    ra, reset.max_allocated, rr, reset.max_reserved, reset.count > 1 ? ", several times" : "", reset.seq,
+                    (double)reset.t_ns / 1e9);
+        }
         fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(pv->peak_allocated, pv->peak_reserved),
                 tv->nallocs);
         print_devices_text(out, &whole, busy, "max_memory_allocated(d), max_memory_reserved(d)");
@@ -2020,4 +2038,73 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
      * like a leak, a dropped allocation hides one): CI gets its own exit code */
     if (o->fail_on_leak && !judgeable) return GM_EXIT_CANNOT_JUDGE;
     return (o->fail_on_leak && count > 0) ? GM_EXIT_LEAKS : GM_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- PyTorch's own peaks */
+
+/* PyTorch's statistics swept over its merged history: the whole run's peaks, and where the
+ * program reset them (kind 38), the peaks since its last reset, which reset_peak_memory_stats
+ * starts from the current values. 1 with them, 0 when the recording has none. */
+static int torch_peaks_sweep(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved, gm_torch_reset *rs) {
+    *peak_allocated = *peak_reserved = 0;
+    memset(rs, 0, sizeof *rs);
+    if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, size, seq, t FROM events WHERE kind IN (31, 32, 34, 35, 38) ORDER BY seq",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    uint64_t a = 0, r = 0;
+    int any = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 0);
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        any |= kind == REC_TORCH_ALLOC;
+        if (kind == REC_TORCH_RESET_PEAK) {
+            rs->count++;
+            rs->seq = (uint64_t)sqlite3_column_int64(st, 2), rs->t_ns = (uint64_t)sqlite3_column_int64(st, 3);
+            rs->max_allocated = a, rs->max_reserved = r;
+            continue;
+        }
+        /* PyTorch's statistics: allocated drops at free_requested, reserved with its segments */
+        if (kind == REC_TORCH_ALLOC) a += size;
+        else if (kind == REC_TORCH_FREE) a -= size < a ? size : a;
+        else if (kind == REC_TORCH_SEG_MAP) r += size;
+        else r -= size < r ? size : r;
+        if (a > *peak_allocated) *peak_allocated = a;
+        if (r > *peak_reserved) *peak_reserved = r;
+        if (a > rs->max_allocated) rs->max_allocated = a;
+        if (r > rs->max_reserved) rs->max_reserved = r;
+    }
+    sqlite3_finalize(st);
+    if (!rs->count) rs->max_allocated = *peak_allocated, rs->max_reserved = *peak_reserved;
+    return any;
+}
+
+int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved) {
+    gm_torch_reset rs;
+    return torch_peaks_sweep(d, peak_allocated, peak_reserved, &rs);
+}
+
+int gm_torch_peak_reset(gm_db *d, gm_torch_reset *rs) {
+    uint64_t a, r;
+    torch_peaks_sweep(d, &a, &r, rs);
+    return rs->count > 0;
+}
+
+const char *gm_torch_peak_name(const gm_torch_reset *rs, int reserved) {
+    if (rs && rs->count) return reserved ? "whole-run peak reserved" : "whole-run peak allocated";
+    return reserved ? "max_memory_reserved()" : "max_memory_allocated()";
+}
+
+void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n) {
+    out[0] = 0;
+    if (!rs || !rs->count) return;
+    char a[32], r[32];
+    gm_fmt_bytes(rs->max_allocated, a, sizeof a);
+    gm_fmt_bytes(rs->max_reserved, r, sizeof r);
+    snprintf(out, n,
+             "the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats%s, last at event %" PRIu64
+             ", %.3f s): its max_memory_allocated() / max_memory_reserved() count from there (%s / %s at the end); "
+             "the peaks here are the whole run's",
+             rs->count > 1 ? ", several times" : "", rs->seq, (double)rs->t_ns / 1e9, a, r);
 }

@@ -47,6 +47,26 @@ int gm_rerun_ranks(const gm_rerun_origin *o, const char *cmdline, const char *ex
 int gm_rerun_torch(const gm_rerun_origin *o, const char *cmdline, const char *pytorch_conf, uint64_t *peak_allocated,
                    uint64_t *peak_reserved, char *err, size_t errsz);
 
+/* PyTorch's peaks by its own rules (block sizes, allocated dropping at free_requested, reserved =
+ * its segments) from a merged history: 1 with them, 0 when the recording has none. */
+int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved);
+/* Where the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats, event 38):
+ * from there its max_memory_allocated() / max_memory_reserved() count only what follows, so a
+ * whole-run peak must not be quoted under those names. */
+typedef struct gm_torch_reset {
+    uint64_t count;                      /* resets recorded (0: none; the rest is then unset) */
+    uint64_t seq, t_ns;                  /* the last one */
+    uint64_t max_allocated, max_reserved; /* PyTorch's max_memory_*() at the end: since the last
+                                            reset (the whole run's when there is none) */
+} gm_torch_reset;
+/* 1 when the recording has a reset (rs filled), 0 when not (rs->count 0). */
+int gm_torch_peak_reset(gm_db *d, gm_torch_reset *rs);
+/* The name a whole-run PyTorch peak goes by: "max_memory_reserved()" (reserved 1) or
+ * "max_memory_allocated()", or "whole-run peak reserved/allocated" when the program reset them. */
+const char *gm_torch_peak_name(const gm_torch_reset *rs, int reserved);
+/* The one line that says so (when, and PyTorch's own figures since), "" when there was no reset. */
+void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n);
+
 /* A PyTorch script re-run (advise --check on a torch recording): under gpumem record with its
  * hooks (or not), gpumem as PyTorch's allocator (or not), PYTORCH_CUDA_ALLOC_CONF=alloc_conf
  * ("" unset). Measured: PyTorch's own peaks (its merged history: what max_memory_allocated /

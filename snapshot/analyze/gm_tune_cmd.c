@@ -69,12 +69,12 @@ static void print_torch(const gm_tune *t, FILE *out) {
     } else if (t->recorded_best) {
         bytes(t->results[t->best].peak_reserved, re, sizeof re);
         fprintf(out, "\n  for PyTorch's allocator: the recorded configuration is already the best of those tried\n"
-                     "               (replayed: max_memory_reserved() %s)\n", re);
+                     "               (replayed: %s %s)\n", gm_torch_peak_name(&t->reset, 1), re);
     } else {
         const gm_replay_result *b = &t->results[t->best_torch];
         bytes(b->peak_reserved, re, sizeof re);
         fprintf(out, "\n  recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=%s\n", b->pytorch);
-        fprintf(out, "               predicted max_memory_reserved() %s", re);
+        fprintf(out, "               predicted %s %s", gm_torch_peak_name(&t->reset, 1), re);
         if (t->recorded_peak_reserved)
             fprintf(out, " (%+.1f%% against the recording)",
                     100.0 * ((double)b->peak_reserved - (double)t->recorded_peak_reserved) /
@@ -95,10 +95,14 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     fprintf(out, "gpumem tune: %s\n", d->path);
     char rr[32], lim[32];
     bytes(t->recorded_peak_reserved, rr, sizeof rr);
-    if (t->torch)
-        fprintf(out, "  recorded   PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s, max_memory_reserved() %s\n"
-                     "             (its tensors replayed from its memory history)\n",
-                t->torch_conf[0] ? t->torch_conf : "(unset)", rr);
+    if (t->torch) {
+        char note[512];
+        gm_torch_reset_note(&t->reset, note, sizeof note);
+        fprintf(out, "  recorded   PyTorch's allocator, PYTORCH_CUDA_ALLOC_CONF=%s, %s %s\n"
+                     "             (its tensors replayed from its memory history)\n%s%s%s",
+                t->torch_conf[0] ? t->torch_conf : "(unset)", gm_torch_peak_name(&t->reset, 1), rr,
+                note[0] ? "  note       " : "", note, note[0] ? "\n" : "");
+    }
     else if (t->pytorch_recorded)
         fprintf(out, "  recorded   PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s, peak reserved %s\n"
                      "             (replayed as GPUMEM_CONF=%s)\n",
@@ -255,7 +259,14 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     } else {
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, t->torch_conf);
-        fprintf(out, ",\"max_memory_reserved\":%" PRIu64 ",\"recommended\":", t->recorded_peak_reserved);
+        fprintf(out, ",\"max_memory_reserved\":%" PRIu64, t->recorded_peak_reserved);
+        if (t->reset.count) /* then the figures here are the whole run's: PyTorch's own beside */
+            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
+                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                    t->reset.count, t->reset.seq, t->reset.t_ns, t->reset.max_allocated, t->reset.max_reserved);
+        else
+            fputs(",\"peak_reset\":null", out);
+        fputs(",\"recommended\":", out);
         if (t->best_torch == SIZE_MAX) {
             fputs("null", out);
         } else {
@@ -400,7 +411,7 @@ int gm_tune_main(int argc, char **argv) {
             bytes(b->peak_reserved, p, sizeof p);
             bytes(meas[1], m, sizeof m);
             printf("  check: re-run under it: %s %s measured, %s predicted (error %+.2f%%)\n",
-                   t.torch ? "max_memory_reserved()" : "peak reserved", m, p,
+                   t.torch ? gm_torch_peak_name(&t.reset, 1) : "peak reserved", m, p,
                    b->peak_reserved ? 100.0 * ((double)meas[1] - (double)b->peak_reserved) / (double)b->peak_reserved : 0.0);
         }
     }

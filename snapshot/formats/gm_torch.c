@@ -341,6 +341,7 @@ enum {
     TA_NAME,
     TA_EMPTY_CACHE,
     TA_FRACTION,
+    TA_RESET_PEAK,
     TA_OTHER
 };
 
@@ -1029,7 +1030,8 @@ static const int kind_of_action[] = {[TA_ALLOC] = REC_TORCH_ALLOC,
                                      [TA_SEG_UNMAP] = REC_TORCH_SEG_UNMAP,
                                      [TA_OOM] = REC_OOM,
                                      [TA_EMPTY_CACHE] = REC_TORCH_EMPTY_CACHE,
-                                     [TA_FRACTION] = REC_TORCH_MEMORY_FRACTION};
+                                     [TA_FRACTION] = REC_TORCH_MEMORY_FRACTION,
+                                     [TA_RESET_PEAK] = REC_TORCH_RESET_PEAK};
 
 /* The tracker's entries (preload/torch_trace.c), little-endian: 72 bytes each (addr, size, seq,
  * t_ns, stream, pool[2], action, device, stack, pad); 48 before 2026-12-05 (addr, size, seq, t_ns,
@@ -1212,7 +1214,8 @@ static void pair_trace(merge *m, const gpk_val *trace, int dev, titem *it, size_
  * clock, never moved by PyTorch's. */
 static int is_hook_item(const titem *t)
 {
-    return t->action == TA_NAME || t->action == TA_EMPTY_CACHE || t->action == TA_FRACTION;
+    return t->action == TA_NAME || t->action == TA_EMPTY_CACHE || t->action == TA_FRACTION ||
+           t->action == TA_RESET_PEAK;
 }
 
 /* A hook's stamp on item t: wall ns w, and, where the tracker ran, the recorder's seq and clock
@@ -1234,7 +1237,9 @@ static void stamp_set(merge *m, titem *t, uint64_t w, uint64_t xseq, uint64_t tn
  * trace entries are only the segments it gave back (none under expandable segments, where it
  * unmapped nothing: the call itself is what another configuration's replay needs), and
  * ("memory_fraction", ..., bytes, ..., millionths) for set_per_process_memory_fraction (or the
- * fraction at the start): bytes PyTorch's cap on reserved. A mark of another shape is skipped. */
+ * fraction at the start): bytes PyTorch's cap on reserved, and ("reset_peak", ..., 0, ...) for
+ * torch.cuda.reset_peak_memory_stats(), which PyTorch's trace does not show either (its
+ * max_memory_*() count from there). A mark of another shape is skipped. */
 static int marks_collect(merge *m, const gpk_val *marks, int64_t start_unix_ns)
 {
     for (size_t i = 0; marks && marks->type == GPK_LIST && i < marks->len; i++) {
@@ -1247,7 +1252,10 @@ static int marks_collect(merge *m, const gpk_val *marks, int64_t start_unix_ns)
             gpk_as_u64(r->items[3], &value) != 0 || gpk_as_u64(r->items[4], &xseq) != 0 ||
             gpk_as_u64(r->items[5], &tn) != 0)
             continue;
-        int action = !strcmp(what, "empty_cache") ? TA_EMPTY_CACHE : !strcmp(what, "memory_fraction") ? TA_FRACTION : -1;
+        int action = !strcmp(what, "empty_cache")       ? TA_EMPTY_CACHE
+                     : !strcmp(what, "memory_fraction") ? TA_FRACTION
+                     : !strcmp(what, "reset_peak")      ? TA_RESET_PEAK
+                                                        : -1;
         if (action < 0) continue;
         if (action == TA_FRACTION && (r->len < 7 || gpk_as_u64(r->items[6], &millionths) != 0)) continue;
         titem *t = item_add(m);

@@ -105,18 +105,20 @@ enum rec_torch_kind {
                                       that used it caught up)                                */
     REC_TORCH_SEG_MAP = 34,        /* PyTorch reserved memory: segment_alloc, segment_map     */
     REC_TORCH_SEG_UNMAP = 35,      /* and gave it back: segment_free, segment_unmap           */
-    /* 36, 37: the program's own calls that change PyTorch's cache, from gpumem's hooks (not in
+    /* 36-38: the program's own calls that change PyTorch's cache, from gpumem's hooks (not in
      * PyTorch's trace: an empty_cache that frees nothing leaves no entry there) */
     REC_TORCH_EMPTY_CACHE = 36,    /* torch.cuda.empty_cache(): device = the current device    */
-    REC_TORCH_MEMORY_FRACTION = 37 /* set_per_process_memory_fraction, or the fraction in force
+    REC_TORCH_MEMORY_FRACTION = 37, /* set_per_process_memory_fraction, or the fraction in force
                                       at the start: size = PyTorch's cap on reserved, in bytes
                                       (fraction x the device's total memory; 0: no cap),
                                       requested = the fraction in millionths                  */
+    REC_TORCH_RESET_PEAK = 38      /* torch.cuda.reset_peak_memory_stats(device): from here its
+                                      max_memory_allocated/_reserved() count only what follows */
 };
 
-/* A kind the merge writes after the run (31-37), never the program's threads. */
+/* A kind the merge writes after the run (31-38), never the program's threads. */
 static inline int rec_kind_merged(unsigned kind) {
-    return kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_MEMORY_FRACTION;
+    return kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_RESET_PEAK;
 }
 
 /* REC_DEVICE_INFO's alloc_id: when the sample was taken. */

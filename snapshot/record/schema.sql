@@ -232,3 +232,10 @@ INSERT INTO kinds VALUES (31,'torch_alloc'),(32,'torch_free'),(33,'torch_free_co
 -- bytes (the fraction x the device's total memory; 0: no cap), requested = the fraction in
 -- millionths.
 INSERT INTO kinds VALUES (36,'torch_empty_cache'),(37,'torch_memory_fraction');
+
+-- Event kind 38 (added within 1.3, 2026-12-08; older files have none): torch_reset_peak, the
+-- program called torch.cuda.reset_peak_memory_stats (or reset_max_memory_allocated / _cached)
+-- for device: from there its max_memory_allocated() / max_memory_reserved() count only what
+-- follows. Noted and merged as 36-37 are; report, tune, frag, advise and viz say where the
+-- program reset them and give PyTorch's figures since the last reset beside the whole run's.
+INSERT INTO kinds VALUES (38,'torch_reset_peak');

@@ -9,6 +9,9 @@
 #     set_to_none is in effect: no recommendation or combination proposes it, the JSON lists
 #     grad_none among the recorded techniques;
 #   - the same loop zeroing in place (set_to_none=False) is proposed set_to_none;
+#   - so is a loop in two phases zeroing after optimizer.step(), outside the "step N" ranges
+#     (torch_advise_phases.py), and no combination is shown that one of its parts (a single
+#     technique or a smaller stack) beats or equals (review of 2026-12-08);
 #   - checkpointing a user's blocks (torch_advise_ckpt.py: Linear-ReLU-Linear with a residual, the
 #     loss computed outside the model) is predicted within BAR % of the checkpointed run's
 #     max_memory_allocated / max_memory_reserved, recorded without and with the op log (review
@@ -83,6 +86,42 @@ techs() { python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]
 grep -q "change: optimizer.zero_grad(set_to_none=True)" "$tmp/keep.txt" && ! grep -q "note: no gradient outlives" "$tmp/keep.txt" \
   && ok "gradients zeroed in place: set_to_none proposed" \
   || bad "set_to_none=False: $(grep -h "set_to_none\|outlives" "$tmp/keep.txt" | head -3)"
+# set_to_none in effect however the loop is laid out, and no combination a part of it beats (review
+# of 2026-12-08: a loop zeroing after optimizer.step(), between the hooks' "step N" ranges, in two
+# phases with an empty_cache, was told to add zero_grad(set_to_none=True) in a combination that
+# predicted more than its offload alone). "ROW|SCRIPT|ARG|set_to_none in effect (1) or proposed (0)"
+while IFS='|' read -r row script arg inef; do
+  if [[ ! -f $tmp/$row.json ]]; then
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False,max_split_size_mb:64,garbage_collection_threshold:0.6,roundup_power2_divisions:4 \
+      GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/$row.db" -- "$torch_py" "$script" "$arg" > "$tmp/$row.rec" 2>&1 ||
+      { bad "$row: the recording failed: $(tail -3 "$tmp/$row.rec")"; continue; }
+    "$G" advise "$tmp/$row.db" > "$tmp/$row.txt" 2>&1 || { bad "$row: advise failed: $(tail -3 "$tmp/$row.txt")"; continue; }
+    "$G" advise --json "$tmp/$row.db" > "$tmp/$row.json" 2>/dev/null || { bad "$row: advise --json failed"; continue; }
+  fi
+  if [[ $inef == 1 ]]; then
+    [[ " $(techs "$tmp/$row.json") " == *" grad_none "* ]] && grep -q "note: no gradient outlives its step" "$tmp/$row.txt" \
+      && ! grep -q "set_to_none=True)$\|set_to_none=True);\|gradients set to none" "$tmp/$row.txt" \
+      && ok "$row: set_to_none in effect: said, and proposed nowhere" \
+      || bad "$row: set_to_none in effect, not seen: $(grep -h "set_to_none\|set to none\|outlives" "$tmp/$row.txt" | head -3)"
+  elif [[ $inef == 0 ]]; then
+    grep -q "set_to_none=True)" "$tmp/$row.txt" && ! grep -q "note: no gradient outlives" "$tmp/$row.txt" \
+      && ok "$row: gradients zeroed in place: set_to_none proposed" || bad "$row: set_to_none not proposed"
+  fi
+  beaten=$(jq -r '(.recommendations + .combinations) as $all | .combinations[] | . as $c
+      | [$all[] | select((.techniques | length) < ($c.techniques | length) and ((.techniques - $c.techniques) | length) == 0
+                         and (.k == null or .k == $c.k) and .predicted.peak_reserved <= $c.predicted.peak_reserved)]
+      | select(length > 0) | "\($c.techniques | join("+")) \($c.predicted.peak_reserved) beaten by \(.[0].techniques | join("+")) \(.[0].predicted.peak_reserved)"' \
+      "$tmp/$row.json")
+  [[ -z $beaten ]] && ok "$row: every combination ($(jq '.combinations | length' "$tmp/$row.json")) saves more than each of its parts" \
+    || bad "$row: combination beaten by a part: $beaten"
+done <<EOT
+none|||1
+keep|||0
+ops|||-
+accum|||-
+phases.none|tests/torch/torch_advise_phases.py|none|1
+phases.keep|tests/torch/torch_advise_phases.py|keep|0
+EOT
 # checkpointing a user's blocks: predicted vs measured, one row per way of recording
 BAR=${TORCH_ADVISE_BAR:-2}
 ck=tests/torch/torch_advise_ckpt.py

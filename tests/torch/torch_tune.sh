@@ -9,7 +9,9 @@
 #   - --check re-runs the script with the recommendation in PYTORCH_CUDA_ALLOC_CONF, the variable
 #     PyTorch reads first (a PYTORCH_CUDA_ALLOC_CONF already in the environment would otherwise
 #     win: the check runs with one that changes the result), and the measured
-#     max_memory_reserved() equals the predicted one, to the byte.
+#     max_memory_reserved() equals the predicted one, to the byte;
+#   - after torch.cuda.reset_peak_memory_stats() (torch_advise_phases.py) no command quotes a
+#     whole-run peak as max_memory_*(): the reset is recorded, and said with PyTorch's own figures.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/run.db" -- "$torch_py" tests/torch/train_gpt2.py \
@@ -209,4 +211,40 @@ for conf in preset:pytorch-expandable preset:pytorch; do
     || bad "mlp ($conf): the text's under-PyTorch line: $("$G" tune "$tmp/mlp.db" | grep 'under PyTorch')"
   rm -f "$tmp/mlp.db"
 done
+# After torch.cuda.reset_peak_memory_stats() (review of 2026-12-08: report, tune, frag and advise
+# quoted the whole run's peaks as max_memory_allocated() / max_memory_reserved(), which the
+# program's own calls read lower): the reset is recorded (event 38), report gives PyTorch's
+# figures since the reset (JSON .torch.peak_reset) equal to the script's own, and no command quotes
+# a whole-run peak under those names; each says the program reset them. tune --check compares the
+# re-run's whole run with the prediction, said so. "COMMAND|what it must say of the reset"
+ph=tests/torch/torch_advise_phases.py
+GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/ph.db" -- "$torch_py" "$ph" > "$tmp/ph.out" 2>&1 \
+  || bad "phases: the recording failed: $(tail -3 "$tmp/ph.out")"
+fig() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/ph.out"; }
+mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
+n38=$(sqlite3 "$tmp/ph.db" "SELECT count(*) FROM events e JOIN kinds k ON k.id = e.kind WHERE k.name = 'torch_reset_peak'" 2>&1)
+[[ $n38 == 1 ]] && ok "phases: the reset is recorded (one torch_reset_peak event)" || bad "phases: torch_reset_peak events: '$n38'"
+got=$("$G" report --json "$tmp/ph.db" | jq -r '.torch | "\(.peak_allocated) \(.peak_reserved) \(.peak_reset.max_memory_allocated) \(.peak_reset.max_memory_reserved)"')
+want="$(fig whole_run_allocated) $(fig whole_run_reserved) $(fig max_memory_allocated) $(fig max_memory_reserved)"
+[[ $got == "$want" ]] && ok "phases: report's whole-run peaks and, since the reset, the script's own max_memory_*(): $got" \
+  || bad "phases: report .torch peaks / peak_reset '$got', the script's '$want'"
+wa=$(fig whole_run_allocated) wr=$(fig whole_run_reserved)
+while IFS='|' read -r name cmd says; do
+  # shellcheck disable=SC2086
+  GPUMEM_SIM_BACKING=memory "$G" $cmd "$tmp/ph.db" > "$tmp/ph.cmd" 2>&1 || { bad "phases: $name failed: $(tail -2 "$tmp/ph.cmd")"; continue; }
+  wrong=$(grep -E "max_memory_(allocated|reserved)" "$tmp/ph.cmd" | grep -F -e "$(mib "$wa")" -e "$(mib "$wr")" -e "$wa bytes" -e "$wr bytes" | head -2)
+  [[ -z $wrong ]] && grep -q "$says" "$tmp/ph.cmd" && ok "phases: $name: no whole-run peak called max_memory_*(); says '$says'" \
+    || bad "phases: $name: '$(echo "$wrong" | cut -c1-200)'; reset said: $(grep -c "$says" "$tmp/ph.cmd")"
+done <<'EOT'
+report|report|since the reset .*the program reset its peak stats
+tune|tune|the program reset PyTorch's peak stats
+tune --check|tune --check|check: re-run under it: whole-run peak reserved
+frag|frag|the program reset PyTorch's peak stats
+advise|advise|note: the program reset PyTorch's peak stats
+EOT
+GPUMEM_SIM_BACKING=memory "$G" tune --json --check "$tmp/ph.db" > "$tmp/ph.tune.json" 2> "$tmp/ph.tune.err"
+pm=$(jq -r '"\(.torch.recommended.predicted.max_memory_reserved) \(.check.measured.peak_reserved) \(.torch.peak_reset.seq)"' "$tmp/ph.tune.json")
+read -r p m s <<< "$pm"
+[[ $p =~ ^[0-9]+$ && $p == "$m" && $s =~ ^[0-9]+$ ]] && ok "phases: tune --check: the re-run's whole run $m = the predicted whole run $p (the reset said: .torch.peak_reset)" \
+  || bad "phases: tune --check: predicted '$p', measured '$m', peak_reset.seq '$s': $(tail -2 "$tmp/ph.tune.err")"
 exit $fail

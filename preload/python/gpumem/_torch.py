@@ -202,14 +202,18 @@ def _note_fraction(torch, device, fraction):
 
 def _cache_calls(torch):
     """The program's calls that change PyTorch's cache, as marks in the dump (the merge makes them
-    events 36 and 37, snapshot/README.md): torch.cuda.empty_cache(), noted before it runs (the
+    events 36, 37 and 38, snapshot/README.md): torch.cuda.empty_cache(), noted before it runs (the
     segments it gives back come after it in PyTorch's trace; under expandable segments it may give
     back nothing and leave no entry there, but under another configuration its replay would), and
     every set_per_process_memory_fraction, noted after it (a fraction PyTorch refused is not;
-    the program's first call initializes CUDA, and with it the tracker that stamps the note). Both
-    names of each (torch.cuda's and torch.cuda.memory's) are wrapped: a program calls either."""
+    the program's first call initializes CUDA, and with it the tracker that stamps the note), and
+    torch.cuda.reset_peak_memory_stats, noted after it (event 38: from there the program's
+    max_memory_allocated() / max_memory_reserved() count only what follows, and the readers say
+    so; reset_max_memory_allocated / _cached call it by its module's name, so they are seen too).
+    Both names of each (torch.cuda's and torch.cuda.memory's) are wrapped: a program calls either."""
     mem = torch.cuda.memory
     orig_empty, orig_fraction = mem.empty_cache, mem.set_per_process_memory_fraction
+    orig_reset = mem.reset_peak_memory_stats
 
     def empty_cache():
         try:
@@ -227,13 +231,22 @@ def _cache_calls(torch):
             _warn("noting set_per_process_memory_fraction", e)
         return r
 
-    for f in (empty_cache, set_per_process_memory_fraction):
-        f.__doc__, f.__wrapped__ = getattr(mem, f.__name__).__doc__, getattr(mem, f.__name__)
+    def reset_peak_memory_stats(device=None):
+        r = orig_reset(device)
+        try:
+            _note("reset_peak", torch.cuda._utils._get_device_index(device, optional=True))
+        except Exception as e:  # noqa: BLE001
+            _warn("noting torch.cuda.reset_peak_memory_stats", e)
+        return r
+
+    wrapped = ((empty_cache, orig_empty), (set_per_process_memory_fraction, orig_fraction),
+               (reset_peak_memory_stats, orig_reset))
+    for f, orig in wrapped:
+        f.__doc__, f.__wrapped__ = orig.__doc__, orig
     for mod in (torch.cuda, mem):
-        if getattr(mod, "empty_cache", None) is orig_empty:
-            mod.empty_cache = empty_cache
-        if getattr(mod, "set_per_process_memory_fraction", None) is orig_fraction:
-            mod.set_per_process_memory_fraction = set_per_process_memory_fraction
+        for f, orig in wrapped:
+            if getattr(mod, f.__name__, None) is orig:
+                setattr(mod, f.__name__, f)
 
 
 def _fraction_at_start(torch):
