@@ -78,20 +78,28 @@ static const char *const usage_main =
     "usage error in every command, never the last one silently taken; the same value twice, or\n"
     "a flag twice (--json --json), is accepted.\n"
     "\n"
-    "`gpumem COMMAND --help` tells more. The database schema is documented in\n"
+    "`gpumem COMMAND --help` (or `gpumem help COMMAND`) tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
     "\n"
-    "exit codes: 0 ok; 1 leaks found (leaks --fail-on-leak), no allocation matches (uses) or the\n"
-    "peak grew (diff --fail-if-peak-grows);\n"
-    "2 usage error; 3 the database cannot be read (missing, damaged, not gpumem's, newer\n"
-    "schema), standard output cannot be written (a full disk), it lost events or pages of it\n"
-    "are damaged and the analysis can be wrong for it (report, leaks, frag, tune, advise:\n"
-    "--lossy-ok analyses what can be read), or it cannot judge: leaks --fail-on-leak (events\n"
-    "lost, or the program did not run to its end), diff --fail-if-peak-grows (a side whose\n"
-    "program did not run to its end);\n"
-    "4 libgpumem.so not found;\n"
-    "record: the exit code of CMD (128+N if it was killed by signal N, 127 if it could not run);\n"
-    "2 before CMD runs when a GPUMEM_* setting or FILE is refused; 3 when FILE could not be written.\n";
+    "exit codes (each command's --help lists its own):\n"
+    "  0 ok\n"
+    "  1 a gate or a search says no: leaks --fail-on-leak (leaks found); uses (no allocation\n"
+    "    matches); diff --fail-if-peak-grows (the peak grew); advise --budget (cannot be met);\n"
+    "    tune (no configuration avoids an OOM under the limit); frag --check, tune --check and\n"
+    "    advise --check (the re-run failed, or the plan measured over the budget)\n"
+    "  2 usage error, in every command (record: before CMD runs, a GPUMEM_* setting or FILE\n"
+    "    refused)\n"
+    "  3 report, leaks, frag, tune, advise, uses, diff, viz, export, sql: the database cannot be\n"
+    "    read (missing, damaged, not gpumem's, newer schema), or the output cannot be written (a\n"
+    "    full disk); it lost events or pages of it are damaged and the analysis can be wrong for\n"
+    "    it (report, leaks, frag, tune, advise: --lossy-ok analyses what can be read); it cannot\n"
+    "    judge: leaks --fail-on-leak (events lost, or the program did not run to its end), diff\n"
+    "    --fail-if-peak-grows (a side whose program did not run to its end); import: the snapshot\n"
+    "    cannot be read or DB written; record: FILE could not be written once CMD ran; advise: a\n"
+    "    run that hit an OOM before any step completed (without --oom-step); sql: a failed query\n"
+    "  4 record: libgpumem.so not found\n"
+    "  record: otherwise the exit code of CMD (128+N if it was killed by signal N, 127 if it\n"
+    "    could not run)\n";
 
 static const char *const usage_record =
     "usage: gpumem record [-o FILE] [--force] [-q] [PYTORCH OPTIONS] -- CMD ARGS...\n"
@@ -125,6 +133,8 @@ static const char *const usage_record =
     "                      TorchDispatchMode; slower), merged as the tables torch_ops and\n"
     "                      torch_op_args: what `gpumem advise` needs to predict torch.autocast\n"
     "                      (either allocator; GPUMEM_TORCH_OPS=1 does the same)\n"
+    "  --allocator gpumem and --torch-ops do nothing in a run where no process imports torch\n"
+    "  (a C program): record says so in a note after the run (its exit code stays CMD's)\n"
     "Environment passed through: GPUMEM_STACKS (frames per stack, default 16, 0 = off),\n"
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
@@ -136,7 +146,8 @@ static const char *const usage_record =
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
     "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
-    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said).\n";
+    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said);\n"
+    "4 libgpumem.so not found.\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
@@ -200,9 +211,11 @@ static const char *const usage_sql =
     "(-c '.tables', -c '.schema events') is run by that shell (native frames unnamed there).\n"
     "Queries read from standard input are SQL. The schema is in snapshot/README.md; start with\n"
     "  gpumem sql run.db -c 'SELECT * FROM allocations ORDER BY size DESC LIMIT 10'\n"
-    "Where an allocation came from is its stack's call site, as report names it (the table\n"
-    "stack_sites, made by gpumem sql; stack_frames lists gpumem's own frames first):\n"
-    "  gpumem sql run.db -c 'SELECT a.size, s.function, s.file, s.line FROM allocations a\n"
+    "Where an allocation came from is its stack's call site with its caller, as report names\n"
+    "it (stack_sites.site, \"t_alloc (gpt2.c:200) < layer_forward (gpt2.c:634)\"; its columns\n"
+    "function, file and line are the site's frame alone; the table is made by gpumem sql;\n"
+    "stack_frames lists gpumem's own frames first):\n"
+    "  gpumem sql run.db -c 'SELECT a.size, s.site FROM allocations a\n"
     "    LEFT JOIN stack_sites s ON s.stack = a.stack ORDER BY a.size DESC LIMIT 10'\n"
     "The database is read-only unless --write is given (a mistaken DELETE cannot destroy a\n"
     "recording).\n"
@@ -1040,6 +1053,19 @@ static int run_command(int argc, char **argv) {
         return GM_EXIT_USAGE;
     }
     const char *c = argv[1];
+    /* `gpumem help CMD` is `gpumem CMD --help`: a reader who typed the command's name wants
+     * its page, not the list again (and a typo there is the same usage error as anywhere) */
+    if (strcmp(c, "help") == 0 && argc >= 3) {
+        const char *near = nearest_command(argv[2]);
+        if (argc > 3 || !near || strcmp(near, argv[2]) != 0) {
+            if (argc > 3) fprintf(stderr, "gpumem help: one command at a time (gpumem help COMMAND)\n");
+            else if (near) fprintf(stderr, "gpumem help: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", argv[2], near);
+            else fprintf(stderr, "gpumem help: unknown command '%s'\n(gpumem --help lists the commands)\n", argv[2]);
+            return GM_EXIT_USAGE;
+        }
+        char *help_argv[] = {argv[0], argv[2], "--help", NULL};
+        return run_command(3, help_argv);
+    }
     if (strcmp(c, "--help") == 0 || strcmp(c, "-h") == 0 || strcmp(c, "help") == 0) {
         fputs(usage_main, stdout);
         return 0;

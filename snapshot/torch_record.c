@@ -132,7 +132,12 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
     /* the op log alone, under gpumem as PyTorch's allocator (no history): the same private file */
     const char *ops = getenv("GPUMEM_TORCH_OPS");
     int ops_only = !r->history && ops && !strcmp(ops, "1") && !strcmp(allocator, "gpumem");
-    if (r->history || ops_only) {
+    snprintf(r->torch_only, sizeof r->torch_only, "%s%s%s", strcmp(allocator, "gpumem") ? "" : "--allocator gpumem",
+             ops && !strcmp(ops, "1") && strcmp(allocator, "gpumem") == 0 ? " and " : "",
+             ops && !strcmp(ops, "1") ? "--torch-ops" : "");
+    /* the private file also carries the word (SNAPSHOT.state) that says PyTorch was set up:
+     * without it a torch-only option given to a program that never loads PyTorch goes unsaid */
+    if (r->history || ops_only || r->torch_only[0]) {
         const char *td = getenv("TMPDIR");
         snprintf(r->snapshot, sizeof r->snapshot, "%s/gpumem-torch-XXXXXX", td && *td ? td : "/tmp");
         int fd = mkostemp(r->snapshot, O_CLOEXEC);
@@ -344,8 +349,20 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, const gm_run_db *dbs, 
         }
         remove_dump(snap);
     }
+    /* PyTorch set up in some process of the run: its dump or its word (SNAPSHOT.state) */
+    char state[PATH_MAX + 16];
+    snprintf(state, sizeof state, "%s.state", r->snapshot);
+    struct stat sst;
+    int torch_seen = np > 0 || stat(state, &sst) == 0;
     /* the process gpumem record started: its own file */
     int had = finish_one(r, r->snapshot, dbpath, "", quiet);
+    torch_seen |= had;
+    /* a note, not an error: the run did what was asked of it, and a launcher may well start
+     * Python in a later run with the same line */
+    if (!torch_seen && r->torch_only[0] && !quiet)
+        fprintf(stderr, "gpumem: note: %s %s for PyTorch programs only, and no process of this run imported "
+                        "torch: %s nothing\n", r->torch_only, strstr(r->torch_only, " and ") ? "are" : "is",
+                strstr(r->torch_only, " and ") ? "they changed" : "it changed");
     if (!had && !quiet && r->history && !others) no_trace_line(r->snapshot, "", dbpath != NULL);
     remove_dump(r->snapshot);
     r->snapshot[0] = 0;

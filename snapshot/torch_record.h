@@ -13,6 +13,9 @@ typedef struct gm_torch_run {
     int python;       /* gpumem's Python files were found: the rest applies */
     int history;      /* PyTorch's memory history is dumped and merged */
     char snapshot[PATH_MAX]; /* the private file the hook dumps into ("" none) */
+    /* the options given that only a PyTorch program uses ("--allocator gpumem", "--torch-ops"):
+     * when no process of the run set PyTorch up, the end of the run says they did nothing */
+    char torch_only[64];
 } gm_torch_run;
 
 /* Before the fork: sets PYTHONPATH and GPUMEM_TORCH_* (for the program, or any Python it runs)

@@ -428,7 +428,8 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
 }
 
 /* two steps the leaks section prints alike (one line for both) */
-static int same_step_figures(const gm_step *a, const gm_step *b) {
+static int same_step_figures(const void *ctx, size_t i, size_t j) {
+    const gm_step *a = &((const gm_model *)ctx)->steps[i], *b = &((const gm_model *)ctx)->steps[j];
     return a->end_allocated == b->end_allocated && a->leaked == b->leaked;
 }
 
@@ -1976,28 +1977,19 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         if (m->nsteps) {
             fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
-            /* neighbouring steps with the same figures are one line ("step 2-200"); of many
-             * distinct lines, the first and the last six */
-            size_t nruns = 0, r = 0;
-            for (size_t i = 0; i < m->nsteps; i++)
-                nruns += i == 0 || !same_step_figures(&m->steps[i - 1], &m->steps[i]);
-            for (size_t i = 0; i < m->nsteps; r++) {
-                size_t j = i + 1;
-                while (j < m->nsteps && same_step_figures(&m->steps[i], &m->steps[j]))
-                    j++;
-                if (nruns > 12 && r == 6) fprintf(out, "  ...\n");
-                if (nruns <= 12 || r < 6 || r >= nruns - 6) {
-                    char e[32], k[32], lab[48];
-                    gm_fmt_bytes(m->steps[i].end_allocated, e, sizeof e);
-                    gm_fmt_bytes(m->steps[i].leaked, k, sizeof k);
-                    if (j - i > 1)
-                        snprintf(lab, sizeof lab, "%" PRId64 "-%" PRId64, m->steps[i].step, m->steps[j - 1].step);
-                    else
-                        snprintf(lab, sizeof lab, "%" PRId64, m->steps[i].step);
-                    fprintf(out, "  step %-9s allocated at its end %12s, still alive at exit %12s\n", lab, e, k);
-                }
-                i = j;
+            /* one rule for every per-step table (gm_step_rows) */
+            gm_step_row *rows = malloc(m->nsteps * sizeof *rows);
+            size_t nrows = rows ? gm_step_rows(m->nsteps, same_step_figures, m, rows) : 0;
+            for (size_t r = 0; r < nrows; r++) {
+                const gm_step *s0 = &m->steps[rows[r].first];
+                char e[32], k[32], lab[48];
+                if (rows[r].gap_before) fprintf(out, "  ...\n");
+                gm_fmt_bytes(s0->end_allocated, e, sizeof e);
+                gm_fmt_bytes(s0->leaked, k, sizeof k);
+                gm_fmt_step_label(s0->step, m->steps[rows[r].last].step, lab, sizeof lab);
+                fprintf(out, "  step %-9s allocated at its end %12s, still alive at exit %12s\n", lab, e, k);
             }
+            free(rows);
             char g[32];
             /* |slope| can reach 2^64 on a damaged file (sizes near 2^63): clamp, a double out of
              * uint64_t's range must never be converted */

@@ -546,5 +546,20 @@ void gm_json_str(FILE *out, const char *s);
 /* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);
 
+/* The one rule of every per-step table (report's growth, frag's timeline): neighbouring
+ * steps whose figures print alike are one row ("step 2-200"); of more than
+ * GM_STEP_ROWS_MAX distinct rows, the first and the last GM_STEP_ROWS_MAX / 2, with "..."
+ * between. A run of 200 identical steps is one row, a table never grows with the run. */
+enum { GM_STEP_ROWS_MAX = 12 };
+typedef struct gm_step_row {
+    size_t first, last; /* the steps (indexes) this row stands for */
+    int gap_before;     /* rows were left out just before this one: print "..." first */
+} gm_step_row;
+/* Fills rows (room for n) for n steps, same(ctx, i, j) saying steps i and j print alike;
+ * returns how many rows to print. */
+size_t gm_step_rows(size_t n, int (*same)(const void *ctx, size_t i, size_t j), const void *ctx, gm_step_row *rows);
+/* "12" or "2-200" */
+void gm_fmt_step_label(int64_t first, int64_t last, char *out, size_t outsz);
+
 
 #endif

@@ -48,3 +48,24 @@ void gm_json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+
+size_t gm_step_rows(size_t n, int (*same)(const void *ctx, size_t i, size_t j), const void *ctx, gm_step_row *rows) {
+    size_t nruns = 0;
+    for (size_t i = 0; i < n; i++)
+        nruns += i == 0 || !same(ctx, i - 1, i);
+    size_t keep = GM_STEP_ROWS_MAX / 2, out = 0, r = 0;
+    for (size_t i = 0; i < n; r++) {
+        size_t j = i + 1;
+        while (j < n && same(ctx, i, j))
+            j++;
+        if (nruns <= GM_STEP_ROWS_MAX || r < keep || r >= nruns - keep)
+            rows[out++] = (gm_step_row){i, j - 1, nruns > GM_STEP_ROWS_MAX && r == nruns - keep};
+        i = j;
+    }
+    return out;
+}
+
+void gm_fmt_step_label(int64_t first, int64_t last, char *out, size_t outsz) {
+    if (first != last) snprintf(out, outsz, "%" PRId64 "-%" PRId64, first, last);
+    else snprintf(out, outsz, "%" PRId64, first);
+}

@@ -16,17 +16,18 @@
  * at a fixed depth gets gpumem's own frame (depth 0-4 are libgpumem.so's and the runtime's, and
  * how many there are depends on the path the call took): this is the one rule in SQL. `depth` is
  * the recorded frame holding the site (stack_frames.depth); a site inlined into that frame is
- * named by its own function and line; C++ names are demangled, as the reports print them. Needs the symbols, so it exists only here, never in the
+ * named by its own function and line; C++ names are demangled, as the reports print them;
+ * `site` is the site with its caller as the reports print it (gm_site_desc). Needs the symbols, so it exists only here, never in the
  * file. SQLITE_OK or an error code. */
 static int stack_sites_temp(sqlite3 *db, const gm_model *m) {
     int rc = sqlite3_exec(db, "CREATE TEMP TABLE stack_sites (stack INTEGER PRIMARY KEY, depth INTEGER, "
-                              "function TEXT, file TEXT, line INTEGER, module TEXT, python INTEGER)",
+                              "function TEXT, file TEXT, line INTEGER, module TEXT, python INTEGER, site TEXT)",
                           NULL, NULL, NULL);
     sqlite3_stmt *q = NULL, *ins = NULL;
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db, "SELECT DISTINCT stack FROM main.stacks", -1, &q, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db, "INSERT INTO temp.stack_sites VALUES (?,?,?,?,?,?,?)", -1, &ins, NULL);
+        rc = sqlite3_prepare_v2(db, "INSERT INTO temp.stack_sites VALUES (?,?,?,?,?,?,?,?)", -1, &ins, NULL);
     while (rc == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW) {
         uint32_t stack = (uint32_t)sqlite3_column_int64(q, 0);
         long fi = gm_stack_site(m, stack);
@@ -54,6 +55,11 @@ static int stack_sites_temp(sqlite3 *db, const gm_model *m) {
         else sqlite3_bind_null(ins, 5);
         sqlite3_bind_text(ins, 6, mod, -1, SQLITE_STATIC);
         sqlite3_bind_int(ins, 7, f->python);
+        /* the site with its caller, the very string report prints: a wrapper (t_alloc_on) is
+         * every allocation's site in some programs, and only its caller tells them apart */
+        char site[1024];
+        gm_site_desc(m, stack, site, sizeof site);
+        sqlite3_bind_text(ins, 8, site, -1, SQLITE_TRANSIENT);
         if (sqlite3_step(ins) != SQLITE_DONE) rc = SQLITE_ERROR;
         sqlite3_reset(ins);
         sqlite3_clear_bindings(ins);

@@ -476,3 +476,72 @@ for row in "${sql_rows[@]}"; do
     || fail "gpumem sql $name: exit $rc (not $want_rc), or no '$want': $(head -3 "$TMP/out.txt")"
 done
 ok "gpumem sql: a dot-command with -c runs in the sqlite3 shell; on standard input it is said by its line; without the shell, -c says it takes SQL"
+# Options accepted and ignored, and the one list of exit codes (issue "consist"): each row a
+# command line a user typed, and what it must do.
+# (a) a per-step table never prints two neighbouring rows alike, in any command (report's rule:
+# alike steps are one row "2-4"), and never more than 12 rows and a "..."
+for c in frag leaks; do
+  "$GM" $c "$TMP/run.db" --top 3 > "$TMP/steps.txt" || fail "$c exited $?"
+  case $c in
+    frag) sed -n '/^Reserved - allocated over time/,/^$/p' "$TMP/steps.txt" | sed -n '3,$p' | sed '/^$/d' \
+            | awk '{print $1 "|" $2 $3 "|" $4 $5}' > "$TMP/rows.txt" ;;
+    leaks) sed -n 's/^  step \([0-9-]*\) *allocated at its end *\(.*\)/\1|\2/p' "$TMP/steps.txt" > "$TMP/rows.txt" ;;
+  esac
+  [[ -s $TMP/rows.txt ]] || fail "$c: no per-step table found"
+  cut -d'|' -f2- "$TMP/rows.txt" | grep -v '^$' | uniq -d | grepq . && fail "$c: neighbouring steps printed alike: $(cat "$TMP/rows.txt")"
+  (( $(grep -vc '^\.\.\.' "$TMP/rows.txt") <= 12 )) || fail "$c: more than 12 step rows"
+  grepq -- '-' "$TMP/rows.txt" || fail "$c: alike steps of the trainer not merged: $(cat "$TMP/rows.txt")"
+done
+ok "per-step tables (frag, leaks): alike neighbouring steps are one row"
+# (b) options for PyTorch programs given to a C program: a note after the run, exit as the program's
+for opt in "--torch-ops" "--allocator gpumem"; do
+  rc=0; GPUMEM_QUIET=0 "$GM" record $opt -o "$TMP/opt.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 1 -B 2 -T 32 \
+    > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 0 ]] && grepq "note: $opt is for PyTorch programs only" "$TMP/err.txt" \
+    || fail "record $opt on a C program: exit $rc, no note: $(cat "$TMP/err.txt")"
+done
+ok "record --torch-ops / --allocator gpumem on a program without PyTorch: a note, exit 0"
+# (c) gpumem help CMD is CMD --help; a typo is a usage error with the command meant
+for c in record report leaks frag tune advise uses viz diff export import sql flamegraph; do
+  "$GM" help $c > "$TMP/h1.txt" 2>&1 || fail "help $c exited $?"
+  "$GM" $c --help > "$TMP/h2.txt" 2>&1
+  cmp -s "$TMP/h1.txt" "$TMP/h2.txt" || fail "gpumem help $c is not gpumem $c --help"
+done
+rc=0; "$GM" help reprot > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 2 && ! -s $TMP/out.txt ]] && grepq "did you mean 'report'" "$TMP/err.txt" || fail "help reprot: exit $rc, $(cat "$TMP/err.txt")"
+ok "gpumem help CMD = gpumem CMD --help; help reprot: exit 2, did you mean 'report'"
+# exit codes: every command's --help and gpumem --help's list say the same (which command can
+# exit with which code); and what each code of the list stands for is what the command does
+python3 - "$GM" <<'PY' || fail "gpumem --help's exit codes and the commands' differ"
+import re, subprocess, sys
+gm = sys.argv[1]
+cmds = "record report leaks sql export uses import flamegraph diff advise frag tune viz".split()
+main = subprocess.run([gm, "--help"], capture_output=True, text=True).stdout
+block = main[main.index("exit codes"):]
+lines = {}
+for m in re.finditer(r"^  ([1-4]) (.*(?:\n    .*)*)", block, re.M):
+    lines[int(m.group(1))] = m.group(2)
+bad = 0
+for code in (1, 2, 3, 4):
+    text = lines.get(code, "")
+    named = set(cmds) if "every command" in text else {c for c in cmds if re.search(r"\b%s\b" % c, text)}
+    own = set()
+    for c in cmds:
+        h = subprocess.run([gm, c, "--help"], capture_output=True, text=True).stdout
+        para = h[h.index("Exit code"):] if "Exit code" in h else ""
+        if re.search(r"(?<![\w+.])%d (?=[a-zA-Z-])" % code, para): own.add(c)
+    if named != own:
+        print(f"exit {code}: gpumem --help names {sorted(named)}, the commands' helps {sorted(own)}"); bad += 1
+sys.exit(1 if bad else 0)
+PY
+for row in "advise --budget 1K" "tune --limit 1M"; do
+  rc=0; "$GM" ${row%% *} "$TMP/run.db" ${row#* } > /dev/null 2>&1 || rc=$?
+  [[ $rc == 1 ]] || fail "${row%% *} ${row#* }: exit $rc, the list says 1"
+done
+ok "exit codes: gpumem --help lists what every command's --help does (advise --budget, tune --limit: 1)"
+# frag --check where no fix reserves less (the trainer under gpumem: already the best tried):
+# nothing to re-run is no failure of a CI gate; it is said
+"$GM" frag --json "$TMP/run.db" | jq -e '.recommended == null' > /dev/null || fail "frag found a fix on the trainer: the row needs another recording"
+rc=0; "$GM" frag --check "$TMP/run.db" > /dev/null 2> "$TMP/err.txt" || rc=$?
+[[ $rc == 0 ]] && grepq "nothing to check" "$TMP/err.txt" || fail "frag --check with no fix: exit $rc, $(cat "$TMP/err.txt")"
+ok "frag --check with no fix to re-run: exit 0, says nothing to check"

@@ -183,6 +183,12 @@ for where, comment, q in queries:
             print(f"{where}: the example does not run on {db}: {err}\n    {q}"); bad += 1; continue
         if not out: continue
         head, body = out[0], out[1:]
+        # a site as report names it: the trainer allocates through t_alloc_on, and only the
+        # caller after " < " tells its allocations apart
+        if "site" in head and "train" in db:
+            lone = [r for r in body if " < " not in dict(zip(head, r)).get("site", "")]
+            if lone:
+                print(f"{where}: on {db} a site without its caller: {dict(zip(head, lone[0])).get('site')}\n    {q}"); bad += 1
         cols = [i for i, h in enumerate(head) if h in ("function", "file")]
         if not cols or whole_stacks: continue
         if not body:
@@ -195,6 +201,15 @@ for where, comment, q in queries:
             if "cxx" in db and f.get("size") == "8388608" and (f.get("function"), f.get("line", "12")) != ("alloc_floats", "12"):
                 print(f"{where}: cxx_wrap_app's 8 MiB came from alloc_floats (cxx_wrap_app.cc:12), "
                       f"the example says {f.get('function')}:{f.get('line')}\n    {q}"); bad += 1; break
+# stack_sites.site is report's own string: every site report names at the peak is one of them
+import json
+rep = json.loads(subprocess.run([gm, "report", f"{tmp}/sql_train.db", "--json", "--top", "1000"],
+                                capture_output=True, text=True).stdout)
+named = {x["site"] for x in rep["peak"]["by_site"]}
+out, err = rows(f"{tmp}/sql_train.db", "SELECT DISTINCT s.site FROM allocations a JOIN stack_sites s ON s.stack = a.stack")
+have = {r[0] for r in (out or [])[1:]}
+if not named or named - have:
+    print(f"stack_sites.site does not name the sites report names: {sorted(named - have)[:3]} {err}"); bad += 1
 print(f"{len(queries)} SQL examples run on 2 recordings, {bad} wrong")
 sys.exit(1 if bad else 0)
 EOF

@@ -52,8 +52,23 @@ for s in "Reserved - allocated over time (per step" "At the reserved peak" "the 
          "causes (share of reserved - requested)" "recommended: GPUMEM_CONF=" "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"; do
   grep -qF "$s" "$TMP/frag.txt" || fail "text output lacks '$s'"
 done
-steps=$(grep -cE '^ +[0-9]+ +[0-9.]+ [KMG]iB' "$TMP/frag.txt" || true)
-(( steps >= 20 )) || fail "timeline has $steps step lines, want 20"
+# every step of the JSON's timeline is in one text row (alike neighbours share one, "2-4"), or
+# in the "..." a long run leaves out between its first and last six rows
+steps=$(jq '.timeline | length' "$TMP/frag.json")
+(( steps >= 20 )) || fail "timeline has $steps steps, want 20"
+python3 - "$TMP/frag.txt" "$TMP/frag.json" <<'PY' || fail "frag's per-step rows do not cover the JSON's timeline"
+import json, re, sys
+text, j = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+table = text.split("Reserved - allocated over time")[1].split("\n\n")[0].split("\n")[2:]
+rows = [re.match(r"\s+(\d+)(?:-(\d+))?\s", l) for l in table if l.strip() != "..."]
+spans = [(int(m.group(1)), int(m.group(2) or m.group(1))) for m in rows]
+gap = any(l.strip() == "..." for l in table)
+assert len(spans) <= 12, spans
+steps = [p["step"] for p in j["timeline"]]
+covered = {s for a, b in spans for s in steps if a <= s <= b}
+assert gap or covered == set(steps), (spans, steps)
+assert steps[0] in covered and steps[-1] in covered
+PY
 
 # 2. an OOM caused by fragmentation
 GPUMEM_CONF=preset:pytorch,limit:64M "$GM" record -q -o "$TMP/oom.db" -- "$APP" > "$TMP/app.txt" 2>&1 || true

@@ -116,6 +116,9 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
 
 def _setup(torch):
     _state["torch"] = torch
+    # first, whatever the allocator: gpumem record says that --allocator gpumem or --torch-ops
+    # did nothing when no process leaves this word
+    _mark("imported")
     allocator = _env("GPUMEM_TORCH_ALLOCATOR", "torch")
     if allocator == "gpumem":
         try:
