@@ -254,8 +254,13 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
                  path, strerror(errno));
         return -1;
     }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errsz, "%s is a directory, not a database: give a database file (%s/run.db); for "
+                 "a directory of ranks' recordings, gpumem report %s", path, path, path);
+        return -1;
+    }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errsz, "%s is not a regular file", path);
+        snprintf(err, errsz, "%s is not a regular file: give a database file written by gpumem record", path);
         return -1;
     }
     if (st.st_size == 0) {
@@ -276,8 +281,14 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     ssize_t got = fd >= 0 ? read(fd, hdr, sizeof hdr) : -1;
     if (fd < 0 || got < 16 || memcmp(hdr, "SQLite format 3", 16) != 0) {
         if (fd >= 0) close(fd);
-        snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
-                 "before its first page)", path);
+        /* PROTO 2 or newer: a pickle, which is what PyTorch's memory snapshots are
+         * (torch.cuda.memory._dump_snapshot, gpumem export --format torch); import reads them */
+        if (got >= 2 && hdr[0] == 0x80 && hdr[1] >= 2 && hdr[1] <= 5)
+            snprintf(err, errsz, "%s is a PyTorch memory snapshot (a pickle), not a gpumem database: import it "
+                     "first (gpumem import %s -o run.db), then give run.db", path, path);
+        else
+            snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
+                     "before its first page)", path);
         return -1;
     }
     close(fd);
