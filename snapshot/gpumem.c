@@ -156,7 +156,8 @@ static const char *const usage_report =
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
     "recording overhead), what was live at the peak by NVTX phase, by call site and by tensor\n"
     "name (top N, default 10), what of it sat idle (time since its last use and until its next,\n"
-    "by tensor name and call site; needs GPUMEM_USES=1 when recording), and OOM forensics: the\n"
+    "by tensor name and call site, from access tracking: on by default, off in a recording made\n"
+    "with GPUMEM_USES=0), and OOM forensics: the\n"
     "binding constraint, the shortfall and what to change.\n"
     "A program on several devices: the peaks and the tables are the busiest device's (named),\n"
     "each device's peaks listed, and an OOM's tables its own device's; never a sum of devices.\n"
@@ -807,11 +808,32 @@ static int check_record_target(const char *tmpl, int force, const char *prog) {
         return GM_EXIT_USAGE;
     }
     if (strstr(tmpl, "%p")) {
-        /* the real pid's file is new: only its directory can be checked, through a name there
-         * that does not exist */
-        char *slash = strrchr(path, '/');
-        size_t keep = slash ? (size_t)(slash - path) + 1 : 0;
-        snprintf(path + keep, sizeof path - keep, ".gpumem-record-%ld-new", (long)getpid());
+        /* the real pid's file is new: only its directory can be checked, and the message names
+         * the file as the user will see it (gpumem-<pid>.db) and the directory as it really is
+         * (not "."), since neither was typed when the name is the default */
+        char dir[PATH_MAX], real[PATH_MAX], shown[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else if (slash == dir) dir[1] = 0;
+        else *slash = 0;
+        size_t n = 0;
+        for (const char *t = tmpl; *t && n + 8 < sizeof shown; t++) {
+            if (t[0] == '%' && t[1] == 'p') n += (size_t)snprintf(shown + n, sizeof shown - n, "<pid>"), t++;
+            else shown[n++] = *t;
+        }
+        shown[n] = 0;
+        struct stat ds;
+        const char *why = stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) ? "does not exist"
+                          : access(dir, W_OK | X_OK) != 0              ? "is not writable"
+                                                                       : NULL;
+        if (why) {
+            fprintf(stderr, "gpumem: cannot write %s: the directory %s %s; give -o with a place you may write "
+                            "(gpumem record -o /tmp/run.db -- ...)\n",
+                    shown, realpath(dir, real) ? real : dir, why);
+            return GM_EXIT_USAGE;
+        }
+        return 0;
     }
     /* the output rule every writer follows (gm_out.h); the recorder then writes the file in
      * place, as it goes (a recording must survive a kill -9 of the program), which is why it
@@ -835,6 +857,25 @@ static int check_record_target(const char *tmpl, int force, const char *prog) {
         return GM_EXIT_USAGE;
     }
     return 0;
+}
+
+/* Why the program could not be started, and what to type instead: the three ways it goes wrong
+ * are a script in the current directory given without ./ (execvp searches PATH only), a script
+ * without its execute bit, and a directory. */
+static void exec_failed(const char *prog, int e) {
+    struct stat st;
+    int here = stat(prog, &st) == 0;
+    if (here && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "gpumem: cannot run %s: it is a directory; give the program to record after --\n", prog);
+    } else if (e == ENOENT && !strchr(prog, '/') && here) {
+        fprintf(stderr, "gpumem: cannot run %s: it is not on PATH; the one in this directory is ./%s "
+                        "(gpumem record -- ./%s, or -- python3 %s for a script)\n", prog, prog, prog, prog);
+    } else if (e == EACCES && here && S_ISREG(st.st_mode)) {
+        fprintf(stderr, "gpumem: cannot run %s: Permission denied: it is not executable; chmod +x %s, or give "
+                        "its interpreter (gpumem record -- python3 %s)\n", prog, prog, prog);
+    } else {
+        fprintf(stderr, "gpumem: cannot run %s: %s\n", prog, strerror(e));
+    }
 }
 
 static int cmd_record(int argc, char **argv) {
@@ -970,7 +1011,7 @@ static int cmd_record(int argc, char **argv) {
         setenv("GPUMEM_DB", tmpl, 1);
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
-        fprintf(stderr, "gpumem: cannot run %s: %s\n", argv[i], strerror(errno));
+        exec_failed(argv[i], errno);
         _exit(127);
     }
     int st = 0;
@@ -1097,6 +1138,15 @@ static int run_command(int argc, char **argv) {
     if (strcmp(c, "frag") == 0) return gm_frag_main(argc - 1, argv + 1);
     if (strcmp(c, "tune") == 0) return gm_tune_main(argc - 1, argv + 1);
     if (strcmp(c, "viz") == 0) { int gm_viz_main(int, char **); return gm_viz_main(argc - 1, argv + 1); }
+    /* a file where the command goes: the order was turned round (gpumem x.db report) */
+    struct stat fst;
+    if (strchr(c, '/') || strchr(c, '.') || stat(c, &fst) == 0) {
+        const char *cmd = argc > 2 && nearest_command(argv[2]) && !strcmp(nearest_command(argv[2]), argv[2])
+                              ? argv[2] : "report";
+        fprintf(stderr, "gpumem: unknown command '%s': the command comes first, then the file (gpumem %s %s)\n"
+                        "(gpumem --help lists the commands)\n", c, cmd, c);
+        return GM_EXIT_USAGE;
+    }
     const char *near = nearest_command(c);
     if (near) fprintf(stderr, "gpumem: unknown command '%s'; did you mean '%s'?\n(gpumem --help lists the commands)\n", c, near);
     else fprintf(stderr, "gpumem: unknown command '%s'\n(gpumem --help lists the commands)\n", c);

@@ -1051,6 +1051,12 @@ int gm_cmd_import(int argc, char **argv)
         return GM_EXIT_BADDB;
     }
     fclose(f);
+    if (n >= 16 && memcmp(buf, "SQLite format 3", 16) == 0) { /* a recording given for a snapshot */
+        free(buf);
+        fprintf(stderr, "gpumem import: %s is an SQLite file (a gpumem database?), not a PyTorch snapshot: "
+                        "nothing to import; give it to the commands directly (gpumem report %s)\n", in, in);
+        return GM_EXIT_BADDB;
+    }
     gm_out out;
     if ((bad = gm_out_open(&out, outp, GM_OUT_DB, force, inputs, 1, err, sizeof err)) != 0) {
         free(buf);

@@ -60,6 +60,9 @@ static int is_input(const struct stat *out, const char *input)
 {
     struct stat st;
     if (stat(input, &st) == 0 && st.st_dev == out->st_dev && st.st_ino == out->st_ino) return 1;
+    /* an input read through a link has its side files beside the link's target (SQLite's) */
+    char real[PATH_MAX];
+    if (realpath(input, real)) input = real;
     for (int k = 0; k < REC_SIDES; k++) {
         char p[PATH_MAX + 16];
         if (rec_db_side(input, k, p, sizeof p) != 0) continue;

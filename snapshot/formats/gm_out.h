@@ -1,7 +1,8 @@
 /* gm_out.h — the one rule by which every gpumem command writes a file.
  *
  * record, import, export (every format), viz, and any later writer open their output here:
- * - a symbolic link is never followed (refused, --force or not);
+ * - a symbolic link at PATH itself is never followed (refused, --force or not); a linked
+ *   directory above it is written into, as any directory;
  * - an existing file is replaced only when it is of the writer's own kind (a gpumem database;
  *   for text, HTML and pickle outputs, a file whose first bytes carry the marker this writer
  *   puts there) or empty; anything else needs --force;

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "snapshot/record/rec.h"
 
@@ -1994,8 +1995,16 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         snprintf(err, errsz, "not a dump of gpumem's PyTorch hook (no gpumem_torch / snapshot)");
         goto out;
     }
-    /* one thread uses this connection: no SQLite mutexes */
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX;
+    /* The recording is written in place, under the name the recorder made: never through a
+     * link put at that name. A linked directory above it is fine, which SQLITE_OPEN_NOFOLLOW
+     * would refuse too; so the last name is checked here. One thread uses this connection: no
+     * SQLite mutexes. */
+    struct stat named;
+    if (lstat(dbpath, &named) != 0 || !S_ISREG(named.st_mode)) {
+        snprintf(err, errsz, "%s is no longer the recording's regular file; not writing through it", dbpath);
+        goto out;
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
     if (sqlite3_open_v2(dbpath, &m.db, flags, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "cannot open %s: %s", dbpath, m.db ? sqlite3_errmsg(m.db) : "out of memory");
         goto out;

@@ -17,8 +17,10 @@
 #include <stdarg.h>
 #include <inttypes.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -213,8 +215,10 @@ static int wal_files_beside(const char *path) {
 }
 
 int64_t gm_db_wal_bytes(const char *path) {
-    char wal[4200];
+    char wal[4200], real[PATH_MAX];
     struct stat st;
+    /* the log is beside the file a link names: SQLite puts it there */
+    if (realpath(path, real)) path = real;
     if (rec_db_side(path, REC_SIDE_WAL, wal, sizeof wal) != 0 || stat(wal, &st) != 0) return 0;
     return st.st_size;
 }
@@ -238,8 +242,7 @@ static int open_immutable(const char *path, sqlite3 **db) {
             uri[n++] = (char)*p;
     }
     snprintf(uri + n, sizeof uri - n, "?immutable=1");
-    return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
-                           NULL);
+    return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
 }
 
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
@@ -251,8 +254,13 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
                  path, strerror(errno));
         return -1;
     }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errsz, "%s is a directory, not a database: give a database file (%s/run.db); for "
+                 "a directory of ranks' recordings, gpumem report %s", path, path, path);
+        return -1;
+    }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errsz, "%s is not a regular file", path);
+        snprintf(err, errsz, "%s is not a regular file: give a database file written by gpumem record", path);
         return -1;
     }
     if (st.st_size == 0) {
@@ -260,36 +268,50 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
                  "with gpumem record, and did it reach a CUDA allocation?)", path);
         return -1;
     }
+    /* Reading follows symbolic links, in the directories of the path and at its last name
+     * (latest.db -> run-12.db, a linked $HOME or /scratch): only writers refuse a link, and only
+     * at the name they write (gm_out.h). Everything below works on the file the link names, so
+     * that the -wal and -shm looked for, and the directory whose permission decides a
+     * read-write open, are the ones SQLite uses: it creates them beside the target. Messages
+     * keep the name the user gave (d->path). */
+    char real[PATH_MAX];
+    const char *file = realpath(path, real) ? real : path;
     unsigned char hdr[100] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
     ssize_t got = fd >= 0 ? read(fd, hdr, sizeof hdr) : -1;
     if (fd < 0 || got < 16 || memcmp(hdr, "SQLite format 3", 16) != 0) {
         if (fd >= 0) close(fd);
-        snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
-                 "before its first page)", path);
+        /* PROTO 2 or newer: a pickle, which is what PyTorch's memory snapshots are
+         * (torch.cuda.memory._dump_snapshot, gpumem export --format torch); import reads them */
+        if (got >= 2 && hdr[0] == 0x80 && hdr[1] >= 2 && hdr[1] <= 5)
+            snprintf(err, errsz, "%s is a PyTorch memory snapshot (a pickle), not a gpumem database: import it "
+                     "first (gpumem import %s -o run.db), then give run.db", path, path);
+        else
+            snprintf(err, errsz, "%s is not a gpumem database (not an SQLite file, or truncated "
+                     "before its first page)", path);
         return -1;
     }
     close(fd);
     /* With a write-ahead log beside it (more than its 32-byte header) the file may be shorter
      * than its header says: a checkpoint that stopped midway (a full disk) wrote page 1 but not
      * all the pages after it, which the log still holds and SQLite reads from there. */
-    int logged = gm_db_wal_bytes(path) > 32;
+    int logged = gm_db_wal_bytes(file) > 32;
     if (!logged && cut_short(path, hdr, (size_t)got, (uint64_t)st.st_size, err, errsz)) return -1;
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
     int rc;
-    if (may_write(path)) {
-        rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
+    if (may_write(file)) {
+        rc = sqlite3_open_v2(file, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
         d->writable = rc == SQLITE_OK;
         if (rc != SQLITE_OK) {
             sqlite3_close(d->db);
             d->db = NULL;
-            rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
+            rc = sqlite3_open_v2(file, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
         }
-    } else if ((hdr[18] == 2 || hdr[19] == 2) && !wal_files_beside(path)) {
-        rc = open_immutable(path, &d->db);
+    } else if ((hdr[18] == 2 || hdr[19] == 2) && !wal_files_beside(file)) {
+        rc = open_immutable(file, &d->db);
     } else {
-        rc = sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
+        rc = sqlite3_open_v2(file, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
     }
     if (rc != SQLITE_OK) {
         snprintf(err, errsz, "%s: SQLite cannot open it: %s", path,

@@ -79,7 +79,10 @@ static int part_of_this_run(const char *path, long pid, const char *run) {
     if (!strcmp(path, created_here)) return 0;
     sqlite3 *db = NULL;
     int part = 0;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL) == SQLITE_OK) {
+    /* the caller found a regular file at the name (lstat) and holds it open and locked; a
+     * NOFOLLOW open would also refuse a linked directory above it, and the run's earlier part
+     * would then be taken for a stale file and replaced */
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
         sqlite3_stmt *s;
         if (sqlite3_prepare_v2(db, "SELECT (SELECT value FROM meta WHERE key = 'pid'), "
                                    "(SELECT value FROM meta WHERE key = 'record_run')", -1, &s, NULL) == SQLITE_OK) {

@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -506,14 +507,25 @@ int rec_writer_open_db(rec_state *g) {
     /* SQLite's memory statistics take a global mutex on every malloc; we never read them.
      * (Fails harmlessly when the program already initialized SQLite itself.) */
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-    int from_image = write_schema_image(g);
-    int rc = sqlite3_open_v2(g->path, &w->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
-                             NULL);
+    int from_image = write_schema_image(g), replaced = 0;
+    /* Not SQLITE_OPEN_NOFOLLOW: it refuses a link anywhere in the path, so a database under a
+     * linked directory ($HOME or /scratch often is one) could not be set up at all, after
+     * gpumem record's check had let the program run. The rule is about the last name only:
+     * create_db_file opened that with O_NOFOLLOW and locks it; what SQLite opened must be that
+     * very file, still under its name and not a link put there since. */
+    int rc = sqlite3_open_v2(g->path, &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     w->setting_up = 1;
     if (rc != SQLITE_OK) {
         snprintf(w->setup_why, sizeof w->setup_why, "SQLite cannot open it: %s",
                  w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
+        goto fail;
+    }
+    struct stat named, locked;
+    if (lstat(g->path, &named) != 0 || fstat(g->lock_fd, &locked) != 0 || !S_ISREG(named.st_mode) ||
+        named.st_dev != locked.st_dev || named.st_ino != locked.st_ino) {
+        snprintf(w->setup_why, sizeof w->setup_why,
+                 "it was replaced (by a symbolic link or another file) after it was created");
+        replaced = 1; /* what is under the name now is not ours to remove */
         goto fail;
     }
     /* A small page cache (4 MiB): the writer only appends, so it needs the right edge of each
@@ -619,11 +631,14 @@ fail:
     /* The file was made (or emptied: an earlier run's) for this recording a moment ago and no
      * event reached it: a file that holds nothing but a header would only be reported on as "a
      * recording that stopped before its first commit". It goes, with its side files. */
-    unlink(g->path);
-    rec_db_unlink_sides(g->path);
+    if (!replaced) {
+        unlink(g->path);
+        rec_db_unlink_sides(g->path);
+    }
     char why[1800]; /* one status line is at most 1 KiB: the path is cut, not the reason */
-    snprintf(why, sizeof why, "cannot set up %.1000s: %.600s; not recording (the file is removed: it held nothing)",
-             g->path, w->setup_why[0] ? w->setup_why : "SQLite failed");
+    snprintf(why, sizeof why, "cannot set up %.1000s: %.600s; not recording%s", g->path,
+             w->setup_why[0] ? w->setup_why : "SQLite failed",
+             replaced ? " (what is there now is left alone)" : " (the file is removed: it held nothing)");
     rec_warn("%s", why);
     rec_status("unwritten", why); /* gpumem record: the recording could not be written */
     return -1;

@@ -545,3 +545,64 @@ ok "exit codes: gpumem --help lists what every command's --help does (advise --b
 rc=0; "$GM" frag --check "$TMP/run.db" > /dev/null 2> "$TMP/err.txt" || rc=$?
 [[ $rc == 0 ]] && grepq "nothing to check" "$TMP/err.txt" || fail "frag --check with no fix: exit $rc, $(cat "$TMP/err.txt")"
 ok "frag --check with no fix to re-run: exit 0, says nothing to check"
+# Messages that say what to do. Each row: name | command (run in a scratch directory W) | exit
+# code | what its first line of stderr must say. A PyTorch snapshot given to a command that reads
+# a database (import it first), a database given to import (read it directly), the program of
+# `record` not on PATH / not executable / a directory, the default output in a directory the
+# user may not write (the file as it will be named, the real directory, -o), a file where the
+# command goes, a directory given for a database (a file, or report DIR); and the help of
+# report and uses on access tracking, which is on by default.
+W=$TMP/w && mkdir -p "$W/adir" || fail "mkdir"
+gm=$(readlink -f "$GM")
+"$gm" export --format torch "$TMP/run.db" -o "$W/snap.pickle" 2> /dev/null || fail "export --format torch"
+cp "$TMP/run.db" "$W/x.db"
+printf '#!/bin/sh\ntouch started\n' > "$W/t2.py" && chmod +x "$W/t2.py"
+printf 'print(1)\n' > "$W/t3.py" && chmod 644 "$W/t3.py"
+says=(
+  "pickle-report|report snap.pickle|3|snap.pickle is a PyTorch memory snapshot \(a pickle\), not a gpumem database: import it first \(gpumem import snap.pickle -o run.db\)"
+  "pickle-json|report --json snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-leaks|leaks snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-frag|frag snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-tune|tune snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-advise|advise snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-uses|uses snap.pickle --id 1|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-export|export --format csv snap.pickle|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-viz|viz snap.pickle -o v.html|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-diff|diff snap.pickle x.db|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-sql|sql snap.pickle -c VALUES(1)|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "pickle-ranks|report snap.pickle x.db|3|is a PyTorch memory snapshot.*gpumem import snap.pickle -o run.db"
+  "db-import|import x.db -o i.db|3|x.db is an SQLite file \(a gpumem database\?\), not a PyTorch snapshot: nothing to import; give it to the commands directly \(gpumem report x.db\)"
+  "not-on-path|record -q -o q.db -- t2.py|127|cannot run t2.py: it is not on PATH; the one in this directory is ./t2.py \(gpumem record -- ./t2.py, or -- python3 t2.py"
+  "not-executable|record -q -o q.db -- ./t3.py|127|cannot run ./t3.py: Permission denied: it is not executable; chmod \+x ./t3.py, or give its interpreter \(gpumem record -- python3 ./t3.py\)"
+  "directory-prog|record -q -o q.db -- adir|127|cannot run adir: it is a directory; give the program to record after --"
+  "order|x.db report|2|unknown command 'x.db': the command comes first, then the file \(gpumem report x.db\)"
+  "order-leaks|x.db leaks|2|unknown command 'x.db': the command comes first, then the file \(gpumem leaks x.db\)"
+  "dir-leaks|leaks adir|3|adir is a directory, not a database: give a database file \(adir/run.db\); for a directory of ranks' recordings, gpumem report adir"
+  "dir-frag|frag adir|3|adir is a directory, not a database: give a database file"
+)
+for row in "${says[@]}"; do
+  IFS='|' read -r name cmd want re <<< "$row"
+  rm -f "$W/started" "$W/i.db"
+  rc=0; (cd "$W" && "$gm" $cmd > "$TMP/out.txt" 2> "$TMP/err.txt") || rc=$?
+  [[ $rc == "$want" ]] && head -1 "$TMP/err.txt" | grep -Eq "$re" \
+    || fail "$name: gpumem $cmd: exit $rc (want $want): $(head -1 "$TMP/err.txt")"
+  [[ ! -e $W/started && ! -e $W/i.db ]] || fail "$name: something ran or was written"
+done
+cmp -s "$W/x.db" "$TMP/run.db" || fail "a database given to import was changed"
+# the default output in a directory this user cannot write (as nobody: root may write anywhere)
+if command -v setpriv > /dev/null && [[ $(id -u) == 0 ]]; then
+  rocwd=$(mktemp -d /tmp/gpumem-rocwd.XXXXXX) && chmod 555 "$rocwd"
+  trap 'rm -rf "$TMP" "$rocwd" ${ro:+"$ro"}' EXIT
+  rc=0; (cd "$rocwd" && setpriv --reuid=nobody --regid=nogroup --clear-groups "$gm" record -q -- sh -c "touch /tmp/never-$$") \
+    > /dev/null 2> "$TMP/err.txt" || rc=$?
+  [[ $rc == 2 && ! -e /tmp/never-$$ ]] &&
+    grep -q "^gpumem: cannot write gpumem-<pid>.db: the directory $(readlink -f "$rocwd") is not writable; give -o with a place you may write" "$TMP/err.txt" \
+    || fail "record in a read-only cwd: exit $rc, $(cat "$TMP/err.txt")"
+else
+  echo "skipped: the default output in a read-only directory (needs root and setpriv)"
+fi
+! "$gm" report --help | tr '\n' ' ' | grepq "needs GPUMEM_USES=1" && "$gm" report --help | grepq "on by default" \
+  || fail "report --help says access tracking needs GPUMEM_USES=1"
+! "$gm" uses --help | tr '\n' ' ' | grepq "access tracking on: GPUMEM_USES=1" && "$gm" uses --help | tr '\n' ' ' | grepq "on by *default" \
+  || fail "uses --help says access tracking needs GPUMEM_USES=1"
+ok "messages say what to do: a snapshot to import (every reader), a database to read, a program not on PATH / not executable / a directory, a read-only cwd, the command first, a directory for a database; --help: access tracking on by default"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data safety of the database file: gpumem never overwrites a file that is not one of its own
 # databases (gpumem record -o and GPUMEM_DB alike), --force / GPUMEM_DB_FORCE=1 replace it,
-# symbolic links are never followed, and an earlier recording (even one killed at once) is
-# replaced without a word.
+# a symbolic link at the name a writer writes is never followed (links are followed to read,
+# and a linked directory is written into), and an earlier recording (even one killed at once)
+# is replaced without a word.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 APPRT=$BUILD/tests/apps/rt_app
@@ -64,6 +65,74 @@ ln -s t.orig link.db
 "$G" record -q --force -o link.db -- true 2> err; rc=$?
 [[ $rc -eq 2 ]] && grep -q "symbolic link" err || fail "a symlink was not refused (rc $rc)"
 [[ $(cat t.orig) == 'print(1)' ]] || fail "the symlink's target changed"
+
+# Symbolic links: a reader follows them wherever they are (a link at the database's name:
+# latest.db -> run-12.db; a linked directory above it: $HOME or /scratch; a linked working
+# directory, given as $PWD/r.db or r.db), and a writer writes into a linked directory; only a
+# link at the very name a writer writes is refused, its target untouched (the output rule).
+# Table 1, rows: how the files are reached; each reading command must succeed on each.
+mkdir -p sl/real sl/ranks sl/outs || fail "mkdir sl"
+"$G" record -q -o sl/real/r.db -- "$A" > /dev/null 2>&1 || fail "record for the link rows"
+"$G" export --format torch sl/real/r.db -o sl/real/s.pickle > /dev/null 2>&1 || fail "export for the link rows"
+ln -s r.db sl/real/latest.db && ln -s s.pickle sl/real/latest.pickle && ln -s real sl/lnk &&
+  ln -s ../real/r.db sl/ranks/run-0.db && ln -s ranks sl/lranks || fail "ln -s"
+SLID=$(sqlite3 sl/real/r.db "SELECT min(seq) FROM events WHERE kind = 1")
+SLOUT=$TMP/sl/outs
+link_readers() { # $1 the recording, $2 a PyTorch snapshot, $3 a directory of rank files: one line per failure
+  local db=$1 pk=$2 ranks=$3 c rc
+  for c in "report $db" "report --json $db" "leaks $db" "frag $db" "tune $db" "advise $db" "uses $db --id $SLID" \
+           "export --format csv $db" "export --format torch $db -o $SLOUT/x.pickle" "viz $db -o $SLOUT/x.html" \
+           "diff $db $db" "sql $db -c VALUES(1)" "report $ranks" "import $pk -o $SLOUT/i.db"; do
+    "$G" $c > "$SLOUT/out" 2> "$SLOUT/err"; rc=$?
+    [[ $rc -eq 0 || ( $rc -eq 1 && $c == leaks* ) ]] || echo "gpumem $c: rc $rc: $(head -1 "$SLOUT/err")"
+  done
+  "$G" report "$SLOUT/i.db" > /dev/null 2>&1 || echo "gpumem import $pk: what it wrote does not read"
+}
+for row in "file $TMP/sl/real/latest.db $TMP/sl/real/latest.pickle $TMP/sl/ranks" \
+           "dir $TMP/sl/lnk/r.db $TMP/sl/lnk/s.pickle $TMP/sl/lranks" \
+           "cwd-abs" "cwd-rel"; do
+  read -r how db pk ranks <<< "$row"
+  rm -f "$SLOUT/i.db"
+  case $how in
+    cwd-abs) bad=$(cd "$TMP/sl/lnk" && link_readers "$PWD/r.db" "$PWD/s.pickle" "$PWD/../lranks") ;;
+    cwd-rel) bad=$(cd "$TMP/sl/lnk" && link_readers r.db s.pickle ../lranks) ;;
+    *) bad=$(link_readers "$db" "$pk" "$ranks") ;;
+  esac
+  [[ -z $bad ]] || fail "a recording reached through a link ($how) is not read: $bad"
+done
+# Table 2, the writers: into a linked directory (written, and what they wrote reads), and to a
+# name that is a link (exit 2 before anything runs; the link and its target as they were). Rows:
+# writer, output name, whether the output is a database.
+wcmd() { # $1 the writer, $2 the output: runs it
+  case $1 in
+    record) "$G" record -q -o "$2" -- sh -c "touch $TMP/sl/ran; \"$A\" > /dev/null" ;;
+    record2) "$G" record -q -o "$2" -- sh -c "\"$A\" > /dev/null; \"$A\" > /dev/null" ;; # two processes, one run
+    import) "$G" import "$TMP/sl/real/s.pickle" -o "$2" ;;
+    export) "$G" export --format csv "$TMP/sl/real/r.db" -o "$2" ;;
+    viz) "$G" viz "$TMP/sl/real/r.db" -o "$2" ;;
+  esac
+}
+for row in "record w.db 1" "record2 two.db 1" "import w-i.db 1" "export w.csv 0" "viz w.html 0"; do
+  read -r w out isdb <<< "$row"
+  wcmd $w "$TMP/sl/lnk/$out" > /dev/null 2> "$SLOUT/err"; rc=$?
+  [[ $rc -eq 0 && -f sl/real/$out && ! -L sl/real/$out ]] || { cat "$SLOUT/err"; fail "$w -o into a linked directory: rc $rc, no sl/real/$out"; }
+  if [[ $isdb == 1 ]]; then
+    "$G" report "$TMP/sl/lnk/$out" > /dev/null 2> "$SLOUT/err" || { cat "$SLOUT/err"; fail "$w: what it wrote into a linked directory does not read"; }
+  fi
+  if [[ $w == record2 ]]; then # each process of the run kept its own file: none replaced the other's
+    [[ $(ls sl/real/two*.db | wc -l) -eq 2 ]] || fail "record through a linked directory: a process's recording was replaced ($(ls sl/real))"
+    continue
+  fi
+  cp "sl/real/$out" "sl/real/victim-$out" && ln -s "victim-$out" "sl/real/link-$out" || fail "victim"
+  cp "sl/real/victim-$out" "$SLOUT/victim.orig"
+  for at in "$TMP/sl/real/link-$out" "$TMP/sl/lnk/link-$out"; do
+    rm -f sl/ran
+    wcmd $w "$at" > /dev/null 2> "$SLOUT/err"; rc=$?
+    [[ $rc -eq 2 ]] && grep -q "symbolic link" "$SLOUT/err" || { cat "$SLOUT/err"; fail "$w -o $at (a link): rc $rc, not refused as a link"; }
+    [[ -L sl/real/link-$out ]] && cmp -s "sl/real/victim-$out" "$SLOUT/victim.orig" || fail "$w -o $at: the link or its target changed"
+    [[ ! -e sl/ran ]] || fail "$w -o $at: the program ran although its database is refused"
+  done
+done
 
 # a missing directory is said before the program runs
 "$G" record -q -o nodir/x.db -- sh -c 'touch ran2' 2> err; rc=$?
@@ -179,5 +248,6 @@ walsz=$(stat -c %s killed.db-wal)
 cp killed.db elsewhere.db
 "$G" report elsewhere.db > rep2 || fail "the copied file alone does not read"
 grep -q "peak allocated" rep2 || fail "the copy has no report"
-echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, symlinks never followed"
+echo "ok: foreign files refused (record exit 2, GPUMEM_DB one line), --force replaces, own databases replaced, a link at an output's name never followed"
+echo "ok: every reader follows links (at the name, in the directories, in the working directory); every writer writes into a linked directory"
 echo "ok: every reader left a closed recording byte-identical; gpumem sql names its frames from memory"

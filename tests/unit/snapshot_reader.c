@@ -57,7 +57,7 @@ static void missing_empty_random(void **state) {
     for (int i = 0; i < 10000; i++) fputc((i * 7919) & 0xff, f);
     fclose(f);
     assert_true(open_fails_with(p, "not a gpumem database"));
-    assert_true(open_fails_with(snap_tmpdir(), "not a regular file"));
+    assert_true(open_fails_with(snap_tmpdir(), "is a directory, not a database"));
 }
 
 static void other_sqlite_file(void **state) {
