@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -135,7 +136,8 @@ static const char *const usage_record =
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
     "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
-    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said).\n";
+    "once CMD ran (a full disk at its start: the file is removed; one that fills during the\n"
+    "run: what was kept stays, read by report --lossy-ok; CMD's own status is said).\n";
 
 static const char *const usage_report =
     "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
@@ -687,8 +689,35 @@ static void virtual_backing_hint(int st) {
 /* The summary of this run's own database (never of a file an earlier run left there). st: how
  * the program ended (waitpid's status): a program that failed is said to have failed, never to
  * have made no allocation or to have called what gpumem does not interpose. */
-static uint64_t summarise_run(int found, const char *path, const char *why, pid_t pid, int st, int others) {
+/* A recording whose writer failed (a full disk) leaves FILE-wal beside FILE, part of it: fold it
+ * in if the disk now lets us, so FILE alone is the recording. 1 when a -wal is still there. */
+static int fold_wal(const char *path) {
+    char wal[PATH_MAX + 8];
+    struct stat st;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (stat(wal, &st) != 0 || st.st_size == 0) return 0;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK)
+        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_close(db);
+    return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
+/* Whether the recording at path says its writer failed (meta.state; for -q, which reads no model) */
+static int recording_failed(const char *path) {
+    gm_db d;
+    char err[512];
+    if (gm_db_open(path, &d, err, sizeof err) != 0) return 0;
+    int failed = strcmp(d.state, "failed") == 0;
+    gm_db_close(&d);
+    return failed;
+}
+
+static uint64_t summarise_run(int found, const char *path, const char *why, pid_t pid, int st, int others,
+                              int *failed) {
     uint64_t nallocs = 0;
+    int64_t lost = 0;
+    *failed = 0;
     char end[128];
     program_end(st, end, sizeof end);
     if (!found) {
@@ -717,6 +746,8 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
          * program failed (then that is the news) */
         int whole = gm_summary_short(&d, &m, stderr);
         nallocs = m.nallocs;
+        *failed = strcmp(d.state, "failed") == 0;
+        lost = (int64_t)gm_dropped(&d);
         if (end[0] && !d.closed)
             fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
                             "before the end (the counts above)\n", end);
@@ -745,7 +776,20 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
     virtual_backing_hint(st);
     gm_model_free(&m);
     gm_db_close(&d);
-    fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+    /* report refuses a recording that lost events: point at what reads it, or say it holds
+     * nothing worth reading */
+    if ((*failed || lost > 0) && !nallocs)
+        fprintf(stderr, "gpumem: %s holds no allocation of the program (%" PRId64 " events were lost): nothing "
+                        "in it is worth reading; %s and record again\n", path, lost,
+                *failed ? "free space where it goes (or choose another -o)" : "raise GPUMEM_RING");
+    else if (*failed || lost > 0)
+        fprintf(stderr, "gpumem: recorded to %s, %" PRId64 " events lost: %s report --lossy-ok %s reads what was "
+                        "kept (its peaks can be too low)\n", path, lost, gm_prog, path);
+    else
+        fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+    if (*failed && fold_wal(path))
+        fprintf(stderr, "gpumem: %s-wal beside it holds part of the recording (the full disk kept it from being "
+                        "folded in): keep the two together (copy both, or read %s where it is)\n", path, path);
     return nallocs;
 }
 
@@ -947,7 +991,10 @@ static int cmd_record(int argc, char **argv) {
                         "written\n", end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
         return GM_EXIT_BADDB;
     }
-    if (!quiet && !(rc == 127 && !found)) nallocs = summarise_run(found, path, why, pid, st, others[0] != 0);
+    int failed = 0;
+    if (!quiet && !(rc == 127 && !found))
+        nallocs = summarise_run(found, path, why, pid, st, others[0] != 0, &failed);
+    else if (found) failed = recording_failed(path);
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
                         "the last one's)\n", earlier);
@@ -958,6 +1005,14 @@ static int cmd_record(int argc, char **argv) {
     else if (!quiet && found && others[0])
         fprintf(stderr, "gpumem: other processes of this run recorded too, each in its own file: %s (the summary "
                         "above is %s's)\n", others, path);
+    if (failed) {
+        /* the writer failed once the program ran (a full disk): FILE is not the whole run */
+        char end[128];
+        program_end(st, end, sizeof end);
+        fprintf(stderr, "gpumem: the program %s; exit %d: the recording could not be written whole\n",
+                end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
+        return GM_EXIT_BADDB;
+    }
     return rc;
 }
 
