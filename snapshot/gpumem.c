@@ -129,7 +129,9 @@ static const char *const usage_record =
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
     "device times; see gpumem uses). Each GPUMEM_* setting is checked before CMD runs, by the\n"
-    "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message.\n"
+    "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message;\n"
+    "so is a GPUMEM_* name gpumem does not know (a typo: the setting it likely meant is named;\n"
+    "libgpumem.so alone says it once and runs on).\n"
     "A signal that ends CMD by default (SIGINT, SIGTERM, SIGHUP: a closed terminal, SIGQUIT, ...)\n"
     "closes the recording first, complete (GPUMEM_SIGNALS=0: not); record itself stays through\n"
     "SIGINT, SIGQUIT and SIGHUP to summarise.\n"
@@ -874,6 +876,12 @@ static int cmd_record(int argc, char **argv) {
         fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
         return GM_EXIT_USAGE;
     }
+    /* a misspelled name (GPUMEM_LIMIT with a letter left out) would run the program without what was asked, as a bad
+     * value would: refused the same way */
+    if (rec_settings_unknown(set_err, sizeof set_err)) {
+        fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
+        return GM_EXIT_USAGE;
+    }
     /* -o, else the preload's own GPUMEM_DB (the setting a user of LD_PRELOAD has), else the
      * default; GPUMEM_DB=none (record nothing) contradicts the command */
     const char *env_db = getenv("GPUMEM_DB");
@@ -1016,27 +1024,6 @@ static int cmd_record(int argc, char **argv) {
     return rc;
 }
 
-/* Optimal string alignment distance (edits, with adjacent swaps as one): "reprot" is 1 from
- * "report". Commands are short, so the table is tiny. */
-static int edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 31 || m > 31) return 99;
-    int dp[32][32];
-    for (size_t i = 0; i <= n; i++) dp[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++) dp[0][j] = (int)j;
-    for (size_t i = 1; i <= n; i++)
-        for (size_t j = 1; j <= m; j++) {
-            int c = a[i - 1] != b[j - 1];
-            int v = dp[i - 1][j] + 1;
-            if (dp[i][j - 1] + 1 < v) v = dp[i][j - 1] + 1;
-            if (dp[i - 1][j - 1] + c < v) v = dp[i - 1][j - 1] + c;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && dp[i - 2][j - 2] + 1 < v)
-                v = dp[i - 2][j - 2] + 1;
-            dp[i][j] = v;
-        }
-    return dp[n][m];
-}
-
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
 static const char *nearest_command(const char *c) {
     static const char *const cmds[] = {"record", "report", "leaks", "sql", "export", "uses", "advise", "frag", "tune",
@@ -1044,7 +1031,7 @@ static const char *nearest_command(const char *c) {
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        int dd = edit_distance(c, cmds[i]);
+        int dd = rec_edit_distance(c, cmds[i]);
         if (dd < bd) bd = dd, best = cmds[i];
     }
     return best;
