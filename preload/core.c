@@ -128,6 +128,8 @@ static int read_config(void)
 #endif
         return GM_MODE_OFF;
     }
+    /* a misspelled name is not an error the program should pay for: said, and gpumem runs on */
+    if (rec_settings_unknown(err, sizeof err)) gm_warn("%s; it is ignored", err);
     char names[512];
     if (alloc_config_unmodelled(&gm_alloc_config, names, sizeof names))
         gm_warn("GPUMEM_CONF: accepted but not modelled: %s (PyTorch options gpumem does not "

@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -139,14 +140,17 @@ static const char *const usage_record =
     "GPUMEM_MODE, GPUMEM_CONF, GPUMEM_FORK (record|off), GPUMEM_RING, GPUMEM_USES (access\n"
     "tracking: 1 records every kernel, copy and memset that uses an allocation; timed adds\n"
     "device times; see gpumem uses). Each GPUMEM_* setting is checked before CMD runs, by the\n"
-    "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message.\n"
+    "parser libgpumem.so reads it with: one it cannot read is refused (exit 2), with its message;\n"
+    "so is a GPUMEM_* name gpumem does not know (a typo: the setting it likely meant is named;\n"
+    "libgpumem.so alone says it once and runs on).\n"
     "A signal that ends CMD by default (SIGINT, SIGTERM, SIGHUP: a closed terminal, SIGQUIT, ...)\n"
     "closes the recording first, complete (GPUMEM_SIGNALS=0: not); record itself stays through\n"
     "SIGINT, SIGQUIT and SIGHUP to summarise.\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
     "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
-    "once CMD ran (a full disk at its start: the file is removed, CMD's own status is said);\n"
+    "once CMD ran (a full disk at its start: the file is removed; one that fills during the\n"
+    "run: what was kept stays, read by report --lossy-ok; CMD's own status is said);\n"
     "4 libgpumem.so not found.\n";
 
 static const char *const usage_report =
@@ -735,8 +739,35 @@ static void virtual_backing_hint(int st) {
 /* The summary of this run's own database (never of a file an earlier run left there). st: how
  * the program ended (waitpid's status): a program that failed is said to have failed, never to
  * have made no allocation or to have called what gpumem does not interpose. */
-static uint64_t summarise_run(int found, const char *path, const char *why, pid_t pid, int st, int others) {
+/* A recording whose writer failed (a full disk) leaves FILE-wal beside FILE, part of it: fold it
+ * in if the disk now lets us, so FILE alone is the recording. 1 when a -wal is still there. */
+static int fold_wal(const char *path) {
+    char wal[PATH_MAX + 8];
+    struct stat st;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (stat(wal, &st) != 0 || st.st_size == 0) return 0;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK)
+        sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_close(db);
+    return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
+/* Whether the recording at path says its writer failed (meta.state; for -q, which reads no model) */
+static int recording_failed(const char *path) {
+    gm_db d;
+    char err[512];
+    if (gm_db_open(path, &d, err, sizeof err) != 0) return 0;
+    int failed = strcmp(d.state, "failed") == 0;
+    gm_db_close(&d);
+    return failed;
+}
+
+static uint64_t summarise_run(int found, const char *path, const char *why, pid_t pid, int st, int others,
+                              int *failed) {
     uint64_t nallocs = 0;
+    int64_t lost = 0;
+    *failed = 0;
     char end[128];
     program_end(st, end, sizeof end);
     if (!found) {
@@ -765,6 +796,8 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
          * program failed (then that is the news) */
         int whole = gm_summary_short(&d, &m, stderr);
         nallocs = m.nallocs;
+        *failed = strcmp(d.state, "failed") == 0;
+        lost = (int64_t)gm_dropped(&d);
         if (end[0] && !d.closed)
             fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
                             "before the end (the counts above)\n", end);
@@ -793,7 +826,20 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
     virtual_backing_hint(st);
     gm_model_free(&m);
     gm_db_close(&d);
-    fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+    /* report refuses a recording that lost events: point at what reads it, or say it holds
+     * nothing worth reading */
+    if ((*failed || lost > 0) && !nallocs)
+        fprintf(stderr, "gpumem: %s holds no allocation of the program (%" PRId64 " events were lost): nothing "
+                        "in it is worth reading; %s and record again\n", path, lost,
+                *failed ? "free space where it goes (or choose another -o)" : "raise GPUMEM_RING");
+    else if (*failed || lost > 0)
+        fprintf(stderr, "gpumem: recorded to %s, %" PRId64 " events lost: %s report --lossy-ok %s reads what was "
+                        "kept (its peaks can be too low)\n", path, lost, gm_prog, path);
+    else
+        fprintf(stderr, "gpumem: recorded to %s; see %s report %s\n", path, gm_prog, path);
+    if (*failed && fold_wal(path))
+        fprintf(stderr, "gpumem: %s-wal beside it holds part of the recording (the full disk kept it from being "
+                        "folded in): keep the two together (copy both, or read %s where it is)\n", path, path);
     return nallocs;
 }
 
@@ -918,6 +964,12 @@ static int cmd_record(int argc, char **argv) {
         fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
         return GM_EXIT_USAGE;
     }
+    /* a misspelled name (GPUMEM_LIMIT with a letter left out) would run the program without what was asked, as a bad
+     * value would: refused the same way */
+    if (rec_settings_unknown(set_err, sizeof set_err)) {
+        fprintf(stderr, "gpumem record: %s; fix or unset it (the program was not started)\n", set_err);
+        return GM_EXIT_USAGE;
+    }
     /* -o, else the preload's own GPUMEM_DB (the setting a user of LD_PRELOAD has), else the
      * default; GPUMEM_DB=none (record nothing) contradicts the command */
     const char *env_db = getenv("GPUMEM_DB");
@@ -1035,7 +1087,10 @@ static int cmd_record(int argc, char **argv) {
                         "written\n", end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
         return GM_EXIT_BADDB;
     }
-    if (!quiet && !(rc == 127 && !found)) nallocs = summarise_run(found, path, why, pid, st, others[0] != 0);
+    int failed = 0;
+    if (!quiet && !(rc == 127 && !found))
+        nallocs = summarise_run(found, path, why, pid, st, others[0] != 0, &failed);
+    else if (found) failed = recording_failed(path);
     if (!quiet && found && earlier[0])
         fprintf(stderr, "gpumem: the program exec'd: its recording from before that is %s (the summary above is "
                         "the last one's)\n", earlier);
@@ -1046,28 +1101,15 @@ static int cmd_record(int argc, char **argv) {
     else if (!quiet && found && others[0])
         fprintf(stderr, "gpumem: other processes of this run recorded too, each in its own file: %s (the summary "
                         "above is %s's)\n", others, path);
+    if (failed) {
+        /* the writer failed once the program ran (a full disk): FILE is not the whole run */
+        char end[128];
+        program_end(st, end, sizeof end);
+        fprintf(stderr, "gpumem: the program %s; exit %d: the recording could not be written whole\n",
+                end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
+        return GM_EXIT_BADDB;
+    }
     return rc;
-}
-
-/* Optimal string alignment distance (edits, with adjacent swaps as one): "reprot" is 1 from
- * "report". Commands are short, so the table is tiny. */
-static int edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 31 || m > 31) return 99;
-    int dp[32][32];
-    for (size_t i = 0; i <= n; i++) dp[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++) dp[0][j] = (int)j;
-    for (size_t i = 1; i <= n; i++)
-        for (size_t j = 1; j <= m; j++) {
-            int c = a[i - 1] != b[j - 1];
-            int v = dp[i - 1][j] + 1;
-            if (dp[i][j - 1] + 1 < v) v = dp[i][j - 1] + 1;
-            if (dp[i - 1][j - 1] + c < v) v = dp[i - 1][j - 1] + c;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && dp[i - 2][j - 2] + 1 < v)
-                v = dp[i - 2][j - 2] + 1;
-            dp[i][j] = v;
-        }
-    return dp[n][m];
 }
 
 /* The command a typo most likely meant, or NULL when none is close (at most 2 edits). */
@@ -1077,7 +1119,7 @@ static const char *nearest_command(const char *c) {
     const char *best = NULL;
     int bd = 3;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        int dd = edit_distance(c, cmds[i]);
+        int dd = rec_edit_distance(c, cmds[i]);
         if (dd < bd) bd = dd, best = cmds[i];
     }
     return best;

@@ -1701,9 +1701,14 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
         gm_fmt_bytes(m->peak_vmm, vb, sizeof vb);
         snprintf(v, sizeof v, "program VMM %s at its peak (held outside gpumem's allocator), ", vb);
     }
+    /* with events lost (a full disk, a full ring in drop mode) an empty file says nothing of
+     * what the program did: its allocations may be among the lost */
+    int lost = failed || s.dropped > 0;
     if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
         fprintf(out, "gpumem: %s: %s%" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-                     " OOMs, %" PRId64 " dropped events\n", m->peak_vmm ? "no device allocation" : "nothing allocated",
+                     " OOMs, %" PRId64 " dropped events\n",
+                lost ? "no allocation was kept (events were lost, not absent)"
+                : m->peak_vmm ? "no device allocation" : "nothing allocated",
                 v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     else
         fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization)%s, %s%" PRIu64
@@ -1712,7 +1717,7 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");
-    if (!failed && s.dropped <= 0) return 1;
+    if (!lost) return 1;
     fprintf(out, "gpumem: the counts above are what the database kept, not all the program did");
     if (s.dropped > 0) fprintf(out, " (%" PRId64 " events were lost)", s.dropped);
     fputc('\n', out);

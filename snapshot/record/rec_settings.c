@@ -19,6 +19,84 @@
 #include <string.h>
 #include <strings.h>
 
+extern char **environ;
+
+/* Every GPUMEM_* name gpumem knows, so that a misspelled one (GPUMEM_LIMIT with a letter left out) is said instead of
+ * silently ignored. Not only the user's settings: a name one of gpumem's own processes sets for
+ * another, a test hook, the virtual GPU's knobs, and the build and test scripts' own inputs
+ * (tests/run.sh keeps them exported) must not be called unknown either. A name ending in '*' is a
+ * prefix. tests/integration/cli_small_wrongs.sh greps the tree for every GPUMEM_ name and checks
+ * it is here, so this list cannot drift from the code. */
+static const char *const rec_known_names[] = {
+    /* known-names: begin */
+    /* the user's settings (README.md) */
+    "GPUMEM_MODE", "GPUMEM_CONF", "GPUMEM_LIMIT", "GPUMEM_DB", "GPUMEM_STACKS", "GPUMEM_RING",
+    "GPUMEM_RING_FULL", "GPUMEM_RING_WAIT_US", "GPUMEM_QUIET", "GPUMEM_TSC", "GPUMEM_NAMES",
+    "GPUMEM_NVTX", "GPUMEM_NVTX_CHAIN", "GPUMEM_SIGNALS", "GPUMEM_FORK", "GPUMEM_USES", "GPUMEM_PYTHON",
+    "GPUMEM_STATS", "GPUMEM_TORCH_OPS", "GPUMEM_TORCH_MAX_ENTRIES", "GPUMEM_SWEEP", "GPUMEM_SYM_VERIFY",
+    /* the virtual GPU's */
+    "GPUMEM_SIM_*",
+    /* set by gpumem record (and its Python side) for the processes it runs */
+    "GPUMEM_DB_FORCE", "GPUMEM_RECORD_RUN", "GPUMEM_RECORD_STATUS", "GPUMEM_TORCH_ALLOCATOR",
+    "GPUMEM_TORCH_C_HOOKS", "GPUMEM_TORCH_GLOBAL_HOOKS", "GPUMEM_TORCH_HISTORY", "GPUMEM_TORCH_HOOKS",
+    "GPUMEM_TORCH_PID", "GPUMEM_TORCH_PYTORCH_HISTORY", "GPUMEM_TORCH_SNAPSHOT", "GPUMEM_TORCH_TRACE",
+    /* debugging and test hooks */
+    "GPUMEM_ADVISE_DUMP", "GPUMEM_CATEGORY_DUMP", "GPUMEM_DEBUG_*", "GPUMEM_TEST_*",
+    /* the build and test scripts' inputs */
+    "GPUMEM_TORCH", "GPUMEM_TORCH_PY", "GPUMEM_TORCH_VENV", "GPUMEM_TORCH_VERSION", "GPUMEM_VERSION",
+    "GPUMEM_CCACHE", "GPUMEM_VIZ_PYTHON", "GPUMEM_FUZZ*", "GPUMEM_BENCH_*", "GPUMEM_DIFF_*", "GPUMEM_GPU_*",
+    /* known-names: end */
+};
+
+int rec_edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 47 || m > 47) return 99;
+    int dp[48][48];
+    for (size_t i = 0; i <= n; i++) dp[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) dp[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int v = dp[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (dp[i - 1][j] + 1 < v) v = dp[i - 1][j] + 1;
+            if (dp[i][j - 1] + 1 < v) v = dp[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && dp[i - 2][j - 2] + 1 < v)
+                v = dp[i - 2][j - 2] + 1; /* an adjacent swap is one edit (two letters swapped) */
+            dp[i][j] = v;
+        }
+    return dp[n][m];
+}
+
+int rec_settings_unknown(char *msg, size_t msgsz) {
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "GPUMEM_", 7) != 0) continue;
+        size_t len = strcspn(*e, "=");
+        char name[128];
+        if (len >= sizeof name) len = sizeof name - 1;
+        memcpy(name, *e, len);
+        name[len] = 0;
+        const char *best = NULL;
+        int known = 0, bd = 3; /* at most 2 edits away is a likely typo */
+        for (size_t k = 0; k < sizeof rec_known_names / sizeof *rec_known_names && !known; k++) {
+            const char *kn = rec_known_names[k];
+            size_t kl = strlen(kn);
+            if (kn[kl - 1] == '*') {
+                known = strncmp(name, kn, kl - 1) == 0;
+                continue;
+            }
+            int d = rec_edit_distance(name, kn);
+            known = d == 0;
+            if (d < bd) bd = d, best = kn;
+        }
+        if (known) continue;
+        if (best)
+            snprintf(msg, msgsz, "unknown setting %s (did you mean %s?)", name, best);
+        else
+            snprintf(msg, msgsz, "unknown setting %s (gpumem's settings are listed in README.md)", name);
+        return 1;
+    }
+    return 0;
+}
+
 long rec_env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;

@@ -32,4 +32,12 @@ int rec_settings_read(rec_settings *s, alloc_config_t *conf, char *err, size_t e
  * when it is not digits only, or not in [lo, hi]. bad and err may be NULL. */
 long rec_env_num(const char *name, long dflt, long lo, long hi, int *bad, char *err, size_t errsz);
 
+/* The first GPUMEM_* variable of the environment that gpumem does not know (a misspelled
+ * GPUMEM_LIMIT would otherwise be ignored without a word): 1 with msg "unknown setting NAME (did
+ * you mean KNOWN?)" (one line, no "gpumem:" prefix), else 0. */
+int rec_settings_unknown(char *msg, size_t msgsz);
+
+/* Edits (insert, delete, change, adjacent swap) from a to b; 99 for names over 47 characters. */
+int rec_edit_distance(const char *a, const char *b);
+
 #endif

@@ -606,3 +606,42 @@ fi
 ! "$gm" uses --help | tr '\n' ' ' | grepq "access tracking on: GPUMEM_USES=1" && "$gm" uses --help | tr '\n' ' ' | grepq "on by *default" \
   || fail "uses --help says access tracking needs GPUMEM_USES=1"
 ok "messages say what to do: a snapshot to import (every reader), a database to read, a program not on PATH / not executable / a directory, a read-only cwd, the command first, a directory for a database; --help: access tracking on by default"
+# A GPUMEM_* name gpumem does not know (a typo) is said, never silently ignored: gpumem record
+# refuses it before the program runs (exit 2, as a bad value), naming the likely setting; the
+# preload alone says it once and the program runs on. gpumem's own names (those its processes set
+# for each other, the virtual GPU's, test hooks, the build and test scripts' inputs) pass.
+while IFS='|' read -r assign want msg; do
+  rc=0
+  env "$assign" "$GM" record -o "$TMP/typo.db" -- "$TRAIN" --model tiny --data "$TEXT" --steps 1 -B 2 -T 32 \
+    > /dev/null 2> "$TMP/typo.err" || rc=$?
+  [[ $rc == "$want" ]] || { cat "$TMP/typo.err"; fail "$assign: record exited $rc, want $want"; }
+  [[ -z $msg ]] && continue
+  grep -qxF "gpumem record: $msg; fix or unset it (the program was not started)" "$TMP/typo.err" \
+    || { cat "$TMP/typo.err"; fail "$assign: record does not say: $msg"; }
+  rm -f "$TMP/typo.db"
+  env "$assign" GPUMEM_QUIET=0 GPUMEM_DB="$TMP/typo.db" LD_PRELOAD="$BUILD/libgpumem.so" LD_LIBRARY_PATH="$BUILD/sim" \
+    "$TRAIN" --model tiny --data "$TEXT" --steps 1 -B 2 -T 32 > /dev/null 2> "$TMP/typo.err" \
+    || { cat "$TMP/typo.err"; fail "$assign: the preload failed the program"; }
+  [[ $(grep -cxF "gpumem: $msg; it is ignored" "$TMP/typo.err") == 1 && -s $TMP/typo.db ]] \
+    || { cat "$TMP/typo.err"; fail "$assign: the preload does not say once: $msg (or recorded nothing)"; }
+done <<'ROWS'
+GPUMEM_LIMT=1M|2|unknown setting GPUMEM_LIMT (did you mean GPUMEM_LIMIT?)
+GPUMEM_STAKCS=4|2|unknown setting GPUMEM_STAKCS (did you mean GPUMEM_STACKS?)
+GPUMEM_TYPO=1|2|unknown setting GPUMEM_TYPO (gpumem's settings are listed in README.md)
+GPUMEM_SIM_COSTS=|0|
+GPUMEM_TORCH_PY=/nonexistent|0|
+GPUMEM_FUZZ_RUNS=1|0|
+GPUMEM_TEST_FREE_YIELD=0|0|
+ROWS
+# the known names are one list (rec_settings.c): every GPUMEM_ name in the tree must be on it
+known=$(sed -n '/known-names: begin/,/known-names: end/p' snapshot/record/rec_settings.c | grep -oE '"GPUMEM_[A-Z0-9_]*\*?"' | tr -d '"')
+[[ -n $known ]] || fail "no list of known names between the known-names markers of rec_settings.c"
+missing=$(git ls-files | grep -vxF tests/integration/cli_small_wrongs.sh | xargs grep -IhoP 'GPUMEM_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*])' \
+  | sort -u | grep -vE '_H$' | while read -r n; do
+    for k in $known; do
+      if [[ $k == *'*' ]]; then [[ $n == "${k%\*}"* ]] && continue 2; elif [[ $n == "$k" ]]; then continue 2; fi
+    done
+    echo "$n"
+  done)
+[[ -z $missing ]] || fail "GPUMEM_ names used in the tree but not in rec_settings.c's known list (record would refuse them): $missing"
+ok "a misspelled GPUMEM_* name: record refuses it (exit 2), the preload says it once; gpumem's own names pass"
