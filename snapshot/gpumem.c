@@ -742,15 +742,12 @@ static void virtual_backing_hint(int st) {
 /* A recording whose writer failed (a full disk) leaves FILE-wal beside FILE, part of it: fold it
  * in if the disk now lets us, so FILE alone is the recording. 1 when a -wal is still there. */
 static int fold_wal(const char *path) {
-    char wal[PATH_MAX + 8];
-    struct stat st;
-    snprintf(wal, sizeof wal, "%s-wal", path);
-    if (stat(wal, &st) != 0 || st.st_size == 0) return 0;
+    if (gm_db_wal_bytes(path) <= 0) return 0; /* the side file's name: one place (rec_db_side) */
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK)
         sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     sqlite3_close(db);
-    return stat(wal, &st) == 0 && st.st_size > 0;
+    return gm_db_wal_bytes(path) > 0;
 }
 
 /* Whether the recording at path says its writer failed (meta.state; for -q, which reads no model) */

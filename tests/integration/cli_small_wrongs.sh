@@ -584,7 +584,7 @@ for row in "${says[@]}"; do
   IFS='|' read -r name cmd want re <<< "$row"
   rm -f "$W/started" "$W/i.db"
   rc=0; (cd "$W" && "$gm" $cmd > "$TMP/out.txt" 2> "$TMP/err.txt") || rc=$?
-  [[ $rc == "$want" ]] && head -1 "$TMP/err.txt" | grep -Eq "$re" \
+  [[ $rc == "$want" ]] && head -1 "$TMP/err.txt" | grepq -E "$re" \
     || fail "$name: gpumem $cmd: exit $rc (want $want): $(head -1 "$TMP/err.txt")"
   [[ ! -e $W/started && ! -e $W/i.db ]] || fail "$name: something ran or was written"
 done
