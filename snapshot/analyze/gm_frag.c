@@ -44,7 +44,7 @@
 #include <string.h>
 
 const char *const gm_frag_cause_name[GM_FC_N] = {
-    "rounding",   "pending_free", "other_stream", "other_pool", "pinned",
+    "rounding",   "pending_free", "graph_pool", "other_stream", "other_pool", "pinned",
     "segment_tail", "granularity", "size_class", "cached",     "unattributed"};
 
 /* free block sizes: upper bounds (inclusive) of each bucket but the last */
@@ -60,6 +60,7 @@ const char *const gm_frag_hist_name[GM_FRAG_NHIST] = {
 
 typedef struct snap_seg {
     uint64_t stream, addr, size, mapped;
+    uint64_t pool; /* its private pool (gm_frag_pool.private_pool), 0 none */
     int device;
     uint32_t flags;
     uint64_t live;     /* bytes of live blocks */
@@ -87,6 +88,7 @@ typedef struct snap {
     int resolved;
     int need_known;
     uint64_t need_seq, need_size, need_stream_id, need_addr;
+    uint64_t need_pool; /* the private pool the request was made in, 0 none */
     /* OOM: its row */
     uint64_t oom_requested, oom_stream_id;
 } snap;
@@ -101,6 +103,11 @@ static int fail_sql(gm_db *d, char *err, size_t errsz, const char *what) {
     snprintf(err, errsz, "%s: cannot read %s: %s", d->path, what, sqlite3_errmsg(d->db));
     return -1;
 }
+
+/* gpumem's pools of a graph capture are keyed by the capture (preload/driver.c's capture_key_of:
+ * its id * 4 + 1), never a stream handle (a pointer, aligned): their segments are a private pool,
+ * the capture's. */
+static int capture_key(uint64_t stream) { return stream > 1 && (stream & 3) == 1; }
 
 static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
     sqlite3_stmt *st;
@@ -131,6 +138,7 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
         g->mapped = (uint64_t)sqlite3_column_int64(st, 4);
         g->flags = (uint32_t)sqlite3_column_int64(st, 5);
         g->device = sqlite3_column_int(st, 6);
+        g->pool = capture_key(g->stream) ? g->stream : 0;
         g->last_pin = SIZE_MAX;
         if ((size_t)idx + 1 > s->nsegs) s->nsegs = (size_t)idx + 1;
     }
@@ -554,6 +562,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
     }
     int stream_known = o->need_known && hk;
     o->need_small = o->need_size <= SMALL_REQUEST;
+    /* gpumem's request in a capture is made on the capture's key; PyTorch's names its pool */
+    o->need_private_pool = s->need_pool ? s->need_pool : capture_key(o->need_stream) ? o->need_stream : 0;
     /* pools, histogram, and the free bytes of the request's pool */
     size_t pcap = 0;
     for (size_t i = 0; i < s->nsegs; i++) {
@@ -561,7 +571,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         size_t k = 0;
         for (; k < o->npools; k++)
-            if (o->pools[k].stream == g->stream && o->pools[k].small == small) break;
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small && o->pools[k].private_pool == g->pool)
+                break;
         if (k == o->npools) {
             if (o->npools == pcap) {
                 size_t nc = pcap ? 2 * pcap : 8;
@@ -575,6 +586,7 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
             memset(&o->pools[k], 0, sizeof o->pools[k]);
             o->pools[k].stream = g->stream;
             o->pools[k].small = small;
+            o->pools[k].private_pool = g->pool;
             o->npools++;
         }
         o->pools[k].segments++;
@@ -586,7 +598,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         gm_frag_pool *p = NULL;
         for (size_t k = 0; k < o->npools && !p; k++)
-            if (o->pools[k].stream == g->stream && o->pools[k].small == small) p = &o->pools[k];
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small && o->pools[k].private_pool == g->pool)
+                p = &o->pools[k];
         if (b->state == REC_BLOCK_ALLOCATED) {
             o->allocated += b->size;
             o->requested += b->requested < b->size ? b->requested : b->size;
@@ -602,7 +615,7 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
                 p->free += b->size;
                 if (b->size > p->largest) p->largest = b->size;
             }
-            if (b->state == REC_BLOCK_FREE && o->need_known && small == o->need_small &&
+            if (b->state == REC_BLOCK_FREE && o->need_known && small == o->need_small && g->pool == o->need_private_pool &&
                 (!stream_known || g->stream == o->need_stream)) {
                 o->need_pool_free += b->size;
                 if (b->size > o->need_pool_largest) o->need_pool_largest = b->size;
@@ -631,6 +644,12 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         if (b->state == REC_BLOCK_PENDING) {
             c[GM_FC_PENDING] += b->size;
+        } else if (g->pool != o->need_private_pool || (g->pool && stream_known && g->stream != o->need_stream)) {
+            /* a private pool serves only its own graph's (or MemPool's) allocations, and the
+             * allocator gives its memory back only once the pool is released: before another
+             * stream or size pool, no setting changes it (per_stream_pools:False shares the
+             * allocator's own pools, never a private one's: also its blocks of another stream) */
+            c[GM_FC_GRAPH_POOL] += b->size;
         } else if (stream_known && g->stream != o->need_stream) {
             c[GM_FC_OTHER_STREAM] += b->size;
         } else if (o->need_known && small != o->need_small) {
@@ -826,6 +845,7 @@ static int tp_fill(gm_db *d, snap *s, const gm_tcapture *c, int expandable) {
         snap_seg *o = &s->segs[i];
         o->stream = stream_handle(d, g[i].stream, &known);
         o->addr = g[i].addr, o->size = o->mapped = g[i].size, o->device = g[i].device, o->last_pin = SIZE_MAX;
+        o->pool = g[i].pool;
         o->flags = expandable ? REC_SEG_F_EXPANDABLE : 0;
         uint64_t at = g[i].addr, end = g[i].addr + g[i].size, largest = 0;
         while (k < nb && b[k].addr < g[i].addr) k++;
@@ -873,7 +893,8 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
     }
     sqlite3_finalize(q);
     if (!peak) return 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device FROM events "
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device, flags, "
+                                  "coalesce(alloc_id, 0) FROM events "
                                   "WHERE kind BETWEEN 31 AND 35 ORDER BY seq", -1, &q, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "PyTorch's events");
     int expandable = gm_meta_int(d, "torch_expandable", 0) != 0, captured = 0, rc = 0;
@@ -884,6 +905,10 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0);
         int kind = sqlite3_column_int(q, 1);
         uint64_t addr = (uint64_t)sqlite3_column_int64(q, 2), size = (uint64_t)sqlite3_column_int64(q, 3);
+        /* a private pool's row: its pool named in alloc_id (a recording merged before it was: one
+         * unnamed pool) */
+        uint64_t name = (uint64_t)sqlite3_column_int64(q, 8);
+        uint64_t pool = (sqlite3_column_int64(q, 7) & REC_F_PRIVATE_POOL) ? (name ? name : GM_FRAG_POOL_UNNAMED) : 0;
         int need = !captured && seq > peak_seq && kind == REC_TORCH_ALLOC;
         if (!captured && seq > peak_seq && !need) { /* the moment passed with no allocation in it */
             captured = 1;
@@ -902,7 +927,8 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
             if (b && kind == REC_TORCH_FREE) b->pending = 1;
             if (b && kind == REC_TORCH_FREE_COMPLETED) gm_tstate_block_drop(&st, addr);
         } else if (kind == REC_TORCH_SEG_MAP) {
-            rc = gm_tstate_map(&st, addr, size, expandable, sqlite3_column_int(q, 6), (uint64_t)sqlite3_column_int64(q, 5));
+            rc = gm_tstate_map(&st, addr, size, expandable, sqlite3_column_int(q, 6), (uint64_t)sqlite3_column_int64(q, 5),
+                               pool);
         } else {
             rc = gm_tstate_unmap(&st, addr, size);
         }
@@ -910,6 +936,7 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
             s->need_known = 1;
             s->need_seq = s->seq = seq, s->need_size = size, s->need_addr = addr;
             s->need_stream_id = (uint64_t)sqlite3_column_int64(q, 5);
+            s->need_pool = pool;
             captured = 1;
             rc = tp_capture(&st, &c, &live);
         }
@@ -1035,6 +1062,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         snap *s = &snaps[i];
         gm_frag_state o;
         if (classify(d, s, page, &o, err, errsz) != 0) goto out;
+        o.torch_pools = torch;
         if (s->reason == REC_SNAP_PEAK) {
             f->peak = o;
             f->have_peak = 1;
