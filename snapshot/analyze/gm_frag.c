@@ -35,6 +35,7 @@
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_replay.h"
 #include "snapshot/analyze/gm_tstate.h"
+#include "snapshot/analyze/gm_tune.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/record/rec.h"
 
@@ -733,8 +734,58 @@ static int fix_cmp(const void *a, const void *b) {
     return strlen(x->conf) < strlen(y->conf) ? -1 : strlen(x->conf) > strlen(y->conf);
 }
 
+/* fx made from one of tune's results */
+static void fix_of_result(gm_frag_fix *fx, const gm_replay_result *r, const char *change) {
+    memset(fx, 0, sizeof *fx);
+    snprintf(fx->conf, sizeof fx->conf, "%s", r->conf);
+    fx->has_pytorch = gm_conf_pytorch(&r->cfg, fx->pytorch, sizeof fx->pytorch);
+    fx->torch_runs = fx->has_pytorch && r->cfg.policy == ALLOC_POLICY_PYTORCH;
+    fx->gpumem_policy = r->cfg.policy == ALLOC_POLICY_GPUMEM;
+    snprintf(fx->change, sizeof fx->change, "%s", change);
+    fx->peak_reserved = r->peak_reserved;
+    fx->peak_allocated = r->peak_allocated;
+}
+
+static size_t fix_find(const gm_frag *f, const char *conf) {
+    for (size_t i = 0; i < f->nfixes; i++)
+        if (!strcmp(f->fixes[i].conf, conf)) return i;
+    return SIZE_MAX;
+}
+
+/* The recommendation: gpumem tune's, from its search on the same trace (gm_tune_search), so that
+ * frag, tune and viz name one configuration for a recording; frag's own candidates explain what
+ * each change does, but a search over the keys finds what no single change on top of the recorded
+ * configuration does (expandable segments without the recorded max_split_size_mb). On PyTorch's
+ * allocator: the best PYTORCH_CUDA_ALLOC_CONF, and gpumem's allocator apart (best_gpumem). Tune's
+ * answers join the fixes when no candidate said the same; none when the recorded configuration is
+ * already the best (tune's recorded_best). The fixes are sorted here. */
+static void tune_answer(gm_frag *f, gm_db *d, const adv_model *am) {
+    gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
+    gm_tune t;
+    char err[256];
+    char best[512] = "", gpumem[512] = "";
+    if (gm_tune_search(d, am, &o, &t, err, sizeof err) == 0 && !t.empty) {
+        size_t b = f->torch ? t.best_torch : t.best;
+        if (b != SIZE_MAX && !t.recorded_best) {
+            snprintf(best, sizeof best, "%s", t.results[b].conf);
+            if (fix_find(f, best) == SIZE_MAX)
+                fix_of_result(&f->fixes[f->nfixes++], &t.results[b], "the best configuration of gpumem tune's search");
+        }
+        if (f->torch && t.best_gpumem != SIZE_MAX) {
+            snprintf(gpumem, sizeof gpumem, "%s", t.results[t.best_gpumem].conf);
+            if (fix_find(f, gpumem) == SIZE_MAX)
+                fix_of_result(&f->fixes[f->nfixes++], &t.results[t.best_gpumem],
+                              "the best configuration of gpumem's own allocator in gpumem tune's search");
+        }
+    }
+    gm_tune_free(&t);
+    if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+    if (best[0]) f->best = fix_find(f, best);
+    if (gpumem[0]) f->best_gpumem = fix_find(f, gpumem);
+}
+
 /* The fixes, replayed on fm's trace (freed here). */
-static void find_fixes(gm_frag *f, fix_model *fm) {
+static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     if (!fm->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", fm->err);
         return;
@@ -747,7 +798,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
     alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
     gm_replay_result *res = calloc(NC + 1, sizeof *res);
-    f->fixes = calloc(NC, sizeof *f->fixes);
+    f->fixes = calloc(NC + 2, sizeof *f->fixes); /* and tune's two answers (tune_answer) */
     if (!trace || !res || !f->fixes) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? "out of memory" : "no allocations");
         free(trace), free(res);
@@ -803,14 +854,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
             fx->peak_reserved = x->peak_reserved;
             fx->peak_allocated = x->peak_allocated;
         }
-        if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
-        /* the recommendation: the fix that saves most, or on PyTorch's allocator the one that
-         * saves most of those PyTorch can run (tune's rule, gm_tune.c), gpumem's apart */
-        for (size_t i = 0; i < f->nfixes; i++) {
-            const gm_frag_fix *fx = &f->fixes[i];
-            if (f->best == SIZE_MAX && (!f->torch || fx->torch_runs)) f->best = i;
-            if (f->torch && f->best_gpumem == SIZE_MAX && fx->gpumem_policy) f->best_gpumem = i;
-        }
+        tune_answer(f, d, &am);
         if (!f->nfixes)
             snprintf(f->fix_note, sizeof f->fix_note, "%s",
                      f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
@@ -1077,7 +1121,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
             f->ooms[f->nooms++] = o;
         }
     }
-    find_fixes(f, &fm);
+    find_fixes(f, d, &fm);
     if (!f->torch) f->pytorch_recorded = gm_meta_pytorch_conf(d, f->torch_conf, sizeof f->torch_conf);
     rc = 0;
 out:

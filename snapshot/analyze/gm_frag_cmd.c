@@ -21,7 +21,8 @@ static const char *const usage_frag =
     "    mismatch, cache kept), with the allocations that pin segments;\n"
     "  - fixes: GPUMEM_CONF changes that reserve less, each predicted by replaying the\n"
     "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
-    "    same when there is one.\n"
+    "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
+    "    same trace): frag, tune and viz name one configuration for a recording.\n"
     "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
     "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
     "    setting gives them to other requests), and the replays keep it private.\n"
@@ -34,8 +35,8 @@ static const char *const usage_frag =
     "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
     "            and gaps can be wrong); the first line says so\n"
     "A PyTorch program recorded with PyTorch's allocator (its memory history merged): the\n"
-    "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator (as\n"
-    "gpumem tune's), gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
+    "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator,\n"
+    "gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
     "re-runs the script under that PYTORCH_CUDA_ALLOC_CONF and compares max_memory_reserved().\n"
     "An imported PyTorch snapshot (gpumem import): the configuration line names its\n"
     "PYTORCH_CUDA_ALLOC_CONF, replayed under the GPUMEM_CONF preset:pytorch with those keys.\n"
@@ -274,6 +275,10 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
     char r[32];
     if (!f->nfixes) return;
     if (!f->torch) {
+        if (f->best == SIZE_MAX) { /* tune's search found nothing better than the recording */
+            fprintf(out, "\n  recommended: the recorded configuration (no configuration gpumem tune tries reserves less)\n");
+            return;
+        }
         const gm_frag_fix *b = &f->fixes[f->best];
         fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
         /* PyTorch users can only set what PyTorch has: the best such fix */
@@ -286,7 +291,7 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
         return;
     }
     if (f->best == SIZE_MAX) {
-        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF tried reserves less than the recorded one\n");
+        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF gpumem tune tries reserves less than the recorded one\n");
     } else {
         const gm_frag_fix *b = &f->fixes[f->best];
         bytes(b->peak_reserved, r, sizeof r);
