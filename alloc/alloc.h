@@ -582,6 +582,15 @@ typedef enum alloc_trace_kind {
      * where it succeeds the allocation stays live to the end of the trace (what the program did
      * after its failure is unknown; gpumem tune and frag hold it the same way). */
     ALLOC_TR_ALLOC_FAILED = 9,
+    /* ap <id> <size> <pool>: an allocation in a private pool (PyTorch's CUDA graph pools,
+     * torch.cuda.MemPool; gpumem's pools of a graph capture). pool is a nonzero key, distinct
+     * from every stream of the trace, one per (pool, stream) the program allocated from. It is
+     * served from that pool's own segments only (alloc_malloc_captured), whatever
+     * per_stream_pools says, and its free gives the block back to that pool; nothing else uses
+     * the pool's memory and no release path gives it back (the graph may replay at any time).
+     * Without it the replay lets graph tensors and the default pool share blocks, which the
+     * recorded allocator never does (4 MiB below a recording's reserved peak). */
+    ALLOC_TR_ALLOC_PRIVATE = 10,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {

@@ -128,16 +128,19 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         } else if (WORD("fc")) {
             e.kind = ALLOC_TR_FREE_DONE;
             q = parse_num(q + 2, eol, &e.id, &ok);
-        } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao")) {
+        } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao") || WORD("ap")) {
             e.kind = wl == 1         ? ALLOC_TR_ALLOC
                      : q[1] == 'x' ? ALLOC_TR_ALLOC_OTHER
                      : q[1] == 'g' ? ALLOC_TR_ALLOC_SERVED
+                     : q[1] == 'p' ? ALLOC_TR_ALLOC_PRIVATE
                                    : ALLOC_TR_ALLOC_FAILED;
             q = parse_num(q + wl, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.size, &ok2);
             ok = ok && ok2;
             const char *r = skip_ws(q, eol);
             if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.stream, &ok);
+            /* a private pool is named by its key: 0 names none */
+            if (e.kind == ALLOC_TR_ALLOC_PRIVATE && !e.stream) ok = false;
         } else if (WORD("f")) {
             e.kind = ALLOC_TR_FREE;
             q = parse_num(q + 1, eol, &e.id, &ok);
@@ -153,7 +156,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
-                        "'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', 'e' or "
+                        "'ap <id> <size> <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', 'e' or "
                         "'l <bytes>')",
                         line);
         }
@@ -221,11 +224,13 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
         case ALLOC_TR_ALLOC:
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
-        case ALLOC_TR_ALLOC_FAILED: {
-            const char *w = ev[i].kind == ALLOC_TR_ALLOC         ? "a"
-                            : ev[i].kind == ALLOC_TR_ALLOC_OTHER  ? "ax"
-                            : ev[i].kind == ALLOC_TR_ALLOC_SERVED ? "ag"
-                                                                  : "ao";
+        case ALLOC_TR_ALLOC_FAILED:
+        case ALLOC_TR_ALLOC_PRIVATE: {
+            const char *w = ev[i].kind == ALLOC_TR_ALLOC          ? "a"
+                            : ev[i].kind == ALLOC_TR_ALLOC_OTHER   ? "ax"
+                            : ev[i].kind == ALLOC_TR_ALLOC_SERVED  ? "ag"
+                            : ev[i].kind == ALLOC_TR_ALLOC_PRIVATE ? "ap"
+                                                                   : "ao";
             if (ev[i].stream)
                 fprintf(f, "%s %llu %llu %llu\n", w, (unsigned long long)ev[i].id,
                         (unsigned long long)ev[i].size, (unsigned long long)ev[i].stream);
@@ -441,7 +446,8 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_tra
 
 /* What the replay keeps per live trace id: one slot of the id map, key and value side by side
  * (one cache line touched per lookup, where three arrays cost three misses on a large trace). */
-enum { RL_OTHER = 1, RL_USES = 2 }; /* outside the allocator; has record_stream uses */
+/* outside the allocator; has record_stream uses; in a private pool (stream: the pool's key) */
+enum { RL_OTHER = 1, RL_USES = 2, RL_PRIVATE = 4 };
 
 typedef struct {
     uint64_t id;
@@ -563,7 +569,8 @@ int alloc_trace_slots(const alloc_trace_event_t *ev, size_t n, uint32_t **slots,
         case ALLOC_TR_ALLOC:
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
-        case ALLOC_TR_ALLOC_FAILED: {
+        case ALLOC_TR_ALLOC_FAILED:
+        case ALLOC_TR_ALLOC_PRIVATE: {
             const live_t *x = idmap_get(&ids, e->id);
             /* an id allocated again while live keeps its slot, as the table keeps its key */
             if (x) {
@@ -780,7 +787,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         case ALLOC_TR_ALLOC:
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
-        case ALLOC_TR_ALLOC_FAILED: {
+        case ALLOC_TR_ALLOC_FAILED:
+        case ALLOC_TR_ALLOC_PRIVATE: {
             if (!exact)
                 for (size_t k = held.n; k-- > 0;)
                     if (held.v[k].waited++ >= o.stream_lag) held_land(&held, k);
@@ -811,11 +819,15 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 }
             } else {
                 alloc_malloc_info_t info = {0};
-                r = alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
+                bool priv = e->kind == ALLOC_TR_ALLOC_PRIVATE;
+                if (priv) l.flags = RL_PRIVATE;
+                r = priv ? alloc_malloc_captured(a, e->size, e->stream, &l.ptr, &info)
+                         : alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
                 if (r == ALLOC_ERR_OOM && held.n) {
                     /* PyTorch synchronizes and lands every pending free before giving up */
                     held_land_all(&held);
-                    r = alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
+                    r = priv ? alloc_malloc_captured(a, e->size, e->stream, &l.ptr, &info)
+                             : alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
                     if (r == ALLOC_OK) recovered++;
                 }
                 l.size = info.size;
@@ -879,6 +891,11 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             cur_alloc -= l.size;
             cur_req -= l.requested;
             if (!l.ptr) break;
+            /* a private pool's block goes back to its pool, in that pool's order: whatever
+             * stream the program freed it on, only the pool's later allocations may use it */
+            bool to_pool = (l.flags & RL_PRIVATE) != 0;
+            uint64_t free_on = to_pool ? l.stream : e->stream;
+            bool async = to_pool || e->kind == ALLOC_TR_FREE_ASYNC;
             if (exact ? fc_after(fcv, nfc, e->id, i) : (l.flags & RL_USES) != 0) {
                 if (held.n == held.cap) {
                     size_t nc = held.cap ? held.cap * 2 : 16;
@@ -890,13 +907,11 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     held.v = nv;
                     held.cap = nc;
                 }
-                held.v[held.n++] =
-                    (held_t){e->id, l.ptr, e->stream, e->kind == ALLOC_TR_FREE_ASYNC, 0};
+                held.v[held.n++] = (held_t){e->id, l.ptr, free_on, async, 0};
                 out->held_frees++;
                 break;
             }
-            (e->kind == ALLOC_TR_FREE) ? alloc_free(a, l.ptr)
-                                       : alloc_free_async(a, l.ptr, e->stream);
+            async ? alloc_free_async(a, l.ptr, free_on) : alloc_free(a, l.ptr);
             break;
         case ALLOC_TR_FREE_DONE:
             for (size_t k = 0; k < held.n; k++)

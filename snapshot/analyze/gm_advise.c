@@ -1127,6 +1127,7 @@ typedef struct ev_reader {
     size_t ricap;
     int infer;               /* ADV_LOAD_INFER */
     size_t stcap, bcap, evcap, sqcap, nstreams[8];
+    adv_pool_ids pools;      /* the private pools' names -> their numbers (adv_pool_note) */
     uint64_t t_alloc, t_res; /* PyTorch's own statistics, by its rules */
     const adv_tap *tap;
     uint64_t last_range;     /* the last event's range and its rinfo (NULL none) */
@@ -1145,7 +1146,7 @@ enum { LOAD_AS_HISTORY = 1 << 8, LOAD_AS_HOOKED = 1 << 9 };
 
 static void ev_reader_free(ev_reader *L)
 {
-    u64map_free(&L->live), u64map_free(&L->seq_idx);
+    u64map_free(&L->live), u64map_free(&L->seq_idx), u64map_free(&L->pools.ids);
     free(L->stacks), free(L->births), free(L->evseq), free(L->evri);
 }
 
@@ -1163,9 +1164,32 @@ static int load_cache_event(ev_reader *L, int added)
 }
 
 /* One row of `events` of the kinds the model reads (columns as named). 0, or -1 out of memory. */
-static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint64_t requested, uint32_t stream,
-                      uint64_t range, uint64_t t, uint32_t stack, uint64_t size)
+int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids)
 {
+    if (!(flags & REC_F_PRIVATE_POOL)) {
+        if (m->pools && a < m->npools) m->pools[a] = 0;
+        return 0;
+    }
+    /* PyTorch's history names its pool in alloc_id (a recording merged before it did: one pool
+     * per stream); gpumem's own pools of a capture are told apart by their stream, which is the
+     * capture's */
+    uint64_t name = kind == REC_TORCH_ALLOC && alloc_id != U64MAP_EMPTY ? alloc_id : 0;
+    const uint64_t *n = u64map_get(&ids->ids, name);
+    uint64_t num = n ? *n : ids->ids.count + 1;
+    if (!n && u64map_put(&ids->ids, name, num) != 0) return -1;
+    size_t had = ids->cap;
+    if (gm_grow_fast((void **)&m->pools, &ids->cap, (size_t)a + 1, sizeof *m->pools)) return -1;
+    if (ids->cap > had) memset(m->pools + had, 0, (ids->cap - had) * sizeof *m->pools);
+    m->owns_pools = 1;
+    m->pools[a] = (uint32_t)num;
+    if ((size_t)a + 1 > m->npools) m->npools = (size_t)a + 1;
+    return 0;
+}
+
+static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint64_t requested, uint32_t stream,
+                      uint64_t range, uint64_t t, uint32_t stack, uint64_t size, uint64_t flags, uint64_t alloc_id)
+{
+    int row_kind = kind;
     adv_model *m = L->m;
     if (m->torch == 1) {
         if (kind == REC_TORCH_SEG_MAP || kind == REC_TORCH_SEG_UNMAP) {
@@ -1209,6 +1233,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
             return L->nomem = 1, -1;
         m->allocs[a].orig = a;
+        if (adv_pool_note(m, a, row_kind, flags, alloc_id, &L->pools)) return L->nomem = 1, -1;
         L->stacks[a] = stack;
         L->births[a] = seq;
         if (m->have_uses) u64map_put(&L->seq_idx, seq, a);
@@ -1250,7 +1275,8 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
         }
         if (torch ? k < 31 || k > 37 || k == 33 : k < 1 || k > 4) continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
-                       (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size) != 0)
+                       (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size, (uint64_t)w->flags,
+                       (uint64_t)w->alloc_id) != 0)
             return 1;
     }
     return 0;
@@ -1621,6 +1647,7 @@ void adv_model_free(adv_model *m)
     if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
     if (m->owns_tops) free(m->tops), free(m->targs), free(m->tholds);
+    if (m->owns_pools) free(m->pools);
     memset(m, 0, sizeof *m);
 }
 
@@ -1663,6 +1690,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
     dst->strs_cap = src->nstrs;
     dst->owns_uses = 0; /* the uses stay the original's */
     dst->owns_tops = 0; /* so does the op log */
+    dst->owns_pools = 0; /* and the private pools */
     memset(&dst->str_idx, 0, sizeof dst->str_idx);
     int bad =
         !dst->allocs || !dst->evs || !dst->steps || !dst->ops || !dst->opt_starts || !dst->strs;
@@ -1697,6 +1725,7 @@ void adv_model_view(const adv_model *src, adv_model *dst)
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
     dst->owns_uses = 0; /* the uses stay the original's */
     dst->owns_tops = 0; /* so does the op log */
+    dst->owns_pools = 0; /* and the private pools */
 }
 
 static int own_evs(adv_model *m)
@@ -1919,6 +1948,10 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
                       : e->kind == ADV_EV_FREE_ASYNC ? e->stream
                                                      : 0;
+        /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
+         * blocks by stream too; above every stream id (those are 32-bit) */
+        uint32_t pool = e->kind == ADV_EV_ALLOC && a->orig < m->npools ? m->pools[a->orig] : 0;
+        if (pool) t[i].kind = ALLOC_TR_ALLOC_PRIVATE, t[i].stream = (uint64_t)pool << 32 | a->stream;
     }
     return t;
 }

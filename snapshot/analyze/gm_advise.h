@@ -173,6 +173,15 @@ typedef struct adv_model {
      * there */
     size_t inferred_layers, inferred_layer_allocs;
     uint64_t inferred_bwd_seq, inferred_opt_seq, inferred_end_seq;
+    /* per allocation (index: its orig; NULL, or past npools: the default pool): the private pool
+     * it was made in (events.flags 32768: a CUDA graph's or torch.cuda.MemPool's pool of PyTorch's
+     * history, whose alloc_id names it; gpumem's pools of a capture, named by their stream), as a
+     * nonzero number. adv_to_trace makes those allocations the trace's `ap`, so a replay keeps
+     * them in their pool as the recorded allocator did. Read-only, shared by copies and views,
+     * freed by the model that loaded it (owns_pools) */
+    uint32_t *pools;
+    size_t npools;
+    int owns_pools;
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
@@ -183,6 +192,16 @@ enum {
     ADV_BORROWS_STRS = 4,   /* strs and str_idx */
     ADV_BORROWS_TIMES = 8,  /* steps, ops and opt_starts */
 };
+
+/* A loader's private pools: their names in the recording -> their numbers in adv_model.pools. */
+typedef struct adv_pool_ids {
+    u64map ids;
+    size_t cap; /* of adv_model.pools */
+} adv_pool_ids;
+/* Allocation a of m was made by an events row (kind, flags, alloc_id): its private pool noted in
+ * m->pools (events.flags 32768; 0 otherwise). ids: the loader's, freed by it (u64map_free). 0, or
+ * -1 out of memory. */
+int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids);
 
 /* An event inserted by a rewrite: the fields and time of `anchor` (the event it goes beside, so
  * times stay in order), for allocation a, of `kind`, ordered on `stream` (frees). */

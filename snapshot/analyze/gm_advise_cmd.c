@@ -1181,6 +1181,7 @@ static void undo_bf16(ctx *c, char *err, size_t errsz)
         u.owns_uses = c->m.owns_uses; /* the uses are shared: the copy takes them over */
         c->m.owns_uses = 0;
         u.owns_tops = c->m.owns_tops, c->m.owns_tops = 0; /* and the op log */
+        u.owns_pools = c->m.owns_pools, c->m.owns_pools = 0; /* and the private pools */
         adv_model_free(&c->m);
         c->m = u;
         c->bf16_undone = 1;

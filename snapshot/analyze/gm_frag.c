@@ -35,6 +35,7 @@
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_replay.h"
 #include "snapshot/analyze/gm_tstate.h"
+#include "snapshot/analyze/gm_tune.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/record/rec.h"
 
@@ -44,7 +45,7 @@
 #include <string.h>
 
 const char *const gm_frag_cause_name[GM_FC_N] = {
-    "rounding",   "pending_free", "other_stream", "other_pool", "pinned",
+    "rounding",   "pending_free", "graph_pool", "other_stream", "other_pool", "pinned",
     "segment_tail", "granularity", "size_class", "cached",     "unattributed"};
 
 /* free block sizes: upper bounds (inclusive) of each bucket but the last */
@@ -60,6 +61,7 @@ const char *const gm_frag_hist_name[GM_FRAG_NHIST] = {
 
 typedef struct snap_seg {
     uint64_t stream, addr, size, mapped;
+    uint64_t pool; /* its private pool (gm_frag_pool.private_pool), 0 none */
     int device;
     uint32_t flags;
     uint64_t live;     /* bytes of live blocks */
@@ -87,6 +89,7 @@ typedef struct snap {
     int resolved;
     int need_known;
     uint64_t need_seq, need_size, need_stream_id, need_addr;
+    uint64_t need_pool; /* the private pool the request was made in, 0 none */
     /* OOM: its row */
     uint64_t oom_requested, oom_stream_id;
 } snap;
@@ -101,6 +104,11 @@ static int fail_sql(gm_db *d, char *err, size_t errsz, const char *what) {
     snprintf(err, errsz, "%s: cannot read %s: %s", d->path, what, sqlite3_errmsg(d->db));
     return -1;
 }
+
+/* gpumem's pools of a graph capture are keyed by the capture (preload/driver.c's capture_key_of:
+ * its id * 4 + 1), never a stream handle (a pointer, aligned): their segments are a private pool,
+ * the capture's. */
+static int capture_key(uint64_t stream) { return stream > 1 && (stream & 3) == 1; }
 
 static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
     sqlite3_stmt *st;
@@ -131,6 +139,7 @@ static int snap_load(gm_db *d, snap *s, char *err, size_t errsz) {
         g->mapped = (uint64_t)sqlite3_column_int64(st, 4);
         g->flags = (uint32_t)sqlite3_column_int64(st, 5);
         g->device = sqlite3_column_int(st, 6);
+        g->pool = capture_key(g->stream) ? g->stream : 0;
         g->last_pin = SIZE_MAX;
         if ((size_t)idx + 1 > s->nsegs) s->nsegs = (size_t)idx + 1;
     }
@@ -554,6 +563,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
     }
     int stream_known = o->need_known && hk;
     o->need_small = o->need_size <= SMALL_REQUEST;
+    /* gpumem's request in a capture is made on the capture's key; PyTorch's names its pool */
+    o->need_private_pool = s->need_pool ? s->need_pool : capture_key(o->need_stream) ? o->need_stream : 0;
     /* pools, histogram, and the free bytes of the request's pool */
     size_t pcap = 0;
     for (size_t i = 0; i < s->nsegs; i++) {
@@ -561,7 +572,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         size_t k = 0;
         for (; k < o->npools; k++)
-            if (o->pools[k].stream == g->stream && o->pools[k].small == small) break;
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small && o->pools[k].private_pool == g->pool)
+                break;
         if (k == o->npools) {
             if (o->npools == pcap) {
                 size_t nc = pcap ? 2 * pcap : 8;
@@ -575,6 +587,7 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
             memset(&o->pools[k], 0, sizeof o->pools[k]);
             o->pools[k].stream = g->stream;
             o->pools[k].small = small;
+            o->pools[k].private_pool = g->pool;
             o->npools++;
         }
         o->pools[k].segments++;
@@ -586,7 +599,8 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         gm_frag_pool *p = NULL;
         for (size_t k = 0; k < o->npools && !p; k++)
-            if (o->pools[k].stream == g->stream && o->pools[k].small == small) p = &o->pools[k];
+            if (o->pools[k].stream == g->stream && o->pools[k].small == small && o->pools[k].private_pool == g->pool)
+                p = &o->pools[k];
         if (b->state == REC_BLOCK_ALLOCATED) {
             o->allocated += b->size;
             o->requested += b->requested < b->size ? b->requested : b->size;
@@ -602,7 +616,7 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
                 p->free += b->size;
                 if (b->size > p->largest) p->largest = b->size;
             }
-            if (b->state == REC_BLOCK_FREE && o->need_known && small == o->need_small &&
+            if (b->state == REC_BLOCK_FREE && o->need_known && small == o->need_small && g->pool == o->need_private_pool &&
                 (!stream_known || g->stream == o->need_stream)) {
                 o->need_pool_free += b->size;
                 if (b->size > o->need_pool_largest) o->need_pool_largest = b->size;
@@ -631,6 +645,12 @@ static int classify(gm_db *d, snap *s, uint64_t page, gm_frag_state *o, char *er
         int small = (g->flags & REC_SEG_F_SMALL_POOL) != 0;
         if (b->state == REC_BLOCK_PENDING) {
             c[GM_FC_PENDING] += b->size;
+        } else if (g->pool != o->need_private_pool || (g->pool && stream_known && g->stream != o->need_stream)) {
+            /* a private pool serves only its own graph's (or MemPool's) allocations, and the
+             * allocator gives its memory back only once the pool is released: before another
+             * stream or size pool, no setting changes it (per_stream_pools:False shares the
+             * allocator's own pools, never a private one's: also its blocks of another stream) */
+            c[GM_FC_GRAPH_POOL] += b->size;
         } else if (stream_known && g->stream != o->need_stream) {
             c[GM_FC_OTHER_STREAM] += b->size;
         } else if (o->need_known && small != o->need_small) {
@@ -714,8 +734,58 @@ static int fix_cmp(const void *a, const void *b) {
     return strlen(x->conf) < strlen(y->conf) ? -1 : strlen(x->conf) > strlen(y->conf);
 }
 
+/* fx made from one of tune's results */
+static void fix_of_result(gm_frag_fix *fx, const gm_replay_result *r, const char *change) {
+    memset(fx, 0, sizeof *fx);
+    snprintf(fx->conf, sizeof fx->conf, "%s", r->conf);
+    fx->has_pytorch = gm_conf_pytorch(&r->cfg, fx->pytorch, sizeof fx->pytorch);
+    fx->torch_runs = fx->has_pytorch && r->cfg.policy == ALLOC_POLICY_PYTORCH;
+    fx->gpumem_policy = r->cfg.policy == ALLOC_POLICY_GPUMEM;
+    snprintf(fx->change, sizeof fx->change, "%s", change);
+    fx->peak_reserved = r->peak_reserved;
+    fx->peak_allocated = r->peak_allocated;
+}
+
+static size_t fix_find(const gm_frag *f, const char *conf) {
+    for (size_t i = 0; i < f->nfixes; i++)
+        if (!strcmp(f->fixes[i].conf, conf)) return i;
+    return SIZE_MAX;
+}
+
+/* The recommendation: gpumem tune's, from its search on the same trace (gm_tune_search), so that
+ * frag, tune and viz name one configuration for a recording; frag's own candidates explain what
+ * each change does, but a search over the keys finds what no single change on top of the recorded
+ * configuration does (expandable segments without the recorded max_split_size_mb). On PyTorch's
+ * allocator: the best PYTORCH_CUDA_ALLOC_CONF, and gpumem's allocator apart (best_gpumem). Tune's
+ * answers join the fixes when no candidate said the same; none when the recorded configuration is
+ * already the best (tune's recorded_best). The fixes are sorted here. */
+static void tune_answer(gm_frag *f, gm_db *d, const adv_model *am) {
+    gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
+    gm_tune t;
+    char err[256];
+    char best[512] = "", gpumem[512] = "";
+    if (gm_tune_search(d, am, &o, &t, err, sizeof err) == 0 && !t.empty) {
+        size_t b = f->torch ? t.best_torch : t.best;
+        if (b != SIZE_MAX && !t.recorded_best) {
+            snprintf(best, sizeof best, "%s", t.results[b].conf);
+            if (fix_find(f, best) == SIZE_MAX)
+                fix_of_result(&f->fixes[f->nfixes++], &t.results[b], "the best configuration of gpumem tune's search");
+        }
+        if (f->torch && t.best_gpumem != SIZE_MAX) {
+            snprintf(gpumem, sizeof gpumem, "%s", t.results[t.best_gpumem].conf);
+            if (fix_find(f, gpumem) == SIZE_MAX)
+                fix_of_result(&f->fixes[f->nfixes++], &t.results[t.best_gpumem],
+                              "the best configuration of gpumem's own allocator in gpumem tune's search");
+        }
+    }
+    gm_tune_free(&t);
+    if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+    if (best[0]) f->best = fix_find(f, best);
+    if (gpumem[0]) f->best_gpumem = fix_find(f, gpumem);
+}
+
 /* The fixes, replayed on fm's trace (freed here). */
-static void find_fixes(gm_frag *f, fix_model *fm) {
+static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     if (!fm->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", fm->err);
         return;
@@ -728,7 +798,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
     alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
     gm_replay_result *res = calloc(NC + 1, sizeof *res);
-    f->fixes = calloc(NC, sizeof *f->fixes);
+    f->fixes = calloc(NC + 2, sizeof *f->fixes); /* and tune's two answers (tune_answer) */
     if (!trace || !res || !f->fixes) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", am.nevs ? "out of memory" : "no allocations");
         free(trace), free(res);
@@ -784,14 +854,7 @@ static void find_fixes(gm_frag *f, fix_model *fm) {
             fx->peak_reserved = x->peak_reserved;
             fx->peak_allocated = x->peak_allocated;
         }
-        if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
-        /* the recommendation: the fix that saves most, or on PyTorch's allocator the one that
-         * saves most of those PyTorch can run (tune's rule, gm_tune.c), gpumem's apart */
-        for (size_t i = 0; i < f->nfixes; i++) {
-            const gm_frag_fix *fx = &f->fixes[i];
-            if (f->best == SIZE_MAX && (!f->torch || fx->torch_runs)) f->best = i;
-            if (f->torch && f->best_gpumem == SIZE_MAX && fx->gpumem_policy) f->best_gpumem = i;
-        }
+        tune_answer(f, d, &am);
         if (!f->nfixes)
             snprintf(f->fix_note, sizeof f->fix_note, "%s",
                      f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
@@ -826,6 +889,7 @@ static int tp_fill(gm_db *d, snap *s, const gm_tcapture *c, int expandable) {
         snap_seg *o = &s->segs[i];
         o->stream = stream_handle(d, g[i].stream, &known);
         o->addr = g[i].addr, o->size = o->mapped = g[i].size, o->device = g[i].device, o->last_pin = SIZE_MAX;
+        o->pool = g[i].pool;
         o->flags = expandable ? REC_SEG_F_EXPANDABLE : 0;
         uint64_t at = g[i].addr, end = g[i].addr + g[i].size, largest = 0;
         while (k < nb && b[k].addr < g[i].addr) k++;
@@ -873,7 +937,8 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
     }
     sqlite3_finalize(q);
     if (!peak) return 0;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device FROM events "
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, size, requested, stream, device, flags, "
+                                  "coalesce(alloc_id, 0) FROM events "
                                   "WHERE kind BETWEEN 31 AND 35 ORDER BY seq", -1, &q, NULL) != SQLITE_OK)
         return fail_sql(d, err, errsz, "PyTorch's events");
     int expandable = gm_meta_int(d, "torch_expandable", 0) != 0, captured = 0, rc = 0;
@@ -884,6 +949,10 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(q, 0);
         int kind = sqlite3_column_int(q, 1);
         uint64_t addr = (uint64_t)sqlite3_column_int64(q, 2), size = (uint64_t)sqlite3_column_int64(q, 3);
+        /* a private pool's row: its pool named in alloc_id (a recording merged before it was: one
+         * unnamed pool) */
+        uint64_t name = (uint64_t)sqlite3_column_int64(q, 8);
+        uint64_t pool = (sqlite3_column_int64(q, 7) & REC_F_PRIVATE_POOL) ? (name ? name : GM_FRAG_POOL_UNNAMED) : 0;
         int need = !captured && seq > peak_seq && kind == REC_TORCH_ALLOC;
         if (!captured && seq > peak_seq && !need) { /* the moment passed with no allocation in it */
             captured = 1;
@@ -902,7 +971,8 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
             if (b && kind == REC_TORCH_FREE) b->pending = 1;
             if (b && kind == REC_TORCH_FREE_COMPLETED) gm_tstate_block_drop(&st, addr);
         } else if (kind == REC_TORCH_SEG_MAP) {
-            rc = gm_tstate_map(&st, addr, size, expandable, sqlite3_column_int(q, 6), (uint64_t)sqlite3_column_int64(q, 5));
+            rc = gm_tstate_map(&st, addr, size, expandable, sqlite3_column_int(q, 6), (uint64_t)sqlite3_column_int64(q, 5),
+                               pool);
         } else {
             rc = gm_tstate_unmap(&st, addr, size);
         }
@@ -910,6 +980,7 @@ static int torch_snap(gm_db *d, snap *s, char *err, size_t errsz) {
             s->need_known = 1;
             s->need_seq = s->seq = seq, s->need_size = size, s->need_addr = addr;
             s->need_stream_id = (uint64_t)sqlite3_column_int64(q, 5);
+            s->need_pool = pool;
             captured = 1;
             rc = tp_capture(&st, &c, &live);
         }
@@ -1035,6 +1106,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         snap *s = &snaps[i];
         gm_frag_state o;
         if (classify(d, s, page, &o, err, errsz) != 0) goto out;
+        o.torch_pools = torch;
         if (s->reason == REC_SNAP_PEAK) {
             f->peak = o;
             f->have_peak = 1;
@@ -1049,7 +1121,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
             f->ooms[f->nooms++] = o;
         }
     }
-    find_fixes(f, &fm);
+    find_fixes(f, d, &fm);
     if (f->torch) gm_torch_peak_reset(d, &f->reset);
     if (!f->torch) f->pytorch_recorded = gm_meta_pytorch_conf(d, f->torch_conf, sizeof f->torch_conf);
     rc = 0;

@@ -21,6 +21,10 @@
 enum gm_frag_cause {
     GM_FC_ROUNDING = 0,  /* live blocks larger than asked for */
     GM_FC_PENDING,       /* freed, waiting for stream work before reuse */
+    GM_FC_GRAPH_POOL,    /* cached in a private pool (a CUDA graph's, a MemPool) the request was not
+                          * made in, or outside the private pool it was made in: only that
+                          * pool's allocations may use it while the pool lives, whatever the
+                          * configuration */
     GM_FC_OTHER_STREAM,  /* cached in another stream's pool */
     GM_FC_OTHER_POOL,    /* cached in the other size pool (small <= 1 MiB vs large) */
     GM_FC_PINNED,        /* free space of a classic segment held by a live neighbour */
@@ -43,10 +47,16 @@ typedef struct gm_frag_pin {
     uint64_t segment;    /* that segment's size */
 } gm_frag_pin;
 
+/* private_pool of a PyTorch recording merged before its rows named their pool */
+#define GM_FRAG_POOL_UNNAMED UINT64_MAX
+
 /* One (stream, pool) of the allocator at a snapshot. */
 typedef struct gm_frag_pool {
     uint64_t stream; /* the stream handle the pool serves */
     int small;       /* 1: small pool (requests <= 1 MiB) */
+    uint64_t private_pool; /* 0: the allocator's own pools; else the private pool (a CUDA
+                            * graph's, torch.cuda.MemPool) they are of: PyTorch's pool_id (a, b)
+                            * as a << 32 | b, or gpumem's capture key */
     size_t segments;
     uint64_t reserved, allocated, free, largest;
 } gm_frag_pool;
@@ -65,12 +75,14 @@ typedef struct gm_frag_state {
     uint64_t hist_bytes[GM_FRAG_NHIST], hist_count[GM_FRAG_NHIST];
     gm_frag_pool *pools;
     size_t npools;
+    int torch_pools; /* private_pool values are PyTorch's pool ids (else gpumem's capture keys) */
     uint64_t causes[GM_FC_N];
     /* what the allocator was asked for then: the OOM's request, or at the peak the allocation
      * that made reserved grow to it */
     int need_known;
     uint64_t need_seq, need_size, need_stream, need_addr;
     int need_small;
+    uint64_t need_private_pool; /* the private pool it was made in (0: none) */
     uint64_t need_pool_free, need_pool_largest; /* free in that request's pool */
     int fragmentation; /* OOM: free in fragments >= request, largest free block < request */
     gm_frag_pin *pins; /* most free bytes first */

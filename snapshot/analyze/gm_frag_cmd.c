@@ -23,7 +23,11 @@ static const char *const usage_frag =
     "    mismatch, cache kept), with the allocations that pin segments;\n"
     "  - fixes: GPUMEM_CONF changes that reserve less, each predicted by replaying the\n"
     "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
-    "    same when there is one.\n"
+    "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
+    "    same trace): frag, tune and viz name one configuration for a recording.\n"
+    "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
+    "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
+    "    setting gives them to other requests), and the replays keep it private.\n"
     "  --top N   rows per table (default 8)\n"
     "  --json    one JSON object (contract in snapshot/README.md)\n"
     "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
@@ -34,8 +38,8 @@ static const char *const usage_frag =
     "  --lossy-ok  analyse a recording that lost events (else refused, exit 3: its peak\n"
     "            and gaps can be wrong); the first line says so\n"
     "A PyTorch program recorded with PyTorch's allocator (its memory history merged): the\n"
-    "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator (as\n"
-    "gpumem tune's), gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
+    "recommendation is the best PYTORCH_CUDA_ALLOC_CONF for staying on PyTorch's allocator,\n"
+    "gpumem's allocator said apart (gpumem record --allocator gpumem); --check\n"
     "re-runs the script under that PYTORCH_CUDA_ALLOC_CONF and compares max_memory_reserved().\n"
     "An imported PyTorch snapshot (gpumem import): the configuration line names its\n"
     "PYTORCH_CUDA_ALLOC_CONF, replayed under the GPUMEM_CONF preset:pytorch with those keys.\n"
@@ -125,6 +129,16 @@ static int same_point(const void *ctx, size_t i, size_t j) {
     return a->reserved == b->reserved && a->allocated == b->allocated;
 }
 
+/* A pool row's private pool, in the program's words: PyTorch's pool_id, or gpumem's capture. */
+static const char *private_pool_words(uint64_t pool, int torch) {
+    static char w[64];
+    if (!pool) return "";
+    if (torch && pool == GM_FRAG_POOL_UNNAMED) snprintf(w, sizeof w, "  graph pool");
+    else if (torch) snprintf(w, sizeof w, "  graph pool (%" PRIu64 ", %" PRIu64 ")", pool >> 32, pool & 0xffffffffu);
+    else snprintf(w, sizeof w, "  graph capture's pool");
+    return w;
+}
+
 static void cause_detail(gm_db *d, const gm_model *m, const gm_frag_state *s, int c, char *out, size_t n) {
     char need[32], pf[32], pl[32];
     bytes(s->need_size, need, sizeof need);
@@ -137,6 +151,14 @@ static void cause_detail(gm_db *d, const gm_model *m, const gm_frag_state *s, in
         break;
     case GM_FC_PENDING:
         snprintf(out, n, "freed but waiting for work on a stream to finish before reuse");
+        break;
+    case GM_FC_GRAPH_POOL:
+        snprintf(out, n, "%s: a private pool serves only the allocations made in it (a graph's capture, a "
+                         "MemPool's scope) and is given back only when it is released (the graph destroyed, "
+                         "then empty_cache); no allocator setting lets the %s request use it",
+                 s->need_private_pool ? "free outside the private pool (and stream) the request was made in"
+                                      : "cached in a CUDA graph's private pool",
+                 need);
         break;
     case GM_FC_OTHER_STREAM:
         snprintf(out, n, "cached in another stream's pool, which the %s request could not use "
@@ -218,7 +240,7 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
         }
     }
     if (s->npools) {
-        fprintf(out, "  pools (stream, size pool)\n");
+        fprintf(out, "  pools (stream, size pool; a private pool's apart)\n");
         for (size_t i = 0; i < s->npools && (int)i < top; i++) {
             const gm_frag_pool *p = &s->pools[i];
             char r[32], a[32], f[32], l[32];
@@ -226,8 +248,9 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
             bytes(p->allocated, a, sizeof a);
             bytes(p->free, f, sizeof f);
             bytes(p->largest, l, sizeof l);
-            fprintf(out, "    stream 0x%-14" PRIx64 " %-5s %5zu segment%s reserved %11s allocated %11s free %11s largest %11s\n",
-                    p->stream, p->small ? "small" : "large", p->segments, p->segments == 1 ? " " : "s", r, a, f, l);
+            fprintf(out, "    stream 0x%-14" PRIx64 " %-5s %5zu segment%s reserved %11s allocated %11s free %11s largest %11s%s\n",
+                    p->stream, p->small ? "small" : "large", p->segments, p->segments == 1 ? " " : "s", r, a, f, l,
+                    private_pool_words(p->private_pool, s->torch_pools));
         }
         if (s->npools > (size_t)top) fprintf(out, "    ... %zu more (--top N)\n", s->npools - (size_t)top);
     }
@@ -263,6 +286,10 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
     char r[32];
     if (!f->nfixes) return;
     if (!f->torch) {
+        if (f->best == SIZE_MAX) { /* tune's search found nothing better than the recording */
+            fprintf(out, "\n  recommended: the recorded configuration (no configuration gpumem tune tries reserves less)\n");
+            return;
+        }
         const gm_frag_fix *b = &f->fixes[f->best];
         fprintf(out, "\n  recommended: GPUMEM_CONF=%s\n", b->conf);
         /* PyTorch users can only set what PyTorch has: the best such fix */
@@ -275,7 +302,7 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
         return;
     }
     if (f->best == SIZE_MAX) {
-        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF tried reserves less than the recorded one\n");
+        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF gpumem tune tries reserves less than the recorded one\n");
     } else {
         const gm_frag_fix *b = &f->fixes[f->best];
         bytes(b->peak_reserved, r, sizeof r);
@@ -398,9 +425,9 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
     fputs("],\"request\":", out);
     if (s->need_known)
         fprintf(out, "{\"seq\":%" PRIu64 ",\"size\":%" PRIu64 ",\"stream\":%" PRIu64 ",\"pool\":\"%s\",\"pool_free\":%" PRIu64
-                     ",\"pool_largest_free\":%" PRIu64 "}",
+                     ",\"pool_largest_free\":%" PRIu64 ",\"private_pool\":%" PRIu64 "}",
                 s->need_seq, s->need_size, s->need_stream, s->need_small ? "small" : "large", s->need_pool_free,
-                s->need_pool_largest);
+                s->need_pool_largest, s->need_private_pool);
     else
         fputs("null", out);
     /* a documented key is always there: null at the peak (fragmentation is an OOM's verdict) */
@@ -417,9 +444,10 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
     for (size_t i = 0; i < s->npools; i++) {
         const gm_frag_pool *p = &s->pools[i];
         fprintf(out, "%s{\"stream\":%" PRIu64 ",\"pool\":\"%s\",\"segments\":%zu,\"reserved\":%" PRIu64
-                     ",\"allocated\":%" PRIu64 ",\"free\":%" PRIu64 ",\"largest_free\":%" PRIu64 "}",
+                     ",\"allocated\":%" PRIu64 ",\"free\":%" PRIu64 ",\"largest_free\":%" PRIu64
+                     ",\"private_pool\":%" PRIu64 "}",
                 i ? "," : "", p->stream, p->small ? "small" : "large", p->segments, p->reserved, p->allocated,
-                p->free, p->largest);
+                p->free, p->largest, p->private_pool);
     }
     fputs("],\"pinned_by\":[", out);
     for (size_t i = 0; i < s->npins && i < FRAG_JSON_PINS; i++) {

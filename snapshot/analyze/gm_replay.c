@@ -196,13 +196,15 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         return -1;
     }
     am->rec_peak_allocated = pa, am->rec_peak_reserved = pr;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t, size FROM events "
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t, size, flags, "
+                                  "coalesce(alloc_id, 0) FROM events "
                                   "WHERE kind IN (31, 32, 33, 35, 36, 37) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
         adv_model_free(am);
         snprintf(err, errsz, "%s: cannot read PyTorch's events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
     u64map live = {0}; /* address -> allocation index, until the free completes */
+    adv_pool_ids pools = {0};
     int rc = 1;
     size_t cev = 0;
     while (rc == 1 && sqlite3_step(st) == SQLITE_ROW) {
@@ -233,6 +235,8 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
             am->allocs[a] = (adv_alloc){.size = (uint64_t)sqlite3_column_int64(st, 3),
                                         .stream = (uint32_t)sqlite3_column_int64(st, 4), .orig = a};
             if (u64map_put(&live, addr, a) != 0) { rc = -1; break; }
+            if (adv_pool_note(am, a, kind, (uint64_t)sqlite3_column_int64(st, 7),
+                              (uint64_t)sqlite3_column_int64(st, 8), &pools) != 0) { rc = -1; break; }
         } else {
             const uint64_t *v = u64map_get(&live, addr);
             if (!v) continue; /* before the history began */
@@ -247,6 +251,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     }
     sqlite3_finalize(st);
     u64map_free(&live);
+    u64map_free(&pools.ids);
     if (rc < 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");

@@ -22,14 +22,15 @@ static size_t seg_find(const gm_tstate *s, uint64_t addr) /* first segment endin
     return lo;
 }
 
-int gm_tstate_map(gm_tstate *s, uint64_t addr, uint64_t size, int expandable, int device, uint64_t stream)
+int gm_tstate_map(gm_tstate *s, uint64_t addr, uint64_t size, int expandable, int device, uint64_t stream,
+                  uint64_t pool)
 {
     if (!size) return 0;
     size_t i = seg_find(s, addr);
     if (expandable) { /* joins an expandable neighbour of the same device: one mapped run */
         gm_tseg *l = i > 0 ? &s->segs[i - 1] : NULL, *r = i < s->nsegs ? &s->segs[i] : NULL;
-        int jl = l && l->expandable && l->device == device && l->addr + l->size == addr;
-        int jr = r && r->expandable && r->device == device && r->addr == addr + size;
+        int jl = l && l->expandable && l->device == device && l->pool == pool && l->addr + l->size == addr;
+        int jr = r && r->expandable && r->device == device && r->pool == pool && r->addr == addr + size;
         if (jl && jr) {
             l->size += size + r->size;
             if (r->largest > l->largest) l->largest = r->largest;
@@ -47,7 +48,7 @@ int gm_tstate_map(gm_tstate *s, uint64_t addr, uint64_t size, int expandable, in
         s->segs = n, s->csegs = nc;
     }
     memmove(&s->segs[i + 1], &s->segs[i], (s->nsegs - i) * sizeof *s->segs);
-    s->segs[i] = (gm_tseg){addr, size, stream, 0, device, (uint8_t)(expandable != 0)};
+    s->segs[i] = (gm_tseg){addr, size, stream, 0, pool, device, (uint8_t)(expandable != 0)};
     s->nsegs++;
     return 0;
 }
@@ -68,7 +69,7 @@ int gm_tstate_unmap(gm_tstate *s, uint64_t addr, uint64_t size)
         s->segs[i].size = addr - g.addr;
     } else { /* a hole in the middle: two runs, the right one as expandable as the left */
         s->segs[i].size = addr - g.addr;
-        if (gm_tstate_map(s, end, gend - end, 0, g.device, g.stream) != 0) return -1;
+        if (gm_tstate_map(s, end, gend - end, 0, g.device, g.stream, g.pool) != 0) return -1;
         gm_tseg *t = &s->segs[seg_find(s, end)];
         t->expandable = g.expandable, t->largest = g.largest;
     }
@@ -141,7 +142,7 @@ int gm_tstate_capture(gm_tstate *s, int device, int blocks_as_segments, gm_tcapt
     for (size_t i = 0; blocks_as_segments && i < s->nblocks; i++) {
         size_t j = seg_find(s, s->blocks[i].addr);
         if (j < s->nsegs && s->segs[j].addr <= s->blocks[i].addr) continue;
-        if (gm_tstate_map(s, s->blocks[i].addr, s->blocks[i].size, 0, device, 0) != 0) return -1;
+        if (gm_tstate_map(s, s->blocks[i].addr, s->blocks[i].size, 0, device, 0, 0) != 0) return -1;
     }
     c->segs = malloc((s->nsegs ? s->nsegs : 1) * sizeof *c->segs);
     c->blocks = malloc((s->nblocks ? s->nblocks : 1) * sizeof *c->blocks);

@@ -24,6 +24,8 @@ typedef struct gm_tseg {
     uint64_t addr, size;
     uint64_t stream;  /* as the caller gave it (a handle, or the recording's stream id) */
     uint64_t largest; /* the largest block it held so far */
+    uint64_t pool;    /* 0: the default pool; else the private pool it belongs to, as the caller
+                       * names it (PyTorch's pool_id, a graph capture's key) */
     int device;
     uint8_t expandable;
 } gm_tseg;
@@ -45,9 +47,11 @@ typedef struct gm_tstate {
     u64map at; /* addr -> index into blocks */
 } gm_tstate;
 
-/* [addr, addr + size) mapped (expandable) or allocated as a segment of its own. 0, -1 out of
- * memory. A size of 0 is no segment. */
-int gm_tstate_map(gm_tstate *s, uint64_t addr, uint64_t size, int expandable, int device, uint64_t stream);
+/* [addr, addr + size) mapped (expandable) or allocated as a segment of its own, for pool (0: the
+ * default; a private pool's pages never join another pool's run). 0, -1 out of memory. A size of
+ * 0 is no segment. */
+int gm_tstate_map(gm_tstate *s, uint64_t addr, uint64_t size, int expandable, int device, uint64_t stream,
+                  uint64_t pool);
 /* [addr, addr + size) given back: a whole segment, or pages cut out of a mapped run (a hole in
  * the middle leaves two runs). 0, -1 out of memory. */
 int gm_tstate_unmap(gm_tstate *s, uint64_t addr, uint64_t size);

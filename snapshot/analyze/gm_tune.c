@@ -244,21 +244,32 @@ static int rank_cmp(const void *x, const void *y, void *arg) {
 }
 
 int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
-    memset(t, 0, sizeof *t);
-    t->best = t->recorded = SIZE_MAX;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     adv_model am;
-    if (gm_replay_trace_load(d, &am, err, errsz) != 0) return -1;
+    if (gm_replay_trace_load(d, &am, err, errsz) != 0) {
+        memset(t, 0, sizeof *t);
+        t->best = t->recorded = SIZE_MAX;
+        return -1;
+    }
+    int rc = gm_tune_search(d, &am, o, t, err, errsz);
+    adv_model_free(&am);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    t->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return rc;
+}
+
+int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
+    memset(t, 0, sizeof *t);
+    t->best = t->recorded = SIZE_MAX;
+    const adv_model am = *model; /* read only: the search replays its trace */
     if (!am.nevs) { /* a recording without allocations: a valid answer (nothing to tune), not an error */
         t->limit = o->limit ? o->limit : am.cfg.limit; /* its JSON has every key, limit included */
-        adv_model_free(&am);
         t->empty = 1;
         return 0;
     }
     alloc_trace_event_t *trace = adv_to_trace(&am);
     if (!trace) {
-        adv_model_free(&am);
         snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);
         return -1;
     }
@@ -415,9 +426,6 @@ oom:
     if (rc) snprintf(err, errsz, "out of memory");
     free(slots);
     free(trace);
-    adv_model_free(&am);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    t->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     return rc;
 }
 

@@ -18,7 +18,9 @@
  * replay "ax" outside their cache, and "ag" too with --framework-only (what PyTorch's own
  * allocator would do). A request that failed with out-of-memory (kind 13, its `ooms` row) is
  * "ao <seq> <requested> <stream>": the replay tries it again, so an OOM run replayed under its
- * own limit or memory fraction meets the same OOM. A free that
+ * own limit or memory fraction meets the same OOM. An allocation in one of gpumem's graph capture
+ * pools (flag REC_F_PRIVATE_POOL; its stream is the capture's) is "ap <id> <requested> <pool>",
+ * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool. A free that
  * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
  * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
  * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
@@ -113,8 +115,12 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 u64map_del(&pend_key, addr, NULL);
             }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
-            fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
-                    (int64_t)sqlite3_column_int64(s, 3), stream);
+            if (sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) /* a capture's pool: its own key */
+                fprintf(out, "ap %" PRIu64 " %" PRId64 " %" PRIu64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3),
+                        (uint64_t)1 << 32 | (uint64_t)stream);
+            else
+                fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
+                        (int64_t)sqlite3_column_int64(s, 3), stream);
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);

@@ -167,8 +167,9 @@ static void write_segments(tx *x, const gm_tcapture *caps, int ndev)
             /* PyTorch's small pool holds blocks of at most 1 MiB */
             gpk_key(o, "segment_type"),
                 gpk_str(o, g->largest && g->largest <= ((uint64_t)1 << 20) ? "small" : "large");
-            gpk_key(o, "segment_pool_id"), gpk_list_begin(o), gpk_int(o, 0), gpk_int(o, 0),
-                gpk_list_end(o);
+            /* the pool the recording names (PyTorch's pool_id, as the merge packed it: a << 32 ^ b) */
+            gpk_key(o, "segment_pool_id"), gpk_list_begin(o), gpk_uint(o, g->pool >> 32),
+                gpk_uint(o, g->pool & 0xffffffffu), gpk_list_end(o);
             gpk_key(o, "is_expandable"), gpk_bool(o, g->expandable);
             gpk_key(o, "frames"), gpk_list_begin(o), gpk_list_end(o);
             gpk_key(o, "blocks");
@@ -492,7 +493,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
                              .own_segment = own};
                 if (own) {
-                    if (gm_tstate_map(&st, addr, size, 0, dev, stream) != 0) rc = -2;
+                    if (gm_tstate_map(&st, addr, size, 0, dev, stream, 0) != 0) rc = -2;
                     entry(&x, "segment_alloc", addr, size, 0, stream, t, dev, 0, NULL);
                 }
                 if (gm_tstate_block_add(&st, &b) != 0) rc = -2;
@@ -544,7 +545,9 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 have_segs = 1;
                 const char *a = grow ? (exp ? "segment_map" : "segment_alloc")
                                      : (exp ? "segment_unmap" : "segment_free");
-                if ((grow ? gm_tstate_map(&st, addr, size, exp, dev, stream) : gm_tstate_unmap(&st, addr, size)) != 0)
+                /* a private pool's segment: PyTorch's history names its pool in alloc_id */
+                uint64_t pool = kind == REC_TORCH_SEG_MAP && (sqlite3_column_int64(s, 9) & REC_F_PRIVATE_POOL) ? (key ? key : 1) : 0;
+                if ((grow ? gm_tstate_map(&st, addr, size, exp, dev, stream, pool) : gm_tstate_unmap(&st, addr, size)) != 0)
                     rc = -2;
                 entry(&x, a, addr, size, 0, stream, t, dev, 0, NULL);
             }

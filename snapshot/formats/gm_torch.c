@@ -1610,14 +1610,15 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
     sqlite3_bind_int64(ev, 7, 0);
     sqlite3_bind_int64(ev, 8, (int64_t)t->requested);
     sqlite3_bind_int64(ev, 9, (int64_t)t->requested);
+    sqlite3_bind_null(ev, 10);
     if (stack)
-        sqlite3_bind_int64(ev, 10, stack);
-    else
-        sqlite3_bind_null(ev, 10);
-    if (range)
-        sqlite3_bind_int64(ev, 11, range);
+        sqlite3_bind_int64(ev, 11, stack);
     else
         sqlite3_bind_null(ev, 11);
+    if (range)
+        sqlite3_bind_int64(ev, 12, range);
+    else
+        sqlite3_bind_null(ev, 12);
     int rc = sqlite3_step(ev);
     sqlite3_reset(ev);
     if (rc != SQLITE_DONE) return mfail(m, "events");
@@ -1635,7 +1636,7 @@ static int insert_items(merge *m)
     sqlite3_stmt *ev = NULL, *nm = NULL, *life = NULL;
     int rc = -1;
     if (sqlite3_prepare_v2(m->db, "INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, "
-                                  "requested, alloc_id, stack, range) VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,?,?)",
+                                  "requested, alloc_id, stack, range) VALUES (?,?,?,?,?,?,NULL,?,?,?,?,?,?)",
                            -1, &ev, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(m->db, query_i64(m, "SELECT 1 FROM pragma_table_info('names') WHERE name = 'birth'", 0)
                                       ? "INSERT INTO names (seq, addr, name, birth) VALUES (?,?,?,?)"
@@ -1700,10 +1701,13 @@ static int insert_items(merge *m)
         sqlite3_bind_int64(ev, 9, t->action == TA_ALLOC || t->action == TA_FREE_REQ || t->action == TA_FRACTION
                                       ? (int64_t)t->requested
                                       : 0);
-        if (stack) sqlite3_bind_int64(ev, 10, stack);
+        /* a private pool's rows name it (the analyses keep each pool apart, as PyTorch does) */
+        if (t->pool) sqlite3_bind_int64(ev, 10, (int64_t)t->pool);
         else sqlite3_bind_null(ev, 10);
-        if (range_of[i]) sqlite3_bind_int64(ev, 11, range_of[i]);
+        if (stack) sqlite3_bind_int64(ev, 11, stack);
         else sqlite3_bind_null(ev, 11);
+        if (range_of[i]) sqlite3_bind_int64(ev, 12, range_of[i]);
+        else sqlite3_bind_null(ev, 12);
         if (sqlite3_step(ev) != SQLITE_DONE) {
             mfail(m, "events");
             goto done_live;

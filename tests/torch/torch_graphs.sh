@@ -18,7 +18,18 @@
 #     private pools (the step's; the block's forward and backward share one), their peak
 #     reserved equal to the private segments PyTorch's own snapshot lists, its history's block
 #     figures equal to the script's max_memory_* (merged with private pools); under gpumem, 3
-#     capture pools with as many allocations as PyTorch made in its private pools.
+#     capture pools with as many allocations as PyTorch made in its private pools;
+#   - frag, tune and advise on each recording (one table, a row per recording): the recorded
+#     configuration replays to the recorded peak reserved exactly (a private pool's tensors
+#     kept in their pool: without it the replay let them share the default pool's blocks, 22
+#     and 46 MiB below the recordings); frag's pool rows of private pools add up to the private
+#     segments mapped at its moment (events flagged 32768), no row mixing pools; and their free
+#     bytes (the request's own pool apart) are the cause graph_pool (or pending_free, a free
+#     waiting for stream work, the first cause), never a cause a setting could reclaim
+#     (other_stream's per_stream_pools:False). advise's baseline is checked on PyTorch's
+#     history: under gpumem a free may wait for stream events (kind 29 says when it landed, run
+#     to run apart), which frag's and tune's model reads and advise's does not; gpumem's
+#     recordings exported as a trace (`ap` lines) replay in gpumem-replay to the same.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_graphs.py
@@ -134,4 +145,46 @@ done
 grep -q "^  gpumem's capture pools   3 captures (PyTorch through gpumem)" "$tmp/gpumem.txt" \
   && ok "gpumem: the report's CUDA graphs block names gpumem's capture pools" \
   || bad "gpumem: the report: $(sed -n '/^CUDA graphs/,/^$/p' "$tmp/gpumem.txt" | head -3)"
+
+# frag, tune, advise and the private pools. Row: recording, the segment kinds that map / unmap
+# (PyTorch's, gpumem's), whether advise's baseline is checked.
+while read -r name maps unmaps adv; do
+  db=$tmp/$name.db
+  [[ -s $db ]] || { bad "$name: no recording for frag and tune"; continue; }
+  "$G" frag --json "$db" >"$tmp/$name.frag.json" 2>"$tmp/$name.frag.err" || { bad "$name: frag failed: $(tail -1 "$tmp/$name.frag.err")"; continue; }
+  read -r rec rep seq rpool psum fsum graph other < <(jq -r '.at_peak as $p | ($p.request.private_pool // 0) as $rq |
+      [.recorded.peak_reserved, .recorded.replayed_peak_reserved, $p.seq, $rq,
+       ([$p.pools[] | select(.private_pool != 0) | .reserved] | add // 0),
+       ([$p.pools[] | select(.private_pool != 0 and (.private_pool != $rq or .stream != $p.request.stream)) | .free] | add // 0),
+       ([$p.causes[] | select(.cause == "graph_pool" or .cause == "pending_free") | .bytes] | add // 0),
+       ([$p.causes[] | select(.cause == "other_stream" or .cause == "other_pool") | .bytes] | add // 0)] | @tsv' "$tmp/$name.frag.json")
+  tun=$("$G" tune --json "$db" | jq -r '.recorded as $r | .results[] | select(.conf == $r.conf) | .peak_reserved')
+  [[ -n $rec && $rep == "$rec" && $tun == "$rec" ]] \
+    && ok "$name: the recorded configuration replays to the recorded peak reserved (frag and tune: $rec)" \
+    || bad "$name: recorded peak reserved $rec, replayed by frag $rep, by tune $tun"
+  if [[ $adv == yes ]]; then
+    ab=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved)
+    [[ $ab == "$rec" ]] && ok "$name: advise's baseline = the recorded peak reserved ($ab)" \
+      || bad "$name: advise's baseline $ab, recorded $rec"
+  fi
+  if [[ $maps != 34 ]]; then # gpumem's recordings: the exported trace replays the same ("ap" lines)
+    "$G" export "$db" --format trace -o "$tmp/$name.trace" >/dev/null 2>&1
+    conf=$(jq -r .recorded.conf "$tmp/$name.frag.json")
+    tr=$("$build/alloc/gpumem-replay" --top-down --conf "$conf" "$tmp/$name.trace" | sed -n 's/.* peak_reserved=\([0-9]*\) .*/\1/p')
+    [[ $tr == "$rec" ]] && ok "$name: export --format trace replays to the recorded peak reserved ($(grep -c '^ap ' "$tmp/$name.trace") ap lines)" \
+      || bad "$name: export --format trace replays to $tr, recorded $rec"
+  fi
+  mapped=$("$G" sql "$db" -c "SELECT coalesce(sum(CASE WHEN kind IN ($maps) THEN size ELSE -size END), 0) FROM events
+      WHERE kind IN ($maps, $unmaps) AND (flags & 32768) != 0 AND seq <= $seq" | tail -1)
+  [[ $mapped -gt 0 && $psum == "$mapped" ]] \
+    && ok "$name: frag's private pool rows hold the private segments mapped at event $seq ($psum bytes)" \
+    || bad "$name: frag's private pool rows reserve $psum, the private segments mapped at event $seq: $mapped"
+  [[ $fsum -gt 0 && $graph -ge $fsum ]] \
+    && ok "$name: the free bytes of private pools the request was not made in ($fsum) are graph_pool (or pending frees: $graph), other_stream/other_pool $other" \
+    || bad "$name: free in other private pools $fsum, graph_pool and pending_free $graph (other_stream/other_pool $other)"
+done <<'EOF2'
+torch 34 35 yes
+gpumem 14,18 15,19 no
+gpumem-pytorch-shared 14,18 15,19 no
+EOF2
 exit $fail

@@ -69,6 +69,49 @@ grep -q "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$pconf\$" 
 vrec=$(grep -o '"frag":{.*' "$tmp/run.html" | grep -o '"recommended":{[^}]*}' | sed -n 1p | sed 's/^"recommended"://' | jq -r .pytorch_conf)
 [[ $vrec == "$pconf" ]] && ok "viz's frag panel recommends the same" || bad "viz's frag panel recommends '$vrec'"
 
+# One search, one recommendation, on recordings made under a user's PYTORCH_CUDA_ALLOC_CONF: frag
+# (text and --json) and viz's frag and tune panels recommend tune's PYTORCH_CUDA_ALLOC_CONF with
+# its prediction, and a run under it measures that max_memory_reserved(). frag once searched only
+# single changes on top of the recorded keys: under the row's configuration it recommended
+# max_split_size_mb:128,... (546 MiB, measured so) while tune's search found expandable_segments:True
+# (522 MiB, measured so). Row: name, the configuration it is recorded under.
+cat > "$tmp/hist.py" <<'PY'
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(4)]).cuda()
+opt = torch.optim.AdamW(model.parameters())
+for step in range(2):  # a large batch, then the cache given back
+    x = torch.randn(4096, 2048, device="cuda"); model(x).sum().backward(); opt.step(); opt.zero_grad(set_to_none=True)
+del x
+torch.cuda.empty_cache()
+for step in range(3):  # small batches of odd sizes
+    x = torch.randn(333 + step * 77, 2048, device="cuda"); model(x).sum().backward(); opt.step(); opt.zero_grad(set_to_none=True)
+print(torch.cuda.max_memory_reserved())
+PY
+while read -r name conf; do
+  db=$tmp/$name.db
+  GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$conf "$G" record -q -o "$db" -- "$torch_py" "$tmp/hist.py" \
+    > /dev/null 2> "$tmp/$name.err" || { bad "$name: gpumem record failed: $(tail -3 "$tmp/$name.err")"; continue; }
+  read -r tconf tpred < <("$G" tune --json "$db" | jq -r '[.recommended.pytorch_conf, .recommended.predicted.peak_reserved] | @tsv')
+  read -r fconf fpred < <("$G" frag --json "$db" | jq -r '[.recommended.pytorch_conf, .recommended.predicted_peak_reserved] | @tsv')
+  [[ -n $tconf && $fconf == "$tconf" && $fpred == "$tpred" ]] \
+    && ok "$name: frag recommends tune's PYTORCH_CUDA_ALLOC_CONF=$tconf, predicted $tpred" \
+    || bad "$name: frag recommends '$fconf' ($fpred), tune '$tconf' ($tpred)"
+  "$G" frag "$db" | grepq "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$tconf\$" \
+    && ok "$name: frag's text says the same" || bad "$name: frag's text: $("$G" frag "$db" | grep -A1 'recommended')"
+  "$G" viz "$db" -o "$tmp/$name.html" --force > /dev/null 2>&1 || bad "$name: viz failed"
+  v=""
+  for a in frag tune; do
+    v="$v $(grep -o "\"$a\":{.*" "$tmp/$name.html" | grep -o '"recommended":{"conf":"[^"]*","pytorch_conf":"[^"]*"' | sed -n '1s/.*"pytorch_conf":"//p' | tr -d '"')"
+  done
+  [[ $v == " $tconf $tconf" ]] && ok "$name: viz's frag and tune panels recommend the same" || bad "$name: viz's frag, tune panels:$v"
+  meas=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$tconf -- "$tmp/hist.py" 2>/dev/null | tail -1)
+  [[ $meas == "$tpred" ]] && ok "$name: a run under it measures the predicted max_memory_reserved() $meas" \
+    || bad "$name: under $tconf measured $meas, predicted $tpred"
+done <<'ROWS'
+hist expandable_segments:False,max_split_size_mb:64,garbage_collection_threshold:0.6,roundup_power2_divisions:4
+ROWS
+
 # Every event of PyTorch's trace that changes its cache is replayed: programs that give memory
 # back (torch.cuda.empty_cache with per-stream pools, an OOM freed and retried under a memory
 # fraction, empty_cache with expandable segments), each recorded under PyTorch's defaults: the

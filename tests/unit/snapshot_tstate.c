@@ -29,11 +29,11 @@ static void test_expandable_runs_join(void **st)
     (void)st;
     gm_tstate s = {0};
     gm_tcapture c;
-    assert_int_equal(gm_tstate_map(&s, A + 2 * MiB, 2 * MiB, 1, 0, 7), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 6 * MiB, 2 * MiB, 1, 0, 7), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 8 * MiB, 2 * MiB, 1, 1, 7), 0); /* device 1 */
-    assert_int_equal(gm_tstate_map(&s, A, 2 * MiB, 1, 0, 7), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 4 * MiB, 2 * MiB, 1, 0, 7), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 2 * MiB, 2 * MiB, 1, 0, 7, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 6 * MiB, 2 * MiB, 1, 0, 7, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 8 * MiB, 2 * MiB, 1, 1, 7, 0), 0); /* device 1 */
+    assert_int_equal(gm_tstate_map(&s, A, 2 * MiB, 1, 0, 7, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 4 * MiB, 2 * MiB, 1, 0, 7, 0), 0);
     assert_int_equal(gm_tstate_capture(&s, -1, 0, &c), 0);
     assert_int_equal(c.nsegs, 2);
     seg_is(&c, 0, A, 8 * MiB, 1);
@@ -46,15 +46,39 @@ static void test_expandable_runs_join(void **st)
     gm_tstate_free(&s);
 }
 
+/* a private pool's pages (a CUDA graph's) never join the default pool's run beside them, nor
+ * another private pool's: each pool is its own segment, named by its pool, also after a cut */
+static void test_private_pools_apart(void **st)
+{
+    (void)st;
+    gm_tstate s = {0};
+    gm_tcapture c;
+    assert_int_equal(gm_tstate_map(&s, A, 2 * MiB, 1, 0, 7, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 2 * MiB, 4 * MiB, 1, 0, 7, 1ull << 32), 0); /* pool (1, 0) */
+    assert_int_equal(gm_tstate_map(&s, A + 6 * MiB, 2 * MiB, 1, 0, 7, 2), 0);          /* pool (0, 2) */
+    assert_int_equal(gm_tstate_map(&s, A + 8 * MiB, 2 * MiB, 1, 0, 7, 2), 0);
+    assert_int_equal(gm_tstate_unmap(&s, A + 3 * MiB, 2 * MiB), 0); /* a hole: two runs of (1, 0) */
+    assert_int_equal(gm_tstate_capture(&s, -1, 0, &c), 0);
+    assert_int_equal(c.nsegs, 4);
+    seg_is(&c, 0, A, 2 * MiB, 1);
+    seg_is(&c, 1, A + 2 * MiB, 1 * MiB, 1);
+    seg_is(&c, 2, A + 5 * MiB, 1 * MiB, 1);
+    seg_is(&c, 3, A + 6 * MiB, 4 * MiB, 1);
+    assert_true(c.segs[0].pool == 0 && c.segs[1].pool == 1ull << 32 && c.segs[2].pool == 1ull << 32 &&
+                c.segs[3].pool == 2);
+    gm_tcapture_free(&c);
+    gm_tstate_free(&s);
+}
+
 /* plain driver allocations stand alone even when adjacent; a size of 0 is no segment */
 static void test_plain_segments_apart(void **st)
 {
     (void)st;
     gm_tstate s = {0};
     gm_tcapture c;
-    assert_int_equal(gm_tstate_map(&s, A, 2 * MiB, 0, 0, 0), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 2 * MiB, 2 * MiB, 0, 0, 0), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 8 * MiB, 0, 0, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A, 2 * MiB, 0, 0, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 2 * MiB, 2 * MiB, 0, 0, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 8 * MiB, 0, 0, 0, 0, 0), 0);
     assert_int_equal(gm_tstate_capture(&s, -1, 0, &c), 0);
     assert_int_equal(c.nsegs, 2);
     seg_is(&c, 0, A, 2 * MiB, 0);
@@ -70,8 +94,8 @@ static void test_unmap_cuts(void **st)
     (void)st;
     gm_tstate s = {0};
     gm_tcapture c;
-    assert_int_equal(gm_tstate_map(&s, A, 10 * MiB, 1, 0, 0), 0);
-    assert_int_equal(gm_tstate_map(&s, A + 20 * MiB, 2 * MiB, 0, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A, 10 * MiB, 1, 0, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A + 20 * MiB, 2 * MiB, 0, 0, 0, 0), 0);
     assert_int_equal(gm_tstate_unmap(&s, A, 2 * MiB), 0);           /* start */
     assert_int_equal(gm_tstate_unmap(&s, A + 8 * MiB, 2 * MiB), 0); /* end */
     assert_int_equal(gm_tstate_unmap(&s, A + 4 * MiB, 2 * MiB), 0); /* middle */
@@ -93,7 +117,7 @@ static void test_blocks(void **st)
     (void)st;
     gm_tstate s = {0};
     gm_tcapture c;
-    assert_int_equal(gm_tstate_map(&s, A, 8 * MiB, 1, 0, 0), 0);
+    assert_int_equal(gm_tstate_map(&s, A, 8 * MiB, 1, 0, 0, 0), 0);
     gm_tblk b3 = {.addr = A + 3 * MiB, .size = MiB, .requested = 1000, .birth = 1};
     gm_tblk b0 = {.addr = A, .size = 2 * MiB, .requested = 2 * MiB, .birth = 2};
     gm_tblk b5 = {.addr = A + 5 * MiB, .size = MiB, .birth = 3};
@@ -139,7 +163,8 @@ static void test_blocks_as_segments(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_expandable_runs_join), cmocka_unit_test(test_plain_segments_apart),
+        cmocka_unit_test(test_expandable_runs_join), cmocka_unit_test(test_private_pools_apart),
+        cmocka_unit_test(test_plain_segments_apart),
         cmocka_unit_test(test_unmap_cuts),           cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_blocks_as_segments),
     };
