@@ -149,7 +149,7 @@ int gm_tstate_capture(gm_tstate *s, int device, int blocks_as_segments, gm_tcapt
     if (!c->segs || !c->blocks) return -1;
     for (size_t i = 0; i < s->nsegs; i++)
         if (device < 0 || s->segs[i].device == device) c->segs[c->nsegs++] = s->segs[i];
-    memcpy(c->blocks, s->blocks, s->nblocks * sizeof *c->blocks);
+    if (s->nblocks) memcpy(c->blocks, s->blocks, s->nblocks * sizeof *c->blocks); /* (NULL when none) */
     c->nblocks = s->nblocks;
     if (c->nblocks) gm_sort(c->blocks, c->nblocks, sizeof *c->blocks, cmp_block);
     return 0;
