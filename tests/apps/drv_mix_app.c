@@ -13,22 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK_RT(call)                                                                         \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "drv_mix_app: %s failed: %d\n", #call, (int)e_);                  \
-            return 1;                                                                          \
-        }                                                                                      \
-    } while (0)
-#define CHECK_DRV(call)                                                                        \
-    do {                                                                                       \
-        CUresult r_ = (call);                                                                  \
-        if (r_ != CUDA_SUCCESS) {                                                              \
-            fprintf(stderr, "drv_mix_app: %s failed: %d\n", #call, (int)r_);                  \
-            return 1;                                                                          \
-        }                                                                                      \
-    } while (0)
+#include "tests/apps/app_check.h"
 
 enum { SZ_RT = 1 << 20, SZ_PROC = (1 << 20) + 512, SZ_SYM = (1 << 20) + 1024 };
 

@@ -25,22 +25,7 @@
 #define MIB ((size_t)1 << 20)
 #define KIND_BYTES (8 * MIB)
 
-#define CHECK_RT(call)                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "kinds_app: %s failed: %d\n", #call, (int)e_);                         \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
-#define CHECK_DRV(call)                                                                            \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            fprintf(stderr, "kinds_app: %s failed: %d\n", #call, (int)r_);                         \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+#include "tests/apps/app_check.h"
 
 static int vmm(void) {
     CUdevice dev;
