@@ -1143,7 +1143,7 @@ static int run_command(int argc, char **argv) {
     const char *c = argv[1];
     /* `gpumem help CMD` is `gpumem CMD --help`: a reader who typed the command's name wants
      * its page, not the list again (and a typo there is the same usage error as anywhere) */
-    if (strcmp(c, "help") == 0 && argc >= 3) {
+    if (strcmp(c, "help") == 0 && argc >= 3 && strcmp(argv[2], "--help") && strcmp(argv[2], "-h")) {
         const char *near = nearest_command(argv[2]);
         if (argc > 3 || !near || strcmp(near, argv[2]) != 0) {
             if (argc > 3) fprintf(stderr, "gpumem help: one command at a time (gpumem help COMMAND)\n");
