@@ -12,6 +12,7 @@
 #include "snapshot/formats/gm_formats.h"
 #include "snapshot/torch_record.h"
 #include "snapshot/formats/gm_out.h"
+#include "snapshot/read/gm_sig.h"
 #include "snapshot/record/rec_internal.h" /* the version and schema the recorder writes */
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_frag.h"
@@ -145,7 +146,9 @@ static const char *const usage_record =
     "libgpumem.so alone says it once and runs on).\n"
     "A signal that ends CMD by default (SIGINT, SIGTERM, SIGHUP: a closed terminal, SIGQUIT, ...)\n"
     "closes the recording first, complete (GPUMEM_SIGNALS=0: not); record itself stays through\n"
-    "SIGINT, SIGQUIT and SIGHUP to summarise.\n"
+    "SIGINT, SIGQUIT, SIGHUP and SIGTERM to summarise. One sent to record alone (kill PID,\n"
+    "Popen.terminate(), a supervisor) is passed on to CMD, and record exits as CMD then does;\n"
+    "one from the terminal (Ctrl-C, Ctrl-\\, a hangup) reached CMD already and is not sent twice.\n"
     "Exit code: CMD's own (128+N if killed by signal N; 127 if CMD could not be run); 2 before\n"
     "CMD runs when a setting cannot be read or FILE cannot be written (missing directory,\n"
     "symlink, not a gpumem database, not writable by you); 3 when FILE could not be written\n"
@@ -1049,22 +1052,18 @@ static int cmd_record(int argc, char **argv) {
     setenv("GPUMEM_RECORD_RUN", run_id, 1);
     if (force) setenv("GPUMEM_DB_FORCE", "1", 1);
     /* Ctrl-C is for the program: we stay to report. So is a hangup (the terminal or ssh
-     * session closed; it reaches the program too): we stay to merge PyTorch's history and
-     * summarise, which a closed terminal may not show but the database keeps. */
-    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit, old_hup;
-    sigaction(SIGINT, &ign, &old_int);
-    sigaction(SIGQUIT, &ign, &old_quit);
-    sigaction(SIGHUP, &ign, &old_hup);
+     * session closed; it reaches the program too), and a SIGTERM: we stay to merge PyTorch's
+     * history and summarise, which a closed terminal may not show but the database keeps. A
+     * signal sent to us alone (kill PID, Popen.terminate(), a supervisor) is passed on to the
+     * program, which would otherwise run on, orphaned, its recording growing; one the terminal
+     * sent to the whole group reached the program already and is not sent twice (gm_sig.h). */
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = gm_sig_fork();
     if (pid < 0) {
         fprintf(stderr, "gpumem: cannot fork: %s\n", strerror(errno));
         return 127;
     }
     if (pid == 0) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGQUIT, &old_quit, NULL);
-        sigaction(SIGHUP, &old_hup, NULL);
         setenv("GPUMEM_DB", tmpl, 1);
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
@@ -1072,7 +1071,12 @@ static int cmd_record(int argc, char **argv) {
         _exit(127);
     }
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    (void)gm_sig_wait_child(pid, &st); /* a signal that came was passed on: we exit as the program did */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGINT, &ign, NULL); /* the summary is still to come */
+    sigaction(SIGQUIT, &ign, NULL);
+    sigaction(SIGHUP, &ign, NULL);
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
     char path[PATH_MAX], earlier[4096], others[4096], why[1024];
     static gm_run_db dbs[256];

@@ -32,7 +32,7 @@ GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/g
            $(SNAP_DIR)/analyze/gm_category.o $(SNAP_DIR)/analyze/gm_category_print.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
            $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
-           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_settings.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o
+           $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_settings.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o $(SNAP_DIR)/read/gm_sig.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
 # `gpumem advise` replays transformed traces through alloc/'s allocator (libgpumem_alloc.a).
@@ -71,7 +71,7 @@ snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 # (adv_reduce_staging: gm_advise_autocast.o alone needs gm_advise.o's edit list)
 snapshot_advise_torch_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_advise_torch_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
-snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o \
+snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o $(SNAP_DIR)/read/gm_sig.o \
                         $(SNAP_DIR)/record/rec_path.o
 snapshot_tblocks_LDLIBS := -lsqlite3
 # (gm_fmt.o: gm_sort)
@@ -129,7 +129,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_pea
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
                   snapshot/analyze/gm_report.c snapshot/analyze/gm_category.c snapshot/analyze/gm_category_print.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
-                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
+                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_sig.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 FUZZ_CFLAGS_SNAP := -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP)
 $(eval $(call fuzz_target,snapshot_fuzz_db,$(SNAP_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -ldw -lelf -liberty))
@@ -146,7 +146,7 @@ $(eval $(call fuzz_target,nvtx_fuzz,$(NVTX_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP) -DGM_H
 ALL_TARGETS += $(NVTX_FUZZ)
 # `gpumem import`: the pickle reader and the snapshot's conversion (gm_pickle.c, gm_import.c)
 PICKLE_FUZZ := $(BUILD)/tests/fuzz/pickle_fuzz
-PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/record/rec_path.c \
+PICKLE_FUZZ_SRCS := tests/fuzz/pickle_fuzz.c snapshot/formats/gm_pickle.c snapshot/formats/gm_import.c snapshot/formats/gm_out.c snapshot/read/gm_sig.c snapshot/record/rec_path.c \
                     snapshot/formats/gm_torch.c snapshot/read/gm_fmt.c snapshot/read/gm_args.c alloc/config.c $(SNAP_DIR)/rec_schema.c
 $(eval $(call fuzz_target,pickle_fuzz,$(PICKLE_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -lm))
 ALL_TARGETS += $(PICKLE_FUZZ)

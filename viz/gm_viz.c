@@ -17,6 +17,7 @@
 
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/formats/gm_out.h"
+#include "snapshot/read/gm_sig.h"
 #include "snapshot/analyze/gm_frag.h"
 #include "snapshot/analyze/gm_tune.h"
 #include "viz/viz.h"
@@ -268,7 +269,7 @@ static void write_analysis(FILE *o, const char *name, const char *db)
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
     fflush(NULL); /* nothing buffered is copied into the child */
-    pid_t pid = out && err ? fork() : -1;
+    pid_t pid = out && err ? gm_sig_fork() : -1;
     if (pid == 0) {
         dup2(fileno(out), 1);
         dup2(fileno(err), 2);
@@ -280,7 +281,9 @@ static void write_analysis(FILE *o, const char *name, const char *db)
         fflush(stderr); /* not be written twice */
         _exit(rc);
     }
-    if (pid > 0) waitpid(pid, &status, 0);
+    /* told to stop: the analysis is told too, and the page's temporary file removed */
+    int sig = pid > 0 ? gm_sig_wait_child(pid, &status) : 0;
+    if (sig) gm_sig_die(sig);
     fprintf(o, "\"%s\":", name);
     int ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) != GM_EXIT_USAGE &&
              WEXITSTATUS(status) != GM_EXIT_BADDB;

@@ -19,6 +19,7 @@
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/analyze/gm_replay.h"
 #include "snapshot/record/rec.h" /* rec_db_unlink_sides */
+#include "snapshot/read/gm_sig.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -363,11 +364,23 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
     char errpath[] = "/tmp/gpumem-check-stderr-XXXXXX";
     int errfd = mkstemp(errpath);
     if (errfd >= 0) unlink(errpath);
+    /* the re-run's databases go if a signal ends this command (Ctrl-C, kill): the re-run is
+     * told, waited for, and its files removed before we die of it (gm_sig.h) */
+    int slots[64], nslots = 0;
+    for (unsigned r = 0; r < (ranks ? ranks : 1) && nslots < 64; r++) {
+        char path[128];
+        if (ranks)
+            snprintf(path, sizeof path, "/tmp/gpumem-check-%d-%u.db", (int)getpid(), r);
+        else
+            snprintf(path, sizeof path, "%s", dbpath);
+        slots[nslots++] = gm_sig_remove_on_exit(path);
+    }
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = gm_sig_fork();
     if (pid < 0) {
         snprintf(err, errsz, "cannot fork: %s", strerror(errno));
         if (errfd >= 0) close(errfd);
+        for (int k = 0; k < nslots; k++) gm_sig_forget(slots[k]);
         return -1;
     }
     if (pid == 0) {
@@ -390,8 +403,8 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
         _exit(127);
     }
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    int sig = gm_sig_wait_child(pid, &st);
+    if (sig) gm_sig_die(sig); /* removes the re-run's databases */
     int rc = 0, code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (code != 0) {
         int with = extra_args && *extra_args, conf_set = conf && conf[0];
@@ -445,5 +458,6 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
         }
         unlink_db(path);
     }
+    for (int k = 0; k < nslots; k++) gm_sig_forget(slots[k]);
     return rc;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "snapshot/read/gm.h"
+#include "snapshot/read/gm_sig.h"
 #include "snapshot/record/rec.h"
 
 #define MARK(s, w) {s, sizeof s - 1, w}
@@ -191,6 +192,7 @@ int gm_out_open(gm_out *o, const char *path, gm_out_kind kind, int force,
                 const char *const *inputs, size_t ninputs, char *err, size_t errsz)
 {
     memset(o, 0, sizeof *o);
+    o->sig_slot = -1;
     if (is_stdout(path)) {
         int rc = stdout_refused(path, kind, err, errsz);
         if (rc) return rc;
@@ -219,6 +221,7 @@ int gm_out_open(gm_out *o, const char *path, gm_out_kind kind, int force,
     snprintf(base, sizeof base, "%s", path);
     snprintf(o->tmp, sizeof o->tmp, "%s/.%s.gpumem-XXXXXX", dir, basename(base));
     int fd = mkostemp(o->tmp, O_CLOEXEC);
+    if (fd >= 0) o->sig_slot = gm_sig_remove_on_exit(o->tmp);
     if (fd < 0) {
         snprintf(err, errsz, "cannot write in %s: %s", dir, strerror(errno));
         o->tmp[0] = 0;
@@ -239,6 +242,8 @@ int gm_out_open(gm_out *o, const char *path, gm_out_kind kind, int force,
         close(fd);
         unlink(o->tmp);
         o->tmp[0] = 0;
+        gm_sig_forget(o->sig_slot);
+        o->sig_slot = -1;
         return GM_EXIT_BADDB;
     }
     return 0;
@@ -256,6 +261,8 @@ void gm_out_discard(gm_out *o)
     o->f = NULL;
     if (o->tmp[0]) unlink(o->tmp);
     o->tmp[0] = 0;
+    gm_sig_forget(o->sig_slot);
+    o->sig_slot = -1;
 }
 
 const char *gm_out_fate(const gm_out *o, char *buf, size_t bufsz)
@@ -268,6 +275,11 @@ const char *gm_out_fate(const gm_out *o, char *buf, size_t bufsz)
 int gm_out_commit(gm_out *o, char *err, size_t errsz)
 {
     int bad = 0, e = 0;
+    /* test hook (GPUMEM_TEST_OUT_STALL=1): every byte is in the temporary file and the command
+     * waits for a signal before the rename, so a test can end it mid-write, every writer alike */
+    const char *stall = getenv("GPUMEM_TEST_OUT_STALL");
+    if (stall && !strcmp(stall, "1") && !o->direct)
+        for (;;) pause();
     if (o->f) {
         if (fflush(o->f) != 0 || ferror(o->f)) bad = 1, e = errno ? errno : EIO;
         if (!bad && !o->direct && fsync(fileno(o->f)) != 0) bad = 1, e = errno;
@@ -283,11 +295,15 @@ int gm_out_commit(gm_out *o, char *err, size_t errsz)
         char fate[PATH_MAX + 64];
         unlink(o->tmp);
         o->tmp[0] = 0;
+        gm_sig_forget(o->sig_slot);
+        o->sig_slot = -1;
         snprintf(err, errsz, "writing %s failed: %s; %s", o->path, strerror(e),
                  gm_out_fate(o, fate, sizeof fate));
         return GM_EXIT_BADDB;
     }
     o->tmp[0] = 0;
+    gm_sig_forget(o->sig_slot); /* after the rename: until then the temporary file is ours */
+    o->sig_slot = -1;
     /* the rename itself survives a power cut only once the directory is synced (best effort) */
     char dir[PATH_MAX];
     dir_of(o->path, dir, sizeof dir);

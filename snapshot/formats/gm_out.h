@@ -10,7 +10,8 @@
  *   -wal, -shm and -journal side files included), --force or not;
  * - the data goes to a temporary file in the same directory, renamed over the path only when
  *   all of it was written and flushed, so a failure (a full disk, a crash) leaves the old file
- *   whole and nothing half-written under the name.
+ *   whole and nothing half-written under the name; a terminating signal (Ctrl-C, kill, a hangup)
+ *   removes it before the command dies of the signal (read/gm_sig.h).
  * A path of "-" (or none, where the command allows it) is standard output; a character device
  * or a FIFO (/dev/null, a named pipe) is written in place, since nothing there can be lost.
  *
@@ -53,6 +54,7 @@ typedef struct {
     mode_t mode;           /* the mode the renamed file gets */
     char path[PATH_MAX];   /* the destination */
     char tmp[2 * PATH_MAX + 32]; /* the temporary file beside it ("" when direct) */
+    int sig_slot;          /* its gm_sig registration (removed if a signal ends the command), -1 */
 } gm_out;
 
 /* What the rule says of writing PATH as KIND, without writing anything: 0 when it may be

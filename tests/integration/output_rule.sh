@@ -12,6 +12,8 @@
 #            recorded: there the old recording is replaced, and the new one is whole or says
 #            FAILED and why, or is removed when not even its schema fit (rc 3), as
 #            snapshot_diskfull.sh checks in detail)
+#   signal   SIGINT, SIGTERM, SIGHUP mid-write (GPUMEM_TEST_OUT_STALL=1: stopped before the
+#            rename): exit 128+N, the old file whole, no temporary file left
 # The writers are found in `gpumem --help` (every command whose usage takes -o) and in
 # `gpumem export --help` (every format): a writer with no row in the table fails the test.
 source tests/integration/snapshot_common.bash
@@ -140,6 +142,26 @@ for w in "${found[@]}"; do
       no_temp "$TMP/full" || fail "$w on a full disk left a temporary file"
     fi
   fi
+  # signal: ended mid-write (all of it in the temporary file, the rename to come:
+  # GPUMEM_TEST_OUT_STALL) by Ctrl-C, kill or a hangup: it dies of the signal (128+N), the old
+  # file is whole and no temporary file (nor a database's side file) is left. record writes in
+  # place, so that a kill keeps what was recorded (snapshot_signals.sh); it has no temporary.
+  if [[ $w != record ]]; then
+    for sig in INT TERM HUP; do
+      cp "$d/own.orig" "$d/sig" && cp "$d/sig" "$d/sig.orig"
+      c=${CMD[$w]//OUT/\"$d/sig\"}
+      # exec: the pid is the writer's; a background job of a script starts with SIGINT ignored:
+      # give every default action back
+      eval "exec env --default-signal GPUMEM_TEST_OUT_STALL=1 $c" > /dev/null 2> err &
+      pid=$!
+      for _ in $(seq 600); do ls -A "$d" | grepq '^\.sig\.gpumem-' && break; sleep 0.05; done
+      ls -A "$d" | grepq '^\.sig\.gpumem-' || { kill -KILL "$pid"; cat err; fail "$w: no temporary file to end mid-write"; }
+      kill "-$sig" "$pid"; wait "$pid"; rc=$?
+      [[ $rc -eq $((128 + $(kill -l "$sig"))) ]] || { cat err; fail "$w ended by SIG$sig mid-write: rc $rc, expected $((128 + $(kill -l "$sig")))"; }
+      cmp -s "$d/sig" "$d/sig.orig" || fail "$w ended by SIG$sig mid-write: the old file was changed"
+      no_temp "$d" || fail "$w ended by SIG$sig mid-write left a temporary file: $(ls -A "$d" | grep '\.gpumem-')"
+    done
+  fi
   rows=$((rows + 1))
 done
-echo "ok: ${rows} writers (${found[*]}) x user/force/again/symlink/input/nodir$( ((full)) && echo /full): files untouched (cmp)"
+echo "ok: ${rows} writers (${found[*]}) x user/force/again/symlink/input/nodir$( ((full)) && echo /full)/INT/TERM/HUP mid-write: files untouched (cmp), no temporary left"

@@ -163,6 +163,43 @@ for row in "${rows[@]}"; do
   fi
 done
 
+# 4. Told to stop while its re-run runs (kill PID of the command alone: a supervisor, Popen.terminate(),
+#    or a process's SIGINT/SIGHUP): the re-run (gpumem record and its program) is told too and
+#    is gone when the command is; its databases (/tmp/gpumem-check-PID.db and side files) are
+#    removed; the command dies of the signal (128+N). The recorded program is now one that runs
+#    (and records) until it is stopped.
+printf '#!/bin/sh\nexec "%s" --model tiny -B 2 -T 32 --steps 1000000 --dry-run\n' "$(realpath "$TRAIN")" \
+  > "$TMP/bin/train_gpt2_sim"
+for cmd in tune frag advise; do
+  for sig in TERM INT HUP; do
+    # exec: the pid is gpumem's; env: a background job starts with SIGINT ignored
+    # shellcheck disable=SC2086 # one word
+    exec env --default-signal "$GM" $cmd --check "$TMP/f.db" > "$TMP/sig.txt" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [[ -s /tmp/gpumem-check-$pid.db ]] && break; sleep 0.05; done
+    rec=$(pgrep -P "$pid" | head -1); prog=${rec:+$(pgrep -P "$rec" | head -1)}
+    if [[ ! -s /tmp/gpumem-check-$pid.db || -z $prog ]]; then
+      kill -KILL "$pid" ${rec:+"$rec"} ${prog:+"$prog"} 2> /dev/null; wait "$pid" || true
+      bad "$cmd --check, SIG$sig: the re-run never started recording: $(tail -2 "$TMP/sig.txt")"
+      continue
+    fi
+    rc=0
+    kill "-$sig" "$pid"; wait "$pid" || rc=$?
+    left=$(ls /tmp/gpumem-check-"$pid".db* 2> /dev/null || true)
+    if [[ $rc -ne $((128 + $(kill -l $sig))) ]]; then
+      bad "$cmd --check ended by SIG$sig: exit $rc, expected $((128 + $(kill -l $sig)))"
+    elif kill -0 "$prog" 2> /dev/null || kill -0 "$rec" 2> /dev/null; then
+      kill -KILL "$prog" "$rec" 2> /dev/null; sleep 0.2; rm -f /tmp/gpumem-check-"$pid".db*
+      bad "$cmd --check ended by SIG$sig: its re-run still runs, orphaned"
+    elif [[ -n $left ]]; then
+      rm -f /tmp/gpumem-check-"$pid".db*
+      bad "$cmd --check ended by SIG$sig: left $left"
+    else
+      ok "$cmd --check ended by SIG$sig: the re-run ended too, its databases removed, exit $rc"
+    fi
+  done
+done
+
 # the PyTorch re-runs (tune's under PYTORCH_CUDA_ALLOC_CONF, advise's of the project's script)
 torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
 [[ -d $torch_py ]] && torch_py=$torch_py/bin/python

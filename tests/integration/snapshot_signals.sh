@@ -12,6 +12,8 @@
 # commit: the ring is committed first, so the file and record's summary hold all of them, the
 # program's own handler still runs, and the exit status is the crash's; a kill -9, which nothing
 # can catch, is never summarised as "nothing allocated".
+# A signal sent to `gpumem record` alone reaches the program: it ends, is summarised, and record
+# exits as it did (no program left running, orphaned).
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
@@ -46,6 +48,30 @@ for sig in HUP INT QUIT TERM USR1 USR2 ALRM PIPE XCPU XFSZ VTALRM PROF IO PWR ST
   [[ $rc -eq 3 ]] && grep -q "did not run to its end (ended by SIG$sig" "$TMP/leaks.txt" \
     || fail "SIG$sig: leaks --fail-on-leak exited $rc on an interrupted run, expected 3 (cannot judge)"
 done
+# a signal sent to `gpumem record` alone (kill PID, Popen.terminate(), a supervisor): record passes
+# it on to the program, waits for it, summarises and exits as the program did (128+N); the
+# program is gone and its recording closed (state interrupted), never left running, orphaned
+for sig in TERM INT HUP QUIT; do
+  db=$TMP/rec-$sig.db
+  env --default-signal "$GPUMEM" record -o "$db" -- "$TRAIN" --steps 100000 > /dev/null 2> "$TMP/rec.err" &
+  rpid=$!
+  for _ in $(seq 400); do [[ -s $db ]] && break; sleep 0.01; done
+  sleep 0.5
+  prog=$(pgrep -P "$rpid" | head -1)
+  [[ -n $prog ]] || fail "record's SIG$sig row: the program did not start"
+  kill "-$sig" "$rpid"
+  wait "$rpid"; rc=$?
+  want=$(( 128 + $(kill -l "$sig") ))
+  if kill -0 "$prog" 2> /dev/null; then
+    kill -KILL "$prog"
+    fail "SIG$sig sent to gpumem record alone: the program still runs, orphaned"
+  fi
+  [[ $rc -eq $want ]] || { cat "$TMP/rec.err"; fail "SIG$sig sent to gpumem record alone: exit $rc, expected $want (the program's)"; }
+  state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
+  [[ $state == interrupted ]] || fail "SIG$sig sent to gpumem record alone: state '$state', expected interrupted"
+  grep -q "killed by signal $(kill -l "$sig")" "$TMP/rec.err" || { cat "$TMP/rec.err"; fail "SIG$sig sent to gpumem record alone: no summary saying how the program ended"; }
+done
+echo "ok: SIGTERM, SIGINT, SIGHUP, SIGQUIT sent to gpumem record alone: passed on to the program, which ends (128+N), summarised"
 # a program that handles the signal, then kills itself with it (the default action put back),
 # or ends by _exit; and one whose subprocess fails to start (Python's vfork child _exits in the
 # parent's memory: the parent's recording stays open)
