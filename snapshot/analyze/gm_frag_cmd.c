@@ -48,12 +48,17 @@ static const char *const usage_frag =
 
 /* ---------------------------------------------------------------- --check */
 
+/* The recorded command, as a re-run needs it: where and by which path it ran, and its line. */
+static void recorded_command(gm_db *d, gm_rerun_origin *o, char *cmd, size_t n) {
+    gm_rerun_origin_read(d, o);
+    gm_meta_text(d, "cmdline", cmd, n);
+}
+
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz) {
     gm_rerun_origin o;
     char cmd[8192];
-    gm_rerun_origin_read(d, &o);
-    gm_meta_text(d, "cmdline", cmd, sizeof cmd);
+    recorded_command(d, &o, cmd, sizeof cmd);
     return gm_rerun(&o, cmd, NULL, conf, 0, peak_allocated, peak_reserved, err, errsz);
 }
 
@@ -61,8 +66,7 @@ int gm_frag_rerun_torch(gm_db *d, const char *pytorch_conf, uint64_t *peak_alloc
                         char *err, size_t errsz) {
     gm_rerun_origin o;
     char cmd[8192];
-    gm_rerun_origin_read(d, &o);
-    gm_meta_text(d, "cmdline", cmd, sizeof cmd);
+    recorded_command(d, &o, cmd, sizeof cmd);
     return gm_rerun_torch(&o, cmd, pytorch_conf, peak_allocated, peak_reserved, err, errsz);
 }
 
