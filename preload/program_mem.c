@@ -511,93 +511,58 @@ static CUresult pm_cuArrayDestroy(CUarray a)
 }
 
 /* ---- the entry points: each recorded call under pm_order (above) ---- */
+/* the call as it is where nothing is recorded (pm_pass), else the call and its event under pm_order */
+#define PM_ORDERED(call)                                                                           \
+    do {                                                                                           \
+        if (pm_pass())                                                                             \
+            return call;                                                                           \
+        pthread_mutex_lock(&pm_order);                                                             \
+        CUresult r_ = call;                                                                        \
+        pthread_mutex_unlock(&pm_order);                                                           \
+        return r_;                                                                                 \
+    } while (0)
 
 CUresult gm_pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    if (pm_pass())
-        return pm_cuMemCreate(h, size, prop, flags);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemCreate(h, size, prop, flags);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemCreate(h, size, prop, flags));
 }
 
 CUresult gm_pm_cuMemRelease(CUmemGenericAllocationHandle h)
 {
-    if (pm_pass())
-        return pm_cuMemRelease(h);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemRelease(h);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemRelease(h));
 }
 
 CUresult gm_pm_cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h, unsigned long long flags)
 {
-    if (pm_pass())
-        return pm_cuMemMap(va, size, off, h, flags);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemMap(va, size, off, h, flags);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemMap(va, size, off, h, flags));
 }
 
 CUresult gm_pm_cuMemUnmap(CUdeviceptr va, size_t size)
 {
-    if (pm_pass())
-        return pm_cuMemUnmap(va, size);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemUnmap(va, size);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemUnmap(va, size));
 }
 
 CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
-    if (pm_pass())
-        return pm_cuMemPoolCreate(pool, props);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemPoolCreate(pool, props);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemPoolCreate(pool, props));
 }
 
 CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool)
 {
-    if (pm_pass())
-        return pm_cuMemPoolDestroy(pool);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuMemPoolDestroy(pool);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuMemPoolDestroy(pool));
 }
 
 CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
 {
-    if (pm_pass())
-        return pm_cuArrayCreate_v2(a, d);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuArrayCreate_v2(a, d);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuArrayCreate_v2(a, d));
 }
 
 CUresult gm_pm_cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
-    if (pm_pass())
-        return pm_cuArray3DCreate_v2(a, d);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuArray3DCreate_v2(a, d);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuArray3DCreate_v2(a, d));
 }
 
 CUresult gm_pm_cuArrayDestroy(CUarray a)
 {
-    if (pm_pass())
-        return pm_cuArrayDestroy(a);
-    pthread_mutex_lock(&pm_order);
-    CUresult r = pm_cuArrayDestroy(a);
-    pthread_mutex_unlock(&pm_order);
-    return r;
+    PM_ORDERED(pm_cuArrayDestroy(a));
 }
