@@ -372,6 +372,24 @@ void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t a
 #endif
 }
 
+int gm_rec_stack_hold(void)
+{
+#ifdef GM_HAVE_REC
+    return recording ? rec_stack_hold() : 0;
+#else
+    return 0;
+#endif
+}
+
+void gm_rec_stack_release(int held)
+{
+#ifdef GM_HAVE_REC
+    rec_stack_release(held);
+#else
+    (void)held;
+#endif
+}
+
 /* For program_mem.c and devused.c: kinds the gm_ev bridge does not name. */
 int gm_rec_opened(void) { return atomic_load_explicit(&rec_was_opened, memory_order_acquire); }
 void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,

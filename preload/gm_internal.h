@@ -400,6 +400,11 @@ static inline void gm_test_free_yield(void)
     if (__builtin_expect(gm_test_yield_on, 0))
         sched_yield();
 }
+/* The calling thread's stack, taken before a lock inside which its events are written (the
+ * allocator's: a free's event, a segment's map or unmap): those events carry it instead of
+ * walking the stack with the lock held. gm_rec_stack_release(the hold's value) ends it. */
+int gm_rec_stack_hold(void);
+void gm_rec_stack_release(int held);
 /* Allocator callbacks and snapshots for the recorder (no-ops when not recording). */
 void gm_rec_segment(int device, int map, uint64_t addr, size_t size, uintptr_t stream);
 void gm_rec_oom(int device, const struct alloc_oom_info *info);

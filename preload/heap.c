@@ -415,8 +415,8 @@ static alloc_t *dev_get(CUdevice dev)
     return a;
 }
 
-CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
-                       gm_alloc_kind kind)
+static CUresult heap_alloc_held(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
+                                gm_alloc_kind kind)
 {
     alloc_t *a = dev_get(dev);
     if (!a) {
@@ -467,8 +467,7 @@ struct heap_free_note {
  * block, land its fence or give its segment back. Written after the allocator returned, a free
  * descheduled in between was ordered after another thread's reuse of the same address, and every
  * reader (which pairs allocations and frees by address in seq order) saw two allocations live at
- * once and a free that never came. The stack is captured here too: gpumem's own frames at the
- * top are skipped by the readers, and the unwinder's memo makes a repeated call site cheap. */
+ * once and a free that never came. Its stack was taken before the lock (gm_heap_free). */
 static void heap_freed(void *arg, const alloc_block_query_t *q)
 {
     const struct heap_free_note *n = arg;
@@ -478,12 +477,8 @@ static void heap_freed(void *arg, const alloc_block_query_t *q)
                 n->dev, n->stream, q->base, q->size, 0, q->alloc_id);
 }
 
-int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+static int heap_free_held(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
 {
-    if (!ptr) {
-        *res = CUDA_SUCCESS;
-        return 1;
-    }
     uintptr_t capture = 0;
     int synced_device = -1;
     CUdevice cur;
@@ -529,6 +524,30 @@ int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult 
         return 1;
     }
     return 0;
+}
+
+/* The two entry points take the caller's stack before the allocator's lock: the events written
+ * inside it (a free's, in heap_freed; a segment's map or unmap as the range grows or is given
+ * back) carry it, so no thread waits out another's stack walk. */
+CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
+                       gm_alloc_kind kind)
+{
+    int held = gm_rec_stack_hold();
+    CUresult r = heap_alloc_held(out, size, dev, stream, kind);
+    gm_rec_stack_release(held);
+    return r;
+}
+
+int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+{
+    if (!ptr) {
+        *res = CUDA_SUCCESS;
+        return 1;
+    }
+    int held = gm_rec_stack_hold();
+    int r = heap_free_held(ptr, stream, kind, res);
+    gm_rec_stack_release(held);
+    return r;
 }
 
 /* ---- the default pool's view of gpumem's stream-ordered allocations ------------------------

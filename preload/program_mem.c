@@ -516,9 +516,11 @@ static CUresult pm_cuArrayDestroy(CUarray a)
     do {                                                                                           \
         if (pm_pass())                                                                             \
             return call;                                                                           \
+        int held_ = gm_rec_stack_hold(); /* the walk outside pm_order */                           \
         pthread_mutex_lock(&pm_order);                                                             \
         CUresult r_ = call;                                                                        \
         pthread_mutex_unlock(&pm_order);                                                           \
+        gm_rec_stack_release(held_);                                                               \
         return r_;                                                                                 \
     } while (0)
 

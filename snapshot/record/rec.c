@@ -44,6 +44,8 @@ typedef struct rec_tls {
     uint32_t depth;  /* open push/pop ranges (may exceed REC_TLS_DEPTH: then not stored) */
     uint32_t sample; /* counts events to time one in 64 */
     uint32_t launch_tag; /* rec_launch's counter: ties a launch to its word records */
+    uint32_t held;       /* rec_stack_hold: its events take held_stack instead of a walk */
+    uint32_t held_stack;
     uint32_t ranges[REC_TLS_DEPTH];
 } rec_tls;
 static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
@@ -541,6 +543,7 @@ static __attribute__((noinline)) void thread_register(rec_tls *t) {
     t->gen = atomic_load(&rec_g.gen);
     t->thread = atomic_fetch_add(&rec_g.nthreads, 1) + 1;
     t->depth = 0;
+    t->held = 0; /* a stack id of the recording before this one means nothing in this one */
     if (!it) return;
     it->type = REC_I_THREAD;
     it->id = t->thread;
@@ -783,7 +786,8 @@ static inline __attribute__((always_inline)) uint64_t emit(rec_tls *t, unsigned 
     uint64_t t0 = rec_ticks();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     uint32_t range = d ? t->ranges[d - 1] : 0;
-    uint32_t stack = with_stack && rec_g.stacks ? capture_stack() : 0;
+    uint32_t stack = 0;
+    if (with_stack && rec_g.stacks) stack = t->held ? t->held_stack : capture_stack();
     /* the record is written into its slot (rec_ring_claim), or, when the ring is full, built
      * here and pushed (rec_ring_push waits for room or drops) */
     uint64_t pos, seq;
@@ -818,6 +822,22 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
     if (k == 0 || k >= REC_KIND_MAX_ || k == REC_LAUNCH) return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
          alloc_id, 1);
+}
+
+/* The stack is taken here, before the caller takes the lock inside which its events are
+ * written (the allocator's, for a free's event; pm_order): a walk that misses the memo costs
+ * ~1,900 instructions, which every other thread freeing would otherwise wait out. */
+__attribute__((noinline)) int rec_stack_hold(void) {
+    if (!ready() || !rec_g.stacks) return 0;
+    rec_tls *t = my_tls();
+    if (t->held) return 0; /* an outer hold's stack is this call's too */
+    t->held_stack = capture_stack();
+    t->held = 1;
+    return 1;
+}
+
+void rec_stack_release(int held) {
+    if (held) tls.held = 0;
 }
 
 /* Access tracking. The encoding (word records first, then the launch record, tied by a

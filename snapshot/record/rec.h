@@ -174,6 +174,14 @@ enum rec_devinfo_when {
 void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64_t size,
                uint64_t requested, uint64_t alloc_id);
 
+/* A stack held for the events a call writes later, under a lock: rec_stack_hold() captures the
+ * calling thread's stack now (the walk, outside the lock), and every event the thread writes
+ * until rec_stack_release(its return value) carries that stack instead of walking again. Holds
+ * nest (an inner one returns 0 and its release does nothing). Returns 0 when nothing is held
+ * (not recording, stacks off, already held). */
+int rec_stack_hold(void);
+void rec_stack_release(int held);
+
 /* ---- NVTX ranges. Per thread; every event carries its thread's innermost open range. ----- */
 /* nvtxRangePush: opens a nested range on the calling thread. domain may be NULL (default
  * domain). Returns the new nesting depth (1 = outermost), or -1 when not recording. */

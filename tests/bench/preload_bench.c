@@ -1,7 +1,7 @@
 /*
  * preload_bench — a cudaMalloc/cudaFree churn (64 live slots, 512 B .. 4 MiB, mixed with
  * cudaMallocAsync/cudaFreeAsync on one stream), the allocation pattern of a training step.
- * Prints "ops <n> ns <elapsed>"; tests/bench/preload_bench.sh runs it with and without gpumem
+ * Prints "ops <n> ns <elapsed> frees <of them frees>"; tests/bench/preload_bench.sh runs it with and without gpumem
  * and turns the two runs into BENCH lines (wall time per call, simulated driver time).
  *
  * preload_bench launch N: N cudaLaunchKernel calls of an empty host kernel with 8 pointer
@@ -80,6 +80,7 @@ int main(int argc, char **argv)
         return 1;
     unsigned seed = 42;
     struct timespec t0, t1;
+    int frees = 0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
@@ -89,6 +90,7 @@ int main(int argc, char **argv)
             if ((async ? cudaFreeAsync(slot[k], s) : cudaFree(slot[k])) != cudaSuccess)
                 return 1;
             slot[k] = NULL;
+            frees++;
         } else {
             size_t sz = 512u << ((seed >> 12) % 14); /* 512 B .. 4 MiB */
             sz += (seed >> 4) % sz;
@@ -102,6 +104,6 @@ int main(int argc, char **argv)
             cudaFree(slot[k]);
     cudaStreamDestroy(s);
     long long ns = (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
-    printf("ops %d ns %lld\n", n, ns);
+    printf("ops %d ns %lld frees %d\n", n, ns, frees);
     return 0;
 }

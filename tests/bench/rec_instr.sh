@@ -15,6 +15,10 @@
 #                               parameters under libgpumem.so (preload_bench launch): the
 #                               instructions inside cudaLaunchKernel with GPUMEM_USES=1 minus
 #                               those with GPUMEM_USES=0 (uses.launch_ns in nanoseconds)
+#   alloc.free_locked_instr     instructions inside alloc_free_notify (the allocator's lock, and
+#                               the free's event written inside it) per free of preload_bench's
+#                               churn under libgpumem.so, recorded with 16-frame stacks: what
+#                               other threads freeing or allocating on the device wait out
 # The application-side figures are per call at the margin: two runs of `rec_bench app` (N and
 # 3N calls) and their difference over 2N, so that the one-off costs (the thread's registration,
 # the first unwinding of each frame, the stack's first insertion) fall out.
@@ -73,3 +77,20 @@ off1=$(launches 0 $L)
 off3=$(launches 0 $((3 * L)))
 awk -v a="$on1" -v b="$on3" -v c="$off1" -v d="$off3" -v n=$((2 * L)) \
   'BEGIN { printf "BENCH uses.launch_instr %.0f instr\n", ((b - a) - (d - c)) / n }'
+
+# alloc.free_locked_instr: preload_bench N and 3N under libgpumem.so (stacks on, the default),
+# the instructions inside alloc_free_notify over the frees between them (the churn is seeded:
+# the frees are counted by a plain run of the same calls)
+frees() { GPUMEM_DB="$dir/f.db" GPUMEM_QUIET=1 LD_PRELOAD="$LIB" "$P" "$1" | awk '{ print $6 }'; rm -f "$dir"/f.db*; }
+locked() {
+  GPUMEM_DB="$dir/f.db" GPUMEM_QUIET=1 CMD=/usr/bin/env VGOPT=--trace-children=yes \
+    collected alloc_free_notify LD_PRELOAD="$LIB" "$P" "$1"
+  rm -f "$dir"/f.db*
+}
+F=5000
+fr1=$(frees $F)
+fr3=$(frees $((3 * F)))
+lk1=$(locked $F)
+lk3=$(locked $((3 * F)))
+awk -v a="$lk1" -v b="$lk3" -v n=$((fr3 - fr1)) \
+  'BEGIN { printf "BENCH alloc.free_locked_instr %.0f instr\n", (b - a) / n }'

@@ -404,6 +404,87 @@ static void memo_per_thread(void **state) {
     assert_true(snap_q(path, "SELECT count(*) FROM events") > 3000);
 }
 
+/* A held stack (rec_stack_hold, taken before a lock inside which the events are written): every
+ * event until the release carries the stack of the hold's caller, not of where it is written;
+ * an inner hold changes nothing; after the release, and in a later recording, events walk their
+ * own stack again. */
+__attribute__((noinline)) void held_write(uint64_t a) {
+    rec_event(REC_ALLOC, 0, 0, a, 64, 64, a);
+    __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void held_site(uint64_t a) {
+    int h = rec_stack_hold();
+    assert_int_equal(h, 1);
+    held_write(a);
+    int inner = rec_stack_hold(); /* already held: nothing */
+    assert_int_equal(inner, 0);
+    held_write(a + 64);
+    rec_stack_release(inner); /* the outer hold stays */
+    held_write(a + 128);
+    rec_stack_release(h);
+    __asm__ volatile("" ::: "memory");
+}
+
+static const char *held_site_fn(const char *db, long long seq, gm_db *d, gm_model *m) {
+    char err[4096];
+    assert_int_equal(gm_db_open(db, d, err, sizeof err), 0);
+    assert_int_equal(gm_model_load(d, m, 0, err, sizeof err), 0);
+    assert_true(gm_symbolize(d, m) > 0);
+    for (size_t i = 0; i < m->nallocs; i++)
+        if ((long long)m->allocs[i].birth == seq) {
+            long f = gm_stack_site(m, m->allocs[i].stack);
+            assert_true(f >= 0);
+            return m->frames[f].function;
+        }
+    fail_msg("no allocation at seq %lld", seq);
+    return NULL;
+}
+
+static void held_stack(void **state) {
+    (void)state;
+    snap_path(path, sizeof path, "held.db");
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 16, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    held_site(0x10000);
+    held_write(0x20000); /* released: its own stack */
+    assert_int_equal(rec_stack_hold(), 1); /* left held when the recording ends */
+    rec_test_reset();
+    /* seq 1-3 under the hold: one stack, held_site's; seq 4 its own */
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT stack) FROM events WHERE seq <= 3"), 1);
+    assert_true(snap_q(path, "SELECT stack FROM events WHERE seq = 4") !=
+                snap_q(path, "SELECT stack FROM events WHERE seq = 1"));
+    gm_db d;
+    gm_model m;
+    assert_string_equal(held_site_fn(path, 1, &d, &m), "held_site");
+    gm_model_free(&m);
+    gm_db_close(&d);
+    assert_string_equal(held_site_fn(path, 4, &d, &m), "held_write");
+    gm_model_free(&m);
+    gm_db_close(&d);
+
+    /* a hold of the last recording means nothing in the next one */
+    char p2[512];
+    snap_path(p2, sizeof p2, "held2.db");
+    unlink(p2);
+    o.path = p2;
+    assert_int_equal(rec_open(&o), 0);
+    held_write(0x30000);
+    rec_test_reset();
+    assert_string_equal(held_site_fn(p2, 1, &d, &m), "held_write");
+    gm_model_free(&m);
+    gm_db_close(&d);
+
+    /* stacks off: nothing to hold */
+    snap_path(p2, sizeof p2, "held3.db");
+    unlink(p2);
+    rec_options off = {.path = p2, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&off), 0);
+    assert_int_equal(rec_stack_hold(), 0);
+    rec_test_reset();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dedup_and_symbolize),
@@ -412,6 +493,7 @@ int main(void) {
         cmocka_unit_test(python_frames),
         cmocka_unit_test(memo_same_as_walk),
         cmocka_unit_test(memo_per_thread),
+        cmocka_unit_test(held_stack),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rec_test_reset();
