@@ -1384,7 +1384,7 @@ int gm_advise_main(int argc, char **argv)
         }
     }
     phases_note(&d, &c);
-    gm_torch_peak_reset(&d, &c.reset);
+    gm_torch_peak_reset(&d, GM_TORCH_ALL_DEVICES, &c.reset);
     gm_db_close(&d);
     backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.

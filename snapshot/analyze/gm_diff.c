@@ -32,7 +32,10 @@ static const char *const usage_diff =
     "                            (a memory-regression gate for CI); JSON gate is null without it\n"
     "A PyTorch program on PyTorch's allocator (its memory history merged) is compared in\n"
     "PyTorch's view, as report and leaks show it: its tensors, names and max_memory_* peaks\n"
-    "(the gate on max_memory_reserved()), not the device's segments under it.\n"
+    "(the gate on max_memory_reserved(); on the whole-run peak reserved where the program reset\n"
+    "its peak stats, from where max_memory_reserved() counts), not the device's segments under it.\n"
+    "With memory on several devices, each side's figures are its busiest device's (the highest\n"
+    "peak reserved), never the devices added; the gate compares those.\n"
     "A side whose program did not run to its end (killed, still running, ended by a signal) is\n"
     "said so: its bytes alive at exit are what it held then, not necessarily leaked, and its\n"
     "peak may not have been reached: the gate cannot pass it (exit 3; it fails when B, complete\n"
@@ -51,6 +54,8 @@ typedef struct side {
     gm_model full; /* the model loaded; m is the view compared (full itself, or its torch view) */
     gm_model m;
     int torch;     /* m is PyTorch's view (its history merged) */
+    int device;    /* several devices: m is the busiest one's (gm_model_device_view); -1: one */
+    gm_torch_reset reset; /* the program's reset of that device's peak stats (count 0: none) */
     uint64_t nallocs, leaked, nleaked;
     kv *classes, *sites;
     size_t nclasses, nsites;
@@ -106,7 +111,6 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     }
     gm_lossy_say(&s->d, json ? stderr : stdout); /* events lost: said first */
     gm_ending_say(&s->d, json ? stderr : stdout); /* cut short: its "alive at exit" is not leaks */
-    gm_devices_say(&s->d, "its peaks", json ? stderr : stdout);
     if (gm_model_load(&s->d, &s->full, 1, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem diff: %s\n", err);
         return GM_EXIT_BADDB;
@@ -117,6 +121,20 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     s->full.frames_all = frames_all;
     s->torch = s->full.torch.present == 1;
     s->m = s->torch ? gm_model_torch_view(&s->full) : s->full;
+    /* several devices: the busiest device's figures (as report's), never their sum, which no
+     * device held; said first */
+    s->device = -1;
+    int lo, hi, ndev = gm_model_devices(&s->m, &lo, &hi);
+    gm_model dv;
+    if (ndev > 1 && gm_model_device_view(&s->m, gm_busiest_device(&s->m), &dv) == 0) {
+        s->m = dv, s->device = dv.device_only - 1;
+        fprintf(json ? stderr : stdout,
+                "gpumem: note: %s: the program held memory on %d devices (%d to %d): its figures here are "
+                "device %d's (the highest peak reserved), not a sum; gpumem report gives each device's\n",
+                path, ndev, lo, hi, s->device);
+    }
+    /* PyTorch's max_memory_*() count from the program's last reset of that device */
+    if (s->torch) gm_torch_peak_reset(&s->d, s->device >= 0 ? s->device : GM_TORCH_ALL_DEVICES, &s->reset);
     const gm_model *m = &s->m;
     size_t nlive = 0;
     for (size_t i = 0; i < m->nallocs; i++) {
@@ -162,6 +180,7 @@ static void free_side(side *s)
     for (size_t i = 0; i < s->nsites; i++)
         free(s->sites[i].key);
     free(s->classes), free(s->sites);
+    if (s->device >= 0) gm_model_device_view_free(&s->m); /* its own array of allocations */
     gm_model_free(&s->full); /* the view shares its tables */
     gm_db_close(&s->d);
 }
@@ -294,6 +313,14 @@ static void json_side(FILE *out, const side *s)
             s->m.nsteps);
     json_num(out, per_step(s));
     fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64, s->leaked, s->nleaked);
+    if (s->device >= 0) fprintf(out, ",\"device\":%d", s->device);
+    else fputs(",\"device\":null", out);
+    if (s->reset.count)
+        fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
+                     ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                s->reset.count, s->reset.seq, s->reset.t_ns, s->reset.max_allocated, s->reset.max_reserved);
+    else
+        fputs(",\"peak_reset\":null", out);
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
     gm_ending_line((gm_db *)&s->d, ending, sizeof ending);
     fputs(",\"ending\":", out);
@@ -377,9 +404,20 @@ int gm_cmd_diff(int argc, char **argv)
     char why_a[128], why_b[128];
     int a_cut = gm_ending(&A.d, why_a, sizeof why_a) != NULL, b_cut = gm_ending(&B.d, why_b, sizeof why_b) != NULL;
     int unjudged = gate >= 0 && (a_cut || b_cut) && !(failed && !a_cut);
-    /* what the gate compares: PyTorch's max_memory_reserved() where both sides are in its view */
-    const char *gate_on = A.torch && B.torch ? "max_memory_reserved" : "peak_reserved";
-    const char *gate_words = A.torch && B.torch ? "PyTorch's max_memory_reserved()" : "peak reserved";
+    /* what the gate compares: PyTorch's max_memory_reserved() where both sides are in its view,
+     * unless a program reset its peak stats: then the whole-run peak reserved (what the run needed;
+     * its max_memory_reserved() counts from the reset), under that name */
+    int reset = A.reset.count || B.reset.count;
+    const char *gate_on = A.torch && B.torch && !reset ? "max_memory_reserved" : "peak_reserved";
+    const char *gate_words = A.torch && B.torch ? (reset ? "PyTorch's whole-run peak reserved"
+                                                         : "PyTorch's max_memory_reserved()")
+                                                : "peak reserved";
+    char dev_words[64] = ""; /* several devices: whose peak */
+    if (A.device >= 0 || B.device >= 0) {
+        if (A.device == B.device) snprintf(dev_words, sizeof dev_words, " (device %d's)", A.device);
+        else snprintf(dev_words, sizeof dev_words, " (the busiest device's: A's %d, B's %d)", A.device < 0 ? 0 : A.device,
+                      B.device < 0 ? 0 : B.device);
+    }
     FILE *out = stdout;
     if (json) {
         fputs("{\"a\":", out);
@@ -408,12 +446,25 @@ int gm_cmd_diff(int argc, char **argv)
         fputs("}\n", out);
     } else {
         fprintf(out, "gpumem diff: A = %s, B = %s\n", A.d.path, B.d.path);
+        if (dev_words[0]) fprintf(out, "  the figures are one device's%s, not the devices added\n", dev_words);
         if (A.torch || B.torch)
             fprintf(out, "  %s\n", A.torch && B.torch
-                                       ? "PyTorch's view (its memory history): its tensors, names and peaks "
-                                         "(max_memory_allocated/_reserved), its tensors alive at exit"
+                                       ? (reset ? "PyTorch's view (its memory history): its tensors, names and whole-run "
+                                                  "peaks, its tensors alive at exit"
+                                                : "PyTorch's view (its memory history): its tensors, names and peaks "
+                                                  "(max_memory_allocated/_reserved), its tensors alive at exit")
                                        : "views differ: A is in PyTorch's view (its tensors), B the device's, or the "
                                          "other way round: the figures compare different things");
+        for (const side *x = &A; x; x = x == &A ? &B : NULL) /* its max_memory_*() are not the peaks here */
+            if (x->reset.count) {
+                char ra[32], rr[32];
+                gm_fmt_bytes(x->reset.max_allocated, ra, sizeof ra);
+                gm_fmt_bytes(x->reset.max_reserved, rr, sizeof rr);
+                fprintf(out, "  %s: the program reset PyTorch's peak stats (reset_peak_memory_stats, last at event %" PRIu64
+                             "): the peaks below are the whole run's; its max_memory_allocated() / "
+                             "max_memory_reserved() since: %s / %s\n",
+                        x == &A ? "A" : "B", x->reset.seq, ra, rr);
+            }
         fputc('\n', out);
         fprintf(out, "  %-20s %14s %14s %14s %9s\n", "", "A", "B", "B - A", "change");
         bytes_line(out, "peak requested", A.m.peak_requested, B.m.peak_requested);
@@ -445,10 +496,10 @@ int gm_cmd_diff(int argc, char **argv)
                             "(%s), so its %s may not have been reached. Record it again to its end\n",
                     a_cut ? A.d.path : B.d.path, a_cut ? why_a : why_b, gate_words);
         else if (failed)
-            fprintf(stderr, "gpumem diff: %s grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
-                    gate_words, growth, a, b, gate);
+            fprintf(stderr, "gpumem diff: %s%s grew %.1f%% (%s -> %s), more than the %g%% allowed\n",
+                    gate_words, dev_words, growth, a, b, gate);
         else if (!json)
-            fprintf(out, "\n%s %s -> %s (%+.1f%%): within the %g%% allowed\n", gate_words, a, b,
+            fprintf(out, "\n%s%s %s -> %s (%+.1f%%): within the %g%% allowed\n", gate_words, dev_words, a, b,
                     isfinite(growth) ? growth : 0.0, gate);
     }
     free(rc_);

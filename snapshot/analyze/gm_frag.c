@@ -1122,7 +1122,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
         }
     }
     find_fixes(f, d, &fm);
-    if (f->torch) gm_torch_peak_reset(d, &f->reset);
+    if (f->torch) gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &f->reset);
     if (!f->torch) f->pytorch_recorded = gm_meta_pytorch_conf(d, f->torch_conf, sizeof f->torch_conf);
     rc = 0;
 out:

@@ -45,8 +45,13 @@ typedef struct rk_rank {
     uint64_t peak_allocated, peak_reserved;
     int64_t peak_step; /* -1 none */
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
-    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view) */
-    uint64_t torch_peak_allocated;       /* PyTorch's own (max_memory_allocated); 0: no history */
+    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view), every device's */
+    int device, ndevices, dev_lo, dev_hi; /* the device whose figures these are (-1: one device) */
+    uint64_t torch_peak_allocated;       /* PyTorch's own max_memory_allocated(d) at the end (since
+                                            its last reset of d); 0: no history */
+    uint64_t torch_whole_run;            /* its whole-run peak allocated on that device */
+    int torch_device;                    /* d (-1: one device) */
+    gm_torch_reset torch_reset;          /* the program's reset of d's peak stats (count 0: none) */
     rk_group *groups;
     size_t ngroups;
     rk_step *steps;
@@ -225,18 +230,42 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     char ending[256];
     gm_ending_line(&d, ending, sizeof ending);
     r->ending = ending[0] ? strdup(ending) : NULL;
-    r->peak_allocated = m.peak_allocated;
-    r->peak_reserved = m.peak_reserved;
+    /* several devices in the rank: its figures are its busiest device's, as its own report's (a
+     * sum of devices is a figure no device held); the leaks are every device's (all alive at once) */
+    gm_model dv, *pm = &m;
+    r->device = -1;
+    r->ndevices = gm_model_devices(&m, &r->dev_lo, &r->dev_hi);
+    if (r->ndevices > 1) {
+        gm_symbolize(&d, &m); /* the view shares the model's frames: named once, on the model */
+        if (gm_model_device_view(&m, gm_busiest_device(&m), &dv) == 0) r->device = dv.device_only - 1, pm = &dv;
+    }
+    r->peak_allocated = pm->peak_allocated;
+    r->peak_reserved = pm->peak_reserved;
     r->peak_step = -1;
-    long pa = m.peak_allocated ? gm_alloc_by_id(&m, m.peak_allocated_seq) : -1;
-    const gm_range *rg = pa >= 0 ? gm_range_of(&m, m.allocs[pa].range) : NULL;
+    long pa = pm->peak_allocated ? gm_alloc_by_id(pm, pm->peak_allocated_seq) : -1;
+    const gm_range *rg = pa >= 0 ? gm_range_of(pm, pm->allocs[pa].range) : NULL;
     r->peak_phase = strdup(rg && rg->path ? rg->path : "");
     if (rg) r->peak_step = rg->step;
     gm_model lv = gm_model_leak_view(&m);
     for (size_t i = 0; i < lv.nallocs; i++)
         if (!lv.allocs[i].death) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
-    r->torch_peak_allocated = m.torch.present ? m.torch.peak_allocated : 0;
-    rc = !r->path || !r->peak_phase || rank_steps(&m, r) || rank_groups(&d, &m, r) ? -1 : 0;
+    /* PyTorch's own figure: its busiest device's max_memory_allocated(d), which counts from the
+     * program's last reset of d (reset_peak_memory_stats(d)) */
+    r->torch_device = -1;
+    if (m.torch.present) {
+        gm_model tw = gm_model_torch_view(&m);
+        r->torch_whole_run = m.torch.peak_allocated;
+        if (gm_model_devices(&tw, NULL, NULL) > 1) {
+            r->torch_device = gm_busiest_device(&tw);
+            r->torch_whole_run = m.torch.devs[r->torch_device].peak_allocated;
+        }
+        r->torch_peak_allocated = r->torch_whole_run;
+        if (m.torch.present == 1 &&
+            gm_torch_peak_reset(&d, r->torch_device >= 0 ? r->torch_device : GM_TORCH_ALL_DEVICES, &r->torch_reset))
+            r->torch_peak_allocated = r->torch_reset.max_allocated;
+    }
+    rc = !r->path || !r->peak_phase || rank_steps(pm, r) || rank_groups(&d, pm, r) ? -1 : 0;
+    if (pm == &dv) gm_model_device_view_free(&dv);
     gm_model_free(&m);
     gm_db_close(&d);
     if (rc) {
@@ -357,10 +386,22 @@ static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
             fputs(",\"peak_step\":null", out);
         fputs(",\"peak_phase\":", out);
         gm_json_str(out, r->peak_phase);
-        if (r->torch_peak_allocated)
-            fprintf(out, ",\"torch_peak_allocated\":%" PRIu64, r->torch_peak_allocated);
+        if (r->device >= 0)
+            fprintf(out, ",\"device\":%d,\"devices\":%d", r->device, r->ndevices);
         else
-            fputs(",\"torch_peak_allocated\":null", out);
+            fprintf(out, ",\"device\":null,\"devices\":%d", r->ndevices);
+        if (r->torch_peak_allocated || r->torch_whole_run)
+            fprintf(out, ",\"torch_peak_allocated\":%" PRIu64 ",\"torch_whole_run_peak_allocated\":%" PRIu64,
+                    r->torch_peak_allocated, r->torch_whole_run);
+        else
+            fputs(",\"torch_peak_allocated\":null,\"torch_whole_run_peak_allocated\":null", out);
+        if (r->torch_device >= 0) fprintf(out, ",\"torch_device\":%d", r->torch_device);
+        else fputs(",\"torch_device\":null", out);
+        if (r->torch_reset.count)
+            fprintf(out, ",\"torch_peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64 "}",
+                    r->torch_reset.count, r->torch_reset.seq, r->torch_reset.t_ns);
+        else
+            fputs(",\"torch_peak_reset\":null", out);
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 ",\"steps\":[",
                 r->leaked_bytes, r->leaked_count);
         for (size_t k = 0; k < r->nsteps; k++)
@@ -429,6 +470,13 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
     /* a rank cut short: its "leaked" is what it held then */
     for (size_t i = 0; i < n; i++)
         if (rs[i].ending) fprintf(out, "  note: rank %" PRId64 " (%s): %s\n", rs[i].rank, rs[i].path, rs[i].ending);
+    /* a rank with memory on several devices: its figures are one device's, said */
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].device >= 0)
+            fprintf(out, "  note: rank %" PRId64 " (%s) held memory on %d devices (%d to %d): its peaks, step, phase "
+                         "and timeline are device %d's (the highest peak reserved), not a sum; its leaks are every "
+                         "device's; gpumem report %s gives each device's peaks\n",
+                    rs[i].rank, rs[i].path, rs[i].ndevices, rs[i].dev_lo, rs[i].dev_hi, rs[i].device, rs[i].path);
     /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
      * program's own figure is its allocator's */
     int torch = 0;
@@ -438,9 +486,16 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
         fputs("\nPyTorch's own peak allocated (max_memory_allocated; leaked: its tensors alive at the end, "
               "its cached segments are not leaks):", out);
         for (size_t i = 0; i < n; i++) {
-            if (!rs[i].torch_peak_allocated) continue;
-            gm_fmt_bytes(rs[i].torch_peak_allocated, a, sizeof a);
-            fprintf(out, "%s rank %" PRId64 " %s", i ? "," : "", rs[i].rank, a);
+            const rk_rank *r = &rs[i];
+            if (!r->torch_peak_allocated && !r->torch_whole_run) continue;
+            gm_fmt_bytes(r->torch_peak_allocated, a, sizeof a);
+            fprintf(out, "%s rank %" PRId64 " %s", i ? "," : "", r->rank, a);
+            if (r->torch_device >= 0) fprintf(out, " (device %d's)", r->torch_device);
+            if (r->torch_reset.count) { /* max_memory_allocated(d) counts from the reset */
+                gm_fmt_bytes(r->torch_whole_run, b, sizeof b);
+                fprintf(out, " since its reset_peak_memory_stats at event %" PRIu64 " (whole run %s)", r->torch_reset.seq,
+                        b);
+            }
         }
         fputc('\n', out);
     }

@@ -1176,10 +1176,21 @@ static void print_categories(gm_db *d, const gm_model *m, const gm_opts *o, FILE
     gm_categories_free(&c);
 }
 
+/* The JSON member "peak_reset": PyTorch's reset of its peak stats ({count, seq, t_ns,
+ * max_memory_allocated, max_memory_reserved}: its own figures since the last), null without. */
+static void print_reset_json(FILE *out, const gm_torch_reset *rs) {
+    if (rs->count)
+        fprintf(out, "\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
+                     ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
+                rs->count, rs->seq, rs->t_ns, rs->max_allocated, rs->max_reserved);
+    else
+        fputs("\"peak_reset\":null", out);
+}
+
 /* A recording's devices, each with its peaks in the view m (gm_dev_figs): JSON members "device" (the
  * one whose figures the view's top-level keys are: busy, null with a single device) and "devices"
  * (an entry per device that held memory). */
-static void print_devices_json(FILE *out, const gm_model *m, int busy) {
+static void print_devices_json(FILE *out, const gm_model *m, int busy, gm_db *torch_db) {
     if (busy >= 0) fprintf(out, "\"device\":%d,\"devices\":[", busy);
     else fputs("\"device\":null,\"devices\":[", out);
     int first = 1;
@@ -1188,9 +1199,16 @@ static void print_devices_json(FILE *out, const gm_model *m, int busy) {
         if (!f->peak_allocated && !f->peak_reserved) continue;
         fprintf(out, "%s{\"device\":%d,\"peak_allocated\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
                      ",\"peak_reserved\":%" PRIu64 ",\"peak_reserved_seq\":%" PRIu64 ",\"peak_requested\":%" PRIu64
-                     ",\"peak_requested_seq\":%" PRIu64 "}",
+                     ",\"peak_requested_seq\":%" PRIu64,
                 first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_reserved,
                 f->peak_reserved_seq, f->peak_requested, f->peak_requested_seq);
+        if (torch_db) { /* PyTorch's view: its reset of this device (its max_memory_*(d) count from there) */
+            gm_torch_reset rs;
+            gm_torch_peak_reset(torch_db, i, &rs);
+            fputs(",", out);
+            print_reset_json(out, &rs);
+        }
+        fputc('}', out);
         first = 0;
     }
     fputc(']', out);
@@ -1198,7 +1216,7 @@ static void print_devices_json(FILE *out, const gm_model *m, int busy) {
 
 /* The same in text, where there are several (busy >= 0): which device the figures above are, then
  * each device's peaks. */
-static void print_devices_text(FILE *out, const gm_model *m, int busy, const char *what) {
+static void print_devices_text(FILE *out, const gm_model *m, int busy, const char *what, gm_db *torch_db) {
     if (busy < 0) return;
     int lo, hi, n = gm_model_devices(m, &lo, &hi);
     fprintf(out, "  devices             %d (%d to %d): the figures above are device %d's (the highest peak "
@@ -1210,13 +1228,21 @@ static void print_devices_text(FILE *out, const gm_model *m, int busy, const cha
         gm_fmt_bytes(f->peak_allocated, a, sizeof a);
         gm_fmt_bytes(f->peak_reserved, r, sizeof r);
         fprintf(out, "    device %-3d        peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 "), peak reserved %s (%" PRIu64
-                     " bytes, event %" PRIu64 ")\n", i, a, f->peak_allocated, f->peak_allocated_seq, r, f->peak_reserved,
+                     " bytes, event %" PRIu64 ")", i, a, f->peak_allocated, f->peak_allocated_seq, r, f->peak_reserved,
                 f->peak_reserved_seq);
+        gm_torch_reset rs;
+        if (torch_db && gm_torch_peak_reset(torch_db, i, &rs)) { /* PyTorch reset this device's peaks */
+            gm_fmt_bytes(rs.max_allocated, a, sizeof a);
+            gm_fmt_bytes(rs.max_reserved, r, sizeof r);
+            fprintf(out, " in the whole run;\n                        since its reset (event %" PRIu64 ") %s allocated (%" PRIu64
+                         " bytes), %s reserved (%" PRIu64 " bytes): max_memory_allocated(%d), max_memory_reserved(%d)",
+                    rs.seq, a, rs.max_allocated, r, rs.max_reserved, i, i);
+        }
+        fputc('\n', out);
     }
 }
 
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
-    (void)d;
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
         if (o->json) fputs(",\"torch\":null", out);
@@ -1275,8 +1301,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
     gm_meta_text(d, "torch_history_from", from, sizeof from); /* gpumem: its tracker's trace */
-    gm_torch_reset reset; /* the whole run's peaks are not max_memory_*() after a reset */
-    gm_torch_peak_reset(d, &reset);
+    gm_torch_reset reset; /* the whole run's peaks are not max_memory_*() after a reset: the
+                             device's whose figures these are (PyTorch resets one device) */
+    gm_torch_peak_reset(d, busy >= 0 ? busy : GM_TORCH_ALL_DEVICES, &reset);
     if (o->json) {
         fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
@@ -1284,17 +1311,13 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                      ",\"tensors\":%zu,",
                 pv->peak_allocated, pv->peak_reserved, pv->peak_requested, pv->peak_allocated_seq,
                 pv->peak_reserved_seq, pv->peak_requested_seq, tv->nallocs);
-        print_devices_json(out, &whole, busy);
+        print_devices_json(out, &whole, busy, d);
         fputs(",\"version\":", out);
         gm_json_str(out, ver);
         fputs(",\"conf\":", out);
         gm_json_str(out, conf);
-        if (reset.count)
-            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
-                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
-                    reset.count, reset.seq, reset.t_ns, reset.max_allocated, reset.max_reserved);
-        else
-            fputs(",\"peak_reset\":null", out);
+        fputc(',', out);
+        print_reset_json(out, &reset);
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
@@ -1332,15 +1355,17 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
             char ra[32], rr[32];
             gm_fmt_bytes(reset.max_allocated, ra, sizeof ra);
             gm_fmt_bytes(reset.max_reserved, rr, sizeof rr);
-            fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated), %s reserved (%" PRIu64
-                         " bytes; max_memory_reserved): the program reset its peak stats (reset_peak_memory_stats%s) "
+            char dn[16] = ""; /* several devices: the one these are (PyTorch resets one device) */
+            if (busy >= 0) snprintf(dn, sizeof dn, "%d", busy);
+            fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated(%s)), %s reserved (%" PRIu64
+                         " bytes; max_memory_reserved(%s)): the program reset its peak stats (reset_peak_memory_stats(%s)%s) "
                          "last at event %" PRIu64 ", %.3f s\n",
-                    ra, reset.max_allocated, rr, reset.max_reserved, reset.count > 1 ? ", several times" : "", reset.seq,
-                    (double)reset.t_ns / 1e9);
+                    ra, reset.max_allocated, dn, rr, reset.max_reserved, dn, dn, reset.count > 1 ? ", several times" : "",
+                    reset.seq, (double)reset.t_ns / 1e9);
         }
         fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(pv->peak_allocated, pv->peak_reserved),
                 tv->nallocs);
-        print_devices_text(out, &whole, busy, "max_memory_allocated(d), max_memory_reserved(d)");
+        print_devices_text(out, &whole, busy, "max_memory_allocated(d), max_memory_reserved(d)", d);
         if (gm_meta_int(d, "torch_history_truncated", 0))
             fprintf(out, "  note                PyTorch's history is a ring and it was full: its first entries are lost, "
                          "so these peaks may miss the start (record again with GPUMEM_TORCH_MAX_ENTRIES raised)\n");
@@ -1450,7 +1475,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         else fputs("null", out); /* not measured */
         fprintf(out, ",\"writer_cpu_ns\":%" PRId64 ",\"db_bytes\":%" PRId64 ",\"duration_s\":%.6f,",
                 s.writer_cpu_ns, s.db_bytes, s.seconds);
-        print_devices_json(out, whole, busy);
+        print_devices_json(out, whole, busy, NULL);
         fputs("},", out);
         print_place_json(out, "peak_requested_at", m->peak_requested_seq, place_of(m, &l, m->peak_requested_seq));
         fputc(',', out);
@@ -1504,7 +1529,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                                  : " (the recording holds no allocation)");
         if (m->peak_reserved) fprintf(out, "  utilization         %.1f%% (peak allocated / peak reserved)\n", util);
         else fprintf(out, "  utilization         - (nothing was reserved)\n");
-        print_devices_text(out, whole, busy, "allocated and reserved by gpumem's account");
+        print_devices_text(out, whole, busy, "allocated and reserved by gpumem's account", NULL);
         if (m->peak_vmm) {
             char v[32], dv[32];
             gm_fmt_bytes(m->peak_vmm, v, sizeof v);
@@ -2039,52 +2064,90 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
 
 /* ---------------------------------------------------------------- PyTorch's own peaks */
 
-/* PyTorch's statistics swept over its merged history: the whole run's peaks, and where the
- * program reset them (kind 38), the peaks since its last reset, which reset_peak_memory_stats
- * starts from the current values. 1 with them, 0 when the recording has none. */
-static int torch_peaks_sweep(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved, gm_torch_reset *rs) {
+/* PyTorch's statistics swept over its merged history, per device as PyTorch keeps them: the
+ * whole run's peaks, and where the program reset a device's (kind 38 on that device:
+ * reset_peak_memory_stats(d) resets d's alone), that device's peaks since its last reset, which
+ * PyTorch starts from the current values. dev >= 0: that device's figures and resets; dev < 0
+ * (GM_TORCH_ALL_DEVICES) every device's added together (the figures of a command that adds the
+ * devices), a reset on any of them counted. 1 with them, 0 when the recording has none. */
+static int torch_peaks_sweep(gm_db *d, int dev, uint64_t *peak_allocated, uint64_t *peak_reserved, gm_torch_reset *rs) {
     *peak_allocated = *peak_reserved = 0;
     memset(rs, 0, sizeof *rs);
     if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
+    typedef struct {
+        uint64_t a, r, peak_a, peak_r, since_a, since_r, count, seq, t;
+    } tdev;
+    tdev *t = calloc(GM_DEVICES, sizeof *t);
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT kind, size, seq, t FROM events WHERE kind IN (31, 32, 34, 35, 38) ORDER BY seq",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (!t || sqlite3_prepare_v2(d->db, "SELECT kind, size, seq, t, device FROM events WHERE kind IN (31, 32, 34, 35, 38) "
+                                        "ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
+        free(t);
         return 0;
-    uint64_t a = 0, r = 0;
+    }
     int any = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
-        int kind = sqlite3_column_int(st, 0);
+        int kind = sqlite3_column_int(st, 0), on = sqlite3_column_int(st, 4);
         uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        tdev *v = &t[on < 0 || on >= GM_DEVICES ? 0 : on];
         any |= kind == REC_TORCH_ALLOC;
         if (kind == REC_TORCH_RESET_PEAK) {
-            rs->count++;
-            rs->seq = (uint64_t)sqlite3_column_int64(st, 2), rs->t_ns = (uint64_t)sqlite3_column_int64(st, 3);
-            rs->max_allocated = a, rs->max_reserved = r;
+            v->count++;
+            v->seq = (uint64_t)sqlite3_column_int64(st, 2), v->t = (uint64_t)sqlite3_column_int64(st, 3);
+            v->since_a = v->a, v->since_r = v->r;
             continue;
         }
         /* PyTorch's statistics: allocated drops at free_requested, reserved with its segments */
-        if (kind == REC_TORCH_ALLOC) a += size;
-        else if (kind == REC_TORCH_FREE) a -= size < a ? size : a;
-        else if (kind == REC_TORCH_SEG_MAP) r += size;
-        else r -= size < r ? size : r;
-        if (a > *peak_allocated) *peak_allocated = a;
-        if (r > *peak_reserved) *peak_reserved = r;
-        if (a > rs->max_allocated) rs->max_allocated = a;
-        if (r > rs->max_reserved) rs->max_reserved = r;
+        if (kind == REC_TORCH_ALLOC) v->a += size;
+        else if (kind == REC_TORCH_FREE) v->a -= size < v->a ? size : v->a;
+        else if (kind == REC_TORCH_SEG_MAP) v->r += size;
+        else v->r -= size < v->r ? size : v->r;
+        if (v->a > v->peak_a) v->peak_a = v->a;
+        if (v->r > v->peak_r) v->peak_r = v->r;
+        if (v->a > v->since_a) v->since_a = v->a;
+        if (v->r > v->since_r) v->since_r = v->r;
     }
     sqlite3_finalize(st);
+    /* one device's, or the sum's: the whole run's peaks of the sum are a running sum's, swept
+     * again below only when asked for every device */
+    for (int i = 0; i < GM_DEVICES; i++) {
+        const tdev *v = &t[i];
+        if (dev >= 0 && i != dev) continue;
+        rs->count += v->count;
+        if (v->count && v->seq >= rs->seq) rs->seq = v->seq, rs->t_ns = v->t;
+        rs->max_allocated += v->since_a, rs->max_reserved += v->since_r;
+        if (dev >= 0) *peak_allocated = v->peak_a, *peak_reserved = v->peak_r;
+    }
+    free(t);
+    if (dev < 0) { /* the running sum's peaks, as the model's whole-run figures of several devices */
+        if (sqlite3_prepare_v2(d->db, "SELECT kind, size FROM events WHERE kind IN (31, 32, 34, 35) ORDER BY seq", -1,
+                               &st, NULL) == SQLITE_OK) {
+            uint64_t a = 0, r = 0;
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                int kind = sqlite3_column_int(st, 0);
+                uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+                if (kind == REC_TORCH_ALLOC) a += size;
+                else if (kind == REC_TORCH_FREE) a -= size < a ? size : a;
+                else if (kind == REC_TORCH_SEG_MAP) r += size;
+                else r -= size < r ? size : r;
+                if (a > *peak_allocated) *peak_allocated = a;
+                if (r > *peak_reserved) *peak_reserved = r;
+            }
+            sqlite3_finalize(st);
+        }
+    }
     if (!rs->count) rs->max_allocated = *peak_allocated, rs->max_reserved = *peak_reserved;
+    rs->device = dev;
     return any;
 }
 
 int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved) {
     gm_torch_reset rs;
-    return torch_peaks_sweep(d, peak_allocated, peak_reserved, &rs);
+    return torch_peaks_sweep(d, GM_TORCH_ALL_DEVICES, peak_allocated, peak_reserved, &rs);
 }
 
-int gm_torch_peak_reset(gm_db *d, gm_torch_reset *rs) {
+int gm_torch_peak_reset(gm_db *d, int dev, gm_torch_reset *rs) {
     uint64_t a, r;
-    torch_peaks_sweep(d, &a, &r, rs);
+    torch_peaks_sweep(d, dev, &a, &r, rs);
     return rs->count > 0;
 }
 

@@ -50,17 +50,23 @@ int gm_rerun_torch(const gm_rerun_origin *o, const char *cmdline, const char *py
 /* PyTorch's peaks by its own rules (block sizes, allocated dropping at free_requested, reserved =
  * its segments) from a merged history: 1 with them, 0 when the recording has none. */
 int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved);
-/* Where the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats, event 38):
- * from there its max_memory_allocated() / max_memory_reserved() count only what follows, so a
- * whole-run peak must not be quoted under those names. */
+/* Where the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats(d), event 38
+ * on device d): from there its max_memory_allocated(d) / max_memory_reserved(d) count only what
+ * follows, so a whole-run peak must not be quoted under those names. PyTorch resets one device's
+ * statistics at a time: a reset of device 1 leaves device 0's max_memory_*() whole-run. */
 typedef struct gm_torch_reset {
     uint64_t count;                      /* resets recorded (0: none; the rest is then unset) */
     uint64_t seq, t_ns;                  /* the last one */
     uint64_t max_allocated, max_reserved; /* PyTorch's max_memory_*() at the end: since the last
                                             reset (the whole run's when there is none) */
+    int device;                          /* whose: a device, or GM_TORCH_ALL_DEVICES */
 } gm_torch_reset;
-/* 1 when the recording has a reset (rs filled), 0 when not (rs->count 0). */
-int gm_torch_peak_reset(gm_db *d, gm_torch_reset *rs);
+/* gm_torch_peak_reset's device for a command whose figures add the devices together: resets on
+ * any device counted, max_allocated / max_reserved each device's max_memory_*(d) added. */
+#define GM_TORCH_ALL_DEVICES (-1)
+/* Device dev's resets and figures (or every device's, GM_TORCH_ALL_DEVICES): 1 when the recording
+ * has a reset there (rs filled), 0 when not (rs->count 0). */
+int gm_torch_peak_reset(gm_db *d, int dev, gm_torch_reset *rs);
 /* The name a whole-run PyTorch peak goes by: "max_memory_reserved()" (reserved 1) or
  * "max_memory_allocated()", or "whole-run peak reserved/allocated" when the program reset them. */
 const char *gm_torch_peak_name(const gm_torch_reset *rs, int reserved);

@@ -283,7 +283,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     t->limit = s.limit;
     t->nevents = am.nevs;
     t->torch = gm_replay_is_torch(&am);
-    if (t->torch) gm_torch_peak_reset(d, &t->reset);
+    if (t->torch) gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &t->reset);
     s.torch = t->torch;
     t->best_torch = t->best_gpumem = t->runaway = t->under_pytorch = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");

@@ -382,8 +382,10 @@ int gm_busiest_device(const gm_model *m);
  * untouched). Free it with gm_model_device_view_free, never gm_model_free. */
 int gm_model_device_view(const gm_model *m, int dev, gm_model *v);
 void gm_model_device_view_free(gm_model *v);
-/* How many devices the program's events were on (the streams table: every event's stream is a
- * row with its device; a cheap read, no sweep), lowest and highest in *lo, *hi. 0 when unknown. */
+/* How many devices the program held memory on (allocations, segments, PyTorch's tensors and
+ * segments in events; not the streams table, where a stream made on a device it never allocated
+ * on has a row), lowest and highest in *lo, *hi. 0 when none. One pass over events, for the
+ * commands that read no model (export); a model's is gm_model_devices, the same devices. */
 int gm_db_devices(gm_db *d, int *lo, int *hi);
 /* For a command whose figures add the devices together (frag, tune, advise, diff, viz, export,
  * leaks): "gpumem: note: PATH: the program used N devices (lo to hi): FIGURES add them together

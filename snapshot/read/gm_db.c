@@ -554,13 +554,16 @@ int gm_db_devices(gm_db *d, int *lo, int *hi) {
     int n = 0;
     *lo = *hi = 0;
     sqlite3_stmt *s;
-    if (!gm_table_exists(d, "streams") ||
-        sqlite3_prepare_v2(d->db, "SELECT count(DISTINCT device), min(device), max(device) FROM streams "
-                                  "WHERE device >= 0", -1, &s, NULL) != SQLITE_OK)
+    /* the memory recorded, not the streams table: a stream made on a device the program never
+     * allocated on holds nothing there. Allocations (1, 3), gpumem's segments (14) and its
+     * driver allocations (18), PyTorch's tensors (31) and segments (34): what the peaks count */
+    if (sqlite3_prepare_v2(d->db, "SELECT device FROM events WHERE kind IN (1, 3, 14, 18, 31, 34) AND device >= 0 "
+                                  "GROUP BY device ORDER BY device", -1, &s, NULL) != SQLITE_OK)
         return 0;
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        n = sqlite3_column_int(s, 0);
-        *lo = sqlite3_column_int(s, 1), *hi = sqlite3_column_int(s, 2);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int dev = sqlite3_column_int(s, 0);
+        if (!n) *lo = dev;
+        *hi = dev, n++;
     }
     sqlite3_finalize(s);
     return n;

@@ -10,9 +10,13 @@
  * Each device's peak allocated is then 80 MiB and 48 MiB; the two together held 128 MiB, which no
  * device did. The sites differ per device, so "live at the OOM" shows which device's memory it
  * lists. Prints "devices_app ok" and exits 0, or names what went wrong and exits 1.
+ *
+ * `devices_app stream`: memory on device 0 only (32 MiB), and a stream made, used and destroyed
+ * on device 1, which holds no memory: one device's figures, with no note that they add two.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <string.h>
 
 static int bad;
 static void check(int ok, const char *what) {
@@ -38,10 +42,28 @@ static __attribute__((noinline)) int dev1_huge(size_t n) {
     return e;
 }
 
-int main(void) {
+/* a stream on device 1 with a host copy on it (an event of that stream, on device 1), then
+ * destroyed; no memory there */
+static __attribute__((noinline)) void dev1_stream(void) {
+    cudaStream_t s = NULL;
+    char from[64] = "devices_app", to[64];
+    check(cudaSetDevice(1) == cudaSuccess && cudaStreamCreate(&s) == cudaSuccess, "cudaStreamCreate on device 1");
+    check(cudaMemcpyAsync(to, from, sizeof to, cudaMemcpyHostToHost, s) == cudaSuccess, "a copy on device 1's stream");
+    check(cudaStreamSynchronize(s) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess, "the stream on device 1");
+}
+
+int main(int argc, char **argv) {
     int n = 0;
     check(cudaGetDeviceCount(&n) == cudaSuccess && n >= 2, "two devices (GPUMEM_SIM_DEVICES=2)");
     if (bad) return 1;
+    if (argc > 1 && !strcmp(argv[1], "stream")) {
+        dev1_stream();
+        void *a = dev0_alloc(32u << 20);
+        cudaSetDevice(0);
+        check(cudaFree(a) == cudaSuccess, "cudaFree on device 0");
+        if (!bad) printf("devices_app ok\n");
+        return bad ? 1 : 0;
+    }
     void *a = dev0_alloc(64u << 20);
     void *b = dev1_alloc(48u << 20);
     void *c = dev0_alloc(16u << 20);

@@ -10,8 +10,15 @@
 #     `gpumem record`'s summary line names the device;
 #   - an OOM on device 1: its "live at the OOM" lists device 1's allocations only (not the tensor
 #     moved onto cuda:0, not dev0_alloc);
+#   - the ranks report and diff give one device's figures (the busiest's), each said, never the
+#     sum: 80 MiB for devices_app, PyTorch's max_memory_allocated(d) for devices_mlp.py;
 #   - every other command whose figures still add the devices (leaks, frag, tune, advise, viz,
-#     export, diff) says so in a note.
+#     export) says so in a note; none does for `devices_app stream` (memory on device 0 only, a
+#     stream used on device 1): devices are counted from the memory recorded, not the streams;
+#   - a reset of one device's peak stats (tests/torch/devices_reset.py: reset_peak_memory_stats(1)):
+#     report's .torch.devices[d].peak_reset is device d's own (null on device 0, the program's
+#     max_memory_*(1) on device 1), the ranks report's torch_peak_allocated is max_memory_allocated(1)
+#     with the reset said, and diff's gate compares the whole-run peak reserved, named so.
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -66,14 +73,86 @@ sites=$(jq -r '.ooms[0].live_by_site[]?.site' "$tmp/c.json")
 [[ $(jq -r '.ooms[0].device' "$tmp/c.json") == 1 ]] && grepq dev1_alloc <<<"$sites" && ! grepq dev0_alloc <<<"$sites" \
   && ok "device view: the OOM on device 1 lists dev1_alloc only" || bad "device view: OOM's live sites: $sites"
 
+# the ranks report and diff: the busiest device's figures, said, not the two devices added
+cp "$tmp/c.db" "$tmp/c2.db"
+cp "$tmp/t.db" "$tmp/t2.db"
+"$G" report --json "$tmp/c.db" "$tmp/c2.db" > "$tmp/rk.json" 2>/dev/null || true
+got=$(jq -r '[.ranks[] | "\(.device):\(.peak_allocated):\(.peak_reserved)"] | join(" ")' "$tmp/rk.json")
+want="0:$((80 << 20)):$((80 << 20)) 0:$((80 << 20)):$((80 << 20))"
+[[ $got == "$want" ]] && ok "ranks report, device view: each rank's peaks are device 0's ($got)" \
+  || bad "ranks report, device view: '$got', want '$want'"
+"$G" report "$tmp/c.db" "$tmp/c2.db" > "$tmp/rk.txt" 2>&1 || true
+grepq -F "held memory on 2 devices (0 to 1): its peaks, step, phase and timeline are device 0's" "$tmp/rk.txt" \
+  && ok "ranks report text: says whose figures they are" || bad "ranks report text says no device: $(head -n 6 "$tmp/rk.txt")"
+"$G" report --json "$tmp/t.db" "$tmp/t2.db" > "$tmp/rkt.json" 2>/dev/null || true
+tdev=$(jq -r '.ranks[0].torch_device' "$tmp/rkt.json")
+want=none
+[[ $tdev =~ ^[01]$ ]] && want=$(jq -r ".allocated[$tdev]" <<<"$max")
+got=$(jq -r '.ranks[0].torch_peak_allocated' "$tmp/rkt.json")
+[[ $got == "$want" ]] && ok "ranks report, torch view: torch_peak_allocated = max_memory_allocated($tdev) ($got)" \
+  || bad "ranks report, torch view: torch_peak_allocated '$got' (device '$tdev'), the program's '$want'"
+"$G" diff --json "$tmp/c.db" "$tmp/c2.db" > "$tmp/df.json" 2> "$tmp/df.err" || true
+got=$(jq -r '"\(.a.device) \(.a.peak_allocated) \(.b.device) \(.b.peak_reserved)"' "$tmp/df.json")
+[[ $got == "0 $((80 << 20)) 0 $((80 << 20))" ]] && grepq -F "its figures here are device 0's" "$tmp/df.err" \
+  && ok "diff, device view: device 0's peaks on both sides (80 MiB), said" || bad "diff, device view: '$got'; $(head -n 2 "$tmp/df.err")"
+"$G" diff --json "$tmp/t.db" "$tmp/t2.db" > "$tmp/dft.json" 2>/dev/null || true
+got=$(jq -r '"\(.a.device) \(.a.peak_allocated) \(.a.peak_reserved)"' "$tmp/dft.json")
+want=none
+[[ $busy =~ ^[01]$ ]] && want="$busy $(jq -r ".allocated[$busy], .reserved[$busy]" <<<"$max" | paste -sd' ')"
+[[ $got == "$want" ]] && ok "diff, torch view: device $busy's max_memory_allocated/reserved ($got)" \
+  || bad "diff, torch view: '$got', the program's '$want'"
+
+# a stream used on device 1 holds no memory there: one device, no note from any command
+GPUMEM_SIM_DEVICES=2 "$G" record -q -o "$tmp/s.db" -- "$build/tests/apps/devices_app" stream > "$tmp/s.out" 2>&1 \
+  || { bad "devices_app stream: $(tail -n 3 "$tmp/s.out")"; exit 1; }
+[[ $(sqlite3 "$tmp/s.db" "SELECT count(DISTINCT device) FROM streams WHERE device >= 0") == 2 ]] \
+  || bad "devices_app stream: the streams table does not name device 1 (the check below would prove nothing)"
+for cmd in leaks frag tune advise viz export; do
+  case $cmd in
+    viz) args=(viz "$tmp/s.db" -o "$tmp/s.html") ;;
+    export) args=(export "$tmp/s.db" --format csv -o "$tmp/s.csv") ;;
+    *) args=("$cmd" "$tmp/s.db") ;;
+  esac
+  "$G" "${args[@]}" > "$tmp/o" 2>&1 || true
+  grepq -E "used [0-9]+ devices|held memory on [0-9]+ devices" "$tmp/o" \
+    && bad "a stream on an unused device: $cmd says several devices: $(grep -E 'devices' "$tmp/o" | head -n 1)" \
+    || ok "a stream on an unused device: $cmd says nothing of several devices"
+done
+
+# a reset of device 1's peak stats only: each device's figures by its own reset
+GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/r.db" -- "$torch_py" tests/torch/devices_reset.py \
+  > "$tmp/r.out" 2>&1 || { bad "devices_reset.py: $(tail -n 3 "$tmp/r.out")"; exit 1; }
+rmax=$(sed -n 's/^MAX //p' "$tmp/r.out")
+"$G" report --json "$tmp/r.db" > "$tmp/r.json"
+got=$(jq -r '[.torch.devices[] | "\(.device):\(.peak_reset.max_memory_allocated // "none"):\(.peak_reset.max_memory_reserved // .peak_reserved)"] | join(" ")' "$tmp/r.json")
+want="0:none:$(jq -r '.reserved[0]' <<<"$rmax") 1:$(jq -r '.allocated[1]' <<<"$rmax"):$(jq -r '.reserved[1]' <<<"$rmax")"
+[[ $got == "$want" ]] && ok "reset of device 1: no reset on device 0, device 1's since it = max_memory_*(1) ($got)" \
+  || bad "reset of device 1: per device '$got', the program's '$want'"
+got=$(jq -r '"\(.torch.device) \(.torch.peak_reset.max_memory_allocated) \(.torch.peak_reset.max_memory_reserved)"' "$tmp/r.json")
+want="1 $(jq -r '.allocated[1], .reserved[1]' <<<"$rmax" | paste -sd' ')"
+[[ $got == "$want" ]] && ok "reset of device 1: report's .torch.peak_reset is device 1's own ($got)" \
+  || bad "reset of device 1: .torch device and peak_reset '$got', the program's '$want'"
+cp "$tmp/r.db" "$tmp/r2.db"
+"$G" report --json "$tmp/r.db" "$tmp/r2.db" > "$tmp/rkr.json" 2>/dev/null || true
+got=$(jq -r '.ranks[0] | "\(.torch_device) \(.torch_peak_allocated) \(.torch_peak_reset.count)"' "$tmp/rkr.json")
+want="1 $(jq -r '.allocated[1]' <<<"$rmax") 1"
+[[ $got == "$want" ]] && ok "reset of device 1: the ranks report's torch_peak_allocated = max_memory_allocated(1), reset said ($got)" \
+  || bad "reset of device 1: ranks report '$got', want '$want'"
+"$G" diff --json "$tmp/r.db" "$tmp/r2.db" --fail-if-peak-grows 5 > "$tmp/dfr.json" 2>/dev/null || true
+"$G" diff "$tmp/r.db" "$tmp/r2.db" --fail-if-peak-grows 5 > "$tmp/dfr.txt" 2>&1 || true
+got=$(jq -r '"\(.gate.on) \(.a.peak_reset.max_memory_reserved)"' "$tmp/dfr.json")
+[[ $got == "peak_reserved $(jq -r '.reserved[1]' <<<"$rmax")" ]] && grepq -F "PyTorch's whole-run peak reserved" "$tmp/dfr.txt" \
+  && ! grepq -F "max_memory_reserved() 96" "$tmp/dfr.txt" \
+  && ok "reset: diff's gate is on the whole-run peak reserved, named so ($got)" \
+  || bad "reset: diff's gate '$got': $(grep -F 'allowed' "$tmp/dfr.txt")"
+
 # every command whose figures still add the devices says so
 note="the program used 2 devices (0 to 1)"
 for db in t c; do
-  for cmd in leaks frag tune advise viz export diff; do
+  for cmd in leaks frag tune advise viz export; do
     case $cmd in
       viz) args=(viz "$tmp/$db.db" -o "$tmp/$db.html") ;;
       export) args=(export "$tmp/$db.db" --format csv -o "$tmp/$db.csv") ;;
-      diff) args=(diff "$tmp/$db.db" "$tmp/$db.db") ;;
       *) args=("$cmd" "$tmp/$db.db") ;;
     esac
     "$G" "${args[@]}" > "$tmp/o" 2>&1 || true
