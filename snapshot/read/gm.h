@@ -384,7 +384,8 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v);
 void gm_model_device_view_free(gm_model *v);
 /* How many devices the program held memory on (allocations, segments, PyTorch's tensors and
  * segments in events; not the streams table, where a stream made on a device it never allocated
- * on has a row), lowest and highest in *lo, *hi. 0 when none. One pass over events, for the
+ * on has a row), lowest and highest in *lo, *hi. 0 when none. The streams bound it (every event
+ * names a stream row of its device); events are looked at only where they show two or more, for the
  * commands that read no model (export); a model's is gm_model_devices, the same devices. */
 int gm_db_devices(gm_db *d, int *lo, int *hi);
 /* For a command whose figures add the devices together (frag, tune, advise, diff, viz, export,

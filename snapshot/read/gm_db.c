@@ -553,17 +553,35 @@ void gm_ending_say(gm_db *d, FILE *out) {
 int gm_db_devices(gm_db *d, int *lo, int *hi) {
     int n = 0;
     *lo = *hi = 0;
+    /* The memory recorded, not the streams table: a stream made on a device the program never
+     * allocated on holds nothing there. But every event names one of the recording's streams,
+     * so the streams' devices bound the answer: one or none (most recordings) needs no look at
+     * the events; each further one, the first allocation on it (an index-free scan that stops
+     * there, and reads the whole table only for a device that holds nothing). Allocations
+     * (1, 3), gpumem's segments (14) and its driver allocations (18), PyTorch's tensors (31)
+     * and segments (34): what the peaks count. */
+    int cand[64], nc = 0;
     sqlite3_stmt *s;
-    /* the memory recorded, not the streams table: a stream made on a device the program never
-     * allocated on holds nothing there. Allocations (1, 3), gpumem's segments (14) and its
-     * driver allocations (18), PyTorch's tensors (31) and segments (34): what the peaks count */
-    if (sqlite3_prepare_v2(d->db, "SELECT device FROM events WHERE kind IN (1, 3, 14, 18, 31, 34) AND device >= 0 "
-                                  "GROUP BY device ORDER BY device", -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(d->db, "SELECT DISTINCT device FROM streams WHERE device >= 0 ORDER BY device", -1,
+                           &s, NULL) != SQLITE_OK)
         return 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        int dev = sqlite3_column_int(s, 0);
-        if (!n) *lo = dev;
-        *hi = dev, n++;
+    while (sqlite3_step(s) == SQLITE_ROW && nc < (int)(sizeof cand / sizeof cand[0]))
+        cand[nc++] = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    if (nc <= 1) {
+        if (nc) *lo = *hi = cand[0];
+        return nc;
+    }
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE device = ?1 AND kind IN (1, 3, 14, 18, 31, 34) LIMIT 1",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    for (int i = 0; i < nc; i++) {
+        sqlite3_bind_int(s, 1, cand[i]);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            if (!n) *lo = cand[i];
+            *hi = cand[i], n++;
+        }
+        sqlite3_reset(s);
     }
     sqlite3_finalize(s);
     return n;
