@@ -161,14 +161,15 @@ echo "ok: framework allocations 'a', a library's own 'ag' in the trace"
 # the cost rule: a configuration that saves under 5% (or under 2 MiB) of a cheaper one's peak
 # reserved for 10x its driver calls or more is not recommended. On the demo (the tiny trainer, 200
 # steps) preset:nocache saved 1.06 MiB of 6 MiB at 7,808x the driver calls and was tune's, frag's
-# and viz's recommendation; GPT-2's recommendation saves 30% and stays. Row: recording, the
-# configuration the rule must pass over ("-": none); checked: tune (text and JSON), frag and viz
+# and viz's recommendation; on GPT-2 it saves 0.3% at 58x and the recommendation (64% below the
+# recording, section 1) stays. Row: recording, a configuration the rule must pass over; checked:
+# tune (text and JSON), frag and viz
 # name one configuration, every result passed over obeys the rule and ranks after the others, and
 # the one named is in passed_over and said in the text.
 cat alloc/*.[ch] README.md > "$TMP/text.txt"
-"$GM" record -q -o "$TMP/demo.db" -- "$TRAIN" --model tiny --data "$TMP/text.txt" --steps 200 -B 4 -T 64 > "$TMP/demo.txt" 2>&1 \
+GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/demo.db" -- "$TRAIN" --model tiny --data "$TMP/text.txt" --steps 200 -B 4 -T 64 > "$TMP/demo.txt" 2>&1 \
   || { tail -5 "$TMP/demo.txt"; fail "the demo's recording"; }
-while read -r db over; do
+while read -r db over <&3; do
   "$GM" tune --json "$TMP/$db" > "$TMP/c.json" || fail "$db: tune exited $?"
   "$GM" tune "$TMP/$db" > "$TMP/c.txt" || fail "$db: tune (text) exited $?"
   "$GM" viz "$TMP/$db" -o "$TMP/c.html" > /dev/null 2>&1 || fail "$db: viz exited $?"
@@ -186,18 +187,13 @@ while read -r db over; do
     || fail "$db: a result passed over ranks before one that is not"
   jq -e --arg t "$t" '[.results[] | select(.conf == $t)][0].not_recommended == null' "$TMP/c.json" > /dev/null \
     || fail "$db: the recommendation $t is one the rule passes over"
-  if [[ $over == - ]]; then
-    jq -e '.passed_over == []' "$TMP/c.json" > /dev/null || fail "$db: passed over: $(jq -c '[.passed_over[].conf]' "$TMP/c.json")"
-    echo "ok: $db: $t recommended by tune, frag and viz; nothing passed over by the cost rule"
-  else
-    read -r saves ratio < <(jq -r --arg o "$over" '.passed_over[] | select(.conf == $o) | [.not_recommended.saves, .not_recommended.calls_ratio] | @tsv' "$TMP/c.json")
-    [[ -n $saves && $t != "$over" ]] || fail "$db: $over is not passed over (recommended: $t; passed over: $(jq -c '[.passed_over[].conf]' "$TMP/c.json"))"
-    grepq -F "$over saves " "$TMP/c.txt" || fail "$db: the text does not say what $over saves at what cost"
-    echo "ok: $db: $t recommended by tune, frag and viz; $over passed over (saves $saves bytes at ${ratio}x the driver calls)"
-  fi
-done <<'EOF'
+  read -r saves ratio < <(jq -r --arg o "$over" '.passed_over[] | select(.conf == $o) | [.not_recommended.saves, .not_recommended.calls_ratio] | @tsv' "$TMP/c.json")
+  [[ -n $saves && $t != "$over" ]] || fail "$db: $over is not passed over (recommended: $t; passed over: $(jq -c '[.passed_over[].conf]' "$TMP/c.json"))"
+  grepq -F "$over saves " "$TMP/c.txt" || fail "$db: the text does not say what $over saves at what cost"
+  echo "ok: $db: $t recommended by tune, frag and viz; $over passed over (saves $saves bytes at ${ratio}x the driver calls)"
+done 3<<'EOF'
 demo.db preset:nocache
-pt.db -
+pt.db preset:nocache
 EOF
 
 # 3. usage

@@ -197,11 +197,11 @@ EOF2
 # recording marks the pool's end (its segments given back, flagged 32768: PyTorch's kind 35 at the
 # empty_cache, gpumem's 15 when the capture is released); the trace has a "pr" line there and the
 # replay releases the pool. Without it frag and tune kept the pool to the end and predicted the
-# pool plus the later tensors (PyTorch's allocator: 346 MiB for a recorded 230 MiB; gpumem's 424
+# pool plus the later tensors (PyTorch's allocator: 356 MiB for a recorded 230 MiB; gpumem's 424
 # for 330). Row: name, the allocator PyTorch runs with, "exact" (frag, tune and advise replay to the recorded peak
 # reserved) or "bound" (gpumem's: the capture phase replays below the run, tests' README; the
 # replay must not exceed the recording, and the exported trace with its "pr" replays the same).
-while read -r name alloc want; do
+while read -r name alloc want <&3; do
   db=$tmp/$name.db
   "$G" record --allocator "$alloc" -o "$db" -- "$torch_py" tests/torch/torch_graph_release.py >"$tmp/$name.out" 2>"$tmp/$name.err"
   grep -q '^graph release ok' "$tmp/$name.out" || { bad "$name: the script failed: $(tail -2 "$tmp/$name.err")"; continue; }
@@ -223,7 +223,7 @@ while read -r name alloc want; do
       && ok "$name: the capture's pool given back ($ends segments, $npr pr line): frag, tune and the exported trace replay to $tun, not above the recorded $rec" \
       || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, the exported trace $tr ($npr pr lines; pool segments given back: $ends)"
   fi
-done <<'EOF2'
+done 3<<'EOF2'
 release-torch torch exact
 release-gpumem gpumem bound
 EOF2
