@@ -591,12 +591,19 @@ typedef enum alloc_trace_kind {
      * Without it the replay lets graph tensors and the default pool share blocks, which the
      * recorded allocator never does (4 MiB below a recording's reserved peak). */
     ALLOC_TR_ALLOC_PRIVATE = 10,
+    /* pr <pool>: the private pool `pool` (an `ap` key) ends: the recorded allocator gave its
+     * memory back here (the graph or MemPool that owned it is gone: PyTorch freed its segments,
+     * gpumem's capture was released). The replay releases it (alloc_release_capture): its free
+     * blocks go back to the device, blocks still live go back once freed and the cache is next
+     * emptied, and its frees are no longer ordered on the pool's key. Without it the replay kept
+     * a destroyed graph's memory reserved to the end of the trace. */
+    ALLOC_TR_POOL_RELEASE = 11,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
     uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED; LIMIT: the cap in bytes */
-    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM */
+    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM; POOL_RELEASE: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 

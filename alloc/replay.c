@@ -141,6 +141,10 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.stream, &ok);
             /* a private pool is named by its key: 0 names none */
             if (e.kind == ALLOC_TR_ALLOC_PRIVATE && !e.stream) ok = false;
+        } else if (WORD("pr")) {
+            e.kind = ALLOC_TR_POOL_RELEASE;
+            q = parse_num(q + 2, eol, &e.stream, &ok);
+            if (!e.stream) ok = false; /* as `ap`: 0 names no pool */
         } else if (WORD("f")) {
             e.kind = ALLOC_TR_FREE;
             q = parse_num(q + 1, eol, &e.id, &ok);
@@ -156,8 +160,8 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
-                        "'ap <id> <size> <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', 'e' or "
-                        "'l <bytes>')",
+                        "'ap <id> <size> <pool>', 'pr <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
+                        "'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -166,8 +170,8 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
-                        "[stream]', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', 'fc <id>', "
-                        "'e' or 'l <bytes>')",
+                        "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'f <id>', 'fa <id> <stream>', "
+                        "'rs <id> <stream>', 'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -245,6 +249,9 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_FREE_DONE:
             fprintf(f, "fc %llu\n", (unsigned long long)ev[i].id);
+            break;
+        case ALLOC_TR_POOL_RELEASE:
+            fprintf(f, "pr %llu\n", (unsigned long long)ev[i].stream);
             break;
         case ALLOC_TR_FREE:
             fprintf(f, "f %llu\n", (unsigned long long)ev[i].id);
@@ -767,6 +774,10 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
     if (exact && nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
     heldv_t held = {.a = a};
+    /* the private pools a `pr` line released: their blocks' frees are no longer ordered on the
+     * pool's key (a free there would make the pool anew) */
+    uint64_t *gone = NULL;
+    size_t ngone = 0, capgone = 0;
     size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
     uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */
     struct timespec t0, t1;
@@ -894,8 +905,10 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             /* a private pool's block goes back to its pool, in that pool's order: whatever
              * stream the program freed it on, only the pool's later allocations may use it */
             bool to_pool = (l.flags & RL_PRIVATE) != 0;
+            for (size_t k = 0; to_pool && k < ngone; k++)
+                if (gone[k] == l.stream) to_pool = false; /* released: a plain free */
             uint64_t free_on = to_pool ? l.stream : e->stream;
-            bool async = to_pool || e->kind == ALLOC_TR_FREE_ASYNC;
+            bool async = to_pool || (e->kind == ALLOC_TR_FREE_ASYNC && !(l.flags & RL_PRIVATE));
             if (exact ? fc_after(fcv, nfc, e->id, i) : (l.flags & RL_USES) != 0) {
                 if (held.n == held.cap) {
                     size_t nc = held.cap ? held.cap * 2 : 16;
@@ -920,6 +933,28 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     break;
                 }
             break;
+        case ALLOC_TR_POOL_RELEASE: {
+            /* the recorded allocator synchronized before giving the pool back */
+            for (size_t k = held.n; k-- > 0;)
+                if (held.v[k].stream == e->stream) held_land(&held, k);
+            alloc_release_capture(a, e->stream);
+            bool had = false;
+            for (size_t k = 0; k < ngone && !had; k++)
+                had = gone[k] == e->stream;
+            if (had) break;
+            if (ngone == capgone) {
+                size_t nc = capgone ? capgone * 2 : 8;
+                uint64_t *ng = realloc(gone, nc * sizeof(*ng));
+                if (!ng) {
+                    rc = ALLOC_ERR_NOMEM;
+                    goto done;
+                }
+                gone = ng;
+                capgone = nc;
+            }
+            gone[ngone++] = e->stream;
+            break;
+        }
         case ALLOC_TR_EMPTY_CACHE:
             held_land_all(&held); /* PyTorch's empty_cache synchronizes first */
             alloc_empty_cache(a);
@@ -955,6 +990,7 @@ done:
         if (wr) rc = perr(err, errlen, "replay: the walk of the end state stopped (%d)", wr);
     }
     free(held.v);
+    free(gone);
     free(fcv);
     alloc_mem_backend_counters(mb, &out->backend);
     lives_free(&ids);

@@ -1146,7 +1146,8 @@ enum { LOAD_AS_HISTORY = 1 << 8, LOAD_AS_HOOKED = 1 << 9 };
 
 static void ev_reader_free(ev_reader *L)
 {
-    u64map_free(&L->live), u64map_free(&L->seq_idx), u64map_free(&L->pools.ids);
+    u64map_free(&L->live), u64map_free(&L->seq_idx);
+    adv_pool_ids_free(&L->pools);
     free(L->stacks), free(L->births), free(L->evseq), free(L->evri);
 }
 
@@ -1186,6 +1187,56 @@ int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t a
     return 0;
 }
 
+void adv_pool_ids_free(adv_pool_ids *ids)
+{
+    u64map_free(&ids->ids);
+    free(ids->gone);
+    ids->gone = NULL, ids->ngone = ids->gcap = 0;
+}
+
+int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t stream, uint64_t t, size_t *evcap,
+                         adv_pool_ids *ids)
+{
+    /* the pool's number, as adv_pool_note gave it: PyTorch's by its name, gpumem's (name 0) by
+     * the stream of the capture */
+    int torch = kind == REC_TORCH_SEG_UNMAP;
+    const uint64_t *n = u64map_get(&ids->ids, torch && alloc_id != U64MAP_EMPTY ? alloc_id : 0);
+    if (!n) return 0;
+    uint32_t num = (uint32_t)*n;
+    /* the keys to release: each stream the pool's allocations were made on (PyTorch's), or the
+     * capture's stream (gpumem's pools share a number, a capture is its stream) */
+    uint32_t streams[64];
+    size_t ns = 0;
+    for (size_t a = 0; a < m->npools && a < m->nallocs && ns < 64; a++) {
+        if (m->pools[a] != num || m->allocs[a].size == 0) continue;
+        uint32_t s = m->allocs[a].stream;
+        if (!torch && s != stream) continue;
+        size_t k = 0;
+        while (k < ns && streams[k] != s) k++;
+        if (k == ns) streams[ns++] = s;
+    }
+    int added = 0;
+    for (size_t k = 0; k < ns; k++) {
+        uint64_t key = (uint64_t)num << 32 | streams[k];
+        size_t g = 0;
+        while (g < ids->ngone && ids->gone[g] != key) g++;
+        if (g < ids->ngone) continue;
+        if (gm_grow_fast((void **)&ids->gone, &ids->gcap, ids->ngone + 1, sizeof *ids->gone)) return -1;
+        ids->gone[ids->ngone++] = key;
+        uint32_t a = new_alloc(m, 0, streams[k], 0, 0, (uint32_t)m->nallocs);
+        size_t had = ids->cap;
+        if (a == UINT32_MAX || gm_grow_fast((void **)&m->pools, &ids->cap, (size_t)a + 1, sizeof *m->pools) ||
+            gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs))
+            return -1;
+        if (ids->cap > had) memset(m->pools + had, 0, (ids->cap - had) * sizeof *m->pools);
+        m->pools[a] = num;
+        if ((size_t)a + 1 > m->npools) m->npools = (size_t)a + 1;
+        m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_POOL_RELEASE, .step = -1, .t = t};
+        added++;
+    }
+    return added;
+}
+
 static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint64_t requested, uint32_t stream,
                       uint64_t range, uint64_t t, uint32_t stack, uint64_t size, uint64_t flags, uint64_t alloc_id)
 {
@@ -1196,6 +1247,16 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             L->t_res = kind == REC_TORCH_SEG_MAP ? L->t_res + size : L->t_res - (size < L->t_res ? size : L->t_res);
             if (L->t_res > m->rec_peak_reserved) m->rec_peak_reserved = L->t_res;
             if (kind == REC_TORCH_SEG_MAP) return 0;
+            /* a private pool's segment: the graph or MemPool is gone, its pool ends here */
+            if (flags & REC_F_PRIVATE_POOL) {
+                size_t had = m->nallocs;
+                /* the events' 0-byte allocations have no stack and no seq */
+                if (adv_add_pool_release(m, kind, alloc_id, stream, t, &L->evcap, &L->pools) < 0 ||
+                    gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
+                    gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
+                    return L->nomem = 1, -1;
+                for (size_t a = had; a < m->nallocs; a++) L->stacks[a] = 0, L->births[a] = 0;
+            }
             /* PyTorch gave memory back: the replay gives back its cache there too, once per run */
             return load_cache_event(L, adv_add_release(m, t, &L->evcap));
         }
@@ -1943,6 +2004,7 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
                     : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
                     : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
                     : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
+                    : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
                                                     : ALLOC_TR_FREE_ASYNC;
         t[i].size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
         t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
@@ -1950,8 +2012,11 @@ alloc_trace_event_t *adv_to_trace(const adv_model *m)
                                                      : 0;
         /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
          * blocks by stream too; above every stream id (those are 32-bit) */
-        uint32_t pool = e->kind == ADV_EV_ALLOC && a->orig < m->npools ? m->pools[a->orig] : 0;
-        if (pool) t[i].kind = ALLOC_TR_ALLOC_PRIVATE, t[i].stream = (uint64_t)pool << 32 | a->stream;
+        uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
+                            ? m->pools[a->orig]
+                            : 0;
+        if (pool && e->kind == ADV_EV_ALLOC) t[i].kind = ALLOC_TR_ALLOC_PRIVATE;
+        if (pool) t[i].stream = (uint64_t)pool << 32 | a->stream;
     }
     return t;
 }

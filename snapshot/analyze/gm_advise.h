@@ -27,6 +27,12 @@ enum { ADV_EV_EMPTY_CACHE = 4 };
  * reserved memory at that many bytes from here (adv_ev_limit; 0: nothing may be reserved, PyTorch's fraction 0), replayed as the
  * trace's ALLOC_TR_LIMIT. `a` is a 0-byte allocation of its own, as ADV_EV_EMPTY_CACHE's. */
 enum { ADV_EV_LIMIT = 5 };
+/* A private pool ends here: the recorded allocator gave its memory back (a segment of it freed
+ * or unmapped, events.flags 32768: PyTorch's kind 35 once the graph or MemPool is gone, gpumem's
+ * kinds 15 / 19 when a capture is released). `a` is a 0-byte allocation of its own in that pool,
+ * on the pool's stream (adv_model.pools names the pool), so that adv_to_trace writes the trace's
+ * `pr` with the key of the pool's `ap` lines. Only the loaders add it (adv_add_pool_release). */
+enum { ADV_EV_POOL_RELEASE = 6 };
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
@@ -197,11 +203,23 @@ enum {
 typedef struct adv_pool_ids {
     u64map ids;
     size_t cap; /* of adv_model.pools */
+    /* the pools' keys (number << 32 | stream) released so far (adv_add_pool_release) */
+    uint64_t *gone;
+    size_t ngone, gcap;
 } adv_pool_ids;
+void adv_pool_ids_free(adv_pool_ids *ids);
 /* Allocation a of m was made by an events row (kind, flags, alloc_id): its private pool noted in
  * m->pools (events.flags 32768; 0 otherwise). ids: the loader's, freed by it (u64map_free). 0, or
  * -1 out of memory. */
 int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids);
+/* A segment of a private pool was given back by an events row (kind 35 with alloc_id naming
+ * PyTorch's pool, or 15 / 19 on the stream of gpumem's capture): an ADV_EV_POOL_RELEASE at time t
+ * appended to m->evs for each key (pool, stream) of that pool an allocation was made with, not
+ * released before (PyTorch's pool: every stream it was used on; gpumem's: the capture's stream),
+ * each with its 0-byte allocation. How many were added (0: the pool has no allocation, or is
+ * released already), or -1 out of memory. */
+int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t stream, uint64_t t, size_t *evcap,
+                         adv_pool_ids *ids);
 
 /* An event inserted by a rewrite: the fields and time of `anchor` (the event it goes beside, so
  * times stay in order), for allocation a, of `kind`, ordered on `stream` (frees). */

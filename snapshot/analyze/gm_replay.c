@@ -212,6 +212,13 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
         uint32_t a;
+        if (kind == REC_TORCH_SEG_UNMAP && (sqlite3_column_int64(st, 7) & REC_F_PRIVATE_POOL) &&
+            adv_add_pool_release(am, kind, (uint64_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 4),
+                                 t, &cev, &pools) < 0) {
+            /* a private pool's segment given back: the graph or MemPool is gone, its pool ends */
+            rc = -1;
+            continue;
+        }
         if (kind == REC_TORCH_SEG_UNMAP || kind == REC_TORCH_EMPTY_CACHE) {
             /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable
              * segments' unmaps), or the program asked it to (an empty_cache that gave nothing
@@ -251,7 +258,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     }
     sqlite3_finalize(st);
     u64map_free(&live);
-    u64map_free(&pools.ids);
+    adv_pool_ids_free(&pools);
     if (rc < 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
@@ -259,21 +266,78 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return rc;
 }
 
-/* The model's pass shown to the trace's own reader (the frees' landings), then to the caller's. */
+/* The ends of gpumem's capture pools: a segment of one given back (kinds 15 / 19 flagged
+ * REC_F_PRIVATE_POOL, on the capture's stream), which gpumem's allocator does only once the
+ * capture's graphs are destroyed (alloc_release_capture). Read in the model's pass, as the time
+ * and stream of each; merged into the model as ADV_EV_POOL_RELEASE events by time after it. */
+typedef struct pool_end {
+    uint64_t t;
+    uint32_t stream;
+} pool_end;
+
+typedef struct pool_ends {
+    pool_end *v;
+    size_t n, cap;
+} pool_ends;
+
+static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const gm_event_row *e = &rows[i];
+        if ((e->kind != REC_SEG_UNMAP && e->kind != REC_DRIVER_FREE) || !((uint64_t)e->flags & REC_F_PRIVATE_POOL))
+            continue;
+        if (p->n && p->v[p->n - 1].stream == (uint32_t)e->stream) continue; /* one capture's run of segments */
+        if (gm_grow_fast((void **)&p->v, &p->cap, p->n + 1, sizeof *p->v)) return -1;
+        p->v[p->n++] = (pool_end){(uint64_t)e->t, (uint32_t)e->stream};
+    }
+    return 0;
+}
+
+/* After the pass: each capture pool's end as an ADV_EV_POOL_RELEASE (adv_add_pool_release, its
+ * 0-byte allocation after every recorded one, as the OOMs' are: the recorded allocations keep
+ * their ranks), before the first model event recorded after it. 0, or -1 out of memory. */
+static int pool_end_merge(const pool_ends *p, adv_model *am) {
+    if (!p->n || !am->npools) return 0;
+    uint64_t num = 0; /* gpumem's capture pools share one number (adv_pool_note's name 0) */
+    for (size_t a = 0; a < am->npools && !num; a++) num = am->pools[a];
+    if (!num) return 0;
+    adv_pool_ids ids = {.cap = am->npools};
+    if (u64map_put(&ids.ids, 0, num) != 0) return -1;
+    size_t body = am->nevs, cev = am->nevs;
+    int rc = 0;
+    for (size_t i = 0; i < p->n && rc == 0; i++)
+        if (adv_add_pool_release(am, REC_SEG_UNMAP, 0, p->v[i].stream, p->v[i].t, &cev, &ids) < 0) rc = -1;
+    adv_pool_ids_free(&ids);
+    size_t nadd = am->nevs - body;
+    if (rc || !nadd) return rc;
+    /* merge by time: the body and the ends are both in recorded order */
+    adv_ev *evs = malloc(am->nevs * sizeof *evs);
+    if (!evs) return -1;
+    const adv_ev *b = am->evs, *x = am->evs + body;
+    for (size_t i = 0, j = 0, o = 0; o < am->nevs; o++)
+        evs[o] = j < nadd && (i == body || x[j].t < b[i].t) ? x[j++] : b[i++];
+    free(am->evs);
+    am->evs = evs;
+    return 0;
+}
+
+/* The model's pass shown to the trace's own readers (the frees' landings, the capture pools'
+ * ends), then to the caller's. */
 typedef struct trace_tap {
     fc_reader fc;
+    pool_ends ends;
     const adv_tap *outer;
 } trace_tap;
 
 static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
     trace_tap *t = ctx;
-    if (fc_rows(&t->fc, rows, n) != 0) return -1;
+    if (fc_rows(&t->fc, rows, n) != 0 || pool_end_rows(&t->ends, rows, n) != 0) return -1;
     return t->outer ? t->outer->rows(t->outer->ctx, rows, n) : 0;
 }
 
 static void trace_restart(void *ctx) {
     trace_tap *t = ctx;
     fc_restart(&t->fc);
+    t->ends.n = 0;
     if (t->outer) t->outer->restart(t->outer->ctx);
 }
 
@@ -289,11 +353,14 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
     if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
         fc_reader_free(&t.fc);
+        free(t.ends.v);
         return -1;
     }
     if (tapped) *tapped = 1;
     int fm = fc_merge(&t.fc, am);
+    if (fm == 0) fm = pool_end_merge(&t.ends, am);
     fc_reader_free(&t.fc);
+    free(t.ends.v);
     if (fm != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");

@@ -33,6 +33,12 @@ typedef struct gm_replay_result {
      * max_memory_allocated() / max_memory_reserved() */
     uint64_t own_peak_allocated, own_peak_reserved;
     int own_oom, own_ok;
+    /* gm_tune's cost rule (gm_tune.h, GM_TUNE_COSTLY_*): this configuration saves too little peak
+     * reserved for its driver calls against a cheaper one, and ranks after every configuration
+     * that is not so. cheaper: that configuration's index in the tune's results (valid once they
+     * are ranked), SIZE_MAX when the rule did not pass this one over */
+    int costly;
+    size_t cheaper;
 } gm_replay_result;
 
 /* The recorded trace as advise's model, ready to replay as the program ran: the recorded

@@ -13,7 +13,14 @@
 
 enum { GM_TUNE_RESERVED = 0, GM_TUNE_TIME = 1 };
 
-
+/* The cost rule of the reserved objective: a configuration that saves less than
+ * GM_TUNE_COSTLY_SAVING_PCT percent of a cheaper configuration's peak reserved, or less than
+ * GM_TUNE_COSTLY_SAVING_BYTES (one page of the device's 2 MiB granularity) whatever the peak, for
+ * GM_TUNE_COSTLY_CALLS times its driver calls or more (nocache: every free unmaps, every
+ * allocation maps), is not recommended over it; it ranks after every configuration the rule does
+ * not pass over (gm_replay_result.costly), and tune says what it would have saved at what cost. */
+enum { GM_TUNE_COSTLY_SAVING_PCT = 5, GM_TUNE_COSTLY_CALLS = 10 };
+#define GM_TUNE_COSTLY_SAVING_BYTES ((uint64_t)2 << 20)
 
 typedef struct gm_tune_opts {
     int objective;    /* GM_TUNE_RESERVED or GM_TUNE_TIME */

@@ -21,7 +21,10 @@ static const char *const usage_tune =
     "peak reserved, utilization, driver calls and their time (the virtual GPU's cost table),\n"
     "and whether the run would meet an OOM under the limit. Ends with the recommended\n"
     "GPUMEM_CONF, and the PYTORCH_CUDA_ALLOC_CONF when PyTorch has the same setting.\n"
-    "  --objective reserved   least peak reserved first, then least driver time (default)\n"
+    "  --objective reserved   least peak reserved first, then least driver time (default);\n"
+    "                         one that saves under 5% (or under 2 MiB) of a cheaper one's peak\n"
+    "                         reserved for 10x its driver calls or more is not recommended (said under the\n"
+    "                         recommendation: what it saves, at what cost), ranked after the rest\n"
     "  --objective time       least driver time first, then least peak reserved\n"
     "  --limit SIZE           judge every configuration under this cap on reserved memory\n"
     "                         (e.g. 24G; 0 is 0 bytes; none: no limit; default: the limit\n"
@@ -47,6 +50,40 @@ static const char *const usage_tune =
     "re-run; 2 usage; 3 unreadable database, or events lost (without --lossy-ok).\n";
 
 static void bytes(uint64_t v, char *out, size_t n) { gm_fmt_bytes(v, out, n); }
+
+/* The configurations the cost rule passed over that reserve less than the one named (the
+ * recommendation, or the recorded configuration where it stays): what a ranking by peak alone
+ * would have named instead. 1 when r is one. */
+static int passed_over(const gm_tune *t, size_t named, const gm_replay_result *r) {
+    return named != SIZE_MAX && r->costly && r->cheaper != SIZE_MAX &&
+           r->peak_reserved < t->results[named].peak_reserved;
+}
+
+static double calls_ratio(const gm_tune *t, const gm_replay_result *r) {
+    uint64_t c = t->results[r->cheaper].driver_calls;
+    return (double)r->driver_calls / (double)(c ? c : 1);
+}
+
+/* "preset:nocache saves 1.0 MiB at 2013 times the driver calls; not recommended", for each
+ * configuration passed over (at most three, the least peak first: the results' order) */
+static void print_passed_over(const gm_tune *t, size_t named, FILE *out) {
+    int n = 0;
+    for (size_t i = 0; i < t->nresults && n < 3; i++) {
+        const gm_replay_result *r = &t->results[i];
+        if (!passed_over(t, named, r)) continue;
+        const gm_replay_result *c = &t->results[r->cheaper];
+        char saved[32];
+        bytes(c->peak_reserved - r->peak_reserved, saved, sizeof saved);
+        if (!n++)
+            fprintf(out, "  not recommended (saves under %d%% of peak reserved or under %" PRIu64 " MiB, for %dx the driver "
+                         "calls or more):\n",
+                    GM_TUNE_COSTLY_SAVING_PCT, GM_TUNE_COSTLY_SAVING_BYTES >> 20, GM_TUNE_COSTLY_CALLS);
+        fprintf(out, "    %s saves %s (%.1f%%) at %.0fx the driver calls of %s (%" PRIu64 " against %" PRIu64 ")\n",
+                t->torch && r->has_pytorch ? r->pytorch : r->conf, saved,
+                100.0 * (double)(c->peak_reserved - r->peak_reserved) / (double)(c->peak_reserved ? c->peak_reserved : 1),
+                calls_ratio(t, r), t->torch && c->has_pytorch ? c->pytorch : c->conf, r->driver_calls, c->driver_calls);
+    }
+}
 
 /* PyTorch's runaway growth, named: the recorded max_split_size_mb with expandable segments */
 static void print_runaway(const gm_tune *t, FILE *out) {
@@ -81,6 +118,7 @@ static void print_torch(const gm_tune *t, FILE *out) {
                         (double)t->recorded_peak_reserved);
         fputc('\n', out);
     }
+    print_passed_over(t, t->best_torch, out);
     if (t->best_gpumem != SIZE_MAX) {
         const gm_replay_result *g = &t->results[t->best_gpumem];
         bytes(g->peak_reserved, re, sizeof re);
@@ -117,7 +155,8 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     fprintf(out, "  %zu configurations replayed over %zu events in %.1f s, ranked by %s; those that meet an OOM last\n\n",
             t->nresults, t->nevents, t->seconds,
             objective == GM_TUNE_TIME ? "driver time, then peak reserved"
-                                      : "peak reserved in steps of 1% of the least (closer counts as equal), then driver time");
+                                      : "peak reserved in steps of 1% of the least (closer counts as equal), then driver time;\n"
+                                        "  one that saves under 5% or 2 MiB of a cheaper one's peak for 10x its driver calls or more after those");
     fprintf(out, "  %4s %12s %12s %6s %9s %10s %4s  %s\n", "rank", "reserved", "allocated", "util", "calls", "driver ms",
             "OOM", "GPUMEM_CONF");
     for (size_t i = 0; i < t->nresults; i++) {
@@ -130,6 +169,11 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "  %4zu %12s %12s %5.1f%% %9" PRIu64 " %10.1f %4s  %s%s%s\n", i + 1, re, al, 100.0 * r->utilization,
                 r->driver_calls, r->driver_time_s * 1e3, !r->ok ? "err" : r->oom ? "yes" : "no", r->conf,
                 i == t->recorded ? "  (recorded)" : "", r->preset && i != t->recorded ? "  (preset)" : "");
+        if (r->costly && r->cheaper != SIZE_MAX)
+            fprintf(out, "  %4s %*s%.0fx the driver calls of rank %zu for %.1f%% less reserved: not recommended\n", "", 12, "",
+                    calls_ratio(t, r), r->cheaper + 1,
+                    100.0 * ((double)t->results[r->cheaper].peak_reserved - (double)r->peak_reserved) /
+                        (double)(t->results[r->cheaper].peak_reserved ? t->results[r->cheaper].peak_reserved : 1));
     }
     if (t->torch) {
         print_torch(t, out);
@@ -144,6 +188,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     bytes(b->peak_reserved, re, sizeof re);
     if (t->recorded_best) {
         fprintf(out, "\n  the recorded configuration is already the best of those tried (replayed: peak reserved %s)\n", re);
+        print_passed_over(t, t->best, out);
         print_runaway(t, out);
         return;
     }
@@ -153,6 +198,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, " (%+.1f%% against the recording)",
                 100.0 * ((double)b->peak_reserved - (double)t->recorded_peak_reserved) / (double)t->recorded_peak_reserved);
     fputc('\n', out);
+    print_passed_over(t, t->best, out);
     if (t->served_outside) {
         /* gpumem's pool held the libraries' allocations; PyTorch's own allocator would not */
         if (t->under_pytorch != SIZE_MAX) {
@@ -178,16 +224,32 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
     print_runaway(t, out);
 }
 
-static void print_result_json(const gm_replay_result *r, FILE *out) {
+/* ,"not_recommended": null, or the cost rule's verdict: against what, saving what, at what cost */
+static void print_costly_json(const gm_tune *t, const gm_replay_result *r, FILE *out) {
+    fputs(",\"not_recommended\":", out);
+    if (!r->costly || r->cheaper == SIZE_MAX) {
+        fputs("null", out);
+        return;
+    }
+    const gm_replay_result *c = &t->results[r->cheaper];
+    fputs("{\"against\":", out);
+    gm_json_str(out, c->conf);
+    fprintf(out, ",\"saves\":%" PRId64 ",\"calls_ratio\":%.1f}", (int64_t)c->peak_reserved - (int64_t)r->peak_reserved,
+            calls_ratio(t, r));
+}
+
+static void print_result_json(const gm_tune *t, const gm_replay_result *r, FILE *out) {
     fputs("{\"conf\":", out);
     gm_json_str(out, r->conf);
     fputs(",\"pytorch_conf\":", out);
     gm_json_str(out, r->has_pytorch ? r->pytorch : NULL);
     fprintf(out,
             ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64 ",\"utilization\":%.4f,\"driver_calls\":%" PRIu64
-            ",\"driver_time_s\":%.6f,\"oom\":%s,\"preset\":%s}",
+            ",\"driver_time_s\":%.6f,\"oom\":%s,\"preset\":%s",
             r->peak_allocated, r->peak_reserved, r->utilization, r->driver_calls, r->driver_time_s,
             r->oom ? "true" : "false", r->preset ? "true" : "false");
+    print_costly_json(t, r, out);
+    fputc('}', out);
 }
 
 /* Every documented key, whatever the options and the recording (null where it does not apply):
@@ -210,8 +272,17 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     fprintf(out, ",\"events\":%zu,\"seconds\":%.3f,\"results\":[", t->nevents, t->seconds);
     for (size_t i = 0; i < t->nresults; i++) {
         if (i) fputc(',', out);
-        print_result_json(&t->results[i], out);
+        print_result_json(t, &t->results[i], out);
     }
+    fprintf(out, "],\"cost_rule\":{\"max_saving_percent\":%d,\"max_saving_bytes\":%" PRIu64 ",\"min_calls_ratio\":%d},"
+                 "\"passed_over\":[",
+            GM_TUNE_COSTLY_SAVING_PCT, GM_TUNE_COSTLY_SAVING_BYTES, GM_TUNE_COSTLY_CALLS);
+    size_t named = t->torch ? t->best_torch : t->best;
+    for (size_t i = 0, n = 0; i < t->nresults; i++)
+        if (passed_over(t, named, &t->results[i])) {
+            if (n++) fputc(',', out);
+            print_result_json(t, &t->results[i], out);
+        }
     fputs("],\"recommended\":", out);
     if (t->best == SIZE_MAX) {
         fputs("null", out);

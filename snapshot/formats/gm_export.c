@@ -20,7 +20,10 @@
  * "ao <seq> <requested> <stream>": the replay tries it again, so an OOM run replayed under its
  * own limit or memory fraction meets the same OOM. An allocation in one of gpumem's graph capture
  * pools (flag REC_F_PRIVATE_POOL; its stream is the capture's) is "ap <id> <requested> <pool>",
- * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool. A free that
+ * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool; the first
+ * segment of that pool given back (kind 15 or 19 flagged REC_F_PRIVATE_POOL: gpumem releases a
+ * capture's pool only once its graphs are destroyed) is "pr <pool>", where the replay releases
+ * the pool. A free that
  * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
  * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
  * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
@@ -84,7 +87,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
@@ -98,6 +101,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* freed blocks whose free_completed may follow: address -> birth, address -> allocation key;
      * allocation keys whose free_completed came before their free */
     u64map pend = {0}, pend_key = {0}, early = {0};
+    u64map pools = {0}; /* capture pools' keys: 1 made (an "ap" line), 2 ended (its "pr" line) */
     int rc;
     uint64_t lines = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -115,12 +119,26 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 u64map_del(&pend_key, addr, NULL);
             }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
-            if (sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) /* a capture's pool: its own key */
-                fprintf(out, "ap %" PRIu64 " %" PRId64 " %" PRIu64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3),
-                        (uint64_t)1 << 32 | (uint64_t)stream);
-            else
+            if (sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) { /* a capture's pool: its own key */
+                uint64_t key = (uint64_t)1 << 32 | (uint64_t)stream;
+                if (u64map_put(&pools, key, 1) != 0) {
+                    rc = SQLITE_NOMEM;
+                    break;
+                }
+                fprintf(out, "ap %" PRIu64 " %" PRId64 " %" PRIu64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), key);
+            } else
                 fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
                         (int64_t)sqlite3_column_int64(s, 3), stream);
+        } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+            /* a capture pool's segment given back: its graphs are destroyed, the pool ends */
+            uint64_t key = (uint64_t)1 << 32 | (uint64_t)stream;
+            const uint64_t *st = u64map_get(&pools, key);
+            if (!(sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) || !st || *st != 1) continue;
+            if (u64map_put(&pools, key, 2) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            fprintf(out, "pr %" PRIu64 "\n", key);
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);
@@ -170,7 +188,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
         free(births);
     }
     u64map_free(&live);
-    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early);
+    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early), u64map_free(&pools);
     if (rc == SQLITE_NOMEM) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
         return GM_EXIT_BADDB;

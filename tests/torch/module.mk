@@ -4,7 +4,7 @@
 # (torch_parity.sh), GPUMEM_CONF against PyTorch's own parser (torch_conf_keys.sh), PyTorch's
 # memory_viz on gpumem's exports (torch_memviz.sh), gpumem tune --check on the script (torch_tune.sh),
 # PyTorch's snapshot at an OOM beside the recording and the report naming it (torch_oom.sh),
-# CUDA graph capture (torch_graphs.sh), gpumem advise --check on the script (torch_advise.sh), and
+# CUDA graph capture and a graph's pool given back (torch_graphs.sh, torch_graph_release.py), gpumem advise --check on the script (torch_advise.sh), and
 # advise --ranks N on it, FSDP2 predicted and re-run with --fsdp N (torch_fsdp.sh).
 # Each skips (77) when PyTorch is not installed (GPUMEM_TORCH_PY, default /root/.cache/gpumem/torch-2.14.1). Included from tests/module.mk.
 SCRIPT_TESTS += tests/torch/torch_device.sh tests/torch/torch_bindings.sh \

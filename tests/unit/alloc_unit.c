@@ -1059,6 +1059,40 @@ static void test_replay_private_pool(void **state)
     free(ev), free(sv);
     const char *zero = "ap 1 4096 0\n";
     assert_int_equal(alloc_trace_parse(zero, strlen(zero), &ev, &n, err, sizeof(err)), ALLOC_ERR_INVALID);
+    const char *zero_pr = "pr 0\n";
+    assert_int_equal(alloc_trace_parse(zero_pr, strlen(zero_pr), &ev, &n, err, sizeof(err)), ALLOC_ERR_INVALID);
+    /* `pr` ends the pool: its memory goes back (a block freed before it at once, one live at it
+     * once freed and the cache emptied), so the default pool's later request does not sit beside
+     * it; without the line the pool keeps it to the end */
+    const char *ended = "ap 1 4194304 4294967297\nap 2 4194304 4294967297\nf 1\npr 4294967297\nf 2\ne\n"
+                        "a 3 8388608 1\nf 3\n";
+    const char *kept = "ap 1 4194304 4294967297\nap 2 4194304 4294967297\nf 1\nf 2\ne\na 3 8388608 1\nf 3\n";
+    assert_int_equal(alloc_trace_parse(ended, strlen(ended), &ev, &n, err, sizeof(err)), ALLOC_OK);
+    assert_int_equal(alloc_trace_parse(kept, strlen(kept), &sv, &ns, err, sizeof(err)), ALLOC_OK);
+    assert_int_equal(ev[3].kind, ALLOC_TR_POOL_RELEASE);
+    assert_int_equal(ev[3].stream, 4294967297ull);
+    assert_int_equal(alloc_trace_write(path, ev, n), ALLOC_OK);
+    assert_int_equal(alloc_trace_load(path, &back, &nb, err, sizeof(err)), ALLOC_OK);
+    unlink(path);
+    assert_int_equal(nb, n);
+    assert_true(back[3].kind == ALLOC_TR_POOL_RELEASE && back[3].stream == ev[3].stream);
+    free(back);
+    for (size_t i = 0; i < sizeof(confs) / sizeof(*confs); i++) {
+        alloc_config_t c;
+        alloc_config_default(&c);
+        assert_int_equal(alloc_config_parse(&c, confs[i], err, sizeof(err)), ALLOC_OK);
+        alloc_replay_result_t re = {0}, rk = {0}, rpool = {0}, rlater = {0};
+        assert_int_equal(alloc_replay(&c, NULL, ev, n, &re, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(alloc_replay(&c, NULL, sv, ns, &rk, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(alloc_replay(&c, NULL, ev, 6, &rpool, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(alloc_replay(&c, NULL, ev + 6, n - 6, &rlater, err, sizeof(err)), ALLOC_OK);
+        assert_int_equal(re.bad_frees, 0);
+        assert_true(re.peak_reserved < rk.peak_reserved);
+        /* the pool's or the later request's, never both */
+        assert_int_equal(re.peak_reserved,
+                         rpool.peak_reserved > rlater.peak_reserved ? rpool.peak_reserved : rlater.peak_reserved);
+    }
+    free(ev), free(sv);
 }
 
 /* Replay is deterministic and reports the OOM position under a limit. */
