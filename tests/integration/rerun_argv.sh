@@ -54,12 +54,15 @@ check_rec() {
   local argv cwd
   argv=$(sqlite3 "$db" "SELECT value FROM meta WHERE key = 'argv'")
   cwd=$(sqlite3 "$db" "SELECT value FROM meta WHERE key = 'cwd'")
-  if ! jq -e --argjson a "$argv" '.argv == $a[1:]' "$seen" > /dev/null 2>&1; then
-    bad "$name: meta.argv $argv is not the argv the program got: $(jq -c .argv "$seen")"
-  elif [[ $cwd != "$(jq -r .cwd "$seen")" ]]; then
+  if ! jq -e --argjson a "${argv:-null}" '.argv == $a[1:]' "$seen" > /dev/null 2>&1; then
+    bad "$name: meta.argv '$argv' is not the argv the program got: $(jq -c .argv "$seen")"
+  else
+    ok "$name: meta.argv is the program's argv word for word"
+  fi
+  if [[ $cwd != "$(jq -r .cwd "$seen")" ]]; then
     bad "$name: meta.cwd is '$cwd', not the directory it started in, $(jq -r .cwd "$seen")"
   else
-    ok "$name: meta.argv is the program's argv word for word, meta.cwd where it started"
+    ok "$name: meta.cwd is where it started, not where its first CUDA call was"
   fi
 }
 run_env=(ARGV_OUT="$TMP/seen" CHDIR_TO="$TMP/later")
