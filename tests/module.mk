@@ -11,7 +11,7 @@ SCRIPT_TESTS += tests/integration/sym_table.sh
 # the README's text against the output of the commands it shows (e2e_* run those commands under
 # the sanitizers)
 NOSAN_SCRIPT_TESTS += tests/integration/readme_check.sh
-# make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config)
+# make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config, the manifest) and make uninstall
 SCRIPT_TESTS += tests/integration/install.sh
 # kill -9, signals, full disks, fork storms at seeded random moments (short; make soak: long)
 SCRIPT_TESTS += tests/integration/fault_campaign.sh
