@@ -192,8 +192,8 @@ static void as_found_table(void **state) {
         snprintf(name, sizeof name, "asfound-%s.db", rows[r].name);
         snap_path(p, sizeof p, name);
         snprintf(side[0], sizeof side[0], "%s", p);
-        snprintf(side[1], sizeof side[1], "%s-wal", p);
-        snprintf(side[2], sizeof side[2], "%s-shm", p);
+        assert_int_equal(rec_db_side(p, REC_SIDE_WAL, side[1], sizeof side[1]), 0);
+        assert_int_equal(rec_db_side(p, REC_SIDE_SHM, side[2], sizeof side[2]), 0);
         for (int k = 0; k < 3; k++) unlink(side[k]);
         if (rows[r].killed) {
             pid_t pid = fork();
