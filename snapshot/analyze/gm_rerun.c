@@ -249,12 +249,13 @@ int gm_cmd_quote(const char *word, char *out, size_t n) {
 int gm_cmd_join(char *const *words, int nw, char *out, size_t n) {
     size_t o = 0;
     int rc = 0;
+    char q[8192];
     if (n) out[0] = 0;
     for (int k = 0; k < nw; k++) {
-        if (k && o + 1 < n) out[o++] = ' ', out[o] = 0;
-        else if (k) rc = -1;
-        if (gm_cmd_quote(words[k], out + (o < n ? o : n), o < n ? n - o : 0) != 0) rc = -1;
-        o += strlen(out + (o < n ? o : n));
+        if (gm_cmd_quote(words[k], q, sizeof q) != 0) rc = -1;
+        int w = n > o ? snprintf(out + o, n - o, "%s%s", k ? " " : "", q) : -1;
+        if (w < 0 || (size_t)w >= n - o) return -1; /* out holds the words that fit */
+        o += (size_t)w;
     }
     return rc;
 }
