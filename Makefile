@@ -6,7 +6,8 @@
 #   make test SAN=thread    the threaded tests under ThreadSanitizer
 #   make demo         train the tiny GPT-2 under gpumem on the virtual GPU, print the report
 #   make bench        benchmarks; one `BENCH <name> <value> <unit>` line per figure
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (writes PREFIX/share/gpumem/install_manifest.txt)
+#   make uninstall PREFIX=/usr/local (removes what that manifest lists, unchanged, and nothing else)
 #   make clean
 #   make deps         install missing Debian packages (apt-get) and PyTorch's CUDA build (pip,
 #                     into a venv outside the clone); every target above runs it
@@ -72,6 +73,8 @@ INSTALL_BIN :=
 INSTALL_LIB :=
 INSTALL_SHARE :=
 INSTALL_INCLUDE :=
+# files a fragment installs by a rule of its own, relative to PREFIX (make install's manifest)
+INSTALL_OTHER :=
 
 # Debian packages the project needs (Makefile `deps`).
 DEB_PACKAGES := gcc make clang libclang-rt-14-dev libcmocka-dev libjemalloc-dev \
@@ -128,7 +131,7 @@ ALL_TARGETS := $(filter-out $(BUILD)/tests/fuzz/%,$(ALL_TARGETS))
 SCRIPT_TESTS := $(filter-out tests/fuzz/% $(NOSAN_SCRIPT_TESTS),$(SCRIPT_TESTS))
 endif
 
-.PHONY: all deps test bench demo fuzz soak install clean check-deps
+.PHONY: all deps test bench demo fuzz soak install uninstall clean check-deps
 all: $(DEPS_STAMP) $(ALL_TARGETS)
 ifeq ($(NVCC),)
 	@echo "note: nvcc not found (CUDA_HOME=$(CUDA_HOME)); CUDA (.cu) targets were skipped"
@@ -194,6 +197,10 @@ demo: all
 # the trainers; include/gpumem.h: the user API (gpumem_name, ...); lib/pkgconfig/gpumem.pc.
 PREFIX ?= /usr/local
 GPUMEM_VERSION := 0.1.0
+INSTALL_MANIFEST := share/gpumem/install_manifest.txt
+INSTALL_PATHS = $(addprefix bin/,$(notdir $(INSTALL_BIN))) $(addprefix lib/gpumem/,$(notdir $(INSTALL_LIB))) \
+                $(addprefix share/gpumem/,$(notdir $(INSTALL_SHARE))) \
+                $(addprefix include/,$(notdir $(INSTALL_INCLUDE))) lib/pkgconfig/gpumem.pc $(INSTALL_OTHER)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpumem $(DESTDIR)$(PREFIX)/share/gpumem \
 	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
@@ -205,6 +212,32 @@ install: all
 	    'Name: gpumem' 'Description: GPU memory recorder and caching allocator: the user API (gpumem_name, gpumem_name_next) of libgpumem.so' \
 	    'Version: $(GPUMEM_VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -Wl,-rpath,$${libdir} -lgpumem' \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gpumem.pc
+	@# the manifest: every path written, relative to PREFIX, with what it holds (a file's
+	@# sha256, a link's target), so that uninstall removes exactly these, and only unchanged
+	cd '$(DESTDIR)$(PREFIX)' && for f in $(INSTALL_PATHS); do \
+	    if [ -L "$$f" ]; then printf 'link %s %s\n' "$$f" "$$(readlink "$$f")"; \
+	    elif [ -f "$$f" ]; then printf 'file %s %s\n' "$$f" "$$(sha256sum < "$$f" | cut -d' ' -f1)"; \
+	    else echo "make install: $$f was not written" >&2; exit 1; fi; \
+	done > $(INSTALL_MANIFEST).tmp && mv $(INSTALL_MANIFEST).tmp $(INSTALL_MANIFEST)
+
+# Removes what the manifest of `make install` (same PREFIX and DESTDIR) lists: a file whose
+# bytes are still those installed, a link still to the same target; a path changed since (an
+# edited config, another package's file at the name) is kept and said, and uninstall then
+# fails. Then the manifest, and gpumem's own directories where they are left empty.
+uninstall:
+	@cd '$(DESTDIR)$(PREFIX)' 2> /dev/null && [ -f $(INSTALL_MANIFEST) ] || { \
+	    echo "make uninstall: no $(DESTDIR)$(PREFIX)/$(INSTALL_MANIFEST): nothing was installed there by make install (give the PREFIX and DESTDIR it was given); nothing removed" >&2; exit 1; }; \
+	cd '$(DESTDIR)$(PREFIX)' && kept=0 && \
+	while read -r kind f what; do \
+	    case "$$f" in ''|/*|*..*) echo "make uninstall: $(INSTALL_MANIFEST) names '$$f', not a path under the prefix: kept" >&2; kept=$$((kept + 1)); continue ;; esac; \
+	    if [ "$$kind" = link ] && [ -L "$$f" ] && [ "$$(readlink "$$f")" = "$$what" ]; then rm -f "$$f"; \
+	    elif [ "$$kind" = file ] && [ -f "$$f" ] && [ ! -L "$$f" ] && [ "$$(sha256sum < "$$f" | cut -d' ' -f1)" = "$$what" ]; then rm -f "$$f"; \
+	    elif [ -e "$$f" ] || [ -L "$$f" ]; then echo "make uninstall: kept $$f: changed since make install wrote it (remove it by hand if it is no longer wanted)" >&2; kept=$$((kept + 1)); \
+	    fi; \
+	done < $(INSTALL_MANIFEST) && rm -f $(INSTALL_MANIFEST) && \
+	for d in share/gpumem/python/gpumem share/gpumem/python share/gpumem/python-site share/gpumem lib/gpumem; do \
+	    [ -d "$$d" ] && rmdir --ignore-fail-on-non-empty "$$d"; true; done; \
+	if [ $$kept != 0 ]; then echo "make uninstall: $$kept path(s) kept (above); the rest removed" >&2; exit 1; fi
 
 clean:
 	rm -rf build

@@ -996,6 +996,9 @@ __attribute__((constructor)) static void gm_constructor(void)
     next_execvp = (gm_execv_fn)gm_next_symbol("execvp");
     next_fexecve = (gm_fexecve_fn)gm_next_symbol("fexecve");
     gm_nvtx_constructor();
+#ifdef GM_HAVE_REC
+    rec_note_start(); /* meta.cwd: where the program started, not where its first CUDA call was */
+#endif
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     atexit(final_handler);
 }

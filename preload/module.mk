@@ -172,6 +172,8 @@ SCRIPT_TESTS += $(wildcard tests/integration/python_*.sh)
 BENCHES += tests/bench/python_bench.sh
 # the gpumem Python module (pure Python): PREFIX/share/gpumem/python/gpumem/
 PYMOD_FILES := preload/python/gpumem/__init__.py preload/python/gpumem/_torch.py
+INSTALL_OTHER += $(addprefix share/gpumem/python/gpumem/,$(notdir $(PYMOD_FILES))) share/gpumem/python/pyproject.toml \
+                 share/gpumem/python-site/sitecustomize.py
 .PHONY: install-python
 install: install-python
 install-python:

@@ -755,19 +755,13 @@ static int fold_wal(const char *path) {
 
 /* Whether the recording at path says its writer failed (meta.state; for -q, which reads no model) */
 static int recording_failed(const char *path) {
-    /* a plain read-only look at meta: gm_db_open would fold a killed recording's -wal in, which
-     * -q must leave as the run left it (the summary reads nothing else) */
-    sqlite3 *db = NULL;
-    sqlite3_stmt *q = NULL;
-    int failed = 0;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'state'", -1, &q, NULL) == SQLITE_OK &&
-        sqlite3_step(q) == SQLITE_ROW) {
-        const unsigned char *v = sqlite3_column_text(q, 0);
-        failed = v && strcmp((const char *)v, "failed") == 0;
-    }
-    sqlite3_finalize(q);
-    sqlite3_close(db);
+    /* -q leaves the recording as the run left it (a killed one's -wal not folded in, no -shm
+     * made or written): the summary reads nothing else */
+    gm_db d;
+    char err[8192];
+    if (gm_db_open_as_found(path, &d, err, sizeof err) != 0) return 0;
+    int failed = strcmp(d.state, "failed") == 0;
+    gm_db_close(&d);
     return failed;
 }
 

@@ -5,13 +5,13 @@ SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_jitter.sh tests/integration/e2e_uses.sh \
                 tests/integration/e2e_output_review.sh tests/integration/record_diagnosis.sh \
                 tests/integration/cli_small_wrongs.sh tests/integration/readme_check.sh \
-                tests/integration/record_exec.sh
+                tests/integration/record_exec.sh tests/integration/rerun_argv.sh
 # symbolizing through gm_sym.c's sorted symbol table names every frame as libdwfl does
 SCRIPT_TESTS += tests/integration/sym_table.sh
 # the README's text against the output of the commands it shows (e2e_* run those commands under
 # the sanitizers)
 NOSAN_SCRIPT_TESTS += tests/integration/readme_check.sh
-# make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config)
+# make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config, the manifest) and make uninstall
 SCRIPT_TESTS += tests/integration/install.sh
 # kill -9, signals, full disks, fork storms at seeded random moments (short; make soak: long)
 SCRIPT_TESTS += tests/integration/fault_campaign.sh

@@ -1379,7 +1379,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     m->nstrs = 1;
     gm_meta_text(d, "config", m->config, sizeof m->config);
     gm_meta_text(d, "mode", m->mode, sizeof m->mode);
-    gm_meta_text(d, "cmdline", m->cmdline, sizeof m->cmdline);
+    gm_meta_command(d, m->cmdline, sizeof m->cmdline); /* what --check re-runs */
     gm_recorded_peaks(d, &m->rec_peak_allocated, &m->rec_peak_reserved);
     char order[8] = "";
     gm_meta_text(d, "alloc.address_order", order, sizeof order);

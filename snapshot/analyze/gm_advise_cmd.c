@@ -286,23 +286,23 @@ static void spec_flags(const ctx *c, const spec *s, char *out, size_t n)
  * flags: what --check runs. */
 static void rerun_cmdline(const ctx *c, const spec *s, char *out, size_t n)
 {
-    char buf[sizeof c->m.cmdline], flags[512];
-    snprintf(buf, sizeof buf, "%s", c->m.cmdline);
+    char buf[sizeof c->m.cmdline], flags[512], *words[1024];
     spec_flags(c, s, flags, sizeof flags);
-    size_t o = 0;
-    out[0] = 0;
-    char *save = NULL;
-    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+    int nw = gm_cmd_split(c->m.cmdline, buf, sizeof buf, words, 1024), kept = 0;
+    for (int k = 0; k < nw; k++) {
+        const char *t = words[k];
         int replaced = (s->rc && !strcmp(t, "--recompute")) ||
                        ((s->off_act || s->off_opt) && !strcmp(t, "--offload")) ||
                        (s->accum > 1 && !strcmp(t, "--accum")) ||
                        ((s->bf16 || s->fp32) && !strcmp(t, "--act-dtype"));
         if (replaced) {
-            strtok_r(NULL, " ", &save); /* and its value */
+            k++; /* and its value */
             continue;
         }
-        o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s%s", o ? " " : "", t);
+        words[kept++] = words[k];
     }
+    gm_cmd_join(words, kept, out, n); /* the recorded words quoted as they came */
+    size_t o = strlen(out);
     if (flags[0]) snprintf(out + o, o < n ? n - o : 0, " %s", flags);
 }
 

@@ -122,29 +122,24 @@ static unsigned cmd_flag_int(const char *cmd, const char *flag, unsigned dflt)
 static void scaled_cmdline(const char *cmd, unsigned ranks, const char *extra, char *out,
                            size_t outsz)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", cmd);
-    size_t o = 0;
-    out[0] = 0;
-    char *save = NULL;
-    int after_b = 0;
-    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-        char word[64];
-        const char *w = t;
+    char buf[8192], word[64], *words[1024];
+    int nw = gm_cmd_split(cmd, buf, sizeof buf, words, 1024), kept = 0, after_b = 0;
+    for (int k = 0; k < nw; k++) {
+        char *t = words[k];
         if (!strcmp(t, "--zero")) {
-            strtok_r(NULL, " ", &save); /* its value */
+            k++; /* its value */
             continue;
         }
         int was_b = after_b;
         after_b = !strcmp(t, "-B");
         if (was_b) {
             snprintf(word, sizeof word, "%lu", strtoul(t, NULL, 10) * ranks);
-            w = word;
+            t = word;
         }
-        int n = snprintf(out + o, outsz - o, "%s%s", o ? " " : "", w);
-        if (n < 0 || (size_t)n >= outsz - o) break;
-        o += (size_t)n;
+        words[kept++] = t;
     }
+    gm_cmd_join(words, kept, out, outsz); /* the recorded words quoted as they came */
+    size_t o = strlen(out);
     if (extra && *extra) snprintf(out + o, outsz - o, " %s", extra);
 }
 
@@ -152,8 +147,9 @@ static void scaled_cmdline(const char *cmd, unsigned ranks, const char *extra, c
  * without it, -1 when it does not answer (it fails: the re-run is then what says why). */
 static int trainer_has_zero(const char *exe)
 {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "'%s' --help 2>&1", exe);
+    char cmd[8300], q[8192];
+    gm_cmd_quote(exe, q, sizeof q); /* a shell reads it back as it is */
+    snprintf(cmd, sizeof cmd, "%s --help 2>&1", q);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[512];

@@ -144,7 +144,7 @@ void gm_frag_free(gm_frag *f);
 
 /* `gpumem frag` (gm_frag_cmd.c): argv[0] is "frag". Returns the exit code. */
 int gm_frag_main(int argc, char **argv);
-/* Re-runs the recorded command (meta argv0_path/exe, cmdline, cwd: gm_rerun_origin) under `gpumem record` with GPUMEM_CONF=conf
+/* Re-runs the recorded command (meta argv0_path/exe, argv (gm_meta_command), cwd: gm_rerun_origin) under `gpumem record` with GPUMEM_CONF=conf
  * and reads its measured peaks. 0, or -1 with err. Shared with `gpumem tune --check`. */
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,
                   char *err, size_t errsz);

@@ -51,7 +51,7 @@ static const char *const usage_frag =
 /* The recorded command, as a re-run needs it: where and by which path it ran, and its line. */
 static void recorded_command(gm_db *d, gm_rerun_origin *o, char *cmd, size_t n) {
     gm_rerun_origin_read(d, o);
-    gm_meta_text(d, "cmdline", cmd, n);
+    gm_meta_command(d, cmd, n);
 }
 
 int gm_frag_rerun(gm_db *d, const char *conf, uint64_t *peak_allocated, uint64_t *peak_reserved,

@@ -186,7 +186,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     }
     am->nstrs = am->strs_cap = 1;
     snprintf(am->mode, sizeof am->mode, "torch");
-    gm_meta_text(d, "cmdline", am->cmdline, sizeof am->cmdline);
+    gm_meta_command(d, am->cmdline, sizeof am->cmdline); /* what advise --check re-runs */
     gm_meta_text(d, "torch_conf", am->config, sizeof am->config);
     alloc_config_preset(&am->cfg, "pytorch");
     char cerr[1024];

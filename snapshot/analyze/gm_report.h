@@ -15,16 +15,37 @@ typedef struct gm_rerun_origin {
     char argv0_path[4096]; /* meta.argv0_path: argv[0] as the exec found it (PATH), links kept;
                               "" in recordings made before gpumem wrote it */
     char exe[4096];        /* meta.exe: the executable, links resolved */
-    char cwd[4096];        /* meta.cwd: the working directory; "" in older recordings */
+    char cwd[4096];        /* meta.cwd: the working directory at the program's start; "" in older
+                              recordings */
+    int argv_exact;        /* 1: meta.argv holds the arguments exactly; 0: an older recording, whose
+                              meta.cmdline is split at spaces (a re-run says so once on stderr) */
+    char path[4096];       /* the recording (for that note) */
 } gm_rerun_origin;
 void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o);
+
+/* The recorded command as a re-run runs it, one line of words (every re-run path takes it from
+ * here, and adds or replaces words with gm_cmd_split / gm_cmd_join): meta.argv's arguments
+ * exactly, each quoted as gm_cmd_quote writes it, returning 1; an older recording's meta.cmdline
+ * split at spaces (as re-runs always split it), returning 0. "" when neither is recorded. */
+int gm_meta_command(gm_db *d, char *out, size_t n);
+/* One word as a line of words writes it: as it is when it holds only [A-Za-z0-9_@%+=:,./-] and
+ * bytes >= 0x80, else in single quotes with a quote in it written '\'' (what a POSIX shell reads
+ * back too: a person may paste it). -1 when out was too small (the word is then cut). */
+int gm_cmd_quote(const char *word, char *out, size_t n);
+/* nw words joined by spaces, each gm_cmd_quote'd; -1 when out was too small. */
+int gm_cmd_join(char *const *words, int nw, char *out, size_t n);
+/* Reads a line of words back (gm_cmd_join's, or a shell's: spaces, tabs and newlines between
+ * words; '...' literal; \c the character c): the words in buf, pointers in words. The number
+ * of words, or -1 when a quote is not closed, buf is too small or there are more than max. */
+int gm_cmd_split(const char *line, char *buf, size_t bufsz, char **words, int max);
 /* The program a re-run of cmdline runs (into buf, returned): meta.argv0_path; without it (an
  * older recording), the recorded argv[0] when it is a path that runs, else the program PATH
  * finds for it now when its links lead to meta.exe, else meta.exe, else argv[0] itself. */
 const char *gm_rerun_program(const gm_rerun_origin *o, const char *cmdline, char *buf, size_t n);
 
 /* Runs the recorded command again (o: where and through which path it ran, gm_rerun_program;
- * cmdline: the recorded command line, space-separated) under `gpumem record` in the recorded
+ * cmdline: the recorded command line, gm_meta_command's, with words added or replaced as
+ * gm_cmd_split / gm_cmd_join read and write them) under `gpumem record` in the recorded
  * working directory, with
  * extra_args appended (NULL none) and GPUMEM_CONF=conf (NULL: this environment's), and reads
  * the re-run's measured peaks. ranks 0 runs it directly; N runs it under

@@ -36,6 +36,8 @@ enum { RERUN_TAIL_READ = 4096, RERUN_TAIL_QUOTE = 480, RERUN_TAIL_LINES = 3 };
 
 /* -1 not asked yet, 0 no, 1 yes: whether `mpirun` is Open MPI's (asked once per command). */
 static int mpirun_is_open_mpi = -1;
+/* the note that an older recording's command line is split at spaces: once per command */
+static int legacy_noted;
 
 const char *gm_mpirun_root_flag(void) {
     if (geteuid() != 0) return "";
@@ -138,25 +140,28 @@ static void read_stderr_tail(int fd, char *out, size_t outsz) {
     if (got > 0) rerun_stderr_tail(buf, (size_t)got, from > 0, out, outsz);
 }
 
-/* argv as one shell line for a person to paste: words with spaces or quotes are single-quoted. */
+/* argv as one shell line for a person to paste: each word quoted as a shell reads it back
+ * (gm_cmd_quote), the working directory and the configuration too. */
 static void shell_line(char *const *argv, const char *cwd, const char *var, const char *conf, char *out,
                        size_t outsz) {
+    char q[4200];
     size_t o = 0;
     out[0] = 0;
+#define ADD(...) do { int w_ = snprintf(out + o, outsz - o, __VA_ARGS__); \
+        if (w_ > 0) o += (size_t)w_ < outsz - o ? (size_t)w_ : outsz - o - 1; } while (0)
     if (cwd) { /* the re-run runs there: so must the line */
-        int w = snprintf(out, outsz, "cd '%s' && ", cwd);
-        if (w > 0) o = (size_t)w < outsz ? (size_t)w : outsz - 1;
+        gm_cmd_quote(cwd, q, sizeof q);
+        ADD("cd %s && ", q);
     }
     if (conf && conf[0]) {
-        int w = snprintf(out + o, outsz - o, "%s='%s' ", var, conf);
-        if (w > 0) o += (size_t)w < outsz - o ? (size_t)w : outsz - o - 1;
+        gm_cmd_quote(conf, q, sizeof q);
+        ADD("%s=%s ", var, q);
     }
     for (int k = 0; argv[k] && o < outsz - 1; k++) {
-        int quote = strpbrk(argv[k], " \t'\"$`\\|&;<>()*?") != NULL || !argv[k][0];
-        int w = snprintf(out + o, outsz - o, quote ? "%s'%s'" : "%s%s", k ? " " : "", argv[k]);
-        if (w < 0) break;
-        o += (size_t)w < outsz - o ? (size_t)w : outsz - o - 1;
+        gm_cmd_quote(argv[k], q, sizeof q);
+        ADD("%s%s", k ? " " : "", q);
     }
+#undef ADD
 }
 
 static void unlink_db(const char *path) {
@@ -210,10 +215,146 @@ static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, si
     return rc;
 }
 
+/* ---- the recorded command as one line of words ---- */
+
+/* Whether a word is written as it is: nothing a shell or gm_cmd_split would read otherwise. */
+static int word_plain(const char *w) {
+    if (!w[0]) return 0;
+    for (const unsigned char *p = (const unsigned char *)w; *p; p++)
+        if (!(isalnum(*p) || *p >= 0x80 || strchr("_@%+=:,./-", *p))) return 0;
+    return 1;
+}
+
+int gm_cmd_quote(const char *word, char *out, size_t n) {
+    size_t o = 0;
+#define PUT(c) do { if (o + 1 < n) out[o] = (c); o++; } while (0)
+    if (word_plain(word)) {
+        for (const char *p = word; *p; p++) PUT(*p);
+    } else {
+        PUT('\'');
+        for (const char *p = word; *p; p++) {
+            if (*p == '\'') { /* close, an escaped quote, open again: '\'' */
+                PUT('\''); PUT('\\'); PUT('\''); PUT('\'');
+            } else {
+                PUT(*p);
+            }
+        }
+        PUT('\'');
+    }
+#undef PUT
+    if (n) out[o < n ? o : n - 1] = 0;
+    return o < n ? 0 : -1;
+}
+
+int gm_cmd_join(char *const *words, int nw, char *out, size_t n) {
+    size_t o = 0;
+    int rc = 0;
+    char q[8192];
+    if (n) out[0] = 0;
+    for (int k = 0; k < nw; k++) {
+        if (gm_cmd_quote(words[k], q, sizeof q) != 0) rc = -1;
+        int w = n > o ? snprintf(out + o, n - o, "%s%s", k ? " " : "", q) : -1;
+        if (w < 0 || (size_t)w >= n - o) return -1; /* out holds the words that fit */
+        o += (size_t)w;
+    }
+    return rc;
+}
+
+int gm_cmd_split(const char *line, char *buf, size_t bufsz, char **words, int max) {
+    size_t o = 0;
+    int nw = 0;
+    const char *p = line ? line : "";
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        if (nw == max) return -1;
+        words[nw++] = buf + o;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
+            char c;
+            if (*p == '\'') { /* literal up to the next quote */
+                const char *e = strchr(p + 1, '\'');
+                if (!e) return -1;
+                for (p++; p < e; p++) {
+                    if (o + 1 >= bufsz) return -1;
+                    buf[o++] = *p;
+                }
+                p++;
+                continue;
+            }
+            if (*p == '\\' && p[1]) p++; /* the next character as it is */
+            c = *p++;
+            if (o + 1 >= bufsz) return -1;
+            buf[o++] = c;
+        }
+        if (o + 1 >= bufsz) return -1;
+        buf[o++] = 0;
+    }
+    return nw;
+}
+
+/* Older recordings' meta.cmdline split as re-runs always split it: at spaces, runs of them one. */
+static int split_spaces(const char *line, char *buf, size_t bufsz, char **words, int max) {
+    int nw = 0;
+    snprintf(buf, bufsz, "%s", line);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); t && nw < max; t = strtok_r(NULL, " ", &save)) words[nw++] = t;
+    return nw;
+}
+
+int gm_meta_command(gm_db *d, char *out, size_t n) {
+    enum { MAXW = 1024 };
+    char *words[MAXW];
+    size_t at[MAXW];
+    int nw = 0, exact = 0;
+    out[0] = 0;
+    sqlite3_stmt *st = NULL;
+    /* meta.argv: a JSON array of the arguments as the program got them (SQLite's json_each
+     * reads it back: escapes undone, bytes as they were) */
+    if (d->db && sqlite3_prepare_v2(d->db,
+                                    "SELECT j.value FROM meta, json_each(meta.value) AS j "
+                                    "WHERE meta.key = 'argv' AND json_valid(meta.value) ORDER BY j.id",
+                                    -1, &st, NULL) == SQLITE_OK) {
+        size_t cap = 0, used = 0;
+        char *all = NULL;
+        int ok = 1;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *v = (const char *)sqlite3_column_text(st, 0);
+            size_t l = (size_t)sqlite3_column_bytes(st, 0);
+            char *g = nw < MAXW ? realloc(all, used + l + 1) : NULL;
+            if (!g) {
+                ok = 0;
+                break;
+            }
+            all = g, cap = used + l + 1;
+            memcpy(all + used, v ? v : "", l);
+            all[used + l] = 0;
+            at[nw++] = used;
+            used = cap;
+        }
+        exact = ok && nw > 0;
+        for (int k = 0; exact && k < nw; k++) words[k] = all + at[k];
+        if (exact) gm_cmd_join(words, nw, out, n);
+        free(all);
+    }
+    sqlite3_finalize(st);
+    if (exact) return 1;
+    /* older recordings: meta.cmdline alone, the arguments joined by spaces; they are split
+     * there again, as re-runs always did (an argument that had a space is then two) */
+    char line[8192], buf[8192];
+    gm_meta_text(d, "cmdline", line, sizeof line);
+    nw = split_spaces(line, buf, sizeof buf, words, MAXW);
+    gm_cmd_join(words, nw, out, n);
+    return 0;
+}
+
 void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o) {
     gm_meta_text(d, "argv0_path", o->argv0_path, sizeof o->argv0_path);
+    char a[2];
+    gm_meta_text(d, "argv", a, sizeof a); /* recorded since gpumem wrote it: the words exactly */
+    o->argv_exact = a[0] == '[';
     gm_meta_text(d, "exe", o->exe, sizeof o->exe);
     gm_meta_text(d, "cwd", o->cwd, sizeof o->cwd);
+    snprintf(o->path, sizeof o->path, "%s", d->path);
 }
 
 /* The program execvp would run for name (no '/') in this PATH, into buf; "" when none. */
@@ -232,9 +373,9 @@ static void path_lookup(const char *name, char *buf, size_t n) {
 }
 
 const char *gm_rerun_program(const gm_rerun_origin *o, const char *cmdline, char *buf, size_t n) {
-    char a0[1024];
-    size_t l = strcspn(cmdline ? cmdline : "", " ");
-    snprintf(a0, sizeof a0, "%.*s", (int)l, cmdline ? cmdline : "");
+    char a0[1024], wbuf[8192], *w[1024];
+    if (gm_cmd_split(cmdline, wbuf, sizeof wbuf, w, 1024) > 0) snprintf(a0, sizeof a0, "%s", w[0]);
+    else a0[0] = 0;
     if (o && o->argv0_path[0]) {
         snprintf(buf, n, "%s", o->argv0_path);
     } else if (strchr(a0, '/') && access(a0, X_OK) == 0) {
@@ -353,13 +494,25 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
                  cwd, strerror(e));
         return -1;
     }
-    char *save = NULL;
     int first = argc;
-    for (char *t = strtok_r(cmd, " ", &save); t && argc < 278; t = strtok_r(NULL, " ", &save)) {
-        argv[argc] = argc == first ? prog : t;
-        argc++;
+    char words_buf[sizeof cmd];
+    int nw = gm_cmd_split(cmd, words_buf, sizeof words_buf, argv + argc, 278 - argc);
+    if (nw <= 0) {
+        snprintf(err, errsz, "the command to re-run is not a line of words (unbalanced quote, or too long): %.1000s",
+                 cmd);
+        return -1;
     }
+    argv[argc] = prog;
+    argc += nw;
     argv[argc] = NULL;
+    if (o && !o->argv_exact && !legacy_noted) {
+        legacy_noted = 1;
+        fprintf(stderr,
+                "gpumem: note: %s has no meta.argv (recorded by an older gpumem): its command line is re-run as "
+                "meta.cmdline has it, split at spaces, so an argument that had a space, a quote or nothing in it "
+                "does not run as it was; record again to re-run it exactly\n",
+                o->path[0] ? o->path : "the recording");
+    }
     /* the child's stderr, read back when it fails (unlinked at once: nothing left behind) */
     char errpath[] = "/tmp/gpumem-check-stderr-XXXXXX";
     int errfd = mkstemp(errpath);
@@ -417,14 +570,15 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
         shell_line(argv, cwd, var, conf_set ? conf : NULL, line, sizeof line);
         char why[1600] = "";
         const char *a0 = argv[first];
-        size_t l0 = strcspn(cmdline, " ");
-        if (resolved && (strlen(a0) != l0 || strncmp(a0, cmdline, l0)))
+        char rec0[1024];
+        gm_rerun_program(NULL, cmdline, rec0, sizeof rec0); /* the recorded argv[0] */
+        if (resolved && strcmp(a0, rec0))
             snprintf(why, sizeof why,
-                     "; the recording does not say through which path its '%.*s' ran (meta.argv0_path, written "
+                     "; the recording does not say through which path its '%.200s' ran (meta.argv0_path, written "
                      "by newer recorders), so it ran %.900s, where its links lead: a program that finds its "
                      "files through its own path (a virtual environment's python) may fail so; put the "
                      "program's directory first in PATH (activate the environment), or record again",
-                     (int)(l0 < 200 ? l0 : 200), cmdline, a0);
+                     rec0, a0);
         snprintf(err, errsz,
                  "the re-run%s%s%s%s%s%s%s%s%s failed (%s)%s%s%s%s; to see all of its output, run: %s",
                  ranks ? " under mpirun -np " : "", ranks ? np : "", with ? " with '" : "", with ? extra_args : "",

@@ -64,6 +64,12 @@ typedef struct gm_db {
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
  * and what to do). Never crashes on a bad file. */
 int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz);
+/* gm_db_open for a caller that must leave the file exactly as it found it (gpumem record -q's
+ * look at how a recording ended): the same checks, and nothing is folded or written — the file,
+ * its -wal and its -shm keep their bytes, and no side file is created or removed. A -wal's
+ * commits are read (through a private WAL index, never the -shm: snapshot/read/gm_db.c,
+ * "gm-asis"); so the file must be one no process is writing (a finished or killed recording). */
+int gm_db_open_as_found(const char *path, gm_db *d, char *err, size_t errsz);
 /* The same checks on a database image in memory (sqlite3_deserialize, read-only; data must stay
  * valid and unchanged until gm_db_close; name stands for the path in messages). The fuzzers
  * use it: no file per input. */

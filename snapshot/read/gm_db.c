@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,7 +246,144 @@ static int open_immutable(const char *path, sqlite3 **db) {
     return sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
 }
 
-int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
+/* ---- as found: a VFS that reads a file, its -wal included, and changes nothing ----
+ *
+ * A read-only connection still writes: SQLite keeps a WAL's index in the -shm beside the file,
+ * which it creates when it is missing and writes its read marks and a rebuilt index into
+ * (immutable=1 writes nothing but reads no -wal: a killed recording's last commits are
+ * there). "gm-asis" is the default VFS with two changes: every file opens read-only, and the
+ * WAL index is this connection's own heap memory, so -shm is never opened, created or
+ * written; SQLite rebuilds the index from the -wal (its recovery) into that memory. Nothing
+ * is deleted. Its index is seen by no other connection: it is for a file no process is writing
+ * (a finished or killed recording), as gm_db_open_as_found says. */
+typedef struct asis_file {
+    sqlite3_file base;     /* pMethods: asis_io */
+    void **region;         /* the WAL index: nregion regions of region_size bytes */
+    int nregion, region_size;
+    sqlite3_file *real;    /* the default VFS's file, right after this struct */
+} asis_file;
+
+static sqlite3_vfs asis_vfs, *asis_base;
+static sqlite3_io_methods asis_io;
+
+#define REAL(f) (((asis_file *)(f))->real)
+static int asis_close(sqlite3_file *f) {
+    asis_file *a = (asis_file *)f;
+    for (int i = 0; i < a->nregion; i++) free(a->region[i]);
+    free(a->region);
+    a->region = NULL, a->nregion = 0;
+    return REAL(f)->pMethods->xClose(REAL(f));
+}
+static int asis_read(sqlite3_file *f, void *p, int n, sqlite3_int64 off) {
+    return REAL(f)->pMethods->xRead(REAL(f), p, n, off);
+}
+static int asis_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off) {
+    (void)f, (void)p, (void)n, (void)off;
+    return SQLITE_READONLY;
+}
+static int asis_truncate(sqlite3_file *f, sqlite3_int64 n) {
+    (void)f, (void)n;
+    return SQLITE_READONLY;
+}
+static int asis_sync(sqlite3_file *f, int flags) {
+    (void)f, (void)flags;
+    return SQLITE_OK; /* nothing was written */
+}
+static int asis_size(sqlite3_file *f, sqlite3_int64 *n) { return REAL(f)->pMethods->xFileSize(REAL(f), n); }
+static int asis_lock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xLock(REAL(f), l); }
+static int asis_unlock(sqlite3_file *f, int l) { return REAL(f)->pMethods->xUnlock(REAL(f), l); }
+static int asis_reserved(sqlite3_file *f, int *r) { return REAL(f)->pMethods->xCheckReservedLock(REAL(f), r); }
+static int asis_fcntl(sqlite3_file *f, int op, void *arg) {
+    return REAL(f)->pMethods->xFileControl(REAL(f), op, arg);
+}
+static int asis_sector(sqlite3_file *f) { return REAL(f)->pMethods->xSectorSize(REAL(f)); }
+static int asis_devchar(sqlite3_file *f) {
+    return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f));
+}
+static int asis_shm_map(sqlite3_file *f, int i, int size, int extend, void volatile **pp) {
+    asis_file *a = (asis_file *)f;
+    (void)extend; /* the index exists from the start: it is this connection's */
+    *pp = NULL;
+    if (a->nregion && size != a->region_size) return SQLITE_IOERR_SHMMAP;
+    if (i >= a->nregion) {
+        void **g = realloc(a->region, (size_t)(i + 1) * sizeof *g);
+        if (!g) return SQLITE_NOMEM;
+        a->region = g;
+        for (; a->nregion <= i; a->nregion++)
+            if (!(a->region[a->nregion] = calloc(1, (size_t)size))) return SQLITE_NOMEM;
+        a->region_size = size;
+    }
+    *pp = a->region[i];
+    return SQLITE_OK;
+}
+static int asis_shm_lock(sqlite3_file *f, int off, int n, int flags) {
+    (void)f, (void)off, (void)n, (void)flags;
+    return SQLITE_OK; /* no other connection sees this index */
+}
+static void asis_shm_barrier(sqlite3_file *f) {
+    (void)f;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+static int asis_shm_unmap(sqlite3_file *f, int del) {
+    asis_file *a = (asis_file *)f;
+    (void)del; /* there is no -shm to delete */
+    for (int i = 0; i < a->nregion; i++) free(a->region[i]);
+    free(a->region);
+    a->region = NULL, a->nregion = 0;
+    return SQLITE_OK;
+}
+static int asis_fetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp) {
+    return REAL(f)->pMethods->xFetch(REAL(f), off, n, pp);
+}
+static int asis_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p) {
+    return REAL(f)->pMethods->xUnfetch(REAL(f), off, p);
+}
+#undef REAL
+
+static int asis_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags, int *out) {
+    (void)vfs;
+    asis_file *a = (asis_file *)f;
+    memset(a, 0, sizeof *a);
+    a->real = (sqlite3_file *)(a + 1);
+    flags = (flags & ~(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_DELETEONCLOSE)) | SQLITE_OPEN_READONLY;
+    int rc = asis_base->xOpen(asis_base, name, a->real, flags, out);
+    a->base.pMethods = rc == SQLITE_OK && a->real->pMethods ? &asis_io : NULL;
+    if (out) *out = (*out & ~(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY;
+    return rc;
+}
+static int asis_delete(sqlite3_vfs *vfs, const char *name, int sync) {
+    (void)vfs, (void)name, (void)sync;
+    return SQLITE_IOERR_DELETE; /* as found: nothing goes */
+}
+
+static void asis_register(void) {
+    asis_base = sqlite3_vfs_find(NULL);
+    if (!asis_base) return;
+    asis_vfs = *asis_base;
+    asis_vfs.pNext = NULL;
+    asis_vfs.zName = "gm-asis";
+    asis_vfs.szOsFile = (int)sizeof(asis_file) + asis_base->szOsFile;
+    asis_vfs.xOpen = asis_open;
+    asis_vfs.xDelete = asis_delete;
+    asis_io = (sqlite3_io_methods){
+        .iVersion = 3, .xClose = asis_close, .xRead = asis_read, .xWrite = asis_write,
+        .xTruncate = asis_truncate, .xSync = asis_sync, .xFileSize = asis_size, .xLock = asis_lock,
+        .xUnlock = asis_unlock, .xCheckReservedLock = asis_reserved, .xFileControl = asis_fcntl,
+        .xSectorSize = asis_sector, .xDeviceCharacteristics = asis_devchar, .xShmMap = asis_shm_map,
+        .xShmLock = asis_shm_lock, .xShmBarrier = asis_shm_barrier, .xShmUnmap = asis_shm_unmap,
+        .xFetch = asis_fetch, .xUnfetch = asis_unfetch};
+    if (sqlite3_vfs_register(&asis_vfs, 0) != SQLITE_OK) asis_base = NULL;
+}
+
+static int db_open(const char *path, gm_db *d, int as_found, char *err, size_t errsz);
+
+int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) { return db_open(path, d, 0, err, errsz); }
+
+int gm_db_open_as_found(const char *path, gm_db *d, char *err, size_t errsz) {
+    return db_open(path, d, 1, err, errsz);
+}
+
+static int db_open(const char *path, gm_db *d, int as_found, char *err, size_t errsz) {
     memset(d, 0, sizeof *d);
     snprintf(d->path, sizeof d->path, "%s", path);
     struct stat st;
@@ -300,7 +438,18 @@ int gm_db_open(const char *path, gm_db *d, char *err, size_t errsz) {
     /* NOMUTEX: one thread uses the connection; otherwise every sqlite3_column_* call takes a
      * mutex, which is a tenth of a 10-million-event report */
     int rc;
-    if (may_write(file)) {
+    if (as_found) {
+        /* no -wal (or an empty one): the file alone is the database, read as it is; else the
+         * -wal too, through gm-asis (above), which writes nothing */
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, asis_register);
+        if (gm_db_wal_bytes(file) <= 32)
+            rc = open_immutable(file, &d->db);
+        else if (!asis_base)
+            rc = SQLITE_CANTOPEN;
+        else
+            rc = sqlite3_open_v2(file, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, "gm-asis");
+    } else if (may_write(file)) {
         rc = sqlite3_open_v2(file, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
         d->writable = rc == SQLITE_OK;
         if (rc != SQLITE_OK) {

@@ -282,6 +282,13 @@ typedef struct rec_alloc_stats {
 } rec_alloc_stats;
 void rec_stats(const rec_alloc_stats *st);
 
+/* ---- The program's start: its working directory then (meta.cwd), which its arguments'
+ * relative paths are from, however long before its first CUDA call the recording opens (a
+ * program may chdir first). The preload's constructor calls it (exec: the new image's); a
+ * forked child keeps its parent's, whose command line it has. Only getcwd: no CUDA, no SQLite.
+ * Without it (a program linking the recorder itself), meta.cwd is the directory at the open. */
+void rec_note_start(void);
+
 /* ---- Metadata: free-form key/value pairs stored in `meta` (mode, config, device name...). -- */
 void rec_meta(const char *key, const char *value);
 

@@ -70,6 +70,8 @@ typedef struct rec_state {
     rec_item *items, **items_tail;
     rec_ring ring;
     uint64_t start_ns;            /* CLOCK_MONOTONIC origin */
+    char start_cwd[4096];         /* the working directory at the program's start ("" unknown:
+                                     rec_note_start) */
     int64_t start_unix_ns;        /* CLOCK_REALTIME at that origin (meta start_unix_ns) */
     int use_tsc;                  /* timestamps are TSC ticks (invariant TSC, calibrated) */
     uint64_t tsc0;                /* TSC at start_ns */

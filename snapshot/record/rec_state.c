@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 rec_state rec_g = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -15,6 +16,10 @@ rec_state rec_g = {
     .lock_fd = -1,
     .items_tail = &rec_g.items,
 };
+
+void rec_note_start(void) {
+    if (!getcwd(rec_g.start_cwd, sizeof rec_g.start_cwd)) rec_g.start_cwd[0] = 0;
+}
 
 uint64_t rec_now_ns(void) {
     struct timespec ts;

@@ -418,6 +418,54 @@ static void read_cmdline(char *buf, size_t n) {
     buf[r] = 0;
 }
 
+/* meta.argv: the arguments exactly, as a JSON array of strings (meta.cmdline joins them with
+ * spaces for people, and cannot be split back: an argument may hold a space, a quote, a
+ * newline or nothing). The bytes are the program's own; '"', '\\' and control characters are
+ * escaped. NULL when /proc/self/cmdline cannot be read; the caller frees it. */
+static char *read_argv_json(void) {
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    size_t cap = 4096, len = 0;
+    char *raw = malloc(cap);
+    for (ssize_t r; raw; len += (size_t)r) {
+        if (len == cap) {
+            char *g = cap < (1u << 24) ? realloc(raw, cap * 2) : NULL; /* ARG_MAX is far below */
+            if (!g) break;
+            raw = g, cap *= 2;
+        }
+        r = read(fd, raw + len, cap - len);
+        if (r <= 0) break;
+    }
+    close(fd);
+    if (!raw) return NULL;
+    /* at most 6 bytes per byte (\u00XX), the brackets, the quotes and commas */
+    char *js = malloc(len * 6 + 3 * len + 8);
+    if (!js) {
+        free(raw);
+        return NULL;
+    }
+    size_t o = 0;
+    js[o++] = '[';
+    for (size_t i = 0; i < len;) { /* each argument ends with its NUL */
+        if (o > 1) js[o++] = ',';
+        js[o++] = '"';
+        for (; i < len && raw[i]; i++) {
+            unsigned char c = (unsigned char)raw[i];
+            if (c == '"' || c == '\\') js[o++] = '\\', js[o++] = (char)c;
+            else if (c == '\n') js[o++] = '\\', js[o++] = 'n';
+            else if (c == '\t') js[o++] = '\\', js[o++] = 't';
+            else if (c < 0x20 || c == 0x7f) o += (size_t)sprintf(js + o, "\\u%04x", c);
+            else js[o++] = (char)c;
+        }
+        js[o++] = '"';
+        i++; /* its NUL */
+    }
+    js[o++] = ']';
+    js[o] = 0;
+    free(raw);
+    return js;
+}
+
 /* The path the program was run through (meta.argv0_path): its argv[0] as the exec found it, a
  * name without '/' looked up in PATH, made absolute with the working directory but with its
  * links kept, since a program may find its surroundings through the path it was run by and
@@ -583,14 +631,19 @@ int rec_writer_open_db(rec_state *g) {
     if (run && *run) meta_text(w, "record_run", run);
     read_cmdline(buf, sizeof buf);
     meta_text(w, "cmdline", buf);
+    char *argv_json = read_argv_json();
+    if (argv_json) meta_text(w, "argv", argv_json);
+    free(argv_json);
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     buf[n > 0 ? n : 0] = 0;
     meta_text(w, "exe", buf);
     {
         /* what `--check` needs to run the command again as it ran here: the working directory
-         * its relative paths are from, and the path argv[0] was found at */
+         * its relative paths are from (the one it started in: rec_note_start), and the path
+         * argv[0] was found at */
         char cwd[4096], a0[4096];
-        if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+        if (g->start_cwd[0]) snprintf(cwd, sizeof cwd, "%s", g->start_cwd);
+        else if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
         meta_text(w, "cwd", cwd);
         argv0_path(buf, cwd, a0, sizeof a0);
         meta_text(w, "argv0_path", a0);

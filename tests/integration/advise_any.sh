@@ -147,7 +147,8 @@ ok "bf16: gpt2 --recompute layer and $(jq '[(.recommendations + .combinations)[]
 
 # ---- --check: a failed re-run, a plan that measures over its budget
 cp "$TMP/t.db" "$TMP/bad.db"
-"$GM" sql "$TMP/bad.db" --write -c "UPDATE meta SET value = value || ' --no-such-flag' WHERE key = 'cmdline'" > /dev/null
+"$GM" sql "$TMP/bad.db" --write -c "UPDATE meta SET value = value || ' --no-such-flag' WHERE key = 'cmdline';
+  UPDATE meta SET value = json_insert(value, '\$[#]', '--no-such-flag') WHERE key = 'argv'" > /dev/null
 set +e
 "$GM" advise "$TMP/bad.db" --try '--grad-none' --check --json > "$TMP/bad.json" 2> /dev/null
 rc=$?
@@ -155,7 +156,8 @@ set -e
 (( rc == 1 )) && jq -e '.check_failed == 1 and (.recommendations[0].check_error | test("failed"))' "$TMP/bad.json" > /dev/null \
   || fail "a failed re-run: exit $rc, $(jq -c '{check_failed, e: .recommendations[0].check_error}' "$TMP/bad.json")"
 cp "$TMP/t.db" "$TMP/b8.db" # its re-runs are made with -B 8: the plan for -B 4 misses
-"$GM" sql "$TMP/b8.db" --write -c "UPDATE meta SET value = value || ' -B 8' WHERE key = 'cmdline'" > /dev/null
+"$GM" sql "$TMP/b8.db" --write -c "UPDATE meta SET value = value || ' -B 8' WHERE key = 'cmdline';
+  UPDATE meta SET value = json_insert(value, '\$[#]', '-B', '\$[#]', '8') WHERE key = 'argv'" > /dev/null
 budget=$(( $(jq .baseline.peak_reserved "$TMP/t.json") - 1 ))
 set +e
 "$GM" advise "$TMP/b8.db" --budget "$budget" --check --top 1 > "$TMP/b8.txt" 2> "$TMP/b8.err"

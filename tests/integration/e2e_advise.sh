@@ -132,7 +132,8 @@ ok "without uses: recompute and accumulation advice, and the note"
 
 # ---- not the trainer: the same recording under another command line gets words, not flags
 cp "$TMP/g2.db" "$TMP/other.db"
-"$GM" sql "$TMP/other.db" --write -c "UPDATE meta SET value = 'python3 train.py --batch 8' WHERE key = 'cmdline'" > /dev/null
+"$GM" sql "$TMP/other.db" --write -c "UPDATE meta SET value = 'python3 train.py --batch 8' WHERE key = 'cmdline';
+  UPDATE meta SET value = json_array('python3', 'train.py', '--batch', '8') WHERE key = 'argv'" > /dev/null
 "$GM" advise "$TMP/other.db" --json > "$TMP/o.json"
 jq -e '(.recommendations | length) as $n | .trainer == false and $n > 0
        and ([.recommendations[] | select(.flags == null and (.how | test("torch")))] | length == $n)' \

@@ -3,7 +3,12 @@
 # virtual GPU and the trainers in lib/gpumem/, the user API header in include/, and a
 # pkg-config file that compiles and links a program against it. The installed tree works:
 # gpumem record runs the installed trainer on the installed virtual GPU.
+# The manifest (share/gpumem/install_manifest.txt) lists every path install wrote, and nothing
+# else; make uninstall removes exactly those (PREFIX, and DESTDIR as install had it): a file
+# changed since install is kept and said (exit 1), a file install did not write is never
+# touched, and with no manifest nothing is removed.
 set -uo pipefail
+source "$(dirname "$0")/../pipe.bash" # grepq
 BUILD=${BUILD:-build}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # what is installed is the plain build; a sanitizer build's library needs its runtime preloaded
@@ -42,3 +47,37 @@ GPUMEM_QUIET=1 "$P/bin/gpumem" record -q -o "$TMP/t.db" -- "$P/lib/gpumem/train_
     || { cat "$TMP/t.out"; fail "the installed gpumem does not record the installed trainer"; }
 "$P/bin/gpumem" report "$TMP/t.db" > /dev/null || fail "the installed gpumem cannot report"
 echo "ok: installed bin/, lib/gpumem/, include/gpumem.h, lib/pkgconfig/gpumem.pc; pkg-config builds a user of the API"
+
+# the manifest: every file and link under the prefix that install wrote, and only those
+M=share/gpumem/install_manifest.txt
+# listed ROOT: the files and links under ROOT, relative, sorted
+listed() { (cd "$1" && find . \( -type f -o -type l \) | sed 's|^\./||' | sort); }
+uninstall() { make -s uninstall "$@" SAN="${SAN:-}" > "$TMP/un.log" 2>&1; }
+P2=$TMP/prefix2
+make -s install PREFIX="$P2" SAN="${SAN:-}" > "$TMP/log" 2>&1 || { tail -20 "$TMP/log"; fail "make install failed"; }
+diff <({ awk '{ print $2 }' "$P2/$M"; echo "$M"; } | sort) <(listed "$P2") | sed 's/^/  /' > "$TMP/d" \
+  || { cat "$TMP/d"; fail "the manifest is not what install wrote (< listed only, > written only)"; }
+[[ $(wc -l < "$P2/$M") -ge 18 ]] || fail "the manifest lists $(wc -l < "$P2/$M") paths"
+# rows: what is there beside the install before uninstall | what must be left after | exit
+mkdir -p "$P2/bin" "$P2/lib/gpumem" "$P2/share/gpumem"
+echo mine > "$P2/bin/other-tool"                     # another package's, in a shared directory
+echo mine > "$P2/lib/gpumem/notes.txt"               # the user's, in gpumem's own directory
+echo "-- edited" >> "$P2/share/gpumem/schema.sql"    # changed since install
+rm "$P2/lib/gpumem/libcuda.so" && ln -s /elsewhere "$P2/lib/gpumem/libcuda.so" # a link changed
+uninstall PREFIX="$P2" && fail "uninstall with a changed file exits 0"
+grepq -F "kept share/gpumem/schema.sql" < "$TMP/un.log" || fail "uninstall does not say it kept the edited file: $(cat "$TMP/un.log")"
+grepq -F "kept lib/gpumem/libcuda.so" < "$TMP/un.log" || fail "uninstall does not say it kept the changed link: $(cat "$TMP/un.log")"
+want=$'bin/other-tool\nlib/gpumem/libcuda.so\nlib/gpumem/notes.txt\nshare/gpumem/schema.sql'
+got=$(listed "$P2")
+[[ $got == "$want" ]] || fail "after uninstall, left: $(echo $got); want: $(echo $want)"
+echo "ok: uninstall removed what install wrote, kept the changed file and link (said, exit 1) and what it did not write"
+# DESTDIR as install had it; everything goes, and gpumem's own directories with it
+D=$TMP/dest
+make -s install DESTDIR="$D" PREFIX=/opt/gm SAN="${SAN:-}" > "$TMP/log" 2>&1 || { tail -20 "$TMP/log"; fail "make install DESTDIR failed"; }
+uninstall PREFIX=/opt/gm && fail "uninstall without the DESTDIR of install succeeded: $(cat "$TMP/un.log")"
+grepq -F "nothing removed" < "$TMP/un.log" || fail "uninstall without a manifest does not say nothing was removed"
+[[ -f $D/opt/gm/$M ]] || fail "uninstall without the DESTDIR removed the manifest"
+uninstall DESTDIR="$D" PREFIX=/opt/gm || fail "uninstall DESTDIR: $(cat "$TMP/un.log")"
+[[ -z $(listed "$D") ]] || fail "after uninstall DESTDIR, left: $(listed "$D" | head -5)"
+[[ ! -e $D/opt/gm/lib/gpumem && ! -e $D/opt/gm/share/gpumem ]] || fail "gpumem's own empty directories were left"
+echo "ok: make uninstall DESTDIR=... removed every path of the manifest and gpumem's directories"

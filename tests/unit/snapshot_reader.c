@@ -163,6 +163,80 @@ static void killed_process(void **state) {
     gm_db_close(&d);
 }
 
+/* A file's bytes, or NULL (and *n 0) when it is not there. */
+static char *file_bytes(const char *p, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    size_t cap = 0;
+    for (size_t got; (cap - *n) || (b = realloc(b, cap = cap * 2 + 4096)); *n += got)
+        if ((got = fread(b + *n, 1, cap - *n, f)) == 0) break;
+    fclose(f);
+    return b;
+}
+
+/* gm_db_open_as_found leaves a file exactly as it found it, and still reads what a killed
+ * recorder left in its -wal. One row per way a recording lies on disk: killed (-wal and -shm
+ * beside it), killed with its -shm gone (SQLite would create one), finished (no side file).
+ * Each of the three files has the same bytes (or is still absent) after the open, a model
+ * load and the close; the killed rows read their 100 allocations, which are in the -wal. */
+static void as_found_table(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int killed, drop_shm;
+    } rows[] = {{"killed", 1, 0}, {"killed-noshm", 1, 1}, {"closed", 0, 0}};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        char p[512], side[3][600], name[64];
+        snprintf(name, sizeof name, "asfound-%s.db", rows[r].name);
+        snap_path(p, sizeof p, name);
+        snprintf(side[0], sizeof side[0], "%s", p);
+        assert_int_equal(rec_db_side(p, REC_SIDE_WAL, side[1], sizeof side[1]), 0);
+        assert_int_equal(rec_db_side(p, REC_SIDE_SHM, side[2], sizeof side[2]), 0);
+        for (int k = 0; k < 3; k++) unlink(side[k]);
+        if (rows[r].killed) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                rec_options o = {.path = p, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+                if (rec_open(&o) != 0) _exit(2);
+                for (int i = 0; i < 100; i++) rec_event(REC_ALLOC, 0, 0, 0x1000 + (uint64_t)i * 64, 64, 64, 1);
+                rec_flush();
+                kill(getpid(), SIGKILL);
+                _exit(3);
+            }
+            int st;
+            waitpid(pid, &st, 0);
+            assert_true(WIFSIGNALED(st));
+            struct stat wst;
+            assert_int_equal(stat(side[1], &wst), 0); /* the killed recorder's -wal is there */
+            assert_true(wst.st_size > 32);
+            if (rows[r].drop_shm) assert_int_equal(unlink(side[2]), 0);
+        } else {
+            make_db(p, 100);
+        }
+        char *before[3];
+        size_t nb[3];
+        for (int k = 0; k < 3; k++) before[k] = file_bytes(side[k], &nb[k]);
+        gm_db d;
+        gm_model m;
+        if (gm_db_open_as_found(p, &d, err, sizeof err) != 0) fail_msg("%s: %s", rows[r].name, err);
+        assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+        assert_int_equal(m.count_kind[REC_ALLOC], rows[r].killed ? 100 : 101);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        for (int k = 0; k < 3; k++) {
+            size_t na;
+            char *after = file_bytes(side[k], &na);
+            if ((after == NULL) != (before[k] == NULL) || na != nb[k] || (na && memcmp(after, before[k], na)))
+                fail_msg("%s: %s was %s (%zu bytes) and is %s (%zu bytes) after gm_db_open_as_found", rows[r].name,
+                         side[k], before[k] ? "there" : "absent", nb[k], after ? "there" : "absent", na);
+            free(after);
+            free(before[k]);
+        }
+    }
+}
+
 /* A database still being written (WAL, writer alive in this very process). */
 static void still_being_written(void **state) {
     (void)state;
@@ -296,6 +370,7 @@ int main(void) {
         cmocka_unit_test(newer_schema_refused_missing_table_named),
         cmocka_unit_test(truncated_and_corrupted),
         cmocka_unit_test(killed_process),
+        cmocka_unit_test(as_found_table),
         cmocka_unit_test(still_being_written),
         cmocka_unit_test(inconsistent_rows),
         cmocka_unit_test(oom_advice_kinds),
