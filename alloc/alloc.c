@@ -2110,7 +2110,7 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     o->reserved = (size_t)a->st.reserved_bytes.current;
     o->free_cached = a->cached_free;
     o->pending = a->pending_bytes;
-    o->limit = a->cfg.limit == ALLOC_NO_LIMIT ? 0 : a->cfg.limit;
+    o->limit = a->cfg.limit; /* ALLOC_NO_LIMIT: none (0 is 0 bytes) */
     o->backend_error = be_err;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {

@@ -452,8 +452,8 @@ struct alloc_oom_info {
     size_t free_cached;        /* free bytes inside reserved memory ("free in fragments") */
     size_t largest_free_block; /* largest free block of any pool */
     size_t pending;            /* bytes freed but waiting for events */
-    size_t limit;              /* cap on reserved (0 = none: ALLOC_NO_LIMIT reads as 0 here, the
-                                  recording's and the reports' word for none) */
+    size_t limit;              /* cap on reserved: ALLOC_NO_LIMIT where there is none (0 is a
+                                  cap of 0 bytes, as alloc_config_t.limit says) */
     size_t device_free;        /* backend's free memory at failure */
     size_t device_total;
     int backend_error; /* raw backend code if the failure was not a plain OOM */

@@ -825,7 +825,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     out->oom.stream = (uintptr_t)e->stream;
                     out->oom.allocated = (size_t)st.allocated_bytes.current;
                     out->oom.reserved = (size_t)st.reserved_bytes.current;
-                    out->oom.limit = cfg && cfg->limit != ALLOC_NO_LIMIT ? cfg->limit : 0;
+                    out->oom.limit = cfg ? cfg->limit : ALLOC_NO_LIMIT;
                     out->num_ooms++;
                 }
             } else {

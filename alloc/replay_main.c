@@ -371,9 +371,14 @@ int main(int argc, char **argv)
                        (unsigned long long)r.held_frees);
             if (r.oom_index >= 0) {
                 printf(" oom_requested=%zu oom_allocated=%zu oom_reserved=%zu oom_free_cached=%zu "
-                       "oom_largest_free=%zu oom_limit=%zu",
+                       "oom_largest_free=%zu oom_limit=",
                        r.oom.requested, r.oom.allocated, r.oom.reserved, r.oom.free_cached,
-                       r.oom.largest_free_block, r.oom.limit);
+                       r.oom.largest_free_block);
+                /* none, or the cap in bytes: 0 is a cap of 0 bytes, never "none" */
+                if (r.oom.limit == ALLOC_NO_LIMIT)
+                    printf("none");
+                else
+                    printf("%zu", r.oom.limit);
                 status = 1;
             }
             if (segments) {

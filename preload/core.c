@@ -300,7 +300,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
         o.device = device;
         o.stream = (uint64_t)(uintptr_t)stream;
         o.requested = requested;
-        o.limit = gm_limit == ALLOC_NO_LIMIT ? 0 : gm_limit; /* the recording's 0: none */
+        o.limit = gm_limit == ALLOC_NO_LIMIT ? REC_NO_LIMIT : gm_limit; /* 0 is 0 bytes */
         o.name = named ? pending_name : NULL;
         rec_oom(&o);
         pending_name[0] = 0;
@@ -441,7 +441,7 @@ void gm_rec_oom(int device, const alloc_oom_info_t *info)
     o.largest_free = info->largest_free_block;
     o.device_free = info->device_free;
     o.device_total = info->device_total;
-    o.limit = info->limit;
+    o.limit = info->limit == ALLOC_NO_LIMIT ? REC_NO_LIMIT : info->limit; /* 0 is 0 bytes */
     o.name = pending_name[0] ? pending_name : NULL;
     rec_oom(&o);
     pending_name[0] = 0;

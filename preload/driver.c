@@ -862,7 +862,15 @@ static void capture_release_if_done(size_t i) /* under capture_lock; releases it
         gm_heap_capture_release(key);
 }
 
-static int gm_capture_hooks_on(void) { return !gm_forked_child && gm_mode_peek() == GM_MODE_REPLACE; }
+/* Captures are followed in both modes that record: what a stream-ordered allocation on a
+ * capturing stream is (the graph's memory node, flag GM_EVF_GRAPH) does not depend on who serves
+ * the others; in record mode there is no allocator for the capture to hold blocks in, so only
+ * the bookkeeping runs. */
+static int gm_capture_hooks_on(void)
+{
+    gm_mode_t m = gm_mode_peek();
+    return !gm_forked_child && (m == GM_MODE_REPLACE || m == GM_MODE_RECORD);
+}
 
 /* The capture sequences underway (begun, not yet ended: an invalidated one still counts), with
  * the mode each began in and its thread: what decides whether a potentially unsafe call is
@@ -1094,6 +1102,49 @@ static CUresult h_cuGraphDestroy(CUgraph g)
     return r;
 }
 
+/* A graph built node by node: cuGraphAddMemAllocNode (and the runtime's
+ * cudaGraphAddMemAllocNode, which reaches it through cuGetProcAddress) makes the same allocation
+ * node a captured cuMemAllocAsync makes, its address fixed now, on the device its pool
+ * properties name; cuGraphAddMemFreeNode the same free node. Recorded as the captured ones are,
+ * in both modes (the driver serves graph memory in both): the allocation with GM_EVF_GRAPH when
+ * the node is made, its free when the free node is. */
+static CUresult (*real_cuGraphAddMemAllocNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                               CUDA_MEM_ALLOC_NODE_PARAMS *);
+static CUresult h_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                         size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    CUresult r = real_cuGraphAddMemAllocNode(node, g, deps, ndeps, params);
+    if (r != CUDA_SUCCESS || !params || !params->dptr || gm_pass() || !gm_capture_hooks_on())
+        return r;
+    int dev = params->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                  ? params->poolProps.location.id
+                  : -1;
+    gm_stat_add(GM_ST_PASSTHROUGH, 1);
+    gm_pt_add(params->dptr, params->bytesize, GM_PT_GRAPH, dev);
+    gm_next_alloc_flags = GM_EVF_GRAPH;
+    gm_event(GM_EV_ALLOC_ASYNC, dev, 0, params->dptr, params->bytesize, params->bytesize);
+    gm_next_alloc_flags = 0;
+    return r;
+}
+
+static CUresult (*real_cuGraphAddMemFreeNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                              CUdeviceptr);
+static CUresult h_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                        size_t ndeps, CUdeviceptr p)
+{
+    CUresult r = real_cuGraphAddMemFreeNode(node, g, deps, ndeps, p);
+    size_t size;
+    enum gm_pt_kind k;
+    int dev;
+    /* the driver took it: a graph allocation (one made before the recording is not known) */
+    if (r == CUDA_SUCCESS && !gm_pass() && gm_capture_hooks_on() &&
+        gm_pt_remove(p, &size, &k, &dev)) {
+        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
+        gm_event(GM_EV_FREE_ASYNC, dev, 0, p, size, 0);
+    }
+    return r;
+}
+
 /* Legacy IPC handles cannot share gpumem's memory (virtual memory mappings): say so and how. */
 static CUresult (*real_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 static CUresult h_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
@@ -1123,8 +1174,7 @@ static CUresult h_cuMemHostUnregister(void *p)
 static CUresult (*real_cuMemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
 static CUresult (*real_cuMemPoolSetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
 
-/* The device whose default pool `pool` is, or -1. */
-static int default_pool_device(CUmemoryPool pool)
+int gm_default_pool_device(CUmemoryPool pool)
 {
     if (!gm_real.cuDeviceGetDefaultMemPool || !pool)
         return -1;
@@ -1149,7 +1199,7 @@ static CUresult h_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a
     CUresult r = real_cuMemPoolGetAttribute(pool, a, v);
     int d;
     if (r != CUDA_SUCCESS || !v || gm_pass() || gm_mode() != GM_MODE_REPLACE || !pool_figure(a) ||
-        (d = default_pool_device(pool)) < 0)
+        (d = gm_default_pool_device(pool)) < 0)
         return r;
     unsigned long long used, high;
     gm_heap_pool_figures(d, &used, &high);
@@ -1165,7 +1215,7 @@ static CUresult h_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a
     int d;
     if (r == CUDA_SUCCESS && !gm_pass() && gm_mode() == GM_MODE_REPLACE &&
         (a == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || a == CU_MEMPOOL_ATTR_USED_MEM_HIGH) &&
-        (d = default_pool_device(pool)) >= 0)
+        (d = gm_default_pool_device(pool)) >= 0)
         gm_heap_pool_reset_high(d);
     return r;
 }
@@ -1334,6 +1384,10 @@ static struct hook_ent hooks[] = {
      (void *)h_cuGraphExecDestroy},
     {"cuGraphDestroy", 0, "cuGraphDestroy", (void **)(void *)&real_cuGraphDestroy,
      (void *)h_cuGraphDestroy},
+    {"cuGraphAddMemAllocNode", 0, "cuGraphAddMemAllocNode",
+     (void **)(void *)&real_cuGraphAddMemAllocNode, (void *)h_cuGraphAddMemAllocNode},
+    {"cuGraphAddMemFreeNode", 0, "cuGraphAddMemFreeNode",
+     (void **)(void *)&real_cuGraphAddMemFreeNode, (void *)h_cuGraphAddMemFreeNode},
     {"cuThreadExchangeStreamCaptureMode", 0, "cuThreadExchangeStreamCaptureMode",
      SLOT(cuThreadExchangeStreamCaptureMode), NULL},
     {"cuStreamGetDevice", 0, "cuStreamGetDevice", SLOT(cuStreamGetDevice), NULL},

@@ -500,6 +500,13 @@ CUresult gm_pm_cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CU
                                    unsigned long long flags);
 CUresult gm_pm_cuMemAddressFree(CUdeviceptr p, size_t size);
 CUresult gm_pm_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n);
+/* The device an allocation from `pool` is on: the pool's (one the program created: its location;
+ * a device's default pool: that device), whatever the stream's device or the current one is;
+ * the stream's device, then the current one, only where gpumem does not know the pool. Every
+ * pool entry point, runtime and driver, records its allocation (and its OOM) there. */
+int gm_pm_pool_device(CUmemoryPool pool, CUstream s);
+/* The device whose default pool `pool` is, or -1 (driver.c). */
+int gm_default_pool_device(CUmemoryPool pool);
 CUresult gm_pm_cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s);
 CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p,
                                             CUstream s);

@@ -238,8 +238,8 @@ CUresult gm_pm_cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc 
 /* ---- the program's own pools ---------------------------------------------------------------
  * An allocation from an explicit pool is the program's choice of allocator: passed through,
  * recorded with REC_F_POOL (its free is matched through the pass-through table). It is on the
- * pool's device (a pool the program created: its location; another, the device's default pool:
- * the stream's device), whatever the calling thread's current device is. */
+ * pool's device (a pool the program created: its location; a device's default pool: that
+ * device), whatever the stream's or the calling thread's current device is (gm_pm_pool_device). */
 struct pm_pool {
     uint64_t pool;
     int device;
@@ -259,11 +259,13 @@ static int pool_device(uint64_t pool, size_t *i)
     return -1;
 }
 
-static int pool_alloc_device(CUmemoryPool pool, CUstream s)
+int gm_pm_pool_device(CUmemoryPool pool, CUstream s)
 {
     pthread_mutex_lock(&pm_lock);
     int dev = pool_device((uint64_t)(uintptr_t)pool, NULL);
     pthread_mutex_unlock(&pm_lock);
+    if (dev < 0)
+        dev = gm_default_pool_device(pool);
     CUdevice d;
     if (dev < 0 && gm_stream_device(s, &d))
         dev = (int)d;
@@ -280,7 +282,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
     gm_stat_add(GM_ST_DRV_ALLOC_ASYNC, 1);
     CUresult r = real(dptr, size, pool, s);
     if (r == CUDA_SUCCESS) {
-        int dev = pool_alloc_device(pool, s);
+        int dev = gm_pm_pool_device(pool, s);
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, size, GM_PT_POOL, dev);
         gm_next_alloc_flags = GM_EVF_POOL;
@@ -288,7 +290,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
         gm_next_alloc_flags = 0;
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         gm_stat_add(GM_ST_OOM, 1);
-        gm_event(GM_EV_OOM, pool_alloc_device(pool, s), s, 0, 0, size);
+        gm_event(GM_EV_OOM, gm_pm_pool_device(pool, s), s, 0, 0, size);
     }
     return r;
 }

@@ -204,15 +204,16 @@ static cudaError_t rt_alloc(void **p, size_t size, cudaStream_t s, gm_alloc_kind
 
 /* Record mode: the real function, with the driver hooks told to stand aside. */
 static void rt_record_alloc(cudaError_t e, void **p, size_t size, cudaStream_t s,
-                            enum gm_pt_kind k)
+                            enum gm_pt_kind k, cudaMemPool_t pool)
 {
     CUdevice sdev = -1;
     /* a stream-ordered allocation is on its stream's device (the current one may be another, or
-     * none on this thread); pinned host and managed memory are on no device (as the driver API
-     * hooks record them) */
+     * none on this thread), one from a pool on the pool's (the stream may be another device's,
+     * as the driver hook records it: gm_pm_pool_device); pinned host and managed memory are on
+     * no device (as the driver API hooks record them) */
     int dev = k == GM_PT_HOST || k == GM_PT_MANAGED ? -1
-              : (k == GM_PT_ASYNC || k == GM_PT_GRAPH || k == GM_PT_POOL) &&
-                      gm_stream_device((CUstream)s, &sdev)
+              : k == GM_PT_POOL                     ? gm_pm_pool_device((CUmemoryPool)pool, (CUstream)s)
+              : (k == GM_PT_ASYNC || k == GM_PT_GRAPH) && gm_stream_device((CUstream)s, &sdev)
                   ? (int)sdev
                   : current_device();
     if (e == cudaSuccess && p && *p) {
@@ -287,7 +288,7 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     cudaError_t e = real(p, size);
     gm_inside_leave();
     if (m == GM_MODE_RECORD)
-        rt_record_alloc(e, p, size, 0, GM_PT_DEVICE);
+        rt_record_alloc(e, p, size, 0, GM_PT_DEVICE, NULL);
     return e;
 }
 
@@ -374,7 +375,7 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     cudaError_t e = real(p, size, s);
     gm_inside_leave();
     if (m == GM_MODE_RECORD || graph)
-        rt_record_alloc(e, p, size, s, graph ? GM_PT_GRAPH : GM_PT_ASYNC);
+        rt_record_alloc(e, p, size, s, graph ? GM_PT_GRAPH : GM_PT_ASYNC, NULL);
     return e;
 }
 
@@ -412,7 +413,7 @@ static cudaError_t rt_pool(void **p, size_t size, cudaMemPool_t pool, cudaStream
     cudaError_t e = real(p, size, pool, s);
     gm_inside_leave();
     if (m != GM_MODE_OFF)
-        rt_record_alloc(e, p, size, s, GM_PT_POOL);
+        rt_record_alloc(e, p, size, s, GM_PT_POOL, pool);
     return e;
 }
 
@@ -461,7 +462,7 @@ GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flag
     if (m != GM_MODE_OFF) {
         if (e == cudaSuccess)
             gm_stat_add(GM_ST_MANAGED, 1);
-        rt_record_alloc(e, p, size, 0, GM_PT_MANAGED);
+        rt_record_alloc(e, p, size, 0, GM_PT_MANAGED, NULL);
     }
     return e;
 }
@@ -522,7 +523,7 @@ static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_
     if (m != GM_MODE_OFF) {
         if (e == cudaSuccess)
             gm_stat_add(GM_ST_HOST_PASSTHROUGH, 1);
-        rt_record_alloc(e, p, size, 0, GM_PT_HOST);
+        rt_record_alloc(e, p, size, 0, GM_PT_HOST, NULL);
     }
     return e;
 }

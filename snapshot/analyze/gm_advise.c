@@ -388,7 +388,7 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
         if (!o->seq) o->seq = 1; /* seq 0 is "no OOM"; events start at 1 */
         o->requested = (uint64_t)sqlite3_column_int64(s, 1);
         o->allocated = (uint64_t)sqlite3_column_int64(s, 2);
-        o->limit = (uint64_t)sqlite3_column_int64(s, 3);
+        o->limit = gm_oom_limit_col(d, s, 3);
         o->bound = gm_oom_binding(d, o->limit, (uint64_t)sqlite3_column_int64(s, 10),
                                   (uint64_t)sqlite3_column_int64(s, 11),
                                   (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);

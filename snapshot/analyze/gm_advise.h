@@ -77,7 +77,7 @@ typedef struct adv_oom {
     uint64_t seq;       /* its event; 0: the recording has no OOM */
     uint64_t requested; /* the request that failed, bytes */
     uint64_t allocated; /* allocated when it failed */
-    uint64_t limit;     /* the limit it met (GPUMEM_LIMIT), 0 none recorded */
+    uint64_t limit;     /* the limit it met (GPUMEM_LIMIT), GM_NO_LIMIT none recorded */
     gm_oom_bound bound; /* what it met: the device, or the limit and who set it (GPUMEM_LIMIT,
                          * GPUMEM_CONF, PyTorch's per-process memory fraction) */
     uint64_t t;         /* its time (events' clock) */

@@ -1400,10 +1400,12 @@ int gm_advise_main(int argc, char **argv)
         fmt(c.m.oom.limit, lim, sizeof lim);
         snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s%s)",
                  c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where, c.m.oom.name,
-                 c.m.oom.name[0] ? ": " : "", rq, al, c.m.oom.limit ? ", limit " : "",
-                 c.m.oom.limit ? lim : "",
+                 c.m.oom.name[0] ? ": " : "", rq, al,
+                 c.m.oom.limit != GM_NO_LIMIT ? ", limit " : "",
+                 c.m.oom.limit != GM_NO_LIMIT ? lim : "",
                  c.m.oom.bound == GM_OOM_FRACTION ? " of PyTorch's per-process memory fraction"
-                 : c.m.oom.bound == GM_OOM_DEVICE && c.m.oom.limit ? ", not reached: the device was full"
+                 : c.m.oom.bound == GM_OOM_DEVICE && c.m.oom.limit != GM_NO_LIMIT
+                     ? ", not reached: the device was full"
                                                                    : "");
         if (oom_step) {
             if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
@@ -1909,9 +1911,13 @@ int gm_advise_main(int argc, char **argv)
             gm_json_str(stdout, c.m.oom.where);
             printf(", \"name\": ");
             gm_json_str(stdout, c.m.oom.name[0] ? c.m.oom.name : NULL);
-            printf(", \"requested\": %" PRIu64 ", \"allocated\": %" PRIu64 ", \"limit\": %" PRIu64
-                   ", \"advised_from\": \"%s\", \"complete_steps\": %zu}",
-                   c.m.oom.requested, c.m.oom.allocated, c.m.oom.limit,
+            printf(", \"requested\": %" PRIu64 ", \"allocated\": %" PRIu64 ", \"limit\": ",
+                   c.m.oom.requested, c.m.oom.allocated);
+            if (c.m.oom.limit == GM_NO_LIMIT) /* none; 0 is a limit of 0 bytes */
+                printf("null");
+            else
+                printf("%" PRIu64, c.m.oom.limit);
+            printf(", \"advised_from\": \"%s\", \"complete_steps\": %zu}",
                    c.partial        ? "partial_trace"
                    : c.oom_done > 1 ? "complete_steps"
                                     : "first_step_repeated",

@@ -777,7 +777,7 @@ typedef struct oom_cause {
 
 /* from: who set the recorded limit (gm_oom_limit_from) */
 static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_cause *c) {
-    uint64_t cap_limit = o->limit ? o->limit : UINT64_MAX;
+    uint64_t cap_limit = o->limit; /* GM_NO_LIMIT (none) is above every device */
     /* without the device's own figures (device_free 0) the failure itself says growth was
      * refused: no room. An OOM imported from PyTorch's trace knows the device's free bytes but
      * not its total: they count all the same */
@@ -1606,10 +1606,12 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64
                     ",\"allocated\":%" PRIu64 ",\"reserved\":%" PRIu64 ",\"free_cached\":%" PRIu64
                     ",\"largest_free\":%" PRIu64 ",\"device_free\":%" PRIu64
-                    ",\"device_total\":%" PRIu64 ",\"limit\":%" PRIu64
-                    ",\"limit_from\":",
+                    ",\"device_total\":%" PRIu64 ",\"limit\":",
                     i ? "," : "", oo->seq, oo->device, oo->requested, oo->allocated, oo->reserved,
-                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total, oo->limit);
+                    oo->free_cached, oo->largest_free, oo->device_free, oo->device_total);
+            if (oo->limit == GM_NO_LIMIT) fputs("null", out); /* none; 0 is a limit of 0 bytes */
+            else fprintf(out, "%" PRIu64, oo->limit);
+            fputs(",\"limit_from\":", out);
             gm_json_str(out, gm_oom_json(from));
             fputs(",\"advice\":", out);
             gm_json_str(out, cause.advice);
@@ -1655,7 +1657,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             }
             fprintf(out, "    allocated %s, reserved %s, free in fragments %s, largest free block %s", al, re, fc, lf);
             char li[32] = "";
-            if (oo->limit) {
+            if (oo->limit != GM_NO_LIMIT) {
                 gm_fmt_bytes(oo->limit, li, sizeof li);
                 fprintf(out, ", limit %s%s", li,
                         oo->fraction ? " (PyTorch's per-process memory fraction)" : "");

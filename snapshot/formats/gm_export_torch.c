@@ -138,6 +138,21 @@ static int own_segment_end(tx *x, gm_tstate *s, const gm_tblk *b, uint64_t strea
     return 0;
 }
 
+/* 1 when device dev has one of gpumem's segments (a map or a driver allocation, kinds 14/15/18/19)
+ * anywhere in the recording; 1 too when that cannot be read (the export then keeps the
+ * allocations inside the segments the events show). */
+static int device_has_segments(gm_db *d, int dev)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE device = ?1 AND kind IN (14, 15, 18, 19) LIMIT 1",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 1;
+    sqlite3_bind_int(s, 1, dev);
+    int has = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return has;
+}
+
 static void write_segments(tx *x, const gm_tcapture *caps, int ndev)
 {
     FILE *o = x->out;
@@ -459,6 +474,12 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
          * one allocation passed through is not one, so that without them the capture still makes
          * the other live blocks segments of their own */
         int captured = 0, have_segs = 0;
+        /* no allocator's segment on this device in the whole recording (record mode: the
+         * program's allocator served everything): each device allocation is memory the driver
+         * gave for it alone, a segment of its own as the report counts it in reserved
+         * (gm_model.have_segments), so its trace entries say so too: segment_alloc before its
+         * alloc, segment_free after its free_completed, the same segments `segments` shows */
+        int plain_own = !torch && !device_has_segments(d, dev);
         gpk_list_begin(out);
         if (sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK) {
             rc = -1;
@@ -489,7 +510,8 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 const char *nm = name_at(m, names, nnames, seq);
                 /* passed through as its own segment (GM_ALLOC_OWN_SEGMENT): a segment_alloc before
                  * it, so that an import counts it in reserved as the report does */
-                uint8_t own = kind != REC_TORCH_ALLOC && (sqlite3_column_int64(s, 9) & GM_OWN_SEGMENT_FLAGS);
+                uint8_t own = kind != REC_TORCH_ALLOC &&
+                              ((sqlite3_column_int64(s, 9) & GM_OWN_SEGMENT_FLAGS) || plain_own);
                 gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
                              .own_segment = own};
                 if (own) {

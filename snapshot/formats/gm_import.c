@@ -797,7 +797,8 @@ static int import_doc(imp *im, const gpk_val *root)
                          .allocated = allocated,
                          .reserved = reserved,
                          .largest_free = gm_tblocks_largest_free(&tb),
-                         .device_free = gm_toom_device_free(e)};
+                         .device_free = gm_toom_device_free(e),
+                         .limit = REC_NO_LIMIT}; /* a snapshot holds no cap */
             if (gm_toom_insert(im->db, &o, im->err, sizeof im->err) != 0) {
                 rc = -1;
                 break;

@@ -318,6 +318,7 @@ int gm_toom_insert(sqlite3 *db, const gm_toom *o, char *err, size_t errsz)
                    (int64_t)o->limit};
     for (int i = 0; i < (int)(sizeof v / sizeof *v); i++)
         sqlite3_bind_int64(s, i + 1, v[i]);
+    if (o->limit == REC_NO_LIMIT) sqlite3_bind_null(s, 11); /* none (schema 1.4); 0 is 0 bytes */
     int rc = sqlite3_step(s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE) {
@@ -1547,8 +1548,8 @@ static int oom_recorded(const merge *m, int dev, uint64_t lo, uint64_t hi)
 
 /* The per-process memory fraction's bytes at device dev's OOM k of n (the trace's, in order;
  * the trace's ring may have lost the first ones, the hook's list keeps all: the two are paired
- * from the end), or 0 where no fraction below 1 was set: the cap PyTorch's OOM observer was
- * called with (_torch.py, _on_oom). */
+ * from the end), or REC_NO_LIMIT where no fraction below 1 was set: the cap PyTorch's OOM
+ * observer was called with (_torch.py, _on_oom); a fraction of 0 is a cap of 0 bytes. */
 static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
 {
     const gpk_val *l = m->oom_limits;
@@ -1560,7 +1561,7 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
             gpk_as_i64(x->items[0], &d) == 0 && d == dev)
             have++;
     }
-    if (have < n) return 0;
+    if (have < n) return REC_NO_LIMIT;
     size_t want = have - n + k, j = 0;
     for (size_t i = 0; i < l->len; i++) {
         const gpk_val *x = l->items[i];
@@ -1572,9 +1573,9 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
         if (j++ != want) continue;
         const gpk_val *f = x->items[2];
         double frac = f->type == GPK_FLOAT ? f->f : f->type == GPK_INT ? (double)f->i : 1.0;
-        return frac < 1.0 && gpk_as_u64(x->items[1], &cap) == 0 ? cap : 0;
+        return frac < 1.0 && gpk_as_u64(x->items[1], &cap) == 0 ? cap : REC_NO_LIMIT;
     }
-    return 0;
+    return REC_NO_LIMIT;
 }
 
 /* PyTorch's OOM item t, unless the recording has it already: an oom event (kind 13, with the
@@ -1604,7 +1605,7 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
     sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
     sqlite3_bind_int64(ev, 2, t->t);
     sqlite3_bind_int(ev, 3, REC_OOM);
-    sqlite3_bind_int(ev, 4, (int)(t->flags | (o.limit ? REC_F_OOM_FRACTION : 0)));
+    sqlite3_bind_int(ev, 4, (int)(t->flags | (o.limit != REC_NO_LIMIT ? REC_F_OOM_FRACTION : 0)));
     sqlite3_bind_int(ev, 5, t->device);
     sqlite3_bind_int64(ev, 6, stream);
     sqlite3_bind_int64(ev, 7, 0);

@@ -76,7 +76,8 @@ typedef struct gm_toom {
     uint64_t largest_free;        /* its largest free block then (gm_tblocks_largest_free) */
     uint64_t device_free; /* the entry's: what cudaMemGetInfo said was free (gm_toom_device_free) */
     uint64_t device_total; /* 0: not known */
-    uint64_t limit;        /* the per-process memory fraction's bytes (0: none) */
+    uint64_t limit;        /* the per-process memory fraction's bytes; REC_NO_LIMIT: none (a
+                              fraction of 0 is a cap of 0 bytes) */
 } gm_toom;
 
 /* device_free of a trace entry of action "oom": PyTorch's snapshots hold it as `device_free`

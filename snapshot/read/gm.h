@@ -222,9 +222,13 @@ typedef struct gm_range {
     int64_t step; /* the "step N" this range is in, -1 when none */
 } gm_range;
 
+/* An OOM's limit where none was set (ooms.limit_bytes NULL; 0 in a file before schema 1.4, when a
+ * limit of 0 bytes could not be set). Every reader of limit_bytes goes through gm_oom_limit_col:
+ * a limit of 0 bytes is a limit, never "none". */
+#define GM_NO_LIMIT UINT64_MAX
 typedef struct gm_oom {
     uint64_t seq, requested, allocated, reserved, free_cached, largest_free, device_free,
-        device_total, limit;
+        device_total, limit; /* limit: GM_NO_LIMIT none */
     uint64_t name;   /* strings id of the failed allocation's name, 0 = none (schema 1.0) */
     uint32_t range;  /* the OOM event's NVTX range (its phase), 0 = none */
     uint32_t stack;  /* the OOM event's stack */
@@ -244,6 +248,9 @@ typedef enum gm_oom_bound {
     GM_OOM_FRACTION,   /* PyTorch's per-process memory fraction */
 } gm_oom_bound;
 
+/* Column col of statement s, an ooms.limit_bytes of d: the limit in bytes, or GM_NO_LIMIT (NULL;
+ * 0 in a file older than schema 1.4). */
+uint64_t gm_oom_limit_col(const gm_db *d, sqlite3_stmt *s, int col);
 /* Who set the limit an OOM recorded (limit: table ooms' limit_bytes, fraction: the event's
  * REC_F_OOM_FRACTION), told apart by meta.limit_from; GM_OOM_DEVICE where there was none. */
 gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction);

@@ -316,7 +316,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
             o->largest_free = (uint64_t)sqlite3_column_int64(s, 6);
             o->device_free = (uint64_t)sqlite3_column_int64(s, 7);
             o->device_total = (uint64_t)sqlite3_column_int64(s, 8);
-            o->limit = (uint64_t)sqlite3_column_int64(s, 9);
+            o->limit = gm_oom_limit_col(d, s, 9);
             int64_t nm = sqlite3_column_int64(s, 10);
             o->name = nm > 0 && gm_str(m, (uint64_t)nm) ? (uint64_t)nm : 0; /* as a name_apply's */
         }
@@ -1573,8 +1573,15 @@ long gm_site_desc(const gm_model *m, uint32_t stack, char *out, size_t outsz) {
 
 /* ---------------------------------------------------------------- the limit an OOM met */
 
+uint64_t gm_oom_limit_col(const gm_db *d, sqlite3_stmt *s, int col) {
+    if (sqlite3_column_type(s, col) == SQLITE_NULL) return GM_NO_LIMIT;
+    uint64_t v = (uint64_t)sqlite3_column_int64(s, col);
+    int before_1_4 = d->schema_major < 1 || (d->schema_major == 1 && d->schema_minor < 4);
+    return v == 0 && before_1_4 ? GM_NO_LIMIT : v;
+}
+
 gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction) {
-    if (!limit) return GM_OOM_DEVICE;
+    if (limit == GM_NO_LIMIT) return GM_OOM_DEVICE;
     if (fraction) return GM_OOM_FRACTION;
     /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the recorded config, so the config
      * alone cannot say which one the program ran with: the recorder writes it down */
@@ -1589,7 +1596,7 @@ gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_
                             int fraction) {
     /* the same comparison as report's binding constraint: a limit binds where it left no more
      * room than the device did */
-    if (!limit || limit > reserved + device_free) return GM_OOM_DEVICE;
+    if (limit == GM_NO_LIMIT || limit > reserved + device_free) return GM_OOM_DEVICE;
     return gm_oom_limit_from(d, limit, fraction);
 }
 

@@ -245,6 +245,9 @@ int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t ns
                  const rec_block *blocks, size_t nblocks);
 
 /* ---- OOM forensics: call when an allocation fails (before returning the error). ---------- */
+/* rec_oom_info.limit where no cap was set: written as NULL in ooms.limit_bytes (schema 1.4; before
+ * it 0 stood for none, when a limit of 0 bytes could not be set) */
+#define REC_NO_LIMIT UINT64_MAX
 typedef struct rec_oom_info {
     int device;
     uint64_t stream;
@@ -255,7 +258,7 @@ typedef struct rec_oom_info {
     uint64_t largest_free;     /* largest free block that the request could have used */
     uint64_t device_free;      /* what the driver said was free (0 if unknown) */
     uint64_t device_total;     /* device memory size (0 if unknown) */
-    uint64_t limit;            /* configured cap (0 = none) */
+    uint64_t limit;            /* configured cap; REC_NO_LIMIT: none (0 is a cap of 0 bytes) */
     const char *name;          /* name of the allocation that failed (gpumem_name_next), or NULL;
                                   copied. Stored as ooms.name (schema 1.1). */
 } rec_oom_info;

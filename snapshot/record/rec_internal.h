@@ -46,7 +46,7 @@ enum {
 
 #define REC_MAX_FRAMES 64
 #define REC_SCHEMA_MAJOR 1
-#define REC_SCHEMA_MINOR 3 /* 1.1: ooms.name, inlines; 1.2: launches, uses.access; 1.3: frames.python, kinds 21..28, flags 1024/2048 */
+#define REC_SCHEMA_MINOR 4 /* 1.1: ooms.name, inlines; 1.2: launches, uses.access; 1.3: frames.python, kinds 21..28, flags 1024/2048; 1.4: ooms.limit_bytes NULL for none (0 is 0 bytes) */
 #define REC_VERSION "0.1.0"
 
 /* Items handed from application threads to the writer outside the ring (rare, variable size).

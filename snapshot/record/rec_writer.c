@@ -982,7 +982,8 @@ static void take_items(writer *w, rec_state *g) {
             bind_i(s, 8, (int64_t)o->largest_free);
             bind_i(s, 9, (int64_t)o->device_free);
             bind_i(s, 10, (int64_t)o->device_total);
-            bind_i(s, 11, (int64_t)o->limit);
+            if (o->limit == REC_NO_LIMIT) sqlite3_bind_null(s, 11); /* none; 0 is 0 bytes */
+            else bind_i(s, 11, (int64_t)o->limit);
             if (it->a) bind_i(s, 12, (int64_t)it->a);
             else sqlite3_bind_null(s, 12);
             step(w, S_OOM, "writing ooms");

@@ -1,9 +1,11 @@
--- gpumem database schema, version 1.3 (meta.schema_major = 1, meta.schema_minor = 3).
+-- gpumem database schema, version 1.4 (meta.schema_major = 1, meta.schema_minor = 4).
 -- 1.1 added ooms.name and the inlines table; 1.2 the launches table and uses.access (access
 -- tracking); 1.3 frames.python (Python frames in stacks), event kinds 21..28 (record_stream,
 -- the program's own VMM, pools and arrays, the driver's cuMemGetInfo samples) and event flags
 -- 1024 (pitched), 2048 (from a program's pool) and 4096 (made through the framework's hook,
--- gpumem_torch_malloc); readers accept older files without them.
+-- gpumem_torch_malloc); readers accept older files without them. 1.4 writes NULL in
+-- ooms.limit_bytes where no limit was set (0 became a legal limit of 0 bytes); readers take a 0
+-- in an older file as none.
 -- Written by the recorder (librec.a inside libgpumem.so), read by the gpumem command.
 -- This file is embedded into both at build time; snapshot/README.md documents it for users.
 -- Compatibility: readers refuse a newer schema_major and read every older/equal one; minor
@@ -114,7 +116,9 @@ CREATE TABLE names (seq INTEGER PRIMARY KEY, addr INTEGER, name INTEGER, birth I
 
 -- OOM forensics, one row per failed allocation (seq = the REC_OOM event, whose range is the
 -- OOM's NVTX phase). name (1.1): the name the program gave the allocation that failed
--- (gpumem_name_next), a strings id; NULL when unnamed.
+-- (gpumem_name_next), a strings id; NULL when unnamed. limit_bytes: the cap on reserved memory
+-- the allocation met, NULL where none was set (1.4; 0 is a cap of 0 bytes: before 1.4 a 0 meant
+-- none, and readers take it so in older files).
 CREATE TABLE ooms (seq INTEGER PRIMARY KEY, device INTEGER, stream INTEGER,
                    requested INTEGER, allocated INTEGER, reserved INTEGER,
                    free_cached INTEGER, largest_free INTEGER, device_free INTEGER,

@@ -13,6 +13,11 @@
  *            default pool: passed through to the driver)
  *   graph    a graph's memory node: cudaMallocAsync and cudaFreeAsync captured on a stream of its
  *            own, the graph launched once (passed through to the driver)
+ *   graphnode the same memory node made node by node: cudaGraphAddMemAllocNode (device 0's
+ *            pool) and cudaGraphAddMemFreeNode on a graph of its own, launched once
+ *   pool1    cudaMallocFromPoolAsync from device 1's default pool on a stream of device 0
+ *            (GPUMEM_SIM_DEVICES=2): the allocation is on the pool's device, 1
+ *   drvpool1 the same through the driver, cuMemAllocFromPoolAsync
  * (CUDA arrays: the virtual GPU has none; the test writes their rows itself)
  *   host     pinned host memory (cudaMallocHost)
  *   managed  managed memory (cudaMallocManaged)
@@ -88,6 +93,42 @@ static int kind(const char *k) {
         CHECK_RT(cudaGraphExecDestroy(ge));
         CHECK_RT(cudaGraphDestroy(g));
         CHECK_RT(cudaStreamDestroy(s));
+    } else if (!strcmp(k, "graphnode")) {
+        cudaStream_t s;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        cudaGraphNode_t an, fn;
+        struct cudaMemAllocNodeParams ap;
+        memset(&ap, 0, sizeof ap);
+        ap.poolProps.allocType = cudaMemAllocationTypePinned;
+        ap.poolProps.location.type = cudaMemLocationTypeDevice;
+        ap.poolProps.location.id = 0;
+        ap.bytesize = KIND_BYTES;
+        CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK_RT(cudaGraphCreate(&g, 0));
+        CHECK_RT(cudaGraphAddMemAllocNode(&an, g, NULL, 0, &ap));
+        CHECK_RT(cudaGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr));
+        CHECK_RT(cudaGraphInstantiate(&ge, g, 0));
+        CHECK_RT(cudaGraphLaunch(ge, s));
+        CHECK_RT(cudaStreamSynchronize(s));
+        CHECK_RT(cudaGraphExecDestroy(ge));
+        CHECK_RT(cudaGraphDestroy(g));
+        CHECK_RT(cudaStreamDestroy(s));
+    } else if (!strcmp(k, "pool1") || !strcmp(k, "drvpool1")) {
+        cudaMemPool_t pool;
+        cudaStream_t s; /* device 0's */
+        CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK_RT(cudaDeviceGetDefaultMemPool(&pool, 1));
+        if (!strcmp(k, "pool1")) {
+            CHECK_RT(cudaMallocFromPoolAsync(&p, KIND_BYTES, pool, s));
+        } else {
+            CUdeviceptr d;
+            CHECK_DRV(cuMemAllocFromPoolAsync(&d, KIND_BYTES, (CUmemoryPool)pool, (CUstream)s));
+            p = (void *)d;
+        }
+        CHECK_RT(cudaFreeAsync(p, s));
+        CHECK_RT(cudaStreamSynchronize(s));
+        CHECK_RT(cudaStreamDestroy(s));
     } else if (!strcmp(k, "host")) {
         CHECK_RT(cudaMallocHost(&p, KIND_BYTES));
         CHECK_RT(cudaFreeHost(p));
@@ -95,7 +136,7 @@ static int kind(const char *k) {
         CHECK_RT(cudaMallocManaged(&p, KIND_BYTES, cudaMemAttachGlobal));
         CHECK_RT(cudaFree(p));
     } else {
-        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, graph, host, managed)\n", k);
+        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, graph, graphnode, pool1, drvpool1, host, managed)\n", k);
         return 2;
     }
     return 0;
@@ -103,7 +144,7 @@ static int kind(const char *k) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|graph|host|managed\n");
+        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|graph|graphnode|pool1|drvpool1|host|managed\n");
         return 2;
     }
     void *a, *b, *c;

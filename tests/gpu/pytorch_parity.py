@@ -15,7 +15,11 @@ which the script says it uses. The converter reads the snapshot's device_traces:
                       otherwise rs <id> <another stream>, f <id>, and fc <id> at its
                       free_completed: the replay holds the block back exactly as long as
                       PyTorch's stream-use events did.
-Segment events, OOMs and snapshots are not replayed: the replay makes its own segments.
+  oom              -> ao <id> <requested size> <stream>: the request that failed, tried again
+                      by the replay (alloc/README.md), as `gpumem export --format trace` writes
+                      each recorded OOM: under the run's own cap it fails there again, where it
+                      fits it stays live to the end.
+Segment events and snapshots are not replayed: the replay makes its own segments.
 
 Usage:
   pytorch_parity.py run --replay build/alloc/gpumem-replay [--gpumem build/gpumem] [--steps N]
@@ -73,6 +77,9 @@ def snapshot_to_trace(snap, device=0):
                 skipped += 1
                 continue
             pending = (got[0], got[1], addr)
+        elif act == "oom":  # PyTorch's entry: addr 0, size = the request, device_free beside
+            lines.append("ao %d %d %d" % (next_id, size, stream))
+            next_id += 1
         elif act == "free_completed":
             hid = held.pop(addr, None)
             if hid is not None:

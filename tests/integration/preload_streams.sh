@@ -88,7 +88,7 @@ check_eq "one record_stream event, on the block's pointer and the named stream" 
   "$(q "SELECT count(*) FROM events e JOIN streams s ON s.id = e.stream
          WHERE e.kind = 21 AND e.addr = $((ptr + 4096)) AND s.handle = $stream")" 1
 check_eq "kind 21 is named" "$(q "SELECT name FROM kinds WHERE id = 21")" record_stream
-check_eq "the schema says 1.3" "$(q "SELECT value FROM meta WHERE key = 'schema_minor'")" 3
+check_eq "the schema says 1.4" "$(q "SELECT value FROM meta WHERE key = 'schema_minor'")" 4
 
 GPUMEM_SIM_ASYNC=1 GPUMEM_DB="$TMP/uses.db" LD_PRELOAD=$LIB "$APPS/streams_app" uses >"$TMP/uses.out" 2>"$TMP/uses.err"
 check_eq "a block used by a kernel on another stream (seen by access tracking) is not reused under it: exit status" "$?" 0

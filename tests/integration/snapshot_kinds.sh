@@ -15,6 +15,14 @@
 # And, in gpumem's allocator (replace) and passed through (GPUMEM_MODE=record), every event of
 # device memory is on a device (a free or unmap on its allocation's, where the freeing thread's
 # current device is unknown: a graph's free node, the driver API) and each stream is one row.
+# And in both modes alike (the second table): the kind's allocation carries the same flag (16384 a
+# graph's memory node, captured or made with cudaGraphAddMemAllocNode; 2048 a pool's) on the same
+# device (a pool's: the pool's device, whatever the stream's is: runtime and driver), and export
+# --format torch's device_traces agree with its segments (every alloc inside a segment the trace
+# made, the segments left at the end those `segments` lists). Then the OOMs' limits (the third
+# table): a limit of 0 bytes is a limit, none is null, in the database, report, advise and the
+# replay, old files' 0 read as none; the torch export's oom entries become the parity
+# converter's `ao` lines, as export --format trace writes them.
 set -uo pipefail
 BUILD=${BUILD:-build}
 GM=$PWD/$BUILD/gpumem
@@ -52,6 +60,7 @@ device yes 0
 vmm no 8388608
 pool yes 0
 graph yes 0
+graphnode yes 0
 host no 0
 managed no 0
 array no 0"
@@ -125,14 +134,61 @@ while read -r kind counted vmm; do
     || fail "$kind: got      $got"$'\n'"      expected $exp"
 done <<< "$table"
 
+# kind | flag of its 8 MiB allocation (- none made) | that allocation's device | devices
+table2="none - - 1
+device 0 0 1
+vmm - - 1
+pool 2048 0 1
+graph 16384 0 1
+graphnode 16384 0 1
+pool1 2048 1 2
+drvpool1 2048 1 2
+host - - 1
+managed - - 1"
+
+# the torch export's device_traces against its segments: "allocs outside a segment, segment bytes
+# left by the trace, bytes in segments" per device
+trace_vs_segments() {
+  python3 -c 'import pickle, sys
+s = pickle.load(open(sys.argv[1], "rb"))
+out = []
+for dev, tr in enumerate(s["device_traces"]):
+    live, outside = {}, 0
+    for e in tr:
+        a = e["action"]
+        if a in ("segment_alloc", "segment_map"):
+            live[e["addr"]] = e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            live.pop(e["addr"], None)
+        elif a == "alloc" and not any(b <= e["addr"] < b + n for b, n in live.items()):
+            outside += 1
+    segs = sum(g["total_size"] for g in s["segments"] if g["device"] == dev)
+    out.append("%d:%d/%d/%d" % (dev, outside, sum(live.values()), segs))
+print(" ".join(out))' "$1" 2> /dev/null
+}
+
 # Every event of device memory on its device, each stream one row: host memory (5, 6) and managed
 # memory (7, 8) alone have no device, and the one stream row of device -1 is theirs (schema.sql).
-while read -r kind _; do
-  [[ $kind == array ]] && continue
+while read -r kind flag kdev ndev; do
   for mode in replace record; do
     db=$TMP/$kind-$mode-dev.db
-    GPUMEM_MODE=$mode "$GM" record -o "$db" -- "$APP" "$kind" > /dev/null 2>&1 \
+    GPUMEM_SIM_DEVICES=$ndev GPUMEM_MODE=$mode "$GM" record -o "$db" -- "$APP" "$kind" > /dev/null 2>&1 \
       || { fail "$kind ($mode): record failed"; continue; }
+    # the kind's allocation: its flag and device, its free on the same device, in both modes
+    if [[ $flag != - ]]; then
+      got=$(sqlite3 -separator ' ' "$db" "SELECT a.flags & (2048 | 16384), a.device, coalesce(group_concat(f.device), '-')
+        FROM events a LEFT JOIN events f ON f.addr = a.addr AND f.kind IN (2, 4) AND f.seq > a.seq
+        WHERE a.kind IN (1, 3) AND a.size = 8388608 GROUP BY a.seq")
+      [[ $got == "$flag $kdev $kdev" ]] && ok "$kind ($mode): its allocation flagged $flag on device $kdev, freed there" \
+        || fail "$kind ($mode): its allocation's flag, device, free's device: '$got', expected '$flag $kdev $kdev'"
+    fi
+    # export --format torch: every alloc entry inside a segment the trace made, and the segments
+    # the trace leaves at the end are the ones `segments` lists (memory_viz draws them from both)
+    "$GM" export --format torch "$db" -o "$TMP/$kind-$mode-end.pickle" --at end 2> /dev/null
+    tv=$(trace_vs_segments "$TMP/$kind-$mode-end.pickle")
+    bad=$(awk '{for (i = 1; i <= NF; i++) {split($i, p, "[:/]"); if (p[2] != 0 || p[3] != p[4]) print $i}}' <<< "$tv")
+    [[ -n $tv && -z $bad ]] && ok "$kind ($mode): export torch's device_traces agree with its segments ($tv)" \
+      || fail "$kind ($mode): export torch's device_traces vs segments (device:allocs outside/trace's segment bytes/segments' bytes): '$tv'"
     got=$(sqlite3 -separator ' ' "$db" "
       SELECT (SELECT coalesce(group_concat(seq || ':' || kind), '-') FROM events
               WHERE device < 0 AND kind NOT IN (5, 6, 7, 8)),
@@ -142,6 +198,7 @@ while read -r kind _; do
               WHERE s.device < 0 AND e.kind NOT IN (5, 6, 7, 8))")
     [[ $got == "- - -" ]] && ok "$kind ($mode): every device event on its device, each stream one row" \
       || fail "$kind ($mode): events with no device (seq:kind), streams twice (handle), device -1 stream used by (kind): $got"
+    (( ndev == 1 )) || continue # the peaks below are one device's (report's summary: each device's own)
     # export --format torch at the peak: the blocks active there are the report's peak allocated,
     # whatever segments hold them (passed through, a pool's or a graph's allocation is a segment of
     # its own; the plain allocations live beside it once were left out of every segment)
@@ -162,7 +219,45 @@ print(sum(b["size"] for g in s["segments"] for b in g["blocks"] if b["state"] ==
         || fail "$kind (record): peaks allocated/reserved $rep, SQL's allocated $salloc"
     fi
   done
-done <<< "$table"
-
+done <<< "$table2"
+# The OOMs' limits: a limit of 0 bytes (GPUMEM_LIMIT=0) is a limit, an OOM with none set (a
+# device of 8 MiB) has none, in both modes: NULL in ooms.limit_bytes, null in report's and
+# advise's JSON, "none" in the replay's oom_limit; a file before schema 1.4 wrote 0 for none.
+REPLAY=$PWD/$BUILD/alloc/gpumem-replay
+oom_row() { # db -> "limit_bytes | report's limit cause limit_from | advise's limit"
+  local rep adv
+  rep=$("$GM" report --json "$1" 2> /dev/null | jq -r '.ooms[0] | "\(.limit) \(.cause) \(.limit_from)"')
+  adv=$("$GM" advise --json --oom-step "$1" 2> /dev/null | jq -r '.oom.limit')
+  echo "$(sqlite3 "$1" "SELECT quote(limit_bytes) FROM ooms ORDER BY seq LIMIT 1") | $rep | $adv"
+}
+GPUMEM_LIMIT=0 "$GM" record -o "$TMP/oom-limit0.db" -- "$APP" none > /dev/null 2>&1
+got=$(oom_row "$TMP/oom-limit0.db")
+[[ $got == "0 | 0 limit GPUMEM_LIMIT | 0" ]] && ok "GPUMEM_LIMIT=0: a limit of 0 bytes everywhere ($got)" \
+  || fail "GPUMEM_LIMIT=0: limit_bytes | report's limit, cause, limit_from | advise's limit: '$got', expected '0 | 0 limit GPUMEM_LIMIT | 0'"
+for mode in replace record; do
+  GPUMEM_SIM_MEMORY=8M GPUMEM_MODE=$mode "$GM" record -o "$TMP/oom-none-$mode.db" -- "$APP" device > /dev/null 2>&1
+  got=$(oom_row "$TMP/oom-none-$mode.db")
+  [[ $got == "NULL | null device null | null" ]] && ok "no limit ($mode): none everywhere ($got)" \
+    || fail "no limit ($mode): limit_bytes | report's limit, cause, limit_from | advise's limit: '$got', expected 'NULL | null device null | null'"
+done
+# an older file (schema 1.3) wrote 0 for none: read as none; a 1.4 file's 0 is 0 bytes
+cp "$TMP/oom-none-replace.db" "$TMP/oom-old.db"
+sqlite3 "$TMP/oom-old.db" "UPDATE ooms SET limit_bytes = 0; UPDATE meta SET value = 3 WHERE key = 'schema_minor'"
+got=$("$GM" report --json "$TMP/oom-old.db" 2> /dev/null | jq -r '.ooms[0] | "\(.limit) \(.cause)"')
+[[ $got == "null device" ]] && ok "a schema 1.3 file's limit 0 reads as none" || fail "a schema 1.3 file's limit 0: '$got', expected 'null device'"
+# the replay's OOM: none, or a cap of 0 bytes
+"$GM" export --format trace "$TMP/oom-none-replace.db" -o "$TMP/oom.trace" 2> /dev/null
+r0=$("$REPLAY" --preset gpumem --limit 0 "$TMP/oom.trace" 2> /dev/null | grep -o 'oom_limit=[a-z0-9]*')
+rn=$("$REPLAY" --preset gpumem --capacity 8M "$TMP/oom.trace" 2> /dev/null | grep -o 'oom_limit=[a-z0-9]*')
+[[ $r0 == oom_limit=0 && $rn == oom_limit=none ]] && ok "the replay's OOM: $r0 under --limit 0, $rn without" \
+  || fail "the replay's OOM: '$r0' under --limit 0 (oom_limit=0 expected), '$rn' without (oom_limit=none expected)"
+# the torch export's oom entries become the parity converter's `ao` lines, as the trace export
+# writes each recorded OOM (tests/gpu/pytorch_parity.py: PyTorch's own snapshots, on a GPU)
+"$GM" export --format torch "$TMP/oom-none-replace.db" -o "$TMP/oom.pickle" 2> /dev/null
+python3 tests/gpu/pytorch_parity.py convert "$TMP/oom.pickle" "$TMP/oom-conv.trace" > /dev/null 2>&1
+want=$(awk '$1 == "ao" {print $3}' "$TMP/oom.trace" | tr '\n' ' ')
+got=$(awk '$1 == "ao" {print $3}' "$TMP/oom-conv.trace" 2> /dev/null | tr '\n' ' ')
+[[ -n $want && $got == "$want" ]] && ok "pytorch_parity.py's converter writes the OOM's ao line (size $got)" \
+  || fail "pytorch_parity.py's converter's ao lines (sizes) '$got', export --format trace's '$want'"
 [[ $fails -eq 0 ]] || { echo "$fails failures"; exit 1; }
 echo "all kinds: one definition of the peaks"

@@ -10,7 +10,7 @@ out=$(GPUMEM_DB=$DB GPUMEM_STACKS=0 "$APP" uses) || fail "snapshot_app uses fail
 [[ $out == "LAUNCHES 5 USES 6" ]] || fail "unexpected output: $out"
 # gpumem sql -c prints a header line, then the rows
 q() { "$GPUMEM" sql "$DB" -c "$1" | tail -n +2 | tr -d ' \r' ; }
-[[ $(q "SELECT value FROM meta WHERE key='schema_minor'") == 3 ]] || fail "not a schema 1.3 file"
+[[ $(q "SELECT value FROM meta WHERE key='schema_minor'") -ge 3 ]] || fail "not a schema 1.3 file (or later)"
 [[ $(q "SELECT count(*) FROM launches") == 5 ]] || fail "launches: $(q 'SELECT * FROM launches')"
 [[ $(q "SELECT count(*) FROM uses") == 6 ]] || fail "uses: $(q 'SELECT * FROM uses')"
 [[ $(q "SELECT count(*) FROM events WHERE kind=20") == 5 ]] || fail "launch events"

@@ -144,7 +144,8 @@ for c in "${cases[@]}"; do
     "$G" report "$tmp/c-$name.db" 2>/dev/null | grepq "binding constraint: fraction (PyTorch's per-process memory fraction allows" \
       && ok "$name: the text names the fraction" || bad "$name: the text names no fraction"
   else # short by the request less the room: what the device had free, or the limit left
-    read -r cause free limit res short req < <(jq -r '[.cause, .device_free, .limit, .reserved, .shortfall,
+    # (.limit is null where none was set: "none" keeps the fields in place)
+    read -r cause free limit res short req < <(jq -r '[.cause, .device_free, .limit // "none", .reserved, .shortfall,
       .requested] | @tsv' <<< "$o")
     room=$free
     [[ $want_cause == limit ]] && room=$((limit - res))
