@@ -8,13 +8,15 @@ export GPUMEM_QUIET=1
   || fail "the trainer under gpumem failed"
 
 # tune: the rows are in the order its header states (peak reserved in steps of 1% of the least,
-# then driver time; OOMs last)
+# then driver time; a configuration passed over for its cost after those; OOMs last)
 "$GM" tune "$TMP/run.db" > "$TMP/tune.txt" || fail "tune exited $?"
-grep -q "ranked by peak reserved in steps of 1% of the least (closer counts as equal), then driver time; those that meet an OOM last" \
-  "$TMP/tune.txt" || fail "tune's header: $(grep ranked "$TMP/tune.txt")"
+grep -q "ranked by peak reserved in steps of 1% of the least (closer counts as equal), then driver time;" \
+  "$TMP/tune.txt" && grep -q "driver calls or more after those; those that meet an OOM last" "$TMP/tune.txt" ||
+  fail "tune's header: $(grep -A1 ranked "$TMP/tune.txt")"
 "$GM" tune --json "$TMP/run.db" | jq -e '
   (.results | map(select(.oom | not)) | map(.peak_reserved) | min) as $least | ($least / 100 | floor) as $q |
-  [.results[] | [(if .oom then 1 else 0 end), (if $q > 0 and .peak_reserved > $least then ((.peak_reserved - $least) / $q | floor) else 0 end), .driver_time_s]] as $k |
+  [.results[] | [(if .oom then 1 else 0 end), (if .not_recommended then 1 else 0 end),
+                 (if $q > 0 and .peak_reserved > $least then ((.peak_reserved - $least) / $q | floor) else 0 end), .driver_time_s]] as $k |
   [range(1; $k | length) | select($k[. - 1] > $k[.])] | length == 0' > /dev/null || fail "tune's rows are not in the header's order"
 ok "tune: the header states the order the rows are in"
 
