@@ -1417,6 +1417,33 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     lead_free(&lf);
 }
 
+/* The allocator settings the program ran with but did not use (meta ignored.NAME, written by
+ * libgpumem.so as it said so on stderr): JSON "ignored_settings" {NAME: why} ({} for none), or
+ * a line each under the summary. */
+static void print_ignored(gm_db *d, const gm_opts *o, FILE *out) {
+    sqlite3_stmt *q = NULL;
+    int n = 0;
+    if (o->json) fputs(",\"ignored_settings\":{", out);
+    if (sqlite3_prepare_v2(d->db, "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'ignored.%' ORDER BY key",
+                           -1, &q, NULL) == SQLITE_OK) {
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(q, 0), *v = (const char *)sqlite3_column_text(q, 1);
+            if (!k || !v) continue;
+            if (o->json) {
+                if (n) fputc(',', out);
+                gm_json_str(out, k);
+                fputc(':', out);
+                gm_json_str(out, v);
+            } else {
+                fprintf(out, "  ignored setting     %s %s\n", k, v);
+            }
+            n++;
+        }
+    }
+    sqlite3_finalize(q);
+    if (o->json) fputc('}', out);
+}
+
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     summary s;
     make_summary(d, m, &s);
@@ -1464,6 +1491,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"failure\":", out);
         gm_json_str(out, d->failure[0] ? d->failure : NULL);
+        print_ignored(d, o, out);
         fputs(",\"summary\":{", out);
         fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
                      ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
@@ -1560,6 +1588,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             fprintf(out, "  driver calls        unknown (counted at exit); %" PRIu64 " segment events, each one or "
                          "more calls\n", s.driver_calls);
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
+        print_ignored(d, o, out);
         if (s.n_foreign || s.n_double)
         {
             char in[48] = "";
