@@ -6,7 +6,7 @@
  *     --conf STRING     GPUMEM_CONF-syntax keys applied after the preset (and after the
  *                       GPUMEM_CONF environment variable, which is read too)
  *     --limit SIZE      cap reserved memory (e.g. 24G; 0 is 0 bytes, none: no limit); reports where
- *                       the trace would OOM
+ *                       the trace would OOM (GPUMEM_LIMIT is not read: said on stderr when set)
  *     --capacity SIZE   device memory of the simulated device (default 80G)
  *     --synth NAME      use the synthetic trace NAME (fixed, jitter) instead of/besides files
  *     --steps N --seed N  for --synth
@@ -21,7 +21,8 @@
  *                       segment_sizes=S,S,... (smallest first), PyTorch's memory_snapshot() view
  *     --torch-env       apply the configuration PyTorch would read from this environment
  *                       (PYTORCH_CUDA_ALLOC_CONF when set, else PYTORCH_ALLOC_CONF) after the
- *                       preset and before --conf; says which variable on stderr
+ *                       preset and before --conf; says which variable on stderr (without it, a
+ *                       PYTORCH_CUDA_ALLOC_CONF that is set is said to be ignored)
  *     --divisions       print roundup_power2_divisions over PyTorch's 16 intervals ([1, 2) MiB
  *                       and below ... [32, 64) GiB and above), comma-separated, and exit
  *     --framework-only  under the pytorch presets, `ag` lines (a library's cudaMalloc that the
@@ -54,6 +55,7 @@ static int usage(void)
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
             "  --limit SIZE      cap reserved memory (e.g. 24G): where would the trace OOM?\n"
+            "                    (GPUMEM_LIMIT is not read: give --limit)\n"
             "                    (0 is a cap of 0 bytes; none: no limit, whatever --conf says)\n"
             "  --capacity SIZE   device memory of the simulated device (default 80G)\n"
             "  --synth NAME      a synthetic GPT-2 training trace (fixed, jitter)\n"
@@ -277,6 +279,15 @@ int main(int argc, char **argv)
         }
     }
     if (!npresets) presets[npresets++] = "gpumem";
+    /* the environment's allocator settings that a replay does not read: said, not dropped */
+    const char *lim_env = getenv("GPUMEM_LIMIT");
+    if (lim_env && *lim_env && !limit_given)
+        fprintf(stderr, "gpumem-replay: GPUMEM_LIMIT=%s is ignored: a replay reads its limit from --limit (or the "
+                        "limit key of GPUMEM_CONF / --conf); give --limit %s\n", lim_env, lim_env);
+    const char *tvar = NULL, *tconf = alloc_config_torch_env(&tvar);
+    if (tconf && *tconf && !torch_env)
+        fprintf(stderr, "gpumem-replay: %s=%s is ignored: a replay reads PyTorch's configuration only with "
+                        "--torch-env; give --torch-env (or its keys as --conf)\n", tvar, tconf);
 
     if (nrounds) {
         alloc_config_t cfg;

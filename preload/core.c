@@ -34,6 +34,7 @@
 #include "snapshot/record/rec.h"
 #endif
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,6 +51,7 @@ __thread int gm_fail_site __attribute__((tls_model("initial-exec")));
 __thread CUresult gm_fail_code __attribute__((tls_model("initial-exec")));
 int gm_forked_child;
 size_t gm_limit = ALLOC_NO_LIMIT; /* GPUMEM_LIMIT (rec_settings) */
+_Atomic int gm_conf_watch; /* GPUMEM_CONF set in replace mode (gm_internal.h) */
 alloc_config_t gm_alloc_config;
 _Atomic unsigned long long gm_stats[GM_ST_COUNT];
 _Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT];
@@ -57,7 +59,6 @@ _Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT];
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 static _Atomic int core_done;
 static gm_mode_t mode_now = GM_MODE_OFF;
-static int recording;
 static _Atomic int rec_was_opened; /* recording was 1 at some point (gm_rec_opened) */
 
 static const char *const stat_names[GM_ST_COUNT] = {
@@ -112,6 +113,84 @@ void gm_warn(const char *fmt, ...)
 static void exit_handler(void);
 static int uses_conf = GM_USES_DEFAULT; /* GPUMEM_USES, in force once recording */
 
+/* ---- settings the run does not use ------------------------------------------------------
+ *
+ * An allocator setting the way the program runs never reads (GPUMEM_CONF under GPUMEM_MODE=record,
+ * PYTORCH_CUDA_ALLOC_CONF once gpumem is PyTorch's allocator, ...) would otherwise be dropped
+ * without a word, the user believing it in force. Each is said once, on stderr, with why and what
+ * to use instead, and kept in the recording's meta as ignored.NAME (the reason) for gpumem report;
+ * one said before the recording opens is written when it does (ignored_meta_flush). */
+static const char *const ignored_names[] = {"GPUMEM_CONF", "GPUMEM_LIMIT", "PYTORCH_CUDA_ALLOC_CONF",
+                                            "PYTORCH_ALLOC_CONF"};
+enum { IGNORED_N = sizeof ignored_names / sizeof ignored_names[0] };
+static _Atomic int ignored_said[IGNORED_N];
+static char ignored_why[IGNORED_N][512];
+static int ignored_written[IGNORED_N];
+static pthread_mutex_t ignored_lock = PTHREAD_MUTEX_INITIALIZER;
+static int recording;
+
+static void ignored_meta_flush(void)
+{
+#ifdef GM_HAVE_REC
+    pthread_mutex_lock(&ignored_lock);
+    for (int i = 0; recording && i < IGNORED_N; i++) {
+        if (!ignored_why[i][0] || ignored_written[i])
+            continue;
+        char key[64];
+        snprintf(key, sizeof key, "ignored.%s", ignored_names[i]);
+        rec_meta(key, ignored_why[i]);
+        ignored_written[i] = 1;
+    }
+    pthread_mutex_unlock(&ignored_lock);
+#endif
+}
+
+void gm_setting_ignored(const char *name, const char *why)
+{
+    int i = 0;
+    while (i < IGNORED_N && strcmp(ignored_names[i], name))
+        i++;
+    const char *v = getenv(name);
+    if (i == IGNORED_N || !v || !*v || atomic_load_explicit(&ignored_said[i], memory_order_relaxed) ||
+        atomic_exchange(&ignored_said[i], 1))
+        return;
+    pthread_mutex_lock(&ignored_lock);
+    snprintf(ignored_why[i], sizeof ignored_why[i], "%s", why);
+    pthread_mutex_unlock(&ignored_lock);
+    gm_warn("%s=%s %s", name, v, why);
+    ignored_meta_flush();
+}
+
+void gm_conf_check_caller(const void *caller)
+{
+    /* the first allocations tell: PyTorch's allocator takes its first segment at its first tensor */
+    static _Atomic int looks = 256;
+    Dl_info di;
+    int torch = dladdr(caller, &di) && di.dli_fname && strstr(di.dli_fname, "libc10_cuda");
+    if (!torch && atomic_fetch_sub(&looks, 1) > 1)
+        return;
+    atomic_store(&gm_conf_watch, 0);
+    if (torch)
+        gm_setting_ignored("GPUMEM_CONF",
+                           "places only the segments PyTorch's own allocator takes with cudaMalloc, not its "
+                           "tensors: PyTorch places those itself (PYTORCH_CUDA_ALLOC_CONF configures it); record "
+                           "with --allocator gpumem for gpumem's allocator to place them");
+}
+
+void gm_settings_program_mem(void)
+{
+    static _Atomic int said;
+    if (atomic_load_explicit(&said, memory_order_relaxed) || atomic_exchange(&said, 1))
+        return;
+    static const char why[] =
+        "does not apply to the memory the program maps itself (cuMemCreate and cuMemMap: PyTorch's "
+        "expandable_segments, NCCL; its own memory pools and arrays): gpumem's allocator does not serve it. "
+        "For PyTorch, record with --allocator gpumem, or cap it with torch.cuda.set_per_process_memory_fraction";
+    gm_setting_ignored("GPUMEM_CONF", why);
+    if (gm_limit != ALLOC_NO_LIMIT)
+        gm_setting_ignored("GPUMEM_LIMIT", why);
+}
+
 /* Every setting through the one parser `gpumem record` also checks them with
  * (rec_settings_read): a value it cannot read turns gpumem off, with one line naming it. */
 static int read_config(void)
@@ -135,6 +214,15 @@ static int read_config(void)
         gm_warn("GPUMEM_CONF: accepted but not modelled: %s (PyTorch options gpumem does not "
                 "act on)",
                 names);
+    if (s.mode == REC_SET_RECORD) {
+        static const char why[] =
+            "is ignored: GPUMEM_MODE=record leaves every allocation to the program's own allocator (gpumem "
+            "records only); unset GPUMEM_MODE (replace, the default) for gpumem's allocator to use it";
+        gm_setting_ignored("GPUMEM_CONF", why);
+        if (s.limit != ALLOC_NO_LIMIT)
+            gm_setting_ignored("GPUMEM_LIMIT", why);
+    }
+    atomic_store(&gm_conf_watch, s.mode == REC_SET_REPLACE && getenv("GPUMEM_CONF") && *getenv("GPUMEM_CONF"));
     gm_limit = s.limit;
     uses_conf = s.uses == REC_SET_USES_TIMED ? GM_USES_TIMED
                 : s.uses == REC_SET_USES_OFF ? GM_USES_OFF
@@ -200,6 +288,7 @@ static void core_init(void)
             if (gm_alloc_config.limit != ALLOC_NO_LIMIT)
                 rec_meta("limit_from", gm_limit != ALLOC_NO_LIMIT ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
             rec_meta("uses", gm_uses_name(uses_conf));
+            ignored_meta_flush(); /* what read_config said before the recording opened */
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();
             gm_python_start();
@@ -1063,6 +1152,16 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
 {
     if (size < 0)
         return NULL;
+    /* PyTorch's allocator is replaced: its configuration (read by that allocator only) is not used */
+    static _Atomic int torch_conf_checked;
+    if (!atomic_load_explicit(&torch_conf_checked, memory_order_relaxed) && !atomic_exchange(&torch_conf_checked, 1)) {
+        static const char why[] =
+            "is ignored: gpumem's allocator serves PyTorch's tensors (CUDAPluggableAllocator: gpumem record "
+            "--allocator gpumem, gpumem.use_as_allocator), so PyTorch's own allocator and its settings are not "
+            "used; give the keys as GPUMEM_CONF (the same syntax), or keep PyTorch's allocator (no --allocator gpumem)";
+        gm_setting_ignored("PYTORCH_CUDA_ALLOC_CONF", why);
+        gm_setting_ignored("PYTORCH_ALLOC_CONF", why);
+    }
     gm_mode_t m = gm_mode();
     CUdeviceptr p = 0;
     if (m == GM_MODE_OFF) {

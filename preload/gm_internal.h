@@ -136,6 +136,18 @@ static inline void gm_stat_add(enum gm_stat s, unsigned long long n)
 
 /* One-line diagnostic on stderr, prefixed "gpumem: ". */
 void gm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* An allocator setting (GPUMEM_CONF, GPUMEM_LIMIT, PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF)
+ * the way the program runs does not use: when it is set, said once per setting as "gpumem:
+ * NAME=VALUE WHY" and kept in the recording's meta as ignored.NAME = WHY (core.c). */
+void gm_setting_ignored(const char *name, const char *why);
+/* GPUMEM_CONF is set in replace mode: the first device allocations look at who asked
+ * (gm_conf_check_caller, core.c), since PyTorch's own caching allocator uses it for its
+ * segments only, never its tensors. Cleared once said, or after the first allocations. */
+extern _Atomic int gm_conf_watch;
+void gm_conf_check_caller(const void *caller);
+/* The program allocates memory gpumem's allocator does not serve (its own VMM, pools, arrays):
+ * GPUMEM_CONF and GPUMEM_LIMIT do not apply to it (program_mem.c, once). */
+void gm_settings_program_mem(void);
 
 /* ---- the real driver (driver.c) ---- */
 struct gm_real {

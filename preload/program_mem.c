@@ -122,6 +122,7 @@ static CUresult pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     if (nhs < caphs)
         hs[nhs++] = (struct pm_handle){(uint64_t)*h, size, dev, 0, 0};
     pthread_mutex_unlock(&pm_lock);
+    gm_settings_program_mem();
     gm_event_raw(REC_VMM_CREATE, dev, 0, (uint64_t)*h, size, size, 0);
     if (dev >= 0)
         gm_devused_change(dev, (long long)size);
@@ -285,6 +286,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
         int dev = gm_pm_pool_device(pool, s);
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, size, GM_PT_POOL, dev);
+        gm_settings_program_mem();
         gm_next_alloc_flags = GM_EVF_POOL;
         gm_event(GM_EV_ALLOC_ASYNC, dev, s, *dptr, size, size);
         gm_next_alloc_flags = 0;
@@ -456,6 +458,7 @@ static void array_record(CUresult r, CUarray *a, size_t bytes)
     if (r != CUDA_SUCCESS || !a)
         return;
     int dev = ctx_dev();
+    gm_settings_program_mem();
     gm_event_raw(REC_ARRAY_ALLOC, dev, 0, (uint64_t)(uintptr_t)*a, bytes, bytes, 0);
     if (dev >= 0)
         gm_devused_change(dev, (long long)bytes);

@@ -276,6 +276,8 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     if (m == GM_MODE_REPLACE && p && gm_capture_prohibited())
         m = GM_MODE_RECORD;
     if (m == GM_MODE_REPLACE && p) {
+        if (atomic_load_explicit(&gm_conf_watch, memory_order_relaxed))
+            gm_conf_check_caller(__builtin_return_address(0));
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, 0, GM_ALLOC_SYNC, &fail);
         if (fail != CUDA_SUCCESS)

@@ -108,9 +108,13 @@ static const char *const usage_record =
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default $GPUMEM_DB where set, else gpumem-<pid>.db; %p = pid,\n"
-    "%r = rank), then prints a short summary. When no GPU driver is usable (no /dev/nvidiactl,\n"
-    "or libcuda.so.1 does not load) the virtual GPU (sim/ next to gpumem, ../lib/gpumem/sim or\n"
-    "../lib/gpumem) is put first in LD_LIBRARY_PATH, and gpumem says so.\n"
+    "%r = rank), then prints a short summary: the figures gpumem report leads with (for a\n"
+    "PyTorch program, PyTorch's max_memory_allocated / max_memory_reserved first, then the\n"
+    "device's). An allocator setting the run does not use (GPUMEM_CONF, GPUMEM_LIMIT,\n"
+    "PYTORCH_CUDA_ALLOC_CONF) is said on stderr and in the report. When no GPU driver is\n"
+    "usable (no /dev/nvidiactl, or libcuda.so.1 does not load) the virtual GPU (sim/ next to\n"
+    "gpumem, ../lib/gpumem/sim or ../lib/gpumem) is put first in LD_LIBRARY_PATH, and gpumem\n"
+    "says so.\n"
     "  -o FILE   the database to write; an earlier run's gpumem database there is replaced,\n"
     "            any other file is left alone (exit 2 before CMD runs). Each process of this\n"
     "            run that records (a launcher script's steps) keeps its own file: the first\n"
@@ -797,20 +801,22 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
          * events were lost, when the counts are only what was kept (the summary says so), or the
          * program failed (then that is the news) */
         int whole = gm_summary_short(&d, &m, stderr);
-        nallocs = m.nallocs;
+        /* what the program allocated: gpumem's allocations, and also the memory a program maps
+         * itself (PyTorch's expandable segments) and PyTorch's tensors, which are none of them */
+        nallocs = m.nallocs + m.torch.nallocs + (m.peak_vmm > 0);
         *failed = strcmp(d.state, "failed") == 0;
         lost = (int64_t)gm_dropped(&d);
         if (end[0] && !d.closed)
             fprintf(stderr, "gpumem: the program %s; the recording holds what was committed up to ~100 ms "
                             "before the end (the counts above)\n", end);
-        else if (end[0] && !m.nallocs && others)
+        else if (end[0] && !nallocs && others)
             fprintf(stderr, "gpumem: the program %s; its own messages above say why\n", end);
-        else if (end[0] && !m.nallocs)
+        else if (end[0] && !nallocs)
             fprintf(stderr, "gpumem: the program %s before it made any device or pinned allocation; its own "
                             "messages above say why\n", end);
         else if (end[0])
             fprintf(stderr, "gpumem: the program %s; the recording covers its run up to then\n", end);
-        else if (whole && !m.nallocs && !others) { /* with others: where its allocations are, below */
+        else if (whole && !nallocs && !others) { /* with others: where its allocations are, below */
             /* meta.mode is written when a CUDA call first reaches gpumem (preload/core.c); a
              * recording without it was opened by a range alone (PyTorch's module hooks on the CPU) */
             char mode[32];

@@ -1242,6 +1242,44 @@ static void print_devices_text(FILE *out, const gm_model *m, int busy, const cha
     }
 }
 
+/* The figures a recording leads with, one analysis for report and for record's summary line, so
+ * the two can never disagree:
+ *   - the device's: the busiest device's view where there are several (a sum of devices is a
+ *     figure no device had), the model itself otherwise;
+ *   - PyTorch's, where its history was merged (torch.present == 1): its tensors' view, again the
+ *     busiest device's (its max_memory_*(d) are per device), and where the program reset its peak
+ *     stats, the figures since then. */
+typedef struct lead_figs {
+    gm_model *dev;     /* the device's figures: the model, or &dv */
+    gm_model dv;
+    int dev_busy;      /* -1: one device (dev is the model) */
+    gm_model twhole;   /* PyTorch's view of every device (present == 1) */
+    gm_model tv;       /* its lead: twhole, or its busiest device's view */
+    int torch_busy;    /* -1: one device */
+    gm_torch_reset reset;
+} lead_figs;
+
+enum { LEAD_DEVICE = 1, LEAD_TORCH = 2 }; /* which of the two lead_make computes */
+static void lead_make(gm_db *d, gm_model *m, int what, lead_figs *f) {
+    memset(f, 0, sizeof *f);
+    f->dev = m, f->dev_busy = -1, f->torch_busy = -1;
+    if ((what & LEAD_DEVICE) && gm_model_devices(m, NULL, NULL) > 1 &&
+        gm_model_device_view(m, gm_busiest_device(m), &f->dv) == 0)
+        f->dev_busy = f->dv.device_only - 1, f->dev = &f->dv;
+    if (!(what & LEAD_TORCH) || m->torch.present != 1) return;
+    f->twhole = gm_model_torch_view(m), f->tv = f->twhole;
+    if (gm_model_devices(&f->twhole, NULL, NULL) > 1 &&
+        gm_model_device_view(&f->twhole, gm_busiest_device(&f->twhole), &f->tv) == 0)
+        f->torch_busy = f->tv.device_only - 1;
+    /* PyTorch resets one device's peaks: the lead's device's, or any where there is one */
+    gm_torch_peak_reset(d, f->torch_busy >= 0 ? f->torch_busy : GM_TORCH_ALL_DEVICES, &f->reset);
+}
+
+static void lead_free(lead_figs *f) {
+    if (f->dev_busy >= 0) gm_model_device_view_free(&f->dv);
+    if (f->torch_busy >= 0) gm_model_device_view_free(&f->tv);
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
@@ -1267,12 +1305,12 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         }
         return;
     }
-    gm_model whole = gm_model_torch_view(m), v = whole;
     /* several devices: PyTorch's statistics are per device (max_memory_allocated(d)); the
-     * busiest device's lead, as the device's view does (gm_report) */
-    int busy = -1;
-    if (gm_model_devices(&whole, NULL, NULL) > 1 && gm_model_device_view(&whole, gm_busiest_device(&whole), &v) == 0)
-        busy = v.device_only - 1;
+     * busiest device's lead, as the device's view does (lead_make) */
+    lead_figs lf;
+    lead_make(d, m, LEAD_TORCH, &lf);
+    gm_model whole = lf.twhole, v = lf.tv;
+    int busy = lf.torch_busy;
     const gm_model *pv = &v;
     alloc_set peak = select_allocs(&v, SET_LIVE_AT, pv->peak_allocated_seq);
     group *gp = NULL, *gs = NULL, *gn = NULL;
@@ -1301,9 +1339,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
     gm_meta_text(d, "torch_history_from", from, sizeof from); /* gpumem: its tracker's trace */
-    gm_torch_reset reset; /* the whole run's peaks are not max_memory_*() after a reset: the
-                             device's whose figures these are (PyTorch resets one device) */
-    gm_torch_peak_reset(d, busy >= 0 ? busy : GM_TORCH_ALL_DEVICES, &reset);
+    gm_torch_reset reset = lf.reset; /* the whole run's peaks are not max_memory_*() after a
+                                        reset: the device's whose figures these are (lead_make) */
     if (o->json) {
         fprintf(out, ",\"torch\":{\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
                      ",\"peak_requested\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
@@ -1404,7 +1441,34 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         print_categories(d, &v, o, out, "  PyTorch's tensors by category", "torch");
     }
     free(gp), free(gs), free(gn), free(go);
-    if (busy >= 0) gm_model_device_view_free(&v);
+    lead_free(&lf);
+}
+
+/* The allocator settings the program ran with but did not use (meta ignored.NAME, written by
+ * libgpumem.so as it said so on stderr): JSON "ignored_settings" {NAME: why} ({} for none), or
+ * a line each under the summary. */
+static void print_ignored(gm_db *d, const gm_opts *o, FILE *out) {
+    sqlite3_stmt *q = NULL;
+    int n = 0;
+    if (o->json) fputs(",\"ignored_settings\":{", out);
+    if (sqlite3_prepare_v2(d->db, "SELECT substr(key, 9), value FROM meta WHERE key LIKE 'ignored.%' ORDER BY key",
+                           -1, &q, NULL) == SQLITE_OK) {
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            const char *k = (const char *)sqlite3_column_text(q, 0), *v = (const char *)sqlite3_column_text(q, 1);
+            if (!k || !v) continue;
+            if (o->json) {
+                if (n) fputc(',', out);
+                gm_json_str(out, k);
+                fputc(':', out);
+                gm_json_str(out, v);
+            } else {
+                fprintf(out, "  ignored setting     %s %s\n", k, v);
+            }
+            n++;
+        }
+    }
+    sqlite3_finalize(q);
+    if (o->json) fputc('}', out);
 }
 
 int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
@@ -1413,10 +1477,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     /* several devices: the peaks, attribution, categories and idle memory are the busiest
      * device's (a sum of devices is a figure no device had), each device's peaks listed, and an
      * OOM's tables its own device's */
-    gm_model *whole = m, dv;
-    int busy = -1;
-    if (gm_model_devices(m, NULL, NULL) > 1 && gm_model_device_view(m, gm_busiest_device(m), &dv) == 0)
-        busy = dv.device_only - 1, m = &dv;
+    gm_model *whole = m;
+    lead_figs lf;
+    lead_make(d, m, LEAD_DEVICE, &lf);
+    int busy = lf.dev_busy;
+    m = lf.dev;
     labels l;
     labels_make(m, &l, 1); /* "step N" grouped as "step *": one row per phase, not per step */
     group *gs = NULL, *gp = NULL;
@@ -1453,6 +1518,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         gm_json_str(out, ending[0] ? ending : NULL);
         fputs(",\"failure\":", out);
         gm_json_str(out, d->failure[0] ? d->failure : NULL);
+        print_ignored(d, o, out);
         fputs(",\"summary\":{", out);
         fprintf(out, "\"events\":%" PRIu64 ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64
                      ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":%" PRIu64
@@ -1549,6 +1615,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             fprintf(out, "  driver calls        unknown (counted at exit); %" PRIu64 " segment events, each one or "
                          "more calls\n", s.driver_calls);
         fprintf(out, "  OOMs                %" PRIu64 "\n", s.n_oom);
+        print_ignored(d, o, out);
         if (s.n_foreign || s.n_double)
         {
             char in[48] = "";
@@ -1688,59 +1755,100 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     if (o->json) fputs("]}\n", out);
     free(gs), free(gp), free(gn), free(gop);
     labels_free(m, &l);
-    if (busy >= 0) gm_model_device_view_free(&dv);
+    lead_free(&lf);
     return 0;
+}
+
+/* PyTorch's figures in record's summary: report's "PyTorch's allocator" block in one line, from
+ * the same lead_figs (its busiest device's, since the reset where the program reset them). */
+static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
+    char a[32], r[32], on[64] = "";
+    if (m->torch.present == 2) { /* --allocator gpumem: report's "PyTorch through gpumem" */
+        char q[32];
+        gm_fmt_bytes(m->torch.peak_requested, q, sizeof q);
+        gm_fmt_bytes(m->torch.peak_allocated, a, sizeof a);
+        fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): peak requested %s, "
+                     "peak allocated %s in gpumem's blocks\n", q, a);
+        return;
+    }
+    if (m->torch.present != 1) return;
+    const gm_model *v = &f->tv;
+    if (f->torch_busy >= 0) {
+        int lo, hi, n = gm_model_devices(&f->twhole, &lo, &hi);
+        snprintf(on, sizeof on, " on device %d (the busiest of %d)", f->torch_busy, n);
+    }
+    if (f->reset.count) {
+        char ra[32], rr[32];
+        gm_fmt_bytes(f->reset.max_allocated, ra, sizeof ra);
+        gm_fmt_bytes(f->reset.max_reserved, rr, sizeof rr);
+        gm_fmt_bytes(v->peak_allocated, a, sizeof a);
+        gm_fmt_bytes(v->peak_reserved, r, sizeof r);
+        fprintf(out, "gpumem: PyTorch's allocator: since the reset (reset_peak_memory_stats) %s allocated "
+                     "(max_memory_allocated), %s reserved (max_memory_reserved); the whole run%s: peak allocated %s, "
+                     "peak reserved %s; %zu tensors\n", ra, rr, on, a, r, m->torch.nallocs);
+        return;
+    }
+    gm_fmt_bytes(v->peak_allocated, a, sizeof a);
+    gm_fmt_bytes(v->peak_reserved, r, sizeof r);
+    fprintf(out, "gpumem: PyTorch's allocator: peak allocated %s (max_memory_allocated), peak reserved %s "
+                 "(max_memory_reserved)%s, %.1f%% utilization, %zu tensors\n",
+            a, r, on, pct(v->peak_allocated, v->peak_reserved), m->torch.nallocs);
 }
 
 int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     summary s;
     make_summary(d, m, &s);
-    /* several devices: the busiest device's peaks, named (as the report leads with them) */
-    gm_model one = *m;
+    /* the figures report leads with (lead_make): several devices, the busiest device's, named;
+     * PyTorch's own, where its history was merged, first: they are the program's */
+    lead_figs lf;
+    lead_make(d, m, LEAD_DEVICE | LEAD_TORCH, &lf);
+    summary_torch_line(m, &lf, out);
+    const char *dev = m->torch.present == 1   ? "the device (gpumem's account, PyTorch's segments included): "
+                      : m->torch.present == 2 ? "the device (gpumem's account, libraries' own allocations included): "
+                                              : "";
     char on[64] = "";
-    int lo, hi, ndev = gm_model_devices(m, &lo, &hi);
-    if (ndev > 1) {
-        int busy = gm_busiest_device(m);
-        const gm_dev_figs *f = &m->devs[busy];
-        one.peak_allocated = f->peak_allocated, one.peak_reserved = f->peak_reserved;
-        one.peak_requested = f->peak_requested;
-        snprintf(on, sizeof on, " on device %d (the busiest of %d)", busy, ndev);
+    if (lf.dev_busy >= 0) {
+        int lo, hi, ndev = gm_model_devices(m, &lo, &hi);
+        snprintf(on, sizeof on, " on device %d (the busiest of %d)", lf.dev_busy, ndev);
     }
-    m = &one;
+    const gm_model *dm = lf.dev;
     char a[32], b[32];
     char c[32];
-    gm_fmt_bytes(m->peak_allocated, a, sizeof a);
-    gm_fmt_bytes(m->peak_reserved, b, sizeof b);
-    gm_fmt_bytes(m->peak_requested, c, sizeof c);
+    gm_fmt_bytes(dm->peak_allocated, a, sizeof a);
+    gm_fmt_bytes(dm->peak_reserved, b, sizeof b);
+    gm_fmt_bytes(dm->peak_requested, c, sizeof c);
     int failed = strcmp(d->state, "failed") == 0;
-    if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested && !d->closed && !failed) {
+    if (!dm->peak_allocated && !dm->peak_reserved && !dm->peak_requested && !dm->peak_vmm && !d->closed && !failed) {
         /* the process ended without closing the recording (kill -9): what it did in the last
          * commit interval is not in the file, so "nothing allocated" would be a guess */
         fprintf(out, "gpumem: %" PRIu64 " allocations committed (%" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64
                      " dropped events); the last ~100 ms before the program ended were not: the recording was "
                      "not closed\n", s.n_alloc, s.n_free, s.n_oom, s.dropped);
+        lead_free(&lf);
         return 0;
     }
     /* the program's own VMM (PyTorch's expandable segments): in none of the peaks, said apart */
     char v[96] = "";
-    if (m->peak_vmm) {
+    if (dm->peak_vmm) {
         char vb[32];
-        gm_fmt_bytes(m->peak_vmm, vb, sizeof vb);
+        gm_fmt_bytes(dm->peak_vmm, vb, sizeof vb);
         snprintf(v, sizeof v, "program VMM %s at its peak (held outside gpumem's allocator), ", vb);
     }
     /* with events lost (a full disk, a full ring in drop mode) an empty file says nothing of
      * what the program did: its allocations may be among the lost */
     int lost = failed || s.dropped > 0;
-    if (!m->peak_allocated && !m->peak_reserved && !m->peak_requested)
-        fprintf(out, "gpumem: %s: %s%" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
-                     " OOMs, %" PRId64 " dropped events\n",
+    if (!dm->peak_allocated && !dm->peak_reserved && !dm->peak_requested)
+        fprintf(out, "gpumem: %s%s%s: %s%" PRIu64 " allocations, %" PRIu64 " frees, %" PRIu64
+                     " OOMs, %" PRId64 " dropped events\n", dev,
                 lost ? "no allocation was kept (events were lost, not absent)"
-                : m->peak_vmm ? "no device allocation" : "nothing allocated",
-                v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
+                : dm->peak_vmm ? "no device allocation" : "nothing allocated",
+                on, v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
     else
-        fprintf(out, "gpumem: peak allocated %s (%s requested), peak reserved %s (%.1f%% utilization)%s, %s%" PRIu64
+        fprintf(out, "gpumem: %speak allocated %s (%s requested), peak reserved %s (%.1f%% utilization)%s, %s%" PRIu64
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
-                a, c, b, pct(m->peak_allocated, m->peak_reserved), on, v, s.n_alloc, s.n_free, s.n_oom, s.dropped);
+                dev, a, c, b, pct(dm->peak_allocated, dm->peak_reserved), on, v, s.n_alloc, s.n_free, s.n_oom,
+                s.dropped);
+    lead_free(&lf);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",
                 d->failure[0] ? d->failure : "unknown error");

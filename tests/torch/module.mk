@@ -31,6 +31,9 @@ SCRIPT_TESTS += tests/torch/torch_ops.sh
 # two devices in one process (PyTorch's view and a C program's): each device's peaks, never their
 # sum; an OOM's tables its own device's; every other command says where it adds devices
 SCRIPT_TESTS += tests/torch/torch_devices.sh
+# record's summary says what report says, for every kind of recording; an allocator setting the run
+# does not use is said (stderr, meta ignored.NAME, report), never dropped (torch_summary.sh)
+SCRIPT_TESTS += tests/torch/torch_summary.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh
