@@ -66,10 +66,10 @@ snapshot_reader_LDLIBS := $(SNAP_TEST_LDLIBS)
 snapshot_categories_LIBS := $(GM_OBJS) $(REC_LIB) $(REC_ALLOC_LIB)
 snapshot_categories_LDLIBS := $(SNAP_TEST_LDLIBS)
 # (gm_advise.o: advise's and tune's model reads the events through the page reader too)
-snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
+snapshot_pages_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(SNAP_DIR)/analyze/gm_rerun.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_pages_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 # (adv_reduce_staging: gm_advise_autocast.o alone needs gm_advise.o's edit list)
-snapshot_advise_torch_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(REC_LIB) $(ALLOC_LIB)
+snapshot_advise_torch_LIBS := $(GM_OBJS) $(SNAP_DIR)/analyze/gm_advise.o $(SNAP_DIR)/analyze/gm_advise_autocast.o $(SNAP_DIR)/analyze/gm_rerun.o $(REC_LIB) $(ALLOC_LIB)
 snapshot_advise_torch_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 snapshot_tblocks_LIBS := $(SNAP_DIR)/formats/gm_torch.o $(SNAP_DIR)/formats/gm_pickle.o $(SNAP_DIR)/formats/gm_out.o $(SNAP_DIR)/read/gm_sig.o \
                         $(SNAP_DIR)/record/rec_path.o
