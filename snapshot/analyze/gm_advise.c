@@ -308,7 +308,7 @@ static void ops_median(adv_model *m, const uint64_t *key)
 
 /* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges;
  * each op's duration the median of its recurrences (ops_median). */
-static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx)
+static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx, const gm_spans *spans)
 {
     size_t cap = 0, kcap = 0;
     uint64_t *key = NULL; /* per op, ops_median's; 0: an op of its own */
@@ -326,7 +326,10 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
                 gm_grow((void **)&key, &kcap, m->nops + 1, sizeof *key))
                 break;
             int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
-            uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 3));
+            /* the launch's phase: its push/pop range, else the start/end range open then */
+            int64_t rg = sqlite3_column_int64(s, 3);
+            uint64_t *ri = u64map_get(ridx, gm_spans_range(spans, rg > 0 && rg <= UINT32_MAX ? (uint32_t)rg : 0,
+                                                           sqlite3_column_int64(s, 0)));
             /* the n-th launch of its kernel in its range: one op of each step */
             uint64_t k = 0;
             if (ri && r[*ri].op) {
@@ -369,16 +372,15 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
 
 /* The first OOM of the recording (table ooms, whose event carries the NVTX range it happened
  * in): where, what and how much. */
-static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
+static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx, const gm_spans *spans)
 {
     sqlite3_stmt *s;
     if (!gm_table_exists(d, "ooms") ||
         sqlite3_prepare_v2(
             d->db,
             "SELECT o.seq, o.requested, o.allocated, o.limit_bytes, e.stream, "
-            "e.range, e.t, rg.path, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
-            "JOIN events e ON e.seq = "
-            "o.seq LEFT JOIN ranges rg ON rg.id = e.range LEFT JOIN strings n ON "
+            "e.range, e.t, NULL, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
+            "JOIN events e ON e.seq = o.seq LEFT JOIN strings n ON "
             "n.id = o.name ORDER BY o.seq LIMIT 1",
             -1, &s, NULL) != SQLITE_OK)
         return;
@@ -393,13 +395,22 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
                                   (uint64_t)sqlite3_column_int64(s, 11),
                                   (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);
         o->stream = (uint32_t)sqlite3_column_int64(s, 4);
-        uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 5));
+        /* its phase: the push/pop range of its thread, else the start/end range open then */
+        int64_t rg = sqlite3_column_int64(s, 5);
+        uint32_t range = gm_spans_range(spans, rg > 0 && rg <= UINT32_MAX ? (uint32_t)rg : 0, sqlite3_column_int64(s, 6));
+        uint64_t *ri = u64map_get(ridx, range);
         o->step = ri ? r[*ri].step : -1;
         o->t = (uint64_t)sqlite3_column_int64(s, 6);
         o->ev = SIZE_MAX;
         /* the path up to its phase: "step 2/fwd" of "step 2/fwd/h3/attn" */
-        const char *path = (const char *)sqlite3_column_text(s, 7);
-        snprintf(o->where, sizeof o->where, "%s", path ? path : "");
+        o->where[0] = 0;
+        sqlite3_stmt *p;
+        if (range && sqlite3_prepare_v2(d->db, "SELECT path FROM ranges WHERE id = ?", -1, &p, NULL) == SQLITE_OK) {
+            sqlite3_bind_int64(p, 1, range);
+            const char *path = sqlite3_step(p) == SQLITE_ROW ? (const char *)sqlite3_column_text(p, 0) : NULL;
+            snprintf(o->where, sizeof o->where, "%s", path ? path : "");
+            sqlite3_finalize(p);
+        }
         for (char *c = o->where;;) {
             char *slash = strchr(c, '/');
             if (slash) *slash = 0;
@@ -1118,6 +1129,7 @@ typedef struct ev_reader {
     u64map *ridx;
     const name_ev *names;
     size_t nnames, ni;
+    const gm_spans *spans;   /* the start/end ranges: an event's phase where its thread has no push/pop range */
     u64map live;
     u64map seq_idx;          /* birth seq -> allocation, for the uses */
     uint32_t *stacks;
@@ -1212,6 +1224,9 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         }
     }
     if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
+    /* the event's phase as every reader takes it (gm_spans_range): its push/pop range (NULL reads
+     * as -1 from the pages, 0 through SQLite), else the start/end range open at its time */
+    range = gm_spans_range(L->spans, range > 0 && range <= UINT32_MAX ? (uint32_t)range : 0, (int64_t)t);
     /* consecutive events mostly share a range: the last one's look-up kept */
     if (!L->have_range || range != L->last_range) {
         uint64_t *ri = u64map_get(L->ridx, range);
@@ -1364,8 +1379,10 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         snprintf(err, errsz, "%s: cannot read ranges: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
-    load_ops(d, m, r, nr, &ridx);
-    load_oom(d, m, r, &ridx);
+    gm_spans spans;
+    gm_spans_load(d, &spans);
+    load_ops(d, m, r, nr, &ridx, &spans);
+    load_oom(d, m, r, &ridx, &spans);
     /* names, applied to the live allocation at their address (as gm_analyze does) */
     name_ev *names = NULL;
     size_t nnames = 0, ncap = 0;
@@ -1402,7 +1419,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         if (alloc_config_parse(&m->cfg, conf, cerr, sizeof cerr) != ALLOC_OK) {
             snprintf(err, errsz, "%s: PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF=%s) is not one "
                      "gpumem can replay (%s)", d->path, m->torch_conf, cerr);
-            free(names), free(r), u64map_free(&ridx);
+            free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
             adv_model_free(m);
             return -1;
         }
@@ -1413,7 +1430,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap,
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .spans = &spans, .tap = tap,
                    .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
@@ -1421,7 +1438,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
      * again as one */
     if (pr == GM_PAGES_RESTART || L.found || (pr == GM_PAGES_NO && probe)) {
         ev_reader_free(&L);
-        free(names), free(r), u64map_free(&ridx);
+        free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
         adv_model_free(m);
         if (tap) tap->restart(tap->ctx);
         return adv_model_load_tap(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), tap, err, errsz);
@@ -1430,7 +1447,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (pr == GM_SQL_NOQUERY) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         ev_reader_free(&L);
-        free(names), free(r), u64map_free(&ridx);
+        free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
         adv_model_free(m);
         return -1;
     }
@@ -1450,7 +1467,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;
     free(births);
-    free(names), free(r), u64map_free(&ridx);
+    free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
     if (nomem) {
         free(stacks), free(evseq);
         snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);

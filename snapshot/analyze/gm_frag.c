@@ -315,8 +315,10 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
     if (w->by_step) {
         /* every row's step, whatever its kind: a step begins at its first event (a launch, a
          * range, a tensor), with what was live then. Most steps of a PyTorch run allocate and
-         * free no device memory (its cache serves them), and hold what they carried in. */
-        uint32_t range = (uint32_t)e->range;
+         * free no device memory (its cache serves them), and hold what they carried in. The
+         * row's phase as every reader takes it (gm_event_range): its push/pop range (NULL reads
+         * as -1 from the pages, 0 through SQLite), else the start/end range open at its time. */
+        uint32_t range = gm_event_range(w->m, e->range > 0 && e->range <= UINT32_MAX ? (uint32_t)e->range : 0, e->t);
         if (range != w->last_range) {
             const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
             size_t np = w->npoints;
