@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ strings */
 
@@ -779,12 +780,12 @@ static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, u
  * infers from its allocations (the recording's periodicity, the backward from the step's highest
  * point), given to every event by its seq. When they cannot be decided m->phases_why says why and
  * nothing is guessed. evseq: each loaded event's seq. */
-static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
+static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq, int progress)
 {
     gm_model gm;
     gm_categories c;
     char err[256];
-    if (gm_model_load(d, &gm, 0, err, sizeof err) != 0) {
+    if (gm_model_load(d, &gm, progress, err, sizeof err) != 0) {
         snprintf(m->phases_why, sizeof m->phases_why, "the recording could not be read for its phases (%s)", err);
         return;
     }
@@ -1147,6 +1148,8 @@ typedef struct ev_reader {
     int have_range;
     int nomem;
     int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
+    int progress;   /* ADV_LOAD_PROGRESS, on a terminal */
+    uint64_t nrows; /* rows read, for the progress line */
     int found; /* ... LOAD_AS_HISTORY or LOAD_AS_HOOKED: the row it stopped at */
 } ev_reader;
 
@@ -1280,6 +1283,9 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
 {
     ev_reader *L = ctx;
     if (L->tap && L->tap->rows(L->tap->ctx, rows, n) != 0) return L->nomem = 1, 1;
+    if (L->progress && ((L->nrows + n) >> 20) != (L->nrows >> 20))
+        fprintf(stderr, "\rgpumem advise: reading events... %.1fM", (double)(((L->nrows + n) >> 20) << 20) / 1e6);
+    L->nrows += n;
     int torch = L->m->torch == 1;
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
@@ -1431,7 +1437,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
     ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .spans = &spans, .tap = tap,
-                   .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe};
+                   .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe,
+                   .progress = (how & ADV_LOAD_PROGRESS) && isatty(2)};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
      * recording's kind was still to be found: all again through SQLite; a PyTorch recording: all
@@ -1444,6 +1451,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         return adv_model_load_tap(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), tap, err, errsz);
     }
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, event_rows, &L);
+    if (L.nrows >> 20 && L.progress) fprintf(stderr, "\r%50s\r", "");
     if (pr == GM_SQL_NOQUERY) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         ev_reader_free(&L);
@@ -1635,7 +1643,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
     m->steps_from = m->nsteps ? GM_CSRC_PHASES : GM_CSRC_NONE;
-    if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq);
+    if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq, (how & ADV_LOAD_PROGRESS) != 0);
     if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
     free(evseq);
     if (m->have_uses) load_uses(d, m, &seq_idx);

@@ -229,8 +229,9 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
  * inferred (m->phases_from). adv_model_load is this with neither: the device's allocations as
  * recorded (frag and tune replay those). ADV_LOAD_SQL: the events through SQLite, never from
  * the table's pages (the same rows: the pages' reader is taken only where they are; the
- * environment's GPUMEM_SWEEP=sql does the same). */
-enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4 };
+ * environment's GPUMEM_SWEEP=sql does the same). ADV_LOAD_PROGRESS: a progress line on stderr
+ * while the events are read, where stderr is a terminal (the report's, gm_model_load's). */
+enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4, ADV_LOAD_PROGRESS = 8 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 /* Every events row as the load reads them (all kinds, a page's rows at a time, before the model
  * takes its own), for a loader that makes more of the same pass (gm_replay.c: the frees held
