@@ -15,7 +15,7 @@
 # The same rule in frag's step timeline and advise's model (the second table: churn_app's "step N"
 # range of every kind).
 source tests/integration/preload_common.bash
-need "$LIB" "$APPS/nvtx_app" "$APPS/uses_app" "$BUILD/gpumem"
+need "$LIB" "$APPS/nvtx_app" "$APPS/uses_app" "$BUILD/gpumem" "$BUILD/tests/apps/churn_app"
 "$APPS/nvtx_app" >"$TMP/plain.out" || fail "nvtx_app failed without the preload"
 GPUMEM_DEBUG_RANGES=$TMP/ranges LD_PRELOAD=$LIB "$APPS/nvtx_app" >"$TMP/pre.out" 2>"$TMP/pre.err" ||
     fail "nvtx_app failed under the preload"
@@ -113,7 +113,6 @@ check_eq "report's text calls no allocation inside a range outside" \
 # end); advise names the step of an OOM (GPUMEM_LIMIT=40M: out of memory in step 0) as report
 # does and as SQL over the ranges open at the OOM's time does.
 CHURN=$BUILD/tests/apps/churn_app
-need "$CHURN"
 # case  churn's mode  the OOM's phase (- outside every range)
 while read -r c mode want; do
   [[ $want == - ]] && want=""
