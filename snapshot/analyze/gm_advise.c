@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ strings */
 
@@ -308,7 +309,7 @@ static void ops_median(adv_model *m, const uint64_t *key)
 
 /* The op timeline: timed launches when recorded (GPUMEM_USES=timed), else leaf NVTX ranges;
  * each op's duration the median of its recurrences (ops_median). */
-static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx)
+static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx, const gm_spans *spans)
 {
     size_t cap = 0, kcap = 0;
     uint64_t *key = NULL; /* per op, ops_median's; 0: an op of its own */
@@ -326,7 +327,10 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
                 gm_grow((void **)&key, &kcap, m->nops + 1, sizeof *key))
                 break;
             int64_t st = sqlite3_column_int64(s, 1), en = sqlite3_column_int64(s, 2);
-            uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 3));
+            /* the launch's phase: its push/pop range, else the start/end range open then */
+            int64_t rg = sqlite3_column_int64(s, 3);
+            uint64_t *ri = u64map_get(ridx, gm_spans_range(spans, rg > 0 && rg <= UINT32_MAX ? (uint32_t)rg : 0,
+                                                           sqlite3_column_int64(s, 0)));
             /* the n-th launch of its kernel in its range: one op of each step */
             uint64_t k = 0;
             if (ri && r[*ri].op) {
@@ -369,16 +373,15 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
 
 /* The first OOM of the recording (table ooms, whose event carries the NVTX range it happened
  * in): where, what and how much. */
-static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
+static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx, const gm_spans *spans)
 {
     sqlite3_stmt *s;
     if (!gm_table_exists(d, "ooms") ||
         sqlite3_prepare_v2(
             d->db,
             "SELECT o.seq, o.requested, o.allocated, o.limit_bytes, e.stream, "
-            "e.range, e.t, rg.path, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
-            "JOIN events e ON e.seq = "
-            "o.seq LEFT JOIN ranges rg ON rg.id = e.range LEFT JOIN strings n ON "
+            "e.range, e.t, NULL, n.s, e.flags, o.reserved, o.device_free FROM ooms o LEFT "
+            "JOIN events e ON e.seq = o.seq LEFT JOIN strings n ON "
             "n.id = o.name ORDER BY o.seq LIMIT 1",
             -1, &s, NULL) != SQLITE_OK)
         return;
@@ -393,13 +396,22 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx)
                                   (uint64_t)sqlite3_column_int64(s, 11),
                                   (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);
         o->stream = (uint32_t)sqlite3_column_int64(s, 4);
-        uint64_t *ri = u64map_get(ridx, (uint64_t)sqlite3_column_int64(s, 5));
+        /* its phase: the push/pop range of its thread, else the start/end range open then */
+        int64_t rg = sqlite3_column_int64(s, 5);
+        uint32_t range = gm_spans_range(spans, rg > 0 && rg <= UINT32_MAX ? (uint32_t)rg : 0, sqlite3_column_int64(s, 6));
+        uint64_t *ri = u64map_get(ridx, range);
         o->step = ri ? r[*ri].step : -1;
         o->t = (uint64_t)sqlite3_column_int64(s, 6);
         o->ev = SIZE_MAX;
         /* the path up to its phase: "step 2/fwd" of "step 2/fwd/h3/attn" */
-        const char *path = (const char *)sqlite3_column_text(s, 7);
-        snprintf(o->where, sizeof o->where, "%s", path ? path : "");
+        o->where[0] = 0;
+        sqlite3_stmt *p;
+        if (range && sqlite3_prepare_v2(d->db, "SELECT path FROM ranges WHERE id = ?", -1, &p, NULL) == SQLITE_OK) {
+            sqlite3_bind_int64(p, 1, range);
+            const char *path = sqlite3_step(p) == SQLITE_ROW ? (const char *)sqlite3_column_text(p, 0) : NULL;
+            snprintf(o->where, sizeof o->where, "%s", path ? path : "");
+            sqlite3_finalize(p);
+        }
         for (char *c = o->where;;) {
             char *slash = strchr(c, '/');
             if (slash) *slash = 0;
@@ -768,18 +780,20 @@ static void use_around(const adv_model *m, uint32_t a, uint64_t t, uint64_t u, u
  * infers from its allocations (the recording's periodicity, the backward from the step's highest
  * point), given to every event by its seq. When they cannot be decided m->phases_why says why and
  * nothing is guessed. evseq: each loaded event's seq. */
-static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
+static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq, int progress)
 {
     gm_model gm;
     gm_categories c;
     char err[256];
-    if (gm_model_load(d, &gm, 0, err, sizeof err) != 0) {
+    if (gm_model_load(d, &gm, progress, err, sizeof err) != 0) {
         snprintf(m->phases_why, sizeof m->phases_why, "the recording could not be read for its phases (%s)", err);
         return;
     }
-    if (gm_categories_build(d, &gm, &c, err, sizeof err) != 0) {
+    int built = gm_categories_build(d, &gm, &c, err, sizeof err);
+    /* the categories hold what is read from here on: the model (as large as advise's own) goes */
+    gm_model_free(&gm);
+    if (built != 0) {
         snprintf(m->phases_why, sizeof m->phases_why, "%s", err);
-        gm_model_free(&gm);
         return;
     }
     if (c.phases_from == GM_CSRC_NONE || !c.nsteps) {
@@ -859,7 +873,6 @@ static void infer_phases(gm_db *d, adv_model *m, const uint64_t *evseq)
     }
 out:
     gm_categories_free(&c);
-    gm_model_free(&gm);
 }
 
 /* The layers of an unannotated recording, for the rewrites that stash saved activations per
@@ -1110,6 +1123,122 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
     return adv_model_load_as(d, m, 0, err, errsz);
 }
 
+/* The recording's free_completed events (kind 29: a free that waited for stream events landed)
+ * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
+ * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
+ * one at the end. The model's allocation index is the rank of the allocation's event among kinds
+ * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
+ * allocation by device and allocator id. A free_completed goes before the first model event
+ * recorded after it (by time), said as the count of events after its free (adv_ev.pad), so
+ * that it moves with its free in a rewrite. Older recordings have none: nothing changes.
+ *
+ * Read in the model's own pass over the events (adv_model_load_tap): each allocation's key is
+ * noted (8 bytes), and the map from key to allocation is made only up to where a free_completed
+ * asks, so a recording without any costs one store per allocation, not a map of them all. */
+typedef struct fc_reader {
+    uint64_t *akeys;          /* allocation index -> its key; U64MAP_EMPTY without an id */
+    size_t na, acap, nidx;    /* allocations seen; of them, entered in idx */
+    u64map idx;               /* (device, allocator id) -> allocation index */
+    u64map pend, early;       /* frees waiting for their free_completed; ones that came first */
+    adv_ev *fc;
+    size_t nfc, cap;
+    int any;                  /* a free_completed or a pending free was read */
+    int bad_key;              /* an allocator id that makes the map's reserved key */
+} fc_reader;
+
+static void fc_reader_free(fc_reader *r) {
+    free(r->akeys), free(r->fc);
+    u64map_free(&r->idx), u64map_free(&r->pend), u64map_free(&r->early);
+}
+
+/* idx brought up to the allocations seen so far (an id given again names the later one). */
+static int fc_index(fc_reader *r) {
+    for (; r->nidx < r->na; r->nidx++)
+        if (r->akeys[r->nidx] != U64MAP_EMPTY && u64map_put(&r->idx, r->akeys[r->nidx], r->nidx) != 0) return -1;
+    return 0;
+}
+
+static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
+    if (r->nfc == r->cap) {
+        size_t nc = r->cap ? 2 * r->cap : 64;
+        adv_ev *n = realloc(r->fc, nc * sizeof *n);
+        if (!n) return -1;
+        r->fc = n, r->cap = nc;
+    }
+    /* a beyond the model's allocations is dropped at the merge */
+    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t};
+    return 0;
+}
+
+static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
+    fc_reader *r = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const gm_event_row *e = &rows[i];
+        if (e->kind < REC_ALLOC || (e->kind > REC_FREE_ASYNC && e->kind != REC_FREE_COMPLETED)) continue;
+        int kind = (int)e->kind;
+        uint64_t id = (uint64_t)e->alloc_id;
+        /* the device as SQLite's NULL read before (0); the pages give -1 for it */
+        uint64_t key = id ^ ((uint64_t)((e->device == -1 ? 0 : e->device) & 0xff) << 56);
+        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
+            if (gm_grow_fast((void **)&r->akeys, &r->acap, r->na + 1, sizeof *r->akeys)) return -1;
+            r->bad_key |= id && key == U64MAP_EMPTY;
+            r->akeys[r->na++] = id ? key : U64MAP_EMPTY;
+            continue;
+        }
+        if (kind == REC_FREE_COMPLETED) r->any = 1;
+        else if ((uint64_t)e->flags & REC_F_PENDING) r->any = 1;
+        else continue;
+        if (!id) continue;
+        if (kind != REC_FREE_COMPLETED) {
+            if (!u64map_del(&r->early, key, NULL) && u64map_put(&r->pend, key, 1) != 0) return -1;
+            continue;
+        }
+        if (!u64map_del(&r->pend, key, NULL)) {
+            if (u64map_put(&r->early, key, 1) != 0) return -1;
+            continue; /* landed before its free was recorded: reusable at the free */
+        }
+        if (fc_index(r) != 0) return -1;
+        const uint64_t *a = u64map_get(&r->idx, key);
+        if (a && fc_add(r, *a, (uint64_t)e->t) != 0) return -1;
+    }
+    return 0;
+}
+
+/* After the pass: frees still waiting when the recording stopped (held to the end), then each
+ * landing written on its free (adv_ev.pad): the model's events between them, counted forward
+ * from the free to the first event recorded after the landing. 0, or -1 out of memory. */
+static int fc_finish(fc_reader *r, adv_model *m) {
+    if (!r->any) return 0;
+    if (r->bad_key) return -1; /* the map refuses that key (as it did when it held them all) */
+    if (r->pend.count && fc_index(r) != 0) return -1;
+    for (uint64_t i = 0; r->pend.keys && i <= r->pend.mask; i++) {
+        if (r->pend.keys[i] == U64MAP_EMPTY) continue;
+        const uint64_t *a = u64map_get(&r->idx, r->pend.keys[i]);
+        if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
+    }
+    if (!r->nfc) return 0;
+    /* each allocation's free: the last one of its index (an index is one allocation) */
+    uint32_t *free_at = malloc((m->nallocs ? m->nallocs : 1) * sizeof *free_at);
+    if (!free_at) return -1;
+    memset(free_at, 0xff, (m->nallocs ? m->nallocs : 1) * sizeof *free_at);
+    for (size_t i = 0; i < m->nevs && i < UINT32_MAX; i++)
+        if (m->evs[i].kind == ADV_EV_FREE || m->evs[i].kind == ADV_EV_FREE_ASYNC) free_at[m->evs[i].a] = (uint32_t)i;
+    for (size_t j = 0; j < r->nfc; j++) {
+        const adv_ev *f = &r->fc[j];
+        if (f->a >= m->nallocs || free_at[f->a] == UINT32_MAX) continue;
+        size_t at = free_at[f->a], k = at + 1;
+        if (f->t == UINT64_MAX) {
+            m->evs[at].pad = ADV_FC_END;
+            continue;
+        }
+        while (k < m->nevs && m->evs[k].t <= f->t && k - at - 1 < ADV_FC_END - 2)
+            k++;
+        m->evs[at].pad = (uint16_t)(k - at); /* k - at - 1 events between, + 1 */
+    }
+    free(free_at);
+    return 0;
+}
+
 /* The events' read of adv_model_load_as, one row at a time (through SQLite or from the table's
  * pages): each allocation's birth and death, the names applied as they come. */
 typedef struct ev_reader {
@@ -1118,6 +1247,7 @@ typedef struct ev_reader {
     u64map *ridx;
     const name_ev *names;
     size_t nnames, ni;
+    const gm_spans *spans;   /* the start/end ranges: an event's phase where its thread has no push/pop range */
     u64map live;
     u64map seq_idx;          /* birth seq -> allocation, for the uses */
     uint32_t *stacks;
@@ -1135,6 +1265,9 @@ typedef struct ev_reader {
     int have_range;
     int nomem;
     int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
+    int progress;   /* ADV_LOAD_PROGRESS, on a terminal */
+    fc_reader fc;   /* the frees' landings (adv_ev.pad): not of a PyTorch history */
+    uint64_t nrows; /* rows read, for the progress line */
     int found; /* ... LOAD_AS_HISTORY or LOAD_AS_HOOKED: the row it stopped at */
 } ev_reader;
 
@@ -1149,6 +1282,7 @@ static void ev_reader_free(ev_reader *L)
     u64map_free(&L->live), u64map_free(&L->seq_idx);
     adv_pool_ids_free(&L->pools);
     free(L->stacks), free(L->births), free(L->evseq), free(L->evri);
+    fc_reader_free(&L->fc);
 }
 
 /* After adv_add_release / adv_add_limit (added: its answer): the event's 0-byte allocation has no
@@ -1273,6 +1407,9 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         }
     }
     if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
+    /* the event's phase as every reader takes it (gm_spans_range): its push/pop range (NULL reads
+     * as -1 from the pages, 0 through SQLite), else the start/end range open at its time */
+    range = gm_spans_range(L->spans, range > 0 && range <= UINT32_MAX ? (uint32_t)range : 0, (int64_t)t);
     /* consecutive events mostly share a range: the last one's look-up kept */
     if (!L->have_range || range != L->last_range) {
         uint64_t *ri = u64map_get(L->ridx, range);
@@ -1326,7 +1463,11 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
 {
     ev_reader *L = ctx;
     if (L->tap && L->tap->rows(L->tap->ctx, rows, n) != 0) return L->nomem = 1, 1;
+    if (L->progress && ((L->nrows + n) >> 20) != (L->nrows >> 20))
+        fprintf(stderr, "\rgpumem advise: reading events... %.1fM", (double)(((L->nrows + n) >> 20) << 20) / 1e6);
+    L->nrows += n;
     int torch = L->m->torch == 1;
+    if (!torch && fc_rows(&L->fc, rows, n) != 0) return L->nomem = 1, 1;
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
         int64_t k = w->kind;
@@ -1425,8 +1566,10 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         snprintf(err, errsz, "%s: cannot read ranges: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
-    load_ops(d, m, r, nr, &ridx);
-    load_oom(d, m, r, &ridx);
+    gm_spans spans;
+    gm_spans_load(d, &spans);
+    load_ops(d, m, r, nr, &ridx, &spans);
+    load_oom(d, m, r, &ridx, &spans);
     /* names, applied to the live allocation at their address (as gm_analyze does) */
     name_ev *names = NULL;
     size_t nnames = 0, ncap = 0;
@@ -1463,7 +1606,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         if (alloc_config_parse(&m->cfg, conf, cerr, sizeof cerr) != ALLOC_OK) {
             snprintf(err, errsz, "%s: PyTorch's allocator configuration (PYTORCH_CUDA_ALLOC_CONF=%s) is not one "
                      "gpumem can replay (%s)", d->path, m->torch_conf, cerr);
-            free(names), free(r), u64map_free(&ridx);
+            free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
             adv_model_free(m);
             return -1;
         }
@@ -1474,24 +1617,26 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the
      * load's time on 10 M events), else through SQLite; the same rows either way */
-    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .tap = tap,
-                   .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe};
+    ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .spans = &spans, .tap = tap,
+                   .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe,
+                   .progress = (how & ADV_LOAD_PROGRESS) && isatty(2)};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
      * recording's kind was still to be found: all again through SQLite; a PyTorch recording: all
      * again as one */
     if (pr == GM_PAGES_RESTART || L.found || (pr == GM_PAGES_NO && probe)) {
         ev_reader_free(&L);
-        free(names), free(r), u64map_free(&ridx);
+        free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
         adv_model_free(m);
         if (tap) tap->restart(tap->ctx);
         return adv_model_load_tap(d, m, how | (L.found ? L.found : ADV_LOAD_SQL), tap, err, errsz);
     }
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, event_rows, &L);
+    if (L.nrows >> 20 && L.progress) fprintf(stderr, "\r%50s\r", "");
     if (pr == GM_SQL_NOQUERY) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         ev_reader_free(&L);
-        free(names), free(r), u64map_free(&ridx);
+        free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
         adv_model_free(m);
         return -1;
     }
@@ -1502,6 +1647,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     uint64_t *births = L.births, *evseq = L.evseq;
     size_t *nstreams = L.nstreams, ni = L.ni;
     int nomem = L.nomem;
+    if (!nomem && fc_finish(&L.fc, m) != 0) nomem = 1;
+    fc_reader_free(&L.fc);
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);
@@ -1511,7 +1658,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;
     free(births);
-    free(names), free(r), u64map_free(&ridx);
+    free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
     if (nomem) {
         free(stacks), free(evseq);
         snprintf(err, errsz, "%s: out of memory after %zu allocations", d->path, m->nallocs);
@@ -1679,7 +1826,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
     m->steps_from = m->nsteps ? GM_CSRC_PHASES : GM_CSRC_NONE;
-    if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq);
+    if (!m->phases_from && (how & ADV_LOAD_INFER)) infer_phases(d, m, evseq, (how & ADV_LOAD_PROGRESS) != 0);
     if (m->phases_from == GM_CSRC_INFERENCE) infer_layers(m);
     free(evseq);
     if (m->have_uses) load_uses(d, m, &seq_idx);
@@ -1991,39 +2138,158 @@ size_t adv_steady_step(const adv_model *m)
 
 /* ------------------------------------------------------------------ replay */
 
-alloc_trace_event_t *adv_to_trace(const adv_model *m)
+static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t *t)
 {
-    alloc_trace_event_t *t = big_malloc(m->nevs * sizeof *t);
-    if (!t) return NULL;
-    for (size_t i = 0; i < m->nevs; i++) {
-        const adv_ev *e = &m->evs[i];
-        const adv_alloc *a = &m->allocs[e->a];
-        t[i].id = (uint64_t)e->a + 1;
-        t[i].kind = e->kind == ADV_EV_ALLOC         ? ALLOC_TR_ALLOC
-                    : e->kind == ADV_EV_FREE        ? ALLOC_TR_FREE
-                    : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
-                    : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
-                    : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
-                    : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
-                                                    : ALLOC_TR_FREE_ASYNC;
-        t[i].size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
-        t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
-                      : e->kind == ADV_EV_FREE_ASYNC ? e->stream
-                                                     : 0;
-        /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
-         * blocks by stream too; above every stream id (those are 32-bit) */
-        uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
-                            ? m->pools[a->orig]
-                            : 0;
-        if (pool && e->kind == ADV_EV_ALLOC) t[i].kind = ALLOC_TR_ALLOC_PRIVATE;
-        if (pool) t[i].stream = (uint64_t)pool << 32 | a->stream;
+    const adv_alloc *a = &m->allocs[e->a];
+    t->id = (uint64_t)e->a + 1;
+    t->kind = e->kind == ADV_EV_ALLOC         ? ALLOC_TR_ALLOC
+              : e->kind == ADV_EV_FREE        ? ALLOC_TR_FREE
+              : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
+              : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
+              : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
+              : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
+                                              : ALLOC_TR_FREE_ASYNC;
+    t->size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
+    t->stream = e->kind == ADV_EV_ALLOC        ? a->stream
+                : e->kind == ADV_EV_FREE_ASYNC ? e->stream
+                                               : 0;
+    /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
+     * blocks by stream too; above every stream id (those are 32-bit) */
+    uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
+                        ? m->pools[a->orig]
+                        : 0;
+    if (pool && e->kind == ADV_EV_ALLOC) t->kind = ALLOC_TR_ALLOC_PRIVATE;
+    if (pool) t->stream = (uint64_t)pool << 32 | a->stream;
+}
+
+/* The landings still to come, by the count of model events after which each is due: a binary
+ * heap (a free's lag is its own, so they do not come in the order of their frees). */
+typedef struct fc_due {
+    uint64_t due;
+    uint32_t a;
+} fc_due;
+typedef struct fc_heap {
+    fc_due *v;
+    size_t n, cap;
+} fc_heap;
+
+static int fc_push(fc_heap *h, uint64_t due, uint32_t a)
+{
+    if (gm_grow_fast((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v)) return -1;
+    size_t i = h->n++;
+    for (; i && h->v[(i - 1) / 2].due > due; i = (i - 1) / 2)
+        h->v[i] = h->v[(i - 1) / 2];
+    h->v[i] = (fc_due){due, a};
+    return 0;
+}
+
+static fc_due fc_pop(fc_heap *h)
+{
+    fc_due top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->v[c + 1].due < h->v[c].due) c++;
+        if (h->v[c].due >= last.due) break;
+        h->v[i] = h->v[c], i = c;
     }
-    return t;
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+static int has_landing(const adv_ev *e)
+{
+    return (e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && e->pad;
+}
+
+/* The model's events in trace order, each free's landing (ADV_EV_FREE_DONE) after its lag:
+ * emit(ctx, event) for each. 0, or -1 out of memory. */
+static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *e), void *ctx)
+{
+    fc_heap h = {0};
+    for (size_t i = 0; i <= m->nevs; i++) {
+        while (h.n && (i == m->nevs || h.v[0].due <= i)) {
+            fc_due d = fc_pop(&h);
+            /* its time: the event it follows (what is put in by time later goes after it) */
+            adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0};
+            emit(ctx, &done);
+        }
+        if (i == m->nevs) break;
+        const adv_ev *e = &m->evs[i];
+        emit(ctx, e);
+        if (has_landing(e) &&
+            fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a) != 0) {
+            free(h.v);
+            return -1;
+        }
+    }
+    free(h.v);
+    return 0;
+}
+
+typedef struct trace_out {
+    const adv_model *m;
+    alloc_trace_event_t *t;
+    adv_ev *evs;
+    size_t n;
+} trace_out;
+
+static void emit_trace(void *ctx, const adv_ev *e)
+{
+    trace_out *o = ctx;
+    trace_event(o->m, e, &o->t[o->n++]);
+}
+
+static void emit_ev(void *ctx, const adv_ev *e)
+{
+    trace_out *o = ctx;
+    adv_ev x = *e;
+    if (x.kind == ADV_EV_FREE || x.kind == ADV_EV_FREE_ASYNC) x.pad = 0; /* its landing follows */
+    o->evs[o->n++] = x;
+}
+
+static size_t landings(const adv_model *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->nevs; i++)
+        n += has_landing(&m->evs[i]);
+    return n;
+}
+
+alloc_trace_event_t *adv_to_trace(const adv_model *m, size_t *n)
+{
+    size_t total = m->nevs + landings(m);
+    trace_out o = {.m = m, .t = big_malloc((total ? total : 1) * sizeof *o.t)};
+    if (!o.t) return NULL;
+    if (trace_walk(m, emit_trace, &o) != 0) {
+        free(o.t);
+        return NULL;
+    }
+    *n = o.n;
+    return o.t;
+}
+
+int adv_fc_merge(adv_model *m)
+{
+    size_t nfc = landings(m);
+    if (!nfc) return 0;
+    trace_out o = {.m = m, .evs = malloc((m->nevs + nfc) * sizeof *o.evs)};
+    if (!o.evs) return -1;
+    if (trace_walk(m, emit_ev, &o) != 0) {
+        free(o.evs);
+        return -1;
+    }
+    if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
+    m->borrows &= ~(unsigned)ADV_BORROWS_EVS;
+    m->evs = o.evs, m->nevs = o.n;
+    return 0;
 }
 
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
 {
-    alloc_trace_event_t *t = adv_to_trace(m);
+    size_t n;
+    alloc_trace_event_t *t = adv_to_trace(m, &n);
     if (!t) {
         snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
         return -1;
@@ -2044,9 +2310,9 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
             snprintf(path, sizeof path, "%.*s%u%s", (int)(pct - dump), dump, k, pct + 2);
         else
             snprintf(path, sizeof path, "%s", dump);
-        alloc_trace_write(path, t, m->nevs);
+        alloc_trace_write(path, t, n);
     }
-    int rc = alloc_replay(&m->cfg, &o, t, m->nevs, out, err, errsz);
+    int rc = alloc_replay(&m->cfg, &o, t, n, out, err, errsz);
     free(t);
     return rc == ALLOC_OK ? 0 : -1;
 }

@@ -14,9 +14,11 @@
 #include <stdint.h>
 
 enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
-/* The free of allocation a completed (its block reusable from here): the trace's `fc`. Only
- * frag/tune's loader (gm_replay_trace_load) adds these; adv_model_load never does. */
+/* The free of allocation a completed (its block reusable from here): the trace's `fc`. A
+ * PyTorch history's trace (gm_replay_trace_load) has them in its events; every other model
+ * has them on its frees (adv_ev.pad), made events by adv_to_trace / adv_fc_merge. */
 enum { ADV_EV_FREE_DONE = 3 };
+enum { ADV_FC_END = 0xffff };
 /* PyTorch released its cache here: a run of segment frees or unmaps in its merged history (kind
  * 35: torch.cuda.empty_cache, the release before an OOM's retry, expandable segments' unmaps),
  * replayed as the allocator's empty_cache. `a` is an allocation of its own, of 0 bytes and never
@@ -41,6 +43,12 @@ typedef struct adv_ev {
     uint32_t a;    /* allocation index */
     uint8_t kind;  /* ADV_EV_* */
     uint8_t phase; /* ADV_PH_* */
+    /* ADV_EV_FREE / ADV_EV_FREE_ASYNC: when its block became reusable in the run (a free that
+     * waited for stream work, events.flags 8192, until its free_completed, kind 29): 0 at once;
+     * k + 1: after k more events (ADV_FC_END - 1 or more: so many); ADV_FC_END: not while
+     * recording (the end). The load sets it (the model's own events between the free and its
+     * landing); a rewrite that moves or copies a free moves the landing with it; adv_to_trace
+     * makes it the trace's `fc`. ADV_EV_LIMIT: its cap's high bits (adv_ev_limit). */
     uint16_t pad;
     uint32_t stream;  /* ADV_EV_FREE_ASYNC: the stream the free is ordered on */
     int32_t step;     /* index into adv_model.steps, -1 outside every "step N" range */
@@ -247,12 +255,13 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
  * inferred (m->phases_from). adv_model_load is this with neither: the device's allocations as
  * recorded (frag and tune replay those). ADV_LOAD_SQL: the events through SQLite, never from
  * the table's pages (the same rows: the pages' reader is taken only where they are; the
- * environment's GPUMEM_SWEEP=sql does the same). */
-enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4 };
+ * environment's GPUMEM_SWEEP=sql does the same). ADV_LOAD_PROGRESS: a progress line on stderr
+ * while the events are read, where stderr is a terminal (the report's, gm_model_load's). */
+enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4, ADV_LOAD_PROGRESS = 8 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 /* Every events row as the load reads them (all kinds, a page's rows at a time, before the model
- * takes its own), for a loader that makes more of the same pass (gm_replay.c: the frees held
- * until they landed) instead of reading the events again. rows returns nonzero to stop (out of
+ * takes its own), for a caller that makes more of the same pass (frag's timeline, through
+ * gm_replay_trace_load_tap) instead of reading the events again. rows returns nonzero to stop (out of
  * memory: the load fails); restart: the rows come again from the first (the page reader gave
  * up part way), what was made of them is to be dropped. */
 typedef struct adv_tap {
@@ -315,9 +324,14 @@ uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cl
 /* Replays the model's events through alloc_replay under the recorded configuration (capacity
  * unlimited: a prediction never OOMs). Fills *out; returns 0 or -1 with err. */
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz);
-/* The model's events as the replay engine's trace (malloc'ed, m->nevs events), NULL when out of
- * memory. Allocation ids are the model's allocation index + 1. */
-alloc_trace_event_t *adv_to_trace(const adv_model *m);
+/* The model's events as the replay engine's trace (malloc'ed, *n events: m->nevs and an `fc` for
+ * each free with a landing, adv_ev.pad), NULL when out of memory. Allocation ids are the
+ * model's allocation index + 1. */
+alloc_trace_event_t *adv_to_trace(const adv_model *m, size_t *n);
+/* The frees' landings made ADV_EV_FREE_DONE events of m->evs, where adv_to_trace puts them (the
+ * frees' pad then 0), for a caller that counts the trace by m->nevs (frag, tune). 0, or -1 out
+ * of memory (m unchanged). */
+int adv_fc_merge(adv_model *m);
 
 /* ---- transformations: each rewrites m->evs (and adds allocations), in place. 0 or -1. ---- */
 

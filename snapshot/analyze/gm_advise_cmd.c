@@ -167,6 +167,7 @@ typedef struct recorded {
 
 typedef struct ctx {
     adv_model m;
+    int progress; /* stderr is a terminal: a line of the candidates replayed so far */
     int trainer;
     unsigned B;   /* trainer's -B (the PyTorch script's too) */
     int torch;    /* a PyTorch recording (adv_model.torch: 1 its history, 2 gpumem its allocator) */
@@ -671,6 +672,7 @@ typedef struct batch {
     alloc_replay_result_t *base; /* item 0 when not NULL: the baseline replay into it */
     pthread_mutex_t mu;
     size_t failed; /* the first item that failed in list order, SIZE_MAX none */
+    size_t done, items; /* for the progress line */
     char err[600];
 } batch;
 
@@ -680,6 +682,11 @@ static void batch_item(void *arg, size_t i)
     char err[512];
     int bad = b->base && i == 0 ? adv_replay(&b->c->m, b->base, err, sizeof err)
                                 : evaluate(b->c, &b->v[i - (b->base != NULL)], err, sizeof err);
+    if (b->c->progress) {
+        pthread_mutex_lock(&b->mu);
+        fprintf(stderr, "\rgpumem advise: %zu of %zu replays...", ++b->done, b->items);
+        pthread_mutex_unlock(&b->mu);
+    }
     if (!bad) return;
     pthread_mutex_lock(&b->mu);
     if (i < b->failed) {
@@ -707,10 +714,11 @@ static int batch_threads(const ctx *c, size_t items)
  * the first failure's message in err. */
 static int evaluate_all(ctx *c, spec *v, size_t n, alloc_replay_result_t *base, char *err, size_t errsz)
 {
-    batch b = {.c = c, .v = v, .base = base, .failed = SIZE_MAX};
-    pthread_mutex_init(&b.mu, NULL);
     size_t items = n + (base != NULL);
+    batch b = {.c = c, .v = v, .base = base, .failed = SIZE_MAX, .items = items};
+    pthread_mutex_init(&b.mu, NULL);
     gm_parallel_for(items, batch_threads(c, items), batch_item, &b);
+    if (c->progress && b.done) fprintf(stderr, "\r%50s\r", "");
     pthread_mutex_destroy(&b.mu);
     if (b.failed == SIZE_MAX) {
         for (size_t i = 0; i < n; i++)
@@ -1348,7 +1356,8 @@ int gm_advise_main(int argc, char **argv)
     gm_devices_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;
     memset(&c, 0, sizeof c);
-    if (adv_model_load_as(&d, &c.m, ADV_LOAD_TORCH | ADV_LOAD_INFER, err, sizeof err) != 0) {
+    c.progress = isatty(2);
+    if (adv_model_load_as(&d, &c.m, ADV_LOAD_TORCH | ADV_LOAD_INFER | ADV_LOAD_PROGRESS, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         adv_model_free(&c.m);
         gm_db_close(&d);

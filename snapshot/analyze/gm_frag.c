@@ -315,8 +315,10 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
     if (w->by_step) {
         /* every row's step, whatever its kind: a step begins at its first event (a launch, a
          * range, a tensor), with what was live then. Most steps of a PyTorch run allocate and
-         * free no device memory (its cache serves them), and hold what they carried in. */
-        uint32_t range = (uint32_t)e->range;
+         * free no device memory (its cache serves them), and hold what they carried in. The
+         * row's phase as every reader takes it (gm_event_range): its push/pop range (NULL reads
+         * as -1 from the pages, 0 through SQLite), else the start/end range open at its time. */
+        uint32_t range = gm_event_range(w->m, e->range > 0 && e->range <= UINT32_MAX ? (uint32_t)e->range : 0, e->t);
         if (range != w->last_range) {
             const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
             size_t np = w->npoints;
@@ -795,7 +797,8 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
     f->torch = gm_replay_is_torch(&am);
     if (f->torch) snprintf(f->torch_conf, sizeof f->torch_conf, "%.511s", am.config);
-    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
+    size_t ntrace = 0;
+    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am, &ntrace) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
     gm_replay_result *res = calloc(NC + 1, sizeof *res);
     f->fixes = calloc(NC + 2, sizeof *f->fixes); /* and tune's two answers (tune_answer) */
@@ -832,7 +835,7 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     /* only a configuration that reserves less than the recorded one's replay is a fix: the others
      * stop when they reach its peak (when it met no OOM; else a fix is one that meets none) */
-    gm_replay_below(trace, am.nevs, cap, am.top_down, res, nres, 0);
+    gm_replay_below(trace, ntrace, cap, am.top_down, res, nres, 0);
     const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");

@@ -53,119 +53,6 @@ static int add_ooms(gm_db *d, adv_model *am) {
     return rc;
 }
 
-/* The recording's free_completed events (kind 29: a free that waited for stream events landed)
- * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
- * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
- * one at the end. The model's allocation index is the rank of the allocation's event among kinds
- * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
- * allocation by device and allocator id. A free_completed goes before the first model event
- * recorded after it (by time, as the OOMs below). Older recordings have none: nothing changes.
- *
- * Read in the model's own pass over the events (adv_model_load_tap): each allocation's key is
- * noted (8 bytes), and the map from key to allocation is made only up to where a free_completed
- * asks, so a recording without any costs one store per allocation, not a map of them all. */
-typedef struct fc_reader {
-    uint64_t *akeys;          /* allocation index -> its key; U64MAP_EMPTY without an id */
-    size_t na, acap, nidx;    /* allocations seen; of them, entered in idx */
-    u64map idx;               /* (device, allocator id) -> allocation index */
-    u64map pend, early;       /* frees waiting for their free_completed; ones that came first */
-    adv_ev *fc;
-    size_t nfc, cap;
-    int any;                  /* a free_completed or a pending free was read */
-    int bad_key;              /* an allocator id that makes the map's reserved key */
-} fc_reader;
-
-static void fc_reader_free(fc_reader *r) {
-    free(r->akeys), free(r->fc);
-    u64map_free(&r->idx), u64map_free(&r->pend), u64map_free(&r->early);
-}
-
-static void fc_restart(void *ctx) {
-    fc_reader *r = ctx;
-    fc_reader_free(r);
-    memset(r, 0, sizeof *r);
-}
-
-/* idx brought up to the allocations seen so far (an id given again names the later one). */
-static int fc_index(fc_reader *r) {
-    for (; r->nidx < r->na; r->nidx++)
-        if (r->akeys[r->nidx] != U64MAP_EMPTY && u64map_put(&r->idx, r->akeys[r->nidx], r->nidx) != 0) return -1;
-    return 0;
-}
-
-static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
-    if (r->nfc == r->cap) {
-        size_t nc = r->cap ? 2 * r->cap : 64;
-        adv_ev *n = realloc(r->fc, nc * sizeof *n);
-        if (!n) return -1;
-        r->fc = n, r->cap = nc;
-    }
-    /* a beyond the model's allocations is dropped at the merge */
-    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t};
-    return 0;
-}
-
-static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
-    fc_reader *r = ctx;
-    for (size_t i = 0; i < n; i++) {
-        const gm_event_row *e = &rows[i];
-        if (e->kind < REC_ALLOC || (e->kind > REC_FREE_ASYNC && e->kind != REC_FREE_COMPLETED)) continue;
-        int kind = (int)e->kind;
-        uint64_t id = (uint64_t)e->alloc_id;
-        /* the device as SQLite's NULL read before (0); the pages give -1 for it */
-        uint64_t key = id ^ ((uint64_t)((e->device == -1 ? 0 : e->device) & 0xff) << 56);
-        if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-            if (gm_grow_fast((void **)&r->akeys, &r->acap, r->na + 1, sizeof *r->akeys)) return -1;
-            r->bad_key |= id && key == U64MAP_EMPTY;
-            r->akeys[r->na++] = id ? key : U64MAP_EMPTY;
-            continue;
-        }
-        if (kind == REC_FREE_COMPLETED) r->any = 1;
-        else if ((uint64_t)e->flags & REC_F_PENDING) r->any = 1;
-        else continue;
-        if (!id) continue;
-        if (kind != REC_FREE_COMPLETED) {
-            if (!u64map_del(&r->early, key, NULL) && u64map_put(&r->pend, key, 1) != 0) return -1;
-            continue;
-        }
-        if (!u64map_del(&r->pend, key, NULL)) {
-            if (u64map_put(&r->early, key, 1) != 0) return -1;
-            continue; /* landed before its free was recorded: reusable at the free */
-        }
-        if (fc_index(r) != 0) return -1;
-        const uint64_t *a = u64map_get(&r->idx, key);
-        if (a && fc_add(r, *a, (uint64_t)e->t) != 0) return -1;
-    }
-    return 0;
-}
-
-/* After the pass: frees still waiting when the recording stopped (held to the end), then the
- * free_completed merged into the model's events by time. 0, or -1 out of memory. */
-static int fc_merge(fc_reader *r, adv_model *am) {
-    if (!r->any) return 0;
-    if (r->bad_key) return -1; /* the map refuses that key (as it did when it held them all) */
-    if (r->pend.count && fc_index(r) != 0) return -1;
-    for (uint64_t i = 0; r->pend.keys && i <= r->pend.mask; i++) {
-        if (r->pend.keys[i] == U64MAP_EMPTY) continue;
-        const uint64_t *a = u64map_get(&r->idx, r->pend.keys[i]);
-        if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
-    }
-    size_t k = 0;
-    for (size_t j = 0; j < r->nfc; j++)
-        if (r->fc[j].a < am->nallocs) r->fc[k++] = r->fc[j];
-    r->nfc = k;
-    if (!r->nfc) return 0;
-    /* merge by time: both lists are in recorded order */
-    adv_ev *evs = malloc((am->nevs + r->nfc) * sizeof *evs);
-    if (!evs) return -1;
-    for (size_t i = 0, j = 0, o = 0; o < am->nevs + r->nfc; o++)
-        evs[o] = j < r->nfc && (i == am->nevs || r->fc[j].t < am->evs[i].t) ? r->fc[j++] : am->evs[i++];
-    free(am->evs);
-    am->evs = evs;
-    am->nevs += r->nfc;
-    return 0;
-}
-
 /* ---------------------------------------------------------------- PyTorch's own allocator */
 
 /* A recording of a PyTorch program with PyTorch's own allocator (its history merged, kinds
@@ -320,23 +207,21 @@ static int pool_end_merge(const pool_ends *p, adv_model *am) {
     return 0;
 }
 
-/* The model's pass shown to the trace's own readers (the frees' landings, the capture pools'
- * ends), then to the caller's. */
+/* The model's pass shown to the trace's own reader (the capture pools' ends; the frees'
+ * landings are the model's own), then to the caller's. */
 typedef struct trace_tap {
-    fc_reader fc;
     pool_ends ends;
     const adv_tap *outer;
 } trace_tap;
 
 static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
     trace_tap *t = ctx;
-    if (fc_rows(&t->fc, rows, n) != 0 || pool_end_rows(&t->ends, rows, n) != 0) return -1;
+    if (pool_end_rows(&t->ends, rows, n) != 0) return -1;
     return t->outer ? t->outer->rows(t->outer->ctx, rows, n) : 0;
 }
 
 static void trace_restart(void *ctx) {
     trace_tap *t = ctx;
-    fc_restart(&t->fc);
     t->ends.n = 0;
     if (t->outer) t->outer->restart(t->outer->ctx);
 }
@@ -352,14 +237,14 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     trace_tap t = {.outer = tap};
     adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
     if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
-        fc_reader_free(&t.fc);
         free(t.ends.v);
         return -1;
     }
     if (tapped) *tapped = 1;
-    int fm = fc_merge(&t.fc, am);
+    /* the frees' landings (read by the load) in the events: frag and tune count the trace by
+     * them; then the capture pools' ends, by time */
+    int fm = adv_fc_merge(am);
     if (fm == 0) fm = pool_end_merge(&t.ends, am);
-    fc_reader_free(&t.fc);
     free(t.ends.v);
     if (fm != 0) {
         adv_model_free(am);

@@ -310,6 +310,16 @@ typedef struct gm_torch_view {
     gm_dev_figs *devs; /* per device (GM_DEVICES of them), NULL when out of memory */
 } gm_torch_view;
 
+/* NVTX start/end ranges (ranges.kind 1) as spans of time: span i begins at at[i] (ns, the
+ * events' clock) and lasts until at[i + 1] (the last one, for ever); range[i] is the start/end
+ * range that holds it (0: none). What every reader of an event's phase asks (gm_spans_range),
+ * whether it loads the model (gm_event_range) or reads the events itself (advise's model). */
+typedef struct gm_spans {
+    int64_t *at;
+    uint32_t *range;
+    size_t n;
+} gm_spans;
+
 typedef struct gm_model {
     /* tables */
     u64map str_idx; char **strs; size_t nstrs;
@@ -318,10 +328,7 @@ typedef struct gm_model {
     u64map stack_idx; uint32_t *stack_frames; size_t nstack_frames; /* stack id -> start in stack_off */
     uint64_t *stack_off; size_t nstacks;                              /* [2*i]=start, [2*i+1]=len */
     u64map range_idx; gm_range *ranges; size_t nranges;
-    /* NVTX start/end ranges (ranges.kind 1) as spans of time, for gm_event_range: span i begins
-     * at span_at[i] (ns, the events' clock) and lasts until span_at[i + 1] (the last one, for
-     * ever); span_range[i] is the start/end range that holds it (0: none) */
-    int64_t *span_at; uint32_t *span_range; size_t nspans;
+    gm_spans spans; /* the start/end ranges, for gm_event_range */
     gm_alloc *allocs; size_t nallocs, allocs_cap;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
@@ -477,6 +484,12 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id);
  * uses, frag, advise and viz for the events they read themselves), so none calls an event inside
  * a start/end range "outside any NVTX range". */
 uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns);
+/* The same rule on spans read without the model: gm_spans_load reads them from the recording
+ * (none where the file has no start/end ranges, no kind column, or memory runs out: phases are
+ * then the push/pop ranges alone); gm_spans_free frees them. */
+uint32_t gm_spans_range(const gm_spans *s, uint32_t range, int64_t t_ns);
+void gm_spans_load(gm_db *d, gm_spans *s);
+void gm_spans_free(gm_spans *s);
 
 /* Symbolizes frames not yet symbolized with elfutils libdw, inlined calls included, in memory
  * (readers never write the recording). Then expands inline chains into logical frames

@@ -45,15 +45,19 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id) {
     return i ? &m->ranges[*i] : NULL;
 }
 
-uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns) {
-    if (range || !m->nspans || t_ns < m->span_at[0]) return range;
-    size_t lo = 0, hi = m->nspans; /* the last span begun at or before t_ns */
+uint32_t gm_spans_range(const gm_spans *s, uint32_t range, int64_t t_ns) {
+    if (range || !s->n || t_ns < s->at[0]) return range;
+    size_t lo = 0, hi = s->n; /* the last span begun at or before t_ns */
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (m->span_at[mid] <= t_ns) lo = mid;
+        if (s->at[mid] <= t_ns) lo = mid;
         else hi = mid;
     }
-    return m->span_range[lo];
+    return s->range[lo];
+}
+
+uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns) {
+    return gm_spans_range(&m->spans, range, t_ns);
 }
 
 typedef struct se_range {
@@ -72,28 +76,34 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int span_add(gm_model *m, size_t *cap, int64_t at, uint32_t range) {
-    if (m->nspans ? m->span_range[m->nspans - 1] == range : range == 0) return 0;
-    if (m->nspans == *cap) {
+static int span_add(gm_spans *s, size_t *cap, int64_t at, uint32_t range) {
+    if (s->n ? s->range[s->n - 1] == range : range == 0) return 0;
+    if (s->n == *cap) {
         size_t c = *cap ? 2 * *cap : 64;
-        int64_t *a = realloc(m->span_at, c * sizeof *a);
+        int64_t *a = realloc(s->at, c * sizeof *a);
         if (!a) return -1;
-        m->span_at = a;
-        uint32_t *r = realloc(m->span_range, c * sizeof *r);
+        s->at = a;
+        uint32_t *r = realloc(s->range, c * sizeof *r);
         if (!r) return -1;
-        m->span_range = r;
+        s->range = r;
         *cap = c;
     }
-    m->span_at[m->nspans] = at, m->span_range[m->nspans++] = range;
+    s->at[s->n] = at, s->range[s->n++] = range;
     return 0;
 }
 
-/* The start/end ranges as spans of time (gm_model.span_at): at each time a range starts or ends,
- * the range that holds what follows is the one begun last among those open. Ranges taken in the
+void gm_spans_free(gm_spans *s) {
+    free(s->at), free(s->range);
+    *s = (gm_spans){0};
+}
+
+/* The start/end ranges as spans of time (gm_spans): at each time a range starts or ends, the
+ * range that holds what follows is the one begun last among those open. Ranges taken in the
  * order they began go onto a stack, so its top is always the one begun last; one that ended is
  * dropped when it comes to the top (below the top it hides nothing). A file without the kind
  * column, or out of memory: no spans (phases as the push/pop ranges give them). */
-static void load_spans(gm_db *d, gm_model *m) {
+void gm_spans_load(gm_db *d, gm_spans *out) {
+    *out = (gm_spans){0};
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(d->db, "SELECT id, start_ns, COALESCE(end_ns, 9223372036854775807) FROM ranges "
                                   "WHERE kind = 1 AND start_ns IS NOT NULL", -1, &s, NULL) != SQLITE_OK)
@@ -122,9 +132,8 @@ static void load_spans(gm_db *d, gm_model *m) {
         if (k && at[k] == at[k - 1]) continue;
         for (; next < n && r[next].start <= at[k]; next++) open[nopen++] = next;
         while (nopen && r[open[nopen - 1]].end <= at[k]) nopen--;
-        if (span_add(m, &scap, at[k], nopen ? r[open[nopen - 1]].id : 0) != 0) {
-            free(m->span_at), free(m->span_range);
-            m->span_at = NULL, m->span_range = NULL, m->nspans = 0;
+        if (span_add(out, &scap, at[k], nopen ? r[open[nopen - 1]].id : 0) != 0) {
+            gm_spans_free(out);
             break;
         }
     }
@@ -292,7 +301,7 @@ static int load_small(gm_db *d, gm_model *m, char *err, size_t errsz) {
     }
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return fail(d, err, errsz, "ranges");
-    load_spans(d, m);
+    gm_spans_load(d, &m->spans);
     /* ooms (optional table; its name column is new in 1.1) */
     if (gm_table_exists(d, "ooms")) {
         static const char *const q[2] = {
@@ -879,7 +888,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
     /* an event outside every push/pop range of its thread is in the start/end range open at its
      * time, if one is (gm_event_range): the rows then carry t (not the lean reader) */
-    const int spans = m->nspans != 0;
+    const int spans = m->spans.n != 0;
     /* m->events counts the rows before `counted` (sweep_row counts its own): the swept rows are
      * added a run at a time, not one at a time in a register the loop cannot spare */
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;
@@ -1172,7 +1181,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     w.du = m->devused && !(d->schema_major == 1 && d->schema_minor < 3) ? gm_devused_begin() : NULL;
     /* the lean reader leaves t out, which start/end ranges need (gm_event_range) */
     int rc, pr = !pages ? GM_PAGES_NO
-                        : m->nspans ? gm_events_pages(d, sweep_rows, &w) : gm_events_pages_lean(d, sweep_rows, &w);
+                        : m->spans.n ? gm_events_pages(d, sweep_rows, &w) : gm_events_pages_lean(d, sweep_rows, &w);
     if (pr == GM_PAGES_NO) pr = gm_events_sql(d, sweep_rows, &w);
     if (pr == GM_PAGES_DONE) rc = SQLITE_DONE;
     else if (pr == GM_PAGES_STOPPED) rc = SQLITE_NOMEM;
@@ -1328,8 +1337,7 @@ void gm_model_free(gm_model *m) {
     free(m->mods);
     for (size_t i = 0; i < m->nranges; i++) free(m->ranges[i].path);
     free(m->ranges);
-    free(m->span_at);
-    free(m->span_range);
+    gm_spans_free(&m->spans);
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);

@@ -44,6 +44,14 @@ if command -v script > /dev/null; then
   script -qc "$GM export --format torch $TMP/run.db" /dev/null > "$TMP/tty.txt" 2>&1
   grep -q "binary pickle: give -o FILE" "$TMP/tty.txt" || fail "export torch to a terminal: $(head -c 200 "$TMP/tty.txt")"
   ok "export --format torch refuses a terminal"
+  # advise on a terminal says how far its replays are, on stderr only: --json's stdout stays
+  # JSON, and without a terminal nothing is said
+  script -qc "$GM advise --json $TMP/run.db > $TMP/adv.json" /dev/null > "$TMP/adv.tty" 2>&1
+  grep -Eq 'gpumem advise: [0-9]+ of [0-9]+ replays' "$TMP/adv.tty" || fail "advise's progress on a terminal: $(head -c 200 "$TMP/adv.tty")"
+  jq -e .baseline.peak_reserved "$TMP/adv.json" > /dev/null || fail "advise --json on a terminal: not JSON: $(head -c 200 "$TMP/adv.json")"
+  "$GM" advise --json "$TMP/run.db" > /dev/null 2> "$TMP/adv.err" || fail "advise --json exited $?"
+  [[ ! -s $TMP/adv.err ]] || fail "advise said on stderr without a terminal: $(head -c 200 "$TMP/adv.err")"
+  ok "advise: a progress line on a terminal's stderr alone"
 fi
 
 # a recording without allocations: said as such, and every analysis exits 0 on it

@@ -12,8 +12,10 @@
 # push/pop, start/end (process-wide), start/end started on one thread and used and ended on
 # another, push/pop inside start/end (the push/pop range, the thread's innermost); only an event
 # outside every range is "(outside any NVTX range)" (uses_app phases, the table below).
+# The same rule in frag's step timeline and advise's model (the second table: churn_app's "step N"
+# range of every kind).
 source tests/integration/preload_common.bash
-need "$LIB" "$APPS/nvtx_app" "$APPS/uses_app" "$BUILD/gpumem"
+need "$LIB" "$APPS/nvtx_app" "$APPS/uses_app" "$BUILD/gpumem" "$BUILD/tests/apps/churn_app"
 "$APPS/nvtx_app" >"$TMP/plain.out" || fail "nvtx_app failed without the preload"
 GPUMEM_DEBUG_RANGES=$TMP/ranges LD_PRELOAD=$LIB "$APPS/nvtx_app" >"$TMP/pre.out" 2>"$TMP/pre.err" ||
     fail "nvtx_app failed under the preload"
@@ -102,4 +104,45 @@ none      6  -
 TABLE
 check_eq "report's text calls no allocation inside a range outside" \
   "$(grep -c -F "$outside" "$TMP/ph.report.txt")" 1
+
+# The same rule in frag's step timeline and advise's model (their own reads of the events), with
+# the "step N" range of each kind (tests/apps/churn_app.c, 5 steps of 20 buffers): push/pop,
+# start/end, start/end started on one thread and used and ended on another, push/pop inside a
+# start/end "epoch" (the push/pop range), none. frag's timeline has a point per step in the order
+# SQL finds the ranges, each inside its step (SQL: the events between the range's start and
+# end); advise names the step of an OOM (GPUMEM_LIMIT=40M: out of memory in step 0) as report
+# does and as SQL over the ranges open at the OOM's time does.
+CHURN=$BUILD/tests/apps/churn_app
+# case  churn's mode  the OOM's phase (- outside every range)
+while read -r c mode want; do
+  [[ $want == - ]] && want=""
+  want=${want//_/ }
+  db=$TMP/churn-$c.db
+  "$GM" record -q -o "$db" -- "$CHURN" 5 20 "r$mode" >"$TMP/churn-$c.out" 2>&1 || fail "$c: churn_app $mode"
+  "$GM" frag --json "$db" >"$TMP/churn-$c.frag" || fail "$c: frag --json"
+  steps=$(sqlite3 "$db" "SELECT group_concat(n, ',') FROM (SELECT substr(s.s, 6) AS n FROM ranges r JOIN strings s
+      ON s.id = r.name WHERE s.s LIKE 'step %' AND r.kind IN (0, 1) ORDER BY r.start_ns)")
+  check_eq "$c: frag's timeline by step" "$(jq -r '[.timeline[].step // empty] | join(",")' "$TMP/churn-$c.frag")" "$steps"
+  outside_step=0
+  while read -r n seq; do
+    read -r lo hi < <(sqlite3 -separator ' ' "$db" "SELECT (SELECT min(seq) FROM events WHERE t >= r.start_ns),
+        (SELECT max(seq) FROM events WHERE t <= r.end_ns) FROM ranges r JOIN strings s ON s.id = r.name
+        WHERE s.s = 'step $n'")
+    ((seq + 1 >= lo && seq <= hi)) || { outside_step=1; echo "  $c: step $n's point at event $seq, its events $lo..$hi"; }
+  done < <(jq -r '.timeline[] | select(.step != null) | "\(.step) \(.seq)"' "$TMP/churn-$c.frag")
+  check_eq "$c: each timeline point inside its step" "$outside_step" 0
+  odb=$TMP/churn-$c-oom.db
+  GPUMEM_LIMIT=40M "$GM" record -q -o "$odb" -- "$CHURN" 5 20 "r$mode" >"$TMP/churn-$c-oom.out" 2>&1
+  check_eq "$c: SQL's range open at the OOM" "$(sqlite3 "$odb" "SELECT coalesce((SELECT r.path FROM ranges r WHERE
+      r.id = e.range), (SELECT r.path FROM ranges r WHERE r.kind = 1 AND r.start_ns <= e.t AND (r.end_ns IS NULL OR
+      r.end_ns > e.t) ORDER BY r.start_ns DESC LIMIT 1), '') FROM ooms o JOIN events e ON e.seq = o.seq")" "$want"
+  check_eq "$c: report's OOM phase" "$("$GM" report --json "$odb" | jq -r '.ooms[0].phase // ""')" "$want"
+  check_eq "$c: advise's OOM step" "$("$GM" advise --json --oom-step "$odb" | jq -r '.oom.where // ""')" "$want"
+done <<'TABLE'
+pp    n  step_0
+se    s  step_0
+xt    x  step_0
+nest  e  step_0
+none  -  -
+TABLE
 finish

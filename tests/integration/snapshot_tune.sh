@@ -86,6 +86,8 @@ echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpume
 # (free_completed, kind 29; the frees that waited are flagged 8192), the trace has an "fc" line
 # for each, and the replay holds the free until then. Without them (an older recording: the
 # events and flags removed) the export has no "fc" line and the replay frees at once, as before.
+# advise's baseline is the same replay (its model reads the landings in the same pass: under
+# pytorch-expandable it replayed 0.8 GB against tune's and the recording's 2.2 GB before).
 for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   GPUMEM_SIM_ASYNC=1 GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$c: cross-stream run (async)"; }
   "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (async)"
@@ -103,6 +105,9 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
     [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
     want=$rec
   fi
+  adv=$("$GM" advise --json "$TMP/x.db" | jq -r '[.baseline.peak_allocated, .baseline.peak_reserved] | @tsv')
+  tun=$(jq -r --arg c "$c" '[.results[] | select(.conf == $c)][0] | [.peak_allocated, .peak_reserved] | @tsv' "$TMP/x.json")
+  [[ -n $tun && $adv == "$tun" ]] || fail "$c (async): advise's baseline ($adv) is not tune's replay of the recorded configuration ($tun)"
   n29=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 29")
   npend=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind IN (2, 4) AND (flags & 8192) != 0")
   [[ $n29 -gt 0 && $npend -ge $n29 ]] || fail "$c (async): $n29 free_completed events for $npend frees that waited"
@@ -124,6 +129,8 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   "$GM" tune --json "$TMP/x.db" > "$TMP/old.json" || fail "$c: tune on the older recording"
   jq -e --arg c "$c" --argjson o "$old" '[.results[] | select(.conf == $c)][0].peak_reserved == $o' "$TMP/old.json" > /dev/null \
     || fail "$c: tune on the older recording does not replay as the trace without fc lines ($old)"
+  adv=$("$GM" advise --json "$TMP/x.db" | jq -r '.baseline.peak_reserved')
+  [[ $adv == "$old" ]] || fail "$c: advise's baseline on the older recording ($adv) is not the trace's replay without fc lines ($old)"
   rm -f "$TMP/x.db"
 done
 echo "ok: on the asynchronous virtual GPU too (free_completed), and older recordings replay as before"
